@@ -1,0 +1,439 @@
+/* meshtrain: train (or benchmark) a GPT on the device mesh.
+ *
+ *   mpirun -n 4 build/bin/meshtrain inputs/default.ini [--set section.key=value ...]
+ *
+ * Every rank parses and validates the same configuration before the first
+ * collective; any bad input ends every rank with one line from rank 0 and
+ * exit code 2, before anything under output.dir is touched. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "core/core.h"
+#include "data/data.h"
+#include "kernels/kernels.h"
+#include "metrics/metrics.h"
+#include "model/model.h"
+#include "parallel/parallel.h"
+
+static const char *PROG = "meshtrain";
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: meshtrain CONFIG.ini [--set section.key=value ...]\n"
+          "       meshtrain --help\n\n"
+          "Trains a GPT on pp x dp x cp x tp MPI ranks (launch with mpirun/srun).\n"
+          "Writes <output.dir>/metrics.jsonl (one line per step), summary.json and\n"
+          "config.ini (the resolved configuration). Exit codes: 0 done, 2 bad input,\n"
+          "3 runtime failure.\n\n"
+          "Keys (section.key, type, default):\n");
+  mt_config_print_help(f);
+}
+
+/* ------------------------------------------------------------------ */
+
+static int mkdir_p(const char *path) {
+  char tmp[MT_CFG_STR_MAX];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+  return 0;
+}
+
+static FILE *open_out(const char *dir, const char *name, const char *mode) {
+  char path[2 * MT_CFG_STR_MAX];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, mode);
+  if (!f) mt_die("cannot write %s: %s", path, strerror(errno));
+  return f;
+}
+
+/* Bytes this rank needs, from the shapes alone (before allocating). */
+static double bytes_needed(const mt_model_shape *s, int micro_batch, int dp, int zero) {
+  double n = (double)mt_model_num_params(s) +
+             (double)(s->vocab_padded - s->vocab) * s->n_embd; /* padded rows */
+  double B = micro_batch, T = s->seq_len, C = s->n_embd, L = s->n_layer, NH = s->n_head;
+  double acts = L * B * T * (C * 10 + 3 * C + 8 * C + 2) + L * B * NH * T * T +
+                B * T * (2 * C + s->vocab_padded + 3) + B * T * (C * 12) + B * NH * T * T;
+  double optim = 2.0 * n / (zero ? dp : 1);
+  return 4.0 * (2.0 * n + optim + (zero ? n / dp : 0.0) + acts);
+}
+
+static double mem_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+  fclose(f);
+  return kb * 1024.0;
+}
+
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+  mt_dp *dp;
+  const mt_gpt *model;
+} hook_ctx;
+
+static void grads_ready(void *ctx, int layer) {
+  hook_ctx *h = ctx;
+  mt_dp_grads_ready(h->dp, mt_gpt_layer_offset(h->model, layer));
+}
+
+/* Mean validation loss over the first n_seq windows of the validation set,
+ * split over dp ranks; the same for any dp. */
+static double evaluate(mt_gpt *m, const mt_sampler *val, int n_seq, int micro_batch,
+                       mt_mesh *mesh, int *inp, int *tgt) {
+  int T = m->T;
+  double acc[2] = {0.0, 0.0}; /* sum of per-sequence mean losses, sequences */
+  int per = (n_seq + mesh->dp - 1) / mesh->dp;
+  int first = mesh->dp_rank * per, last = first + per < n_seq ? first + per : n_seq;
+  for (int s = first; s < last; s += micro_batch) {
+    int B = last - s < micro_batch ? last - s : micro_batch;
+    for (int b = 0; b < B; b++)
+      mt_sampler_get_window(val, (uint64_t)(s + b), inp + (size_t)b * T, tgt + (size_t)b * T);
+    acc[0] += (double)mt_gpt_forward(m, inp, tgt, B) * B;
+    acc[1] += B;
+  }
+  mt_allreduce_sum_f64(&mesh->dp_g, acc, 2);
+  return acc[1] > 0 ? acc[0] / acc[1] : 0.0;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int world_rank = 0, world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  mt_log_init(world_rank);
+  mt_err err = {0};
+
+  /* ---- arguments and configuration (no collective before validation) ---- */
+  const char *ini = NULL;
+  char **over = mt_calloc((size_t)argc, sizeof(char *));
+  int n_over = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      if (world_rank == 0) usage(stdout);
+      free(over);
+      MPI_Finalize();
+      return 0;
+    } else if (strcmp(argv[i], "--set") == 0) {
+      if (i + 1 >= argc) mt_err_set(&err, "--set needs section.key=value");
+      else over[n_over++] = argv[++i];
+    } else if (strncmp(argv[i], "--set=", 6) == 0) {
+      over[n_over++] = argv[i] + 6;
+    } else if (argv[i][0] == '-') {
+      mt_err_set(&err, "unknown option '%s' (see --help)", argv[i]);
+    } else if (!ini) {
+      ini = argv[i];
+    } else {
+      mt_err_set(&err, "more than one config file given ('%s' and '%s')", ini, argv[i]);
+    }
+  }
+  mt_config cfg;
+  if (!err.failed) mt_config_load(&cfg, ini, n_over, over, &err);
+  free(over);
+  mt_model_shape shape;
+  if (!err.failed) mt_model_shape_from_config(&cfg, &shape, &err);
+  if (!err.failed) {
+    int accum_div = cfg.micro_batch * cfg.dp;
+    if (cfg.tp != 1 || cfg.pp != 1 || cfg.cp != 1)
+      mt_err_set(&err,
+                 "parallel.tp = %d, parallel.pp = %d, parallel.cp = %d: this build trains with "
+                 "data parallelism only (tp = pp = cp = 1)",
+                 cfg.tp, cfg.pp, cfg.cp);
+    else if (cfg.global_batch % accum_div != 0)
+      mt_err_set(&err,
+                 "train.global_batch = %d is not divisible by train.micro_batch x parallel.dp "
+                 "= %d x %d = %d",
+                 cfg.global_batch, cfg.micro_batch, cfg.dp, accum_div);
+    else if (!cfg.data_val[0] && cfg.val_fraction <= 0.0 && cfg.eval_every > 0)
+      mt_err_set(&err, "data.val is empty and data.val_fraction = 0: no validation data "
+                       "(set one, or train.eval_every = 0)");
+    else if (!cfg.output_dir[0])
+      mt_err_set(&err, "output.dir is empty");
+  }
+  mt_hw_profile hw;
+  if (!err.failed) mt_hw_profile_load(&hw, cfg.hw_profile, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+
+  mt_mesh mesh;
+  mt_mesh_create(&mesh, cfg.tp, cfg.cp, cfg.dp, cfg.pp, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+
+  /* ---- memory: refuse what cannot fit before allocating it ---- */
+  {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int local_ranks = 1;
+    MPI_Comm_size(node, &local_ranks);
+    MPI_Comm_free(&node);
+    double need = bytes_needed(&shape, cfg.micro_batch, cfg.dp, cfg.zero);
+    double avail = mem_available_bytes();
+    if (avail > 0 && need * local_ranks > avail)
+      mt_err_set(&err,
+                 "model %s with train.micro_batch = %d needs about %.2f GiB per rank; %d ranks "
+                 "on this node need %.2f GiB but only %.2f GiB is available (lower "
+                 "train.micro_batch or model size, or use more nodes)",
+                 cfg.model_preset, cfg.micro_batch, need / 1073741824.0, local_ranks,
+                 need * local_ranks / 1073741824.0, avail / 1073741824.0);
+  }
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+
+  /* ---- data ---- */
+  mt_dataset train_file, val_file, train_ds, val_ds;
+  memset(&train_file, 0, sizeof train_file);
+  memset(&val_file, 0, sizeof val_file);
+  int have_val_file = cfg.data_val[0] != '\0';
+  if (mt_dataset_open(&train_file, cfg.data_train, cfg.data_format, &err) == 0) {
+    if (have_val_file) {
+      train_ds = train_file;
+      train_ds.owns_map = 0;
+      if (mt_dataset_open(&val_file, cfg.data_val, cfg.data_format, &err) == 0) {
+        val_ds = val_file;
+        val_ds.owns_map = 0;
+      }
+    } else {
+      mt_dataset_split(&train_file, cfg.val_fraction, &train_ds, &val_ds);
+    }
+  }
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  mt_dataset_validate(&train_ds, shape.vocab, MPI_COMM_WORLD, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  if (have_val_file) mt_dataset_validate(&val_ds, shape.vocab, MPI_COMM_WORLD, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  mt_sampler sampler, val_sampler;
+  const int T = shape.seq_len;
+  if (mt_sampler_init(&sampler, &train_ds, T, (uint64_t)cfg.seed, &err) == 0 &&
+      sampler.n_windows < (uint64_t)cfg.global_batch)
+    mt_err_set(&err,
+               "%s: the training split holds %llu sequences of %d+1 tokens, fewer than one "
+               "global batch of train.global_batch = %d",
+               cfg.data_train, (unsigned long long)sampler.n_windows, T, cfg.global_batch);
+  int n_val_seq = 0;
+  if (!err.failed && cfg.eval_every > 0 &&
+      mt_sampler_init(&val_sampler, &val_ds, T, (uint64_t)cfg.seed, &err) == 0) {
+    uint64_t want = (uint64_t)cfg.eval_batches * (uint64_t)cfg.global_batch;
+    n_val_seq = (int)(val_sampler.n_windows < want ? val_sampler.n_windows : want);
+  }
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+
+  /* ---- compute set-up ---- */
+  if (cfg.threads > 0) mt_kernels_set_threads(cfg.threads);
+  const mt_ops *ops = mt_ops_cpu();
+  mt_gpt model;
+  mt_gpt_create(&model, &shape, ops, cfg.micro_batch, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  mt_gpt_init_params(&model, (uint64_t)cfg.seed);
+  mt_dp dp;
+  mt_dp_create(&dp, &mesh.dp_g, cfg.zero, &model.reg, ops, model.params, model.grads,
+               (size_t)(cfg.bucket_mb * 1048576.0), (float)cfg.beta1, (float)cfg.beta2,
+               (float)cfg.eps, (float)cfg.weight_decay);
+
+  double peak_per_rank = cfg.peak_gflops > 0 ? cfg.peak_gflops : hw.peak_gflops_fp32;
+  const char *peak_source = cfg.peak_gflops > 0 ? "metrics.peak_gflops" : "profile";
+  if (peak_per_rank <= 0) {
+    /* measured on every rank at once, so shared cores show up as they will in training */
+    peak_per_rank = mt_cpu_sgemm_gflops(1024, 0.5);
+    double pk = peak_per_rank;
+    mt_allreduce_sum_f64(&mesh.world, &pk, 1);
+    peak_per_rank = pk / world_size;
+    peak_source = "measured-sgemm";
+  }
+  const double peak_flops = peak_per_rank * 1e9 * world_size;
+  const double flops_per_token =
+      mt_train_flops_per_token(shape.n_layer, shape.n_embd, shape.seq_len, shape.vocab);
+  const long long tokens_per_step = (long long)cfg.global_batch * T;
+  const int per_rank = cfg.global_batch / cfg.dp;
+  const int accum = per_rank / cfg.micro_batch;
+
+  /* ---- outputs (only now: a run refused above leaves earlier results alone) ---- */
+  FILE *metrics_f = NULL;
+  if (world_rank == 0) {
+    if (mkdir_p(cfg.output_dir) != 0) mt_err_set(&err, "output.dir: cannot create '%s': %s",
+                                                 cfg.output_dir, strerror(errno));
+  }
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  if (world_rank == 0) {
+    FILE *f = open_out(cfg.output_dir, "config.ini", "w");
+    mt_config_write_ini(&cfg, f);
+    fclose(f);
+    metrics_f = open_out(cfg.output_dir, "metrics.jsonl", "w");
+    mt_info0("meshtrain: %s, %zu parameters (L=%d C=%d H=%d T=%d V=%d), mesh dp=%d tp=%d "
+             "pp=%d cp=%d, zero=%d, %d ranks x %d threads",
+             cfg.model_preset, mt_model_num_params(&shape), shape.n_layer, shape.n_embd,
+             shape.n_head, T, shape.vocab, cfg.dp, cfg.tp, cfg.pp, cfg.cp, cfg.zero,
+             world_size, mt_kernels_threads());
+    mt_info0("meshtrain: global batch %d x %d tokens, micro-batch %d, %d accumulation steps, "
+             "%d dp buckets, peak %.1f GFLOP/s per rank (%s)",
+             cfg.global_batch, T, cfg.micro_batch, accum, dp.n_buckets, peak_per_rank,
+             peak_source);
+  }
+
+  /* ---- training loop ---- */
+  int *inp = mt_calloc((size_t)cfg.micro_batch * T, sizeof(int));
+  int *tgt = mt_calloc((size_t)cfg.micro_batch * T, sizeof(int));
+  hook_ctx hctx = {&dp, &model};
+  const float dloss = 1.0f / (float)tokens_per_step;
+  double t_train0 = mt_now(), total_step_s = 0.0, first_loss = 0.0, last_loss = 0.0;
+  double last_val = -1.0, sum_tok_s = 0.0;
+  int timed_steps = 0;
+  for (int step = 0; step < cfg.steps; step++) {
+    double t0 = mt_now(), comm0 = mesh.dp_g.seconds, bytes0 = mesh.dp_g.bytes;
+    double data_s = 0.0, loss_sum = 0.0;
+    mt_gpt_zero_grad(&model);
+    for (int mb = 0; mb < accum; mb++) {
+      double td = mt_now();
+      uint64_t g0 = (uint64_t)step * cfg.global_batch + (uint64_t)mesh.dp_rank * per_rank +
+                    (uint64_t)mb * cfg.micro_batch;
+      for (int b = 0; b < cfg.micro_batch; b++)
+        mt_sampler_get(&sampler, g0 + b, inp + (size_t)b * T, tgt + (size_t)b * T);
+      data_s += mt_now() - td;
+      int last_mb = mb == accum - 1;
+      loss_sum += (double)mt_gpt_forward(&model, inp, tgt, cfg.micro_batch) * cfg.micro_batch * T;
+      if (last_mb) mt_dp_begin_sync(&dp);
+      mt_gpt_backward(&model, dloss, last_mb ? grads_ready : NULL, &hctx);
+    }
+    mt_dp_finish_sync(&dp);
+    double t_fb = mt_now();
+    double comm_fb = mesh.dp_g.seconds - comm0;
+    float lr = mt_lr_at(step, cfg.steps, cfg.warmup_steps, (float)cfg.lr, (float)cfg.min_lr_ratio);
+    double norm = mt_dp_optimizer_step(&dp, lr, (float)cfg.grad_clip);
+    /* the global loss: sum over dp of each rank's token losses */
+    mt_allreduce_sum_f64(&mesh.dp_g, &loss_sum, 1);
+    double t_opt = mt_now();
+    double loss = loss_sum / (double)tokens_per_step;
+    if (!isfinite(loss)) mt_die("loss is %f at step %d", loss, step + 1);
+
+    double val = -1.0, t_eval = 0.0;
+    if (cfg.eval_every > 0 && n_val_seq > 0 &&
+        ((step + 1) % cfg.eval_every == 0 || step + 1 == cfg.steps)) {
+      double te = mt_now();
+      val = evaluate(&model, &val_sampler, n_val_seq, cfg.micro_batch, &mesh, inp, tgt);
+      t_eval = mt_now() - te;
+      last_val = val;
+    }
+    double step_s = t_opt - t0;
+    mt_step_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.step = step + 1;
+    rec.steps = cfg.steps;
+    rec.loss = loss;
+    rec.val_loss = val;
+    rec.lr = lr;
+    rec.grad_norm = norm;
+    rec.tokens = tokens_per_step;
+    rec.step_s = step_s;
+    rec.dp_comm_s = mesh.dp_g.seconds - comm0;
+    rec.data_s = data_s;
+    rec.compute_s = (t_fb - t0) - comm_fb - data_s;
+    rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb);
+    rec.eval_s = t_eval;
+    rec.dp_bytes = mesh.dp_g.bytes - bytes0;
+    rec.model_flops = flops_per_token * (double)tokens_per_step;
+    rec.flops_per_s = step_s > 0 ? rec.model_flops / step_s : 0.0;
+    rec.peak_flops = peak_flops;
+    for (int c = 0; c < MT_MEM_NCAT; c++) rec.mem_peak[c] = mt_mem_peak((mt_mem_cat)c);
+    rec.rss_peak = mt_mem_peak_rss();
+    if (step == 0) first_loss = loss;
+    last_loss = loss;
+    if (step > 0 || cfg.steps == 1) { /* step 1 carries warm-up costs */
+      total_step_s += step_s;
+      sum_tok_s += tokens_per_step / step_s;
+      timed_steps++;
+    }
+    if (world_rank == 0) {
+      char *line = mt_step_record_json(&rec);
+      fprintf(metrics_f, "%s\n", line);
+      fflush(metrics_f);
+      free(line);
+      if ((step + 1) % cfg.log_every == 0 || step == 0 || step + 1 == cfg.steps) {
+        double avg = timed_steps ? total_step_s / timed_steps : step_s;
+        mt_step_record_progress(&rec, avg * (cfg.steps - step - 1), stdout);
+      }
+    }
+  }
+  double wall = mt_now() - t_train0;
+
+  /* ---- results ---- */
+  if (world_rank == 0) {
+    fclose(metrics_f);
+    double avg_step = timed_steps ? total_step_s / timed_steps : 0.0;
+    double tok_s = avg_step > 0 ? tokens_per_step / avg_step : 0.0;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", cfg.model_preset);
+    cJSON_AddNumberToObject(o, "params", (double)mt_model_num_params(&shape));
+    cJSON *lay = cJSON_AddObjectToObject(o, "layout");
+    cJSON_AddNumberToObject(lay, "world", world_size);
+    cJSON_AddNumberToObject(lay, "dp", cfg.dp);
+    cJSON_AddNumberToObject(lay, "tp", cfg.tp);
+    cJSON_AddNumberToObject(lay, "pp", cfg.pp);
+    cJSON_AddNumberToObject(lay, "cp", cfg.cp);
+    cJSON_AddNumberToObject(lay, "zero", cfg.zero);
+    cJSON_AddNumberToObject(lay, "threads_per_rank", mt_kernels_threads());
+    cJSON_AddNumberToObject(o, "steps", cfg.steps);
+    cJSON_AddNumberToObject(o, "tokens_per_step", (double)tokens_per_step);
+    cJSON_AddNumberToObject(o, "first_loss", first_loss);
+    cJSON_AddNumberToObject(o, "final_loss", last_loss);
+    if (last_val >= 0) cJSON_AddNumberToObject(o, "final_val_loss", last_val);
+    cJSON_AddNumberToObject(o, "mean_step_s", avg_step);
+    cJSON_AddNumberToObject(o, "tokens_per_s", tok_s);
+    cJSON_AddNumberToObject(o, "tokens_per_s_per_rank", tok_s / world_size);
+    cJSON_AddNumberToObject(o, "flops_per_token", flops_per_token);
+    cJSON_AddNumberToObject(o, "flops_per_s", tok_s * flops_per_token);
+    cJSON_AddNumberToObject(o, "peak_flops", peak_flops);
+    cJSON_AddStringToObject(o, "peak_source", peak_source);
+    cJSON_AddStringToObject(o, "hw_profile", hw.name);
+    cJSON_AddNumberToObject(o, "mfu", peak_flops > 0 ? tok_s * flops_per_token / peak_flops : 0);
+    cJSON_AddNumberToObject(o, "dp_bytes_per_step", mt_dp_bytes_per_step(&dp));
+    cJSON_AddNumberToObject(o, "wall_s", wall);
+    cJSON *mem = cJSON_AddObjectToObject(o, "mem_peak_bytes_rank0");
+    for (int c = 0; c < MT_MEM_NCAT; c++)
+      cJSON_AddNumberToObject(mem, mt_mem_cat_name((mt_mem_cat)c), (double)mt_mem_peak((mt_mem_cat)c));
+    cJSON_AddNumberToObject(mem, "rss", (double)mt_mem_peak_rss());
+    char *s = cJSON_Print(o);
+    FILE *f = open_out(cfg.output_dir, "summary.json", "w");
+    fprintf(f, "%s\n", s);
+    fclose(f);
+    free(s);
+    cJSON_Delete(o);
+    f = open_out(cfg.output_dir, "config.ini", "w");
+    mt_config_write_ini(&cfg, f);
+    fclose(f);
+    if (cfg.save_params) {
+      /* every rank holds the full parameters after the step (all-gathered under ZeRO) */
+      f = open_out(cfg.output_dir, "params.f32", "wb");
+      if (fwrite(model.params, sizeof(float), model.reg.numel_local, f) != model.reg.numel_local)
+        mt_die("short write of params.f32");
+      fclose(f);
+    }
+    mt_info0("meshtrain: done, %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, "
+             "results in %s/",
+             cfg.steps, wall, first_loss, last_loss, last_val >= 0 ? " (val below)" : "",
+             tok_s, cfg.output_dir);
+    if (last_val >= 0) mt_info0("meshtrain: final validation loss %.4f", last_val);
+  }
+
+  free(inp);
+  free(tgt);
+  mt_dp_destroy(&dp);
+  mt_gpt_destroy(&model);
+  mt_dataset_close(&train_file);
+  if (have_val_file) mt_dataset_close(&val_file);
+  mt_mesh_destroy(&mesh);
+  MPI_Finalize();
+  return 0;
+}

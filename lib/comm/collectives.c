@@ -1,0 +1,118 @@
+/* Collectives over mesh groups, with byte and time counters. */
+#include "comm/comm.h"
+
+#include <limits.h>
+
+double mt_bytes_allreduce(size_t total_bytes, int n) {
+  return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * (double)total_bytes;
+}
+double mt_bytes_reduce_scatter(size_t total_bytes, int n) {
+  return n <= 1 ? 0.0 : (double)(n - 1) / n * (double)total_bytes;
+}
+double mt_bytes_allgather(size_t total_bytes, int n) {
+  return mt_bytes_reduce_scatter(total_bytes, n);
+}
+
+static int as_count(size_t n) {
+  if (n > (size_t)INT_MAX) mt_die("collective of %zu elements exceeds the MPI int count", n);
+  return (int)n;
+}
+
+static size_t sum_counts(const int *counts, int n) {
+  size_t s = 0;
+  for (int i = 0; i < n; i++) s += (size_t)counts[i];
+  return s;
+}
+
+void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n) {
+  if (g->size == 1) return;
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_FLOAT, MPI_SUM, g->comm));
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_allreduce(n * sizeof(float), g->size);
+  g->calls++;
+}
+
+void mt_allreduce_sum_f64(mt_group *g, double *buf, size_t n) {
+  if (g->size == 1) return;
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_DOUBLE, MPI_SUM, g->comm));
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_allreduce(n * sizeof(double), g->size);
+  g->calls++;
+}
+
+void mt_allreduce_max_f64(mt_group *g, double *buf, size_t n) {
+  if (g->size == 1) return;
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_DOUBLE, MPI_MAX, g->comm));
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_allreduce(n * sizeof(double), g->size);
+  g->calls++;
+}
+
+void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts) {
+  if (g->size == 1) {
+    for (int i = 0; i < counts[0]; i++) recv[i] = send[i];
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm));
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_reduce_scatter(sum_counts(counts, g->size) * sizeof(float), g->size);
+  g->calls++;
+}
+
+void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs) {
+  if (g->size == 1) return;
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
+                              MPI_FLOAT, g->comm));
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_allgather(sum_counts(counts, g->size) * sizeof(float), g->size);
+  g->calls++;
+}
+
+void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_request *r) {
+  r->g = g;
+  r->active = 0;
+  if (g->size == 1) return;
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, as_count(n), MPI_FLOAT, MPI_SUM, g->comm,
+                              &r->req));
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_allreduce(n * sizeof(float), g->size);
+  g->calls++;
+  r->active = 1;
+}
+
+void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
+                                const int *counts, mt_request *r) {
+  r->g = g;
+  r->active = 0;
+  if (g->size == 1) {
+    for (int i = 0; i < counts[0]; i++) recv[i] = send[i];
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm, &r->req));
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_reduce_scatter(sum_counts(counts, g->size) * sizeof(float), g->size);
+  g->calls++;
+  r->active = 1;
+}
+
+void mt_wait(mt_request *r) {
+  if (!r->active) return;
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
+  r->g->seconds += mt_now() - t0;
+  r->active = 0;
+}
+
+void mt_progress(mt_request *r) {
+  if (!r->active) return;
+  int done = 0;
+  MT_MPI_CHECK(MPI_Test(&r->req, &done, MPI_STATUS_IGNORE));
+  if (done) r->active = 0;
+}

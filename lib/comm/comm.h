@@ -1,0 +1,70 @@
+/* comm: the device mesh and every collective meshtrain issues.
+ * World size = pp x dp x cp x tp, rank order innermost first tp, cp, dp, pp
+ * (a tp group stays inside one node). Groups are made once here with
+ * MPI_Comm_split; nothing else splits communicators. Each group counts the
+ * bytes its collectives move (per rank, as sent on the wire by the standard
+ * ring algorithms) and the time ranks spend inside them. MPI backend, host
+ * buffers; an NCCL backend for device buffers slots in behind the same calls. */
+#ifndef MT_COMM_H
+#define MT_COMM_H
+
+#include <stddef.h>
+#include <mpi.h>
+#include "core/core.h"
+
+typedef struct {
+  const char *name; /* "dp", "tp", "pp", "cp", "world" */
+  MPI_Comm comm;
+  int size, rank;
+  double bytes;   /* payload bytes this rank passed to collectives (send side) */
+  double seconds; /* wall time this rank spent in (or waiting for) collectives */
+  long calls;
+} mt_group;
+
+typedef struct {
+  int world_size, world_rank;
+  int tp, cp, dp, pp;             /* axis sizes */
+  int tp_rank, cp_rank, dp_rank, pp_rank;
+  mt_group world, tp_g, cp_g, dp_g, pp_g;
+} mt_mesh;
+
+/* Validates the product against the world size (message names both) and
+ * builds the groups. Collective over MPI_COMM_WORLD. No communicator is made
+ * on failure. */
+int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e);
+void mt_mesh_destroy(mt_mesh *m);
+/* world rank of the given coordinates */
+int mt_mesh_rank_of(const mt_mesh *m, int tp_r, int cp_r, int dp_r, int pp_r);
+void mt_group_reset_counters(mt_group *g);
+
+/* Blocking collectives on float buffers (sum). n = elements. */
+void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n);
+void mt_allreduce_sum_f64(mt_group *g, double *buf, size_t n);
+void mt_allreduce_max_f64(mt_group *g, double *buf, size_t n);
+/* counts[r] elements go to rank r; recv has counts[rank] elements */
+void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts);
+/* in place: every rank's part (counts[r] at displs[r]) is gathered into buf */
+void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs);
+
+/* Non-blocking forms; a request is finished by mt_wait (which counts the time
+ * spent waiting as communication time). */
+typedef struct {
+  MPI_Request req;
+  mt_group *g;
+  int active;
+} mt_request;
+void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_request *r);
+void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
+                                const int *counts, mt_request *r);
+void mt_wait(mt_request *r);
+/* give MPI a chance to progress outstanding requests (cheap) */
+void mt_progress(mt_request *r);
+
+/* Bytes one rank sends for each collective with the ring algorithms the
+ * bus-bandwidth figures assume: allreduce 2(n-1)/n * S, reduce-scatter and
+ * all-gather (n-1)/n * S, where S is the full buffer in bytes. */
+double mt_bytes_allreduce(size_t total_bytes, int n);
+double mt_bytes_reduce_scatter(size_t total_bytes, int n);
+double mt_bytes_allgather(size_t total_bytes, int n);
+
+#endif

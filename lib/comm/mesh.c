@@ -1,0 +1,64 @@
+/* The device mesh: one MPI_Comm_split per axis, done once. */
+#include "comm/comm.h"
+
+#include <string.h>
+
+int mt_mesh_rank_of(const mt_mesh *m, int tp_r, int cp_r, int dp_r, int pp_r) {
+  return tp_r + m->tp * (cp_r + m->cp * (dp_r + m->dp * pp_r));
+}
+
+static void group_make(mt_group *g, const char *name, MPI_Comm comm) {
+  memset(g, 0, sizeof *g);
+  g->name = name;
+  g->comm = comm;
+  MPI_Comm_size(comm, &g->size);
+  MPI_Comm_rank(comm, &g->rank);
+}
+
+int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
+  memset(m, 0, sizeof *m);
+  MPI_Comm_size(MPI_COMM_WORLD, &m->world_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &m->world_rank);
+  long prod = (long)tp * cp * dp * pp;
+  if (tp < 1 || cp < 1 || dp < 1 || pp < 1 || prod != m->world_size) {
+    mt_err_set(e,
+               "the mesh pp x dp x cp x tp = %d x %d x %d x %d = %ld ranks does not match "
+               "the %d MPI ranks launched (set parallel.dp/tp/pp/cp or the rank count)",
+               pp, dp, cp, tp, prod, m->world_size);
+    return -1;
+  }
+  m->tp = tp; m->cp = cp; m->dp = dp; m->pp = pp;
+  int r = m->world_rank;
+  m->tp_rank = r % tp;
+  m->cp_rank = (r / tp) % cp;
+  m->dp_rank = (r / (tp * cp)) % dp;
+  m->pp_rank = r / (tp * cp * dp);
+  MPI_Comm c;
+  /* colour = all other coordinates; key = the coordinate along the axis */
+  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, r - m->tp_rank, m->tp_rank, &c));
+  group_make(&m->tp_g, "tp", c);
+  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->dp_rank + dp * m->pp_rank),
+                              m->cp_rank, &c));
+  group_make(&m->cp_g, "cp", c);
+  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->cp_rank + cp * m->pp_rank),
+                              m->dp_rank, &c));
+  group_make(&m->dp_g, "dp", c);
+  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->cp_rank + cp * m->dp_rank),
+                              m->pp_rank, &c));
+  group_make(&m->pp_g, "pp", c);
+  MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+  group_make(&m->world, "world", c);
+  return 0;
+}
+
+void mt_mesh_destroy(mt_mesh *m) {
+  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g, &m->world};
+  for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+    if (gs[i]->comm != MPI_COMM_NULL && gs[i]->comm != 0) MPI_Comm_free(&gs[i]->comm);
+}
+
+void mt_group_reset_counters(mt_group *g) {
+  g->bytes = 0;
+  g->seconds = 0;
+  g->calls = 0;
+}

@@ -1,0 +1,607 @@
+/* Configuration: one table of keys (name, type, field, default, help, range),
+ * filled from the defaults, then an INI file (read with inih), then
+ * "section.key=value" overrides in order. Every value goes through the same
+ * parser, so a file and --set accept and reject the same text.
+ *
+ * INI rules (inih, plus what this file adds):
+ *   - "[section]" then "key = value" (or "key: value"); '#' or ';' starts a
+ *     comment line, and " ;" starts a comment after a value.
+ *   - Leading whitespace on a line is ignored (indented keys are ordinary
+ *     keys; inih's multi-line continuation values are not supported).
+ *   - A key given twice in one file is an error; --set may repeat a key, and
+ *     the last one wins.
+ *   - Keys before the first [section] are errors.
+ *   - A string value in matching double quotes has the quotes removed.
+ *   - A line may hold at most 198 characters (inih's buffer, INI_MAX_LINE =
+ *     200, is fixed when the library is built); a longer line is an error,
+ *     never silently truncated or split. Longer values can be given with --set.
+ * No MPI here: the result is a pure function of the inputs, so every rank
+ * that loads the same file and overrides gets the same mt_config. */
+#include "core/core.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <ini.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Exclusive bounds, stored as the nearest inclusive double so the public
+ * [min, max] stays exact: "> 0" is ">= DBL_TRUE_MIN", "< 1" is
+ * "<= 1 - 2^-53". describe_range prints them back as "> 0" and "< 1". */
+#define GT0 DBL_TRUE_MIN
+#define LT1 (1.0 - DBL_EPSILON / 2)
+#define NOMAX INFINITY
+#define NOMIN (-INFINITY)
+#define SHAPE_MAX 1000000.0
+
+#define F(field) offsetof(mt_config, field)
+
+static const mt_cfg_key g_keys[] = {
+    /* [model] */
+    {"model.preset", MT_CFG_STRING, F(model_preset), "small",
+     "model size preset; shape keys of 0 take their value from it", 0, 0,
+     "tiny|small|gpt2-124m|custom"},
+    {"model.n_layer", MT_CFG_INT, F(n_layer), "0",
+     "transformer blocks (0 = from the preset)", 0, SHAPE_MAX, NULL},
+    {"model.n_embd", MT_CFG_INT, F(n_embd), "0",
+     "embedding width, channels (0 = from the preset)", 0, SHAPE_MAX, NULL},
+    {"model.n_head", MT_CFG_INT, F(n_head), "0",
+     "attention heads per block (0 = from the preset)", 0, SHAPE_MAX, NULL},
+    {"model.seq_len", MT_CFG_INT, F(seq_len), "0",
+     "context length, tokens (0 = from the preset)", 0, SHAPE_MAX, NULL},
+    {"model.vocab_size", MT_CFG_INT, F(vocab_size), "0",
+     "vocabulary size, tokens (0 = from the preset)", 0, SHAPE_MAX, NULL},
+    /* [train] */
+    {"train.steps", MT_CFG_INT, F(steps), "100", "optimizer steps to run", 1, NOMAX, NULL},
+    {"train.seed", MT_CFG_INT, F(seed), "1337",
+     "random seed for initialisation and data order", 0, NOMAX, NULL},
+    {"train.global_batch", MT_CFG_INT, F(global_batch), "32",
+     "sequences per optimizer step, all ranks together", 1, NOMAX, NULL},
+    {"train.micro_batch", MT_CFG_INT, F(micro_batch), "4",
+     "sequences per forward/backward on one rank", 1, NOMAX, NULL},
+    {"train.lr", MT_CFG_DOUBLE, F(lr), "1e-3", "peak learning rate, reached after warmup", GT0,
+     NOMAX, NULL},
+    {"train.min_lr_ratio", MT_CFG_DOUBLE, F(min_lr_ratio), "0.1",
+     "final LR of the cosine decay, as a fraction of train.lr", 0, 1, NULL},
+    {"train.warmup_steps", MT_CFG_INT, F(warmup_steps), "10",
+     "steps of linear LR warmup", 0, NOMAX, NULL},
+    {"train.weight_decay", MT_CFG_DOUBLE, F(weight_decay), "0.1",
+     "AdamW decoupled weight decay", 0, NOMAX, NULL},
+    {"train.beta1", MT_CFG_DOUBLE, F(beta1), "0.9", "AdamW first-moment decay", 0, LT1, NULL},
+    {"train.beta2", MT_CFG_DOUBLE, F(beta2), "0.95", "AdamW second-moment decay", 0, LT1, NULL},
+    {"train.eps", MT_CFG_DOUBLE, F(eps), "1e-8", "AdamW denominator epsilon", GT0, NOMAX, NULL},
+    {"train.grad_clip", MT_CFG_DOUBLE, F(grad_clip), "1.0",
+     "clip the global gradient L2 norm to this (0 = off)", 0, NOMAX, NULL},
+    {"train.eval_every", MT_CFG_INT, F(eval_every), "25",
+     "steps between validation losses (0 = never)", 0, NOMAX, NULL},
+    {"train.eval_batches", MT_CFG_INT, F(eval_batches), "4",
+     "micro-batches per validation loss", 1, NOMAX, NULL},
+    {"train.threads", MT_CFG_INT, F(threads), "0",
+     "compute threads per rank (0 = OMP_NUM_THREADS or the library default)", 0, NOMAX, NULL},
+    {"train.log_every", MT_CFG_INT, F(log_every), "1", "steps between log lines", 1, NOMAX, NULL},
+    /* [parallel] */
+    {"parallel.dp", MT_CFG_INT, F(dp), "1", "data-parallel ranks", 1, NOMAX, NULL},
+    {"parallel.tp", MT_CFG_INT, F(tp), "1", "tensor-parallel ranks", 1, NOMAX, NULL},
+    {"parallel.pp", MT_CFG_INT, F(pp), "1", "pipeline stages", 1, NOMAX, NULL},
+    {"parallel.cp", MT_CFG_INT, F(cp), "1", "context-parallel ranks", 1, NOMAX, NULL},
+    {"parallel.zero", MT_CFG_INT, F(zero), "0",
+     "1 shards the AdamW moments over the dp ranks (ZeRO-1)", 0, 1, NULL},
+    {"parallel.bucket_mb", MT_CFG_DOUBLE, F(bucket_mb), "25",
+     "gradient all-reduce bucket size, MiB", GT0, NOMAX, NULL},
+    /* [data] */
+    {"data.train", MT_CFG_STRING, F(data_train), "inputs/data/corpus.txt",
+     "path of the training tokens", 0, 0, NULL},
+    {"data.val", MT_CFG_STRING, F(data_val), "",
+     "path of the validation tokens (empty: split off the end of data.train)", 0, 0, NULL},
+    {"data.format", MT_CFG_STRING, F(data_format), "auto",
+     "token file format (auto: from the file header or extension)", 0, 0,
+     "auto|llmc|u16|text"},
+    {"data.val_fraction", MT_CFG_DOUBLE, F(val_fraction), "0.05",
+     "fraction of data.train held out for validation when data.val is empty", 0, LT1, NULL},
+    /* [output] */
+    {"output.dir", MT_CFG_STRING, F(output_dir), "outputs/run",
+     "directory for metrics.jsonl, summary.json and config.ini", 0, 0, NULL},
+    {"output.save_params", MT_CFG_BOOL, F(save_params), "false",
+     "write the final parameters as raw fp32, for comparisons", 0, 1, NULL},
+    /* [metrics] */
+    {"metrics.hw", MT_CFG_STRING, F(hw_profile), "cpu-generic",
+     "hardware profile: a name in inputs/hw/ or the path of an INI profile", 0, 0, NULL},
+    {"metrics.peak_gflops", MT_CFG_DOUBLE, F(peak_gflops), "0",
+     "peak compute per rank, GFLOP/s (0 = from the hardware profile)", 0, NOMAX, NULL},
+};
+
+#undef F
+
+enum { N_KEYS = (int)(sizeof g_keys / sizeof g_keys[0]) };
+
+const mt_cfg_key *mt_config_keys(int *n) {
+  if (n) *n = N_KEYS;
+  return g_keys;
+}
+
+static const mt_cfg_key *find_key(const char *name) {
+  for (int i = 0; i < N_KEYS; i++)
+    if (strcmp(g_keys[i].name, name) == 0) return &g_keys[i];
+  return NULL;
+}
+
+static const char *type_name(mt_cfg_type t) {
+  switch (t) {
+  case MT_CFG_INT: return "int";
+  case MT_CFG_DOUBLE: return "float";
+  case MT_CFG_BOOL: return "bool";
+  case MT_CFG_STRING: return "string";
+  }
+  return "?";
+}
+
+/* ------------------------------------------------------------------ */
+/* value parsing                                                       */
+
+/* "between 0 and 1000000", ">= 1", "> 0", ">= 0 and < 1", "" (no bound). */
+static void describe_range(const mt_cfg_key *k, char *buf, size_t size) {
+  const char *num = k->type == MT_CFG_INT ? "%.0f" : "%g";
+  char lo[64] = "", hi[64] = "", a[32], b[32];
+  int lo_incl = 0, hi_incl = 0;
+  if (k->min == GT0 && k->type == MT_CFG_DOUBLE) {
+    snprintf(lo, sizeof lo, "> 0");
+  } else if (k->min > NOMIN) {
+    snprintf(a, sizeof a, num, k->min);
+    snprintf(lo, sizeof lo, ">= %s", a);
+    lo_incl = 1;
+  }
+  if (k->max == LT1 && k->type == MT_CFG_DOUBLE) {
+    snprintf(hi, sizeof hi, "< 1");
+  } else if (k->max < NOMAX) {
+    snprintf(b, sizeof b, num, k->max);
+    snprintf(hi, sizeof hi, "<= %s", b);
+    hi_incl = 1;
+  }
+  if (lo_incl && hi_incl)
+    snprintf(buf, size, "between %s and %s", a, b);
+  else if (lo[0] && hi[0])
+    snprintf(buf, size, "%s and %s", lo, hi);
+  else
+    snprintf(buf, size, "%s", lo[0] ? lo : hi);
+}
+
+/* Bad values are echoed in error messages, clipped and with control
+ * characters shown as '?', so the message stays one readable line (and fits
+ * mt_err.msg). */
+typedef struct {
+  char s[72];
+} clipped;
+static clipped clip(const char *text) {
+  clipped c;
+  if (strlen(text) < sizeof c.s)
+    snprintf(c.s, sizeof c.s, "%s", text);
+  else
+    snprintf(c.s, sizeof c.s, "%.*s...", (int)sizeof c.s - 4, text);
+  for (char *p = c.s; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  return c;
+}
+
+static int in_choices(const char *choices, const char *value) {
+  size_t n = strlen(value);
+  for (const char *p = choices; *p;) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == n && strncmp(p, value, n) == 0) return 1;
+    if (!bar) break;
+    p = bar + 1;
+  }
+  return 0;
+}
+
+static int parse_int(const mt_cfg_key *k, const char *text, int *out, char *why, size_t wsize) {
+  const char *p = text;
+  if (*p == '+' || *p == '-') p++;
+  int digits = 0;
+  for (; isdigit((unsigned char)*p); p++) digits++;
+  if (digits == 0 || *p != '\0') {
+    snprintf(why, wsize, "%s: '%s' is not an integer", k->name, clip(text).s);
+    return 1;
+  }
+  errno = 0;
+  long long v = strtoll(text, NULL, 10);
+  if (errno == ERANGE || v < -2147483647LL - 1 || v > 2147483647LL) {
+    snprintf(why, wsize, "%s: '%s' is out of range for an integer", k->name,
+             clip(text).s);
+    return 1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_double(const mt_cfg_key *k, const char *text, double *out, char *why,
+                        size_t wsize) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (text[0] == '\0' || isspace((unsigned char)text[0]) || end == text || *end != '\0') {
+    snprintf(why, wsize, "%s: '%s' is not a number", k->name, clip(text).s);
+    return 1;
+  }
+  if (!isfinite(v)) {
+    snprintf(why, wsize, "%s: '%s' is not a finite number", k->name, clip(text).s);
+    return 1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_bool(const mt_cfg_key *k, const char *text, int *out, char *why, size_t wsize) {
+  static const char *yes[] = {"true", "1", "yes", "on"}, *no[] = {"false", "0", "no", "off"};
+  for (int i = 0; i < 4; i++) {
+    if (strcasecmp(text, yes[i]) == 0) { *out = 1; return 0; }
+    if (strcasecmp(text, no[i]) == 0) { *out = 0; return 0; }
+  }
+  snprintf(why, wsize, "%s: '%s' is not a boolean (true|false|yes|no|on|off|1|0)", k->name,
+           clip(text).s);
+  return 1;
+}
+
+/* Strings must survive mt_config_write_ini -> load: no control characters
+ * (a line break would end the value) and no ';' after whitespace (inih reads
+ * it as the start of a comment). */
+static int parse_string(const mt_cfg_key *k, const char *text, char *out, char *why,
+                        size_t wsize) {
+  size_t len = strlen(text);
+  if (len >= 2 && text[0] == '"' && text[len - 1] == '"') {
+    text++;
+    len -= 2;
+  } else if (len >= 1 && (text[0] == '"' || text[len - 1] == '"')) {
+    snprintf(why, wsize, "%s: '%s' has an unmatched '\"' (note that ' ;' starts a comment)",
+             k->name, clip(text).s);
+    return 1;
+  }
+  if (len > MT_CFG_STR_MAX - 1) {
+    snprintf(why, wsize, "%s: value is %zu characters, longer than the limit of %d", k->name, len,
+             MT_CFG_STR_MAX - 1);
+    return 1;
+  }
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)text[i];
+    if (c < 0x20 || c == 0x7f) {
+      snprintf(why, wsize, "%s: value contains a control character (byte %zu)", k->name, i);
+      return 1;
+    }
+    if (c == ';' && i > 0 && isspace((unsigned char)text[i - 1])) {
+      snprintf(why, wsize, "%s: value contains ' ;', which starts a comment in an INI file",
+               k->name);
+      return 1;
+    }
+  }
+  char value[MT_CFG_STR_MAX];
+  memcpy(value, text, len);
+  value[len] = '\0';
+  if (k->choices && !in_choices(k->choices, value)) {
+    snprintf(why, wsize, "%s: '%s' is not one of %s", k->name, clip(value).s, k->choices);
+    return 1;
+  }
+  /* zero the whole field so two configs with equal values compare equal */
+  memset(out, 0, MT_CFG_STR_MAX);
+  memcpy(out, value, len);
+  return 0;
+}
+
+/* Parse text as the value of key k into cfg. On failure cfg is unchanged and
+ * why holds "key: reason" (without the location). */
+static int set_value(mt_config *cfg, const mt_cfg_key *k, const char *text, char *why,
+                     size_t wsize) {
+  char *field = (char *)cfg + k->offset;
+  double v = 0;
+  switch (k->type) {
+  case MT_CFG_STRING: return parse_string(k, text, field, why, wsize);
+  case MT_CFG_BOOL: return parse_bool(k, text, (int *)(void *)field, why, wsize);
+  case MT_CFG_INT: {
+    int i = 0;
+    if (parse_int(k, text, &i, why, wsize)) return 1;
+    v = i;
+    break;
+  }
+  case MT_CFG_DOUBLE:
+    if (parse_double(k, text, &v, why, wsize)) return 1;
+    break;
+  }
+  if (!(v >= k->min && v <= k->max)) {
+    char range[96];
+    describe_range(k, range, sizeof range);
+    snprintf(why, wsize, "%s must be %s (got %s)", k->name, range, clip(text).s);
+    return 1;
+  }
+  if (k->type == MT_CFG_INT)
+    *(int *)(void *)field = (int)v;
+  else
+    *(double *)(void *)field = v;
+  return 0;
+}
+
+/* A near miss for an unknown key, or NULL: edit distance <= 2. */
+static const char *suggest_key(const char *name) {
+  enum { L = 64 };
+  size_t n = strlen(name);
+  if (n >= L) return NULL;
+  const char *best = NULL;
+  int best_d = 3;
+  for (int k = 0; k < N_KEYS; k++) {
+    const char *cand = g_keys[k].name;
+    size_t m = strlen(cand);
+    int prev[L], cur[L];
+    for (size_t j = 0; j <= m; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+      cur[0] = (int)i;
+      for (size_t j = 1; j <= m; j++) {
+        int sub = prev[j - 1] + (name[i - 1] != cand[j - 1]);
+        int del = prev[j] + 1, ins = cur[j - 1] + 1;
+        cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+      }
+      memcpy(prev, cur, sizeof(int) * (m + 1));
+    }
+    if (prev[m] < best_d) {
+      best_d = prev[m];
+      best = cand;
+    }
+  }
+  return best;
+}
+
+static void unknown_key(char *why, size_t wsize, const char *name) {
+  const char *near = suggest_key(name);
+  if (near)
+    snprintf(why, wsize, "unknown key '%s' (did you mean '%s'?)", name, near);
+  else
+    snprintf(why, wsize, "unknown key '%s'", name);
+}
+
+void mt_config_defaults(mt_config *cfg) {
+  memset(cfg, 0, sizeof *cfg); /* padding too: configs compare with memcmp */
+  char why[256];
+  for (int i = 0; i < N_KEYS; i++)
+    if (set_value(cfg, &g_keys[i], g_keys[i].def, why, sizeof why))
+      mt_die("config key table: bad default: %s", why);
+}
+
+/* ------------------------------------------------------------------ */
+/* INI file                                                            */
+
+typedef struct {
+  FILE *f;
+  const char *path;
+  mt_config *cfg;
+  int line;          /* physical line of the text last handed to inih */
+  int max_line;      /* longest line inih can take, characters before '\n' */
+  int too_long_line; /* first line that did not fit inih's buffer, 0 if none */
+  int err_line;      /* line of the first error found by the handler */
+  char err[400];
+  int first_line[N_KEYS]; /* where each key was set in this file, 0 = not yet */
+} ini_ctx;
+
+/* fgets for inih that counts lines, refuses (rather than splits) lines longer
+ * than inih's buffer, and drops leading whitespace so that indented keys are
+ * keys and not inih continuation lines. */
+static char *ini_read_line(char *str, int num, void *stream) {
+  ini_ctx *c = stream;
+  if (c->too_long_line || !fgets(str, num, c->f)) return NULL;
+  c->line++;
+  c->max_line = num - 2; /* inih's buffer (INI_MAX_LINE) holds the line, '\n', NUL */
+  size_t len = strlen(str);
+  if (len == (size_t)num - 1 && str[len - 1] != '\n') {
+    int next = getc(c->f);
+    if (next != EOF) {
+      c->too_long_line = c->line;
+      return NULL;
+    }
+  }
+  size_t skip = strspn(str, " \t");
+  if (skip) memmove(str, str + skip, len - skip + 1);
+  return str;
+}
+
+static int ini_on_value(void *user, const char *section, const char *name, const char *value) {
+  ini_ctx *c = user;
+  if (c->err_line) return 0;
+  char why[sizeof c->err - 64];
+  char full[160];
+  int bad = 1;
+  if (section[0] == '\0') {
+    snprintf(why, sizeof why, "key '%s' is outside any [section]", name);
+  } else if ((size_t)snprintf(full, sizeof full, "%s.%s", section, name) >= sizeof full) {
+    snprintf(why, sizeof why, "unknown key '%.60s...'", full);
+  } else {
+    const mt_cfg_key *k = find_key(full);
+    int idx = k ? (int)(k - g_keys) : -1;
+    if (!k)
+      unknown_key(why, sizeof why, full);
+    else if (c->first_line[idx])
+      snprintf(why, sizeof why, "%s given twice (first at line %d)", full, c->first_line[idx]);
+    else
+      bad = set_value(c->cfg, k, value ? value : "", why, sizeof why);
+    if (!bad) c->first_line[idx] = c->line;
+  }
+  if (!bad) return 1;
+  c->err_line = c->line;
+  snprintf(c->err, sizeof c->err, "%s:%d: %s", c->path, c->line, why);
+  return 0;
+}
+
+/* The text of line `line` (1-based) of f, trimmed, for syntax errors. */
+static void fetch_line(FILE *f, int line, char *buf, size_t size) {
+  buf[0] = '\0';
+  rewind(f);
+  for (int i = 1; i <= line; i++)
+    if (!fgets(buf, (int)size, f)) {
+      buf[0] = '\0';
+      return;
+    }
+  buf[strcspn(buf, "\r\n")] = '\0';
+  size_t skip = strspn(buf, " \t");
+  memmove(buf, buf + skip, strlen(buf + skip) + 1);
+}
+
+static int load_ini(mt_config *cfg, const char *path, mt_err *e) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    mt_err_set(e, "%s: cannot open config file: %s", path, strerror(errno));
+    return 1;
+  }
+  ini_ctx *c = mt_calloc(1, sizeof *c);
+  c->f = f;
+  c->path = path;
+  c->cfg = cfg;
+  int rc = ini_parse_stream(ini_read_line, c, ini_on_value, c);
+  int failed = 1;
+  if (ferror(f)) {
+    mt_err_set(e, "%s: cannot read config file: %s", path, strerror(errno));
+  } else if (rc > 0 && rc == c->err_line) {
+    mt_err_set(e, "%s", c->err);
+  } else if (rc > 0) {
+    /* inih found a line that is neither a section, a key = value nor a
+     * comment; every line before it fit the buffer, so rc is its number */
+    char text[256];
+    fetch_line(f, rc, text, sizeof text);
+    mt_err_set(e, "%s:%d: expected '[section]' or 'key = value', got '%s'", path, rc, clip(text).s);
+  } else if (rc < 0) {
+    mt_err_set(e, "%s: out of memory parsing config file", path);
+  } else if (c->too_long_line) {
+    mt_err_set(e,
+               "%s:%d: line longer than %d characters (the INI reader's limit); "
+               "give long values with --set",
+               path, c->too_long_line, c->max_line);
+  } else {
+    failed = 0;
+  }
+  free(c);
+  fclose(f);
+  return failed;
+}
+
+/* ------------------------------------------------------------------ */
+/* overrides and the whole load                                        */
+
+static void trim(char *s) {
+  size_t skip = strspn(s, " \t");
+  memmove(s, s + skip, strlen(s + skip) + 1);
+  size_t n = strlen(s);
+  while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+}
+
+static int apply_override(mt_config *cfg, const char *text, mt_err *e) {
+  const char *eq = strchr(text, '=');
+  if (!eq) {
+    mt_err_set(e, "--set %s: expected section.key=value", clip(text).s);
+    return 1;
+  }
+  char name[128], value[MT_CFG_STR_MAX + 16], why[400];
+  size_t name_len = (size_t)(eq - text), value_len = strlen(eq + 1);
+  if (name_len >= sizeof name || value_len >= sizeof value) {
+    if (name_len >= sizeof name)
+      mt_err_set(e, "--set %.40s...: unknown key", text);
+    else
+      mt_err_set(e, "--set %.*s=...: value is %zu characters, longer than the limit of %d",
+                 (int)name_len, text, value_len, MT_CFG_STR_MAX - 1);
+    return 1;
+  }
+  memcpy(name, text, name_len);
+  name[name_len] = '\0';
+  memcpy(value, eq + 1, value_len + 1);
+  trim(name);
+  trim(value);
+  const mt_cfg_key *k = find_key(name);
+  if (!k) {
+    unknown_key(why, sizeof why, name);
+    mt_err_set(e, "--set %s: %s", clip(text).s, why);
+    return 1;
+  }
+  if (set_value(cfg, k, value, why, sizeof why)) {
+    mt_err_set(e, "--set %s: %s", clip(text).s, why);
+    return 1;
+  }
+  return 0;
+}
+
+int mt_config_load(mt_config *cfg, const char *ini_path, int n_over, char *const *overrides,
+                   mt_err *e) {
+  mt_config_defaults(cfg);
+  if (ini_path && load_ini(cfg, ini_path, e)) return 1;
+  for (int i = 0; i < n_over; i++)
+    if (apply_override(cfg, overrides[i], e)) return 1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* output                                                              */
+
+/* Shortest %g text that reads back as exactly v ("0.001", not
+ * "0.0010000000000000000208"). */
+static void format_double(double v, char *buf, size_t size) {
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(buf, size, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) return;
+  }
+}
+
+/* The text of key k's value in cfg, as an INI file would give it back. */
+static void format_value(const mt_config *cfg, const mt_cfg_key *k, char *buf, size_t size) {
+  const char *field = (const char *)cfg + k->offset;
+  switch (k->type) {
+  case MT_CFG_INT: snprintf(buf, size, "%d", *(const int *)(const void *)field); break;
+  case MT_CFG_BOOL:
+    snprintf(buf, size, "%s", *(const int *)(const void *)field ? "true" : "false");
+    break;
+  case MT_CFG_DOUBLE: format_double(*(const double *)(const void *)field, buf, size); break;
+  case MT_CFG_STRING: {
+    /* quote what inih would otherwise change: outer whitespace (stripped), a
+     * leading ';' (a comment) or outer quotes (removed on load) */
+    size_t n = strnlen(field, MT_CFG_STR_MAX);
+    int quote = n > 0 && (isspace((unsigned char)field[0]) ||
+                          isspace((unsigned char)field[n - 1]) || field[0] == ';' ||
+                          field[0] == '"' || field[n - 1] == '"');
+    snprintf(buf, size, quote ? "\"%.*s\"" : "%.*s", (int)n, field);
+    break;
+  }
+  }
+}
+
+static size_t section_len(const char *name) { return (size_t)(strchr(name, '.') - name); }
+
+void mt_config_write_ini(const mt_config *cfg, FILE *f) {
+  fprintf(f, "# meshtrain configuration: every key, as used by this run\n");
+  char value[MT_CFG_STR_MAX + 8];
+  for (int i = 0; i < N_KEYS; i++) {
+    const char *name = g_keys[i].name;
+    size_t sl = section_len(name);
+    if (i == 0 || sl != section_len(g_keys[i - 1].name) ||
+        strncmp(name, g_keys[i - 1].name, sl) != 0)
+      fprintf(f, "\n[%.*s]\n", (int)sl, name);
+    format_value(cfg, &g_keys[i], value, sizeof value);
+    fprintf(f, "%s = %s\n", name + sl + 1, value);
+  }
+}
+
+void mt_config_print_help(FILE *f) {
+  fprintf(f, "Configuration keys. Set them in an INI file ([section] then key = value)\n"
+             "or with --set section.key=value; --set is applied after the file.\n");
+  for (int i = 0; i < N_KEYS; i++) {
+    const mt_cfg_key *k = &g_keys[i];
+    size_t sl = section_len(k->name);
+    if (i == 0 || sl != section_len(g_keys[i - 1].name) ||
+        strncmp(k->name, g_keys[i - 1].name, sl) != 0)
+      fprintf(f, "\n[%.*s]\n", (int)sl, k->name);
+    char allowed[128] = "";
+    if (k->choices)
+      snprintf(allowed, sizeof allowed, "one of %s", k->choices);
+    else if (k->type == MT_CFG_BOOL)
+      snprintf(allowed, sizeof allowed, "true|false");
+    else if (k->type != MT_CFG_STRING)
+      describe_range(k, allowed, sizeof allowed);
+    char def[64];
+    snprintf(def, sizeof def, "%s", k->def[0] ? k->def : "\"\"");
+    fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, type_name(k->type), def, allowed);
+    fprintf(f, "      %s\n", k->help);
+  }
+}

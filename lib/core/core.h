@@ -1,0 +1,140 @@
+/* core: errors and rank-tagged logging, configuration (INI + --set overrides),
+ * collective agreement on errors, memory accounting, timers.
+ * Knows MPI only to tag messages with the world rank and to abort. */
+#ifndef MT_CORE_H
+#define MT_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <mpi.h>
+
+/* ------------------------------------------------------------------ */
+/* logging and errors                                                  */
+
+/* Call once after MPI_Init so every message carries the world rank. */
+void mt_log_init(int world_rank);
+int mt_log_rank(void);
+/* rank 0 only: a line on stdout */
+void mt_info0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* any rank: "[rank R] warning: ..." on stderr */
+void mt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Unrecoverable failure inside a collective region: prints a rank-tagged
+ * message with file and line, then MPI_Abort. */
+void mt_die_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+#define mt_die(...) mt_die_at(__FILE__, __LINE__, __VA_ARGS__)
+
+#define MT_MPI_CHECK(call)                                                   \
+  do {                                                                       \
+    int mt_rc_ = (call);                                                     \
+    if (mt_rc_ != MPI_SUCCESS) {                                             \
+      char mt_s_[MPI_MAX_ERROR_STRING];                                      \
+      int mt_n_ = 0;                                                         \
+      MPI_Error_string(mt_rc_, mt_s_, &mt_n_);                               \
+      mt_die("%s failed: %s", #call, mt_s_);                                 \
+    }                                                                        \
+  } while (0)
+
+void *mt_malloc_at(size_t bytes, const char *file, int line);
+void *mt_calloc_at(size_t n, size_t size, const char *file, int line);
+#define mt_malloc(bytes) mt_malloc_at((bytes), __FILE__, __LINE__)
+#define mt_calloc(n, size) mt_calloc_at((n), (size), __FILE__, __LINE__)
+
+/* An error that a caller can report once: a fixed buffer, first one wins. */
+typedef struct {
+  int failed;
+  char msg[512];
+} mt_err;
+void mt_err_set(mt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Collective agreement on a local error (every rank of comm must call).
+ * Returns 0 when no rank failed. Otherwise every rank receives the message of
+ * the lowest failing rank in e->msg and 1 is returned; the caller then makes
+ * rank 0 print it (mt_err_report) and every rank exit non-zero. */
+int mt_err_agree(mt_err *e, MPI_Comm comm);
+/* rank 0 prints "meshtrain: error: <msg>" on stderr, one line. */
+void mt_err_report(const mt_err *e, const char *prog);
+/* mt_err_agree + report + MPI_Finalize + exit(MT_EXIT_BADINPUT) on failure. */
+void mt_err_check_all(mt_err *e, MPI_Comm comm, const char *prog);
+
+enum { MT_EXIT_OK = 0, MT_EXIT_BADINPUT = 2, MT_EXIT_RUNTIME = 3 };
+
+/* ------------------------------------------------------------------ */
+/* configuration                                                       */
+
+typedef enum { MT_CFG_INT, MT_CFG_DOUBLE, MT_CFG_BOOL, MT_CFG_STRING } mt_cfg_type;
+
+#define MT_CFG_STR_MAX 512
+
+/* Every key meshtrain knows, as one struct; defaults come from the key table
+ * (mt_config_keys). Model shape keys of 0 mean "take from model.preset". */
+typedef struct {
+  /* [model] */
+  char model_preset[MT_CFG_STR_MAX]; /* tiny | small | gpt2-124m | custom */
+  int n_layer, n_embd, n_head, seq_len, vocab_size;
+  /* [train] */
+  int steps, seed, global_batch, micro_batch, warmup_steps, eval_every, eval_batches;
+  int threads, log_every;
+  double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
+  /* [parallel] */
+  int dp, tp, pp, cp, zero;
+  double bucket_mb;
+  /* [data] */
+  char data_train[MT_CFG_STR_MAX], data_val[MT_CFG_STR_MAX], data_format[MT_CFG_STR_MAX];
+  double val_fraction;
+  /* [output] */
+  char output_dir[MT_CFG_STR_MAX];
+  int save_params;
+  /* [metrics] */
+  char hw_profile[MT_CFG_STR_MAX];
+  double peak_gflops;
+} mt_config;
+
+typedef struct {
+  const char *name;    /* "section.key" */
+  mt_cfg_type type;
+  size_t offset;       /* offsetof(mt_config, field) */
+  const char *def;     /* default, as text */
+  const char *help;    /* one line */
+  double min, max;     /* valid range for numbers (inclusive) */
+  const char *choices; /* "a|b|c" for strings with a fixed set, else NULL */
+} mt_cfg_key;
+
+const mt_cfg_key *mt_config_keys(int *n);
+
+/* Fill cfg with defaults, then the INI file (path may be NULL), then each
+ * "section.key=value" override in order. Unknown keys, malformed values, out
+ * of range numbers: returns non-zero and a one-line message in e naming the
+ * key (and file:line for INI errors). Pure function of its inputs, so every
+ * rank computes the same result. */
+int mt_config_load(mt_config *cfg, const char *ini_path, int n_over,
+                   char *const *overrides, mt_err *e);
+void mt_config_defaults(mt_config *cfg);
+/* "section.key = value" lines for every key, grouped in [sections]: a valid
+ * INI that reproduces cfg. */
+void mt_config_write_ini(const mt_config *cfg, FILE *f);
+/* every key with its default and meaning */
+void mt_config_print_help(FILE *f);
+
+/* ------------------------------------------------------------------ */
+/* memory accounting (bytes per category, current and peak)            */
+
+typedef enum {
+  MT_MEM_PARAMS, MT_MEM_GRADS, MT_MEM_OPTIM, MT_MEM_ACTIV, MT_MEM_COMM, MT_MEM_OTHER,
+  MT_MEM_NCAT
+} mt_mem_cat;
+void *mt_mem_alloc(mt_mem_cat cat, size_t bytes); /* zeroed, 64-byte aligned */
+void mt_mem_free(mt_mem_cat cat, void *p, size_t bytes);
+size_t mt_mem_current(mt_mem_cat cat);
+size_t mt_mem_peak(mt_mem_cat cat);
+const char *mt_mem_cat_name(mt_mem_cat cat);
+/* peak resident set size of this process, bytes */
+size_t mt_mem_peak_rss(void);
+
+/* ------------------------------------------------------------------ */
+/* timers                                                              */
+
+double mt_now(void); /* seconds, monotonic */
+
+#endif

@@ -1,0 +1,99 @@
+/* Rank-tagged logging, checked allocation and collective error agreement. */
+#include "core/core.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int g_rank = 0;
+
+void mt_log_init(int world_rank) { g_rank = world_rank; }
+int mt_log_rank(void) { return g_rank; }
+
+void mt_info0(const char *fmt, ...) {
+  if (g_rank != 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stdout, fmt, ap);
+  va_end(ap);
+  fputc('\n', stdout);
+  fflush(stdout);
+}
+
+void mt_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[rank %d] warning: ", g_rank);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  fflush(stderr);
+}
+
+void mt_die_at(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[rank %d] fatal: ", g_rank);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, " (%s:%d)\n", file, line);
+  fflush(stderr);
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, MT_EXIT_RUNTIME);
+  exit(MT_EXIT_RUNTIME);
+}
+
+void *mt_malloc_at(size_t bytes, const char *file, int line) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) mt_die_at(file, line, "out of memory allocating %zu bytes", bytes);
+  return p;
+}
+
+void *mt_calloc_at(size_t n, size_t size, const char *file, int line) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) mt_die_at(file, line, "out of memory allocating %zu x %zu bytes", n, size);
+  return p;
+}
+
+void mt_err_set(mt_err *e, const char *fmt, ...) {
+  if (!e || e->failed) return;
+  e->failed = 1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+}
+
+int mt_err_agree(mt_err *e, MPI_Comm comm) {
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int mine = e->failed ? rank : size, first = size;
+  MT_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == size) return 0;
+  MT_MPI_CHECK(MPI_Bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, first, comm));
+  e->failed = 1;
+  return 1;
+}
+
+void mt_err_report(const mt_err *e, const char *prog) {
+  if (g_rank != 0) return;
+  fprintf(stderr, "%s: error: %s\n", prog, e->msg);
+  fflush(stderr);
+}
+
+void mt_err_check_all(mt_err *e, MPI_Comm comm, const char *prog) {
+  if (!mt_err_agree(e, comm)) return;
+  mt_err_report(e, prog);
+  MPI_Finalize();
+  exit(MT_EXIT_BADINPUT);
+}
+
+double mt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,91 @@
+/* data: token datasets and the global, deterministic sampler.
+ * Token files are memory-mapped, never read whole. Formats:
+ *   llmc  : llm.c .bin: 256 int32 header (magic 20240520, version 1, ntok), uint16 tokens
+ *   u16   : nanoGPT raw uint16 tokens, no header
+ *   text  : any file, one token per byte (byte-level vocabulary, 256)
+ *   auto  : llmc when the magic matches, else u16 for *.bin, else text
+ * No MPI here except mt_dataset_validate, which splits the scan over a communicator. */
+#ifndef MT_DATA_H
+#define MT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <mpi.h>
+#include "core/core.h"
+
+typedef struct {
+  char path[MT_CFG_STR_MAX];
+  char format[16];      /* resolved format: llmc | u16 | text */
+  void *map;            /* mmap of the whole file */
+  size_t map_bytes;
+  const uint8_t *bytes; /* text: tokens are bytes */
+  const uint16_t *u16;  /* llmc/u16: tokens */
+  size_t begin, end;    /* the token range [begin, end) this view covers */
+  int owns_map;
+} mt_dataset;
+
+/* Open path in the given format (auto|llmc|u16|text). On failure returns
+ * non-zero with a one-line message naming the file and what is wrong
+ * (missing, unreadable, bad header, size not a multiple of 2, ...). */
+int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err *e);
+/* Split ds into train = first (1-val_fraction) and val = the rest (views that
+ * share ds's mapping; ds keeps owning it). */
+void mt_dataset_split(const mt_dataset *ds, double val_fraction, mt_dataset *train,
+                      mt_dataset *val);
+void mt_dataset_close(mt_dataset *ds);
+size_t mt_dataset_ntokens(const mt_dataset *ds);
+int mt_dataset_token(const mt_dataset *ds, size_t i); /* i relative to begin */
+
+/* Collective over comm: each rank scans a 1/size share of the tokens; every
+ * rank learns whether any token id is >= vocab. On failure returns non-zero
+ * on every rank with a message naming the file, the token offset and value. */
+int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *e);
+
+/* Global sampler: the training stream is cut into n_windows = (ntok-1)/T
+ * non-overlapping windows of T+1 tokens (inputs and shifted targets); each
+ * epoch visits every window once in an order given by a keyed bijection of
+ * (seed, epoch). Sample g (global index, 0-based, over the whole run) is a
+ * pure function of (seed, g), so any dp layout and any resume see the same
+ * data. Global batch s is samples [s*G, (s+1)*G). */
+typedef struct {
+  const mt_dataset *ds;
+  int T;
+  uint64_t seed;
+  uint64_t n_windows;
+} mt_sampler;
+
+int mt_sampler_init(mt_sampler *s, const mt_dataset *ds, int T, uint64_t seed, mt_err *e);
+/* window index of global sample g */
+uint64_t mt_sampler_window(const mt_sampler *s, uint64_t g);
+/* inputs (T) and targets (T) of global sample g */
+void mt_sampler_get(const mt_sampler *s, uint64_t g, int *inputs, int *targets);
+/* sequential (unshuffled) window w, for validation */
+void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *targets);
+
+/* Write the default corpus (deterministic, generated, English-like text) to
+ * path as raw bytes; about nbytes long. Returns 0 on success. */
+int mt_corpus_generate(const char *path, size_t nbytes, uint64_t seed, mt_err *e);
+/* Write tokens as an llm.c .bin (format "llmc") or raw uint16 ("u16"). */
+int mt_tokens_write(const char *path, const char *format, const uint16_t *tok, size_t n,
+                    mt_err *e);
+
+/* Streaming token writer, for token files too large to hold as one array.
+ * Writes to "<path>.tmp" and renames it into place on a successful close, so
+ * a failed or interrupted write never leaves a truncated file under path.
+ * llmc files hold at most INT32_MAX tokens (the header count is an int32). */
+typedef struct {
+  FILE *f;
+  char path[MT_CFG_STR_MAX];
+  char tmp_path[MT_CFG_STR_MAX + 8];
+  int llmc;   /* 1: llm.c header, 0: raw uint16 */
+  size_t n;   /* tokens written so far */
+} mt_token_writer;
+int mt_token_writer_open(mt_token_writer *w, const char *path, const char *format, mt_err *e);
+int mt_token_writer_put(mt_token_writer *w, const uint16_t *tok, size_t n, mt_err *e);
+/* Finish the header (llmc), close and rename into place. Returns non-zero
+ * (and removes the partial file) when any write failed. */
+int mt_token_writer_close(mt_token_writer *w, mt_err *e);
+/* Give up: close and remove the partial file. */
+void mt_token_writer_abort(mt_token_writer *w);
+
+#endif

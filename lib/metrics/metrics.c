@@ -1,0 +1,117 @@
+/* FLOP model, hardware profiles, step records. */
+#include "metrics/metrics.h"
+
+#include <cjson/cJSON.h>
+#include <ini.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+double mt_train_flops_per_token(int n_layer, int n_embd, int seq_len, int vocab) {
+  double L = n_layer, C = n_embd, T = seq_len, V = vocab;
+  double n_mm = L * 12.0 * C * C + V * C;
+  return 6.0 * n_mm + 6.0 * L * T * C;
+}
+
+typedef struct {
+  mt_hw_profile *hw;
+  char bad[160];
+} hw_parse;
+
+static int hw_handler(void *user, const char *section, const char *name, const char *value) {
+  hw_parse *p = user;
+  if (strcmp(section, "hw") != 0) {
+    snprintf(p->bad, sizeof p->bad, "unknown section [%s]", section);
+    return 0;
+  }
+  char *end = NULL;
+  if (strcmp(name, "name") == 0) {
+    snprintf(p->hw->name, sizeof p->hw->name, "%s", value);
+  } else if (strcmp(name, "description") == 0) {
+    snprintf(p->hw->description, sizeof p->hw->description, "%s", value);
+  } else if (strcmp(name, "peak_gflops_fp32") == 0 || strcmp(name, "peak_gflops_bf16") == 0) {
+    double x = strtod(value, &end);
+    if (end == value || *end != '\0' || !(x >= 0.0) || isinf(x)) {
+      snprintf(p->bad, sizeof p->bad, "%s: '%s' is not a number >= 0", name, value);
+      return 0;
+    }
+    if (name[strlen(name) - 1] == '2') p->hw->peak_gflops_fp32 = x;
+    else p->hw->peak_gflops_bf16 = x;
+  } else if (strcmp(name, "ranks_per_node") == 0) {
+    long x = strtol(value, &end, 10);
+    if (end == value || *end != '\0' || x < 1 || x > 4096) {
+      snprintf(p->bad, sizeof p->bad, "ranks_per_node: '%s' is not an integer in 1..4096", value);
+      return 0;
+    }
+    p->hw->ranks_per_node = (int)x;
+  } else {
+    snprintf(p->bad, sizeof p->bad, "unknown key '%s'", name);
+    return 0;
+  }
+  return 1;
+}
+
+int mt_hw_profile_load(mt_hw_profile *hw, const char *name_or_path, mt_err *e) {
+  memset(hw, 0, sizeof *hw);
+  hw->ranks_per_node = 1;
+  char path[MT_CFG_STR_MAX + 64];
+  if (strchr(name_or_path, '/') || strstr(name_or_path, ".ini"))
+    snprintf(path, sizeof path, "%s", name_or_path);
+  else
+    snprintf(path, sizeof path, "inputs/hw/%s.ini", name_or_path);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    mt_err_set(e, "metrics.hw: cannot open hardware profile '%s' (looked for %s)", name_or_path,
+               path);
+    return -1;
+  }
+  hw_parse p = {hw, ""};
+  int rc = ini_parse_file(f, hw_handler, &p);
+  fclose(f);
+  if (rc != 0) {
+    mt_err_set(e, "%s:%d: %s", path, rc, p.bad[0] ? p.bad : "syntax error");
+    return -1;
+  }
+  if (!hw->name[0]) snprintf(hw->name, sizeof hw->name, "%s", name_or_path);
+  return 0;
+}
+
+char *mt_step_record_json(const mt_step_record *r) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "step", r->step);
+  cJSON_AddNumberToObject(o, "loss", r->loss);
+  if (r->val_loss >= 0) cJSON_AddNumberToObject(o, "val_loss", r->val_loss);
+  cJSON_AddNumberToObject(o, "lr", r->lr);
+  cJSON_AddNumberToObject(o, "grad_norm", r->grad_norm);
+  cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);
+  cJSON_AddNumberToObject(o, "tokens_per_s", r->step_s > 0 ? r->tokens / r->step_s : 0.0);
+  cJSON_AddNumberToObject(o, "step_s", r->step_s);
+  cJSON *t = cJSON_AddObjectToObject(o, "time_s");
+  cJSON_AddNumberToObject(t, "compute", r->compute_s);
+  cJSON_AddNumberToObject(t, "dp_comm", r->dp_comm_s);
+  cJSON_AddNumberToObject(t, "optimizer", r->optim_s);
+  cJSON_AddNumberToObject(t, "data", r->data_s);
+  cJSON_AddNumberToObject(t, "eval", r->eval_s);
+  cJSON_AddNumberToObject(o, "dp_bytes", r->dp_bytes);
+  cJSON_AddNumberToObject(o, "model_flops", r->model_flops);
+  cJSON_AddNumberToObject(o, "flops_per_s", r->flops_per_s);
+  cJSON_AddNumberToObject(o, "mfu", r->peak_flops > 0 ? r->flops_per_s / r->peak_flops : 0.0);
+  cJSON *m = cJSON_AddObjectToObject(o, "mem_peak_bytes");
+  for (int c = 0; c < MT_MEM_NCAT; c++)
+    cJSON_AddNumberToObject(m, mt_mem_cat_name((mt_mem_cat)c), (double)r->mem_peak[c]);
+  cJSON_AddNumberToObject(m, "rss", (double)r->rss_peak);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+void mt_step_record_progress(const mt_step_record *r, double eta_s, FILE *f) {
+  int eta = (int)(eta_s + 0.5);
+  fprintf(f, "step %5d/%d | loss %.4f", r->step, r->steps, r->loss);
+  if (r->val_loss >= 0) fprintf(f, " | val %.4f", r->val_loss);
+  fprintf(f, " | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | MFU %5.1f%% | ETA %d:%02d:%02d\n",
+          r->lr, r->grad_norm, r->step_s > 0 ? r->tokens / r->step_s : 0.0, 1e3 * r->step_s,
+          r->peak_flops > 0 ? 100.0 * r->flops_per_s / r->peak_flops : 0.0, eta / 3600,
+          eta / 60 % 60, eta % 60);
+  fflush(f);
+}

@@ -1,0 +1,48 @@
+/* metrics: the FLOP model, hardware profiles and MFU, per-step records as
+ * JSON lines. Knows neither MPI nor the model: callers pass numbers. */
+#ifndef MT_METRICS_H
+#define MT_METRICS_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "core/core.h"
+
+/* Training FLOPs per token of a GPT: 6 * N_mm + 6 * L * T * C, where N_mm
+ * counts the weights of every matmul (L * 12 C^2 for the blocks plus V * C
+ * for the LM head, true vocab) and 6 L T C is attention's QK^T and PV with
+ * the causal mask halving the 12 L T C of full attention (forward 1x,
+ * backward 2x). Embedding look-ups, norms and elementwise ops are not
+ * counted, as in Megatron's and llm.c's MFU. */
+double mt_train_flops_per_token(int n_layer, int n_embd, int seq_len, int vocab);
+
+typedef struct {
+  char name[128];
+  char description[256];
+  double peak_gflops_fp32; /* per rank; 0 = measure an sgemm at start-up */
+  double peak_gflops_bf16; /* per rank, dense */
+  int ranks_per_node;
+} mt_hw_profile;
+
+/* name: a profile in <root>/inputs/hw/<name>.ini, or a path to an INI file. */
+int mt_hw_profile_load(mt_hw_profile *hw, const char *name_or_path, mt_err *e);
+
+typedef struct {
+  int step, steps;
+  double loss, val_loss; /* val_loss < 0: not computed this step */
+  double lr, grad_norm;
+  long long tokens;      /* tokens in this step's global batch */
+  double step_s, compute_s, dp_comm_s, optim_s, data_s, eval_s;
+  double dp_bytes;       /* bytes this rank sent over dp this step */
+  double model_flops;    /* whole job, this step */
+  double flops_per_s;    /* whole job */
+  double peak_flops;     /* whole job */
+  size_t mem_peak[MT_MEM_NCAT];
+  size_t rss_peak;
+} mt_step_record;
+
+/* One JSON object (no newline); caller frees with free(). */
+char *mt_step_record_json(const mt_step_record *r);
+/* formatted progress line for rank 0 */
+void mt_step_record_progress(const mt_step_record *r, double eta_s, FILE *f);
+
+#endif

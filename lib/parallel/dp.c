@@ -1,0 +1,136 @@
+/* Data parallelism: bucketed, overlapped gradient reduction and ZeRO-1. */
+#include "parallel/parallel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double sqrt_safe(double x) { return x > 0.0 ? sqrt(x) : 0.0; }
+
+static void bucket_split(mt_bucket *b, int n) {
+  size_t len = b->end - b->begin;
+  b->counts = mt_calloc((size_t)n, sizeof(int));
+  b->displs = mt_calloc((size_t)n, sizeof(int));
+  size_t base = len / (size_t)n, extra = len % (size_t)n, off = 0;
+  for (int r = 0; r < n; r++) {
+    b->counts[r] = (int)(base + ((size_t)r < extra ? 1 : 0));
+    b->displs[r] = (int)off;
+    off += (size_t)b->counts[r];
+  }
+}
+
+void mt_dp_create(mt_dp *d, mt_group *dp_group, int zero, const mt_registry *reg,
+                  const mt_ops *ops, float *params, float *grads, size_t bucket_bytes,
+                  float beta1, float beta2, float eps, float weight_decay) {
+  memset(d, 0, sizeof *d);
+  d->g = dp_group;
+  d->zero = zero;
+  d->reg = reg;
+  d->ops = ops;
+  d->params = params;
+  d->grads = grads;
+  size_t max_elems = bucket_bytes / sizeof(float);
+  if (max_elems < 1) max_elems = 1;
+  /* an MPI count is an int: keep every bucket below 2^31 elements */
+  if (max_elems > (size_t)1 << 30) max_elems = (size_t)1 << 30;
+  d->buckets = mt_calloc((size_t)reg->n + 1, sizeof(mt_bucket));
+  size_t end = reg->numel_local, cur_begin = end;
+  for (int i = reg->n - 1; i >= 0; i--) {
+    cur_begin = reg->t[i].offset;
+    if (end - cur_begin >= max_elems || i == 0) {
+      mt_bucket *b = &d->buckets[d->n_buckets++];
+      b->begin = cur_begin;
+      b->end = end;
+      end = cur_begin;
+    }
+  }
+  size_t shard = 0;
+  for (int k = 0; k < d->n_buckets; k++) {
+    mt_bucket *b = &d->buckets[k];
+    bucket_split(b, d->g->size);
+    b->shard_off = shard;
+    shard += zero ? (size_t)b->counts[d->g->rank] : b->end - b->begin;
+  }
+  d->shard_numel = shard;
+  if (zero) d->grad_shard = mt_mem_alloc(MT_MEM_GRADS, shard * sizeof(float));
+  mt_adamw_create(&d->opt, shard, beta1, beta2, eps, weight_decay);
+}
+
+void mt_dp_destroy(mt_dp *d) {
+  for (int k = 0; k < d->n_buckets; k++) {
+    free(d->buckets[k].counts);
+    free(d->buckets[k].displs);
+  }
+  free(d->buckets);
+  if (d->grad_shard) mt_mem_free(MT_MEM_GRADS, d->grad_shard, d->shard_numel * sizeof(float));
+  mt_adamw_destroy(&d->opt);
+  memset(d, 0, sizeof *d);
+}
+
+void mt_dp_begin_sync(mt_dp *d) {
+  d->next_bucket = 0;
+  for (int k = 0; k < d->n_buckets; k++) d->buckets[k].launched = 0;
+}
+
+static void launch(mt_dp *d, mt_bucket *b) {
+  float *g = d->grads + b->begin;
+  if (d->zero)
+    mt_ireduce_scatter_sum_f32(d->g, g, d->grad_shard + b->shard_off, b->counts, &b->req);
+  else
+    mt_iallreduce_sum_f32(d->g, g, b->end - b->begin, &b->req);
+  b->launched = 1;
+}
+
+void mt_dp_grads_ready(mt_dp *d, size_t ready_from) {
+  while (d->next_bucket < d->n_buckets && d->buckets[d->next_bucket].begin >= ready_from)
+    launch(d, &d->buckets[d->next_bucket++]);
+  /* let MPI move the buckets already in flight while backward goes on */
+  for (int k = 0; k < d->next_bucket; k++) mt_progress(&d->buckets[k].req);
+}
+
+void mt_dp_finish_sync(mt_dp *d) {
+  mt_dp_grads_ready(d, 0);
+  for (int k = 0; k < d->n_buckets; k++) mt_wait(&d->buckets[k].req);
+}
+
+double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
+  double sumsq = 0.0;
+  if (d->zero) {
+    sumsq = d->ops->sumsq(d->grad_shard, d->shard_numel);
+    mt_allreduce_sum_f64(d->g, &sumsq, 1);
+  } else {
+    sumsq = d->ops->sumsq(d->grads, d->reg->numel_local);
+  }
+  double norm = sqrt_safe(sumsq);
+  d->last_grad_norm = norm;
+  float scale = mt_clip_scale(norm, grad_clip);
+  float *g = d->zero ? d->grad_shard : d->grads;
+  if (scale != 1.0f) d->ops->scale(g, scale, d->shard_numel);
+  mt_adamw_step_begin(&d->opt, lr);
+  int r = d->g->rank;
+  for (int k = 0; k < d->n_buckets; k++) {
+    const mt_bucket *b = &d->buckets[k];
+    if (d->zero)
+      mt_adamw_update_range(&d->opt, d->ops, d->reg, d->params, g + b->shard_off,
+                            b->begin + (size_t)b->displs[r], (size_t)b->counts[r], b->shard_off);
+    else
+      mt_adamw_update_range(&d->opt, d->ops, d->reg, d->params, g + b->begin, b->begin,
+                            b->end - b->begin, b->shard_off);
+  }
+  if (d->zero)
+    for (int k = 0; k < d->n_buckets; k++) {
+      const mt_bucket *b = &d->buckets[k];
+      mt_allgatherv_inplace_f32(d->g, d->params + b->begin, b->counts, b->displs);
+    }
+  return norm;
+}
+
+double mt_dp_bytes_per_step(const mt_dp *d) {
+  double bytes = 0.0;
+  for (int k = 0; k < d->n_buckets; k++) {
+    size_t s = (d->buckets[k].end - d->buckets[k].begin) * sizeof(float);
+    bytes += d->zero ? mt_bytes_reduce_scatter(s, d->g->size) + mt_bytes_allgather(s, d->g->size)
+                     : mt_bytes_allreduce(s, d->g->size);
+  }
+  return bytes;
+}

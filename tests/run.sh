@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The test command: install and build (Release, warnings as errors), run the
+# whole CTest suite, then build with AddressSanitizer + UBSan and run the
+# unit tests and one MPI test under it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash apps/scripts/setup.sh build -DMT_WERROR=ON
+JOBS=$(nproc 2>/dev/null || echo 2)
+status=0
+(cd build && ctest --output-on-failure -j "$JOBS" "$@") || status=1
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
+bash apps/scripts/setup.sh build-asan -DMT_WERROR=ON -DMT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd build-asan && ctest --output-on-failure -j "$JOBS" -L 'unit|sanitize' -E 'loss_falls|dp_equivalence|determinism' "$@") || status=1
+exit $status

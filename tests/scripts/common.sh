@@ -1,0 +1,22 @@
+# Shared by the script tests. CTest sets MT_BIN, MT_SRC, MT_MPIEXEC, MT_TMP.
+set -euo pipefail
+: "${MT_BIN:?run through ctest}"
+MT_NAME=${MT_NAME:-$(basename "$0" .sh)}
+WORK="$MT_TMP/$MT_NAME${MT_SUFFIX:+-$MT_SUFFIX}"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# mt_mpirun NP PROGRAM ARGS...: launch under MPI, oversubscribed is fine
+mt_mpirun() {
+  local np=$1; shift
+  timeout --kill-after=10 300 "$MT_MPIEXEC" --oversubscribe -n "$np" "$@"
+}
+
+# the default corpus, generated once per test directory
+mt_corpus() {
+  local out="$WORK/corpus.txt"
+  [ -f "$out" ] || "$MT_BIN/meshdata" corpus "$out" --bytes "${1:-1000000}" >/dev/null
+  echo "$out"
+}

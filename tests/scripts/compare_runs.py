@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Compare the loss curves (and optionally final parameters) of meshtrain runs.
+
+compare_runs.py REF RUN [RUN ...] [--rtol R] [--bitwise] [--param-atol A] [--steps N]
+
+Exits non-zero, naming the run, step and values, when any run differs from
+REF by more than the tolerance at any step.
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+
+def losses(run):
+    path = os.path.join(run, "metrics.jsonl")
+    out = []
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            out.append((rec["step"], rec["loss"], line.split('"loss":')[1].split(",")[0]))
+    return out
+
+
+def params(run):
+    with open(os.path.join(run, "params.f32"), "rb") as f:
+        data = f.read()
+    return struct.unpack("<%df" % (len(data) // 4), data)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ref")
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--bitwise", action="store_true")
+    ap.add_argument("--param-atol", type=float, default=None)
+    ap.add_argument("--steps", type=int, default=None)
+    a = ap.parse_args()
+    ref = losses(a.ref)
+    if a.steps is not None and len(ref) != a.steps:
+        sys.exit("FAIL: %s has %d steps, expected %d" % (a.ref, len(ref), a.steps))
+    bad = 0
+    for run in a.runs:
+        cur = losses(run)
+        if len(cur) != len(ref):
+            print("FAIL: %s has %d steps, %s has %d" % (run, len(cur), a.ref, len(ref)))
+            bad += 1
+            continue
+        worst = 0.0
+        for (s, l0, t0), (_, l1, t1) in zip(ref, cur):
+            rel = abs(l1 - l0) / max(abs(l0), 1e-30)
+            worst = max(worst, rel)
+            if (a.bitwise and t0 != t1) or (not a.bitwise and rel > a.rtol):
+                print("FAIL: %s step %d loss %s vs %s (rel %.3g)" % (run, s, t1, t0, rel))
+                bad += 1
+                break
+        msg = "%s: %d steps, max relative loss difference %.3g" % (run, len(cur), worst)
+        if a.param_atol is not None:
+            p0, p1 = params(a.ref), params(run)
+            if len(p0) != len(p1):
+                print("FAIL: %s has %d parameters, %s has %d" % (run, len(p1), a.ref, len(p0)))
+                bad += 1
+                continue
+            d = max(abs(x - y) for x, y in zip(p0, p1))
+            msg += ", max parameter difference %.3g (bound %.3g)" % (d, a.param_atol)
+            if d > a.param_atol:
+                print("FAIL: " + msg)
+                bad += 1
+                continue
+        print("ok   " + msg)
+    sys.exit(1 if bad else 0)
+
+
+main()

@@ -1,0 +1,37 @@
+# Script tests (included from tests/CMakeLists.txt).
+set(S ${CMAKE_CURRENT_SOURCE_DIR})
+
+mt_script_test(dp_equivalence mpi dp_equivalence.sh)
+mt_script_test(determinism mpi determinism.sh)
+mt_script_test(loss_falls mpi loss_falls.sh)
+
+# Bad input: name, ranks, regex the one error line must match, arguments.
+set(T --set model.preset=tiny --set parallel.dp=2 --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
+mt_script_test(unknown_key_file badinput expect_fail.sh unknown_key_file 2
+  "bad_key.ini:6: unknown key 'train.stepz'" ${S}/data/bad_key.ini)
+mt_script_test(unknown_key_set badinput expect_fail.sh unknown_key_set 2
+  "unknown key 'train.stepz'" ${T} --set train.stepz=3)
+mt_script_test(malformed_int badinput expect_fail.sh malformed_int 2
+  "train.steps.*'12x'" ${T} --set train.steps=12x)
+mt_script_test(malformed_double badinput expect_fail.sh malformed_double 2
+  "train.lr.*'fast'" ${T} --set train.lr=fast)
+mt_script_test(missing_config badinput expect_fail.sh missing_config 2
+  "no-such.ini: cannot open" ${S}/data/no-such.ini)
+mt_script_test(world_not_mesh badinput expect_fail.sh world_not_mesh 2
+  "does not match the 2 MPI ranks" ${T} --set parallel.dp=4)
+mt_script_test(batch_not_divisible badinput expect_fail.sh batch_not_divisible 2
+  "global_batch = 7 is not divisible" ${T} --set parallel.dp=2 --set train.global_batch=7 --set train.micro_batch=1)
+mt_script_test(missing_dataset badinput expect_fail.sh missing_dataset 2
+  "no-such-corpus.bin: cannot open" ${T} --set data.train=${S}/data/no-such-corpus.bin)
+mt_script_test(dataset_too_short badinput expect_fail.sh dataset_too_short 2
+  "short.txt.*(fewer than one global batch|shorter than one sequence)" ${T} --set data.train=${S}/data/short.txt)
+mt_script_test(token_beyond_vocab badinput expect_fail.sh token_beyond_vocab 2
+  "token id [0-9]+ at offset [0-9]+ is >= vocab size 64" ${T} --set model.vocab_size=64)
+mt_script_test(tp_not_available badinput expect_fail.sh tp_not_available 2
+  "parallel.tp = 2" ${T} --set parallel.tp=2)
+mt_script_test(heads_not_dividing badinput expect_fail.sh heads_not_dividing 2
+  "n_head = 5 does not divide model.n_embd = 32" ${T} --set model.n_head=5 --set parallel.dp=2)
+mt_script_test(impossible_memory badinput expect_fail.sh impossible_memory 2
+  "needs about .* GiB per rank" ${T} --set model.preset=gpt2-124m --set train.micro_batch=4096 --set train.global_batch=8192)
+mt_script_test(bad_hw_profile badinput expect_fail.sh bad_hw_profile 2
+  "metrics.hw: cannot open hardware profile 'no-such-gpu'" ${T} --set metrics.hw=no-such-gpu)

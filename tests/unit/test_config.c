@@ -1,0 +1,460 @@
+/* Configuration: defaults, INI values, --set overrides, the error messages a
+ * user sees for bad input (each must name the key, the bad value and where it
+ * came from), the write_ini -> load round trip, and --help coverage.
+ * MT_TEST_PRINT_HELP=1 also prints the --help text on stdout. */
+#include "core/core.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int g_failures = 0;
+static char g_dir[256];
+static char g_files[64][320];
+static int g_nfiles = 0;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "FAIL: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  g_failures++;
+}
+
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    if (!(cond)) fail(__VA_ARGS__);                                          \
+  } while (0)
+
+/* Write text to a new file in the temp dir; returns its path. */
+static const char *write_file(const char *name, const char *text) {
+  if (g_nfiles == 64) {
+    fprintf(stderr, "test_config: too many temp files\n");
+    exit(1);
+  }
+  char *path = g_files[g_nfiles++];
+  snprintf(path, sizeof g_files[0], "%s/%s", g_dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+    fprintf(stderr, "test_config: cannot write %s\n", path);
+    exit(1);
+  }
+  return path;
+}
+
+/* Load and expect success. */
+static int load_ok(mt_config *cfg, const char *path, int n, char *const *over, const char *what) {
+  mt_err e = {0};
+  int rc = mt_config_load(cfg, path, n, over, &e);
+  if (rc != 0 || e.failed) {
+    fail("%s: expected success, got rc=%d: %s", what, rc, e.msg);
+    return 1;
+  }
+  return 0;
+}
+
+/* Load and expect failure with a message containing every given fragment. */
+static void load_err(const char *path, int n, char *const *over, const char *what, ...) {
+  mt_config cfg;
+  mt_err e = {0};
+  int rc = mt_config_load(&cfg, path, n, over, &e);
+  if (rc == 0 || !e.failed) {
+    fail("%s: expected an error, got success", what);
+    return;
+  }
+  if (strchr(e.msg, '\n')) fail("%s: message is not one line: %s", what, e.msg);
+  va_list ap;
+  va_start(ap, what);
+  for (const char *frag; (frag = va_arg(ap, const char *));)
+    if (!strstr(e.msg, frag)) fail("%s: message lacks \"%s\": %s", what, frag, e.msg);
+  va_end(ap);
+}
+
+static void err_file(const char *text, const char *what, const char *frag1, const char *frag2,
+                     const char *frag3) {
+  char name[64];
+  snprintf(name, sizeof name, "bad%d.ini", g_nfiles);
+  const char *path = write_file(name, text);
+  load_err(path, 0, NULL, what, path, frag1, frag2, frag3, (const char *)NULL);
+}
+
+static void err_set(const char *over, const char *what, const char *frag1, const char *frag2,
+                    const char *frag3) {
+  char *o[1] = {(char *)over};
+  load_err(NULL, 1, o, what, "--set", frag1, frag2, frag3, (const char *)NULL);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void test_table(void) {
+  int n = 0;
+  const mt_cfg_key *keys = mt_config_keys(&n);
+  CHECK(n > 30, "only %d keys", n);
+  /* one row per field: fields do not overlap and cover the struct */
+  static unsigned char covered[sizeof(mt_config)];
+  for (int i = 0; i < n; i++) {
+    size_t size = keys[i].type == MT_CFG_STRING ? MT_CFG_STR_MAX
+                  : keys[i].type == MT_CFG_DOUBLE ? sizeof(double)
+                                                  : sizeof(int);
+    CHECK(keys[i].offset + size <= sizeof(mt_config), "%s: offset out of the struct",
+          keys[i].name);
+    for (size_t b = keys[i].offset; b < keys[i].offset + size && b < sizeof covered; b++) {
+      CHECK(!covered[b], "%s overlaps another key's field", keys[i].name);
+      covered[b] = 1;
+    }
+    CHECK(strchr(keys[i].name, '.') != NULL, "%s: not section.key", keys[i].name);
+    CHECK(keys[i].help && keys[i].help[0], "%s: no help", keys[i].name);
+    for (int j = 0; j < i; j++)
+      CHECK(strcmp(keys[i].name, keys[j].name) != 0, "%s listed twice", keys[i].name);
+  }
+  /* what no key covers must look like padding: runs shorter than a double's
+   * alignment that end where a double (or the struct) starts */
+  const size_t align = _Alignof(double);
+  for (size_t b = 0; b < sizeof covered;) {
+    if (covered[b]) {
+      b++;
+      continue;
+    }
+    size_t start = b;
+    while (b < sizeof covered && !covered[b]) b++;
+    CHECK(b - start < align && b % align == 0,
+          "mt_config bytes %zu..%zu are not covered by any key (a field without a key?)", start,
+          b - 1);
+  }
+}
+
+static void test_defaults(void) {
+  mt_config cfg;
+  mt_config_defaults(&cfg);
+  CHECK(strcmp(cfg.model_preset, "small") == 0, "preset default '%s'", cfg.model_preset);
+  CHECK(cfg.n_layer == 0 && cfg.n_embd == 0 && cfg.n_head == 0 && cfg.seq_len == 0 &&
+            cfg.vocab_size == 0,
+        "shape defaults not 0");
+  CHECK(cfg.steps == 100 && cfg.seed == 1337 && cfg.global_batch == 32 && cfg.micro_batch == 4,
+        "train int defaults");
+  CHECK(cfg.lr == 1e-3 && cfg.min_lr_ratio == 0.1 && cfg.warmup_steps == 10 &&
+            cfg.weight_decay == 0.1 && cfg.beta1 == 0.9 && cfg.beta2 == 0.95 && cfg.eps == 1e-8 &&
+            cfg.grad_clip == 1.0,
+        "optimizer defaults");
+  CHECK(cfg.eval_every == 25 && cfg.eval_batches == 4 && cfg.threads == 0 && cfg.log_every == 1,
+        "eval/log defaults");
+  CHECK(cfg.dp == 1 && cfg.tp == 1 && cfg.pp == 1 && cfg.cp == 1 && cfg.zero == 0 &&
+            cfg.bucket_mb == 25,
+        "parallel defaults");
+  CHECK(strcmp(cfg.data_train, "inputs/data/corpus.txt") == 0 && cfg.data_val[0] == '\0' &&
+            strcmp(cfg.data_format, "auto") == 0 && cfg.val_fraction == 0.05,
+        "data defaults");
+  CHECK(strcmp(cfg.output_dir, "outputs/run") == 0 && cfg.save_params == 0, "output defaults");
+  CHECK(strcmp(cfg.hw_profile, "cpu-generic") == 0 && cfg.peak_gflops == 0, "metrics defaults");
+
+  /* no file, no overrides: the defaults, byte for byte */
+  mt_config loaded;
+  memset(&loaded, 0x5a, sizeof loaded);
+  if (!load_ok(&loaded, NULL, 0, NULL, "defaults"))
+    CHECK(memcmp(&cfg, &loaded, sizeof cfg) == 0, "load(NULL) differs from defaults");
+}
+
+static void test_file_and_overrides(void) {
+  const char *path = write_file("good.ini",
+                                "# a comment\n"
+                                "; another comment\n"
+                                "[model]\n"
+                                "preset = custom\n"
+                                "n_layer = 6\n"
+                                "  n_embd = 384   ; indented, inline comment\n"
+                                "n_head: 6\n"
+                                "\n"
+                                "[train]\n"
+                                "steps = 250\r\n"
+                                "lr = 6e-4\n"
+                                "beta1 = 0\n"
+                                "seed = +7\n"
+                                "[parallel]\n"
+                                "dp = 2\n"
+                                "tp = 2\n"
+                                "[data]\n"
+                                "train = \"my data/corpus.bin\"\n"
+                                "val =\n"
+                                "val_fraction = 0.25\n"
+                                "format = llmc\n"
+                                "[output]\n"
+                                "save_params = YES\n"
+                                "[metrics]\n"
+                                "hw = h200\n");
+  mt_config cfg;
+  if (load_ok(&cfg, path, 0, NULL, "good.ini")) return;
+  CHECK(strcmp(cfg.model_preset, "custom") == 0, "preset '%s'", cfg.model_preset);
+  CHECK(cfg.n_layer == 6 && cfg.n_embd == 384 && cfg.n_head == 6, "shape %d %d %d", cfg.n_layer,
+        cfg.n_embd, cfg.n_head);
+  CHECK(cfg.steps == 250 && cfg.lr == 6e-4 && cfg.beta1 == 0 && cfg.seed == 7,
+        "train values %d %g %g %d", cfg.steps, cfg.lr, cfg.beta1, cfg.seed);
+  CHECK(cfg.dp == 2 && cfg.tp == 2 && cfg.pp == 1, "parallel values");
+  CHECK(strcmp(cfg.data_train, "my data/corpus.bin") == 0, "quoted string '%s'", cfg.data_train);
+  CHECK(cfg.data_val[0] == '\0' && cfg.val_fraction == 0.25, "val values");
+  CHECK(strcmp(cfg.data_format, "llmc") == 0, "format '%s'", cfg.data_format);
+  CHECK(cfg.save_params == 1, "save_params %d", cfg.save_params);
+  CHECK(strcmp(cfg.hw_profile, "h200") == 0, "hw '%s'", cfg.hw_profile);
+  CHECK(cfg.warmup_steps == 10 && cfg.grad_clip == 1.0, "unset keys keep defaults");
+
+  /* overrides beat the file, apply in order, and are trimmed like INI values */
+  char *over[] = {"train.steps=300", "train.lr = 1e-2", "train.steps=400", "output.save_params=off",
+                  "model.preset=tiny", "data.val=val.bin"};
+  if (load_ok(&cfg, path, 6, over, "good.ini + overrides")) return;
+  CHECK(cfg.steps == 400, "last override wins: steps %d", cfg.steps);
+  CHECK(cfg.lr == 1e-2, "override lr %g", cfg.lr);
+  CHECK(cfg.save_params == 0, "override bool");
+  CHECK(strcmp(cfg.model_preset, "tiny") == 0, "override preset '%s'", cfg.model_preset);
+  CHECK(strcmp(cfg.data_val, "val.bin") == 0, "override string '%s'", cfg.data_val);
+  CHECK(cfg.n_layer == 6, "file values not overridden stay");
+
+  /* bool spellings */
+  const char *yes[] = {"true", "TRUE", "1", "yes", "On"}, *no[] = {"false", "0", "No", "OFF"};
+  for (int i = 0; i < 5; i++) {
+    char text[64];
+    snprintf(text, sizeof text, "output.save_params=%s", yes[i]);
+    char *o[] = {text};
+    if (!load_ok(&cfg, NULL, 1, o, text)) CHECK(cfg.save_params == 1, "%s gave 0", text);
+  }
+  for (int i = 0; i < 4; i++) {
+    char text[64];
+    snprintf(text, sizeof text, "output.save_params=%s", no[i]);
+    char *o[] = {"output.save_params=1", text};
+    if (!load_ok(&cfg, NULL, 2, o, text)) CHECK(cfg.save_params == 0, "%s gave 1", text);
+  }
+
+  /* range edges that must be accepted */
+  char *edges[] = {"train.min_lr_ratio=1", "train.min_lr_ratio=0", "train.beta2=0.999999",
+                   "parallel.zero=1", "train.grad_clip=0", "model.n_embd=1000000",
+                   "train.seed=-0", "train.eps=1e-300"};
+  for (int i = 0; i < 8; i++) load_ok(&cfg, NULL, 1, &edges[i], edges[i]);
+}
+
+static void test_errors(void) {
+  /* INI structure */
+  err_file("[train]\nsteps = 5\n\n\n\n\nstepz = 7\n", "unknown key", ":7:", "unknown key",
+           "'train.stepz'");
+  err_file("[trian]\nsteps = 5\n", "unknown section", ":2:", "unknown key 'trian.steps'", NULL);
+  err_file("steps = 5\n[train]\n", "key outside a section", ":1:", "steps", "outside any");
+  err_file("[train]\nsteps = 3\nlr = 1e-3\nsteps = 4\n", "duplicate key", ":4:",
+           "train.steps given twice", "first at line 2");
+  err_file("[train]\nsteps = 3\nthis is not ini\n", "syntax error", ":3:", "this is not ini",
+           NULL);
+  err_file("[train\nsteps = 3\n", "unclosed section", ":1:", "[train", NULL);
+
+  /* malformed values, from a file */
+  err_file("[train]\n\n\nsteps = abc\n", "bad int", ":4:", "train.steps", "'abc' is not an integer");
+  err_file("[train]\nsteps = 12x\n", "int with garbage", ":2:", "train.steps", "'12x'");
+  err_file("[train]\nsteps =\n", "empty int", ":2:", "train.steps", "'' is not an integer");
+  err_file("[train]\nsteps = 1.5\n", "fractional int", ":2:", "train.steps", "'1.5'");
+  err_file("[train]\nseed = 99999999999\n", "int overflow", ":2:", "train.seed", "'99999999999'");
+  err_file("[train]\nlr = 1e-3x\n", "bad double", ":2:", "train.lr", "'1e-3x' is not a number");
+  err_file("[train]\nlr = nan\n", "nan", ":2:", "train.lr", "'nan' is not a finite number");
+  err_file("[train]\nlr = inf\n", "inf", ":2:", "train.lr", "'inf'");
+  err_file("[train]\nlr = 1e999\n", "double overflow", ":2:", "train.lr", "'1e999'");
+  err_file("[output]\nsave_params = maybe\n", "bad bool", ":2:", "output.save_params",
+           "'maybe' is not a boolean");
+  err_file("[model]\npreset = huge\n", "bad choice", ":2:", "model.preset",
+           "'huge' is not one of tiny|small|gpt2-124m|custom");
+  err_file("[data]\nformat = LLMC\n", "choices are case-sensitive", ":2:", "data.format", "LLMC");
+  err_file("[data]\ntrain = \"half quoted\n", "unmatched quote", ":2:", "data.train", "unmatched");
+
+  /* out of range, phrased for people */
+  err_file("[train]\nsteps = 0\n", "steps < 1", ":2:", "train.steps must be >= 1", "(got 0)");
+  err_file("[model]\nn_layer = -1\n", "negative shape", ":2:",
+           "model.n_layer must be between 0 and 1000000", "(got -1)");
+  err_set("train.lr=-1", "negative lr", "--set train.lr=-1:", "train.lr must be > 0", "(got -1)");
+  err_set("train.lr=0", "zero lr", "train.lr must be > 0", "(got 0)", NULL);
+  err_set("train.beta1=1", "beta1 = 1", "train.beta1 must be >= 0 and < 1", "(got 1)", NULL);
+  err_set("train.min_lr_ratio=1.5", "ratio > 1", "train.min_lr_ratio must be between 0 and 1",
+          "(got 1.5)", NULL);
+  err_set("parallel.zero=2", "zero = 2", "parallel.zero must be between 0 and 1", "(got 2)",
+          NULL);
+  err_set("parallel.bucket_mb=0", "zero bucket", "parallel.bucket_mb must be > 0", NULL, NULL);
+  err_set("data.val_fraction=1", "val_fraction = 1", "data.val_fraction must be >= 0 and < 1",
+          NULL, NULL);
+
+  /* overrides */
+  err_set("foo", "no '='", "--set foo: expected section.key=value", NULL, NULL);
+  err_set("train.stepz=3", "unknown override", "--set train.stepz=3:", "unknown key 'train.stepz'",
+          "did you mean 'train.steps'");
+  err_set("steps=3", "override without section", "unknown key 'steps'", NULL, NULL);
+  err_set("train.steps=abc", "bad override int", "--set train.steps=abc:", "train.steps",
+          "'abc' is not an integer");
+  err_set("train.lr=", "empty double", "train.lr", "'' is not a number", NULL);
+  err_set("output.save_params=2", "bad override bool", "output.save_params", "'2'", NULL);
+  err_set("data.format=bin", "bad override choice", "data.format", "'bin' is not one of", NULL);
+  err_set("data.train=a ;b", "comment inside a string", "data.train", "' ;'", NULL);
+  err_set("data.train=a\nb", "newline inside a string", "data.train", "control character", NULL);
+  static char longval[700];
+  memcpy(longval, "output.dir=", 11);
+  memset(longval + 11, 'x', 600);
+  err_set(longval, "string too long", "output.dir", "longer than the limit of 511", NULL);
+
+  /* an error in a later override is reported even when the file is fine */
+  const char *ok = write_file("ok.ini", "[train]\nsteps = 5\n");
+  char *o[] = {"train.steps=6", "train.warmup_steps=-2"};
+  load_err(ok, 2, o, "second override", "--set train.warmup_steps=-2",
+           "train.warmup_steps must be >= 0", (const char *)NULL);
+  /* and the file is checked before the overrides */
+  char *o2[] = {"train.steps=x"};
+  const char *bad = write_file("bad_first.ini", "[train]\nlr = -1\n");
+  load_err(bad, 1, o2, "file before overrides", bad, ":2:", "train.lr must be > 0",
+           (const char *)NULL);
+
+  /* missing file, a directory */
+  char missing[320];
+  snprintf(missing, sizeof missing, "%s/missing.ini", g_dir);
+  load_err(missing, 0, NULL, "missing file", missing, "cannot open config file",
+           (const char *)NULL);
+  load_err(g_dir, 0, NULL, "directory as config", g_dir, "config file", (const char *)NULL);
+
+  /* a line longer than inih's buffer is refused, never split or truncated */
+  char text[600];
+  int len = snprintf(text, sizeof text, "[data]\ntrain = ");
+  memset(text + len, 'p', 300);
+  snprintf(text + len + 300, sizeof text - (size_t)len - 300, "\n[train]\nsteps = 3\n");
+  err_file(text, "long line", ":2:", "longer than", "--set");
+}
+
+static void fill_strings(mt_config *cfg) {
+  /* values that need quoting or are otherwise awkward for an INI file */
+  snprintf(cfg->data_train, MT_CFG_STR_MAX, "  spaced path/with = and : and #hash;semi  ");
+  snprintf(cfg->data_val, MT_CFG_STR_MAX, "\"quoted\"");
+  snprintf(cfg->output_dir, MT_CFG_STR_MAX, ";starts-with-semicolon");
+  snprintf(cfg->hw_profile, MT_CFG_STR_MAX, "inputs/hw/h200.ini");
+}
+
+static int round_trip(const mt_config *cfg, const char *name) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/%s", g_dir, name);
+  if (g_nfiles < 64) snprintf(g_files[g_nfiles++], sizeof g_files[0], "%s", path);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fail("cannot write %s", path);
+    return 1;
+  }
+  mt_config_write_ini(cfg, f);
+  fclose(f);
+  mt_config back;
+  memset(&back, 0xa5, sizeof back);
+  if (load_ok(&back, path, 0, NULL, name)) return 1;
+  if (memcmp(cfg, &back, sizeof back) != 0) {
+    int n = 0;
+    const mt_cfg_key *keys = mt_config_keys(&n);
+    for (int i = 0; i < n; i++) {
+      size_t size = keys[i].type == MT_CFG_STRING ? MT_CFG_STR_MAX
+                    : keys[i].type == MT_CFG_DOUBLE ? sizeof(double)
+                                                    : sizeof(int);
+      if (memcmp((const char *)cfg + keys[i].offset, (const char *)&back + keys[i].offset, size))
+        fail("%s: round trip changed %s", name, keys[i].name);
+    }
+    fail("%s: round trip is not byte-identical", name);
+    return 1;
+  }
+  return 0;
+}
+
+static void test_round_trip(void) {
+  mt_config cfg;
+  mt_config_defaults(&cfg);
+  round_trip(&cfg, "rt_defaults.ini");
+
+  /* every key away from its default, doubles that need 17 digits */
+  char *over[] = {"model.preset=gpt2-124m", "model.n_layer=12", "model.n_embd=768",
+                  "model.n_head=12", "model.seq_len=1024", "model.vocab_size=50257",
+                  "train.steps=5000", "train.seed=0", "train.global_batch=512",
+                  "train.micro_batch=8", "train.lr=0.00060000000000000006",
+                  "train.min_lr_ratio=0.3333333333333333", "train.warmup_steps=700",
+                  "train.weight_decay=1e-300", "train.beta1=0.99999999999999989",
+                  "train.beta2=0.1", "train.eps=4.9406564584124654e-324", "train.grad_clip=0",
+                  "train.eval_every=0", "train.eval_batches=20", "train.threads=16",
+                  "train.log_every=10", "parallel.dp=4", "parallel.tp=2", "parallel.pp=2",
+                  "parallel.cp=2", "parallel.zero=1", "parallel.bucket_mb=0.5",
+                  "data.format=u16", "data.val_fraction=0", "output.save_params=true",
+                  "metrics.peak_gflops=989000.5"};
+  int n = (int)(sizeof over / sizeof over[0]);
+  /* preset was "gpt2-124m" on the way: a shorter final value must not leave
+   * bytes of it behind, or memcmp would fail */
+  char *over2[64];
+  memcpy(over2, over, sizeof over);
+  over2[n] = "model.preset=tiny";
+  if (load_ok(&cfg, NULL, n + 1, over2, "round-trip overrides")) return;
+  fill_strings(&cfg);
+  CHECK(cfg.beta1 < 1 && cfg.beta1 > 0.9999, "beta1 %.17g", cfg.beta1);
+  round_trip(&cfg, "rt_all.ini");
+
+  /* the written file is readable: "0.001", not 0.0010000000000000000208 */
+  char path[320];
+  snprintf(path, sizeof path, "%s/rt_defaults.ini", g_dir);
+  FILE *f = fopen(path, "r");
+  char line[256];
+  int saw_lr = 0, saw_section = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (strcmp(line, "lr = 0.001\n") == 0) saw_lr = 1;
+    if (strcmp(line, "[parallel]\n") == 0) saw_section = 1;
+  }
+  if (f) fclose(f);
+  CHECK(saw_lr, "write_ini did not write 'lr = 0.001'");
+  CHECK(saw_section, "write_ini did not write '[parallel]'");
+}
+
+static void test_help(void) {
+  char *text = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&text, &size);
+  if (!f) {
+    fail("open_memstream failed");
+    return;
+  }
+  mt_config_print_help(f);
+  fclose(f);
+  int n = 0;
+  const mt_cfg_key *keys = mt_config_keys(&n);
+  for (int i = 0; i < n; i++) {
+    CHECK(strstr(text, keys[i].name) != NULL, "help lacks %s", keys[i].name);
+    CHECK(strstr(text, keys[i].help) != NULL, "help lacks the help of %s", keys[i].name);
+  }
+  const char *sections[] = {"[model]", "[train]", "[parallel]", "[data]", "[output]", "[metrics]"};
+  for (int i = 0; i < 6; i++) CHECK(strstr(text, sections[i]), "help lacks %s", sections[i]);
+  CHECK(strstr(text, "tiny|small|gpt2-124m|custom"), "help lacks the preset choices");
+  CHECK(strstr(text, "> 0"), "help lacks the '> 0' range of train.lr");
+  size_t width = 0;
+  for (char *p = text; *p;) {
+    size_t w = strcspn(p, "\n");
+    if (w > width) width = w;
+    p += w + (p[w] == '\n');
+  }
+  CHECK(width <= 100, "help has a line of %zu columns", width);
+  if (getenv("MT_TEST_PRINT_HELP")) fputs(text, stdout);
+  free(text);
+}
+
+int main(void) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_dir, sizeof g_dir, "%s/mt_test_config_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  if (!mkdtemp(g_dir)) {
+    perror("test_config: mkdtemp");
+    return 1;
+  }
+  test_table();
+  test_defaults();
+  test_file_and_overrides();
+  test_errors();
+  test_round_trip();
+  test_help();
+
+  for (int i = 0; i < g_nfiles; i++) unlink(g_files[i]);
+  if (rmdir(g_dir) != 0) fprintf(stderr, "test_config: note: could not remove %s\n", g_dir);
+  if (g_failures) {
+    fprintf(stderr, "test_config: %d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("test_config: all checks passed\n");
+  return 0;
+}
