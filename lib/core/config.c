@@ -78,7 +78,7 @@ static const mt_cfg_key g_keys[] = {
     {"train.eval_every", MT_CFG_INT, F(eval_every), "25",
      "steps between validation losses (0 = never)", 0, NOMAX, NULL},
     {"train.eval_batches", MT_CFG_INT, F(eval_batches), "4",
-     "micro-batches per validation loss", 1, NOMAX, NULL},
+     "global batches of validation sequences per validation loss", 1, NOMAX, NULL},
     {"train.threads", MT_CFG_INT, F(threads), "0",
      "compute threads per rank (0 = OMP_NUM_THREADS or the library default)", 0, NOMAX, NULL},
     {"train.log_every", MT_CFG_INT, F(log_every), "1", "steps between log lines", 1, NOMAX, NULL},

@@ -1,0 +1,294 @@
+/* meshdata: make and inspect token files for meshtrain.
+ *
+ *   meshdata corpus OUT [--bytes N] [--seed S]   the default generated corpus, as text
+ *   meshdata encode IN OUT [--format llmc|u16]   text -> byte-level token file
+ *   meshdata info FILE [--format auto|llmc|u16|text]
+ *
+ * Runs on one process; under mpirun only rank 0 works and every rank exits
+ * with its status. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "data/data.h"
+
+static const char *const PROG = "meshdata";
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: meshdata COMMAND ARGS [OPTIONS]\n"
+          "\n"
+          "commands:\n"
+          "  corpus OUT [--bytes N] [--seed S]\n"
+          "      write the default corpus (generated English-like text) to OUT.\n"
+          "      --bytes N   size in bytes; suffix K, M or G for KiB, MiB, GiB (default 4M)\n"
+          "      --seed S    generator seed, an unsigned integer (default 1)\n"
+          "  encode IN OUT [--format llmc|u16]\n"
+          "      turn any file into byte-level tokens (one token per byte, vocab 256).\n"
+          "      --format    llmc: llm.c .bin with a 1024-byte header (default)\n"
+          "                  u16:  raw uint16 tokens (nanoGPT)\n"
+          "  info FILE [--format auto|llmc|u16|text]\n"
+          "      print the format, token count and smallest/largest token id.\n"
+          "      --format    how to read FILE (default auto: llmc when the llm.c magic\n"
+          "                  matches, else u16 for *.bin, else text)\n"
+          "  --help, -h\n"
+          "      this text.\n"
+          "\n"
+          "examples:\n"
+          "  meshdata corpus inputs/data/corpus.txt\n"
+          "  meshdata encode inputs/data/corpus.txt inputs/data/corpus.bin\n"
+          "  meshdata info inputs/data/corpus.bin\n");
+}
+
+/* ------------------------------------------------------------------ */
+/* argument parsing                                                    */
+
+enum { MAX_POS = 4, MAX_OPT = 4 };
+
+typedef struct {
+  const char *pos[MAX_POS];
+  int npos;
+  const char *opt_name[MAX_OPT];
+  const char *opt_value[MAX_OPT];
+  int nopt;
+  int help;
+} args;
+
+/* Split argv (after the command) into positionals and --name value /
+ * --name=value options; allowed is "|a|b|" listing the option names. */
+static int parse_args(const char *cmd, int argc, char **argv, const char *allowed, args *a,
+                      mt_err *e) {
+  memset(a, 0, sizeof *a);
+  for (int i = 0; i < argc; i++) {
+    const char *s = argv[i];
+    if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+      a->help = 1;
+      continue;
+    }
+    if (strncmp(s, "--", 2) != 0 || s[2] == '\0') {
+      if (a->npos == MAX_POS) {
+        mt_err_set(e, "%s: too many arguments at '%s' (see meshdata --help)", cmd, s);
+        return 1;
+      }
+      a->pos[a->npos++] = s;
+      continue;
+    }
+    const char *name = s + 2, *eq = strchr(name, '='), *value;
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    char key[64];
+    if (len == 0 || len >= sizeof key - 2) {
+      mt_err_set(e, "%s: unknown option '%s' (see meshdata --help)", cmd, s);
+      return 1;
+    }
+    snprintf(key, sizeof key, "|%.*s|", (int)len, name);
+    if (!strstr(allowed, key)) {
+      mt_err_set(e, "%s: unknown option '--%.*s' (see meshdata --help)", cmd, (int)len, name);
+      return 1;
+    }
+    if (eq)
+      value = eq + 1;
+    else if (i + 1 < argc)
+      value = argv[++i];
+    else {
+      mt_err_set(e, "%s: option '--%s' needs a value", cmd, name);
+      return 1;
+    }
+    if (a->nopt == MAX_OPT) {
+      mt_err_set(e, "%s: too many options", cmd);
+      return 1;
+    }
+    a->opt_name[a->nopt] = name;
+    a->opt_value[a->nopt++] = value;
+  }
+  return 0;
+}
+
+/* the last value given for option name, or def */
+static const char *opt(const args *a, const char *name, const char *def) {
+  const char *v = def;
+  size_t len = strlen(name);
+  for (int i = 0; i < a->nopt; i++)
+    if (strncmp(a->opt_name[i], name, len) == 0 &&
+        (a->opt_name[i][len] == '\0' || a->opt_name[i][len] == '='))
+      v = a->opt_value[i];
+  return v;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+  if (!s || !*s || *s == '-' || *s == '+') return 1;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s || *end) return 1;
+  *out = (uint64_t)v;
+  return 0;
+}
+
+/* "4096", "64K", "4M", "1G" (binary multiples) */
+static int parse_bytes(const char *s, uint64_t *out) {
+  if (!s || !*s || *s == '-' || *s == '+') return 1;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return 1;
+  unsigned shift = 0;
+  if (*end) {
+    switch (*end) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    default: return 1;
+    }
+    if (end[1] != '\0') return 1;
+  }
+  if (v > (UINT64_MAX >> shift)) return 1;
+  *out = (uint64_t)v << shift;
+  return 0;
+}
+
+static int need_positionals(const char *cmd, const args *a, int n, const char *what,
+                            mt_err *e) {
+  if (a->npos != n) {
+    mt_err_set(e, "%s: expected %s, got %d argument%s (see meshdata --help)", cmd, what,
+               a->npos, a->npos == 1 ? "" : "s");
+    return 1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* commands                                                            */
+
+static int cmd_corpus(int argc, char **argv, mt_err *e) {
+  args a;
+  if (parse_args("corpus", argc, argv, "|bytes|seed|", &a, e)) return 1;
+  if (a.help) {
+    usage(stdout);
+    return 0;
+  }
+  if (need_positionals("corpus", &a, 1, "OUT", e)) return 1;
+  uint64_t nbytes = 0, seed = 0;
+  const char *sb = opt(&a, "bytes", "4M"), *ss = opt(&a, "seed", "1");
+  if (parse_bytes(sb, &nbytes) || nbytes == 0 || nbytes > (uint64_t)SIZE_MAX) {
+    mt_err_set(e, "corpus: --bytes '%s' is not a positive size (e.g. 4096, 64K, 4M)", sb);
+    return 1;
+  }
+  if (parse_u64(ss, &seed)) {
+    mt_err_set(e, "corpus: --seed '%s' is not an unsigned integer", ss);
+    return 1;
+  }
+  double t0 = mt_now();
+  if (mt_corpus_generate(a.pos[0], (size_t)nbytes, seed, e)) return 1;
+  printf("corpus: wrote %llu bytes (seed %llu) to %s in %.2f s\n", (unsigned long long)nbytes,
+         (unsigned long long)seed, a.pos[0], mt_now() - t0);
+  return 0;
+}
+
+static int cmd_encode(int argc, char **argv, mt_err *e) {
+  args a;
+  if (parse_args("encode", argc, argv, "|format|", &a, e)) return 1;
+  if (a.help) {
+    usage(stdout);
+    return 0;
+  }
+  if (need_positionals("encode", &a, 2, "IN OUT", e)) return 1;
+  const char *fmt = opt(&a, "format", "llmc");
+  if (strcmp(fmt, "llmc") != 0 && strcmp(fmt, "u16") != 0) {
+    mt_err_set(e, "encode: --format '%s' is not one of llmc|u16", fmt);
+    return 1;
+  }
+  mt_dataset in;
+  if (mt_dataset_open(&in, a.pos[0], "text", e)) return 1;
+  mt_token_writer w;
+  if (mt_token_writer_open(&w, a.pos[1], fmt, e)) {
+    mt_dataset_close(&in);
+    return 1;
+  }
+  /* stream in chunks: the input stays mapped, never copied whole */
+  enum { CHUNK = 1 << 16 };
+  static uint16_t chunk[CHUNK];
+  size_t n = mt_dataset_ntokens(&in);
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i += CHUNK) {
+    size_t m = n - i < CHUNK ? n - i : CHUNK;
+    for (size_t k = 0; k < m; k++) chunk[k] = in.bytes[i + k];
+    rc = mt_token_writer_put(&w, chunk, m, e);
+  }
+  if (!rc) rc = mt_token_writer_close(&w, e);
+  mt_dataset_close(&in);
+  if (rc) return 1;
+  printf("encode: %zu bytes of %s -> %zu tokens (%s, vocab 256) in %s\n", n, a.pos[0], n, fmt,
+         a.pos[1]);
+  return 0;
+}
+
+static int cmd_info(int argc, char **argv, mt_err *e) {
+  args a;
+  if (parse_args("info", argc, argv, "|format|", &a, e)) return 1;
+  if (a.help) {
+    usage(stdout);
+    return 0;
+  }
+  if (need_positionals("info", &a, 1, "FILE", e)) return 1;
+  mt_dataset ds;
+  if (mt_dataset_open(&ds, a.pos[0], opt(&a, "format", "auto"), e)) return 1;
+  size_t n = mt_dataset_ntokens(&ds);
+  int lo = 65536, hi = -1;
+  if (ds.bytes) {
+    for (size_t i = 0; i < n; i++) {
+      int t = ds.bytes[i];
+      lo = t < lo ? t : lo;
+      hi = t > hi ? t : hi;
+    }
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      int t = ds.u16[i];
+      lo = t < lo ? t : lo;
+      hi = t > hi ? t : hi;
+    }
+  }
+  printf("file:         %s\n", ds.path);
+  printf("format:       %s\n", ds.format);
+  printf("bytes:        %zu\n", ds.map_bytes);
+  printf("tokens:       %zu\n", n);
+  printf("min token id: %d\n", lo);
+  printf("max token id: %d (needs vocab_size >= %d)\n", hi, hi + 1);
+  mt_dataset_close(&ds);
+  return 0;
+}
+
+static int run(int argc, char **argv, mt_err *e) {
+  if (argc < 2) {
+    usage(stderr);
+    mt_err_set(e, "no command given (corpus, encode or info)");
+    return 1;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "corpus") == 0) return cmd_corpus(argc - 2, argv + 2, e);
+  if (strcmp(cmd, "encode") == 0) return cmd_encode(argc - 2, argv + 2, e);
+  if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2, e);
+  mt_err_set(e, "unknown command '%s' (expected corpus, encode or info; see meshdata --help)",
+             cmd);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  mt_log_init(rank);
+  mt_err e = {0};
+  int rc = 0;
+  if (rank == 0) {
+    rc = run(argc, argv, &e) ? MT_EXIT_BADINPUT : MT_EXIT_OK;
+    if (rc) mt_err_report(&e, PROG);
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return rc;
+}

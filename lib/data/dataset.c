@@ -1,0 +1,348 @@
+/* Token datasets: open (mmap) and validate token files, split them into
+ * train/val views, and write token files.
+ *
+ * A dataset maps the whole file read-only; the kernel pages tokens in as the
+ * sampler touches them, so a 100 GB file costs no resident memory up front and
+ * every rank can read any token without communication. */
+#include "data/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* llm.c .bin layout: 256 int32 header words, then uint16 tokens. */
+enum { LLMC_HEADER_INTS = 256, LLMC_MAGIC = 20240520, LLMC_VERSION = 1 };
+#define LLMC_HEADER_BYTES ((size_t)LLMC_HEADER_INTS * sizeof(int32_t))
+
+/* Token files are little-endian on disk; we read them in place. */
+_Static_assert(sizeof(uint16_t) == 2 && sizeof(int32_t) == 4, "token layout");
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "meshtrain reads token files in place and needs a little-endian host"
+#endif
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int known_format(const char *f) {
+  return strcmp(f, "auto") == 0 || strcmp(f, "llmc") == 0 || strcmp(f, "u16") == 0 ||
+         strcmp(f, "text") == 0;
+}
+
+/* The header of an llm.c file of file_bytes bytes: returns the token count, or
+ * sets e ("bad llm.c header: ...") and returns 0. */
+static size_t llmc_check_header(const char *path, const void *map, size_t file_bytes,
+                                mt_err *e) {
+  if (file_bytes < LLMC_HEADER_BYTES) {
+    mt_err_set(e, "%s: bad llm.c header: file is %zu bytes, shorter than the %zu-byte header",
+               path, file_bytes, LLMC_HEADER_BYTES);
+    return 0;
+  }
+  int32_t h[3];
+  memcpy(h, map, sizeof h);
+  if (h[0] != LLMC_MAGIC) {
+    mt_err_set(e, "%s: bad llm.c header: magic %d, expected %d", path, (int)h[0], LLMC_MAGIC);
+    return 0;
+  }
+  if (h[1] != LLMC_VERSION) {
+    mt_err_set(e, "%s: bad llm.c header: version %d, expected %d (uint16 tokens)", path,
+               (int)h[1], LLMC_VERSION);
+    return 0;
+  }
+  if (h[2] <= 0) {
+    mt_err_set(e, "%s: bad llm.c header: token count %d, expected > 0", path, (int)h[2]);
+    return 0;
+  }
+  size_t ntok = (size_t)h[2];
+  size_t body = file_bytes - LLMC_HEADER_BYTES;
+  if (body != ntok * sizeof(uint16_t)) {
+    mt_err_set(e,
+               "%s: bad llm.c header: header says %zu tokens (%zu bytes) but the file holds "
+               "%zu bytes after the header (%s)",
+               path, ntok, ntok * sizeof(uint16_t), body,
+               body < ntok * sizeof(uint16_t) ? "truncated" : "trailing bytes");
+    return 0;
+  }
+  return ntok;
+}
+
+int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err *e) {
+  memset(ds, 0, sizeof *ds);
+  if (!path || !*path) {
+    mt_err_set(e, "data file path is empty");
+    return 1;
+  }
+  if (!format || !*format) format = "auto";
+  if (!known_format(format)) {
+    mt_err_set(e, "%s: unknown data format '%s' (expected auto|llmc|u16|text)", path, format);
+    return 1;
+  }
+  if (strlen(path) >= sizeof ds->path) {
+    mt_err_set(e, "%.64s...: path longer than %zu characters", path, sizeof ds->path - 1);
+    return 1;
+  }
+
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    mt_err_set(e, "%s: cannot open: %s", path, strerror(errno));
+    return 1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    mt_err_set(e, "%s: cannot stat: %s", path, strerror(errno));
+    close(fd);
+    return 1;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    mt_err_set(e, "%s: is a directory, expected a token file", path);
+    close(fd);
+    return 1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    mt_err_set(e, "%s: not a regular file", path);
+    close(fd);
+    return 1;
+  }
+  if (st.st_size == 0) {
+    mt_err_set(e, "%s: empty file (no tokens)", path);
+    close(fd);
+    return 1;
+  }
+  size_t bytes = (size_t)st.st_size;
+  void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  int map_errno = errno;
+  close(fd); /* the mapping keeps the file alive */
+  if (map == MAP_FAILED) {
+    mt_err_set(e, "%s: cannot mmap %zu bytes: %s", path, bytes, strerror(map_errno));
+    return 1;
+  }
+
+  const char *fmt = format;
+  if (strcmp(fmt, "auto") == 0) {
+    int32_t magic = 0;
+    if (bytes >= LLMC_HEADER_BYTES) memcpy(&magic, map, sizeof magic);
+    if (magic == LLMC_MAGIC)
+      fmt = "llmc";
+    else if (ends_with(path, ".bin"))
+      fmt = "u16";
+    else
+      fmt = "text";
+  }
+
+  size_t ntok = 0;
+  if (strcmp(fmt, "llmc") == 0) {
+    ntok = llmc_check_header(path, map, bytes, e);
+    if (ntok == 0) {
+      munmap(map, bytes);
+      return 1;
+    }
+    ds->u16 = (const uint16_t *)((const char *)map + LLMC_HEADER_BYTES);
+  } else if (strcmp(fmt, "u16") == 0) {
+    if (bytes % sizeof(uint16_t) != 0) {
+      mt_err_set(e, "%s: u16 token file is %zu bytes, not a multiple of 2 (odd size)", path,
+                 bytes);
+      munmap(map, bytes);
+      return 1;
+    }
+    ntok = bytes / sizeof(uint16_t);
+    ds->u16 = (const uint16_t *)map;
+  } else { /* text */
+    ntok = bytes;
+    ds->bytes = (const uint8_t *)map;
+  }
+
+  snprintf(ds->path, sizeof ds->path, "%s", path);
+  snprintf(ds->format, sizeof ds->format, "%s", fmt);
+  ds->map = map;
+  ds->map_bytes = bytes;
+  ds->begin = 0;
+  ds->end = ntok;
+  ds->owns_map = 1;
+  return 0;
+}
+
+void mt_dataset_split(const mt_dataset *ds, double val_fraction, mt_dataset *train,
+                      mt_dataset *val) {
+  if (!(val_fraction > 0.0)) val_fraction = 0.0; /* also catches NaN */
+  if (val_fraction > 1.0) val_fraction = 1.0;
+  size_t n = mt_dataset_ntokens(ds);
+  size_t nval = (size_t)((double)n * val_fraction);
+  if (nval > n) nval = n;
+  size_t cut = ds->end - nval;
+  mt_dataset view = *ds;
+  view.owns_map = 0;
+  if (train) {
+    *train = view;
+    train->end = cut;
+  }
+  if (val) {
+    *val = view;
+    val->begin = cut;
+  }
+}
+
+void mt_dataset_close(mt_dataset *ds) {
+  if (!ds) return;
+  if (ds->owns_map && ds->map) munmap(ds->map, ds->map_bytes);
+  memset(ds, 0, sizeof *ds);
+}
+
+size_t mt_dataset_ntokens(const mt_dataset *ds) { return ds->end - ds->begin; }
+
+int mt_dataset_token(const mt_dataset *ds, size_t i) {
+  size_t k = ds->begin + i;
+  return ds->bytes ? (int)ds->bytes[k] : (int)ds->u16[k];
+}
+
+/* First index in [lo, hi) (absolute) whose token is >= vocab, or SIZE_MAX. */
+static size_t first_bad_token(const mt_dataset *ds, size_t lo, size_t hi, int vocab) {
+  if (ds->bytes) {
+    if (vocab >= 256) return SIZE_MAX;
+    for (size_t k = lo; k < hi; k++)
+      if (ds->bytes[k] >= vocab) return k;
+  } else {
+    if (vocab >= 65536) return SIZE_MAX;
+    for (size_t k = lo; k < hi; k++)
+      if (ds->u16[k] >= vocab) return k;
+  }
+  return SIZE_MAX;
+}
+
+int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *e) {
+  int rank, size;
+  MT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  /* Every rank reaches both collectives whatever it finds locally, so a bad
+   * token seen by one rank cannot leave the others waiting. */
+  size_t n = mt_dataset_ntokens(ds);
+  size_t share = n / (size_t)size, extra = n % (size_t)size, r = (size_t)rank;
+  size_t lo = ds->begin + r * share + (r < extra ? r : extra);
+  size_t hi = lo + share + (r < extra ? 1 : 0);
+  if (vocab <= 0) lo = hi = ds->begin; /* reported below, identically on every rank */
+  size_t bad = first_bad_token(ds, lo, hi, vocab);
+  uint64_t mine = bad == SIZE_MAX ? UINT64_MAX : (uint64_t)bad, first = UINT64_MAX;
+  MT_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_UINT64_T, MPI_MIN, comm));
+  if (vocab <= 0) {
+    mt_err_set(e, "%s: vocab size %d must be positive", ds->path, vocab);
+    return 1;
+  }
+  if (first == UINT64_MAX) return 0;
+  /* The value comes from the rank that found it (all ranks map the same file,
+   * but the owner's reading is the one the offset refers to). */
+  int value = (mine == first) ? mt_dataset_token(ds, (size_t)first - ds->begin) : -1, v = -1;
+  MT_MPI_CHECK(MPI_Allreduce(&value, &v, 1, MPI_INT, MPI_MAX, comm));
+  mt_err_set(e, "%s: token id %d at offset %llu is >= vocab size %d", ds->path, v,
+             (unsigned long long)first, vocab);
+  return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* writing token files                                                 */
+
+int mt_token_writer_open(mt_token_writer *w, const char *path, const char *format, mt_err *e) {
+  memset(w, 0, sizeof *w);
+  if (!format || !*format) format = "llmc";
+  if (strcmp(format, "llmc") == 0)
+    w->llmc = 1;
+  else if (strcmp(format, "u16") != 0) {
+    mt_err_set(e, "%s: cannot write format '%s' (expected llmc|u16)", path, format);
+    return 1;
+  }
+  if (strlen(path) >= sizeof w->path) {
+    mt_err_set(e, "%.64s...: path longer than %zu characters", path, sizeof w->path - 1);
+    return 1;
+  }
+  snprintf(w->path, sizeof w->path, "%s", path);
+  snprintf(w->tmp_path, sizeof w->tmp_path, "%s.tmp", path);
+  w->f = fopen(w->tmp_path, "wb");
+  if (!w->f) {
+    mt_err_set(e, "%s: cannot create %s: %s", path, w->tmp_path, strerror(errno));
+    return 1;
+  }
+  if (w->llmc) {
+    /* header with count 0; the real count is patched in at close */
+    int32_t header[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION, 0};
+    if (fwrite(header, sizeof header, 1, w->f) != 1) {
+      mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+      mt_token_writer_abort(w);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int mt_token_writer_put(mt_token_writer *w, const uint16_t *tok, size_t n, mt_err *e) {
+  if (!w->f) {
+    mt_err_set(e, "%s: token writer is not open", w->path);
+    return 1;
+  }
+  if (w->llmc && n > (size_t)INT32_MAX - w->n) {
+    mt_err_set(e, "%s: more than %d tokens do not fit an llm.c header (use --format u16)",
+               w->path, INT32_MAX);
+    mt_token_writer_abort(w);
+    return 1;
+  }
+  if (n && fwrite(tok, sizeof *tok, n, w->f) != n) {
+    mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+    mt_token_writer_abort(w);
+    return 1;
+  }
+  w->n += n;
+  return 0;
+}
+
+int mt_token_writer_close(mt_token_writer *w, mt_err *e) {
+  if (!w->f) {
+    mt_err_set(e, "%s: token writer is not open", w->path);
+    return 1;
+  }
+  if (w->n == 0) {
+    mt_err_set(e, "%s: no tokens to write", w->path);
+    mt_token_writer_abort(w);
+    return 1;
+  }
+  if (w->llmc) {
+    int32_t count = (int32_t)w->n;
+    if (fseek(w->f, 2 * (long)sizeof(int32_t), SEEK_SET) != 0 ||
+        fwrite(&count, sizeof count, 1, w->f) != 1) {
+      mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+      mt_token_writer_abort(w);
+      return 1;
+    }
+  }
+  int bad = ferror(w->f);
+  if (fclose(w->f) != 0) bad = 1;
+  w->f = NULL;
+  if (bad) {
+    mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+    remove(w->tmp_path);
+    return 1;
+  }
+  if (rename(w->tmp_path, w->path) != 0) {
+    mt_err_set(e, "%s: cannot rename %s into place: %s", w->path, w->tmp_path, strerror(errno));
+    remove(w->tmp_path);
+    return 1;
+  }
+  return 0;
+}
+
+void mt_token_writer_abort(mt_token_writer *w) {
+  if (w->f) {
+    fclose(w->f);
+    w->f = NULL;
+    remove(w->tmp_path);
+  }
+}
+
+int mt_tokens_write(const char *path, const char *format, const uint16_t *tok, size_t n,
+                    mt_err *e) {
+  mt_token_writer w;
+  if (mt_token_writer_open(&w, path, format, e)) return 1;
+  if (mt_token_writer_put(&w, tok, n, e)) return 1;
+  return mt_token_writer_close(&w, e);
+}

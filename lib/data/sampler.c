@@ -1,0 +1,104 @@
+/* The global sampler: sample g -> (epoch, position) -> window, as a pure
+ * function, so any rank computes any sample in O(1) with no tables and no
+ * communication, and a resumed run sees exactly the same stream.
+ *
+ * The shuffle of an epoch is a keyed bijection on [0, n_windows): a 4-round
+ * Feistel network on the next power-of-two domain, made to fit the exact range
+ * by cycle walking (re-encrypt until the value lands below n_windows; the
+ * domain is < 2*n_windows, so on average fewer than two passes). */
+#include "data/data.h"
+
+#include <string.h>
+
+/* splitmix64 finaliser: a fast 64-bit mixing bijection */
+static uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+enum { FEISTEL_ROUNDS = 4 };
+
+static uint64_t low_bits(int w) { return w >= 64 ? ~0ull : (1ull << w) - 1; }
+
+/* One pass of the Feistel network on [0, 2^bits). The two halves may differ
+ * by one bit (odd bits): each round maps (L: lw bits, R: rw bits) to
+ * (R, L ^ F(R)), which swaps the widths; after an even number of rounds they
+ * are back in place. Each round is invertible, so the pass is a bijection. */
+static uint64_t feistel(uint64_t x, int bits, const uint64_t key[FEISTEL_ROUNDS]) {
+  int lw = bits / 2, rw = bits - lw; /* widths of the high (L) and low (R) halves */
+  for (int r = 0; r < FEISTEL_ROUNDS; r++) {
+    uint64_t left = x >> rw, right = x & low_bits(rw);
+    uint64_t new_right = left ^ (mix64(key[r] ^ right) & low_bits(lw));
+    x = (right << lw) | new_right;
+    int t = lw;
+    lw = rw;
+    rw = t;
+  }
+  return x;
+}
+
+/* perm_{seed,epoch}(i): a bijection on [0, n). */
+static uint64_t keyed_permute(uint64_t n, uint64_t seed, uint64_t epoch, uint64_t i) {
+  if (n <= 1) return 0;
+  int bits = 2; /* at least one bit per half */
+  while (bits < 63 && (1ull << bits) < n) bits++;
+  uint64_t key[FEISTEL_ROUNDS];
+  uint64_t base = mix64(seed ^ mix64(epoch ^ 0x6d657368ull /* "mesh" */));
+  for (int r = 0; r < FEISTEL_ROUNDS; r++) key[r] = mix64(base + (uint64_t)r);
+  uint64_t x = i;
+  do x = feistel(x, bits, key);
+  while (x >= n);
+  return x;
+}
+
+int mt_sampler_init(mt_sampler *s, const mt_dataset *ds, int T, uint64_t seed, mt_err *e) {
+  memset(s, 0, sizeof *s);
+  if (T < 1) {
+    mt_err_set(e, "%s: sequence length T = %d must be >= 1", ds->path, T);
+    return 1;
+  }
+  size_t ntok = mt_dataset_ntokens(ds);
+  uint64_t n_windows = ntok > 0 ? (uint64_t)(ntok - 1) / (uint64_t)T : 0;
+  if (n_windows < 1) {
+    mt_err_set(e, "%s: %zu tokens is shorter than one sequence of T+1 = %d tokens", ds->path,
+               ntok, T + 1);
+    return 1;
+  }
+  s->ds = ds;
+  s->T = T;
+  s->seed = seed;
+  s->n_windows = n_windows;
+  return 0;
+}
+
+uint64_t mt_sampler_window(const mt_sampler *s, uint64_t g) {
+  uint64_t epoch = g / s->n_windows, i = g % s->n_windows;
+  return keyed_permute(s->n_windows, s->seed, epoch, i);
+}
+
+void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *targets) {
+  if (w >= s->n_windows)
+    mt_die("%s: window %llu out of range (%llu windows)", s->ds->path, (unsigned long long)w,
+           (unsigned long long)s->n_windows);
+  const mt_dataset *ds = s->ds;
+  size_t T = (size_t)s->T, start = ds->begin + (size_t)w * T;
+  if (ds->bytes) {
+    const uint8_t *p = ds->bytes + start;
+    for (size_t t = 0; t < T; t++) {
+      inputs[t] = p[t];
+      targets[t] = p[t + 1];
+    }
+  } else {
+    const uint16_t *p = ds->u16 + start;
+    for (size_t t = 0; t < T; t++) {
+      inputs[t] = p[t];
+      targets[t] = p[t + 1];
+    }
+  }
+}
+
+void mt_sampler_get(const mt_sampler *s, uint64_t g, int *inputs, int *targets) {
+  mt_sampler_get_window(s, mt_sampler_window(s, g), inputs, targets);
+}

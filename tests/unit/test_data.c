@@ -1,0 +1,657 @@
+/* Unit test of lib/data: token file formats and their errors, train/val
+ * split, the global sampler (permutation per epoch, determinism, alignment
+ * of inputs and targets with the file), collective validation, and the
+ * generated corpus.
+ *
+ * Runs on any number of ranks: each rank works in its own temp directory;
+ * the validation test opens one file written by rank 0 on every rank. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "data/data.h"
+
+static int g_failures = 0, g_checks = 0, g_rank = 0;
+
+static void check_at(int ok, const char *file, int line, const char *fmt, ...) {
+  g_checks++;
+  if (ok) return;
+  g_failures++;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, file, line);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+#define CHECK(cond, ...) check_at((cond) ? 1 : 0, __FILE__, __LINE__, __VA_ARGS__)
+
+/* ------------------------------------------------------------------ */
+/* temp files                                                          */
+
+static char g_dir[256];
+enum { MAX_FILES = 64 };
+static char g_files[MAX_FILES][320];
+static int g_nfiles = 0;
+
+/* path of a file in this rank's temp dir, remembered for cleanup */
+static const char *tmp_path(const char *name) {
+  if (g_nfiles == MAX_FILES) {
+    fprintf(stderr, "test_data: too many temp files\n");
+    exit(1);
+  }
+  snprintf(g_files[g_nfiles], sizeof g_files[0], "%s/%s", g_dir, name);
+  return g_files[g_nfiles++];
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f) != 0) {
+    fprintf(stderr, "test_data: cannot write %s\n", path);
+    exit(1);
+  }
+}
+
+static void cleanup(void) {
+  for (int i = 0; i < g_nfiles; i++) unlink(g_files[i]);
+  if (g_dir[0] && rmdir(g_dir) != 0)
+    fprintf(stderr, "[rank %d] warning: temp dir %s not empty\n", g_rank, g_dir);
+}
+
+static uint64_t rng_state = 12345;
+static uint64_t rng_next(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* The error must be one line that names the file and contains what. */
+static void check_error(int rc, const mt_err *e, const char *path, const char *what,
+                        const char *label) {
+  CHECK(rc != 0, "%s: open succeeded, expected an error", label);
+  CHECK(e->failed, "%s: mt_err not set", label);
+  CHECK(strstr(e->msg, path) == e->msg, "%s: message does not start with the path: '%s'", label,
+        e->msg);
+  CHECK(strstr(e->msg, what) != NULL, "%s: message lacks '%s': '%s'", label, what, e->msg);
+  CHECK(strchr(e->msg, '\n') == NULL, "%s: message is not one line: '%s'", label, e->msg);
+}
+
+/* ------------------------------------------------------------------ */
+/* formats                                                             */
+
+static void test_round_trip(void) {
+  enum { N = 1000 };
+  uint16_t tok[N];
+  for (int i = 0; i < N; i++) tok[i] = (uint16_t)(rng_next() & 0xffff);
+  tok[0] = 0;
+  tok[1] = 65535;
+
+  struct {
+    const char *name, *write_fmt, *read_fmt, *expect_fmt;
+  } cases[] = {
+      {"rt_llmc.bin", "llmc", "llmc", "llmc"}, {"rt_llmc.bin", "llmc", "auto", "llmc"},
+      {"rt_llmc.dat", "llmc", "auto", "llmc"}, /* the magic decides, not the name */
+      {"rt_u16.bin", "u16", "u16", "u16"},     {"rt_u16.bin", "u16", "auto", "u16"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char path[320];
+    snprintf(path, sizeof path, "%s/%s", g_dir, cases[c].name);
+    mt_err e = {0};
+    int rc = mt_tokens_write(path, cases[c].write_fmt, tok, N, &e);
+    CHECK(rc == 0, "write %s: %s", cases[c].name, e.msg);
+    mt_dataset ds;
+    rc = mt_dataset_open(&ds, path, cases[c].read_fmt, &e);
+    CHECK(rc == 0, "open %s as %s: %s", cases[c].name, cases[c].read_fmt, e.msg);
+    if (rc) continue;
+    CHECK(strcmp(ds.format, cases[c].expect_fmt) == 0, "%s read as %s: format %s, expected %s",
+          cases[c].name, cases[c].read_fmt, ds.format, cases[c].expect_fmt);
+    CHECK(mt_dataset_ntokens(&ds) == N, "%s: %zu tokens, expected %d", cases[c].name,
+          mt_dataset_ntokens(&ds), N);
+    CHECK(ds.owns_map == 1, "opened dataset must own its map");
+    int mism = -1;
+    for (int i = 0; i < N && mism < 0; i++)
+      if (mt_dataset_token(&ds, (size_t)i) != tok[i]) mism = i;
+    CHECK(mism < 0, "%s: token %d differs", cases[c].name, mism);
+    mt_dataset_close(&ds);
+  }
+  tmp_path("rt_llmc.bin");
+  tmp_path("rt_llmc.dat");
+  tmp_path("rt_u16.bin");
+
+  /* a raw uint16 file not named .bin reads as text under auto: 2 tokens a value */
+  const char *raw = tmp_path("raw_u16.dat");
+  write_bytes(raw, tok, sizeof tok);
+  mt_dataset ds;
+  mt_err e = {0};
+  CHECK(mt_dataset_open(&ds, raw, "auto", &e) == 0, "open %s: %s", raw, e.msg);
+  CHECK(strcmp(ds.format, "text") == 0 && mt_dataset_ntokens(&ds) == 2 * N,
+        "auto on *.dat: %s with %zu tokens, expected text with %d", ds.format,
+        mt_dataset_ntokens(&ds), 2 * N);
+  mt_dataset_close(&ds);
+
+  /* writing refuses an unknown format and zero tokens, and leaves no file */
+  const char *nowrite = tmp_path("nowrite.bin");
+  e = (mt_err){0};
+  CHECK(mt_tokens_write(nowrite, "text", tok, N, &e) != 0 && strstr(e.msg, nowrite),
+        "writing format text should fail naming the file: '%s'", e.msg);
+  e = (mt_err){0};
+  CHECK(mt_tokens_write(nowrite, "llmc", tok, 0, &e) != 0 && strstr(e.msg, "no tokens"),
+        "writing 0 tokens should fail: '%s'", e.msg);
+  CHECK(access(nowrite, F_OK) != 0, "a failed write left %s behind", nowrite);
+}
+
+static void test_text(void) {
+  const char *path = tmp_path("hello.txt");
+  const unsigned char text[] = {'h', 'e', 'l', 'l', 'o', '\n', 0x00, 0xff};
+  write_bytes(path, text, sizeof text);
+  for (int f = 0; f < 2; f++) {
+    const char *fmt = f ? "text" : "auto";
+    mt_dataset ds;
+    mt_err e = {0};
+    int rc = mt_dataset_open(&ds, path, fmt, &e);
+    CHECK(rc == 0, "open %s as %s: %s", path, fmt, e.msg);
+    if (rc) continue;
+    CHECK(strcmp(ds.format, "text") == 0, "%s as %s: format %s", path, fmt, ds.format);
+    CHECK(mt_dataset_ntokens(&ds) == sizeof text, "text: %zu tokens, expected %zu",
+          mt_dataset_ntokens(&ds), sizeof text);
+    for (size_t i = 0; i < sizeof text; i++)
+      CHECK(mt_dataset_token(&ds, i) == text[i], "text token %zu = %d, expected %d", i,
+            mt_dataset_token(&ds, i), text[i]);
+    mt_dataset_close(&ds);
+  }
+  /* a file named .bin is text when asked for text */
+  const char *bin = tmp_path("odd.bin");
+  write_bytes(bin, "abc", 3);
+  mt_dataset ds;
+  mt_err e = {0};
+  CHECK(mt_dataset_open(&ds, bin, "text", &e) == 0 && mt_dataset_ntokens(&ds) == 3,
+        "odd.bin as text: %s", e.msg);
+  mt_dataset_close(&ds);
+}
+
+static void test_errors(void) {
+  int32_t header[256] = {20240520, 1, 100};
+  uint16_t body[100] = {0};
+  unsigned char buf[sizeof header + sizeof body];
+  mt_dataset ds;
+  mt_err e;
+
+  /* bad magic */
+  const char *p = tmp_path("bad_magic.bin");
+  header[0] = 12345;
+  memcpy(buf, header, sizeof header);
+  memcpy(buf + sizeof header, body, sizeof body);
+  write_bytes(p, buf, sizeof buf);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "bad llm.c header", "bad magic");
+  CHECK(strstr(e.msg, "magic") != NULL, "bad magic message lacks 'magic': '%s'", e.msg);
+  mt_dataset_close(&ds); /* closing a dataset that failed to open is harmless */
+
+  /* bad version */
+  p = tmp_path("bad_version.bin");
+  header[0] = 20240520;
+  header[1] = 2;
+  memcpy(buf, header, sizeof header);
+  write_bytes(p, buf, sizeof buf);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "version", "bad version");
+
+  /* truncated: the header promises 100 tokens, the file holds 50 */
+  p = tmp_path("truncated.bin");
+  header[1] = 1;
+  memcpy(buf, header, sizeof header);
+  write_bytes(p, buf, sizeof header + 50 * sizeof(uint16_t));
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "bad llm.c header", "truncated llmc");
+  CHECK(strstr(e.msg, "100 tokens") && strstr(e.msg, "truncated"),
+        "truncated message should give the header count and say truncated: '%s'", e.msg);
+
+  /* trailing bytes beyond the header count */
+  p = tmp_path("trailing.bin");
+  header[2] = 10;
+  memcpy(buf, header, sizeof header);
+  write_bytes(p, buf, sizeof buf);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "bad llm.c header", "llmc too long");
+
+  /* shorter than the header */
+  p = tmp_path("short.bin");
+  write_bytes(p, header, 100);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "bad llm.c header", "short llmc");
+
+  /* odd-size u16, given explicitly and found by auto (*.bin without magic) */
+  p = tmp_path("odd_u16.bin");
+  write_bytes(p, "1234567", 7);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "u16", &e), &e, p, "multiple of 2", "odd u16");
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "multiple of 2", "odd u16 auto");
+
+  /* missing file: exactly the system's words */
+  p = tmp_path("does_not_exist.bin");
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "cannot open", "missing file");
+  char expect[600];
+  snprintf(expect, sizeof expect, "%s: cannot open: No such file or directory", p);
+  CHECK(strcmp(e.msg, expect) == 0, "missing file: '%s', expected '%s'", e.msg, expect);
+
+  /* empty file */
+  p = tmp_path("empty.txt");
+  write_bytes(p, "", 0);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "empty", "empty file");
+
+  /* a directory */
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, g_dir, "auto", &e), &e, g_dir, "directory", "directory");
+
+  /* unknown format */
+  p = tmp_path("hello2.txt");
+  write_bytes(p, "hi", 2);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "utf8", &e), &e, p, "unknown data format", "format");
+}
+
+/* ------------------------------------------------------------------ */
+/* split                                                               */
+
+static void test_split(void) {
+  enum { N = 1000 };
+  uint16_t tok[N];
+  for (int i = 0; i < N; i++) tok[i] = (uint16_t)i;
+  const char *p = tmp_path("split.bin");
+  mt_err e = {0};
+  CHECK(mt_tokens_write(p, "llmc", tok, N, &e) == 0, "write: %s", e.msg);
+  mt_dataset ds, train, val;
+  if (mt_dataset_open(&ds, p, "auto", &e) != 0) {
+    CHECK(0, "open split.bin: %s", e.msg);
+    return;
+  }
+  mt_dataset_split(&ds, 0.1, &train, &val);
+  CHECK(mt_dataset_ntokens(&train) == 900 && mt_dataset_ntokens(&val) == 100,
+        "split 0.1 of 1000: train %zu val %zu, expected 900 and 100",
+        mt_dataset_ntokens(&train), mt_dataset_ntokens(&val));
+  CHECK(mt_dataset_token(&train, 0) == 0 && mt_dataset_token(&train, 899) == 899,
+        "train is not the first 900 tokens");
+  CHECK(mt_dataset_token(&val, 0) == 900 && mt_dataset_token(&val, 99) == 999,
+        "val is not the last 100 tokens");
+  CHECK(train.owns_map == 0 && val.owns_map == 0 && train.map == ds.map && val.map == ds.map,
+        "views must share the mapping and not own it");
+  mt_dataset_close(&train); /* closing views must not unmap the parent */
+  mt_dataset_close(&val);
+  CHECK(mt_dataset_token(&ds, 999) == 999, "parent unreadable after closing its views");
+
+  mt_dataset_split(&ds, 0.0, &train, &val);
+  CHECK(mt_dataset_ntokens(&train) == N && mt_dataset_ntokens(&val) == 0,
+        "split 0: train %zu val %zu", mt_dataset_ntokens(&train), mt_dataset_ntokens(&val));
+  mt_dataset_split(&ds, 0.25, &train, &val);
+  CHECK(mt_dataset_ntokens(&train) + mt_dataset_ntokens(&val) == N &&
+            mt_dataset_ntokens(&val) == 250,
+        "split 0.25: train %zu val %zu", mt_dataset_ntokens(&train), mt_dataset_ntokens(&val));
+
+  /* a split of a split: val of train covers tokens [675, 900) */
+  mt_dataset inner_train, inner_val;
+  mt_dataset_split(&ds, 0.1, &train, &val);
+  mt_dataset_split(&train, 0.25, &inner_train, &inner_val);
+  CHECK(mt_dataset_ntokens(&inner_val) == 225 && mt_dataset_token(&inner_val, 0) == 675,
+        "nested split: %zu tokens starting at %d", mt_dataset_ntokens(&inner_val),
+        mt_dataset_token(&inner_val, 0));
+  mt_dataset_close(&ds);
+}
+
+/* ------------------------------------------------------------------ */
+/* sampler                                                             */
+
+static int same_ints(const int *a, const int *b, int n) {
+  return memcmp(a, b, (size_t)n * sizeof(int)) == 0;
+}
+
+static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
+  uint16_t *tok = mt_malloc(ntok * sizeof *tok);
+  for (size_t i = 0; i < ntok; i++) tok[i] = (uint16_t)(rng_next() % 50000);
+  char name[64];
+  snprintf(name, sizeof name, "sampler_%zu_%d.bin", ntok, T);
+  const char *p = tmp_path(name);
+  mt_err e = {0};
+  CHECK(mt_tokens_write(p, "llmc", tok, ntok, &e) == 0, "write: %s", e.msg);
+  mt_dataset ds;
+  if (mt_dataset_open(&ds, p, "llmc", &e) != 0) {
+    CHECK(0, "open %s: %s", p, e.msg);
+    free(tok);
+    return;
+  }
+  mt_sampler s;
+  CHECK(mt_sampler_init(&s, &ds, T, seed, &e) == 0, "sampler init: %s", e.msg);
+  uint64_t n = s.n_windows;
+  CHECK(n == (ntok - 1) / (size_t)T, "ntok %zu T %d: %llu windows, expected %zu", ntok, T,
+        (unsigned long long)n, (ntok - 1) / (size_t)T);
+
+  /* every epoch visits every window exactly once */
+  enum { EPOCHS = 3 };
+  uint64_t *order = mt_malloc(EPOCHS * n * sizeof *order);
+  unsigned char *seen = mt_malloc(n);
+  for (int ep = 0; ep < EPOCHS; ep++) {
+    memset(seen, 0, n);
+    uint64_t bad = UINT64_MAX;
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t w = mt_sampler_window(&s, (uint64_t)ep * n + i);
+      order[(uint64_t)ep * n + i] = w;
+      if (w >= n || seen[w]) {
+        if (bad == UINT64_MAX) bad = i;
+      } else {
+        seen[w] = 1;
+      }
+    }
+    CHECK(bad == UINT64_MAX,
+          "ntok %zu T %d seed %llu epoch %d: position %llu repeats or leaves [0,%llu)", ntok, T,
+          (unsigned long long)seed, ep, (unsigned long long)bad, (unsigned long long)n);
+  }
+  if (n >= 8) {
+    /* epochs differ from each other and are not the identity */
+    CHECK(memcmp(order, order + n, n * sizeof *order) != 0, "epochs 0 and 1 have the same order");
+    CHECK(memcmp(order + n, order + 2 * n, n * sizeof *order) != 0,
+          "epochs 1 and 2 have the same order");
+    uint64_t fixed = 0;
+    for (uint64_t i = 0; i < n; i++) fixed += order[i] == i;
+    CHECK(fixed < n / 2 + 2, "epoch 0 leaves %llu of %llu windows in place",
+          (unsigned long long)fixed, (unsigned long long)n);
+    /* another seed gives another order */
+    mt_sampler s2;
+    mt_sampler_init(&s2, &ds, T, seed + 1, &e);
+    uint64_t same = 0;
+    for (uint64_t i = 0; i < n; i++) same += mt_sampler_window(&s2, i) == order[i];
+    CHECK(same < n, "seed %llu and %llu give the same epoch", (unsigned long long)seed,
+          (unsigned long long)seed + 1);
+  }
+
+  /* inputs/targets: the window's tokens, targets shifted by one */
+  int *in = mt_malloc((size_t)T * sizeof(int)), *tg = mt_malloc((size_t)T * sizeof(int));
+  int *in2 = mt_malloc((size_t)T * sizeof(int)), *tg2 = mt_malloc((size_t)T * sizeof(int));
+  const uint64_t gs[] = {0, 1, n - 1, n, 2 * n + n / 2, 1000003};
+  mt_dataset ds2;
+  CHECK(mt_dataset_open(&ds2, p, "auto", &e) == 0, "reopen: %s", e.msg);
+  mt_sampler fresh;
+  CHECK(mt_sampler_init(&fresh, &ds2, T, seed, &e) == 0, "fresh sampler: %s", e.msg);
+  for (size_t k = 0; k < sizeof gs / sizeof gs[0]; k++) {
+    uint64_t g = gs[k];
+    uint64_t w = mt_sampler_window(&s, g);
+    mt_sampler_get(&s, g, in, tg);
+    int ok = 1;
+    for (int t = 0; t < T; t++) {
+      ok &= in[t] == tok[w * (uint64_t)T + (uint64_t)t];
+      ok &= tg[t] == tok[w * (uint64_t)T + (uint64_t)t + 1];
+      if (t + 1 < T) ok &= tg[t] == in[t + 1];
+    }
+    CHECK(ok, "sample %llu (window %llu) does not match the file", (unsigned long long)g,
+          (unsigned long long)w);
+    mt_sampler_get_window(&s, w, in2, tg2);
+    CHECK(same_ints(in, in2, T) && same_ints(tg, tg2, T),
+          "get_window(%llu) differs from get of its sample", (unsigned long long)w);
+    /* a fresh sampler on a fresh mapping: same g, same sample */
+    mt_sampler_get(&fresh, g, in2, tg2);
+    CHECK(mt_sampler_window(&fresh, g) == w && same_ints(in, in2, T) && same_ints(tg, tg2, T),
+          "sample %llu differs in a fresh sampler", (unsigned long long)g);
+  }
+  /* the last window ends exactly at or before the last token */
+  mt_sampler_get_window(&s, n - 1, in, tg);
+  CHECK(tg[T - 1] == tok[n * (uint64_t)T], "last window's last target is not token %llu",
+        (unsigned long long)(n * (uint64_t)T));
+
+  mt_dataset_close(&ds2);
+  mt_dataset_close(&ds);
+  free(in);
+  free(tg);
+  free(in2);
+  free(tg2);
+  free(order);
+  free(seen);
+  free(tok);
+}
+
+static void test_sampler(void) {
+  /* n_windows: 1, 2, 3, a power of two, just above one, large non-power */
+  test_sampler_case(2, 1, 0);
+  test_sampler_case(5, 2, 7);
+  test_sampler_case(10, 3, 1);
+  test_sampler_case(16 * 8 + 1, 8, 3);
+  test_sampler_case(17 * 8 + 1, 8, 3);
+  test_sampler_case(1000, 7, 1);
+  test_sampler_case(1001, 10, 42);
+  test_sampler_case(5000, 3, 0xdeadbeefull);
+  test_sampler_case(100004, 1, 2);
+
+  /* too short for one sequence */
+  uint16_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const char *p = tmp_path("short_seq.bin");
+  mt_err e = {0};
+  mt_tokens_write(p, "u16", tok, 8, &e);
+  mt_dataset ds;
+  CHECK(mt_dataset_open(&ds, p, "auto", &e) == 0, "open: %s", e.msg);
+  mt_sampler s;
+  int rc = mt_sampler_init(&s, &ds, 8, 1, &e);
+  CHECK(rc != 0 && strstr(e.msg, p) && strstr(e.msg, "shorter than one sequence"),
+        "8 tokens with T=8 should fail naming the file: '%s'", e.msg);
+  e = (mt_err){0};
+  CHECK(mt_sampler_init(&s, &ds, 7, 1, &e) == 0 && s.n_windows == 1,
+        "8 tokens with T=7 is one window: %s", e.msg);
+
+  /* a sampler over a view reads the view's tokens */
+  mt_dataset train, val;
+  mt_dataset_split(&ds, 0.5, &train, &val);
+  CHECK(mt_sampler_init(&s, &val, 3, 1, &e) == 0 && s.n_windows == 1, "val sampler: %s", e.msg);
+  int in[3], tg[3];
+  mt_sampler_get_window(&s, 0, in, tg);
+  CHECK(in[0] == 5 && in[2] == 7 && tg[2] == 8, "val window starts at %d, expected 5", in[0]);
+  mt_dataset_close(&ds);
+}
+
+/* ------------------------------------------------------------------ */
+/* validate (collective)                                               */
+
+static void test_validate(MPI_Comm comm) {
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  enum { N = 4099 };
+  const size_t bad1 = 3777, bad2 = 3900; /* near the end: only the last rank's share */
+  char path[320];
+  if (rank == 0) {
+    uint16_t *tok = mt_malloc(N * sizeof *tok);
+    for (int i = 0; i < N; i++) tok[i] = (uint16_t)(rng_next() % 256);
+    tok[bad1] = 300;
+    tok[bad2] = 999;
+    snprintf(path, sizeof path, "%s", tmp_path("validate.bin"));
+    mt_err e = {0};
+    CHECK(mt_tokens_write(path, "llmc", tok, N, &e) == 0, "write: %s", e.msg);
+    free(tok);
+  }
+  MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, comm);
+
+  mt_dataset ds;
+  mt_err e = {0};
+  CHECK(mt_dataset_open(&ds, path, "auto", &e) == 0, "open: %s", e.msg);
+  char expect[600];
+  snprintf(expect, sizeof expect, "%s: token id 300 at offset %zu is >= vocab size 256", path,
+           bad1);
+  int rc = mt_dataset_validate(&ds, 256, comm, &e);
+  CHECK(rc != 0 && strcmp(e.msg, expect) == 0, "validate 256: rc %d '%s', expected '%s'", rc,
+        e.msg, expect);
+  e = (mt_err){0};
+  snprintf(expect, sizeof expect, "%s: token id 999 at offset %zu is >= vocab size 512", path,
+           bad2);
+  rc = mt_dataset_validate(&ds, 512, comm, &e);
+  CHECK(rc != 0 && strcmp(e.msg, expect) == 0, "validate 512: rc %d '%s', expected '%s'", rc,
+        e.msg, expect);
+  /* vocab 128: about half the tokens are out of range, so every rank finds
+   * some; all must report the first in the file, found here by a serial scan */
+  size_t first = 0;
+  while (mt_dataset_token(&ds, first) < 128) first++;
+  snprintf(expect, sizeof expect, "%s: token id %d at offset %zu is >= vocab size 128", path,
+           mt_dataset_token(&ds, first), first);
+  e = (mt_err){0};
+  rc = mt_dataset_validate(&ds, 128, comm, &e);
+  CHECK(rc != 0 && strcmp(e.msg, expect) == 0, "validate 128: rc %d '%s', expected '%s'", rc,
+        e.msg, expect);
+  e = (mt_err){0};
+  CHECK(mt_dataset_validate(&ds, 0, comm, &e) != 0 && strstr(e.msg, "vocab size 0"),
+        "vocab 0 must be rejected: '%s'", e.msg);
+  e = (mt_err){0};
+  CHECK(mt_dataset_validate(&ds, 1000, comm, &e) == 0, "validate 1000 failed: %s", e.msg);
+  CHECK(mt_dataset_validate(&ds, 65536, comm, &e) == 0, "validate 65536 failed: %s", e.msg);
+
+  /* on a view the offset is the token's place in the file */
+  mt_dataset train, val;
+  mt_dataset_split(&ds, 0.1, &train, &val);
+  e = (mt_err){0};
+  rc = mt_dataset_validate(&val, 512, comm, &e);
+  CHECK(rc != 0 && strstr(e.msg, "token id 999 at offset 3900 "),
+        "validate of val view: rc %d '%s'", rc, e.msg);
+  e = (mt_err){0};
+  CHECK(mt_dataset_validate(&train, 256, comm, &e) == 0, "train view (tokens [0,3690)) is clean: %s", e.msg);
+  mt_dataset_close(&ds);
+
+  /* a text file: bytes >= vocab */
+  if (rank == 0) {
+    snprintf(path, sizeof path, "%s", tmp_path("validate.txt"));
+    write_bytes(path, "abc~z", 5);
+  }
+  MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, comm);
+  e = (mt_err){0};
+  CHECK(mt_dataset_open(&ds, path, "auto", &e) == 0, "open: %s", e.msg);
+  CHECK(mt_dataset_validate(&ds, 256, comm, &e) == 0, "text with vocab 256: %s", e.msg);
+  rc = mt_dataset_validate(&ds, 100, comm, &e);
+  CHECK(rc != 0 && strstr(e.msg, "token id 126 at offset 3 is >= vocab size 100"),
+        "text with vocab 100: '%s'", e.msg);
+  mt_dataset_close(&ds);
+  MPI_Barrier(comm); /* rank 0 removes the files after everyone closed them */
+}
+
+/* ------------------------------------------------------------------ */
+/* corpus                                                              */
+
+static unsigned char *read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *p = mt_malloc((size_t)len + 1);
+  *n = fread(p, 1, (size_t)len, f);
+  fclose(f);
+  return p;
+}
+
+/* H(next byte | previous k bytes) in nats, from counts over the text (k = 0, 1) */
+static double cond_entropy(const unsigned char *p, size_t n, int k) {
+  static double counts[256 * 256];
+  size_t ctx = k ? 256 : 1;
+  memset(counts, 0, sizeof counts);
+  for (size_t i = (size_t)k; i < n; i++) counts[(k ? p[i - 1] : 0) * 256 + p[i]] += 1;
+  double h = 0, total = (double)(n - (size_t)k);
+  for (size_t c = 0; c < ctx; c++) {
+    double row = 0;
+    for (int b = 0; b < 256; b++) row += counts[c * 256 + b];
+    for (int b = 0; b < 256; b++) {
+      double x = counts[c * 256 + b];
+      if (x > 0) h -= x / total * log(x / row);
+    }
+  }
+  return h;
+}
+
+static void test_corpus(void) {
+  const size_t N = 200000;
+  const char *a = tmp_path("corpus_a.txt"), *b = tmp_path("corpus_b.txt"),
+             *c = tmp_path("corpus_c.txt");
+  mt_err e = {0};
+  CHECK(mt_corpus_generate(a, N, 1, &e) == 0, "corpus a: %s", e.msg);
+  CHECK(mt_corpus_generate(b, N, 1, &e) == 0, "corpus b: %s", e.msg);
+  CHECK(mt_corpus_generate(c, N, 2, &e) == 0, "corpus c: %s", e.msg);
+  size_t na = 0, nb = 0, nc = 0;
+  unsigned char *pa = read_file(a, &na), *pb = read_file(b, &nb), *pc = read_file(c, &nc);
+  if (!pa || !pb || !pc) {
+    CHECK(0, "cannot read back the corpus files");
+    free(pa);
+    free(pb);
+    free(pc);
+    return;
+  }
+  CHECK(na == N && nb == N && nc == N, "corpus sizes %zu %zu %zu, expected %zu", na, nb, nc, N);
+  CHECK(na == nb && memcmp(pa, pb, na) == 0, "same seed gave different bytes");
+  CHECK(nc != na || memcmp(pa, pc, na) != 0, "seeds 1 and 2 gave the same bytes");
+
+  size_t bad = SIZE_MAX, newlines = 0, spaces = 0;
+  for (size_t i = 0; i < na; i++) {
+    unsigned char ch = pa[i];
+    if (ch == '\n')
+      newlines++;
+    else if (ch == ' ')
+      spaces++;
+    if (!(ch == '\n' || (ch >= 0x20 && ch <= 0x7e)) && bad == SIZE_MAX) bad = i;
+  }
+  CHECK(bad == SIZE_MAX, "byte %zu of the corpus is 0x%02x, not printable ASCII or newline",
+        bad, bad == SIZE_MAX ? 0 : pa[bad]);
+  CHECK(pa[na - 1] == '\n', "corpus does not end in a newline");
+  CHECK(newlines > N / 2000 && newlines < N / 100, "%zu paragraphs in %zu bytes", newlines, N);
+  CHECK(spaces > N / 10, "only %zu spaces: not word-like", spaces);
+
+  /* not periodic: no shift up to 64 KiB maps the text onto itself */
+  size_t period = 0;
+  for (size_t shift = 1; shift <= 65536 && !period; shift++) {
+    size_t i = 0;
+    while (i + shift < na && pa[i] == pa[i + shift]) i++;
+    if (i + shift == na) period = shift;
+  }
+  CHECK(period == 0, "corpus repeats with period %zu", period);
+
+  /* learnable: strong local structure (a bigram model already does much
+   * better than bytes drawn by frequency), yet not trivial */
+  double h0 = cond_entropy(pa, na, 0), h1 = cond_entropy(pa, na, 1);
+  CHECK(h0 > 2.0 && h0 < 3.5, "unigram entropy %.3f nats outside (2.0, 3.5)", h0);
+  CHECK(h1 < 2.3 && h1 > 0.8, "bigram entropy %.3f nats outside (0.8, 2.3)", h1);
+  if (g_rank == 0) printf("corpus: unigram %.3f nats/byte, bigram %.3f nats/byte\n", h0, h1);
+
+  e = (mt_err){0};
+  CHECK(mt_corpus_generate(a, 0, 1, &e) != 0 && strstr(e.msg, a), "0-byte corpus: '%s'", e.msg);
+  free(pa);
+  free(pb);
+  free(pc);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  mt_log_init(g_rank);
+  snprintf(g_dir, sizeof g_dir, "/tmp/mt_test_data_XXXXXX");
+  if (!mkdtemp(g_dir)) {
+    fprintf(stderr, "test_data: mkdtemp failed\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  rng_state += (uint64_t)g_rank;
+
+  test_round_trip();
+  test_text();
+  test_errors();
+  test_split();
+  test_sampler();
+  test_validate(MPI_COMM_WORLD);
+  test_corpus();
+
+  cleanup();
+  int fails = 0;
+  MPI_Allreduce(&g_failures, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    if (fails)
+      fprintf(stderr, "test_data: %d check(s) FAILED\n", fails);
+    else
+      printf("test_data: all %d checks passed\n", g_checks);
+  }
+  MPI_Finalize();
+  return fails ? 1 : 0;
+}
