@@ -278,9 +278,9 @@ int main(int argc, char **argv) {
              shape.n_head, T, shape.vocab, cfg.dp, cfg.tp, cfg.pp, cfg.cp, cfg.zero,
              world_size, mt_kernels_threads());
     mt_info0("meshtrain: global batch %d x %d tokens, micro-batch %d, %d accumulation steps, "
-             "%d dp buckets, peak %.1f GFLOP/s per rank (%s)",
+             "%d dp buckets, peak %.1f GFLOP/s per rank (%s), BLAS kernels %s",
              cfg.global_batch, T, cfg.micro_batch, accum, dp.n_buckets, peak_per_rank,
-             peak_source);
+             peak_source, mt_kernels_blas_core());
   }
 
   /* ---- training loop ---- */
@@ -397,6 +397,7 @@ int main(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "peak_flops", peak_flops);
     cJSON_AddStringToObject(o, "peak_source", peak_source);
     cJSON_AddStringToObject(o, "hw_profile", hw.name);
+    cJSON_AddStringToObject(o, "blas_core", mt_kernels_blas_core());
     cJSON_AddNumberToObject(o, "mfu", peak_flops > 0 ? tok_s * flops_per_token / peak_flops : 0);
     cJSON_AddNumberToObject(o, "dp_bytes_per_step", mt_dp_bytes_per_step(&dp));
     cJSON_AddNumberToObject(o, "wall_s", wall);

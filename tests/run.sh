@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash apps/scripts/setup.sh build -DMT_WERROR=ON
+source apps/scripts/env.sh build
 JOBS=$(nproc 2>/dev/null || echo 2)
 status=0
 (cd build && ctest --output-on-failure -j "$JOBS" "$@") || status=1

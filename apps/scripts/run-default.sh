@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash apps/scripts/setup.sh build
+source apps/scripts/env.sh build
 mkdir -p inputs/data outputs
 [ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt
 launcher=(mpirun --oversubscribe -n 4)

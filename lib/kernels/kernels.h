@@ -75,6 +75,8 @@ const mt_ops *mt_ops_cpu(void);
 /* Set the number of compute threads for OpenMP loops and BLAS (<=0: leave). */
 void mt_kernels_set_threads(int n);
 int mt_kernels_threads(void);
+/* the BLAS library's name for the kernels it selected (e.g. "Haswell") */
+const char *mt_kernels_blas_core(void);
 
 /* Best sgemm GFLOP/s for n x n x n on this rank's threads over at least
  * min_seconds (the CPU "peak" when a hardware profile gives none). */

@@ -1,0 +1,478 @@
+/* CPU backend of the op table: plain C loops parallelised with OpenMP, and
+ * OpenBLAS cblas_sgemm for every matrix product (matmuls and attention).
+ *
+ * Determinism: for a fixed thread count every op returns the same bits on
+ * every run. OpenMP loops use schedule(static) and never reduce across
+ * threads; a sum over rows (dw, dbias, dwte) is owned by the thread that owns
+ * the column, and walks the rows in order. Most ops (everything but the
+ * multi-threaded sgemms in matmul) even give the same bits at any thread
+ * count. Backward ops ACCUMULATE into their gradients (see kernels.h). */
+#include "kernels/kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* Columns (channels) per task when a sum over rows is split by column: wide
+ * enough for contiguous, vectorised rows, narrow enough to spread over threads. */
+#define MT_COL_BLOCK 64
+/* Attention rows per sgemm: a row block only needs key columns up to its last
+ * row (causality), which skips ~3/8 of the work at T=256 and ~1/2 for long T. */
+#define MT_ATT_BLOCK 64
+
+static inline int min_int(int a, int b) { return a < b ? a : b; }
+
+/* ------------------------------------------------------------------ */
+/* encoder                                                             */
+
+/* out (B,T,C) = wte[inp[b,t]] (Vp,C) + wpe[t] (T_max,C) */
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+                            int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    int t = bt % T;
+    float *out_bt = out + (size_t)bt * C;
+    const float *wte_ix = wte + (size_t)inp[bt] * C;
+    const float *wpe_t = wpe + (size_t)t * C;
+    for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c] + wpe_t[c];
+  }
+}
+
+/* dwte[inp[b,t]] += dout[b,t]; dwpe[t] += dout[b,t]; dout (B,T,C).
+ * Two positions may carry the same token, so the work is split by channel
+ * block, not by position: each thread owns whole columns of dwte and dwpe and
+ * adds positions in (b,t) order, the same order at any thread count. */
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+                             int B, int T, int C) {
+  int nblocks = (C + MT_COL_BLOCK - 1) / MT_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int c0 = blk * MT_COL_BLOCK, c1 = min_int(c0 + MT_COL_BLOCK, C);
+    for (int bt = 0; bt < B * T; bt++) {
+      int t = bt % T;
+      const float *dout_bt = dout + (size_t)bt * C;
+      float *dwte_ix = dwte + (size_t)inp[bt] * C;
+      float *dwpe_t = dwpe + (size_t)t * C;
+      for (int c = c0; c < c1; c++) {
+        dwte_ix[c] += dout_bt[c];
+        dwpe_t[c] += dout_bt[c];
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* layernorm                                                           */
+
+/* out (N,C) = (inp - mean) * rstd * w + b, per row n of inp (N,C);
+ * mean (N), rstd (N) = 1/sqrt(var + 1e-5) with the biased variance. */
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
+  const float eps = 1e-5f;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + (size_t)n * C;
+    float m = 0.0f;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float d = x[c] - m;
+      v += d * d;
+    }
+    v /= C;
+    float s = 1.0f / sqrtf(v + eps);
+    float *y = out + (size_t)n * C;
+    for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+/* With norm = (inp - mean) * rstd and g = w * dout (per row, over C):
+ *   dinp += (g - mean_c(g) - norm * mean_c(g * norm)) * rstd
+ *   dw   += sum_n dout * norm        db += sum_n dout
+ * dinp is done per row; dw and db per column block, rows in order. */
+static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + (size_t)n * C;
+    const float *dy = dout + (size_t)n * C;
+    float m = mean[n], s = rstd[n];
+    float g_mean = 0.0f, gnorm_mean = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float norm = (x[c] - m) * s;
+      float g = w[c] * dy[c];
+      g_mean += g;
+      gnorm_mean += g * norm;
+    }
+    g_mean /= C;
+    gnorm_mean /= C;
+    float *dx = dinp + (size_t)n * C;
+    for (int c = 0; c < C; c++) {
+      float norm = (x[c] - m) * s;
+      float g = w[c] * dy[c];
+      dx[c] += (g - g_mean - norm * gnorm_mean) * s;
+    }
+  }
+  int nblocks = (C + MT_COL_BLOCK - 1) / MT_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int c0 = blk * MT_COL_BLOCK, c1 = min_int(c0 + MT_COL_BLOCK, C);
+    float dw_acc[MT_COL_BLOCK] = {0}, db_acc[MT_COL_BLOCK] = {0};
+    for (int n = 0; n < N; n++) {
+      const float *x = inp + (size_t)n * C;
+      const float *dy = dout + (size_t)n * C;
+      float m = mean[n], s = rstd[n];
+      for (int c = c0; c < c1; c++) {
+        dw_acc[c - c0] += (x[c] - m) * s * dy[c];
+        db_acc[c - c0] += dy[c];
+      }
+    }
+    for (int c = c0; c < c1; c++) {
+      dw[c] += dw_acc[c - c0];
+      db[c] += db_acc[c - c0];
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* matmul                                                              */
+
+/* out (N,OC) = inp (N,C) @ w^T + bias; w (OC,C), bias (OC) or NULL.
+ * One sgemm "NT": out = inp * w^T; the bias is written first, beta = 1. */
+static void matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                           int N, int C, int OC) {
+  float beta = 0.0f;
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out,
+              OC);
+}
+
+/* dinp (N,C) += dout (N,OC) @ w (OC,C)          sgemm "NN"
+ * dw (OC,C)  += dout^T (OC,N) @ inp (N,C)       sgemm "TN"
+ * dbias (OC) += sum over rows of dout           (skipped when dbias is NULL;
+ * dinp may be NULL too, for a layer whose input needs no gradient) */
+static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC) {
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
+                dinp, C);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
+              C);
+  if (dbias) {
+    int nblocks = (OC + MT_COL_BLOCK - 1) / MT_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+      int o0 = blk * MT_COL_BLOCK, o1 = min_int(o0 + MT_COL_BLOCK, OC);
+      float acc[MT_COL_BLOCK] = {0};
+      for (int n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * OC;
+        for (int o = o0; o < o1; o++) acc[o - o0] += dy[o];
+      }
+      for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* attention                                                           */
+
+/* Threading: one OpenMP thread per (b,h) head with single-threaded sgemms
+ * inside. Measured on 2 cores at B=8,T=256,C=384,NH=6, forward + backward,
+ * best of 20: heads in parallel 13 ms, a serial head loop with 2 BLAS threads
+ * 27 ms, 1 thread 26 ms (OpenBLAS SkylakeX kernels; with the Prescott
+ * fallback 29 / 61 / 57 ms): the 64-row sgemms are too small to split.
+ * It also makes attention bitwise independent of the thread count. The pool
+ * size of OpenBLAS is global, so it is set to 1 for the parallel region and
+ * restored after (sgemms called from inside a parallel region would otherwise
+ * oversubscribe or serialise on OpenBLAS's lock). */
+static int blas_threads_serial_begin(void) {
+  int n = openblas_get_num_threads();
+  if (n != 1) openblas_set_num_threads(1);
+  return n;
+}
+
+static void blas_threads_serial_end(int n) {
+  if (n != 1) openblas_set_num_threads(n);
+}
+
+/* One head. q, k, v point at this head's hs columns of (T,3C) rows (ld C3);
+ * out_h at this head's columns of out (T,C) (ld C); att_h is (T,T).
+ *   S = scale * Q K^T (T,T), causal: S[i][j] = -inf for j > i
+ *   P = softmax over each row of S, stored in att_h, exact zeros for j > i
+ *   out_h = P V (T,hs)
+ * Row block [r0,r1) of S and of P V only touches columns/keys < r1. */
+static void attention_forward_head(float *out_h, float *att_h, const float *q, const float *k,
+                                   const float *v, int T, int C, int C3, int hs, float scale) {
+  for (int r0 = 0; r0 < T; r0 += MT_ATT_BLOCK) {
+    int r1 = min_int(r0 + MT_ATT_BLOCK, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
+                q + (size_t)r0 * C3, C3, k, C3, 0.0f, att_h + (size_t)r0 * T, T);
+  }
+  for (int t = 0; t < T; t++) {
+    float *row = att_h + (size_t)t * T;
+    float maxv = row[0];
+    for (int j = 1; j <= t; j++) maxv = row[j] > maxv ? row[j] : maxv;
+    float sum = 0.0f;
+    for (int j = 0; j <= t; j++) {
+      row[j] = expf(row[j] - maxv);
+      sum += row[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= t; j++) row[j] *= inv;
+    for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+  }
+  for (int r0 = 0; r0 < T; r0 += MT_ATT_BLOCK) {
+    int r1 = min_int(r0 + MT_ATT_BLOCK, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+                att_h + (size_t)r0 * T, T, v, C3, 0.0f, out_h + (size_t)r0 * C, C);
+  }
+}
+
+/* qkv (B,T,3C) = q|k|v, head h of q at columns h*hs..h*hs+hs-1 (hs = C/NH),
+ * k at C + h*hs, v at 2C + h*hs; scale = 1/sqrt(hs). out (B,T,C) has head h
+ * at columns h*hs; att (B,NH,T,T) = P. The sgemms read qkv and write out in
+ * place through their leading dimensions: no copies. */
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH) {
+  int hs = C / NH, C3 = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+  int blas_threads = blas_threads_serial_begin();
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    int b = bh / NH, h = bh % NH;
+    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    attention_forward_head(out + (size_t)b * T * C + (size_t)h * hs, att + (size_t)bh * T * T,
+                           q, q + C, q + 2 * C, T, C, C3, hs, scale);
+  }
+  blas_threads_serial_end(blas_threads);
+}
+
+/* One head, same layout as the forward; dO = dout_h (T,hs, ld C), P = att_h.
+ *   dV += P^T dO
+ *   dP  = dO V^T                         (into dp_h, T x T scratch)
+ *   dS  = P * (dP - rowsum(dP * P))      (softmax backward, in place in dp_h)
+ *   dQ += scale * dS K
+ *   dK += scale * dS^T Q
+ * P and dS are lower triangular, so for output row block [r0,r1):
+ * dV, dK only sum rows i >= r0 and dP, dQ only columns j < r1. */
+static void attention_backward_head(float *dq, float *dk, float *dv, float *dp_h,
+                                    const float *dout_h, const float *q, const float *k,
+                                    const float *v, const float *att_h, int T, int C, int C3,
+                                    int hs, float scale) {
+  for (int r0 = 0; r0 < T; r0 += MT_ATT_BLOCK) {
+    int r1 = min_int(r0 + MT_ATT_BLOCK, T);
+    /* dV rows [r0,r1) += P[r0:T, r0:r1]^T dO[r0:T] */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, hs, T - r0, 1.0f,
+                att_h + (size_t)r0 * T + r0, T, dout_h + (size_t)r0 * C, C, 1.0f,
+                dv + (size_t)r0 * C3, C3);
+    /* dP rows [r0,r1), columns [0,r1) = dO[r0:r1] V[0:r1]^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
+                dout_h + (size_t)r0 * C, C, v, C3, 0.0f, dp_h + (size_t)r0 * T, T);
+  }
+  for (int t = 0; t < T; t++) {
+    const float *p = att_h + (size_t)t * T;
+    float *dp = dp_h + (size_t)t * T;
+    float dot = 0.0f;
+    for (int j = 0; j <= t; j++) dot += p[j] * dp[j];
+    for (int j = 0; j <= t; j++) dp[j] = p[j] * (dp[j] - dot);
+    for (int j = t + 1; j < T; j++) dp[j] = 0.0f;
+  }
+  for (int r0 = 0; r0 < T; r0 += MT_ATT_BLOCK) {
+    int r1 = min_int(r0 + MT_ATT_BLOCK, T);
+    /* dQ rows [r0,r1) += scale * dS[r0:r1, 0:r1] K[0:r1] */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, scale,
+                dp_h + (size_t)r0 * T, T, k, C3, 1.0f, dq + (size_t)r0 * C3, C3);
+    /* dK rows [r0,r1) += scale * dS[r0:T, r0:r1]^T Q[r0:T] */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, hs, T - r0, scale,
+                dp_h + (size_t)r0 * T + r0, T, q + (size_t)r0 * C3, C3, 1.0f,
+                dk + (size_t)r0 * C3, C3);
+  }
+}
+
+/* dqkv (B,T,3C) += gradients of q|k|v; dout (B,T,C); att (B,NH,T,T) from the
+ * forward; datt (B,NH,T,T) is scratch (holds dS on return). */
+static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH) {
+  int hs = C / NH, C3 = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+  int blas_threads = blas_threads_serial_begin();
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    int b = bh / NH, h = bh % NH;
+    size_t head = (size_t)b * T * C3 + (size_t)h * hs;
+    const float *q = qkv + head;
+    float *dq = dqkv + head;
+    attention_backward_head(dq, dq + C, dq + 2 * C, datt + (size_t)bh * T * T,
+                            dout + (size_t)b * T * C + (size_t)h * hs, q, q + C, q + 2 * C,
+                            att + (size_t)bh * T * T, T, C, C3, hs, scale);
+  }
+  blas_threads_serial_end(blas_threads);
+}
+
+/* ------------------------------------------------------------------ */
+/* gelu, residual                                                      */
+
+/* sqrt(2/pi); M_PI is not in strict C11 */
+#define MT_GELU_SCALE 0.7978845608028654f
+
+/* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2 */
+static void gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float cube = 0.044715f * x * x * x;
+    out[i] = 0.5f * x * (1.0f + tanhf(MT_GELU_SCALE * (x + cube)));
+  }
+}
+
+/* dinp += gelu'(inp) * dout, with u = sqrt(2/pi)(x + 0.044715 x^3):
+ * gelu'(x) = 0.5 (1 + tanh u) + 0.5 x sech^2(u) sqrt(2/pi) (1 + 3*0.044715 x^2) */
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = MT_GELU_SCALE * (x + 0.044715f * x * x * x);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    float local = 0.5f * (1.0f + th) +
+                  0.5f * x * sech2 * MT_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+/* out = a + b; out may alias a or b */
+static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* ------------------------------------------------------------------ */
+/* softmax + cross-entropy                                             */
+
+/* Row n of logits (N,Vp): p = softmax(logits[n, 0:V]), p = 0 on padding
+ * columns V..Vp-1; losses[n] = -log p[target] computed as
+ * log(sum_j exp(l_j - max)) + max - l_target, which stays finite when
+ * p[target] underflows. probs may alias logits: l_target and the max are read
+ * before the row is overwritten, and each exp is written over its own input. */
+static void softmax_xent_forward(float *losses, float *probs, const float *logits,
+                                 const int *targets, int N, int V, int Vp) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *l = logits + (size_t)n * Vp;
+    float *p = probs + (size_t)n * Vp;
+    float maxv = l[0];
+    for (int j = 1; j < V; j++) maxv = l[j] > maxv ? l[j] : maxv;
+    float l_target = l[targets[n]];
+    double sum = 0.0; /* Vp is up to ~50k terms: sum in double */
+    for (int j = 0; j < V; j++) {
+      float e = expf(l[j] - maxv);
+      p[j] = e;
+      sum += e;
+    }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < V; j++) p[j] *= inv;
+    for (int j = V; j < Vp; j++) p[j] = 0.0f;
+    losses[n] = (float)(log(sum) + (double)maxv - (double)l_target);
+  }
+}
+
+/* dlogits (N,Vp) = (probs - onehot(target)) * dloss on columns < V, 0 on the
+ * padding. This one WRITES (=) rather than accumulates: dlogits may alias
+ * probs, and the logits are an activation, not a parameter. */
+static void softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
+                                  float dloss, int N, int V, int Vp) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *p = probs + (size_t)n * Vp;
+    float *d = dlogits + (size_t)n * Vp;
+    int target = targets[n];
+    for (int j = 0; j < V; j++) d[j] = (p[j] - (j == target ? 1.0f : 0.0f)) * dloss;
+    for (int j = V; j < Vp; j++) d[j] = 0.0f;
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* optimizer helpers                                                   */
+
+/* AdamW, decoupled weight decay, step t >= 1 (after this update):
+ *   m = b1 m + (1-b1) g          v = b2 v + (1-b2) g^2
+ *   mhat = m / (1 - b1^t)        vhat = v / (1 - b2^t)
+ *   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) */
+static void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, int t) {
+  float bc1 = (float)(1.0 - pow((double)beta1, t));
+  float bc2 = (float)(1.0 - pow((double)beta2, t));
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float g = grad[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
+  }
+}
+
+/* sum of x[i]^2 in double. The range is cut into a number of chunks that
+ * depends on n only (never on the thread count); each chunk is summed in
+ * order, then the chunk sums are added in order: the same bits everywhere. */
+#define MT_SUMSQ_MAX_CHUNKS 256
+#define MT_SUMSQ_MIN_CHUNK 16384
+
+static double sumsq(const float *x, size_t n) {
+  size_t nchunks = (n + MT_SUMSQ_MIN_CHUNK - 1) / MT_SUMSQ_MIN_CHUNK;
+  if (nchunks > MT_SUMSQ_MAX_CHUNKS) nchunks = MT_SUMSQ_MAX_CHUNKS;
+  if (nchunks == 0) return 0.0;
+  size_t chunk = (n + nchunks - 1) / nchunks;
+  double partial[MT_SUMSQ_MAX_CHUNKS];
+#pragma omp parallel for schedule(static)
+  for (size_t ci = 0; ci < nchunks; ci++) {
+    size_t i0 = ci * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+    double acc = 0.0;
+    for (size_t i = i0; i < i1; i++) acc += (double)x[i] * (double)x[i];
+    partial[ci] = acc;
+  }
+  double total = 0.0;
+  for (size_t ci = 0; ci < nchunks; ci++) total += partial[ci];
+  return total;
+}
+
+/* x *= s */
+static void scale(float *x, float s, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* ------------------------------------------------------------------ */
+
+static const mt_ops g_ops_cpu = {
+    .name = "cpu",
+    .encoder_forward = encoder_forward,
+    .encoder_backward = encoder_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .matmul_forward = matmul_forward,
+    .matmul_backward = matmul_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .residual_forward = residual_forward,
+    .softmax_xent_forward = softmax_xent_forward,
+    .softmax_xent_backward = softmax_xent_backward,
+    .adamw_update = adamw_update,
+    .sumsq = sumsq,
+    .scale = scale,
+};
+
+const mt_ops *mt_ops_cpu(void) { return &g_ops_cpu; }
