@@ -8,10 +8,12 @@
  * multi-threaded sgemms in matmul) even give the same bits at any thread
  * count. Backward ops ACCUMULATE into their gradients (see kernels.h). */
 #include "kernels/kernels.h"
+#include "kernels/cpu/cpu_internal.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
 
 /* Columns (channels) per task when a sum over rows is split by column: wide
@@ -321,33 +323,6 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
 /* ------------------------------------------------------------------ */
 /* gelu, residual                                                      */
 
-/* sqrt(2/pi); M_PI is not in strict C11 */
-#define MT_GELU_SCALE 0.7978845608028654f
-
-/* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2 */
-static void gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float cube = 0.044715f * x * x * x;
-    out[i] = 0.5f * x * (1.0f + tanhf(MT_GELU_SCALE * (x + cube)));
-  }
-}
-
-/* dinp += gelu'(inp) * dout, with u = sqrt(2/pi)(x + 0.044715 x^3):
- * gelu'(x) = 0.5 (1 + tanh u) + 0.5 x sech^2(u) sqrt(2/pi) (1 + 3*0.044715 x^2) */
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float u = MT_GELU_SCALE * (x + 0.044715f * x * x * x);
-    float th = tanhf(u);
-    float sech2 = 1.0f - th * th;
-    float local = 0.5f * (1.0f + th) +
-                  0.5f * x * sech2 * MT_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += local * dout[i];
-  }
-}
 
 /* out = a + b; out may alias a or b */
 static void residual_forward(float *out, const float *a, const float *b, size_t n) {
@@ -465,8 +440,8 @@ static const mt_ops g_ops_cpu = {
     .matmul_backward = matmul_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
-    .gelu_forward = gelu_forward,
-    .gelu_backward = gelu_backward,
+    .gelu_forward = mt_cpu_gelu_forward,
+    .gelu_backward = mt_cpu_gelu_backward,
     .residual_forward = residual_forward,
     .softmax_xent_forward = softmax_xent_forward,
     .softmax_xent_backward = softmax_xent_backward,
