@@ -23,6 +23,7 @@ n=$(grep -c "^meshtrain: error:" "$WORK/stderr" || true)
 [ "$n" -eq 1 ] || fail "expected exactly one error line, got $n"
 grep "^meshtrain: error:" "$WORK/stderr" | grep -Eq -- "$REGEX" || fail "error line does not match /$REGEX/"
 ! grep -q "^\[rank" "$WORK/stderr" || fail "a rank printed a fatal message: bad input must be caught before any collective work"
+! grep -Eq "ERROR: (Address|Leak)Sanitizer|runtime error:" "$WORK/stderr" || fail "sanitizer report"
 [ "$(cat "$out/metrics.jsonl")" = "earlier result" ] || fail "earlier output was damaged"
 [ ! -f "$out/config.ini" ] || fail "config.ini written for a refused run"
 echo "PASS: rc=$rc in ${elapsed}s: $(grep '^meshtrain: error:' "$WORK/stderr")"

@@ -35,3 +35,6 @@ mt_script_test(impossible_memory badinput expect_fail.sh impossible_memory 2
   "needs about .* GiB per rank" ${T} --set model.preset=gpt2-124m --set train.micro_batch=4096 --set train.global_batch=8192)
 mt_script_test(bad_hw_profile badinput expect_fail.sh bad_hw_profile 2
   "metrics.hw: cannot open hardware profile 'no-such-gpu'" ${T} --set metrics.hw=no-such-gpu)
+
+# A short dp=2 ZeRO-1 run with validation: run under the sanitizer build too.
+mt_script_test(train_smoke sanitize train_smoke.sh)
