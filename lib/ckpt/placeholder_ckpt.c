@@ -1,0 +1,1 @@
+/* placeholder until the module lands */ typedef int mt_placeholder_ckpt;
