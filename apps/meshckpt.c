@@ -1,1 +1,528 @@
-int main(void) { return 0; }
+/* meshckpt: offline tools for meshtrain checkpoints.
+ *
+ *   meshckpt inspect DIR [--tensors]
+ *   meshckpt verify DIR [--deep] [--chunk-mb N]
+ *   meshckpt diff DIR_A DIR_B [--chunk-mb N]
+ *
+ * Runs on any number of MPI ranks (or none): tensors are shared out over the
+ * ranks and read in chunks of --chunk-mb, so memory is bounded by the chunk,
+ * not the model. Exit codes: 0 ok / equal, 1 problems found / different,
+ * 2 bad input. */
+#include <hdf5.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt_internal.h"
+#include "core/core.h"
+
+static int g_rank = 0, g_size = 1;
+static size_t g_chunk_bytes = 64u << 20;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: meshckpt inspect DIR [--tensors]     schema, layout, sizes, step\n"
+          "       meshckpt verify DIR [--deep]         manifest, coverage, checksums, steps\n"
+          "                                            (--deep: also no NaN/Inf anywhere)\n"
+          "       meshckpt diff DIR_A DIR_B            per-tensor max abs/rel difference\n"
+          "options: --chunk-mb N (read size per rank, default 64)\n"
+          "DIR is a step directory (checkpoints/step_<N>) or a checkpoints directory\n"
+          "(its newest complete step is used). Exit: 0 ok/equal, 1 problems/different,\n"
+          "2 bad input.\n");
+}
+
+/* problems found by this rank, printed by rank 0 at the end */
+typedef struct {
+  char *text;
+  size_t len, cap;
+  long count;
+} report;
+
+static void report_add(report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report_add(report *r, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  size_t n = strlen(line) + 1;
+  if (r->len + n + 1 > r->cap) {
+    r->cap = (r->len + n + 1) * 2;
+    r->text = realloc(r->text, r->cap);
+    if (!r->text) abort();
+  }
+  memcpy(r->text + r->len, line, n - 1);
+  r->len += n - 1;
+  r->text[r->len++] = '\n';
+  r->text[r->len] = '\0';
+  r->count++;
+}
+
+/* gather every rank's report lines to rank 0, in rank order; returns the total count */
+static long report_flush(report *r, FILE *f) {
+  int len = (int)r->len;
+  int *lens = g_rank == 0 ? mt_calloc((size_t)g_size, sizeof(int)) : NULL;
+  MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int *displs = NULL;
+  char *all = NULL;
+  if (g_rank == 0) {
+    displs = mt_calloc((size_t)g_size, sizeof(int));
+    int tot = 0;
+    for (int i = 0; i < g_size; i++) {
+      displs[i] = tot;
+      tot += lens[i];
+    }
+    all = mt_calloc((size_t)tot + 1, 1);
+  }
+  MPI_Gatherv(r->text ? r->text : "", len, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
+  long count = r->count;
+  MPI_Allreduce(MPI_IN_PLACE, &count, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    fputs(all, f);
+    free(all);
+    free(lens);
+    free(displs);
+  }
+  free(r->text);
+  memset(r, 0, sizeof *r);
+  return count;
+}
+
+/* ------------------------------------------------------------------ */
+/* opening                                                             */
+
+typedef struct {
+  char dir[1024];
+  char mode[32];
+  int64_t manifest_step;
+  hid_t file;
+  int n_tensors;
+  char (*names)[MT_NAME_MAX];
+} ckpt;
+
+static int resolve_dir(const char *spec, char *dir, size_t len, mt_err *e) {
+  int found = 0;
+  char tmp[1024];
+  snprintf(tmp, sizeof tmp, "%s", spec);
+  if (mt_ckpt_resolve(tmp, tmp, dir, len, &found, e) != 0) return -1;
+  if (!found) {
+    mt_err_set(e, "%s: no complete checkpoint", spec);
+    return -1;
+  }
+  return 0;
+}
+
+static int read_names(hid_t file, ckpt *c) {
+  hid_t d = H5Dopen2(file, "tensors", H5P_DEFAULT);
+  if (d < 0) return -1;
+  hid_t s = H5Dget_space(d);
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(s, &n, NULL);
+  H5Sclose(s);
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, MT_NAME_MAX);
+  c->names = mt_calloc((size_t)n + 1, MT_NAME_MAX);
+  herr_t rc = H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, c->names);
+  H5Tclose(t);
+  H5Dclose(d);
+  c->n_tensors = (int)n;
+  return rc < 0 ? -1 : 0;
+}
+
+/* every rank opens the file on its own (read-only, serial driver) */
+static int ckpt_open(const char *spec, ckpt *c, mt_err *e) {
+  memset(c, 0, sizeof *c);
+  c->file = -1;
+  if (resolve_dir(spec, c->dir, sizeof c->dir, e) != 0) return -1;
+  mt_err local = {0};
+  mt_ckpt_check_manifest(c->dir, c->mode, sizeof c->mode, &c->manifest_step, &local);
+  if (!local.failed) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", c->dir, MT_CKPT_SHARED_FILE);
+    c->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (c->file < 0) mt_err_set(&local, "%s: cannot open as HDF5 (truncated or corrupt?)", path);
+    else if (read_names(c->file, c) != 0) mt_err_set(&local, "%s: no tensor table", path);
+  }
+  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    *e = local;
+    return -1;
+  }
+  return 0;
+}
+
+static void ckpt_close(ckpt *c) {
+  if (c->file >= 0) H5Fclose(c->file);
+  free(c->names);
+}
+
+static int64_t attr_i64(hid_t obj, const char *name) {
+  int64_t v = -1;
+  if (H5Aexists(obj, name) > 0) {
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    H5Aread(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+  }
+  return v;
+}
+
+static void attr_str(hid_t obj, const char *name, char *buf, size_t len) {
+  buf[0] = '\0';
+  if (H5Aexists(obj, name) <= 0) return;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t ft = H5Aget_type(a);
+  size_t n = H5Tget_size(ft);
+  hid_t mt = H5Tcopy(H5T_C_S1);
+  H5Tset_size(mt, n);
+  char *tmp = mt_calloc(n + 1, 1);
+  H5Aread(a, mt, tmp);
+  snprintf(buf, len, "%s", tmp);
+  free(tmp);
+  H5Tclose(mt);
+  H5Tclose(ft);
+  H5Aclose(a);
+}
+
+/* a tensor's shape as 2-D (rows, cols); returns total elements or -1 */
+static long long dset_shape(hid_t d, hsize_t *rows, hsize_t *cols, int *nd) {
+  hid_t s = H5Dget_space(d);
+  hsize_t dims[4] = {0};
+  *rows = *cols = 0;
+  *nd = H5Sget_simple_extent_dims(s, dims, NULL);
+  H5Sclose(s);
+  if (*nd == 1) {
+    *rows = 1;
+    *cols = dims[0];
+  } else if (*nd == 2) {
+    *rows = dims[0];
+    *cols = dims[1];
+  } else {
+    return -1;
+  }
+  return (long long)(*rows * *cols);
+}
+
+/* read rows [r0, r0+nr) of a tensor seen as 2-D */
+static int read_rows(hid_t d, int nd, hsize_t r0, hsize_t nr, hsize_t cols, float *buf) {
+  hid_t fs = H5Dget_space(d);
+  hsize_t start[2] = {r0, 0}, count[2] = {nr, cols};
+  if (nd == 1) {
+    start[0] = 0;
+    count[0] = cols;
+  }
+  H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+  hsize_t n = nr * cols;
+  hid_t ms = H5Screate_simple(1, &n, NULL);
+  herr_t rc = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
+  H5Sclose(ms);
+  H5Sclose(fs);
+  return rc < 0 ? -1 : 0;
+}
+
+static hsize_t rows_per_chunk(hsize_t cols) {
+  hsize_t r = (hsize_t)(g_chunk_bytes / (cols * sizeof(float)));
+  return r ? r : 1;
+}
+
+static void dataset_path(char *out, size_t len, int group, const char *name) {
+  snprintf(out, len, "/%s/%s", mt_ckpt_group_path(group), name);
+}
+
+/* ------------------------------------------------------------------ */
+/* inspect                                                             */
+
+static int cmd_inspect(ckpt *c, int list_tensors) {
+  if (g_rank != 0) return 0;
+  static const char *keys[] = {"step", "samples", "tokens", "optimizer_step", "seed",
+                               "n_layer", "n_embd", "n_head", "seq_len", "vocab"};
+  char fmt[64], version[32];
+  attr_str(c->file, "format", fmt, sizeof fmt);
+  attr_str(c->file, "version", version, sizeof version);
+  printf("checkpoint %s\n  format %s %s, mode %s\n", c->dir, fmt, version, c->mode);
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    printf("  %-15s %lld\n", keys[i], (long long)attr_i64(c->file, keys[i]));
+  printf("  written by      dp=%lld tp=%lld pp=%lld cp=%lld zero=%lld on %lld ranks\n",
+         (long long)attr_i64(c->file, "dp"), (long long)attr_i64(c->file, "tp"),
+         (long long)attr_i64(c->file, "pp"), (long long)attr_i64(c->file, "cp"),
+         (long long)attr_i64(c->file, "zero"), (long long)attr_i64(c->file, "world"));
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    long long elems = 0;
+    for (int i = 0; i < c->n_tensors; i++) {
+      char path[256];
+      dataset_path(path, sizeof path, g, c->names[i]);
+      hid_t d = H5Dopen2(c->file, path, H5P_DEFAULT);
+      if (d < 0) continue;
+      hsize_t r, k;
+      int nd;
+      long long n = dset_shape(d, &r, &k, &nd);
+      if (n > 0) elems += n;
+      if (list_tensors && g == 0) {
+        char split[32];
+        attr_str(d, "tp_split", split, sizeof split);
+        if (nd == 2) printf("    %-34s [%llu, %llu]  %s\n", c->names[i], (unsigned long long)r,
+                            (unsigned long long)k, split);
+        else printf("    %-34s [%llu]  %s\n", c->names[i], (unsigned long long)k, split);
+      }
+      H5Dclose(d);
+    }
+    printf("  %-18s %d tensors, %lld elements, %.2f MB fp32\n", mt_ckpt_group_path(g),
+           c->n_tensors, elems, elems * 4.0 / 1e6);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* verify                                                              */
+
+static int boxes_overlap(const int64_t *a, const int64_t *b) {
+  return a[MT_IX_START0] < b[MT_IX_START0] + b[MT_IX_COUNT0] &&
+         b[MT_IX_START0] < a[MT_IX_START0] + a[MT_IX_COUNT0] &&
+         a[MT_IX_START1] < b[MT_IX_START1] + b[MT_IX_COUNT1] &&
+         b[MT_IX_START1] < a[MT_IX_START1] + a[MT_IX_COUNT1];
+}
+
+static int cmd_verify(ckpt *c, int deep) {
+  report rep = {0};
+  int64_t step = attr_i64(c->file, "step");
+  char dir_base[1024];
+  const char *slash = strrchr(c->dir, '/');
+  snprintf(dir_base, sizeof dir_base, "%s", slash ? slash + 1 : c->dir);
+  char expect_name[64];
+  snprintf(expect_name, sizeof expect_name, "step_%lld", (long long)step);
+  if (g_rank == 0 && (step != c->manifest_step || strcmp(dir_base, expect_name) != 0))
+    report_add(&rep, "steps disagree: file %lld, manifest %lld, directory %s", (long long)step,
+               (long long)c->manifest_step, dir_base);
+  /* the index */
+  hid_t d = H5Dopen2(c->file, "index", H5P_DEFAULT);
+  hsize_t dims[2] = {0, 0};
+  int64_t *rows = NULL;
+  if (d >= 0) {
+    hid_t s = H5Dget_space(d);
+    H5Sget_simple_extent_dims(s, dims, NULL);
+    H5Sclose(s);
+    rows = mt_malloc((size_t)(dims[0] * dims[1]) * sizeof(int64_t) + 8);
+    if (dims[1] != MT_CKPT_INDEX_COLS || H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows) < 0)
+      dims[0] = 0;
+    H5Dclose(d);
+  }
+  if (!rows || dims[0] == 0) {
+    if (g_rank == 0) report_add(&rep, "%s: unreadable or empty index", c->dir);
+  }
+  long boxes_checked = 0;
+  double bytes_checked = 0;
+  float *buf = mt_malloc(g_chunk_bytes + 64);
+  /* per tensor (shared out over ranks): coverage exactly once, then checksums */
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    for (int ti = 0; ti < c->n_tensors; ti++) {
+      if ((g * c->n_tensors + ti) % g_size != g_rank) continue;
+      char path[256];
+      dataset_path(path, sizeof path, g, c->names[ti]);
+      hid_t ds = H5Dopen2(c->file, path, H5P_DEFAULT);
+      if (ds < 0) {
+        report_add(&rep, "%s: missing", path);
+        continue;
+      }
+      hsize_t nrows, ncols;
+      int nd;
+      long long numel = dset_shape(ds, &nrows, &ncols, &nd);
+      long long covered = 0;
+      int n_mine = 0, overlap = 0;
+      for (hsize_t i = 0; i < dims[0]; i++) {
+        const int64_t *r = rows + i * MT_CKPT_INDEX_COLS;
+        if (r[MT_IX_GROUP] != g || r[MT_IX_TENSOR] != ti) continue;
+        covered += r[MT_IX_COUNT0] * r[MT_IX_COUNT1];
+        for (hsize_t j = i + 1; j < dims[0] && !overlap; j++) {
+          const int64_t *q = rows + j * MT_CKPT_INDEX_COLS;
+          if (q[MT_IX_GROUP] == g && q[MT_IX_TENSOR] == ti && boxes_overlap(r, q)) overlap = 1;
+        }
+        n_mine++;
+        /* checksum of the box, read in row chunks */
+        size_t vol = (size_t)(r[MT_IX_COUNT0] * r[MT_IX_COUNT1]);
+        XXH64_state_t *hs = XXH64_createState();
+        XXH64_reset(hs, 0);
+        int bad_read = 0;
+        hsize_t per = rows_per_chunk((hsize_t)r[MT_IX_COUNT1]);
+        for (int64_t r0 = 0; r0 < r[MT_IX_COUNT0] && !bad_read; r0 += (int64_t)per) {
+          hsize_t nr = (hsize_t)(r[MT_IX_COUNT0] - r0) < per ? (hsize_t)(r[MT_IX_COUNT0] - r0) : per;
+          hid_t fs = H5Dget_space(ds);
+          hsize_t start[2] = {(hsize_t)(r[MT_IX_START0] + r0), (hsize_t)r[MT_IX_START1]};
+          hsize_t count[2] = {nr, (hsize_t)r[MT_IX_COUNT1]};
+          if (nd == 1) {
+            start[0] = (hsize_t)r[MT_IX_START1];
+            count[0] = (hsize_t)r[MT_IX_COUNT1];
+          }
+          H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+          hsize_t n = nr * (hsize_t)r[MT_IX_COUNT1];
+          hid_t ms = H5Screate_simple(1, &n, NULL);
+          if (H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0) bad_read = 1;
+          else XXH64_update(hs, buf, (size_t)n * sizeof(float));
+          H5Sclose(ms);
+          H5Sclose(fs);
+        }
+        uint64_t h = XXH64_digest(hs), want;
+        XXH64_freeState(hs);
+        memcpy(&want, &r[MT_IX_XXH64], sizeof want);
+        if (bad_read || h != want)
+          report_add(&rep, "%s: %s in box [%lld:%lld, %lld:%lld] written by rank %lld", path,
+                     bad_read ? "unreadable data" : "checksum mismatch (corrupt data)",
+                     (long long)r[MT_IX_START0], (long long)(r[MT_IX_START0] + r[MT_IX_COUNT0]),
+                     (long long)r[MT_IX_START1], (long long)(r[MT_IX_START1] + r[MT_IX_COUNT1]),
+                     (long long)r[MT_IX_WRITER]);
+        boxes_checked++;
+        bytes_checked += (double)vol * 4;
+      }
+      if (overlap) report_add(&rep, "%s: written boxes overlap", path);
+      if (covered != numel)
+        report_add(&rep, "%s: boxes cover %lld of %lld elements", path, covered, numel);
+      if (deep && numel > 0) {
+        long long nonfinite = 0;
+        hsize_t per = rows_per_chunk(ncols);
+        for (hsize_t r0 = 0; r0 < nrows; r0 += per) {
+          hsize_t nr = nrows - r0 < per ? nrows - r0 : per;
+          if (read_rows(ds, nd, r0, nr, ncols, buf) != 0) {
+            report_add(&rep, "%s: unreadable rows %llu..%llu", path, (unsigned long long)r0,
+                       (unsigned long long)(r0 + nr));
+            break;
+          }
+          for (hsize_t k = 0; k < nr * ncols; k++) nonfinite += !isfinite(buf[k]);
+        }
+        if (nonfinite) report_add(&rep, "%s: %lld NaN or Inf values", path, nonfinite);
+      }
+      H5Dclose(ds);
+    }
+  }
+  free(buf);
+  free(rows);
+  MPI_Allreduce(MPI_IN_PLACE, &boxes_checked, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &bytes_checked, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  long problems = report_flush(&rep, stdout);
+  if (g_rank == 0) {
+    if (problems) printf("verify: %s: %ld problem(s)\n", c->dir, problems);
+    else printf("verify: %s: OK (step %lld, %d tensors x %d groups, %ld boxes, %.1f MB checked%s)\n",
+                c->dir, (long long)step, c->n_tensors, MT_CKPT_NGROUPS, boxes_checked,
+                bytes_checked / 1e6, deep ? ", no NaN/Inf" : "");
+  }
+  return problems ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* diff                                                                */
+
+static int cmd_diff(ckpt *a, ckpt *b) {
+  report rep = {0};
+  int differ = 0;
+  if (a->n_tensors != b->n_tensors) {
+    if (g_rank == 0) report_add(&rep, "tensor counts differ: %d vs %d", a->n_tensors, b->n_tensors);
+    differ = 1;
+  }
+  float *x = mt_malloc(g_chunk_bytes / 2 + 64), *y = mt_malloc(g_chunk_bytes / 2 + 64);
+  size_t half = g_chunk_bytes / 2;
+  int n = a->n_tensors < b->n_tensors ? a->n_tensors : b->n_tensors;
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    for (int ti = 0; ti < n; ti++) {
+      if ((g * n + ti) % g_size != g_rank) continue;
+      char pa[256];
+      dataset_path(pa, sizeof pa, g, a->names[ti]);
+      hid_t da = H5Dopen2(a->file, pa, H5P_DEFAULT), db = H5Dopen2(b->file, pa, H5P_DEFAULT);
+      hsize_t ra = 0, ca = 0, rb = 0, cb = 0;
+      int nda = 0, ndb = 0;
+      if (da < 0 || db < 0 || dset_shape(da, &ra, &ca, &nda) != dset_shape(db, &rb, &cb, &ndb) ||
+          ra != rb || ca != cb) {
+        report_add(&rep, "%s: missing or of another shape in one checkpoint", pa);
+        differ = 1;
+      } else {
+        double max_abs = 0, max_rel = 0;
+        long long ndiff = 0;
+        hsize_t per = (hsize_t)(half / (ca * sizeof(float)));
+        if (!per) per = 1;
+        for (hsize_t r0 = 0; r0 < ra; r0 += per) {
+          hsize_t nr = ra - r0 < per ? ra - r0 : per;
+          if (read_rows(da, nda, r0, nr, ca, x) || read_rows(db, ndb, r0, nr, ca, y)) {
+            report_add(&rep, "%s: unreadable", pa);
+            differ = 1;
+            break;
+          }
+          for (hsize_t k = 0; k < nr * ca; k++) {
+            if (memcmp(&x[k], &y[k], sizeof(float)) == 0) continue;
+            double d = fabs((double)x[k] - (double)y[k]);
+            double m = fmax(fabs((double)x[k]), fabs((double)y[k]));
+            ndiff++;
+            if (d > max_abs) max_abs = d;
+            if (m > 0 && d / m > max_rel) max_rel = d / m;
+          }
+        }
+        if (ndiff) {
+          report_add(&rep, "%-48s %lld values differ, max abs %.3g, max rel %.3g", pa, ndiff,
+                     max_abs, max_rel);
+          differ = 1;
+        }
+      }
+      if (da >= 0) H5Dclose(da);
+      if (db >= 0) H5Dclose(db);
+    }
+  }
+  free(x);
+  free(y);
+  MPI_Allreduce(MPI_IN_PLACE, &differ, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  report_flush(&rep, stdout);
+  int64_t sa = attr_i64(a->file, "step"), sb = attr_i64(b->file, "step");
+  if (g_rank == 0) {
+    if (sa != sb) printf("note: steps differ (%lld vs %lld)\n", (long long)sa, (long long)sb);
+    printf("diff: %s\n", differ ? "different" : "equal (every tensor bitwise identical)");
+  }
+  return differ ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  mt_log_init(g_rank);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  mt_err err = {0};
+  const char *cmd = argc > 1 ? argv[1] : NULL;
+  const char *pos[2] = {NULL, NULL};
+  int npos = 0, deep = 0, list = 0;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--deep")) deep = 1;
+    else if (!strcmp(argv[i], "--tensors")) list = 1;
+    else if (!strcmp(argv[i], "--chunk-mb") && i + 1 < argc) {
+      double mb = atof(argv[++i]);
+      if (!(mb > 0)) mt_err_set(&err, "--chunk-mb: '%s' is not a positive number", argv[i]);
+      else g_chunk_bytes = (size_t)(mb * 1048576.0);
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) cmd = "help";
+    else if (argv[i][0] == '-') mt_err_set(&err, "unknown option '%s'", argv[i]);
+    else if (npos < 2) pos[npos++] = argv[i];
+    else mt_err_set(&err, "too many arguments ('%s')", argv[i]);
+  }
+  if (!cmd || !strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    if (g_rank == 0) usage(cmd ? stdout : stderr);
+    MPI_Finalize();
+    return cmd ? 0 : MT_EXIT_BADINPUT;
+  }
+  int need = !strcmp(cmd, "diff") ? 2 : 1;
+  if (strcmp(cmd, "inspect") && strcmp(cmd, "verify") && strcmp(cmd, "diff"))
+    mt_err_set(&err, "unknown command '%s' (inspect|verify|diff)", cmd);
+  else if (npos != need)
+    mt_err_set(&err, "%s needs %d checkpoint director%s", cmd, need, need == 1 ? "y" : "ies");
+  mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  ckpt a, b;
+  int rc = 0;
+  ckpt_open(pos[0], &a, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  if (need == 2) {
+    ckpt_open(pos[1], &b, &err);
+    mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  }
+  if (!strcmp(cmd, "inspect")) rc = cmd_inspect(&a, list);
+  else if (!strcmp(cmd, "verify")) rc = cmd_verify(&a, deep);
+  else rc = cmd_diff(&a, &b);
+  ckpt_close(&a);
+  if (need == 2) ckpt_close(&b);
+  MPI_Finalize();
+  return rc;
+}

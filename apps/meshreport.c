@@ -1,1 +1,776 @@
-int main(void) { return 0; }
+/* meshreport: turns run and campaign results into tables and plots.
+ *
+ *   meshreport CAMPAIGN_DIR [--out DIR]           (a dir with manifest.json)
+ *   meshreport RUN_DIR... --out DIR [--scaling strong|weak]
+ *
+ * Reads each run's summary.json and metrics.jsonl (training) or bench.jsonl
+ * (meshbench collectives), groups repeats of the same point (nodes, ranks,
+ * layout) and writes into DIR:
+ *   runs.csv      one row per run, failed ones included with their status
+ *   summary.csv   one row per point: mean, spread, speedup, efficiency, MFU,
+ *                 step-time breakdown
+ *   bench.csv     one row per collective, ranks and size (bench runs)
+ *   report.md     the tables, the failed or missing runs, the plots
+ *   speedup.png efficiency.png breakdown.png busbw.png   via gnuplot
+ * and prints the Markdown table. Speedup and efficiency are against the
+ * point with the fewest ranks (N0, throughput T0):
+ *   strong scaling  S = T/T0 (throughputs; = t0/t for step times), E = S*N0/N
+ *   weak scaling    E = t0/t (step times), S = E*N/N0
+ * A run that failed, never ran or left unreadable files is listed, never fatal.
+ * Exit codes: 0 report written, 2 bad input (options, unreadable manifest),
+ * 3 cannot write the output. */
+#include "core/core.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define PROG "meshreport"
+#define PATH_LEN 4096
+
+/* step-time components, as metrics.jsonl names them, plus what is left */
+static const char *g_parts[] = {"compute", "dp_comm", "optimizer", "data", "eval", "other"};
+#define N_PARTS 6
+
+typedef struct {
+  char id[256], dir[PATH_LEN], layout[64], status[256];
+  int nodes, ranks, repeat, ok, is_bench;
+  double tokens_per_s, tokens_per_s_per_rank, mean_step_s, mfu, final_loss;
+  double part_s[N_PARTS]; /* mean seconds per step of each component */
+  int steps;
+} run_rec;
+
+typedef struct {
+  int nodes, ranks, n_ok, n_total;
+  char layout[64];
+  double tps_mean, tps_std, tps_min, tps_max, tps_per_rank, step_s, mfu, speedup, efficiency;
+  double part_s[N_PARTS];
+} point_rec;
+
+typedef struct {
+  char op[32], run[256];
+  int ranks, nodes;
+  double bytes, time_us, algbw, busbw, wrong;
+} bench_rec;
+
+typedef struct {
+  run_rec *runs;
+  int n_runs, cap_runs;
+  bench_rec *bench;
+  int n_bench, cap_bench;
+  char name[256], scaling[16];
+} report;
+
+static void __attribute__((format(printf, 1, 2), noreturn)) die_input(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: error: ", PROG);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(MT_EXIT_BADINPUT);
+}
+
+static void __attribute__((format(printf, 1, 2), noreturn)) die_runtime(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: error: ", PROG);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(MT_EXIT_RUNTIME);
+}
+
+/* the whole file as a NUL-terminated string, or NULL */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  size_t got;
+  while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (n + 1 == cap) {
+      char *bigger = realloc(buf, cap * 2);
+      if (!bigger) free(buf);
+      buf = bigger, cap *= 2;
+    }
+  }
+  fclose(f);
+  if (buf) buf[n] = '\0';
+  return buf;
+}
+
+static cJSON *read_json(const char *path) {
+  char *text = read_text(path);
+  if (!text) return NULL;
+  cJSON *j = cJSON_Parse(text);
+  free(text);
+  return j;
+}
+
+static double num_or(const cJSON *o, const char *key, double fallback) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : fallback;
+}
+
+/* snprintf that truncates silently (labels, statuses) */
+static void __attribute__((format(printf, 3, 4))) fmt_into(char *dst, size_t cap, const char *fmt,
+                                                           ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(dst, cap, fmt, ap);
+  va_end(ap);
+}
+
+static void copy_str(char *dst, size_t cap, const char *src) { fmt_into(dst, cap, "%s", src ? src : ""); }
+
+/* a/b (b alone when absolute); a path that does not fit is bad input */
+static void path_join(char *out, const char *a, const char *b) {
+  int n = b[0] == '/' || !a[0] ? snprintf(out, PATH_LEN, "%s", b)
+                               : snprintf(out, PATH_LEN, "%s/%s", a, b);
+  if (n < 0 || n >= PATH_LEN) die_input("path too long: %s/%s", a, b);
+}
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static run_rec *add_run(report *r) {
+  if (r->n_runs == r->cap_runs) {
+    r->cap_runs = r->cap_runs ? 2 * r->cap_runs : 16;
+    r->runs = realloc(r->runs, (size_t)r->cap_runs * sizeof(run_rec));
+    if (!r->runs) die_runtime("out of memory");
+  }
+  run_rec *x = &r->runs[r->n_runs++];
+  memset(x, 0, sizeof *x);
+  return x;
+}
+
+static void add_bench(report *r, const bench_rec *b) {
+  if (r->n_bench == r->cap_bench) {
+    r->cap_bench = r->cap_bench ? 2 * r->cap_bench : 64;
+    r->bench = realloc(r->bench, (size_t)r->cap_bench * sizeof(bench_rec));
+    if (!r->bench) die_runtime("out of memory");
+  }
+  r->bench[r->n_bench++] = *b;
+}
+
+/* the one-line status the job script left (done, failed: exit 3, ...) */
+static void read_status(const char *dir, char *out, size_t cap) {
+  char p[PATH_LEN];
+  path_join(p, dir, "status");
+  char *s = read_text(p);
+  if (!s) {
+    copy_str(out, cap, "");
+    return;
+  }
+  s[strcspn(s, "\n")] = '\0';
+  copy_str(out, cap, s);
+  free(s);
+}
+
+/* per-step means of the time_s components over metrics.jsonl, skipping the
+ * first step (warm-up) when there are more */
+static void read_breakdown(run_rec *x) {
+  char p[PATH_LEN];
+  path_join(p, x->dir, "metrics.jsonl");
+  FILE *f = fopen(p, "r");
+  if (!f) return;
+  char *line = NULL;
+  size_t cap = 0;
+  double sum[N_PARTS] = {0}, first[N_PARTS] = {0};
+  int n = 0;
+  while (getline(&line, &cap, f) > 0) {
+    cJSON *j = cJSON_Parse(line);
+    if (!j) continue;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "time_s");
+    double step = num_or(j, "step_s", NAN), known = 0.0, v[N_PARTS] = {0};
+    if (cJSON_IsObject(t) && !isnan(step)) {
+      for (int k = 0; k < N_PARTS - 1; k++) v[k] = num_or(t, g_parts[k], 0.0), known += v[k];
+      v[N_PARTS - 1] = step > known ? step - known : 0.0;
+      for (int k = 0; k < N_PARTS; k++) {
+        if (n == 0) first[k] = v[k];
+        sum[k] += v[k];
+      }
+      n++;
+    }
+    cJSON_Delete(j);
+  }
+  free(line);
+  fclose(f);
+  x->steps = n;
+  for (int k = 0; k < N_PARTS; k++)
+    x->part_s[k] = n > 1 ? (sum[k] - first[k]) / (n - 1) : n == 1 ? sum[k] : NAN;
+}
+
+/* bench.jsonl rows of one run (meshbench collectives) */
+static int read_bench(report *r, const run_rec *x) {
+  char p[PATH_LEN];
+  path_join(p, x->dir, "bench.jsonl");
+  FILE *f = fopen(p, "r");
+  if (!f) return 0;
+  char *line = NULL;
+  size_t cap = 0;
+  int rows = 0;
+  while (getline(&line, &cap, f) > 0) {
+    cJSON *j = cJSON_Parse(line);
+    const cJSON *op = j ? cJSON_GetObjectItemCaseSensitive(j, "bench") : NULL;
+    if (cJSON_IsString(op) && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "busbw_gbs"))) {
+      bench_rec b = {0};
+      copy_str(b.op, sizeof b.op, op->valuestring);
+      copy_str(b.run, sizeof b.run, x->id);
+      b.ranks = (int)num_or(j, "ranks", x->ranks);
+      b.nodes = x->nodes ? x->nodes : (int)num_or(j, "nodes", 1);
+      b.bytes = num_or(j, "bytes", 0);
+      b.time_us = num_or(j, "time_us", NAN);
+      b.algbw = num_or(j, "algbw_gbs", NAN);
+      b.busbw = num_or(j, "busbw_gbs", NAN);
+      b.wrong = num_or(j, "wrong", 0);
+      add_bench(r, &b);
+      rows++;
+    }
+    cJSON_Delete(j);
+  }
+  free(line);
+  fclose(f);
+  return rows;
+}
+
+/* one run directory; plan (a manifest entry or point.json) may be NULL */
+static void load_run(report *r, const char *dir, const cJSON *plan) {
+  run_rec *x = add_run(r);
+  copy_str(x->dir, sizeof x->dir, dir);
+  const char *base = strrchr(dir, '/');
+  copy_str(x->id, sizeof x->id, base && base[1] ? base + 1 : dir);
+  cJSON *point = NULL;
+  if (!plan) {
+    char p[PATH_LEN];
+    path_join(p, dir, "point.json");
+    plan = point = read_json(p);
+  }
+  if (plan) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(plan, "id");
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(plan, "layout_name");
+    if (cJSON_IsString(id)) copy_str(x->id, sizeof x->id, id->valuestring);
+    if (cJSON_IsString(lay)) copy_str(x->layout, sizeof x->layout, lay->valuestring);
+    x->nodes = (int)num_or(plan, "nodes", 0);
+    x->ranks = (int)num_or(plan, "ranks", 0);
+    x->repeat = (int)num_or(plan, "repeat", 0);
+  }
+  cJSON_Delete(point);
+  read_status(dir, x->status, sizeof x->status);
+  if (!is_dir(dir)) {
+    copy_str(x->status, sizeof x->status, "missing: no run directory");
+    return;
+  }
+  if (read_bench(r, x) > 0) {
+    x->ok = x->is_bench = 1;
+    if (!x->status[0]) copy_str(x->status, sizeof x->status, "done");
+    return;
+  }
+  char p[PATH_LEN];
+  path_join(p, dir, "summary.json");
+  cJSON *s = read_json(p);
+  if (!s || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(s, "tokens_per_s"))) {
+    char why[256];
+    copy_str(why, sizeof why, x->status[0] ? x->status : "never ran");
+    fmt_into(x->status, sizeof x->status, "%s (%s)", why,
+             s ? "summary.json lacks tokens_per_s"
+               : (access(p, F_OK) == 0 ? "summary.json unreadable" : "no summary.json"));
+    cJSON_Delete(s);
+    return;
+  }
+  const cJSON *lay = cJSON_GetObjectItemCaseSensitive(s, "layout");
+  int world = (int)num_or(lay, "world", 0);
+  if (!x->ranks) x->ranks = world;
+  if (!x->nodes) x->nodes = 1;
+  if (!x->layout[0] && cJSON_IsObject(lay))
+    fmt_into(x->layout, sizeof x->layout, "dp%d-tp%d-pp%d-cp%d", (int)num_or(lay, "dp", 1),
+             (int)num_or(lay, "tp", 1), (int)num_or(lay, "pp", 1), (int)num_or(lay, "cp", 1));
+  x->tokens_per_s = num_or(s, "tokens_per_s", NAN);
+  x->tokens_per_s_per_rank = num_or(s, "tokens_per_s_per_rank", x->tokens_per_s / (x->ranks ? x->ranks : 1));
+  x->mean_step_s = num_or(s, "mean_step_s", NAN);
+  x->mfu = num_or(s, "mfu", NAN);
+  x->final_loss = num_or(s, "final_loss", NAN);
+  cJSON_Delete(s);
+  if (x->ranks <= 0 || !(x->tokens_per_s > 0)) {
+    fmt_into(x->status, sizeof x->status, "failed (summary.json: no ranks or tokens_per_s)");
+    return;
+  }
+  read_breakdown(x);
+  x->ok = 1;
+  if (!x->status[0]) copy_str(x->status, sizeof x->status, "done");
+}
+
+static void load_campaign(report *r, const char *dir) {
+  char p[PATH_LEN];
+  path_join(p, dir, "manifest.json");
+  cJSON *m = read_json(p);
+  if (!m) die_input("%s: cannot read or parse the campaign manifest", p);
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name");
+  const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(m, "scaling");
+  const cJSON *points = cJSON_GetObjectItemCaseSensitive(m, "points");
+  if (!cJSON_IsArray(points)) die_input("%s: no \"points\" array", p);
+  if (cJSON_IsString(name) && !r->name[0]) copy_str(r->name, sizeof r->name, name->valuestring);
+  if (cJSON_IsString(scaling) && !r->scaling[0])
+    copy_str(r->scaling, sizeof r->scaling, scaling->valuestring);
+  const cJSON *pt;
+  cJSON_ArrayForEach(pt, points) {
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(pt, "dir");
+    if (!cJSON_IsString(d)) continue;
+    char run_dir[PATH_LEN];
+    path_join(run_dir, dir, d->valuestring);
+    load_run(r, run_dir, pt);
+  }
+  cJSON_Delete(m);
+}
+
+/* ------------------------------------------------------------------ */
+/* grouping and scaling figures                                        */
+
+static int find_point(point_rec *pts, int n, const run_rec *x) {
+  for (int i = 0; i < n; i++)
+    if (pts[i].nodes == x->nodes && pts[i].ranks == x->ranks && !strcmp(pts[i].layout, x->layout))
+      return i;
+  return -1;
+}
+
+static int cmp_points(const void *a, const void *b) {
+  const point_rec *p = a, *q = b;
+  if (p->ranks != q->ranks) return p->ranks - q->ranks;
+  if (p->nodes != q->nodes) return p->nodes - q->nodes;
+  return strcmp(p->layout, q->layout);
+}
+
+/* the training points, sorted by ranks; returns how many */
+static int make_points(const report *r, point_rec **out) {
+  point_rec *pts = calloc((size_t)r->n_runs + 1, sizeof(point_rec));
+  int n = 0;
+  for (int i = 0; i < r->n_runs; i++) {
+    const run_rec *x = &r->runs[i];
+    if (x->is_bench || x->ranks <= 0) continue;
+    int k = find_point(pts, n, x);
+    if (k < 0) {
+      k = n++;
+      pts[k].nodes = x->nodes, pts[k].ranks = x->ranks;
+      copy_str(pts[k].layout, sizeof pts[k].layout, x->layout);
+    }
+    pts[k].n_total++;
+    if (!x->ok) continue;
+    point_rec *p = &pts[k];
+    if (p->n_ok == 0) p->tps_min = p->tps_max = x->tokens_per_s;
+    p->n_ok++;
+    p->tps_mean += x->tokens_per_s;
+    p->tps_min = fmin(p->tps_min, x->tokens_per_s);
+    p->tps_max = fmax(p->tps_max, x->tokens_per_s);
+    p->step_s += x->mean_step_s;
+    p->mfu += x->mfu;
+    p->tps_per_rank += x->tokens_per_s_per_rank;
+    for (int c = 0; c < N_PARTS; c++) p->part_s[c] += x->part_s[c];
+  }
+  for (int k = 0; k < n; k++) {
+    point_rec *p = &pts[k];
+    if (!p->n_ok) continue;
+    double m = p->n_ok;
+    p->tps_mean /= m, p->step_s /= m, p->mfu /= m, p->tps_per_rank /= m;
+    for (int c = 0; c < N_PARTS; c++) p->part_s[c] /= m;
+    double ss = 0.0; /* sample standard deviation over repeats */
+    for (int i = 0; i < r->n_runs; i++) {
+      const run_rec *x = &r->runs[i];
+      if (x->ok && !x->is_bench && find_point(p, 1, x) == 0)
+        ss += (x->tokens_per_s - p->tps_mean) * (x->tokens_per_s - p->tps_mean);
+    }
+    p->tps_std = p->n_ok > 1 ? sqrt(ss / (p->n_ok - 1)) : 0.0;
+  }
+  qsort(pts, (size_t)n, sizeof(point_rec), cmp_points);
+  /* reference: the successful point with the fewest ranks (then nodes) */
+  const point_rec *ref = NULL;
+  for (int k = 0; k < n && !ref; k++)
+    if (pts[k].n_ok) ref = &pts[k];
+  int weak = !strcmp(r->scaling, "weak");
+  for (int k = 0; k < n; k++) {
+    point_rec *p = &pts[k];
+    p->speedup = p->efficiency = NAN;
+    if (!ref || !p->n_ok) continue;
+    double ratio = (double)p->ranks / ref->ranks;
+    if (weak) {
+      p->efficiency = ref->step_s / p->step_s;
+      p->speedup = p->efficiency * ratio;
+    } else {
+      p->speedup = p->tps_mean / ref->tps_mean;
+      p->efficiency = p->speedup / ratio;
+    }
+  }
+  *out = pts;
+  return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* output                                                              */
+
+static FILE *open_out(const char *dir, const char *name, char *path) {
+  path_join(path, dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f) die_runtime("cannot write %s: %s", path, strerror(errno));
+  return f;
+}
+
+static void close_out(FILE *f, const char *path) {
+  if (ferror(f) || fclose(f) != 0) die_runtime("writing %s failed", path);
+}
+
+/* a CSV field: numbers as %.9g, NaN as empty */
+static void csv_num(FILE *f, double v) {
+  if (isnan(v))
+    fputs(",", f);
+  else
+    fprintf(f, ",%.9g", v);
+}
+
+static void write_csvs(const char *out, const report *r, const point_rec *pts, int n_pts) {
+  char path[PATH_LEN];
+  FILE *f = open_out(out, "runs.csv", path);
+  fprintf(f, "id,dir,status,ok,nodes,ranks,layout,repeat,tokens_per_s,tokens_per_s_per_rank,"
+             "mean_step_s,mfu,final_loss");
+  for (int c = 0; c < N_PARTS; c++) fprintf(f, ",%s_s", g_parts[c]);
+  fputc('\n', f);
+  for (int i = 0; i < r->n_runs; i++) {
+    const run_rec *x = &r->runs[i];
+    if (x->is_bench) continue;
+    char status[256];
+    copy_str(status, sizeof status, x->status);
+    for (char *c = status; *c; c++)
+      if (*c == ',' || *c == '"') *c = ';';
+    fprintf(f, "%s,%s,%s,%d,%d,%d,%s,%d", x->id, x->dir, status, x->ok, x->nodes, x->ranks,
+            x->layout, x->repeat);
+    if (x->ok) {
+      csv_num(f, x->tokens_per_s), csv_num(f, x->tokens_per_s_per_rank);
+      csv_num(f, x->mean_step_s), csv_num(f, x->mfu), csv_num(f, x->final_loss);
+      for (int c = 0; c < N_PARTS; c++) csv_num(f, x->part_s[c]);
+    } else {
+      for (int c = 0; c < 5 + N_PARTS; c++) fputc(',', f);
+    }
+    fputc('\n', f);
+  }
+  close_out(f, path);
+
+  f = open_out(out, "summary.csv", path);
+  fprintf(f, "nodes,ranks,layout,runs_ok,runs,tokens_per_s_mean,tokens_per_s_std,tokens_per_s_min,"
+             "tokens_per_s_max,tokens_per_s_per_rank,step_s_mean,speedup,efficiency,mfu_mean");
+  for (int c = 0; c < N_PARTS; c++) fprintf(f, ",%s_s", g_parts[c]);
+  fputc('\n', f);
+  for (int k = 0; k < n_pts; k++) {
+    const point_rec *p = &pts[k];
+    fprintf(f, "%d,%d,%s,%d,%d", p->nodes, p->ranks, p->layout, p->n_ok, p->n_total);
+    if (p->n_ok) {
+      double v[] = {p->tps_mean, p->tps_std, p->tps_min,      p->tps_max, p->tps_per_rank,
+                    p->step_s,   p->speedup, p->efficiency, p->mfu};
+      for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) csv_num(f, v[i]);
+      for (int c = 0; c < N_PARTS; c++) csv_num(f, p->part_s[c]);
+    } else {
+      for (int c = 0; c < 9 + N_PARTS; c++) fputc(',', f);
+    }
+    fputc('\n', f);
+  }
+  close_out(f, path);
+
+  if (r->n_bench) {
+    f = open_out(out, "bench.csv", path);
+    fprintf(f, "run,op,nodes,ranks,bytes,time_us,algbw_gbs,busbw_gbs,wrong\n");
+    for (int i = 0; i < r->n_bench; i++) {
+      const bench_rec *b = &r->bench[i];
+      fprintf(f, "%s,%s,%d,%d,%.0f", b->run, b->op, b->nodes, b->ranks, b->bytes);
+      csv_num(f, b->time_us), csv_num(f, b->algbw), csv_num(f, b->busbw), csv_num(f, b->wrong);
+      fputc('\n', f);
+    }
+    close_out(f, path);
+  }
+}
+
+static void fmt_num(char *buf, size_t cap, double v, const char *fmt) {
+  if (isnan(v))
+    snprintf(buf, cap, "-");
+  else
+    snprintf(buf, cap, fmt, v);
+}
+
+/* the main Markdown table, to the report and to stdout */
+static void markdown_table(FILE *f, const report *r, const point_rec *pts, int n_pts) {
+  fprintf(f, "| nodes | ranks | layout | runs | tokens/s | ± (std) | tokens/s/rank | step (s) | "
+             "speedup | efficiency | MFU |\n");
+  fprintf(f, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int k = 0; k < n_pts; k++) {
+    const point_rec *p = &pts[k];
+    char tps[32], sd[32], tpr[32], st[32], sp[32], ef[32], mfu[32];
+    double mean = p->n_ok ? p->tps_mean : NAN;
+    fmt_num(tps, sizeof tps, mean, "%.1f");
+    fmt_num(sd, sizeof sd, p->n_ok > 1 ? p->tps_std : NAN, "%.1f");
+    fmt_num(tpr, sizeof tpr, p->n_ok ? p->tps_per_rank : NAN, "%.1f");
+    fmt_num(st, sizeof st, p->n_ok ? p->step_s : NAN, "%.4f");
+    fmt_num(sp, sizeof sp, p->speedup, "%.2f");
+    fmt_num(ef, sizeof ef, p->efficiency * 100.0, "%.1f%%");
+    fmt_num(mfu, sizeof mfu, p->n_ok ? p->mfu * 100.0 : NAN, "%.2f%%");
+    fprintf(f, "| %d | %d | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s |\n", p->nodes, p->ranks,
+            p->layout, p->n_ok, p->n_total, tps, sd, tpr, st, sp, ef, mfu);
+  }
+  (void)r;
+}
+
+/* gnuplot: one script, PNGs next to the report; returns 0 when it ran */
+static int make_plots(const char *out, const report *r, const point_rec *pts, int n_pts,
+                      char *why, size_t why_cap) {
+  if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    snprintf(why, why_cap, "gnuplot not found (apt-get install gnuplot-nox)");
+    return -1;
+  }
+  char path[PATH_LEN];
+  int n_ok = 0;
+  for (int k = 0; k < n_pts; k++) n_ok += pts[k].n_ok > 0;
+  FILE *d = open_out(out, "scaling.dat", path);
+  fprintf(d, "# ranks speedup efficiency ideal label");
+  for (int c = 0; c < N_PARTS; c++) fprintf(d, " %s_ms", g_parts[c]);
+  fputc('\n', d);
+  int ref_ranks = 0;
+  for (int k = 0; k < n_pts; k++)
+    if (pts[k].n_ok && !ref_ranks) ref_ranks = pts[k].ranks;
+  for (int k = 0; k < n_pts; k++) {
+    const point_rec *p = &pts[k];
+    if (!p->n_ok) continue;
+    fprintf(d, "%d %.9g %.9g %.9g \"%dn/%dr %s\"", p->ranks, p->speedup, p->efficiency,
+            (double)p->ranks / ref_ranks, p->nodes, p->ranks, p->layout);
+    for (int c = 0; c < N_PARTS; c++) fprintf(d, " %.9g", isnan(p->part_s[c]) ? 0.0 : p->part_s[c] * 1e3);
+    fputc('\n', d);
+  }
+  close_out(d, path);
+  if (r->n_bench) {
+    d = open_out(out, "busbw.dat", path);
+    /* one gnuplot data block per (op, ranks, nodes), separated by two blank lines */
+    int *done = calloc((size_t)r->n_bench, sizeof(int));
+    for (int i = 0; i < r->n_bench; i++) {
+      if (done[i]) continue;
+      /* the block's first row is its title (columnheader) */
+      fprintf(d, "\"%s %d ranks %d nodes\" busbw\n", r->bench[i].op, r->bench[i].ranks,
+              r->bench[i].nodes);
+      for (int j = i; j < r->n_bench; j++)
+        if (!done[j] && !strcmp(r->bench[j].op, r->bench[i].op) &&
+            r->bench[j].ranks == r->bench[i].ranks && r->bench[j].nodes == r->bench[i].nodes) {
+          fprintf(d, "%.0f %.9g\n", r->bench[j].bytes, r->bench[j].busbw);
+          done[j] = 1;
+        }
+      fprintf(d, "\n\n");
+    }
+    free(done);
+    close_out(d, path);
+  }
+  FILE *g = open_out(out, "plots.gp", path);
+  char gp_path[PATH_LEN];
+  copy_str(gp_path, sizeof gp_path, path);
+  fprintf(g, "# written by meshreport; rerun with: gnuplot plots.gp (in this directory)\n"
+             "set terminal pngcairo size 900,600 noenhanced\nset key top left\nset grid\n");
+  fprintf(g, "title = \"%s (%s scaling)\"\n", r->name[0] ? r->name : "runs",
+          r->scaling[0] ? r->scaling : "strong");
+  if (n_ok > 0) {
+    fprintf(g, "set output 'speedup.png'\nset title title.\": speedup\"\nset logscale xy 2\n"
+               "set xlabel 'ranks'\nset ylabel 'speedup'\n"
+               "plot 'scaling.dat' using 1:4 with lines dt 2 lw 2 title 'ideal', "
+               "'' using 1:2 with linespoints pt 7 lw 2 title 'measured'\n"
+               "unset logscale\n");
+    fprintf(g, "set output 'efficiency.png'\nset title title.\": parallel efficiency\"\n"
+               "set logscale x 2\nset xlabel 'ranks'\nset ylabel 'efficiency'\nset yrange [0:*]\n"
+               "plot 'scaling.dat' using 1:(1) with lines dt 2 lw 2 title 'ideal', "
+               "'' using 1:3 with linespoints pt 7 lw 2 title 'measured'\n"
+               "unset logscale\nset yrange [*:*]\n");
+    fprintf(g, "set output 'breakdown.png'\nset title title.\": step time breakdown\"\n"
+               "set style data histograms\nset style histogram rowstacked\n"
+               "set style fill solid 0.8 border -1\nset boxwidth 0.7\nset key outside right\n"
+               "set xlabel 'point'\nset ylabel 'ms per step'\nset xtics rotate by -30\n"
+               "plot 'scaling.dat' using 6:xtic(5) title '%s'", g_parts[0]);
+    for (int c = 1; c < N_PARTS; c++) fprintf(g, ", '' using %d title '%s'", 6 + c, g_parts[c]);
+    fprintf(g, "\nset xtics norotate\nset key inside top left\nset style data lines\n");
+  }
+  if (r->n_bench) {
+    fprintf(g, "set output 'busbw.png'\nset title title.\": bus bandwidth\"\nset style data linespoints\n"
+               "set logscale x 2\nset format x '%%.0b%%BB'\nset xlabel 'message size'\n"
+               "set ylabel 'busbw (GB/s)'\nset key inside top left\n"
+               "plot for [i=0:*] 'busbw.dat' index i using 1:2 with linespoints lw 2 "
+               "title columnheader(1)\n");
+  }
+  close_out(g, gp_path);
+  char cmd[PATH_LEN * 2 + 64];
+  snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot plots.gp > gnuplot.log 2>&1", out);
+  if (system(cmd) != 0) {
+    snprintf(why, why_cap, "gnuplot failed (see %s/gnuplot.log)", out);
+    return -1;
+  }
+  return 0;
+}
+
+static void write_report(const char *out, const report *r, const point_rec *pts, int n_pts) {
+  char path[PATH_LEN], why[256] = "";
+  int plots = make_plots(out, r, pts, n_pts, why, sizeof why);
+  FILE *f = open_out(out, "report.md", path);
+  int n_train = 0, n_failed = 0;
+  for (int i = 0; i < r->n_runs; i++) {
+    n_train += !r->runs[i].is_bench;
+    n_failed += !r->runs[i].ok;
+  }
+  fprintf(f, "# %s\n\n", r->name[0] ? r->name : "meshtrain runs");
+  const point_rec *ref = NULL;
+  for (int k = 0; k < n_pts && !ref; k++)
+    if (pts[k].n_ok) ref = &pts[k];
+  int weak = !strcmp(r->scaling, "weak");
+  if (n_pts) {
+    fprintf(f, "%s scaling, %d runs in %d points. ", weak ? "Weak" : "Strong", n_train, n_pts);
+    if (ref)
+      fprintf(f, "Reference: %d ranks on %d nodes (%s), %.1f tokens/s.\n", ref->ranks, ref->nodes,
+              ref->layout, ref->tps_mean);
+    else
+      fprintf(f, "No run succeeded.\n");
+    fprintf(f, "%s\n\n",
+            weak ? "Work per rank fixed: efficiency E = t0/t from mean step times, "
+                   "speedup S = E·N/N0."
+                 : "Total work fixed: speedup S = T/T0 from throughputs "
+                   "(= t0/t), efficiency E = S·N0/N.");
+    markdown_table(f, r, pts, n_pts);
+    fprintf(f, "\nMean step time by component (ms per step, first step skipped as warm-up; "
+               "\"other\" is the step time not in a component):\n\n| nodes | ranks | layout |");
+    for (int c = 0; c < N_PARTS; c++) fprintf(f, " %s |", g_parts[c]);
+    fprintf(f, "\n|---:|---:|---|");
+    for (int c = 0; c < N_PARTS; c++) fprintf(f, "---:|");
+    fputc('\n', f);
+    for (int k = 0; k < n_pts; k++) {
+      if (!pts[k].n_ok) continue;
+      fprintf(f, "| %d | %d | %s |", pts[k].nodes, pts[k].ranks, pts[k].layout);
+      for (int c = 0; c < N_PARTS; c++) {
+        char v[32];
+        fmt_num(v, sizeof v, pts[k].part_s[c] * 1e3, "%.3f");
+        fprintf(f, " %s |", v);
+      }
+      fputc('\n', f);
+    }
+  }
+  if (r->n_bench) {
+    fprintf(f, "\n## Collectives\n\nPeak bus bandwidth per collective and size of group "
+               "(all rows in bench.csv):\n\n| op | nodes | ranks | peak busbw (GB/s) | at size (B) | "
+               "#wrong |\n|---|---:|---:|---:|---:|---:|\n");
+    int *done = calloc((size_t)r->n_bench, sizeof(int));
+    for (int i = 0; i < r->n_bench; i++) {
+      if (done[i]) continue;
+      double peak = -1, at = 0, wrong = 0;
+      for (int j = i; j < r->n_bench; j++)
+        if (!done[j] && !strcmp(r->bench[j].op, r->bench[i].op) &&
+            r->bench[j].ranks == r->bench[i].ranks && r->bench[j].nodes == r->bench[i].nodes) {
+          done[j] = 1;
+          if (r->bench[j].busbw > peak) peak = r->bench[j].busbw, at = r->bench[j].bytes;
+          wrong += r->bench[j].wrong > 0 ? r->bench[j].wrong : 0;
+        }
+      fprintf(f, "| %s | %d | %d | %.3f | %.0f | %.0f |\n", r->bench[i].op, r->bench[i].nodes,
+              r->bench[i].ranks, peak, at, wrong);
+    }
+    free(done);
+  }
+  fprintf(f, "\n## Failed or missing runs\n\n");
+  if (!n_failed) fprintf(f, "None.\n");
+  for (int i = 0; i < r->n_runs; i++)
+    if (!r->runs[i].ok)
+      fprintf(f, "- `%s` (%d nodes, %d ranks, %s): %s — `%s`\n", r->runs[i].id, r->runs[i].nodes,
+              r->runs[i].ranks, r->runs[i].layout[0] ? r->runs[i].layout : "?", r->runs[i].status,
+              r->runs[i].dir);
+  fprintf(f, "\n## Plots\n\n");
+  if (plots != 0) {
+    fprintf(f, "No plots: %s.\n", why);
+  } else {
+    int any = 0;
+    for (int k = 0; k < n_pts; k++) any |= pts[k].n_ok > 0;
+    if (any)
+      fprintf(f, "![speedup](speedup.png)\n![efficiency](efficiency.png)\n"
+                 "![step time breakdown](breakdown.png)\n");
+    if (r->n_bench) fprintf(f, "![bus bandwidth](busbw.png)\n");
+  }
+  fprintf(f, "\nFiles: summary.csv (per point), runs.csv (per run)%s, plots.gp.\n",
+          r->n_bench ? ", bench.csv" : "");
+  close_out(f, path);
+  if (plots != 0) fprintf(stderr, "%s: warning: no plots: %s\n", PROG, why);
+}
+
+static void help(FILE *f) {
+  fprintf(f,
+          "usage: %s CAMPAIGN_DIR [--out DIR]\n"
+          "       %s RUN_DIR... --out DIR [--scaling strong|weak] [--name TITLE]\n"
+          "Reads a campaign (manifest.json from slurm/meshslurm.py campaign) or run directories\n"
+          "(summary.json + metrics.jsonl of meshtrain, bench.jsonl of meshbench) and writes\n"
+          "summary.csv, runs.csv, bench.csv, report.md and PNG plots (gnuplot) into DIR\n"
+          "(default CAMPAIGN_DIR/report). Prints the Markdown table. Speedup and efficiency\n"
+          "are against the point with the fewest ranks: strong S = T/T0, E = S*N0/N;\n"
+          "weak E = t0/t (step times), S = E*N/N0. Failed or missing runs are listed.\n",
+          PROG, PROG);
+}
+
+int main(int argc, char **argv) {
+  const char *out = NULL;
+  report r = {0};
+  const char **paths = calloc((size_t)argc + 1, sizeof(char *));
+  int n_paths = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      help(stdout);
+      return MT_EXIT_OK;
+    } else if (!strcmp(a, "--out") || !strcmp(a, "--scaling") || !strcmp(a, "--name")) {
+      if (i + 1 >= argc) die_input("%s needs a value (see %s --help)", a, PROG);
+      const char *v = argv[++i];
+      if (!strcmp(a, "--out")) out = v;
+      else if (!strcmp(a, "--name")) copy_str(r.name, sizeof r.name, v);
+      else if (strcmp(v, "strong") && strcmp(v, "weak"))
+        die_input("--scaling: expected strong or weak, got '%s'", v);
+      else copy_str(r.scaling, sizeof r.scaling, v);
+    } else if (a[0] == '-' && a[1]) {
+      die_input("unknown option '%s' (see %s --help)", a, PROG);
+    } else {
+      paths[n_paths++] = a;
+    }
+  }
+  if (!n_paths) die_input("no campaign or run directory given (see %s --help)", PROG);
+  char default_out[PATH_LEN] = "";
+  for (int i = 0; i < n_paths; i++) {
+    char manifest[PATH_LEN];
+    path_join(manifest, paths[i], "manifest.json");
+    if (is_dir(paths[i]) && access(manifest, F_OK) == 0) {
+      load_campaign(&r, paths[i]);
+      if (!default_out[0]) path_join(default_out, paths[i], "report");
+    } else {
+      load_run(&r, paths[i], NULL);
+    }
+  }
+  if (!out && !default_out[0]) die_input("--out DIR is needed when no campaign directory is given");
+  if (!out) out = default_out;
+  if (!r.scaling[0]) copy_str(r.scaling, sizeof r.scaling, "strong");
+  if (mkdir(out, 0777) != 0 && errno != EEXIST) die_runtime("cannot create %s: %s", out, strerror(errno));
+  if (!is_dir(out)) die_runtime("%s is not a directory", out);
+
+  point_rec *pts = NULL;
+  int n_pts = make_points(&r, &pts);
+  write_csvs(out, &r, pts, n_pts);
+  write_report(out, &r, pts, n_pts);
+
+  int n_failed = 0;
+  for (int i = 0; i < r.n_runs; i++) n_failed += !r.runs[i].ok;
+  printf("%s: %s scaling, %d runs, %d failed or missing\n\n", r.name[0] ? r.name : "runs",
+         r.scaling, r.n_runs, n_failed);
+  if (n_pts) markdown_table(stdout, &r, pts, n_pts);
+  for (int i = 0; i < r.n_runs; i++)
+    if (!r.runs[i].ok) printf("failed or missing: %s: %s\n", r.runs[i].id, r.runs[i].status);
+  printf("\nreport: %s/report.md\n", out);
+  free(pts), free(r.runs), free(r.bench), free(paths);
+  return MT_EXIT_OK;
+}

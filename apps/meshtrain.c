@@ -11,9 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt.h"
 #include "comm/comm.h"
 #include "core/core.h"
 #include "data/data.h"
@@ -82,6 +84,43 @@ static double mem_available_bytes(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* preemption: a signal only sets a flag; the ranks agree on it at the next
+ * step boundary, checkpoint, and exit with MT_EXIT_PREEMPTED */
+
+static volatile sig_atomic_t g_stop_signal = 0;
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+static void install_signal_handlers(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Keep the metrics of steps <= last_step (a resumed run continues the file). */
+static void truncate_metrics(const char *dir, long long last_step) {
+  char path[2 * MT_CFG_STR_MAX], tmp[2 * MT_CFG_STR_MAX + 8];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *in = fopen(path, "r");
+  if (!in) return;
+  FILE *out = fopen(tmp, "w");
+  if (!out) {
+    fclose(in);
+    return;
+  }
+  char line[1 << 14];
+  while (fgets(line, sizeof line, in)) {
+    long long step = -1;
+    const char *p = strstr(line, "\"step\":");
+    if (p && sscanf(p + 7, "%lld", &step) == 1 && step <= last_step) fputs(line, out);
+  }
+  fclose(in);
+  fclose(out);
+  rename(tmp, path);
+}
 
 typedef struct {
   mt_dp *dp;
@@ -90,7 +129,28 @@ typedef struct {
 
 static void grads_ready(void *ctx, int layer) {
   hook_ctx *h = ctx;
-  mt_dp_grads_ready(h->dp, mt_gpt_layer_offset(h->model, layer));
+  size_t begin = mt_gpt_layer_offset(h->model, layer);
+  /* sequence parallelism: sum the layer's partial gradients over tp (once per
+   * step, accumulation included) before dp reduces them */
+  mt_tp_reduce_partial_grads(&h->model->tp, &h->model->reg, h->model->grads, begin,
+                             mt_gpt_layer_offset(h->model, layer + 1));
+  mt_dp_grads_ready(h->dp, begin);
+}
+
+/* A metrics.jsonl line with the tensor-parallel figures added: time_s.tp_comm
+ * (seconds in tp collectives this step) and tp_bytes (bytes this rank sent
+ * over tp this step). Caller frees. */
+static char *step_json_with_tp(const mt_step_record *rec, double tp_comm_s, double tp_bytes) {
+  char *line = mt_step_record_json(rec);
+  cJSON *o = cJSON_Parse(line);
+  if (!o) return line;
+  cJSON *t = cJSON_GetObjectItem(o, "time_s");
+  if (t) cJSON_AddNumberToObject(t, "tp_comm", tp_comm_s);
+  cJSON_AddNumberToObject(o, "tp_bytes", tp_bytes);
+  free(line);
+  line = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return line;
 }
 
 /* Mean validation loss over the first n_seq windows of the validation set,
@@ -110,6 +170,37 @@ static double evaluate(mt_gpt *m, const mt_sampler *val, int n_seq, int micro_ba
   }
   mt_allreduce_sum_f64(&mesh->dp_g, acc, 2);
   return acc[1] > 0 ? acc[0] / acc[1] : 0.0;
+}
+
+/* Checkpoint the state at `step` (steps completed) into <output.dir>/checkpoints. */
+static double save_checkpoint(const mt_config *cfg, mt_mesh *mesh, mt_gpt *model, mt_dp *dp,
+                              long long step, long long samples, int is_final) {
+  double t0 = mt_now();
+  mt_flat_range *r[MT_CKPT_NGROUPS];
+  mt_ckpt_state st;
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    st.n_ranges[g] = mt_dp_state_ranges(dp, g, 1, &r[g]);
+    st.ranges[g] = r[g];
+  }
+  mt_ckpt_meta meta = {step, samples, samples * model->T, dp->opt.t, cfg->seed,
+                       model->shape.n_layer, model->shape.n_embd, model->shape.n_head,
+                       model->shape.seq_len, model->shape.vocab, cfg->dp, cfg->tp, cfg->pp,
+                       cfg->cp, cfg->zero, mesh->world_size};
+  char *ini = NULL;
+  size_t ini_len = 0;
+  FILE *mf = open_memstream(&ini, &ini_len);
+  mt_config_write_ini(cfg, mf);
+  fclose(mf);
+  mt_ckpt_save_opts opts = {cfg->ckpt_mode, cfg->ckpt_keep,
+                            is_final ? cfg->ckpt_test_crash : "none", ini};
+  char root[2 * MT_CFG_STR_MAX];
+  snprintf(root, sizeof root, "%s/checkpoints", cfg->output_dir);
+  mt_err e = {0};
+  if (mt_ckpt_save(root, &meta, &model->reg, mesh, &st, &opts, NULL, &e) != 0)
+    mt_die("%s", e.msg);
+  free(ini);
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]);
+  return mt_now() - t0;
 }
 
 int main(int argc, char **argv) {
@@ -150,11 +241,17 @@ int main(int argc, char **argv) {
   if (!err.failed) mt_model_shape_from_config(&cfg, &shape, &err);
   if (!err.failed) {
     int accum_div = cfg.micro_batch * cfg.dp;
-    if (cfg.tp != 1 || cfg.pp != 1 || cfg.cp != 1)
+    if (cfg.pp != 1 || cfg.cp != 1)
       mt_err_set(&err,
-                 "parallel.tp = %d, parallel.pp = %d, parallel.cp = %d: this build trains with "
-                 "data parallelism only (tp = pp = cp = 1)",
-                 cfg.tp, cfg.pp, cfg.cp);
+                 "parallel.pp = %d, parallel.cp = %d: this build trains with data and tensor "
+                 "parallelism only (pp = cp = 1)",
+                 cfg.pp, cfg.cp);
+    else if (world_size % cfg.tp != 0)
+      mt_err_set(&err, "parallel.tp = %d does not divide the %d MPI ranks launched", cfg.tp,
+                 world_size);
+    else if (cfg.sp && cfg.tp == 1)
+      mt_err_set(&err, "parallel.sp = true needs parallel.tp > 1 (sequence parallelism splits "
+                       "the sequence over the tensor-parallel ranks)");
     else if (cfg.global_batch % accum_div != 0)
       mt_err_set(&err,
                  "train.global_batch = %d is not divisible by train.micro_batch x parallel.dp "
@@ -235,13 +332,66 @@ int main(int argc, char **argv) {
   if (cfg.threads > 0) mt_kernels_set_threads(cfg.threads);
   const mt_ops *ops = mt_ops_cpu();
   mt_gpt model;
-  mt_gpt_create(&model, &shape, ops, cfg.micro_batch, &err);
+  mt_gpt_parallel split = {&mesh.tp_g, cfg.sp};
+  mt_gpt_create_parallel(&model, &shape, ops, cfg.micro_batch, &split, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_gpt_init_params(&model, (uint64_t)cfg.seed);
   mt_dp dp;
   mt_dp_create(&dp, &mesh.dp_g, cfg.zero, &model.reg, ops, model.params, model.grads,
                (size_t)(cfg.bucket_mb * 1048576.0), (float)cfg.beta1, (float)cfg.beta2,
                (float)cfg.eps, (float)cfg.weight_decay);
+  mt_dp_set_tp(&dp, &mesh.tp_g);
+
+  /* ---- resume: load whatever layout wrote it into this one ---- */
+  long long start_step = 0, samples_done = 0;
+  char resumed_from[2 * MT_CFG_STR_MAX] = "";
+  if (cfg.resume[0]) {
+    char root[2 * MT_CFG_STR_MAX];
+    snprintf(root, sizeof root, "%s/checkpoints", cfg.output_dir);
+    int found = 0;
+    if (mt_ckpt_resolve(cfg.resume, root, resumed_from, sizeof resumed_from, &found, &err) == 0 &&
+        found) {
+      mt_flat_range *r[MT_CKPT_NGROUPS];
+      mt_ckpt_state st;
+      for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+        st.n_ranges[g] = mt_dp_state_ranges(&dp, g, 0, &r[g]);
+        st.ranges[g] = r[g];
+      }
+      mt_ckpt_meta want = {0}, got;
+      want.n_layer = shape.n_layer;
+      want.n_embd = shape.n_embd;
+      want.n_head = shape.n_head;
+      want.seq_len = shape.seq_len;
+      want.vocab = shape.vocab;
+      double tl = mt_now();
+      if (mt_ckpt_load(resumed_from, &model.reg, &mesh, &st, &want, cfg.ckpt_verify_on_load, &got,
+                       &err) == 0) {
+        start_step = got.step;
+        samples_done = got.samples;
+        dp.opt.t = (int)got.optimizer_step;
+        if (got.seed != cfg.seed) {
+          /* the data order is (seed, sample index): keep the checkpoint's stream */
+          mt_info0("meshtrain: train.seed %d differs from the checkpoint's %lld; continuing the "
+                   "checkpoint's data order", cfg.seed, (long long)got.seed);
+          cfg.seed = (int)got.seed;
+          mt_sampler_init(&sampler, &train_ds, T, (uint64_t)cfg.seed, &err);
+        }
+        if (start_step > cfg.steps)
+          mt_err_set(&err, "train.resume: checkpoint %s is at step %lld, beyond train.steps = %d",
+                     resumed_from, start_step, cfg.steps);
+        mt_info0("meshtrain: resumed from %s (step %lld, written by dp=%lld tp=%lld pp=%lld "
+                 "zero=%lld on %lld ranks) in %.2f s",
+                 resumed_from, start_step, (long long)got.dp, (long long)got.tp, (long long)got.pp,
+                 (long long)got.zero, (long long)got.world, mt_now() - tl);
+      }
+      for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]);
+    } else if (!err.failed) {
+      mt_info0("meshtrain: train.resume = auto: no checkpoint in %s, starting fresh", root);
+      resumed_from[0] = '\0';
+    }
+    mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  }
+  install_signal_handlers();
 
   double peak_per_rank = cfg.peak_gflops > 0 ? cfg.peak_gflops : hw.peak_gflops_fp32;
   const char *peak_source = cfg.peak_gflops > 0 ? "metrics.peak_gflops" : "profile";
@@ -271,7 +421,8 @@ int main(int argc, char **argv) {
     FILE *f = open_out(cfg.output_dir, "config.ini", "w");
     mt_config_write_ini(&cfg, f);
     fclose(f);
-    metrics_f = open_out(cfg.output_dir, "metrics.jsonl", "w");
+    if (resumed_from[0]) truncate_metrics(cfg.output_dir, start_step);
+    metrics_f = open_out(cfg.output_dir, "metrics.jsonl", resumed_from[0] ? "a" : "w");
     mt_info0("meshtrain: %s, %zu parameters (L=%d C=%d H=%d T=%d V=%d), mesh dp=%d tp=%d "
              "pp=%d cp=%d, zero=%d, %d ranks x %d threads",
              cfg.model_preset, mt_model_num_params(&shape), shape.n_layer, shape.n_embd,
@@ -291,13 +442,18 @@ int main(int argc, char **argv) {
   double t_train0 = mt_now(), total_step_s = 0.0, first_loss = 0.0, last_loss = 0.0;
   double last_val = -1.0, sum_tok_s = 0.0;
   int timed_steps = 0;
-  for (int step = 0; step < cfg.steps; step++) {
+  int exit_code = MT_EXIT_OK, stop = 0;
+  double pending_ckpt_s = 0.0, total_ckpt_s = 0.0; /* a checkpoint's time shows in the next step */
+  long long last_saved = start_step;
+  for (int step = (int)start_step; step < cfg.steps && !stop; step++) {
     double t0 = mt_now(), comm0 = mesh.dp_g.seconds, bytes0 = mesh.dp_g.bytes;
+    double tp_s0 = mesh.tp_g.seconds, tp_bytes0 = mesh.tp_g.bytes;
     double data_s = 0.0, loss_sum = 0.0;
     mt_gpt_zero_grad(&model);
     for (int mb = 0; mb < accum; mb++) {
       double td = mt_now();
-      uint64_t g0 = (uint64_t)step * cfg.global_batch + (uint64_t)mesh.dp_rank * per_rank +
+      uint64_t g0 = (uint64_t)samples_done + (uint64_t)(step - start_step) * cfg.global_batch +
+                    (uint64_t)mesh.dp_rank * per_rank +
                     (uint64_t)mb * cfg.micro_batch;
       for (int b = 0; b < cfg.micro_batch; b++)
         mt_sampler_get(&sampler, g0 + b, inp + (size_t)b * T, tgt + (size_t)b * T);
@@ -309,12 +465,14 @@ int main(int argc, char **argv) {
     }
     mt_dp_finish_sync(&dp);
     double t_fb = mt_now();
-    double comm_fb = mesh.dp_g.seconds - comm0;
+    double comm_fb = mesh.dp_g.seconds - comm0, tp_fb = mesh.tp_g.seconds - tp_s0;
     float lr = mt_lr_at(step, cfg.steps, cfg.warmup_steps, (float)cfg.lr, (float)cfg.min_lr_ratio);
     double norm = mt_dp_optimizer_step(&dp, lr, (float)cfg.grad_clip);
     /* the global loss: sum over dp of each rank's token losses */
     mt_allreduce_sum_f64(&mesh.dp_g, &loss_sum, 1);
     double t_opt = mt_now();
+    /* tp figures of the training step; evaluation's stay in eval_s */
+    double tp_comm_s = mesh.tp_g.seconds - tp_s0, tp_bytes = mesh.tp_g.bytes - tp_bytes0;
     double loss = loss_sum / (double)tokens_per_step;
     if (!isfinite(loss)) mt_die("loss is %f at step %d", loss, step + 1);
 
@@ -339,24 +497,26 @@ int main(int argc, char **argv) {
     rec.step_s = step_s;
     rec.dp_comm_s = mesh.dp_g.seconds - comm0;
     rec.data_s = data_s;
-    rec.compute_s = (t_fb - t0) - comm_fb - data_s;
-    rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb);
+    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb;
+    rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb) - (tp_comm_s - tp_fb);
     rec.eval_s = t_eval;
+    rec.ckpt_s = pending_ckpt_s;
+    pending_ckpt_s = 0.0;
     rec.dp_bytes = mesh.dp_g.bytes - bytes0;
     rec.model_flops = flops_per_token * (double)tokens_per_step;
     rec.flops_per_s = step_s > 0 ? rec.model_flops / step_s : 0.0;
     rec.peak_flops = peak_flops;
     for (int c = 0; c < MT_MEM_NCAT; c++) rec.mem_peak[c] = mt_mem_peak((mt_mem_cat)c);
     rec.rss_peak = mt_mem_peak_rss();
-    if (step == 0) first_loss = loss;
+    if (step == (int)start_step) first_loss = loss;
     last_loss = loss;
-    if (step > 0 || cfg.steps == 1) { /* step 1 carries warm-up costs */
+    if (step > (int)start_step || cfg.steps - start_step == 1) { /* the first step carries warm-up */
       total_step_s += step_s;
       sum_tok_s += tokens_per_step / step_s;
       timed_steps++;
     }
     if (world_rank == 0) {
-      char *line = mt_step_record_json(&rec);
+      char *line = step_json_with_tp(&rec, tp_comm_s, tp_bytes);
       fprintf(metrics_f, "%s\n", line);
       fflush(metrics_f);
       free(line);
@@ -365,6 +525,36 @@ int main(int argc, char **argv) {
         mt_step_record_progress(&rec, avg * (cfg.steps - step - 1), stdout);
       }
     }
+
+    /* ---- checkpoint at the step boundary: periodic, final, asked for ---- */
+    int signalled = g_stop_signal != 0;
+    MPI_Allreduce(MPI_IN_PLACE, &signalled, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    long long done = step + 1;
+    int stop_after = cfg.stop_after > 0 && done - start_step >= cfg.stop_after;
+    int is_final = done == cfg.steps;
+    int want_save = (cfg.ckpt_every > 0 && done % cfg.ckpt_every == 0) || is_final || signalled ||
+                    stop_after;
+    if (want_save && strcmp(cfg.ckpt_mode, "none") != 0) {
+      long long samples = samples_done + (done - start_step) * cfg.global_batch;
+      pending_ckpt_s = save_checkpoint(&cfg, &mesh, &model, &dp, done, samples, is_final);
+      total_ckpt_s += pending_ckpt_s;
+      last_saved = done;
+      mt_info0("meshtrain: checkpoint step_%lld written in %.2f s", done, pending_ckpt_s);
+    }
+    if (signalled) {
+      mt_info0("meshtrain: stop requested by signal after step %lld%s; exiting with code %d",
+               done, strcmp(cfg.ckpt_mode, "none") ? " (checkpointed)" : "", MT_EXIT_PREEMPTED);
+      exit_code = MT_EXIT_PREEMPTED;
+      stop = 1;
+    } else if (stop_after && !is_final) {
+      mt_info0("meshtrain: train.stop_after = %d reached at step %lld", cfg.stop_after, done);
+      stop = 1;
+    }
+  }
+  if (start_step == cfg.steps && resumed_from[0] && strcmp(cfg.ckpt_mode, "none") != 0) {
+    /* nothing left to train: write the loaded state again under this layout */
+    total_ckpt_s += save_checkpoint(&cfg, &mesh, &model, &dp, start_step, samples_done, 0);
+    mt_info0("meshtrain: step %lld re-saved under this layout", start_step);
   }
   double wall = mt_now() - t_train0;
 
@@ -383,6 +573,7 @@ int main(int argc, char **argv) {
     cJSON_AddNumberToObject(lay, "pp", cfg.pp);
     cJSON_AddNumberToObject(lay, "cp", cfg.cp);
     cJSON_AddNumberToObject(lay, "zero", cfg.zero);
+    cJSON_AddBoolToObject(lay, "sp", cfg.sp);
     cJSON_AddNumberToObject(lay, "threads_per_rank", mt_kernels_threads());
     cJSON_AddNumberToObject(o, "steps", cfg.steps);
     cJSON_AddNumberToObject(o, "tokens_per_step", (double)tokens_per_step);
@@ -400,7 +591,19 @@ int main(int argc, char **argv) {
     cJSON_AddStringToObject(o, "blas_core", mt_kernels_blas_core());
     cJSON_AddNumberToObject(o, "mfu", peak_flops > 0 ? tok_s * flops_per_token / peak_flops : 0);
     cJSON_AddNumberToObject(o, "dp_bytes_per_step", mt_dp_bytes_per_step(&dp));
+    /* tp: every micro-batch, the sp partial-gradient sums, the grad-norm sum */
+    cJSON_AddNumberToObject(o, "tp_bytes_per_step",
+                            accum * mt_gpt_tp_bytes(&model, cfg.micro_batch, 0) +
+                                mt_gpt_tp_bytes(&model, cfg.micro_batch, 1) +
+                                mt_bytes_allreduce(sizeof(double), cfg.tp));
+    cJSON_AddNumberToObject(o, "params_bytes_per_rank",
+                            (double)(model.reg.numel_local * sizeof(float)));
     cJSON_AddNumberToObject(o, "wall_s", wall);
+    cJSON_AddNumberToObject(o, "start_step", (double)start_step);
+    cJSON_AddNumberToObject(o, "last_checkpoint_step", (double)last_saved);
+    cJSON_AddNumberToObject(o, "checkpoint_s", total_ckpt_s);
+    if (resumed_from[0]) cJSON_AddStringToObject(o, "resumed_from", resumed_from);
+    cJSON_AddNumberToObject(o, "exit_code", exit_code);
     cJSON *mem = cJSON_AddObjectToObject(o, "mem_peak_bytes_rank0");
     for (int c = 0; c < MT_MEM_NCAT; c++)
       cJSON_AddNumberToObject(mem, mt_mem_cat_name((mt_mem_cat)c), (double)mt_mem_peak((mt_mem_cat)c));
@@ -436,5 +639,5 @@ int main(int argc, char **argv) {
   if (have_val_file) mt_dataset_close(&val_file);
   mt_mesh_destroy(&mesh);
   MPI_Finalize();
-  return 0;
+  return exit_code;
 }

@@ -2,6 +2,7 @@
 #include "comm/comm.h"
 
 #include <limits.h>
+#include <string.h>
 
 double mt_bytes_allreduce(size_t total_bytes, int n) {
   return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * (double)total_bytes;
@@ -48,6 +49,67 @@ void mt_allreduce_max_f64(mt_group *g, double *buf, size_t n) {
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_DOUBLE, MPI_MAX, g->comm));
   g->seconds += mt_now() - t0;
   g->bytes += mt_bytes_allreduce(n * sizeof(double), g->size);
+  g->calls++;
+}
+
+void mt_allreduce_max_f32(mt_group *g, float *buf, size_t n) {
+  if (g->size == 1) return;
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_FLOAT, MPI_MAX, g->comm));
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_allreduce(n * sizeof(float), g->size);
+  g->calls++;
+}
+
+void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
+                          size_t inner) {
+  size_t n = outer * inner, size = (size_t)g->size;
+  if (g->size == 1) {
+    if (recv != send) memcpy(recv, send, n * sizeof(float));
+    return;
+  }
+  double t0 = mt_now();
+  if (outer == 1) {
+    MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_FLOAT, recv, as_count(n), MPI_FLOAT,
+                               g->comm));
+  } else {
+    /* one rank's slice inside recv: outer runs of inner floats, size*inner
+     * apart; resized so that rank r's slice starts r*inner floats in */
+    MPI_Datatype strided, slice;
+    MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
+                                 MPI_FLOAT, &strided));
+    MT_MPI_CHECK(MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(float)), &slice));
+    MT_MPI_CHECK(MPI_Type_commit(&slice));
+    MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_FLOAT, recv, 1, slice, g->comm));
+    MPI_Type_free(&slice);
+    MPI_Type_free(&strided);
+  }
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_allgather(size * n * sizeof(float), g->size);
+  g->calls++;
+}
+
+void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
+                               size_t inner, float *scratch) {
+  size_t n = outer * inner, size = (size_t)g->size;
+  if (g->size == 1) {
+    if (recv != send) memcpy(recv, send, n * sizeof(float));
+    return;
+  }
+  double t0 = mt_now();
+  const float *blocks = send;
+  if (outer > 1) {
+    /* rank-major order (size, outer, inner): each rank's slice contiguous */
+    if (!scratch) mt_die("mt_reduce_scatter_dim_f32: outer = %zu needs a scratch buffer", outer);
+    for (size_t r = 0; r < size; r++)
+      for (size_t o = 0; o < outer; o++)
+        memcpy(scratch + (r * outer + o) * inner, send + (o * size + r) * inner,
+               inner * sizeof(float));
+    blocks = scratch;
+  }
+  MT_MPI_CHECK(MPI_Reduce_scatter_block(blocks, recv, as_count(n), MPI_FLOAT, MPI_SUM, g->comm));
+  g->seconds += mt_now() - t0;
+  g->bytes += mt_bytes_reduce_scatter(size * n * sizeof(float), g->size);
   g->calls++;
 }
 

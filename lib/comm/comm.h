@@ -41,10 +41,25 @@ void mt_group_reset_counters(mt_group *g);
 void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n);
 void mt_allreduce_sum_f64(mt_group *g, double *buf, size_t n);
 void mt_allreduce_max_f64(mt_group *g, double *buf, size_t n);
+void mt_allreduce_max_f32(mt_group *g, float *buf, size_t n);
 /* counts[r] elements go to rank r; recv has counts[rank] elements */
 void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts);
 /* in place: every rank's part (counts[r] at displs[r]) is gathered into buf */
 void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs);
+
+/* Collectives along one dim of a row-major tensor, e.g. the sequence dim T of
+ * (B,T,C) activations under sequence parallelism. The full tensor is viewed as
+ * (outer, size, inner): rank r holds the slice (outer, inner) at index r of
+ * the middle dim (for (B,T,C) split along T: outer = B, inner = T/size * C).
+ * all-gather: send (outer, inner) of this rank -> recv (outer, size, inner).
+ * reduce-scatter (sum): send (outer, size, inner) -> recv (outer, inner), this
+ * rank's slice of the sum; scratch holds size*outer*inner floats (unused, may
+ * be NULL, when outer == 1). Bytes counted as for the plain collectives over
+ * the full tensor of size*outer*inner floats. */
+void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
+                          size_t inner);
+void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
+                               size_t inner, float *scratch);
 
 /* Non-blocking forms; a request is finished by mt_wait (which counts the time
  * spent waiting as communication time). */

@@ -79,6 +79,7 @@ typedef struct {
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
   /* [parallel] */
   int dp, tp, pp, cp, zero;
+  int sp; /* sequence parallelism over the tp group (bool) */
   double bucket_mb;
   /* [data] */
   char data_train[MT_CFG_STR_MAX], data_val[MT_CFG_STR_MAX], data_format[MT_CFG_STR_MAX];
@@ -89,6 +90,12 @@ typedef struct {
   /* [metrics] */
   char hw_profile[MT_CFG_STR_MAX];
   double peak_gflops;
+  /* [ckpt] */
+  int ckpt_every, ckpt_keep, ckpt_async, ckpt_verify_on_load;
+  char ckpt_mode[MT_CFG_STR_MAX], ckpt_test_crash[MT_CFG_STR_MAX];
+  /* [train] resume: "" (fresh), "auto" (<output.dir>/checkpoints, newest complete) or a path */
+  char resume[MT_CFG_STR_MAX];
+  int stop_after; /* [train] stop_after: steps this run does before it checkpoints and exits */
 } mt_config;
 
 typedef struct {

@@ -33,6 +33,17 @@ typedef struct mt_ops {
   void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                           const float *inp, const float *w, int N, int C, int OC);
 
+  /* Vocabulary-parallel embedding: this rank holds rows [v0, v0+Vl) of wte as
+   * wte (Vl,C). out (B,T,C) = (v0 <= inp < v0+Vl ? wte[inp-v0] : 0) + wpe[t];
+   * wpe may be NULL (then no positional term: one rank of the group adds it).
+   * With v0 = 0, Vl = Vp and wpe set it equals encoder_forward bit for bit. */
+  void (*encoder_vp_forward)(float *out, const int *inp, const float *wte, int v0, int Vl,
+                             const float *wpe, int B, int T, int C);
+  /* dwte[inp-v0] += dout for tokens in [v0, v0+Vl); dwpe[t] += dout unless
+   * dwpe is NULL. */
+  void (*encoder_vp_backward)(float *dwte, float *dwpe, const float *dout, const int *inp,
+                              int v0, int Vl, int B, int T, int C);
+
   /* Causal self-attention. qkv (B,T,3C) holds q|k|v, each (NH heads of hs=C/NH);
    * out (B,T,C); att (B,NH,T,T) saves the softmax probabilities for backward.
    * dqkv (B,T,3C) is accumulated; datt is scratch of att's size. */
@@ -58,6 +69,30 @@ typedef struct mt_ops {
    * dlogits may alias probs. */
   void (*softmax_xent_backward)(float *dlogits, const float *probs, const int *targets,
                                 float dloss, int N, int V, int Vp);
+
+  /* Vocabulary-parallel cross-entropy, in pieces between which the caller
+   * combines per-row statistics over the ranks that share the vocabulary
+   * (max, then sums); the full logits are never gathered. This rank holds
+   * columns [v0, v0+Vl) of the padded vocabulary as logits (N,Vl); the first
+   * nvalid of them (global index < V) are real, the rest padding, which never
+   * gets probability. With v0 = 0, Vl = Vp, nvalid = V (one rank) the pieces
+   * give softmax_xent_forward/backward's results bit for bit.
+   * 1. rowmax (N) = max over the real local columns (-inf when none). */
+  void (*xent_vp_max)(float *rowmax, const float *logits, int N, int Vl, int nvalid);
+  /* 2. With M = the global row max: probs = exp(logits - M) on real columns,
+   * 0 on padding (probs may alias logits); stats (N,2): [n][0] = sum of those
+   * exps (double), [n][1] = the target's logit if this rank holds the target
+   * column, else 0. */
+  void (*xent_vp_exp)(double *stats, float *probs, const float *logits, const float *rowmax,
+                      const int *targets, int v0, int N, int Vl, int nvalid);
+  /* 3. With stats summed over the ranks: probs /= sum; losses (N) =
+   * log(sum) + M - target logit. */
+  void (*xent_vp_finish)(float *losses, float *probs, const double *stats, const float *rowmax,
+                         int N, int Vl, int nvalid);
+  /* dlogits (N,Vl) = (probs - onehot(target - v0)) * dloss on real columns, 0
+   * on padding; WRITES (=), may alias probs. */
+  void (*xent_vp_backward)(float *dlogits, const float *probs, const int *targets, int v0,
+                           float dloss, int N, int Vl, int nvalid);
 
   /* AdamW on n contiguous elements; t = step count after this update (>= 1) */
   void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n,

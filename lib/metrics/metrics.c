@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 double mt_train_flops_per_token(int n_layer, int n_embd, int seq_len, int vocab) {
   double L = n_layer, C = n_embd, T = seq_len, V = vocab;
@@ -51,18 +52,45 @@ static int hw_handler(void *user, const char *section, const char *name, const c
   return 1;
 }
 
+/* A profile name is looked up in inputs/hw/ under the working directory, then
+ * beside the executable (build/bin/../../inputs/hw, bin/../share/meshtrain/hw)
+ * and in the source tree the program was built from; a path is taken as is. */
+static FILE *open_profile(const char *name_or_path, char *path, size_t len) {
+  if (strchr(name_or_path, '/') || strstr(name_or_path, ".ini")) {
+    snprintf(path, len, "%s", name_or_path);
+    return fopen(path, "r");
+  }
+  char exe[1024] = "";
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+  }
+  const char *fmts[] = {"inputs/hw/%s.ini", "%s/../../inputs/hw/%s.ini",
+                        "%s/../share/meshtrain/hw/%s.ini", MT_SOURCE_DIR "/inputs/hw/%s.ini"};
+  for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
+    if (i == 1 || i == 2) {
+      if (!exe[0]) continue;
+      snprintf(path, len, fmts[i], exe, name_or_path);
+    } else {
+      snprintf(path, len, fmts[i], name_or_path);
+    }
+    FILE *f = fopen(path, "r");
+    if (f) return f;
+  }
+  snprintf(path, len, "inputs/hw/%s.ini", name_or_path);
+  return NULL;
+}
+
 int mt_hw_profile_load(mt_hw_profile *hw, const char *name_or_path, mt_err *e) {
   memset(hw, 0, sizeof *hw);
   hw->ranks_per_node = 1;
-  char path[MT_CFG_STR_MAX + 64];
-  if (strchr(name_or_path, '/') || strstr(name_or_path, ".ini"))
-    snprintf(path, sizeof path, "%s", name_or_path);
-  else
-    snprintf(path, sizeof path, "inputs/hw/%s.ini", name_or_path);
-  FILE *f = fopen(path, "r");
+  char path[MT_CFG_STR_MAX + 1200];
+  FILE *f = open_profile(name_or_path, path, sizeof path);
   if (!f) {
-    mt_err_set(e, "metrics.hw: cannot open hardware profile '%s' (looked for %s)", name_or_path,
-               path);
+    mt_err_set(e, "metrics.hw: cannot open hardware profile '%s' (looked for %s and beside "
+               "the executable)", name_or_path, path);
     return -1;
   }
   hw_parse p = {hw, ""};
@@ -92,6 +120,7 @@ char *mt_step_record_json(const mt_step_record *r) {
   cJSON_AddNumberToObject(t, "optimizer", r->optim_s);
   cJSON_AddNumberToObject(t, "data", r->data_s);
   cJSON_AddNumberToObject(t, "eval", r->eval_s);
+  cJSON_AddNumberToObject(t, "ckpt", r->ckpt_s);
   cJSON_AddNumberToObject(o, "dp_bytes", r->dp_bytes);
   cJSON_AddNumberToObject(o, "model_flops", r->model_flops);
   cJSON_AddNumberToObject(o, "flops_per_s", r->flops_per_s);

@@ -2,13 +2,29 @@
  * attention, GELU MLP, tied input/output embedding) over local shards.
  * Every tensor lives in one flat allocation laid out by the registry; the
  * structs below only name the pieces. All compute goes through mt_ops.
- * Never calls MPI (gradient hooks let the parallel module overlap). */
+ * Never calls MPI: tensor-parallel communication goes through parallel's
+ * mt_tp, and gradient hooks let the parallel module overlap dp.
+ *
+ * Tensor parallelism (Megatron-style) over a tp group of size tp: the fused
+ * QKV and mlp.fc are column-parallel (each rank computes NH/tp heads and 4C/tp
+ * hidden channels), attn.proj and mlp.proj row-parallel, the embedding and
+ * the LM head vocabulary-parallel (Vp/tp rows each; the cross-entropy combines
+ * per-row statistics, never the logits). Each rank's shard comes from the
+ * registry; the layers only read local shapes and starts from it. With
+ * sequence parallelism (sp) the LayerNorm and residual regions hold T/tp
+ * positions of every sequence.
+ *
+ * Activation shapes below: BT = B*T rows inside tensor-parallel blocks, BTs =
+ * B*T/tp rows in the sequence-parallel region under sp (BTs = BT without);
+ * Cl = C/tp, Fl = 4C/tp, NHl = NH/tp, Vl = Vp/tp (all = the full sizes at
+ * tp = 1). */
 #ifndef MT_MODEL_H
 #define MT_MODEL_H
 
 #include <stdint.h>
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "parallel/parallel.h"
 #include "registry/registry.h"
 
 typedef struct {
@@ -17,10 +33,15 @@ typedef struct {
   int vocab_padded; /* rows of the embedding as stored (multiple of 64*tp) */
 } mt_model_shape;
 
-/* Known presets: tiny, small, gpt2-124m. Returns 0, or -1 for an unknown name. */
+/* rows of the embedding as stored: vocab rounded up to a multiple of 64*tp */
+int mt_model_pad_vocab(int vocab, int tp);
+/* Known presets: tiny, small, gpt2-124m (vocab padded for tp = 1). Returns 0,
+ * or -1 for an unknown name. */
 int mt_model_preset(const char *name, mt_model_shape *s);
-/* Preset, then any non-zero model.* keys of cfg. Validates (heads divide
- * width, positive sizes); message names the key. */
+/* Preset, then any non-zero model.* keys of cfg; vocab padded for
+ * parallel.tp. Validates (heads divide width, positive sizes, tp divides the
+ * width and the heads, and the sequence under parallel.sp); the message names
+ * the keys. */
 int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e);
 /* parameter count (true, unpadded, tied embedding counted once) */
 size_t mt_model_num_params(const mt_model_shape *s);
@@ -42,25 +63,33 @@ typedef struct {
   float *lnf_w, *lnf_b;     /* (C) */
 } mt_gpt_tensors;
 
-/* activations kept for backward, for one micro-batch of B x T */
+/* activations kept for backward, for one micro-batch of B x T (shapes in
+ * rows x channels, see the top of this file) */
 typedef struct {
-  float *encoded;              /* (B,T,C) */
-  float *ln1, *ln1_mean, *ln1_rstd; /* (L,B,T,C), (L,B,T) x2 */
-  float *qkv;                  /* (L,B,T,3C) */
-  float *atty;                 /* (L,B,T,C) */
-  float *att;                  /* (L,B,NH,T,T) */
-  float *attproj;              /* (L,B,T,C) */
-  float *residual2;            /* (L,B,T,C) */
+  float *encoded;              /* (BTs,C) */
+  float *ln1, *ln1_mean, *ln1_rstd; /* (L,BTs,C), (L,BTs) x2 */
+  float *qkv;                  /* (L,BT,3Cl): local q|k|v */
+  float *atty;                 /* (L,BT,Cl) */
+  float *att;                  /* (L,B,NHl,T,T) */
+  float *attproj;              /* (L,BTs,C) */
+  float *residual2;            /* (L,BTs,C) */
   float *ln2, *ln2_mean, *ln2_rstd;
-  float *fch, *fch_gelu;       /* (L,B,T,4C) */
-  float *fcproj;               /* (L,B,T,C) */
-  float *residual3;            /* (L,B,T,C) */
-  float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T) x2 */
-  float *logits;               /* (B,T,Vp): probabilities after forward */
-  float *losses;               /* (B,T) */
+  float *fch, *fch_gelu;       /* (L,BT,Fl) */
+  float *fcproj;               /* (L,BTs,C) */
+  float *residual3;            /* (L,BTs,C) */
+  float *lnf, *lnf_mean, *lnf_rstd; /* (BTs,C), (BTs) x2 */
+  float *logits;               /* (BT,Vl): probabilities after forward */
+  float *losses;               /* (BT) */
 } mt_gpt_acts;
 
-#define MT_GPT_MAX_ACT_BUFFERS 40
+#define MT_GPT_MAX_ACT_BUFFERS 48
+
+/* How the model is split: the tensor-parallel group (NULL or of size 1: no
+ * tensor parallelism) and sequence parallelism over it. */
+typedef struct {
+  mt_group *tp;
+  int sp;
+} mt_gpt_parallel;
 
 typedef struct mt_gpt {
   mt_model_shape shape;
@@ -71,7 +100,18 @@ typedef struct mt_gpt {
   int max_B, T;
   int cur_B; /* micro-batch of the last forward */
   mt_gpt_acts a, d;      /* d: scratch gradients of activations */
-  float *datt;           /* scratch (B,NH,T,T) */
+  float *datt;           /* scratch (B,NHl,T,T) */
+  mt_tp tp;              /* tensor-parallel communication */
+  /* this rank's share of the split dims, read from the registry */
+  int C_local, NH_local, F_local; /* attention channels and heads, MLP hidden */
+  int V_local, v_start, v_real;   /* vocab rows held, first global row, rows < vocab */
+  int T_sp;              /* positions per sequence in the sp region (T/tp under sp, else T) */
+  /* tp scratch: a gathered column-parallel input; a row-parallel output
+   * before its reduce-scatter, or a gathered output gradient (BT,C) each
+   * (sp only); an input gradient after its reduce-scatter (BTs,C) (sp only);
+   * cross-entropy row maxima (BT) and sums | target logits (BT,2) doubles */
+  float *full_in, *full_out, *dln_local, *rowmax;
+  double *xent_stats;
   size_t act_bytes;
   int n_act; /* every activation buffer, for freeing and accounting */
   void *act_ptr[MT_GPT_MAX_ACT_BUFFERS];
@@ -83,8 +123,17 @@ typedef struct mt_gpt {
  * pass (layers count down from n_layer-1; -1 means embeddings, the last). */
 typedef void (*mt_grad_ready_fn)(void *ctx, int layer);
 
+/* Registers the model's tensors in r for tp rank tp_rank of tp_size (sp:
+ * sequence parallelism marks the LayerNorm tensors tp_partial_grad) and
+ * finalizes it: the layout any rank of any tp would hold, without a model.
+ * Returns 0, or -1 with msg filled. */
+int mt_gpt_register(mt_registry *r, const mt_model_shape *shape, int tp_size, int tp_rank,
+                    int sp, char *msg, size_t msg_len);
 /* Registers the parameters, allocates params, grads and activations for
- * micro-batches of up to max_B sequences of shape->seq_len tokens. */
+ * micro-batches of up to max_B sequences of shape->seq_len tokens, split as
+ * par says (NULL: not split). */
+int mt_gpt_create_parallel(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
+                           int max_B, const mt_gpt_parallel *par, mt_err *e);
 int mt_gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
                   mt_err *e);
 void mt_gpt_destroy(mt_gpt *m);
@@ -93,13 +142,21 @@ void mt_gpt_destroy(mt_gpt *m);
  * scaled by 1/sqrt(2L), LayerNorm weight 1, biases 0. */
 void mt_gpt_init_params(mt_gpt *m, uint64_t seed);
 /* Forward on inputs/targets (B,T); returns the mean loss over the B*T
- * positions; keeps activations for backward. */
+ * positions; keeps activations for backward. Under tensor parallelism every
+ * rank of the tp group calls it with the same batch (collective). */
 float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B);
 /* Backward of (sum of position losses) * dloss into m->grads (accumulating).
- * hook may be NULL. */
+ * hook may be NULL. Under sp the gradients of tp_partial_grad tensors are
+ * this rank's part only: the hook (or the caller) sums them over tp with
+ * mt_tp_reduce_partial_grads before the optimizer reads them. */
 void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx);
 void mt_gpt_zero_grad(mt_gpt *m);
 /* first flat offset of layer l's tensors (l = n_layer: the final LN; -1: embeddings) */
 size_t mt_gpt_layer_offset(const mt_gpt *m, int layer);
+/* Bytes this rank sends over the tp group for one forward + backward of a
+ * micro-batch of B sequences (per_step = 0), or once per optimizer step
+ * outside the micro-batches (per_step = 1: the sp partial-gradient sums), as
+ * the layout implies; 0 without tensor parallelism. */
+double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step);
 
 #endif

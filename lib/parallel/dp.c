@@ -67,6 +67,10 @@ void mt_dp_destroy(mt_dp *d) {
   memset(d, 0, sizeof *d);
 }
 
+void mt_dp_set_tp(mt_dp *d, mt_group *tp_group) {
+  d->tp_g = tp_group && tp_group->size > 1 ? tp_group : NULL;
+}
+
 void mt_dp_begin_sync(mt_dp *d) {
   d->next_bucket = 0;
   for (int k = 0; k < d->n_buckets; k++) d->buckets[k].launched = 0;
@@ -93,15 +97,53 @@ void mt_dp_finish_sync(mt_dp *d) {
   for (int k = 0; k < d->n_buckets; k++) mt_wait(&d->buckets[k].req);
 }
 
-double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
-  double sumsq = 0.0;
-  if (d->zero) {
-    sumsq = d->ops->sumsq(d->grad_shard, d->shard_numel);
-    mt_allreduce_sum_f64(d->g, &sumsq, 1);
-  } else {
-    sumsq = d->ops->sumsq(d->grads, d->reg->numel_local);
+/* Sums of squares of grad, which holds the flat range [begin, begin+len), split
+ * by the tensors' tp placement: [0] tp-sharded, [1] replicated over tp. */
+static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, size_t len,
+                               double acc[2]) {
+  size_t end = begin + len;
+  for (int i = 0; i < d->reg->n; i++) {
+    const mt_tensor *t = &d->reg->t[i];
+    size_t tb = t->offset, te = t->offset + t->numel_local;
+    if (te <= begin || tb >= end) continue;
+    size_t a = tb > begin ? tb : begin, b = te < end ? te : end;
+    acc[t->tp.kind == MT_PLACE_SHARDED ? 0 : 1] += d->ops->sumsq(grad + (a - begin), b - a);
   }
-  double norm = sqrt_safe(sumsq);
+}
+
+/* Squared global gradient norm. Without tp: one sum over this rank's buffer
+ * (summed over dp under ZeRO). With tp: the ranks of a tp group hold different
+ * shards of the sharded tensors and identical copies of the replicated ones,
+ * so the sharded part is summed over tp and the replicated part counted once. */
+static double global_sumsq(mt_dp *d) {
+  if (!d->tp_g) {
+    double sumsq = 0.0;
+    if (d->zero) {
+      sumsq = d->ops->sumsq(d->grad_shard, d->shard_numel);
+      mt_allreduce_sum_f64(d->g, &sumsq, 1);
+    } else {
+      sumsq = d->ops->sumsq(d->grads, d->reg->numel_local);
+    }
+    return sumsq;
+  }
+  double acc[2] = {0.0, 0.0};
+  if (d->zero) {
+    int r = d->g->rank;
+    for (int k = 0; k < d->n_buckets; k++) {
+      const mt_bucket *b = &d->buckets[k];
+      sumsq_by_placement(d, d->grad_shard + b->shard_off, b->begin + (size_t)b->displs[r],
+                         (size_t)b->counts[r], acc);
+    }
+    mt_allreduce_sum_f64(d->g, acc, 2);
+  } else {
+    sumsq_by_placement(d, d->grads, 0, d->reg->numel_local, acc);
+  }
+  mt_allreduce_sum_f64(d->tp_g, acc, 1);
+  return acc[0] + acc[1];
+}
+
+double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
+  double norm = sqrt_safe(global_sumsq(d));
   d->last_grad_norm = norm;
   float scale = mt_clip_scale(norm, grad_clip);
   float *g = d->zero ? d->grad_shard : d->grads;
@@ -133,4 +175,27 @@ double mt_dp_bytes_per_step(const mt_dp *d) {
                      : mt_bytes_allreduce(s, d->g->size);
   }
   return bytes;
+}
+
+int mt_dp_state_ranges(const mt_dp *d, int which, int for_save, mt_flat_range **out) {
+  mt_flat_range *r = mt_calloc((size_t)d->n_buckets, sizeof *r);
+  int me = d->g->rank, n = 0;
+  for (int k = 0; k < d->n_buckets; k++) {
+    const mt_bucket *b = &d->buckets[k];
+    size_t part_begin = b->begin + (size_t)b->displs[me], part_len = (size_t)b->counts[me];
+    size_t begin = for_save || (which > 0 && d->zero) ? part_begin : b->begin;
+    size_t len = for_save || (which > 0 && d->zero) ? part_len : b->end - b->begin;
+    float *mem;
+    if (which == 0) {
+      mem = d->params + begin;
+    } else {
+      float *moments = which == 1 ? d->opt.m : d->opt.v;
+      /* ZeRO: the shard holds only this rank's parts; otherwise whole buckets */
+      mem = moments + b->shard_off + (d->zero ? 0 : begin - b->begin);
+    }
+    if (len == 0) continue;
+    r[n++] = (mt_flat_range){begin, len, mem};
+  }
+  *out = r;
+  return n;
 }

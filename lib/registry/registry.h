@@ -31,6 +31,9 @@ typedef struct {
   int pp_stage;                 /* owning pipeline stage, -1: every stage */
   int weight_decay;             /* AdamW decays this tensor */
   char tied_to[MT_NAME_MAX];    /* "" or the name of the tensor this one shares storage with */
+  int tp_partial_grad;          /* replicated over tp, yet each tp rank computes only a partial
+                                   gradient (sequence parallelism: from its slice of the
+                                   sequence): the tp ranks' gradients are summed before use */
   /* derived by mt_registry_finalize */
   int64_t local_shape[MT_MAX_DIMS];
   int64_t local_start[MT_MAX_DIMS]; /* global index of local element 0 (per block for fused) */
@@ -57,6 +60,14 @@ int mt_registry_find(const mt_registry *r, const char *name);
 int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len);
 size_t mt_tensor_numel(const mt_tensor *t);        /* global logical */
 size_t mt_tensor_numel_padded(const mt_tensor *t); /* global as stored */
+
+/* A range [begin, begin+len) of the registry's flat local index space and the
+ * memory holding it (len floats). Checkpoints read and write state as such
+ * ranges; whoever owns the buffers (model, ZeRO) says which ones a rank has. */
+typedef struct {
+  size_t begin, len;
+  float *mem;
+} mt_flat_range;
 
 /* Global flat index (row-major over the padded global shape) of local element
  * i of t, for any placement. */

@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--bitwise", action="store_true")
     ap.add_argument("--param-atol", type=float, default=None)
     ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--subset", action="store_true",
+                    help="RUN may hold only some of REF's steps (a resumed run); compare those")
     a = ap.parse_args()
     ref = losses(a.ref)
     if a.steps is not None and len(ref) != a.steps:
@@ -44,12 +46,22 @@ def main():
     bad = 0
     for run in a.runs:
         cur = losses(run)
-        if len(cur) != len(ref):
+        if a.subset:
+            by_step = {s: (s, l, t) for s, l, t in ref}
+            if not cur or any(s not in by_step for s, _, _ in cur):
+                print("FAIL: %s steps %s are not a non-empty subset of %s's"
+                      % (run, [s for s, _, _ in cur], a.ref))
+                bad += 1
+                continue
+            pairs = [(by_step[s], (s, l, t)) for s, l, t in cur]
+        elif len(cur) != len(ref):
             print("FAIL: %s has %d steps, %s has %d" % (run, len(cur), a.ref, len(ref)))
             bad += 1
             continue
+        else:
+            pairs = list(zip(ref, cur))
         worst = 0.0
-        for (s, l0, t0), (_, l1, t1) in zip(ref, cur):
+        for (s, l0, t0), (_, l1, t1) in pairs:
             rel = abs(l1 - l0) / max(abs(l0), 1e-30)
             worst = max(worst, rel)
             if (a.bitwise and t0 != t1) or (not a.bitwise and rel > a.rtol):

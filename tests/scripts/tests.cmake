@@ -27,8 +27,8 @@ mt_script_test(dataset_too_short badinput expect_fail.sh dataset_too_short 2
   "short.txt.*(fewer than one global batch|shorter than one sequence)" ${T} --set data.train=${S}/data/short.txt)
 mt_script_test(token_beyond_vocab badinput expect_fail.sh token_beyond_vocab 2
   "token id [0-9]+ at offset [0-9]+ is >= vocab size 64" ${T} --set model.vocab_size=64)
-mt_script_test(tp_not_available badinput expect_fail.sh tp_not_available 2
-  "parallel.tp = 2" ${T} --set parallel.tp=2)
+mt_script_test(tp_not_dividing_heads badinput expect_fail.sh tp_not_dividing_heads 2
+  "parallel.tp = 8 does not divide the attention heads model.n_head = 4" ${T} --set parallel.tp=8)
 mt_script_test(heads_not_dividing badinput expect_fail.sh heads_not_dividing 2
   "n_head = 5 does not divide model.n_embd = 32" ${T} --set model.n_head=5 --set parallel.dp=2)
 mt_script_test(impossible_memory badinput expect_fail.sh impossible_memory 2

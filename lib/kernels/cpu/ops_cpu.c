@@ -64,6 +64,52 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
   }
 }
 
+/* Vocabulary-parallel encoder: rows [v0, v0+Vl) of wte live here as (Vl,C).
+ * out = wte[inp-v0] (or 0 for a token held elsewhere) + wpe[t] (when wpe is
+ * given): the same one addition as encoder_forward, so summing the ranks'
+ * outputs (one holds the token, the others add exact zeros) reproduces it. */
+static void encoder_vp_forward(float *out, const int *inp, const float *wte, int v0, int Vl,
+                               const float *wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    int t = bt % T, row = inp[bt] - v0;
+    float *out_bt = out + (size_t)bt * C;
+    const float *wte_ix = row >= 0 && row < Vl ? wte + (size_t)row * C : NULL;
+    const float *wpe_t = wpe ? wpe + (size_t)t * C : NULL;
+    if (wte_ix && wpe_t)
+      for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c] + wpe_t[c];
+    else if (wte_ix)
+      memcpy(out_bt, wte_ix, (size_t)C * sizeof(float));
+    else if (wpe_t)
+      memcpy(out_bt, wpe_t, (size_t)C * sizeof(float));
+    else
+      memset(out_bt, 0, (size_t)C * sizeof(float));
+  }
+}
+
+/* encoder_backward restricted to the local rows of wte; dwpe may be NULL.
+ * Same column-block split and position order as encoder_backward. */
+static void encoder_vp_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+                                int v0, int Vl, int B, int T, int C) {
+  int nblocks = (C + MT_COL_BLOCK - 1) / MT_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int c0 = blk * MT_COL_BLOCK, c1 = min_int(c0 + MT_COL_BLOCK, C);
+    for (int bt = 0; bt < B * T; bt++) {
+      int t = bt % T, row = inp[bt] - v0;
+      const float *dout_bt = dout + (size_t)bt * C;
+      if (row >= 0 && row < Vl) {
+        float *dwte_ix = dwte + (size_t)row * C;
+        for (int c = c0; c < c1; c++) dwte_ix[c] += dout_bt[c];
+      }
+      if (dwpe) {
+        float *dwpe_t = dwpe + (size_t)t * C;
+        for (int c = c0; c < c1; c++) dwpe_t[c] += dout_bt[c];
+      }
+    }
+  }
+}
+
 /* ------------------------------------------------------------------ */
 /* layernorm                                                           */
 
@@ -375,6 +421,68 @@ static void softmax_xent_backward(float *dlogits, const float *probs, const int 
   }
 }
 
+/* Vocabulary-parallel cross-entropy: softmax_xent_forward's three passes
+ * (max, exp and sum, normalise), cut where the statistics of a row must be
+ * combined over the ranks that share the vocabulary. The arithmetic is
+ * softmax_xent's, so one rank holding the whole vocabulary gets its bits. */
+static void xent_vp_max(float *rowmax, const float *logits, int N, int Vl, int nvalid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *l = logits + (size_t)n * Vl;
+    float maxv = -INFINITY;
+    if (nvalid > 0) {
+      maxv = l[0];
+      for (int j = 1; j < nvalid; j++) maxv = l[j] > maxv ? l[j] : maxv;
+    }
+    rowmax[n] = maxv;
+  }
+}
+
+static void xent_vp_exp(double *stats, float *probs, const float *logits, const float *rowmax,
+                        const int *targets, int v0, int N, int Vl, int nvalid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *l = logits + (size_t)n * Vl;
+    float *p = probs + (size_t)n * Vl;
+    float maxv = rowmax[n];
+    int col = targets[n] - v0;
+    double l_target = col >= 0 && col < nvalid ? (double)l[col] : 0.0;
+    double sum = 0.0; /* up to ~50k terms: sum in double */
+    for (int j = 0; j < nvalid; j++) {
+      float e = expf(l[j] - maxv);
+      p[j] = e;
+      sum += e;
+    }
+    for (int j = nvalid; j < Vl; j++) p[j] = 0.0f;
+    stats[2 * (size_t)n] = sum;
+    stats[2 * (size_t)n + 1] = l_target;
+  }
+}
+
+static void xent_vp_finish(float *losses, float *probs, const double *stats, const float *rowmax,
+                           int N, int Vl, int nvalid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float *p = probs + (size_t)n * Vl;
+    double sum = stats[2 * (size_t)n];
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < nvalid; j++) p[j] *= inv;
+    losses[n] = (float)(log(sum) + (double)rowmax[n] - stats[2 * (size_t)n + 1]);
+  }
+}
+
+static void xent_vp_backward(float *dlogits, const float *probs, const int *targets, int v0,
+                             float dloss, int N, int Vl, int nvalid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *p = probs + (size_t)n * Vl;
+    float *d = dlogits + (size_t)n * Vl;
+    int col = targets[n] - v0;
+    for (int j = 0; j < nvalid; j++) d[j] = (p[j] - (j == col ? 1.0f : 0.0f)) * dloss;
+    for (int j = nvalid; j < Vl; j++) d[j] = 0.0f;
+  }
+}
+
 /* ------------------------------------------------------------------ */
 /* optimizer helpers                                                   */
 
@@ -445,6 +553,12 @@ static const mt_ops g_ops_cpu = {
     .residual_forward = residual_forward,
     .softmax_xent_forward = softmax_xent_forward,
     .softmax_xent_backward = softmax_xent_backward,
+    .encoder_vp_forward = encoder_vp_forward,
+    .encoder_vp_backward = encoder_vp_backward,
+    .xent_vp_max = xent_vp_max,
+    .xent_vp_exp = xent_vp_exp,
+    .xent_vp_finish = xent_vp_finish,
+    .xent_vp_backward = xent_vp_backward,
     .adamw_update = adamw_update,
     .sumsq = sumsq,
     .scale = scale,

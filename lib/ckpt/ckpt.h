@@ -1,0 +1,80 @@
+/* ckpt: universal HDF5 checkpoints.
+ *
+ * Every registry tensor is stored as its canonical logical array (global,
+ * unpadded, unfused shape, global layer names); each rank writes the part it
+ * owns as a union of hyperslabs, so a checkpoint written under one layout
+ * loads under any other by reading the hyperslabs that layout needs. A save
+ * is committed atomically: written under step_<N>.tmp-<id>/, then a manifest,
+ * fsync, rename, and `latest` replaced by rename. A loader ignores anything
+ * without a complete manifest. docs: ckpt/SCHEMA.md beside this file.
+ *
+ * Knows tensors only through the registry and state only as flat ranges; no
+ * model, no optimizer internals. */
+#ifndef MT_CKPT_H
+#define MT_CKPT_H
+
+#include <stdint.h>
+#include "comm/comm.h"
+#include "core/core.h"
+#include "registry/registry.h"
+
+#define MT_CKPT_FORMAT "meshtrain-checkpoint"
+#define MT_CKPT_VERSION_MAJOR 1
+#define MT_CKPT_VERSION_MINOR 0
+#define MT_CKPT_VERSION_PATCH 0
+
+/* exit code of a run that checkpointed because it was asked to stop
+ * (SIGUSR1/SIGTERM): EX_TEMPFAIL, "try again" — the Slurm scripts requeue on it */
+#define MT_EXIT_PREEMPTED 75
+
+/* The state groups of a checkpoint, in this order. */
+enum { MT_CKPT_MODEL = 0, MT_CKPT_EXP_AVG = 1, MT_CKPT_EXP_AVG_SQ = 2, MT_CKPT_NGROUPS = 3 };
+const char *mt_ckpt_group_path(int group); /* "model", "optim/exp_avg", ... */
+
+/* Scalars that travel with the tensors. */
+typedef struct {
+  int64_t step;           /* optimizer steps completed */
+  int64_t samples;        /* global samples consumed (the sampler's position) */
+  int64_t tokens;         /* tokens consumed */
+  int64_t optimizer_step; /* AdamW's t */
+  int64_t seed;
+  int64_t n_layer, n_embd, n_head, seq_len, vocab; /* the model */
+  int64_t dp, tp, pp, cp, zero, world;             /* the writing layout */
+} mt_ckpt_meta;
+
+/* What to write or read, per group: flat ranges of the registry's local index
+ * space with their memory (see mt_flat_range). */
+typedef struct {
+  const mt_flat_range *ranges[MT_CKPT_NGROUPS];
+  int n_ranges[MT_CKPT_NGROUPS];
+} mt_ckpt_state;
+
+typedef struct {
+  const char *mode;       /* "shared" | "per-writer" */
+  int keep;               /* complete checkpoints to keep (0 = all) */
+  const char *test_crash; /* "none" | "create" | "write" | "rename" | "latest" */
+  const char *config_ini; /* the resolved configuration, stored as text */
+} mt_ckpt_save_opts;
+
+/* Collective over mesh->world. Saves into <root>/step_<meta->step>/ and
+ * points <root>/latest at it. Returns 0, or non-zero with e set (same on
+ * every rank). Timing of the phases (seconds) goes to *write_s if not NULL. */
+int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
+                 mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                 double *write_s, mt_err *e);
+
+/* Resolve what to load (rank 0 looks, then broadcasts): spec "auto" means the
+ * newest complete step directory under root (found = 0 and no error if there
+ * is none); any other spec is a step directory, or a directory holding step
+ * directories. dir receives the step directory. Collective. */
+int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_len, int *found,
+                    mt_err *e);
+
+/* Collective: read dir's metadata, check it matches the model in reg/expect
+ * (format, version, shapes: errors name the tensor and both shapes), then
+ * read into every range of st. verify: check every written box's checksum
+ * (the boxes are spread over the ranks). */
+int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
+                 const mt_ckpt_meta *expect, int verify, mt_ckpt_meta *meta_out, mt_err *e);
+
+#endif

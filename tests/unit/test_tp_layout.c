@@ -1,0 +1,298 @@
+/* test_tp_layout: the tensor-parallel layout as the registry derives it, and
+ * the vocabulary-parallel ops, on one process (no MPI: every tp rank is
+ * simulated by building its registry or calling the ops on its shard).
+ *
+ * Layout, for the model shapes tiny and wide (L=3, C=48, NH=4, T=16,
+ * V=130), tp = 1, 2, 4, every tp rank, sp off and on (mt_gpt_register):
+ *   - the vocabulary is padded to a multiple of 64*tp and wte's rows split in
+ *     tp contiguous ranges of Vp/tp;
+ *   - over the tp ranks, the local elements of each sharded tensor cover
+ *     every global element exactly once; every rank holds all of a
+ *     replicated one;
+ *   - QKV: rank r's local row i of fused block k (q, k, v) is global row
+ *     k*C + r*C/tp + i, so each rank holds whole heads of q, k and v;
+ *     attn.proj and mlp.proj split their input dim (columns), mlp.fc and the
+ *     QKV/fc biases their output dim;
+ *   - numel_local = (sum of the sharded tensors, padded) / tp + (sum of the
+ *     replicated ones), and equals the formula from the shape alone;
+ *   - exactly the 4L+2 LayerNorm tensors are tp_partial_grad, and only under
+ *     sp with tp > 1.
+ * Ops, simulated over 1, 2, 4 and 3 vocabulary shards (a shard may hold no
+ * real column, and 3 shards make uneven real counts):
+ *   - encoder_vp_forward: the shards' outputs (positions added by one) sum to
+ *     encoder_forward's, bit for bit; encoder_vp_backward's wte rows are
+ *     encoder_backward's rows, bit for bit, and dwpe is skipped when NULL;
+ *   - xent_vp_*: with the per-row statistics combined as the model does (max,
+ *     then sums), the losses and the probabilities and gradients of every
+ *     column equal softmax_xent_forward/backward's: bit for bit with one
+ *     shard, within 1e-6 relative otherwise (only the order of the double sum
+ *     of exps changes); padding columns exactly 0.
+ * Exits 1 naming every failing check. */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_failures = 0;
+
+#define CHECK(cond, ...)                     \
+  do {                                       \
+    if (!(cond)) {                           \
+      fprintf(stderr, "FAIL: ");             \
+      fprintf(stderr, __VA_ARGS__);          \
+      fputc('\n', stderr);                   \
+      g_failures++;                          \
+    }                                        \
+  } while (0)
+
+static uint64_t g_rng = 0x3243F6A8885A308Dull;
+static uint64_t rng_next(void) {
+  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static float rng_uniform(float lo, float hi) {
+  return (float)(lo + (hi - lo) * ((double)(rng_next() >> 11) / 9007199254740992.0));
+}
+
+/* ------------------------------------------------------------------ */
+/* layout                                                              */
+
+static size_t numel_formula(const mt_model_shape *s, int tp) {
+  size_t C = (size_t)s->n_embd, L = (size_t)s->n_layer, T = (size_t)s->seq_len;
+  size_t Vp = (size_t)mt_model_pad_vocab(s->vocab, tp);
+  size_t sharded = Vp * C + L * (3 * C * C + 3 * C + C * C + 4 * C * C + 4 * C + 4 * C * C);
+  size_t replicated = T * C + L * 6 * C + 2 * C;
+  return sharded / (size_t)tp + replicated;
+}
+
+static void test_layout(const char *tag, mt_model_shape s, int tp, int sp) {
+  s.vocab_padded = mt_model_pad_vocab(s.vocab, tp);
+  const int C = s.n_embd;
+  CHECK(s.vocab_padded % (64 * tp) == 0 && s.vocab_padded >= s.vocab &&
+            s.vocab_padded - s.vocab < 64 * tp,
+        "%s tp=%d: vocab %d padded to %d", tag, tp, s.vocab, s.vocab_padded);
+  mt_registry reg[4];
+  char msg[256];
+  for (int r = 0; r < tp; r++)
+    if (mt_gpt_register(&reg[r], &s, tp, r, sp, msg, sizeof msg) != 0) {
+      CHECK(0, "%s tp=%d rank %d: register: %s", tag, tp, r, msg);
+      return;
+    }
+  for (int r = 0; r < tp; r++) {
+    size_t sharded = 0, replicated = 0;
+    int n_partial = 0, ln_partial = 1;
+    for (int i = 0; i < reg[r].n; i++) {
+      const mt_tensor *t = &reg[r].t[i];
+      if (t->tp.kind == MT_PLACE_SHARDED) sharded += mt_tensor_numel_padded(t);
+      else replicated += mt_tensor_numel_padded(t);
+      int is_ln = strstr(t->name, "ln") == t->name || strstr(t->name, ".ln") != NULL;
+      n_partial += t->tp_partial_grad;
+      if (is_ln) ln_partial &= t->tp_partial_grad == (sp && tp > 1);
+    }
+    CHECK(reg[r].numel_local == sharded / (size_t)tp + replicated,
+          "%s tp=%d rank %d: numel_local %zu != sharded %zu / tp + replicated %zu", tag, tp, r,
+          reg[r].numel_local, sharded, replicated);
+    CHECK(reg[r].numel_local == numel_formula(&s, tp),
+          "%s tp=%d rank %d: numel_local %zu != formula %zu", tag, tp, r, reg[r].numel_local,
+          numel_formula(&s, tp));
+    CHECK(ln_partial && n_partial == (sp && tp > 1 ? 4 * s.n_layer + 2 : 0),
+          "%s tp=%d sp=%d: %d tensors tp_partial_grad", tag, tp, sp, n_partial);
+  }
+  /* coverage: each global element of a sharded tensor exactly once */
+  for (int i = 0; i < reg[0].n; i++) {
+    const mt_tensor *t0 = &reg[0].t[i];
+    size_t n = mt_tensor_numel_padded(t0);
+    unsigned char *seen = calloc(n, 1);
+    int bad_index = 0;
+    for (int r = 0; r < tp; r++) {
+      const mt_tensor *t = &reg[r].t[i];
+      for (size_t j = 0; j < t->numel_local; j++) {
+        size_t g = mt_tensor_global_index(t, j, tp);
+        if (g >= n) bad_index = 1;
+        else seen[g]++;
+      }
+    }
+    int want = t0->tp.kind == MT_PLACE_SHARDED ? 1 : tp, ok = !bad_index;
+    for (size_t g = 0; g < n; g++) ok &= seen[g] == want;
+    CHECK(ok, "%s tp=%d: %s: global elements not covered %d time(s) each", tag, tp, t0->name,
+          want);
+    free(seen);
+  }
+  /* QKV rows by fused block, projection columns, vocabulary rows */
+  for (int r = 0; r < tp; r++) {
+    const mt_registry *g = &reg[r];
+    const mt_tensor *qkv = &g->t[mt_registry_find(g, "blocks.0.attn.qkv.weight")];
+    const mt_tensor *qkvb = &g->t[mt_registry_find(g, "blocks.1.attn.qkv.bias")];
+    const mt_tensor *proj = &g->t[mt_registry_find(g, "blocks.1.attn.proj.weight")];
+    const mt_tensor *mproj = &g->t[mt_registry_find(g, "blocks.0.mlp.proj.weight")];
+    const mt_tensor *fc = &g->t[mt_registry_find(g, "blocks.0.mlp.fc.weight")];
+    const mt_tensor *wte = &g->t[mt_registry_find(g, "wte.weight")];
+    int Cl = C / tp, ok = qkv->local_shape[0] == 3 * Cl && qkv->local_shape[1] == C;
+    for (int k = 0; k < 3 && ok; k++)
+      for (int i = 0; i < Cl && ok; i++) {
+        size_t local_row = (size_t)(k * Cl + i);
+        size_t want = (size_t)(k * C + r * Cl + i);
+        ok &= mt_tensor_global_index(qkv, local_row * C, tp) / (size_t)C == want;
+        ok &= mt_tensor_global_index(qkvb, local_row, tp) == want;
+      }
+    CHECK(ok, "%s tp=%d rank %d: QKV rows are not q|k|v blocks of C/tp rows each", tag, tp, r);
+    CHECK(proj->local_shape[0] == C && proj->local_shape[1] == Cl &&
+              mt_tensor_global_index(proj, 1, tp) == (size_t)(r * Cl + 1) &&
+              mproj->local_shape[1] == 4 * Cl &&
+              mt_tensor_global_index(mproj, (size_t)(4 * Cl), tp) == (size_t)(4 * C + r * 4 * Cl),
+          "%s tp=%d rank %d: row-parallel weights do not split their columns", tag, tp, r);
+    CHECK(fc->local_shape[0] == 4 * Cl && fc->local_start[0] == 4 * Cl * r,
+          "%s tp=%d rank %d: mlp.fc rows", tag, tp, r);
+    CHECK(wte->local_shape[0] == s.vocab_padded / tp &&
+              wte->local_start[0] == (int64_t)r * (s.vocab_padded / tp),
+          "%s tp=%d rank %d: wte holds rows from %lld, %lld of them", tag, tp, r,
+          (long long)wte->local_start[0], (long long)wte->local_shape[0]);
+  }
+  for (int r = 0; r < tp; r++) mt_registry_free(&reg[r]);
+}
+
+/* ------------------------------------------------------------------ */
+/* vocabulary-parallel ops                                             */
+
+/* shard r of `shards` over Vp columns: [v0, v0+Vl), nreal of them < V */
+static void shard_of(int r, int shards, int V, int Vp, int *v0, int *Vl, int *nreal) {
+  *Vl = Vp / shards;
+  *v0 = r * *Vl;
+  int real = V - *v0;
+  *nreal = real < 0 ? 0 : real > *Vl ? *Vl : real;
+}
+
+static void test_encoder_vp(const mt_ops *ops, int shards) {
+  const int B = 2, T = 5, C = 70, V = 130, Vp = 192; /* C > one 64-column block */
+  int inp[10];
+  for (int i = 0; i < B * T; i++) inp[i] = (int)(rng_next() % V);
+  inp[3] = inp[7]; /* a repeated token accumulates */
+  size_t nw = (size_t)Vp * C, np = (size_t)T * C, no = (size_t)B * T * C;
+  float *wte = malloc(nw * sizeof(float)), *wpe = malloc(np * sizeof(float));
+  for (size_t i = 0; i < nw; i++) wte[i] = rng_uniform(-1, 1);
+  for (size_t i = 0; i < np; i++) wpe[i] = rng_uniform(-1, 1);
+  float *ref = calloc(no, sizeof(float)), *sum = calloc(no, sizeof(float));
+  float *part = calloc(no, sizeof(float)), *dout = malloc(no * sizeof(float));
+  ops->encoder_forward(ref, inp, wte, wpe, B, T, C);
+  for (int r = 0; r < shards; r++) {
+    int v0, Vl, nreal;
+    shard_of(r, shards, V, Vp, &v0, &Vl, &nreal);
+    ops->encoder_vp_forward(part, inp, wte + (size_t)v0 * C, v0, Vl, r == 0 ? wpe : NULL, B, T, C);
+    for (size_t i = 0; i < no; i++) sum[i] += part[i];
+  }
+  CHECK(memcmp(sum, ref, no * sizeof(float)) == 0,
+        "encoder_vp_forward over %d shards: the sum differs from encoder_forward", shards);
+  for (size_t i = 0; i < no; i++) dout[i] = rng_uniform(-1, 1);
+  float *dwte = calloc(nw, sizeof(float)), *dwpe = calloc(np, sizeof(float));
+  float *dwte_vp = calloc(nw, sizeof(float)), *dwpe_vp = calloc(np, sizeof(float));
+  ops->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  for (int r = 0; r < shards; r++) {
+    int v0, Vl, nreal;
+    shard_of(r, shards, V, Vp, &v0, &Vl, &nreal);
+    ops->encoder_vp_backward(dwte_vp + (size_t)v0 * C, r == 0 ? dwpe_vp : NULL, dout, inp, v0, Vl,
+                             B, T, C);
+  }
+  CHECK(memcmp(dwte, dwte_vp, nw * sizeof(float)) == 0 && memcmp(dwpe, dwpe_vp, np * sizeof(float)) == 0,
+        "encoder_vp_backward over %d shards differs from encoder_backward", shards);
+  free(wte), free(wpe), free(ref), free(sum), free(part), free(dout);
+  free(dwte), free(dwpe), free(dwte_vp), free(dwpe_vp);
+}
+
+static void test_xent_vp(const mt_ops *ops, int shards) {
+  const int N = 9, V = 130, Vp = 192;
+  size_t n = (size_t)N * Vp;
+  int targets[9] = {0, 129, 64, 63, 127, 128, 5, 100, 129};
+  float *logits = malloc(n * sizeof(float)), *probs = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) logits[i] = rng_uniform(-4, 4);
+  for (int i = 0; i < N; i++)
+    for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = 1000.0f; /* padding must not leak */
+  float losses[9], losses_vp[9], rowmax[9], part_max[9];
+  double stats[18], part_stats[18];
+  ops->softmax_xent_forward(losses, probs, logits, targets, N, V, Vp);
+  float *dref = malloc(n * sizeof(float));
+  ops->softmax_xent_backward(dref, probs, targets, 0.25f, N, V, Vp);
+
+  /* per shard: its columns, contiguous (N, Vl), as the LM head writes them */
+  int Vl = Vp / shards;
+  float **sl = malloc((size_t)shards * sizeof(float *));
+  for (int r = 0; r < shards; r++) {
+    sl[r] = malloc((size_t)N * Vl * sizeof(float));
+    for (int i = 0; i < N; i++)
+      memcpy(sl[r] + (size_t)i * Vl, logits + (size_t)i * Vp + (size_t)r * Vl, (size_t)Vl * sizeof(float));
+  }
+  for (int i = 0; i < N; i++) rowmax[i] = -INFINITY;
+  for (int r = 0; r < shards; r++) { /* all-reduce max */
+    int v0, vl, nreal;
+    shard_of(r, shards, V, Vp, &v0, &vl, &nreal);
+    ops->xent_vp_max(part_max, sl[r], N, vl, nreal);
+    for (int i = 0; i < N; i++) rowmax[i] = fmaxf(rowmax[i], part_max[i]);
+  }
+  memset(stats, 0, sizeof stats);
+  for (int r = 0; r < shards; r++) { /* all-reduce sum */
+    int v0, vl, nreal;
+    shard_of(r, shards, V, Vp, &v0, &vl, &nreal);
+    ops->xent_vp_exp(part_stats, sl[r], sl[r], rowmax, targets, v0, N, vl, nreal);
+    for (int i = 0; i < 2 * N; i++) stats[i] += part_stats[i];
+  }
+  double loss_err = 0.0, prob_err = 0.0, grad_err = 0.0;
+  int pad_zero = 1, bitwise = 1;
+  for (int r = 0; r < shards; r++) {
+    int v0, vl, nreal;
+    shard_of(r, shards, V, Vp, &v0, &vl, &nreal);
+    ops->xent_vp_finish(losses_vp, sl[r], stats, rowmax, N, vl, nreal);
+    for (int i = 0; i < N; i++) {
+      loss_err = fmax(loss_err, fabs(losses_vp[i] - losses[i]) / fabs(losses[i]));
+      bitwise &= losses_vp[i] == losses[i];
+      for (int j = 0; j < vl; j++) {
+        float p = sl[r][(size_t)i * vl + j], want = probs[(size_t)i * Vp + v0 + j];
+        if (v0 + j >= V) pad_zero &= p == 0.0f;
+        prob_err = fmax(prob_err, fabs(p - want) / fmax(fabs(want), 1e-30));
+        bitwise &= p == want;
+      }
+    }
+    ops->xent_vp_backward(sl[r], sl[r], targets, v0, 0.25f, N, vl, nreal);
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < vl; j++) {
+        float d = sl[r][(size_t)i * vl + j], want = dref[(size_t)i * Vp + v0 + j];
+        if (v0 + j >= V) pad_zero &= d == 0.0f;
+        grad_err = fmax(grad_err, fabs(d - want) / 0.25);
+        bitwise &= d == want;
+      }
+  }
+  printf("xent_vp over %d shards: loss rel err %.2e, prob rel err %.2e, grad err %.2e%s\n", shards,
+         loss_err, prob_err, grad_err, bitwise ? " (bitwise)" : "");
+  CHECK(pad_zero, "xent_vp over %d shards: padding columns got probability or gradient", shards);
+  CHECK(loss_err <= 1e-6 && prob_err <= 1e-6 && grad_err <= 1e-6,
+        "xent_vp over %d shards differs from softmax_xent", shards);
+  CHECK(shards > 1 || bitwise, "xent_vp on one shard is not softmax_xent bit for bit");
+  for (int r = 0; r < shards; r++) free(sl[r]);
+  free(sl), free(logits), free(probs), free(dref);
+}
+
+int main(void) {
+  mt_kernels_set_threads(1);
+  mt_model_shape tiny, wide = {3, 48, 4, 16, 130, 0};
+  if (mt_model_preset("tiny", &tiny) != 0) return 1;
+  for (int tp = 1; tp <= 4; tp *= 2)
+    for (int sp = 0; sp <= 1; sp++) {
+      test_layout("tiny", tiny, tp, sp);
+      test_layout("wide", wide, tp, sp);
+    }
+  const mt_ops *ops = mt_ops_cpu();
+  int shards[] = {1, 2, 4, 3};
+  for (int k = 0; k < 4; k++) {
+    test_encoder_vp(ops, shards[k]);
+    test_xent_vp(ops, shards[k]);
+  }
+  if (g_failures) {
+    fprintf(stderr, "test_tp_layout: %d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("test_tp_layout: all checks passed\n");
+  return 0;
+}
