@@ -17,7 +17,9 @@
 #include <xxhash.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "comm/comm.h"
 #include "core/core.h"
+#include "registry/registry.h"
 
 static int g_rank = 0, g_size = 1;
 static size_t g_chunk_bytes = 64u << 20;
@@ -28,6 +30,11 @@ static void usage(FILE *f) {
           "       meshckpt verify DIR [--deep]         manifest, coverage, checksums, steps\n"
           "                                            (--deep: also no NaN/Inf anywhere)\n"
           "       meshckpt diff DIR_A DIR_B            per-tensor max abs/rel difference\n"
+          "       meshckpt convert DIR OUTROOT --mode shared|per-writer\n"
+          "                                            rewrite in the other on-disk mode into\n"
+          "                                            OUTROOT/step_<N> (memory: state/ranks)\n"
+          "       meshckpt export DIR OUT.h5 [--dtype fp32|bf16]\n"
+          "                                            the model alone, one plain HDF5 file\n"
           "options: --chunk-mb N (read size per rank, default 64)\n"
           "DIR is a step directory (checkpoints/step_<N>) or a checkpoints directory\n"
           "(its newest complete step is used). Exit: 0 ok/equal, 1 problems/different,\n"
@@ -141,7 +148,8 @@ static int ckpt_open(const char *spec, ckpt *c, mt_err *e) {
   mt_ckpt_check_manifest(c->dir, c->mode, sizeof c->mode, &c->manifest_step, &local);
   if (!local.failed) {
     char path[1100];
-    snprintf(path, sizeof path, "%s/%s", c->dir, MT_CKPT_SHARED_FILE);
+    snprintf(path, sizeof path, "%s/%s", c->dir,
+             strcmp(c->mode, "per-writer") == 0 ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
     c->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (c->file < 0) mt_err_set(&local, "%s: cannot open as HDF5 (truncated or corrupt?)", path);
     else if (read_names(c->file, c) != 0) mt_err_set(&local, "%s: no tensor table", path);
@@ -476,6 +484,212 @@ static int cmd_diff(ckpt *a, ckpt *b) {
 }
 
 /* ------------------------------------------------------------------ */
+/* convert and export                                                  */
+
+static int64_t attr_i64_or(hid_t obj, const char *name, int64_t dflt) {
+  int64_t v = attr_i64(obj, name);
+  return v < 0 ? dflt : v;
+}
+
+/* A registry that describes the checkpoint's canonical tensors (tp = 1),
+ * with the placement attributes read back so a conversion keeps them. */
+static void registry_from_ckpt(ckpt *c, mt_registry *reg) {
+  mt_registry_init(reg, 1, 0);
+  for (int i = 0; i < c->n_tensors; i++) {
+    char path[256];
+    dataset_path(path, sizeof path, 0, c->names[i]);
+    hid_t d = H5Dopen2(c->file, path, H5P_DEFAULT);
+    hid_t s = H5Dget_space(d);
+    hsize_t dims[MT_MAX_DIMS] = {0};
+    int nd = H5Sget_simple_extent_dims(s, dims, NULL);
+    H5Sclose(s);
+    int64_t shape[MT_MAX_DIMS], padded[MT_MAX_DIMS];
+    for (int k = 0; k < nd; k++) shape[k] = padded[k] = (int64_t)dims[k];
+    char split[32], tied[MT_NAME_MAX];
+    attr_str(d, "tp_split", split, sizeof split);
+    attr_str(d, "tied_to", tied, sizeof tied);
+    mt_placement p = mt_replicated();
+    if (!strcmp(split, "dim0") || !strcmp(split, "dim1"))
+      p = mt_sharded(split[3] - '0', (int)attr_i64_or(d, "fused_blocks", 1));
+    if (H5Aexists(d, "padded_shape") > 0) {
+      hid_t a = H5Aopen(d, "padded_shape", H5P_DEFAULT);
+      H5Aread(a, H5T_NATIVE_INT64, padded);
+      H5Aclose(a);
+    }
+    int idx = mt_registry_add(reg, c->names[i], nd, shape, padded, p,
+                              (int)attr_i64_or(d, "weight_decay", 0));
+    snprintf(reg->t[idx].tied_to, sizeof reg->t[idx].tied_to, "%s", tied);
+    H5Dclose(d);
+  }
+  char msg[256];
+  mt_registry_finalize(reg, msg, sizeof msg);
+}
+
+static char *read_config_text(ckpt *c) {
+  hid_t d = H5Dopen2(c->file, "config", H5P_DEFAULT);
+  if (d < 0) return strdup("");
+  hid_t t = H5Dget_type(d);
+  size_t n = H5Tget_size(t);
+  char *buf = mt_calloc(n + 1, 1);
+  H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  H5Tclose(t);
+  H5Dclose(d);
+  return buf;
+}
+
+/* Read the whole source checkpoint (each rank a 1/N share of the flat state)
+ * and save it again under mode into dst (a checkpoints directory). */
+static int cmd_convert(ckpt *c, const char *dst, const char *mode) {
+  mt_registry reg;
+  registry_from_ckpt(c, &reg);
+  mt_mesh mesh;
+  mt_err err = {0};
+  mt_mesh_create(&mesh, 1, 1, g_size, 1, &err);
+  size_t n = reg.numel_local, lo = n * (size_t)g_rank / (size_t)g_size,
+         hi = n * (size_t)(g_rank + 1) / (size_t)g_size;
+  float *buf[MT_CKPT_NGROUPS];
+  mt_flat_range ranges[MT_CKPT_NGROUPS];
+  mt_ckpt_state st;
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    buf[g] = mt_calloc(hi - lo + 1, sizeof(float));
+    ranges[g] = (mt_flat_range){lo, hi - lo, buf[g]};
+    st.ranges[g] = &ranges[g];
+    st.n_ranges[g] = hi > lo;
+  }
+  mt_ckpt_meta m = {0}, got;
+  m.step = attr_i64(c->file, "step");
+  m.samples = attr_i64(c->file, "samples");
+  m.tokens = attr_i64(c->file, "tokens");
+  m.optimizer_step = attr_i64(c->file, "optimizer_step");
+  m.seed = attr_i64(c->file, "seed");
+  m.n_layer = attr_i64(c->file, "n_layer");
+  m.n_embd = attr_i64(c->file, "n_embd");
+  m.n_head = attr_i64(c->file, "n_head");
+  m.seq_len = attr_i64(c->file, "seq_len");
+  m.vocab = attr_i64(c->file, "vocab");
+  int rc = mt_ckpt_load(c->dir, &reg, &mesh, &st, &m, 1, &got, &err);
+  if (rc == 0) {
+    /* keep the layout that trained it; the conversion itself is not a layout */
+    got.dp = attr_i64(c->file, "dp");
+    got.tp = attr_i64(c->file, "tp");
+    got.pp = attr_i64(c->file, "pp");
+    got.cp = attr_i64(c->file, "cp");
+    got.zero = attr_i64(c->file, "zero");
+    got.world = attr_i64(c->file, "world");
+    char *ini = read_config_text(c);
+    mt_ckpt_save_opts opts = {mode, 0, "none", ini};
+    rc = mt_ckpt_save(dst, &got, &reg, &mesh, &st, &opts, NULL, &err);
+    free(ini);
+  }
+  if (rc != 0 && g_rank == 0) fprintf(stderr, "meshckpt: error: %s\n", err.msg);
+  else if (g_rank == 0) printf("convert: %s -> %s/step_%lld (%s)\n", c->dir, dst, (long long)m.step, mode);
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(buf[g]);
+  mt_mesh_destroy(&mesh);
+  mt_registry_free(&reg);
+  return rc ? 1 : 0;
+}
+
+/* fp32 -> bf16, round to nearest even (NaN stays NaN) */
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+/* The model's tensors, whole, into one plain HDF5 file for inference: fp32
+ * or bf16 (an HDF5 16-bit float type: 1 sign, 8 exponent, 7 mantissa bits).
+ * Rank 0 writes; memory is one chunk. */
+static int cmd_export(ckpt *c, const char *out, const char *dtype) {
+  int rc = 0;
+  if (g_rank == 0) {
+    int bf16 = !strcmp(dtype, "bf16");
+    hid_t ftype = H5Tcopy(H5T_IEEE_F32LE);
+    if (bf16) {
+      H5Tset_fields(ftype, 15, 7, 8, 0, 7);
+      H5Tset_ebias(ftype, 127);
+      H5Tset_precision(ftype, 16);
+      H5Tset_size(ftype, 2);
+    }
+    hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+      fprintf(stderr, "meshckpt: error: cannot create %s\n", out);
+      rc = 2;
+    }
+    float *buf = mt_malloc(g_chunk_bytes + 64);
+    uint16_t *half = mt_malloc(g_chunk_bytes / 2 + 64);
+    static const char *keys[] = {"step", "n_layer", "n_embd", "n_head", "seq_len", "vocab"};
+    for (size_t k = 0; rc == 0 && k < sizeof keys / sizeof keys[0]; k++) {
+      int64_t v = attr_i64(c->file, keys[k]);
+      hid_t s = H5Screate(H5S_SCALAR);
+      hid_t a = H5Acreate2(f, keys[k], H5T_NATIVE_INT64, s, H5P_DEFAULT, H5P_DEFAULT);
+      H5Awrite(a, H5T_NATIVE_INT64, &v);
+      H5Aclose(a);
+      H5Sclose(s);
+    }
+    for (int i = 0; rc == 0 && i < c->n_tensors; i++) {
+      char path[256];
+      dataset_path(path, sizeof path, 0, c->names[i]);
+      hid_t src = H5Dopen2(c->file, path, H5P_DEFAULT);
+      hsize_t rows, cols;
+      int nd;
+      dset_shape(src, &rows, &cols, &nd);
+      hsize_t dims[2] = {rows, cols};
+      hid_t fs = nd == 2 ? H5Screate_simple(2, dims, NULL) : H5Screate_simple(1, &cols, NULL);
+      hid_t dst = H5Dcreate2(f, c->names[i], ftype, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      char tied[MT_NAME_MAX];
+      attr_str(src, "tied_to", tied, sizeof tied);
+      if (tied[0]) {
+        hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR);
+        H5Tset_size(t, strlen(tied) + 1);
+        hid_t a = H5Acreate2(dst, "tied_to", t, s, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, t, tied);
+        H5Aclose(a);
+        H5Sclose(s);
+        H5Tclose(t);
+      }
+      hsize_t per = rows_per_chunk(cols);
+      for (hsize_t r0 = 0; r0 < rows && rc == 0; r0 += per) {
+        hsize_t nr = rows - r0 < per ? rows - r0 : per;
+        if (read_rows(src, nd, r0, nr, cols, buf) != 0) {
+          fprintf(stderr, "meshckpt: error: cannot read %s\n", path);
+          rc = 1;
+          break;
+        }
+        hid_t sel = H5Dget_space(dst);
+        hsize_t start[2] = {r0, 0}, count[2] = {nr, cols};
+        if (nd == 1) {
+          start[0] = 0;
+          count[0] = cols;
+        }
+        H5Sselect_hyperslab(sel, H5S_SELECT_SET, start, NULL, count, NULL);
+        hsize_t nn = nr * cols;
+        hid_t ms = H5Screate_simple(1, &nn, NULL);
+        if (bf16) {
+          for (hsize_t k = 0; k < nn; k++) half[k] = to_bf16(buf[k]);
+          H5Dwrite(dst, ftype, ms, sel, H5P_DEFAULT, half);
+        } else {
+          H5Dwrite(dst, H5T_NATIVE_FLOAT, ms, sel, H5P_DEFAULT, buf);
+        }
+        H5Sclose(ms);
+        H5Sclose(sel);
+      }
+      H5Dclose(dst);
+      H5Sclose(fs);
+      H5Dclose(src);
+    }
+    free(buf);
+    free(half);
+    H5Tclose(ftype);
+    if (f >= 0) H5Fclose(f);
+    if (rc == 0) printf("export: %d tensors of %s as %s -> %s\n", c->n_tensors, c->dir, dtype, out);
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -487,9 +701,19 @@ int main(int argc, char **argv) {
   const char *cmd = argc > 1 ? argv[1] : NULL;
   const char *pos[2] = {NULL, NULL};
   int npos = 0, deep = 0, list = 0;
+  const char *mode = "shared", *dtype = "fp32";
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--deep")) deep = 1;
     else if (!strcmp(argv[i], "--tensors")) list = 1;
+    else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
+      mode = argv[++i];
+      if (strcmp(mode, "shared") && strcmp(mode, "per-writer"))
+        mt_err_set(&err, "--mode: '%s' is not shared or per-writer", mode);
+    } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+      dtype = argv[++i];
+      if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))
+        mt_err_set(&err, "--dtype: '%s' is not fp32 or bf16", dtype);
+    }
     else if (!strcmp(argv[i], "--chunk-mb") && i + 1 < argc) {
       double mb = atof(argv[++i]);
       if (!(mb > 0)) mt_err_set(&err, "--chunk-mb: '%s' is not a positive number", argv[i]);
@@ -504,25 +728,29 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return cmd ? 0 : MT_EXIT_BADINPUT;
   }
-  int need = !strcmp(cmd, "diff") ? 2 : 1;
-  if (strcmp(cmd, "inspect") && strcmp(cmd, "verify") && strcmp(cmd, "diff"))
-    mt_err_set(&err, "unknown command '%s' (inspect|verify|diff)", cmd);
+  int two_ckpts = !strcmp(cmd, "diff"), need = two_ckpts || !strcmp(cmd, "convert") ||
+                                                   !strcmp(cmd, "export") ? 2 : 1;
+  if (strcmp(cmd, "inspect") && strcmp(cmd, "verify") && strcmp(cmd, "diff") &&
+      strcmp(cmd, "convert") && strcmp(cmd, "export"))
+    mt_err_set(&err, "unknown command '%s' (inspect|verify|diff|convert|export)", cmd);
   else if (npos != need)
-    mt_err_set(&err, "%s needs %d checkpoint director%s", cmd, need, need == 1 ? "y" : "ies");
+    mt_err_set(&err, "%s needs %d path%s (see --help)", cmd, need, need == 1 ? "" : "s");
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
   ckpt a, b;
   int rc = 0;
   ckpt_open(pos[0], &a, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
-  if (need == 2) {
+  if (two_ckpts) {
     ckpt_open(pos[1], &b, &err);
     mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
   }
   if (!strcmp(cmd, "inspect")) rc = cmd_inspect(&a, list);
   else if (!strcmp(cmd, "verify")) rc = cmd_verify(&a, deep);
+  else if (!strcmp(cmd, "convert")) rc = cmd_convert(&a, pos[1], mode);
+  else if (!strcmp(cmd, "export")) rc = cmd_export(&a, pos[1], dtype);
   else rc = cmd_diff(&a, &b);
   ckpt_close(&a);
-  if (need == 2) ckpt_close(&b);
+  if (two_ckpts) ckpt_close(&b);
   MPI_Finalize();
   return rc;
 }

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,10 +319,14 @@ static uint64_t schema_hash(const mt_registry *reg) {
   return h;
 }
 
-static int write_tensors(hid_t file, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
-                         const char *crash, int64_t **index_rows, int *n_index) {
+/* Shared mode: collective writes of every rank's boxes into the canonical
+ * datasets. Per-writer mode (file = this rank's own shard file): each
+ * tensor this rank writes becomes a 1-D dataset of its boxes end to end. */
+static int write_tensors(hid_t file, int per_writer, const mt_registry *reg, mt_mesh *mesh,
+                         const mt_ckpt_state *st, const char *crash, int64_t **index_rows,
+                         int *n_index) {
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  if (!per_writer) H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   tensor_sel sel = {0};
   int cap = 64, n = 0, rc = 0;
   int64_t *rows = mt_malloc((size_t)cap * MT_CKPT_INDEX_COLS * sizeof(int64_t));
@@ -344,16 +349,30 @@ static int write_tensors(hid_t file, const mt_registry *reg, mt_mesh *mesh, cons
       sel_copy(&sel, staging, v.local_ext[1], 0);
       char path[256];
       dataset_path(path, sizeof path, g, t->name);
-      hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
-      hid_t fs = H5Dget_space(d);
-      select_boxes(fs, &sel.boxes);
-      hid_t ms = mem_space(sel.volume);
-      float dummy = 0.0f;
-      if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, staging ? staging : &dummy) < 0)
-        rc = -1;
-      H5Sclose(ms);
-      H5Sclose(fs);
-      if (d >= 0) H5Dclose(d);
+      if (per_writer) {
+        if (sel.volume > 0) {
+          hsize_t n1 = (hsize_t)sel.volume;
+          hid_t fs = H5Screate_simple(1, &n1, NULL);
+          hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+          H5Pset_create_intermediate_group(lcpl, 1);
+          hid_t d = H5Dcreate2(file, path, H5T_IEEE_F32LE, fs, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+          if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, dxpl, staging) < 0) rc = -1;
+          if (d >= 0) H5Dclose(d);
+          H5Pclose(lcpl);
+          H5Sclose(fs);
+        }
+      } else {
+        hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
+        hid_t fs = H5Dget_space(d);
+        select_boxes(fs, &sel.boxes);
+        hid_t ms = mem_space(sel.volume);
+        float dummy = 0.0f;
+        if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, staging ? staging : &dummy) < 0)
+          rc = -1;
+        H5Sclose(ms);
+        H5Sclose(fs);
+        if (d >= 0) H5Dclose(d);
+      }
       /* one index row per box, with the checksum of its data */
       size_t k = 0;
       for (int b = 0; b < sel.boxes.n; b++) {
@@ -386,41 +405,95 @@ static int write_tensors(hid_t file, const mt_registry *reg, mt_mesh *mesh, cons
   return rc;
 }
 
-static int create_datasets(hid_t file, const mt_registry *reg) {
+/* Element offset of each index row's data inside its writer's shard dataset:
+ * a writer's rows for one tensor are consecutive, in the order it wrote them. */
+static int64_t *shard_offsets(const int64_t *rows, int64_t n) {
+  int64_t *off = mt_calloc((size_t)n + 1, sizeof(int64_t));
+  for (int64_t j = 1; j < n; j++) {
+    const int64_t *a = rows + (j - 1) * MT_CKPT_INDEX_COLS, *b = rows + j * MT_CKPT_INDEX_COLS;
+    int same = a[MT_IX_WRITER] == b[MT_IX_WRITER] && a[MT_IX_GROUP] == b[MT_IX_GROUP] &&
+               a[MT_IX_TENSOR] == b[MT_IX_TENSOR];
+    off[j] = same ? off[j - 1] + a[MT_IX_COUNT0] * a[MT_IX_COUNT1] : 0;
+  }
+  return off;
+}
+
+/* A virtual dataset's creation list: each written box maps to its range in
+ * the writer's shard-<rank>.h5, /<group>/<name>, a 1-D array. */
+static hid_t virtual_dcpl(const mt_tensor *t, int g, const int64_t *rows, const int64_t *off,
+                          int64_t n, int ti) {
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  float fill = NAN; /* never read: a missing source is caught before any read */
+  H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &fill);
+  hsize_t dims[MT_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
+  char src_name[256];
+  dataset_path(src_name, sizeof src_name, g, t->name);
+  for (int64_t j = 0; j < n; j++) {
+    const int64_t *r = rows + j * MT_CKPT_INDEX_COLS;
+    if (r[MT_IX_GROUP] != g || r[MT_IX_TENSOR] != ti) continue;
+    hid_t vs = H5Screate_simple(t->ndim, dims, NULL);
+    mt_ckpt_box b = {{r[MT_IX_START0], r[MT_IX_START1]}, {r[MT_IX_COUNT0], r[MT_IX_COUNT1]}, 0, 0};
+    mt_ckpt_boxes one = {&b, 1, 1};
+    select_boxes(vs, &one);
+    hsize_t vol = (hsize_t)(b.count[0] * b.count[1]), start = (hsize_t)off[j];
+    hsize_t src_dims[1] = {H5S_UNLIMITED};
+    hsize_t cur[1] = {start + vol};
+    hid_t ss = H5Screate_simple(1, cur, src_dims);
+    H5Sselect_hyperslab(ss, H5S_SELECT_SET, &start, NULL, &vol, NULL);
+    char file_name[64];
+    snprintf(file_name, sizeof file_name, "shard-%05lld.h5", (long long)r[MT_IX_WRITER]);
+    H5Pset_virtual(dcpl, vs, file_name, src_name, ss);
+    H5Sclose(ss);
+    H5Sclose(vs);
+  }
+  return dcpl;
+}
+
+static int tensor_attrs(hid_t d, const mt_tensor *t) {
+  /* how runtimes split it; the data itself is the whole logical tensor */
+  const char *split = t->tp.kind == MT_PLACE_SHARDED ? (t->tp.dim == 0 ? "dim0" : "dim1")
+                                                     : "replicated";
+  int64_t padded[MT_MAX_DIMS];
+  for (int k = 0; k < t->ndim; k++) padded[k] = t->padded[k];
+  const char *axes = !strcmp(t->name, "wte.weight")   ? "vocab,embd"
+                     : !strcmp(t->name, "wpe.weight") ? "position,embd"
+                     : t->ndim == 2                   ? "out,in"
+                                                      : "channel";
+  int rc = attr_str(d, "tp_split", split) | attr_i64(d, "fused_blocks", t->tp.fused_blocks) |
+           attr_i64v(d, "padded_shape", padded, t->ndim) | attr_str(d, "axes", axes) |
+           attr_str(d, "replicated_over", t->tp.kind == MT_PLACE_SHARDED ? "dp,cp" : "dp,cp,tp") |
+           attr_i64(d, "weight_decay", t->weight_decay);
+  if (rc == 0 && t->tied_to[0]) rc = attr_str(d, "tied_to", t->tied_to);
+  return rc;
+}
+
+/* The canonical datasets: contiguous (shared mode) or virtual over the
+ * writers' shard files (rows != NULL: per-writer mode's index file). */
+static int create_datasets(hid_t file, const mt_registry *reg, const int64_t *rows, int64_t n_rows) {
   hid_t gm = H5Gcreate2(file, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   hid_t go = H5Gcreate2(file, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   hid_t g1 = H5Gcreate2(go, "exp_avg", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   hid_t g2 = H5Gcreate2(go, "exp_avg_sq", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   int rc = (gm < 0 || go < 0 || g1 < 0 || g2 < 0) ? -1 : 0;
   hid_t groups[MT_CKPT_NGROUPS] = {gm, g1, g2};
+  int64_t *off = rows ? shard_offsets(rows, n_rows) : NULL;
   for (int g = 0; g < MT_CKPT_NGROUPS && rc == 0; g++) {
     for (int i = 0; i < reg->n && rc == 0; i++) {
       const mt_tensor *t = &reg->t[i];
       hsize_t dims[MT_MAX_DIMS];
       for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
       hid_t s = H5Screate_simple(t->ndim, dims, NULL);
-      hid_t d = H5Dcreate2(groups[g], t->name, H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT,
-                           H5P_DEFAULT);
+      hid_t dcpl = rows ? virtual_dcpl(t, g, rows, off, n_rows, i) : H5P_DEFAULT;
+      hid_t d = H5Dcreate2(groups[g], t->name, H5T_IEEE_F32LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      if (rows) H5Pclose(dcpl);
       if (d < 0) rc = -1;
-      /* how runtimes split it; the data itself is the whole logical tensor */
-      const char *split = t->tp.kind == MT_PLACE_SHARDED ? (t->tp.dim == 0 ? "dim0" : "dim1")
-                                                         : "replicated";
-      int64_t padded[MT_MAX_DIMS];
-      for (int k = 0; k < t->ndim; k++) padded[k] = t->padded[k];
-      const char *axes = !strcmp(t->name, "wte.weight")   ? "vocab,embd"
-                         : !strcmp(t->name, "wpe.weight") ? "position,embd"
-                         : t->ndim == 2                   ? "out,in"
-                                                          : "channel";
-      if (rc == 0)
-        rc = attr_str(d, "tp_split", split) | attr_i64(d, "fused_blocks", t->tp.fused_blocks) |
-             attr_i64v(d, "padded_shape", padded, t->ndim) | attr_str(d, "axes", axes) |
-             attr_str(d, "replicated_over", t->tp.kind == MT_PLACE_SHARDED ? "dp,cp" : "dp,cp,tp") |
-             attr_i64(d, "weight_decay", t->weight_decay);
-      if (rc == 0 && t->tied_to[0]) rc = attr_str(d, "tied_to", t->tied_to);
+      if (rc == 0) rc = tensor_attrs(d, t);
       if (d >= 0) H5Dclose(d);
       H5Sclose(s);
     }
   }
+  free(off);
   for (int g = 0; g < MT_CKPT_NGROUPS; g++)
     if (groups[g] >= 0) H5Gclose(groups[g]);
   if (go >= 0) H5Gclose(go);
@@ -429,7 +502,7 @@ static int create_datasets(hid_t file, const mt_registry *reg) {
 
 /* a dataset every rank creates, with rows [row0, row0+nrows) written by this rank */
 static int write_table_i64(hid_t file, const char *name, const int64_t *rows, int64_t total,
-                           int64_t row0, int64_t nrows, int cols) {
+                           int64_t row0, int64_t nrows, int cols, hid_t dxpl) {
   hsize_t dims[2] = {(hsize_t)total, (hsize_t)cols};
   hid_t s = H5Screate_simple(2, dims, NULL);
   hid_t d = H5Dcreate2(file, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -437,11 +510,8 @@ static int write_table_i64(hid_t file, const char *name, const int64_t *rows, in
   if (nrows > 0) H5Sselect_hyperslab(s, H5S_SELECT_SET, start, NULL, count, NULL);
   else H5Sselect_none(s);
   hid_t ms = mem_space((size_t)(nrows * cols));
-  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   int64_t dummy = 0;
   herr_t rc = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_INT64, ms, s, dxpl, nrows ? rows : &dummy);
-  H5Pclose(dxpl);
   H5Sclose(ms);
   H5Sclose(s);
   if (d >= 0) H5Dclose(d);
@@ -449,7 +519,7 @@ static int write_table_i64(hid_t file, const char *name, const int64_t *rows, in
 }
 
 /* a string written by rank 0 into a 1-element dataset */
-static int write_text(hid_t file, const char *name, const char *text, int rank) {
+static int write_text(hid_t file, const char *name, const char *text, int rank, hid_t dxpl) {
   hid_t t = H5Tcopy(H5T_C_S1);
   H5Tset_size(t, strlen(text) + 1);
   hsize_t dims[1] = {1};
@@ -460,10 +530,7 @@ static int write_text(hid_t file, const char *name, const char *text, int rank) 
     H5Sselect_none(s);
     H5Sselect_none(ms);
   }
-  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   herr_t rc = d < 0 ? -1 : H5Dwrite(d, t, ms, s, dxpl, text);
-  H5Pclose(dxpl);
   H5Sclose(ms);
   H5Sclose(s);
   if (d >= 0) H5Dclose(d);
@@ -471,7 +538,7 @@ static int write_text(hid_t file, const char *name, const char *text, int rank) 
   return rc < 0 || d < 0 ? -1 : 0;
 }
 
-static int write_names(hid_t file, const mt_registry *reg, int rank) {
+static int write_names(hid_t file, const mt_registry *reg, int rank, hid_t dxpl) {
   char *buf = mt_calloc((size_t)reg->n, MT_NAME_MAX);
   for (int i = 0; i < reg->n; i++) snprintf(buf + (size_t)i * MT_NAME_MAX, MT_NAME_MAX, "%s", reg->t[i].name);
   hid_t t = H5Tcopy(H5T_C_S1);
@@ -484,10 +551,7 @@ static int write_names(hid_t file, const mt_registry *reg, int rank) {
     H5Sselect_none(s);
     H5Sselect_none(ms);
   }
-  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   herr_t rc = d < 0 ? -1 : H5Dwrite(d, t, ms, s, dxpl, buf);
-  H5Pclose(dxpl);
   H5Sclose(ms);
   H5Sclose(s);
   if (d >= 0) H5Dclose(d);
@@ -609,6 +673,110 @@ static int commit(const char *root, const char *tmpdir, const char *final_dir, i
   return 0;
 }
 
+/* The coordinates of every rank, gathered (rank, tp, cp, dp, pp). */
+static int64_t *gather_layout(mt_mesh *mesh) {
+  int64_t mine[5] = {mesh->world_rank, mesh->tp_rank, mesh->cp_rank, mesh->dp_rank, mesh->pp_rank};
+  int64_t *all = mt_calloc((size_t)mesh->world_size * 5, sizeof(int64_t));
+  MPI_Allgather(mine, 5, MPI_INT64_T, all, 5, MPI_INT64_T, MPI_COMM_WORLD);
+  return all;
+}
+
+/* Shared mode: one file, parallel HDF5, collective writes. Returns 1 on success. */
+static int save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
+                       mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                       mt_err *e) {
+  int rank = mesh->world_rank, world = mesh->world_size;
+  char file_path[1100];
+  snprintf(file_path, sizeof file_path, "%s/%s", tmpdir, MT_CKPT_SHARED_FILE);
+  hid_t fapl = fapl_mpio(MPI_COMM_WORLD);
+  hid_t file = H5Fcreate(file_path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  int ok = file >= 0;
+  int64_t *rows = NULL;
+  int n_rows = 0;
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  if (ok) ok = write_meta_attrs(file, meta) == 0 && create_datasets(file, reg, NULL, 0) == 0;
+  if (ok) ok = write_tensors(file, 0, reg, mesh, st, opts->test_crash, &rows, &n_rows) == 0;
+  if (ok) {
+    int *counts = mt_calloc((size_t)world, sizeof(int));
+    MPI_Allgather(&n_rows, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD);
+    int64_t total = 0, row0 = 0;
+    for (int r = 0; r < world; r++) {
+      if (r < rank) row0 += counts[r];
+      total += counts[r];
+    }
+    free(counts);
+    ok = write_table_i64(file, "index", rows, total, row0, n_rows, MT_CKPT_INDEX_COLS, dxpl) == 0;
+    int64_t lay[5] = {rank, mesh->tp_rank, mesh->cp_rank, mesh->dp_rank, mesh->pp_rank};
+    ok = ok && write_table_i64(file, "layout", lay, world, rank, 1, 5, dxpl) == 0;
+    ok = ok && write_names(file, reg, rank, dxpl) == 0;
+    ok = ok && write_text(file, "config", opts->config_ini ? opts->config_ini : "", rank, dxpl) == 0;
+  }
+  H5Pclose(dxpl);
+  free(rows);
+  if (file >= 0) {
+    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) ok = 0; /* MPI_File_sync: durable on every rank */
+    if (H5Fclose(file) < 0) ok = 0;
+  }
+  if (!ok) mt_err_set(e, "checkpoint: writing %s failed (HDF5 error)", file_path);
+  return ok;
+}
+
+/* Per-writer mode: each rank that owns data writes shard-<rank>.h5 on its own
+ * (no MPI-IO); rank 0 then writes index.h5, whose virtual datasets present
+ * the whole tensors. Returns 1 on success. */
+static int save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
+                           mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                           mt_err *e) {
+  int rank = mesh->world_rank, world = mesh->world_size;
+  char path[1100];
+  snprintf(path, sizeof path, "%s/shard-%05d.h5", tmpdir, rank);
+  hid_t file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+  int64_t *rows = NULL;
+  int n_rows = 0, ok = file >= 0;
+  if (ok) ok = write_tensors(file, 1, reg, mesh, st, opts->test_crash, &rows, &n_rows) == 0;
+  if (file >= 0) {
+    if (H5Fflush(file, H5F_SCOPE_LOCAL) < 0 || H5Fclose(file) < 0) ok = 0;
+    if (ok && n_rows == 0) unlink(path); /* a rank that owns nothing leaves no file */
+    else if (ok) fsync_path(path);
+  }
+  if (!ok) mt_err_set(e, "checkpoint: writing %s failed (HDF5 error)", path);
+  /* every rank's index rows and coordinates to rank 0 */
+  int *counts = mt_calloc((size_t)world, sizeof(int)), *displs = mt_calloc((size_t)world, sizeof(int));
+  int mine = n_rows * MT_CKPT_INDEX_COLS;
+  MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int64_t total = 0;
+  for (int r = 0; r < world; r++) {
+    displs[r] = (int)total;
+    total += counts[r];
+  }
+  int64_t *all = rank == 0 ? mt_malloc((size_t)total * sizeof(int64_t) + 8) : NULL;
+  MPI_Gatherv(rows, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  int64_t *layout = gather_layout(mesh);
+  free(rows);
+  free(counts);
+  free(displs);
+  if (!mt_err_agree(e, MPI_COMM_WORLD) && rank == 0) {
+    int64_t n = total / MT_CKPT_INDEX_COLS;
+    snprintf(path, sizeof path, "%s/%s", tmpdir, MT_CKPT_INDEX_FILE);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    hid_t idx = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    ok = idx >= 0 && write_meta_attrs(idx, meta) == 0 && create_datasets(idx, reg, all, n) == 0 &&
+         write_table_i64(idx, "index", all, n, 0, n, MT_CKPT_INDEX_COLS, H5P_DEFAULT) == 0 &&
+         write_table_i64(idx, "layout", layout, world, 0, world, 5, H5P_DEFAULT) == 0 &&
+         write_names(idx, reg, 0, H5P_DEFAULT) == 0 &&
+         write_text(idx, "config", opts->config_ini ? opts->config_ini : "", 0, H5P_DEFAULT) == 0;
+    if (idx >= 0 && (H5Fflush(idx, H5F_SCOPE_LOCAL) < 0 || H5Fclose(idx) < 0)) ok = 0;
+    if (!ok) mt_err_set(e, "checkpoint: writing %s failed (HDF5 error)", path);
+  }
+  free(all);
+  free(layout);
+  return !e->failed;
+}
+
 int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
                  mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                  double *write_s, mt_err *e) {
@@ -622,10 +790,6 @@ int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *
   MPI_Allreduce(MPI_IN_PLACE, &hmax, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
   if (hmin != hmax) {
     mt_err_set(e, "checkpoint: ranks disagree on the tensor schema; nothing written");
-    return -1;
-  }
-  if (strcmp(opts->mode, "shared") != 0) {
-    mt_err_set(e, "ckpt.mode = %s: only 'shared' is implemented in this build", opts->mode);
     return -1;
   }
   /* 2. a fresh temporary directory, named by rank 0 */
@@ -645,38 +809,10 @@ int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *
   snprintf(final_dir, sizeof final_dir, "%s/step_%lld", root, (long long)meta->step);
   test_crash_point(opts->test_crash, "create", rank);
 
-  /* 3. the shared file: metadata, tensors, index, layout */
-  char file_path[1100];
-  snprintf(file_path, sizeof file_path, "%s/%s", tmpdir, MT_CKPT_SHARED_FILE);
-  hid_t fapl = fapl_mpio(MPI_COMM_WORLD);
-  hid_t file = H5Fcreate(file_path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
-  H5Pclose(fapl);
-  int ok = file >= 0;
-  int64_t *rows = NULL;
-  int n_rows = 0;
-  if (ok) ok = write_meta_attrs(file, meta) == 0 && create_datasets(file, reg) == 0;
-  if (ok) ok = write_tensors(file, reg, mesh, st, opts->test_crash, &rows, &n_rows) == 0;
-  if (ok) {
-    int world = mesh->world_size, *counts = mt_calloc((size_t)world, sizeof(int));
-    MPI_Allgather(&n_rows, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD);
-    int64_t total = 0, row0 = 0;
-    for (int r = 0; r < world; r++) {
-      if (r < rank) row0 += counts[r];
-      total += counts[r];
-    }
-    free(counts);
-    ok = write_table_i64(file, "index", rows, total, row0, n_rows, MT_CKPT_INDEX_COLS) == 0;
-    int64_t lay[5] = {rank, mesh->tp_rank, mesh->cp_rank, mesh->dp_rank, mesh->pp_rank};
-    ok = ok && write_table_i64(file, "layout", lay, world, rank, 1, 5) == 0;
-    ok = ok && write_names(file, reg, rank) == 0;
-    ok = ok && write_text(file, "config", opts->config_ini ? opts->config_ini : "", rank) == 0;
-  }
-  free(rows);
-  if (file >= 0) {
-    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) ok = 0; /* MPI_File_sync: durable on every rank */
-    if (H5Fclose(file) < 0) ok = 0;
-  }
-  if (!ok) mt_err_set(&local, "checkpoint: writing %s failed (HDF5 error)", file_path);
+  int per_writer = strcmp(opts->mode, "per-writer") == 0;
+  int ok = per_writer ? save_per_writer(tmpdir, meta, reg, mesh, st, opts, &local)
+                      : save_shared(tmpdir, meta, reg, mesh, st, opts, &local);
+  if (!ok && !local.failed) mt_err_set(&local, "checkpoint: writing %s failed (HDF5 error)", tmpdir);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     *e = local;
     return -1;
@@ -704,11 +840,15 @@ int mt_ckpt_check_manifest(const char *dir, char *mode, size_t mode_len, int64_t
     mt_err_set(e, "%s: no %s (not a complete checkpoint)", dir, MT_CKPT_MANIFEST);
     return -1;
   }
-  char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fseek(f, 0, SEEK_END);
+  long flen = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = mt_malloc((size_t)(flen > 0 ? flen : 0) + 1);
+  size_t n = fread(buf, 1, (size_t)(flen > 0 ? flen : 0), f);
   fclose(f);
   buf[n] = '\0';
   cJSON *o = cJSON_Parse(buf);
+  free(buf);
   cJSON *fmt = cJSON_GetObjectItem(o, "format"), *files = cJSON_GetObjectItem(o, "files");
   cJSON *st = cJSON_GetObjectItem(o, "step"), *md = cJSON_GetObjectItem(o, "mode");
   if (!o || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, MT_CKPT_FORMAT) != 0 ||
@@ -934,6 +1074,45 @@ static int verify_checksums(const char *dir, hid_t file, const mt_registry *reg,
   return e->failed ? -1 : 0;
 }
 
+/* Per-writer: every shard file the index maps must exist and be HDF5 (a
+ * virtual dataset whose source is missing reads fill values, silently). */
+static int check_shard_files(const char *dir, mt_err *e) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/%s", dir, MT_CKPT_INDEX_FILE);
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) {
+    mt_err_set(e, "%s: cannot open as HDF5 (truncated or corrupt?)", path);
+    return -1;
+  }
+  hid_t d = H5Dopen2(f, "index", H5P_DEFAULT);
+  hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+  hsize_t dims[2] = {0, 0};
+  if (s >= 0) H5Sget_simple_extent_dims(s, dims, NULL);
+  int64_t *rows = mt_malloc((size_t)(dims[0] * dims[1]) * sizeof(int64_t) + 8);
+  int rc = d < 0 || dims[1] != MT_CKPT_INDEX_COLS ||
+           H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows) < 0;
+  if (rc) mt_err_set(e, "%s: unreadable index", path);
+  for (hsize_t i = 0; !rc && i < dims[0]; i++) {
+    int64_t w = rows[i * MT_CKPT_INDEX_COLS + MT_IX_WRITER];
+    if (i > 0 && rows[(i - 1) * MT_CKPT_INDEX_COLS + MT_IX_WRITER] == w) continue;
+    char shard[1200];
+    snprintf(shard, sizeof shard, "%s/shard-%05lld.h5", dir, (long long)w);
+    if (file_size(shard) < 0) {
+      mt_err_set(e, "%s: shard file shard-%05lld.h5 of writer rank %lld is missing", dir,
+                 (long long)w, (long long)w);
+      rc = 1;
+    } else if (H5Fis_hdf5(shard) <= 0) {
+      mt_err_set(e, "%s: shard-%05lld.h5 is not an HDF5 file", dir, (long long)w);
+      rc = 1;
+    }
+  }
+  free(rows);
+  if (s >= 0) H5Sclose(s);
+  if (d >= 0) H5Dclose(d);
+  H5Fclose(f);
+  return rc ? -1 : 0;
+}
+
 int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
                  const mt_ckpt_meta *expect, int verify, mt_ckpt_meta *meta_out, mt_err *e) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -942,21 +1121,29 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
   int64_t mstep = -1;
   /* every rank checks the manifest: cheap, and all then agree */
   mt_ckpt_check_manifest(dir, mode, sizeof mode, &mstep, &local);
-  if (!local.failed && strcmp(mode, "shared") != 0)
+  int per_writer = strcmp(mode, "per-writer") == 0;
+  if (!local.failed && !per_writer && strcmp(mode, "shared") != 0)
     mt_err_set(&local, "%s: checkpoint mode '%s' cannot be read by this build", dir, mode);
+  if (!local.failed && per_writer && mesh->world_rank == 0) check_shard_files(dir, &local);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     *e = local;
     return -1;
   }
+  /* shared: one parallel open, collective reads. per-writer: every rank opens
+   * the index on its own and reads through its virtual datasets (parallel
+   * HDF5 cannot read virtual datasets). */
   char file_path[1100];
-  snprintf(file_path, sizeof file_path, "%s/%s", dir, MT_CKPT_SHARED_FILE);
-  hid_t fapl = fapl_mpio(MPI_COMM_WORLD);
+  snprintf(file_path, sizeof file_path, "%s/%s", dir, per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
+  hid_t fapl = per_writer ? H5Pcreate(H5P_FILE_ACCESS) : fapl_mpio(MPI_COMM_WORLD);
   hid_t file = H5Fopen(file_path, H5F_ACC_RDONLY, fapl);
   H5Pclose(fapl);
-  if (file < 0) {
+  int open_failed = file < 0;
+  MPI_Allreduce(MPI_IN_PLACE, &open_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (open_failed) {
+    if (file >= 0) H5Fclose(file);
     mt_err_set(&local, "%s: cannot open as HDF5 (truncated or corrupt?)", file_path);
     *e = local;
-    return -1; /* H5Fopen is collective: every rank saw the same */
+    return -1;
   }
   mt_ckpt_meta m;
   memset(&m, 0, sizeof m);
@@ -973,7 +1160,7 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
   }
   /* read what this rank needs, tensor by tensor (collective) */
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  if (!per_writer) H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   tensor_sel sel = {0};
   float *staging = NULL;
   size_t cap = 0;
