@@ -172,9 +172,12 @@ static double evaluate(mt_gpt *m, const mt_sampler *val, int n_seq, int micro_ba
   return acc[1] > 0 ? acc[0] / acc[1] : 0.0;
 }
 
-/* Checkpoint the state at `step` (steps completed) into <output.dir>/checkpoints. */
+/* Checkpoint the state at `step` (steps completed) into <output.dir>/checkpoints.
+ * With async non-NULL the save is started in the background (*async holds it
+ * until mt_ckpt_async_poll commits it). Returns the blocking time, seconds. */
 static double save_checkpoint(const mt_config *cfg, mt_mesh *mesh, mt_gpt *model, mt_dp *dp,
-                              long long step, long long samples, int is_final) {
+                              long long step, long long samples, int is_final,
+                              mt_ckpt_async **async) {
   double t0 = mt_now();
   mt_flat_range *r[MT_CKPT_NGROUPS];
   mt_ckpt_state st;
@@ -196,11 +199,30 @@ static double save_checkpoint(const mt_config *cfg, mt_mesh *mesh, mt_gpt *model
   char root[2 * MT_CFG_STR_MAX];
   snprintf(root, sizeof root, "%s/checkpoints", cfg->output_dir);
   mt_err e = {0};
-  if (mt_ckpt_save(root, &meta, &model->reg, mesh, &st, &opts, NULL, &e) != 0)
+  if (async) {
+    *async = mt_ckpt_async_begin(root, &meta, &model->reg, mesh, &st, &opts, &e);
+    if (!*async) mt_die("%s", e.msg);
+  } else if (mt_ckpt_save(root, &meta, &model->reg, mesh, &st, &opts, NULL, &e) != 0) {
     mt_die("%s", e.msg);
+  }
   free(ini);
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]);
   return mt_now() - t0;
+}
+
+/* Commit the background save if it is done (wait: make it be done). */
+static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
+  if (!*a) return;
+  mt_err e = {0};
+  int64_t step = 0;
+  double w = 0.0;
+  int rc = mt_ckpt_async_poll(a, wait, &w, &step, &e);
+  if (rc < 0) mt_die("%s", e.msg);
+  if (rc == 1) {
+    *write_s += w;
+    mt_info0("meshtrain: checkpoint step_%lld committed (written in the background in %.2f s)",
+             (long long)step, w);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -262,6 +284,9 @@ int main(int argc, char **argv) {
                        "(set one, or train.eval_every = 0)");
     else if (!cfg.output_dir[0])
       mt_err_set(&err, "output.dir is empty");
+    else if (cfg.ckpt_async && strcmp(cfg.ckpt_mode, "per-writer") != 0)
+      mt_err_set(&err, "ckpt.async = true needs ckpt.mode = per-writer (each rank writes its own "
+                       "file in the background; ckpt.mode is %s)", cfg.ckpt_mode);
   }
   mt_hw_profile hw;
   if (!err.failed) mt_hw_profile_load(&hw, cfg.hw_profile, &err);
@@ -443,7 +468,9 @@ int main(int argc, char **argv) {
   double last_val = -1.0, sum_tok_s = 0.0;
   int timed_steps = 0;
   int exit_code = MT_EXIT_OK, stop = 0;
-  double pending_ckpt_s = 0.0, total_ckpt_s = 0.0; /* a checkpoint's time shows in the next step */
+  /* a checkpoint's blocking and write times show in the next step's record */
+  double pending_ckpt_s = 0.0, pending_write_s = 0.0, total_ckpt_s = 0.0;
+  mt_ckpt_async *inflight = NULL;
   long long last_saved = start_step;
   for (int step = (int)start_step; step < cfg.steps && !stop; step++) {
     double t0 = mt_now(), comm0 = mesh.dp_g.seconds, bytes0 = mesh.dp_g.bytes;
@@ -501,7 +528,8 @@ int main(int argc, char **argv) {
     rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb) - (tp_comm_s - tp_fb);
     rec.eval_s = t_eval;
     rec.ckpt_s = pending_ckpt_s;
-    pending_ckpt_s = 0.0;
+    rec.ckpt_write_s = pending_write_s;
+    pending_ckpt_s = pending_write_s = 0.0;
     rec.dp_bytes = mesh.dp_g.bytes - bytes0;
     rec.model_flops = flops_per_token * (double)tokens_per_step;
     rec.flops_per_s = step_s > 0 ? rec.model_flops / step_s : 0.0;
@@ -534,13 +562,26 @@ int main(int argc, char **argv) {
     int is_final = done == cfg.steps;
     int want_save = (cfg.ckpt_every > 0 && done % cfg.ckpt_every == 0) || is_final || signalled ||
                     stop_after;
+    /* at most one background save in flight; the last one and a stop are blocking */
+    int must_block = is_final || signalled || stop_after || !cfg.ckpt_async;
+    double t_poll = mt_now();
+    poll_async(&inflight, want_save, &pending_write_s);
+    pending_ckpt_s += mt_now() - t_poll;
     if (want_save && strcmp(cfg.ckpt_mode, "none") != 0) {
       long long samples = samples_done + (done - start_step) * cfg.global_batch;
-      pending_ckpt_s = save_checkpoint(&cfg, &mesh, &model, &dp, done, samples, is_final);
-      total_ckpt_s += pending_ckpt_s;
+      double blocking = save_checkpoint(&cfg, &mesh, &model, &dp, done, samples, is_final,
+                                        must_block ? NULL : &inflight);
+      pending_ckpt_s += blocking;
       last_saved = done;
-      mt_info0("meshtrain: checkpoint step_%lld written in %.2f s", done, pending_ckpt_s);
+      if (must_block) {
+        pending_write_s += blocking;
+        mt_info0("meshtrain: checkpoint step_%lld written in %.2f s", done, blocking);
+      } else {
+        mt_info0("meshtrain: checkpoint step_%lld snapshot in %.3f s, writing in the background",
+                 done, blocking);
+      }
     }
+    total_ckpt_s += pending_ckpt_s;
     if (signalled) {
       mt_info0("meshtrain: stop requested by signal after step %lld%s; exiting with code %d",
                done, strcmp(cfg.ckpt_mode, "none") ? " (checkpointed)" : "", MT_EXIT_PREEMPTED);
@@ -553,9 +594,10 @@ int main(int argc, char **argv) {
   }
   if (start_step == cfg.steps && resumed_from[0] && strcmp(cfg.ckpt_mode, "none") != 0) {
     /* nothing left to train: write the loaded state again under this layout */
-    total_ckpt_s += save_checkpoint(&cfg, &mesh, &model, &dp, start_step, samples_done, 0);
+    total_ckpt_s += save_checkpoint(&cfg, &mesh, &model, &dp, start_step, samples_done, 0, NULL);
     mt_info0("meshtrain: step %lld re-saved under this layout", start_step);
   }
+  poll_async(&inflight, 1, &pending_write_s);
   double wall = mt_now() - t_train0;
 
   /* ---- results ---- */

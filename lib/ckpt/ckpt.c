@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -726,23 +728,34 @@ static int save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_re
 /* Per-writer mode: each rank that owns data writes shard-<rank>.h5 on its own
  * (no MPI-IO); rank 0 then writes index.h5, whose virtual datasets present
  * the whole tensors. Returns 1 on success. */
-static int save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
-                           mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
-                           mt_err *e) {
-  int rank = mesh->world_rank, world = mesh->world_size;
+/* Per-writer, part 1 (no MPI, so it can run in a background thread): write
+ * this rank's shard file and return its index rows. */
+static int write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mesh,
+                       const mt_ckpt_state *st, const char *crash, int64_t **rows, int *n_rows,
+                       mt_err *e) {
   char path[1100];
-  snprintf(path, sizeof path, "%s/shard-%05d.h5", tmpdir, rank);
+  snprintf(path, sizeof path, "%s/shard-%05d.h5", tmpdir, mesh->world_rank);
   hid_t file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
-  int64_t *rows = NULL;
-  int n_rows = 0, ok = file >= 0;
-  if (ok) ok = write_tensors(file, 1, reg, mesh, st, opts->test_crash, &rows, &n_rows) == 0;
+  int ok = file >= 0;
+  *rows = NULL;
+  *n_rows = 0;
+  if (ok) ok = write_tensors(file, 1, reg, mesh, st, crash, rows, n_rows) == 0;
   if (file >= 0) {
     if (H5Fflush(file, H5F_SCOPE_LOCAL) < 0 || H5Fclose(file) < 0) ok = 0;
-    if (ok && n_rows == 0) unlink(path); /* a rank that owns nothing leaves no file */
+    if (ok && *n_rows == 0) unlink(path); /* a rank that owns nothing leaves no file */
     else if (ok) fsync_path(path);
   }
   if (!ok) mt_err_set(e, "checkpoint: writing %s failed (HDF5 error)", path);
-  /* every rank's index rows and coordinates to rank 0 */
+  return ok;
+}
+
+/* Per-writer, part 2 (collective): every rank's index rows to rank 0, which
+ * writes index.h5 with the virtual datasets. Returns 1 on success. */
+static int finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
+                             mt_mesh *mesh, const char *config_ini, const int64_t *rows,
+                             int n_rows, mt_err *e) {
+  int rank = mesh->world_rank, world = mesh->world_size;
+  char path[1100];
   int *counts = mt_calloc((size_t)world, sizeof(int)), *displs = mt_calloc((size_t)world, sizeof(int));
   int mine = n_rows * MT_CKPT_INDEX_COLS;
   MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -754,7 +767,6 @@ static int save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const m
   int64_t *all = rank == 0 ? mt_malloc((size_t)total * sizeof(int64_t) + 8) : NULL;
   MPI_Gatherv(rows, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0, MPI_COMM_WORLD);
   int64_t *layout = gather_layout(mesh);
-  free(rows);
   free(counts);
   free(displs);
   if (!mt_err_agree(e, MPI_COMM_WORLD) && rank == 0) {
@@ -764,11 +776,11 @@ static int save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const m
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
     hid_t idx = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    ok = idx >= 0 && write_meta_attrs(idx, meta) == 0 && create_datasets(idx, reg, all, n) == 0 &&
-         write_table_i64(idx, "index", all, n, 0, n, MT_CKPT_INDEX_COLS, H5P_DEFAULT) == 0 &&
-         write_table_i64(idx, "layout", layout, world, 0, world, 5, H5P_DEFAULT) == 0 &&
-         write_names(idx, reg, 0, H5P_DEFAULT) == 0 &&
-         write_text(idx, "config", opts->config_ini ? opts->config_ini : "", 0, H5P_DEFAULT) == 0;
+    int ok = idx >= 0 && write_meta_attrs(idx, meta) == 0 && create_datasets(idx, reg, all, n) == 0 &&
+             write_table_i64(idx, "index", all, n, 0, n, MT_CKPT_INDEX_COLS, H5P_DEFAULT) == 0 &&
+             write_table_i64(idx, "layout", layout, world, 0, world, 5, H5P_DEFAULT) == 0 &&
+             write_names(idx, reg, 0, H5P_DEFAULT) == 0 &&
+             write_text(idx, "config", config_ini ? config_ini : "", 0, H5P_DEFAULT) == 0;
     if (idx >= 0 && (H5Fflush(idx, H5F_SCOPE_LOCAL) < 0 || H5Fclose(idx) < 0)) ok = 0;
     if (!ok) mt_err_set(e, "checkpoint: writing %s failed (HDF5 error)", path);
   }
@@ -777,13 +789,27 @@ static int save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const m
   return !e->failed;
 }
 
-int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
-                 mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
-                 double *write_s, mt_err *e) {
-  double t0 = mt_now();
+/* Per-writer mode: each rank that owns data writes shard-<rank>.h5 on its own
+ * (no MPI-IO); rank 0 then writes index.h5, whose virtual datasets present
+ * the whole tensors. Returns 1 on success. */
+static int save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
+                           mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                           mt_err *e) {
+  int64_t *rows = NULL;
+  int n_rows = 0;
+  write_shard(tmpdir, reg, mesh, st, opts->test_crash, &rows, &n_rows, e);
+  int ok = finish_per_writer(tmpdir, meta, reg, mesh, opts->config_ini, rows, n_rows, e);
+  free(rows);
+  return ok;
+}
+
+/* The first half of every save (collective): agree on the schema, make the
+ * temporary directory. */
+static int save_begin(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
+                      mt_mesh *mesh, const mt_ckpt_save_opts *opts, char *tmpdir, size_t len,
+                      mt_err *e) {
   int rank = mesh->world_rank;
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  /* 1. every rank agrees on the schema before anything is written */
   uint64_t h = schema_hash(reg);
   unsigned long long hmin = h, hmax = h;
   MPI_Allreduce(MPI_IN_PLACE, &hmin, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
@@ -792,23 +818,43 @@ int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *
     mt_err_set(e, "checkpoint: ranks disagree on the tensor schema; nothing written");
     return -1;
   }
-  /* 2. a fresh temporary directory, named by rank 0 */
-  char tmpdir[1024], final_dir[1024];
   mt_err local = {0};
   if (rank == 0) {
-    snprintf(tmpdir, sizeof tmpdir, "%s/step_%lld.tmp-%ld-%d", root, (long long)meta->step,
+    snprintf(tmpdir, len, "%s/step_%lld.tmp-%ld-%d", root, (long long)meta->step,
              (long)time(NULL), (int)getpid());
     if (mkdir_p(root) != 0 || mkdir(tmpdir, 0755) != 0)
       mt_err_set(&local, "checkpoint: cannot create %s: %s", tmpdir, strerror(errno));
   }
-  MPI_Bcast(tmpdir, sizeof tmpdir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  MPI_Bcast(tmpdir, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     *e = local;
     return -1;
   }
-  snprintf(final_dir, sizeof final_dir, "%s/step_%lld", root, (long long)meta->step);
   test_crash_point(opts->test_crash, "create", rank);
+  return 0;
+}
 
+/* The last half (collective): all wrote, rank 0 commits. */
+static int save_end(const char *root, const char *tmpdir, int64_t step, const char *mode,
+                    const char *crash, int keep, mt_mesh *mesh, mt_err *e) {
+  mt_err local = {0};
+  char final_dir[1100];
+  snprintf(final_dir, sizeof final_dir, "%s/step_%lld", root, (long long)step);
+  if (mesh->world_rank == 0) commit(root, tmpdir, final_dir, step, mode, crash, keep, &local);
+  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    *e = local;
+    return -1;
+  }
+  return 0;
+}
+
+int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
+                 mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                 double *write_s, mt_err *e) {
+  double t0 = mt_now();
+  char tmpdir[1024];
+  if (save_begin(root, meta, reg, mesh, opts, tmpdir, sizeof tmpdir, e) != 0) return -1;
+  mt_err local = {0};
   int per_writer = strcmp(opts->mode, "per-writer") == 0;
   int ok = per_writer ? save_per_writer(tmpdir, meta, reg, mesh, st, opts, &local)
                       : save_shared(tmpdir, meta, reg, mesh, st, opts, &local);
@@ -817,15 +863,103 @@ int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *
     *e = local;
     return -1;
   }
-  /* 4. all wrote: rank 0 commits */
-  if (rank == 0) commit(root, tmpdir, final_dir, meta->step, opts->mode, opts->test_crash,
-                        opts->keep, &local);
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
-    *e = local;
+  if (save_end(root, tmpdir, meta->step, opts->mode, opts->test_crash, opts->keep, mesh, e) != 0)
     return -1;
-  }
   if (write_s) *write_s = mt_now() - t0;
   return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* asynchronous save: snapshot, then a thread writes the shard file    */
+
+struct mt_ckpt_async {
+  char root[1024], tmpdir[1024], mode[32], crash[32];
+  char *config_ini;
+  int keep;
+  mt_ckpt_meta meta;
+  const mt_registry *reg;
+  mt_mesh *mesh;
+  mt_flat_range *ranges[MT_CKPT_NGROUPS]; /* point into snapshot */
+  mt_ckpt_state st;
+  float *snapshot;
+  size_t snapshot_n;
+  pthread_t thread;
+  atomic_int done;
+  int64_t *rows;
+  int n_rows;
+  mt_err err;
+  double t_start, t_written;
+};
+
+static void *async_writer(void *arg) {
+  mt_ckpt_async *a = arg;
+  write_shard(a->tmpdir, a->reg, a->mesh, &a->st, a->crash, &a->rows, &a->n_rows, &a->err);
+  a->t_written = mt_now();
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
+                                   const mt_registry *reg, mt_mesh *mesh,
+                                   const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                                   mt_err *e) {
+  mt_ckpt_async *a = mt_calloc(1, sizeof *a);
+  a->t_start = mt_now();
+  if (save_begin(root, meta, reg, mesh, opts, a->tmpdir, sizeof a->tmpdir, e) != 0) {
+    free(a);
+    return NULL;
+  }
+  snprintf(a->root, sizeof a->root, "%s", root);
+  snprintf(a->mode, sizeof a->mode, "per-writer");
+  snprintf(a->crash, sizeof a->crash, "%s", opts->test_crash ? opts->test_crash : "none");
+  a->config_ini = strdup(opts->config_ini ? opts->config_ini : "");
+  a->keep = opts->keep;
+  a->meta = *meta;
+  a->reg = reg;
+  a->mesh = mesh;
+  /* the snapshot: this rank's ranges, copied, so training may go on */
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+    for (int i = 0; i < st->n_ranges[g]; i++) a->snapshot_n += st->ranges[g][i].len;
+  a->snapshot = mt_mem_alloc(MT_MEM_OTHER, (a->snapshot_n ? a->snapshot_n : 1) * sizeof(float));
+  size_t k = 0;
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    a->ranges[g] = mt_calloc((size_t)st->n_ranges[g] + 1, sizeof(mt_flat_range));
+    for (int i = 0; i < st->n_ranges[g]; i++) {
+      const mt_flat_range *r = &st->ranges[g][i];
+      memcpy(a->snapshot + k, r->mem, r->len * sizeof(float));
+      a->ranges[g][i] = (mt_flat_range){r->begin, r->len, a->snapshot + k};
+      k += r->len;
+    }
+    a->st.ranges[g] = a->ranges[g];
+    a->st.n_ranges[g] = st->n_ranges[g];
+  }
+  atomic_init(&a->done, 0);
+  if (pthread_create(&a->thread, NULL, async_writer, a) != 0) mt_die("cannot start the checkpoint writer thread");
+  return a;
+}
+
+int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *step, mt_err *e) {
+  mt_ckpt_async *a = *ap;
+  if (!a) return 0;
+  /* all ranks decide together whether the writers are done */
+  int done = wait ? 1 : atomic_load(&a->done);
+  MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!done) return 0;
+  pthread_join(a->thread, NULL);
+  mt_err local = a->err;
+  finish_per_writer(a->tmpdir, &a->meta, a->reg, a->mesh, a->config_ini, a->rows, a->n_rows, &local);
+  int rc = mt_err_agree(&local, MPI_COMM_WORLD) ? -1 : 0;
+  if (rc == 0) rc = save_end(a->root, a->tmpdir, a->meta.step, a->mode, a->crash, a->keep, a->mesh, &local);
+  if (rc != 0) *e = local;
+  if (write_s) *write_s = a->t_written - a->t_start;
+  if (step) *step = a->meta.step;
+  free(a->rows);
+  free(a->config_ini);
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(a->ranges[g]);
+  mt_mem_free(MT_MEM_OTHER, a->snapshot, (a->snapshot_n ? a->snapshot_n : 1) * sizeof(float));
+  free(a);
+  *ap = NULL;
+  return rc == 0 ? 1 : -1;
 }
 
 /* ------------------------------------------------------------------ */

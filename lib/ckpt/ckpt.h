@@ -63,6 +63,20 @@ int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *
                  mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                  double *write_s, mt_err *e);
 
+/* Asynchronous save (per-writer layout): collective begin copies this rank's
+ * ranges to a host snapshot and starts a thread that writes its shard file;
+ * training goes on. mt_ckpt_async_poll (collective, at a step boundary):
+ * when every rank's writer is done (or wait != 0: after waiting for it), the
+ * index is written and the checkpoint committed; returns 1 then (and frees
+ * *a), 0 while still writing, -1 on failure (e set). write_s: seconds from
+ * begin to the shard written. */
+typedef struct mt_ckpt_async mt_ckpt_async;
+mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
+                                   const mt_registry *reg, mt_mesh *mesh,
+                                   const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                                   mt_err *e);
+int mt_ckpt_async_poll(mt_ckpt_async **a, int wait, double *write_s, int64_t *step, mt_err *e);
+
 /* Resolve what to load (rank 0 looks, then broadcasts): spec "auto" means the
  * newest complete step directory under root (found = 0 and no error if there
  * is none); any other spec is a step directory, or a directory holding step

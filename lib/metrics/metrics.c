@@ -121,6 +121,7 @@ char *mt_step_record_json(const mt_step_record *r) {
   cJSON_AddNumberToObject(t, "data", r->data_s);
   cJSON_AddNumberToObject(t, "eval", r->eval_s);
   cJSON_AddNumberToObject(t, "ckpt", r->ckpt_s);
+  cJSON_AddNumberToObject(t, "ckpt_write", r->ckpt_write_s);
   cJSON_AddNumberToObject(o, "dp_bytes", r->dp_bytes);
   cJSON_AddNumberToObject(o, "model_flops", r->model_flops);
   cJSON_AddNumberToObject(o, "flops_per_s", r->flops_per_s);

@@ -33,6 +33,7 @@ typedef struct {
   long long tokens;      /* tokens in this step's global batch */
   double step_s, compute_s, dp_comm_s, optim_s, data_s, eval_s;
   double ckpt_s;         /* blocking time of the checkpoint taken after the previous step */
+  double ckpt_write_s;   /* write time of checkpoints committed at that boundary */
   double dp_bytes;       /* bytes this rank sent over dp this step */
   double model_flops;    /* whole job, this step */
   double flops_per_s;    /* whole job */

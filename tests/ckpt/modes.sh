@@ -41,4 +41,15 @@ set -e
 "$MT_BIN/meshckpt" export "$SH" "$WORK/model16.h5" --dtype bf16
 [ "$(h5ls "$WORK/model32.h5" | wc -l)" -eq 28 ] || fail "export wrote $(h5ls "$WORK/model32.h5" | wc -l) tensors"
 h5dump -H -d lnf.weight "$WORK/model16.h5" | grep -q "16-bit" || fail "bf16 export is not 16-bit"
+# asynchronous saves (per-writer): every one completes, verifies, and resumes
+train async 2 "${S[@]}" --set ckpt.mode=per-writer --set ckpt.async=true --set ckpt.every=2 \
+  --set ckpt.keep=0 --set output.dir="$WORK/async"
+for s in 2 4 6 8; do
+  "$MT_BIN/meshckpt" verify "$WORK/async/checkpoints/step_$s" > /dev/null || fail "async step_$s does not verify"
+done
+grep -q "step_6 committed (written in the background" "$WORK/async.log" || fail "step_6 was not written in the background"
+python3 "$CMP" "$WORK/ref" "$WORK/async" --rtol 1e-5 --steps 8
+train async_resumed 1 --set train.steps=8 --set parallel.dp=1 --set train.micro_batch=4 \
+  --set train.resume="$WORK/async/checkpoints/step_6" --set output.dir="$WORK/async_resumed"
+python3 "$CMP" "$WORK/ref" "$WORK/async_resumed" --subset --rtol 1e-5
 echo PASS

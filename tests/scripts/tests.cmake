@@ -38,3 +38,5 @@ mt_script_test(bad_hw_profile badinput expect_fail.sh bad_hw_profile 2
 
 # A short dp=2 ZeRO-1 run with validation: run under the sanitizer build too.
 mt_script_test(train_smoke sanitize train_smoke.sh)
+mt_script_test(async_needs_per_writer badinput expect_fail.sh async_needs_per_writer 2
+  "ckpt.async = true needs ckpt.mode = per-writer" ${T} --set ckpt.async=true)
