@@ -787,6 +787,17 @@ typedef struct {
   const char *summary;
 } bench_command;
 
+/* in bench_ckpt.c */
+int mt_bench_ckpt(int argc, char **argv);
+static int bench_ckpt(int argc, char **argv) {
+  int rc = mt_bench_ckpt(argc, argv);
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Finalize();
+  return rc;
+}
+
 static const bench_command g_commands[] = {
     {"gemm", bench_gemm, "cblas_sgemm GFLOP/s at the shapes of one GPT training step"},
     {"info", bench_info, "the BLAS kernels and thread count this process uses"},
@@ -796,6 +807,7 @@ static const bench_command g_commands[] = {
     {"alltoall", bench_collectives, "MPI alltoall time, algbw, busbw, #wrong by size"},
     {"sendrecv", bench_collectives, "ring send/recv (p2p) time, algbw, busbw, #wrong by size"},
     {"collectives", bench_collectives, "all five collectives above, one after another"},
+    {"ckpt", bench_ckpt, "checkpoint save/load GB/s (both modes) against raw POSIX I/O"},
 };
 #define N_COMMANDS ((int)(sizeof g_commands / sizeof g_commands[0]))
 

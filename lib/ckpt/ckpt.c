@@ -290,6 +290,19 @@ static void tensor_sel_build(tensor_sel *s, const mt_tensor *t, const mt_ckpt_vi
   free(part.b);
 }
 
+/* The selection's data lies end to end in memory already (whole local rows,
+ * one range): then no staging copy is needed. Returns that memory or NULL. */
+static float *sel_contiguous(const tensor_sel *s, int64_t L1) {
+  if (s->boxes.n == 0) return NULL;
+  float *next = s->piece_mem[0];
+  for (int i = 0; i < s->boxes.n; i++) {
+    const mt_ckpt_box *b = &s->boxes.b[i];
+    if (s->piece_mem[i] != next || (b->count[0] > 1 && b->count[1] != L1)) return NULL;
+    next += b->count[0] * b->count[1];
+  }
+  return s->piece_mem[0];
+}
+
 static void tensor_sel_free(tensor_sel *s) {
   free(s->boxes.b);
   free(s->piece_mem);
@@ -343,12 +356,16 @@ static int write_tensors(hid_t file, int per_writer, const mt_registry *reg, mt_
       sel.boxes.n = 0;
       sel.volume = 0;
       if (writes_tensor(t, mesh)) tensor_sel_build(&sel, t, &v, st->ranges[g], st->n_ranges[g]);
-      if (sel.volume > staging_cap) {
-        free(staging);
-        staging_cap = sel.volume;
-        staging = mt_malloc(staging_cap * sizeof(float));
+      float *data = sel_contiguous(&sel, v.local_ext[1]);
+      if (!data && sel.volume > 0) {
+        if (sel.volume > staging_cap) {
+          free(staging);
+          staging_cap = sel.volume;
+          staging = mt_malloc(staging_cap * sizeof(float));
+        }
+        sel_copy(&sel, staging, v.local_ext[1], 0);
+        data = staging;
       }
-      sel_copy(&sel, staging, v.local_ext[1], 0);
       char path[256];
       dataset_path(path, sizeof path, g, t->name);
       if (per_writer) {
@@ -358,7 +375,7 @@ static int write_tensors(hid_t file, int per_writer, const mt_registry *reg, mt_
           hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
           H5Pset_create_intermediate_group(lcpl, 1);
           hid_t d = H5Dcreate2(file, path, H5T_IEEE_F32LE, fs, lcpl, H5P_DEFAULT, H5P_DEFAULT);
-          if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, dxpl, staging) < 0) rc = -1;
+          if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, dxpl, data) < 0) rc = -1;
           if (d >= 0) H5Dclose(d);
           H5Pclose(lcpl);
           H5Sclose(fs);
@@ -369,7 +386,7 @@ static int write_tensors(hid_t file, int per_writer, const mt_registry *reg, mt_
         select_boxes(fs, &sel.boxes);
         hid_t ms = mem_space(sel.volume);
         float dummy = 0.0f;
-        if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, staging ? staging : &dummy) < 0)
+        if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, data ? data : &dummy) < 0)
           rc = -1;
         H5Sclose(ms);
         H5Sclose(fs);
@@ -386,7 +403,7 @@ static int write_tensors(hid_t file, int per_writer, const mt_registry *reg, mt_
           if (!rows) mt_die("out of memory (checkpoint index)");
         }
         int64_t *row = rows + (size_t)n++ * MT_CKPT_INDEX_COLS;
-        uint64_t h = box_hash(staging + k, vol);
+        uint64_t h = box_hash(data + k, vol);
         row[MT_IX_GROUP] = g;
         row[MT_IX_TENSOR] = i;
         row[MT_IX_WRITER] = mesh->world_rank;
@@ -891,6 +908,20 @@ struct mt_ckpt_async {
   double t_start, t_written;
 };
 
+/* One host buffer for snapshots, kept from save to save: the copy then runs
+ * at memory bandwidth instead of page-fault speed. (At most one save is in
+ * flight, so one buffer is enough.) */
+static float *g_snapshot;
+static size_t g_snapshot_cap;
+static float *snapshot_buffer(size_t n) {
+  if (n > g_snapshot_cap) {
+    if (g_snapshot) mt_mem_free(MT_MEM_OTHER, g_snapshot, g_snapshot_cap * sizeof(float));
+    g_snapshot = mt_mem_alloc(MT_MEM_OTHER, n * sizeof(float));
+    g_snapshot_cap = n;
+  }
+  return g_snapshot ? g_snapshot : (g_snapshot = mt_mem_alloc(MT_MEM_OTHER, sizeof(float)));
+}
+
 static void *async_writer(void *arg) {
   mt_ckpt_async *a = arg;
   write_shard(a->tmpdir, a->reg, a->mesh, &a->st, a->crash, &a->rows, &a->n_rows, &a->err);
@@ -920,7 +951,7 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
   /* the snapshot: this rank's ranges, copied, so training may go on */
   for (int g = 0; g < MT_CKPT_NGROUPS; g++)
     for (int i = 0; i < st->n_ranges[g]; i++) a->snapshot_n += st->ranges[g][i].len;
-  a->snapshot = mt_mem_alloc(MT_MEM_OTHER, (a->snapshot_n ? a->snapshot_n : 1) * sizeof(float));
+  a->snapshot = snapshot_buffer(a->snapshot_n);
   size_t k = 0;
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
     a->ranges[g] = mt_calloc((size_t)st->n_ranges[g] + 1, sizeof(mt_flat_range));
@@ -956,7 +987,6 @@ int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *s
   free(a->rows);
   free(a->config_ini);
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(a->ranges[g]);
-  mt_mem_free(MT_MEM_OTHER, a->snapshot, (a->snapshot_n ? a->snapshot_n : 1) * sizeof(float));
   free(a);
   *ap = NULL;
   return rc == 0 ? 1 : -1;
@@ -1305,7 +1335,8 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
       mt_ckpt_view_t v;
       mt_ckpt_view(t, reg->tp_size, &v);
       tensor_sel_build(&sel, t, &v, st->ranges[g], st->n_ranges[g]);
-      if (sel.volume > cap) {
+      float *direct = sel_contiguous(&sel, v.local_ext[1]);
+      if (!direct && sel.volume > cap) {
         free(staging);
         cap = sel.volume;
         staging = mt_malloc(cap * sizeof(float));
@@ -1317,11 +1348,12 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
       select_boxes(fs, &sel.boxes);
       hid_t ms = mem_space(sel.volume);
       float dummy;
-      if (d < 0 || H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, staging ? staging : &dummy) < 0) ok = 0;
+      float *into = direct ? direct : staging ? staging : &dummy;
+      if (d < 0 || H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, into) < 0) ok = 0;
       H5Sclose(ms);
       H5Sclose(fs);
       if (d >= 0) H5Dclose(d);
-      sel_copy(&sel, staging, v.local_ext[1], 1);
+      if (!direct) sel_copy(&sel, staging, v.local_ext[1], 1);
     }
   }
   free(staging);
