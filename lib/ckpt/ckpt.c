@@ -321,6 +321,16 @@ static void sel_copy(tensor_sel *s, float *staging, int64_t L1, int to_mem) {
 /* ------------------------------------------------------------------ */
 /* save                                                                */
 
+/* Tensor data moves with independent MPI-IO by default: each rank's part of
+ * a tensor is a few large contiguous boxes, and collective two-phase I/O
+ * only adds synchronisation (measured: 4x slower saves, 10x slower loads at
+ * 4 ranks). MT_CKPT_IO=collective restores collective transfers, e.g. for a
+ * file system that wants aggregation. Metadata stays collective. */
+static H5FD_mpio_xfer_t tensor_io_mode(void) {
+  const char *v = getenv("MT_CKPT_IO");
+  return v && !strcmp(v, "collective") ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT;
+}
+
 static uint64_t schema_hash(const mt_registry *reg) {
   XXH64_state_t *st = XXH64_createState();
   XXH64_reset(st, 0);
@@ -341,7 +351,7 @@ static int write_tensors(hid_t file, int per_writer, const mt_registry *reg, mt_
                          const mt_ckpt_state *st, const char *crash, int64_t **index_rows,
                          int *n_index) {
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  if (!per_writer) H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  if (!per_writer) H5Pset_dxpl_mpio(dxpl, tensor_io_mode());
   tensor_sel sel = {0};
   int cap = 64, n = 0, rc = 0;
   int64_t *rows = mt_malloc((size_t)cap * MT_CKPT_INDEX_COLS * sizeof(int64_t));
@@ -1324,7 +1334,7 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
   }
   /* read what this rank needs, tensor by tensor (collective) */
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  if (!per_writer) H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  if (!per_writer) H5Pset_dxpl_mpio(dxpl, tensor_io_mode());
   tensor_sel sel = {0};
   float *staging = NULL;
   size_t cap = 0;
