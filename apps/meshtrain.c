@@ -471,6 +471,7 @@ int main(int argc, char **argv) {
   /* a checkpoint's blocking and write times show in the next step's record */
   double pending_ckpt_s = 0.0, pending_write_s = 0.0, total_ckpt_s = 0.0;
   mt_ckpt_async *inflight = NULL;
+  long long last_step_done = start_step;
   long long last_saved = start_step;
   for (int step = (int)start_step; step < cfg.steps && !stop; step++) {
     double t0 = mt_now(), comm0 = mesh.dp_g.seconds, bytes0 = mesh.dp_g.bytes;
@@ -558,6 +559,7 @@ int main(int argc, char **argv) {
     int signalled = g_stop_signal != 0;
     MPI_Allreduce(MPI_IN_PLACE, &signalled, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     long long done = step + 1;
+    last_step_done = done;
     int stop_after = cfg.stop_after > 0 && done - start_step >= cfg.stop_after;
     int is_final = done == cfg.steps;
     int want_save = (cfg.ckpt_every > 0 && done % cfg.ckpt_every == 0) || is_final || signalled ||
@@ -666,10 +668,12 @@ int main(int argc, char **argv) {
         mt_die("short write of params.f32");
       fclose(f);
     }
-    mt_info0("meshtrain: done, %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, "
-             "results in %s/",
-             cfg.steps, wall, first_loss, last_loss, last_val >= 0 ? " (val below)" : "",
-             tok_s, cfg.output_dir);
+    long long steps_run = last_step_done - start_step;
+    mt_info0("meshtrain: %s, %lld steps (%lld..%lld of %d) in %.1f s, loss %.4f -> %.4f%s, "
+             "%.0f tok/s, results in %s/",
+             last_step_done < cfg.steps ? "stopped" : "done", steps_run,
+             steps_run ? start_step + 1 : start_step, last_step_done, cfg.steps, wall, first_loss,
+             last_loss, last_val >= 0 ? " (val below)" : "", tok_s, cfg.output_dir);
     if (last_val >= 0) mt_info0("meshtrain: final validation loss %.4f", last_val);
   }
 

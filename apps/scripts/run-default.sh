@@ -31,3 +31,4 @@ print("loss: step 1 %.3f, step 58-60 %s | resumed on another layout: step 61-63 
       % (by[1], " ".join("%.3f" % by[s] for s in (58, 59, 60)),
          " ".join("%.3f" % by[s] for s in (61, 62, 63)), max(by), by[max(by)]))
 PY
+build/bin/meshreport "$out" --out "$out/report" --name "default job"

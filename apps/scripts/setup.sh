@@ -7,11 +7,13 @@ cd "$(dirname "$0")/../.."
 BUILD=${1:-build}; shift || true
 
 DEB_PKGS="build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev \
-hdf5-tools libopenblas-dev libopenblas-openmp-dev libinih-dev libcjson-dev libxxhash-dev python3 gnuplot-nox"
+hdf5-tools libopenblas-dev libopenblas-openmp-dev libinih-dev libcjson-dev libxxhash-dev python3 gnuplot-nox \
+slurmctld slurmd slurm-client munge"
 
 have_deps() {
   command -v mpicc >/dev/null && command -v mpirun >/dev/null && command -v cmake >/dev/null &&
-  command -v python3 >/dev/null &&
+  command -v python3 >/dev/null && command -v gnuplot >/dev/null &&
+  { [ ! -x /usr/bin/apt-get ] || command -v slurmctld >/dev/null; } &&
   pkg-config --exists inih libcjson libxxhash 2>/dev/null &&
   { [ ! -x /usr/bin/apt-get ] || [ -d /usr/include/"$(gcc -print-multiarch 2>/dev/null)"/openblas-openmp ]; } &&
   { [ -f /usr/include/cblas.h ] || [ -f /usr/include/x86_64-linux-gnu/cblas.h ] ||

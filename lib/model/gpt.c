@@ -206,7 +206,8 @@ int mt_gpt_create_parallel(mt_gpt *m, const mt_model_shape *shape, const mt_ops 
   }
   /* this rank's share of every split dim, as the registry placed it */
   const mt_registry *r = &m->reg;
-  const mt_tensor *wte = &r->t[0], *qkv = &r->t[mt_registry_find(r, "blocks.0.attn.qkv.weight")];
+  const mt_tensor *wte = &r->t[mt_registry_find(r, "wte.weight")];
+  const mt_tensor *qkv = &r->t[mt_registry_find(r, "blocks.0.attn.qkv.weight")];
   const mt_tensor *fc = &r->t[mt_registry_find(r, "blocks.0.mlp.fc.weight")];
   m->C_local = (int)(qkv->local_shape[0] / qkv->tp.fused_blocks);
   m->NH_local = m->C_local / (shape->n_embd / shape->n_head);

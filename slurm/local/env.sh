@@ -1,0 +1,11 @@
+# Environment for the local test cluster (tests/slurm/cluster.sh): Debian's
+# OpenMPI 4.1 as root, ranks of two emulated nodes on one host.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# shared memory between emulated nodes crashes; single-copy needs ptrace here
+export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_WAIT_POLICY=passive
+# the OpenBLAS kernel choice of apps/scripts/env.sh (needs MT_SRC, MT_BIN)
+if [ -n "${MT_SRC:-}" ] && [ -f "$MT_SRC/apps/scripts/env.sh" ]; then
+  # shellcheck disable=SC1091
+  source "$MT_SRC/apps/scripts/env.sh" "$(dirname "$MT_BIN")" >/dev/null
+fi

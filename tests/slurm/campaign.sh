@@ -1,0 +1,70 @@
+# A 2-point strong-scaling campaign on a real Slurm, end to end: sweep spec ->
+# point directories -> submit.sh (a chain, then the report job afterany) ->
+# meshreport in its own job. The report's numbers are checked against the
+# runs' own summary.json and metrics.jsonl.
+source "$(dirname "$0")/../scripts/common.sh"
+source "$(dirname "$0")/cluster.sh"
+cluster_start
+corpus=$(mt_corpus 200000)
+cat > "$WORK/sweep.ini" <<INI
+[campaign]
+name = tiny-strong-test
+system = local
+scaling = strong
+ranks = 2, 4
+layouts = auto
+repeats = 1
+steps = 6
+time = 00:05:00
+submit = chain
+
+[set]
+model.preset = tiny
+train.global_batch = 8
+train.micro_batch = 2
+train.eval_every = 0
+train.threads = 1
+data.train = $corpus
+# the final checkpoint is not what this test measures
+ckpt.mode = none
+INI
+python3 "$MT_SRC/slurm/meshslurm.py" campaign "$WORK/sweep.ini" --out "$WORK/camp" --bin "$MT_BIN" --submit \
+  > "$WORK/submit.log" 2>&1 || { cat "$WORK/submit.log"; fail "campaign --submit failed"; }
+cat "$WORK/submit.log"
+[ "$(wc -l < "$WORK/camp/jobs.txt")" = 3 ] || fail "jobs.txt: expected 2 points + report"
+rid=$(awk '$2 == "report" {print $1}' "$WORK/camp/jobs.txt")
+st=$(cluster_wait "$rid" 200)
+echo "report job $rid: $st"
+for d in "$WORK"/camp/points/*; do echo "== $d"; cat "$d"/slurm-*.out 2>/dev/null | tail -3; done
+[ "${st% *}" = "COMPLETED 0:0" ] || { cat "$WORK"/camp/report/slurm-*.out; fail "report job ended '$st'"; }
+p2="$WORK/camp/points/n1-r2-dp2-tp1-pp1-cp1-rep0" p4="$WORK/camp/points/n2-r4-dp4-tp1-pp1-cp1-rep0"
+for d in "$p2" "$p4"; do
+  [ "$(cat "$d/status")" = done ] || fail "$d: status '$(cat "$d/status")'"
+done
+# the chain: the 4-rank point started only after the 2-rank point had finished
+end2=$(date -r "$p2/summary.json" +%s); start4=$(sed -n 's/.* start=\([0-9]*\)$/\1/p' "$p4/slurm-env.txt" | head -1)
+[ "$start4" -ge "$end2" ] || fail "points overlapped: 4-rank start $start4 < 2-rank end $end2"
+grep -q '| 2 | 4 | dp4-tp1-pp1-cp1 | 1/1 |' "$WORK"/camp/report/slurm-*.out || fail "report job did not print the table"
+python3 - "$WORK/camp" "$p2" "$p4" <<'PY' || fail "report numbers disagree with the runs"
+import csv, json, math, os, sys
+camp, p2, p4 = sys.argv[1:]
+rows = {int(r["ranks"]): r for r in csv.DictReader(open(os.path.join(camp, "report", "summary.csv")))}
+s2, s4 = (json.load(open(os.path.join(p, "summary.json"))) for p in (p2, p4))
+def close(a, b, what):
+    assert math.isclose(float(a), b, rel_tol=1e-6), "%s: report %s, runs %r" % (what, a, b)
+close(rows[2]["tokens_per_s_mean"], s2["tokens_per_s"], "tokens/s at 2 ranks")
+close(rows[4]["tokens_per_s_mean"], s4["tokens_per_s"], "tokens/s at 4 ranks")
+close(rows[4]["tokens_per_s_per_rank"], s4["tokens_per_s_per_rank"], "tokens/s/rank at 4 ranks")
+close(rows[4]["mfu_mean"], s4["mfu"], "MFU at 4 ranks")
+S = s4["tokens_per_s"] / s2["tokens_per_s"]
+close(rows[4]["speedup"], S, "speedup"); close(rows[4]["efficiency"], S * 2 / 4, "efficiency")
+m = [json.loads(l) for l in open(os.path.join(p4, "metrics.jsonl"))][1:]
+close(rows[4]["compute_s"], sum(x["time_s"]["compute"] for x in m) / len(m), "compute breakdown")
+close(rows[4]["dp_comm_s"], sum(x["time_s"]["dp_comm"] for x in m) / len(m), "dp_comm breakdown")
+assert rows[2]["nodes"] == "1" and rows[4]["nodes"] == "2"
+for png in ("speedup.png", "efficiency.png", "breakdown.png"):
+    assert open(os.path.join(camp, "report", png), "rb").read(4) == b"\x89PNG", png
+print("report: tokens/s %.0f -> %.0f, speedup %.3f, efficiency %.3f (matches the runs)" %
+      (s2["tokens_per_s"], s4["tokens_per_s"], S, S / 2))
+PY
+echo "PASS: 2-point campaign ran as a chain and its report matches the runs"
