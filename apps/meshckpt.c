@@ -168,29 +168,11 @@ static void ckpt_close(ckpt *c) {
 
 static int64_t attr_i64(hid_t obj, const char *name) {
   int64_t v = -1;
-  if (H5Aexists(obj, name) > 0) {
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    H5Aread(a, H5T_NATIVE_INT64, &v);
-    H5Aclose(a);
-  }
-  return v;
+  return mt_ckpt_attr_i64(obj, name, &v) == 0 ? v : -1;
 }
 
 static void attr_str(hid_t obj, const char *name, char *buf, size_t len) {
-  buf[0] = '\0';
-  if (H5Aexists(obj, name) <= 0) return;
-  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  hid_t ft = H5Aget_type(a);
-  size_t n = H5Tget_size(ft);
-  hid_t mt = H5Tcopy(H5T_C_S1);
-  H5Tset_size(mt, n);
-  char *tmp = mt_calloc(n + 1, 1);
-  H5Aread(a, mt, tmp);
-  snprintf(buf, len, "%s", tmp);
-  free(tmp);
-  H5Tclose(mt);
-  H5Tclose(ft);
-  H5Aclose(a);
+  if (mt_ckpt_attr_str(obj, name, buf, len) != 0) buf[0] = '\0';
 }
 
 /* a tensor's shape as 2-D (rows, cols); returns total elements or -1 */
@@ -214,13 +196,9 @@ static long long dset_shape(hid_t d, hsize_t *rows, hsize_t *cols, int *nd) {
 
 /* read rows [r0, r0+nr) of a tensor seen as 2-D */
 static int read_rows(hid_t d, int nd, hsize_t r0, hsize_t nr, hsize_t cols, float *buf) {
+  (void)nd;
   hid_t fs = H5Dget_space(d);
-  hsize_t start[2] = {r0, 0}, count[2] = {nr, cols};
-  if (nd == 1) {
-    start[0] = 0;
-    count[0] = cols;
-  }
-  H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+  mt_ckpt_select_rows(fs, r0, nr, cols);
   hsize_t n = nr * cols;
   hid_t ms = H5Screate_simple(1, &n, NULL);
   herr_t rc = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
@@ -557,25 +535,10 @@ static int cmd_convert(ckpt *c, const char *dst, const char *mode) {
     st.n_ranges[g] = hi > lo;
   }
   mt_ckpt_meta m = {0}, got;
-  m.step = attr_i64(c->file, "step");
-  m.samples = attr_i64(c->file, "samples");
-  m.tokens = attr_i64(c->file, "tokens");
-  m.optimizer_step = attr_i64(c->file, "optimizer_step");
-  m.seed = attr_i64(c->file, "seed");
-  m.n_layer = attr_i64(c->file, "n_layer");
-  m.n_embd = attr_i64(c->file, "n_embd");
-  m.n_head = attr_i64(c->file, "n_head");
-  m.seq_len = attr_i64(c->file, "seq_len");
-  m.vocab = attr_i64(c->file, "vocab");
+  mt_ckpt_read_meta(c->file, &m);
   int rc = mt_ckpt_load(c->dir, &reg, &mesh, &st, &m, 1, &got, &err);
   if (rc == 0) {
-    /* keep the layout that trained it; the conversion itself is not a layout */
-    got.dp = attr_i64(c->file, "dp");
-    got.tp = attr_i64(c->file, "tp");
-    got.pp = attr_i64(c->file, "pp");
-    got.cp = attr_i64(c->file, "cp");
-    got.zero = attr_i64(c->file, "zero");
-    got.world = attr_i64(c->file, "world");
+    /* got keeps the layout that trained it: the conversion itself is not a layout */
     char *ini = read_config_text(c);
     mt_ckpt_save_opts opts = {mode, 0, "none", ini};
     rc = mt_ckpt_save(dst, &got, &reg, &mesh, &st, &opts, NULL, &err);
@@ -658,12 +621,7 @@ static int cmd_export(ckpt *c, const char *out, const char *dtype) {
           break;
         }
         hid_t sel = H5Dget_space(dst);
-        hsize_t start[2] = {r0, 0}, count[2] = {nr, cols};
-        if (nd == 1) {
-          start[0] = 0;
-          count[0] = cols;
-        }
-        H5Sselect_hyperslab(sel, H5S_SELECT_SET, start, NULL, count, NULL);
+        mt_ckpt_select_rows(sel, r0, nr, cols);
         hsize_t nn = nr * cols;
         hid_t ms = H5Screate_simple(1, &nn, NULL);
         if (bf16) {

@@ -132,7 +132,7 @@ static int attr_str(hid_t obj, const char *name, const char *v) {
   return rc < 0 ? -1 : 0;
 }
 
-static int read_attr_i64(hid_t obj, const char *name, int64_t *v) {
+int mt_ckpt_attr_i64(hid_t obj, const char *name, int64_t *v) {
   if (H5Aexists(obj, name) <= 0) return -1;
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return -1;
@@ -141,7 +141,7 @@ static int read_attr_i64(hid_t obj, const char *name, int64_t *v) {
   return rc < 0 ? -1 : 0;
 }
 
-static int read_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
+int mt_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
   if (H5Aexists(obj, name) <= 0) return -1;
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return -1;
@@ -157,6 +157,15 @@ static int read_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
   H5Tclose(ft);
   H5Aclose(a);
   return rc < 0 ? -1 : 0;
+}
+
+void mt_ckpt_select_rows(hid_t space, hsize_t r0, hsize_t nr, hsize_t cols) {
+  hsize_t start[2] = {r0, 0}, count[2] = {nr, cols};
+  if (H5Sget_simple_extent_ndims(space) == 1) { /* a vector is one row */
+    start[0] = 0;
+    count[0] = cols;
+  }
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, count, NULL);
 }
 
 /* a dataspace with the boxes selected (or none) */
@@ -605,7 +614,7 @@ static int write_meta_attrs(hid_t file, const mt_ckpt_meta *m) {
   return rc;
 }
 
-static int read_meta_attrs(hid_t file, mt_ckpt_meta *m) {
+int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
   struct { const char *name; int64_t *v; } ints[] = {
       {"step", &m->step}, {"samples", &m->samples}, {"tokens", &m->tokens},
       {"optimizer_step", &m->optimizer_step}, {"seed", &m->seed}, {"n_layer", &m->n_layer},
@@ -613,7 +622,7 @@ static int read_meta_attrs(hid_t file, mt_ckpt_meta *m) {
       {"vocab", &m->vocab}, {"dp", &m->dp}, {"tp", &m->tp}, {"pp", &m->pp}, {"cp", &m->cp},
       {"zero", &m->zero}, {"world", &m->world}};
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-    if (read_attr_i64(file, ints[i].name, ints[i].v) != 0) return -1;
+    if (mt_ckpt_attr_i64(file, ints[i].name, ints[i].v) != 0) return -1;
   return 0;
 }
 
@@ -1128,12 +1137,12 @@ int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_le
 static int check_model(const char *dir, hid_t file, const mt_ckpt_meta *expect,
                        mt_ckpt_meta *m, mt_err *e) {
   char fmt[64] = "", version[32] = "";
-  if (read_attr_str(file, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, MT_CKPT_FORMAT) != 0) {
+  if (mt_ckpt_attr_str(file, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, MT_CKPT_FORMAT) != 0) {
     mt_err_set(e, "%s: not a meshtrain checkpoint (format attribute '%s')", dir, fmt);
     return -1;
   }
   int major = 0, minor = 0, patch = 0;
-  if (read_attr_str(file, "version", version, sizeof version) != 0 ||
+  if (mt_ckpt_attr_str(file, "version", version, sizeof version) != 0 ||
       sscanf(version, "%d.%d.%d", &major, &minor, &patch) != 3) {
     mt_err_set(e, "%s: unreadable format version '%s'", dir, version);
     return -1;
@@ -1143,7 +1152,7 @@ static int check_model(const char *dir, hid_t file, const mt_ckpt_meta *expect,
                version, MT_CKPT_VERSION_MAJOR);
     return -1;
   }
-  if (read_meta_attrs(file, m) != 0) {
+  if (mt_ckpt_read_meta(file, m) != 0) {
     mt_err_set(e, "%s: checkpoint metadata incomplete", dir);
     return -1;
   }

@@ -51,6 +51,14 @@ enum {
 #define MT_CKPT_INDEX_FILE "index.h5"
 #define MT_CKPT_MANIFEST "MANIFEST.json"
 
+/* Attributes: 0 on success; a string is cut to len. */
+int mt_ckpt_attr_i64(hid_t obj, const char *name, int64_t *v);
+int mt_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len);
+/* The root attributes of ckpt.h5 / index.h5 into m (0 on success). */
+int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m);
+/* Select rows [r0, r0+nr) of a tensor's dataspace seen as 2-D. */
+void mt_ckpt_select_rows(hid_t space, hsize_t r0, hsize_t nr, hsize_t cols);
+
 /* Read a checkpoint's manifest and check that every file it lists exists
  * with its recorded size. Fills mode ("shared"/"per-writer") and step. */
 int mt_ckpt_check_manifest(const char *dir, char *mode, size_t mode_len, int64_t *step,
