@@ -15,4 +15,11 @@ mt_mpirun 2 "$MT_BIN/meshtrain" "$WORK/run/config.ini" --set output.dir="$WORK/a
   --set train.steps=1 --set train.eval_every=0 > "$WORK/log2" 2>&1 || { cat "$WORK/log2"; fail "rerun from config.ini failed"; }
 a=$(head -1 "$WORK/run/metrics.jsonl" | grep -o '"loss":[^,]*'); b=$(head -1 "$WORK/again/metrics.jsonl" | grep -o '"loss":[^,]*')
 [ "$a" = "$b" ] || fail "config.ini does not reproduce the run: $a vs $b"
-echo "PASS: first loss $a reproduced from config.ini"
+# resume (load path), then asynchronous per-writer saves, then meshckpt
+mt_mpirun 2 "$MT_BIN/meshtrain" "$WORK/run/config.ini" --set train.resume=auto --set train.steps=6 \
+  --set ckpt.mode=per-writer --set ckpt.async=true --set ckpt.every=1 > "$WORK/log3" 2>&1 \
+  || { cat "$WORK/log3"; fail "resume with async per-writer saves failed"; }
+grep -q "resumed from .*step_4" "$WORK/log3" || { cat "$WORK/log3"; fail "did not resume from step_4"; }
+mt_mpirun 2 "$MT_BIN/meshckpt" verify "$WORK/run/checkpoints" --deep || fail "meshckpt verify"
+mt_mpirun 1 "$MT_BIN/meshckpt" diff "$WORK/run/checkpoints/step_6" "$WORK/run/checkpoints/step_6" > /dev/null || fail "meshckpt diff"
+echo "PASS: first loss $a reproduced from config.ini; resumed and saved asynchronously"
