@@ -153,6 +153,27 @@ static char *step_json_with_tp(const mt_step_record *rec, double tp_comm_s, doub
   return line;
 }
 
+/* Adds the pipeline figures to a metrics line (frees line): pp.wait_s,
+ * pp.bubble (1 - compute / executor time) and pp.act_peak_bytes (activation
+ * sets held at once x their size) per stage, pp.comm_s and pp_bytes of rank 0. */
+static char *step_json_with_pp(char *line, const double *per_stage, int pp, double comm_s,
+                               double bytes) {
+  cJSON *o = cJSON_Parse(line);
+  if (!o) return line;
+  cJSON *p = cJSON_AddObjectToObject(o, "pp");
+  const char *names[3] = {"wait_s", "bubble", "act_peak_bytes"};
+  for (int k = 0; k < 3; k++) {
+    cJSON *arr = cJSON_AddArrayToObject(p, names[k]);
+    for (int s = 0; s < pp; s++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(per_stage[3 * s + k]));
+  }
+  cJSON_AddNumberToObject(p, "comm_s", comm_s);
+  cJSON_AddNumberToObject(o, "pp_bytes", bytes);
+  free(line);
+  line = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return line;
+}
+
 /* Mean validation loss over the first n_seq windows of the validation set,
  * split over dp ranks; the same for any dp. */
 static double evaluate(mt_gpt *m, const mt_sampler *val, int n_seq, int micro_batch,
@@ -225,6 +246,142 @@ static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
   }
 }
 
+/* ------------------------------------------------------------------ */
+/* pipeline parallelism: this rank's stage, as the executor sees it     */
+
+#define MT_PP_MAX_CHUNKS 64
+
+typedef struct {
+  mt_gpt *model;
+  int pp, v, rank, last_vs;
+  int l0[MT_PP_MAX_CHUNKS], l1[MT_PP_MAX_CHUNKS]; /* layers of each chunk */
+  int B, T;          /* micro-batch sequences (slots are laid out for B), tokens */
+  int n_mb;          /* micro-batches of this run */
+  int *inp, *tgt;    /* (n_mb, B, T) */
+  int *rows;         /* sequences in each micro-batch (<= B) */
+  int n_slots;
+  size_t set_numel;  /* floats of one activation set (the largest chunk) */
+  float **slot_mem;  /* allocated at first use, kept */
+  mt_gpt_acts *acts;
+  double loss_sum;   /* last virtual stage: sum of position losses of this run */
+  float dloss;
+} pp_stage;
+
+static size_t pp_msg_numel(void *ctx, int mb) {
+  pp_stage *st = ctx;
+  return (size_t)st->rows[mb] * st->model->T_sp * st->model->shape.n_embd;
+}
+
+static mt_gpt_acts *pp_bind(pp_stage *st, int slot, int chunk) {
+  if (!st->slot_mem[slot])
+    st->slot_mem[slot] = mt_mem_alloc(MT_MEM_ACTIV, st->set_numel * sizeof(float));
+  int vs = chunk * st->pp + st->rank;
+  mt_gpt_acts_bind(st->model, &st->acts[slot], st->slot_mem[slot],
+                   st->l1[chunk] - st->l0[chunk], st->B, vs == st->last_vs);
+  return &st->acts[slot];
+}
+
+static float *pp_input(void *ctx, int slot, int chunk) {
+  return pp_bind(ctx, slot, chunk)->encoded;
+}
+
+static float *pp_forward(void *ctx, int slot, int mb, int chunk) {
+  pp_stage *st = ctx;
+  int vs = chunk * st->pp + st->rank, first = vs == 0, last = vs == st->last_vs;
+  mt_gpt_acts *a = first ? pp_bind(st, slot, chunk) : &st->acts[slot];
+  size_t off = (size_t)mb * st->B * st->T;
+  st->loss_sum += mt_gpt_forward_range(st->model, a, st->l0[chunk], st->l1[chunk], first, last,
+                                       st->inp + off, st->tgt + off, st->rows[mb]);
+  return last ? NULL : mt_gpt_range_output(st->model, a, st->l1[chunk] - st->l0[chunk],
+                                           st->rows[mb]);
+}
+
+static const float *pp_backward(void *ctx, int slot, int mb, int chunk, const float *dout) {
+  pp_stage *st = ctx;
+  int vs = chunk * st->pp + st->rank, first = vs == 0, last = vs == st->last_vs;
+  size_t off = (size_t)mb * st->B * st->T;
+  const float *din = mt_gpt_backward_range(st->model, &st->acts[slot], st->l0[chunk],
+                                           st->l1[chunk], first, last, st->inp + off,
+                                           st->tgt + off, dout, st->dloss, st->rows[mb]);
+  return first ? NULL : din;
+}
+
+/* Validation loss through the pipeline: as evaluate(), with the micro-batches
+ * of this dp rank's sequences forwarded by a GPipe schedule (forward only);
+ * the last stage's loss is summed over pp. */
+static double pp_evaluate(pp_stage *st, mt_group *pp_g, const mt_sampler *val, int n_seq,
+                          int micro_batch, mt_mesh *mesh) {
+  int T = st->T;
+  double acc[2] = {0.0, 0.0};
+  int per = (n_seq + mesh->dp - 1) / mesh->dp;
+  int first = mesh->dp_rank * per, last = first + per < n_seq ? first + per : n_seq;
+  int n_mb = last > first ? (last - first + micro_batch - 1) / micro_batch : 0;
+  int *inp = st->inp, *tgt = st->tgt, *rows = st->rows;
+  st->inp = mt_calloc((size_t)(n_mb + 1) * micro_batch * T, sizeof(int));
+  st->tgt = mt_calloc((size_t)(n_mb + 1) * micro_batch * T, sizeof(int));
+  st->rows = mt_calloc((size_t)n_mb + 1, sizeof(int));
+  for (int k = 0; k < n_mb; k++) {
+    int s0 = first + k * micro_batch;
+    st->rows[k] = last - s0 < micro_batch ? last - s0 : micro_batch;
+    for (int b = 0; b < st->rows[k]; b++) {
+      size_t off = ((size_t)k * micro_batch + b) * T;
+      mt_sampler_get_window(val, (uint64_t)(s0 + b), st->inp + off, st->tgt + off);
+    }
+    acc[1] += st->rows[k];
+  }
+  st->loss_sum = 0.0;
+  if (n_mb > 0) {
+    mt_pp_schedule s;
+    /* forward only: one activation set suffices (released after each forward) */
+    mt_pp_schedule_build(&s, MT_SCHED_GPIPE, st->pp, n_mb, st->v);
+    mt_pp_exec x;
+    mt_pp_stage_fns fns = {st, pp_msg_numel, pp_input, pp_forward, pp_backward};
+    mt_pp_exec_create(&x, pp_g, &s, &fns, st->n_slots, (size_t)micro_batch * st->model->T_sp *
+                                                           st->model->shape.n_embd);
+    mt_pp_exec_run(&x, 1);
+    mt_pp_exec_destroy(&x);
+    mt_pp_schedule_free(&s);
+  }
+  acc[0] = st->loss_sum / T;
+  mt_allreduce_sum_f64(pp_g, acc, 1);
+  free(st->inp); free(st->tgt); free(st->rows);
+  st->inp = inp; st->tgt = tgt; st->rows = rows;
+  mt_allreduce_sum_f64(&mesh->dp_g, acc, 2);
+  return acc[1] > 0 ? acc[0] / acc[1] : 0.0;
+}
+
+/* parallel.pp_split "a,b,c" -> layers per stage; 0, or -1 with e set */
+static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_err *e) {
+  int n = 0, sum = 0;
+  const char *p = text;
+  while (*p) {
+    char *end;
+    long x = strtol(p, &end, 10);
+    if (end == p || x < 1 || n == pp) {
+      mt_err_set(e, "parallel.pp_split = '%s': expected %d comma-separated layer counts >= 1 "
+                    "(one per stage)", text, pp);
+      return -1;
+    }
+    split[n++] = (int)x;
+    sum += (int)x;
+    p = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') {
+      mt_err_set(e, "parallel.pp_split = '%s': expected comma-separated integers", text);
+      return -1;
+    }
+  }
+  if (n != pp) {
+    mt_err_set(e, "parallel.pp_split = '%s' gives %d stages, parallel.pp = %d", text, n, pp);
+    return -1;
+  }
+  if (sum != n_layer) {
+    mt_err_set(e, "parallel.pp_split = '%s' sums to %d layers, model.n_layer = %d", text, sum,
+               n_layer);
+    return -1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int world_rank = 0, world_size = 1;
@@ -235,7 +392,7 @@ int main(int argc, char **argv) {
 
   /* ---- arguments and configuration (no collective before validation) ---- */
   const char *ini = NULL;
-  char **over = mt_calloc((size_t)argc, sizeof(char *));
+  char **over = mt_calloc((size_t)argc + 1, sizeof(char *));
   int n_over = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -246,6 +403,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--set") == 0) {
       if (i + 1 >= argc) mt_err_set(&err, "--set needs section.key=value");
       else over[n_over++] = argv[++i];
+    } else if (strcmp(argv[i], "--print-schedule") == 0) {
+      over[n_over++] = "parallel.print_schedule=true";
     } else if (strncmp(argv[i], "--set=", 6) == 0) {
       over[n_over++] = argv[i] + 6;
     } else if (argv[i][0] == '-') {
@@ -263,11 +422,11 @@ int main(int argc, char **argv) {
   if (!err.failed) mt_model_shape_from_config(&cfg, &shape, &err);
   if (!err.failed) {
     int accum_div = cfg.micro_batch * cfg.dp;
-    if (cfg.pp != 1 || cfg.cp != 1)
+    if (cfg.cp != 1)
       mt_err_set(&err,
-                 "parallel.pp = %d, parallel.cp = %d: this build trains with data and tensor "
-                 "parallelism only (pp = cp = 1)",
-                 cfg.pp, cfg.cp);
+                 "parallel.cp = %d: this build trains with data, tensor and pipeline "
+                 "parallelism only (cp = 1)",
+                 cfg.cp);
     else if (world_size % cfg.tp != 0)
       mt_err_set(&err, "parallel.tp = %d does not divide the %d MPI ranks launched", cfg.tp,
                  world_size);
@@ -287,6 +446,56 @@ int main(int argc, char **argv) {
     else if (cfg.ckpt_async && strcmp(cfg.ckpt_mode, "per-writer") != 0)
       mt_err_set(&err, "ckpt.async = true needs ckpt.mode = per-writer (each rank writes its own "
                        "file in the background; ckpt.mode is %s)", cfg.ckpt_mode);
+  }
+  /* pipeline: micro-batches, stage split, schedule */
+  int pp_m = 0, pp_sched = MT_SCHED_1F1B, pp_split[MT_PP_MAX_CHUNKS];
+  if (!err.failed) {
+    pp_m = cfg.global_batch / (cfg.micro_batch * cfg.dp);
+    pp_sched = mt_pp_sched_parse(cfg.pp_schedule);
+    if (cfg.micro_batches > 0 && cfg.micro_batches != pp_m)
+      mt_err_set(&err,
+                 "train.micro_batches = %d does not match train.global_batch / (train.micro_batch "
+                 "x parallel.dp) = %d / (%d x %d) = %d (set it to 0 or change the batch)",
+                 cfg.micro_batches, cfg.global_batch, cfg.micro_batch, cfg.dp, pp_m);
+    else if (cfg.pp > MT_PP_MAX_CHUNKS || cfg.virtual_stages > MT_PP_MAX_CHUNKS)
+      mt_err_set(&err, "parallel.pp = %d, parallel.virtual_stages = %d: at most %d each", cfg.pp,
+                 cfg.virtual_stages, MT_PP_MAX_CHUNKS);
+    else if (cfg.pp_split[0] && cfg.virtual_stages > 1)
+      mt_err_set(&err, "parallel.pp_split needs parallel.virtual_stages = 1");
+    else if (cfg.pp_split[0])
+      parse_pp_split(cfg.pp_split, cfg.pp, shape.n_layer, pp_split, &err);
+    else if (shape.n_layer % cfg.pp != 0)
+      mt_err_set(&err,
+                 "parallel.pp = %d does not divide model.n_layer = %d (or give "
+                 "parallel.pp_split)", cfg.pp, shape.n_layer);
+    else if ((shape.n_layer / cfg.pp) % cfg.virtual_stages != 0)
+      mt_err_set(&err,
+                 "parallel.virtual_stages = %d does not divide the %d layers per stage "
+                 "(model.n_layer = %d over parallel.pp = %d)",
+                 cfg.virtual_stages, shape.n_layer / cfg.pp, shape.n_layer, cfg.pp);
+    if (!err.failed)
+      mt_pp_sched_check((mt_pp_sched)pp_sched, cfg.pp, pp_m, cfg.virtual_stages, shape.n_layer,
+                        &err);
+    if (!err.failed && cfg.recompute)
+      mt_err_set(&err, "train.recompute = true is not implemented yet");
+  }
+  mt_pp_schedule pp_s;
+  memset(&pp_s, 0, sizeof pp_s);
+  if (!err.failed) {
+    mt_pp_schedule_build(&pp_s, (mt_pp_sched)pp_sched, cfg.pp, pp_m, cfg.virtual_stages);
+    char msg[256];
+    mt_pp_sim sim;
+    if (mt_pp_schedule_validate(&pp_s, 1, 2, 1, 1, &sim, msg, sizeof msg) != 0)
+      mt_err_set(&err, "parallel.schedule = %s: invalid schedule: %s", cfg.pp_schedule, msg);
+    else if (cfg.print_schedule) {
+      if (world_rank == 0) {
+        for (int r = 0; r < cfg.pp; r++) mt_pp_schedule_print(&pp_s, r, stdout);
+        printf("# simulated bubble (F = 1, B = 2 per stage) %.4f\n", sim.bubble);
+      }
+      mt_pp_schedule_free(&pp_s);
+      MPI_Finalize();
+      return 0;
+    }
   }
   mt_hw_profile hw;
   if (!err.failed) mt_hw_profile_load(&hw, cfg.hw_profile, &err);
@@ -358,7 +567,10 @@ int main(int argc, char **argv) {
   const mt_ops *ops = mt_ops_cpu();
   mt_gpt model;
   mt_gpt_parallel split = {&mesh.tp_g, cfg.sp};
-  mt_gpt_create_parallel(&model, &shape, ops, cfg.micro_batch, &split, &err);
+  if (cfg.pp > 1)
+    mt_gpt_create_stage(&model, &shape, ops, cfg.micro_batch, &split, &err);
+  else
+    mt_gpt_create_parallel(&model, &shape, ops, cfg.micro_batch, &split, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_gpt_init_params(&model, (uint64_t)cfg.seed);
   mt_dp dp;
@@ -366,6 +578,55 @@ int main(int argc, char **argv) {
                (size_t)(cfg.bucket_mb * 1048576.0), (float)cfg.beta1, (float)cfg.beta2,
                (float)cfg.eps, (float)cfg.weight_decay);
   mt_dp_set_tp(&dp, &mesh.tp_g);
+
+  /* ---- pipeline stage: layers, owned tensors, executor ---- */
+  pp_stage stage;
+  mt_pp_exec pp_x;
+  memset(&stage, 0, sizeof stage);
+  memset(&pp_x, 0, sizeof pp_x);
+  const mt_tensor *wte_t = &model.reg.t[mt_registry_find(&model.reg, "wte.weight")];
+  float *wte_peer = NULL; /* the other end's wte gradient (first and last stage) */
+  if (cfg.pp > 1) {
+    stage.model = &model;
+    stage.pp = cfg.pp;
+    stage.v = cfg.virtual_stages;
+    stage.rank = mesh.pp_rank;
+    stage.last_vs = cfg.pp * cfg.virtual_stages - 1;
+    stage.B = cfg.micro_batch;
+    stage.T = T;
+    int *stage_of_layer = mt_calloc((size_t)shape.n_layer, sizeof(int));
+    for (int vs = 0; vs <= stage.last_vs; vs++) {
+      int a, b;
+      mt_pp_stage_layers(shape.n_layer, cfg.pp, cfg.virtual_stages,
+                         cfg.pp_split[0] ? pp_split : NULL, vs, &a, &b);
+      for (int l = a; l < b; l++) stage_of_layer[l] = vs % cfg.pp;
+      if (vs % cfg.pp == mesh.pp_rank) {
+        stage.l0[vs / cfg.pp] = a;
+        stage.l1[vs / cfg.pp] = b;
+        size_t n = mt_gpt_acts_numel(&model, b - a, cfg.micro_batch, vs == stage.last_vs);
+        if (n > stage.set_numel) stage.set_numel = n;
+      }
+    }
+    mt_gpt_assign_stages(&model, stage_of_layer, cfg.pp - 1);
+    free(stage_of_layer);
+    stage.n_slots = pp_s.max_inflight[mesh.pp_rank];
+    stage.slot_mem = mt_calloc((size_t)stage.n_slots, sizeof(float *));
+    stage.acts = mt_calloc((size_t)stage.n_slots, sizeof(mt_gpt_acts));
+    size_t max_mb = (size_t)(pp_m > 1 ? pp_m : 1);
+    stage.inp = mt_calloc(max_mb * cfg.micro_batch * T, sizeof(int));
+    stage.tgt = mt_calloc(max_mb * cfg.micro_batch * T, sizeof(int));
+    stage.rows = mt_calloc(max_mb, sizeof(int));
+    mt_pp_stage_fns fns = {&stage, pp_msg_numel, pp_input, pp_forward, pp_backward};
+    mt_pp_exec_create(&pp_x, &mesh.pp_g, &pp_s, &fns, stage.n_slots,
+                      (size_t)cfg.micro_batch * model.T_sp * shape.n_embd);
+    /* the tied embedding: the last stage's copy leaves the norm (the first counts it) */
+    if (mesh.pp_rank == cfg.pp - 1)
+      mt_dp_set_pp(&dp, &mesh.pp_g, wte_t->offset, wte_t->offset + wte_t->numel_local);
+    else
+      mt_dp_set_pp(&dp, &mesh.pp_g, 0, 0);
+    if (mesh.pp_rank == 0 || mesh.pp_rank == cfg.pp - 1)
+      wte_peer = mt_calloc(wte_t->numel_local, sizeof(float));
+  }
 
   /* ---- resume: load whatever layout wrote it into this one ---- */
   long long start_step = 0, samples_done = 0;
@@ -478,7 +739,42 @@ int main(int argc, char **argv) {
     double tp_s0 = mesh.tp_g.seconds, tp_bytes0 = mesh.tp_g.bytes;
     double data_s = 0.0, loss_sum = 0.0;
     mt_gpt_zero_grad(&model);
-    for (int mb = 0; mb < accum; mb++) {
+    double pp_s0 = mesh.pp_g.seconds, pp_bytes0 = mesh.pp_g.bytes;
+    double pp_stats[3] = {0.0, 0.0, 0.0}; /* this stage: wait s, bubble fraction, act bytes */
+    if (cfg.pp > 1) {
+      double td = mt_now();
+      for (int mb = 0; mb < accum; mb++) {
+        uint64_t g0 = (uint64_t)samples_done + (uint64_t)(step - start_step) * cfg.global_batch +
+                      (uint64_t)mesh.dp_rank * per_rank + (uint64_t)mb * cfg.micro_batch;
+        for (int b = 0; b < cfg.micro_batch; b++) {
+          size_t off = ((size_t)mb * cfg.micro_batch + b) * T;
+          mt_sampler_get(&sampler, g0 + b, stage.inp + off, stage.tgt + off);
+        }
+        stage.rows[mb] = cfg.micro_batch;
+      }
+      data_s += mt_now() - td;
+      stage.n_mb = accum;
+      stage.loss_sum = 0.0;
+      stage.dloss = dloss;
+      mt_pp_exec_run(&pp_x, 0);
+      pp_stats[0] = pp_x.wait_s;
+      pp_stats[1] = pp_x.wall_s > 0 ? 1.0 - pp_x.compute_s / pp_x.wall_s : 0.0;
+      pp_stats[2] = (double)pp_x.peak_slots * (double)stage.set_numel * sizeof(float);
+      /* tied embedding: both ends add the other's wte gradient (a + b == b + a: they stay
+       * bitwise equal, and so do their updates) */
+      if (wte_peer) {
+        float *gw = model.grads + wte_t->offset;
+        int peer = mesh.pp_rank == 0 ? cfg.pp - 1 : 0;
+        mt_sendrecv_f32(&mesh.pp_g, gw, wte_peer, wte_t->numel_local, peer, 13);
+        for (size_t i = 0; i < wte_t->numel_local; i++) gw[i] += wte_peer[i];
+      }
+      if (model.tp.sp)
+        mt_tp_reduce_partial_grads(&model.tp, &model.reg, model.grads, 0, model.reg.numel_local);
+      mt_allreduce_sum_f64(&mesh.pp_g, &stage.loss_sum, 1); /* the last stage's */
+      loss_sum = stage.loss_sum;
+      mt_dp_begin_sync(&dp);
+    }
+    for (int mb = 0; mb < (cfg.pp > 1 ? 0 : accum); mb++) {
       double td = mt_now();
       uint64_t g0 = (uint64_t)samples_done + (uint64_t)(step - start_step) * cfg.global_batch +
                     (uint64_t)mesh.dp_rank * per_rank +
@@ -494,6 +790,7 @@ int main(int argc, char **argv) {
     mt_dp_finish_sync(&dp);
     double t_fb = mt_now();
     double comm_fb = mesh.dp_g.seconds - comm0, tp_fb = mesh.tp_g.seconds - tp_s0;
+    double pp_fb = mesh.pp_g.seconds - pp_s0;
     float lr = mt_lr_at(step, cfg.steps, cfg.warmup_steps, (float)cfg.lr, (float)cfg.min_lr_ratio);
     double norm = mt_dp_optimizer_step(&dp, lr, (float)cfg.grad_clip);
     /* the global loss: sum over dp of each rank's token losses */
@@ -508,7 +805,10 @@ int main(int argc, char **argv) {
     if (cfg.eval_every > 0 && n_val_seq > 0 &&
         ((step + 1) % cfg.eval_every == 0 || step + 1 == cfg.steps)) {
       double te = mt_now();
-      val = evaluate(&model, &val_sampler, n_val_seq, cfg.micro_batch, &mesh, inp, tgt);
+      val = cfg.pp > 1 ? pp_evaluate(&stage, &mesh.pp_g, &val_sampler, n_val_seq, cfg.micro_batch,
+                                     &mesh)
+                       : evaluate(&model, &val_sampler, n_val_seq, cfg.micro_batch, &mesh, inp,
+                                  tgt);
       t_eval = mt_now() - te;
       last_val = val;
     }
@@ -525,7 +825,7 @@ int main(int argc, char **argv) {
     rec.step_s = step_s;
     rec.dp_comm_s = mesh.dp_g.seconds - comm0;
     rec.data_s = data_s;
-    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb;
+    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb - pp_fb;
     rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb) - (tp_comm_s - tp_fb);
     rec.eval_s = t_eval;
     rec.ckpt_s = pending_ckpt_s;
@@ -544,8 +844,14 @@ int main(int argc, char **argv) {
       sum_tok_s += tokens_per_step / step_s;
       timed_steps++;
     }
+    /* per stage pipeline figures, gathered to pp rank 0 of this (dp, tp) position */
+    double pp_all[3 * MT_PP_MAX_CHUNKS] = {0};
+    if (cfg.pp > 1)
+      MPI_Gather(pp_stats, 3, MPI_DOUBLE, pp_all, 3, MPI_DOUBLE, 0, mesh.pp_g.comm);
     if (world_rank == 0) {
       char *line = step_json_with_tp(&rec, tp_comm_s, tp_bytes);
+      if (cfg.pp > 1) line = step_json_with_pp(line, pp_all, cfg.pp, pp_fb,
+                                               mesh.pp_g.bytes - pp_bytes0);
       fprintf(metrics_f, "%s\n", line);
       fflush(metrics_f);
       free(line);
@@ -679,6 +985,14 @@ int main(int argc, char **argv) {
 
   free(inp);
   free(tgt);
+  if (cfg.pp > 1) {
+    mt_pp_exec_destroy(&pp_x);
+    for (int k = 0; k < stage.n_slots; k++)
+      if (stage.slot_mem[k]) mt_mem_free(MT_MEM_ACTIV, stage.slot_mem[k], stage.set_numel * sizeof(float));
+    free(stage.slot_mem); free(stage.acts); free(stage.inp); free(stage.tgt); free(stage.rows);
+    free(wte_peer);
+  }
+  mt_pp_schedule_free(&pp_s);
   mt_dp_destroy(&dp);
   mt_gpt_destroy(&model);
   mt_dataset_close(&train_file);

@@ -53,9 +53,9 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
  * the middle dim (for (B,T,C) split along T: outer = B, inner = T/size * C).
  * all-gather: send (outer, inner) of this rank -> recv (outer, size, inner).
  * reduce-scatter (sum): send (outer, size, inner) -> recv (outer, inner), this
- * rank's slice of the sum; scratch holds size*outer*inner floats (unused, may
- * be NULL, when outer == 1). Bytes counted as for the plain collectives over
- * the full tensor of size*outer*inner floats. */
+ * rank's slice of the sum, by a ring of size-1 send/receive steps; scratch
+ * holds 2*outer*inner floats. Bytes counted as for the plain collectives over
+ * the full tensor of size*outer*inner floats (what the ring sends). */
 void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
                           size_t inner);
 void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
@@ -81,5 +81,13 @@ void mt_progress(mt_request *r);
 double mt_bytes_allreduce(size_t total_bytes, int n);
 double mt_bytes_reduce_scatter(size_t total_bytes, int n);
 double mt_bytes_allgather(size_t total_bytes, int n);
+
+/* Point-to-point between ranks of a group (pipeline stages): non-blocking
+ * send and receive of n floats to or from group rank peer, finished by
+ * mt_wait (time waiting counts on the group); bytes counted on the send
+ * side. mt_sendrecv_f32 exchanges n floats with peer, blocking. */
+void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_request *r);
+void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_request *r);
+void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag);
 
 #endif

@@ -96,6 +96,12 @@ typedef struct {
   /* [train] resume: "" (fresh), "auto" (<output.dir>/checkpoints, newest complete) or a path */
   char resume[MT_CFG_STR_MAX];
   int stop_after; /* [train] stop_after: steps this run does before it checkpoints and exits */
+  /* pipeline parallelism: [train] micro_batches (0 = global_batch / (micro_batch * dp)),
+   * recompute (bool); [parallel] schedule, virtual_stages, pp_split ("" = balanced, else
+   * comma-separated layers per stage), print_schedule (bool: print and exit) */
+  int micro_batches, recompute;
+  char pp_schedule[MT_CFG_STR_MAX], pp_split[MT_CFG_STR_MAX];
+  int virtual_stages, print_schedule;
 } mt_config;
 
 typedef struct {

@@ -179,8 +179,22 @@ static float *act(mt_gpt *m, size_t n) {
   return p;
 }
 
+/* whole_acts: allocate m->a for every layer (0: a pipeline stage binds its own sets) */
+static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
+                      const mt_gpt_parallel *par, int whole_acts, mt_err *e);
+
 int mt_gpt_create_parallel(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
                            int max_B, const mt_gpt_parallel *par, mt_err *e) {
+  return gpt_create(m, shape, ops, max_B, par, 1, e);
+}
+
+int mt_gpt_create_stage(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
+                        const mt_gpt_parallel *par, mt_err *e) {
+  return gpt_create(m, shape, ops, max_B, par, 0, e);
+}
+
+static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
+                      const mt_gpt_parallel *par, int whole_acts, mt_err *e) {
   memset(m, 0, sizeof *m);
   m->shape = *shape;
   m->ops = ops;
@@ -231,6 +245,7 @@ int mt_gpt_create_parallel(mt_gpt *m, const mt_model_shape *shape, const mt_ops 
   size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
   size_t Vl = (size_t)m->V_local;
   mt_gpt_acts *a = &m->a;
+  if (whole_acts) { /* pipeline stages bind their own sets */
   a->encoded = act(m, BTs * C);
   a->ln1 = act(m, L * BTs * C);
   a->ln1_mean = act(m, L * BTs);
@@ -252,6 +267,7 @@ int mt_gpt_create_parallel(mt_gpt *m, const mt_model_shape *shape, const mt_ops 
   a->lnf_rstd = act(m, BTs);
   a->logits = act(m, BT * Vl);
   a->losses = act(m, BT);
+  }
   /* backward scratch: one layer's worth, reused layer after layer */
   mt_gpt_acts *d = &m->d;
   d->residual3 = act(m, BTs * C); /* the gradient of the residual stream */
@@ -551,4 +567,200 @@ void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx) {
    * and all of wpe get their full gradients, no sum over tp needed */
   o->encoder_vp_backward(m->g.wte, m->g.wpe, row_dout(m, dres, B), m->inputs, v0, Vl, B, T, C);
   if (hook) hook(ctx, -1);
+}
+
+/* ------------------------------------------------------------------ */
+/* pipeline stages: layer ranges over caller-owned activation sets      */
+/* The same layers as mt_gpt_forward/backward, with the activations of
+ * layer l0 + j in slot j of a set the caller owns (one per micro-batch in
+ * flight), the range's input in a->encoded and the tokens passed in. */
+
+typedef struct {
+  size_t n;
+  float **dst;
+} act_piece;
+
+/* the pieces of a set, in one order for numel and bind */
+static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int with_head,
+                      act_piece *p) {
+  size_t T = (size_t)m->T, C = (size_t)m->shape.n_embd, L = (size_t)n_layers;
+  size_t BT = (size_t)B * T, BTs = (size_t)B * (size_t)m->T_sp;
+  size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
+  int k = 0;
+#define PIECE(field, count) p[k++] = (act_piece){(count), &a->field}
+  PIECE(encoded, BTs * C);
+  PIECE(ln1, L * BTs * C);
+  PIECE(ln1_mean, L * BTs);
+  PIECE(ln1_rstd, L * BTs);
+  PIECE(qkv, L * BT * 3 * Cl);
+  PIECE(atty, L * BT * Cl);
+  PIECE(att, L * (size_t)B * NHl * T * T);
+  PIECE(attproj, L * BTs * C);
+  PIECE(residual2, L * BTs * C);
+  PIECE(ln2, L * BTs * C);
+  PIECE(ln2_mean, L * BTs);
+  PIECE(ln2_rstd, L * BTs);
+  PIECE(fch, L * BT * Fl);
+  PIECE(fch_gelu, L * BT * Fl);
+  PIECE(fcproj, L * BTs * C);
+  PIECE(residual3, L * BTs * C);
+  if (with_head) {
+    PIECE(lnf, BTs * C);
+    PIECE(lnf_mean, BTs);
+    PIECE(lnf_rstd, BTs);
+    PIECE(logits, BT * (size_t)m->V_local);
+    PIECE(losses, BT);
+  }
+#undef PIECE
+  return k;
+}
+
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head) {
+  mt_gpt_acts a;
+  act_piece p[32];
+  int k = act_pieces(m, &a, n_layers, B, with_head, p);
+  size_t n = 0;
+  for (int i = 0; i < k; i++) n += round16(p[i].n);
+  return n;
+}
+
+void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+                      int with_head) {
+  memset(a, 0, sizeof *a);
+  act_piece p[32];
+  int k = act_pieces(m, a, n_layers, B, with_head, p);
+  for (int i = 0; i < k; i++) {
+    *p[i].dst = mem;
+    mem += round16(p[i].n);
+  }
+}
+
+float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B) {
+  return a->residual3 + (size_t)(n_layers - 1) * B * m->T_sp * m->shape.n_embd;
+}
+
+double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
+                            const int *inputs, const int *targets, int B) {
+  const mt_ops *o = m->ops;
+  const int T = m->T, C = m->shape.n_embd, BT = B * T;
+  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local;
+  const int Vl = m->V_local, v0 = m->v_start, nreal = m->v_real;
+  const size_t btc = (size_t)BTs * C, bt = (size_t)BT;
+  const int bias_rank = m->tp.rank == 0;
+  if (embed) {
+    o->encoder_vp_forward(row_partial(m, a->encoded), inputs, m->p.wte, v0, Vl,
+                          bias_rank ? m->p.wpe : NULL, B, T, C);
+    row_output(m, a->encoded, B);
+  }
+  for (int l = l0; l < l1; l++) {
+    const size_t j = (size_t)(l - l0);
+    const mt_block_tensors *w = &m->p.blocks[l];
+    const float *residual = j == 0 ? a->encoded : a->residual3 + (j - 1) * btc;
+    float *ln1 = a->ln1 + j * btc, *qkv = a->qkv + 3 * j * bt * Cl, *atty = a->atty + j * bt * Cl;
+    float *att = a->att + j * B * NHl * T * T, *attproj = a->attproj + j * btc;
+    float *res2 = a->residual2 + j * btc, *ln2 = a->ln2 + j * btc;
+    float *fch = a->fch + j * bt * Fl, *fchg = a->fch_gelu + j * bt * Fl;
+    float *fcproj = a->fcproj + j * btc, *res3 = a->residual3 + j * btc;
+    o->layernorm_forward(ln1, a->ln1_mean + j * BTs, a->ln1_rstd + j * BTs, residual, w->ln1_w,
+                         w->ln1_b, BTs, C);
+    o->matmul_forward(qkv, column_input(m, ln1, B), w->qkv_w, w->qkv_b, BT, C, 3 * Cl);
+    o->attention_forward(atty, att, qkv, B, T, Cl, NHl);
+    o->matmul_forward(row_partial(m, attproj), atty, w->attn_proj_w,
+                      bias_rank ? w->attn_proj_b : NULL, BT, Cl, C);
+    row_output(m, attproj, B);
+    o->residual_forward(res2, residual, attproj, btc);
+    o->layernorm_forward(ln2, a->ln2_mean + j * BTs, a->ln2_rstd + j * BTs, res2, w->ln2_w,
+                         w->ln2_b, BTs, C);
+    o->matmul_forward(fch, column_input(m, ln2, B), w->fc_w, w->fc_b, BT, C, Fl);
+    o->gelu_forward(fchg, fch, bt * Fl);
+    o->matmul_forward(row_partial(m, fcproj), fchg, w->fc_proj_w,
+                      bias_rank ? w->fc_proj_b : NULL, BT, Fl, C);
+    row_output(m, fcproj, B);
+    o->residual_forward(res3, res2, fcproj, btc);
+  }
+  if (!head) return 0.0;
+  const float *last = mt_gpt_range_output(m, a, l1 - l0, B);
+  o->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs, C);
+  o->matmul_forward(a->logits, column_input(m, a->lnf, B), m->p.wte, NULL, BT, C, Vl);
+  o->xent_vp_max(m->rowmax, a->logits, BT, Vl, nreal);
+  mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
+  o->xent_vp_exp(m->xent_stats, a->logits, a->logits, m->rowmax, targets, v0, BT, Vl, nreal);
+  mt_tp_allreduce_f64(&m->tp, m->xent_stats, 2 * bt);
+  o->xent_vp_finish(a->losses, a->logits, m->xent_stats, m->rowmax, BT, Vl, nreal);
+  double sum = 0.0;
+  for (int i = 0; i < BT; i++) sum += a->losses[i];
+  return sum;
+}
+
+const float *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
+                                   const int *inputs, const int *targets, const float *dout,
+                                   float dloss, int B) {
+  const mt_ops *o = m->ops;
+  const int T = m->T, C = m->shape.n_embd, BT = B * T;
+  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local;
+  const int Vl = m->V_local, v0 = m->v_start;
+  const size_t btc = (size_t)BTs * C, bt = (size_t)BT;
+  mt_gpt_acts *d = &m->d;
+  float *dres = d->residual3, *dpart = d->ln1;
+  const float *dln;
+  if (head) {
+    o->xent_vp_backward(a->logits, a->logits, targets, v0, dloss, BT, Vl, m->v_real);
+    memset(dpart, 0, bt * C * sizeof(float));
+    o->matmul_backward(dpart, m->g.wte, NULL, a->logits, column_input(m, a->lnf, B), m->p.wte,
+                       BT, C, Vl);
+    dln = column_dinput(m, dpart, B);
+    memset(dres, 0, btc * sizeof(float));
+    o->layernorm_backward(dres, m->g.lnf_w, m->g.lnf_b, dln, mt_gpt_range_output(m, a, l1 - l0, B),
+                          m->p.lnf_w, a->lnf_mean, a->lnf_rstd, BTs, C);
+  } else {
+    memcpy(dres, dout, btc * sizeof(float));
+  }
+  for (int l = l1 - 1; l >= l0; l--) {
+    const size_t j = (size_t)(l - l0);
+    const mt_block_tensors *w = &m->p.blocks[l];
+    mt_block_tensors *g = &m->g.blocks[l];
+    const float *residual = j == 0 ? a->encoded : a->residual3 + (j - 1) * btc;
+    const float *ln1 = a->ln1 + j * btc, *qkv = a->qkv + 3 * j * bt * Cl;
+    const float *atty = a->atty + j * bt * Cl, *att = a->att + j * B * NHl * T * T;
+    const float *res2 = a->residual2 + j * btc, *ln2 = a->ln2 + j * btc;
+    const float *fch = a->fch + j * bt * Fl, *fchg = a->fch_gelu + j * bt * Fl;
+    memset(d->fch_gelu, 0, bt * Fl * sizeof(float));
+    o->matmul_backward(d->fch_gelu, g->fc_proj_w, g->fc_proj_b, row_dout(m, dres, B), fchg,
+                       w->fc_proj_w, BT, Fl, C);
+    memset(d->fch, 0, bt * Fl * sizeof(float));
+    o->gelu_backward(d->fch, fch, d->fch_gelu, bt * Fl);
+    memset(dpart, 0, bt * C * sizeof(float));
+    o->matmul_backward(dpart, g->fc_w, g->fc_b, d->fch, column_input(m, ln2, B), w->fc_w, BT, C,
+                       Fl);
+    dln = column_dinput(m, dpart, B);
+    o->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, res2, w->ln2_w, a->ln2_mean + j * BTs,
+                          a->ln2_rstd + j * BTs, BTs, C);
+    memset(d->atty, 0, bt * Cl * sizeof(float));
+    o->matmul_backward(d->atty, g->attn_proj_w, g->attn_proj_b, row_dout(m, dres, B), atty,
+                       w->attn_proj_w, BT, Cl, C);
+    memset(d->qkv, 0, 3 * bt * Cl * sizeof(float));
+    o->attention_backward(d->qkv, m->datt, d->atty, qkv, att, B, T, Cl, NHl);
+    memset(dpart, 0, bt * C * sizeof(float));
+    o->matmul_backward(dpart, g->qkv_w, g->qkv_b, d->qkv, column_input(m, ln1, B), w->qkv_w, BT,
+                       C, 3 * Cl);
+    dln = column_dinput(m, dpart, B);
+    o->layernorm_backward(dres, g->ln1_w, g->ln1_b, dln, residual, w->ln1_w,
+                          a->ln1_mean + j * BTs, a->ln1_rstd + j * BTs, BTs, C);
+  }
+  if (embed)
+    o->encoder_vp_backward(m->g.wte, m->g.wpe, row_dout(m, dres, B), inputs, v0, Vl, B, T, C);
+  return dres;
+}
+
+void mt_gpt_assign_stages(mt_gpt *m, const int *stage_of_layer, int last_stage) {
+  for (int i = 0; i < m->reg.n; i++) {
+    mt_tensor *t = &m->reg.t[i];
+    int layer = -1;
+    if (sscanf(t->name, "blocks.%d.", &layer) == 1)
+      t->pp_stage = stage_of_layer[layer];
+    else
+      t->pp_stage = strncmp(t->name, "lnf.", 4) == 0 ? last_stage : 0;
+  }
 }

@@ -159,4 +159,42 @@ size_t mt_gpt_layer_offset(const mt_gpt *m, int layer);
  * the layout implies; 0 without tensor parallelism. */
 double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step);
 
+/* ------------------------------------------------------------------ */
+/* pipeline stages: layer ranges over caller-owned activation sets      */
+
+/* Floats of one activation set for n_layers layers of a micro-batch of B
+ * sequences (with_head: the final LN, logits and losses too); bind carves
+ * the set out of mem (64-byte aligned pieces). In a set, layer l0 + j of a
+ * range [l0, l1) uses slot j; a->encoded is the range's input hidden state
+ * (BTs,C) (the embedding's output, or what the previous stage sent) and
+ * slot n_layers-1 of a->residual3 its output. */
+size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head);
+/* mt_gpt_create_parallel without the whole-model activation set m->a (a
+ * pipeline stage binds one set per micro-batch in flight; mt_gpt_forward and
+ * mt_gpt_backward are then unusable, the range functions below are). */
+int mt_gpt_create_stage(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
+                        const mt_gpt_parallel *par, mt_err *e);
+void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+                      int with_head);
+/* The range's output hidden state (BTs,C) in a. */
+float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
+/* Forward of layers [l0, l1) for one micro-batch: embed (the range starts
+ * the model) reads inputs (B,T) into a->encoded, otherwise a->encoded holds
+ * the input; head (the range ends the model) adds the final LN, LM head and
+ * loss and returns the sum of the B*T position losses (else 0). */
+double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
+                            const int *inputs, const int *targets, int B);
+/* Backward of the same range, accumulating into m->grads: head: from the
+ * loss (sum of position losses times dloss), else from dout (BTs,C), the
+ * gradient of the range's output. Returns the gradient of the range's input
+ * (BTs,C, in scratch valid until the next backward); with embed it has gone
+ * into wte and wpe. */
+const float *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
+                                   const int *inputs, const int *targets, const float *dout,
+                                   float dloss, int B);
+/* Marks each tensor's owning stage in the registry (pp_stage): layer l's
+ * tensors the stage of stage_of_layer[l], wte and wpe stage 0 (the tied LM
+ * head's copy on the last stage is kept equal), the final LN the last stage. */
+void mt_gpt_assign_stages(mt_gpt *m, const int *stage_of_layer, int last_stage);
+
 #endif

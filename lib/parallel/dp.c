@@ -71,6 +71,12 @@ void mt_dp_set_tp(mt_dp *d, mt_group *tp_group) {
   d->tp_g = tp_group && tp_group->size > 1 ? tp_group : NULL;
 }
 
+void mt_dp_set_pp(mt_dp *d, mt_group *pp_group, size_t skip_begin, size_t skip_end) {
+  d->pp_g = pp_group && pp_group->size > 1 ? pp_group : NULL;
+  d->norm_skip_begin = skip_begin;
+  d->norm_skip_end = skip_end;
+}
+
 void mt_dp_begin_sync(mt_dp *d) {
   d->next_bucket = 0;
   for (int k = 0; k < d->n_buckets; k++) d->buckets[k].launched = 0;
@@ -107,6 +113,7 @@ static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, 
     size_t tb = t->offset, te = t->offset + t->numel_local;
     if (te <= begin || tb >= end) continue;
     size_t a = tb > begin ? tb : begin, b = te < end ? te : end;
+    if (d->pp_g && a >= d->norm_skip_begin && b <= d->norm_skip_end) continue;
     acc[t->tp.kind == MT_PLACE_SHARDED ? 0 : 1] += d->ops->sumsq(grad + (a - begin), b - a);
   }
 }
@@ -116,7 +123,7 @@ static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, 
  * shards of the sharded tensors and identical copies of the replicated ones,
  * so the sharded part is summed over tp and the replicated part counted once. */
 static double global_sumsq(mt_dp *d) {
-  if (!d->tp_g) {
+  if (!d->tp_g && !d->pp_g) {
     double sumsq = 0.0;
     if (d->zero) {
       sumsq = d->ops->sumsq(d->grad_shard, d->shard_numel);
@@ -138,7 +145,8 @@ static double global_sumsq(mt_dp *d) {
   } else {
     sumsq_by_placement(d, d->grads, 0, d->reg->numel_local, acc);
   }
-  mt_allreduce_sum_f64(d->tp_g, acc, 1);
+  if (d->tp_g) mt_allreduce_sum_f64(d->tp_g, acc, 1);
+  if (d->pp_g) mt_allreduce_sum_f64(d->pp_g, acc, 2); /* the stages' tensors */
   return acc[0] + acc[1];
 }
 

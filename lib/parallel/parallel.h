@@ -35,6 +35,8 @@ typedef struct {
   mt_adamw opt;
   double last_grad_norm;
   mt_group *tp_g;        /* NULL: no tensor parallelism (see mt_dp_set_tp) */
+  mt_group *pp_g;        /* NULL: no pipeline parallelism (see mt_dp_set_pp) */
+  size_t norm_skip_begin, norm_skip_end; /* flat range left out of the norm here */
 } mt_dp;
 
 /* Buckets of about bucket_bytes, built from the last tensor backwards and
@@ -48,6 +50,12 @@ void mt_dp_destroy(mt_dp *d);
  * tensor once per shard (summed over tp_group) and each replicated tensor
  * once. Call after mt_dp_create; tp_group may be NULL or of size 1. */
 void mt_dp_set_tp(mt_dp *d, mt_group *tp_group);
+
+/* Pipeline parallelism: each stage's gradients hold its own tensors (zeros
+ * elsewhere); the global norm sums the stages' parts over pp_group, leaving
+ * out this rank's flat range [skip_begin, skip_end) (the tied embedding's
+ * copy on the last stage, counted on the first). Call after mt_dp_create. */
+void mt_dp_set_pp(mt_dp *d, mt_group *pp_group, size_t skip_begin, size_t skip_end);
 
 /* Call before the last micro-batch's backward. */
 void mt_dp_begin_sync(mt_dp *d);
@@ -85,7 +93,7 @@ typedef struct {
   mt_group *g;
   int size, rank;
   int sp;
-  float *scratch;   /* reorder buffer of the reduce-scatter along T (MT_MEM_COMM) */
+  float *scratch;   /* the reduce-scatter's running sums, 2 slices (MT_MEM_COMM) */
   size_t scratch_n;
   float *grad_buf;  /* packs the partial gradients of one layer (MT_MEM_COMM) */
   size_t grad_buf_n;
@@ -113,5 +121,135 @@ void mt_tp_reduce_scatter_seq(const mt_tp *tp, const float *full, float *local, 
  * per optimizer step, after the last micro-batch's backward of that range. */
 void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *grads,
                                 size_t begin, size_t end);
+
+/* ------------------------------------------------------------------ */
+/* pipeline parallelism: schedules as data (schedule.c)                */
+
+/* One operation of a pipeline rank. Virtual stages: the model's layers are
+ * cut into pp*v consecutive chunks; chunk c of pp rank r is virtual stage
+ * c*pp + r (Megatron's interleaving; v = 1: one chunk per rank). Activations
+ * go from virtual stage s to s+1 (pp rank r -> r+1 mod pp), gradients back. */
+typedef enum {
+  MT_PP_FWD,        /* forward of micro-batch mb on chunk */
+  MT_PP_BWD,        /* full backward (input and weight gradients) */
+  MT_PP_BWD_INPUT,  /* zero-bubble B: input gradient only */
+  MT_PP_BWD_WEIGHT, /* zero-bubble W: weight gradient only */
+  MT_PP_SEND_ACT, MT_PP_RECV_ACT, MT_PP_SEND_GRAD, MT_PP_RECV_GRAD,
+  MT_PP_NKINDS
+} mt_pp_op_kind;
+
+typedef struct {
+  mt_pp_op_kind kind;
+  int mb;    /* micro-batch, 0..m-1 */
+  int chunk; /* virtual stage index on this rank, 0..v-1 */
+} mt_pp_op;
+
+typedef enum { MT_SCHED_GPIPE, MT_SCHED_1F1B, MT_SCHED_INTERLEAVED, MT_SCHED_ZBH1 } mt_pp_sched;
+
+typedef struct {
+  mt_pp_sched kind;
+  int pp, m, v;
+  int *n_ops;      /* per pp rank */
+  mt_pp_op **ops;  /* per pp rank, n_ops[r] operations in program order */
+  int *max_inflight; /* per pp rank: the most (micro-batch, chunk) activation sets the
+                        schedule promises to hold at once (1F1B: min(m, pp - rank)) */
+} mt_pp_schedule;
+
+/* "gpipe" | "1f1b" | "interleaved" | "zb-h1" -> kind; -1 if unknown. */
+int mt_pp_sched_parse(const char *name);
+const char *mt_pp_sched_name(mt_pp_sched kind);
+const char *mt_pp_op_name(mt_pp_op_kind kind);
+
+/* Checks (pp, m, v, layers) for the schedule: m >= pp for 1f1b, interleaved
+ * and zb-h1; v = 1 unless interleaved (v >= 2 there); m % pp == 0 for
+ * interleaved (Megatron's rule); pp*v <= layers. Returns 0, or -1 with a
+ * one-line message naming the config keys. */
+int mt_pp_sched_check(mt_pp_sched kind, int pp, int m, int v, int n_layer, mt_err *e);
+/* Builds the op lists of every pp rank (call mt_pp_sched_check first). */
+void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v);
+void mt_pp_schedule_free(mt_pp_schedule *s);
+/* "rank R: F0.0 SA0.0 ..." one op a line, for --print-schedule */
+void mt_pp_schedule_print(const mt_pp_schedule *s, int rank, FILE *f);
+
+/* What the validator measured, in unit-time simulation (t_f per forward,
+ * t_b per full backward, t_bi + t_bw for a split one; sends and receives take
+ * no time, a receive waits for its send). */
+typedef struct {
+  double makespan;      /* time units from the first op to the last, all ranks */
+  double bubble;        /* mean over ranks of idle / makespan */
+  double rank_bubble[64]; /* per rank (first 64) */
+  int peak_inflight[64];  /* per rank (first 64): most activation sets held at once */
+} mt_pp_sim;
+
+/* Simulates s and checks: every (mb, chunk) is forwarded once and backed once
+ * (F before B, B before W), data dependencies across virtual stages hold,
+ * every send has its receive and each channel (src, dst, kind) carries the
+ * same (mb, chunk) sequence on both ends, no rank waits forever (so an
+ * executor with non-blocking sends and blocking receives in this order
+ * cannot deadlock), and per-rank in-flight activation sets stay within
+ * s->max_inflight. t_f, t_b (full backward), t_bi, t_bw (split) are op times
+ * of one chunk. Returns 0, or -1 with the first violation in msg. */
+int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
+                            double t_bw, mt_pp_sim *out, char *msg, size_t msg_len);
+
+/* Layers [*l0, *l1) of virtual stage vs (0..pp*v-1), balanced: the first
+ * n_layer % (pp*v) virtual stages get one more. split (NULL or pp entries
+ * summing to n_layer, v = 1 only) gives the layers of each stage explicitly. */
+void mt_pp_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0, int *l1);
+
+
+/* ------------------------------------------------------------------ */
+/* pipeline executor (pp.c)                                            */
+
+/* What a stage computes, supplied by the caller (the executor knows the
+ * model only through these). slot: which activation set (0..n_slots-1) holds
+ * micro-batch mb of chunk; a slot is taken at the micro-batch's first op and
+ * released after its last backward op (forward_only: after its forward). */
+typedef struct {
+  void *ctx;
+  /* floats of the hidden state sent between stages for micro-batch mb */
+  size_t (*msg_numel)(void *ctx, int mb);
+  /* where slot's input hidden state goes (filled by a receive) */
+  float *(*input)(void *ctx, int slot, int chunk);
+  /* forward; returns the output hidden state (read by a send until the slot
+   * is reused), or NULL on the last virtual stage */
+  float *(*forward)(void *ctx, int slot, int mb, int chunk);
+  /* backward from dout (NULL on the last virtual stage); returns the input
+   * gradient (scratch: copied before the next call), NULL on the first */
+  const float *(*backward)(void *ctx, int slot, int mb, int chunk, const float *dout);
+} mt_pp_stage_fns;
+
+typedef struct {
+  mt_group *g;
+  const mt_pp_schedule *s;
+  mt_pp_stage_fns fn;
+  int rank, n_slots, next_free_hint;
+  size_t max_msg;           /* floats of the largest hidden state */
+  int *slot_of;             /* (mb * v + chunk) -> slot, -1 none */
+  int *slot_busy;
+  float **dout;             /* per slot: received output gradient */
+  float **out;              /* per slot: the forward's output hidden state (the caller's) */
+  /* send buffers: a message is copied into a free one and sent; a buffer is
+   * free again once its send completed (tested, never waited for mid-run:
+   * waiting could block on a peer that waits for us, as with a rendezvous
+   * send). The pool grows to the messages in flight. */
+  float **send_buf;
+  mt_request *send_req;
+  int n_send, cap_send;
+  mt_request recv;
+  const float *din;         /* the last backward's input gradient (the caller's scratch) */
+  /* the last run, this rank */
+  double wall_s, wait_s, compute_s; /* wait: in receives and sends; compute: in fn */
+  int peak_slots;           /* most activation sets held at once */
+} mt_pp_exec;
+
+/* n_slots: activation sets the caller can hold (s->max_inflight[rank]);
+ * max_msg: floats of the largest hidden state message. */
+void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *s,
+                       const mt_pp_stage_fns *fn, int n_slots, size_t max_msg);
+void mt_pp_exec_destroy(mt_pp_exec *x);
+/* Runs this rank's op list once: non-blocking sends from copies (waited for
+ * at the end), receives posted and waited for in order. forward_only: skips every backward op and gradient message. */
+void mt_pp_exec_run(mt_pp_exec *x, int forward_only);
 
 #endif

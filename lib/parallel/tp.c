@@ -21,9 +21,9 @@ void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_par
   tp->size = tp->g ? g->size : 1;
   tp->rank = tp->g ? g->rank : 0;
   tp->sp = tp->g ? sp : 0;
-  if (tp->sp) {
-    tp->scratch_n = max_act;
-    tp->scratch = mt_mem_alloc(MT_MEM_COMM, max_act * sizeof(float));
+  if (tp->sp) { /* two of a rank's slices of the largest activation */
+    tp->scratch_n = 2 * (max_act / (size_t)tp->size);
+    tp->scratch = mt_mem_alloc(MT_MEM_COMM, tp->scratch_n * sizeof(float));
   }
   if (tp->sp && max_partial_grads > 0) {
     tp->grad_buf_n = max_partial_grads;
@@ -65,7 +65,7 @@ void mt_tp_reduce_scatter_seq(const mt_tp *tp, const float *full, float *local, 
     if (full != local) memcpy(local, full, (size_t)B * inner * sizeof(float));
     return;
   }
-  if ((size_t)B * T * C > tp->scratch_n)
+  if (2 * (size_t)B * inner > tp->scratch_n)
     mt_die("tp reduce-scatter of %d x %d x %d exceeds the %zu-element scratch", B, T, C,
            tp->scratch_n);
   mt_reduce_scatter_dim_f32(tp->g, full, local, (size_t)B, inner, tp->scratch);

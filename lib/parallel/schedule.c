@@ -1,0 +1,399 @@
+/* Pipeline schedules as data: per pp rank, the list of forward, backward and
+ * point-to-point operations in program order, and a validator that runs the
+ * lists in a unit-time simulation.
+ *
+ * Each schedule is first a compute order per rank (which micro-batch and
+ * chunk to forward or back next); the sends and receives are then inserted
+ * around the compute ops the same way for every schedule: a receive right
+ * before the op that needs the data, a send right after the op that made it.
+ * An executor with non-blocking sends and blocking receives in this order
+ * cannot deadlock when the simulation below finishes (the simulation is such
+ * an executor with fixed op times; the order alone decides whether a wait
+ * cycle exists).
+ *
+ *   gpipe        all forwards, then all backwards (v = 1)
+ *   1f1b         PipeDream-Flush: pp - rank - 1 warm-up forwards, then one
+ *                forward one backward, then the remaining backwards
+ *   interleaved  Megatron's interleaved 1F1B over v chunks per rank
+ *                (m % pp == 0); forwards in groups of pp micro-batches per
+ *                chunk, backwards likewise with the chunks reversed
+ *   zb-h1        zero bubble H1 (Qi et al., 2023): the backward split into
+ *                B (input gradient) and W (weight gradient); stage r
+ *                delays its W passes by r micro-batches, so they fill what
+ *                would be 1F1B's bubbles; at most pp micro-batches held on
+ *                any stage (F to W), the peak 1F1B has on stage 0. */
+#include "parallel/parallel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *g_sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+
+int mt_pp_sched_parse(const char *name) {
+  for (int i = 0; i < 4; i++)
+    if (strcmp(name, g_sched_names[i]) == 0) return i;
+  return -1;
+}
+
+const char *mt_pp_sched_name(mt_pp_sched kind) {
+  return (unsigned)kind < 4 ? g_sched_names[kind] : "?";
+}
+
+const char *mt_pp_op_name(mt_pp_op_kind kind) {
+  static const char *n[] = {"F", "B", "BI", "BW", "SA", "RA", "SG", "RG"};
+  return (unsigned)kind < MT_PP_NKINDS ? n[kind] : "?";
+}
+
+int mt_pp_sched_check(mt_pp_sched kind, int pp, int m, int v, int n_layer, mt_err *e) {
+  const char *name = mt_pp_sched_name(kind);
+  if (kind != MT_SCHED_GPIPE && m < pp) {
+    mt_err_set(e,
+               "train.micro_batches = %d is smaller than parallel.pp = %d: parallel.schedule = "
+               "%s needs at least one micro-batch per stage",
+               m, pp, name);
+    return -1;
+  }
+  if (kind != MT_SCHED_INTERLEAVED && v != 1) {
+    mt_err_set(e, "parallel.virtual_stages = %d needs parallel.schedule = interleaved (got %s)",
+               v, name);
+    return -1;
+  }
+  if (kind == MT_SCHED_INTERLEAVED && v < 2) {
+    mt_err_set(e, "parallel.schedule = interleaved needs parallel.virtual_stages >= 2 (got %d)",
+               v);
+    return -1;
+  }
+  if (kind == MT_SCHED_INTERLEAVED && m % pp != 0) {
+    mt_err_set(e,
+               "parallel.schedule = interleaved needs train.micro_batches = %d to be a multiple "
+               "of parallel.pp = %d",
+               m, pp);
+    return -1;
+  }
+  if ((long)pp * v > n_layer) {
+    mt_err_set(e, "parallel.pp x parallel.virtual_stages = %d x %d exceeds model.n_layer = %d",
+               pp, v, n_layer);
+    return -1;
+  }
+  return 0;
+}
+
+void mt_pp_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0, int *l1) {
+  if (split && v == 1) {
+    int a = 0;
+    for (int s = 0; s < vs; s++) a += split[s];
+    *l0 = a;
+    *l1 = a + split[vs];
+    return;
+  }
+  int n = pp * v, base = n_layer / n, extra = n_layer % n;
+  *l0 = vs * base + (vs < extra ? vs : extra);
+  *l1 = *l0 + base + (vs < extra ? 1 : 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* building                                                            */
+
+typedef struct {
+  mt_pp_op *ops;
+  int n, cap;
+} op_list;
+
+static void push(op_list *l, mt_pp_op_kind kind, int mb, int chunk) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 64;
+    l->ops = realloc(l->ops, (size_t)l->cap * sizeof *l->ops);
+    if (!l->ops) mt_die("out of memory (pipeline schedule)");
+  }
+  l->ops[l->n++] = (mt_pp_op){kind, mb, chunk};
+}
+
+/* A compute op with the receive it needs before and the send it makes after. */
+static void push_compute(op_list *l, mt_pp_op_kind kind, int mb, int chunk, int rank, int pp,
+                         int v) {
+  int vs = chunk * pp + rank, last = pp * v - 1;
+  if (kind == MT_PP_FWD) {
+    if (vs > 0) push(l, MT_PP_RECV_ACT, mb, chunk);
+    push(l, kind, mb, chunk);
+    if (vs < last) push(l, MT_PP_SEND_ACT, mb, chunk);
+  } else if (kind == MT_PP_BWD || kind == MT_PP_BWD_INPUT) {
+    if (vs < last) push(l, MT_PP_RECV_GRAD, mb, chunk);
+    push(l, kind, mb, chunk);
+    if (vs > 0) push(l, MT_PP_SEND_GRAD, mb, chunk);
+  } else {
+    push(l, kind, mb, chunk);
+  }
+}
+
+/* Megatron's interleaved order: the k-th forward (backward) of a rank. */
+static void interleaved_op(int k, int pp, int v, int backward, int *mb, int *chunk) {
+  int c = (k / pp) % v;
+  *chunk = backward ? v - 1 - c : c;
+  *mb = (k / (pp * v)) * pp + k % pp;
+}
+
+static void build_1f1b_like(op_list *l, int rank, int pp, int m, int v) {
+  int total = m * v;
+  int warm = v == 1 ? pp - rank - 1 : (pp - rank - 1) * 2 + (v - 1) * pp;
+  if (warm > total) warm = total;
+  int mb, c;
+  for (int k = 0; k < warm; k++) {
+    interleaved_op(k, pp, v, 0, &mb, &c);
+    push_compute(l, MT_PP_FWD, mb, c, rank, pp, v);
+  }
+  for (int k = 0; k < total - warm; k++) {
+    interleaved_op(warm + k, pp, v, 0, &mb, &c);
+    push_compute(l, MT_PP_FWD, mb, c, rank, pp, v);
+    interleaved_op(k, pp, v, 1, &mb, &c);
+    push_compute(l, MT_PP_BWD, mb, c, rank, pp, v);
+  }
+  for (int k = total - warm; k < total; k++) {
+    interleaved_op(k, pp, v, 1, &mb, &c);
+    push_compute(l, MT_PP_BWD, mb, c, rank, pp, v);
+  }
+}
+
+/* ZB-H1 (Qi et al., 2023, Fig. 3), stage r of p: min(p - r, m) warm-up
+ * forwards, then for each micro-batch k: B(k), W(k - r) once k >= r (the
+ * later a stage, the longer it delays W, so W fills what would be waiting
+ * time), and the next F; the W passes left at the end. Stage r holds at most
+ * p micro-batches (F to W): 1F1B's peak, which stage 0 has there too. */
+static void build_zbh1(op_list *l, int r, int pp, int m) {
+  int warm = pp - r < m ? pp - r : m, next_f = 0, next_w = 0;
+  for (; next_f < warm; next_f++) push_compute(l, MT_PP_FWD, next_f, 0, r, pp, 1);
+  for (int k = 0; k < m; k++) {
+    push_compute(l, MT_PP_BWD_INPUT, k, 0, r, pp, 1);
+    if (k >= r) push_compute(l, MT_PP_BWD_WEIGHT, next_w++, 0, r, pp, 1);
+    if (next_f < m) push_compute(l, MT_PP_FWD, next_f++, 0, r, pp, 1);
+  }
+  while (next_w < m) push_compute(l, MT_PP_BWD_WEIGHT, next_w++, 0, r, pp, 1);
+}
+
+void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v) {
+  memset(s, 0, sizeof *s);
+  s->kind = kind;
+  s->pp = pp;
+  s->m = m;
+  s->v = v;
+  s->n_ops = mt_calloc((size_t)pp, sizeof(int));
+  s->ops = mt_calloc((size_t)pp, sizeof(mt_pp_op *));
+  s->max_inflight = mt_calloc((size_t)pp, sizeof(int));
+  op_list *lists = mt_calloc((size_t)pp, sizeof(op_list));
+  for (int r = 0; r < pp; r++) {
+    int lim = pp - r;
+    switch (kind) {
+    case MT_SCHED_GPIPE: /* v > 1 (not offered by config): chunk by chunk per micro-batch */
+      for (int i = 0; i < m; i++)
+        for (int c = 0; c < v; c++) push_compute(&lists[r], MT_PP_FWD, i, c, r, pp, v);
+      for (int i = 0; i < m; i++)
+        for (int c = v - 1; c >= 0; c--) push_compute(&lists[r], MT_PP_BWD, i, c, r, pp, v);
+      lim = m * v;
+      break;
+    case MT_SCHED_1F1B:
+    case MT_SCHED_INTERLEAVED:
+      build_1f1b_like(&lists[r], r, pp, m, v);
+      if (v > 1) lim = (pp - r - 1) * 2 + (v - 1) * pp + 1;
+      break;
+    case MT_SCHED_ZBH1:
+      build_zbh1(&lists[r], r, pp, m);
+      lim = pp;
+      break;
+    }
+    s->max_inflight[r] = lim < m * v ? lim : m * v;
+    s->n_ops[r] = lists[r].n;
+    s->ops[r] = lists[r].ops;
+  }
+  free(lists);
+}
+
+void mt_pp_schedule_free(mt_pp_schedule *s) {
+  for (int r = 0; r < s->pp; r++) free(s->ops[r]);
+  free(s->ops);
+  free(s->n_ops);
+  free(s->max_inflight);
+  memset(s, 0, sizeof *s);
+}
+
+void mt_pp_schedule_print(const mt_pp_schedule *s, int rank, FILE *f) {
+  fprintf(f, "# schedule %s, pp = %d, micro_batches = %d, virtual_stages = %d, rank %d: %d ops, "
+             "at most %d activation sets held\n",
+          mt_pp_sched_name(s->kind), s->pp, s->m, s->v, rank, s->n_ops[rank],
+          s->max_inflight[rank]);
+  for (int i = 0; i < s->n_ops[rank]; i++) {
+    const mt_pp_op *o = &s->ops[rank][i];
+    fprintf(f, "%s mb=%d chunk=%d\n", mt_pp_op_name(o->kind), o->mb, o->chunk);
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* validation by simulation                                            */
+
+/* One message in flight on a channel: which (mb, virtual stage) it carries. */
+typedef struct {
+  int mb, vs;
+  double t; /* send time */
+} msg;
+
+typedef struct {
+  msg *q;
+  int head, n;
+} channel;
+
+int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
+                            double t_bw, mt_pp_sim *out, char *msg_out, size_t msg_len) {
+  const int pp = s->pp, m = s->m, v = s->v, nvs = pp * v;
+  int rc = -1;
+  /* per virtual stage and micro-batch: what has happened */
+  size_t cells = (size_t)nvs * m;
+  char *f_done = mt_calloc(cells, 1), *b_done = mt_calloc(cells, 1), *bi_done = mt_calloc(cells, 1);
+  char *w_done = mt_calloc(cells, 1), *have_act = mt_calloc(cells, 1);
+  char *have_grad = mt_calloc(cells, 1), *sent_act = mt_calloc(cells, 1);
+  char *sent_grad = mt_calloc(cells, 1);
+  /* channels: [src][kind 0 act, 1 grad], dst is implied (src+1 or src-1 mod pp) */
+  channel *ch = mt_calloc((size_t)pp * 2, sizeof(channel));
+  int cap = 2 * m * v + 1;
+  for (int i = 0; i < 2 * pp; i++) ch[i].q = mt_calloc((size_t)cap, sizeof(msg));
+  int *pc = mt_calloc((size_t)pp, sizeof(int)), *inflight = mt_calloc((size_t)pp, sizeof(int));
+  int *peak = mt_calloc((size_t)pp, sizeof(int));
+  double *clock = mt_calloc((size_t)pp, sizeof(double)), *busy = mt_calloc((size_t)pp,
+                                                                            sizeof(double));
+  msg_out[0] = '\0';
+#define FAIL(...)                                   \
+  do {                                              \
+    snprintf(msg_out, msg_len, __VA_ARGS__);        \
+    goto done;                                      \
+  } while (0)
+  for (;;) {
+    int progress = 0, finished = 1;
+    for (int r = 0; r < pp; r++) {
+      while (pc[r] < s->n_ops[r]) {
+        const mt_pp_op *o = &s->ops[r][pc[r]];
+        if (o->mb < 0 || o->mb >= m || o->chunk < 0 || o->chunk >= v)
+          FAIL("rank %d op %d: micro-batch %d / chunk %d out of range", r, pc[r], o->mb,
+               o->chunk);
+        int vs = o->chunk * pp + r;
+        size_t cell = (size_t)vs * m + o->mb;
+        const char *nm = mt_pp_op_name(o->kind);
+        if (o->kind == MT_PP_RECV_ACT || o->kind == MT_PP_RECV_GRAD) {
+          int is_act = o->kind == MT_PP_RECV_ACT;
+          if (is_act ? vs == 0 : vs == nvs - 1)
+            FAIL("rank %d op %d: %s mb %d on virtual stage %d has no sender", r, pc[r], nm,
+                 o->mb, vs);
+          int src = is_act ? (r + pp - 1) % pp : (r + 1) % pp;
+          channel *c = &ch[src * 2 + (is_act ? 0 : 1)];
+          if (c->head == c->n) break; /* waits for its send */
+          msg *g = &c->q[c->head++];
+          int want_vs = is_act ? vs - 1 : vs + 1;
+          if (g->mb != o->mb || g->vs != want_vs)
+            FAIL("rank %d op %d: %s expects mb %d from virtual stage %d, the channel from rank "
+                 "%d delivers mb %d of virtual stage %d (order differs)",
+                 r, pc[r], nm, o->mb, want_vs, src, g->mb, g->vs);
+          if (g->t > clock[r]) clock[r] = g->t;
+          (is_act ? have_act : have_grad)[cell] = 1;
+        } else if (o->kind == MT_PP_SEND_ACT || o->kind == MT_PP_SEND_GRAD) {
+          int is_act = o->kind == MT_PP_SEND_ACT;
+          if (is_act ? vs == nvs - 1 : vs == 0)
+            FAIL("rank %d op %d: %s mb %d from virtual stage %d has no receiver", r, pc[r], nm,
+                 o->mb, vs);
+          if (is_act ? !f_done[cell] : !(b_done[cell] || bi_done[cell]))
+            FAIL("rank %d op %d: %s mb %d before the op that computes it", r, pc[r], nm, o->mb);
+          char *sent = is_act ? sent_act : sent_grad;
+          if (sent[cell]) FAIL("rank %d op %d: %s mb %d sent twice", r, pc[r], nm, o->mb);
+          sent[cell] = 1;
+          channel *c = &ch[r * 2 + (is_act ? 0 : 1)];
+          c->q[c->n++] = (msg){o->mb, vs, clock[r]};
+        } else {
+          double dt = 0;
+          if (o->kind == MT_PP_FWD) {
+            if (f_done[cell]) FAIL("rank %d op %d: F mb %d chunk %d twice", r, pc[r], o->mb, o->chunk);
+            if (vs > 0 && !have_act[cell])
+              FAIL("rank %d op %d: F mb %d chunk %d before its input activation arrived", r,
+                   pc[r], o->mb, o->chunk);
+            f_done[cell] = 1;
+            if (++inflight[r] > peak[r]) peak[r] = inflight[r];
+            if (inflight[r] > s->max_inflight[r])
+              FAIL("rank %d op %d: %d activation sets held, the schedule promises at most %d",
+                   r, pc[r], inflight[r], s->max_inflight[r]);
+            dt = t_f;
+          } else if (o->kind == MT_PP_BWD || o->kind == MT_PP_BWD_INPUT) {
+            if (b_done[cell] || bi_done[cell])
+              FAIL("rank %d op %d: backward of mb %d chunk %d twice", r, pc[r], o->mb, o->chunk);
+            if (!f_done[cell])
+              FAIL("rank %d op %d: %s mb %d chunk %d before its forward", r, pc[r], nm, o->mb,
+                   o->chunk);
+            if (vs < nvs - 1 && !have_grad[cell])
+              FAIL("rank %d op %d: %s mb %d chunk %d before its output gradient arrived", r,
+                   pc[r], nm, o->mb, o->chunk);
+            if (o->kind == MT_PP_BWD) {
+              b_done[cell] = 1;
+              inflight[r]--;
+              dt = t_b;
+            } else {
+              bi_done[cell] = 1;
+              dt = t_bi;
+            }
+          } else if (o->kind == MT_PP_BWD_WEIGHT) {
+            if (!bi_done[cell] || w_done[cell])
+              FAIL("rank %d op %d: W mb %d chunk %d without its B first (or twice)", r, pc[r],
+                   o->mb, o->chunk);
+            w_done[cell] = 1;
+            inflight[r]--;
+            dt = t_bw;
+          } else {
+            FAIL("rank %d op %d: unknown op kind %d", r, pc[r], (int)o->kind);
+          }
+          clock[r] += dt;
+          busy[r] += dt;
+        }
+        pc[r]++;
+        progress = 1;
+      }
+      if (pc[r] < s->n_ops[r]) finished = 0;
+    }
+    if (finished) break;
+    if (!progress) {
+      int r = 0;
+      while (pc[r] >= s->n_ops[r]) r++;
+      const mt_pp_op *o = &s->ops[r][pc[r]];
+      FAIL("deadlock: rank %d waits forever at op %d (%s mb %d chunk %d)", r, pc[r],
+           mt_pp_op_name(o->kind), o->mb, o->chunk);
+    }
+  }
+  /* completeness: every cell forwarded and backed once, every boundary crossed */
+  for (int vs = 0; vs < nvs; vs++)
+    for (int i = 0; i < m; i++) {
+      size_t cell = (size_t)vs * m + i;
+      if (!f_done[cell]) FAIL("virtual stage %d never forwards mb %d", vs, i);
+      if (!(b_done[cell] || (bi_done[cell] && w_done[cell])))
+        FAIL("virtual stage %d never completes the backward of mb %d", vs, i);
+      if (vs < nvs - 1 && !sent_act[cell]) FAIL("virtual stage %d never sends mb %d on", vs, i);
+      if (vs > 0 && !sent_grad[cell]) FAIL("virtual stage %d never sends mb %d's gradient back", vs, i);
+    }
+  for (int i = 0; i < 2 * pp; i++)
+    if (ch[i].head != ch[i].n) FAIL("rank %d sends a message nobody receives", i / 2);
+  if (out) {
+    memset(out, 0, sizeof *out);
+    double span = 0;
+    for (int r = 0; r < pp; r++) span = clock[r] > span ? clock[r] : span;
+    out->makespan = span;
+    double acc = 0;
+    for (int r = 0; r < pp; r++) {
+      double b = span > 0 ? (span - busy[r]) / span : 0.0;
+      acc += b;
+      if (r < 64) {
+        out->rank_bubble[r] = b;
+        out->peak_inflight[r] = peak[r];
+      }
+    }
+    out->bubble = acc / pp;
+  }
+  rc = 0;
+done:
+#undef FAIL
+  for (int i = 0; i < 2 * pp; i++) free(ch[i].q);
+  free(ch); free(pc); free(inflight); free(peak); free(clock); free(busy);
+  free(f_done); free(b_done); free(bi_done); free(w_done); free(have_act); free(have_grad);
+  free(sent_act); free(sent_grad);
+  return rc;
+}

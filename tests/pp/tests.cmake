@@ -1,0 +1,39 @@
+# Pipeline parallelism (included from tests/CMakeLists.txt). Label "pp":
+# every schedule on tiny (4 layers) gives the single-rank losses, composed
+# with dp and tp; --print-schedule. Bad input joins the "badinput" label.
+# (The schedules themselves: unit.test_pp_schedule.)
+
+# equivalence.sh PP DP TP SCHEDULE V MICRO_BATCH (global batch 8: m = 8 / (MB x DP))
+foreach(sched gpipe 1f1b zb-h1)
+  mt_script_test(equiv_pp2_${sched} pp equivalence.sh 2 1 1 ${sched} 1 2)
+  mt_script_test(equiv_pp4_${sched} pp equivalence.sh 4 1 1 ${sched} 1 2)
+  mt_script_test(equiv_pp2_dp2_${sched} pp equivalence.sh 2 2 1 ${sched} 1 2)
+  mt_script_test(equiv_pp2_tp2_${sched} pp equivalence.sh 2 1 2 ${sched} 1 2)
+  mt_script_test(equiv_pp2_dp2_tp2_${sched} pp equivalence.sh 2 2 2 ${sched} 1 1)
+endforeach()
+mt_script_test(equiv_pp2_interleaved pp equivalence.sh 2 1 1 interleaved 2 2)
+mt_script_test(equiv_pp2_dp2_interleaved pp equivalence.sh 2 2 1 interleaved 2 1)
+mt_script_test(equiv_pp2_tp2_interleaved pp equivalence.sh 2 1 2 interleaved 2 2)
+mt_script_test(equiv_pp2_dp2_tp2_interleaved pp equivalence.sh 2 2 2 interleaved 2 1)
+mt_script_test(equiv_pp2_1f1b_split pp equivalence.sh 2 1 1 1f1b 1 2 --set parallel.pp_split=1,3)
+
+mt_script_test(print_schedule pp print_schedule.sh)
+
+# Bad input: one clear line from rank 0, before any collective work.
+set(PPT --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
+mt_script_test(pp_not_dividing_layers badinput ../scripts/expect_fail.sh pp_not_dividing_layers 3
+  "parallel.pp = 3 does not divide model.n_layer = 4" ${PPT} --set model.n_layer=4 --set parallel.pp=3 --set train.micro_batch=1)
+mt_script_test(pp_split_sum badinput ../scripts/expect_fail.sh pp_split_sum 2
+  "parallel.pp_split = '1,2' sums to 3 layers, model.n_layer = 4" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.pp_split=1,2)
+mt_script_test(pp_micro_batches_lt_pp badinput ../scripts/expect_fail.sh pp_micro_batches_lt_pp 4
+  "train.micro_batches = 2 is smaller than parallel.pp = 4" ${PPT} --set model.n_layer=4 --set parallel.pp=4 --set train.micro_batch=4)
+mt_script_test(pp_virtual_not_dividing badinput ../scripts/expect_fail.sh pp_virtual_not_dividing 2
+  "parallel.virtual_stages = 3 does not divide the 2 layers per stage" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=3)
+mt_script_test(pp_interleaved_m badinput ../scripts/expect_fail.sh pp_interleaved_m 2
+  "interleaved needs train.micro_batches = 3 to be a multiple of parallel.pp = 2" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.global_batch=6)
+mt_script_test(pp_virtual_without_interleaved badinput ../scripts/expect_fail.sh pp_virtual_without_interleaved 2
+  "parallel.virtual_stages = 2 needs parallel.schedule = interleaved" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.virtual_stages=2)
+mt_script_test(pp_micro_batches_mismatch badinput ../scripts/expect_fail.sh pp_micro_batches_mismatch 2
+  "train.micro_batches = 3 does not match" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set train.micro_batches=3)
+mt_script_test(pp_bad_schedule badinput ../scripts/expect_fail.sh pp_bad_schedule 2
+  "parallel.schedule: 'pipedream' is not one of gpipe.1f1b.interleaved.zb-h1" ${PPT} --set parallel.pp=2 --set parallel.schedule=pipedream)

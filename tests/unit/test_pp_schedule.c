@@ -1,0 +1,196 @@
+/* test_pp_schedule: pipeline schedules as data, checked by simulation (no MPI).
+ *
+ * For every schedule (gpipe, 1f1b, interleaved, zb-h1), pp = 1..8,
+ * m = pp..4pp (interleaved: multiples of pp, v = 2..4; gpipe also m < pp):
+ *   - the validator accepts the op lists: each (micro-batch, chunk) forwarded
+ *     once and backed once, F before B before W, data dependencies across
+ *     stages, every send received in the same order on the peer, no wait
+ *     cycle, in-flight activation sets within the schedule's promise (1F1B
+ *     min(m, pp - rank); zb-h1: min(m, pp), the same peak over stages;
+ *     gpipe: m), and the promise is reached on rank 0;
+ *   - the simulated bubble (F = 1, B = 2 per stage; a chunk's ops 1/v of
+ *     that) equals theory within 1e-9: (p-1)/(m+p-1) for gpipe and 1f1b,
+ *     (p-1)/(v*m+p-1) for interleaved;
+ *   - zb-h1 (F = B = W = 1) has a smaller bubble than 1f1b for pp > 1, and
+ *     equals its theory (p-1)(F+B-W) = p-1 idle units per stage;
+ *   - a broken list is refused: a dropped receive (deadlock), swapped sends
+ *     (order), a backward before its forward;
+ *   - the config checks name the keys (m < pp, v without interleaved,
+ *     interleaved m % pp, pp*v > layers);
+ *   - balanced stage layers cover the model in order.
+ * Exits 1 naming every failing check. */
+#include "parallel/parallel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_failures = 0, g_checks = 0;
+
+#define CHECK(cond, ...)                    \
+  do {                                      \
+    g_checks++;                             \
+    if (!(cond)) {                          \
+      g_failures++;                         \
+      fprintf(stderr, "FAIL: " __VA_ARGS__); \
+      fprintf(stderr, "\n");                \
+    }                                       \
+  } while (0)
+
+static double simulate(mt_pp_sched kind, int pp, int m, int v, mt_pp_sim *sim) {
+  mt_pp_schedule s;
+  mt_pp_schedule_build(&s, kind, pp, m, v);
+  char msg[256];
+  int rc = kind == MT_SCHED_ZBH1
+               ? mt_pp_schedule_validate(&s, 1.0, 2.0, 1.0, 1.0, sim, msg, sizeof msg)
+               : mt_pp_schedule_validate(&s, 1.0 / v, 2.0 / v, 1.0 / v, 1.0 / v, sim, msg,
+                                         sizeof msg);
+  CHECK(rc == 0, "%s pp=%d m=%d v=%d: %s", mt_pp_sched_name(kind), pp, m, v, msg);
+  if (rc == 0)
+    for (int r = 0; r < pp && r < 64; r++)
+      CHECK(sim->peak_inflight[r] <= s.max_inflight[r],
+            "%s pp=%d m=%d v=%d rank %d: peak %d > promise %d", mt_pp_sched_name(kind), pp, m,
+            v, r, sim->peak_inflight[r], s.max_inflight[r]);
+  if (rc == 0 && kind != MT_SCHED_INTERLEAVED)
+    CHECK(sim->peak_inflight[0] == s.max_inflight[0], "%s pp=%d m=%d: rank 0 peak %d, promise %d",
+          mt_pp_sched_name(kind), pp, m, sim->peak_inflight[0], s.max_inflight[0]);
+  for (int r = 0; r < pp; r++) {
+    int lim = kind == MT_SCHED_1F1B ? pp - r : kind == MT_SCHED_ZBH1 ? pp : m * v;
+    if (kind != MT_SCHED_INTERLEAVED)
+      CHECK(s.max_inflight[r] == (m < lim ? m : lim), "%s: promise of rank %d is %d",
+            mt_pp_sched_name(kind), r, s.max_inflight[r]);
+  }
+  mt_pp_schedule_free(&s);
+  return rc == 0 ? sim->bubble : -1.0;
+}
+
+/* Mutate rank r's list with f and expect the validator to refuse it. */
+static void expect_refused(const char *what, mt_pp_sched kind, int pp, int m, int v, int r,
+                           void (*f)(mt_pp_schedule *, int), const char *needle) {
+  mt_pp_schedule s;
+  mt_pp_schedule_build(&s, kind, pp, m, v);
+  f(&s, r);
+  char msg[256];
+  int rc = mt_pp_schedule_validate(&s, 1, 2, 1, 1, NULL, msg, sizeof msg);
+  CHECK(rc != 0 && strstr(msg, needle), "%s: expected a refusal with '%s', got rc=%d '%s'", what,
+        needle, rc, msg);
+  mt_pp_schedule_free(&s);
+}
+
+static int find(const mt_pp_schedule *s, int r, mt_pp_op_kind k, int nth) {
+  for (int i = 0; i < s->n_ops[r]; i++)
+    if (s->ops[r][i].kind == k && nth-- == 0) return i;
+  return -1;
+}
+static void drop_first_recv_grad(mt_pp_schedule *s, int r) {
+  int i = find(s, r, MT_PP_RECV_GRAD, 0);
+  memmove(&s->ops[r][i], &s->ops[r][i + 1], (size_t)(s->n_ops[r] - i - 1) * sizeof(mt_pp_op));
+  s->n_ops[r]--;
+  /* the backward that needed it now waits for nothing: put a receive of a
+   * later micro-batch first instead, which never comes before the earlier */
+  int j = find(s, r, MT_PP_RECV_GRAD, 0);
+  s->ops[r][j].mb = s->m; /* out of range */
+}
+static void swap_recvs(mt_pp_schedule *s, int r) {
+  /* the first two activation receives name each other's micro-batch */
+  int a = find(s, r, MT_PP_RECV_ACT, 0), b = find(s, r, MT_PP_RECV_ACT, 1);
+  int t = s->ops[r][a].mb;
+  s->ops[r][a].mb = s->ops[r][b].mb;
+  s->ops[r][b].mb = t;
+}
+static void backward_first(mt_pp_schedule *s, int r) {
+  /* last rank: F0 B0 ... -> B0 F0 ... */
+  int f = find(s, r, MT_PP_FWD, 0), b = find(s, r, MT_PP_BWD, 0);
+  mt_pp_op t = s->ops[r][f];
+  s->ops[r][f] = s->ops[r][b];
+  s->ops[r][b] = t;
+}
+static void circular_wait(mt_pp_schedule *s, int r) {
+  /* rank 0 receives mb 0's gradient before it sends mb 0 on */
+  int send = find(s, r, MT_PP_SEND_ACT, 0), recv = find(s, r, MT_PP_RECV_GRAD, 0);
+  mt_pp_op t = s->ops[r][recv];
+  memmove(&s->ops[r][send + 1], &s->ops[r][send], (size_t)(recv - send) * sizeof(mt_pp_op));
+  s->ops[r][send] = t;
+}
+
+int main(void) {
+  mt_pp_sim sim;
+  int cases = 0;
+  printf("%-12s %3s %3s %2s %10s %10s\n", "schedule", "pp", "m", "v", "simulated", "theory");
+  for (int pp = 1; pp <= 8; pp++) {
+    for (int m = 1; m <= 4 * pp; m++) {
+      double th = (double)(pp - 1) / (m + pp - 1);
+      double g = simulate(MT_SCHED_GPIPE, pp, m, 1, &sim);
+      CHECK(fabs(g - th) < 1e-9, "gpipe pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, g, th);
+      cases++;
+      if (m < pp) continue;
+      double f = simulate(MT_SCHED_1F1B, pp, m, 1, &sim);
+      CHECK(fabs(f - th) < 1e-9, "1f1b pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, f, th);
+      double z = simulate(MT_SCHED_ZBH1, pp, m, 1, &sim);
+      if (pp > 1) CHECK(z < f - 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f not below 1f1b %.6f", pp, m, z, f);
+      /* ZB-H1's bubble in theory: (p-1)(F+B-W) = p-1 units of 3m+p-1 */
+      double zth = (double)(pp - 1) / (3 * m + pp - 1);
+      CHECK(fabs(z - zth) < 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, z, zth);
+      if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16))
+        printf("%-12s %3d %3d %2d %10.4f %10.4f\n%-12s %3d %3d %2d %10.4f %10.4f (zb-h1 ideal)\n",
+               "1f1b", pp, m, 1, f, th, "zb-h1", pp, m, 1, z, zth);
+      cases += 2;
+      for (int v = 2; v <= 4; v++) {
+        if (m % pp != 0) continue;
+        double ith = (double)(pp - 1) / (v * m + pp - 1);
+        double in = simulate(MT_SCHED_INTERLEAVED, pp, m, v, &sim);
+        CHECK(fabs(in - ith) < 1e-9, "interleaved pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
+              m, v, in, ith);
+        if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
+          printf("%-12s %3d %3d %2d %10.4f %10.4f\n", "interleaved", pp, m, v, in, ith);
+        cases++;
+      }
+    }
+  }
+  /* broken lists are refused */
+  expect_refused("dropped receive", MT_SCHED_1F1B, 4, 8, 1, 2, drop_first_recv_grad, "");
+  expect_refused("swapped receives", MT_SCHED_1F1B, 4, 8, 1, 1, swap_recvs, "order differs");
+  expect_refused("backward first", MT_SCHED_1F1B, 2, 4, 1, 1, backward_first, "before its forward");
+  expect_refused("circular wait", MT_SCHED_1F1B, 2, 4, 1, 0, circular_wait, "deadlock");
+
+  /* config checks name the keys */
+  mt_err e = {0};
+  CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 4, 2, 1, 8, &e) != 0 &&
+            strstr(e.msg, "train.micro_batches = 2 is smaller than parallel.pp = 4"),
+        "m < pp: %s", e.msg);
+  memset(&e, 0, sizeof e);
+  CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 2, 4, 2, 8, &e) != 0 &&
+            strstr(e.msg, "parallel.virtual_stages = 2 needs parallel.schedule = interleaved"),
+        "v without interleaved: %s", e.msg);
+  memset(&e, 0, sizeof e);
+  CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 2, 5, 2, 8, &e) != 0 &&
+            strstr(e.msg, "multiple of parallel.pp = 2"), "interleaved m %% pp: %s", e.msg);
+  memset(&e, 0, sizeof e);
+  CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 4, 4, 2, 4, &e) != 0 &&
+            strstr(e.msg, "exceeds model.n_layer = 4"), "pp*v > L: %s", e.msg);
+  memset(&e, 0, sizeof e);
+  CHECK(mt_pp_sched_check(MT_SCHED_GPIPE, 4, 2, 1, 4, &e) == 0, "gpipe m < pp refused: %s", e.msg);
+  CHECK(mt_pp_sched_parse("zb-h1") == MT_SCHED_ZBH1 && mt_pp_sched_parse("zb") == -1, "parse");
+
+  /* balanced layers: contiguous, in order, sizes differ by at most one */
+  for (int L = 1; L <= 13; L++)
+    for (int n = 1; n <= L; n++) {
+      int prev = 0, lo = L, hi = 0;
+      for (int s = 0; s < n; s++) {
+        int a, b;
+        mt_pp_stage_layers(L, n, 1, NULL, s, &a, &b);
+        CHECK(a == prev && b > a, "layers L=%d n=%d stage %d: [%d,%d)", L, n, s, a, b);
+        prev = b;
+        lo = b - a < lo ? b - a : lo;
+        hi = b - a > hi ? b - a : hi;
+      }
+      CHECK(prev == L && hi - lo <= 1, "layers L=%d n=%d: end %d, sizes %d..%d", L, n, prev, lo, hi);
+    }
+  int split[3] = {1, 3, 2}, a, b;
+  mt_pp_stage_layers(6, 3, 1, split, 1, &a, &b);
+  CHECK(a == 1 && b == 4, "explicit split: [%d,%d)", a, b);
+
+  printf("%d schedules simulated, %d checks, %d failures\n", cases, g_checks, g_failures);
+  return g_failures ? 1 : 0;
+}
