@@ -296,14 +296,23 @@ static float *pp_forward(void *ctx, int slot, int mb, int chunk) {
                                            st->rows[mb]);
 }
 
-static const float *pp_backward(void *ctx, int slot, int mb, int chunk, const float *dout) {
+static const float *pp_backward(void *ctx, int slot, int mb, int chunk, const float *dout,
+                                int input_only) {
   pp_stage *st = ctx;
   int vs = chunk * st->pp + st->rank, first = vs == 0, last = vs == st->last_vs;
   size_t off = (size_t)mb * st->B * st->T;
-  const float *din = mt_gpt_backward_range(st->model, &st->acts[slot], st->l0[chunk],
-                                           st->l1[chunk], first, last, st->inp + off,
-                                           st->tgt + off, dout, st->dloss, st->rows[mb]);
+  const float *din =
+      (input_only ? mt_gpt_backward_range_input : mt_gpt_backward_range)(
+          st->model, &st->acts[slot], st->l0[chunk], st->l1[chunk], first, last, st->inp + off,
+          st->tgt + off, dout, st->dloss, st->rows[mb]);
   return first ? NULL : din;
+}
+
+static void pp_backward_weight(void *ctx, int slot, int mb, int chunk) {
+  pp_stage *st = ctx;
+  int last = chunk * st->pp + st->rank == st->last_vs;
+  mt_gpt_backward_range_weight(st->model, &st->acts[slot], st->l0[chunk], st->l1[chunk], last,
+                               st->rows[mb]);
 }
 
 /* Validation loss through the pipeline: as evaluate(), with the micro-batches
@@ -335,7 +344,7 @@ static double pp_evaluate(pp_stage *st, mt_group *pp_g, const mt_sampler *val, i
     /* forward only: one activation set suffices (released after each forward) */
     mt_pp_schedule_build(&s, MT_SCHED_GPIPE, st->pp, n_mb, st->v);
     mt_pp_exec x;
-    mt_pp_stage_fns fns = {st, pp_msg_numel, pp_input, pp_forward, pp_backward};
+    mt_pp_stage_fns fns = {st, pp_msg_numel, pp_input, pp_forward, pp_backward, NULL};
     mt_pp_exec_create(&x, pp_g, &s, &fns, st->n_slots, (size_t)micro_batch * st->model->T_sp *
                                                            st->model->shape.n_embd);
     mt_pp_exec_run(&x, 1);
@@ -476,8 +485,6 @@ int main(int argc, char **argv) {
     if (!err.failed)
       mt_pp_sched_check((mt_pp_sched)pp_sched, cfg.pp, pp_m, cfg.virtual_stages, shape.n_layer,
                         &err);
-    if (!err.failed && cfg.recompute)
-      mt_err_set(&err, "train.recompute = true is not implemented yet");
   }
   mt_pp_schedule pp_s;
   memset(&pp_s, 0, sizeof pp_s);
@@ -566,7 +573,10 @@ int main(int argc, char **argv) {
   if (cfg.threads > 0) mt_kernels_set_threads(cfg.threads);
   const mt_ops *ops = mt_ops_cpu();
   mt_gpt model;
-  mt_gpt_parallel split = {&mesh.tp_g, cfg.sp};
+  /* zb-h1 splits each backward into input and weight passes (the sets keep
+   * the linears' output gradients in between) */
+  mt_gpt_parallel split = {&mesh.tp_g, cfg.sp, cfg.recompute,
+                           cfg.pp > 1 && pp_sched == MT_SCHED_ZBH1};
   if (cfg.pp > 1)
     mt_gpt_create_stage(&model, &shape, ops, cfg.micro_batch, &split, &err);
   else
@@ -616,7 +626,8 @@ int main(int argc, char **argv) {
     stage.inp = mt_calloc(max_mb * cfg.micro_batch * T, sizeof(int));
     stage.tgt = mt_calloc(max_mb * cfg.micro_batch * T, sizeof(int));
     stage.rows = mt_calloc(max_mb, sizeof(int));
-    mt_pp_stage_fns fns = {&stage, pp_msg_numel, pp_input, pp_forward, pp_backward};
+    mt_pp_stage_fns fns = {&stage, pp_msg_numel, pp_input, pp_forward, pp_backward,
+                           model.split_backward ? pp_backward_weight : NULL};
     mt_pp_exec_create(&pp_x, &mesh.pp_g, &pp_s, &fns, stage.n_slots,
                       (size_t)cfg.micro_batch * model.T_sp * shape.n_embd);
     /* the tied embedding: the last stage's copy leaves the norm (the first counts it) */
@@ -759,7 +770,9 @@ int main(int argc, char **argv) {
       mt_pp_exec_run(&pp_x, 0);
       pp_stats[0] = pp_x.wait_s;
       pp_stats[1] = pp_x.wall_s > 0 ? 1.0 - pp_x.compute_s / pp_x.wall_s : 0.0;
-      pp_stats[2] = (double)pp_x.peak_slots * (double)stage.set_numel * sizeof(float);
+      /* the sets held at once, and recompute's one-layer workspace */
+      pp_stats[2] = (double)pp_x.peak_slots * (double)stage.set_numel * sizeof(float) +
+                    (double)model.ws_bytes;
       /* tied embedding: both ends add the other's wte gradient (a + b == b + a: they stay
        * bitwise equal, and so do their updates) */
       if (wte_peer) {

@@ -30,6 +30,8 @@ typedef struct mt_ops {
   /* out (N,OC) = inp (N,C) @ w^T + bias; w (OC,C); bias (OC) or NULL */
   void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
                          int N, int C, int OC);
+  /* dinp += dout @ w, dw += dout^T @ inp, dbias += column sums of dout; any of
+   * dinp, dw, dbias may be NULL (skipped; inp unused without dw, w without dinp) */
   void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                           const float *inp, const float *w, int N, int C, int OC);
 

@@ -179,6 +179,14 @@ static float *act(mt_gpt *m, size_t n) {
   return p;
 }
 
+/* Activation sets (defined with the range functions): SET_KEPT is a set as
+ * this model keeps it for backward (see mt_gpt_parallel), SET_WORKSPACE every
+ * per-layer activation (recompute's one-layer workspace). */
+typedef enum { SET_KEPT, SET_WORKSPACE } act_set_kind;
+static size_t act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head, act_set_kind k);
+static void act_set_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+                         int with_head, act_set_kind k);
+
 /* whole_acts: allocate m->a for every layer (0: a pipeline stage binds its own sets) */
 static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
                       const mt_gpt_parallel *par, int whole_acts, mt_err *e);
@@ -231,6 +239,8 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   int real = shape->vocab - m->v_start;
   m->v_real = real < 0 ? 0 : real > m->V_local ? m->V_local : real;
   m->T_sp = sp ? m->T / tp_size : m->T;
+  m->recompute = par && par->recompute;
+  m->split_backward = par && par->split_backward;
 
   size_t n = m->reg.numel_local;
   m->params = mt_mem_alloc(MT_MEM_PARAMS, n * sizeof(float));
@@ -243,30 +253,13 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   size_t B = (size_t)max_B, T = (size_t)m->T, C = (size_t)shape->n_embd, L = (size_t)shape->n_layer;
   size_t BT = B * T, BTs = B * (size_t)m->T_sp;
   size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
-  size_t Vl = (size_t)m->V_local;
-  mt_gpt_acts *a = &m->a;
-  if (whole_acts) { /* pipeline stages bind their own sets */
-  a->encoded = act(m, BTs * C);
-  a->ln1 = act(m, L * BTs * C);
-  a->ln1_mean = act(m, L * BTs);
-  a->ln1_rstd = act(m, L * BTs);
-  a->qkv = act(m, L * BT * 3 * Cl);
-  a->atty = act(m, L * BT * Cl);
-  a->att = act(m, L * B * NHl * T * T);
-  a->attproj = act(m, L * BTs * C);
-  a->residual2 = act(m, L * BTs * C);
-  a->ln2 = act(m, L * BTs * C);
-  a->ln2_mean = act(m, L * BTs);
-  a->ln2_rstd = act(m, L * BTs);
-  a->fch = act(m, L * BT * Fl);
-  a->fch_gelu = act(m, L * BT * Fl);
-  a->fcproj = act(m, L * BTs * C);
-  a->residual3 = act(m, L * BTs * C);
-  a->lnf = act(m, BTs * C);
-  a->lnf_mean = act(m, BTs);
-  a->lnf_rstd = act(m, BTs);
-  a->logits = act(m, BT * Vl);
-  a->losses = act(m, BT);
+  if (whole_acts) /* pipeline stages bind their own sets */
+    mt_gpt_acts_bind(m, &m->a, act(m, mt_gpt_acts_numel(m, (int)L, max_B, 1)), (int)L, max_B, 1);
+  if (m->recompute) {
+    size_t before = m->act_bytes;
+    act_set_bind(m, &m->ws, act(m, act_set_numel(m, 1, max_B, 0, SET_WORKSPACE)), 1, max_B, 0,
+                 SET_WORKSPACE);
+    m->ws_bytes = m->act_bytes - before;
   }
   /* backward scratch: one layer's worth, reused layer after layer */
   mt_gpt_acts *d = &m->d;
@@ -435,64 +428,271 @@ double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step) {
   /* cross-entropy: row maxima (floats) and row sums | target logits (doubles) */
   double xent = mt_bytes_allreduce((size_t)BT * sizeof(float), n) +
                 mt_bytes_allreduce((size_t)(2 * BT) * sizeof(double), n);
+  /* recompute runs each block's forward again in backward (twice with a split
+   * backward: once per pass) */
+  double refwd = m->recompute ? (m->split_backward ? 2 : 1) * L : 0;
   if (!m->tp.sp) /* all-reduces: embedding, 2 per block forward, 2 per block backward, LM head */
-    return (4 * L + 2) * mt_bytes_allreduce(act, n) + xent;
+    return (4 * L + 2 + 2 * refwd) * mt_bytes_allreduce(act, n) + xent;
   /* per block: forward 2 gathers + 2 reduce-scatters; backward 2 gathers of
    * output gradients, 2 re-gathers of inputs, 2 reduce-scatters of input
    * gradients; embedding: reduce-scatter + gather; LM head: gather,
    * re-gather, reduce-scatter */
-  return (10 * L + 5) * mt_bytes_allgather(act, n) + xent;
+  return (10 * L + 5 + 4 * refwd) * mt_bytes_allgather(act, n) + xent;
 }
 
 /* ------------------------------------------------------------------ */
-/* forward and backward                                                */
+/* activation sets                                                     */
+/* A set holds one micro-batch's activations of a layer range [l0, l1): the
+ * activations of layer l0 + j in slot j, the range's input in a->encoded.
+ * The whole model's m->a is the set of [0, n_layer) with the head. */
 
-float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B) {
+typedef struct {
+  size_t n;
+  float **dst;
+} act_piece;
+
+/* the pieces of a set, in one order for numel and bind */
+static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int with_head,
+                      act_set_kind kind, act_piece *p) {
+  size_t T = (size_t)m->T, C = (size_t)m->shape.n_embd, L = (size_t)n_layers;
+  size_t BT = (size_t)B * T, BTs = (size_t)B * (size_t)m->T_sp;
+  size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
+  /* under recompute a kept set holds each layer's output (the next one's input) only */
+  int inner = kind == SET_WORKSPACE || !m->recompute;
+  int k = 0;
+#define PIECE(field, count) p[k++] = (act_piece){(count), &a->field}
+  PIECE(encoded, BTs * C);
+  if (inner) {
+    PIECE(ln1, L * BTs * C);
+    PIECE(ln1_mean, L * BTs);
+    PIECE(ln1_rstd, L * BTs);
+    PIECE(qkv, L * BT * 3 * Cl);
+    PIECE(atty, L * BT * Cl);
+    PIECE(att, L * (size_t)B * NHl * T * T);
+    PIECE(attproj, L * BTs * C);
+    PIECE(residual2, L * BTs * C);
+    PIECE(ln2, L * BTs * C);
+    PIECE(ln2_mean, L * BTs);
+    PIECE(ln2_rstd, L * BTs);
+    PIECE(fch, L * BT * Fl);
+    PIECE(fch_gelu, L * BT * Fl);
+    PIECE(fcproj, L * BTs * C);
+  }
+  PIECE(residual3, L * BTs * C);
+  if (with_head) {
+    PIECE(lnf, BTs * C);
+    PIECE(lnf_mean, BTs);
+    PIECE(lnf_rstd, BTs);
+    PIECE(logits, BT * (size_t)m->V_local);
+    PIECE(losses, BT);
+  }
+  if (kind == SET_KEPT && m->split_backward) {
+    PIECE(dy_qkv, L * BT * 3 * Cl);
+    PIECE(dy_attproj, L * BT * C);
+    PIECE(dy_fc, L * BT * Fl);
+    PIECE(dy_fcproj, L * BT * C);
+  }
+#undef PIECE
+  return k;
+}
+
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+static size_t act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head, act_set_kind k) {
+  mt_gpt_acts a;
+  act_piece p[32];
+  int n_p = act_pieces(m, &a, n_layers, B, with_head, k, p);
+  size_t n = 0;
+  for (int i = 0; i < n_p; i++) n += round16(p[i].n);
+  return n;
+}
+
+static void act_set_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+                         int with_head, act_set_kind k) {
+  memset(a, 0, sizeof *a);
+  act_piece p[32];
+  int n_p = act_pieces(m, a, n_layers, B, with_head, k, p);
+  for (int i = 0; i < n_p; i++) {
+    *p[i].dst = mem;
+    mem += round16(p[i].n);
+  }
+}
+
+size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head) {
+  return act_set_numel(m, n_layers, B, with_head, SET_KEPT);
+}
+
+void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+                      int with_head) {
+  act_set_bind(m, a, mem, n_layers, B, with_head, SET_KEPT);
+}
+
+float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B) {
+  return a->residual3 + (size_t)(n_layers - 1) * B * m->T_sp * m->shape.n_embd;
+}
+
+/* ------------------------------------------------------------------ */
+/* one layer, forward and backward                                     */
+
+/* Where one layer's activations are (shapes as in mt_gpt_acts, one layer):
+ * slot j of a set, or under recompute the workspace m->ws for all but the
+ * output res3 (always slot j of the set: the next layer's input). */
+typedef struct {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2;
+  float *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *fcproj, *res3;
+  float *dy_qkv, *dy_attproj, *dy_fc, *dy_fcproj; /* split backward only */
+} layer_acts;
+
+static layer_acts layer_at(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B) {
+  const size_t T = (size_t)m->T, C = (size_t)m->shape.n_embd, BT = (size_t)B * T;
+  const size_t BTs = (size_t)B * (size_t)m->T_sp, btc = BTs * C;
+  const size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
+  const mt_gpt_acts *w = m->recompute ? &m->ws : a;
+  const size_t i = m->recompute ? 0 : j;
+  layer_acts x = {w->ln1 + i * btc, w->ln1_mean + i * BTs, w->ln1_rstd + i * BTs,
+                  w->qkv + 3 * i * BT * Cl, w->atty + i * BT * Cl,
+                  w->att + i * (size_t)B * NHl * T * T, w->attproj + i * btc,
+                  w->residual2 + i * btc, w->ln2 + i * btc, w->ln2_mean + i * BTs,
+                  w->ln2_rstd + i * BTs, w->fch + i * BT * Fl, w->fch_gelu + i * BT * Fl,
+                  w->fcproj + i * btc, a->residual3 + j * btc,
+                  NULL, NULL, NULL, NULL};
+  if (m->split_backward && a->dy_qkv) {
+    x.dy_qkv = a->dy_qkv + 3 * j * BT * Cl;
+    x.dy_attproj = a->dy_attproj + j * BT * C;
+    x.dy_fc = a->dy_fc + j * BT * Fl;
+    x.dy_fcproj = a->dy_fcproj + j * BT * C;
+  }
+  return x;
+}
+
+/* the input hidden state (BTs,C) of slot j: the range's input or slot j-1's output */
+static const float *layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B) {
+  return j == 0 ? a->encoded : a->residual3 + (j - 1) * (size_t)B * m->T_sp * m->shape.n_embd;
+}
+
+/* Forward of one block from its input x0 (BTs,C) into x. */
+static void layer_forward(mt_gpt *m, const mt_block_tensors *w, const float *x0,
+                          const layer_acts *x, int B) {
   const mt_ops *o = m->ops;
-  const int T = m->T, C = m->shape.n_embd, L = m->shape.n_layer, BT = B * T;
+  const int T = m->T, C = m->shape.n_embd, BT = B * T;
   const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local;
-  const int Vl = m->V_local, v0 = m->v_start, nreal = m->v_real;
-  const size_t btc = (size_t)BTs * C; /* one layer's slot of an sp-region activation */
-  const size_t bt = (size_t)BT;
+  const size_t btc = (size_t)BTs * C;
   /* a row-parallel bias is added once, by tp rank 0, before the sum over tp */
   const int bias_rank = m->tp.rank == 0;
-  mt_gpt_acts *a = &m->a;
-  memcpy(m->inputs, inputs, (size_t)BT * sizeof(int));
-  memcpy(m->targets, targets, (size_t)BT * sizeof(int));
+  /* attention: LN, column-parallel QKV (local heads), row-parallel proj */
+  o->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs, C);
+  o->matmul_forward(x->qkv, column_input(m, x->ln1, B), w->qkv_w, w->qkv_b, BT, C, 3 * Cl);
+  o->attention_forward(x->atty, x->att, x->qkv, B, T, Cl, NHl);
+  o->matmul_forward(row_partial(m, x->attproj), x->atty, w->attn_proj_w,
+                    bias_rank ? w->attn_proj_b : NULL, BT, Cl, C);
+  row_output(m, x->attproj, B);
+  o->residual_forward(x->res2, x0, x->attproj, btc);
+  /* MLP: LN, column-parallel fc + GELU, row-parallel proj */
+  o->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w, w->ln2_b, BTs, C);
+  o->matmul_forward(x->fch, column_input(m, x->ln2, B), w->fc_w, w->fc_b, BT, C, Fl);
+  o->gelu_forward(x->fchg, x->fch, (size_t)BT * Fl);
+  o->matmul_forward(row_partial(m, x->fcproj), x->fchg, w->fc_proj_w,
+                    bias_rank ? w->fc_proj_b : NULL, BT, Fl, C);
+  row_output(m, x->fcproj, B);
+  o->residual_forward(x->res3, x->res2, x->fcproj, btc);
+}
 
-  /* vocabulary-parallel embedding: rows held here, zeros for the rest, and
-   * the positions once (rank 0); summed over tp */
-  o->encoder_vp_forward(row_partial(m, a->encoded), inputs, m->p.wte, v0, Vl,
-                        bias_rank ? m->p.wpe : NULL, B, T, C);
-  row_output(m, a->encoded, B);
-  for (int l = 0; l < L; l++) {
-    const mt_block_tensors *w = &m->p.blocks[l];
-    const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
-    float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + 3 * l * bt * Cl, *atty = a->atty + l * bt * Cl;
-    float *att = a->att + (size_t)l * B * NHl * T * T, *attproj = a->attproj + l * btc;
-    float *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
-    float *fch = a->fch + l * bt * Fl, *fchg = a->fch_gelu + l * bt * Fl;
-    float *fcproj = a->fcproj + l * btc, *res3 = a->residual3 + l * btc;
-    /* attention: LN, column-parallel QKV (local heads), row-parallel proj */
-    o->layernorm_forward(ln1, a->ln1_mean + l * BTs, a->ln1_rstd + l * BTs, residual, w->ln1_w,
-                         w->ln1_b, BTs, C);
-    o->matmul_forward(qkv, column_input(m, ln1, B), w->qkv_w, w->qkv_b, BT, C, 3 * Cl);
-    o->attention_forward(atty, att, qkv, B, T, Cl, NHl);
-    o->matmul_forward(row_partial(m, attproj), atty, w->attn_proj_w,
-                      bias_rank ? w->attn_proj_b : NULL, BT, Cl, C);
-    row_output(m, attproj, B);
-    o->residual_forward(res2, residual, attproj, btc);
-    /* MLP: LN, column-parallel fc + GELU, row-parallel proj */
-    o->layernorm_forward(ln2, a->ln2_mean + l * BTs, a->ln2_rstd + l * BTs, res2, w->ln2_w,
-                         w->ln2_b, BTs, C);
-    o->matmul_forward(fch, column_input(m, ln2, B), w->fc_w, w->fc_b, BT, C, Fl);
-    o->gelu_forward(fchg, fch, bt * Fl);
-    o->matmul_forward(row_partial(m, fcproj), fchg, w->fc_proj_w,
-                      bias_rank ? w->fc_proj_b : NULL, BT, Fl, C);
-    row_output(m, fcproj, B);
-    o->residual_forward(res3, res2, fcproj, btc);
+/* Recompute: layer l's activations into the workspace again, from its
+ * input; the same kernels on the same input give the stored values bit for
+ * bit (the output goes to the workspace, the set's copy stays). */
+static void layer_recompute(mt_gpt *m, int l, const float *x0, const layer_acts *x, int B) {
+  layer_acts r = *x;
+  r.res3 = m->ws.residual3;
+  layer_forward(m, &m->p.blocks[l], x0, &r, B);
+}
+
+/* Backward of block l: dres (BTs,C) holds d(output) and becomes d(input).
+ * input_only: no linear's weight or bias gradient; their output gradients
+ * go to x->dy_* for layer_backward_weight (LayerNorm gradients stay here). */
+static void layer_backward(mt_gpt *m, int l, const float *x0, const layer_acts *x, float *dres,
+                           int input_only, int B) {
+  const mt_ops *o = m->ops;
+  const int T = m->T, C = m->shape.n_embd, BT = B * T;
+  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local;
+  const size_t bt = (size_t)BT;
+  const mt_block_tensors *w = &m->p.blocks[l];
+  mt_block_tensors *g = &m->g.blocks[l];
+  mt_gpt_acts *d = &m->d;
+  float *dpart = d->ln1;
+  const float *dln, *dy;
+  /* the weight and bias gradients of a full backward; NULL in the input pass */
+#define WG(p) (input_only ? NULL : (p))
+  /* MLP: dres is d(residual3) = d(fcproj) and flows on to d(residual2) */
+  dy = row_dout(m, dres, B);
+  if (input_only) dy = memcpy(x->dy_fcproj, dy, bt * C * sizeof(float));
+  memset(d->fch_gelu, 0, bt * Fl * sizeof(float));
+  o->matmul_backward(d->fch_gelu, WG(g->fc_proj_w), WG(g->fc_proj_b), dy, x->fchg, w->fc_proj_w,
+                     BT, Fl, C);
+  float *dfch = input_only ? x->dy_fc : d->fch;
+  memset(dfch, 0, bt * Fl * sizeof(float));
+  o->gelu_backward(dfch, x->fch, d->fch_gelu, bt * Fl);
+  memset(dpart, 0, bt * C * sizeof(float));
+  o->matmul_backward(dpart, WG(g->fc_w), WG(g->fc_b), dfch,
+                     input_only ? NULL : column_input(m, x->ln2, B), w->fc_w, BT, C, Fl);
+  dln = column_dinput(m, dpart, B);
+  o->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w, x->ln2_mean,
+                        x->ln2_rstd, BTs, C);
+  /* attention: dres is now d(residual2) = d(attproj) and flows on to d(input) */
+  dy = row_dout(m, dres, B);
+  if (input_only) dy = memcpy(x->dy_attproj, dy, bt * C * sizeof(float));
+  memset(d->atty, 0, bt * Cl * sizeof(float));
+  o->matmul_backward(d->atty, WG(g->attn_proj_w), WG(g->attn_proj_b), dy, x->atty,
+                     w->attn_proj_w, BT, Cl, C);
+  float *dqkv = input_only ? x->dy_qkv : d->qkv;
+  memset(dqkv, 0, 3 * bt * Cl * sizeof(float));
+  o->attention_backward(dqkv, m->datt, d->atty, x->qkv, x->att, B, T, Cl, NHl);
+  memset(dpart, 0, bt * C * sizeof(float));
+  o->matmul_backward(dpart, WG(g->qkv_w), WG(g->qkv_b), dqkv,
+                     input_only ? NULL : column_input(m, x->ln1, B), w->qkv_w, BT, C, 3 * Cl);
+  dln = column_dinput(m, dpart, B);
+  o->layernorm_backward(dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w, x->ln1_mean, x->ln1_rstd,
+                        BTs, C);
+#undef WG
+}
+
+/* The weight pass of block l: dW += dY^T X, db += sum dY for each linear,
+ * from the output gradients the input pass kept. */
+static void layer_backward_weight(mt_gpt *m, int l, const layer_acts *x, int B) {
+  const mt_ops *o = m->ops;
+  const int BT = B * m->T, C = m->shape.n_embd, Cl = m->C_local, Fl = m->F_local;
+  mt_block_tensors *g = &m->g.blocks[l];
+  o->matmul_backward(NULL, g->fc_proj_w, g->fc_proj_b, x->dy_fcproj, x->fchg, NULL, BT, Fl, C);
+  o->matmul_backward(NULL, g->fc_w, g->fc_b, x->dy_fc, column_input(m, x->ln2, B), NULL, BT, C,
+                     Fl);
+  o->matmul_backward(NULL, g->attn_proj_w, g->attn_proj_b, x->dy_attproj, x->atty, NULL, BT, Cl,
+                     C);
+  o->matmul_backward(NULL, g->qkv_w, g->qkv_b, x->dy_qkv, column_input(m, x->ln1, B), NULL, BT,
+                     C, 3 * Cl);
+}
+
+/* ------------------------------------------------------------------ */
+/* layer ranges: the pipeline stages' units, and the whole model        */
+
+double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
+                            const int *inputs, const int *targets, int B) {
+  const mt_ops *o = m->ops;
+  const int T = m->T, C = m->shape.n_embd, BT = B * T, BTs = B * m->T_sp;
+  const int Vl = m->V_local, v0 = m->v_start, nreal = m->v_real;
+  const size_t bt = (size_t)BT;
+  if (embed) {
+    /* vocabulary-parallel embedding: rows held here, zeros for the rest, and
+     * the positions once (tp rank 0); summed over tp */
+    o->encoder_vp_forward(row_partial(m, a->encoded), inputs, m->p.wte, v0, Vl,
+                          m->tp.rank == 0 ? m->p.wpe : NULL, B, T, C);
+    row_output(m, a->encoded, B);
   }
-  const float *last = a->residual3 + (size_t)(L - 1) * btc;
+  for (int l = l0; l < l1; l++) {
+    const size_t j = (size_t)(l - l0);
+    layer_acts x = layer_at(m, a, j, B);
+    layer_forward(m, &m->p.blocks[l], layer_input(m, a, j, B), &x, B);
+  }
+  if (!head) return 0.0;
+  const float *last = mt_gpt_range_output(m, a, l1 - l0, B);
   o->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs, C);
   /* vocabulary-parallel LM head and cross-entropy: this rank's logit columns,
    * then row statistics summed over tp (the logits never move) */
@@ -504,254 +704,94 @@ float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B) {
   o->xent_vp_finish(a->losses, a->logits, m->xent_stats, m->rowmax, BT, Vl, nreal);
   double sum = 0.0;
   for (int i = 0; i < BT; i++) sum += a->losses[i];
-  m->cur_B = B;
-  return (float)(sum / BT);
-}
-
-void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx) {
-  const mt_ops *o = m->ops;
-  const int B = m->cur_B, T = m->T, C = m->shape.n_embd, L = m->shape.n_layer, BT = B * T;
-  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local;
-  const int Vl = m->V_local, v0 = m->v_start;
-  const size_t btc = (size_t)BTs * C, bt = (size_t)BT;
-  mt_gpt_acts *a = &m->a, *d = &m->d;
-  float *dres = d->residual3, *dpart = d->ln1;
-
-  /* loss -> logits (in place over the probabilities) -> lnf -> residual stream */
-  o->xent_vp_backward(a->logits, a->logits, m->targets, v0, dloss, BT, Vl, m->v_real);
-  memset(dpart, 0, bt * C * sizeof(float));
-  o->matmul_backward(dpart, m->g.wte, NULL, a->logits, column_input(m, a->lnf, B), m->p.wte, BT,
-                     C, Vl);
-  const float *dln = column_dinput(m, dpart, B);
-  memset(dres, 0, btc * sizeof(float));
-  const float *last = a->residual3 + (size_t)(L - 1) * btc;
-  o->layernorm_backward(dres, m->g.lnf_w, m->g.lnf_b, dln, last, m->p.lnf_w, a->lnf_mean,
-                        a->lnf_rstd, BTs, C);
-  if (hook) hook(ctx, L);
-
-  for (int l = L - 1; l >= 0; l--) {
-    const mt_block_tensors *w = &m->p.blocks[l];
-    mt_block_tensors *g = &m->g.blocks[l];
-    const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
-    const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + 3 * l * bt * Cl;
-    const float *atty = a->atty + l * bt * Cl, *att = a->att + (size_t)l * B * NHl * T * T;
-    const float *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
-    const float *fch = a->fch + l * bt * Fl, *fchg = a->fch_gelu + l * bt * Fl;
-    /* MLP: dres is d(residual3) = d(fcproj) and flows on to d(residual2) */
-    memset(d->fch_gelu, 0, bt * Fl * sizeof(float));
-    o->matmul_backward(d->fch_gelu, g->fc_proj_w, g->fc_proj_b, row_dout(m, dres, B), fchg,
-                       w->fc_proj_w, BT, Fl, C);
-    memset(d->fch, 0, bt * Fl * sizeof(float));
-    o->gelu_backward(d->fch, fch, d->fch_gelu, bt * Fl);
-    memset(dpart, 0, bt * C * sizeof(float));
-    o->matmul_backward(dpart, g->fc_w, g->fc_b, d->fch, column_input(m, ln2, B), w->fc_w, BT, C,
-                       Fl);
-    dln = column_dinput(m, dpart, B);
-    o->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, res2, w->ln2_w, a->ln2_mean + l * BTs,
-                          a->ln2_rstd + l * BTs, BTs, C);
-    /* attention: dres is now d(residual2) = d(attproj) and flows on to d(residual) */
-    memset(d->atty, 0, bt * Cl * sizeof(float));
-    o->matmul_backward(d->atty, g->attn_proj_w, g->attn_proj_b, row_dout(m, dres, B), atty,
-                       w->attn_proj_w, BT, Cl, C);
-    memset(d->qkv, 0, 3 * bt * Cl * sizeof(float));
-    o->attention_backward(d->qkv, m->datt, d->atty, qkv, att, B, T, Cl, NHl);
-    memset(dpart, 0, bt * C * sizeof(float));
-    o->matmul_backward(dpart, g->qkv_w, g->qkv_b, d->qkv, column_input(m, ln1, B), w->qkv_w, BT,
-                       C, 3 * Cl);
-    dln = column_dinput(m, dpart, B);
-    o->layernorm_backward(dres, g->ln1_w, g->ln1_b, dln, residual, w->ln1_w,
-                          a->ln1_mean + l * BTs, a->ln1_rstd + l * BTs, BTs, C);
-    if (hook) hook(ctx, l);
-  }
-  /* every rank sees the whole gradient of the embedding output: its wte rows
-   * and all of wpe get their full gradients, no sum over tp needed */
-  o->encoder_vp_backward(m->g.wte, m->g.wpe, row_dout(m, dres, B), m->inputs, v0, Vl, B, T, C);
-  if (hook) hook(ctx, -1);
-}
-
-/* ------------------------------------------------------------------ */
-/* pipeline stages: layer ranges over caller-owned activation sets      */
-/* The same layers as mt_gpt_forward/backward, with the activations of
- * layer l0 + j in slot j of a set the caller owns (one per micro-batch in
- * flight), the range's input in a->encoded and the tokens passed in. */
-
-typedef struct {
-  size_t n;
-  float **dst;
-} act_piece;
-
-/* the pieces of a set, in one order for numel and bind */
-static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int with_head,
-                      act_piece *p) {
-  size_t T = (size_t)m->T, C = (size_t)m->shape.n_embd, L = (size_t)n_layers;
-  size_t BT = (size_t)B * T, BTs = (size_t)B * (size_t)m->T_sp;
-  size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
-  int k = 0;
-#define PIECE(field, count) p[k++] = (act_piece){(count), &a->field}
-  PIECE(encoded, BTs * C);
-  PIECE(ln1, L * BTs * C);
-  PIECE(ln1_mean, L * BTs);
-  PIECE(ln1_rstd, L * BTs);
-  PIECE(qkv, L * BT * 3 * Cl);
-  PIECE(atty, L * BT * Cl);
-  PIECE(att, L * (size_t)B * NHl * T * T);
-  PIECE(attproj, L * BTs * C);
-  PIECE(residual2, L * BTs * C);
-  PIECE(ln2, L * BTs * C);
-  PIECE(ln2_mean, L * BTs);
-  PIECE(ln2_rstd, L * BTs);
-  PIECE(fch, L * BT * Fl);
-  PIECE(fch_gelu, L * BT * Fl);
-  PIECE(fcproj, L * BTs * C);
-  PIECE(residual3, L * BTs * C);
-  if (with_head) {
-    PIECE(lnf, BTs * C);
-    PIECE(lnf_mean, BTs);
-    PIECE(lnf_rstd, BTs);
-    PIECE(logits, BT * (size_t)m->V_local);
-    PIECE(losses, BT);
-  }
-#undef PIECE
-  return k;
-}
-
-static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
-
-size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head) {
-  mt_gpt_acts a;
-  act_piece p[32];
-  int k = act_pieces(m, &a, n_layers, B, with_head, p);
-  size_t n = 0;
-  for (int i = 0; i < k; i++) n += round16(p[i].n);
-  return n;
-}
-
-void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
-                      int with_head) {
-  memset(a, 0, sizeof *a);
-  act_piece p[32];
-  int k = act_pieces(m, a, n_layers, B, with_head, p);
-  for (int i = 0; i < k; i++) {
-    *p[i].dst = mem;
-    mem += round16(p[i].n);
-  }
-}
-
-float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B) {
-  return a->residual3 + (size_t)(n_layers - 1) * B * m->T_sp * m->shape.n_embd;
-}
-
-double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
-                            const int *inputs, const int *targets, int B) {
-  const mt_ops *o = m->ops;
-  const int T = m->T, C = m->shape.n_embd, BT = B * T;
-  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local;
-  const int Vl = m->V_local, v0 = m->v_start, nreal = m->v_real;
-  const size_t btc = (size_t)BTs * C, bt = (size_t)BT;
-  const int bias_rank = m->tp.rank == 0;
-  if (embed) {
-    o->encoder_vp_forward(row_partial(m, a->encoded), inputs, m->p.wte, v0, Vl,
-                          bias_rank ? m->p.wpe : NULL, B, T, C);
-    row_output(m, a->encoded, B);
-  }
-  for (int l = l0; l < l1; l++) {
-    const size_t j = (size_t)(l - l0);
-    const mt_block_tensors *w = &m->p.blocks[l];
-    const float *residual = j == 0 ? a->encoded : a->residual3 + (j - 1) * btc;
-    float *ln1 = a->ln1 + j * btc, *qkv = a->qkv + 3 * j * bt * Cl, *atty = a->atty + j * bt * Cl;
-    float *att = a->att + j * B * NHl * T * T, *attproj = a->attproj + j * btc;
-    float *res2 = a->residual2 + j * btc, *ln2 = a->ln2 + j * btc;
-    float *fch = a->fch + j * bt * Fl, *fchg = a->fch_gelu + j * bt * Fl;
-    float *fcproj = a->fcproj + j * btc, *res3 = a->residual3 + j * btc;
-    o->layernorm_forward(ln1, a->ln1_mean + j * BTs, a->ln1_rstd + j * BTs, residual, w->ln1_w,
-                         w->ln1_b, BTs, C);
-    o->matmul_forward(qkv, column_input(m, ln1, B), w->qkv_w, w->qkv_b, BT, C, 3 * Cl);
-    o->attention_forward(atty, att, qkv, B, T, Cl, NHl);
-    o->matmul_forward(row_partial(m, attproj), atty, w->attn_proj_w,
-                      bias_rank ? w->attn_proj_b : NULL, BT, Cl, C);
-    row_output(m, attproj, B);
-    o->residual_forward(res2, residual, attproj, btc);
-    o->layernorm_forward(ln2, a->ln2_mean + j * BTs, a->ln2_rstd + j * BTs, res2, w->ln2_w,
-                         w->ln2_b, BTs, C);
-    o->matmul_forward(fch, column_input(m, ln2, B), w->fc_w, w->fc_b, BT, C, Fl);
-    o->gelu_forward(fchg, fch, bt * Fl);
-    o->matmul_forward(row_partial(m, fcproj), fchg, w->fc_proj_w,
-                      bias_rank ? w->fc_proj_b : NULL, BT, Fl, C);
-    row_output(m, fcproj, B);
-    o->residual_forward(res3, res2, fcproj, btc);
-  }
-  if (!head) return 0.0;
-  const float *last = mt_gpt_range_output(m, a, l1 - l0, B);
-  o->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs, C);
-  o->matmul_forward(a->logits, column_input(m, a->lnf, B), m->p.wte, NULL, BT, C, Vl);
-  o->xent_vp_max(m->rowmax, a->logits, BT, Vl, nreal);
-  mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
-  o->xent_vp_exp(m->xent_stats, a->logits, a->logits, m->rowmax, targets, v0, BT, Vl, nreal);
-  mt_tp_allreduce_f64(&m->tp, m->xent_stats, 2 * bt);
-  o->xent_vp_finish(a->losses, a->logits, m->xent_stats, m->rowmax, BT, Vl, nreal);
-  double sum = 0.0;
-  for (int i = 0; i < BT; i++) sum += a->losses[i];
   return sum;
 }
 
-const float *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
-                                   const int *inputs, const int *targets, const float *dout,
-                                   float dloss, int B) {
+/* The backward of a range (input_only: the input pass of a split one); hook
+ * as mt_gpt_backward's (l1 after the head, each layer, -1 after embed). */
+static const float *backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed,
+                                   int head, const int *inputs, const int *targets,
+                                   const float *dout, float dloss, int B, int input_only,
+                                   mt_grad_ready_fn hook, void *ctx) {
   const mt_ops *o = m->ops;
-  const int T = m->T, C = m->shape.n_embd, BT = B * T;
-  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local;
+  const int T = m->T, C = m->shape.n_embd, BT = B * T, BTs = B * m->T_sp;
   const int Vl = m->V_local, v0 = m->v_start;
   const size_t btc = (size_t)BTs * C, bt = (size_t)BT;
-  mt_gpt_acts *d = &m->d;
-  float *dres = d->residual3, *dpart = d->ln1;
-  const float *dln;
+  float *dres = m->d.residual3, *dpart = m->d.ln1;
   if (head) {
+    /* loss -> logits (in place over the probabilities, kept there for the
+     * weight pass) -> lnf -> residual stream */
     o->xent_vp_backward(a->logits, a->logits, targets, v0, dloss, BT, Vl, m->v_real);
     memset(dpart, 0, bt * C * sizeof(float));
-    o->matmul_backward(dpart, m->g.wte, NULL, a->logits, column_input(m, a->lnf, B), m->p.wte,
-                       BT, C, Vl);
-    dln = column_dinput(m, dpart, B);
+    o->matmul_backward(dpart, input_only ? NULL : m->g.wte, NULL, a->logits,
+                       input_only ? NULL : column_input(m, a->lnf, B), m->p.wte, BT, C, Vl);
+    const float *dln = column_dinput(m, dpart, B);
     memset(dres, 0, btc * sizeof(float));
     o->layernorm_backward(dres, m->g.lnf_w, m->g.lnf_b, dln, mt_gpt_range_output(m, a, l1 - l0, B),
                           m->p.lnf_w, a->lnf_mean, a->lnf_rstd, BTs, C);
+    if (hook) hook(ctx, l1);
   } else {
     memcpy(dres, dout, btc * sizeof(float));
   }
   for (int l = l1 - 1; l >= l0; l--) {
     const size_t j = (size_t)(l - l0);
-    const mt_block_tensors *w = &m->p.blocks[l];
-    mt_block_tensors *g = &m->g.blocks[l];
-    const float *residual = j == 0 ? a->encoded : a->residual3 + (j - 1) * btc;
-    const float *ln1 = a->ln1 + j * btc, *qkv = a->qkv + 3 * j * bt * Cl;
-    const float *atty = a->atty + j * bt * Cl, *att = a->att + j * B * NHl * T * T;
-    const float *res2 = a->residual2 + j * btc, *ln2 = a->ln2 + j * btc;
-    const float *fch = a->fch + j * bt * Fl, *fchg = a->fch_gelu + j * bt * Fl;
-    memset(d->fch_gelu, 0, bt * Fl * sizeof(float));
-    o->matmul_backward(d->fch_gelu, g->fc_proj_w, g->fc_proj_b, row_dout(m, dres, B), fchg,
-                       w->fc_proj_w, BT, Fl, C);
-    memset(d->fch, 0, bt * Fl * sizeof(float));
-    o->gelu_backward(d->fch, fch, d->fch_gelu, bt * Fl);
-    memset(dpart, 0, bt * C * sizeof(float));
-    o->matmul_backward(dpart, g->fc_w, g->fc_b, d->fch, column_input(m, ln2, B), w->fc_w, BT, C,
-                       Fl);
-    dln = column_dinput(m, dpart, B);
-    o->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, res2, w->ln2_w, a->ln2_mean + j * BTs,
-                          a->ln2_rstd + j * BTs, BTs, C);
-    memset(d->atty, 0, bt * Cl * sizeof(float));
-    o->matmul_backward(d->atty, g->attn_proj_w, g->attn_proj_b, row_dout(m, dres, B), atty,
-                       w->attn_proj_w, BT, Cl, C);
-    memset(d->qkv, 0, 3 * bt * Cl * sizeof(float));
-    o->attention_backward(d->qkv, m->datt, d->atty, qkv, att, B, T, Cl, NHl);
-    memset(dpart, 0, bt * C * sizeof(float));
-    o->matmul_backward(dpart, g->qkv_w, g->qkv_b, d->qkv, column_input(m, ln1, B), w->qkv_w, BT,
-                       C, 3 * Cl);
-    dln = column_dinput(m, dpart, B);
-    o->layernorm_backward(dres, g->ln1_w, g->ln1_b, dln, residual, w->ln1_w,
-                          a->ln1_mean + j * BTs, a->ln1_rstd + j * BTs, BTs, C);
+    layer_acts x = layer_at(m, a, j, B);
+    const float *x0 = layer_input(m, a, j, B);
+    if (m->recompute) layer_recompute(m, l, x0, &x, B);
+    layer_backward(m, l, x0, &x, dres, input_only, B);
+    if (hook) hook(ctx, l);
   }
-  if (embed)
+  /* every rank sees the whole gradient of the embedding output: its wte rows
+   * and all of wpe get their full gradients, no sum over tp needed */
+  if (embed) {
     o->encoder_vp_backward(m->g.wte, m->g.wpe, row_dout(m, dres, B), inputs, v0, Vl, B, T, C);
+    if (hook) hook(ctx, -1);
+  }
   return dres;
+}
+
+const float *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
+                                   const int *inputs, const int *targets, const float *dout,
+                                   float dloss, int B) {
+  return backward_range(m, a, l0, l1, embed, head, inputs, targets, dout, dloss, B, 0, NULL,
+                        NULL);
+}
+
+const float *mt_gpt_backward_range_input(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed,
+                                         int head, const int *inputs, const int *targets,
+                                         const float *dout, float dloss, int B) {
+  if (!m->split_backward) mt_die("mt_gpt_backward_range_input: the model keeps no split backward");
+  return backward_range(m, a, l0, l1, embed, head, inputs, targets, dout, dloss, B, 1, NULL,
+                        NULL);
+}
+
+void mt_gpt_backward_range_weight(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int head, int B) {
+  const int BT = B * m->T, C = m->shape.n_embd;
+  if (head) /* the LM head: a->logits holds d(logits) since the input pass */
+    m->ops->matmul_backward(NULL, m->g.wte, NULL, a->logits, column_input(m, a->lnf, B), NULL,
+                            BT, C, m->V_local);
+  for (int l = l1 - 1; l >= l0; l--) {
+    const size_t j = (size_t)(l - l0);
+    layer_acts x = layer_at(m, a, j, B);
+    if (m->recompute) layer_recompute(m, l, layer_input(m, a, j, B), &x, B);
+    layer_backward_weight(m, l, &x, B);
+  }
+}
+
+/* The whole model: the range [0, n_layer) over m->a, with the embedding and
+ * the head; the tokens are kept for backward. */
+float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B) {
+  const size_t bt = (size_t)B * m->T;
+  memcpy(m->inputs, inputs, bt * sizeof(int));
+  memcpy(m->targets, targets, bt * sizeof(int));
+  double sum = mt_gpt_forward_range(m, &m->a, 0, m->shape.n_layer, 1, 1, inputs, targets, B);
+  m->cur_B = B;
+  return (float)(sum / (double)bt);
+}
+
+void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx) {
+  backward_range(m, &m->a, 0, m->shape.n_layer, 1, 1, m->inputs, m->targets, NULL, dloss,
+                 m->cur_B, 0, hook, ctx);
 }
 
 void mt_gpt_assign_stages(mt_gpt *m, const int *stage_of_layer, int last_stage) {

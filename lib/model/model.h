@@ -80,15 +80,28 @@ typedef struct {
   float *lnf, *lnf_mean, *lnf_rstd; /* (BTs,C), (BTs) x2 */
   float *logits;               /* (BT,Vl): probabilities after forward */
   float *losses;               /* (BT) */
+  /* split backward only: the output gradients of each layer's four linears,
+   * kept from the input-gradient pass for the weight-gradient pass */
+  float *dy_qkv;               /* (L,BT,3Cl) */
+  float *dy_attproj;           /* (L,BT,C) */
+  float *dy_fc;                /* (L,BT,Fl) */
+  float *dy_fcproj;            /* (L,BT,C) */
 } mt_gpt_acts;
 
 #define MT_GPT_MAX_ACT_BUFFERS 48
 
 /* How the model is split: the tensor-parallel group (NULL or of size 1: no
- * tensor parallelism) and sequence parallelism over it. */
+ * tensor parallelism) and sequence parallelism over it; and how activations
+ * are kept: recompute (an activation set holds only each layer's input and
+ * the range's output; backward recomputes a layer's activations in a
+ * one-layer workspace just before its gradients, bitwise as stored ones),
+ * split_backward (sets also hold the linears' output gradients, so a
+ * backward can run as an input-gradient pass and a later weight-gradient
+ * pass, as zero-bubble schedules do). */
 typedef struct {
   mt_group *tp;
   int sp;
+  int recompute, split_backward;
 } mt_gpt_parallel;
 
 typedef struct mt_gpt {
@@ -100,6 +113,9 @@ typedef struct mt_gpt {
   int max_B, T;
   int cur_B; /* micro-batch of the last forward */
   mt_gpt_acts a, d;      /* d: scratch gradients of activations */
+  int recompute, split_backward; /* see mt_gpt_parallel */
+  mt_gpt_acts ws;        /* recompute: one layer's activations (slot 0), rebuilt per layer */
+  size_t ws_bytes;
   float *datt;           /* scratch (B,NHl,T,T) */
   mt_tp tp;              /* tensor-parallel communication */
   /* this rank's share of the split dims, read from the registry */
@@ -192,6 +208,16 @@ double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed
 const float *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
                                    const int *inputs, const int *targets, const float *dout,
                                    float dloss, int B);
+/* The backward split in two (needs split_backward): the input pass as
+ * mt_gpt_backward_range, with every LayerNorm and the embedding's gradients
+ * but no linear's weight or bias gradient (their output gradients go into
+ * a); the weight pass, any time later while a is held, adds dW = dY^T X and
+ * db = sum dY of each linear (and the LM head's). Together they give the
+ * gradients of mt_gpt_backward_range, bitwise. */
+const float *mt_gpt_backward_range_input(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed,
+                                         int head, const int *inputs, const int *targets,
+                                         const float *dout, float dloss, int B);
+void mt_gpt_backward_range_weight(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int head, int B);
 /* Marks each tensor's owning stage in the registry (pp_stage): layer l's
  * tensors the stage of stage_of_layer[l], wte and wpe stage 0 (the tied LM
  * head's copy on the last stage is kept equal), the final LN the last stage. */

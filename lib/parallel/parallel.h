@@ -215,8 +215,15 @@ typedef struct {
    * is reused), or NULL on the last virtual stage */
   float *(*forward)(void *ctx, int slot, int mb, int chunk);
   /* backward from dout (NULL on the last virtual stage); returns the input
-   * gradient (scratch: copied before the next call), NULL on the first */
-  const float *(*backward)(void *ctx, int slot, int mb, int chunk, const float *dout);
+   * gradient (scratch: copied before the next call), NULL on the first.
+   * input_only (a split backward's BWD_INPUT): leave the weight gradients to
+   * backward_weight */
+  const float *(*backward)(void *ctx, int slot, int mb, int chunk, const float *dout,
+                           int input_only);
+  /* BWD_WEIGHT: the weight gradients of the micro-batch's earlier input-only
+   * backward; NULL: BWD_INPUT computes the whole backward, BWD_WEIGHT only
+   * releases the slot */
+  void (*backward_weight)(void *ctx, int slot, int mb, int chunk);
 } mt_pp_stage_fns;
 
 typedef struct {

@@ -138,15 +138,22 @@ void mt_pp_exec_run(mt_pp_exec *x, int forward_only) {
       k = x->slot_of[cell];
       int last_vs = o->chunk * pp + r == pp * v - 1;
       t0 = mt_now();
-      x->din = x->fn.backward(x->fn.ctx, k, o->mb, o->chunk, last_vs ? NULL : x->dout[k]);
+      int input_only = o->kind == MT_PP_BWD_INPUT && x->fn.backward_weight;
+      x->din = x->fn.backward(x->fn.ctx, k, o->mb, o->chunk, last_vs ? NULL : x->dout[k],
+                              input_only);
       x->compute_s += mt_now() - t0;
-      /* BWD_INPUT computes the weight gradient too (see the report of
-       * issue 4): its BWD_WEIGHT only releases the activations */
       if (o->kind == MT_PP_BWD) release_slot(x, cell);
       break;
     }
     case MT_PP_BWD_WEIGHT:
       if (forward_only) break;
+      /* the weight gradients, from what the slot kept since BWD_INPUT */
+      if (x->fn.backward_weight) {
+        k = x->slot_of[cell];
+        t0 = mt_now();
+        x->fn.backward_weight(x->fn.ctx, k, o->mb, o->chunk);
+        x->compute_s += mt_now() - t0;
+      }
       release_slot(x, cell);
       break;
     case MT_PP_SEND_GRAD:

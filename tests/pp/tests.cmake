@@ -16,6 +16,15 @@ mt_script_test(equiv_pp2_dp2_interleaved pp equivalence.sh 2 2 1 interleaved 2 1
 mt_script_test(equiv_pp2_tp2_interleaved pp equivalence.sh 2 1 2 interleaved 2 2)
 mt_script_test(equiv_pp2_dp2_tp2_interleaved pp equivalence.sh 2 2 2 interleaved 2 1)
 mt_script_test(equiv_pp2_1f1b_split pp equivalence.sh 2 1 1 1f1b 1 2 --set parallel.pp_split=1,3)
+# recomputation (with the split backward of zb-h1, and under tp + sp)
+mt_script_test(equiv_pp4_zb-h1_recompute pp equivalence.sh 4 1 1 zb-h1 1 2 --set train.recompute=true)
+mt_script_test(equiv_pp2_tp2_sp_zb-h1_recompute pp equivalence.sh 2 1 2 zb-h1 1 2 --set parallel.sp=true --set train.recompute=true)
+
+# train.recompute = true: bitwise the losses of the same layout without it,
+# with less activation memory (recompute.sh PP SCHEDULE MICRO_BATCH)
+mt_script_test(recompute_pp1 pp recompute.sh 1 1f1b 2)
+mt_script_test(recompute_pp2_1f1b pp recompute.sh 2 1f1b 2)
+mt_script_test(recompute_pp2_zb-h1 pp recompute.sh 2 zb-h1 2)
 
 mt_script_test(print_schedule pp print_schedule.sh)
 

@@ -207,14 +207,17 @@ static void matmul_forward(float *out, const float *inp, const float *w, const f
 /* dinp (N,C) += dout (N,OC) @ w (OC,C)          sgemm "NN"
  * dw (OC,C)  += dout^T (OC,N) @ inp (N,C)       sgemm "TN"
  * dbias (OC) += sum over rows of dout           (skipped when dbias is NULL;
- * dinp may be NULL too, for a layer whose input needs no gradient) */
+ * dinp may be NULL too, for a layer whose input needs no gradient; dw NULL
+ * skips the weight gradient, and inp is then unused: the input-gradient half
+ * of a split backward) */
 static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC) {
   if (dinp)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
                 dinp, C);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
-              C);
+  if (dw)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dw, C);
   if (dbias) {
     int nblocks = (OC + MT_COL_BLOCK - 1) / MT_COL_BLOCK;
 #pragma omp parallel for schedule(static)
