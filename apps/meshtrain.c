@@ -137,43 +137,6 @@ static void grads_ready(void *ctx, int layer) {
   mt_dp_grads_ready(h->dp, begin);
 }
 
-/* A metrics.jsonl line with the tensor-parallel figures added: time_s.tp_comm
- * (seconds in tp collectives this step) and tp_bytes (bytes this rank sent
- * over tp this step). Caller frees. */
-static char *step_json_with_tp(const mt_step_record *rec, double tp_comm_s, double tp_bytes) {
-  char *line = mt_step_record_json(rec);
-  cJSON *o = cJSON_Parse(line);
-  if (!o) return line;
-  cJSON *t = cJSON_GetObjectItem(o, "time_s");
-  if (t) cJSON_AddNumberToObject(t, "tp_comm", tp_comm_s);
-  cJSON_AddNumberToObject(o, "tp_bytes", tp_bytes);
-  free(line);
-  line = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return line;
-}
-
-/* Adds the pipeline figures to a metrics line (frees line): pp.wait_s,
- * pp.bubble (1 - compute / executor time) and pp.act_peak_bytes (activation
- * sets held at once x their size) per stage, pp.comm_s and pp_bytes of rank 0. */
-static char *step_json_with_pp(char *line, const double *per_stage, int pp, double comm_s,
-                               double bytes) {
-  cJSON *o = cJSON_Parse(line);
-  if (!o) return line;
-  cJSON *p = cJSON_AddObjectToObject(o, "pp");
-  const char *names[3] = {"wait_s", "bubble", "act_peak_bytes"};
-  for (int k = 0; k < 3; k++) {
-    cJSON *arr = cJSON_AddArrayToObject(p, names[k]);
-    for (int s = 0; s < pp; s++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(per_stage[3 * s + k]));
-  }
-  cJSON_AddNumberToObject(p, "comm_s", comm_s);
-  cJSON_AddNumberToObject(o, "pp_bytes", bytes);
-  free(line);
-  line = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return line;
-}
-
 /* Mean validation loss over the first n_seq windows of the validation set,
  * split over dp ranks; the same for any dp. */
 static double evaluate(mt_gpt *m, const mt_sampler *val, int n_seq, int micro_batch,
@@ -861,10 +824,14 @@ int main(int argc, char **argv) {
     double pp_all[3 * MT_PP_MAX_CHUNKS] = {0};
     if (cfg.pp > 1)
       MPI_Gather(pp_stats, 3, MPI_DOUBLE, pp_all, 3, MPI_DOUBLE, 0, mesh.pp_g.comm);
+    rec.tp_comm_s = tp_comm_s;
+    rec.tp_bytes = tp_bytes;
+    rec.pp = cfg.pp;
+    rec.pp_stage = pp_all;
+    rec.pp_comm_s = pp_fb;
+    rec.pp_bytes = mesh.pp_g.bytes - pp_bytes0;
     if (world_rank == 0) {
-      char *line = step_json_with_tp(&rec, tp_comm_s, tp_bytes);
-      if (cfg.pp > 1) line = step_json_with_pp(line, pp_all, cfg.pp, pp_fb,
-                                               mesh.pp_g.bytes - pp_bytes0);
+      char *line = mt_step_record_json(&rec);
       fprintf(metrics_f, "%s\n", line);
       fflush(metrics_f);
       free(line);

@@ -122,7 +122,20 @@ char *mt_step_record_json(const mt_step_record *r) {
   cJSON_AddNumberToObject(t, "eval", r->eval_s);
   cJSON_AddNumberToObject(t, "ckpt", r->ckpt_s);
   cJSON_AddNumberToObject(t, "ckpt_write", r->ckpt_write_s);
+  cJSON_AddNumberToObject(t, "tp_comm", r->tp_comm_s);
   cJSON_AddNumberToObject(o, "dp_bytes", r->dp_bytes);
+  cJSON_AddNumberToObject(o, "tp_bytes", r->tp_bytes);
+  if (r->pp > 1 && r->pp_stage) {
+    cJSON *p = cJSON_AddObjectToObject(o, "pp");
+    const char *names[3] = {"wait_s", "bubble", "act_peak_bytes"};
+    for (int k = 0; k < 3; k++) {
+      cJSON *arr = cJSON_AddArrayToObject(p, names[k]);
+      for (int st = 0; st < r->pp; st++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(r->pp_stage[3 * st + k]));
+    }
+    cJSON_AddNumberToObject(p, "comm_s", r->pp_comm_s);
+    cJSON_AddNumberToObject(o, "pp_bytes", r->pp_bytes);
+  }
   cJSON_AddNumberToObject(o, "model_flops", r->model_flops);
   cJSON_AddNumberToObject(o, "flops_per_s", r->flops_per_s);
   cJSON_AddNumberToObject(o, "mfu", r->peak_flops > 0 ? r->flops_per_s / r->peak_flops : 0.0);

@@ -35,6 +35,12 @@ typedef struct {
   double ckpt_s;         /* blocking time of the checkpoint taken after the previous step */
   double ckpt_write_s;   /* write time of checkpoints committed at that boundary */
   double dp_bytes;       /* bytes this rank sent over dp this step */
+  double tp_comm_s, tp_bytes; /* seconds in and bytes sent by tp collectives this step */
+  /* pipeline (pp > 1): per stage, wait seconds, bubble fraction (1 - compute /
+   * executor time) and peak activation bytes; seconds in and bytes of p2p */
+  int pp;
+  const double *pp_stage; /* 3 values per stage: wait_s, bubble, act_peak_bytes */
+  double pp_comm_s, pp_bytes;
   double model_flops;    /* whole job, this step */
   double flops_per_s;    /* whole job */
   double peak_flops;     /* whole job */
