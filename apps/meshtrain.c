@@ -62,14 +62,26 @@ static FILE *open_out(const char *dir, const char *name, const char *mode) {
 }
 
 /* Bytes this rank needs, from the shapes alone (before allocating). */
-static double bytes_needed(const mt_model_shape *s, int micro_batch, int dp, int zero) {
-  double n = (double)mt_model_num_params(s) +
-             (double)(s->vocab_padded - s->vocab) * s->n_embd; /* padded rows */
-  double B = micro_batch, T = s->seq_len, C = s->n_embd, L = s->n_layer, NH = s->n_head;
-  double acts = L * B * T * (C * 10 + 3 * C + 8 * C + 2) + L * B * NH * T * T +
-                B * T * (2 * C + s->vocab_padded + 3) + B * T * (C * 12) + B * NH * T * T;
-  double optim = 2.0 * n / (zero ? dp : 1);
-  return 4.0 * (2.0 * n + optim + (zero ? n / dp : 0.0) + acts);
+/* Bytes one rank needs, from the shapes alone (before allocating): the
+ * parameters this rank holds (from the registry, so tp sharding and vocab
+ * padding are exact), gradients, AdamW moments (divided over dp under ZeRO)
+ * and the activations of one micro-batch, whose per-layer part tp divides.
+ * A pipeline stage holds the whole buffer today and, with 1F1B, up to pp
+ * micro-batches of L/pp layers: as much activation memory as pp = 1. */
+static double bytes_needed(const mt_model_shape *s, const mt_config *cfg) {
+  mt_registry reg;
+  mt_registry_init(&reg, cfg->tp, 0);
+  char msg[256];
+  double n = mt_gpt_register(&reg, s, cfg->tp, 0, cfg->sp, msg, sizeof msg) == 0
+                 ? (double)reg.numel_local
+                 : (double)mt_model_num_params(s);
+  mt_registry_free(&reg);
+  double B = cfg->micro_batch, T = s->seq_len, C = s->n_embd, L = s->n_layer, NH = s->n_head;
+  double tp = cfg->tp, dp = cfg->dp;
+  double acts = (L * B * T * (C * 10 + 3 * C + 8 * C + 2) + L * B * NH * T * T) / tp +
+                B * T * (2 * C + s->vocab_padded / tp + 3) + B * T * (C * 12) + B * NH * T * T / tp;
+  double optim = 2.0 * n / (cfg->zero ? dp : 1);
+  return 4.0 * (2.0 * n + optim + (cfg->zero ? n / dp : 0.0) + acts);
 }
 
 static double mem_available_bytes(void) {
@@ -482,7 +494,7 @@ int main(int argc, char **argv) {
     int local_ranks = 1;
     MPI_Comm_size(node, &local_ranks);
     MPI_Comm_free(&node);
-    double need = bytes_needed(&shape, cfg.micro_batch, cfg.dp, cfg.zero);
+    double need = bytes_needed(&shape, &cfg);
     double avail = mem_available_bytes();
     if (avail > 0 && need * local_ranks > avail)
       mt_err_set(&err,
