@@ -69,25 +69,18 @@ typedef struct {
   char name[256], scaling[16];
 } report;
 
-static void __attribute__((format(printf, 1, 2), noreturn)) die_input(const char *fmt, ...) {
+/* one error line, then exit with code (bad input or runtime failure) */
+static void __attribute__((format(printf, 2, 3), noreturn)) die_with(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "%s: error: ", PROG);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputc('\n', stderr);
-  exit(MT_EXIT_BADINPUT);
+  exit(code);
 }
-
-static void __attribute__((format(printf, 1, 2), noreturn)) die_runtime(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "%s: error: ", PROG);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  exit(MT_EXIT_RUNTIME);
-}
+#define die_input(...) die_with(MT_EXIT_BADINPUT, __VA_ARGS__)
+#define die_runtime(...) die_with(MT_EXIT_RUNTIME, __VA_ARGS__)
 
 /* the whole file as a NUL-terminated string, or NULL */
 static char *read_text(const char *path) {
