@@ -61,20 +61,25 @@ static FILE *open_out(const char *dir, const char *name, const char *mode) {
   return f;
 }
 
-/* Bytes this rank needs, from the shapes alone (before allocating). */
 /* Bytes one rank needs, from the shapes alone (before allocating): the
- * parameters this rank holds (from the registry, so tp sharding and vocab
- * padding are exact), gradients, AdamW moments (divided over dp under ZeRO)
- * and the activations of one micro-batch, whose per-layer part tp divides.
- * A pipeline stage holds the whole buffer today and, with 1F1B, up to pp
- * micro-batches of L/pp layers: as much activation memory as pp = 1. */
-static double bytes_needed(const mt_model_shape *s, const mt_config *cfg) {
+ * parameters this rank holds (from the registry, so tp sharding, vocab
+ * padding and, with pipeline stages, the largest stage's tensors are exact),
+ * gradients, AdamW moments (divided over dp under ZeRO) and the activations
+ * of one micro-batch, whose per-layer part tp divides. With 1F1B a stage
+ * holds up to pp micro-batches of L/pp layers: as much activation memory as
+ * pp = 1. stage_of_layer: NULL without pipeline parallelism. */
+static double bytes_needed(const mt_model_shape *s, const mt_config *cfg,
+                           const int *stage_of_layer) {
   mt_registry reg;
   mt_registry_init(&reg, cfg->tp, 0);
   char msg[256];
-  double n = mt_gpt_register(&reg, s, cfg->tp, 0, cfg->sp, msg, sizeof msg) == 0
-                 ? (double)reg.numel_local
-                 : (double)mt_model_num_params(s);
+  double n = (double)mt_model_num_params(s);
+  if (mt_gpt_register(&reg, s, cfg->tp, 0, cfg->sp, msg, sizeof msg) == 0) {
+    n = (double)reg.numel_local;
+    for (int r = 0; stage_of_layer && r < cfg->pp; r++)
+      if (mt_gpt_register_stages(&reg, stage_of_layer, cfg->pp - 1, r, msg, sizeof msg) == 0)
+        n = r == 0 || (double)reg.numel_local > n ? (double)reg.numel_local : n;
+  }
   mt_registry_free(&reg);
   double B = cfg->micro_batch, T = s->seq_len, C = s->n_embd, L = s->n_layer, NH = s->n_head;
   double tp = cfg->tp, dp = cfg->dp;
@@ -441,6 +446,9 @@ int main(int argc, char **argv) {
                  "train.micro_batches = %d does not match train.global_batch / (train.micro_batch "
                  "x parallel.dp) = %d / (%d x %d) = %d (set it to 0 or change the batch)",
                  cfg.micro_batches, cfg.global_batch, cfg.micro_batch, cfg.dp, pp_m);
+    else if (cfg.pp > 1 && cfg.save_params)
+      mt_err_set(&err, "output.save_params = true needs parallel.pp = 1 (each pipeline stage "
+                       "holds only its own parameters)");
     else if (cfg.pp > MT_PP_MAX_CHUNKS || cfg.virtual_stages > MT_PP_MAX_CHUNKS)
       mt_err_set(&err, "parallel.pp = %d, parallel.virtual_stages = %d: at most %d each", cfg.pp,
                  cfg.virtual_stages, MT_PP_MAX_CHUNKS);
@@ -487,6 +495,18 @@ int main(int argc, char **argv) {
   mt_mesh_create(&mesh, cfg.tp, cfg.cp, cfg.dp, cfg.pp, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
 
+  /* pipeline: the stage of each layer (virtual stage vs runs on pp rank vs % pp) */
+  int *stage_of_layer = NULL;
+  if (cfg.pp > 1) {
+    stage_of_layer = mt_calloc((size_t)shape.n_layer, sizeof(int));
+    for (int vs = 0; vs < cfg.pp * cfg.virtual_stages; vs++) {
+      int a, b;
+      mt_pp_stage_layers(shape.n_layer, cfg.pp, cfg.virtual_stages,
+                         cfg.pp_split[0] ? pp_split : NULL, vs, &a, &b);
+      for (int l = a; l < b; l++) stage_of_layer[l] = vs % cfg.pp;
+    }
+  }
+
   /* ---- memory: refuse what cannot fit before allocating it ---- */
   {
     MPI_Comm node;
@@ -494,7 +514,7 @@ int main(int argc, char **argv) {
     int local_ranks = 1;
     MPI_Comm_size(node, &local_ranks);
     MPI_Comm_free(&node);
-    double need = bytes_needed(&shape, &cfg);
+    double need = bytes_needed(&shape, &cfg, stage_of_layer);
     double avail = mem_available_bytes();
     if (avail > 0 && need * local_ranks > avail)
       mt_err_set(&err,
@@ -551,11 +571,17 @@ int main(int argc, char **argv) {
   /* zb-h1 splits each backward into input and weight passes (the sets keep
    * the linears' output gradients in between) */
   mt_gpt_parallel split = {&mesh.tp_g, cfg.sp, cfg.recompute,
-                           cfg.pp > 1 && pp_sched == MT_SCHED_ZBH1};
+                           cfg.pp > 1 && pp_sched == MT_SCHED_ZBH1, NULL, 0, 0};
+  if (cfg.pp > 1) { /* this rank's stage holds only its tensors */
+    split.stage_of_layer = stage_of_layer;
+    split.pp_rank = mesh.pp_rank;
+    split.pp_last = cfg.pp - 1;
+  }
   if (cfg.pp > 1)
     mt_gpt_create_stage(&model, &shape, ops, cfg.micro_batch, &split, &err);
   else
     mt_gpt_create_parallel(&model, &shape, ops, cfg.micro_batch, &split, &err);
+  free(stage_of_layer);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_gpt_init_params(&model, (uint64_t)cfg.seed);
   mt_dp dp;
@@ -579,12 +605,10 @@ int main(int argc, char **argv) {
     stage.last_vs = cfg.pp * cfg.virtual_stages - 1;
     stage.B = cfg.micro_batch;
     stage.T = T;
-    int *stage_of_layer = mt_calloc((size_t)shape.n_layer, sizeof(int));
     for (int vs = 0; vs <= stage.last_vs; vs++) {
       int a, b;
       mt_pp_stage_layers(shape.n_layer, cfg.pp, cfg.virtual_stages,
                          cfg.pp_split[0] ? pp_split : NULL, vs, &a, &b);
-      for (int l = a; l < b; l++) stage_of_layer[l] = vs % cfg.pp;
       if (vs % cfg.pp == mesh.pp_rank) {
         stage.l0[vs / cfg.pp] = a;
         stage.l1[vs / cfg.pp] = b;
@@ -592,8 +616,6 @@ int main(int argc, char **argv) {
         if (n > stage.set_numel) stage.set_numel = n;
       }
     }
-    mt_gpt_assign_stages(&model, stage_of_layer, cfg.pp - 1);
-    free(stage_of_layer);
     stage.n_slots = pp_s.max_inflight[mesh.pp_rank];
     stage.slot_mem = mt_calloc((size_t)stage.n_slots, sizeof(float *));
     stage.acts = mt_calloc((size_t)stage.n_slots, sizeof(mt_gpt_acts));
@@ -901,6 +923,12 @@ int main(int argc, char **argv) {
   double wall = mt_now() - t_train0;
 
   /* ---- results ---- */
+  /* per pipeline stage: parameter bytes a rank holds, dp bytes it sends per step */
+  double stage_bytes[2 * MT_PP_MAX_CHUNKS] = {0};
+  double my_bytes[2] = {(double)(model.reg.numel_local * sizeof(float)),
+                        mt_dp_bytes_per_step(&dp)};
+  if (cfg.pp > 1)
+    MPI_Gather(my_bytes, 2, MPI_DOUBLE, stage_bytes, 2, MPI_DOUBLE, 0, mesh.pp_g.comm);
   if (world_rank == 0) {
     fclose(metrics_f);
     double avg_step = timed_steps ? total_step_s / timed_steps : 0.0;
@@ -940,6 +968,15 @@ int main(int argc, char **argv) {
                                 mt_bytes_allreduce(sizeof(double), cfg.tp));
     cJSON_AddNumberToObject(o, "params_bytes_per_rank",
                             (double)(model.reg.numel_local * sizeof(float)));
+    if (cfg.pp > 1) { /* rank 0 is on the first stage: every stage's own figures */
+      cJSON *ps = cJSON_AddObjectToObject(o, "pp_stages");
+      cJSON *pb = cJSON_AddArrayToObject(ps, "params_bytes_per_rank");
+      cJSON *db = cJSON_AddArrayToObject(ps, "dp_bytes_per_step");
+      for (int r = 0; r < cfg.pp; r++) {
+        cJSON_AddItemToArray(pb, cJSON_CreateNumber(stage_bytes[2 * r]));
+        cJSON_AddItemToArray(db, cJSON_CreateNumber(stage_bytes[2 * r + 1]));
+      }
+    }
     cJSON_AddNumberToObject(o, "wall_s", wall);
     cJSON_AddNumberToObject(o, "start_step", (double)start_step);
     cJSON_AddNumberToObject(o, "last_checkpoint_step", (double)last_saved);
@@ -960,7 +997,8 @@ int main(int argc, char **argv) {
     mt_config_write_ini(&cfg, f);
     fclose(f);
     if (cfg.save_params) {
-      /* every rank holds the full parameters after the step (all-gathered under ZeRO) */
+      /* every rank holds the full parameters after the step (all-gathered under ZeRO;
+       * pp = 1: with pipeline stages it would hold only the first stage's) */
       f = open_out(cfg.output_dir, "params.f32", "wb");
       if (fwrite(model.params, sizeof(float), model.reg.numel_local, f) != model.reg.numel_local)
         mt_die("short write of params.f32");

@@ -253,7 +253,8 @@ static hid_t fapl_mpio(MPI_Comm comm) {
 /* what a rank writes                                                  */
 
 /* Does this rank write its shard of t at all? Replicated state is written
- * once: by tp rank 0 for tensors replicated over tp, by cp rank 0 always. */
+ * once: by tp rank 0 for tensors replicated over tp, by cp rank 0 always,
+ * by the owning pipeline stage only (a stage's copy, pp_copy, is not). */
 static int writes_tensor(const mt_tensor *t, const mt_mesh *mesh) {
   if (mesh->cp_rank != 0) return 0;
   if (t->pp_stage >= 0 && t->pp_stage != mesh->pp_rank) return 0;

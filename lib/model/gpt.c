@@ -144,21 +144,26 @@ int mt_gpt_register(mt_registry *r, const mt_model_shape *s, int tp_size, int tp
   return mt_registry_finalize(r, msg, msg_len);
 }
 
-/* Point the named views at the flat buffer base. */
+/* Point the named views at the flat buffer base (NULL: a tensor this stage
+ * does not hold). */
+static float *view_at(const mt_registry *r, float *base, int k) {
+  return mt_registry_holds(r, &r->t[k]) ? base + r->t[k].offset : NULL;
+}
+
 static void bind_views(mt_gpt *m, float *base, mt_gpt_tensors *v) {
   const mt_registry *r = &m->reg;
   int k = 0;
-  v->wte = base + r->t[k++].offset;
-  v->wpe = base + r->t[k++].offset;
+  v->wte = view_at(r, base, k++);
+  v->wpe = view_at(r, base, k++);
   for (int l = 0; l < m->shape.n_layer; l++) {
     mt_block_tensors *b = &v->blocks[l];
     float **slots[] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->attn_proj_w,
                        &b->attn_proj_b, &b->ln2_w, &b->ln2_b, &b->fc_w, &b->fc_b,
                        &b->fc_proj_w, &b->fc_proj_b};
-    for (size_t j = 0; j < sizeof slots / sizeof slots[0]; j++) *slots[j] = base + r->t[k++].offset;
+    for (size_t j = 0; j < sizeof slots / sizeof slots[0]; j++) *slots[j] = view_at(r, base, k++);
   }
-  v->lnf_w = base + r->t[k++].offset;
-  v->lnf_b = base + r->t[k++].offset;
+  v->lnf_w = view_at(r, base, k++);
+  v->lnf_b = view_at(r, base, k++);
 }
 
 size_t mt_gpt_layer_offset(const mt_gpt *m, int layer) {
@@ -221,7 +226,10 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
     return -1;
   }
   char msg[256];
-  if (mt_gpt_register(&m->reg, shape, tp_size, tp_rank, sp, msg, sizeof msg) != 0) {
+  if (mt_gpt_register(&m->reg, shape, tp_size, tp_rank, sp, msg, sizeof msg) != 0 ||
+      (par && par->stage_of_layer &&
+       mt_gpt_register_stages(&m->reg, par->stage_of_layer, par->pp_last, par->pp_rank, msg,
+                              sizeof msg) != 0)) {
     mt_err_set(e, "%s", msg);
     mt_registry_free(&m->reg);
     return -1;
@@ -339,6 +347,7 @@ void mt_gpt_init_params(mt_gpt *m, uint64_t seed) {
   for (int i = 0; i < m->reg.n; i++) {
     const mt_tensor *t = &m->reg.t[i];
     float *p = m->params + t->offset;
+    if (t->numel_local == 0) continue; /* held by another pipeline stage */
     if (ends_with(t->name, ".bias")) {
       memset(p, 0, t->numel_local * sizeof(float));
       continue;
@@ -794,13 +803,21 @@ void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx) {
                  m->cur_B, 0, hook, ctx);
 }
 
-void mt_gpt_assign_stages(mt_gpt *m, const int *stage_of_layer, int last_stage) {
-  for (int i = 0; i < m->reg.n; i++) {
-    mt_tensor *t = &m->reg.t[i];
+int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_stage,
+                           int pp_rank, char *msg, size_t msg_len) {
+  for (int i = 0; i < r->n; i++) {
+    mt_tensor *t = &r->t[i];
     int layer = -1;
-    if (sscanf(t->name, "blocks.%d.", &layer) == 1)
+    t->pp_copy = -1;
+    if (sscanf(t->name, "blocks.%d.", &layer) == 1) {
       t->pp_stage = stage_of_layer[layer];
-    else
-      t->pp_stage = strncmp(t->name, "lnf.", 4) == 0 ? last_stage : 0;
+    } else if (strncmp(t->name, "lnf.", 4) == 0) {
+      t->pp_stage = last_stage;
+    } else {
+      t->pp_stage = 0;
+      if (strcmp(t->name, "wte.weight") == 0 && last_stage != 0) t->pp_copy = last_stage;
+    }
   }
+  r->pp_rank = pp_rank;
+  return mt_registry_finalize(r, msg, msg_len);
 }

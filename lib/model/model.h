@@ -56,6 +56,7 @@ typedef struct {
   float *fc_proj_w, *fc_proj_b; /* (C, 4C), (C) */
 } mt_block_tensors;
 
+/* a tensor this pipeline stage does not hold is NULL */
 typedef struct {
   float *wte;  /* (Vp, C), also the LM head */
   float *wpe;  /* (T, C) */
@@ -102,13 +103,18 @@ typedef struct {
   mt_group *tp;
   int sp;
   int recompute, split_backward;
+  /* pipeline stage (stage_of_layer NULL: none, every tensor held): this
+   * rank's stage pp_rank of 0..pp_last holds only its tensors (see
+   * mt_gpt_register_stages); the views of the others are NULL */
+  const int *stage_of_layer;
+  int pp_rank, pp_last;
 } mt_gpt_parallel;
 
 typedef struct mt_gpt {
   mt_model_shape shape;
   const mt_ops *ops;
   mt_registry reg;
-  float *params, *grads; /* flat, reg.numel_local each */
+  float *params, *grads; /* flat, reg.numel_local each: the tensors this stage holds */
   mt_gpt_tensors p, g;
   int max_B, T;
   int cur_B; /* micro-batch of the last forward */
@@ -218,9 +224,13 @@ const float *mt_gpt_backward_range_input(mt_gpt *m, mt_gpt_acts *a, int l0, int 
                                          int head, const int *inputs, const int *targets,
                                          const float *dout, float dloss, int B);
 void mt_gpt_backward_range_weight(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int head, int B);
-/* Marks each tensor's owning stage in the registry (pp_stage): layer l's
- * tensors the stage of stage_of_layer[l], wte and wpe stage 0 (the tied LM
- * head's copy on the last stage is kept equal), the final LN the last stage. */
-void mt_gpt_assign_stages(mt_gpt *m, const int *stage_of_layer, int last_stage);
+/* Pipeline stages in a registry of mt_gpt_register: marks each tensor's
+ * stage (pp_stage) — layer l's tensors stage_of_layer[l], wte and wpe the
+ * first stage, the final LN last_stage; the tied LM head is wte's copy on
+ * last_stage (pp_copy; its gradient is summed with the first stage's, so the
+ * two stay equal) — and finalizes the layout of stage pp_rank, which then
+ * holds only its own tensors. Returns 0, or -1 with msg filled. */
+int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_stage,
+                           int pp_rank, char *msg, size_t msg_len);
 
 #endif

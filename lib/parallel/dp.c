@@ -37,7 +37,8 @@ void mt_dp_create(mt_dp *d, mt_group *dp_group, int zero, const mt_registry *reg
   size_t end = reg->numel_local, cur_begin = end;
   for (int i = reg->n - 1; i >= 0; i--) {
     cur_begin = reg->t[i].offset;
-    if (end - cur_begin >= max_elems || i == 0) {
+    /* tensors another pipeline stage holds take no room: no empty buckets */
+    if ((end - cur_begin >= max_elems || i == 0) && end > cur_begin) {
       mt_bucket *b = &d->buckets[d->n_buckets++];
       b->begin = cur_begin;
       b->end = end;

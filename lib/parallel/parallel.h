@@ -51,10 +51,11 @@ void mt_dp_destroy(mt_dp *d);
  * once. Call after mt_dp_create; tp_group may be NULL or of size 1. */
 void mt_dp_set_tp(mt_dp *d, mt_group *tp_group);
 
-/* Pipeline parallelism: each stage's gradients hold its own tensors (zeros
- * elsewhere); the global norm sums the stages' parts over pp_group, leaving
- * out this rank's flat range [skip_begin, skip_end) (the tied embedding's
- * copy on the last stage, counted on the first). Call after mt_dp_create. */
+/* Pipeline parallelism: each stage's buffers hold only its own tensors (the
+ * registry's layout of that stage: buckets, ZeRO shards and AdamW cover just
+ * them); the global norm sums the stages' parts over pp_group, leaving out
+ * this rank's flat range [skip_begin, skip_end) (the tied embedding's copy
+ * on the last stage, counted on the first). Call after mt_dp_create. */
 void mt_dp_set_pp(mt_dp *d, mt_group *pp_group, size_t skip_begin, size_t skip_end);
 
 /* Call before the last micro-batch's backward. */

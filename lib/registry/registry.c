@@ -34,6 +34,7 @@ int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *s
   }
   t->tp = tp;
   t->pp_stage = -1;
+  t->pp_copy = -1;
   t->weight_decay = weight_decay;
   r->finalized = 0;
   return r->n++;
@@ -43,6 +44,10 @@ int mt_registry_find(const mt_registry *r, const char *name) {
   for (int i = 0; i < r->n; i++)
     if (strcmp(r->t[i].name, name) == 0) return i;
   return -1;
+}
+
+int mt_registry_holds(const mt_registry *r, const mt_tensor *t) {
+  return t->pp_stage < 0 || t->pp_stage == r->pp_rank || t->pp_copy == r->pp_rank;
 }
 
 size_t mt_tensor_numel(const mt_tensor *t) {
@@ -80,9 +85,9 @@ int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len) {
     }
     size_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= (size_t)t->local_shape[d];
-    t->numel_local = n;
+    t->numel_local = mt_registry_holds(r, t) ? n : 0;
     t->offset = off;
-    off += n;
+    off += t->numel_local;
   }
   r->numel_local = off;
   r->finalized = 1;

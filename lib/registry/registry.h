@@ -28,13 +28,18 @@ typedef struct {
   int64_t shape[MT_MAX_DIMS];   /* global logical shape, unpadded */
   int64_t padded[MT_MAX_DIMS];  /* global shape as stored (padding, e.g. vocab) */
   mt_placement tp;              /* placement on the tensor-parallel axis */
-  int pp_stage;                 /* owning pipeline stage, -1: every stage */
+  int pp_stage;                 /* owning pipeline stage (writes it in checkpoints), -1: every
+                                   stage */
+  int pp_copy;                  /* -1, or a second stage that holds a copy kept equal to the
+                                   owner's (the tied LM head on the last stage) */
   int weight_decay;             /* AdamW decays this tensor */
   char tied_to[MT_NAME_MAX];    /* "" or the name of the tensor this one shares storage with */
   int tp_partial_grad;          /* replicated over tp, yet each tp rank computes only a partial
                                    gradient (sequence parallelism: from its slice of the
                                    sequence): the tp ranks' gradients are summed before use */
-  /* derived by mt_registry_finalize */
+  /* derived by mt_registry_finalize; local_shape and local_start are the tp
+   * shard even where this pipeline stage does not hold the tensor (then
+   * numel_local = 0 and offset is where it would start) */
   int64_t local_shape[MT_MAX_DIMS];
   int64_t local_start[MT_MAX_DIMS]; /* global index of local element 0 (per block for fused) */
   size_t numel_local;
@@ -45,6 +50,8 @@ typedef struct {
   mt_tensor *t;
   int n, cap;
   int tp_size, tp_rank;
+  int pp_rank;        /* this rank's pipeline stage: the flat buffer holds only the tensors
+                         mt_registry_holds says (0 without pipeline parallelism) */
   size_t numel_local; /* total local elements (flat buffer length) */
   int finalized;
 } mt_registry;
@@ -55,7 +62,10 @@ void mt_registry_free(mt_registry *r);
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay);
 int mt_registry_find(const mt_registry *r, const char *name);
-/* Compute local shapes and flat offsets, in registration order. Returns 0, or
+/* Does this rank's stage (r->pp_rank) hold t: its owner, its copy, or every stage. */
+int mt_registry_holds(const mt_registry *r, const mt_tensor *t);
+/* Compute local shapes and flat offsets, in registration order, of the
+ * tensors this stage holds (the others get numel_local = 0). Returns 0, or
  * -1 when a sharded dim is not divisible by the axis size (msg filled). */
 int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len);
 size_t mt_tensor_numel(const mt_tensor *t);        /* global logical */

@@ -28,6 +28,9 @@ mt_script_test(recompute_pp2_zb-h1 pp recompute.sh 2 zb-h1 2)
 
 mt_script_test(print_schedule pp print_schedule.sh)
 
+# each stage holds, reduces over dp and updates only its own tensors
+mt_script_test(stage_memory pp stage_memory.sh)
+
 # Bad input: one clear line from rank 0, before any collective work.
 set(PPT --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
 mt_script_test(pp_not_dividing_layers badinput ../scripts/expect_fail.sh pp_not_dividing_layers 3
@@ -44,5 +47,7 @@ mt_script_test(pp_virtual_without_interleaved badinput ../scripts/expect_fail.sh
   "parallel.virtual_stages = 2 needs parallel.schedule = interleaved" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.virtual_stages=2)
 mt_script_test(pp_micro_batches_mismatch badinput ../scripts/expect_fail.sh pp_micro_batches_mismatch 2
   "train.micro_batches = 3 does not match" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set train.micro_batches=3)
+mt_script_test(pp_save_params badinput ../scripts/expect_fail.sh pp_save_params 2
+  "output.save_params = true needs parallel.pp = 1" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set output.save_params=true)
 mt_script_test(pp_bad_schedule badinput ../scripts/expect_fail.sh pp_bad_schedule 2
   "parallel.schedule: 'pipedream' is not one of gpipe.1f1b.interleaved.zb-h1" ${PPT} --set parallel.pp=2 --set parallel.schedule=pipedream)

@@ -17,6 +17,13 @@
  *     replicated ones), and equals the formula from the shape alone;
  *   - exactly the 4L+2 LayerNorm tensors are tp_partial_grad, and only under
  *     sp with tp > 1.
+ * Pipeline stages (mt_gpt_register_stages), tiny and wide over pp = 2, 3
+ * (balanced) and tp = 1, 2, every stage: a stage holds exactly its layers'
+ * tensors, wte and wpe on the first, the final LN on the last and wte's copy
+ * (the tied LM head) there too, written by the first only (pp_stage 0); the
+ * held tensors lie end to end from offset 0 in registration order, the
+ * others have numel_local 0; the stages together hold the tp rank's whole
+ * layout plus that one copy.
  * Ops, simulated over 1, 2, 4 and 3 vocabulary shards (a shard may hold no
  * real column, and 3 shards make uneven real counts):
  *   - encoder_vp_forward: the shards' outputs (positions added by one) sum to
@@ -160,6 +167,55 @@ static void test_layout(const char *tag, mt_model_shape s, int tp, int sp) {
 /* vocabulary-parallel ops                                             */
 
 /* shard r of `shards` over Vp columns: [v0, v0+Vl), nreal of them < V */
+static void test_stage_layout(const char *tag, mt_model_shape s, int tp, int pp) {
+  s.vocab_padded = mt_model_pad_vocab(s.vocab, tp);
+  char msg[256];
+  mt_registry whole, reg;
+  if (mt_gpt_register(&whole, &s, tp, 0, 0, msg, sizeof msg) != 0) {
+    CHECK(0, "%s: register: %s", tag, msg);
+    return;
+  }
+  int *stage_of_layer = calloc((size_t)s.n_layer, sizeof(int));
+  for (int st = 0; st < pp; st++) {
+    int a, b;
+    mt_pp_stage_layers(s.n_layer, pp, 1, NULL, st, &a, &b);
+    for (int l = a; l < b; l++) stage_of_layer[l] = st;
+  }
+  size_t total = 0, wte_local = whole.t[mt_registry_find(&whole, "wte.weight")].numel_local;
+  for (int st = 0; st < pp; st++) {
+    if (mt_gpt_register(&reg, &s, tp, 0, 0, msg, sizeof msg) != 0 ||
+        mt_gpt_register_stages(&reg, stage_of_layer, pp - 1, st, msg, sizeof msg) != 0) {
+      CHECK(0, "%s pp=%d stage %d: %s", tag, pp, st, msg);
+      break;
+    }
+    size_t off = 0;
+    for (int i = 0; i < reg.n; i++) {
+      const mt_tensor *t = &reg.t[i];
+      int layer = -1, want;
+      if (sscanf(t->name, "blocks.%d.", &layer) == 1) want = stage_of_layer[layer] == st;
+      else if (strncmp(t->name, "lnf.", 4) == 0) want = st == pp - 1;
+      else if (strcmp(t->name, "wte.weight") == 0) want = st == 0 || st == pp - 1;
+      else want = st == 0;
+      int owner = strcmp(t->name, "wte.weight") == 0 ? t->pp_stage == 0 : 1;
+      CHECK(mt_registry_holds(&reg, t) == want && owner &&
+                t->numel_local == (want ? whole.t[i].numel_local : 0) && t->offset == off,
+            "%s tp=%d pp=%d stage %d: %s held %d (want %d), numel %zu, offset %zu (want %zu)",
+            tag, tp, pp, st, t->name, mt_registry_holds(&reg, t), want, t->numel_local,
+            t->offset, off);
+      off += t->numel_local;
+    }
+    CHECK(reg.numel_local == off, "%s pp=%d stage %d: numel_local %zu, tensors %zu", tag, pp, st,
+          reg.numel_local, off);
+    total += reg.numel_local;
+    mt_registry_free(&reg);
+  }
+  CHECK(total == whole.numel_local + wte_local,
+        "%s tp=%d pp=%d: stages hold %zu elements, the model %zu + wte %zu", tag, tp, pp, total,
+        whole.numel_local, wte_local);
+  free(stage_of_layer);
+  mt_registry_free(&whole);
+}
+
 static void shard_of(int r, int shards, int V, int Vp, int *v0, int *Vl, int *nreal) {
   *Vl = Vp / shards;
   *v0 = r * *Vl;
@@ -282,6 +338,12 @@ int main(void) {
     for (int sp = 0; sp <= 1; sp++) {
       test_layout("tiny", tiny, tp, sp);
       test_layout("wide", wide, tp, sp);
+    }
+  tiny.n_layer = 6; /* two layers a stage at pp = 3 */
+  for (int tp = 1; tp <= 2; tp++)
+    for (int pp = 2; pp <= 3; pp++) {
+      test_stage_layout("tiny", tiny, tp, pp);
+      test_stage_layout("wide", wide, tp, pp);
     }
   const mt_ops *ops = mt_ops_cpu();
   int shards[] = {1, 2, 4, 3};
