@@ -146,6 +146,19 @@ const char *mt_mem_cat_name(mt_mem_cat cat);
 size_t mt_mem_peak_rss(void);
 
 /* ------------------------------------------------------------------ */
+/* counter-based randomness                                            */
+
+/* splitmix64: a fast 64-bit bijection of x + the golden-ratio increment. The
+ * same bits on every machine, so init, data order and the corpus are pure
+ * functions of their seeds and counters. */
+static inline uint64_t mt_splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+/* ------------------------------------------------------------------ */
 /* timers                                                              */
 
 double mt_now(void); /* seconds, monotonic */

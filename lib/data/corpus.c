@@ -111,10 +111,9 @@ typedef struct {
 } gen;
 
 static uint64_t next_u64(gen *g) {
-  uint64_t z = (g->rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  uint64_t z = mt_splitmix64(g->rng);
+  g->rng += 0x9E3779B97F4A7C15ULL;
+  return z;
 }
 /* uniform in [0, n); the modulo bias is below 2^-50 for our n */
 static size_t pick(gen *g, size_t n) { return (size_t)(next_u64(g) % n); }

@@ -10,13 +10,6 @@
 
 #include <string.h>
 
-/* splitmix64 finaliser: a fast 64-bit mixing bijection */
-static uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 enum { FEISTEL_ROUNDS = 4 };
 
@@ -30,7 +23,7 @@ static uint64_t feistel(uint64_t x, int bits, const uint64_t key[FEISTEL_ROUNDS]
   int lw = bits / 2, rw = bits - lw; /* widths of the high (L) and low (R) halves */
   for (int r = 0; r < FEISTEL_ROUNDS; r++) {
     uint64_t left = x >> rw, right = x & low_bits(rw);
-    uint64_t new_right = left ^ (mix64(key[r] ^ right) & low_bits(lw));
+    uint64_t new_right = left ^ (mt_splitmix64(key[r] ^ right) & low_bits(lw));
     x = (right << lw) | new_right;
     int t = lw;
     lw = rw;
@@ -45,8 +38,8 @@ static uint64_t keyed_permute(uint64_t n, uint64_t seed, uint64_t epoch, uint64_
   int bits = 2; /* at least one bit per half */
   while (bits < 63 && (1ull << bits) < n) bits++;
   uint64_t key[FEISTEL_ROUNDS];
-  uint64_t base = mix64(seed ^ mix64(epoch ^ 0x6d657368ull /* "mesh" */));
-  for (int r = 0; r < FEISTEL_ROUNDS; r++) key[r] = mix64(base + (uint64_t)r);
+  uint64_t base = mt_splitmix64(seed ^ mt_splitmix64(epoch ^ 0x6d657368ull /* "mesh" */));
+  for (int r = 0; r < FEISTEL_ROUNDS; r++) key[r] = mt_splitmix64(base + (uint64_t)r);
   uint64_t x = i;
   do x = feistel(x, bits, key);
   while (x >= n);

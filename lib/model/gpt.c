@@ -315,13 +315,6 @@ void mt_gpt_destroy(mt_gpt *m) {
 /* ------------------------------------------------------------------ */
 /* initialisation: counter-based, layout-free                          */
 
-static uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 static uint64_t hash_name(const char *s) {
   uint64_t h = 1469598103934665603ULL; /* FNV-1a */
   for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
@@ -330,7 +323,8 @@ static uint64_t hash_name(const char *s) {
 
 /* standard normal for element idx of a tensor keyed by key (Box-Muller) */
 static double normal_at(uint64_t key, uint64_t idx) {
-  uint64_t a = splitmix64(key ^ splitmix64(2 * idx)), b = splitmix64(key ^ splitmix64(2 * idx + 1));
+  uint64_t a = mt_splitmix64(key ^ mt_splitmix64(2 * idx));
+  uint64_t b = mt_splitmix64(key ^ mt_splitmix64(2 * idx + 1));
   double u1 = ((double)(a >> 11) + 0.5) * (1.0 / 9007199254740992.0);
   double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
@@ -358,7 +352,7 @@ void mt_gpt_init_params(mt_gpt *m, uint64_t seed) {
     }
     float sd = (ends_with(t->name, "attn.proj.weight") || ends_with(t->name, "mlp.proj.weight"))
                    ? proj_std : std;
-    uint64_t key = splitmix64(seed ^ hash_name(t->name));
+    uint64_t key = mt_splitmix64(seed ^ hash_name(t->name));
     size_t row_len = (size_t)t->padded[t->ndim - 1];
     for (size_t j = 0; j < t->numel_local; j++) {
       size_t g = mt_tensor_global_index(t, j, m->reg.tp_size);
