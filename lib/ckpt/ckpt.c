@@ -558,33 +558,15 @@ static int write_table_i64(hid_t file, const char *name, const int64_t *rows, in
 }
 
 /* a string written by rank 0 into a 1-element dataset */
-static int write_text(hid_t file, const char *name, const char *text, int rank, hid_t dxpl) {
+/* n fixed-length strings of width bytes each, written by rank 0 (every rank
+ * takes part in the collective create and write) */
+static int write_strings(hid_t file, const char *name, const char *buf, size_t width, size_t n,
+                         int rank, hid_t dxpl) {
   hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, strlen(text) + 1);
-  hsize_t dims[1] = {1};
+  H5Tset_size(t, width);
+  hsize_t dims[1] = {(hsize_t)n};
   hid_t s = H5Screate_simple(1, dims, NULL);
   hid_t d = H5Dcreate2(file, name, t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  hid_t ms = H5Screate_simple(1, dims, NULL);
-  if (rank != 0) {
-    H5Sselect_none(s);
-    H5Sselect_none(ms);
-  }
-  herr_t rc = d < 0 ? -1 : H5Dwrite(d, t, ms, s, dxpl, text);
-  H5Sclose(ms);
-  H5Sclose(s);
-  if (d >= 0) H5Dclose(d);
-  H5Tclose(t);
-  return rc < 0 || d < 0 ? -1 : 0;
-}
-
-static int write_names(hid_t file, const mt_registry *reg, int rank, hid_t dxpl) {
-  char *buf = mt_calloc((size_t)reg->n, MT_NAME_MAX);
-  for (int i = 0; i < reg->n; i++) snprintf(buf + (size_t)i * MT_NAME_MAX, MT_NAME_MAX, "%s", reg->t[i].name);
-  hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, MT_NAME_MAX);
-  hsize_t dims[1] = {(hsize_t)reg->n};
-  hid_t s = H5Screate_simple(1, dims, NULL);
-  hid_t d = H5Dcreate2(file, "tensors", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   hid_t ms = H5Screate_simple(1, dims, NULL);
   if (rank != 0) {
     H5Sselect_none(s);
@@ -595,8 +577,21 @@ static int write_names(hid_t file, const mt_registry *reg, int rank, hid_t dxpl)
   H5Sclose(s);
   if (d >= 0) H5Dclose(d);
   H5Tclose(t);
-  free(buf);
   return rc < 0 || d < 0 ? -1 : 0;
+}
+
+/* a text (the resolved configuration) as one string */
+static int write_text(hid_t file, const char *name, const char *text, int rank, hid_t dxpl) {
+  return write_strings(file, name, text, strlen(text) + 1, 1, rank, dxpl);
+}
+
+/* the tensor names, row i = tensor id i of the index */
+static int write_names(hid_t file, const mt_registry *reg, int rank, hid_t dxpl) {
+  char *buf = mt_calloc((size_t)reg->n, MT_NAME_MAX);
+  for (int i = 0; i < reg->n; i++) snprintf(buf + (size_t)i * MT_NAME_MAX, MT_NAME_MAX, "%s", reg->t[i].name);
+  int rc = write_strings(file, "tensors", buf, MT_NAME_MAX, (size_t)reg->n, rank, dxpl);
+  free(buf);
+  return rc;
 }
 
 static int write_meta_attrs(hid_t file, const mt_ckpt_meta *m) {

@@ -63,11 +63,10 @@ static void cleanup(void) {
 }
 
 static uint64_t rng_state = 12345;
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
+  uint64_t z = mt_splitmix64(rng_state);
+  rng_state += 0x9E3779B97F4A7C15ULL;
+  return z;
 }
 
 /* The error must be one line that names the file and contains what. */

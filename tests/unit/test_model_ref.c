@@ -86,11 +86,10 @@ static double *dalloc(size_t n) {
 /* deterministic noise for tokens and parameter perturbations          */
 
 static uint64_t g_rng = 0x243F6A8885A308D3ULL;
-static uint64_t rng_next(void) { /* splitmix64 */
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
+  uint64_t z = mt_splitmix64(g_rng);
+  g_rng += 0x9E3779B97F4A7C15ULL;
+  return z;
 }
 /* uniform in [-1, 1) */
 static double rng_sym(void) { return (double)(rng_next() >> 11) * (2.0 / 9007199254740992.0) - 1.0; }

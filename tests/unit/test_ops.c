@@ -18,6 +18,7 @@
  * - Backward ops accumulate: a second call doubles the gradient.
  * - Determinism: attention forward+backward twice at 2 threads, same bits.
  * Any mismatch prints "FAIL: <op> ..." and the test exits 1. */
+#include "core/core.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -44,11 +45,10 @@ static int g_failures = 0;
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
 /* splitmix64: a fixed sequence on every machine */
-static uint64_t rng_next(void) {
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
+  uint64_t z = mt_splitmix64(g_rng);
+  g_rng += 0x9E3779B97F4A7C15ULL;
+  return z;
 }
 
 static float rng_uniform(float lo, float hi) {

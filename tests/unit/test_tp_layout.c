@@ -56,11 +56,10 @@ static int g_failures = 0;
   } while (0)
 
 static uint64_t g_rng = 0x3243F6A8885A308Dull;
-static uint64_t rng_next(void) {
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
+  uint64_t z = mt_splitmix64(g_rng);
+  g_rng += 0x9E3779B97F4A7C15ULL;
+  return z;
 }
 static float rng_uniform(float lo, float hi) {
   return (float)(lo + (hi - lo) * ((double)(rng_next() >> 11) / 9007199254740992.0));
