@@ -523,13 +523,13 @@ static void coll_call(coll_kind k, coll_bufs *b, size_t count) {
   for (int i = 0; i < n; i++) b->counts[i] = (int)chunk, b->displs[i] = (int)(chunk * (size_t)i);
   switch (k) {
   case COLL_ALLREDUCE:
-    mt_allreduce_sum_f32(b->g, b->recv, count);
+    mt_allreduce_sum_f32(b->g, b->recv, count, MT_LOC_HOST);
     break;
   case COLL_ALLGATHER:
-    mt_allgatherv_inplace_f32(b->g, b->recv, b->counts, b->displs);
+    mt_allgatherv_inplace_f32(b->g, b->recv, b->counts, b->displs, MT_LOC_HOST);
     break;
   case COLL_REDUCE_SCATTER:
-    mt_reduce_scatter_sum_f32(b->g, b->send, b->recv, b->counts);
+    mt_reduce_scatter_sum_f32(b->g, b->send, b->recv, b->counts, MT_LOC_HOST);
     break;
   case COLL_ALLTOALL:
     MT_MPI_CHECK(MPI_Alltoall(b->send, (int)chunk, MPI_FLOAT, b->recv, (int)chunk, MPI_FLOAT,

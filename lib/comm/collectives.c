@@ -1,7 +1,10 @@
-/* Collectives over mesh groups, with byte and time counters. */
+/* Collectives over mesh groups, with byte and time counters: the MPI
+ * backend. Host buffers go to MPI directly; device buffers are staged
+ * through host copies made with the device backend's copy functions. */
 #include "comm/comm.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 double mt_bytes_allreduce(size_t total_bytes, int n) {
@@ -25,68 +28,122 @@ static size_t sum_counts(const int *counts, int n) {
   return s;
 }
 
-void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n) {
-  if (g->size == 1) return;
-  double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_FLOAT, MPI_SUM, g->comm));
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_allreduce(n * sizeof(float), g->size);
-  g->calls++;
+/* ------------------------------------------------------------------ */
+/* device buffers: staged through host copies                          */
+
+static mt_comm_device_copy g_dev;
+static int g_have_dev;
+static long g_staged;
+
+void mt_comm_set_device_copy(const mt_comm_device_copy *c) {
+  g_have_dev = c != NULL;
+  if (c) g_dev = *c;
 }
 
-void mt_allreduce_sum_f64(mt_group *g, double *buf, size_t n) {
-  if (g->size == 1) return;
-  double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_DOUBLE, MPI_SUM, g->comm));
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_allreduce(n * sizeof(double), g->size);
-  g->calls++;
+long mt_comm_staged_calls(void) { return g_staged; }
+
+/* A host view of a device buffer of `bytes`: a malloc'ed copy (filled from
+ * the device when fill), or buf itself for host memory. */
+static void *stage(mt_loc loc, const void *buf, size_t bytes, int fill) {
+  if (loc == MT_LOC_HOST) return (void *)buf;
+  if (!g_have_dev) mt_die("a device buffer was handed to comm, but no device backend registered "
+                          "its copy functions");
+  void *h = mt_malloc(bytes ? bytes : 1);
+  if (fill && bytes) g_dev.to_host(h, buf, bytes);
+  g_staged++;
+  return h;
 }
 
-void mt_allreduce_max_f64(mt_group *g, double *buf, size_t n) {
-  if (g->size == 1) return;
-  double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_DOUBLE, MPI_MAX, g->comm));
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_allreduce(n * sizeof(double), g->size);
-  g->calls++;
+/* Ends a staging: the host copy goes back to dev (when back) and is freed. */
+static void unstage(mt_loc loc, void *dev, void *host, size_t bytes, int back) {
+  if (loc == MT_LOC_HOST) return;
+  if (back && bytes) g_dev.to_device(dev, host, bytes);
+  free(host);
 }
 
-void mt_allreduce_max_f32(mt_group *g, float *buf, size_t n) {
-  if (g->size == 1) return;
-  double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_FLOAT, MPI_MAX, g->comm));
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_allreduce(n * sizeof(float), g->size);
-  g->calls++;
-}
-
-void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
-                          size_t inner) {
-  size_t n = outer * inner, size = (size_t)g->size;
-  if (g->size == 1) {
-    if (recv != send) memcpy(recv, send, n * sizeof(float));
+/* dst = src, n floats, both where loc says (a group of one) */
+static void local_copy(float *dst, const float *src, size_t n, mt_loc loc) {
+  if (dst == src || n == 0) return;
+  if (loc == MT_LOC_HOST) {
+    memcpy(dst, src, n * sizeof(float));
     return;
   }
+  float *h = stage(loc, src, n * sizeof(float), 1);
+  unstage(loc, dst, h, n * sizeof(float), 1);
+}
+
+static void count(mt_group *g, double t0, double bytes) {
+  g->seconds += mt_now() - t0;
+  g->bytes += bytes;
+  g->calls++;
+}
+
+/* ------------------------------------------------------------------ */
+/* all-reduce                                                          */
+
+static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_t elem,
+                      MPI_Op op, mt_loc loc) {
+  if (g->size == 1) return;
   double t0 = mt_now();
+  void *h = stage(loc, buf, n * elem, 1);
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, as_count(n), type, op, g->comm));
+  unstage(loc, buf, h, n * elem, 1);
+  count(g, t0, mt_bytes_allreduce(n * elem, g->size));
+}
+
+void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc) {
+  allreduce(g, buf, n, MPI_FLOAT, sizeof(float), MPI_SUM, loc);
+}
+
+void mt_allreduce_sum_f64(mt_group *g, double *buf, size_t n, mt_loc loc) {
+  allreduce(g, buf, n, MPI_DOUBLE, sizeof(double), MPI_SUM, loc);
+}
+
+void mt_allreduce_max_f64(mt_group *g, double *buf, size_t n, mt_loc loc) {
+  allreduce(g, buf, n, MPI_DOUBLE, sizeof(double), MPI_MAX, loc);
+}
+
+void mt_allreduce_max_f32(mt_group *g, float *buf, size_t n, mt_loc loc) {
+  allreduce(g, buf, n, MPI_FLOAT, sizeof(float), MPI_MAX, loc);
+}
+
+/* ------------------------------------------------------------------ */
+/* along one dim (sequence parallelism)                                */
+
+static void allgather_dim_host(mt_group *g, const float *send, float *recv, size_t outer,
+                               size_t inner) {
+  size_t n = outer * inner, size = (size_t)g->size;
   if (outer == 1) {
     MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_FLOAT, recv, as_count(n), MPI_FLOAT,
                                g->comm));
-  } else {
-    /* one rank's slice inside recv: outer runs of inner floats, size*inner
-     * apart; resized so that rank r's slice starts r*inner floats in */
-    MPI_Datatype strided, slice;
-    MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
-                                 MPI_FLOAT, &strided));
-    MT_MPI_CHECK(MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(float)), &slice));
-    MT_MPI_CHECK(MPI_Type_commit(&slice));
-    MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_FLOAT, recv, 1, slice, g->comm));
-    MPI_Type_free(&slice);
-    MPI_Type_free(&strided);
+    return;
   }
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_allgather(size * n * sizeof(float), g->size);
-  g->calls++;
+  /* one rank's slice inside recv: outer runs of inner floats, size*inner
+   * apart; resized so that rank r's slice starts r*inner floats in */
+  MPI_Datatype strided, slice;
+  MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
+                               MPI_FLOAT, &strided));
+  MT_MPI_CHECK(MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(float)), &slice));
+  MT_MPI_CHECK(MPI_Type_commit(&slice));
+  MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_FLOAT, recv, 1, slice, g->comm));
+  MPI_Type_free(&slice);
+  MPI_Type_free(&strided);
+}
+
+void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
+                          size_t inner, mt_loc loc) {
+  size_t n = outer * inner, size = (size_t)g->size;
+  if (g->size == 1) {
+    local_copy(recv, send, n, loc);
+    return;
+  }
+  double t0 = mt_now();
+  float *hs = stage(loc, send, n * sizeof(float), 1);
+  float *hr = stage(loc, recv, size * n * sizeof(float), 0);
+  allgather_dim_host(g, hs, hr, outer, inner);
+  unstage(loc, (void *)send, hs, 0, 0);
+  unstage(loc, recv, hr, size * n * sizeof(float), 1);
+  count(g, t0, mt_bytes_allgather(size * n * sizeof(float), g->size));
 }
 
 /* dst[o*inner + i] = a[o*inner + i] + block k of src (outer, size, inner) */
@@ -106,16 +163,11 @@ static void add_block(float *dst, const float *a, const float *src, size_t outer
  * tensor, the figure counted. The blocks are strided in send, so the first
  * step sends with a vector datatype and the running sums are contiguous: no
  * packing. (Open MPI's MPI_Reduce_scatter_block, a reduce then a scatter for
- * few ranks, took 2-3x the time of this on 2 ranks at 3 MB.) */
-void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
-                               size_t inner, float *scratch) {
+ * few ranks, took 2-3x the time of this on 2 ranks at 3 MB.) The sums are
+ * comm's own arithmetic on host memory: a device buffer is staged whole. */
+static void reduce_scatter_dim_host(mt_group *g, const float *send, float *recv, size_t outer,
+                                    size_t inner, float *scratch) {
   size_t n = outer * inner, size = (size_t)g->size;
-  if (g->size == 1) {
-    if (recv != send) memcpy(recv, send, n * sizeof(float));
-    return;
-  }
-  if (!scratch) mt_die("mt_reduce_scatter_dim_f32 needs a scratch buffer");
-  double t0 = mt_now();
   int r = g->rank, next = (r + 1) % g->size, prev = (r + g->size - 1) % g->size;
   MPI_Datatype block;
   MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
@@ -136,59 +188,145 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
     add_block(last ? recv : sum_out, sum_in, send, outer, inner, size, b_recv);
   }
   MPI_Type_free(&block);
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_reduce_scatter(size * n * sizeof(float), g->size);
-  g->calls++;
 }
 
-void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts) {
+void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
+                               size_t inner, float *scratch, mt_loc loc) {
+  size_t n = outer * inner, size = (size_t)g->size;
   if (g->size == 1) {
-    for (int i = 0; i < counts[0]; i++) recv[i] = send[i];
+    local_copy(recv, send, n, loc);
+    return;
+  }
+  if (!scratch) mt_die("mt_reduce_scatter_dim_f32 needs a scratch buffer");
+  double t0 = mt_now();
+  float *hs = stage(loc, send, size * n * sizeof(float), 1);
+  float *hr = stage(loc, recv, n * sizeof(float), 0);
+  float *hscratch = loc == MT_LOC_HOST ? scratch : mt_malloc(2 * n * sizeof(float));
+  reduce_scatter_dim_host(g, hs, hr, outer, inner, hscratch);
+  if (loc != MT_LOC_HOST) free(hscratch);
+  unstage(loc, (void *)send, hs, 0, 0);
+  unstage(loc, recv, hr, n * sizeof(float), 1);
+  count(g, t0, mt_bytes_reduce_scatter(size * n * sizeof(float), g->size));
+}
+
+/* ------------------------------------------------------------------ */
+/* reduce-scatter and all-gather over variable parts (dp, ZeRO)        */
+
+void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts,
+                               mt_loc loc) {
+  size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  if (g->size == 1) {
+    local_copy(recv, send, mine, loc);
     return;
   }
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm));
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_reduce_scatter(sum_counts(counts, g->size) * sizeof(float), g->size);
-  g->calls++;
+  float *hs = stage(loc, send, total * sizeof(float), 1);
+  float *hr = stage(loc, recv, mine * sizeof(float), 0);
+  MT_MPI_CHECK(MPI_Reduce_scatter(hs, hr, counts, MPI_FLOAT, MPI_SUM, g->comm));
+  unstage(loc, (void *)send, hs, 0, 0);
+  unstage(loc, recv, hr, mine * sizeof(float), 1);
+  count(g, t0, mt_bytes_reduce_scatter(total * sizeof(float), g->size));
 }
 
-void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs) {
+void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs,
+                               mt_loc loc) {
   if (g->size == 1) return;
+  size_t total = sum_counts(counts, g->size);
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
-                              MPI_FLOAT, g->comm));
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_allgather(sum_counts(counts, g->size) * sizeof(float), g->size);
-  g->calls++;
+  float *h = stage(loc, buf, total * sizeof(float), 1);
+  MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displs, MPI_FLOAT,
+                              g->comm));
+  unstage(loc, buf, h, total * sizeof(float), 1);
+  count(g, t0, mt_bytes_allgather(total * sizeof(float), g->size));
 }
 
-void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_request *r) {
+/* ------------------------------------------------------------------ */
+/* non-blocking                                                        */
+
+static void req_init(mt_request *r, mt_group *g) {
+  memset(r, 0, sizeof *r);
   r->g = g;
+}
+
+/* When the request finishes: bytes at back (inside the staging block host)
+ * go to dev, and the block is freed. dev NULL: only the free. */
+static void req_stage(mt_request *r, mt_loc loc, void *host, void *back, void *dev,
+                      size_t bytes) {
+  if (loc == MT_LOC_HOST) return;
+  r->host = host;
+  r->back = back;
+  r->dev_dst = dev;
+  r->bytes = bytes;
+}
+
+static void req_finish(mt_request *r) {
+  if (r->host) {
+    if (r->dev_dst && r->bytes) g_dev.to_device(r->dev_dst, r->back, r->bytes);
+    free(r->host);
+    r->host = NULL;
+  }
   r->active = 0;
+}
+
+void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r) {
+  req_init(r, g);
   if (g->size == 1) return;
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, as_count(n), MPI_FLOAT, MPI_SUM, g->comm,
+  float *h = stage(loc, buf, n * sizeof(float), 1);
+  MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h, as_count(n), MPI_FLOAT, MPI_SUM, g->comm,
                               &r->req));
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_allreduce(n * sizeof(float), g->size);
-  g->calls++;
+  req_stage(r, loc, h, h, buf, n * sizeof(float));
+  count(g, t0, mt_bytes_allreduce(n * sizeof(float), g->size));
   r->active = 1;
 }
 
 void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
-                                const int *counts, mt_request *r) {
-  r->g = g;
-  r->active = 0;
+                                const int *counts, mt_loc loc, mt_request *r) {
+  req_init(r, g);
   if (g->size == 1) {
-    for (int i = 0; i < counts[0]; i++) recv[i] = send[i];
+    mt_reduce_scatter_sum_f32(g, send, recv, counts, loc);
     return;
   }
+  size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm, &r->req));
-  g->seconds += mt_now() - t0;
-  g->bytes += mt_bytes_reduce_scatter(sum_counts(counts, g->size) * sizeof(float), g->size);
-  g->calls++;
+  /* the send side must outlive the call: send and recv staged in one host block */
+  float *h = NULL, *hs = (float *)send, *hr = recv;
+  if (loc != MT_LOC_HOST) {
+    h = stage(loc, NULL, (total + mine) * sizeof(float), 0);
+    g_dev.to_host(h, send, total * sizeof(float));
+    hs = h;
+    hr = h + total;
+  }
+  MT_MPI_CHECK(MPI_Ireduce_scatter(hs, hr, counts, MPI_FLOAT, MPI_SUM, g->comm, &r->req));
+  req_stage(r, loc, h, hr, recv, mine * sizeof(float));
+  count(g, t0, mt_bytes_reduce_scatter(total * sizeof(float), g->size));
+  r->active = 1;
+}
+
+void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *counts,
+                        const int *displs, mt_loc loc, mt_request *r) {
+  req_init(r, g);
+  size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  double t0 = mt_now();
+  float *h = NULL, *hs = (float *)send, *hr = recv;
+  if (loc != MT_LOC_HOST) {
+    h = stage(loc, NULL, (total + mine) * sizeof(float), 0);
+    g_dev.to_host(h + total, send, mine * sizeof(float));
+    hs = h + total;
+    hr = h;
+  }
+  if (g->size == 1) {
+    memcpy(hr + displs[0], hs, mine * sizeof(float));
+    if (h) {
+      g_dev.to_device(recv, h, total * sizeof(float));
+      free(h);
+    }
+    return;
+  }
+  MT_MPI_CHECK(MPI_Iallgatherv(hs, as_count(mine), MPI_FLOAT, hr, counts, displs, MPI_FLOAT,
+                               g->comm, &r->req));
+  req_stage(r, loc, h, h, recv, total * sizeof(float));
+  count(g, t0, mt_bytes_allgather(total * sizeof(float), g->size));
   r->active = 1;
 }
 
@@ -197,43 +335,49 @@ void mt_wait(mt_request *r) {
   double t0 = mt_now();
   MT_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
   r->g->seconds += mt_now() - t0;
-  r->active = 0;
+  req_finish(r);
 }
 
 void mt_progress(mt_request *r) {
   if (!r->active) return;
   int done = 0;
   MT_MPI_CHECK(MPI_Test(&r->req, &done, MPI_STATUS_IGNORE));
-  if (done) r->active = 0;
+  if (done) req_finish(r);
 }
 
 /* ------------------------------------------------------------------ */
 /* point-to-point (pipeline stages)                                    */
 
-void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_request *r) {
+void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_loc loc,
+                  mt_request *r) {
+  req_init(r, g);
   double t0 = mt_now();
-  r->g = g;
-  MT_MPI_CHECK(MPI_Isend(buf, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
+  float *h = stage(loc, buf, n * sizeof(float), 1);
+  MT_MPI_CHECK(MPI_Isend(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
+  req_stage(r, loc, h, NULL, NULL, 0); /* freed at the wait, nothing goes back */
   r->active = 1;
-  g->seconds += mt_now() - t0;
-  g->bytes += (double)n * sizeof(float);
-  g->calls++;
+  count(g, t0, (double)n * sizeof(float));
 }
 
-void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_request *r) {
+void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
+                  mt_request *r) {
+  req_init(r, g);
   double t0 = mt_now();
-  r->g = g;
-  MT_MPI_CHECK(MPI_Irecv(buf, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
+  float *h = stage(loc, buf, n * sizeof(float), 0);
+  MT_MPI_CHECK(MPI_Irecv(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
+  req_stage(r, loc, h, h, buf, n * sizeof(float));
   r->active = 1;
-  g->seconds += mt_now() - t0;
-  g->calls++;
+  count(g, t0, 0.0);
 }
 
-void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag) {
+void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
+                     mt_loc loc) {
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Sendrecv(send, as_count(n), MPI_FLOAT, peer, tag, recv, as_count(n),
-                            MPI_FLOAT, peer, tag, g->comm, MPI_STATUS_IGNORE));
-  g->seconds += mt_now() - t0;
-  g->bytes += (double)n * sizeof(float);
-  g->calls++;
+  float *hs = stage(loc, send, n * sizeof(float), 1);
+  float *hr = stage(loc, recv, n * sizeof(float), 0);
+  MT_MPI_CHECK(MPI_Sendrecv(hs, as_count(n), MPI_FLOAT, peer, tag, hr, as_count(n), MPI_FLOAT,
+                            peer, tag, g->comm, MPI_STATUS_IGNORE));
+  unstage(loc, (void *)send, hs, 0, 0);
+  unstage(loc, recv, hr, n * sizeof(float), 1);
+  count(g, t0, (double)n * sizeof(float));
 }

@@ -26,6 +26,7 @@ typedef struct {
   int tp, cp, dp, pp;             /* axis sizes */
   int tp_rank, cp_rank, dp_rank, pp_rank;
   mt_group world, tp_g, cp_g, dp_g, pp_g;
+  mt_group node;                  /* the ranks sharing this node's memory */
 } mt_mesh;
 
 /* Validates the product against the world size (message names both) and
@@ -37,15 +38,34 @@ void mt_mesh_destroy(mt_mesh *m);
 int mt_mesh_rank_of(const mt_mesh *m, int tp_r, int cp_r, int dp_r, int pp_r);
 void mt_group_reset_counters(mt_group *g);
 
+/* Every collective takes the buffers and where they live (mt_loc): host
+ * buffers go to MPI as they are; device buffers go to NCCL where a backend
+ * provides it, and are otherwise staged through host copies made with the
+ * device backend's copy functions (mt_comm_set_device_copy). Bytes and time
+ * are counted on the group either way. */
+
+/* How a device backend copies its memory to and from the host (bytes). */
+typedef struct {
+  void (*to_host)(void *host_dst, const void *dev_src, size_t bytes);
+  void (*to_device)(void *dev_dst, const void *host_src, size_t bytes);
+} mt_comm_device_copy;
+/* Register (or with NULL remove) the device copy functions. Without them a
+ * device buffer handed to comm is a fatal error. */
+void mt_comm_set_device_copy(const mt_comm_device_copy *c);
+/* device buffers staged through the host so far (a test reads it) */
+long mt_comm_staged_calls(void);
+
 /* Blocking collectives on float buffers (sum). n = elements. */
-void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n);
-void mt_allreduce_sum_f64(mt_group *g, double *buf, size_t n);
-void mt_allreduce_max_f64(mt_group *g, double *buf, size_t n);
-void mt_allreduce_max_f32(mt_group *g, float *buf, size_t n);
+void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc);
+void mt_allreduce_sum_f64(mt_group *g, double *buf, size_t n, mt_loc loc);
+void mt_allreduce_max_f64(mt_group *g, double *buf, size_t n, mt_loc loc);
+void mt_allreduce_max_f32(mt_group *g, float *buf, size_t n, mt_loc loc);
 /* counts[r] elements go to rank r; recv has counts[rank] elements */
-void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts);
+void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts,
+                               mt_loc loc);
 /* in place: every rank's part (counts[r] at displs[r]) is gathered into buf */
-void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs);
+void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs,
+                               mt_loc loc);
 
 /* Collectives along one dim of a row-major tensor, e.g. the sequence dim T of
  * (B,T,C) activations under sequence parallelism. The full tensor is viewed as
@@ -54,23 +74,32 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
  * all-gather: send (outer, inner) of this rank -> recv (outer, size, inner).
  * reduce-scatter (sum): send (outer, size, inner) -> recv (outer, inner), this
  * rank's slice of the sum, by a ring of size-1 send/receive steps; scratch
- * holds 2*outer*inner floats. Bytes counted as for the plain collectives over
- * the full tensor of size*outer*inner floats (what the ring sends). */
+ * holds 2*outer*inner floats (host memory for host buffers). Bytes counted as
+ * for the plain collectives over the full tensor of size*outer*inner floats
+ * (what the ring sends). */
 void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
-                          size_t inner);
+                          size_t inner, mt_loc loc);
 void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
-                               size_t inner, float *scratch);
+                               size_t inner, float *scratch, mt_loc loc);
 
 /* Non-blocking forms; a request is finished by mt_wait (which counts the time
- * spent waiting as communication time). */
+ * spent waiting as communication time). A device buffer's host staging copy
+ * goes back to the device in mt_wait. */
 typedef struct {
   MPI_Request req;
   mt_group *g;
   int active;
+  void *host;     /* staging block of a device buffer (freed in mt_wait), or NULL */
+  void *back;     /* the part of it that goes back to the device, or NULL */
+  void *dev_dst;  /* ... and where to */
+  size_t bytes;
 } mt_request;
-void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_request *r);
+void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r);
 void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
-                                const int *counts, mt_request *r);
+                                const int *counts, mt_loc loc, mt_request *r);
+/* every rank's send (counts[rank] floats) -> recv (counts[r] at displs[r]) */
+void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *counts,
+                        const int *displs, mt_loc loc, mt_request *r);
 void mt_wait(mt_request *r);
 /* give MPI a chance to progress outstanding requests (cheap) */
 void mt_progress(mt_request *r);
@@ -86,8 +115,11 @@ double mt_bytes_allgather(size_t total_bytes, int n);
  * send and receive of n floats to or from group rank peer, finished by
  * mt_wait (time waiting counts on the group); bytes counted on the send
  * side. mt_sendrecv_f32 exchanges n floats with peer, blocking. */
-void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_request *r);
-void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_request *r);
-void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag);
+void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_loc loc,
+                  mt_request *r);
+void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
+                  mt_request *r);
+void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
+                     mt_loc loc);
 
 #endif

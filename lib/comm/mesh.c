@@ -48,11 +48,13 @@ int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
   group_make(&m->pp_g, "pp", c);
   MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
   group_make(&m->world, "world", c);
+  MT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c));
+  group_make(&m->node, "node", c);
   return 0;
 }
 
 void mt_mesh_destroy(mt_mesh *m) {
-  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g, &m->world};
+  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g, &m->world, &m->node};
   for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
     if (gs[i]->comm != MPI_COMM_NULL && gs[i]->comm != 0) MPI_Comm_free(&gs[i]->comm);
 }

@@ -102,7 +102,7 @@ static const mt_cfg_key g_keys[] = {
      "sequence parallelism: norm/residual regions hold seq_len/tp positions (tp > 1)", 0, 1,
      NULL},
     {"parallel.zero", MT_CFG_INT, F(zero), "0",
-     "1 shards the AdamW moments over the dp ranks (ZeRO-1)", 0, 1, NULL},
+     "ZeRO over dp: 1 shards AdamW moments, 2 also gradients, 3 also parameters", 0, 3, NULL},
     {"parallel.bucket_mb", MT_CFG_DOUBLE, F(bucket_mb), "25",
      "gradient all-reduce bucket size, MiB", GT0, NOMAX, NULL},
     {"parallel.schedule", MT_CFG_STRING, F(pp_schedule), "1f1b",

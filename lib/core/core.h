@@ -133,10 +133,18 @@ void mt_config_print_help(FILE *f);
 /* ------------------------------------------------------------------ */
 /* memory accounting (bytes per category, current and peak)            */
 
+/* gathered: ZeRO-3's whole-unit parameter copies, alive between a layer's
+ * all-gather and its release */
 typedef enum {
   MT_MEM_PARAMS, MT_MEM_GRADS, MT_MEM_OPTIM, MT_MEM_ACTIV, MT_MEM_COMM, MT_MEM_OTHER,
-  MT_MEM_NCAT
+  MT_MEM_GATHER, MT_MEM_NCAT
 } mt_mem_cat;
+
+/* Where a buffer lives: host memory, or the memory of a device backend.
+ * Backends say where their tensors are (mt_ops.loc); comm takes the flag
+ * with every buffer, so it can move device buffers (NCCL, or staged through
+ * host MPI). */
+typedef enum { MT_LOC_HOST = 0, MT_LOC_DEVICE = 1 } mt_loc;
 void *mt_mem_alloc(mt_mem_cat cat, size_t bytes); /* zeroed, 64-byte aligned */
 void mt_mem_free(mt_mem_cat cat, void *p, size_t bytes);
 size_t mt_mem_current(mt_mem_cat cat);

@@ -9,7 +9,8 @@
 
 static size_t g_cur[MT_MEM_NCAT], g_peak[MT_MEM_NCAT];
 static const char *g_names[MT_MEM_NCAT] = {"params", "grads", "optimizer",
-                                           "activations", "comm", "other"};
+                                           "activations", "comm", "other",
+                                           "gathered"};
 
 void *mt_mem_alloc(mt_mem_cat cat, size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;

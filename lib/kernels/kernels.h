@@ -10,9 +10,27 @@
 #define MT_KERNELS_H
 
 #include <stddef.h>
+#include "core/core.h"
 
 typedef struct mt_ops {
   const char *name;
+  /* where this backend's tensors live (comm is told with every buffer) */
+  mt_loc loc;
+
+  /* ---- memory: every tensor buffer of the model, parallel and optimizer
+   * comes from here, counted per category (zeroed, 64-byte aligned) ---- */
+  void *(*alloc)(mt_mem_cat cat, size_t bytes);
+  void (*free)(mt_mem_cat cat, void *p, size_t bytes);
+  /* host <-> backend memory, bytes (tokens in, values out) */
+  void (*upload)(void *dst, const void *host_src, size_t bytes);
+  void (*download)(void *host_dst, const void *src, size_t bytes);
+
+  /* ---- elementwise helpers on backend memory ---- */
+  void (*zero)(float *x, size_t n);                        /* x = 0 */
+  void (*copy)(float *dst, const float *src, size_t n);    /* dst = src (no overlap) */
+  void (*axpy)(float *y, float a, const float *x, size_t n); /* y += a x */
+  /* sum of x[0..n) in double, in index order (losses of a micro-batch) */
+  double (*sum)(const float *x, size_t n);
 
   /* out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) token ids < V; wte (Vp,C), wpe (T_max,C) */
   void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe,

@@ -87,100 +87,234 @@ size_t mt_model_num_params(const mt_model_shape *s) {
 /* ------------------------------------------------------------------ */
 /* registration                                                        */
 
-static void reg2(mt_registry *r, const char *name, int64_t a, int64_t b, mt_placement p,
-                 int decay) {
-  int64_t shape[2] = {a, b};
-  mt_registry_add(r, name, 2, shape, NULL, p, decay);
-}
-static void reg1(mt_registry *r, const char *name, int64_t a, mt_placement p) {
-  int64_t shape[1] = {a};
-  mt_registry_add(r, name, 1, shape, NULL, p, 0);
+/* What every tensor of the model shares at registration: the layer (its
+ * unit) and the pipeline stages that hold it. */
+typedef struct {
+  mt_registry *r;
+  const mt_gpt_layout *lay;
+  int layer;
+} reg_ctx;
+
+static int stage_of(const reg_ctx *c, int layer) {
+  const mt_gpt_layout *lay = c->lay;
+  if (!lay || !lay->stage_of_layer) return -1; /* every stage */
+  if (layer == MT_LAYER_EMBED) return 0;
+  if (layer >= lay->n_layer) return lay->pp_last;
+  return lay->stage_of_layer[layer];
 }
 
-/* a LayerNorm weight or bias: replicated over tp */
-static void reg_norm(mt_registry *r, const char *name, int64_t C, int partial_grad) {
-  int i = mt_registry_add(r, name, 1, &C, NULL, mt_replicated(), 0);
-  r->t[i].tp_partial_grad = partial_grad;
+static int reg_tensor(const reg_ctx *c, const char *name, int ndim, const int64_t *shape,
+                      const int64_t *padded, mt_placement tp, mt_init_rule init, float std,
+                      int decay, int partial_grad) {
+  mt_tensor_spec s = {name, ndim, shape, padded, tp, mt_replicated(), c->layer,
+                      stage_of(c, c->layer), -1, init, std, decay, NULL, partial_grad};
+  return mt_registry_add_spec(c->r, &s);
+}
+
+static void reg2(const reg_ctx *c, const char *name, int64_t a, int64_t b, mt_placement p,
+                 float std) {
+  int64_t shape[2] = {a, b};
+  reg_tensor(c, name, 2, shape, NULL, p, MT_INIT_NORMAL, std, 1, 0);
+}
+
+static void reg_bias(const reg_ctx *c, const char *name, int64_t a, mt_placement p) {
+  reg_tensor(c, name, 1, &a, NULL, p, MT_INIT_ZEROS, 0.0f, 0, 0);
+}
+
+/* a LayerNorm weight (ones) or bias (zeros): replicated over tp */
+static void reg_norm(const reg_ctx *c, const char *name, int64_t C, mt_init_rule init,
+                     int partial_grad) {
+  reg_tensor(c, name, 1, &C, NULL, mt_replicated(), init, 0.0f, 0, partial_grad);
 }
 
 /* Registration order is forward order, one layer's tensors together, so the
- * gradients of a layer form one contiguous range that is final as soon as the
- * layer's backward is done (bucketed data-parallel reduction relies on it).
- * Placements on tp (Megatron): column-parallel weights and their biases split
- * dim 0 (QKV as 3 fused blocks, so each rank holds its heads of q, k and v),
- * row-parallel weights dim 1 with replicated biases, the embedding dim 0
- * (vocabulary), LayerNorms and positions replicated. */
-int mt_gpt_register(mt_registry *r, const mt_model_shape *s, int tp_size, int tp_rank, int sp,
-                    char *msg, size_t msg_len) {
+ * gradients of a layer form one contiguous range (a unit) that is final as
+ * soon as the layer's backward is done (bucketed data-parallel reduction and
+ * ZeRO rely on it). Placements on tp (Megatron): column-parallel weights and
+ * their biases split dim 0 (QKV as 3 fused blocks, so each rank holds its
+ * heads of q, k and v), row-parallel weights dim 1 with replicated biases,
+ * the embedding dim 0 (vocabulary), LayerNorms and positions replicated.
+ * Init (GPT-2): weights N(0, 0.02), the residual projections N(0,
+ * 0.02/sqrt(2L)), LayerNorm weights 1, biases 0. The pipeline: layer l's
+ * tensors on stage_of_layer[l], the embeddings on the first stage, the
+ * final LN on the last, and the tied LM head a copy of wte on the last. */
+int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *s, const mt_gpt_layout *lay,
+                           char *msg, size_t msg_len) {
   int64_t C = s->n_embd;
   /* Under sp the LayerNorms see T/tp positions on each rank: partial
    * gradients. The row-parallel biases and wpe take theirs from a gathered
    * (whole) output gradient, complete on every rank. */
-  int partial = sp && tp_size > 1;
-  mt_registry_init(r, tp_size, tp_rank);
+  int partial = lay->sp && lay->tp_size > 1;
+  const float std = 0.02f, proj_std = std / sqrtf(2.0f * (float)s->n_layer);
+  mt_registry_init(r, lay->tp_size, lay->tp_rank);
+  r->pp_rank = lay->stage_of_layer ? lay->pp_rank : 0;
+  reg_ctx c = {r, lay, MT_LAYER_EMBED};
   int64_t wte_shape[2] = {s->vocab, C}, wte_pad[2] = {s->vocab_padded, C};
-  int i = mt_registry_add(r, "wte.weight", 2, wte_shape, wte_pad, mt_sharded(0, 1), 1);
-  snprintf(r->t[i].tied_to, sizeof r->t[i].tied_to, "lm_head.weight");
-  reg2(r, "wpe.weight", s->seq_len, C, mt_replicated(), 1);
+  mt_tensor_spec wte = {"wte.weight", 2, wte_shape, wte_pad, mt_sharded(0, 1), mt_replicated(),
+                        MT_LAYER_EMBED, stage_of(&c, MT_LAYER_EMBED), -1, MT_INIT_NORMAL, std,
+                        1, "lm_head.weight", 0};
+  /* the LM head reads wte on the last stage: a copy kept equal there */
+  if (lay->stage_of_layer && lay->pp_last != 0) wte.pp_copy = lay->pp_last;
+  mt_registry_add_spec(r, &wte);
+  reg2(&c, "wpe.weight", s->seq_len, C, mt_replicated(), std);
   char n[MT_NAME_MAX];
   for (int l = 0; l < s->n_layer; l++) {
+    c.layer = l;
 #define NAME(suffix) (snprintf(n, sizeof n, "blocks.%d.%s", l, suffix), n)
-    reg_norm(r, NAME("ln1.weight"), C, partial);
-    reg_norm(r, NAME("ln1.bias"), C, partial);
-    reg2(r, NAME("attn.qkv.weight"), 3 * C, C, mt_sharded(0, 3), 1);
-    reg1(r, NAME("attn.qkv.bias"), 3 * C, mt_sharded(0, 3));
-    reg2(r, NAME("attn.proj.weight"), C, C, mt_sharded(1, 1), 1);
-    reg1(r, NAME("attn.proj.bias"), C, mt_replicated());
-    reg_norm(r, NAME("ln2.weight"), C, partial);
-    reg_norm(r, NAME("ln2.bias"), C, partial);
-    reg2(r, NAME("mlp.fc.weight"), 4 * C, C, mt_sharded(0, 1), 1);
-    reg1(r, NAME("mlp.fc.bias"), 4 * C, mt_sharded(0, 1));
-    reg2(r, NAME("mlp.proj.weight"), C, 4 * C, mt_sharded(1, 1), 1);
-    reg1(r, NAME("mlp.proj.bias"), C, mt_replicated());
+    reg_norm(&c, NAME("ln1.weight"), C, MT_INIT_ONES, partial);
+    reg_norm(&c, NAME("ln1.bias"), C, MT_INIT_ZEROS, partial);
+    reg2(&c, NAME("attn.qkv.weight"), 3 * C, C, mt_sharded(0, 3), std);
+    reg_bias(&c, NAME("attn.qkv.bias"), 3 * C, mt_sharded(0, 3));
+    reg2(&c, NAME("attn.proj.weight"), C, C, mt_sharded(1, 1), proj_std);
+    reg_bias(&c, NAME("attn.proj.bias"), C, mt_replicated());
+    reg_norm(&c, NAME("ln2.weight"), C, MT_INIT_ONES, partial);
+    reg_norm(&c, NAME("ln2.bias"), C, MT_INIT_ZEROS, partial);
+    reg2(&c, NAME("mlp.fc.weight"), 4 * C, C, mt_sharded(0, 1), std);
+    reg_bias(&c, NAME("mlp.fc.bias"), 4 * C, mt_sharded(0, 1));
+    reg2(&c, NAME("mlp.proj.weight"), C, 4 * C, mt_sharded(1, 1), proj_std);
+    reg_bias(&c, NAME("mlp.proj.bias"), C, mt_replicated());
 #undef NAME
   }
-  reg_norm(r, "lnf.weight", C, partial);
-  reg_norm(r, "lnf.bias", C, partial);
+  c.layer = s->n_layer;
+  reg_norm(&c, "lnf.weight", C, MT_INIT_ONES, partial);
+  reg_norm(&c, "lnf.bias", C, MT_INIT_ZEROS, partial);
   return mt_registry_finalize(r, msg, msg_len);
 }
 
-/* Point the named views at the flat buffer base (NULL: a tensor this stage
- * does not hold). */
-static float *view_at(const mt_registry *r, float *base, int k) {
-  return mt_registry_holds(r, &r->t[k]) ? base + r->t[k].offset : NULL;
+int mt_gpt_register(mt_registry *r, const mt_model_shape *s, int tp_size, int tp_rank, int sp,
+                    char *msg, size_t msg_len) {
+  mt_gpt_layout lay = {tp_size, tp_rank, sp, s->n_layer, NULL, 0, 0};
+  return mt_gpt_register_layout(r, s, &lay, msg, msg_len);
 }
 
-static void bind_views(mt_gpt *m, float *base, mt_gpt_tensors *v) {
-  const mt_registry *r = &m->reg;
-  int k = 0;
-  v->wte = view_at(r, base, k++);
-  v->wpe = view_at(r, base, k++);
-  for (int l = 0; l < m->shape.n_layer; l++) {
-    mt_block_tensors *b = &v->blocks[l];
-    float **slots[] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->attn_proj_w,
-                       &b->attn_proj_b, &b->ln2_w, &b->ln2_b, &b->fc_w, &b->fc_b,
-                       &b->fc_proj_w, &b->fc_proj_b};
-    for (size_t j = 0; j < sizeof slots / sizeof slots[0]; j++) *slots[j] = view_at(r, base, k++);
+int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_stage,
+                           int pp_rank, char *msg, size_t msg_len) {
+  int n_layer = 0;
+  for (int i = 0; i < r->n; i++)
+    if (r->t[i].layer + 1 > n_layer) n_layer = r->t[i].layer + 1;
+  n_layer--; /* the final LN's layer is n_layer */
+  mt_gpt_layout lay = {r->tp_size, r->tp_rank, 0, n_layer, stage_of_layer, last_stage, pp_rank};
+  reg_ctx c = {r, &lay, 0};
+  for (int i = 0; i < r->n; i++) {
+    mt_tensor *t = &r->t[i];
+    t->pp_stage = stage_of(&c, t->layer);
+    t->pp_copy = t->tied_to[0] && last_stage != 0 ? last_stage : -1;
   }
-  v->lnf_w = view_at(r, base, k++);
-  v->lnf_b = view_at(r, base, k++);
+  r->pp_rank = pp_rank;
+  return mt_registry_finalize(r, msg, msg_len);
+}
+
+/* ------------------------------------------------------------------ */
+/* views: named pointers into a unit's memory                          */
+
+/* Looked up by name once: which view each registry tensor binds (NULL: the
+ * model does not read it). */
+static void find_views(mt_gpt *m) {
+  const mt_registry *r = &m->reg;
+  m->pview = mt_calloc((size_t)r->n, sizeof(float **));
+  m->gview = mt_calloc((size_t)r->n, sizeof(float **));
+#define VIEW(field, idx)                                                      \
+  do {                                                                        \
+    int i_ = (idx);                                                           \
+    if (i_ < 0) mt_die("model: tensor for view " #field " not registered");   \
+    m->pview[i_] = &m->p.field;                                               \
+    m->gview[i_] = &m->g.field;                                               \
+  } while (0)
+  VIEW(wte, mt_registry_find(r, "wte.weight"));
+  VIEW(wpe, mt_registry_find(r, "wpe.weight"));
+  for (int l = 0; l < m->shape.n_layer; l++) {
+    VIEW(blocks[l].ln1_w, mt_registry_findf(r, "blocks.%d.ln1.weight", l));
+    VIEW(blocks[l].ln1_b, mt_registry_findf(r, "blocks.%d.ln1.bias", l));
+    VIEW(blocks[l].qkv_w, mt_registry_findf(r, "blocks.%d.attn.qkv.weight", l));
+    VIEW(blocks[l].qkv_b, mt_registry_findf(r, "blocks.%d.attn.qkv.bias", l));
+    VIEW(blocks[l].attn_proj_w, mt_registry_findf(r, "blocks.%d.attn.proj.weight", l));
+    VIEW(blocks[l].attn_proj_b, mt_registry_findf(r, "blocks.%d.attn.proj.bias", l));
+    VIEW(blocks[l].ln2_w, mt_registry_findf(r, "blocks.%d.ln2.weight", l));
+    VIEW(blocks[l].ln2_b, mt_registry_findf(r, "blocks.%d.ln2.bias", l));
+    VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.mlp.fc.weight", l));
+    VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.mlp.fc.bias", l));
+    VIEW(blocks[l].fc_proj_w, mt_registry_findf(r, "blocks.%d.mlp.proj.weight", l));
+    VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.mlp.proj.bias", l));
+  }
+  VIEW(lnf_w, mt_registry_find(r, "lnf.weight"));
+  VIEW(lnf_b, mt_registry_find(r, "lnf.bias"));
+#undef VIEW
+  m->unit_embed = mt_registry_unit_of_layer(r, MT_LAYER_EMBED);
+  m->unit_final = mt_registry_unit_of_layer(r, m->shape.n_layer);
+  m->unit_block = mt_calloc((size_t)m->shape.n_layer + 1, sizeof(int));
+  for (int l = 0; l < m->shape.n_layer; l++) m->unit_block[l] = mt_registry_unit_of_layer(r, l);
+}
+
+/* Point the views of unit u's tensors at base, the memory of the unit's
+ * first element (NULL base or a tensor this stage does not hold: NULL). */
+static void bind_unit(mt_gpt *m, int u, float ***views, float *base) {
+  const mt_unit *un = &m->reg.units[u];
+  for (int i = un->t0; i < un->t1; i++) {
+    const mt_tensor *t = &m->reg.t[i];
+    if (!views[i]) continue;
+    *views[i] = base && t->numel_local ? base + (t->offset - un->begin) : NULL;
+  }
+}
+
+/* acquire unit u's parameters (and with grads, its gradient buffer) */
+static void use_unit(mt_gpt *m, int u, mt_pass pass, int grads) {
+  if (u < 0) return;
+  bind_unit(m, u, m->pview, m->src.params(m->src.ctx, u, pass));
+  if (grads) bind_unit(m, u, m->gview, m->src.grads(m->src.ctx, u));
+}
+
+static void params_done(mt_gpt *m, int u, mt_pass pass) {
+  if (u >= 0) m->src.params_done(m->src.ctx, u, pass);
+}
+
+static void grads_done(mt_gpt *m, int u) {
+  if (u >= 0) m->src.grads_done(m->src.ctx, u);
+}
+
+/* The state source of a model that owns its buffers: one flat buffer of
+ * parameters and one of gradients, every unit always there. */
+static float *own_params(void *ctx, int u, mt_pass pass) {
+  mt_gpt *m = ctx;
+  (void)pass;
+  return m->params + m->reg.units[u].begin;
+}
+static void own_params_done(void *ctx, int u, mt_pass pass) {
+  (void)ctx, (void)u, (void)pass;
+}
+static float *own_grads(void *ctx, int u) {
+  mt_gpt *m = ctx;
+  return m->grads + m->reg.units[u].begin;
+}
+static void own_grads_done(void *ctx, int u) { (void)ctx, (void)u; }
+
+void mt_gpt_set_state_source(mt_gpt *m, const mt_state_source *src) {
+  m->src = *src;
+  /* views that stay put (every source but ZeRO-3's) are bound once here;
+   * use_unit binds them again before each use */
+  for (int u = 0; u < m->reg.n_units; u++) {
+    bind_unit(m, u, m->pview, NULL);
+    bind_unit(m, u, m->gview, NULL);
+  }
 }
 
 size_t mt_gpt_layer_offset(const mt_gpt *m, int layer) {
-  if (layer < 0) return 0;
+  if (layer < MT_LAYER_EMBED) layer = MT_LAYER_EMBED;
   if (layer > m->shape.n_layer) return m->reg.numel_local;
-  return m->reg.t[2 + 12 * layer].offset; /* 2 embedding tensors, 12 per block */
+  int u = mt_registry_unit_of_layer(&m->reg, layer);
+  return u < 0 ? m->reg.numel_local : m->reg.units[u].begin;
 }
 
 /* ------------------------------------------------------------------ */
 /* life cycle                                                          */
 
+/* an activation buffer of n floats (a model that only counts: NULL) */
 static float *act(mt_gpt *m, size_t n) {
+  m->act_bytes += n * sizeof(float);
+  if (m->count_only) return NULL;
   if (m->n_act == MT_GPT_MAX_ACT_BUFFERS) mt_die("too many activation buffers");
-  float *p = mt_mem_alloc(MT_MEM_ACTIV, n * sizeof(float));
+  float *p = m->ops->alloc(MT_MEM_ACTIV, n * sizeof(float));
   m->act_ptr[m->n_act] = p;
   m->act_size[m->n_act++] = n * sizeof(float);
-  m->act_bytes += n * sizeof(float);
   return p;
 }
 
@@ -192,30 +326,50 @@ static size_t act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head,
 static void act_set_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
                          int with_head, act_set_kind k);
 
-/* whole_acts: allocate m->a for every layer (0: a pipeline stage binds its own sets) */
+/* whole_acts: allocate m->a for every layer (0: a pipeline stage binds its
+ * own sets); count_only: allocate nothing, count the bytes */
 static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
-                      const mt_gpt_parallel *par, int whole_acts, mt_err *e);
+                      const mt_gpt_parallel *par, int whole_acts, int count_only, mt_err *e);
 
 int mt_gpt_create_parallel(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
                            int max_B, const mt_gpt_parallel *par, mt_err *e) {
-  return gpt_create(m, shape, ops, max_B, par, 1, e);
+  return gpt_create(m, shape, ops, max_B, par, 1, 0, e);
 }
 
 int mt_gpt_create_stage(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
                         const mt_gpt_parallel *par, mt_err *e) {
-  return gpt_create(m, shape, ops, max_B, par, 0, e);
+  return gpt_create(m, shape, ops, max_B, par, 0, 0, e);
+}
+
+int mt_gpt_create_plan(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
+                       const mt_gpt_parallel *par, mt_err *e) {
+  return gpt_create(m, shape, ops, max_B, par, 0, 1, e);
+}
+
+/* The layout of par (NULL: one rank) for registration. */
+static mt_gpt_layout layout_of(const mt_model_shape *shape, const mt_gpt_parallel *par) {
+  mt_group *tp_g = par && par->tp && par->tp->size > 1 ? par->tp : NULL;
+  mt_gpt_layout lay = {tp_g ? tp_g->size : 1, tp_g ? tp_g->rank : 0, par && par->sp,
+                       shape->n_layer, NULL, 0, 0};
+  if (par && par->stage_of_layer) {
+    lay.stage_of_layer = par->stage_of_layer;
+    lay.pp_last = par->pp_last;
+    lay.pp_rank = par->pp_rank;
+  }
+  return lay;
 }
 
 static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
-                      const mt_gpt_parallel *par, int whole_acts, mt_err *e) {
+                      const mt_gpt_parallel *par, int whole_acts, int count_only, mt_err *e) {
   memset(m, 0, sizeof *m);
+  m->count_only = count_only;
   m->shape = *shape;
   m->ops = ops;
   m->max_B = max_B;
   m->T = shape->seq_len;
-  mt_group *tp_g = par && par->tp && par->tp->size > 1 ? par->tp : NULL;
-  int tp_size = tp_g ? tp_g->size : 1, tp_rank = tp_g ? tp_g->rank : 0;
-  int sp = par && par->sp;
+  mt_gpt_layout lay = layout_of(shape, par);
+  mt_group *tp_g = lay.tp_size > 1 ? par->tp : NULL;
+  int tp_size = lay.tp_size, sp = lay.sp;
   if (sp && (!tp_g || shape->seq_len % tp_size != 0)) {
     mt_err_set(e, "sequence parallelism needs tp > 1 dividing seq_len = %d (tp = %d)",
                shape->seq_len, tp_size);
@@ -226,10 +380,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
     return -1;
   }
   char msg[256];
-  if (mt_gpt_register(&m->reg, shape, tp_size, tp_rank, sp, msg, sizeof msg) != 0 ||
-      (par && par->stage_of_layer &&
-       mt_gpt_register_stages(&m->reg, par->stage_of_layer, par->pp_last, par->pp_rank, msg,
-                              sizeof msg) != 0)) {
+  if (mt_gpt_register_layout(&m->reg, shape, &lay, msg, sizeof msg) != 0) {
     mt_err_set(e, "%s", msg);
     mt_registry_free(&m->reg);
     return -1;
@@ -250,13 +401,18 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->recompute = par && par->recompute;
   m->split_backward = par && par->split_backward;
 
-  size_t n = m->reg.numel_local;
-  m->params = mt_mem_alloc(MT_MEM_PARAMS, n * sizeof(float));
-  m->grads = mt_mem_alloc(MT_MEM_GRADS, n * sizeof(float));
   m->p.blocks = mt_calloc((size_t)shape->n_layer, sizeof(mt_block_tensors));
   m->g.blocks = mt_calloc((size_t)shape->n_layer, sizeof(mt_block_tensors));
-  bind_views(m, m->params, &m->p);
-  bind_views(m, m->grads, &m->g);
+  find_views(m);
+  if (!(par && par->external_state) && !count_only) {
+    /* a model on its own: it owns flat buffers of parameters and gradients */
+    size_t n = m->reg.numel_local;
+    m->params = ops->alloc(MT_MEM_PARAMS, n * sizeof(float));
+    m->grads = ops->alloc(MT_MEM_GRADS, n * sizeof(float));
+    mt_state_source own = {m, own_params, own_params_done, own_grads, own_grads_done};
+    mt_gpt_set_state_source(m, &own);
+    for (int u = 0; u < m->reg.n_units; u++) use_unit(m, u, MT_PASS_FORWARD, 1);
+  }
 
   size_t B = (size_t)max_B, T = (size_t)m->T, C = (size_t)shape->n_embd, L = (size_t)shape->n_layer;
   size_t BT = B * T, BTs = B * (size_t)m->T_sp;
@@ -265,8 +421,8 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
     mt_gpt_acts_bind(m, &m->a, act(m, mt_gpt_acts_numel(m, (int)L, max_B, 1)), (int)L, max_B, 1);
   if (m->recompute) {
     size_t before = m->act_bytes;
-    act_set_bind(m, &m->ws, act(m, act_set_numel(m, 1, max_B, 0, SET_WORKSPACE)), 1, max_B, 0,
-                 SET_WORKSPACE);
+    float *ws = act(m, act_set_numel(m, 1, max_B, 0, SET_WORKSPACE));
+    if (ws) act_set_bind(m, &m->ws, ws, 1, max_B, 0, SET_WORKSPACE);
     m->ws_bytes = m->act_bytes - before;
   }
   /* backward scratch: one layer's worth, reused layer after layer */
@@ -285,11 +441,20 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   }
   m->rowmax = act(m, BT);
   m->xent_stats = (double *)act(m, 2 * BT * sizeof(double) / sizeof(float));
+  /* the micro-batch's tokens, in backend memory (B,T) each */
+  m->tok_in = (int *)act(m, BT * sizeof(int) / sizeof(float));
+  m->tok_tgt = (int *)act(m, BT * sizeof(int) / sizeof(float));
+  size_t partial = mt_tp_partial_numel(r, 0, r->numel_local);
+  m->comm_bytes = mt_tp_comm_bytes(tp_size, sp, BT * C, partial);
+  if (count_only) { /* the tp ranks and sp as a real model would see them */
+    m->tp.size = tp_size;
+    m->tp.rank = lay.tp_rank;
+    m->tp.sp = sp;
+    return 0;
+  }
   m->inputs = mt_calloc(BT, sizeof(int));
   m->targets = mt_calloc(BT, sizeof(int));
-  size_t partial = 0; /* every tp_partial_grad element: any range fits */
-  for (int i = 0; i < r->n; i++) partial += r->t[i].tp_partial_grad ? r->t[i].numel_local : 0;
-  mt_tp_create(&m->tp, tp_g, sp, BT * C, partial);
+  mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops);
   return 0;
 }
 
@@ -300,11 +465,24 @@ int mt_gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int
 
 void mt_gpt_destroy(mt_gpt *m) {
   size_t n = m->reg.numel_local;
-  mt_mem_free(MT_MEM_PARAMS, m->params, n * sizeof(float));
-  mt_mem_free(MT_MEM_GRADS, m->grads, n * sizeof(float));
-  for (int i = 0; i < m->n_act; i++) mt_mem_free(MT_MEM_ACTIV, m->act_ptr[i], m->act_size[i]);
+  if (m->count_only) { /* nothing was allocated but the views and the registry */
+    free(m->p.blocks);
+    free(m->g.blocks);
+    free(m->pview);
+    free(m->gview);
+    free(m->unit_block);
+    mt_registry_free(&m->reg);
+    memset(m, 0, sizeof *m);
+    return;
+  }
+  if (m->params) m->ops->free(MT_MEM_PARAMS, m->params, n * sizeof(float));
+  if (m->grads) m->ops->free(MT_MEM_GRADS, m->grads, n * sizeof(float));
+  for (int i = 0; i < m->n_act; i++) m->ops->free(MT_MEM_ACTIV, m->act_ptr[i], m->act_size[i]);
   free(m->p.blocks);
   free(m->g.blocks);
+  free(m->pview);
+  free(m->gview);
+  free(m->unit_block);
   free(m->inputs);
   free(m->targets);
   mt_tp_destroy(&m->tp);
@@ -313,60 +491,26 @@ void mt_gpt_destroy(mt_gpt *m) {
 }
 
 /* ------------------------------------------------------------------ */
-/* initialisation: counter-based, layout-free                          */
-
-static uint64_t hash_name(const char *s) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-  return h;
-}
-
-/* standard normal for element idx of a tensor keyed by key (Box-Muller) */
-static double normal_at(uint64_t key, uint64_t idx) {
-  uint64_t a = mt_splitmix64(key ^ mt_splitmix64(2 * idx));
-  uint64_t b = mt_splitmix64(key ^ mt_splitmix64(2 * idx + 1));
-  double u1 = ((double)(a >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-  double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-static int ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && strcmp(s + n - k, suffix) == 0;
-}
+/* a model that owns its buffers: initialisation and zeroing           */
 
 void mt_gpt_init_params(mt_gpt *m, uint64_t seed) {
-  const float std = 0.02f;
-  const float proj_std = std / sqrtf(2.0f * (float)m->shape.n_layer);
+  if (!m->params) mt_die("mt_gpt_init_params: the model's state lives elsewhere");
+  size_t most = 0;
+  for (int i = 0; i < m->reg.n; i++)
+    if (m->reg.t[i].numel_local > most) most = m->reg.t[i].numel_local;
+  float *host = mt_malloc((most ? most : 1) * sizeof(float));
   for (int i = 0; i < m->reg.n; i++) {
     const mt_tensor *t = &m->reg.t[i];
-    float *p = m->params + t->offset;
     if (t->numel_local == 0) continue; /* held by another pipeline stage */
-    if (ends_with(t->name, ".bias")) {
-      memset(p, 0, t->numel_local * sizeof(float));
-      continue;
-    }
-    if (strstr(t->name, "ln") == t->name || strstr(t->name, ".ln")) {
-      for (size_t j = 0; j < t->numel_local; j++) p[j] = 1.0f;
-      continue;
-    }
-    float sd = (ends_with(t->name, "attn.proj.weight") || ends_with(t->name, "mlp.proj.weight"))
-                   ? proj_std : std;
-    uint64_t key = mt_splitmix64(seed ^ hash_name(t->name));
-    size_t row_len = (size_t)t->padded[t->ndim - 1];
-    for (size_t j = 0; j < t->numel_local; j++) {
-      size_t g = mt_tensor_global_index(t, j, m->reg.tp_size);
-      /* padding rows (beyond the true extent of dim 0) stay zero */
-      if (t->ndim == 2 && (int64_t)(g / row_len) >= t->shape[0]) {
-        p[j] = 0.0f;
-        continue;
-      }
-      p[j] = (float)(sd * normal_at(key, g));
-    }
+    mt_registry_init_values(&m->reg, i, seed, 0, t->numel_local, host);
+    m->ops->upload(m->params + t->offset, host, t->numel_local * sizeof(float));
   }
+  free(host);
 }
 
-void mt_gpt_zero_grad(mt_gpt *m) { memset(m->grads, 0, m->reg.numel_local * sizeof(float)); }
+void mt_gpt_zero_grad(mt_gpt *m) {
+  if (m->grads) m->ops->zero(m->grads, m->reg.numel_local);
+}
 
 /* ------------------------------------------------------------------ */
 /* tensor-parallel plumbing                                            */
@@ -416,31 +560,35 @@ static const float *column_dinput(mt_gpt *m, float *dpartial, int B) {
   return m->dln_local;
 }
 
-double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step) {
+double mt_gpt_tp_bytes_range(const mt_gpt *m, int B, int n_layers, int embed, int head) {
   int n = m->tp.size;
   if (n == 1) return 0.0;
-  double C = m->shape.n_embd, L = m->shape.n_layer, BT = (double)B * m->T;
+  double C = m->shape.n_embd, L = n_layers, BT = (double)B * m->T;
   size_t act = (size_t)(BT * C) * sizeof(float); /* one (B,T,C) activation */
-  if (per_step) {
-    size_t partial = 0;
-    for (int i = 0; i < m->reg.n; i++)
-      partial += m->reg.t[i].tp_partial_grad ? m->reg.t[i].numel_local : 0;
-    /* one all-reduce per layer range (and the final LN) */
-    return m->tp.sp ? mt_bytes_allreduce(partial * sizeof(float), n) : 0.0;
-  }
   /* cross-entropy: row maxima (floats) and row sums | target logits (doubles) */
-  double xent = mt_bytes_allreduce((size_t)BT * sizeof(float), n) +
-                mt_bytes_allreduce((size_t)(2 * BT) * sizeof(double), n);
+  double xent = head ? mt_bytes_allreduce((size_t)BT * sizeof(float), n) +
+                           mt_bytes_allreduce((size_t)(2 * BT) * sizeof(double), n)
+                     : 0.0;
   /* recompute runs each block's forward again in backward (twice with a split
    * backward: once per pass) */
   double refwd = m->recompute ? (m->split_backward ? 2 : 1) * L : 0;
   if (!m->tp.sp) /* all-reduces: embedding, 2 per block forward, 2 per block backward, LM head */
-    return (4 * L + 2 + 2 * refwd) * mt_bytes_allreduce(act, n) + xent;
+    return (4 * L + embed + head + 2 * refwd) * mt_bytes_allreduce(act, n) + xent;
   /* per block: forward 2 gathers + 2 reduce-scatters; backward 2 gathers of
    * output gradients, 2 re-gathers of inputs, 2 reduce-scatters of input
    * gradients; embedding: reduce-scatter + gather; LM head: gather,
    * re-gather, reduce-scatter */
-  return (10 * L + 5 + 4 * refwd) * mt_bytes_allgather(act, n) + xent;
+  return (10 * L + 2 * embed + 3 * head + 4 * refwd) * mt_bytes_allgather(act, n) + xent;
+}
+
+double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step) {
+  int n = m->tp.size;
+  if (n == 1) return 0.0;
+  if (per_step) /* the sp partial gradients, summed once (in pieces, same bytes) */
+    return m->tp.sp ? mt_bytes_allreduce(
+                          mt_tp_partial_numel(&m->reg, 0, m->reg.numel_local) * sizeof(float), n)
+                    : 0.0;
+  return mt_gpt_tp_bytes_range(m, B, m->shape.n_layer, 1, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -627,14 +775,17 @@ static void layer_backward(mt_gpt *m, int l, const float *x0, const layer_acts *
 #define WG(p) (input_only ? NULL : (p))
   /* MLP: dres is d(residual3) = d(fcproj) and flows on to d(residual2) */
   dy = row_dout(m, dres, B);
-  if (input_only) dy = memcpy(x->dy_fcproj, dy, bt * C * sizeof(float));
-  memset(d->fch_gelu, 0, bt * Fl * sizeof(float));
+  if (input_only) {
+    o->copy(x->dy_fcproj, dy, bt * C);
+    dy = x->dy_fcproj;
+  }
+  o->zero(d->fch_gelu, bt * Fl);
   o->matmul_backward(d->fch_gelu, WG(g->fc_proj_w), WG(g->fc_proj_b), dy, x->fchg, w->fc_proj_w,
                      BT, Fl, C);
   float *dfch = input_only ? x->dy_fc : d->fch;
-  memset(dfch, 0, bt * Fl * sizeof(float));
+  o->zero(dfch, bt * Fl);
   o->gelu_backward(dfch, x->fch, d->fch_gelu, bt * Fl);
-  memset(dpart, 0, bt * C * sizeof(float));
+  o->zero(dpart, bt * C);
   o->matmul_backward(dpart, WG(g->fc_w), WG(g->fc_b), dfch,
                      input_only ? NULL : column_input(m, x->ln2, B), w->fc_w, BT, C, Fl);
   dln = column_dinput(m, dpart, B);
@@ -642,14 +793,17 @@ static void layer_backward(mt_gpt *m, int l, const float *x0, const layer_acts *
                         x->ln2_rstd, BTs, C);
   /* attention: dres is now d(residual2) = d(attproj) and flows on to d(input) */
   dy = row_dout(m, dres, B);
-  if (input_only) dy = memcpy(x->dy_attproj, dy, bt * C * sizeof(float));
-  memset(d->atty, 0, bt * Cl * sizeof(float));
+  if (input_only) {
+    o->copy(x->dy_attproj, dy, bt * C);
+    dy = x->dy_attproj;
+  }
+  o->zero(d->atty, bt * Cl);
   o->matmul_backward(d->atty, WG(g->attn_proj_w), WG(g->attn_proj_b), dy, x->atty,
                      w->attn_proj_w, BT, Cl, C);
   float *dqkv = input_only ? x->dy_qkv : d->qkv;
-  memset(dqkv, 0, 3 * bt * Cl * sizeof(float));
+  o->zero(dqkv, 3 * bt * Cl);
   o->attention_backward(dqkv, m->datt, d->atty, x->qkv, x->att, B, T, Cl, NHl);
-  memset(dpart, 0, bt * C * sizeof(float));
+  o->zero(dpart, bt * C);
   o->matmul_backward(dpart, WG(g->qkv_w), WG(g->qkv_b), dqkv,
                      input_only ? NULL : column_input(m, x->ln1, B), w->qkv_w, BT, C, 3 * Cl);
   dln = column_dinput(m, dpart, B);
@@ -676,6 +830,15 @@ static void layer_backward_weight(mt_gpt *m, int l, const layer_acts *x, int B) 
 /* ------------------------------------------------------------------ */
 /* layer ranges: the pipeline stages' units, and the whole model        */
 
+/* The micro-batch's tokens into backend memory (the kernels read them
+ * there); called before each use, since pipeline stages interleave
+ * micro-batches. */
+static void stage_tokens(mt_gpt *m, const int *inputs, const int *targets, int B) {
+  size_t bytes = (size_t)B * m->T * sizeof(int);
+  if (inputs) m->ops->upload(m->tok_in, inputs, bytes);
+  if (targets) m->ops->upload(m->tok_tgt, targets, bytes);
+}
+
 double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
                             const int *inputs, const int *targets, int B) {
   const mt_ops *o = m->ops;
@@ -684,17 +847,26 @@ double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed
   const size_t bt = (size_t)BT;
   if (embed) {
     /* vocabulary-parallel embedding: rows held here, zeros for the rest, and
-     * the positions once (tp rank 0); summed over tp */
-    o->encoder_vp_forward(row_partial(m, a->encoded), inputs, m->p.wte, v0, Vl,
+     * the positions once (tp rank 0); summed over tp. The embeddings stay
+     * acquired until their backward (the LM head reads wte again). */
+    stage_tokens(m, inputs, NULL, B);
+    use_unit(m, m->unit_embed, MT_PASS_FORWARD, 0);
+    o->encoder_vp_forward(row_partial(m, a->encoded), m->tok_in, m->p.wte, v0, Vl,
                           m->tp.rank == 0 ? m->p.wpe : NULL, B, T, C);
     row_output(m, a->encoded, B);
   }
   for (int l = l0; l < l1; l++) {
     const size_t j = (size_t)(l - l0);
     layer_acts x = layer_at(m, a, j, B);
+    use_unit(m, m->unit_block[l], MT_PASS_FORWARD, 0);
     layer_forward(m, &m->p.blocks[l], layer_input(m, a, j, B), &x, B);
+    params_done(m, m->unit_block[l], MT_PASS_FORWARD);
   }
   if (!head) return 0.0;
+  /* the head: the final LN and the tied LM head (wte), kept until backward */
+  stage_tokens(m, NULL, targets, B);
+  use_unit(m, m->unit_final, MT_PASS_FORWARD, 0);
+  use_unit(m, m->unit_embed, MT_PASS_FORWARD, 0);
   const float *last = mt_gpt_range_output(m, a, l1 - l0, B);
   o->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs, C);
   /* vocabulary-parallel LM head and cross-entropy: this rank's logit columns,
@@ -702,16 +874,17 @@ double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed
   o->matmul_forward(a->logits, column_input(m, a->lnf, B), m->p.wte, NULL, BT, C, Vl);
   o->xent_vp_max(m->rowmax, a->logits, BT, Vl, nreal);
   mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
-  o->xent_vp_exp(m->xent_stats, a->logits, a->logits, m->rowmax, targets, v0, BT, Vl, nreal);
+  o->xent_vp_exp(m->xent_stats, a->logits, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
   mt_tp_allreduce_f64(&m->tp, m->xent_stats, 2 * bt);
   o->xent_vp_finish(a->losses, a->logits, m->xent_stats, m->rowmax, BT, Vl, nreal);
-  double sum = 0.0;
-  for (int i = 0; i < BT; i++) sum += a->losses[i];
-  return sum;
+  return o->sum(a->losses, bt);
 }
 
 /* The backward of a range (input_only: the input pass of a split one); hook
- * as mt_gpt_backward's (l1 after the head, each layer, -1 after embed). */
+ * as mt_gpt_backward's (l1 after the head, each layer, -1 after embed). Each
+ * unit's gradients are reported complete to the state source as soon as
+ * they are (a full backward only: a split one completes them in the weight
+ * pass, and reports nothing). */
 static const float *backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed,
                                    int head, const int *inputs, const int *targets,
                                    const float *dout, float dloss, int B, int input_only,
@@ -720,35 +893,52 @@ static const float *backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, in
   const int T = m->T, C = m->shape.n_embd, BT = B * T, BTs = B * m->T_sp;
   const int Vl = m->V_local, v0 = m->v_start;
   const size_t btc = (size_t)BTs * C, bt = (size_t)BT;
+  const int report = !m->split_backward;
   float *dres = m->d.residual3, *dpart = m->d.ln1;
   if (head) {
     /* loss -> logits (in place over the probabilities, kept there for the
      * weight pass) -> lnf -> residual stream */
-    o->xent_vp_backward(a->logits, a->logits, targets, v0, dloss, BT, Vl, m->v_real);
-    memset(dpart, 0, bt * C * sizeof(float));
+    stage_tokens(m, NULL, targets, B);
+    use_unit(m, m->unit_final, MT_PASS_BACKWARD, 1);
+    use_unit(m, m->unit_embed, MT_PASS_BACKWARD, 1);
+    o->xent_vp_backward(a->logits, a->logits, m->tok_tgt, v0, dloss, BT, Vl, m->v_real);
+    o->zero(dpart, bt * C);
     o->matmul_backward(dpart, input_only ? NULL : m->g.wte, NULL, a->logits,
                        input_only ? NULL : column_input(m, a->lnf, B), m->p.wte, BT, C, Vl);
     const float *dln = column_dinput(m, dpart, B);
-    memset(dres, 0, btc * sizeof(float));
+    o->zero(dres, btc);
     o->layernorm_backward(dres, m->g.lnf_w, m->g.lnf_b, dln, mt_gpt_range_output(m, a, l1 - l0, B),
                           m->p.lnf_w, a->lnf_mean, a->lnf_rstd, BTs, C);
+    if (report) grads_done(m, m->unit_final);
+    params_done(m, m->unit_final, MT_PASS_BACKWARD);
     if (hook) hook(ctx, l1);
   } else {
-    memcpy(dres, dout, btc * sizeof(float));
+    o->copy(dres, dout, btc);
   }
   for (int l = l1 - 1; l >= l0; l--) {
     const size_t j = (size_t)(l - l0);
     layer_acts x = layer_at(m, a, j, B);
     const float *x0 = layer_input(m, a, j, B);
+    use_unit(m, m->unit_block[l], MT_PASS_BACKWARD, 1);
     if (m->recompute) layer_recompute(m, l, x0, &x, B);
     layer_backward(m, l, x0, &x, dres, input_only, B);
+    if (report) grads_done(m, m->unit_block[l]);
+    params_done(m, m->unit_block[l], MT_PASS_BACKWARD);
     if (hook) hook(ctx, l);
   }
   /* every rank sees the whole gradient of the embedding output: its wte rows
    * and all of wpe get their full gradients, no sum over tp needed */
   if (embed) {
-    o->encoder_vp_backward(m->g.wte, m->g.wpe, row_dout(m, dres, B), inputs, v0, Vl, B, T, C);
-    if (hook) hook(ctx, -1);
+    stage_tokens(m, inputs, NULL, B);
+    use_unit(m, m->unit_embed, MT_PASS_BACKWARD, 1);
+    o->encoder_vp_backward(m->g.wte, m->g.wpe, row_dout(m, dres, B), m->tok_in, v0, Vl, B, T, C);
+  }
+  if (embed || head) {
+    /* the embeddings' last use in this backward (a stage with the head but
+     * not the embedding holds the tied LM head's copy) */
+    if (report) grads_done(m, m->unit_embed);
+    params_done(m, m->unit_embed, MT_PASS_BACKWARD);
+    if (embed && hook) hook(ctx, -1);
   }
   return dres;
 }
@@ -770,12 +960,16 @@ const float *mt_gpt_backward_range_input(mt_gpt *m, mt_gpt_acts *a, int l0, int 
 
 void mt_gpt_backward_range_weight(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int head, int B) {
   const int BT = B * m->T, C = m->shape.n_embd;
-  if (head) /* the LM head: a->logits holds d(logits) since the input pass */
+  if (head) { /* the LM head: a->logits holds d(logits) since the input pass */
+    use_unit(m, m->unit_final, MT_PASS_BACKWARD, 1);
+    use_unit(m, m->unit_embed, MT_PASS_BACKWARD, 1);
     m->ops->matmul_backward(NULL, m->g.wte, NULL, a->logits, column_input(m, a->lnf, B), NULL,
                             BT, C, m->V_local);
+  }
   for (int l = l1 - 1; l >= l0; l--) {
     const size_t j = (size_t)(l - l0);
     layer_acts x = layer_at(m, a, j, B);
+    use_unit(m, m->unit_block[l], MT_PASS_BACKWARD, 1);
     if (m->recompute) layer_recompute(m, l, layer_input(m, a, j, B), &x, B);
     layer_backward_weight(m, l, &x, B);
   }
@@ -795,23 +989,4 @@ float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B) {
 void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx) {
   backward_range(m, &m->a, 0, m->shape.n_layer, 1, 1, m->inputs, m->targets, NULL, dloss,
                  m->cur_B, 0, hook, ctx);
-}
-
-int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_stage,
-                           int pp_rank, char *msg, size_t msg_len) {
-  for (int i = 0; i < r->n; i++) {
-    mt_tensor *t = &r->t[i];
-    int layer = -1;
-    t->pp_copy = -1;
-    if (sscanf(t->name, "blocks.%d.", &layer) == 1) {
-      t->pp_stage = stage_of_layer[layer];
-    } else if (strncmp(t->name, "lnf.", 4) == 0) {
-      t->pp_stage = last_stage;
-    } else {
-      t->pp_stage = 0;
-      if (strcmp(t->name, "wte.weight") == 0 && last_stage != 0) t->pp_copy = last_stage;
-    }
-  }
-  r->pp_rank = pp_rank;
-  return mt_registry_finalize(r, msg, msg_len);
 }

@@ -105,17 +105,38 @@ typedef struct {
   int recompute, split_backward;
   /* pipeline stage (stage_of_layer NULL: none, every tensor held): this
    * rank's stage pp_rank of 0..pp_last holds only its tensors (see
-   * mt_gpt_register_stages); the views of the others are NULL */
+   * mt_gpt_register_layout); the views of the others are NULL */
   const int *stage_of_layer;
   int pp_rank, pp_last;
+  /* the parameters and gradients live with the caller (the dp/ZeRO engine),
+   * who hands them over with mt_gpt_set_state_source before the first pass;
+   * 0: the model allocates flat buffers of its own (m->params, m->grads) */
+  int external_state;
 } mt_gpt_parallel;
+
+/* Where a rank sits, for registration: its tp rank of tp_size (sp:
+ * sequence parallelism), and its pipeline stage pp_rank of 0..pp_last with
+ * the stage of each of the n_layer blocks (stage_of_layer NULL: no pipeline,
+ * every stage holds every tensor). */
+typedef struct {
+  int tp_size, tp_rank, sp;
+  int n_layer;
+  const int *stage_of_layer;
+  int pp_last, pp_rank;
+} mt_gpt_layout;
 
 typedef struct mt_gpt {
   mt_model_shape shape;
   const mt_ops *ops;
   mt_registry reg;
-  float *params, *grads; /* flat, reg.numel_local each: the tensors this stage holds */
-  mt_gpt_tensors p, g;
+  mt_state_source src;   /* where the parameters and gradients are, unit by unit */
+  float *params, *grads; /* a model on its own (not external_state): flat, reg.numel_local
+                            each, the tensors this stage holds; else NULL */
+  mt_gpt_tensors p, g;   /* views, bound unit by unit as the source hands units over */
+  float ***pview, ***gview; /* per registry tensor: the view it binds (looked up by name) */
+  int unit_embed, unit_final; /* registry units of the embeddings and the final LN */
+  int *unit_block;       /* per block */
+  int *tok_in, *tok_tgt; /* the micro-batch's tokens in backend memory, (B,T) each */
   int max_B, T;
   int cur_B; /* micro-batch of the last forward */
   mt_gpt_acts a, d;      /* d: scratch gradients of activations */
@@ -134,7 +155,9 @@ typedef struct mt_gpt {
    * cross-entropy row maxima (BT) and sums | target logits (BT,2) doubles */
   float *full_in, *full_out, *dln_local, *rowmax;
   double *xent_stats;
-  size_t act_bytes;
+  size_t act_bytes;      /* activation bytes allocated (or counted) at creation */
+  size_t comm_bytes;     /* comm-buffer bytes of its tensor parallelism */
+  int count_only;        /* mt_gpt_create_plan: nothing allocated */
   int n_act; /* every activation buffer, for freeing and accounting */
   void *act_ptr[MT_GPT_MAX_ACT_BUFFERS];
   size_t act_size[MT_GPT_MAX_ACT_BUFFERS];
@@ -145,10 +168,14 @@ typedef struct mt_gpt {
  * pass (layers count down from n_layer-1; -1 means embeddings, the last). */
 typedef void (*mt_grad_ready_fn)(void *ctx, int layer);
 
-/* Registers the model's tensors in r for tp rank tp_rank of tp_size (sp:
- * sequence parallelism marks the LayerNorm tensors tp_partial_grad) and
- * finalizes it: the layout any rank of any tp would hold, without a model.
- * Returns 0, or -1 with msg filled. */
+/* Registers the model's tensors in r with their placements on every axis
+ * for the rank lay describes (sp marks the LayerNorm tensors
+ * tp_partial_grad; layers give units and pipeline stages; init rules and
+ * weight decay as attributes) and finalizes it: the layout any rank of any
+ * mesh would hold, without a model. Returns 0, or -1 with msg filled. */
+int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *shape, const mt_gpt_layout *lay,
+                           char *msg, size_t msg_len);
+/* The same without pipeline stages. */
 int mt_gpt_register(mt_registry *r, const mt_model_shape *shape, int tp_size, int tp_rank,
                     int sp, char *msg, size_t msg_len);
 /* Registers the parameters, allocates params, grads and activations for
@@ -159,9 +186,11 @@ int mt_gpt_create_parallel(mt_gpt *m, const mt_model_shape *shape, const mt_ops 
 int mt_gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
                   mt_err *e);
 void mt_gpt_destroy(mt_gpt *m);
-/* Deterministic, layout-free initialisation: each element is a pure function
- * of (seed, tensor name, global index); N(0, 0.02), residual projections
- * scaled by 1/sqrt(2L), LayerNorm weight 1, biases 0. */
+/* Hand the model its state (external_state models, before the first pass). */
+void mt_gpt_set_state_source(mt_gpt *m, const mt_state_source *src);
+/* A model that owns its buffers: deterministic, layout-free initialisation
+ * by the registry's init rules (each element a pure function of (seed,
+ * tensor name, global index)). */
 void mt_gpt_init_params(mt_gpt *m, uint64_t seed);
 /* Forward on inputs/targets (B,T); returns the mean loss over the B*T
  * positions; keeps activations for backward. Under tensor parallelism every
@@ -172,8 +201,9 @@ float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B);
  * this rank's part only: the hook (or the caller) sums them over tp with
  * mt_tp_reduce_partial_grads before the optimizer reads them. */
 void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx);
+/* a model that owns its buffers: gradients to zero */
 void mt_gpt_zero_grad(mt_gpt *m);
-/* first flat offset of layer l's tensors (l = n_layer: the final LN; -1: embeddings) */
+/* first flat offset of layer l's unit (l = n_layer: the final LN; -1: embeddings) */
 size_t mt_gpt_layer_offset(const mt_gpt *m, int layer);
 /* Bytes this rank sends over the tp group for one forward + backward of a
  * micro-batch of B sequences (per_step = 0), or once per optimizer step
@@ -198,6 +228,17 @@ int mt_gpt_create_stage(mt_gpt *m, const mt_model_shape *shape, const mt_ops *op
                         const mt_gpt_parallel *par, mt_err *e);
 void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
                       int with_head);
+/* mt_gpt_create_stage that allocates nothing (no MPI either: par->tp may be
+ * a group with only size and rank set): m->act_bytes and m->comm_bytes say
+ * what it would allocate, mt_gpt_acts_numel and mt_gpt_tp_bytes_range work;
+ * nothing else does. Free with mt_gpt_destroy. For plans and memory checks. */
+int mt_gpt_create_plan(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
+                       const mt_gpt_parallel *par, mt_err *e);
+/* Bytes this rank sends over tp for one forward + backward of a micro-batch
+ * of B sequences through n_layers blocks (embed, head: the range holds the
+ * embedding, the head), as the layout implies; 0 without tensor
+ * parallelism. */
+double mt_gpt_tp_bytes_range(const mt_gpt *m, int B, int n_layers, int embed, int head);
 /* The range's output hidden state (BTs,C) in a. */
 float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
 /* Forward of layers [l0, l1) for one micro-batch: embed (the range starts
@@ -224,12 +265,12 @@ const float *mt_gpt_backward_range_input(mt_gpt *m, mt_gpt_acts *a, int l0, int 
                                          int head, const int *inputs, const int *targets,
                                          const float *dout, float dloss, int B);
 void mt_gpt_backward_range_weight(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int head, int B);
-/* Pipeline stages in a registry of mt_gpt_register: marks each tensor's
- * stage (pp_stage) — layer l's tensors stage_of_layer[l], wte and wpe the
- * first stage, the final LN last_stage; the tied LM head is wte's copy on
- * last_stage (pp_copy; its gradient is summed with the first stage's, so the
- * two stay equal) — and finalizes the layout of stage pp_rank, which then
- * holds only its own tensors. Returns 0, or -1 with msg filled. */
+/* Pipeline stages in a registry of mt_gpt_register, from each tensor's
+ * layer attribute: layer l's tensors on stage_of_layer[l], the embeddings on
+ * the first stage, the final LN on last_stage, and the tied LM head a copy
+ * of wte on last_stage (pp_copy; its gradient is summed with the first
+ * stage's, so the two stay equal); finalizes the layout of stage pp_rank,
+ * which then holds only its own tensors. Returns 0, or -1 with msg filled. */
 int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_stage,
                            int pp_rank, char *msg, size_t msg_len);
 

@@ -5,8 +5,9 @@
 
 #include "core/core.h"
 
-void mt_adamw_create(mt_adamw *o, size_t n, float beta1, float beta2, float eps,
-                     float weight_decay) {
+void mt_adamw_create(mt_adamw *o, const mt_ops *ops, size_t n, float beta1, float beta2,
+                     float eps, float weight_decay) {
+  o->ops = ops;
   o->beta1 = beta1;
   o->beta2 = beta2;
   o->eps = eps;
@@ -14,13 +15,13 @@ void mt_adamw_create(mt_adamw *o, size_t n, float beta1, float beta2, float eps,
   o->t = 0;
   o->lr = 0;
   o->n = n;
-  o->m = mt_mem_alloc(MT_MEM_OPTIM, n * sizeof(float));
-  o->v = mt_mem_alloc(MT_MEM_OPTIM, n * sizeof(float));
+  o->m = ops->alloc(MT_MEM_OPTIM, n * sizeof(float));
+  o->v = ops->alloc(MT_MEM_OPTIM, n * sizeof(float));
 }
 
 void mt_adamw_destroy(mt_adamw *o) {
-  mt_mem_free(MT_MEM_OPTIM, o->m, o->n * sizeof(float));
-  mt_mem_free(MT_MEM_OPTIM, o->v, o->n * sizeof(float));
+  o->ops->free(MT_MEM_OPTIM, o->m, o->n * sizeof(float));
+  o->ops->free(MT_MEM_OPTIM, o->v, o->n * sizeof(float));
   o->m = o->v = NULL;
 }
 
@@ -29,9 +30,8 @@ void mt_adamw_step_begin(mt_adamw *o, float lr) {
   o->lr = lr;
 }
 
-void mt_adamw_update_range(mt_adamw *o, const mt_ops *ops, const mt_registry *reg,
-                           float *params, const float *grad, size_t begin, size_t len,
-                           size_t moff) {
+void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, const float *grad,
+                           size_t begin, size_t len, size_t moff) {
   size_t end = begin + len;
   for (int i = 0; i < reg->n && begin < end; i++) {
     const mt_tensor *t = &reg->t[i];
@@ -39,7 +39,7 @@ void mt_adamw_update_range(mt_adamw *o, const mt_ops *ops, const mt_registry *re
     if (te <= begin || tb >= end) continue;
     size_t a = tb > begin ? tb : begin, b = te < end ? te : end;
     size_t k = a - begin;
-    ops->adamw_update(params + a, grad + k, o->m + moff + k, o->v + moff + k, b - a, o->lr,
+    o->ops->adamw_update(param + k, grad + k, o->m + moff + k, o->v + moff + k, b - a, o->lr,
                       o->beta1, o->beta2, o->eps, t->weight_decay ? o->weight_decay : 0.0f,
                       o->t);
   }

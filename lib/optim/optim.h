@@ -9,23 +9,24 @@
 #include "registry/registry.h"
 
 typedef struct {
+  const mt_ops *ops;
   float lr, beta1, beta2, eps, weight_decay;
   int t;        /* updates done so far */
-  float *m, *v; /* moments over the elements this rank updates */
+  float *m, *v; /* moments over the elements this rank updates (backend memory) */
   size_t n;     /* moments length */
 } mt_adamw;
 
-void mt_adamw_create(mt_adamw *o, size_t n, float beta1, float beta2, float eps,
-                     float weight_decay);
+void mt_adamw_create(mt_adamw *o, const mt_ops *ops, size_t n, float beta1, float beta2,
+                     float eps, float weight_decay);
 void mt_adamw_destroy(mt_adamw *o);
-/* Update params[begin, begin+len) of the flat buffer with grad (len values)
- * and the moments at m[moff, moff+len). Weight decay applies to the elements
- * of tensors registered with weight_decay. Call mt_adamw_step_begin once per
- * optimizer step before the ranges. */
+/* Update the flat elements [begin, begin+len): their parameters at param
+ * (len values), gradients at grad (len values), moments at m[moff, moff+len).
+ * Weight decay applies to the elements of tensors registered with
+ * weight_decay. Call mt_adamw_step_begin once per optimizer step before the
+ * ranges. */
 void mt_adamw_step_begin(mt_adamw *o, float lr);
-void mt_adamw_update_range(mt_adamw *o, const mt_ops *ops, const mt_registry *reg,
-                           float *params, const float *grad, size_t begin, size_t len,
-                           size_t moff);
+void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, const float *grad,
+                           size_t begin, size_t len, size_t moff);
 
 /* Linear warmup over warmup steps to lr, then cosine decay to lr*min_ratio at
  * the last step. step is 0-based. */

@@ -1,4 +1,6 @@
-/* Data parallelism: bucketed, overlapped gradient reduction and ZeRO-1. */
+/* Data parallelism and ZeRO 0-3: the training state as the registry places
+ * it on dp, bucketed gradient reduction overlapped with backward, ZeRO-3's
+ * per-unit parameter gathers with prefetch, clipping and AdamW. */
 #include "parallel/parallel.h"
 
 #include <math.h>
@@ -7,64 +9,130 @@
 
 static double sqrt_safe(double x) { return x > 0.0 ? sqrt(x) : 0.0; }
 
-static void bucket_split(mt_bucket *b, int n) {
-  size_t len = b->end - b->begin;
-  b->counts = mt_calloc((size_t)n, sizeof(int));
-  b->displs = mt_calloc((size_t)n, sizeof(int));
-  size_t base = len / (size_t)n, extra = len % (size_t)n, off = 0;
-  for (int r = 0; r < n; r++) {
-    b->counts[r] = (int)(base + ((size_t)r < extra ? 1 : 0));
-    b->displs[r] = (int)off;
-    off += (size_t)b->counts[r];
-  }
+static const mt_bucket_plan *plan_of(const mt_dp *d, int k) { return &d->reg->buckets[k]; }
+
+/* this rank's part of bucket k: flat begin and length */
+static size_t part_begin(const mt_dp *d, int k) {
+  return plan_of(d, k)->begin + (size_t)plan_of(d, k)->displs[d->g->rank];
+}
+static size_t part_len(const mt_dp *d, int k) {
+  return (size_t)plan_of(d, k)->counts[d->g->rank];
 }
 
-void mt_dp_create(mt_dp *d, mt_group *dp_group, int zero, const mt_registry *reg,
-                  const mt_ops *ops, float *params, float *grads, size_t bucket_bytes,
-                  float beta1, float beta2, float eps, float weight_decay) {
+/* ------------------------------------------------------------------ */
+/* buffer pools (ZeRO-2/3)                                             */
+
+static void pool_add(const mt_ops *ops, mt_pool_buf **pool, int *n, mt_mem_cat cat, size_t numel,
+                     size_t part_numel) {
+  *pool = realloc(*pool, (size_t)(*n + 1) * sizeof **pool);
+  if (!*pool) mt_die("out of memory (buffer pool)");
+  mt_pool_buf *b = &(*pool)[(*n)++];
+  b->numel = numel;
+  b->part_numel = part_numel;
+  b->mem = ops->alloc(cat, numel * sizeof(float));
+  b->part = part_numel ? ops->alloc(cat, part_numel * sizeof(float)) : NULL;
+  b->owner = -1;
+}
+
+static void pool_free(const mt_ops *ops, mt_pool_buf *pool, int n, mt_mem_cat cat) {
+  for (int i = 0; i < n; i++) {
+    ops->free(cat, pool[i].mem, pool[i].numel * sizeof(float));
+    if (pool[i].part) ops->free(cat, pool[i].part, pool[i].part_numel * sizeof(float));
+  }
+  free(pool);
+}
+
+/* Gradient buffers (zero >= 2): buffer 0 for the last bucket (it holds the
+ * embeddings, whose gradients the LM head starts and the embedding's
+ * backward ends), then up to two shared by the other buckets in turn. */
+static int grad_buf_of_bucket(const mt_dp *d, int k) {
+  if (k == d->reg->n_buckets - 1) return 0;
+  return 1 + k % (d->n_gbufs - 1);
+}
+
+/* ZeRO-3 gather buffers: the units used at both ends of a pass (the first
+ * and the last: the embeddings, which the tied LM head uses again, and the
+ * final LayerNorm) have buffers of their own (0, 1); the others share two
+ * by parity, so the next unit's gather never waits for the current one. */
+static int gather_buf_of_unit(const mt_dp *d, int u) {
+  if (u == 0) return 0;
+  if (u == d->reg->n_units - 1) return 1;
+  return 2 + u % (d->n_pbufs - 2);
+}
+
+/* the bucket of unit u (zero >= 2: buckets hold whole units) */
+static int bucket_of_unit(const mt_dp *d, int u) {
+  for (int k = 0; k < d->reg->n_buckets; k++)
+    if (u >= plan_of(d, k)->u0 && u < plan_of(d, k)->u1) return k;
+  return -1;
+}
+
+void mt_dp_create(mt_dp *d, mt_group *dp_group, const mt_registry *reg, const mt_ops *ops,
+                  const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay) {
   memset(d, 0, sizeof *d);
   d->g = dp_group;
-  d->zero = zero;
+  d->zero = reg->zero;
   d->reg = reg;
   d->ops = ops;
-  d->params = params;
-  d->grads = grads;
-  size_t max_elems = bucket_bytes / sizeof(float);
-  if (max_elems < 1) max_elems = 1;
-  /* an MPI count is an int: keep every bucket below 2^31 elements */
-  if (max_elems > (size_t)1 << 30) max_elems = (size_t)1 << 30;
-  d->buckets = mt_calloc((size_t)reg->n + 1, sizeof(mt_bucket));
-  size_t end = reg->numel_local, cur_begin = end;
-  for (int i = reg->n - 1; i >= 0; i--) {
-    cur_begin = reg->t[i].offset;
-    /* tensors another pipeline stage holds take no room: no empty buckets */
-    if ((end - cur_begin >= max_elems || i == 0) && end > cur_begin) {
-      mt_bucket *b = &d->buckets[d->n_buckets++];
-      b->begin = cur_begin;
-      b->end = end;
-      end = cur_begin;
+  d->tp = tp;
+  if (reg->dp_size != dp_group->size || reg->dp_rank != dp_group->rank)
+    mt_die("the registry's dp placement (%d ranks, rank %d) is not this dp group's (%d, %d)",
+           reg->dp_size, reg->dp_rank, dp_group->size, dp_group->rank);
+  size_t n = reg->numel_local, shard = reg->shard_numel;
+  d->params = ops->alloc(MT_MEM_PARAMS, (d->zero == 3 ? shard : n) * sizeof(float));
+  if (d->zero <= 1) d->grads = ops->alloc(MT_MEM_GRADS, n * sizeof(float));
+  if (d->zero >= 1) d->grad_shard = ops->alloc(MT_MEM_GRADS, shard * sizeof(float));
+  mt_adamw_create(&d->opt, ops, shard, beta1, beta2, eps, weight_decay);
+  d->buckets = mt_calloc((size_t)reg->n_buckets + 1, sizeof(mt_bucket));
+  for (int k = 0; k < reg->n_buckets; k++) d->buckets[k].buf = -1;
+  d->unit_done = mt_calloc((size_t)reg->n_units + 1, sizeof(int));
+  int nb = reg->n_buckets;
+  if (d->zero >= 2 && nb > 0) {
+    /* the last bucket's buffer, then the largest of the others, twice */
+    const mt_bucket_plan *lastb = plan_of(d, nb - 1);
+    pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, lastb->end - lastb->begin,
+             part_len(d, nb - 1));
+    size_t most = 0, most_part = 0;
+    for (int k = 0; k < nb - 1; k++) {
+      size_t len = plan_of(d, k)->end - plan_of(d, k)->begin;
+      if (len > most) most = len;
+      if (part_len(d, k) > most_part) most_part = part_len(d, k);
     }
+    for (int i = 0; i < (nb - 1 < 2 ? nb - 1 : 2); i++)
+      pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part);
   }
-  size_t shard = 0;
-  for (int k = 0; k < d->n_buckets; k++) {
-    mt_bucket *b = &d->buckets[k];
-    bucket_split(b, d->g->size);
-    b->shard_off = shard;
-    shard += zero ? (size_t)b->counts[d->g->rank] : b->end - b->begin;
+  if (d->zero == 3) {
+    int U = reg->n_units;
+    d->gather = mt_calloc((size_t)U, sizeof(mt_unit_gather));
+    for (int u = 0; u < U; u++) d->gather[u].buf = -1;
+    size_t first = reg->units[0].end - reg->units[0].begin;
+    size_t last = U > 1 ? reg->units[U - 1].end - reg->units[U - 1].begin : 0;
+    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, first, 0);
+    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, last, 0);
+    size_t most = 0;
+    for (int u = 1; u < U - 1; u++)
+      if (reg->units[u].end - reg->units[u].begin > most)
+        most = reg->units[u].end - reg->units[u].begin;
+    for (int i = 0; i < (U - 2 < 2 ? U - 2 : 2); i++)
+      pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, most, 0);
   }
-  d->shard_numel = shard;
-  if (zero) d->grad_shard = mt_mem_alloc(MT_MEM_GRADS, shard * sizeof(float));
-  mt_adamw_create(&d->opt, shard, beta1, beta2, eps, weight_decay);
 }
 
 void mt_dp_destroy(mt_dp *d) {
-  for (int k = 0; k < d->n_buckets; k++) {
-    free(d->buckets[k].counts);
-    free(d->buckets[k].displs);
-  }
-  free(d->buckets);
-  if (d->grad_shard) mt_mem_free(MT_MEM_GRADS, d->grad_shard, d->shard_numel * sizeof(float));
+  const mt_ops *o = d->ops;
+  for (int k = 0; k < d->reg->n_buckets; k++) mt_wait(&d->buckets[k].req);
+  if (d->gather)
+    for (int u = 0; u < d->reg->n_units; u++) mt_wait(&d->gather[u].req);
+  size_t n = d->reg->numel_local, shard = d->reg->shard_numel;
+  o->free(MT_MEM_PARAMS, d->params, (d->zero == 3 ? shard : n) * sizeof(float));
+  if (d->grads) o->free(MT_MEM_GRADS, d->grads, n * sizeof(float));
+  if (d->grad_shard) o->free(MT_MEM_GRADS, d->grad_shard, shard * sizeof(float));
   mt_adamw_destroy(&d->opt);
+  pool_free(o, d->gbufs, d->n_gbufs, MT_MEM_GRADS);
+  pool_free(o, d->pbufs, d->n_pbufs, MT_MEM_GATHER);
+  free(d->gather);
+  free(d->buckets);
+  free(d->unit_done);
   memset(d, 0, sizeof *d);
 }
 
@@ -78,31 +146,258 @@ void mt_dp_set_pp(mt_dp *d, mt_group *pp_group, size_t skip_begin, size_t skip_e
   d->norm_skip_end = skip_end;
 }
 
-void mt_dp_begin_sync(mt_dp *d) {
-  d->next_bucket = 0;
-  for (int k = 0; k < d->n_buckets; k++) d->buckets[k].launched = 0;
+float *mt_dp_full_grads(mt_dp *d) { return d->grads; }
+
+/* ------------------------------------------------------------------ */
+/* initial values                                                      */
+
+/* flat elements [a, b) (inside one tensor i) start at mem */
+static void init_piece(mt_dp *d, int i, uint64_t seed, size_t a, size_t b, float *mem,
+                       float *host) {
+  const mt_tensor *t = &d->reg->t[i];
+  mt_registry_init_values(d->reg, i, seed, a - t->offset, b - t->offset, host);
+  d->ops->upload(mem, host, (b - a) * sizeof(float));
 }
 
-static void launch(mt_dp *d, mt_bucket *b) {
-  float *g = d->grads + b->begin;
+void mt_dp_init_params(mt_dp *d, uint64_t seed) {
+  const mt_registry *r = d->reg;
+  size_t most = 0;
+  for (int i = 0; i < r->n; i++)
+    if (r->t[i].numel_local > most) most = r->t[i].numel_local;
+  float *host = mt_malloc((most ? most : 1) * sizeof(float));
+  if (d->zero < 3) {
+    for (int i = 0; i < r->n; i++) {
+      const mt_tensor *t = &r->t[i];
+      if (t->numel_local)
+        init_piece(d, i, seed, t->offset, t->offset + t->numel_local, d->params + t->offset, host);
+    }
+  } else {
+    /* the shard: this rank's part of each bucket, tensor by tensor */
+    for (int k = 0; k < r->n_buckets; k++) {
+      size_t pb = part_begin(d, k), pe = pb + part_len(d, k);
+      for (int i = 0; i < r->n; i++) {
+        const mt_tensor *t = &r->t[i];
+        size_t a = t->offset > pb ? t->offset : pb;
+        size_t b = t->offset + t->numel_local < pe ? t->offset + t->numel_local : pe;
+        if (a < b)
+          init_piece(d, i, seed, a, b, d->params + plan_of(d, k)->shard_off + (a - pb), host);
+      }
+    }
+  }
+  free(host);
+}
+
+/* ------------------------------------------------------------------ */
+/* gradient reduction                                                  */
+
+void mt_dp_begin_step(mt_dp *d) {
+  if (d->grads) d->ops->zero(d->grads, d->reg->numel_local);
+  if (d->grad_shard) d->ops->zero(d->grad_shard, d->reg->shard_numel);
+  d->next_bucket = 0;
+  d->reduce_now = 0;
+  d->partial_done = 0;
+  for (int k = 0; k < d->reg->n_buckets; k++) d->buckets[k].launched = 0;
+  for (int u = 0; u < d->reg->n_units; u++) d->unit_done[u] = 0;
+}
+
+void mt_dp_reduce_during_backward(mt_dp *d, int on) { d->reduce_now = on; }
+
+/* zero <= 1: the reduction of bucket k over the whole gradient buffer */
+static void launch(mt_dp *d, int k) {
+  const mt_bucket_plan *p = plan_of(d, k);
+  mt_bucket *b = &d->buckets[k];
+  float *g = d->grads + p->begin;
   if (d->zero)
-    mt_ireduce_scatter_sum_f32(d->g, g, d->grad_shard + b->shard_off, b->counts, &b->req);
+    mt_ireduce_scatter_sum_f32(d->g, g, d->grad_shard + p->shard_off, p->counts, d->ops->loc,
+                               &b->req);
   else
-    mt_iallreduce_sum_f32(d->g, g, b->end - b->begin, &b->req);
+    mt_iallreduce_sum_f32(d->g, g, p->end - p->begin, d->ops->loc, &b->req);
   b->launched = 1;
 }
 
-void mt_dp_grads_ready(mt_dp *d, size_t ready_from) {
-  while (d->next_bucket < d->n_buckets && d->buckets[d->next_bucket].begin >= ready_from)
-    launch(d, &d->buckets[d->next_bucket++]);
+/* zero <= 1: every gradient at flat offset >= ready_from is final: launch
+ * the complete buckets (non-blocking), in order */
+static void grads_ready(mt_dp *d, size_t ready_from) {
+  while (d->next_bucket < d->reg->n_buckets && plan_of(d, d->next_bucket)->begin >= ready_from)
+    launch(d, d->next_bucket++);
   /* let MPI move the buckets already in flight while backward goes on */
   for (int k = 0; k < d->next_bucket; k++) mt_progress(&d->buckets[k].req);
 }
 
-void mt_dp_finish_sync(mt_dp *d) {
-  mt_dp_grads_ready(d, 0);
-  for (int k = 0; k < d->n_buckets; k++) mt_wait(&d->buckets[k].req);
+/* zero >= 2: bucket k's reduce-scatter is done: add this rank's part to the
+ * shard and free its buffer */
+static void retire_bucket(mt_dp *d, int k) {
+  mt_bucket *b = &d->buckets[k];
+  if (b->buf < 0) return;
+  mt_pool_buf *pb = &d->gbufs[b->buf];
+  if (b->launched) {
+    mt_wait(&b->req);
+    d->ops->axpy(d->grad_shard + plan_of(d, k)->shard_off, 1.0f, pb->part, part_len(d, k));
+    b->launched = 0;
+  }
+  pb->owner = -1;
+  b->buf = -1;
 }
+
+/* zero >= 2: bucket k's gradient buffer for this micro-batch: the one it
+ * holds while its units' backward goes on, else a zeroed one (after the
+ * previous micro-batch's reduce-scatter from it has been added to the
+ * shard) */
+static float *bucket_buffer(mt_dp *d, int k) {
+  mt_bucket *b = &d->buckets[k];
+  if (b->buf >= 0 && !b->launched) return d->gbufs[b->buf].mem;
+  retire_bucket(d, k);
+  int i = grad_buf_of_bucket(d, k);
+  mt_pool_buf *pb = &d->gbufs[i];
+  if (pb->owner >= 0) retire_bucket(d, pb->owner);
+  const mt_bucket_plan *p = plan_of(d, k);
+  pb->owner = k;
+  b->buf = i;
+  b->launched = 0;
+  b->units_left = 0;
+  for (int u = p->u0; u < p->u1; u++)
+    b->units_left += d->reg->units[u].end > d->reg->units[u].begin;
+  d->ops->zero(pb->mem, p->end - p->begin);
+  return pb->mem;
+}
+
+static void sum_partials(mt_dp *d, float *buf, size_t buf_begin, size_t begin, size_t end) {
+  if (d->tp && d->tp->sp) mt_tp_reduce_partial_grads_at(d->tp, d->reg, buf, buf_begin, begin, end);
+}
+
+static void unit_grads_done(mt_dp *d, int u) {
+  const mt_unit *un = &d->reg->units[u];
+  d->unit_done[u] = 1;
+  if (d->zero <= 1) {
+    if (!d->reduce_now) return;
+    /* sequence parallelism: sum the unit's partial gradients over tp (once
+     * per step, accumulation included) before dp reduces them */
+    sum_partials(d, d->grads, 0, un->begin, un->end);
+    d->partial_done = 1;
+    grads_ready(d, un->begin);
+    return;
+  }
+  int k = bucket_of_unit(d, u);
+  mt_bucket *b = &d->buckets[k];
+  if (b->buf < 0) mt_die("ZeRO-%d: unit %d's gradients were never acquired", d->zero, u);
+  if (--b->units_left > 0) return;
+  const mt_bucket_plan *p = plan_of(d, k);
+  mt_pool_buf *pb = &d->gbufs[b->buf];
+  sum_partials(d, pb->mem, p->begin, p->begin, p->end);
+  mt_ireduce_scatter_sum_f32(d->g, pb->mem, pb->part, p->counts, d->ops->loc, &b->req);
+  b->launched = 1;
+  for (int j = 0; j < d->reg->n_buckets; j++) mt_progress(&d->buckets[j].req);
+}
+
+void mt_dp_finish_sync(mt_dp *d) {
+  if (d->zero <= 1) {
+    if (!d->partial_done) sum_partials(d, d->grads, 0, 0, d->reg->numel_local);
+    d->partial_done = 1;
+    grads_ready(d, 0);
+    for (int k = 0; k < d->reg->n_buckets; k++) mt_wait(&d->buckets[k].req);
+    return;
+  }
+  for (int k = 0; k < d->reg->n_buckets; k++) {
+    if (d->buckets[k].buf >= 0 && !d->buckets[k].launched)
+      mt_die("ZeRO-%d: bucket %d's gradients are incomplete at the end of the step", d->zero, k);
+    retire_bucket(d, k);
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* ZeRO-3 gathers                                                      */
+
+static void gather_start(mt_dp *d, int u) {
+  mt_unit_gather *ug = &d->gather[u];
+  if (ug->state != 0) return;
+  int i = gather_buf_of_unit(d, u);
+  mt_pool_buf *pb = &d->pbufs[i];
+  if (pb->owner >= 0 && pb->owner != u) {
+    mt_unit_gather *other = &d->gather[pb->owner];
+    if (other->state == 2)
+      mt_die("ZeRO-3: unit %d's gather buffer is still held by unit %d", u, pb->owner);
+    mt_wait(&other->req); /* a prefetch nobody used */
+    other->state = 0;
+    other->buf = -1;
+  }
+  int k = bucket_of_unit(d, u);
+  const mt_bucket_plan *p = plan_of(d, k);
+  pb->owner = u;
+  ug->buf = i;
+  ug->state = 1;
+  mt_iallgatherv_f32(d->g, d->params + p->shard_off, pb->mem, p->counts, p->displs, d->ops->loc,
+                     &ug->req);
+}
+
+/* can unit u's gather start now without taking a buffer in use? */
+static int gather_buf_free(const mt_dp *d, int u) {
+  const mt_pool_buf *pb = &d->pbufs[gather_buf_of_unit(d, u)];
+  return pb->owner < 0 || pb->owner == u;
+}
+
+static float *src_params(void *ctx, int u, mt_pass pass) {
+  mt_dp *d = ctx;
+  const mt_unit *un = &d->reg->units[u];
+  if (d->zero < 3) return d->params + un->begin;
+  mt_unit_gather *ug = &d->gather[u];
+  if (un->end == un->begin) return NULL;
+  int fresh = ug->state != 2;
+  gather_start(d, u);
+  if (ug->state == 1) {
+    mt_wait(&ug->req);
+    ug->state = 2;
+  }
+  /* prefetch the next unit of the pass while this one computes (not when
+   * the LM head takes the embeddings again, which it holds already) */
+  int next = pass == MT_PASS_FORWARD ? u + 1 : u - 1;
+  if ((fresh || pass == MT_PASS_BACKWARD) && next >= 0 && next < d->reg->n_units && d->gather[next].state == 0 &&
+      d->reg->units[next].end > d->reg->units[next].begin && gather_buf_free(d, next))
+    gather_start(d, next);
+  return d->pbufs[ug->buf].mem;
+}
+
+static void release_unit(mt_dp *d, int u) {
+  mt_unit_gather *ug = &d->gather[u];
+  if (ug->state == 0) return;
+  if (ug->state == 1) mt_wait(&ug->req);
+  d->pbufs[ug->buf].owner = -1;
+  ug->buf = -1;
+  ug->state = 0;
+}
+
+static void src_params_done(void *ctx, int u, mt_pass pass) {
+  mt_dp *d = ctx;
+  (void)pass;
+  if (d->zero == 3) release_unit(d, u);
+}
+
+void mt_dp_release_params(mt_dp *d) {
+  if (d->zero == 3)
+    for (int u = 0; u < d->reg->n_units; u++) release_unit(d, u);
+}
+
+static float *src_grads(void *ctx, int u) {
+  mt_dp *d = ctx;
+  const mt_unit *un = &d->reg->units[u];
+  if (d->zero <= 1) return d->grads + un->begin;
+  if (un->end == un->begin) return NULL;
+  int k = bucket_of_unit(d, u);
+  return bucket_buffer(d, k) + (un->begin - plan_of(d, k)->begin);
+}
+
+static void src_grads_done(void *ctx, int u) {
+  mt_dp *d = ctx;
+  if (d->reg->units[u].end == d->reg->units[u].begin) return;
+  unit_grads_done(d, u);
+}
+
+mt_state_source mt_dp_state_source(mt_dp *d) {
+  mt_state_source s = {d, src_params, src_params_done, src_grads, src_grads_done};
+  return s;
+}
+
+/* ------------------------------------------------------------------ */
+/* norm, clip, AdamW                                                   */
 
 /* Sums of squares of grad, which holds the flat range [begin, begin+len), split
  * by the tensors' tp placement: [0] tp-sharded, [1] replicated over tp. */
@@ -124,87 +419,82 @@ static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, 
  * shards of the sharded tensors and identical copies of the replicated ones,
  * so the sharded part is summed over tp and the replicated part counted once. */
 static double global_sumsq(mt_dp *d) {
+  const mt_registry *r = d->reg;
   if (!d->tp_g && !d->pp_g) {
     double sumsq = 0.0;
     if (d->zero) {
-      sumsq = d->ops->sumsq(d->grad_shard, d->shard_numel);
-      mt_allreduce_sum_f64(d->g, &sumsq, 1);
+      sumsq = d->ops->sumsq(d->grad_shard, r->shard_numel);
+      mt_allreduce_sum_f64(d->g, &sumsq, 1, MT_LOC_HOST);
     } else {
-      sumsq = d->ops->sumsq(d->grads, d->reg->numel_local);
+      sumsq = d->ops->sumsq(d->grads, r->numel_local);
     }
     return sumsq;
   }
   double acc[2] = {0.0, 0.0};
   if (d->zero) {
-    int r = d->g->rank;
-    for (int k = 0; k < d->n_buckets; k++) {
-      const mt_bucket *b = &d->buckets[k];
-      sumsq_by_placement(d, d->grad_shard + b->shard_off, b->begin + (size_t)b->displs[r],
-                         (size_t)b->counts[r], acc);
-    }
-    mt_allreduce_sum_f64(d->g, acc, 2);
+    for (int k = 0; k < r->n_buckets; k++)
+      sumsq_by_placement(d, d->grad_shard + plan_of(d, k)->shard_off, part_begin(d, k),
+                         part_len(d, k), acc);
+    mt_allreduce_sum_f64(d->g, acc, 2, MT_LOC_HOST);
   } else {
-    sumsq_by_placement(d, d->grads, 0, d->reg->numel_local, acc);
+    sumsq_by_placement(d, d->grads, 0, r->numel_local, acc);
   }
-  if (d->tp_g) mt_allreduce_sum_f64(d->tp_g, acc, 1);
-  if (d->pp_g) mt_allreduce_sum_f64(d->pp_g, acc, 2); /* the stages' tensors */
+  if (d->tp_g) mt_allreduce_sum_f64(d->tp_g, acc, 1, MT_LOC_HOST);
+  if (d->pp_g) mt_allreduce_sum_f64(d->pp_g, acc, 2, MT_LOC_HOST); /* the stages' tensors */
   return acc[0] + acc[1];
 }
 
 double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
+  const mt_registry *r = d->reg;
   double norm = sqrt_safe(global_sumsq(d));
   d->last_grad_norm = norm;
   float scale = mt_clip_scale(norm, grad_clip);
   float *g = d->zero ? d->grad_shard : d->grads;
-  if (scale != 1.0f) d->ops->scale(g, scale, d->shard_numel);
+  if (scale != 1.0f) d->ops->scale(g, scale, r->shard_numel);
   mt_adamw_step_begin(&d->opt, lr);
-  int r = d->g->rank;
-  for (int k = 0; k < d->n_buckets; k++) {
-    const mt_bucket *b = &d->buckets[k];
-    if (d->zero)
-      mt_adamw_update_range(&d->opt, d->ops, d->reg, d->params, g + b->shard_off,
-                            b->begin + (size_t)b->displs[r], (size_t)b->counts[r], b->shard_off);
-    else
-      mt_adamw_update_range(&d->opt, d->ops, d->reg, d->params, g + b->begin, b->begin,
-                            b->end - b->begin, b->shard_off);
+  for (int k = 0; k < r->n_buckets; k++) {
+    const mt_bucket_plan *p = plan_of(d, k);
+    if (d->zero) {
+      size_t pb = part_begin(d, k);
+      float *param = d->zero == 3 ? d->params + p->shard_off : d->params + pb;
+      mt_adamw_update_range(&d->opt, r, param, g + p->shard_off, pb, part_len(d, k), p->shard_off);
+    } else {
+      mt_adamw_update_range(&d->opt, r, d->params + p->begin, g + p->begin, p->begin,
+                            p->end - p->begin, p->shard_off);
+    }
   }
-  if (d->zero)
-    for (int k = 0; k < d->n_buckets; k++) {
-      const mt_bucket *b = &d->buckets[k];
-      mt_allgatherv_inplace_f32(d->g, d->params + b->begin, b->counts, b->displs);
+  if (d->zero == 1 || d->zero == 2)
+    for (int k = 0; k < r->n_buckets; k++) {
+      const mt_bucket_plan *p = plan_of(d, k);
+      mt_allgatherv_inplace_f32(d->g, d->params + p->begin, p->counts, p->displs, d->ops->loc);
     }
   return norm;
 }
 
-double mt_dp_bytes_per_step(const mt_dp *d) {
-  double bytes = 0.0;
-  for (int k = 0; k < d->n_buckets; k++) {
-    size_t s = (d->buckets[k].end - d->buckets[k].begin) * sizeof(float);
-    bytes += d->zero ? mt_bytes_reduce_scatter(s, d->g->size) + mt_bytes_allgather(s, d->g->size)
-                     : mt_bytes_allreduce(s, d->g->size);
-  }
-  return bytes;
-}
+/* ------------------------------------------------------------------ */
+/* checkpoints                                                         */
 
 int mt_dp_state_ranges(const mt_dp *d, int which, int for_save, mt_flat_range **out) {
-  mt_flat_range *r = mt_calloc((size_t)d->n_buckets, sizeof *r);
-  int me = d->g->rank, n = 0;
-  for (int k = 0; k < d->n_buckets; k++) {
-    const mt_bucket *b = &d->buckets[k];
-    size_t part_begin = b->begin + (size_t)b->displs[me], part_len = (size_t)b->counts[me];
-    size_t begin = for_save || (which > 0 && d->zero) ? part_begin : b->begin;
-    size_t len = for_save || (which > 0 && d->zero) ? part_len : b->end - b->begin;
+  const mt_registry *r = d->reg;
+  mt_flat_range *ranges = mt_calloc((size_t)r->n_buckets + 1, sizeof *ranges);
+  int n = 0;
+  for (int k = 0; k < r->n_buckets; k++) {
+    const mt_bucket_plan *p = plan_of(d, k);
+    size_t pb = part_begin(d, k), pl = part_len(d, k);
+    /* this rank's part, or the whole bucket where it holds the whole */
+    int part = for_save || (which == 0 ? d->zero == 3 : d->zero > 0);
+    size_t begin = part ? pb : p->begin, len = part ? pl : p->end - p->begin;
     float *mem;
     if (which == 0) {
-      mem = d->params + begin;
+      mem = d->zero == 3 ? d->params + p->shard_off : d->params + begin;
     } else {
       float *moments = which == 1 ? d->opt.m : d->opt.v;
       /* ZeRO: the shard holds only this rank's parts; otherwise whole buckets */
-      mem = moments + b->shard_off + (d->zero ? 0 : begin - b->begin);
+      mem = moments + p->shard_off + (d->zero ? 0 : begin - p->begin);
     }
     if (len == 0) continue;
-    r[n++] = (mt_flat_range){begin, len, mem};
+    ranges[n++] = (mt_flat_range){begin, len, mem};
   }
-  *out = r;
+  *out = ranges;
   return n;
 }

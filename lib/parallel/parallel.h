@@ -1,6 +1,6 @@
 /* parallel: data parallelism over the dp group — bucketed gradient reduction
- * overlapped with backward, and ZeRO-1 (optimizer state sharded over dp) —
- * and the communication of tensor parallelism (Megatron's conjugate f/g
+ * overlapped with backward, ZeRO 1-3 (optimizer state, gradients and
+ * parameters sharded over dp) — the communication of tensor parallelism (Megatron's conjugate f/g
  * operators, and sequence parallelism's all-gather / reduce-scatter along the
  * sequence). Works on the registry's flat buffers; knows the model only
  * through layer offsets handed in by the caller. */
@@ -13,75 +13,151 @@
 #include "optim/optim.h"
 #include "registry/registry.h"
 
+/* ------------------------------------------------------------------ */
+/* how the model reaches its state                                     */
+
+/* The model's tensors live where the dp/ZeRO engine keeps them; the model
+ * asks for them one unit (one layer's tensors, see mt_registry units) at a
+ * time and says when it is done. Pointers returned are the memory of the
+ * unit's first element (flat offset units[u].begin); the unit's tensors
+ * follow at their offsets from it.
+ *   params(u, pass):   the unit's whole parameters, valid until
+ *                      params_done(u) (ZeRO-3: gathered over dp, waiting for
+ *                      a prefetch started earlier, and the next unit of the
+ *                      pass prefetched);
+ *   grads(u):          where the unit's gradients accumulate in this
+ *                      backward;
+ *   grads_done(u):     the unit's gradients of this micro-batch are complete
+ *                      (the engine may reduce them now).
+ * The model calls params_done for the units it uses at both ends of a pass
+ * (the embeddings, the final LayerNorm) only after their last use in
+ * backward; after a forward-only pass the caller releases them with
+ * mt_dp_release_params. */
+typedef enum { MT_PASS_FORWARD = 0, MT_PASS_BACKWARD = 1 } mt_pass;
+
 typedef struct {
-  size_t begin, end; /* flat range [begin, end) */
-  int *counts;       /* per dp rank, elements of this bucket it owns (ZeRO) */
-  int *displs;       /* relative to begin */
-  size_t shard_off;  /* where this rank's part sits in the shard buffers */
-  mt_request req;
+  void *ctx;
+  float *(*params)(void *ctx, int unit, mt_pass pass);
+  void (*params_done)(void *ctx, int unit, mt_pass pass);
+  float *(*grads)(void *ctx, int unit);
+  void (*grads_done)(void *ctx, int unit);
+} mt_state_source;
+
+/* ------------------------------------------------------------------ */
+/* data parallelism and ZeRO                                           */
+
+typedef struct mt_tp mt_tp; /* below */
+
+/* One bucket at run time (the plan is the registry's mt_bucket_plan). */
+typedef struct {
+  mt_request req;       /* its reduction in flight */
   int launched;
+  int units_left;       /* zero >= 2: units of the bucket whose gradients are not complete */
+  int buf;              /* zero >= 2: the gradient buffer it holds, -1 none */
 } mt_bucket;
 
+/* A unit's gathered parameters (ZeRO-3). */
+typedef struct {
+  int buf;             /* gather buffer holding it, -1 none */
+  int state;           /* 0 released, 1 gathering, 2 gathered */
+  mt_request req;
+} mt_unit_gather;
+
+/* A buffer of a pool (ZeRO-2/3 gradients, ZeRO-3 gathered parameters). */
+typedef struct {
+  float *mem;           /* its elements */
+  float *part;          /* gradient buffers: this rank's part of the reduce-scatter */
+  size_t numel, part_numel;
+  int owner;            /* bucket or unit using it, -1 free */
+} mt_pool_buf;
+
+/* The dp/ZeRO engine: owns the training state as the registry places it
+ * on dp (mt_registry_shard_dp), reduces gradients over dp bucket by bucket
+ * (overlapped with backward), clips and runs AdamW on this rank's share.
+ *   zero 0: every rank holds everything; buckets all-reduced.
+ *   zero 1: AdamW moments sharded; gradients reduce-scattered, parameters
+ *           all-gathered after the update.
+ *   zero 2: gradients sharded too: each micro-batch's gradients of a bucket
+ *           are reduce-scattered as soon as the bucket is complete and
+ *           added to this rank's shard; the whole gradient never exists.
+ *   zero 3: parameters sharded too: a unit's parameters are all-gathered
+ *           before its forward and again before its backward (the next
+ *           unit's gather started while the current one computes) and
+ *           released after use. */
 typedef struct {
   mt_group *g;
   int zero;
   const mt_registry *reg;
   const mt_ops *ops;
-  float *params, *grads; /* flat, reg->numel_local */
-  mt_bucket *buckets;    /* ordered from the end of the flat buffer to the start */
-  int n_buckets, next_bucket;
-  size_t shard_numel;    /* elements this rank updates (all of them without ZeRO) */
-  float *grad_shard;     /* ZeRO: reduced gradient of this rank's shard */
-  mt_adamw opt;
-  double last_grad_norm;
-  mt_group *tp_g;        /* NULL: no tensor parallelism (see mt_dp_set_tp) */
-  mt_group *pp_g;        /* NULL: no pipeline parallelism (see mt_dp_set_pp) */
+  const mt_tp *tp;       /* sequence parallelism: partial gradients summed over tp first */
+  mt_group *tp_g;        /* NULL: no tensor parallelism */
+  mt_group *pp_g;        /* NULL: no pipeline parallelism */
   size_t norm_skip_begin, norm_skip_end; /* flat range left out of the norm here */
+  /* state */
+  float *params;         /* zero <= 2: reg->numel_local; zero 3: the shard, reg->shard_numel */
+  float *grads;          /* zero <= 1: reg->numel_local; else NULL */
+  float *grad_shard;     /* zero >= 1: reduced gradient of this rank's shard */
+  mt_adamw opt;          /* moments over reg->shard_numel */
+  mt_bucket *buckets;    /* as reg->buckets */
+  int next_bucket;
+  int reduce_now;        /* zero <= 1: the backward under way is the step's last: launch */
+  int *unit_done;        /* per unit: gradients complete in this micro-batch */
+  int partial_done;      /* zero <= 1: sp partial gradients summed over tp this step */
+  /* zero >= 2: gradient buffers; zero 3: gather buffers and per-unit state */
+  mt_pool_buf *gbufs;
+  int n_gbufs;
+  mt_pool_buf *pbufs;
+  int n_pbufs;
+  mt_unit_gather *gather;
+  double last_grad_norm;
 } mt_dp;
 
-/* Buckets of about bucket_bytes, built from the last tensor backwards and
- * aligned to tensor boundaries; creates the optimizer over this rank's share. */
-void mt_dp_create(mt_dp *d, mt_group *dp_group, int zero, const mt_registry *reg,
-                  const mt_ops *ops, float *params, float *grads, size_t bucket_bytes,
-                  float beta1, float beta2, float eps, float weight_decay);
+/* Allocates the state and builds the buckets' run-time state from reg's dp
+ * placement (call mt_registry_shard_dp first). tp: the model's tensor
+ * parallelism (NULL: none). */
+void mt_dp_create(mt_dp *d, mt_group *dp_group, const mt_registry *reg, const mt_ops *ops,
+                  const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay);
 void mt_dp_destroy(mt_dp *d);
+/* The source the model reads its state through. */
+mt_state_source mt_dp_state_source(mt_dp *d);
+/* Initial values of every element this rank holds (mt_registry_init_values). */
+void mt_dp_init_params(mt_dp *d, uint64_t seed);
 
 /* Tensor parallelism: the global gradient norm then counts each tp-sharded
  * tensor once per shard (summed over tp_group) and each replicated tensor
- * once. Call after mt_dp_create; tp_group may be NULL or of size 1. */
+ * once. tp_group may be NULL or of size 1. */
 void mt_dp_set_tp(mt_dp *d, mt_group *tp_group);
-
-/* Pipeline parallelism: each stage's buffers hold only its own tensors (the
- * registry's layout of that stage: buckets, ZeRO shards and AdamW cover just
- * them); the global norm sums the stages' parts over pp_group, leaving out
- * this rank's flat range [skip_begin, skip_end) (the tied embedding's copy
- * on the last stage, counted on the first). Call after mt_dp_create. */
+/* Pipeline parallelism: each stage's buffers hold only its own tensors; the
+ * global norm sums the stages' parts over pp_group, leaving out this rank's
+ * flat range [skip_begin, skip_end) (a copy of a tensor another stage owns,
+ * counted there). */
 void mt_dp_set_pp(mt_dp *d, mt_group *pp_group, size_t skip_begin, size_t skip_end);
 
-/* Call before the last micro-batch's backward. */
-void mt_dp_begin_sync(mt_dp *d);
-/* Every gradient at flat offset >= ready_from is final: launch the buckets
- * that are complete (non-blocking). Usable as the model's gradient hook with
- * a small adapter. */
-void mt_dp_grads_ready(mt_dp *d, size_t ready_from);
-/* Launch what is left and wait for every bucket. */
+/* The step: zero the gradients and start the bucket bookkeeping. */
+void mt_dp_begin_step(mt_dp *d);
+/* zero <= 1: the backward that follows is the step's last, so each unit's
+ * completed gradients may be reduced at once (overlapped with the rest of
+ * backward). Without this call the reduction waits for mt_dp_finish_sync. */
+void mt_dp_reduce_during_backward(mt_dp *d, int on);
+/* Launch what is left (summing sp partial gradients over tp first) and wait
+ * for every bucket; then the gradients are reduced. */
 void mt_dp_finish_sync(mt_dp *d);
+/* ZeRO-3: let every gathered unit go (after a forward-only pass). */
+void mt_dp_release_params(mt_dp *d);
+/* Gradients of the whole flat buffer (zero <= 1; NULL otherwise). */
+float *mt_dp_full_grads(mt_dp *d);
 
-/* Global gradient norm over the reduced gradients (collective over dp with
- * ZeRO), then clip, AdamW on this rank's share, and (ZeRO) all-gather the
- * updated parameters. Returns the pre-clip global norm. */
+/* Global gradient norm over the reduced gradients, then clip, AdamW on this
+ * rank's share, and (zero 1, 2) all-gather the updated parameters. Returns
+ * the pre-clip global norm. */
 double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip);
 
 /* Training state as flat ranges, for checkpoints. which: 0 parameters, 1 AdamW
  * first moments, 2 second moments. for_save: the ranges this rank writes
- * (its dp share of every bucket, so writes are balanced over dp whether or
- * not ZeRO shards the moments); otherwise everything this rank holds.
+ * (its dp part of every bucket: the registry's write partition, balanced
+ * over dp at any zero level); otherwise everything this rank holds.
  * Returns the count; *out is malloc'ed (free it). */
 int mt_dp_state_ranges(const mt_dp *d, int which, int for_save, mt_flat_range **out);
-
-/* Bytes one rank sends over dp per optimizer step, from the bucket plan:
- * allreduce (zero=0) or reduce-scatter + all-gather (zero=1). */
-double mt_dp_bytes_per_step(const mt_dp *d);
 
 /* ------------------------------------------------------------------ */
 /* tensor and sequence parallelism                                     */
@@ -89,22 +165,27 @@ double mt_dp_bytes_per_step(const mt_dp *d);
 /* The tp group as the model sees it. Without tensor parallelism (g NULL or
  * of size 1) every call below is a no-op or a copy. Activations are
  * (B,T,C) row-major; under sequence parallelism (sp) a rank's slice of the
- * sequence is (B,T/size,C), positions [rank*T/size, (rank+1)*T/size). */
-typedef struct {
+ * sequence is (B,T/size,C), positions [rank*T/size, (rank+1)*T/size).
+ * Buffers live where the backend (ops) keeps its tensors. */
+struct mt_tp {
   mt_group *g;
+  const mt_ops *ops;
   int size, rank;
   int sp;
   float *scratch;   /* the reduce-scatter's running sums, 2 slices (MT_MEM_COMM) */
   size_t scratch_n;
   float *grad_buf;  /* packs the partial gradients of one layer (MT_MEM_COMM) */
   size_t grad_buf_n;
-} mt_tp;
+};
 
 /* max_act: the largest (B,T,C) activation, in elements, that will be
  * reduce-scattered; max_partial_grads: the most elements of tp_partial_grad
  * tensors in one range handed to mt_tp_reduce_partial_grads. */
-void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads);
+void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
+                  const mt_ops *ops);
 void mt_tp_destroy(mt_tp *tp);
+/* Comm-buffer bytes mt_tp_create allocates for these arguments (the plan). */
+size_t mt_tp_comm_bytes(int tp_size, int sp, size_t max_act, size_t max_partial_grads);
 
 /* Sum (in place) of the ranks' partial results: the forward of a
  * row-parallel layer ("g") or the backward of a column-parallel one ("f"). */
@@ -119,9 +200,14 @@ void mt_tp_reduce_scatter_seq(const mt_tp *tp, const float *full, float *local, 
                               int C);
 /* Sum over the group, in one all-reduce, the gradients of every tensor in
  * the flat range [begin, end) that the registry marks tp_partial_grad. Once
- * per optimizer step, after the last micro-batch's backward of that range. */
+ * per reduction of those gradients over dp, before it. buf holds flat
+ * elements from buf_begin on (the whole flat buffer: buf_begin = 0). */
+void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, float *buf,
+                                   size_t buf_begin, size_t begin, size_t end);
 void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *grads,
                                 size_t begin, size_t end);
+/* Elements of tp_partial_grad tensors this rank holds in [begin, end). */
+size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end);
 
 /* ------------------------------------------------------------------ */
 /* pipeline parallelism: schedules as data (schedule.c)                */
@@ -229,6 +315,7 @@ typedef struct {
 
 typedef struct {
   mt_group *g;
+  const mt_ops *ops;        /* the backend: buffers, copies, and where they live */
   const mt_pp_schedule *s;
   mt_pp_stage_fns fn;
   int rank, n_slots, next_free_hint;
@@ -252,12 +339,30 @@ typedef struct {
 } mt_pp_exec;
 
 /* n_slots: activation sets the caller can hold (s->max_inflight[rank]);
- * max_msg: floats of the largest hidden state message. */
-void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *s,
-                       const mt_pp_stage_fns *fn, int n_slots, size_t max_msg);
+ * max_msg: floats of the largest hidden state message. A pipeline of one
+ * stage (pp = 1) sends nothing and allocates no message buffers. */
+void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_ops *ops,
+                       const mt_pp_schedule *s, const mt_pp_stage_fns *fn, int n_slots,
+                       size_t max_msg);
+/* Comm-buffer bytes of an executor for pp stages with n_slots slots and
+ * max_msg-float messages, before any send (sends add pool buffers of
+ * max_msg floats as messages are in flight). */
+size_t mt_pp_exec_comm_bytes(int pp, int n_slots, size_t max_msg);
 void mt_pp_exec_destroy(mt_pp_exec *x);
 /* Runs this rank's op list once: non-blocking sends from copies (waited for
- * at the end), receives posted and waited for in order. forward_only: skips every backward op and gradient message. */
+ * at the end), receives posted and waited for in order. forward_only: skips
+ * every backward op and gradient message. */
 void mt_pp_exec_run(mt_pp_exec *x, int forward_only);
+
+/* Tied tensors across stages: for every tensor this stage holds that has a
+ * copy on another stage (pp_copy), owner and copy exchange their gradients
+ * (grads: the flat gradient buffer) and each adds the other's, so the two
+ * stay bitwise equal (a + b == b + a) and so do their updates. scratch
+ * holds the largest such tensor. Collective over the stages that hold
+ * one. */
+void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_ops *ops,
+                          float *grads, float *scratch);
+/* Floats of the largest tied tensor this stage holds (0: none). */
+size_t mt_pp_tied_numel(const mt_registry *reg);
 
 #endif

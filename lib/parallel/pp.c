@@ -15,10 +15,16 @@
 
 enum { TAG_ACT = 11, TAG_GRAD = 12 };
 
-void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *s,
-                       const mt_pp_stage_fns *fn, int n_slots, size_t max_msg) {
+size_t mt_pp_exec_comm_bytes(int pp, int n_slots, size_t max_msg) {
+  return pp > 1 ? (size_t)n_slots * max_msg * sizeof(float) : 0;
+}
+
+void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_ops *ops,
+                       const mt_pp_schedule *s, const mt_pp_stage_fns *fn, int n_slots,
+                       size_t max_msg) {
   memset(x, 0, sizeof *x);
   x->g = pp_group;
+  x->ops = ops;
   x->s = s;
   x->fn = *fn;
   x->rank = pp_group->rank;
@@ -27,7 +33,9 @@ void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *
   x->slot_of = mt_calloc((size_t)(s->m * s->v), sizeof(int));
   x->slot_busy = mt_calloc((size_t)n_slots, sizeof(int));
   x->dout = mt_calloc((size_t)n_slots, sizeof(float *));
-  for (int i = 0; i < n_slots; i++) x->dout[i] = mt_mem_alloc(MT_MEM_COMM, max_msg * sizeof(float));
+  if (pp_group->size > 1)
+    for (int i = 0; i < n_slots; i++)
+      x->dout[i] = ops->alloc(MT_MEM_COMM, max_msg * sizeof(float));
   x->out = mt_calloc((size_t)n_slots, sizeof(float *));
 }
 
@@ -45,19 +53,20 @@ static void send_copy(mt_pp_exec *x, const float *data, size_t n, int peer, int 
       x->send_req = realloc(x->send_req, (size_t)x->cap_send * sizeof(mt_request));
       if (!x->send_buf || !x->send_req) mt_die("out of memory (pipeline send buffers)");
     }
-    x->send_buf[k] = mt_mem_alloc(MT_MEM_COMM, x->max_msg * sizeof(float));
+    x->send_buf[k] = x->ops->alloc(MT_MEM_COMM, x->max_msg * sizeof(float));
     memset(&x->send_req[k], 0, sizeof(mt_request));
     x->n_send++;
   }
-  memcpy(x->send_buf[k], data, n * sizeof(float));
-  mt_isend_f32(x->g, x->send_buf[k], n, peer, tag, &x->send_req[k]);
+  x->ops->copy(x->send_buf[k], data, n);
+  mt_isend_f32(x->g, x->send_buf[k], n, peer, tag, x->ops->loc, &x->send_req[k]);
 }
 
 void mt_pp_exec_destroy(mt_pp_exec *x) {
-  for (int i = 0; i < x->n_slots; i++) mt_mem_free(MT_MEM_COMM, x->dout[i], x->max_msg * sizeof(float));
+  for (int i = 0; i < x->n_slots; i++)
+    if (x->dout[i]) x->ops->free(MT_MEM_COMM, x->dout[i], x->max_msg * sizeof(float));
   for (int i = 0; i < x->n_send; i++) {
     mt_wait(&x->send_req[i]);
-    mt_mem_free(MT_MEM_COMM, x->send_buf[i], x->max_msg * sizeof(float));
+    x->ops->free(MT_MEM_COMM, x->send_buf[i], x->max_msg * sizeof(float));
   }
   free(x->dout); free(x->send_buf); free(x->send_req);
   free(x->slot_of); free(x->slot_busy); free(x->out);
@@ -110,7 +119,8 @@ void mt_pp_exec_run(mt_pp_exec *x, int forward_only) {
     switch (o->kind) {
     case MT_PP_RECV_ACT:
       k = take_slot(x, cell);
-      mt_irecv_f32(x->g, x->fn.input(x->fn.ctx, k, o->chunk), n, prev, TAG_ACT, &x->recv);
+      mt_irecv_f32(x->g, x->fn.input(x->fn.ctx, k, o->chunk), n, prev, TAG_ACT, x->ops->loc,
+                   &x->recv);
       wait_req(x, &x->recv);
       break;
     case MT_PP_FWD:
@@ -129,7 +139,7 @@ void mt_pp_exec_run(mt_pp_exec *x, int forward_only) {
     case MT_PP_RECV_GRAD:
       if (forward_only) break;
       k = x->slot_of[cell];
-      mt_irecv_f32(x->g, x->dout[k], n, next, TAG_GRAD, &x->recv);
+      mt_irecv_f32(x->g, x->dout[k], n, next, TAG_GRAD, x->ops->loc, &x->recv);
       wait_req(x, &x->recv);
       break;
     case MT_PP_BWD:
@@ -169,4 +179,31 @@ void mt_pp_exec_run(mt_pp_exec *x, int forward_only) {
   }
   for (int i = 0; i < x->n_send; i++) wait_req(x, &x->send_req[i]);
   x->wall_s = mt_now() - t_run;
+}
+
+/* ------------------------------------------------------------------ */
+/* tied tensors across stages                                          */
+
+enum { TAG_TIED = 13 };
+
+size_t mt_pp_tied_numel(const mt_registry *reg) {
+  size_t most = 0;
+  for (int i = 0; i < reg->n; i++) {
+    const mt_tensor *t = &reg->t[i];
+    if (t->pp_copy >= 0 && t->pp_copy != t->pp_stage && t->numel_local > most)
+      most = t->numel_local;
+  }
+  return most;
+}
+
+void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_ops *ops,
+                          float *grads, float *scratch) {
+  for (int i = 0; i < reg->n; i++) {
+    const mt_tensor *t = &reg->t[i];
+    if (t->pp_copy < 0 || t->pp_copy == t->pp_stage || t->numel_local == 0) continue;
+    int peer = reg->pp_rank == t->pp_stage ? t->pp_copy : t->pp_stage;
+    float *g = grads + t->offset;
+    mt_sendrecv_f32(pp_group, g, scratch, t->numel_local, peer, TAG_TIED, ops->loc);
+    ops->axpy(g, 1.0f, scratch, t->numel_local);
+  }
 }

@@ -1,49 +1,101 @@
-/* The parameter registry: logical tensors, placements, local shards, flat offsets. */
+/* The parameter registry: logical tensors, placements on every axis, local
+ * shards, flat offsets, units and the dp buckets and shards. */
 #include "registry/registry.h"
 
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/core.h"
+
+static void *xrealloc(void *p, size_t bytes) {
+  void *q = realloc(p, bytes);
+  if (!q && bytes) abort();
+  return q;
+}
 
 void mt_registry_init(mt_registry *r, int tp_size, int tp_rank) {
   memset(r, 0, sizeof *r);
   r->tp_size = tp_size;
   r->tp_rank = tp_rank;
+  r->ep_size = 1;
+  r->dp_size = 1;
+}
+
+void mt_registry_set_ep(mt_registry *r, int ep_size, int ep_rank) {
+  r->ep_size = ep_size;
+  r->ep_rank = ep_rank;
+  r->finalized = 0;
+}
+
+static void free_buckets(mt_registry *r) {
+  for (int k = 0; k < r->n_buckets; k++) {
+    free(r->buckets[k].counts);
+    free(r->buckets[k].displs);
+  }
+  free(r->buckets);
+  r->buckets = NULL;
+  r->n_buckets = 0;
+  r->shard_numel = 0;
 }
 
 void mt_registry_free(mt_registry *r) {
+  free_buckets(r);
   free(r->t);
+  free(r->units);
   memset(r, 0, sizeof *r);
+}
+
+int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *s) {
+  if (r->n == r->cap) {
+    r->cap = r->cap ? 2 * r->cap : 64;
+    r->t = xrealloc(r->t, (size_t)r->cap * sizeof *r->t);
+  }
+  mt_tensor *t = &r->t[r->n];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", s->name);
+  t->ndim = s->ndim;
+  for (int d = 0; d < s->ndim && d < MT_MAX_DIMS; d++) {
+    t->shape[d] = s->shape[d];
+    t->padded[d] = s->padded ? s->padded[d] : s->shape[d];
+  }
+  t->tp = s->tp;
+  t->ep = s->ep;
+  t->layer = s->layer;
+  t->pp_stage = s->pp_stage;
+  t->pp_copy = s->pp_copy;
+  t->init = s->init;
+  t->init_std = s->init_std;
+  t->weight_decay = s->weight_decay;
+  if (s->tied_to) snprintf(t->tied_to, sizeof t->tied_to, "%s", s->tied_to);
+  t->tp_partial_grad = s->tp_partial_grad;
+  r->finalized = 0;
+  return r->n++;
 }
 
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay) {
-  if (r->n == r->cap) {
-    r->cap = r->cap ? 2 * r->cap : 64;
-    mt_tensor *nt = realloc(r->t, (size_t)r->cap * sizeof *nt);
-    if (!nt) abort();
-    r->t = nt;
-  }
-  mt_tensor *t = &r->t[r->n];
-  memset(t, 0, sizeof *t);
-  snprintf(t->name, sizeof t->name, "%s", name);
-  t->ndim = ndim;
-  for (int d = 0; d < ndim; d++) {
-    t->shape[d] = shape[d];
-    t->padded[d] = padded ? padded[d] : shape[d];
-  }
-  t->tp = tp;
-  t->pp_stage = -1;
-  t->pp_copy = -1;
-  t->weight_decay = weight_decay;
-  r->finalized = 0;
-  return r->n++;
+  mt_tensor_spec s = {name, ndim, shape, padded, tp, mt_replicated(), 0, -1, -1,
+                      weight_decay ? MT_INIT_NORMAL : MT_INIT_ZEROS, 0.02f, weight_decay,
+                      NULL, 0};
+  return mt_registry_add_spec(r, &s);
 }
 
 int mt_registry_find(const mt_registry *r, const char *name) {
   for (int i = 0; i < r->n; i++)
     if (strcmp(r->t[i].name, name) == 0) return i;
   return -1;
+}
+
+int mt_registry_findf(const mt_registry *r, const char *fmt, ...) {
+  char name[MT_NAME_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  return mt_registry_find(r, name);
 }
 
 int mt_registry_holds(const mt_registry *r, const mt_tensor *t) {
@@ -62,47 +114,170 @@ size_t mt_tensor_numel_padded(const mt_tensor *t) {
   return n;
 }
 
+/* Split dim p.dim of t over an axis of `size` ranks, this one `rank`. */
+static int shard_dim(mt_tensor *t, mt_placement p, int size, int rank, const char *axis,
+                     char *msg, size_t msg_len) {
+  if (p.kind != MT_PLACE_SHARDED || size <= 1) return 0;
+  int d = p.dim, k = p.fused_blocks > 0 ? p.fused_blocks : 1;
+  if (d < 0 || d >= t->ndim) {
+    snprintf(msg, msg_len, "%s: %s placement on dim %d of a %d-d tensor", t->name, axis, d,
+             t->ndim);
+    return -1;
+  }
+  int64_t ext = t->local_shape[d];
+  if (ext != t->padded[d]) {
+    snprintf(msg, msg_len, "%s: dim %d is sharded over two axes", t->name, d);
+    return -1;
+  }
+  if (ext % k != 0 || (ext / k) % size != 0) {
+    snprintf(msg, msg_len, "%s: dim %d of extent %lld (%d fused blocks) is not divisible by %s = %d",
+             t->name, d, (long long)ext, k, axis, size);
+    return -1;
+  }
+  int64_t block_local = ext / k / size;
+  t->local_shape[d] = block_local * k;
+  t->local_start[d] = block_local * rank; /* within each fused block */
+  return 0;
+}
+
 int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len) {
   size_t off = 0;
+  free(r->units);
+  r->units = NULL;
+  r->n_units = 0;
   for (int i = 0; i < r->n; i++) {
     mt_tensor *t = &r->t[i];
     for (int d = 0; d < t->ndim; d++) {
       t->local_shape[d] = t->padded[d];
       t->local_start[d] = 0;
     }
-    if (t->tp.kind == MT_PLACE_SHARDED && r->tp_size > 1) {
-      int d = t->tp.dim, k = t->tp.fused_blocks > 0 ? t->tp.fused_blocks : 1;
-      int64_t ext = t->padded[d];
-      if (ext % k != 0 || (ext / k) % r->tp_size != 0) {
-        snprintf(msg, msg_len,
-                 "%s: dim %d of extent %lld (%d fused blocks) is not divisible by tp = %d",
-                 t->name, d, (long long)ext, k, r->tp_size);
-        return -1;
-      }
-      int64_t block_local = ext / k / r->tp_size;
-      t->local_shape[d] = block_local * k;
-      t->local_start[d] = block_local * r->tp_rank; /* within each fused block */
-    }
+    if (shard_dim(t, t->tp, r->tp_size, r->tp_rank, "tp", msg, msg_len) != 0 ||
+        shard_dim(t, t->ep, r->ep_size, r->ep_rank, "ep", msg, msg_len) != 0)
+      return -1;
     size_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= (size_t)t->local_shape[d];
     t->numel_local = mt_registry_holds(r, t) ? n : 0;
     t->offset = off;
     off += t->numel_local;
+    /* units: a new one where the layer changes; a layer seen before is an error */
+    if (r->n_units == 0 || r->units[r->n_units - 1].layer != t->layer) {
+      for (int u = 0; u < r->n_units; u++)
+        if (r->units[u].layer == t->layer) {
+          snprintf(msg, msg_len, "%s: the tensors of layer %d are not registered together",
+                   t->name, t->layer);
+          return -1;
+        }
+      r->units = xrealloc(r->units, (size_t)(r->n_units + 1) * sizeof *r->units);
+      r->units[r->n_units] = (mt_unit){t->layer, i, i, t->offset, t->offset};
+      r->n_units++;
+    }
+    mt_unit *u = &r->units[r->n_units - 1];
+    u->t1 = i + 1;
+    u->end = off;
+    t->unit = r->n_units - 1;
   }
   r->numel_local = off;
   r->finalized = 1;
+  free_buckets(r);
   return 0;
 }
 
+int mt_registry_unit_of_layer(const mt_registry *r, int layer) {
+  for (int u = 0; u < r->n_units; u++)
+    if (r->units[u].layer == layer) return u;
+  return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* the dp placement                                                    */
+
+static void bucket_add(mt_registry *r, size_t begin, size_t end) {
+  r->buckets = xrealloc(r->buckets, (size_t)(r->n_buckets + 1) * sizeof *r->buckets);
+  mt_bucket_plan *b = &r->buckets[r->n_buckets++];
+  memset(b, 0, sizeof *b);
+  b->begin = begin;
+  b->end = end;
+}
+
+int mt_registry_shard_dp(mt_registry *r, int dp_size, int dp_rank, int zero, size_t bucket_bytes) {
+  free_buckets(r);
+  r->dp_size = dp_size;
+  r->dp_rank = dp_rank;
+  r->zero = zero;
+  size_t max_elems = bucket_bytes / sizeof(float);
+  if (max_elems < 1) max_elems = 1;
+  /* an MPI count is an int: keep every bucket below 2^31 elements */
+  if (max_elems > (size_t)1 << 30) max_elems = (size_t)1 << 30;
+  size_t end = r->numel_local;
+  if (zero <= 1) {
+    /* from the last tensor backwards, cut at tensor boundaries once a bucket
+     * holds max_elems; tensors another stage holds take no room */
+    for (int i = r->n - 1; i >= 0; i--) {
+      size_t begin = r->t[i].offset;
+      if ((end - begin >= max_elems || i == 0) && end > begin) {
+        bucket_add(r, begin, end);
+        end = begin;
+      }
+    }
+  } else {
+    /* whole units: zero 3 one each, zero 2 merged up to max_elems */
+    for (int u = r->n_units - 1; u >= 0; u--) {
+      size_t begin = r->units[u].begin;
+      if ((zero == 3 || end - begin >= max_elems || u == 0) && end > begin) {
+        bucket_add(r, begin, end);
+        end = begin;
+      }
+    }
+  }
+  size_t shard = 0;
+  for (int k = 0; k < r->n_buckets; k++) {
+    mt_bucket_plan *b = &r->buckets[k];
+    size_t len = b->end - b->begin;
+    b->counts = calloc((size_t)dp_size, sizeof(int));
+    b->displs = calloc((size_t)dp_size, sizeof(int));
+    if (!b->counts || !b->displs) abort();
+    size_t base = len / (size_t)dp_size, extra = len % (size_t)dp_size, off = 0;
+    for (int q = 0; q < dp_size; q++) {
+      b->counts[q] = (int)(base + ((size_t)q < extra ? 1 : 0));
+      b->displs[q] = (int)off;
+      off += (size_t)b->counts[q];
+    }
+    b->u0 = r->n_units;
+    b->u1 = 0;
+    for (int u = 0; u < r->n_units; u++)
+      if (r->units[u].end > b->begin && r->units[u].begin < b->end) {
+        if (u < b->u0) b->u0 = u;
+        b->u1 = u + 1;
+      }
+    b->shard_off = shard;
+    shard += zero ? (size_t)b->counts[dp_rank] : len;
+  }
+  r->shard_numel = shard;
+  return 0;
+}
+
+int mt_registry_bucket_of(const mt_registry *r, size_t off) {
+  for (int k = 0; k < r->n_buckets; k++)
+    if (off >= r->buckets[k].begin && off < r->buckets[k].end) return k;
+  return -1;
+}
+
+/* ------------------------------------------------------------------ */
+
 size_t mt_tensor_global_index(const mt_tensor *t, size_t local_index, int tp_size) {
+  (void)tp_size; /* the local shape says which dims are split */
   int64_t coord[MT_MAX_DIMS];
   size_t rem = local_index;
   for (int d = t->ndim - 1; d >= 0; d--) {
     coord[d] = (int64_t)(rem % (size_t)t->local_shape[d]);
     rem /= (size_t)t->local_shape[d];
   }
-  if (t->tp.kind == MT_PLACE_SHARDED && tp_size > 1) {
-    int d = t->tp.dim, k = t->tp.fused_blocks > 0 ? t->tp.fused_blocks : 1;
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->local_shape[d] == t->padded[d]) continue;
+    int k = 1;
+    if (t->tp.kind == MT_PLACE_SHARDED && t->tp.dim == d) k = t->tp.fused_blocks;
+    else if (t->ep.kind == MT_PLACE_SHARDED && t->ep.dim == d) k = t->ep.fused_blocks;
+    if (k < 1) k = 1;
     int64_t block_local = t->local_shape[d] / k, block_global = t->padded[d] / k;
     int64_t blk = coord[d] / block_local, within = coord[d] % block_local;
     coord[d] = blk * block_global + t->local_start[d] + within;
@@ -110,4 +285,47 @@ size_t mt_tensor_global_index(const mt_tensor *t, size_t local_index, int tp_siz
   size_t g = 0;
   for (int d = 0; d < t->ndim; d++) g = g * (size_t)t->padded[d] + (size_t)coord[d];
   return g;
+}
+
+/* ------------------------------------------------------------------ */
+/* initial values: counter-based, layout-free                          */
+
+static uint64_t hash_name(const char *s) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+  return h;
+}
+
+/* standard normal for element idx of a tensor keyed by key (Box-Muller) */
+static double normal_at(uint64_t key, uint64_t idx) {
+  uint64_t a = mt_splitmix64(key ^ mt_splitmix64(2 * idx));
+  uint64_t b = mt_splitmix64(key ^ mt_splitmix64(2 * idx + 1));
+  double u1 = ((double)(a >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Is global flat index g (over the padded shape) a padding element? */
+static int is_padding(const mt_tensor *t, size_t g) {
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    int64_t c = (int64_t)(g % (size_t)t->padded[d]);
+    g /= (size_t)t->padded[d];
+    if (c >= t->shape[d]) return 1;
+  }
+  return 0;
+}
+
+void mt_registry_init_values(const mt_registry *r, int i, uint64_t seed, size_t lo, size_t hi,
+                             float *out) {
+  const mt_tensor *t = &r->t[i];
+  if (t->init != MT_INIT_NORMAL) {
+    float v = t->init == MT_INIT_ONES ? 1.0f : 0.0f;
+    for (size_t j = lo; j < hi; j++) out[j - lo] = v;
+    return;
+  }
+  uint64_t key = mt_splitmix64(seed ^ hash_name(t->name));
+  for (size_t j = lo; j < hi; j++) {
+    size_t g = mt_tensor_global_index(t, j, r->tp_size);
+    out[j - lo] = is_padding(t, g) ? 0.0f : (float)(t->init_std * normal_at(key, g));
+  }
 }

@@ -1,7 +1,23 @@
 /* registry: every piece of training state, registered once by logical name
- * with its global shape and its placement on each mesh axis. From it alone
- * come each rank's local shard, the flat-buffer offsets, the bytes the
- * collectives move and the memory each rank needs. Knows no MPI. */
+ * with its global shape and its placement on every mesh axis:
+ *
+ *   tp    replicated, or sharded along one dim (optionally as k fused
+ *         blocks, each split separately: q|k|v), padded extents kept apart
+ *         from the true ones (a vocabulary padded to a multiple of 64*tp);
+ *   ep    the expert axis: replicated, or sharded along one dim (the
+ *         experts of an E x out x in tensor);
+ *   pp    the pipeline stage that owns the tensor, and a stage that holds a
+ *         copy kept equal to the owner's (the tied LM head);
+ *   dp    the ZeRO shard: which dp rank owns which part of the parameters,
+ *         gradients and optimizer state (mt_registry_shard_dp).
+ *
+ * plus attributes the model sets when it registers a tensor: its layer (the
+ * unit ZeRO-3 gathers and the pipeline places), its init rule, weight decay,
+ * the tensor it is tied to, and whether sequence parallelism leaves each tp
+ * rank with a partial gradient. From the registry alone come each rank's
+ * local shard, flat-buffer offsets, the dp buckets and shards, the
+ * checkpoint's write partition, the bytes collectives move and the memory
+ * each rank holds. Knows no MPI. */
 #ifndef MT_REGISTRY_H
 #define MT_REGISTRY_H
 
@@ -22,54 +38,149 @@ typedef struct {
   int fused_blocks; /* k >= 1: the dim holds k blocks (e.g. q|k|v), each split separately */
 } mt_placement;
 
+/* How a tensor's elements start: a pure function of (seed, name, global
+ * index) for MT_INIT_NORMAL, so any layout initialises the same logical
+ * values. Padding (rows beyond the true extent) always starts at 0. */
+typedef enum { MT_INIT_ZEROS = 0, MT_INIT_ONES = 1, MT_INIT_NORMAL = 2 } mt_init_rule;
+
+/* Layers as placement units: the tensors of one layer are registered
+ * together, so they form one contiguous flat range (a unit). */
+#define MT_LAYER_EMBED (-1) /* the embeddings, before block 0 */
+
+/* What a model says about one tensor when it registers it. */
+typedef struct {
+  const char *name;       /* e.g. "blocks.3.attn.qkv.weight" (global layer numbers) */
+  int ndim;
+  const int64_t *shape;   /* global logical shape, unpadded */
+  const int64_t *padded;  /* global shape as stored, or NULL (no padding) */
+  mt_placement tp, ep;
+  int layer;              /* MT_LAYER_EMBED, 0..n_layer-1 for blocks, n_layer after them */
+  int pp_stage;           /* owning pipeline stage, -1: every stage */
+  int pp_copy;            /* -1, or a stage that holds a copy kept equal to the owner's */
+  mt_init_rule init;
+  float init_std;         /* MT_INIT_NORMAL: standard deviation */
+  int weight_decay;       /* AdamW decays this tensor */
+  const char *tied_to;    /* NULL/"" or the name of a tensor sharing this one's storage */
+  int tp_partial_grad;    /* see mt_tensor */
+} mt_tensor_spec;
+
 typedef struct {
   char name[MT_NAME_MAX];  /* e.g. "blocks.3.attn.qkv.weight" (global layer numbers) */
   int ndim;
   int64_t shape[MT_MAX_DIMS];   /* global logical shape, unpadded */
   int64_t padded[MT_MAX_DIMS];  /* global shape as stored (padding, e.g. vocab) */
   mt_placement tp;              /* placement on the tensor-parallel axis */
+  mt_placement ep;              /* placement on the expert axis */
+  int layer;                    /* the layer (unit) it belongs to, see MT_LAYER_EMBED */
   int pp_stage;                 /* owning pipeline stage (writes it in checkpoints), -1: every
                                    stage */
   int pp_copy;                  /* -1, or a second stage that holds a copy kept equal to the
                                    owner's (the tied LM head on the last stage) */
+  mt_init_rule init;
+  float init_std;
   int weight_decay;             /* AdamW decays this tensor */
   char tied_to[MT_NAME_MAX];    /* "" or the name of the tensor this one shares storage with */
   int tp_partial_grad;          /* replicated over tp, yet each tp rank computes only a partial
                                    gradient (sequence parallelism: from its slice of the
                                    sequence): the tp ranks' gradients are summed before use */
-  /* derived by mt_registry_finalize; local_shape and local_start are the tp
-   * shard even where this pipeline stage does not hold the tensor (then
-   * numel_local = 0 and offset is where it would start) */
+  /* derived by mt_registry_finalize; local_shape and local_start are the
+   * tp/ep shard even where this pipeline stage does not hold the tensor
+   * (then numel_local = 0 and offset is where it would start) */
   int64_t local_shape[MT_MAX_DIMS];
   int64_t local_start[MT_MAX_DIMS]; /* global index of local element 0 (per block for fused) */
   size_t numel_local;
   size_t offset;                    /* elements from the start of the flat buffer */
+  int unit;                         /* index into mt_registry.units */
 } mt_tensor;
+
+/* A unit: the tensors of one layer, a contiguous flat range. The pipeline
+ * places units on stages, ZeRO-3 gathers one unit at a time, the model
+ * binds its views one unit at a time. */
+typedef struct {
+  int layer;
+  int t0, t1;        /* tensors [t0, t1) */
+  size_t begin, end; /* flat range [begin, end) on this rank (empty: another stage's) */
+} mt_unit;
+
+/* A dp bucket: a flat range whose gradients are reduced by one collective,
+ * and each dp rank's part of it (its ZeRO shard of the range). */
+typedef struct {
+  size_t begin, end; /* flat range [begin, end) */
+  int u0, u1;        /* the units it covers, [u0, u1) (a unit may straddle two buckets at
+                        zero <= 1; never at zero >= 2) */
+  int *counts;       /* per dp rank, elements of the bucket it owns */
+  int *displs;       /* per dp rank, where its part starts, relative to begin */
+  size_t shard_off;  /* where this rank's part sits in its shard buffers */
+} mt_bucket_plan;
 
 typedef struct {
   mt_tensor *t;
   int n, cap;
   int tp_size, tp_rank;
+  int ep_size, ep_rank;
   int pp_rank;        /* this rank's pipeline stage: the flat buffer holds only the tensors
                          mt_registry_holds says (0 without pipeline parallelism) */
   size_t numel_local; /* total local elements (flat buffer length) */
   int finalized;
+  mt_unit *units;     /* in flat order (derived) */
+  int n_units;
+  /* the dp placement (mt_registry_shard_dp) */
+  int dp_size, dp_rank, zero;
+  mt_bucket_plan *buckets; /* ordered from the end of the flat buffer to the start: the
+                              order backward produces gradients in */
+  int n_buckets;
+  size_t shard_numel;      /* elements of this rank's shard (all it holds without ZeRO) */
 } mt_registry;
 
 void mt_registry_init(mt_registry *r, int tp_size, int tp_rank);
+/* the expert axis (call before adding tensors sharded over it) */
+void mt_registry_set_ep(mt_registry *r, int ep_size, int ep_rank);
 void mt_registry_free(mt_registry *r);
-/* Register a tensor; returns its index. padded may be NULL (no padding). */
+/* Register a tensor; returns its index. */
+int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *spec);
+/* The short form (replicated over ep, every stage, layer 0, normal init
+ * with std 0.02 when weight_decay else zeros): for tools that rebuild a
+ * registry from a checkpoint's attributes. padded may be NULL. */
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay);
+/* Index of the tensor named name, or -1. */
 int mt_registry_find(const mt_registry *r, const char *name);
+/* Index of the tensor whose name is printf(fmt, ...), or -1. */
+int mt_registry_findf(const mt_registry *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Does this rank's stage (r->pp_rank) hold t: its owner, its copy, or every stage. */
 int mt_registry_holds(const mt_registry *r, const mt_tensor *t);
-/* Compute local shapes and flat offsets, in registration order, of the
- * tensors this stage holds (the others get numel_local = 0). Returns 0, or
- * -1 when a sharded dim is not divisible by the axis size (msg filled). */
+/* Compute local shapes, flat offsets and units, in registration order, of
+ * the tensors this stage holds (the others get numel_local = 0). Returns 0,
+ * or -1 when a sharded dim is not divisible by its axis, or a layer's
+ * tensors are not registered together (msg filled). */
 int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len);
+/* Unit of layer (MT_LAYER_EMBED, 0..), or -1. */
+int mt_registry_unit_of_layer(const mt_registry *r, int layer);
 size_t mt_tensor_numel(const mt_tensor *t);        /* global logical */
 size_t mt_tensor_numel_padded(const mt_tensor *t); /* global as stored */
+
+/* The dp placement, after finalize: buckets of about bucket_bytes built from
+ * the end of the flat buffer, and dp rank dp_rank's part of each.
+ *   zero 0, 1: buckets cut at tensor boundaries (a bucket may hold parts of
+ *              two layers); each rank's part is an even split of the bucket
+ *              (the ZeRO-1 moments; every rank holds the whole bucket of
+ *              parameters and gradients);
+ *   zero 2:    buckets of whole units, so the gradients of a bucket are
+ *              complete when its last unit's backward is done;
+ *   zero 3:    one bucket per unit: a unit's parameters are gathered whole.
+ * Returns 0 (no failure mode besides allocation). */
+int mt_registry_shard_dp(mt_registry *r, int dp_size, int dp_rank, int zero, size_t bucket_bytes);
+/* The bucket holding flat offset off (-1 if none). */
+int mt_registry_bucket_of(const mt_registry *r, size_t off);
+
+/* The initial values of local elements [lo, hi) of tensor i (its tp/ep
+ * shard) into out (hi - lo floats), by its init rule: for MT_INIT_NORMAL a
+ * pure function of (seed, name, global index), so every layout starts from
+ * the same logical tensor; padding elements (beyond the true extent of a
+ * dim) are 0. */
+void mt_registry_init_values(const mt_registry *r, int i, uint64_t seed, size_t lo, size_t hi,
+                             float *out);
 
 /* A range [begin, begin+len) of the registry's flat local index space and the
  * memory holding it (len floats). Checkpoints read and write state as such
@@ -80,7 +191,7 @@ typedef struct {
 } mt_flat_range;
 
 /* Global flat index (row-major over the padded global shape) of local element
- * i of t, for any placement. */
+ * i of t, for any placement (tp and ep shards). */
 size_t mt_tensor_global_index(const mt_tensor *t, size_t local_index, int tp_size);
 
 static inline mt_placement mt_replicated(void) {

@@ -273,7 +273,7 @@ static void test_errors(void) {
   err_set("train.beta1=1", "beta1 = 1", "train.beta1 must be >= 0 and < 1", "(got 1)", NULL);
   err_set("train.min_lr_ratio=1.5", "ratio > 1", "train.min_lr_ratio must be between 0 and 1",
           "(got 1.5)", NULL);
-  err_set("parallel.zero=2", "zero = 2", "parallel.zero must be between 0 and 1", "(got 2)",
+  err_set("parallel.zero=4", "zero = 4", "parallel.zero must be between 0 and 3", "(got 4)",
           NULL);
   err_set("parallel.bucket_mb=0", "zero bucket", "parallel.bucket_mb must be > 0", NULL, NULL);
   err_set("data.val_fraction=1", "val_fraction = 1", "data.val_fraction must be >= 0 and < 1",

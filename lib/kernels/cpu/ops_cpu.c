@@ -540,9 +540,45 @@ static void scale(float *x, float s, size_t n) {
 }
 
 /* ------------------------------------------------------------------ */
+/* memory and elementwise helpers (host memory)                        */
+
+static void host_upload(void *dst, const void *src, size_t bytes) {
+  if (bytes) memcpy(dst, src, bytes);
+}
+
+static void zero(float *x, size_t n) {
+  if (n) memset(x, 0, n * sizeof(float));
+}
+
+static void copy(float *dst, const float *src, size_t n) {
+  if (n) memcpy(dst, src, n * sizeof(float));
+}
+
+static void axpy(float *y, float a, const float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* in index order, one thread: the same bits for any thread count */
+static double sum(const float *x, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += x[i];
+  return s;
+}
+
+/* ------------------------------------------------------------------ */
 
 static const mt_ops g_ops_cpu = {
     .name = "cpu",
+    .loc = MT_LOC_HOST,
+    .alloc = mt_mem_alloc,
+    .free = mt_mem_free,
+    .upload = host_upload,
+    .download = host_upload,
+    .zero = zero,
+    .copy = copy,
+    .axpy = axpy,
+    .sum = sum,
     .encoder_forward = encoder_forward,
     .encoder_backward = encoder_backward,
     .layernorm_forward = layernorm_forward,

@@ -1,0 +1,234 @@
+/* The step loop, one for every layout: data -> the schedule's forward and
+ * backward -> dp gradient sync -> clip -> AdamW -> metrics -> checkpoint
+ * and signal policy. */
+#include "train/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Checkpoint the state at `done` steps into <output.dir>/checkpoints. With
+ * async non-NULL the save is started in the background (*async holds it
+ * until mt_ckpt_async_poll commits it). Returns the blocking time, seconds. */
+double mt_train_save(mt_trainer *t, long long done, long long samples, int is_final,
+                     mt_ckpt_async **async) {
+  const mt_config *cfg = &t->cfg;
+  const mt_model_shape *s = &t->lay.shape;
+  double t0 = mt_now();
+  mt_flat_range *r[MT_CKPT_NGROUPS];
+  mt_ckpt_state st;
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    st.n_ranges[g] = mt_dp_state_ranges(&t->dp, g, 1, &r[g]);
+    st.ranges[g] = r[g];
+  }
+  mt_ckpt_meta meta = {done, samples, samples * s->seq_len, t->dp.opt.t, cfg->seed,
+                       s->n_layer, s->n_embd, s->n_head, s->seq_len, s->vocab, cfg->dp, cfg->tp,
+                       cfg->pp, cfg->cp, cfg->zero, t->world_size};
+  char *ini = NULL;
+  size_t ini_len = 0;
+  FILE *mf = open_memstream(&ini, &ini_len);
+  mt_config_write_ini(cfg, mf);
+  fclose(mf);
+  mt_ckpt_save_opts opts = {cfg->ckpt_mode, cfg->ckpt_keep,
+                            is_final ? cfg->ckpt_test_crash : "none", ini};
+  char root[2 * MT_CFG_STR_MAX];
+  snprintf(root, sizeof root, "%s/checkpoints", cfg->output_dir);
+  mt_err e = {0};
+  if (async) {
+    *async = mt_ckpt_async_begin(root, &meta, &t->model.reg, &t->mesh, &st, &opts, &e);
+    if (!*async) mt_die("%s", e.msg);
+  } else if (mt_ckpt_save(root, &meta, &t->model.reg, &t->mesh, &st, &opts, NULL, &e) != 0) {
+    mt_die("%s", e.msg);
+  }
+  free(ini);
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]);
+  return mt_now() - t0;
+}
+
+/* Commit the background save if it is done (wait: make it be done). */
+static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
+  if (!*a) return;
+  mt_err e = {0};
+  int64_t step = 0;
+  double w = 0.0;
+  int rc = mt_ckpt_async_poll(a, wait, &w, &step, &e);
+  if (rc < 0) mt_die("%s", e.msg);
+  if (rc == 1) {
+    *write_s += w;
+    mt_info0("meshtrain: checkpoint step_%lld committed (written in the background in %.2f s)",
+             (long long)step, w);
+  }
+}
+
+/* the micro-batches of step `step` that this dp rank trains on, from the
+ * global sample sequence (the same global batch for any layout) */
+static void load_batch(mt_trainer *t, int step) {
+  const mt_config *cfg = &t->cfg;
+  mt_train_stage *st = &t->stage;
+  const int T = t->lay.shape.seq_len;
+  for (int mb = 0; mb < t->lay.accum; mb++) {
+    uint64_t g0 = (uint64_t)t->samples_done + (uint64_t)(step - t->start_step) * cfg->global_batch +
+                  (uint64_t)t->mesh.dp_rank * t->lay.per_rank + (uint64_t)mb * cfg->micro_batch;
+    for (int b = 0; b < cfg->micro_batch; b++) {
+      size_t off = ((size_t)mb * cfg->micro_batch + b) * T;
+      mt_sampler_get(&t->sampler, g0 + b, st->inp + off, st->tgt + off);
+    }
+    st->rows[mb] = cfg->micro_batch;
+  }
+}
+
+int mt_train_loop(mt_trainer *t) {
+  const mt_config *cfg = &t->cfg;
+  mt_mesh *mesh = &t->mesh;
+  double t_train0 = mt_now();
+  int exit_code = MT_EXIT_OK, stop = 0;
+  /* a checkpoint's blocking and write times show in the next step's record */
+  double pending_ckpt_s = 0.0, pending_write_s = 0.0;
+  mt_ckpt_async *inflight = NULL;
+  t->last_step_done = t->start_step;
+  t->last_saved = t->start_step;
+  for (int step = (int)t->start_step; step < cfg->steps && !stop; step++) {
+    double t0 = mt_now(), comm0 = mesh->dp_g.seconds, bytes0 = mesh->dp_g.bytes;
+    double tp_s0 = mesh->tp_g.seconds, tp_bytes0 = mesh->tp_g.bytes;
+    double pp_s0 = mesh->pp_g.seconds, pp_bytes0 = mesh->pp_g.bytes;
+    double pp_stats[3] = {0.0, 0.0, 0.0}; /* this stage: wait s, bubble fraction, act bytes */
+    mt_dp_begin_step(&t->dp);
+    double td = mt_now();
+    load_batch(t, step);
+    double data_s = mt_now() - td;
+    double loss_sum = mt_train_stage_step(t);
+    if (cfg->pp > 1) {
+      pp_stats[0] = t->exec.wait_s;
+      pp_stats[1] = t->exec.wall_s > 0 ? 1.0 - t->exec.compute_s / t->exec.wall_s : 0.0;
+      /* the sets held at once, and recompute's one-layer workspace */
+      pp_stats[2] = (double)t->exec.peak_slots * (double)t->stage.set_numel * sizeof(float) +
+                    (double)t->model.ws_bytes;
+    }
+    mt_dp_finish_sync(&t->dp);
+    double t_fb = mt_now();
+    double comm_fb = mesh->dp_g.seconds - comm0, tp_fb = mesh->tp_g.seconds - tp_s0;
+    double pp_fb = mesh->pp_g.seconds - pp_s0;
+    float lr = mt_lr_at(step, cfg->steps, cfg->warmup_steps, (float)cfg->lr,
+                        (float)cfg->min_lr_ratio);
+    double norm = mt_dp_optimizer_step(&t->dp, lr, (float)cfg->grad_clip);
+    /* the global loss: sum over dp of each rank's token losses */
+    mt_allreduce_sum_f64(&mesh->dp_g, &loss_sum, 1, MT_LOC_HOST);
+    double t_opt = mt_now();
+    /* tp figures of the training step; evaluation's stay in eval_s */
+    double tp_comm_s = mesh->tp_g.seconds - tp_s0, tp_bytes = mesh->tp_g.bytes - tp_bytes0;
+    double loss = loss_sum / (double)t->tokens_per_step;
+    if (!isfinite(loss)) mt_die("loss is %f at step %d", loss, step + 1);
+    t->last_dp_bytes = mesh->dp_g.bytes - bytes0;
+    t->last_tp_bytes = tp_bytes;
+    t->last_pp_bytes = mesh->pp_g.bytes - pp_bytes0;
+
+    double val = -1.0, t_eval = 0.0;
+    if (cfg->eval_every > 0 && t->n_val_seq > 0 &&
+        ((step + 1) % cfg->eval_every == 0 || step + 1 == cfg->steps)) {
+      double te = mt_now();
+      val = mt_train_evaluate(t);
+      t_eval = mt_now() - te;
+      t->last_val = val;
+    }
+    double step_s = t_opt - t0;
+    mt_step_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.step = step + 1;
+    rec.steps = cfg->steps;
+    rec.loss = loss;
+    rec.val_loss = val;
+    rec.lr = lr;
+    rec.grad_norm = norm;
+    rec.tokens = t->tokens_per_step;
+    rec.step_s = step_s;
+    rec.dp_comm_s = mesh->dp_g.seconds - comm0;
+    rec.data_s = data_s;
+    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb - pp_fb;
+    rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb) - (tp_comm_s - tp_fb);
+    rec.eval_s = t_eval;
+    rec.ckpt_s = pending_ckpt_s;
+    rec.ckpt_write_s = pending_write_s;
+    pending_ckpt_s = pending_write_s = 0.0;
+    rec.dp_bytes = t->last_dp_bytes;
+    rec.model_flops = t->flops_per_token * (double)t->tokens_per_step;
+    rec.flops_per_s = step_s > 0 ? rec.model_flops / step_s : 0.0;
+    rec.peak_flops = t->peak_flops;
+    for (int c = 0; c < MT_MEM_NCAT; c++) rec.mem_peak[c] = mt_mem_peak((mt_mem_cat)c);
+    rec.rss_peak = mt_mem_peak_rss();
+    if (step == (int)t->start_step) t->first_loss = loss;
+    t->last_loss = loss;
+    /* the first step carries warm-up */
+    if (step > (int)t->start_step || cfg->steps - t->start_step == 1) {
+      t->total_step_s += step_s;
+      t->sum_tok_s += t->tokens_per_step / step_s;
+      t->timed_steps++;
+    }
+    /* per stage pipeline figures, gathered to pp rank 0 of this (dp, tp) position */
+    double pp_all[3 * MT_PP_MAX_CHUNKS] = {0};
+    if (cfg->pp > 1)
+      MPI_Gather(pp_stats, 3, MPI_DOUBLE, pp_all, 3, MPI_DOUBLE, 0, mesh->pp_g.comm);
+    rec.tp_comm_s = tp_comm_s;
+    rec.tp_bytes = tp_bytes;
+    rec.pp = cfg->pp;
+    rec.pp_stage = pp_all;
+    rec.pp_comm_s = pp_fb;
+    rec.pp_bytes = t->last_pp_bytes;
+    if (t->world_rank == 0) {
+      char *line = mt_step_record_json(&rec);
+      fprintf(t->metrics_f, "%s\n", line);
+      fflush(t->metrics_f);
+      free(line);
+      if ((step + 1) % cfg->log_every == 0 || step == 0 || step + 1 == cfg->steps) {
+        double avg = t->timed_steps ? t->total_step_s / t->timed_steps : step_s;
+        mt_step_record_progress(&rec, avg * (cfg->steps - step - 1), stdout);
+      }
+    }
+
+    /* ---- checkpoint at the step boundary: periodic, final, asked for ---- */
+    int signalled = mt_train_signalled();
+    MPI_Allreduce(MPI_IN_PLACE, &signalled, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    long long done = step + 1;
+    t->last_step_done = done;
+    int stop_after = cfg->stop_after > 0 && done - t->start_step >= cfg->stop_after;
+    int is_final = done == cfg->steps;
+    int want_save = (cfg->ckpt_every > 0 && done % cfg->ckpt_every == 0) || is_final ||
+                    signalled || stop_after;
+    /* at most one background save in flight; the last one and a stop are blocking */
+    int must_block = is_final || signalled || stop_after || !cfg->ckpt_async;
+    double t_poll = mt_now();
+    poll_async(&inflight, want_save, &pending_write_s);
+    pending_ckpt_s += mt_now() - t_poll;
+    if (want_save && strcmp(cfg->ckpt_mode, "none") != 0) {
+      long long samples = t->samples_done + (done - t->start_step) * cfg->global_batch;
+      double blocking = mt_train_save(t, done, samples, is_final, must_block ? NULL : &inflight);
+      pending_ckpt_s += blocking;
+      t->last_saved = done;
+      if (must_block) {
+        pending_write_s += blocking;
+        mt_info0("meshtrain: checkpoint step_%lld written in %.2f s", done, blocking);
+      } else {
+        mt_info0("meshtrain: checkpoint step_%lld snapshot in %.3f s, writing in the background",
+                 done, blocking);
+      }
+    }
+    t->total_ckpt_s += pending_ckpt_s;
+    if (signalled) {
+      mt_info0("meshtrain: stop requested by signal after step %lld%s; exiting with code %d",
+               done, strcmp(cfg->ckpt_mode, "none") ? " (checkpointed)" : "", MT_EXIT_PREEMPTED);
+      exit_code = MT_EXIT_PREEMPTED;
+      stop = 1;
+    } else if (stop_after && !is_final) {
+      mt_info0("meshtrain: train.stop_after = %d reached at step %lld", cfg->stop_after, done);
+      stop = 1;
+    }
+  }
+  if (t->start_step == cfg->steps && t->resumed_from[0] && strcmp(cfg->ckpt_mode, "none") != 0) {
+    /* nothing left to train: write the loaded state again under this layout */
+    t->total_ckpt_s += mt_train_save(t, t->start_step, t->samples_done, 0, NULL);
+    mt_info0("meshtrain: step %lld re-saved under this layout", t->start_step);
+  }
+  poll_async(&inflight, 1, &pending_write_s);
+  t->wall_s = mt_now() - t_train0;
+  t->exit_code = exit_code;
+  return exit_code;
+}

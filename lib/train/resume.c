@@ -1,0 +1,157 @@
+/* Resume (a checkpoint written under any layout loads into this one), then
+ * the run's outputs: config.ini and metrics.jsonl continued. */
+#include "train/train.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *PROG = "meshtrain";
+
+static int mkdir_p(const char *path) {
+  char tmp[MT_CFG_STR_MAX];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+  return 0;
+}
+
+static FILE *open_out(const char *dir, const char *name, const char *mode) {
+  char path[2 * MT_CFG_STR_MAX];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, mode);
+  if (!f) mt_die("cannot write %s: %s", path, strerror(errno));
+  return f;
+}
+
+/* Keep the metrics of steps <= last_step (a resumed run continues the
+ * file). The kept lines go to a temporary file that replaces the old one
+ * only once it is complete and on disk: a full disk leaves the history as it
+ * was and fails the run with the cause. Returns 0, or -1 with e set. */
+static int truncate_metrics(const char *dir, long long last_step, mt_err *e) {
+  char path[2 * MT_CFG_STR_MAX], tmp[2 * MT_CFG_STR_MAX + 8];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *in = fopen(path, "r");
+  if (!in) return 0;
+  FILE *out = fopen(tmp, "w");
+  if (!out) {
+    mt_err_set(e, "cannot rewrite %s: %s: %s", path, tmp, strerror(errno));
+    fclose(in);
+    return -1;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  int bad = 0;
+  while (getline(&line, &cap, in) > 0) {
+    long long step = -1;
+    const char *p = strstr(line, "\"step\":");
+    if (p && sscanf(p + 7, "%lld", &step) == 1 && step <= last_step && fputs(line, out) == EOF)
+      bad = errno ? errno : EIO;
+  }
+  free(line);
+  fclose(in);
+  if (fflush(out) != 0 && !bad) bad = errno ? errno : EIO;
+  if (fsync(fileno(out)) != 0 && !bad) bad = errno ? errno : EIO;
+  if (fclose(out) != 0 && !bad) bad = errno ? errno : EIO;
+  if (!bad && rename(tmp, path) != 0) bad = errno ? errno : EIO;
+  if (bad) {
+    unlink(tmp);
+    mt_err_set(e, "cannot rewrite %s for the resumed run (left as it was): %s", path,
+               strerror(bad));
+    return -1;
+  }
+  return 0;
+}
+
+/* the resume itself: collective */
+static void load_checkpoint(mt_trainer *t, mt_err *err) {
+  mt_config *cfg = &t->cfg;
+  const mt_model_shape *shape = &t->lay.shape;
+  char root[2 * MT_CFG_STR_MAX];
+  snprintf(root, sizeof root, "%s/checkpoints", cfg->output_dir);
+  int found = 0;
+  if (mt_ckpt_resolve(cfg->resume, root, t->resumed_from, sizeof t->resumed_from, &found, err) !=
+      0)
+    return;
+  if (!found) {
+    mt_info0("meshtrain: train.resume = auto: no checkpoint in %s, starting fresh", root);
+    t->resumed_from[0] = '\0';
+    return;
+  }
+  mt_flat_range *r[MT_CKPT_NGROUPS];
+  mt_ckpt_state st;
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    st.n_ranges[g] = mt_dp_state_ranges(&t->dp, g, 0, &r[g]);
+    st.ranges[g] = r[g];
+  }
+  mt_ckpt_meta want = {0}, got;
+  want.n_layer = shape->n_layer;
+  want.n_embd = shape->n_embd;
+  want.n_head = shape->n_head;
+  want.seq_len = shape->seq_len;
+  want.vocab = shape->vocab;
+  double tl = mt_now();
+  if (mt_ckpt_load(t->resumed_from, &t->model.reg, &t->mesh, &st, &want,
+                   cfg->ckpt_verify_on_load, &got, err) == 0) {
+    t->start_step = got.step;
+    t->samples_done = got.samples;
+    t->dp.opt.t = (int)got.optimizer_step;
+    if (got.seed != cfg->seed) {
+      /* the data order is (seed, sample index): keep the checkpoint's stream */
+      mt_info0("meshtrain: train.seed %d differs from the checkpoint's %lld; continuing the "
+               "checkpoint's data order", cfg->seed, (long long)got.seed);
+      cfg->seed = (int)got.seed;
+      mt_sampler_init(&t->sampler, &t->train_ds, shape->seq_len, (uint64_t)cfg->seed, err);
+    }
+    if (t->start_step > cfg->steps)
+      mt_err_set(err, "train.resume: checkpoint %s is at step %lld, beyond train.steps = %d",
+                 t->resumed_from, t->start_step, cfg->steps);
+    mt_info0("meshtrain: resumed from %s (step %lld, written by dp=%lld tp=%lld pp=%lld "
+             "zero=%lld on %lld ranks) in %.2f s",
+             t->resumed_from, t->start_step, (long long)got.dp, (long long)got.tp,
+             (long long)got.pp, (long long)got.zero, (long long)got.world, mt_now() - tl);
+  }
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]);
+}
+
+void mt_train_resume(mt_trainer *t) {
+  mt_config *cfg = &t->cfg;
+  mt_err err = {0};
+  double t0 = mt_now();
+  if (cfg->resume[0]) {
+    load_checkpoint(t, &err);
+    mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  }
+  t->resume_s = mt_now() - t0;
+  /* ---- outputs (only now: a run refused above leaves earlier results alone) ---- */
+  if (t->world_rank == 0 && mkdir_p(cfg->output_dir) != 0)
+    mt_err_set(&err, "output.dir: cannot create '%s': %s", cfg->output_dir, strerror(errno));
+  if (t->world_rank == 0 && !err.failed && t->resumed_from[0])
+    truncate_metrics(cfg->output_dir, t->start_step, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  if (t->world_rank == 0) {
+    const mt_model_shape *s = &t->lay.shape;
+    FILE *f = open_out(cfg->output_dir, "config.ini", "w");
+    mt_config_write_ini(cfg, f);
+    fclose(f);
+    t->metrics_f = open_out(cfg->output_dir, "metrics.jsonl", t->resumed_from[0] ? "a" : "w");
+    mt_info0("meshtrain: %s, %zu parameters (L=%d C=%d H=%d T=%d V=%d), mesh dp=%d tp=%d "
+             "pp=%d cp=%d, zero=%d, %d ranks x %d threads",
+             cfg->model_preset, mt_model_num_params(s), s->n_layer, s->n_embd, s->n_head,
+             s->seq_len, s->vocab, cfg->dp, cfg->tp, cfg->pp, cfg->cp, cfg->zero, t->world_size,
+             mt_kernels_threads());
+    mt_info0("meshtrain: global batch %d x %d tokens, micro-batch %d, %d accumulation steps, "
+             "%d dp buckets, peak %.1f GFLOP/s per rank (%s), BLAS kernels %s",
+             cfg->global_batch, s->seq_len, cfg->micro_batch, t->lay.accum,
+             t->model.reg.n_buckets, t->peak_per_rank, t->peak_source, mt_kernels_blas_core());
+  }
+  t->setup_s = mt_now() - t->t_start;
+}

@@ -1,0 +1,156 @@
+/* The run's closing phase: summary.json (rank 0) with every rank's memory
+ * by category and bytes per group, and the closing lines. */
+#include "train/train.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static FILE *open_out(const char *dir, const char *name, const char *mode) {
+  char path[2 * MT_CFG_STR_MAX];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, mode);
+  if (!f) mt_die("cannot write %s: %s", path, strerror(errno));
+  return f;
+}
+
+/* per rank: coordinates, peak bytes by category, the last step's bytes per group */
+enum { RANK_COORDS = 3, RANK_GROUPS = 3, RANK_FIELDS = RANK_COORDS + MT_MEM_NCAT + RANK_GROUPS };
+
+static cJSON *ranks_json(const mt_trainer *t, const double *all) {
+  cJSON *arr = cJSON_CreateArray();
+  for (int r = 0; r < t->world_size; r++) {
+    const double *v = all + (size_t)r * RANK_FIELDS;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "rank", r);
+    cJSON_AddNumberToObject(o, "pp", v[0]);
+    cJSON_AddNumberToObject(o, "dp", v[1]);
+    cJSON_AddNumberToObject(o, "tp", v[2]);
+    cJSON *mem = cJSON_AddObjectToObject(o, "mem_peak_bytes");
+    for (int c = 0; c < MT_MEM_NCAT; c++)
+      cJSON_AddNumberToObject(mem, mt_mem_cat_name((mt_mem_cat)c), v[RANK_COORDS + c]);
+    const double *b = v + RANK_COORDS + MT_MEM_NCAT;
+    cJSON *bytes = cJSON_AddObjectToObject(o, "last_step_bytes");
+    cJSON_AddNumberToObject(bytes, "dp", b[0]);
+    cJSON_AddNumberToObject(bytes, "tp", b[1]);
+    cJSON_AddNumberToObject(bytes, "pp", b[2]);
+    cJSON_AddItemToArray(arr, o);
+  }
+  return arr;
+}
+
+void mt_train_summary(mt_trainer *t) {
+  const mt_config *cfg = &t->cfg;
+  const mt_model_shape *shape = &t->lay.shape;
+  /* every rank's figures, to rank 0 */
+  double mine[RANK_FIELDS], *all = NULL;
+  mine[0] = t->mesh.pp_rank;
+  mine[1] = t->mesh.dp_rank;
+  mine[2] = t->mesh.tp_rank;
+  for (int c = 0; c < MT_MEM_NCAT; c++) mine[RANK_COORDS + c] = (double)mt_mem_peak((mt_mem_cat)c);
+  mine[RANK_COORDS + MT_MEM_NCAT + 0] = t->last_dp_bytes;
+  mine[RANK_COORDS + MT_MEM_NCAT + 1] = t->last_tp_bytes;
+  mine[RANK_COORDS + MT_MEM_NCAT + 2] = t->last_pp_bytes;
+  if (t->world_rank == 0) all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
+  MPI_Gather(mine, RANK_FIELDS, MPI_DOUBLE, all, RANK_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  /* the plan of this rank: what summary.json states per step */
+  mt_plan_rank plan;
+  mt_err e = {0};
+  mt_plan_rank_build(cfg, &t->lay, t->mesh.pp_rank, t->mesh.dp_rank, t->mesh.tp_rank, &plan, &e);
+  /* per pipeline stage: parameter bytes a rank holds, dp bytes it sends per step */
+  double stage_bytes[2 * MT_PP_MAX_CHUNKS] = {0};
+  double my_bytes[2] = {plan.params_numel * sizeof(float), plan.dp_state_bytes};
+  if (cfg->pp > 1)
+    MPI_Gather(my_bytes, 2, MPI_DOUBLE, stage_bytes, 2, MPI_DOUBLE, 0, t->mesh.pp_g.comm);
+  if (t->world_rank != 0) return;
+  fclose(t->metrics_f);
+  t->metrics_f = NULL;
+  double avg_step = t->timed_steps ? t->total_step_s / t->timed_steps : 0.0;
+  double tok_s = avg_step > 0 ? t->tokens_per_step / avg_step : 0.0;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "model", cfg->model_preset);
+  cJSON_AddNumberToObject(o, "params", (double)mt_model_num_params(shape));
+  cJSON *lay = cJSON_AddObjectToObject(o, "layout");
+  cJSON_AddNumberToObject(lay, "world", t->world_size);
+  cJSON_AddNumberToObject(lay, "dp", cfg->dp);
+  cJSON_AddNumberToObject(lay, "tp", cfg->tp);
+  cJSON_AddNumberToObject(lay, "pp", cfg->pp);
+  cJSON_AddNumberToObject(lay, "cp", cfg->cp);
+  cJSON_AddNumberToObject(lay, "zero", cfg->zero);
+  cJSON_AddBoolToObject(lay, "sp", cfg->sp);
+  cJSON_AddNumberToObject(lay, "threads_per_rank", mt_kernels_threads());
+  cJSON_AddNumberToObject(o, "steps", cfg->steps);
+  cJSON_AddNumberToObject(o, "tokens_per_step", (double)t->tokens_per_step);
+  cJSON_AddNumberToObject(o, "first_loss", t->first_loss);
+  cJSON_AddNumberToObject(o, "final_loss", t->last_loss);
+  if (t->last_val >= 0) cJSON_AddNumberToObject(o, "final_val_loss", t->last_val);
+  cJSON_AddNumberToObject(o, "mean_step_s", avg_step);
+  cJSON_AddNumberToObject(o, "tokens_per_s", tok_s);
+  cJSON_AddNumberToObject(o, "tokens_per_s_per_rank", tok_s / t->world_size);
+  cJSON_AddNumberToObject(o, "flops_per_token", t->flops_per_token);
+  cJSON_AddNumberToObject(o, "flops_per_s", tok_s * t->flops_per_token);
+  cJSON_AddNumberToObject(o, "peak_flops", t->peak_flops);
+  cJSON_AddStringToObject(o, "peak_source", t->peak_source);
+  cJSON_AddStringToObject(o, "hw_profile", t->hw.name);
+  cJSON_AddStringToObject(o, "blas_core", mt_kernels_blas_core());
+  cJSON_AddNumberToObject(o, "mfu",
+                          t->peak_flops > 0 ? tok_s * t->flops_per_token / t->peak_flops : 0);
+  /* rank 0's plan: dp bytes of gradients and parameters, tp and pp bytes
+   * of everything (what comm counts on a step without evaluation) */
+  cJSON_AddNumberToObject(o, "dp_bytes_per_step", plan.dp_state_bytes);
+  cJSON_AddNumberToObject(o, "tp_bytes_per_step", plan.tp_bytes);
+  cJSON_AddNumberToObject(o, "pp_bytes_per_step", plan.pp_bytes);
+  cJSON_AddNumberToObject(o, "params_bytes_per_rank", plan.params_numel * sizeof(float));
+  if (cfg->pp > 1) { /* rank 0 is on the first stage: every stage's own figures */
+    cJSON *ps = cJSON_AddObjectToObject(o, "pp_stages");
+    cJSON *pb = cJSON_AddArrayToObject(ps, "params_bytes_per_rank");
+    cJSON *db = cJSON_AddArrayToObject(ps, "dp_bytes_per_step");
+    for (int r = 0; r < cfg->pp; r++) {
+      cJSON_AddItemToArray(pb, cJSON_CreateNumber(stage_bytes[2 * r]));
+      cJSON_AddItemToArray(db, cJSON_CreateNumber(stage_bytes[2 * r + 1]));
+    }
+  }
+  cJSON_AddNumberToObject(o, "wall_s", t->wall_s);
+  cJSON_AddNumberToObject(o, "setup_s", t->setup_s);
+  cJSON_AddNumberToObject(o, "start_step", (double)t->start_step);
+  cJSON_AddNumberToObject(o, "last_checkpoint_step", (double)t->last_saved);
+  cJSON_AddNumberToObject(o, "checkpoint_s", t->total_ckpt_s);
+  if (t->resumed_from[0]) cJSON_AddStringToObject(o, "resumed_from", t->resumed_from);
+  cJSON_AddNumberToObject(o, "exit_code", t->exit_code);
+  cJSON *mem = cJSON_AddObjectToObject(o, "mem_peak_bytes_rank0");
+  for (int c = 0; c < MT_MEM_NCAT; c++)
+    cJSON_AddNumberToObject(mem, mt_mem_cat_name((mt_mem_cat)c),
+                            (double)mt_mem_peak((mt_mem_cat)c));
+  cJSON_AddNumberToObject(mem, "rss", (double)mt_mem_peak_rss());
+  cJSON_AddItemToObject(o, "ranks", ranks_json(t, all));
+  free(all);
+  char *s = cJSON_Print(o);
+  FILE *f = open_out(cfg->output_dir, "summary.json", "w");
+  fprintf(f, "%s\n", s);
+  fclose(f);
+  free(s);
+  cJSON_Delete(o);
+  f = open_out(cfg->output_dir, "config.ini", "w");
+  mt_config_write_ini(cfg, f);
+  fclose(f);
+  if (cfg->save_params) {
+    /* every rank holds the full parameters after the step (all-gathered under
+     * ZeRO 1-2; pp = 1 and zero <= 2 only, as validation requires) */
+    const size_t n = t->model.reg.numel_local;
+    float *host = mt_malloc((n ? n : 1) * sizeof(float));
+    t->ops->download(host, t->dp.params, n * sizeof(float));
+    f = open_out(cfg->output_dir, "params.f32", "wb");
+    if (fwrite(host, sizeof(float), n, f) != n) mt_die("short write of params.f32");
+    fclose(f);
+    free(host);
+  }
+  long long steps_run = t->last_step_done - t->start_step;
+  mt_info0("meshtrain: %s, %lld steps (%lld..%lld of %d) in %.1f s, loss %.4f -> %.4f%s, "
+           "%.0f tok/s, results in %s/",
+           t->last_step_done < cfg->steps ? "stopped" : "done", steps_run,
+           steps_run ? t->start_step + 1 : t->start_step, t->last_step_done, cfg->steps,
+           t->wall_s, t->first_loss, t->last_loss, t->last_val >= 0 ? " (val below)" : "", tok_s,
+           cfg->output_dir);
+  if (t->last_val >= 0) mt_info0("meshtrain: final validation loss %.4f", t->last_val);
+}
