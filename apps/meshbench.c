@@ -736,13 +736,8 @@ static int bench_collectives(int argc, char **argv) {
                 : !strcmp(o.group_name, "pp") ? &mesh.pp_g
                                               : &mesh.world;
   /* nodes = shared-memory domains (on a cluster, the hosts of the job) */
-  MPI_Comm node_comm;
-  int node_rank = 0;
-  MT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_comm));
-  MPI_Comm_rank(node_comm, &node_rank);
-  int leader = node_rank == 0;
+  int leader = mesh.node.rank == 0;
   MT_MPI_CHECK(MPI_Allreduce(&leader, &o.nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  MPI_Comm_free(&node_comm);
 
   FILE *json = NULL;
   mt_err je = {0};

@@ -11,7 +11,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # mt_mpirun NP PROGRAM ARGS...: launch under MPI, oversubscribed is fine
 mt_mpirun() {
   local np=$1; shift
-  timeout --kill-after=10 300 "$MT_MPIEXEC" --oversubscribe -n "$np" "$@"
+  timeout --kill-after=10 ${MT_TIMEOUT:-300} "$MT_MPIEXEC" --oversubscribe -n "$np" "$@"
 }
 
 # the default corpus, generated once per test directory

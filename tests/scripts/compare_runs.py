@@ -64,7 +64,8 @@ def main():
         for (s, l0, t0), (_, l1, t1) in pairs:
             rel = abs(l1 - l0) / max(abs(l0), 1e-30)
             worst = max(worst, rel)
-            if (a.bitwise and t0 != t1) or (not a.bitwise and rel > a.rtol):
+            # NaN-aware: a NaN loss (or difference) fails the comparison
+            if (a.bitwise and t0 != t1) or (not a.bitwise and not rel <= a.rtol):
                 print("FAIL: %s step %d loss %s vs %s (rel %.3g)" % (run, s, t1, t0, rel))
                 bad += 1
                 break
@@ -77,7 +78,7 @@ def main():
                 continue
             d = max(abs(x - y) for x, y in zip(p0, p1))
             msg += ", max parameter difference %.3g (bound %.3g)" % (d, a.param_atol)
-            if d > a.param_atol:
+            if not d <= a.param_atol or any(x != x for x in p1):
                 print("FAIL: " + msg)
                 bad += 1
                 continue

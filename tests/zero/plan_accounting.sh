@@ -1,0 +1,65 @@
+# The plan equals what a run counts, exactly: for PRESET (tiny or small) at
+# zero = 0, 1, 2, 3 on dp = 2 (and on tiny also dp = 4, and tp = 2 with
+# sequence parallelism at zero 3), `meshtrain --plan-json` (no MPI, no
+# allocation) predicts every rank's bytes by category (parameters,
+# gradients, optimizer state, gathered parameters, activations, comm
+# buffers) and the bytes it sends per step over dp, tp and pp; the run's
+# allocator counters (summary.json ranks[].mem_peak_bytes) and comm's
+# counters (ranks[].last_step_bytes) must equal them. Prints the table.
+MT_SUFFIX=$1
+source "$(dirname "$0")/../scripts/common.sh"
+preset=$1
+corpus=$(mt_corpus 400000)
+common=(--set model.preset="$preset" --set train.steps=2 --set train.global_batch=8
+        --set data.train="$corpus" --set train.eval_every=0 --set ckpt.mode=none)
+[ "$preset" = small ] && common+=(--set model.seq_len=128)
+cases=("dp2z0 2 --set parallel.dp=2 --set parallel.zero=0 --set train.micro_batch=2"
+       "dp2z1 2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2"
+       "dp2z2 2 --set parallel.dp=2 --set parallel.zero=2 --set train.micro_batch=1"
+       "dp2z3 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=2")
+if [ "$preset" = tiny ]; then
+  cases+=("dp4z3 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1"
+          "dp4z2b 4 --set parallel.dp=4 --set parallel.zero=2 --set train.micro_batch=1 --set parallel.bucket_mb=0.02"
+          "tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3 --set train.micro_batch=2"
+          "tp2z1 2 --set parallel.tp=2 --set parallel.zero=1 --set train.micro_batch=4")
+fi
+for c in "${cases[@]}"; do
+  read -r name np args <<< "$c"
+  # shellcheck disable=SC2086
+  "$MT_BIN/meshtrain" "${common[@]}" $args --set output.dir="$WORK/$name" \
+    --plan-json "$WORK/$name.plan.json" > "$WORK/$name.plan.txt" || fail "plan $name"
+  # shellcheck disable=SC2086
+  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" $args --set output.dir="$WORK/$name" \
+    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
+done
+python3 - "$WORK" "${cases[@]}" <<'PY'
+import json, sys
+work, cases = sys.argv[1], [c.split()[0] for c in sys.argv[2:]]
+cats = ["params", "grads", "optimizer", "gathered", "activations", "comm"]
+bad = 0
+for name in cases:
+    plan = json.load(open("%s/%s.plan.json" % (work, name)))
+    run = json.load(open("%s/%s/summary.json" % (work, name)))
+    ranks = {r["rank"]: r for r in run["ranks"]}
+    if len(ranks) != len(plan["ranks"]):
+        sys.exit("FAIL: %s: %d ranks ran, the plan has %d" % (name, len(ranks), len(plan["ranks"])))
+    for p in plan["ranks"]:
+        r = ranks[p["rank"]]
+        for c in cats:
+            if c == "comm" and not p["comm_exact"]:
+                continue
+            got, want = r["mem_peak_bytes"][c], p["mem_bytes"][c]
+            if not got == want:
+                print("FAIL: %s rank %d %s: allocated %r bytes, planned %r" % (name, p["rank"], c, got, want))
+                bad += 1
+        for g in ("dp", "tp", "pp"):
+            got, want = r["last_step_bytes"][g], p["step_bytes"][g]
+            if not got == want:
+                print("FAIL: %s rank %d: %s bytes per step %r, planned %r" % (name, p["rank"], g, got, want))
+                bad += 1
+    p0 = plan["ranks"][0]
+    print("%-8s rank 0 bytes: " % name + " ".join("%s %d" % (c, p0["mem_bytes"][c]) for c in cats) +
+          " | per step dp %d tp %d pp %d" % tuple(p0["step_bytes"][g] for g in ("dp", "tp", "pp")))
+sys.exit(1 if bad else 0)
+PY
+echo PASS
