@@ -17,3 +17,4 @@ mt_script_test(zero3_save_params badinput ../scripts/expect_fail.sh zero3_save_p
   "output.save_params = true needs parallel.zero <= 2" ${T} --set parallel.dp=2 --set parallel.zero=3 --set output.save_params=true)
 mt_script_test(resume zero resume.sh)
 mt_script_test(smoke sanitize smoke.sh)
+mt_script_test(ops_only zero ops_only.sh)
