@@ -546,7 +546,8 @@ int main(int argc, char **argv) {
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_dataset_validate(&train_ds, shape.vocab, MPI_COMM_WORLD, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
-  if (have_val_file) mt_dataset_validate(&val_ds, shape.vocab, MPI_COMM_WORLD, &err);
+  /* the validation tokens too, whether a file or the held-out tail of data.train */
+  mt_dataset_validate(&val_ds, shape.vocab, MPI_COMM_WORLD, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_sampler sampler, val_sampler;
   const int T = shape.seq_len;
