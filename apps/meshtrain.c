@@ -89,17 +89,6 @@ static double bytes_needed(const mt_model_shape *s, const mt_config *cfg,
   return 4.0 * (2.0 * n + optim + (cfg->zero ? n / dp : 0.0) + acts);
 }
 
-static double mem_available_bytes(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  double kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-  fclose(f);
-  return kb * 1024.0;
-}
-
 /* ------------------------------------------------------------------ */
 /* preemption: a signal only sets a flag; the ranks agree on it at the next
  * step boundary, checkpoint, and exit with MT_EXIT_PREEMPTED */
@@ -495,6 +484,15 @@ int main(int argc, char **argv) {
   mt_mesh_create(&mesh, cfg.tp, cfg.cp, cfg.dp, cfg.pp, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
 
+  /* thread placement: rank 0 warns once per node whose ranks have more
+   * compute threads than CPUs in their affinity masks */
+  {
+    char placement[4096];
+    mt_affinity_check(MPI_COMM_WORLD, cfg.threads > 0 ? cfg.threads : mt_kernels_threads(), NULL,
+                      PROG, placement, sizeof placement);
+    if (world_rank == 0) fputs(placement, stderr);
+  }
+
   /* pipeline: the stage of each layer (virtual stage vs runs on pp rank vs % pp) */
   int *stage_of_layer = NULL;
   if (cfg.pp > 1) {
@@ -515,14 +513,14 @@ int main(int argc, char **argv) {
     MPI_Comm_size(node, &local_ranks);
     MPI_Comm_free(&node);
     double need = bytes_needed(&shape, &cfg, stage_of_layer);
-    double avail = mem_available_bytes();
-    if (avail > 0 && need * local_ranks > avail)
+    mt_mem_limit avail; /* the smallest of MemAvailable, the cgroup and Slurm limits */
+    if (mt_mem_limit_node("", &avail) == 0 && need * local_ranks > avail.bytes)
       mt_err_set(&err,
                  "model %s with train.micro_batch = %d needs about %.2f GiB per rank; %d ranks "
-                 "on this node need %.2f GiB but only %.2f GiB is available (lower "
+                 "on this node need %.2f GiB but only %.2f GiB is usable (%s) (lower "
                  "train.micro_batch or model size, or use more nodes)",
                  cfg.model_preset, cfg.micro_batch, need / 1073741824.0, local_ranks,
-                 need * local_ranks / 1073741824.0, avail / 1073741824.0);
+                 need * local_ranks / 1073741824.0, avail.bytes / 1073741824.0, avail.source);
   }
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
 

@@ -59,3 +59,12 @@ mt_script_test(hex_for_decimal badinput expect_fail.sh hex_for_decimal 2
 
 # token ids above 65,535: uint32 files train a model with that vocabulary
 mt_script_test(u32_vocab mpi u32_vocab.sh)
+
+# thread placement: one warning line per node when threads exceed the CPUs of the masks
+mt_script_test(thread_placement mpi thread_placement.sh)
+
+# The memory check honours the job's limit (here Slurm's, given by the test):
+# small with micro-batch 16 fits this machine's MemAvailable, not 2 GiB.
+mt_script_test(memory_slurm_limit badinput expect_fail.sh memory_slurm_limit 2
+  "2 ranks on this node need [0-9.]+ GiB but only 2.00 GiB is usable \\(SLURM_MEM_PER_NODE\\)" ${T} --set model.preset=small --set train.micro_batch=16 --set train.global_batch=32)
+set_property(TEST badinput.memory_slurm_limit APPEND PROPERTY ENVIRONMENT "SLURM_MEM_PER_NODE=2048")
