@@ -192,7 +192,7 @@ int mt_affinity_check(MPI_Comm comm, int threads, const mt_cpu_mask *mask, const
                    n_flagged - shown == 1 ? "" : "s");
           break;
         }
-        char why[400];
+        char why[640];
         if (n->short_ranks > 0) {
           char detail[360];
           mt_affinity_verdict(n->worst_threads, n->worst_cpus, detail, sizeof detail);
