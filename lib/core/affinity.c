@@ -198,13 +198,18 @@ int mt_affinity_check(MPI_Comm comm, int threads, const mt_cpu_mask *mask, const
           mt_affinity_verdict(n->worst_threads, n->worst_cpus, detail, sizeof detail);
           snprintf(why, sizeof why, "rank %d (CPUs %s; %d of the node's %d ranks alike) has %s",
                    n->worst_rank, n->worst_cpu_list, n->short_ranks, n->ranks, detail);
-        } else {
+        } else if (n->ranks <= n->union_cpus) { /* fewer threads per rank would fit */
           snprintf(why, sizeof why,
                    "%d ranks run %d compute threads together on %d CPU%s: threads share "
-                   "cores; use fewer threads per rank (train.threads = %d) or fewer ranks per "
-                   "node",
+                   "cores; use at most %d threads per rank (train.threads = %d)",
                    n->ranks, n->sum_threads, n->union_cpus, n->union_cpus == 1 ? "" : "s",
-                   n->union_cpus / n->ranks > 0 ? n->union_cpus / n->ranks : 1);
+                   n->union_cpus / n->ranks, n->union_cpus / n->ranks);
+        } else { /* more ranks than CPUs, whatever the threads */
+          snprintf(why, sizeof why,
+                   "%d ranks run %d compute threads together on %d CPU%s: more ranks than "
+                   "CPUs, they take turns; launch at most %d rank%s on this node",
+                   n->ranks, n->sum_threads, n->union_cpus, n->union_cpus == 1 ? "" : "s",
+                   n->union_cpus, n->union_cpus == 1 ? "" : "s");
         }
         int w = snprintf(lines + used, size - used, "%s: warning: node %s: %s\n", prog, n->host,
                          why);

@@ -68,3 +68,9 @@ mt_script_test(thread_placement mpi thread_placement.sh)
 mt_script_test(memory_slurm_limit badinput expect_fail.sh memory_slurm_limit 2
   "2 ranks on this node need [0-9.]+ GiB but only 2.00 GiB is usable \\(SLURM_MEM_PER_NODE\\)" ${T} --set model.preset=small --set train.micro_batch=16 --set train.global_batch=32)
 set_property(TEST badinput.memory_slurm_limit APPEND PROPERTY ENVIRONMENT "SLURM_MEM_PER_NODE=2048")
+
+# test_node on 2 ranks: the node-wide verdicts (ranks sharing CPUs)
+add_test(NAME mpi.node_check COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+  --oversubscribe $<TARGET_FILE:test_node>)
+set_tests_properties(mpi.node_check PROPERTIES LABELS mpi TIMEOUT 120
+  ENVIRONMENT "${MT_TEST_ENV}" WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

@@ -125,7 +125,8 @@ static void test_check(MPI_Comm comm) {
   CHECK(n == 1, "own mask, 2x its %d CPUs as threads: %d flagged", cpus, n);
 }
 
-/* the node's ranks together: ranks with one CPU each, but the same CPU */
+/* the node's ranks together (run with 2+ ranks: mpi.node_check): ranks with
+ * one CPU each, but the same CPU; ranks whose threads fit each mask alone */
 static void test_check_shared_cpu(MPI_Comm comm) {
   int size;
   MPI_Comm_size(comm, &size);
@@ -136,9 +137,21 @@ static void test_check_shared_cpu(MPI_Comm comm) {
   int rank;
   MPI_Comm_rank(comm, &rank);
   int n = mt_affinity_check(comm, 1, &one, "prog", lines, sizeof lines);
-  char want[96];
-  snprintf(want, sizeof want, "%d ranks run %d compute threads together on 1 CPU:", size, size);
+  char want[256];
+  snprintf(want, sizeof want, "%d ranks run %d compute threads together on 1 CPU: more ranks "
+           "than CPUs, they take turns; launch at most 1 rank on this node", size, size);
   CHECK(n == 1 && (rank != 0 || strstr(lines, want)), "%d ranks on CPU 0: '%s'", size, lines);
+  /* each rank alone fits its 2*size CPUs, all together do not: fewer threads */
+  mt_cpu_mask wide;
+  char list[16];
+  snprintf(list, sizeof list, "0-%d", 2 * size - 1);
+  mt_cpu_mask_parse(list, &wide);
+  n = mt_affinity_check(comm, 2 * size, &wide, "prog", lines, sizeof lines);
+  snprintf(want, sizeof want, "%d ranks run %d compute threads together on %d CPUs: threads "
+           "share cores; use at most 2 threads per rank (train.threads = 2)", size,
+           2 * size * size, 2 * size);
+  CHECK(n == 1 && (rank != 0 || strstr(lines, want)), "%d ranks x %d threads on %d CPUs: '%s'",
+        size, 2 * size, 2 * size, lines);
 }
 
 /* ------------------------------------------------------------------ */
