@@ -517,8 +517,8 @@ int main(int argc, char **argv) {
     if (mt_mem_limit_node("", &avail) == 0 && need * local_ranks > avail.bytes)
       mt_err_set(&err,
                  "model %s with train.micro_batch = %d needs about %.2f GiB per rank; %d ranks "
-                 "on this node need %.2f GiB but only %.2f GiB is usable (%s) (lower "
-                 "train.micro_batch or model size, or use more nodes)",
+                 "on this node need %.2f GiB but only %.2f GiB is usable (%s): lower "
+                 "train.micro_batch or model size, or use more nodes",
                  cfg.model_preset, cfg.micro_batch, need / 1073741824.0, local_ranks,
                  need * local_ranks / 1073741824.0, avail.bytes / 1073741824.0, avail.source);
   }
