@@ -1,8 +1,9 @@
 /* meshdata: make and inspect token files for meshtrain.
  *
  *   meshdata corpus OUT [--bytes N] [--seed S]   the default generated corpus, as text
- *   meshdata encode IN OUT [--format llmc|u16]   text -> byte-level token file
- *   meshdata info FILE [--format auto|llmc|u16|text]
+ *   meshdata encode IN OUT [--format llmc|u16|u32] [--from text|ids]
+ *                                                 text or token ids -> token file
+ *   meshdata info FILE [--format auto|llmc|u16|u32|text]
  *
  * Runs on one process; under mpirun only rank 0 works and every rank exits
  * with its status. */
@@ -24,11 +25,17 @@ static void usage(FILE *f) {
           "      write the default corpus (generated English-like text) to OUT.\n"
           "      --bytes N   size in bytes; suffix K, M or G for KiB, MiB, GiB (default 4M)\n"
           "      --seed S    generator seed, an unsigned integer (default 1)\n"
-          "  encode IN OUT [--format llmc|u16]\n"
-          "      turn any file into byte-level tokens (one token per byte, vocab 256).\n"
+          "  encode IN OUT [--format llmc|u16|u32] [--from text|ids]\n"
+          "      write the token file OUT from IN.\n"
+          "      --from      text: every byte of IN is a token (vocab 256; default)\n"
+          "                  ids:  IN holds decimal token ids separated by white space,\n"
+          "                        as a tokenizer prints them (any vocabulary)\n"
           "      --format    llmc: llm.c .bin with a 1024-byte header (default)\n"
-          "                  u16:  raw uint16 tokens (nanoGPT)\n"
-          "  info FILE [--format auto|llmc|u16|text]\n"
+          "                  u16:  raw uint16 tokens (nanoGPT); llmc and u16 hold ids\n"
+          "                        up to 65535 and refuse larger ones\n"
+          "                  u32:  raw uint32 tokens, for vocabularies beyond 65536\n"
+          "                        (train with data.format = u32)\n"
+          "  info FILE [--format auto|llmc|u16|u32|text]\n"
           "      print the format, token count and smallest/largest token id.\n"
           "      --format    how to read FILE (default auto: llmc when the llm.c magic\n"
           "                  matches, else u16 for *.bin, else text)\n"
@@ -38,6 +45,7 @@ static void usage(FILE *f) {
           "examples:\n"
           "  meshdata corpus inputs/data/corpus.txt\n"
           "  meshdata encode inputs/data/corpus.txt inputs/data/corpus.bin\n"
+          "  meshdata encode ids.txt train.u32.bin --from ids --format u32\n"
           "  meshdata info inputs/data/corpus.bin\n");
 }
 
@@ -185,17 +193,57 @@ static int cmd_corpus(int argc, char **argv, mt_err *e) {
   return 0;
 }
 
+/* Stream the decimal token ids of a text file (separated by white space)
+ * into w. Errors name the file, the line and the offending text. */
+static int encode_ids(const mt_dataset *in, mt_token_writer *w, mt_err *e) {
+  enum { CHUNK = 1 << 16 };
+  static uint32_t chunk[CHUNK];
+  size_t n = mt_dataset_ntokens(in), m = 0, line = 1;
+  const uint8_t *p = in->bytes;
+  for (size_t i = 0; i < n;) {
+    uint8_t c = p[i];
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+      line += c == '\n';
+      i++;
+      continue;
+    }
+    size_t start = i;
+    uint64_t id = 0;
+    while (i < n && p[i] >= '0' && p[i] <= '9' && id <= UINT32_MAX)
+      id = id * 10 + (uint64_t)(p[i++] - '0');
+    int sep = i == n || p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n';
+    if (i == start || !sep || id > UINT32_MAX) {
+      size_t len = 0;
+      while (start + len < n && len < 24 && p[start + len] > ' ' && p[start + len] < 0x7f) len++;
+      mt_err_set(e, "encode: %s:%zu: '%.*s' is not a token id (a decimal number up to %lu)",
+                 in->path, line, (int)len, (const char *)p + start, (unsigned long)UINT32_MAX);
+      return 1;
+    }
+    chunk[m++] = (uint32_t)id;
+    if (m == CHUNK) {
+      if (mt_token_writer_put(w, chunk, m, e)) return 1;
+      m = 0;
+    }
+  }
+  return m ? mt_token_writer_put(w, chunk, m, e) : 0;
+}
+
 static int cmd_encode(int argc, char **argv, mt_err *e) {
   args a;
-  if (parse_args("encode", argc, argv, "|format|", &a, e)) return 1;
+  if (parse_args("encode", argc, argv, "|format|from|", &a, e)) return 1;
   if (a.help) {
     usage(stdout);
     return 0;
   }
   if (need_positionals("encode", &a, 2, "IN OUT", e)) return 1;
-  const char *fmt = opt(&a, "format", "llmc");
-  if (strcmp(fmt, "llmc") != 0 && strcmp(fmt, "u16") != 0) {
-    mt_err_set(e, "encode: --format '%s' is not one of llmc|u16", fmt);
+  const char *fmt = opt(&a, "format", "llmc"), *from = opt(&a, "from", "text");
+  if (strcmp(fmt, "llmc") != 0 && strcmp(fmt, "u16") != 0 && strcmp(fmt, "u32") != 0) {
+    mt_err_set(e, "encode: --format '%s' is not one of llmc|u16|u32", fmt);
+    return 1;
+  }
+  int ids = strcmp(from, "ids") == 0;
+  if (!ids && strcmp(from, "text") != 0) {
+    mt_err_set(e, "encode: --from '%s' is not one of text|ids", from);
     return 1;
   }
   mt_dataset in;
@@ -205,21 +253,31 @@ static int cmd_encode(int argc, char **argv, mt_err *e) {
     mt_dataset_close(&in);
     return 1;
   }
-  /* stream in chunks: the input stays mapped, never copied whole */
-  enum { CHUNK = 1 << 16 };
-  static uint16_t chunk[CHUNK];
   size_t n = mt_dataset_ntokens(&in);
   int rc = 0;
-  for (size_t i = 0; i < n && !rc; i += CHUNK) {
-    size_t m = n - i < CHUNK ? n - i : CHUNK;
-    for (size_t k = 0; k < m; k++) chunk[k] = in.bytes[i + k];
-    rc = mt_token_writer_put(&w, chunk, m, e);
+  if (ids) {
+    rc = encode_ids(&in, &w, e);
+  } else {
+    /* stream in chunks: the input stays mapped, never copied whole */
+    enum { CHUNK = 1 << 16 };
+    static uint32_t chunk[CHUNK];
+    for (size_t i = 0; i < n && !rc; i += CHUNK) {
+      size_t m = n - i < CHUNK ? n - i : CHUNK;
+      for (size_t k = 0; k < m; k++) chunk[k] = in.bytes[i + k];
+      rc = mt_token_writer_put(&w, chunk, m, e);
+    }
   }
+  size_t ntok = w.n;
   if (!rc) rc = mt_token_writer_close(&w, e);
+  else mt_token_writer_abort(&w);
   mt_dataset_close(&in);
   if (rc) return 1;
-  printf("encode: %zu bytes of %s -> %zu tokens (%s, vocab 256) in %s\n", n, a.pos[0], n, fmt,
-         a.pos[1]);
+  if (ids)
+    printf("encode: %zu token ids of %s -> %zu tokens (%s) in %s\n", ntok, a.pos[0], ntok, fmt,
+           a.pos[1]);
+  else
+    printf("encode: %zu bytes of %s -> %zu tokens (%s, vocab 256) in %s\n", n, a.pos[0], ntok,
+           fmt, a.pos[1]);
   return 0;
 }
 
@@ -234,16 +292,22 @@ static int cmd_info(int argc, char **argv, mt_err *e) {
   mt_dataset ds;
   if (mt_dataset_open(&ds, a.pos[0], opt(&a, "format", "auto"), e)) return 1;
   size_t n = mt_dataset_ntokens(&ds);
-  int lo = 65536, hi = -1;
+  uint32_t lo = UINT32_MAX, hi = 0;
   if (ds.bytes) {
     for (size_t i = 0; i < n; i++) {
-      int t = ds.bytes[i];
+      uint32_t t = ds.bytes[i];
+      lo = t < lo ? t : lo;
+      hi = t > hi ? t : hi;
+    }
+  } else if (ds.u16) {
+    for (size_t i = 0; i < n; i++) {
+      uint32_t t = ds.u16[i];
       lo = t < lo ? t : lo;
       hi = t > hi ? t : hi;
     }
   } else {
     for (size_t i = 0; i < n; i++) {
-      int t = ds.u16[i];
+      uint32_t t = ds.u32[i];
       lo = t < lo ? t : lo;
       hi = t > hi ? t : hi;
     }
@@ -252,8 +316,9 @@ static int cmd_info(int argc, char **argv, mt_err *e) {
   printf("format:       %s\n", ds.format);
   printf("bytes:        %zu\n", ds.map_bytes);
   printf("tokens:       %zu\n", n);
-  printf("min token id: %d\n", lo);
-  printf("max token id: %d (needs vocab_size >= %d)\n", hi, hi + 1);
+  printf("min token id: %lu\n", (unsigned long)lo);
+  printf("max token id: %lu (needs vocab_size >= %llu)\n", (unsigned long)hi,
+         (unsigned long long)hi + 1);
   mt_dataset_close(&ds);
   return 0;
 }

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The test command: install and build (Release, warnings as errors), run the
 # whole CTest suite, then build with AddressSanitizer + UBSan and run the
-# unit tests and one MPI test under it.
+# unit, bad-input and "sanitize" tests under it; end with the list of tests
+# that were skipped, each with its reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash apps/scripts/setup.sh build -DMT_WERROR=ON
 source apps/scripts/env.sh build
 JOBS=$(nproc 2>/dev/null || echo 2)
 status=0
-(cd build && ctest --output-on-failure -j "$JOBS" "$@") || status=1
+ROOT=$PWD
+rm -f build/junit.xml build-asan/junit.xml
+(cd build && ctest --output-on-failure -j "$JOBS" --output-junit "$ROOT/build/junit.xml" "$@") || status=1
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
 bash apps/scripts/setup.sh build-asan -DMT_WERROR=ON -DMT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
@@ -17,5 +20,10 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0
 export OMPI_MCA_mca_base_component_disable_dlclose=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-(cd build-asan && ctest --output-on-failure -j "$JOBS" -L 'unit|sanitize|badinput' "$@") || status=1
+(cd build-asan && ctest --output-on-failure -j "$JOBS" -L 'unit|sanitize|badinput' \
+  --output-junit "$ROOT/build-asan/junit.xml" "$@") || status=1
+
+# what did not run here, and why (a test that cannot run prints "SKIP: <reason>", exits 77)
+echo "== Skipped tests =="
+python3 tests/scripts/list_skipped.py build/junit.xml build-asan/junit.xml
 exit $status

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what meshtrain needs (Debian: apt-get as root; a cluster: prints
-# the module line to use instead) and builds it.
+# the module line to use instead) and builds it. On Debian this includes a
+# local Slurm (slurmctld, slurmd, sbatch, munge) for the Slurm tests, which
+# never install anything themselves.
 #   apps/scripts/setup.sh [BUILD_DIR] [extra cmake args...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,7 +15,8 @@ slurmctld slurmd slurm-client munge"
 have_deps() {
   command -v mpicc >/dev/null && command -v mpirun >/dev/null && command -v cmake >/dev/null &&
   command -v python3 >/dev/null && command -v gnuplot >/dev/null &&
-  { [ ! -x /usr/bin/apt-get ] || command -v slurmctld >/dev/null; } &&
+  { [ ! -x /usr/bin/apt-get ] || { command -v slurmctld && command -v slurmd && command -v sbatch &&
+                                    command -v munged; } >/dev/null; } &&
   pkg-config --exists inih libcjson libxxhash 2>/dev/null &&
   { [ ! -x /usr/bin/apt-get ] || [ -d /usr/include/"$(gcc -print-multiarch 2>/dev/null)"/openblas-openmp ]; } &&
   { [ -f /usr/include/cblas.h ] || [ -f /usr/include/x86_64-linux-gnu/cblas.h ] ||

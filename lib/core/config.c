@@ -120,8 +120,8 @@ static const mt_cfg_key g_keys[] = {
     {"data.val", MT_CFG_STRING, F(data_val), "",
      "path of the validation tokens (empty: split off the end of data.train)", 0, 0, NULL},
     {"data.format", MT_CFG_STRING, F(data_format), "auto",
-     "token file format (auto: from the file header or extension)", 0, 0,
-     "auto|llmc|u16|text"},
+     "token file format (auto: llm.c magic, else u16 for *.bin, else text; u32 for vocab > 65536)",
+     0, 0, "auto|llmc|u16|u32|text"},
     {"data.val_fraction", MT_CFG_DOUBLE, F(val_fraction), "0.05",
      "fraction of data.train held out for validation when data.val is empty", 0, LT1, NULL},
     /* [output] */
@@ -256,6 +256,25 @@ static int parse_int(const mt_cfg_key *k, const char *text, int *out, char *why,
   return 0;
 }
 
+/* A decimal number: [+-] digits [. digits] [e [+-] digits], at least one
+ * digit before the exponent. strtod alone would also take hexadecimal
+ * ("0x10" = 16), "inf", "nan" and "0x1p-3". */
+static int is_decimal(const char *p) {
+  if (*p == '+' || *p == '-') p++;
+  int digits = 0;
+  for (; isdigit((unsigned char)*p); p++) digits++;
+  if (*p == '.')
+    for (p++; isdigit((unsigned char)*p); p++) digits++;
+  if (!digits) return 0;
+  if (*p == 'e' || *p == 'E') {
+    p++;
+    if (*p == '+' || *p == '-') p++;
+    if (!isdigit((unsigned char)*p)) return 0;
+    while (isdigit((unsigned char)*p)) p++;
+  }
+  return *p == '\0';
+}
+
 static int parse_double(const mt_cfg_key *k, const char *text, double *out, char *why,
                         size_t wsize) {
   char *end = NULL;
@@ -267,6 +286,11 @@ static int parse_double(const mt_cfg_key *k, const char *text, double *out, char
   }
   if (!isfinite(v)) {
     snprintf(why, wsize, "%s: '%s' is not a finite number", k->name, clip(text).s);
+    return 1;
+  }
+  if (!is_decimal(text)) {
+    snprintf(why, wsize, "%s: '%s' is not a decimal number (write e.g. 16, 0.5 or 3e-4)",
+             k->name, clip(text).s);
     return 1;
   }
   *out = v;
@@ -416,20 +440,34 @@ typedef struct {
   int max_line;      /* longest line inih can take, characters before '\n' */
   int too_long_line; /* first line that did not fit inih's buffer, 0 if none */
   int err_line;      /* line of the first error found by the handler */
+  int nul_line;      /* first line holding a NUL byte, 0 if none */
   char err[400];
   int first_line[N_KEYS]; /* where each key was set in this file, 0 = not yet */
 } ini_ctx;
 
 /* fgets for inih that counts lines, refuses (rather than splits) lines longer
  * than inih's buffer, and drops leading whitespace so that indented keys are
- * keys and not inih continuation lines. */
+ * keys and not inih continuation lines. A NUL byte would end the C string
+ * early and silently truncate the value: it is replaced by 0x01 (which no
+ * value accepts) and its line remembered, so the handler names the key. */
 static char *ini_read_line(char *str, int num, void *stream) {
   ini_ctx *c = stream;
-  if (c->too_long_line || !fgets(str, num, c->f)) return NULL;
+  if (c->too_long_line || num < 2) return NULL;
+  int len = 0, ch = EOF, had_nul = 0;
+  while (len < num - 1 && (ch = getc(c->f)) != EOF) {
+    if (ch == '\0') {
+      had_nul = 1;
+      ch = 0x01;
+    }
+    str[len++] = (char)ch;
+    if (ch == '\n') break;
+  }
+  if (len == 0) return NULL;
+  str[len] = '\0';
   c->line++;
   c->max_line = num - 2; /* inih's buffer (INI_MAX_LINE) holds the line, '\n', NUL */
-  size_t len = strlen(str);
-  if (len == (size_t)num - 1 && str[len - 1] != '\n') {
+  if (had_nul && !c->nul_line) c->nul_line = c->line;
+  if (len == num - 1 && str[len - 1] != '\n') {
     int next = getc(c->f);
     if (next != EOF) {
       c->too_long_line = c->line;
@@ -437,7 +475,7 @@ static char *ini_read_line(char *str, int num, void *stream) {
     }
   }
   size_t skip = strspn(str, " \t");
-  if (skip) memmove(str, str + skip, len - skip + 1);
+  if (skip) memmove(str, str + skip, (size_t)len - skip + 1);
   return str;
 }
 
@@ -447,6 +485,17 @@ static int ini_on_value(void *user, const char *section, const char *name, const
   char why[sizeof c->err - 64];
   char full[160];
   int bad = 1;
+  if (c->nul_line) {
+    c->err_line = c->line;
+    if (c->nul_line == c->line)
+      snprintf(c->err, sizeof c->err, "%s:%d: %s%s%s: value contains a NUL byte (a damaged or "
+               "binary file?)", c->path, c->line, clip(section).s, section[0] ? "." : "",
+               clip(name).s);
+    else /* a section header or comment above this key */
+      snprintf(c->err, sizeof c->err, "%s:%d: line contains a NUL byte (a damaged or binary "
+               "file?)", c->path, c->nul_line);
+    return 0;
+  }
   if (section[0] == '\0') {
     snprintf(why, sizeof why, "key '%s' is outside any [section]", name);
   } else if ((size_t)snprintf(full, sizeof full, "%s.%s", section, name) >= sizeof full) {
@@ -498,6 +547,11 @@ static int load_ini(mt_config *cfg, const char *path, mt_err *e) {
     mt_err_set(e, "%s: cannot read config file: %s", path, strerror(errno));
   } else if (rc > 0 && rc == c->err_line) {
     mt_err_set(e, "%s", c->err);
+  } else if (c->nul_line && (rc <= 0 || c->nul_line <= rc)) {
+    /* on a line the handler never saw: a section header, a comment, or a
+     * line inih could not parse */
+    mt_err_set(e, "%s:%d: line contains a NUL byte (a damaged or binary file?)", path,
+               c->nul_line);
   } else if (rc > 0) {
     /* inih found a line that is neither a section, a key = value nor a
      * comment; every line before it fit the buffer, so rc is its number */

@@ -1,6 +1,8 @@
 /* core: errors and rank-tagged logging, configuration (INI + --set overrides),
- * collective agreement on errors, memory accounting, timers.
- * Knows MPI only to tag messages with the world rank and to abort. */
+ * collective agreement on errors, memory accounting, this node's CPUs and
+ * memory limit, timers.
+ * Knows MPI to tag messages with the world rank, abort, agree on errors and
+ * compare the ranks of one node. */
 #ifndef MT_CORE_H
 #define MT_CORE_H
 
@@ -152,6 +154,55 @@ size_t mt_mem_peak(mt_mem_cat cat);
 const char *mt_mem_cat_name(mt_mem_cat cat);
 /* peak resident set size of this process, bytes */
 size_t mt_mem_peak_rss(void);
+
+/* ------------------------------------------------------------------ */
+/* this node: CPU placement and usable memory                          */
+
+/* A CPU affinity mask (bit c: the process may run on CPU c). */
+enum { MT_CPU_MASK_BITS = 4096 };
+typedef struct {
+  uint64_t bits[MT_CPU_MASK_BITS / 64];
+} mt_cpu_mask;
+/* This process's mask (sched_getaffinity). Returns non-zero when unreadable. */
+int mt_cpu_mask_self(mt_cpu_mask *m);
+/* "0-3,8" -> mask; non-zero on a malformed list or a CPU >= MT_CPU_MASK_BITS */
+int mt_cpu_mask_parse(const char *list, mt_cpu_mask *m);
+int mt_cpu_mask_count(const mt_cpu_mask *m);
+/* mask -> "0-3,8" (cut with "..." when buf is too small) */
+void mt_cpu_mask_format(const mt_cpu_mask *m, char *buf, size_t size);
+
+/* One rank: 1 when its compute threads exceed the CPUs of its mask (they
+ * share cores and run at cpus-thread speed), with a one-line text in msg
+ * saying so and how to launch instead; 0 and "" otherwise (also when cpus
+ * is 0, i.e. unknown). msg may be NULL. */
+int mt_affinity_verdict(int threads, int cpus, char *msg, size_t size);
+
+/* Collective over comm. Each rank compares threads with its mask (NULL: its
+ * own, from sched_getaffinity; tests pass one); the ranks of each node
+ * (MPI_Comm_split_type shared) agree on one verdict: short of CPUs when a
+ * rank has more threads than CPUs in its mask, or when the node's ranks
+ * together run more threads than the CPUs in the union of their masks.
+ * On rank 0 of comm, lines receives one "<prog>: warning: node <host>: ..."
+ * line per such node (at most 16, then one line counting the rest), "" when
+ * every node is fine; on other ranks "". Returns the number of nodes short of
+ * CPUs, the same on every rank. */
+int mt_affinity_check(MPI_Comm comm, int threads, const mt_cpu_mask *mask, const char *prog,
+                      char *lines, size_t size);
+
+/* The memory this node lets the job use: the smallest of MemAvailable
+ * (/proc/meminfo), the cgroup limit of this process (v2 memory.max, v1
+ * memory.limit_in_bytes, the smallest along the path to the hierarchy's
+ * root) and Slurm's SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU x
+ * SLURM_CPUS_ON_NODE (MB, from the environment). A cgroup or Slurm figure is
+ * a limit for all of the job's processes on the node, not free memory. */
+typedef struct {
+  double bytes;    /* usable bytes; 0 when no source could be read */
+  char source[96]; /* the source of that figure, e.g. "cgroup memory.max", "SLURM_MEM_PER_NODE" */
+} mt_mem_limit;
+/* root: "" for this machine, or a directory standing in for / that holds
+ * proc/meminfo, proc/self/cgroup and sys/fs/cgroup/... (tests). Returns 0
+ * when some source was read. */
+int mt_mem_limit_node(const char *root, mt_mem_limit *out);
 
 /* ------------------------------------------------------------------ */
 /* counter-based randomness                                            */

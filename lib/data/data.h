@@ -1,9 +1,16 @@
 /* data: token datasets and the global, deterministic sampler.
  * Token files are memory-mapped, never read whole. Formats:
  *   llmc  : llm.c .bin: 256 int32 header (magic 20240520, version 1, ntok), uint16 tokens
- *   u16   : nanoGPT raw uint16 tokens, no header
+ *   u16   : nanoGPT raw uint16 tokens, no header (ids up to 65535)
+ *   u32   : raw little-endian uint32 tokens, no header (vocabularies beyond 65536,
+ *           e.g. Llama-3's 128256; ids up to 2^31-1 are usable)
  *   text  : any file, one token per byte (byte-level vocabulary, 256)
- *   auto  : llmc when the magic matches, else u16 for *.bin, else text
+ *   auto  : llmc when the magic matches, else u16 for *.bin, else text. auto
+ *           refuses a *.bin that is an llm.c file with a damaged magic, and one
+ *           that reads as uint32 (every second uint16 zero): data.format says
+ *           what such a file is.
+ * A vocabulary larger than the format can hold (over 65536 for llmc and u16)
+ * is refused at validation. Tokens are addressed as uint32 everywhere. 
  * No MPI here except mt_dataset_validate, which splits the scan over a communicator. */
 #ifndef MT_DATA_H
 #define MT_DATA_H
@@ -15,18 +22,20 @@
 
 typedef struct {
   char path[MT_CFG_STR_MAX];
-  char format[16];      /* resolved format: llmc | u16 | text */
+  char format[16];      /* resolved format: llmc | u16 | u32 | text */
   void *map;            /* mmap of the whole file */
   size_t map_bytes;
   const uint8_t *bytes; /* text: tokens are bytes */
   const uint16_t *u16;  /* llmc/u16: tokens */
+  const uint32_t *u32;  /* u32: tokens */
   size_t begin, end;    /* the token range [begin, end) this view covers */
   int owns_map;
 } mt_dataset;
 
-/* Open path in the given format (auto|llmc|u16|text). On failure returns
+/* Open path in the given format (auto|llmc|u16|u32|text). On failure returns
  * non-zero with a one-line message naming the file and what is wrong
- * (missing, unreadable, bad header, size not a multiple of 2, ...). */
+ * (missing, not a regular file, bad header, size not a multiple of the token
+ * width, ...). Never blocks: a FIFO is refused before it is opened. */
 int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err *e);
 /* Split ds into train = first (1-val_fraction) and val = the rest (views that
  * share ds's mapping; ds keeps owning it). */
@@ -34,11 +43,15 @@ void mt_dataset_split(const mt_dataset *ds, double val_fraction, mt_dataset *tra
                       mt_dataset *val);
 void mt_dataset_close(mt_dataset *ds);
 size_t mt_dataset_ntokens(const mt_dataset *ds);
-int mt_dataset_token(const mt_dataset *ds, size_t i); /* i relative to begin */
+/* token i (relative to begin) as an int; a u32 id above INT_MAX comes back
+ * wrapped, so read tokens only after mt_dataset_validate (vocab <= INT_MAX) */
+int mt_dataset_token(const mt_dataset *ds, size_t i);
 
 /* Collective over comm: each rank scans a 1/size share of the tokens; every
  * rank learns whether any token id is >= vocab. On failure returns non-zero
- * on every rank with a message naming the file, the token offset and value. */
+ * on every rank with a message naming the file, the token offset and value,
+ * or that the format cannot hold a vocabulary of this size (uint16 formats
+ * and vocab > 65536). */
 int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *e);
 
 /* Global sampler: the training stream is cut into n_windows = (ntok-1)/T
@@ -65,8 +78,9 @@ void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *ta
 /* Write the default corpus (deterministic, generated, English-like text) to
  * path as raw bytes; about nbytes long. Returns 0 on success. */
 int mt_corpus_generate(const char *path, size_t nbytes, uint64_t seed, mt_err *e);
-/* Write tokens as an llm.c .bin (format "llmc") or raw uint16 ("u16"). */
-int mt_tokens_write(const char *path, const char *format, const uint16_t *tok, size_t n,
+/* Write tokens as an llm.c .bin (format "llmc"), raw uint16 ("u16") or raw
+ * uint32 ("u32"). The uint16 formats refuse an id above 65535, naming it. */
+int mt_tokens_write(const char *path, const char *format, const uint32_t *tok, size_t n,
                     mt_err *e);
 
 /* Streaming token writer, for token files too large to hold as one array.
@@ -77,11 +91,15 @@ typedef struct {
   FILE *f;
   char path[MT_CFG_STR_MAX];
   char tmp_path[MT_CFG_STR_MAX + 8];
-  int llmc;   /* 1: llm.c header, 0: raw uint16 */
-  size_t n;   /* tokens written so far */
+  char format[8]; /* llmc | u16 | u32 */
+  int llmc;       /* 1: llm.c header */
+  size_t width;   /* bytes per token on disk: 2 or 4 */
+  size_t n;       /* tokens written so far */
 } mt_token_writer;
 int mt_token_writer_open(mt_token_writer *w, const char *path, const char *format, mt_err *e);
-int mt_token_writer_put(mt_token_writer *w, const uint16_t *tok, size_t n, mt_err *e);
+/* Append n token ids. A uint16 format refuses (and removes the partial file
+ * for) an id above 65535, naming the id and its position. */
+int mt_token_writer_put(mt_token_writer *w, const uint32_t *tok, size_t n, mt_err *e);
 /* Finish the header (llmc), close and rename into place. Returns non-zero
  * (and removes the partial file) when any write failed. */
 int mt_token_writer_close(mt_token_writer *w, mt_err *e);

@@ -19,7 +19,8 @@ enum { LLMC_HEADER_INTS = 256, LLMC_MAGIC = 20240520, LLMC_VERSION = 1 };
 #define LLMC_HEADER_BYTES ((size_t)LLMC_HEADER_INTS * sizeof(int32_t))
 
 /* Token files are little-endian on disk; we read them in place. */
-_Static_assert(sizeof(uint16_t) == 2 && sizeof(int32_t) == 4, "token layout");
+_Static_assert(sizeof(uint16_t) == 2 && sizeof(uint32_t) == 4 && sizeof(int32_t) == 4,
+               "token layout");
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "meshtrain reads token files in place and needs a little-endian host"
 #endif
@@ -31,7 +32,41 @@ static int ends_with(const char *s, const char *suffix) {
 
 static int known_format(const char *f) {
   return strcmp(f, "auto") == 0 || strcmp(f, "llmc") == 0 || strcmp(f, "u16") == 0 ||
-         strcmp(f, "text") == 0;
+         strcmp(f, "u32") == 0 || strcmp(f, "text") == 0;
+}
+
+/* Largest token id a format can hold: 255 (text), 65535 (llmc, u16), 2^32-1 (u32). */
+static uint64_t format_max_id(const char *f) {
+  if (strcmp(f, "text") == 0) return 255;
+  if (strcmp(f, "u32") == 0) return UINT32_MAX;
+  return UINT16_MAX;
+}
+
+/* auto, a *.bin without the llm.c magic: is it an llm.c file whose header was
+ * damaged? Real tokens never start with 1012 zero bytes (header words 3..255,
+ * which llm.c leaves zero), nor with a count that matches the body exactly. */
+static int looks_like_llmc(const void *map, size_t file_bytes) {
+  if (file_bytes < LLMC_HEADER_BYTES) return 0;
+  int32_t h[LLMC_HEADER_INTS];
+  memcpy(h, map, sizeof h);
+  int tail_zero = 1;
+  for (int i = 3; i < LLMC_HEADER_INTS && tail_zero; i++) tail_zero = h[i] == 0;
+  return tail_zero ||
+         (h[2] > 0 && (size_t)h[2] * sizeof(uint16_t) == file_bytes - LLMC_HEADER_BYTES);
+}
+
+/* auto, a *.bin read as uint16: is it really uint32 tokens? Ids below 65536
+ * stored as little-endian uint32 put a zero in every second uint16; a real
+ * uint16 token stream is never zero at all of its first odd positions. */
+static int looks_like_u32(const uint16_t *u16, size_t ntok) {
+  size_t n = ntok / 2 < 4096 ? ntok / 2 : 4096;
+  if (n < 16) return 0;
+  int any_nonzero_even = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (u16[2 * i + 1] != 0) return 0;
+    any_nonzero_even |= u16[2 * i] != 0;
+  }
+  return any_nonzero_even;
 }
 
 /* The header of an llm.c file of file_bytes bytes: returns the token count, or
@@ -87,24 +122,37 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
     return 1;
   }
 
-  int fd = open(path, O_RDONLY);
+  /* stat before open: opening a FIFO (or a tty) for reading blocks until a
+   * writer appears, so a named pipe given as data.train would hang every rank */
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    mt_err_set(e, "%s: cannot open: %s", path, strerror(errno));
+    return 1;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    mt_err_set(e, "%s: is a directory, expected a token file", path);
+    return 1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    mt_err_set(e, "%s: not a regular file (%s), expected a token file", path,
+               S_ISFIFO(st.st_mode) ? "a named pipe" : S_ISCHR(st.st_mode) ? "a device"
+               : S_ISSOCK(st.st_mode) ? "a socket" : "a special file");
+    return 1;
+  }
+  /* O_NONBLOCK: should the path turn into a FIFO between stat and open, the
+   * open returns at once and fstat below refuses it */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     mt_err_set(e, "%s: cannot open: %s", path, strerror(errno));
     return 1;
   }
-  struct stat st;
   if (fstat(fd, &st) != 0) {
     mt_err_set(e, "%s: cannot stat: %s", path, strerror(errno));
     close(fd);
     return 1;
   }
-  if (S_ISDIR(st.st_mode)) {
-    mt_err_set(e, "%s: is a directory, expected a token file", path);
-    close(fd);
-    return 1;
-  }
   if (!S_ISREG(st.st_mode)) {
-    mt_err_set(e, "%s: not a regular file", path);
+    mt_err_set(e, "%s: not a regular file, expected a token file", path);
     close(fd);
     return 1;
   }
@@ -123,15 +171,25 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
   }
 
   const char *fmt = format;
+  int auto_bin = 0; /* auto chose u16 from the name alone */
   if (strcmp(fmt, "auto") == 0) {
     int32_t magic = 0;
     if (bytes >= LLMC_HEADER_BYTES) memcpy(&magic, map, sizeof magic);
-    if (magic == LLMC_MAGIC)
+    if (magic == LLMC_MAGIC) {
       fmt = "llmc";
-    else if (ends_with(path, ".bin"))
+    } else if (ends_with(path, ".bin") && looks_like_llmc(map, bytes)) {
+      mt_err_set(e,
+                 "%s: bad llm.c header: magic %d, expected %d, but the rest of the header is "
+                 "llm.c's (damaged file? set data.format = u16 to read it as raw tokens)",
+                 path, (int)magic, LLMC_MAGIC);
+      munmap(map, bytes);
+      return 1;
+    } else if (ends_with(path, ".bin")) {
       fmt = "u16";
-    else
+      auto_bin = 1;
+    } else {
       fmt = "text";
+    }
   }
 
   size_t ntok = 0;
@@ -142,15 +200,28 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
       return 1;
     }
     ds->u16 = (const uint16_t *)((const char *)map + LLMC_HEADER_BYTES);
-  } else if (strcmp(fmt, "u16") == 0) {
-    if (bytes % sizeof(uint16_t) != 0) {
-      mt_err_set(e, "%s: u16 token file is %zu bytes, not a multiple of 2 (odd size)", path,
-                 bytes);
+  } else if (strcmp(fmt, "u16") == 0 || strcmp(fmt, "u32") == 0) {
+    size_t width = fmt[1] == '1' ? sizeof(uint16_t) : sizeof(uint32_t);
+    if (bytes % width != 0) {
+      mt_err_set(e, "%s: %s token file is %zu bytes, not a multiple of %zu (odd size)", path,
+                 fmt, bytes, width);
       munmap(map, bytes);
       return 1;
     }
-    ntok = bytes / sizeof(uint16_t);
-    ds->u16 = (const uint16_t *)map;
+    ntok = bytes / width;
+    if (width == sizeof(uint32_t)) {
+      ds->u32 = (const uint32_t *)map;
+    } else {
+      ds->u16 = (const uint16_t *)map;
+      if (auto_bin && looks_like_u32(ds->u16, ntok)) {
+        mt_err_set(e,
+                   "%s: data.format = auto reads *.bin as uint16 tokens, but every second "
+                   "uint16 is 0, as in a uint32 token file: set data.format = u32 (or u16)",
+                   path);
+        munmap(map, bytes);
+        return 1;
+      }
+    }
   } else { /* text */
     ntok = bytes;
     ds->bytes = (const uint8_t *)map;
@@ -194,21 +265,26 @@ void mt_dataset_close(mt_dataset *ds) {
 
 size_t mt_dataset_ntokens(const mt_dataset *ds) { return ds->end - ds->begin; }
 
-int mt_dataset_token(const mt_dataset *ds, size_t i) {
-  size_t k = ds->begin + i;
-  return ds->bytes ? (int)ds->bytes[k] : (int)ds->u16[k];
+/* token at absolute index k, as stored (up to 2^32-1) */
+static uint32_t token_at(const mt_dataset *ds, size_t k) {
+  return ds->bytes ? ds->bytes[k] : ds->u16 ? ds->u16[k] : ds->u32[k];
 }
+
+int mt_dataset_token(const mt_dataset *ds, size_t i) { return (int)token_at(ds, ds->begin + i); }
 
 /* First index in [lo, hi) (absolute) whose token is >= vocab, or SIZE_MAX. */
 static size_t first_bad_token(const mt_dataset *ds, size_t lo, size_t hi, int vocab) {
+  if ((uint64_t)vocab > format_max_id(ds->format)) return SIZE_MAX;
+  const uint32_t v = (uint32_t)vocab;
   if (ds->bytes) {
-    if (vocab >= 256) return SIZE_MAX;
     for (size_t k = lo; k < hi; k++)
-      if (ds->bytes[k] >= vocab) return k;
+      if (ds->bytes[k] >= v) return k;
+  } else if (ds->u16) {
+    for (size_t k = lo; k < hi; k++)
+      if (ds->u16[k] >= v) return k;
   } else {
-    if (vocab >= 65536) return SIZE_MAX;
     for (size_t k = lo; k < hi; k++)
-      if (ds->u16[k] >= vocab) return k;
+      if (ds->u32[k] >= v) return k;
   }
   return SIZE_MAX;
 }
@@ -223,7 +299,13 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
   size_t share = n / (size_t)size, extra = n % (size_t)size, r = (size_t)rank;
   size_t lo = ds->begin + r * share + (r < extra ? r : extra);
   size_t hi = lo + share + (r < extra ? 1 : 0);
-  if (vocab <= 0) lo = hi = ds->begin; /* reported below, identically on every rank */
+  /* A vocabulary the format cannot hold: a uint16 file of a 128k-token
+   * vocabulary has lost the high bits of its ids when it was written. Decided
+   * from (format, vocab) alone, so every rank fails alike, after the
+   * collectives below. */
+  int too_wide = vocab > 0 && strcmp(ds->format, "text") != 0 &&
+                 (uint64_t)vocab > format_max_id(ds->format) + 1;
+  if (vocab <= 0 || too_wide) lo = hi = ds->begin; /* reported below on every rank */
   size_t bad = first_bad_token(ds, lo, hi, vocab);
   uint64_t mine = bad == SIZE_MAX ? UINT64_MAX : (uint64_t)bad, first = UINT64_MAX;
   MT_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_UINT64_T, MPI_MIN, comm));
@@ -231,12 +313,19 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
     mt_err_set(e, "%s: vocab size %d must be positive", ds->path, vocab);
     return 1;
   }
+  if (too_wide) {
+    mt_err_set(e,
+               "%s: format %s holds token ids up to %llu, too few for vocab size %d: write "
+               "the tokens as uint32 (data.format = u32; meshdata encode --format u32)",
+               ds->path, ds->format, (unsigned long long)format_max_id(ds->format), vocab);
+    return 1;
+  }
   if (first == UINT64_MAX) return 0;
   /* The value comes from the rank that found it (all ranks map the same file,
    * but the owner's reading is the one the offset refers to). */
-  int value = (mine == first) ? mt_dataset_token(ds, (size_t)first - ds->begin) : -1, v = -1;
-  MT_MPI_CHECK(MPI_Allreduce(&value, &v, 1, MPI_INT, MPI_MAX, comm));
-  mt_err_set(e, "%s: token id %d at offset %llu is >= vocab size %d", ds->path, v,
+  long long value = (mine == first) ? (long long)token_at(ds, (size_t)first) : -1, v = -1;
+  MT_MPI_CHECK(MPI_Allreduce(&value, &v, 1, MPI_LONG_LONG, MPI_MAX, comm));
+  mt_err_set(e, "%s: token id %lld at offset %llu is >= vocab size %d", ds->path, v,
              (unsigned long long)first, vocab);
   return 1;
 }
@@ -247,10 +336,15 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
 int mt_token_writer_open(mt_token_writer *w, const char *path, const char *format, mt_err *e) {
   memset(w, 0, sizeof *w);
   if (!format || !*format) format = "llmc";
-  if (strcmp(format, "llmc") == 0)
+  if (strcmp(format, "llmc") == 0) {
     w->llmc = 1;
-  else if (strcmp(format, "u16") != 0) {
-    mt_err_set(e, "%s: cannot write format '%s' (expected llmc|u16)", path, format);
+    w->width = sizeof(uint16_t);
+  } else if (strcmp(format, "u16") == 0) {
+    w->width = sizeof(uint16_t);
+  } else if (strcmp(format, "u32") == 0) {
+    w->width = sizeof(uint32_t);
+  } else {
+    mt_err_set(e, "%s: cannot write format '%s' (expected llmc|u16|u32)", path, format);
     return 1;
   }
   if (strlen(path) >= sizeof w->path) {
@@ -258,6 +352,7 @@ int mt_token_writer_open(mt_token_writer *w, const char *path, const char *forma
     return 1;
   }
   snprintf(w->path, sizeof w->path, "%s", path);
+  snprintf(w->format, sizeof w->format, "%s", format);
   snprintf(w->tmp_path, sizeof w->tmp_path, "%s.tmp", path);
   w->f = fopen(w->tmp_path, "wb");
   if (!w->f) {
@@ -276,21 +371,47 @@ int mt_token_writer_open(mt_token_writer *w, const char *path, const char *forma
   return 0;
 }
 
-int mt_token_writer_put(mt_token_writer *w, const uint16_t *tok, size_t n, mt_err *e) {
+int mt_token_writer_put(mt_token_writer *w, const uint32_t *tok, size_t n, mt_err *e) {
   if (!w->f) {
     mt_err_set(e, "%s: token writer is not open", w->path);
     return 1;
   }
   if (w->llmc && n > (size_t)INT32_MAX - w->n) {
-    mt_err_set(e, "%s: more than %d tokens do not fit an llm.c header (use --format u16)",
+    mt_err_set(e, "%s: more than %d tokens do not fit an llm.c header (use --format u16 or u32)",
                w->path, INT32_MAX);
     mt_token_writer_abort(w);
     return 1;
   }
-  if (n && fwrite(tok, sizeof *tok, n, w->f) != n) {
-    mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
-    mt_token_writer_abort(w);
-    return 1;
+  if (w->width == sizeof(uint32_t)) {
+    if (n && fwrite(tok, sizeof *tok, n, w->f) != n) {
+      mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+      mt_token_writer_abort(w);
+      return 1;
+    }
+    w->n += n;
+    return 0;
+  }
+  /* uint16 formats: narrow in chunks, refusing an id that would lose its high bits */
+  enum { CHUNK = 4096 };
+  uint16_t narrow[CHUNK];
+  for (size_t i = 0; i < n; i += CHUNK) {
+    size_t m = n - i < CHUNK ? n - i : CHUNK;
+    for (size_t k = 0; k < m; k++) {
+      if (tok[i + k] > UINT16_MAX) {
+        mt_err_set(e,
+                   "%s: token id %lu (token %zu) does not fit format %s (uint16, ids up to "
+                   "65535): use format u32 (meshdata encode --format u32)",
+                   w->path, (unsigned long)tok[i + k], w->n + i + k, w->format);
+        mt_token_writer_abort(w);
+        return 1;
+      }
+      narrow[k] = (uint16_t)tok[i + k];
+    }
+    if (fwrite(narrow, sizeof *narrow, m, w->f) != m) {
+      mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+      mt_token_writer_abort(w);
+      return 1;
+    }
   }
   w->n += n;
   return 0;
@@ -339,7 +460,7 @@ void mt_token_writer_abort(mt_token_writer *w) {
   }
 }
 
-int mt_tokens_write(const char *path, const char *format, const uint16_t *tok, size_t n,
+int mt_tokens_write(const char *path, const char *format, const uint32_t *tok, size_t n,
                     mt_err *e) {
   mt_token_writer w;
   if (mt_token_writer_open(&w, path, format, e)) return 1;

@@ -83,11 +83,17 @@ void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *ta
       inputs[t] = p[t];
       targets[t] = p[t + 1];
     }
-  } else {
+  } else if (ds->u16) {
     const uint16_t *p = ds->u16 + start;
     for (size_t t = 0; t < T; t++) {
       inputs[t] = p[t];
       targets[t] = p[t + 1];
+    }
+  } else { /* u32: ids < vocab <= INT_MAX, checked by mt_dataset_validate */
+    const uint32_t *p = ds->u32 + start;
+    for (size_t t = 0; t < T; t++) {
+      inputs[t] = (int)p[t];
+      targets[t] = (int)p[t + 1];
     }
   }
 }

@@ -70,10 +70,8 @@ int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *
                cfg->tp, s->seq_len);
     return -1;
   }
-  if (s->vocab > 65536) {
-    mt_err_set(e, "model.vocab_size = %d exceeds 65536 (token files hold uint16 ids)", s->vocab);
-    return -1;
-  }
+  /* no vocabulary limit here: the token file's format decides which ids it
+   * can hold (mt_dataset_validate refuses uint16 files for vocab > 65536) */
   return 0;
 }
 

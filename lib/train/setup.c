@@ -179,17 +179,6 @@ void mt_train_layout_free(mt_train_layout *lay) {
 /* ------------------------------------------------------------------ */
 /* setup                                                               */
 
-static double mem_available_bytes(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  double kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-  fclose(f);
-  return kb * 1024.0;
-}
-
 /* Refuse what cannot fit before allocating it: this rank's plan (every
  * category, exactly what it will allocate) summed over the node's ranks. */
 static void check_memory(mt_trainer *t, mt_err *e) {
@@ -200,15 +189,15 @@ static void check_memory(mt_trainer *t, mt_err *e) {
     need = mt_plan_rank_total(&pr);
   double node_need = need;
   mt_allreduce_sum_f64(&t->mesh.node, &node_need, 1, MT_LOC_HOST);
-  double avail = mem_available_bytes();
+  mt_mem_limit avail; /* the smallest of MemAvailable, the cgroup and Slurm limits */
   int local_ranks = t->mesh.node.size;
-  if (!e->failed && avail > 0 && node_need > avail)
+  if (!e->failed && mt_mem_limit_node("", &avail) == 0 && node_need > avail.bytes)
     mt_err_set(e,
                "model %s with train.micro_batch = %d needs about %.2f GiB per rank; %d ranks "
-               "on this node need %.2f GiB but only %.2f GiB is available (lower "
-               "train.micro_batch or model size, raise parallel.zero, or use more nodes)",
+               "on this node need %.2f GiB but only %.2f GiB is usable (%s): lower "
+               "train.micro_batch or model size, raise parallel.zero, or use more nodes",
                t->cfg.model_preset, t->cfg.micro_batch, need / 1073741824.0, local_ranks,
-               node_need / 1073741824.0, avail / 1073741824.0);
+               node_need / 1073741824.0, avail.bytes / 1073741824.0, avail.source);
 }
 
 static void setup_data(mt_trainer *t, mt_err *e) {
@@ -229,7 +218,8 @@ static void setup_data(mt_trainer *t, mt_err *e) {
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
   mt_dataset_validate(&t->train_ds, t->lay.shape.vocab, MPI_COMM_WORLD, e);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
-  if (t->have_val_file) mt_dataset_validate(&t->val_ds, t->lay.shape.vocab, MPI_COMM_WORLD, e);
+  /* the validation tokens too, whether a file or the held-out tail of data.train */
+  mt_dataset_validate(&t->val_ds, t->lay.shape.vocab, MPI_COMM_WORLD, e);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
   const int T = t->lay.shape.seq_len;
   if (mt_sampler_init(&t->sampler, &t->train_ds, T, (uint64_t)cfg->seed, e) == 0 &&
@@ -321,6 +311,15 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_mesh_create(&t->mesh, t->cfg.tp, t->cfg.cp, t->cfg.dp, t->cfg.pp, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  /* thread placement: rank 0 warns once per node whose ranks have more
+   * compute threads than CPUs in their affinity masks */
+  {
+    char placement[4096];
+    if (t->cfg.threads > 0) mt_kernels_set_threads(t->cfg.threads);
+    mt_affinity_check(MPI_COMM_WORLD, mt_kernels_threads(), NULL, PROG, placement,
+                      sizeof placement);
+    if (t->world_rank == 0) fputs(placement, stderr);
+  }
   check_memory(t, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   setup_data(t, &err);

@@ -32,7 +32,7 @@ for a, b in zip(ref, cur):
     for k in ("grad_norm", "val_loss"):
         if (k in a) != (k in b):
             sys.exit("FAIL: step %d: %s only in one run" % (a["step"], k))
-        if k in a and abs(a[k] - b[k]) > 1e-5 * abs(a[k]):
+        if k in a and not abs(a[k] - b[k]) <= 1e-5 * abs(a[k]):  # NaN (or null) fails
             sys.exit("FAIL: step %d %s %r vs %r" % (a["step"], k, b[k], a[k]))
     p = b["pp"]
     assert len(p["wait_s"]) == pp and len(p["bubble"]) == pp and len(p["act_peak_bytes"]) == pp, p

@@ -51,3 +51,6 @@ mt_script_test(pp_save_params badinput ../scripts/expect_fail.sh pp_save_params 
   "output.save_params = true needs parallel.pp = 1" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set output.save_params=true)
 mt_script_test(pp_bad_schedule badinput ../scripts/expect_fail.sh pp_bad_schedule 2
   "parallel.schedule: 'pipedream' is not one of gpipe.1f1b.interleaved.zb-h1" ${PPT} --set parallel.pp=2 --set parallel.schedule=pipedream)
+
+# the pipeline executor under ASan/UBSan (the test command runs label "sanitize" there)
+mt_script_test(pp_sanitize sanitize sanitize.sh)

@@ -1,13 +1,43 @@
 # expect_fail.sh NAME NP REGEX [meshtrain args...]
 # Bad input must give: a non-zero exit, within seconds, exactly one error
 # line (from rank 0) that matches REGEX, and nothing written to output.dir.
+# Placeholders in the arguments become files made here:
+#   @CORPUS@       the default corpus (text, 200 kB, bytes 10..121)
+#   @CORPUS_LLMC@  the corpus as an llm.c .bin (uint16 ids)
+#   @BAD_MAGIC@    that .bin with its magic overwritten (a damaged llm.c file)
+#   @VAL_BAD@      the corpus with byte 250 as its last token: only the
+#                  held-out validation tail has an id >= 200
+#   @FIFO@         a named pipe (opening it for reading would block)
+#   @NUL_INI@      an INI file whose data.train value holds a NUL byte
 MT_SUFFIX=$1; NP=$2; REGEX=$3; shift 3
 source "$(dirname "$0")/common.sh"
 corpus=$(mt_corpus 200000)
 out="$WORK/out"
 mkdir -p "$out"; echo "earlier result" > "$out/metrics.jsonl"
+make_input() { # NAME: create the file behind @NAME@, print its path
+  case $1 in
+    CORPUS) echo "$corpus" ;;
+    CORPUS_LLMC) "$MT_BIN/meshdata" encode "$corpus" "$WORK/corpus.bin" --format llmc >/dev/null
+                 echo "$WORK/corpus.bin" ;;
+    BAD_MAGIC) "$MT_BIN/meshdata" encode "$corpus" "$WORK/damaged.bin" --format llmc >/dev/null
+               printf 'XXXX' | dd of="$WORK/damaged.bin" bs=1 conv=notrunc status=none
+               echo "$WORK/damaged.bin" ;;
+    VAL_BAD) { cat "$corpus"; printf '\372'; } > "$WORK/val_bad.txt"; echo "$WORK/val_bad.txt" ;;
+    FIFO) rm -f "$WORK/tokens.fifo"; mkfifo "$WORK/tokens.fifo"; echo "$WORK/tokens.fifo" ;;
+    NUL_INI) printf '[data]\ntrain = %s\000.more\n' "$corpus" > "$WORK/nul.ini"
+             echo "$WORK/nul.ini" ;;
+    *) fail "unknown placeholder @$1@" ;;
+  esac
+}
 args=()
-for a in "$@"; do args+=("${a//@CORPUS@/$corpus}"); done
+for a in "$@"; do
+  while [[ $a =~ @([A-Z_0-9]+)@ ]]; do
+    ph=${BASH_REMATCH[0]}
+    path=$(make_input "${BASH_REMATCH[1]}") || fail "cannot make the input for $ph"
+    a=${a//"$ph"/$path}
+  done
+  args+=("$a")
+done
 set +e
 start=$(date +%s)
 timeout --kill-after=5 60 "$MT_MPIEXEC" --oversubscribe -n "$NP" "$MT_BIN/meshtrain" \

@@ -40,3 +40,37 @@ mt_script_test(bad_hw_profile badinput expect_fail.sh bad_hw_profile 2
 mt_script_test(train_smoke sanitize train_smoke.sh)
 mt_script_test(async_needs_per_writer badinput expect_fail.sh async_needs_per_writer 2
   "ckpt.async = true needs ckpt.mode = per-writer" ${T} --set ckpt.async=true)
+
+# Odd inputs (issue 10): each refused with one line naming it, never a hang.
+mt_script_test(vocab_beyond_uint16 badinput expect_fail.sh vocab_beyond_uint16 2
+  "corpus.bin: format llmc holds token ids up to 65535, too few for vocab size 70000" ${T} --set data.train=@CORPUS_LLMC@ --set model.vocab_size=70000)
+mt_script_test(llmc_bad_magic badinput expect_fail.sh llmc_bad_magic 2
+  "damaged.bin: bad llm.c header: magic [-0-9]+, expected 20240520" ${T} --set data.train=@BAD_MAGIC@ --set data.format=llmc)
+mt_script_test(llmc_bad_magic_auto badinput expect_fail.sh llmc_bad_magic_auto 2
+  "damaged.bin: bad llm.c header: magic [-0-9]+, expected 20240520, but the rest of the header is llm.c's" ${T} --set data.train=@BAD_MAGIC@ --set data.format=auto)
+mt_script_test(fifo_dataset badinput expect_fail.sh fifo_dataset 2
+  "tokens.fifo: not a regular file \\(a named pipe\\)" ${T} --set data.train=@FIFO@)
+mt_script_test(val_token_beyond_vocab badinput expect_fail.sh val_token_beyond_vocab 2
+  "val_bad.txt: token id 250 at offset [0-9]+ is >= vocab size 200" ${T} --set data.train=@VAL_BAD@ --set model.vocab_size=200)
+mt_script_test(ini_nul_byte badinput expect_fail.sh ini_nul_byte 2
+  "nul.ini:2: data.train: value contains a NUL byte" @NUL_INI@ ${T})
+mt_script_test(hex_for_decimal badinput expect_fail.sh hex_for_decimal 2
+  "parallel.bucket_mb: '0x10' is not a decimal number" ${T} --set parallel.bucket_mb=0x10)
+
+# token ids above 65,535: uint32 files train a model with that vocabulary
+mt_script_test(u32_vocab mpi u32_vocab.sh)
+
+# thread placement: one warning line per node when threads exceed the CPUs of the masks
+mt_script_test(thread_placement mpi thread_placement.sh)
+
+# The memory check honours the job's limit (here Slurm's, given by the test):
+# small with micro-batch 16 fits this machine's MemAvailable, not 2 GiB.
+mt_script_test(memory_slurm_limit badinput expect_fail.sh memory_slurm_limit 2
+  "2 ranks on this node need [0-9.]+ GiB but only 2.00 GiB is usable \\(SLURM_MEM_PER_NODE\\)" ${T} --set model.preset=small --set train.micro_batch=16 --set train.global_batch=32)
+set_property(TEST badinput.memory_slurm_limit APPEND PROPERTY ENVIRONMENT "SLURM_MEM_PER_NODE=2048")
+
+# test_node on 2 ranks: the node-wide verdicts (ranks sharing CPUs)
+add_test(NAME mpi.node_check COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+  --oversubscribe $<TARGET_FILE:test_node>)
+set_tests_properties(mpi.node_check PROPERTIES LABELS mpi TIMEOUT 120
+  ENVIRONMENT "${MT_TEST_ENV}" WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

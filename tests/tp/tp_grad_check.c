@@ -30,6 +30,7 @@
 
 #include "comm/comm.h"
 #include "model/model.h"
+#include "../check.h"
 
 #define TOL_LOSS 1e-5
 #define TOL_GRAD 1e-4
@@ -108,7 +109,7 @@ static void check_grads(const char *tag, const mt_gpt *m, const mt_gpt *ref) {
   for (int i = 0; i < m->reg.n; i++) {
     const mt_tensor *t = &m->reg.t[i], *rt = &ref->reg.t[i];
     double gmax = 0.0, emax = 0.0;
-    for (size_t j = 0; j < rt->numel_local; j++) gmax = fmax(gmax, fabs(ref->grads[rt->offset + j]));
+    for (size_t j = 0; j < rt->numel_local; j++) gmax = mt_worst(gmax, fabs(ref->grads[rt->offset + j]));
     int pad_bad = 0;
     for (size_t j = 0; j < t->numel_local; j++) {
       size_t g = mt_tensor_global_index(t, j, m->reg.tp_size);
@@ -118,11 +119,11 @@ static void check_grads(const char *tag, const mt_gpt *m, const mt_gpt *ref) {
         pad_bad |= got != 0.0f;
         continue;
       }
-      emax = fmax(emax, fabs((double)got - ref->grads[rt->offset + (size_t)li]));
+      emax = mt_worst(emax, fabs((double)got - ref->grads[rt->offset + (size_t)li]));
     }
     double rel = gmax > 0 ? emax / gmax : emax;
-    worst = fmax(worst, rel);
-    if (rel > TOL_GRAD)
+    worst = mt_worst(worst, rel);
+    if (!(rel <= TOL_GRAD))
       FAIL("%s: gradient of %s differs from the unsplit model: max err %.3e, %.3e of its max "
            "|grad| %.3e",
            tag, t->name, emax, rel, gmax);

@@ -264,6 +264,50 @@ static void test_errors(void) {
   err_file("[data]\nformat = LLMC\n", "choices are case-sensitive", ":2:", "data.format", "LLMC");
   err_file("[data]\ntrain = \"half quoted\n", "unmatched quote", ":2:", "data.train", "unmatched");
 
+  /* decimal keys take decimal numbers only: strtod would read 0x10 as 16 */
+  err_file("[parallel]\nbucket_mb = 0x10\n", "hex double", ":2:", "parallel.bucket_mb",
+           "'0x10' is not a decimal number");
+  err_set("train.lr=0x1p-10", "hex float", "train.lr", "'0x1p-10' is not a decimal number", NULL);
+  err_file("[train]\nsteps = 0x10\n", "hex int", ":2:", "train.steps", "'0x10' is not an integer");
+  {
+    const char *fine[] = {"train.lr=.5", "train.lr=5.", "train.lr=+1.5e+2", "train.lr=3E-4",
+                          "train.lr=007"};
+    const double want[] = {0.5, 5.0, 150.0, 3e-4, 7.0};
+    for (int i = 0; i < 5; i++) {
+      mt_config cfg;
+      char *o[1] = {(char *)fine[i]};
+      if (load_ok(&cfg, NULL, 1, o, fine[i]) == 0)
+        CHECK(cfg.lr == want[i], "%s gave %.17g", fine[i], cfg.lr);
+    }
+  }
+  /* a NUL byte would truncate the C string: the value (or line) is refused */
+  {
+    static const struct {
+      const char *name, *text, *frag1, *frag2;
+      size_t len;
+    } nul_cases[] = {
+#define NUL_CASE(name, text, frag1, frag2) {name, text, frag1, frag2, sizeof(text) - 1}
+        NUL_CASE("nul_value.ini", "[data]\ntrain = corpus.txt\0.evil\n", ":2: data.train:",
+                 "value contains a NUL byte"),
+        NUL_CASE("nul_int.ini", "[train]\n\nsteps = 1\0002\n", ":3: train.steps:", "NUL byte"),
+        NUL_CASE("nul_comment.ini", "# note\0\n[train]\nsteps = 3\n", ":1:",
+                 "line contains a NUL byte"),
+        NUL_CASE("nul_section.ini", "[tra\0in]\nsteps = 3\n", ":1:", "line contains a NUL byte"),
+#undef NUL_CASE
+    };
+    for (size_t i = 0; i < sizeof nul_cases / sizeof nul_cases[0]; i++) {
+      const char *path = write_file(nul_cases[i].name, "");
+      FILE *f = fopen(path, "wb");
+      if (!f || fwrite(nul_cases[i].text, 1, nul_cases[i].len, f) != nul_cases[i].len ||
+          fclose(f) != 0) {
+        fail("cannot write %s", path);
+        continue;
+      }
+      load_err(path, 0, NULL, nul_cases[i].name, path, nul_cases[i].frag1, nul_cases[i].frag2,
+               (const char *)NULL);
+    }
+  }
+
   /* out of range, phrased for people */
   err_file("[train]\nsteps = 0\n", "steps < 1", ":2:", "train.steps must be >= 1", "(got 0)");
   err_file("[model]\nn_layer = -1\n", "negative shape", ":2:",
@@ -377,16 +421,38 @@ static void test_round_trip(void) {
                   "train.log_every=10", "parallel.dp=4", "parallel.tp=2", "parallel.pp=2",
                   "parallel.cp=2", "parallel.zero=1", "parallel.bucket_mb=0.5",
                   "data.format=u16", "data.val_fraction=0", "output.save_params=true",
-                  "metrics.peak_gflops=989000.5"};
+                  "metrics.peak_gflops=989000.5", "train.stop_after=7",
+                  "train.resume=auto", "train.micro_batches=16", "train.recompute=true",
+                  "parallel.sp=true", "parallel.schedule=interleaved",
+                  "parallel.virtual_stages=2", "parallel.pp_split=5,7",
+                  "parallel.print_schedule=true", "ckpt.every=50", "ckpt.keep=0",
+                  "ckpt.mode=per-writer", "ckpt.async=true", "ckpt.verify_on_load=false",
+                  "ckpt.test_crash=rename"};
   int n = (int)(sizeof over / sizeof over[0]);
   /* preset was "gpt2-124m" on the way: a shorter final value must not leave
    * bytes of it behind, or memcmp would fail */
-  char *over2[64];
+  char *over2[sizeof over / sizeof over[0] + 1];
   memcpy(over2, over, sizeof over);
   over2[n] = "model.preset=tiny";
   if (load_ok(&cfg, NULL, n + 1, over2, "round-trip overrides")) return;
   fill_strings(&cfg);
   CHECK(cfg.beta1 < 1 && cfg.beta1 > 0.9999, "beta1 %.17g", cfg.beta1);
+  /* "every key": derived from the key table, so a new key cannot be left out */
+  {
+    mt_config def;
+    mt_config_defaults(&def);
+    int nk = 0;
+    const mt_cfg_key *keys = mt_config_keys(&nk);
+    for (int i = 0; i < nk; i++) {
+      size_t size = keys[i].type == MT_CFG_STRING ? MT_CFG_STR_MAX
+                    : keys[i].type == MT_CFG_DOUBLE ? sizeof(double)
+                                                    : sizeof(int);
+      if (memcmp((const char *)&cfg + keys[i].offset, (const char *)&def + keys[i].offset,
+                 size) == 0)
+        fail("round trip: %s is still at its default %s: give it a value in the overrides",
+             keys[i].name, keys[i].def);
+    }
+  }
   round_trip(&cfg, "rt_all.ini");
 
   /* the written file is readable: "0.001", not 0.0010000000000000000208 */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -85,8 +86,8 @@ static void check_error(int rc, const mt_err *e, const char *path, const char *w
 
 static void test_round_trip(void) {
   enum { N = 1000 };
-  uint16_t tok[N];
-  for (int i = 0; i < N; i++) tok[i] = (uint16_t)(rng_next() & 0xffff);
+  uint32_t tok[N];
+  for (int i = 0; i < N; i++) tok[i] = (uint32_t)(rng_next() & 0xffff);
   tok[0] = 0;
   tok[1] = 65535;
 
@@ -96,6 +97,7 @@ static void test_round_trip(void) {
       {"rt_llmc.bin", "llmc", "llmc", "llmc"}, {"rt_llmc.bin", "llmc", "auto", "llmc"},
       {"rt_llmc.dat", "llmc", "auto", "llmc"}, /* the magic decides, not the name */
       {"rt_u16.bin", "u16", "u16", "u16"},     {"rt_u16.bin", "u16", "auto", "u16"},
+      {"rt_u32.bin", "u32", "u32", "u32"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     char path[320];
@@ -114,17 +116,20 @@ static void test_round_trip(void) {
     CHECK(ds.owns_map == 1, "opened dataset must own its map");
     int mism = -1;
     for (int i = 0; i < N && mism < 0; i++)
-      if (mt_dataset_token(&ds, (size_t)i) != tok[i]) mism = i;
+      if (mt_dataset_token(&ds, (size_t)i) != (int)tok[i]) mism = i;
     CHECK(mism < 0, "%s: token %d differs", cases[c].name, mism);
     mt_dataset_close(&ds);
   }
   tmp_path("rt_llmc.bin");
   tmp_path("rt_llmc.dat");
   tmp_path("rt_u16.bin");
+  tmp_path("rt_u32.bin");
 
   /* a raw uint16 file not named .bin reads as text under auto: 2 tokens a value */
   const char *raw = tmp_path("raw_u16.dat");
-  write_bytes(raw, tok, sizeof tok);
+  uint16_t tok16[N];
+  for (int i = 0; i < N; i++) tok16[i] = (uint16_t)tok[i];
+  write_bytes(raw, tok16, sizeof tok16);
   mt_dataset ds;
   mt_err e = {0};
   CHECK(mt_dataset_open(&ds, raw, "auto", &e) == 0, "open %s: %s", raw, e.msg);
@@ -258,12 +263,154 @@ static void test_errors(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* uint32 tokens, and inputs auto-detection must not guess               */
+
+static void test_wide_and_guarded(void) {
+  enum { N = 3000 };
+  uint32_t tok[N];
+  for (int i = 0; i < N; i++) tok[i] = (uint32_t)(rng_next() % 128256); /* Llama-3 vocab */
+  tok[0] = 65536;
+  tok[1] = 128255;
+  mt_dataset ds;
+  mt_err e = {0};
+
+  /* u32: ids above 65535 survive write -> open -> sampler, and the vocab check */
+  const char *p = tmp_path("wide.bin");
+  CHECK(mt_tokens_write(p, "u32", tok, N, &e) == 0, "write u32: %s", e.msg);
+  if (mt_dataset_open(&ds, p, "u32", &e) == 0) {
+    CHECK(mt_dataset_ntokens(&ds) == N && strcmp(ds.format, "u32") == 0, "u32: %zu tokens, %s",
+          mt_dataset_ntokens(&ds), ds.format);
+    CHECK(mt_dataset_token(&ds, 0) == 65536 && mt_dataset_token(&ds, 1) == 128255,
+          "u32 tokens 0, 1: %d %d", mt_dataset_token(&ds, 0), mt_dataset_token(&ds, 1));
+    CHECK(mt_dataset_validate(&ds, 128256, MPI_COMM_SELF, &e) == 0, "vocab 128256: %s", e.msg);
+    e = (mt_err){0};
+    CHECK(mt_dataset_validate(&ds, 128255, MPI_COMM_SELF, &e) != 0 &&
+              strstr(e.msg, "token id 128255 at offset 1 is >= vocab size 128255"),
+          "vocab 128255 must name id 128255: '%s'", e.msg);
+    mt_sampler s;
+    e = (mt_err){0};
+    int inp[4], tgt[4];
+    if (mt_sampler_init(&s, &ds, 4, 1, &e) == 0) {
+      mt_sampler_get_window(&s, 0, inp, tgt);
+      CHECK(inp[0] == 65536 && inp[1] == 128255 && tgt[0] == 128255 && tgt[3] == (int)tok[4],
+            "u32 window 0: %d %d / %d %d", inp[0], inp[1], tgt[0], tgt[3]);
+    } else {
+      CHECK(0, "sampler on u32: %s", e.msg);
+    }
+    mt_dataset_close(&ds);
+  } else {
+    CHECK(0, "open u32: %s", e.msg);
+  }
+  /* a u32 id above INT_MAX is reported with its true value, not wrapped */
+  uint32_t huge[4] = {1, 2, 3000000000u, 4};
+  p = tmp_path("huge.bin");
+  e = (mt_err){0};
+  CHECK(mt_tokens_write(p, "u32", huge, 4, &e) == 0, "write huge: %s", e.msg);
+  if (mt_dataset_open(&ds, p, "u32", &e) == 0) {
+    CHECK(mt_dataset_validate(&ds, 1000, MPI_COMM_SELF, &e) != 0 &&
+              strstr(e.msg, "token id 3000000000 at offset 2 "),
+          "id 3e9 must be reported as such: '%s'", e.msg);
+    mt_dataset_close(&ds);
+  }
+
+  /* the uint16 formats refuse an id that does not fit, and leave no file */
+  const char *fmts[2] = {"llmc", "u16"};
+  for (int f = 0; f < 2; f++) {
+    p = tmp_path(f ? "narrow.u16.bin" : "narrow.llmc.bin");
+    e = (mt_err){0};
+    int rc = mt_tokens_write(p, fmts[f], tok, N, &e);
+    CHECK(rc != 0 && strstr(e.msg, "token id 65536 (token 0) does not fit format") &&
+              strstr(e.msg, fmts[f]) && strstr(e.msg, "u32") && !strchr(e.msg, '\n'),
+          "%s with id 65536: rc %d '%s'", fmts[f], rc, e.msg);
+    CHECK(access(p, F_OK) != 0, "a refused %s write left %s behind", fmts[f], p);
+  }
+  /* ... and a vocabulary they cannot hold, even when every id in the file fits */
+  p = tmp_path("small_ids.bin");
+  uint32_t small[100];
+  for (int i = 0; i < 100; i++) small[i] = (uint32_t)i;
+  e = (mt_err){0};
+  CHECK(mt_tokens_write(p, "llmc", small, 100, &e) == 0, "write: %s", e.msg);
+  if (mt_dataset_open(&ds, p, "auto", &e) == 0) {
+    CHECK(mt_dataset_validate(&ds, 65536, MPI_COMM_SELF, &e) == 0, "vocab 65536 fits: %s", e.msg);
+    e = (mt_err){0};
+    int rc = mt_dataset_validate(&ds, 70000, MPI_COMM_SELF, &e);
+    CHECK(rc != 0 && strstr(e.msg, "format llmc holds token ids up to 65535, too few for vocab "
+                                   "size 70000") && strstr(e.msg, "data.format = u32"),
+          "llmc with vocab 70000: rc %d '%s'", rc, e.msg);
+    mt_dataset_close(&ds);
+  }
+  /* text holds bytes: any vocab of 256 or more is fine */
+  p = tmp_path("bytes.txt");
+  write_bytes(p, "hello", 5);
+  e = (mt_err){0};
+  if (mt_dataset_open(&ds, p, "auto", &e) == 0) {
+    CHECK(mt_dataset_validate(&ds, 70000, MPI_COMM_SELF, &e) == 0, "text, vocab 70000: %s", e.msg);
+    mt_dataset_close(&ds);
+  }
+
+  /* u32 of a size that is not a multiple of 4 */
+  p = tmp_path("odd.u32");
+  write_bytes(p, "123456", 6);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "u32", &e), &e, p, "not a multiple of 4", "odd u32");
+
+  /* auto on a *.bin of uint32 tokens below 65536: refused, data.format decides */
+  p = tmp_path("small_u32.bin");
+  e = (mt_err){0};
+  CHECK(mt_tokens_write(p, "u32", small, 100, &e) == 0, "write: %s", e.msg);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "set data.format = u32", "u32 as auto");
+  e = (mt_err){0};
+  CHECK(mt_dataset_open(&ds, p, "u16", &e) == 0 && mt_dataset_ntokens(&ds) == 200,
+        "an explicit u16 reads it anyway: %s", e.msg);
+  mt_dataset_close(&ds);
+
+  /* llm.c file with a damaged magic: refused under llmc and under auto */
+  int32_t header[256] = {20240521, 1, 100};
+  unsigned char buf[sizeof header + 200];
+  memset(buf, 7, sizeof buf);
+  memcpy(buf, header, sizeof header);
+  p = tmp_path("damaged_magic.bin");
+  write_bytes(p, buf, sizeof buf);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "magic 20240521", "damaged magic llmc");
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "magic 20240521", "damaged magic auto");
+  CHECK(strstr(e.msg, "data.format = u16"), "damaged magic: no way out named: '%s'", e.msg);
+  /* the count alone gives it away too (a header tail that is not zero) */
+  header[5] = 9;
+  header[0] = 0;
+  memcpy(buf, header, sizeof header);
+  write_bytes(p, buf, sizeof buf);
+  e = (mt_err){0};
+  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "bad llm.c header", "damaged, count");
+  /* raw uint16 tokens that merely start with zeros are not mistaken for one */
+  uint16_t raw16[1024];
+  for (int i = 0; i < 1024; i++) raw16[i] = (uint16_t)(i < 8 ? 0 : 1 + i % 300);
+  p = tmp_path("raw_zeros.bin");
+  write_bytes(p, raw16, sizeof raw16);
+  e = (mt_err){0};
+  CHECK(mt_dataset_open(&ds, p, "auto", &e) == 0 && strcmp(ds.format, "u16") == 0,
+        "raw u16 starting with zeros: %s", e.msg);
+  mt_dataset_close(&ds);
+
+  /* a FIFO is refused at once, not opened (which would block for a writer) */
+  p = tmp_path("tokens.fifo");
+  if (mkfifo(p, 0600) == 0) {
+    e = (mt_err){0};
+    check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "named pipe", "fifo");
+  } else {
+    CHECK(0, "mkfifo %s failed", p);
+  }
+}
+
+/* ------------------------------------------------------------------ */
 /* split                                                               */
 
 static void test_split(void) {
   enum { N = 1000 };
-  uint16_t tok[N];
-  for (int i = 0; i < N; i++) tok[i] = (uint16_t)i;
+  uint32_t tok[N];
+  for (int i = 0; i < N; i++) tok[i] = (uint32_t)i;
   const char *p = tmp_path("split.bin");
   mt_err e = {0};
   CHECK(mt_tokens_write(p, "llmc", tok, N, &e) == 0, "write: %s", e.msg);
@@ -312,8 +459,8 @@ static int same_ints(const int *a, const int *b, int n) {
 }
 
 static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
-  uint16_t *tok = mt_malloc(ntok * sizeof *tok);
-  for (size_t i = 0; i < ntok; i++) tok[i] = (uint16_t)(rng_next() % 50000);
+  uint32_t *tok = mt_malloc(ntok * sizeof *tok);
+  for (size_t i = 0; i < ntok; i++) tok[i] = (uint32_t)(rng_next() % 50000);
   char name[64];
   snprintf(name, sizeof name, "sampler_%zu_%d.bin", ntok, T);
   const char *p = tmp_path(name);
@@ -383,8 +530,8 @@ static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
     mt_sampler_get(&s, g, in, tg);
     int ok = 1;
     for (int t = 0; t < T; t++) {
-      ok &= in[t] == tok[w * (uint64_t)T + (uint64_t)t];
-      ok &= tg[t] == tok[w * (uint64_t)T + (uint64_t)t + 1];
+      ok &= in[t] == (int)tok[w * (uint64_t)T + (uint64_t)t];
+      ok &= tg[t] == (int)tok[w * (uint64_t)T + (uint64_t)t + 1];
       if (t + 1 < T) ok &= tg[t] == in[t + 1];
     }
     CHECK(ok, "sample %llu (window %llu) does not match the file", (unsigned long long)g,
@@ -399,7 +546,7 @@ static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
   }
   /* the last window ends exactly at or before the last token */
   mt_sampler_get_window(&s, n - 1, in, tg);
-  CHECK(tg[T - 1] == tok[n * (uint64_t)T], "last window's last target is not token %llu",
+  CHECK(tg[T - 1] == (int)tok[n * (uint64_t)T], "last window's last target is not token %llu",
         (unsigned long long)(n * (uint64_t)T));
 
   mt_dataset_close(&ds2);
@@ -426,7 +573,7 @@ static void test_sampler(void) {
   test_sampler_case(100004, 1, 2);
 
   /* too short for one sequence */
-  uint16_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  uint32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   const char *p = tmp_path("short_seq.bin");
   mt_err e = {0};
   mt_tokens_write(p, "u16", tok, 8, &e);
@@ -461,8 +608,8 @@ static void test_validate(MPI_Comm comm) {
   const size_t bad1 = 3777, bad2 = 3900; /* near the end: only the last rank's share */
   char path[320];
   if (rank == 0) {
-    uint16_t *tok = mt_malloc(N * sizeof *tok);
-    for (int i = 0; i < N; i++) tok[i] = (uint16_t)(rng_next() % 256);
+    uint32_t *tok = mt_malloc(N * sizeof *tok);
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)(rng_next() % 256);
     tok[bad1] = 300;
     tok[bad2] = 999;
     snprintf(path, sizeof path, "%s", tmp_path("validate.bin"));
@@ -637,6 +784,7 @@ int main(int argc, char **argv) {
   test_round_trip();
   test_text();
   test_errors();
+  test_wide_and_guarded();
   test_split();
   test_sampler();
   test_validate(MPI_COMM_WORLD);

@@ -46,6 +46,7 @@
  * behaviour of the kernels is test_ops' business.
  * Runs in about half a second. Exits 1 naming every failing tensor. */
 #include "model/model.h"
+#include "../check.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -649,7 +650,7 @@ static void run_case(const test_case *tc) {
       const mt_tensor *t = &m.reg.t[i];
       size_t n = real_numel(&m, i);
       double gmax = 0.0;
-      for (size_t j = 0; j < n; j++) gmax = fmax(gmax, fabs(G[t->offset + j]));
+      for (size_t j = 0; j < n; j++) gmax = mt_worst(gmax, fabs(G[t->offset + j]));
       for (int k = 0; k < FD_PER_TENSOR; k++) {
         size_t j = t->offset + (size_t)(rng_next() % n);
         double p0 = P[j], h = 1e-5 * fmax(1.0, fabs(p0));
@@ -681,7 +682,7 @@ static void run_case(const test_case *tc) {
     size_t n = real_numel(&m, i);
     double gmax, err = rel_err_f(m.grads + t->offset, G + t->offset, n, &gmax);
     int ok = err <= TOL_GRAD;
-    worst = fmax(worst, err);
+    worst = mt_worst(worst, err);
     printf("  grad %-26s max|ref| %.3e  rel err %.2e %s\n", t->name, gmax, err, ok ? "ok" : "FAIL");
     if (!ok)
       fail("%s: gradient of %s differs from the reference: rel err %.3e > %.0e", tc->tag, t->name,
@@ -719,7 +720,7 @@ static void run_case(const test_case *tc) {
       for (size_t j = 0; j < t->numel_local; j++) {
         double d = fabs((double)m.grads[t->offset + j] - (double)g2[t->offset + j]);
         if (!(d <= emax)) emax = d;
-        rmax = fmax(rmax, fabs((double)g2[t->offset + j]));
+        rmax = mt_worst(rmax, fabs((double)g2[t->offset + j]));
       }
       double err = rmax > 0.0 ? emax / rmax : emax;
       if (!(err <= gworst)) {

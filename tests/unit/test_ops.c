@@ -20,6 +20,7 @@
  * Any mismatch prints "FAIL: <op> ..." and the test exits 1. */
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "../check.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -115,8 +116,7 @@ static void check_true(const char *what, int ok) {
 static double rel_err_max(const float *a, const double *ref, size_t n) {
   double diff = 0.0, scale = 0.0;
   for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - ref[i]);
-    if (d > diff || isnan(d)) diff = isnan(d) ? INFINITY : d;
+    diff = mt_worst(diff, fabs((double)a[i] - ref[i]));
     if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
   }
   return diff / (scale > 0.0 ? scale : 1.0);
@@ -126,11 +126,10 @@ static double rel_err_max(const float *a, const double *ref, size_t n) {
 static double accum_err(const float *g1, const float *g2, size_t n) {
   double diff = 0.0, scale = 0.0;
   for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)g2[i] - 2.0 * (double)g1[i]);
-    if (d > diff || isnan(d)) diff = isnan(d) ? INFINITY : d;
+    diff = mt_worst(diff, fabs((double)g2[i] - 2.0 * (double)g1[i]));
     if (fabs(g1[i]) > scale) scale = fabs(g1[i]);
   }
-  return scale > 0.0 ? diff / (2.0 * scale) : (diff > 0.0 ? INFINITY : 0.0);
+  return scale > 0.0 ? diff / (2.0 * scale) : (diff == 0.0 ? 0.0 : INFINITY); /* NaN: fails */
 }
 
 typedef double (*loss_fn)(void *ctx);
@@ -150,8 +149,7 @@ static double gradcheck(loss_fn loss, void *ctx, float *x, const float *grad, si
     double numeric = (lp - lm) / ((double)xp - (double)xm);
     double analytic = grad[i];
     double denom = fmax(fmax(fabs(analytic), fabs(numeric)), 1e-2);
-    double err = fabs(analytic - numeric) / denom;
-    if (err > worst || isnan(err)) worst = isnan(err) ? INFINITY : err;
+    worst = mt_worst(worst, fabs(analytic - numeric) / denom);
   }
   return worst;
 }
@@ -570,9 +568,9 @@ static void test_softmax_xent(void) {
       if (j >= V) pad_zero &= probs[(size_t)i * Vp + j] == 0.0f;
       else psum += probs[(size_t)i * Vp + j];
     }
-    sum_err = fmax(sum_err, fabs(psum - 1.0));
+    sum_err = mt_worst(sum_err, fabs(psum - 1.0));
     double want = -log((double)probs[(size_t)i * Vp + targets[i]]);
-    loss_err = fmax(loss_err, fabs(losses[i] - want) / fmax(fabs(want), 1.0));
+    loss_err = mt_worst(loss_err, fabs(losses[i] - want) / fmax(fabs(want), 1.0));
   }
   check_true("softmax_xent_forward padded probs exactly 0", pad_zero);
   check("softmax_xent_forward rows sum to 1", sum_err, REF_TOL);
@@ -633,7 +631,7 @@ static void test_adamw(void) {
   }
   /* the update is ~lr per step: compare the change p - p0 relative to lr */
   double worst = 0.0;
-  for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(param[i] - p_ref[i]) / lr);
+  for (size_t i = 0; i < n; i++) worst = mt_worst(worst, fabs(param[i] - p_ref[i]) / lr);
   check("adamw_update 3 steps vs double reference (/lr)", worst, 1e-3);
   check("adamw_update m vs double reference", rel_err_max(m, m_ref, n), REF_TOL);
   check("adamw_update v vs double reference", rel_err_max(v, v_ref, n), REF_TOL);
@@ -662,6 +660,9 @@ int main(void) {
   }
   printf("test_ops: backend %s, %d threads, finite differences eps %.0e, tol %.0e\n", ops->name,
          mt_kernels_threads(), (double)FD_EPS, FD_TOL);
+  /* the comparisons themselves: a NaN error is the worst error, and fails */
+  check_true("NaN is the worst error (mt_worst)",
+             isnan(mt_worst(0.0, NAN)) && isnan(mt_worst(NAN, 1.0)) && mt_worst(1.0, 2.0) == 2.0);
   test_encoder();
   test_layernorm();
   test_matmul();

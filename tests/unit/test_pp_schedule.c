@@ -13,8 +13,11 @@
  *     (p-1)/(v*m+p-1) for interleaved;
  *   - zb-h1 (F = B = W = 1) has a smaller bubble than 1f1b for pp > 1, and
  *     equals its theory (p-1)(F+B-W) = p-1 idle units per stage;
- *   - a broken list is refused: a dropped receive (deadlock), swapped sends
- *     (order), a backward before its forward;
+ *   - a broken list is refused, and for the reason expected: a dropped
+ *     receive (a backward before its gradient arrived), swapped receives
+ *     (order), a backward before its forward, two lists that wait for each
+ *     other (deadlock: a receive moved before the send it answers, sends
+ *     held back to the end);
  *   - the config checks name the keys (m < pp, v without interleaved,
  *     interleaved m % pp, pp*v > layers);
  *   - balanced stage layers cover the model in order.
@@ -106,6 +109,21 @@ static void backward_first(mt_pp_schedule *s, int r) {
   s->ops[r][f] = s->ops[r][b];
   s->ops[r][b] = t;
 }
+static void sends_last(mt_pp_schedule *s, int r) {
+  /* rank r holds back all its activation sends (in their order) until after
+   * its backwards: the next stage waits for the first of them, while rank r
+   * waits for that stage's gradients, which need them */
+  int n = s->n_ops[r], k = 0, j = 0;
+  mt_pp_op *held = malloc((size_t)n * sizeof *held);
+  for (int i = 0; i < n; i++) {
+    if (s->ops[r][i].kind == MT_PP_SEND_ACT)
+      held[j++] = s->ops[r][i];
+    else
+      s->ops[r][k++] = s->ops[r][i];
+  }
+  memcpy(&s->ops[r][k], held, (size_t)j * sizeof *held);
+  free(held);
+}
 static void circular_wait(mt_pp_schedule *s, int r) {
   /* rank 0 receives mb 0's gradient before it sends mb 0 on */
   int send = find(s, r, MT_PP_SEND_ACT, 0), recv = find(s, r, MT_PP_RECV_GRAD, 0);
@@ -149,10 +167,14 @@ int main(void) {
     }
   }
   /* broken lists are refused */
-  expect_refused("dropped receive", MT_SCHED_1F1B, 4, 8, 1, 2, drop_first_recv_grad, "");
+  expect_refused("dropped receive", MT_SCHED_1F1B, 4, 8, 1, 2, drop_first_recv_grad,
+                 "B mb 0 chunk 0 before its output gradient arrived");
   expect_refused("swapped receives", MT_SCHED_1F1B, 4, 8, 1, 1, swap_recvs, "order differs");
   expect_refused("backward first", MT_SCHED_1F1B, 2, 4, 1, 1, backward_first, "before its forward");
-  expect_refused("circular wait", MT_SCHED_1F1B, 2, 4, 1, 0, circular_wait, "deadlock");
+  expect_refused("circular wait", MT_SCHED_1F1B, 2, 4, 1, 0, circular_wait,
+                 "deadlock: rank 0 waits forever at op");
+  expect_refused("sends held back", MT_SCHED_GPIPE, 4, 4, 1, 1, sends_last,
+                 "deadlock: rank 0 waits forever at op");
 
   /* config checks name the keys */
   mt_err e = {0};

@@ -36,6 +36,7 @@
  *     of exps changes); padding columns exactly 0.
  * Exits 1 naming every failing check. */
 #include "model/model.h"
+#include "../check.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -281,11 +282,11 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
       memcpy(sl[r] + (size_t)i * Vl, logits + (size_t)i * Vp + (size_t)r * Vl, (size_t)Vl * sizeof(float));
   }
   for (int i = 0; i < N; i++) rowmax[i] = -INFINITY;
-  for (int r = 0; r < shards; r++) { /* all-reduce max */
+  for (int r = 0; r < shards; r++) { /* all-reduce max (a NaN partial max stays NaN) */
     int v0, vl, nreal;
     shard_of(r, shards, V, Vp, &v0, &vl, &nreal);
     ops->xent_vp_max(part_max, sl[r], N, vl, nreal);
-    for (int i = 0; i < N; i++) rowmax[i] = fmaxf(rowmax[i], part_max[i]);
+    for (int i = 0; i < N; i++) rowmax[i] = (float)mt_worst(rowmax[i], part_max[i]);
   }
   memset(stats, 0, sizeof stats);
   for (int r = 0; r < shards; r++) { /* all-reduce sum */
@@ -301,12 +302,12 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
     shard_of(r, shards, V, Vp, &v0, &vl, &nreal);
     ops->xent_vp_finish(losses_vp, sl[r], stats, rowmax, N, vl, nreal);
     for (int i = 0; i < N; i++) {
-      loss_err = fmax(loss_err, fabs(losses_vp[i] - losses[i]) / fabs(losses[i]));
+      loss_err = mt_worst(loss_err, fabs(losses_vp[i] - losses[i]) / fabs(losses[i]));
       bitwise &= losses_vp[i] == losses[i];
       for (int j = 0; j < vl; j++) {
         float p = sl[r][(size_t)i * vl + j], want = probs[(size_t)i * Vp + v0 + j];
         if (v0 + j >= V) pad_zero &= p == 0.0f;
-        prob_err = fmax(prob_err, fabs(p - want) / fmax(fabs(want), 1e-30));
+        prob_err = mt_worst(prob_err, fabs(p - want) / fmax(fabs(want), 1e-30));
         bitwise &= p == want;
       }
     }
@@ -315,7 +316,7 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
       for (int j = 0; j < vl; j++) {
         float d = sl[r][(size_t)i * vl + j], want = dref[(size_t)i * Vp + v0 + j];
         if (v0 + j >= V) pad_zero &= d == 0.0f;
-        grad_err = fmax(grad_err, fabs(d - want) / 0.25);
+        grad_err = mt_worst(grad_err, fabs(d - want) / 0.25);
         bitwise &= d == want;
       }
   }
