@@ -763,8 +763,9 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
         copy_str(t, sizeof t, sp->title[k]);
         for (char *c = t; *c; c++)
           if (*c == '\'') *c = '"';
+        /* dash types tell apart lines that coincide (equal losses across layouts) */
         fprintf(g, "%s'steps.csv' skip 1 using 5:($1 == %d ? $%d : 1/0) with lines lw 2 lc %d "
-                   "title '%s'", k ? ", " : "", k, pass ? 8 : 6, k + 1, t);
+                   "dt %d title '%s'", k ? ", " : "", k, pass ? 8 : 6, k + 1, k % 5 + 1, t);
         if (!pass && sp->has_val[k]) {
           fprintf(g, ", 'steps.csv' skip 1 using 5:($1 == %d ? $7 : 1/0) with points pt 7 ps 1.2 "
                      "lc %d %s", k, k + 1, val_titled ? "notitle" : "title 'validation'");

@@ -191,10 +191,10 @@ class System:
         modules = list(cp.items("modules")) if cp.has_section("modules") else []
         for k, v in overrides:
             if k.startswith("modules."):
-                name = k[len("modules."):]
-                modules = [(n, m) for n, m in modules if n != name]
-                if name and v:  # an empty value drops the module
+                name = k[len("modules."):]  # replaced in place, added at the end, or
+                if name not in [n for n, _ in modules]:  # dropped by an empty value
                     modules.append((name, v))
+                modules = [(n, v if n == name else m) for n, m in modules]
                 continue
             if k not in self.KEYS and k not in self.OPTIONAL:
                 raise BadInput("--profile-set %s: unknown profile key (%s, modules.NAME)"
@@ -255,9 +255,9 @@ class System:
         """A QoS the user named: refused when the profile's table says it cannot fit."""
         for name, lo, hi, tmax in self.qos:
             if name == qos and not (lo <= nodes <= hi and seconds <= tmax):
-                raise BadInput("QoS %s allows %d-%d nodes and at most %s; the job asks for %d nodes "
+                raise BadInput("QoS %s allows %d-%d nodes and at most %s; the job asks for %d node%s "
                                "for %s" % (qos, lo, hi, format_walltime(tmax), nodes,
-                                           format_walltime(seconds)))
+                                           "" if nodes == 1 else "s", format_walltime(seconds)))
         return qos
 
     def default_output_root(self):
