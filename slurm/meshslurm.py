@@ -964,6 +964,19 @@ def cmd_systems(a):
               % (s.name, s.description, "", s.partition or "(default)", s.tasks_per_node,
                  s.gpus_per_node, s.cpus_per_task, ", exclusive" if s.exclusive else "",
                  ", account required" if s.account_required else "", "; QoS: " + qos if qos else ""))
+        extra = []
+        if s.mem_per_node:
+            extra.append("--mem=%d" % s.mem_per_node)
+        if s.modules:
+            extra.append("modules " + " ".join(m for _, m in s.modules))
+        if s.tmpdir:
+            extra.append("TMPDIR under " + s.tmpdir)
+        if s.output_root:
+            extra.append("runs under " + s.output_root)
+        if s.report_partition:
+            extra.append("report job on " + s.report_partition)
+        if extra:
+            print("%18s %s" % ("", "; ".join(extra)))
     return 0
 
 
