@@ -296,6 +296,24 @@ static void read_attempts(run_rec *x, const cJSON *s) {
   }
 }
 
+/* The job script's view (slurm-env.txt, its last attempt): ranks on the
+ * batch node's machine and that machine's CPUs. It sees what MPI cannot:
+ * emulated nodes of a local test cluster that share one machine. */
+static void read_host_load(run_rec *x, int threads) {
+  char p[PATH_LEN];
+  path_join(p, x->dir, "slurm-env.txt");
+  char *text = read_text(p);
+  if (!text) return;
+  int ranks = 0, cpus = 0;
+  for (char *at = text; (at = strstr(at, "host_cpus=")) != NULL; at++) {
+    cpus = atoi(at + strlen("host_cpus="));
+    const char *r = strstr(at, "host_ranks=");
+    ranks = r ? atoi(r + strlen("host_ranks=")) : 0;
+  }
+  free(text);
+  if (cpus > 0 && ranks * (threads > 0 ? threads : 1) > cpus) x->oversubscribed = 1;
+}
+
 /* one run directory; plan (a manifest entry or point.json) may be NULL */
 static void load_run(report *r, const char *dir, const cJSON *plan) {
   run_rec *x = add_run(r);
@@ -353,6 +371,7 @@ static void load_run(report *r, const char *dir, const cJSON *plan) {
   x->mfu = num_or(s, "mfu", NAN);
   x->final_loss = num_or(s, "final_loss", NAN);
   read_attempts(x, s);
+  read_host_load(x, (int)num_or(lay, "threads_per_rank", 1));
   cJSON_Delete(s);
   if (x->ranks <= 0 || !(x->tokens_per_s > 0)) {
     fmt_into(x->status, sizeof x->status, "failed (summary.json: no ranks or tokens_per_s)");

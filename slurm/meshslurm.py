@@ -383,10 +383,20 @@ run_step() {
   [ "$rc" -eq 0 ] || finish "$rc"
 }
 
+# ranks of this job on this machine: one node's share, or more where several
+# nodes are one machine (a local test cluster); meshreport flags a run whose
+# ranks x threads outnumber the machine's CPUs
+ranks_on_host() {
+  local here
+  here=$(scontrol show node -o "${SLURM_JOB_NODELIST:-}" 2>/dev/null | grep -c "NodeHostName=$(hostname -s) ")
+  [ "${here:-0}" -ge 1 ] 2>/dev/null || here=1
+  echo $(( ${SLURM_NTASKS:-1} * here / ${SLURM_JOB_NUM_NODES:-1} ))
+}
 set_status running
 {
   echo "job_id=${SLURM_JOB_ID:-} restart=$RESTART nodes=${SLURM_JOB_NUM_NODES:-} ntasks=${SLURM_NTASKS:-}"
   echo "nodelist=${SLURM_JOB_NODELIST:-} cpus_on_node=${SLURM_CPUS_ON_NODE:-} tmpdir=${TMPDIR:-} start=$(date +%s)"
+  echo "host=$(hostname -s) host_cpus=$(nproc --all 2>/dev/null) host_ranks=$(ranks_on_host)"
 } >> "$RUN_DIR/slurm-env.txt"
 @BODY@
 finish 0

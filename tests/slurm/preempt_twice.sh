@@ -110,7 +110,7 @@ assert math.isclose(float(row["tokens_per_s_mean"]), want, rel_tol=1e-6), (row["
 runs = next(csv.DictReader(open(os.path.join(rep, "runs.csv"))))
 assert runs["restarts"] == "2" and runs["attempts"] == "3", runs
 md = open(os.path.join(rep, "report.md")).read()
-assert "| 2 restarts |" in md and "## Runs in several attempts" in md, "report.md lacks the restarts"
+assert "| 2 restarts" in md and "## Runs in several attempts" in md, "report.md lacks the restarts"
 steps_csv = list(csv.DictReader(open(os.path.join(rep, "steps.csv"))))
 assert len(steps_csv) == steps and all(
     math.isclose(float(x["loss"]), y["loss"], rel_tol=1e-8) for x, y in zip(steps_csv, m)), "steps.csv losses"
