@@ -75,7 +75,8 @@ done
 [ -z "$(ls -A "$WORK/cwd")" ] || fail "the command wrote into its working directory: $(ls -A "$WORK/cwd")"
 [ "$(ls -A /)" = "$root_before" ] || fail "the file system root changed: $(ls -A /)"
 stray=$(find /tmp /var/log /var/lib /var/spool /var/run /run /etc -maxdepth 3 -newer "$WORK/marker" \
-  \( -name '*munge*' -o -name '*slurm*' -o -name 'cluster-logs' \) 2>/dev/null | grep -v "^$WORK" || true)
+  \( -name 'munge*' -o -name 'slurm*' -o -name 'mtslurm*' -o -name 'cluster-logs' \) 2>/dev/null |
+  grep -v "^$WORK" || true)
 [ -z "$stray" ] || fail "munge or Slurm files outside $C: $stray"
 if [ -n "$TRACE" ]; then
   for _ in $(seq 1 40); do kill -0 "$STRACE_PID" 2>/dev/null || break; sleep 0.5; done

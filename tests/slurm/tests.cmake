@@ -28,6 +28,8 @@ set_tests_properties(slurm.requeue_stub slurm.preempt_twice PROPERTIES RESOURCE_
 # the default job's two parts (dp=4, then resumed as dp=2) in small
 mt_slurm_test(meshreport report report.sh)
 mt_slurm_test(default_report report default_report.sh)
+# (meshreport's C also runs under the sanitizers: tests/run.sh runs -L sanitize there)
+set_property(TEST report.meshreport APPEND PROPERTY LABELS sanitize)
 
 # rendering and campaign planning (no Slurm needed: always runs)
 mt_slurm_test(render_leonardo slurm render_leonardo.sh)
