@@ -61,6 +61,7 @@ typedef struct {
   double part_s[N_PARTS]; /* mean seconds per step of each component */
   int steps;
   int restarts, oversubscribed; /* oversubscribed: ranks x threads > cores on a node */
+  int over_ranks, over_threads, over_cpus; /* the worst such case seen */
   double lost_s, wait_s;        /* lost to restarts; waited between attempts */
   attempt_rec *attempts;        /* NULL for summaries without "attempts" */
   int n_attempts;
@@ -258,6 +259,17 @@ static int read_bench(report *r, const run_rec *x) {
   return rows;
 }
 
+/* ranks x threads per rank on a machine of cpus CPUs: flag the run when they
+ * outnumber them, keeping the worst case for the report */
+static void note_load(run_rec *x, int ranks, int threads, int cpus) {
+  if (threads < 1) threads = 1;
+  if (cpus <= 0 || ranks * threads <= cpus) return;
+  if (!x->oversubscribed ||
+      (double)ranks * threads / cpus > (double)x->over_ranks * x->over_threads / x->over_cpus)
+    x->over_ranks = ranks, x->over_threads = threads, x->over_cpus = cpus;
+  x->oversubscribed = 1;
+}
+
 /* The whole run from summary.json's "run" totals (every attempt of a requeued
  * run: tokens and time of every step) and its "attempts"; summaries without
  * them keep the single-attempt figures. */
@@ -292,7 +304,7 @@ static void read_attempts(run_rec *x, const cJSON *s) {
     copy_str(t->layout, sizeof t->layout, cJSON_IsString(lay) ? lay->valuestring : "?");
     double ranks = num_or(a, "node_ranks", 0), threads = num_or(a, "threads_per_rank", 1);
     double cpus = num_or(a, "node_cpus", 0);
-    if (cpus > 0 && ranks * threads > cpus) x->oversubscribed = 1;
+    note_load(x, (int)ranks, (int)threads, (int)cpus);
   }
 }
 
@@ -311,7 +323,7 @@ static void read_host_load(run_rec *x, int threads) {
     ranks = r ? atoi(r + strlen("host_ranks=")) : 0;
   }
   free(text);
-  if (cpus > 0 && ranks * (threads > 0 ? threads : 1) > cpus) x->oversubscribed = 1;
+  note_load(x, ranks, threads, cpus);
 }
 
 /* one run directory; plan (a manifest entry or point.json) may be NULL */
@@ -769,9 +781,9 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
     fprintf(g, "set datafile separator ','\nset xlabel 'step'\n");
     for (int q = 0; q < sp->n_resumes; q++)
       fprintf(g, "set arrow from %lld, graph 0 to %lld, graph 1 nohead dt 3 lw 1.5 lc rgb 'gray30'\n"
-                 "set label 'resumed after step %lld' at %lld, graph 0.03 left offset 0.5,%d "
-                 "font ',9' tc rgb 'gray30'\n",
-              sp->resumes[q], sp->resumes[q], sp->resumes[q], sp->resumes[q], q);
+                 "set label 'resumed after step %lld' at %lld, graph 0.5 center rotate by 90 "
+                 "offset -0.8,0 font ',9' tc rgb 'gray30'\n",
+              sp->resumes[q], sp->resumes[q], sp->resumes[q], sp->resumes[q]);
     for (int pass = 0; pass < 2; pass++) {
       fprintf(g, "set output '%s'\nset title name.\": %s\"\nset ylabel '%s'\nset key top right\nplot ",
               pass ? "tokens_per_s.png" : "loss.png", pass ? "tokens/s per step" : "loss",
@@ -940,7 +952,10 @@ static void write_report(const char *out, const report *r, const point_rec *pts,
                "than cores: their times measure cores shared between ranks, not the machine.\n\n");
     for (int i = 0; i < r->n_runs; i++)
       if (r->runs[i].ok && r->runs[i].oversubscribed)
-        fprintf(f, "- `%s` (%d ranks, %s)\n", r->runs[i].id, r->runs[i].ranks, r->runs[i].layout);
+        fprintf(f, "- `%s` (%d ranks, %s): %d ranks x %d thread%s on %d CPU%s\n", r->runs[i].id,
+                r->runs[i].ranks, r->runs[i].layout, r->runs[i].over_ranks, r->runs[i].over_threads,
+                r->runs[i].over_threads == 1 ? "" : "s", r->runs[i].over_cpus,
+                r->runs[i].over_cpus == 1 ? "" : "s");
   }
   fprintf(f, "\n## Failed or missing runs\n\n");
   if (!n_failed) fprintf(f, "None.\n");
@@ -1033,8 +1048,8 @@ int main(int argc, char **argv) {
 
   int n_failed = 0;
   for (int i = 0; i < r.n_runs; i++) n_failed += !r.runs[i].ok;
-  printf("%s: %s scaling, %d runs, %d failed or missing\n\n", r.name[0] ? r.name : "runs",
-         r.scaling, r.n_runs, n_failed);
+  printf("%s: %s scaling, %d run%s, %d failed or missing\n\n", r.name[0] ? r.name : "runs",
+         r.scaling, r.n_runs, r.n_runs == 1 ? "" : "s", n_failed);
   if (n_pts) markdown_table(stdout, &r, pts, n_pts);
   for (int i = 0; i < r.n_runs; i++)
     if (!r.runs[i].ok) printf("failed or missing: %s: %s\n", r.runs[i].id, r.runs[i].status);

@@ -87,7 +87,8 @@ md = open(os.path.join(rep, "report.md")).read()
 for needle in ("failed: exit 3", "summary.json unreadable", "missing: no run directory",
                "| 2 | 4 | dp4-tp1-pp1-cp1 | 1/1 | 3000.0 |", "allreduce | 2 | 4 | 3.000 | 16777216",
                "Reference: 1 rank on 1 node (dp1-tp1-pp1-cp1)", "| ranks > cores |",
-               "## Ranks outnumbered cores", "- `r4` (4 ranks, dp4-tp1-pp1-cp1)", "![loss](loss.png)"):
+               "## Ranks outnumbered cores", "- `r4` (4 ranks, dp4-tp1-pp1-cp1): 2 ranks x 1 thread on 1 CPU",
+               "![loss](loss.png)"):
     assert needle in md, "report.md lacks %r" % needle
 assert "- `r2`" not in md.split("## Ranks outnumbered cores")[1].split("##")[0], "r2 flagged"
 # steps.csv: per point its first repeat's steps (r1a, not r1b), losses as in metrics.jsonl
