@@ -9,11 +9,17 @@
  *   runs.csv      one row per run, failed ones included with their status
  *   summary.csv   one row per point: mean, spread, speedup, efficiency, MFU,
  *                 step-time breakdown
+ *   steps.csv     per step of one run per point: loss, validation loss,
+ *                 tokens/s, step time (the data of loss.png and tokens_per_s.png)
  *   bench.csv     one row per collective, ranks and size (bench runs)
- *   report.md     the tables, the failed or missing runs, the plots
- *   speedup.png efficiency.png breakdown.png busbw.png   via gnuplot
- * and prints the Markdown table. Speedup and efficiency are against the
- * point with the fewest ranks (N0, throughput T0):
+ *   report.md     the tables, restarts, the failed or missing runs, the plots
+ *   loss.png tokens_per_s.png speedup.png efficiency.png breakdown.png
+ *   busbw.png     via gnuplot
+ * and prints the Markdown table. A run requeued after preemption counts all
+ * its attempts: its throughput is summary.json's run.tokens_per_s (tokens of
+ * every step / time of every step, from metrics.jsonl), with restarts and the
+ * time they lost listed. Speedup and efficiency are against the point with
+ * the fewest ranks (N0, throughput T0):
  *   strong scaling  S = T/T0 (throughputs; = t0/t for step times), E = S*N0/N
  *   weak scaling    E = t0/t (step times), S = E*N/N0
  * A run that failed, never ran or left unreadable files is listed, never fatal.
@@ -40,12 +46,25 @@
 static const char *g_parts[] = {"compute", "dp_comm", "optimizer", "data", "eval", "other"};
 #define N_PARTS 6
 
+/* one attempt of a run (summary.json "attempts": a requeued run has several) */
+typedef struct {
+  long long start_step, end_step;
+  int recorded, world, exit_code;
+  char layout[64];
+  double setup_s, tokens_per_s;
+} attempt_rec;
+
 typedef struct {
   char id[256], dir[PATH_LEN], layout[64], status[256];
   int nodes, ranks, repeat, ok, is_bench;
   double tokens_per_s, tokens_per_s_per_rank, mean_step_s, mfu, final_loss;
   double part_s[N_PARTS]; /* mean seconds per step of each component */
   int steps;
+  int restarts, oversubscribed; /* oversubscribed: ranks x threads > cores on a node */
+  int over_ranks, over_threads, over_cpus; /* the worst such case seen */
+  double lost_s, wait_s;        /* lost to restarts; waited between attempts */
+  attempt_rec *attempts;        /* NULL for summaries without "attempts" */
+  int n_attempts;
 } run_rec;
 
 typedef struct {
@@ -53,6 +72,7 @@ typedef struct {
   char layout[64];
   double tps_mean, tps_std, tps_min, tps_max, tps_per_rank, step_s, mfu, speedup, efficiency;
   double part_s[N_PARTS];
+  int restarts, oversubscribed; /* over its runs: requeues, runs with ranks > cores */
 } point_rec;
 
 typedef struct {
@@ -239,6 +259,73 @@ static int read_bench(report *r, const run_rec *x) {
   return rows;
 }
 
+/* ranks x threads per rank on a machine of cpus CPUs: flag the run when they
+ * outnumber them, keeping the worst case for the report */
+static void note_load(run_rec *x, int ranks, int threads, int cpus) {
+  if (threads < 1) threads = 1;
+  if (cpus <= 0 || ranks * threads <= cpus) return;
+  if (!x->oversubscribed ||
+      (double)ranks * threads / cpus > (double)x->over_ranks * x->over_threads / x->over_cpus)
+    x->over_ranks = ranks, x->over_threads = threads, x->over_cpus = cpus;
+  x->oversubscribed = 1;
+}
+
+/* The whole run from summary.json's "run" totals (every attempt of a requeued
+ * run: tokens and time of every step) and its "attempts"; summaries without
+ * them keep the single-attempt figures. */
+static void read_attempts(run_rec *x, const cJSON *s) {
+  const cJSON *run = cJSON_GetObjectItemCaseSensitive(s, "run");
+  const cJSON *atts = cJSON_GetObjectItemCaseSensitive(s, "attempts");
+  if (cJSON_IsObject(run) && num_or(run, "tokens_per_s", 0) > 0) {
+    double steps = num_or(run, "steps", 0);
+    x->tokens_per_s = num_or(run, "tokens_per_s", NAN);
+    x->tokens_per_s_per_rank = x->tokens_per_s / (x->ranks ? x->ranks : 1);
+    if (steps > 0) x->mean_step_s = num_or(run, "train_s", NAN) / steps;
+    x->mfu = num_or(run, "mfu", x->mfu);
+    x->restarts = (int)num_or(run, "restarts", 0);
+    x->lost_s = num_or(run, "lost_s", 0);
+    x->wait_s = num_or(run, "requeue_wait_s", 0);
+  }
+  int n = cJSON_IsArray(atts) ? cJSON_GetArraySize(atts) : 0;
+  if (n <= 0) return;
+  x->attempts = calloc((size_t)n, sizeof(attempt_rec));
+  if (!x->attempts) die_runtime("out of memory");
+  const cJSON *a;
+  cJSON_ArrayForEach(a, atts) {
+    attempt_rec *t = &x->attempts[x->n_attempts++];
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(a, "layout");
+    t->start_step = (long long)num_or(a, "start_step", 0);
+    t->end_step = (long long)num_or(a, "end_step", 0);
+    t->recorded = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "recorded"));
+    t->world = (int)num_or(a, "world", 0);
+    t->exit_code = (int)num_or(a, "exit_code", -1);
+    t->setup_s = num_or(a, "setup_s", NAN);
+    t->tokens_per_s = num_or(a, "tokens_per_s", NAN);
+    copy_str(t->layout, sizeof t->layout, cJSON_IsString(lay) ? lay->valuestring : "?");
+    double ranks = num_or(a, "node_ranks", 0), threads = num_or(a, "threads_per_rank", 1);
+    double cpus = num_or(a, "node_cpus", 0);
+    note_load(x, (int)ranks, (int)threads, (int)cpus);
+  }
+}
+
+/* The job script's view (slurm-env.txt, its last attempt): ranks on the
+ * batch node's machine and that machine's CPUs. It sees what MPI cannot:
+ * emulated nodes of a local test cluster that share one machine. */
+static void read_host_load(run_rec *x, int threads) {
+  char p[PATH_LEN];
+  path_join(p, x->dir, "slurm-env.txt");
+  char *text = read_text(p);
+  if (!text) return;
+  int ranks = 0, cpus = 0;
+  for (char *at = text; (at = strstr(at, "host_cpus=")) != NULL; at++) {
+    cpus = atoi(at + strlen("host_cpus="));
+    const char *r = strstr(at, "host_ranks=");
+    ranks = r ? atoi(r + strlen("host_ranks=")) : 0;
+  }
+  free(text);
+  note_load(x, ranks, threads, cpus);
+}
+
 /* one run directory; plan (a manifest entry or point.json) may be NULL */
 static void load_run(report *r, const char *dir, const cJSON *plan) {
   run_rec *x = add_run(r);
@@ -295,6 +382,8 @@ static void load_run(report *r, const char *dir, const cJSON *plan) {
   x->mean_step_s = num_or(s, "mean_step_s", NAN);
   x->mfu = num_or(s, "mfu", NAN);
   x->final_loss = num_or(s, "final_loss", NAN);
+  read_attempts(x, s);
+  read_host_load(x, (int)num_or(lay, "threads_per_rank", 1));
   cJSON_Delete(s);
   if (x->ranks <= 0 || !(x->tokens_per_s > 0)) {
     fmt_into(x->status, sizeof x->status, "failed (summary.json: no ranks or tokens_per_s)");
@@ -361,6 +450,8 @@ static int make_points(const report *r, point_rec **out) {
     pts[k].n_total++;
     if (!x->ok) continue;
     point_rec *p = &pts[k];
+    p->restarts += x->restarts;
+    p->oversubscribed += x->oversubscribed;
     if (p->n_ok == 0) p->tps_min = p->tps_max = x->tokens_per_s;
     p->n_ok++;
     p->tps_mean += x->tokens_per_s;
@@ -436,7 +527,7 @@ static void write_csvs(const char *out, const report *r, const point_rec *pts, i
   fprintf(f, "id,dir,status,ok,nodes,ranks,layout,repeat,tokens_per_s,tokens_per_s_per_rank,"
              "mean_step_s,mfu,final_loss");
   for (int c = 0; c < N_PARTS; c++) fprintf(f, ",%s_s", g_parts[c]);
-  fputc('\n', f);
+  fprintf(f, ",attempts,restarts,lost_s,requeue_wait_s,oversubscribed\n");
   for (int i = 0; i < r->n_runs; i++) {
     const run_rec *x = &r->runs[i];
     if (x->is_bench) continue;
@@ -450,8 +541,11 @@ static void write_csvs(const char *out, const report *r, const point_rec *pts, i
       csv_num(f, x->tokens_per_s), csv_num(f, x->tokens_per_s_per_rank);
       csv_num(f, x->mean_step_s), csv_num(f, x->mfu), csv_num(f, x->final_loss);
       for (int c = 0; c < N_PARTS; c++) csv_num(f, x->part_s[c]);
+      fprintf(f, ",%d,%d", x->n_attempts ? x->n_attempts : 1, x->restarts);
+      csv_num(f, x->lost_s), csv_num(f, x->wait_s);
+      fprintf(f, ",%d", x->oversubscribed);
     } else {
-      for (int c = 0; c < 5 + N_PARTS; c++) fputc(',', f);
+      for (int c = 0; c < 5 + N_PARTS + 5; c++) fputc(',', f);
     }
     fputc('\n', f);
   }
@@ -500,8 +594,8 @@ static void fmt_num(char *buf, size_t cap, double v, const char *fmt) {
 /* the main Markdown table, to the report and to stdout */
 static void markdown_table(FILE *f, const report *r, const point_rec *pts, int n_pts) {
   fprintf(f, "| nodes | ranks | layout | runs | tokens/s | ± (std) | tokens/s/rank | step (s) | "
-             "speedup | efficiency | MFU |\n");
-  fprintf(f, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+             "speedup | efficiency | MFU | notes |\n");
+  fprintf(f, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
   for (int k = 0; k < n_pts; k++) {
     const point_rec *p = &pts[k];
     char tps[32], sd[32], tpr[32], st[32], sp[32], ef[32], mfu[32];
@@ -513,15 +607,126 @@ static void markdown_table(FILE *f, const report *r, const point_rec *pts, int n
     fmt_num(sp, sizeof sp, p->speedup, "%.2f");
     fmt_num(ef, sizeof ef, p->efficiency * 100.0, "%.1f%%");
     fmt_num(mfu, sizeof mfu, p->n_ok ? p->mfu * 100.0 : NAN, "%.2f%%");
-    fprintf(f, "| %d | %d | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s |\n", p->nodes, p->ranks,
-            p->layout, p->n_ok, p->n_total, tps, sd, tpr, st, sp, ef, mfu);
+    char notes[96] = "";
+    if (p->restarts)
+      fmt_into(notes, sizeof notes, "%d restart%s", p->restarts, p->restarts == 1 ? "" : "s");
+    if (p->oversubscribed)
+      fmt_into(notes + strlen(notes), sizeof notes - strlen(notes), "%sranks > cores",
+               notes[0] ? "; " : "");
+    fprintf(f, "| %d | %d | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s |\n", p->nodes,
+            p->ranks, p->layout, p->n_ok, p->n_total, tps, sd, tpr, st, sp, ef, mfu, notes);
   }
   (void)r;
 }
 
+/* the lines of loss.png and tokens_per_s.png, and where runs resumed */
+typedef struct {
+  char (*title)[160]; /* per series */
+  int *has_val;       /* per series: it has validation losses */
+  int n_series;
+  long long *resumes; /* steps after which an attempt resumed (unique) */
+  int n_resumes;
+} step_plots;
+
+static void plural(char *buf, size_t cap, int n, const char *what) {
+  fmt_into(buf, cap, "%d %s%s", n, what, n == 1 ? "" : "s");
+}
+
+/* steps.csv: per step of one run per training point (its first successful
+ * repeat): loss, validation loss, tokens/s, step time, and the layout and
+ * attempt that computed it. A series is one run under one layout: a run
+ * resumed under another layout (the default job: dp=4, then dp=2) has one
+ * series per layout, its resumes marked. */
+static void write_steps(const char *out, const report *r, const point_rec *pts, int n_pts,
+                        step_plots *sp) {
+  char path[PATH_LEN];
+  memset(sp, 0, sizeof *sp);
+  FILE *f = open_out(out, "steps.csv", path);
+  fprintf(f, "series,run,layout,attempt,step,loss,val_loss,tokens_per_s,step_s\n");
+  for (int k = 0; k < n_pts; k++) {
+    const run_rec *x = NULL;
+    for (int i = 0; i < r->n_runs; i++) {
+      const run_rec *y = &r->runs[i];
+      if (y->ok && !y->is_bench && find_point((point_rec *)&pts[k], 1, y) == 0 &&
+          (!x || y->repeat < x->repeat))
+        x = y;
+    }
+    if (!x) continue;
+    char mp[PATH_LEN];
+    path_join(mp, x->dir, "metrics.jsonl");
+    FILE *m = fopen(mp, "r");
+    if (!m) continue;
+    int layouts = 0; /* layout changes between attempts: one series each */
+    for (int a = 0; a < x->n_attempts; a++)
+      layouts += a == 0 || strcmp(x->attempts[a].layout, x->attempts[a - 1].layout) != 0;
+    char *line = NULL, cur[64] = "";
+    size_t cap = 0;
+    long long first = 0, last = 0;
+    int series = -1, cur_world = x->ranks;
+    while (getline(&line, &cap, m) > 0) {
+      cJSON *j = cJSON_Parse(line);
+      double step = num_or(j, "step", NAN), loss = num_or(j, "loss", NAN);
+      if (!j || isnan(step) || isnan(loss)) {
+        cJSON_Delete(j);
+        continue;
+      }
+      /* the attempt that computed this step: the last whose range holds it */
+      int att = -1;
+      for (int a = 0; a < x->n_attempts; a++)
+        if (x->attempts[a].start_step < step && step <= x->attempts[a].end_step) att = a;
+      const char *lay = att >= 0 ? x->attempts[att].layout : x->layout;
+      if (series < 0 || strcmp(lay, cur)) {
+        if (series >= 0 && layouts > 1)
+          fmt_into(sp->title[series] + strlen(sp->title[series]),
+                   sizeof sp->title[series] - strlen(sp->title[series]), ", steps %lld-%lld", first,
+                   last);
+        series = sp->n_series++;
+        sp->title = realloc(sp->title, (size_t)sp->n_series * sizeof *sp->title);
+        sp->has_val = realloc(sp->has_val, (size_t)sp->n_series * sizeof(int));
+        if (!sp->title || !sp->has_val) die_runtime("out of memory");
+        copy_str(cur, sizeof cur, lay);
+        cur_world = att >= 0 && x->attempts[att].world > 0 ? x->attempts[att].world : x->ranks;
+        char ranks[32];
+        plural(ranks, sizeof ranks, cur_world, "rank");
+        fmt_into(sp->title[series], sizeof sp->title[series], "%s, %s", ranks, lay);
+        if (layouts <= 1 && x->nodes > 1) {
+          char nodes[32];
+          plural(nodes, sizeof nodes, x->nodes, "node");
+          fmt_into(sp->title[series], sizeof sp->title[series], "%s on %s, %s", ranks, nodes, lay);
+        }
+        sp->has_val[series] = 0;
+        first = (long long)step;
+      }
+      last = (long long)step;
+      double val = num_or(j, "val_loss", NAN);
+      sp->has_val[series] |= !isnan(val);
+      fprintf(f, "%d,%s,%s,%d,%lld", series, x->id, lay, att + 1, (long long)step);
+      csv_num(f, loss), csv_num(f, val);
+      csv_num(f, num_or(j, "tokens_per_s", NAN)), csv_num(f, num_or(j, "step_s", NAN));
+      fputc('\n', f);
+      cJSON_Delete(j);
+    }
+    if (series >= 0 && layouts > 1)
+      fmt_into(sp->title[series] + strlen(sp->title[series]),
+               sizeof sp->title[series] - strlen(sp->title[series]), ", steps %lld-%lld", first, last);
+    free(line);
+    fclose(m);
+    for (int a = 0; a < x->n_attempts; a++) {
+      long long at = x->attempts[a].start_step;
+      int known = !x->attempts[a].recorded || at <= 0;
+      for (int q = 0; q < sp->n_resumes && !known; q++) known = sp->resumes[q] == at;
+      if (known) continue;
+      sp->resumes = realloc(sp->resumes, (size_t)(sp->n_resumes + 1) * sizeof(long long));
+      if (!sp->resumes) die_runtime("out of memory");
+      sp->resumes[sp->n_resumes++] = at;
+    }
+  }
+  close_out(f, path);
+}
+
 /* gnuplot: one script, PNGs next to the report; returns 0 when it ran */
 static int make_plots(const char *out, const report *r, const point_rec *pts, int n_pts,
-                      char *why, size_t why_cap) {
+                      const step_plots *sp, char *why, size_t why_cap) {
   if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
     snprintf(why, why_cap, "gnuplot not found (apt-get install gnuplot-nox)");
     return -1;
@@ -570,9 +775,39 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
   copy_str(gp_path, sizeof gp_path, path);
   fprintf(g, "# written by meshreport; rerun with: gnuplot plots.gp (in this directory)\n"
              "set terminal pngcairo size 900,600 noenhanced\nset key top left\nset grid\n");
-  fprintf(g, "title = \"%s (%s scaling)\"\n", r->name[0] ? r->name : "runs",
+  fprintf(g, "name = \"%s\"\ntitle = name.\" (%s scaling)\"\n", r->name[0] ? r->name : "runs",
           r->scaling[0] ? r->scaling : "strong");
-  if (n_ok > 0) {
+  if (sp->n_series > 0) { /* loss and tokens/s against step, from steps.csv */
+    fprintf(g, "set datafile separator ','\nset xlabel 'step'\n");
+    for (int q = 0; q < sp->n_resumes; q++)
+      fprintf(g, "set arrow from %lld, graph 0 to %lld, graph 1 nohead dt 3 lw 1.5 lc rgb 'gray30'\n"
+                 "set label 'resumed after step %lld' at %lld, graph 0.5 center rotate by 90 "
+                 "offset -0.8,0 font ',9' tc rgb 'gray30'\n",
+              sp->resumes[q], sp->resumes[q], sp->resumes[q], sp->resumes[q]);
+    for (int pass = 0; pass < 2; pass++) {
+      fprintf(g, "set output '%s'\nset title name.\": %s\"\nset ylabel '%s'\nset key top right\nplot ",
+              pass ? "tokens_per_s.png" : "loss.png", pass ? "tokens/s per step" : "loss",
+              pass ? "tokens/s" : "loss (validation: dots)");
+      int val_titled = 0;
+      for (int k = 0; k < sp->n_series; k++) {
+        char t[160];
+        copy_str(t, sizeof t, sp->title[k]);
+        for (char *c = t; *c; c++)
+          if (*c == '\'') *c = '"';
+        /* dash types tell apart lines that coincide (equal losses across layouts) */
+        fprintf(g, "%s'steps.csv' skip 1 using 5:($1 == %d ? $%d : 1/0) with lines lw 2 lc %d "
+                   "dt %d title '%s'", k ? ", " : "", k, pass ? 8 : 6, k + 1, k % 5 + 1, t);
+        if (!pass && sp->has_val[k]) {
+          fprintf(g, ", 'steps.csv' skip 1 using 5:($1 == %d ? $7 : 1/0) with points pt 7 ps 1.2 "
+                     "lc %d %s", k, k + 1, val_titled ? "notitle" : "title 'validation'");
+          val_titled = 1;
+        }
+      }
+      fputc('\n', g);
+    }
+    fprintf(g, "unset arrow\nunset label\nset datafile separator whitespace\nset key top left\n");
+  }
+  if (n_ok > 1) { /* scaling needs two points */
     fprintf(g, "set output 'speedup.png'\nset title title.\": speedup\"\nset logscale xy 2\n"
                "set xlabel 'ranks'\nset ylabel 'speedup'\n"
                "plot 'scaling.dat' using 1:4 with lines dt 2 lw 2 title 'ideal', "
@@ -583,6 +818,8 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
                "plot 'scaling.dat' using 1:(1) with lines dt 2 lw 2 title 'ideal', "
                "'' using 1:3 with linespoints pt 7 lw 2 title 'measured'\n"
                "unset logscale\nset yrange [*:*]\n");
+  }
+  if (n_ok > 0) {
     fprintf(g, "set output 'breakdown.png'\nset title title.\": step time breakdown\"\n"
                "set style data histograms\nset style histogram rowstacked\n"
                "set style fill solid 0.8 border -1\nset boxwidth 0.7\nset key outside right\n"
@@ -610,7 +847,9 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
 
 static void write_report(const char *out, const report *r, const point_rec *pts, int n_pts) {
   char path[PATH_LEN], why[256] = "";
-  int plots = make_plots(out, r, pts, n_pts, why, sizeof why);
+  step_plots sp;
+  write_steps(out, r, pts, n_pts, &sp);
+  int plots = make_plots(out, r, pts, n_pts, &sp, why, sizeof why);
   FILE *f = open_out(out, "report.md", path);
   int n_train = 0, n_failed = 0;
   for (int i = 0; i < r->n_runs; i++) {
@@ -623,13 +862,21 @@ static void write_report(const char *out, const report *r, const point_rec *pts,
     if (pts[k].n_ok) ref = &pts[k];
   int weak = !strcmp(r->scaling, "weak");
   if (n_pts) {
-    fprintf(f, "%s scaling, %d runs in %d points. ", weak ? "Weak" : "Strong", n_train, n_pts);
-    if (ref)
-      fprintf(f, "Reference: %d ranks on %d nodes (%s), %.1f tokens/s.\n", ref->ranks, ref->nodes,
-              ref->layout, ref->tps_mean);
+    char runs[32], points[32];
+    plural(runs, sizeof runs, n_train, "run");
+    plural(points, sizeof points, n_pts, "point");
+    fprintf(f, "%s scaling, %s in %s. ", weak ? "Weak" : "Strong", runs, points);
+    if (ref) {
+      char ranks[32], nodes[32];
+      plural(ranks, sizeof ranks, ref->ranks, "rank");
+      plural(nodes, sizeof nodes, ref->nodes, "node");
+      fprintf(f, "Reference: %s on %s (%s), %.1f tokens/s.\n", ranks, nodes, ref->layout,
+              ref->tps_mean);
+    }
     else
       fprintf(f, "No run succeeded.\n");
-    fprintf(f, "%s\n\n",
+    fprintf(f, "%s Throughput counts every step of a run, and every attempt of a run that "
+               "was requeued or resumed (summary.json `run`).\n\n",
             weak ? "Work per rank fixed: efficiency E = t0/t from mean step times, "
                    "speedup S = E·N/N0."
                  : "Total work fixed: speedup S = T/T0 from throughputs "
@@ -672,6 +919,44 @@ static void write_report(const char *out, const report *r, const point_rec *pts,
     }
     free(done);
   }
+  int n_multi = 0, n_over = 0;
+  for (int i = 0; i < r->n_runs; i++) {
+    n_multi += r->runs[i].ok && r->runs[i].n_attempts > 1;
+    n_over += r->runs[i].ok && r->runs[i].oversubscribed;
+  }
+  if (n_multi) {
+    fprintf(f, "\n## Runs in several attempts\n\nA preempted run checkpoints, is requeued and "
+               "resumes; a run may also be resumed under another layout. Lost: set-up time of "
+               "each restart plus steps computed again; waited: time between attempts.\n\n"
+               "| run | attempt | steps | layout | ranks | exit | set-up (s) | tokens/s |\n"
+               "|---|---:|---|---|---:|---:|---:|---:|\n");
+    for (int i = 0; i < r->n_runs; i++) {
+      const run_rec *x = &r->runs[i];
+      if (!x->ok || x->n_attempts <= 1) continue;
+      for (int a = 0; a < x->n_attempts; a++) {
+        const attempt_rec *t = &x->attempts[a];
+        char setup[32], tps[32], code[16];
+        fmt_num(setup, sizeof setup, t->recorded ? t->setup_s : NAN, "%.1f");
+        fmt_num(tps, sizeof tps, t->recorded ? t->tokens_per_s : NAN, "%.1f");
+        fmt_num(code, sizeof code, t->recorded ? (double)t->exit_code : NAN, "%.0f");
+        fprintf(f, "| `%s` | %d | %lld-%lld | %s | %d | %s | %s | %s |\n", x->id, a + 1,
+                t->start_step + 1, t->end_step, t->recorded ? t->layout : "(no summary)",
+                t->world, code, setup, tps);
+      }
+      fprintf(f, "| `%s` | all | %d restart%s | | | | lost %.1f s, waited %.1f s | %.1f |\n", x->id,
+              x->restarts, x->restarts == 1 ? "" : "s", x->lost_s, x->wait_s, x->tokens_per_s);
+    }
+  }
+  if (n_over) {
+    fprintf(f, "\n## Ranks outnumbered cores\n\nIn these runs a node had more ranks x threads "
+               "than cores: their times measure cores shared between ranks, not the machine.\n\n");
+    for (int i = 0; i < r->n_runs; i++)
+      if (r->runs[i].ok && r->runs[i].oversubscribed)
+        fprintf(f, "- `%s` (%d ranks, %s): %d ranks x %d thread%s on %d CPU%s\n", r->runs[i].id,
+                r->runs[i].ranks, r->runs[i].layout, r->runs[i].over_ranks, r->runs[i].over_threads,
+                r->runs[i].over_threads == 1 ? "" : "s", r->runs[i].over_cpus,
+                r->runs[i].over_cpus == 1 ? "" : "s");
+  }
   fprintf(f, "\n## Failed or missing runs\n\n");
   if (!n_failed) fprintf(f, "None.\n");
   for (int i = 0; i < r->n_runs; i++)
@@ -684,15 +969,17 @@ static void write_report(const char *out, const report *r, const point_rec *pts,
     fprintf(f, "No plots: %s.\n", why);
   } else {
     int any = 0;
-    for (int k = 0; k < n_pts; k++) any |= pts[k].n_ok > 0;
-    if (any)
-      fprintf(f, "![speedup](speedup.png)\n![efficiency](efficiency.png)\n"
-                 "![step time breakdown](breakdown.png)\n");
+    for (int k = 0; k < n_pts; k++) any += pts[k].n_ok > 0;
+    if (sp.n_series)
+      fprintf(f, "![loss](loss.png)\n![tokens/s per step](tokens_per_s.png)\n");
+    if (any > 1) fprintf(f, "![speedup](speedup.png)\n![efficiency](efficiency.png)\n");
+    if (any) fprintf(f, "![step time breakdown](breakdown.png)\n");
     if (r->n_bench) fprintf(f, "![bus bandwidth](busbw.png)\n");
   }
-  fprintf(f, "\nFiles: summary.csv (per point), runs.csv (per run)%s, plots.gp.\n",
-          r->n_bench ? ", bench.csv" : "");
+  fprintf(f, "\nFiles: summary.csv (per point), runs.csv (per run), steps.csv (per step of the "
+             "plotted runs)%s, plots.gp.\n", r->n_bench ? ", bench.csv" : "");
   close_out(f, path);
+  free(sp.title), free(sp.has_val), free(sp.resumes);
   if (plots != 0) fprintf(stderr, "%s: warning: no plots: %s\n", PROG, why);
 }
 
@@ -702,10 +989,13 @@ static void help(FILE *f) {
           "       %s RUN_DIR... --out DIR [--scaling strong|weak] [--name TITLE]\n"
           "Reads a campaign (manifest.json from slurm/meshslurm.py campaign) or run directories\n"
           "(summary.json + metrics.jsonl of meshtrain, bench.jsonl of meshbench) and writes\n"
-          "summary.csv, runs.csv, bench.csv, report.md and PNG plots (gnuplot) into DIR\n"
-          "(default CAMPAIGN_DIR/report). Prints the Markdown table. Speedup and efficiency\n"
-          "are against the point with the fewest ranks: strong S = T/T0, E = S*N0/N;\n"
-          "weak E = t0/t (step times), S = E*N/N0. Failed or missing runs are listed.\n",
+          "summary.csv, runs.csv, steps.csv, bench.csv, report.md and PNG plots (gnuplot:\n"
+          "loss and tokens/s against step, speedup, efficiency, breakdown, busbw) into DIR\n"
+          "(default CAMPAIGN_DIR/report). Prints the Markdown table. A requeued or resumed\n"
+          "run counts all its attempts (summary.json run.tokens_per_s; restarts and lost\n"
+          "time listed). Speedup and efficiency are against the point with the fewest\n"
+          "ranks: strong S = T/T0, E = S*N0/N; weak E = t0/t (step times), S = E*N/N0.\n"
+          "Failed or missing runs are listed.\n",
           PROG, PROG);
 }
 
@@ -758,12 +1048,13 @@ int main(int argc, char **argv) {
 
   int n_failed = 0;
   for (int i = 0; i < r.n_runs; i++) n_failed += !r.runs[i].ok;
-  printf("%s: %s scaling, %d runs, %d failed or missing\n\n", r.name[0] ? r.name : "runs",
-         r.scaling, r.n_runs, n_failed);
+  printf("%s: %s scaling, %d run%s, %d failed or missing\n\n", r.name[0] ? r.name : "runs",
+         r.scaling, r.n_runs, r.n_runs == 1 ? "" : "s", n_failed);
   if (n_pts) markdown_table(stdout, &r, pts, n_pts);
   for (int i = 0; i < r.n_runs; i++)
     if (!r.runs[i].ok) printf("failed or missing: %s: %s\n", r.runs[i].id, r.runs[i].status);
   printf("\nreport: %s/report.md\n", out);
+  for (int i = 0; i < r.n_runs; i++) free(r.runs[i].attempts);
   free(pts), free(r.runs), free(r.bench), free(paths);
   return MT_EXIT_OK;
 }

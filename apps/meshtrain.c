@@ -1,7 +1,7 @@
 /* meshtrain: train (or benchmark) a GPT on the device mesh.
  *
  *   mpirun -n 4 build/bin/meshtrain inputs/default.ini [--set section.key=value ...]
- *   meshtrain CONFIG --check [--ranks N]   validate for N ranks, no MPI
+ *   meshtrain CONFIG --check --ranks N     validate for N ranks, no MPI
  *   meshtrain CONFIG --plan [--ranks N]    memory and bytes per rank, no MPI
  *
  * Every rank parses and validates the same configuration before the first
@@ -19,15 +19,15 @@ static const char *PROG = "meshtrain";
 static void usage(FILE *f) {
   fprintf(f,
           "usage: meshtrain CONFIG.ini [--set section.key=value ...]\n"
-          "       meshtrain CONFIG.ini --check [--ranks N] [--set ...]\n"
+          "       meshtrain CONFIG.ini --check --ranks N [--set ...]\n"
           "       meshtrain CONFIG.ini --plan [--ranks N] [--plan-json FILE] [--set ...]\n"
           "       meshtrain CONFIG.ini --print-schedule [--set ...]\n"
           "       meshtrain --help\n\n"
           "Trains a GPT on pp x dp x cp x tp MPI ranks (launch with mpirun/srun).\n"
           "Writes <output.dir>/metrics.jsonl (one line per step), summary.json and\n"
           "config.ini (the resolved configuration).\n"
-          "--check validates the configuration for N ranks (default: the mesh's) without\n"
-          "MPI; --plan prints each pipeline stage's memory per rank by category and bytes\n"
+          "--check validates the configuration for N ranks without MPI (what a launch checks\n"
+          "before it starts; not data, memory or checkpoints); --plan prints each pipeline stage's memory per rank by category and bytes\n"
           "per step per group, from the configuration alone (no MPI, any mesh size).\n"
           "Exit codes: 0 done, 2 bad input, 3 runtime failure, 75 stopped by SIGUSR1/SIGTERM\n"
           "after a checkpoint (resume with train.resume=auto).\n\n"
@@ -67,9 +67,10 @@ static void parse_args(int argc, char **argv, args *a, mt_err *e) {
       a->plan = 1;
     } else if (strcmp(s, "--ranks") == 0) {
       char *end = NULL;
-      long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-      if (i + 1 >= argc || *end || n < 1 || n > 1 << 24)
-        mt_err_set(e, "--ranks needs a rank count >= 1");
+      const char *v = i + 1 < argc ? argv[i + 1] : "";
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 1 || n > 1 << 24)
+        mt_err_set(e, "--ranks needs a rank count from 1 to %d, got '%s'", 1 << 24, v);
       else a->ranks = (int)n;
       i++;
     } else if (s[0] == '-') {
@@ -80,25 +81,26 @@ static void parse_args(int argc, char **argv, args *a, mt_err *e) {
       mt_err_set(e, "more than one config file given ('%s' and '%s')", a->ini, s);
     }
   }
+  if (a->ranks && !a->check && !a->plan)
+    mt_err_set(e, "--ranks goes with --check or --plan (a launched run has the ranks it was "
+                  "started with)");
+  else if (a->check && !a->ranks)
+    mt_err_set(e, "--check needs --ranks N (the world size to check for)");
 }
 
 /* --check and --plan: no MPI; one line on error, exit 2 */
 static int offline(const args *a, mt_config *cfg, mt_err *e) {
   if (!e->failed && a->check) {
+    /* every check a launch on N ranks makes before its first collective;
+     * not data files, memory or checkpoints (they belong to the machine and
+     * the moment the job starts) */
     mt_train_layout lay;
-    if (mt_train_validate(cfg, a->ranks, &lay, e) == 0) {
-      mt_dataset ds;
-      memset(&ds, 0, sizeof ds);
-      if (mt_dataset_open(&ds, cfg->data_train, cfg->data_format, e) == 0) mt_dataset_close(&ds);
-      if (!e->failed && cfg->data_val[0] &&
-          mt_dataset_open(&ds, cfg->data_val, cfg->data_format, e) == 0)
-        mt_dataset_close(&ds);
-      if (!e->failed)
-        printf("meshtrain: check: %s is valid for %d ranks (pp=%d dp=%d cp=%d tp=%d, zero=%d)\n",
-               a->ini ? a->ini : "the defaults", lay.world, cfg->pp, cfg->dp, cfg->cp, cfg->tp,
-               cfg->zero);
-      mt_train_layout_free(&lay);
-    }
+    if (mt_train_validate(cfg, a->ranks, &lay, e) == 0)
+      printf("%s: check: OK for %d ranks: model %s (%zu parameters), mesh pp=%d dp=%d cp=%d "
+             "tp=%d, zero %d, global batch %d, %d steps\n",
+             PROG, a->ranks, cfg->model_preset, mt_model_num_params(&lay.shape), cfg->pp,
+             cfg->dp, cfg->cp, cfg->tp, cfg->zero, cfg->global_batch, cfg->steps);
+    mt_train_layout_free(&lay);
   }
   if (!e->failed && a->plan) {
     mt_plan p;
@@ -133,6 +135,9 @@ int main(int argc, char **argv) {
     free(a.over);
     return offline(&a, &cfg, &err);
   }
+  /* a stop signal from the start on only sets a flag (the run agrees on it
+   * and exits 75 without losing anything) */
+  mt_train_install_signals();
   MPI_Init(&argc, &argv);
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

@@ -9,16 +9,22 @@ One generator, one skeleton, a system profile per machine (slurm/systems/*.ini):
   meshslurm.py render ckpt-convert --system generic --args "consolidate ckpt/latest out.h5"
   meshslurm.py campaign inputs/sweeps/small-strong-local.ini [--out DIR] [--dry-run] [--submit]
   meshslurm.py systems
+  meshslurm.py modules --system leonardo-booster     (shell code; slurm/leonardo/env.sh uses it)
+  meshslurm.py cluster start|status|stop [--dir DIR] (a local Slurm on this machine)
 
 Every rendered script: #SBATCH directives from the profile (partition, QoS by
-node count and walltime, account, tasks/GPUs/CPUs per node, exclusive),
---signal=B:USR1@S, --requeue, --open-mode=append, output in its run directory,
-the profile's env file, and a trap that forwards USR1/TERM to the application
-(started in the background so the trap runs at once). An application exit
-code of 75 (checkpoint written, EX_TEMPFAIL) requeues the job with
-`scontrol requeue`; a restarted job passes --set train.resume=auto.
+node count and walltime, account, tasks/GPUs/CPUs per node, memory, exclusive
+where the QoS allows), --signal=B:USR1@S, --requeue, --open-mode=append,
+output in its run directory, the profile's modules (each checked: one that
+does not load fails the job at once, naming it), its env file and TMPDIR, and
+a trap that forwards USR1/TERM to the application (started in the background
+so the trap runs at once). An application exit code of 75 (checkpoint
+written, EX_TEMPFAIL) requeues the job with `scontrol requeue`; a restarted
+job passes --set train.resume=auto. A train job is written only after
+`meshtrain --check` accepts its configuration for its rank count.
 
-Python 3 standard library only. Exit codes: 0, 2 bad input, 3 runtime.
+Python 3 standard library only. Exit codes: 0, 2 bad input, 3 runtime,
+77 cannot run here (cluster start without Slurm or root).
 """
 import argparse
 import configparser
@@ -34,13 +40,23 @@ import sys
 
 PROG = "meshslurm"
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXIT_BADINPUT, EXIT_RUNTIME = 2, 3
+EXIT_BADINPUT, EXIT_RUNTIME, EXIT_UNAVAILABLE = 2, 3, 77
 EXIT_REQUEUE = 75  # the application's "checkpoint written, please requeue" code
 JOBS = ("train", "bench", "ckpt-convert")
 
 
 class BadInput(Exception):
     """A user error: one line naming the bad input, exit code 2."""
+
+
+class Failure(Exception):
+    """Something here does not work (a tool missing, a daemon that does not
+    start): one line, exit code 3."""
+
+
+class Unavailable(Exception):
+    """What was asked cannot run on this machine (no Slurm, not root): one
+    line, exit code 77, what test harnesses read as "skipped"."""
 
 
 # ---------------------------------------------------------------------------
@@ -141,6 +157,15 @@ class System:
     KEYS = ("name", "description", "partition", "account_required", "tasks_per_node",
             "gpus_per_node", "cpus_per_task", "exclusive", "max_nodes", "env_file", "launcher",
             "default_time", "signal_s", "hw")
+    # keys a profile may leave out, with what leaving them out means
+    OPTIONAL = {
+        "mem_per_node": "0",       # MB per node for --mem (0: no --mem)
+        "tmpdir": "",              # the jobs' TMPDIR root, expanded in the job ("": keep the node's)
+        "output_root": "",         # default home of run and campaign directories ("": outputs/)
+        "no_exclusive_qos": "",    # QoS names that cannot be combined with --exclusive
+        "report_partition": "",    # partition of a campaign's report job ("": the profile's)
+        "report_qos": "",          # its QoS when report_partition is set ("": none)
+    }
 
     def __init__(self, name_or_path, overrides=()):
         path = name_or_path
@@ -160,10 +185,20 @@ class System:
         if not cp.has_section("system"):
             raise BadInput("%s: no [system] section" % path)
         self.path = path
-        s = dict(cp.items("system"))
+        s = dict(self.OPTIONAL)
+        s.update(cp.items("system"))
+        # [modules]: one key per module, loaded in file order by every job
+        modules = list(cp.items("modules")) if cp.has_section("modules") else []
         for k, v in overrides:
-            if k not in self.KEYS:
-                raise BadInput("--profile-set %s: unknown profile key (%s)" % (k, ", ".join(self.KEYS)))
+            if k.startswith("modules."):
+                name = k[len("modules."):]  # replaced in place, added at the end, or
+                if name not in [n for n, _ in modules]:  # dropped by an empty value
+                    modules.append((name, v))
+                modules = [(n, v if n == name else m) for n, m in modules]
+                continue
+            if k not in self.KEYS and k not in self.OPTIONAL:
+                raise BadInput("--profile-set %s: unknown profile key (%s, modules.NAME)"
+                               % (k, ", ".join(self.KEYS + tuple(self.OPTIONAL))))
             s[k] = v
         for k in self.KEYS:
             if k not in s:
@@ -189,6 +224,22 @@ class System:
         self.default_time = parse_walltime(s["default_time"])
         self.signal_s = num("signal_s")
         self.hw = s["hw"].strip()
+        self.mem_per_node = num("mem_per_node")
+        self.tmpdir = s["tmpdir"].strip()
+        if not re.fullmatch(r"[A-Za-z0-9_./${}:+@-]*", self.tmpdir):
+            raise BadInput("%s: tmpdir = '%s': use a path with $VARIABLES, nothing else"
+                           % (path, self.tmpdir))
+        self.output_root = s["output_root"].strip()
+        self.no_exclusive_qos = set(s["no_exclusive_qos"].replace(",", " ").split())
+        self.report_partition = s["report_partition"].strip()
+        self.report_qos = s["report_qos"].strip()
+        self.modules = []
+        for name, mod in modules:
+            mod = mod.strip()
+            if mod and not re.fullmatch(r"[A-Za-z0-9_.+/@:=~-]+", mod):
+                raise BadInput("%s: [modules] %s = '%s': not a module name" % (path, name, mod))
+            if mod:
+                self.modules.append((name, mod))
         if self.tasks_per_node < 1:
             raise BadInput("%s: tasks_per_node must be >= 1" % path)
         self.qos = []  # (name, min_nodes, max_nodes, max_seconds), in file order
@@ -199,6 +250,29 @@ class System:
                     raise BadInput("%s: [qos] %s = '%s': expected MIN-MAX WALLTIME" % (path, qname, spec))
                 self.qos.append((qname, int(m.group(1)), int(m.group(2)), parse_walltime(m.group(3))))
         self.env = [(k, v.strip()) for k, v in cp.items("env")] if cp.has_section("env") else []
+
+    def check_qos(self, qos, nodes, seconds):
+        """A QoS the user named: refused when the profile's table says it cannot fit."""
+        for name, lo, hi, tmax in self.qos:
+            if name == qos and not (lo <= nodes <= hi and seconds <= tmax):
+                raise BadInput("QoS %s allows %d-%d nodes and at most %s; the job asks for %d node%s "
+                               "for %s" % (qos, lo, hi, format_walltime(tmax), nodes,
+                                           "" if nodes == 1 else "s", format_walltime(seconds)))
+        return qos
+
+    def default_output_root(self):
+        """Where run and campaign directories go unless told: output_root (its
+        $VARIABLES expanded now: Slurm's --output cannot expand them), else
+        outputs/ of the source tree."""
+        if not self.output_root:
+            return os.path.join(SRC, "outputs")
+        root = os.path.expanduser(os.path.expandvars(self.output_root))
+        unset = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", root)
+        if unset:
+            raise BadInput("system %s: output_root = %s, but $%s is not set here (render on the "
+                           "cluster's login node, give the directory with --run-dir or --out, or "
+                           "--profile-set output_root=DIR)" % (self.name, self.output_root, unset[0]))
+        return os.path.abspath(root)
 
     def choose_qos(self, nodes, seconds):
         """The first QoS whose node range and walltime fit; None if the table is empty."""
@@ -222,7 +296,7 @@ SKELETON = r'''#!/bin/bash
 # meshtrain @JOB@ job for system '@SYSTEM@', rendered by slurm/meshslurm.py.
 # Do not edit: change the profile (@PROFILE@) or the options and render again.
 #   @COMMAND@
-set -u
+@NOTES@set -u
 MT_SRC=@MT_SRC@
 MT_BIN=@MT_BIN@
 RUN_DIR=@RUN_DIR@
@@ -240,12 +314,15 @@ set_status() {
   echo "$(date +%FT%T) job=${SLURM_JOB_ID:-none} restart=$RESTART $*" >> "$RUN_DIR/jobs.log"
 }
 
+@MODULES@
 # software environment of the system profile
 # shellcheck disable=SC1090
 source @ENV_FILE@ || { log "cannot source @ENV_FILE@"; set_status "failed: env file"; exit 3; }
 @EXPORTS@
+@TMPDIR@
 if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
-  # srun >= 23.11 no longer inherits --cpus-per-task from sbatch
+  # since Slurm 22.05, srun no longer takes --cpus-per-task from sbatch's
+  # allocation: SRUN_CPUS_PER_TASK passes it on to every srun of this job
   export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
 fi
@@ -282,6 +359,9 @@ finish() {
   case "$rc" in
     0) set_status done; log "finished"; exit 0 ;;
     @EXIT_REQUEUE@)
+      # srun has just reported "exited with exit code @EXIT_REQUEUE@": that is this
+      log "the application wrote a checkpoint and stopped (exit @EXIT_REQUEUE@: preempted or" \
+          "near the walltime); the job requeues and resumes from that checkpoint"
       if [ "$RESTART" -ge "$MAX_RESTARTS" ]; then
         set_status "failed: checkpointed, but $MAX_RESTARTS restarts used"
         log "not requeueing: restart limit $MAX_RESTARTS reached"; exit "$rc"
@@ -303,10 +383,20 @@ run_step() {
   [ "$rc" -eq 0 ] || finish "$rc"
 }
 
+# ranks of this job on this machine: one node's share, or more where several
+# nodes are one machine (a local test cluster); meshreport flags a run whose
+# ranks x threads outnumber the machine's CPUs
+ranks_on_host() {
+  local here
+  here=$(scontrol show node -o "${SLURM_JOB_NODELIST:-}" 2>/dev/null | grep -c "NodeHostName=$(hostname -s) ")
+  [ "${here:-0}" -ge 1 ] 2>/dev/null || here=1
+  echo $(( ${SLURM_NTASKS:-1} * here / ${SLURM_JOB_NUM_NODES:-1} ))
+}
 set_status running
 {
   echo "job_id=${SLURM_JOB_ID:-} restart=$RESTART nodes=${SLURM_JOB_NUM_NODES:-} ntasks=${SLURM_NTASKS:-}"
-  echo "nodelist=${SLURM_JOB_NODELIST:-} start=$(date +%s)"
+  echo "nodelist=${SLURM_JOB_NODELIST:-} cpus_on_node=${SLURM_CPUS_ON_NODE:-} tmpdir=${TMPDIR:-} start=$(date +%s)"
+  echo "host=$(hostname -s) host_cpus=$(nproc --all 2>/dev/null) host_ranks=$(ranks_on_host)"
 } >> "$RUN_DIR/slurm-env.txt"
 @BODY@
 finish 0
@@ -317,10 +407,83 @@ def q(x):
     return shlex.quote(str(x))
 
 
+# Loads modules one by one and names the first that fails. Shared by the job
+# scripts and `meshslurm.py modules` (what slurm/leonardo/env.sh evaluates).
+MODULE_LOADER = r'''mt_load_modules() {  # NAME...: load each; MT_MODULE_FAILED names the first that fails
+  MT_MODULE_FAILED=""
+  [ $# -gt 0 ] || return 0
+  local restore_u="" init m rc=0
+  case $- in *u*) restore_u=1; set +u ;; esac  # module scripts read unset variables
+  if ! type module >/dev/null 2>&1; then
+    for init in /etc/profile.d/modules.sh /etc/profile.d/lmod.sh /usr/share/lmod/lmod/init/bash; do
+      if [ -r "$init" ]; then . "$init"; break; fi
+    done
+  fi
+  if ! type module >/dev/null 2>&1; then
+    MT_MODULE_FAILED="$1 (no module command in this shell)"; rc=1
+  else
+    module purge >/dev/null 2>&1 || true
+    for m in "$@"; do
+      # a failed load must stop us: trust the exit status, and LOADEDMODULES
+      # where it is kept (some module versions exit 0 after an error)
+      if ! module load "$m" || { [ -n "${LOADEDMODULES:-}" ] &&
+          case ":$LOADEDMODULES:" in *":$m:"* | *":$m/"*) false ;; *) true ;; esac; }; then
+        MT_MODULE_FAILED=$m; rc=1; break
+      fi
+    done
+  fi
+  [ -z "$restore_u" ] || set -u
+  return "$rc"
+}'''
+
+
+def modules_block(system):
+    """The job's module loading: every module of the profile, or a note."""
+    if not system.modules:
+        return "# (no modules in the profile's [modules])\n"
+    rel = os.path.relpath(system.path, SRC)
+    return "\n".join([
+        "# modules of the profile ([modules] in %s)," % rel,
+        "# loaded one by one: one that does not load ends the job here, naming it",
+        "MODULES=(%s)" % " ".join(q(m) for _, m in system.modules),
+        MODULE_LOADER,
+        "if ! mt_load_modules \"${MODULES[@]}\"; then",
+        "  log \"module $MT_MODULE_FAILED did not load: check \\`module avail\\` and [modules] in %s\"" % rel,
+        "  set_status \"failed: module $MT_MODULE_FAILED did not load\"",
+        "  exit 3",
+        "fi",
+        "export MT_MODULES_LOADED=1  # the env file need not load them again",
+        ""])
+
+
+def tmpdir_block(system):
+    """TMPDIR under the profile's tmpdir (e.g. the scratch file system instead
+    of a diskless node's in-memory /tmp), one directory per job, removed at the end"""
+    if not system.tmpdir:
+        return "# (TMPDIR left as the node sets it: the profile has no tmpdir)"
+    names = sorted(set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", system.tmpdir)))
+    lines = ["# temporary files (MPI session directories, libraries' scratch) go to the",
+             "# profile's tmpdir, not the node's /tmp (on diskless nodes: a few GB of RAM)"]
+    for v in names:
+        why = "tmpdir %s: $%s is not set" % (system.tmpdir, v)
+        lines.append("[ -n \"${%s:-}\" ] || { log %s; set_status %s; exit 3; }"
+                     % (v, q(why), q("failed: " + why)))
+    lines += ["export TMPDIR=\"%s/meshtrain-${SLURM_JOB_ID:-$$}\"" % system.tmpdir,
+              "mkdir -p \"$TMPDIR\" || { log \"cannot create TMPDIR $TMPDIR\"; "
+              "set_status \"failed: cannot create TMPDIR\"; exit 3; }",
+              "trap 'rm -rf \"$TMPDIR\"' EXIT"]
+    return "\n".join(lines)
+
+
+def exclusive_allowed(system, res, exclusive=True):
+    """--exclusive when the profile asks for it, unless the QoS forbids it"""
+    return system.exclusive and exclusive and res["qos"] not in system.no_exclusive_qos
+
+
 def sbatch_directives(system, res, job_name, run_dir, workdir, exclusive=True, requeue=True):
     lines = ["--job-name=%s" % job_name]
-    if system.partition:
-        lines.append("--partition=%s" % system.partition)
+    if res["partition"]:
+        lines.append("--partition=%s" % res["partition"])
     if res["qos"]:
         lines.append("--qos=%s" % res["qos"])
     if res["account"]:
@@ -334,8 +497,10 @@ def sbatch_directives(system, res, job_name, run_dir, workdir, exclusive=True, r
         lines.append("--cpus-per-task=%d" % res["cpus_per_task"])
     if res["gpus_per_node"]:
         lines.append("--gpus-per-node=%d" % res["gpus_per_node"])
+    if res["mem_mb"]:
+        lines.append("--mem=%d" % res["mem_mb"])
     lines.append("--time=%s" % format_walltime(res["time_s"]))
-    if system.exclusive and exclusive:
+    if exclusive_allowed(system, res, exclusive):
         lines.append("--exclusive")
     if requeue:
         lines.append("--requeue")
@@ -377,8 +542,10 @@ def resources(system, args_nodes, args_ranks, tasks_per_node=None, gpus_per_node
         "nodes": nodes, "ranks": ranks, "tasks_per_node": tpn,
         "gpus_per_node": system.gpus_per_node if gpus_per_node is None else gpus_per_node,
         "cpus_per_task": system.cpus_per_task if cpus_per_task is None else cpus_per_task,
-        "time_s": time_s, "qos": qos or system.choose_qos(nodes, time_s),
+        "time_s": time_s,
+        "qos": system.check_qos(qos, nodes, time_s) if qos else system.choose_qos(nodes, time_s),
         "account": account or "", "signal_s": sig,
+        "partition": system.partition, "mem_mb": system.mem_per_node,
     }
 
 
@@ -397,8 +564,14 @@ def render_script(job, system, res, run_dir, body, command_line, workdir, bin_di
     env_file = system.env_file
     if not os.path.isabs(env_file):
         env_file = os.path.join(SRC, env_file)
+    notes = ""
+    if system.exclusive and exclusive and not exclusive_allowed(system, res, exclusive):
+        notes = ("# No --exclusive: QoS %s cannot be combined with it (profile key\n"
+                 "# no_exclusive_qos); the job asks for whole nodes' GPUs, CPUs and memory.\n"
+                 % res["qos"])
     text = SKELETON
     subs = {
+        "@NOTES@": notes, "@MODULES@": modules_block(system), "@TMPDIR@": tmpdir_block(system),
         "@DIRECTIVES@": sbatch_directives(system, res, job_name or "mt-" + job, run_dir, workdir,
                                           exclusive=exclusive, requeue=requeue),
         "@JOB@": job, "@SYSTEM@": system.name, "@PROFILE@": os.path.relpath(system.path, SRC),
@@ -463,6 +636,44 @@ def train_sets(run_dir, lay, hw, user_sets):
     return sets
 
 
+def check_train_config(bin_dir, workdir, config, sets, ranks, what):
+    """Runs `meshtrain --check CONFIG --set ... --ranks N` in the job's working
+    directory: the checks meshtrain makes at start (every key and value, the
+    model shape, mesh, batch and pipeline for N ranks), made now rather than
+    after the queue wait. Refuses the job with meshtrain's own message."""
+    exe = os.path.join(bin_dir, "meshtrain")
+    if not os.access(exe, os.X_OK):
+        raise BadInput("%s: cannot check the configuration: no %s (build first: bash "
+                       "apps/scripts/setup.sh; or --bin DIR; --no-check skips the check)" % (what, exe))
+    argv = [exe, "--check"] + ([config] if config else [])
+    for s in sets:
+        argv += ["--set", s]
+    argv += ["--ranks", str(ranks)]
+    try:
+        r = subprocess.run(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise Failure("%s: cannot run %s --check: %s (--no-check skips the check)" % (what, exe, e))
+    if r.returncode == 0:
+        return
+    lines = r.stderr.strip().splitlines()
+    errors = [l for l in lines if l.startswith("meshtrain: error: ")]
+    if r.returncode == EXIT_BADINPUT and errors:
+        raise BadInput("%s: %s" % (what, errors[0]))
+    raise Failure("%s: %s --check exited with %d%s (is the build's environment loaded? --no-check "
+                  "skips the check)" % (what, exe, r.returncode, ": " + lines[-1] if lines else ""))
+
+
+def warn_if_home(system, path):
+    """Run directories under $HOME on a machine with an output_root: say so once"""
+    home = os.environ.get("HOME", "")
+    if system.output_root and home and home != "/" and \
+            (path + "/").startswith(os.path.abspath(home).rstrip("/") + "/"):
+        print("%s: warning: %s is under $HOME; on %s run directories and checkpoints belong "
+              "under %s (profile key output_root)" % (PROG, path, system.name, system.output_root),
+              file=sys.stderr)
+
+
 def write_executable(path, text):
     with open(path, "w") as f:
         f.write(text)
@@ -496,13 +707,19 @@ def cmd_render(a):
     system = System(a.system, [parse_assignment(s, "--profile-set") for s in a.profile_set])
     res = resources(system, a.nodes, a.ranks, a.tasks_per_node, a.gpus_per_node, a.cpus_per_task,
                     a.time, a.qos, a.account, a.signal_s)
-    run_dir = absdir(a.run_dir or os.path.join(SRC, "outputs", "runs", "%s-%s-n%d-%s" % (
+    run_dir = absdir(a.run_dir or os.path.join(system.default_output_root(), "runs", "%s-%s-n%d-%s" % (
         a.job, system.name, res["nodes"], datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))))
     workdir = absdir(a.workdir or SRC)
     bin_dir = absdir(a.bin or os.path.join(SRC, "build", "bin"))
     lay = parse_layout(a.layout, res["ranks"])
+    config = absdir(a.config) if a.config and a.job == "train" else None
+    if config and not os.path.isfile(config):
+        raise BadInput("--config %s: cannot open" % a.config)
     if a.job == "train":
-        body = train_body(run_dir, train_sets(run_dir, lay, system.hw, a.set))
+        sets = train_sets(run_dir, lay, system.hw, a.set)
+        if not a.no_check:
+            check_train_config(bin_dir, workdir, config, sets, res["ranks"], "job not written")
+        body = train_body(run_dir, sets)
     elif a.job == "bench":
         body = bench_body(a.bench or ["allreduce"])
     else:
@@ -516,7 +733,8 @@ def cmd_render(a):
     if a.stdout:
         sys.stdout.write(script)
         return 0
-    write_run_dir(run_dir, script, a.config if a.job == "train" else None, point)
+    warn_if_home(system, run_dir)
+    write_run_dir(run_dir, script, config, point)
     print(os.path.join(run_dir, "job.sh"))
     return 0
 
@@ -584,7 +802,7 @@ def plan_campaign(path, out, account_arg=None, profile_set=()):
     if scaling == "weak" and job == "train" and gb is None:
         raise BadInput("%s: weak scaling needs train.global_batch in [set] (the batch of the smallest point)" % path)
 
-    out = absdir(out or os.path.join(SRC, "outputs", "campaigns", name))
+    out = absdir(out or os.path.join(system.default_output_root(), "campaigns", name))
     points = []
     res_list = []
     for size in sizes:
@@ -659,10 +877,18 @@ def submit_script(plan):
 
 
 def report_script(plan, bin_dir, workdir):
+    """The report job: one task, no GPU, after all points. With the profile's
+    report_partition (LEONARDO: lrd_all_serial, the free post-processing
+    partition) it runs there under report_qos (none: the partition's default)
+    and without the compute partition's --mem."""
     system = plan["system"]
-    res = resources(system, 1, 1, 1, 0, 1, "00:10:00", None, plan["account"], None)
-    body = ("run_step \"$MT_BIN/meshreport\" \"$CAMPAIGN\" --out \"$CAMPAIGN/report\"\n"
-            "cat \"$CAMPAIGN/report/report.md\"")
+    if system.report_partition:
+        res = resources(system, 1, 1, 1, 0, 1, "00:10:00", "-", plan["account"], None)
+        res.update(partition=system.report_partition, qos=system.report_qos or None, mem_mb=0)
+    else:
+        res = resources(system, 1, 1, 1, 0, 1, "00:10:00", None, plan["account"], None)
+    # meshreport prints the table once (report.md holds it too)
+    body = "run_step \"$MT_BIN/meshreport\" \"$CAMPAIGN\" --out \"$CAMPAIGN/report\""
     text = render_script("report", system, res, os.path.join(plan["out"], "report"), body,
                          "slurm/meshslurm.py campaign " + q(plan["sweep"]), workdir, bin_dir,
                          (), 0, "mt-report-" + plan["name"], requeue=False, exclusive=False)
@@ -674,8 +900,22 @@ def cmd_campaign(a):
     system = plan["system"]
     bin_dir = absdir(a.bin or os.path.join(SRC, "build", "bin"))
     workdir = absdir(a.workdir or SRC)
+    # every point's meshtrain configuration, checked before anything is written
+    # (points that differ only in their run directory are checked once)
+    checked = set()
+    for p in plan["points"]:
+        if plan["job"] != "train":
+            continue
+        p["_train_sets"] = train_sets(p["_run_dir"], p["layout"], system.hw, p["_sets"])
+        key = (p["ranks"], tuple(x for x in p["_train_sets"] if not x.startswith("output.dir=")))
+        if not a.no_check and key not in checked:
+            check_train_config(bin_dir, workdir, plan["config"], p["_train_sets"], p["ranks"],
+                               "point %s" % p["id"])
+            checked.add(key)
     print("campaign %s: %s scaling, system %s, %d points, submit %s, into %s"
           % (plan["name"], plan["scaling"], system.name, len(plan["points"]), plan["submit"], plan["out"]))
+    if checked:
+        print("meshtrain --check: %d distinct configurations OK" % len(checked))
     print("  %-28s %5s %5s %-18s %-16s %s" % ("point", "nodes", "ranks", "layout", "qos", "global_batch"))
     for p in plan["points"]:
         print("  %-28s %5d %5d %-18s %-16s %s" % (p["id"], p["nodes"], p["ranks"], p["layout_name"],
@@ -692,11 +932,12 @@ def cmd_campaign(a):
         return 0
     if os.path.exists(os.path.join(plan["out"], "manifest.json")) and not a.force:
         raise BadInput("%s already holds a campaign; pass --force to overwrite it" % plan["out"])
+    warn_if_home(system, plan["out"])
     os.makedirs(plan["out"], exist_ok=True)
     cmdline = " ".join(q(x) for x in ["slurm/meshslurm.py"] + sys.argv[1:])
     for p in plan["points"]:
         if plan["job"] == "train":
-            body = train_body(p["_run_dir"], train_sets(p["_run_dir"], p["layout"], system.hw, p["_sets"]))
+            body = train_body(p["_run_dir"], p["_train_sets"])
         else:
             body = bench_body(plan["benches"])
         script = render_script(plan["job"], system, p["_res"], p["_run_dir"], body, cmdline, workdir,
@@ -733,7 +974,310 @@ def cmd_systems(a):
               % (s.name, s.description, "", s.partition or "(default)", s.tasks_per_node,
                  s.gpus_per_node, s.cpus_per_task, ", exclusive" if s.exclusive else "",
                  ", account required" if s.account_required else "", "; QoS: " + qos if qos else ""))
+        extra = []
+        if s.mem_per_node:
+            extra.append("--mem=%d" % s.mem_per_node)
+        if s.modules:
+            extra.append("modules " + " ".join(m for _, m in s.modules))
+        if s.tmpdir:
+            extra.append("TMPDIR under " + s.tmpdir)
+        if s.output_root:
+            extra.append("runs under " + s.output_root)
+        if s.report_partition:
+            extra.append("report job on " + s.report_partition)
+        if extra:
+            print("%18s %s" % ("", "; ".join(extra)))
     return 0
+
+
+
+# ---------------------------------------------------------------------------
+# modules: the profile's module loading, for `source slurm/leonardo/env.sh`
+
+def cmd_modules(a):
+    system = System(a.system, [parse_assignment(s, "--profile-set") for s in a.profile_set])
+    if not system.modules:
+        print(": no modules in %s" % os.path.relpath(system.path, SRC))
+        return 0
+    print(MODULE_LOADER)
+    print("mt_load_modules %s || { echo \"module $MT_MODULE_FAILED did not load: check \\`module "
+          "avail\\` and [modules] in %s\" >&2; false; }"
+          % (" ".join(q(m) for _, m in system.modules), os.path.relpath(system.path, SRC)))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# a local Slurm cluster: a private munged, slurmctld and emulated nodes shaped
+# like LEONARDO Booster nodes (32 CPUs, 494000 MB, 4 fake GPUs, partition
+# boost_usr_prod), all on this machine and all inside one directory: its
+# configuration, munge key and socket, state, spool, logs and pid files. The
+# daemons outlive the command; `cluster stop` ends them by their pids. What
+# each setting is for: the project notes on a local Slurm.
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CLUSTER_TOOLS = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue",
+                 "scancel", "scontrol")
+CLUSTER_CONF = """\
+ClusterName=mtlocal
+SlurmctldHost={host}
+SlurmctldPort={port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire also sets how long a requeued job waits before it starts again
+AuthInfo=socket={dir}/munge/socket,cred_expire=10
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+StateSaveLocation={dir}/state
+SlurmdSpoolDir={dir}/spool-%n
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd-%n.pid
+SlurmctldLogFile={dir}/slurmctld.log
+SlurmdLogFile={dir}/slurmd-%n.log
+SlurmdParameters=config_overrides
+TmpFS={dir}/tmp-%n
+GresTypes=gpu
+KillWait=5
+MinJobAge=600
+InactiveLimit=0
+NodeName={nodes} NodeHostname={host} NodeAddr=127.0.0.1 Port={node_ports} CPUs=32 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=494000 Gres=gpu:4 State=UNKNOWN
+PartitionName=boost_usr_prod Nodes={nodes} Default=YES MaxTime=INFINITE State=UP
+"""
+# fake GPUs must be character devices (file-less ones are dropped)
+GRES_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/urandom")
+
+
+class LocalCluster:
+    def __init__(self, directory, n_nodes=2):
+        self.dir = absdir(directory)
+        self.names = ["n%d" % (i + 1) for i in range(n_nodes)]
+        self.conf = os.path.join(self.dir, "slurm.conf")
+        path = os.environ.get("PATH") or DEFAULT_PATH
+        self.path = path + ":" + DEFAULT_PATH  # munged and the daemons live in sbin
+        self.tools = {t: shutil.which(t, path=self.path) for t in CLUSTER_TOOLS}
+
+    def env(self):
+        """The clients' and daemons' environment: this cluster's SLURM_CONF and
+        none of the SLURM_* variables of a job this command may run in"""
+        e = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        e["PATH"] = self.path
+        e["SLURM_CONF"] = self.conf
+        return e
+
+    def run(self, argv, timeout=30, check=True):
+        r = subprocess.run([self.tools.get(argv[0]) or argv[0]] + list(argv[1:]), env=self.env(),
+                           cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           universal_newlines=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise Failure("cluster: %s failed (exit %d): %s%s" % (
+                " ".join(argv), r.returncode, r.stdout.strip().replace("\n", " | ")[-300:],
+                self.log_hint()))
+        return r
+
+    def log_hint(self):
+        return " (logs: %s/*.log)" % self.dir
+
+    def daemons(self):
+        """(name, pid file, program) of every daemon, munged last to stop"""
+        ds = [("slurmd " + n, os.path.join(self.dir, "slurmd-%s.pid" % n), "slurmd") for n in self.names]
+        return ds + [("slurmctld", os.path.join(self.dir, "slurmctld.pid"), "slurmctld"),
+                     ("munged", os.path.join(self.dir, "munged.pid"), "munged")]
+
+    @staticmethod
+    def pid_of(pid_file, program):
+        """The pid in pid_file when that process is alive and is `program`"""
+        try:
+            pid = int(open(pid_file).read().split()[0])
+            cmd = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")[0]
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if os.path.basename(cmd.decode(errors="replace")) == program else None
+
+    def alive(self):
+        return {name: self.pid_of(f, prog) for name, f, prog in self.daemons()}
+
+    def export_line(self):
+        return "export SLURM_CONF=%s" % q(self.conf)
+
+    def pick_ports(self):
+        """SlurmctldPort and one port per node, all free now; the search starts
+        at a place given by the directory, so two clusters rarely collide"""
+        import socket
+        n = 1 + len(self.names)
+        start = sum(self.dir.encode()) % 400
+        for k in range(400):
+            base = 17100 + ((start + k) % 400) * 8
+            try:
+                for port in range(base, base + n):
+                    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as so:
+                        so.bind(("", port))
+                return base
+            except OSError:
+                continue
+        raise Failure("cluster: no free TCP ports between 17100 and 20300")
+
+    def start(self):
+        missing = [t for t, p in self.tools.items() if not p]
+        if missing:
+            raise Unavailable("cluster: Slurm and munge are not installed here (no %s): apt-get "
+                              "install slurmctld slurmd slurm-client munge, as apps/scripts/setup.sh "
+                              "does" % ", ".join(missing))
+        if os.geteuid() != 0:
+            raise Unavailable("cluster: the local cluster runs its daemons as root (SlurmUser=root); "
+                              "not root here")
+        up = self.alive()
+        if all(up.values()):
+            print("cluster: already running in %s" % self.dir)
+            print(self.export_line())
+            return 0
+        if any(up.values()):
+            raise Failure("cluster: partly running in %s (%s); run `cluster stop` first"
+                          % (self.dir, ", ".join(k for k, v in up.items() if v)))
+        # a job's step sockets live in the spool directories: keep the paths short
+        if len(self.dir) > 80:
+            raise BadInput("cluster: --dir %s is %d characters; UNIX socket paths under it need "
+                           "it under 80" % (self.dir, len(self.dir)))
+        os.makedirs(self.dir, exist_ok=True)
+        for name in os.listdir(self.dir):  # a fresh cluster: no state of a previous one
+            if name in ("state", "munge") or name.startswith(("spool-", "tmp-")):
+                shutil.rmtree(os.path.join(self.dir, name))
+            elif name.endswith((".log", ".pid", ".out")):
+                os.remove(os.path.join(self.dir, name))
+        for sub in ["state", "munge"] + ["spool-" + n for n in self.names] + ["tmp-" + n for n in self.names]:
+            os.makedirs(os.path.join(self.dir, sub))
+        os.chmod(os.path.join(self.dir, "munge"), 0o700)
+        try:
+            self._start_daemons()
+        except BaseException:
+            self.stop(quiet=True)
+            raise
+        return 0
+
+    def _start_daemons(self):
+        d = self.dir
+        key = os.path.join(d, "munge", "munge.key")
+        with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(os.urandom(1024))
+        sock = os.path.join(d, "munge", "socket")
+        r = self.run(["munged", "--force", "--socket=" + sock, "--key-file=" + key,
+                      "--pid-file=" + os.path.join(d, "munged.pid"),
+                      "--log-file=" + os.path.join(d, "munged.log"),
+                      "--seed-file=" + os.path.join(d, "munge", "seed")], check=False)
+        if r.returncode != 0:
+            raise Unavailable("cluster: munged does not start here: %s" % r.stdout.strip()[-200:])
+        cred = self.run(["munge", "--socket=" + sock, "-n"], check=False)
+        if cred.returncode != 0 or subprocess.run(
+                [self.tools["unmunge"], "--socket=" + sock], input=cred.stdout, env=self.env(),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                universal_newlines=True).returncode != 0:
+            raise Unavailable("cluster: munge does not work here (munge -n | unmunge)")
+        base = self.pick_ports()
+        import socket
+        host = socket.gethostname().split(".")[0]
+        nodes = "n[1-%d]" % len(self.names) if len(self.names) > 1 else "n1"
+        ports = "%d-%d" % (base + 1, base + len(self.names)) if len(self.names) > 1 else str(base + 1)
+        with open(self.conf, "w") as f:
+            f.write(CLUSTER_CONF.format(host=host, port=base, dir=d, nodes=nodes, node_ports=ports))
+        with open(os.path.join(d, "gres.conf"), "w") as f:
+            for dev in GRES_DEVICES:
+                f.write("NodeName=%s Name=gpu File=%s\n" % (nodes, dev))
+        t0 = datetime.datetime.now()
+        self.run(["slurmctld", "-i"])
+        for n in self.names:
+            self.run(["slurmd", "-N", n])
+        for _ in range(60):
+            r = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False)
+            states = dict(l.split() for l in r.stdout.splitlines() if len(l.split()) == 2)
+            if r.returncode == 0 and sorted(states) == sorted(self.names) and \
+                    set(states.values()) == {"idle"}:
+                secs = (datetime.datetime.now() - t0).total_seconds()
+                print("cluster: %d nodes idle after %.1f s in %s (partition boost_usr_prod, ports %d-%d)"
+                      % (len(self.names), secs, d, base, base + len(self.names)))
+                print("use it from a shell with:")
+                print(self.export_line())
+                return
+            import time
+            time.sleep(0.5)
+        raise Failure("cluster: the nodes did not become idle in 30 s: %s%s"
+                      % (r.stdout.strip().replace("\n", " | "), self.log_hint()))
+
+    def stray_steps(self):
+        """slurmstepd processes of this cluster's jobs (their environment names our
+        slurm.conf): left running when a daemon dies under them"""
+        pids, mark = [], ("SLURM_CONF=" + self.conf).encode() + b"\0"
+        for e in os.listdir("/proc"):
+            if not e.isdigit():
+                continue
+            try:
+                comm = open("/proc/%s/comm" % e).read().strip()
+                environ = open("/proc/%s/environ" % e, "rb").read() + b"\0"
+            except OSError:
+                continue
+            if comm.startswith("slurmstepd") and (b"\0" + mark) in b"\0" + environ:
+                pids.append(int(e))
+        return pids
+
+    def stop(self, quiet=False):
+        import signal
+        import time
+        up = self.alive()
+        if up.get("slurmctld"):  # end the jobs first: their steps would outlive slurmd
+            r = self.run(["squeue", "-h", "-o", "%i"], check=False)
+            jobs = r.stdout.split() if r.returncode == 0 else []
+            if jobs:
+                self.run(["scancel"] + jobs, check=False)
+                for _ in range(30):
+                    r = self.run(["squeue", "-h", "-o", "%i"], check=False)
+                    if r.returncode != 0 or not r.stdout.split():
+                        break
+                    time.sleep(0.5)
+        pids = [p for p in up.values() if p]
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        for _ in range(20):
+            if not any(self.pid_of(f, prog) for _, f, prog in self.daemons()):
+                break
+            time.sleep(0.25)
+        for name, f, prog in self.daemons():
+            pid = self.pid_of(f, prog)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+        for pid in self.stray_steps():
+            os.kill(pid, signal.SIGKILL)
+        for _, f, _ in self.daemons():
+            if os.path.exists(f):
+                os.remove(f)
+        if not quiet:
+            print("cluster: %s in %s" % ("stopped" if pids else "not running", self.dir))
+        return 0
+
+    def status(self):
+        up = self.alive()
+        for name, pid in up.items():
+            print("%-10s %s" % (name, "pid %d" % pid if pid else "not running"))
+        if not all(up.values()):
+            print("cluster: %s in %s" % ("partly running" if any(up.values()) else "not running", self.dir))
+            return EXIT_RUNTIME
+        print(self.run(["sinfo", "-N", "-o", "%N %P %t %c %m %G"], check=False).stdout.rstrip())
+        jobs = self.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
+        print("cluster: running in %s, %d jobs queued or running (accounting is off: read jobs "
+              "with scontrol show job)" % (self.dir, len(jobs)))
+        print(self.export_line())
+        return 0
+
+
+def cmd_cluster(a):
+    c = LocalCluster(a.dir or os.path.join(SRC, "outputs", "local-cluster"), a.nodes)
+    return {"start": c.start, "stop": c.stop, "status": c.status}[a.action]()
 
 
 # ---------------------------------------------------------------------------
@@ -763,6 +1307,8 @@ def add_common(p):
     p.add_argument("--account", help="Slurm account (required on LEONARDO)")
     p.add_argument("--max-restarts", type=nonneg_int, default=10,
                    help="requeue at most this many times (default 10)")
+    p.add_argument("--no-check", action="store_true",
+                   help="do not run meshtrain --check on the configuration of each train job")
 
 
 def main(argv):
@@ -798,6 +1344,16 @@ def main(argv):
     c.add_argument("--force", action="store_true", help="overwrite an existing campaign directory")
     add_common(c)
     sub.add_parser("systems", help="list the system profiles")
+    m = sub.add_parser("modules", help="print shell code that loads the profile's modules "
+                                       "(what slurm/leonardo/env.sh evaluates)")
+    m.add_argument("--system", required=True)
+    m.add_argument("--profile-set", action="append", default=[], metavar="KEY=VALUE")
+    k = sub.add_parser("cluster", help="a local Slurm cluster on this machine (root, Debian's "
+                                       "slurmctld slurmd slurm-client munge): start, status, stop")
+    k.add_argument("action", choices=("start", "status", "stop"))
+    k.add_argument("--dir", help="its directory: configuration, state, logs (default "
+                                 "outputs/local-cluster); nothing is written outside it")
+    k.add_argument("--nodes", type=positive_int, default=2, help="emulated nodes (default 2)")
     a = ap.parse_args(argv)
     if a.cmd is None:
         ap.print_help()
@@ -807,6 +1363,10 @@ def main(argv):
         return cmd_render(a)
     if a.cmd == "campaign":
         return cmd_campaign(a)
+    if a.cmd == "modules":
+        return cmd_modules(a)
+    if a.cmd == "cluster":
+        return cmd_cluster(a)
     return cmd_systems(a)
 
 
@@ -816,6 +1376,9 @@ if __name__ == "__main__":
     except BadInput as e:
         print("%s: error: %s" % (PROG, e), file=sys.stderr)
         sys.exit(EXIT_BADINPUT)
-    except OSError as e:
+    except Unavailable as e:
+        print("%s: unavailable: %s" % (PROG, e), file=sys.stderr)
+        sys.exit(EXIT_UNAVAILABLE)
+    except (Failure, OSError, subprocess.SubprocessError) as e:
         print("%s: error: %s" % (PROG, e), file=sys.stderr)
         sys.exit(EXIT_RUNTIME)

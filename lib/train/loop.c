@@ -87,6 +87,17 @@ int mt_train_loop(mt_trainer *t) {
   mt_ckpt_async *inflight = NULL;
   t->last_step_done = t->start_step;
   t->last_saved = t->start_step;
+  /* a stop asked for during start-up or a long resume: nothing new was
+   * trained, so nothing to save; exit as a preempted run does */
+  int early = mt_train_signalled();
+  MPI_Allreduce(MPI_IN_PLACE, &early, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (early && t->start_step < cfg->steps) {
+    mt_info0("meshtrain: stop requested by signal before the first step; nothing new to "
+             "checkpoint, exiting with code %d", MT_EXIT_PREEMPTED);
+    t->wall_s = mt_now() - t_train0;
+    t->exit_code = MT_EXIT_PREEMPTED;
+    return MT_EXIT_PREEMPTED;
+  }
   for (int step = (int)t->start_step; step < cfg->steps && !stop; step++) {
     double t0 = mt_now(), comm0 = mesh->dp_g.seconds, bytes0 = mesh->dp_g.bytes;
     double tp_s0 = mesh->tp_g.seconds, tp_bytes0 = mesh->tp_g.bytes;

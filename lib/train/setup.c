@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *PROG = "meshtrain";
 
@@ -297,10 +298,20 @@ static void setup_peak(mt_trainer *t) {
   t->tokens_per_step = (long long)cfg->global_batch * s->seq_len;
 }
 
+/* MT_TEST_SETUP_SLEEP_S (tests only): a slow start-up, so a test can stop a
+ * run before its first step; a stop signal ends the wait */
+static void test_setup_sleep(void) {
+  const char *v = getenv("MT_TEST_SETUP_SLEEP_S");
+  double until = v ? mt_now() + atof(v) : 0.0;
+  struct timespec ts = {0, 10 * 1000 * 1000};
+  while (v && mt_now() < until && !mt_train_signalled()) nanosleep(&ts, NULL);
+}
+
 void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   memset(t, 0, sizeof *t);
   t->t_start = mt_now();
-  mt_train_install_signals();
+  mt_train_install_signals(); /* again: main installs them before MPI_Init */
+  test_setup_sleep();
   t->cfg = *cfg;
   t->last_val = -1.0;
   MPI_Comm_rank(MPI_COMM_WORLD, &t->world_rank);

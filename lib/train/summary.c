@@ -4,8 +4,11 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static FILE *open_out(const char *dir, const char *name, const char *mode) {
   char path[2 * MT_CFG_STR_MAX];
@@ -13,6 +16,159 @@ static FILE *open_out(const char *dir, const char *name, const char *mode) {
   FILE *f = fopen(path, mode);
   if (!f) mt_die("cannot write %s: %s", path, strerror(errno));
   return f;
+}
+
+/* Records this attempt in summary.json (o: rank 0's summary, not yet written)
+ * and totals the run over all its attempts: a requeued run is one run made by
+ * several processes. On resume (a checkpoint was loaded), the previous
+ * summary.json in dir holds the earlier attempts; a gap between its last
+ * attempt's end and this one's start step (an attempt killed before it wrote a
+ * summary) becomes an attempt with "recorded": false and unknown times. Adds
+ *   attempts: [{attempt, recorded, start_step, end_step, last_checkpoint_step,
+ *     steps, tokens, wall_s, setup_s (process start to first step), train_s
+ *     (its steps' step_s), tokens_per_s (its steady state, first step skipped),
+ *     recomputed_steps, recomputed_s, exit_code, layout, world, node_ranks,
+ *     node_cpus, threads_per_rank, started_at, ended_at (Unix seconds),
+ *     resumed_from}]
+ *   run: {attempts, restarts, steps, tokens, train_s, tokens_per_s, mfu,
+ *     computed_steps, lost_s, requeue_wait_s, wall_s}
+ * run.steps is the run's progress (end step - first start step); tokens and
+ * train_s sum metrics.jsonl, which a resumed run continues with one line per
+ * step (its latest computation): tokens_per_s = tokens / train_s over every
+ * step of every attempt. lost_s = set-up time of each restart + time of the
+ * steps it recomputed (those after the checkpoint it resumed from that an
+ * earlier attempt had already run); requeue_wait_s = time between one
+ * attempt's end and the next one's start. Seconds throughout. */
+static void summary_add_attempts(cJSON *o, const char *dir, int resumed, long long end_step,
+                                 double setup_s, int node_ranks) {
+  char path[2 * MT_CFG_STR_MAX];
+  cJSON *prev = NULL;
+  if (resumed) { /* the previous attempts, from the summary this one replaces */
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    FILE *f = fopen(path, "rb");
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && n < (1L << 28) &&
+        fseek(f, 0, SEEK_SET) == 0) {
+      char *text = mt_calloc((size_t)n + 1, 1);
+      if (fread(text, 1, (size_t)n, f) == (size_t)n) prev = cJSON_Parse(text);
+      free(text);
+    }
+    if (f) fclose(f);
+  }
+  const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
+#define NUM(obj, key) cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive((obj), (key)))
+  long long start_step = (long long)NUM(o, "start_step");
+  cJSON *attempts = cJSON_CreateArray();
+  long long prev_end = -1, prev_max_end = 0;
+  const cJSON *a;
+  cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(prev, "attempts")) {
+    if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(a, "end_step"))) continue;
+    prev_end = (long long)NUM(a, "end_step");
+    if (prev_end > prev_max_end) prev_max_end = prev_end;
+    cJSON_AddItemToArray(attempts, cJSON_Duplicate(a, 1));
+  }
+  if (resumed && prev_end < start_step) { /* steps of an attempt that left no summary */
+    cJSON *gap = cJSON_CreateObject();
+    cJSON_AddNumberToObject(gap, "attempt", cJSON_GetArraySize(attempts) + 1);
+    cJSON_AddBoolToObject(gap, "recorded", 0);
+    cJSON_AddNumberToObject(gap, "start_step", prev_end < 0 ? 0 : (double)prev_end);
+    cJSON_AddNumberToObject(gap, "end_step", (double)start_step);
+    cJSON_AddNumberToObject(gap, "steps", (double)(start_step - (prev_end < 0 ? 0 : prev_end)));
+    cJSON_AddItemToArray(attempts, gap);
+  }
+  cJSON_Delete(prev);
+  long long recomputed = (prev_max_end < end_step ? prev_max_end : end_step) - start_step;
+  if (recomputed < 0) recomputed = 0;
+
+  /* metrics.jsonl: every step once (earlier attempts' lines up to start_step) */
+  double run_tokens = 0, run_train_s = 0, my_train_s = 0, recomputed_s = 0;
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  FILE *mf = fopen(path, "r");
+  char *line = NULL;
+  size_t cap = 0;
+  while (mf && getline(&line, &cap, mf) > 0) {
+    static const char *keys[3] = {"\"step\":", "\"step_s\":", "\"tokens\":"};
+    double v[3];
+    for (int k = 0; k < 3; k++) {
+      const char *at = strstr(line, keys[k]);
+      v[k] = at ? strtod(at + strlen(keys[k]), NULL) : NAN;
+    }
+    if (isnan(v[0]) || isnan(v[1]) || isnan(v[2])) continue;
+    run_train_s += v[1];
+    run_tokens += v[2];
+    if (v[0] > (double)start_step) my_train_s += v[1];
+    if (v[0] > (double)start_step && v[0] <= (double)(start_step + recomputed))
+      recomputed_s += v[1];
+  }
+  free(line);
+  if (mf) fclose(mf);
+
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  double wall_s = setup_s + NUM(o, "wall_s"), ended_at = (double)now.tv_sec + 1e-9 * now.tv_nsec;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  char layout[96];
+  snprintf(layout, sizeof layout, "dp%d-tp%d-pp%d-cp%d", (int)NUM(lay, "dp"), (int)NUM(lay, "tp"),
+           (int)NUM(lay, "pp"), (int)NUM(lay, "cp"));
+  cJSON *me = cJSON_CreateObject();
+  cJSON_AddNumberToObject(me, "attempt", cJSON_GetArraySize(attempts) + 1);
+  cJSON_AddBoolToObject(me, "recorded", 1);
+  cJSON_AddNumberToObject(me, "start_step", (double)start_step);
+  cJSON_AddNumberToObject(me, "end_step", (double)end_step);
+  cJSON_AddNumberToObject(me, "last_checkpoint_step", NUM(o, "last_checkpoint_step"));
+  cJSON_AddNumberToObject(me, "steps", (double)(end_step - start_step));
+  cJSON_AddNumberToObject(me, "tokens", (double)(end_step - start_step) * NUM(o, "tokens_per_step"));
+  cJSON_AddNumberToObject(me, "wall_s", wall_s);
+  cJSON_AddNumberToObject(me, "setup_s", setup_s);
+  cJSON_AddNumberToObject(me, "train_s", my_train_s);
+  cJSON_AddNumberToObject(me, "tokens_per_s", NUM(o, "tokens_per_s"));
+  cJSON_AddNumberToObject(me, "recomputed_steps", (double)recomputed);
+  cJSON_AddNumberToObject(me, "recomputed_s", recomputed_s);
+  cJSON_AddNumberToObject(me, "exit_code", NUM(o, "exit_code"));
+  cJSON_AddStringToObject(me, "layout", layout);
+  cJSON_AddNumberToObject(me, "world", NUM(lay, "world"));
+  cJSON_AddNumberToObject(me, "node_ranks", node_ranks);
+  cJSON_AddNumberToObject(me, "node_cpus", (double)cpus);
+  cJSON_AddNumberToObject(me, "threads_per_rank", NUM(lay, "threads_per_rank"));
+  cJSON_AddNumberToObject(me, "started_at", ended_at - wall_s);
+  cJSON_AddNumberToObject(me, "ended_at", ended_at);
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "resumed_from");
+  if (cJSON_IsString(from)) cJSON_AddStringToObject(me, "resumed_from", from->valuestring);
+  cJSON_AddItemToArray(attempts, me);
+
+  /* totals */
+  int n = cJSON_GetArraySize(attempts), i = 0;
+  double computed = 0, lost = 0, wait = 0, wall = 0, prev_ended = NAN;
+  long long first_start = 0;
+  cJSON_ArrayForEach(a, attempts) {
+    int recorded = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "recorded"));
+    if (i == 0) first_start = (long long)NUM(a, "start_step");
+    computed += NUM(a, "steps");
+    if (recorded) {
+      wall += NUM(a, "wall_s");
+      if (i > 0) lost += NUM(a, "setup_s") + NUM(a, "recomputed_s");
+      if (!isnan(prev_ended) && NUM(a, "started_at") > prev_ended)
+        wait += NUM(a, "started_at") - prev_ended;
+    }
+    prev_ended = recorded ? NUM(a, "ended_at") : NAN;
+    i++;
+  }
+  double tok_s = run_train_s > 0 ? run_tokens / run_train_s : 0.0, peak = NUM(o, "peak_flops");
+  cJSON *run = cJSON_CreateObject();
+  cJSON_AddNumberToObject(run, "attempts", n);
+  cJSON_AddNumberToObject(run, "restarts", n - 1);
+  cJSON_AddNumberToObject(run, "steps", (double)(end_step - first_start));
+  cJSON_AddNumberToObject(run, "tokens", run_tokens);
+  cJSON_AddNumberToObject(run, "train_s", run_train_s);
+  cJSON_AddNumberToObject(run, "tokens_per_s", tok_s);
+  cJSON_AddNumberToObject(run, "mfu", peak > 0 ? tok_s * NUM(o, "flops_per_token") / peak : 0.0);
+  cJSON_AddNumberToObject(run, "computed_steps", computed);
+  cJSON_AddNumberToObject(run, "lost_s", lost);
+  cJSON_AddNumberToObject(run, "requeue_wait_s", wait);
+  cJSON_AddNumberToObject(run, "wall_s", wall);
+#undef NUM
+  cJSON_AddItemToObject(o, "attempts", attempts);
+  cJSON_AddItemToObject(o, "run", run);
 }
 
 /* per rank: coordinates, peak bytes by category, the last step's bytes per group */
@@ -124,6 +280,8 @@ void mt_train_summary(mt_trainer *t) {
                             (double)mt_mem_peak((mt_mem_cat)c));
   cJSON_AddNumberToObject(mem, "rss", (double)mt_mem_peak_rss());
   cJSON_AddItemToObject(o, "ranks", ranks_json(t, all));
+  summary_add_attempts(o, cfg->output_dir, t->resumed_from[0] != '\0', t->last_step_done,
+                       t->setup_s, t->mesh.node.size);
   free(all);
   char *s = cJSON_Print(o);
   FILE *f = open_out(cfg->output_dir, "summary.json", "w");

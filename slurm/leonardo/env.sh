@@ -1,10 +1,12 @@
 # LEONARDO Booster software environment, sourced by every rendered job script
-# (and by hand before building: `source slurm/leonardo/env.sh`).
-# Module names change with each software refresh: check `module av` and keep
-# them here, in this one file.
-module purge >/dev/null 2>&1 || true
-module load gcc/12.2.0 cuda/12.2 openmpi/4.1.6--gcc--12.2.0 nccl/2.22.3-1--gcc--12.2.0-cuda-12.2 \
-  hdf5/1.14.3--openmpi--4.1.6--gcc--12.2.0 openblas/0.3.24--gcc--12.2.0 cmake
+# and by hand on a login node before building: `source slurm/leonardo/env.sh`.
+# The module names live in the system profile (slurm/systems/leonardo-booster.ini,
+# [modules]); a job loads them, each checked, before it sources this file. By
+# hand, this file loads them itself and stops at the first that fails.
+if [ -z "${MT_MODULES_LOADED:-}" ]; then
+  eval "$(python3 "$(dirname "${BASH_SOURCE[0]}")/../meshslurm.py" modules --system leonardo-booster)" ||
+    return 1
+fi
 # OpenMPI over UCX on the HDR100 ports; NCCL picks the port next to its GPU
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ucx}
 export UCX_TLS=${UCX_TLS:-rc,sm,cuda_copy,cuda_ipc}

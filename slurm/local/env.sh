@@ -1,4 +1,4 @@
-# Environment for the local test cluster (tests/slurm/cluster.sh): Debian's
+# Environment for the local cluster (meshslurm.py cluster start): Debian's
 # OpenMPI 4.1 as root, ranks of two emulated nodes on one host.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # shared memory between emulated nodes crashes; single-copy needs ptrace here

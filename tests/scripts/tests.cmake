@@ -74,3 +74,4 @@ add_test(NAME mpi.node_check COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLA
   --oversubscribe $<TARGET_FILE:test_node>)
 set_tests_properties(mpi.node_check PROPERTIES LABELS mpi TIMEOUT 120
   ENVIRONMENT "${MT_TEST_ENV}" WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+mt_script_test(signal_startup mpi signal_startup.sh)

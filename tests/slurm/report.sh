@@ -1,34 +1,44 @@
 # meshreport on hand-made run directories with known numbers: speedup,
 # efficiency (strong and weak), mean and spread over repeats, the step-time
-# breakdown, bench rows, failed/missing/corrupt runs listed (not fatal),
-# gnuplot PNGs, and one-line errors for bad input.
+# breakdown, bench rows, failed/missing/corrupt runs listed (not fatal), a run
+# whose ranks outnumbered its node's cores flagged, steps.csv holding each
+# point's losses (the data of loss.png and tokens_per_s.png), gnuplot PNGs,
+# and one-line errors for bad input.
 source "$(dirname "$0")/../scripts/common.sh"
 R="$MT_BIN/meshreport"
 python3 - "$WORK" <<'PY'
 import json, os, sys
 w = sys.argv[1]
-def run(name, ranks, nodes, tps, step_s, mfu, parts=(0.06, 0.02, 0.01, 0.001, 0.0), repeat=0, summary=True):
+def run(name, ranks, nodes, tps, step_s, mfu, parts=(0.06, 0.02, 0.01, 0.001, 0.0), repeat=0, summary=True,
+        node_cpus=64):
     d = os.path.join(w, "c", "points", name); os.makedirs(d)
     json.dump({"id": name, "nodes": nodes, "ranks": ranks, "layout_name": "dp%d-tp1-pp1-cp1" % ranks,
                "repeat": repeat}, open(os.path.join(d, "point.json"), "w"))
     if not summary: return d
+    # one attempt; ranks per node x 1 thread against the node's CPUs
+    att = {"start_step": 0, "end_step": 3, "recorded": True, "layout": "dp%d-tp1-pp1-cp1" % ranks,
+           "world": ranks, "node_ranks": ranks // nodes, "threads_per_rank": 1, "node_cpus": node_cpus}
     json.dump({"model": "tiny", "layout": {"world": ranks, "dp": ranks, "tp": 1, "pp": 1, "cp": 1},
                "tokens_per_s": tps, "tokens_per_s_per_rank": tps / ranks, "mean_step_s": step_s,
-               "mfu": mfu, "final_loss": 4.0}, open(os.path.join(d, "summary.json"), "w"))
+               "mfu": mfu, "final_loss": 4.0, "attempts": [att]}, open(os.path.join(d, "summary.json"), "w"))
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
-        # step 1 is a slow warm-up the breakdown must skip
-        f.write(json.dumps({"step": 1, "step_s": 9.0, "time_s": dict(zip(
-            ["compute", "dp_comm", "optimizer", "data", "eval"], [8.0, 0.5, 0.3, 0.1, 0.0]))}) + "\n")
+        # step 1 is a slow warm-up the breakdown must skip; losses 5 - step/ranks, val at step 3
+        f.write(json.dumps({"step": 1, "loss": 5 - 1 / ranks, "tokens_per_s": 100.0, "step_s": 9.0,
+                            "time_s": dict(zip(["compute", "dp_comm", "optimizer", "data", "eval"],
+                                               [8.0, 0.5, 0.3, 0.1, 0.0]))}) + "\n")
         for s in (2, 3):
-            f.write(json.dumps({"step": s, "step_s": step_s, "time_s": dict(zip(
-                ["compute", "dp_comm", "optimizer", "data", "eval"], parts))}) + "\n")
+            rec = {"step": s, "loss": 5 - s / ranks, "tokens_per_s": tps, "step_s": step_s,
+                   "time_s": dict(zip(["compute", "dp_comm", "optimizer", "data", "eval"], parts))}
+            if s == 3:
+                rec["val_loss"] = 5.5 - s / ranks
+            f.write(json.dumps(rec) + "\n")
     open(os.path.join(d, "status"), "w").write("done\n")
     return d
 pts = []
 pts.append(run("r1a", 1, 1, 1000.0, 0.100, 0.50, repeat=0))
 pts.append(run("r1b", 1, 1, 1100.0, 0.100, 0.50, repeat=1))
 pts.append(run("r2", 2, 1, 1800.0, 0.110, 0.45))
-pts.append(run("r4", 4, 2, 3000.0, 0.125, 0.40))
+pts.append(run("r4", 4, 2, 3000.0, 0.125, 0.40, node_cpus=1))  # 2 ranks on a 1-CPU node
 d = run("r8", 8, 4, 0, 0, 0, summary=False)
 open(os.path.join(d, "status"), "w").write("failed: exit 3\n"); pts.append(d)
 d = run("r16", 16, 8, 0, 0, 0, summary=False)
@@ -74,10 +84,25 @@ close(rows[4]["other_s"], 0.125 - 0.091, "other")
 assert rows[8]["runs_ok"] == "0" and rows[8]["speedup"] == "", "failed point has numbers"
 assert 32 in rows and rows[32]["runs_ok"] == "0", "missing point not listed in summary.csv"
 md = open(os.path.join(rep, "report.md")).read()
-for needle in ("failed: exit 3", "summary.json unreadable", "missing: no run directory", "| 4 | 2 | 3000.0 |"
-               if False else "| 2 | 4 | dp4-tp1-pp1-cp1 | 1/1 | 3000.0 |", "allreduce | 2 | 4 | 3.000 | 16777216"):
+for needle in ("failed: exit 3", "summary.json unreadable", "missing: no run directory",
+               "| 2 | 4 | dp4-tp1-pp1-cp1 | 1/1 | 3000.0 |", "allreduce | 2 | 4 | 3.000 | 16777216",
+               "Reference: 1 rank on 1 node (dp1-tp1-pp1-cp1)", "| ranks > cores |",
+               "## Ranks outnumbered cores", "- `r4` (4 ranks, dp4-tp1-pp1-cp1): 2 ranks x 1 thread on 1 CPU",
+               "![loss](loss.png)"):
     assert needle in md, "report.md lacks %r" % needle
-for png in ("speedup.png", "efficiency.png", "breakdown.png", "busbw.png"):
+assert "- `r2`" not in md.split("## Ranks outnumbered cores")[1].split("##")[0], "r2 flagged"
+# steps.csv: per point its first repeat's steps (r1a, not r1b), losses as in metrics.jsonl
+steps = list(csv.DictReader(open(os.path.join(rep, "steps.csv"))))
+runs_plotted = sorted({x["run"] for x in steps})
+assert runs_plotted == ["r1a", "r2", "r4"], runs_plotted
+assert len({x["series"] for x in steps}) == 3, "not one series per point"
+for x in steps:
+    ranks = int(x["layout"][2:].split("-")[0])
+    assert math.isclose(float(x["loss"]), 5 - int(x["step"]) / ranks, rel_tol=1e-9), x
+    assert (x["val_loss"] != "") == (x["step"] == "3"), x
+    if x["val_loss"]:
+        assert math.isclose(float(x["val_loss"]), 5.5 - 3 / ranks, rel_tol=1e-9), x
+for png in ("speedup.png", "efficiency.png", "breakdown.png", "busbw.png", "loss.png", "tokens_per_s.png"):
     data = open(os.path.join(rep, png), "rb").read(8)
     assert data == b"\x89PNG\r\n\x1a\n", "%s is not a PNG" % png
 print("strong-scaling numbers, breakdown, failures and plots OK")

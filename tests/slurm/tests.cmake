@@ -1,6 +1,7 @@
 # Slurm templates, campaigns, meshreport and meshbench collectives
 # (included from tests/CMakeLists.txt). Tests that need a real Slurm start a
-# private cluster (cluster.sh) and SKIP (exit 77) when it cannot run here; they
+# private cluster (cluster.sh: meshslurm.py cluster) and SKIP (exit 77, with
+# the reason) when it cannot run here; they
 # take turns (RESOURCE_LOCK): the emulated nodes share this machine's cores.
 function(mt_slurm_test name label script)
   mt_script_test(${name} ${label} ${script} ${ARGN})
@@ -10,19 +11,30 @@ function(mt_slurm_test name label script)
   endif()
 endfunction()
 
+# the local cluster command itself: start, status, a job, stop, nothing left
+mt_slurm_test(cluster_cmd slurm cluster_cmd.sh)
+set_tests_properties(slurm.cluster_cmd PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 200)
+
 mt_slurm_test(train_job slurm train_job.sh)
 set_tests_properties(slurm.train_job PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 400)
 
-# preemption: the contract played by a stand-in app, and meshtrain itself
-mt_slurm_test(requeue_stub slurm requeue.sh stub)
-mt_slurm_test(requeue slurm requeue.sh real)
-set_tests_properties(slurm.requeue_stub slurm.requeue PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 400)
+# preemption: the contract played by a stand-in app; meshtrain itself
+# preempted twice in a campaign (summary and report cover every attempt)
+mt_slurm_test(requeue_stub slurm requeue.sh)
+mt_slurm_test(preempt_twice slurm preempt_twice.sh)
+set_tests_properties(slurm.requeue_stub slurm.preempt_twice PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 400)
 
-# meshreport on synthetic runs with known numbers (no Slurm, no MPI)
+# meshreport on synthetic runs with known numbers (no Slurm, no MPI), and on
+# the default job's two parts (dp=4, then resumed as dp=2) in small
 mt_slurm_test(meshreport report report.sh)
+mt_slurm_test(default_report report default_report.sh)
+# (meshreport's C also runs under the sanitizers: tests/run.sh runs -L sanitize there)
+set_property(TEST report.meshreport APPEND PROPERTY LABELS sanitize)
 
 # rendering and campaign planning (no Slurm needed: always runs)
 mt_slurm_test(render_leonardo slurm render_leonardo.sh)
+# configurations checked at submit time (meshtrain --check), no Slurm needed
+mt_slurm_test(submit_check slurm submit_check.sh)
 
 # a 2-point campaign end to end, report job included
 mt_slurm_test(campaign slurm campaign.sh)

@@ -1,8 +1,10 @@
 # The rendered `local` train job on a real Slurm: tiny on 2 emulated nodes x 2
 # ranks, against the same run under mpirun (same layout and threads: the
 # losses must be bitwise equal). Then a rendered leonardo-booster 1-node script
-# (QoS, account, --exclusive, 4 GPUs, 8 CPUs per task) runs on the same
-# cluster with only the env file and launcher swapped for the local ones.
+# (QoS, account, 4 GPUs, 8 CPUs per task, --mem=494000, its modules, TMPDIR on
+# the scratch file system) runs on the same cluster with only the env file and
+# launcher swapped for the local ones, `module` a stub that loads anything and
+# $CINECA_SCRATCH a directory of the test, as a LEONARDO login shell passes them.
 source "$(dirname "$0")/../scripts/common.sh"
 source "$(dirname "$0")/cluster.sh"
 cluster_start
@@ -14,6 +16,12 @@ TRAIN=(--set model.preset=tiny --set train.steps=6 --set train.global_batch=8 --
 $GEN render train --system local --nodes 2 --time 00:05:00 --bin "$MT_BIN" --run-dir "$WORK/local" \
   "${TRAIN[@]}" >/dev/null || fail "render local"
 grep -q -- '--ntasks-per-node=2' "$WORK/local/job.sh" || fail "local script lacks --ntasks-per-node=2"
+module() {  # a module system that has every module: records what the job loads
+  case "$1" in load) shift; echo "$*" >> "$MODULE_LOG"; export LOADEDMODULES=${LOADEDMODULES:+$LOADEDMODULES:}$1 ;; esac
+}
+export -f module
+export MODULE_LOG="$WORK/module.log" CINECA_SCRATCH="$WORK/scratch"
+mkdir -p "$CINECA_SCRATCH"
 $GEN render train --system leonardo-booster --nodes 1 --time 00:05:00 --account mt_test \
   --profile-set env_file=slurm/local/env.sh --profile-set "launcher=srun --mpi=pmix" \
   --bin "$MT_BIN" --run-dir "$WORK/leo" "${TRAIN[@]}" >/dev/null || fail "render leonardo-booster"
@@ -47,6 +55,9 @@ grep -q '"dp":[[:space:]]*4' "$WORK/local/summary.json" || fail "summary.json: d
 grep -q 'meshslurm .* finished' "$WORK"/local/slurm-*.out || fail "job log lacks the finish line"
 # on LEONARDO's shape: 8 CPUs per task and all 4 GPUs of the node visible
 grep -q '"world":[[:space:]]*4' "$WORK/leo/summary.json" || fail "leonardo summary: world is not 4"
+[ "$(wc -l < "$MODULE_LOG")" = 7 ] && grep -q '^nccl/' "$MODULE_LOG" || { cat "$MODULE_LOG"; fail "the leonardo job did not load its 7 modules"; }
+grep -q " tmpdir=$CINECA_SCRATCH/tmp/meshtrain-$j2 " "$WORK/leo/slurm-env.txt" || fail "the leonardo job's TMPDIR: $(cat "$WORK/leo/slurm-env.txt")"
+[ ! -e "$CINECA_SCRATCH/tmp/meshtrain-$j2" ] || fail "the leonardo job left its TMPDIR behind"
 
 # the same run under mpirun gives the same losses, bit for bit (with the
 # OpenBLAS kernels the job's env file chose)
