@@ -2,7 +2,7 @@
  * allocation), the bytes every rank of a mesh holds by category and sends
  * per training step on each group. The run counts the same things (the
  * allocator per category, comm per group); the tests hold them equal. */
-#include "train/train.h"
+#include "train/train_internal.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -216,14 +216,7 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", cfg->model_preset);
   cJSON_AddNumberToObject(o, "params", (double)mt_model_num_params(&p->lay.shape));
-  cJSON *lay = cJSON_AddObjectToObject(o, "layout");
-  cJSON_AddNumberToObject(lay, "world", p->n);
-  cJSON_AddNumberToObject(lay, "dp", cfg->dp);
-  cJSON_AddNumberToObject(lay, "tp", cfg->tp);
-  cJSON_AddNumberToObject(lay, "pp", cfg->pp);
-  cJSON_AddNumberToObject(lay, "cp", cfg->cp);
-  cJSON_AddNumberToObject(lay, "zero", cfg->zero);
-  cJSON_AddBoolToObject(lay, "sp", cfg->sp);
+  cJSON *lay = mt_train_add_layout(o, "layout", cfg, p->n);
   cJSON_AddNumberToObject(lay, "accum", p->lay.accum);
   cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
   for (int i = 0; i < p->n; i++) {
@@ -233,9 +226,7 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
     cJSON_AddNumberToObject(x, "pp", r->pp_rank);
     cJSON_AddNumberToObject(x, "dp", r->dp_rank);
     cJSON_AddNumberToObject(x, "tp", r->tp_rank);
-    cJSON *mem = cJSON_AddObjectToObject(x, "mem_bytes");
-    for (int c = 0; c < MT_MEM_NCAT; c++)
-      cJSON_AddNumberToObject(mem, mt_mem_cat_name((mt_mem_cat)c), r->mem[c]);
+    mt_train_add_mem(x, "mem_bytes", r->mem);
     cJSON_AddBoolToObject(x, "comm_exact", r->comm_exact);
     cJSON *b = cJSON_AddObjectToObject(x, "step_bytes");
     cJSON_AddNumberToObject(b, "dp", r->dp_bytes);

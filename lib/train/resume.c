@@ -1,6 +1,6 @@
 /* Resume (a checkpoint written under any layout loads into this one), then
  * the run's outputs: config.ini and metrics.jsonl continued. */
-#include "train/train.h"
+#include "train/train_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -21,14 +21,6 @@ static int mkdir_p(const char *path) {
   }
   if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
   return 0;
-}
-
-static FILE *open_out(const char *dir, const char *name, const char *mode) {
-  char path[2 * MT_CFG_STR_MAX];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, mode);
-  if (!f) mt_die("cannot write %s: %s", path, strerror(errno));
-  return f;
 }
 
 /* Keep the metrics of steps <= last_step (a resumed run continues the
@@ -139,10 +131,10 @@ void mt_train_resume(mt_trainer *t) {
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   if (t->world_rank == 0) {
     const mt_model_shape *s = &t->lay.shape;
-    FILE *f = open_out(cfg->output_dir, "config.ini", "w");
+    FILE *f = mt_train_open_out(cfg->output_dir, "config.ini", "w");
     mt_config_write_ini(cfg, f);
     fclose(f);
-    t->metrics_f = open_out(cfg->output_dir, "metrics.jsonl", t->resumed_from[0] ? "a" : "w");
+    t->metrics_f = mt_train_open_out(cfg->output_dir, "metrics.jsonl", t->resumed_from[0] ? "a" : "w");
     mt_info0("meshtrain: %s, %zu parameters (L=%d C=%d H=%d T=%d V=%d), mesh dp=%d tp=%d "
              "pp=%d cp=%d, zero=%d, %d ranks x %d threads",
              cfg->model_preset, mt_model_num_params(s), s->n_layer, s->n_embd, s->n_head,

@@ -1,6 +1,6 @@
 /* The run's closing phase: summary.json (rank 0) with every rank's memory
  * by category and bytes per group, and the closing lines. */
-#include "train/train.h"
+#include "train/train_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -9,14 +9,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static FILE *open_out(const char *dir, const char *name, const char *mode) {
-  char path[2 * MT_CFG_STR_MAX];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, mode);
-  if (!f) mt_die("cannot write %s: %s", path, strerror(errno));
-  return f;
-}
 
 /* Records this attempt in summary.json (o: rank 0's summary, not yet written)
  * and totals the run over all its attempts: a requeued run is one run made by
@@ -183,9 +175,7 @@ static cJSON *ranks_json(const mt_trainer *t, const double *all) {
     cJSON_AddNumberToObject(o, "pp", v[0]);
     cJSON_AddNumberToObject(o, "dp", v[1]);
     cJSON_AddNumberToObject(o, "tp", v[2]);
-    cJSON *mem = cJSON_AddObjectToObject(o, "mem_peak_bytes");
-    for (int c = 0; c < MT_MEM_NCAT; c++)
-      cJSON_AddNumberToObject(mem, mt_mem_cat_name((mt_mem_cat)c), v[RANK_COORDS + c]);
+    mt_train_add_mem(o, "mem_peak_bytes", v + RANK_COORDS);
     const double *b = v + RANK_COORDS + MT_MEM_NCAT;
     cJSON *bytes = cJSON_AddObjectToObject(o, "last_step_bytes");
     cJSON_AddNumberToObject(bytes, "dp", b[0]);
@@ -227,14 +217,7 @@ void mt_train_summary(mt_trainer *t) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", cfg->model_preset);
   cJSON_AddNumberToObject(o, "params", (double)mt_model_num_params(shape));
-  cJSON *lay = cJSON_AddObjectToObject(o, "layout");
-  cJSON_AddNumberToObject(lay, "world", t->world_size);
-  cJSON_AddNumberToObject(lay, "dp", cfg->dp);
-  cJSON_AddNumberToObject(lay, "tp", cfg->tp);
-  cJSON_AddNumberToObject(lay, "pp", cfg->pp);
-  cJSON_AddNumberToObject(lay, "cp", cfg->cp);
-  cJSON_AddNumberToObject(lay, "zero", cfg->zero);
-  cJSON_AddBoolToObject(lay, "sp", cfg->sp);
+  cJSON *lay = mt_train_add_layout(o, "layout", cfg, t->world_size);
   cJSON_AddNumberToObject(lay, "threads_per_rank", mt_kernels_threads());
   cJSON_AddNumberToObject(o, "steps", cfg->steps);
   cJSON_AddNumberToObject(o, "tokens_per_step", (double)t->tokens_per_step);
@@ -284,12 +267,12 @@ void mt_train_summary(mt_trainer *t) {
                        t->setup_s, t->mesh.node.size);
   free(all);
   char *s = cJSON_Print(o);
-  FILE *f = open_out(cfg->output_dir, "summary.json", "w");
+  FILE *f = mt_train_open_out(cfg->output_dir, "summary.json", "w");
   fprintf(f, "%s\n", s);
   fclose(f);
   free(s);
   cJSON_Delete(o);
-  f = open_out(cfg->output_dir, "config.ini", "w");
+  f = mt_train_open_out(cfg->output_dir, "config.ini", "w");
   mt_config_write_ini(cfg, f);
   fclose(f);
   if (cfg->save_params) {
@@ -298,7 +281,7 @@ void mt_train_summary(mt_trainer *t) {
     const size_t n = t->model.reg.numel_local;
     float *host = mt_malloc((n ? n : 1) * sizeof(float));
     t->ops->download(host, t->dp.params, n * sizeof(float));
-    f = open_out(cfg->output_dir, "params.f32", "wb");
+    f = mt_train_open_out(cfg->output_dir, "params.f32", "wb");
     if (fwrite(host, sizeof(float), n, f) != n) mt_die("short write of params.f32");
     fclose(f);
     free(host);

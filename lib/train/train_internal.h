@@ -1,0 +1,17 @@
+/* Shared by lib/train's files (not part of the API). */
+#ifndef MT_TRAIN_INTERNAL_H
+#define MT_TRAIN_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "train/train.h"
+
+/* <dir>/<name> opened with mode, or a rank-tagged fatal error naming it */
+FILE *mt_train_open_out(const char *dir, const char *name, const char *mode);
+/* {"world", "dp", "tp", "pp", "cp", "zero", "sp"} of cfg, added to parent as key */
+cJSON *mt_train_add_layout(cJSON *parent, const char *key, const mt_config *cfg, int world);
+/* {category name: bytes} for every mt_mem_cat, added to parent as key */
+cJSON *mt_train_add_mem(cJSON *parent, const char *key, const double *bytes);
+
+#endif
