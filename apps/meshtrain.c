@@ -173,6 +173,15 @@ static double evaluate(mt_gpt *m, const mt_sampler *val, int n_seq, int micro_ba
   return acc[1] > 0 ? acc[0] / acc[1] : 0.0;
 }
 
+/* A checkpoint save failed (disk full, no permission, ...): every rank has the
+ * same agreed message; rank 0 prints it once and every rank exits with 3. The
+ * previous complete checkpoint is untouched. */
+static void exit_checkpoint_failed(const mt_err *e) {
+  mt_err_report(e, PROG);
+  MPI_Finalize();
+  exit(MT_EXIT_RUNTIME);
+}
+
 /* Checkpoint the state at `step` (steps completed) into <output.dir>/checkpoints.
  * With async non-NULL the save is started in the background (*async holds it
  * until mt_ckpt_async_poll commits it). Returns the blocking time, seconds. */
@@ -202,9 +211,9 @@ static double save_checkpoint(const mt_config *cfg, mt_mesh *mesh, mt_gpt *model
   mt_err e = {0};
   if (async) {
     *async = mt_ckpt_async_begin(root, &meta, &model->reg, mesh, &st, &opts, &e);
-    if (!*async) mt_die("%s", e.msg);
+    if (!*async) exit_checkpoint_failed(&e);
   } else if (mt_ckpt_save(root, &meta, &model->reg, mesh, &st, &opts, NULL, &e) != 0) {
-    mt_die("%s", e.msg);
+    exit_checkpoint_failed(&e);
   }
   free(ini);
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]);
@@ -218,7 +227,7 @@ static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
   int64_t step = 0;
   double w = 0.0;
   int rc = mt_ckpt_async_poll(a, wait, &w, &step, &e);
-  if (rc < 0) mt_die("%s", e.msg);
+  if (rc < 0) exit_checkpoint_failed(&e);
   if (rc == 1) {
     *write_s += w;
     mt_info0("meshtrain: checkpoint step_%lld committed (written in the background in %.2f s)",
@@ -372,7 +381,10 @@ static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  /* FUNNELED: the asynchronous checkpoint writer is a second thread (it makes
+   * no MPI call); OpenMP compute threads make none either */
+  int thread_level = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level);
   int world_rank = 0, world_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
@@ -435,6 +447,9 @@ int main(int argc, char **argv) {
     else if (cfg.ckpt_async && strcmp(cfg.ckpt_mode, "per-writer") != 0)
       mt_err_set(&err, "ckpt.async = true needs ckpt.mode = per-writer (each rank writes its own "
                        "file in the background; ckpt.mode is %s)", cfg.ckpt_mode);
+    else if (cfg.ckpt_async && thread_level < MPI_THREAD_FUNNELED)
+      mt_err_set(&err, "ckpt.async = true needs MPI_THREAD_FUNNELED (a writer thread); this MPI "
+                       "library gives level %d", thread_level);
   }
   /* pipeline: micro-batches, stage split, schedule */
   int pp_m = 0, pp_sched = MT_SCHED_1F1B, pp_split[MT_PP_MAX_CHUNKS];

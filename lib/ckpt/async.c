@@ -1,5 +1,12 @@
 /* Asynchronous save: a snapshot of this rank's state, then a background
- * thread writes its shard file; committed at a step boundary. */
+ * thread writes its shard file; committed at a step boundary.
+ *
+ * The writer thread makes no MPI call and never aborts: it writes one
+ * serial HDF5 file and hands its error (if any) back in the save's mt_err;
+ * mt_ckpt_async_poll agrees on it over all ranks at the next step boundary.
+ * MPI must be initialised with at least MPI_THREAD_FUNNELED (a second thread
+ * exists, only the main thread calls MPI); HDF5 is called by one thread at
+ * a time (every other entry point of this module waits for the writer). */
 #include "ckpt/ckpt_internal.h"
 
 #include <pthread.h>
@@ -20,9 +27,9 @@ struct mt_ckpt_async {
   float *snapshot;
   size_t snapshot_n;
   pthread_t thread;
+  int thread_running; /* started and not joined yet */
   atomic_int done;
-  int64_t *rows;
-  int n_rows;
+  mt_ckpt_rows rows;
   mt_err err;
   double t_start, t_written;
 };
@@ -41,18 +48,43 @@ static float *snapshot_buffer(size_t n) {
   return g_snapshot ? g_snapshot : (g_snapshot = mt_mem_alloc(MT_MEM_OTHER, sizeof(float)));
 }
 
+/* the save in flight (at most one), for mt_ckpt_writer_wait */
+static mt_ckpt_async *g_inflight;
+
 static void *async_writer(void *arg) {
   mt_ckpt_async *a = arg;
-  mt_ckpt_write_shard(a->tmpdir, a->reg, a->mesh, &a->st, a->crash, &a->rows, &a->n_rows, &a->err);
+  mt_ckpt_write_shard(a->tmpdir, a->reg, a->mesh, &a->st, a->crash, a->meta.step, &a->rows,
+                      &a->err);
   a->t_written = mt_now();
   atomic_store(&a->done, 1);
   return NULL;
+}
+
+static void join_writer(mt_ckpt_async *a) {
+  if (!a->thread_running) return;
+  pthread_join(a->thread, NULL);
+  a->thread_running = 0;
+}
+
+void mt_ckpt_writer_wait(void) {
+  if (g_inflight) join_writer(g_inflight);
 }
 
 mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
                                    const mt_registry *reg, mt_mesh *mesh,
                                    const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                                    mt_err *e) {
+  mt_err local = {0};
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_FUNNELED)
+    mt_err_set(&local, "ckpt.async needs MPI initialised with MPI_THREAD_FUNNELED or more "
+                       "(MPI_Init_thread); this process has level %d", provided);
+  if (g_inflight) mt_err_set(&local, "checkpoint: an asynchronous save is still in flight");
+  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    *e = local;
+    return NULL;
+  }
   mt_ckpt_async *a = mt_calloc(1, sizeof *a);
   a->t_start = mt_now();
   if (mt_ckpt_save_begin(root, meta, reg, mesh, opts, a->tmpdir, sizeof a->tmpdir, e) != 0) {
@@ -84,7 +116,14 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
     a->st.n_ranges[g] = st->n_ranges[g];
   }
   atomic_init(&a->done, 0);
-  if (pthread_create(&a->thread, NULL, async_writer, a) != 0) mt_die("cannot start the checkpoint writer thread");
+  g_inflight = a;
+  if (pthread_create(&a->thread, NULL, async_writer, a) == 0) {
+    a->thread_running = 1;
+  } else { /* no thread to be had: write now, in this one */
+    mt_warn("checkpoint: cannot start a writer thread; writing step %lld in the foreground",
+            (long long)meta->step);
+    async_writer(a);
+  }
   return a;
 }
 
@@ -95,18 +134,24 @@ int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *s
   int done = wait ? 1 : atomic_load(&a->done);
   MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!done) return 0;
-  pthread_join(a->thread, NULL);
+  join_writer(a);
+  g_inflight = NULL;
+  /* the writer's error, if any, is agreed here, at a step boundary */
   mt_err local = a->err;
-  mt_ckpt_finish_per_writer(a->tmpdir, &a->meta, a->reg, a->mesh, a->config_ini, a->rows,
-                            a->n_rows, &local);
-  int rc = mt_err_agree(&local, MPI_COMM_WORLD) ? -1 : 0;
-  if (rc == 0)
+  mt_ckpt_finish_per_writer(a->tmpdir, &a->meta, a->reg, a->mesh, a->config_ini, &a->rows,
+                            &local);
+  int rc = 0;
+  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    mt_ckpt_save_abandon(a->tmpdir, a->mesh);
+    rc = -1;
+  } else {
     rc = mt_ckpt_save_end(a->root, a->tmpdir, a->meta.step, a->mode, a->crash, a->keep, a->mesh,
                           &local);
+  }
   if (rc != 0) *e = local;
   if (write_s) *write_s = a->t_written - a->t_start;
   if (step) *step = a->meta.step;
-  free(a->rows);
+  free(a->rows.rows);
   free(a->config_ini);
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(a->ranges[g]);
   free(a);

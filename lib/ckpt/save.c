@@ -24,27 +24,30 @@ static uint64_t schema_hash(const mt_registry *reg) {
   return h;
 }
 
-/* The first half of every save (collective): agree on the schema, make the
- * temporary directory. */
 int mt_ckpt_save_begin(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
                        mt_mesh *mesh, const mt_ckpt_save_opts *opts, char *tmpdir, size_t len,
                        mt_err *e) {
   int rank = mesh->world_rank;
+  mt_ckpt_writer_wait(); /* HDF5 is used by one thread at a time */
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  mt_err local = {0};
+  mt_ckpt_fault_init(rank, meta->step, &local);
   uint64_t h = schema_hash(reg);
   unsigned long long hmin = h, hmax = h;
   MPI_Allreduce(MPI_IN_PLACE, &hmin, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &hmax, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  if (hmin != hmax) {
-    mt_err_set(e, "checkpoint: ranks disagree on the tensor schema; nothing written");
-    return -1;
-  }
-  mt_err local = {0};
-  if (rank == 0) {
+  if (hmin != hmax)
+    mt_err_set(&local, "checkpoint: ranks disagree on the tensor schema; nothing written");
+  if (strcmp(opts->mode, "shared") != 0 && strcmp(opts->mode, "per-writer") != 0)
+    mt_err_set(&local, "checkpoint: mode '%s' is not shared or per-writer", opts->mode);
+  memset(tmpdir, 0, len);
+  if (rank == 0 && !local.failed) {
     snprintf(tmpdir, len, "%s/step_%lld.tmp-%ld-%d", root, (long long)meta->step,
              (long)time(NULL), (int)getpid());
-    if (mt_ckpt_mkdir_p(root) != 0 || mkdir(tmpdir, 0755) != 0)
-      mt_err_set(&local, "checkpoint: cannot create %s: %s", tmpdir, strerror(errno));
+    int err = mt_ckpt_fault("create");
+    if (err || mt_ckpt_mkdir_p(root) != 0 || mkdir(tmpdir, 0755) != 0)
+      mt_ckpt_err_sys(&local, err ? err : errno, "checkpoint step %lld: rank 0 cannot create %s",
+                      (long long)meta->step, tmpdir);
   }
   MPI_Bcast(tmpdir, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
@@ -55,7 +58,11 @@ int mt_ckpt_save_begin(const char *root, const mt_ckpt_meta *meta, const mt_regi
   return 0;
 }
 
-/* The last half (collective): all wrote, rank 0 commits. */
+void mt_ckpt_save_abandon(const char *tmpdir, mt_mesh *mesh) {
+  /* every rank has agreed that the save failed, so no one writes there any more */
+  if (mesh->world_rank == 0 && tmpdir[0]) mt_ckpt_remove_tree(tmpdir);
+}
+
 int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, const char *mode,
                      const char *crash, int keep, mt_mesh *mesh, mt_err *e) {
   mt_err local = {0};
@@ -64,6 +71,7 @@ int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, const c
   if (mesh->world_rank == 0)
     mt_ckpt_commit(root, tmpdir, final_dir, step, mode, crash, keep, &local);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    mt_ckpt_save_abandon(tmpdir, mesh); /* gone already if the rename happened */
     *e = local;
     return -1;
   }
@@ -77,11 +85,12 @@ int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *
   char tmpdir[1024];
   if (mt_ckpt_save_begin(root, meta, reg, mesh, opts, tmpdir, sizeof tmpdir, e) != 0) return -1;
   mt_err local = {0};
-  int per_writer = strcmp(opts->mode, "per-writer") == 0;
-  int ok = per_writer ? mt_ckpt_save_per_writer(tmpdir, meta, reg, mesh, st, opts, &local)
-                      : mt_ckpt_save_shared(tmpdir, meta, reg, mesh, st, opts, &local);
-  if (!ok && !local.failed) mt_err_set(&local, "checkpoint: writing %s failed (HDF5 error)", tmpdir);
+  if (strcmp(opts->mode, "per-writer") == 0)
+    mt_ckpt_save_per_writer(tmpdir, meta, reg, mesh, st, opts, &local);
+  else
+    mt_ckpt_save_shared(tmpdir, meta, reg, mesh, st, opts, &local);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    mt_ckpt_save_abandon(tmpdir, mesh);
     *e = local;
     return -1;
   }
