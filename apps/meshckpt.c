@@ -115,6 +115,12 @@ typedef struct {
 } ckpt;
 
 static int resolve_dir(const char *spec, char *dir, size_t len, mt_err *e) {
+  char manifest[1100];
+  snprintf(manifest, sizeof manifest, "%s/%s", spec, MT_CKPT_MANIFEST);
+  if (mt_ckpt_file_size(manifest) >= 0) { /* a step directory: ckpt_open checks it */
+    snprintf(dir, len, "%s", spec);
+    return 0;
+  }
   int found = 0;
   char tmp[1024];
   snprintf(tmp, sizeof tmp, "%s", spec);
@@ -176,7 +182,7 @@ static void attr_str(hid_t obj, const char *name, char *buf, size_t len) {
 /* a tensor's shape as 2-D (rows, cols); returns total elements or -1 */
 static long long dset_shape(hid_t d, hsize_t *rows, hsize_t *cols, int *nd) {
   hid_t s = H5Dget_space(d);
-  hsize_t dims[4] = {0};
+  hsize_t dims[H5S_MAX_RANK] = {0};
   *rows = *cols = 0;
   *nd = H5Sget_simple_extent_dims(s, dims, NULL);
   H5Sclose(s);
@@ -468,7 +474,7 @@ static void registry_from_ckpt(ckpt *c, mt_registry *reg) {
     dataset_path(path, sizeof path, 0, c->names[i]);
     hid_t d = H5Dopen2(c->file, path, H5P_DEFAULT);
     hid_t s = H5Dget_space(d);
-    hsize_t dims[MT_MAX_DIMS] = {0};
+    hsize_t dims[H5S_MAX_RANK] = {0};
     int nd = H5Sget_simple_extent_dims(s, dims, NULL);
     H5Sclose(s);
     int64_t shape[MT_MAX_DIMS], padded[MT_MAX_DIMS];
