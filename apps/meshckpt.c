@@ -150,7 +150,9 @@ static int ckpt_open(const char *spec, ckpt *c, int *bad_input, mt_err *e) {
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", c->dir,
              strcmp(c->mode, "per-writer") == 0 ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
-    c->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t fapl = mt_ckpt_fapl_serial();
+    c->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
     if (c->file < 0) mt_ckpt_err_h5(&local, "%s: cannot open %s as HDF5", c->dir, path);
     else if (mt_ckpt_check_meta(c->dir, c->file, &c->man, c->man.total_bytes, &c->meta, &local) == 0 &&
              mt_ckpt_read_tensors(c->dir, c->file, c->man.total_bytes, &c->tt, &local) == 0) {

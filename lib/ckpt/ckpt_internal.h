@@ -81,8 +81,10 @@ int mt_ckpt_write_file_durable(const char *path, const char *text);
 int mt_ckpt_remove_tree(const char *path);
 long long mt_ckpt_file_size(const char *path); /* bytes, or -1 if absent */
 int mt_ckpt_mkdir_p(const char *path);
-/* reserve the blocks of bytes [0, bytes) of fd (where the file system can) */
-int mt_ckpt_reserve(int fd, long long bytes);
+/* reserve the blocks of bytes [0, bytes) of fd where the file system can
+ * (keep_size: without changing the file's size; ftruncate to the same size
+ * gives back what was not used) */
+int mt_ckpt_reserve(int fd, long long bytes, int keep_size);
 /* Space for the metadata HDF5 writes when it closes a file, held in a
  * ballast file (dir/.ballast-<rank>) from before the file is made until just
  * before H5Fclose: a full disk then never fails inside H5Fclose. take: 0, or
@@ -148,8 +150,10 @@ hid_t mt_ckpt_mem_space(size_t n);
 void mt_ckpt_dataset_path(char *out, size_t len, int group, const char *name);
 /* parallel read access over comm (the loader, shared mode) */
 hid_t mt_ckpt_fapl_mpio(MPI_Comm comm);
-/* serial access for files a checkpoint creates: datasets of 64 KiB and more
- * aligned on 1 MiB, the 1.8+ format */
+/* serial access without file locks (shards, reading index.h5) */
+hid_t mt_ckpt_fapl_serial(void);
+/* serial access for the files rank 0 creates: datasets of 64 KiB and more
+ * aligned on 1 MiB, the 1.8+ format, no file locks */
 hid_t mt_ckpt_fapl_create(void);
 /* independent MPI-IO for loads unless MT_CKPT_IO=collective */
 H5FD_mpio_xfer_t mt_ckpt_tensor_io_mode(void);

@@ -66,12 +66,15 @@ static void h5_cause(const h5_stack *s, char *out, size_t len) {
 }
 
 void mt_ckpt_err_h5(mt_err *e, const char *fmt, ...) {
+  int sys_err = errno; /* the failed call's, where HDF5 kept no record of it */
   h5_stack s;
   memset(&s, 0, sizeof s);
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_entry, &s);
   H5Eclear2(H5E_DEFAULT);
   char cause[800];
-  if (s.n == 0) snprintf(cause, sizeof cause, "HDF5 call failed without an error record");
+  if (s.n == 0)
+    snprintf(cause, sizeof cause, "%s (an HDF5 call failed without an error record)",
+             sys_err ? strerror(sys_err) : "unknown cause");
   else {
     char inner[520];
     h5_cause(&s, inner, sizeof inner);

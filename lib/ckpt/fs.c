@@ -98,13 +98,13 @@ int mt_ckpt_mkdir_p(const char *path) {
   return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-int mt_ckpt_reserve(int fd, long long bytes) {
+int mt_ckpt_reserve(int fd, long long bytes, int keep_size) {
   int err = mt_ckpt_fault("write");
   if (err) return fail_with(err);
   /* Linux fallocate, not posix_fallocate: where a file system cannot reserve
    * space, glibc's fallback would write the whole file; then skip instead */
-  if (bytes > 0 && fallocate(fd, 0, 0, (off_t)bytes) != 0 && errno != EOPNOTSUPP &&
-      errno != ENOSYS)
+  if (bytes > 0 && fallocate(fd, keep_size ? FALLOC_FL_KEEP_SIZE : 0, 0, (off_t)bytes) != 0 &&
+      errno != EOPNOTSUPP && errno != ENOSYS)
     return -1;
   return 0;
 }
@@ -406,7 +406,7 @@ int mt_ckpt_check_manifest(const char *dir, mt_ckpt_manifest *m, mt_err *e) {
 
 long long mt_ckpt_metadata_bytes(long long datasets, long long boxes, long long small_bytes) {
   /* measured (HDF5 1.10): about 0.3 KiB per plain dataset, 0.5 KiB with our
-   * attributes, 0.2 KiB per virtual mapping; twice that here, and a base for
-   * the superblock, the groups and HDF5's 64 KiB sieve buffer */
-  return (64LL << 10) + 1024LL * datasets + 1024LL * boxes + 2 * small_bytes;
+   * attributes, 0.2 KiB per virtual mapping; twice that and more here, and
+   * a base for the superblock and the groups */
+  return (16LL << 10) + 1024LL * datasets + 1024LL * boxes + 2 * small_bytes;
 }

@@ -147,8 +147,19 @@ hid_t mt_ckpt_fapl_mpio(MPI_Comm comm) {
   return fapl;
 }
 
-hid_t mt_ckpt_fapl_create(void) {
+hid_t mt_ckpt_fapl_serial(void) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+#if H5_VERSION_GE(1, 10, 7)
+  /* no file locks: a checkpoint's files are written once, by one process
+   * each, and renamed into place; and many parallel file systems have no
+   * flock (HDF5 then fails to open unless told to go without) */
+  H5Pset_file_locking(fapl, 0, 1);
+#endif
+  return fapl;
+}
+
+hid_t mt_ckpt_fapl_create(void) {
+  hid_t fapl = mt_ckpt_fapl_serial();
   H5Pset_alignment(fapl, 65536, 1048576);
   /* the 1.8 format and up: dense attribute storage, no 64 KiB header limit */
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);

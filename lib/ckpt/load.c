@@ -244,7 +244,7 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
   /* shared: one parallel open, independent (or collective) reads. per-writer:
    * every rank opens the index on its own and reads through its virtual
    * datasets (parallel HDF5 cannot read virtual datasets). */
-  hid_t fapl = per_writer ? H5Pcreate(H5P_FILE_ACCESS) : mt_ckpt_fapl_mpio(MPI_COMM_WORLD);
+  hid_t fapl = per_writer ? mt_ckpt_fapl_serial() : mt_ckpt_fapl_mpio(MPI_COMM_WORLD);
   hid_t file = H5Fopen(file_path, H5F_ACC_RDONLY, fapl);
   H5Pclose(fapl);
   if (file < 0) mt_ckpt_err_h5(&local, "%s: rank %d cannot open %s as HDF5", dir, rank, file_path);

@@ -3,9 +3,11 @@
 #include "ckpt/ckpt_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Element offset of each index row's data inside its writer's shard dataset:
@@ -144,24 +146,46 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
     mt_ckpt_err_sys(e, err, "%s", where);
     return 0;
   }
+  /* The shard's whole size (data and metadata) is reserved in the file itself
+   * before HDF5 writes into it: the ranks writing their shards at the same
+   * time cannot take that space, so neither H5Dwrite nor H5Fclose meets a
+   * full disk. A small ballast covers closing the file if even the
+   * reservation fails. */
+  long long bytes = 0, datasets = 0;
+  mt_ckpt_walk w;
+  mt_ckpt_walk_begin(&w, reg, mesh, st, 1);
+  int more;
+  while ((more = mt_ckpt_walk_next(&w)) == 1) {
+    bytes += 4LL * (long long)w.sel.volume;
+    datasets += w.sel.volume > 0;
+  }
+  mt_ckpt_walk_end(&w);
+  bytes += mt_ckpt_metadata_bytes(datasets, 0, 0);
   mt_ckpt_ballast ballast;
-  if (mt_ckpt_ballast_take(&ballast, tmpdir, mesh->world_rank,
-                           mt_ckpt_metadata_bytes(MT_CKPT_NGROUPS * (long long)reg->n, 0, 0)) != 0) {
-    mt_ckpt_err_sys(e, errno, "%s", where);
+  if (more < 0 || mt_ckpt_ballast_take(&ballast, tmpdir, mesh->world_rank, 64 << 10) != 0) {
+    mt_ckpt_err_sys(e, more < 0 ? ENOMEM : errno, "%s", where);
     return 0;
   }
-  hid_t file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t fapl = mt_ckpt_fapl_serial();
+  hid_t file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
   if (file < 0) {
     mt_ckpt_ballast_release(&ballast);
     mt_ckpt_err_h5(e, "%s", where);
     return 0;
   }
-  int ok = write_tensors(file, reg, mesh, st, crash, rows, where, e) == 0;
-  mt_ckpt_ballast_release(&ballast); /* metadata and buffered data reach the file in H5Fclose */
+  int fd = open(path, O_WRONLY);
+  int ok = fd >= 0 && mt_ckpt_reserve(fd, bytes, 1) == 0;
+  if (!ok) mt_ckpt_err_sys(e, errno, "%s", where);
+  mt_ckpt_ballast_release(&ballast);
+  if (ok) ok = write_tensors(file, reg, mesh, st, crash, rows, where, e) == 0;
   if (H5Fclose(file) < 0 && ok) {
     mt_ckpt_err_h5(e, "%s", where);
     ok = 0;
   }
+  struct stat sb; /* give back the part of the reservation the file did not use */
+  if (fd >= 0 && fstat(fd, &sb) == 0) (void)!ftruncate(fd, sb.st_size);
+  if (fd >= 0) close(fd);
   if (ok && rows->n == 0) {
     unlink(path); /* a rank that owns nothing leaves no file */
   } else if (ok && mt_ckpt_fsync_path(path) != 0) {
