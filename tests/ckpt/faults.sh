@@ -4,7 +4,8 @@
 # on a real full disk (a small tmpfs) where this test may mount one. Each
 # time: one error line naming the file and the cause, every rank exits with
 # 3 within seconds of the error (no hang), step_4 stays the newest complete
-# checkpoint, verifies, and a rerun resumes from it and finishes.
+# checkpoint, verifies, and a rerun resumes from it and finishes. Loading
+# that fails on one rank (open, read) ends the same way, with exit code 2.
 MT_SUFFIX=$1-$2
 # as root with mount allowed, run in a private mount namespace: the tmpfs
 # then goes away with the test, whatever happens to it
@@ -89,6 +90,33 @@ if mount -t tmpfs -o size=800k tmpfs "$WORK/tmpfs" 2>/dev/null; then
 else
   echo "skip tmpfs_full: cannot mount a tmpfs here (the fault switch stands in for it above)"
 fi
+
+# loading fails on one rank (it cannot open the file; a read fails): one
+# line, every rank exits by itself with 2, nothing hangs (a parallel open that
+# fails on one rank would leave the others waiting inside HDF5)
+# failing_load NAME REGEX FAULT [meshtrain args]
+failing_load() {
+  local name=$1 re=$2 fault=$3; shift 3
+  rm -f "$WORK/$name.exits"
+  set +e
+  OMPI_MCA_orte_abort_on_non_zero_status=0 MT_EXITS="$WORK/$name.exits" MT_CKPT_FAULT="$fault" \
+    timeout --kill-after=10 120 "$MT_MPIEXEC" --oversubscribe -n "$NP" \
+    sh -c '"$0" "$@"; rc=$?; echo "$rc $(date +%s.%N)" >> "$MT_EXITS"; exit $rc' \
+    "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.resume=auto \
+    --set output.dir="$WORK/disk_full" "$@" > "$WORK/$name.log" 2>&1
+  local rc=$?
+  set -e
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$WORK/$name.log"; fail "$name: hung"; }
+  [ "$(awk '$1 == 2' "$WORK/$name.exits" | wc -l)" -eq "$NP" ] \
+    || { cat "$WORK/$name.log" "$WORK/$name.exits"; fail "$name: not every rank exited with 2"; }
+  [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] && grep "^meshtrain: error:" "$WORK/$name.log" | grep -Eq -- "$re" \
+    || { cat "$WORK/$name.log"; fail "$name: want one error line matching /$re/"; }
+  echo "ok   $name: $(grep '^meshtrain: error:' "$WORK/$name.log")"
+}
+failing_load load_open "rank $LAST cannot open .*: Permission denied" "rank=$LAST,op=open,errno=EACCES"
+failing_load load_read "unreadable data on rank $LAST: Input/output error" "rank=$LAST,op=read,errno=EIO"
+failing_load load_read_noverify "rank $LAST cannot read .*: Input/output error" \
+  "rank=$LAST,op=read,errno=EIO" --set ckpt.verify_on_load=false
 
 # the previous checkpoint verifies and resumes
 mt_mpirun 2 "$MT_BIN/meshckpt" verify "$WORK/disk_full/checkpoints/step_4" > "$WORK/verify.log" \
