@@ -294,10 +294,13 @@ typedef struct {
   int n;
   char (*names)[MT_NAME_MAX];
   int64_t (*ext)[2];
+  int *nd; /* dimensions of each (1 or 2) */
 } mt_ckpt_tensors;
 
 /* xxh64 of n float32 values (little-endian bytes) */
 uint64_t mt_ckpt_box_hash(const float *data, size_t n);
+/* how many of x[0..n) are NaN or Inf */
+size_t mt_ckpt_count_nonfinite(const float *x, size_t n);
 /* Root attributes: format, a known version equal to the manifest's, all
  * there, meta_xxh64 matches (required from 1.1), step equals the manifest's,
  * values in range (limit: the checkpoint's bytes). */

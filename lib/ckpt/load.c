@@ -83,35 +83,40 @@ static int check_model(const char *dir, const mt_ckpt_meta *m, const mt_ckpt_met
   return 0;
 }
 
-static int check_tensor(const char *dir, hid_t file, int g, const mt_tensor *t, mt_err *e) {
-  char path[256];
-  mt_ckpt_dataset_path(path, sizeof path, g, t->name);
-  if (H5Lexists(file, mt_ckpt_group_path(g)[0] == 'm' ? "model" : "optim", H5P_DEFAULT) <= 0 ||
-      H5Oexists_by_name(file, path, H5P_DEFAULT) <= 0) {
-    mt_err_set(e, "%s: missing tensor %s", dir, path);
-    return -1;
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every tensor of the run's model is in the checkpoint, with its shape
+ * (every group: the tensor table holds one extent for all three). */
+static int check_tensors(const char *dir, const mt_registry *reg, const mt_ckpt_tensors *tt,
+                         mt_err *e) {
+  char **sorted = mt_malloc(((size_t)tt->n + 1) * sizeof *sorted);
+  for (int i = 0; i < tt->n; i++) sorted[i] = tt->names[i];
+  qsort(sorted, (size_t)tt->n, sizeof *sorted, cmp_name);
+  for (int i = 0; i < reg->n && !e->failed; i++) {
+    const mt_tensor *t = &reg->t[i];
+    const char *key = t->name;
+    char **hit = bsearch(&key, sorted, (size_t)tt->n, sizeof *sorted, cmp_name);
+    if (!hit) {
+      mt_err_set(e, "%s: missing tensor /model/%s", dir, t->name);
+      break;
+    }
+    int k = (int)((char(*)[MT_NAME_MAX])*hit - tt->names);
+    int64_t want[2] = {t->ndim == 2 ? t->shape[0] : 1, t->shape[t->ndim - 1]};
+    if (t->ndim > 2 || tt->nd[k] != t->ndim || tt->ext[k][0] != want[0] || tt->ext[k][1] != want[1]) {
+      char have[64] = "", model[64] = "";
+      if (tt->nd[k] == 2) snprintf(have, sizeof have, "%lld,%lld", (long long)tt->ext[k][0], (long long)tt->ext[k][1]);
+      else snprintf(have, sizeof have, "%lld", (long long)tt->ext[k][1]);
+      for (int d = 0; d < t->ndim; d++)
+        snprintf(model + strlen(model), sizeof model - strlen(model), "%s%lld", d ? "," : "",
+                 (long long)t->shape[d]);
+      mt_err_set(e, "%s: tensor /model/%s has shape [%s] in the checkpoint but [%s] in the model",
+                 dir, t->name, have, model);
+    }
   }
-  hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
-  hid_t s = d >= 0 ? H5Dget_space(d) : -1;
-  hsize_t dims[MT_MAX_DIMS] = {0};
-  int nd = s >= 0 ? H5Sget_simple_extent_dims(s, dims, NULL) : -1;
-  if (s >= 0) H5Sclose(s);
-  if (d >= 0) H5Dclose(d);
-  int same = nd == t->ndim;
-  for (int k = 0; same && k < nd; k++) same = (int64_t)dims[k] == t->shape[k];
-  if (!same) {
-    char have[64] = "", want[64] = "";
-    for (int k = 0; k < nd; k++)
-      snprintf(have + strlen(have), sizeof have - strlen(have), "%s%llu", k ? "," : "",
-               (unsigned long long)dims[k]);
-    for (int k = 0; k < t->ndim; k++)
-      snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", k ? "," : "",
-               (long long)t->shape[k]);
-    mt_err_set(e, "%s: tensor %s has shape [%s] in the checkpoint but [%s] in the model", dir,
-               path, have, want);
-    return -1;
-  }
-  return 0;
+  free(sorted);
+  return e->failed ? -1 : 0;
 }
 
 /* Loader problems become the load's error (the first one wins). */
@@ -160,10 +165,11 @@ static int share_index(int64_t **rows, int64_t *n, mt_ckpt_tensors *tt, int rank
 
 /* Read this rank's selections of every tensor (collective in shared mode
  * with MT_CKPT_IO=collective: every rank takes part in every read, failed
- * or not). Values that are not finite are refused. */
+ * or not). scan: refuse values that are not finite (the checksum pass, when
+ * it ran, checked every stored value already). */
 static void read_tensors(hid_t file, const char *dir, const char *file_path, int per_writer,
                          const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
-                         mt_err *e) {
+                         int scan, mt_err *e) {
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   if (!per_writer) H5Pset_dxpl_mpio(dxpl, mt_ckpt_tensor_io_mode());
   mt_ckpt_walk w;
@@ -199,8 +205,7 @@ static void read_tensors(hid_t file, const char *dir, const char *file_path, int
     if (fs >= 0) H5Sclose(fs);
     if (d >= 0) H5Dclose(d);
     if (!ok || err) continue;
-    size_t nonfinite = 0;
-    for (size_t k = 0; k < w.sel.volume; k++) nonfinite += !isfinite(into[k]);
+    size_t nonfinite = scan ? mt_ckpt_count_nonfinite(into, w.sel.volume) : 0;
     if (nonfinite)
       mt_err_set(e, "%s: %zu NaN or Inf values in %s (refused: a run does not resume from them)",
                  dir, nonfinite, path);
@@ -261,12 +266,10 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
   int64_t *rows = NULL, n_rows = 0;
   load_report rep = {dir, &local};
   if (rank == 0 && mt_ckpt_check_meta(dir, file, &man, man.total_bytes, &m, &local) == 0 &&
-      check_model(dir, &m, expect, &local) == 0) {
-    for (int g = 0; g < MT_CKPT_NGROUPS && !local.failed; g++)
-      for (int i = 0; i < reg->n && !local.failed; i++)
-        check_tensor(dir, file, g, &reg->t[i], &local);
-    if (!local.failed && mt_ckpt_read_tensors(dir, file, man.total_bytes, &tt, &local) == 0 &&
-        mt_ckpt_read_index(dir, file, man.total_bytes, &rows, &n_rows, &local) == 0) {
+      check_model(dir, &m, expect, &local) == 0 &&
+      mt_ckpt_read_tensors(dir, file, man.total_bytes, &tt, &local) == 0 &&
+      check_tensors(dir, reg, &tt, &local) == 0) {
+    if (mt_ckpt_read_index(dir, file, man.total_bytes, &rows, &n_rows, &local) == 0) {
       mt_ckpt_check_coverage(rows, n_rows, &tt, report_problem, &rep);
       if (!local.failed && per_writer)
         mt_ckpt_check_shard_files(dir, rows, n_rows, report_problem, &rep);
@@ -282,7 +285,7 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
   mt_ckpt_tensors_free(&tt);
   /* 5. every rank reads what its layout needs */
   if (!mt_err_agree(&local, MPI_COMM_WORLD))
-    read_tensors(file, dir, file_path, per_writer, reg, mesh, st, &local);
+    read_tensors(file, dir, file_path, per_writer, reg, mesh, st, !verify, &local);
   H5Fclose(file);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     *e = local;

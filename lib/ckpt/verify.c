@@ -16,6 +16,18 @@
 
 uint64_t mt_ckpt_box_hash(const float *data, size_t n) { return XXH64(data, n * sizeof(float), 0); }
 
+size_t mt_ckpt_count_nonfinite(const float *x, size_t n) {
+  /* exponent bits all set: Inf or NaN (integer test: vectorises, and holds
+   * under -ffinite-math-only too) */
+  size_t count = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    count += (u & 0x7f800000u) == 0x7f800000u;
+  }
+  return count;
+}
+
 /* ------------------------------------------------------------------ */
 /* root attributes                                                     */
 
@@ -82,11 +94,9 @@ int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man,
 /* ------------------------------------------------------------------ */
 /* tensor table, extents, index                                        */
 
-/* a dataset's extent as (rows, cols): a vector is one row; -1 if not 1-D or 2-D */
+/* a dataset's extent as (rows, cols): a vector is one row; its dimensions,
+ * or -1 if missing or not 1-D or 2-D */
 static int dataset_extent(hid_t file, const char *path, int64_t ext[2]) {
-  if (H5Lexists(file, path[1] == 'm' ? "model" : "optim", H5P_DEFAULT) <= 0 ||
-      H5Oexists_by_name(file, path, H5P_DEFAULT) <= 0)
-    return -1;
   hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
   hid_t s = d >= 0 ? H5Dget_space(d) : -1;
   hsize_t dims[MT_MAX_DIMS] = {0};
@@ -94,10 +104,11 @@ static int dataset_extent(hid_t file, const char *path, int64_t ext[2]) {
   if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(s, dims, NULL);
   if (s >= 0) H5Sclose(s);
   if (d >= 0) H5Dclose(d);
+  H5Eclear2(H5E_DEFAULT);
   if (nd < 1 || nd > 2) return -1;
   ext[0] = nd == 2 ? (int64_t)dims[0] : 1;
   ext[1] = (int64_t)dims[nd - 1];
-  return 0;
+  return nd;
 }
 
 int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_tensors *tt,
@@ -131,12 +142,15 @@ int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_ten
   if (e->failed) return -1;
   /* every tensor's extent in every group, the same in each group */
   tt->ext = mt_calloc((size_t)tt->n * MT_CKPT_NGROUPS + 1, 2 * sizeof(int64_t));
+  tt->nd = mt_calloc((size_t)tt->n + 1, sizeof(int));
   for (int g = 0; g < MT_CKPT_NGROUPS; g++)
     for (int i = 0; i < tt->n; i++) {
       char path[256];
       mt_ckpt_dataset_path(path, sizeof path, g, tt->names[i]);
       int64_t *x = tt->ext[(size_t)g * (size_t)tt->n + (size_t)i];
-      if (dataset_extent(file, path, x) != 0) {
+      int nd = dataset_extent(file, path, x);
+      if (g == 0) tt->nd[i] = nd;
+      if (nd < 0 || (g > 0 && nd != tt->nd[i])) {
         mt_err_set(e, "%s: missing tensor %s (or not 1-D or 2-D)", dir, path);
         return -1;
       }
@@ -158,6 +172,7 @@ int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_ten
 void mt_ckpt_tensors_free(mt_ckpt_tensors *tt) {
   free(tt->names);
   free(tt->ext);
+  free(tt->nd);
   memset(tt, 0, sizeof *tt);
 }
 
@@ -458,7 +473,7 @@ long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckp
         if (ms >= 0) H5Sclose(ms);
         if (bad_read) break;
         XXH64_update(&hs, buf, cnt * sizeof(float));
-        for (size_t k = 0; k < cnt; k++) nonfinite += !isfinite(buf[k]);
+        nonfinite += (long long)mt_ckpt_count_nonfinite(buf, cnt);
         if (!wide) break;
       }
     }

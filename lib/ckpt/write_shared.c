@@ -127,17 +127,22 @@ int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_r
     return 0;
   }
   MPI_Bcast(offsets, (int)n_off, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  /* 4. the tensor data; rank 0 also syncs what it wrote alone */
-  if (mine.n > 0 || rank == 0) {
-    int err = mt_ckpt_fault("create"), fd = -1;
+  /* 4. the tensor data; rank 0 also syncs what it wrote alone. The ranks
+   * agree once more before the fsync, so that after an error on one rank
+   * the others do not wait for their own data to reach the disk. */
+  int err = 0, fd = -1, writes = mine.n > 0 || rank == 0;
+  if (writes) {
+    err = mt_ckpt_fault("create");
     if (!err && (fd = open(path, O_WRONLY)) < 0) err = errno;
     if (!err && write_boxes(fd, reg, mesh, st, offsets, opts->test_crash) != 0) err = errno;
-    if (!err && (err = mt_ckpt_fault("sync")) == 0 && fsync(fd) != 0) err = errno;
-    if (fd >= 0 && close(fd) != 0 && !err) err = errno;
-    if (err)
-      mt_ckpt_err_sys(e, err, "checkpoint step %lld: rank %d cannot write %s",
-                      (long long)meta->step, rank, path);
   }
+  int any_failed = err != 0;
+  MPI_Allreduce(MPI_IN_PLACE, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (writes && !any_failed && (err = mt_ckpt_fault("sync")) == 0 && fsync(fd) != 0) err = errno;
+  if (fd >= 0 && close(fd) != 0 && !err) err = errno;
+  if (err)
+    mt_ckpt_err_sys(e, err, "checkpoint step %lld: rank %d cannot write %s", (long long)meta->step,
+                    rank, path);
   free(offsets);
   free(mine.rows);
   return !e->failed;
