@@ -28,8 +28,11 @@ static size_t g_chunk_bytes = 64u << 20;
 static void usage(FILE *f) {
   fprintf(f,
           "usage: meshckpt inspect DIR [--tensors]     schema, layout, sizes, step\n"
-          "       meshckpt verify DIR [--deep]         manifest, coverage, checksums, steps\n"
-          "                                            (--deep: also no NaN/Inf anywhere)\n"
+          "       meshckpt verify DIR [--deep]         every check the loader makes: manifest,\n"
+          "                                            root attributes and their checksum,\n"
+          "                                            model, coverage, shard files, checksums,\n"
+          "                                            no NaN/Inf (--deep: also every tensor\n"
+          "                                            read whole through its dataset)\n"
           "       meshckpt diff DIR_A DIR_B            per-tensor max abs/rel difference\n"
           "       meshckpt convert DIR OUTROOT --mode shared|per-writer\n"
           "                                            rewrite in the other on-disk mode into\n"
@@ -152,10 +155,11 @@ static int ckpt_open(const char *spec, ckpt *c, int *bad_input, mt_err *e) {
              strcmp(c->mode, "per-writer") == 0 ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
     hid_t fapl = mt_ckpt_fapl_serial();
     c->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
     if (c->file < 0) mt_ckpt_err_h5(&local, "%s: cannot open %s as HDF5", c->dir, path);
-    else if (mt_ckpt_check_meta(c->dir, c->file, &c->man, c->man.total_bytes, &c->meta, &local) == 0 &&
-             mt_ckpt_read_tensors(c->dir, c->file, c->man.total_bytes, &c->tt, &local) == 0) {
+    H5Pclose(fapl);
+    int64_t limit = c->man.total_bytes;
+    if (c->file >= 0 && mt_ckpt_check_meta(c->dir, c->file, &c->man, limit, &c->meta, &local) == 0 &&
+        mt_ckpt_read_tensors(c->dir, c->file, limit, &c->tt, &local) == 0) {
       c->n_tensors = c->tt.n;
       c->names = c->tt.names;
     }

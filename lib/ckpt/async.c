@@ -53,6 +53,7 @@ static mt_ckpt_async *g_inflight;
 
 static void *async_writer(void *arg) {
   mt_ckpt_async *a = arg;
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* per thread in a thread-safe HDF5: errors go to e */
   mt_ckpt_write_shard(a->tmpdir, a->reg, a->mesh, &a->st, a->crash, a->meta.step, &a->rows,
                       &a->err);
   a->t_written = mt_now();

@@ -187,9 +187,9 @@ static void read_tensors(hid_t file, const char *dir, const char *file_path, int
     }
     char path[256];
     mt_ckpt_dataset_path(path, sizeof path, w.g, w.t->name);
+    hid_t ms = mt_ckpt_mem_space(w.sel.volume);
     hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
     hid_t fs = d >= 0 ? H5Dget_space(d) : -1;
-    hid_t ms = mt_ckpt_mem_space(w.sel.volume);
     float dummy;
     float *into = direct ? direct : staging ? staging : &dummy;
     int ok = d >= 0 && fs >= 0 && mt_ckpt_select_boxes(fs, &w.sel.boxes) == 0 &&
@@ -251,8 +251,8 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
    * datasets (parallel HDF5 cannot read virtual datasets). */
   hid_t fapl = per_writer ? mt_ckpt_fapl_serial() : mt_ckpt_fapl_mpio(MPI_COMM_WORLD);
   hid_t file = H5Fopen(file_path, H5F_ACC_RDONLY, fapl);
-  H5Pclose(fapl);
   if (file < 0) mt_ckpt_err_h5(&local, "%s: rank %d cannot open %s as HDF5", dir, rank, file_path);
+  H5Pclose(fapl);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     if (file >= 0) H5Fclose(file);
     *e = local;

@@ -435,6 +435,7 @@ long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckp
   char path[256] = "";
   hid_t ds = -1;
   int64_t open_g = -1, open_t = -1;
+  mt_err open_err = {0}; /* why the dataset open failed (the HDF5 stack is gone later) */
   for (int64_t i = rank; i < n; i += size) {
     const int64_t *r = rows + i * MT_CKPT_INDEX_COLS;
     int64_t g = r[MT_IX_GROUP], t = r[MT_IX_TENSOR];
@@ -443,6 +444,8 @@ long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckp
       if (ds >= 0) H5Dclose(ds);
       mt_ckpt_dataset_path(path, sizeof path, (int)g, tt->names[t]);
       ds = H5Dopen2(file, path, H5P_DEFAULT);
+      memset(&open_err, 0, sizeof open_err);
+      if (ds < 0) mt_ckpt_err_h5(&open_err, "unreadable data on rank %d", rank);
       open_g = g;
       open_t = t;
     }
@@ -454,8 +457,9 @@ long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckp
     XXH64_state_t hs;
     XXH64_reset(&hs, 0);
     int64_t per = (int64_t)(cap / (size_t)r[MT_IX_COUNT1]);
-    int bad_read = ds < 0, wide = per < 1, fault = 0;
+    int bad_read = ds < 0, wide = per < 1;
     long long nonfinite = 0;
+    mt_err why = open_err; /* the cause of a failed read */
     for (int64_t r0 = 0; r0 < r[MT_IX_COUNT0] && !bad_read; r0 += wide ? 1 : per) {
       int64_t nr = wide ? 1 : (r[MT_IX_COUNT0] - r0 < per ? r[MT_IX_COUNT0] - r0 : per);
       for (int64_t c0 = 0; c0 < r[MT_IX_COUNT1] && !bad_read; c0 += (int64_t)cap) {
@@ -465,10 +469,14 @@ long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckp
         mt_ckpt_box b = {{r[MT_IX_START0] + r0, r[MT_IX_START1] + c0}, {nr, nc}, 0, 0};
         mt_ckpt_boxes one = {&b, 1, 1};
         size_t cnt = (size_t)(nr * nc);
-        hid_t fs = H5Dget_space(ds), ms = mt_ckpt_mem_space(cnt);
+        hid_t ms = mt_ckpt_mem_space(cnt), fs = H5Dget_space(ds);
+        int fault = 0;
         bad_read = fs < 0 || ms < 0 || mt_ckpt_select_boxes(fs, &one) != 0 ||
-                   H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0 ||
-                   (fault = mt_ckpt_fault("read")) != 0;
+                   H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0;
+        if (bad_read) mt_ckpt_err_h5(&why, "unreadable data on rank %d", rank);
+        else if ((fault = mt_ckpt_fault("read")) != 0)
+          mt_ckpt_err_sys(&why, fault, "unreadable data on rank %d", rank);
+        bad_read |= fault != 0;
         if (fs >= 0) H5Sclose(fs);
         if (ms >= 0) H5Sclose(ms);
         if (bad_read) break;
@@ -480,9 +488,6 @@ long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckp
     uint64_t h = XXH64_digest(&hs), want;
     memcpy(&want, &r[MT_IX_XXH64], sizeof want);
     if (bad_read) {
-      mt_err why = {0}; /* the cause, from the fault switch or the HDF5 error stack */
-      if (fault) mt_ckpt_err_sys(&why, fault, "unreadable data on rank %d", rank);
-      else mt_ckpt_err_h5(&why, "unreadable data on rank %d", rank);
       report(ctx, path, why.msg, r);
       problems++;
     } else if (h != want) {

@@ -198,10 +198,10 @@ int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt
   }
   hid_t fapl = mt_ckpt_fapl_create();
   hid_t file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+  if (file < 0) mt_ckpt_err_h5(e, "%s", where); /* before any other HDF5 call clears the stack */
   H5Pclose(fapl);
   if (file < 0) {
     mt_ckpt_ballast_release(&ballast);
-    mt_ckpt_err_h5(e, "%s", where);
     return -1;
   }
   int ok = mt_ckpt_write_meta_attrs(file, meta, where, e) == 0 &&

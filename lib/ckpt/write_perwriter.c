@@ -168,10 +168,10 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
   }
   hid_t fapl = mt_ckpt_fapl_serial();
   hid_t file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+  if (file < 0) mt_ckpt_err_h5(e, "%s", where); /* before any other HDF5 call clears the stack */
   H5Pclose(fapl);
   if (file < 0) {
     mt_ckpt_ballast_release(&ballast);
-    mt_ckpt_err_h5(e, "%s", where);
     return 0;
   }
   int fd = open(path, O_WRONLY);
