@@ -72,7 +72,8 @@ int mt_bench_ckpt(int argc, char **argv) {
   }
   int init = 0;
   MPI_Initialized(&init);
-  if (!init) MPI_Init(NULL, NULL);
+  int thread_level = MPI_THREAD_SINGLE; /* FUNNELED: the asynchronous save's writer thread */
+  if (!init) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &thread_level);
   int rank, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

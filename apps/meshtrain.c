@@ -138,7 +138,10 @@ int main(int argc, char **argv) {
   /* a stop signal from the start on only sets a flag (the run agrees on it
    * and exits 75 without losing anything) */
   mt_train_install_signals();
-  MPI_Init(&argc, &argv);
+  /* FUNNELED: the asynchronous checkpoint writer runs a thread that makes no
+   * MPI call while the main thread goes on with MPI */
+  int thread_level = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level);
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   mt_log_init(world_rank);
@@ -171,6 +174,9 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 0;
   }
+  if (!err.failed && cfg.ckpt_async && thread_level < MPI_THREAD_FUNNELED)
+    mt_err_set(&err, "ckpt.async = true needs MPI_THREAD_FUNNELED, and this MPI provides "
+                     "thread level %d (set ckpt.async = false)", thread_level);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
 
   static mt_trainer t;

@@ -30,18 +30,22 @@ static int64_t to_global(const mt_ckpt_view_t *v, int d, int64_t x) {
   return (x / bl) * bg + v->local_start + x % bl;
 }
 
-static void push(mt_ckpt_boxes *bx, const mt_ckpt_box *b) {
+/* no abort on a full memory: this runs in the background writer too */
+static int push(mt_ckpt_boxes *bx, const mt_ckpt_box *b) {
   if (bx->n == bx->cap) {
-    bx->cap = bx->cap ? 2 * bx->cap : 16;
-    bx->b = realloc(bx->b, (size_t)bx->cap * sizeof *bx->b);
-    if (!bx->b) mt_die("out of memory (checkpoint boxes)");
+    int cap = bx->cap ? 2 * bx->cap : 16;
+    mt_ckpt_box *grown = realloc(bx->b, (size_t)cap * sizeof *bx->b);
+    if (!grown) return -1;
+    bx->b = grown;
+    bx->cap = cap;
   }
   bx->b[bx->n++] = *b;
+  return 0;
 }
 
-void mt_ckpt_boxes_for_range(const mt_ckpt_view_t *v, size_t lo, size_t hi, mt_ckpt_boxes *bx) {
+int mt_ckpt_boxes_for_range(const mt_ckpt_view_t *v, size_t lo, size_t hi, mt_ckpt_boxes *bx) {
   bx->n = 0;
-  if (hi <= lo) return;
+  if (hi <= lo) return 0;
   const int64_t L1 = v->local_ext[1];
   /* a column piece never crosses a fused block boundary of a column-sharded view */
   const int64_t col_block = v->shard_dim == 1 ? L1 / v->blocks : L1;
@@ -63,12 +67,13 @@ void mt_ckpt_boxes_for_range(const mt_ckpt_view_t *v, size_t lo, size_t hi, mt_c
           last->count[0]++; /* whole local rows stack into one block, contiguous in memory */
         } else {
           mt_ckpt_box b = {{gr, gc}, {1, w}, (size_t)(r * L1 + c), full_row};
-          push(bx, &b);
+          if (push(bx, &b) != 0) return -1;
         }
       }
       c = piece_end;
     }
   }
+  return 0;
 }
 
 size_t mt_ckpt_boxes_volume(const mt_ckpt_boxes *bx) {

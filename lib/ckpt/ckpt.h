@@ -20,7 +20,7 @@
 
 #define MT_CKPT_FORMAT "meshtrain-checkpoint"
 #define MT_CKPT_VERSION_MAJOR 1
-#define MT_CKPT_VERSION_MINOR 0
+#define MT_CKPT_VERSION_MINOR 1
 #define MT_CKPT_VERSION_PATCH 0
 
 /* exit code of a run that checkpointed because it was asked to stop

@@ -35,8 +35,8 @@ typedef struct {
 
 void mt_ckpt_view(const mt_tensor *t, int tp_size, mt_ckpt_view_t *v);
 /* boxes covering local flat elements [lo, hi) of the tensor (relative to its
- * first element); padding is left out */
-void mt_ckpt_boxes_for_range(const mt_ckpt_view_t *v, size_t lo, size_t hi, mt_ckpt_boxes *bx);
+ * first element); padding is left out. 0, or -1 when out of memory. */
+int mt_ckpt_boxes_for_range(const mt_ckpt_view_t *v, size_t lo, size_t hi, mt_ckpt_boxes *bx);
 size_t mt_ckpt_boxes_volume(const mt_ckpt_boxes *bx);
 
 /* index rows: int64 [n][MT_CKPT_INDEX_COLS] */
@@ -46,10 +46,86 @@ enum {
 };
 #define MT_CKPT_INDEX_COLUMNS "group,tensor,writer,start0,start1,count0,count1,xxh64"
 
-/* file names inside a step directory */
+/* file names inside a step directory (and shard-<rank, 5 digits>.h5) */
 #define MT_CKPT_SHARED_FILE "ckpt.h5"
 #define MT_CKPT_INDEX_FILE "index.h5"
 #define MT_CKPT_MANIFEST "MANIFEST.json"
+
+/* the longest string attribute read (bytes): sizes read from a file are
+ * bounded before anything is allocated */
+#define MT_CKPT_ATTR_STR_MAX 4096
+
+/* ------------------------------------------------------------------ */
+/* errors.c: error text and the fault switch                          */
+
+/* e = "<fmt...>: strerror(err)" (first error wins) */
+void mt_ckpt_err_sys(mt_err *e, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* e = "<fmt...>: <cause> (HDF5 <API function>(): <description>)" from the
+ * HDF5 error stack, which it clears; cause: the innermost entry's system
+ * error message, or its description */
+void mt_ckpt_err_h5(mt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* MT_CKPT_FAULT, read once (0, or -1 with e set when malformed); rank and
+ * step (-1 for a load) say where this process is */
+int mt_ckpt_fault_init(int world_rank, int64_t step, mt_err *e);
+/* The errno to fail this call with (op: create|write|sync|rename|open|read),
+ * or 0. Thread-safe (the background writer calls it). */
+int mt_ckpt_fault(const char *op);
+
+/* ------------------------------------------------------------------ */
+/* fs.c: directories, durable writes, commit, retention, manifest      */
+
+/* 0, or -1 with errno set */
+int mt_ckpt_fsync_path(const char *path);
+/* text into path via path.tmp, fsync, rename: the old file or the new one */
+int mt_ckpt_write_file_durable(const char *path, const char *text);
+int mt_ckpt_remove_tree(const char *path);
+long long mt_ckpt_file_size(const char *path); /* bytes, or -1 if absent */
+int mt_ckpt_mkdir_p(const char *path);
+/* reserve the blocks of bytes [0, bytes) of fd where the file system can
+ * (keep_size: without changing the file's size; ftruncate to the same size
+ * gives back what was not used) */
+int mt_ckpt_reserve(int fd, long long bytes, int keep_size);
+/* Space for the metadata HDF5 writes when it closes a file, held in a
+ * ballast file (dir/.ballast-<rank>) from before the file is made until just
+ * before H5Fclose: a full disk then never fails inside H5Fclose. take: 0, or
+ * -1 with errno set (ENOSPC, EDQUOT). */
+typedef struct {
+  char path[1100];
+  int fd;
+} mt_ckpt_ballast;
+int mt_ckpt_ballast_take(mt_ckpt_ballast *b, const char *dir, int rank, long long bytes);
+void mt_ckpt_ballast_release(mt_ckpt_ballast *b);
+/* metadata bytes an HDF5 file of ours can need at close: datasets, index
+ * boxes (virtual mappings), and small tables written through the sieve buffer */
+long long mt_ckpt_metadata_bytes(long long datasets, long long boxes, long long small_bytes);
+/* parse "step_<N>" (and nothing else) */
+int mt_ckpt_parse_step_dir(const char *name, int64_t *step);
+/* ckpt.test_crash: rank 0 kills itself when opt names this phase */
+void mt_ckpt_test_crash_point(const char *opt, const char *phase, int rank);
+/* rank 0: manifest, fsync, rename tmpdir to final_dir, `latest`, retention */
+int mt_ckpt_commit(const char *root, const char *tmpdir, const char *final_dir, int64_t step,
+                   const char *mode, const char *crash, int keep, mt_err *e);
+
+/* What a checked manifest says. */
+typedef struct {
+  char mode[32];    /* "shared" | "per-writer" */
+  char version[32]; /* MAJOR.MINOR.PATCH */
+  int64_t step;
+  int64_t total_bytes; /* of every listed file: the bound for sizes read from them */
+  int n_files;
+} mt_ckpt_manifest;
+
+/* Read a checkpoint's manifest and check it: format, a version this build
+ * reads, a known mode, a non-empty file list naming the mode's main file,
+ * every file there with its recorded size. */
+int mt_ckpt_check_manifest(const char *dir, mt_ckpt_manifest *m, mt_err *e);
+/* "MAJOR.MINOR.PATCH" (0 / -1) */
+int mt_ckpt_parse_version(const char *text, int *major, int *minor, int *patch);
+/* a format version this build reads (only MAJOR 1 exists); where names it in e */
+int mt_ckpt_check_version(const char *where, const char *version, mt_err *e);
+
+/* ------------------------------------------------------------------ */
+/* h5util.c: HDF5 helpers                                              */
 
 /* Attributes: 0 on success; a string is cut to len. */
 int mt_ckpt_attr_i64(hid_t obj, const char *name, int64_t *v);
@@ -59,9 +135,195 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m);
 /* Select rows [r0, r0+nr) of a tensor's dataspace seen as 2-D. */
 void mt_ckpt_select_rows(hid_t space, hsize_t r0, hsize_t nr, hsize_t cols);
 
-/* Read a checkpoint's manifest and check that every file it lists exists
- * with its recorded size. Fills mode ("shared"/"per-writer") and step. */
-int mt_ckpt_check_manifest(const char *dir, char *mode, size_t mode_len, int64_t *step,
-                           mt_err *e);
+/* Writers below: 0, or -1 with e set from the HDF5 error stack, prefixed by
+ * where (e.g. "checkpoint step 8: rank 0 cannot write F"). */
+int mt_ckpt_put_attr_i64(hid_t obj, const char *name, int64_t v, const char *where, mt_err *e);
+int mt_ckpt_put_attr_i64v(hid_t obj, const char *name, const int64_t *v, int n, const char *where,
+                          mt_err *e);
+int mt_ckpt_put_attr_str(hid_t obj, const char *name, const char *v, const char *where,
+                         mt_err *e);
+/* the boxes selected in space (or none): 0 / -1 */
+int mt_ckpt_select_boxes(hid_t space, const mt_ckpt_boxes *bx);
+/* a 1-D memory space of n elements (n = 0: one element, none selected) */
+hid_t mt_ckpt_mem_space(size_t n);
+/* "/<group path>/<name>" */
+void mt_ckpt_dataset_path(char *out, size_t len, int group, const char *name);
+/* parallel read access over comm (the loader, shared mode) */
+hid_t mt_ckpt_fapl_mpio(MPI_Comm comm);
+/* serial access without file locks (shards, reading index.h5) */
+hid_t mt_ckpt_fapl_serial(void);
+/* serial access for the files rank 0 creates: datasets of 64 KiB and more
+ * aligned on 1 MiB, the 1.8+ format, no file locks */
+hid_t mt_ckpt_fapl_create(void);
+/* independent MPI-IO for loads unless MT_CKPT_IO=collective */
+H5FD_mpio_xfer_t mt_ckpt_tensor_io_mode(void);
+/* an int64 [nrows, cols] dataset */
+int mt_ckpt_write_table_i64(hid_t file, const char *name, const int64_t *rows, int64_t nrows,
+                            int cols, const char *where, mt_err *e);
+/* n fixed-length strings of width bytes each */
+int mt_ckpt_write_strings(hid_t file, const char *name, const char *buf, size_t width, size_t n,
+                          const char *where, mt_err *e);
+/* a text (the resolved configuration) as one string */
+int mt_ckpt_write_text(hid_t file, const char *name, const char *text, const char *where,
+                       mt_err *e);
+/* the tensor names, row i = tensor id i of the index */
+int mt_ckpt_write_names(hid_t file, const mt_registry *reg, const char *where, mt_err *e);
+/* xxh64 of the root attributes that resume uses (format, version and every
+ * integer of m, as "key=value\n" lines in SCHEMA.md's order) */
+uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version);
+/* the root attributes (format, version, index columns, meta, meta_xxh64) */
+int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, const char *where, mt_err *e);
+
+/* ------------------------------------------------------------------ */
+/* select.c: what a rank writes or reads of each tensor                */
+
+/* Does this rank write its shard of t at all? (replicated state once) */
+int mt_ckpt_writes_tensor(const mt_tensor *t, const mt_mesh *mesh);
+
+/* Ranges of a state intersected with one tensor: boxes, and the memory of
+ * each piece (a box's row r starts at piece_mem + r * local_ext[1]).
+ * Several ranges may touch one tensor; boxes are appended per range. */
+typedef struct {
+  mt_ckpt_boxes boxes; /* all boxes, canonical order within each range */
+  float **piece_mem;   /* per box: memory of the box's first element */
+  int piece_cap;
+  size_t volume; /* elements */
+} mt_ckpt_sel;
+
+/* 0, or -1 when out of memory (no abort: the background writer uses it) */
+int mt_ckpt_sel_build(mt_ckpt_sel *s, const mt_tensor *t, const mt_ckpt_view_t *v,
+                      const mt_flat_range *ranges, int n_ranges);
+/* the selection's memory when its data lies end to end already, else NULL */
+float *mt_ckpt_sel_contiguous(const mt_ckpt_sel *s, int64_t L1);
+/* staging (canonical order) <-> the pieces' memory */
+void mt_ckpt_sel_copy(mt_ckpt_sel *s, float *staging, int64_t L1, int to_mem);
+void mt_ckpt_sel_free(mt_ckpt_sel *s);
+
+/* Every (group, tensor) in writing order with this rank's selection of it:
+ *   mt_ckpt_walk w; mt_ckpt_walk_begin(&w, ...);
+ *   while ((more = mt_ckpt_walk_next(&w)) == 1) { w.g, w.i, w.t, w.v, w.sel }
+ *   mt_ckpt_walk_end(&w);     more = -1: out of memory
+ * writing: only what this rank writes (replicated state once). */
+typedef struct {
+  const mt_registry *reg;
+  const mt_mesh *mesh;
+  const mt_ckpt_state *st;
+  int writing;
+  int g, i;
+  const mt_tensor *t;
+  mt_ckpt_view_t v;
+  mt_ckpt_sel sel;
+} mt_ckpt_walk;
+void mt_ckpt_walk_begin(mt_ckpt_walk *w, const mt_registry *reg, const mt_mesh *mesh,
+                        const mt_ckpt_state *st, int writing);
+int mt_ckpt_walk_next(mt_ckpt_walk *w);
+void mt_ckpt_walk_end(mt_ckpt_walk *w);
+/* xxh64 of a box whose row r is at first + r * L1 in memory */
+uint64_t mt_ckpt_box_hash_mem(const float *first, const mt_ckpt_box *b, int64_t L1);
+
+/* ------------------------------------------------------------------ */
+/* write.c, write_shared.c, write_perwriter.c, save.c: the writers     */
+
+/* index rows, int64 [n][MT_CKPT_INDEX_COLS], growing */
+typedef struct {
+  int64_t *rows;
+  int n, cap;
+} mt_ckpt_rows;
+/* 0, or -1 when out of memory */
+int mt_ckpt_append_row(mt_ckpt_rows *r, int g, int ti, int writer, const mt_ckpt_box *b,
+                       uint64_t h);
+/* this rank's boxes with the checksums of their data, in writing order */
+int mt_ckpt_plan_rows(const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
+                      mt_ckpt_rows *out, mt_err *e);
+/* Collective: every rank's rows to rank 0 (*all, *n_all there), in rank order. */
+int mt_ckpt_gather_rows(const mt_ckpt_rows *mine, mt_mesh *mesh, int64_t **all, int64_t *n_all,
+                        mt_err *e);
+/* Collective: (rank, tp, cp, dp, pp) of every rank, on rank 0 (NULL elsewhere). */
+int64_t *mt_ckpt_gather_layout(mt_mesh *mesh);
+/* Rank 0 alone: the file of everything but tensor data in shard files:
+ * ckpt.h5 (offsets != NULL: contiguous datasets with space allocated, their
+ * file offsets returned per group and tensor) or index.h5 (virtual datasets
+ * over the shard files). */
+int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt_registry *reg,
+                            const int64_t *rows, int64_t n_rows, const int64_t *layout, int world,
+                            const char *config_ini, int64_t *offsets, mt_err *e);
+/* element offset of each index row's data in its writer's shard dataset */
+int64_t *mt_ckpt_shard_offsets(const int64_t *rows, int64_t n);
+/* a virtual dataset's creation list for tensor ti of group g, or -1 (e set) */
+hid_t mt_ckpt_virtual_dcpl(const mt_tensor *t, int g, const int64_t *rows, const int64_t *off,
+                           int64_t n, int ti, const char *where, mt_err *e);
+/* The writers: 1 on success, else 0 with this rank's error in e (the
+ * caller agrees on it). */
+int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
+                        mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                        mt_err *e);
+/* per-writer, part 1 (no MPI, no abort: may run in the background writer) */
+int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mesh,
+                        const mt_ckpt_state *st, const char *crash, int64_t step,
+                        mt_ckpt_rows *rows, mt_err *e);
+/* per-writer, part 2 (collective): rank 0 writes index.h5 */
+int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
+                              const mt_registry *reg, mt_mesh *mesh, const char *config_ini,
+                              const mt_ckpt_rows *rows, mt_err *e);
+int mt_ckpt_save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
+                            mt_mesh *mesh, const mt_ckpt_state *st,
+                            const mt_ckpt_save_opts *opts, mt_err *e);
+/* The halves around the writers (collective): agree on the schema and make
+ * the temporary directory; then agree and let rank 0 commit. After a failure
+ * every rank agreed on, abandon removes the temporary directory. */
+int mt_ckpt_save_begin(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
+                       mt_mesh *mesh, const mt_ckpt_save_opts *opts, char *tmpdir, size_t len,
+                       mt_err *e);
+int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, const char *mode,
+                     const char *crash, int keep, mt_mesh *mesh, mt_err *e);
+void mt_ckpt_save_abandon(const char *tmpdir, mt_mesh *mesh);
+/* async.c: wait until no background writer runs (HDF5 is not thread-safe) */
+void mt_ckpt_writer_wait(void);
+
+/* ------------------------------------------------------------------ */
+/* verify.c: the checks, shared by the loader and meshckpt verify      */
+
+/* A problem found: path (a dataset, /index or the directory), what is wrong,
+ * and the index row concerned (or NULL). */
+typedef void (*mt_ckpt_report_fn)(void *ctx, const char *path, const char *problem,
+                                  const int64_t *row);
+
+/* The tensor table (/tensors) with every tensor's extent as 2-D (a vector
+ * is one row), per group: ext[g * n + i]. */
+typedef struct {
+  int n;
+  char (*names)[MT_NAME_MAX];
+  int64_t (*ext)[2];
+  int *nd; /* dimensions of each (1 or 2) */
+} mt_ckpt_tensors;
+
+/* xxh64 of n float32 values (little-endian bytes) */
+uint64_t mt_ckpt_box_hash(const float *data, size_t n);
+/* how many of x[0..n) are NaN or Inf */
+size_t mt_ckpt_count_nonfinite(const float *x, size_t n);
+/* Root attributes: format, a known version equal to the manifest's, all
+ * there, meta_xxh64 matches (required from 1.1), step equals the manifest's,
+ * values in range (limit: the checkpoint's bytes). */
+int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man, int64_t limit,
+                       mt_ckpt_meta *m, mt_err *e);
+/* /tensors and every dataset's extent, bounded by limit bytes */
+int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_tensors *tt,
+                         mt_err *e);
+void mt_ckpt_tensors_free(mt_ckpt_tensors *tt);
+/* /index ([n][MT_CKPT_INDEX_COLS] int64), its size bounded by limit bytes */
+int mt_ckpt_read_index(const char *dir, hid_t file, int64_t limit, int64_t **rows, int64_t *n,
+                       mt_err *e);
+/* Every tensor of every group covered by its boxes exactly once (sorted,
+ * O(n log n)); returns the number of problems reported. */
+long mt_ckpt_check_coverage(const int64_t *rows, int64_t n, const mt_ckpt_tensors *tt,
+                            mt_ckpt_report_fn report, void *ctx);
+/* The boxes i with i % size == rank: read (chunk_bytes at a time), checksum,
+ * no NaN or Inf. Returns the number of problems reported. */
+long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckpt_tensors *tt,
+                        int rank, int size, size_t chunk_bytes, mt_ckpt_report_fn report,
+                        void *ctx, double *bytes_checked);
+/* Per-writer: every shard file the index names exists and is HDF5. */
+long mt_ckpt_check_shard_files(const char *dir, const int64_t *rows, int64_t n,
+                               mt_ckpt_report_fn report, void *ctx);
 
 #endif

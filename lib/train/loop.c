@@ -7,6 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A checkpoint that could not be written: the message is the same on every
+ * rank (the ckpt module agreed on it); rank 0 prints it, every rank exits 3
+ * and the previous checkpoint stays the newest complete one. */
+static void exit_checkpoint_failed(const mt_err *e) {
+  mt_err_report(e, "meshtrain");
+  MPI_Finalize();
+  exit(MT_EXIT_RUNTIME);
+}
+
 /* Checkpoint the state at `done` steps into <output.dir>/checkpoints. With
  * async non-NULL the save is started in the background (*async holds it
  * until mt_ckpt_async_poll commits it). Returns the blocking time, seconds. */
@@ -36,9 +45,9 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
   mt_err e = {0};
   if (async) {
     *async = mt_ckpt_async_begin(root, &meta, &t->model.reg, &t->mesh, &st, &opts, &e);
-    if (!*async) mt_die("%s", e.msg);
+    if (!*async) exit_checkpoint_failed(&e);
   } else if (mt_ckpt_save(root, &meta, &t->model.reg, &t->mesh, &st, &opts, NULL, &e) != 0) {
-    mt_die("%s", e.msg);
+    exit_checkpoint_failed(&e);
   }
   free(ini);
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]);
@@ -52,7 +61,7 @@ static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
   int64_t step = 0;
   double w = 0.0;
   int rc = mt_ckpt_async_poll(a, wait, &w, &step, &e);
-  if (rc < 0) mt_die("%s", e.msg);
+  if (rc < 0) exit_checkpoint_failed(&e);
   if (rc == 1) {
     *write_s += w;
     mt_info0("meshtrain: checkpoint step_%lld committed (written in the background in %.2f s)",

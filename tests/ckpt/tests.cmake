@@ -1,4 +1,4 @@
-# Checkpoint tests (issue: universal HDF5 checkpoints).
+# Checkpoint tests (issue: universal HDF5 checkpoints; issue 10: I/O faults).
 mt_script_test(resume ckpt resume.sh)
 mt_script_test(corrupt ckpt corrupt.sh)
 mt_script_test(signal ckpt signal.sh)
@@ -8,3 +8,34 @@ endforeach()
 mt_script_test(modes ckpt modes.sh)
 mt_script_test(resume_tp ckpt resume_tp.sh)
 mt_script_test(resume_pp ckpt resume_pp.sh)
+
+# damages a checkpoint for the tests below (not installed, not for users)
+add_executable(ckpt_edit ${CMAKE_CURRENT_LIST_DIR}/ckpt_edit.c)
+target_link_libraries(ckpt_edit PRIVATE ${MT_ALL_LIBS})
+set_target_properties(ckpt_edit PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+
+# shape-only: gpt2-124m's padded vocabulary across tp and the coverage check
+# (also a unit test, so the ASan build runs it)
+add_executable(ckpt_layout ${CMAKE_CURRENT_LIST_DIR}/ckpt_layout.c)
+target_link_libraries(ckpt_layout PRIVATE ${MT_ALL_LIBS})
+set_target_properties(ckpt_layout PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+add_test(NAME ckpt.layout COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 --oversubscribe
+  $<TARGET_FILE:ckpt_layout>)
+set_tests_properties(ckpt.layout PROPERTIES LABELS "ckpt;unit" TIMEOUT 120
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+
+# edited and damaged checkpoints: refused at load and by meshckpt verify alike
+mt_script_test(edits ckpt edits.sh shared)
+mt_script_test(edits_pw ckpt edits.sh per-writer)
+# a vocabulary of 250 padded to 256, saved at tp = 4, loaded at tp = 1 and 2
+mt_script_test(padded_vocab ckpt padded_vocab.sh)
+# a disk error on one rank (fault switch, real full tmpfs where mount works),
+# a read-only directory: one line, exit 3 on every rank within seconds, the
+# previous checkpoint verifies and resumes. faults.sh MODE RANKS
+foreach(np 2 4)
+  foreach(mode shared per-writer async)
+    mt_script_test(faults_${mode}_${np} ckpt faults.sh ${mode} ${np})
+  endforeach()
+endforeach()
+# ckpt.keep: old checkpoints moved aside (.trash-*) before they are deleted
+mt_script_test(retention ckpt retention.sh)

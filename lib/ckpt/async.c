@@ -1,0 +1,161 @@
+/* Asynchronous save: a snapshot of this rank's state, then a background
+ * thread writes its shard file; committed at a step boundary.
+ *
+ * The writer thread makes no MPI call and never aborts: it writes one
+ * serial HDF5 file and hands its error (if any) back in the save's mt_err;
+ * mt_ckpt_async_poll agrees on it over all ranks at the next step boundary.
+ * MPI must be initialised with at least MPI_THREAD_FUNNELED (a second thread
+ * exists, only the main thread calls MPI); HDF5 is called by one thread at
+ * a time (every other entry point of this module waits for the writer). */
+#include "ckpt/ckpt_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mt_ckpt_async {
+  char root[1024], tmpdir[1024], mode[32], crash[32];
+  char *config_ini;
+  int keep;
+  mt_ckpt_meta meta;
+  const mt_registry *reg;
+  mt_mesh *mesh;
+  mt_flat_range *ranges[MT_CKPT_NGROUPS]; /* point into snapshot */
+  mt_ckpt_state st;
+  float *snapshot;
+  size_t snapshot_n;
+  pthread_t thread;
+  int thread_running; /* started and not joined yet */
+  atomic_int done;
+  mt_ckpt_rows rows;
+  mt_err err;
+  double t_start, t_written;
+};
+
+/* One host buffer for snapshots, kept from save to save: the copy then runs
+ * at memory bandwidth instead of page-fault speed. (At most one save is in
+ * flight, so one buffer is enough.) */
+static float *g_snapshot;
+static size_t g_snapshot_cap;
+static float *snapshot_buffer(size_t n) {
+  if (n > g_snapshot_cap) {
+    if (g_snapshot) mt_mem_free(MT_MEM_OTHER, g_snapshot, g_snapshot_cap * sizeof(float));
+    g_snapshot = mt_mem_alloc(MT_MEM_OTHER, n * sizeof(float));
+    g_snapshot_cap = n;
+  }
+  return g_snapshot ? g_snapshot : (g_snapshot = mt_mem_alloc(MT_MEM_OTHER, sizeof(float)));
+}
+
+/* the save in flight (at most one), for mt_ckpt_writer_wait */
+static mt_ckpt_async *g_inflight;
+
+static void *async_writer(void *arg) {
+  mt_ckpt_async *a = arg;
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* per thread in a thread-safe HDF5: errors go to e */
+  mt_ckpt_write_shard(a->tmpdir, a->reg, a->mesh, &a->st, a->crash, a->meta.step, &a->rows,
+                      &a->err);
+  a->t_written = mt_now();
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+static void join_writer(mt_ckpt_async *a) {
+  if (!a->thread_running) return;
+  pthread_join(a->thread, NULL);
+  a->thread_running = 0;
+}
+
+void mt_ckpt_writer_wait(void) {
+  if (g_inflight) join_writer(g_inflight);
+}
+
+mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
+                                   const mt_registry *reg, mt_mesh *mesh,
+                                   const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                                   mt_err *e) {
+  mt_err local = {0};
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_FUNNELED)
+    mt_err_set(&local, "ckpt.async needs MPI initialised with MPI_THREAD_FUNNELED or more "
+                       "(MPI_Init_thread); this process has level %d", provided);
+  if (g_inflight) mt_err_set(&local, "checkpoint: an asynchronous save is still in flight");
+  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    *e = local;
+    return NULL;
+  }
+  mt_ckpt_async *a = mt_calloc(1, sizeof *a);
+  a->t_start = mt_now();
+  if (mt_ckpt_save_begin(root, meta, reg, mesh, opts, a->tmpdir, sizeof a->tmpdir, e) != 0) {
+    free(a);
+    return NULL;
+  }
+  snprintf(a->root, sizeof a->root, "%s", root);
+  snprintf(a->mode, sizeof a->mode, "per-writer");
+  snprintf(a->crash, sizeof a->crash, "%s", opts->test_crash ? opts->test_crash : "none");
+  a->config_ini = strdup(opts->config_ini ? opts->config_ini : "");
+  a->keep = opts->keep;
+  a->meta = *meta;
+  a->reg = reg;
+  a->mesh = mesh;
+  /* the snapshot: this rank's ranges, copied, so training may go on */
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+    for (int i = 0; i < st->n_ranges[g]; i++) a->snapshot_n += st->ranges[g][i].len;
+  a->snapshot = snapshot_buffer(a->snapshot_n);
+  size_t k = 0;
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    a->ranges[g] = mt_calloc((size_t)st->n_ranges[g] + 1, sizeof(mt_flat_range));
+    for (int i = 0; i < st->n_ranges[g]; i++) {
+      const mt_flat_range *r = &st->ranges[g][i];
+      memcpy(a->snapshot + k, r->mem, r->len * sizeof(float));
+      a->ranges[g][i] = (mt_flat_range){r->begin, r->len, a->snapshot + k};
+      k += r->len;
+    }
+    a->st.ranges[g] = a->ranges[g];
+    a->st.n_ranges[g] = st->n_ranges[g];
+  }
+  atomic_init(&a->done, 0);
+  g_inflight = a;
+  if (pthread_create(&a->thread, NULL, async_writer, a) == 0) {
+    a->thread_running = 1;
+  } else { /* no thread to be had: write now, in this one */
+    mt_warn("checkpoint: cannot start a writer thread; writing step %lld in the foreground",
+            (long long)meta->step);
+    async_writer(a);
+  }
+  return a;
+}
+
+int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *step, mt_err *e) {
+  mt_ckpt_async *a = *ap;
+  if (!a) return 0;
+  /* all ranks decide together whether the writers are done */
+  int done = wait ? 1 : atomic_load(&a->done);
+  MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!done) return 0;
+  join_writer(a);
+  g_inflight = NULL;
+  /* the writer's error, if any, is agreed here, at a step boundary */
+  mt_err local = a->err;
+  mt_ckpt_finish_per_writer(a->tmpdir, &a->meta, a->reg, a->mesh, a->config_ini, &a->rows,
+                            &local);
+  int rc = 0;
+  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    mt_ckpt_save_abandon(a->tmpdir, a->mesh);
+    rc = -1;
+  } else {
+    rc = mt_ckpt_save_end(a->root, a->tmpdir, a->meta.step, a->mode, a->crash, a->keep, a->mesh,
+                          &local);
+  }
+  if (rc != 0) *e = local;
+  if (write_s) *write_s = a->t_written - a->t_start;
+  if (step) *step = a->meta.step;
+  free(a->rows.rows);
+  free(a->config_ini);
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(a->ranges[g]);
+  free(a);
+  *ap = NULL;
+  return rc == 0 ? 1 : -1;
+}

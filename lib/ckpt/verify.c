@@ -1,0 +1,539 @@
+/* The checks of a checkpoint, shared by the loader and `meshckpt verify`
+ * (so the two accept exactly the same checkpoints): root attributes and
+ * their checksum, the tensor table, the index (bounded before anything is
+ * allocated), coverage of every tensor by its boxes (no hole, no overlap),
+ * shard files, and the data itself (box checksums, no NaN or Inf). */
+#define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack */
+#include <xxhash.h>
+
+#include "ckpt/ckpt_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t mt_ckpt_box_hash(const float *data, size_t n) { return XXH64(data, n * sizeof(float), 0); }
+
+size_t mt_ckpt_count_nonfinite(const float *x, size_t n) {
+  /* exponent bits all set: Inf or NaN (integer test: vectorises, and holds
+   * under -ffinite-math-only too) */
+  size_t count = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    count += (u & 0x7f800000u) == 0x7f800000u;
+  }
+  return count;
+}
+
+/* ------------------------------------------------------------------ */
+/* root attributes                                                     */
+
+int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man, int64_t limit,
+                       mt_ckpt_meta *m, mt_err *e) {
+  char fmt[64] = "", version[32] = "";
+  memset(m, 0, sizeof *m);
+  if (mt_ckpt_attr_str(file, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, MT_CKPT_FORMAT) != 0) {
+    mt_err_set(e, "%s: not a meshtrain checkpoint (format attribute '%s')", dir, fmt);
+    return -1;
+  }
+  if (mt_ckpt_attr_str(file, "version", version, sizeof version) != 0) {
+    mt_err_set(e, "%s: no format version attribute", dir);
+    return -1;
+  }
+  if (mt_ckpt_check_version(dir, version, e) != 0) return -1;
+  if (strcmp(version, man->version) != 0) {
+    mt_err_set(e, "%s: the file says format version %s, the manifest %s", dir, version,
+               man->version);
+    return -1;
+  }
+  if (mt_ckpt_read_meta(file, m) != 0) {
+    mt_err_set(e, "%s: checkpoint metadata incomplete", dir);
+    return -1;
+  }
+  int major, minor, patch;
+  mt_ckpt_parse_version(version, &major, &minor, &patch);
+  int64_t stored;
+  if (mt_ckpt_attr_i64(file, "meta_xxh64", &stored) == 0) {
+    uint64_t want = mt_ckpt_meta_hash(m, version);
+    if (memcmp(&want, &stored, sizeof want) != 0) {
+      mt_err_set(e, "%s: the root attributes (step, samples, optimizer_step, seed, model, ...) do "
+                    "not match their checksum meta_xxh64: edited or corrupt", dir);
+      return -1;
+    }
+  } else if (major > 1 || minor >= 1) { /* required from format 1.1 */
+    mt_err_set(e, "%s: no meta_xxh64 attribute (required by format %s)", dir, version);
+    return -1;
+  }
+  if (m->step != man->step) {
+    mt_err_set(e, "%s: the file says step %lld, the manifest step %lld", dir, (long long)m->step,
+               (long long)man->step);
+    return -1;
+  }
+  /* values a checkpoint can hold: model sizes at least 1 and no larger than
+   * the bytes the checkpoint has; counters not negative */
+  struct {
+    const char *name;
+    int64_t v, lo, hi;
+  } range[] = {{"n_layer", m->n_layer, 1, limit}, {"n_embd", m->n_embd, 1, limit / 4},
+               {"n_head", m->n_head, 1, limit / 4}, {"seq_len", m->seq_len, 1, limit / 4},
+               {"vocab", m->vocab, 1, limit / 4},   {"samples", m->samples, 0, INT64_MAX},
+               {"tokens", m->tokens, 0, INT64_MAX}, {"optimizer_step", m->optimizer_step, 0, INT64_MAX},
+               {"world", m->world, 1, INT32_MAX}};
+  for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
+    if (range[i].v < range[i].lo || range[i].v > range[i].hi) {
+      mt_err_set(e, "%s: root attribute %s = %lld is out of range", dir, range[i].name,
+                 (long long)range[i].v);
+      return -1;
+    }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* tensor table, extents, index                                        */
+
+/* a dataset's extent as (rows, cols): a vector is one row; its dimensions,
+ * or -1 if missing or not 1-D or 2-D */
+static int dataset_extent(hid_t file, const char *path, int64_t ext[2]) {
+  hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
+  hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+  hsize_t dims[MT_MAX_DIMS] = {0};
+  int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+  if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(s, dims, NULL);
+  if (s >= 0) H5Sclose(s);
+  if (d >= 0) H5Dclose(d);
+  H5Eclear2(H5E_DEFAULT);
+  if (nd < 1 || nd > 2) return -1;
+  ext[0] = nd == 2 ? (int64_t)dims[0] : 1;
+  ext[1] = (int64_t)dims[nd - 1];
+  return nd;
+}
+
+int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_tensors *tt,
+                         mt_err *e) {
+  memset(tt, 0, sizeof *tt);
+  hid_t d = H5Dopen2(file, "tensors", H5P_DEFAULT);
+  hid_t s = d >= 0 ? H5Dget_space(d) : -1, ft = d >= 0 ? H5Dget_type(d) : -1;
+  hsize_t n = 0;
+  int ok = s >= 0 && ft >= 0 && H5Sget_simple_extent_ndims(s) == 1 &&
+           H5Sget_simple_extent_dims(s, &n, NULL) == 1 && H5Tget_class(ft) == H5T_STRING &&
+           !H5Tis_variable_str(ft);
+  size_t width = ok ? H5Tget_size(ft) : 0;
+  if (!ok || n == 0 || width == 0 || width > MT_NAME_MAX) {
+    mt_err_set(e, "%s: no readable tensor table (/tensors)", dir);
+  } else if ((int64_t)n > limit / (int64_t)width || n > INT32_MAX / MT_CKPT_NGROUPS) {
+    mt_err_set(e, "%s: the tensor table claims %llu names, more than the checkpoint's %lld bytes "
+                  "can hold", dir, (unsigned long long)n, (long long)limit);
+  } else {
+    tt->n = (int)n;
+    tt->names = mt_calloc((size_t)n + 1, MT_NAME_MAX);
+    hid_t mt = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mt, MT_NAME_MAX);
+    if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, tt->names) < 0)
+      mt_err_set(e, "%s: unreadable tensor table (/tensors)", dir);
+    H5Tclose(mt);
+    for (int i = 0; i < tt->n; i++) tt->names[i][MT_NAME_MAX - 1] = '\0';
+  }
+  if (ft >= 0) H5Tclose(ft);
+  if (s >= 0) H5Sclose(s);
+  if (d >= 0) H5Dclose(d);
+  if (e->failed) return -1;
+  /* every tensor's extent in every group, the same in each group */
+  tt->ext = mt_calloc((size_t)tt->n * MT_CKPT_NGROUPS + 1, 2 * sizeof(int64_t));
+  tt->nd = mt_calloc((size_t)tt->n + 1, sizeof(int));
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+    for (int i = 0; i < tt->n; i++) {
+      char path[256];
+      mt_ckpt_dataset_path(path, sizeof path, g, tt->names[i]);
+      int64_t *x = tt->ext[(size_t)g * (size_t)tt->n + (size_t)i];
+      int nd = dataset_extent(file, path, x);
+      if (g == 0) tt->nd[i] = nd;
+      if (nd < 0 || (g > 0 && nd != tt->nd[i])) {
+        mt_err_set(e, "%s: missing tensor %s (or not 1-D or 2-D)", dir, path);
+        return -1;
+      }
+      if (x[0] < 1 || x[1] < 1 || x[0] > limit / 4 / x[1]) {
+        mt_err_set(e, "%s: tensor %s claims %lld x %lld elements, more than the checkpoint's "
+                      "%lld bytes hold", dir, path, (long long)x[0], (long long)x[1],
+                   (long long)limit);
+        return -1;
+      }
+      const int64_t *x0 = tt->ext[i];
+      if (g > 0 && (x[0] != x0[0] || x[1] != x0[1])) {
+        mt_err_set(e, "%s: tensor %s has another shape than /model/%s", dir, path, tt->names[i]);
+        return -1;
+      }
+    }
+  return 0;
+}
+
+void mt_ckpt_tensors_free(mt_ckpt_tensors *tt) {
+  free(tt->names);
+  free(tt->ext);
+  free(tt->nd);
+  memset(tt, 0, sizeof *tt);
+}
+
+int mt_ckpt_read_index(const char *dir, hid_t file, int64_t limit, int64_t **rows, int64_t *n,
+                       mt_err *e) {
+  *rows = NULL;
+  *n = 0;
+  hid_t d = H5Dopen2(file, "index", H5P_DEFAULT);
+  hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+  hsize_t dims[2] = {0, 0};
+  int ok = s >= 0 && H5Sget_simple_extent_ndims(s) == 2 &&
+           H5Sget_simple_extent_dims(s, dims, NULL) == 2 && dims[1] == MT_CKPT_INDEX_COLS;
+  /* each row describes at least one stored element (4 bytes) and is itself
+   * 64 bytes in the file: both bound the rows by the checkpoint's bytes */
+  int64_t max_rows = limit / (int64_t)(MT_CKPT_INDEX_COLS * sizeof(int64_t));
+  if (!ok) {
+    mt_err_set(e, "%s: no readable index (/index, [boxes, %d] int64)", dir, MT_CKPT_INDEX_COLS);
+  } else if (dims[0] == 0) {
+    mt_err_set(e, "%s: the index is empty", dir);
+  } else if ((int64_t)dims[0] > max_rows) {
+    mt_err_set(e, "%s: the index claims %llu boxes, more than the checkpoint's %lld bytes can "
+                  "hold (corrupt index)", dir, (unsigned long long)dims[0], (long long)limit);
+  } else {
+    *rows = mt_malloc((size_t)dims[0] * MT_CKPT_INDEX_COLS * sizeof(int64_t));
+    if (H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, *rows) < 0) {
+      mt_err_set(e, "%s: unreadable index", dir);
+      free(*rows);
+      *rows = NULL;
+    } else {
+      *n = (int64_t)dims[0];
+    }
+  }
+  if (s >= 0) H5Sclose(s);
+  if (d >= 0) H5Dclose(d);
+  return e->failed ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* coverage                                                            */
+
+/* The boxes of one tensor tile it exactly when, taken in (start0, start1)
+ * order, each box finds every column it spans filled up to exactly its first
+ * row ("skyline"); then the columns it spans are filled to its last row. A
+ * lower fill is a hole, a higher one an overlap; at the end every column is
+ * filled to the last row. Columns are cut into segments at every box edge;
+ * a segment tree with range assignment and range min/max makes it
+ * O(n log n) for n boxes. */
+typedef struct {
+  int64_t *mn, *mx, *lazy;
+  int size;
+} skyline;
+
+static void sky_apply(skyline *s, int node, int64_t v) {
+  s->mn[node] = s->mx[node] = s->lazy[node] = v;
+}
+
+static void sky_push(skyline *s, int node) {
+  if (s->lazy[node] >= 0) {
+    sky_apply(s, 2 * node, s->lazy[node]);
+    sky_apply(s, 2 * node + 1, s->lazy[node]);
+    s->lazy[node] = -1;
+  }
+}
+
+static void sky_query(skyline *s, int node, int lo, int hi, int a, int b, int64_t *mn, int64_t *mx) {
+  if (b <= lo || hi <= a) return;
+  if (a <= lo && hi <= b) {
+    if (s->mn[node] < *mn) *mn = s->mn[node];
+    if (s->mx[node] > *mx) *mx = s->mx[node];
+    return;
+  }
+  sky_push(s, node);
+  int mid = (lo + hi) / 2;
+  sky_query(s, 2 * node, lo, mid, a, b, mn, mx);
+  sky_query(s, 2 * node + 1, mid, hi, a, b, mn, mx);
+}
+
+static void sky_assign(skyline *s, int node, int lo, int hi, int a, int b, int64_t v) {
+  if (b <= lo || hi <= a) return;
+  if (a <= lo && hi <= b) {
+    sky_apply(s, node, v);
+    return;
+  }
+  sky_push(s, node);
+  int mid = (lo + hi) / 2;
+  sky_assign(s, 2 * node, lo, mid, a, b, v);
+  sky_assign(s, 2 * node + 1, mid, hi, a, b, v);
+  s->mn[node] = s->mn[2 * node] < s->mn[2 * node + 1] ? s->mn[2 * node] : s->mn[2 * node + 1];
+  s->mx[node] = s->mx[2 * node] > s->mx[2 * node + 1] ? s->mx[2 * node] : s->mx[2 * node + 1];
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static int lower_bound(const int64_t *v, int n, int64_t x) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (v[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* rows of one tensor, sorted by (start0, start1): 0 if they tile [R, C],
+ * else -1 with why filled */
+static int tile_check(const int64_t *const *box, int n, int64_t R, int64_t C, char *why,
+                      size_t why_len) {
+  int64_t *cuts = malloc(((size_t)2 * (size_t)n + 2) * sizeof(int64_t));
+  int k = 0, rc = -1;
+  skyline s = {0};
+  if (!cuts) {
+    snprintf(why, why_len, "out of memory checking coverage");
+    return -1;
+  }
+  cuts[k++] = 0;
+  cuts[k++] = C;
+  for (int i = 0; i < n; i++) {
+    const int64_t *r = box[i];
+    if (r[MT_IX_START0] < 0 || r[MT_IX_START1] < 0 || r[MT_IX_COUNT0] < 1 || r[MT_IX_COUNT1] < 1 ||
+        r[MT_IX_START0] > R - r[MT_IX_COUNT0] || r[MT_IX_START1] > C - r[MT_IX_COUNT1]) {
+      snprintf(why, why_len, "box [%lld:+%lld, %lld:+%lld] lies outside the tensor [%lld, %lld]",
+               (long long)r[MT_IX_START0], (long long)r[MT_IX_COUNT0], (long long)r[MT_IX_START1],
+               (long long)r[MT_IX_COUNT1], (long long)R, (long long)C);
+      goto done;
+    }
+    cuts[k++] = r[MT_IX_START1];
+    cuts[k++] = r[MT_IX_START1] + r[MT_IX_COUNT1];
+  }
+  qsort(cuts, (size_t)k, sizeof *cuts, cmp_i64);
+  int m = 0;
+  for (int i = 0; i < k; i++)
+    if (m == 0 || cuts[i] != cuts[m - 1]) cuts[m++] = cuts[i];
+  int segs = m - 1; /* segment j is columns [cuts[j], cuts[j+1]) */
+  s.size = segs;
+  s.mn = calloc((size_t)4 * (size_t)segs, sizeof(int64_t));
+  s.mx = calloc((size_t)4 * (size_t)segs, sizeof(int64_t));
+  s.lazy = malloc((size_t)4 * (size_t)segs * sizeof(int64_t));
+  if (!s.mn || !s.mx || !s.lazy) {
+    snprintf(why, why_len, "out of memory checking coverage");
+    goto done;
+  }
+  for (int i = 0; i < 4 * segs; i++) s.lazy[i] = -1;
+  for (int i = 0; i < n; i++) {
+    const int64_t *r = box[i];
+    int a = lower_bound(cuts, m, r[MT_IX_START1]);
+    int b = lower_bound(cuts, m, r[MT_IX_START1] + r[MT_IX_COUNT1]);
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
+    sky_query(&s, 1, 0, segs, a, b, &mn, &mx);
+    if (mx > r[MT_IX_START0]) {
+      snprintf(why, why_len, "box [%lld:%lld, %lld:%lld] written by rank %lld overlaps another",
+               (long long)r[MT_IX_START0], (long long)(r[MT_IX_START0] + r[MT_IX_COUNT0]),
+               (long long)r[MT_IX_START1], (long long)(r[MT_IX_START1] + r[MT_IX_COUNT1]),
+               (long long)r[MT_IX_WRITER]);
+      goto done;
+    }
+    if (mn < r[MT_IX_START0]) {
+      snprintf(why, why_len, "rows %lld..%lld of columns %lld..%lld are in no box (a box is "
+                             "missing from the index)",
+               (long long)mn, (long long)r[MT_IX_START0], (long long)r[MT_IX_START1],
+               (long long)(r[MT_IX_START1] + r[MT_IX_COUNT1]));
+      goto done;
+    }
+    sky_assign(&s, 1, 0, segs, a, b, r[MT_IX_START0] + r[MT_IX_COUNT0]);
+  }
+  int64_t mn = INT64_MAX, mx = INT64_MIN;
+  sky_query(&s, 1, 0, segs, 0, segs, &mn, &mx);
+  if (mn < R) {
+    snprintf(why, why_len, "rows from %lld of %lld are not covered by the boxes (a box is "
+                           "missing from the index)", (long long)mn, (long long)R);
+    goto done;
+  }
+  rc = 0;
+done:
+  free(cuts);
+  free(s.mn);
+  free(s.mx);
+  free(s.lazy);
+  return rc;
+}
+
+typedef struct {
+  const int64_t *row;
+} row_ref;
+
+static int cmp_rows(const void *a, const void *b) {
+  const int64_t *x = ((const row_ref *)a)->row, *y = ((const row_ref *)b)->row;
+  static const int key[] = {MT_IX_GROUP, MT_IX_TENSOR, MT_IX_START0, MT_IX_START1};
+  for (int k = 0; k < 4; k++)
+    if (x[key[k]] != y[key[k]]) return x[key[k]] < y[key[k]] ? -1 : 1;
+  return 0;
+}
+
+long mt_ckpt_check_coverage(const int64_t *rows, int64_t n, const mt_ckpt_tensors *tt,
+                            mt_ckpt_report_fn report, void *ctx) {
+  long problems = 0;
+  char path[256], why[300];
+  row_ref *ref = malloc((size_t)(n > 0 ? n : 1) * sizeof *ref);
+  const int64_t **box = malloc((size_t)(n > 0 ? n : 1) * sizeof *box);
+  if (!ref || !box) {
+    report(ctx, "/index", "out of memory checking coverage", NULL);
+    free(ref);
+    free(box);
+    return 1;
+  }
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t *r = rows + i * MT_CKPT_INDEX_COLS;
+    if (r[MT_IX_GROUP] < 0 || r[MT_IX_GROUP] >= MT_CKPT_NGROUPS || r[MT_IX_TENSOR] < 0 ||
+        r[MT_IX_TENSOR] >= tt->n || r[MT_IX_WRITER] < 0 || r[MT_IX_WRITER] > INT32_MAX) {
+      snprintf(why, sizeof why, "row %lld names no tensor or writer (group %lld, tensor %lld, "
+                                "writer %lld)", (long long)i, (long long)r[MT_IX_GROUP],
+               (long long)r[MT_IX_TENSOR], (long long)r[MT_IX_WRITER]);
+      report(ctx, "/index", why, NULL);
+      problems++;
+      continue;
+    }
+    ref[m++].row = r;
+  }
+  qsort(ref, (size_t)m, sizeof *ref, cmp_rows);
+  /* walk every (group, tensor), with or without boxes */
+  int64_t j = 0;
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+    for (int t = 0; t < tt->n; t++) {
+      int64_t j0 = j;
+      while (j < m && ref[j].row[MT_IX_GROUP] == g && ref[j].row[MT_IX_TENSOR] == t) j++;
+      for (int64_t q = j0; q < j; q++) box[q - j0] = ref[q].row;
+      const int64_t *x = tt->ext[(size_t)g * (size_t)tt->n + (size_t)t];
+      mt_ckpt_dataset_path(path, sizeof path, g, tt->names[t]);
+      if (j == j0) {
+        report(ctx, path, "no box in the index covers it (missing from the index)", NULL);
+        problems++;
+      } else if (j - j0 > INT32_MAX / 2 ||
+                 tile_check(box, (int)(j - j0), x[0], x[1], why, sizeof why) != 0) {
+        report(ctx, path, why, NULL);
+        problems++;
+      }
+    }
+  free(ref);
+  free(box);
+  return problems;
+}
+
+/* ------------------------------------------------------------------ */
+/* data                                                                */
+
+long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckpt_tensors *tt,
+                        int rank, int size, size_t chunk_bytes, mt_ckpt_report_fn report,
+                        void *ctx, double *bytes_checked) {
+  long problems = 0;
+  size_t cap = chunk_bytes / sizeof(float);
+  if (cap < 1) cap = 1;
+  float *buf = malloc(cap * sizeof(float));
+  if (!buf) {
+    report(ctx, "/index", "out of memory checking data", NULL);
+    return 1;
+  }
+  char path[256] = "";
+  hid_t ds = -1;
+  int64_t open_g = -1, open_t = -1;
+  mt_err open_err = {0}; /* why the dataset open failed (the HDF5 stack is gone later) */
+  for (int64_t i = rank; i < n; i += size) {
+    const int64_t *r = rows + i * MT_CKPT_INDEX_COLS;
+    int64_t g = r[MT_IX_GROUP], t = r[MT_IX_TENSOR];
+    if (g < 0 || g >= MT_CKPT_NGROUPS || t < 0 || t >= tt->n) continue; /* coverage reports it */
+    if (g != open_g || t != open_t) {
+      if (ds >= 0) H5Dclose(ds);
+      mt_ckpt_dataset_path(path, sizeof path, (int)g, tt->names[t]);
+      ds = H5Dopen2(file, path, H5P_DEFAULT);
+      memset(&open_err, 0, sizeof open_err);
+      if (ds < 0) mt_ckpt_err_h5(&open_err, "unreadable data on rank %d", rank);
+      open_g = g;
+      open_t = t;
+    }
+    const int64_t *x = tt->ext[(size_t)g * (size_t)tt->n + (size_t)t];
+    if (r[MT_IX_START0] < 0 || r[MT_IX_START1] < 0 || r[MT_IX_COUNT0] < 1 || r[MT_IX_COUNT1] < 1 ||
+        r[MT_IX_START0] > x[0] - r[MT_IX_COUNT0] || r[MT_IX_START1] > x[1] - r[MT_IX_COUNT1])
+      continue; /* outside the tensor: coverage reports it */
+    /* the box's rows in chunks of at most chunk_bytes, hashed as one stream */
+    XXH64_state_t hs;
+    XXH64_reset(&hs, 0);
+    int64_t per = (int64_t)(cap / (size_t)r[MT_IX_COUNT1]);
+    int bad_read = ds < 0, wide = per < 1;
+    long long nonfinite = 0;
+    mt_err why = open_err; /* the cause of a failed read */
+    for (int64_t r0 = 0; r0 < r[MT_IX_COUNT0] && !bad_read; r0 += wide ? 1 : per) {
+      int64_t nr = wide ? 1 : (r[MT_IX_COUNT0] - r0 < per ? r[MT_IX_COUNT0] - r0 : per);
+      for (int64_t c0 = 0; c0 < r[MT_IX_COUNT1] && !bad_read; c0 += (int64_t)cap) {
+        /* a row wider than the chunk is read in pieces (wide), else nr whole rows */
+        int64_t nc = wide ? (r[MT_IX_COUNT1] - c0 < (int64_t)cap ? r[MT_IX_COUNT1] - c0 : (int64_t)cap)
+                          : r[MT_IX_COUNT1];
+        mt_ckpt_box b = {{r[MT_IX_START0] + r0, r[MT_IX_START1] + c0}, {nr, nc}, 0, 0};
+        mt_ckpt_boxes one = {&b, 1, 1};
+        size_t cnt = (size_t)(nr * nc);
+        hid_t ms = mt_ckpt_mem_space(cnt), fs = H5Dget_space(ds);
+        int fault = 0;
+        bad_read = fs < 0 || ms < 0 || mt_ckpt_select_boxes(fs, &one) != 0 ||
+                   H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0;
+        if (bad_read) mt_ckpt_err_h5(&why, "unreadable data on rank %d", rank);
+        else if ((fault = mt_ckpt_fault("read")) != 0)
+          mt_ckpt_err_sys(&why, fault, "unreadable data on rank %d", rank);
+        bad_read |= fault != 0;
+        if (fs >= 0) H5Sclose(fs);
+        if (ms >= 0) H5Sclose(ms);
+        if (bad_read) break;
+        XXH64_update(&hs, buf, cnt * sizeof(float));
+        nonfinite += (long long)mt_ckpt_count_nonfinite(buf, cnt);
+        if (!wide) break;
+      }
+    }
+    uint64_t h = XXH64_digest(&hs), want;
+    memcpy(&want, &r[MT_IX_XXH64], sizeof want);
+    if (bad_read) {
+      report(ctx, path, why.msg, r);
+      problems++;
+    } else if (h != want) {
+      report(ctx, path, "checksum mismatch", r);
+      problems++;
+    } else if (nonfinite) {
+      report(ctx, path, "NaN or Inf values", r);
+      problems++;
+    }
+    if (bytes_checked) *bytes_checked += 4.0 * (double)(r[MT_IX_COUNT0] * r[MT_IX_COUNT1]);
+  }
+  if (ds >= 0) H5Dclose(ds);
+  free(buf);
+  return problems;
+}
+
+/* ------------------------------------------------------------------ */
+/* shard files                                                         */
+
+long mt_ckpt_check_shard_files(const char *dir, const int64_t *rows, int64_t n,
+                               mt_ckpt_report_fn report, void *ctx) {
+  /* distinct writers, in order */
+  int64_t *w = malloc((size_t)(n > 0 ? n : 1) * sizeof *w);
+  if (!w) {
+    report(ctx, "/index", "out of memory checking shard files", NULL);
+    return 1;
+  }
+  for (int64_t i = 0; i < n; i++) w[i] = rows[i * MT_CKPT_INDEX_COLS + MT_IX_WRITER];
+  qsort(w, (size_t)n, sizeof *w, cmp_i64);
+  long problems = 0;
+  char shard[1200], name[64], why[200];
+  for (int64_t i = 0; i < n; i++) {
+    if (i > 0 && w[i] == w[i - 1]) continue;
+    snprintf(name, sizeof name, "shard-%05lld.h5", (long long)w[i]);
+    snprintf(shard, sizeof shard, "%s/%s", dir, name);
+    if (mt_ckpt_file_size(shard) < 0) {
+      snprintf(why, sizeof why, "shard file %s of writer rank %lld is missing", name,
+               (long long)w[i]);
+      report(ctx, dir, why, NULL);
+      problems++;
+    } else if (H5Fis_hdf5(shard) <= 0) {
+      snprintf(why, sizeof why, "%s is not an HDF5 file", name);
+      report(ctx, dir, why, NULL);
+      problems++;
+    }
+  }
+  free(w);
+  return problems;
+}

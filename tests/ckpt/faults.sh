@@ -1,0 +1,129 @@
+# faults.sh MODE RANKS (MODE: shared, per-writer or async): the save of step 8
+# fails on one rank only (a full disk, a file that cannot be created) or in
+# rank 0's directory (read-only), through the fault switch MT_CKPT_FAULT; and
+# on a real full disk (a small tmpfs) where this test may mount one. Each
+# time: one error line naming the file and the cause, every rank exits with
+# 3 within seconds of the error (no hang), step_4 stays the newest complete
+# checkpoint, verifies, and a rerun resumes from it and finishes. Loading
+# that fails on one rank (open, read) ends the same way, with exit code 2.
+MT_SUFFIX=$1-$2
+# as root with mount allowed, run in a private mount namespace: the tmpfs
+# then goes away with the test, whatever happens to it
+if [ -z "${MT_FAULTS_NS:-}" ] && [ "$(id -u)" = 0 ] &&
+   unshare -m --propagation private true 2>/dev/null; then
+  MT_FAULTS_NS=1 exec unshare -m --propagation private bash "$0" "$@"
+fi
+MODE=$1
+NP=$2
+source "$(dirname "$0")/common_ckpt.sh"
+case $MODE in
+  shared) M=(--set ckpt.mode=shared) ;;
+  per-writer) M=(--set ckpt.mode=per-writer) ;;
+  async) M=(--set ckpt.mode=per-writer --set ckpt.async=true) ;;
+  *) fail "unknown mode $MODE" ;;
+esac
+LAST=$((NP - 1))
+# steps 4 and 8 are periodic saves (asynchronous in async mode); 12 is the end
+S=(--set train.steps=12 --set ckpt.every=4 --set ckpt.keep=0 --set parallel.dp="$NP"
+   --set train.micro_batch=$((8 / NP)) "${M[@]}")
+
+# failing NAME OUT REGEX [VAR=VALUE...]: a run whose save of step 8 fails.
+# Every rank's exit code and exit time go to NAME.exits; mpirun is asked not
+# to kill the other ranks when the first one exits, so each must exit by itself.
+failing() {
+  local name=$1 out=$2 re=$3; shift 3
+  rm -f "$WORK/$name.exits" "$WORK/$name.stamp"
+  set +e
+  env OMPI_MCA_orte_abort_on_non_zero_status=0 "$@" timeout --kill-after=10 120 "$MT_MPIEXEC" --oversubscribe -n "$NP" \
+    sh -c '"$0" "$@"; rc=$?; echo "$rc $(date +%s.%N)" >> "$MT_EXITS"; exit $rc' \
+    "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set output.dir="$out" \
+    > "$WORK/$name.out" 2> "$WORK/$name.err"
+  local rc=$?
+  set -e
+  cat "$WORK/$name.out" "$WORK/$name.err" > "$WORK/$name.log"
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$WORK/$name.log"; fail "$name: hung (rc $rc)"; }
+  # every rank exited, with 3 (mpirun itself then says 0: it was told not to abort)
+  [ "$(awk '$1 == 3' "$WORK/$name.exits" | wc -l)" -eq "$NP" ] \
+    || { cat "$WORK/$name.exits"; fail "$name: not every rank exited with 3"; }
+  [ "$(grep -c "^meshtrain: error:" "$WORK/$name.log")" -eq 1 ] &&
+    [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] \
+    || { cat "$WORK/$name.log"; fail "$name: want exactly one error line"; }
+  grep "^meshtrain: error:" "$WORK/$name.log" | grep -Eq -- "$re" \
+    || { cat "$WORK/$name.log"; fail "$name: the error does not match /$re/"; }
+  ! grep -Eqi "fatal|segmentation|signal|\(HDF5 error\)" "$WORK/$name.log" \
+    || { cat "$WORK/$name.log"; fail "$name: a crash or a bare HDF5 error"; }
+  # the fault switch stamps when it fired: every rank is out soon after
+  if [ -f "$WORK/$name.stamp" ]; then
+    local lag; lag=$(awk 'NR == FNR { t = $2; next } { if ($2 - t > m) m = $2 - t } END { printf "%.2f", m }' \
+      "$WORK/$name.stamp" "$WORK/$name.exits")
+    awk -v l="$lag" 'BEGIN { exit !(l < 15) }' || fail "$name: the last rank exited $lag s after the error"
+    echo "ok   $name: every rank exited with 3, $lag s after the error"
+  fi
+  # step_4 is the newest complete checkpoint; nothing of step 8 is left
+  local ck="$out/checkpoints"
+  [ -f "$ck/step_4/MANIFEST.json" ] || fail "$name: step_4 lost"
+  [ ! -e "$ck/step_8" ] || fail "$name: a step_8 appeared"
+  [ "$(cat "$ck/latest")" = step_4 ] || fail "$name: latest is $(cat "$ck/latest")"
+  ! ls -d "$ck"/*.tmp-* "$ck"/.ballast* 2>/dev/null || fail "$name: leftovers of the failed save"
+  echo "ok   $name: $(grep '^meshtrain: error:' "$WORK/$name.log")"
+}
+
+# a full disk on the last rank only
+failing disk_full "$WORK/disk_full" \
+  "checkpoint step 8: rank $LAST cannot write .*: No space left on device" \
+  MT_EXITS="$WORK/disk_full.exits" \
+  MT_CKPT_FAULT="rank=$LAST,op=write,errno=ENOSPC,step=8,stamp=$WORK/disk_full.stamp"
+# the last rank cannot create or open its file
+failing no_create "$WORK/no_create" "rank $LAST cannot write .*: Permission denied" \
+  MT_EXITS="$WORK/no_create.exits" \
+  MT_CKPT_FAULT="rank=$LAST,op=create,errno=EACCES,step=8,stamp=$WORK/no_create.stamp"
+# the checkpoints directory has become read-only
+failing read_only "$WORK/read_only" "rank 0 cannot create .*step_8\.tmp-.*: Read-only file system" \
+  MT_EXITS="$WORK/read_only.exits" \
+  MT_CKPT_FAULT="rank=0,op=create,errno=EROFS,step=8,stamp=$WORK/read_only.stamp"
+# a real full disk: a tmpfs that holds step_4 but not step_8 as well
+mkdir -p "$WORK/tmpfs"
+if mount -t tmpfs -o size=800k tmpfs "$WORK/tmpfs" 2>/dev/null; then
+  failing tmpfs_full "$WORK/tmpfs/run" "checkpoint step 8: rank [0-9]+ cannot .*: No space left on device" \
+    MT_EXITS="$WORK/tmpfs_full.exits"
+  umount "$WORK/tmpfs" 2>/dev/null || true
+else
+  echo "skip tmpfs_full: cannot mount a tmpfs here (the fault switch stands in for it above)"
+fi
+
+# loading fails on one rank (it cannot open the file; a read fails): one
+# line, every rank exits by itself with 2, nothing hangs (a parallel open that
+# fails on one rank would leave the others waiting inside HDF5)
+# failing_load NAME REGEX FAULT [meshtrain args]
+failing_load() {
+  local name=$1 re=$2 fault=$3; shift 3
+  rm -f "$WORK/$name.exits"
+  set +e
+  OMPI_MCA_orte_abort_on_non_zero_status=0 MT_EXITS="$WORK/$name.exits" MT_CKPT_FAULT="$fault" \
+    timeout --kill-after=10 120 "$MT_MPIEXEC" --oversubscribe -n "$NP" \
+    sh -c '"$0" "$@"; rc=$?; echo "$rc $(date +%s.%N)" >> "$MT_EXITS"; exit $rc' \
+    "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.resume=auto \
+    --set output.dir="$WORK/disk_full" "$@" > "$WORK/$name.log" 2>&1
+  local rc=$?
+  set -e
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$WORK/$name.log"; fail "$name: hung"; }
+  [ "$(awk '$1 == 2' "$WORK/$name.exits" | wc -l)" -eq "$NP" ] \
+    || { cat "$WORK/$name.log" "$WORK/$name.exits"; fail "$name: not every rank exited with 2"; }
+  [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] && grep "^meshtrain: error:" "$WORK/$name.log" | grep -Eq -- "$re" \
+    || { cat "$WORK/$name.log"; fail "$name: want one error line matching /$re/"; }
+  echo "ok   $name: $(grep '^meshtrain: error:' "$WORK/$name.log")"
+}
+failing_load load_open "rank $LAST cannot open .*: Permission denied" "rank=$LAST,op=open,errno=EACCES"
+failing_load load_read "unreadable data on rank $LAST: Input/output error" "rank=$LAST,op=read,errno=EIO"
+failing_load load_read_noverify "rank $LAST cannot read .*: Input/output error" \
+  "rank=$LAST,op=read,errno=EIO" --set ckpt.verify_on_load=false
+
+# the previous checkpoint verifies and resumes
+mt_mpirun 2 "$MT_BIN/meshckpt" verify "$WORK/disk_full/checkpoints/step_4" > "$WORK/verify.log" \
+  || { cat "$WORK/verify.log"; fail "step_4 does not verify"; }
+train resume "$NP" "${S[@]}" --set train.resume=auto --set output.dir="$WORK/disk_full"
+grep -q "resumed from .*step_4 " "$WORK/resume.log" || { cat "$WORK/resume.log"; fail "did not resume from step_4"; }
+[ "$(cat "$WORK/disk_full/checkpoints/latest")" = step_12 ] || fail "the resumed run did not finish"
+mt_mpirun 2 "$MT_BIN/meshckpt" verify "$WORK/disk_full/checkpoints/step_12" > "$WORK/verify12.log" \
+  || { cat "$WORK/verify12.log"; fail "step_12 does not verify"; }
+echo PASS
