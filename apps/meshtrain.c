@@ -88,52 +88,19 @@ static void parse_args(int argc, char **argv, args *a, mt_err *e) {
     mt_err_set(e, "--check needs --ranks N (the world size to check for)");
 }
 
-/* --check and --plan: no MPI; one line on error, exit 2 */
-static int offline(const args *a, mt_config *cfg, mt_err *e) {
-  if (!e->failed && a->check) {
-    /* every check a launch on N ranks makes before its first collective;
-     * not data files, memory or checkpoints (they belong to the machine and
-     * the moment the job starts) */
-    mt_train_layout lay;
-    if (mt_train_validate(cfg, a->ranks, &lay, e) == 0)
-      printf("%s: check: OK for %d ranks: model %s (%zu parameters), mesh pp=%d dp=%d cp=%d "
-             "tp=%d, zero %d, global batch %d, %d steps\n",
-             PROG, a->ranks, cfg->model_preset, mt_model_num_params(&lay.shape), cfg->pp,
-             cfg->dp, cfg->cp, cfg->tp, cfg->zero, cfg->global_batch, cfg->steps);
-    mt_train_layout_free(&lay);
-  }
-  if (!e->failed && a->plan) {
-    mt_plan p;
-    if (mt_plan_build(cfg, a->ranks, &p, e) == 0) {
-      mt_plan_print(&p, cfg, stdout);
-      if (a->plan_json) {
-        FILE *f = fopen(a->plan_json, "w");
-        if (!f) mt_err_set(e, "--plan-json: cannot write '%s'", a->plan_json);
-        else {
-          mt_plan_write_json(&p, cfg, f);
-          fclose(f);
-        }
-      }
-      mt_plan_free(&p);
-    }
-  }
-  if (e->failed) {
-    fprintf(stderr, "%s: error: %s\n", PROG, e->msg);
-    return MT_EXIT_BADINPUT;
-  }
-  return MT_EXIT_OK;
-}
-
 int main(int argc, char **argv) {
   mt_err err = {0};
   args a;
   parse_args(argc, argv, &a, &err);
   mt_config cfg;
-  if (a.check || a.plan) {
+  if (a.check || a.plan) { /* no MPI: one line on error, exit 2 */
     mt_log_init(0);
     if (!err.failed) mt_config_load(&cfg, a.ini, a.n_over, a.over, &err);
     free(a.over);
-    return offline(&a, &cfg, &err);
+    if (!err.failed && a.check) mt_train_check_report(&cfg, a.ranks, stdout, &err);
+    if (!err.failed && a.plan) mt_plan_report(&cfg, a.ranks, a.plan_json, stdout, &err);
+    if (err.failed) fprintf(stderr, "%s: error: %s\n", PROG, err.msg);
+    return err.failed ? MT_EXIT_BADINPUT : MT_EXIT_OK;
   }
   /* a stop signal from the start on only sets a flag (the run agrees on it
    * and exits 75 without losing anything) */
@@ -153,23 +120,8 @@ int main(int argc, char **argv) {
   }
   if (!err.failed) mt_config_load(&cfg, a.ini, a.n_over, a.over, &err);
   free(a.over);
-  if (!err.failed && cfg.print_schedule) {
-    /* the configured schedule of every pp rank, and its simulated bubble */
-    mt_train_layout lay; /* on one process: the mesh as configured */
-    if (mt_train_validate(&cfg, 0, &lay, &err) == 0) {
-      mt_pp_schedule s;
-      mt_pp_sim sim;
-      char msg[256];
-      mt_pp_schedule_build(&s, (mt_pp_sched)mt_pp_sched_parse(cfg.pp_schedule), cfg.pp,
-                           lay.accum, cfg.virtual_stages);
-      mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, msg, sizeof msg);
-      if (world_rank == 0) {
-        for (int r = 0; r < cfg.pp; r++) mt_pp_schedule_print(&s, r, stdout);
-        printf("# simulated bubble (F = 1, B = 2 per stage) %.4f\n", sim.bubble);
-      }
-      mt_pp_schedule_free(&s);
-      mt_train_layout_free(&lay);
-    }
+  if (!err.failed && cfg.print_schedule) { /* every pp rank's op list, on one process */
+    mt_train_print_schedule(&cfg, world_rank == 0 ? stdout : NULL, &err);
     mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
     MPI_Finalize();
     return 0;

@@ -88,6 +88,16 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f);
 void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f);
 double mt_plan_rank_total(const mt_plan_rank *r);
 
+/* What meshtrain prints without training (no MPI): one OK line for a
+ * configuration valid on `ranks` ranks; the plan table (and every rank as
+ * JSON into json_path unless NULL); every pp rank's schedule and its
+ * simulated bubble (out NULL: print nothing, e.g. on ranks other than 0).
+ * Return 0, or -1 with e set. */
+int mt_train_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e);
+int mt_plan_report(const mt_config *cfg, int ranks, const char *json_path, FILE *out,
+                   mt_err *e);
+int mt_train_print_schedule(const mt_config *cfg, FILE *out, mt_err *e);
+
 /* ------------------------------------------------------------------ */
 /* the run                                                             */
 
