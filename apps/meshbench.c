@@ -793,6 +793,9 @@ static int bench_ckpt(int argc, char **argv) {
   return rc;
 }
 
+/* in bench_stream.c */
+int mt_bench_stream(int argc, char **argv);
+
 static const bench_command g_commands[] = {
     {"gemm", bench_gemm, "cblas_sgemm GFLOP/s at the shapes of one GPT training step"},
     {"info", bench_info, "the BLAS kernels and thread count this process uses"},
@@ -803,6 +806,7 @@ static const bench_command g_commands[] = {
     {"sendrecv", bench_collectives, "ring send/recv (p2p) time, algbw, busbw, #wrong by size"},
     {"collectives", bench_collectives, "all five collectives above, one after another"},
     {"ckpt", bench_ckpt, "checkpoint save/load GB/s (both modes) against raw POSIX I/O"},
+    {"stream", mt_bench_stream, "memory bandwidth of elementwise work (triad) on this rank"},
 };
 #define N_COMMANDS ((int)(sizeof g_commands / sizeof g_commands[0]))
 

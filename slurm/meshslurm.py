@@ -119,17 +119,40 @@ def parse_assignment(text, what):
     return k, v.strip()
 
 
+# layout keys beyond the mesh axes (meshplan's sweeps): key -> (meshtrain key, kind)
+LAYOUT_SETTINGS = {
+    "zero": ("parallel.zero", "int"), "mb": ("train.micro_batch", "int"),
+    "sp": ("parallel.sp", "bool"), "recompute": ("train.recompute", "bool"),
+    "schedule": ("parallel.schedule", "word"), "v": ("parallel.virtual_stages", "int"),
+}
+
+
 def parse_layout(text, ranks):
-    """'auto' or 'tp=2,pp=2[,cp=1][,dp=N]' -> dict(dp,tp,pp,cp) for `ranks` ranks."""
+    """'auto' or 'tp=2,pp=2[,cp=1][,dp=N][,zero=1,mb=4,sp=1,recompute=0,schedule=1f1b,v=1]'
+    -> dict(dp,tp,pp,cp, settings=[meshtrain --set ...]) for `ranks` ranks."""
     lay = {"dp": 0, "tp": 1, "pp": 1, "cp": 1}
+    settings = []
     t = str(text).strip()
     if t not in ("", "auto"):
         for part in re.split(r"[,\s]+", t):
             if not part:
                 continue
             k, v = parse_assignment(part, "layout '%s'" % text)
+            if k in LAYOUT_SETTINGS:
+                key, kind = LAYOUT_SETTINGS[k]
+                if kind == "int" and not re.fullmatch(r"\d+", v):
+                    raise BadInput("layout '%s': %s must be an integer" % (text, k))
+                if kind == "bool":
+                    if v not in ("0", "1", "true", "false"):
+                        raise BadInput("layout '%s': %s must be 0 or 1" % (text, k))
+                    v = "true" if v in ("1", "true") else "false"
+                if kind == "word" and not re.fullmatch(r"[a-z0-9-]+", v):
+                    raise BadInput("layout '%s': %s = '%s' is not a name" % (text, k, v))
+                settings.append((k, key, v))
+                continue
             if k not in lay:
-                raise BadInput("layout '%s': unknown axis '%s' (dp, tp, pp, cp)" % (text, k))
+                raise BadInput("layout '%s': unknown key '%s' (dp, tp, pp, cp, %s)"
+                               % (text, k, ", ".join(LAYOUT_SETTINGS)))
             if not re.fullmatch(r"\d+", v) or int(v) <= 0:
                 raise BadInput("layout '%s': %s must be a positive integer" % (text, k))
             lay[k] = int(v)
@@ -141,11 +164,15 @@ def parse_layout(text, ranks):
     if lay["dp"] * inner != ranks:
         raise BadInput("layout '%s': dp*tp*pp*cp = %d but the job has %d ranks"
                        % (text, lay["dp"] * inner, ranks))
+    lay["settings"] = settings
     return lay
 
 
 def layout_name(lay):
-    return "dp%d-tp%d-pp%d-cp%d" % (lay["dp"], lay["tp"], lay["pp"], lay["cp"])
+    name = "dp%d-tp%d-pp%d-cp%d" % (lay["dp"], lay["tp"], lay["pp"], lay["cp"])
+    for k, _, v in lay.get("settings", []):
+        name += "-%s%s" % (k, {"true": "1", "false": "0"}.get(v, v))
+    return name
 
 
 # ---------------------------------------------------------------------------
@@ -624,11 +651,15 @@ def train_sets(run_dir, lay, hw, user_sets):
     sets = ["output.dir=%s" % run_dir]
     for axis in ("dp", "tp", "pp", "cp"):
         sets.append("parallel.%s=%d" % (axis, lay[axis]))
+    layout_keys = set()
+    for _, key, v in lay.get("settings", []):
+        sets.append("%s=%s" % (key, v))
+        layout_keys.add(key)
     if "metrics.hw" not in keys and hw:
         sets.append("metrics.hw=%s" % hw)
     for s in user_sets:
         k, _ = parse_assignment(s, "--set")
-        if k in ("output.dir",) or k.startswith("parallel.") and k[9:] in lay:
+        if k in ("output.dir",) or k.startswith("parallel.") and k[9:] in lay or k in layout_keys:
             raise BadInput("--set %s: set by the generator (use --run-dir / --layout)" % k)
         if not re.fullmatch(r"[a-z_]+\.[a-z_0-9]+", k):
             raise BadInput("--set %s: expected section.key=value" % s)

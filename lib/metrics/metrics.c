@@ -21,6 +21,7 @@ typedef struct {
 
 static int hw_handler(void *user, const char *section, const char *name, const char *value) {
   hw_parse *p = user;
+  if (strcmp(section, "cost") == 0) return 1; /* the cost model's (lib/train) */
   if (strcmp(section, "hw") != 0) {
     snprintf(p->bad, sizeof p->bad, "unknown section [%s]", section);
     return 0;
@@ -55,7 +56,7 @@ static int hw_handler(void *user, const char *section, const char *name, const c
 /* A profile name is looked up in inputs/hw/ under the working directory, then
  * beside the executable (build/bin/../../inputs/hw, bin/../share/meshtrain/hw)
  * and in the source tree the program was built from; a path is taken as is. */
-static FILE *open_profile(const char *name_or_path, char *path, size_t len) {
+FILE *mt_hw_profile_open(const char *name_or_path, char *path, size_t len) {
   if (strchr(name_or_path, '/') || strstr(name_or_path, ".ini")) {
     snprintf(path, len, "%s", name_or_path);
     return fopen(path, "r");
@@ -87,7 +88,7 @@ int mt_hw_profile_load(mt_hw_profile *hw, const char *name_or_path, mt_err *e) {
   memset(hw, 0, sizeof *hw);
   hw->ranks_per_node = 1;
   char path[MT_CFG_STR_MAX + 1200];
-  FILE *f = open_profile(name_or_path, path, sizeof path);
+  FILE *f = mt_hw_profile_open(name_or_path, path, sizeof path);
   if (!f) {
     mt_err_set(e, "metrics.hw: cannot open hardware profile '%s' (looked for %s and beside "
                "the executable)", name_or_path, path);

@@ -23,8 +23,13 @@ typedef struct {
   int ranks_per_node;
 } mt_hw_profile;
 
-/* name: a profile in <root>/inputs/hw/<name>.ini, or a path to an INI file. */
+/* name: a profile in <root>/inputs/hw/<name>.ini, or a path to an INI file.
+ * Reads the [hw] section (a [cost] section is the cost model's). */
 int mt_hw_profile_load(mt_hw_profile *hw, const char *name_or_path, mt_err *e);
+/* The profile's file opened for reading (NULL if none), its path in path:
+ * inputs/hw/<name>.ini under the working directory, beside the executable,
+ * or in the source tree; a name with '/' or ".ini" is a path. */
+FILE *mt_hw_profile_open(const char *name_or_path, char *path, size_t len);
 
 typedef struct {
   int step, steps;

@@ -69,6 +69,22 @@ static double dp_state_bytes(const mt_registry *r, int accum) {
   return b;
 }
 
+int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int tp_rank,
+                  mt_gpt *m, mt_err *e) {
+  mt_group tp_group; /* only its size and rank: no MPI */
+  memset(&tp_group, 0, sizeof tp_group);
+  tp_group.size = cfg->tp;
+  tp_group.rank = tp_rank;
+  mt_gpt_parallel par = {&tp_group, cfg->sp, cfg->recompute,
+                         cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1, NULL, 0, 0, 1};
+  if (cfg->pp > 1) {
+    par.stage_of_layer = lay->stage_of_layer;
+    par.pp_rank = pp_rank;
+    par.pp_last = cfg->pp - 1;
+  }
+  return mt_gpt_create_plan(m, &lay->shape, mt_ops_cpu(), cfg->micro_batch, &par, e);
+}
+
 int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
                        int tp_rank, mt_plan_rank *out, mt_err *e) {
   memset(out, 0, sizeof *out);
@@ -79,19 +95,8 @@ int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_
   const mt_model_shape *s = &lay->shape;
   const int pp = cfg->pp, accum = lay->accum, B = cfg->micro_batch;
   /* the model as this rank would create it, allocating nothing */
-  mt_group tp_group;
-  memset(&tp_group, 0, sizeof tp_group);
-  tp_group.size = cfg->tp;
-  tp_group.rank = tp_rank;
-  mt_gpt_parallel par = {&tp_group, cfg->sp, cfg->recompute,
-                         pp > 1 && lay->sched == MT_SCHED_ZBH1, NULL, 0, 0, 1};
-  if (pp > 1) {
-    par.stage_of_layer = lay->stage_of_layer;
-    par.pp_rank = pp_rank;
-    par.pp_last = pp - 1;
-  }
   mt_gpt m;
-  if (mt_gpt_create_plan(&m, s, mt_ops_cpu(), B, &par, e) != 0) return -1;
+  if (mt_plan_model(cfg, lay, pp_rank, tp_rank, &m, e) != 0) return -1;
   mt_registry *r = &m.reg;
   mt_registry_shard_dp(r, cfg->dp, dp_rank, cfg->zero, (size_t)(cfg->bucket_mb * 1048576.0));
   const double n = (double)r->numel_local, shard = (double)r->shard_numel;
@@ -142,6 +147,8 @@ int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_
   mt_pp_schedule_free(&sched);
   /* the dp traffic of gradients and parameters alone, as summary.json states it */
   out->dp_state_bytes = dp_state;
+  out->n_buckets = r->n_buckets;
+  out->layers = layers;
   mt_gpt_destroy(&m);
   return 0;
 }

@@ -66,6 +66,8 @@ typedef struct {
   double dp_bytes, tp_bytes, pp_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
+  int n_buckets;         /* dp buckets (reductions per step) */
+  int layers;            /* blocks on this rank (all its chunks) */
 } mt_plan_rank;
 
 typedef struct {
@@ -81,6 +83,11 @@ int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e);
 int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
                        int tp_rank, mt_plan_rank *out, mt_err *e);
 void mt_plan_free(mt_plan *p);
+/* The model as pipeline rank pp_rank, tp rank tp_rank of cfg's mesh would
+ * create it, allocating nothing (mt_gpt_create_plan; free with
+ * mt_gpt_destroy). */
+int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int tp_rank,
+                  mt_gpt *m, mt_err *e);
 /* The table meshtrain --plan prints: per pipeline stage, memory by category
  * and bytes per group per step (the largest rank of the stage). */
 void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f);
@@ -97,6 +104,90 @@ int mt_train_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e)
 int mt_plan_report(const mt_config *cfg, int ranks, const char *json_path, FILE *out,
                    mt_err *e);
 int mt_train_print_schedule(const mt_config *cfg, FILE *out, mt_err *e);
+
+/* ------------------------------------------------------------------ */
+/* the cost model: a layout's step time on a machine (cost.c, meshplan) */
+
+#define MT_COST_MAX_GEMM 32
+
+/* A hardware profile's [cost] section (inputs/hw/<name>.ini), per device
+ * (= rank): what the cost model needs to price a layout. */
+typedef struct {
+  char name[128];
+  int devices_per_node;
+  double mem_bytes;          /* memory per device (mem_gib) */
+  double peak_gflops;        /* dense peak of the precision trained in, for MFU */
+  /* achievable matmul GFLOP/s by FLOPs per call (gemm = "flops:gflops ...",
+   * increasing flops; log-log interpolation between the points) */
+  int n_gemm;
+  double gemm_flops[MT_COST_MAX_GEMM], gemm_gflops[MT_COST_MAX_GEMM];
+  double elementwise_gbs;    /* memory bandwidth for elementwise work, GB/s */
+  double intra_gbs, intra_us; /* collective bus bandwidth per rank and latency inside a node */
+  double inter_gbs, inter_us; /* ... across nodes */
+  double overlap;            /* share of a backward that dp communication may hide behind */
+} mt_cost_profile;
+
+/* Loads the [cost] section; a missing or bad key is one line naming it. */
+int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e);
+/* A profile file (an [hw] and a [cost] section) that loads back to p. */
+void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f);
+double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops);
+
+typedef struct {
+  int world, fits;
+  double step_s;             /* predicted step time, and its parts: */
+  double compute_s;          /*   matmuls and elementwise work of every micro-batch */
+  double tp_s;               /*   tensor-parallel collectives */
+  double pp_bubble_s;        /*   the schedule's idle time */
+  double pp_p2p_s;           /*   pipeline messages */
+  double dp_total_s, dp_exposed_s; /* dp collectives, and what backward does not hide */
+  double optim_s;            /*   AdamW */
+  double tokens_per_s, mfu, model_flops;
+  /* the plan's figures, the largest rank's of any stage */
+  double mem_bytes, mem[MT_MEM_NCAT];
+  double dp_bytes, tp_bytes, pp_bytes;
+} mt_cost;
+
+/* The predicted step of cfg's layout on profile p. Returns 0, or -1 with e
+ * set (the configuration's validation errors). */
+int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *out, mt_err *e);
+
+/* What a calibration reads: meshbench JSON lines of gemm (at the shapes of
+ * the ranks' threads), of a collective (allreduce, 2 or more ranks; rows with
+ * nodes > 1 give the network, the others the inside of a node) and of
+ * stream; and what meshbench cannot measure. */
+typedef struct {
+  const char *name, *gemm_json, *coll_json, *stream_json;
+  int devices_per_node;      /* 0: the collective rows' ranks per node */
+  double mem_gib;            /* memory per device */
+  double peak_gflops;        /* 0: the fastest matmul measured */
+  double overlap;            /* share of a backward dp communication hides behind */
+} mt_calibration_input;
+int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err *e);
+
+/* Every layout of base's model and batch on `nodes` nodes of p, priced and
+ * sorted (those that fit first, fastest first). */
+typedef struct {
+  int tp, pp, dp, cp, zero, micro_batch, sp, recompute, virtual_stages;
+  char schedule[MT_CFG_STR_MAX];
+  mt_cost cost;
+} mt_search_row;
+
+typedef struct {
+  mt_search_row *r;
+  int n, cap;
+  int tried, valid, fitting;
+  double smallest_mem;       /* bytes per device of the leanest valid layout */
+  double seconds;            /* time the search took */
+} mt_search;
+
+/* Returns 0, or -1 with one line in e: no valid layout, or none fits (how
+ * much memory the leanest needs and how short the profile is). */
+int mt_search_layouts(const mt_config *base, const mt_cost_profile *p, int nodes, mt_search *s,
+                      mt_err *e);
+void mt_search_free(mt_search *s);
+/* the row as a campaign layout: "tp=..,pp=..,cp=..,dp=..,zero=..,mb=..,..." */
+void mt_search_layout_text(const mt_search_row *r, char *buf, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* the run                                                             */

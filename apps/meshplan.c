@@ -1,0 +1,248 @@
+/* meshplan: plan a scaling campaign before spending the allocation.
+ *
+ *   meshplan CONFIG.ini [--set k=v ...] --hw PROFILE --nodes N [--top K]
+ *            [--json FILE] [--emit-sweep FILE.ini [--system NAME]]
+ *   meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME
+ *            [--devices-per-node N] [--mem-gib X] [--peak-gflops X] [--overlap X] --out FILE
+ *
+ * Enumerates the layouts of the model and batch on N nodes, prices each with
+ * the cost model (lib/train/cost.c: memory and bytes from meshtrain --plan's
+ * code, times from the profile) and prints them ranked; the sweep file runs
+ * as is with `slurm/meshslurm.py campaign`. No MPI. Exit 2 with one line on
+ * bad input (including a model that fits no layout). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: meshplan CONFIG.ini [--set section.key=value ...] --hw PROFILE --nodes N\n"
+          "                [--top K] [--json FILE] [--emit-sweep FILE.ini [--system NAME]]\n"
+          "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--json FILE]\n"
+          "       meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME\n"
+          "                [--devices-per-node N] [--mem-gib X] [--peak-gflops X]\n"
+          "                [--overlap X] --out FILE.ini\n\n"
+          "Ranks every layout (tp inside a node, pp, dp, ZeRO, micro-batch, schedule,\n"
+          "recompute, sp) of the configured model and global batch on N nodes by predicted\n"
+          "tokens/s: memory per device by category (as meshtrain --plan), step time =\n"
+          "compute + tp + pipeline bubble and messages + exposed dp + optimizer. PROFILE is\n"
+          "inputs/hw/<name>.ini or a path, with a [cost] section (calibrate writes one\n"
+          "from meshbench gemm, allreduce and stream JSON lines). --only prices the\n"
+          "configured layout alone (its mesh as set, no --nodes).\n");
+}
+
+static int calibrate(int argc, char **argv) {
+  mt_calibration_input in = {"calibrated", NULL, NULL, NULL, 0, 16.0, 0.0, 0.0};
+  const char *out = NULL;
+  mt_err e = {0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) {
+      mt_err_set(&e, "calibrate: %s needs a value", a);
+      break;
+    }
+    char *end = NULL;
+    double x = strtod(v, &end);
+    int is_num = end != v && !*end && x >= 0;
+    if (!strcmp(a, "--gemm")) in.gemm_json = v;
+    else if (!strcmp(a, "--coll")) in.coll_json = v;
+    else if (!strcmp(a, "--stream")) in.stream_json = v;
+    else if (!strcmp(a, "--name")) in.name = v;
+    else if (!strcmp(a, "--out")) out = v;
+    else if (!strcmp(a, "--devices-per-node") && is_num && x >= 1) in.devices_per_node = (int)x;
+    else if (!strcmp(a, "--mem-gib") && is_num && x > 0) in.mem_gib = x;
+    else if (!strcmp(a, "--peak-gflops") && is_num) in.peak_gflops = x;
+    else if (!strcmp(a, "--overlap") && is_num && x <= 1) in.overlap = x;
+    else {
+      mt_err_set(&e, "calibrate: bad option or value '%s %s' (see --help)", a, v);
+      break;
+    }
+    i++;
+  }
+  if (!e.failed && (!in.gemm_json || !in.coll_json || !in.stream_json || !out))
+    mt_err_set(&e, "calibrate needs --gemm, --coll, --stream and --out");
+  mt_cost_profile p;
+  if (!e.failed && mt_cost_calibrate(&in, &p, &e) == 0) {
+    FILE *f = fopen(out, "w");
+    if (!f) {
+      mt_err_set(&e, "--out %s: cannot write", out);
+    } else {
+      char desc[256];
+      snprintf(desc, sizeof desc, "calibrated by meshplan from %s, %s, %s", in.gemm_json,
+               in.coll_json, in.stream_json);
+      mt_cost_profile_write(&p, desc, f);
+      fclose(f);
+      printf("meshplan: wrote %s: %d matmul sizes (%.1f-%.1f GFLOP/s), memory %.2f GB/s, "
+             "inside a node %.2f GB/s + %.1f us, across %.2f GB/s + %.1f us, %d devices per node\n",
+             out, p.n_gemm, p.gemm_gflops[0], p.gemm_gflops[p.n_gemm - 1], p.elementwise_gbs,
+             p.intra_gbs, p.intra_us, p.inter_gbs, p.inter_us, p.devices_per_node);
+    }
+  }
+  if (e.failed) fprintf(stderr, "meshplan: error: %s\n", e.msg);
+  return e.failed ? MT_EXIT_BADINPUT : MT_EXIT_OK;
+}
+
+static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes, int top) {
+  printf("# %d layouts tried, %d valid, %d fit in %.1f GiB per device (%.2f s)\n", s->tried,
+         s->valid, s->fitting, p->mem_bytes / 1073741824.0, s->seconds);
+  printf("%4s %3s %3s %4s %4s %3s %12s %2s %2s %8s | %9s %11s %6s | %5s %5s %5s %5s %5s %5s\n",
+         "rank", "tp", "pp", "dp", "zero", "mb", "schedule", "sp", "rc", "mem GiB", "step s",
+         "tokens/s", "MFU", "comp", "tp", "bubl", "p2p", "dp", "opt");
+  for (int i = 0; i < s->n && i < top; i++) {
+    const mt_search_row *r = &s->r[i];
+    const mt_cost *c = &r->cost;
+    char sched[MT_CFG_STR_MAX + 8];
+    snprintf(sched, sizeof sched, "%s%s", r->pp > 1 ? r->schedule : "-",
+             r->virtual_stages > 1 ? "/2" : "");
+    double st = c->step_s > 0 ? c->step_s : 1.0;
+    printf("%4d %3d %3d %4d %4d %3d %12s %2d %2d %8.2f%s| %9.4f %11.0f %5.1f%% | %4.0f%% %4.0f%% "
+           "%4.0f%% %4.0f%% %4.0f%% %4.0f%%\n",
+           i + 1, r->tp, r->pp, r->dp, r->zero, r->micro_batch, sched, r->sp, r->recompute,
+           c->mem_bytes / 1073741824.0, c->fits ? " " : "!", c->step_s, c->tokens_per_s,
+           100 * c->mfu, 100 * c->compute_s / st, 100 * c->tp_s / st, 100 * c->pp_bubble_s / st,
+           100 * c->pp_p2p_s / st, 100 * c->dp_exposed_s / st, 100 * c->optim_s / st);
+  }
+  (void)nodes;
+}
+
+/* one priced layout as a JSON object (no newline) */
+static void row_json(FILE *f, const mt_search_row *r) {
+  const mt_cost *c = &r->cost;
+  fprintf(f, "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"zero\": %d, \"micro_batch\": %d, "
+             "\"sp\": %d, \"recompute\": %d, \"schedule\": \"%s\", \"virtual_stages\": %d, "
+             "\"fits\": %d, \"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
+             "\"compute_s\": %.9g, \"tp_s\": %.9g, \"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
+             "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"mem_bytes\": %.17g, \"mem\": {",
+          r->tp, r->pp, r->dp, r->cp, r->zero, r->micro_batch, r->sp, r->recompute, r->schedule,
+          r->virtual_stages, c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s, c->tp_s,
+          c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->mem_bytes);
+  for (int k = 0; k < MT_MEM_NCAT; k++)
+    fprintf(f, "%s\"%s\": %.17g", k ? ", " : "", mt_mem_cat_name((mt_mem_cat)k), c->mem[k]);
+  fprintf(f, "}, \"step_bytes\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}}", c->dp_bytes,
+          c->tp_bytes, c->pp_bytes);
+}
+
+static int write_json(const mt_search *s, const char *path, mt_err *e) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    mt_err_set(e, "--json %s: cannot write", path);
+    return -1;
+  }
+  fprintf(f, "[\n");
+  for (int i = 0; i < s->n; i++) {
+    fputs("  ", f);
+    row_json(f, &s->r[i]);
+    fputs(i + 1 < s->n ? ",\n" : "\n", f);
+  }
+  fprintf(f, "]\n");
+  fclose(f);
+  return 0;
+}
+
+/* the top k fitting layouts as a campaign sweep for slurm/meshslurm.py */
+static int emit_sweep(const mt_search *s, const char *path, const char *config, const char *system,
+                      int nodes, int tasks_per_node, int top, int n_over, char **over, mt_err *e) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    mt_err_set(e, "--emit-sweep %s: cannot write", path);
+    return -1;
+  }
+  fprintf(f, "# The %d fastest layouts meshplan predicts on %d node(s); run it with\n"
+             "#   python3 slurm/meshslurm.py campaign %s --account ACCOUNT\n[campaign]\n"
+             "name = meshplan-%d-nodes\nsystem = %s\njob = train\nscaling = strong\nnodes = %d\n"
+             "tasks_per_node = %d\nrepeats = 1\nsteps = 20\n",
+          top, nodes, path, nodes, system, nodes, tasks_per_node);
+  if (config) fprintf(f, "config = %s\n", config);
+  fprintf(f, "layouts =");
+  for (int i = 0, k = 0; i < s->n && k < top; i++) {
+    if (!s->r[i].cost.fits) continue;
+    char text[256];
+    mt_search_layout_text(&s->r[i], text, sizeof text);
+    fprintf(f, "%s %s", k ? ";" : "", text);
+    k++;
+  }
+  fprintf(f, "\n\n[set]\n");
+  for (int i = 0; i < n_over; i++) {
+    const char *eq = strchr(over[i], '=');
+    if (eq) fprintf(f, "%.*s = %s\n", (int)(eq - over[i]), over[i], eq + 1);
+  }
+  fclose(f);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  mt_log_init(0);
+  if (argc >= 2 && !strcmp(argv[1], "calibrate")) return calibrate(argc - 1, argv + 1);
+  const char *ini = NULL, *hw = NULL, *json = NULL, *sweep = NULL, *system = "leonardo-booster";
+  int nodes = 0, top = 10, n_over = 0, only = 0;
+  char **over = mt_calloc((size_t)argc + 1, sizeof(char *));
+  mt_err e = {0};
+  for (int i = 1; i < argc && !e.failed; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      free(over);
+      return 0;
+    } else if (!strcmp(a, "--only")) {
+      only = 1;
+      continue;
+    } else if (a[0] != '-') {
+      if (ini) mt_err_set(&e, "more than one config file ('%s' and '%s')", ini, a);
+      ini = a;
+      continue;
+    }
+    if (!v) {
+      mt_err_set(&e, "%s needs a value (see --help)", a);
+      break;
+    }
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    int is_int = end != v && !*end && x >= 1 && x <= 1000000;
+    if (!strcmp(a, "--set")) over[n_over++] = argv[i + 1];
+    else if (!strcmp(a, "--hw")) hw = v;
+    else if (!strcmp(a, "--json")) json = v;
+    else if (!strcmp(a, "--emit-sweep")) sweep = v;
+    else if (!strcmp(a, "--system")) system = v;
+    else if (!strcmp(a, "--nodes") && is_int) nodes = (int)x;
+    else if (!strcmp(a, "--top") && is_int) top = (int)x;
+    else mt_err_set(&e, "bad option or value '%s %s' (see --help)", a, v);
+    i++;
+  }
+  if (!e.failed && (!hw || (nodes < 1 && !only)))
+    mt_err_set(&e, "meshplan needs --hw PROFILE and --nodes N (or --only)");
+  mt_config cfg;
+  mt_cost_profile p;
+  mt_search s;
+  memset(&s, 0, sizeof s);
+  if (!e.failed) mt_config_load(&cfg, ini, n_over, over, &e);
+  if (!e.failed) mt_cost_profile_load(&p, hw, &e);
+  if (!e.failed && only) { /* the configured layout alone */
+    mt_search_row r;
+    memset(&r, 0, sizeof r);
+    if (mt_cost_estimate(&cfg, &p, &r.cost, &e) == 0) {
+      r.tp = cfg.tp, r.pp = cfg.pp, r.dp = cfg.dp, r.cp = cfg.cp, r.zero = cfg.zero;
+      r.micro_batch = cfg.micro_batch, r.sp = cfg.sp, r.recompute = cfg.recompute;
+      r.virtual_stages = cfg.virtual_stages;
+      snprintf(r.schedule, sizeof r.schedule, "%s", cfg.pp_schedule);
+      row_json(stdout, &r);
+      fputc('\n', stdout);
+    }
+  } else if (!e.failed && mt_search_layouts(&cfg, &p, nodes, &s, &e) == 0) {
+    mt_model_shape shape;
+    mt_model_shape_from_config(&cfg, &shape, &e);
+    printf("# meshplan: %s (%zu parameters, L=%d C=%d T=%d), global batch %d, on %d node(s) x "
+           "%d devices of %s\n",
+           cfg.model_preset, mt_model_num_params(&shape), shape.n_layer, shape.n_embd,
+           shape.seq_len, cfg.global_batch, nodes, p.devices_per_node, p.name);
+    print_table(&s, &p, nodes, top);
+    if (json) write_json(&s, json, &e);
+    if (sweep && !e.failed)
+      emit_sweep(&s, sweep, ini, system, nodes, p.devices_per_node, top, n_over, over, &e);
+  }
+  mt_search_free(&s);
+  free(over);
+  if (e.failed) fprintf(stderr, "meshplan: error: %s\n", e.msg);
+  return e.failed ? MT_EXIT_BADINPUT : MT_EXIT_OK;
+}

@@ -1,0 +1,180 @@
+/* A cost profile from meshbench's JSON lines: the matmul throughput by size
+ * from `meshbench gemm`, the collectives' latency and bus bandwidth inside a
+ * node and across nodes from `meshbench allreduce` (or any collective), the
+ * memory bandwidth from `meshbench stream`. The same model then prices
+ * layouts on this machine, a GPU node or LEONARDO. */
+#include "train/train.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* every line of path as JSON, handed to fn; -1 with e set if unreadable */
+static int each_line(const char *path, void (*fn)(const cJSON *o, void *ctx), void *ctx,
+                     mt_err *e) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    mt_err_set(e, "%s: cannot open", path);
+    return -1;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  int n = 0;
+  while (getline(&line, &cap, f) > 0) {
+    cJSON *o = cJSON_Parse(line);
+    if (!o) continue;
+    fn(o, ctx);
+    cJSON_Delete(o);
+    n++;
+  }
+  free(line);
+  fclose(f);
+  if (n == 0) {
+    mt_err_set(e, "%s: no JSON lines (meshbench --json writes them)", path);
+    return -1;
+  }
+  return 0;
+}
+
+static double num(const cJSON *o, const char *k) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+static int is_bench(const cJSON *o, const char *name) {
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "bench");
+  return cJSON_IsString(b) && strcmp(b->valuestring, name) == 0;
+}
+
+/* ---- gemm ---- */
+typedef struct {
+  double flops[512], gflops[512];
+  int n;
+} gemm_points;
+
+static void on_gemm(const cJSON *o, void *ctx) {
+  gemm_points *g = ctx;
+  if (!is_bench(o, "gemm")) return;
+  const cJSON *sh;
+  cJSON_ArrayForEach(sh, cJSON_GetObjectItemCaseSensitive(o, "shapes")) {
+    double f = 2.0 * num(sh, "m") * num(sh, "n") * num(sh, "k"), gf = num(sh, "gflops");
+    if (!(f > 0) || !(gf > 0) || g->n == 512) continue;
+    g->flops[g->n] = f;
+    g->gflops[g->n++] = gf;
+  }
+}
+
+/* ---- collectives ---- */
+typedef struct {
+  double bytes[2][256], time_us[2][256], busbw[2][256];
+  int n[2];          /* [0] inside a node, [1] across */
+  int ranks_per_node;
+} coll_points;
+
+static void on_coll(const cJSON *o, void *ctx) {
+  coll_points *c = ctx;
+  double nodes = num(o, "nodes"), ranks = num(o, "ranks"), bw = num(o, "busbw_gbs");
+  double t = num(o, "time_us"), bytes = num(o, "bytes");
+  if (!(nodes >= 1) || !(ranks >= 2) || !(bw > 0) || !(t > 0) || !(bytes > 0)) return;
+  int k = nodes > 1;
+  if (c->n[k] == 256) return;
+  c->bytes[k][c->n[k]] = bytes;
+  c->time_us[k][c->n[k]] = t;
+  c->busbw[k][c->n[k]++] = bw;
+  int rpn = (int)(ranks / nodes);
+  if (rpn > c->ranks_per_node) c->ranks_per_node = rpn;
+}
+
+/* latency: the time of the smallest message; bandwidth: the best bus
+ * bandwidth among the three largest sizes (messages large enough to fill
+ * the link) */
+static void fit_link(const coll_points *c, int k, double *gbs, double *us) {
+  int n = c->n[k];
+  double small = INFINITY, lat = 0.0;
+  for (int i = 0; i < n; i++)
+    if (c->bytes[k][i] < small || (c->bytes[k][i] == small && c->time_us[k][i] < lat)) {
+      small = c->bytes[k][i];
+      lat = c->time_us[k][i];
+    }
+  double third = -1.0; /* the third largest distinct size */
+  for (int rank = 0; rank < 3; rank++) {
+    double next = -1.0;
+    for (int i = 0; i < n; i++)
+      if (c->bytes[k][i] > next && (third < 0 || c->bytes[k][i] < third)) next = c->bytes[k][i];
+    if (next < 0) break;
+    third = next;
+  }
+  double best = 0.0;
+  for (int i = 0; i < n; i++)
+    if (c->bytes[k][i] >= third && c->busbw[k][i] > best) best = c->busbw[k][i];
+  *gbs = best;
+  *us = lat;
+}
+
+/* ---- stream ---- */
+static void on_stream(const cJSON *o, void *ctx) {
+  double *gbs = ctx, x = num(o, "gbs");
+  if (is_bench(o, "stream") && x > *gbs) *gbs = x;
+}
+
+static int cmp_pair(const void *a, const void *b) {
+  const double *x = a, *y = b;
+  return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err *e) {
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "%s", in->name);
+  gemm_points *g = mt_calloc(1, sizeof *g);
+  coll_points *c = mt_calloc(1, sizeof *c);
+  double stream = 0.0;
+  int rc = -1;
+  if (each_line(in->gemm_json, on_gemm, g, e) != 0 || each_line(in->coll_json, on_coll, c, e) != 0 ||
+      each_line(in->stream_json, on_stream, &stream, e) != 0)
+    goto done;
+  if (g->n == 0) {
+    mt_err_set(e, "%s: no meshbench gemm shapes", in->gemm_json);
+    goto done;
+  }
+  if (c->n[0] + c->n[1] == 0) {
+    mt_err_set(e, "%s: no collective rows with 2 or more ranks", in->coll_json);
+    goto done;
+  }
+  if (!(stream > 0)) {
+    mt_err_set(e, "%s: no meshbench stream result", in->stream_json);
+    goto done;
+  }
+  /* matmuls: points sorted by size, equal sizes averaged, at most the table */
+  double (*pairs)[2] = mt_calloc((size_t)g->n, sizeof *pairs);
+  for (int i = 0; i < g->n; i++) pairs[i][0] = g->flops[i], pairs[i][1] = g->gflops[i];
+  qsort(pairs, (size_t)g->n, sizeof *pairs, cmp_pair);
+  double peak = 0.0;
+  for (int i = 0; i < g->n;) {
+    int j = i;
+    double sum = 0.0;
+    while (j < g->n && pairs[j][0] == pairs[i][0]) sum += pairs[j++][1];
+    if (p->n_gemm < MT_COST_MAX_GEMM) {
+      p->gemm_flops[p->n_gemm] = pairs[i][0];
+      p->gemm_gflops[p->n_gemm++] = sum / (j - i);
+    }
+    if (sum / (j - i) > peak) peak = sum / (j - i);
+    i = j;
+  }
+  free(pairs);
+  /* links: across nodes as inside where the benchmark ran on one node */
+  int k_in = c->n[0] ? 0 : 1, k_out = c->n[1] ? 1 : 0;
+  fit_link(c, k_in, &p->intra_gbs, &p->intra_us);
+  fit_link(c, k_out, &p->inter_gbs, &p->inter_us);
+  p->elementwise_gbs = stream;
+  p->devices_per_node = in->devices_per_node > 0 ? in->devices_per_node
+                                                 : (c->ranks_per_node > 0 ? c->ranks_per_node : 1);
+  p->peak_gflops = in->peak_gflops > 0 ? in->peak_gflops : peak;
+  p->mem_bytes = in->mem_gib * 1073741824.0;
+  p->overlap = in->overlap;
+  rc = 0;
+done:
+  free(g);
+  free(c);
+  return rc;
+}

@@ -1,0 +1,321 @@
+/* The cost model: the step time of a layout on a machine, from the plan
+ * (memory and bytes per group come from mt_plan_rank_build, the same code as
+ * meshtrain --plan) and a hardware profile's [cost] section:
+ *
+ *   compute   each matmul's FLOPs over the throughput the profile gives for
+ *             its size (FLOPs per call), plus the elementwise work (the
+ *             activation buffers the model allocates, written forward, read
+ *             and written backward) over the memory bandwidth;
+ *   tp        the tp group's bytes per micro-batch over its link (a group
+ *             inside a node: the intra-node bandwidth, else the network) plus
+ *             a latency per collective;
+ *   pipeline  the schedule simulator run with these per-op costs (the
+ *             bubble) plus the point-to-point messages;
+ *   dp        the dp group's bytes over its link, minus what the schedule
+ *             lets overlap with backward (the profile's overlap share);
+ *   optimizer AdamW's traffic over the memory bandwidth.
+ *
+ * All seconds, bytes and FLOPs are per rank; the slowest stage sets the pace. */
+#include "train/train.h"
+
+#include <ini.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* profiles                                                            */
+
+typedef struct {
+  mt_cost_profile *p;
+  unsigned seen;
+  char bad[200];
+} cost_parse;
+
+enum {
+  SEEN_DPN = 1, SEEN_MEM = 2, SEEN_PEAK = 4, SEEN_GEMM = 8, SEEN_ELEM = 16, SEEN_INTRA_BW = 32,
+  SEEN_INTRA_LAT = 64, SEEN_INTER_BW = 128, SEEN_INTER_LAT = 256, SEEN_OVERLAP = 512,
+  SEEN_ALL = 1023
+};
+
+static const char *g_cost_keys[] = {"devices_per_node", "mem_gib", "peak_gflops", "gemm",
+                                    "elementwise_gbs", "intra_gbs", "intra_us", "inter_gbs",
+                                    "inter_us", "overlap"};
+
+static int parse_number(const char *v, double lo, double *out) {
+  char *end = NULL;
+  double x = strtod(v, &end);
+  if (end == v || *end || !(x >= lo) || isinf(x)) return -1;
+  *out = x;
+  return 0;
+}
+
+/* "flops:gflops flops:gflops ..." sorted by flops */
+static int parse_gemm(const char *v, mt_cost_profile *p) {
+  p->n_gemm = 0;
+  const char *s = v;
+  while (*s) {
+    while (*s == ' ' || *s == ',' || *s == '\t') s++;
+    if (!*s) break;
+    char *end;
+    double f = strtod(s, &end);
+    if (end == s || *end != ':' || !(f > 0)) return -1;
+    s = end + 1;
+    double g = strtod(s, &end);
+    if (end == s || !(g > 0) || p->n_gemm == MT_COST_MAX_GEMM) return -1;
+    if (p->n_gemm && !(f > p->gemm_flops[p->n_gemm - 1])) return -1;
+    p->gemm_flops[p->n_gemm] = f;
+    p->gemm_gflops[p->n_gemm++] = g;
+    s = end;
+  }
+  return p->n_gemm > 0 ? 0 : -1;
+}
+
+static int cost_handler(void *user, const char *section, const char *name, const char *value) {
+  cost_parse *c = user;
+  mt_cost_profile *p = c->p;
+  if (strcmp(section, "hw") == 0) {
+    if (strcmp(name, "name") == 0) snprintf(p->name, sizeof p->name, "%s", value);
+    return 1;
+  }
+  if (strcmp(section, "cost") != 0) return 1; /* other sections belong to others */
+  int k = -1;
+  for (int i = 0; i < (int)(sizeof g_cost_keys / sizeof g_cost_keys[0]); i++)
+    if (strcmp(name, g_cost_keys[i]) == 0) k = i;
+  double x = 0.0;
+  int bad = 0;
+  switch (k) {
+  case 0: bad = parse_number(value, 1, &x) || x != floor(x); p->devices_per_node = (int)x; break;
+  case 1: bad = parse_number(value, 0, &x); p->mem_bytes = x * 1073741824.0; break;
+  case 2: bad = parse_number(value, 0, &x) || x == 0; p->peak_gflops = x; break;
+  case 3: bad = parse_gemm(value, p); break;
+  case 4: bad = parse_number(value, 0, &x) || x == 0; p->elementwise_gbs = x; break;
+  case 5: bad = parse_number(value, 0, &x) || x == 0; p->intra_gbs = x; break;
+  case 6: bad = parse_number(value, 0, &x); p->intra_us = x; break;
+  case 7: bad = parse_number(value, 0, &x) || x == 0; p->inter_gbs = x; break;
+  case 8: bad = parse_number(value, 0, &x); p->inter_us = x; break;
+  case 9: bad = parse_number(value, 0, &x) || x > 1; p->overlap = x; break;
+  default:
+    snprintf(c->bad, sizeof c->bad, "[cost] unknown key '%s'", name);
+    return 0;
+  }
+  if (bad) {
+    snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not valid", name, value);
+    return 0;
+  }
+  c->seen |= 1u << k;
+  return 1;
+}
+
+int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e) {
+  memset(p, 0, sizeof *p);
+  char path[MT_CFG_STR_MAX + 1200];
+  FILE *f = mt_hw_profile_open(name_or_path, path, sizeof path);
+  if (!f) {
+    mt_err_set(e, "hardware profile '%s': cannot open (looked for %s)", name_or_path, path);
+    return -1;
+  }
+  cost_parse c = {p, 0, ""};
+  int rc = ini_parse_file(f, cost_handler, &c);
+  fclose(f);
+  if (rc != 0) {
+    mt_err_set(e, "%s:%d: %s", path, rc, c.bad[0] ? c.bad : "syntax error");
+    return -1;
+  }
+  for (int i = 0; i < (int)(sizeof g_cost_keys / sizeof g_cost_keys[0]); i++)
+    if (!(c.seen & (1u << i))) {
+      mt_err_set(e, "%s: [cost] key '%s' missing (a cost profile needs %s)", path,
+                 g_cost_keys[i], "devices_per_node, mem_gib, peak_gflops, gemm, "
+                 "elementwise_gbs, intra_gbs, intra_us, inter_gbs, inter_us, overlap");
+      return -1;
+    }
+  if (!p->name[0]) snprintf(p->name, sizeof p->name, "%s", name_or_path);
+  return 0;
+}
+
+void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f) {
+  fprintf(f, "# %s\n[hw]\nname = %s\ndescription = %s\npeak_gflops_fp32 = %.6g\n"
+             "peak_gflops_bf16 = %.6g\nranks_per_node = %d\n\n[cost]\n",
+          description, p->name, description, p->peak_gflops, p->peak_gflops,
+          p->devices_per_node);
+  fprintf(f, "devices_per_node = %d\nmem_gib = %.6g\npeak_gflops = %.6g\ngemm =",
+          p->devices_per_node, p->mem_bytes / 1073741824.0, p->peak_gflops);
+  for (int i = 0; i < p->n_gemm; i++) fprintf(f, " %.4g:%.5g", p->gemm_flops[i], p->gemm_gflops[i]);
+  fprintf(f, "\nelementwise_gbs = %.6g\nintra_gbs = %.6g\nintra_us = %.6g\ninter_gbs = %.6g\n"
+             "inter_us = %.6g\noverlap = %.3g\n",
+          p->elementwise_gbs, p->intra_gbs, p->intra_us, p->inter_gbs, p->inter_us, p->overlap);
+}
+
+/* achievable GFLOP/s of a matmul call of `flops`: log-log interpolation of
+ * the profile's points, flat beyond them (calibrate with the smallest
+ * shapes a layout runs, so the flat ends are seldom reached) */
+double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops) {
+  if (flops <= p->gemm_flops[0]) return p->gemm_gflops[0];
+  for (int i = 1; i < p->n_gemm; i++)
+    if (flops <= p->gemm_flops[i]) {
+      double t = (log(flops) - log(p->gemm_flops[i - 1])) /
+                 (log(p->gemm_flops[i]) - log(p->gemm_flops[i - 1]));
+      return exp(log(p->gemm_gflops[i - 1]) + t * (log(p->gemm_gflops[i]) -
+                                                   log(p->gemm_gflops[i - 1])));
+    }
+  return p->gemm_gflops[p->n_gemm - 1];
+}
+
+/* seconds of one matmul of m x n x k, `calls` times */
+static double gemm_s(const mt_cost_profile *p, double m, double n, double k, double calls) {
+  double flops = 2.0 * m * n * k;
+  return calls * flops / (mt_cost_gemm_gflops(p, flops) * 1e9);
+}
+
+/* ------------------------------------------------------------------ */
+/* one micro-batch on one chunk                                        */
+
+typedef struct {
+  double fwd, bwd;         /* compute seconds of the forward, of the whole backward */
+  double bwd_input;        /* of the backward, the input-gradient pass (split backward) */
+  double tp;               /* tp communication seconds, forward + backward */
+} chunk_cost;
+
+static double link_bw(const mt_cost_profile *p, int inside) {
+  return (inside ? p->intra_gbs : p->inter_gbs) * 1e9;
+}
+static double link_lat(const mt_cost_profile *p, int inside) {
+  return (inside ? p->intra_us : p->inter_us) * 1e-6;
+}
+
+/* the chunk's layers n_l (embed, head: it holds them) of a micro-batch of B */
+static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt_gpt *m, int n_l,
+                        int embed, int head, int B) {
+  const double T = m->T, C = m->shape.n_embd, BT = (double)B * T, tp = cfg->tp;
+  const double Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local, hs = C / m->shape.n_head;
+  const double Vl = m->V_local;
+  chunk_cost c = {0, 0, 0, 0};
+  /* a block forward: qkv, proj, fc, fc proj; attention: QK^T and PV per
+   * head, causal (half the square) */
+  double lin = gemm_s(p, BT, 3 * Cl, C, 1) + gemm_s(p, BT, C, Cl, 1) + gemm_s(p, BT, Fl, C, 1) +
+               gemm_s(p, BT, C, Fl, 1);
+  double att = 2.0 * gemm_s(p, T, T, hs, B * NHl) / 2.0;
+  /* elementwise: the layer's activations (the buffers the model allocates:
+   * under recompute its one-layer workspace) written forward, read and
+   * their gradients written backward */
+  double set_bytes = cfg->recompute ? (double)m->ws_bytes
+                                    : 4.0 * (double)mt_gpt_acts_numel(m, 1, B, 0);
+  double elem = set_bytes / (p->elementwise_gbs * 1e9);
+  double layer_f = lin + att + elem;
+  double layer_b = 2.0 * (lin + att) + 2.0 * elem;
+  double refwd = cfg->recompute ? 1.0 : 0.0;
+  c.fwd = n_l * layer_f;
+  c.bwd = n_l * (layer_b + refwd * layer_f);
+  c.bwd_input = n_l * (0.5 * layer_b + refwd * layer_f);
+  if (head) {
+    double h = gemm_s(p, BT, Vl, C, 1);
+    double logits = 4.0 * BT * Vl * 2.0 / (p->elementwise_gbs * 1e9);
+    c.fwd += h + logits;
+    c.bwd += 2.0 * h + logits;
+    c.bwd_input += h + logits;
+  }
+  if (embed) c.fwd += 4.0 * BT * C / (p->elementwise_gbs * 1e9);
+  /* tensor parallelism: this chunk's bytes (as comm counts them) and calls */
+  if (tp > 1) {
+    double bytes = mt_gpt_tp_bytes_range(m, B, n_l, embed, head);
+    double calls = n_l * ((cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0)) +
+                   embed * (cfg->sp ? 2.0 : 1.0) + head * ((cfg->sp ? 3.0 : 1.0) + 2.0);
+    int inside = cfg->tp <= p->devices_per_node;
+    c.tp = bytes / link_bw(p, inside) + calls * link_lat(p, inside);
+  }
+  return c;
+}
+
+/* ------------------------------------------------------------------ */
+/* a step                                                              */
+
+int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *out, mt_err *e) {
+  memset(out, 0, sizeof *out);
+  mt_train_layout lay;
+  if (mt_train_validate(cfg, 0, &lay, e) != 0) {
+    mt_train_layout_free(&lay);
+    return -1;
+  }
+  const int pp = cfg->pp, v = cfg->virtual_stages, accum = lay.accum, B = cfg->micro_batch;
+  const int dpn = p->devices_per_node, world = lay.world;
+  /* groups inside a node? (rank order tp, cp, dp, pp) */
+  const int dp_inside = cfg->tp * cfg->cp * cfg->dp <= dpn, pp_inside = world <= dpn;
+  /* per pp stage: the plan of its first rank and its chunks' costs; the
+   * slowest chunk sets the per-op times of the schedule's simulation */
+  chunk_cost worst = {0, 0, 0, 0};
+  int rc = 0, n_buckets = 1;
+  for (int st = 0; st < pp && rc == 0; st++) {
+    mt_plan_rank pr;
+    mt_gpt m;
+    if (mt_plan_rank_build(cfg, &lay, st, 0, 0, &pr, e) != 0 ||
+        mt_plan_model(cfg, &lay, st, 0, &m, e) != 0) {
+      rc = -1;
+      break;
+    }
+    double mem = mt_plan_rank_total(&pr);
+    if (mem > out->mem_bytes) out->mem_bytes = mem;
+    for (int c = 0; c < MT_MEM_NCAT; c++)
+      if (pr.mem[c] > out->mem[c]) out->mem[c] = pr.mem[c];
+    if (pr.dp_bytes > out->dp_bytes) out->dp_bytes = pr.dp_bytes;
+    if (pr.tp_bytes > out->tp_bytes) out->tp_bytes = pr.tp_bytes;
+    if (pr.pp_bytes > out->pp_bytes) out->pp_bytes = pr.pp_bytes;
+    for (int vs = st; vs < pp * v; vs += pp) {
+      int a, b;
+      mt_train_stage_layers(cfg, &lay, vs, &a, &b);
+      chunk_cost c = chunk(p, cfg, &m, b - a, vs == 0, vs == pp * v - 1, B);
+      if (c.fwd + c.bwd + c.tp > worst.fwd + worst.bwd + worst.tp) worst = c;
+    }
+    /* dp: this stage's gradient and parameter bytes over its link, a latency
+     * per bucket collective (per micro-batch under ZeRO-2/3) */
+    double dp_s = pr.dp_state_bytes / link_bw(p, dp_inside) +
+                  2.0 * pr.n_buckets * link_lat(p, dp_inside) * (cfg->zero >= 2 ? accum : 1);
+    if (cfg->dp == 1) dp_s = 0.0;
+    if (dp_s >= out->dp_total_s) {
+      out->dp_total_s = dp_s;
+      n_buckets = pr.n_buckets > 0 ? pr.n_buckets : 1;
+    }
+    /* AdamW on the elements this rank updates: read parameter, gradient and
+     * both moments, write three, fp32 */
+    double updated = cfg->zero == 3 ? pr.params_numel
+                                    : pr.params_numel / (cfg->zero >= 1 ? cfg->dp : 1);
+    double optim = 7.0 * 4.0 * updated / (p->elementwise_gbs * 1e9);
+    if (optim > out->optim_s) out->optim_s = optim;
+    mt_gpt_destroy(&m);
+  }
+  if (rc == 0) {
+    /* the pipeline: the simulator with the slowest chunk's per-op costs, the
+     * point-to-point messages riding on each op */
+    double msg = 4.0 * (double)B * lay.shape.seq_len * lay.shape.n_embd / (cfg->sp ? cfg->tp : 1);
+    double p2p = pp > 1 ? msg / link_bw(p, pp_inside) + link_lat(p, pp_inside) : 0.0;
+    double tf = worst.fwd + 0.5 * worst.tp + p2p, tb = worst.bwd + 0.5 * worst.tp + p2p;
+    double tbi = worst.bwd_input + 0.5 * worst.tp + p2p, tbw = worst.bwd - worst.bwd_input;
+    mt_pp_schedule s;
+    mt_pp_schedule_build(&s, lay.sched, pp, accum, v);
+    mt_pp_sim sim;
+    char why[256];
+    mt_pp_schedule_validate(&s, tf, tb, tbi, tbw, &sim, why, sizeof why);
+    mt_pp_schedule_free(&s);
+    out->compute_s = accum * v * (worst.fwd + worst.bwd);
+    out->tp_s = accum * v * worst.tp;
+    out->pp_p2p_s = accum * v * 2.0 * p2p;
+    out->pp_bubble_s = sim.makespan - out->compute_s - out->tp_s - out->pp_p2p_s;
+    if (out->pp_bubble_s < 0) out->pp_bubble_s = 0.0;
+    /* dp hides behind backward where the schedule overlaps it (one stage: the
+     * last micro-batch's backward, every micro-batch's under ZeRO-2/3; with
+     * pipeline stages it runs after the schedule), never the last bucket */
+    double hide = pp == 1 ? p->overlap * (cfg->zero >= 2 ? accum : 1) * v * worst.bwd : 0.0;
+    double last_bucket = out->dp_total_s / n_buckets;
+    out->dp_exposed_s = out->dp_total_s - hide;
+    if (out->dp_exposed_s < last_bucket) out->dp_exposed_s = last_bucket;
+    out->step_s = sim.makespan + out->dp_exposed_s + out->optim_s;
+    double tokens = (double)cfg->global_batch * lay.shape.seq_len;
+    out->tokens_per_s = tokens / out->step_s;
+    out->model_flops = mt_train_flops_per_token(lay.shape.n_layer, lay.shape.n_embd,
+                                                lay.shape.seq_len, lay.shape.vocab) * tokens;
+    out->mfu = out->model_flops / (out->step_s * world * p->peak_gflops * 1e9);
+    out->fits = out->mem_bytes <= p->mem_bytes;
+    out->world = world;
+  }
+  mt_train_layout_free(&lay);
+  return rc;
+}

@@ -1,0 +1,23 @@
+# meshplan_fail.sh NAME REGEX CASE: bad input to meshplan gives exactly one
+# error line matching REGEX and exit 2, within seconds.
+#   profile-missing-key: a cost profile without inter_us
+#   no-fit: gpt2-124m on 1 node of a profile with too little memory
+MT_SUFFIX=$1; REGEX=$2; CASE=$3
+source "$(dirname "$0")/../scripts/common.sh"
+prof="$WORK/profile.ini"
+case $CASE in
+  profile-missing-key) grep -v '^inter_us' "$MT_SRC/tests/plan/cost-test.ini" > "$prof"
+    args=(--set model.preset=tiny --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
+  no-fit) cp "$MT_SRC/tests/plan/cost-test.ini" "$prof"
+    args=(--set model.preset=gpt2-124m --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
+  *) fail "unknown case $CASE" ;;
+esac
+set +e
+timeout 60 "$MT_BIN/meshplan" "${args[@]}" > "$WORK/out" 2> "$WORK/err"
+rc=$?
+set -e
+cat "$WORK/err"
+[ $rc -eq 2 ] || fail "exit code $rc, expected 2"
+[ "$(grep -c '^meshplan: error:' "$WORK/err")" -eq 1 ] || fail "expected one error line"
+grep '^meshplan: error:' "$WORK/err" | grep -Eq -- "$REGEX" || fail "error line does not match /$REGEX/"
+echo PASS
