@@ -172,6 +172,7 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
   p->peak_gflops = in->peak_gflops > 0 ? in->peak_gflops : peak;
   p->mem_bytes = in->mem_gib * 1073741824.0;
   p->overlap = in->overlap;
+  p->act_bytes = 4; /* the CPU trains in fp32 */
   rc = 0;
 done:
   free(g);

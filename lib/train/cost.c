@@ -41,6 +41,7 @@ enum {
 static const char *g_cost_keys[] = {"devices_per_node", "mem_gib", "peak_gflops", "gemm",
                                     "elementwise_gbs", "intra_gbs", "intra_us", "inter_gbs",
                                     "inter_us", "overlap"};
+#define N_REQUIRED ((int)(sizeof g_cost_keys / sizeof g_cost_keys[0]))
 
 static int parse_number(const char *v, double lo, double *out) {
   char *end = NULL;
@@ -80,9 +81,17 @@ static int cost_handler(void *user, const char *section, const char *name, const
   }
   if (strcmp(section, "cost") != 0) return 1; /* other sections belong to others */
   int k = -1;
-  for (int i = 0; i < (int)(sizeof g_cost_keys / sizeof g_cost_keys[0]); i++)
+  for (int i = 0; i < N_REQUIRED; i++)
     if (strcmp(name, g_cost_keys[i]) == 0) k = i;
   double x = 0.0;
+  if (strcmp(name, "act_bytes") == 0) { /* optional: bytes an activation element takes */
+    if (parse_number(value, 1, &x) || (x != 2 && x != 4)) {
+      snprintf(c->bad, sizeof c->bad, "[cost] act_bytes = '%s' is not 2 or 4", value);
+      return 0;
+    }
+    p->act_bytes = x;
+    return 1;
+  }
   int bad = 0;
   switch (k) {
   case 0: bad = parse_number(value, 1, &x) || x != floor(x); p->devices_per_node = (int)x; break;
@@ -122,7 +131,8 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
     mt_err_set(e, "%s:%d: %s", path, rc, c.bad[0] ? c.bad : "syntax error");
     return -1;
   }
-  for (int i = 0; i < (int)(sizeof g_cost_keys / sizeof g_cost_keys[0]); i++)
+  if (p->act_bytes == 0) p->act_bytes = 4;
+  for (int i = 0; i < N_REQUIRED; i++)
     if (!(c.seen & (1u << i))) {
       mt_err_set(e, "%s: [cost] key '%s' missing (a cost profile needs %s)", path,
                  g_cost_keys[i], "devices_per_node, mem_gib, peak_gflops, gemm, "
@@ -144,6 +154,7 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
   fprintf(f, "\nelementwise_gbs = %.6g\nintra_gbs = %.6g\nintra_us = %.6g\ninter_gbs = %.6g\n"
              "inter_us = %.6g\noverlap = %.3g\n",
           p->elementwise_gbs, p->intra_gbs, p->intra_us, p->inter_gbs, p->inter_us, p->overlap);
+  if (p->act_bytes && p->act_bytes != 4) fprintf(f, "act_bytes = %.0f\n", p->act_bytes);
 }
 
 /* achievable GFLOP/s of a matmul call of `flops`: log-log interpolation of
@@ -200,7 +211,7 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
    * their gradients written backward */
   double set_bytes = cfg->recompute ? (double)m->ws_bytes
                                     : 4.0 * (double)mt_gpt_acts_numel(m, 1, B, 0);
-  double elem = set_bytes / (p->elementwise_gbs * 1e9);
+  double elem = set_bytes * (p->act_bytes / 4.0) / (p->elementwise_gbs * 1e9);
   double layer_f = lin + att + elem;
   double layer_b = 2.0 * (lin + att) + 2.0 * elem;
   double refwd = cfg->recompute ? 1.0 : 0.0;
@@ -209,12 +220,12 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
   c.bwd_input = n_l * (0.5 * layer_b + refwd * layer_f);
   if (head) {
     double h = gemm_s(p, BT, Vl, C, 1);
-    double logits = 4.0 * BT * Vl * 2.0 / (p->elementwise_gbs * 1e9);
+    double logits = p->act_bytes * BT * Vl * 2.0 / (p->elementwise_gbs * 1e9);
     c.fwd += h + logits;
     c.bwd += 2.0 * h + logits;
     c.bwd_input += h + logits;
   }
-  if (embed) c.fwd += 4.0 * BT * C / (p->elementwise_gbs * 1e9);
+  if (embed) c.fwd += p->act_bytes * BT * C / (p->elementwise_gbs * 1e9);
   /* tensor parallelism: this chunk's bytes (as comm counts them) and calls */
   if (tp > 1) {
     double bytes = mt_gpt_tp_bytes_range(m, B, n_l, embed, head);
@@ -247,8 +258,7 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
   for (int st = 0; st < pp && rc == 0; st++) {
     mt_plan_rank pr;
     mt_gpt m;
-    if (mt_plan_rank_build(cfg, &lay, st, 0, 0, &pr, e) != 0 ||
-        mt_plan_model(cfg, &lay, st, 0, &m, e) != 0) {
+    if (mt_plan_rank_model(cfg, &lay, st, 0, 0, &pr, &m, e) != 0) {
       rc = -1;
       break;
     }
@@ -285,7 +295,8 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
   if (rc == 0) {
     /* the pipeline: the simulator with the slowest chunk's per-op costs, the
      * point-to-point messages riding on each op */
-    double msg = 4.0 * (double)B * lay.shape.seq_len * lay.shape.n_embd / (cfg->sp ? cfg->tp : 1);
+    double msg = p->act_bytes * (double)B * lay.shape.seq_len * lay.shape.n_embd /
+                 (cfg->sp ? cfg->tp : 1);
     double p2p = pp > 1 ? msg / link_bw(p, pp_inside) + link_lat(p, pp_inside) : 0.0;
     double tf = worst.fwd + 0.5 * worst.tp + p2p, tb = worst.bwd + 0.5 * worst.tp + p2p;
     double tbi = worst.bwd_input + 0.5 * worst.tp + p2p, tbw = worst.bwd - worst.bwd_input;

@@ -87,6 +87,11 @@ int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank,
 
 int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
                        int tp_rank, mt_plan_rank *out, mt_err *e) {
+  return mt_plan_rank_model(cfg, lay, pp_rank, dp_rank, tp_rank, out, NULL, e);
+}
+
+int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
+                       int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e) {
   memset(out, 0, sizeof *out);
   out->pp_rank = pp_rank;
   out->dp_rank = dp_rank;
@@ -149,7 +154,8 @@ int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_
   out->dp_state_bytes = dp_state;
   out->n_buckets = r->n_buckets;
   out->layers = layers;
-  mt_gpt_destroy(&m);
+  if (keep) *keep = m;
+  else mt_gpt_destroy(&m);
   return 0;
 }
 

@@ -83,6 +83,10 @@ int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e);
 int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
                        int tp_rank, mt_plan_rank *out, mt_err *e);
 void mt_plan_free(mt_plan *p);
+/* mt_plan_rank_build that also hands back the count-only model it built
+ * (keep: free it with mt_gpt_destroy; its registry carries the dp placement) */
+int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
+                       int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e);
 /* The model as pipeline rank pp_rank, tp rank tp_rank of cfg's mesh would
  * create it, allocating nothing (mt_gpt_create_plan; free with
  * mt_gpt_destroy). */
@@ -125,6 +129,8 @@ typedef struct {
   double intra_gbs, intra_us; /* collective bus bandwidth per rank and latency inside a node */
   double inter_gbs, inter_us; /* ... across nodes */
   double overlap;            /* share of a backward that dp communication may hide behind */
+  double act_bytes;          /* bytes of an activation element (act_bytes, optional: 4 fp32,
+                                2 bf16/fp16) */
 } mt_cost_profile;
 
 /* Loads the [cost] section; a missing or bad key is one line naming it. */
