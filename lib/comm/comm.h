@@ -130,6 +130,24 @@ void mt_comm_nccl_destroy(mt_mesh *m);
  * strided layouts), most at once, bytes */
 size_t mt_comm_nccl_workspace_peak(void);
 
+/* Layouts NCCL has no call for, built with copies (layout.c). A 2D copy
+ * moves `rows` rows of `width` floats from src (rows `spitch` floats apart)
+ * to dst (rows `dpitch` apart). */
+typedef void (*mt_copy2d_fn)(void *ctx, float *dst, size_t dpitch, const float *src,
+                             size_t spitch, size_t width, size_t rows);
+/* the parts' common size when every part has it and (displs given) part q
+ * starts at q times it; else 0 */
+size_t mt_parts_equal(const int *counts, const int *displs, int n);
+size_t mt_parts_largest(const int *counts, int n);
+/* parts (counts[q] floats at displs[q]) <-> padded rank-major (part q at
+ * q * pitch): to_padded 1 copies parts into padded, 0 back */
+void mt_copy_parts(float *parts, float *padded, size_t pitch, const int *counts,
+                   const int *displs, int n, int to_padded, mt_copy2d_fn copy2d, void *ctx);
+/* (outer, size, inner) <-> (size, outer, inner): to_rank_major 1 reads
+ * strided and writes rank_major, 0 the other way */
+void mt_permute_dim(float *strided, float *rank_major, size_t outer, size_t inner, int size,
+                    int to_rank_major, mt_copy2d_fn copy2d, void *ctx);
+
 /* Distinct devices: 1 when the n identifiers (each id_len bytes, NUL
  * padded) are pairwise different. */
 int mt_comm_ids_distinct(const char *ids, int n, size_t id_len);

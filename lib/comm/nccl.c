@@ -149,60 +149,30 @@ static void *nc_allreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop
   return finish_on(c->stream);
 }
 
-/* the parts' common size, or 0 when they differ (or are not laid out one
- * after the other from 0) */
-static size_t equal_parts(const int *counts, const int *displs, int n) {
-  for (int q = 0; q < n; q++)
-    if (counts[q] != counts[0] || (displs && displs[q] != q * counts[0])) return 0;
-  return (size_t)counts[0];
-}
-
-static size_t largest_part(const int *counts, int n) {
-  size_t m = 0;
-  for (int q = 0; q < n; q++) m = (size_t)counts[q] > m ? (size_t)counts[q] : m;
-  return m;
-}
-
-/* Copies between parts at displs (counts[q] floats each) and a padded
- * rank-major block (part q at q * pitch): runs of equal, adjacent parts move
- * as one 2D copy (the registry's buckets have at most two runs). to_padded:
- * parts -> padded, else back. */
-static void copy_parts(float *parts, float *padded, size_t pitch, const int *counts,
-                       const int *displs, int n, int to_padded, cudaStream_t s) {
-  int q = 0;
-  while (q < n) {
-    int q1 = q + 1;
-    while (q1 < n && counts[q1] == counts[q] && displs[q1] == displs[q1 - 1] + counts[q]) q1++;
-    size_t c = (size_t)counts[q];
-    if (c) {
-      float *p = parts + displs[q], *d = padded + (size_t)q * pitch;
-      if (to_padded)
-        CU(cudaMemcpy2DAsync(d, pitch * sizeof(float), p, c * sizeof(float), c * sizeof(float),
-                             (size_t)(q1 - q), cudaMemcpyDeviceToDevice, s));
-      else
-        CU(cudaMemcpy2DAsync(p, c * sizeof(float), d, pitch * sizeof(float), c * sizeof(float),
-                             (size_t)(q1 - q), cudaMemcpyDeviceToDevice, s));
-    }
-    q = q1;
-  }
+/* device-to-device 2D copy on the stream ctx (floats) */
+static void copy2d(void *ctx, float *dst, size_t dpitch, const float *src, size_t spitch,
+                   size_t width, size_t rows) {
+  CU(cudaMemcpy2DAsync(dst, dpitch * sizeof(float), src, spitch * sizeof(float),
+                       width * sizeof(float), rows, cudaMemcpyDeviceToDevice,
+                       (cudaStream_t)ctx));
 }
 
 static void *nc_reduce_scatter(mt_group *g, const float *send, float *recv, const int *counts) {
   channel *c = &state(g)->coll;
   int n = g->size;
   after_compute(c->stream);
-  size_t eq = equal_parts(counts, NULL, n);
+  size_t eq = mt_parts_equal(counts, NULL, n);
   if (eq) {
     NC(ncclReduceScatter(send, recv, eq, ncclFloat, ncclSum, c->comm, c->stream));
     return finish_on(c->stream);
   }
   /* unequal parts: padded to the largest, zeros in the padding */
-  size_t pitch = largest_part(counts, n);
+  size_t pitch = mt_parts_largest(counts, n);
   int *displs = mt_malloc((size_t)n * sizeof(int));
   for (int q = 0, off = 0; q < n; q++) displs[q] = off, off += counts[q];
   float *ws = ws_get((size_t)n * pitch + pitch, c->stream);
   CU(cudaMemsetAsync(ws, 0, (size_t)n * pitch * sizeof(float), c->stream));
-  copy_parts((float *)send, ws, pitch, counts, displs, n, 1, c->stream);
+  mt_copy_parts((float *)send, ws, pitch, counts, displs, n, 1, copy2d, c->stream);
   NC(ncclReduceScatter(ws, ws + (size_t)n * pitch, pitch, ncclFloat, ncclSum, c->comm,
                        c->stream));
   if (counts[g->rank])
@@ -218,38 +188,23 @@ static void *nc_allgatherv(mt_group *g, const float *send, float *recv, const in
   channel *c = &state(g)->coll;
   int n = g->size, r = g->rank;
   after_compute(c->stream);
-  size_t eq = equal_parts(counts, displs, n);
+  size_t eq = mt_parts_equal(counts, displs, n);
   if (eq) {
     /* in place: this rank's part already sits at r * eq */
     NC(ncclAllGather(send ? send : recv + (size_t)r * eq, recv, eq, ncclFloat, c->comm,
                      c->stream));
     return finish_on(c->stream);
   }
-  size_t pitch = largest_part(counts, n);
+  size_t pitch = mt_parts_largest(counts, n);
   float *ws = ws_get((size_t)n * pitch, c->stream);
   const float *mine = send ? send : recv + displs[r];
   if (counts[r])
     CU(cudaMemcpyAsync(ws + (size_t)r * pitch, mine, (size_t)counts[r] * sizeof(float),
                        cudaMemcpyDeviceToDevice, c->stream));
   NC(ncclAllGather(ws + (size_t)r * pitch, ws, pitch, ncclFloat, c->comm, c->stream));
-  copy_parts(recv, ws, pitch, counts, displs, n, 0, c->stream);
+  mt_copy_parts(recv, ws, pitch, counts, displs, n, 0, copy2d, c->stream);
   ws_put(ws, (size_t)n * pitch, c->stream);
   return finish_on(c->stream);
-}
-
-/* (outer, size, inner) <-> rank-major (size, outer, inner): one 2D copy per
- * rank's slice */
-static void permute_dim(float *strided, float *rank_major, size_t outer, size_t inner, int size,
-                        int to_rank_major, cudaStream_t s) {
-  size_t n = outer * inner;
-  for (int q = 0; q < size; q++) {
-    float *a = strided + (size_t)q * inner, *b = rank_major + (size_t)q * n;
-    size_t wb = inner * sizeof(float), sp = (size_t)size * inner * sizeof(float);
-    if (to_rank_major)
-      CU(cudaMemcpy2DAsync(b, wb, a, sp, wb, outer, cudaMemcpyDeviceToDevice, s));
-    else
-      CU(cudaMemcpy2DAsync(a, sp, b, wb, wb, outer, cudaMemcpyDeviceToDevice, s));
-  }
 }
 
 static void *nc_allgather_dim(mt_group *g, const float *send, float *recv, size_t outer,
@@ -263,7 +218,7 @@ static void *nc_allgather_dim(mt_group *g, const float *send, float *recv, size_
   }
   float *ws = ws_get((size_t)g->size * n, c->stream);
   NC(ncclAllGather(send, ws, n, ncclFloat, c->comm, c->stream));
-  permute_dim(recv, ws, outer, inner, g->size, 0, c->stream);
+  mt_permute_dim(recv, ws, outer, inner, g->size, 0, copy2d, c->stream);
   ws_put(ws, (size_t)g->size * n, c->stream);
   return finish_on(c->stream);
 }
@@ -278,7 +233,7 @@ static void *nc_reduce_scatter_dim(mt_group *g, const float *send, float *recv, 
     return finish_on(c->stream);
   }
   float *ws = ws_get((size_t)g->size * n, c->stream);
-  permute_dim((float *)send, ws, outer, inner, g->size, 1, c->stream);
+  mt_permute_dim((float *)send, ws, outer, inner, g->size, 1, copy2d, c->stream);
   NC(ncclReduceScatter(ws, recv, n, ncclFloat, ncclSum, c->comm, c->stream));
   ws_put(ws, (size_t)g->size * n, c->stream);
   return finish_on(c->stream);

@@ -186,6 +186,15 @@ typedef struct {
 } mt_cuda_info;
 /* the bound GPU; 0, or -1 before mt_cuda_init */
 int mt_cuda_get_info(mt_cuda_info *info);
+/* GPU time per op of the table since the backend started, when the
+ * environment has MT_CUDA_OP_TIMES=1 (two events around each op; off
+ * otherwise): up to max entries, the ops that ran; returns their number. */
+typedef struct {
+  const char *op;  /* the op table's member name, e.g. "attention_backward" */
+  double seconds;  /* GPU time */
+  long calls;
+} mt_cuda_op_time;
+int mt_cuda_op_times(mt_cuda_op_time *out, int max);
 /* the compute stream (a cudaStream_t) every op is queued on */
 void *mt_cuda_stream(void);
 /* page-locked host memory (fast copies, checkpoint snapshots); plain

@@ -124,34 +124,37 @@ void mt_train_device_destroy(mt_trainer *t) {
 /* ------------------------------------------------------------------ */
 /* memory                                                              */
 
-/* what the backend keeps beside the tensors, and a reserve for the CUDA
- * context's and NCCL's own buffers (bytes) */
-#define MT_GPU_RESERVE_BYTES (768.0 * 1048576.0)
+/* kept free beside the tensors for what allocates later and is not
+ * planned: NCCL's buffers (made at a group's first call), its staging
+ * workspace, the embedding backward's sort buffers, fragmentation (bytes
+ * per rank) */
+#define MT_GPU_RESERVE_BYTES (512.0 * 1048576.0)
 
 void mt_train_device_check_memory(mt_trainer *t, double need, mt_err *e) {
-  mt_cuda_info info;
-  mt_cuda_get_info(&info);
   /* the ranks of this node that share this GPU */
   MPI_Comm same;
   MT_MPI_CHECK(MPI_Comm_split(t->mesh.node.comm, t->gpu, t->mesh.node.rank, &same));
   int sharing = 1;
   MPI_Comm_size(same, &sharing);
-  double mine = need + (double)info.workspace_bytes, total = mine;
-  MPI_Allreduce(&mine, &total, 1, MPI_DOUBLE, MPI_SUM, same);
+  double total = need;
+  MPI_Allreduce(&need, &total, 1, MPI_DOUBLE, MPI_SUM, same);
   MPI_Comm_free(&same);
-  /* free memory now (other ranks' contexts on this GPU already taken) */
-  double avail = (double)info.free_bytes - MT_GPU_RESERVE_BYTES * sharing;
+  /* every rank on this GPU has started its backend by now (setup agreed on
+   * it): free memory is what the tensors can have */
+  mt_cuda_info info;
+  mt_cuda_get_info(&info);
+  double reserve = MT_GPU_RESERVE_BYTES * sharing;
+  double avail = (double)info.free_bytes - reserve;
   if (!e->failed && total > avail)
     mt_err_set(e,
-               "model %s with train.micro_batch = %d needs about %.2f GiB of GPU memory per rank "
-               "(%.2f GiB of tensors, %.2f GiB of backend scratch); %d rank(s) on GPU %d (%s) "
-               "need %.2f GiB but only %.2f GiB is free after a %.2f GiB reserve for CUDA and "
-               "NCCL: lower train.micro_batch or model size, raise parallel.zero or "
-               "parallel.tp, or use more GPUs",
-               t->cfg.model_preset, t->cfg.micro_batch, mine / 1073741824.0, need / 1073741824.0,
-               info.workspace_bytes / 1073741824.0, sharing, t->gpu, info.name,
-               total / 1073741824.0, avail / 1073741824.0,
-               MT_GPU_RESERVE_BYTES * sharing / 1073741824.0);
+               "model %s with train.micro_batch = %d needs %.2f GiB of GPU memory per rank for "
+               "its tensors; %d rank(s) on GPU %d (%s, %.1f GiB) need %.2f GiB, but %.2f GiB is "
+               "free (after the CUDA context, %.2f GiB of backend scratch per rank, and a %.2f "
+               "GiB reserve for NCCL): lower train.micro_batch or model size, raise "
+               "parallel.zero or parallel.tp, or use more GPUs",
+               t->cfg.model_preset, t->cfg.micro_batch, need / 1073741824.0, sharing, t->gpu,
+               info.name, info.total_bytes / 1073741824.0, total / 1073741824.0,
+               avail / 1073741824.0, info.workspace_bytes / 1073741824.0, reserve / 1073741824.0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -223,4 +226,15 @@ void mt_train_device_json(const mt_trainer *t, cJSON *parent) {
   cJSON_AddStringToObject(d, "tp", mt_group_device_path(&t->mesh.tp_g));
   cJSON_AddStringToObject(d, "dp", mt_group_device_path(&t->mesh.dp_g));
   cJSON_AddStringToObject(d, "pp", mt_group_device_path(&t->mesh.pp_g));
+  /* MT_CUDA_OP_TIMES=1: GPU seconds per op of the table (this rank) */
+  mt_cuda_op_time ot[64];
+  int n = mt_cuda_op_times(ot, 64);
+  if (n > 0) {
+    cJSON *ops = cJSON_AddObjectToObject(d, "op_seconds");
+    cJSON *calls = cJSON_AddObjectToObject(d, "op_calls");
+    for (int i = 0; i < n; i++) {
+      cJSON_AddNumberToObject(ops, ot[i].op, ot[i].seconds);
+      cJSON_AddNumberToObject(calls, ot[i].op, (double)ot[i].calls);
+    }
+  }
 }

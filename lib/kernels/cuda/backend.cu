@@ -3,11 +3,15 @@
  * elementwise helpers and scalar reductions of the op table. */
 #include "kernels/cuda/cuda_common.cuh"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 mt_cuda_state g_cu;
+
+static void timers_reset(void); /* per-op GPU time, below */
+static int g_ops_built;         /* the op table is filled (once per start) */
 
 /* cuBLASLt's workspace (the size NVIDIA suggests for Hopper) */
 #define MT_LT_WORKSPACE_BYTES (32u << 20)
@@ -24,10 +28,17 @@ extern "C" int mt_cuda_device_count(char *why, size_t why_len) {
   cudaError_t e = cudaGetDeviceCount(&n);
   const char *vis = getenv("CUDA_VISIBLE_DEVICES");
   if (e != cudaSuccess || n < 1) {
+    const char *cause = e != cudaSuccess ? cudaGetErrorString(e) : "the CUDA runtime reports 0 GPUs";
+    /* the runtime says "driver version is insufficient" also when there is
+     * no driver at all: say which */
+    if (e == cudaErrorInsufficientDriver) {
+      void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+      if (!drv) cause = "no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)";
+      else dlclose(drv);
+    }
     if (why && why_len)
-      snprintf(why, why_len, "%s%s%s%s", e != cudaSuccess ? cudaGetErrorString(e)
-                                                          : "the CUDA runtime reports 0 GPUs",
-               vis ? " (CUDA_VISIBLE_DEVICES='" : "", vis ? vis : "", vis ? "')" : "");
+      snprintf(why, why_len, "%s%s%s%s", cause, vis ? " (CUDA_VISIBLE_DEVICES='" : "",
+               vis ? vis : "", vis ? "')" : "");
     cudaGetLastError(); /* clear the sticky error of a failed probe */
     return 0;
   }
@@ -96,6 +107,8 @@ extern "C" int mt_cuda_init(int device, mt_precision prec, mt_err *e) {
 extern "C" void mt_cuda_shutdown(void) {
   if (!g_cu.up) return;
   cudaStreamSynchronize(g_cu.stream);
+  timers_reset();
+  g_ops_built = 0;
   mt_cuda_matmul_shutdown();
   mt_cuda_ops_shutdown();
   cudaFree(g_cu.lt_workspace);
@@ -294,6 +307,131 @@ static double cuda_sum(const float *x, size_t n) { return reduce(x, n, 0); }
 static double cuda_sumsq(const float *x, size_t n) { return reduce(x, n, 1); }
 
 /* ------------------------------------------------------------------ */
+/* per-op GPU time (MT_CUDA_OP_TIMES=1)                                 */
+
+/* Each timed op is bracketed by two events on the stream; the pairs are
+ * read back (cudaEventElapsedTime) in batches, so timing adds two event
+ * records per op and no synchronisation of its own. */
+enum { MT_OP_MAX = 40, MT_OP_PENDING = 2048 };
+static struct {
+  int on;
+  const char *name[MT_OP_MAX];
+  double seconds[MT_OP_MAX];
+  long calls[MT_OP_MAX];
+  int n_ops;
+  cudaEvent_t start[MT_OP_PENDING], end[MT_OP_PENDING];
+  int id[MT_OP_PENDING];
+  int n_pending, n_events;
+  int depth; /* an op called from a timed op is not timed again */
+} g_t;
+
+static void timers_reset(void) {
+  for (int i = 0; i < g_t.n_events; i++) {
+    cudaEventDestroy(g_t.start[i]);
+    cudaEventDestroy(g_t.end[i]);
+  }
+  memset(&g_t, 0, sizeof g_t);
+}
+
+static void timers_harvest(void) {
+  if (!g_t.n_pending) return;
+  CUDA_CHECK(cudaEventSynchronize(g_t.end[g_t.n_pending - 1]));
+  for (int i = 0; i < g_t.n_pending; i++) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, g_t.start[i], g_t.end[i]));
+    g_t.seconds[g_t.id[i]] += ms * 1e-3;
+    g_t.calls[g_t.id[i]]++;
+  }
+  g_t.n_pending = 0;
+}
+
+static void op_begin(int id) {
+  if (g_t.depth++) return;
+  if (g_t.n_pending == MT_OP_PENDING) timers_harvest();
+  int k = g_t.n_pending;
+  if (k == g_t.n_events) {
+    CUDA_CHECK(cudaEventCreate(&g_t.start[k]));
+    CUDA_CHECK(cudaEventCreate(&g_t.end[k]));
+    g_t.n_events++;
+  }
+  g_t.id[k] = id;
+  CUDA_CHECK(cudaEventRecord(g_t.start[k], g_cu.stream));
+}
+
+static void op_end(void) {
+  if (--g_t.depth) return;
+  CUDA_CHECK(cudaEventRecord(g_t.end[g_t.n_pending], g_cu.stream));
+  g_t.n_pending++;
+}
+
+template <int ID, typename F> struct timed;
+template <int ID, typename... A> struct timed<ID, void (*)(A...)> {
+  static void (*raw)(A...);
+  static void call(A... a) {
+    op_begin(ID);
+    raw(a...);
+    op_end();
+  }
+};
+template <int ID, typename... A> void (*timed<ID, void (*)(A...)>::raw)(A...);
+template <int ID, typename... A> struct timed<ID, double (*)(A...)> {
+  static double (*raw)(A...);
+  static double call(A... a) {
+    op_begin(ID);
+    double r = raw(a...);
+    op_end();
+    return r;
+  }
+};
+template <int ID, typename... A> double (*timed<ID, double (*)(A...)>::raw)(A...);
+
+#define MT_TIME(o, member, id)                                  \
+  do {                                                          \
+    timed<id, decltype((o)->member)>::raw = (o)->member;        \
+    (o)->member = timed<id, decltype((o)->member)>::call;       \
+    g_t.name[id] = #member;                                     \
+    if (id + 1 > g_t.n_ops) g_t.n_ops = id + 1;                 \
+  } while (0)
+
+static void timers_install(mt_ops *o) {
+  MT_TIME(o, zero, 0);
+  MT_TIME(o, copy, 1);
+  MT_TIME(o, axpy, 2);
+  MT_TIME(o, sum, 3);
+  MT_TIME(o, encoder_forward, 4);
+  MT_TIME(o, encoder_backward, 5);
+  MT_TIME(o, layernorm_forward, 6);
+  MT_TIME(o, layernorm_backward, 7);
+  MT_TIME(o, matmul_forward, 8);
+  MT_TIME(o, matmul_backward, 9);
+  MT_TIME(o, encoder_vp_forward, 10);
+  MT_TIME(o, encoder_vp_backward, 11);
+  MT_TIME(o, attention_forward, 12);
+  MT_TIME(o, attention_backward, 13);
+  MT_TIME(o, gelu_forward, 14);
+  MT_TIME(o, gelu_backward, 15);
+  MT_TIME(o, residual_forward, 16);
+  MT_TIME(o, softmax_xent_forward, 17);
+  MT_TIME(o, softmax_xent_backward, 18);
+  MT_TIME(o, xent_vp_max, 19);
+  MT_TIME(o, xent_vp_exp, 20);
+  MT_TIME(o, xent_vp_finish, 21);
+  MT_TIME(o, xent_vp_backward, 22);
+  MT_TIME(o, adamw_update, 23);
+  MT_TIME(o, sumsq, 24);
+  MT_TIME(o, scale, 25);
+}
+
+extern "C" int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
+  if (!g_cu.up || !g_t.on) return 0;
+  timers_harvest();
+  int n = 0;
+  for (int i = 0; i < g_t.n_ops && n < max; i++)
+    if (g_t.calls[i]) out[n++] = (mt_cuda_op_time){g_t.name[i], g_t.seconds[i], g_t.calls[i]};
+  return n;
+}
+
+/* ------------------------------------------------------------------ */
 /* the op table                                                        */
 
 static mt_ops g_ops_cuda;
@@ -301,6 +439,8 @@ static mt_ops g_ops_cuda;
 extern "C" const mt_ops *mt_ops_cuda(void) {
   if (!g_cu.up) return NULL;
   mt_ops *o = &g_ops_cuda;
+  if (g_ops_built) return o;
+  g_ops_built = 1;
   memset(o, 0, sizeof *o);
   o->name = g_cu.prec == MT_PRECISION_BF16 ? "cuda-bf16" : "cuda";
   o->loc = MT_LOC_DEVICE;
@@ -320,5 +460,8 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
   o->attention_forward = mt_cuda_attention_forward;
   o->attention_backward = mt_cuda_attention_backward;
   mt_cuda_fill_ops(o);
+  const char *t = getenv("MT_CUDA_OP_TIMES");
+  g_t.on = t && *t && strcmp(t, "0") != 0;
+  if (g_t.on) timers_install(o);
   return o;
 }
