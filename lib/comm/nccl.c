@@ -381,12 +381,16 @@ int mt_comm_nccl_init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e) {
    * receives those of its receiving ones from each neighbour */
   group_state *pst = m->pp_g.direct_state;
   ncclUniqueId send_id[MAX_PEERS][P2P_TAGS], recv_id[MAX_PEERS][P2P_TAGS];
-  for (int k = 0; pst && k < pst->n_peers; k++) {
+  MPI_Request reqs[2 * MAX_PEERS];
+  int n_req = 0;
+  for (int k = 0; pst && k < pst->n_peers; k++) { /* all posted at once: no ring of waits */
     for (int t = 0; t < P2P_TAGS; t++) NC(ncclGetUniqueId(&send_id[k][t]));
-    MT_MPI_CHECK(MPI_Sendrecv(send_id[k], (int)sizeof send_id[k], MPI_BYTE, pst->peer[k], 77,
-                              recv_id[k], (int)sizeof recv_id[k], MPI_BYTE, pst->peer[k], 77,
-                              m->pp_g.comm, MPI_STATUS_IGNORE));
+    MT_MPI_CHECK(MPI_Irecv(recv_id[k], (int)sizeof recv_id[k], MPI_BYTE, pst->peer[k], 77,
+                           m->pp_g.comm, &reqs[n_req++]));
+    MT_MPI_CHECK(MPI_Isend(send_id[k], (int)sizeof send_id[k], MPI_BYTE, pst->peer[k], 77,
+                           m->pp_g.comm, &reqs[n_req++]));
   }
+  MT_MPI_CHECK(MPI_Waitall(n_req, reqs, MPI_STATUSES_IGNORE));
   /* every communicator in one group call: no ordering between them */
   NC(ncclGroupStart());
   for (int i = 0; i < ngs; i++) {
