@@ -13,7 +13,7 @@
 #      peak, the step-time breakdown, and (a second, short run with
 #      MT_CUDA_OP_TIMES=1) each op's share of GPU time, attention's too.
 #
-#   bash tests/gpu/check.sh [OUT_DIR]        (OUT_DIR: $OUT, else ./gpu-check)
+#   bash tests/gpu/check.sh [OUT_DIR]   (OUT_DIR: $OUT, else build-gpu/check)
 #
 # Writes 8 files into OUT_DIR (nothing deeper): check.log (all of this
 # script's output), results.json (every figure and verdict), ctest.log,
@@ -27,7 +27,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-OUTDIR=${1:-${OUT:-$ROOT/gpu-check}}
+OUTDIR=${1:-${OUT:-$ROOT/build-gpu/check}}
 mkdir -p "$OUTDIR"
 exec > >(tee "$OUTDIR/check.log") 2>&1
 T0=$(date +%s)
