@@ -200,9 +200,11 @@ bench=(--set model.preset=gpt2-124m --set train.device=cuda --set train.precisio
 # the largest micro-batch whose planned tensors take at most 85% of the GPU
 B=0
 for b in 96 80 64 48 40 32 24 16 8 4; do
-  mib=$("$BUILD/bin/meshtrain" "${bench[@]}" --set train.micro_batch=$b --set train.global_batch=$b \
-        --plan 2>/dev/null | awk '$1 == "0" {print $8}')
-  if [ -n "$mib" ] && python3 -c "import sys; sys.exit(0 if $mib <= 0.85 * ${gpu_mib:-0} else 1)"; then
+  "$BUILD/bin/meshtrain" "${bench[@]}" --set train.micro_batch=$b --set train.global_batch=$b \
+    --plan --plan-json "$WORK/plan$b.json" > /dev/null 2>&1 || continue
+  mib=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['ranks'][0]; \
+print(round(sum(r['mem_bytes'].values()) / 1048576))" "$WORK/plan$b.json")
+  if [ -n "$mib" ] && [ "$mib" -le $(( ${gpu_mib:-0} * 85 / 100 )) ]; then
     B=$b; echo "micro-batch $b: plan $mib MiB of ${gpu_mib} MiB"; break
   fi
 done
