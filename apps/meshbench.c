@@ -4,11 +4,16 @@
  *
  * Each subcommand prints one row per case (nccl-tests style), a summary line,
  * and appends one JSON line to --json FILE. Subcommands today:
- *   gemm   cblas_sgemm GFLOP/s at the shapes of one GPT training step
+ *   gemm   GFLOP/s at the shapes of one GPT training step: cblas_sgemm, or
+ *          (--device cuda) the CUDA backend's cuBLASLt matmuls, fp32 or bf16
  *   allreduce, allgather, reduce-scatter, alltoall, sendrecv, collectives
- *          MPI collectives over a mesh group, nccl-tests style (under mpirun/srun)
+ *          collectives over a mesh group, nccl-tests style (under mpirun/srun):
+ *          MPI on host buffers, or (--device cuda) device buffers through
+ *          comm's NCCL path
+ *   devices  the GPUs this process sees (or why none)
  * (ckpt, ... slot into g_commands below). gemm is one process and never calls
  * MPI, so it runs with or without mpirun. */
+#include "comm/comm.h"
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -177,6 +182,51 @@ static void gemm_measure(gemm_case *g, const float *A, const float *B, float *Cm
   }
 }
 
+/* ---- gemm on the GPU: the CUDA backend's own matmuls (the op table) ----
+ *   NT  matmul_forward(out, inp, w, bias)     out (m,n) = A (m,k) B^T, B stored (n,k)
+ *   NN  matmul_backward(dinp, -, -, dout, w)  C (m,n) += A (m,k) B (k,n)
+ *   TN  matmul_backward(-, dw, -, dout, inp)  C (m,n) += A^T B, A stored (k,m), B (k,n)
+ * Time per shape: the median over three batches of reps calls between two
+ * synchronisations (a GPU call is queued, not finished, when it returns). */
+static void gemm_run_gpu(const mt_ops *o, const gemm_case *g, const float *A, const float *B,
+                         float *Cm, const float *bias) {
+  switch (g->form) {
+  case GEMM_NT: o->matmul_forward(Cm, A, B, g->beta != 0.0f ? bias : NULL, g->m, g->k, g->n); break;
+  case GEMM_NN: o->matmul_backward(Cm, NULL, NULL, A, NULL, B, g->m, g->n, g->k); break;
+  case GEMM_TN: o->matmul_backward(NULL, Cm, NULL, A, B, NULL, g->k, g->n, g->m); break;
+  }
+}
+
+static void gemm_measure_gpu(const mt_ops *o, gemm_case *g, const float *dA, const float *dB,
+                             float *dC, const float *dbias, const float *hA, const float *hB,
+                             float *hC, int reps) {
+  double times[3];
+  gemm_run_gpu(o, g, dA, dB, dC, dbias);
+  o->sync();
+  for (int b = 0; b < 3; b++) {
+    double t0 = mt_now();
+    for (int r = 0; r < reps; r++) gemm_run_gpu(o, g, dA, dB, dC, dbias);
+    o->sync();
+    times[b] = (mt_now() - t0) / reps;
+  }
+  qsort(times, 3, sizeof(double), compare_double);
+  g->time_s = times[1];
+  g->gflops = 2.0 * g->m * (double)g->n * g->k / g->time_s * 1e-9;
+  /* the check: C zeroed, one call (forward without bias), 16 entries */
+  o->zero(dC, (size_t)g->m * g->n);
+  gemm_case plain = *g;
+  plain.beta = 0.0f;
+  gemm_run_gpu(o, &plain, dA, dB, dC, NULL);
+  o->download(hC, dC, (size_t)g->m * g->n * sizeof(float));
+  g->max_rel_err = 0.0;
+  for (int s = 0; s < 16; s++) {
+    int i = (int)(((long long)s * 7919) % g->m), j = (int)(((long long)s * 104729) % g->n);
+    double abs_sum = 0.0, want = gemm_entry(g, hA, hB, i, j, &abs_sum);
+    double err = fabs((double)hC[(size_t)i * g->n + j] - want) / (abs_sum > 0 ? abs_sum : 1.0);
+    if (err > g->max_rel_err || isnan(err)) g->max_rel_err = isnan(err) ? INFINITY : err;
+  }
+}
+
 static void gemm_help(FILE *f) {
   fprintf(f,
           "usage: %s gemm [options]\n"
@@ -187,6 +237,11 @@ static void gemm_help(FILE *f) {
           "  --tokens N      rows per gemm, i.e. tokens per micro-batch (default 2048)\n"
           "  --threads N     BLAS/OpenMP threads (default: as the environment sets)\n"
           "  --reps N        timed calls per shape (default 5)\n"
+          "  --device D      cpu (cblas_sgemm, default) or cuda (the CUDA backend's\n"
+          "                  cuBLASLt products; MT_CUDA_BF16_GEMM=fast for the\n"
+          "                  in-library bf16 rounding)\n"
+          "  --precision P   fp32 (default) or bf16 (cuda: bf16 operands, fp32 sums)\n"
+          "  --gpu N         which visible GPU (default 0)\n"
           "  --json FILE     append one JSON line with every figure\n"
           "  --help          this text\n"
           "gflops_weighted = flops / time of one step's worth of these gemms (each shape\n"
@@ -232,8 +287,8 @@ static cJSON *gemm_json(const char *model, const char *blas_core, int threads, i
 }
 
 static int bench_gemm(int argc, char **argv) {
-  const char *model = "small", *json_path = NULL;
-  int tokens = 2048, threads = 0, reps = 5;
+  const char *model = "small", *json_path = NULL, *device = "cpu", *precision = "fp32";
+  int tokens = 2048, threads = 0, reps = 5, gpu = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -249,10 +304,37 @@ static int bench_gemm(int argc, char **argv) {
       reps = parse_positive_int(a, option_value(argc, argv, &i));
     } else if (!strcmp(a, "--json")) {
       json_path = option_value(argc, argv, &i);
+    } else if (!strcmp(a, "--device")) {
+      device = option_value(argc, argv, &i);
+      if (strcmp(device, "cpu") && strcmp(device, "cuda"))
+        usage_error("--device: '%s' is not cpu or cuda", device);
+    } else if (!strcmp(a, "--precision")) {
+      precision = option_value(argc, argv, &i);
+      if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+        usage_error("--precision: '%s' is not fp32 or bf16", precision);
+    } else if (!strcmp(a, "--gpu")) {
+      gpu = atoi(option_value(argc, argv, &i));
     } else {
       usage_error("gemm: unknown option '%s'", a);
     }
   }
+  int on_gpu = !strcmp(device, "cuda");
+  if (!on_gpu && strcmp(precision, "fp32"))
+    usage_error("--precision bf16 needs --device cuda (cblas_sgemm is fp32)");
+  const mt_ops *gops = NULL;
+  mt_cuda_info ginfo;
+  memset(&ginfo, 0, sizeof ginfo);
+  if (on_gpu) {
+    mt_err ge = {0};
+    if (mt_cuda_init(gpu, strcmp(precision, "bf16") ? MT_PRECISION_FP32 : MT_PRECISION_BF16,
+                     &ge) != 0) {
+      fprintf(stderr, "%s: error: --device cuda: %s\n", g_prog, ge.msg);
+      return MT_EXIT_BADINPUT;
+    }
+    gops = mt_ops_cuda();
+    mt_cuda_get_info(&ginfo);
+  }
+  const double tol = on_gpu && !strcmp(precision, "bf16") ? 1e-2 : 1e-5;
   mt_model_shape shape;
   if (strcmp(model, "custom") == 0 || mt_model_preset(model, &shape) != 0)
     usage_error("--model: unknown model '%s' (tiny|small|gpt2-124m)", model);
@@ -284,11 +366,31 @@ static int bench_gemm(int argc, char **argv) {
   }
   memset(Cm, 0, c_max * sizeof(float));
 
-  printf("# meshbench gemm: model %s (n_layer %d, n_embd %d, vocab %d padded %d), tokens %d, "
-         "threads %d, reps %d (median), OpenBLAS core %s\n",
-         model, shape.n_layer, shape.n_embd, shape.vocab, shape.vocab_padded, tokens,
-         blas_threads, reps, blas_core);
-  for (int i = 0; i < n; i++) gemm_measure(&cases[i], A, B, Cm, reps);
+  if (on_gpu) {
+    printf("# meshbench gemm: model %s (n_layer %d, n_embd %d, vocab %d padded %d), tokens %d, "
+           "reps %d per batch (median of 3), GPU %d %s, precision %s (matmuls %s)\n",
+           model, shape.n_layer, shape.n_embd, shape.vocab, shape.vocab_padded, tokens, reps,
+           gpu, ginfo.name, precision, ginfo.gemm_path);
+    float *dA = gops->alloc(MT_MEM_OTHER, a_max * sizeof(float));
+    float *dB = gops->alloc(MT_MEM_OTHER, b_max * sizeof(float));
+    float *dC = gops->alloc(MT_MEM_OTHER, c_max * sizeof(float));
+    size_t bias_n = b_max > c_max ? b_max : c_max; /* as long as any output row */
+    float *dbias = gops->alloc(MT_MEM_OTHER, bias_n * sizeof(float));
+    gops->upload(dA, A, a_max * sizeof(float));
+    gops->upload(dB, B, b_max * sizeof(float));
+    gops->upload(dbias, B, (bias_n < b_max ? bias_n : b_max) * sizeof(float));
+    for (int i = 0; i < n; i++) gemm_measure_gpu(gops, &cases[i], dA, dB, dC, dbias, A, B, Cm, reps);
+    gops->free(MT_MEM_OTHER, dA, a_max * sizeof(float));
+    gops->free(MT_MEM_OTHER, dB, b_max * sizeof(float));
+    gops->free(MT_MEM_OTHER, dC, c_max * sizeof(float));
+    gops->free(MT_MEM_OTHER, dbias, bias_n * sizeof(float));
+  } else {
+    printf("# meshbench gemm: model %s (n_layer %d, n_embd %d, vocab %d padded %d), tokens %d, "
+           "threads %d, reps %d (median), OpenBLAS core %s\n",
+           model, shape.n_layer, shape.n_embd, shape.vocab, shape.vocab_padded, tokens,
+           blas_threads, reps, blas_core);
+    for (int i = 0; i < n; i++) gemm_measure(&cases[i], A, B, Cm, reps);
+  }
 
   const gemm_case *peak = &cases[0];
   double step_flop = 0.0, step_time = 0.0;
@@ -302,7 +404,7 @@ static int bench_gemm(int argc, char **argv) {
   int wrong = 0;
   for (int i = 0; i < n; i++) {
     const gemm_case *g = &cases[i];
-    wrong += g->max_rel_err > 1e-5;
+    wrong += !(g->max_rel_err <= tol);
     printf("  %-10s %-8s %-4s %7d %7d %7d %5d %10.3f %9.1f %6.1f %8.1e\n", g->layer,
            g_role_names[g->form], g_form_names[g->form], g->m, g->n, g->k, g->count,
            g->time_s * 1e3, g->gflops, 100.0 * g->gflops / peak->gflops, g->max_rel_err);
@@ -317,6 +419,13 @@ static int bench_gemm(int argc, char **argv) {
   if (json_path) {
     cJSON *root = gemm_json(model, blas_core, blas_threads, tokens, reps, cases, n, step_flop,
                             step_time, peak);
+    cJSON_AddStringToObject(root, "device", device);
+    cJSON_AddStringToObject(root, "precision", precision);
+    cJSON_AddNumberToObject(root, "tolerance", tol);
+    if (on_gpu) {
+      cJSON_AddStringToObject(root, "gpu", ginfo.name);
+      cJSON_AddStringToObject(root, "gemm_path", ginfo.gemm_path);
+    }
     char *line = cJSON_PrintUnformatted(root);
     FILE *f = fopen(json_path, "a");
     if (!f || !line || fprintf(f, "%s\n", line) < 0 || fclose(f) != 0) {
@@ -329,6 +438,7 @@ static int bench_gemm(int argc, char **argv) {
   }
   if (wrong) fprintf(stderr, "%s: error: %d gemm shape(s) gave wrong results\n", g_prog, wrong);
   free(A), free(B), free(Cm);
+  if (on_gpu) mt_cuda_shutdown();
   return rc;
 }
 
@@ -361,7 +471,9 @@ typedef struct {
   int n_sizes;
   int factor, iters, warmup, check;
   const char *json_path, *group_name;
+  int group_given;
   int mesh[4]; /* tp cp dp pp, 0 = fill with dp */
+  int on_gpu;  /* --device cuda: buffers in GPU memory, through comm's device path */
 } coll_opts;
 
 static int g_coll_rank0 = 1; /* prints only on world rank 0 once MPI is up */
@@ -419,6 +531,10 @@ static void coll_help(FILE *f, const char *name) {
           "  --mesh AXES     mesh shape, e.g. tp=2,dp=4 (default dp = all ranks)\n"
           "  --group NAME    world | tp | cp | dp | pp: the group to time (default world)\n"
           "  --json FILE     rank 0 appends one JSON line per size\n"
+          "  --device D      cpu (host buffers, MPI; default) or cuda (GPU buffers, one GPU\n"
+          "                  per rank by node-local rank: NCCL where each rank of the group\n"
+          "                  has its own GPU, else staged through host MPI; the group\n"
+          "                  defaults to dp; alltoall is host-only)\n"
           "  --fault         testing: corrupt one element on rank 0 before each check\n"
           "Exit code 3 if any element was wrong.\n",
           g_prog, name, g_prog, name, name);
@@ -472,6 +588,11 @@ static int coll_parse(int argc, char **argv, coll_opts *o) {
           strcmp(v, "pp"))
         coll_usage_error("--group: unknown group '%s' (world|tp|cp|dp|pp)", v);
       o->group_name = v;
+      o->group_given = 1;
+    } else if (!strcmp(a, "--device")) {
+      if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+        coll_usage_error("--device: '%s' is not cpu or cuda", v);
+      o->on_gpu = !strcmp(v, "cuda");
     } else if (!strcmp(a, "--mesh")) {
       char *copy = strdup(v), *save = NULL;
       for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -512,7 +633,9 @@ static size_t coll_count(coll_kind k, long long bytes, int n) {
 
 typedef struct {
   mt_group *g;
-  float *send, *recv;
+  float *send, *recv;   /* where the calls work: host, or GPU memory */
+  float *hsend, *hrecv; /* host copies for the check (the same as send, recv on the host) */
+  const mt_ops *dev;    /* the GPU backend, or NULL */
   int *counts, *displs; /* per rank of the group */
 } coll_bufs;
 
@@ -520,34 +643,44 @@ typedef struct {
 static void coll_call(coll_kind k, coll_bufs *b, size_t count) {
   int n = b->g->size, r = b->g->rank;
   size_t chunk = count / (size_t)n;
+  mt_loc loc = b->dev ? MT_LOC_DEVICE : MT_LOC_HOST;
   for (int i = 0; i < n; i++) b->counts[i] = (int)chunk, b->displs[i] = (int)(chunk * (size_t)i);
   switch (k) {
   case COLL_ALLREDUCE:
-    mt_allreduce_sum_f32(b->g, b->recv, count, MT_LOC_HOST);
+    mt_allreduce_sum_f32(b->g, b->recv, count, loc);
     break;
   case COLL_ALLGATHER:
-    mt_allgatherv_inplace_f32(b->g, b->recv, b->counts, b->displs, MT_LOC_HOST);
+    mt_allgatherv_inplace_f32(b->g, b->recv, b->counts, b->displs, loc);
     break;
   case COLL_REDUCE_SCATTER:
-    mt_reduce_scatter_sum_f32(b->g, b->send, b->recv, b->counts, MT_LOC_HOST);
+    mt_reduce_scatter_sum_f32(b->g, b->send, b->recv, b->counts, loc);
     break;
   case COLL_ALLTOALL:
     MT_MPI_CHECK(MPI_Alltoall(b->send, (int)chunk, MPI_FLOAT, b->recv, (int)chunk, MPI_FLOAT,
                               b->g->comm));
     break;
   case COLL_SENDRECV:
+    if (b->dev) { /* the pipeline's point-to-point path (NCCL channels in a pp group) */
+      mt_request rs, rr;
+      mt_irecv_f32(b->g, b->recv, count, (r + n - 1) % n, MT_TAG_PP_ACT, loc, &rr);
+      mt_isend_f32(b->g, b->send, count, (r + 1) % n, MT_TAG_PP_ACT, loc, &rs);
+      mt_wait(&rr);
+      mt_wait(&rs);
+      break;
+    }
     MT_MPI_CHECK(MPI_Sendrecv(b->send, (int)count, MPI_FLOAT, (r + 1) % n, 0, b->recv, (int)count,
                               MPI_FLOAT, (r + n - 1) % n, 0, b->g->comm, MPI_STATUS_IGNORE));
     break;
   }
+  if (b->dev) b->dev->sync(); /* a device call is finished when the data is there */
 }
 
 /* fill the inputs with small integers, run one call, count wrong elements */
 static long long coll_check(coll_kind k, coll_bufs *b, size_t count) {
   int n = b->g->size, r = b->g->rank;
   size_t chunk = count / (size_t)n;
-  float *in = k == COLL_ALLREDUCE || k == COLL_ALLGATHER ? b->recv : b->send;
-  for (size_t i = 0; i < count; i++) b->recv[i] = -1.0f;
+  float *in = k == COLL_ALLREDUCE || k == COLL_ALLGATHER ? b->hrecv : b->hsend;
+  for (size_t i = 0; i < count; i++) b->hrecv[i] = -1.0f;
   switch (k) {
   case COLL_ALLREDUCE:
     for (size_t i = 0; i < count; i++) in[i] = (float)((r + (long long)i) % 17);
@@ -567,8 +700,13 @@ static long long coll_check(coll_kind k, coll_bufs *b, size_t count) {
     for (size_t i = 0; i < count; i++) in[i] = (float)((r * 13LL + (long long)i) % 251);
     break;
   }
+  if (b->dev) {
+    b->dev->upload(b->send, b->hsend, count * sizeof(float));
+    b->dev->upload(b->recv, b->hrecv, count * sizeof(float));
+  }
   coll_call(k, b, count);
-  if (g_coll_fault && r == 0) b->recv[0] += 1.0f;
+  if (b->dev) b->dev->download(b->hrecv, b->recv, count * sizeof(float));
+  if (g_coll_fault && r == 0) b->hrecv[0] += 1.0f;
   long long wrong = 0;
   size_t out_n = k == COLL_REDUCE_SCATTER ? chunk : count;
   for (size_t i = 0; i < out_n; i++) {
@@ -582,7 +720,7 @@ static long long coll_check(coll_kind k, coll_bufs *b, size_t count) {
       break;
     case COLL_SENDRECV: want = (double)((((r + n - 1) % n) * 13LL + (long long)i) % 251); break;
     }
-    wrong += (double)b->recv[i] != want;
+    wrong += (double)b->hrecv[i] != want;
   }
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, b->g->comm));
   return wrong;
@@ -621,16 +759,33 @@ static long long coll_run(coll_kind k, const coll_opts *o, mt_group *g, FILE *js
   long long max_size = 0;
   for (int i = 0; i < n_sizes; i++) max_size = sizes[i] > max_size ? sizes[i] : max_size;
   size_t max_count = (size_t)max_size / sizeof(float) + 1;
-  coll_bufs b = {g, mt_malloc(max_count * sizeof(float)), mt_malloc(max_count * sizeof(float)),
-                 mt_malloc((size_t)g->size * sizeof(int)), mt_malloc((size_t)g->size * sizeof(int))};
-  memset(b.send, 0, max_count * sizeof(float)); /* touch every page before timing */
-  memset(b.recv, 0, max_count * sizeof(float));
   int print = g_coll_rank0;
+  if (o->on_gpu && k == COLL_ALLTOALL) {
+    if (print) printf("#\n# alltoall: skipped with --device cuda (meshtrain issues none)\n");
+    free(sizes);
+    return 0;
+  }
+  coll_bufs b = {g, NULL, NULL, mt_malloc(max_count * sizeof(float)),
+                 mt_malloc(max_count * sizeof(float)), o->on_gpu ? mt_ops_cuda() : NULL,
+                 mt_malloc((size_t)g->size * sizeof(int)), mt_malloc((size_t)g->size * sizeof(int))};
+  memset(b.hsend, 0, max_count * sizeof(float)); /* touch every page before timing */
+  memset(b.hrecv, 0, max_count * sizeof(float));
+  if (b.dev) { /* zeroed GPU memory */
+    b.send = b.dev->alloc(MT_MEM_COMM, max_count * sizeof(float));
+    b.recv = b.dev->alloc(MT_MEM_COMM, max_count * sizeof(float));
+  } else {
+    b.send = b.hsend;
+    b.recv = b.hrecv;
+  }
   if (print) {
     printf("#\n# %s: %d ranks in group %s (%d world ranks, %d nodes), float, %d warmup + %d "
-           "timed calls per size, time = slowest rank's mean\n#\n",
+           "timed calls per size, time = slowest rank's mean, buffers %s\n#\n",
            g_coll_names[k], g->size, o->group_name, o->mesh[0] * o->mesh[1] * o->mesh[2] * o->mesh[3],
-           o->nodes, o->warmup, o->iters);
+           o->nodes, o->warmup, o->iters,
+           o->on_gpu ? (!strcmp(mt_group_device_path(g), "staged") ? "on the GPU, staged through "
+                                                                      "host MPI"
+                                                                    : "on the GPU, NCCL")
+                     : "on the host, MPI");
     printf("# %12s %12s %6s %6s %10s %9s %9s %7s\n", "size", "count", "type", "redop", "time",
            "algbw", "busbw", "#wrong");
     printf("# %12s %12s %6s %6s %10s %9s %9s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
@@ -648,7 +803,8 @@ static long long coll_run(coll_kind k, const coll_opts *o, mt_group *g, FILE *js
         printf("  %12lld %12s  (skipped: smaller than one float per rank)\n", sizes[s], "-");
       continue;
     }
-    memset(b.recv, 0, count * sizeof(float)); /* zeros: in-place sums stay finite */
+    if (b.dev) b.dev->zero(b.recv, count); /* zeros: in-place sums stay finite */
+    else memset(b.recv, 0, count * sizeof(float));
     for (int it = 0; it < o->warmup; it++) coll_call(k, &b, count);
     MT_MPI_CHECK(MPI_Barrier(g->comm));
     double t0 = mt_now();
@@ -679,6 +835,8 @@ static long long coll_run(coll_kind k, const coll_opts *o, mt_group *g, FILE *js
       cJSON_AddNumberToObject(row, "count", (double)count);
       cJSON_AddStringToObject(row, "dtype", "float");
       cJSON_AddStringToObject(row, "redop", g_coll_redop[k]);
+      cJSON_AddStringToObject(row, "device", o->on_gpu ? "cuda" : "cpu");
+      cJSON_AddStringToObject(row, "path", o->on_gpu ? mt_group_device_path(g) : "mpi");
       cJSON_AddNumberToObject(row, "iters", o->iters);
       cJSON_AddNumberToObject(row, "time_us", time_s * 1e6);
       cJSON_AddNumberToObject(row, "algbw_gbs", algbw);
@@ -695,7 +853,11 @@ static long long coll_run(coll_kind k, const coll_opts *o, mt_group *g, FILE *js
     printf("# %s: %s, avg busbw %.3f GB/s over %d sizes, peak %.3f GB/s at %lld B\n",
            g_coll_names[k], wrong_total ? "WRONG RESULTS" : "0 wrong", rows ? busbw_sum / rows : 0.0,
            rows, busbw_peak, peak_size);
-  free(b.send), free(b.recv), free(b.counts), free(b.displs), free(sizes);
+  if (b.dev) {
+    b.dev->free(MT_MEM_COMM, b.send, max_count * sizeof(float));
+    b.dev->free(MT_MEM_COMM, b.recv, max_count * sizeof(float));
+  }
+  free(b.hsend), free(b.hrecv), free(b.counts), free(b.displs), free(sizes);
   return wrong_total;
 }
 
@@ -730,6 +892,26 @@ static int bench_collectives(int argc, char **argv) {
   mt_err e = {0};
   mt_mesh_create(&mesh, o.mesh[0], o.mesh[1], o.mesh[2], o.mesh[3], &e);
   if (mt_err_agree(&e, MPI_COMM_WORLD)) coll_usage_error("--mesh: %s", e.msg);
+  if (o.on_gpu) {
+    /* one GPU per rank by node-local rank; comm's device paths as in training */
+    char why[256] = "";
+    int n_gpu = mt_cuda_device_count(why, sizeof why), shared = 0;
+    int dev = mt_device_for_local_rank(mesh.node.rank, mesh.node.size, n_gpu, &shared);
+    mt_err ge = {0};
+    if (dev < 0) mt_err_set(&ge, "--device cuda: no GPU is usable: %s", why);
+    else mt_cuda_init(dev, MT_PRECISION_FP32, &ge);
+    if (mt_err_agree(&ge, MPI_COMM_WORLD)) coll_usage_error("%s", ge.msg);
+    static mt_comm_device_copy copy;
+    copy.to_host = mt_ops_cuda()->download;
+    copy.to_device = mt_ops_cuda()->upload;
+    mt_comm_set_device_copy(&copy);
+    mt_cuda_info info;
+    mt_cuda_get_info(&info);
+    mt_comm_nccl_opts no = {info.uuid, mt_cuda_stream(), 1};
+    if (mt_comm_nccl_init(&mesh, &no, &ge) != 0 || mt_err_agree(&ge, MPI_COMM_WORLD))
+      coll_usage_error("--device cuda: %s", ge.msg);
+    if (!o.group_given) o.group_name = "dp";
+  }
   mt_group *g = !strcmp(o.group_name, "tp")   ? &mesh.tp_g
                 : !strcmp(o.group_name, "cp") ? &mesh.cp_g
                 : !strcmp(o.group_name, "dp") ? &mesh.dp_g
@@ -759,6 +941,11 @@ static int bench_collectives(int argc, char **argv) {
     rc = MT_EXIT_RUNTIME;
   }
   free(o.sizes);
+  if (o.on_gpu) {
+    mt_comm_nccl_destroy(&mesh);
+    mt_comm_set_device_copy(NULL);
+    mt_cuda_shutdown();
+  }
   mt_mesh_destroy(&mesh);
   MPI_Finalize();
   return rc;
@@ -773,6 +960,29 @@ static int bench_info(int argc, char **argv) {
   (void)argc;
   (void)argv;
   printf("blas_core %s\nthreads %d\n", mt_kernels_blas_core(), mt_kernels_threads());
+  return MT_EXIT_OK;
+}
+
+/* meshbench devices: the GPUs this process sees, or why none (the GPU tests
+ * ask it before they run; exit 0 either way) */
+static int bench_devices(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  char why[256] = "";
+  int n = mt_cuda_device_count(why, sizeof why);
+  printf("cuda_built %d\nnccl_built %d\ngpus %d\n", mt_cuda_built(), mt_comm_nccl_built(), n);
+  if (n == 0) printf("reason %s\n", why);
+  for (int i = 0; i < n; i++) {
+    mt_err e = {0};
+    mt_cuda_info info;
+    if (mt_cuda_init(i, MT_PRECISION_FP32, &e) == 0 && mt_cuda_get_info(&info) == 0)
+      printf("gpu %d %s (compute capability %d.%d, %d SMs, %.1f GiB, %s)\n", i, info.name,
+             info.sm_major, info.sm_minor, info.sm_count, info.total_bytes / 1073741824.0,
+             info.uuid);
+    else
+      printf("gpu %d unusable: %s\n", i, e.msg);
+    mt_cuda_shutdown();
+  }
   return MT_EXIT_OK;
 }
 
@@ -797,7 +1007,8 @@ static int bench_ckpt(int argc, char **argv) {
 int mt_bench_stream(int argc, char **argv);
 
 static const bench_command g_commands[] = {
-    {"gemm", bench_gemm, "cblas_sgemm GFLOP/s at the shapes of one GPT training step"},
+    {"gemm", bench_gemm, "matmul GFLOP/s at the shapes of one GPT training step (CPU or GPU)"},
+    {"devices", bench_devices, "the GPUs this process sees (or why none)"},
     {"info", bench_info, "the BLAS kernels and thread count this process uses"},
     {"allreduce", bench_collectives, "MPI allreduce (sum) time, algbw, busbw, #wrong by size"},
     {"allgather", bench_collectives, "MPI allgather (in place) time, algbw, busbw, #wrong by size"},

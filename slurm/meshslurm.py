@@ -192,6 +192,8 @@ class System:
         "no_exclusive_qos": "",    # QoS names that cannot be combined with --exclusive
         "report_partition": "",    # partition of a campaign's report job ("": the profile's)
         "report_qos": "",          # its QoS when report_partition is set ("": none)
+        "device": "",              # train.device of its train jobs ("": meshtrain's default)
+        "precision": "",           # train.precision of its train jobs ("": meshtrain's default)
     }
 
     def __init__(self, name_or_path, overrides=()):
@@ -260,6 +262,12 @@ class System:
         self.no_exclusive_qos = set(s["no_exclusive_qos"].replace(",", " ").split())
         self.report_partition = s["report_partition"].strip()
         self.report_qos = s["report_qos"].strip()
+        self.device = s["device"].strip()
+        if self.device not in ("", "cpu", "cuda", "auto"):
+            raise BadInput("%s: device = '%s': expected cpu, cuda or auto" % (path, self.device))
+        self.precision = s["precision"].strip()
+        if self.precision not in ("", "fp32", "bf16"):
+            raise BadInput("%s: precision = '%s': expected fp32 or bf16" % (path, self.precision))
         self.modules = []
         for name, mod in modules:
             mod = mod.strip()
@@ -646,7 +654,7 @@ def convert_body(args):
     return "run_step \"${LAUNCH[@]}\" \"$MT_BIN/meshckpt\" %s" % " ".join(q(a) for a in argv)
 
 
-def train_sets(run_dir, lay, hw, user_sets):
+def train_sets(run_dir, lay, system, user_sets):
     keys = {k for k, _ in (parse_assignment(s, "--set") for s in user_sets)}
     sets = ["output.dir=%s" % run_dir]
     for axis in ("dp", "tp", "pp", "cp"):
@@ -655,8 +663,13 @@ def train_sets(run_dir, lay, hw, user_sets):
     for _, key, v in lay.get("settings", []):
         sets.append("%s=%s" % (key, v))
         layout_keys.add(key)
-    if "metrics.hw" not in keys and hw:
-        sets.append("metrics.hw=%s" % hw)
+    if "metrics.hw" not in keys and system.hw:
+        sets.append("metrics.hw=%s" % system.hw)
+    # the profile's device (a GPU system: cuda, one GPU per task) unless --set says otherwise
+    if "train.device" not in keys and system.device:
+        sets.append("train.device=%s" % system.device)
+    if "train.precision" not in keys and system.precision:
+        sets.append("train.precision=%s" % system.precision)
     for s in user_sets:
         k, _ = parse_assignment(s, "--set")
         if k in ("output.dir",) or k.startswith("parallel.") and k[9:] in lay or k in layout_keys:
@@ -747,7 +760,7 @@ def cmd_render(a):
     if config and not os.path.isfile(config):
         raise BadInput("--config %s: cannot open" % a.config)
     if a.job == "train":
-        sets = train_sets(run_dir, lay, system.hw, a.set)
+        sets = train_sets(run_dir, lay, system, a.set)
         if not a.no_check:
             check_train_config(bin_dir, workdir, config, sets, res["ranks"], "job not written")
         body = train_body(run_dir, sets)
@@ -937,7 +950,7 @@ def cmd_campaign(a):
     for p in plan["points"]:
         if plan["job"] != "train":
             continue
-        p["_train_sets"] = train_sets(p["_run_dir"], p["layout"], system.hw, p["_sets"])
+        p["_train_sets"] = train_sets(p["_run_dir"], p["layout"], system, p["_sets"])
         key = (p["ranks"], tuple(x for x in p["_train_sets"] if not x.startswith("output.dir=")))
         if not a.no_check and key not in checked:
             check_train_config(bin_dir, workdir, plan["config"], p["_train_sets"], p["ranks"],

@@ -1,6 +1,7 @@
-/* Collectives over mesh groups, with byte and time counters: the MPI
- * backend. Host buffers go to MPI directly; device buffers are staged
- * through host copies made with the device backend's copy functions. */
+/* Collectives over mesh groups, with byte and time counters. Host buffers go
+ * to MPI directly; device buffers go to the direct backend (NCCL) on the
+ * groups it serves, and are otherwise staged through host copies made with
+ * the device backend's copy functions. */
 #include "comm/comm.h"
 
 #include <limits.h>
@@ -79,11 +80,70 @@ static void count(mt_group *g, double t0, double bytes) {
 }
 
 /* ------------------------------------------------------------------ */
+/* device buffers: the direct backend                                  */
+
+static const mt_comm_direct *g_direct;
+static mt_comm_direct g_direct_copy;
+static long g_direct_calls;
+
+void mt_comm_set_direct(const mt_comm_direct *d) {
+  if (d) g_direct_copy = *d;
+  g_direct = d ? &g_direct_copy : NULL;
+}
+
+long mt_comm_direct_calls(void) { return g_direct_calls; }
+
+const char *mt_group_device_path(const mt_group *g) {
+  return g_direct && g->direct ? g_direct->name : "staged";
+}
+
+int mt_comm_ids_distinct(const char *ids, int n, size_t id_len) {
+  for (int a = 0; a < n; a++)
+    for (int b = a + 1; b < n; b++)
+      if (strncmp(ids + (size_t)a * id_len, ids + (size_t)b * id_len, id_len) == 0) return 0;
+  return 1;
+}
+
+/* does this call go to the direct backend? */
+static int direct(const mt_group *g, mt_loc loc) {
+  return loc == MT_LOC_DEVICE && g_direct && g->direct;
+}
+
+/* A blocking direct call: queued compute first (not counted), then the call
+ * and its wait, counted with the bytes. */
+#define DIRECT_BLOCKING(g, bytes, call)      \
+  do {                                      \
+    g_direct->quiesce();                    \
+    double dt0_ = mt_now();                 \
+    void *dh_ = (call);                     \
+    g_direct->wait(dh_);                    \
+    g_direct_calls++;                       \
+    count((g), dt0_, (bytes));              \
+  } while (0)
+
+/* A non-blocking direct call: launched (counted with the bytes), finished
+ * by mt_wait or mt_progress. */
+#define DIRECT_START(g, r, bytes, call)      \
+  do {                                      \
+    double dt0_ = mt_now();                 \
+    (r)->direct = (call);                   \
+    (r)->active = 1;                        \
+    g_direct_calls++;                       \
+    count((g), dt0_, (bytes));              \
+  } while (0)
+
+/* ------------------------------------------------------------------ */
 /* all-reduce                                                          */
 
 static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_t elem,
                       MPI_Op op, mt_loc loc) {
   if (g->size == 1) return;
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, mt_bytes_allreduce(n * elem, g->size),
+                    g_direct->allreduce(g, buf, n, type == MPI_DOUBLE ? MT_DT_F64 : MT_DT_F32,
+                                        op == MPI_MAX ? MT_RED_MAX : MT_RED_SUM));
+    return;
+  }
   double t0 = mt_now();
   void *h = stage(loc, buf, n * elem, 1);
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, as_count(n), type, op, g->comm));
@@ -135,6 +195,11 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
   size_t n = outer * inner, size = (size_t)g->size;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
+    return;
+  }
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, mt_bytes_allgather(size * n * sizeof(float), g->size),
+                    g_direct->allgather_dim(g, send, recv, outer, inner));
     return;
   }
   double t0 = mt_now();
@@ -198,6 +263,11 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
     return;
   }
   if (!scratch) mt_die("mt_reduce_scatter_dim_f32 needs a scratch buffer");
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, mt_bytes_reduce_scatter(size * n * sizeof(float), g->size),
+                    g_direct->reduce_scatter_dim(g, send, recv, outer, inner));
+    return;
+  }
   double t0 = mt_now();
   float *hs = stage(loc, send, size * n * sizeof(float), 1);
   float *hr = stage(loc, recv, n * sizeof(float), 0);
@@ -219,6 +289,11 @@ void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, cons
     local_copy(recv, send, mine, loc);
     return;
   }
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, mt_bytes_reduce_scatter(total * sizeof(float), g->size),
+                    g_direct->reduce_scatter(g, send, recv, counts));
+    return;
+  }
   double t0 = mt_now();
   float *hs = stage(loc, send, total * sizeof(float), 1);
   float *hr = stage(loc, recv, mine * sizeof(float), 0);
@@ -232,6 +307,11 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
                                mt_loc loc) {
   if (g->size == 1) return;
   size_t total = sum_counts(counts, g->size);
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, mt_bytes_allgather(total * sizeof(float), g->size),
+                    g_direct->allgatherv(g, NULL, buf, counts, displs));
+    return;
+  }
   double t0 = mt_now();
   float *h = stage(loc, buf, total * sizeof(float), 1);
   MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displs, MPI_FLOAT,
@@ -271,6 +351,11 @@ static void req_finish(mt_request *r) {
 void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r) {
   req_init(r, g);
   if (g->size == 1) return;
+  if (direct(g, loc)) {
+    DIRECT_START(g, r, mt_bytes_allreduce(n * sizeof(float), g->size),
+                 g_direct->allreduce(g, buf, n, MT_DT_F32, MT_RED_SUM));
+    return;
+  }
   double t0 = mt_now();
   float *h = stage(loc, buf, n * sizeof(float), 1);
   MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h, as_count(n), MPI_FLOAT, MPI_SUM, g->comm,
@@ -288,6 +373,11 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
     return;
   }
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  if (direct(g, loc)) {
+    DIRECT_START(g, r, mt_bytes_reduce_scatter(total * sizeof(float), g->size),
+                 g_direct->reduce_scatter(g, send, recv, counts));
+    return;
+  }
   double t0 = mt_now();
   /* the send side must outlive the call: send and recv staged in one host block */
   float *h = NULL, *hs = (float *)send, *hr = recv;
@@ -307,6 +397,11 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
                         const int *displs, mt_loc loc, mt_request *r) {
   req_init(r, g);
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  if (g->size > 1 && direct(g, loc)) {
+    DIRECT_START(g, r, mt_bytes_allgather(total * sizeof(float), g->size),
+                 g_direct->allgatherv(g, send, recv, counts, displs));
+    return;
+  }
   double t0 = mt_now();
   float *h = NULL, *hs = (float *)send, *hr = recv;
   if (loc != MT_LOC_HOST) {
@@ -332,6 +427,15 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
 
 void mt_wait(mt_request *r) {
   if (!r->active) return;
+  if (r->direct) {
+    g_direct->quiesce();
+    double t0 = mt_now();
+    g_direct->wait(r->direct);
+    r->g->seconds += mt_now() - t0;
+    r->direct = NULL;
+    r->active = 0;
+    return;
+  }
   double t0 = mt_now();
   MT_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
   r->g->seconds += mt_now() - t0;
@@ -340,6 +444,13 @@ void mt_wait(mt_request *r) {
 
 void mt_progress(mt_request *r) {
   if (!r->active) return;
+  if (r->direct) {
+    if (g_direct->done(r->direct)) {
+      r->direct = NULL;
+      r->active = 0;
+    }
+    return;
+  }
   int done = 0;
   MT_MPI_CHECK(MPI_Test(&r->req, &done, MPI_STATUS_IGNORE));
   if (done) req_finish(r);
@@ -348,9 +459,19 @@ void mt_progress(mt_request *r) {
 /* ------------------------------------------------------------------ */
 /* point-to-point (pipeline stages)                                    */
 
+/* point-to-point goes direct when the backend has a channel for (peer, tag)
+ * (its own communicators: also in a group whose collectives are staged) */
+static int direct_p2p(const mt_group *g, int peer, int tag, mt_loc loc) {
+  return loc == MT_LOC_DEVICE && g_direct && g->direct_state && g_direct->p2p_ok(g, peer, tag);
+}
+
 void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
+  if (direct_p2p(g, peer, tag, loc)) {
+    DIRECT_START(g, r, (double)n * sizeof(float), g_direct->send(g, buf, n, peer, tag));
+    return;
+  }
   double t0 = mt_now();
   float *h = stage(loc, buf, n * sizeof(float), 1);
   MT_MPI_CHECK(MPI_Isend(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
@@ -362,6 +483,10 @@ void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt
 void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
+  if (direct_p2p(g, peer, tag, loc)) {
+    DIRECT_START(g, r, 0.0, g_direct->recv(g, buf, n, peer, tag));
+    return;
+  }
   double t0 = mt_now();
   float *h = stage(loc, buf, n * sizeof(float), 0);
   MT_MPI_CHECK(MPI_Irecv(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
@@ -372,6 +497,18 @@ void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc l
 
 void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
                      mt_loc loc) {
+  if (direct_p2p(g, peer, tag, loc)) {
+    /* both directions in flight at once, each on its own channel */
+    g_direct->quiesce();
+    double t0 = mt_now();
+    void *hr = g_direct->recv(g, recv, n, peer, tag);
+    void *hs = g_direct->send(g, send, n, peer, tag);
+    g_direct->wait(hs);
+    g_direct->wait(hr);
+    g_direct_calls += 2;
+    count(g, t0, (double)n * sizeof(float));
+    return;
+  }
   double t0 = mt_now();
   float *hs = stage(loc, send, n * sizeof(float), 1);
   float *hr = stage(loc, recv, n * sizeof(float), 0);

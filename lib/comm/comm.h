@@ -3,8 +3,9 @@
  * (a tp group stays inside one node). Groups are made once here with
  * MPI_Comm_split; nothing else splits communicators. Each group counts the
  * bytes its collectives move (per rank, as sent on the wire by the standard
- * ring algorithms) and the time ranks spend inside them. MPI backend, host
- * buffers; an NCCL backend for device buffers slots in behind the same calls. */
+ * ring algorithms) and the time ranks spend inside them. Host buffers go to
+ * MPI; device buffers go to NCCL (nccl.c) on the groups it serves, and are
+ * staged through host MPI on the others, behind the same calls. */
 #ifndef MT_COMM_H
 #define MT_COMM_H
 
@@ -19,6 +20,12 @@ typedef struct {
   double bytes;   /* payload bytes this rank passed to collectives (send side) */
   double seconds; /* wall time this rank spent in (or waiting for) collectives */
   long calls;
+  /* device buffers in this group's collectives go to the direct backend
+   * (NCCL) rather than through host copies; the backend's state for the
+   * group (point-to-point goes direct where the backend has a channel for
+   * the peer and tag, see mt_comm_direct.p2p_ok) */
+  int direct;
+  void *direct_state;
 } mt_group;
 
 typedef struct {
@@ -54,6 +61,96 @@ typedef struct {
 void mt_comm_set_device_copy(const mt_comm_device_copy *c);
 /* device buffers staged through the host so far (a test reads it) */
 long mt_comm_staged_calls(void);
+
+/* ---- device collectives without host copies (NCCL) ----
+ * A library that moves device buffers itself registers an mt_comm_direct;
+ * comm hands it the device-buffer calls of every group whose `direct` flag
+ * it set, and keeps staging the others through host MPI. Each call is
+ * queued after the work the compute backend queued before it and returns a
+ * handle: done() polls it, wait() returns once it is finished with later
+ * compute ordered after it. quiesce() waits for the compute queued so far,
+ * so that what comm times as communication is not queued compute. Bytes,
+ * calls and seconds are counted on the group exactly as on the MPI path.
+ * Element counts and parts as in the host calls below; allgatherv's send is
+ * NULL for the in-place form (this rank's part already at displs[rank]). */
+typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1 } mt_dtype;
+typedef enum { MT_RED_SUM = 0, MT_RED_MAX = 1 } mt_redop;
+typedef struct {
+  const char *name;
+  void *(*allreduce)(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op);
+  void *(*reduce_scatter)(mt_group *g, const float *send, float *recv, const int *counts);
+  void *(*allgatherv)(mt_group *g, const float *send, float *recv, const int *counts,
+                      const int *displs);
+  void *(*allgather_dim)(mt_group *g, const float *send, float *recv, size_t outer,
+                         size_t inner);
+  void *(*reduce_scatter_dim)(mt_group *g, const float *send, float *recv, size_t outer,
+                              size_t inner);
+  void *(*send)(mt_group *g, const float *buf, size_t n, int peer, int tag);
+  void *(*recv)(mt_group *g, float *buf, size_t n, int peer, int tag);
+  /* 1 when point-to-point with peer under tag goes direct in g */
+  int (*p2p_ok)(const mt_group *g, int peer, int tag);
+  int (*done)(void *handle);
+  void (*wait)(void *handle);
+  void (*quiesce)(void);
+} mt_comm_direct;
+/* Register (or with NULL remove) the direct backend. */
+void mt_comm_set_direct(const mt_comm_direct *d);
+/* device-buffer calls the direct backend served so far */
+long mt_comm_direct_calls(void);
+/* how a group's device buffers travel: "nccl" (the direct backend's name)
+ * or "staged" */
+const char *mt_group_device_path(const mt_group *g);
+
+/* The point-to-point tags meshtrain uses (pipeline activations, their
+ * gradients, tied gradients between the first and last stage). NCCL matches
+ * messages by order, not by tag, so nccl.c gives each (peer, direction, tag)
+ * a communicator of its own: its messages then pair up as MPI's would. */
+enum { MT_TAG_PP_ACT = 11, MT_TAG_PP_GRAD = 12, MT_TAG_PP_TIED = 13 };
+
+/* ---- NCCL (nccl.c; nccl_none.c in a build without NCCL) ----
+ * One communicator per group of the mesh (tp, cp, dp, pp) with more than one
+ * rank, made from the group's MPI communicator (unique id broadcast over
+ * it), and for the pipeline one per ring neighbour, direction and tag above.
+ * A group (or a neighbour pair) where two ranks share a GPU stays staged:
+ * NCCL refuses duplicate devices. Collective over MPI_COMM_WORLD; every rank
+ * passes its GPU's identifier (distinct GPUs, distinct strings) and its
+ * compute stream (a cudaStream_t). host_wait: waits return only once the
+ * data is there and time only communication (1), or merely order later
+ * compute after it (0: faster, but the group timers then see only
+ * launches). On failure nothing is left registered and e says why. */
+typedef struct {
+  const char *device_id;
+  void *compute_stream;
+  int host_wait;
+} mt_comm_nccl_opts;
+int mt_comm_nccl_built(void);
+int mt_comm_nccl_init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e);
+void mt_comm_nccl_destroy(mt_mesh *m);
+/* device memory NCCL calls held for their own staging (padded parts,
+ * strided layouts), most at once, bytes */
+size_t mt_comm_nccl_workspace_peak(void);
+
+/* Layouts NCCL has no call for, built with copies (layout.c). A 2D copy
+ * moves `rows` rows of `width` floats from src (rows `spitch` floats apart)
+ * to dst (rows `dpitch` apart). */
+typedef void (*mt_copy2d_fn)(void *ctx, float *dst, size_t dpitch, const float *src,
+                             size_t spitch, size_t width, size_t rows);
+/* the parts' common size when every part has it and (displs given) part q
+ * starts at q times it; else 0 */
+size_t mt_parts_equal(const int *counts, const int *displs, int n);
+size_t mt_parts_largest(const int *counts, int n);
+/* parts (counts[q] floats at displs[q]) <-> padded rank-major (part q at
+ * q * pitch): to_padded 1 copies parts into padded, 0 back */
+void mt_copy_parts(float *parts, float *padded, size_t pitch, const int *counts,
+                   const int *displs, int n, int to_padded, mt_copy2d_fn copy2d, void *ctx);
+/* (outer, size, inner) <-> (size, outer, inner): to_rank_major 1 reads
+ * strided and writes rank_major, 0 the other way */
+void mt_permute_dim(float *strided, float *rank_major, size_t outer, size_t inner, int size,
+                    int to_rank_major, mt_copy2d_fn copy2d, void *ctx);
+
+/* Distinct devices: 1 when the n identifiers (each id_len bytes, NUL
+ * padded) are pairwise different. */
+int mt_comm_ids_distinct(const char *ids, int n, size_t id_len);
 
 /* Blocking collectives on float buffers (sum). n = elements. */
 void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc);
@@ -93,6 +190,7 @@ typedef struct {
   void *back;     /* the part of it that goes back to the device, or NULL */
   void *dev_dst;  /* ... and where to */
   size_t bytes;
+  void *direct;   /* the direct backend's handle, or NULL */
 } mt_request;
 void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r);
 void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,

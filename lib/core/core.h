@@ -78,6 +78,8 @@ typedef struct {
   /* [train] */
   int steps, seed, global_batch, micro_batch, warmup_steps, eval_every, eval_batches;
   int threads, log_every;
+  /* [train] device: cpu | cuda | auto; precision: fp32 | bf16 (cuda only) */
+  char device[MT_CFG_STR_MAX], precision[MT_CFG_STR_MAX];
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
   /* [parallel] */
   int dp, tp, pp, cp, zero;
@@ -149,6 +151,10 @@ typedef enum {
 typedef enum { MT_LOC_HOST = 0, MT_LOC_DEVICE = 1 } mt_loc;
 void *mt_mem_alloc(mt_mem_cat cat, size_t bytes); /* zeroed, 64-byte aligned */
 void mt_mem_free(mt_mem_cat cat, void *p, size_t bytes);
+/* count bytes a device backend allocated in its own memory (and their
+ * release), so the categories cover every tensor wherever it lives */
+void mt_mem_count(mt_mem_cat cat, size_t bytes);
+void mt_mem_uncount(mt_mem_cat cat, size_t bytes);
 size_t mt_mem_current(mt_mem_cat cat);
 size_t mt_mem_peak(mt_mem_cat cat);
 const char *mt_mem_cat_name(mt_mem_cat cat);

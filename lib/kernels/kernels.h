@@ -1,8 +1,9 @@
 /* kernels: one op table for every compute op of the model and optimizer.
- * A backend (cpu/ today, cuda/ later) fills an mt_ops; the model only ever
- * calls through it, so a new backend slots in without touching model code.
- * Knows nothing of MPI. All tensors are fp32, row-major, contiguous unless a
- * stride is given. B = batch, T = sequence, C = channels, NH = heads,
+ * A backend (cpu/, cuda/) fills an mt_ops; the model only ever calls through
+ * it, so a new backend slots in without touching model code. Knows nothing
+ * of MPI. All tensors are fp32, row-major, contiguous unless a stride is
+ * given (under train.precision = bf16 the CUDA backend multiplies in bf16
+ * with fp32 accumulation, but stores every tensor in fp32: see cuda/). B = batch, T = sequence, C = channels, NH = heads,
  * OC = output channels, V = true vocab, Vp = padded vocab (Vp >= V).
  * Backward ops ACCUMULATE (+=) into parameter gradients and into input
  * gradients, so gradient accumulation over micro-batches is free. */
@@ -31,6 +32,9 @@ typedef struct mt_ops {
   void (*axpy)(float *y, float a, const float *x, size_t n); /* y += a x */
   /* sum of x[0..n) in double, in index order (losses of a micro-batch) */
   double (*sum)(const float *x, size_t n);
+  /* wait until every op queued so far has finished (timers and benchmarks;
+   * a no-op where ops run synchronously, as on the CPU) */
+  void (*sync)(void);
 
   /* out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) token ids < V; wte (Vp,C), wpe (T_max,C) */
   void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe,
@@ -126,6 +130,77 @@ typedef struct mt_ops {
 } mt_ops;
 
 const mt_ops *mt_ops_cpu(void);
+
+/* ------------------------------------------------------------------ */
+/* devices: which backend a rank computes on                          */
+
+typedef enum { MT_DEVICE_CPU = 0, MT_DEVICE_CUDA = 1 } mt_device_kind;
+typedef enum { MT_PRECISION_FP32 = 0, MT_PRECISION_BF16 = 1 } mt_precision;
+
+/* train.device and train.precision resolved (pure; device.c): want is "cpu",
+ * "cuda" or "auto" (auto: cuda when cuda_built and n_visible > 0), prec_name
+ * "fp32" or "bf16" (bf16 needs cuda: the CPU backend computes in fp32).
+ * no_gpu_why says why n_visible is 0 (e.g. "no CUDA-capable device is
+ * detected"). Returns the device kind and sets *prec, or -1 with one line
+ * in msg naming the key, the value and the reason. */
+int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, int n_visible,
+                      const char *no_gpu_why, mt_precision *prec, char *msg, size_t len);
+
+/* The GPU of one rank: an index among the n_visible GPUs it sees
+ * (CUDA_VISIBLE_DEVICES applied by the runtime), from its rank among the
+ * ranks of its node. One GPU per rank while there are enough (Slurm's
+ * --gpus-per-task=1 leaves each rank one visible GPU: index 0); with more
+ * ranks than GPUs, ranks share them round-robin and *shared is set (then
+ * NCCL cannot serve the groups of those ranks, and comm stages through
+ * host MPI). -1 when n_visible < 1. */
+int mt_device_for_local_rank(int local_rank, int local_size, int n_visible, int *shared);
+
+/* ------------------------------------------------------------------ */
+/* the CUDA backend (the .cu files in cuda/; cuda_none.c without CUDA) */
+
+/* 1 when this build has the CUDA backend */
+int mt_cuda_built(void);
+/* GPUs this process sees; 0 with the reason in why (no driver, no device,
+ * CUDA_VISIBLE_DEVICES empty, not built with CUDA). */
+int mt_cuda_device_count(char *why, size_t why_len);
+/* Bind this process to visible GPU `device` and set the backend up for
+ * prec: a compute stream, cuBLASLt and its workspace, the scratch the
+ * kernels use. 0, or -1 with e set. */
+int mt_cuda_init(int device, mt_precision prec, mt_err *e);
+void mt_cuda_shutdown(void);
+/* the op table (after mt_cuda_init; NULL before, or without CUDA) */
+const mt_ops *mt_ops_cuda(void);
+
+typedef struct {
+  int device;              /* index among the visible GPUs */
+  char name[256];          /* e.g. "NVIDIA H100 80GB HBM3" */
+  char uuid[48];           /* "GPU-xxxxxxxx-..." (distinct GPUs have distinct ids) */
+  char pci_bus_id[32];
+  int sm_major, sm_minor, sm_count;
+  size_t total_bytes;      /* device memory */
+  size_t free_bytes;       /* free now (cudaMemGetInfo) */
+  size_t workspace_bytes;  /* the backend's own scratch, outside the mt_mem categories */
+  size_t peak_bytes;       /* most device memory held by mt_ops allocations at once */
+  mt_precision prec;
+  const char *gemm_path;   /* "fp32", "bf16" (operands converted) or "bf16-fast" */
+} mt_cuda_info;
+/* the bound GPU; 0, or -1 before mt_cuda_init */
+int mt_cuda_get_info(mt_cuda_info *info);
+/* GPU time per op of the table since the backend started, when the
+ * environment has MT_CUDA_OP_TIMES=1 (two events around each op; off
+ * otherwise): up to max entries, the ops that ran; returns their number. */
+typedef struct {
+  const char *op;  /* the op table's member name, e.g. "attention_backward" */
+  double seconds;  /* GPU time */
+  long calls;
+} mt_cuda_op_time;
+int mt_cuda_op_times(mt_cuda_op_time *out, int max);
+/* the compute stream (a cudaStream_t) every op is queued on */
+void *mt_cuda_stream(void);
+/* page-locked host memory (fast copies, checkpoint snapshots); plain
+ * malloc'ed memory when the backend is not up */
+void *mt_cuda_host_alloc(size_t bytes);
+void mt_cuda_host_free(void *p);
 
 /* Set the number of compute threads for OpenMP loops and BLAS (<=0: leave). */
 void mt_kernels_set_threads(int n);

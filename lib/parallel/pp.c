@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TAG_ACT = 11, TAG_GRAD = 12 };
+/* comm's point-to-point tags (NCCL gives each its own channel) */
+enum { TAG_ACT = MT_TAG_PP_ACT, TAG_GRAD = MT_TAG_PP_GRAD };
 
 size_t mt_pp_exec_comm_bytes(int pp, int n_slots, size_t max_msg) {
   return pp > 1 ? (size_t)n_slots * max_msg * sizeof(float) : 0;
@@ -184,7 +185,7 @@ void mt_pp_exec_run(mt_pp_exec *x, int forward_only) {
 /* ------------------------------------------------------------------ */
 /* tied tensors across stages                                          */
 
-enum { TAG_TIED = 13 };
+enum { TAG_TIED = MT_TAG_PP_TIED };
 
 size_t mt_pp_tied_numel(const mt_registry *reg) {
   size_t most = 0;

@@ -51,9 +51,9 @@ static int parse_number(const char *v, double lo, double *out) {
   return 0;
 }
 
-/* "flops:gflops flops:gflops ..." sorted by flops */
+/* "flops:gflops flops:gflops ..." sorted by flops; the key may repeat, each
+ * line adding points (a line holds at most 198 characters) */
 static int parse_gemm(const char *v, mt_cost_profile *p) {
-  p->n_gemm = 0;
   const char *s = v;
   while (*s) {
     while (*s == ' ' || *s == ',' || *s == '\t') s++;
@@ -128,7 +128,7 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
   int rc = ini_parse_file(f, cost_handler, &c);
   fclose(f);
   if (rc != 0) {
-    mt_err_set(e, "%s:%d: %s", path, rc, c.bad[0] ? c.bad : "syntax error");
+    mt_err_set(e, "%s:%d: %s", path, rc, c.bad[0] ? c.bad : "syntax error (or a line over 198 characters)");
     return -1;
   }
   if (p->act_bytes == 0) p->act_bytes = 4;
@@ -148,10 +148,13 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
              "peak_gflops_bf16 = %.6g\nranks_per_node = %d\n\n[cost]\n",
           description, p->name, description, p->peak_gflops, p->peak_gflops,
           p->devices_per_node);
-  fprintf(f, "devices_per_node = %d\nmem_gib = %.6g\npeak_gflops = %.6g\ngemm =",
+  fprintf(f, "devices_per_node = %d\nmem_gib = %.6g\npeak_gflops = %.6g\n",
           p->devices_per_node, p->mem_bytes / 1073741824.0, p->peak_gflops);
-  for (int i = 0; i < p->n_gemm; i++) fprintf(f, " %.4g:%.5g", p->gemm_flops[i], p->gemm_gflops[i]);
-  fprintf(f, "\nelementwise_gbs = %.6g\nintra_gbs = %.6g\nintra_us = %.6g\ninter_gbs = %.6g\n"
+  /* four points a line keeps every line far below inih's 198 characters */
+  for (int i = 0; i < p->n_gemm; i++)
+    fprintf(f, "%s %.4g:%.5g%s", i % 4 ? "" : "gemm =", p->gemm_flops[i], p->gemm_gflops[i],
+            i % 4 == 3 || i == p->n_gemm - 1 ? "\n" : "");
+  fprintf(f, "elementwise_gbs = %.6g\nintra_gbs = %.6g\nintra_us = %.6g\ninter_gbs = %.6g\n"
              "inter_us = %.6g\noverlap = %.3g\n",
           p->elementwise_gbs, p->intra_gbs, p->intra_us, p->inter_gbs, p->inter_us, p->overlap);
   if (p->act_bytes && p->act_bytes != 4) fprintf(f, "act_bytes = %.0f\n", p->act_bytes);

@@ -30,6 +30,7 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
     st.n_ranges[g] = mt_dp_state_ranges(&t->dp, g, 1, &r[g]);
     st.ranges[g] = r[g];
   }
+  mt_train_state_to_host(t, r, st.n_ranges); /* state on a GPU: written from a host snapshot */
   mt_ckpt_meta meta = {done, samples, samples * s->seq_len, t->dp.opt.t, cfg->seed,
                        s->n_layer, s->n_embd, s->n_head, s->seq_len, s->vocab, cfg->dp, cfg->tp,
                        cfg->pp, cfg->cp, cfg->zero, t->world_size};

@@ -78,11 +78,17 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
     t->resumed_from[0] = '\0';
     return;
   }
-  mt_flat_range *r[MT_CKPT_NGROUPS];
+  mt_flat_range *r[MT_CKPT_NGROUPS], *hr[MT_CKPT_NGROUPS] = {NULL};
   mt_ckpt_state st;
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
     st.n_ranges[g] = mt_dp_state_ranges(&t->dp, g, 0, &r[g]);
     st.ranges[g] = r[g];
+  }
+  /* state on a GPU: loaded into host buffers, then copied up */
+  float *host_state = NULL;
+  if (t->ops->loc == MT_LOC_DEVICE) {
+    host_state = mt_train_state_host_buffers(t, hr, r, st.n_ranges);
+    for (int g = 0; g < MT_CKPT_NGROUPS; g++) st.ranges[g] = hr[g];
   }
   mt_ckpt_meta want = {0}, got;
   want.n_layer = shape->n_layer;
@@ -93,6 +99,7 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   double tl = mt_now();
   if (mt_ckpt_load(t->resumed_from, &t->model.reg, &t->mesh, &st, &want,
                    cfg->ckpt_verify_on_load, &got, err) == 0) {
+    if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
     t->start_step = got.step;
     t->samples_done = got.samples;
     t->dp.opt.t = (int)got.optimizer_step;
@@ -111,7 +118,8 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
              t->resumed_from, t->start_step, (long long)got.dp, (long long)got.tp,
              (long long)got.pp, (long long)got.zero, (long long)got.world, mt_now() - tl);
   }
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]);
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]), free(hr[g]);
+  if (host_state) mt_cuda_host_free(host_state);
 }
 
 void mt_train_resume(mt_trainer *t) {

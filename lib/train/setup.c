@@ -153,6 +153,15 @@ int mt_train_validate(const mt_config *cfg, int world_size, mt_train_layout *lay
   }
   /* one stage runs its micro-batches one after the other (1F1B of one stage) */
   lay->sched = cfg->pp > 1 ? (mt_pp_sched)kind : MT_SCHED_1F1B;
+  /* train.device / precision as far as they can be judged without asking
+   * the GPU (setup asks it: mt_train_device_setup) */
+  char dmsg[512];
+  mt_precision prec;
+  if (mt_device_resolve(cfg->device, cfg->precision, mt_cuda_built(), 1, "", &prec, dmsg,
+                        sizeof dmsg) < 0) {
+    mt_err_set(e, "%s", dmsg);
+    return -1;
+  }
   mt_hw_profile hw;
   if (mt_hw_profile_load(&hw, cfg->hw_profile, e) != 0) return -1;
   if (world_size > 0 && lay->world != world_size) {
@@ -188,6 +197,10 @@ static void check_memory(mt_trainer *t, mt_err *e) {
   if (mt_plan_rank_build(&t->cfg, &t->lay, t->mesh.pp_rank, t->mesh.dp_rank, t->mesh.tp_rank, &pr,
                          e) == 0)
     need = mt_plan_rank_total(&pr);
+  if (t->device == MT_DEVICE_CUDA) { /* the tensors live on the GPU */
+    mt_train_device_check_memory(t, need, e);
+    return;
+  }
   double node_need = need;
   mt_allreduce_sum_f64(&t->mesh.node, &node_need, 1, MT_LOC_HOST);
   mt_mem_limit avail; /* the smallest of MemAvailable, the cgroup and Slurm limits */
@@ -241,7 +254,7 @@ static void setup_data(mt_trainer *t, mt_err *e) {
 static void setup_compute(mt_trainer *t, mt_err *e) {
   const mt_config *cfg = &t->cfg;
   if (cfg->threads > 0) mt_kernels_set_threads(cfg->threads);
-  t->ops = mt_ops_cpu();
+  t->ops = t->device == MT_DEVICE_CUDA ? mt_ops_cuda() : mt_ops_cpu();
   /* zb-h1 splits each backward into input and weight passes (the sets keep
    * the linears' output gradients in between) */
   mt_gpt_parallel par = {&t->mesh.tp_g, cfg->sp, cfg->recompute,
@@ -284,9 +297,13 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
 static void setup_peak(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
   const mt_model_shape *s = &t->lay.shape;
-  t->peak_per_rank = cfg->peak_gflops > 0 ? cfg->peak_gflops : t->hw.peak_gflops_fp32;
+  double profile_peak = t->precision == MT_PRECISION_BF16 ? t->hw.peak_gflops_bf16
+                                                          : t->hw.peak_gflops_fp32;
+  t->peak_per_rank = cfg->peak_gflops > 0 ? cfg->peak_gflops : profile_peak;
   t->peak_source = cfg->peak_gflops > 0 ? "metrics.peak_gflops" : "profile";
-  if (t->peak_per_rank <= 0) {
+  if (t->peak_per_rank <= 0 && t->device == MT_DEVICE_CUDA) {
+    t->peak_source = "none"; /* a GPU no profile knows: MFU reads 0 */
+  } else if (t->peak_per_rank <= 0) {
     /* measured on every rank at once, so shared cores show up as they will in training */
     double pk = mt_cpu_sgemm_gflops(1024, 0.5);
     mt_allreduce_sum_f64(&t->mesh.world, &pk, 1, MT_LOC_HOST);
@@ -322,6 +339,7 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_mesh_create(&t->mesh, t->cfg.tp, t->cfg.cp, t->cfg.dp, t->cfg.pp, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  mt_train_device_setup(t); /* exits 2 on every rank when no device can be had */
   /* thread placement: rank 0 warns once per node whose ranks have more
    * compute threads than CPUs in their affinity masks */
   {
@@ -346,6 +364,7 @@ void mt_train_destroy(mt_trainer *t) {
   mt_gpt_destroy(&t->model);
   mt_dataset_close(&t->train_file);
   if (t->have_val_file) mt_dataset_close(&t->val_file);
+  mt_train_device_destroy(t);
   mt_mesh_destroy(&t->mesh);
   mt_train_layout_free(&t->lay);
 }

@@ -233,6 +233,7 @@ void mt_train_summary(mt_trainer *t) {
   cJSON_AddStringToObject(o, "peak_source", t->peak_source);
   cJSON_AddStringToObject(o, "hw_profile", t->hw.name);
   cJSON_AddStringToObject(o, "blas_core", mt_kernels_blas_core());
+  mt_train_device_json(t, o);
   cJSON_AddNumberToObject(o, "mfu",
                           t->peak_flops > 0 ? tok_s * t->flops_per_token / t->peak_flops : 0);
   /* rank 0's plan: dp bytes of gradients and parameters, tp and pp bytes

@@ -231,6 +231,13 @@ typedef struct {
   int have_val_file;
   mt_sampler sampler, val_sampler;
   int n_val_seq;
+  /* the device (device.c): kind, precision, this rank's GPU (-1: none) */
+  mt_device_kind device;
+  mt_precision precision;
+  int gpu, gpu_shared;
+  char gpu_name[256];
+  float *ckpt_host;      /* page-locked snapshot of device state for checkpoints */
+  size_t ckpt_host_n;
   /* compute */
   const mt_ops *ops;
   mt_gpt model;
@@ -283,6 +290,25 @@ double mt_train_evaluate(mt_trainer *t);
  * setup); the ranks agree on it at a step boundary. */
 void mt_train_install_signals(void);
 int mt_train_signalled(void);
+
+/* The device (device.c). Collective: resolve train.device/precision (bad
+ * input ends every rank with exit 2), pick this rank's GPU by node-local
+ * rank, start the CUDA backend, set up comm's device paths (NCCL, staging). */
+void mt_train_device_setup(mt_trainer *t);
+void mt_train_device_destroy(mt_trainer *t);
+/* Collective over the node: need (bytes of tensors per rank, the plan's)
+ * plus the backend's scratch, summed over the ranks sharing this GPU,
+ * against its free memory; e set when it does not fit. */
+void mt_train_device_check_memory(mt_trainer *t, double need, mt_err *e);
+/* Checkpoint state held on the device: to_host replaces each range's memory
+ * by a host snapshot (kept in t); for a load, host_buffers makes host ranges
+ * shaped like dev (free the returned block with mt_cuda_host_free and each
+ * host[g] with free), upload copies them into place. */
+void mt_train_state_to_host(mt_trainer *t, mt_flat_range **r, const int *n);
+float *mt_train_state_host_buffers(mt_trainer *t, mt_flat_range **host, mt_flat_range *const *dev,
+                                   const int *n);
+void mt_train_state_upload(mt_trainer *t, mt_flat_range *const *host, mt_flat_range *const *dev,
+                           const int *n);
 
 /* Checkpoint the state at `done` steps; with async (per-writer) the write
  * goes on in the background. Returns the blocking seconds. */

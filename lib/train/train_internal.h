@@ -14,4 +14,7 @@ cJSON *mt_train_add_layout(cJSON *parent, const char *key, const mt_config *cfg,
 /* {category name: bytes} for every mt_mem_cat, added to parent as key */
 cJSON *mt_train_add_mem(cJSON *parent, const char *key, const double *bytes);
 
+/* {"device": kind, precision, GPU, memory, comm paths} added to parent */
+void mt_train_device_json(const mt_trainer *t, cJSON *parent);
+
 #endif

@@ -22,6 +22,14 @@ MODULES=(gcc/12.2.0 cuda/12.2 openmpi/4.1.6--gcc--12.2.0-cuda-12.2
   openblas/0.3.26--gcc--12.2.0 cmake)
 # a batch every size divides (meshtrain --check runs on each job)
 BATCH=(--set model.preset=gpt2-124m --set train.global_batch=3072 --set train.micro_batch=2)
+# the profile's jobs train on the GPUs (train.device=cuda, bf16); a build
+# without CUDA refuses that at render time (meshtrain --check), so there the
+# device keys are taken off the profile and not checked
+DEVICE_CHECKS=("--set train.device=cuda$" "--set train.precision=bf16$")
+if "$MT_BIN/meshbench" devices | grep -q "^cuda_built 0"; then
+  BATCH+=(--profile-set device= --profile-set precision=)
+  DEVICE_CHECKS=()
+fi
 while read -r nodes time qos exclusive; do
   # no --run-dir: the profile's output_root ($WORK/meshtrain) decides
   $GEN render train --system leonardo-booster --nodes "$nodes" --time "$time" --account AIP_test \
@@ -41,7 +49,8 @@ while read -r nodes time qos exclusive; do
     "^LAUNCH=\(srun --cpu-bind=cores\)$" "export SRUN_CPUS_PER_TASK=\\\$SLURM_CPUS_PER_TASK" \
     "since Slurm 22.05" "^export NCCL_IB_SL=1$" "--set parallel.dp=$((nodes * 4))$" \
     "--set metrics.hw=leonardo-booster" "trap 'forward USR1' USR1" "scontrol requeue" \
-    "RESUME=\(--set train.resume=auto\)" "^    75\)$" "^if ! mt_load_modules "
+    "RESUME=\(--set train.resume=auto\)" "^    75\)$" "^if ! mt_load_modules " \
+    "^export NCCL_IB_HCA=mlx5$" "${DEVICE_CHECKS[@]}"
   # every module of the profile, in its order
   [ "$(grep '^MODULES=' "$s")" = "MODULES=(${MODULES[*]})" ] || fail "$s: modules are '$(grep '^MODULES=' "$s")'"
   if [ "$exclusive" = yes ]; then

@@ -22,9 +22,13 @@ module() {  # a module system that has every module: records what the job loads
 export -f module
 export MODULE_LOG="$WORK/module.log" CINECA_SCRATCH="$WORK/scratch"
 mkdir -p "$CINECA_SCRATCH"
+# (the local cluster's "GPUs" are stand-in devices: the job trains on the
+# CPU, as a user's --set overrides the profile's device = cuda)
 $GEN render train --system leonardo-booster --nodes 1 --time 00:05:00 --account mt_test \
   --profile-set env_file=slurm/local/env.sh --profile-set "launcher=srun --mpi=pmix" \
-  --bin "$MT_BIN" --run-dir "$WORK/leo" "${TRAIN[@]}" >/dev/null || fail "render leonardo-booster"
+  --bin "$MT_BIN" --run-dir "$WORK/leo" "${TRAIN[@]}" --set train.device=cpu \
+  --set train.precision=fp32 >/dev/null || fail "render leonardo-booster"
+grep -q -- "--set train.device=cuda" "$WORK/leo/job.sh" && fail "the profile's device overrode --set train.device=cpu"
 
 # and a bench job from the same skeleton: allreduce over both emulated nodes
 $GEN render bench --system local --nodes 2 --time 00:05:00 --bin "$MT_BIN" --run-dir "$WORK/bench" \

@@ -6,12 +6,14 @@
 # buffers) and the bytes it sends per step over dp, tp and pp; the run's
 # allocator counters (summary.json ranks[].mem_peak_bytes) and comm's
 # counters (ranks[].last_step_bytes) must equal them. Prints the table.
+# Arguments after PRESET are added to every run (tests/gpu/memory.sh: the
+# same on a GPU).
 MT_SUFFIX=$1
 source "$(dirname "$0")/../scripts/common.sh"
 preset=$1
 corpus=$(mt_corpus 400000)
 common=(--set model.preset="$preset" --set train.steps=2 --set train.global_batch=8
-        --set data.train="$corpus" --set train.eval_every=0 --set ckpt.mode=none)
+        --set data.train="$corpus" --set train.eval_every=0 --set ckpt.mode=none "${@:2}")
 [ "$preset" = small ] && common+=(--set model.seq_len=128)
 cases=("dp2z0 2 --set parallel.dp=2 --set parallel.zero=0 --set train.micro_batch=2"
        "dp2z1 2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2"

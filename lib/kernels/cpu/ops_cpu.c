@@ -559,6 +559,8 @@ static void axpy(float *y, float a, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+static void host_sync(void) {}
+
 /* in index order, one thread: the same bits for any thread count */
 static double sum(const float *x, size_t n) {
   double s = 0.0;
@@ -579,6 +581,7 @@ static const mt_ops g_ops_cpu = {
     .copy = copy,
     .axpy = axpy,
     .sum = sum,
+    .sync = host_sync,
     .encoder_forward = encoder_forward,
     .encoder_backward = encoder_backward,
     .layernorm_forward = layernorm_forward,

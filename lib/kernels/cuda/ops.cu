@@ -1,0 +1,560 @@
+/* The CUDA backend's elementwise, normalisation, embedding, loss and
+ * optimizer kernels: one kernel (or a short fixed sequence) per op and
+ * direction, shapes as kernels.h states them. Rows are spread over blocks
+ * or warps; sums over rows (weight and bias gradients) go through per-chunk
+ * partial sums added in chunk order, never atomics, so results repeat bit
+ * for bit. */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <cub/cub.cuh>
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* reductions inside a block (blockDim.x a power of two <= 1024)        */
+
+template <typename T> struct SumOp {
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+/* every thread gets the block's reduction of v; sh holds blockDim.x values */
+template <typename T, typename Op> __device__ T block_reduce(T v, Op op, T *sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) sh[threadIdx.x] = op(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
+  T r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* ------------------------------------------------------------------ */
+/* sums over rows: out[c] += sum_n x[n, c]                             */
+
+/* The rows are cut into `chunks` pieces (a number fixed by N and the
+ * columns); block (cx, k) sums rows of piece k for 256 columns, and a second
+ * kernel adds the pieces in order. Threads of a warp read consecutive
+ * columns of a row: coalesced. */
+static int colsum_chunks(int N, int cols, int arrays) {
+  int chunks = (N + 127) / 128;
+  if (chunks > 64) chunks = 64;
+  size_t most = g_cu.scratch_bytes / ((size_t)arrays * (size_t)cols * sizeof(float));
+  if ((size_t)chunks > most) chunks = (int)(most ? most : 1);
+  return chunks < 1 ? 1 : chunks;
+}
+
+/* mode 0: x; mode 1 (LayerNorm dw, db): (inp - mean) * rstd * x into partial,
+ * x into partial2 */
+__global__ void colsum_partial_kernel(float *partial, float *partial2, const float *x,
+                                      const float *inp, const float *mean, const float *rstd,
+                                      int N, int cols, int ld, int rows_per_chunk, int mode) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+  if (c >= cols) return;
+  int n0 = k * rows_per_chunk, n1 = min(N, n0 + rows_per_chunk);
+  float acc = 0.0f, acc2 = 0.0f;
+  for (int n = n0; n < n1; n++) {
+    float v = x[(size_t)n * ld + c];
+    if (mode == 1) {
+      acc += (inp[(size_t)n * ld + c] - mean[n]) * rstd[n] * v;
+      acc2 += v;
+    } else {
+      acc += v;
+    }
+  }
+  partial[(size_t)k * cols + c] = acc;
+  if (mode == 1) partial2[(size_t)k * cols + c] = acc2;
+}
+
+__global__ void colsum_finish_kernel(float *out, const float *partial, int chunks, int cols) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float acc = 0.0f;
+  for (int k = 0; k < chunks; k++) acc += partial[(size_t)k * cols + c];
+  out[c] += acc;
+}
+
+void mt_cuda_colsum_add(float *out, const float *x, int N, int cols, int ld) {
+  if (N <= 0 || cols <= 0) return;
+  int chunks = colsum_chunks(N, cols, 1), rows = (N + chunks - 1) / chunks;
+  float *partial = (float *)mt_cuda_scratch((size_t)chunks * cols * sizeof(float), "a sum over rows");
+  dim3 grid((unsigned)((cols + 255) / 256), (unsigned)chunks);
+  colsum_partial_kernel<<<grid, 256, 0, g_cu.stream>>>(partial, NULL, x, NULL, NULL, NULL, N,
+                                                       cols, ld, rows, 0);
+  CUDA_LAUNCH_CHECK();
+  colsum_finish_kernel<<<(cols + 255) / 256, 256, 0, g_cu.stream>>>(out, partial, chunks, cols);
+  CUDA_LAUNCH_CHECK();
+}
+
+/* ------------------------------------------------------------------ */
+/* bf16 operands                                                        */
+
+__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void to_bf16_2d_kernel(__nv_bfloat16 *dst, const float *src, int rows, int cols,
+                                  int ld) {
+  size_t n = (size_t)rows * cols;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / (size_t)cols, c = i % (size_t)cols;
+    dst[i] = __float2bfloat16_rn(src[r * (size_t)ld + c]);
+  }
+}
+
+void mt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+  if (!n) return;
+  to_bf16_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dst, src, n);
+  CUDA_LAUNCH_CHECK();
+}
+
+void mt_cuda_to_bf16_2d(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld) {
+  size_t n = (size_t)rows * cols;
+  if (!n) return;
+  if (ld == cols) {
+    mt_cuda_to_bf16(dst, src, n);
+    return;
+  }
+  to_bf16_2d_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dst, src, rows, cols, ld);
+  CUDA_LAUNCH_CHECK();
+}
+
+/* ------------------------------------------------------------------ */
+/* encoder                                                             */
+
+/* out (B,T,C) = (wte row inp - v0 when in [0, Vl), else 0) + (wpe[t] when
+ * wpe is given); the plain encoder is v0 = 0, Vl = every row */
+__global__ void encoder_forward_kernel(float *out, const int *inp, const float *wte, int v0,
+                                       int Vl, const float *wpe, int BT, int T, int C) {
+  size_t n = (size_t)BT * C;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    int bt = (int)(i / (size_t)C), c = (int)(i % (size_t)C), t = bt % T;
+    int row = inp[bt] - v0;
+    float v = row >= 0 && row < Vl ? wte[(size_t)row * C + c] : 0.0f;
+    if (wpe) v = row >= 0 && row < Vl ? v + wpe[(size_t)t * C + c] : wpe[(size_t)t * C + c];
+    out[i] = v;
+  }
+}
+
+static void encoder_vp_forward(float *out, const int *inp, const float *wte, int v0, int Vl,
+                               const float *wpe, int B, int T, int C) {
+  size_t n = (size_t)B * T * C;
+  encoder_forward_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, inp, wte, v0, Vl, wpe,
+                                                                     B * T, T, C);
+  CUDA_LAUNCH_CHECK();
+}
+
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+                            int B, int T, int C) {
+  encoder_vp_forward(out, inp, wte, 0, 0x7fffffff, wpe, B, T, C);
+}
+
+/* dwpe[t, c] += dout[b, t, c] for b in order (the CPU's order) */
+__global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+  size_t n = (size_t)T * C;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float acc = dwpe[i];
+    for (int b = 0; b < B; b++) acc += dout[(size_t)b * n + i];
+    dwpe[i] = acc;
+  }
+}
+
+/* sort key of a position: its local row, or Vl (after every row) when the
+ * token is held by another rank */
+__global__ void encoder_keys_kernel(int *keys, int *vals, const int *inp, int v0, int Vl, int BT) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= BT) return;
+  int row = inp[i] - v0;
+  keys[i] = row >= 0 && row < Vl ? row : Vl;
+  vals[i] = i;
+}
+
+/* Block (k, cy): when sorted position k starts a run of one row, that row's
+ * gradient columns of block cy get the run's positions added in position
+ * order (the sort is stable): the order the CPU adds them in. */
+__global__ void encoder_dwte_kernel(float *dwte, const float *dout, const int *keys,
+                                    const int *vals, int BT, int C, int Vl) {
+  int k = blockIdx.x;
+  int row = keys[k];
+  if (row >= Vl || (k > 0 && keys[k - 1] == row)) return;
+  int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = dwte[(size_t)row * C + c];
+  for (int j = k; j < BT && keys[j] == row; j++) acc += dout[(size_t)vals[j] * C + c];
+  dwte[(size_t)row * C + c] = acc;
+}
+
+/* sort buffers, kept from call to call (they grow to the largest B*T) */
+static struct {
+  int *keys_in, *vals_in, *keys_out, *vals_out;
+  void *temp;
+  size_t temp_bytes;
+  int cap;
+} g_sort;
+
+void mt_cuda_ops_shutdown(void) {
+  cudaFree(g_sort.keys_in);
+  cudaFree(g_sort.temp);
+  memset(&g_sort, 0, sizeof g_sort);
+}
+
+static void sort_reserve(int BT, int Vl) {
+  int end_bit = 1;
+  while (end_bit < 31 && (1 << end_bit) <= Vl) end_bit++;
+  size_t temp = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp, (int *)NULL, (int *)NULL, (int *)NULL,
+                                             (int *)NULL, BT, 0, end_bit, g_cu.stream));
+  if (BT <= g_sort.cap && temp <= g_sort.temp_bytes) return;
+  CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+  g_cu.extra_bytes -= (size_t)g_sort.cap * 4 * sizeof(int) + g_sort.temp_bytes;
+  cudaFree(g_sort.keys_in);
+  cudaFree(g_sort.temp);
+  int cap = BT > g_sort.cap ? BT : g_sort.cap;
+  CUDA_CHECK(cudaMalloc(&g_sort.keys_in, (size_t)cap * 4 * sizeof(int)));
+  g_sort.vals_in = g_sort.keys_in + cap;
+  g_sort.keys_out = g_sort.vals_in + cap;
+  g_sort.vals_out = g_sort.keys_out + cap;
+  g_sort.cap = cap;
+  g_sort.temp_bytes = temp > g_sort.temp_bytes ? temp : g_sort.temp_bytes;
+  CUDA_CHECK(cudaMalloc(&g_sort.temp, g_sort.temp_bytes ? g_sort.temp_bytes : 1));
+  g_cu.extra_bytes += (size_t)cap * 4 * sizeof(int) + g_sort.temp_bytes;
+}
+
+/* dwte[inp - v0] += dout for tokens held here; dwpe[t] += dout unless NULL.
+ * The positions are sorted by row on the GPU (stable radix sort), so each
+ * row's gradient is summed by one thread per column, positions in order:
+ * no atomics, and the CPU's bits. */
+static void encoder_vp_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+                                int v0, int Vl, int B, int T, int C) {
+  const int BT = B * T;
+  if (dwpe) {
+    size_t n = (size_t)T * C;
+    encoder_dwpe_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dwpe, dout, B, T, C);
+    CUDA_LAUNCH_CHECK();
+  }
+  if (!dwte || BT == 0 || Vl <= 0) return;
+  sort_reserve(BT, Vl);
+  encoder_keys_kernel<<<(BT + 255) / 256, 256, 0, g_cu.stream>>>(g_sort.keys_in, g_sort.vals_in,
+                                                                 inp, v0, Vl, BT);
+  CUDA_LAUNCH_CHECK();
+  int end_bit = 1;
+  while (end_bit < 31 && (1 << end_bit) <= Vl) end_bit++;
+  size_t temp = g_sort.temp_bytes;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(g_sort.temp, temp, g_sort.keys_in, g_sort.keys_out,
+                                             g_sort.vals_in, g_sort.vals_out, BT, 0, end_bit,
+                                             g_cu.stream));
+  dim3 grid((unsigned)BT, (unsigned)((C + 255) / 256));
+  encoder_dwte_kernel<<<grid, 256, 0, g_cu.stream>>>(dwte, dout, g_sort.keys_out, g_sort.vals_out,
+                                                     BT, C, Vl);
+  CUDA_LAUNCH_CHECK();
+}
+
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C) {
+  encoder_vp_backward(dwte, dwpe, dout, inp, 0, 0x7ffffffe, B, T, C);
+}
+
+/* ------------------------------------------------------------------ */
+/* layernorm: one warp per row                                          */
+
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *w, const float *b, int N, int C) {
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (n >= N) return;
+  const float *x = inp + (size_t)n * C;
+  float s = 0.0f;
+  for (int c = lane; c < C; c += 32) s += x[c];
+  float m = warp_sum(s) / C;
+  float v = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    float d = x[c] - m;
+    v += d * d;
+  }
+  float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+  float *y = out + (size_t)n * C;
+  for (int c = lane; c < C; c += 32) y[c] = (x[c] - m) * r * w[c] + b[c];
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
+  if (N <= 0) return;
+  layernorm_forward_kernel<<<(N + 7) / 8, 256, 0, g_cu.stream>>>(out, mean, rstd, inp, w, b, N, C);
+  CUDA_LAUNCH_CHECK();
+}
+
+/* dinp += (g - mean_c(g) - norm * mean_c(g * norm)) * rstd, g = w * dout */
+__global__ void layernorm_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                      const float *w, const float *mean, const float *rstd, int N,
+                                      int C) {
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (n >= N) return;
+  const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+  float m = mean[n], s = rstd[n];
+  float g_sum = 0.0f, gn_sum = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    float norm = (x[c] - m) * s, g = w[c] * dy[c];
+    g_sum += g;
+    gn_sum += g * norm;
+  }
+  float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
+  float *dx = dinp + (size_t)n * C;
+  for (int c = lane; c < C; c += 32) {
+    float norm = (x[c] - m) * s, g = w[c] * dy[c];
+    dx[c] += (g - g_mean - norm * gn_mean) * s;
+  }
+}
+
+static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C) {
+  if (N <= 0) return;
+  layernorm_dinp_kernel<<<(N + 7) / 8, 256, 0, g_cu.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  CUDA_LAUNCH_CHECK();
+  int chunks = colsum_chunks(N, C, 2), rows = (N + chunks - 1) / chunks;
+  float *partial = (float *)mt_cuda_scratch(2 * (size_t)chunks * C * sizeof(float),
+                                            "layernorm weight gradients");
+  float *partial2 = partial + (size_t)chunks * C;
+  dim3 grid((unsigned)((C + 255) / 256), (unsigned)chunks);
+  colsum_partial_kernel<<<grid, 256, 0, g_cu.stream>>>(partial, partial2, dout, inp, mean, rstd,
+                                                       N, C, C, rows, 1);
+  CUDA_LAUNCH_CHECK();
+  colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g_cu.stream>>>(dw, partial, chunks, C);
+  CUDA_LAUNCH_CHECK();
+  colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g_cu.stream>>>(db, partial2, chunks, C);
+  CUDA_LAUNCH_CHECK();
+}
+
+/* ------------------------------------------------------------------ */
+/* gelu (tanh form, as GPT-2), residual                                 */
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_CUBIC 0.044715f
+
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
+  }
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float x = inp[i];
+    float th = tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
+    float local = 0.5f * (1.0f + th) +
+                  0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+static void gelu_forward(float *out, const float *inp, size_t n) {
+  if (!n) return;
+  gelu_forward_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, inp, n);
+  CUDA_LAUNCH_CHECK();
+}
+
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+  if (!n) return;
+  gelu_backward_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dinp, inp, dout, n);
+  CUDA_LAUNCH_CHECK();
+}
+
+__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+  if (!n) return;
+  residual_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, a, b, n);
+  CUDA_LAUNCH_CHECK();
+}
+
+/* ------------------------------------------------------------------ */
+/* cross-entropy: one block per row                                     */
+
+#define XENT_THREADS 512
+
+/* row max over the first nvalid columns (-inf when none) */
+__global__ void xent_max_kernel(float *rowmax, const float *logits, int Vl, int nvalid) {
+  __shared__ float sh[XENT_THREADS];
+  const float *l = logits + (size_t)blockIdx.x * Vl;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < nvalid; j += blockDim.x) m = fmaxf(m, l[j]);
+  m = block_reduce(m, MaxOp(), sh);
+  if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
+}
+
+/* probs = exp(logits - M) on real columns, 0 on padding; stats (sum, the
+ * target's logit held here or 0). The target logit is read before any
+ * thread overwrites it (probs may alias logits). */
+__global__ void xent_exp_kernel(double *stats, float *probs, const float *logits,
+                                const float *rowmax, const int *targets, int v0, int Vl,
+                                int nvalid) {
+  __shared__ double sh[XENT_THREADS];
+  __shared__ double target_logit;
+  size_t row = blockIdx.x;
+  const float *l = logits + row * Vl;
+  float *p = probs + row * Vl;
+  int col = targets[row] - v0;
+  if (threadIdx.x == 0) target_logit = col >= 0 && col < nvalid ? (double)l[col] : 0.0;
+  __syncthreads();
+  float M = rowmax[row];
+  double s = 0.0;
+  for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+    if (j < nvalid) {
+      float e = expf(l[j] - M);
+      p[j] = e;
+      s += e;
+    } else {
+      p[j] = 0.0f;
+    }
+  }
+  s = block_reduce(s, SumOp<double>(), sh);
+  if (threadIdx.x == 0) {
+    stats[2 * row] = s;
+    stats[2 * row + 1] = target_logit;
+  }
+}
+
+/* probs /= sum; losses = log(sum) + M - target logit */
+__global__ void xent_finish_kernel(float *losses, float *probs, const double *stats,
+                                   const float *rowmax, int Vl, int nvalid) {
+  size_t row = blockIdx.x;
+  double sum = stats[2 * row];
+  float inv = (float)(1.0 / sum);
+  float *p = probs + row * Vl;
+  for (int j = threadIdx.x; j < nvalid; j += blockDim.x) p[j] *= inv;
+  if (threadIdx.x == 0) losses[row] = (float)(log(sum) + (double)rowmax[row] - stats[2 * row + 1]);
+}
+
+/* dlogits = (probs - onehot(target - v0)) * dloss on real columns, 0 on padding */
+__global__ void xent_backward_kernel(float *dlogits, const float *probs, const int *targets,
+                                     int v0, float dloss, int Vl, int nvalid) {
+  size_t row = blockIdx.x;
+  int col = targets[row] - v0;
+  const float *p = probs + row * Vl;
+  float *d = dlogits + row * Vl;
+  for (int j = threadIdx.x; j < Vl; j += blockDim.x)
+    d[j] = j < nvalid ? (p[j] - (j == col ? 1.0f : 0.0f)) * dloss : 0.0f;
+}
+
+static void xent_vp_max(float *rowmax, const float *logits, int N, int Vl, int nvalid) {
+  if (N <= 0) return;
+  xent_max_kernel<<<N, XENT_THREADS, 0, g_cu.stream>>>(rowmax, logits, Vl, nvalid);
+  CUDA_LAUNCH_CHECK();
+}
+
+static void xent_vp_exp(double *stats, float *probs, const float *logits, const float *rowmax,
+                        const int *targets, int v0, int N, int Vl, int nvalid) {
+  if (N <= 0) return;
+  xent_exp_kernel<<<N, XENT_THREADS, 0, g_cu.stream>>>(stats, probs, logits, rowmax, targets, v0,
+                                                       Vl, nvalid);
+  CUDA_LAUNCH_CHECK();
+}
+
+static void xent_vp_finish(float *losses, float *probs, const double *stats, const float *rowmax,
+                           int N, int Vl, int nvalid) {
+  if (N <= 0) return;
+  xent_finish_kernel<<<N, XENT_THREADS, 0, g_cu.stream>>>(losses, probs, stats, rowmax, Vl,
+                                                          nvalid);
+  CUDA_LAUNCH_CHECK();
+}
+
+static void xent_vp_backward(float *dlogits, const float *probs, const int *targets, int v0,
+                             float dloss, int N, int Vl, int nvalid) {
+  if (N <= 0) return;
+  xent_backward_kernel<<<N, XENT_THREADS, 0, g_cu.stream>>>(dlogits, probs, targets, v0, dloss,
+                                                            Vl, nvalid);
+  CUDA_LAUNCH_CHECK();
+}
+
+/* The whole-vocabulary loss: the same pieces on one rank (stats in the
+ * backend's scratch). */
+static void softmax_xent_forward(float *losses, float *probs, const float *logits,
+                                 const int *targets, int N, int V, int Vp) {
+  if (N <= 0) return;
+  float *rowmax = (float *)mt_cuda_scratch((size_t)N * (sizeof(float) + 2 * sizeof(double)),
+                                           "cross-entropy row statistics");
+  double *stats = (double *)(rowmax + ((size_t)N + 1) / 2 * 2);
+  xent_vp_max(rowmax, logits, N, Vp, V);
+  xent_vp_exp(stats, probs, logits, rowmax, targets, 0, N, Vp, V);
+  xent_vp_finish(losses, probs, stats, rowmax, N, Vp, V);
+}
+
+static void softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
+                                  float dloss, int N, int V, int Vp) {
+  xent_vp_backward(dlogits, probs, targets, 0, dloss, N, Vp, V);
+}
+
+/* ------------------------------------------------------------------ */
+/* AdamW (the CPU's arithmetic, per element)                            */
+
+__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                             float bc2) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float g = grad[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+  }
+}
+
+static void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, int t) {
+  if (!n) return;
+  float bc1 = (float)(1.0 - pow((double)beta1, t));
+  float bc2 = (float)(1.0 - pow((double)beta2, t));
+  adamw_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(param, grad, m, v, n, lr, beta1, beta2,
+                                                           eps, weight_decay, bc1, bc2);
+  CUDA_LAUNCH_CHECK();
+}
+
+/* ------------------------------------------------------------------ */
+
+void mt_cuda_fill_ops(mt_ops *o) {
+  o->encoder_forward = encoder_forward;
+  o->encoder_backward = encoder_backward;
+  o->encoder_vp_forward = encoder_vp_forward;
+  o->encoder_vp_backward = encoder_vp_backward;
+  o->layernorm_forward = layernorm_forward;
+  o->layernorm_backward = layernorm_backward;
+  o->gelu_forward = gelu_forward;
+  o->gelu_backward = gelu_backward;
+  o->residual_forward = residual_forward;
+  o->softmax_xent_forward = softmax_xent_forward;
+  o->softmax_xent_backward = softmax_xent_backward;
+  o->xent_vp_max = xent_vp_max;
+  o->xent_vp_exp = xent_vp_exp;
+  o->xent_vp_finish = xent_vp_finish;
+  o->xent_vp_backward = xent_vp_backward;
+  o->adamw_update = adamw_update;
+}

@@ -1,0 +1,59 @@
+/* Which backend a rank computes on, and which GPU: pure functions of the
+ * configuration and of what the process sees, so every rank of a node
+ * decides the same way and the tests run them without a GPU. */
+#include "kernels/kernels.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, int n_visible,
+                      const char *no_gpu_why, mt_precision *prec, char *msg, size_t len) {
+  const char *why = no_gpu_why && no_gpu_why[0] ? no_gpu_why : "no GPU is visible";
+  int bf16 = strcmp(prec_name, "bf16") == 0;
+  if (!bf16 && strcmp(prec_name, "fp32") != 0) {
+    snprintf(msg, len, "train.precision = '%s': unknown (fp32|bf16)", prec_name);
+    return -1;
+  }
+  int kind;
+  if (strcmp(want, "cpu") == 0) {
+    kind = MT_DEVICE_CPU;
+  } else if (strcmp(want, "cuda") == 0) {
+    if (!cuda_built) {
+      snprintf(msg, len, "train.device = cuda: this meshtrain was built without CUDA (nvcc was "
+                         "not found when it was configured); rebuild with the CUDA toolkit, or "
+                         "set train.device = cpu");
+      return -1;
+    }
+    if (n_visible < 1) {
+      snprintf(msg, len, "train.device = cuda: no GPU is usable: %s (check the allocation's "
+                         "GPUs and CUDA_VISIBLE_DEVICES, or set train.device = cpu)", why);
+      return -1;
+    }
+    kind = MT_DEVICE_CUDA;
+  } else if (strcmp(want, "auto") == 0) {
+    kind = cuda_built && n_visible > 0 ? MT_DEVICE_CUDA : MT_DEVICE_CPU;
+  } else {
+    snprintf(msg, len, "train.device = '%s': unknown (cpu|cuda|auto)", want);
+    return -1;
+  }
+  if (bf16 && kind == MT_DEVICE_CPU) {
+    if (strcmp(want, "auto") == 0)
+      snprintf(msg, len, "train.precision = bf16 needs a GPU, and train.device = auto found "
+                         "none (%s); the CPU backend computes in fp32 (set train.precision = "
+                         "fp32)", cuda_built ? why : "this meshtrain was built without CUDA");
+    else
+      snprintf(msg, len, "train.precision = bf16 needs train.device = cuda: the CPU backend "
+                         "computes in fp32");
+    return -1;
+  }
+  *prec = bf16 ? MT_PRECISION_BF16 : MT_PRECISION_FP32;
+  if (len) msg[0] = '\0';
+  return kind;
+}
+
+int mt_device_for_local_rank(int local_rank, int local_size, int n_visible, int *shared) {
+  if (shared) *shared = 0;
+  if (n_visible < 1 || local_rank < 0) return -1;
+  if (shared) *shared = local_size > n_visible;
+  return local_rank % n_visible;
+}

@@ -1,0 +1,414 @@
+/* comm's direct path for device buffers (what NCCL serves on a GPU), with
+ * a stand-in direct backend: its "device memory" is host memory, and it
+ * moves data as nccl.c does (equal parts straight through; uneven parts
+ * padded with mt_copy_parts; sequence-parallel blocks made rank-major with
+ * mt_permute_dim), with MPI in place of NCCL. Checks, on 2 and 4 ranks:
+ *   - every device-buffer call of a group marked direct goes to the backend
+ *     (and never through host staging), and of an unmarked group through
+ *     staging (never to the backend): the dispatch;
+ *   - results equal the host path's, for equal and uneven parts and for
+ *     the strided (outer > 1) layouts: the layout helpers nccl.c uses;
+ *   - bytes and calls counted on the group as on the host path;
+ *   - non-blocking requests finish through mt_wait and through mt_progress;
+ *     the backend's quiesce runs before every timed wait;
+ *   - point-to-point goes direct only for the (peer, tag) channels the
+ *     backend has (here: the pipeline's tags), others are staged.
+ * Values are small multiples of 1/4, so every sum is exact in any order. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+
+static int g_fail;
+#define CHECK(cond, ...)                 \
+  do {                                   \
+    if (!(cond)) {                       \
+      fprintf(stderr, "FAIL: ");         \
+      fprintf(stderr, __VA_ARGS__);      \
+      fprintf(stderr, "\n");             \
+      g_fail = 1;                        \
+    }                                    \
+  } while (0)
+
+/* ------------------------------------------------------------------ */
+/* the stand-in device backend                                         */
+
+static void to_host(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void to_device(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
+static void copy2d(void *ctx, float *dst, size_t dpitch, const float *src, size_t spitch,
+                   size_t width, size_t rows) {
+  (void)ctx;
+  for (size_t r = 0; r < rows; r++) memcpy(dst + r * dpitch, src + r * spitch, width * sizeof(float));
+}
+
+typedef struct {
+  MPI_Request req; /* MPI_REQUEST_NULL: finished at launch */
+} handle;
+
+static long g_quiesce, g_waits;
+
+static void *finished(void) {
+  handle *h = calloc(1, sizeof *h);
+  h->req = MPI_REQUEST_NULL;
+  return h;
+}
+
+static void *sa_allreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op) {
+  MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, t == MT_DT_F64 ? MPI_DOUBLE : MPI_FLOAT,
+                op == MT_RED_MAX ? MPI_MAX : MPI_SUM, g->comm);
+  return finished();
+}
+
+static void *sa_reduce_scatter(mt_group *g, const float *send, float *recv, const int *counts) {
+  int n = g->size;
+  size_t eq = mt_parts_equal(counts, NULL, n);
+  if (eq) {
+    MPI_Reduce_scatter_block(send, recv, (int)eq, MPI_FLOAT, MPI_SUM, g->comm);
+    return finished();
+  }
+  size_t pitch = mt_parts_largest(counts, n);
+  int *displs = malloc((size_t)n * sizeof(int));
+  for (int q = 0, off = 0; q < n; q++) displs[q] = off, off += counts[q];
+  float *ws = calloc((size_t)n * pitch + pitch, sizeof(float));
+  mt_copy_parts((float *)send, ws, pitch, counts, displs, n, 1, copy2d, NULL);
+  MPI_Reduce_scatter_block(ws, ws + (size_t)n * pitch, (int)pitch, MPI_FLOAT, MPI_SUM, g->comm);
+  memcpy(recv, ws + (size_t)n * pitch, (size_t)counts[g->rank] * sizeof(float));
+  free(ws);
+  free(displs);
+  return finished();
+}
+
+static void *sa_allgatherv(mt_group *g, const float *send, float *recv, const int *counts,
+                           const int *displs) {
+  int n = g->size, r = g->rank;
+  size_t eq = mt_parts_equal(counts, displs, n);
+  if (eq) {
+    if (send) MPI_Allgather(send, (int)eq, MPI_FLOAT, recv, (int)eq, MPI_FLOAT, g->comm);
+    else MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, recv, (int)eq, MPI_FLOAT, g->comm);
+    return finished();
+  }
+  size_t pitch = mt_parts_largest(counts, n);
+  float *ws = calloc((size_t)n * pitch, sizeof(float));
+  memcpy(ws + (size_t)r * pitch, send ? send : recv + displs[r], (size_t)counts[r] * sizeof(float));
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, ws, (int)pitch, MPI_FLOAT, g->comm);
+  mt_copy_parts(recv, ws, pitch, counts, displs, n, 0, copy2d, NULL);
+  free(ws);
+  return finished();
+}
+
+static void *sa_allgather_dim(mt_group *g, const float *send, float *recv, size_t outer,
+                              size_t inner) {
+  size_t n = outer * inner;
+  if (outer == 1) {
+    MPI_Allgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, g->comm);
+    return finished();
+  }
+  float *ws = calloc((size_t)g->size * n, sizeof(float));
+  MPI_Allgather(send, (int)n, MPI_FLOAT, ws, (int)n, MPI_FLOAT, g->comm);
+  mt_permute_dim(recv, ws, outer, inner, g->size, 0, copy2d, NULL);
+  free(ws);
+  return finished();
+}
+
+static void *sa_reduce_scatter_dim(mt_group *g, const float *send, float *recv, size_t outer,
+                                   size_t inner) {
+  size_t n = outer * inner;
+  if (outer == 1) {
+    MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, g->comm);
+    return finished();
+  }
+  float *ws = calloc((size_t)g->size * n, sizeof(float));
+  mt_permute_dim((float *)send, ws, outer, inner, g->size, 1, copy2d, NULL);
+  MPI_Reduce_scatter_block(ws, recv, (int)n, MPI_FLOAT, MPI_SUM, g->comm);
+  free(ws);
+  return finished();
+}
+
+static void *sa_send(mt_group *g, const float *buf, size_t n, int peer, int tag) {
+  handle *h = calloc(1, sizeof *h);
+  MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, g->comm, &h->req);
+  return h;
+}
+
+static void *sa_recv(mt_group *g, float *buf, size_t n, int peer, int tag) {
+  handle *h = calloc(1, sizeof *h);
+  MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, g->comm, &h->req);
+  return h;
+}
+
+/* channels for the pipeline's tags only */
+static int sa_p2p_ok(const mt_group *g, int peer, int tag) {
+  (void)g, (void)peer;
+  return tag == MT_TAG_PP_ACT || tag == MT_TAG_PP_GRAD || tag == MT_TAG_PP_TIED;
+}
+
+static int sa_done(void *hv) {
+  handle *h = hv;
+  int done = 0;
+  MPI_Test(&h->req, &done, MPI_STATUS_IGNORE);
+  if (done) free(h);
+  return done;
+}
+
+static void sa_wait(void *hv) {
+  handle *h = hv;
+  MPI_Wait(&h->req, MPI_STATUS_IGNORE);
+  free(h);
+  g_waits++;
+}
+
+static void sa_quiesce(void) { g_quiesce++; }
+
+static const mt_comm_direct g_standin = {
+    "stand-in", sa_allreduce, sa_reduce_scatter, sa_allgatherv, sa_allgather_dim,
+    sa_reduce_scatter_dim, sa_send, sa_recv, sa_p2p_ok, sa_done, sa_wait, sa_quiesce};
+
+/* ------------------------------------------------------------------ */
+
+static void fill(float *x, size_t n, int rank, int salt) {
+  for (size_t i = 0; i < n; i++) x[i] = (float)((rank + 1) * 0.5 + (double)(i % 97) * 0.25 + salt);
+}
+
+static int same(const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(a[i] == b[i])) return 0;
+  return 1;
+}
+
+/* parts of N over n ranks as the registry cuts a bucket: the first N % n
+ * ranks one element more */
+static void parts(size_t N, int n, int *counts, int *displs) {
+  for (int q = 0, off = 0; q < n; q++) {
+    counts[q] = (int)(N / (size_t)n) + (q < (int)(N % (size_t)n));
+    displs[q] = off;
+    off += counts[q];
+  }
+}
+
+/* one check of a call on host buffers against the same call on "device"
+ * buffers of group g: expect_direct says which path the device call must
+ * take */
+typedef struct {
+  long direct, staged;
+  double bytes;
+  long calls;
+} snap;
+static snap take(const mt_group *g) {
+  snap s = {mt_comm_direct_calls(), mt_comm_staged_calls(), g->bytes, g->calls};
+  return s;
+}
+static void expect_path(const char *what, const mt_group *g, snap before, int expect_direct,
+                        long n_calls) {
+  long d = mt_comm_direct_calls() - before.direct, s = mt_comm_staged_calls() - before.staged;
+  if (expect_direct)
+    CHECK(d == n_calls && s == 0, "%s on %s: %ld direct, %ld staged calls (want %ld direct)",
+          what, g->name, d, s, n_calls);
+  else
+    CHECK(d == 0 && s > 0, "%s on %s: %ld direct, %ld staged calls (want staged)", what, g->name,
+          d, s);
+}
+
+static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
+  const int r = g->rank, n = g->size;
+  float *h = calloc(N * n, sizeof(float)), *d = calloc(N * n, sizeof(float));
+  float *h2 = calloc(N * n, sizeof(float)), *d2 = calloc(N * n, sizeof(float));
+  int *counts = calloc((size_t)n, sizeof(int)), *displs = calloc((size_t)n, sizeof(int));
+  parts(N, n, counts, displs);
+  char what[96];
+  snap s;
+  double hb;
+
+  /* all-reduce f32 sum, f32 max, f64 sum */
+  fill(h, N, r, salt);
+  memcpy(d, h, N * sizeof(float));
+  s = take(g);
+  mt_allreduce_sum_f32(g, h, N, MT_LOC_HOST);
+  hb = g->bytes - s.bytes;
+  s = take(g);
+  mt_allreduce_sum_f32(g, d, N, MT_LOC_DEVICE);
+  snprintf(what, sizeof what, "allreduce sum N=%zu", N);
+  expect_path(what, g, s, expect_direct, 1);
+  CHECK(same(h, d, N), "%s: device result differs", what);
+  CHECK(g->bytes - s.bytes == hb && g->calls - s.calls == 1, "%s: bytes %g (host %g), calls %ld",
+        what, g->bytes - s.bytes, hb, g->calls - s.calls);
+  fill(h, N, r, salt + 1);
+  memcpy(d, h, N * sizeof(float));
+  mt_allreduce_max_f32(g, h, N, MT_LOC_HOST);
+  mt_allreduce_max_f32(g, d, N, MT_LOC_DEVICE);
+  CHECK(same(h, d, N), "allreduce max: device result differs");
+  double hd[3] = {r + 0.25, 2.0 * r, -1.0}, dd[3];
+  memcpy(dd, hd, sizeof hd);
+  mt_allreduce_sum_f64(g, hd, 3, MT_LOC_HOST);
+  mt_allreduce_sum_f64(g, dd, 3, MT_LOC_DEVICE);
+  CHECK(!memcmp(hd, dd, sizeof hd), "allreduce f64: device result differs");
+
+  /* reduce-scatter and in-place all-gather over the registry's parts */
+  fill(h, N, r, salt + 2);
+  memcpy(d, h, N * sizeof(float));
+  s = take(g);
+  mt_reduce_scatter_sum_f32(g, h, h2, counts, MT_LOC_HOST);
+  hb = g->bytes - s.bytes;
+  s = take(g);
+  mt_reduce_scatter_sum_f32(g, d, d2, counts, MT_LOC_DEVICE);
+  snprintf(what, sizeof what, "reduce-scatter N=%zu (%s parts)", N,
+           N % (size_t)n ? "uneven" : "equal");
+  expect_path(what, g, s, expect_direct, 1);
+  CHECK(same(h2, d2, (size_t)counts[r]), "%s: device result differs", what);
+  CHECK(g->bytes - s.bytes == hb, "%s: bytes %g, host %g", what, g->bytes - s.bytes, hb);
+  fill(h, N, r, salt + 3);
+  memcpy(d, h, N * sizeof(float));
+  s = take(g);
+  mt_allgatherv_inplace_f32(g, h, counts, displs, MT_LOC_HOST);
+  mt_allgatherv_inplace_f32(g, d, counts, displs, MT_LOC_DEVICE);
+  snprintf(what, sizeof what, "allgatherv in place N=%zu", N);
+  CHECK(same(h, d, N), "%s: device result differs", what);
+
+  /* non-blocking: finished by mt_wait (all-reduce, reduce-scatter) and by
+   * mt_progress (all-gather) */
+  mt_request rq;
+  fill(h, N, r, salt + 4);
+  memcpy(d, h, N * sizeof(float));
+  mt_iallreduce_sum_f32(g, h, N, MT_LOC_HOST, &rq);
+  mt_wait(&rq);
+  long q0 = g_quiesce, w0 = g_waits;
+  s = take(g);
+  mt_iallreduce_sum_f32(g, d, N, MT_LOC_DEVICE, &rq);
+  mt_wait(&rq);
+  expect_path("iallreduce", g, s, expect_direct, 1);
+  CHECK(same(h, d, N), "iallreduce: device result differs");
+  if (expect_direct)
+    CHECK(g_quiesce > q0 && g_waits == w0 + 1, "iallreduce: quiesce %ld, waits %ld",
+          g_quiesce - q0, g_waits - w0);
+  CHECK(!rq.active, "iallreduce: request still active after mt_wait");
+  fill(h, N, r, salt + 5);
+  memcpy(d, h, N * sizeof(float));
+  mt_ireduce_scatter_sum_f32(g, h, h2, counts, MT_LOC_HOST, &rq);
+  mt_wait(&rq);
+  mt_ireduce_scatter_sum_f32(g, d, d2, counts, MT_LOC_DEVICE, &rq);
+  mt_wait(&rq);
+  CHECK(same(h2, d2, (size_t)counts[r]), "ireduce_scatter: device result differs");
+  fill(h2, (size_t)counts[r], r, salt + 6);
+  memcpy(d2, h2, (size_t)counts[r] * sizeof(float));
+  mt_iallgatherv_f32(g, h2, h, counts, displs, MT_LOC_HOST, &rq);
+  mt_wait(&rq);
+  mt_iallgatherv_f32(g, d2, d, counts, displs, MT_LOC_DEVICE, &rq);
+  for (int spin = 0; rq.active && spin < 1000000; spin++) mt_progress(&rq);
+  CHECK(!rq.active, "iallgatherv: mt_progress never finished the request");
+  CHECK(same(h, d, N), "iallgatherv: device result differs");
+
+  /* along a dim: outer 1 (contiguous) and outer 4 (strided) */
+  for (size_t outer = 1; outer <= 4; outer += 3) {
+    const size_t inner = 25;
+    float *scratch = calloc(2 * outer * inner, sizeof(float));
+    fill(h, outer * inner * n, r, salt + 7);
+    memcpy(d, h, outer * inner * n * sizeof(float));
+    s = take(g);
+    mt_reduce_scatter_dim_f32(g, h, h2, outer, inner, scratch, MT_LOC_HOST);
+    hb = g->bytes - s.bytes;
+    s = take(g);
+    mt_reduce_scatter_dim_f32(g, d, d2, outer, inner, scratch, MT_LOC_DEVICE);
+    snprintf(what, sizeof what, "reduce_scatter_dim outer=%zu", outer);
+    expect_path(what, g, s, expect_direct, 1);
+    CHECK(same(h2, d2, outer * inner), "%s: device result differs", what);
+    CHECK(g->bytes - s.bytes == hb, "%s: bytes %g, host %g", what, g->bytes - s.bytes, hb);
+    fill(h2, outer * inner, r, salt + 8);
+    memcpy(d2, h2, outer * inner * sizeof(float));
+    mt_allgather_dim_f32(g, h2, h, outer, inner, MT_LOC_HOST);
+    mt_allgather_dim_f32(g, d2, d, outer, inner, MT_LOC_DEVICE);
+    CHECK(same(h, d, outer * inner * n), "allgather_dim outer=%zu: device result differs", outer);
+    free(scratch);
+  }
+  free(h), free(d), free(h2), free(d2), free(counts), free(displs);
+}
+
+/* point-to-point on g: pipeline tags direct when g has backend state,
+ * another tag always staged */
+static void run_p2p(mt_group *g, int has_channels) {
+  const int r = g->rank, n = g->size;
+  const size_t N = 777;
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  float *h = calloc(N, sizeof(float)), *d = calloc(N, sizeof(float));
+  float *h2 = calloc(N, sizeof(float)), *d2 = calloc(N, sizeof(float));
+  const int tags[2] = {MT_TAG_PP_ACT, 5};
+  for (int k = 0; k < 2; k++) {
+    mt_request s1, r1;
+    fill(h2, N, r, 20 + k);
+    memcpy(d2, h2, N * sizeof(float));
+    mt_irecv_f32(g, h, N, prev, tags[k], MT_LOC_HOST, &r1);
+    mt_isend_f32(g, h2, N, next, tags[k], MT_LOC_HOST, &s1);
+    mt_wait(&r1);
+    mt_wait(&s1);
+    snap s = take(g);
+    mt_irecv_f32(g, d, N, prev, tags[k], MT_LOC_DEVICE, &r1);
+    mt_isend_f32(g, d2, N, next, tags[k], MT_LOC_DEVICE, &s1);
+    for (int spin = 0; r1.active && spin < 1000000; spin++) mt_progress(&r1);
+    mt_wait(&r1);
+    mt_wait(&s1);
+    char what[64];
+    snprintf(what, sizeof what, "isend/irecv tag %d", tags[k]);
+    expect_path(what, g, s, has_channels && k == 0, 2);
+    CHECK(same(h, d, N), "%s: device result differs", what);
+    CHECK(g->bytes - s.bytes == (double)N * sizeof(float) && g->calls - s.calls == 2,
+          "%s: bytes %g, calls %ld", what, g->bytes - s.bytes, g->calls - s.calls);
+  }
+  /* exchange in pairs (tied gradients) */
+  int partner = n == 1 ? 0 : (r ^ 1) < n ? r ^ 1 : r;
+  fill(h2, N, r, 30);
+  memcpy(d2, h2, N * sizeof(float));
+  mt_sendrecv_f32(g, h2, h, N, partner, MT_TAG_PP_TIED, MT_LOC_HOST);
+  snap s = take(g);
+  mt_sendrecv_f32(g, d2, d, N, partner, MT_TAG_PP_TIED, MT_LOC_DEVICE);
+  expect_path("sendrecv", g, s, has_channels, 2);
+  CHECK(same(h, d, N), "sendrecv: device result differs");
+  free(h), free(d), free(h2), free(d2);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  mt_log_init(0);
+  mt_mesh mesh;
+  mt_err e = {0};
+  int world;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (mt_mesh_create(&mesh, 1, 1, world, 1, &e) != 0) {
+    fprintf(stderr, "%s\n", e.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  mt_comm_device_copy dev = {to_host, to_device};
+  mt_comm_set_device_copy(&dev);
+  mt_comm_set_direct(&g_standin);
+  /* dp: its own "GPU" per rank (direct); world: as if ranks shared one
+   * (staged). Backend state on dp only: point-to-point channels there. */
+  static int dp_state;
+  mesh.dp_g.direct = 1;
+  mesh.dp_g.direct_state = &dp_state;
+  CHECK(!strcmp(mt_group_device_path(&mesh.dp_g), "stand-in") &&
+            !strcmp(mt_group_device_path(&mesh.world), "staged"),
+        "device paths: dp %s, world %s", mt_group_device_path(&mesh.dp_g),
+        mt_group_device_path(&mesh.world));
+  const size_t sizes[2] = {1000, 1001}; /* equal parts on 2 and 4 ranks, then uneven */
+  for (int k = 0; k < 2; k++) {
+    run_group(&mesh.dp_g, 1, sizes[k], 10 * k);
+    run_group(&mesh.world, 0, sizes[k], 10 * k + 3);
+  }
+  run_p2p(&mesh.dp_g, 1);
+  run_p2p(&mesh.world, 0);
+  /* distinct device identifiers (nccl.c's test for a group) */
+  char ids[3][48] = {"GPU-a", "GPU-b", "GPU-a"};
+  CHECK(mt_comm_ids_distinct(&ids[0][0], 2, 48) && !mt_comm_ids_distinct(&ids[0][0], 3, 48),
+        "mt_comm_ids_distinct");
+  mt_comm_set_direct(NULL);
+  CHECK(!strcmp(mt_group_device_path(&mesh.dp_g), "staged"), "no backend: dp not staged");
+
+  int failed = g_fail;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (mesh.world.rank == 0)
+    printf("%s: %d ranks, %ld calls direct, %ld staged, %ld quiesce\n", failed ? "FAIL" : "ok",
+           world, mt_comm_direct_calls(), mt_comm_staged_calls(), g_quiesce);
+  mesh.dp_g.direct_state = NULL;
+  mt_mesh_destroy(&mesh);
+  MPI_Finalize();
+  return failed;
+}

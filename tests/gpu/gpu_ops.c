@@ -1,0 +1,391 @@
+/* gpu_ops: every op of the CUDA backend against the CPU backend on the same
+ * inputs (the CPU backend is itself checked against finite differences and
+ * double references by tests/unit/test_ops.c).
+ *
+ *   gpu_ops fp32|bf16
+ *
+ * Shapes are not multiples of any tile size (B*T = 111, C = 72, OC = 197,
+ * T = 37, Vp = 128 with V = 101), plus larger ones that, run with a small
+ * MT_CUDA_SCRATCH_MB, make the bf16 matmuls and attention work in pieces.
+ * Backward ops start from non-zero gradients (they accumulate).
+ * Error: max |gpu - cpu| / max |cpu| over the tensor (NaN fails).
+ * Tolerances: fp32 1e-5 for every op (cuBLASLt without TF32 and the CPU's
+ * sgemm differ only in summation order); under bf16 the matmuls and
+ * attention (bf16 operands, fp32 sums) 2e-2, everything else 1e-5 (it stays
+ * fp32), and the big matmul must differ from fp32 by more than 1e-6 (the
+ * bf16 path really ran). Scalar sums (double) 1e-9. The embedding backward
+ * adds positions in the CPU's order: bit for bit.
+ * Also: two runs give the same bits (no atomics).
+ * No GPU: prints "SKIP: <reason>" and exits 77. */
+#include "core/core.h"
+#include "kernels/kernels.h"
+#include "../check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const mt_ops *cpu, *gpu;
+static int g_failures, g_bf16;
+static double TOL_MM; /* matmul and attention outputs and gradients */
+#define TOL_EW 1e-5   /* everything computed in fp32 */
+#define TOL_SUM 1e-9
+
+static uint64_t g_rng = 12345;
+static float urand(float lo, float hi) {
+  g_rng = mt_splitmix64(g_rng);
+  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
+}
+static float *rnd(size_t n, float lo, float hi) {
+  float *x = malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++) x[i] = urand(lo, hi);
+  return x;
+}
+static float *dup(const float *x, size_t n) {
+  float *y = malloc((n ? n : 1) * sizeof(float));
+  memcpy(y, x, n * sizeof(float));
+  return y;
+}
+
+/* device copies */
+static float *dev(const float *h, size_t n) {
+  float *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * sizeof(float));
+  gpu->upload(d, h, n * sizeof(float));
+  return d;
+}
+static int *devi(const int *h, size_t n) {
+  int *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * sizeof(int));
+  gpu->upload(d, h, n * sizeof(int));
+  return d;
+}
+static void dfree(void *d, size_t bytes) { gpu->free(MT_MEM_OTHER, d, bytes ? bytes : 1); }
+
+static void report(const char *what, double err, double tol) {
+  int ok = err <= tol;
+  printf("  %-58s err %.2e  tol %.0e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
+  if (!ok) {
+    fprintf(stderr, "FAIL: %s: error %.3e exceeds %.1e\n", what, err, tol);
+    g_failures++;
+  }
+}
+
+/* max |gpu - ref| / max |ref| with the GPU tensor downloaded */
+static double err_of(const float *ref, const float *d, size_t n) {
+  float *h = malloc((n ? n : 1) * sizeof(float));
+  gpu->download(h, d, n * sizeof(float));
+  double diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    diff = mt_worst(diff, fabs((double)h[i] - (double)ref[i]));
+    if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+  }
+  free(h);
+  return diff / (scale > 0 ? scale : 1.0);
+}
+#define CMP(what, ref, d, n, tol) report(what, err_of(ref, d, n), tol)
+
+/* ------------------------------------------------------------------ */
+
+static void test_encoder(int B, int T, int C, int V, int Vp) {
+  printf("encoder B=%d T=%d C=%d Vp=%d\n", B, T, C, Vp);
+  size_t BT = (size_t)B * T, n = BT * C;
+  int *inp = malloc(BT * sizeof(int));
+  for (size_t i = 0; i < BT; i++) inp[i] = (int)(urand(0, 1) * (V / 3)); /* many repeats */
+  float *wte = rnd((size_t)Vp * C, -1, 1), *wpe = rnd((size_t)T * C, -1, 1);
+  float *out = rnd(n, -1, 1), *dout = rnd(n, -1, 1);
+  float *dwte = rnd((size_t)Vp * C, -1, 1), *dwpe = rnd((size_t)T * C, -1, 1);
+  int *d_inp = devi(inp, BT);
+  float *d_wte = dev(wte, (size_t)Vp * C), *d_wpe = dev(wpe, (size_t)T * C), *d_out = dev(out, n);
+  float *d_dout = dev(dout, n), *d_dwte = dev(dwte, (size_t)Vp * C), *d_dwpe = dev(dwpe, (size_t)T * C);
+  cpu->encoder_forward(out, inp, wte, wpe, B, T, C);
+  gpu->encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
+  CMP("encoder_forward", out, d_out, n, 0.0);
+  cpu->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  gpu->encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+  CMP("encoder_backward dwte (the CPU's order: exact)", dwte, d_dwte, (size_t)Vp * C, 0.0);
+  CMP("encoder_backward dwpe (exact)", dwpe, d_dwpe, (size_t)T * C, 0.0);
+  /* vocabulary-parallel: rows [v0, v0 + Vl), with and without positions */
+  int v0 = V / 4, Vl = V / 3;
+  for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+    char what[96];
+    cpu->encoder_vp_forward(out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, B, T, C);
+    gpu->encoder_vp_forward(d_out, d_inp, d_wte + (size_t)v0 * C, v0, Vl, with_wpe ? d_wpe : NULL,
+                            B, T, C);
+    snprintf(what, sizeof what, "encoder_vp_forward v0=%d Vl=%d wpe %d", v0, Vl, with_wpe);
+    CMP(what, out, d_out, n, 0.0);
+    cpu->encoder_vp_backward(dwte, with_wpe ? dwpe : NULL, dout, inp, v0, Vl, B, T, C);
+    gpu->encoder_vp_backward(d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, v0, Vl, B, T, C);
+    snprintf(what, sizeof what, "encoder_vp_backward dwte wpe %d", with_wpe);
+    CMP(what, dwte, d_dwte, (size_t)Vp * C, 0.0);
+    CMP("encoder_vp_backward dwpe", dwpe, d_dwpe, (size_t)T * C, 0.0);
+  }
+  dfree(d_inp, BT * 4), dfree(d_wte, (size_t)Vp * C * 4), dfree(d_wpe, (size_t)T * C * 4);
+  dfree(d_out, n * 4), dfree(d_dout, n * 4), dfree(d_dwte, (size_t)Vp * C * 4);
+  dfree(d_dwpe, (size_t)T * C * 4);
+  free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe);
+}
+
+static void test_layernorm(int N, int C) {
+  printf("layernorm N=%d C=%d\n", N, C);
+  size_t n = (size_t)N * C;
+  float *inp = rnd(n, -2, 2), *w = rnd(C, 0.5f, 1.5f), *b = rnd(C, -0.5f, 0.5f);
+  float *out = rnd(n, -1, 1), *mean = rnd(N, 0, 1), *rstd = rnd(N, 0, 1);
+  float *dout = rnd(n, -1, 1), *dinp = rnd(n, -1, 1), *dw = rnd(C, -1, 1), *db = rnd(C, -1, 1);
+  float *d_inp = dev(inp, n), *d_w = dev(w, C), *d_b = dev(b, C), *d_out = dev(out, n);
+  float *d_mean = dev(mean, N), *d_rstd = dev(rstd, N), *d_dout = dev(dout, n);
+  float *d_dinp = dev(dinp, n), *d_dw = dev(dw, C), *d_db = dev(db, C);
+  cpu->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  gpu->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+  CMP("layernorm_forward out", out, d_out, n, TOL_EW);
+  CMP("layernorm_forward mean", mean, d_mean, N, TOL_EW);
+  CMP("layernorm_forward rstd", rstd, d_rstd, N, TOL_EW);
+  cpu->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  gpu->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+  CMP("layernorm_backward dinp", dinp, d_dinp, n, TOL_EW);
+  CMP("layernorm_backward dw", dw, d_dw, C, TOL_EW);
+  CMP("layernorm_backward db", db, d_db, C, TOL_EW);
+  float *ds[] = {d_inp, d_w, d_b, d_out, d_mean, d_rstd, d_dout, d_dinp, d_dw, d_db};
+  size_t ns[] = {n, C, C, n, N, N, n, n, C, C};
+  for (int i = 0; i < 10; i++) dfree(ds[i], ns[i] * 4);
+  free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dinp);
+  free(dw), free(db);
+}
+
+static void test_matmul(int N, int C, int OC, int check_rounding) {
+  printf("matmul N=%d C=%d OC=%d\n", N, C, OC);
+  size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  float *inp = rnd(ni, -1, 1), *w = rnd(nw, -1, 1), *bias = rnd(OC, -1, 1), *out = rnd(no, -1, 1);
+  float *dout = rnd(no, -1, 1), *dinp = rnd(ni, -1, 1), *dw = rnd(nw, -1, 1), *dbias = rnd(OC, -1, 1);
+  float *d_inp = dev(inp, ni), *d_w = dev(w, nw), *d_bias = dev(bias, OC), *d_out = dev(out, no);
+  float *d_dout = dev(dout, no), *d_dinp = dev(dinp, ni), *d_dw = dev(dw, nw), *d_dbias = dev(dbias, OC);
+  for (int with_bias = 1; with_bias >= 0; with_bias--) {
+    cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC);
+    gpu->matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+    double e = err_of(out, d_out, no);
+    report(with_bias ? "matmul_forward with bias" : "matmul_forward", e, TOL_MM);
+    if (check_rounding && g_bf16 && !with_bias) report("matmul_forward under bf16 is not fp32", e > 1e-6 ? 0 : 1, 0);
+  }
+  cpu->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+  gpu->matmul_backward(d_dinp, d_dw, d_dbias, d_dout, d_inp, d_w, N, C, OC);
+  CMP("matmul_backward dinp", dinp, d_dinp, ni, TOL_MM);
+  CMP("matmul_backward dw", dw, d_dw, nw, TOL_MM);
+  CMP("matmul_backward dbias (fp32 sums)", dbias, d_dbias, OC, TOL_EW);
+  /* the halves of a split backward */
+  cpu->matmul_backward(dinp, NULL, NULL, dout, NULL, w, N, C, OC);
+  gpu->matmul_backward(d_dinp, NULL, NULL, d_dout, NULL, d_w, N, C, OC);
+  CMP("matmul_backward dinp only", dinp, d_dinp, ni, TOL_MM);
+  cpu->matmul_backward(NULL, dw, dbias, dout, inp, NULL, N, C, OC);
+  gpu->matmul_backward(NULL, d_dw, d_dbias, d_dout, d_inp, NULL, N, C, OC);
+  CMP("matmul_backward dw, dbias only", dw, d_dw, nw, TOL_MM);
+  float *ds[] = {d_inp, d_w, d_bias, d_out, d_dout, d_dinp, d_dw, d_dbias};
+  size_t ns[] = {ni, nw, OC, no, no, ni, nw, OC};
+  for (int i = 0; i < 8; i++) dfree(ds[i], ns[i] * 4);
+  free(inp), free(w), free(bias), free(out), free(dout), free(dinp), free(dw), free(dbias);
+}
+
+static void test_attention(int B, int T, int C, int NH) {
+  printf("attention B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+  float *qkv = rnd(nq, -1, 1), *out = rnd(no, -1, 1), *att = rnd(na, 0, 1), *datt = rnd(na, 0, 1);
+  float *dout = rnd(no, -1, 1), *dqkv = rnd(nq, -1, 1);
+  float *d_qkv = dev(qkv, nq), *d_out = dev(out, no), *d_att = dev(att, na), *d_datt = dev(datt, na);
+  float *d_dout = dev(dout, no), *d_dqkv = dev(dqkv, nq);
+  cpu->attention_forward(out, att, qkv, B, T, C, NH);
+  gpu->attention_forward(d_out, d_att, d_qkv, B, T, C, NH);
+  CMP("attention_forward out", out, d_out, no, TOL_MM);
+  CMP("attention_forward att (P; zeros above the diagonal)", att, d_att, na, TOL_MM);
+  cpu->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  gpu->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH);
+  CMP("attention_backward dqkv", dqkv, d_dqkv, nq, TOL_MM);
+  float *ds[] = {d_qkv, d_out, d_att, d_datt, d_dout, d_dqkv};
+  size_t ns[] = {nq, no, na, na, no, nq};
+  for (int i = 0; i < 6; i++) dfree(ds[i], ns[i] * 4);
+  free(qkv), free(out), free(att), free(datt), free(dout), free(dqkv);
+}
+
+static void test_elementwise(size_t n) {
+  printf("elementwise n=%zu\n", n);
+  float *x = rnd(n, -4, 4), *y = rnd(n, -1, 1), *o = rnd(n, -1, 1), *g = rnd(n, -1, 1);
+  float *d_x = dev(x, n), *d_y = dev(y, n), *d_o = dev(o, n), *d_g = dev(g, n);
+  cpu->gelu_forward(o, x, n);
+  gpu->gelu_forward(d_o, d_x, n);
+  CMP("gelu_forward (tanhf vs the CPU's polynomial)", o, d_o, n, TOL_EW);
+  cpu->gelu_backward(g, x, y, n);
+  gpu->gelu_backward(d_g, d_x, d_y, n);
+  CMP("gelu_backward", g, d_g, n, TOL_EW);
+  cpu->residual_forward(o, x, y, n);
+  gpu->residual_forward(d_o, d_x, d_y, n);
+  CMP("residual_forward", o, d_o, n, 0.0);
+  cpu->axpy(g, -0.75f, x, n);
+  gpu->axpy(d_g, -0.75f, d_x, n);
+  CMP("axpy", g, d_g, n, 0.0);
+  cpu->scale(g, 0.3f, n);
+  gpu->scale(d_g, 0.3f, n);
+  CMP("scale", g, d_g, n, 0.0);
+  double sc = cpu->sumsq(x, n), sg = gpu->sumsq(d_x, n);
+  report("sumsq (double)", fabs(sc - sg) / sc, TOL_SUM);
+  double uc = cpu->sum(y, n), ug = gpu->sum(d_y, n);
+  report("sum (double)", fabs(uc - ug) / fmax(fabs(uc), 1.0), TOL_SUM);
+  cpu->copy(o, x, n);
+  gpu->copy(d_o, d_x, n);
+  CMP("copy", o, d_o, n, 0.0);
+  cpu->zero(o, n / 2);
+  gpu->zero(d_o, n / 2);
+  CMP("zero (half)", o, d_o, n, 0.0);
+  /* AdamW, 3 steps, weight decay on */
+  float *p = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
+  float *d_p = dev(p, n), *d_m = dev(m, n), *d_v = dev(v, n);
+  for (int t = 1; t <= 3; t++) {
+    cpu->adamw_update(p, y, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    gpu->adamw_update(d_p, d_y, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+  }
+  CMP("adamw_update param (3 steps)", p, d_p, n, TOL_EW);
+  CMP("adamw_update m", m, d_m, n, TOL_EW);
+  CMP("adamw_update v", v, d_v, n, TOL_EW);
+  float *ds[] = {d_x, d_y, d_o, d_g, d_p, d_m, d_v};
+  for (int i = 0; i < 7; i++) dfree(ds[i], n * 4);
+  free(x), free(y), free(o), free(g), free(p), free(m), free(v);
+}
+
+static void test_xent(int N, int V, int Vp) {
+  printf("cross-entropy N=%d V=%d Vp=%d\n", N, V, Vp);
+  size_t n = (size_t)N * Vp;
+  float *logits = rnd(n, -5, 5), *probs = rnd(n, 0, 1), *losses = rnd(N, 0, 1);
+  int *tgt = malloc((size_t)N * sizeof(int));
+  for (int i = 0; i < N; i++) tgt[i] = (int)(urand(0, 1) * (V - 1));
+  float *d_logits = dev(logits, n), *d_probs = dev(probs, n), *d_losses = dev(losses, N);
+  int *d_tgt = devi(tgt, N);
+  cpu->softmax_xent_forward(losses, probs, logits, tgt, N, V, Vp);
+  gpu->softmax_xent_forward(d_losses, d_probs, d_logits, d_tgt, N, V, Vp);
+  CMP("softmax_xent_forward losses", losses, d_losses, N, TOL_EW);
+  CMP("softmax_xent_forward probs (0 on padding)", probs, d_probs, n, TOL_EW);
+  cpu->softmax_xent_backward(probs, probs, tgt, 0.01f, N, V, Vp); /* in place */
+  gpu->softmax_xent_backward(d_probs, d_probs, d_tgt, 0.01f, N, V, Vp);
+  CMP("softmax_xent_backward (in place)", probs, d_probs, n, TOL_EW);
+  /* in place forward: probs aliases logits */
+  float *l2 = dup(logits, n), *d_l2 = dev(l2, n);
+  cpu->softmax_xent_forward(losses, l2, l2, tgt, N, V, Vp);
+  gpu->softmax_xent_forward(d_losses, d_l2, d_l2, d_tgt, N, V, Vp);
+  CMP("softmax_xent_forward in place", l2, d_l2, n, TOL_EW);
+  CMP("softmax_xent_forward in place losses", losses, d_losses, N, TOL_EW);
+  /* the vocabulary-parallel pieces on one slice, and on a slice beyond V */
+  int slices[2][2] = {{V / 3, Vp / 2}, {V + 3, Vp - V - 3}};
+  for (int s = 0; s < 2; s++) {
+    int v0 = slices[s][0], Vl = slices[s][1];
+    int nvalid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+    size_t nl = (size_t)N * Vl;
+    float *lg = rnd(nl, -5, 5), *rmax = rnd(N, 0, 1), *ls = rnd(N, 0, 1);
+    double *st = malloc(2 * (size_t)N * sizeof(double));
+    float *d_lg = dev(lg, nl), *d_rmax = dev(rmax, N), *d_ls = dev(ls, N);
+    double *d_st = gpu->alloc(MT_MEM_OTHER, 2 * (size_t)N * sizeof(double));
+    char what[96];
+    cpu->xent_vp_max(rmax, lg, N, Vl, nvalid);
+    gpu->xent_vp_max(d_rmax, d_lg, N, Vl, nvalid);
+    if (nvalid > 0) {
+      snprintf(what, sizeof what, "xent_vp_max v0=%d Vl=%d nvalid=%d", v0, Vl, nvalid);
+      CMP(what, rmax, d_rmax, N, 0.0);
+    } else {
+      float *h = malloc((size_t)N * sizeof(float));
+      gpu->download(h, d_rmax, (size_t)N * sizeof(float));
+      int all_inf = 1;
+      for (int i = 0; i < N; i++) all_inf &= isinf(h[i]) && h[i] < 0;
+      report("xent_vp_max of a slice without real columns is -inf", all_inf ? 0 : 1, 0);
+      free(h);
+      for (int i = 0; i < N; i++) rmax[i] = 0.0f; /* a global max from elsewhere */
+      gpu->upload(d_rmax, rmax, (size_t)N * sizeof(float));
+    }
+    cpu->xent_vp_exp(st, lg, lg, rmax, tgt, v0, N, Vl, nvalid);
+    gpu->xent_vp_exp(d_st, d_lg, d_lg, d_rmax, d_tgt, v0, N, Vl, nvalid);
+    double *hst = malloc(2 * (size_t)N * sizeof(double));
+    gpu->download(hst, d_st, 2 * (size_t)N * sizeof(double));
+    double se = 0.0;
+    for (int i = 0; i < 2 * N; i++) se = mt_worst(se, fabs(hst[i] - st[i]) / fmax(fabs(st[i]), 1.0));
+    snprintf(what, sizeof what, "xent_vp_exp stats (sum, target logit) v0=%d", v0);
+    report(what, se, TOL_EW);
+    CMP("xent_vp_exp probs", lg, d_lg, nl, TOL_EW);
+    for (int i = 0; i < N; i++) st[2 * i] += 1.0, hst[2 * i] += 1.0; /* other ranks' sums */
+    gpu->upload(d_st, hst, 2 * (size_t)N * sizeof(double));
+    cpu->xent_vp_finish(ls, lg, st, rmax, N, Vl, nvalid);
+    gpu->xent_vp_finish(d_ls, d_lg, d_st, d_rmax, N, Vl, nvalid);
+    CMP("xent_vp_finish losses", ls, d_ls, N, TOL_EW);
+    CMP("xent_vp_finish probs", lg, d_lg, nl, TOL_EW);
+    cpu->xent_vp_backward(lg, lg, tgt, v0, 0.5f, N, Vl, nvalid);
+    gpu->xent_vp_backward(d_lg, d_lg, d_tgt, v0, 0.5f, N, Vl, nvalid);
+    CMP("xent_vp_backward (in place)", lg, d_lg, nl, TOL_EW);
+    dfree(d_lg, nl * 4), dfree(d_rmax, (size_t)N * 4), dfree(d_ls, (size_t)N * 4);
+    dfree(d_st, 2 * (size_t)N * 8);
+    free(lg), free(rmax), free(ls), free(st), free(hst);
+  }
+  dfree(d_logits, n * 4), dfree(d_probs, n * 4), dfree(d_losses, (size_t)N * 4);
+  dfree(d_tgt, (size_t)N * 4), dfree(d_l2, n * 4);
+  free(logits), free(probs), free(losses), free(tgt), free(l2);
+}
+
+/* the same inputs twice: the same bits (matmul, attention, layernorm backward) */
+static void test_determinism(void) {
+  printf("determinism\n");
+  int B = 2, T = 64, C = 96, NH = 3, N = B * T;
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)N * C, na = (size_t)B * NH * T * T;
+  float *qkv = rnd(nq, -1, 1), *dout = rnd(no, -1, 1), *w = rnd((size_t)C * C, -1, 1);
+  float *h1 = malloc(nq * sizeof(float)), *h2 = malloc(nq * sizeof(float));
+  int same = 1;
+  for (int run = 0; run < 2; run++) {
+    float *d_qkv = dev(qkv, nq), *d_dout = dev(dout, no), *d_w = dev(w, (size_t)C * C);
+    float *d_att = gpu->alloc(MT_MEM_OTHER, na * 4), *d_datt = gpu->alloc(MT_MEM_OTHER, na * 4);
+    float *d_out = gpu->alloc(MT_MEM_OTHER, no * 4), *d_dqkv = gpu->alloc(MT_MEM_OTHER, nq * 4);
+    float *d_dw = gpu->alloc(MT_MEM_OTHER, (size_t)C * C * 4);
+    gpu->attention_forward(d_out, d_att, d_qkv, B, T, C, NH);
+    gpu->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH);
+    gpu->matmul_backward(d_dqkv, d_dw, NULL, d_dout, d_out, d_w, N, C, C);
+    gpu->download(run ? h2 : h1, d_dqkv, nq * sizeof(float));
+    dfree(d_qkv, nq * 4), dfree(d_dout, no * 4), dfree(d_w, (size_t)C * C * 4);
+    dfree(d_att, na * 4), dfree(d_datt, na * 4), dfree(d_out, no * 4), dfree(d_dqkv, nq * 4);
+    dfree(d_dw, (size_t)C * C * 4);
+  }
+  for (size_t i = 0; i < nq; i++) same &= !memcmp(&h1[i], &h2[i], sizeof(float));
+  report("attention + matmul backward twice: same bits", same ? 0 : 1, 0);
+  free(qkv), free(dout), free(w), free(h1), free(h2);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  mt_log_init(0);
+  g_bf16 = argc > 1 && !strcmp(argv[1], "bf16");
+  TOL_MM = g_bf16 ? 2e-2 : 1e-5;
+  char why[256];
+  if (mt_cuda_device_count(why, sizeof why) < 1) {
+    printf("SKIP: no GPU visible: %s\n", why);
+    MPI_Finalize();
+    return 77;
+  }
+  mt_err e = {0};
+  if (mt_cuda_init(0, g_bf16 ? MT_PRECISION_BF16 : MT_PRECISION_FP32, &e) != 0) {
+    fprintf(stderr, "FAIL: %s\n", e.msg);
+    MPI_Finalize();
+    return 1;
+  }
+  cpu = mt_ops_cpu();
+  gpu = mt_ops_cuda();
+  mt_cuda_info info;
+  mt_cuda_get_info(&info);
+  printf("gpu_ops: %s, precision %s, matmuls %s, scratch %.1f MiB\n", info.name,
+         g_bf16 ? "bf16" : "fp32", info.gemm_path, info.workspace_bytes / 1048576.0);
+  test_encoder(3, 37, 72, 101, 128);
+  test_layernorm(111, 72);
+  test_layernorm(1000, 300);
+  test_matmul(111, 72, 197, 0);
+  test_matmul(1024, 256, 1000, 1);
+  test_attention(3, 37, 72, 3);
+  test_attention(1, 256, 256, 8);
+  test_elementwise(100003);
+  test_xent(111, 101, 128);
+  test_determinism();
+  mt_cuda_shutdown();
+  MPI_Finalize();
+  if (g_failures) {
+    fprintf(stderr, "gpu_ops: %d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("gpu_ops: all checks passed\n");
+  return 0;
+}

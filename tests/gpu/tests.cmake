@@ -1,0 +1,22 @@
+# The GPU tests (issue: GPU backend). Label gpu; each exits 77 with the
+# reason where no GPU is visible (CI), so CTest and tests/run.sh list them
+# as skipped. tests/gpu/check.sh builds with CUDA and runs them, then the
+# benchmark, on a GPU machine.
+add_executable(gpu_ops ${CMAKE_CURRENT_LIST_DIR}/gpu_ops.c)
+target_link_libraries(gpu_ops PRIVATE ${MT_ALL_LIBS})
+set_target_properties(gpu_ops PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+mt_script_test(ops gpu ops.sh)
+mt_script_test(train_tiny gpu train_tiny.sh)
+mt_script_test(bf16 gpu bf16.sh)
+mt_script_test(layouts gpu layouts.sh)
+mt_script_test(ckpt gpu ckpt.sh)
+mt_script_test(memory gpu memory.sh)
+mt_script_test(no_fit gpu no_fit.sh)
+
+# bad input about devices, on any machine (badinput: also under ASan)
+set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
+mt_script_test(bf16_on_cpu badinput ../scripts/expect_fail.sh bf16_on_cpu 2
+  "train.precision = bf16 needs train.device = cuda" ${T} --set train.precision=bf16)
+mt_script_test(bad_device badinput ../scripts/expect_fail.sh bad_device 1
+  "train.device: 'gpu' is not one of cpu.cuda.auto" ${T} --set train.device=gpu)
+mt_script_test(cuda_without_gpu badinput no_gpu.sh)
