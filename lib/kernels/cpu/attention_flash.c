@@ -6,8 +6,7 @@
  *
  * Products on blocks go to cblas_sgemm (single-threaded inside a parallel
  * region, see mt_cpu_blas_serial_begin); the row maximum and the
- * exp-and-sum loops are `omp simd` with a polynomial exp (mt_cpu_exp_neg)
- * so that they vectorise.
+ * exp-and-sum loops are rows_cpu.c's vectorised ones.
  *
  * Threading and determinism: the forward runs one task per (batch, head,
  * query block), each writing only its own rows; the backward one task per
@@ -27,8 +26,12 @@
 /* Query rows per task and keys per block. The S block (ATT_BR x ATT_BC
  * floats, 32 KiB) and the task's q, k, v rows stay in L2; 128 keys make the
  * sgemms long enough to run near the BLAS's speed at hs = 64. */
+#ifndef ATT_BR
 #define ATT_BR 64
+#endif
+#ifndef ATT_BC
 #define ATT_BC 128
+#endif
 
 static inline int min_int(int a, int b) { return a < b ? a : b; }
 
@@ -47,23 +50,10 @@ static int keys_visible(const mt_attn_block *a, int i, int j0, int cols) {
   return n < 0 ? 0 : n > cols ? cols : (int)n;
 }
 
-static float row_max(const float *s, int n) {
-  float mx = -FLT_MAX;
-#pragma omp simd reduction(max : mx)
-  for (int c = 0; c < n; c++) mx = s[c] > mx ? s[c] : mx;
-  return mx;
-}
-
 /* s[c] = exp(s[c] - shift) for c < n, zero for n <= c < cols; returns the sum */
 static float exp_row(float *s, int n, int cols, float shift) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int c = 0; c < n; c++) {
-    float e = mt_cpu_exp_neg(s[c] - shift);
-    s[c] = e;
-    sum += e;
-  }
-  for (int c = n; c < cols; c++) s[c] = 0.0f;
+  float sum = n > 0 ? mt_cpu_row_exp(s, s, n, shift) : 0.0f;
+  if (cols > n) memset(s + n, 0, (size_t)(cols - n) * sizeof(float));
   return sum;
 }
 
@@ -106,8 +96,8 @@ static void forward_task(const mt_attn_block *a, float *out, float *lse, const f
         memset(s, 0, (size_t)cols * sizeof(float));
         continue;
       }
-      float mx = row_max(s, vis), m_new = mx > m[r] ? mx : m[r];
-      float corr = mt_cpu_exp_neg(m[r] - m_new); /* exactly 1 when the maximum stays */
+      float mx = mt_cpu_row_max(s, vis), m_new = mx > m[r] ? mx : m[r];
+      float corr = mt_cpu_exp(m[r] - m_new); /* exactly 1 when the maximum stays */
       l[r] = l[r] * corr + exp_row(s, vis, cols, m_new);
       m[r] = m_new;
       if (corr != 1.0f) {
@@ -138,8 +128,8 @@ void mt_cpu_attn_forward(const mt_attn_block *a, float *out, float *lse, const f
                          const float *k, const float *v) {
   const int nqb = (a->Tq + ATT_BR - 1) / ATT_BR, ntask = a->B * a->NH * nqb;
   if (ntask == 0) return;
-  int blas_threads = mt_cpu_blas_serial_begin();
-#pragma omp parallel
+  int blas_threads, team = mt_cpu_blas_serial_begin(&blas_threads);
+#pragma omp parallel num_threads(team)
   {
     float *S = scratch((size_t)ATT_BR * ATT_BC), *acc = scratch((size_t)ATT_BR * a->hs);
     float *m = scratch(ATT_BR), *l = scratch(ATT_BR);
@@ -251,8 +241,8 @@ void mt_cpu_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *d
                           const float *k, const float *v) {
   const int nhead = a->B * a->NH;
   if (nhead == 0 || a->Tq == 0 || a->Tk == 0) return;
-  int blas_threads = mt_cpu_blas_serial_begin();
-#pragma omp parallel
+  int blas_threads, team = mt_cpu_blas_serial_begin(&blas_threads);
+#pragma omp parallel num_threads(team)
   {
     float *S = scratch((size_t)ATT_BR * ATT_BC), *dP = scratch((size_t)ATT_BR * ATT_BC);
     float *D = scratch(ATT_BR), *L = scratch(ATT_BR);

@@ -3,7 +3,6 @@
 #define MT_KERNELS_CPU_INTERNAL_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include "kernels/kernels.h"
 
@@ -24,36 +23,19 @@ void mt_cpu_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, s
                    size_t cols);
 
 /* The OpenBLAS pool size is global: set it to 1 for a parallel region whose
- * threads each call sgemm (returns the size to restore), and back. */
-int mt_cpu_blas_serial_begin(void);
-void mt_cpu_blas_serial_end(int n);
+ * threads each call sgemm (*blas_threads: the size to restore), and back.
+ * Returns the team size the region must ask for with num_threads(): an
+ * OpenMP OpenBLAS changes OpenMP's default along with its pool. */
+int mt_cpu_blas_serial_begin(int *blas_threads);
+void mt_cpu_blas_serial_end(int blas_threads);
 
-/* exp(x) for x <= 0 in loops the compiler vectorises (libm's expf is a
- * call that may set errno, which stops vectorisation: gcc reports it as
- * clobbering memory). x is clamped to [-87, 0]: exp(-87) = 1.6e-38 stands
- * in for anything smaller (softmax terms that small vanish next to the
- * row's largest, which is exp(0) = 1). x = n ln2 + r with |r| <= ln2/2, e^r
- * by its degree-6 Taylor polynomial (relative error below 2e-7), 2^n put
- * into the exponent bits. Only comparisons and arithmetic: no -ffast-math
- * needed, the same bits on every run. Call it in loops marked
- * `#pragma omp simd` (with reduction clauses for sums and maxima): the
- * pragma lets gcc if-convert the clamps and reassociate the reductions,
- * which it does not do for plain loops without -ffast-math. */
-static inline float mt_cpu_exp_neg(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 0.0f ? 0.0f : x;
-  float t = x * 1.4426950408889634f - 0.5f; /* t <= 0: truncation rounds to nearest */
-  int32_t ni = (int32_t)t;
-  float n = (float)ni;
-  float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f; /* ln2 = hi + lo */
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 +
-            r * (1.0f / 120 + r * (1.0f / 720))))));
-  union {
-    int32_t i;
-    float f;
-  } two_n; /* a union, not memcpy: gcc vectorises neither a call nor a memcpy here */
-  two_n.i = (ni + 127) << 23;
-  return p * two_n.f;
-}
+/* Row loops of the softmaxes, vectorised (rows_cpu.c: a polynomial exp,
+ * relative error below 2e-7; arguments below -87 give exp(-87)). The inputs
+ * must be finite. y may alias x. */
+float mt_cpu_exp(float x);                             /* one value */
+float mt_cpu_row_max(const float *x, int n);           /* max of x[0..n), n >= 1 */
+/* y[i] = exp(x[i] - shift) for i < n; returns their sum (float, or double) */
+float mt_cpu_row_exp(float *y, const float *x, int n, float shift);
+double mt_cpu_row_exp_f64(float *y, const float *x, int n, float shift);
 
 #endif

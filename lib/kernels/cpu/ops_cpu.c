@@ -237,22 +237,23 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
 /* attention                                                           */
 
 /* Threading: one OpenMP thread per (b,h) head with single-threaded sgemms
- * inside. Measured on 2 cores at B=8,T=256,C=384,NH=6, forward + backward,
- * best of 20: heads in parallel 13 ms, a serial head loop with 2 BLAS threads
- * 27 ms, 1 thread 26 ms (OpenBLAS SkylakeX kernels; with the Prescott
- * fallback 29 / 61 / 57 ms): the 64-row sgemms are too small to split.
- * It also makes attention bitwise independent of the thread count. The pool
- * size of OpenBLAS is global, so it is set to 1 for the parallel region and
- * restored after (sgemms called from inside a parallel region would otherwise
- * oversubscribe or serialise on OpenBLAS's lock). */
-int mt_cpu_blas_serial_begin(void) {
-  int n = openblas_get_num_threads();
-  if (n != 1) openblas_set_num_threads(1);
-  return n;
+ * inside (the 64-row sgemms are too small to split), which also makes
+ * attention bitwise independent of the thread count. The pool size of
+ * OpenBLAS is global, so it is set to 1 for the parallel region and restored
+ * after (a pthreads OpenBLAS would otherwise oversubscribe or serialise on
+ * its lock). With an OpenMP OpenBLAS, openblas_set_num_threads also sets
+ * OpenMP's default team size: the region must then ask for its team
+ * explicitly (num_threads), or it runs on one thread (it did, until the
+ * block attention measured it: 1 thread 80 ms, "2 threads" 91 ms). */
+int mt_cpu_blas_serial_begin(int *blas_threads) {
+  int team = mt_kernels_threads();
+  *blas_threads = openblas_get_num_threads();
+  if (*blas_threads != 1) openblas_set_num_threads(1);
+  return team;
 }
 
-void mt_cpu_blas_serial_end(int n) {
-  if (n != 1) openblas_set_num_threads(n);
+void mt_cpu_blas_serial_end(int blas_threads) {
+  if (blas_threads != 1) openblas_set_num_threads(blas_threads);
 }
 
 /* One head. q, k, v point at this head's hs columns of (T,3C) rows (ld C3);
@@ -296,8 +297,8 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                               int NH) {
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
-  int blas_threads = mt_cpu_blas_serial_begin();
-#pragma omp parallel for schedule(static)
+  int blas_threads, team = mt_cpu_blas_serial_begin(&blas_threads);
+#pragma omp parallel for schedule(static) num_threads(team)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
@@ -355,8 +356,8 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
                                const float *att, int B, int T, int C, int NH) {
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
-  int blas_threads = mt_cpu_blas_serial_begin();
-#pragma omp parallel for schedule(static)
+  int blas_threads, team = mt_cpu_blas_serial_begin(&blas_threads);
+#pragma omp parallel for schedule(static) num_threads(team)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     size_t head = (size_t)b * T * C3 + (size_t)h * hs;
@@ -386,22 +387,19 @@ static void residual_forward(float *out, const float *a, const float *b, size_t 
  * columns V..Vp-1; losses[n] = -log p[target] computed as
  * log(sum_j exp(l_j - max)) + max - l_target, which stays finite when
  * p[target] underflows. probs may alias logits: l_target and the max are read
- * before the row is overwritten, and each exp is written over its own input. */
+ * before the row is overwritten, and each exp is written over its own input.
+ * The maximum and the exps are rows_cpu.c's vectorised loops (a polynomial
+ * exp, relative error below 2e-7). */
 static void softmax_xent_forward(float *losses, float *probs, const float *logits,
                                  const int *targets, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * Vp;
     float *p = probs + (size_t)n * Vp;
-    float maxv = l[0];
-    for (int j = 1; j < V; j++) maxv = l[j] > maxv ? l[j] : maxv;
+    float maxv = mt_cpu_row_max(l, V);
     float l_target = l[targets[n]];
-    double sum = 0.0; /* Vp is up to ~50k terms: sum in double */
-    for (int j = 0; j < V; j++) {
-      float e = expf(l[j] - maxv);
-      p[j] = e;
-      sum += e;
-    }
+    /* Vp is up to ~50k terms: summed in double */
+    double sum = mt_cpu_row_exp_f64(p, l, V, maxv);
     float inv = (float)(1.0 / sum);
     for (int j = 0; j < V; j++) p[j] *= inv;
     for (int j = V; j < Vp; j++) p[j] = 0.0f;
@@ -432,12 +430,7 @@ static void xent_vp_max(float *rowmax, const float *logits, int N, int Vl, int n
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * Vl;
-    float maxv = -INFINITY;
-    if (nvalid > 0) {
-      maxv = l[0];
-      for (int j = 1; j < nvalid; j++) maxv = l[j] > maxv ? l[j] : maxv;
-    }
-    rowmax[n] = maxv;
+    rowmax[n] = nvalid > 0 ? mt_cpu_row_max(l, nvalid) : -INFINITY;
   }
 }
 
@@ -450,12 +443,8 @@ static void xent_vp_exp(double *stats, float *probs, const float *logits, const 
     float maxv = rowmax[n];
     int col = targets[n] - v0;
     double l_target = col >= 0 && col < nvalid ? (double)l[col] : 0.0;
-    double sum = 0.0; /* up to ~50k terms: sum in double */
-    for (int j = 0; j < nvalid; j++) {
-      float e = expf(l[j] - maxv);
-      p[j] = e;
-      sum += e;
-    }
+    /* up to ~50k terms: summed in double */
+    double sum = nvalid > 0 ? mt_cpu_row_exp_f64(p, l, nvalid, maxv) : 0.0;
     for (int j = nvalid; j < Vl; j++) p[j] = 0.0f;
     stats[2 * (size_t)n] = sum;
     stats[2 * (size_t)n + 1] = l_target;
@@ -546,12 +535,36 @@ static void host_upload(void *dst, const void *src, size_t bytes) {
   if (bytes) memcpy(dst, src, bytes);
 }
 
+/* Clears and copies of more than MT_PAR_MIN floats are split over the
+ * threads in contiguous pieces: one core does not saturate the memory
+ * bandwidth, and a serial memset left the other threads idle (the gradient
+ * buffer, 40 MB for `small`, is cleared every step). */
+#define MT_PAR_MIN ((size_t)1 << 16)
+
 static void zero(float *x, size_t n) {
-  if (n) memset(x, 0, n * sizeof(float));
+  if (n < MT_PAR_MIN) {
+    if (n) memset(x, 0, n * sizeof(float));
+    return;
+  }
+#pragma omp parallel
+  {
+    size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+    memset(x + i0, 0, (i1 - i0) * sizeof(float));
+  }
 }
 
 static void copy(float *dst, const float *src, size_t n) {
-  if (n) memcpy(dst, src, n * sizeof(float));
+  if (n < MT_PAR_MIN) {
+    if (n) memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+#pragma omp parallel
+  {
+    size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+    memcpy(dst + i0, src + i0, (i1 - i0) * sizeof(float));
+  }
 }
 
 static void axpy(float *y, float a, const float *x, size_t n) {
