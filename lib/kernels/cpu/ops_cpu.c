@@ -114,7 +114,9 @@ static void encoder_vp_backward(float *dwte, float *dwpe, const float *dout, con
 /* layernorm                                                           */
 
 /* out (N,C) = (inp - mean) * rstd * w + b, per row n of inp (N,C);
- * mean (N), rstd (N) = 1/sqrt(var + 1e-5) with the biased variance. */
+ * mean (N), rstd (N) = 1/sqrt(var + 1e-5) with the biased variance. The row
+ * sums are `omp simd` reductions (vectorised; a fixed order, so the same
+ * bits on every run). */
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C) {
   const float eps = 1e-5f;
@@ -122,9 +124,11 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * C;
     float m = 0.0f;
+#pragma omp simd reduction(+ : m)
     for (int c = 0; c < C; c++) m += x[c];
     m /= C;
     float v = 0.0f;
+#pragma omp simd reduction(+ : v)
     for (int c = 0; c < C; c++) {
       float d = x[c] - m;
       v += d * d;
@@ -151,6 +155,7 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
     const float *dy = dout + (size_t)n * C;
     float m = mean[n], s = rstd[n];
     float g_mean = 0.0f, gnorm_mean = 0.0f;
+#pragma omp simd reduction(+ : g_mean, gnorm_mean)
     for (int c = 0; c < C; c++) {
       float norm = (x[c] - m) * s;
       float g = w[c] * dy[c];
