@@ -6,6 +6,7 @@
  * and appends one JSON line to --json FILE. Subcommands today:
  *   gemm   GFLOP/s at the shapes of one GPT training step: cblas_sgemm, or
  *          (--device cuda) the CUDA backend's cuBLASLt matmuls, fp32 or bf16
+ *   attention  causal attention alone: block kernels against the T x T reference
  *   allreduce, allgather, reduce-scatter, alltoall, sendrecv, collectives
  *          collectives over a mesh group, nccl-tests style (under mpirun/srun):
  *          MPI on host buffers, or (--device cuda) device buffers through
@@ -234,6 +235,7 @@ static void gemm_help(FILE *f) {
           "fc, fc_proj, lm_head; each as forward NT, backward-dinp NN, backward-dW TN).\n"
           "Time per shape is the median of --reps calls after one warm-up.\n"
           "  --model NAME    tiny | small | gpt2-124m (default small)\n"
+          "  --n-layer N, --n-embd N, --vocab N   override the preset's shape\n"
           "  --tokens N      rows per gemm, i.e. tokens per micro-batch (default 2048)\n"
           "  --threads N     BLAS/OpenMP threads (default: as the environment sets)\n"
           "  --reps N        timed calls per shape (default 5)\n"
@@ -288,7 +290,7 @@ static cJSON *gemm_json(const char *model, const char *blas_core, int threads, i
 
 static int bench_gemm(int argc, char **argv) {
   const char *model = "small", *json_path = NULL, *device = "cpu", *precision = "fp32";
-  int tokens = 2048, threads = 0, reps = 5, gpu = 0;
+  int tokens = 2048, threads = 0, reps = 5, gpu = 0, n_layer = 0, n_embd = 0, vocab = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -298,6 +300,12 @@ static int bench_gemm(int argc, char **argv) {
       model = option_value(argc, argv, &i);
     } else if (!strcmp(a, "--tokens")) {
       tokens = parse_positive_int(a, option_value(argc, argv, &i));
+    } else if (!strcmp(a, "--n-layer")) {
+      n_layer = parse_positive_int(a, option_value(argc, argv, &i));
+    } else if (!strcmp(a, "--n-embd")) {
+      n_embd = parse_positive_int(a, option_value(argc, argv, &i));
+    } else if (!strcmp(a, "--vocab")) {
+      vocab = parse_positive_int(a, option_value(argc, argv, &i));
     } else if (!strcmp(a, "--threads")) {
       threads = parse_positive_int(a, option_value(argc, argv, &i));
     } else if (!strcmp(a, "--reps")) {
@@ -338,6 +346,12 @@ static int bench_gemm(int argc, char **argv) {
   mt_model_shape shape;
   if (strcmp(model, "custom") == 0 || mt_model_preset(model, &shape) != 0)
     usage_error("--model: unknown model '%s' (tiny|small|gpt2-124m)", model);
+  if (n_layer) shape.n_layer = n_layer;
+  if (n_embd) shape.n_embd = n_embd;
+  if (vocab) {
+    shape.vocab = vocab;
+    shape.vocab_padded = mt_model_pad_vocab(vocab, 1);
+  }
   mt_kernels_set_threads(threads); /* 0: leave as the environment set it */
   int blas_threads = openblas_get_num_threads();
   const char *blas_core = mt_kernels_blas_core();
@@ -1003,11 +1017,14 @@ static int bench_ckpt(int argc, char **argv) {
   return rc;
 }
 
-/* in bench_stream.c */
+/* in bench_stream.c, bench_attention.c */
 int mt_bench_stream(int argc, char **argv);
+int mt_bench_attention(int argc, char **argv);
 
 static const bench_command g_commands[] = {
     {"gemm", bench_gemm, "matmul GFLOP/s at the shapes of one GPT training step (CPU or GPU)"},
+    {"attention", mt_bench_attention,
+     "causal attention fwd+bwd time and memory: block kernels vs the T x T reference"},
     {"devices", bench_devices, "the GPUs this process sees (or why none)"},
     {"info", bench_info, "the BLAS kernels and thread count this process uses"},
     {"allreduce", bench_collectives, "MPI allreduce (sum) time, algbw, busbw, #wrong by size"},

@@ -18,6 +18,10 @@ double mt_bytes_allgather(size_t total_bytes, int n) {
   return mt_bytes_reduce_scatter(total_bytes, n);
 }
 
+double mt_bytes_alltoall(size_t total_bytes, int n) {
+  return mt_bytes_reduce_scatter(total_bytes, n);
+}
+
 static int as_count(size_t n) {
   if (n > (size_t)INT_MAX) mt_die("collective of %zu elements exceeds the MPI int count", n);
   return (int)n;
@@ -277,6 +281,41 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, n * sizeof(float), 1);
   count(g, t0, mt_bytes_reduce_scatter(size * n * sizeof(float), g->size));
+}
+
+/* One block of the middle dim of an (outer, size, inner) view: outer runs of
+ * inner floats, size*inner apart, resized so that block r starts r*inner
+ * floats in (one element of this type per peer in MPI_Alltoall). */
+static MPI_Datatype block_type(size_t outer, size_t inner, size_t size) {
+  MPI_Datatype strided, block;
+  MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
+                               MPI_FLOAT, &strided));
+  MT_MPI_CHECK(MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(float)), &block));
+  MT_MPI_CHECK(MPI_Type_commit(&block));
+  MPI_Type_free(&strided);
+  return block;
+}
+
+void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_outer,
+                         size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc) {
+  size_t size = (size_t)g->size, n = size * s_outer * s_inner;
+  if (s_outer * s_inner != r_outer * r_inner)
+    mt_die("mt_alltoall_dim_f32: blocks of %zu x %zu and %zu x %zu floats differ", s_outer,
+           s_inner, r_outer, r_inner);
+  if (g->size == 1) { /* one block: the views are the same buffer layout */
+    local_copy(recv, send, n, loc);
+    return;
+  }
+  double t0 = mt_now();
+  float *hs = stage(loc, send, n * sizeof(float), 1);
+  float *hr = stage(loc, recv, n * sizeof(float), 0);
+  MPI_Datatype st = block_type(s_outer, s_inner, size), rt = block_type(r_outer, r_inner, size);
+  MT_MPI_CHECK(MPI_Alltoall(hs, 1, st, hr, 1, rt, g->comm));
+  MPI_Type_free(&st);
+  MPI_Type_free(&rt);
+  unstage(loc, (void *)send, hs, 0, 0);
+  unstage(loc, recv, hr, n * sizeof(float), 1);
+  count(g, t0, mt_bytes_alltoall(n * sizeof(float), g->size));
 }
 
 /* ------------------------------------------------------------------ */

@@ -1,6 +1,9 @@
 /* comm: the device mesh and every collective meshtrain issues.
  * World size = pp x dp x cp x tp, rank order innermost first tp, cp, dp, pp
- * (a tp group stays inside one node). Groups are made once here with
+ * (a tp group stays inside one node). The dp x cp group (the ranks that hold
+ * the same parameters and reduce their gradients together: cp ranks see
+ * other tokens of the same sequences) has rank cp_rank + cp * dp_rank, so
+ * at cp = 1 it is the dp group, rank for rank. Groups are made once here with
  * MPI_Comm_split; nothing else splits communicators. Each group counts the
  * bytes its collectives move (per rank, as sent on the wire by the standard
  * ring algorithms) and the time ranks spend inside them. Host buffers go to
@@ -14,7 +17,7 @@
 #include "core/core.h"
 
 typedef struct {
-  const char *name; /* "dp", "tp", "pp", "cp", "world" */
+  const char *name; /* "dp", "tp", "pp", "cp", "dp_cp", "world", "node" */
   MPI_Comm comm;
   int size, rank;
   double bytes;   /* payload bytes this rank passed to collectives (send side) */
@@ -33,6 +36,7 @@ typedef struct {
   int tp, cp, dp, pp;             /* axis sizes */
   int tp_rank, cp_rank, dp_rank, pp_rank;
   mt_group world, tp_g, cp_g, dp_g, pp_g;
+  mt_group dpcp_g;                /* dp x cp: gradients, ZeRO shards, the loss */
   mt_group node;                  /* the ranks sharing this node's memory */
 } mt_mesh;
 
@@ -179,6 +183,15 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
 void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
                                size_t inner, float *scratch, mt_loc loc);
 
+/* All-to-all along one dim (Ulysses context parallelism: sequence shards to
+ * head shards and back). send is viewed as (s_outer, size, s_inner): block r
+ * of the middle dim goes to rank r; recv as (r_outer, size, r_inner): block
+ * j comes from rank j. Each block holds s_outer * s_inner = r_outer *
+ * r_inner floats. Bytes counted: what leaves this rank, (size-1)/size of
+ * its send buffer (mt_bytes_alltoall). */
+void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_outer,
+                         size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
+
 /* Non-blocking forms; a request is finished by mt_wait (which counts the time
  * spent waiting as communication time). A device buffer's host staging copy
  * goes back to the device in mt_wait. */
@@ -208,6 +221,8 @@ void mt_progress(mt_request *r);
 double mt_bytes_allreduce(size_t total_bytes, int n);
 double mt_bytes_reduce_scatter(size_t total_bytes, int n);
 double mt_bytes_allgather(size_t total_bytes, int n);
+/* all-to-all of a total_bytes buffer per rank: (n-1)/n of it leaves the rank */
+double mt_bytes_alltoall(size_t total_bytes, int n);
 
 /* Point-to-point between ranks of a group (pipeline stages): non-blocking
  * send and receive of n floats to or from group rank peer, finished by

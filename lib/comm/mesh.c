@@ -46,6 +46,10 @@ int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->cp_rank + cp * m->dp_rank),
                               m->pp_rank, &c));
   group_make(&m->pp_g, "pp", c);
+  /* dp x cp: same tp rank and stage; rank cp_rank + cp * dp_rank */
+  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * m->pp_rank,
+                              m->cp_rank + cp * m->dp_rank, &c));
+  group_make(&m->dpcp_g, "dp_cp", c);
   MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
   group_make(&m->world, "world", c);
   MT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c));
@@ -54,7 +58,7 @@ int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
 }
 
 void mt_mesh_destroy(mt_mesh *m) {
-  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g, &m->world, &m->node};
+  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g, &m->dpcp_g, &m->world, &m->node};
   for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
     if (gs[i]->comm != MPI_COMM_NULL && gs[i]->comm != 0) MPI_Comm_free(&gs[i]->comm);
 }

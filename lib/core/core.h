@@ -85,6 +85,7 @@ typedef struct {
   int dp, tp, pp, cp, zero;
   int sp; /* sequence parallelism over the tp group (bool) */
   double bucket_mb;
+  char cp_mode[MT_CFG_STR_MAX]; /* context parallelism: ring | ulysses */
   /* [data] */
   char data_train[MT_CFG_STR_MAX], data_val[MT_CFG_STR_MAX], data_format[MT_CFG_STR_MAX];
   double val_fraction;

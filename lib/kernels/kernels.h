@@ -13,6 +13,25 @@
 #include <stddef.h>
 #include "core/core.h"
 
+/* Where a block pair of attention lives (see attn_forward in mt_ops).
+ * Element (b, i, h, d) of a (B, rows, NH, hs) tensor sits at
+ *     p[b * bs + i * rs + h * hs + d]
+ * (strides in floats; head h's hs channels contiguous). In the fused qkv
+ * buffer (B,T,3C) of a layer: q = qkv, k = qkv + C, v = qkv + 2C, each with
+ * rs = 3C, bs = T*3C; out (B,T,C) has rs = C, bs = T*C. A block starting at
+ * row r0 of such a buffer is the pointer moved by r0 * rs. The LSE of row
+ * i, batch b, head h sits at lse[b * l_bs + h * l_hs + i] (a (B,NH,T)
+ * buffer: l_hs = T, l_bs = NH*T; a block at row r0: lse + r0). dq, dk, dv
+ * share the strides of q, k, v; dout those of out. Row i has global
+ * position q_pos0 + i, key row j position k_pos0 + j. */
+typedef struct mt_attn_block {
+  int B, NH, hs;      /* batch, heads, head size */
+  int Tq, Tk;         /* query rows, key (and value) rows */
+  int q_pos0, k_pos0; /* global sequence position of query row 0 and key row 0 */
+  int causal;         /* 1: a query sees the keys at positions <= its own */
+  size_t q_bs, q_rs, k_bs, k_rs, v_bs, v_rs, o_bs, o_rs, l_bs, l_hs;
+} mt_attn_block;
+
 typedef struct mt_ops {
   const char *name;
   /* where this backend's tensors live (comm is told with every buffer) */
@@ -68,13 +87,55 @@ typedef struct mt_ops {
   void (*encoder_vp_backward)(float *dwte, float *dwpe, const float *dout, const int *inp,
                               int v0, int Vl, int B, int T, int C);
 
-  /* Causal self-attention. qkv (B,T,3C) holds q|k|v, each (NH heads of hs=C/NH);
-   * out (B,T,C); att (B,NH,T,T) saves the softmax probabilities for backward.
-   * dqkv (B,T,3C) is accumulated; datt is scratch of att's size. */
+  /* Reference causal self-attention, kept for tests and benchmarks (the
+   * model uses the block ops below): qkv (B,T,3C) holds q|k|v, each (NH
+   * heads of hs=C/NH); out (B,T,C); att (B,NH,T,T) saves the softmax
+   * probabilities for backward (T x T memory). dqkv (B,T,3C) is
+   * accumulated; datt is scratch of att's size. A backend may leave these
+   * two NULL. */
   void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
                             int NH);
   void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
+
+  /* Attention by blocks (FlashAttention-2): never a T x T matrix, only the
+   * output and the per-row log-sum-exp (LSE) are kept. One call handles one
+   * pair (query block, key block) of the layout mt_attn_block describes
+   * (below): a block of Tq query rows at global positions q_pos0.., a block
+   * of Tk key/value rows at k_pos0.., for B x NH heads of hs channels, with
+   * scale 1/sqrt(hs) and, when causal, a key at position p visible to a
+   * query at position >= p. Context parallelism calls it once per pair of
+   * a rank's query chunks and the key chunks it holds or receives, and
+   * merges the partial results exactly through their LSE.
+   *
+   * Forward: WRITES out (Tq rows, strides o_*) = softmax over the visible
+   * keys of this block times v, and lse (strides l_*) = log of the sum of
+   * exp(scale q.k) over those keys. A row that sees no key of the block
+   * gets out = 0 and lse = -INFINITY. */
+  void (*attn_forward)(const mt_attn_block *a, float *out, float *lse, const float *q,
+                       const float *k, const float *v);
+  /* Exact merge of two partial results over disjoint key sets: (out, lse)
+   * and (part, part_lse), both laid out as out and lse (o_*, l_* strides),
+   * become the result over the union: lse' = log(e^lse + e^part_lse),
+   * out' = out e^(lse - lse') + part e^(part_lse - lse'). WRITES out, lse;
+   * a -INFINITY side contributes nothing. */
+  void (*attn_merge)(const mt_attn_block *a, float *out, float *lse, const float *part,
+                     const float *part_lse);
+  /* Backward of the block pair from the FINAL out and lse (after every
+   * merge) and dout (strides o_*): recomputes P = exp(scale q.k - lse) for
+   * the visible keys and ACCUMULATES dq (strides q_*), dk (k_*), dv (v_*);
+   * D = rowsum(dout * out) is formed here. Summed over every block pair of
+   * a query row, it gives the exact gradient of the whole attention. */
+  void (*attn_backward)(const mt_attn_block *a, float *dq, float *dk, float *dv,
+                        const float *dout, const float *out, const float *lse, const float *q,
+                        const float *k, const float *v);
+
+  /* Strided row copies (packing for communication): dst (rows, cols) with
+   * leading dimension ld_dst = src (rows, cols) with ld_src; add_2d: +=. */
+  void (*copy_2d)(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                  size_t cols);
+  void (*add_2d)(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                 size_t cols);
 
   /* GELU, tanh approximation, elementwise over n */
   void (*gelu_forward)(float *out, const float *inp, size_t n);

@@ -124,8 +124,10 @@ char *mt_step_record_json(const mt_step_record *r) {
   cJSON_AddNumberToObject(t, "ckpt", r->ckpt_s);
   cJSON_AddNumberToObject(t, "ckpt_write", r->ckpt_write_s);
   cJSON_AddNumberToObject(t, "tp_comm", r->tp_comm_s);
+  cJSON_AddNumberToObject(t, "cp_comm", r->cp_comm_s);
   cJSON_AddNumberToObject(o, "dp_bytes", r->dp_bytes);
   cJSON_AddNumberToObject(o, "tp_bytes", r->tp_bytes);
+  cJSON_AddNumberToObject(o, "cp_bytes", r->cp_bytes);
   if (r->pp > 1 && r->pp_stage) {
     cJSON *p = cJSON_AddObjectToObject(o, "pp");
     const char *names[3] = {"wait_s", "bubble", "act_peak_bytes"};

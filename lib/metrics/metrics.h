@@ -41,6 +41,7 @@ typedef struct {
   double ckpt_write_s;   /* write time of checkpoints committed at that boundary */
   double dp_bytes;       /* bytes this rank sent over dp this step */
   double tp_comm_s, tp_bytes; /* seconds in and bytes sent by tp collectives this step */
+  double cp_comm_s, cp_bytes; /* ... by context parallelism's attention (ring, all-to-all) */
   /* pipeline (pp > 1): per stage, wait seconds, bubble fraction (1 - compute /
    * executor time) and peak activation bytes; seconds in and bytes of p2p */
   int pp;

@@ -364,13 +364,30 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->shape = *shape;
   m->ops = ops;
   m->max_B = max_B;
-  m->T = shape->seq_len;
   mt_gpt_layout lay = layout_of(shape, par);
   mt_group *tp_g = lay.tp_size > 1 ? par->tp : NULL;
   int tp_size = lay.tp_size, sp = lay.sp;
-  if (sp && (!tp_g || shape->seq_len % tp_size != 0)) {
-    mt_err_set(e, "sequence parallelism needs tp > 1 dividing seq_len = %d (tp = %d)",
-               shape->seq_len, tp_size);
+  /* context parallelism: this rank's chunks of every sequence */
+  mt_group *cp_g = par && par->cp && par->cp->size > 1 ? par->cp : NULL;
+  const int cp_size = cp_g ? cp_g->size : 1;
+  const mt_cp_mode cp_mode = par ? (mt_cp_mode)par->cp_mode : MT_CP_RING;
+  if (cp_size > 1 && cp_mode == MT_CP_RING && shape->seq_len % (2 * cp_size) != 0) {
+    mt_err_set(e, "ring context parallelism cuts seq_len = %d into 2 x cp = %d chunks",
+               shape->seq_len, 2 * cp_size);
+    return -1;
+  }
+  if (cp_size > 1 && cp_mode == MT_CP_ULYSSES &&
+      (shape->seq_len % cp_size != 0 || shape->n_head % (tp_size * cp_size) != 0)) {
+    mt_err_set(e, "Ulysses context parallelism needs cp = %d to divide seq_len = %d and the "
+               "%d heads of each tp rank", cp_size, shape->seq_len, shape->n_head / tp_size);
+    return -1;
+  }
+  mt_cp_layout cpl;
+  mt_cp_layout_make(&cpl, cp_size, cp_g ? cp_g->rank : 0, cp_mode, shape->seq_len);
+  m->T = cpl.T_local;
+  if (sp && (!tp_g || m->T % tp_size != 0)) {
+    mt_err_set(e, "sequence parallelism needs tp > 1 dividing the %d tokens of a sequence on "
+               "each rank (tp = %d)", m->T, tp_size);
     return -1;
   }
   if (shape->n_head % tp_size != 0) {
@@ -396,6 +413,10 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   int real = shape->vocab - m->v_start;
   m->v_real = real < 0 ? 0 : real > m->V_local ? m->V_local : real;
   m->T_sp = sp ? m->T / tp_size : m->T;
+  /* the activation sets' attention pieces depend on the layout: known now */
+  m->cp.lay = cpl;
+  m->cp.C = m->C_local;
+  m->cp.NH = m->NH_local;
   m->recompute = par && par->recompute;
   m->split_backward = par && par->split_backward;
 
@@ -431,7 +452,13 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   d->atty = act(m, BT * Cl);
   d->fch = act(m, BT * Fl);
   d->fch_gelu = act(m, BT * Fl);
-  m->datt = act(m, B * NHl * T * T);
+  /* attention's scratch under context parallelism (ring: a block's partial
+   * result before its merge; Ulysses: gradients in the head layout) */
+  float *cp_scratch[4];
+  for (int w = 0; w < 4; w++) {
+    size_t n = mt_cp_scratch_numel(&cpl, max_B, (int)Cl, (int)NHl, w);
+    cp_scratch[w] = n ? act(m, n) : NULL;
+  }
   if (sp) {
     m->full_in = act(m, BT * C);
     m->full_out = act(m, BT * C);
@@ -443,13 +470,16 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->tok_in = (int *)act(m, BT * sizeof(int) / sizeof(float));
   m->tok_tgt = (int *)act(m, BT * sizeof(int) / sizeof(float));
   size_t partial = mt_tp_partial_numel(r, 0, r->numel_local);
-  m->comm_bytes = mt_tp_comm_bytes(tp_size, sp, BT * C, partial);
+  m->comm_bytes = mt_tp_comm_bytes(tp_size, sp, BT * C, partial) +
+                  mt_cp_comm_bytes(&cpl, max_B, (int)Cl);
   if (count_only) { /* the tp ranks and sp as a real model would see them */
     m->tp.size = tp_size;
     m->tp.rank = lay.tp_rank;
     m->tp.sp = sp;
     return 0;
   }
+  mt_cp_create(&m->cp, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops);
+  mt_cp_set_scratch(&m->cp, cp_scratch[0], cp_scratch[1], cp_scratch[2], cp_scratch[3]);
   m->inputs = mt_calloc(BT, sizeof(int));
   m->targets = mt_calloc(BT, sizeof(int));
   mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops);
@@ -484,6 +514,7 @@ void mt_gpt_destroy(mt_gpt *m) {
   free(m->inputs);
   free(m->targets);
   mt_tp_destroy(&m->tp);
+  mt_cp_destroy(&m->cp);
   mt_registry_free(&m->reg);
   memset(m, 0, sizeof *m);
 }
@@ -579,6 +610,14 @@ double mt_gpt_tp_bytes_range(const mt_gpt *m, int B, int n_layers, int embed, in
   return (10 * L + 2 * embed + 3 * head + 4 * refwd) * mt_bytes_allgather(act, n) + xent;
 }
 
+double mt_gpt_cp_bytes_range(const mt_gpt *m, int B, int n_layers) {
+  if (m->cp.lay.size == 1) return 0.0;
+  /* recompute runs each block's forward again in backward (twice with a split backward) */
+  double refwd = m->recompute ? (m->split_backward ? 2 : 1) : 0;
+  return n_layers * ((1 + refwd) * mt_cp_bytes(&m->cp.lay, B, m->C_local, 0) +
+                     mt_cp_bytes(&m->cp.lay, B, m->C_local, 1));
+}
+
 double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step) {
   int n = m->tp.size;
   if (n == 1) return 0.0;
@@ -617,7 +656,11 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     PIECE(ln1_rstd, L * BTs);
     PIECE(qkv, L * BT * 3 * Cl);
     PIECE(atty, L * BT * Cl);
-    PIECE(att, L * (size_t)B * NHl * T * T);
+    PIECE(lse, L * mt_cp_saved_numel(&m->cp.lay, B, (int)Cl, (int)NHl, 0));
+    if (mt_cp_saved_numel(&m->cp.lay, B, (int)Cl, (int)NHl, 1)) { /* Ulysses */
+      PIECE(att_qkv, L * mt_cp_saved_numel(&m->cp.lay, B, (int)Cl, (int)NHl, 1));
+      PIECE(att_out, L * mt_cp_saved_numel(&m->cp.lay, B, (int)Cl, (int)NHl, 2));
+    }
     PIECE(attproj, L * BTs * C);
     PIECE(residual2, L * BTs * C);
     PIECE(ln2, L * BTs * C);
@@ -687,9 +730,10 @@ float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, 
  * slot j of a set, or under recompute the workspace m->ws for all but the
  * output res3 (always slot j of the set: the next layer's input). */
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2;
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *attproj, *res2;
   float *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *fcproj, *res3;
   float *dy_qkv, *dy_attproj, *dy_fc, *dy_fcproj; /* split backward only */
+  mt_cp_saved att;  /* what attention keeps: the rows' LSE (Ulysses: head-layout q|k|v, out) */
 } layer_acts;
 
 static layer_acts layer_at(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B) {
@@ -699,12 +743,15 @@ static layer_acts layer_at(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int 
   const mt_gpt_acts *w = m->recompute ? &m->ws : a;
   const size_t i = m->recompute ? 0 : j;
   layer_acts x = {w->ln1 + i * btc, w->ln1_mean + i * BTs, w->ln1_rstd + i * BTs,
-                  w->qkv + 3 * i * BT * Cl, w->atty + i * BT * Cl,
-                  w->att + i * (size_t)B * NHl * T * T, w->attproj + i * btc,
+                  w->qkv + 3 * i * BT * Cl, w->atty + i * BT * Cl, w->attproj + i * btc,
                   w->residual2 + i * btc, w->ln2 + i * btc, w->ln2_mean + i * BTs,
                   w->ln2_rstd + i * BTs, w->fch + i * BT * Fl, w->fch_gelu + i * BT * Fl,
                   w->fcproj + i * btc, a->residual3 + j * btc,
-                  NULL, NULL, NULL, NULL};
+                  NULL, NULL, NULL, NULL, {w->lse + i * (size_t)B * NHl * T, NULL, NULL}};
+  if (w->att_qkv) { /* Ulysses */
+    x.att.qkv_h = w->att_qkv + 3 * i * BT * Cl;
+    x.att.out_h = w->att_out + i * BT * Cl;
+  }
   if (m->split_backward && a->dy_qkv) {
     x.dy_qkv = a->dy_qkv + 3 * j * BT * Cl;
     x.dy_attproj = a->dy_attproj + j * BT * C;
@@ -724,14 +771,14 @@ static void layer_forward(mt_gpt *m, const mt_block_tensors *w, const float *x0,
                           const layer_acts *x, int B) {
   const mt_ops *o = m->ops;
   const int T = m->T, C = m->shape.n_embd, BT = B * T;
-  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local;
+  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local;
   const size_t btc = (size_t)BTs * C;
   /* a row-parallel bias is added once, by tp rank 0, before the sum over tp */
   const int bias_rank = m->tp.rank == 0;
   /* attention: LN, column-parallel QKV (local heads), row-parallel proj */
   o->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs, C);
   o->matmul_forward(x->qkv, column_input(m, x->ln1, B), w->qkv_w, w->qkv_b, BT, C, 3 * Cl);
-  o->attention_forward(x->atty, x->att, x->qkv, B, T, Cl, NHl);
+  mt_cp_attention_forward(&m->cp, x->atty, x->qkv, &x->att, B);
   o->matmul_forward(row_partial(m, x->attproj), x->atty, w->attn_proj_w,
                     bias_rank ? w->attn_proj_b : NULL, BT, Cl, C);
   row_output(m, x->attproj, B);
@@ -762,7 +809,7 @@ static void layer_backward(mt_gpt *m, int l, const float *x0, const layer_acts *
                            int input_only, int B) {
   const mt_ops *o = m->ops;
   const int T = m->T, C = m->shape.n_embd, BT = B * T;
-  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local;
+  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local;
   const size_t bt = (size_t)BT;
   const mt_block_tensors *w = &m->p.blocks[l];
   mt_block_tensors *g = &m->g.blocks[l];
@@ -799,8 +846,7 @@ static void layer_backward(mt_gpt *m, int l, const float *x0, const layer_acts *
   o->matmul_backward(d->atty, WG(g->attn_proj_w), WG(g->attn_proj_b), dy, x->atty,
                      w->attn_proj_w, BT, Cl, C);
   float *dqkv = input_only ? x->dy_qkv : d->qkv;
-  o->zero(dqkv, 3 * bt * Cl);
-  o->attention_backward(dqkv, m->datt, d->atty, x->qkv, x->att, B, T, Cl, NHl);
+  mt_cp_attention_backward(&m->cp, dqkv, d->atty, x->atty, x->qkv, &x->att, B);
   o->zero(dpart, bt * C);
   o->matmul_backward(dpart, WG(g->qkv_w), WG(g->qkv_b), dqkv,
                      input_only ? NULL : column_input(m, x->ln1, B), w->qkv_w, BT, C, 3 * Cl);
@@ -828,6 +874,35 @@ static void layer_backward_weight(mt_gpt *m, int l, const layer_acts *x, int B) 
 /* ------------------------------------------------------------------ */
 /* layer ranges: the pipeline stages' units, and the whole model        */
 
+/* The vocabulary-parallel embedding of the micro-batch's tokens with the
+ * positions of this rank's chunks: out (BT,C) = wte[token] (rows held here)
+ * + wpe[position] (wpe NULL: none). One call for one chunk (cp = 1: the
+ * whole sequence from position 0), else one per sequence and chunk. */
+static void embed_forward(mt_gpt *m, float *out, const float *wpe, int B) {
+  const mt_cp_layout *l = &m->cp.lay;
+  const int C = m->shape.n_embd, T = m->T, len = l->chunk_len;
+  for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
+    for (int c = 0; c < l->n_chunks; c++) {
+      size_t r0 = (size_t)b * T + (size_t)c * len;
+      m->ops->encoder_vp_forward(out + r0 * C, m->tok_in + r0, m->p.wte, m->v_start, m->V_local,
+                                 wpe ? wpe + (size_t)l->chunk_pos[c] * C : NULL,
+                                 l->n_chunks == 1 ? B : 1, len, C);
+    }
+}
+
+/* Its backward: dwte[token] += dout (rows held here), dwpe[position] += dout. */
+static void embed_backward(mt_gpt *m, const float *dout, int B) {
+  const mt_cp_layout *l = &m->cp.lay;
+  const int C = m->shape.n_embd, T = m->T, len = l->chunk_len;
+  for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
+    for (int c = 0; c < l->n_chunks; c++) {
+      size_t r0 = (size_t)b * T + (size_t)c * len;
+      m->ops->encoder_vp_backward(m->g.wte, m->g.wpe + (size_t)l->chunk_pos[c] * C,
+                                  dout + r0 * C, m->tok_in + r0, m->v_start, m->V_local,
+                                  l->n_chunks == 1 ? B : 1, len, C);
+    }
+}
+
 /* The micro-batch's tokens into backend memory (the kernels read them
  * there); called before each use, since pipeline stages interleave
  * micro-batches. */
@@ -849,8 +924,7 @@ double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed
      * acquired until their backward (the LM head reads wte again). */
     stage_tokens(m, inputs, NULL, B);
     use_unit(m, m->unit_embed, MT_PASS_FORWARD, 0);
-    o->encoder_vp_forward(row_partial(m, a->encoded), m->tok_in, m->p.wte, v0, Vl,
-                          m->tp.rank == 0 ? m->p.wpe : NULL, B, T, C);
+    embed_forward(m, row_partial(m, a->encoded), m->tp.rank == 0 ? m->p.wpe : NULL, B);
     row_output(m, a->encoded, B);
   }
   for (int l = l0; l < l1; l++) {
@@ -929,7 +1003,7 @@ static const float *backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, in
   if (embed) {
     stage_tokens(m, inputs, NULL, B);
     use_unit(m, m->unit_embed, MT_PASS_BACKWARD, 1);
-    o->encoder_vp_backward(m->g.wte, m->g.wpe, row_dout(m, dres, B), m->tok_in, v0, Vl, B, T, C);
+    embed_backward(m, row_dout(m, dres, B), B);
   }
   if (embed || head) {
     /* the embeddings' last use in this backward (a stage with the head but

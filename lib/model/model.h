@@ -14,10 +14,18 @@
  * sequence parallelism (sp) the LayerNorm and residual regions hold T/tp
  * positions of every sequence.
  *
- * Activation shapes below: BT = B*T rows inside tensor-parallel blocks, BTs =
- * B*T/tp rows in the sequence-parallel region under sp (BTs = BT without);
- * Cl = C/tp, Fl = 4C/tp, NHl = NH/tp, Vl = Vp/tp (all = the full sizes at
- * tp = 1). */
+ * Context parallelism (cp) splits every sequence over the cp group
+ * (mt_cp: ring or Ulysses attention); a rank holds T/cp tokens of each
+ * sequence, its chunks one after the other, and every layer but attention
+ * and the positional embedding works on them as on any rows. Attention is
+ * computed by blocks (FlashAttention-2): per layer only the output and the
+ * rows' log-sum-exp are kept, never a T x T matrix.
+ *
+ * Activation shapes below: T = m->T, the tokens of a sequence on this rank
+ * (seq_len / cp); BT = B*T rows inside tensor-parallel blocks, BTs = B*T/tp
+ * rows in the sequence-parallel region under sp (BTs = BT without); Cl =
+ * C/tp, Fl = 4C/tp, NHl = NH/tp, Vl = Vp/tp (all = the full sizes at tp =
+ * 1). */
 #ifndef MT_MODEL_H
 #define MT_MODEL_H
 
@@ -71,7 +79,8 @@ typedef struct {
   float *ln1, *ln1_mean, *ln1_rstd; /* (L,BTs,C), (L,BTs) x2 */
   float *qkv;                  /* (L,BT,3Cl): local q|k|v */
   float *atty;                 /* (L,BT,Cl) */
-  float *att;                  /* (L,B,NHl,T,T) */
+  float *lse;                  /* (L,B,NHl,T): attention rows' log-sum-exp */
+  float *att_qkv, *att_out;    /* Ulysses only: (L,BT,3Cl), (L,BT,Cl) in the head layout */
   float *attproj;              /* (L,BTs,C) */
   float *residual2;            /* (L,BTs,C) */
   float *ln2, *ln2_mean, *ln2_rstd;
@@ -112,6 +121,10 @@ typedef struct {
    * who hands them over with mt_gpt_set_state_source before the first pass;
    * 0: the model allocates flat buffers of its own (m->params, m->grads) */
   int external_state;
+  /* context parallelism: the cp group (NULL or size 1: none; for a plan a
+   * group with only size and rank set) and mt_cp_mode */
+  mt_group *cp;
+  int cp_mode;
 } mt_gpt_parallel;
 
 /* Where a rank sits, for registration: its tp rank of tp_size (sp:
@@ -137,14 +150,14 @@ typedef struct mt_gpt {
   int unit_embed, unit_final; /* registry units of the embeddings and the final LN */
   int *unit_block;       /* per block */
   int *tok_in, *tok_tgt; /* the micro-batch's tokens in backend memory, (B,T) each */
-  int max_B, T;
+  int max_B, T;          /* T: tokens of a sequence on this rank (seq_len / cp) */
   int cur_B; /* micro-batch of the last forward */
   mt_gpt_acts a, d;      /* d: scratch gradients of activations */
   int recompute, split_backward; /* see mt_gpt_parallel */
   mt_gpt_acts ws;        /* recompute: one layer's activations (slot 0), rebuilt per layer */
   size_t ws_bytes;
-  float *datt;           /* scratch (B,NHl,T,T) */
   mt_tp tp;              /* tensor-parallel communication */
+  mt_cp cp;              /* attention over the sequence's chunks (cp = 1: all of it here) */
   /* this rank's share of the split dims, read from the registry */
   int C_local, NH_local, F_local; /* attention channels and heads, MLP hidden */
   int V_local, v_start, v_real;   /* vocab rows held, first global row, rows < vocab */
@@ -180,7 +193,9 @@ int mt_gpt_register(mt_registry *r, const mt_model_shape *shape, int tp_size, in
                     int sp, char *msg, size_t msg_len);
 /* Registers the parameters, allocates params, grads and activations for
  * micro-batches of up to max_B sequences of shape->seq_len tokens, split as
- * par says (NULL: not split). */
+ * par says (NULL: not split). Under context parallelism the model sees this
+ * rank's seq_len / cp tokens of each sequence (m->cp.lay says which: take
+ * them with mt_cp_take_tokens). */
 int mt_gpt_create_parallel(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
                            int max_B, const mt_gpt_parallel *par, mt_err *e);
 int mt_gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
@@ -192,8 +207,8 @@ void mt_gpt_set_state_source(mt_gpt *m, const mt_state_source *src);
  * by the registry's init rules (each element a pure function of (seed,
  * tensor name, global index)). */
 void mt_gpt_init_params(mt_gpt *m, uint64_t seed);
-/* Forward on inputs/targets (B,T); returns the mean loss over the B*T
- * positions; keeps activations for backward. Under tensor parallelism every
+/* Forward on inputs/targets (B,T) (T = m->T, this rank's tokens); returns
+ * the mean loss over the B*T positions; keeps activations for backward. Under tensor parallelism every
  * rank of the tp group calls it with the same batch (collective). */
 float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B);
 /* Backward of (sum of position losses) * dloss into m->grads (accumulating).
@@ -239,6 +254,10 @@ int mt_gpt_create_plan(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops
  * embedding, the head), as the layout implies; 0 without tensor
  * parallelism. */
 double mt_gpt_tp_bytes_range(const mt_gpt *m, int B, int n_layers, int embed, int head);
+/* Bytes this rank sends over cp for one forward + backward of a micro-batch
+ * of B sequences through n_layers blocks (recompute: the forwards again);
+ * 0 without context parallelism. */
+double mt_gpt_cp_bytes_range(const mt_gpt *m, int B, int n_layers);
 /* The range's output hidden state (BTs,C) in a. */
 float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
 /* Forward of layers [l0, l1) for one micro-batch: embed (the range starts

@@ -210,6 +210,95 @@ void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *
 size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end);
 
 /* ------------------------------------------------------------------ */
+/* context parallelism: attention over a sequence split across ranks (cp.c) */
+
+/* Each sequence of T tokens is split over the cp group of size N.
+ *   ring:    into 2N chunks of T/(2N); rank r holds chunks r and 2N-1-r
+ *            (zigzag: an early and a late chunk, so every rank does the
+ *            same causal work), K and V pass around the ring;
+ *   ulysses: into N contiguous chunks of T/N; an all-to-all turns sequence
+ *            shards into head shards (each rank then attends over the whole
+ *            sequence with NH/N heads) and back; heads must divide by N.
+ * A rank holds its chunks of every sequence one after the other: local row
+ * j*len + i of a sequence is position chunk_pos[j] + i. Every other layer
+ * works on local rows as they are (the rows of a sequence need not be
+ * contiguous positions); the embedding adds the positions' wpe rows. */
+typedef enum { MT_CP_RING = 0, MT_CP_ULYSSES = 1 } mt_cp_mode;
+/* "ring" | "ulysses" -> mode; -1 if unknown */
+int mt_cp_mode_parse(const char *name);
+const char *mt_cp_mode_name(mt_cp_mode mode);
+
+typedef struct {
+  int size, rank;
+  mt_cp_mode mode;
+  int T;               /* global sequence length */
+  int T_local;         /* tokens of each sequence on this rank */
+  int n_chunks;        /* 1 (cp = 1, ulysses) or 2 (ring) */
+  int chunk_len;
+  int chunk_pos[2];    /* global position of each chunk's first token */
+} mt_cp_layout;
+
+/* The layout of rank `rank` of `size` (the caller checked that T splits:
+ * T % (2 size) == 0 for ring, T % size == 0 for ulysses). */
+void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T);
+/* seq (T tokens of one sequence) -> this rank's local tokens (T_local) */
+void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local);
+
+/* What attention keeps for backward, per layer and micro-batch (pieces of
+ * the model's activation sets): lse (B, NH, T_local) floats, the rows' LSE
+ * (under ulysses in the head layout (B, NH/N, T), as many floats); ulysses
+ * only, the head layout's q|k|v (B, T, 3C/N) and output (B, T, C/N), as
+ * many floats as the local qkv and output. */
+typedef struct {
+  float *lse, *qkv_h, *out_h;
+} mt_cp_saved;
+
+/* Attention of one tensor-parallel rank's heads under context parallelism.
+ * C = its attention channels, NH its heads (hs = C/NH). */
+typedef struct {
+  mt_cp_layout lay;
+  mt_group *g;          /* NULL at cp = 1 */
+  const mt_ops *ops;
+  int max_B, C, NH, hs;
+  /* ring: K|V (max_B, T_local, 2C) buffers, two for K/V in flight and three
+   * for dK/dV (this step's part, the one arriving, the one leaving);
+   * MT_MEM_COMM */
+  size_t kv_numel;
+  float *kv[2], *dkv[3];
+  /* the model's scratch (activations), set with mt_cp_set_scratch: ring:
+   * part (max_B, T_local, C) and part_lse (max_B, NH, T_local), a block's
+   * partial result before its merge; ulysses: dout_h (max_B, T_local, C)
+   * and dqkv_h (max_B, T_local, 3C), gradients in the head layout */
+  float *part, *part_lse, *dout_h, *dqkv_h;
+} mt_cp;
+
+/* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
+void mt_cp_create(mt_cp *cp, mt_group *g, const mt_cp_layout *lay, int max_B, int C, int NH,
+                  const mt_ops *ops);
+void mt_cp_destroy(mt_cp *cp);
+/* Comm-buffer bytes mt_cp_create allocates (the plan). */
+size_t mt_cp_comm_bytes(const mt_cp_layout *lay, int max_B, int C);
+/* Floats of the scratch the model provides: what (0 part, 1 part_lse, 2
+ * dout_h, 3 dqkv_h) for this layout (0 where the mode needs none). */
+size_t mt_cp_scratch_numel(const mt_cp_layout *lay, int max_B, int C, int NH, int what);
+void mt_cp_set_scratch(mt_cp *cp, float *part, float *part_lse, float *dout_h, float *dqkv_h);
+/* Floats of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
+size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);
+/* Bytes this rank sends over cp for one layer's attention forward
+ * (backward = 0) or backward (1) of a micro-batch of B sequences. */
+double mt_cp_bytes(const mt_cp_layout *lay, int B, int C, int backward);
+
+/* out (B, T_local, C) = causal attention of the local queries over the
+ * whole sequence, from qkv (B, T_local, 3C) (this rank's q|k|v); keeps s.
+ * Collective over the cp group. */
+void mt_cp_attention_forward(mt_cp *cp, float *out, const float *qkv, const mt_cp_saved *s,
+                             int B);
+/* WRITES dqkv (B, T_local, 3C), the gradient of this rank's q|k|v, from
+ * dout (B, T_local, C) and the forward's out, qkv and s. Collective. */
+void mt_cp_attention_backward(mt_cp *cp, float *dqkv, const float *dout, const float *out,
+                              const float *qkv, const mt_cp_saved *s, int B);
+
+/* ------------------------------------------------------------------ */
 /* pipeline parallelism: schedules as data (schedule.c)                */
 
 /* One operation of a pipeline rank. Virtual stages: the model's layers are

@@ -261,7 +261,7 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
   for (int st = 0; st < pp && rc == 0; st++) {
     mt_plan_rank pr;
     mt_gpt m;
-    if (mt_plan_rank_model(cfg, &lay, st, 0, 0, &pr, &m, e) != 0) {
+    if (mt_plan_rank_model(cfg, &lay, st, 0, 0, 0, &pr, &m, e) != 0) {
       rc = -1;
       break;
     }

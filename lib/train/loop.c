@@ -71,20 +71,26 @@ static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
 }
 
 /* the micro-batches of step `step` that this dp rank trains on, from the
- * global sample sequence (the same global batch for any layout) */
+ * global sample sequence (the same global batch for any layout); under
+ * context parallelism this rank's tokens of each sequence */
 static void load_batch(mt_trainer *t, int step) {
   const mt_config *cfg = &t->cfg;
   mt_train_stage *st = &t->stage;
-  const int T = t->lay.shape.seq_len;
+  const mt_cp_layout *cpl = &t->model.cp.lay;
+  const int T = t->lay.shape.seq_len, Tl = cpl->T_local;
+  int *seq = mt_calloc(2 * (size_t)T, sizeof(int));
   for (int mb = 0; mb < t->lay.accum; mb++) {
     uint64_t g0 = (uint64_t)t->samples_done + (uint64_t)(step - t->start_step) * cfg->global_batch +
                   (uint64_t)t->mesh.dp_rank * t->lay.per_rank + (uint64_t)mb * cfg->micro_batch;
     for (int b = 0; b < cfg->micro_batch; b++) {
-      size_t off = ((size_t)mb * cfg->micro_batch + b) * T;
-      mt_sampler_get(&t->sampler, g0 + b, st->inp + off, st->tgt + off);
+      size_t off = ((size_t)mb * cfg->micro_batch + b) * Tl;
+      mt_sampler_get(&t->sampler, g0 + b, seq, seq + T);
+      mt_cp_take_tokens(cpl, seq, st->inp + off);
+      mt_cp_take_tokens(cpl, seq + T, st->tgt + off);
     }
     st->rows[mb] = cfg->micro_batch;
   }
+  free(seq);
 }
 
 int mt_train_loop(mt_trainer *t) {
@@ -109,8 +115,10 @@ int mt_train_loop(mt_trainer *t) {
     return MT_EXIT_PREEMPTED;
   }
   for (int step = (int)t->start_step; step < cfg->steps && !stop; step++) {
-    double t0 = mt_now(), comm0 = mesh->dp_g.seconds, bytes0 = mesh->dp_g.bytes;
+    /* dp: the dp x cp group of the gradients (the dp group at cp = 1) */
+    double t0 = mt_now(), comm0 = mesh->dpcp_g.seconds, bytes0 = mesh->dpcp_g.bytes;
     double tp_s0 = mesh->tp_g.seconds, tp_bytes0 = mesh->tp_g.bytes;
+    double cp_s0 = mesh->cp_g.seconds, cp_bytes0 = mesh->cp_g.bytes;
     double pp_s0 = mesh->pp_g.seconds, pp_bytes0 = mesh->pp_g.bytes;
     double pp_stats[3] = {0.0, 0.0, 0.0}; /* this stage: wait s, bubble fraction, act bytes */
     mt_dp_begin_step(&t->dp);
@@ -127,19 +135,20 @@ int mt_train_loop(mt_trainer *t) {
     }
     mt_dp_finish_sync(&t->dp);
     double t_fb = mt_now();
-    double comm_fb = mesh->dp_g.seconds - comm0, tp_fb = mesh->tp_g.seconds - tp_s0;
-    double pp_fb = mesh->pp_g.seconds - pp_s0;
+    double comm_fb = mesh->dpcp_g.seconds - comm0, tp_fb = mesh->tp_g.seconds - tp_s0;
+    double pp_fb = mesh->pp_g.seconds - pp_s0, cp_fb = mesh->cp_g.seconds - cp_s0;
     float lr = mt_lr_at(step, cfg->steps, cfg->warmup_steps, (float)cfg->lr,
                         (float)cfg->min_lr_ratio);
     double norm = mt_dp_optimizer_step(&t->dp, lr, (float)cfg->grad_clip);
-    /* the global loss: sum over dp of each rank's token losses */
-    mt_allreduce_sum_f64(&mesh->dp_g, &loss_sum, 1, MT_LOC_HOST);
+    /* the global loss: sum over dp x cp of each rank's token losses */
+    mt_allreduce_sum_f64(&mesh->dpcp_g, &loss_sum, 1, MT_LOC_HOST);
     double t_opt = mt_now();
     /* tp figures of the training step; evaluation's stay in eval_s */
     double tp_comm_s = mesh->tp_g.seconds - tp_s0, tp_bytes = mesh->tp_g.bytes - tp_bytes0;
     double loss = loss_sum / (double)t->tokens_per_step;
     if (!isfinite(loss)) mt_die("loss is %f at step %d", loss, step + 1);
-    t->last_dp_bytes = mesh->dp_g.bytes - bytes0;
+    t->last_dp_bytes = mesh->dpcp_g.bytes - bytes0;
+    t->last_cp_bytes = mesh->cp_g.bytes - cp_bytes0;
     t->last_tp_bytes = tp_bytes;
     t->last_pp_bytes = mesh->pp_g.bytes - pp_bytes0;
 
@@ -162,9 +171,9 @@ int mt_train_loop(mt_trainer *t) {
     rec.grad_norm = norm;
     rec.tokens = t->tokens_per_step;
     rec.step_s = step_s;
-    rec.dp_comm_s = mesh->dp_g.seconds - comm0;
+    rec.dp_comm_s = mesh->dpcp_g.seconds - comm0;
     rec.data_s = data_s;
-    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb - pp_fb;
+    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb - pp_fb - cp_fb;
     rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb) - (tp_comm_s - tp_fb);
     rec.eval_s = t_eval;
     rec.ckpt_s = pending_ckpt_s;
@@ -190,6 +199,8 @@ int mt_train_loop(mt_trainer *t) {
       MPI_Gather(pp_stats, 3, MPI_DOUBLE, pp_all, 3, MPI_DOUBLE, 0, mesh->pp_g.comm);
     rec.tp_comm_s = tp_comm_s;
     rec.tp_bytes = tp_bytes;
+    rec.cp_comm_s = cp_fb;
+    rec.cp_bytes = t->last_cp_bytes;
     rec.pp = cfg->pp;
     rec.pp_stage = pp_all;
     rec.pp_comm_s = pp_fb;

@@ -69,14 +69,18 @@ static double dp_state_bytes(const mt_registry *r, int accum) {
   return b;
 }
 
-int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int tp_rank,
-                  mt_gpt *m, mt_err *e) {
-  mt_group tp_group; /* only its size and rank: no MPI */
-  memset(&tp_group, 0, sizeof tp_group);
-  tp_group.size = cfg->tp;
-  tp_group.rank = tp_rank;
-  mt_gpt_parallel par = {&tp_group, cfg->sp, cfg->recompute,
-                         cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1, NULL, 0, 0, 1};
+int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int cp_rank,
+                  int tp_rank, mt_group groups[2], mt_gpt *m, mt_err *e) {
+  /* the groups' sizes and ranks only: no MPI */
+  mt_group *tp_group = &groups[0], *cp_group = &groups[1];
+  memset(groups, 0, 2 * sizeof *groups);
+  tp_group->size = cfg->tp;
+  tp_group->rank = tp_rank;
+  cp_group->size = cfg->cp;
+  cp_group->rank = cp_rank;
+  mt_gpt_parallel par = {tp_group, cfg->sp, cfg->recompute,
+                         cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1, NULL, 0, 0, 1,
+                         cp_group, mt_cp_mode_parse(cfg->cp_mode)};
   if (cfg->pp > 1) {
     par.stage_of_layer = lay->stage_of_layer;
     par.pp_rank = pp_rank;
@@ -86,24 +90,27 @@ int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank,
 }
 
 int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
-                       int tp_rank, mt_plan_rank *out, mt_err *e) {
-  return mt_plan_rank_model(cfg, lay, pp_rank, dp_rank, tp_rank, out, NULL, e);
+                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_err *e) {
+  return mt_plan_rank_model(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, out, NULL, e);
 }
 
 int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
-                       int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e) {
+                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e) {
   memset(out, 0, sizeof *out);
   out->pp_rank = pp_rank;
   out->dp_rank = dp_rank;
+  out->cp_rank = cp_rank;
   out->tp_rank = tp_rank;
-  out->world_rank = tp_rank + cfg->tp * (0 + cfg->cp * (dp_rank + cfg->dp * pp_rank));
+  out->world_rank = tp_rank + cfg->tp * (cp_rank + cfg->cp * (dp_rank + cfg->dp * pp_rank));
   const mt_model_shape *s = &lay->shape;
   const int pp = cfg->pp, accum = lay->accum, B = cfg->micro_batch;
   /* the model as this rank would create it, allocating nothing */
   mt_gpt m;
-  if (mt_plan_model(cfg, lay, pp_rank, tp_rank, &m, e) != 0) return -1;
+  if (mt_plan_model(cfg, lay, pp_rank, cp_rank, tp_rank, out->groups, &m, e) != 0) return -1;
+  /* the dp/ZeRO engine's group is dp x cp (rank cp_rank + cp * dp_rank) */
   mt_registry *r = &m.reg;
-  mt_registry_shard_dp(r, cfg->dp, dp_rank, cfg->zero, (size_t)(cfg->bucket_mb * 1048576.0));
+  mt_registry_shard_dp(r, cfg->dp * cfg->cp, cp_rank + cfg->cp * dp_rank, cfg->zero,
+                       (size_t)(cfg->bucket_mb * 1048576.0));
   const double n = (double)r->numel_local, shard = (double)r->shard_numel;
   /* the pipeline stage: its layers, activation sets and messages */
   mt_pp_schedule sched;
@@ -140,10 +147,13 @@ int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_
   out->comm_exact = pp == 1;
 
   /* ---- bytes per step and group ---- */
-  const int dp = cfg->dp, tp = cfg->tp;
+  const int dp = cfg->dp * cfg->cp, tp = cfg->tp; /* dp: the dp x cp group */
   const int tp_norm = tp > 1, pp_norm = pp > 1;
   double dp_state = dp_state_bytes(r, accum);
+  /* gradients and parameters, the loss sum, ZeRO's norm sums */
   out->dp_bytes = dp_state + ar(8, dp) + (cfg->zero ? ar(tp_norm || pp_norm ? 16 : 8, dp) : 0.0);
+  /* context parallelism's attention in every layer of every micro-batch */
+  out->cp_bytes = accum * mt_gpt_cp_bytes_range(&m, B, layers);
   double partial = 4.0 * (double)mt_tp_partial_numel(r, 0, r->numel_local);
   out->tp_bytes = accum * mt_gpt_tp_bytes_range(&m, B, layers, pp_rank == 0, pp_rank == pp - 1) +
                   (cfg->sp ? (cfg->zero >= 2 ? accum : 1) * ar(partial, tp) : 0.0) +
@@ -169,7 +179,7 @@ int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e) {
       for (int cr = 0; cr < cfg->cp; cr++)
         for (int tr = 0; tr < cfg->tp; tr++) {
           int w = tr + cfg->tp * (cr + cfg->cp * (dr + cfg->dp * pr));
-          if (mt_plan_rank_build(cfg, &p->lay, pr, dr, tr, &p->r[w], e) != 0) return -1;
+          if (mt_plan_rank_build(cfg, &p->lay, pr, dr, cr, tr, &p->r[w], e) != 0) return -1;
           p->r[w].world_rank = w;
         }
   return 0;
@@ -197,8 +207,9 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
           cfg->micro_batch, p->lay.accum);
   fprintf(f, "# per rank, the largest of each stage: memory in MiB by category (fp32), bytes "
              "sent per training step in MB\n");
-  fprintf(f, "%-5s %10s %10s %10s %10s %10s %10s %10s | %10s %10s %10s\n", "stage", "params",
-          "grads", "optimizer", "gathered", "activ", "comm", "total", "dp", "tp", "pp");
+  fprintf(f, "%-5s %10s %10s %10s %10s %10s %10s %10s | %10s %10s %10s %10s\n", "stage",
+          "params", "grads", "optimizer", "gathered", "activ", "comm", "total", "dp", "tp", "pp",
+          "cp");
   for (int st = 0; st < cfg->pp; st++) {
     mt_plan_rank mx;
     memset(&mx, 0, sizeof mx);
@@ -213,16 +224,20 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
       if (r->dp_bytes > mx.dp_bytes) mx.dp_bytes = r->dp_bytes;
       if (r->tp_bytes > mx.tp_bytes) mx.tp_bytes = r->tp_bytes;
       if (r->pp_bytes > mx.pp_bytes) mx.pp_bytes = r->pp_bytes;
+      if (r->cp_bytes > mx.cp_bytes) mx.cp_bytes = r->cp_bytes;
       exact &= r->comm_exact;
     }
     fprintf(f, "%-5d", st);
     for (size_t c = 0; c < sizeof g_cols / sizeof g_cols[0]; c++)
       fprintf(f, " %10.2f", mx.mem[g_cols[c]] / MiB);
-    fprintf(f, " %9.2f%s | %10.2f %10.2f %10.2f\n", total / MiB, exact ? " " : "+",
-             mx.dp_bytes / MB, mx.tp_bytes / MB, mx.pp_bytes / MB);
+    fprintf(f, " %9.2f%s | %10.2f %10.2f %10.2f %10.2f\n", total / MiB, exact ? " " : "+",
+            mx.dp_bytes / MB, mx.tp_bytes / MB, mx.pp_bytes / MB, mx.cp_bytes / MB);
   }
   if (cfg->pp > 1)
     fprintf(f, "# +: plus the pipeline's send buffers, one message each while in flight\n");
+  if (cfg->cp > 1)
+    fprintf(f, "# dp: the dp x cp group (gradients, ZeRO shards); cp: %s attention\n",
+            cfg->cp_mode);
 }
 
 void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
@@ -238,6 +253,7 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
     cJSON_AddNumberToObject(x, "rank", r->world_rank);
     cJSON_AddNumberToObject(x, "pp", r->pp_rank);
     cJSON_AddNumberToObject(x, "dp", r->dp_rank);
+    cJSON_AddNumberToObject(x, "cp", r->cp_rank);
     cJSON_AddNumberToObject(x, "tp", r->tp_rank);
     mt_train_add_mem(x, "mem_bytes", r->mem);
     cJSON_AddBoolToObject(x, "comm_exact", r->comm_exact);
@@ -245,6 +261,7 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
     cJSON_AddNumberToObject(b, "dp", r->dp_bytes);
     cJSON_AddNumberToObject(b, "tp", r->tp_bytes);
     cJSON_AddNumberToObject(b, "pp", r->pp_bytes);
+    cJSON_AddNumberToObject(b, "cp", r->cp_bytes);
     cJSON_AddNumberToObject(x, "dp_state_bytes", r->dp_state_bytes);
     cJSON_AddNumberToObject(x, "params_numel", r->params_numel);
     cJSON_AddItemToArray(ranks, x);

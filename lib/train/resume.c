@@ -114,9 +114,10 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
       mt_err_set(err, "train.resume: checkpoint %s is at step %lld, beyond train.steps = %d",
                  t->resumed_from, t->start_step, cfg->steps);
     mt_info0("meshtrain: resumed from %s (step %lld, written by dp=%lld tp=%lld pp=%lld "
-             "zero=%lld on %lld ranks) in %.2f s",
+             "cp=%lld zero=%lld on %lld ranks) in %.2f s",
              t->resumed_from, t->start_step, (long long)got.dp, (long long)got.tp,
-             (long long)got.pp, (long long)got.zero, (long long)got.world, mt_now() - tl);
+             (long long)got.pp, (long long)got.cp, (long long)got.zero, (long long)got.world,
+             mt_now() - tl);
   }
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]), free(hr[g]);
   if (host_state) mt_cuda_host_free(host_state);

@@ -69,10 +69,7 @@ void mt_train_stage_layers(const mt_config *cfg, const mt_train_layout *lay, int
 
 static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e) {
   int accum_div = cfg->micro_batch * cfg->dp;
-  if (cfg->cp != 1)
-    mt_err_set(e, "parallel.cp = %d: this build trains with data, tensor and pipeline "
-                  "parallelism only (cp = 1)", cfg->cp);
-  else if (world_size > 0 && world_size % cfg->tp != 0)
+  if (world_size > 0 && world_size % cfg->tp != 0)
     mt_err_set(e, "parallel.tp = %d does not divide the %d MPI ranks launched", cfg->tp,
                world_size);
   else if (cfg->sp && cfg->tp == 1)
@@ -100,11 +97,37 @@ static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e)
   return e->failed ? -1 : 0;
 }
 
+/* Context parallelism: the sequence must split into the mode's chunks, the
+ * heads over the ranks under Ulysses, and each rank's tokens over tp under
+ * sequence parallelism. */
+static int check_cp(const mt_config *cfg, const mt_model_shape *s, mt_err *e) {
+  int mode = mt_cp_mode_parse(cfg->cp_mode), cp = cfg->cp, T = s->seq_len;
+  if (mode < 0)
+    mt_err_set(e, "parallel.cp_mode = '%s': unknown (ring|ulysses)", cfg->cp_mode);
+  else if (cp == 1)
+    return 0;
+  else if (mode == MT_CP_RING && T % (2 * cp) != 0)
+    mt_err_set(e, "parallel.cp = %d with parallel.cp_mode = ring cuts each sequence into 2 x cp "
+                  "= %d chunks, which does not divide model.seq_len = %d", cp, 2 * cp, T);
+  else if (mode == MT_CP_ULYSSES && T % cp != 0)
+    mt_err_set(e, "parallel.cp = %d does not divide model.seq_len = %d", cp, T);
+  else if (mode == MT_CP_ULYSSES && (s->n_head / cfg->tp) % cp != 0)
+    mt_err_set(e, "parallel.cp_mode = ulysses splits the attention heads over parallel.cp = %d "
+                  "ranks: the %d heads of each tp rank (model.n_head = %d / parallel.tp = %d) "
+                  "do not divide by it", cp, s->n_head / cfg->tp, s->n_head, cfg->tp);
+  else if (cfg->sp && (T / cp) % cfg->tp != 0)
+    mt_err_set(e, "parallel.sp = true: parallel.tp = %d does not divide the %d tokens of a "
+                  "sequence on each cp rank (model.seq_len = %d / parallel.cp = %d)",
+               cfg->tp, T / cp, T, cp);
+  return e->failed ? -1 : 0;
+}
+
 int mt_train_validate(const mt_config *cfg, int world_size, mt_train_layout *lay, mt_err *e) {
   memset(lay, 0, sizeof *lay);
   lay->sched = MT_SCHED_1F1B;
   if (mt_model_shape_from_config(cfg, &lay->shape, e) != 0) return -1;
   if (check_mesh_and_batch(cfg, world_size, e) != 0) return -1;
+  if (check_cp(cfg, &lay->shape, e) != 0) return -1;
   const mt_model_shape *s = &lay->shape;
   lay->world = cfg->pp * cfg->dp * cfg->cp * cfg->tp;
   lay->per_rank = cfg->global_batch / cfg->dp;
@@ -194,8 +217,8 @@ void mt_train_layout_free(mt_train_layout *lay) {
 static void check_memory(mt_trainer *t, mt_err *e) {
   mt_plan_rank pr;
   double need = 0.0;
-  if (mt_plan_rank_build(&t->cfg, &t->lay, t->mesh.pp_rank, t->mesh.dp_rank, t->mesh.tp_rank, &pr,
-                         e) == 0)
+  if (mt_plan_rank_build(&t->cfg, &t->lay, t->mesh.pp_rank, t->mesh.dp_rank, t->mesh.cp_rank,
+                         t->mesh.tp_rank, &pr, e) == 0)
     need = mt_plan_rank_total(&pr);
   if (t->device == MT_DEVICE_CUDA) { /* the tensors live on the GPU */
     mt_train_device_check_memory(t, need, e);
@@ -258,7 +281,8 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   /* zb-h1 splits each backward into input and weight passes (the sets keep
    * the linears' output gradients in between) */
   mt_gpt_parallel par = {&t->mesh.tp_g, cfg->sp, cfg->recompute,
-                         cfg->pp > 1 && t->lay.sched == MT_SCHED_ZBH1, NULL, 0, 0, 1};
+                         cfg->pp > 1 && t->lay.sched == MT_SCHED_ZBH1, NULL, 0, 0, 1,
+                         &t->mesh.cp_g, mt_cp_mode_parse(cfg->cp_mode)};
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
     par.stage_of_layer = t->lay.stage_of_layer;
     par.pp_rank = t->mesh.pp_rank;
@@ -266,10 +290,12 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   }
   mt_gpt_create_stage(&t->model, &t->lay.shape, t->ops, cfg->micro_batch, &par, e);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
+  /* cp ranks hold the same parameters (each sees other tokens): gradients
+   * and ZeRO shards go over dp x cp (at cp = 1, the dp group, rank for rank) */
   mt_registry *reg = &t->model.reg;
-  mt_registry_shard_dp(reg, cfg->dp, t->mesh.dp_rank, cfg->zero,
+  mt_registry_shard_dp(reg, cfg->dp * cfg->cp, t->mesh.dpcp_g.rank, cfg->zero,
                        (size_t)(cfg->bucket_mb * 1048576.0));
-  mt_dp_create(&t->dp, &t->mesh.dp_g, reg, t->ops, &t->model.tp, (float)cfg->beta1,
+  mt_dp_create(&t->dp, &t->mesh.dpcp_g, reg, t->ops, &t->model.tp, (float)cfg->beta1,
                (float)cfg->beta2, (float)cfg->eps, (float)cfg->weight_decay);
   mt_dp_set_tp(&t->dp, &t->mesh.tp_g);
   mt_state_source src = mt_dp_state_source(&t->dp);

@@ -81,7 +81,7 @@ void mt_train_stage_create(mt_trainer *t) {
   st->rank = t->mesh.pp_rank;
   st->last_vs = cfg->pp * cfg->virtual_stages - 1;
   st->B = cfg->micro_batch;
-  st->T = t->lay.shape.seq_len;
+  st->T = t->model.T; /* this rank's tokens of a sequence (seq_len / cp) */
   for (int vs = 0; vs <= st->last_vs; vs++) {
     int a, b;
     mt_train_stage_layers(cfg, &t->lay, vs, &a, &b);
@@ -148,15 +148,20 @@ double mt_train_evaluate(mt_trainer *t) {
   st->inp = mt_calloc((size_t)(n_mb + 1) * micro_batch * T, sizeof(int));
   st->tgt = mt_calloc((size_t)(n_mb + 1) * micro_batch * T, sizeof(int));
   st->rows = mt_calloc((size_t)n_mb + 1, sizeof(int));
+  const int T_full = t->lay.shape.seq_len;
+  int *seq = mt_calloc(2 * (size_t)T_full, sizeof(int));
   for (int k = 0; k < n_mb; k++) {
     int s0 = first + k * micro_batch;
     st->rows[k] = last - s0 < micro_batch ? last - s0 : micro_batch;
     for (int b = 0; b < st->rows[k]; b++) {
       size_t off = ((size_t)k * micro_batch + b) * T;
-      mt_sampler_get_window(&t->val_sampler, (uint64_t)(s0 + b), st->inp + off, st->tgt + off);
+      mt_sampler_get_window(&t->val_sampler, (uint64_t)(s0 + b), seq, seq + T_full);
+      mt_cp_take_tokens(&t->model.cp.lay, seq, st->inp + off);
+      mt_cp_take_tokens(&t->model.cp.lay, seq + T_full, st->tgt + off);
     }
     acc[1] += st->rows[k];
   }
+  free(seq);
   st->loss_sum = 0.0;
   st->eval = 1;
   st->n_mb = n_mb;
@@ -182,6 +187,8 @@ double mt_train_evaluate(mt_trainer *t) {
   st->inp = inp;
   st->tgt = tgt;
   st->rows = rows;
-  mt_allreduce_sum_f64(&t->mesh.dp_g, acc, 2, MT_LOC_HOST);
+  /* every cp rank adds its tokens' mean for each of its sequences: equal
+   * shares, so the mean over dp x cp is the mean over the sequences */
+  mt_allreduce_sum_f64(&t->mesh.dpcp_g, acc, 2, MT_LOC_HOST);
   return acc[1] > 0 ? acc[0] / acc[1] : 0.0;
 }

@@ -164,7 +164,7 @@ static void summary_add_attempts(cJSON *o, const char *dir, int resumed, long lo
 }
 
 /* per rank: coordinates, peak bytes by category, the last step's bytes per group */
-enum { RANK_COORDS = 3, RANK_GROUPS = 3, RANK_FIELDS = RANK_COORDS + MT_MEM_NCAT + RANK_GROUPS };
+enum { RANK_COORDS = 4, RANK_GROUPS = 4, RANK_FIELDS = RANK_COORDS + MT_MEM_NCAT + RANK_GROUPS };
 
 static cJSON *ranks_json(const mt_trainer *t, const double *all) {
   cJSON *arr = cJSON_CreateArray();
@@ -175,12 +175,14 @@ static cJSON *ranks_json(const mt_trainer *t, const double *all) {
     cJSON_AddNumberToObject(o, "pp", v[0]);
     cJSON_AddNumberToObject(o, "dp", v[1]);
     cJSON_AddNumberToObject(o, "tp", v[2]);
+    cJSON_AddNumberToObject(o, "cp", v[3]);
     mt_train_add_mem(o, "mem_peak_bytes", v + RANK_COORDS);
     const double *b = v + RANK_COORDS + MT_MEM_NCAT;
     cJSON *bytes = cJSON_AddObjectToObject(o, "last_step_bytes");
     cJSON_AddNumberToObject(bytes, "dp", b[0]);
     cJSON_AddNumberToObject(bytes, "tp", b[1]);
     cJSON_AddNumberToObject(bytes, "pp", b[2]);
+    cJSON_AddNumberToObject(bytes, "cp", b[3]);
     cJSON_AddItemToArray(arr, o);
   }
   return arr;
@@ -194,16 +196,19 @@ void mt_train_summary(mt_trainer *t) {
   mine[0] = t->mesh.pp_rank;
   mine[1] = t->mesh.dp_rank;
   mine[2] = t->mesh.tp_rank;
+  mine[3] = t->mesh.cp_rank;
   for (int c = 0; c < MT_MEM_NCAT; c++) mine[RANK_COORDS + c] = (double)mt_mem_peak((mt_mem_cat)c);
   mine[RANK_COORDS + MT_MEM_NCAT + 0] = t->last_dp_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 1] = t->last_tp_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 2] = t->last_pp_bytes;
+  mine[RANK_COORDS + MT_MEM_NCAT + 3] = t->last_cp_bytes;
   if (t->world_rank == 0) all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
   MPI_Gather(mine, RANK_FIELDS, MPI_DOUBLE, all, RANK_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   /* the plan of this rank: what summary.json states per step */
   mt_plan_rank plan;
   mt_err e = {0};
-  mt_plan_rank_build(cfg, &t->lay, t->mesh.pp_rank, t->mesh.dp_rank, t->mesh.tp_rank, &plan, &e);
+  mt_plan_rank_build(cfg, &t->lay, t->mesh.pp_rank, t->mesh.dp_rank, t->mesh.cp_rank,
+                     t->mesh.tp_rank, &plan, &e);
   /* per pipeline stage: parameter bytes a rank holds, dp bytes it sends per step */
   double stage_bytes[2 * MT_PP_MAX_CHUNKS] = {0};
   double my_bytes[2] = {plan.params_numel * sizeof(float), plan.dp_state_bytes};
@@ -241,6 +246,7 @@ void mt_train_summary(mt_trainer *t) {
   cJSON_AddNumberToObject(o, "dp_bytes_per_step", plan.dp_state_bytes);
   cJSON_AddNumberToObject(o, "tp_bytes_per_step", plan.tp_bytes);
   cJSON_AddNumberToObject(o, "pp_bytes_per_step", plan.pp_bytes);
+  cJSON_AddNumberToObject(o, "cp_bytes_per_step", plan.cp_bytes);
   cJSON_AddNumberToObject(o, "params_bytes_per_rank", plan.params_numel * sizeof(float));
   if (cfg->pp > 1) { /* rank 0 is on the first stage: every stage's own figures */
     cJSON *ps = cJSON_AddObjectToObject(o, "pp_stages");

@@ -55,19 +55,21 @@ void mt_train_stage_layers(const mt_config *cfg, const mt_train_layout *lay, int
 /* the plan: memory and bytes from placement alone                     */
 
 typedef struct {
-  int world_rank, pp_rank, dp_rank, tp_rank;
+  int world_rank, pp_rank, dp_rank, cp_rank, tp_rank;
   /* bytes this rank allocates, by mt_mem_cat; exact, except comm with
    * pp > 1 (the pipeline's send buffers grow with the messages in flight:
    * comm is then the fixed part) */
   double mem[MT_MEM_NCAT];
   int comm_exact;
   /* bytes this rank sends per training step (no evaluation, no checkpoint)
-   * over each group, as comm counts them */
-  double dp_bytes, tp_bytes, pp_bytes;
+   * over each group, as comm counts them; dp: the dp x cp group, where
+   * gradients, ZeRO shards and the loss are reduced */
+  double dp_bytes, tp_bytes, pp_bytes, cp_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
   int n_buckets;         /* dp buckets (reductions per step) */
   int layers;            /* blocks on this rank (all its chunks) */
+  mt_group groups[2];    /* the tp and cp groups' sizes and ranks the model points to */
 } mt_plan_rank;
 
 typedef struct {
@@ -79,19 +81,20 @@ typedef struct {
 /* The plan of every rank of cfg's mesh (world_size 0: the mesh as given).
  * Needs no MPI. Returns 0, or -1 with e set (the validation's errors). */
 int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e);
-/* One rank's plan (pp, dp, tp coordinates), for a running rank's checks. */
+/* One rank's plan (pp, dp, cp, tp coordinates), for a running rank's checks. */
 int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
-                       int tp_rank, mt_plan_rank *out, mt_err *e);
+                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_err *e);
 void mt_plan_free(mt_plan *p);
 /* mt_plan_rank_build that also hands back the count-only model it built
  * (keep: free it with mt_gpt_destroy; its registry carries the dp placement) */
 int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
-                       int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e);
-/* The model as pipeline rank pp_rank, tp rank tp_rank of cfg's mesh would
- * create it, allocating nothing (mt_gpt_create_plan; free with
- * mt_gpt_destroy). */
-int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int tp_rank,
-                  mt_gpt *m, mt_err *e);
+                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e);
+/* The model as pipeline rank pp_rank, cp rank cp_rank, tp rank tp_rank of
+ * cfg's mesh would create it, allocating nothing (mt_gpt_create_plan; free
+ * with mt_gpt_destroy). groups[2] (tp, cp: sizes and ranks, no MPI) must
+ * outlive m. */
+int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int cp_rank,
+                  int tp_rank, mt_group groups[2], mt_gpt *m, mt_err *e);
 /* The table meshtrain --plan prints: per pipeline stage, memory by category
  * and bytes per group per step (the largest rank of the stage). */
 void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f);
@@ -258,7 +261,8 @@ typedef struct {
   double total_ckpt_s;
   int timed_steps, exit_code;
   long long last_step_done, last_saved;
-  double last_dp_bytes, last_tp_bytes, last_pp_bytes; /* the last step's, this rank */
+  double last_dp_bytes, last_tp_bytes, last_pp_bytes, last_cp_bytes; /* the last step's, this
+                                                                         rank */
 } mt_trainer;
 
 /* Collective: everything before the first step. Bad input ends every rank

@@ -19,6 +19,7 @@ cJSON *mt_train_add_layout(cJSON *parent, const char *key, const mt_config *cfg,
   cJSON_AddNumberToObject(lay, "tp", cfg->tp);
   cJSON_AddNumberToObject(lay, "pp", cfg->pp);
   cJSON_AddNumberToObject(lay, "cp", cfg->cp);
+  if (cfg->cp > 1) cJSON_AddStringToObject(lay, "cp_mode", cfg->cp_mode);
   cJSON_AddNumberToObject(lay, "zero", cfg->zero);
   cJSON_AddBoolToObject(lay, "sp", cfg->sp);
   return lay;

@@ -256,9 +256,10 @@ static void ref_linear_backward(double *dinp, double *dw, double *db, const doub
 
 /* Causal multi-head attention. qkv (B,T,3C) = [q | k | v], head h uses
  * channels h*hs..(h+1)*hs-1 of each; att (B,NH,T,T) = probabilities,
- * 0 above the diagonal; out (B,T,C). */
-static void ref_attention_forward(double *out, double *att, const double *qkv, int B, int T,
-                                  int C, int NH) {
+ * 0 above the diagonal; lse (B,NH,T) = log sum_j exp(scale q_t.k_j), what
+ * the model keeps instead of att; out (B,T,C). */
+static void ref_attention_forward(double *out, double *att, double *lse, const double *qkv,
+                                  int B, int T, int C, int NH) {
   int hs = C / NH;
   double scale = 1.0 / sqrt((double)hs);
   for (int b = 0; b < B; b++)
@@ -275,6 +276,7 @@ static void ref_attention_forward(double *out, double *att, const double *qkv, i
           if (p[j] > maxv) maxv = p[j];
         }
         for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - maxv));
+        lse[((size_t)b * NH + h) * T + t] = maxv + log(sum);
         for (int j = 0; j <= t; j++) p[j] /= sum;
         for (int j = t + 1; j < T; j++) p[j] = 0.0;
         double *y = out + ((size_t)b * T + t) * C + (size_t)h * hs;
@@ -344,6 +346,7 @@ typedef struct {
   double *ln1, *ln1_mean, *ln1_rstd;  /* (L,BT,C), (L,BT) */
   double *qkv;                        /* (L,BT,3C) */
   double *att;                        /* (L,B,NH,T,T) */
+  double *lse;                        /* (L,B,NH,T) */
   double *atty;                       /* (L,BT,C) */
   double *res2;                       /* (L,BT,C) x + attention */
   double *ln2, *ln2_mean, *ln2_rstd;  /* (L,BT,C), (L,BT) */
@@ -362,6 +365,7 @@ static void ref_acts_alloc(ref_acts *a, const ref_model *r, int B) {
   a->ln1_rstd = dalloc(L * BT);
   a->qkv = dalloc(L * BT * 3 * C);
   a->att = dalloc(L * (size_t)B * r->NH * r->T * r->T);
+  a->lse = dalloc(L * (size_t)B * r->NH * r->T);
   a->atty = dalloc(L * BT * C);
   a->res2 = dalloc(L * BT * C);
   a->ln2 = dalloc(L * BT * C);
@@ -379,7 +383,8 @@ static void ref_acts_alloc(ref_acts *a, const ref_model *r, int B) {
 static void ref_acts_free(ref_acts *a) {
   double *all[] = {a->x,    a->ln1,      a->ln1_mean, a->ln1_rstd, a->qkv,      a->att,
                    a->atty, a->res2,     a->ln2,      a->ln2_mean, a->ln2_rstd, a->fch,
-                   a->fcg,  a->lnf,      a->lnf_mean, a->lnf_rstd, a->probs,    a->losses};
+                   a->fcg,  a->lnf,      a->lnf_mean, a->lnf_rstd, a->probs,    a->losses,
+                   a->lse};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
 
@@ -402,7 +407,8 @@ static double ref_forward(const ref_model *r, const double *P, const int *inp, c
     ref_ln_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, x, P + w->ln1_w,
                    P + w->ln1_b, BT, C);
     ref_linear_forward(qkv, ln1, P + w->qkv_w, P + w->qkv_b, BT, C, 3 * C);
-    ref_attention_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, B, T, C, NH);
+    ref_attention_forward(atty, a->att + (size_t)l * B * NH * T * T, a->lse + (size_t)l * B * NH * T,
+                          qkv, B, T, C, NH);
     ref_linear_forward(tmp, atty, P + w->attn_proj_w, P + w->attn_proj_b, BT, C, C);
     for (size_t i = 0; i < btc; i++) res2[i] = x[i] + tmp[i];
     ref_ln_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, P + w->ln2_w,
@@ -609,8 +615,8 @@ static void run_case(const test_case *tc) {
   (snprintf(what, sizeof what, "%d.%s", l, name), check_act(tc->tag, what, got, ref, n))
     ACT("ln1", m.a.ln1 + l * btc, a.ln1 + l * btc, btc);
     ACT("qkv", m.a.qkv + 3 * l * btc, a.qkv + 3 * l * btc, 3 * btc);
-    ACT("att", m.a.att + (size_t)l * B * s.n_head * T * T, a.att + (size_t)l * B * s.n_head * T * T,
-        (size_t)B * s.n_head * T * T);
+    ACT("lse", m.a.lse + (size_t)l * B * s.n_head * T, a.lse + (size_t)l * B * s.n_head * T,
+        (size_t)B * s.n_head * T);
     ACT("atty", m.a.atty + l * btc, a.atty + l * btc, btc);
     ACT("residual2", m.a.residual2 + l * btc, a.res2 + l * btc, btc);
     ACT("fch_gelu", m.a.fch_gelu + 4 * l * btc, a.fcg + 4 * l * btc, 4 * btc);

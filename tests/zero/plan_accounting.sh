@@ -1,9 +1,12 @@
 # The plan equals what a run counts, exactly: for PRESET (tiny or small) at
-# zero = 0, 1, 2, 3 on dp = 2 (and on tiny also dp = 4, and tp = 2 with
-# sequence parallelism at zero 3), `meshtrain --plan-json` (no MPI, no
+# zero = 0, 1, 2, 3 on dp = 2 (and on tiny also dp = 4, tp = 2 with
+# sequence parallelism at zero 3, and context parallelism: ring and Ulysses,
+# alone, with dp = 2 and ZeRO-3, with tp = 2 and sp, with pp = 2 and
+# recompute), `meshtrain --plan-json` (no MPI, no
 # allocation) predicts every rank's bytes by category (parameters,
 # gradients, optimizer state, gathered parameters, activations, comm
-# buffers) and the bytes it sends per step over dp, tp and pp; the run's
+# buffers) and the bytes it sends per step over dp (the dp x cp group), tp,
+# pp and cp; the run's
 # allocator counters (summary.json ranks[].mem_peak_bytes) and comm's
 # counters (ranks[].last_step_bytes) must equal them. Prints the table.
 # Arguments after PRESET are added to every run (tests/gpu/memory.sh: the
@@ -23,7 +26,12 @@ if [ "$preset" = tiny ]; then
   cases+=("dp4z3 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1"
           "dp4z2b 4 --set parallel.dp=4 --set parallel.zero=2 --set train.micro_batch=1 --set parallel.bucket_mb=0.02"
           "tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3 --set train.micro_batch=2"
-          "tp2z1 2 --set parallel.tp=2 --set parallel.zero=1 --set train.micro_batch=4")
+          "tp2z1 2 --set parallel.tp=2 --set parallel.zero=1 --set train.micro_batch=4"
+          "cp2ring 2 --set parallel.cp=2 --set parallel.zero=1 --set train.micro_batch=2"
+          "cp2uly 2 --set parallel.cp=2 --set parallel.cp_mode=ulysses --set train.micro_batch=4"
+          "cp2dp2z3 4 --set parallel.cp=2 --set parallel.dp=2 --set parallel.zero=3 --set parallel.cp_mode=ulysses --set train.micro_batch=1"
+          "cp2tp2sp 4 --set parallel.cp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=2 --set train.micro_batch=2"
+          "cp2pp2rc 4 --set parallel.cp=2 --set parallel.pp=2 --set train.recompute=true --set train.micro_batch=2")
 fi
 for c in "${cases[@]}"; do
   read -r name np args <<< "$c"
@@ -54,14 +62,14 @@ for name in cases:
             if not got == want:
                 print("FAIL: %s rank %d %s: allocated %r bytes, planned %r" % (name, p["rank"], c, got, want))
                 bad += 1
-        for g in ("dp", "tp", "pp"):
+        for g in ("dp", "tp", "pp", "cp"):
             got, want = r["last_step_bytes"][g], p["step_bytes"][g]
             if not got == want:
                 print("FAIL: %s rank %d: %s bytes per step %r, planned %r" % (name, p["rank"], g, got, want))
                 bad += 1
     p0 = plan["ranks"][0]
     print("%-8s rank 0 bytes: " % name + " ".join("%s %d" % (c, p0["mem_bytes"][c]) for c in cats) +
-          " | per step dp %d tp %d pp %d" % tuple(p0["step_bytes"][g] for g in ("dp", "tp", "pp")))
+          " | per step dp %d tp %d pp %d cp %d" % tuple(p0["step_bytes"][g] for g in ("dp", "tp", "pp", "cp")))
 sys.exit(1 if bad else 0)
 PY
 echo PASS

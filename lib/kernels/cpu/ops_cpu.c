@@ -114,7 +114,9 @@ static void encoder_vp_backward(float *dwte, float *dwpe, const float *dout, con
 /* layernorm                                                           */
 
 /* out (N,C) = (inp - mean) * rstd * w + b, per row n of inp (N,C);
- * mean (N), rstd (N) = 1/sqrt(var + 1e-5) with the biased variance. */
+ * mean (N), rstd (N) = 1/sqrt(var + 1e-5) with the biased variance. The row
+ * sums are `omp simd` reductions (vectorised; a fixed order, so the same
+ * bits on every run). */
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C) {
   const float eps = 1e-5f;
@@ -122,9 +124,11 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * C;
     float m = 0.0f;
+#pragma omp simd reduction(+ : m)
     for (int c = 0; c < C; c++) m += x[c];
     m /= C;
     float v = 0.0f;
+#pragma omp simd reduction(+ : v)
     for (int c = 0; c < C; c++) {
       float d = x[c] - m;
       v += d * d;
@@ -151,6 +155,7 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
     const float *dy = dout + (size_t)n * C;
     float m = mean[n], s = rstd[n];
     float g_mean = 0.0f, gnorm_mean = 0.0f;
+#pragma omp simd reduction(+ : g_mean, gnorm_mean)
     for (int c = 0; c < C; c++) {
       float norm = (x[c] - m) * s;
       float g = w[c] * dy[c];
@@ -237,22 +242,23 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
 /* attention                                                           */
 
 /* Threading: one OpenMP thread per (b,h) head with single-threaded sgemms
- * inside. Measured on 2 cores at B=8,T=256,C=384,NH=6, forward + backward,
- * best of 20: heads in parallel 13 ms, a serial head loop with 2 BLAS threads
- * 27 ms, 1 thread 26 ms (OpenBLAS SkylakeX kernels; with the Prescott
- * fallback 29 / 61 / 57 ms): the 64-row sgemms are too small to split.
- * It also makes attention bitwise independent of the thread count. The pool
- * size of OpenBLAS is global, so it is set to 1 for the parallel region and
- * restored after (sgemms called from inside a parallel region would otherwise
- * oversubscribe or serialise on OpenBLAS's lock). */
-static int blas_threads_serial_begin(void) {
-  int n = openblas_get_num_threads();
-  if (n != 1) openblas_set_num_threads(1);
-  return n;
+ * inside (the 64-row sgemms are too small to split), which also makes
+ * attention bitwise independent of the thread count. The pool size of
+ * OpenBLAS is global, so it is set to 1 for the parallel region and restored
+ * after (a pthreads OpenBLAS would otherwise oversubscribe or serialise on
+ * its lock). With an OpenMP OpenBLAS, openblas_set_num_threads also sets
+ * OpenMP's default team size: the region must then ask for its team
+ * explicitly (num_threads), or it runs on one thread (it did, until the
+ * block attention measured it: 1 thread 80 ms, "2 threads" 91 ms). */
+int mt_cpu_blas_serial_begin(int *blas_threads) {
+  int team = mt_kernels_threads();
+  *blas_threads = openblas_get_num_threads();
+  if (*blas_threads != 1) openblas_set_num_threads(1);
+  return team;
 }
 
-static void blas_threads_serial_end(int n) {
-  if (n != 1) openblas_set_num_threads(n);
+void mt_cpu_blas_serial_end(int blas_threads) {
+  if (blas_threads != 1) openblas_set_num_threads(blas_threads);
 }
 
 /* One head. q, k, v point at this head's hs columns of (T,3C) rows (ld C3);
@@ -296,15 +302,15 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                               int NH) {
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
-  int blas_threads = blas_threads_serial_begin();
-#pragma omp parallel for schedule(static)
+  int blas_threads, team = mt_cpu_blas_serial_begin(&blas_threads);
+#pragma omp parallel for schedule(static) num_threads(team)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
     attention_forward_head(out + (size_t)b * T * C + (size_t)h * hs, att + (size_t)bh * T * T,
                            q, q + C, q + 2 * C, T, C, C3, hs, scale);
   }
-  blas_threads_serial_end(blas_threads);
+  mt_cpu_blas_serial_end(blas_threads);
 }
 
 /* One head, same layout as the forward; dO = dout_h (T,hs, ld C), P = att_h.
@@ -355,8 +361,8 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
                                const float *att, int B, int T, int C, int NH) {
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
-  int blas_threads = blas_threads_serial_begin();
-#pragma omp parallel for schedule(static)
+  int blas_threads, team = mt_cpu_blas_serial_begin(&blas_threads);
+#pragma omp parallel for schedule(static) num_threads(team)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     size_t head = (size_t)b * T * C3 + (size_t)h * hs;
@@ -366,7 +372,7 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
                             dout + (size_t)b * T * C + (size_t)h * hs, q, q + C, q + 2 * C,
                             att + (size_t)bh * T * T, T, C, C3, hs, scale);
   }
-  blas_threads_serial_end(blas_threads);
+  mt_cpu_blas_serial_end(blas_threads);
 }
 
 /* ------------------------------------------------------------------ */
@@ -386,22 +392,19 @@ static void residual_forward(float *out, const float *a, const float *b, size_t 
  * columns V..Vp-1; losses[n] = -log p[target] computed as
  * log(sum_j exp(l_j - max)) + max - l_target, which stays finite when
  * p[target] underflows. probs may alias logits: l_target and the max are read
- * before the row is overwritten, and each exp is written over its own input. */
+ * before the row is overwritten, and each exp is written over its own input.
+ * The maximum and the exps are rows_cpu.c's vectorised loops (a polynomial
+ * exp, relative error below 2e-7). */
 static void softmax_xent_forward(float *losses, float *probs, const float *logits,
                                  const int *targets, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * Vp;
     float *p = probs + (size_t)n * Vp;
-    float maxv = l[0];
-    for (int j = 1; j < V; j++) maxv = l[j] > maxv ? l[j] : maxv;
+    float maxv = mt_cpu_row_max(l, V);
     float l_target = l[targets[n]];
-    double sum = 0.0; /* Vp is up to ~50k terms: sum in double */
-    for (int j = 0; j < V; j++) {
-      float e = expf(l[j] - maxv);
-      p[j] = e;
-      sum += e;
-    }
+    /* Vp is up to ~50k terms: summed in double */
+    double sum = mt_cpu_row_exp_f64(p, l, V, maxv);
     float inv = (float)(1.0 / sum);
     for (int j = 0; j < V; j++) p[j] *= inv;
     for (int j = V; j < Vp; j++) p[j] = 0.0f;
@@ -432,12 +435,7 @@ static void xent_vp_max(float *rowmax, const float *logits, int N, int Vl, int n
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * Vl;
-    float maxv = -INFINITY;
-    if (nvalid > 0) {
-      maxv = l[0];
-      for (int j = 1; j < nvalid; j++) maxv = l[j] > maxv ? l[j] : maxv;
-    }
-    rowmax[n] = maxv;
+    rowmax[n] = nvalid > 0 ? mt_cpu_row_max(l, nvalid) : -INFINITY;
   }
 }
 
@@ -450,12 +448,8 @@ static void xent_vp_exp(double *stats, float *probs, const float *logits, const 
     float maxv = rowmax[n];
     int col = targets[n] - v0;
     double l_target = col >= 0 && col < nvalid ? (double)l[col] : 0.0;
-    double sum = 0.0; /* up to ~50k terms: sum in double */
-    for (int j = 0; j < nvalid; j++) {
-      float e = expf(l[j] - maxv);
-      p[j] = e;
-      sum += e;
-    }
+    /* up to ~50k terms: summed in double */
+    double sum = nvalid > 0 ? mt_cpu_row_exp_f64(p, l, nvalid, maxv) : 0.0;
     for (int j = nvalid; j < Vl; j++) p[j] = 0.0f;
     stats[2 * (size_t)n] = sum;
     stats[2 * (size_t)n + 1] = l_target;
@@ -546,12 +540,36 @@ static void host_upload(void *dst, const void *src, size_t bytes) {
   if (bytes) memcpy(dst, src, bytes);
 }
 
+/* Clears and copies of more than MT_PAR_MIN floats are split over the
+ * threads in contiguous pieces: one core does not saturate the memory
+ * bandwidth, and a serial memset left the other threads idle (the gradient
+ * buffer, 40 MB for `small`, is cleared every step). */
+#define MT_PAR_MIN ((size_t)1 << 16)
+
 static void zero(float *x, size_t n) {
-  if (n) memset(x, 0, n * sizeof(float));
+  if (n < MT_PAR_MIN) {
+    if (n) memset(x, 0, n * sizeof(float));
+    return;
+  }
+#pragma omp parallel
+  {
+    size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+    memset(x + i0, 0, (i1 - i0) * sizeof(float));
+  }
 }
 
 static void copy(float *dst, const float *src, size_t n) {
-  if (n) memcpy(dst, src, n * sizeof(float));
+  if (n < MT_PAR_MIN) {
+    if (n) memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+#pragma omp parallel
+  {
+    size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+    memcpy(dst + i0, src + i0, (i1 - i0) * sizeof(float));
+  }
 }
 
 static void axpy(float *y, float a, const float *x, size_t n) {
@@ -590,6 +608,11 @@ static const mt_ops g_ops_cpu = {
     .matmul_backward = matmul_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .attn_forward = mt_cpu_attn_forward,
+    .attn_merge = mt_cpu_attn_merge,
+    .attn_backward = mt_cpu_attn_backward,
+    .copy_2d = mt_cpu_copy_2d,
+    .add_2d = mt_cpu_add_2d,
     .gelu_forward = mt_cpu_gelu_forward,
     .gelu_backward = mt_cpu_gelu_backward,
     .residual_forward = residual_forward,
