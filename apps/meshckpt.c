@@ -289,7 +289,7 @@ static void report_problem(void *ctx, const char *path, const char *problem, con
  * the checkpoint's: what the loader checks against the run's model. */
 static void check_model_tensors(ckpt *c, report *rep) {
   mt_model_shape shape = {(int)c->meta.n_layer, (int)c->meta.n_embd, (int)c->meta.n_head,
-                          (int)c->meta.seq_len, (int)c->meta.vocab, 0};
+                          (int)c->meta.seq_len, (int)c->meta.vocab, 0, 0, 0, 0, 0, 0, 0.0};
   if (c->meta.n_layer > c->n_tensors || c->meta.n_embd > INT32_MAX || c->meta.seq_len > INT32_MAX ||
       c->meta.vocab > INT32_MAX) {
     report_add(rep, "%s: the root attributes describe a model larger than the checkpoint", c->dir);

@@ -1,7 +1,10 @@
 /* comm: the device mesh and every collective meshtrain issues.
  * World size = pp x dp x cp x tp, rank order innermost first tp, cp, dp, pp
- * (a tp group stays inside one node). Groups are made once here with
- * MPI_Comm_split; nothing else splits communicators. Each group counts the
+ * (a tp group stays inside one node). MoE layers see the same ranks of a
+ * pipeline stage through a second, folded mesh etp, ep, edp (innermost
+ * first, etp x ep x edp = tp x cp x dp: Megatron-Core's "parallel folding").
+ * Groups are made once here with MPI_Comm_split; nothing else splits
+ * communicators. Each group counts the
  * bytes its collectives move (per rank, as sent on the wire by the standard
  * ring algorithms) and the time ranks spend inside them. MPI backend, host
  * buffers; an NCCL backend for device buffers slots in behind the same calls. */
@@ -13,7 +16,7 @@
 #include "core/core.h"
 
 typedef struct {
-  const char *name; /* "dp", "tp", "pp", "cp", "world" */
+  const char *name; /* "dp", "tp", "pp", "cp", "etp", "ep", "edp", "world" */
   MPI_Comm comm;
   int size, rank;
   double bytes;   /* payload bytes this rank passed to collectives (send side) */
@@ -27,6 +30,12 @@ typedef struct {
   int tp_rank, cp_rank, dp_rank, pp_rank;
   mt_group world, tp_g, cp_g, dp_g, pp_g;
   mt_group node;                  /* the ranks sharing this node's memory */
+  /* the folded mesh of MoE layers over the tp x cp x dp ranks of one stage
+   * (mt_mesh_fold; etp = ep = 1 and no groups until then) */
+  int etp, ep, edp;
+  int etp_rank, ep_rank, edp_rank;
+  mt_group etp_g, ep_g, edp_g;
+  int folded;
 } mt_mesh;
 
 /* Validates the product against the world size (message names both) and
@@ -34,6 +43,14 @@ typedef struct {
  * on failure. */
 int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e);
 void mt_mesh_destroy(mt_mesh *m);
+/* The folded mesh of expert layers: the q = tp_rank + tp * (cp_rank + cp *
+ * dp_rank)-th rank of a pipeline stage is etp rank q % etp, ep rank
+ * (q / etp) % ep, edp rank q / (etp * ep). Validates that etp x ep divides
+ * tp x cp x dp (message names the keys) and builds the etp, ep and edp
+ * groups. Collective over MPI_COMM_WORLD. */
+int mt_mesh_fold(mt_mesh *m, int etp, int ep, mt_err *e);
+/* (etp, ep, edp) coordinates of the stage-local rank q (no MPI: the plan) */
+void mt_mesh_fold_coords(int q, int etp, int ep, int *etp_r, int *ep_r, int *edp_r);
 /* world rank of the given coordinates */
 int mt_mesh_rank_of(const mt_mesh *m, int tp_r, int cp_r, int dp_r, int pp_r);
 void mt_group_reset_counters(mt_group *g);
@@ -81,6 +98,32 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
                           size_t inner, mt_loc loc);
 void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
                                size_t inner, float *scratch, mt_loc loc);
+
+/* Integer all-gather: every rank's n ints -> recv (size x n), rank order. */
+void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n);
+/* Integer all-to-all: n ints to every rank (send: size x n, block r goes to
+ * rank r) -> recv (size x n, block r from rank r); host memory. Bytes
+ * counted: the blocks sent to the other ranks. */
+void mt_alltoall_i32(mt_group *g, const int *send, int *recv, size_t n);
+/* All-to-all of variable parts (MoE dispatch and combine): send holds
+ * send_counts[r] floats for rank r, one part after the other in rank order;
+ * recv receives recv_counts[r] floats from rank r the same way. Bytes
+ * counted: what goes to the other ranks (own part excluded). */
+void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts, float *recv,
+                      const size_t *recv_counts, mt_loc loc);
+/* Blocking all-gather of variable parts: rank r's counts[r] floats (send)
+ * -> recv, parts in rank order; bytes counted as mt_bytes_allgather of the
+ * whole. */
+void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
+                       mt_loc loc);
+/* Reduce-scatter (sum) of variable parts: send holds the whole (parts in
+ * rank order), recv this rank's counts[rank] floats of the sum; bytes counted
+ * as mt_bytes_reduce_scatter of the whole. */
+void mt_reduce_scatterv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
+                            mt_loc loc);
+/* Bytes an all-to-all of these per-rank parts sends (rank's own part
+ * excluded), bytes each: what mt_alltoallv_f32 counts. */
+double mt_bytes_alltoallv(const size_t *send_counts, int n, int rank, size_t elem_bytes);
 
 /* Non-blocking forms; a request is finished by mt_wait (which counts the time
  * spent waiting as communication time). A device buffer's host staging copy

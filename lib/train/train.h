@@ -56,6 +56,7 @@ void mt_train_stage_layers(const mt_config *cfg, const mt_train_layout *lay, int
 
 typedef struct {
   int world_rank, pp_rank, dp_rank, tp_rank;
+  int ep_rank, etp_rank, edp_rank; /* on the folded mesh of MoE blocks */
   /* bytes this rank allocates, by mt_mem_cat; exact, except comm with
    * pp > 1 (the pipeline's send buffers grow with the messages in flight:
    * comm is then the fixed part) */
@@ -64,6 +65,11 @@ typedef struct {
   /* bytes this rank sends per training step (no evaluation, no checkpoint)
    * over each group, as comm counts them */
   double dp_bytes, tp_bytes, pp_bytes;
+  /* MoE: over ep (the dispatch's all-to-alls, as a balanced routing implies:
+   * exact when every expert gets the same share of the slots, e.g. k = E),
+   * etp (gathers and reduce-scatters inside experts) and edp (the experts'
+   * gradients) */
+  double ep_bytes, etp_bytes, edp_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
 } mt_plan_rank;
@@ -145,6 +151,7 @@ typedef struct {
   int timed_steps, exit_code;
   long long last_step_done, last_saved;
   double last_dp_bytes, last_tp_bytes, last_pp_bytes; /* the last step's, this rank */
+  double last_ep_bytes, last_etp_bytes, last_edp_bytes;
 } mt_trainer;
 
 /* Collective: everything before the first step. Bad input ends every rank

@@ -245,13 +245,13 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
  * size of OpenBLAS is global, so it is set to 1 for the parallel region and
  * restored after (sgemms called from inside a parallel region would otherwise
  * oversubscribe or serialise on OpenBLAS's lock). */
-static int blas_threads_serial_begin(void) {
+int mt_cpu_blas_serial_begin(void) {
   int n = openblas_get_num_threads();
   if (n != 1) openblas_set_num_threads(1);
   return n;
 }
 
-static void blas_threads_serial_end(int n) {
+void mt_cpu_blas_serial_end(int n) {
   if (n != 1) openblas_set_num_threads(n);
 }
 
@@ -296,7 +296,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                               int NH) {
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
-  int blas_threads = blas_threads_serial_begin();
+  int blas_threads = mt_cpu_blas_serial_begin();
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
@@ -304,7 +304,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
     attention_forward_head(out + (size_t)b * T * C + (size_t)h * hs, att + (size_t)bh * T * T,
                            q, q + C, q + 2 * C, T, C, C3, hs, scale);
   }
-  blas_threads_serial_end(blas_threads);
+  mt_cpu_blas_serial_end(blas_threads);
 }
 
 /* One head, same layout as the forward; dO = dout_h (T,hs, ld C), P = att_h.
@@ -355,7 +355,7 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
                                const float *att, int B, int T, int C, int NH) {
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
-  int blas_threads = blas_threads_serial_begin();
+  int blas_threads = mt_cpu_blas_serial_begin();
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
@@ -366,7 +366,7 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
                             dout + (size_t)b * T * C + (size_t)h * hs, q, q + C, q + 2 * C,
                             att + (size_t)bh * T * T, T, C, C3, hs, scale);
   }
-  blas_threads_serial_end(blas_threads);
+  mt_cpu_blas_serial_end(blas_threads);
 }
 
 /* ------------------------------------------------------------------ */
@@ -599,6 +599,15 @@ static const mt_ops g_ops_cpu = {
     .xent_vp_finish = xent_vp_finish,
     .xent_vp_backward = xent_vp_backward,
     .adamw_update = adamw_update,
+    .moe_router_forward = mt_cpu_moe_router_forward,
+    .moe_router_backward = mt_cpu_moe_router_backward,
+    .moe_prob_sums = mt_cpu_moe_prob_sums,
+    .gather_rows = mt_cpu_gather_rows,
+    .moe_combine = mt_cpu_moe_combine,
+    .moe_combine_backward = mt_cpu_moe_combine_backward,
+    .moe_gather_sum = mt_cpu_moe_gather_sum,
+    .grouped_matmul_forward = mt_cpu_grouped_matmul_forward,
+    .grouped_matmul_backward = mt_cpu_grouped_matmul_backward,
     .sumsq = sumsq,
     .scale = scale,
 };
