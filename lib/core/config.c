@@ -66,8 +66,8 @@ static const mt_cfg_key g_keys[] = {
     {"model.moe_shared", MT_CFG_INT, F(moe_shared), "0",
      "MoE: shared experts every token uses, DeepSeek style (0 = none)", 0, 64, NULL},
     {"model.moe_capacity", MT_CFG_DOUBLE, F(moe_capacity), "0",
-     "MoE: capacity factor; an expert takes ceil(f x seq_len x k / E) slots of a sequence, "
-     "the rest are dropped (0 = dropless)", 0, NOMAX, NULL},
+     "MoE: capacity factor f: an expert takes ceil(f T k / E) slots per sequence (0 = dropless)",
+     0, NOMAX, NULL},
     /* [train] */
     {"train.moe_aux_coef", MT_CFG_DOUBLE, F(moe_aux_coef), "0.01",
      "MoE: coefficient of the Switch load-balancing loss (0 = off)", 0, NOMAX, NULL},

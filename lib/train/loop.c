@@ -32,7 +32,9 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
   }
   mt_ckpt_meta meta = {done, samples, samples * s->seq_len, t->dp.opt.t, cfg->seed,
                        s->n_layer, s->n_embd, s->n_head, s->seq_len, s->vocab, cfg->dp, cfg->tp,
-                       cfg->pp, cfg->cp, cfg->zero, t->world_size};
+                       cfg->pp, cfg->cp, cfg->zero, t->world_size, s->moe_experts,
+                       s->moe_topk, s->moe_every, s->moe_ffn, s->moe_shared, t->mesh.ep,
+                       t->mesh.etp};
   char *ini = NULL;
   size_t ini_len = 0;
   FILE *mf = open_memstream(&ini, &ini_len);

@@ -90,6 +90,10 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   want.n_head = shape->n_head;
   want.seq_len = shape->seq_len;
   want.vocab = shape->vocab;
+  want.moe_experts = shape->moe_experts;
+  want.moe_every = shape->moe_every;
+  want.moe_ffn = shape->moe_ffn;
+  want.moe_shared = shape->moe_shared;
   double tl = mt_now();
   if (mt_ckpt_load(t->resumed_from, &t->model.reg, &t->mesh, &st, &want,
                    cfg->ckpt_verify_on_load, &got, err) == 0) {
@@ -106,10 +110,13 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
     if (t->start_step > cfg->steps)
       mt_err_set(err, "train.resume: checkpoint %s is at step %lld, beyond train.steps = %d",
                  t->resumed_from, t->start_step, cfg->steps);
-    mt_info0("meshtrain: resumed from %s (step %lld, written by dp=%lld tp=%lld pp=%lld "
+    char folded[64] = "";
+    if (got.moe_experts > 0)
+      snprintf(folded, sizeof folded, " ep=%lld etp=%lld", (long long)got.ep, (long long)got.etp);
+    mt_info0("meshtrain: resumed from %s (step %lld, written by dp=%lld tp=%lld pp=%lld%s "
              "zero=%lld on %lld ranks) in %.2f s",
              t->resumed_from, t->start_step, (long long)got.dp, (long long)got.tp,
-             (long long)got.pp, (long long)got.zero, (long long)got.world, mt_now() - tl);
+             (long long)got.pp, folded, (long long)got.zero, (long long)got.world, mt_now() - tl);
   }
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]);
 }

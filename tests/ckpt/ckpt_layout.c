@@ -109,7 +109,7 @@ static long coverage_of(const int64_t (*boxes)[4], int n, int64_t R, int64_t C, 
   }
   char names[1][MT_NAME_MAX] = {"t"};
   int64_t ext[3][2] = {{R, C}, {R, C}, {R, C}};
-  mt_ckpt_tensors tt = {1, names, ext, NULL};
+  mt_ckpt_tensors tt = {1, names, ext, NULL, NULL};
   memset(p, 0, sizeof *p);
   long k = mt_ckpt_check_coverage(rows.rows, rows.n, &tt, collect, p);
   free(rows.rows);
