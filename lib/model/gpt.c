@@ -653,8 +653,8 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->targets = mt_calloc(BT, sizeof(int));
   mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops);
   if (m->n_moe > 0) {
-    mt_ep_create(&m->ep, par->ep, par->etp, tp_g, ops, shape->moe_experts, shape->moe_topk, m->T,
-                 shape->moe_capacity, max_B, m->Ts);
+    mt_ep_create(&m->ep, par ? par->ep : NULL, par ? par->etp : NULL, tp_g, ops,
+                 shape->moe_experts, shape->moe_topk, m->T, shape->moe_capacity, max_B, m->Ts);
     m->moe_meta_host = mt_calloc((size_t)m->moe_meta_n, sizeof(int));
     size_t E = (size_t)shape->moe_experts;
     m->moe_tokens = mt_calloc((size_t)m->n_moe * E + 1, sizeof(double));
