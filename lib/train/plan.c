@@ -22,18 +22,19 @@ double mt_plan_rank_total(const mt_plan_rank *r) {
  * pools: the last bucket's buffer and two shared by the others; ZeRO-3's
  * buffers of the first and last unit and two shared by the others). */
 static void zero_pools(const mt_registry *r, double *grad_bufs, double *gather_bufs) {
-  int nb = r->n_buckets, me = r->dp_rank;
+  int nb = r->n_buckets;
   *grad_bufs = *gather_bufs = 0.0;
   if (r->zero >= 2 && nb > 0) {
     const mt_bucket_plan *last = &r->buckets[nb - 1];
     double most = 0, most_part = 0;
     for (int k = 0; k < nb - 1; k++) {
       double len = (double)(r->buckets[k].end - r->buckets[k].begin);
+      int me = r->group_rank[r->buckets[k].group]; /* this rank in the bucket's group */
       if (len > most) most = len;
       if (r->buckets[k].counts[me] > most_part) most_part = r->buckets[k].counts[me];
     }
     int shared = nb - 1 < 2 ? nb - 1 : 2;
-    *grad_bufs = 4.0 * ((double)(last->end - last->begin) + last->counts[me] +
+    *grad_bufs = 4.0 * ((double)(last->end - last->begin) + last->counts[r->group_rank[last->group]] +
                         shared * (most + most_part));
   }
   if (r->zero == 3) {
