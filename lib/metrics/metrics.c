@@ -146,6 +146,9 @@ char *mt_step_record_json(const mt_step_record *r) {
     cJSON *moe = cJSON_AddObjectToObject(o, "moe");
     cJSON_AddNumberToObject(moe, "aux_loss", r->moe_aux_loss);
     cJSON_AddNumberToObject(moe, "z_loss", r->moe_z_loss);
+    cJSON *aux = cJSON_AddArrayToObject(moe, "aux_loss_per_block");
+    for (int b = 0; b < r->moe_blocks; b++)
+      cJSON_AddItemToArray(aux, cJSON_CreateNumber(r->moe_aux_block ? r->moe_aux_block[b] : 0.0));
     cJSON *load = cJSON_AddArrayToObject(moe, "load_max_over_mean");
     cJSON *drop = cJSON_AddArrayToObject(moe, "dropped_frac");
     cJSON *tok = cJSON_AddArrayToObject(moe, "tokens_per_expert");
@@ -185,6 +188,19 @@ void mt_step_record_progress(const mt_step_record *r, double eta_s, FILE *f) {
   int eta = (int)(eta_s + 0.5);
   fprintf(f, "step %5d/%d | loss %.4f", r->step, r->steps, r->loss);
   if (r->val_loss >= 0) fprintf(f, " | val %.4f", r->val_loss);
+  if (r->moe_blocks > 0) { /* the busiest block's expert load (max / mean) and the aux loss */
+    double worst = 0.0;
+    for (int b = 0; b < r->moe_blocks; b++) {
+      const double *x = r->moe_tokens + (size_t)b * r->moe_experts;
+      double sum = 0.0, most = 0.0;
+      for (int e = 0; e < r->moe_experts; e++) {
+        sum += x[e];
+        most = x[e] > most ? x[e] : most;
+      }
+      if (sum > 0 && most * r->moe_experts / sum > worst) worst = most * r->moe_experts / sum;
+    }
+    fprintf(f, " | moe aux %.4f load %.2f", r->moe_aux_loss, worst);
+  }
   fprintf(f, " | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | MFU %5.1f%% | ETA %d:%02d:%02d\n",
           r->lr, r->grad_norm, r->step_s > 0 ? r->tokens / r->step_s : 0.0, 1e3 * r->step_s,
           r->peak_flops > 0 ? 100.0 * r->flops_per_s / r->peak_flops : 0.0, eta / 3600,

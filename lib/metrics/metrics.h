@@ -52,6 +52,7 @@ typedef struct {
    * gradient reductions (edp) */
   int moe_blocks, moe_experts;
   const double *moe_tokens, *moe_dropped;
+  const double *moe_aux_block; /* per block: its load-balancing loss */
   double moe_aux_loss, moe_z_loss;
   double ep_comm_s, ep_bytes, etp_comm_s, etp_bytes, edp_comm_s, edp_bytes;
   double model_flops;    /* whole job, this step */

@@ -562,12 +562,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   if (m->n_moe > 0) {
     mt_ep_bounds(shape->moe_experts, shape->moe_topk, lay.ep_size, lay.etp_size, m->T,
                  shape->moe_capacity, max_B, m->Ts, &m->moe_send, &m->moe_recv, &m->moe_rows);
-    mt_ep probe; /* the routing record's length for these axes */
-    memset(&probe, 0, sizeof probe);
-    probe.ep = lay.ep_size;
-    probe.etp = lay.etp_size;
-    probe.E_l = m->E_local;
-    m->moe_meta_n = mt_ep_meta_ints(&probe);
+    m->moe_meta_n = mt_ep_meta_ints(lay.ep_size, lay.etp_size, m->E_local);
   }
   m->V_local = (int)wte->local_shape[0];
   m->v_start = (int)wte->local_start[0];

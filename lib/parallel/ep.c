@@ -58,7 +58,8 @@ void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, co
    * send order, received counts of every etp rank, permutations */
   size_t cnt = (size_t)max_seqs * k * E;
   x->h_n = 3 * (size_t)x->max_tokens * k + (size_t)(x->seq_size + 2) * cnt + 2 * (size_t)E +
-           (size_t)x->etp * x->ep * x->E_l + 2 * x->max_rows + (size_t)mt_ep_meta_ints(x) + 16;
+           (size_t)x->etp * x->ep * x->E_l + 2 * x->max_rows +
+           (size_t)mt_ep_meta_ints(x->ep, x->etp, x->E_l) + 16;
   x->h = mt_calloc(x->h_n, sizeof(int));
 }
 
@@ -67,7 +68,7 @@ void mt_ep_destroy(mt_ep *x) {
   memset(x, 0, sizeof *x);
 }
 
-int mt_ep_meta_ints(const mt_ep *x) { return MT_EP_HEAD + 2 * x->ep + x->etp + x->E_l + 1; }
+int mt_ep_meta_ints(int ep, int etp, int E_l) { return MT_EP_HEAD + 2 * ep + etp + E_l + 1; }
 const int *mt_ep_send_counts(const mt_ep *x, const int *meta) {
   (void)x;
   return meta + MT_EP_HEAD;

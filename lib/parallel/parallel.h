@@ -260,7 +260,8 @@ typedef struct {
  * from each ep rank), etp_rows[etp] (rows received by each etp rank) and
  * expert_off[E_l + 1] (the experts' offsets in expert-major rows). */
 enum { MT_EP_N_SEND, MT_EP_N_RECV, MT_EP_N_ROWS, MT_EP_DROPPED, MT_EP_HEAD };
-int mt_ep_meta_ints(const mt_ep *x);
+/* ints of a routing record for these axes (E_l experts per ep rank) */
+int mt_ep_meta_ints(int ep, int etp, int E_l);
 const int *mt_ep_send_counts(const mt_ep *x, const int *meta);
 const int *mt_ep_recv_counts(const mt_ep *x, const int *meta);
 const int *mt_ep_etp_rows(const mt_ep *x, const int *meta);

@@ -230,10 +230,13 @@ int mt_train_loop(mt_trainer *t) {
         rec.moe_experts = (int)E;
         rec.moe_tokens = moe_all;
         rec.moe_dropped = moe_all + nb * E;
-        for (size_t b = 0; b < nb; b++) {
-          rec.moe_aux_loss += moe_all[nb * E + nb + b] / (double)t->tokens_per_step;
-          rec.moe_z_loss += moe_all[nb * E + 2 * nb + b] / (double)t->tokens_per_step;
+        for (size_t b = 0; b < nb; b++) { /* in the units of the loss: per token */
+          moe_all[nb * E + nb + b] /= (double)t->tokens_per_step;
+          moe_all[nb * E + 2 * nb + b] /= (double)t->tokens_per_step;
+          rec.moe_aux_loss += moe_all[nb * E + nb + b];
+          rec.moe_z_loss += moe_all[nb * E + 2 * nb + b];
         }
+        rec.moe_aux_block = moe_all + nb * E + nb;
       }
       rec.ep_bytes = t->last_ep_bytes;
       rec.ep_comm_s = ep_s;

@@ -147,6 +147,12 @@ void mt_train_resume(mt_trainer *t) {
              cfg->model_preset, mt_model_num_params(s), s->n_layer, s->n_embd, s->n_head,
              s->seq_len, s->vocab, cfg->dp, cfg->tp, cfg->pp, cfg->cp, cfg->zero, t->world_size,
              mt_kernels_threads());
+    if (s->moe_experts > 0)
+      mt_info0("meshtrain: MoE: %d experts (top-%d, hidden %d, %d shared, %s) in %d of %d blocks, "
+               "%zu parameters active per token; folded mesh etp=%d ep=%d edp=%d",
+               s->moe_experts, s->moe_topk, s->moe_ffn, s->moe_shared,
+               s->moe_capacity > 0 ? "capacity" : "dropless", t->model.n_moe, s->n_layer,
+               mt_model_active_params(s), t->mesh.etp, t->mesh.ep, t->mesh.edp);
     mt_info0("meshtrain: global batch %d x %d tokens, micro-batch %d, %d accumulation steps, "
              "%d dp buckets, peak %.1f GFLOP/s per rank (%s), BLAS kernels %s",
              cfg->global_batch, s->seq_len, cfg->micro_batch, t->lay.accum,
