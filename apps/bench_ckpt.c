@@ -104,7 +104,7 @@ int mt_bench_ckpt(int argc, char **argv) {
   }
   double total_bytes = 3.0 * 4.0 * (double)n;
   mt_ckpt_meta meta = {1, 0, 0, 1, 1, shape.n_layer, shape.n_embd, shape.n_head, shape.seq_len,
-                       shape.vocab, world, 1, 1, 1, 1, world};
+                       shape.vocab, world, 1, 1, 1, 1, world, 0, 0, 0, 0, 0, 1, 1};
   char root[1024], raw[1100];
   snprintf(root, sizeof root, "%s/run-%d", dir, world);
   if (rank == 0) {

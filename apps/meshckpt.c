@@ -185,23 +185,26 @@ static void attr_str(hid_t obj, const char *name, char *buf, size_t len) {
   if (mt_ckpt_attr_str(obj, name, buf, len) != 0) buf[0] = '\0';
 }
 
-/* a tensor's shape as 2-D (rows, cols); returns total elements or -1 */
-static long long dset_shape(hid_t d, hsize_t *rows, hsize_t *cols, int *nd) {
+/* a tensor's shape as 2-D (rows, cols: every dim but the last flattened
+ * into rows, a vector one row) and its N-d dims (NULL: not wanted);
+ * returns total elements or -1 (not 1-D to 3-D) */
+static long long dset_shape_nd(hid_t d, hsize_t *rows, hsize_t *cols, int *nd, hsize_t *nd_dims) {
   hid_t s = H5Dget_space(d);
   hsize_t dims[H5S_MAX_RANK] = {0};
   *rows = *cols = 0;
   *nd = H5Sget_simple_extent_dims(s, dims, NULL);
   H5Sclose(s);
-  if (*nd == 1) {
-    *rows = 1;
-    *cols = dims[0];
-  } else if (*nd == 2) {
-    *rows = dims[0];
-    *cols = dims[1];
-  } else {
-    return -1;
-  }
+  if (*nd < 1 || *nd > 3) return -1;
+  *rows = 1;
+  for (int k = 0; k < *nd - 1; k++) *rows *= dims[k];
+  *cols = dims[*nd - 1];
+  if (nd_dims)
+    for (int k = 0; k < *nd; k++) nd_dims[k] = dims[k];
   return (long long)(*rows * *cols);
+}
+
+static long long dset_shape(hid_t d, hsize_t *rows, hsize_t *cols, int *nd) {
+  return dset_shape_nd(d, rows, cols, nd, NULL);
 }
 
 /* read rows [r0, r0+nr) of a tensor seen as 2-D */
@@ -243,6 +246,44 @@ static int cmd_inspect(ckpt *c, int list_tensors) {
          (long long)attr_i64(c->file, "dp"), (long long)attr_i64(c->file, "tp"),
          (long long)attr_i64(c->file, "pp"), (long long)attr_i64(c->file, "cp"),
          (long long)attr_i64(c->file, "zero"), (long long)attr_i64(c->file, "world"));
+  const mt_ckpt_meta *m = &c->meta;
+  if (m->moe_experts > 0) {
+    /* the MoE layout: which blocks, how the experts are stored and split */
+    int moe_blocks = 0, moe_tensors = 0;
+    char blocks[256] = "";
+    for (int l = 0; l < m->n_layer; l++)
+      if (m->moe_every > 0 && (l + 1) % m->moe_every == 0) {
+        if (moe_blocks++ < 16)
+          snprintf(blocks + strlen(blocks), sizeof blocks - strlen(blocks), "%s%d",
+                   moe_blocks > 1 ? "," : "", l);
+      }
+    long long expert_elems = 0;
+    for (int i = 0; i < c->n_tensors; i++) {
+      char path[256];
+      dataset_path(path, sizeof path, 0, c->names[i]);
+      hid_t d = H5Dopen2(c->file, path, H5P_DEFAULT);
+      if (d < 0) continue;
+      if (H5Aexists(d, "ep_split") > 0) {
+        hsize_t r, k;
+        int nd;
+        long long n = dset_shape(d, &r, &k, &nd);
+        moe_tensors++;
+        if (n > 0) expert_elems += n;
+      }
+      H5Dclose(d);
+    }
+    printf("  moe             %lld experts, top-%lld, expert hidden %lld, %lld shared, in %d of "
+           "%lld blocks (%s%s)\n",
+           (long long)m->moe_experts, (long long)m->moe_topk, (long long)m->moe_ffn,
+           (long long)m->moe_shared, moe_blocks, (long long)m->n_layer, blocks,
+           moe_blocks > 16 ? ",..." : "");
+    printf("  experts         %d tensors, %lld elements, stored whole: E x out x in (biases E x "
+           "out), global expert ids on dim 0\n", moe_tensors, expert_elems);
+    printf("  written by      folded mesh ep=%lld etp=%lld edp=%lld (experts split over ep on "
+           "dim 0, over etp inside each expert)\n",
+           (long long)m->ep, (long long)m->etp,
+           m->ep * m->etp > 0 ? (long long)(m->tp * m->cp * m->dp / (m->ep * m->etp)) : 0LL);
+  }
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
     long long elems = 0;
     for (int i = 0; i < c->n_tensors; i++) {
@@ -250,16 +291,22 @@ static int cmd_inspect(ckpt *c, int list_tensors) {
       dataset_path(path, sizeof path, g, c->names[i]);
       hid_t d = H5Dopen2(c->file, path, H5P_DEFAULT);
       if (d < 0) continue;
-      hsize_t r, k;
+      hsize_t r, k, dims[3] = {0};
       int nd;
-      long long n = dset_shape(d, &r, &k, &nd);
+      long long n = dset_shape_nd(d, &r, &k, &nd, dims);
       if (n > 0) elems += n;
       if (list_tensors && g == 0) {
-        char split[32];
+        char split[96], shape[96] = "", ep_split[32] = "", etp_split[32] = "";
         attr_str(d, "tp_split", split, sizeof split);
-        if (nd == 2) printf("    %-34s [%llu, %llu]  %s\n", c->names[i], (unsigned long long)r,
-                            (unsigned long long)k, split);
-        else printf("    %-34s [%llu]  %s\n", c->names[i], (unsigned long long)k, split);
+        if (H5Aexists(d, "ep_split") > 0) { /* an expert tensor: the folded mesh's splits */
+          attr_str(d, "ep_split", ep_split, sizeof ep_split);
+          attr_str(d, "etp_split", etp_split, sizeof etp_split);
+          snprintf(split, sizeof split, "ep %s, etp %s", ep_split, etp_split);
+        }
+        for (int q = 0; q < nd; q++)
+          snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", q ? ", " : "",
+                   (unsigned long long)dims[q]);
+        printf("    %-40s [%s]  %s\n", c->names[i], shape, split);
       }
       H5Dclose(d);
     }
@@ -288,10 +335,13 @@ static void report_problem(void *ctx, const char *path, const char *problem, con
 /* The tensors the root attributes describe (a GPT of that shape) against
  * the checkpoint's: what the loader checks against the run's model. */
 static void check_model_tensors(ckpt *c, report *rep) {
-  mt_model_shape shape = {(int)c->meta.n_layer, (int)c->meta.n_embd, (int)c->meta.n_head,
-                          (int)c->meta.seq_len, (int)c->meta.vocab, 0};
-  if (c->meta.n_layer > c->n_tensors || c->meta.n_embd > INT32_MAX || c->meta.seq_len > INT32_MAX ||
-      c->meta.vocab > INT32_MAX) {
+  const mt_ckpt_meta *m = &c->meta;
+  mt_model_shape shape = {(int)m->n_layer, (int)m->n_embd, (int)m->n_head, (int)m->seq_len,
+                          (int)m->vocab, 0, (int)m->moe_experts, (int)m->moe_topk,
+                          (int)m->moe_every, (int)m->moe_ffn, (int)m->moe_shared, 0.0};
+  if (m->n_layer > c->n_tensors || m->n_embd > INT32_MAX || m->seq_len > INT32_MAX ||
+      m->vocab > INT32_MAX || m->moe_experts > INT32_MAX || m->moe_ffn > INT32_MAX ||
+      m->moe_shared > INT32_MAX) {
     report_add(rep, "%s: the root attributes describe a model larger than the checkpoint", c->dir);
     return;
   }
@@ -304,15 +354,24 @@ static void check_model_tensors(ckpt *c, report *rep) {
   } else {
     for (int i = 0; i < reg.n; i++) {
       const mt_tensor *t = &reg.t[i];
-      int64_t want[2] = {t->ndim == 2 ? t->shape[0] : 1, t->shape[t->ndim - 1]};
       int k = 0;
       while (k < c->n_tensors && strcmp(c->names[k], t->name) != 0) k++;
       if (k == c->n_tensors) {
         report_add(rep, "/model/%s: missing (the model of the root attributes has it)", t->name);
-      } else if (c->tt.ext[k][0] != want[0] || c->tt.ext[k][1] != want[1]) {
-        report_add(rep, "/model/%s: shape [%lld, %lld] as 2-D, the model of the root attributes "
-                        "has [%lld, %lld]", t->name, (long long)c->tt.ext[k][0],
-                   (long long)c->tt.ext[k][1], (long long)want[0], (long long)want[1]);
+        continue;
+      }
+      int same = c->tt.nd[k] == t->ndim;
+      for (int d = 0; same && d < t->ndim; d++) same = c->tt.dims[k][d] == t->shape[d];
+      if (!same) {
+        char have[96] = "", want[96] = "";
+        for (int d = 0; d < c->tt.nd[k]; d++)
+          snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", d ? ", " : "",
+                   (long long)c->tt.dims[k][d]);
+        for (int d = 0; d < t->ndim; d++)
+          snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
+                   (long long)t->shape[d]);
+        report_add(rep, "/model/%s: shape [%s], the model of the root attributes has [%s]",
+                   t->name, have, want);
       }
     }
   }
@@ -505,10 +564,24 @@ static void registry_from_ckpt(ckpt *c, mt_registry *reg) {
     int idx = mt_registry_add(reg, c->names[i], nd, shape, padded, p,
                               (int)attr_i64_or(d, "weight_decay", 0));
     snprintf(reg->t[idx].tied_to, sizeof reg->t[idx].tied_to, "%s", tied);
+    /* a unit each: experts and dense tensors alternate, and nothing here
+     * reduces gradients over units */
+    reg->t[idx].layer = i;
+    if (H5Aexists(d, "ep_split") > 0) { /* an expert: its splits on the folded mesh */
+      char eps[32], etps[32];
+      attr_str(d, "ep_split", eps, sizeof eps);
+      attr_str(d, "etp_split", etps, sizeof etps);
+      mt_tensor *t = &reg->t[idx];
+      t->group = MT_GROUP_EDP;
+      if (!strncmp(eps, "dim", 3) && eps[3] >= '0' && eps[3] < '0' + nd) t->ep = mt_sharded(eps[3] - '0', 1);
+      if (!strncmp(etps, "dim", 3) && etps[3] >= '0' && etps[3] < '0' + nd)
+        t->etp = mt_sharded(etps[3] - '0', 1);
+    }
     H5Dclose(d);
   }
   char msg[256];
-  mt_registry_finalize(reg, msg, sizeof msg);
+  if (mt_registry_finalize(reg, msg, sizeof msg) != 0)
+    mt_die("meshckpt: the checkpoint's tensors make no registry: %s", msg);
 }
 
 static char *read_config_text(ckpt *c) {
@@ -596,8 +669,11 @@ static int cmd_export(ckpt *c, const char *out, const char *dtype) {
     }
     float *buf = mt_malloc(g_chunk_bytes + 64);
     uint16_t *half = mt_malloc(g_chunk_bytes / 2 + 64);
-    static const char *keys[] = {"step", "n_layer", "n_embd", "n_head", "seq_len", "vocab"};
+    static const char *keys[] = {"step",        "n_layer",  "n_embd",    "n_head",
+                                 "seq_len",     "vocab",    "moe_experts", "moe_topk",
+                                 "moe_every",   "moe_ffn",  "moe_shared"};
     for (size_t k = 0; rc == 0 && k < sizeof keys / sizeof keys[0]; k++) {
+      if (k >= 6 && c->meta.moe_experts == 0) break; /* a dense model: no MoE keys */
       int64_t v = attr_i64(c->file, keys[k]);
       hid_t s = H5Screate(H5S_SCALAR);
       hid_t a = H5Acreate2(f, keys[k], H5T_NATIVE_INT64, s, H5P_DEFAULT, H5P_DEFAULT);
@@ -609,11 +685,10 @@ static int cmd_export(ckpt *c, const char *out, const char *dtype) {
       char path[256];
       dataset_path(path, sizeof path, 0, c->names[i]);
       hid_t src = H5Dopen2(c->file, path, H5P_DEFAULT);
-      hsize_t rows, cols;
+      hsize_t rows, cols, dims[3] = {0};
       int nd;
-      dset_shape(src, &rows, &cols, &nd);
-      hsize_t dims[2] = {rows, cols};
-      hid_t fs = nd == 2 ? H5Screate_simple(2, dims, NULL) : H5Screate_simple(1, &cols, NULL);
+      dset_shape_nd(src, &rows, &cols, &nd, dims);
+      hid_t fs = H5Screate_simple(nd, dims, NULL);
       hid_t dst = H5Dcreate2(f, c->names[i], ftype, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
       char tied[MT_NAME_MAX];
       attr_str(src, "tied_to", tied, sizeof tied);

@@ -20,7 +20,7 @@
 
 #define MT_CKPT_FORMAT "meshtrain-checkpoint"
 #define MT_CKPT_VERSION_MAJOR 1
-#define MT_CKPT_VERSION_MINOR 1
+#define MT_CKPT_VERSION_MINOR 2
 #define MT_CKPT_VERSION_PATCH 0
 
 /* exit code of a run that checkpointed because it was asked to stop
@@ -40,6 +40,10 @@ typedef struct {
   int64_t seed;
   int64_t n_layer, n_embd, n_head, seq_len, vocab; /* the model */
   int64_t dp, tp, pp, cp, zero, world;             /* the writing layout */
+  /* format 1.2: the MoE shape (moe_experts = 0: dense) and the folded mesh
+   * that wrote it */
+  int64_t moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
+  int64_t ep, etp;
 } mt_ckpt_meta;
 
 /* What to write or read, per group: flat ranges of the registry's local index

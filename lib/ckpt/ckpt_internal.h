@@ -8,14 +8,20 @@
 
 #include "ckpt/ckpt.h"
 
-/* A tensor seen as 2-D (a vector is one row): extents and the tp split. */
+/* A tensor seen as 2-D: rows = every dim but the last flattened (a vector
+ * is one row; an E x out x in expert tensor E*out rows of in), columns =
+ * the last dim. Any dim may be split (tp, ep, etp); the view maps this
+ * rank's local rows and columns to the canonical tensor's. */
 typedef struct {
   int64_t true_ext[2];  /* canonical (checkpoint) shape */
   int64_t pad_ext[2];   /* global shape as stored in memory (padding) */
   int64_t local_ext[2]; /* this rank's shard */
-  int shard_dim;        /* view dim split over tp, or -1 */
-  int blocks;           /* fused blocks along shard_dim */
-  int64_t local_start;  /* first global index of this rank's part of each block */
+  /* per dim of the N-d tensor: its canonical, padded and local extents, the
+   * fused blocks of the axis that splits it, and this rank's first index in
+   * each block */
+  int nd;
+  int64_t shape[MT_MAX_DIMS], padded[MT_MAX_DIMS], local[MT_MAX_DIMS], start[MT_MAX_DIMS];
+  int blocks[MT_MAX_DIMS];
 } mt_ckpt_view_t;
 
 /* A box of the canonical tensor and where its first element sits in the
@@ -34,6 +40,12 @@ typedef struct {
 } mt_ckpt_boxes;
 
 void mt_ckpt_view(const mt_tensor *t, int tp_size, mt_ckpt_view_t *v);
+/* A box of the 2-D view as up to 3 hyperslabs of the N-d dataset (start,
+ * count over nd dims), in canonical order: a box's rows may begin and end
+ * inside an expert (a partial first and last expert around whole ones).
+ * dims: the dataset's extents. Returns the number of pieces. */
+int mt_ckpt_box_pieces(const mt_ckpt_box *b, int nd, const int64_t *dims,
+                       int64_t start[3][MT_MAX_DIMS], int64_t count[3][MT_MAX_DIMS]);
 /* boxes covering local flat elements [lo, hi) of the tensor (relative to its
  * first element); padding is left out. 0, or -1 when out of memory. */
 int mt_ckpt_boxes_for_range(const mt_ckpt_view_t *v, size_t lo, size_t hi, mt_ckpt_boxes *bx);
@@ -130,8 +142,13 @@ int mt_ckpt_check_version(const char *where, const char *version, mt_err *e);
 /* Attributes: 0 on success; a string is cut to len. */
 int mt_ckpt_attr_i64(hid_t obj, const char *name, int64_t *v);
 int mt_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len);
-/* The root attributes of ckpt.h5 / index.h5 into m (0 on success). */
+/* The root attributes of ckpt.h5 / index.h5 into m: 0 when those of 1.0 and
+ * 1.1 are there (the 1.2 ones absent: a dense model, ep = etp = 1), 1 when
+ * the 1.2 ones are there too, -1 when some of 1.0 are missing, -2 when only
+ * some of 1.2. */
 int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m);
+/* does a checkpoint of this format version carry the 1.2 (MoE) attributes */
+int mt_ckpt_meta_has_moe(const char *version);
 /* Select rows [r0, r0+nr) of a tensor's dataspace seen as 2-D. */
 void mt_ckpt_select_rows(hid_t space, hsize_t r0, hsize_t nr, hsize_t cols);
 
@@ -289,12 +306,14 @@ typedef void (*mt_ckpt_report_fn)(void *ctx, const char *path, const char *probl
                                   const int64_t *row);
 
 /* The tensor table (/tensors) with every tensor's extent as 2-D (a vector
- * is one row), per group: ext[g * n + i]. */
+ * is one row, an N-d tensor all its dims but the last flattened into rows),
+ * per group: ext[g * n + i]. */
 typedef struct {
   int n;
   char (*names)[MT_NAME_MAX];
   int64_t (*ext)[2];
-  int *nd; /* dimensions of each (1 or 2) */
+  int *nd;                     /* dimensions of each (1 to 3) */
+  int64_t (*dims)[MT_MAX_DIMS]; /* the N-d extents of each (in /model) */
 } mt_ckpt_tensors;
 
 /* xxh64 of n float32 values (little-endian bytes) */

@@ -100,31 +100,35 @@ int mt_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
 }
 
 void mt_ckpt_select_rows(hid_t space, hsize_t r0, hsize_t nr, hsize_t cols) {
-  hsize_t start[2] = {r0, 0}, count[2] = {nr, cols};
-  if (H5Sget_simple_extent_ndims(space) == 1) { /* a vector is one row */
-    start[0] = 0;
-    count[0] = cols;
-  }
-  H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, count, NULL);
+  mt_ckpt_box b = {{(int64_t)r0, 0}, {(int64_t)nr, (int64_t)cols}, 0, 0};
+  mt_ckpt_boxes one = {&b, 1, 1};
+  mt_ckpt_select_boxes(space, &one);
 }
 
 int mt_ckpt_select_boxes(hid_t space, const mt_ckpt_boxes *bx) {
   if (bx->n == 0) return H5Sselect_none(space) < 0 ? -1 : 0;
   int rank = H5Sget_simple_extent_ndims(space);
+  hsize_t dims[MT_MAX_DIMS] = {0};
+  if (rank < 1 || rank > 3 || H5Sget_simple_extent_dims(space, dims, NULL) != rank) return -1;
+  int64_t d64[MT_MAX_DIMS];
+  for (int d = 0; d < rank; d++) d64[d] = (int64_t)dims[d];
+  int first = 1;
   for (int i = 0; i < bx->n; i++) {
-    hsize_t start[2], count[2];
-    if (rank == 2) {
-      start[0] = (hsize_t)bx->b[i].start[0];
-      start[1] = (hsize_t)bx->b[i].start[1];
-      count[0] = (hsize_t)bx->b[i].count[0];
-      count[1] = (hsize_t)bx->b[i].count[1];
-    } else { /* a vector: the box's row is row 0 */
-      start[0] = (hsize_t)bx->b[i].start[1];
-      count[0] = (hsize_t)bx->b[i].count[1];
+    /* a box of the 2-D view as hyperslabs of the N-d dataset: the union
+     * selects its elements in canonical (row-major) order */
+    int64_t st[3][MT_MAX_DIMS], ct[3][MT_MAX_DIMS];
+    int np = mt_ckpt_box_pieces(&bx->b[i], rank, d64, st, ct);
+    for (int p = 0; p < np; p++) {
+      hsize_t start[MT_MAX_DIMS], count[MT_MAX_DIMS];
+      for (int d = 0; d < rank; d++) {
+        start[d] = (hsize_t)st[p][d];
+        count[d] = (hsize_t)ct[p][d];
+      }
+      if (H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, count,
+                              NULL) < 0)
+        return -1;
+      first = 0;
     }
-    if (H5Sselect_hyperslab(space, i == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, count,
-                            NULL) < 0)
-      return -1;
   }
   return 0;
 }
@@ -235,19 +239,37 @@ int mt_ckpt_write_names(hid_t file, const mt_registry *reg, const char *where, m
       {"seq_len", &(m)->seq_len}, {"vocab", &(m)->vocab}, {"dp", &(m)->dp}, {"tp", &(m)->tp},    \
       {"pp", &(m)->pp}, {"cp", &(m)->cp}, {"zero", &(m)->zero}, {"world", &(m)->world}
 
+/* ... and those format 1.2 added: the MoE shape and the folded mesh */
+#define META_FIELDS_1_2(m)                                                                       \
+  {"moe_experts", &(m)->moe_experts}, {"moe_topk", &(m)->moe_topk},                              \
+      {"moe_every", &(m)->moe_every}, {"moe_ffn", &(m)->moe_ffn},                                \
+      {"moe_shared", &(m)->moe_shared}, {"ep", &(m)->ep}, {"etp", &(m)->etp}
+
 typedef struct {
   const char *name;
   int64_t *v;
 } meta_field;
 
+/* does version (MAJOR.MINOR.PATCH) carry the 1.2 root attributes? */
+static int has_1_2(const char *version) {
+  int major = 0, minor = 0, patch = 0;
+  if (mt_ckpt_parse_version(version, &major, &minor, &patch) != 0) return 0;
+  return major > 1 || (major == 1 && minor >= 2);
+}
+
+int mt_ckpt_meta_has_moe(const char *version) { return has_1_2(version); }
+
 uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version) {
   mt_ckpt_meta copy = *m;
-  meta_field f[] = {META_FIELDS(&copy)};
+  meta_field f[] = {META_FIELDS(&copy)}, f12[] = {META_FIELDS_1_2(&copy)};
   char text[2048];
   size_t n = (size_t)snprintf(text, sizeof text, "format=%s\nversion=%s\n", MT_CKPT_FORMAT,
                               version);
   for (size_t i = 0; i < sizeof f / sizeof f[0] && n < sizeof text; i++)
     n += (size_t)snprintf(text + n, sizeof text - n, "%s=%lld\n", f[i].name, (long long)*f[i].v);
+  for (size_t i = 0; has_1_2(version) && i < sizeof f12 / sizeof f12[0] && n < sizeof text; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n, "%s=%lld\n", f12[i].name,
+                          (long long)*f12[i].v);
   return XXH64(text, n < sizeof text ? n : sizeof text - 1, 0);
 }
 
@@ -261,8 +283,11 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, const char *wher
       mt_ckpt_put_attr_str(file, "version", version, where, e) != 0 ||
       mt_ckpt_put_attr_str(file, "index_columns", MT_CKPT_INDEX_COLUMNS, where, e) != 0)
     return -1;
+  meta_field f12[] = {META_FIELDS_1_2(&copy)};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (mt_ckpt_put_attr_i64(file, f[i].name, *f[i].v, where, e) != 0) return -1;
+  for (size_t i = 0; i < sizeof f12 / sizeof f12[0]; i++)
+    if (mt_ckpt_put_attr_i64(file, f12[i].name, *f12[i].v, where, e) != 0) return -1;
   uint64_t h = mt_ckpt_meta_hash(m, version);
   int64_t hv;
   memcpy(&hv, &h, sizeof hv);
@@ -270,8 +295,14 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, const char *wher
 }
 
 int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
-  meta_field f[] = {META_FIELDS(m)};
+  meta_field f[] = {META_FIELDS(m)}, f12[] = {META_FIELDS_1_2(m)};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (mt_ckpt_attr_i64(file, f[i].name, f[i].v) != 0) return -1;
-  return 0;
+  /* before 1.2: a dense model written without the folded mesh */
+  m->moe_experts = m->moe_topk = m->moe_every = m->moe_ffn = m->moe_shared = 0;
+  m->ep = m->etp = 1;
+  int found = 0;
+  for (size_t i = 0; i < sizeof f12 / sizeof f12[0]; i++)
+    found += mt_ckpt_attr_i64(file, f12[i].name, f12[i].v) == 0;
+  return found == 0 ? 0 : found == (int)(sizeof f12 / sizeof f12[0]) ? 1 : -2;
 }

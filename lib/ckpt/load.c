@@ -73,7 +73,11 @@ static int check_model(const char *dir, const mt_ckpt_meta *m, const mt_ckpt_met
     int64_t have, want;
   } shape[] = {{"n_layer", m->n_layer, expect->n_layer}, {"n_embd", m->n_embd, expect->n_embd},
                {"n_head", m->n_head, expect->n_head}, {"seq_len", m->seq_len, expect->seq_len},
-               {"vocab", m->vocab, expect->vocab}};
+               {"vocab", m->vocab, expect->vocab},
+               {"moe_experts", m->moe_experts, expect->moe_experts},
+               {"moe_every", m->moe_every, expect->moe_every},
+               {"moe_ffn", m->moe_ffn, expect->moe_ffn},
+               {"moe_shared", m->moe_shared, expect->moe_shared}};
   for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
     if (shape[i].have != shape[i].want) {
       mt_err_set(e, "%s is a checkpoint of another model: %s = %lld there, %lld in this run",
@@ -103,11 +107,13 @@ static int check_tensors(const char *dir, const mt_registry *reg, const mt_ckpt_
       break;
     }
     int k = (int)((char(*)[MT_NAME_MAX])*hit - tt->names);
-    int64_t want[2] = {t->ndim == 2 ? t->shape[0] : 1, t->shape[t->ndim - 1]};
-    if (t->ndim > 2 || tt->nd[k] != t->ndim || tt->ext[k][0] != want[0] || tt->ext[k][1] != want[1]) {
-      char have[64] = "", model[64] = "";
-      if (tt->nd[k] == 2) snprintf(have, sizeof have, "%lld,%lld", (long long)tt->ext[k][0], (long long)tt->ext[k][1]);
-      else snprintf(have, sizeof have, "%lld", (long long)tt->ext[k][1]);
+    int same = tt->nd[k] == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = tt->dims[k][d] == t->shape[d];
+    if (!same) {
+      char have[96] = "", model[96] = "";
+      for (int d = 0; d < tt->nd[k]; d++)
+        snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", d ? "," : "",
+                 (long long)tt->dims[k][d]);
       for (int d = 0; d < t->ndim; d++)
         snprintf(model + strlen(model), sizeof model - strlen(model), "%s%lld", d ? "," : "",
                  (long long)t->shape[d]);

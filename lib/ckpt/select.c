@@ -29,9 +29,14 @@ static void gather_boxes(float *staging, float *shard, const mt_ckpt_boxes *bx, 
  * once: by tp rank 0 for tensors replicated over tp, by the owning pipeline
  * stage only (a stage's copy, pp_copy, is not). Over dp and cp the state's
  * ranges (the registry's write partition over the dp x cp group) already
- * split it: each rank writes its part. */
+ * split it: each rank writes its part. Experts live on the folded mesh:
+ * every (ep, etp) rank holds its own shard (written by etp rank 0 for
+ * tensors replicated over etp), and the edp ranks holding the same shard
+ * write their parts of its buckets. */
 int mt_ckpt_writes_tensor(const mt_tensor *t, const mt_mesh *mesh) {
   if (t->pp_stage >= 0 && t->pp_stage != mesh->pp_rank) return 0;
+  if (t->group == MT_GROUP_EDP)
+    return t->etp.kind == MT_PLACE_SHARDED || mesh->etp == 1 || mesh->etp_rank == 0;
   if ((t->tp.kind == MT_PLACE_REPLICATED || mesh->tp == 1) && mesh->tp_rank != 0) return 0;
   return 1;
 }

@@ -49,7 +49,8 @@ int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man,
                man->version);
     return -1;
   }
-  if (mt_ckpt_read_meta(file, m) != 0) {
+  int got = mt_ckpt_read_meta(file, m);
+  if (got < 0 || (got == 0 && mt_ckpt_meta_has_moe(version))) {
     mt_err_set(e, "%s: checkpoint metadata incomplete", dir);
     return -1;
   }
@@ -81,7 +82,11 @@ int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man,
                {"n_head", m->n_head, 1, limit / 4}, {"seq_len", m->seq_len, 1, limit / 4},
                {"vocab", m->vocab, 1, limit / 4},   {"samples", m->samples, 0, INT64_MAX},
                {"tokens", m->tokens, 0, INT64_MAX}, {"optimizer_step", m->optimizer_step, 0, INT64_MAX},
-               {"world", m->world, 1, INT32_MAX}};
+               {"world", m->world, 1, INT32_MAX}, {"moe_experts", m->moe_experts, 0, limit / 4},
+               {"moe_topk", m->moe_topk, 0, m->moe_experts},
+               {"moe_every", m->moe_every, 0, m->n_layer}, {"moe_ffn", m->moe_ffn, 0, limit / 4},
+               {"moe_shared", m->moe_shared, 0, limit / 4}, {"ep", m->ep, 1, INT32_MAX},
+               {"etp", m->etp, 1, INT32_MAX}};
   for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
     if (range[i].v < range[i].lo || range[i].v > range[i].hi) {
       mt_err_set(e, "%s: root attribute %s = %lld is out of range", dir, range[i].name,
@@ -94,19 +99,28 @@ int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man,
 /* ------------------------------------------------------------------ */
 /* tensor table, extents, index                                        */
 
-/* a dataset's extent as (rows, cols): a vector is one row; its dimensions,
- * or -1 if missing or not 1-D or 2-D */
-static int dataset_extent(hid_t file, const char *path, int64_t ext[2]) {
+/* a dataset's extent as (rows, cols): a vector is one row, an N-d tensor
+ * its dims but the last flattened; its dimensions (1 to 3; the N-d extents
+ * in nd_dims), or -1 if missing, of another rank, or claiming more than
+ * limit_elems elements */
+static int dataset_extent(hid_t file, const char *path, int64_t limit_elems, int64_t ext[2],
+                          int64_t *nd_dims) {
   hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
   hid_t s = d >= 0 ? H5Dget_space(d) : -1;
   hsize_t dims[MT_MAX_DIMS] = {0};
   int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
-  if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(s, dims, NULL);
+  if (nd >= 1 && nd <= 3) H5Sget_simple_extent_dims(s, dims, NULL);
   if (s >= 0) H5Sclose(s);
   if (d >= 0) H5Dclose(d);
   H5Eclear2(H5E_DEFAULT);
-  if (nd < 1 || nd > 2) return -1;
-  ext[0] = nd == 2 ? (int64_t)dims[0] : 1;
+  if (nd < 1 || nd > 3) return -1;
+  ext[0] = 1;
+  for (int k = 0; k < nd; k++) {
+    if (dims[k] < 1 || (int64_t)dims[k] > limit_elems) dims[k] = (hsize_t)limit_elems + 1;
+    nd_dims[k] = (int64_t)dims[k];
+    if (k < nd - 1) /* no overflow: a product beyond the limit stops at limit + 1 */
+      ext[0] = ext[0] > limit_elems / (int64_t)dims[k] ? limit_elems + 1 : ext[0] * (int64_t)dims[k];
+  }
   ext[1] = (int64_t)dims[nd - 1];
   return nd;
 }
@@ -143,15 +157,20 @@ int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_ten
   /* every tensor's extent in every group, the same in each group */
   tt->ext = mt_calloc((size_t)tt->n * MT_CKPT_NGROUPS + 1, 2 * sizeof(int64_t));
   tt->nd = mt_calloc((size_t)tt->n + 1, sizeof(int));
+  tt->dims = mt_calloc((size_t)tt->n + 1, sizeof *tt->dims);
   for (int g = 0; g < MT_CKPT_NGROUPS; g++)
     for (int i = 0; i < tt->n; i++) {
       char path[256];
       mt_ckpt_dataset_path(path, sizeof path, g, tt->names[i]);
-      int64_t *x = tt->ext[(size_t)g * (size_t)tt->n + (size_t)i];
-      int nd = dataset_extent(file, path, x);
-      if (g == 0) tt->nd[i] = nd;
-      if (nd < 0 || (g > 0 && nd != tt->nd[i])) {
-        mt_err_set(e, "%s: missing tensor %s (or not 1-D or 2-D)", dir, path);
+      int64_t *x = tt->ext[(size_t)g * (size_t)tt->n + (size_t)i], dims[MT_MAX_DIMS] = {0};
+      int nd = dataset_extent(file, path, limit / 4, x, dims);
+      if (g == 0) {
+        tt->nd[i] = nd;
+        memcpy(tt->dims[i], dims, sizeof dims);
+      }
+      if (nd < 0 || (g > 0 && (nd != tt->nd[i] || memcmp(dims, tt->dims[i], sizeof dims)))) {
+        mt_err_set(e, "%s: missing tensor %s (or not 1-D to 3-D, or of another shape than "
+                      "/model/%s)", dir, path, tt->names[i]);
         return -1;
       }
       if (x[0] < 1 || x[1] < 1 || x[0] > limit / 4 / x[1]) {
@@ -173,6 +192,7 @@ void mt_ckpt_tensors_free(mt_ckpt_tensors *tt) {
   free(tt->names);
   free(tt->ext);
   free(tt->nd);
+  free(tt->dims);
   memset(tt, 0, sizeof *tt);
 }
 

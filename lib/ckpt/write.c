@@ -88,12 +88,37 @@ int64_t *mt_ckpt_gather_layout(mt_mesh *mesh) {
   return all;
 }
 
+static const char *split_name(mt_placement p) {
+  static const char *dims[MT_MAX_DIMS] = {"dim0", "dim1", "dim2", "dim3"};
+  return p.kind == MT_PLACE_SHARDED && p.dim >= 0 && p.dim < MT_MAX_DIMS ? dims[p.dim]
+                                                                         : "replicated";
+}
+
+/* experts: how the folded mesh splits them (global expert ids along dim 0) */
+static int expert_attrs(hid_t d, const mt_tensor *t, const char *where, mt_err *e) {
+  const char *axes = t->ndim == 3 ? "expert,out,in" : "expert,out";
+  const char *replicated_over = t->etp.kind == MT_PLACE_SHARDED ? "edp" : "edp,etp";
+  return mt_ckpt_put_attr_str(d, "ep_split", split_name(t->ep), where, e) != 0 ||
+                 mt_ckpt_put_attr_str(d, "etp_split", split_name(t->etp), where, e) != 0 ||
+                 mt_ckpt_put_attr_str(d, "axes", axes, where, e) != 0 ||
+                 mt_ckpt_put_attr_str(d, "replicated_over", replicated_over, where, e) != 0
+             ? -1
+             : 0;
+}
+
 static int tensor_attrs(hid_t d, const mt_tensor *t, const char *where, mt_err *e) {
   /* how runtimes split it; the data itself is the whole logical tensor */
-  const char *split = t->tp.kind == MT_PLACE_SHARDED ? (t->tp.dim == 0 ? "dim0" : "dim1")
-                                                     : "replicated";
+  const char *split = split_name(t->tp);
   int64_t padded[MT_MAX_DIMS];
   for (int k = 0; k < t->ndim; k++) padded[k] = t->padded[k];
+  if (t->group == MT_GROUP_EDP)
+    return mt_ckpt_put_attr_str(d, "tp_split", "replicated", where, e) != 0 ||
+                   mt_ckpt_put_attr_i64(d, "fused_blocks", 1, where, e) != 0 ||
+                   mt_ckpt_put_attr_i64v(d, "padded_shape", padded, t->ndim, where, e) != 0 ||
+                   mt_ckpt_put_attr_i64(d, "weight_decay", t->weight_decay, where, e) != 0 ||
+                   expert_attrs(d, t, where, e) != 0
+               ? -1
+               : 0;
   const char *axes = !strcmp(t->name, "wte.weight")   ? "vocab,embd"
                      : !strcmp(t->name, "wpe.weight") ? "position,embd"
                      : t->ndim == 2                   ? "out,in"

@@ -34,24 +34,39 @@ hid_t mt_ckpt_virtual_dcpl(const mt_tensor *t, int g, const int64_t *rows, const
   for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
   char src_name[256];
   mt_ckpt_dataset_path(src_name, sizeof src_name, g, t->name);
+  int64_t d64[MT_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++) d64[d] = t->shape[d];
   for (int64_t j = 0; j < n && ok; j++) {
     const int64_t *r = rows + j * MT_CKPT_INDEX_COLS;
     if (r[MT_IX_GROUP] != g || r[MT_IX_TENSOR] != ti) continue;
-    hid_t vs = H5Screate_simple(t->ndim, dims, NULL);
     mt_ckpt_box b = {{r[MT_IX_START0], r[MT_IX_START1]}, {r[MT_IX_COUNT0], r[MT_IX_COUNT1]}, 0, 0};
-    mt_ckpt_boxes one = {&b, 1, 1};
-    hsize_t vol = (hsize_t)(b.count[0] * b.count[1]), start = (hsize_t)off[j];
-    hsize_t src_dims[1] = {H5S_UNLIMITED};
-    hsize_t cur[1] = {start + vol};
-    hid_t ss = H5Screate_simple(1, cur, src_dims);
     char file_name[64];
     snprintf(file_name, sizeof file_name, "shard-%05lld.h5", (long long)r[MT_IX_WRITER]);
-    ok = vs >= 0 && ss >= 0 && mt_ckpt_select_boxes(vs, &one) == 0 &&
-         H5Sselect_hyperslab(ss, H5S_SELECT_SET, &start, NULL, &vol, NULL) >= 0 &&
-         H5Pset_virtual(dcpl, vs, file_name, src_name, ss) >= 0;
-    if (!ok) mt_ckpt_err_h5(e, "%s", where);
-    if (ss >= 0) H5Sclose(ss);
-    if (vs >= 0) H5Sclose(vs);
+    /* each regular piece of the box (an expert tensor's box may span
+     * experts) maps to its consecutive range of the shard's 1-D array */
+    int64_t st[3][MT_MAX_DIMS], ct[3][MT_MAX_DIMS];
+    int np = mt_ckpt_box_pieces(&b, t->ndim, d64, st, ct);
+    hsize_t start = (hsize_t)off[j];
+    for (int p = 0; p < np && ok; p++) {
+      hsize_t vstart[MT_MAX_DIMS], vcount[MT_MAX_DIMS], vol = 1;
+      for (int d = 0; d < t->ndim; d++) {
+        vstart[d] = (hsize_t)st[p][d];
+        vcount[d] = (hsize_t)ct[p][d];
+        vol *= vcount[d];
+      }
+      hsize_t src_dims[1] = {H5S_UNLIMITED};
+      hsize_t cur[1] = {start + vol};
+      hid_t vs = H5Screate_simple(t->ndim, dims, NULL);
+      hid_t ss = H5Screate_simple(1, cur, src_dims);
+      ok = vs >= 0 && ss >= 0 &&
+           H5Sselect_hyperslab(vs, H5S_SELECT_SET, vstart, NULL, vcount, NULL) >= 0 &&
+           H5Sselect_hyperslab(ss, H5S_SELECT_SET, &start, NULL, &vol, NULL) >= 0 &&
+           H5Pset_virtual(dcpl, vs, file_name, src_name, ss) >= 0;
+      if (!ok) mt_ckpt_err_h5(e, "%s", where);
+      if (ss >= 0) H5Sclose(ss);
+      if (vs >= 0) H5Sclose(vs);
+      start += vol;
+    }
   }
   if (!ok) {
     mt_ckpt_err_h5(e, "%s", where); /* no-op when the loop said it already */

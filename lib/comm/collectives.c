@@ -360,6 +360,104 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
 }
 
 /* ------------------------------------------------------------------ */
+/* integers, all-to-all and variable parts (MoE dispatch)              */
+
+void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n) {
+  if (g->size == 1) {
+    if (recv != send && n) memcpy(recv, send, n * sizeof(int));
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
+  count(g, t0, mt_bytes_allgather((size_t)g->size * n * sizeof(int), g->size));
+}
+
+void mt_alltoall_i32(mt_group *g, const int *send, int *recv, size_t n) {
+  if (g->size == 1) {
+    if (recv != send && n) memcpy(recv, send, n * sizeof(int));
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Alltoall(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
+  count(g, t0, (double)(g->size - 1) * (double)(n * sizeof(int)));
+}
+
+double mt_bytes_alltoallv(const size_t *send_counts, int n, int rank, size_t elem_bytes) {
+  double b = 0.0;
+  for (int r = 0; r < n; r++)
+    if (r != rank) b += (double)send_counts[r] * (double)elem_bytes;
+  return b;
+}
+
+/* int counts and displacements of parts laid end to end (a part beyond
+ * the MPI int count is a fatal error) */
+static void int_parts(const size_t *counts, int n, int *c, int *d, size_t *total) {
+  size_t off = 0;
+  for (int r = 0; r < n; r++) {
+    c[r] = as_count(counts[r]);
+    d[r] = as_count(off);
+    off += counts[r];
+  }
+  *total = off;
+}
+
+void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts, float *recv,
+                      const size_t *recv_counts, mt_loc loc) {
+  int n = g->size;
+  if (n == 1) {
+    local_copy(recv, send, send_counts[0], loc);
+    return;
+  }
+  double t0 = mt_now();
+  int *sc = mt_malloc(4 * (size_t)n * sizeof(int)), *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
+  size_t st, rt;
+  int_parts(send_counts, n, sc, sd, &st);
+  int_parts(recv_counts, n, rc, rd, &rt);
+  float *hs = stage(loc, send, st * sizeof(float), 1);
+  float *hr = stage(loc, recv, rt * sizeof(float), 0);
+  MT_MPI_CHECK(MPI_Alltoallv(hs, sc, sd, MPI_FLOAT, hr, rc, rd, MPI_FLOAT, g->comm));
+  unstage(loc, (void *)send, hs, 0, 0);
+  unstage(loc, recv, hr, rt * sizeof(float), 1);
+  free(sc);
+  count(g, t0, mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float)));
+}
+
+void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
+                       mt_loc loc) {
+  int n = g->size;
+  if (n == 1) {
+    local_copy(recv, send, counts[0], loc);
+    return;
+  }
+  double t0 = mt_now();
+  int *c = mt_malloc(2 * (size_t)n * sizeof(int)), *d = c + n;
+  size_t total;
+  int_parts(counts, n, c, d, &total);
+  size_t mine = counts[g->rank];
+  float *hs = stage(loc, send, mine * sizeof(float), 1);
+  float *hr = stage(loc, recv, total * sizeof(float), 0);
+  MT_MPI_CHECK(MPI_Allgatherv(hs, c[g->rank], MPI_FLOAT, hr, c, d, MPI_FLOAT, g->comm));
+  unstage(loc, (void *)send, hs, 0, 0);
+  unstage(loc, recv, hr, total * sizeof(float), 1);
+  free(c);
+  count(g, t0, mt_bytes_allgather(total * sizeof(float), n));
+}
+
+void mt_reduce_scatterv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
+                            mt_loc loc) {
+  int n = g->size;
+  if (n == 1) {
+    local_copy(recv, send, counts[0], loc);
+    return;
+  }
+  int *c = mt_malloc(2 * (size_t)n * sizeof(int));
+  size_t total;
+  int_parts(counts, n, c, c + n, &total);
+  mt_reduce_scatter_sum_f32(g, send, recv, c, loc);
+  free(c);
+}
+
+/* ------------------------------------------------------------------ */
 /* non-blocking                                                        */
 
 static void req_init(mt_request *r, mt_group *g) {

@@ -3,8 +3,11 @@
  * (a tp group stays inside one node). The dp x cp group (the ranks that hold
  * the same parameters and reduce their gradients together: cp ranks see
  * other tokens of the same sequences) has rank cp_rank + cp * dp_rank, so
- * at cp = 1 it is the dp group, rank for rank. Groups are made once here with
- * MPI_Comm_split; nothing else splits communicators. Each group counts the
+ * at cp = 1 it is the dp group, rank for rank. MoE layers see the same ranks
+ * of a pipeline stage through a second, folded mesh etp, ep, edp (innermost
+ * first, etp x ep x edp = tp x cp x dp: Megatron-Core's "parallel folding").
+ * Groups are made once here with MPI_Comm_split; nothing else splits
+ * communicators. Each group counts the
  * bytes its collectives move (per rank, as sent on the wire by the standard
  * ring algorithms) and the time ranks spend inside them. Host buffers go to
  * MPI; device buffers go to NCCL (nccl.c) on the groups it serves, and are
@@ -17,7 +20,7 @@
 #include "core/core.h"
 
 typedef struct {
-  const char *name; /* "dp", "tp", "pp", "cp", "dp_cp", "world", "node" */
+  const char *name; /* "dp", "tp", "pp", "cp", "dp_cp", "world", "node", "etp", "ep", "edp" */
   MPI_Comm comm;
   int size, rank;
   double bytes;   /* payload bytes this rank passed to collectives (send side) */
@@ -38,6 +41,12 @@ typedef struct {
   mt_group world, tp_g, cp_g, dp_g, pp_g;
   mt_group dpcp_g;                /* dp x cp: gradients, ZeRO shards, the loss */
   mt_group node;                  /* the ranks sharing this node's memory */
+  /* the folded mesh of MoE layers over the tp x cp x dp ranks of one stage
+   * (mt_mesh_fold; etp = ep = 1 and no groups until then) */
+  int etp, ep, edp;
+  int etp_rank, ep_rank, edp_rank;
+  mt_group etp_g, ep_g, edp_g;
+  int folded;
 } mt_mesh;
 
 /* Validates the product against the world size (message names both) and
@@ -45,6 +54,14 @@ typedef struct {
  * on failure. */
 int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e);
 void mt_mesh_destroy(mt_mesh *m);
+/* The folded mesh of expert layers: the q = tp_rank + tp * (cp_rank + cp *
+ * dp_rank)-th rank of a pipeline stage is etp rank q % etp, ep rank
+ * (q / etp) % ep, edp rank q / (etp * ep). Validates that etp x ep divides
+ * tp x cp x dp (message names the keys) and builds the etp, ep and edp
+ * groups. Collective over MPI_COMM_WORLD. */
+int mt_mesh_fold(mt_mesh *m, int etp, int ep, mt_err *e);
+/* (etp, ep, edp) coordinates of the stage-local rank q (no MPI: the plan) */
+void mt_mesh_fold_coords(int q, int etp, int ep, int *etp_r, int *ep_r, int *edp_r);
 /* world rank of the given coordinates */
 int mt_mesh_rank_of(const mt_mesh *m, int tp_r, int cp_r, int dp_r, int pp_r);
 void mt_group_reset_counters(mt_group *g);
@@ -191,6 +208,31 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
  * its send buffer (mt_bytes_alltoall). */
 void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_outer,
                          size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
+/* Integer all-gather: every rank's n ints -> recv (size x n), rank order. */
+void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n);
+/* Integer all-to-all: n ints to every rank (send: size x n, block r goes to
+ * rank r) -> recv (size x n, block r from rank r); host memory. Bytes
+ * counted: the blocks sent to the other ranks. */
+void mt_alltoall_i32(mt_group *g, const int *send, int *recv, size_t n);
+/* All-to-all of variable parts (MoE dispatch and combine): send holds
+ * send_counts[r] floats for rank r, one part after the other in rank order;
+ * recv receives recv_counts[r] floats from rank r the same way. Bytes
+ * counted: what goes to the other ranks (own part excluded). */
+void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts, float *recv,
+                      const size_t *recv_counts, mt_loc loc);
+/* Blocking all-gather of variable parts: rank r's counts[r] floats (send)
+ * -> recv, parts in rank order; bytes counted as mt_bytes_allgather of the
+ * whole. */
+void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
+                       mt_loc loc);
+/* Reduce-scatter (sum) of variable parts: send holds the whole (parts in
+ * rank order), recv this rank's counts[rank] floats of the sum; bytes counted
+ * as mt_bytes_reduce_scatter of the whole. */
+void mt_reduce_scatterv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
+                            mt_loc loc);
+/* Bytes an all-to-all of these per-rank parts sends (rank's own part
+ * excluded), bytes each: what mt_alltoallv_f32 counts. */
+double mt_bytes_alltoallv(const size_t *send_counts, int n, int rank, size_t elem_bytes);
 
 /* Non-blocking forms; a request is finished by mt_wait (which counts the time
  * spent waiting as communication time). A device buffer's host staging copy

@@ -28,6 +28,8 @@ int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
     return -1;
   }
   m->tp = tp; m->cp = cp; m->dp = dp; m->pp = pp;
+  m->etp = m->ep = 1;
+  m->edp = tp * cp * dp;
   int r = m->world_rank;
   m->tp_rank = r % tp;
   m->cp_rank = (r / tp) % cp;
@@ -57,8 +59,45 @@ int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
   return 0;
 }
 
+void mt_mesh_fold_coords(int q, int etp, int ep, int *etp_r, int *ep_r, int *edp_r) {
+  *etp_r = q % etp;
+  *ep_r = (q / etp) % ep;
+  *edp_r = q / (etp * ep);
+}
+
+int mt_mesh_fold(mt_mesh *m, int etp, int ep, mt_err *e) {
+  int n = m->tp * m->cp * m->dp;
+  if (etp < 1 || ep < 1 || n % (etp * ep) != 0) {
+    mt_err_set(e,
+               "parallel.etp x parallel.ep = %d x %d does not divide the %d ranks of a pipeline "
+               "stage (tp x cp x dp = %d x %d x %d)",
+               etp, ep, n, m->tp, m->cp, m->dp);
+    return -1;
+  }
+  m->etp = etp;
+  m->ep = ep;
+  m->edp = n / (etp * ep);
+  /* the rank's place inside its stage, then its folded coordinates */
+  int q = m->world_rank % n, stage = m->world_rank / n;
+  mt_mesh_fold_coords(q, etp, ep, &m->etp_rank, &m->ep_rank, &m->edp_rank);
+  MPI_Comm c;
+  /* colour = the stage and the other folded coordinates; key = the coordinate */
+  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * n + m->ep_rank + ep * m->edp_rank,
+                              m->etp_rank, &c));
+  group_make(&m->etp_g, "etp", c);
+  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * n + m->etp_rank + etp * m->edp_rank,
+                              m->ep_rank, &c));
+  group_make(&m->ep_g, "ep", c);
+  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * n + m->etp_rank + etp * m->ep_rank,
+                              m->edp_rank, &c));
+  group_make(&m->edp_g, "edp", c);
+  m->folded = 1;
+  return 0;
+}
+
 void mt_mesh_destroy(mt_mesh *m) {
-  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g, &m->dpcp_g, &m->world, &m->node};
+  mt_group *gs[] = {&m->tp_g, &m->cp_g,  &m->dp_g, &m->pp_g,  &m->dpcp_g,
+                    &m->world, &m->node, &m->etp_g, &m->ep_g, &m->edp_g};
   for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
     if (gs[i]->comm != MPI_COMM_NULL && gs[i]->comm != 0) MPI_Comm_free(&gs[i]->comm);
 }

@@ -184,6 +184,54 @@ typedef struct mt_ops {
                        float lr, float beta1, float beta2, float eps, float weight_decay,
                        int t);
 
+  /* ---- Mixture-of-Experts: router, token gathers, combine, grouped GEMM.
+   * Index arrays (idx, slot, top_idx) live in backend memory; the grouped
+   * GEMM's group offsets in host memory (they decide the launches). ---- */
+  /* probs (N,E) = softmax of each row of logits (N,E), lse (N) its
+   * log-sum-exp; top_idx (N,k) the k most probable experts, most probable
+   * first (ties: the lower index first); top_w (N,k) their probabilities
+   * divided by the sum of the k. */
+  void (*moe_router_forward)(float *probs, float *lse, int *top_idx, float *top_w,
+                             const float *logits, int N, int E, int k);
+  /* dlogits (N,E) WRITES the gradient of the logits from: dtop_w (N,k), the
+   * loss's gradient with respect to top_w; aux_grad (N/rows_per_seq, E) or
+   * NULL, the gradient with respect to probs of row n, aux_grad[n /
+   * rows_per_seq] (the load-balancing loss, per sequence); and the z-loss,
+   * whose gradient with respect to logits[n][e] is z_grad * lse[n] *
+   * probs[n][e]. */
+  void (*moe_router_backward)(float *dlogits, const float *probs, const float *lse,
+                              const int *top_idx, const float *top_w, const float *dtop_w,
+                              const float *aux_grad, int rows_per_seq, float z_grad, int N, int E,
+                              int k);
+  /* sums (N/rows_per_seq, E) WRITES: row s = the sum of probs rows
+   * [s*rows_per_seq, (s+1)*rows_per_seq), in row order */
+  void (*moe_prob_sums)(float *sums, const float *probs, int N, int E, int rows_per_seq);
+  /* out (n,C) WRITES: row i = inp row idx[i] */
+  void (*gather_rows)(float *out, const float *inp, const int *idx, int n, int C);
+  /* out (N,C) WRITES: row n = sum over j = 0..k-1 with slot[n*k+j] >= 0 of
+   * w[n*k+j] * y[slot[n*k+j]], in j order (0 when every slot is < 0) */
+  void (*moe_combine)(float *out, const float *y, const int *slot, const float *w, int N, int C,
+                      int k);
+  /* moe_combine's backward: dy row slot[n*k+j] = w[n*k+j] * dout row n
+   * (WRITES the rows named by slots >= 0); dw (N,k) WRITES dot(dout row n,
+   * y row slot[n*k+j]), 0 where slot < 0 */
+  void (*moe_combine_backward)(float *dy, float *dw, const float *dout, const float *y,
+                               const int *slot, const float *w, int N, int C, int k);
+  /* dx (N,C) += the rows src[slot[n*k+j]] of slots >= 0, in j order */
+  void (*moe_gather_sum)(float *dx, const float *src, const int *slot, int N, int C, int k);
+  /* Grouped GEMM: group g is rows [off[g], off[g+1]) of inp (rows, C); w
+   * (G,OC,C), bias (G,OC) or NULL; out rows of group g = inp rows @ w[g]^T +
+   * bias[g] (WRITES). One sgemm per non-empty group; groups run on
+   * separate threads, each group's result independent of the thread count
+   * when there are at least as many non-empty groups as threads. */
+  void (*grouped_matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
+                                 const int *off, int G, int C, int OC);
+  /* per group, as matmul_backward: dinp += dout @ w[g], dw[g] += dout^T @
+   * inp, dbias[g] += column sums of dout; any of dinp, dw, dbias NULL: skipped */
+  void (*grouped_matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                                  const float *inp, const float *w, const int *off, int G, int C,
+                                  int OC);
+
   /* sum of squares of x[0..n), accumulated in double, deterministic order */
   double (*sumsq)(const float *x, size_t n);
   /* x *= s */

@@ -14,6 +14,10 @@ double mt_train_flops_per_token(int n_layer, int n_embd, int seq_len, int vocab)
   return 6.0 * n_mm + 6.0 * L * T * C;
 }
 
+double mt_train_flops_per_token_mm(double n_mm, int n_layer, int n_embd, int seq_len) {
+  return 6.0 * n_mm + 6.0 * (double)n_layer * seq_len * n_embd;
+}
+
 typedef struct {
   mt_hw_profile *hw;
   char bad[160];
@@ -139,6 +143,38 @@ char *mt_step_record_json(const mt_step_record *r) {
     cJSON_AddNumberToObject(p, "comm_s", r->pp_comm_s);
     cJSON_AddNumberToObject(o, "pp_bytes", r->pp_bytes);
   }
+  if (r->moe_blocks > 0) {
+    /* per MoE block: the busiest expert's slots over the mean (1 = balanced),
+     * the fraction of slots dropped, and the slots of every expert */
+    cJSON *moe = cJSON_AddObjectToObject(o, "moe");
+    cJSON_AddNumberToObject(moe, "aux_loss", r->moe_aux_loss);
+    cJSON_AddNumberToObject(moe, "z_loss", r->moe_z_loss);
+    cJSON *aux = cJSON_AddArrayToObject(moe, "aux_loss_per_block");
+    for (int b = 0; b < r->moe_blocks; b++)
+      cJSON_AddItemToArray(aux, cJSON_CreateNumber(r->moe_aux_block ? r->moe_aux_block[b] : 0.0));
+    cJSON *load = cJSON_AddArrayToObject(moe, "load_max_over_mean");
+    cJSON *drop = cJSON_AddArrayToObject(moe, "dropped_frac");
+    cJSON *tok = cJSON_AddArrayToObject(moe, "tokens_per_expert");
+    for (int b = 0; b < r->moe_blocks; b++) {
+      const double *x = r->moe_tokens + (size_t)b * r->moe_experts;
+      double sum = 0.0, most = 0.0;
+      cJSON *row = cJSON_CreateArray();
+      for (int e = 0; e < r->moe_experts; e++) {
+        sum += x[e];
+        if (x[e] > most) most = x[e];
+        cJSON_AddItemToArray(row, cJSON_CreateNumber(x[e]));
+      }
+      cJSON_AddItemToArray(tok, row);
+      cJSON_AddItemToArray(load, cJSON_CreateNumber(sum > 0 ? most * r->moe_experts / sum : 0.0));
+      cJSON_AddItemToArray(drop, cJSON_CreateNumber(sum > 0 ? r->moe_dropped[b] / sum : 0.0));
+    }
+    cJSON_AddNumberToObject(moe, "ep_bytes", r->ep_bytes);
+    cJSON_AddNumberToObject(moe, "ep_comm_s", r->ep_comm_s);
+    cJSON_AddNumberToObject(moe, "etp_bytes", r->etp_bytes);
+    cJSON_AddNumberToObject(moe, "etp_comm_s", r->etp_comm_s);
+    cJSON_AddNumberToObject(moe, "edp_bytes", r->edp_bytes);
+    cJSON_AddNumberToObject(moe, "edp_comm_s", r->edp_comm_s);
+  }
   cJSON_AddNumberToObject(o, "model_flops", r->model_flops);
   cJSON_AddNumberToObject(o, "flops_per_s", r->flops_per_s);
   cJSON_AddNumberToObject(o, "mfu", r->peak_flops > 0 ? r->flops_per_s / r->peak_flops : 0.0);
@@ -155,6 +191,19 @@ void mt_step_record_progress(const mt_step_record *r, double eta_s, FILE *f) {
   int eta = (int)(eta_s + 0.5);
   fprintf(f, "step %5d/%d | loss %.4f", r->step, r->steps, r->loss);
   if (r->val_loss >= 0) fprintf(f, " | val %.4f", r->val_loss);
+  if (r->moe_blocks > 0) { /* the busiest block's expert load (max / mean) and the aux loss */
+    double worst = 0.0;
+    for (int b = 0; b < r->moe_blocks; b++) {
+      const double *x = r->moe_tokens + (size_t)b * r->moe_experts;
+      double sum = 0.0, most = 0.0;
+      for (int e = 0; e < r->moe_experts; e++) {
+        sum += x[e];
+        most = x[e] > most ? x[e] : most;
+      }
+      if (sum > 0 && most * r->moe_experts / sum > worst) worst = most * r->moe_experts / sum;
+    }
+    fprintf(f, " | moe aux %.4f load %.2f", r->moe_aux_loss, worst);
+  }
   fprintf(f, " | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | MFU %5.1f%% | ETA %d:%02d:%02d\n",
           r->lr, r->grad_norm, r->step_s > 0 ? r->tokens / r->step_s : 0.0, 1e3 * r->step_s,
           r->peak_flops > 0 ? 100.0 * r->flops_per_s / r->peak_flops : 0.0, eta / 3600,

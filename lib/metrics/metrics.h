@@ -14,6 +14,9 @@
  * backward 2x). Embedding look-ups, norms and elementwise ops are not
  * counted, as in Megatron's and llm.c's MFU. */
 double mt_train_flops_per_token(int n_layer, int n_embd, int seq_len, int vocab);
+/* The same from the count of matmul weights a token uses (n_mm; a MoE
+ * model: the router and the k experts it is routed to, not the others). */
+double mt_train_flops_per_token_mm(double n_mm, int n_layer, int n_embd, int seq_len);
 
 typedef struct {
   char name[128];
@@ -47,6 +50,17 @@ typedef struct {
   int pp;
   const double *pp_stage; /* 3 values per stage: wait_s, bubble, act_peak_bytes */
   double pp_comm_s, pp_bytes;
+  /* MoE (moe_blocks > 0): per MoE block, the slots routed to each expert
+   * (moe_blocks x moe_experts, this step's global batch) and the slots
+   * dropped; the load-balancing and z-losses (summed over the blocks, in
+   * the units of the loss); this rank's seconds in and bytes sent by the
+   * all-to-alls (ep), the expert-tensor collectives (etp) and the experts'
+   * gradient reductions (edp) */
+  int moe_blocks, moe_experts;
+  const double *moe_tokens, *moe_dropped;
+  const double *moe_aux_block; /* per block: its load-balancing loss */
+  double moe_aux_loss, moe_z_loss;
+  double ep_comm_s, ep_bytes, etp_comm_s, etp_bytes, edp_comm_s, edp_bytes;
   double model_flops;    /* whole job, this step */
   double flops_per_s;    /* whole job */
   double peak_flops;     /* whole job */

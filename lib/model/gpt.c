@@ -1,5 +1,5 @@
 /* GPT-2 forward and backward over the registry's flat buffers. */
-#include "model/model.h"
+#include "model/model_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,18 +17,68 @@ int mt_model_pad_vocab(int vocab, int tp) {
 int mt_model_preset(const char *name, mt_model_shape *s) {
   memset(s, 0, sizeof *s);
   if (strcmp(name, "tiny") == 0) {
-    *s = (mt_model_shape){2, 32, 4, 32, 256, 0};
+    *s = (mt_model_shape){2, 32, 4, 32, 256, 0, 0, 0, 0, 0, 0, 0.0};
   } else if (strcmp(name, "small") == 0) {
-    *s = (mt_model_shape){6, 384, 6, 256, 256, 0};
+    *s = (mt_model_shape){6, 384, 6, 256, 256, 0, 0, 0, 0, 0, 0, 0.0};
   } else if (strcmp(name, "gpt2-124m") == 0) {
-    *s = (mt_model_shape){12, 768, 12, 1024, 50257, 0};
+    *s = (mt_model_shape){12, 768, 12, 1024, 50257, 0, 0, 0, 0, 0, 0, 0.0};
   } else if (strcmp(name, "custom") == 0) {
-    *s = (mt_model_shape){0, 0, 0, 0, 256, 0};
+    *s = (mt_model_shape){0, 0, 0, 0, 256, 0, 0, 0, 0, 0, 0, 0.0};
   } else {
     return -1;
   }
   s->vocab_padded = mt_model_pad_vocab(s->vocab, 1);
   return 0;
+}
+
+int mt_model_is_moe(const mt_model_shape *s, int l) {
+  return s->moe_experts > 0 && s->moe_every > 0 && l >= 0 && l < s->n_layer &&
+         (l + 1) % s->moe_every == 0;
+}
+
+int mt_model_moe_before(const mt_model_shape *s, int l) {
+  int n = 0;
+  for (int i = 0; i < l && i < s->n_layer; i++) n += mt_model_is_moe(s, i);
+  return n;
+}
+
+/* the MoE keys of cfg into s, and what they need of the mesh */
+static int moe_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e) {
+  s->moe_experts = cfg->moe_experts;
+  if (cfg->moe_experts == 0) {
+    s->moe_topk = s->moe_every = s->moe_ffn = s->moe_shared = 0;
+    s->moe_capacity = 0.0;
+    if (cfg->ep > 1 || cfg->etp > 1) {
+      mt_err_set(e, "parallel.ep = %d, parallel.etp = %d: expert parallelism needs a MoE model "
+                    "(model.moe_experts > 0)", cfg->ep, cfg->etp);
+      return -1;
+    }
+    return 0;
+  }
+  s->moe_topk = cfg->moe_topk;
+  s->moe_every = cfg->moe_every;
+  s->moe_ffn = cfg->moe_ffn > 0 ? cfg->moe_ffn : 4 * s->n_embd;
+  s->moe_shared = cfg->moe_shared;
+  s->moe_capacity = cfg->moe_capacity;
+  if (s->moe_topk > s->moe_experts)
+    mt_err_set(e, "model.moe_topk = %d is more than the model.moe_experts = %d experts",
+               s->moe_topk, s->moe_experts);
+  else if (s->moe_every > s->n_layer)
+    mt_err_set(e, "model.moe_every = %d is beyond the model.n_layer = %d blocks (no block would "
+                  "be a MoE block)", s->moe_every, s->n_layer);
+  else if (s->moe_experts % cfg->ep != 0)
+    mt_err_set(e, "parallel.ep = %d does not divide model.moe_experts = %d", cfg->ep,
+               s->moe_experts);
+  else if (s->moe_ffn % cfg->etp != 0)
+    mt_err_set(e, "parallel.etp = %d does not divide the expert hidden size model.moe_ffn = %d",
+               cfg->etp, s->moe_ffn);
+  else if (cfg->tp > 1 && (s->moe_shared * s->moe_ffn) % cfg->tp != 0)
+    mt_err_set(e, "parallel.tp = %d does not divide the shared experts' hidden size "
+                  "model.moe_shared x model.moe_ffn = %d", cfg->tp, s->moe_shared * s->moe_ffn);
+  else if (cfg->tp > 1 && s->seq_len % cfg->tp != 0)
+    mt_err_set(e, "MoE blocks route each tp rank's 1/tp of a sequence: parallel.tp = %d does not "
+                  "divide model.seq_len = %d", cfg->tp, s->seq_len);
+  return e->failed ? -1 : 0;
 }
 
 int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e) {
@@ -72,14 +122,43 @@ int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *
   }
   /* no vocabulary limit here: the token file's format decides which ids it
    * can hold (mt_dataset_validate refuses uint16 files for vocab > 65536) */
-  return 0;
+  return moe_shape_from_config(cfg, s, e);
+}
+
+/* parameters of a block: every expert (active = 0), or those a token uses */
+static size_t block_params(const mt_model_shape *s, int l, int active) {
+  size_t C = (size_t)s->n_embd;
+  size_t attn = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C; /* ln1, attention, ln2 */
+  if (!mt_model_is_moe(s, l)) return attn + 4 * C * C + 4 * C + 4 * C * C + C;
+  size_t F = (size_t)s->moe_ffn, Fs = (size_t)s->moe_shared * F;
+  size_t expert = F * C + F + C * F + C;
+  size_t used = active ? (size_t)s->moe_topk : (size_t)s->moe_experts;
+  return attn + (size_t)s->moe_experts * C + used * expert +
+         (Fs ? Fs * C + Fs + C * Fs + C : 0);
 }
 
 size_t mt_model_num_params(const mt_model_shape *s) {
-  size_t C = (size_t)s->n_embd, L = (size_t)s->n_layer;
-  size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                     4 * C * C + C;
-  return (size_t)s->vocab * C + (size_t)s->seq_len * C + L * per_layer + 2 * C;
+  size_t C = (size_t)s->n_embd, n = (size_t)s->vocab * C + (size_t)s->seq_len * C + 2 * C;
+  for (int l = 0; l < s->n_layer; l++) n += block_params(s, l, 0);
+  return n;
+}
+
+double mt_model_active_matmul_weights(const mt_model_shape *s) {
+  double C = s->n_embd, n = (double)s->vocab * C;
+  for (int l = 0; l < s->n_layer; l++) {
+    n += 4.0 * C * C; /* qkv, proj */
+    if (!mt_model_is_moe(s, l)) n += 8.0 * C * C;
+    else
+      n += (double)s->moe_experts * C +
+           2.0 * C * (double)s->moe_ffn * ((double)s->moe_topk + (double)s->moe_shared);
+  }
+  return n;
+}
+
+size_t mt_model_active_params(const mt_model_shape *s) {
+  size_t C = (size_t)s->n_embd, n = (size_t)s->vocab * C + (size_t)s->seq_len * C + 2 * C;
+  for (int l = 0; l < s->n_layer; l++) n += block_params(s, l, 1);
+  return n;
 }
 
 /* ------------------------------------------------------------------ */
@@ -105,7 +184,8 @@ static int reg_tensor(const reg_ctx *c, const char *name, int ndim, const int64_
                       const int64_t *padded, mt_placement tp, mt_init_rule init, float std,
                       int decay, int partial_grad) {
   mt_tensor_spec s = {name, ndim, shape, padded, tp, mt_replicated(), c->layer,
-                      stage_of(c, c->layer), -1, init, std, decay, NULL, partial_grad};
+                      stage_of(c, c->layer), -1, init, std, decay, NULL, partial_grad,
+                      mt_replicated(), MT_GROUP_DP};
   return mt_registry_add_spec(c->r, &s);
 }
 
@@ -117,6 +197,16 @@ static void reg2(const reg_ctx *c, const char *name, int64_t a, int64_t b, mt_pl
 
 static void reg_bias(const reg_ctx *c, const char *name, int64_t a, mt_placement p) {
   reg_tensor(c, name, 1, &a, NULL, p, MT_INIT_ZEROS, 0.0f, 0, 0);
+}
+
+/* an expert tensor of shape (E, a[, b]): its experts split over ep (dim 0),
+ * etp_dim split over etp (-1: replicated over etp), reduced over edp */
+static void reg_expert(const reg_ctx *c, const char *name, int ndim, const int64_t *shape,
+                       int etp_dim, mt_init_rule init, float std, int decay) {
+  mt_tensor_spec s = {name, ndim, shape, NULL, mt_replicated(), mt_sharded(0, 1), c->layer,
+                      stage_of(c, c->layer), -1, init, std, decay, NULL, 0,
+                      etp_dim < 0 ? mt_replicated() : mt_sharded(etp_dim, 1), MT_GROUP_EDP};
+  mt_registry_add_spec(c->r, &s);
 }
 
 /* a LayerNorm weight (ones) or bias (zeros): replicated over tp */
@@ -145,12 +235,14 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *s, const mt_gpt
   int partial = lay->sp && lay->tp_size > 1;
   const float std = 0.02f, proj_std = std / sqrtf(2.0f * (float)s->n_layer);
   mt_registry_init(r, lay->tp_size, lay->tp_rank);
+  mt_registry_set_ep(r, lay->ep_size > 0 ? lay->ep_size : 1, lay->ep_rank);
+  mt_registry_set_etp(r, lay->etp_size > 0 ? lay->etp_size : 1, lay->etp_rank);
   r->pp_rank = lay->stage_of_layer ? lay->pp_rank : 0;
   reg_ctx c = {r, lay, MT_LAYER_EMBED};
   int64_t wte_shape[2] = {s->vocab, C}, wte_pad[2] = {s->vocab_padded, C};
   mt_tensor_spec wte = {"wte.weight", 2, wte_shape, wte_pad, mt_sharded(0, 1), mt_replicated(),
                         MT_LAYER_EMBED, stage_of(&c, MT_LAYER_EMBED), -1, MT_INIT_NORMAL, std,
-                        1, "lm_head.weight", 0};
+                        1, "lm_head.weight", 0, mt_replicated(), MT_GROUP_DP};
   /* the LM head reads wte on the last stage: a copy kept equal there */
   if (lay->stage_of_layer && lay->pp_last != 0) wte.pp_copy = lay->pp_last;
   mt_registry_add_spec(r, &wte);
@@ -167,10 +259,32 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *s, const mt_gpt
     reg_bias(&c, NAME("attn.proj.bias"), C, mt_replicated());
     reg_norm(&c, NAME("ln2.weight"), C, MT_INIT_ONES, partial);
     reg_norm(&c, NAME("ln2.bias"), C, MT_INIT_ZEROS, partial);
-    reg2(&c, NAME("mlp.fc.weight"), 4 * C, C, mt_sharded(0, 1), std);
-    reg_bias(&c, NAME("mlp.fc.bias"), 4 * C, mt_sharded(0, 1));
-    reg2(&c, NAME("mlp.proj.weight"), C, 4 * C, mt_sharded(1, 1), proj_std);
-    reg_bias(&c, NAME("mlp.proj.bias"), C, mt_replicated());
+    if (!mt_model_is_moe(s, l)) {
+      reg2(&c, NAME("mlp.fc.weight"), 4 * C, C, mt_sharded(0, 1), std);
+      reg_bias(&c, NAME("mlp.fc.bias"), 4 * C, mt_sharded(0, 1));
+      reg2(&c, NAME("mlp.proj.weight"), C, 4 * C, mt_sharded(1, 1), proj_std);
+      reg_bias(&c, NAME("mlp.proj.bias"), C, mt_replicated());
+      continue;
+    }
+    /* a MoE block: the router (replicated; under tensor parallelism each tp
+     * rank routes its own slice of the tokens, so its gradient is partial),
+     * the shared experts (a tensor-parallel MLP), then the experts (their own
+     * unit, reduced over edp) */
+    int64_t E = s->moe_experts, F = s->moe_ffn, Fs = (int64_t)s->moe_shared * F;
+    int64_t router[2] = {E, C};
+    reg_tensor(&c, NAME("moe.router.weight"), 2, router, NULL, mt_replicated(), MT_INIT_NORMAL,
+               std, 1, lay->tp_size > 1);
+    if (Fs > 0) {
+      reg2(&c, NAME("moe.shared.fc.weight"), Fs, C, mt_sharded(0, 1), std);
+      reg_bias(&c, NAME("moe.shared.fc.bias"), Fs, mt_sharded(0, 1));
+      reg2(&c, NAME("moe.shared.proj.weight"), C, Fs, mt_sharded(1, 1), proj_std);
+      reg_bias(&c, NAME("moe.shared.proj.bias"), C, mt_replicated());
+    }
+    int64_t fc[3] = {E, F, C}, fc_b[2] = {E, F}, proj[3] = {E, C, F}, proj_b[2] = {E, C};
+    reg_expert(&c, NAME("moe.experts.fc.weight"), 3, fc, 1, MT_INIT_NORMAL, std, 1);
+    reg_expert(&c, NAME("moe.experts.fc.bias"), 2, fc_b, 1, MT_INIT_ZEROS, 0.0f, 0);
+    reg_expert(&c, NAME("moe.experts.proj.weight"), 3, proj, 2, MT_INIT_NORMAL, proj_std, 1);
+    reg_expert(&c, NAME("moe.experts.proj.bias"), 2, proj_b, -1, MT_INIT_ZEROS, 0.0f, 0);
 #undef NAME
   }
   c.layer = s->n_layer;
@@ -181,7 +295,7 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *s, const mt_gpt
 
 int mt_gpt_register(mt_registry *r, const mt_model_shape *s, int tp_size, int tp_rank, int sp,
                     char *msg, size_t msg_len) {
-  mt_gpt_layout lay = {tp_size, tp_rank, sp, s->n_layer, NULL, 0, 0};
+  mt_gpt_layout lay = {tp_size, tp_rank, sp, s->n_layer, NULL, 0, 0, 1, 0, 1, 0};
   return mt_gpt_register_layout(r, s, &lay, msg, msg_len);
 }
 
@@ -191,7 +305,8 @@ int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_s
   for (int i = 0; i < r->n; i++)
     if (r->t[i].layer + 1 > n_layer) n_layer = r->t[i].layer + 1;
   n_layer--; /* the final LN's layer is n_layer */
-  mt_gpt_layout lay = {r->tp_size, r->tp_rank, 0, n_layer, stage_of_layer, last_stage, pp_rank};
+  mt_gpt_layout lay = {r->tp_size, r->tp_rank, 0, n_layer, stage_of_layer, last_stage, pp_rank,
+                       r->ep_size, r->ep_rank, r->etp_size, r->etp_rank};
   reg_ctx c = {r, &lay, 0};
   for (int i = 0; i < r->n; i++) {
     mt_tensor *t = &r->t[i];
@@ -229,10 +344,25 @@ static void find_views(mt_gpt *m) {
     VIEW(blocks[l].attn_proj_b, mt_registry_findf(r, "blocks.%d.attn.proj.bias", l));
     VIEW(blocks[l].ln2_w, mt_registry_findf(r, "blocks.%d.ln2.weight", l));
     VIEW(blocks[l].ln2_b, mt_registry_findf(r, "blocks.%d.ln2.bias", l));
-    VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.mlp.fc.weight", l));
-    VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.mlp.fc.bias", l));
-    VIEW(blocks[l].fc_proj_w, mt_registry_findf(r, "blocks.%d.mlp.proj.weight", l));
-    VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.mlp.proj.bias", l));
+    if (!mt_model_is_moe(&m->shape, l)) {
+      VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.mlp.fc.weight", l));
+      VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.mlp.fc.bias", l));
+      VIEW(blocks[l].fc_proj_w, mt_registry_findf(r, "blocks.%d.mlp.proj.weight", l));
+      VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.mlp.proj.bias", l));
+      continue;
+    }
+    /* a MoE block: the shared experts run through the MLP's views */
+    VIEW(blocks[l].router_w, mt_registry_findf(r, "blocks.%d.moe.router.weight", l));
+    if (m->shape.moe_shared > 0) {
+      VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.moe.shared.fc.weight", l));
+      VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.moe.shared.fc.bias", l));
+      VIEW(blocks[l].fc_proj_w, mt_registry_findf(r, "blocks.%d.moe.shared.proj.weight", l));
+      VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.moe.shared.proj.bias", l));
+    }
+    VIEW(blocks[l].e_fc_w, mt_registry_findf(r, "blocks.%d.moe.experts.fc.weight", l));
+    VIEW(blocks[l].e_fc_b, mt_registry_findf(r, "blocks.%d.moe.experts.fc.bias", l));
+    VIEW(blocks[l].e_proj_w, mt_registry_findf(r, "blocks.%d.moe.experts.proj.weight", l));
+    VIEW(blocks[l].e_proj_b, mt_registry_findf(r, "blocks.%d.moe.experts.proj.bias", l));
   }
   VIEW(lnf_w, mt_registry_find(r, "lnf.weight"));
   VIEW(lnf_b, mt_registry_find(r, "lnf.bias"));
@@ -240,7 +370,11 @@ static void find_views(mt_gpt *m) {
   m->unit_embed = mt_registry_unit_of_layer(r, MT_LAYER_EMBED);
   m->unit_final = mt_registry_unit_of_layer(r, m->shape.n_layer);
   m->unit_block = mt_calloc((size_t)m->shape.n_layer + 1, sizeof(int));
-  for (int l = 0; l < m->shape.n_layer; l++) m->unit_block[l] = mt_registry_unit_of_layer(r, l);
+  m->unit_experts = mt_calloc((size_t)m->shape.n_layer + 1, sizeof(int));
+  for (int l = 0; l < m->shape.n_layer; l++) {
+    m->unit_block[l] = mt_registry_unit_of(r, l, MT_GROUP_DP);
+    m->unit_experts[l] = mt_registry_unit_of(r, l, MT_GROUP_EDP);
+  }
 }
 
 /* Point the views of unit u's tensors at base, the memory of the unit's
@@ -347,8 +481,11 @@ int mt_gpt_create_plan(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops
 /* The layout of par (NULL: one rank) for registration. */
 static mt_gpt_layout layout_of(const mt_model_shape *shape, const mt_gpt_parallel *par) {
   mt_group *tp_g = par && par->tp && par->tp->size > 1 ? par->tp : NULL;
+  mt_group *ep_g = par && par->ep && par->ep->size > 1 ? par->ep : NULL;
+  mt_group *etp_g = par && par->etp && par->etp->size > 1 ? par->etp : NULL;
   mt_gpt_layout lay = {tp_g ? tp_g->size : 1, tp_g ? tp_g->rank : 0, par && par->sp,
-                       shape->n_layer, NULL, 0, 0};
+                       shape->n_layer, NULL, 0, 0, ep_g ? ep_g->size : 1, ep_g ? ep_g->rank : 0,
+                       etp_g ? etp_g->size : 1, etp_g ? etp_g->rank : 0};
   if (par && par->stage_of_layer) {
     lay.stage_of_layer = par->stage_of_layer;
     lay.pp_last = par->pp_last;
@@ -394,6 +531,11 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
     mt_err_set(e, "tp = %d does not divide n_head = %d", tp_size, shape->n_head);
     return -1;
   }
+  if (shape->moe_experts > 0 && par && (par->recompute || par->split_backward)) {
+    mt_err_set(e, "train.recompute and the zb-h1 schedule are not supported with MoE blocks "
+                  "(model.moe_experts > 0) yet");
+    return -1;
+  }
   char msg[256];
   if (mt_gpt_register_layout(&m->reg, shape, &lay, msg, sizeof msg) != 0) {
     mt_err_set(e, "%s", msg);
@@ -404,10 +546,41 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   const mt_registry *r = &m->reg;
   const mt_tensor *wte = &r->t[mt_registry_find(r, "wte.weight")];
   const mt_tensor *qkv = &r->t[mt_registry_find(r, "blocks.0.attn.qkv.weight")];
-  const mt_tensor *fc = &r->t[mt_registry_find(r, "blocks.0.mlp.fc.weight")];
   m->C_local = (int)(qkv->local_shape[0] / qkv->tp.fused_blocks);
   m->NH_local = m->C_local / (shape->n_embd / shape->n_head);
-  m->F_local = (int)fc->local_shape[0];
+  /* per block: the hidden units of its MLP (a MoE block: of its shared
+   * experts, or none); activations are laid out for the largest */
+  m->mlp_local = mt_calloc((size_t)shape->n_layer + 1, sizeof(int));
+  m->moe_window_of = mt_calloc((size_t)shape->n_layer + 1, sizeof(int));
+  for (int l = 0; l < shape->n_layer; l++) {
+    int moe = mt_model_is_moe(shape, l);
+    int i = moe ? mt_registry_findf(r, "blocks.%d.moe.shared.fc.weight", l)
+                : mt_registry_findf(r, "blocks.%d.mlp.fc.weight", l);
+    m->mlp_local[l] = i >= 0 ? (int)r->t[i].local_shape[0] : 0;
+    if (m->mlp_local[l] > m->F_slot) m->F_slot = m->mlp_local[l];
+    if (moe && m->n_moe++ == 0) {
+      const mt_tensor *efc = &r->t[mt_registry_findf(r, "blocks.%d.moe.experts.fc.weight", l)];
+      m->E_local = (int)efc->local_shape[0];
+      m->Fe_local = (int)efc->local_shape[1];
+    }
+  }
+  m->F_local = m->F_slot;
+  for (int n = 0; n <= shape->n_layer; n++) /* MoE blocks a set of n blocks may hold */
+    for (int l0 = 0; l0 + n <= shape->n_layer; l0++) {
+      int c = mt_model_moe_before(shape, l0 + n) - mt_model_moe_before(shape, l0);
+      if (c > m->moe_window_of[n]) m->moe_window_of[n] = c;
+    }
+  m->ep_size = lay.ep_size;
+  m->ep_rank = lay.ep_rank;
+  m->etp_size = lay.etp_size;
+  m->etp_rank = lay.etp_rank;
+  m->Ts = tp_size > 1 ? m->T / tp_size : m->T;
+  m->moe_slice = m->n_moe > 0 && tp_size > 1 && !sp;
+  if (m->n_moe > 0) {
+    mt_ep_bounds(shape->moe_experts, shape->moe_topk, lay.ep_size, lay.etp_size, m->T,
+                 shape->moe_capacity, max_B, m->Ts, &m->moe_send, &m->moe_recv, &m->moe_rows);
+    m->moe_meta_n = mt_ep_meta_ints(lay.ep_size, lay.etp_size, m->E_local);
+  }
   m->V_local = (int)wte->local_shape[0];
   m->v_start = (int)wte->local_start[0];
   int real = shape->vocab - m->v_start;
@@ -469,6 +642,27 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   /* the micro-batch's tokens, in backend memory (B,T) each */
   m->tok_in = (int *)act(m, BT * sizeof(int) / sizeof(float));
   m->tok_tgt = (int *)act(m, BT * sizeof(int) / sizeof(float));
+  if (m->n_moe > 0) {
+    /* one MoE block's scratch: N local tokens, the dispatch's row bounds */
+    const size_t N = B * (size_t)m->Ts, E = (size_t)shape->moe_experts;
+    const size_t k = (size_t)shape->moe_topk, Fe = (size_t)m->Fe_local;
+    m->moe_logits = act(m, N * E);
+    m->moe_dtw = act(m, N * k);
+    m->moe_out = act(m, N * C);
+    m->moe_seq_buf = act(m, B * E);
+    m->moe_send_buf = act(m, m->moe_send * C);
+    m->moe_send_tok = (int *)act(m, m->moe_send);
+    m->moe_recv_buf = act(m, m->moe_recv * C);
+    if (lay.etp_size > 1) m->moe_rows_buf = act(m, m->moe_rows * C);
+    m->moe_rows2_buf = act(m, m->moe_rows * C);
+    m->moe_hid_buf = act(m, m->moe_rows * Fe);
+    m->moe_hid2_buf = act(m, m->moe_rows * Fe);
+    if (m->moe_slice) { /* the rank's slice of each sequence, and back */
+      m->moe_xloc = act(m, N * C);
+      m->moe_dxl = act(m, N * C);
+      m->moe_full = act(m, BT * C);
+    }
+  }
   size_t partial = mt_tp_partial_numel(r, 0, r->numel_local);
   m->comm_bytes = mt_tp_comm_bytes(tp_size, sp, BT * C, partial) +
                   mt_cp_comm_bytes(&cpl, max_B, (int)Cl);
@@ -483,7 +677,33 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->inputs = mt_calloc(BT, sizeof(int));
   m->targets = mt_calloc(BT, sizeof(int));
   mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops);
+  if (m->n_moe > 0) {
+    mt_ep_create(&m->ep, par ? par->ep : NULL, par ? par->etp : NULL, tp_g, ops,
+                 shape->moe_experts, shape->moe_topk, m->T, shape->moe_capacity, max_B, m->Ts);
+    m->moe_meta_host = mt_calloc((size_t)m->moe_meta_n, sizeof(int));
+    size_t E = (size_t)shape->moe_experts;
+    m->moe_tokens = mt_calloc((size_t)m->n_moe * E + 1, sizeof(double));
+    m->moe_dropped = mt_calloc((size_t)m->n_moe + 1, sizeof(double));
+    m->moe_aux = mt_calloc((size_t)m->n_moe + 1, sizeof(double));
+    m->moe_z = mt_calloc((size_t)m->n_moe + 1, sizeof(double));
+  }
   return 0;
+}
+
+void mt_gpt_set_moe_loss(mt_gpt *m, float aux_coef, float z_coef) {
+  m->moe_aux_coef = aux_coef;
+  m->moe_z_coef = z_coef;
+}
+
+void mt_gpt_moe_stats(mt_gpt *m, int on) { m->moe_stats_on = on && m->n_moe > 0; }
+
+void mt_gpt_moe_stats_reset(mt_gpt *m) {
+  if (m->n_moe == 0 || !m->moe_tokens) return;
+  size_t E = (size_t)m->shape.moe_experts, n = (size_t)m->n_moe;
+  memset(m->moe_tokens, 0, n * E * sizeof(double));
+  memset(m->moe_dropped, 0, n * sizeof(double));
+  memset(m->moe_aux, 0, n * sizeof(double));
+  memset(m->moe_z, 0, n * sizeof(double));
 }
 
 int mt_gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
@@ -491,14 +711,22 @@ int mt_gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int
   return mt_gpt_create_parallel(m, shape, ops, max_B, NULL, e);
 }
 
+/* what every model holds on the host: views, units, per-block figures */
+static void free_host_parts(mt_gpt *m) {
+  free(m->p.blocks);
+  free(m->g.blocks);
+  free(m->pview);
+  free(m->gview);
+  free(m->unit_block);
+  free(m->unit_experts);
+  free(m->mlp_local);
+  free(m->moe_window_of);
+}
+
 void mt_gpt_destroy(mt_gpt *m) {
   size_t n = m->reg.numel_local;
   if (m->count_only) { /* nothing was allocated but the views and the registry */
-    free(m->p.blocks);
-    free(m->g.blocks);
-    free(m->pview);
-    free(m->gview);
-    free(m->unit_block);
+    free_host_parts(m);
     mt_registry_free(&m->reg);
     memset(m, 0, sizeof *m);
     return;
@@ -506,11 +734,15 @@ void mt_gpt_destroy(mt_gpt *m) {
   if (m->params) m->ops->free(MT_MEM_PARAMS, m->params, n * sizeof(float));
   if (m->grads) m->ops->free(MT_MEM_GRADS, m->grads, n * sizeof(float));
   for (int i = 0; i < m->n_act; i++) m->ops->free(MT_MEM_ACTIV, m->act_ptr[i], m->act_size[i]);
-  free(m->p.blocks);
-  free(m->g.blocks);
-  free(m->pview);
-  free(m->gview);
-  free(m->unit_block);
+  free_host_parts(m);
+  if (m->n_moe > 0) {
+    mt_ep_destroy(&m->ep);
+    free(m->moe_meta_host);
+    free(m->moe_tokens);
+    free(m->moe_dropped);
+    free(m->moe_aux);
+    free(m->moe_z);
+  }
   free(m->inputs);
   free(m->targets);
   mt_tp_destroy(&m->tp);
@@ -618,6 +850,51 @@ double mt_gpt_cp_bytes_range(const mt_gpt *m, int B, int n_layers) {
                      mt_cp_bytes(&m->cp.lay, B, m->C_local, 1));
 }
 
+double mt_gpt_tp_bytes_layers(const mt_gpt *m, int B, int l0, int l1, int embed, int head) {
+  int n = m->tp.size;
+  if (n == 1) return 0.0;
+  int dense = 0, moe = 0, shared = 0;
+  for (int l = l0; l < l1; l++) {
+    if (!mt_model_is_moe(&m->shape, l)) dense++;
+    else {
+      moe++;
+      shared += m->mlp_local[l] > 0;
+    }
+  }
+  if (moe == 0) return mt_gpt_tp_bytes_range(m, B, dense, embed, head);
+  double C = m->shape.n_embd, BT = (double)B * m->T;
+  size_t act = (size_t)(BT * C) * sizeof(float);
+  double xent = head ? mt_bytes_allreduce((size_t)BT * sizeof(float), n) +
+                           mt_bytes_allreduce((size_t)(2 * BT) * sizeof(double), n)
+                     : 0.0;
+  /* a MoE block: the attention half as a dense block's, the shared experts
+   * as a dense MLP; the routed experts exchange each sequence's counts over
+   * tp, and without sp gather their slices' outputs (forward) and input
+   * gradients (backward) */
+  double ex[3];
+  mt_ep_bytes_balanced(m->shape.moe_experts, m->shape.moe_topk, m->ep_size, m->etp_size, n, B,
+                       m->Ts, m->shape.n_embd, ex);
+  double routed = moe * ex[2];
+  if (!m->tp.sp)
+    return (4.0 * dense + 2.0 * moe + 2.0 * shared + embed + head) * mt_bytes_allreduce(act, n) +
+           xent + routed + 2.0 * moe * mt_bytes_allgather(act, n);
+  return (10.0 * dense + 5.0 * moe + 5.0 * shared + 2 * embed + 3 * head) *
+             mt_bytes_allgather(act, n) +
+         xent + routed;
+}
+
+void mt_gpt_expert_bytes_layers(const mt_gpt *m, int B, int l0, int l1, double out[2]) {
+  out[0] = out[1] = 0.0;
+  for (int l = l0; l < l1; l++) {
+    if (!mt_model_is_moe(&m->shape, l)) continue;
+    double ex[3];
+    mt_ep_bytes_balanced(m->shape.moe_experts, m->shape.moe_topk, m->ep_size, m->etp_size,
+                         m->tp.size, B, m->Ts, m->shape.n_embd, ex);
+    out[0] += ex[0];
+    out[1] += ex[1];
+  }
+}
+
 double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step) {
   int n = m->tp.size;
   if (n == 1) return 0.0;
@@ -625,7 +902,7 @@ double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step) {
     return m->tp.sp ? mt_bytes_allreduce(
                           mt_tp_partial_numel(&m->reg, 0, m->reg.numel_local) * sizeof(float), n)
                     : 0.0;
-  return mt_gpt_tp_bytes_range(m, B, m->shape.n_layer, 1, 1);
+  return mt_gpt_tp_bytes_layers(m, B, 0, m->shape.n_layer, 1, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -637,6 +914,7 @@ double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step) {
 typedef struct {
   size_t n;
   float **dst;
+  int **idst; /* an int piece (4 bytes an element, like a float) */
 } act_piece;
 
 /* the pieces of a set, in one order for numel and bind */
@@ -648,7 +926,8 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
   /* under recompute a kept set holds each layer's output (the next one's input) only */
   int inner = kind == SET_WORKSPACE || !m->recompute;
   int k = 0;
-#define PIECE(field, count) p[k++] = (act_piece){(count), &a->field}
+#define PIECE(field, count) p[k++] = (act_piece){(count), &a->field, NULL}
+#define IPIECE(field, count) p[k++] = (act_piece){(count), NULL, &a->field}
   PIECE(encoded, BTs * C);
   if (inner) {
     PIECE(ln1, L * BTs * C);
@@ -684,7 +963,32 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     PIECE(dy_fc, L * BT * Fl);
     PIECE(dy_fcproj, L * BT * C);
   }
+  /* MoE blocks: slot m of the set for its m-th MoE block (a set of n blocks
+   * holds the most any n consecutive blocks have) */
+  size_t Lm = inner ? (size_t)(kind == SET_WORKSPACE ? (m->n_moe > 0) : m->moe_window_of[n_layers])
+                    : 0;
+  if (Lm > 0) {
+    const size_t N = (size_t)B * (size_t)m->Ts, E = (size_t)m->shape.moe_experts;
+    const size_t kk = (size_t)m->shape.moe_topk, Fe = (size_t)m->Fe_local;
+    size_t send, recv, rows;
+    mt_ep_bounds(m->shape.moe_experts, m->shape.moe_topk, m->ep_size, m->etp_size, m->T,
+                 m->shape.moe_capacity, B, m->Ts, &send, &recv, &rows);
+    PIECE(moe_probs, Lm * N * E);
+    PIECE(moe_lse, Lm * N);
+    IPIECE(moe_top, Lm * N * kk);
+    IPIECE(moe_slot, Lm * N * kk);
+    PIECE(moe_topw, Lm * N * kk);
+    PIECE(moe_frac, Lm * (size_t)B * E);
+    IPIECE(moe_meta, Lm * (size_t)m->moe_meta_n);
+    IPIECE(moe_perm, Lm * rows);
+    IPIECE(moe_inv, Lm * rows);
+    PIECE(moe_xe, Lm * rows * C);
+    PIECE(moe_h, Lm * rows * Fe);
+    PIECE(moe_g, Lm * rows * Fe);
+    PIECE(moe_ys, Lm * send * C);
+  }
 #undef PIECE
+#undef IPIECE
   return k;
 }
 
@@ -692,7 +996,7 @@ static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 static size_t act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head, act_set_kind k) {
   mt_gpt_acts a;
-  act_piece p[32];
+  act_piece p[48];
   int n_p = act_pieces(m, &a, n_layers, B, with_head, k, p);
   size_t n = 0;
   for (int i = 0; i < n_p; i++) n += round16(p[i].n);
@@ -702,10 +1006,11 @@ static size_t act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head,
 static void act_set_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
                          int with_head, act_set_kind k) {
   memset(a, 0, sizeof *a);
-  act_piece p[32];
+  act_piece p[48];
   int n_p = act_pieces(m, a, n_layers, B, with_head, k, p);
   for (int i = 0; i < n_p; i++) {
-    *p[i].dst = mem;
+    if (p[i].dst) *p[i].dst = mem;
+    else *p[i].idst = (int *)mem;
     mem += round16(p[i].n);
   }
 }
@@ -728,15 +1033,20 @@ float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, 
 
 /* Where one layer's activations are (shapes as in mt_gpt_acts, one layer):
  * slot j of a set, or under recompute the workspace m->ws for all but the
- * output res3 (always slot j of the set: the next layer's input). */
+ * output res3 (always slot j of the set: the next layer's input). A MoE
+ * block also has its slot among the set's MoE blocks (moe). */
 typedef struct {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *attproj, *res2;
   float *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *fcproj, *res3;
   float *dy_qkv, *dy_attproj, *dy_fc, *dy_fcproj; /* split backward only */
   mt_cp_saved att;  /* what attention keeps: the rows' LSE (Ulysses: head-layout q|k|v, out) */
+  int is_moe;
+  mt_moe_acts moe;
 } layer_acts;
 
-static layer_acts layer_at(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B) {
+/* layer l of a set holding the range that starts at l0 */
+static layer_acts layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, int B) {
+  const size_t j = (size_t)(l - l0);
   const size_t T = (size_t)m->T, C = (size_t)m->shape.n_embd, BT = (size_t)B * T;
   const size_t BTs = (size_t)B * (size_t)m->T_sp, btc = BTs * C;
   const size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
@@ -747,7 +1057,7 @@ static layer_acts layer_at(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int 
                   w->residual2 + i * btc, w->ln2 + i * btc, w->ln2_mean + i * BTs,
                   w->ln2_rstd + i * BTs, w->fch + i * BT * Fl, w->fch_gelu + i * BT * Fl,
                   w->fcproj + i * btc, a->residual3 + j * btc,
-                  NULL, NULL, NULL, NULL, {w->lse + i * (size_t)B * NHl * T, NULL, NULL}};
+                  NULL, NULL, NULL, NULL, {w->lse + i * (size_t)B * NHl * T, NULL, NULL}, 0, {0}};
   if (w->att_qkv) { /* Ulysses */
     x.att.qkv_h = w->att_qkv + 3 * i * BT * Cl;
     x.att.out_h = w->att_out + i * BT * Cl;
@@ -758,6 +1068,31 @@ static layer_acts layer_at(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int 
     x.dy_fc = a->dy_fc + j * BT * Fl;
     x.dy_fcproj = a->dy_fcproj + j * BT * C;
   }
+  if (mt_model_is_moe(&m->shape, l)) {
+    const size_t mi = m->recompute ? 0
+                                   : (size_t)(mt_model_moe_before(&m->shape, l) -
+                                              mt_model_moe_before(&m->shape, l0));
+    const size_t N = (size_t)B * (size_t)m->Ts, E = (size_t)m->shape.moe_experts;
+    const size_t k = (size_t)m->shape.moe_topk, Fe = (size_t)m->Fe_local;
+    size_t send, recv, rows;
+    mt_ep_bounds(m->shape.moe_experts, m->shape.moe_topk, m->ep_size, m->etp_size, m->T,
+                 m->shape.moe_capacity, B, m->Ts, &send, &recv, &rows);
+    mt_moe_acts *o = &x.moe;
+    x.is_moe = 1;
+    o->probs = w->moe_probs + mi * N * E;
+    o->lse = w->moe_lse + mi * N;
+    o->top = w->moe_top + mi * N * k;
+    o->slot = w->moe_slot + mi * N * k;
+    o->topw = w->moe_topw + mi * N * k;
+    o->frac = w->moe_frac + mi * (size_t)B * E;
+    o->meta = w->moe_meta + mi * (size_t)m->moe_meta_n;
+    o->perm = w->moe_perm + mi * rows;
+    o->inv = w->moe_inv + mi * rows;
+    o->xe = w->moe_xe + mi * rows * C;
+    o->h = w->moe_h + mi * rows * Fe;
+    o->g = w->moe_g + mi * rows * Fe;
+    o->ys = w->moe_ys + mi * send * C;
+  }
   return x;
 }
 
@@ -766,12 +1101,47 @@ static const float *layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j,
   return j == 0 ? a->encoded : a->residual3 + (j - 1) * (size_t)B * m->T_sp * m->shape.n_embd;
 }
 
+/* A MoE block's local tokens: the ln2 output (BTs,C) as it is (whole
+ * sequences, or this rank's sp slice), or without sp under tensor
+ * parallelism this rank's 1/tp slice of each sequence of the (BT,C) copy
+ * every tp rank holds. */
+static const float *moe_local_tokens(mt_gpt *m, const float *full, float *slice, int B) {
+  if (!m->moe_slice) return full;
+  const size_t C = (size_t)m->shape.n_embd, Ts = (size_t)m->Ts;
+  for (int b = 0; b < B; b++)
+    m->ops->copy(slice + (size_t)b * Ts * C,
+                 full + ((size_t)b * m->T + (size_t)m->tp.rank * Ts) * C, Ts * C);
+  return slice;
+}
+
+/* The MLP half of a MoE block: the shared experts (the MLP code, when the
+ * block has them) have written their output into x->fcproj; the routed
+ * experts' output on the local tokens is added to it (or is it). */
+static void moe_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const layer_acts *x,
+                              int B) {
+  const mt_ops *o = m->ops;
+  const int C = m->shape.n_embd;
+  const size_t BT = (size_t)B * m->T, N = (size_t)B * m->Ts;
+  const int shared = m->mlp_local[l] > 0;
+  const float *xl = moe_local_tokens(m, x->ln2, m->moe_xloc, B);
+  mt_moe_forward(m, l, w, &x->moe, xl, m->moe_out, B, m->Ts);
+  if (m->moe_slice) { /* every tp rank's slices back into the whole (BT,C) */
+    float *full = shared ? m->moe_full : x->fcproj;
+    mt_tp_gather_seq(&m->tp, m->moe_out, full, B, m->T, C);
+    if (shared) o->axpy(x->fcproj, 1.0f, full, BT * C);
+  } else if (shared) {
+    o->axpy(x->fcproj, 1.0f, m->moe_out, N * C);
+  } else {
+    o->copy(x->fcproj, m->moe_out, N * C);
+  }
+}
+
 /* Forward of one block from its input x0 (BTs,C) into x. */
-static void layer_forward(mt_gpt *m, const mt_block_tensors *w, const float *x0,
+static void layer_forward(mt_gpt *m, int l, const mt_block_tensors *w, const float *x0,
                           const layer_acts *x, int B) {
   const mt_ops *o = m->ops;
   const int T = m->T, C = m->shape.n_embd, BT = B * T;
-  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local;
+  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
   const size_t btc = (size_t)BTs * C;
   /* a row-parallel bias is added once, by tp rank 0, before the sum over tp */
   const int bias_rank = m->tp.rank == 0;
@@ -783,13 +1153,17 @@ static void layer_forward(mt_gpt *m, const mt_block_tensors *w, const float *x0,
                     bias_rank ? w->attn_proj_b : NULL, BT, Cl, C);
   row_output(m, x->attproj, B);
   o->residual_forward(x->res2, x0, x->attproj, btc);
-  /* MLP: LN, column-parallel fc + GELU, row-parallel proj */
+  /* MLP (a MoE block: its shared experts, if any): LN, column-parallel fc +
+   * GELU, row-parallel proj; then a MoE block's routed experts */
   o->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w, w->ln2_b, BTs, C);
-  o->matmul_forward(x->fch, column_input(m, x->ln2, B), w->fc_w, w->fc_b, BT, C, Fl);
-  o->gelu_forward(x->fchg, x->fch, (size_t)BT * Fl);
-  o->matmul_forward(row_partial(m, x->fcproj), x->fchg, w->fc_proj_w,
-                    bias_rank ? w->fc_proj_b : NULL, BT, Fl, C);
-  row_output(m, x->fcproj, B);
+  if (Fl > 0) {
+    o->matmul_forward(x->fch, column_input(m, x->ln2, B), w->fc_w, w->fc_b, BT, C, Fl);
+    o->gelu_forward(x->fchg, x->fch, (size_t)BT * Fl);
+    o->matmul_forward(row_partial(m, x->fcproj), x->fchg, w->fc_proj_w,
+                      bias_rank ? w->fc_proj_b : NULL, BT, Fl, C);
+    row_output(m, x->fcproj, B);
+  }
+  if (x->is_moe) moe_block_forward(m, l, w, x, B);
   o->residual_forward(x->res3, x->res2, x->fcproj, btc);
 }
 
@@ -799,41 +1173,69 @@ static void layer_forward(mt_gpt *m, const mt_block_tensors *w, const float *x0,
 static void layer_recompute(mt_gpt *m, int l, const float *x0, const layer_acts *x, int B) {
   layer_acts r = *x;
   r.res3 = m->ws.residual3;
-  layer_forward(m, &m->p.blocks[l], x0, &r, B);
+  layer_forward(m, l, &m->p.blocks[l], x0, &r, B);
+}
+
+/* The backward of a MoE block's routed experts from dres (the gradient of
+ * the block's MLP output, (BTs,C)): their input gradient, added to the
+ * shared experts' dln (BTs,C) or, without shared experts, written into
+ * spare (BT,C). Returns the gradient of the ln2 output. */
+static const float *moe_block_backward(mt_gpt *m, int l, const layer_acts *x, const float *dres,
+                                       const float *dln, float *spare, float dloss, int B) {
+  const mt_ops *o = m->ops;
+  const int C = m->shape.n_embd;
+  const size_t BT = (size_t)B * m->T, N = (size_t)B * m->Ts;
+  const int shared = dln != NULL;
+  const float *xl = moe_local_tokens(m, x->ln2, m->moe_xloc, B);
+  const float *dl = moe_local_tokens(m, dres, m->moe_out, B);
+  /* where the local tokens' input gradient accumulates */
+  float *dx = m->moe_slice ? m->moe_dxl : shared ? (float *)dln : spare;
+  if (m->moe_slice || !shared) o->zero(dx, N * C);
+  mt_moe_backward(m, l, &m->p.blocks[l], &m->g.blocks[l], &x->moe, xl, dl, dx, B, m->Ts, dloss);
+  if (!m->moe_slice) return shared ? dln : spare;
+  /* each tp rank's tokens' gradients, gathered into the whole (BT,C) */
+  float *full = shared ? m->moe_full : spare;
+  mt_tp_gather_seq(&m->tp, dx, full, B, m->T, C);
+  if (!shared) return full;
+  o->axpy((float *)dln, 1.0f, full, BT * C);
+  return dln;
 }
 
 /* Backward of block l: dres (BTs,C) holds d(output) and becomes d(input).
  * input_only: no linear's weight or bias gradient; their output gradients
  * go to x->dy_* for layer_backward_weight (LayerNorm gradients stay here). */
 static void layer_backward(mt_gpt *m, int l, const float *x0, const layer_acts *x, float *dres,
-                           int input_only, int B) {
+                           int input_only, float dloss, int B) {
   const mt_ops *o = m->ops;
   const int T = m->T, C = m->shape.n_embd, BT = B * T;
-  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->F_local;
+  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
   const size_t bt = (size_t)BT;
   const mt_block_tensors *w = &m->p.blocks[l];
   mt_block_tensors *g = &m->g.blocks[l];
   mt_gpt_acts *d = &m->d;
   float *dpart = d->ln1;
-  const float *dln, *dy;
+  const float *dln = NULL, *dy;
   /* the weight and bias gradients of a full backward; NULL in the input pass */
 #define WG(p) (input_only ? NULL : (p))
   /* MLP: dres is d(residual3) = d(fcproj) and flows on to d(residual2) */
-  dy = row_dout(m, dres, B);
-  if (input_only) {
-    o->copy(x->dy_fcproj, dy, bt * C);
-    dy = x->dy_fcproj;
+  if (Fl > 0) {
+    dy = row_dout(m, dres, B);
+    if (input_only) {
+      o->copy(x->dy_fcproj, dy, bt * C);
+      dy = x->dy_fcproj;
+    }
+    o->zero(d->fch_gelu, bt * Fl);
+    o->matmul_backward(d->fch_gelu, WG(g->fc_proj_w), WG(g->fc_proj_b), dy, x->fchg,
+                       w->fc_proj_w, BT, Fl, C);
+    float *dfch = input_only ? x->dy_fc : d->fch;
+    o->zero(dfch, bt * Fl);
+    o->gelu_backward(dfch, x->fch, d->fch_gelu, bt * Fl);
+    o->zero(dpart, bt * C);
+    o->matmul_backward(dpart, WG(g->fc_w), WG(g->fc_b), dfch,
+                       input_only ? NULL : column_input(m, x->ln2, B), w->fc_w, BT, C, Fl);
+    dln = column_dinput(m, dpart, B);
   }
-  o->zero(d->fch_gelu, bt * Fl);
-  o->matmul_backward(d->fch_gelu, WG(g->fc_proj_w), WG(g->fc_proj_b), dy, x->fchg, w->fc_proj_w,
-                     BT, Fl, C);
-  float *dfch = input_only ? x->dy_fc : d->fch;
-  o->zero(dfch, bt * Fl);
-  o->gelu_backward(dfch, x->fch, d->fch_gelu, bt * Fl);
-  o->zero(dpart, bt * C);
-  o->matmul_backward(dpart, WG(g->fc_w), WG(g->fc_b), dfch,
-                     input_only ? NULL : column_input(m, x->ln2, B), w->fc_w, BT, C, Fl);
-  dln = column_dinput(m, dpart, B);
+  if (x->is_moe) dln = moe_block_backward(m, l, x, dres, dln, dpart, dloss, B);
   o->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w, x->ln2_mean,
                         x->ln2_rstd, BTs, C);
   /* attention: dres is now d(residual2) = d(attproj) and flows on to d(input) */
@@ -857,10 +1259,11 @@ static void layer_backward(mt_gpt *m, int l, const float *x0, const layer_acts *
 }
 
 /* The weight pass of block l: dW += dY^T X, db += sum dY for each linear,
- * from the output gradients the input pass kept. */
+ * from the output gradients the input pass kept (dense blocks only: MoE
+ * models keep no split backward). */
 static void layer_backward_weight(mt_gpt *m, int l, const layer_acts *x, int B) {
   const mt_ops *o = m->ops;
-  const int BT = B * m->T, C = m->shape.n_embd, Cl = m->C_local, Fl = m->F_local;
+  const int BT = B * m->T, C = m->shape.n_embd, Cl = m->C_local, Fl = m->mlp_local[l];
   mt_block_tensors *g = &m->g.blocks[l];
   o->matmul_backward(NULL, g->fc_proj_w, g->fc_proj_b, x->dy_fcproj, x->fchg, NULL, BT, Fl, C);
   o->matmul_backward(NULL, g->fc_w, g->fc_b, x->dy_fc, column_input(m, x->ln2, B), NULL, BT, C,
@@ -929,9 +1332,11 @@ double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed
   }
   for (int l = l0; l < l1; l++) {
     const size_t j = (size_t)(l - l0);
-    layer_acts x = layer_at(m, a, j, B);
+    layer_acts x = layer_at(m, a, l, l0, B);
     use_unit(m, m->unit_block[l], MT_PASS_FORWARD, 0);
-    layer_forward(m, &m->p.blocks[l], layer_input(m, a, j, B), &x, B);
+    use_unit(m, m->unit_experts[l], MT_PASS_FORWARD, 0);
+    layer_forward(m, l, &m->p.blocks[l], layer_input(m, a, j, B), &x, B);
+    params_done(m, m->unit_experts[l], MT_PASS_FORWARD);
     params_done(m, m->unit_block[l], MT_PASS_FORWARD);
   }
   if (!head) return 0.0;
@@ -989,12 +1394,16 @@ static const float *backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, in
   }
   for (int l = l1 - 1; l >= l0; l--) {
     const size_t j = (size_t)(l - l0);
-    layer_acts x = layer_at(m, a, j, B);
+    layer_acts x = layer_at(m, a, l, l0, B);
     const float *x0 = layer_input(m, a, j, B);
+    /* a MoE block's experts first: backward goes down the flat order */
+    use_unit(m, m->unit_experts[l], MT_PASS_BACKWARD, 1);
     use_unit(m, m->unit_block[l], MT_PASS_BACKWARD, 1);
     if (m->recompute) layer_recompute(m, l, x0, &x, B);
-    layer_backward(m, l, x0, &x, dres, input_only, B);
+    layer_backward(m, l, x0, &x, dres, input_only, dloss, B);
+    if (report) grads_done(m, m->unit_experts[l]);
     if (report) grads_done(m, m->unit_block[l]);
+    params_done(m, m->unit_experts[l], MT_PASS_BACKWARD);
     params_done(m, m->unit_block[l], MT_PASS_BACKWARD);
     if (hook) hook(ctx, l);
   }
@@ -1040,7 +1449,7 @@ void mt_gpt_backward_range_weight(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int
   }
   for (int l = l1 - 1; l >= l0; l--) {
     const size_t j = (size_t)(l - l0);
-    layer_acts x = layer_at(m, a, j, B);
+    layer_acts x = layer_at(m, a, l, l0, B);
     use_unit(m, m->unit_block[l], MT_PASS_BACKWARD, 1);
     if (m->recompute) layer_recompute(m, l, layer_input(m, a, j, B), &x, B);
     layer_backward_weight(m, l, &x, B);

@@ -39,7 +39,26 @@ typedef struct {
   int n_layer, n_embd, n_head, seq_len;
   int vocab;        /* true vocabulary size */
   int vocab_padded; /* rows of the embedding as stored (multiple of 64*tp) */
+  /* Mixture-of-Experts (moe_experts = 0: a dense model): every moe_every-th
+   * block (blocks l with (l+1) % moe_every == 0) replaces its MLP by a router
+   * over moe_experts experts (GELU MLPs of hidden size moe_ffn) of which each
+   * token uses moe_topk, plus moe_shared shared experts every token uses (one
+   * MLP of hidden size moe_shared x moe_ffn); moe_capacity: the capacity
+   * factor (0: dropless) */
+  int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
+  double moe_capacity;
 } mt_model_shape;
+
+/* Is block l a MoE block? */
+int mt_model_is_moe(const mt_model_shape *s, int l);
+/* MoE blocks among blocks [0, l) */
+int mt_model_moe_before(const mt_model_shape *s, int l);
+/* Parameters a token uses (the router, its k experts and the shared ones,
+ * not the other experts; tied embedding once): what MFU counts. */
+size_t mt_model_active_params(const mt_model_shape *s);
+/* The matmul weights a token uses (attention, its MLP or router, k experts
+ * and shared experts, the LM head): the N of MFU's 6 N FLOPs per token. */
+double mt_model_active_matmul_weights(const mt_model_shape *s);
 
 /* rows of the embedding as stored: vocab rounded up to a multiple of 64*tp */
 int mt_model_pad_vocab(int vocab, int tp);
@@ -48,8 +67,9 @@ int mt_model_pad_vocab(int vocab, int tp);
 int mt_model_preset(const char *name, mt_model_shape *s);
 /* Preset, then any non-zero model.* keys of cfg; vocab padded for
  * parallel.tp. Validates (heads divide width, positive sizes, tp divides the
- * width and the heads, and the sequence under parallel.sp); the message names
- * the keys. */
+ * width and the heads, and the sequence under parallel.sp; MoE: k <= E,
+ * moe_every within the layers, parallel.ep dividing the experts and
+ * parallel.etp the expert hidden size); the message names the keys. */
 int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e);
 /* parameter count (true, unpadded, tied embedding counted once) */
 size_t mt_model_num_params(const mt_model_shape *s);
@@ -60,8 +80,13 @@ typedef struct {
   float *qkv_w, *qkv_b;         /* (3C, C), (3C) */
   float *attn_proj_w, *attn_proj_b; /* (C, C), (C) */
   float *ln2_w, *ln2_b;         /* (C) */
-  float *fc_w, *fc_b;           /* (4C, C), (4C) */
-  float *fc_proj_w, *fc_proj_b; /* (C, 4C), (C) */
+  float *fc_w, *fc_b;           /* (4C, C), (4C); a MoE block: its shared experts' */
+  float *fc_proj_w, *fc_proj_b; /* (C, 4C), (C); a MoE block: its shared experts' */
+  /* a MoE block: the router and this rank's experts (E_l = E/ep of them,
+   * F_l = moe_ffn/etp hidden units of each) */
+  float *router_w;              /* (E, C) */
+  float *e_fc_w, *e_fc_b;       /* (E_l, F_l, C), (E_l, F_l) */
+  float *e_proj_w, *e_proj_b;   /* (E_l, C, F_l), (E_l, C) */
 } mt_block_tensors;
 
 /* a tensor this pipeline stage does not hold is NULL */
@@ -96,6 +121,23 @@ typedef struct {
   float *dy_attproj;           /* (L,BT,C) */
   float *dy_fc;                /* (L,BT,Fl) */
   float *dy_fcproj;            /* (L,BT,C) */
+  /* MoE blocks, Lm of them in a set (slot m = the m-th MoE block of the
+   * range), per local token (N = B x Ts, Ts = T/tp under tensor
+   * parallelism, else T): router probabilities, log-sum-exp, choices and
+   * their weights, send slots; the fraction of each sequence's slots per
+   * expert; the routing record (mt_ep meta); the experts' inputs, hidden
+   * pre-activations and activations (R = the dispatch's row bound, Fe =
+   * moe_ffn/etp) and the outputs that came back (Ss = N k) */
+  float *moe_probs;            /* (Lm,N,E) */
+  float *moe_lse;              /* (Lm,N) */
+  int *moe_top, *moe_slot;     /* (Lm,N,k) */
+  float *moe_topw;             /* (Lm,N,k) */
+  float *moe_frac;             /* (Lm,B,E) */
+  int *moe_meta;               /* (Lm,mt_ep_meta_ints) */
+  int *moe_perm, *moe_inv;     /* (Lm,R) */
+  float *moe_xe;               /* (Lm,R,C) */
+  float *moe_h, *moe_g;        /* (Lm,R,Fe) */
+  float *moe_ys;               /* (Lm,Ss,C) */
 } mt_gpt_acts;
 
 #define MT_GPT_MAX_ACT_BUFFERS 48
@@ -125,6 +167,9 @@ typedef struct {
    * group with only size and rank set) and mt_cp_mode */
   mt_group *cp;
   int cp_mode;
+  /* MoE blocks: the folded mesh's expert-parallel and expert-tensor groups
+   * (NULL or size 1: absent; a plan model reads only size and rank) */
+  mt_group *ep, *etp;
 } mt_gpt_parallel;
 
 /* Where a rank sits, for registration: its tp rank of tp_size (sp:
@@ -136,6 +181,7 @@ typedef struct {
   int n_layer;
   const int *stage_of_layer;
   int pp_last, pp_rank;
+  int ep_size, ep_rank, etp_size, etp_rank; /* the folded mesh (0: 1 and 0) */
 } mt_gpt_layout;
 
 typedef struct mt_gpt {
@@ -149,6 +195,7 @@ typedef struct mt_gpt {
   float ***pview, ***gview; /* per registry tensor: the view it binds (looked up by name) */
   int unit_embed, unit_final; /* registry units of the embeddings and the final LN */
   int *unit_block;       /* per block */
+  int *unit_experts;     /* per block: the unit of its experts (MoE blocks), else -1 */
   int *tok_in, *tok_tgt; /* the micro-batch's tokens in backend memory, (B,T) each */
   int max_B, T;          /* T: tokens of a sequence on this rank (seq_len / cp) */
   int cur_B; /* micro-batch of the last forward */
@@ -175,6 +222,31 @@ typedef struct mt_gpt {
   void *act_ptr[MT_GPT_MAX_ACT_BUFFERS];
   size_t act_size[MT_GPT_MAX_ACT_BUFFERS];
   int *inputs, *targets;
+  /* MoE (shape.moe_experts > 0) */
+  int n_moe;             /* MoE blocks */
+  int *mlp_local;        /* per block: its MLP's (or shared experts') hidden units here, 0: none */
+  int F_slot;            /* the largest of mlp_local: the stride of MLP activations */
+  int moe_window;        /* the most MoE blocks in a set of any n consecutive blocks (per n) */
+  int *moe_window_of;    /* [n] for n = 0..n_layer */
+  int ep_size, ep_rank, etp_size, etp_rank;
+  int E_local, Fe_local; /* experts here, hidden units of each here */
+  int Ts;                /* local tokens per sequence in a MoE block */
+  int moe_slice;         /* tokens split over tp without sp: a MoE block slices its input */
+  size_t moe_send, moe_recv, moe_rows; /* row bounds of the dispatch (micro-batch max_B) */
+  int moe_meta_n;        /* ints of a routing record */
+  mt_ep ep;              /* the dispatcher (not in a plan model) */
+  float moe_aux_coef, moe_z_coef;
+  /* one MoE block's scratch, reused block after block (see moe.c) */
+  float *moe_logits, *moe_dtw, *moe_xloc, *moe_out, *moe_send_buf, *moe_recv_buf;
+  float *moe_rows_buf, *moe_rows2_buf, *moe_hid_buf, *moe_hid2_buf, *moe_full, *moe_dxl;
+  float *moe_seq_buf;    /* (B,E): per-sequence probability sums, or the load-balancing gradient */
+  int *moe_send_tok, *moe_meta_host;
+  /* routing statistics of training forwards since mt_gpt_moe_stats_reset
+   * (per MoE block m: moe_tokens[m*E + e] slots routed to expert e,
+   * moe_dropped[m], moe_aux[m] this rank's share of the load-balancing
+   * loss x tokens, moe_z[m] of the z-loss x tokens) */
+  int moe_stats_on;
+  double *moe_tokens, *moe_dropped, *moe_aux, *moe_z;
 } mt_gpt;
 
 /* Called after the gradients of layer `layer` are final in this backward
@@ -218,6 +290,12 @@ float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B);
 void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx);
 /* a model that owns its buffers: gradients to zero */
 void mt_gpt_zero_grad(mt_gpt *m);
+/* MoE: the coefficients of the load-balancing (Switch) and router z-losses
+ * (train.moe_aux_coef, train.moe_z_coef; 0: off) */
+void mt_gpt_set_moe_loss(mt_gpt *m, float aux_coef, float z_coef);
+/* MoE: statistics on (training forwards) or off (evaluation), and zeroed */
+void mt_gpt_moe_stats(mt_gpt *m, int on);
+void mt_gpt_moe_stats_reset(mt_gpt *m);
 /* first flat offset of layer l's unit (l = n_layer: the final LN; -1: embeddings) */
 size_t mt_gpt_layer_offset(const mt_gpt *m, int layer);
 /* Bytes this rank sends over the tp group for one forward + backward of a
@@ -258,6 +336,12 @@ double mt_gpt_tp_bytes_range(const mt_gpt *m, int B, int n_layers, int embed, in
  * of B sequences through n_layers blocks (recompute: the forwards again);
  * 0 without context parallelism. */
 double mt_gpt_cp_bytes_range(const mt_gpt *m, int B, int n_layers);
+/* The same for the blocks [l0, l1) (MoE blocks move other bytes than dense
+ * ones), and the bytes over the expert groups: [0] ep, [1] etp, as a
+ * balanced routing implies (exact when every expert gets the same share of
+ * the slots, e.g. k = E). */
+double mt_gpt_tp_bytes_layers(const mt_gpt *m, int B, int l0, int l1, int embed, int head);
+void mt_gpt_expert_bytes_layers(const mt_gpt *m, int B, int l0, int l1, double out[2]);
 /* The range's output hidden state (BTs,C) in a. */
 float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
 /* Forward of layers [l0, l1) for one micro-batch: embed (the range starts

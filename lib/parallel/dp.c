@@ -11,12 +11,20 @@ static double sqrt_safe(double x) { return x > 0.0 ? sqrt(x) : 0.0; }
 
 static const mt_bucket_plan *plan_of(const mt_dp *d, int k) { return &d->reg->buckets[k]; }
 
+/* the group bucket k is reduced (and sharded) over, and this rank's place in it */
+static mt_group *group_of(const mt_dp *d, int k) {
+  mt_group *g = d->groups[plan_of(d, k)->group];
+  if (!g) mt_die("dp: bucket %d's reduction group was never given (mt_dp_set_expert_groups)", k);
+  return g;
+}
+static int rank_in(const mt_dp *d, int k) { return d->reg->group_rank[plan_of(d, k)->group]; }
+
 /* this rank's part of bucket k: flat begin and length */
 static size_t part_begin(const mt_dp *d, int k) {
-  return plan_of(d, k)->begin + (size_t)plan_of(d, k)->displs[d->g->rank];
+  return plan_of(d, k)->begin + (size_t)plan_of(d, k)->displs[rank_in(d, k)];
 }
 static size_t part_len(const mt_dp *d, int k) {
-  return (size_t)plan_of(d, k)->counts[d->g->rank];
+  return (size_t)plan_of(d, k)->counts[rank_in(d, k)];
 }
 
 /* ------------------------------------------------------------------ */
@@ -71,6 +79,7 @@ void mt_dp_create(mt_dp *d, mt_group *dp_group, const mt_registry *reg, const mt
                   const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay) {
   memset(d, 0, sizeof *d);
   d->g = dp_group;
+  d->groups[MT_GROUP_DP] = dp_group;
   d->zero = reg->zero;
   d->reg = reg;
   d->ops = ops;
@@ -134,6 +143,17 @@ void mt_dp_destroy(mt_dp *d) {
   free(d->buckets);
   free(d->unit_done);
   memset(d, 0, sizeof *d);
+}
+
+void mt_dp_set_expert_groups(mt_dp *d, mt_group *edp, mt_group *ep, mt_group *etp) {
+  const mt_registry *r = d->reg;
+  if (r->n_group_tensors[MT_GROUP_EDP] > 0 &&
+      (r->group_size[MT_GROUP_EDP] != edp->size || r->group_rank[MT_GROUP_EDP] != edp->rank))
+    mt_die("the registry's edp placement (%d ranks, rank %d) is not this edp group's (%d, %d)",
+           r->group_size[MT_GROUP_EDP], r->group_rank[MT_GROUP_EDP], edp->size, edp->rank);
+  d->groups[MT_GROUP_EDP] = edp;
+  d->ep_g = ep && ep->size > 1 ? ep : NULL;
+  d->etp_g = etp && etp->size > 1 ? etp : NULL;
 }
 
 void mt_dp_set_tp(mt_dp *d, mt_group *tp_group) {
@@ -208,10 +228,10 @@ static void launch(mt_dp *d, int k) {
   mt_bucket *b = &d->buckets[k];
   float *g = d->grads + p->begin;
   if (d->zero)
-    mt_ireduce_scatter_sum_f32(d->g, g, d->grad_shard + p->shard_off, p->counts, d->ops->loc,
-                               &b->req);
+    mt_ireduce_scatter_sum_f32(group_of(d, k), g, d->grad_shard + p->shard_off, p->counts,
+                               d->ops->loc, &b->req);
   else
-    mt_iallreduce_sum_f32(d->g, g, p->end - p->begin, d->ops->loc, &b->req);
+    mt_iallreduce_sum_f32(group_of(d, k), g, p->end - p->begin, d->ops->loc, &b->req);
   b->launched = 1;
 }
 
@@ -261,8 +281,11 @@ static float *bucket_buffer(mt_dp *d, int k) {
   return pb->mem;
 }
 
+/* tensors whose tp ranks hold partial gradients (sequence parallelism's
+ * norms, a MoE router): summed over tp before the reduction over dp */
 static void sum_partials(mt_dp *d, float *buf, size_t buf_begin, size_t begin, size_t end) {
-  if (d->tp && d->tp->sp) mt_tp_reduce_partial_grads_at(d->tp, d->reg, buf, buf_begin, begin, end);
+  if (d->tp && d->tp->grad_buf)
+    mt_tp_reduce_partial_grads_at(d->tp, d->reg, buf, buf_begin, begin, end);
 }
 
 static void unit_grads_done(mt_dp *d, int u) {
@@ -284,7 +307,7 @@ static void unit_grads_done(mt_dp *d, int u) {
   const mt_bucket_plan *p = plan_of(d, k);
   mt_pool_buf *pb = &d->gbufs[b->buf];
   sum_partials(d, pb->mem, p->begin, p->begin, p->end);
-  mt_ireduce_scatter_sum_f32(d->g, pb->mem, pb->part, p->counts, d->ops->loc, &b->req);
+  mt_ireduce_scatter_sum_f32(group_of(d, k), pb->mem, pb->part, p->counts, d->ops->loc, &b->req);
   b->launched = 1;
   for (int j = 0; j < d->reg->n_buckets; j++) mt_progress(&d->buckets[j].req);
 }
@@ -325,8 +348,8 @@ static void gather_start(mt_dp *d, int u) {
   pb->owner = u;
   ug->buf = i;
   ug->state = 1;
-  mt_iallgatherv_f32(d->g, d->params + p->shard_off, pb->mem, p->counts, p->displs, d->ops->loc,
-                     &ug->req);
+  mt_iallgatherv_f32(group_of(d, k), d->params + p->shard_off, pb->mem, p->counts, p->displs,
+                     d->ops->loc, &ug->req);
 }
 
 /* can unit u's gather start now without taking a buffer in use? */
@@ -400,9 +423,10 @@ mt_state_source mt_dp_state_source(mt_dp *d) {
 /* norm, clip, AdamW                                                   */
 
 /* Sums of squares of grad, which holds the flat range [begin, begin+len), split
- * by the tensors' tp placement: [0] tp-sharded, [1] replicated over tp. */
+ * by the tensors' placement: [0] tp-sharded, [1] replicated over tp; experts
+ * (MoE) [2] etp-sharded, [3] replicated over etp. */
 static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, size_t len,
-                               double acc[2]) {
+                               double acc[4]) {
   size_t end = begin + len;
   for (int i = 0; i < d->reg->n; i++) {
     const mt_tensor *t = &d->reg->t[i];
@@ -410,8 +434,32 @@ static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, 
     if (te <= begin || tb >= end) continue;
     size_t a = tb > begin ? tb : begin, b = te < end ? te : end;
     if (d->pp_g && a >= d->norm_skip_begin && b <= d->norm_skip_end) continue;
-    acc[t->tp.kind == MT_PLACE_SHARDED ? 0 : 1] += d->ops->sumsq(grad + (a - begin), b - a);
+    int slot = t->group == MT_GROUP_EDP ? (t->etp.kind == MT_PLACE_SHARDED ? 2 : 3)
+                                        : (t->tp.kind == MT_PLACE_SHARDED ? 0 : 1);
+    acc[slot] += d->ops->sumsq(grad + (a - begin), b - a);
   }
+}
+
+/* The squared norm of a MoE model: dense tensors as global_sumsq's; expert
+ * tensors are split over ep and etp (one expert-tensor shard per (ep, etp)
+ * rank, its ZeRO parts over edp), the etp-replicated ones counted once. */
+static double moe_sumsq(mt_dp *d) {
+  const mt_registry *r = d->reg;
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  if (d->zero) {
+    for (int k = 0; k < r->n_buckets; k++)
+      sumsq_by_placement(d, d->grad_shard + plan_of(d, k)->shard_off, part_begin(d, k),
+                         part_len(d, k), acc);
+    mt_allreduce_sum_f64(d->groups[MT_GROUP_DP], acc, 2, MT_LOC_HOST);
+    mt_allreduce_sum_f64(d->groups[MT_GROUP_EDP], acc + 2, 2, MT_LOC_HOST);
+  } else {
+    sumsq_by_placement(d, d->grads, 0, r->numel_local, acc);
+  }
+  if (d->tp_g) mt_allreduce_sum_f64(d->tp_g, acc, 1, MT_LOC_HOST);
+  if (d->ep_g) mt_allreduce_sum_f64(d->ep_g, acc + 2, 2, MT_LOC_HOST);
+  if (d->etp_g) mt_allreduce_sum_f64(d->etp_g, acc + 2, 1, MT_LOC_HOST);
+  if (d->pp_g) mt_allreduce_sum_f64(d->pp_g, acc, 4, MT_LOC_HOST); /* the stages' tensors */
+  return acc[0] + acc[1] + acc[2] + acc[3];
 }
 
 /* Squared global gradient norm. Without tp: one sum over this rank's buffer
@@ -420,6 +468,7 @@ static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, 
  * so the sharded part is summed over tp and the replicated part counted once. */
 static double global_sumsq(mt_dp *d) {
   const mt_registry *r = d->reg;
+  if (r->n_group_tensors[MT_GROUP_EDP] > 0) return moe_sumsq(d);
   if (!d->tp_g && !d->pp_g) {
     double sumsq = 0.0;
     if (d->zero) {
@@ -430,7 +479,7 @@ static double global_sumsq(mt_dp *d) {
     }
     return sumsq;
   }
-  double acc[2] = {0.0, 0.0};
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
   if (d->zero) {
     for (int k = 0; k < r->n_buckets; k++)
       sumsq_by_placement(d, d->grad_shard + plan_of(d, k)->shard_off, part_begin(d, k),
@@ -466,7 +515,8 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
   if (d->zero == 1 || d->zero == 2)
     for (int k = 0; k < r->n_buckets; k++) {
       const mt_bucket_plan *p = plan_of(d, k);
-      mt_allgatherv_inplace_f32(d->g, d->params + p->begin, p->counts, p->displs, d->ops->loc);
+      mt_allgatherv_inplace_f32(group_of(d, k), d->params + p->begin, p->counts, p->displs,
+                                d->ops->loc);
     }
   return norm;
 }

@@ -85,7 +85,9 @@ typedef struct {
  *           unit's gather started while the current one computes) and
  *           released after use. */
 typedef struct {
-  mt_group *g;
+  mt_group *g;           /* dp */
+  mt_group *groups[MT_NGROUPS]; /* per reduction group: dp, edp (mt_dp_set_expert_groups) */
+  mt_group *ep_g, *etp_g; /* MoE: the expert tensors' axes, for the norm (NULL: size 1) */
   int zero;
   const mt_registry *reg;
   const mt_ops *ops;
@@ -123,6 +125,10 @@ mt_state_source mt_dp_state_source(mt_dp *d);
 /* Initial values of every element this rank holds (mt_registry_init_values). */
 void mt_dp_init_params(mt_dp *d, uint64_t seed);
 
+/* MoE: the expert tensors' buckets are reduced (and sharded) over edp; the
+ * global norm sums their shards over ep and etp. Call after mt_dp_create
+ * when the registry has expert tensors (before any reduction). */
+void mt_dp_set_expert_groups(mt_dp *d, mt_group *edp, mt_group *ep, mt_group *etp);
 /* Tensor parallelism: the global gradient norm then counts each tp-sharded
  * tensor once per shard (summed over tp_group) and each replicated tensor
  * once. tp_group may be NULL or of size 1. */
@@ -297,6 +303,103 @@ void mt_cp_attention_forward(mt_cp *cp, float *out, const float *qkv, const mt_c
  * dout (B, T_local, C) and the forward's out, qkv and s. Collective. */
 void mt_cp_attention_backward(mt_cp *cp, float *dqkv, const float *dout, const float *out,
                               const float *qkv, const mt_cp_saved *s, int B);
+/* expert parallelism: MoE token dispatch on the folded mesh (ep.c)    */
+
+/* The tokens of a MoE layer go to their experts' ranks and back. Each rank
+ * routes its own local tokens (N = S sequence slices of Ts tokens: whole
+ * sequences, or under tensor parallelism its 1/tp slice of each, the slices
+ * of one sequence held by the ranks of seq_g). A token's k choices become
+ * slots; a slot is dispatched by all-to-all-v over ep (the counts exchanged
+ * first) to the rank holding its expert, the etp ranks of that rank gather
+ * each other's received rows (each computes its share of every expert's
+ * hidden units for all of them), and the results come back by
+ * reduce-scatter over etp (summing the shares) and all-to-all-v over ep.
+ *
+ * Layouts, all deterministic: slots are sent expert-major (expert, then
+ * token, in order); a rank's received rows come by source rank, experts
+ * in order within each; after the etp gather the rows of etp rank t come
+ * before those of t+1 ("gathered order"); the experts compute on
+ * expert-major rows (expert, then etp rank, then ep source rank).
+ *
+ * Capacity (capacity factor c > 0): expert e takes at most ceil(c T k / E)
+ * slots of each sequence of T tokens, first choices before second choices,
+ * each in position order; the rest are dropped (their weight stays in the
+ * renormalisation, their output is 0). Counted per sequence, so the same
+ * tokens are dropped under any layout and micro-batch size. Dropless
+ * (c = 0) keeps every slot. */
+typedef struct {
+  mt_group *ep_g, *etp_g, *seq_g; /* NULL or size 1: that axis is absent */
+  const mt_ops *ops;
+  int E, k, E_l;                  /* experts, choices per token, experts per ep rank */
+  int ep, ep_rank, etp, etp_rank, seq_size, seq_rank;
+  int T;                          /* tokens of a whole sequence */
+  int cap;                        /* slots an expert takes per sequence; 0: dropless */
+  int max_seqs, max_tokens;       /* S and N of the largest micro-batch */
+  size_t max_send, max_recv, max_rows; /* bounds of n_send, n_recv, n_rows */
+  int *h;                         /* host scratch (routing decisions) */
+  size_t h_n;
+} mt_ep;
+
+/* What routing decided, as ints (host; the model keeps a copy with the
+ * micro-batch's activations): MT_EP_N_SEND slots sent, MT_EP_N_RECV rows
+ * received over ep, MT_EP_N_ROWS rows after the etp gather, MT_EP_DROPPED
+ * local slots dropped, then send_counts[ep], recv_counts[ep] (rows to and
+ * from each ep rank), etp_rows[etp] (rows received by each etp rank) and
+ * expert_off[E_l + 1] (the experts' offsets in expert-major rows). */
+enum { MT_EP_N_SEND, MT_EP_N_RECV, MT_EP_N_ROWS, MT_EP_DROPPED, MT_EP_HEAD };
+/* ints of a routing record for these axes (E_l experts per ep rank) */
+int mt_ep_meta_ints(int ep, int etp, int E_l);
+const int *mt_ep_send_counts(const mt_ep *x, const int *meta);
+const int *mt_ep_recv_counts(const mt_ep *x, const int *meta);
+const int *mt_ep_etp_rows(const mt_ep *x, const int *meta);
+const int *mt_ep_expert_off(const mt_ep *x, const int *meta);
+
+/* Row bounds for micro-batches of S sequence slices of Ts tokens: slots a
+ * rank sends, rows it receives over ep, rows after the etp gather (what the
+ * buffers are sized for: every source rank's tokens could choose this rank's
+ * experts; under capacity, at most the capacity of each). */
+void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, int S, int Ts,
+                  size_t *max_send, size_t *max_recv, size_t *max_rows);
+/* slots an expert takes per sequence of T tokens at capacity factor c (0: 0, dropless) */
+int mt_ep_capacity(double c, int T, int k, int E);
+
+/* Groups (NULL: absent), the routing shape, the largest micro-batch. */
+void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, const mt_ops *ops,
+                  int E, int k, int T, double capacity, int max_seqs, int ts);
+void mt_ep_destroy(mt_ep *x);
+
+/* Routing statistics of one call, for the metrics (host). */
+typedef struct {
+  double *tokens;   /* E: slots this rank routed to each expert (before dropping), added */
+  double dropped;   /* slots dropped, added */
+} mt_ep_stats;
+
+/* Decide and lay out the dispatch of N = S * Ts local tokens from the
+ * router's choices top_idx (N,k, backend memory). Collective over seq_g
+ * (the per-sequence counts), ep and etp (the counts). Writes (backend
+ * memory): slot (N,k) the send position of each choice or -1 (dropped);
+ * send_tok (n_send) the token of each sent slot; perm (n_rows): row i of
+ * expert-major order is row perm[i] of gathered order, inv its inverse;
+ * seq_frac (S,E) the fraction of each sequence's slots (all slices, before
+ * dropping) routed to each expert. meta (host) as above; st may be NULL. */
+void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok, int *perm,
+                 int *inv, float *seq_frac, int *meta, mt_ep_stats *st);
+/* send (n_send, C), expert-major per ep rank -> all-to-all-v over ep ->
+ * recv (n_recv, C) -> all-gather-v over etp -> rows (n_rows, C), gathered
+ * order (without etp, rows may be recv). */
+void mt_ep_dispatch(const mt_ep *x, const int *meta, const float *send, float *recv, float *rows,
+                    int C);
+/* rows (n_rows, C), gathered order, this etp rank's partial sums ->
+ * reduce-scatter-v over etp -> recv (n_recv, C) -> all-to-all-v over ep
+ * back -> send (n_send, C), in send order (without etp, recv may be rows). */
+void mt_ep_combine(const mt_ep *x, const int *meta, const float *rows, float *recv, float *send,
+                   int C);
+/* Bytes this rank sends per MoE layer and micro-batch of N local tokens
+ * (forward and backward) over ep, etp and seq_g, when every expert receives
+ * the same share of the slots (k = E routes every token to every expert, so
+ * the figure is then exact): [0] ep, [1] etp, [2] seq_g. C floats per row. */
+void mt_ep_bytes_balanced(int E, int k, int ep, int etp, int seq_size, int S, int Ts, int C,
+                          double out[3]);
 
 /* ------------------------------------------------------------------ */
 /* pipeline parallelism: schedules as data (schedule.c)                */

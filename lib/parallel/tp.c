@@ -27,15 +27,15 @@ void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_par
     tp->scratch_n = 2 * (max_act / (size_t)tp->size);
     tp->scratch = ops->alloc(MT_MEM_COMM, tp->scratch_n * sizeof(float));
   }
-  if (tp->sp && max_partial_grads > 0) {
+  if (tp->g && max_partial_grads > 0) { /* sp's norms, a MoE router */
     tp->grad_buf_n = max_partial_grads;
     tp->grad_buf = ops->alloc(MT_MEM_COMM, max_partial_grads * sizeof(float));
   }
 }
 
 size_t mt_tp_comm_bytes(int tp_size, int sp, size_t max_act, size_t max_partial_grads) {
-  if (tp_size <= 1 || !sp) return 0;
-  return (2 * (max_act / (size_t)tp_size) + max_partial_grads) * sizeof(float);
+  if (tp_size <= 1) return 0;
+  return ((sp ? 2 * (max_act / (size_t)tp_size) : 0) + max_partial_grads) * sizeof(float);
 }
 
 void mt_tp_destroy(mt_tp *tp) {

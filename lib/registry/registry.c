@@ -21,13 +21,26 @@ void mt_registry_init(mt_registry *r, int tp_size, int tp_rank) {
   r->tp_size = tp_size;
   r->tp_rank = tp_rank;
   r->ep_size = 1;
+  r->etp_size = 1;
   r->dp_size = 1;
+  for (int g = 0; g < MT_NGROUPS; g++) r->group_size[g] = 1;
 }
 
 void mt_registry_set_ep(mt_registry *r, int ep_size, int ep_rank) {
   r->ep_size = ep_size;
   r->ep_rank = ep_rank;
   r->finalized = 0;
+}
+
+void mt_registry_set_etp(mt_registry *r, int etp_size, int etp_rank) {
+  r->etp_size = etp_size;
+  r->etp_rank = etp_rank;
+  r->finalized = 0;
+}
+
+void mt_registry_set_edp(mt_registry *r, int edp_size, int edp_rank) {
+  r->group_size[MT_GROUP_EDP] = edp_size;
+  r->group_rank[MT_GROUP_EDP] = edp_rank;
 }
 
 static void free_buckets(mt_registry *r) {
@@ -71,6 +84,8 @@ int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *s) {
   t->weight_decay = s->weight_decay;
   if (s->tied_to) snprintf(t->tied_to, sizeof t->tied_to, "%s", s->tied_to);
   t->tp_partial_grad = s->tp_partial_grad;
+  t->etp = s->etp;
+  t->group = s->group;
   r->finalized = 0;
   return r->n++;
 }
@@ -79,7 +94,7 @@ int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *s
                     const int64_t *padded, mt_placement tp, int weight_decay) {
   mt_tensor_spec s = {name, ndim, shape, padded, tp, mt_replicated(), 0, -1, -1,
                       weight_decay ? MT_INIT_NORMAL : MT_INIT_ZEROS, 0.02f, weight_decay,
-                      NULL, 0};
+                      NULL, 0, mt_replicated(), MT_GROUP_DP};
   return mt_registry_add_spec(r, &s);
 }
 
@@ -145,30 +160,44 @@ int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len) {
   free(r->units);
   r->units = NULL;
   r->n_units = 0;
+  for (int g = 0; g < MT_NGROUPS; g++) r->n_group_tensors[g] = 0;
   for (int i = 0; i < r->n; i++) {
     mt_tensor *t = &r->t[i];
     for (int d = 0; d < t->ndim; d++) {
       t->local_shape[d] = t->padded[d];
       t->local_start[d] = 0;
     }
+    if (t->group < 0 || t->group >= MT_NGROUPS) {
+      snprintf(msg, msg_len, "%s: unknown reduction group %d", t->name, (int)t->group);
+      return -1;
+    }
+    if (t->group == MT_GROUP_EDP && t->tp.kind != MT_PLACE_REPLICATED) {
+      snprintf(msg, msg_len, "%s: an expert tensor is split over etp and ep, not tp", t->name);
+      return -1;
+    }
+    r->n_group_tensors[t->group]++;
     if (shard_dim(t, t->tp, r->tp_size, r->tp_rank, "tp", msg, msg_len) != 0 ||
-        shard_dim(t, t->ep, r->ep_size, r->ep_rank, "ep", msg, msg_len) != 0)
+        shard_dim(t, t->ep, r->ep_size, r->ep_rank, "ep", msg, msg_len) != 0 ||
+        shard_dim(t, t->etp, r->etp_size, r->etp_rank, "etp", msg, msg_len) != 0)
       return -1;
     size_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= (size_t)t->local_shape[d];
     t->numel_local = mt_registry_holds(r, t) ? n : 0;
     t->offset = off;
     off += t->numel_local;
-    /* units: a new one where the layer changes; a layer seen before is an error */
-    if (r->n_units == 0 || r->units[r->n_units - 1].layer != t->layer) {
+    /* units: a new one where the layer or the reduction group changes; a
+     * layer seen before (not just now), or its group seen before, is an error */
+    const mt_unit *prev = r->n_units ? &r->units[r->n_units - 1] : NULL;
+    if (!prev || prev->layer != t->layer || prev->group != t->group) {
       for (int u = 0; u < r->n_units; u++)
-        if (r->units[u].layer == t->layer) {
+        if (r->units[u].layer == t->layer &&
+            (r->units[u].group == t->group || prev->layer != t->layer)) {
           snprintf(msg, msg_len, "%s: the tensors of layer %d are not registered together",
                    t->name, t->layer);
           return -1;
         }
       r->units = xrealloc(r->units, (size_t)(r->n_units + 1) * sizeof *r->units);
-      r->units[r->n_units] = (mt_unit){t->layer, i, i, t->offset, t->offset};
+      r->units[r->n_units] = (mt_unit){t->layer, t->group, i, i, t->offset, t->offset};
       r->n_units++;
     }
     mt_unit *u = &r->units[r->n_units - 1];
@@ -188,15 +217,22 @@ int mt_registry_unit_of_layer(const mt_registry *r, int layer) {
   return -1;
 }
 
+int mt_registry_unit_of(const mt_registry *r, int layer, mt_grad_group g) {
+  for (int u = 0; u < r->n_units; u++)
+    if (r->units[u].layer == layer && r->units[u].group == g) return u;
+  return -1;
+}
+
 /* ------------------------------------------------------------------ */
 /* the dp placement                                                    */
 
-static void bucket_add(mt_registry *r, size_t begin, size_t end) {
+static void bucket_add(mt_registry *r, size_t begin, size_t end, mt_grad_group g) {
   r->buckets = xrealloc(r->buckets, (size_t)(r->n_buckets + 1) * sizeof *r->buckets);
   mt_bucket_plan *b = &r->buckets[r->n_buckets++];
   memset(b, 0, sizeof *b);
   b->begin = begin;
   b->end = end;
+  b->group = g;
 }
 
 int mt_registry_shard_dp(mt_registry *r, int dp_size, int dp_rank, int zero, size_t bucket_bytes) {
@@ -204,6 +240,8 @@ int mt_registry_shard_dp(mt_registry *r, int dp_size, int dp_rank, int zero, siz
   r->dp_size = dp_size;
   r->dp_rank = dp_rank;
   r->zero = zero;
+  r->group_size[MT_GROUP_DP] = dp_size;
+  r->group_rank[MT_GROUP_DP] = dp_rank;
   size_t max_elems = bucket_bytes / sizeof(float);
   if (max_elems < 1) max_elems = 1;
   /* an MPI count is an int: keep every bucket below 2^31 elements */
@@ -211,20 +249,34 @@ int mt_registry_shard_dp(mt_registry *r, int dp_size, int dp_rank, int zero, siz
   size_t end = r->numel_local;
   if (zero <= 1) {
     /* from the last tensor backwards, cut at tensor boundaries once a bucket
-     * holds max_elems; tensors another stage holds take no room */
+     * holds max_elems, and where the reduction group changes (held
+     * tensors only: another stage's take no room) */
+    int gi = -1; /* the group of the bucket being filled */
     for (int i = r->n - 1; i >= 0; i--) {
       size_t begin = r->t[i].offset;
-      if ((end - begin >= max_elems || i == 0) && end > begin) {
-        bucket_add(r, begin, end);
+      if (r->t[i].numel_local) gi = (int)r->t[i].group;
+      int next_g = -1; /* the group of the next held tensor below i */
+      for (int j = i - 1; j >= 0 && next_g < 0; j--)
+        if (r->t[j].numel_local) next_g = (int)r->t[j].group;
+      int group_ends = next_g >= 0 && next_g != gi;
+      if ((end - begin >= max_elems || i == 0 || group_ends) && end > begin) {
+        bucket_add(r, begin, end, gi < 0 ? MT_GROUP_DP : (mt_grad_group)gi);
         end = begin;
       }
     }
   } else {
-    /* whole units: zero 3 one each, zero 2 merged up to max_elems */
+    /* whole units: zero 3 one each, zero 2 merged up to max_elems (units of
+     * one reduction group only) */
+    int gu = -1; /* the group of the bucket being filled */
     for (int u = r->n_units - 1; u >= 0; u--) {
       size_t begin = r->units[u].begin;
-      if ((zero == 3 || end - begin >= max_elems || u == 0) && end > begin) {
-        bucket_add(r, begin, end);
+      if (r->units[u].end > begin) gu = (int)r->units[u].group;
+      int next_g = -1;
+      for (int v = u - 1; v >= 0 && next_g < 0; v--)
+        if (r->units[v].end > r->units[v].begin) next_g = (int)r->units[v].group;
+      int group_ends = next_g >= 0 && next_g != gu;
+      if ((zero == 3 || end - begin >= max_elems || u == 0 || group_ends) && end > begin) {
+        bucket_add(r, begin, end, gu < 0 ? MT_GROUP_DP : (mt_grad_group)gu);
         end = begin;
       }
     }
@@ -233,11 +285,12 @@ int mt_registry_shard_dp(mt_registry *r, int dp_size, int dp_rank, int zero, siz
   for (int k = 0; k < r->n_buckets; k++) {
     mt_bucket_plan *b = &r->buckets[k];
     size_t len = b->end - b->begin;
-    b->counts = calloc((size_t)dp_size, sizeof(int));
-    b->displs = calloc((size_t)dp_size, sizeof(int));
+    const int gsize = r->group_size[b->group], grank = r->group_rank[b->group];
+    b->counts = calloc((size_t)gsize, sizeof(int));
+    b->displs = calloc((size_t)gsize, sizeof(int));
     if (!b->counts || !b->displs) abort();
-    size_t base = len / (size_t)dp_size, extra = len % (size_t)dp_size, off = 0;
-    for (int q = 0; q < dp_size; q++) {
+    size_t base = len / (size_t)gsize, extra = len % (size_t)gsize, off = 0;
+    for (int q = 0; q < gsize; q++) {
       b->counts[q] = (int)(base + ((size_t)q < extra ? 1 : 0));
       b->displs[q] = (int)off;
       off += (size_t)b->counts[q];
@@ -250,7 +303,7 @@ int mt_registry_shard_dp(mt_registry *r, int dp_size, int dp_rank, int zero, siz
         b->u1 = u + 1;
       }
     b->shard_off = shard;
-    shard += zero ? (size_t)b->counts[dp_rank] : len;
+    shard += zero ? (size_t)b->counts[grank] : len;
   }
   r->shard_numel = shard;
   return 0;
@@ -277,6 +330,7 @@ size_t mt_tensor_global_index(const mt_tensor *t, size_t local_index, int tp_siz
     int k = 1;
     if (t->tp.kind == MT_PLACE_SHARDED && t->tp.dim == d) k = t->tp.fused_blocks;
     else if (t->ep.kind == MT_PLACE_SHARDED && t->ep.dim == d) k = t->ep.fused_blocks;
+    else if (t->etp.kind == MT_PLACE_SHARDED && t->etp.dim == d) k = t->etp.fused_blocks;
     if (k < 1) k = 1;
     int64_t block_local = t->local_shape[d] / k, block_global = t->padded[d] / k;
     int64_t blk = coord[d] / block_local, within = coord[d] % block_local;

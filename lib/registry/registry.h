@@ -6,10 +6,15 @@
  *         from the true ones (a vocabulary padded to a multiple of 64*tp);
  *   ep    the expert axis: replicated, or sharded along one dim (the
  *         experts of an E x out x in tensor);
+ *   etp   tensor parallelism inside an expert (Megatron's parallel folding:
+ *         expert tensors live on the folded mesh etp, ep, edp over the same
+ *         ranks as tp, cp, dp, and their tp placement stays replicated);
  *   pp    the pipeline stage that owns the tensor, and a stage that holds a
  *         copy kept equal to the owner's (the tied LM head);
  *   dp    the ZeRO shard: which dp rank owns which part of the parameters,
- *         gradients and optimizer state (mt_registry_shard_dp).
+ *         gradients and optimizer state (mt_registry_shard_dp); a tensor's
+ *         reduction group says over which ranks its gradients are summed and
+ *         sharded: dp (dense tensors) or edp (experts).
  *
  * plus attributes the model sets when it registers a tensor: its layer (the
  * unit ZeRO-3 gathers and the pipeline places), its init rule, weight decay,
@@ -47,6 +52,11 @@ typedef enum { MT_INIT_ZEROS = 0, MT_INIT_ONES = 1, MT_INIT_NORMAL = 2 } mt_init
  * together, so they form one contiguous flat range (a unit). */
 #define MT_LAYER_EMBED (-1) /* the embeddings, before block 0 */
 
+/* The ranks over which a tensor's gradient is summed (and its ZeRO state
+ * sharded): dense tensors over dp, experts over the expert-data-parallel
+ * ranks of the folded mesh. */
+typedef enum { MT_GROUP_DP = 0, MT_GROUP_EDP = 1, MT_NGROUPS = 2 } mt_grad_group;
+
 /* What a model says about one tensor when it registers it. */
 typedef struct {
   const char *name;       /* e.g. "blocks.3.attn.qkv.weight" (global layer numbers) */
@@ -62,6 +72,8 @@ typedef struct {
   int weight_decay;       /* AdamW decays this tensor */
   const char *tied_to;    /* NULL/"" or the name of a tensor sharing this one's storage */
   int tp_partial_grad;    /* see mt_tensor */
+  mt_placement etp;       /* expert tensors: the split inside an expert (zero: replicated) */
+  mt_grad_group group;    /* where its gradient is reduced (zero: dp) */
 } mt_tensor_spec;
 
 typedef struct {
@@ -71,6 +83,8 @@ typedef struct {
   int64_t padded[MT_MAX_DIMS];  /* global shape as stored (padding, e.g. vocab) */
   mt_placement tp;              /* placement on the tensor-parallel axis */
   mt_placement ep;              /* placement on the expert axis */
+  mt_placement etp;             /* placement on the expert-tensor axis (group edp) */
+  mt_grad_group group;          /* the ranks its gradient is reduced and sharded over */
   int layer;                    /* the layer (unit) it belongs to, see MT_LAYER_EMBED */
   int pp_stage;                 /* owning pipeline stage (writes it in checkpoints), -1: every
                                    stage */
@@ -93,11 +107,13 @@ typedef struct {
   int unit;                         /* index into mt_registry.units */
 } mt_tensor;
 
-/* A unit: the tensors of one layer, a contiguous flat range. The pipeline
- * places units on stages, ZeRO-3 gathers one unit at a time, the model
- * binds its views one unit at a time. */
+/* A unit: the tensors of one layer with one reduction group, a contiguous
+ * flat range (a MoE block is two units: its dense tensors, then its
+ * experts). The pipeline places units on stages, ZeRO-3 gathers one unit at
+ * a time, the model binds its views one unit at a time. */
 typedef struct {
   int layer;
+  mt_grad_group group;
   int t0, t1;        /* tensors [t0, t1) */
   size_t begin, end; /* flat range [begin, end) on this rank (empty: another stage's) */
 } mt_unit;
@@ -108,8 +124,9 @@ typedef struct {
   size_t begin, end; /* flat range [begin, end) */
   int u0, u1;        /* the units it covers, [u0, u1) (a unit may straddle two buckets at
                         zero <= 1; never at zero >= 2) */
-  int *counts;       /* per dp rank, elements of the bucket it owns */
-  int *displs;       /* per dp rank, where its part starts, relative to begin */
+  mt_grad_group group; /* the reduction group of every tensor in it (buckets never mix) */
+  int *counts;       /* per rank of the group, elements of the bucket it owns */
+  int *displs;       /* per rank of the group, where its part starts, relative to begin */
   size_t shard_off;  /* where this rank's part sits in its shard buffers */
 } mt_bucket_plan;
 
@@ -118,14 +135,18 @@ typedef struct {
   int n, cap;
   int tp_size, tp_rank;
   int ep_size, ep_rank;
+  int etp_size, etp_rank;
   int pp_rank;        /* this rank's pipeline stage: the flat buffer holds only the tensors
                          mt_registry_holds says (0 without pipeline parallelism) */
   size_t numel_local; /* total local elements (flat buffer length) */
   int finalized;
   mt_unit *units;     /* in flat order (derived) */
   int n_units;
-  /* the dp placement (mt_registry_shard_dp) */
+  /* the dp placement (mt_registry_shard_dp); group_size/rank per reduction
+   * group: [MT_GROUP_DP] = dp, [MT_GROUP_EDP] = edp (mt_registry_set_edp) */
   int dp_size, dp_rank, zero;
+  int group_size[MT_NGROUPS], group_rank[MT_NGROUPS];
+  int n_group_tensors[MT_NGROUPS]; /* tensors registered per group (derived) */
   mt_bucket_plan *buckets; /* ordered from the end of the flat buffer to the start: the
                               order backward produces gradients in */
   int n_buckets;
@@ -135,6 +156,11 @@ typedef struct {
 void mt_registry_init(mt_registry *r, int tp_size, int tp_rank);
 /* the expert axis (call before adding tensors sharded over it) */
 void mt_registry_set_ep(mt_registry *r, int ep_size, int ep_rank);
+/* the expert-tensor axis (call before finalize) */
+void mt_registry_set_etp(mt_registry *r, int etp_size, int etp_rank);
+/* the expert-data-parallel ranks, for the buckets of MT_GROUP_EDP tensors
+ * (call before mt_registry_shard_dp; default: 1 rank) */
+void mt_registry_set_edp(mt_registry *r, int edp_size, int edp_rank);
 void mt_registry_free(mt_registry *r);
 /* Register a tensor; returns its index. */
 int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *spec);
@@ -155,13 +181,18 @@ int mt_registry_holds(const mt_registry *r, const mt_tensor *t);
  * or -1 when a sharded dim is not divisible by its axis, or a layer's
  * tensors are not registered together (msg filled). */
 int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len);
-/* Unit of layer (MT_LAYER_EMBED, 0..), or -1. */
+/* Unit of layer (MT_LAYER_EMBED, 0..), or -1: its first (dense) unit. */
 int mt_registry_unit_of_layer(const mt_registry *r, int layer);
+/* The unit of layer's tensors of reduction group g, or -1. */
+int mt_registry_unit_of(const mt_registry *r, int layer, mt_grad_group g);
 size_t mt_tensor_numel(const mt_tensor *t);        /* global logical */
 size_t mt_tensor_numel_padded(const mt_tensor *t); /* global as stored */
 
 /* The dp placement, after finalize: buckets of about bucket_bytes built from
- * the end of the flat buffer, and dp rank dp_rank's part of each.
+ * the end of the flat buffer, and dp rank dp_rank's part of each (for a
+ * bucket of MT_GROUP_EDP tensors: edp rank's part over the edp ranks). A
+ * bucket never holds two reduction groups (a dense-only registry is cut
+ * exactly as without groups).
  *   zero 0, 1: buckets cut at tensor boundaries (a bucket may hold parts of
  *              two layers); each rank's part is an even split of the bucket
  *              (the ZeRO-1 moments; every rank holds the whole bucket of

@@ -33,7 +33,9 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
   mt_train_state_to_host(t, r, st.n_ranges); /* state on a GPU: written from a host snapshot */
   mt_ckpt_meta meta = {done, samples, samples * s->seq_len, t->dp.opt.t, cfg->seed,
                        s->n_layer, s->n_embd, s->n_head, s->seq_len, s->vocab, cfg->dp, cfg->tp,
-                       cfg->pp, cfg->cp, cfg->zero, t->world_size};
+                       cfg->pp, cfg->cp, cfg->zero, t->world_size, s->moe_experts,
+                       s->moe_topk, s->moe_every, s->moe_ffn, s->moe_shared, t->mesh.ep,
+                       t->mesh.etp};
   char *ini = NULL;
   size_t ini_len = 0;
   FILE *mf = open_memstream(&ini, &ini_len);
@@ -120,12 +122,19 @@ int mt_train_loop(mt_trainer *t) {
     double tp_s0 = mesh->tp_g.seconds, tp_bytes0 = mesh->tp_g.bytes;
     double cp_s0 = mesh->cp_g.seconds, cp_bytes0 = mesh->cp_g.bytes;
     double pp_s0 = mesh->pp_g.seconds, pp_bytes0 = mesh->pp_g.bytes;
+    /* MoE: the folded mesh's groups */
+    double ep_s0 = mesh->ep_g.seconds, ep_b0 = mesh->ep_g.bytes;
+    double etp_s0 = mesh->etp_g.seconds, etp_b0 = mesh->etp_g.bytes;
+    double edp_s0 = mesh->edp_g.seconds, edp_b0 = mesh->edp_g.bytes;
     double pp_stats[3] = {0.0, 0.0, 0.0}; /* this stage: wait s, bubble fraction, act bytes */
     mt_dp_begin_step(&t->dp);
     double td = mt_now();
     load_batch(t, step);
     double data_s = mt_now() - td;
+    mt_gpt_moe_stats_reset(&t->model);
+    mt_gpt_moe_stats(&t->model, 1); /* the step's routing; evaluation's is not counted */
     double loss_sum = mt_train_stage_step(t);
+    mt_gpt_moe_stats(&t->model, 0);
     if (cfg->pp > 1) {
       pp_stats[0] = t->exec.wait_s;
       pp_stats[1] = t->exec.wall_s > 0 ? 1.0 - t->exec.compute_s / t->exec.wall_s : 0.0;
@@ -137,6 +146,8 @@ int mt_train_loop(mt_trainer *t) {
     double t_fb = mt_now();
     double comm_fb = mesh->dpcp_g.seconds - comm0, tp_fb = mesh->tp_g.seconds - tp_s0;
     double pp_fb = mesh->pp_g.seconds - pp_s0, cp_fb = mesh->cp_g.seconds - cp_s0;
+    double moe_fb = (mesh->ep_g.seconds - ep_s0) + (mesh->etp_g.seconds - etp_s0) +
+                    (mesh->edp_g.seconds - edp_s0);
     float lr = mt_lr_at(step, cfg->steps, cfg->warmup_steps, (float)cfg->lr,
                         (float)cfg->min_lr_ratio);
     double norm = mt_dp_optimizer_step(&t->dp, lr, (float)cfg->grad_clip);
@@ -151,6 +162,11 @@ int mt_train_loop(mt_trainer *t) {
     t->last_cp_bytes = mesh->cp_g.bytes - cp_bytes0;
     t->last_tp_bytes = tp_bytes;
     t->last_pp_bytes = mesh->pp_g.bytes - pp_bytes0;
+    t->last_ep_bytes = mesh->ep_g.bytes - ep_b0;
+    t->last_etp_bytes = mesh->etp_g.bytes - etp_b0;
+    t->last_edp_bytes = mesh->edp_g.bytes - edp_b0;
+    double ep_s = mesh->ep_g.seconds - ep_s0, etp_s = mesh->etp_g.seconds - etp_s0;
+    double edp_s = mesh->edp_g.seconds - edp_s0;
 
     double val = -1.0, t_eval = 0.0;
     if (cfg->eval_every > 0 && t->n_val_seq > 0 &&
@@ -173,8 +189,9 @@ int mt_train_loop(mt_trainer *t) {
     rec.step_s = step_s;
     rec.dp_comm_s = mesh->dpcp_g.seconds - comm0;
     rec.data_s = data_s;
-    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb - pp_fb - cp_fb;
-    rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb) - (tp_comm_s - tp_fb);
+    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb - pp_fb - cp_fb - moe_fb;
+    rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb) - (tp_comm_s - tp_fb) -
+                  ((ep_s + etp_s + edp_s) - moe_fb);
     rec.eval_s = t_eval;
     rec.ckpt_s = pending_ckpt_s;
     rec.ckpt_write_s = pending_write_s;
@@ -205,6 +222,41 @@ int mt_train_loop(mt_trainer *t) {
     rec.pp_stage = pp_all;
     rec.pp_comm_s = pp_fb;
     rec.pp_bytes = t->last_pp_bytes;
+    /* MoE: every rank's routing statistics summed on rank 0 (the blocks of
+     * other stages are zeros here) */
+    const mt_gpt *model = &t->model;
+    double *moe_all = NULL;
+    if (model->n_moe > 0) {
+      size_t E = (size_t)model->shape.moe_experts, nb = (size_t)model->n_moe;
+      size_t n = nb * E + 3 * nb;
+      double *mine = mt_calloc(n, sizeof(double));
+      memcpy(mine, model->moe_tokens, nb * E * sizeof(double));
+      memcpy(mine + nb * E, model->moe_dropped, nb * sizeof(double));
+      memcpy(mine + nb * E + nb, model->moe_aux, nb * sizeof(double));
+      memcpy(mine + nb * E + 2 * nb, model->moe_z, nb * sizeof(double));
+      moe_all = t->world_rank == 0 ? mt_calloc(n, sizeof(double)) : NULL;
+      MPI_Reduce(mine, moe_all, (int)n, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+      free(mine);
+      if (moe_all) {
+        rec.moe_blocks = (int)nb;
+        rec.moe_experts = (int)E;
+        rec.moe_tokens = moe_all;
+        rec.moe_dropped = moe_all + nb * E;
+        for (size_t b = 0; b < nb; b++) { /* in the units of the loss: per token */
+          moe_all[nb * E + nb + b] /= (double)t->tokens_per_step;
+          moe_all[nb * E + 2 * nb + b] /= (double)t->tokens_per_step;
+          rec.moe_aux_loss += moe_all[nb * E + nb + b];
+          rec.moe_z_loss += moe_all[nb * E + 2 * nb + b];
+        }
+        rec.moe_aux_block = moe_all + nb * E + nb;
+      }
+      rec.ep_bytes = t->last_ep_bytes;
+      rec.ep_comm_s = ep_s;
+      rec.etp_bytes = t->last_etp_bytes;
+      rec.etp_comm_s = etp_s;
+      rec.edp_bytes = t->last_edp_bytes;
+      rec.edp_comm_s = edp_s;
+    }
     if (t->world_rank == 0) {
       char *line = mt_step_record_json(&rec);
       fprintf(t->metrics_f, "%s\n", line);
@@ -215,6 +267,7 @@ int mt_train_loop(mt_trainer *t) {
         mt_step_record_progress(&rec, avg * (cfg->steps - step - 1), stdout);
       }
     }
+    free(moe_all);
 
     /* ---- checkpoint at the step boundary: periodic, final, asked for ---- */
     int signalled = mt_train_signalled();

@@ -22,18 +22,19 @@ double mt_plan_rank_total(const mt_plan_rank *r) {
  * pools: the last bucket's buffer and two shared by the others; ZeRO-3's
  * buffers of the first and last unit and two shared by the others). */
 static void zero_pools(const mt_registry *r, double *grad_bufs, double *gather_bufs) {
-  int nb = r->n_buckets, me = r->dp_rank;
+  int nb = r->n_buckets;
   *grad_bufs = *gather_bufs = 0.0;
   if (r->zero >= 2 && nb > 0) {
     const mt_bucket_plan *last = &r->buckets[nb - 1];
     double most = 0, most_part = 0;
     for (int k = 0; k < nb - 1; k++) {
       double len = (double)(r->buckets[k].end - r->buckets[k].begin);
+      int me = r->group_rank[r->buckets[k].group]; /* this rank in the bucket's group */
       if (len > most) most = len;
       if (r->buckets[k].counts[me] > most_part) most_part = r->buckets[k].counts[me];
     }
     int shared = nb - 1 < 2 ? nb - 1 : 2;
-    *grad_bufs = 4.0 * ((double)(last->end - last->begin) + last->counts[me] +
+    *grad_bufs = 4.0 * ((double)(last->end - last->begin) + last->counts[r->group_rank[last->group]] +
                         shared * (most + most_part));
   }
   if (r->zero == 3) {
@@ -49,11 +50,13 @@ static void zero_pools(const mt_registry *r, double *grad_bufs, double *gather_b
   }
 }
 
-/* Bytes one rank sends over dp per step for gradients and parameters. */
-static double dp_state_bytes(const mt_registry *r, int accum) {
-  int n = r->dp_size;
+/* Bytes one rank sends per step for gradients and parameters over a
+ * reduction group (dp: dense tensors, edp: experts). */
+static double dp_state_bytes(const mt_registry *r, int accum, mt_grad_group group) {
+  int n = r->group_size[group];
   double b = 0.0;
   for (int k = 0; k < r->n_buckets; k++) {
+    if (r->buckets[k].group != group) continue;
     double s = 4.0 * (double)(r->buckets[k].end - r->buckets[k].begin);
     switch (r->zero) {
     case 0: b += ar(s, n); break;
@@ -69,18 +72,26 @@ static double dp_state_bytes(const mt_registry *r, int accum) {
   return b;
 }
 
-int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int cp_rank,
-                  int tp_rank, mt_group groups[2], mt_gpt *m, mt_err *e) {
+int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
+                  int cp_rank, int tp_rank, mt_group groups[4], mt_gpt *m, mt_err *e) {
   /* the groups' sizes and ranks only: no MPI */
-  mt_group *tp_group = &groups[0], *cp_group = &groups[1];
-  memset(groups, 0, 2 * sizeof *groups);
-  tp_group->size = cfg->tp;
-  tp_group->rank = tp_rank;
-  cp_group->size = cfg->cp;
-  cp_group->rank = cp_rank;
-  mt_gpt_parallel par = {tp_group, cfg->sp, cfg->recompute,
+  memset(groups, 0, 4 * sizeof *groups);
+  mt_group *tp_g = &groups[0], *cp_g = &groups[1], *ep_g = &groups[2], *etp_g = &groups[3];
+  tp_g->size = cfg->tp;
+  tp_g->rank = tp_rank;
+  cp_g->size = cfg->cp;
+  cp_g->rank = cp_rank;
+  /* the folded mesh of MoE blocks over this stage's tp x cp x dp ranks */
+  const int moe = lay->shape.moe_experts > 0;
+  const int etp = moe ? cfg->etp : 1, ep = moe ? cfg->ep : 1;
+  int edp_rank;
+  ep_g->size = ep;
+  etp_g->size = etp;
+  mt_mesh_fold_coords(tp_rank + cfg->tp * (cp_rank + cfg->cp * dp_rank), etp, ep, &etp_g->rank,
+                      &ep_g->rank, &edp_rank);
+  mt_gpt_parallel par = {tp_g, cfg->sp, cfg->recompute,
                          cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1, NULL, 0, 0, 1,
-                         cp_group, mt_cp_mode_parse(cfg->cp_mode)};
+                         cp_g, mt_cp_mode_parse(cfg->cp_mode), ep_g, etp_g};
   if (cfg->pp > 1) {
     par.stage_of_layer = lay->stage_of_layer;
     par.pp_rank = pp_rank;
@@ -104,11 +115,18 @@ int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_
   out->world_rank = tp_rank + cfg->tp * (cp_rank + cfg->cp * (dp_rank + cfg->dp * pp_rank));
   const mt_model_shape *s = &lay->shape;
   const int pp = cfg->pp, accum = lay->accum, B = cfg->micro_batch;
+  const int moe = s->moe_experts > 0;
+  const int etp = moe ? cfg->etp : 1, ep = moe ? cfg->ep : 1;
+  const int edp = cfg->tp * cfg->cp * cfg->dp / (etp * ep);
+  mt_mesh_fold_coords(tp_rank + cfg->tp * (cp_rank + cfg->cp * dp_rank), etp, ep, &out->etp_rank,
+                      &out->ep_rank, &out->edp_rank);
   /* the model as this rank would create it, allocating nothing */
   mt_gpt m;
-  if (mt_plan_model(cfg, lay, pp_rank, cp_rank, tp_rank, out->groups, &m, e) != 0) return -1;
+  if (mt_plan_model(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, out->groups, &m, e) != 0)
+    return -1;
   /* the dp/ZeRO engine's group is dp x cp (rank cp_rank + cp * dp_rank) */
   mt_registry *r = &m.reg;
+  mt_registry_set_edp(r, edp, out->edp_rank);
   mt_registry_shard_dp(r, cfg->dp * cfg->cp, cp_rank + cfg->cp * dp_rank, cfg->zero,
                        (size_t)(cfg->bucket_mb * 1048576.0));
   const double n = (double)r->numel_local, shard = (double)r->shard_numel;
@@ -117,12 +135,19 @@ int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_
   mt_pp_schedule_build(&sched, lay->sched, pp, accum, cfg->virtual_stages);
   int n_slots = sched.max_inflight[pp_rank], layers = 0, last_vs = pp * cfg->virtual_stages - 1;
   size_t set_numel = 0;
+  /* per micro-batch through this rank's chunks: tp bytes, expert bytes */
+  double tp_mb = 0.0, ex_mb[2] = {0.0, 0.0};
   for (int vs = pp_rank; vs <= last_vs; vs += pp) {
     int a, b;
     mt_train_stage_layers(cfg, lay, vs, &a, &b);
     layers += b - a;
     size_t k = mt_gpt_acts_numel(&m, b - a, B, vs == last_vs);
     if (k > set_numel) set_numel = k;
+    tp_mb += mt_gpt_tp_bytes_layers(&m, B, a, b, vs == 0, vs == last_vs);
+    double ex[2];
+    mt_gpt_expert_bytes_layers(&m, B, a, b, ex);
+    ex_mb[0] += ex[0];
+    ex_mb[1] += ex[1];
   }
   const double msg = 4.0 * (double)B * m.T_sp * s->n_embd;
   int sends = 0;
@@ -149,16 +174,23 @@ int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_
   /* ---- bytes per step and group ---- */
   const int dp = cfg->dp * cfg->cp, tp = cfg->tp; /* dp: the dp x cp group */
   const int tp_norm = tp > 1, pp_norm = pp > 1;
-  double dp_state = dp_state_bytes(r, accum);
-  /* gradients and parameters, the loss sum, ZeRO's norm sums */
-  out->dp_bytes = dp_state + ar(8, dp) + (cfg->zero ? ar(tp_norm || pp_norm ? 16 : 8, dp) : 0.0);
+  /* the norm: 2 sums (dense) over dp x cp under ZeRO, 2 more (experts) over
+   * edp; MoE models always take the path that sums by placement */
+  double dp_state = dp_state_bytes(r, accum, MT_GROUP_DP);
+  out->dp_bytes =
+      dp_state + ar(8, dp) + (cfg->zero ? ar(tp_norm || pp_norm || moe ? 16 : 8, dp) : 0.0);
   /* context parallelism's attention in every layer of every micro-batch */
   out->cp_bytes = accum * mt_gpt_cp_bytes_range(&m, B, layers);
   double partial = 4.0 * (double)mt_tp_partial_numel(r, 0, r->numel_local);
-  out->tp_bytes = accum * mt_gpt_tp_bytes_range(&m, B, layers, pp_rank == 0, pp_rank == pp - 1) +
-                  (cfg->sp ? (cfg->zero >= 2 ? accum : 1) * ar(partial, tp) : 0.0) +
+  out->tp_bytes = accum * tp_mb +
+                  (partial > 0 ? (cfg->zero >= 2 ? accum : 1) * ar(partial, tp) : 0.0) +
                   (tp_norm ? ar(8, tp) : 0.0);
-  out->pp_bytes = pp > 1 ? sends * msg + 4.0 * tied + ar(8, pp) + ar(16, pp) : 0.0;
+  out->pp_bytes = pp > 1 ? sends * msg + 4.0 * tied + ar(8, pp) + ar(moe ? 32 : 16, pp) : 0.0;
+  if (moe) {
+    out->ep_bytes = accum * ex_mb[0] + ar(16, ep);
+    out->etp_bytes = accum * ex_mb[1] + ar(8, etp);
+    out->edp_bytes = dp_state_bytes(r, accum, MT_GROUP_EDP) + (cfg->zero ? ar(16, edp) : 0.0);
+  }
   mt_pp_schedule_free(&sched);
   /* the dp traffic of gradients and parameters alone, as summary.json states it */
   out->dp_state_bytes = dp_state;
@@ -205,11 +237,21 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
           cfg->model_preset, mt_model_num_params(s), s->n_layer, s->n_embd, s->seq_len, s->vocab,
           cfg->pp, cfg->dp, cfg->cp, cfg->tp, p->n, cfg->zero, cfg->sp ? ", sp" : "",
           cfg->micro_batch, p->lay.accum);
+  const int moe = s->moe_experts > 0;
+  if (moe)
+    fprintf(f, "# MoE: %d experts (top-%d, hidden %d, %d shared, %s) in %d of %d blocks, %zu "
+               "parameters active per token; folded mesh etp=%d ep=%d edp=%d\n",
+            s->moe_experts, s->moe_topk, s->moe_ffn, s->moe_shared,
+            s->moe_capacity > 0 ? "capacity" : "dropless", mt_model_moe_before(s, s->n_layer),
+            s->n_layer, mt_model_active_params(s), cfg->etp, cfg->ep,
+            cfg->tp * cfg->cp * cfg->dp / (cfg->etp * cfg->ep));
   fprintf(f, "# per rank, the largest of each stage: memory in MiB by category (fp32), bytes "
-             "sent per training step in MB\n");
-  fprintf(f, "%-5s %10s %10s %10s %10s %10s %10s %10s | %10s %10s %10s %10s\n", "stage",
-          "params", "grads", "optimizer", "gathered", "activ", "comm", "total", "dp", "tp", "pp",
-          "cp");
+             "sent per training step in MB%s\n",
+          moe ? " (ep: as a balanced routing implies)" : "");
+  fprintf(f, "%-5s %10s %10s %10s %10s %10s %10s %10s | %10s %10s %10s %10s", "stage", "params",
+          "grads", "optimizer", "gathered", "activ", "comm", "total", "dp", "tp", "pp", "cp");
+  if (moe) fprintf(f, " %10s %10s %10s", "ep", "etp", "edp");
+  fputc('\n', f);
   for (int st = 0; st < cfg->pp; st++) {
     mt_plan_rank mx;
     memset(&mx, 0, sizeof mx);
@@ -225,13 +267,19 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
       if (r->tp_bytes > mx.tp_bytes) mx.tp_bytes = r->tp_bytes;
       if (r->pp_bytes > mx.pp_bytes) mx.pp_bytes = r->pp_bytes;
       if (r->cp_bytes > mx.cp_bytes) mx.cp_bytes = r->cp_bytes;
+      if (r->ep_bytes > mx.ep_bytes) mx.ep_bytes = r->ep_bytes;
+      if (r->etp_bytes > mx.etp_bytes) mx.etp_bytes = r->etp_bytes;
+      if (r->edp_bytes > mx.edp_bytes) mx.edp_bytes = r->edp_bytes;
       exact &= r->comm_exact;
     }
     fprintf(f, "%-5d", st);
     for (size_t c = 0; c < sizeof g_cols / sizeof g_cols[0]; c++)
       fprintf(f, " %10.2f", mx.mem[g_cols[c]] / MiB);
-    fprintf(f, " %9.2f%s | %10.2f %10.2f %10.2f %10.2f\n", total / MiB, exact ? " " : "+",
+    fprintf(f, " %9.2f%s | %10.2f %10.2f %10.2f %10.2f", total / MiB, exact ? " " : "+",
             mx.dp_bytes / MB, mx.tp_bytes / MB, mx.pp_bytes / MB, mx.cp_bytes / MB);
+    if (moe) fprintf(f, " %10.2f %10.2f %10.2f", mx.ep_bytes / MB, mx.etp_bytes / MB,
+                     mx.edp_bytes / MB);
+    fputc('\n', f);
   }
   if (cfg->pp > 1)
     fprintf(f, "# +: plus the pipeline's send buffers, one message each while in flight\n");
@@ -244,6 +292,8 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", cfg->model_preset);
   cJSON_AddNumberToObject(o, "params", (double)mt_model_num_params(&p->lay.shape));
+  if (p->lay.shape.moe_experts > 0)
+    cJSON_AddNumberToObject(o, "active_params", (double)mt_model_active_params(&p->lay.shape));
   cJSON *lay = mt_train_add_layout(o, "layout", cfg, p->n);
   cJSON_AddNumberToObject(lay, "accum", p->lay.accum);
   cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
@@ -255,6 +305,9 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
     cJSON_AddNumberToObject(x, "dp", r->dp_rank);
     cJSON_AddNumberToObject(x, "cp", r->cp_rank);
     cJSON_AddNumberToObject(x, "tp", r->tp_rank);
+    cJSON_AddNumberToObject(x, "ep", r->ep_rank);
+    cJSON_AddNumberToObject(x, "etp", r->etp_rank);
+    cJSON_AddNumberToObject(x, "edp", r->edp_rank);
     mt_train_add_mem(x, "mem_bytes", r->mem);
     cJSON_AddBoolToObject(x, "comm_exact", r->comm_exact);
     cJSON *b = cJSON_AddObjectToObject(x, "step_bytes");
@@ -262,6 +315,9 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
     cJSON_AddNumberToObject(b, "tp", r->tp_bytes);
     cJSON_AddNumberToObject(b, "pp", r->pp_bytes);
     cJSON_AddNumberToObject(b, "cp", r->cp_bytes);
+    cJSON_AddNumberToObject(b, "ep", r->ep_bytes);
+    cJSON_AddNumberToObject(b, "etp", r->etp_bytes);
+    cJSON_AddNumberToObject(b, "edp", r->edp_bytes);
     cJSON_AddNumberToObject(x, "dp_state_bytes", r->dp_state_bytes);
     cJSON_AddNumberToObject(x, "params_numel", r->params_numel);
     cJSON_AddItemToArray(ranks, x);

@@ -96,6 +96,10 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   want.n_head = shape->n_head;
   want.seq_len = shape->seq_len;
   want.vocab = shape->vocab;
+  want.moe_experts = shape->moe_experts;
+  want.moe_every = shape->moe_every;
+  want.moe_ffn = shape->moe_ffn;
+  want.moe_shared = shape->moe_shared;
   double tl = mt_now();
   if (mt_ckpt_load(t->resumed_from, &t->model.reg, &t->mesh, &st, &want,
                    cfg->ckpt_verify_on_load, &got, err) == 0) {
@@ -113,11 +117,14 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
     if (t->start_step > cfg->steps)
       mt_err_set(err, "train.resume: checkpoint %s is at step %lld, beyond train.steps = %d",
                  t->resumed_from, t->start_step, cfg->steps);
+    char folded[64] = "";
+    if (got.moe_experts > 0)
+      snprintf(folded, sizeof folded, " ep=%lld etp=%lld", (long long)got.ep, (long long)got.etp);
     mt_info0("meshtrain: resumed from %s (step %lld, written by dp=%lld tp=%lld pp=%lld "
-             "cp=%lld zero=%lld on %lld ranks) in %.2f s",
+             "cp=%lld%s zero=%lld on %lld ranks) in %.2f s",
              t->resumed_from, t->start_step, (long long)got.dp, (long long)got.tp,
-             (long long)got.pp, (long long)got.cp, (long long)got.zero, (long long)got.world,
-             mt_now() - tl);
+             (long long)got.pp, (long long)got.cp, folded, (long long)got.zero,
+             (long long)got.world, mt_now() - tl);
   }
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]), free(hr[g]);
   if (host_state) mt_cuda_host_free(host_state);
@@ -149,6 +156,12 @@ void mt_train_resume(mt_trainer *t) {
              cfg->model_preset, mt_model_num_params(s), s->n_layer, s->n_embd, s->n_head,
              s->seq_len, s->vocab, cfg->dp, cfg->tp, cfg->pp, cfg->cp, cfg->zero, t->world_size,
              mt_kernels_threads());
+    if (s->moe_experts > 0)
+      mt_info0("meshtrain: MoE: %d experts (top-%d, hidden %d, %d shared, %s) in %d of %d blocks, "
+               "%zu parameters active per token; folded mesh etp=%d ep=%d edp=%d",
+               s->moe_experts, s->moe_topk, s->moe_ffn, s->moe_shared,
+               s->moe_capacity > 0 ? "capacity" : "dropless", t->model.n_moe, s->n_layer,
+               mt_model_active_params(s), t->mesh.etp, t->mesh.ep, t->mesh.edp);
     mt_info0("meshtrain: global batch %d x %d tokens, micro-batch %d, %d accumulation steps, "
              "%d dp buckets, peak %.1f GFLOP/s per rank (%s), BLAS kernels %s",
              cfg->global_batch, s->seq_len, cfg->micro_batch, t->lay.accum,

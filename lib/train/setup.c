@@ -91,6 +91,19 @@ static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e)
                   "micro-batch's gradients as its backward ends, and pipeline stages interleave "
                   "micro-batches (use parallel.zero = 1 with pipeline parallelism)",
                cfg->zero, cfg->zero);
+  else if (cfg->moe_experts > 0 && (cfg->tp * cfg->cp * cfg->dp) % (cfg->etp * cfg->ep) != 0)
+    mt_err_set(e, "parallel.etp x parallel.ep = %d x %d does not divide the %d ranks of a "
+                  "pipeline stage (tp x cp x dp = %d x %d x %d)",
+               cfg->etp, cfg->ep, cfg->tp * cfg->cp * cfg->dp, cfg->tp, cfg->cp, cfg->dp);
+  else if (cfg->moe_experts > 0 && cfg->cp > 1)
+    mt_err_set(e, "parallel.cp = %d is not supported with MoE blocks (model.moe_experts > 0) "
+                  "yet: the router's per-sequence counts would span the cp ranks", cfg->cp);
+  else if (cfg->moe_experts > 0 && cfg->recompute)
+    mt_err_set(e, "train.recompute = true is not supported with MoE blocks "
+                  "(model.moe_experts > 0) yet");
+  else if (cfg->moe_experts > 0 && cfg->pp > 1 && !strcmp(cfg->pp_schedule, "zb-h1"))
+    mt_err_set(e, "parallel.schedule = zb-h1 (a split backward) is not supported with MoE "
+                  "blocks (model.moe_experts > 0) yet");
   else if (cfg->zero == 3 && cfg->save_params)
     mt_err_set(e, "output.save_params = true needs parallel.zero <= 2 (under ZeRO-3 a rank "
                   "holds only its shard of the parameters; checkpoints hold them whole)");
@@ -282,7 +295,8 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
    * the linears' output gradients in between) */
   mt_gpt_parallel par = {&t->mesh.tp_g, cfg->sp, cfg->recompute,
                          cfg->pp > 1 && t->lay.sched == MT_SCHED_ZBH1, NULL, 0, 0, 1,
-                         &t->mesh.cp_g, mt_cp_mode_parse(cfg->cp_mode)};
+                         &t->mesh.cp_g, mt_cp_mode_parse(cfg->cp_mode), &t->mesh.ep_g,
+                         &t->mesh.etp_g};
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
     par.stage_of_layer = t->lay.stage_of_layer;
     par.pp_rank = t->mesh.pp_rank;
@@ -290,13 +304,17 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   }
   mt_gpt_create_stage(&t->model, &t->lay.shape, t->ops, cfg->micro_batch, &par, e);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
+  mt_gpt_set_moe_loss(&t->model, (float)cfg->moe_aux_coef, (float)cfg->moe_z_coef);
   /* cp ranks hold the same parameters (each sees other tokens): gradients
-   * and ZeRO shards go over dp x cp (at cp = 1, the dp group, rank for rank) */
+   * and ZeRO shards go over dp x cp (at cp = 1, the dp group, rank for rank);
+   * experts' over edp of the folded mesh */
   mt_registry *reg = &t->model.reg;
+  mt_registry_set_edp(reg, t->mesh.edp, t->mesh.edp_rank);
   mt_registry_shard_dp(reg, cfg->dp * cfg->cp, t->mesh.dpcp_g.rank, cfg->zero,
                        (size_t)(cfg->bucket_mb * 1048576.0));
   mt_dp_create(&t->dp, &t->mesh.dpcp_g, reg, t->ops, &t->model.tp, (float)cfg->beta1,
                (float)cfg->beta2, (float)cfg->eps, (float)cfg->weight_decay);
+  mt_dp_set_expert_groups(&t->dp, &t->mesh.edp_g, &t->mesh.ep_g, &t->mesh.etp_g);
   mt_dp_set_tp(&t->dp, &t->mesh.tp_g);
   mt_state_source src = mt_dp_state_source(&t->dp);
   mt_gpt_set_state_source(&t->model, &src);
@@ -338,6 +356,10 @@ static void setup_peak(mt_trainer *t) {
   }
   t->peak_flops = t->peak_per_rank * 1e9 * t->world_size;
   t->flops_per_token = mt_train_flops_per_token(s->n_layer, s->n_embd, s->seq_len, s->vocab);
+  if (s->moe_experts > 0) /* MoE: the matmul weights a token uses (router, its k experts) */
+    t->flops_per_token =
+        mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer, s->n_embd,
+                                    s->seq_len);
   t->tokens_per_step = (long long)cfg->global_batch * s->seq_len;
 }
 
@@ -364,6 +386,9 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   if (!err.failed) mt_hw_profile_load(&t->hw, t->cfg.hw_profile, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_mesh_create(&t->mesh, t->cfg.tp, t->cfg.cp, t->cfg.dp, t->cfg.pp, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  mt_mesh_fold(&t->mesh, t->cfg.moe_experts > 0 ? t->cfg.etp : 1,
+               t->cfg.moe_experts > 0 ? t->cfg.ep : 1, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_train_device_setup(t); /* exits 2 on every rank when no device can be had */
   /* thread placement: rank 0 warns once per node whose ranks have more

@@ -32,7 +32,7 @@ static float *stage_forward(void *ctx, int slot, int mb, int chunk) {
   int rows = st->rows[mb];
   double sum = mt_gpt_forward_range(st->model, a, st->l0[chunk], st->l1[chunk], first, last,
                                     st->inp + off, st->tgt + off, rows);
-  if (last) {
+  if (last && rows > 0) {
     /* the micro-batch's mean loss as the model reports it (fp32), weighted by
      * its tokens in training and by its sequences in evaluation */
     float mean = (float)(sum / ((double)rows * st->T));
@@ -144,13 +144,20 @@ double mt_train_evaluate(mt_trainer *t) {
   int per = (n_seq + mesh->dp - 1) / mesh->dp;
   int first = mesh->dp_rank * per, last = first + per < n_seq ? first + per : n_seq;
   int n_mb = last > first ? (last - first + micro_batch - 1) / micro_batch : 0;
+  /* MoE blocks dispatch over ranks of several dp ranks: every rank runs as
+   * many micro-batches as the first (the most), the extra ones empty */
+  int n_real = n_mb;
+  if (t->model.n_moe > 0) {
+    int most = per < n_seq ? per : n_seq;
+    n_mb = (most + micro_batch - 1) / micro_batch;
+  }
   int *inp = st->inp, *tgt = st->tgt, *rows = st->rows;
   st->inp = mt_calloc((size_t)(n_mb + 1) * micro_batch * T, sizeof(int));
   st->tgt = mt_calloc((size_t)(n_mb + 1) * micro_batch * T, sizeof(int));
   st->rows = mt_calloc((size_t)n_mb + 1, sizeof(int));
   const int T_full = t->lay.shape.seq_len;
   int *seq = mt_calloc(2 * (size_t)T_full, sizeof(int));
-  for (int k = 0; k < n_mb; k++) {
+  for (int k = 0; k < n_real; k++) {
     int s0 = first + k * micro_batch;
     st->rows[k] = last - s0 < micro_batch ? last - s0 : micro_batch;
     for (int b = 0; b < st->rows[k]; b++) {

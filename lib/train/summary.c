@@ -164,7 +164,7 @@ static void summary_add_attempts(cJSON *o, const char *dir, int resumed, long lo
 }
 
 /* per rank: coordinates, peak bytes by category, the last step's bytes per group */
-enum { RANK_COORDS = 4, RANK_GROUPS = 4, RANK_FIELDS = RANK_COORDS + MT_MEM_NCAT + RANK_GROUPS };
+enum { RANK_COORDS = 4, RANK_GROUPS = 7, RANK_FIELDS = RANK_COORDS + MT_MEM_NCAT + RANK_GROUPS };
 
 static cJSON *ranks_json(const mt_trainer *t, const double *all) {
   cJSON *arr = cJSON_CreateArray();
@@ -183,6 +183,9 @@ static cJSON *ranks_json(const mt_trainer *t, const double *all) {
     cJSON_AddNumberToObject(bytes, "tp", b[1]);
     cJSON_AddNumberToObject(bytes, "pp", b[2]);
     cJSON_AddNumberToObject(bytes, "cp", b[3]);
+    cJSON_AddNumberToObject(bytes, "ep", b[4]);
+    cJSON_AddNumberToObject(bytes, "etp", b[5]);
+    cJSON_AddNumberToObject(bytes, "edp", b[6]);
     cJSON_AddItemToArray(arr, o);
   }
   return arr;
@@ -202,6 +205,9 @@ void mt_train_summary(mt_trainer *t) {
   mine[RANK_COORDS + MT_MEM_NCAT + 1] = t->last_tp_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 2] = t->last_pp_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 3] = t->last_cp_bytes;
+  mine[RANK_COORDS + MT_MEM_NCAT + 4] = t->last_ep_bytes;
+  mine[RANK_COORDS + MT_MEM_NCAT + 5] = t->last_etp_bytes;
+  mine[RANK_COORDS + MT_MEM_NCAT + 6] = t->last_edp_bytes;
   if (t->world_rank == 0) all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
   MPI_Gather(mine, RANK_FIELDS, MPI_DOUBLE, all, RANK_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   /* the plan of this rank: what summary.json states per step */
@@ -247,6 +253,12 @@ void mt_train_summary(mt_trainer *t) {
   cJSON_AddNumberToObject(o, "tp_bytes_per_step", plan.tp_bytes);
   cJSON_AddNumberToObject(o, "pp_bytes_per_step", plan.pp_bytes);
   cJSON_AddNumberToObject(o, "cp_bytes_per_step", plan.cp_bytes);
+  if (shape->moe_experts > 0) {
+    cJSON_AddNumberToObject(o, "active_params", (double)mt_model_active_params(shape));
+    cJSON_AddNumberToObject(o, "ep_bytes_per_step", plan.ep_bytes);
+    cJSON_AddNumberToObject(o, "etp_bytes_per_step", plan.etp_bytes);
+    cJSON_AddNumberToObject(o, "edp_bytes_per_step", plan.edp_bytes);
+  }
   cJSON_AddNumberToObject(o, "params_bytes_per_rank", plan.params_numel * sizeof(float));
   if (cfg->pp > 1) { /* rank 0 is on the first stage: every stage's own figures */
     cJSON *ps = cJSON_AddObjectToObject(o, "pp_stages");

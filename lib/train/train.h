@@ -56,6 +56,7 @@ void mt_train_stage_layers(const mt_config *cfg, const mt_train_layout *lay, int
 
 typedef struct {
   int world_rank, pp_rank, dp_rank, cp_rank, tp_rank;
+  int ep_rank, etp_rank, edp_rank; /* on the folded mesh of MoE blocks */
   /* bytes this rank allocates, by mt_mem_cat; exact, except comm with
    * pp > 1 (the pipeline's send buffers grow with the messages in flight:
    * comm is then the fixed part) */
@@ -65,11 +66,16 @@ typedef struct {
    * over each group, as comm counts them; dp: the dp x cp group, where
    * gradients, ZeRO shards and the loss are reduced */
   double dp_bytes, tp_bytes, pp_bytes, cp_bytes;
+  /* MoE: over ep (the dispatch's all-to-alls, as a balanced routing implies:
+   * exact when every expert gets the same share of the slots, e.g. k = E),
+   * etp (gathers and reduce-scatters inside experts) and edp (the experts'
+   * gradients) */
+  double ep_bytes, etp_bytes, edp_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
   int n_buckets;         /* dp buckets (reductions per step) */
   int layers;            /* blocks on this rank (all its chunks) */
-  mt_group groups[2];    /* the tp and cp groups' sizes and ranks the model points to */
+  mt_group groups[4];    /* tp, cp, ep, etp: the sizes and ranks the model points to */
 } mt_plan_rank;
 
 typedef struct {
@@ -89,12 +95,12 @@ void mt_plan_free(mt_plan *p);
  * (keep: free it with mt_gpt_destroy; its registry carries the dp placement) */
 int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
                        int cp_rank, int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e);
-/* The model as pipeline rank pp_rank, cp rank cp_rank, tp rank tp_rank of
- * cfg's mesh would create it, allocating nothing (mt_gpt_create_plan; free
- * with mt_gpt_destroy). groups[2] (tp, cp: sizes and ranks, no MPI) must
- * outlive m. */
-int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int cp_rank,
-                  int tp_rank, mt_group groups[2], mt_gpt *m, mt_err *e);
+/* The model as the rank (pp_rank, dp_rank, cp_rank, tp_rank) of cfg's mesh
+ * would create it, allocating nothing (mt_gpt_create_plan; free with
+ * mt_gpt_destroy). groups[4] (tp, cp, ep, etp: sizes and ranks, no MPI)
+ * must outlive m. */
+int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
+                  int cp_rank, int tp_rank, mt_group groups[4], mt_gpt *m, mt_err *e);
 /* The table meshtrain --plan prints: per pipeline stage, memory by category
  * and bytes per group per step (the largest rank of the stage). */
 void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f);
@@ -263,6 +269,7 @@ typedef struct {
   long long last_step_done, last_saved;
   double last_dp_bytes, last_tp_bytes, last_pp_bytes, last_cp_bytes; /* the last step's, this
                                                                          rank */
+  double last_ep_bytes, last_etp_bytes, last_edp_bytes;
 } mt_trainer;
 
 /* Collective: everything before the first step. Bad input ends every rank

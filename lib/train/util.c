@@ -22,6 +22,11 @@ cJSON *mt_train_add_layout(cJSON *parent, const char *key, const mt_config *cfg,
   if (cfg->cp > 1) cJSON_AddStringToObject(lay, "cp_mode", cfg->cp_mode);
   cJSON_AddNumberToObject(lay, "zero", cfg->zero);
   cJSON_AddBoolToObject(lay, "sp", cfg->sp);
+  if (cfg->moe_experts > 0) { /* the folded mesh of the MoE blocks */
+    cJSON_AddNumberToObject(lay, "ep", cfg->ep);
+    cJSON_AddNumberToObject(lay, "etp", cfg->etp);
+    cJSON_AddNumberToObject(lay, "edp", cfg->tp * cfg->cp * cfg->dp / (cfg->etp * cfg->ep));
+  }
   return lay;
 }
 

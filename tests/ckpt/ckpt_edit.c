@@ -4,6 +4,7 @@
  *
  *   ckpt_edit FILE set-attr NAME VALUE     root int64 attribute, in place
  *   ckpt_edit FILE set-str-attr NAME TEXT  root string attribute, rewritten
+ *   ckpt_edit FILE delete-attr NAME        root attribute NAME removed
  *   ckpt_edit FILE rehash                  meta_xxh64 made to match the attributes
  *   ckpt_edit FILE drop-box ROW            index row ROW removed
  *   ckpt_edit FILE index-rows N            the index claims N rows (the old ones first)
@@ -75,10 +76,12 @@ int main(int argc, char **argv) {
     H5Adelete(f, argv[3]);
     mt_err e = {0};
     rc = mt_ckpt_put_attr_str(f, argv[3], argv[4], "ckpt_edit", &e) != 0;
+  } else if (!strcmp(cmd, "delete-attr") && argc == 4) {
+    rc = H5Adelete(f, argv[3]) < 0;
   } else if (!strcmp(cmd, "rehash") && argc == 3) {
     mt_ckpt_meta m;
     char version[32];
-    rc = mt_ckpt_read_meta(f, &m) != 0 || mt_ckpt_attr_str(f, "version", version, sizeof version);
+    rc = mt_ckpt_read_meta(f, &m) == -1 || mt_ckpt_attr_str(f, "version", version, sizeof version);
     uint64_t h = rc ? 0 : mt_ckpt_meta_hash(&m, version);
     hid_t a = H5Aopen(f, "meta_xxh64", H5P_DEFAULT);
     rc = rc || a < 0 || H5Awrite(a, H5T_NATIVE_INT64, &h) < 0;

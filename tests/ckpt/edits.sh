@@ -86,7 +86,28 @@ refused n_embd "$C" "do not match their checksum" "do not match their checksum"
 # ... and with the checksum made to match: the model no longer fits the tensors
 C=$(edited n_embd_rehashed set-attr n_embd 64); "$EDIT" "$C/$MAIN" rehash
 refused n_embd_rehashed "$C" "checkpoint of another model: n_embd = 64 there, 32 in this run" \
-  "wte.weight: shape \[256, 32\] as 2-D, the model of the root attributes has \[256, 64\]"
+  "wte.weight: shape \[256, 32\], the model of the root attributes has \[256, 64\]"
+# the MoE shape (format 1.2) is covered by the checksum too
+C=$(edited moe_experts set-attr moe_experts 8)
+refused moe_experts "$C" "do not match their checksum" "do not match their checksum"
+# a checkpoint of format 1.1 (before the MoE attributes) still loads, as a
+# dense model; one of 1.2 without them is incomplete
+rm -rf "$WORK/v11"; mkdir -p "$WORK/v11"; cp -r "$G" "$WORK/v11/step_4"; C="$WORK/v11/step_4"
+"$EDIT" "$C/$MAIN" set-str-attr version 1.1.0
+for a in moe_experts moe_topk moe_every moe_ffn moe_shared ep etp; do "$EDIT" "$C/$MAIN" delete-attr $a; done
+"$EDIT" "$C/$MAIN" rehash
+fix_manifest "$C"
+python3 - "$C/MANIFEST.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); m["version"] = "1.1.0"; json.dump(m, open(sys.argv[1], "w"))
+PY
+mt_mpirun 2 "$MT_BIN/meshckpt" verify "$C" > "$WORK/v11.verify" || { cat "$WORK/v11.verify"; fail "v11: verify"; }
+mt_mpirun 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.steps=5 --set train.resume="$C" \
+  --set output.dir="$WORK/out_v11" > "$WORK/v11.log" 2>&1 || { cat "$WORK/v11.log"; fail "v11: resume"; }
+grep -q "resumed from .*v11/step_4 (step 4" "$WORK/v11.log" || fail "v11: not resumed"
+echo "ok   v11: a format 1.1 checkpoint (no MoE attributes) verifies and resumes"
+C=$(edited v12_no_moe delete-attr moe_ffn); "$EDIT" "$C/$MAIN" rehash; fix_manifest "$C"
+refused v12_no_moe "$C" "checkpoint metadata incomplete" "checkpoint metadata incomplete"
 C=$(edited format set-str-attr format other-format)
 refused format "$C" "not a meshtrain checkpoint" "not a meshtrain checkpoint"
 # an index that claims 10^12 boxes: refused before any allocation

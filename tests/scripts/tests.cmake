@@ -64,9 +64,10 @@ mt_script_test(u32_vocab mpi u32_vocab.sh)
 mt_script_test(thread_placement mpi thread_placement.sh)
 
 # The memory check honours the job's limit (here Slurm's, given by the test):
-# small with micro-batch 16 fits this machine's MemAvailable, not 2 GiB.
+# small with micro-batch 64 (1.6 GiB a rank) fits this machine's
+# MemAvailable, not 2 GiB.
 mt_script_test(memory_slurm_limit badinput expect_fail.sh memory_slurm_limit 2
-  "2 ranks on this node need [0-9.]+ GiB but only 2.00 GiB is usable \\(SLURM_MEM_PER_NODE\\)" ${T} --set model.preset=small --set train.micro_batch=16 --set train.global_batch=32)
+  "2 ranks on this node need [0-9.]+ GiB but only 2.00 GiB is usable \\(SLURM_MEM_PER_NODE\\)" ${T} --set model.preset=small --set train.micro_batch=64 --set train.global_batch=128)
 set_property(TEST badinput.memory_slurm_limit APPEND PROPERTY ENVIRONMENT "SLURM_MEM_PER_NODE=2048")
 
 # test_node on 2 ranks: the node-wide verdicts (ranks sharing CPUs)

@@ -162,14 +162,14 @@ static void hook(void *ctx, int layer) {
 static void run(mt_mesh *mesh, int sp) {
   char tag[64];
   snprintf(tag, sizeof tag, "tp=%d sp=%d", mesh->tp, sp);
-  mt_model_shape s = {3, 48, 4, 16, 100, 0};
+  mt_model_shape s = {3, 48, 4, 16, 100, 0, 0, 0, 0, 0, 0, 0.0};
   mt_model_shape s1 = s, sn = s;
   s1.vocab_padded = mt_model_pad_vocab(s.vocab, 1);
   sn.vocab_padded = mt_model_pad_vocab(s.vocab, mesh->tp);
   const int B = 2, T = s.seq_len, BT = B * T;
   mt_err e = {0};
   mt_gpt ref, m;
-  mt_gpt_parallel par = {&mesh->tp_g, sp, 0, 0, NULL, 0, 0, 0, NULL, MT_CP_RING};
+  mt_gpt_parallel par = {&mesh->tp_g, sp, 0, 0, NULL, 0, 0, 0, NULL, MT_CP_RING, NULL, NULL};
   if (mt_gpt_create(&ref, &s1, mt_ops_cpu(), B, &e) != 0 ||
       mt_gpt_create_parallel(&m, &sn, mt_ops_cpu(), B, &par, &e) != 0) {
     FAIL("%s: create: %s", tag, e.msg);

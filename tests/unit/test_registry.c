@@ -49,7 +49,7 @@ static void test_expert_tensor(void) {
       mt_registry_init(&r, tp, trk);
       mt_registry_set_ep(&r, ep, er);
       mt_tensor_spec s = {"experts.0.fc.weight", 3, shape, NULL, mt_sharded(1, 1), mt_sharded(0, 1),
-                          0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0};
+                          0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
       mt_registry_add_spec(&r, &s);
       CHECK(mt_registry_finalize(&r, msg, sizeof msg) == 0, "expert tensor: %s", msg);
       const mt_tensor *t = &r.t[0];
@@ -74,7 +74,7 @@ static void test_expert_tensor(void) {
   mt_registry_init(&r, 2, 0);
   mt_registry_set_ep(&r, 2, 0);
   mt_tensor_spec both = {"experts.0.proj.weight", 3, shape, NULL, mt_sharded(0, 1),
-                         mt_sharded(0, 1), 0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0};
+                         mt_sharded(0, 1), 0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &both);
   CHECK(mt_registry_finalize(&r, msg, sizeof msg) != 0 && strstr(msg, "experts.0.proj.weight") &&
             strstr(msg, "two axes"),
@@ -83,7 +83,7 @@ static void test_expert_tensor(void) {
   mt_registry_init(&r, 1, 0);
   mt_registry_set_ep(&r, 3, 0);
   mt_tensor_spec odd = {"experts.0.up.weight", 3, shape, NULL, mt_replicated(), mt_sharded(0, 1),
-                        0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0};
+                        0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &odd);
   msg[0] = '\0';
   CHECK(mt_registry_finalize(&r, msg, sizeof msg) != 0 && strstr(msg, "experts.0.up.weight") &&
@@ -117,7 +117,8 @@ static void test_units(void) {
   int layers[3] = {0, 1, 0};
   for (int i = 0; i < 3; i++) {
     mt_tensor_spec sp = {names[i], 1, &c, NULL, mt_replicated(), mt_replicated(), layers[i], -1,
-                         -1, MT_INIT_ZEROS, 0.0f, 0, NULL, 0};
+                         -1, MT_INIT_ZEROS, 0.0f, 0, NULL, 0, mt_replicated(),
+                         MT_GROUP_DP};
     mt_registry_add_spec(&r, &sp);
   }
   msg[0] = '\0';

@@ -1,0 +1,150 @@
+/* CPU ops of the Mixture-of-Experts layer: the router (softmax, top-k,
+ * renormalised weights, and its backward with the load-balancing and z-loss
+ * terms), row gathers and the weighted combine of the experts' outputs.
+ *
+ * Determinism: every loop is split by rows (tokens) with schedule(static),
+ * each row computed by one thread in a fixed order (experts, then the k
+ * choices in order), so the results are the same bits at any thread count. */
+#include "kernels/cpu/cpu_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+void mt_cpu_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
+                               const float *logits, int N, int E, int k) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = logits + (size_t)n * E;
+    float *p = probs + (size_t)n * E;
+    float maxv = x[0];
+    for (int e = 1; e < E; e++) maxv = x[e] > maxv ? x[e] : maxv;
+    float sum = 0.0f;
+    for (int e = 0; e < E; e++) {
+      p[e] = expf(x[e] - maxv);
+      sum += p[e];
+    }
+    float inv = 1.0f / sum;
+    for (int e = 0; e < E; e++) p[e] *= inv;
+    lse[n] = maxv + logf(sum);
+    /* top-k by selection: the largest not yet taken, the lower index on ties */
+    int *idx = top_idx + (size_t)n * k;
+    float *w = top_w + (size_t)n * k, chosen = 0.0f;
+    for (int j = 0; j < k; j++) {
+      int best = -1;
+      for (int e = 0; e < E; e++) {
+        int taken = 0;
+        for (int i = 0; i < j; i++) taken |= idx[i] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+      }
+      idx[j] = best;
+      w[j] = p[best];
+      chosen += p[best];
+    }
+    float inv_chosen = 1.0f / chosen;
+    for (int j = 0; j < k; j++) w[j] *= inv_chosen;
+  }
+}
+
+/* With S = the sum of the chosen probabilities, top_w[j] = p[i_j] / S, so
+ *   dL/dp[i_j] = (dtop_w[j] - sum_l dtop_w[l] top_w[l]) / S,
+ * plus aux_grad's dL/dp; then the softmax: dlogit[e] = p[e] (dp[e] -
+ * sum_e' p[e'] dp[e']); plus the z-loss's z_grad * lse * p[e]. */
+void mt_cpu_moe_router_backward(float *dlogits, const float *probs, const float *lse,
+                                const int *top_idx, const float *top_w, const float *dtop_w,
+                                const float *aux_grad, int rows_per_seq, float z_grad, int N,
+                                int E, int k) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *p = probs + (size_t)n * E;
+    const int *idx = top_idx + (size_t)n * k;
+    const float *w = top_w + (size_t)n * k, *dw = dtop_w + (size_t)n * k;
+    const float *aux = aux_grad ? aux_grad + (size_t)(n / rows_per_seq) * E : NULL;
+    float *d = dlogits + (size_t)n * E;
+    float chosen = 0.0f, wdw = 0.0f;
+    for (int j = 0; j < k; j++) {
+      chosen += p[idx[j]];
+      wdw += w[j] * dw[j];
+    }
+    /* dp[e] = aux[e] + (e chosen as j ? (dw[j] - wdw) / chosen : 0) */
+    float dot = 0.0f;
+    for (int e = 0; e < E; e++) {
+      float dp = aux ? aux[e] : 0.0f;
+      for (int j = 0; j < k; j++)
+        if (idx[j] == e) dp += (dw[j] - wdw) / chosen;
+      d[e] = dp;
+      dot += p[e] * dp;
+    }
+    float z = z_grad * lse[n];
+    for (int e = 0; e < E; e++) d[e] = p[e] * (d[e] - dot) + z * p[e];
+  }
+}
+
+void mt_cpu_moe_prob_sums(float *sums, const float *probs, int N, int E, int rows_per_seq) {
+  int S = N / rows_per_seq;
+#pragma omp parallel for schedule(static)
+  for (int s = 0; s < S; s++) {
+    float *out = sums + (size_t)s * E;
+    for (int e = 0; e < E; e++) out[e] = 0.0f;
+    for (int r = 0; r < rows_per_seq; r++) {
+      const float *p = probs + ((size_t)s * rows_per_seq + r) * E;
+      for (int e = 0; e < E; e++) out[e] += p[e];
+    }
+  }
+}
+
+void mt_cpu_gather_rows(float *out, const float *inp, const int *idx, int n, int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; i++)
+    memcpy(out + (size_t)i * C, inp + (size_t)idx[i] * C, (size_t)C * sizeof(float));
+}
+
+void mt_cpu_moe_combine(float *out, const float *y, const int *slot, const float *w, int N, int C,
+                        int k) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float *o = out + (size_t)n * C;
+    for (int c = 0; c < C; c++) o[c] = 0.0f;
+    for (int j = 0; j < k; j++) {
+      int s = slot[(size_t)n * k + j];
+      if (s < 0) continue;
+      const float *yr = y + (size_t)s * C;
+      float wj = w[(size_t)n * k + j];
+      for (int c = 0; c < C; c++) o[c] += wj * yr[c];
+    }
+  }
+}
+
+void mt_cpu_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y,
+                                 const int *slot, const float *w, int N, int C, int k) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *g = dout + (size_t)n * C;
+    for (int j = 0; j < k; j++) {
+      int s = slot[(size_t)n * k + j];
+      if (s < 0) {
+        dw[(size_t)n * k + j] = 0.0f;
+        continue;
+      }
+      const float *yr = y + (size_t)s * C;
+      float *dyr = dy + (size_t)s * C, wj = w[(size_t)n * k + j], dot = 0.0f;
+      for (int c = 0; c < C; c++) {
+        dyr[c] = wj * g[c];
+        dot += g[c] * yr[c];
+      }
+      dw[(size_t)n * k + j] = dot;
+    }
+  }
+}
+
+void mt_cpu_moe_gather_sum(float *dx, const float *src, const int *slot, int N, int C, int k) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float *d = dx + (size_t)n * C;
+    for (int j = 0; j < k; j++) {
+      int s = slot[(size_t)n * k + j];
+      if (s < 0) continue;
+      const float *r = src + (size_t)s * C;
+      for (int c = 0; c < C; c++) d[c] += r[c];
+    }
+  }
+}

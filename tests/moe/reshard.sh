@@ -1,0 +1,35 @@
+# Checkpoints of experts reshard: the tiny MoE model trains 6 steps at
+# ep = 4 (dp = 4, ZeRO-1) and checkpoints; resumes at ep = 2 (dp = 2) for 6
+# more, checkpoints (per-writer); resumes on one rank (ep = 1) to step 18;
+# and the ep = 4 checkpoint also resumes at tp = 2 with etp = 2. Every step
+# of every part equals an uninterrupted one-rank run of 18 steps within 1e-5.
+# meshckpt verify accepts each checkpoint and meshckpt inspect shows the MoE
+# layout (experts stored whole, E x out x in, written by ep = 4).
+MT_NAME=moe_reshard
+source "$(dirname "$0")/common_moe.sh"
+MOE+=(--set train.steps=18 --set train.eval_every=0 --set ckpt.mode=shared)
+run ref 1 --set train.micro_batch=8
+run ep4 4 --set parallel.dp=4 --set parallel.ep=4 --set parallel.zero=1 --set train.micro_batch=2 \
+  --set train.stop_after=6
+"$MT_BIN/meshckpt" verify "$WORK/ep4/checkpoints" > "$WORK/verify4.txt" || { cat "$WORK/verify4.txt"; fail "verify ep4"; }
+"$MT_BIN/meshckpt" inspect "$WORK/ep4/checkpoints" --tensors > "$WORK/inspect4.txt"
+grep -q "moe  *4 experts, top-2" "$WORK/inspect4.txt" || { cat "$WORK/inspect4.txt"; fail "inspect: no MoE line"; }
+grep -q "folded mesh ep=4 etp=1" "$WORK/inspect4.txt" || fail "inspect: not written by ep=4"
+grep -q "blocks.0.moe.experts.fc.weight  *\[4, 128, 32\]  ep dim0, etp dim1" "$WORK/inspect4.txt" \
+  || { cat "$WORK/inspect4.txt"; fail "inspect: the expert tensor is not E x out x in"; }
+cp -r "$WORK/ep4" "$WORK/etp2"
+run ep2 2 --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=4 --set train.stop_after=6 \
+  --set train.resume="$WORK/ep4/checkpoints" --set output.dir="$WORK/ep4" --set ckpt.mode=per-writer
+grep -q "resumed from .*step_6 (step 6, written by dp=4 tp=1 pp=1 cp=1 ep=4 etp=1" "$WORK/ep2.log" \
+  || { cat "$WORK/ep2.log"; fail "ep2 did not resume the ep=4 checkpoint"; }
+"$MT_BIN/meshckpt" verify "$WORK/ep4/checkpoints" > "$WORK/verify2.txt" || { cat "$WORK/verify2.txt"; fail "verify ep2"; }
+run ep1 1 --set train.micro_batch=8 --set train.resume=auto --set output.dir="$WORK/ep4"
+grep -q "resumed from .*step_12 (step 12, written by dp=2 tp=1 pp=1 cp=1 ep=2 etp=1" "$WORK/ep1.log" \
+  || { cat "$WORK/ep1.log"; fail "ep1 did not resume the ep=2 checkpoint"; }
+run etp2 2 --set parallel.tp=2 --set parallel.etp=2 --set train.micro_batch=8 --set train.resume=auto \
+  --set output.dir="$WORK/etp2"
+grep -q "resumed from .*step_6" "$WORK/etp2.log" || fail "etp2 did not resume"
+# $WORK/ep4/metrics.jsonl now holds steps 1-18 from ep = 4, 2 and 1
+python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/ep4" --rtol 1e-5 --steps 18
+python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/etp2" --rtol 1e-5 --steps 18
+echo PASS

@@ -1,0 +1,35 @@
+# Mixture-of-Experts (issue 13): equivalence of the folded layouts with one
+# rank, determinism, capacity drops across layouts, checkpoints that reshard
+# experts, the exact plan, bad input (label badinput) and a short run under
+# the sanitizers (label sanitize). test_moe (tests/unit) holds the ops and
+# the finite-difference checks.
+mt_script_test(equiv_dp moe equivalence.sh dp)
+mt_script_test(equiv_tp moe equivalence.sh tp)
+mt_script_test(equiv_pp moe equivalence.sh pp)
+mt_script_test(capacity moe capacity.sh)
+mt_script_test(reshard moe reshard.sh)
+mt_script_test(plan moe plan_accounting.sh)
+mt_script_test(moe_smoke sanitize smoke.sh)
+
+set(M --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8
+  --set train.micro_batch=2 --set model.moe_experts=4)
+mt_script_test(moe_ep_not_dividing_experts badinput ../scripts/expect_fail.sh moe_ep_experts 2
+  "parallel.ep = 3 does not divide model.moe_experts = 4" ${M} --set parallel.dp=2 --set parallel.ep=3)
+mt_script_test(moe_ep_not_dividing_ranks badinput ../scripts/expect_fail.sh moe_ep_ranks 2
+  "parallel.etp x parallel.ep = 1 x 4 does not divide the 2 ranks of a pipeline stage" ${M}
+  --set parallel.dp=2 --set parallel.ep=4)
+mt_script_test(moe_topk_beyond_experts badinput ../scripts/expect_fail.sh moe_topk 2
+  "model.moe_topk = 5 is more than the model.moe_experts = 4 experts" ${M} --set parallel.dp=2
+  --set model.moe_topk=5)
+mt_script_test(moe_every_beyond_layers badinput ../scripts/expect_fail.sh moe_every 2
+  "model.moe_every = 3 is beyond the model.n_layer = 2 blocks" ${M} --set parallel.dp=2
+  --set model.moe_every=3)
+mt_script_test(moe_etp_not_dividing_ffn badinput ../scripts/expect_fail.sh moe_etp_ffn 2
+  "parallel.etp = 2 does not divide the expert hidden size model.moe_ffn = 33" ${M}
+  --set parallel.tp=2 --set parallel.etp=2 --set model.moe_ffn=33)
+mt_script_test(moe_ep_without_experts badinput ../scripts/expect_fail.sh moe_ep_dense 2
+  "expert parallelism needs a MoE model" ${M} --set model.moe_experts=0 --set parallel.dp=2
+  --set parallel.ep=2)
+mt_script_test(moe_recompute badinput ../scripts/expect_fail.sh moe_recompute 2
+  "train.recompute = true is not supported with MoE blocks" ${M} --set parallel.pp=2
+  --set train.recompute=true)

@@ -1,0 +1,554 @@
+/* test_moe: the Mixture-of-Experts pieces on one rank.
+ *
+ * 1. Router ops: forward against a double reference (softmax, the top-k in
+ *    decreasing probability with the lower index first on ties, the chosen
+ *    weights renormalised); backward against central finite differences of
+ *    L = sum R * top_w + sum A[seq] * probs + zc * sum lse^2, the three terms
+ *    the MoE block's backward feeds it (combine weights, load balancing,
+ *    z-loss). Logits are spaced so no perturbation changes the top-k.
+ * 2. Combine, its backward and the gather-sum: finite differences (dy, dw)
+ *    and a naive reference; dropped slots (-1) get nothing.
+ * 3. Grouped GEMM: forward against a double reference with empty groups;
+ *    backward (dinp, dw, dbias) against finite differences; the same bits at
+ *    1 and 2 threads.
+ * 4. A MoE model (tiny, E = 4, k = 2, a shared expert, aux and z-loss on,
+ *    capacity 1.0 and dropless) against finite differences of its whole
+ *    loss (LM loss + the load-balancing and z-losses it reports): the
+ *    router, the experts' weights and biases (dispatch and combine in
+ *    between), the shared expert, ln2 and the attention below; error per
+ *    element relative to the larger of the two and 5% of the tensor's
+ *    largest gradient, tolerance 2e-2 (fp32 noise; see MODEL_TOL);
+ *    perturbations that change a routing choice are skipped (counted, at
+ *    least 8 of ~24 samples per tensor must remain).
+ * 5. E = 1, k = 1, no auxiliary losses equals the dense model (the dense
+ *    MLP's weights copied into the one expert) within 1e-6: loss and every
+ *    gradient.
+ * NaN fails every comparison. Exits 1 naming each failure. */
+#include "model/model.h"
+#include "../check.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FD_EPS 1e-2f
+#define FD_TOL 5e-3
+/* the whole model: fp32 activations put ~1e-7 relative noise on its loss
+ * (summed in double); with eps = 1e-2 the worst errors observed are ~1.5e-2
+ * (smaller steps are noisier, larger ones feel the curvature) */
+#define MODEL_EPS 1e-2f
+#define MODEL_TOL 2e-2
+
+static const mt_ops *ops;
+static int g_failures = 0;
+static uint64_t g_rng = 0x2545F4914F6CDD1DULL;
+
+static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
+  uint64_t z = mt_splitmix64(g_rng);
+  g_rng += 0x9E3779B97F4A7C15ULL;
+  return z;
+}
+static float rng_uniform(float lo, float hi) {
+  return (float)(lo + (hi - lo) * ((double)(rng_next() >> 11) / 9007199254740992.0));
+}
+static float *rand_tensor(size_t n, float lo, float hi) {
+  float *x = malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++) x[i] = rng_uniform(lo, hi);
+  return x;
+}
+static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+static double dot(const float *a, const float *b, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+  return s;
+}
+
+static void check(const char *what, double err, double tol) {
+  int ok = err <= tol; /* NaN fails */
+  printf("  %-52s err %.2e  tol %.0e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
+  if (!ok) {
+    fprintf(stderr, "FAIL: %s: error %.3e exceeds tolerance %.1e\n", what, err, tol);
+    g_failures++;
+  }
+}
+static void check_true(const char *what, int ok) {
+  printf("  %-52s %s\n", what, ok ? "ok" : "FAIL");
+  if (!ok) {
+    fprintf(stderr, "FAIL: %s\n", what);
+    g_failures++;
+  }
+}
+
+typedef double (*loss_fn)(void *ctx);
+
+/* max over sampled i of |analytic - numeric| / max(|analytic|, |numeric|, 1e-2) */
+static double gradcheck(loss_fn loss, void *ctx, float *x, const float *grad, size_t n,
+                        size_t stride) {
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i += stride) {
+    float x0 = x[i], xp = x0 + FD_EPS, xm = x0 - FD_EPS;
+    x[i] = xp;
+    double lp = loss(ctx);
+    x[i] = xm;
+    double lm = loss(ctx);
+    x[i] = x0;
+    double numeric = (lp - lm) / ((double)xp - (double)xm);
+    double denom = fmax(fmax(fabs((double)grad[i]), fabs(numeric)), 1e-2);
+    worst = mt_worst(worst, fabs((double)grad[i] - numeric) / denom);
+  }
+  return worst;
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. router                                                           */
+
+typedef struct {
+  int N, E, k, Ts;
+  float *logits, *probs, *lse, *topw;
+  int *top;
+  const float *R, *A;
+  float zc;
+} router_ctx;
+
+static double router_loss(void *p) {
+  router_ctx *c = p;
+  ops->moe_router_forward(c->probs, c->lse, c->top, c->topw, c->logits, c->N, c->E, c->k);
+  double l = dot(c->topw, c->R, (size_t)c->N * c->k);
+  for (int n = 0; n < c->N; n++) {
+    l += dot(c->probs + (size_t)n * c->E, c->A + (size_t)(n / c->Ts) * c->E, (size_t)c->E);
+    l += (double)c->zc * (double)c->lse[n] * (double)c->lse[n];
+  }
+  return l;
+}
+
+static void test_router(void) {
+  printf("router\n");
+  const int N = 12, E = 6, k = 2, Ts = 4;
+  /* logits a permutation of spaced values per row: top-k stable under +-eps */
+  float *logits = zeros((size_t)N * E);
+  for (int n = 0; n < N; n++)
+    for (int e = 0; e < E; e++)
+      logits[(size_t)n * E + e] = 0.3f * (float)((e * 5 + n * 7) % E) + rng_uniform(-0.05f, 0.05f);
+  router_ctx c = {N, E, k, Ts, logits, zeros((size_t)N * E), zeros((size_t)N),
+                  zeros((size_t)N * k), calloc((size_t)N * k, sizeof(int)),
+                  rand_tensor((size_t)N * k, -1, 1), rand_tensor((size_t)(N / Ts) * E, -1, 1),
+                  0.05f};
+  router_loss(&c);
+  /* forward against a double reference */
+  double worst = 0.0;
+  int order_ok = 1;
+  for (int n = 0; n < N; n++) {
+    const float *x = logits + (size_t)n * E;
+    double mx = x[0], sum = 0.0, p[16];
+    for (int e = 1; e < E; e++) mx = x[e] > mx ? x[e] : mx;
+    for (int e = 0; e < E; e++) sum += exp((double)x[e] - mx);
+    for (int e = 0; e < E; e++) {
+      p[e] = exp((double)x[e] - mx) / sum;
+      worst = mt_worst(worst, fabs(p[e] - c.probs[(size_t)n * E + e]));
+    }
+    worst = mt_worst(worst, fabs(mx + log(sum) - c.lse[n]));
+    int *t = c.top + (size_t)n * k;
+    order_ok &= p[t[0]] >= p[t[1]] && t[0] != t[1];
+    for (int e = 0; e < E; e++) order_ok &= e == t[0] || e == t[1] || p[e] <= p[t[1]];
+    double chosen = p[t[0]] + p[t[1]];
+    for (int j = 0; j < k; j++)
+      worst = mt_worst(worst, fabs(p[t[j]] / chosen - c.topw[(size_t)n * k + j]));
+  }
+  check("router forward vs double reference", worst, 1e-6);
+  check_true("top-k: the k most probable, most probable first", order_ok);
+  /* ties: the lower index first */
+  float tie[4] = {1.0f, 2.0f, 2.0f, 0.5f}, tp[4], tl, tw[2];
+  int tt[2];
+  ops->moe_router_forward(tp, &tl, tt, tw, tie, 1, 4, 2);
+  check_true("ties: the lower index first", tt[0] == 1 && tt[1] == 2);
+  /* backward against finite differences */
+  float *dlogits = zeros((size_t)N * E);
+  router_loss(&c);
+  ops->moe_router_backward(dlogits, c.probs, c.lse, c.top, c.topw, c.R, c.A, Ts, 2.0f * c.zc, N,
+                           E, k);
+  check("router backward (combine + aux + z) vs FD",
+        gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
+  /* without the aux term */
+  const float *A = c.A;
+  c.A = zeros((size_t)(N / Ts) * E);
+  router_loss(&c);
+  ops->moe_router_backward(dlogits, c.probs, c.lse, c.top, c.topw, c.R, NULL, Ts, 2.0f * c.zc, N,
+                           E, k);
+  check("router backward, aux_grad NULL vs FD",
+        gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
+  free((void *)c.A);
+  /* prob sums per sequence slice */
+  float *sums = zeros((size_t)(N / Ts) * E);
+  ops->moe_prob_sums(sums, c.probs, N, E, Ts);
+  double sw = 0.0;
+  for (int s = 0; s < N / Ts; s++)
+    for (int e = 0; e < E; e++) {
+      double ref = 0.0;
+      for (int r = 0; r < Ts; r++) ref += c.probs[((size_t)s * Ts + r) * E + e];
+      sw = mt_worst(sw, fabs(ref - sums[(size_t)s * E + e]));
+    }
+  check("prob sums per sequence", sw, 1e-6);
+  free(sums), free(dlogits), free(logits), free(c.probs), free(c.lse), free(c.topw), free(c.top);
+  free((void *)c.R), free((void *)A);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. combine                                                          */
+
+typedef struct {
+  int N, C, k;
+  float *y, *w, *out;
+  const int *slot;
+  const float *R;
+} combine_ctx;
+
+static double combine_loss(void *p) {
+  combine_ctx *c = p;
+  ops->moe_combine(c->out, c->y, c->slot, c->w, c->N, c->C, c->k);
+  return dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void test_combine(void) {
+  printf("combine\n");
+  const int N = 7, C = 5, k = 2, S = N * k;
+  int *slot = calloc((size_t)N * k, sizeof(int));
+  for (int i = 0; i < N * k; i++) slot[i] = (i * 5) % S; /* a permutation of the slots */
+  slot[3] = -1, slot[8] = -1;                           /* two dropped */
+  combine_ctx c = {N, C, k, rand_tensor((size_t)S * C, -1, 1), rand_tensor((size_t)N * k, 0, 1),
+                   zeros((size_t)N * C), slot, rand_tensor((size_t)N * C, -1, 1)};
+  float *dy = zeros((size_t)S * C), *dw = zeros((size_t)N * k);
+  combine_loss(&c);
+  ops->moe_combine_backward(dy, dw, c.R, c.y, slot, c.w, N, C, k);
+  check("combine backward dy vs FD", gradcheck(combine_loss, &c, c.y, dy, (size_t)S * C, 1),
+        FD_TOL);
+  check("combine backward dw vs FD", gradcheck(combine_loss, &c, c.w, dw, (size_t)N * k, 1),
+        FD_TOL);
+  check_true("a dropped slot's weight gets gradient 0", dw[3] == 0.0f && dw[8] == 0.0f);
+  /* gather-sum: dx[n] += sum of src rows of its kept slots */
+  float *dx = rand_tensor((size_t)N * C, -1, 1), *dx0 = malloc((size_t)N * C * sizeof(float));
+  memcpy(dx0, dx, (size_t)N * C * sizeof(float));
+  ops->moe_gather_sum(dx, c.y, slot, N, C, k);
+  double worst = 0.0;
+  for (int n = 0; n < N; n++)
+    for (int ch = 0; ch < C; ch++) {
+      double ref = dx0[(size_t)n * C + ch];
+      for (int j = 0; j < k; j++)
+        if (slot[n * k + j] >= 0) ref += c.y[(size_t)slot[n * k + j] * C + ch];
+      worst = mt_worst(worst, fabs(ref - dx[(size_t)n * C + ch]));
+    }
+  check("gather-sum vs reference", worst, 1e-6);
+  /* gather rows */
+  int idx[4] = {3, 0, 3, 1};
+  float *g = zeros(4 * (size_t)C);
+  ops->gather_rows(g, c.y, idx, 4, C);
+  int same = 1;
+  for (int i = 0; i < 4; i++) same &= !memcmp(g + i * C, c.y + idx[i] * C, (size_t)C * sizeof(float));
+  check_true("gather_rows copies the named rows", same);
+  free(g), free(dx), free(dx0), free(dy), free(dw), free(slot), free(c.y), free(c.w), free(c.out);
+  free((void *)c.R);
+}
+
+/* ------------------------------------------------------------------ */
+/* 3. grouped GEMM                                                     */
+
+typedef struct {
+  int G, C, OC;
+  const int *off;
+  float *inp, *w, *b, *out;
+  const float *R;
+} gg_ctx;
+
+static double gg_loss(void *p) {
+  gg_ctx *c = p;
+  ops->grouped_matmul_forward(c->out, c->inp, c->w, c->b, c->off, c->G, c->C, c->OC);
+  return dot(c->out, c->R, (size_t)c->off[c->G] * c->OC);
+}
+
+static void test_grouped_gemm(void) {
+  printf("grouped GEMM\n");
+  const int G = 5, C = 6, OC = 4;
+  const int off[6] = {0, 3, 3, 10, 11, 11}; /* groups 1 and 4 empty */
+  const int rows = off[G];
+  gg_ctx c = {G, C, OC, off, rand_tensor((size_t)rows * C, -1, 1),
+              rand_tensor((size_t)G * OC * C, -1, 1), rand_tensor((size_t)G * OC, -1, 1),
+              zeros((size_t)rows * OC), rand_tensor((size_t)rows * OC, -1, 1)};
+  gg_loss(&c);
+  double worst = 0.0;
+  for (int g = 0; g < G; g++)
+    for (int r = off[g]; r < off[g + 1]; r++)
+      for (int o = 0; o < OC; o++) {
+        double ref = c.b[g * OC + o];
+        for (int i = 0; i < C; i++)
+          ref += (double)c.inp[(size_t)r * C + i] * c.w[((size_t)g * OC + o) * C + i];
+        worst = mt_worst(worst, fabs(ref - c.out[(size_t)r * OC + o]));
+      }
+  check("grouped forward vs double reference", worst, 1e-5);
+  float *dinp = zeros((size_t)rows * C), *dw = zeros((size_t)G * OC * C), *db = zeros((size_t)G * OC);
+  ops->grouped_matmul_backward(dinp, dw, db, c.R, c.inp, c.w, off, G, C, OC);
+  check("grouped backward dinp vs FD", gradcheck(gg_loss, &c, c.inp, dinp, (size_t)rows * C, 1),
+        FD_TOL);
+  check("grouped backward dw vs FD", gradcheck(gg_loss, &c, c.w, dw, (size_t)G * OC * C, 1),
+        FD_TOL);
+  check("grouped backward dbias vs FD", gradcheck(gg_loss, &c, c.b, db, (size_t)G * OC, 1), FD_TOL);
+  int empty_zero = 1;
+  for (int i = 0; i < OC * C; i++) empty_zero &= dw[(size_t)1 * OC * C + i] == 0.0f;
+  check_true("an empty group's weight gradient stays 0", empty_zero);
+  /* the same bits at 1 and 2 threads (3 non-empty groups: groups on threads) */
+  float *o1 = zeros((size_t)rows * OC), *o2 = zeros((size_t)rows * OC);
+  float *w1 = zeros((size_t)G * OC * C), *w2 = zeros((size_t)G * OC * C);
+  mt_kernels_set_threads(1);
+  ops->grouped_matmul_forward(o1, c.inp, c.w, c.b, off, G, C, OC);
+  ops->grouped_matmul_backward(NULL, w1, NULL, c.R, c.inp, c.w, off, G, C, OC);
+  mt_kernels_set_threads(2);
+  ops->grouped_matmul_forward(o2, c.inp, c.w, c.b, off, G, C, OC);
+  ops->grouped_matmul_backward(NULL, w2, NULL, c.R, c.inp, c.w, off, G, C, OC);
+  mt_kernels_set_threads(1);
+  check_true("1 and 2 threads: the same bits",
+             !memcmp(o1, o2, (size_t)rows * OC * sizeof(float)) &&
+                 !memcmp(w1, w2, (size_t)G * OC * C * sizeof(float)));
+  free(o1), free(o2), free(w1), free(w2), free(dinp), free(dw), free(db);
+  free(c.inp), free(c.w), free(c.b), free(c.out), free((void *)c.R);
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. a MoE model against finite differences of its whole loss         */
+
+typedef struct {
+  mt_gpt *m;
+  const int *inp, *tgt;
+  int B;
+  int *top0;   /* the routing choices at the unperturbed parameters */
+  int changed; /* the last loss's routing differs from top0 */
+} model_ctx;
+
+/* LM loss + the load-balancing and z-losses (their sums per token / tokens) */
+static double model_loss(void *p) {
+  model_ctx *c = p;
+  mt_gpt *m = c->m;
+  mt_gpt_moe_stats_reset(m);
+  double tokens = (double)c->B * m->T;
+  /* the token losses summed in double (mt_gpt_forward rounds the mean to float) */
+  double l = mt_gpt_forward_range(m, &m->a, 0, m->shape.n_layer, 1, 1, c->inp, c->tgt, c->B) /
+             tokens;
+  for (int b = 0; b < m->n_moe; b++) l += (m->moe_aux[b] + m->moe_z[b]) / tokens;
+  size_t n = (size_t)m->moe_window_of[m->shape.n_layer] * c->B * m->Ts * m->shape.moe_topk;
+  if (c->top0) c->changed = memcmp(c->top0, m->a.moe_top, n * sizeof(int)) != 0;
+  return l;
+}
+
+/* FD over sampled elements of tensor name, skipping perturbations that move a token to
+ * another expert; returns the worst error and counts the kept samples */
+static double model_gradcheck(model_ctx *c, const char *name, int samples, int *kept) {
+  mt_gpt *m = c->m;
+  int i = mt_registry_find(&m->reg, name);
+  if (i < 0) {
+    fprintf(stderr, "FAIL: %s not registered\n", name);
+    g_failures++;
+    return NAN;
+  }
+  const mt_tensor *t = &m->reg.t[i];
+  float *x = m->params + t->offset, *g = m->grads + t->offset;
+  size_t stride = t->numel_local / (size_t)samples + 1;
+  /* fp32 losses: an element's numeric derivative carries ~1e-5 of noise;
+   * errors are relative to the larger of the two and 5% of the tensor's
+   * largest gradient */
+  double gmax = 0.0;
+  for (size_t j = 0; j < t->numel_local; j++) gmax = fmax(gmax, fabs((double)g[j]));
+  double worst = 0.0;
+  for (size_t j = 0; j < t->numel_local; j += stride) {
+    float x0 = x[j], xp = x0 + MODEL_EPS, xm = x0 - MODEL_EPS;
+    x[j] = xp;
+    double lp = model_loss(c);
+    int moved = c->changed;
+    x[j] = xm;
+    double lm = model_loss(c);
+    moved |= c->changed;
+    x[j] = x0;
+    if (moved) continue;
+    (*kept)++;
+    double numeric = (lp - lm) / ((double)xp - (double)xm);
+    double denom = fmax(fmax(fabs((double)g[j]), fabs(numeric)), 0.05 * gmax);
+    worst = mt_worst(worst, fabs((double)g[j] - numeric) / denom);
+  }
+  return worst;
+}
+
+static void test_model_fd(double capacity) {
+  printf("MoE model vs finite differences (%s)\n", capacity > 0 ? "capacity 1.0" : "dropless");
+  mt_model_shape s;
+  mt_model_preset("tiny", &s);
+  s.n_layer = 2;
+  s.seq_len = 8;
+  s.vocab = 64;
+  s.vocab_padded = mt_model_pad_vocab(s.vocab, 1);
+  s.moe_experts = 4;
+  s.moe_topk = 2;
+  s.moe_every = 1;
+  s.moe_ffn = 16;
+  s.moe_shared = 1;
+  s.moe_capacity = capacity;
+  const int B = 2;
+  mt_gpt m;
+  mt_err e = {0};
+  if (mt_gpt_create(&m, &s, ops, B, &e) != 0) {
+    fprintf(stderr, "FAIL: create: %s\n", e.msg);
+    g_failures++;
+    return;
+  }
+  mt_gpt_init_params(&m, 7);
+  /* larger router weights: decisive routing, fewer choices moved by a perturbation */
+  for (int l = 0; l < s.n_layer; l++) {
+    int i = mt_registry_findf(&m.reg, "blocks.%d.moe.router.weight", l);
+    for (size_t j = 0; j < m.reg.t[i].numel_local; j++) m.params[m.reg.t[i].offset + j] *= 20.0f;
+  }
+  mt_gpt_set_moe_loss(&m, 0.1f, 0.01f);
+  mt_gpt_moe_stats(&m, 1);
+  int inp[2 * 8], tgt[2 * 8];
+  for (int i = 0; i < B * s.seq_len; i++) inp[i] = (int)(rng_next() % 64), tgt[i] = (int)(rng_next() % 64);
+  model_ctx c = {&m, inp, tgt, B, NULL, 0};
+  model_loss(&c);
+  size_t n = (size_t)m.moe_window_of[s.n_layer] * B * m.Ts * s.moe_topk;
+  c.top0 = malloc(n * sizeof(int));
+  memcpy(c.top0, m.a.moe_top, n * sizeof(int));
+  double dropped = 0.0;
+  for (int b = 0; b < m.n_moe; b++) dropped += m.moe_dropped[b];
+  if (capacity > 0) check_true("capacity 1.0 drops some slots here", dropped > 0);
+  else check_true("dropless drops nothing", dropped == 0);
+  mt_gpt_zero_grad(&m);
+  mt_gpt_forward(&m, inp, tgt, B);
+  mt_gpt_backward(&m, 1.0f / (float)(B * s.seq_len), NULL, NULL);
+  const char *names[] = {"blocks.1.moe.router.weight",       "blocks.1.moe.experts.fc.weight",
+                         "blocks.1.moe.experts.fc.bias",     "blocks.1.moe.experts.proj.weight",
+                         "blocks.1.moe.experts.proj.bias",   "blocks.1.moe.shared.fc.weight",
+                         "blocks.0.moe.router.weight",       "blocks.0.moe.experts.fc.weight",
+                         "blocks.1.ln2.weight",              "blocks.0.attn.qkv.weight"};
+  for (size_t q = 0; q < sizeof names / sizeof names[0]; q++) {
+    int kept = 0;
+    double err = model_gradcheck(&c, names[q], 24, &kept);
+    char what[128];
+    snprintf(what, sizeof what, "%s (%d samples)", names[q], kept);
+    check(what, err, MODEL_TOL);
+    if (kept < 8) {
+      fprintf(stderr, "FAIL: %s: only %d samples kept routing\n", names[q], kept);
+      g_failures++;
+    }
+  }
+  free(c.top0);
+  mt_gpt_destroy(&m);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. E = 1, k = 1 equals the dense model                              */
+
+static void copy_tensor(mt_gpt *dst, const char *dname, const mt_gpt *src, const char *sname) {
+  int i = mt_registry_find(&dst->reg, dname), j = mt_registry_find(&src->reg, sname);
+  if (i < 0 || j < 0 || dst->reg.t[i].numel_local != src->reg.t[j].numel_local) {
+    fprintf(stderr, "FAIL: cannot copy %s into %s\n", sname, dname);
+    g_failures++;
+    return;
+  }
+  memcpy(dst->params + dst->reg.t[i].offset, src->params + src->reg.t[j].offset,
+         dst->reg.t[i].numel_local * sizeof(float));
+}
+
+static double grad_diff(const mt_gpt *a, const char *an, const mt_gpt *b, const char *bn) {
+  int i = mt_registry_find(&a->reg, an), j = mt_registry_find(&b->reg, bn);
+  if (i < 0 || j < 0) return NAN;
+  const float *x = a->grads + a->reg.t[i].offset, *y = b->grads + b->reg.t[j].offset;
+  double diff = 0.0, scale = 0.0;
+  for (size_t k = 0; k < a->reg.t[i].numel_local; k++) {
+    diff = mt_worst(diff, fabs((double)x[k] - (double)y[k]));
+    scale = fmax(scale, fabs((double)y[k]));
+  }
+  return diff / (scale > 0 ? scale : 1.0);
+}
+
+static void test_one_expert_is_dense(void) {
+  printf("E = 1, k = 1 equals the dense model\n");
+  mt_model_shape d, s;
+  mt_model_preset("tiny", &d);
+  s = d;
+  s.moe_experts = 1;
+  s.moe_topk = 1;
+  s.moe_every = 1;
+  s.moe_ffn = 4 * d.n_embd;
+  const int B = 2, T = d.seq_len;
+  mt_gpt dense, moe;
+  mt_err e = {0};
+  if (mt_gpt_create(&dense, &d, ops, B, &e) != 0 || mt_gpt_create(&moe, &s, ops, B, &e) != 0) {
+    fprintf(stderr, "FAIL: create: %s\n", e.msg);
+    g_failures++;
+    return;
+  }
+  mt_gpt_init_params(&dense, 11);
+  mt_gpt_init_params(&moe, 11); /* the router: anything (softmax over one expert is 1) */
+  mt_gpt_set_moe_loss(&moe, 0.0f, 0.0f);
+  /* every tensor of the dense model into the MoE model, the MLP as the expert */
+  for (int i = 0; i < dense.reg.n; i++) {
+    char mname[MT_NAME_MAX];
+    const char *dn = dense.reg.t[i].name;
+    snprintf(mname, sizeof mname, "%s", dn);
+    for (int l = 0; l < d.n_layer; l++) {
+      char pre[32], from[MT_NAME_MAX];
+      snprintf(pre, sizeof pre, "blocks.%d.mlp.", l);
+      if (!strncmp(dn, pre, strlen(pre))) {
+        snprintf(from, sizeof from, "blocks.%d.moe.experts.%s", l, dn + strlen(pre));
+        snprintf(mname, sizeof mname, "%s", from);
+      }
+    }
+    copy_tensor(&moe, mname, &dense, dn);
+  }
+  int *inp = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
+  for (int i = 0; i < B * T; i++) inp[i] = (int)(rng_next() % 256), tgt[i] = (int)(rng_next() % 256);
+  mt_gpt_zero_grad(&dense);
+  mt_gpt_zero_grad(&moe);
+  float ld = mt_gpt_forward(&dense, inp, tgt, B), lm = mt_gpt_forward(&moe, inp, tgt, B);
+  mt_gpt_backward(&dense, 1.0f / (float)(B * T), NULL, NULL);
+  mt_gpt_backward(&moe, 1.0f / (float)(B * T), NULL, NULL);
+  check("loss", fabs((double)ld - lm) / fabs((double)ld), 1e-6);
+  double worst = 0.0;
+  for (int i = 0; i < dense.reg.n; i++) {
+    char mname[MT_NAME_MAX];
+    const char *dn = dense.reg.t[i].name;
+    snprintf(mname, sizeof mname, "%s", dn);
+    for (int l = 0; l < d.n_layer; l++) {
+      char pre[32];
+      snprintf(pre, sizeof pre, "blocks.%d.mlp.", l);
+      if (!strncmp(dn, pre, strlen(pre)))
+        snprintf(mname, sizeof mname, "blocks.%d.moe.experts.%s", l, dn + strlen(pre));
+    }
+    worst = mt_worst(worst, grad_diff(&moe, mname, &dense, dn));
+  }
+  check("every gradient (relative to its tensor's largest)", worst, 1e-6);
+  double rg = 0.0;
+  for (int l = 0; l < d.n_layer; l++) {
+    int i = mt_registry_findf(&moe.reg, "blocks.%d.moe.router.weight", l);
+    rg += ops->sumsq(moe.grads + moe.reg.t[i].offset, moe.reg.t[i].numel_local);
+  }
+  check("the router of one expert gets no gradient", sqrt(rg), 0.0);
+  free(inp), free(tgt);
+  mt_gpt_destroy(&dense);
+  mt_gpt_destroy(&moe);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  mt_log_init(0);
+  mt_kernels_set_threads(1);
+  ops = mt_ops_cpu();
+  test_router();
+  test_combine();
+  test_grouped_gemm();
+  test_model_fd(0.0);
+  test_model_fd(1.0);
+  test_one_expert_is_dense();
+  MPI_Finalize();
+  if (g_failures) {
+    fprintf(stderr, "test_moe: %d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("test_moe: ok\n");
+  return 0;
+}
