@@ -111,9 +111,10 @@ typedef struct {
   int64_t manifest_step;
   mt_ckpt_manifest man;
   mt_ckpt_meta meta;
-  hid_t file;
-  mt_ckpt_tensors tt;
-  int n_tensors; /* tt.n */
+  mt_ckpt_source src; /* what rank 0 read and checked, on every rank */
+  hid_t file;         /* the main file, opened by every rank (inspect, diff, export, --deep) */
+  mt_ckpt_tensors tt; /* src.tt */
+  int n_tensors;      /* tt.n */
   char (*names)[MT_NAME_MAX]; /* tt.names */
 } ckpt;
 
@@ -135,21 +136,40 @@ static int resolve_dir(const char *spec, char *dir, size_t len, mt_err *e) {
   return 0;
 }
 
-/* Every rank opens the file on its own (read-only, serial driver), after
- * the checks the loader makes before it reads: the manifest, the root
- * attributes and their checksum, the tensor table (all sizes bounded by the
- * checkpoint's bytes). Returns 0; -1 with e set (bad_input: the path is no
- * checkpoint at all). */
-static int ckpt_open(const char *spec, ckpt *c, int *bad_input, mt_err *e) {
+/* a problem found while opening: the open's error (commands other than verify) */
+static void open_problem(void *ctx, const char *path, const char *problem, const int64_t *row) {
+  (void)row;
+  mt_err_set((mt_err *)ctx, "%s: %s", path, problem);
+}
+
+/* Rank 0 reads and checks the checkpoint as the loader does (the manifest,
+ * the root attributes and their checksum, the tensor table, the index and
+ * its coverage: sizes bounded by the checkpoint's bytes) and shares the
+ * result; with main_file, every rank then also opens the main file (serial
+ * driver, read-only). Coverage problems go to report (NULL: they are
+ * errors). Returns 0; -1 with e set (bad_input: the path is no checkpoint
+ * at all). */
+static int ckpt_open(const char *spec, ckpt *c, int main_file, mt_ckpt_report_fn on_problem,
+                     void *ctx, int *bad_input, mt_err *e) {
   memset(c, 0, sizeof *c);
   c->file = -1;
   *bad_input = 1;
   if (resolve_dir(spec, c->dir, sizeof c->dir, e) != 0) return -1;
   *bad_input = 0;
   mt_err local = {0};
-  if (mt_ckpt_check_manifest(c->dir, &c->man, &local) == 0) {
-    snprintf(c->mode, sizeof c->mode, "%s", c->man.mode);
-    c->manifest_step = c->man.step;
+  if (mt_ckpt_source_open(c->dir, &c->src, on_problem ? on_problem : open_problem,
+                          on_problem ? ctx : (void *)&local, &local) != 0) {
+    *e = local;
+    return -1;
+  }
+  c->man = c->src.man;
+  c->meta = c->src.meta;
+  c->tt = c->src.tt;
+  c->n_tensors = c->tt.n;
+  c->names = c->tt.names;
+  snprintf(c->mode, sizeof c->mode, "%s", c->man.mode);
+  c->manifest_step = c->man.step;
+  if (!local.failed && main_file) {
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", c->dir,
              strcmp(c->mode, "per-writer") == 0 ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
@@ -157,12 +177,6 @@ static int ckpt_open(const char *spec, ckpt *c, int *bad_input, mt_err *e) {
     c->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (c->file < 0) mt_ckpt_err_h5(&local, "%s: cannot open %s as HDF5", c->dir, path);
     H5Pclose(fapl);
-    int64_t limit = c->man.total_bytes;
-    if (c->file >= 0 && mt_ckpt_check_meta(c->dir, c->file, &c->man, limit, &c->meta, &local) == 0 &&
-        mt_ckpt_read_tensors(c->dir, c->file, limit, &c->tt, &local) == 0) {
-      c->n_tensors = c->tt.n;
-      c->names = c->tt.names;
-    }
   }
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     *e = local;
@@ -173,7 +187,8 @@ static int ckpt_open(const char *spec, ckpt *c, int *bad_input, mt_err *e) {
 
 static void ckpt_close(ckpt *c) {
   if (c->file >= 0) H5Fclose(c->file);
-  mt_ckpt_tensors_free(&c->tt);
+  c->file = -1;
+  mt_ckpt_source_close(&c->src);
 }
 
 static int64_t attr_i64(hid_t obj, const char *name) {
@@ -319,38 +334,72 @@ static void check_model_tensors(ckpt *c, report *rep) {
   mt_registry_free(&reg);
 }
 
-static int cmd_verify(ckpt *c, int deep) {
+/* The stored boxes of this rank's share, for the data checks: the index in
+ * its order (writer by writer, so a rank opens few shard files), cut into
+ * size slices of about equal bytes. */
+static int64_t my_rows(const mt_ckpt_source *s, int64_t **out) {
+  double total = 0, acc = 0;
+  for (int64_t j = 0; j < s->n_rows; j++)
+    total += (double)(s->rows[j * MT_CKPT_INDEX_COLS + MT_IX_COUNT0] *
+                      s->rows[j * MT_CKPT_INDEX_COLS + MT_IX_COUNT1]);
+  int64_t n = 0;
+  *out = mt_malloc(((size_t)s->n_rows + 1) * sizeof(int64_t));
+  for (int64_t j = 0; j < s->n_rows; j++) {
+    double v = (double)(s->rows[j * MT_CKPT_INDEX_COLS + MT_IX_COUNT0] *
+                        s->rows[j * MT_CKPT_INDEX_COLS + MT_IX_COUNT1]);
+    int owner = total > 0 ? (int)((acc + v / 2) / total * g_size) : 0; /* the slice of its middle */
+    if (owner >= g_size) owner = g_size - 1;
+    if (owner == g_rank) (*out)[n++] = j;
+    acc += v;
+  }
+  return n;
+}
+
+static int cmd_verify(const char *spec, int deep) {
   report rep = {0};
+  ckpt cc, *c = &cc;
+  int bad_input = 0;
+  mt_err err = {0};
+  /* what the loader checks on rank 0 before reading: the manifest, the root
+   * attributes, the tensors, the index and its coverage (problems to rep) */
+  if (ckpt_open(spec, c, deep, report_problem, &rep, &bad_input, &err) != 0) {
+    ckpt_close(c);
+    if (bad_input) mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+    /* a checkpoint the loader refuses before reading any data: a problem found */
+    free(rep.text);
+    if (g_rank == 0) printf("%s\nverify: %s: 1 problem(s)\n", err.msg, spec);
+    return 1;
+  }
   int64_t step = c->meta.step;
   char dir_base[1024];
   const char *slash = strrchr(c->dir, '/');
-  snprintf(dir_base, sizeof dir_base, "%s", slash ? slash + 1 : c->dir);
+  snprintf(dir_base, sizeof dir_base, "%.1000s", slash ? slash + 1 : c->dir);
   char expect_name[64];
   snprintf(expect_name, sizeof expect_name, "step_%lld", (long long)step);
   if (g_rank == 0 && strcmp(dir_base, expect_name) != 0)
     report_add(&rep, "steps disagree: file %lld, manifest %lld, directory %s", (long long)step,
                (long long)c->manifest_step, dir_base);
-  /* what the loader checks on rank 0 before reading: the model, the index
-   * and its coverage, the shard files; every rank reads the index (bounded)
-   * for its share of the data checks */
   if (g_rank == 0) check_model_tensors(c, &rep);
-  mt_err err = {0};
-  int64_t *rows = NULL, n_rows = 0;
-  if (mt_ckpt_read_index(c->dir, c->file, c->man.total_bytes, &rows, &n_rows, &err) != 0) {
-    if (g_rank == 0) report_add(&rep, "%s", err.msg);
-  } else if (g_rank == 0) {
-    mt_ckpt_check_coverage(rows, n_rows, &c->tt, report_problem, &rep);
-    if (!strcmp(c->mode, "per-writer"))
-      mt_ckpt_check_shard_files(c->dir, rows, n_rows, report_problem, &rep);
-  }
-  /* the data: every box's checksum, no NaN or Inf (boxes shared out over ranks) */
+  const int64_t *rows = c->src.rows;
+  int64_t n_rows = c->src.n_rows;
+  if (g_rank == 0 && !strcmp(c->mode, "per-writer"))
+    mt_ckpt_check_shard_files(c->dir, rows, n_rows, report_problem, &rep);
+  /* the data: every box's checksum, no NaN or Inf (boxes shared out over
+   * ranks, read directly as the loader reads them) */
   double bytes_checked = 0;
-  mt_ckpt_check_data(c->file, rows, n_rows, &c->tt, g_rank, g_size, g_chunk_bytes, report_problem,
-                     &rep, &bytes_checked);
+  mt_ckpt_reader rd;
+  if (mt_ckpt_reader_open(&rd, &c->src, &err) != 0) {
+    if (g_rank == 0) report_add(&rep, "%s", err.msg);
+  } else {
+    int64_t *mine = NULL, n_mine = my_rows(&c->src, &mine);
+    mt_ckpt_check_rows(&rd, mine, n_mine, g_chunk_bytes, report_problem, &rep, &bytes_checked);
+    free(mine);
+    mt_ckpt_reader_close(&rd);
+  }
   long boxes_checked = (long)n_rows;
   /* --deep: every tensor read whole through its dataset (tensors shared out) */
   float *buf = mt_malloc(g_chunk_bytes + 64);
-  for (int g = 0; deep && g < MT_CKPT_NGROUPS; g++) {
+  for (int g = 0; deep && g < c->tt.groups; g++) {
     for (int ti = 0; ti < c->n_tensors; ti++) {
       if ((g * c->n_tensors + ti) % g_size != g_rank) continue;
       char path[256];
@@ -383,15 +432,16 @@ static int cmd_verify(ckpt *c, int deep) {
     }
   }
   free(buf);
-  free(rows);
   MPI_Allreduce(MPI_IN_PLACE, &bytes_checked, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   long problems = report_flush(&rep, stdout);
   if (g_rank == 0) {
     if (problems) printf("verify: %s: %ld problem(s)\n", c->dir, problems);
-    else printf("verify: %s: OK (step %lld, %d tensors x %d groups, %ld boxes, %.1f MB checked, "
-                "no NaN/Inf%s)\n", c->dir, (long long)step, c->n_tensors, MT_CKPT_NGROUPS,
-                boxes_checked, bytes_checked / 1e6, deep ? ", every tensor read whole" : "");
+    else printf("verify: %s: OK (step %lld, %d tensors x %d groups%s, %ld boxes, %.1f MB checked, "
+                "no NaN/Inf%s)\n", c->dir, (long long)step, c->n_tensors, c->tt.groups,
+                c->tt.groups < MT_CKPT_NGROUPS ? " (parameters only)" : "", boxes_checked,
+                bytes_checked / 1e6, deep ? ", every tensor read whole" : "");
   }
+  ckpt_close(c);
   return problems ? 1 : 0;
 }
 
@@ -548,8 +598,7 @@ static int cmd_convert(ckpt *c, const char *dst, const char *mode) {
     st.ranges[g] = &ranges[g];
     st.n_ranges[g] = hi > lo;
   }
-  mt_ckpt_meta m = {0}, got;
-  mt_ckpt_read_meta(c->file, &m);
+  mt_ckpt_meta m = c->meta, got;
   int rc = mt_ckpt_load(c->dir, &reg, &mesh, &st, &m, 1, &got, &err);
   if (rc == 0) {
     /* got keeps the layout that trained it: the conversion itself is not a layout */
@@ -708,22 +757,20 @@ int main(int argc, char **argv) {
   else if (npos != need)
     mt_err_set(&err, "%s needs %d path%s (see --help)", cmd, need, need == 1 ? "" : "s");
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  if (!strcmp(cmd, "verify")) {
+    int rc = cmd_verify(pos[0], deep);
+    MPI_Finalize();
+    return rc;
+  }
   ckpt a, b;
   int rc = 0, bad_input = 0;
-  if (ckpt_open(pos[0], &a, &bad_input, &err) != 0 && !bad_input && !strcmp(cmd, "verify")) {
-    /* a checkpoint the loader refuses before reading any data: a problem found */
-    if (g_rank == 0) printf("%s\nverify: %s: 1 problem(s)\n", err.msg, pos[0]);
-    ckpt_close(&a);
-    MPI_Finalize();
-    return 1;
-  }
+  ckpt_open(pos[0], &a, 1, NULL, NULL, &bad_input, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
   if (two_ckpts) {
-    ckpt_open(pos[1], &b, &bad_input, &err);
+    ckpt_open(pos[1], &b, 1, NULL, NULL, &bad_input, &err);
     mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
   }
   if (!strcmp(cmd, "inspect")) rc = cmd_inspect(&a, list);
-  else if (!strcmp(cmd, "verify")) rc = cmd_verify(&a, deep);
   else if (!strcmp(cmd, "convert")) rc = cmd_convert(&a, pos[1], mode);
   else if (!strcmp(cmd, "export")) rc = cmd_export(&a, pos[1], dtype);
   else rc = cmd_diff(&a, &b);

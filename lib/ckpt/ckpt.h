@@ -20,7 +20,7 @@
 
 #define MT_CKPT_FORMAT "meshtrain-checkpoint"
 #define MT_CKPT_VERSION_MAJOR 1
-#define MT_CKPT_VERSION_MINOR 1
+#define MT_CKPT_VERSION_MINOR 2
 #define MT_CKPT_VERSION_PATCH 0
 
 /* exit code of a run that checkpointed because it was asked to stop
@@ -90,5 +90,18 @@ int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_le
  * (the boxes are spread over the ranks). */
 int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
                  const mt_ckpt_meta *expect, int verify, mt_ckpt_meta *meta_out, mt_err *e);
+/* The same for the parameters alone (group MT_CKPT_MODEL of st; the other
+ * groups are neither read nor required): a run that starts from another
+ * run's weights (train.init_from), e.g. a parameters-only checkpoint. */
+int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
+                        const mt_ckpt_state *st, const mt_ckpt_meta *expect, int verify,
+                        mt_ckpt_meta *meta_out, mt_err *e);
+
+/* MPI-IO hints for the shared file ("key=value,key=value", e.g.
+ * "striping_factor=16,striping_unit=16777216,cb_nodes=8"): given to
+ * MPI_File_open when rank 0 creates ckpt.h5 (striping takes effect at
+ * creation) and when a load opens it. "" clears them. Returns 0, or -1 with
+ * e naming the bad entry (no MPI call: usable before the first collective). */
+int mt_ckpt_set_io_hints(const char *spec, mt_err *e);
 
 #endif

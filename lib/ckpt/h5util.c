@@ -240,7 +240,7 @@ typedef struct {
   int64_t *v;
 } meta_field;
 
-uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version) {
+uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version, int64_t groups) {
   mt_ckpt_meta copy = *m;
   meta_field f[] = {META_FIELDS(&copy)};
   char text[2048];
@@ -248,10 +248,15 @@ uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version) {
                               version);
   for (size_t i = 0; i < sizeof f / sizeof f[0] && n < sizeof text; i++)
     n += (size_t)snprintf(text + n, sizeof text - n, "%s=%lld\n", f[i].name, (long long)*f[i].v);
+  int major = 1, minor = 0, patch = 0;
+  mt_ckpt_parse_version(version, &major, &minor, &patch);
+  if ((major > 1 || minor >= 2) && n < sizeof text) /* from 1.2 */
+    n += (size_t)snprintf(text + n, sizeof text - n, "groups=%lld\n", (long long)groups);
   return XXH64(text, n < sizeof text ? n : sizeof text - 1, 0);
 }
 
-int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, const char *where, mt_err *e) {
+int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, const char *where,
+                             mt_err *e) {
   char version[32];
   snprintf(version, sizeof version, "%d.%d.%d", MT_CKPT_VERSION_MAJOR, MT_CKPT_VERSION_MINOR,
            MT_CKPT_VERSION_PATCH);
@@ -263,7 +268,8 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, const char *wher
     return -1;
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (mt_ckpt_put_attr_i64(file, f[i].name, *f[i].v, where, e) != 0) return -1;
-  uint64_t h = mt_ckpt_meta_hash(m, version);
+  if (mt_ckpt_put_attr_i64(file, "groups", groups, where, e) != 0) return -1;
+  uint64_t h = mt_ckpt_meta_hash(m, version, groups);
   int64_t hv;
   memcpy(&hv, &h, sizeof hv);
   return mt_ckpt_put_attr_i64(file, "meta_xxh64", hv, where, e);
@@ -274,4 +280,38 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (mt_ckpt_attr_i64(file, f[i].name, f[i].v) != 0) return -1;
   return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* stored element types                                                */
+
+size_t mt_ckpt_dtype_size(int dtype) { return dtype == MT_CKPT_BF16 ? 2 : 4; }
+const char *mt_ckpt_dtype_name(int dtype) { return dtype == MT_CKPT_BF16 ? "bf16" : "fp32"; }
+
+hid_t mt_ckpt_h5_type(int dtype) {
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  if (dtype == MT_CKPT_BF16 && t >= 0) {
+    /* bfloat16: the upper half of an IEEE float32 (1 sign, 8 exponent, 7
+     * mantissa bits, bias 127), little-endian */
+    if (H5Tset_fields(t, 15, 7, 8, 0, 7) < 0 || H5Tset_ebias(t, 127) < 0 ||
+        H5Tset_precision(t, 16) < 0 || H5Tset_size(t, 2) < 0) {
+      H5Tclose(t);
+      return -1;
+    }
+  }
+  return t;
+}
+
+int mt_ckpt_dtype_of(hid_t type) {
+  if (type < 0 || H5Tget_class(type) != H5T_FLOAT || H5Tget_order(type) != H5T_ORDER_LE) return -1;
+  size_t spos, epos, esize, mpos, msize;
+  if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0) return -1;
+  size_t size = H5Tget_size(type);
+  if (size == 4 && spos == 31 && epos == 23 && esize == 8 && mpos == 0 && msize == 23 &&
+      H5Tget_ebias(type) == 127)
+    return MT_CKPT_F32;
+  if (size == 2 && spos == 15 && epos == 7 && esize == 8 && mpos == 0 && msize == 7 &&
+      H5Tget_ebias(type) == 127)
+    return MT_CKPT_BF16;
+  return -1;
 }

@@ -115,19 +115,28 @@ static int tensor_attrs(hid_t d, const mt_tensor *t, const char *where, mt_err *
  * rank then writes its boxes there), or virtual over the writers' shard
  * files (per-writer mode's index file; rows: the whole index). */
 static int create_datasets(hid_t file, const mt_registry *reg, const int64_t *rows,
-                           int64_t n_rows, int64_t *offsets, const char *where, mt_err *e) {
-  hid_t groups[MT_CKPT_NGROUPS] = {-1, -1, -1}, optim = -1;
+                           int64_t n_rows, int64_t *offsets, const mt_ckpt_file_opts *fo,
+                           const char *where, mt_err *e) {
+  hid_t groups[MT_CKPT_NGROUPS] = {-1, -1, -1}, optim = -1, types[MT_CKPT_NGROUPS] = {-1, -1, -1};
   int rc = -1;
   int64_t *shard_off = offsets ? NULL : mt_ckpt_shard_offsets(rows, n_rows);
+  int ng = fo->groups;
+  for (int g = 0; g < ng; g++)
+    if ((types[g] = mt_ckpt_h5_type(fo->dtype[g])) < 0) {
+      mt_ckpt_err_h5(e, "%s", where);
+      goto done;
+    }
   if ((groups[0] = H5Gcreate2(file, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
-      (optim = H5Gcreate2(file, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
-      (groups[1] = H5Gcreate2(optim, "exp_avg", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
-      (groups[2] = H5Gcreate2(optim, "exp_avg_sq", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0) {
+      (ng > 1 && (optim = H5Gcreate2(file, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0) ||
+      (ng > 1 && (groups[1] = H5Gcreate2(optim, "exp_avg", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0) ||
+      (ng > 1 && (groups[2] = H5Gcreate2(optim, "exp_avg_sq", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0)) {
     mt_ckpt_err_h5(e, "%s", where);
     goto done;
   }
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
-    for (int i = 0; i < reg->n; i++) {
+  for (int k = 0; k < ng * reg->n; k++) {
+    {
+      /* in the order asked for: it is the order of the data in the file */
+      int slot = fo->order ? fo->order[k] : k, g = slot / reg->n, i = slot % reg->n;
       const mt_tensor *t = &reg->t[i];
       hsize_t dims[MT_MAX_DIMS];
       for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
@@ -148,7 +157,7 @@ static int create_datasets(hid_t file, const mt_registry *reg, const int64_t *ro
         }
       }
       if (s >= 0 && dcpl >= 0)
-        d = H5Dcreate2(groups[g], t->name, H5T_IEEE_F32LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        d = H5Dcreate2(groups[g], t->name, types[g], s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
       int ok = d >= 0;
       if (ok && offsets) {
         haddr_t a = H5Dget_offset(d);
@@ -166,15 +175,21 @@ static int create_datasets(hid_t file, const mt_registry *reg, const int64_t *ro
   rc = 0;
 done:
   free(shard_off);
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
     if (groups[g] >= 0) H5Gclose(groups[g]);
+    if (types[g] >= 0) H5Tclose(types[g]);
+  }
   if (optim >= 0) H5Gclose(optim);
   return rc;
 }
 
 int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt_registry *reg,
                             const int64_t *rows, int64_t n_rows, const int64_t *layout, int world,
-                            const char *config_ini, int64_t *offsets, mt_err *e) {
+                            const char *config_ini, int64_t *offsets,
+                            const mt_ckpt_file_opts *fo, mt_err *e) {
+  static const mt_ckpt_file_opts training = {MT_CKPT_NGROUPS, {MT_CKPT_F32, MT_CKPT_F32, MT_CKPT_F32},
+                                             NULL};
+  if (!fo) fo = &training;
   char where[1200];
   snprintf(where, sizeof where, "checkpoint step %lld: rank 0 cannot write %s",
            (long long)meta->step, path);
@@ -204,8 +219,8 @@ int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt
     mt_ckpt_ballast_release(&ballast);
     return -1;
   }
-  int ok = mt_ckpt_write_meta_attrs(file, meta, where, e) == 0 &&
-           create_datasets(file, reg, rows, n_rows, offsets, where, e) == 0 &&
+  int ok = mt_ckpt_write_meta_attrs(file, meta, fo->groups, where, e) == 0 &&
+           create_datasets(file, reg, rows, n_rows, offsets, fo, where, e) == 0 &&
            mt_ckpt_write_table_i64(file, "index", rows, n_rows, MT_CKPT_INDEX_COLS, where, e) == 0 &&
            mt_ckpt_write_table_i64(file, "layout", layout, world, 5, where, e) == 0 &&
            mt_ckpt_write_names(file, reg, where, e) == 0 &&

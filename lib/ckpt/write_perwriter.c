@@ -205,7 +205,7 @@ int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", tmpdir, MT_CKPT_INDEX_FILE);
     if (mt_ckpt_write_main_file(path, meta, reg, all, n_all, layout, mesh->world_size, config_ini,
-                                NULL, e) == 0 &&
+                                NULL, NULL, e) == 0 &&
         mt_ckpt_fsync_path(path) != 0)
       mt_ckpt_err_sys(e, errno, "checkpoint step %lld: rank 0 cannot write %s",
                       (long long)meta->step, path);

@@ -110,7 +110,7 @@ int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_r
   int64_t *offsets = mt_calloc(n_off + 1, sizeof(int64_t));
   if (rank == 0 && !local.failed &&
       mt_ckpt_write_main_file(path, meta, reg, all, n_all, layout, mesh->world_size,
-                              opts->config_ini, offsets, &local) == 0) {
+                              opts->config_ini, offsets, NULL, &local) == 0) {
     int fd = open(path, O_WRONLY);
     if (fd < 0 || mt_ckpt_reserve(fd, mt_ckpt_file_size(path), 0) != 0)
       mt_ckpt_err_sys(&local, errno, "checkpoint step %lld: rank 0 cannot reserve the space of %s",
