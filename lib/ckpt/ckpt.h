@@ -104,4 +104,40 @@ int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
  * e naming the bad entry (no MPI call: usable before the first collective). */
 int mt_ckpt_set_io_hints(const char *spec, mt_err *e);
 
+/* Stored element types (SCHEMA.md): training writes float32; a conversion
+ * may store parameters (or, when asked, everything) as bfloat16. */
+enum { MT_CKPT_F32 = 0, MT_CKPT_BF16 = 1 };
+
+/* Offline conversion (meshckpt convert), collective over MPI_COMM_WORLD on
+ * any number of ranks: each converts its share of the boxes, streaming, with
+ * at most buffer_bytes of tensor data in memory per rank. */
+typedef struct {
+  const char *mode;   /* "shared" | "per-writer" */
+  int param_dtype;    /* MT_CKPT_F32 or MT_CKPT_BF16; -1: as stored */
+  int optim_dtype;    /* the same for the AdamW moments (-1: as stored, float32 from training) */
+  int params_only;    /* drop the optimizer state (for inference) */
+  /* a layout hint: the boxes become the tp shards of tp = target_tp, each
+   * written by its target rank (per-writer: one shard file per target rank),
+   * the datasets of a pipeline stage together (shared); 0 = keep the
+   * source's boxes. targets: target_tp * target_pp registries (tp fastest)
+   * with their pp stages set, made by the caller from the model. */
+  int target_tp, target_pp;
+  const mt_registry *targets;
+  size_t buffer_bytes;    /* per rank; at least 1 MiB */
+  const char *test_crash; /* "none" | "write": rank 0 kills itself halfway (tests) */
+} mt_ckpt_convert_opts;
+
+typedef struct {
+  int64_t step, boxes;
+  int groups, param_dtype, optim_dtype;
+  double bytes_read, bytes_written, seconds; /* all ranks together */
+  double peak_rss_max;                       /* bytes, the largest rank's peak RSS */
+  double buffer_bytes;
+} mt_ckpt_convert_stats;
+
+/* Reads src_dir, writes <dst_root>/step_<N> (committed atomically, `latest`
+ * updated). 0, or -1 with e set (the same on every rank). */
+int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_convert_opts *o,
+                    mt_ckpt_convert_stats *stats, mt_err *e);
+
 #endif

@@ -179,8 +179,9 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, cons
 /* Stored element types: float32 (what training writes) and bfloat16 (a
  * conversion's choice for parameters), both little-endian. Checksums are of
  * the stored bytes. */
-enum { MT_CKPT_F32 = 0, MT_CKPT_BF16 = 1 };
 size_t mt_ckpt_dtype_size(int dtype);
+/* float32 -> bfloat16, round to nearest even (NaN stays NaN) */
+uint16_t mt_ckpt_to_bf16(float f);
 const char *mt_ckpt_dtype_name(int dtype);
 /* the HDF5 file type (close it), or -1 */
 hid_t mt_ckpt_h5_type(int dtype);

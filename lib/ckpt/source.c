@@ -145,6 +145,12 @@ static void bcast(void *buf, int64_t bytes, MPI_Comm comm) {
   }
 }
 
+/* report NULL: a problem is the open's error */
+static void problem_is_error(void *ctx, const char *path, const char *problem, const int64_t *row) {
+  (void)row;
+  mt_err_set((mt_err *)ctx, "%s: %s", path, problem);
+}
+
 int mt_ckpt_source_open(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
                         mt_err *e) {
   MPI_Comm comm = MPI_COMM_WORLD;
@@ -153,6 +159,10 @@ int mt_ckpt_source_open(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn re
   memset(s, 0, sizeof *s);
   snprintf(s->dir, sizeof s->dir, "%s", dir);
   mt_err local = {0};
+  if (!report) {
+    report = problem_is_error;
+    ctx = &local;
+  }
   if (rank == 0) {
     hid_t file = -1;
     mt_ckpt_trace_open(0, MT_CKPT_MANIFEST);
