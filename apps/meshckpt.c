@@ -35,12 +35,28 @@ static void usage(FILE *f) {
           "                                            no NaN/Inf (--deep: also every tensor\n"
           "                                            read whole through its dataset)\n"
           "       meshckpt diff DIR_A DIR_B            per-tensor max abs/rel difference\n"
-          "       meshckpt convert DIR OUTROOT --mode shared|per-writer\n"
-          "                                            rewrite in the other on-disk mode into\n"
-          "                                            OUTROOT/step_<N> (memory: state/ranks)\n"
+          "       meshckpt diff DIR_A DIR_B --rtol X   values within X (relative) count as equal\n"
+          "       meshckpt convert DIR OUTROOT [--mode shared|per-writer] [--dtype fp32|bf16]\n"
+          "                [--optim-dtype fp32|bf16] [--params-only] [--target tp=N,pp=M]\n"
+          "                [--buffer-mb B]             rewrite into OUTROOT/step_<N> (committed\n"
+          "                                            atomically), streaming: at most B MiB of\n"
+          "                                            tensor data per rank (default 64); under\n"
+          "                                            mpirun each rank converts its share.\n"
+          "                                            --dtype: the parameters (the optimizer\n"
+          "                                            state stays as stored unless\n"
+          "                                            --optim-dtype); --target: one box per\n"
+          "                                            tp shard, written for that layout\n"
           "       meshckpt export DIR OUT.h5 [--dtype fp32|bf16]\n"
           "                                            the model alone, one plain HDF5 file\n"
-          "options: --chunk-mb N (read size per rank, default 64)\n"
+          "       meshckpt export DIR OUTDIR --format hf [--dtype fp32|bf16]\n"
+          "                                            Hugging Face GPT-2: OUTDIR/model.safetensors\n"
+          "                                            and config.json (GPT2LMHeadModel)\n"
+          "       meshckpt import HFDIR OUTROOT --format hf [--mode shared|per-writer]\n"
+          "                                            a step-0 checkpoint, parameters only, from\n"
+          "                                            a Hugging Face GPT-2 (start training from\n"
+          "                                            it with train.init_from=OUTROOT/step_0)\n"
+          "options: --chunk-mb N (read size per rank, default 64), --hints K=V,K=V (MPI-IO\n"
+          "         hints for ckpt.h5, e.g. striping_factor=16,cb_nodes=8)\n"
           "DIR is a step directory (checkpoints/step_<N>) or a checkpoints directory\n"
           "(its newest complete step is used). Exit: 0 ok/equal, 1 problems/different,\n"
           "2 bad input.\n");
@@ -698,14 +714,49 @@ static int cmd_export(ckpt *c, const char *out, const char *dtype) {
   return rc;
 }
 
+/* Hugging Face GPT-2: model.safetensors + config.json into the directory out */
 static int cmd_export_hf(ckpt *c, const char *out, const char *dtype) {
-  (void)c; (void)out; (void)dtype;
-  return 2;
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", c->dir);
+  ckpt_close(c); /* the export opens the checkpoint itself */
+  mt_err err = {0};
+  double t0 = mt_now();
+  if (mt_ckpt_export_hf(dir, out, !strcmp(dtype, "bf16") ? MT_CKPT_BF16 : MT_CKPT_F32, &err) != 0) {
+    mt_err_report(&err, "meshckpt");
+    return 1;
+  }
+  if (g_rank == 0)
+    printf("export: %s -> %s/model.safetensors + config.json (GPT2LMHeadModel, %s) in %.2f s\n",
+           dir, out, dtype, mt_now() - t0);
+  return 0;
 }
 
+/* a step-0 checkpoint (parameters only) from a Hugging Face GPT-2 directory */
 static int cmd_import_hf(const char *in, const char *out_root, const convert_args *ca) {
-  (void)in; (void)out_root; (void)ca;
-  return 2;
+  mt_err err = {0};
+  mt_ckpt_gpt2_config hc;
+  mt_ckpt_hf_read_config(in, &hc, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  mt_model_shape shape = {hc.n_layer, hc.n_embd, hc.n_head, hc.n_positions, hc.vocab, 0};
+  shape.vocab_padded = mt_model_pad_vocab(shape.vocab, 1);
+  mt_registry reg;
+  mt_registry_init(&reg, 1, 0);
+  char msg[256];
+  if (mt_gpt_register(&reg, &shape, 1, 0, 0, msg, sizeof msg) != 0)
+    mt_err_set(&err, "%s/config.json describes no model meshtrain can build (%s)", in, msg);
+  mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  double t0 = mt_now();
+  int rc = mt_ckpt_import_hf(in, &hc, &reg, out_root, ca->mode, &err);
+  mt_registry_free(&reg);
+  if (rc != 0) {
+    mt_err_report(&err, "meshckpt");
+    return 2;
+  }
+  if (g_rank == 0)
+    printf("import: %s -> %s/step_0 (%s, parameters only: L=%d C=%d H=%d T=%d V=%d) in %.2f s\n",
+           in, out_root, ca->mode, hc.n_layer, hc.n_embd, hc.n_head, hc.n_positions, hc.vocab,
+           mt_now() - t0);
+  return 0;
 }
 
 /* ------------------------------------------------------------------ */

@@ -139,7 +139,7 @@ int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *s
   g_inflight = NULL;
   /* the writer's error, if any, is agreed here, at a step boundary */
   mt_err local = a->err;
-  mt_ckpt_finish_per_writer(a->tmpdir, &a->meta, a->reg, a->mesh, a->config_ini, &a->rows,
+  mt_ckpt_finish_per_writer(a->tmpdir, &a->meta, a->reg, a->mesh, a->config_ini, &a->rows, NULL,
                             &local);
   int rc = 0;
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {

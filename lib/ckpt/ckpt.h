@@ -80,7 +80,8 @@ int mt_ckpt_async_poll(mt_ckpt_async **a, int wait, double *write_s, int64_t *st
 /* Resolve what to load (rank 0 looks, then broadcasts): spec "auto" means the
  * newest complete step directory under root (found = 0 and no error if there
  * is none); any other spec is a step directory, or a directory holding step
- * directories. dir receives the step directory. Collective. */
+ * directories. dir receives the step directory. Collective. Errors name the
+ * path; the caller names its key. */
 int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_len, int *found,
                     mt_err *e);
 
@@ -139,5 +140,23 @@ typedef struct {
  * updated). 0, or -1 with e set (the same on every rank). */
 int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_convert_opts *o,
                     mt_ckpt_convert_stats *stats, mt_err *e);
+
+/* Hugging Face GPT-2 (transformers' GPT2LMHeadModel): config.json and
+ * model.safetensors. Conv1D weights are stored in x out (ours out x in), the
+ * tied lm_head is left out, the vocabulary unpadded. */
+typedef struct {
+  int n_layer, n_embd, n_head, n_positions, vocab;
+} mt_ckpt_gpt2_config;
+/* config.json of dir, checked to describe a GPT-2 meshtrain computes (no
+ * MPI). 0, or -1 with e naming what does not fit. */
+int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_gpt2_config *c, mt_err *e);
+/* Collective: out_dir/{model.safetensors,config.json} from the parameters of
+ * checkpoint dir (rank 0 writes; dtype MT_CKPT_F32 or MT_CKPT_BF16). */
+int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e);
+/* Collective: a step-0 checkpoint of the parameters alone (no optimizer
+ * state) in <out_root>/step_0 from dir's model.safetensors; reg: the GPT of
+ * config c at tp = 1 (the caller registers it). */
+int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_registry *reg,
+                      const char *out_root, const char *mode, mt_err *e);
 
 #endif

@@ -278,7 +278,7 @@ hid_t mt_ckpt_virtual_dcpl(const mt_tensor *t, int g, const int64_t *rows, const
  * caller agrees on it). */
 int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
                         mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
-                        mt_err *e);
+                        const mt_ckpt_file_opts *fo, mt_err *e);
 /* per-writer, part 1 (no MPI, no abort: may run in the background writer) */
 int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mesh,
                         const mt_ckpt_state *st, const char *crash, int64_t step,
@@ -286,10 +286,17 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
 /* per-writer, part 2 (collective): rank 0 writes index.h5 */
 int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
                               const mt_registry *reg, mt_mesh *mesh, const char *config_ini,
-                              const mt_ckpt_rows *rows, mt_err *e);
+                              const mt_ckpt_rows *rows, const mt_ckpt_file_opts *fo, mt_err *e);
 int mt_ckpt_save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
                             mt_mesh *mesh, const mt_ckpt_state *st,
-                            const mt_ckpt_save_opts *opts, mt_err *e);
+                            const mt_ckpt_save_opts *opts, const mt_ckpt_file_opts *fo,
+                            mt_err *e);
+/* mt_ckpt_save with the file options (fo NULL: as training writes); the
+ * state of the groups fo leaves out must be empty (a parameters-only save:
+ * ranges of group MT_CKPT_MODEL only; float32 in memory and on disk) */
+int mt_ckpt_save_with(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
+                      mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                      const mt_ckpt_file_opts *fo, double *write_s, mt_err *e);
 /* The halves around the writers (collective): agree on the schema and make
  * the temporary directory; then agree and let rank 0 commit. After a failure
  * every rank agreed on, abandon removes the temporary directory. */
@@ -420,10 +427,48 @@ void mt_ckpt_reader_close(mt_ckpt_reader *r);
 int mt_ckpt_reader_read(mt_ckpt_reader *r, int64_t j, int64_t r0, int64_t nr, int64_t c0,
                         int64_t nc, void *dst, int64_t stride, int as_float, const char *what,
                         mt_err *e);
+/* Rows [r0, r0+nr) x columns [c0, c0+nc) of canonical tensor ti of group g
+ * (checkpoint ids) into out (nc floats per row), from every stored box they
+ * touch; bytes_read (may be NULL) += the stored bytes read. */
+int mt_ckpt_read_region(mt_ckpt_reader *rd, int g, int ti, int64_t r0, int64_t nr, int64_t c0,
+                        int64_t nc, float *out, double *bytes_read, mt_err *e);
 /* The stored boxes (index rows) listed in js, each read whole (chunk_bytes at
  * a time): checksum, no NaN or Inf. Returns the problems reported. */
 long mt_ckpt_check_rows(mt_ckpt_reader *r, const int64_t *js, int64_t n, size_t chunk_bytes,
                         mt_ckpt_report_fn report, void *ctx, double *bytes_checked);
+/* ------------------------------------------------------------------ */
+/* safetensors.c: the Hugging Face tensor file, written and read here   */
+
+enum { MT_ST_F32 = 0, MT_ST_BF16 = 1, MT_ST_F16 = 2 };
+typedef struct {
+  char name[160];
+  int dtype, ndim;
+  int64_t shape[MT_MAX_DIMS];
+  int64_t offset, bytes; /* of its data in the file */
+} mt_st_tensor;
+typedef struct {
+  char path[1100];
+  int fd;
+  int64_t data_start;
+  mt_st_tensor *t;
+  int n;
+} mt_st_file;
+size_t mt_st_dtype_size(int dtype);
+const char *mt_st_dtype_name(int dtype);
+/* the header of n tensors laid end to end in this order (metadata_json: an
+ * object of strings, or NULL); *data_start: where tensor 0's bytes go */
+int mt_st_write_header(int fd, const mt_st_tensor *t, int n, const char *metadata_json,
+                       int64_t *data_start, const char *path, mt_err *e);
+int mt_st_write_all(int fd, const void *buf, size_t bytes, int64_t off, const char *path,
+                    mt_err *e);
+/* open and check the header (sizes, dtypes, offsets within the file) */
+int mt_st_open(const char *path, mt_st_file *f, mt_err *e);
+void mt_st_close(mt_st_file *f);
+const mt_st_tensor *mt_st_find(const mt_st_file *f, const char *name);
+/* elements [first, first+n) of t (flat, row-major) as float32 */
+int mt_st_read_f32(const mt_st_file *f, const mt_st_tensor *t, int64_t first, int64_t n,
+                   float *out, mt_err *e);
+
 /* MT_CKPT_TRACE_OPENS=FILE: one line "<rank> <path>" per checkpoint file a
  * rank opens to read (the tests count them). */
 void mt_ckpt_trace_open(int rank, const char *path);

@@ -146,42 +146,9 @@ typedef struct {
   double bytes_read, bytes_written;
 } streamer;
 
-/* Rows [r0, r0+nr) x columns [c0, c0+nc) of the canonical tensor (g, ti)
- * into st->in (nc per row), from every source box they touch. */
 static int read_region(streamer *st, int g, int ti, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                        mt_err *e) {
-  const mt_ckpt_source *s = st->src;
-  int64_t slot = (int64_t)g * s->tt.n + ti;
-  mt_ckpt_box want = {{r0, c0}, {nr, nc}, 0, 0};
-  int64_t covered = 0;
-  for (int64_t q = s->first[slot]; q < s->first[slot + 1]; q++) {
-    int64_t j = s->order[q];
-    const int64_t *row = s->rows + j * MT_CKPT_INDEX_COLS;
-    if (row[MT_IX_START0] >= r0 + nr) break; /* sorted by first row */
-    int64_t a0 = row[MT_IX_START0] > r0 ? row[MT_IX_START0] : r0;
-    int64_t b0 = row[MT_IX_START1] > c0 ? row[MT_IX_START1] : c0;
-    int64_t a1 = row[MT_IX_START0] + row[MT_IX_COUNT0], b1 = row[MT_IX_START1] + row[MT_IX_COUNT1];
-    if (a1 > r0 + nr) a1 = r0 + nr;
-    if (b1 > c0 + nc) b1 = c0 + nc;
-    if (a1 <= a0 || b1 <= b0) continue;
-    char what[1400];
-    snprintf(what, sizeof what, "%s: rank %d cannot read /%s/%s", s->dir, st->rd->rank,
-             mt_ckpt_group_path(g), s->tt.names[ti]);
-    float *dst = st->in + (a0 - r0) * nc + (b0 - c0);
-    if (mt_ckpt_reader_read(st->rd, j, a0 - row[MT_IX_START0], a1 - a0, b0 - row[MT_IX_START1],
-                            b1 - b0, dst, nc, 1, what, e) != 0)
-      return -1;
-    covered += (a1 - a0) * (b1 - b0);
-    st->bytes_read += (double)((a1 - a0) * (b1 - b0)) *
-                      (double)mt_ckpt_dtype_size(s->tt.dtype[slot]);
-  }
-  (void)want;
-  if (covered != nr * nc) {
-    mt_err_set(e, "%s: /%s/%s rows %lld..%lld are not covered by its boxes", s->dir,
-               mt_ckpt_group_path(g), s->tt.names[ti], (long long)r0, (long long)(r0 + nr));
-    return -1;
-  }
-  return 0;
+  return mt_ckpt_read_region(st->rd, g, ti, r0, nr, c0, nc, st->in, &st->bytes_read, e);
 }
 
 /* The output box of row `row`: converted piece by piece (row blocks of

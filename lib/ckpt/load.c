@@ -45,14 +45,13 @@ int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_le
       char mpath[1100];
       snprintf(mpath, sizeof mpath, "%s/%s", spec, MT_CKPT_MANIFEST);
       if (mt_ckpt_file_size(spec) < 0) {
-        mt_err_set(&local, "train.resume: %s: no such checkpoint", spec);
+        mt_err_set(&local, "%s: no such checkpoint", spec);
       } else if (mt_ckpt_file_size(mpath) >= 0) {
         snprintf(dir, dir_len, "%s", spec);
         mt_ckpt_manifest man;
         have = mt_ckpt_check_manifest(dir, &man, &local) == 0;
       } else if (!(have = newest_complete(spec, dir, dir_len))) {
-        mt_err_set(&local, "train.resume: %s holds no complete checkpoint (no %s)", spec,
-                   MT_CKPT_MANIFEST);
+        mt_err_set(&local, "%s holds no complete checkpoint (no %s)", spec, MT_CKPT_MANIFEST);
       }
     }
   }

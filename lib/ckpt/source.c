@@ -485,6 +485,40 @@ int mt_ckpt_reader_read(mt_ckpt_reader *r, int64_t j, int64_t r0, int64_t nr, in
   return 0;
 }
 
+int mt_ckpt_read_region(mt_ckpt_reader *rd, int g, int ti, int64_t r0, int64_t nr, int64_t c0,
+                        int64_t nc, float *out, double *bytes_read, mt_err *e) {
+  const mt_ckpt_source *s = rd->src;
+  int64_t slot = (int64_t)g * s->tt.n + ti;
+  int64_t covered = 0;
+  for (int64_t q = s->first[slot]; q < s->first[slot + 1]; q++) {
+    int64_t j = s->order[q];
+    const int64_t *row = s->rows + j * MT_CKPT_INDEX_COLS;
+    if (row[MT_IX_START0] >= r0 + nr) break; /* sorted by first row */
+    int64_t a0 = row[MT_IX_START0] > r0 ? row[MT_IX_START0] : r0;
+    int64_t b0 = row[MT_IX_START1] > c0 ? row[MT_IX_START1] : c0;
+    int64_t a1 = row[MT_IX_START0] + row[MT_IX_COUNT0], b1 = row[MT_IX_START1] + row[MT_IX_COUNT1];
+    if (a1 > r0 + nr) a1 = r0 + nr;
+    if (b1 > c0 + nc) b1 = c0 + nc;
+    if (a1 <= a0 || b1 <= b0) continue;
+    char what[1400];
+    snprintf(what, sizeof what, "%s: rank %d cannot read /%s/%s", s->dir, rd->rank,
+             mt_ckpt_group_path(g), s->tt.names[ti]);
+    float *dst = out + (a0 - r0) * nc + (b0 - c0);
+    if (mt_ckpt_reader_read(rd, j, a0 - row[MT_IX_START0], a1 - a0, b0 - row[MT_IX_START1],
+                            b1 - b0, dst, nc, 1, what, e) != 0)
+      return -1;
+    covered += (a1 - a0) * (b1 - b0);
+    if (bytes_read)
+      *bytes_read += (double)((a1 - a0) * (b1 - b0)) * (double)mt_ckpt_dtype_size(s->tt.dtype[slot]);
+  }
+  if (covered != nr * nc) {
+    mt_err_set(e, "%s: /%s/%s rows %lld..%lld are not covered by its boxes", s->dir,
+               mt_ckpt_group_path(g), s->tt.names[ti], (long long)r0, (long long)(r0 + nr));
+    return -1;
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* the data checks                                                     */
 

@@ -197,7 +197,7 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
 
 int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
                               const mt_registry *reg, mt_mesh *mesh, const char *config_ini,
-                              const mt_ckpt_rows *rows, mt_err *e) {
+                              const mt_ckpt_rows *rows, const mt_ckpt_file_opts *fo, mt_err *e) {
   int64_t *all = NULL, n_all = 0;
   mt_ckpt_gather_rows(rows, mesh, &all, &n_all, e);
   int64_t *layout = mt_ckpt_gather_layout(mesh);
@@ -205,7 +205,7 @@ int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", tmpdir, MT_CKPT_INDEX_FILE);
     if (mt_ckpt_write_main_file(path, meta, reg, all, n_all, layout, mesh->world_size, config_ini,
-                                NULL, NULL, e) == 0 &&
+                                NULL, fo, e) == 0 &&
         mt_ckpt_fsync_path(path) != 0)
       mt_ckpt_err_sys(e, errno, "checkpoint step %lld: rank 0 cannot write %s",
                       (long long)meta->step, path);
@@ -217,10 +217,11 @@ int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
 
 int mt_ckpt_save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
                             mt_mesh *mesh, const mt_ckpt_state *st,
-                            const mt_ckpt_save_opts *opts, mt_err *e) {
+                            const mt_ckpt_save_opts *opts, const mt_ckpt_file_opts *fo,
+                            mt_err *e) {
   mt_ckpt_rows rows = {0};
   mt_ckpt_write_shard(tmpdir, reg, mesh, st, opts->test_crash, meta->step, &rows, e);
-  int ok = mt_ckpt_finish_per_writer(tmpdir, meta, reg, mesh, opts->config_ini, &rows, e);
+  int ok = mt_ckpt_finish_per_writer(tmpdir, meta, reg, mesh, opts->config_ini, &rows, fo, e);
   free(rows.rows);
   return ok;
 }

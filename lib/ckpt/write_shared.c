@@ -87,7 +87,7 @@ static int write_boxes(int fd, const mt_registry *reg, mt_mesh *mesh, const mt_c
 
 int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
                         mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
-                        mt_err *e) {
+                        const mt_ckpt_file_opts *fo, mt_err *e) {
   int rank = mesh->world_rank;
   char path[1100];
   snprintf(path, sizeof path, "%s/%s", tmpdir, MT_CKPT_SHARED_FILE);
@@ -110,7 +110,7 @@ int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_r
   int64_t *offsets = mt_calloc(n_off + 1, sizeof(int64_t));
   if (rank == 0 && !local.failed &&
       mt_ckpt_write_main_file(path, meta, reg, all, n_all, layout, mesh->world_size,
-                              opts->config_ini, offsets, NULL, &local) == 0) {
+                              opts->config_ini, offsets, fo, &local) == 0) {
     int fd = open(path, O_WRONLY);
     if (fd < 0 || mt_ckpt_reserve(fd, mt_ckpt_file_size(path), 0) != 0)
       mt_ckpt_err_sys(&local, errno, "checkpoint step %lld: rank 0 cannot reserve the space of %s",
