@@ -57,16 +57,22 @@ static void remove_dir(const char *path) {
 
 int mt_bench_ckpt(int argc, char **argv) {
   const char *model_name = "gpt2-124m", *dir = "outputs/bench-ckpt", *json = NULL;
+  const char *save_to = NULL, *save_mode = "shared";
   int reps = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--model") && i + 1 < argc) model_name = argv[++i];
     else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
     else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--save-to") && i + 1 < argc) save_to = argv[++i];
+    else if (!strcmp(argv[i], "--mode") && i + 1 < argc) save_mode = argv[++i];
     else {
       if (strcmp(argv[i], "--help")) fprintf(stderr, "meshbench ckpt: unknown option '%s'\n", argv[i]);
       printf("usage: mpirun -n R meshbench ckpt [--model tiny|small|gpt2-124m] [--dir DIR] "
-             "[--reps N] [--json FILE]\n");
+             "[--reps N] [--json FILE]\n"
+             "       mpirun -n R meshbench ckpt --save-to ROOT [--mode shared|per-writer]\n"
+             "           (only save the benchmark's state once, as ROOT/step_1: a checkpoint of\n"
+             "           the model's shape for the conversion tests and benchmarks)\n");
       return strcmp(argv[i], "--help") ? MT_EXIT_BADINPUT : 0;
     }
   }
@@ -105,6 +111,16 @@ int mt_bench_ckpt(int argc, char **argv) {
   double total_bytes = 3.0 * 4.0 * (double)n;
   mt_ckpt_meta meta = {1, 0, 0, 1, 1, shape.n_layer, shape.n_embd, shape.n_head, shape.seq_len,
                        shape.vocab, world, 1, 1, 1, 1, world};
+  if (save_to) {
+    mt_ckpt_save_opts opts = {save_mode, 0, "none", ""};
+    if (mt_ckpt_save(save_to, &meta, &reg, &mesh, &st, &opts, NULL, &err) != 0) mt_die("%s", err.msg);
+    if (rank == 0) printf("meshbench ckpt: %s state (%.3f GB) saved as %s/step_1 (%s)\n", model_name,
+                          total_bytes / 1e9, save_to, save_mode);
+    free(mem);
+    mt_mesh_destroy(&mesh);
+    mt_registry_free(&reg);
+    return 0;
+  }
   char root[1024], raw[1100];
   snprintf(root, sizeof root, "%s/run-%d", dir, world);
   if (rank == 0) {
