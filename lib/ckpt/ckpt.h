@@ -63,9 +63,9 @@ int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *
                  mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                  double *write_s, mt_err *e);
 
-/* Asynchronous save (per-writer layout): collective begin copies this rank's
- * ranges to a host snapshot and starts a thread that writes its shard file;
- * training goes on. mt_ckpt_async_poll (collective, at a step boundary):
+/* Asynchronous save (per-writer layout): collective begin starts a thread
+ * that copies this rank's ranges to a host snapshot (see
+ * mt_ckpt_async_fence) and then writes its shard file; training goes on. mt_ckpt_async_poll (collective, at a step boundary):
  * when every rank's writer is done (or wait != 0: after waiting for it), the
  * index is written and the checkpoint committed; returns 1 then (and frees
  * *a), 0 while still writing, -1 on failure (e set). write_s: seconds from
@@ -76,6 +76,12 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
                                    const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                                    mt_err *e);
 int mt_ckpt_async_poll(mt_ckpt_async **a, int wait, double *write_s, int64_t *step, mt_err *e);
+/* The snapshot of a save begun by mt_ckpt_async_begin is taken in the
+ * background: the caller must not change the saved state (the memory of
+ * st's ranges) before this returns. Call it before the optimizer step after
+ * a begin (NULL: nothing in flight). Not collective. Returns the seconds it
+ * waited. */
+double mt_ckpt_async_fence(mt_ckpt_async *a);
 
 /* Resolve what to load (rank 0 looks, then broadcasts): spec "auto" means the
  * newest complete step directory under root (found = 0 and no error if there
