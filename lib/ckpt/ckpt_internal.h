@@ -246,9 +246,10 @@ typedef struct {
 /* 0, or -1 when out of memory */
 int mt_ckpt_append_row(mt_ckpt_rows *r, int g, int ti, int writer, const mt_ckpt_box *b,
                        uint64_t h);
-/* this rank's boxes with the checksums of their data, in writing order */
+/* this rank's boxes (with_hash: and the checksums of their data), in
+ * writing order */
 int mt_ckpt_plan_rows(const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
-                      mt_ckpt_rows *out, mt_err *e);
+                      int with_hash, mt_ckpt_rows *out, mt_err *e);
 /* Collective: every rank's rows to rank 0 (*all, *n_all there), in rank order. */
 int mt_ckpt_gather_rows(const mt_ckpt_rows *mine, mt_mesh *mesh, int64_t **all, int64_t *n_all,
                         mt_err *e);
@@ -256,8 +257,9 @@ int mt_ckpt_gather_rows(const mt_ckpt_rows *mine, mt_mesh *mesh, int64_t **all, 
 int64_t *mt_ckpt_gather_layout(mt_mesh *mesh);
 /* Rank 0 alone: the file of everything but tensor data in shard files:
  * ckpt.h5 (offsets != NULL: contiguous datasets with space allocated, their
- * file offsets returned per group and tensor) or index.h5 (virtual datasets
- * over the shard files). */
+ * file offsets returned per group and tensor, and the index's in
+ * offsets[NGROUPS * n]) or index.h5 (virtual datasets over the shard
+ * files). */
 typedef struct {
   int groups;                 /* 3, or 1: parameters only */
   int dtype[MT_CKPT_NGROUPS]; /* stored type per group (MT_CKPT_F32, MT_CKPT_BF16) */

@@ -33,14 +33,14 @@ int mt_ckpt_append_row(mt_ckpt_rows *r, int g, int ti, int writer, const mt_ckpt
 }
 
 int mt_ckpt_plan_rows(const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
-                      mt_ckpt_rows *out, mt_err *e) {
+                      int with_hash, mt_ckpt_rows *out, mt_err *e) {
   mt_ckpt_walk w;
   mt_ckpt_walk_begin(&w, reg, mesh, st, 1);
   int rc;
   while ((rc = mt_ckpt_walk_next(&w)) == 1) {
     for (int b = 0; b < w.sel.boxes.n && rc == 1; b++) {
       const mt_ckpt_box *bx = &w.sel.boxes.b[b];
-      uint64_t h = mt_ckpt_box_hash_mem(w.sel.piece_mem[b], bx, w.v.local_ext[1]);
+      uint64_t h = with_hash ? mt_ckpt_box_hash_mem(w.sel.piece_mem[b], bx, w.v.local_ext[1]) : 0;
       if (mt_ckpt_append_row(out, w.g, w.i, mesh->world_rank, bx, h) != 0) rc = -1;
     }
     if (rc != 1) break;
@@ -183,6 +183,20 @@ done:
   return rc;
 }
 
+/* where the index's data starts in the file (a writer that fills in the
+ * checksums later writes them there) */
+static int index_offset(hid_t file, int64_t *off, const char *where, mt_err *e) {
+  hid_t d = H5Dopen2(file, "index", H5P_DEFAULT);
+  haddr_t a = d >= 0 ? H5Dget_offset(d) : HADDR_UNDEF;
+  if (d >= 0) H5Dclose(d);
+  if (a == HADDR_UNDEF) {
+    mt_ckpt_err_h5(e, "%s", where);
+    return -1;
+  }
+  *off = (int64_t)a;
+  return 0;
+}
+
 int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt_registry *reg,
                             const int64_t *rows, int64_t n_rows, const int64_t *layout, int world,
                             const char *config_ini, int64_t *offsets,
@@ -222,6 +236,7 @@ int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt
   int ok = mt_ckpt_write_meta_attrs(file, meta, fo->groups, where, e) == 0 &&
            create_datasets(file, reg, rows, n_rows, offsets, fo, where, e) == 0 &&
            mt_ckpt_write_table_i64(file, "index", rows, n_rows, MT_CKPT_INDEX_COLS, where, e) == 0 &&
+           (!offsets || index_offset(file, &offsets[MT_CKPT_NGROUPS * (size_t)reg->n], where, e) == 0) &&
            mt_ckpt_write_table_i64(file, "layout", layout, world, 5, where, e) == 0 &&
            mt_ckpt_write_names(file, reg, where, e) == 0 &&
            mt_ckpt_write_text(file, "config", config_ini ? config_ini : "", where, e) == 0;
