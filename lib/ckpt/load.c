@@ -238,6 +238,113 @@ static void read_selection(mt_ckpt_reader *rd, const mt_registry *reg, mt_mesh *
   if (more < 0) mt_die("out of memory (checkpoint selection)");
 }
 
+/* A run of bytes of ckpt.h5 and where it goes in memory. */
+typedef struct {
+  MPI_Aint file, mem;
+  int bytes;
+} run;
+
+static int cmp_run(const void *a, const void *b) {
+  MPI_Aint x = ((const run *)a)->file, y = ((const run *)b)->file;
+  return (x > y) - (x < y);
+}
+
+/* Shared mode with MT_CKPT_IO=collective: one collective MPI-IO read per
+ * (group, tensor), every rank taking part (with nothing to read, or after an
+ * error, with an empty view), so MPI-IO can aggregate (the cb_* hints,
+ * ckpt.io_hints). Float32 datasets only (the caller reads a checkpoint with
+ * bfloat16 independently). */
+static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg, mt_mesh *mesh,
+                                      const mt_ckpt_state *st, int groups, const int *ck,
+                                      int scan, mt_err *e) {
+  mt_ckpt_source *src = rd->src;
+  mt_ckpt_walk w;
+  mt_ckpt_walk_begin(&w, reg, mesh, st, 0);
+  run *runs = NULL;
+  size_t cap = 0;
+  int more;
+  while ((more = mt_ckpt_walk_next(&w)) == 1) {
+    if (w.g >= groups) continue;
+    int64_t L1 = w.v.local_ext[1], slot = (int64_t)w.g * src->tt.n + ck[w.i];
+    int64_t C = src->tt.ext[slot][1];
+    size_t n = 0;
+    for (int b = 0; b < w.sel.boxes.n && !e->failed; b++) {
+      const mt_ckpt_box *bx = &w.sel.boxes.b[b];
+      for (int64_t q = src->first[slot]; q < src->first[slot + 1]; q++) {
+        const int64_t *row = src->rows + src->order[q] * MT_CKPT_INDEX_COLS;
+        piece p;
+        if (!intersect(row, bx, &p)) continue;
+        float *dst = w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 + (p.c0 - bx->start[1]);
+        for (int64_t k = 0; k < p.nr; k++) {
+          if (n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            runs = realloc(runs, cap * sizeof *runs);
+            if (!runs) mt_die("out of memory (checkpoint read list)");
+          }
+          MPI_Aint addr;
+          MPI_Get_address(dst + k * L1, &addr);
+          runs[n++] = (run){(MPI_Aint)(src->tt.offset[slot] + 4 * ((p.r0 + k) * C + p.c0)), addr,
+                            (int)(4 * p.nc)};
+        }
+      }
+    }
+    int err = n ? mt_ckpt_fault("read") : 0;
+    if (err) {
+      char path[256];
+      mt_ckpt_dataset_path(path, sizeof path, w.g, w.t->name);
+      mt_ckpt_err_sys(e, err, "%s: rank %d cannot read %s from %s/%s", src->dir, mesh->world_rank,
+                      path, src->dir, MT_CKPT_SHARED_FILE);
+    }
+    if (e->failed) n = 0; /* still take part */
+    qsort(runs, n, sizeof *runs, cmp_run);
+    MPI_Datatype ftype = MPI_BYTE, mtype = MPI_BYTE;
+    int *lens = mt_calloc(n + 1, sizeof(int));
+    MPI_Aint *foff = mt_calloc(n + 1, sizeof(MPI_Aint)), *moff = mt_calloc(n + 1, sizeof(MPI_Aint));
+    for (size_t k = 0; k < n; k++) {
+      lens[k] = runs[k].bytes;
+      foff[k] = runs[k].file;
+      moff[k] = runs[k].mem;
+    }
+    if (n) {
+      MPI_Type_create_hindexed((int)n, lens, foff, MPI_BYTE, &ftype);
+      MPI_Type_create_hindexed((int)n, lens, moff, MPI_BYTE, &mtype);
+      MPI_Type_commit(&ftype);
+      MPI_Type_commit(&mtype);
+    }
+    int rc = MPI_File_set_view(rd->fh, 0, MPI_BYTE, ftype, "native", MPI_INFO_NULL);
+    MPI_Status status;
+    if (rc == MPI_SUCCESS)
+      rc = MPI_File_read_all(rd->fh, n ? MPI_BOTTOM : NULL, n ? 1 : 0, mtype, &status);
+    if (rc != MPI_SUCCESS && !e->failed) {
+      char msg[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, msg, &len);
+      mt_err_set(e, "%s: rank %d cannot read %s (collective MPI-IO): %s", src->dir,
+                 mesh->world_rank, w.t->name, msg);
+    }
+    if (n) {
+      MPI_Type_free(&ftype);
+      MPI_Type_free(&mtype);
+    }
+    free(lens);
+    free(foff);
+    free(moff);
+    size_t nonfinite = 0;
+    for (size_t k = 0; scan && !e->failed && k < n; k++)
+      nonfinite += mt_ckpt_count_nonfinite((const float *)runs[k].mem, (size_t)runs[k].bytes / 4);
+    if (nonfinite) {
+      char path[256];
+      mt_ckpt_dataset_path(path, sizeof path, w.g, w.t->name);
+      mt_err_set(e, "%s: %zu NaN or Inf values in %s (refused: a run does not resume from them)",
+                 src->dir, nonfinite, path);
+    }
+  }
+  mt_ckpt_walk_end(&w);
+  free(runs);
+  if (more < 0) mt_die("out of memory (checkpoint selection)");
+  MPI_File_set_view(rd->fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL);
+}
+
 static int load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
                 const mt_ckpt_meta *expect, int verify, int groups, mt_ckpt_meta *meta_out,
                 mt_err *e) {
@@ -296,8 +403,14 @@ static int load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt
     free(key);
   }
   /* 4. every rank reads what its layout needs */
-  if (!mt_err_agree(&local, MPI_COMM_WORLD))
-    read_selection(&rd, reg, mesh, st, groups, ck, !verify, &local);
+  if (!mt_err_agree(&local, MPI_COMM_WORLD)) {
+    int bf16 = 0; /* the collective path reads float32 datasets only */
+    for (int64_t k = 0; k < (int64_t)src.tt.n * groups; k++) bf16 |= src.tt.dtype[k] != MT_CKPT_F32;
+    if (rd.collective && !src.per_writer && !bf16)
+      read_selection_collective(&rd, reg, mesh, st, groups, ck, !verify, &local);
+    else
+      read_selection(&rd, reg, mesh, st, groups, ck, !verify, &local);
+  }
   mt_ckpt_reader_close(&rd);
   free(ck);
   mt_ckpt_meta m = src.meta;

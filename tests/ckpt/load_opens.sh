@@ -52,4 +52,15 @@ if bad:
     sys.exit(1)
 PY
 done
+# collective MPI-IO reads with hints from the configuration: the same curve
+MT_CKPT_IO=collective train coll 4 "${L[@]}" --set train.resume="$WORK/shared/checkpoints/step_4" \
+  --set ckpt.io_hints=cb_nodes=1,romio_cb_read=enable --set output.dir="$WORK/coll"
+python3 "$CMP" "$WORK/ref" "$WORK/coll" --subset --rtol 1e-5
+# malformed hints: refused when the configuration is read (one line, exit 2)
+set +e
+"$MT_BIN/meshtrain" --check "${base[@]}" "${L[@]}" --ranks 4 --set ckpt.io_hints="cb_nodes 4" > "$WORK/hints.log" 2>&1
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "ckpt.io_hints: 'cb_nodes 4' is not key=value" "$WORK/hints.log" \
+  || { cat "$WORK/hints.log"; fail "malformed ckpt.io_hints: rc $rc"; }
 echo PASS
