@@ -226,7 +226,35 @@ int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt
     return -1;
   }
   hid_t fapl = mt_ckpt_fapl_create();
-  hid_t file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+  unsigned create_flags = H5F_ACC_EXCL;
+  MPI_Info info = offsets ? mt_ckpt_io_info() : MPI_INFO_NULL;
+  if (info != MPI_INFO_NULL) {
+    /* the shared file is made by MPI-IO first, so the striping hints
+     * (striping_factor, striping_unit) take effect where the file system
+     * has them (Lustre); HDF5 then writes into it. Datasets are aligned on
+     * the stripe. */
+    char unit[64];
+    int found = 0;
+    MPI_Info_get(info, "striping_unit", (int)sizeof unit - 1, unit, &found);
+    long long su = found ? atoll(unit) : 0;
+    if (su >= 65536 && su <= (1LL << 30)) H5Pset_alignment(fapl, 65536, (hsize_t)su);
+    MPI_File fh;
+    int rc = MPI_File_open(MPI_COMM_SELF, path, MPI_MODE_CREATE | MPI_MODE_EXCL | MPI_MODE_WRONLY,
+                           info, &fh);
+    MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) {
+      char msg[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, msg, &len);
+      mt_err_set(e, "%s: %s (MPI-IO, with ckpt.io_hints)", where, msg);
+      H5Pclose(fapl);
+      mt_ckpt_ballast_release(&ballast);
+      return -1;
+    }
+    MPI_File_close(&fh);
+    create_flags = H5F_ACC_TRUNC; /* ours, made just now in our temporary directory */
+  }
+  hid_t file = H5Fcreate(path, create_flags, H5P_DEFAULT, fapl);
   if (file < 0) mt_ckpt_err_h5(e, "%s", where); /* before any other HDF5 call clears the stack */
   H5Pclose(fapl);
   if (file < 0) {
