@@ -422,6 +422,8 @@ typedef struct {
  * with e set (agreed). */
 int mt_ckpt_reader_open(mt_ckpt_reader *r, mt_ckpt_source *s, mt_err *e);
 void mt_ckpt_reader_close(mt_ckpt_reader *r);
+/* close writer's shard file if open (a reader done with it) */
+void mt_ckpt_reader_drop_shard(mt_ckpt_reader *r, int64_t writer);
 /* Read the part [r0, r0+nr) x [c0, c0+nc) (relative to the box) of stored box
  * (index row) j. as_float: into dst as float32, row k at dst + k * stride
  * (widened from bfloat16); else the stored bytes, rows end to end. Not

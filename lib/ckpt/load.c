@@ -195,47 +195,97 @@ static void checker_keys(const mt_ckpt_source *src, const mt_registry *reg, mt_m
 /* Read this rank's selections of every tensor of the first `groups` groups,
  * straight from the stored boxes. scan: refuse values that are not finite
  * (the checksum pass, when it ran, checked every stored value already). */
+/* One read of the load: part p of stored box j into dst (rows L1 apart). */
+typedef struct {
+  int64_t j, slot, key; /* key: where it lies (writer and shard offset, or file offset) */
+  piece p;
+  float *dst;
+  int64_t L1;
+} job;
+
+static int cmp_job(const void *a, const void *b) {
+  const job *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return (x->p.r0 > y->p.r0) - (x->p.r0 < y->p.r0);
+}
+
+/* Read this rank's selections of every tensor of the first `groups` groups,
+ * straight from the stored boxes, in the order they lie on disk (shard by
+ * shard, each shard front to back: every shard file opened once, read
+ * sequentially). scan: refuse values that are not finite (the checksum
+ * pass, when it ran, checked every stored value already). */
 static void read_selection(mt_ckpt_reader *rd, const mt_registry *reg, mt_mesh *mesh,
                            const mt_ckpt_state *st, int groups, const int *ck, int scan,
                            mt_err *e) {
   mt_ckpt_source *src = rd->src;
+  job *jobs = NULL;
+  size_t n = 0, cap = 0;
   mt_ckpt_walk w;
   mt_ckpt_walk_begin(&w, reg, mesh, st, 0);
   int more;
-  while (!e->failed && (more = mt_ckpt_walk_next(&w)) == 1) {
+  while ((more = mt_ckpt_walk_next(&w)) == 1) {
     if (w.g >= groups || w.sel.volume == 0) continue;
-    int64_t L1 = w.v.local_ext[1];
-    char path[256], what[2600];
-    mt_ckpt_dataset_path(path, sizeof path, w.g, w.t->name);
-    size_t nonfinite = 0;
-    int64_t slot = (int64_t)w.g * src->tt.n + ck[w.i];
-    for (int b = 0; b < w.sel.boxes.n && !e->failed; b++) {
+    int64_t L1 = w.v.local_ext[1], slot = (int64_t)w.g * src->tt.n + ck[w.i];
+    for (int b = 0; b < w.sel.boxes.n; b++) {
       const mt_ckpt_box *bx = &w.sel.boxes.b[b];
-      for (int64_t q = src->first[slot]; q < src->first[slot + 1] && !e->failed; q++) {
+      for (int64_t q = src->first[slot]; q < src->first[slot + 1]; q++) {
         int64_t j = src->order[q];
         const int64_t *row = src->rows + j * MT_CKPT_INDEX_COLS;
         piece p;
         if (!intersect(row, bx, &p)) continue;
-        float *dst = w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 + (p.c0 - bx->start[1]);
-        if (src->per_writer)
-          snprintf(what, sizeof what, "%s: rank %d cannot read %s from %s/shard-%05lld.h5",
-                   src->dir, mesh->world_rank, path, src->dir, (long long)row[MT_IX_WRITER]);
-        else
-          snprintf(what, sizeof what, "%s: rank %d cannot read %s from %s/%s", src->dir,
-                   mesh->world_rank, path, src->dir, MT_CKPT_SHARED_FILE);
-        if (mt_ckpt_reader_read(rd, j, p.r0 - row[MT_IX_START0], p.nr, p.c0 - row[MT_IX_START1],
-                                p.nc, dst, L1, 1, what, e) != 0)
-          break;
-        for (int64_t k = 0; scan && k < p.nr; k++)
-          nonfinite += mt_ckpt_count_nonfinite(dst + k * L1, (size_t)p.nc);
+        if (n == cap) {
+          cap = cap ? 2 * cap : 256;
+          jobs = realloc(jobs, cap * sizeof *jobs);
+          if (!jobs) mt_die("out of memory (checkpoint read list)");
+        }
+        int64_t key = src->per_writer
+                          ? (row[MT_IX_WRITER] << 40) + src->shard_off[j] /* writers < 2^23 */
+                          : src->tt.offset[slot] + (int64_t)mt_ckpt_dtype_size(src->tt.dtype[slot]) *
+                                                       (p.r0 * src->tt.ext[slot][1] + p.c0);
+        jobs[n++] = (job){j, slot, key, p,
+                          w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 + (p.c0 - bx->start[1]),
+                          L1};
       }
     }
-    if (nonfinite)
-      mt_err_set(e, "%s: %zu NaN or Inf values in %s (refused: a run does not resume from them)",
-                 src->dir, nonfinite, path);
   }
   mt_ckpt_walk_end(&w);
   if (more < 0) mt_die("out of memory (checkpoint selection)");
+  qsort(jobs, n, sizeof *jobs, cmp_job);
+  int64_t bad_slot = -1;
+  size_t nonfinite = 0;
+  for (size_t k = 0; k < n && !e->failed; k++) {
+    const job *jb = &jobs[k];
+    const int64_t *row = src->rows + jb->j * MT_CKPT_INDEX_COLS;
+    int g = (int)(jb->slot / src->tt.n);
+    char path[256], what[2600];
+    mt_ckpt_dataset_path(path, sizeof path, g, src->tt.names[jb->slot % src->tt.n]);
+    if (src->per_writer)
+      snprintf(what, sizeof what, "%s: rank %d cannot read %s from %s/shard-%05lld.h5", src->dir,
+               mesh->world_rank, path, src->dir, (long long)row[MT_IX_WRITER]);
+    else
+      snprintf(what, sizeof what, "%s: rank %d cannot read %s from %s/%s", src->dir,
+               mesh->world_rank, path, src->dir, MT_CKPT_SHARED_FILE);
+    if (mt_ckpt_reader_read(rd, jb->j, jb->p.r0 - row[MT_IX_START0], jb->p.nr,
+                            jb->p.c0 - row[MT_IX_START1], jb->p.nc, jb->dst, jb->L1, 1, what, e) != 0)
+      break;
+    size_t bad = 0;
+    for (int64_t r = 0; scan && r < jb->p.nr; r++)
+      bad += mt_ckpt_count_nonfinite(jb->dst + r * jb->L1, (size_t)jb->p.nc);
+    if (bad && bad_slot < 0) bad_slot = jb->slot;
+    if (bad_slot == jb->slot) nonfinite += bad;
+    /* a shard this rank has read all it needs of: closed (a rank may need
+     * many: the open files stay few) */
+    if (src->per_writer && (k + 1 == n || (jobs[k + 1].key >> 40) != (jb->key >> 40)))
+      mt_ckpt_reader_drop_shard(rd, row[MT_IX_WRITER]);
+  }
+  if (nonfinite && !e->failed) {
+    char path[256];
+    mt_ckpt_dataset_path(path, sizeof path, (int)(bad_slot / src->tt.n),
+                         src->tt.names[bad_slot % src->tt.n]);
+    mt_err_set(e, "%s: %zu NaN or Inf values in %s (refused: a run does not resume from them)",
+               src->dir, nonfinite, path);
+  }
+  free(jobs);
 }
 
 /* A run of bytes of ckpt.h5 and where it goes in memory. */

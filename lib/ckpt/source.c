@@ -323,10 +323,24 @@ void mt_ckpt_reader_close(mt_ckpt_reader *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* at most this many shard files open at once (the oldest closes first) */
+#define MAX_OPEN_SHARDS 128
+
+void mt_ckpt_reader_drop_shard(mt_ckpt_reader *r, int64_t writer) {
+  for (int i = 0; i < r->n_shards; i++)
+    if (r->shards[i].writer == writer) {
+      H5Fclose(r->shards[i].file);
+      memmove(&r->shards[i], &r->shards[i + 1], (size_t)(r->n_shards - i - 1) * sizeof *r->shards);
+      r->n_shards--;
+      return;
+    }
+}
+
 /* the shard file of writer w, opened on first use */
 static hid_t shard_file(mt_ckpt_reader *r, int64_t w, const char *what, mt_err *e) {
   for (int i = 0; i < r->n_shards; i++)
     if (r->shards[i].writer == w) return r->shards[i].file;
+  if (r->n_shards == MAX_OPEN_SHARDS) mt_ckpt_reader_drop_shard(r, r->shards[0].writer);
   char path[1200];
   snprintf(path, sizeof path, "%s/shard-%05lld.h5", r->src->dir, (long long)w);
   int err = mt_ckpt_fault("open");
