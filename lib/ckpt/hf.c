@@ -29,18 +29,24 @@
 
 #define HF_PREFIX "transformer."
 
-/* our name -> the Hugging Face name (without the prefix); transpose: a
- * Conv1D weight. 0, or -1 for a name GPT-2 does not have. */
-static int hf_name(const char *ours, char *hf, size_t len, int *transpose) {
+/* Every GPT-2 tensor of a model of n_layer layers: our name, the Hugging
+ * Face name (without the prefix), and whether it is a Conv1D weight
+ * (transposed). Built from the layer count, never by parsing a name. */
+typedef struct {
+  char ours[MT_NAME_MAX], hf[128];
+  int transpose;
+} hf_entry;
+
+static hf_entry *hf_map(int n_layer, int *n) {
   static const struct {
     const char *ours, *hf;
     int transpose;
   } block[] = {{"ln1.weight", "ln_1.weight", 0},       {"ln1.bias", "ln_1.bias", 0},
-               {"ln2.weight", "ln_2.weight", 0},       {"ln2.bias", "ln_2.bias", 0},
                {"attn.qkv.weight", "attn.c_attn.weight", 1},
                {"attn.qkv.bias", "attn.c_attn.bias", 0},
                {"attn.proj.weight", "attn.c_proj.weight", 1},
                {"attn.proj.bias", "attn.c_proj.bias", 0},
+               {"ln2.weight", "ln_2.weight", 0},       {"ln2.bias", "ln_2.bias", 0},
                {"mlp.fc.weight", "mlp.c_fc.weight", 1}, {"mlp.fc.bias", "mlp.c_fc.bias", 0},
                {"mlp.proj.weight", "mlp.c_proj.weight", 1},
                {"mlp.proj.bias", "mlp.c_proj.bias", 0}};
@@ -48,21 +54,28 @@ static int hf_name(const char *ours, char *hf, size_t len, int *transpose) {
     const char *ours, *hf;
   } top[] = {{"wte.weight", "wte.weight"}, {"wpe.weight", "wpe.weight"},
              {"lnf.weight", "ln_f.weight"}, {"lnf.bias", "ln_f.bias"}};
-  *transpose = 0;
-  for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-    if (!strcmp(ours, top[i].ours)) {
-      snprintf(hf, len, "%s", top[i].hf);
-      return 0;
+  int nb = (int)(sizeof block / sizeof block[0]), nt = (int)(sizeof top / sizeof top[0]);
+  hf_entry *m = mt_calloc((size_t)(nt + nb * n_layer) + 1, sizeof *m);
+  int k = 0;
+  for (int i = 0; i < nt; i++, k++) {
+    snprintf(m[k].ours, sizeof m[k].ours, "%s", top[i].ours);
+    snprintf(m[k].hf, sizeof m[k].hf, "%s", top[i].hf);
+  }
+  for (int l = 0; l < n_layer; l++)
+    for (int i = 0; i < nb; i++, k++) {
+      snprintf(m[k].ours, sizeof m[k].ours, "blocks.%d.%s", l, block[i].ours);
+      snprintf(m[k].hf, sizeof m[k].hf, "h.%d.%s", l, block[i].hf);
+      m[k].transpose = block[i].transpose;
     }
-  int layer, used = 0;
-  if (sscanf(ours, "blocks.%d.%n", &layer, &used) != 1 || used == 0) return -1;
-  for (size_t i = 0; i < sizeof block / sizeof block[0]; i++)
-    if (!strcmp(ours + used, block[i].ours)) {
-      snprintf(hf, len, "h.%d.%s", layer, block[i].hf);
-      *transpose = block[i].transpose;
-      return 0;
-    }
-  return -1;
+  *n = k;
+  return m;
+}
+
+/* the entry of our tensor `ours`, or NULL */
+static const hf_entry *hf_of_ours(const hf_entry *m, int n, const char *ours) {
+  for (int k = 0; k < n; k++)
+    if (!strcmp(m[k].ours, ours)) return &m[k];
+  return NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -167,14 +180,17 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, int dtype, mt_e
   int n = s->tt.n;
   mt_st_tensor *t = mt_calloc((size_t)n + 1, sizeof *t);
   int *transpose = mt_calloc((size_t)n + 1, sizeof(int));
+  int n_map = 0;
+  hf_entry *map = hf_map((int)s->meta.n_layer, &n_map);
   for (int i = 0; i < n; i++) {
-    char hf[128];
-    if (hf_name(s->tt.names[i], hf, sizeof hf, &transpose[i]) != 0) {
+    const hf_entry *h = hf_of_ours(map, n_map, s->tt.names[i]);
+    if (!h) {
       mt_err_set(e, "%s: tensor %s is not part of GPT-2: no Hugging Face name for it", s->dir,
                  s->tt.names[i]);
       break;
     }
-    snprintf(t[i].name, sizeof t[i].name, HF_PREFIX "%s", hf);
+    transpose[i] = h->transpose;
+    snprintf(t[i].name, sizeof t[i].name, HF_PREFIX "%s", h->hf);
     t[i].dtype = dtype == MT_CKPT_BF16 ? MT_ST_BF16 : MT_ST_F32;
     t[i].ndim = s->tt.nd[i];
     int64_t R = s->tt.ext[i][0], C = s->tt.ext[i][1];
@@ -260,6 +276,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, int dtype, mt_e
   }
   free(t);
   free(transpose);
+  free(map);
   return e->failed ? -1 : 0;
 }
 
@@ -310,11 +327,14 @@ static void shape_text(const int64_t *shape, int nd, char *out, size_t len) {
 
 /* rank 0: every parameter of reg from the file into mem (reg's flat layout,
  * padding rows zero) */
-static int import_rank0(const char *dir, const mt_registry *reg, float *mem, mt_err *e) {
+static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, float *mem,
+                        mt_err *e) {
   char path[1100];
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   mt_st_file f;
   if (mt_st_open(path, &f, e) != 0) return -1;
+  int n_map = 0;
+  hf_entry *map = hf_map(n_layer, &n_map);
   /* every tensor of the file is GPT-2's (or a buffer transformers keeps) */
   for (int k = 0; k < f.n && !e->failed; k++) {
     const char *nm = f.t[k].name;
@@ -324,11 +344,7 @@ static int import_rank0(const char *dir, const mt_registry *reg, float *mem, mt_
         (L > 17 && !strcmp(bare + L - 17, ".attn.masked_bias")) || !strcmp(bare, "lm_head.weight"))
       continue; /* the causal-mask buffers; the tied head (checked below) */
     int known = 0;
-    for (int i = 0; i < reg->n && !known; i++) {
-      char hf[128];
-      int tr;
-      known = hf_name(reg->t[i].name, hf, sizeof hf, &tr) == 0 && !strcmp(hf, bare);
-    }
+    for (int k2 = 0; k2 < n_map && !known; k2++) known = !strcmp(map[k2].hf, bare);
     if (!known)
       mt_err_set(e, "%s: tensor %s is not part of GPT2LMHeadModel with config.json's layers",
                  path, nm);
@@ -337,12 +353,13 @@ static int import_rank0(const char *dir, const mt_registry *reg, float *mem, mt_
   size_t scratch_cap = 0;
   for (int i = 0; i < reg->n && !e->failed; i++) {
     const mt_tensor *t = &reg->t[i];
-    char hf[128];
-    int tr;
-    if (hf_name(t->name, hf, sizeof hf, &tr) != 0) {
+    const hf_entry *h = hf_of_ours(map, n_map, t->name);
+    if (!h) {
       mt_err_set(e, "the model has tensor %s, which GPT-2 does not", t->name);
       break;
     }
+    const char *hf = h->hf;
+    int tr = h->transpose;
     const mt_st_tensor *x = find_hf(&f, hf);
     int64_t want[MT_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++) want[d] = t->shape[d];
@@ -392,6 +409,7 @@ static int import_rank0(const char *dir, const mt_registry *reg, float *mem, mt_
       mt_err_set(e, "%s: lm_head.weight differs from wte.weight: meshtrain's GPT-2 ties them", path);
   }
   free(scratch);
+  free(map);
   mt_st_close(&f);
   return e->failed ? -1 : 0;
 }
@@ -406,7 +424,7 @@ int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_re
   if (rank == 0) {
     mem = malloc((reg->numel_local + 1) * sizeof(float));
     if (!mem) mt_err_set(&local, "import: out of memory for %zu parameters", reg->numel_local);
-    else import_rank0(dir, reg, mem, &local);
+    else import_rank0(dir, c->n_layer, reg, mem, &local);
   }
   mt_mesh mesh;
   memset(&mesh, 0, sizeof mesh);

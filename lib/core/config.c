@@ -89,9 +89,7 @@ static const mt_cfg_key g_keys[] = {
      "auto (newest complete checkpoint in output.dir) or a step directory; empty: fresh", 0, 0,
      NULL},
     {"train.init_from", MT_CFG_STRING, F(init_from), "",
-     "a checkpoint (step directory, or a directory of them: the newest) whose parameters start "
-     "this run at step 0 with fresh optimizer state, under any layout (e.g. meshckpt import); "
-     "a checkpoint of this run found by train.resume wins", 0, 0, NULL},
+     "checkpoint whose parameters start this run (step 0, fresh optimizer state)", 0, 0, NULL},
     {"train.micro_batches", MT_CFG_INT, F(micro_batches), "0",
      "micro-batches per step through the pipeline (0 = global_batch / (micro_batch x dp))", 0,
      NOMAX, NULL},
@@ -152,8 +150,7 @@ static const mt_cfg_key g_keys[] = {
     {"ckpt.verify_on_load", MT_CFG_BOOL, F(ckpt_verify_on_load), "true",
      "check every written box's xxh64 checksum when resuming", 0, 1, NULL},
     {"ckpt.io_hints", MT_CFG_STRING, F(ckpt_io_hints), "",
-     "MPI-IO hints for the shared file, key=value,key=value (e.g. "
-     "striping_factor=16,striping_unit=16777216,cb_nodes=8; see lib/ckpt/SCHEMA.md)", 0, 0, NULL},
+     "MPI-IO hints for the shared file: key=value,... (e.g. cb_nodes=8)", 0, 0, NULL},
     {"ckpt.test_crash", MT_CFG_STRING, F(ckpt_test_crash), "none",
      "TEST ONLY: kill rank 0 at this phase of the save at step train.steps", 0, 0,
      "none|create|write|rename|latest"},

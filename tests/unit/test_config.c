@@ -427,7 +427,8 @@ static void test_round_trip(void) {
                   "parallel.virtual_stages=2", "parallel.pp_split=5,7",
                   "parallel.print_schedule=true", "ckpt.every=50", "ckpt.keep=0",
                   "ckpt.mode=per-writer", "ckpt.async=true", "ckpt.verify_on_load=false",
-                  "ckpt.test_crash=rename"};
+                  "ckpt.test_crash=rename", "train.init_from=imported/step_0",
+                  "ckpt.io_hints=striping_factor=4,cb_nodes=2"};
   int n = (int)(sizeof over / sizeof over[0]);
   /* preset was "gpt2-124m" on the way: a shorter final value must not leave
    * bytes of it behind, or memcmp would fail */
