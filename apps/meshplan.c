@@ -69,9 +69,13 @@ static int calibrate(int argc, char **argv) {
     if (!f) {
       mt_err_set(&e, "--out %s: cannot write", out);
     } else {
-      char desc[256];
-      snprintf(desc, sizeof desc, "calibrated by meshplan from %s, %s, %s", in.gemm_json,
-               in.coll_json, in.stream_json);
+      /* the files' names only: a line of the profile holds at most 198
+       * characters (inih) */
+      const char *g = strrchr(in.gemm_json, '/'), *c = strrchr(in.coll_json, '/'),
+                 *st = strrchr(in.stream_json, '/');
+      char desc[160];
+      snprintf(desc, sizeof desc, "calibrated by meshplan from %.40s, %.40s, %.40s",
+               g ? g + 1 : in.gemm_json, c ? c + 1 : in.coll_json, st ? st + 1 : in.stream_json);
       mt_cost_profile_write(&p, desc, f);
       fclose(f);
       printf("meshplan: wrote %s: %d matmul sizes (%.1f-%.1f GFLOP/s), memory %.2f GB/s, "

@@ -144,7 +144,7 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
 }
 
 void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f) {
-  fprintf(f, "# %s\n[hw]\nname = %s\ndescription = %s\npeak_gflops_fp32 = %.6g\n"
+  fprintf(f, "# %.180s\n[hw]\nname = %.180s\ndescription = %.180s\npeak_gflops_fp32 = %.6g\n"
              "peak_gflops_bf16 = %.6g\nranks_per_node = %d\n\n[cost]\n",
           description, p->name, description, p->peak_gflops, p->peak_gflops,
           p->devices_per_node);
