@@ -545,10 +545,12 @@ void mt_cuda_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *
     attn_rowdot_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, g_cu.stream>>>(D, *a, dout, out,
                                                                              bh0, nbh);
     CUDA_LAUNCH_CHECK();
-    if (a->hs <= 64) backward_launch<64, 64, 4>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
+    if (a->hs <= 64)
+      backward_launch<64, 64, 4>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
     else if (a->hs <= 128)
       backward_launch<32, 32, 8>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
-    else backward_launch<16, 16, 16>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
+    else
+      backward_launch<16, 16, 16>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
   }
 }
 
