@@ -420,6 +420,11 @@ static void timers_install(mt_ops *o) {
   MT_TIME(o, adamw_update, 23);
   MT_TIME(o, sumsq, 24);
   MT_TIME(o, scale, 25);
+  MT_TIME(o, attn_forward, 26);
+  MT_TIME(o, attn_merge, 27);
+  MT_TIME(o, attn_backward, 28);
+  MT_TIME(o, copy_2d, 29);
+  MT_TIME(o, add_2d, 30);
 }
 
 extern "C" int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
@@ -459,7 +464,17 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
   o->matmul_backward = mt_cuda_matmul_backward;
   o->attention_forward = mt_cuda_attention_forward;
   o->attention_backward = mt_cuda_attention_backward;
+  o->attn_forward = mt_cuda_attn_forward;
+  o->attn_merge = mt_cuda_attn_merge;
+  o->attn_backward = mt_cuda_attn_backward;
+  o->copy_2d = mt_cuda_copy_2d;
+  o->add_2d = mt_cuda_add_2d;
   mt_cuda_fill_ops(o);
+  /* a member left NULL would crash where the model first calls it (and the
+   * timers below would wrap the NULL): name it here instead */
+  char missing[512];
+  if (mt_ops_missing(o, missing, sizeof missing) > 0)
+    mt_die("CUDA backend: the op table lacks %s", missing);
   const char *t = getenv("MT_CUDA_OP_TIMES");
   g_t.on = t && *t && strcmp(t, "0") != 0;
   if (g_t.on) timers_install(o);
