@@ -19,7 +19,10 @@
   X(attn_backward, 0) X(copy_2d, 0) X(add_2d, 0) X(gelu_forward, 0) X(gelu_backward, 0)  \
   X(residual_forward, 0) X(softmax_xent_forward, 0) X(softmax_xent_backward, 0)          \
   X(xent_vp_max, 0) X(xent_vp_exp, 0) X(xent_vp_finish, 0) X(xent_vp_backward, 0)        \
-  X(adamw_update, 0) X(sumsq, 0) X(scale, 0)
+  X(adamw_update, 0) X(moe_router_forward, 0) X(moe_router_backward, 0)                 \
+  X(moe_prob_sums, 0) X(gather_rows, 0) X(moe_combine, 0) X(moe_combine_backward, 0)     \
+  X(moe_gather_sum, 0) X(grouped_matmul_forward, 0) X(grouped_matmul_backward, 0)        \
+  X(sumsq, 0) X(scale, 0)
 
 #define MT_OPS_COUNT_ONE(member, optional) +1
 /* A member added to mt_ops but not to the list above fails the build here

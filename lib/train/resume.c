@@ -63,6 +63,22 @@ static int truncate_metrics(const char *dir, long long last_step, mt_err *e) {
   return 0;
 }
 
+/* what a checkpoint must say about the model to load into this one */
+static mt_ckpt_meta model_meta(const mt_model_shape *shape) {
+  mt_ckpt_meta m;
+  memset(&m, 0, sizeof m);
+  m.n_layer = shape->n_layer;
+  m.n_embd = shape->n_embd;
+  m.n_head = shape->n_head;
+  m.seq_len = shape->seq_len;
+  m.vocab = shape->vocab;
+  m.moe_experts = shape->moe_experts;
+  m.moe_every = shape->moe_every;
+  m.moe_ffn = shape->moe_ffn;
+  m.moe_shared = shape->moe_shared;
+  return m;
+}
+
 /* the resume itself: collective */
 static void load_checkpoint(mt_trainer *t, mt_err *err) {
   mt_config *cfg = &t->cfg;
@@ -94,16 +110,7 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
     host_state = mt_train_state_host_buffers(t, hr, r, st.n_ranges);
     for (int g = 0; g < MT_CKPT_NGROUPS; g++) st.ranges[g] = hr[g];
   }
-  mt_ckpt_meta want = {0}, got;
-  want.n_layer = shape->n_layer;
-  want.n_embd = shape->n_embd;
-  want.n_head = shape->n_head;
-  want.seq_len = shape->seq_len;
-  want.vocab = shape->vocab;
-  want.moe_experts = shape->moe_experts;
-  want.moe_every = shape->moe_every;
-  want.moe_ffn = shape->moe_ffn;
-  want.moe_shared = shape->moe_shared;
+  mt_ckpt_meta want = model_meta(shape), got;
   double tl = mt_now();
   if (mt_ckpt_load(t->resumed_from, &t->model.reg, &t->mesh, &st, &want,
                    cfg->ckpt_verify_on_load, &got, err) == 0) {
@@ -159,16 +166,7 @@ static void init_from_checkpoint(mt_trainer *t, mt_err *err) {
     host_state = mt_train_state_host_buffers(t, hr, r, st.n_ranges);
     st.ranges[MT_CKPT_MODEL] = hr[MT_CKPT_MODEL];
   }
-  mt_ckpt_meta want = {0}, got;
-  want.n_layer = shape->n_layer;
-  want.n_embd = shape->n_embd;
-  want.n_head = shape->n_head;
-  want.seq_len = shape->seq_len;
-  want.vocab = shape->vocab;
-  want.moe_experts = shape->moe_experts;
-  want.moe_every = shape->moe_every;
-  want.moe_ffn = shape->moe_ffn;
-  want.moe_shared = shape->moe_shared;
+  mt_ckpt_meta want = model_meta(shape), got;
   double tl = mt_now();
   if (mt_ckpt_load_params(dir, &t->model.reg, &t->mesh, &st, &want, cfg->ckpt_verify_on_load,
                           &got, err) == 0) {
