@@ -169,10 +169,13 @@ static void coverage_cases(void) {
       many[i][2] = 1;
       many[i][3] = 4;
     }
-    double t0 = mt_now();
-    CHECK(coverage_of((const int64_t(*)[4])many, n_rows, n_rows, 4, &p) == 0, "%d rows: '%s'",
-          n_rows, p.last);
-    took[pass] = mt_now() - t0;
+    took[pass] = 1e30; /* the best of three: a busy machine slows single runs */
+    for (int rep = 0; rep < 3; rep++) {
+      double t0 = mt_now();
+      CHECK(coverage_of((const int64_t(*)[4])many, n_rows, n_rows, 4, &p) == 0, "%d rows: '%s'",
+            n_rows, p.last);
+      if (mt_now() - t0 < took[pass]) took[pass] = mt_now() - t0;
+    }
   }
   CHECK(took[1] < 30 * took[0] + 0.05, "8x the boxes took %.1fx as long (%.3f s, %.3f s)",
         took[1] / took[0], took[0], took[1]);
