@@ -312,7 +312,7 @@ static double cuda_sumsq(const float *x, size_t n) { return reduce(x, n, 1); }
 /* Each timed op is bracketed by two events on the stream; the pairs are
  * read back (cudaEventElapsedTime) in batches, so timing adds two event
  * records per op and no synchronisation of its own. */
-enum { MT_OP_MAX = 40, MT_OP_PENDING = 2048 };
+enum { MT_OP_MAX = 64, MT_OP_PENDING = 2048 };
 static struct {
   int on;
   const char *name[MT_OP_MAX];
@@ -420,6 +420,16 @@ static void timers_install(mt_ops *o) {
   MT_TIME(o, adamw_update, 23);
   MT_TIME(o, sumsq, 24);
   MT_TIME(o, scale, 25);
+  /* Mixture-of-Experts (moe.cu): ids from 40, apart from the ids below 40 */
+  MT_TIME(o, moe_router_forward, 40);
+  MT_TIME(o, moe_router_backward, 41);
+  MT_TIME(o, moe_prob_sums, 42);
+  MT_TIME(o, gather_rows, 43);
+  MT_TIME(o, moe_combine, 44);
+  MT_TIME(o, moe_combine_backward, 45);
+  MT_TIME(o, moe_gather_sum, 46);
+  MT_TIME(o, grouped_matmul_forward, 47);
+  MT_TIME(o, grouped_matmul_backward, 48);
 }
 
 extern "C" int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
@@ -460,6 +470,7 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
   o->attention_forward = mt_cuda_attention_forward;
   o->attention_backward = mt_cuda_attention_backward;
   mt_cuda_fill_ops(o);
+  mt_cuda_fill_moe_ops(o);
   const char *t = getenv("MT_CUDA_OP_TIMES");
   g_t.on = t && *t && strcmp(t, "0") != 0;
   if (g_t.on) timers_install(o);

@@ -168,4 +168,7 @@ void mt_cuda_attention_backward(float *dqkv, float *datt, const float *dout, con
 /* embedding backward (ops.cu) keeps sort buffers between calls */
 void mt_cuda_ops_shutdown(void);
 
+/* moe.cu: the Mixture-of-Experts members of the op table */
+void mt_cuda_fill_moe_ops(mt_ops *o);
+
 #endif
