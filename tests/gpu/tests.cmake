@@ -16,6 +16,7 @@ add_executable(gpu_moe_ops ${CMAKE_CURRENT_LIST_DIR}/gpu_moe_ops.c)
 target_link_libraries(gpu_moe_ops PRIVATE ${MT_ALL_LIBS})
 set_target_properties(gpu_moe_ops PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 mt_script_test(moe_ops gpu moe_ops.sh)
+mt_script_test(train_moe gpu train_moe.sh)
 
 # bad input about devices, on any machine (badinput: also under ASan)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
