@@ -7,7 +7,8 @@
  * Sizes: E = 4, 5, 8 experts (and 40: more experts than a warp's lanes),
  * k = 1, 2 (3), N = 203 rows (7 sequences of 29; no multiple of a warp or a
  * block), C = 72 and 75 channels (the vector and the scalar gather), group
- * sizes with empty groups first, in the middle and last. Router rows hold
+ * sizes with empty groups first, in the middle and last. Router logits
+ * lie on a coarse grid (no near-ties that rounding could flip) and hold
  * exact ties among the top experts (the lower index must come first, within
  * one lane and across lanes) and -inf logits. Backward ops start from
  * non-zero gradients; ops that WRITE start from garbage, and rows an op must
@@ -98,11 +99,15 @@ static double int_mismatches(const int *ref, const int *d, size_t n) {
 /* ------------------------------------------------------------------ */
 /* router                                                               */
 
-/* logits (N,E) in [-3, 3], with exact ties at the top of some rows (lower
- * index first: within a lane (e and e + 32), across lanes) and rows where
- * every odd expert is -inf */
+/* logits (N,E) in [-3, 3] on a grid of 1/64: distinct logits differ by at
+ * least 1/64, so their probabilities differ far beyond rounding and the
+ * GPU's choices must be the CPU's exactly, while equal ones (frequent with
+ * 40 experts) are exact ties. Also ties placed at the top of some rows (the
+ * lower index first: within a lane (e and e + 32), across lanes) and rows
+ * where every odd expert is -inf. */
 static float *router_logits(int N, int E) {
   float *x = rnd((size_t)N * E, -3, 3);
+  for (size_t i = 0; i < (size_t)N * E; i++) x[i] = roundf(x[i] * 64.0f) / 64.0f;
   for (int n = 0; n < N; n++) {
     float *r = x + (size_t)n * E;
     switch (n % 6) {
