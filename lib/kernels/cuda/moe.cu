@@ -188,8 +188,10 @@ static void moe_router_backward(float *dlogits, const float *probs, const float 
 }
 
 /* One thread per (sequence s, expert e): the sequence's rows added in row
- * order from 0, as the CPU adds them (the same bits). Reads of a warp are
- * consecutive experts of one row. */
+ * order from 0, as the CPU adds them (the same bits; the contract's order).
+ * A warp's reads at each row are consecutive floats when E >= 32. Only
+ * S x E threads, each a chain of rows_per_seq adds: fine for a statistic
+ * taken once per MoE block and micro-batch. */
 __global__ void moe_prob_sums_kernel(float *sums, const float *probs, int S, int E,
                                      int rows_per_seq) {
   const size_t n = (size_t)S * E;
