@@ -20,6 +20,7 @@
 #include "comm/comm.h"
 #include "core/core.h"
 #include "model/model.h"
+#include "parallel/parallel.h"
 #include "registry/registry.h"
 
 static int g_rank = 0, g_size = 1;
@@ -34,12 +35,28 @@ static void usage(FILE *f) {
           "                                            no NaN/Inf (--deep: also every tensor\n"
           "                                            read whole through its dataset)\n"
           "       meshckpt diff DIR_A DIR_B            per-tensor max abs/rel difference\n"
-          "       meshckpt convert DIR OUTROOT --mode shared|per-writer\n"
-          "                                            rewrite in the other on-disk mode into\n"
-          "                                            OUTROOT/step_<N> (memory: state/ranks)\n"
+          "       meshckpt diff DIR_A DIR_B --rtol X   values within X (relative) count as equal\n"
+          "       meshckpt convert DIR OUTROOT [--mode shared|per-writer] [--dtype fp32|bf16]\n"
+          "                [--optim-dtype fp32|bf16] [--params-only] [--target tp=N,pp=M]\n"
+          "                [--buffer-mb B]             rewrite into OUTROOT/step_<N> (committed\n"
+          "                                            atomically), streaming: at most B MiB of\n"
+          "                                            tensor data per rank (default 64); under\n"
+          "                                            mpirun each rank converts its share.\n"
+          "                                            --dtype: the parameters (the optimizer\n"
+          "                                            state stays as stored unless\n"
+          "                                            --optim-dtype); --target: one box per\n"
+          "                                            tp shard, written for that layout\n"
           "       meshckpt export DIR OUT.h5 [--dtype fp32|bf16]\n"
           "                                            the model alone, one plain HDF5 file\n"
-          "options: --chunk-mb N (read size per rank, default 64)\n"
+          "       meshckpt export DIR OUTDIR --format hf [--dtype fp32|bf16]\n"
+          "                                            Hugging Face GPT-2: OUTDIR/model.safetensors\n"
+          "                                            and config.json (GPT2LMHeadModel)\n"
+          "       meshckpt import HFDIR OUTROOT --format hf [--mode shared|per-writer]\n"
+          "                                            a step-0 checkpoint, parameters only, from\n"
+          "                                            a Hugging Face GPT-2 (start training from\n"
+          "                                            it with train.init_from=OUTROOT/step_0)\n"
+          "options: --chunk-mb N (read size per rank, default 64), --hints K=V,K=V (MPI-IO\n"
+          "         hints for ckpt.h5, e.g. striping_factor=16,cb_nodes=8)\n"
           "DIR is a step directory (checkpoints/step_<N>) or a checkpoints directory\n"
           "(its newest complete step is used). Exit: 0 ok/equal, 1 problems/different,\n"
           "2 bad input.\n");
@@ -111,9 +128,10 @@ typedef struct {
   int64_t manifest_step;
   mt_ckpt_manifest man;
   mt_ckpt_meta meta;
-  hid_t file;
-  mt_ckpt_tensors tt;
-  int n_tensors; /* tt.n */
+  mt_ckpt_source src; /* what rank 0 read and checked, on every rank */
+  hid_t file;         /* the main file, opened by every rank (inspect, diff, export, --deep) */
+  mt_ckpt_tensors tt; /* src.tt */
+  int n_tensors;      /* tt.n */
   char (*names)[MT_NAME_MAX]; /* tt.names */
 } ckpt;
 
@@ -135,21 +153,40 @@ static int resolve_dir(const char *spec, char *dir, size_t len, mt_err *e) {
   return 0;
 }
 
-/* Every rank opens the file on its own (read-only, serial driver), after
- * the checks the loader makes before it reads: the manifest, the root
- * attributes and their checksum, the tensor table (all sizes bounded by the
- * checkpoint's bytes). Returns 0; -1 with e set (bad_input: the path is no
- * checkpoint at all). */
-static int ckpt_open(const char *spec, ckpt *c, int *bad_input, mt_err *e) {
+/* a problem found while opening: the open's error (commands other than verify) */
+static void open_problem(void *ctx, const char *path, const char *problem, const int64_t *row) {
+  (void)row;
+  mt_err_set((mt_err *)ctx, "%s: %s", path, problem);
+}
+
+/* Rank 0 reads and checks the checkpoint as the loader does (the manifest,
+ * the root attributes and their checksum, the tensor table, the index and
+ * its coverage: sizes bounded by the checkpoint's bytes) and shares the
+ * result; with main_file, every rank then also opens the main file (serial
+ * driver, read-only). Coverage problems go to report (NULL: they are
+ * errors). Returns 0; -1 with e set (bad_input: the path is no checkpoint
+ * at all). */
+static int ckpt_open(const char *spec, ckpt *c, int main_file, mt_ckpt_report_fn on_problem,
+                     void *ctx, int *bad_input, mt_err *e) {
   memset(c, 0, sizeof *c);
   c->file = -1;
   *bad_input = 1;
   if (resolve_dir(spec, c->dir, sizeof c->dir, e) != 0) return -1;
   *bad_input = 0;
   mt_err local = {0};
-  if (mt_ckpt_check_manifest(c->dir, &c->man, &local) == 0) {
-    snprintf(c->mode, sizeof c->mode, "%s", c->man.mode);
-    c->manifest_step = c->man.step;
+  if (mt_ckpt_source_open(c->dir, &c->src, on_problem ? on_problem : open_problem,
+                          on_problem ? ctx : (void *)&local, &local) != 0) {
+    *e = local;
+    return -1;
+  }
+  c->man = c->src.man;
+  c->meta = c->src.meta;
+  c->tt = c->src.tt;
+  c->n_tensors = c->tt.n;
+  c->names = c->tt.names;
+  snprintf(c->mode, sizeof c->mode, "%s", c->man.mode);
+  c->manifest_step = c->man.step;
+  if (!local.failed && main_file) {
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", c->dir,
              strcmp(c->mode, "per-writer") == 0 ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
@@ -157,12 +194,6 @@ static int ckpt_open(const char *spec, ckpt *c, int *bad_input, mt_err *e) {
     c->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (c->file < 0) mt_ckpt_err_h5(&local, "%s: cannot open %s as HDF5", c->dir, path);
     H5Pclose(fapl);
-    int64_t limit = c->man.total_bytes;
-    if (c->file >= 0 && mt_ckpt_check_meta(c->dir, c->file, &c->man, limit, &c->meta, &local) == 0 &&
-        mt_ckpt_read_tensors(c->dir, c->file, limit, &c->tt, &local) == 0) {
-      c->n_tensors = c->tt.n;
-      c->names = c->tt.names;
-    }
   }
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     *e = local;
@@ -173,7 +204,8 @@ static int ckpt_open(const char *spec, ckpt *c, int *bad_input, mt_err *e) {
 
 static void ckpt_close(ckpt *c) {
   if (c->file >= 0) H5Fclose(c->file);
-  mt_ckpt_tensors_free(&c->tt);
+  c->file = -1;
+  mt_ckpt_source_close(&c->src);
 }
 
 static int64_t attr_i64(hid_t obj, const char *name) {
@@ -378,38 +410,72 @@ static void check_model_tensors(ckpt *c, report *rep) {
   mt_registry_free(&reg);
 }
 
-static int cmd_verify(ckpt *c, int deep) {
+/* The stored boxes of this rank's share, for the data checks: the index in
+ * its order (writer by writer, so a rank opens few shard files), cut into
+ * size slices of about equal bytes. */
+static int64_t my_rows(const mt_ckpt_source *s, int64_t **out) {
+  double total = 0, acc = 0;
+  for (int64_t j = 0; j < s->n_rows; j++)
+    total += (double)(s->rows[j * MT_CKPT_INDEX_COLS + MT_IX_COUNT0] *
+                      s->rows[j * MT_CKPT_INDEX_COLS + MT_IX_COUNT1]);
+  int64_t n = 0;
+  *out = mt_malloc(((size_t)s->n_rows + 1) * sizeof(int64_t));
+  for (int64_t j = 0; j < s->n_rows; j++) {
+    double v = (double)(s->rows[j * MT_CKPT_INDEX_COLS + MT_IX_COUNT0] *
+                        s->rows[j * MT_CKPT_INDEX_COLS + MT_IX_COUNT1]);
+    int owner = total > 0 ? (int)((acc + v / 2) / total * g_size) : 0; /* the slice of its middle */
+    if (owner >= g_size) owner = g_size - 1;
+    if (owner == g_rank) (*out)[n++] = j;
+    acc += v;
+  }
+  return n;
+}
+
+static int cmd_verify(const char *spec, int deep) {
   report rep = {0};
+  ckpt cc, *c = &cc;
+  int bad_input = 0;
+  mt_err err = {0};
+  /* what the loader checks on rank 0 before reading: the manifest, the root
+   * attributes, the tensors, the index and its coverage (problems to rep) */
+  if (ckpt_open(spec, c, deep, report_problem, &rep, &bad_input, &err) != 0) {
+    ckpt_close(c);
+    if (bad_input) mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+    /* a checkpoint the loader refuses before reading any data: a problem found */
+    free(rep.text);
+    if (g_rank == 0) printf("%s\nverify: %s: 1 problem(s)\n", err.msg, spec);
+    return 1;
+  }
   int64_t step = c->meta.step;
   char dir_base[1024];
   const char *slash = strrchr(c->dir, '/');
-  snprintf(dir_base, sizeof dir_base, "%s", slash ? slash + 1 : c->dir);
+  snprintf(dir_base, sizeof dir_base, "%.1000s", slash ? slash + 1 : c->dir);
   char expect_name[64];
   snprintf(expect_name, sizeof expect_name, "step_%lld", (long long)step);
   if (g_rank == 0 && strcmp(dir_base, expect_name) != 0)
     report_add(&rep, "steps disagree: file %lld, manifest %lld, directory %s", (long long)step,
                (long long)c->manifest_step, dir_base);
-  /* what the loader checks on rank 0 before reading: the model, the index
-   * and its coverage, the shard files; every rank reads the index (bounded)
-   * for its share of the data checks */
   if (g_rank == 0) check_model_tensors(c, &rep);
-  mt_err err = {0};
-  int64_t *rows = NULL, n_rows = 0;
-  if (mt_ckpt_read_index(c->dir, c->file, c->man.total_bytes, &rows, &n_rows, &err) != 0) {
-    if (g_rank == 0) report_add(&rep, "%s", err.msg);
-  } else if (g_rank == 0) {
-    mt_ckpt_check_coverage(rows, n_rows, &c->tt, report_problem, &rep);
-    if (!strcmp(c->mode, "per-writer"))
-      mt_ckpt_check_shard_files(c->dir, rows, n_rows, report_problem, &rep);
-  }
-  /* the data: every box's checksum, no NaN or Inf (boxes shared out over ranks) */
+  const int64_t *rows = c->src.rows;
+  int64_t n_rows = c->src.n_rows;
+  if (g_rank == 0 && !strcmp(c->mode, "per-writer"))
+    mt_ckpt_check_shard_files(c->dir, rows, n_rows, report_problem, &rep);
+  /* the data: every box's checksum, no NaN or Inf (boxes shared out over
+   * ranks, read directly as the loader reads them) */
   double bytes_checked = 0;
-  mt_ckpt_check_data(c->file, rows, n_rows, &c->tt, g_rank, g_size, g_chunk_bytes, report_problem,
-                     &rep, &bytes_checked);
+  mt_ckpt_reader rd;
+  if (mt_ckpt_reader_open(&rd, &c->src, &err) != 0) {
+    if (g_rank == 0) report_add(&rep, "%s", err.msg);
+  } else {
+    int64_t *mine = NULL, n_mine = my_rows(&c->src, &mine);
+    mt_ckpt_check_rows(&rd, mine, n_mine, g_chunk_bytes, report_problem, &rep, &bytes_checked);
+    free(mine);
+    mt_ckpt_reader_close(&rd);
+  }
   long boxes_checked = (long)n_rows;
   /* --deep: every tensor read whole through its dataset (tensors shared out) */
   float *buf = mt_malloc(g_chunk_bytes + 64);
-  for (int g = 0; deep && g < MT_CKPT_NGROUPS; g++) {
+  for (int g = 0; deep && g < c->tt.groups; g++) {
     for (int ti = 0; ti < c->n_tensors; ti++) {
       if ((g * c->n_tensors + ti) % g_size != g_rank) continue;
       char path[256];
@@ -442,24 +508,30 @@ static int cmd_verify(ckpt *c, int deep) {
     }
   }
   free(buf);
-  free(rows);
   MPI_Allreduce(MPI_IN_PLACE, &bytes_checked, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   long problems = report_flush(&rep, stdout);
   if (g_rank == 0) {
     if (problems) printf("verify: %s: %ld problem(s)\n", c->dir, problems);
-    else printf("verify: %s: OK (step %lld, %d tensors x %d groups, %ld boxes, %.1f MB checked, "
-                "no NaN/Inf%s)\n", c->dir, (long long)step, c->n_tensors, MT_CKPT_NGROUPS,
-                boxes_checked, bytes_checked / 1e6, deep ? ", every tensor read whole" : "");
+    else printf("verify: %s: OK (step %lld, %d tensors x %d groups%s, %ld boxes, %.1f MB checked, "
+                "no NaN/Inf%s)\n", c->dir, (long long)step, c->n_tensors, c->tt.groups,
+                c->tt.groups < MT_CKPT_NGROUPS ? " (parameters only)" : "", boxes_checked,
+                bytes_checked / 1e6, deep ? ", every tensor read whole" : "");
   }
+  ckpt_close(c);
   return problems ? 1 : 0;
 }
 
 /* ------------------------------------------------------------------ */
 /* diff                                                                */
 
-static int cmd_diff(ckpt *a, ckpt *b) {
+/* rtol > 0: values within rtol of each other (relative to the larger) count
+ * as equal, e.g. after a round trip through bfloat16 (rtol 2^-8) */
+static int cmd_diff(ckpt *a, ckpt *b, double rtol) {
   report rep = {0};
   int differ = 0;
+  int groups = a->tt.groups < b->tt.groups ? a->tt.groups : b->tt.groups;
+  if (a->tt.groups != b->tt.groups && g_rank == 0)
+    printf("note: one checkpoint holds parameters only: comparing the parameters\n");
   if (a->n_tensors != b->n_tensors) {
     if (g_rank == 0) report_add(&rep, "tensor counts differ: %d vs %d", a->n_tensors, b->n_tensors);
     differ = 1;
@@ -467,7 +539,8 @@ static int cmd_diff(ckpt *a, ckpt *b) {
   float *x = mt_malloc(g_chunk_bytes / 2 + 64), *y = mt_malloc(g_chunk_bytes / 2 + 64);
   size_t half = g_chunk_bytes / 2;
   int n = a->n_tensors < b->n_tensors ? a->n_tensors : b->n_tensors;
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+  double worst_rel = 0;
+  for (int g = 0; g < groups; g++) {
     for (int ti = 0; ti < n; ti++) {
       if ((g * n + ti) % g_size != g_rank) continue;
       char pa[256];
@@ -495,6 +568,9 @@ static int cmd_diff(ckpt *a, ckpt *b) {
             if (memcmp(&x[k], &y[k], sizeof(float)) == 0) continue;
             double d = fabs((double)x[k] - (double)y[k]);
             double m = fmax(fabs((double)x[k]), fabs((double)y[k]));
+            double rel = m > 0 ? d / m : INFINITY;
+            if (rel > worst_rel || !(rel == rel)) worst_rel = rel;
+            if (rtol > 0 && rel <= rtol) continue;
             ndiff++;
             if (d > max_abs) max_abs = d;
             if (m > 0 && d / m > max_rel) max_rel = d / m;
@@ -513,11 +589,14 @@ static int cmd_diff(ckpt *a, ckpt *b) {
   free(x);
   free(y);
   MPI_Allreduce(MPI_IN_PLACE, &differ, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &worst_rel, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   report_flush(&rep, stdout);
   int64_t sa = attr_i64(a->file, "step"), sb = attr_i64(b->file, "step");
   if (g_rank == 0) {
     if (sa != sb) printf("note: steps differ (%lld vs %lld)\n", (long long)sa, (long long)sb);
-    printf("diff: %s\n", differ ? "different" : "equal (every tensor bitwise identical)");
+    if (differ) printf("diff: different\n");
+    else if (worst_rel > 0) printf("diff: equal within rtol %g (largest relative difference %.3g)\n", rtol, worst_rel);
+    else printf("diff: equal (every tensor bitwise identical)\n");
   }
   return differ ? 1 : 0;
 }
@@ -525,117 +604,83 @@ static int cmd_diff(ckpt *a, ckpt *b) {
 /* ------------------------------------------------------------------ */
 /* convert and export                                                  */
 
-static int64_t attr_i64_or(hid_t obj, const char *name, int64_t dflt) {
-  int64_t v = attr_i64(obj, name);
-  return v < 0 ? dflt : v;
-}
 
-/* A registry that describes the checkpoint's canonical tensors (tp = 1),
- * with the placement attributes read back so a conversion keeps them. */
-static void registry_from_ckpt(ckpt *c, mt_registry *reg) {
-  mt_registry_init(reg, 1, 0);
-  for (int i = 0; i < c->n_tensors; i++) {
-    char path[256];
-    dataset_path(path, sizeof path, 0, c->names[i]);
-    hid_t d = H5Dopen2(c->file, path, H5P_DEFAULT);
-    hid_t s = H5Dget_space(d);
-    hsize_t dims[H5S_MAX_RANK] = {0};
-    int nd = H5Sget_simple_extent_dims(s, dims, NULL);
-    H5Sclose(s);
-    int64_t shape[MT_MAX_DIMS], padded[MT_MAX_DIMS];
-    for (int k = 0; k < nd; k++) shape[k] = padded[k] = (int64_t)dims[k];
-    char split[32], tied[MT_NAME_MAX];
-    attr_str(d, "tp_split", split, sizeof split);
-    attr_str(d, "tied_to", tied, sizeof tied);
-    mt_placement p = mt_replicated();
-    if (!strcmp(split, "dim0") || !strcmp(split, "dim1"))
-      p = mt_sharded(split[3] - '0', (int)attr_i64_or(d, "fused_blocks", 1));
-    if (H5Aexists(d, "padded_shape") > 0) { /* nd values, no more */
-      hid_t a = H5Aopen(d, "padded_shape", H5P_DEFAULT);
-      hid_t as = a >= 0 ? H5Aget_space(a) : -1;
-      int64_t pv[MT_MAX_DIMS];
-      if (as >= 0 && H5Sget_simple_extent_npoints(as) == nd &&
-          H5Aread(a, H5T_NATIVE_INT64, pv) >= 0)
-        for (int k = 0; k < nd; k++)
-          if (pv[k] >= shape[k] && pv[k] <= 2 * shape[k] + 65536) padded[k] = pv[k];
-      if (as >= 0) H5Sclose(as);
-      if (a >= 0) H5Aclose(a);
-    }
-    int idx = mt_registry_add(reg, c->names[i], nd, shape, padded, p,
-                              (int)attr_i64_or(d, "weight_decay", 0));
-    snprintf(reg->t[idx].tied_to, sizeof reg->t[idx].tied_to, "%s", tied);
-    /* a unit each: experts and dense tensors alternate, and nothing here
-     * reduces gradients over units */
-    reg->t[idx].layer = i;
-    if (H5Aexists(d, "ep_split") > 0) { /* an expert: its splits on the folded mesh */
-      char eps[32], etps[32];
-      attr_str(d, "ep_split", eps, sizeof eps);
-      attr_str(d, "etp_split", etps, sizeof etps);
-      mt_tensor *t = &reg->t[idx];
-      t->group = MT_GROUP_EDP;
-      if (!strncmp(eps, "dim", 3) && eps[3] >= '0' && eps[3] < '0' + nd) t->ep = mt_sharded(eps[3] - '0', 1);
-      if (!strncmp(etps, "dim", 3) && etps[3] >= '0' && etps[3] < '0' + nd)
-        t->etp = mt_sharded(etps[3] - '0', 1);
-    }
-    H5Dclose(d);
+typedef struct {
+  const char *mode;
+  int param_dtype, optim_dtype, params_only, target_tp, target_pp;
+  double buffer_mb;
+  const char *test_crash;
+} convert_args;
+
+/* The registries of a target layout (tp x pp ranks, tp fastest) for the GPT
+ * the checkpoint's root attributes describe. */
+static int target_registries(const ckpt *c, int tp, int pp, mt_registry **out, mt_err *e) {
+  mt_model_shape shape = {.n_layer = (int)c->meta.n_layer, .n_embd = (int)c->meta.n_embd,
+                          .n_head = (int)c->meta.n_head, .seq_len = (int)c->meta.seq_len,
+                          .vocab = (int)c->meta.vocab};
+  shape.vocab_padded = mt_model_pad_vocab(shape.vocab, tp);
+  if (c->meta.moe_experts > 0) {
+    mt_err_set(e, "--target: re-chunking a MoE checkpoint (%lld experts) is not supported yet; "
+                  "it loads under any layout as it is", (long long)c->meta.moe_experts);
+    return -1;
   }
+  if (pp > shape.n_layer) {
+    mt_err_set(e, "--target: pp = %d is more than the model's %d layers", pp, shape.n_layer);
+    return -1;
+  }
+  int *stage_of_layer = mt_calloc((size_t)shape.n_layer + 1, sizeof(int));
+  for (int s = 0; s < pp; s++) {
+    int l0, l1;
+    mt_pp_stage_layers(shape.n_layer, pp, 1, NULL, s, &l0, &l1);
+    for (int l = l0; l < l1; l++) stage_of_layer[l] = s;
+  }
+  mt_registry *regs = mt_calloc((size_t)(tp * pp), sizeof *regs);
   char msg[256];
-  if (mt_registry_finalize(reg, msg, sizeof msg) != 0)
-    mt_die("meshckpt: the checkpoint's tensors make no registry: %s", msg);
-}
-
-static char *read_config_text(ckpt *c) {
-  hid_t d = H5Dopen2(c->file, "config", H5P_DEFAULT);
-  if (d < 0) return strdup("");
-  hid_t t = H5Dget_type(d);
-  size_t n = H5Tget_size(t);
-  if (H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) > 0 ||
-      (long long)n > c->man.total_bytes) { /* bounded before allocating */
-    H5Tclose(t);
-    H5Dclose(d);
-    return strdup("");
+  int rc = 0;
+  for (int w = 0; w < tp * pp && rc == 0; w++) {
+    mt_registry_init(&regs[w], tp, w % tp);
+    if (mt_gpt_register(&regs[w], &shape, tp, w % tp, 0, msg, sizeof msg) != 0 ||
+        (pp > 1 && mt_gpt_register_stages(&regs[w], stage_of_layer, pp - 1, w / tp, msg,
+                                          sizeof msg) != 0)) {
+      mt_err_set(e, "--target tp=%d,pp=%d does not fit the model (%s)", tp, pp, msg);
+      rc = -1;
+    }
   }
-  char *buf = mt_calloc(n + 1, 1);
-  H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
-  H5Tclose(t);
-  H5Dclose(d);
-  return buf;
+  free(stage_of_layer);
+  *out = regs;
+  return rc;
 }
 
-/* Read the whole source checkpoint (each rank a 1/N share of the flat state)
- * and save it again under mode into dst (a checkpoints directory). */
-static int cmd_convert(ckpt *c, const char *dst, const char *mode) {
-  mt_registry reg;
-  registry_from_ckpt(c, &reg);
-  mt_mesh mesh;
+static int cmd_convert(ckpt *c, const char *dst, const convert_args *ca) {
   mt_err err = {0};
-  mt_mesh_create(&mesh, 1, 1, g_size, 1, &err);
-  size_t n = reg.numel_local, lo = n * (size_t)g_rank / (size_t)g_size,
-         hi = n * (size_t)(g_rank + 1) / (size_t)g_size;
-  float *buf[MT_CKPT_NGROUPS];
-  mt_flat_range ranges[MT_CKPT_NGROUPS];
-  mt_ckpt_state st;
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
-    buf[g] = mt_calloc(hi - lo + 1, sizeof(float));
-    ranges[g] = (mt_flat_range){lo, hi - lo, buf[g]};
-    st.ranges[g] = &ranges[g];
-    st.n_ranges[g] = hi > lo;
+  mt_registry *targets = NULL;
+  if (ca->target_tp > 0) target_registries(c, ca->target_tp, ca->target_pp, &targets, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", c->dir);
+  ckpt_close(c); /* the conversion opens the source itself */
+  mt_ckpt_convert_opts o = {ca->mode, ca->param_dtype, ca->optim_dtype, ca->params_only,
+                            ca->target_tp, ca->target_pp, targets,
+                            (size_t)(ca->buffer_mb * 1048576.0), ca->test_crash};
+  mt_ckpt_convert_stats st;
+  int rc = mt_ckpt_convert(dir, dst, &o, &st, &err);
+  if (rc != 0) {
+    mt_err_report(&err, "meshckpt");
+  } else if (g_rank == 0) {
+    printf("convert: %s -> %s/step_%lld (%s, parameters %s, %s, %lld boxes)\n", dir, dst,
+           (long long)st.step, ca->mode, st.param_dtype == MT_CKPT_BF16 ? "bf16" : "fp32",
+           st.groups == 1 ? "no optimizer state"
+                          : st.optim_dtype == MT_CKPT_BF16 ? "optimizer state bf16"
+                                                           : "optimizer state fp32",
+           (long long)st.boxes);
+    printf("convert: read %.3f GB, wrote %.3f GB in %.2f s on %d rank(s): %.3f GB/s read; "
+           "peak RSS %.1f MiB (largest rank), buffer %.1f MiB per rank\n",
+           st.bytes_read / 1e9, st.bytes_written / 1e9, st.seconds, g_size,
+           st.bytes_read / 1e9 / st.seconds, st.peak_rss_max / 1048576.0,
+           st.buffer_bytes / 1048576.0);
   }
-  mt_ckpt_meta m = {0}, got;
-  mt_ckpt_read_meta(c->file, &m);
-  int rc = mt_ckpt_load(c->dir, &reg, &mesh, &st, &m, 1, &got, &err);
-  if (rc == 0) {
-    /* got keeps the layout that trained it: the conversion itself is not a layout */
-    char *ini = read_config_text(c);
-    mt_ckpt_save_opts opts = {mode, 0, "none", ini};
-    rc = mt_ckpt_save(dst, &got, &reg, &mesh, &st, &opts, NULL, &err);
-    free(ini);
-  }
-  if (rc != 0 && g_rank == 0) fprintf(stderr, "meshckpt: error: %s\n", err.msg);
-  else if (g_rank == 0) printf("convert: %s -> %s/step_%lld (%s)\n", c->dir, dst, (long long)m.step, mode);
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(buf[g]);
-  mt_mesh_destroy(&mesh);
-  mt_registry_free(&reg);
+  for (int w = 0; targets && w < ca->target_tp * ca->target_pp; w++) mt_registry_free(&targets[w]);
+  free(targets);
   return rc ? 1 : 0;
 }
 
@@ -736,6 +781,52 @@ static int cmd_export(ckpt *c, const char *out, const char *dtype) {
   return rc;
 }
 
+/* Hugging Face GPT-2: model.safetensors + config.json into the directory out */
+static int cmd_export_hf(ckpt *c, const char *out, const char *dtype) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", c->dir);
+  ckpt_close(c); /* the export opens the checkpoint itself */
+  mt_err err = {0};
+  double t0 = mt_now();
+  if (mt_ckpt_export_hf(dir, out, !strcmp(dtype, "bf16") ? MT_CKPT_BF16 : MT_CKPT_F32, &err) != 0) {
+    mt_err_report(&err, "meshckpt");
+    return 1;
+  }
+  if (g_rank == 0)
+    printf("export: %s -> %s/model.safetensors + config.json (GPT2LMHeadModel, %s) in %.2f s\n",
+           dir, out, dtype, mt_now() - t0);
+  return 0;
+}
+
+/* a step-0 checkpoint (parameters only) from a Hugging Face GPT-2 directory */
+static int cmd_import_hf(const char *in, const char *out_root, const convert_args *ca) {
+  mt_err err = {0};
+  mt_ckpt_gpt2_config hc;
+  mt_ckpt_hf_read_config(in, &hc, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  mt_model_shape shape = {.n_layer = hc.n_layer, .n_embd = hc.n_embd, .n_head = hc.n_head,
+                          .seq_len = hc.n_positions, .vocab = hc.vocab};
+  shape.vocab_padded = mt_model_pad_vocab(shape.vocab, 1);
+  mt_registry reg;
+  mt_registry_init(&reg, 1, 0);
+  char msg[256];
+  if (mt_gpt_register(&reg, &shape, 1, 0, 0, msg, sizeof msg) != 0)
+    mt_err_set(&err, "%s/config.json describes no model meshtrain can build (%s)", in, msg);
+  mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  double t0 = mt_now();
+  int rc = mt_ckpt_import_hf(in, &hc, &reg, out_root, ca->mode, &err);
+  mt_registry_free(&reg);
+  if (rc != 0) {
+    mt_err_report(&err, "meshckpt");
+    return 2;
+  }
+  if (g_rank == 0)
+    printf("import: %s -> %s/step_0 (%s, parameters only: L=%d C=%d H=%d T=%d V=%d) in %.2f s\n",
+           in, out_root, ca->mode, hc.n_layer, hc.n_embd, hc.n_head, hc.n_positions, hc.vocab,
+           mt_now() - t0);
+  return 0;
+}
+
 /* ------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -748,60 +839,102 @@ int main(int argc, char **argv) {
   const char *cmd = argc > 1 ? argv[1] : NULL;
   const char *pos[2] = {NULL, NULL};
   int npos = 0, deep = 0, list = 0;
-  const char *mode = "shared", *dtype = "fp32";
+  const char *dtype = "fp32", *format = NULL, *hints = NULL;
+  double rtol = 0;
+  convert_args ca = {"shared", -1, -1, 0, 0, 0, 64, "none"};
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--deep")) deep = 1;
-    else if (!strcmp(argv[i], "--tensors")) list = 1;
-    else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
-      mode = argv[++i];
-      if (strcmp(mode, "shared") && strcmp(mode, "per-writer"))
-        mt_err_set(&err, "--mode: '%s' is not shared or per-writer", mode);
-    } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
-      dtype = argv[++i];
-      if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))
-        mt_err_set(&err, "--dtype: '%s' is not fp32 or bf16", dtype);
-    }
-    else if (!strcmp(argv[i], "--chunk-mb") && i + 1 < argc) {
+    const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(arg, "--deep")) deep = 1;
+    else if (!strcmp(arg, "--tensors")) list = 1;
+    else if (!strcmp(arg, "--params-only")) ca.params_only = 1;
+    else if (!strcmp(arg, "--mode") && val) {
+      ca.mode = argv[++i];
+      if (strcmp(ca.mode, "shared") && strcmp(ca.mode, "per-writer"))
+        mt_err_set(&err, "--mode: '%s' is not shared or per-writer", ca.mode);
+    } else if ((!strcmp(arg, "--dtype") || !strcmp(arg, "--optim-dtype")) && val) {
+      i++;
+      if (strcmp(val, "fp32") && strcmp(val, "bf16"))
+        mt_err_set(&err, "%s: '%s' is not fp32 or bf16", arg, val);
+      int code = !strcmp(val, "bf16") ? MT_CKPT_BF16 : MT_CKPT_F32;
+      if (!strcmp(arg, "--dtype")) {
+        dtype = val;
+        ca.param_dtype = code;
+      } else {
+        ca.optim_dtype = code;
+      }
+    } else if (!strcmp(arg, "--format") && val) {
+      format = argv[++i];
+      if (strcmp(format, "hf") && strcmp(format, "h5"))
+        mt_err_set(&err, "--format: '%s' is not hf or h5", format);
+    } else if (!strcmp(arg, "--target") && val) {
+      i++;
+      char extra;
+      if (sscanf(val, "tp=%d,pp=%d%c", &ca.target_tp, &ca.target_pp, &extra) != 2 ||
+          ca.target_tp < 1 || ca.target_pp < 1 || ca.target_tp > 4096 || ca.target_pp > 4096)
+        mt_err_set(&err, "--target: '%s' is not tp=N,pp=M (positive)", val);
+    } else if (!strcmp(arg, "--buffer-mb") && val) {
+      ca.buffer_mb = atof(argv[++i]);
+      if (!(ca.buffer_mb >= 1)) mt_err_set(&err, "--buffer-mb: '%s' is not a number >= 1", val);
+    } else if (!strcmp(arg, "--rtol") && val) {
+      rtol = atof(argv[++i]);
+      if (!(rtol >= 0)) mt_err_set(&err, "--rtol: '%s' is not a number >= 0", val);
+    } else if (!strcmp(arg, "--hints") && val) {
+      hints = argv[++i];
+    } else if (!strcmp(arg, "--test-crash") && val) {
+      ca.test_crash = argv[++i];
+    } else if (!strcmp(arg, "--chunk-mb") && val) {
       double mb = atof(argv[++i]);
-      if (!(mb > 0)) mt_err_set(&err, "--chunk-mb: '%s' is not a positive number", argv[i]);
+      if (!(mb > 0)) mt_err_set(&err, "--chunk-mb: '%s' is not a positive number", val);
       else g_chunk_bytes = (size_t)(mb * 1048576.0);
-    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) cmd = "help";
-    else if (argv[i][0] == '-') mt_err_set(&err, "unknown option '%s'", argv[i]);
-    else if (npos < 2) pos[npos++] = argv[i];
-    else mt_err_set(&err, "too many arguments ('%s')", argv[i]);
+    } else if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) cmd = "help";
+    else if (arg[0] == '-') mt_err_set(&err, "unknown option '%s' (or its value is missing)", arg);
+    else if (npos < 2) pos[npos++] = arg;
+    else mt_err_set(&err, "too many arguments ('%s')", arg);
   }
   if (!cmd || !strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
     if (g_rank == 0) usage(cmd ? stdout : stderr);
     MPI_Finalize();
     return cmd ? 0 : MT_EXIT_BADINPUT;
   }
+  if (hints && !err.failed) mt_ckpt_set_io_hints(hints, &err);
   int two_ckpts = !strcmp(cmd, "diff"), need = two_ckpts || !strcmp(cmd, "convert") ||
-                                                   !strcmp(cmd, "export") ? 2 : 1;
+                                                   !strcmp(cmd, "export") || !strcmp(cmd, "import")
+                                               ? 2
+                                               : 1;
   if (strcmp(cmd, "inspect") && strcmp(cmd, "verify") && strcmp(cmd, "diff") &&
-      strcmp(cmd, "convert") && strcmp(cmd, "export"))
-    mt_err_set(&err, "unknown command '%s' (inspect|verify|diff|convert|export)", cmd);
+      strcmp(cmd, "convert") && strcmp(cmd, "export") && strcmp(cmd, "import"))
+    mt_err_set(&err, "unknown command '%s' (inspect|verify|diff|convert|export|import)", cmd);
   else if (npos != need)
     mt_err_set(&err, "%s needs %d path%s (see --help)", cmd, need, need == 1 ? "" : "s");
+  else if (!strcmp(cmd, "import") && (!format || strcmp(format, "hf") != 0))
+    mt_err_set(&err, "import needs --format hf (a Hugging Face GPT-2 directory)");
+  else if (ca.target_tp > 0 && strcmp(cmd, "convert") != 0)
+    mt_err_set(&err, "--target is an option of convert");
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  if (!strcmp(cmd, "verify")) {
+    int rc = cmd_verify(pos[0], deep);
+    MPI_Finalize();
+    return rc;
+  }
+  if (!strcmp(cmd, "import")) {
+    int rc = cmd_import_hf(pos[0], pos[1], &ca);
+    MPI_Finalize();
+    return rc;
+  }
   ckpt a, b;
   int rc = 0, bad_input = 0;
-  if (ckpt_open(pos[0], &a, &bad_input, &err) != 0 && !bad_input && !strcmp(cmd, "verify")) {
-    /* a checkpoint the loader refuses before reading any data: a problem found */
-    if (g_rank == 0) printf("%s\nverify: %s: 1 problem(s)\n", err.msg, pos[0]);
-    ckpt_close(&a);
-    MPI_Finalize();
-    return 1;
-  }
+  int main_file = strcmp(cmd, "convert") != 0;
+  ckpt_open(pos[0], &a, main_file, NULL, NULL, &bad_input, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
   if (two_ckpts) {
-    ckpt_open(pos[1], &b, &bad_input, &err);
+    ckpt_open(pos[1], &b, 1, NULL, NULL, &bad_input, &err);
     mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
   }
   if (!strcmp(cmd, "inspect")) rc = cmd_inspect(&a, list);
-  else if (!strcmp(cmd, "verify")) rc = cmd_verify(&a, deep);
-  else if (!strcmp(cmd, "convert")) rc = cmd_convert(&a, pos[1], mode);
+  else if (!strcmp(cmd, "convert")) rc = cmd_convert(&a, pos[1], &ca);
+  else if (!strcmp(cmd, "export") && format && !strcmp(format, "hf")) rc = cmd_export_hf(&a, pos[1], dtype);
   else if (!strcmp(cmd, "export")) rc = cmd_export(&a, pos[1], dtype);
-  else rc = cmd_diff(&a, &b);
+  else rc = cmd_diff(&a, &b, rtol);
   ckpt_close(&a);
   if (two_ckpts) ckpt_close(&b);
   MPI_Finalize();

@@ -69,9 +69,13 @@ static int calibrate(int argc, char **argv) {
     if (!f) {
       mt_err_set(&e, "--out %s: cannot write", out);
     } else {
-      char desc[256];
-      snprintf(desc, sizeof desc, "calibrated by meshplan from %s, %s, %s", in.gemm_json,
-               in.coll_json, in.stream_json);
+      /* the files' names only: a line of the profile holds at most 198
+       * characters (inih) */
+      const char *g = strrchr(in.gemm_json, '/'), *c = strrchr(in.coll_json, '/'),
+                 *st = strrchr(in.stream_json, '/');
+      char desc[160];
+      snprintf(desc, sizeof desc, "calibrated by meshplan from %.40s, %.40s, %.40s",
+               g ? g + 1 : in.gemm_json, c ? c + 1 : in.coll_json, st ? st + 1 : in.stream_json);
       mt_cost_profile_write(&p, desc, f);
       fclose(f);
       printf("meshplan: wrote %s: %d matmul sizes (%.1f-%.1f GFLOP/s), memory %.2f GB/s, "
@@ -87,9 +91,10 @@ static int calibrate(int argc, char **argv) {
 static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes, int top) {
   printf("# %d layouts tried, %d valid, %d fit in %.1f GiB per device (%.2f s)\n", s->tried,
          s->valid, s->fitting, p->mem_bytes / 1073741824.0, s->seconds);
-  printf("%4s %3s %3s %4s %4s %3s %12s %2s %2s %8s | %9s %11s %6s | %5s %5s %5s %5s %5s %5s\n",
-         "rank", "tp", "pp", "dp", "zero", "mb", "schedule", "sp", "rc", "mem GiB", "step s",
-         "tokens/s", "MFU", "comp", "tp", "bubl", "p2p", "dp", "opt");
+  printf("%4s %3s %3s %3s %3s %4s %4s %3s %12s %2s %2s %8s | %9s %11s %6s | %5s %5s %5s %5s %5s "
+         "%5s %5s %5s\n",
+         "rank", "tp", "pp", "cp", "ep", "dp", "zero", "mb", "schedule", "sp", "rc", "mem GiB",
+         "step s", "tokens/s", "MFU", "comp", "tp", "cp", "ep", "bubl", "p2p", "dp", "opt");
   for (int i = 0; i < s->n && i < top; i++) {
     const mt_search_row *r = &s->r[i];
     const mt_cost *c = &r->cost;
@@ -97,11 +102,12 @@ static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes,
     snprintf(sched, sizeof sched, "%s%s", r->pp > 1 ? r->schedule : "-",
              r->virtual_stages > 1 ? "/2" : "");
     double st = c->step_s > 0 ? c->step_s : 1.0;
-    printf("%4d %3d %3d %4d %4d %3d %12s %2d %2d %8.2f%s| %9.4f %11.0f %5.1f%% | %4.0f%% %4.0f%% "
-           "%4.0f%% %4.0f%% %4.0f%% %4.0f%%\n",
-           i + 1, r->tp, r->pp, r->dp, r->zero, r->micro_batch, sched, r->sp, r->recompute,
-           c->mem_bytes / 1073741824.0, c->fits ? " " : "!", c->step_s, c->tokens_per_s,
-           100 * c->mfu, 100 * c->compute_s / st, 100 * c->tp_s / st, 100 * c->pp_bubble_s / st,
+    printf("%4d %3d %3d %3d %3d %4d %4d %3d %12s %2d %2d %8.2f%s| %9.4f %11.0f %5.1f%% | %4.0f%% "
+           "%4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%%\n",
+           i + 1, r->tp, r->pp, r->cp, r->ep, r->dp, r->zero, r->micro_batch, sched, r->sp,
+           r->recompute, c->mem_bytes / 1073741824.0, c->fits ? " " : "!", c->step_s,
+           c->tokens_per_s, 100 * c->mfu, 100 * c->compute_s / st, 100 * c->tp_s / st,
+           100 * c->cp_s / st, 100 * c->ep_s / st, 100 * c->pp_bubble_s / st,
            100 * c->pp_p2p_s / st, 100 * c->dp_exposed_s / st, 100 * c->optim_s / st);
   }
   (void)nodes;
@@ -110,14 +116,16 @@ static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes,
 /* one priced layout as a JSON object (no newline) */
 static void row_json(FILE *f, const mt_search_row *r) {
   const mt_cost *c = &r->cost;
-  fprintf(f, "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"zero\": %d, \"micro_batch\": %d, "
+  fprintf(f, "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"ep\": %d, \"zero\": %d, "
+             "\"micro_batch\": %d, "
              "\"sp\": %d, \"recompute\": %d, \"schedule\": \"%s\", \"virtual_stages\": %d, "
              "\"fits\": %d, \"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
-             "\"compute_s\": %.9g, \"tp_s\": %.9g, \"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
+             "\"compute_s\": %.9g, \"tp_s\": %.9g, \"cp_s\": %.9g, \"ep_s\": %.9g, "
+             "\"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
              "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"mem_bytes\": %.17g, \"mem\": {",
-          r->tp, r->pp, r->dp, r->cp, r->zero, r->micro_batch, r->sp, r->recompute, r->schedule,
-          r->virtual_stages, c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s, c->tp_s,
-          c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->mem_bytes);
+          r->tp, r->pp, r->dp, r->cp, r->ep, r->zero, r->micro_batch, r->sp, r->recompute,
+          r->schedule, r->virtual_stages, c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s,
+          c->tp_s, c->cp_s, c->ep_s, c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->mem_bytes);
   for (int k = 0; k < MT_MEM_NCAT; k++)
     fprintf(f, "%s\"%s\": %.17g", k ? ", " : "", mt_mem_cat_name((mt_mem_cat)k), c->mem[k]);
   fprintf(f, "}, \"step_bytes\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}}", c->dp_bytes,

@@ -124,11 +124,12 @@ LAYOUT_SETTINGS = {
     "zero": ("parallel.zero", "int"), "mb": ("train.micro_batch", "int"),
     "sp": ("parallel.sp", "bool"), "recompute": ("train.recompute", "bool"),
     "schedule": ("parallel.schedule", "word"), "v": ("parallel.virtual_stages", "int"),
+    "ep": ("parallel.ep", "int"), "cp_mode": ("parallel.cp_mode", "word"),
 }
 
 
 def parse_layout(text, ranks):
-    """'auto' or 'tp=2,pp=2[,cp=1][,dp=N][,zero=1,mb=4,sp=1,recompute=0,schedule=1f1b,v=1]'
+    """'auto' or 'tp=2,pp=2[,cp=1][,dp=N][,zero=1,mb=4,sp=1,recompute=0,schedule=1f1b,v=1,ep=1]'
     -> dict(dp,tp,pp,cp, settings=[meshtrain --set ...]) for `ranks` ranks."""
     lay = {"dp": 0, "tp": 1, "pp": 1, "cp": 1}
     settings = []

@@ -1,6 +1,13 @@
 /* Asynchronous save: a snapshot of this rank's state, then a background
  * thread writes its shard file; committed at a step boundary.
  *
+ * The snapshot copy itself runs in the background thread too, while the
+ * next step's forward and backward (which read the parameters and moments,
+ * never change them) go on; mt_ckpt_async_fence, called before the
+ * optimizer changes the state, waits for the copy to be complete. So a
+ * save blocks training for the agreement and the temporary directory only
+ * (and for whatever of the copy the forward and backward did not hide).
+ *
  * The writer thread makes no MPI call and never aborts: it writes one
  * serial HDF5 file and hands its error (if any) back in the save's mt_err;
  * mt_ckpt_async_poll agrees on it over all ranks at the next step boundary.
@@ -23,7 +30,12 @@ struct mt_ckpt_async {
   const mt_registry *reg;
   mt_mesh *mesh;
   mt_flat_range *ranges[MT_CKPT_NGROUPS]; /* point into snapshot */
+  mt_flat_range *live[MT_CKPT_NGROUPS];   /* the caller's ranges, copied from */
   mt_ckpt_state st;
+  pthread_mutex_t lock;
+  pthread_cond_t copied_cv;
+  int copied; /* the snapshot is complete (under lock) */
+  double t_copied;
   float *snapshot;
   size_t snapshot_n;
   pthread_t thread;
@@ -51,8 +63,30 @@ static float *snapshot_buffer(size_t n) {
 /* the save in flight (at most one), for mt_ckpt_writer_wait */
 static mt_ckpt_async *g_inflight;
 
+/* the snapshot: this rank's ranges copied, then the state may change */
+static void copy_snapshot(mt_ckpt_async *a) {
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+    for (int i = 0; i < a->st.n_ranges[g]; i++)
+      memcpy(a->ranges[g][i].mem, a->live[g][i].mem, a->live[g][i].len * sizeof(float));
+  pthread_mutex_lock(&a->lock);
+  a->copied = 1;
+  a->t_copied = mt_now();
+  pthread_cond_broadcast(&a->copied_cv);
+  pthread_mutex_unlock(&a->lock);
+}
+
+double mt_ckpt_async_fence(mt_ckpt_async *a) {
+  if (!a) return 0.0;
+  double t0 = mt_now();
+  pthread_mutex_lock(&a->lock);
+  while (!a->copied) pthread_cond_wait(&a->copied_cv, &a->lock);
+  pthread_mutex_unlock(&a->lock);
+  return mt_now() - t0;
+}
+
 static void *async_writer(void *arg) {
   mt_ckpt_async *a = arg;
+  copy_snapshot(a);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* per thread in a thread-safe HDF5: errors go to e */
   mt_ckpt_write_shard(a->tmpdir, a->reg, a->mesh, &a->st, a->crash, a->meta.step, &a->rows,
                       &a->err);
@@ -100,22 +134,26 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
   a->meta = *meta;
   a->reg = reg;
   a->mesh = mesh;
-  /* the snapshot: this rank's ranges, copied, so training may go on */
+  /* where the snapshot goes (the copy itself is the writer thread's first
+   * job); the caller's range list is copied, its memory read until the fence */
   for (int g = 0; g < MT_CKPT_NGROUPS; g++)
     for (int i = 0; i < st->n_ranges[g]; i++) a->snapshot_n += st->ranges[g][i].len;
   a->snapshot = snapshot_buffer(a->snapshot_n);
   size_t k = 0;
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
     a->ranges[g] = mt_calloc((size_t)st->n_ranges[g] + 1, sizeof(mt_flat_range));
+    a->live[g] = mt_calloc((size_t)st->n_ranges[g] + 1, sizeof(mt_flat_range));
     for (int i = 0; i < st->n_ranges[g]; i++) {
       const mt_flat_range *r = &st->ranges[g][i];
-      memcpy(a->snapshot + k, r->mem, r->len * sizeof(float));
+      a->live[g][i] = *r;
       a->ranges[g][i] = (mt_flat_range){r->begin, r->len, a->snapshot + k};
       k += r->len;
     }
     a->st.ranges[g] = a->ranges[g];
     a->st.n_ranges[g] = st->n_ranges[g];
   }
+  pthread_mutex_init(&a->lock, NULL);
+  pthread_cond_init(&a->copied_cv, NULL);
   atomic_init(&a->done, 0);
   g_inflight = a;
   if (pthread_create(&a->thread, NULL, async_writer, a) == 0) {
@@ -135,11 +173,11 @@ int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *s
   int done = wait ? 1 : atomic_load(&a->done);
   MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!done) return 0;
-  join_writer(a);
+  join_writer(a); /* the copy is done too: the thread did it first */
   g_inflight = NULL;
   /* the writer's error, if any, is agreed here, at a step boundary */
   mt_err local = a->err;
-  mt_ckpt_finish_per_writer(a->tmpdir, &a->meta, a->reg, a->mesh, a->config_ini, &a->rows,
+  mt_ckpt_finish_per_writer(a->tmpdir, &a->meta, a->reg, a->mesh, a->config_ini, &a->rows, NULL,
                             &local);
   int rc = 0;
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
@@ -154,7 +192,12 @@ int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *s
   if (step) *step = a->meta.step;
   free(a->rows.rows);
   free(a->config_ini);
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(a->ranges[g]);
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
+    free(a->ranges[g]);
+    free(a->live[g]);
+  }
+  pthread_cond_destroy(&a->copied_cv);
+  pthread_mutex_destroy(&a->lock);
   free(a);
   *ap = NULL;
   return rc == 0 ? 1 : -1;

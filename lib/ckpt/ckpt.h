@@ -67,9 +67,9 @@ int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *
                  mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                  double *write_s, mt_err *e);
 
-/* Asynchronous save (per-writer layout): collective begin copies this rank's
- * ranges to a host snapshot and starts a thread that writes its shard file;
- * training goes on. mt_ckpt_async_poll (collective, at a step boundary):
+/* Asynchronous save (per-writer layout): collective begin starts a thread
+ * that copies this rank's ranges to a host snapshot (see
+ * mt_ckpt_async_fence) and then writes its shard file; training goes on. mt_ckpt_async_poll (collective, at a step boundary):
  * when every rank's writer is done (or wait != 0: after waiting for it), the
  * index is written and the checkpoint committed; returns 1 then (and frees
  * *a), 0 while still writing, -1 on failure (e set). write_s: seconds from
@@ -80,11 +80,18 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
                                    const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                                    mt_err *e);
 int mt_ckpt_async_poll(mt_ckpt_async **a, int wait, double *write_s, int64_t *step, mt_err *e);
+/* The snapshot of a save begun by mt_ckpt_async_begin is taken in the
+ * background: the caller must not change the saved state (the memory of
+ * st's ranges) before this returns. Call it before the optimizer step after
+ * a begin (NULL: nothing in flight). Not collective. Returns the seconds it
+ * waited. */
+double mt_ckpt_async_fence(mt_ckpt_async *a);
 
 /* Resolve what to load (rank 0 looks, then broadcasts): spec "auto" means the
  * newest complete step directory under root (found = 0 and no error if there
  * is none); any other spec is a step directory, or a directory holding step
- * directories. dir receives the step directory. Collective. */
+ * directories. dir receives the step directory. Collective. Errors name the
+ * path; the caller names its key. */
 int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_len, int *found,
                     mt_err *e);
 
@@ -94,5 +101,72 @@ int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_le
  * (the boxes are spread over the ranks). */
 int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
                  const mt_ckpt_meta *expect, int verify, mt_ckpt_meta *meta_out, mt_err *e);
+/* The same for the parameters alone (group MT_CKPT_MODEL of st; the other
+ * groups are neither read nor required): a run that starts from another
+ * run's weights (train.init_from), e.g. a parameters-only checkpoint. */
+int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
+                        const mt_ckpt_state *st, const mt_ckpt_meta *expect, int verify,
+                        mt_ckpt_meta *meta_out, mt_err *e);
+
+/* MPI-IO hints for the shared file ("key=value,key=value", e.g.
+ * "striping_factor=16,striping_unit=16777216,cb_nodes=8"): given to
+ * MPI_File_open when rank 0 creates ckpt.h5 (striping takes effect at
+ * creation) and when a load opens it. "" clears them. Returns 0, or -1 with
+ * e naming the bad entry (no MPI call: usable before the first collective). */
+int mt_ckpt_set_io_hints(const char *spec, mt_err *e);
+
+/* Stored element types (SCHEMA.md): training writes float32; a conversion
+ * may store parameters (or, when asked, everything) as bfloat16. */
+enum { MT_CKPT_F32 = 0, MT_CKPT_BF16 = 1 };
+
+/* Offline conversion (meshckpt convert), collective over MPI_COMM_WORLD on
+ * any number of ranks: each converts its share of the boxes, streaming, with
+ * at most buffer_bytes of tensor data in memory per rank. */
+typedef struct {
+  const char *mode;   /* "shared" | "per-writer" */
+  int param_dtype;    /* MT_CKPT_F32 or MT_CKPT_BF16; -1: as stored */
+  int optim_dtype;    /* the same for the AdamW moments (-1: as stored, float32 from training) */
+  int params_only;    /* drop the optimizer state (for inference) */
+  /* a layout hint: the boxes become the tp shards of tp = target_tp, each
+   * written by its target rank (per-writer: one shard file per target rank),
+   * the datasets of a pipeline stage together (shared); 0 = keep the
+   * source's boxes. targets: target_tp * target_pp registries (tp fastest)
+   * with their pp stages set, made by the caller from the model. */
+  int target_tp, target_pp;
+  const mt_registry *targets;
+  size_t buffer_bytes;    /* per rank; at least 1 MiB */
+  const char *test_crash; /* "none" | "write": rank 0 kills itself halfway (tests) */
+} mt_ckpt_convert_opts;
+
+typedef struct {
+  int64_t step, boxes;
+  int groups, param_dtype, optim_dtype;
+  double bytes_read, bytes_written, seconds; /* all ranks together */
+  double peak_rss_max;                       /* bytes, the largest rank's peak RSS */
+  double buffer_bytes;
+} mt_ckpt_convert_stats;
+
+/* Reads src_dir, writes <dst_root>/step_<N> (committed atomically, `latest`
+ * updated). 0, or -1 with e set (the same on every rank). */
+int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_convert_opts *o,
+                    mt_ckpt_convert_stats *stats, mt_err *e);
+
+/* Hugging Face GPT-2 (transformers' GPT2LMHeadModel): config.json and
+ * model.safetensors. Conv1D weights are stored in x out (ours out x in), the
+ * tied lm_head is left out, the vocabulary unpadded. */
+typedef struct {
+  int n_layer, n_embd, n_head, n_positions, vocab;
+} mt_ckpt_gpt2_config;
+/* config.json of dir, checked to describe a GPT-2 meshtrain computes (no
+ * MPI). 0, or -1 with e naming what does not fit. */
+int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_gpt2_config *c, mt_err *e);
+/* Collective: out_dir/{model.safetensors,config.json} from the parameters of
+ * checkpoint dir (rank 0 writes; dtype MT_CKPT_F32 or MT_CKPT_BF16). */
+int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e);
+/* Collective: a step-0 checkpoint of the parameters alone (no optimizer
+ * state) in <out_root>/step_0 from dir's model.safetensors; reg: the GPT of
+ * config c at tp = 1 (the caller registers it). */
+int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_registry *reg,
+                      const char *out_root, const char *mode, mt_err *e);
 
 #endif

@@ -186,10 +186,24 @@ int mt_ckpt_write_text(hid_t file, const char *name, const char *text, const cha
 /* the tensor names, row i = tensor id i of the index */
 int mt_ckpt_write_names(hid_t file, const mt_registry *reg, const char *where, mt_err *e);
 /* xxh64 of the root attributes that resume uses (format, version and every
- * integer of m, as "key=value\n" lines in SCHEMA.md's order) */
-uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version);
-/* the root attributes (format, version, index columns, meta, meta_xxh64) */
-int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, const char *where, mt_err *e);
+ * integer of m, as "key=value\n" lines in SCHEMA.md's order; from 1.2 also
+ * groups) */
+uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version, int64_t groups);
+/* the root attributes (format, version, index columns, meta, groups, meta_xxh64) */
+int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, const char *where,
+                             mt_err *e);
+
+/* Stored element types: float32 (what training writes) and bfloat16 (a
+ * conversion's choice for parameters), both little-endian. Checksums are of
+ * the stored bytes. */
+size_t mt_ckpt_dtype_size(int dtype);
+/* float32 -> bfloat16, round to nearest even (NaN stays NaN) */
+uint16_t mt_ckpt_to_bf16(float f);
+const char *mt_ckpt_dtype_name(int dtype);
+/* the HDF5 file type (close it), or -1 */
+hid_t mt_ckpt_h5_type(int dtype);
+/* MT_CKPT_F32 or MT_CKPT_BF16 for an HDF5 type, or -1 for any other */
+int mt_ckpt_dtype_of(hid_t type);
 
 /* ------------------------------------------------------------------ */
 /* select.c: what a rank writes or reads of each tensor                */
@@ -249,9 +263,10 @@ typedef struct {
 /* 0, or -1 when out of memory */
 int mt_ckpt_append_row(mt_ckpt_rows *r, int g, int ti, int writer, const mt_ckpt_box *b,
                        uint64_t h);
-/* this rank's boxes with the checksums of their data, in writing order */
+/* this rank's boxes (with_hash: and the checksums of their data), in
+ * writing order */
 int mt_ckpt_plan_rows(const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
-                      mt_ckpt_rows *out, mt_err *e);
+                      int with_hash, mt_ckpt_rows *out, mt_err *e);
 /* Collective: every rank's rows to rank 0 (*all, *n_all there), in rank order. */
 int mt_ckpt_gather_rows(const mt_ckpt_rows *mine, mt_mesh *mesh, int64_t **all, int64_t *n_all,
                         mt_err *e);
@@ -259,11 +274,20 @@ int mt_ckpt_gather_rows(const mt_ckpt_rows *mine, mt_mesh *mesh, int64_t **all, 
 int64_t *mt_ckpt_gather_layout(mt_mesh *mesh);
 /* Rank 0 alone: the file of everything but tensor data in shard files:
  * ckpt.h5 (offsets != NULL: contiguous datasets with space allocated, their
- * file offsets returned per group and tensor) or index.h5 (virtual datasets
- * over the shard files). */
+ * file offsets returned per group and tensor, and the index's in
+ * offsets[NGROUPS * n]) or index.h5 (virtual datasets over the shard
+ * files). */
+typedef struct {
+  int groups;                 /* 3, or 1: parameters only */
+  int dtype[MT_CKPT_NGROUPS]; /* stored type per group (MT_CKPT_F32, MT_CKPT_BF16) */
+  const int *order;           /* datasets (g * n + i) in the order their data lies in the file
+                                 (NULL: group by group, registry order) */
+} mt_ckpt_file_opts;
+/* fo NULL: what training writes (every group, float32, registry order) */
 int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt_registry *reg,
                             const int64_t *rows, int64_t n_rows, const int64_t *layout, int world,
-                            const char *config_ini, int64_t *offsets, mt_err *e);
+                            const char *config_ini, int64_t *offsets,
+                            const mt_ckpt_file_opts *fo, mt_err *e);
 /* element offset of each index row's data in its writer's shard dataset */
 int64_t *mt_ckpt_shard_offsets(const int64_t *rows, int64_t n);
 /* a virtual dataset's creation list for tensor ti of group g, or -1 (e set) */
@@ -273,7 +297,7 @@ hid_t mt_ckpt_virtual_dcpl(const mt_tensor *t, int g, const int64_t *rows, const
  * caller agrees on it). */
 int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
                         mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
-                        mt_err *e);
+                        const mt_ckpt_file_opts *fo, mt_err *e);
 /* per-writer, part 1 (no MPI, no abort: may run in the background writer) */
 int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mesh,
                         const mt_ckpt_state *st, const char *crash, int64_t step,
@@ -281,10 +305,17 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
 /* per-writer, part 2 (collective): rank 0 writes index.h5 */
 int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
                               const mt_registry *reg, mt_mesh *mesh, const char *config_ini,
-                              const mt_ckpt_rows *rows, mt_err *e);
+                              const mt_ckpt_rows *rows, const mt_ckpt_file_opts *fo, mt_err *e);
 int mt_ckpt_save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
                             mt_mesh *mesh, const mt_ckpt_state *st,
-                            const mt_ckpt_save_opts *opts, mt_err *e);
+                            const mt_ckpt_save_opts *opts, const mt_ckpt_file_opts *fo,
+                            mt_err *e);
+/* mt_ckpt_save with the file options (fo NULL: as training writes); the
+ * state of the groups fo leaves out must be empty (a parameters-only save:
+ * ranges of group MT_CKPT_MODEL only; float32 in memory and on disk) */
+int mt_ckpt_save_with(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
+                      mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                      const mt_ckpt_file_opts *fo, double *write_s, mt_err *e);
 /* The halves around the writers (collective): agree on the schema and make
  * the temporary directory; then agree and let rank 0 commit. After a failure
  * every rank agreed on, abandon removes the temporary directory. */
@@ -305,44 +336,169 @@ void mt_ckpt_writer_wait(void);
 typedef void (*mt_ckpt_report_fn)(void *ctx, const char *path, const char *problem,
                                   const int64_t *row);
 
-/* The tensor table (/tensors) with every tensor's extent as 2-D (a vector
- * is one row, an N-d tensor all its dims but the last flattened into rows),
- * per group: ext[g * n + i]. */
+/* How a tensor is split at run time, from its dataset's attributes (model
+ * group): what a conversion keeps. */
+typedef struct {
+  int tp_sharded, tp_dim, fused_blocks, weight_decay;
+  int64_t padded[MT_MAX_DIMS];
+  char tied_to[MT_NAME_MAX];
+  /* experts (format 1.2): ep_split/etp_split as a dimension, -1 when
+   * replicated; expert 0 when the tensor is dense */
+  int expert, ep_dim, etp_dim;
+} mt_ckpt_tensor_attrs;
+
+/* The tensor table (/tensors) and, per group g < groups and tensor i (index
+ * g * n + i): extent as 2-D (a vector is one row, an N-d tensor its dims but
+ * the last flattened into rows), stored type, and where a
+ * contiguous dataset's data starts in the main file (bytes; -1 when it is
+ * not plain contiguous: virtual, chunked, compressed). */
 typedef struct {
   int n;
+  int groups; /* 3, or 1: parameters only */
   char (*names)[MT_NAME_MAX];
   int64_t (*ext)[2];
-  int *nd;                     /* dimensions of each (1 to 3) */
+  int *nd;                      /* dimensions of each (1 to 3), per tensor */
   int64_t (*dims)[MT_MAX_DIMS]; /* the N-d extents of each (in /model) */
+  int *dtype;                   /* per g * n + i */
+  int64_t *offset;              /* per g * n + i */
+  mt_ckpt_tensor_attrs *attrs;  /* per tensor */
 } mt_ckpt_tensors;
 
 /* xxh64 of n float32 values (little-endian bytes) */
 uint64_t mt_ckpt_box_hash(const float *data, size_t n);
 /* how many of x[0..n) are NaN or Inf */
 size_t mt_ckpt_count_nonfinite(const float *x, size_t n);
+size_t mt_ckpt_count_nonfinite_bf16(const uint16_t *x, size_t n);
 /* Root attributes: format, a known version equal to the manifest's, all
  * there, meta_xxh64 matches (required from 1.1), step equals the manifest's,
- * values in range (limit: the checkpoint's bytes). */
+ * values in range (limit: the checkpoint's bytes); *groups: 3, or 1 for a
+ * parameters-only checkpoint (the `groups` attribute, from 1.2). */
 int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man, int64_t limit,
-                       mt_ckpt_meta *m, mt_err *e);
-/* /tensors and every dataset's extent, bounded by limit bytes */
-int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_tensors *tt,
-                         mt_err *e);
+                       mt_ckpt_meta *m, int *groups, mt_err *e);
+/* /tensors and every dataset's extent, type and storage (groups < groups),
+ * bounded by limit bytes */
+int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups,
+                         mt_ckpt_tensors *tt, mt_err *e);
 void mt_ckpt_tensors_free(mt_ckpt_tensors *tt);
 /* /index ([n][MT_CKPT_INDEX_COLS] int64), its size bounded by limit bytes */
 int mt_ckpt_read_index(const char *dir, hid_t file, int64_t limit, int64_t **rows, int64_t *n,
                        mt_err *e);
-/* Every tensor of every group covered by its boxes exactly once (sorted,
- * O(n log n)); returns the number of problems reported. */
+/* Every tensor of every stored group covered by its boxes exactly once
+ * (sorted, O(n log n)); returns the number of problems reported. */
 long mt_ckpt_check_coverage(const int64_t *rows, int64_t n, const mt_ckpt_tensors *tt,
                             mt_ckpt_report_fn report, void *ctx);
-/* The boxes i with i % size == rank: read (chunk_bytes at a time), checksum,
- * no NaN or Inf. Returns the number of problems reported. */
-long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckpt_tensors *tt,
-                        int rank, int size, size_t chunk_bytes, mt_ckpt_report_fn report,
-                        void *ctx, double *bytes_checked);
 /* Per-writer: every shard file the index names exists and is HDF5. */
 long mt_ckpt_check_shard_files(const char *dir, const int64_t *rows, int64_t n,
                                mt_ckpt_report_fn report, void *ctx);
+
+/* ------------------------------------------------------------------ */
+/* source.c: a checkpoint opened for reading without a metadata storm  */
+
+/* Rank 0 alone reads the manifest and the main file (root attributes, the
+ * tensor table, every dataset's storage, the index), makes the checks of
+ * SCHEMA.md ("What a reader checks", 1-5) and broadcasts the result; then
+ * every rank reads the boxes it needs directly: from ckpt.h5 at the offsets
+ * rank 0 found (MPI-IO), or from the shard files that hold them (serial
+ * HDF5, only those), never through the virtual datasets. */
+typedef struct {
+  char dir[1024];
+  int per_writer;
+  mt_ckpt_manifest man;
+  mt_ckpt_meta meta;
+  mt_ckpt_tensors tt;
+  int64_t *rows, n_rows;   /* the index */
+  int64_t *shard_off;      /* per row: first element in its writer's shard dataset */
+  int64_t *order;          /* row numbers sorted by (group, tensor, start0, start1) */
+  int64_t *first;          /* [g * n + i], [g * n + i + 1]: its rows in order */
+  long problems;           /* reported by the checks on rank 0 (coverage, shards) */
+} mt_ckpt_source;
+
+/* Collective over MPI_COMM_WORLD. Errors that leave nothing to check (no
+ * manifest, an unreadable main file, root attributes, the tensor table, the
+ * index) go to e, agreed on every rank; coverage and shard problems go to
+ * report on rank 0 (counted in s->problems, broadcast). 0, or -1 (e set). */
+int mt_ckpt_source_open(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
+                        mt_err *e);
+void mt_ckpt_source_close(mt_ckpt_source *s);
+/* the rows of (g, i): s->order[s->first[g*n+i] .. s->first[g*n+i+1]) */
+
+/* This rank's open files of a source. */
+typedef struct {
+  mt_ckpt_source *src;
+  int rank;
+  int collective;      /* shared: collective MPI-IO reads (MT_CKPT_IO=collective) */
+  MPI_File fh;         /* shared: ckpt.h5 */
+  int fh_open;
+  struct {
+    int64_t writer;
+    hid_t file;
+  } *shards;           /* per-writer: the shard files opened so far */
+  int n_shards, cap_shards;
+  long opens;          /* checkpoint files this rank opened */
+  void *staging;       /* for bfloat16 widening */
+  size_t staging_cap;
+} mt_ckpt_reader;
+
+/* Collective: shared mode opens ckpt.h5 on every rank (each rank checks it
+ * can before the collective open); per-writer opens nothing yet. 0, or -1
+ * with e set (agreed). */
+int mt_ckpt_reader_open(mt_ckpt_reader *r, mt_ckpt_source *s, mt_err *e);
+void mt_ckpt_reader_close(mt_ckpt_reader *r);
+/* close writer's shard file if open (a reader done with it) */
+void mt_ckpt_reader_drop_shard(mt_ckpt_reader *r, int64_t writer);
+/* Read the part [r0, r0+nr) x [c0, c0+nc) (relative to the box) of stored box
+ * (index row) j. as_float: into dst as float32, row k at dst + k * stride
+ * (widened from bfloat16); else the stored bytes, rows end to end. Not
+ * collective. 0, or -1 with e set ("<what>: <cause>"). */
+int mt_ckpt_reader_read(mt_ckpt_reader *r, int64_t j, int64_t r0, int64_t nr, int64_t c0,
+                        int64_t nc, void *dst, int64_t stride, int as_float, const char *what,
+                        mt_err *e);
+/* Rows [r0, r0+nr) x columns [c0, c0+nc) of canonical tensor ti of group g
+ * (checkpoint ids) into out (nc floats per row), from every stored box they
+ * touch; bytes_read (may be NULL) += the stored bytes read. */
+int mt_ckpt_read_region(mt_ckpt_reader *rd, int g, int ti, int64_t r0, int64_t nr, int64_t c0,
+                        int64_t nc, float *out, double *bytes_read, mt_err *e);
+/* The stored boxes (index rows) listed in js, each read whole (chunk_bytes at
+ * a time): checksum, no NaN or Inf. Returns the problems reported. */
+long mt_ckpt_check_rows(mt_ckpt_reader *r, const int64_t *js, int64_t n, size_t chunk_bytes,
+                        mt_ckpt_report_fn report, void *ctx, double *bytes_checked);
+/* ------------------------------------------------------------------ */
+/* safetensors.c: the Hugging Face tensor file, written and read here   */
+
+enum { MT_ST_F32 = 0, MT_ST_BF16 = 1, MT_ST_F16 = 2 };
+typedef struct {
+  char name[160];
+  int dtype, ndim;
+  int64_t shape[MT_MAX_DIMS];
+  int64_t offset, bytes; /* of its data in the file */
+} mt_st_tensor;
+typedef struct {
+  char path[1100];
+  int fd;
+  int64_t data_start;
+  mt_st_tensor *t;
+  int n;
+} mt_st_file;
+size_t mt_st_dtype_size(int dtype);
+const char *mt_st_dtype_name(int dtype);
+/* the header of n tensors laid end to end in this order (metadata_json: an
+ * object of strings, or NULL); *data_start: where tensor 0's bytes go */
+int mt_st_write_header(int fd, const mt_st_tensor *t, int n, const char *metadata_json,
+                       int64_t *data_start, const char *path, mt_err *e);
+int mt_st_write_all(int fd, const void *buf, size_t bytes, int64_t off, const char *path,
+                    mt_err *e);
+/* open and check the header (sizes, dtypes, offsets within the file) */
+int mt_st_open(const char *path, mt_st_file *f, mt_err *e);
+void mt_st_close(mt_st_file *f);
+const mt_st_tensor *mt_st_find(const mt_st_file *f, const char *name);
+/* elements [first, first+n) of t (flat, row-major) as float32 */
+int mt_st_read_f32(const mt_st_file *f, const mt_st_tensor *t, int64_t first, int64_t n,
+                   float *out, mt_err *e);
+
+/* MT_CKPT_TRACE_OPENS=FILE: one line "<rank> <path>" per checkpoint file a
+ * rank opens to read (the tests count them). */
+void mt_ckpt_trace_open(int rank, const char *path);
+/* the MPI_Info of mt_ckpt_set_io_hints (MPI_INFO_NULL when none); free it */
+MPI_Info mt_ckpt_io_info(void);
 
 #endif

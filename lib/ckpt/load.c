@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,14 +45,13 @@ int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_le
       char mpath[1100];
       snprintf(mpath, sizeof mpath, "%s/%s", spec, MT_CKPT_MANIFEST);
       if (mt_ckpt_file_size(spec) < 0) {
-        mt_err_set(&local, "train.resume: %s: no such checkpoint", spec);
+        mt_err_set(&local, "%s: no such checkpoint", spec);
       } else if (mt_ckpt_file_size(mpath) >= 0) {
         snprintf(dir, dir_len, "%s", spec);
         mt_ckpt_manifest man;
         have = mt_ckpt_check_manifest(dir, &man, &local) == 0;
       } else if (!(have = newest_complete(spec, dir, dir_len))) {
-        mt_err_set(&local, "train.resume: %s holds no complete checkpoint (no %s)", spec,
-                   MT_CKPT_MANIFEST);
+        mt_err_set(&local, "%s holds no complete checkpoint (no %s)", spec, MT_CKPT_MANIFEST);
       }
     }
   }
@@ -94,7 +94,7 @@ static int cmp_name(const void *a, const void *b) {
 /* Every tensor of the run's model is in the checkpoint, with its shape
  * (every group: the tensor table holds one extent for all three). */
 static int check_tensors(const char *dir, const mt_registry *reg, const mt_ckpt_tensors *tt,
-                         mt_err *e) {
+                         int *ck_of_reg, mt_err *e) {
   char **sorted = mt_malloc(((size_t)tt->n + 1) * sizeof *sorted);
   for (int i = 0; i < tt->n; i++) sorted[i] = tt->names[i];
   qsort(sorted, (size_t)tt->n, sizeof *sorted, cmp_name);
@@ -107,6 +107,7 @@ static int check_tensors(const char *dir, const mt_registry *reg, const mt_ckpt_
       break;
     }
     int k = (int)((char(*)[MT_NAME_MAX])*hit - tt->names);
+    ck_of_reg[i] = k;
     int same = tt->nd[k] == t->ndim;
     for (int d = 0; same && d < t->ndim; d++) same = tt->dims[k][d] == t->shape[d];
     if (!same) {
@@ -146,157 +147,345 @@ static void report_problem(void *ctx, const char *path, const char *problem, con
                                                    : "");
 }
 
-/* The index and the tensor table from rank 0 to every rank (for the checksum
- * check, shared out over the ranks). */
-static int share_index(int64_t **rows, int64_t *n, mt_ckpt_tensors *tt, int rank, mt_err *e) {
-  int64_t sizes[2] = {*n, tt->n};
-  MPI_Bcast(sizes, 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  if (sizes[0] * MT_CKPT_INDEX_COLS > INT32_MAX || sizes[1] * MT_NAME_MAX > INT32_MAX) {
-    mt_err_set(e, "checkpoint: the index is too large to share out (%lld boxes)",
-               (long long)sizes[0]);
-    return -1;
-  }
-  if (rank != 0) {
-    *n = sizes[0];
-    tt->n = (int)sizes[1];
-    *rows = mt_malloc((size_t)*n * MT_CKPT_INDEX_COLS * sizeof(int64_t) + 8);
-    tt->names = mt_calloc((size_t)tt->n + 1, MT_NAME_MAX);
-    tt->ext = mt_calloc((size_t)tt->n * MT_CKPT_NGROUPS + 1, 2 * sizeof(int64_t));
-  }
-  MPI_Bcast(*rows, (int)(*n * MT_CKPT_INDEX_COLS), MPI_INT64_T, 0, MPI_COMM_WORLD);
-  MPI_Bcast(tt->names, tt->n * MT_NAME_MAX, MPI_CHAR, 0, MPI_COMM_WORLD);
-  MPI_Bcast(tt->ext, tt->n * MT_CKPT_NGROUPS * 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  return 0;
+/* One piece of a load: the part of stored box j (an index row) that falls in
+ * box b of this rank's selection. */
+typedef struct {
+  int64_t r0, c0, nr, nc; /* canonical coordinates */
+} piece;
+
+static int intersect(const int64_t *row, const mt_ckpt_box *b, piece *p) {
+  int64_t r0 = row[MT_IX_START0] > b->start[0] ? row[MT_IX_START0] : b->start[0];
+  int64_t c0 = row[MT_IX_START1] > b->start[1] ? row[MT_IX_START1] : b->start[1];
+  int64_t r1 = row[MT_IX_START0] + row[MT_IX_COUNT0], c1 = row[MT_IX_START1] + row[MT_IX_COUNT1];
+  if (b->start[0] + b->count[0] < r1) r1 = b->start[0] + b->count[0];
+  if (b->start[1] + b->count[1] < c1) c1 = b->start[1] + b->count[1];
+  if (r1 <= r0 || c1 <= c0) return 0;
+  *p = (piece){r0, c0, r1 - r0, c1 - c0};
+  return 1;
 }
 
-/* Read this rank's selections of every tensor (collective in shared mode
- * with MT_CKPT_IO=collective: every rank takes part in every read, failed
- * or not). scan: refuse values that are not finite (the checksum pass, when
- * it ran, checked every stored value already). */
-static void read_tensors(hid_t file, const char *dir, const char *file_path, int per_writer,
-                         const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
-                         int scan, mt_err *e) {
-  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  if (!per_writer) H5Pset_dxpl_mpio(dxpl, mt_ckpt_tensor_io_mode());
+/* Who checks each stored box's checksum: one rank among those that read it,
+ * so a rank opens no file it would not open anyway, and a box that many
+ * ranks read (replicated state) goes to each of them in turn. With p = (rank
+ * - j) mod size, key[j] = p if this rank reads box j whole, size + p if it
+ * reads a part, INT_MAX if nothing; the minimum over the ranks names the
+ * checker, rank (key mod size + j) mod size (a part-reader reads the rest
+ * too). */
+static void checker_keys(const mt_ckpt_source *src, const mt_registry *reg, mt_mesh *mesh,
+                         const mt_ckpt_state *st, int groups, const int *ck, int *key) {
+  int rank = mesh->world_rank, size = mesh->world_size;
+  int64_t *got = mt_calloc((size_t)src->n_rows + 1, sizeof(int64_t)); /* elements this rank reads */
   mt_ckpt_walk w;
   mt_ckpt_walk_begin(&w, reg, mesh, st, 0);
-  float *staging = NULL;
-  size_t cap = 0;
   int more;
-  while ((more = mt_ckpt_walk_next(&w)) != 0) {
-    if (more < 0) mt_die("out of memory (checkpoint selection)");
-    float *direct = mt_ckpt_sel_contiguous(&w.sel, w.v.local_ext[1]);
-    if (!direct && w.sel.volume > cap) {
-      free(staging);
-      cap = w.sel.volume;
-      staging = mt_malloc(cap * sizeof(float));
-    }
-    char path[256];
-    mt_ckpt_dataset_path(path, sizeof path, w.g, w.t->name);
-    hid_t ms = mt_ckpt_mem_space(w.sel.volume);
-    hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
-    hid_t fs = d >= 0 ? H5Dget_space(d) : -1;
-    float dummy;
-    float *into = direct ? direct : staging ? staging : &dummy;
-    int ok = d >= 0 && fs >= 0 && mt_ckpt_select_boxes(fs, &w.sel.boxes) == 0 &&
-             H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, into) >= 0;
-    int err = ok ? mt_ckpt_fault("read") : 0;
-    if (!ok)
-      mt_ckpt_err_h5(e, "%s: rank %d cannot read %s from %s", dir, mesh->world_rank, path,
-                     file_path);
-    else if (err)
-      mt_ckpt_err_sys(e, err, "%s: rank %d cannot read %s from %s", dir, mesh->world_rank, path,
-                      file_path);
-    if (ms >= 0) H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
-    if (d >= 0) H5Dclose(d);
-    if (!ok || err) continue;
-    size_t nonfinite = scan ? mt_ckpt_count_nonfinite(into, w.sel.volume) : 0;
-    if (nonfinite)
-      mt_err_set(e, "%s: %zu NaN or Inf values in %s (refused: a run does not resume from them)",
-                 dir, nonfinite, path);
-    if (!direct) mt_ckpt_sel_copy(&w.sel, staging, w.v.local_ext[1], 1);
+  while ((more = mt_ckpt_walk_next(&w)) == 1) {
+    if (w.g >= groups) continue;
+    int64_t slot = (int64_t)w.g * src->tt.n + ck[w.i];
+    for (int b = 0; b < w.sel.boxes.n; b++)
+      for (int64_t q = src->first[slot]; q < src->first[slot + 1]; q++) {
+        piece p;
+        int64_t j = src->order[q];
+        if (intersect(src->rows + j * MT_CKPT_INDEX_COLS, &w.sel.boxes.b[b], &p)) got[j] += p.nr * p.nc;
+      }
   }
   mt_ckpt_walk_end(&w);
-  free(staging);
-  H5Pclose(dxpl);
+  if (more < 0) mt_die("out of memory (checkpoint selection)");
+  for (int64_t j = 0; j < src->n_rows; j++) {
+    const int64_t *row = src->rows + j * MT_CKPT_INDEX_COLS;
+    int p = (int)(((int64_t)rank - j % size + size) % size);
+    key[j] = got[j] == 0 ? INT_MAX : got[j] == row[MT_IX_COUNT0] * row[MT_IX_COUNT1] ? p : size + p;
+  }
+  free(got);
 }
 
-int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
-                 const mt_ckpt_meta *expect, int verify, mt_ckpt_meta *meta_out, mt_err *e) {
-  int rank = mesh->world_rank;
+/* Read this rank's selections of every tensor of the first `groups` groups,
+ * straight from the stored boxes. scan: refuse values that are not finite
+ * (the checksum pass, when it ran, checked every stored value already). */
+/* One read of the load: part p of stored box j into dst (rows L1 apart). */
+typedef struct {
+  int64_t j, slot, key; /* key: where it lies (writer and shard offset, or file offset) */
+  piece p;
+  float *dst;
+  int64_t L1;
+} job;
+
+static int cmp_job(const void *a, const void *b) {
+  const job *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return (x->p.r0 > y->p.r0) - (x->p.r0 < y->p.r0);
+}
+
+/* Read this rank's selections of every tensor of the first `groups` groups,
+ * straight from the stored boxes, in the order they lie on disk (shard by
+ * shard, each shard front to back: every shard file opened once, read
+ * sequentially). scan: refuse values that are not finite (the checksum
+ * pass, when it ran, checked every stored value already). */
+static void read_selection(mt_ckpt_reader *rd, const mt_registry *reg, mt_mesh *mesh,
+                           const mt_ckpt_state *st, int groups, const int *ck, int scan,
+                           mt_err *e) {
+  mt_ckpt_source *src = rd->src;
+  job *jobs = NULL;
+  size_t n = 0, cap = 0;
+  mt_ckpt_walk w;
+  mt_ckpt_walk_begin(&w, reg, mesh, st, 0);
+  int more;
+  while ((more = mt_ckpt_walk_next(&w)) == 1) {
+    if (w.g >= groups || w.sel.volume == 0) continue;
+    int64_t L1 = w.v.local_ext[1], slot = (int64_t)w.g * src->tt.n + ck[w.i];
+    for (int b = 0; b < w.sel.boxes.n; b++) {
+      const mt_ckpt_box *bx = &w.sel.boxes.b[b];
+      for (int64_t q = src->first[slot]; q < src->first[slot + 1]; q++) {
+        int64_t j = src->order[q];
+        const int64_t *row = src->rows + j * MT_CKPT_INDEX_COLS;
+        piece p;
+        if (!intersect(row, bx, &p)) continue;
+        if (n == cap) {
+          cap = cap ? 2 * cap : 256;
+          jobs = realloc(jobs, cap * sizeof *jobs);
+          if (!jobs) mt_die("out of memory (checkpoint read list)");
+        }
+        int64_t key = src->per_writer
+                          ? (row[MT_IX_WRITER] << 40) + src->shard_off[j] /* writers < 2^23 */
+                          : src->tt.offset[slot] + (int64_t)mt_ckpt_dtype_size(src->tt.dtype[slot]) *
+                                                       (p.r0 * src->tt.ext[slot][1] + p.c0);
+        jobs[n++] = (job){j, slot, key, p,
+                          w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 + (p.c0 - bx->start[1]),
+                          L1};
+      }
+    }
+  }
+  mt_ckpt_walk_end(&w);
+  if (more < 0) mt_die("out of memory (checkpoint selection)");
+  qsort(jobs, n, sizeof *jobs, cmp_job);
+  int64_t bad_slot = -1;
+  size_t nonfinite = 0;
+  for (size_t k = 0; k < n && !e->failed; k++) {
+    const job *jb = &jobs[k];
+    const int64_t *row = src->rows + jb->j * MT_CKPT_INDEX_COLS;
+    int g = (int)(jb->slot / src->tt.n);
+    char path[256], what[2600];
+    mt_ckpt_dataset_path(path, sizeof path, g, src->tt.names[jb->slot % src->tt.n]);
+    if (src->per_writer)
+      snprintf(what, sizeof what, "%s: rank %d cannot read %s from %s/shard-%05lld.h5", src->dir,
+               mesh->world_rank, path, src->dir, (long long)row[MT_IX_WRITER]);
+    else
+      snprintf(what, sizeof what, "%s: rank %d cannot read %s from %s/%s", src->dir,
+               mesh->world_rank, path, src->dir, MT_CKPT_SHARED_FILE);
+    if (mt_ckpt_reader_read(rd, jb->j, jb->p.r0 - row[MT_IX_START0], jb->p.nr,
+                            jb->p.c0 - row[MT_IX_START1], jb->p.nc, jb->dst, jb->L1, 1, what, e) != 0)
+      break;
+    size_t bad = 0;
+    for (int64_t r = 0; scan && r < jb->p.nr; r++)
+      bad += mt_ckpt_count_nonfinite(jb->dst + r * jb->L1, (size_t)jb->p.nc);
+    if (bad && bad_slot < 0) bad_slot = jb->slot;
+    if (bad_slot == jb->slot) nonfinite += bad;
+    /* a shard this rank has read all it needs of: closed (a rank may need
+     * many: the open files stay few) */
+    if (src->per_writer && (k + 1 == n || (jobs[k + 1].key >> 40) != (jb->key >> 40)))
+      mt_ckpt_reader_drop_shard(rd, row[MT_IX_WRITER]);
+  }
+  if (nonfinite && !e->failed) {
+    char path[256];
+    mt_ckpt_dataset_path(path, sizeof path, (int)(bad_slot / src->tt.n),
+                         src->tt.names[bad_slot % src->tt.n]);
+    mt_err_set(e, "%s: %zu NaN or Inf values in %s (refused: a run does not resume from them)",
+               src->dir, nonfinite, path);
+  }
+  free(jobs);
+}
+
+/* A run of bytes of ckpt.h5 and where it goes in memory. */
+typedef struct {
+  MPI_Aint file, mem;
+  int bytes;
+} run;
+
+static int cmp_run(const void *a, const void *b) {
+  MPI_Aint x = ((const run *)a)->file, y = ((const run *)b)->file;
+  return (x > y) - (x < y);
+}
+
+/* Shared mode with MT_CKPT_IO=collective: one collective MPI-IO read per
+ * (group, tensor), every rank taking part (with nothing to read, or after an
+ * error, with an empty view), so MPI-IO can aggregate (the cb_* hints,
+ * ckpt.io_hints). Float32 datasets only (the caller reads a checkpoint with
+ * bfloat16 independently). */
+static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg, mt_mesh *mesh,
+                                      const mt_ckpt_state *st, int groups, const int *ck,
+                                      int scan, mt_err *e) {
+  mt_ckpt_source *src = rd->src;
+  mt_ckpt_walk w;
+  mt_ckpt_walk_begin(&w, reg, mesh, st, 0);
+  run *runs = NULL;
+  size_t cap = 0;
+  int more;
+  while ((more = mt_ckpt_walk_next(&w)) == 1) {
+    if (w.g >= groups) continue;
+    int64_t L1 = w.v.local_ext[1], slot = (int64_t)w.g * src->tt.n + ck[w.i];
+    int64_t C = src->tt.ext[slot][1];
+    size_t n = 0;
+    for (int b = 0; b < w.sel.boxes.n && !e->failed; b++) {
+      const mt_ckpt_box *bx = &w.sel.boxes.b[b];
+      for (int64_t q = src->first[slot]; q < src->first[slot + 1]; q++) {
+        const int64_t *row = src->rows + src->order[q] * MT_CKPT_INDEX_COLS;
+        piece p;
+        if (!intersect(row, bx, &p)) continue;
+        float *dst = w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 + (p.c0 - bx->start[1]);
+        for (int64_t k = 0; k < p.nr; k++) {
+          if (n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            runs = realloc(runs, cap * sizeof *runs);
+            if (!runs) mt_die("out of memory (checkpoint read list)");
+          }
+          MPI_Aint addr;
+          MPI_Get_address(dst + k * L1, &addr);
+          runs[n++] = (run){(MPI_Aint)(src->tt.offset[slot] + 4 * ((p.r0 + k) * C + p.c0)), addr,
+                            (int)(4 * p.nc)};
+        }
+      }
+    }
+    int err = n ? mt_ckpt_fault("read") : 0;
+    if (err) {
+      char path[256];
+      mt_ckpt_dataset_path(path, sizeof path, w.g, w.t->name);
+      mt_ckpt_err_sys(e, err, "%s: rank %d cannot read %s from %s/%s", src->dir, mesh->world_rank,
+                      path, src->dir, MT_CKPT_SHARED_FILE);
+    }
+    if (e->failed) n = 0; /* still take part */
+    qsort(runs, n, sizeof *runs, cmp_run);
+    MPI_Datatype ftype = MPI_BYTE, mtype = MPI_BYTE;
+    int *lens = mt_calloc(n + 1, sizeof(int));
+    MPI_Aint *foff = mt_calloc(n + 1, sizeof(MPI_Aint)), *moff = mt_calloc(n + 1, sizeof(MPI_Aint));
+    for (size_t k = 0; k < n; k++) {
+      lens[k] = runs[k].bytes;
+      foff[k] = runs[k].file;
+      moff[k] = runs[k].mem;
+    }
+    if (n) {
+      MPI_Type_create_hindexed((int)n, lens, foff, MPI_BYTE, &ftype);
+      MPI_Type_create_hindexed((int)n, lens, moff, MPI_BYTE, &mtype);
+      MPI_Type_commit(&ftype);
+      MPI_Type_commit(&mtype);
+    }
+    int rc = MPI_File_set_view(rd->fh, 0, MPI_BYTE, ftype, "native", MPI_INFO_NULL);
+    MPI_Status status;
+    if (rc == MPI_SUCCESS)
+      rc = MPI_File_read_all(rd->fh, n ? MPI_BOTTOM : NULL, n ? 1 : 0, mtype, &status);
+    if (rc != MPI_SUCCESS && !e->failed) {
+      char msg[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, msg, &len);
+      mt_err_set(e, "%s: rank %d cannot read %s (collective MPI-IO): %s", src->dir,
+                 mesh->world_rank, w.t->name, msg);
+    }
+    if (n) {
+      MPI_Type_free(&ftype);
+      MPI_Type_free(&mtype);
+    }
+    free(lens);
+    free(foff);
+    free(moff);
+    size_t nonfinite = 0;
+    for (size_t k = 0; scan && !e->failed && k < n; k++)
+      nonfinite += mt_ckpt_count_nonfinite((const float *)runs[k].mem, (size_t)runs[k].bytes / 4);
+    if (nonfinite) {
+      char path[256];
+      mt_ckpt_dataset_path(path, sizeof path, w.g, w.t->name);
+      mt_err_set(e, "%s: %zu NaN or Inf values in %s (refused: a run does not resume from them)",
+                 src->dir, nonfinite, path);
+    }
+  }
+  mt_ckpt_walk_end(&w);
+  free(runs);
+  if (more < 0) mt_die("out of memory (checkpoint selection)");
+  MPI_File_set_view(rd->fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL);
+}
+
+static int load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
+                const mt_ckpt_meta *expect, int verify, int groups, mt_ckpt_meta *meta_out,
+                mt_err *e) {
+  int rank = mesh->world_rank, size = mesh->world_size;
   mt_ckpt_writer_wait(); /* HDF5 is used by one thread at a time */
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   mt_err local = {0};
   mt_ckpt_fault_init(rank, -1, &local);
-  /* 1. rank 0 reads the manifest: every listed file there, with its size */
-  mt_ckpt_manifest man;
-  memset(&man, 0, sizeof man);
-  if (rank == 0 && !local.failed) mt_ckpt_check_manifest(dir, &man, &local);
-  MPI_Bcast(&man, (int)sizeof man, MPI_BYTE, 0, MPI_COMM_WORLD);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     *e = local;
     return -1;
   }
-  int per_writer = strcmp(man.mode, "per-writer") == 0;
-  char file_path[1100];
-  snprintf(file_path, sizeof file_path, "%s/%s", dir,
-           per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
-  /* 2. every rank can read the file: a parallel open that fails on one rank
-   * leaves the others waiting inside HDF5, so find out first */
-  int err = mt_ckpt_fault("open"), fd = -1;
-  if (!err && (fd = open(file_path, O_RDONLY)) < 0) err = errno;
-  if (fd >= 0) close(fd);
-  if (err) mt_ckpt_err_sys(&local, err, "%s: rank %d cannot open %s", dir, rank, file_path);
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
-    *e = local;
-    return -1;
-  }
-  /* shared: one parallel open, independent (or collective) reads. per-writer:
-   * every rank opens the index on its own and reads through its virtual
-   * datasets (parallel HDF5 cannot read virtual datasets). */
-  hid_t fapl = per_writer ? mt_ckpt_fapl_serial() : mt_ckpt_fapl_mpio(MPI_COMM_WORLD);
-  hid_t file = H5Fopen(file_path, H5F_ACC_RDONLY, fapl);
-  if (file < 0) mt_ckpt_err_h5(&local, "%s: rank %d cannot open %s as HDF5", dir, rank, file_path);
-  H5Pclose(fapl);
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
-    if (file >= 0) H5Fclose(file);
-    *e = local;
-    return -1;
-  }
-  /* 3. rank 0 checks the root attributes, the model, the tensors, the index
-   * and its coverage, and (per-writer) the shard files */
-  mt_ckpt_meta m;
-  memset(&m, 0, sizeof m);
-  mt_ckpt_tensors tt = {0};
-  int64_t *rows = NULL, n_rows = 0;
+  /* 1. rank 0 reads the manifest and the main file and checks them (root
+   * attributes, tensors, index and coverage, shard files named); every rank
+   * gets the result */
+  mt_ckpt_source src;
   load_report rep = {dir, &local};
-  if (rank == 0 && mt_ckpt_check_meta(dir, file, &man, man.total_bytes, &m, &local) == 0 &&
-      check_model(dir, &m, expect, &local) == 0 &&
-      mt_ckpt_read_tensors(dir, file, man.total_bytes, &tt, &local) == 0 &&
-      check_tensors(dir, reg, &tt, &local) == 0) {
-    if (mt_ckpt_read_index(dir, file, man.total_bytes, &rows, &n_rows, &local) == 0) {
-      mt_ckpt_check_coverage(rows, n_rows, &tt, report_problem, &rep);
-      if (!local.failed && per_writer)
-        mt_ckpt_check_shard_files(dir, rows, n_rows, report_problem, &rep);
-    }
+  if (mt_ckpt_source_open(dir, &src, report_problem, &rep, &local) != 0) {
+    *e = local;
+    return -1;
   }
-  MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, 0, MPI_COMM_WORLD);
-  /* 4. the data of every box against its checksum, shared out over the ranks */
-  if (!mt_err_agree(&local, MPI_COMM_WORLD) && verify &&
-      share_index(&rows, &n_rows, &tt, rank, &local) == 0)
-    mt_ckpt_check_data(file, rows, n_rows, &tt, rank, mesh->world_size, (size_t)64 << 20,
-                       report_problem, &rep, NULL);
-  free(rows);
-  mt_ckpt_tensors_free(&tt);
-  /* 5. every rank reads what its layout needs */
-  if (!mt_err_agree(&local, MPI_COMM_WORLD))
-    read_tensors(file, dir, file_path, per_writer, reg, mesh, st, !verify, &local);
-  H5Fclose(file);
+  /* 2. the model (the same check on every rank, from the same data) */
+  int *ck = mt_calloc((size_t)reg->n + 1, sizeof(int)); /* registry tensor -> checkpoint's */
+  if (!local.failed && groups == MT_CKPT_NGROUPS && src.tt.groups < MT_CKPT_NGROUPS)
+    mt_err_set(&local, "%s holds parameters only (no optimizer state): start a run from it with "
+                       "train.init_from, not train.resume", dir);
+  if (!local.failed && check_model(dir, &src.meta, expect, &local) == 0)
+    check_tensors(dir, reg, &src.tt, ck, &local);
+  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    mt_ckpt_source_close(&src);
+    free(ck);
+    *e = local;
+    return -1;
+  }
+  mt_ckpt_reader rd;
+  if (mt_ckpt_reader_open(&rd, &src, &local) != 0) {
+    mt_ckpt_source_close(&src);
+    free(ck);
+    *e = local;
+    return -1;
+  }
+  /* 3. the checksum of every stored box this run reads, each checked by one
+   * of the ranks that read it, before any value is used */
+  if (verify) {
+    int *key = mt_malloc(((size_t)src.n_rows + 1) * sizeof(int));
+    checker_keys(&src, reg, mesh, st, groups, ck, key);
+    for (int64_t j0 = 0; j0 < src.n_rows; j0 += 1 << 26) { /* MPI counts are int */
+      int n = src.n_rows - j0 > (1 << 26) ? 1 << 26 : (int)(src.n_rows - j0);
+      MPI_Allreduce(MPI_IN_PLACE, key + j0, n, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    }
+    int64_t *mine = mt_malloc(((size_t)src.n_rows + 1) * sizeof(int64_t)), n_mine = 0;
+    for (int64_t j = 0; j < src.n_rows; j++)
+      if (key[j] != INT_MAX && (int)((key[j] % size + j % size) % size) == rank) mine[n_mine++] = j;
+    mt_ckpt_check_rows(&rd, mine, n_mine, (size_t)64 << 20, report_problem, &rep, NULL);
+    free(mine);
+    free(key);
+  }
+  /* 4. every rank reads what its layout needs */
+  if (!mt_err_agree(&local, MPI_COMM_WORLD)) {
+    int bf16 = 0; /* the collective path reads float32 datasets only */
+    for (int64_t k = 0; k < (int64_t)src.tt.n * groups; k++) bf16 |= src.tt.dtype[k] != MT_CKPT_F32;
+    if (rd.collective && !src.per_writer && !bf16)
+      read_selection_collective(&rd, reg, mesh, st, groups, ck, !verify, &local);
+    else
+      read_selection(&rd, reg, mesh, st, groups, ck, !verify, &local);
+  }
+  mt_ckpt_reader_close(&rd);
+  free(ck);
+  mt_ckpt_meta m = src.meta;
+  mt_ckpt_source_close(&src);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     *e = local;
     return -1;
   }
   if (meta_out) *meta_out = m;
   return 0;
+}
+
+int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
+                 const mt_ckpt_meta *expect, int verify, mt_ckpt_meta *meta_out, mt_err *e) {
+  return load(dir, reg, mesh, st, expect, verify, MT_CKPT_NGROUPS, meta_out, e);
+}
+
+int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
+                        const mt_ckpt_state *st, const mt_ckpt_meta *expect, int verify,
+                        mt_ckpt_meta *meta_out, mt_err *e) {
+  return load(dir, reg, mesh, st, expect, verify, 1, meta_out, e);
 }

@@ -81,14 +81,20 @@ int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, const c
 int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
                  mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                  double *write_s, mt_err *e) {
+  return mt_ckpt_save_with(root, meta, reg, mesh, st, opts, NULL, write_s, e);
+}
+
+int mt_ckpt_save_with(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
+                      mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
+                      const mt_ckpt_file_opts *fo, double *write_s, mt_err *e) {
   double t0 = mt_now();
   char tmpdir[1024];
   if (mt_ckpt_save_begin(root, meta, reg, mesh, opts, tmpdir, sizeof tmpdir, e) != 0) return -1;
   mt_err local = {0};
   if (strcmp(opts->mode, "per-writer") == 0)
-    mt_ckpt_save_per_writer(tmpdir, meta, reg, mesh, st, opts, &local);
+    mt_ckpt_save_per_writer(tmpdir, meta, reg, mesh, st, opts, fo, &local);
   else
-    mt_ckpt_save_shared(tmpdir, meta, reg, mesh, st, opts, &local);
+    mt_ckpt_save_shared(tmpdir, meta, reg, mesh, st, opts, fo, &local);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     mt_ckpt_save_abandon(tmpdir, mesh);
     *e = local;

@@ -3,7 +3,6 @@
  * their checksum, the tensor table, the index (bounded before anything is
  * allocated), coverage of every tensor by its boxes (no hole, no overlap),
  * shard files, and the data itself (box checksums, no NaN or Inf). */
-#define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack */
 #include <xxhash.h>
 
 #include "ckpt/ckpt_internal.h"
@@ -31,10 +30,17 @@ size_t mt_ckpt_count_nonfinite(const float *x, size_t n) {
 /* ------------------------------------------------------------------ */
 /* root attributes                                                     */
 
+size_t mt_ckpt_count_nonfinite_bf16(const uint16_t *x, size_t n) {
+  size_t count = 0;
+  for (size_t i = 0; i < n; i++) count += (x[i] & 0x7f80u) == 0x7f80u;
+  return count;
+}
+
 int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man, int64_t limit,
-                       mt_ckpt_meta *m, mt_err *e) {
+                       mt_ckpt_meta *m, int *groups, mt_err *e) {
   char fmt[64] = "", version[32] = "";
   memset(m, 0, sizeof *m);
+  *groups = MT_CKPT_NGROUPS;
   if (mt_ckpt_attr_str(file, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, MT_CKPT_FORMAT) != 0) {
     mt_err_set(e, "%s: not a meshtrain checkpoint (format attribute '%s')", dir, fmt);
     return -1;
@@ -56,9 +62,20 @@ int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man,
   }
   int major, minor, patch;
   mt_ckpt_parse_version(version, &major, &minor, &patch);
+  int64_t g64 = MT_CKPT_NGROUPS;
+  if (major == 1 && minor >= 2 && mt_ckpt_attr_i64(file, "groups", &g64) != 0) {
+    mt_err_set(e, "%s: no groups attribute (required by format %s)", dir, version);
+    return -1;
+  }
+  if (g64 != 1 && g64 != MT_CKPT_NGROUPS) {
+    mt_err_set(e, "%s: root attribute groups = %lld is neither 1 (parameters only) nor %d", dir,
+               (long long)g64, MT_CKPT_NGROUPS);
+    return -1;
+  }
+  *groups = (int)g64;
   int64_t stored;
   if (mt_ckpt_attr_i64(file, "meta_xxh64", &stored) == 0) {
-    uint64_t want = mt_ckpt_meta_hash(m, version);
+    uint64_t want = mt_ckpt_meta_hash(m, version, g64);
     if (memcmp(&want, &stored, sizeof want) != 0) {
       mt_err_set(e, "%s: the root attributes (step, samples, optimizer_step, seed, model, ...) do "
                     "not match their checksum meta_xxh64: edited or corrupt", dir);
@@ -99,17 +116,65 @@ int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man,
 /* ------------------------------------------------------------------ */
 /* tensor table, extents, index                                        */
 
-/* a dataset's extent as (rows, cols): a vector is one row, an N-d tensor
- * its dims but the last flattened; its dimensions (1 to 3; the N-d extents
- * in nd_dims), or -1 if missing, of another rank, or claiming more than
- * limit_elems elements */
-static int dataset_extent(hid_t file, const char *path, int64_t limit_elems, int64_t ext[2],
-                          int64_t *nd_dims) {
+/* a dataset's extent as (rows, cols) (a vector is one row, an N-d tensor
+ * its dims but the last flattened), its N-d extents (nd_dims), its stored
+ * type and, if its data is plain contiguous and allocated, where it starts
+ * in the file (else -1); with attrs, how runtimes split it. Returns its
+ * dimensions (1 to 3), or -1 if missing, of another rank, or claiming more
+ * than limit_elems elements. */
+static int dataset_info(hid_t file, const char *path, int64_t limit_elems, int64_t ext[2],
+                        int64_t *nd_dims, int *dtype, int64_t *offset,
+                        mt_ckpt_tensor_attrs *attrs) {
   hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
   hid_t s = d >= 0 ? H5Dget_space(d) : -1;
   hsize_t dims[MT_MAX_DIMS] = {0};
   int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
   if (nd >= 1 && nd <= 3) H5Sget_simple_extent_dims(s, dims, NULL);
+  *dtype = -1;
+  *offset = -1;
+  if (d >= 0) {
+    hid_t t = H5Dget_type(d), dcpl = H5Dget_create_plist(d);
+    *dtype = mt_ckpt_dtype_of(t);
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0 &&
+        H5Pget_external_count(dcpl) == 0) {
+      haddr_t a = H5Dget_offset(d);
+      if (a != HADDR_UNDEF) *offset = (int64_t)a;
+    }
+    if (t >= 0) H5Tclose(t);
+    if (dcpl >= 0) H5Pclose(dcpl);
+  }
+  if (d >= 0 && attrs && nd >= 1 && nd <= 3) {
+    char split[32] = "";
+    int64_t v;
+    memset(attrs, 0, sizeof *attrs);
+    if (mt_ckpt_attr_str(d, "tp_split", split, sizeof split) == 0 &&
+        (!strcmp(split, "dim0") || !strcmp(split, "dim1"))) {
+      attrs->tp_sharded = 1;
+      attrs->tp_dim = split[3] - '0';
+    }
+    attrs->fused_blocks = mt_ckpt_attr_i64(d, "fused_blocks", &v) == 0 && v >= 1 && v <= 64 ? (int)v : 1;
+    attrs->weight_decay = mt_ckpt_attr_i64(d, "weight_decay", &v) == 0 && v == 1;
+    mt_ckpt_attr_str(d, "tied_to", attrs->tied_to, sizeof attrs->tied_to);
+    attrs->ep_dim = attrs->etp_dim = -1;
+    char eps[32] = "", etps[32] = "";
+    if (mt_ckpt_attr_str(d, "ep_split", eps, sizeof eps) == 0) { /* an expert */
+      attrs->expert = 1;
+      mt_ckpt_attr_str(d, "etp_split", etps, sizeof etps);
+      if (!strncmp(eps, "dim", 3) && eps[3] >= '0' && eps[3] < '0' + nd && !eps[4])
+        attrs->ep_dim = eps[3] - '0';
+      if (!strncmp(etps, "dim", 3) && etps[3] >= '0' && etps[3] < '0' + nd && !etps[4])
+        attrs->etp_dim = etps[3] - '0';
+    }
+    for (int k = 0; k < nd; k++) attrs->padded[k] = (int64_t)dims[k];
+    hid_t a = H5Aexists(d, "padded_shape") > 0 ? H5Aopen(d, "padded_shape", H5P_DEFAULT) : -1;
+    hid_t as = a >= 0 ? H5Aget_space(a) : -1;
+    int64_t pv[MT_MAX_DIMS];
+    if (as >= 0 && H5Sget_simple_extent_npoints(as) == nd && H5Aread(a, H5T_NATIVE_INT64, pv) >= 0)
+      for (int k = 0; k < nd; k++) /* a padding of at most 64 x 1024 rows is believed */
+        if (pv[k] >= (int64_t)dims[k] && pv[k] <= (int64_t)dims[k] + 65536) attrs->padded[k] = pv[k];
+    if (as >= 0) H5Sclose(as);
+    if (a >= 0) H5Aclose(a);
+  }
   if (s >= 0) H5Sclose(s);
   if (d >= 0) H5Dclose(d);
   H5Eclear2(H5E_DEFAULT);
@@ -125,9 +190,10 @@ static int dataset_extent(hid_t file, const char *path, int64_t limit_elems, int
   return nd;
 }
 
-int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_tensors *tt,
-                         mt_err *e) {
+int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups,
+                         mt_ckpt_tensors *tt, mt_err *e) {
   memset(tt, 0, sizeof *tt);
+  tt->groups = groups;
   hid_t d = H5Dopen2(file, "tensors", H5P_DEFAULT);
   hid_t s = d >= 0 ? H5Dget_space(d) : -1, ft = d >= 0 ? H5Dget_type(d) : -1;
   hsize_t n = 0;
@@ -155,15 +221,21 @@ int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_ten
   if (d >= 0) H5Dclose(d);
   if (e->failed) return -1;
   /* every tensor's extent in every group, the same in each group */
-  tt->ext = mt_calloc((size_t)tt->n * MT_CKPT_NGROUPS + 1, 2 * sizeof(int64_t));
+  size_t slots = (size_t)tt->n * MT_CKPT_NGROUPS + 1;
+  tt->ext = mt_calloc(slots, 2 * sizeof(int64_t));
   tt->nd = mt_calloc((size_t)tt->n + 1, sizeof(int));
   tt->dims = mt_calloc((size_t)tt->n + 1, sizeof *tt->dims);
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+  tt->dtype = mt_calloc(slots, sizeof(int));
+  tt->offset = mt_calloc(slots, sizeof(int64_t));
+  tt->attrs = mt_calloc((size_t)tt->n + 1, sizeof *tt->attrs);
+  for (int g = 0; g < groups; g++)
     for (int i = 0; i < tt->n; i++) {
       char path[256];
       mt_ckpt_dataset_path(path, sizeof path, g, tt->names[i]);
-      int64_t *x = tt->ext[(size_t)g * (size_t)tt->n + (size_t)i], dims[MT_MAX_DIMS] = {0};
-      int nd = dataset_extent(file, path, limit / 4, x, dims);
+      size_t k = (size_t)g * (size_t)tt->n + (size_t)i;
+      int64_t *x = tt->ext[k], dims[MT_MAX_DIMS] = {0};
+      int nd = dataset_info(file, path, limit / 2, x, dims, &tt->dtype[k], &tt->offset[k],
+                            g == 0 ? &tt->attrs[i] : NULL);
       if (g == 0) {
         tt->nd[i] = nd;
         memcpy(tt->dims[i], dims, sizeof dims);
@@ -173,7 +245,7 @@ int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_ten
                       "/model/%s)", dir, path, tt->names[i]);
         return -1;
       }
-      if (x[0] < 1 || x[1] < 1 || x[0] > limit / 4 / x[1]) {
+      if (x[0] < 1 || x[1] < 1 || x[0] > limit / 2 / x[1]) { /* 2: bfloat16 */
         mt_err_set(e, "%s: tensor %s claims %lld x %lld elements, more than the checkpoint's "
                       "%lld bytes hold", dir, path, (long long)x[0], (long long)x[1],
                    (long long)limit);
@@ -182,6 +254,11 @@ int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, mt_ckpt_ten
       const int64_t *x0 = tt->ext[i];
       if (g > 0 && (x[0] != x0[0] || x[1] != x0[1])) {
         mt_err_set(e, "%s: tensor %s has another shape than /model/%s", dir, path, tt->names[i]);
+        return -1;
+      }
+      if (tt->dtype[k] < 0) {
+        mt_err_set(e, "%s: tensor %s is stored neither as float32 nor as bfloat16 "
+                      "(little-endian)", dir, path);
         return -1;
       }
     }
@@ -193,6 +270,9 @@ void mt_ckpt_tensors_free(mt_ckpt_tensors *tt) {
   free(tt->ext);
   free(tt->nd);
   free(tt->dims);
+  free(tt->dtype);
+  free(tt->offset);
+  free(tt->attrs);
   memset(tt, 0, sizeof *tt);
 }
 
@@ -403,7 +483,7 @@ long mt_ckpt_check_coverage(const int64_t *rows, int64_t n, const mt_ckpt_tensor
   int64_t m = 0;
   for (int64_t i = 0; i < n; i++) {
     const int64_t *r = rows + i * MT_CKPT_INDEX_COLS;
-    if (r[MT_IX_GROUP] < 0 || r[MT_IX_GROUP] >= MT_CKPT_NGROUPS || r[MT_IX_TENSOR] < 0 ||
+    if (r[MT_IX_GROUP] < 0 || r[MT_IX_GROUP] >= tt->groups || r[MT_IX_TENSOR] < 0 ||
         r[MT_IX_TENSOR] >= tt->n || r[MT_IX_WRITER] < 0 || r[MT_IX_WRITER] > INT32_MAX) {
       snprintf(why, sizeof why, "row %lld names no tensor or writer (group %lld, tensor %lld, "
                                 "writer %lld)", (long long)i, (long long)r[MT_IX_GROUP],
@@ -417,7 +497,7 @@ long mt_ckpt_check_coverage(const int64_t *rows, int64_t n, const mt_ckpt_tensor
   qsort(ref, (size_t)m, sizeof *ref, cmp_rows);
   /* walk every (group, tensor), with or without boxes */
   int64_t j = 0;
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+  for (int g = 0; g < tt->groups; g++)
     for (int t = 0; t < tt->n; t++) {
       int64_t j0 = j;
       while (j < m && ref[j].row[MT_IX_GROUP] == g && ref[j].row[MT_IX_TENSOR] == t) j++;
@@ -435,92 +515,6 @@ long mt_ckpt_check_coverage(const int64_t *rows, int64_t n, const mt_ckpt_tensor
     }
   free(ref);
   free(box);
-  return problems;
-}
-
-/* ------------------------------------------------------------------ */
-/* data                                                                */
-
-long mt_ckpt_check_data(hid_t file, const int64_t *rows, int64_t n, const mt_ckpt_tensors *tt,
-                        int rank, int size, size_t chunk_bytes, mt_ckpt_report_fn report,
-                        void *ctx, double *bytes_checked) {
-  long problems = 0;
-  size_t cap = chunk_bytes / sizeof(float);
-  if (cap < 1) cap = 1;
-  float *buf = malloc(cap * sizeof(float));
-  if (!buf) {
-    report(ctx, "/index", "out of memory checking data", NULL);
-    return 1;
-  }
-  char path[256] = "";
-  hid_t ds = -1;
-  int64_t open_g = -1, open_t = -1;
-  mt_err open_err = {0}; /* why the dataset open failed (the HDF5 stack is gone later) */
-  for (int64_t i = rank; i < n; i += size) {
-    const int64_t *r = rows + i * MT_CKPT_INDEX_COLS;
-    int64_t g = r[MT_IX_GROUP], t = r[MT_IX_TENSOR];
-    if (g < 0 || g >= MT_CKPT_NGROUPS || t < 0 || t >= tt->n) continue; /* coverage reports it */
-    if (g != open_g || t != open_t) {
-      if (ds >= 0) H5Dclose(ds);
-      mt_ckpt_dataset_path(path, sizeof path, (int)g, tt->names[t]);
-      ds = H5Dopen2(file, path, H5P_DEFAULT);
-      memset(&open_err, 0, sizeof open_err);
-      if (ds < 0) mt_ckpt_err_h5(&open_err, "unreadable data on rank %d", rank);
-      open_g = g;
-      open_t = t;
-    }
-    const int64_t *x = tt->ext[(size_t)g * (size_t)tt->n + (size_t)t];
-    if (r[MT_IX_START0] < 0 || r[MT_IX_START1] < 0 || r[MT_IX_COUNT0] < 1 || r[MT_IX_COUNT1] < 1 ||
-        r[MT_IX_START0] > x[0] - r[MT_IX_COUNT0] || r[MT_IX_START1] > x[1] - r[MT_IX_COUNT1])
-      continue; /* outside the tensor: coverage reports it */
-    /* the box's rows in chunks of at most chunk_bytes, hashed as one stream */
-    XXH64_state_t hs;
-    XXH64_reset(&hs, 0);
-    int64_t per = (int64_t)(cap / (size_t)r[MT_IX_COUNT1]);
-    int bad_read = ds < 0, wide = per < 1;
-    long long nonfinite = 0;
-    mt_err why = open_err; /* the cause of a failed read */
-    for (int64_t r0 = 0; r0 < r[MT_IX_COUNT0] && !bad_read; r0 += wide ? 1 : per) {
-      int64_t nr = wide ? 1 : (r[MT_IX_COUNT0] - r0 < per ? r[MT_IX_COUNT0] - r0 : per);
-      for (int64_t c0 = 0; c0 < r[MT_IX_COUNT1] && !bad_read; c0 += (int64_t)cap) {
-        /* a row wider than the chunk is read in pieces (wide), else nr whole rows */
-        int64_t nc = wide ? (r[MT_IX_COUNT1] - c0 < (int64_t)cap ? r[MT_IX_COUNT1] - c0 : (int64_t)cap)
-                          : r[MT_IX_COUNT1];
-        mt_ckpt_box b = {{r[MT_IX_START0] + r0, r[MT_IX_START1] + c0}, {nr, nc}, 0, 0};
-        mt_ckpt_boxes one = {&b, 1, 1};
-        size_t cnt = (size_t)(nr * nc);
-        hid_t ms = mt_ckpt_mem_space(cnt), fs = H5Dget_space(ds);
-        int fault = 0;
-        bad_read = fs < 0 || ms < 0 || mt_ckpt_select_boxes(fs, &one) != 0 ||
-                   H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0;
-        if (bad_read) mt_ckpt_err_h5(&why, "unreadable data on rank %d", rank);
-        else if ((fault = mt_ckpt_fault("read")) != 0)
-          mt_ckpt_err_sys(&why, fault, "unreadable data on rank %d", rank);
-        bad_read |= fault != 0;
-        if (fs >= 0) H5Sclose(fs);
-        if (ms >= 0) H5Sclose(ms);
-        if (bad_read) break;
-        XXH64_update(&hs, buf, cnt * sizeof(float));
-        nonfinite += (long long)mt_ckpt_count_nonfinite(buf, cnt);
-        if (!wide) break;
-      }
-    }
-    uint64_t h = XXH64_digest(&hs), want;
-    memcpy(&want, &r[MT_IX_XXH64], sizeof want);
-    if (bad_read) {
-      report(ctx, path, why.msg, r);
-      problems++;
-    } else if (h != want) {
-      report(ctx, path, "checksum mismatch", r);
-      problems++;
-    } else if (nonfinite) {
-      report(ctx, path, "NaN or Inf values", r);
-      problems++;
-    }
-    if (bytes_checked) *bytes_checked += 4.0 * (double)(r[MT_IX_COUNT0] * r[MT_IX_COUNT1]);
-  }
-  if (ds >= 0) H5Dclose(ds);
-  free(buf);
   return problems;
 }
 

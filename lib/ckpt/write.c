@@ -33,14 +33,14 @@ int mt_ckpt_append_row(mt_ckpt_rows *r, int g, int ti, int writer, const mt_ckpt
 }
 
 int mt_ckpt_plan_rows(const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
-                      mt_ckpt_rows *out, mt_err *e) {
+                      int with_hash, mt_ckpt_rows *out, mt_err *e) {
   mt_ckpt_walk w;
   mt_ckpt_walk_begin(&w, reg, mesh, st, 1);
   int rc;
   while ((rc = mt_ckpt_walk_next(&w)) == 1) {
     for (int b = 0; b < w.sel.boxes.n && rc == 1; b++) {
       const mt_ckpt_box *bx = &w.sel.boxes.b[b];
-      uint64_t h = mt_ckpt_box_hash_mem(w.sel.piece_mem[b], bx, w.v.local_ext[1]);
+      uint64_t h = with_hash ? mt_ckpt_box_hash_mem(w.sel.piece_mem[b], bx, w.v.local_ext[1]) : 0;
       if (mt_ckpt_append_row(out, w.g, w.i, mesh->world_rank, bx, h) != 0) rc = -1;
     }
     if (rc != 1) break;
@@ -140,19 +140,28 @@ static int tensor_attrs(hid_t d, const mt_tensor *t, const char *where, mt_err *
  * rank then writes its boxes there), or virtual over the writers' shard
  * files (per-writer mode's index file; rows: the whole index). */
 static int create_datasets(hid_t file, const mt_registry *reg, const int64_t *rows,
-                           int64_t n_rows, int64_t *offsets, const char *where, mt_err *e) {
-  hid_t groups[MT_CKPT_NGROUPS] = {-1, -1, -1}, optim = -1;
+                           int64_t n_rows, int64_t *offsets, const mt_ckpt_file_opts *fo,
+                           const char *where, mt_err *e) {
+  hid_t groups[MT_CKPT_NGROUPS] = {-1, -1, -1}, optim = -1, types[MT_CKPT_NGROUPS] = {-1, -1, -1};
   int rc = -1;
   int64_t *shard_off = offsets ? NULL : mt_ckpt_shard_offsets(rows, n_rows);
+  int ng = fo->groups;
+  for (int g = 0; g < ng; g++)
+    if ((types[g] = mt_ckpt_h5_type(fo->dtype[g])) < 0) {
+      mt_ckpt_err_h5(e, "%s", where);
+      goto done;
+    }
   if ((groups[0] = H5Gcreate2(file, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
-      (optim = H5Gcreate2(file, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
-      (groups[1] = H5Gcreate2(optim, "exp_avg", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
-      (groups[2] = H5Gcreate2(optim, "exp_avg_sq", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0) {
+      (ng > 1 && (optim = H5Gcreate2(file, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0) ||
+      (ng > 1 && (groups[1] = H5Gcreate2(optim, "exp_avg", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0) ||
+      (ng > 1 && (groups[2] = H5Gcreate2(optim, "exp_avg_sq", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0)) {
     mt_ckpt_err_h5(e, "%s", where);
     goto done;
   }
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
-    for (int i = 0; i < reg->n; i++) {
+  for (int k = 0; k < ng * reg->n; k++) {
+    {
+      /* in the order asked for: it is the order of the data in the file */
+      int slot = fo->order ? fo->order[k] : k, g = slot / reg->n, i = slot % reg->n;
       const mt_tensor *t = &reg->t[i];
       hsize_t dims[MT_MAX_DIMS];
       for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
@@ -173,7 +182,7 @@ static int create_datasets(hid_t file, const mt_registry *reg, const int64_t *ro
         }
       }
       if (s >= 0 && dcpl >= 0)
-        d = H5Dcreate2(groups[g], t->name, H5T_IEEE_F32LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        d = H5Dcreate2(groups[g], t->name, types[g], s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
       int ok = d >= 0;
       if (ok && offsets) {
         haddr_t a = H5Dget_offset(d);
@@ -191,15 +200,35 @@ static int create_datasets(hid_t file, const mt_registry *reg, const int64_t *ro
   rc = 0;
 done:
   free(shard_off);
-  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
     if (groups[g] >= 0) H5Gclose(groups[g]);
+    if (types[g] >= 0) H5Tclose(types[g]);
+  }
   if (optim >= 0) H5Gclose(optim);
   return rc;
 }
 
+/* where the index's data starts in the file (a writer that fills in the
+ * checksums later writes them there) */
+static int index_offset(hid_t file, int64_t *off, const char *where, mt_err *e) {
+  hid_t d = H5Dopen2(file, "index", H5P_DEFAULT);
+  haddr_t a = d >= 0 ? H5Dget_offset(d) : HADDR_UNDEF;
+  if (d >= 0) H5Dclose(d);
+  if (a == HADDR_UNDEF) {
+    mt_ckpt_err_h5(e, "%s", where);
+    return -1;
+  }
+  *off = (int64_t)a;
+  return 0;
+}
+
 int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt_registry *reg,
                             const int64_t *rows, int64_t n_rows, const int64_t *layout, int world,
-                            const char *config_ini, int64_t *offsets, mt_err *e) {
+                            const char *config_ini, int64_t *offsets,
+                            const mt_ckpt_file_opts *fo, mt_err *e) {
+  static const mt_ckpt_file_opts training = {MT_CKPT_NGROUPS, {MT_CKPT_F32, MT_CKPT_F32, MT_CKPT_F32},
+                                             NULL};
+  if (!fo) fo = &training;
   char where[1200];
   snprintf(where, sizeof where, "checkpoint step %lld: rank 0 cannot write %s",
            (long long)meta->step, path);
@@ -222,16 +251,45 @@ int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt
     return -1;
   }
   hid_t fapl = mt_ckpt_fapl_create();
-  hid_t file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+  unsigned create_flags = H5F_ACC_EXCL;
+  MPI_Info info = offsets ? mt_ckpt_io_info() : MPI_INFO_NULL;
+  if (info != MPI_INFO_NULL) {
+    /* the shared file is made by MPI-IO first, so the striping hints
+     * (striping_factor, striping_unit) take effect where the file system
+     * has them (Lustre); HDF5 then writes into it. Datasets are aligned on
+     * the stripe. */
+    char unit[64];
+    int found = 0;
+    MPI_Info_get(info, "striping_unit", (int)sizeof unit - 1, unit, &found);
+    long long su = found ? atoll(unit) : 0;
+    if (su >= 65536 && su <= (1LL << 30)) H5Pset_alignment(fapl, 65536, (hsize_t)su);
+    MPI_File fh;
+    int rc = MPI_File_open(MPI_COMM_SELF, path, MPI_MODE_CREATE | MPI_MODE_EXCL | MPI_MODE_WRONLY,
+                           info, &fh);
+    MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) {
+      char msg[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, msg, &len);
+      mt_err_set(e, "%s: %s (MPI-IO, with ckpt.io_hints)", where, msg);
+      H5Pclose(fapl);
+      mt_ckpt_ballast_release(&ballast);
+      return -1;
+    }
+    MPI_File_close(&fh);
+    create_flags = H5F_ACC_TRUNC; /* ours, made just now in our temporary directory */
+  }
+  hid_t file = H5Fcreate(path, create_flags, H5P_DEFAULT, fapl);
   if (file < 0) mt_ckpt_err_h5(e, "%s", where); /* before any other HDF5 call clears the stack */
   H5Pclose(fapl);
   if (file < 0) {
     mt_ckpt_ballast_release(&ballast);
     return -1;
   }
-  int ok = mt_ckpt_write_meta_attrs(file, meta, where, e) == 0 &&
-           create_datasets(file, reg, rows, n_rows, offsets, where, e) == 0 &&
+  int ok = mt_ckpt_write_meta_attrs(file, meta, fo->groups, where, e) == 0 &&
+           create_datasets(file, reg, rows, n_rows, offsets, fo, where, e) == 0 &&
            mt_ckpt_write_table_i64(file, "index", rows, n_rows, MT_CKPT_INDEX_COLS, where, e) == 0 &&
+           (!offsets || index_offset(file, &offsets[MT_CKPT_NGROUPS * (size_t)reg->n], where, e) == 0) &&
            mt_ckpt_write_table_i64(file, "layout", layout, world, 5, where, e) == 0 &&
            mt_ckpt_write_names(file, reg, where, e) == 0 &&
            mt_ckpt_write_text(file, "config", config_ini ? config_ini : "", where, e) == 0;

@@ -1,5 +1,6 @@
 /* Per-writer mode: one shard file per writing rank (no MPI-IO), and an
  * index file whose virtual datasets present the whole tensors. */
+#define _GNU_SOURCE /* sync_file_range */
 #include "ckpt/ckpt_internal.h"
 
 #include <errno.h>
@@ -79,7 +80,27 @@ hid_t mt_ckpt_virtual_dcpl(const mt_tensor *t, int g, const int64_t *rows, const
 /* This rank's boxes of every tensor it writes, each tensor a 1-D dataset of
  * its boxes end to end, and one index row per box with the checksum of its
  * data. Runs in the background writer: no MPI, no abort (errors in e). */
-static int write_tensors(hid_t file, const mt_registry *reg, mt_mesh *mesh,
+/* A dataset's data in pieces of at most this many floats, the disk's
+ * writeback of each started as soon as it is written (the final fsync then
+ * has little left to wait for). */
+#define PIECE_FLOATS ((hsize_t)2 << 20)
+
+static int write_pieces(hid_t d, hid_t fs, const float *data, hsize_t n, int fd) {
+  for (hsize_t start = 0; start < n; start += PIECE_FLOATS) {
+    hsize_t cnt = n - start < PIECE_FLOATS ? n - start : PIECE_FLOATS;
+    hid_t ms = H5Screate_simple(1, &cnt, NULL);
+    int ok = ms >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &cnt, NULL) >= 0 &&
+             H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, data + start) >= 0;
+    if (ms >= 0) H5Sclose(ms);
+    if (!ok) return -1;
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (fd >= 0) sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* errors: fsync reports them */
+#endif
+  }
+  return 0;
+}
+
+static int write_tensors(hid_t file, int fd, const mt_registry *reg, mt_mesh *mesh,
                          const mt_ckpt_state *st, const char *crash, mt_ckpt_rows *out,
                          const char *where, mt_err *e) {
   mt_ckpt_walk w;
@@ -119,7 +140,7 @@ static int write_tensors(hid_t file, const mt_registry *reg, mt_mesh *mesh,
     hsize_t n1 = (hsize_t)w.sel.volume;
     hid_t fs = H5Screate_simple(1, &n1, NULL), d = -1;
     if (fs >= 0) d = H5Dcreate2(file, path, H5T_IEEE_F32LE, fs, lcpl, H5P_DEFAULT, H5P_DEFAULT);
-    if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+    if (d < 0 || write_pieces(d, fs, data, n1, fd) != 0) {
       mt_ckpt_err_h5(e, "%s", where);
       rc = -1;
     } else {
@@ -193,7 +214,7 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
   int ok = fd >= 0 && mt_ckpt_reserve(fd, bytes, 1) == 0;
   if (!ok) mt_ckpt_err_sys(e, errno, "%s", where);
   mt_ckpt_ballast_release(&ballast);
-  if (ok) ok = write_tensors(file, reg, mesh, st, crash, rows, where, e) == 0;
+  if (ok) ok = write_tensors(file, fd, reg, mesh, st, crash, rows, where, e) == 0;
   if (H5Fclose(file) < 0 && ok) {
     mt_ckpt_err_h5(e, "%s", where);
     ok = 0;
@@ -212,7 +233,7 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
 
 int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
                               const mt_registry *reg, mt_mesh *mesh, const char *config_ini,
-                              const mt_ckpt_rows *rows, mt_err *e) {
+                              const mt_ckpt_rows *rows, const mt_ckpt_file_opts *fo, mt_err *e) {
   int64_t *all = NULL, n_all = 0;
   mt_ckpt_gather_rows(rows, mesh, &all, &n_all, e);
   int64_t *layout = mt_ckpt_gather_layout(mesh);
@@ -220,7 +241,7 @@ int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", tmpdir, MT_CKPT_INDEX_FILE);
     if (mt_ckpt_write_main_file(path, meta, reg, all, n_all, layout, mesh->world_size, config_ini,
-                                NULL, e) == 0 &&
+                                NULL, fo, e) == 0 &&
         mt_ckpt_fsync_path(path) != 0)
       mt_ckpt_err_sys(e, errno, "checkpoint step %lld: rank 0 cannot write %s",
                       (long long)meta->step, path);
@@ -232,10 +253,11 @@ int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
 
 int mt_ckpt_save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const mt_registry *reg,
                             mt_mesh *mesh, const mt_ckpt_state *st,
-                            const mt_ckpt_save_opts *opts, mt_err *e) {
+                            const mt_ckpt_save_opts *opts, const mt_ckpt_file_opts *fo,
+                            mt_err *e) {
   mt_ckpt_rows rows = {0};
   mt_ckpt_write_shard(tmpdir, reg, mesh, st, opts->test_crash, meta->step, &rows, e);
-  int ok = mt_ckpt_finish_per_writer(tmpdir, meta, reg, mesh, opts->config_ini, &rows, e);
+  int ok = mt_ckpt_finish_per_writer(tmpdir, meta, reg, mesh, opts->config_ini, &rows, fo, e);
   free(rows.rows);
   return ok;
 }

@@ -110,6 +110,8 @@ static const mt_cfg_key g_keys[] = {
     {"train.resume", MT_CFG_STRING, F(resume), "",
      "auto (newest complete checkpoint in output.dir) or a step directory; empty: fresh", 0, 0,
      NULL},
+    {"train.init_from", MT_CFG_STRING, F(init_from), "",
+     "checkpoint whose parameters start this run (step 0, fresh optimizer state)", 0, 0, NULL},
     {"train.micro_batches", MT_CFG_INT, F(micro_batches), "0",
      "micro-batches per step through the pipeline (0 = global_batch / (micro_batch x dp))", 0,
      NOMAX, NULL},
@@ -179,6 +181,8 @@ static const mt_cfg_key g_keys[] = {
      "snapshot to host memory and write in the background (per-writer mode)", 0, 1, NULL},
     {"ckpt.verify_on_load", MT_CFG_BOOL, F(ckpt_verify_on_load), "true",
      "check every written box's xxh64 checksum when resuming", 0, 1, NULL},
+    {"ckpt.io_hints", MT_CFG_STRING, F(ckpt_io_hints), "",
+     "MPI-IO hints for the shared file: key=value,... (e.g. cb_nodes=8)", 0, 0, NULL},
     {"ckpt.test_crash", MT_CFG_STRING, F(ckpt_test_crash), "none",
      "TEST ONLY: kill rank 0 at this phase of the save at step train.steps", 0, 0,
      "none|create|write|rename|latest"},
@@ -649,13 +653,34 @@ static int apply_override(mt_config *cfg, const char *text, mt_err *e) {
   return 0;
 }
 
+/* ckpt.io_hints: empty, or key=value pairs separated by commas (keys in
+ * lower case, digits and _; values without blanks), as MPI_Info takes them */
+static int check_io_hints(const char *v, mt_err *e) {
+  for (const char *p = v; *p;) {
+    const char *end = strchr(p, ','), *eq = strchr(p, '=');
+    if (!end) end = p + strlen(p);
+    int bad = !eq || eq >= end || eq == p || eq + 1 == end;
+    for (const char *q = p; !bad && q < eq; q++)
+      bad = !(islower((unsigned char)*q) || isdigit((unsigned char)*q) || *q == '_');
+    for (const char *q = eq ? eq + 1 : p; !bad && q < end; q++)
+      bad = isspace((unsigned char)*q) || *q == '=';
+    if (bad) {
+      mt_err_set(e, "ckpt.io_hints: '%.*s' is not key=value (e.g. "
+                    "striping_factor=16,cb_nodes=8)", (int)(end - p), p);
+      return 1;
+    }
+    p = *end ? end + 1 : end;
+  }
+  return 0;
+}
+
 int mt_config_load(mt_config *cfg, const char *ini_path, int n_over, char *const *overrides,
                    mt_err *e) {
   mt_config_defaults(cfg);
   if (ini_path && load_ini(cfg, ini_path, e)) return 1;
   for (int i = 0; i < n_over; i++)
     if (apply_override(cfg, overrides[i], e)) return 1;
-  return 0;
+  return check_io_hints(cfg->ckpt_io_hints, e);
 }
 
 /* ------------------------------------------------------------------ */

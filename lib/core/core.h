@@ -98,8 +98,10 @@ typedef struct {
   /* [ckpt] */
   int ckpt_every, ckpt_keep, ckpt_async, ckpt_verify_on_load;
   char ckpt_mode[MT_CFG_STR_MAX], ckpt_test_crash[MT_CFG_STR_MAX];
+  char ckpt_io_hints[MT_CFG_STR_MAX]; /* MPI-IO hints for the shared file, "k=v,k=v" */
   /* [train] resume: "" (fresh), "auto" (<output.dir>/checkpoints, newest complete) or a path */
   char resume[MT_CFG_STR_MAX];
+  char init_from[MT_CFG_STR_MAX]; /* a checkpoint whose parameters start a fresh run */
   int stop_after; /* [train] stop_after: steps this run does before it checkpoints and exits */
   /* pipeline parallelism: [train] micro_batches (0 = global_batch / (micro_batch * dp)),
    * recompute (bool); [parallel] schedule, virtual_stages, pp_split ("" = balanced, else

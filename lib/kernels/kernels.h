@@ -240,6 +240,12 @@ typedef struct mt_ops {
 
 const mt_ops *mt_ops_cpu(void);
 
+/* The members of ops that are NULL although every backend must fill them
+ * (only the reference attention_forward/backward may be NULL): their names,
+ * ", "-separated, in names (cut at len bytes; names may be NULL); returns
+ * how many. 0 for a complete table. */
+int mt_ops_missing(const mt_ops *ops, char *names, size_t len);
+
 /* ------------------------------------------------------------------ */
 /* devices: which backend a rank computes on                          */
 

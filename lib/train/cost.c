@@ -144,7 +144,7 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
 }
 
 void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f) {
-  fprintf(f, "# %s\n[hw]\nname = %s\ndescription = %s\npeak_gflops_fp32 = %.6g\n"
+  fprintf(f, "# %.180s\n[hw]\nname = %.180s\ndescription = %.180s\npeak_gflops_fp32 = %.6g\n"
              "peak_gflops_bf16 = %.6g\nranks_per_node = %d\n\n[cost]\n",
           description, p->name, description, p->peak_gflops, p->peak_gflops,
           p->devices_per_node);
@@ -188,6 +188,7 @@ typedef struct {
   double fwd, bwd;         /* compute seconds of the forward, of the whole backward */
   double bwd_input;        /* of the backward, the input-gradient pass (split backward) */
   double tp;               /* tp communication seconds, forward + backward */
+  double cp, ep;           /* exposed cp and ep (all-to-all) seconds, forward + backward */
 } chunk_cost;
 
 static double link_bw(const mt_cost_profile *p, int inside) {
@@ -197,18 +198,36 @@ static double link_lat(const mt_cost_profile *p, int inside) {
   return (inside ? p->intra_us : p->inter_us) * 1e-6;
 }
 
-/* the chunk's layers n_l (embed, head: it holds them) of a micro-batch of B */
-static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt_gpt *m, int n_l,
-                        int embed, int head, int B) {
+/* the chunk's layers [l0, l1) (embed, head: it holds them) of a micro-batch
+ * of B */
+static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt_gpt *m, int l0,
+                        int l1, int embed, int head, int B) {
+  const int n_l = l1 - l0;
   const double T = m->T, C = m->shape.n_embd, BT = (double)B * T, tp = cfg->tp;
   const double Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local, hs = C / m->shape.n_head;
-  const double Vl = m->V_local;
-  chunk_cost c = {0, 0, 0, 0};
+  const double Vl = m->V_local, T_full = m->shape.seq_len;
+  chunk_cost c = {0, 0, 0, 0, 0, 0};
   /* a block forward: qkv, proj, fc, fc proj; attention: QK^T and PV per
-   * head, causal (half the square) */
+   * head, causal (half the square); under context parallelism this rank's
+   * T / cp queries against the whole sequence's keys */
   double lin = gemm_s(p, BT, 3 * Cl, C, 1) + gemm_s(p, BT, C, Cl, 1) + gemm_s(p, BT, Fl, C, 1) +
                gemm_s(p, BT, C, Fl, 1);
-  double att = 2.0 * gemm_s(p, T, T, hs, B * NHl) / 2.0;
+  double att = 2.0 * gemm_s(p, T, T_full, hs, B * NHl) / 2.0;
+  /* MoE blocks: the router, and the routed experts' matmuls over this rank's
+   * share of the slots (balanced routing: N k slots per ep rank, its E/ep
+   * experts each N k / E_l rows) in place of the dense MLP (the shared
+   * experts stay in mlp_local) */
+  int n_moe = 0;
+  double moe_lin = 0.0;
+  for (int l = l0; l < l1; l++) n_moe += mt_model_is_moe(&m->shape, l);
+  if (n_moe > 0) {
+    const double E = m->shape.moe_experts, k = m->shape.moe_topk, El = m->E_local;
+    const double Fe = m->Fe_local, Fs = m->mlp_local[l0] > 0 ? m->mlp_local[l0] : 0.0;
+    const double N = (double)B * m->Ts, rows = N * k * (m->etp_size > 1 ? m->etp_size : 1) / El;
+    moe_lin = gemm_s(p, BT, 3 * Cl, C, 1) + gemm_s(p, BT, C, Cl, 1) + gemm_s(p, N, E, C, 1) +
+              gemm_s(p, rows, Fe, C, El) + gemm_s(p, rows, C, Fe, El) +
+              (Fs > 0 ? gemm_s(p, BT, Fs, C, 1) + gemm_s(p, BT, C, Fs, 1) : 0.0);
+  }
   /* elementwise: the layer's activations (the buffers the model allocates:
    * under recompute its one-layer workspace) written forward, read and
    * their gradients written backward */
@@ -218,9 +237,31 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
   double layer_f = lin + att + elem;
   double layer_b = 2.0 * (lin + att) + 2.0 * elem;
   double refwd = cfg->recompute ? 1.0 : 0.0;
-  c.fwd = n_l * layer_f;
-  c.bwd = n_l * (layer_b + refwd * layer_f);
-  c.bwd_input = n_l * (0.5 * layer_b + refwd * layer_f);
+  c.fwd = (n_l - n_moe) * layer_f + n_moe * (moe_lin + att + elem);
+  c.bwd = (n_l - n_moe) * (layer_b + refwd * layer_f) +
+          n_moe * (2.0 * (moe_lin + att) + 2.0 * elem + refwd * (moe_lin + att + elem));
+  c.bwd_input = (n_l - n_moe) * (0.5 * layer_b + refwd * layer_f) +
+                n_moe * (moe_lin + att + elem + refwd * (moe_lin + att + elem));
+  /* context parallelism: the ring passes K/V while the blocks compute (the
+   * part beyond the attention's compute is exposed); Ulysses' all-to-alls
+   * are not hidden */
+  if (cfg->cp > 1) {
+    int inside = cfg->tp * cfg->cp <= p->devices_per_node;
+    double bytes = mt_gpt_cp_bytes_range(m, B, n_l);
+    double calls = n_l * (1.0 + refwd) * 2.0 * (cfg->cp - 1);
+    double t = bytes / link_bw(p, inside) + calls * link_lat(p, inside);
+    int ring = mt_cp_mode_parse(cfg->cp_mode) == MT_CP_RING;
+    c.cp = ring ? (t > 3.0 * n_l * att ? t - 3.0 * n_l * att : 0.0) : t;
+  }
+  /* expert parallelism: the dispatch and combine all-to-alls (and the etp
+   * gathers), as a balanced routing implies, never hidden */
+  if (n_moe > 0 && (m->ep_size > 1 || m->etp_size > 1)) {
+    double ex[2];
+    mt_gpt_expert_bytes_layers(m, B, l0, l1, ex);
+    int ep_inside = cfg->tp * cfg->cp * cfg->dp <= p->devices_per_node ||
+                    m->ep_size * m->etp_size <= p->devices_per_node;
+    c.ep = (ex[0] + ex[1]) / link_bw(p, ep_inside) + n_moe * 4.0 * link_lat(p, ep_inside);
+  }
   if (head) {
     double h = gemm_s(p, BT, Vl, C, 1);
     double logits = p->act_bytes * BT * Vl * 2.0 / (p->elementwise_gbs * 1e9);
@@ -256,7 +297,7 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
   const int dp_inside = cfg->tp * cfg->cp * cfg->dp <= dpn, pp_inside = world <= dpn;
   /* per pp stage: the plan of its first rank and its chunks' costs; the
    * slowest chunk sets the per-op times of the schedule's simulation */
-  chunk_cost worst = {0, 0, 0, 0};
+  chunk_cost worst = {0, 0, 0, 0, 0, 0};
   int rc = 0, n_buckets = 1;
   for (int st = 0; st < pp && rc == 0; st++) {
     mt_plan_rank pr;
@@ -275,14 +316,17 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
     for (int vs = st; vs < pp * v; vs += pp) {
       int a, b;
       mt_train_stage_layers(cfg, &lay, vs, &a, &b);
-      chunk_cost c = chunk(p, cfg, &m, b - a, vs == 0, vs == pp * v - 1, B);
+      chunk_cost c = chunk(p, cfg, &m, a, b, vs == 0, vs == pp * v - 1, B);
+      /* the collectives of cp and ep ride on the ops like tp's */
+      c.tp += c.cp + c.ep;
       if (c.fwd + c.bwd + c.tp > worst.fwd + worst.bwd + worst.tp) worst = c;
     }
     /* dp: this stage's gradient and parameter bytes over its link, a latency
      * per bucket collective (per micro-batch under ZeRO-2/3) */
     double dp_s = pr.dp_state_bytes / link_bw(p, dp_inside) +
                   2.0 * pr.n_buckets * link_lat(p, dp_inside) * (cfg->zero >= 2 ? accum : 1);
-    if (cfg->dp == 1) dp_s = 0.0;
+    if (cfg->dp * cfg->cp == 1) dp_s = 0.0;
+    dp_s += pr.edp_bytes / link_bw(p, dp_inside); /* the experts' gradients over edp */
     if (dp_s >= out->dp_total_s) {
       out->dp_total_s = dp_s;
       n_buckets = pr.n_buckets > 0 ? pr.n_buckets : 1;
@@ -310,9 +354,12 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
     mt_pp_schedule_validate(&s, tf, tb, tbi, tbw, &sim, why, sizeof why);
     mt_pp_schedule_free(&s);
     out->compute_s = accum * v * (worst.fwd + worst.bwd);
-    out->tp_s = accum * v * worst.tp;
+    out->cp_s = accum * v * worst.cp;
+    out->ep_s = accum * v * worst.ep;
+    out->tp_s = accum * v * worst.tp - out->cp_s - out->ep_s;
     out->pp_p2p_s = accum * v * 2.0 * p2p;
-    out->pp_bubble_s = sim.makespan - out->compute_s - out->tp_s - out->pp_p2p_s;
+    out->pp_bubble_s = sim.makespan - out->compute_s - out->tp_s - out->cp_s - out->ep_s -
+                       out->pp_p2p_s;
     if (out->pp_bubble_s < 0) out->pp_bubble_s = 0.0;
     /* dp hides behind backward where the schedule overlaps it (one stage: the
      * last micro-batch's backward, every micro-batch's under ZeRO-2/3; with
@@ -324,8 +371,13 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
     out->step_s = sim.makespan + out->dp_exposed_s + out->optim_s;
     double tokens = (double)cfg->global_batch * lay.shape.seq_len;
     out->tokens_per_s = tokens / out->step_s;
-    out->model_flops = mt_train_flops_per_token(lay.shape.n_layer, lay.shape.n_embd,
-                                                lay.shape.seq_len, lay.shape.vocab) * tokens;
+    const mt_model_shape *sh = &lay.shape; /* MoE: the weights a token uses, as the run counts */
+    out->model_flops =
+        (sh->moe_experts > 0
+             ? mt_train_flops_per_token_mm(mt_model_active_matmul_weights(sh), sh->n_layer,
+                                           sh->n_embd, sh->seq_len)
+             : mt_train_flops_per_token(sh->n_layer, sh->n_embd, sh->seq_len, sh->vocab)) *
+        tokens;
     out->mfu = out->model_flops / (out->step_s * world * p->peak_gflops * 1e9);
     out->fits = out->mem_bytes <= p->mem_bytes;
     out->world = world;

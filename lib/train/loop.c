@@ -143,6 +143,10 @@ int mt_train_loop(mt_trainer *t) {
                     (double)t->model.ws_bytes;
     }
     mt_dp_finish_sync(&t->dp);
+    /* a background checkpoint copies the state while forward and backward
+     * run: it must be complete before the optimizer changes the state */
+    double fence_s = mt_ckpt_async_fence(inflight);
+    pending_ckpt_s += fence_s;
     double t_fb = mt_now();
     double comm_fb = mesh->dpcp_g.seconds - comm0, tp_fb = mesh->tp_g.seconds - tp_s0;
     double pp_fb = mesh->pp_g.seconds - pp_s0, cp_fb = mesh->cp_g.seconds - cp_s0;
@@ -189,7 +193,7 @@ int mt_train_loop(mt_trainer *t) {
     rec.step_s = step_s;
     rec.dp_comm_s = mesh->dpcp_g.seconds - comm0;
     rec.data_s = data_s;
-    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb - pp_fb - cp_fb - moe_fb;
+    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb - pp_fb - cp_fb - moe_fb - fence_s;
     rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb) - (tp_comm_s - tp_fb) -
                   ((ep_s + etp_s + edp_s) - moe_fb);
     rec.eval_s = t_eval;

@@ -63,6 +63,22 @@ static int truncate_metrics(const char *dir, long long last_step, mt_err *e) {
   return 0;
 }
 
+/* what a checkpoint must say about the model to load into this one */
+static mt_ckpt_meta model_meta(const mt_model_shape *shape) {
+  mt_ckpt_meta m;
+  memset(&m, 0, sizeof m);
+  m.n_layer = shape->n_layer;
+  m.n_embd = shape->n_embd;
+  m.n_head = shape->n_head;
+  m.seq_len = shape->seq_len;
+  m.vocab = shape->vocab;
+  m.moe_experts = shape->moe_experts;
+  m.moe_every = shape->moe_every;
+  m.moe_ffn = shape->moe_ffn;
+  m.moe_shared = shape->moe_shared;
+  return m;
+}
+
 /* the resume itself: collective */
 static void load_checkpoint(mt_trainer *t, mt_err *err) {
   mt_config *cfg = &t->cfg;
@@ -71,8 +87,12 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   snprintf(root, sizeof root, "%s/checkpoints", cfg->output_dir);
   int found = 0;
   if (mt_ckpt_resolve(cfg->resume, root, t->resumed_from, sizeof t->resumed_from, &found, err) !=
-      0)
+      0) {
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    snprintf(err->msg, sizeof err->msg, "train.resume: %.*s", (int)sizeof msg - 16, msg);
     return;
+  }
   if (!found) {
     mt_info0("meshtrain: train.resume = auto: no checkpoint in %s, starting fresh", root);
     t->resumed_from[0] = '\0';
@@ -90,16 +110,7 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
     host_state = mt_train_state_host_buffers(t, hr, r, st.n_ranges);
     for (int g = 0; g < MT_CKPT_NGROUPS; g++) st.ranges[g] = hr[g];
   }
-  mt_ckpt_meta want = {0}, got;
-  want.n_layer = shape->n_layer;
-  want.n_embd = shape->n_embd;
-  want.n_head = shape->n_head;
-  want.seq_len = shape->seq_len;
-  want.vocab = shape->vocab;
-  want.moe_experts = shape->moe_experts;
-  want.moe_every = shape->moe_every;
-  want.moe_ffn = shape->moe_ffn;
-  want.moe_shared = shape->moe_shared;
+  mt_ckpt_meta want = model_meta(shape), got;
   double tl = mt_now();
   if (mt_ckpt_load(t->resumed_from, &t->model.reg, &t->mesh, &st, &want,
                    cfg->ckpt_verify_on_load, &got, err) == 0) {
@@ -130,12 +141,56 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   if (host_state) mt_cuda_host_free(host_state);
 }
 
+/* train.init_from: another run's parameters (any layout, e.g. an imported
+ * Hugging Face GPT-2), then step 0 with fresh optimizer state. Collective. */
+static void init_from_checkpoint(mt_trainer *t, mt_err *err) {
+  mt_config *cfg = &t->cfg;
+  const mt_model_shape *shape = &t->lay.shape;
+  char dir[2 * MT_CFG_STR_MAX];
+  int found = 0;
+  if (mt_ckpt_resolve(cfg->init_from, cfg->init_from, dir, sizeof dir, &found, err) != 0 || !found) {
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->failed ? err->msg : "no complete checkpoint");
+    err->failed = 1;
+    snprintf(err->msg, sizeof err->msg, "train.init_from: %.*s", (int)sizeof msg - 20, msg);
+    return;
+  }
+  mt_flat_range *r[MT_CKPT_NGROUPS] = {NULL}, *hr[MT_CKPT_NGROUPS] = {NULL};
+  mt_ckpt_state st;
+  memset(&st, 0, sizeof st);
+  st.n_ranges[MT_CKPT_MODEL] = mt_dp_state_ranges(&t->dp, MT_CKPT_MODEL, 0, &r[MT_CKPT_MODEL]);
+  st.ranges[MT_CKPT_MODEL] = r[MT_CKPT_MODEL];
+  /* parameters on a GPU: loaded into host buffers, then copied up */
+  float *host_state = NULL;
+  if (t->ops->loc == MT_LOC_DEVICE) {
+    host_state = mt_train_state_host_buffers(t, hr, r, st.n_ranges);
+    st.ranges[MT_CKPT_MODEL] = hr[MT_CKPT_MODEL];
+  }
+  mt_ckpt_meta want = model_meta(shape), got;
+  double tl = mt_now();
+  if (mt_ckpt_load_params(dir, &t->model.reg, &t->mesh, &st, &want, cfg->ckpt_verify_on_load,
+                          &got, err) == 0) {
+    if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
+    mt_info0("meshtrain: parameters from %s (step %lld of the run that wrote it) in %.2f s; "
+             "training from step 0 with fresh optimizer state", dir, (long long)got.step,
+             mt_now() - tl);
+  }
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]), free(hr[g]);
+  if (host_state) mt_cuda_host_free(host_state);
+}
+
 void mt_train_resume(mt_trainer *t) {
   mt_config *cfg = &t->cfg;
   mt_err err = {0};
   double t0 = mt_now();
+  mt_ckpt_set_io_hints(cfg->ckpt_io_hints, &err); /* checked when the configuration was read */
   if (cfg->resume[0]) {
     load_checkpoint(t, &err);
+    mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  }
+  /* a checkpoint of this run (train.resume) wins: a requeued job goes on */
+  if (cfg->init_from[0] && !t->resumed_from[0]) {
+    init_from_checkpoint(t, &err);
     mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   }
   t->resume_s = mt_now() - t0;

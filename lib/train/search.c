@@ -1,5 +1,7 @@
 /* The layouts of a model on N nodes, each priced by the cost model: tp
- * inside a node (dividing the heads), pp dividing the layers, dp the rest;
+ * inside a node (dividing the heads), pp dividing the layers, cp (ring)
+ * where the sequence splits into 2 cp chunks, ep dividing the experts of a
+ * MoE model (etp = 1), dp the rest;
  * ZeRO 0-3 (2 and 3 with one stage), every micro-batch that divides a dp
  * rank's share of the batch, the pipeline schedules (1F1B, interleaved with
  * two chunks where it divides, zero-bubble), recompute off and on, sequence
@@ -22,6 +24,7 @@ static void add(mt_search *s, const mt_config *cfg, const mt_cost *c) {
   row->pp = cfg->pp;
   row->dp = cfg->dp;
   row->cp = cfg->cp;
+  row->ep = cfg->ep;
   row->zero = cfg->zero;
   row->micro_batch = cfg->micro_batch;
   row->sp = cfg->sp;
@@ -49,9 +52,14 @@ int mt_search_layouts(const mt_config *base, const mt_cost_profile *p, int nodes
     if (world % tp || shape.n_head % tp || shape.n_embd % tp) continue;
     for (int pp = 1; pp <= L && pp * tp <= world; pp++) {
       if (L % pp || (world / tp) % pp) continue;
-      const int dp = world / (tp * pp);
+      for (int cp = 1; cp * tp * pp <= world && cp <= 64; cp *= 2) {
+      if ((world / (tp * pp)) % cp || shape.seq_len % (2 * cp)) continue;
+      if (cp > 1 && shape.moe_experts > 0) continue; /* refused by the run */
+      const int dp = world / (tp * pp * cp);
       if (base->global_batch % dp) continue;
       const int per_rank = base->global_batch / dp;
+      for (int ep = 1; ep <= (shape.moe_experts > 0 ? shape.moe_experts : 1); ep *= 2) {
+      if (shape.moe_experts > 0 && (shape.moe_experts % ep || (tp * cp * dp) % ep)) continue;
       for (int mb = 1; mb <= per_rank && mb <= 64; mb *= 2) {
         if (per_rank % mb) continue;
         for (int zero = 0; zero <= 3; zero++) {
@@ -65,7 +73,10 @@ int mt_search_layouts(const mt_config *base, const mt_cost_profile *p, int nodes
                 cfg.tp = tp;
                 cfg.pp = pp;
                 cfg.dp = dp;
-                cfg.cp = 1;
+                cfg.cp = cp;
+                cfg.ep = ep;
+                cfg.etp = 1;
+                snprintf(cfg.cp_mode, sizeof cfg.cp_mode, "ring");
                 cfg.zero = zero;
                 cfg.micro_batch = mb;
                 cfg.micro_batches = 0;
@@ -87,6 +98,8 @@ int mt_search_layouts(const mt_config *base, const mt_cost_profile *p, int nodes
             }
           }
         }
+      }
+      }
       }
     }
   }
@@ -114,7 +127,8 @@ void mt_search_free(mt_search *s) {
 
 /* "tp=2,pp=1,zero=1,mb=4,..." : the keys meshslurm.py's campaign layouts take */
 void mt_search_layout_text(const mt_search_row *r, char *buf, size_t len) {
-  snprintf(buf, len, "tp=%d,pp=%d,cp=%d,dp=%d,zero=%d,mb=%d,sp=%d,recompute=%d,schedule=%s,v=%d",
-           r->tp, r->pp, r->cp, r->dp, r->zero, r->micro_batch, r->sp, r->recompute, r->schedule,
-           r->virtual_stages);
+  int n = snprintf(buf, len, "tp=%d,pp=%d,cp=%d,dp=%d,zero=%d,mb=%d,sp=%d,recompute=%d,schedule=%s,v=%d",
+                   r->tp, r->pp, r->cp, r->dp, r->zero, r->micro_batch, r->sp, r->recompute,
+                   r->schedule, r->virtual_stages);
+  if (r->ep > 1 && n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ",ep=%d", r->ep);
 }

@@ -153,6 +153,8 @@ typedef struct {
   double step_s;             /* predicted step time, and its parts: */
   double compute_s;          /*   matmuls and elementwise work of every micro-batch */
   double tp_s;               /*   tensor-parallel collectives */
+  double cp_s, ep_s;         /*   context-parallel exchanges beyond what attention hides; MoE
+                                  all-to-alls (balanced routing) */
   double pp_bubble_s;        /*   the schedule's idle time */
   double pp_p2p_s;           /*   pipeline messages */
   double dp_total_s, dp_exposed_s; /* dp collectives, and what backward does not hide */
@@ -183,7 +185,7 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
 /* Every layout of base's model and batch on `nodes` nodes of p, priced and
  * sorted (those that fit first, fastest first). */
 typedef struct {
-  int tp, pp, dp, cp, zero, micro_batch, sp, recompute, virtual_stages;
+  int tp, pp, dp, cp, ep, zero, micro_batch, sp, recompute, virtual_stages;
   char schedule[MT_CFG_STR_MAX];
   mt_cost cost;
 } mt_search_row;

@@ -82,7 +82,9 @@ int main(int argc, char **argv) {
     mt_ckpt_meta m;
     char version[32];
     rc = mt_ckpt_read_meta(f, &m) == -1 || mt_ckpt_attr_str(f, "version", version, sizeof version);
-    uint64_t h = rc ? 0 : mt_ckpt_meta_hash(&m, version);
+    int64_t groups = 3;
+    mt_ckpt_attr_i64(f, "groups", &groups);
+    uint64_t h = rc ? 0 : mt_ckpt_meta_hash(&m, version, groups);
     hid_t a = H5Aopen(f, "meta_xxh64", H5P_DEFAULT);
     rc = rc || a < 0 || H5Awrite(a, H5T_NATIVE_INT64, &h) < 0;
     if (a >= 0) H5Aclose(a);

@@ -67,6 +67,7 @@ static void gpt2_at_tp(int tp, int64_t want_padded) {
           (long long)reg.t[w].local_shape[0], (long long)want_padded, (long long)(want_padded / tp));
     if (r == 0) { /* the canonical tensors, as a checkpoint stores them */
       tt.n = reg.n;
+      tt.groups = MT_CKPT_NGROUPS;
       tt.names = calloc((size_t)reg.n, MT_NAME_MAX);
       tt.ext = calloc((size_t)reg.n * MT_CKPT_NGROUPS, 2 * sizeof(int64_t));
       for (int g = 0; g < MT_CKPT_NGROUPS; g++)
@@ -116,7 +117,7 @@ static long coverage_of(const int64_t (*boxes)[4], int n, int64_t R, int64_t C, 
   }
   char names[1][MT_NAME_MAX] = {"t"};
   int64_t ext[3][2] = {{R, C}, {R, C}, {R, C}};
-  mt_ckpt_tensors tt = {1, names, ext, NULL, NULL};
+  mt_ckpt_tensors tt = {.n = 1, .groups = MT_CKPT_NGROUPS, .names = names, .ext = ext};
   memset(p, 0, sizeof *p);
   long k = mt_ckpt_check_coverage(rows.rows, rows.n, &tt, collect, p);
   free(rows.rows);
@@ -199,6 +200,7 @@ static void moe_at(int ep, int etp) {
       CHECK(mt_gpt_register_layout(&reg, &s, &lay, msg, sizeof msg) == 0, "register: %s", msg);
       if (er == 0 && tr == 0) {
         tt.n = reg.n;
+        tt.groups = MT_CKPT_NGROUPS;
         tt.names = calloc((size_t)reg.n, MT_NAME_MAX);
         tt.ext = calloc((size_t)reg.n * MT_CKPT_NGROUPS, 2 * sizeof(int64_t));
         for (int g = 0; g < MT_CKPT_NGROUPS; g++)

@@ -39,3 +39,14 @@ foreach(np 2 4)
 endforeach()
 # ckpt.keep: old checkpoints moved aside (.trash-*) before they are deleted
 mt_script_test(retention ckpt retention.sh)
+# issue 14: streaming parallel convert (round trips, bf16, parameters only,
+# target layout, killed halfway, bad options); its memory bound on a
+# gpt2-124m-shaped state; loads that open only the files they need; Hugging
+# Face GPT-2 export/import with an independent numpy forward (and
+# transformers' GPT2LMHeadModel where it is installed)
+mt_script_test(convert ckpt convert.sh)
+mt_script_test(convert_memory ckpt convert_memory.sh)
+mt_script_test(load_opens ckpt load_opens.sh)
+mt_script_test(hf ckpt hf.sh)
+mt_script_test(hf_transformers ckpt hf_transformers.sh)
+mt_script_test(ckpt_convert sanitize sanitize.sh)

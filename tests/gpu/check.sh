@@ -90,7 +90,9 @@ if o and "op_seconds" in o.get("device", {}):
     ops = o["device"]["op_seconds"]; tot = sum(ops.values())
     r["gpu_time_by_op"] = {k: {"s": v, "share": v / tot if tot else 0} for k, v in
                            sorted(ops.items(), key=lambda kv: -kv[1])}
-    att = ops.get("attention_forward", 0) + ops.get("attention_backward", 0)
+    # the model's block attention (attn_*), and the T x T reference if a run used it
+    att = sum(ops.get(k, 0) for k in ("attn_forward", "attn_merge", "attn_backward",
+                                      "attention_forward", "attention_backward"))
     mm = ops.get("matmul_forward", 0) + ops.get("matmul_backward", 0)
     r.setdefault("bench", {})["attention_share_of_gpu_time"] = att / tot if tot else None
     r["bench"]["matmul_share_of_gpu_time"] = mm / tot if tot else None

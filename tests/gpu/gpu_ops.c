@@ -16,6 +16,20 @@
  * bf16 path really ran). Scalar sums (double) 1e-9. The embedding backward
  * adds positions in the CPU's order: bit for bit.
  * Also: two runs give the same bits (no atomics).
+ *
+ * Block attention (attn_forward, attn_merge, attn_backward; fp32 in both
+ * precisions, tolerance 1e-5, LSE rows of -inf exactly -inf and their out
+ * exactly 0) on the layouts the model and context parallelism hand it:
+ * q|k|v in the fused (B,T,3C) buffer, keys and values in the ring's
+ * (B,T,2C) buffer, query and key chunks at row offsets with the global
+ * positions of zigzag chunks, Tq != Tk, causal and not, head sizes 24 to
+ * 256 (each of the kernels' tile shapes), rows that see no key. Merge: the
+ * halves of a key block merged (both, one, neither side empty) against the
+ * CPU's merge and against one call over the whole block. A long block with
+ * many heads makes the backward's D = rowsum(dout * out) work in groups
+ * under the 1 MiB scratch run of ops.sh. copy_2d/add_2d: bit for bit, and
+ * nothing outside the rows and columns asked for changes.
+ * The CUDA op table has no NULL member (mt_ops_missing).
  * No GPU: prints "SKIP: <reason>" and exits 77. */
 #include "core/core.h"
 #include "kernels/kernels.h"
@@ -30,6 +44,9 @@ static const mt_ops *cpu, *gpu;
 static int g_failures, g_bf16;
 static double TOL_MM; /* matmul and attention outputs and gradients */
 #define TOL_EW 1e-5   /* everything computed in fp32 */
+/* block attention (fp32 under bf16 too): the GPU's expf and the CPU's
+ * polynomial exp, and different summation orders over up to 200 keys */
+#define TOL_ATTN 1e-5
 #define TOL_SUM 1e-9
 
 static uint64_t g_rng = 12345;
@@ -321,6 +338,248 @@ static void test_xent(int N, int V, int Vp) {
   free(logits), free(probs), free(losses), free(tgt), free(l2);
 }
 
+/* ------------------------------------------------------------------ */
+/* block attention                                                     */
+
+/* the LSE: finite rows relative to max(1, |ref|), -inf rows must be -inf */
+static double lse_err_of(const float *ref, const float *d, size_t n) {
+  float *h = malloc((n ? n : 1) * sizeof(float));
+  gpu->download(h, d, n * sizeof(float));
+  double diff = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    if (isinf(ref[i]) || isinf(h[i])) {
+      if (!(ref[i] == h[i])) diff = mt_worst(diff, INFINITY);
+      continue;
+    }
+    diff = mt_worst(diff, fabs((double)h[i] - (double)ref[i]) / fmax(1.0, fabs(ref[i])));
+  }
+  free(h);
+  return diff;
+}
+
+/* One pair (query block, key block). Queries: Tq rows from row qrow of a
+ * (B, Tl, 3C) q|k|v buffer. Keys and values: Tk rows from row krow of the
+ * same buffer (Tkv = 0, as the model's own block) or of a (B, Tkv, 2C) k|v
+ * buffer (as the ring passes them). out (B, Tl, C), lse (B, NH, Tl) at row
+ * qrow, as context parallelism lays them out. */
+typedef struct {
+  const char *name;
+  int B, NH, hs;
+  int Tl, Tkv;
+  int qrow, Tq, q_pos0;
+  int krow, Tk, k_pos0;
+  int causal;
+} attn_pair;
+
+/* the host and device copies of one case's buffers */
+typedef struct {
+  float *qkv, *kv, *out, *lse, *dqkv, *dkv, *dout, *out2, *lse2, *part, *part_lse;
+} attn_bufs;
+#define ATTN_NBUF 11
+
+static void attn_pair_run(const attn_pair *p) {
+  const int fused = p->Tkv == 0, B = p->B, NH = p->NH, hs = p->hs, Tl = p->Tl;
+  const int Tkv = fused ? Tl : p->Tkv;
+  const size_t C = (size_t)NH * hs, krs = fused ? 3 * C : 2 * C;
+  printf("attn %s: B=%d NH=%d hs=%d Tq=%d Tk=%d q_pos0=%d k_pos0=%d %s, %s\n", p->name, B, NH,
+         hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0, p->causal ? "causal" : "not causal",
+         fused ? "fused q|k|v" : "k|v buffer");
+  size_t n_qkv = (size_t)B * Tl * 3 * C, n_kv = fused ? 0 : (size_t)B * Tkv * 2 * C;
+  size_t n_out = (size_t)B * Tl * C, n_lse = (size_t)B * NH * Tl;
+  size_t ns[ATTN_NBUF] = {n_qkv, n_kv, n_out, n_lse, n_qkv, n_kv, n_out,
+                          n_out, n_lse, n_out, n_lse};
+  /* every buffer random, outputs too: rows outside the block must stay */
+  attn_bufs h, d;
+  float **hp = (float **)&h, **dp = (float **)&d;
+  for (int i = 0; i < ATTN_NBUF; i++) {
+    hp[i] = rnd(ns[i], i < 2 ? -2 : -1, i < 2 ? 2 : 1);
+    dp[i] = dev(hp[i], ns[i]);
+  }
+  mt_attn_block a = {B, NH, hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0, p->causal,
+                     (size_t)Tl * 3 * C, 3 * C, (size_t)Tkv * krs, krs, (size_t)Tkv * krs, krs,
+                     (size_t)Tl * C, C, (size_t)NH * Tl, (size_t)Tl};
+  /* offsets of the block's first rows */
+  const size_t qo = (size_t)p->qrow * 3 * C, oo = (size_t)p->qrow * C, lo = (size_t)p->qrow;
+  const size_t ko = (size_t)p->krow * krs + (fused ? C : 0), vo = ko + C;
+#define KV(s) ((fused ? (s).qkv : (s).kv))
+#define DKV(s) ((fused ? (s).dqkv : (s).dkv))
+  char what[128];
+
+  /* forward over the whole key block */
+  cpu->attn_forward(&a, h.out + oo, h.lse + lo, h.qkv + qo, KV(h) + ko, KV(h) + vo);
+  gpu->attn_forward(&a, d.out + oo, d.lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
+  CMP("attn_forward out", h.out, d.out, n_out, TOL_ATTN);
+  report("attn_forward lse (-inf rows exactly)", lse_err_of(h.lse, d.lse, n_lse), TOL_ATTN);
+  {
+    float *go = malloc(n_out * sizeof(float));
+    gpu->download(go, d.out, n_out * sizeof(float));
+    long no_key = 0, nonzero = 0;
+    for (int b = 0; b < B; b++)
+      for (int hh = 0; hh < NH; hh++)
+        for (int i = 0; i < p->Tq; i++) {
+          if (!isinf(h.lse[(size_t)b * a.l_bs + (size_t)hh * a.l_hs + lo + i])) continue;
+          no_key++;
+          const float *o = go + (size_t)b * a.o_bs + oo + (size_t)i * a.o_rs + (size_t)hh * hs;
+          for (int c = 0; c < hs; c++) nonzero += o[c] != 0.0f;
+        }
+    snprintf(what, sizeof what, "attn_forward: %ld rows see no key: out exactly 0", no_key);
+    report(what, nonzero ? 1 : 0, 0);
+    free(go);
+  }
+
+  /* the key block's halves: out2 = the later half, part = the earlier one,
+   * merged into out2 (rows where one side or both saw no key included) */
+  {
+    mt_attn_block first = a, second = a;
+    int half = p->Tk / 2;
+    first.Tk = half;
+    second.Tk = p->Tk - half;
+    second.k_pos0 = p->k_pos0 + half;
+    const size_t hk = (size_t)half * krs;
+    cpu->attn_forward(&second, h.out2 + oo, h.lse2 + lo, h.qkv + qo, KV(h) + ko + hk,
+                      KV(h) + vo + hk);
+    gpu->attn_forward(&second, d.out2 + oo, d.lse2 + lo, d.qkv + qo, KV(d) + ko + hk,
+                      KV(d) + vo + hk);
+    cpu->attn_forward(&first, h.part + oo, h.part_lse + lo, h.qkv + qo, KV(h) + ko, KV(h) + vo);
+    gpu->attn_forward(&first, d.part + oo, d.part_lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
+    cpu->attn_merge(&a, h.out2 + oo, h.lse2 + lo, h.part + oo, h.part_lse + lo);
+    gpu->attn_merge(&a, d.out2 + oo, d.lse2 + lo, d.part + oo, d.part_lse + lo);
+    CMP("attn_merge out (halves of the key block)", h.out2, d.out2, n_out, TOL_ATTN);
+    report("attn_merge lse", lse_err_of(h.lse2, d.lse2, n_lse), TOL_ATTN);
+    /* the GPU's merged halves against one CPU call over the whole block,
+     * on the block's rows (outside them out and out2 hold different
+     * random values) */
+    float *g2 = malloc(n_out * sizeof(float)), *l2 = malloc(n_lse * sizeof(float));
+    gpu->download(g2, d.out2, n_out * sizeof(float));
+    gpu->download(l2, d.lse2, n_lse * sizeof(float));
+    double e = 0.0, sc = 0.0, el = 0.0;
+    for (int b = 0; b < B; b++)
+      for (int i = 0; i < p->Tq; i++)
+        for (size_t c = 0; c < C; c++) {
+          size_t o = (size_t)b * a.o_bs + oo + (size_t)i * a.o_rs + c;
+          e = mt_worst(e, fabs((double)g2[o] - h.out[o]));
+          if (fabs(h.out[o]) > sc) sc = fabs(h.out[o]);
+        }
+    for (int b = 0; b < B; b++)
+      for (int hh = 0; hh < NH; hh++)
+        for (int i = 0; i < p->Tq; i++) {
+          size_t o = (size_t)b * a.l_bs + (size_t)hh * a.l_hs + lo + i;
+          if (isinf(h.lse[o]) || isinf(l2[o])) {
+            if (!(h.lse[o] == l2[o])) el = mt_worst(el, INFINITY);
+            continue;
+          }
+          el = mt_worst(el, fabs((double)l2[o] - h.lse[o]) / fmax(1.0, fabs(h.lse[o])));
+        }
+    report("GPU halves merged = one CPU call: out", e / (sc > 0 ? sc : 1.0), TOL_ATTN);
+    report("GPU halves merged = one CPU call: lse", el, TOL_ATTN);
+    free(g2), free(l2);
+  }
+
+  /* backward from the whole block's forward (each side's own out, lse),
+   * accumulating into random gradients */
+  cpu->attn_backward(&a, h.dqkv + qo, DKV(h) + ko, DKV(h) + vo, h.dout + oo, h.out + oo,
+                     h.lse + lo, h.qkv + qo, KV(h) + ko, KV(h) + vo);
+  gpu->attn_backward(&a, d.dqkv + qo, DKV(d) + ko, DKV(d) + vo, d.dout + oo, d.out + oo,
+                     d.lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
+  CMP(fused ? "attn_backward dq|dk|dv (one buffer)" : "attn_backward dq", h.dqkv, d.dqkv, n_qkv,
+      TOL_ATTN);
+  if (!fused) CMP("attn_backward dk|dv", h.dkv, d.dkv, n_kv, TOL_ATTN);
+#undef KV
+#undef DKV
+  for (int i = 0; i < ATTN_NBUF; i++) {
+    dfree(dp[i], ns[i] * 4);
+    free(hp[i]);
+  }
+}
+
+static void test_attn_blocks(void) {
+  /* zigzag chunks of context parallelism over 2 ranks, chunk length Tc:
+   * rank 0 holds positions [0, Tc) and [3Tc, 4Tc), rank 1 [Tc, 2Tc) and
+   * [2Tc, 3Tc); a rank's buffers hold its two chunks, Tl = 2 Tc rows */
+  const int Tc = 96;
+  const attn_pair pairs[] = {
+      /* the model's own block (no cp, or cp's local and Ulysses calls) */
+      {"self", 2, 4, 64, 200, 0, 0, 200, 0, 0, 200, 0, 1},
+      {"self", 2, 2, 128, 150, 0, 0, 150, 0, 0, 150, 0, 1},
+      {"self", 1, 3, 24, 77, 0, 0, 77, 0, 0, 77, 0, 0},
+      /* ring: rank 0's late chunk against its own late chunk, and against
+       * rank 1's chunks as they arrive */
+      {"ring diagonal", 2, 4, 64, 2 * Tc, 0, Tc, Tc, 3 * Tc, Tc, Tc, 3 * Tc, 1},
+      {"ring received", 2, 4, 64, 2 * Tc, 2 * Tc, Tc, Tc, 3 * Tc, 0, Tc, Tc, 1},
+      {"ring received", 1, 2, 128, 2 * Tc, 2 * Tc, Tc, Tc, 3 * Tc, Tc, Tc, 2 * Tc, 1},
+      {"ring diagonal", 1, 2, 128, 2 * Tc, 2 * Tc, 0, Tc, 0, 0, Tc, 0, 1},
+      /* Tq != Tk, partly visible; not causal */
+      {"Tq != Tk", 2, 2, 128, 90, 230, 10, 75, 150, 5, 200, 20, 1},
+      {"Tq != Tk", 1, 3, 64, 140, 100, 5, 130, 0, 20, 70, 500, 0},
+      {"Tq != Tk", 1, 2, 256, 90, 130, 10, 75, 100, 5, 120, 60, 1},
+      {"Tq != Tk", 1, 1, 200, 90, 130, 10, 75, 100, 5, 120, 60, 0},
+      {"Tq != Tk", 2, 2, 32, 100, 140, 3, 97, 40, 1, 139, 0, 1},
+      /* keys partly, then wholly, after the queries: rows see no key */
+      {"later keys", 1, 2, 64, 100, 100, 0, 100, 0, 0, 100, 40, 1},
+      {"no key visible", 1, 2, 64, 60, 60, 0, 60, 0, 0, 60, 100, 1},
+      /* 2 x 40 heads x 3500 rows of D: more than 1 MiB of scratch */
+      {"many long rows", 2, 40, 16, 3500, 40, 0, 3500, 4000, 0, 40, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) attn_pair_run(&pairs[i]);
+}
+
+static void test_copy_2d(void) {
+  printf("copy_2d, add_2d\n");
+  /* the ring's packing: columns C..3C of a (rows, 3C) buffer into (rows, 2C)
+   * and back, added; C = 72, rows = 333 */
+  const size_t C = 72, rows = 333, nsrc = rows * 3 * C, ndst = rows * 2 * C;
+  float *src = rnd(nsrc, -1, 1), *dst = rnd(ndst, -1, 1);
+  float *d_src = dev(src, nsrc), *d_dst = dev(dst, ndst);
+  cpu->copy_2d(dst, 2 * C, src + C, 3 * C, rows, 2 * C);
+  gpu->copy_2d(d_dst, 2 * C, d_src + C, 3 * C, rows, 2 * C);
+  CMP("copy_2d (rows, 2C) from (rows, 3C) at column C", dst, d_dst, ndst, 0.0);
+  cpu->add_2d(src + C, 3 * C, dst, 2 * C, rows, 2 * C);
+  gpu->add_2d(d_src + C, 3 * C, d_dst, 2 * C, rows, 2 * C);
+  CMP("add_2d back (columns 0..C untouched)", src, d_src, nsrc, 0.0);
+  /* ragged: a column range inside both rows, wider than one block of threads */
+  const size_t ld_s = 1000, ld_d = 700, r2 = 37, c2 = 611, ns2 = r2 * ld_s, nd2 = r2 * ld_d;
+  float *s2 = rnd(ns2, -1, 1), *t2 = rnd(nd2, -1, 1);
+  float *d_s2 = dev(s2, ns2), *d_t2 = dev(t2, nd2);
+  cpu->copy_2d(t2 + 5, ld_d, s2 + 7, ld_s, r2, c2);
+  gpu->copy_2d(d_t2 + 5, ld_d, d_s2 + 7, ld_s, r2, c2);
+  CMP("copy_2d ragged (37 x 611, ld 1000 -> 700)", t2, d_t2, nd2, 0.0);
+  cpu->add_2d(t2 + 80, ld_d, s2 + 300, ld_s, r2, c2 - 1);
+  gpu->add_2d(d_t2 + 80, ld_d, d_s2 + 300, ld_s, r2, c2 - 1);
+  CMP("add_2d ragged", t2, d_t2, nd2, 0.0);
+  dfree(d_src, nsrc * 4), dfree(d_dst, ndst * 4), dfree(d_s2, ns2 * 4), dfree(d_t2, nd2 * 4);
+  free(src), free(dst), free(s2), free(t2);
+}
+
+/* the block attention twice on the same inputs: the same bits */
+static void test_attn_determinism(void) {
+  printf("attn determinism\n");
+  const int B = 2, NH = 4, hs = 64, T = 200;
+  const size_t C = (size_t)NH * hs, nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+  const size_t nl = (size_t)B * NH * T;
+  mt_attn_block a = {B, NH, hs, T, T, 0, 0, 1, (size_t)T * 3 * C, 3 * C, (size_t)T * 3 * C,
+                     3 * C, (size_t)T * 3 * C, 3 * C, (size_t)T * C, C, (size_t)NH * T,
+                     (size_t)T};
+  float *qkv = rnd(nq, -2, 2), *dout = rnd(no, -1, 1);
+  float *g[2], *o[2];
+  for (int run = 0; run < 2; run++) {
+    float *d_qkv = dev(qkv, nq), *d_dout = dev(dout, no);
+    float *d_out = gpu->alloc(MT_MEM_OTHER, no * 4), *d_lse = gpu->alloc(MT_MEM_OTHER, nl * 4);
+    float *d_dqkv = gpu->alloc(MT_MEM_OTHER, nq * 4);
+    gpu->attn_forward(&a, d_out, d_lse, d_qkv, d_qkv + C, d_qkv + 2 * C);
+    gpu->attn_backward(&a, d_dqkv, d_dqkv + C, d_dqkv + 2 * C, d_dout, d_out, d_lse, d_qkv,
+                       d_qkv + C, d_qkv + 2 * C);
+    g[run] = malloc(nq * sizeof(float));
+    o[run] = malloc(no * sizeof(float));
+    gpu->download(g[run], d_dqkv, nq * sizeof(float));
+    gpu->download(o[run], d_out, no * sizeof(float));
+    dfree(d_qkv, nq * 4), dfree(d_dout, no * 4), dfree(d_out, no * 4), dfree(d_lse, nl * 4);
+    dfree(d_dqkv, nq * 4);
+  }
+  report("attn_forward twice: same bits", memcmp(o[0], o[1], no * sizeof(float)) ? 1 : 0, 0);
+  report("attn_backward twice: same bits", memcmp(g[0], g[1], nq * sizeof(float)) ? 1 : 0, 0);
+  free(qkv), free(dout), free(g[0]), free(g[1]), free(o[0]), free(o[1]);
+}
+
 /* the same inputs twice: the same bits (matmul, attention, layernorm backward) */
 static void test_determinism(void) {
   printf("determinism\n");
@@ -366,6 +625,10 @@ int main(int argc, char **argv) {
   }
   cpu = mt_ops_cpu();
   gpu = mt_ops_cuda();
+  char missing[512];
+  int n_missing = mt_ops_missing(gpu, missing, sizeof missing);
+  if (n_missing) printf("  the CUDA op table lacks: %s\n", missing);
+  report("CUDA op table complete (members left NULL)", n_missing, 0);
   mt_cuda_info info;
   mt_cuda_get_info(&info);
   printf("gpu_ops: %s, precision %s, matmuls %s, scratch %.1f MiB\n", info.name,
@@ -379,7 +642,10 @@ int main(int argc, char **argv) {
   test_attention(1, 256, 256, 8);
   test_elementwise(100003);
   test_xent(111, 101, 128);
+  test_attn_blocks();
+  test_copy_2d();
   test_determinism();
+  test_attn_determinism();
   mt_cuda_shutdown();
   MPI_Finalize();
   if (g_failures) {

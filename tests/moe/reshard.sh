@@ -1,7 +1,8 @@
 # Checkpoints of experts reshard: the tiny MoE model trains 6 steps at
 # ep = 4 (dp = 4, ZeRO-1) and checkpoints; resumes at ep = 2 (dp = 2) for 6
 # more, checkpoints (per-writer); resumes on one rank (ep = 1) to step 18;
-# and the ep = 4 checkpoint also resumes at tp = 2 with etp = 2. Every step
+# and the ep = 4 checkpoint also resumes at tp = 2 with etp = 2, and
+# converts (per-writer, bf16) with its experts' splits kept. Every step
 # of every part equals an uninterrupted one-rank run of 18 steps within 1e-5.
 # meshckpt verify accepts each checkpoint and meshckpt inspect shows the MoE
 # layout (experts stored whole, E x out x in, written by ep = 4).
@@ -17,6 +18,15 @@ grep -q "moe  *4 experts, top-2" "$WORK/inspect4.txt" || { cat "$WORK/inspect4.t
 grep -q "folded mesh ep=4 etp=1" "$WORK/inspect4.txt" || fail "inspect: not written by ep=4"
 grep -q "blocks.0.moe.experts.fc.weight  *\[4, 128, 32\]  ep dim0, etp dim1" "$WORK/inspect4.txt" \
   || { cat "$WORK/inspect4.txt"; fail "inspect: the expert tensor is not E x out x in"; }
+# a MoE checkpoint converts (shared -> per-writer, parameters bf16) with its
+# experts' attributes kept: it verifies, and equals the source within bf16
+mt_mpirun 2 "$MT_BIN/meshckpt" convert "$WORK/ep4/checkpoints" "$WORK/conv" --mode per-writer \
+  --dtype bf16 > "$WORK/conv.txt" 2>&1 || { cat "$WORK/conv.txt"; fail "convert the MoE checkpoint"; }
+"$MT_BIN/meshckpt" verify "$WORK/conv" > "$WORK/verifyc.txt" || { cat "$WORK/verifyc.txt"; fail "verify converted"; }
+"$MT_BIN/meshckpt" inspect "$WORK/conv" --tensors | grep -q "blocks.0.moe.experts.fc.weight  *\[4, 128, 32\]  ep dim0, etp dim1" \
+  || fail "converted: the expert tensor lost its splits"
+"$MT_BIN/meshckpt" diff "$WORK/ep4/checkpoints" "$WORK/conv" --rtol 1e-2 > "$WORK/diffc.txt" \
+  || { cat "$WORK/diffc.txt"; fail "converted MoE checkpoint differs beyond bf16 rounding"; }
 cp -r "$WORK/ep4" "$WORK/etp2"
 run ep2 2 --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=4 --set train.stop_after=6 \
   --set train.resume="$WORK/ep4/checkpoints" --set output.dir="$WORK/ep4" --set ckpt.mode=per-writer

@@ -1,35 +1,46 @@
-# meshplan's memory and bytes are meshtrain --plan's, exactly: for every
-# layout meshplan enumerates for PRESET (tiny, small) on 1 and 2 nodes of a
-# 4-device test profile, the largest first rank (dp 0, tp 0) of any stage in
+# meshplan's memory and bytes are meshtrain --plan's, exactly: for the
+# layouts meshplan enumerates for PRESET (tiny, small) on 1 and 2 nodes of a
+# 4-device test profile (an even sample of about 60 per node count, and
+# the first 10 context-parallel ones), the largest first rank (dp 0, tp 0) of any stage in
 # `meshtrain --plan-json` holds the bytes meshplan lists by category and
 # sends the bytes it lists per group; every listed layout passes
 # `meshtrain --check` for its ranks; none listed as fitting exceeds the
 # profile's memory.
 MT_SUFFIX=$1
 source "$(dirname "$0")/../scripts/common.sh"
-preset=$1
+preset=$1 extra=()
+# tiny_moe: tiny with 4 experts (top-2) in every block: ep layouts too
+if [ "$preset" = tiny_moe ]; then preset=tiny; extra=(--set model.moe_experts=4 --set model.moe_topk=2); fi
 prof="$MT_SRC/tests/plan/cost-test.ini"
 for nodes in 1 2; do
-  "$MT_BIN/meshplan" --set model.preset="$preset" --set train.global_batch=16 --hw "$prof" \
+  "$MT_BIN/meshplan" --set model.preset="$preset" "${extra[@]}" --set train.global_batch=16 --hw "$prof" \
     --nodes $nodes --top 5 --json "$WORK/n$nodes.json" > "$WORK/n$nodes.txt" 2>&1 \
     || { cat "$WORK/n$nodes.txt"; fail "meshplan $preset on $nodes nodes"; }
   head -8 "$WORK/n$nodes.txt"
 done
-python3 - "$WORK" "$MT_BIN" "$preset" <<'PY'
+python3 - "$WORK" "$MT_BIN" "$preset" "${extra[@]}" <<'PY'
 import json, subprocess, sys
 work, bindir, preset = sys.argv[1:4]
+extra = [a for a in sys.argv[4:] if a != "--set"]
 cats = ["params", "grads", "optimizer", "gathered", "activations", "comm", "other"]
 bad = checked = 0
 for nodes in (1, 2):
     rows = json.load(open("%s/n%d.json" % (work, nodes)))
     assert rows, "no layouts listed"
-    for r in rows:
+    # an even sample of about 60 per node count (each costs two meshtrain
+    # processes), and the first 10 context-parallel ones
+    step = max(1, len(rows) // 60)
+    cps = [i for i, r in enumerate(rows) if r["cp"] > 1][:10] + \
+          [i for i, r in enumerate(rows) if r["ep"] > 1][:10]
+    sample = [r for i, r in enumerate(rows) if i % step == 0 or i in cps]
+    for r in sample:
         sets = ["model.preset=%s" % preset, "train.global_batch=16", "parallel.tp=%d" % r["tp"],
                 "parallel.pp=%d" % r["pp"], "parallel.dp=%d" % r["dp"], "parallel.cp=%d" % r["cp"],
                 "parallel.zero=%d" % r["zero"], "train.micro_batch=%d" % r["micro_batch"],
                 "parallel.sp=%s" % ("true" if r["sp"] else "false"),
                 "train.recompute=%s" % ("true" if r["recompute"] else "false"),
-                "parallel.schedule=%s" % r["schedule"], "parallel.virtual_stages=%d" % r["virtual_stages"]]
+                "parallel.schedule=%s" % r["schedule"], "parallel.virtual_stages=%d" % r["virtual_stages"],
+                "parallel.ep=%d" % r["ep"]] + extra
         args = sum((["--set", s] for s in sets), [])
         world = r["tp"] * r["pp"] * r["dp"] * r["cp"]
         chk = subprocess.run([bindir + "/meshtrain", "--check", "--ranks", str(world)] + args,

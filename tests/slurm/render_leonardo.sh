@@ -26,8 +26,10 @@ BATCH=(--set model.preset=gpt2-124m --set train.global_batch=3072 --set train.mi
 # without CUDA refuses that at render time (meshtrain --check), so there the
 # device keys are taken off the profile and not checked
 DEVICE_CHECKS=("--set train.device=cuda$" "--set train.precision=bf16$")
+NODEV=()
 if "$MT_BIN/meshbench" devices | grep -q "^cuda_built 0"; then
-  BATCH+=(--profile-set device= --profile-set precision=)
+  NODEV=(--profile-set device= --profile-set precision=)
+  BATCH+=("${NODEV[@]}")
   DEVICE_CHECKS=()
 fi
 while read -r nodes time qos exclusive; do
@@ -118,12 +120,12 @@ expect_error "\[modules\] hdf5 = 'bad name': not a module name" "${L[@]}" --node
 
 # the LEONARDO sweep: 8 sizes x 3 repeats, QoS by size, a chain and a report job
 sweep="$MT_SRC/inputs/sweeps/gpt2-strong-leonardo.ini"
-$GEN campaign "$sweep" --account AIP_test --bin "$MT_BIN" --dry-run > "$WORK/dry.txt" || fail "campaign --dry-run"
+$GEN campaign "$sweep" --account AIP_test --bin "$MT_BIN" --dry-run "${NODEV[@]}" > "$WORK/dry.txt" || fail "campaign --dry-run"
 [ "$(grep -c '^  sbatch --parsable' "$WORK/dry.txt")" = 25 ] || { cat "$WORK/dry.txt"; fail "dry run: expected 24 points + report"; }
 grep -q 'sbatch --parsable --dependency=afterany:<n1-r4-dp4-tp1-pp1-cp1-rep2> .*n2-r8-dp8-tp1-pp1-cp1-rep0/job.sh' "$WORK/dry.txt" || fail "dry run: no dependency chain"
 grep -q "into $WORK/meshtrain/campaigns/gpt2-strong-leonardo$" "$WORK/dry.txt" || fail "campaign not under \$WORK by default"
 grep -q "meshtrain --check: 8 distinct configurations OK" "$WORK/dry.txt" || fail "campaign did not check each configuration once"
-$GEN campaign "$sweep" --account AIP_test --bin "$MT_BIN" --out "$WORK/camp" > /dev/null || fail "campaign"
+$GEN campaign "$sweep" --account AIP_test --bin "$MT_BIN" --out "$WORK/camp" "${NODEV[@]}" > /dev/null || fail "campaign"
 python3 - "$WORK/camp/manifest.json" <<'PY' || fail "manifest"
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -147,7 +149,7 @@ bash "$WORK/camp/submit.sh" --dry-run > "$WORK/dry2.txt" 2>&1 || fail "submit.sh
 [ "$(grep -c '^sbatch --parsable' "$WORK/dry2.txt")" = 25 ] || { cat "$WORK/dry2.txt"; fail "submit.sh --dry-run: expected 25 sbatch lines"; }
 grep -q '^sbatch --parsable --dependency=afterany:<n1-r4-dp4-tp1-pp1-cp1-rep0>:<n1-r4-dp4-tp1-pp1-cp1-rep1>:.*report.sh$' "$WORK/dry2.txt" || fail "report job does not wait for all points"
 # weak scaling grows the global batch with the ranks
-$GEN campaign "$MT_SRC/inputs/sweeps/gpt2-weak-leonardo.ini" --account A --bin "$MT_BIN" --out "$WORK/weak" > /dev/null || fail "weak campaign"
+$GEN campaign "$MT_SRC/inputs/sweeps/gpt2-weak-leonardo.ini" --account A --bin "$MT_BIN" "${NODEV[@]}" --out "$WORK/weak" > /dev/null || fail "weak campaign"
 grep -q -- '--set train.global_batch=4096' "$WORK/weak/points/n128-r512-dp512-tp1-pp1-cp1-rep0/job.sh" || fail "weak: batch not scaled"
 
 # ---- modules in the job, with a stub `module` command (Environment Modules'

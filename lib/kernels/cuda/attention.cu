@@ -1,11 +1,11 @@
-/* Causal self-attention, the op table's interface as it stands: the
- * softmax probabilities P (B,NH,T,T) are kept in att for the backward.
- * Per sequence b, the NH heads are one strided batch of cuBLASLt products
- * that read q, k, v in place in qkv (B,T,3C) and write out (B,T,C) in place
- * (no permutes), with a fused causal softmax between them. This file is the
- * whole of the attention on the GPU, so a flash-style kernel (online
- * softmax, a saved log-sum-exp, no T x T matrix) replaces it alone when the
- * interface changes.
+/* Causal self-attention, the op table's T x T reference (attention_forward
+ * and attention_backward; tests and benchmarks): the softmax probabilities
+ * P (B,NH,T,T) are kept in att for the backward. Per sequence b, the NH
+ * heads are one strided batch of cuBLASLt products that read q, k, v in
+ * place in qkv (B,T,3C) and write out (B,T,C) in place (no permutes), with
+ * a fused causal softmax between them. The model's attention is the block
+ * one (online softmax, a saved log-sum-exp, no T x T matrix) in
+ * attention_flash.cu.
  *
  * Column-major views (head h, stored (rows x cols) with leading dimension):
  *   Q^T, K^T, V^T  (hs x T, ld 3C)    dO^T, O^T  (hs x T, ld C)

@@ -420,16 +420,21 @@ static void timers_install(mt_ops *o) {
   MT_TIME(o, adamw_update, 23);
   MT_TIME(o, sumsq, 24);
   MT_TIME(o, scale, 25);
-  /* Mixture-of-Experts (moe.cu): ids from 40, apart from the ids below 40 */
-  MT_TIME(o, moe_router_forward, 40);
-  MT_TIME(o, moe_router_backward, 41);
-  MT_TIME(o, moe_prob_sums, 42);
-  MT_TIME(o, gather_rows, 43);
-  MT_TIME(o, moe_combine, 44);
-  MT_TIME(o, moe_combine_backward, 45);
-  MT_TIME(o, moe_gather_sum, 46);
-  MT_TIME(o, grouped_matmul_forward, 47);
-  MT_TIME(o, grouped_matmul_backward, 48);
+  MT_TIME(o, attn_forward, 26);
+  MT_TIME(o, attn_merge, 27);
+  MT_TIME(o, attn_backward, 28);
+  MT_TIME(o, copy_2d, 29);
+  MT_TIME(o, add_2d, 30);
+  /* Mixture-of-Experts (moe.cu) */
+  MT_TIME(o, moe_router_forward, 31);
+  MT_TIME(o, moe_router_backward, 32);
+  MT_TIME(o, moe_prob_sums, 33);
+  MT_TIME(o, gather_rows, 34);
+  MT_TIME(o, moe_combine, 35);
+  MT_TIME(o, moe_combine_backward, 36);
+  MT_TIME(o, moe_gather_sum, 37);
+  MT_TIME(o, grouped_matmul_forward, 38);
+  MT_TIME(o, grouped_matmul_backward, 39);
 }
 
 extern "C" int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
@@ -469,8 +474,18 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
   o->matmul_backward = mt_cuda_matmul_backward;
   o->attention_forward = mt_cuda_attention_forward;
   o->attention_backward = mt_cuda_attention_backward;
+  o->attn_forward = mt_cuda_attn_forward;
+  o->attn_merge = mt_cuda_attn_merge;
+  o->attn_backward = mt_cuda_attn_backward;
+  o->copy_2d = mt_cuda_copy_2d;
+  o->add_2d = mt_cuda_add_2d;
   mt_cuda_fill_ops(o);
   mt_cuda_fill_moe_ops(o);
+  /* a member left NULL would crash where the model first calls it (and the
+   * timers below would wrap the NULL): name it here instead */
+  char missing[512];
+  if (mt_ops_missing(o, missing, sizeof missing) > 0)
+    mt_die("CUDA backend: the op table lacks %s", missing);
   const char *t = getenv("MT_CUDA_OP_TIMES");
   g_t.on = t && *t && strcmp(t, "0") != 0;
   if (g_t.on) timers_install(o);

@@ -4,8 +4,10 @@
  * Precision (train.precision):
  *   fp32  every op in fp32; matmuls through cuBLASLt with CUBLAS_COMPUTE_32F
  *         (no TF32), so a GPU run follows the CPU one within fp32 rounding.
- *   bf16  matmuls (the linear layers and attention's two products) take bf16
- *         operands on the tensor cores and accumulate and write fp32. Every
+ *   bf16  matmuls (the linear layers and the reference T x T attention's two
+ *         products) take bf16 operands on the tensor cores and accumulate
+ *         and write fp32; the block attention the model uses
+ *         (attention_flash.cu) stays in fp32 on the CUDA cores. Every
  *         tensor is still stored in fp32: parameters (the master weights),
  *         gradients (reduced over dp in fp32), AdamW moments and activations.
  *         The operands are rounded to bf16 on the fly, by a conversion pass
@@ -164,6 +166,20 @@ void mt_cuda_attention_forward(float *out, float *att, const float *qkv, int B, 
                                int NH);
 void mt_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
                                 const float *att, int B, int T, int C, int NH);
+
+/* attention_flash.cu: the block attention ops and strided row copies of
+ * the op table (kernels.h states them) */
+void mt_cuda_attn_forward(const mt_attn_block *a, float *out, float *lse, const float *q,
+                          const float *k, const float *v);
+void mt_cuda_attn_merge(const mt_attn_block *a, float *out, float *lse, const float *part,
+                        const float *part_lse);
+void mt_cuda_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *dv,
+                           const float *dout, const float *out, const float *lse, const float *q,
+                           const float *k, const float *v);
+void mt_cuda_copy_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                     size_t cols);
+void mt_cuda_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                    size_t cols);
 
 /* embedding backward (ops.cu) keeps sort buffers between calls */
 void mt_cuda_ops_shutdown(void);
