@@ -312,7 +312,7 @@ static double cuda_sumsq(const float *x, size_t n) { return reduce(x, n, 1); }
 /* Each timed op is bracketed by two events on the stream; the pairs are
  * read back (cudaEventElapsedTime) in batches, so timing adds two event
  * records per op and no synchronisation of its own. */
-enum { MT_OP_MAX = 40, MT_OP_PENDING = 2048 };
+enum { MT_OP_MAX = 64, MT_OP_PENDING = 2048 };
 static struct {
   int on;
   const char *name[MT_OP_MAX];
@@ -425,6 +425,16 @@ static void timers_install(mt_ops *o) {
   MT_TIME(o, attn_backward, 28);
   MT_TIME(o, copy_2d, 29);
   MT_TIME(o, add_2d, 30);
+  /* Mixture-of-Experts (moe.cu) */
+  MT_TIME(o, moe_router_forward, 31);
+  MT_TIME(o, moe_router_backward, 32);
+  MT_TIME(o, moe_prob_sums, 33);
+  MT_TIME(o, gather_rows, 34);
+  MT_TIME(o, moe_combine, 35);
+  MT_TIME(o, moe_combine_backward, 36);
+  MT_TIME(o, moe_gather_sum, 37);
+  MT_TIME(o, grouped_matmul_forward, 38);
+  MT_TIME(o, grouped_matmul_backward, 39);
 }
 
 extern "C" int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
@@ -470,6 +480,7 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
   o->copy_2d = mt_cuda_copy_2d;
   o->add_2d = mt_cuda_add_2d;
   mt_cuda_fill_ops(o);
+  mt_cuda_fill_moe_ops(o);
   /* a member left NULL would crash where the model first calls it (and the
    * timers below would wrap the NULL): name it here instead */
   char missing[512];

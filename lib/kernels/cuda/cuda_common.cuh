@@ -184,4 +184,7 @@ void mt_cuda_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, 
 /* embedding backward (ops.cu) keeps sort buffers between calls */
 void mt_cuda_ops_shutdown(void);
 
+/* moe.cu: the Mixture-of-Experts members of the op table */
+void mt_cuda_fill_moe_ops(mt_ops *o);
+
 #endif

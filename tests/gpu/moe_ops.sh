@@ -1,0 +1,19 @@
+# The Mixture-of-Experts ops of the CUDA backend against the CPU backend
+# (gpu_moe_ops.c): fp32, bf16, bf16 with 1 MiB of scratch (the grouped
+# GEMM's products in pieces) and bf16 rounded inside cuBLASLt.
+source "$(dirname "$0")/common_gpu.sh"
+needs_gpu
+run() { # NAME PRECISION [VAR=VALUE...]
+  local name=$1 prec=$2; shift 2
+  set +e
+  env "$@" "$MT_MPIEXEC" -n 1 "$MT_TESTBIN/gpu_moe_ops" "$prec" > "$WORK/$name.log" 2>&1
+  local rc=$?
+  set -e
+  cat "$WORK/$name.log"
+  [ $rc -eq 0 ] || fail "gpu_moe_ops $name (exit $rc)"
+}
+run fp32 fp32
+run bf16 bf16
+run bf16_small_scratch bf16 MT_CUDA_SCRATCH_MB=1
+run bf16_fast bf16 MT_CUDA_BF16_GEMM=fast
+echo PASS
