@@ -15,6 +15,8 @@ REPS=${2:-5}
 DIR=${3:-outputs/bench-ckpt}
 source apps/scripts/env.sh "$BUILD" >/dev/null
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# mpirun refuses root unless told (containers, CI)
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$DIR"
 WORK=$(mktemp -d "$DIR/convert.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
