@@ -1,6 +1,7 @@
 /* The layouts of a model on N nodes, each priced by the cost model: tp
  * inside a node (dividing the heads), pp dividing the layers, cp (ring)
- * where the sequence splits into 2 cp chunks, ep dividing the experts of a
+ * where the sequence splits into 2 cp chunks (cp = 2, or more while a rank
+ * keeps 1024 tokens or more), ep dividing the experts of a
  * MoE model (etp = 1), dp the rest;
  * ZeRO 0-3 (2 and 3 with one stage), every micro-batch that divides a dp
  * rank's share of the batch, the pipeline schedules (1F1B, interleaved with
@@ -52,8 +53,11 @@ int mt_search_layouts(const mt_config *base, const mt_cost_profile *p, int nodes
     if (world % tp || shape.n_head % tp || shape.n_embd % tp) continue;
     for (int pp = 1; pp <= L && pp * tp <= world; pp++) {
       if (L % pp || (world / tp) % pp) continue;
+      /* cp: 2, or more while each rank keeps at least 1024 tokens of a
+       * sequence (shorter chunks only add exchanges) */
       for (int cp = 1; cp * tp * pp <= world && cp <= 64; cp *= 2) {
       if ((world / (tp * pp)) % cp || shape.seq_len % (2 * cp)) continue;
+      if (cp > 2 && shape.seq_len / cp < 1024) continue;
       if (cp > 1 && shape.moe_experts > 0) continue; /* refused by the run */
       const int dp = world / (tp * pp * cp);
       if (base->global_batch % dp) continue;
