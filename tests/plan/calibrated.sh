@@ -2,10 +2,11 @@
 # this test (gemm at the shapes of 128-512 tokens on one thread, allreduce
 # on 2 ranks, stream on one thread), then 8 layouts of small on 2 ranks x 1
 # thread (dp with ZeRO-1 and -3, tp with sp, recompute, pp 1F1B at 8 and 2
-# micro-batches, GPipe, pp with recompute), each run 3 times interleaved
-# (median step time). The predicted order of step times agrees with the
+# micro-batches, GPipe, pp with recompute), each run twice interleaved
+# (the faster of the two: the machine's own speed, less what other jobs
+# took). The predicted order of step times agrees with the
 # measured one (Spearman >= 0.8) and the median relative error is at most
-# 0.75; the table is printed. On a quiet machine the error is about 0.1; the
+# 0.75; the table is printed. On a quiet machine the error was 0.09 and 0.27 (Spearman 0.88); the
 # bound leaves room for a shared machine whose load changes between the
 # calibration and the runs (another job compiling: 0.42 and 0.57, the
 # ranking still 0.93). Runs alone in ctest (RUN_SERIAL): timing.
@@ -30,7 +31,7 @@ layouts=("dp_z1 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batc
          "pp_m2 --set parallel.pp=2 --set train.micro_batch=4"
          "pp_gpipe --set parallel.pp=2 --set train.micro_batch=2 --set parallel.schedule=gpipe"
          "pp_m2_recompute --set parallel.pp=2 --set train.micro_batch=4 --set train.recompute=true")
-for round in 1 2 3; do
+for round in 1 2; do
   for l in "${layouts[@]}"; do
     read -r name args <<< "$l"
     # shellcheck disable=SC2086
@@ -46,8 +47,8 @@ import json, statistics, sys
 work, names = sys.argv[1], [l.split()[0] for l in sys.argv[2:]]
 rows = []
 for n in names:
-    meas = statistics.median(json.load(open("%s/%s-%d/summary.json" % (work, n, r)))["mean_step_s"]
-                             for r in (1, 2, 3))
+    meas = min(json.load(open("%s/%s-%d/summary.json" % (work, n, r)))["mean_step_s"]
+               for r in (1, 2))
     pred = json.load(open("%s/%s.pred.json" % (work, n)))
     rows.append((n, meas, pred["step_s"], pred))
 def ranks(v):
