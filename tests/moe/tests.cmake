@@ -33,3 +33,5 @@ mt_script_test(moe_ep_without_experts badinput ../scripts/expect_fail.sh moe_ep_
 mt_script_test(moe_recompute badinput ../scripts/expect_fail.sh moe_recompute 2
   "train.recompute = true is not supported with MoE blocks" ${M} --set parallel.pp=2
   --set train.recompute=true)
+mt_script_test(moe_cp badinput ../scripts/expect_fail.sh moe_cp 2
+  "parallel.cp = 2 is not supported with MoE blocks" ${M} --set parallel.cp=2)
