@@ -24,67 +24,12 @@
  * --cpu: the CPU table on both sides (checks this program where there is no
  * GPU; every error is then 0).
  * No GPU: prints "SKIP: <reason>" and exits 77. */
-#include "core/core.h"
-#include "kernels/kernels.h"
-#include "../check.h"
+#include "gpu_compare.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static const mt_ops *cpu, *gpu;
-static int g_failures;
 static double TOL_MM; /* grouped GEMM outputs and gradients */
 #define TOL_EW 1e-5   /* computed in fp32 */
 
-static uint64_t g_rng = 4242;
-static float urand(float lo, float hi) {
-  g_rng = mt_splitmix64(g_rng);
-  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
-}
 static int irand(int n) { return (int)(urand(0, 1) * n) % n; }
-static float *rnd(size_t n, float lo, float hi) {
-  float *x = malloc((n ? n : 1) * sizeof(float));
-  for (size_t i = 0; i < n; i++) x[i] = urand(lo, hi);
-  return x;
-}
-
-/* device copies */
-static float *dev(const float *h, size_t n) {
-  float *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * sizeof(float));
-  gpu->upload(d, h, n * sizeof(float));
-  return d;
-}
-static int *devi(const int *h, size_t n) {
-  int *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * sizeof(int));
-  gpu->upload(d, h, n * sizeof(int));
-  return d;
-}
-static void dfree(void *d, size_t bytes) { gpu->free(MT_MEM_OTHER, d, bytes ? bytes : 1); }
-
-static void report(const char *what, double err, double tol) {
-  int ok = err <= tol;
-  printf("  %-62s err %.2e  tol %.0e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
-  if (!ok) {
-    fprintf(stderr, "FAIL: %s: error %.3e exceeds %.1e\n", what, err, tol);
-    g_failures++;
-  }
-}
-
-/* max |gpu - ref| / max |ref| with the GPU tensor downloaded (NaN stays) */
-static double err_of(const float *ref, const float *d, size_t n) {
-  float *h = malloc((n ? n : 1) * sizeof(float));
-  gpu->download(h, d, n * sizeof(float));
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    diff = mt_worst(diff, fabs((double)h[i] - (double)ref[i]));
-    if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-  }
-  free(h);
-  return diff / (scale > 0 ? scale : 1.0);
-}
-#define CMP(what, ref, d, n, tol) report(what, err_of(ref, d, n), tol)
 
 /* the number of ints that differ */
 static double int_mismatches(const int *ref, const int *d, size_t n) {
@@ -385,28 +330,17 @@ int main(int argc, char **argv) {
   int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
   int cpu_only = argc > 2 && !strcmp(argv[2], "--cpu");
   TOL_MM = bf16 ? 2e-2 : 1e-5;
+  g_rng = 4242;
   cpu = mt_ops_cpu();
   if (cpu_only) {
     gpu = cpu;
     printf("gpu_moe_ops: the CPU table on both sides (--cpu)\n");
   } else {
-    char why[256];
-    if (mt_cuda_device_count(why, sizeof why) < 1) {
-      printf("SKIP: no GPU visible: %s\n", why);
+    int rc = gpu_compare_open("gpu_moe_ops", bf16);
+    if (rc != 0) {
       MPI_Finalize();
-      return 77;
+      return rc;
     }
-    mt_err e = {0};
-    if (mt_cuda_init(0, bf16 ? MT_PRECISION_BF16 : MT_PRECISION_FP32, &e) != 0) {
-      fprintf(stderr, "FAIL: %s\n", e.msg);
-      MPI_Finalize();
-      return 1;
-    }
-    gpu = mt_ops_cuda();
-    mt_cuda_info info;
-    mt_cuda_get_info(&info);
-    printf("gpu_moe_ops: %s, precision %s, matmuls %s, scratch %.1f MiB\n", info.name,
-           bf16 ? "bf16" : "fp32", info.gemm_path, info.workspace_bytes / 1048576.0);
   }
   test_router(203, 4, 1, 29);
   test_router(203, 5, 2, 29);

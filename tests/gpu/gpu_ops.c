@@ -31,17 +31,9 @@
  * nothing outside the rows and columns asked for changes.
  * The CUDA op table has no NULL member (mt_ops_missing).
  * No GPU: prints "SKIP: <reason>" and exits 77. */
-#include "core/core.h"
-#include "kernels/kernels.h"
-#include "../check.h"
+#include "gpu_compare.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static const mt_ops *cpu, *gpu;
-static int g_failures, g_bf16;
+static int g_bf16;
 static double TOL_MM; /* matmul and attention outputs and gradients */
 #define TOL_EW 1e-5   /* everything computed in fp32 */
 /* block attention (fp32 under bf16 too): the GPU's expf and the CPU's
@@ -49,57 +41,12 @@ static double TOL_MM; /* matmul and attention outputs and gradients */
 #define TOL_ATTN 1e-5
 #define TOL_SUM 1e-9
 
-static uint64_t g_rng = 12345;
-static float urand(float lo, float hi) {
-  g_rng = mt_splitmix64(g_rng);
-  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
-}
-static float *rnd(size_t n, float lo, float hi) {
-  float *x = malloc((n ? n : 1) * sizeof(float));
-  for (size_t i = 0; i < n; i++) x[i] = urand(lo, hi);
-  return x;
-}
 static float *dup(const float *x, size_t n) {
   float *y = malloc((n ? n : 1) * sizeof(float));
   memcpy(y, x, n * sizeof(float));
   return y;
 }
 
-/* device copies */
-static float *dev(const float *h, size_t n) {
-  float *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * sizeof(float));
-  gpu->upload(d, h, n * sizeof(float));
-  return d;
-}
-static int *devi(const int *h, size_t n) {
-  int *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * sizeof(int));
-  gpu->upload(d, h, n * sizeof(int));
-  return d;
-}
-static void dfree(void *d, size_t bytes) { gpu->free(MT_MEM_OTHER, d, bytes ? bytes : 1); }
-
-static void report(const char *what, double err, double tol) {
-  int ok = err <= tol;
-  printf("  %-58s err %.2e  tol %.0e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
-  if (!ok) {
-    fprintf(stderr, "FAIL: %s: error %.3e exceeds %.1e\n", what, err, tol);
-    g_failures++;
-  }
-}
-
-/* max |gpu - ref| / max |ref| with the GPU tensor downloaded */
-static double err_of(const float *ref, const float *d, size_t n) {
-  float *h = malloc((n ? n : 1) * sizeof(float));
-  gpu->download(h, d, n * sizeof(float));
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    diff = mt_worst(diff, fabs((double)h[i] - (double)ref[i]));
-    if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-  }
-  free(h);
-  return diff / (scale > 0 ? scale : 1.0);
-}
-#define CMP(what, ref, d, n, tol) report(what, err_of(ref, d, n), tol)
 
 /* ------------------------------------------------------------------ */
 
@@ -611,28 +558,17 @@ int main(int argc, char **argv) {
   mt_log_init(0);
   g_bf16 = argc > 1 && !strcmp(argv[1], "bf16");
   TOL_MM = g_bf16 ? 2e-2 : 1e-5;
-  char why[256];
-  if (mt_cuda_device_count(why, sizeof why) < 1) {
-    printf("SKIP: no GPU visible: %s\n", why);
-    MPI_Finalize();
-    return 77;
-  }
-  mt_err e = {0};
-  if (mt_cuda_init(0, g_bf16 ? MT_PRECISION_BF16 : MT_PRECISION_FP32, &e) != 0) {
-    fprintf(stderr, "FAIL: %s\n", e.msg);
-    MPI_Finalize();
-    return 1;
-  }
+  g_rng = 12345;
   cpu = mt_ops_cpu();
-  gpu = mt_ops_cuda();
+  int rc = gpu_compare_open("gpu_ops", g_bf16);
+  if (rc != 0) {
+    MPI_Finalize();
+    return rc;
+  }
   char missing[512];
   int n_missing = mt_ops_missing(gpu, missing, sizeof missing);
   if (n_missing) printf("  the CUDA op table lacks: %s\n", missing);
   report("CUDA op table complete (members left NULL)", n_missing, 0);
-  mt_cuda_info info;
-  mt_cuda_get_info(&info);
-  printf("gpu_ops: %s, precision %s, matmuls %s, scratch %.1f MiB\n", info.name,
-         g_bf16 ? "bf16" : "fp32", info.gemm_path, info.workspace_bytes / 1048576.0);
   test_encoder(3, 37, 72, 101, 128);
   test_layernorm(111, 72);
   test_layernorm(1000, 300);

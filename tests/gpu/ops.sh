@@ -1,16 +1,19 @@
-# Every op of the CUDA backend against the CPU backend (gpu_ops.c): fp32,
-# bf16, bf16 with 1 MiB of scratch (products and attention in pieces), and
-# bf16 rounded inside cuBLASLt (MT_CUDA_BF16_GEMM=fast).
+# The ops of the CUDA backend against the CPU backend, PROGRAM = gpu_ops
+# (every op, gpu_ops.c) or gpu_moe_ops (the Mixture-of-Experts ops,
+# gpu_moe_ops.c): fp32, bf16, bf16 with 1 MiB of scratch (products and
+# attention in pieces), and bf16 rounded inside cuBLASLt
+# (MT_CUDA_BF16_GEMM=fast).
+PROGRAM=$1 MT_SUFFIX=$1
 source "$(dirname "$0")/common_gpu.sh"
 needs_gpu
 run() { # NAME PRECISION [VAR=VALUE...]
   local name=$1 prec=$2; shift 2
   set +e
-  env "$@" "$MT_MPIEXEC" -n 1 "$MT_TESTBIN/gpu_ops" "$prec" > "$WORK/$name.log" 2>&1
+  env "$@" "$MT_MPIEXEC" -n 1 "$MT_TESTBIN/$PROGRAM" "$prec" > "$WORK/$name.log" 2>&1
   local rc=$?
   set -e
   cat "$WORK/$name.log"
-  [ $rc -eq 0 ] || fail "gpu_ops $name (exit $rc)"
+  [ $rc -eq 0 ] || fail "$PROGRAM $name (exit $rc)"
 }
 run fp32 fp32
 run bf16 bf16
