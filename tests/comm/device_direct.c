@@ -20,16 +20,7 @@
 
 #include "comm/comm.h"
 
-static int g_fail;
-#define CHECK(cond, ...)                 \
-  do {                                   \
-    if (!(cond)) {                       \
-      fprintf(stderr, "FAIL: ");         \
-      fprintf(stderr, __VA_ARGS__);      \
-      fprintf(stderr, "\n");             \
-      g_fail = 1;                        \
-    }                                    \
-  } while (0)
+#include "../check.h"
 
 /* ------------------------------------------------------------------ */
 /* the stand-in device backend                                         */
@@ -203,10 +194,10 @@ static void expect_path(const char *what, const mt_group *g, snap before, int ex
                         long n_calls) {
   long d = mt_comm_direct_calls() - before.direct, s = mt_comm_staged_calls() - before.staged;
   if (expect_direct)
-    CHECK(d == n_calls && s == 0, "%s on %s: %ld direct, %ld staged calls (want %ld direct)",
+    MT_CHECK(d == n_calls && s == 0, "%s on %s: %ld direct, %ld staged calls (want %ld direct)",
           what, g->name, d, s, n_calls);
   else
-    CHECK(d == 0 && s > 0, "%s on %s: %ld direct, %ld staged calls (want staged)", what, g->name,
+    MT_CHECK(d == 0 && s > 0, "%s on %s: %ld direct, %ld staged calls (want staged)", what, g->name,
           d, s);
 }
 
@@ -230,19 +221,19 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   mt_allreduce_sum_f32(g, d, N, MT_LOC_DEVICE);
   snprintf(what, sizeof what, "allreduce sum N=%zu", N);
   expect_path(what, g, s, expect_direct, 1);
-  CHECK(same(h, d, N), "%s: device result differs", what);
-  CHECK(g->bytes - s.bytes == hb && g->calls - s.calls == 1, "%s: bytes %g (host %g), calls %ld",
+  MT_CHECK(same(h, d, N), "%s: device result differs", what);
+  MT_CHECK(g->bytes - s.bytes == hb && g->calls - s.calls == 1, "%s: bytes %g (host %g), calls %ld",
         what, g->bytes - s.bytes, hb, g->calls - s.calls);
   fill(h, N, r, salt + 1);
   memcpy(d, h, N * sizeof(float));
   mt_allreduce_max_f32(g, h, N, MT_LOC_HOST);
   mt_allreduce_max_f32(g, d, N, MT_LOC_DEVICE);
-  CHECK(same(h, d, N), "allreduce max: device result differs");
+  MT_CHECK(same(h, d, N), "allreduce max: device result differs");
   double hd[3] = {r + 0.25, 2.0 * r, -1.0}, dd[3];
   memcpy(dd, hd, sizeof hd);
   mt_allreduce_sum_f64(g, hd, 3, MT_LOC_HOST);
   mt_allreduce_sum_f64(g, dd, 3, MT_LOC_DEVICE);
-  CHECK(!memcmp(hd, dd, sizeof hd), "allreduce f64: device result differs");
+  MT_CHECK(!memcmp(hd, dd, sizeof hd), "allreduce f64: device result differs");
 
   /* reduce-scatter and in-place all-gather over the registry's parts */
   fill(h, N, r, salt + 2);
@@ -255,15 +246,15 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   snprintf(what, sizeof what, "reduce-scatter N=%zu (%s parts)", N,
            N % (size_t)n ? "uneven" : "equal");
   expect_path(what, g, s, expect_direct, 1);
-  CHECK(same(h2, d2, (size_t)counts[r]), "%s: device result differs", what);
-  CHECK(g->bytes - s.bytes == hb, "%s: bytes %g, host %g", what, g->bytes - s.bytes, hb);
+  MT_CHECK(same(h2, d2, (size_t)counts[r]), "%s: device result differs", what);
+  MT_CHECK(g->bytes - s.bytes == hb, "%s: bytes %g, host %g", what, g->bytes - s.bytes, hb);
   fill(h, N, r, salt + 3);
   memcpy(d, h, N * sizeof(float));
   s = take(g);
   mt_allgatherv_inplace_f32(g, h, counts, displs, MT_LOC_HOST);
   mt_allgatherv_inplace_f32(g, d, counts, displs, MT_LOC_DEVICE);
   snprintf(what, sizeof what, "allgatherv in place N=%zu", N);
-  CHECK(same(h, d, N), "%s: device result differs", what);
+  MT_CHECK(same(h, d, N), "%s: device result differs", what);
 
   /* non-blocking: finished by mt_wait (all-reduce, reduce-scatter) and by
    * mt_progress (all-gather) */
@@ -277,26 +268,26 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   mt_iallreduce_sum_f32(g, d, N, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   expect_path("iallreduce", g, s, expect_direct, 1);
-  CHECK(same(h, d, N), "iallreduce: device result differs");
+  MT_CHECK(same(h, d, N), "iallreduce: device result differs");
   if (expect_direct)
-    CHECK(g_quiesce > q0 && g_waits == w0 + 1, "iallreduce: quiesce %ld, waits %ld",
+    MT_CHECK(g_quiesce > q0 && g_waits == w0 + 1, "iallreduce: quiesce %ld, waits %ld",
           g_quiesce - q0, g_waits - w0);
-  CHECK(!rq.active, "iallreduce: request still active after mt_wait");
+  MT_CHECK(!rq.active, "iallreduce: request still active after mt_wait");
   fill(h, N, r, salt + 5);
   memcpy(d, h, N * sizeof(float));
   mt_ireduce_scatter_sum_f32(g, h, h2, counts, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   mt_ireduce_scatter_sum_f32(g, d, d2, counts, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
-  CHECK(same(h2, d2, (size_t)counts[r]), "ireduce_scatter: device result differs");
+  MT_CHECK(same(h2, d2, (size_t)counts[r]), "ireduce_scatter: device result differs");
   fill(h2, (size_t)counts[r], r, salt + 6);
   memcpy(d2, h2, (size_t)counts[r] * sizeof(float));
   mt_iallgatherv_f32(g, h2, h, counts, displs, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   mt_iallgatherv_f32(g, d2, d, counts, displs, MT_LOC_DEVICE, &rq);
   for (int spin = 0; rq.active && spin < 1000000; spin++) mt_progress(&rq);
-  CHECK(!rq.active, "iallgatherv: mt_progress never finished the request");
-  CHECK(same(h, d, N), "iallgatherv: device result differs");
+  MT_CHECK(!rq.active, "iallgatherv: mt_progress never finished the request");
+  MT_CHECK(same(h, d, N), "iallgatherv: device result differs");
 
   /* along a dim: outer 1 (contiguous) and outer 4 (strided) */
   for (size_t outer = 1; outer <= 4; outer += 3) {
@@ -311,13 +302,13 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
     mt_reduce_scatter_dim_f32(g, d, d2, outer, inner, scratch, MT_LOC_DEVICE);
     snprintf(what, sizeof what, "reduce_scatter_dim outer=%zu", outer);
     expect_path(what, g, s, expect_direct, 1);
-    CHECK(same(h2, d2, outer * inner), "%s: device result differs", what);
-    CHECK(g->bytes - s.bytes == hb, "%s: bytes %g, host %g", what, g->bytes - s.bytes, hb);
+    MT_CHECK(same(h2, d2, outer * inner), "%s: device result differs", what);
+    MT_CHECK(g->bytes - s.bytes == hb, "%s: bytes %g, host %g", what, g->bytes - s.bytes, hb);
     fill(h2, outer * inner, r, salt + 8);
     memcpy(d2, h2, outer * inner * sizeof(float));
     mt_allgather_dim_f32(g, h2, h, outer, inner, MT_LOC_HOST);
     mt_allgather_dim_f32(g, d2, d, outer, inner, MT_LOC_DEVICE);
-    CHECK(same(h, d, outer * inner * n), "allgather_dim outer=%zu: device result differs", outer);
+    MT_CHECK(same(h, d, outer * inner * n), "allgather_dim outer=%zu: device result differs", outer);
     free(scratch);
   }
   free(h), free(d), free(h2), free(d2), free(counts), free(displs);
@@ -349,8 +340,8 @@ static void run_p2p(mt_group *g, int has_channels) {
     char what[64];
     snprintf(what, sizeof what, "isend/irecv tag %d", tags[k]);
     expect_path(what, g, s, has_channels && k == 0, 2);
-    CHECK(same(h, d, N), "%s: device result differs", what);
-    CHECK(g->bytes - s.bytes == (double)N * sizeof(float) && g->calls - s.calls == 2,
+    MT_CHECK(same(h, d, N), "%s: device result differs", what);
+    MT_CHECK(g->bytes - s.bytes == (double)N * sizeof(float) && g->calls - s.calls == 2,
           "%s: bytes %g, calls %ld", what, g->bytes - s.bytes, g->calls - s.calls);
   }
   /* exchange in pairs (tied gradients) */
@@ -361,7 +352,7 @@ static void run_p2p(mt_group *g, int has_channels) {
   snap s = take(g);
   mt_sendrecv_f32(g, d2, d, N, partner, MT_TAG_PP_TIED, MT_LOC_DEVICE);
   expect_path("sendrecv", g, s, has_channels, 2);
-  CHECK(same(h, d, N), "sendrecv: device result differs");
+  MT_CHECK(same(h, d, N), "sendrecv: device result differs");
   free(h), free(d), free(h2), free(d2);
 }
 
@@ -384,7 +375,7 @@ int main(int argc, char **argv) {
   static int dp_state;
   mesh.dp_g.direct = 1;
   mesh.dp_g.direct_state = &dp_state;
-  CHECK(!strcmp(mt_group_device_path(&mesh.dp_g), "stand-in") &&
+  MT_CHECK(!strcmp(mt_group_device_path(&mesh.dp_g), "stand-in") &&
             !strcmp(mt_group_device_path(&mesh.world), "staged"),
         "device paths: dp %s, world %s", mt_group_device_path(&mesh.dp_g),
         mt_group_device_path(&mesh.world));
@@ -397,12 +388,12 @@ int main(int argc, char **argv) {
   run_p2p(&mesh.world, 0);
   /* distinct device identifiers (nccl.c's test for a group) */
   char ids[3][48] = {"GPU-a", "GPU-b", "GPU-a"};
-  CHECK(mt_comm_ids_distinct(&ids[0][0], 2, 48) && !mt_comm_ids_distinct(&ids[0][0], 3, 48),
+  MT_CHECK(mt_comm_ids_distinct(&ids[0][0], 2, 48) && !mt_comm_ids_distinct(&ids[0][0], 3, 48),
         "mt_comm_ids_distinct");
   mt_comm_set_direct(NULL);
-  CHECK(!strcmp(mt_group_device_path(&mesh.dp_g), "staged"), "no backend: dp not staged");
+  MT_CHECK(!strcmp(mt_group_device_path(&mesh.dp_g), "staged"), "no backend: dp not staged");
 
-  int failed = g_fail;
+  int failed = *mt_check_failures();
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (mesh.world.rank == 0)
     printf("%s: %d ranks, %ld calls direct, %ld staged, %ld quiesce\n", failed ? "FAIL" : "ok",

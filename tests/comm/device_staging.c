@@ -24,16 +24,7 @@ static void to_device(void *dst, const void *src, size_t bytes) {
   g_to_device++;
 }
 
-static int g_fail;
-#define CHECK(cond, ...)                 \
-  do {                                   \
-    if (!(cond)) {                       \
-      fprintf(stderr, "FAIL: ");         \
-      fprintf(stderr, __VA_ARGS__);      \
-      fprintf(stderr, "\n");             \
-      g_fail = 1;                        \
-    }                                    \
-  } while (0)
+#include "../check.h"
 
 static void fill(float *x, size_t n, int rank, int salt) {
   for (size_t i = 0; i < n; i++) x[i] = (float)((rank + 1) * 0.5 + (double)i * 0.25 + salt);
@@ -80,24 +71,24 @@ int main(int argc, char **argv) {
   double host_bytes = g->bytes - b0;
   long th = g_to_host, td = g_to_device;
   mt_allreduce_sum_f32(g, d, N, MT_LOC_DEVICE);
-  CHECK(same(h, d, N), "allreduce: device result differs");
-  CHECK(g->bytes - b0 == 2 * host_bytes, "allreduce: bytes %g, host %g", g->bytes - b0 - host_bytes,
+  MT_CHECK(same(h, d, N), "allreduce: device result differs");
+  MT_CHECK(g->bytes - b0 == 2 * host_bytes, "allreduce: bytes %g, host %g", g->bytes - b0 - host_bytes,
         host_bytes);
-  CHECK(g_to_host > th && g_to_device > td, "allreduce: no staging copies");
+  MT_CHECK(g_to_host > th && g_to_device > td, "allreduce: no staging copies");
 
   /* reduce-scatter */
   fill(h, N, r, 1);
   memcpy(d, h, N * sizeof(float));
   mt_reduce_scatter_sum_f32(g, h, h2, counts, MT_LOC_HOST);
   mt_reduce_scatter_sum_f32(g, d, d2, counts, MT_LOC_DEVICE);
-  CHECK(same(h2, d2, (size_t)counts[r]), "reduce-scatter: device result differs");
+  MT_CHECK(same(h2, d2, (size_t)counts[r]), "reduce-scatter: device result differs");
 
   /* all-gather in place */
   fill(h, N, r, 2);
   memcpy(d, h, N * sizeof(float));
   mt_allgatherv_inplace_f32(g, h, counts, displs, MT_LOC_HOST);
   mt_allgatherv_inplace_f32(g, d, counts, displs, MT_LOC_DEVICE);
-  CHECK(same(h, d, N), "allgatherv: device result differs");
+  MT_CHECK(same(h, d, N), "allgatherv: device result differs");
 
   /* non-blocking: all-reduce, reduce-scatter, all-gather */
   mt_request rq;
@@ -107,21 +98,21 @@ int main(int argc, char **argv) {
   mt_wait(&rq);
   mt_iallreduce_sum_f32(g, d, N, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
-  CHECK(same(h, d, N), "iallreduce: device result differs");
+  MT_CHECK(same(h, d, N), "iallreduce: device result differs");
   fill(h, N, r, 4);
   memcpy(d, h, N * sizeof(float));
   mt_ireduce_scatter_sum_f32(g, h, h2, counts, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   mt_ireduce_scatter_sum_f32(g, d, d2, counts, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
-  CHECK(same(h2, d2, (size_t)counts[r]), "ireduce_scatter: device result differs");
+  MT_CHECK(same(h2, d2, (size_t)counts[r]), "ireduce_scatter: device result differs");
   fill(h2, (size_t)counts[r], r, 5);
   memcpy(d2, h2, (size_t)counts[r] * sizeof(float));
   mt_iallgatherv_f32(g, h2, h, counts, displs, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   mt_iallgatherv_f32(g, d2, d, counts, displs, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
-  CHECK(same(h, d, N), "iallgatherv: device result differs");
+  MT_CHECK(same(h, d, N), "iallgatherv: device result differs");
 
   /* along a dim (sequence parallelism): outer 4, inner 25 per rank */
   const size_t outer = 4, inner = 25;
@@ -130,12 +121,12 @@ int main(int argc, char **argv) {
   memcpy(d, h, outer * inner * n * sizeof(float));
   mt_reduce_scatter_dim_f32(g, h, h2, outer, inner, scratch, MT_LOC_HOST);
   mt_reduce_scatter_dim_f32(g, d, d2, outer, inner, scratch, MT_LOC_DEVICE);
-  CHECK(same(h2, d2, outer * inner), "reduce_scatter_dim: device result differs");
+  MT_CHECK(same(h2, d2, outer * inner), "reduce_scatter_dim: device result differs");
   fill(h2, outer * inner, r, 7);
   memcpy(d2, h2, outer * inner * sizeof(float));
   mt_allgather_dim_f32(g, h2, h, outer, inner, MT_LOC_HOST);
   mt_allgather_dim_f32(g, d2, d, outer, inner, MT_LOC_DEVICE);
-  CHECK(same(h, d, outer * inner * n), "allgather_dim: device result differs");
+  MT_CHECK(same(h, d, outer * inner * n), "allgather_dim: device result differs");
 
   /* point-to-point ring: send to the next, receive from the previous */
   int next = (r + 1) % n, prev = (r + n - 1) % n;
@@ -150,15 +141,15 @@ int main(int argc, char **argv) {
   mt_isend_f32(g, d2, N, next, 6, MT_LOC_DEVICE, &s1);
   mt_wait(&r1);
   mt_wait(&s1);
-  CHECK(same(h, d, N), "isend/irecv: device result differs");
+  MT_CHECK(same(h, d, N), "isend/irecv: device result differs");
   /* exchange with a partner (ranks in pairs) */
   int partner = n == 1 ? 0 : (r ^ 1) < n ? r ^ 1 : r;
   mt_sendrecv_f32(g, h2, h, N, partner, 7, MT_LOC_HOST);
   mt_sendrecv_f32(g, d2, d, N, partner, 7, MT_LOC_DEVICE);
-  CHECK(same(h, d, N), "sendrecv: device result differs");
+  MT_CHECK(same(h, d, N), "sendrecv: device result differs");
 
-  CHECK(mt_comm_staged_calls() > 0, "no call was staged");
-  int failed = g_fail;
+  MT_CHECK(mt_comm_staged_calls() > 0, "no call was staged");
+  int failed = *mt_check_failures();
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (r == 0)
     printf("%s: %d ranks, %ld collective/p2p calls staged through the host, %ld copies to "

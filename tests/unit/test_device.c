@@ -13,16 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int g_fail;
-#define CHECK(cond, ...)                 \
-  do {                                   \
-    if (!(cond)) {                       \
-      fprintf(stderr, "FAIL: ");         \
-      fprintf(stderr, __VA_ARGS__);      \
-      fprintf(stderr, "\n");             \
-      g_fail = 1;                        \
-    }                                    \
-  } while (0)
+#include "../check.h"
 
 /* resolve and check the kind (or -1) and, on refusal, words of the message */
 static void expect(const char *dev, const char *prec, int built, int n, int want_kind,
@@ -31,15 +22,15 @@ static void expect(const char *dev, const char *prec, int built, int n, int want
   mt_precision p = (mt_precision)-1;
   int k = mt_device_resolve(dev, prec, built, n, "no CUDA-capable device is detected", &p, msg,
                             sizeof msg);
-  CHECK(k == want_kind, "resolve(%s, %s, built %d, %d GPUs) = %d, want %d (%s)", dev, prec, built,
+  MT_CHECK(k == want_kind, "resolve(%s, %s, built %d, %d GPUs) = %d, want %d (%s)", dev, prec, built,
         n, k, want_kind, msg);
   if (k >= 0 && want_kind >= 0)
-    CHECK(p == want_prec && msg[0] == '\0', "resolve(%s, %s): precision %d, message '%s'", dev,
+    MT_CHECK(p == want_prec && msg[0] == '\0', "resolve(%s, %s): precision %d, message '%s'", dev,
           prec, (int)p, msg);
   if (want_kind < 0) {
-    CHECK(w1 && strstr(msg, w1), "resolve(%s, %s, built %d, %d GPUs): '%s' lacks '%s'", dev,
+    MT_CHECK(w1 && strstr(msg, w1), "resolve(%s, %s, built %d, %d GPUs): '%s' lacks '%s'", dev,
           prec, built, n, msg, w1);
-    CHECK(!w2 || strstr(msg, w2), "resolve(%s, %s, built %d, %d GPUs): '%s' lacks '%s'", dev,
+    MT_CHECK(!w2 || strstr(msg, w2), "resolve(%s, %s, built %d, %d GPUs): '%s' lacks '%s'", dev,
           prec, built, n, msg, w2);
   }
 }
@@ -69,51 +60,51 @@ int main(void) {
   int shared = -1;
   for (int r = 0; r < 4; r++) {
     int gpu = mt_device_for_local_rank(r, 4, 4, &shared);
-    CHECK(gpu == r && shared == 0, "4 ranks, 4 GPUs: rank %d -> GPU %d (shared %d)", r, gpu,
+    MT_CHECK(gpu == r && shared == 0, "4 ranks, 4 GPUs: rank %d -> GPU %d (shared %d)", r, gpu,
           shared);
   }
   /* Slurm --gpus-per-task=1: each task sees one GPU, index 0 */
   for (int r = 0; r < 4; r++) {
     int gpu = mt_device_for_local_rank(r, 4, 1, &shared);
-    CHECK(gpu == 0 && shared == 1, "4 ranks, 1 visible GPU: rank %d -> GPU %d (shared %d)", r, gpu,
+    MT_CHECK(gpu == 0 && shared == 1, "4 ranks, 1 visible GPU: rank %d -> GPU %d (shared %d)", r, gpu,
           shared);
   }
   /* fewer ranks than GPUs: no sharing */
-  CHECK(mt_device_for_local_rank(1, 2, 4, &shared) == 1 && shared == 0, "2 ranks, 4 GPUs");
+  MT_CHECK(mt_device_for_local_rank(1, 2, 4, &shared) == 1 && shared == 0, "2 ranks, 4 GPUs");
   /* more ranks than GPUs: round-robin, shared */
   int use[2] = {0, 0};
   for (int r = 0; r < 6; r++) {
     int gpu = mt_device_for_local_rank(r, 6, 2, &shared);
-    CHECK(gpu >= 0 && gpu < 2 && shared == 1, "6 ranks, 2 GPUs: rank %d -> %d (shared %d)", r,
+    MT_CHECK(gpu >= 0 && gpu < 2 && shared == 1, "6 ranks, 2 GPUs: rank %d -> %d (shared %d)", r,
           gpu, shared);
     if (gpu >= 0 && gpu < 2) use[gpu]++;
   }
-  CHECK(use[0] == 3 && use[1] == 3, "6 ranks on 2 GPUs: %d and %d", use[0], use[1]);
-  CHECK(mt_device_for_local_rank(0, 1, 0, &shared) == -1 && shared == 0, "no GPU: -1");
+  MT_CHECK(use[0] == 3 && use[1] == 3, "6 ranks on 2 GPUs: %d and %d", use[0], use[1]);
+  MT_CHECK(mt_device_for_local_rank(0, 1, 0, &shared) == -1 && shared == 0, "no GPU: -1");
 
   /* the backend's entry points on this machine */
   char why[256] = "";
   int n = mt_cuda_device_count(why, sizeof why);
   if (n == 0) {
-    CHECK(why[0] != '\0', "no GPU but no reason given");
+    MT_CHECK(why[0] != '\0', "no GPU but no reason given");
     mt_err e = {0};
-    CHECK(mt_cuda_init(0, MT_PRECISION_FP32, &e) != 0 && e.failed && e.msg[0],
+    MT_CHECK(mt_cuda_init(0, MT_PRECISION_FP32, &e) != 0 && e.failed && e.msg[0],
           "mt_cuda_init without a GPU did not fail with a message");
-    CHECK(mt_ops_cuda() == NULL, "an op table without a started backend");
+    MT_CHECK(mt_ops_cuda() == NULL, "an op table without a started backend");
     mt_cuda_info info;
-    CHECK(mt_cuda_get_info(&info) != 0, "device info without a started backend");
+    MT_CHECK(mt_cuda_get_info(&info) != 0, "device info without a started backend");
     printf("no GPU here (%s); CUDA backend built: %d\n", why, mt_cuda_built());
   } else {
     printf("%d GPU(s) visible; the gpu tests exercise them\n", n);
   }
-  if (!mt_cuda_built()) CHECK(n == 0, "a build without CUDA reports %d GPUs", n);
+  if (!mt_cuda_built()) MT_CHECK(n == 0, "a build without CUDA reports %d GPUs", n);
   /* host memory from the backend works without it (plain memory then) */
   float *h = mt_cuda_host_alloc(1000 * sizeof(float));
-  CHECK(h != NULL, "mt_cuda_host_alloc");
+  MT_CHECK(h != NULL, "mt_cuda_host_alloc");
   for (int i = 0; i < 1000; i++) h[i] = (float)i;
-  CHECK(h[999] == 999.0f, "host memory");
+  MT_CHECK(h[999] == 999.0f, "host memory");
   mt_cuda_host_free(h);
-  if (g_fail) {
+  if (*mt_check_failures()) {
     fprintf(stderr, "test_device: failures\n");
     return 1;
   }

@@ -13,23 +13,14 @@
 #include <stdio.h>
 #include <string.h>
 
-static int g_fail;
-#define CHECK(cond, ...)            \
-  do {                              \
-    if (!(cond)) {                  \
-      fprintf(stderr, "FAIL: ");    \
-      fprintf(stderr, __VA_ARGS__); \
-      fprintf(stderr, "\n");        \
-      g_fail = 1;                   \
-    }                               \
-  } while (0)
+#include "../check.h"
 
 int main(void) {
   char names[512];
   const mt_ops *cpu = mt_ops_cpu();
   int n = mt_ops_missing(cpu, names, sizeof names);
-  CHECK(n == 0 && names[0] == '\0', "CPU op table: %d member(s) NULL: %s", n, names);
-  CHECK(mt_ops_missing(cpu, NULL, 0) == 0, "CPU op table without a names buffer");
+  MT_CHECK(n == 0 && names[0] == '\0', "CPU op table: %d member(s) NULL: %s", n, names);
+  MT_CHECK(mt_ops_missing(cpu, NULL, 0) == 0, "CPU op table without a names buffer");
 
   mt_ops t = *cpu;
   t.alloc = NULL;
@@ -40,24 +31,24 @@ int main(void) {
   t.attention_forward = NULL; /* optional: not reported */
   t.attention_backward = NULL;
   n = mt_ops_missing(&t, names, sizeof names);
-  CHECK(n == 5, "5 members cleared, %d reported (%s)", n, names);
-  CHECK(strcmp(names, "alloc, attn_forward, attn_backward, add_2d, scale") == 0,
+  MT_CHECK(n == 5, "5 members cleared, %d reported (%s)", n, names);
+  MT_CHECK(strcmp(names, "alloc, attn_forward, attn_backward, add_2d, scale") == 0,
         "names of the cleared members: '%s'", names);
 
   /* a buffer too short for the list: cut, terminated, the count still whole */
   char small[12];
   memset(small, 'x', sizeof small);
   n = mt_ops_missing(&t, small, sizeof small);
-  CHECK(n == 5, "count with a short buffer: %d", n);
-  CHECK(memchr(small, '\0', sizeof small) != NULL && strncmp(small, "alloc", 5) == 0,
+  MT_CHECK(n == 5, "count with a short buffer: %d", n);
+  MT_CHECK(memchr(small, '\0', sizeof small) != NULL && strncmp(small, "alloc", 5) == 0,
         "short buffer: not terminated or wrong start");
 
   mt_ops only = *cpu;
   only.copy_2d = NULL;
   n = mt_ops_missing(&only, names, sizeof names);
-  CHECK(n == 1 && strcmp(names, "copy_2d") == 0, "copy_2d cleared: %d, '%s'", n, names);
+  MT_CHECK(n == 1 && strcmp(names, "copy_2d") == 0, "copy_2d cleared: %d, '%s'", n, names);
 
-  if (g_fail) return 1;
+  if (*mt_check_failures()) return 1;
   printf("test_ops_table: all checks passed\n");
   return 0;
 }
