@@ -27,38 +27,17 @@ for c in "${cases[@]}"; do
   run "$name" "$np" $args
 done
 cat "$WORK/tp2dp2sp.plan.txt"
-python3 - "$WORK" "${cases[@]}" <<'PY'
-import json, sys
-work, cases = sys.argv[1], [c.split()[0] for c in sys.argv[2:]]
-cats = ["params", "grads", "optimizer", "gathered", "activations", "comm"]
-groups = ["dp", "tp", "pp", "ep", "etp", "edp"]
-bad = 0
-for name in cases:
-    plan = json.load(open("%s/%s.plan.json" % (work, name)))
-    run = json.load(open("%s/%s/summary.json" % (work, name)))
-    ranks = {r["rank"]: r for r in run["ranks"]}
-    if len(ranks) != len(plan["ranks"]):
-        sys.exit("FAIL: %s: %d ranks ran, the plan has %d" % (name, len(ranks), len(plan["ranks"])))
-    for p in plan["ranks"]:
-        r = ranks[p["rank"]]
-        for c in cats:
-            if c == "comm" and not p["comm_exact"]:
-                continue
-            got, want = r["mem_peak_bytes"][c], p["mem_bytes"][c]
-            if not got == want:
-                print("FAIL: %s rank %d %s: allocated %r bytes, planned %r" % (name, p["rank"], c, got, want))
-                bad += 1
-        for g in groups:
-            got, want = r["last_step_bytes"][g], p["step_bytes"][g]
-            if not got == want:
-                print("FAIL: %s rank %d: %s bytes per step %r, planned %r" % (name, p["rank"], g, got, want))
-                bad += 1
-    p0 = plan["ranks"][0]
+python3 - "$MT_SRC/tests/scripts" "$WORK" "${cases[@]}" <<'PY' || fail "plan and run differ"
+import sys
+sys.path.insert(0, sys.argv[1])
+from plan_vs_run import compare
+work, bad = sys.argv[2], 0
+for case in (c.split()[0] for c in sys.argv[3:]):
+    n, p0 = compare(work, case, ["dp", "tp", "pp", "ep", "etp", "edp"])
+    bad += n
     if not p0["step_bytes"]["ep"] + p0["step_bytes"]["etp"] > 0:
-        print("FAIL: %s: no expert traffic planned" % name)
+        print("FAIL: %s: no expert traffic planned" % case)
         bad += 1
-    print("%-9s rank 0: " % name + " ".join("%s %d" % (c, p0["mem_bytes"][c]) for c in cats) +
-          " | per step " + " ".join("%s %d" % (g, p0["step_bytes"][g]) for g in groups))
 sys.exit(1 if bad else 0)
 PY
 echo PASS

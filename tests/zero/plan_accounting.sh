@@ -42,34 +42,5 @@ for c in "${cases[@]}"; do
   mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" $args --set output.dir="$WORK/$name" \
     > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
 done
-python3 - "$WORK" "${cases[@]}" <<'PY'
-import json, sys
-work, cases = sys.argv[1], [c.split()[0] for c in sys.argv[2:]]
-cats = ["params", "grads", "optimizer", "gathered", "activations", "comm"]
-bad = 0
-for name in cases:
-    plan = json.load(open("%s/%s.plan.json" % (work, name)))
-    run = json.load(open("%s/%s/summary.json" % (work, name)))
-    ranks = {r["rank"]: r for r in run["ranks"]}
-    if len(ranks) != len(plan["ranks"]):
-        sys.exit("FAIL: %s: %d ranks ran, the plan has %d" % (name, len(ranks), len(plan["ranks"])))
-    for p in plan["ranks"]:
-        r = ranks[p["rank"]]
-        for c in cats:
-            if c == "comm" and not p["comm_exact"]:
-                continue
-            got, want = r["mem_peak_bytes"][c], p["mem_bytes"][c]
-            if not got == want:
-                print("FAIL: %s rank %d %s: allocated %r bytes, planned %r" % (name, p["rank"], c, got, want))
-                bad += 1
-        for g in ("dp", "tp", "pp", "cp"):
-            got, want = r["last_step_bytes"][g], p["step_bytes"][g]
-            if not got == want:
-                print("FAIL: %s rank %d: %s bytes per step %r, planned %r" % (name, p["rank"], g, got, want))
-                bad += 1
-    p0 = plan["ranks"][0]
-    print("%-8s rank 0 bytes: " % name + " ".join("%s %d" % (c, p0["mem_bytes"][c]) for c in cats) +
-          " | per step dp %d tp %d pp %d cp %d" % tuple(p0["step_bytes"][g] for g in ("dp", "tp", "pp", "cp")))
-sys.exit(1 if bad else 0)
-PY
+python3 "$MT_SRC/tests/scripts/plan_vs_run.py" "$WORK" dp,tp,pp,cp "${cases[@]}" || fail "plan and run differ"
 echo PASS
