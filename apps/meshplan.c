@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/train.h"
+#include "plan/plan.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     mt_log_init(0);
     if (!err.failed) mt_config_load(&cfg, a.ini, a.n_over, a.over, &err);
     free(a.over);
-    if (!err.failed && a.check) mt_train_check_report(&cfg, a.ranks, stdout, &err);
+    if (!err.failed && a.check) mt_plan_check_report(&cfg, a.ranks, stdout, &err);
     if (!err.failed && a.plan) mt_plan_report(&cfg, a.ranks, a.plan_json, stdout, &err);
     if (err.failed) fprintf(stderr, "%s: error: %s\n", PROG, err.msg);
     return err.failed ? MT_EXIT_BADINPUT : MT_EXIT_OK;
@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
   if (!err.failed) mt_config_load(&cfg, a.ini, a.n_over, a.over, &err);
   free(a.over);
   if (!err.failed && cfg.print_schedule) { /* every pp rank's op list, on one process */
-    mt_train_print_schedule(&cfg, world_rank == 0 ? stdout : NULL, &err);
+    mt_plan_print_schedule(&cfg, world_rank == 0 ? stdout : NULL, &err);
     mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
     MPI_Finalize();
     return 0;

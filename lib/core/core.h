@@ -43,21 +43,76 @@ void *mt_calloc_at(size_t n, size_t size, const char *file, int line);
 #define mt_malloc(bytes) mt_malloc_at((bytes), __FILE__, __LINE__)
 #define mt_calloc(n, size) mt_calloc_at((n), (size), __FILE__, __LINE__)
 
-/* An error that a caller can report once: a fixed buffer, first one wins. */
+/* The one error idiom of the code base (PETSc's PetscCall, in C11):
+ *   - a function that can fail returns int, 0 = success, -1 = failure, and
+ *     takes an `mt_err *e` that receives one message (first one wins);
+ *   - the place that detects the failure calls mt_err_set (bad input, exit
+ *     2) or mt_err_runtime (a runtime condition: I/O, a full disk, exit 3);
+ *     both record file:line;
+ *   - a caller that passes a failure up writes MT_TRY(e, call): on a
+ *     non-zero return it adds its own file:line to e's chain and returns -1;
+ *   - where the error can be reported once (after mt_err_agree), rank 0
+ *     prints the message as one line; with MT_ERR_TRACE=1 in the
+ *     environment a second line gives the chain ("at a.c:12 <- b.c:40").
+ * MPI calls go through MT_MPI_TRY (the mesh communicators return errors
+ * instead of aborting, so the check can fire); mt_die stays for failures
+ * inside a collective region that cannot be agreed on. */
+enum { MT_ERR_TRACE_MAX = 8 };
 typedef struct {
   int failed;
+  int code; /* the exit code it maps to: MT_EXIT_BADINPUT or MT_EXIT_RUNTIME */
   char msg[512];
+  int depth; /* frames in trace (where set, then each caller that passed it up) */
+  struct {
+    const char *file;
+    int line;
+  } trace[MT_ERR_TRACE_MAX];
 } mt_err;
-void mt_err_set(mt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mt_err_set_at(mt_err *e, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void mt_err_runtime_at(mt_err *e, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define mt_err_set(e, ...) mt_err_set_at((e), __FILE__, __LINE__, __VA_ARGS__)
+#define mt_err_runtime(e, ...) mt_err_runtime_at((e), __FILE__, __LINE__, __VA_ARGS__)
+/* add a caller's frame to e's chain (no-op when e has no error) */
+void mt_err_pass_at(mt_err *e, const char *file, int line);
+/* e's chain as "a.c:12 <- b.c:40" into buf */
+void mt_err_trace_format(const mt_err *e, char *buf, size_t size);
+/* the exit code for e: 0 when it holds no error */
+int mt_err_exit_code(const mt_err *e);
+
+#define MT_TRY(e, call)                                                      \
+  do {                                                                       \
+    if ((call) != 0) {                                                       \
+      mt_err_pass_at((e), __FILE__, __LINE__);                               \
+      return -1;                                                             \
+    }                                                                        \
+  } while (0)
+
+/* An MPI call whose failure becomes a runtime error in e (return -1). Needs
+ * MPI_ERRORS_RETURN on the communicator (mt_mesh sets it on every group). */
+#define MT_MPI_TRY(e, call)                                                  \
+  do {                                                                       \
+    int mt_rc_ = (call);                                                     \
+    if (mt_rc_ != MPI_SUCCESS) {                                             \
+      char mt_s_[MPI_MAX_ERROR_STRING];                                      \
+      int mt_n_ = 0;                                                         \
+      MPI_Error_string(mt_rc_, mt_s_, &mt_n_);                               \
+      mt_err_runtime((e), "%s failed: %s", #call, mt_s_);                    \
+      return -1;                                                             \
+    }                                                                        \
+  } while (0)
 
 /* Collective agreement on a local error (every rank of comm must call).
- * Returns 0 when no rank failed. Otherwise every rank receives the message of
- * the lowest failing rank in e->msg and 1 is returned; the caller then makes
- * rank 0 print it (mt_err_report) and every rank exit non-zero. */
+ * Returns 0 when no rank failed. Otherwise every rank receives the message
+ * (and exit code) of the lowest failing rank in e and 1 is returned; the
+ * caller then makes rank 0 print it (mt_err_report) and every rank exit
+ * with mt_err_exit_code(e). */
 int mt_err_agree(mt_err *e, MPI_Comm comm);
-/* rank 0 prints "meshtrain: error: <msg>" on stderr, one line. */
+/* rank 0 prints "<prog>: error: <msg>" on stderr, one line (and the chain
+ * with MT_ERR_TRACE=1). */
 void mt_err_report(const mt_err *e, const char *prog);
-/* mt_err_agree + report + MPI_Finalize + exit(MT_EXIT_BADINPUT) on failure. */
+/* mt_err_agree + report + MPI_Finalize + exit(mt_err_exit_code) on failure. */
 void mt_err_check_all(mt_err *e, MPI_Comm comm, const char *prog);
 
 enum { MT_EXIT_OK = 0, MT_EXIT_BADINPUT = 2, MT_EXIT_RUNTIME = 3 };

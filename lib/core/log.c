@@ -58,13 +58,52 @@ void *mt_calloc_at(size_t n, size_t size, const char *file, int line) {
   return p;
 }
 
-void mt_err_set(mt_err *e, const char *fmt, ...) {
+static void err_vset(mt_err *e, int code, const char *file, int line, const char *fmt,
+                     va_list ap) {
   if (!e || e->failed) return;
   e->failed = 1;
+  e->code = code;
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  e->depth = 0;
+  mt_err_pass_at(e, file, line);
+}
+
+void mt_err_set_at(mt_err *e, const char *file, int line, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  err_vset(e, MT_EXIT_BADINPUT, file, line, fmt, ap);
   va_end(ap);
+}
+
+void mt_err_runtime_at(mt_err *e, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  err_vset(e, MT_EXIT_RUNTIME, file, line, fmt, ap);
+  va_end(ap);
+}
+
+void mt_err_pass_at(mt_err *e, const char *file, int line) {
+  if (!e || !e->failed || e->depth >= MT_ERR_TRACE_MAX) return;
+  e->trace[e->depth].file = file;
+  e->trace[e->depth].line = line;
+  e->depth++;
+}
+
+void mt_err_trace_format(const mt_err *e, char *buf, size_t size) {
+  size_t used = 0;
+  if (size) buf[0] = 0;
+  for (int i = 0; i < e->depth && used < size; i++) {
+    const char *f = e->trace[i].file, *slash = strrchr(f, '/');
+    int n = snprintf(buf + used, size - used, "%s%s:%d", i ? " <- " : "", slash ? slash + 1 : f,
+                     e->trace[i].line);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+}
+
+int mt_err_exit_code(const mt_err *e) {
+  if (!e || !e->failed) return MT_EXIT_OK;
+  return e->code == MT_EXIT_RUNTIME ? MT_EXIT_RUNTIME : MT_EXIT_BADINPUT;
 }
 
 int mt_err_agree(mt_err *e, MPI_Comm comm) {
@@ -74,14 +113,26 @@ int mt_err_agree(mt_err *e, MPI_Comm comm) {
   int mine = e->failed ? rank : size, first = size;
   MT_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
   if (first == size) return 0;
+  /* message and exit code of the lowest failing rank; the chain's file
+   * pointers are this binary's, so only that rank's own chain is kept */
+  int code = e->code;
   MT_MPI_CHECK(MPI_Bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, first, comm));
+  MT_MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, first, comm));
+  if (rank != first) e->depth = 0;
   e->failed = 1;
+  e->code = code;
   return 1;
 }
 
 void mt_err_report(const mt_err *e, const char *prog) {
   if (g_rank != 0) return;
   fprintf(stderr, "%s: error: %s\n", prog, e->msg);
+  const char *trace = getenv("MT_ERR_TRACE");
+  if (trace && trace[0] == '1' && e->depth > 0) {
+    char buf[512];
+    mt_err_trace_format(e, buf, sizeof buf);
+    fprintf(stderr, "%s: error: at %s\n", prog, buf);
+  }
   fflush(stderr);
 }
 
@@ -89,7 +140,7 @@ void mt_err_check_all(mt_err *e, MPI_Comm comm, const char *prog) {
   if (!mt_err_agree(e, comm)) return;
   mt_err_report(e, prog);
   MPI_Finalize();
-  exit(MT_EXIT_BADINPUT);
+  exit(mt_err_exit_code(e));
 }
 
 double mt_now(void) {

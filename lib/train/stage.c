@@ -84,7 +84,7 @@ void mt_train_stage_create(mt_trainer *t) {
   st->T = t->model.T; /* this rank's tokens of a sequence (seq_len / cp) */
   for (int vs = 0; vs <= st->last_vs; vs++) {
     int a, b;
-    mt_train_stage_layers(cfg, &t->lay, vs, &a, &b);
+    mt_layout_stage_layers(cfg, &t->lay, vs, &a, &b);
     if (vs % cfg->pp == st->rank) {
       st->l0[vs / cfg->pp] = a;
       st->l1[vs / cfg->pp] = b;

@@ -176,7 +176,7 @@ static cJSON *ranks_json(const mt_trainer *t, const double *all) {
     cJSON_AddNumberToObject(o, "dp", v[1]);
     cJSON_AddNumberToObject(o, "tp", v[2]);
     cJSON_AddNumberToObject(o, "cp", v[3]);
-    mt_train_add_mem(o, "mem_peak_bytes", v + RANK_COORDS);
+    mt_plan_json_mem(o, "mem_peak_bytes", v + RANK_COORDS);
     const double *b = v + RANK_COORDS + MT_MEM_NCAT;
     cJSON *bytes = cJSON_AddObjectToObject(o, "last_step_bytes");
     cJSON_AddNumberToObject(bytes, "dp", b[0]);
@@ -228,7 +228,7 @@ void mt_train_summary(mt_trainer *t) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", cfg->model_preset);
   cJSON_AddNumberToObject(o, "params", (double)mt_model_num_params(shape));
-  cJSON *lay = mt_train_add_layout(o, "layout", cfg, t->world_size);
+  cJSON *lay = mt_plan_json_layout(o, "layout", cfg, t->world_size);
   cJSON_AddNumberToObject(lay, "threads_per_rank", mt_kernels_threads());
   cJSON_AddNumberToObject(o, "steps", cfg->steps);
   cJSON_AddNumberToObject(o, "tokens_per_step", (double)t->tokens_per_step);

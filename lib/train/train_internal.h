@@ -9,11 +9,6 @@
 
 /* <dir>/<name> opened with mode, or a rank-tagged fatal error naming it */
 FILE *mt_train_open_out(const char *dir, const char *name, const char *mode);
-/* {"world", "dp", "tp", "pp", "cp", "zero", "sp"} of cfg, added to parent as key */
-cJSON *mt_train_add_layout(cJSON *parent, const char *key, const mt_config *cfg, int world);
-/* {category name: bytes} for every mt_mem_cat, added to parent as key */
-cJSON *mt_train_add_mem(cJSON *parent, const char *key, const double *bytes);
-
 /* {"device": kind, precision, GPU, memory, comm paths} added to parent */
 void mt_train_device_json(const mt_trainer *t, cJSON *parent);
 

@@ -2,7 +2,7 @@
  * allocation), the bytes every rank of a mesh holds by category and sends
  * per training step on each group. The run counts the same things (the
  * allocator per category, comm per group); the tests hold them equal. */
-#include "train/train_internal.h"
+#include "plan/plan.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -72,7 +72,7 @@ static double dp_state_bytes(const mt_registry *r, int accum, mt_grad_group grou
   return b;
 }
 
-int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
+int mt_plan_model(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
                   int cp_rank, int tp_rank, mt_group groups[4], mt_gpt *m, mt_err *e) {
   /* the groups' sizes and ranks only: no MPI */
   memset(groups, 0, 4 * sizeof *groups);
@@ -100,12 +100,12 @@ int mt_plan_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank,
   return mt_gpt_create_plan(m, &lay->shape, mt_ops_cpu(), cfg->micro_batch, &par, e);
 }
 
-int mt_plan_rank_build(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
+int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
                        int cp_rank, int tp_rank, mt_plan_rank *out, mt_err *e) {
   return mt_plan_rank_model(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, out, NULL, e);
 }
 
-int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_rank, int dp_rank,
+int mt_plan_rank_model(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
                        int cp_rank, int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e) {
   memset(out, 0, sizeof *out);
   out->pp_rank = pp_rank;
@@ -139,7 +139,7 @@ int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_
   double tp_mb = 0.0, ex_mb[2] = {0.0, 0.0};
   for (int vs = pp_rank; vs <= last_vs; vs += pp) {
     int a, b;
-    mt_train_stage_layers(cfg, lay, vs, &a, &b);
+    mt_layout_stage_layers(cfg, lay, vs, &a, &b);
     layers += b - a;
     size_t k = mt_gpt_acts_numel(&m, b - a, B, vs == last_vs);
     if (k > set_numel) set_numel = k;
@@ -203,7 +203,7 @@ int mt_plan_rank_model(const mt_config *cfg, const mt_train_layout *lay, int pp_
 
 int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e) {
   memset(p, 0, sizeof *p);
-  if (mt_train_validate(cfg, world_size, &p->lay, e) != 0) return -1;
+  if (mt_layout_validate(cfg, world_size, &p->lay, e) != 0) return -1;
   p->n = p->lay.world;
   p->r = mt_calloc((size_t)p->n, sizeof *p->r);
   for (int pr = 0; pr < cfg->pp; pr++)
@@ -219,7 +219,7 @@ int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e) {
 
 void mt_plan_free(mt_plan *p) {
   free(p->r);
-  mt_train_layout_free(&p->lay);
+  mt_layout_free(&p->lay);
   memset(p, 0, sizeof *p);
 }
 
@@ -294,7 +294,7 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
   cJSON_AddNumberToObject(o, "params", (double)mt_model_num_params(&p->lay.shape));
   if (p->lay.shape.moe_experts > 0)
     cJSON_AddNumberToObject(o, "active_params", (double)mt_model_active_params(&p->lay.shape));
-  cJSON *lay = mt_train_add_layout(o, "layout", cfg, p->n);
+  cJSON *lay = mt_plan_json_layout(o, "layout", cfg, p->n);
   cJSON_AddNumberToObject(lay, "accum", p->lay.accum);
   cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
   for (int i = 0; i < p->n; i++) {
@@ -308,7 +308,7 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
     cJSON_AddNumberToObject(x, "ep", r->ep_rank);
     cJSON_AddNumberToObject(x, "etp", r->etp_rank);
     cJSON_AddNumberToObject(x, "edp", r->edp_rank);
-    mt_train_add_mem(x, "mem_bytes", r->mem);
+    mt_plan_json_mem(x, "mem_bytes", r->mem);
     cJSON_AddBoolToObject(x, "comm_exact", r->comm_exact);
     cJSON *b = cJSON_AddObjectToObject(x, "step_bytes");
     cJSON_AddNumberToObject(b, "dp", r->dp_bytes);

@@ -8,7 +8,7 @@
  * two chunks where it divides, zero-bubble), recompute off and on, sequence
  * parallelism with tp. A layout the run would refuse is not listed; the
  * memory and bytes are the plan's (mt_plan_rank_build). */
-#include "train/train.h"
+#include "plan/plan.h"
 
 #include <stdlib.h>
 #include <string.h>

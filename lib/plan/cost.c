@@ -16,7 +16,7 @@
  *   optimizer AdamW's traffic over the memory bandwidth.
  *
  * All seconds, bytes and FLOPs are per rank; the slowest stage sets the pace. */
-#include "train/train.h"
+#include "plan/plan.h"
 
 #include <ini.h>
 #include <math.h>
@@ -286,9 +286,9 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
 
 int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *out, mt_err *e) {
   memset(out, 0, sizeof *out);
-  mt_train_layout lay;
-  if (mt_train_validate(cfg, 0, &lay, e) != 0) {
-    mt_train_layout_free(&lay);
+  mt_layout lay;
+  if (mt_layout_validate(cfg, 0, &lay, e) != 0) {
+    mt_layout_free(&lay);
     return -1;
   }
   const int pp = cfg->pp, v = cfg->virtual_stages, accum = lay.accum, B = cfg->micro_batch;
@@ -315,7 +315,7 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
     if (pr.pp_bytes > out->pp_bytes) out->pp_bytes = pr.pp_bytes;
     for (int vs = st; vs < pp * v; vs += pp) {
       int a, b;
-      mt_train_stage_layers(cfg, &lay, vs, &a, &b);
+      mt_layout_stage_layers(cfg, &lay, vs, &a, &b);
       chunk_cost c = chunk(p, cfg, &m, a, b, vs == 0, vs == pp * v - 1, B);
       /* the collectives of cp and ep ride on the ops like tp's */
       c.tp += c.cp + c.ep;
@@ -382,6 +382,6 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
     out->fits = out->mem_bytes <= p->mem_bytes;
     out->world = world;
   }
-  mt_train_layout_free(&lay);
+  mt_layout_free(&lay);
   return rc;
 }

@@ -3,7 +3,7 @@
  * node and across nodes from `meshbench allreduce` (or any collective), the
  * memory bandwidth from `meshbench stream`. The same model then prices
  * layouts on this machine, a GPU node or LEONARDO. */
-#include "train/train.h"
+#include "plan/plan.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

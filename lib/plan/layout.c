@@ -1,0 +1,205 @@
+/* The layout of a run: every check of a configuration for a world size
+ * that needs no data and no MPI, and what it derives (model shape, batch
+ * split, pipeline schedule and stage split). meshtrain --check, --plan and
+ * setup all call it, so every rank fails the same way before any collective. */
+#include "plan/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* validation                                                          */
+
+/* parallel.pp_split "a,b,c" -> layers per stage; 0, or -1 with e set */
+static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_err *e) {
+  int n = 0, sum = 0;
+  const char *p = text;
+  while (*p) {
+    char *end;
+    long x = strtol(p, &end, 10);
+    if (end == p || x < 1 || n == pp) {
+      mt_err_set(e, "parallel.pp_split = '%s': expected %d comma-separated layer counts >= 1 "
+                    "(one per stage)", text, pp);
+      return -1;
+    }
+    split[n++] = (int)x;
+    sum += (int)x;
+    p = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') {
+      mt_err_set(e, "parallel.pp_split = '%s': expected comma-separated integers", text);
+      return -1;
+    }
+  }
+  if (n != pp) {
+    mt_err_set(e, "parallel.pp_split = '%s' gives %d stages, parallel.pp = %d", text, n, pp);
+    return -1;
+  }
+  if (sum != n_layer) {
+    mt_err_set(e, "parallel.pp_split = '%s' sums to %d layers, model.n_layer = %d", text, sum,
+               n_layer);
+    return -1;
+  }
+  return 0;
+}
+
+void mt_layout_stage_layers(const mt_config *cfg, const mt_layout *lay, int vs, int *l0,
+                           int *l1) {
+  mt_pp_stage_layers(lay->shape.n_layer, cfg->pp, cfg->virtual_stages,
+                     lay->has_split ? lay->split : NULL, vs, l0, l1);
+}
+
+static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e) {
+  int accum_div = cfg->micro_batch * cfg->dp;
+  if (world_size > 0 && world_size % cfg->tp != 0)
+    mt_err_set(e, "parallel.tp = %d does not divide the %d MPI ranks launched", cfg->tp,
+               world_size);
+  else if (cfg->sp && cfg->tp == 1)
+    mt_err_set(e, "parallel.sp = true needs parallel.tp > 1 (sequence parallelism splits "
+                  "the sequence over the tensor-parallel ranks)");
+  else if (cfg->global_batch % accum_div != 0)
+    mt_err_set(e, "train.global_batch = %d is not divisible by train.micro_batch x parallel.dp "
+                  "= %d x %d = %d", cfg->global_batch, cfg->micro_batch, cfg->dp, accum_div);
+  else if (!cfg->data_val[0] && cfg->val_fraction <= 0.0 && cfg->eval_every > 0)
+    mt_err_set(e, "data.val is empty and data.val_fraction = 0: no validation data "
+                  "(set one, or train.eval_every = 0)");
+  else if (!cfg->output_dir[0])
+    mt_err_set(e, "output.dir is empty");
+  else if (cfg->ckpt_async && strcmp(cfg->ckpt_mode, "per-writer") != 0)
+    mt_err_set(e, "ckpt.async = true needs ckpt.mode = per-writer (each rank writes its own "
+                  "file in the background; ckpt.mode is %s)", cfg->ckpt_mode);
+  else if (cfg->zero >= 2 && cfg->pp > 1)
+    mt_err_set(e, "parallel.zero = %d needs parallel.pp = 1: ZeRO-%d reduces each "
+                  "micro-batch's gradients as its backward ends, and pipeline stages interleave "
+                  "micro-batches (use parallel.zero = 1 with pipeline parallelism)",
+               cfg->zero, cfg->zero);
+  else if (cfg->moe_experts > 0 && (cfg->tp * cfg->cp * cfg->dp) % (cfg->etp * cfg->ep) != 0)
+    mt_err_set(e, "parallel.etp x parallel.ep = %d x %d does not divide the %d ranks of a "
+                  "pipeline stage (tp x cp x dp = %d x %d x %d)",
+               cfg->etp, cfg->ep, cfg->tp * cfg->cp * cfg->dp, cfg->tp, cfg->cp, cfg->dp);
+  else if (cfg->moe_experts > 0 && cfg->cp > 1)
+    mt_err_set(e, "parallel.cp = %d is not supported with MoE blocks (model.moe_experts > 0) "
+                  "yet: the router's per-sequence counts would span the cp ranks", cfg->cp);
+  else if (cfg->moe_experts > 0 && cfg->recompute)
+    mt_err_set(e, "train.recompute = true is not supported with MoE blocks "
+                  "(model.moe_experts > 0) yet");
+  else if (cfg->moe_experts > 0 && cfg->pp > 1 && !strcmp(cfg->pp_schedule, "zb-h1"))
+    mt_err_set(e, "parallel.schedule = zb-h1 (a split backward) is not supported with MoE "
+                  "blocks (model.moe_experts > 0) yet");
+  else if (cfg->zero == 3 && cfg->save_params)
+    mt_err_set(e, "output.save_params = true needs parallel.zero <= 2 (under ZeRO-3 a rank "
+                  "holds only its shard of the parameters; checkpoints hold them whole)");
+  return e->failed ? -1 : 0;
+}
+
+/* Context parallelism: the sequence must split into the mode's chunks, the
+ * heads over the ranks under Ulysses, and each rank's tokens over tp under
+ * sequence parallelism. */
+static int check_cp(const mt_config *cfg, const mt_model_shape *s, mt_err *e) {
+  int mode = mt_cp_mode_parse(cfg->cp_mode), cp = cfg->cp, T = s->seq_len;
+  if (mode < 0)
+    mt_err_set(e, "parallel.cp_mode = '%s': unknown (ring|ulysses)", cfg->cp_mode);
+  else if (cp == 1)
+    return 0;
+  else if (mode == MT_CP_RING && T % (2 * cp) != 0)
+    mt_err_set(e, "parallel.cp = %d with parallel.cp_mode = ring cuts each sequence into 2 x cp "
+                  "= %d chunks, which does not divide model.seq_len = %d", cp, 2 * cp, T);
+  else if (mode == MT_CP_ULYSSES && T % cp != 0)
+    mt_err_set(e, "parallel.cp = %d does not divide model.seq_len = %d", cp, T);
+  else if (mode == MT_CP_ULYSSES && (s->n_head / cfg->tp) % cp != 0)
+    mt_err_set(e, "parallel.cp_mode = ulysses splits the attention heads over parallel.cp = %d "
+                  "ranks: the %d heads of each tp rank (model.n_head = %d / parallel.tp = %d) "
+                  "do not divide by it", cp, s->n_head / cfg->tp, s->n_head, cfg->tp);
+  else if (cfg->sp && (T / cp) % cfg->tp != 0)
+    mt_err_set(e, "parallel.sp = true: parallel.tp = %d does not divide the %d tokens of a "
+                  "sequence on each cp rank (model.seq_len = %d / parallel.cp = %d)",
+               cfg->tp, T / cp, T, cp);
+  return e->failed ? -1 : 0;
+}
+
+int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_err *e) {
+  memset(lay, 0, sizeof *lay);
+  lay->sched = MT_SCHED_1F1B;
+  if (mt_model_shape_from_config(cfg, &lay->shape, e) != 0) return -1;
+  if (check_mesh_and_batch(cfg, world_size, e) != 0) return -1;
+  if (check_cp(cfg, &lay->shape, e) != 0) return -1;
+  const mt_model_shape *s = &lay->shape;
+  lay->world = cfg->pp * cfg->dp * cfg->cp * cfg->tp;
+  lay->per_rank = cfg->global_batch / cfg->dp;
+  lay->accum = lay->per_rank / cfg->micro_batch;
+  /* pipeline: micro-batches, stage split, schedule */
+  int m = lay->accum, kind = mt_pp_sched_parse(cfg->pp_schedule);
+  if (kind < 0) {
+    mt_err_set(e, "parallel.schedule = '%s': unknown (gpipe|1f1b|interleaved|zb-h1)",
+               cfg->pp_schedule);
+    return -1;
+  }
+  if (cfg->micro_batches > 0 && cfg->micro_batches != m)
+    mt_err_set(e, "train.micro_batches = %d does not match train.global_batch / (train.micro_batch "
+                  "x parallel.dp) = %d / (%d x %d) = %d (set it to 0 or change the batch)",
+               cfg->micro_batches, cfg->global_batch, cfg->micro_batch, cfg->dp, m);
+  else if (cfg->pp > 1 && cfg->save_params)
+    mt_err_set(e, "output.save_params = true needs parallel.pp = 1 (each pipeline stage "
+                  "holds only its own parameters)");
+  else if (cfg->pp > MT_PP_MAX_CHUNKS || cfg->virtual_stages > MT_PP_MAX_CHUNKS)
+    mt_err_set(e, "parallel.pp = %d, parallel.virtual_stages = %d: at most %d each", cfg->pp,
+               cfg->virtual_stages, MT_PP_MAX_CHUNKS);
+  else if (cfg->pp_split[0] && cfg->virtual_stages > 1)
+    mt_err_set(e, "parallel.pp_split needs parallel.virtual_stages = 1");
+  else if (cfg->pp_split[0]) {
+    if (parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) == 0)
+      lay->has_split = 1;
+  } else if (s->n_layer % cfg->pp != 0)
+    mt_err_set(e, "parallel.pp = %d does not divide model.n_layer = %d (or give "
+                  "parallel.pp_split)", cfg->pp, s->n_layer);
+  else if ((s->n_layer / cfg->pp) % cfg->virtual_stages != 0)
+    mt_err_set(e, "parallel.virtual_stages = %d does not divide the %d layers per stage "
+                  "(model.n_layer = %d over parallel.pp = %d)",
+               cfg->virtual_stages, s->n_layer / cfg->pp, s->n_layer, cfg->pp);
+  if (e->failed) return -1;
+  if (mt_pp_sched_check((mt_pp_sched)kind, cfg->pp, m, cfg->virtual_stages, s->n_layer, e) != 0)
+    return -1;
+  mt_pp_schedule sched;
+  mt_pp_schedule_build(&sched, (mt_pp_sched)kind, cfg->pp, m, cfg->virtual_stages);
+  char msg[256];
+  mt_pp_sim sim;
+  int bad = mt_pp_schedule_validate(&sched, 1, 2, 1, 1, &sim, msg, sizeof msg);
+  mt_pp_schedule_free(&sched);
+  if (bad) {
+    mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", cfg->pp_schedule, msg);
+    return -1;
+  }
+  /* one stage runs its micro-batches one after the other (1F1B of one stage) */
+  lay->sched = cfg->pp > 1 ? (mt_pp_sched)kind : MT_SCHED_1F1B;
+  /* train.device / precision as far as they can be judged without asking
+   * the GPU (setup asks it: mt_train_device_setup) */
+  char dmsg[512];
+  mt_precision prec;
+  if (mt_device_resolve(cfg->device, cfg->precision, mt_cuda_built(), 1, "", &prec, dmsg,
+                        sizeof dmsg) < 0) {
+    mt_err_set(e, "%s", dmsg);
+    return -1;
+  }
+  mt_hw_profile hw;
+  if (mt_hw_profile_load(&hw, cfg->hw_profile, e) != 0) return -1;
+  if (world_size > 0 && lay->world != world_size) {
+    mt_err_set(e, "the mesh pp x dp x cp x tp = %d x %d x %d x %d = %d ranks does not match "
+                  "the %d MPI ranks launched (set parallel.dp/tp/pp/cp or the rank count)",
+               cfg->pp, cfg->dp, cfg->cp, cfg->tp, lay->world, world_size);
+    return -1;
+  }
+  if (cfg->pp > 1) {
+    lay->stage_of_layer = mt_calloc((size_t)s->n_layer, sizeof(int));
+    for (int vs = 0; vs < cfg->pp * cfg->virtual_stages; vs++) {
+      int a, b;
+      mt_layout_stage_layers(cfg, lay, vs, &a, &b);
+      for (int l = a; l < b; l++) lay->stage_of_layer[l] = vs % cfg->pp;
+    }
+  }
+  return 0;
+}
+
+void mt_layout_free(mt_layout *lay) {
+  free(lay->stage_of_layer);
+  lay->stage_of_layer = NULL;
+}
+

@@ -1,0 +1,78 @@
+/* What meshtrain prints without training: the check of a configuration for
+ * a world size, the plan, and the pipeline schedule. No MPI. */
+#include "plan/plan.h"
+
+#include <cjson/cJSON.h>
+
+int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) {
+  mt_layout lay;
+  int rc = mt_layout_validate(cfg, ranks, &lay, e);
+  if (rc == 0)
+    fprintf(out, "meshtrain: check: OK for %d ranks: model %s (%zu parameters), mesh pp=%d dp=%d "
+                 "cp=%d tp=%d, zero %d, global batch %d, %d steps\n",
+            ranks, cfg->model_preset, mt_model_num_params(&lay.shape), cfg->pp, cfg->dp, cfg->cp,
+            cfg->tp, cfg->zero, cfg->global_batch, cfg->steps);
+  mt_layout_free(&lay);
+  return rc;
+}
+
+int mt_plan_report(const mt_config *cfg, int ranks, const char *json_path, FILE *out,
+                   mt_err *e) {
+  mt_plan p;
+  if (mt_plan_build(cfg, ranks, &p, e) != 0) return -1;
+  mt_plan_print(&p, cfg, out);
+  if (json_path) {
+    FILE *f = fopen(json_path, "w");
+    if (!f) {
+      mt_err_set(e, "--plan-json: cannot write '%s'", json_path);
+    } else {
+      mt_plan_write_json(&p, cfg, f);
+      fclose(f);
+    }
+  }
+  mt_plan_free(&p);
+  return e->failed ? -1 : 0;
+}
+
+int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e) {
+  mt_layout lay; /* on one process: the mesh as configured */
+  if (mt_layout_validate(cfg, 0, &lay, e) != 0) return -1;
+  mt_pp_schedule s;
+  mt_pp_sim sim;
+  char msg[256];
+  mt_pp_schedule_build(&s, (mt_pp_sched)mt_pp_sched_parse(cfg->pp_schedule), cfg->pp, lay.accum,
+                       cfg->virtual_stages);
+  mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, msg, sizeof msg);
+  if (out) {
+    for (int r = 0; r < cfg->pp; r++) mt_pp_schedule_print(&s, r, out);
+    fprintf(out, "# simulated bubble (F = 1, B = 2 per stage) %.4f\n", sim.bubble);
+  }
+  mt_pp_schedule_free(&s);
+  mt_layout_free(&lay);
+  return 0;
+}
+
+cJSON *mt_plan_json_layout(cJSON *parent, const char *key, const mt_config *cfg, int world) {
+  cJSON *lay = cJSON_AddObjectToObject(parent, key);
+  cJSON_AddNumberToObject(lay, "world", world);
+  cJSON_AddNumberToObject(lay, "dp", cfg->dp);
+  cJSON_AddNumberToObject(lay, "tp", cfg->tp);
+  cJSON_AddNumberToObject(lay, "pp", cfg->pp);
+  cJSON_AddNumberToObject(lay, "cp", cfg->cp);
+  if (cfg->cp > 1) cJSON_AddStringToObject(lay, "cp_mode", cfg->cp_mode);
+  cJSON_AddNumberToObject(lay, "zero", cfg->zero);
+  cJSON_AddBoolToObject(lay, "sp", cfg->sp);
+  if (cfg->moe_experts > 0) { /* the folded mesh of the MoE blocks */
+    cJSON_AddNumberToObject(lay, "ep", cfg->ep);
+    cJSON_AddNumberToObject(lay, "etp", cfg->etp);
+    cJSON_AddNumberToObject(lay, "edp", cfg->tp * cfg->cp * cfg->dp / (cfg->etp * cfg->ep));
+  }
+  return lay;
+}
+
+cJSON *mt_plan_json_mem(cJSON *parent, const char *key, const double *bytes) {
+  cJSON *mem = cJSON_AddObjectToObject(parent, key);
+  for (int c = 0; c < MT_MEM_NCAT; c++)
+    cJSON_AddNumberToObject(mem, mt_mem_cat_name((mt_mem_cat)c), bytes[c]);
+  return mem;
+}
