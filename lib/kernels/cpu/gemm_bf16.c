@@ -1,0 +1,375 @@
+/* bf16 matrix products on the CPU: bf16 operands, fp32 accumulation, one
+ * rounding per stored bf16 element. Two paths, chosen once per process:
+ *
+ *  "onednn"  oneDNN's matmul primitive (bf16 x bf16, fp32 accumulate; the
+ *            += of a backward product is its "sum" post-op, applied in fp32
+ *            before the one rounding). Built when CMake finds oneDNN
+ *            (MT_HAVE_DNNL); chosen when the CPU has AMX-BF16, where it runs
+ *            on the tile units.
+ *  "sgemm"   the operands converted to fp32 in blocks of rows and multiplied
+ *            by OpenBLAS sgemm; each fp32 result rounded once. A bf16 x bf16
+ *            product is exact in fp32 (8 + 8 significant bits), so this path
+ *            computes exactly what a bf16 GEMM with fp32 accumulation does;
+ *            only the order of the fp32 additions is sgemm's.
+ *
+ * Why sgemm on AVX512-BF16 CPUs without AMX: measured on a Xeon (family 6
+ * model 207) with avx512_bf16 and no AMX exposed, vdpbf16ps retires one
+ * every two cycles (zmm: 64 flops per two cycles) against two fp32 FMAs
+ * per cycle (zmm: 64 flops per cycle), so a bf16 dot-product GEMM peaks at
+ * half of sgemm; oneDNN 2.6's bf16 matmul reached 75-85 GFLOP/s per core
+ * against sgemm's 135-145 and this path's 110-130 at the model's shapes
+ * (apps/scripts/bench-bf16.sh prints them side by side).
+ *
+ * Forms (row-major; the three products of a linear layer):
+ *   NT  out  (M=N,  N=OC) = inp  (N,C)  w^T, w stored (OC,C)       K = C
+ *   NN  dinp (M=N,  N=C)  = dout (N,OC) w,   w stored (OC,C)       K = OC
+ *   TN  dw   (M=OC, N=C)  = dout^T inp, dout stored (N,OC)          K = N
+ *
+ * Determinism: for a fixed thread count the same bits on every run (sgemm
+ * and oneDNN split work by thread count, never by timing; the blocks of
+ * this file are fixed by the shape). */
+#define _DEFAULT_SOURCE /* syscall() for arch_prctl */
+#include "kernels/kernels.h"
+#include "kernels/cpu/bf16_internal.h"
+#include "kernels/cpu/cpu_internal.h"
+
+#include <cblas.h>
+#include <cpuid.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifdef MT_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+/* ------------------------------------------------------------------ */
+/* the CPU's bf16 instructions                                          */
+
+/* Linux hands AMX tile data to a process only after it asks (arch_prctl
+ * ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18); oneDNN asks too. */
+#define MT_ARCH_REQ_XCOMP_PERM 0x1023
+#define MT_XFEATURE_XTILEDATA 18
+
+static int detect_bf16_level(void) {
+  unsigned a, b, c, d;
+  if (!__builtin_cpu_supports("avx512f") || __get_cpuid_max(0, NULL) < 7) return 0;
+  __cpuid_count(7, 1, a, b, c, d);
+  int avx512_bf16 = (a >> 5) & 1;
+  __cpuid_count(7, 0, a, b, c, d);
+  int amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+  int amx = 0;
+  if (amx_bf16 && amx_tile) {
+    /* the OS must save the tile state (XCR0 bits 17, 18) and grant it */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if (((lo >> 17) & 3) == 3 &&
+        syscall(SYS_arch_prctl, MT_ARCH_REQ_XCOMP_PERM, MT_XFEATURE_XTILEDATA) == 0)
+      amx = 1;
+  }
+  return amx ? 2 : avx512_bf16 ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* the path                                                            */
+
+typedef enum { PATH_SGEMM = 0, PATH_ONEDNN = 1 } gemm_path;
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_level;
+static gemm_path g_path;
+static char g_note[256];
+
+static int dnnl_built(void) {
+#ifdef MT_HAVE_DNNL
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+/* the path for a request ("auto", "onednn", "sgemm"), and the note that says why */
+static gemm_path choose(const char *want) {
+  const char *cpu = g_level == 2   ? "AMX-BF16"
+                    : g_level == 1 ? "AVX512-BF16 without AMX"
+                                   : "no bf16 instructions (avx512_bf16, amx_bf16)";
+  if (want && !strcasecmp(want, "onednn") && dnnl_built()) {
+    snprintf(g_note, sizeof g_note, "bf16 matmuls: oneDNN (MT_BF16_GEMM=onednn; CPU: %s)", cpu);
+    return PATH_ONEDNN;
+  }
+  if (want && !strcasecmp(want, "sgemm")) {
+    snprintf(g_note, sizeof g_note,
+             "bf16 matmuls: converted to fp32, OpenBLAS sgemm (MT_BF16_GEMM=sgemm; CPU: %s)", cpu);
+    return PATH_SGEMM;
+  }
+  if (g_level == 2 && dnnl_built()) {
+    snprintf(g_note, sizeof g_note, "bf16 matmuls: oneDNN on AMX-BF16");
+    return PATH_ONEDNN;
+  }
+  const char *why = g_level == 2   ? "this build has no oneDNN"
+                    : g_level == 1 ? "this CPU has AVX512-BF16 without AMX, where sgemm is faster"
+                                   : "this CPU has no bf16 instructions";
+  snprintf(g_note, sizeof g_note, "bf16 matmuls: converted to fp32, OpenBLAS sgemm (%s)", why);
+  return PATH_SGEMM;
+}
+
+static void init_once(void) {
+  g_level = detect_bf16_level();
+  g_path = choose(getenv("MT_BF16_GEMM"));
+}
+
+int mt_cpu_bf16_level(void) {
+  pthread_once(&g_once, init_once);
+  return g_level;
+}
+
+const char *mt_bf16_gemm_path(void) {
+  pthread_once(&g_once, init_once);
+  return g_path == PATH_ONEDNN ? "onednn" : "sgemm";
+}
+
+const char *mt_bf16_gemm_note(void) {
+  pthread_once(&g_once, init_once);
+  return g_note;
+}
+
+int mt_bf16_gemm_select(const char *name) {
+  pthread_once(&g_once, init_once);
+  if (!name || (strcasecmp(name, "auto") && strcasecmp(name, "sgemm") &&
+                strcasecmp(name, "onednn")))
+    return -1;
+  if (!strcasecmp(name, "onednn") && !dnnl_built()) return -1;
+  g_path = choose(name);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* the sgemm path                                                      */
+
+/* Per-thread fp32 scratch that grows to the largest request and is kept:
+ * a fresh malloc of tens of MB per product would fault its pages in every
+ * call. Outside the mt_mem categories (at most MT_GEMM_BLOCK_FLOATS x 3
+ * plus one converted weight per thread). Slot 0: weights, 1: A block, 2: C
+ * block. */
+static _Thread_local float *g_scratch[3];
+static _Thread_local size_t g_scratch_n[3];
+
+static float *scratch(int slot, size_t n) {
+  if (n > g_scratch_n[slot]) {
+    free(g_scratch[slot]);
+    g_scratch[slot] = malloc(n * sizeof(float));
+    if (!g_scratch[slot]) mt_die("bf16 gemm: out of memory for %zu floats of scratch", n);
+    g_scratch_n[slot] = n;
+  }
+  return g_scratch[slot];
+}
+
+/* Rows per block: a block of A and of C holds at most this many floats each
+ * (4 MiB), so they stay in the cache between conversion, sgemm and rounding;
+ * rows a multiple of 64 (at least 64). */
+#define MT_GEMM_BLOCK_FLOATS ((size_t)1 << 20)
+
+static int block_rows(int total, size_t width) {
+  size_t r = MT_GEMM_BLOCK_FLOATS / (width ? width : 1);
+  r = r < 64 ? 64 : r / 64 * 64;
+  return r >= (size_t)total ? total : (int)r;
+}
+
+/* NT or NN into bf16 C: B (the weight) converted once, then per block of
+ * MB rows: A rows -> fp32, C block = bias or float(C) or nothing, one
+ * sgemm, C block rounded back. */
+static void sgemm_rows(int form, int m, int n, int k, const mt_bf16 *A, const mt_bf16 *B,
+                       const mt_bf16 *bias, mt_bf16 *C, int accumulate) {
+  float *Bf = scratch(0, (size_t)k * n);
+  mt_bf16_to_f32_n(Bf, B, (size_t)k * n);
+  int MB = block_rows(m, (size_t)(k > n ? k : n));
+  float *Af = scratch(1, (size_t)MB * k), *Cf = scratch(2, (size_t)MB * n);
+  for (int i0 = 0; i0 < m; i0 += MB) {
+    int rows = m - i0 < MB ? m - i0 : MB;
+    mt_bf16_to_f32_n(Af, A + (size_t)i0 * k, (size_t)rows * k);
+    float beta = 0.0f;
+    if (accumulate) {
+      mt_bf16_to_f32_n(Cf, C + (size_t)i0 * n, (size_t)rows * n);
+      beta = 1.0f;
+    } else if (bias) {
+      /* as matmul_forward: the bias first, then sgemm adds the product */
+      mt_bf16_rows_to_f32(Cf, bias, rows, n);
+      beta = 1.0f;
+    }
+    if (form == MT_GEMM_NT)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, Af, k, Bf, k, beta,
+                  Cf, n);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, n, k, 1.0f, Af, k, Bf, n, beta,
+                  Cf, n);
+    mt_bf16_from_f32_n(C + (size_t)i0 * n, Cf, (size_t)rows * n);
+  }
+}
+
+/* TN into fp32 C (+=): per block of KB rows of the stored A (k,m) and B
+ * (k,n), both converted, one sgemm with beta = 1. */
+static void sgemm_tn(int m, int n, int k, const mt_bf16 *A, const mt_bf16 *B, float *C) {
+  int KB = block_rows(k, (size_t)(m > n ? m : n));
+  float *Af = scratch(1, (size_t)KB * m), *Bf = scratch(2, (size_t)KB * n);
+  for (int p0 = 0; p0 < k; p0 += KB) {
+    int rows = k - p0 < KB ? k - p0 : KB;
+    mt_bf16_to_f32_n(Af, A + (size_t)p0 * m, (size_t)rows * m);
+    mt_bf16_to_f32_n(Bf, B + (size_t)p0 * n, (size_t)rows * n);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, rows, 1.0f, Af, m, Bf, n, 1.0f, C,
+                n);
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* the oneDNN path                                                     */
+
+#ifdef MT_HAVE_DNNL
+/* Primitives cached by shape: creating one JIT-compiles its kernels
+ * (milliseconds), a training step runs the same dozen shapes again and
+ * again. m < 0 in a key: M given at execution (DNNL_RUNTIME_DIM_VAL), for
+ * the grouped GEMM whose row counts change every step. */
+typedef struct {
+  int form, m, n, k, out_f32, accumulate, has_bias;
+  dnnl_primitive_t prim;
+} dnnl_entry;
+
+#define MT_DNNL_CACHE 64
+static dnnl_entry g_cache[MT_DNNL_CACHE];
+static int g_cache_n, g_cache_next;
+static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_engine_t g_engine;
+
+#define DNNL_TRY(call)                                                                   \
+  do {                                                                                   \
+    dnnl_status_t st_ = (call);                                                          \
+    if (st_ != dnnl_success) mt_die("oneDNN: %s failed (status %d)", #call, (int)st_); \
+  } while (0)
+
+/* the three memory descriptors of a product; m may be DNNL_RUNTIME_DIM_VAL */
+static void onednn_mds(int form, dnnl_dim_t m, int n, int k, int out_f32, dnnl_memory_desc_t *a,
+                     dnnl_memory_desc_t *b, dnnl_memory_desc_t *c) {
+  dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+  /* A (m,k): row-major, or (TN) stored (k,m); B (k,n): row-major, or (NT) stored (n,k) */
+  dnnl_dims_t as = {form == MT_GEMM_TN ? 1 : k, form == MT_GEMM_TN ? m : 1};
+  dnnl_dims_t bs = {form == MT_GEMM_NT ? 1 : n, form == MT_GEMM_NT ? k : 1};
+  dnnl_dims_t cs = {n, 1};
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(a, 2, ad, dnnl_bf16, as));
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(b, 2, bd, dnnl_bf16, bs));
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(c, 2, cd, out_f32 ? dnnl_f32 : dnnl_bf16, cs));
+}
+
+static dnnl_primitive_t onednn_primitive(int form, int m, int n, int k, int out_f32, int accumulate,
+                                 int has_bias) {
+  pthread_mutex_lock(&g_cache_lock);
+  for (int i = 0; i < g_cache_n; i++) {
+    dnnl_entry *e = &g_cache[i];
+    if (e->form == form && e->m == m && e->n == n && e->k == k && e->out_f32 == out_f32 &&
+        e->accumulate == accumulate && e->has_bias == has_bias) {
+      pthread_mutex_unlock(&g_cache_lock);
+      return e->prim;
+    }
+  }
+  if (!g_engine) DNNL_TRY(dnnl_engine_create(&g_engine, dnnl_cpu, 0));
+  dnnl_memory_desc_t a, b, c, bias;
+  onednn_mds(form, m < 0 ? DNNL_RUNTIME_DIM_VAL : m, n, k, out_f32, &a, &b, &c);
+  if (has_bias) {
+    dnnl_dims_t bd = {1, n};
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&bias, 2, bd, dnnl_bf16, dnnl_ab));
+  }
+  dnnl_matmul_desc_t md;
+  DNNL_TRY(dnnl_matmul_desc_init(&md, &a, &b, has_bias ? &bias : NULL, &c));
+  dnnl_primitive_attr_t attr;
+  DNNL_TRY(dnnl_primitive_attr_create(&attr));
+  if (accumulate) { /* dst = dst + product, in fp32, then one rounding */
+    dnnl_post_ops_t po;
+    DNNL_TRY(dnnl_post_ops_create(&po));
+    DNNL_TRY(dnnl_post_ops_append_sum(po, 1.0f));
+    DNNL_TRY(dnnl_primitive_attr_set_post_ops(attr, po));
+    dnnl_post_ops_destroy(po);
+  }
+  dnnl_primitive_desc_t pd;
+  DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL));
+  dnnl_primitive_t prim;
+  DNNL_TRY(dnnl_primitive_create(&prim, pd));
+  dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_attr_destroy(attr);
+  /* a full cache replaces its entries in turn */
+  int slot = g_cache_n < MT_DNNL_CACHE ? g_cache_n++ : g_cache_next++ % MT_DNNL_CACHE;
+  if (g_cache[slot].prim) dnnl_primitive_destroy(g_cache[slot].prim);
+  g_cache[slot] = (dnnl_entry){.form = form, .m = m, .n = n, .k = k, .out_f32 = out_f32,
+                               .accumulate = accumulate, .has_bias = has_bias, .prim = prim};
+  pthread_mutex_unlock(&g_cache_lock);
+  return prim;
+}
+
+/* One product on oneDNN. Inside an OpenMP parallel region (the grouped
+ * GEMM's threads) oneDNN runs on the calling thread alone. */
+static void onednn_matmul(int form, int m, int n, int k, const mt_bf16 *A, const mt_bf16 *B,
+                      const mt_bf16 *bias, void *C, int out_f32, int accumulate,
+                      int runtime_m) {
+  dnnl_primitive_t prim =
+      onednn_primitive(form, runtime_m ? -1 : m, n, k, out_f32, accumulate, bias != NULL);
+  dnnl_memory_desc_t a, b, c, bmd;
+  onednn_mds(form, m, n, k, out_f32, &a, &b, &c);
+  dnnl_memory_t am, bm, cm, biasm = NULL;
+  DNNL_TRY(dnnl_memory_create(&am, &a, g_engine, (void *)A));
+  DNNL_TRY(dnnl_memory_create(&bm, &b, g_engine, (void *)B));
+  DNNL_TRY(dnnl_memory_create(&cm, &c, g_engine, C));
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  int nargs = 3;
+  if (bias) {
+    dnnl_dims_t bd = {1, n};
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_bf16, dnnl_ab));
+    DNNL_TRY(dnnl_memory_create(&biasm, &bmd, g_engine, (void *)bias));
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, biasm};
+  }
+  /* one stream per call: cheap, and safe from several threads at once */
+  dnnl_stream_t stream;
+  DNNL_TRY(dnnl_stream_create(&stream, g_engine, dnnl_stream_default_flags));
+  DNNL_TRY(dnnl_primitive_execute(prim, stream, nargs, args));
+  DNNL_TRY(dnnl_stream_wait(stream));
+  dnnl_stream_destroy(stream);
+  dnnl_memory_destroy(am), dnnl_memory_destroy(bm), dnnl_memory_destroy(cm);
+  if (biasm) dnnl_memory_destroy(biasm);
+}
+#endif
+
+/* ------------------------------------------------------------------ */
+
+void mt_cpu_gemm_bf16(int form, int m, int n, int k, const mt_bf16 *A, const mt_bf16 *B,
+                      const mt_bf16 *bias, mt_bf16 *Cb, float *Cf, int accumulate,
+                      int runtime_m) {
+  pthread_once(&g_once, init_once);
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) { /* an empty sum: C keeps its value (+=) or becomes the bias or 0 */
+    if (accumulate) return;
+    if (Cf) memset(Cf, 0, (size_t)m * n * sizeof(float));
+    if (Cb) {
+      if (bias)
+        for (int i = 0; i < m; i++) memcpy(Cb + (size_t)i * n, bias, (size_t)n * sizeof(mt_bf16));
+      else
+        memset(Cb, 0, (size_t)m * n * sizeof(mt_bf16));
+    }
+    return;
+  }
+#ifdef MT_HAVE_DNNL
+  if (g_path == PATH_ONEDNN) {
+    onednn_matmul(form, m, n, k, A, B, bias, Cf ? (void *)Cf : (void *)Cb, Cf != NULL, accumulate,
+              runtime_m);
+    return;
+  }
+#else
+  (void)runtime_m;
+#endif
+  if (form == MT_GEMM_TN) {
+    if (!accumulate) memset(Cf, 0, (size_t)m * n * sizeof(float));
+    sgemm_tn(m, n, k, A, B, Cf);
+  } else {
+    sgemm_rows(form, m, n, k, A, B, bias, Cb, accumulate);
+  }
+}
