@@ -174,8 +174,14 @@ static float *scratch(int slot, size_t n) {
  * rows a multiple of 64 (at least 64). */
 #define MT_GEMM_BLOCK_FLOATS ((size_t)1 << 20)
 
+static size_t g_block_floats = MT_GEMM_BLOCK_FLOATS;
+
+void mt_cpu_gemm_bf16_set_block(size_t floats) {
+  g_block_floats = floats ? floats : MT_GEMM_BLOCK_FLOATS;
+}
+
 static int block_rows(int total, size_t width) {
-  size_t r = MT_GEMM_BLOCK_FLOATS / (width ? width : 1);
+  size_t r = g_block_floats / (width ? width : 1);
   r = r < 64 ? 64 : r / 64 * 64;
   return r >= (size_t)total ? total : (int)r;
 }
