@@ -31,21 +31,21 @@
 
 static uint64_t g_bf16_rng = 0x2545F4914F6CDD1Dull;
 
-static double test_uniform(double lo, double hi) {
+static inline double test_uniform(double lo, double hi) {
   uint64_t z = mt_splitmix64(g_bf16_rng);
   g_bf16_rng += 0x9E3779B97F4A7C15ull;
   return lo + (hi - lo) * ((double)(z >> 11) / 9007199254740992.0);
 }
 
 /* n values in [lo, hi) that bf16 holds exactly: bf16 copy b, fp32 copy f */
-static void test_rand_pair(mt_bf16 *b, float *f, size_t n, double lo, double hi) {
+static inline void test_rand_pair(mt_bf16 *b, float *f, size_t n, double lo, double hi) {
   for (size_t i = 0; i < n; i++) {
     b[i] = mt_bf16_from_f32((float)test_uniform(lo, hi));
     f[i] = mt_bf16_to_f32(b[i]);
   }
 }
 
-static void *test_alloc(size_t bytes) {
+static inline void *test_alloc(size_t bytes) {
   void *p = calloc(bytes ? bytes : 1, 1);
   if (!p) {
     fprintf(stderr, "test_bf16: out of memory\n");
@@ -56,7 +56,7 @@ static void *test_alloc(size_t bytes) {
 
 /* worst of |got - ref| / tol_i over n elements, tol_i = 2^-8 |ref| (when
  * rounded) + extra_i (extra NULL: 0) + floor; > 1 fails, NaN fails */
-static double test_worst_bf16(const mt_bf16 *got, const float *ref, const double *extra,
+static inline double test_worst_bf16(const mt_bf16 *got, const float *ref, const double *extra,
                               size_t n, double floor_abs) {
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) {
@@ -70,7 +70,7 @@ static double test_worst_bf16(const mt_bf16 *got, const float *ref, const double
 }
 
 /* the same for an fp32 result (no rounding to bf16) */
-static double test_worst_f32(const float *got, const float *ref, const double *extra, size_t n,
+static inline double test_worst_f32(const float *got, const float *ref, const double *extra, size_t n,
                              double floor_abs) {
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) {
@@ -82,7 +82,7 @@ static double test_worst_f32(const float *got, const float *ref, const double *e
   return worst;
 }
 
-static double test_max_abs(const float *x, size_t n) {
+static inline double test_max_abs(const float *x, size_t n) {
   double m = 0.0;
   for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
   return m;
