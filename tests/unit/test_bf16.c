@@ -9,7 +9,8 @@
  * - Matmuls on every path this build has (sgemm; oneDNN when built):
  *   forward with and without bias, backward dinp (bf16 +=), dw and dbias
  *   (fp32 +=), at edge shapes (1, 7, 31, 33 columns, depth k = 1) and at a
- *   shape the sgemm path cuts into several blocks; the same bits twice.
+ *   shape the sgemm path cuts into several tiles; the same bits twice (the
+ *   sgemm path: at 2 threads and at 1).
  * - Grouped GEMM with an empty group, at 1 and 2 threads.
  * - Embedding (and its vocabulary-parallel pieces), layernorm, GELU,
  *   residual, AdamW (master bits equal to the fp32 op's, copy = its
@@ -127,16 +128,22 @@ static void check_matmul(const char *path, int N, int C, int OC, int with_bias) 
   /* bf16, twice (the same bits) */
   mt_bf16 *out[2], *dinp[2];
   float *dw[2], *db[2];
+  /* the sgemm path's tiles make it independent of the thread count: the
+   * second call runs on 1 thread there (oneDNN: on 2 again) */
+  int threads2 = strcmp(path, "sgemm") ? 2 : 1;
   for (int rep = 0; rep < 2; rep++) {
     out[rep] = test_alloc(nout * 2), dinp[rep] = test_alloc(nin * 2);
     dw[rep] = test_alloc(nw * 4), db[rep] = test_alloc(OC * 4);
     memcpy(dinp[rep], dinp0, nin * 2), memcpy(dw[rep], dw0, nw * 4), memcpy(db[rep], db0, OC * 4);
+    mt_kernels_set_threads(rep ? threads2 : 2);
     bops->matmul_forward(out[rep], inp, w, with_bias ? bias : NULL, N, C, OC);
     bops->matmul_backward(dinp[rep], dw[rep], db[rep], dout, inp, w, N, C, OC);
   }
+  mt_kernels_set_threads(2);
   MT_CHECK(!memcmp(out[0], out[1], nout * 2) && !memcmp(dinp[0], dinp[1], nin * 2) &&
                !memcmp(dw[0], dw[1], nw * 4) && !memcmp(db[0], db[1], OC * 4),
-           "matmul %s N=%d C=%d OC=%d: two calls differ", path, N, C, OC);
+           "matmul %s N=%d C=%d OC=%d: a call at 2 threads and one at %d differ", path, N, C, OC,
+           threads2);
 
   /* the drift allowed between two fp32 sums of the same exact products */
   double *ex = test_alloc((nout > nin ? (nout > nw ? nout : nw) : (nin > nw ? nin : nw)) * 8);
@@ -200,10 +207,10 @@ static void test_matmul(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       for (int bias = 0; bias < 2; bias++)
         check_matmul(paths[p], shapes[s][0], shapes[s][1], shapes[s][2], bias);
-    /* several blocks of rows (forward, dinp) and of depth (dw) */
-    mt_cpu_gemm_bf16_set_block(64 * 40);
-    check_matmul(paths[p], 150, 33, 40, 1);
-    mt_cpu_gemm_bf16_set_block(0);
+    /* several tiles of rows and blocks of columns in each product */
+    mt_cpu_gemm_bf16_set_block(64 * 33, 64 * 33);
+    check_matmul(paths[p], 150, 70, 200, 1);
+    mt_cpu_gemm_bf16_set_block(0, 0);
   }
   MT_CHECK(mt_bf16_gemm_select("fp16") == -1, "an unknown matmul path was accepted");
   mt_bf16_gemm_select("auto");

@@ -25,9 +25,9 @@
  *   NN  dinp (M=N,  N=C)  = dout (N,OC) w,   w stored (OC,C)       K = OC
  *   TN  dw   (M=OC, N=C)  = dout^T inp, dout stored (N,OC)          K = N
  *
- * Determinism: for a fixed thread count the same bits on every run (sgemm
- * and oneDNN split work by thread count, never by timing; the blocks of
- * this file are fixed by the shape). */
+ * Determinism: for a fixed thread count the same bits on every run (oneDNN
+ * and OpenBLAS split work by thread count, never by timing; the tiles of
+ * the sgemm path are fixed by the shape, see sgemm_path). */
 #define _DEFAULT_SOURCE /* syscall() for arch_prctl */
 #include "kernels/kernels.h"
 #include "kernels/cpu/bf16_internal.h"
@@ -151,11 +151,41 @@ int mt_bf16_gemm_select(const char *name) {
 /* ------------------------------------------------------------------ */
 /* the sgemm path                                                      */
 
-/* Per-thread fp32 scratch that grows to the largest request and is kept:
- * a fresh malloc of tens of MB per product would fault its pages in every
- * call. Outside the mt_mem categories (at most MT_GEMM_BLOCK_FLOATS x 3
- * plus one converted weight per thread). Slot 0: weights, 1: A block, 2: C
- * block. */
+/* C is cut into tiles of MB x NB. For each column block of NB, the block of
+ * B it needs (k x NB) is converted to fp32 once, into a buffer the threads
+ * share; then the threads take the row tiles: each converts its rows of A
+ * (MB x k) into its own buffer, runs one single-threaded sgemm over the
+ * whole depth k and rounds its tile into C (or, TN, adds into fp32 C
+ * directly). A tile's result depends on the tile alone, never on which
+ * thread ran it or on the thread count: the same bits at any thread count.
+ * Every element of C is read and written once per call; A is converted
+ * n/NB times and B once, both O(1/NB) and O(1/MB) of the flops.
+ *
+ * Sizes: MB keeps a tile's A rows near 1 MiB (MT_GEMM_A_FLOATS) for the L2
+ * cache, at least 64 rows; NB keeps the shared B block near 16 MiB. */
+#define MT_GEMM_A_FLOATS ((size_t)1 << 18)
+#define MT_GEMM_B_FLOATS ((size_t)1 << 22)
+
+static size_t g_a_floats = MT_GEMM_A_FLOATS, g_b_floats = MT_GEMM_B_FLOATS;
+
+void mt_cpu_gemm_bf16_set_block(size_t a_floats, size_t b_floats) {
+  g_a_floats = a_floats ? a_floats : MT_GEMM_A_FLOATS;
+  g_b_floats = b_floats ? b_floats : MT_GEMM_B_FLOATS;
+}
+
+/* a block of `total` rows or columns of at most `budget / width` (a
+ * multiple of 16, at least 64) */
+static int block_len(int total, size_t width, size_t budget) {
+  size_t r = budget / (width ? width : 1);
+  r = r < 64 ? 64 : r / 16 * 16;
+  return r >= (size_t)total ? total : (int)r;
+}
+
+/* Per-thread scratch that grows to the largest request and is kept (a
+ * fresh malloc of megabytes per call would fault its pages in every time);
+ * outside the mt_mem categories: about 5 MiB per thread, and the shared B
+ * block of the calling thread, about 16 MiB. Slot 0: B block, 1: A rows,
+ * 2: C tile. */
 static _Thread_local float *g_scratch[3];
 static _Thread_local size_t g_scratch_n[3];
 
@@ -169,66 +199,80 @@ static float *scratch(int slot, size_t n) {
   return g_scratch[slot];
 }
 
-/* Rows per block: a block of A and of C holds at most this many floats each
- * (4 MiB), so they stay in the cache between conversion, sgemm and rounding;
- * rows a multiple of 64 (at least 64). */
-#define MT_GEMM_BLOCK_FLOATS ((size_t)1 << 20)
-
-static size_t g_block_floats = MT_GEMM_BLOCK_FLOATS;
-
-void mt_cpu_gemm_bf16_set_block(size_t floats) {
-  g_block_floats = floats ? floats : MT_GEMM_BLOCK_FLOATS;
+/* dst (rows, cols) fp32 contiguous = src rows of ld elements, bf16 */
+static void load_block(float *dst, const mt_bf16 *src, size_t ld, int rows, int cols) {
+  for (int r = 0; r < rows; r++)
+    mt_bf16_to_f32_serial(dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
 }
 
-static int block_rows(int total, size_t width) {
-  size_t r = g_block_floats / (width ? width : 1);
-  r = r < 64 ? 64 : r / 64 * 64;
-  return r >= (size_t)total ? total : (int)r;
+/* one row tile [i0, i0+rows) x columns [j0, j0+cols) with the converted B
+ * block Bt: NT Bt (cols, k); NN, TN Bt (k, cols) */
+static void sgemm_tile(int form, int n, int k, const mt_bf16 *A, int m, const float *Bt,
+                       const mt_bf16 *bias, mt_bf16 *Cb, float *Cf, int accumulate, int i0,
+                       int rows, int j0, int cols) {
+  float *At;
+  if (form == MT_GEMM_TN) { /* A stored (k, m): its columns i0.. as (k, rows) */
+    At = scratch(1, (size_t)k * rows);
+    load_block(At, A + i0, (size_t)m, k, rows);
+    /* fp32 C: the tile itself, ld n; beta 1 adds, 0 writes */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, cols, k, 1.0f, At, rows, Bt, cols,
+                accumulate ? 1.0f : 0.0f, Cf + (size_t)i0 * n + j0, n);
+    return;
+  }
+  At = scratch(1, (size_t)rows * k);
+  load_block(At, A + (size_t)i0 * k, (size_t)k, rows, k);
+  float *Ct = scratch(2, (size_t)rows * cols), beta = 0.0f;
+  mt_bf16 *Cbt = Cb + (size_t)i0 * n + j0;
+  if (accumulate) {
+    load_block(Ct, Cbt, (size_t)n, rows, cols);
+    beta = 1.0f;
+  } else if (bias) { /* as matmul_forward: the bias first, then the product */
+    mt_bf16_rows_to_f32(Ct, bias + j0, rows, cols);
+    beta = 1.0f;
+  }
+  if (form == MT_GEMM_NT)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, k, 1.0f, At, k, Bt, k, beta,
+                Ct, cols);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, k, 1.0f, At, k, Bt, cols,
+                beta, Ct, cols);
+  for (int r = 0; r < rows; r++)
+    mt_bf16_from_f32_serial(Cbt + (size_t)r * n, Ct + (size_t)r * cols, (size_t)cols);
 }
 
-/* NT or NN into bf16 C: B (the weight) converted once, then per block of
- * MB rows: A rows -> fp32, C block = bias or float(C) or nothing, one
- * sgemm, C block rounded back. */
-static void sgemm_rows(int form, int m, int n, int k, const mt_bf16 *A, const mt_bf16 *B,
-                       const mt_bf16 *bias, mt_bf16 *C, int accumulate) {
-  float *Bf = scratch(0, (size_t)k * n);
-  mt_bf16_to_f32_n(Bf, B, (size_t)k * n);
-  int MB = block_rows(m, (size_t)(k > n ? k : n));
-  float *Af = scratch(1, (size_t)MB * k), *Cf = scratch(2, (size_t)MB * n);
-  for (int i0 = 0; i0 < m; i0 += MB) {
-    int rows = m - i0 < MB ? m - i0 : MB;
-    mt_bf16_to_f32_n(Af, A + (size_t)i0 * k, (size_t)rows * k);
-    float beta = 0.0f;
-    if (accumulate) {
-      mt_bf16_to_f32_n(Cf, C + (size_t)i0 * n, (size_t)rows * n);
-      beta = 1.0f;
-    } else if (bias) {
-      /* as matmul_forward: the bias first, then sgemm adds the product */
-      mt_bf16_rows_to_f32(Cf, bias, rows, n);
-      beta = 1.0f;
+static void sgemm_path(int form, int m, int n, int k, const mt_bf16 *A, const mt_bf16 *B,
+                       const mt_bf16 *bias, mt_bf16 *Cb, float *Cf, int accumulate) {
+  const int NB = block_len(n, (size_t)k, g_b_floats), MB = block_len(m, (size_t)k, g_a_floats);
+  const int mtiles = (m + MB - 1) / MB;
+  /* threads take row tiles when there is one for each; otherwise the
+   * tiles run in turn, each sgemm on every thread */
+  const int threads = omp_in_parallel() ? 1 : mt_kernels_threads();
+  const int by_tile = threads > 1 && mtiles >= threads;
+  int blas = 1, team = 1;
+  if (by_tile) team = mt_cpu_blas_serial_begin(&blas);
+  for (int j0 = 0; j0 < n; j0 += NB) {
+    const int cols = n - j0 < NB ? n - j0 : NB;
+    float *Bt = scratch(0, (size_t)k * cols);
+    if (form == MT_GEMM_NT) /* B stored (n, k): rows j0.. */
+      mt_bf16_to_f32_n(Bt, B + (size_t)j0 * k, (size_t)cols * k);
+    else /* B stored (k, n): columns j0.. */
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && k >= 64)
+      for (int p = 0; p < k; p++)
+        mt_bf16_to_f32_serial(Bt + (size_t)p * cols, B + (size_t)p * n + j0, (size_t)cols);
+    if (by_tile) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+      for (int t = 0; t < mtiles; t++) {
+        int i0 = t * MB, rows = m - i0 < MB ? m - i0 : MB;
+        sgemm_tile(form, n, k, A, m, Bt, bias, Cb, Cf, accumulate, i0, rows, j0, cols);
+      }
+    } else {
+      for (int t = 0; t < mtiles; t++) {
+        int i0 = t * MB, rows = m - i0 < MB ? m - i0 : MB;
+        sgemm_tile(form, n, k, A, m, Bt, bias, Cb, Cf, accumulate, i0, rows, j0, cols);
+      }
     }
-    if (form == MT_GEMM_NT)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, Af, k, Bf, k, beta,
-                  Cf, n);
-    else
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, n, k, 1.0f, Af, k, Bf, n, beta,
-                  Cf, n);
-    mt_bf16_from_f32_n(C + (size_t)i0 * n, Cf, (size_t)rows * n);
   }
-}
-
-/* TN into fp32 C (+=): per block of KB rows of the stored A (k,m) and B
- * (k,n), both converted, one sgemm with beta = 1. */
-static void sgemm_tn(int m, int n, int k, const mt_bf16 *A, const mt_bf16 *B, float *C) {
-  int KB = block_rows(k, (size_t)(m > n ? m : n));
-  float *Af = scratch(1, (size_t)KB * m), *Bf = scratch(2, (size_t)KB * n);
-  for (int p0 = 0; p0 < k; p0 += KB) {
-    int rows = k - p0 < KB ? k - p0 : KB;
-    mt_bf16_to_f32_n(Af, A + (size_t)p0 * m, (size_t)rows * m);
-    mt_bf16_to_f32_n(Bf, B + (size_t)p0 * n, (size_t)rows * n);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, rows, 1.0f, Af, m, Bf, n, 1.0f, C,
-                n);
-  }
+  if (by_tile) mt_cpu_blas_serial_end(blas);
 }
 
 /* ------------------------------------------------------------------ */
@@ -372,10 +416,5 @@ void mt_cpu_gemm_bf16(int form, int m, int n, int k, const mt_bf16 *A, const mt_
 #else
   (void)runtime_m;
 #endif
-  if (form == MT_GEMM_TN) {
-    if (!accumulate) memset(Cf, 0, (size_t)m * n * sizeof(float));
-    sgemm_tn(m, n, k, A, B, Cf);
-  } else {
-    sgemm_rows(form, m, n, k, A, B, bias, Cb, accumulate);
-  }
+  sgemm_path(form, m, n, k, A, B, bias, Cb, Cf, accumulate);
 }
