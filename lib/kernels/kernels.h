@@ -320,9 +320,9 @@ const char *mt_bf16_gemm_note(void);
 /* 1 when the CPU has AVX512-BF16, 2 when it also has AMX-BF16 usable by
  * this process, 0 otherwise */
 int mt_cpu_bf16_level(void);
-/* Force a path: "auto", "onednn" or "sgemm" (tests and benchmarks; call
- * outside any op). 0, or -1 when name is none of these or oneDNN is not
- * in this build (then nothing changes). */
+/* Force a path: "onednn" or "sgemm", or "auto" for the process's default
+ * (tests and benchmarks; call outside any op). 0, or -1 when name is none
+ * of these or oneDNN is not in this build (then nothing changes). */
 int mt_bf16_gemm_select(const char *name);
 
 typedef struct mt_ops_bf16 {
@@ -342,6 +342,17 @@ typedef struct mt_ops_bf16 {
   void (*grouped_matmul_backward)(mt_bf16 *dinp, float *dw, float *dbias, const mt_bf16 *dout,
                                   const mt_bf16 *inp, const mt_bf16 *w, const int *off, int G,
                                   int C, int OC);
+
+  /* MoE token movement on bf16 rows (the router stays fp32 in mt_ops); as
+   * mt_ops: gather_rows and moe_combine WRITE (combine sums w y in fp32, j
+   * order, then rounds), moe_combine_backward WRITES dy rows = round(w dout)
+   * and dw (N,k) fp32 dots, moe_gather_sum dx = round(dx + the rows) */
+  void (*gather_rows)(mt_bf16 *out, const mt_bf16 *inp, const int *idx, int n, int C);
+  void (*moe_combine)(mt_bf16 *out, const mt_bf16 *y, const int *slot, const float *w, int N,
+                      int C, int k);
+  void (*moe_combine_backward)(mt_bf16 *dy, float *dw, const mt_bf16 *dout, const mt_bf16 *y,
+                               const int *slot, const float *w, int N, int C, int k);
+  void (*moe_gather_sum)(mt_bf16 *dx, const mt_bf16 *src, const int *slot, int N, int C, int k);
 
   /* ---- embedding, layernorm, gelu, residual ---- */
   void (*encoder_forward)(mt_bf16 *out, const int *inp, const mt_bf16 *wte, const mt_bf16 *wpe,

@@ -11,7 +11,8 @@
  *   (fp32 +=), at edge shapes (1, 7, 31, 33 columns, depth k = 1) and at a
  *   shape the sgemm path cuts into several tiles; the same bits twice (the
  *   sgemm path: at 2 threads and at 1).
- * - Grouped GEMM with an empty group, at 1 and 2 threads.
+ * - Grouped GEMM with an empty group, at 1 and 2 threads; the MoE row
+ *   gathers and the weighted combine (dropped slots).
  * - Embedding (and its vocabulary-parallel pieces), layernorm, GELU,
  *   residual, AdamW (master bits equal to the fp32 op's, copy = its
  *   rounding), axpy, scale, sum, sumsq, copy_2d, add_2d, zero, copy.
@@ -253,6 +254,41 @@ static void test_grouped(int threads) {
   free(bias_f), free(dout_f), free(out_f), free(dinp_f), free(dw), free(dw_f), free(db), free(db_f);
 }
 
+/* MoE token movement: 6 tokens, top-2, slots into 12 expert rows, some
+ * slots dropped (-1); the same fp32 arithmetic as moe_cpu.c, rounded */
+static void test_moe_rows(void) {
+  const int N = 6, k = 2, C = 33, R = 12;
+  const int slot[12] = {0, 5, 1, -1, 7, 2, -1, -1, 3, 11, 10, 4};
+  const int idx[12] = {0, 2, 4, 5, 1, 3, 5, 0, 2, 4, 1, 3};
+  float w[12];
+  for (int i = 0; i < N * k; i++) w[i] = (float)test_uniform(0, 1);
+  size_t nr = (size_t)R * C, nt = (size_t)N * C;
+  mt_bf16 *y = test_alloc(nr * 2), *x = test_alloc(nt * 2), *out = test_alloc(nr * 2),
+          *dy = test_alloc(nr * 2), *dx = test_alloc(nt * 2);
+  float *y_f = test_alloc(nr * 4), *x_f = test_alloc(nt * 4), *out_f = test_alloc(nr * 4),
+        *dy_f = test_alloc(nr * 4), *dx_f = test_alloc(nt * 4);
+  float dw[12], dw_f[12];
+  test_rand_pair(y, y_f, nr, -1, 1);
+  test_rand_pair(x, x_f, nt, -1, 1);
+  bops->gather_rows(out, x, idx, R, C);
+  f32ops->gather_rows(out_f, x_f, idx, R, C);
+  TEST_WITHIN("gather_rows", test_worst_bf16(out, out_f, NULL, nr, 0.0));
+  bops->moe_combine(out, y, slot, w, N, C, k);
+  f32ops->moe_combine(out_f, y_f, slot, w, N, C, k);
+  TEST_WITHIN("moe_combine", test_worst_bf16(out, out_f, NULL, nt, 0.0));
+  memset(dy, 0, nr * 2), memset(dy_f, 0, nr * 4);
+  bops->moe_combine_backward(dy, dw, x, y, slot, w, N, C, k);
+  f32ops->moe_combine_backward(dy_f, dw_f, x_f, y_f, slot, w, N, C, k);
+  TEST_WITHIN("moe_combine_backward dy", test_worst_bf16(dy, dy_f, NULL, nr, 0.0));
+  TEST_WITHIN("moe_combine_backward dw", test_worst_f32(dw, dw_f, NULL, 12, 2.0 * (C + 2) * C * FP32_U));
+  test_rand_pair(dx, dx_f, nt, -1, 1);
+  bops->moe_gather_sum(dx, y, slot, N, C, k);
+  f32ops->moe_gather_sum(dx_f, y_f, slot, N, C, k);
+  TEST_WITHIN("moe_gather_sum", test_worst_bf16(dx, dx_f, NULL, nt, 0.0));
+  free(y), free(x), free(out), free(dy), free(dx), free(y_f), free(x_f), free(out_f), free(dy_f);
+  free(dx_f);
+}
+
 /* ------------------------------------------------------------------ */
 /* embedding, layernorm, gelu, residual                                */
 
@@ -421,6 +457,7 @@ int main(void) {
   test_matmul();
   test_grouped(1);
   test_grouped(2);
+  test_moe_rows();
   test_encoder();
   test_layernorm();
   test_gelu_residual();

@@ -52,5 +52,13 @@ void mt_cpu_attn_merge_bf16(const mt_attn_block *a, mt_bf16 *out, float *lse,
 void mt_cpu_attn_backward_bf16(const mt_attn_block *a, mt_bf16 *dq, mt_bf16 *dk, mt_bf16 *dv,
                                const mt_bf16 *dout, const mt_bf16 *out, const float *lse,
                                const mt_bf16 *q, const mt_bf16 *k, const mt_bf16 *v);
+void mt_cpu_gather_rows_bf16(mt_bf16 *out, const mt_bf16 *inp, const int *idx, int n, int C);
+void mt_cpu_moe_combine_bf16(mt_bf16 *out, const mt_bf16 *y, const int *slot, const float *w,
+                             int N, int C, int k);
+void mt_cpu_moe_combine_backward_bf16(mt_bf16 *dy, float *dw, const mt_bf16 *dout,
+                                      const mt_bf16 *y, const int *slot, const float *w, int N,
+                                      int C, int k);
+void mt_cpu_moe_gather_sum_bf16(mt_bf16 *dx, const mt_bf16 *src, const int *slot, int N, int C,
+                                int k);
 
 #endif

@@ -114,7 +114,16 @@ static gemm_path choose(const char *want) {
   const char *why = g_level == 2   ? "this build has no oneDNN"
                     : g_level == 1 ? "this CPU has AVX512-BF16 without AMX, where sgemm is faster"
                                    : "this CPU has no bf16 instructions";
-  snprintf(g_note, sizeof g_note, "bf16 matmuls: converted to fp32, OpenBLAS sgemm (%s)", why);
+  /* a request that could not be honoured says so */
+  const char *ignored = !want || !*want || !strcasecmp(want, "auto") ? NULL
+                        : !strcasecmp(want, "onednn")                 ? "oneDNN is not in this build"
+                                                                      : "not auto, onednn or sgemm";
+  if (ignored)
+    snprintf(g_note, sizeof g_note,
+             "bf16 matmuls: converted to fp32, OpenBLAS sgemm (%s; MT_BF16_GEMM=%.32s ignored: %s)",
+             why, want, ignored);
+  else
+    snprintf(g_note, sizeof g_note, "bf16 matmuls: converted to fp32, OpenBLAS sgemm (%s)", why);
   return PATH_SGEMM;
 }
 
@@ -144,7 +153,8 @@ int mt_bf16_gemm_select(const char *name) {
                 strcasecmp(name, "onednn")))
     return -1;
   if (!strcasecmp(name, "onednn") && !dnnl_built()) return -1;
-  g_path = choose(name);
+  /* "auto": back to the process's default, which MT_BF16_GEMM may set */
+  g_path = choose(strcasecmp(name, "auto") ? name : getenv("MT_BF16_GEMM"));
   return 0;
 }
 
