@@ -208,10 +208,11 @@ static void test_matmul(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       for (int bias = 0; bias < 2; bias++)
         check_matmul(paths[p], shapes[s][0], shapes[s][1], shapes[s][2], bias);
-    /* several tiles of rows and blocks of columns in each product */
-    mt_cpu_gemm_bf16_set_block(64 * 33, 64 * 33);
+    /* several tiles of rows and of columns and several depth blocks in each
+     * product (tiles 64 x 48, depth blocks of 40) */
+    mt_cpu_gemm_bf16_set_block(64, 48, 40);
     check_matmul(paths[p], 150, 70, 200, 1);
-    mt_cpu_gemm_bf16_set_block(0, 0);
+    mt_cpu_gemm_bf16_set_block(0, 0, 0);
   }
   MT_CHECK(mt_bf16_gemm_select("fp16") == -1, "an unknown matmul path was accepted");
   mt_bf16_gemm_select("auto");

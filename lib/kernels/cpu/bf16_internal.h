@@ -19,10 +19,9 @@ void mt_cpu_gemm_bf16(int form, int m, int n, int k, const mt_bf16 *A, const mt_
                       const mt_bf16 *bias, mt_bf16 *Cb, float *Cf, int accumulate,
                       int runtime_m);
 
-/* The sgemm path's tile budgets in floats: A rows of a tile, and the shared
- * B block (0: the defaults, 1 Mi and 4 Mi floats). Tests make them small
- * to run several tiles on small shapes; benchmarks try others. */
-void mt_cpu_gemm_bf16_set_block(size_t a_floats, size_t b_floats);
+/* The sgemm path's tile: rows, columns and depth block (0: the default,
+ * 1024). Tests make them small to run several tiles on small shapes. */
+void mt_cpu_gemm_bf16_set_block(int mb, int nb, int kb);
 
 /* dst (rows, n) = each row the bf16 row src (n), in fp32 */
 void mt_bf16_rows_to_f32(float *dst, const mt_bf16 *src, int rows, int n);

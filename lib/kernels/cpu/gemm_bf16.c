@@ -161,41 +161,37 @@ int mt_bf16_gemm_select(const char *name) {
 /* ------------------------------------------------------------------ */
 /* the sgemm path                                                      */
 
-/* C is cut into tiles of MB x NB. For each column block of NB, the block of
- * B it needs (k x NB) is converted to fp32 once, into a buffer the threads
- * share; then the threads take the row tiles: each converts its rows of A
- * (MB x k) into its own buffer, runs one single-threaded sgemm over the
- * whole depth k and rounds its tile into C (or, TN, adds into fp32 C
- * directly). A tile's result depends on the tile alone, never on which
- * thread ran it or on the thread count: the same bits at any thread count.
- * Every element of C is read and written once per call; A is converted
- * n/NB times and B once, both O(1/NB) and O(1/MB) of the flops.
+/* C is cut into tiles of MB x NB, and the depth k into blocks of KB. A
+ * tile is computed by one thread: for each depth block it converts the
+ * block of A (MB x KB) and of B (KB x NB) it needs into fp32 buffers of its
+ * own and adds their product into an fp32 tile with one single-threaded
+ * sgemm (the first block writes the tile when nothing is to be added);
+ * then the tile is rounded into bf16 C once, or (TN, fp32 C) the sgemms
+ * went straight into C. Threads take whole tiles, so a tile's result
+ * depends on the tile alone: the same bits at any thread count. With fewer
+ * tiles than threads the tiles run in turn, each sgemm on every thread.
  *
- * Sizes: MB keeps a tile's A rows near 1 MiB (MT_GEMM_A_FLOATS) for the L2
- * cache, at least 64 rows; NB keeps the shared B block near 16 MiB. */
-#define MT_GEMM_A_FLOATS ((size_t)1 << 18)
-#define MT_GEMM_B_FLOATS ((size_t)1 << 22)
+ * Why tiles this size: sgemm packs its operands on every call, B's block
+ * once per call and A's once per call, so a call must be large in m and n
+ * for the packing (memory bound) to vanish next to 2 MB NB KB flops;
+ * cutting the depth keeps the converted blocks bounded (the LM head's
+ * depth is the vocabulary in dinp, the tokens in dw) at the price of one
+ * read and write of the fp32 tile per depth block. 1024 x 1024 x 1024:
+ * 4 MiB per buffer, three per thread. */
+#define MT_GEMM_TILE 1024
 
-static size_t g_a_floats = MT_GEMM_A_FLOATS, g_b_floats = MT_GEMM_B_FLOATS;
+static int g_mb = MT_GEMM_TILE, g_nb = MT_GEMM_TILE, g_kb = MT_GEMM_TILE;
 
-void mt_cpu_gemm_bf16_set_block(size_t a_floats, size_t b_floats) {
-  g_a_floats = a_floats ? a_floats : MT_GEMM_A_FLOATS;
-  g_b_floats = b_floats ? b_floats : MT_GEMM_B_FLOATS;
-}
-
-/* a block of `total` rows or columns of at most `budget / width` (a
- * multiple of 16, at least 64) */
-static int block_len(int total, size_t width, size_t budget) {
-  size_t r = budget / (width ? width : 1);
-  r = r < 64 ? 64 : r / 16 * 16;
-  return r >= (size_t)total ? total : (int)r;
+void mt_cpu_gemm_bf16_set_block(int mb, int nb, int kb) {
+  g_mb = mb > 0 ? mb : MT_GEMM_TILE;
+  g_nb = nb > 0 ? nb : MT_GEMM_TILE;
+  g_kb = kb > 0 ? kb : MT_GEMM_TILE;
 }
 
 /* Per-thread scratch that grows to the largest request and is kept (a
  * fresh malloc of megabytes per call would fault its pages in every time);
- * outside the mt_mem categories: about 5 MiB per thread, and the shared B
- * block of the calling thread, about 16 MiB. Slot 0: B block, 1: A rows,
- * 2: C tile. */
+ * outside the mt_mem categories, at most 3 x 4 MiB per thread. Slot 0: A
+ * block, 1: B block, 2: C tile. */
 static _Thread_local float *g_scratch[3];
 static _Thread_local size_t g_scratch_n[3];
 
@@ -215,74 +211,77 @@ static void load_block(float *dst, const mt_bf16 *src, size_t ld, int rows, int 
     mt_bf16_to_f32_serial(dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
 }
 
-/* one row tile [i0, i0+rows) x columns [j0, j0+cols) with the converted B
- * block Bt: NT Bt (cols, k); NN, TN Bt (k, cols) */
-static void sgemm_tile(int form, int n, int k, const mt_bf16 *A, int m, const float *Bt,
-                       const mt_bf16 *bias, mt_bf16 *Cb, float *Cf, int accumulate, int i0,
-                       int rows, int j0, int cols) {
-  float *At;
-  if (form == MT_GEMM_TN) { /* A stored (k, m): its columns i0.. as (k, rows) */
-    At = scratch(1, (size_t)k * rows);
-    load_block(At, A + i0, (size_t)m, k, rows);
-    /* fp32 C: the tile itself, ld n; beta 1 adds, 0 writes */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, cols, k, 1.0f, At, rows, Bt, cols,
-                accumulate ? 1.0f : 0.0f, Cf + (size_t)i0 * n + j0, n);
-    return;
-  }
-  At = scratch(1, (size_t)rows * k);
-  load_block(At, A + (size_t)i0 * k, (size_t)k, rows, k);
-  float *Ct = scratch(2, (size_t)rows * cols), beta = 0.0f;
-  mt_bf16 *Cbt = Cb + (size_t)i0 * n + j0;
-  if (accumulate) {
+typedef struct {
+  int form, m, n, k;
+  const mt_bf16 *A, *B, *bias;
+  mt_bf16 *Cb;
+  float *Cf;
+  int accumulate;
+} gemm_args;
+
+/* the tile of rows [i0, i0+rows) and columns [j0, j0+cols) */
+static void sgemm_tile(const gemm_args *g, int i0, int rows, int j0, int cols) {
+  const int m = g->m, n = g->n, k = g->k, KB = g_kb < k ? g_kb : k;
+  float *At = scratch(0, (size_t)rows * KB), *Bt = scratch(1, (size_t)KB * cols);
+  /* the fp32 tile: C itself (TN), or a buffer rounded into bf16 C at the end */
+  float *Ct = g->Cf ? g->Cf + (size_t)i0 * n + j0 : scratch(2, (size_t)rows * cols);
+  const int ldc = g->Cf ? n : cols;
+  int has_c = g->accumulate; /* whether Ct holds something to add to */
+  mt_bf16 *Cbt = g->Cb ? g->Cb + (size_t)i0 * n + j0 : NULL;
+  if (Cbt && g->accumulate) {
     load_block(Ct, Cbt, (size_t)n, rows, cols);
-    beta = 1.0f;
-  } else if (bias) { /* as matmul_forward: the bias first, then the product */
-    mt_bf16_rows_to_f32(Ct, bias + j0, rows, cols);
-    beta = 1.0f;
+  } else if (Cbt && g->bias) { /* as matmul_forward: the bias first, then the product */
+    mt_bf16_rows_to_f32(Ct, g->bias + j0, rows, cols);
+    has_c = 1;
   }
-  if (form == MT_GEMM_NT)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, k, 1.0f, At, k, Bt, k, beta,
-                Ct, cols);
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, k, 1.0f, At, k, Bt, cols,
-                beta, Ct, cols);
-  for (int r = 0; r < rows; r++)
-    mt_bf16_from_f32_serial(Cbt + (size_t)r * n, Ct + (size_t)r * cols, (size_t)cols);
+  for (int p0 = 0; p0 < k; p0 += KB) {
+    const int depth = k - p0 < KB ? k - p0 : KB;
+    /* A block as (rows, depth): NT, NN from A (m, k) rows; TN from A
+     * stored (k, m) as (depth, rows), multiplied transposed */
+    if (g->form == MT_GEMM_TN)
+      load_block(At, g->A + (size_t)p0 * m + i0, (size_t)m, depth, rows);
+    else
+      load_block(At, g->A + (size_t)i0 * k + p0, (size_t)k, rows, depth);
+    /* B block: NT from B stored (n, k) as (cols, depth), transposed; NN,
+     * TN from B (k, n) as (depth, cols) */
+    if (g->form == MT_GEMM_NT)
+      load_block(Bt, g->B + (size_t)j0 * k + p0, (size_t)k, cols, depth);
+    else
+      load_block(Bt, g->B + (size_t)p0 * n + j0, (size_t)n, depth, cols);
+    const float beta = has_c || p0 > 0 ? 1.0f : 0.0f;
+    if (g->form == MT_GEMM_NT)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, depth, 1.0f, At, depth, Bt,
+                  depth, beta, Ct, ldc);
+    else if (g->form == MT_GEMM_NN)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, depth, 1.0f, At, depth,
+                  Bt, cols, beta, Ct, ldc);
+    else
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, cols, depth, 1.0f, At, rows, Bt,
+                  cols, beta, Ct, ldc);
+  }
+  if (Cbt)
+    for (int r = 0; r < rows; r++)
+      mt_bf16_from_f32_serial(Cbt + (size_t)r * n, Ct + (size_t)r * cols, (size_t)cols);
 }
 
-static void sgemm_path(int form, int m, int n, int k, const mt_bf16 *A, const mt_bf16 *B,
-                       const mt_bf16 *bias, mt_bf16 *Cb, float *Cf, int accumulate) {
-  const int NB = block_len(n, (size_t)k, g_b_floats), MB = block_len(m, (size_t)k, g_a_floats);
-  const int mtiles = (m + MB - 1) / MB;
-  /* threads take row tiles when there is one for each; otherwise the
-   * tiles run in turn, each sgemm on every thread */
+static void sgemm_path(const gemm_args *g) {
+  const int MB = g_mb < g->m ? g_mb : g->m, NB = g_nb < g->n ? g_nb : g->n;
+  const int mt = (g->m + MB - 1) / MB, nt = (g->n + NB - 1) / NB, tiles = mt * nt;
   const int threads = omp_in_parallel() ? 1 : mt_kernels_threads();
-  const int by_tile = threads > 1 && mtiles >= threads;
-  int blas = 1, team = 1;
-  if (by_tile) team = mt_cpu_blas_serial_begin(&blas);
-  for (int j0 = 0; j0 < n; j0 += NB) {
-    const int cols = n - j0 < NB ? n - j0 : NB;
-    float *Bt = scratch(0, (size_t)k * cols);
-    if (form == MT_GEMM_NT) /* B stored (n, k): rows j0.. */
-      mt_bf16_to_f32_n(Bt, B + (size_t)j0 * k, (size_t)cols * k);
-    else /* B stored (k, n): columns j0.. */
-#pragma omp parallel for schedule(static) if (!omp_in_parallel() && k >= 64)
-      for (int p = 0; p < k; p++)
-        mt_bf16_to_f32_serial(Bt + (size_t)p * cols, B + (size_t)p * n + j0, (size_t)cols);
-    if (by_tile) {
+  if (threads > 1 && tiles >= threads) {
+    int blas, team = mt_cpu_blas_serial_begin(&blas);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team)
-      for (int t = 0; t < mtiles; t++) {
-        int i0 = t * MB, rows = m - i0 < MB ? m - i0 : MB;
-        sgemm_tile(form, n, k, A, m, Bt, bias, Cb, Cf, accumulate, i0, rows, j0, cols);
-      }
-    } else {
-      for (int t = 0; t < mtiles; t++) {
-        int i0 = t * MB, rows = m - i0 < MB ? m - i0 : MB;
-        sgemm_tile(form, n, k, A, m, Bt, bias, Cb, Cf, accumulate, i0, rows, j0, cols);
-      }
+    for (int t = 0; t < tiles; t++) {
+      int i0 = (t / nt) * MB, j0 = (t % nt) * NB;
+      sgemm_tile(g, i0, g->m - i0 < MB ? g->m - i0 : MB, j0, g->n - j0 < NB ? g->n - j0 : NB);
+    }
+    mt_cpu_blas_serial_end(blas);
+  } else {
+    for (int t = 0; t < tiles; t++) {
+      int i0 = (t / nt) * MB, j0 = (t % nt) * NB;
+      sgemm_tile(g, i0, g->m - i0 < MB ? g->m - i0 : MB, j0, g->n - j0 < NB ? g->n - j0 : NB);
     }
   }
-  if (by_tile) mt_cpu_blas_serial_end(blas);
 }
 
 /* ------------------------------------------------------------------ */
@@ -426,5 +425,7 @@ void mt_cpu_gemm_bf16(int form, int m, int n, int k, const mt_bf16 *A, const mt_
 #else
   (void)runtime_m;
 #endif
-  sgemm_path(form, m, n, k, A, B, bias, Cb, Cf, accumulate);
+  gemm_args g = {.form = form, .m = m, .n = n, .k = k, .A = A, .B = B, .bias = bias, .Cb = Cb,
+                 .Cf = Cf, .accumulate = accumulate};
+  sgemm_path(&g);
 }
