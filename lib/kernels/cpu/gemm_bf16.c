@@ -167,9 +167,11 @@ int mt_bf16_gemm_select(const char *name) {
  * own and adds their product into an fp32 tile with one single-threaded
  * sgemm (the first block writes the tile when nothing is to be added);
  * then the tile is rounded into bf16 C once, or (TN, fp32 C) the sgemms
- * went straight into C. Threads take whole tiles, so a tile's result
- * depends on the tile alone: the same bits at any thread count. With fewer
- * tiles than threads the tiles run in turn, each sgemm on every thread.
+ * went straight into C. Threads take whole tiles, and an element's sum
+ * depends only on the depth blocks (fixed by k), not on which tile or
+ * thread computed it: the same bits at any thread count (test_bf16 checks
+ * 1 thread against 2). With fewer tiles than threads the rows are cut
+ * finer; failing that, the tiles run in turn, each sgemm on every thread.
  *
  * Why tiles this size: sgemm packs its operands on every call, B's block
  * once per call and A's once per call, so a call must be large in m and n
@@ -265,9 +267,18 @@ static void sgemm_tile(const gemm_args *g, int i0, int rows, int j0, int cols) {
 }
 
 static void sgemm_path(const gemm_args *g) {
-  const int MB = g_mb < g->m ? g_mb : g->m, NB = g_nb < g->n ? g_nb : g->n;
-  const int mt = (g->m + MB - 1) / MB, nt = (g->n + NB - 1) / NB, tiles = mt * nt;
   const int threads = omp_in_parallel() ? 1 : mt_kernels_threads();
+  int MB = g_mb < g->m ? g_mb : g->m;
+  const int NB = g_nb < g->n ? g_nb : g->n, nt = (g->n + NB - 1) / NB;
+  /* fewer tiles than threads: cut the rows finer (not below 128), so the
+   * conversions run on every thread too. An element's sum does not depend
+   * on where the tiles end (only the depth blocks order it). */
+  if (threads > 1 && ((g->m + MB - 1) / MB) * nt < threads) {
+    int want = (threads + nt - 1) / nt, rows = (g->m + want - 1) / want;
+    rows = (rows + 15) / 16 * 16;
+    if (rows >= 128 && rows < MB) MB = rows;
+  }
+  const int mt = (g->m + MB - 1) / MB, tiles = mt * nt;
   if (threads > 1 && tiles >= threads) {
     int blas, team = mt_cpu_blas_serial_begin(&blas);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team)
