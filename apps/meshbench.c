@@ -6,6 +6,7 @@
  * and appends one JSON line to --json FILE. Subcommands today:
  *   gemm   GFLOP/s at the shapes of one GPT training step: cblas_sgemm, or
  *          (--device cuda) the CUDA backend's cuBLASLt matmuls, fp32 or bf16
+ *   gemm-bf16  the CPU's bf16 matmuls beside fp32 sgemm at the same shapes
  *   attention  causal attention alone: block kernels against the T x T reference
  *   allreduce, allgather, reduce-scatter, alltoall, sendrecv, collectives
  *          collectives over a mesh group, nccl-tests style (under mpirun/srun):
@@ -1020,9 +1021,12 @@ static int bench_ckpt(int argc, char **argv) {
 /* in bench_stream.c, bench_attention.c */
 int mt_bench_stream(int argc, char **argv);
 int mt_bench_attention(int argc, char **argv);
+int mt_bench_gemm_bf16(int argc, char **argv);
 
 static const bench_command g_commands[] = {
     {"gemm", bench_gemm, "matmul GFLOP/s at the shapes of one GPT training step (CPU or GPU)"},
+    {"gemm-bf16", mt_bench_gemm_bf16,
+     "bf16 matmuls (CPU: converted for sgemm, oneDNN) beside fp32 sgemm at a step's shapes"},
     {"attention", mt_bench_attention,
      "causal attention fwd+bwd time and memory: block kernels vs the T x T reference"},
     {"devices", bench_devices, "the GPUs this process sees (or why none)"},
