@@ -1,0 +1,105 @@
+"""`meshslurm.py render`: one job into a run directory, checked first."""
+import datetime
+import json
+import os
+import re
+import shutil
+import sys
+
+from .common import (PROG, SRC, BadInput, absdir, layout_name, parse_assignment, parse_layout, q,
+                     write_executable)
+from .script import bench_body, convert_body, render_script, resources, train_body
+from .checks import check_train_config
+from .system import System
+
+def train_sets(run_dir, lay, system, user_sets):
+    keys = {k for k, _ in (parse_assignment(s, "--set") for s in user_sets)}
+    sets = ["output.dir=%s" % run_dir]
+    for axis in ("dp", "tp", "pp", "cp"):
+        sets.append("parallel.%s=%d" % (axis, lay[axis]))
+    layout_keys = set()
+    for _, key, v in lay.get("settings", []):
+        sets.append("%s=%s" % (key, v))
+        layout_keys.add(key)
+    if "metrics.hw" not in keys and system.hw:
+        sets.append("metrics.hw=%s" % system.hw)
+    # the profile's device (a GPU system: cuda, one GPU per task) unless --set says otherwise
+    if "train.device" not in keys and system.device:
+        sets.append("train.device=%s" % system.device)
+    if "train.precision" not in keys and system.precision:
+        sets.append("train.precision=%s" % system.precision)
+    for s in user_sets:
+        k, _ = parse_assignment(s, "--set")
+        if k in ("output.dir",) or k.startswith("parallel.") and k[9:] in lay or k in layout_keys:
+            raise BadInput("--set %s: set by the generator (use --run-dir / --layout)" % k)
+        if not re.fullmatch(r"[a-z_]+\.[a-z_0-9]+", k):
+            raise BadInput("--set %s: expected section.key=value" % s)
+        sets.append(s)
+    return sets
+
+
+def warn_if_home(system, path):
+    """Run directories under $HOME on a machine with an output_root: say so once"""
+    home = os.environ.get("HOME", "")
+    if system.output_root and home and home != "/" and \
+            (path + "/").startswith(os.path.abspath(home).rstrip("/") + "/"):
+        print("%s: warning: %s is under $HOME; on %s run directories and checkpoints belong "
+              "under %s (profile key output_root)" % (PROG, path, system.name, system.output_root),
+              file=sys.stderr)
+
+
+def write_run_dir(run_dir, script, config, point):
+    os.makedirs(run_dir, exist_ok=True)
+    write_executable(os.path.join(run_dir, "job.sh"), script)
+    ini = os.path.join(run_dir, "input.ini")
+    if config:
+        if not os.path.isfile(config):
+            raise BadInput("--config %s: cannot open" % config)
+        shutil.copyfile(config, ini)
+    else:
+        with open(ini, "w") as f:
+            f.write("# meshtrain defaults; the job script adds --set overrides\n")
+    with open(os.path.join(run_dir, "point.json"), "w") as f:
+        json.dump(point, f, indent=1)
+        f.write("\n")
+
+
+# ---------------------------------------------------------------------------
+# render
+
+def cmd_render(a):
+    system = System(a.system, [parse_assignment(s, "--profile-set") for s in a.profile_set])
+    res = resources(system, a.nodes, a.ranks, a.tasks_per_node, a.gpus_per_node, a.cpus_per_task,
+                    a.time, a.qos, a.account, a.signal_s)
+    run_dir = absdir(a.run_dir or os.path.join(system.default_output_root(), "runs", "%s-%s-n%d-%s" % (
+        a.job, system.name, res["nodes"], datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))))
+    workdir = absdir(a.workdir or SRC)
+    bin_dir = absdir(a.bin or os.path.join(SRC, "build", "bin"))
+    lay = parse_layout(a.layout, res["ranks"])
+    config = absdir(a.config) if a.config and a.job == "train" else None
+    if config and not os.path.isfile(config):
+        raise BadInput("--config %s: cannot open" % a.config)
+    if a.job == "train":
+        sets = train_sets(run_dir, lay, system, a.set)
+        if not a.no_check:
+            check_train_config(bin_dir, workdir, config, sets, res["ranks"], "job not written")
+        body = train_body(run_dir, sets)
+    elif a.job == "bench":
+        body = bench_body(a.bench or ["allreduce"])
+    else:
+        body = convert_body(a.args)
+    cmdline = " ".join(q(x) for x in ["slurm/meshslurm.py"] + sys.argv[1:])
+    script = render_script(a.job, system, res, run_dir, body, cmdline, workdir, bin_dir, a.env_kv,
+                           a.max_restarts, a.name)
+    point = {"id": os.path.basename(run_dir), "job": a.job, "system": system.name,
+             "nodes": res["nodes"], "ranks": res["ranks"], "tasks_per_node": res["tasks_per_node"],
+             "layout": lay, "layout_name": layout_name(lay), "qos": res["qos"], "repeat": 0}
+    if a.stdout:
+        sys.stdout.write(script)
+        return 0
+    warn_if_home(system, run_dir)
+    write_run_dir(run_dir, script, config, point)
+    print(os.path.join(run_dir, "job.sh"))
+    return 0
+
+
