@@ -18,9 +18,11 @@ where the QoS allows), --signal=B:USR1@S, --requeue, --open-mode=append,
 output in its run directory, the profile's modules (each checked: one that
 does not load fails the job at once, naming it), its env file and TMPDIR, and
 a trap that forwards USR1/TERM to the application (started in the background
-so the trap runs at once). An application exit code of 75 (checkpoint
-written, EX_TEMPFAIL) requeues the job with `scontrol requeue`; a restarted
-job passes --set train.resume=auto. A train job is written only after
+so the trap runs at once). An application exit code of 75 (a checkpoint
+written after USR1: preempted or near the walltime) requeues the job with
+`scontrol requeue`, and the restarted job passes --set train.resume=auto; 76
+(a checkpoint written after TERM: scancel) ends it for good, with the status
+"cancelled after a checkpoint at step N". A train job is written only after
 `meshtrain --check` accepts its configuration for its rank count.
 
 Python 3 standard library only. Exit codes: 0, 2 bad input, 3 runtime,

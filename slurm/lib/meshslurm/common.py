@@ -10,7 +10,8 @@ PROG = "meshslurm"
 # the source tree: this file is SRC/slurm/lib/meshslurm/common.py
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXIT_BADINPUT, EXIT_RUNTIME, EXIT_UNAVAILABLE = 2, 3, 77
-EXIT_REQUEUE = 75  # the application's "checkpoint written, please requeue" code
+EXIT_REQUEUE = 75    # the application's "checkpoint written (SIGUSR1), please requeue" code
+EXIT_CANCELLED = 76  # its "checkpoint written (SIGTERM: scancel), stopped for good" code
 JOBS = ("train", "bench", "ckpt-convert")
 
 

@@ -5,7 +5,7 @@ import os
 import re
 import shlex
 
-from .common import (EXIT_REQUEUE, SRC, BadInput, format_walltime, parse_walltime,
+from .common import (EXIT_CANCELLED, EXIT_REQUEUE, SRC, BadInput, format_walltime, parse_walltime,
                      q)
 
 # ---------------------------------------------------------------------------
@@ -35,6 +35,29 @@ set_status() {
   echo "$(date +%FT%T) job=${SLURM_JOB_ID:-none} restart=$RESTART $*" >> "$RUN_DIR/jobs.log"
 }
 
+# Stop signals. The application runs in the background and the script waits
+# for it: bash runs a trap only between commands, so a foreground application
+# would delay it until the end. Both signals are forwarded to the application:
+#   USR1  Slurm's warning @SIGNAL_S@ s before the walltime (--signal=B:USR1), or a
+#         preemption drill (scancel --batch --signal=USR1 JOBID): meshtrain
+#         writes a checkpoint and exits @EXIT_REQUEUE@; the job requeues itself and resumes.
+#   TERM  scancel JOBID (Slurm sends it to the job's steps too): meshtrain
+#         writes a checkpoint and exits @EXIT_CANCELLED@; the job ends for good (status
+#         "cancelled after a checkpoint at step N"), never requeued.
+APP_PID=""
+CANCELLED=0
+forward() {
+  log "received SIG$1; forwarding it to the application${APP_PID:+ (pid $APP_PID)}"
+  if [ -n "$APP_PID" ]; then kill -s "$1" "$APP_PID" 2>/dev/null; fi
+}
+on_term() {
+  CANCELLED=1
+  set_status "cancelling: SIGTERM received${APP_PID:+, the application is writing a checkpoint}"
+  forward TERM
+}
+trap 'forward USR1' USR1
+trap on_term TERM
+
 @MODULES@
 # software environment of the system profile
 # shellcheck disable=SC1090
@@ -49,19 +72,6 @@ if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
 fi
 LAUNCH=(@LAUNCH@)
 
-# The application runs in the background and the script waits for it: bash
-# runs a trap only between commands, so a foreground application would delay
-# it until the end. USR1 (sent by Slurm @SIGNAL_S@ s before the walltime,
-# --signal=B:USR1) and TERM are forwarded: meshtrain then writes a checkpoint
-# and exits with 75, and the job requeues itself.
-APP_PID=""
-forward() {
-  log "received SIG$1; forwarding it to the application${APP_PID:+ (pid $APP_PID)}"
-  if [ -n "$APP_PID" ]; then kill -s "$1" "$APP_PID" 2>/dev/null; fi
-}
-trap 'forward USR1' USR1
-trap 'forward TERM' TERM
-
 # run_app CMD...: start CMD, wait through forwarded signals, return its status
 run_app() {
   "$@" &
@@ -74,20 +84,47 @@ run_app() {
   return "$rc"
 }
 
-# finish RC: 0 done; 75 checkpointed -> requeue (or resubmit); else failed
+# the step of the run's newest checkpoint (checkpoints/latest names it), or ""
+checkpoint_step() {
+  local latest
+  latest=$(cat "$RUN_DIR/checkpoints/latest" 2>/dev/null) || return 0
+  latest=${latest##*step_}
+  case "$latest" in '' | *[!0-9]*) ;; *) echo "$latest" ;; esac
+}
+
+# cancelled RC: scancel (SIGTERM) stopped the job; it is never requeued
+cancelled() {
+  local rc=$1 step
+  step=$(checkpoint_step)
+  if [ "$rc" -eq @EXIT_CANCELLED@ ] && [ -n "$step" ]; then
+    set_status "cancelled after a checkpoint at step $step"
+    log "cancelled: the application wrote a checkpoint at step $step and stopped (exit $rc);" \
+        "not requeued. To go on: sbatch $RUN_DIR/job.sh (it resumes from that checkpoint)"
+  else
+    set_status "cancelled (exit $rc${step:+; newest checkpoint: step $step})"
+    log "cancelled (exit $rc); not requeued"
+  fi
+  exit "$rc"
+}
+
+# finish RC: 0 done; @EXIT_REQUEUE@ checkpointed -> requeue (or resubmit); @EXIT_CANCELLED@ or any exit
+# after SIGTERM -> cancelled for good; else failed
 finish() {
   local rc=$1
+  if [ "$CANCELLED" = 1 ] && [ "$rc" -ne 0 ]; then cancelled "$rc"; fi
   case "$rc" in
     0) set_status done; log "finished"; exit 0 ;;
+    @EXIT_CANCELLED@) cancelled "$rc" ;;
     @EXIT_REQUEUE@)
       # srun has just reported "exited with exit code @EXIT_REQUEUE@": that is this
-      log "the application wrote a checkpoint and stopped (exit @EXIT_REQUEUE@: preempted or" \
-          "near the walltime); the job requeues and resumes from that checkpoint"
+      local step; step=$(checkpoint_step)
+      log "the application wrote a checkpoint${step:+ at step $step} and stopped (exit @EXIT_REQUEUE@:" \
+          "preempted or near the walltime); the job requeues and resumes from that checkpoint"
       if [ "$RESTART" -ge "$MAX_RESTARTS" ]; then
         set_status "failed: checkpointed, but $MAX_RESTARTS restarts used"
         log "not requeueing: restart limit $MAX_RESTARTS reached"; exit "$rc"
       fi
-      set_status "requeued: checkpointed (exit $rc)"
+      set_status "requeued: checkpointed (exit $rc)${step:+ at step $step}"
       if scontrol requeue "${SLURM_JOB_ID:-}"; then log "requeued; it resumes from the latest checkpoint"; exit 0; fi
       log "scontrol requeue failed; resubmitting $RUN_DIR/job.sh after this job"
       if sbatch --dependency="afterany:${SLURM_JOB_ID:-0}" "$RUN_DIR/job.sh"; then exit 0; fi
@@ -98,6 +135,7 @@ finish() {
 
 # run_step CMD...: one application run; stop the job unless it succeeded
 run_step() {
+  if [ "$CANCELLED" = 1 ]; then cancelled @EXIT_CANCELLED@; fi  # scancel before it started
   log "run: $*"
   run_app "$@"
   local rc=$?
@@ -296,7 +334,7 @@ def render_script(job, system, res, run_dir, body, command_line, workdir, bin_di
         "@RUN_DIR@": q(run_dir), "@MAX_RESTARTS@": str(int(max_restarts)), "@WORKDIR@": q(workdir),
         "@ENV_FILE@": q(env_file), "@EXPORTS@": env_exports(system, env_args),
         "@LAUNCH@": " ".join(q(a) for a in system.launcher), "@SIGNAL_S@": str(res["signal_s"]),
-        "@EXIT_REQUEUE@": str(EXIT_REQUEUE), "@BODY@": body,
+        "@EXIT_REQUEUE@": str(EXIT_REQUEUE), "@EXIT_CANCELLED@": str(EXIT_CANCELLED), "@BODY@": body,
     }
     for k, v in subs.items():
         text = text.replace(k, v)
