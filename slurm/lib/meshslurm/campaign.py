@@ -10,7 +10,8 @@ import sys
 
 from .common import (EXIT_RUNTIME, SRC, BadInput, absdir, layout_name, parse_assignment,
                      parse_int_list, parse_layout, q, write_executable)
-from .render import check_train_config, train_sets, warn_if_home, write_run_dir
+from .checks import Checker
+from .render import data_values, say_data, train_sets, warn_if_home, write_run_dir
 from .script import bench_body, render_script, resources, train_body
 from .system import System
 
@@ -38,8 +39,14 @@ def read_sweep(path):
     return c, sets
 
 
-def plan_campaign(path, out, account_arg=None, profile_set=()):
+def plan_campaign(path, out, account_arg=None, profile_set=(), extra_sets=()):
+    """The points of a sweep spec; extra_sets (campaign --set) come after its
+    [set] section and win"""
     c, user_sets = read_sweep(path)
+    user_sets = list(user_sets) + list(extra_sets)
+    if extra_sets and c.get("job", "train") != "train":
+        raise BadInput("--set: campaign %s runs meshbench (job = %s), which has no meshtrain keys"
+                       % (path, c.get("job")))
     name = c.get("name") or os.path.splitext(os.path.basename(path))[0]
     system = System(c.get("system", "local"), profile_set)
     job = c.get("job", "train")
@@ -87,7 +94,7 @@ def plan_campaign(path, out, account_arg=None, profile_set=()):
     ranks0 = min(r["ranks"] for r in res_list)
     for res in res_list:
         for lay_text in layouts:
-            lay = parse_layout(lay_text, res["ranks"])
+            lay = parse_layout(lay_text, res["ranks"], "layouts entry")
             for rep in range(repeats):
                 pid = "n%d-r%d-%s-rep%d" % (res["nodes"], res["ranks"], layout_name(lay), rep)
                 run_dir = os.path.join(out, "points", pid)
@@ -108,7 +115,30 @@ def plan_campaign(path, out, account_arg=None, profile_set=()):
                                "_run_dir": run_dir, "_sets": sets})
     return {"name": name, "sweep": absdir(path), "system": system, "job": job, "scaling": scaling,
             "submit": submit, "out": out, "points": points, "config": config, "env": env_kv,
-            "benches": benches, "account": account, "time": c.get("time")}
+            "benches": benches, "account": account, "time": c.get("time"), "qos": c.get("qos")}
+
+
+def qos_summary(plan):
+    """One line: which QoS the points run under, and why"""
+    by_qos = {}
+    for p in plan["points"]:
+        by_qos.setdefault(p["qos"] or "-", []).append(p["nodes"])
+    if plan["qos"]:
+        return "QoS: %s for every point (qos = %s in the sweep)" % (plan["qos"], plan["qos"])
+    if list(by_qos) == ["-"]:
+        return "QoS: none (the profile has no QoS table; the partition's default applies)"
+    parts = ["%s for %s" % (q, node_range(n)) for q, n in by_qos.items()]
+    if len(by_qos) == 1:
+        return ("QoS: %s for every point (chosen by size and walltime from the profile's table; "
+                "qos = NAME under [campaign] pins one)" % list(by_qos)[0])
+    return ("QoS: %d of them, chosen per point by size and walltime from the profile's table: %s. "
+            "Their queues and limits differ; qos = NAME under [campaign] pins one for every point "
+            "(it must allow the largest)" % (len(by_qos), "; ".join(parts)))
+
+
+def node_range(nodes):
+    lo, hi = min(nodes), max(nodes)
+    return "%d node%s" % (lo, "" if lo == 1 else "s") if lo == hi else "%d-%d nodes" % (lo, hi)
 
 
 def submit_script(plan):
@@ -166,35 +196,41 @@ def report_script(plan, bin_dir, workdir):
     body = "run_step \"$MT_BIN/meshreport\" \"$CAMPAIGN\" --out \"$CAMPAIGN/report\""
     text = render_script("report", system, res, os.path.join(plan["out"], "report"), body,
                          "slurm/meshslurm.py campaign " + q(plan["sweep"]), workdir, bin_dir,
-                         (), 0, "mt-report-" + plan["name"], requeue=False, exclusive=False)
+                         (), 0, "mt-report-" + plan["name"], requeue=False, exclusive=False,
+                         report=True)
     return text.replace("RUN_DIR=", "CAMPAIGN=%s\nRUN_DIR=" % q(plan["out"]), 1)
 
 
 def cmd_campaign(a):
-    plan = plan_campaign(a.sweep, a.out, a.account, [parse_assignment(s, "--profile-set") for s in a.profile_set])
+    plan = plan_campaign(a.sweep, a.out, a.account, [parse_assignment(s, "--profile-set") for s in a.profile_set],
+                         a.set)
     system = plan["system"]
     bin_dir = absdir(a.bin or os.path.join(SRC, "build", "bin"))
     workdir = absdir(a.workdir or SRC)
-    # every point's meshtrain configuration, checked before anything is written
-    # (points that differ only in their run directory are checked once)
+    checker = Checker(bin_dir, workdir)
+    # every point's meshtrain configuration and data, checked before anything
+    # is written (points that differ only in their run directory are checked once)
     checked = set()
     for p in plan["points"]:
         if plan["job"] != "train":
             continue
-        p["_train_sets"] = train_sets(p["_run_dir"], p["layout"], system, p["_sets"])
+        p["_data"] = data_values(checker, plan["config"], p["_sets"])
+        p["_train_sets"] = train_sets(p["_run_dir"], p["layout"], system, p["_sets"], p["_data"])
         key = (p["ranks"], tuple(x for x in p["_train_sets"] if not x.startswith("output.dir=")))
         if not a.no_check and key not in checked:
-            check_train_config(bin_dir, workdir, plan["config"], p["_train_sets"], p["ranks"],
-                               "point %s" % p["id"])
+            checker.train(plan["config"], p["_train_sets"], p["_res"], p["layout"], "point %s" % p["id"])
             checked.add(key)
     print("campaign %s: %s scaling, system %s, %d points, submit %s, into %s"
           % (plan["name"], plan["scaling"], system.name, len(plan["points"]), plan["submit"], plan["out"]))
     if checked:
-        print("meshtrain --check: %d distinct configurations OK" % len(checked))
+        print("meshtrain --check and data files: %d distinct configurations OK" % len(checked))
+    if plan["job"] == "train" and plan["points"]:
+        say_data(system, plan["points"][0]["_data"])
     print("  %-28s %5s %5s %-18s %-16s %s" % ("point", "nodes", "ranks", "layout", "qos", "global_batch"))
     for p in plan["points"]:
         print("  %-28s %5d %5d %-18s %-16s %s" % (p["id"], p["nodes"], p["ranks"], p["layout_name"],
                                                  p["qos"] or "-", p["global_batch"] or "-"))
+    print(qos_summary(plan))
     if a.dry_run:
         print("dry run: nothing written. Would submit:")
         prev = None

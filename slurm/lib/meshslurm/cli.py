@@ -46,14 +46,17 @@ def cmd_systems(a):
 # modules: the profile's module loading, for `source slurm/leonardo/env.sh`
 
 def cmd_modules(a):
+    """Shell code loading the run modules, then (building needs them) the
+    build modules; jobs load the run modules only"""
     system = System(a.system, [parse_assignment(s, "--profile-set") for s in a.profile_set])
-    if not system.modules:
+    modules = system.modules + system.build_modules
+    if not modules:
         print(": no modules in %s" % os.path.relpath(system.path, SRC))
         return 0
     print(MODULE_LOADER)
     print("mt_load_modules %s || { echo \"module $MT_MODULE_FAILED did not load: check \\`module "
-          "avail\\` and [modules] in %s\" >&2; false; }"
-          % (" ".join(q(m) for _, m in system.modules), os.path.relpath(system.path, SRC)))
+          "avail\\` and [modules] or [build_modules] in %s\" >&2; false; }"
+          % (" ".join(q(m) for _, m in modules), os.path.relpath(system.path, SRC)))
     return 0
 
 
@@ -119,6 +122,8 @@ def main(argv):
     c.add_argument("--dry-run", action="store_true", help="print the plan and the sbatch commands only")
     c.add_argument("--submit", action="store_true", help="run submit.sh after writing")
     c.add_argument("--force", action="store_true", help="overwrite an existing campaign directory")
+    c.add_argument("--set", action="append", default=[], metavar="section.key=value",
+                   help="a meshtrain key for every point, after the sweep's [set] (wins)")
     add_common(c)
     sub.add_parser("systems", help="list the system profiles")
     m = sub.add_parser("modules", help="print shell code that loads the profile's modules "

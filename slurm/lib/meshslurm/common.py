@@ -98,7 +98,7 @@ LAYOUT_SETTINGS = {
 }
 
 
-def parse_layout(text, ranks):
+def parse_layout(text, ranks, where="--layout"):
     """'auto' or 'tp=2,pp=2[,cp=1][,dp=N][,zero=1,mb=4,sp=1,recompute=0,schedule=1f1b,v=1,ep=1]'
     -> dict(dp,tp,pp,cp, settings=[meshtrain --set ...]) for `ranks` ranks."""
     lay = {"dp": 0, "tp": 1, "pp": 1, "cp": 1}
@@ -129,12 +129,15 @@ def parse_layout(text, ranks):
             lay[k] = int(v)
     inner = lay["tp"] * lay["pp"] * lay["cp"]
     if ranks % inner:
-        raise BadInput("layout '%s': tp*pp*cp = %d does not divide %d ranks" % (text, inner, ranks))
+        raise BadInput("layout '%s': tp*pp*cp = %d does not divide %d ranks (ranks a multiple of %d "
+                       "with --ranks or --nodes, or a %s whose tp*pp*cp divides %d)"
+                       % (text, inner, ranks, inner, where, ranks))
     if lay["dp"] == 0:
         lay["dp"] = ranks // inner
     if lay["dp"] * inner != ranks:
-        raise BadInput("layout '%s': dp*tp*pp*cp = %d but the job has %d ranks"
-                       % (text, lay["dp"] * inner, ranks))
+        raise BadInput("layout '%s': dp*tp*pp*cp = %d but the job has %d ranks (%s dp=%d, or "
+                       "--ranks %d)" % (text, lay["dp"] * inner, ranks, where, ranks // inner,
+                                        lay["dp"] * inner))
     lay["settings"] = settings
     return lay
 

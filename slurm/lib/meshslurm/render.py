@@ -8,11 +8,18 @@ import sys
 
 from .common import (PROG, SRC, BadInput, absdir, layout_name, parse_assignment, parse_layout, q,
                      write_executable)
+from .checks import Checker, config_values
 from .script import bench_body, convert_body, render_script, resources, train_body
-from .checks import check_train_config
 from .system import System
 
-def train_sets(run_dir, lay, system, user_sets):
+DATA_KEYS = ("data.train", "data.val")
+
+
+def train_sets(run_dir, lay, system, user_sets, data=None):
+    """meshtrain's --set list of a train job: the generator's keys (output
+    directory, mesh, layout settings, the profile's hardware and device),
+    then the user's, then the data files moved under the profile's data_root
+    (data: their values as configured; relative paths only)."""
     keys = {k for k, _ in (parse_assignment(s, "--set") for s in user_sets)}
     sets = ["output.dir=%s" % run_dir]
     for axis in ("dp", "tp", "pp", "cp"):
@@ -35,7 +42,35 @@ def train_sets(run_dir, lay, system, user_sets):
         if not re.fullmatch(r"[a-z_]+\.[a-z_0-9]+", k):
             raise BadInput("--set %s: expected section.key=value" % s)
         sets.append(s)
+    for key, path in moved_data(system, data):
+        sets.append("%s=%s" % (key, path))
     return sets
+
+
+def moved_data(system, data):
+    """(key, path under data_root) of each relative data file of data"""
+    moved = [(k, data[k]) for k in DATA_KEYS
+             if system.data_root and data and data.get(k) and not os.path.isabs(data[k])]
+    if not moved:
+        return []
+    root = system.expand_root("data_root", system.data_root)
+    return [(k, os.path.join(root, v)) for k, v in moved]
+
+
+def data_values(checker, config, user_sets):
+    """data.train and data.val as configured (meshtrain's defaults when it is
+    there to ask, the INI file, the --set list)"""
+    exe = os.path.join(checker.bin_dir, "meshtrain")
+    defaults = checker.defaults(exe, "meshtrain --help") if os.access(exe, os.X_OK) else {}
+    return config_values(config, user_sets, DATA_KEYS, defaults)
+
+
+def say_data(system, data):
+    """Where the job's data comes from, when the profile moved it (stderr:
+    --stdout prints the script alone)"""
+    for key, path in moved_data(system, data):
+        print("%s: %s = %s, taken under the profile's data_root (%s): %s"
+              % (PROG, key, data[key], system.data_root, path), file=sys.stderr)
 
 
 def warn_if_home(system, path):
@@ -79,15 +114,20 @@ def cmd_render(a):
     config = absdir(a.config) if a.config and a.job == "train" else None
     if config and not os.path.isfile(config):
         raise BadInput("--config %s: cannot open" % a.config)
+    checker = Checker(bin_dir, workdir)
     if a.job == "train":
-        sets = train_sets(run_dir, lay, system, a.set)
+        data = data_values(checker, config, a.set)
+        sets = train_sets(run_dir, lay, system, a.set, data)
         if not a.no_check:
-            check_train_config(bin_dir, workdir, config, sets, res["ranks"], "job not written")
+            checker.train(config, sets, res, lay, "job not written")
         body = train_body(run_dir, sets)
+        say_data(system, data)
     elif a.job == "bench":
         body = bench_body(a.bench or ["allreduce"])
     else:
         body = convert_body(a.args)
+        if not a.no_check:
+            checker.ckpt(a.args, "job not written")
     cmdline = " ".join(q(x) for x in ["slurm/meshslurm.py"] + sys.argv[1:])
     script = render_script(a.job, system, res, run_dir, body, cmdline, workdir, bin_dir, a.env_kv,
                            a.max_restarts, a.name)

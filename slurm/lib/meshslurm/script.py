@@ -192,15 +192,17 @@ MODULE_LOADER = r'''mt_load_modules() {  # NAME...: load each; MT_MODULE_FAILED 
 }'''
 
 
-def modules_block(system):
-    """The job's module loading: every module of the profile, or a note."""
-    if not system.modules:
+def modules_block(system, modules, which):
+    """The job's module loading: modules ((name, module) of the profile's
+    [modules], which says which of them), or a note."""
+    if not modules:
         return "# (no modules in the profile's [modules])\n"
     rel = os.path.relpath(system.path, SRC)
     return "\n".join([
-        "# modules of the profile ([modules] in %s)," % rel,
-        "# loaded one by one: one that does not load ends the job here, naming it",
-        "MODULES=(%s)" % " ".join(q(m) for _, m in system.modules),
+        "# %s of the profile ([modules] in %s; the build modules," % (which, rel),
+        "# [build_modules], are for building only), loaded one by one: one that",
+        "# does not load ends the job here, naming it",
+        "MODULES=(%s)" % " ".join(q(m) for _, m in modules),
         MODULE_LOADER,
         "if ! mt_load_modules \"${MODULES[@]}\"; then",
         "  log \"module $MT_MODULE_FAILED did not load: check \\`module avail\\` and [modules] in %s\"" % rel,
@@ -276,9 +278,11 @@ def resources(system, args_nodes, args_ranks, tasks_per_node=None, gpus_per_node
         ranks = args_ranks
         nodes = args_nodes or -(-ranks // tpn)
         if ranks > nodes * tpn:
-            raise BadInput("%d ranks do not fit on %d nodes x %d tasks per node" % (ranks, nodes, tpn))
+            raise BadInput("%d ranks do not fit on %d nodes x %d tasks per node (--nodes %d, or "
+                           "--tasks-per-node %d)" % (ranks, nodes, tpn, -(-ranks // tpn),
+                                                    -(-ranks // nodes)))
         if ranks < nodes:
-            raise BadInput("%d ranks cannot fill %d nodes" % (ranks, nodes))
+            raise BadInput("%d ranks cannot fill %d nodes (--nodes %d or fewer)" % (ranks, nodes, ranks))
     else:
         nodes = args_nodes or 1
         ranks = nodes * tpn
@@ -315,7 +319,8 @@ def env_exports(system, env_args):
 
 
 def render_script(job, system, res, run_dir, body, command_line, workdir, bin_dir,
-                  env_args=(), max_restarts=10, job_name=None, requeue=True, exclusive=True):
+                  env_args=(), max_restarts=10, job_name=None, requeue=True, exclusive=True,
+                  report=False):
     env_file = system.env_file
     if not os.path.isabs(env_file):
         env_file = os.path.join(SRC, env_file)
@@ -326,7 +331,9 @@ def render_script(job, system, res, run_dir, body, command_line, workdir, bin_di
                  % res["qos"])
     text = SKELETON
     subs = {
-        "@NOTES@": notes, "@MODULES@": modules_block(system), "@TMPDIR@": tmpdir_block(system),
+        "@NOTES@": notes, "@MODULES@": modules_block(system, system.report_module_list() if report else system.modules,
+                                   "the report job's modules (report_modules)" if report and
+                                   system.report_modules else "the run modules"), "@TMPDIR@": tmpdir_block(system),
         "@DIRECTIVES@": sbatch_directives(system, res, job_name or "mt-" + job, run_dir, workdir,
                                           exclusive=exclusive, requeue=requeue),
         "@JOB@": job, "@SYSTEM@": system.name, "@PROFILE@": os.path.relpath(system.path, SRC),

@@ -21,6 +21,9 @@ class System:
         "mem_per_node": "0",       # MB per node for --mem (0: no --mem)
         "tmpdir": "",              # the jobs' TMPDIR root, expanded in the job ("": keep the node's)
         "output_root": "",         # default home of run and campaign directories ("": outputs/)
+        "data_root": "",           # where relative data.train/data.val paths of train jobs are
+                                   # found ("": the job's working directory, the source tree)
+        "report_modules": "",      # keys of [modules] the report job loads ("": all of them)
         "no_exclusive_qos": "",    # QoS names that cannot be combined with --exclusive
         "report_partition": "",    # partition of a campaign's report job ("": the profile's)
         "report_qos": "",          # its QoS when report_partition is set ("": none)
@@ -48,17 +51,21 @@ class System:
         self.path = path
         s = dict(self.OPTIONAL)
         s.update(cp.items("system"))
-        # [modules]: one key per module, loaded in file order by every job
+        # [modules]: one key per module, loaded in file order by every job;
+        # [build_modules]: loaded after them only to build (slurm/leonardo/env.sh)
         modules = list(cp.items("modules")) if cp.has_section("modules") else []
+        build_modules = list(cp.items("build_modules")) if cp.has_section("build_modules") else []
         for k, v in overrides:
-            if k.startswith("modules."):
-                name = k[len("modules."):]  # replaced in place, added at the end, or
-                if name not in [n for n, _ in modules]:  # dropped by an empty value
-                    modules.append((name, v))
-                modules = [(n, v if n == name else m) for n, m in modules]
+            if k.startswith(("modules.", "build_modules.")):
+                table = modules if k.startswith("modules.") else build_modules
+                name = k.split(".", 1)[1]  # replaced in place, added at the end, or
+                if name not in [n for n, _ in table]:  # dropped by an empty value
+                    table.append((name, v))
+                table[:] = [(n, v if n == name else m) for n, m in table]
                 continue
             if k not in self.KEYS and k not in self.OPTIONAL:
-                raise BadInput("--profile-set %s: unknown profile key (%s, modules.NAME)"
+                raise BadInput("--profile-set %s: unknown profile key (%s, modules.NAME, "
+                               "build_modules.NAME)"
                                % (k, ", ".join(self.KEYS + tuple(self.OPTIONAL))))
             s[k] = v
         for k in self.KEYS:
@@ -100,13 +107,14 @@ class System:
         self.precision = s["precision"].strip()
         if self.precision not in ("", "fp32", "bf16"):
             raise BadInput("%s: precision = '%s': expected fp32 or bf16" % (path, self.precision))
-        self.modules = []
-        for name, mod in modules:
-            mod = mod.strip()
-            if mod and not re.fullmatch(r"[A-Za-z0-9_.+/@:=~-]+", mod):
-                raise BadInput("%s: [modules] %s = '%s': not a module name" % (path, name, mod))
-            if mod:
-                self.modules.append((name, mod))
+        self.modules = self.module_list(path, "modules", modules)
+        self.build_modules = self.module_list(path, "build_modules", build_modules)
+        self.report_modules = s["report_modules"].split()
+        for name in self.report_modules:
+            if name not in [n for n, _ in self.modules]:
+                raise BadInput("%s: report_modules names '%s', not a key of [modules] (%s)"
+                               % (path, name, ", ".join(n for n, _ in self.modules)))
+        self.data_root = s["data_root"].strip()
         if self.tasks_per_node < 1:
             raise BadInput("%s: tasks_per_node must be >= 1" % path)
         self.qos = []  # (name, min_nodes, max_nodes, max_seconds), in file order
@@ -117,6 +125,34 @@ class System:
                     raise BadInput("%s: [qos] %s = '%s': expected MIN-MAX WALLTIME" % (path, qname, spec))
                 self.qos.append((qname, int(m.group(1)), int(m.group(2)), parse_walltime(m.group(3))))
         self.env = [(k, v.strip()) for k, v in cp.items("env")] if cp.has_section("env") else []
+
+    @staticmethod
+    def module_list(path, section, items):
+        out = []
+        for name, mod in items:
+            mod = mod.strip()
+            if mod and not re.fullmatch(r"[A-Za-z0-9_.+/@:=~-]+", mod):
+                raise BadInput("%s: [%s] %s = '%s': not a module name" % (path, section, name, mod))
+            if mod:
+                out.append((name, mod))
+        return out
+
+    def report_module_list(self):
+        """(name, module) of the campaign report job: report_modules, or all"""
+        if not self.report_modules:
+            return self.modules
+        return [(n, m) for n, m in self.modules if n in self.report_modules]
+
+    def expand_root(self, key, value):
+        """a profile path with $VARIABLES expanded now, here (Slurm's --output
+        cannot expand them, and the job should not depend on its environment)"""
+        root = os.path.expanduser(os.path.expandvars(value))
+        unset = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", root)
+        if unset:
+            raise BadInput("system %s: %s = %s, but $%s is not set here (render on the "
+                           "cluster's login node, give the directory with --run-dir or --out, or "
+                           "--profile-set %s=DIR)" % (self.name, key, value, unset[0], key))
+        return os.path.abspath(root)
 
     def check_qos(self, qos, nodes, seconds):
         """A QoS the user named: refused when the profile's table says it cannot fit."""
@@ -133,13 +169,7 @@ class System:
         outputs/ of the source tree."""
         if not self.output_root:
             return os.path.join(SRC, "outputs")
-        root = os.path.expanduser(os.path.expandvars(self.output_root))
-        unset = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", root)
-        if unset:
-            raise BadInput("system %s: output_root = %s, but $%s is not set here (render on the "
-                           "cluster's login node, give the directory with --run-dir or --out, or "
-                           "--profile-set output_root=DIR)" % (self.name, self.output_root, unset[0]))
-        return os.path.abspath(root)
+        return self.expand_root("output_root", self.output_root)
 
     def choose_qos(self, nodes, seconds):
         """The first QoS whose node range and walltime fit; None if the table is empty."""
