@@ -39,7 +39,7 @@ for t in ("4 ranks, dp4-tp1-pp1-cp1, steps 1-6", "2 ranks, dp2-tp1-pp1-cp1, step
     assert t in gp, "plots.gp lacks %r" % t
 md = open(os.path.join(rep, "report.md")).read()
 for t in ("| `default` | 1 | 1-6 | dp4-tp1-pp1-cp1 | 4 | 0 |", "| `default` | 2 | 7-10 | dp2-tp1-pp1-cp1 | 2 | 0 |",
-          "![loss](loss.png)", "![tokens/s per step](tokens_per_s.png)"):
+          "![loss](loss.png)", "![tokens/s](tokens_per_s.png)"):
     assert t in md, "report.md lacks %r" % t
 for png in ("loss.png", "tokens_per_s.png"):
     assert open(os.path.join(rep, png), "rb").read(8) == b"\x89PNG\r\n\x1a\n", png
