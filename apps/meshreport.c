@@ -645,6 +645,8 @@ typedef struct {
   int n_series;
   long long *resumes; /* steps after which an attempt resumed (unique) */
   int n_resumes;
+  char (*origin)[PATH_LEN / 4]; /* "RUN: resumed from CHECKPOINT", runs that began elsewhere */
+  int n_origins;
   int window; /* steps in the moving average of tokens/s (1: none) */
 } step_plots;
 
@@ -805,9 +807,13 @@ static void write_steps(const char *out, const report *r, const point_rec *pts, 
       fmt_into(sp->title[s] + used, sizeof sp->title[s] - used, ", steps %lld-%lld", sp->first[s],
                sp->last[s]);
     }
-    if (x->resumed_from[0] && s0 < sp->n_series) {
+    if (x->resumed_from[0] && s0 < sp->n_series) { /* the path goes on the plot, not in the key */
       size_t used = strlen(sp->title[s0]);
-      fmt_into(sp->title[s0] + used, sizeof sp->title[s0] - used, ", resumed from %s",
+      fmt_into(sp->title[s0] + used, sizeof sp->title[s0] - used, ", from the step-%lld checkpoint",
+               x->start_step);
+      sp->origin = realloc(sp->origin, (size_t)(sp->n_origins + 1) * sizeof *sp->origin);
+      if (!sp->origin) die_runtime("out of memory");
+      fmt_into(sp->origin[sp->n_origins++], sizeof sp->origin[0], "%s: resumed from %s", x->id,
                x->resumed_from);
     }
     for (int a = 0; a < x->n_attempts; a++) {
@@ -869,6 +875,14 @@ static void plot_steps(FILE *g, const step_plots *sp) {
                "front\nset label 'resumed after step %lld' at %lld, graph %.2f left offset 0.6,0 "
                "front boxed font ',10' tc rgb '#303030'\n",
             sp->resumes[q], sp->resumes[q], sp->resumes[q], sp->resumes[q], 0.95 - 0.07 * (q % 8));
+  for (int q = 0; q < sp->n_origins; q++) { /* where a run began: bottom left, one per line */
+    char t[sizeof sp->origin[0]];
+    copy_str(t, sizeof t, sp->origin[q]);
+    for (char *c = t; *c; c++)
+      if (*c == '\'') *c = '"';
+    fprintf(g, "set label '%s' at graph 0.01, graph %.2f left front boxed font ',9' "
+               "tc rgb '#303030'\n", t, 0.04 + 0.06 * (q % 8));
+  }
   for (int pass = 0; pass < 2; pass++) {
     /* points off the frame: a margin around the data (none under tokens/s' 0) */
     fprintf(g, "set offsets graph 0.02, graph 0.02, graph 0.06, %s\n", pass ? "0" : "graph 0.06");
@@ -1208,6 +1222,7 @@ static int write_report(const char *out, const report *r, const point_rec *pts, 
           r->n_bench ? ", bench.csv" : "", r->n_bench ? ", busbw.dat" : "");
   close_out(f, path);
   free(sp.title), free(sp.has_val), free(sp.first), free(sp.last), free(sp.resumes);
+  free(sp.origin);
   return plots;
 }
 
