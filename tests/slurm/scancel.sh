@@ -46,7 +46,7 @@ st=$(cluster_wait "$jid" 120)
 echo "final state: $st"
 # the state reads CANCELLED at once; the script ends after the checkpoint
 for _ in $(seq 1 120); do grep -q '^cancelled' "$run/status" && break; sleep 0.5; done
-sleep 20  # longer than a requeued job of this cluster waits before it starts again
+sleep 3  # the state settles (a requeue would show at once: PENDING, not CANCELLED)
 st2=$(cluster_state "$jid")
 cat "$run"/slurm-*.out | tail -12
 echo "--- jobs.log"; cat "$run/jobs.log"

@@ -141,9 +141,12 @@ refused "campaign dry run" campaign "$WORK/batch.ini" --bin "$MT_BIN" --out "$WO
 $GEN campaign "$WORK/batch.ini" --bin "$MT_BIN" --out "$WORK/camp-set" --dry-run --set train.global_batch=8 \
   > "$WORK/set.out" || fail "campaign --set train.global_batch=8 refused"
 grep -q "^QoS: none (the profile has no QoS table" "$WORK/set.out" || fail "campaign: no QoS line: $(cat "$WORK/set.out")"
-$GEN campaign "$WORK/batch.ini" --bin "$MT_BIN" --out "$WORK/camp-set" --set train.global_batch=8 > /dev/null || fail "campaign --set"
-grep -q -- "--set train.global_batch=8$" "$WORK/camp-set/points/n2-r4-dp4-tp1-pp1-cp1-rep0/job.sh" ||
-  fail "campaign --set not in the point's job"
+$GEN campaign "$WORK/batch.ini" --bin "$MT_BIN" --out "$WORK/camp-set" --set train.global_batch=8 \
+  --set train.steps=2 > /dev/null || fail "campaign --set"
+# after the sweep's [set] and its steps = 4: the last of each key, which meshtrain keeps
+sed -n 's/^  --set \(train.global_batch\|train.steps\)=/\1=/p' "$WORK/camp-set/points/n2-r4-dp4-tp1-pp1-cp1-rep0/job.sh" |
+  tr '\n' ' ' | grep -q "^train.global_batch=4 train.steps=4 train.global_batch=8 train.steps=2 $" ||
+  fail "campaign --set does not come last: $(grep -- '--set train' "$WORK/camp-set/points/n2-r4-dp4-tp1-pp1-cp1-rep0/job.sh")"
 refused "campaign --set of a generator key" campaign "$WORK/batch.ini" --bin "$MT_BIN" --dry-run --set parallel.dp=2
 grep -q "set by the generator" "$WORK/err" || fail "$(cat "$WORK/err")"
 # LEONARDO: QoS per point said, and pinned by the sweep's qos key

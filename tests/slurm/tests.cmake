@@ -47,3 +47,8 @@ set_tests_properties(slurm.campaign PROPERTIES RESOURCE_LOCK mt_slurm_cluster TI
 
 # meshbench collectives under mpirun
 mt_slurm_test(collectives bench collectives.sh)
+
+# every command in the README that applies to this machine, as written
+# (tests/slurm/readme_commands.py says what runs how)
+mt_slurm_test(readme slurm readme.sh)
+set_tests_properties(slurm.readme PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 900)

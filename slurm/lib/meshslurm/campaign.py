@@ -41,9 +41,8 @@ def read_sweep(path):
 
 def plan_campaign(path, out, account_arg=None, profile_set=(), extra_sets=()):
     """The points of a sweep spec; extra_sets (campaign --set) come after its
-    [set] section and win"""
+    [set] section and its steps key, and win"""
     c, user_sets = read_sweep(path)
-    user_sets = list(user_sets) + list(extra_sets)
     if extra_sets and c.get("job", "train") != "train":
         raise BadInput("--set: campaign %s runs meshbench (job = %s), which has no meshtrain keys"
                        % (path, c.get("job")))
@@ -75,6 +74,7 @@ def plan_campaign(path, out, account_arg=None, profile_set=(), extra_sets=()):
     base_sets = list(user_sets)
     if c.get("steps"):
         base_sets.append("train.steps=%s" % c["steps"])
+    base_sets += list(extra_sets)
     # weak scaling keeps the batch per rank: the global batch grows with ranks
     gb = None
     for s in base_sets:

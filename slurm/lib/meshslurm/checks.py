@@ -77,8 +77,10 @@ class Checker:
         r = self.run(argv[:1] + ["--check"] + argv[1:] + ["--ranks", str(res["ranks"])], what)
         if r.returncode != 0:
             self.refuse(r, "meshtrain", what, lambda msg: train_hint(msg, res, lay, check))
-        vals = config_values(config, sets, ("data.train", "data.val", "data.format"),
-                             self.defaults(exe, what))
+        keys = ("data.train", "data.val", "data.format")
+        vals = config_values(config, sets, keys, {})
+        if not vals["data.train"]:  # meshtrain's default file (asking costs an MPI start)
+            vals = config_values(config, sets, keys, self.defaults(exe, what))
         files = [(k, vals[k]) for k in ("data.train", "data.val") if vals[k]]
         if not files:
             return

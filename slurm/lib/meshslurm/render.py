@@ -58,11 +58,13 @@ def moved_data(system, data):
 
 
 def data_values(checker, config, user_sets):
-    """data.train and data.val as configured (meshtrain's defaults when it is
-    there to ask, the INI file, the --set list)"""
+    """data.train and data.val as configured: the --set list, the INI file,
+    else meshtrain's defaults (asked only then, and only when it is there)"""
+    vals = config_values(config, user_sets, DATA_KEYS, {})
     exe = os.path.join(checker.bin_dir, "meshtrain")
-    defaults = checker.defaults(exe, "meshtrain --help") if os.access(exe, os.X_OK) else {}
-    return config_values(config, user_sets, DATA_KEYS, defaults)
+    if not vals["data.train"] and os.access(exe, os.X_OK):
+        vals = config_values(config, user_sets, DATA_KEYS, checker.defaults(exe, "meshtrain --help"))
+    return vals
 
 
 def say_data(system, data):
