@@ -6,8 +6,10 @@ One generator, one skeleton, a system profile per machine (slurm/systems/*.ini):
   meshslurm.py render train --system leonardo-booster --nodes 16 --account A \\
       --config inputs/default.ini --set model.preset=gpt2-124m --run-dir runs/x
   meshslurm.py render bench --system local --ranks 4 --bench "allreduce --max-bytes 64M"
-  meshslurm.py render ckpt-convert --system generic --args "consolidate ckpt/latest out.h5"
+  meshslurm.py render ckpt-convert --system leonardo-booster --nodes 1 --account A \\
+      --args "convert runs/x/checkpoints/latest runs/x-tp4 --target tp=4" --run-dir runs/x-convert
   meshslurm.py campaign inputs/sweeps/small-strong-local.ini [--out DIR] [--dry-run] [--submit]
+      [--set section.key=value ...]
   meshslurm.py systems
   meshslurm.py modules --system leonardo-booster     (shell code; slurm/leonardo/env.sh uses it)
   meshslurm.py cluster start|status|stop [--dir DIR] (a local Slurm on this machine)
@@ -22,8 +24,10 @@ so the trap runs at once). An application exit code of 75 (a checkpoint
 written after USR1: preempted or near the walltime) requeues the job with
 `scontrol requeue`, and the restarted job passes --set train.resume=auto; 76
 (a checkpoint written after TERM: scancel) ends it for good, with the status
-"cancelled after a checkpoint at step N". A train job is written only after
-`meshtrain --check` accepts its configuration for its rank count.
+"cancelled after a checkpoint at step N". A job is written only after its
+checks pass (meshslurm/checks.py): a train job's configuration for its rank
+count (meshtrain --check) and data files (they exist, their token ids fit the
+vocabulary), a ckpt-convert job's arguments and checkpoint (meshckpt --check).
 
 Python 3 standard library only. Exit codes: 0, 2 bad input, 3 runtime,
 77 cannot run here (cluster start without Slurm or root).
