@@ -35,7 +35,10 @@ Python 3 standard library only. Exit codes: 0, 2 bad input, 3 runtime,
 import os
 import sys
 
-# the package beside this file: slurm/lib/meshslurm/
+# the package beside this file: slurm/lib/meshslurm/ (no __pycache__ written
+# into the source tree: it may be read-only, and the local cluster's test
+# holds the command to writing nothing outside the cluster's directory)
+sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from meshslurm.cli import run  # noqa: E402  (after the path is set)
 

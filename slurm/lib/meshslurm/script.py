@@ -46,11 +46,14 @@ set_status() {
 #         "cancelled after a checkpoint at step N"), never requeued.
 APP_PID=""
 CANCELLED=0
+FINISHING=0  # the application has ended: this attempt only writes its status now
 forward() {
   log "received SIG$1; forwarding it to the application${APP_PID:+ (pid $APP_PID)}"
   if [ -n "$APP_PID" ]; then kill -s "$1" "$APP_PID" 2>/dev/null; fi
 }
 on_term() {
+  # Slurm ends the old attempt of a job this script requeued with TERM too
+  if [ "$FINISHING" = 1 ]; then log "received SIGTERM while finishing (exit $FINISH_RC); ignored"; return; fi
   CANCELLED=1
   set_status "cancelling: SIGTERM received${APP_PID:+, the application is writing a checkpoint}"
   forward TERM
@@ -111,6 +114,7 @@ cancelled() {
 # after SIGTERM -> cancelled for good; else failed
 finish() {
   local rc=$1
+  FINISHING=1 FINISH_RC=$rc
   if [ "$CANCELLED" = 1 ] && [ "$rc" -ne 0 ]; then cancelled "$rc"; fi
   case "$rc" in
     0) set_status done; log "finished"; exit 0 ;;
