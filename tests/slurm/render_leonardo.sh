@@ -140,7 +140,7 @@ $GEN campaign "$sweep" --account AIP_test --bin "$MT_BIN" --dry-run "${NODEV[@]}
 [ "$(grep -c '^  sbatch --parsable' "$WORK/dry.txt")" = 25 ] || { cat "$WORK/dry.txt"; fail "dry run: expected 24 points + report"; }
 grep -q 'sbatch --parsable --dependency=afterany:<n1-r4-dp4-tp1-pp1-cp1-rep2> .*n2-r8-dp8-tp1-pp1-cp1-rep0/job.sh' "$WORK/dry.txt" || fail "dry run: no dependency chain"
 grep -q "into $WORK/meshtrain/campaigns/gpt2-strong-leonardo$" "$WORK/dry.txt" || fail "campaign not under \$WORK by default"
-grep -q "meshtrain --check and data files: 8 distinct configurations OK" "$WORK/dry.txt" || fail "campaign did not check each configuration once"
+grep -q "meshtrain --check: 8 distinct configurations OK (and their data files)" "$WORK/dry.txt" || fail "campaign did not check each configuration once"
 $GEN campaign "$sweep" --account AIP_test --bin "$MT_BIN" --out "$WORK/camp" "${NODEV[@]}" > /dev/null || fail "campaign"
 python3 - "$WORK/camp/manifest.json" <<'PY' || fail "manifest"
 import json, sys

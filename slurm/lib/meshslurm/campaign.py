@@ -223,7 +223,7 @@ def cmd_campaign(a):
     print("campaign %s: %s scaling, system %s, %d points, submit %s, into %s"
           % (plan["name"], plan["scaling"], system.name, len(plan["points"]), plan["submit"], plan["out"]))
     if checked:
-        print("meshtrain --check and data files: %d distinct configurations OK" % len(checked))
+        print("meshtrain --check: %d distinct configurations OK (and their data files)" % len(checked))
     if plan["job"] == "train" and plan["points"]:
         say_data(system, plan["points"][0]["_data"])
     print("  %-28s %5s %5s %-18s %-16s %s" % ("point", "nodes", "ranks", "layout", "qos", "global_batch"))
