@@ -56,7 +56,10 @@ static void usage(FILE *f) {
           "                                            a Hugging Face GPT-2 (start training from\n"
           "                                            it with train.init_from=OUTROOT/step_0)\n"
           "options: --chunk-mb N (read size per rank, default 64), --hints K=V,K=V (MPI-IO\n"
-          "         hints for ckpt.h5, e.g. striping_factor=16,cb_nodes=8)\n"
+          "         hints for ckpt.h5, e.g. striping_factor=16,cb_nodes=8), --check (parse\n"
+          "         the arguments and read the checkpoint's metadata as the command would,\n"
+          "         check --target against its model, write nothing: one OK line, exit 0;\n"
+          "         what slurm/meshslurm.py runs before it writes a ckpt-convert job)\n"
           "DIR is a step directory (checkpoints/step_<N>) or a checkpoints directory\n"
           "(its newest complete step is used). Exit: 0 ok/equal, 1 problems/different,\n"
           "2 bad input.\n");
@@ -827,6 +830,42 @@ static int cmd_import_hf(const char *in, const char *out_root, const convert_arg
   return 0;
 }
 
+/* --check: everything the command reads before it works, read now (the
+ * checkpoint's manifest, metadata and index; both of diff's; for import the
+ * Hugging Face config), --target checked against the model; nothing written.
+ * Collective; returns the exit code. */
+static int check_only(const char *cmd, const char **pos, const convert_args *ca) {
+  mt_err err = {0};
+  if (!strcmp(cmd, "import")) {
+    mt_ckpt_gpt2_config hc;
+    mt_ckpt_hf_read_config(pos[0], &hc, &err);
+    mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+    if (g_rank == 0) printf("meshckpt: check: OK: import of %s (GPT-2, %d layers)\n", pos[0], hc.n_layer);
+    return 0;
+  }
+  ckpt a, b;
+  int bad_input = 0, two = !strcmp(cmd, "diff");
+  ckpt_open(pos[0], &a, 1, NULL, NULL, &bad_input, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  if (two) {
+    ckpt_open(pos[1], &b, 1, NULL, NULL, &bad_input, &err);
+    mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+    ckpt_close(&b);
+  }
+  mt_registry *targets = NULL;
+  if (!strcmp(cmd, "convert") && ca->target_tp > 0)
+    target_registries(&a, ca->target_tp, ca->target_pp, &targets, &err);
+  for (int w = 0; targets && w < ca->target_tp * ca->target_pp; w++) mt_registry_free(&targets[w]);
+  free(targets);
+  mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  if (g_rank == 0)
+    printf("meshckpt: check: OK: %s of %s (step %lld, %s, %d tensors, written by dp=%lld tp=%lld "
+           "pp=%lld)\n", cmd, a.dir, (long long)a.manifest_step, a.mode, a.n_tensors,
+           (long long)a.meta.dp, (long long)a.meta.tp, (long long)a.meta.pp);
+  ckpt_close(&a);
+  return 0;
+}
+
 /* ------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -838,13 +877,14 @@ int main(int argc, char **argv) {
   mt_err err = {0};
   const char *cmd = argc > 1 ? argv[1] : NULL;
   const char *pos[2] = {NULL, NULL};
-  int npos = 0, deep = 0, list = 0;
+  int npos = 0, deep = 0, list = 0, check = 0;
   const char *dtype = "fp32", *format = NULL, *hints = NULL;
   double rtol = 0;
   convert_args ca = {"shared", -1, -1, 0, 0, 0, 64, "none"};
   for (int i = 2; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(arg, "--deep")) deep = 1;
+    else if (!strcmp(arg, "--check")) check = 1;
     else if (!strcmp(arg, "--tensors")) list = 1;
     else if (!strcmp(arg, "--params-only")) ca.params_only = 1;
     else if (!strcmp(arg, "--mode") && val) {
@@ -911,6 +951,11 @@ int main(int argc, char **argv) {
   else if (ca.target_tp > 0 && strcmp(cmd, "convert") != 0)
     mt_err_set(&err, "--target is an option of convert");
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
+  if (check) {
+    int rc = check_only(cmd, pos, &ca);
+    MPI_Finalize();
+    return rc;
+  }
   if (!strcmp(cmd, "verify")) {
     int rc = cmd_verify(pos[0], deep);
     MPI_Finalize();

@@ -29,8 +29,9 @@ static void usage(FILE *f) {
           "--check validates the configuration for N ranks without MPI (what a launch checks\n"
           "before it starts; not data, memory or checkpoints); --plan prints each pipeline stage's memory per rank by category and bytes\n"
           "per step per group, from the configuration alone (no MPI, any mesh size).\n"
-          "Exit codes: 0 done, 2 bad input, 3 runtime failure, 75 stopped by SIGUSR1/SIGTERM\n"
-          "after a checkpoint (resume with train.resume=auto).\n\n"
+          "Exit codes: 0 done, 2 bad input, 3 runtime failure, 75 stopped by SIGUSR1 after a\n"
+          "checkpoint (requeue; resume with train.resume=auto), 76 stopped for good by SIGTERM\n"
+          "after a checkpoint (scancel; not requeued).\n\n"
           "Keys (section.key, type, default):\n");
   mt_config_print_help(f);
 }

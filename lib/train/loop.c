@@ -95,6 +95,14 @@ static void load_batch(mt_trainer *t, int step) {
   free(seq);
 }
 
+/* what a stop signal (agreed over the ranks) ends the run with */
+static int stop_exit_code(int stop) {
+  return stop == MT_STOP_CANCEL ? MT_EXIT_CANCELLED : MT_EXIT_PREEMPTED;
+}
+static const char *stop_reason(int stop) {
+  return stop == MT_STOP_CANCEL ? "cancelled by SIGTERM" : "stop requested by SIGUSR1";
+}
+
 int mt_train_loop(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
   mt_mesh *mesh = &t->mesh;
@@ -106,15 +114,16 @@ int mt_train_loop(mt_trainer *t) {
   t->last_step_done = t->start_step;
   t->last_saved = t->start_step;
   /* a stop asked for during start-up or a long resume: nothing new was
-   * trained, so nothing to save; exit as a preempted run does */
+   * trained, so nothing to save; exit as a preempted or cancelled run does */
   int early = mt_train_signalled();
   MPI_Allreduce(MPI_IN_PLACE, &early, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (early && t->start_step < cfg->steps) {
-    mt_info0("meshtrain: stop requested by signal before the first step; nothing new to "
-             "checkpoint, exiting with code %d", MT_EXIT_PREEMPTED);
+    int code = stop_exit_code(early);
+    mt_info0("meshtrain: %s before the first step; nothing new to checkpoint, exiting with "
+             "code %d", stop_reason(early), code);
     t->wall_s = mt_now() - t_train0;
-    t->exit_code = MT_EXIT_PREEMPTED;
-    return MT_EXIT_PREEMPTED;
+    t->exit_code = code;
+    return code;
   }
   for (int step = (int)t->start_step; step < cfg->steps && !stop; step++) {
     /* dp: the dp x cp group of the gradients (the dp group at cp = 1) */
@@ -302,9 +311,11 @@ int mt_train_loop(mt_trainer *t) {
     }
     t->total_ckpt_s += pending_ckpt_s;
     if (signalled) {
-      mt_info0("meshtrain: stop requested by signal after step %lld%s; exiting with code %d",
-               done, strcmp(cfg->ckpt_mode, "none") ? " (checkpointed)" : "", MT_EXIT_PREEMPTED);
-      exit_code = MT_EXIT_PREEMPTED;
+      exit_code = stop_exit_code(signalled);
+      mt_info0("meshtrain: %s after step %lld%s; exiting with code %d (%s)", stop_reason(signalled),
+               done, strcmp(cfg->ckpt_mode, "none") ? " (checkpointed)" : "", exit_code,
+               exit_code == MT_EXIT_CANCELLED ? "stopped for good: the job scripts do not requeue"
+                                              : "requeue and resume with train.resume=auto");
       stop = 1;
     } else if (stop_after && !is_final) {
       mt_info0("meshtrain: train.stop_after = %d reached at step %lld", cfg->stop_after, done);

@@ -10,10 +10,13 @@
 static const char *PROG = "meshtrain";
 
 /* ------------------------------------------------------------------ */
-/* preemption: a signal only sets a flag                               */
+/* stop signals only set a flag: USR1 preempt (requeue), TERM cancel    */
 
-static volatile sig_atomic_t g_stop_signal = 0;
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
+static volatile sig_atomic_t g_stop = MT_STOP_NONE;
+static void on_stop_signal(int sig) {
+  if (sig == SIGTERM) g_stop = MT_STOP_CANCEL;
+  else if (g_stop == MT_STOP_NONE) g_stop = MT_STOP_PREEMPT;
+}
 
 void mt_train_install_signals(void) {
   struct sigaction sa;
@@ -24,7 +27,7 @@ void mt_train_install_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-int mt_train_signalled(void) { return g_stop_signal != 0; }
+int mt_train_signalled(void) { return g_stop; }
 
 /* ------------------------------------------------------------------ */
 /* setup                                                               */

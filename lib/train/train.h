@@ -102,8 +102,8 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg);
 /* Collective: train.resume (a checkpoint under any layout), then the
  * outputs (config.ini, metrics.jsonl continued). */
 void mt_train_resume(mt_trainer *t);
-/* Collective: the step loop; returns the exit code (0, or 75 when stopped by
- * a signal after checkpointing). */
+/* Collective: the step loop; returns the exit code (0; 75 when SIGUSR1
+ * stopped it after a checkpoint; 76 when SIGTERM did). */
 int mt_train_loop(mt_trainer *t);
 /* Collective: summary.json and the closing lines. */
 void mt_train_summary(mt_trainer *t);
@@ -120,10 +120,16 @@ double mt_train_stage_step(mt_trainer *t);
  * split over dp; the same for any layout. */
 double mt_train_evaluate(mt_trainer *t);
 
-/* Preemption: SIGUSR1/SIGTERM only set a flag (installed first thing in
- * setup); the ranks agree on it at a step boundary. */
+/* Stop signals only set a flag (installed first thing in setup); the ranks
+ * agree on it at a step boundary (the largest value wins), checkpoint and
+ * exit. SIGUSR1 (Slurm's warning before the walltime, a preemption drill)
+ * asks to be requeued: exit 75 (MT_EXIT_PREEMPTED). SIGTERM (scancel, a
+ * shutdown) asks to stop for good: exit MT_EXIT_CANCELLED, which the job
+ * scripts do not requeue. SIGTERM wins when both came. */
+enum { MT_STOP_NONE = 0, MT_STOP_PREEMPT = 1, MT_STOP_CANCEL = 2 };
+#define MT_EXIT_CANCELLED 76
 void mt_train_install_signals(void);
-int mt_train_signalled(void);
+int mt_train_signalled(void); /* MT_STOP_NONE, MT_STOP_PREEMPT or MT_STOP_CANCEL */
 
 /* The device (device.c). Collective: resolve train.device/precision (bad
  * input ends every rank with exit 2), pick this rank's GPU by node-local

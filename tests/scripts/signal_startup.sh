@@ -1,7 +1,8 @@
 # SIGUSR1 or SIGTERM to every rank during start-up (as Slurm signals the
 # tasks of a step; here a resume that waits in set-up: MT_TEST_SETUP_SLEEP_S)
-# stops the run cleanly: every rank exits 75 within seconds, nothing new is written as a checkpoint, and the earlier checkpoint
-# and metrics history stay as they were.
+# stops the run cleanly: every rank exits within seconds (75 for USR1, the
+# requeue code; 76 for TERM, cancelled for good), nothing new is written as a
+# checkpoint, and the earlier checkpoint and metrics history stay as they were.
 source "$(dirname "$0")/common.sh"
 corpus=$(mt_corpus 200000)
 args=(--set model.preset=tiny --set train.steps=10 --set train.global_batch=8 --set train.micro_batch=2
@@ -29,7 +30,8 @@ for sig in USR1 TERM; do
   set +e; wait "$launcher"; rc=$?; set -e
   elapsed=$(( $(date +%s) - start ))
   tail -2 "$WORK/$sig.log"
-  [ $rc -eq 75 ] || fail "SIG$sig during start-up: exit code $rc, expected 75"
+  want=75; [ "$sig" = TERM ] && want=76
+  [ $rc -eq $want ] || fail "SIG$sig during start-up: exit code $rc, expected $want"
   [ $elapsed -le 15 ] || fail "SIG$sig: took ${elapsed}s to stop"
   grep -q "before the first step" "$WORK/$sig.log" || fail "SIG$sig: no clean-stop line"
   [ ! -e "$WORK/run/checkpoints/step_4" ] || fail "SIG$sig: a new checkpoint was written"

@@ -69,7 +69,7 @@ st=$(cluster_state "$jid")
 [ "${st% *}" = "COMPLETED 0:0" ] && [ "${st##* }" = 2 ] || fail "point job: '$st', expected COMPLETED 0:0 after 2 restarts"
 [ "$(grep -c 'requeued: checkpointed (exit 75)' "$run/jobs.log")" = 2 ] || fail "jobs.log lacks two requeues"
 grep -q 'restart=2 done' "$run/jobs.log" || fail "jobs.log lacks the finished second restart"
-[ "$(grep -c 'the application wrote a checkpoint and stopped (exit 75' "$run"/slurm-*.out)" = 2 ] ||
+[ "$(grep -Ec 'the application wrote a checkpoint at step [0-9]+ and stopped \(exit 75' "$run"/slurm-*.out)" = 2 ] ||
   fail "the job log does not explain exit 75 twice"
 
 # the same run without interruption ends with the same losses

@@ -50,6 +50,6 @@ n = int(sys.argv[2])
 assert steps == list(range(1, n + 1)), "steps %s" % steps
 PY
 grep -q 'resumed from step' "$WORK/run/resume.log" || fail "the fake app did not resume"
-grep -q 'the application wrote a checkpoint and stopped (exit 75' "$WORK"/run/slurm-*.out ||
+grep -Eq 'the application wrote a checkpoint at step [0-9]+ and stopped \(exit 75' "$WORK"/run/slurm-*.out ||
   fail "the job log does not explain exit 75"
 echo "PASS: USR1 -> checkpoint -> exit 75 -> requeue -> resume=auto -> done (stand-in application)"

@@ -59,7 +59,7 @@ grep -q '"dp":[[:space:]]*4' "$WORK/local/summary.json" || fail "summary.json: d
 grep -q 'meshslurm .* finished' "$WORK"/local/slurm-*.out || fail "job log lacks the finish line"
 # on LEONARDO's shape: 8 CPUs per task and all 4 GPUs of the node visible
 grep -q '"world":[[:space:]]*4' "$WORK/leo/summary.json" || fail "leonardo summary: world is not 4"
-[ "$(wc -l < "$MODULE_LOG")" = 7 ] && grep -q '^nccl/' "$MODULE_LOG" || { cat "$MODULE_LOG"; fail "the leonardo job did not load its 7 modules"; }
+[ "$(wc -l < "$MODULE_LOG")" = 6 ] && grep -q '^nccl/' "$MODULE_LOG" || { cat "$MODULE_LOG"; fail "the leonardo job did not load its 6 run modules"; }
 grep -q " tmpdir=$CINECA_SCRATCH/tmp/meshtrain-$j2 " "$WORK/leo/slurm-env.txt" || fail "the leonardo job's TMPDIR: $(cat "$WORK/leo/slurm-env.txt")"
 [ ! -e "$CINECA_SCRATCH/tmp/meshtrain-$j2" ] || fail "the leonardo job left its TMPDIR behind"
 
