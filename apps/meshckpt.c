@@ -371,9 +371,12 @@ static void report_problem(void *ctx, const char *path, const char *problem, con
  * the checkpoint's: what the loader checks against the run's model. */
 static void check_model_tensors(ckpt *c, report *rep) {
   const mt_ckpt_meta *m = &c->meta;
-  mt_model_shape shape = {(int)m->n_layer, (int)m->n_embd, (int)m->n_head, (int)m->seq_len,
-                          (int)m->vocab, 0, (int)m->moe_experts, (int)m->moe_topk,
-                          (int)m->moe_every, (int)m->moe_ffn, (int)m->moe_shared, 0.0};
+  mt_model_shape shape = {.n_layer = (int)m->n_layer, .n_embd = (int)m->n_embd,
+                          .n_head = (int)m->n_head, .seq_len = (int)m->seq_len,
+                          .vocab = (int)m->vocab, .vocab_padded = 0,
+                          .moe_experts = (int)m->moe_experts, .moe_topk = (int)m->moe_topk,
+                          .moe_every = (int)m->moe_every, .moe_ffn = (int)m->moe_ffn,
+                          .moe_shared = (int)m->moe_shared, .moe_capacity = 0.0};
   if (m->n_layer > c->n_tensors || m->n_embd > INT32_MAX || m->seq_len > INT32_MAX ||
       m->vocab > INT32_MAX || m->moe_experts > INT32_MAX || m->moe_ffn > INT32_MAX ||
       m->moe_shared > INT32_MAX) {
@@ -383,9 +386,9 @@ static void check_model_tensors(ckpt *c, report *rep) {
   shape.vocab_padded = mt_model_pad_vocab(shape.vocab, 1);
   mt_registry reg;
   mt_registry_init(&reg, 1, 0);
-  char msg[256];
-  if (mt_gpt_register(&reg, &shape, 1, 0, 0, msg, sizeof msg) != 0) {
-    report_add(rep, "%s: the root attributes describe no valid model (%s)", c->dir, msg);
+  mt_err why = {0};
+  if (mt_gpt_register(&reg, &shape, 1, 0, 0, &why) != 0) {
+    report_add(rep, "%s: the root attributes describe no valid model (%s)", c->dir, why.msg);
   } else {
     for (int i = 0; i < reg.n; i++) {
       const mt_tensor *t = &reg.t[i];
@@ -634,18 +637,17 @@ static int target_registries(const ckpt *c, int tp, int pp, mt_registry **out, m
   int *stage_of_layer = mt_calloc((size_t)shape.n_layer + 1, sizeof(int));
   for (int s = 0; s < pp; s++) {
     int l0, l1;
-    mt_pp_stage_layers(shape.n_layer, pp, 1, NULL, s, &l0, &l1);
+    mt_registry_stage_layers(shape.n_layer, pp, 1, NULL, s, &l0, &l1);
     for (int l = l0; l < l1; l++) stage_of_layer[l] = s;
   }
   mt_registry *regs = mt_calloc((size_t)(tp * pp), sizeof *regs);
-  char msg[256];
+  mt_err why = {0};
   int rc = 0;
   for (int w = 0; w < tp * pp && rc == 0; w++) {
     mt_registry_init(&regs[w], tp, w % tp);
-    if (mt_gpt_register(&regs[w], &shape, tp, w % tp, 0, msg, sizeof msg) != 0 ||
-        (pp > 1 && mt_gpt_register_stages(&regs[w], stage_of_layer, pp - 1, w / tp, msg,
-                                          sizeof msg) != 0)) {
-      mt_err_set(e, "--target tp=%d,pp=%d does not fit the model (%s)", tp, pp, msg);
+    if (mt_gpt_register(&regs[w], &shape, tp, w % tp, 0, &why) != 0 ||
+        (pp > 1 && mt_gpt_register_stages(&regs[w], stage_of_layer, pp - 1, w / tp, &why) != 0)) {
+      mt_err_set(e, "--target tp=%d,pp=%d does not fit the model (%s)", tp, pp, why.msg);
       rc = -1;
     }
   }
@@ -662,9 +664,12 @@ static int cmd_convert(ckpt *c, const char *dst, const convert_args *ca) {
   char dir[1024];
   snprintf(dir, sizeof dir, "%s", c->dir);
   ckpt_close(c); /* the conversion opens the source itself */
-  mt_ckpt_convert_opts o = {ca->mode, ca->param_dtype, ca->optim_dtype, ca->params_only,
-                            ca->target_tp, ca->target_pp, targets,
-                            (size_t)(ca->buffer_mb * 1048576.0), ca->test_crash};
+  mt_ckpt_convert_opts o = {.mode = ca->mode, .param_dtype = ca->param_dtype,
+                            .optim_dtype = ca->optim_dtype, .params_only = ca->params_only,
+                            .target_tp = ca->target_tp, .target_pp = ca->target_pp,
+                            .targets = targets,
+                            .buffer_bytes = (size_t)(ca->buffer_mb * 1048576.0),
+                            .test_crash = ca->test_crash};
   mt_ckpt_convert_stats st;
   int rc = mt_ckpt_convert(dir, dst, &o, &st, &err);
   if (rc != 0) {
@@ -812,9 +817,9 @@ static int cmd_import_hf(const char *in, const char *out_root, const convert_arg
   shape.vocab_padded = mt_model_pad_vocab(shape.vocab, 1);
   mt_registry reg;
   mt_registry_init(&reg, 1, 0);
-  char msg[256];
-  if (mt_gpt_register(&reg, &shape, 1, 0, 0, msg, sizeof msg) != 0)
-    mt_err_set(&err, "%s/config.json describes no model meshtrain can build (%s)", in, msg);
+  mt_err why = {0};
+  if (mt_gpt_register(&reg, &shape, 1, 0, 0, &why) != 0)
+    mt_err_set(&err, "%s/config.json describes no model meshtrain can build (%s)", in, why.msg);
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
   double t0 = mt_now();
   int rc = mt_ckpt_import_hf(in, &hc, &reg, out_root, ca->mode, &err);
@@ -880,7 +885,8 @@ int main(int argc, char **argv) {
   int npos = 0, deep = 0, list = 0, check = 0;
   const char *dtype = "fp32", *format = NULL, *hints = NULL;
   double rtol = 0;
-  convert_args ca = {"shared", -1, -1, 0, 0, 0, 64, "none"};
+  convert_args ca = {.mode = "shared", .param_dtype = -1, .optim_dtype = -1, .params_only = 0,
+                     .target_tp = 0, .target_pp = 0, .buffer_mb = 64, .test_crash = "none"};
   for (int i = 2; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(arg, "--deep")) deep = 1;

@@ -6,8 +6,8 @@
  *            [--devices-per-node N] [--mem-gib X] [--peak-gflops X] [--overlap X] --out FILE
  *
  * Enumerates the layouts of the model and batch on N nodes, prices each with
- * the cost model (lib/train/cost.c: memory and bytes from meshtrain --plan's
- * code, times from the profile) and prints them ranked; the sweep file runs
+ * the cost model (lib/plan/cost.c: memory and bytes from meshtrain --plan's
+ * count of the real code, times from the profile) and prints them ranked; the sweep file runs
  * as is with `slurm/meshslurm.py campaign`. No MPI. Exit 2 with one line on
  * bad input (including a model that fits no layout). */
 #include <stdio.h>
@@ -34,7 +34,9 @@ static void usage(FILE *f) {
 }
 
 static int calibrate(int argc, char **argv) {
-  mt_calibration_input in = {"calibrated", NULL, NULL, NULL, 0, 16.0, 0.0, 0.0};
+  mt_calibration_input in = {.name = "calibrated", .gemm_json = NULL, .coll_json = NULL,
+                            .stream_json = NULL, .devices_per_node = 0, .mem_gib = 16.0,
+                            .peak_gflops = 0.0, .overlap = 0.0};
   const char *out = NULL;
   mt_err e = {0};
   for (int i = 1; i < argc; i++) {

@@ -109,9 +109,9 @@ int main(int argc, char **argv) {
   /* FUNNELED: the asynchronous checkpoint writer runs a thread that makes no
    * MPI call while the main thread goes on with MPI */
   int thread_level = MPI_THREAD_SINGLE;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level);
+  MT_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level));
   int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
   mt_log_init(world_rank);
   if (a.help) {
     if (world_rank == 0) usage(stdout);

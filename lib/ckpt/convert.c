@@ -69,9 +69,9 @@ static int source_registry(const mt_ckpt_source *s, mt_registry *reg, mt_err *e)
       if (a->etp_dim >= 0) t->etp = mt_sharded(a->etp_dim, 1);
     }
   }
-  char msg[256];
-  if (mt_registry_finalize(reg, msg, sizeof msg) != 0) {
-    mt_err_set(e, "%s: its tensors do not form a registry: %s", s->dir, msg);
+  mt_err why = {0};
+  if (mt_registry_finalize(reg, &why) != 0) {
+    mt_err_set(e, "%s: its tensors do not form a registry: %s", s->dir, why.msg);
     return -1;
   }
   return 0;

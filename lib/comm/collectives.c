@@ -136,14 +136,20 @@ static int direct(const mt_group *g, mt_loc loc) {
     count((g), dt0_, (bytes));              \
   } while (0)
 
+/* A group of another backend (count.c) takes the call as a description:
+ * kind, the bytes every backend counts, integer buffers. */
+#define OTHER_BACKEND(g, ...)                                                \
+  ((g)->backend != MT_COMM_MPI && mt_comm_backend_call((g), &(mt_coll){__VA_ARGS__}))
+
 /* ------------------------------------------------------------------ */
 /* all-reduce                                                          */
 
 static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_t elem,
                       MPI_Op op, mt_loc loc) {
-  if (g->size == 1) return;
+  const double bytes = mt_bytes_allreduce(n * elem, g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_allreduce(n * elem, g->size),
+    DIRECT_BLOCKING(g, bytes,
                     g_direct->allreduce(g, buf, n, type == MPI_DOUBLE ? MT_DT_F64 : MT_DT_F32,
                                         op == MPI_MAX ? MT_RED_MAX : MT_RED_SUM));
     return;
@@ -152,7 +158,7 @@ static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_
   void *h = stage(loc, buf, n * elem, 1);
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, as_count(n), type, op, g->comm));
   unstage(loc, buf, h, n * elem, 1);
-  count(g, t0, mt_bytes_allreduce(n * elem, g->size));
+  count(g, t0, bytes);
 }
 
 void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc) {
@@ -197,12 +203,14 @@ static void allgather_dim_host(mt_group *g, const float *send, float *recv, size
 void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
                           size_t inner, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
+  const double bytes = mt_bytes_allgather(size * n * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
   }
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_allgather(size * n * sizeof(float), g->size),
+    DIRECT_BLOCKING(g, bytes,
                     g_direct->allgather_dim(g, send, recv, outer, inner));
     return;
   }
@@ -212,7 +220,7 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
   allgather_dim_host(g, hs, hr, outer, inner);
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, size * n * sizeof(float), 1);
-  count(g, t0, mt_bytes_allgather(size * n * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 /* dst[o*inner + i] = a[o*inner + i] + block k of src (outer, size, inner) */
@@ -262,13 +270,15 @@ static void reduce_scatter_dim_host(mt_group *g, const float *send, float *recv,
 void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
                                size_t inner, float *scratch, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
+  const double bytes = mt_bytes_reduce_scatter(size * n * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
   }
   if (!scratch) mt_die("mt_reduce_scatter_dim_f32 needs a scratch buffer");
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_reduce_scatter(size * n * sizeof(float), g->size),
+    DIRECT_BLOCKING(g, bytes,
                     g_direct->reduce_scatter_dim(g, send, recv, outer, inner));
     return;
   }
@@ -280,7 +290,7 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
   if (loc != MT_LOC_HOST) free(hscratch);
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, n * sizeof(float), 1);
-  count(g, t0, mt_bytes_reduce_scatter(size * n * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 /* One block of the middle dim of an (outer, size, inner) view: outer runs of
@@ -302,6 +312,8 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
   if (s_outer * s_inner != r_outer * r_inner)
     mt_die("mt_alltoall_dim_f32: blocks of %zu x %zu and %zu x %zu floats differ", s_outer,
            s_inner, r_outer, r_inner);
+  const double bytes = mt_bytes_alltoall(n * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
   if (g->size == 1) { /* one block: the views are the same buffer layout */
     local_copy(recv, send, n, loc);
     return;
@@ -315,7 +327,7 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
   MPI_Type_free(&rt);
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, n * sizeof(float), 1);
-  count(g, t0, mt_bytes_alltoall(n * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 /* ------------------------------------------------------------------ */
@@ -324,13 +336,14 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
 void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts,
                                mt_loc loc) {
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
   if (g->size == 1) {
     local_copy(recv, send, mine, loc);
     return;
   }
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_reduce_scatter(total * sizeof(float), g->size),
-                    g_direct->reduce_scatter(g, send, recv, counts));
+    DIRECT_BLOCKING(g, bytes, g_direct->reduce_scatter(g, send, recv, counts));
     return;
   }
   double t0 = mt_now();
@@ -339,16 +352,16 @@ void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, cons
   MT_MPI_CHECK(MPI_Reduce_scatter(hs, hr, counts, MPI_FLOAT, MPI_SUM, g->comm));
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, mine * sizeof(float), 1);
-  count(g, t0, mt_bytes_reduce_scatter(total * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs,
                                mt_loc loc) {
-  if (g->size == 1) return;
   size_t total = sum_counts(counts, g->size);
+  const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes) || g->size == 1) return;
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_allgather(total * sizeof(float), g->size),
-                    g_direct->allgatherv(g, NULL, buf, counts, displs));
+    DIRECT_BLOCKING(g, bytes, g_direct->allgatherv(g, NULL, buf, counts, displs));
     return;
   }
   double t0 = mt_now();
@@ -356,30 +369,38 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
   MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displs, MPI_FLOAT,
                               g->comm));
   unstage(loc, buf, h, total * sizeof(float), 1);
-  count(g, t0, mt_bytes_allgather(total * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 /* ------------------------------------------------------------------ */
 /* integers, all-to-all and variable parts (MoE dispatch)              */
 
 void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n) {
+  const double bytes = mt_bytes_allgather((size_t)g->size * n * sizeof(int), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER_I32, .bytes = bytes, .send = send, .recv = recv,
+                    .n = n))
+    return;
   if (g->size == 1) {
     if (recv != send && n) memcpy(recv, send, n * sizeof(int));
     return;
   }
   double t0 = mt_now();
   MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
-  count(g, t0, mt_bytes_allgather((size_t)g->size * n * sizeof(int), g->size));
+  count(g, t0, bytes);
 }
 
 void mt_alltoall_i32(mt_group *g, const int *send, int *recv, size_t n) {
+  const double bytes = (double)(g->size - 1) * (double)(n * sizeof(int));
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL_I32, .bytes = bytes, .send = send, .recv = recv,
+                    .n = n))
+    return;
   if (g->size == 1) {
     if (recv != send && n) memcpy(recv, send, n * sizeof(int));
     return;
   }
   double t0 = mt_now();
   MT_MPI_CHECK(MPI_Alltoall(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
-  count(g, t0, (double)(g->size - 1) * (double)(n * sizeof(int)));
+  count(g, t0, bytes);
 }
 
 double mt_bytes_alltoallv(const size_t *send_counts, int n, int rank, size_t elem_bytes) {
@@ -404,6 +425,8 @@ static void int_parts(const size_t *counts, int n, int *c, int *d, size_t *total
 void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts, float *recv,
                       const size_t *recv_counts, mt_loc loc) {
   int n = g->size;
+  const double bytes = mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float));
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
   if (n == 1) {
     local_copy(recv, send, send_counts[0], loc);
     return;
@@ -419,19 +442,22 @@ void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts,
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, rt * sizeof(float), 1);
   free(sc);
-  count(g, t0, mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float)));
+  count(g, t0, bytes);
 }
 
 void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
                        mt_loc loc) {
   int n = g->size;
+  size_t total = 0;
+  for (int r = 0; r < n; r++) total += counts[r];
+  const double bytes = mt_bytes_allgather(total * sizeof(float), n);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
   if (n == 1) {
     local_copy(recv, send, counts[0], loc);
     return;
   }
   double t0 = mt_now();
   int *c = mt_malloc(2 * (size_t)n * sizeof(int)), *d = c + n;
-  size_t total;
   int_parts(counts, n, c, d, &total);
   size_t mine = counts[g->rank];
   float *hs = stage(loc, send, mine * sizeof(float), 1);
@@ -440,13 +466,13 @@ void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, total * sizeof(float), 1);
   free(c);
-  count(g, t0, mt_bytes_allgather(total * sizeof(float), n));
+  count(g, t0, bytes);
 }
 
 void mt_reduce_scatterv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
                             mt_loc loc) {
   int n = g->size;
-  if (n == 1) {
+  if (n == 1 && g->backend == MT_COMM_MPI) {
     local_copy(recv, send, counts[0], loc);
     return;
   }
@@ -487,10 +513,10 @@ static void req_finish(mt_request *r) {
 
 void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r) {
   req_init(r, g);
-  if (g->size == 1) return;
+  const double bytes = mt_bytes_allreduce(n * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
   if (direct(g, loc)) {
-    DIRECT_START(g, r, mt_bytes_allreduce(n * sizeof(float), g->size),
-                 g_direct->allreduce(g, buf, n, MT_DT_F32, MT_RED_SUM));
+    DIRECT_START(g, r, bytes, g_direct->allreduce(g, buf, n, MT_DT_F32, MT_RED_SUM));
     return;
   }
   double t0 = mt_now();
@@ -498,7 +524,7 @@ void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_req
   MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h, as_count(n), MPI_FLOAT, MPI_SUM, g->comm,
                               &r->req));
   req_stage(r, loc, h, h, buf, n * sizeof(float));
-  count(g, t0, mt_bytes_allreduce(n * sizeof(float), g->size));
+  count(g, t0, bytes);
   r->active = 1;
 }
 
@@ -510,9 +536,10 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
     return;
   }
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
   if (direct(g, loc)) {
-    DIRECT_START(g, r, mt_bytes_reduce_scatter(total * sizeof(float), g->size),
-                 g_direct->reduce_scatter(g, send, recv, counts));
+    DIRECT_START(g, r, bytes, g_direct->reduce_scatter(g, send, recv, counts));
     return;
   }
   double t0 = mt_now();
@@ -526,7 +553,7 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
   }
   MT_MPI_CHECK(MPI_Ireduce_scatter(hs, hr, counts, MPI_FLOAT, MPI_SUM, g->comm, &r->req));
   req_stage(r, loc, h, hr, recv, mine * sizeof(float));
-  count(g, t0, mt_bytes_reduce_scatter(total * sizeof(float), g->size));
+  count(g, t0, bytes);
   r->active = 1;
 }
 
@@ -534,9 +561,10 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
                         const int *displs, mt_loc loc, mt_request *r) {
   req_init(r, g);
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
   if (g->size > 1 && direct(g, loc)) {
-    DIRECT_START(g, r, mt_bytes_allgather(total * sizeof(float), g->size),
-                 g_direct->allgatherv(g, send, recv, counts, displs));
+    DIRECT_START(g, r, bytes, g_direct->allgatherv(g, send, recv, counts, displs));
     return;
   }
   double t0 = mt_now();
@@ -558,7 +586,7 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
   MT_MPI_CHECK(MPI_Iallgatherv(hs, as_count(mine), MPI_FLOAT, hr, counts, displs, MPI_FLOAT,
                                g->comm, &r->req));
   req_stage(r, loc, h, h, recv, total * sizeof(float));
-  count(g, t0, mt_bytes_allgather(total * sizeof(float), g->size));
+  count(g, t0, bytes);
   r->active = 1;
 }
 
@@ -605,8 +633,10 @@ static int direct_p2p(const mt_group *g, int peer, int tag, mt_loc loc) {
 void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
+  const double bytes = (double)n * sizeof(float);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SEND, .bytes = bytes)) return;
   if (direct_p2p(g, peer, tag, loc)) {
-    DIRECT_START(g, r, (double)n * sizeof(float), g_direct->send(g, buf, n, peer, tag));
+    DIRECT_START(g, r, bytes, g_direct->send(g, buf, n, peer, tag));
     return;
   }
   double t0 = mt_now();
@@ -614,12 +644,13 @@ void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt
   MT_MPI_CHECK(MPI_Isend(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
   req_stage(r, loc, h, NULL, NULL, 0); /* freed at the wait, nothing goes back */
   r->active = 1;
-  count(g, t0, (double)n * sizeof(float));
+  count(g, t0, bytes);
 }
 
 void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_RECV, .bytes = 0.0)) return;
   if (direct_p2p(g, peer, tag, loc)) {
     DIRECT_START(g, r, 0.0, g_direct->recv(g, buf, n, peer, tag));
     return;
@@ -634,6 +665,8 @@ void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc l
 
 void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
                      mt_loc loc) {
+  const double bytes = (double)n * sizeof(float);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SENDRECV, .bytes = bytes)) return;
   if (direct_p2p(g, peer, tag, loc)) {
     /* both directions in flight at once, each on its own channel */
     g_direct->quiesce();
@@ -643,7 +676,7 @@ void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int 
     g_direct->wait(hs);
     g_direct->wait(hr);
     g_direct_calls += 2;
-    count(g, t0, (double)n * sizeof(float));
+    count(g, t0, bytes);
     return;
   }
   double t0 = mt_now();
@@ -653,5 +686,5 @@ void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int 
                             peer, tag, g->comm, MPI_STATUS_IGNORE));
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, n * sizeof(float), 1);
-  count(g, t0, (double)n * sizeof(float));
+  count(g, t0, bytes);
 }

@@ -219,6 +219,15 @@ void mt_mem_free(mt_mem_cat cat, void *p, size_t bytes);
  * release), so the categories cover every tensor wherever it lives */
 void mt_mem_count(mt_mem_cat cat, size_t bytes);
 void mt_mem_uncount(mt_mem_cat cat, size_t bytes);
+/* Where the counters go: the process's own account, or one a plan counts
+ * a rank's state into while it builds it without touching the process's
+ * figures. mt_mem_account_use(a) makes a (zeroed by its owner) the account
+ * counted from now on (NULL: the process's own) and returns the previous
+ * one (NULL: the process's own). */
+typedef struct {
+  size_t cur[MT_MEM_NCAT], peak[MT_MEM_NCAT];
+} mt_mem_account;
+mt_mem_account *mt_mem_account_use(mt_mem_account *a);
 size_t mt_mem_current(mt_mem_cat cat);
 size_t mt_mem_peak(mt_mem_cat cat);
 const char *mt_mem_cat_name(mt_mem_cat cat);

@@ -1,5 +1,5 @@
 /* kernels: one op table for every compute op of the model and optimizer.
- * A backend (cpu/, cuda/) fills an mt_ops; the model only ever calls through
+ * A backend (cpu/, cuda/, null/) fills an mt_ops; the model only ever calls through
  * it, so a new backend slots in without touching model code. Knows nothing
  * of MPI. All tensors are fp32, row-major, contiguous unless a stride is
  * given (under train.precision = bf16 the CUDA backend multiplies in bf16
@@ -239,7 +239,34 @@ typedef struct mt_ops {
   void (*scale)(float *x, float s, size_t n);
 } mt_ops;
 
+/* Every member of mt_ops after `loc`, in its order, as X(member, optional):
+ * optional marks those a backend may leave NULL (the T x T reference
+ * attention). ops_table.c checks a table against it; a backend may build
+ * its table from it. */
+#define MT_OPS_MEMBERS(X)                                                                  \
+  X(alloc, 0) X(free, 0) X(upload, 0) X(download, 0) X(zero, 0) X(copy, 0) X(axpy, 0)      \
+  X(sum, 0) X(sync, 0) X(encoder_forward, 0) X(encoder_backward, 0)                      \
+  X(layernorm_forward, 0) X(layernorm_backward, 0) X(matmul_forward, 0)                  \
+  X(matmul_backward, 0) X(encoder_vp_forward, 0) X(encoder_vp_backward, 0)               \
+  X(attention_forward, 1) X(attention_backward, 1) X(attn_forward, 0) X(attn_merge, 0)   \
+  X(attn_backward, 0) X(copy_2d, 0) X(add_2d, 0) X(gelu_forward, 0) X(gelu_backward, 0)  \
+  X(residual_forward, 0) X(softmax_xent_forward, 0) X(softmax_xent_backward, 0)          \
+  X(xent_vp_max, 0) X(xent_vp_exp, 0) X(xent_vp_finish, 0) X(xent_vp_backward, 0)        \
+  X(adamw_update, 0) X(moe_router_forward, 0) X(moe_router_backward, 0)                 \
+  X(moe_prob_sums, 0) X(gather_rows, 0) X(moe_combine, 0) X(moe_combine_backward, 0)     \
+  X(moe_gather_sum, 0) X(grouped_matmul_forward, 0) X(grouped_matmul_backward, 0)        \
+  X(sumsq, 0) X(scale, 0)
+
+
 const mt_ops *mt_ops_cpu(void);
+/* The null backend (null/): every op does nothing, alloc counts bytes per
+ * category and hands out addresses with no memory behind them; the values
+ * the host reads back are synthetic (losses and norms 0, a balanced
+ * routing). The real model, dp engine and pipeline run under it to be
+ * counted (the plan). mt_ops_null_reset forgets what the host uploaded and
+ * reuses the addresses (between two counted ranks). */
+const mt_ops *mt_ops_null(void);
+void mt_ops_null_reset(void);
 
 /* The members of ops that are NULL although every backend must fill them
  * (only the reference attention_forward/backward may be NULL): their names,

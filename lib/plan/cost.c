@@ -199,9 +199,10 @@ static double link_lat(const mt_cost_profile *p, int inside) {
 }
 
 /* the chunk's layers [l0, l1) (embed, head: it holds them) of a micro-batch
- * of B */
+ * of B, which sends cb[0..3] bytes over tp, cp, ep and etp (the plan's
+ * count of the chunk's forward and backward) */
 static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt_gpt *m, int l0,
-                        int l1, int embed, int head, int B) {
+                        int l1, int embed, int head, int B, const double cb[4]) {
   const int n_l = l1 - l0;
   const double T = m->T, C = m->shape.n_embd, BT = (double)B * T, tp = cfg->tp;
   const double Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local, hs = C / m->shape.n_head;
@@ -221,9 +222,10 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
   double moe_lin = 0.0;
   for (int l = l0; l < l1; l++) n_moe += mt_model_is_moe(&m->shape, l);
   if (n_moe > 0) {
-    const double E = m->shape.moe_experts, k = m->shape.moe_topk, El = m->E_local;
-    const double Fe = m->Fe_local, Fs = m->mlp_local[l0] > 0 ? m->mlp_local[l0] : 0.0;
-    const double N = (double)B * m->Ts, rows = N * k * (m->etp_size > 1 ? m->etp_size : 1) / El;
+    const double E = m->shape.moe_experts, k = m->shape.moe_topk, El = m->moe.E_local;
+    const double Fe = m->moe.Fe_local, Fs = m->mlp_local[l0] > 0 ? m->mlp_local[l0] : 0.0;
+    const double N = (double)B * m->moe.Ts;
+    const double rows = N * k * (m->moe.etp_size > 1 ? m->moe.etp_size : 1) / El;
     moe_lin = gemm_s(p, BT, 3 * Cl, C, 1) + gemm_s(p, BT, C, Cl, 1) + gemm_s(p, N, E, C, 1) +
               gemm_s(p, rows, Fe, C, El) + gemm_s(p, rows, C, Fe, El) +
               (Fs > 0 ? gemm_s(p, BT, Fs, C, 1) + gemm_s(p, BT, C, Fs, 1) : 0.0);
@@ -247,7 +249,7 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
    * are not hidden */
   if (cfg->cp > 1) {
     int inside = cfg->tp * cfg->cp <= p->devices_per_node;
-    double bytes = mt_gpt_cp_bytes_range(m, B, n_l);
+    double bytes = cb[1];
     double calls = n_l * (1.0 + refwd) * 2.0 * (cfg->cp - 1);
     double t = bytes / link_bw(p, inside) + calls * link_lat(p, inside);
     int ring = mt_cp_mode_parse(cfg->cp_mode) == MT_CP_RING;
@@ -255,12 +257,10 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
   }
   /* expert parallelism: the dispatch and combine all-to-alls (and the etp
    * gathers), as a balanced routing implies, never hidden */
-  if (n_moe > 0 && (m->ep_size > 1 || m->etp_size > 1)) {
-    double ex[2];
-    mt_gpt_expert_bytes_layers(m, B, l0, l1, ex);
+  if (n_moe > 0 && (m->moe.ep_size > 1 || m->moe.etp_size > 1)) {
     int ep_inside = cfg->tp * cfg->cp * cfg->dp <= p->devices_per_node ||
-                    m->ep_size * m->etp_size <= p->devices_per_node;
-    c.ep = (ex[0] + ex[1]) / link_bw(p, ep_inside) + n_moe * 4.0 * link_lat(p, ep_inside);
+                    m->moe.ep_size * m->moe.etp_size <= p->devices_per_node;
+    c.ep = (cb[2] + cb[3]) / link_bw(p, ep_inside) + n_moe * 4.0 * link_lat(p, ep_inside);
   }
   if (head) {
     double h = gemm_s(p, BT, Vl, C, 1);
@@ -272,7 +272,7 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
   if (embed) c.fwd += p->act_bytes * BT * C / (p->elementwise_gbs * 1e9);
   /* tensor parallelism: this chunk's bytes (as comm counts them) and calls */
   if (tp > 1) {
-    double bytes = mt_gpt_tp_bytes_range(m, B, n_l, embed, head);
+    double bytes = cb[0];
     double calls = n_l * ((cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0)) +
                    embed * (cfg->sp ? 2.0 : 1.0) + head * ((cfg->sp ? 3.0 : 1.0) + 2.0);
     int inside = cfg->tp <= p->devices_per_node;
@@ -301,8 +301,8 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
   int rc = 0, n_buckets = 1;
   for (int st = 0; st < pp && rc == 0; st++) {
     mt_plan_rank pr;
-    mt_gpt m;
-    if (mt_plan_rank_model(cfg, &lay, st, 0, 0, 0, &pr, &m, e) != 0) {
+    mt_plan_world w;
+    if (mt_plan_rank_world(cfg, &lay, st, 0, 0, 0, &pr, &w, e) != 0) {
       rc = -1;
       break;
     }
@@ -316,7 +316,9 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
     for (int vs = st; vs < pp * v; vs += pp) {
       int a, b;
       mt_layout_stage_layers(cfg, &lay, vs, &a, &b);
-      chunk_cost c = chunk(p, cfg, &m, a, b, vs == 0, vs == pp * v - 1, B);
+      double cb[4]; /* the chunk's bytes per micro-batch */
+      for (int k = 0; k < 4; k++) cb[k] = w.step.exec.chunk_bytes[vs / pp][k] / accum;
+      chunk_cost c = chunk(p, cfg, &w.step.model, a, b, vs == 0, vs == pp * v - 1, B, cb);
       /* the collectives of cp and ep ride on the ops like tp's */
       c.tp += c.cp + c.ep;
       if (c.fwd + c.bwd + c.tp > worst.fwd + worst.bwd + worst.tp) worst = c;
@@ -337,7 +339,7 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
                                     : pr.params_numel / (cfg->zero >= 1 ? cfg->dp : 1);
     double optim = 7.0 * 4.0 * updated / (p->elementwise_gbs * 1e9);
     if (optim > out->optim_s) out->optim_s = optim;
-    mt_gpt_destroy(&m);
+    mt_plan_world_destroy(&w);
   }
   if (rc == 0) {
     /* the pipeline: the simulator with the slowest chunk's per-op costs, the
@@ -350,8 +352,8 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
     mt_pp_schedule s;
     mt_pp_schedule_build(&s, lay.sched, pp, accum, v);
     mt_pp_sim sim;
-    char why[256];
-    mt_pp_schedule_validate(&s, tf, tb, tbi, tbw, &sim, why, sizeof why);
+    mt_err why = {0}; /* validation already accepted the schedule */
+    mt_pp_schedule_validate(&s, tf, tb, tbi, tbw, &sim, &why);
     mt_pp_schedule_free(&s);
     out->compute_s = accum * v * (worst.fwd + worst.bwd);
     out->cp_s = accum * v * worst.cp;

@@ -44,7 +44,7 @@ static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_
 
 void mt_layout_stage_layers(const mt_config *cfg, const mt_layout *lay, int vs, int *l0,
                            int *l1) {
-  mt_pp_stage_layers(lay->shape.n_layer, cfg->pp, cfg->virtual_stages,
+  mt_registry_stage_layers(lay->shape.n_layer, cfg->pp, cfg->virtual_stages,
                      lay->has_split ? lay->split : NULL, vs, l0, l1);
 }
 
@@ -160,12 +160,12 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     return -1;
   mt_pp_schedule sched;
   mt_pp_schedule_build(&sched, (mt_pp_sched)kind, cfg->pp, m, cfg->virtual_stages);
-  char msg[256];
+  mt_err why = {0};
   mt_pp_sim sim;
-  int bad = mt_pp_schedule_validate(&sched, 1, 2, 1, 1, &sim, msg, sizeof msg);
+  int bad = mt_pp_schedule_validate(&sched, 1, 2, 1, 1, &sim, &why);
   mt_pp_schedule_free(&sched);
   if (bad) {
-    mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", cfg->pp_schedule, msg);
+    mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", cfg->pp_schedule, why.msg);
     return -1;
   }
   /* one stage runs its micro-batches one after the other (1F1B of one stage) */
@@ -189,11 +189,8 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   }
   if (cfg->pp > 1) {
     lay->stage_of_layer = mt_calloc((size_t)s->n_layer, sizeof(int));
-    for (int vs = 0; vs < cfg->pp * cfg->virtual_stages; vs++) {
-      int a, b;
-      mt_layout_stage_layers(cfg, lay, vs, &a, &b);
-      for (int l = a; l < b; l++) lay->stage_of_layer[l] = vs % cfg->pp;
-    }
+    mt_registry_stage_map(s->n_layer, cfg->pp, cfg->virtual_stages,
+                          lay->has_split ? lay->split : NULL, lay->stage_of_layer);
   }
   return 0;
 }
@@ -203,3 +200,31 @@ void mt_layout_free(mt_layout *lay) {
   lay->stage_of_layer = NULL;
 }
 
+
+void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *mesh, int *l0l1,
+                         mt_step_opts *o, mt_step_groups *g) {
+  const int n_vs = cfg->pp * cfg->virtual_stages;
+  for (int vs = 0; vs < n_vs; vs++)
+    mt_layout_stage_layers(cfg, lay, vs, &l0l1[vs], &l0l1[n_vs + vs]);
+  /* zb-h1 splits each backward into input and weight passes (the sets keep
+   * the linears' output gradients in between) */
+  *o = (mt_step_opts){
+      .shape = &lay->shape, .micro_batch = cfg->micro_batch,
+      .par = {.tp = &mesh->tp_g, .sp = cfg->sp, .recompute = cfg->recompute,
+              .split_backward = cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1,
+              .stage_of_layer = NULL, .pp_rank = 0, .pp_last = 0, .external_state = 1,
+              .cp = &mesh->cp_g, .cp_mode = mt_cp_mode_parse(cfg->cp_mode), .ep = &mesh->ep_g,
+              .etp = &mesh->etp_g},
+      .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
+      .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
+      .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,
+      .virtual_stages = cfg->virtual_stages, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs};
+  if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
+    o->par.stage_of_layer = lay->stage_of_layer;
+    o->par.pp_rank = mesh->pp_rank;
+    o->par.pp_last = cfg->pp - 1;
+  }
+  *g = (mt_step_groups){.tp = &mesh->tp_g, .cp = &mesh->cp_g, .dp = &mesh->dp_g,
+                        .pp = &mesh->pp_g, .dpcp = &mesh->dpcp_g, .ep = &mesh->ep_g,
+                        .etp = &mesh->etp_g, .edp = &mesh->edp_g};
+}

@@ -3,8 +3,9 @@
  *   mt_layout_validate  every check of a configuration for a world size,
  *                       and the layout it derives (layout.c)
  *   mt_plan_*           memory per rank by category and bytes per group per
- *                       step, from the real model and dp engine counted
- *                       (plan.c)
+ *                       step: the real model, dp engine and pipeline of a
+ *                       rank run on the null backend over a count-only
+ *                       mesh, counted (plan.c)
  *   mt_cost_*           a layout's step time on a hardware profile (cost.c),
  *                       profiles fitted from meshbench (calibrate.c)
  *   mt_search_*         every layout of a model on N nodes, priced (search.c)
@@ -25,7 +26,6 @@
 #include "model/model.h"
 #include "parallel/parallel.h"
 
-#define MT_PP_MAX_CHUNKS 64
 
 /* What validation derives from the configuration for a world size. */
 typedef struct {
@@ -49,56 +49,77 @@ void mt_layout_free(mt_layout *lay);
 void mt_layout_stage_layers(const mt_config *cfg, const mt_layout *lay, int vs, int *l0,
                            int *l1);
 
+/* What a rank of cfg's mesh is made of (mt_step_create's options): the
+ * model's split over the mesh's groups, the ZeRO level and buckets, AdamW,
+ * the schedule and every virtual stage's blocks (in l0l1, 2 x pp x v ints
+ * the caller provides and keeps while o is used). The trainer and the plan
+ * build a rank from the same options. */
+void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *mesh, int *l0l1,
+                         mt_step_opts *o, mt_step_groups *g);
+
 /* ------------------------------------------------------------------ */
-/* the plan: memory and bytes from placement alone                     */
+/* the plan: the real code, counted                                    */
+
+/* A rank of cfg's mesh built for counting, in this process without MPI:
+ * the real model, dp engine, schedule and executor (mt_step_create) on the
+ * null backend over a count-only mesh. Its memory is counted into acct (the
+ * process's own figures untouched) and its bytes on the mesh's groups. */
+typedef struct {
+  mt_mesh mesh;         /* count-only (mt_mesh_count) */
+  mt_step step;
+  mt_mem_account acct;
+  int *tokens, *rows;   /* the step's micro-batches (zeros: their values do not matter) */
+  mt_pp_batch batch;
+} mt_plan_world;
 
 typedef struct {
   int world_rank, pp_rank, dp_rank, cp_rank, tp_rank;
   int ep_rank, etp_rank, edp_rank; /* on the folded mesh of MoE blocks */
-  /* bytes this rank allocates, by mt_mem_cat; exact, except comm with
-   * pp > 1 (the pipeline's send buffers grow with the messages in flight:
-   * comm is then the fixed part) */
+  /* bytes this rank allocates, by mt_mem_cat (the peak of a training step,
+   * set-up included); exact, except comm with pp > 1 (the pipeline's send
+   * buffers are one per message in flight, which depends on the peers'
+   * timing: comm is then the least a run holds) */
   double mem[MT_MEM_NCAT];
   int comm_exact;
   /* bytes this rank sends per training step (no evaluation, no checkpoint)
-   * over each group, as comm counts them; dp: the dp x cp group, where
-   * gradients, ZeRO shards and the loss are reduced */
+   * over each group, counted where a run counts them; dp: the dp x cp
+   * group, where gradients, ZeRO shards and the loss are reduced */
   double dp_bytes, tp_bytes, pp_bytes, cp_bytes;
-  /* MoE: over ep (the dispatch's all-to-alls, as a balanced routing implies:
-   * exact when every expert gets the same share of the slots, e.g. k = E),
-   * etp (gathers and reduce-scatters inside experts) and edp (the experts'
+  /* MoE: over ep (the dispatch's all-to-alls, of a balanced routing: exact
+   * when every expert gets the same share of the slots, e.g. k = E), etp
+   * (gathers and reduce-scatters inside experts) and edp (the experts'
    * gradients) */
   double ep_bytes, etp_bytes, edp_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
   int n_buckets;         /* dp buckets (reductions per step) */
   int layers;            /* blocks on this rank (all its chunks) */
-  mt_group groups[4];    /* tp, cp, ep, etp: the sizes and ranks the model points to */
 } mt_plan_rank;
 
 typedef struct {
   mt_layout lay;
   int n;                 /* every rank of the mesh */
   mt_plan_rank *r;
+  int counted;           /* ranks built and counted: one per class of equal figures */
 } mt_plan;
 
-/* The plan of every rank of cfg's mesh (world_size 0: the mesh as given).
- * Needs no MPI. Returns 0, or -1 with e set (the validation's errors). */
+/* The plan of every rank of cfg's mesh (world_size 0: the mesh as given),
+ * counting one rank of each class of ranks whose figures are the same (the
+ * same stage and the same shard sizes), so a plan of any mesh takes
+ * seconds. Needs no MPI. Returns 0, or -1 with e set (the validation's
+ * errors). */
 int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e);
 /* One rank's plan (pp, dp, cp, tp coordinates), for a running rank's checks. */
 int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
                        int cp_rank, int tp_rank, mt_plan_rank *out, mt_err *e);
 void mt_plan_free(mt_plan *p);
-/* mt_plan_rank_build that also hands back the count-only model it built
- * (keep: free it with mt_gpt_destroy; its registry carries the dp placement) */
-int mt_plan_rank_model(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
-                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e);
-/* The model as the rank (pp_rank, dp_rank, cp_rank, tp_rank) of cfg's mesh
- * would create it, allocating nothing (mt_gpt_create_plan; free with
- * mt_gpt_destroy). groups[4] (tp, cp, ep, etp: sizes and ranks, no MPI)
- * must outlive m. */
-int mt_plan_model(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
-                  int cp_rank, int tp_rank, mt_group groups[4], mt_gpt *m, mt_err *e);
+/* mt_plan_rank_build that also hands back the rank it counted (keep it:
+ * free it with mt_plan_world_destroy). Its executor's chunk_bytes are the
+ * step's bytes per chunk on tp, cp, ep and etp (the cost model's). */
+int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
+                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_plan_world *keep,
+                       mt_err *e);
+void mt_plan_world_destroy(mt_plan_world *w);
 /* The table meshtrain --plan prints: per pipeline stage, memory by category
  * and bytes per group per step (the largest rank of the stage). */
 void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f);

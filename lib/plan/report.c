@@ -39,10 +39,10 @@ int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e) {
   if (mt_layout_validate(cfg, 0, &lay, e) != 0) return -1;
   mt_pp_schedule s;
   mt_pp_sim sim;
-  char msg[256];
+  mt_err why = {0}; /* validation already accepted the schedule */
   mt_pp_schedule_build(&s, (mt_pp_sched)mt_pp_sched_parse(cfg->pp_schedule), cfg->pp, lay.accum,
                        cfg->virtual_stages);
-  mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, msg, sizeof msg);
+  mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, &why);
   if (out) {
     for (int r = 0; r < cfg->pp; r++) mt_pp_schedule_print(&s, r, out);
     fprintf(out, "# simulated bubble (F = 1, B = 2 per stage) %.4f\n", sim.bubble);

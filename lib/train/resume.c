@@ -101,7 +101,7 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   mt_flat_range *r[MT_CKPT_NGROUPS], *hr[MT_CKPT_NGROUPS] = {NULL};
   mt_ckpt_state st;
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
-    st.n_ranges[g] = mt_dp_state_ranges(&t->dp, g, 0, &r[g]);
+    st.n_ranges[g] = mt_dp_state_ranges(&t->step.dp, g, 0, &r[g]);
     st.ranges[g] = r[g];
   }
   /* state on a GPU: loaded into host buffers, then copied up */
@@ -112,12 +112,12 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   }
   mt_ckpt_meta want = model_meta(shape), got;
   double tl = mt_now();
-  if (mt_ckpt_load(t->resumed_from, &t->model.reg, &t->mesh, &st, &want,
+  if (mt_ckpt_load(t->resumed_from, &t->step.model.reg, &t->mesh, &st, &want,
                    cfg->ckpt_verify_on_load, &got, err) == 0) {
     if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
     t->start_step = got.step;
     t->samples_done = got.samples;
-    t->dp.opt.t = (int)got.optimizer_step;
+    t->step.dp.opt.t = (int)got.optimizer_step;
     if (got.seed != cfg->seed) {
       /* the data order is (seed, sample index): keep the checkpoint's stream */
       mt_info0("meshtrain: train.seed %d differs from the checkpoint's %lld; continuing the "
@@ -158,7 +158,7 @@ static void init_from_checkpoint(mt_trainer *t, mt_err *err) {
   mt_flat_range *r[MT_CKPT_NGROUPS] = {NULL}, *hr[MT_CKPT_NGROUPS] = {NULL};
   mt_ckpt_state st;
   memset(&st, 0, sizeof st);
-  st.n_ranges[MT_CKPT_MODEL] = mt_dp_state_ranges(&t->dp, MT_CKPT_MODEL, 0, &r[MT_CKPT_MODEL]);
+  st.n_ranges[MT_CKPT_MODEL] = mt_dp_state_ranges(&t->step.dp, MT_CKPT_MODEL, 0, &r[MT_CKPT_MODEL]);
   st.ranges[MT_CKPT_MODEL] = r[MT_CKPT_MODEL];
   /* parameters on a GPU: loaded into host buffers, then copied up */
   float *host_state = NULL;
@@ -168,7 +168,7 @@ static void init_from_checkpoint(mt_trainer *t, mt_err *err) {
   }
   mt_ckpt_meta want = model_meta(shape), got;
   double tl = mt_now();
-  if (mt_ckpt_load_params(dir, &t->model.reg, &t->mesh, &st, &want, cfg->ckpt_verify_on_load,
+  if (mt_ckpt_load_params(dir, &t->step.model.reg, &t->mesh, &st, &want, cfg->ckpt_verify_on_load,
                           &got, err) == 0) {
     if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
     mt_info0("meshtrain: parameters from %s (step %lld of the run that wrote it) in %.2f s; "
@@ -215,12 +215,13 @@ void mt_train_resume(mt_trainer *t) {
       mt_info0("meshtrain: MoE: %d experts (top-%d, hidden %d, %d shared, %s) in %d of %d blocks, "
                "%zu parameters active per token; folded mesh etp=%d ep=%d edp=%d",
                s->moe_experts, s->moe_topk, s->moe_ffn, s->moe_shared,
-               s->moe_capacity > 0 ? "capacity" : "dropless", t->model.n_moe, s->n_layer,
+               s->moe_capacity > 0 ? "capacity" : "dropless", t->step.model.moe.n_blocks,
+               s->n_layer,
                mt_model_active_params(s), t->mesh.etp, t->mesh.ep, t->mesh.edp);
     mt_info0("meshtrain: global batch %d x %d tokens, micro-batch %d, %d accumulation steps, "
              "%d dp buckets, peak %.1f GFLOP/s per rank (%s), BLAS kernels %s",
              cfg->global_batch, s->seq_len, cfg->micro_batch, t->lay.accum,
-             t->model.reg.n_buckets, t->peak_per_rank, t->peak_source, mt_kernels_blas_core());
+             t->step.model.reg.n_buckets, t->peak_per_rank, t->peak_source, mt_kernels_blas_core());
   }
   t->setup_s = mt_now() - t->t_start;
 }

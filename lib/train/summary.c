@@ -234,8 +234,8 @@ void mt_train_summary(mt_trainer *t) {
   mine[RANK_COORDS + MT_MEM_NCAT + 4] = t->last_ep_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 5] = t->last_etp_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 6] = t->last_edp_bytes;
-  if (t->world_rank == 0) all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
-  MPI_Gather(mine, RANK_FIELDS, MPI_DOUBLE, all, RANK_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
+  mt_train_gather_f64(&t->mesh.world, mine, RANK_FIELDS, all);
   /* the plan of this rank: what summary.json states per step */
   mt_plan_rank plan;
   mt_err e = {0};
@@ -244,9 +244,11 @@ void mt_train_summary(mt_trainer *t) {
   /* per pipeline stage: parameter bytes a rank holds, dp bytes it sends per step */
   double stage_bytes[2 * MT_PP_MAX_CHUNKS] = {0};
   double my_bytes[2] = {plan.params_numel * sizeof(float), plan.dp_state_bytes};
-  if (cfg->pp > 1)
-    MPI_Gather(my_bytes, 2, MPI_DOUBLE, stage_bytes, 2, MPI_DOUBLE, 0, t->mesh.pp_g.comm);
-  if (t->world_rank != 0) return;
+  if (cfg->pp > 1) mt_train_gather_f64(&t->mesh.pp_g, my_bytes, 2, stage_bytes);
+  if (t->world_rank != 0) {
+    free(all);
+    return;
+  }
   fclose(t->metrics_f);
   t->metrics_f = NULL;
   double avg_step = t->timed_steps ? t->total_step_s / t->timed_steps : 0.0;
@@ -323,9 +325,9 @@ void mt_train_summary(mt_trainer *t) {
   if (cfg->save_params) {
     /* every rank holds the full parameters after the step (all-gathered under
      * ZeRO 1-2; pp = 1 and zero <= 2 only, as validation requires) */
-    const size_t n = t->model.reg.numel_local;
+    const size_t n = t->step.model.reg.numel_local;
     float *host = mt_malloc((n ? n : 1) * sizeof(float));
-    t->ops->download(host, t->dp.params, n * sizeof(float));
+    t->ops->download(host, t->step.dp.params, n * sizeof(float));
     f = mt_train_open_out(cfg->output_dir, "params.f32", "wb");
     if (fwrite(host, sizeof(float), n, f) != n) mt_die("short write of params.f32");
     fclose(f);

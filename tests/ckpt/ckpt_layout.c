@@ -55,10 +55,10 @@ static void gpt2_at_tp(int tp, int64_t want_padded) {
   for (int r = 0; r < tp; r++) {
     mt_registry reg;
     mt_registry_init(&reg, tp, r);
-    char msg[256];
+    mt_err err = {0};
     shape.vocab_padded = mt_model_pad_vocab(shape.vocab, tp);
-    CHECK(mt_gpt_register(&reg, &shape, tp, r, 0, msg, sizeof msg) == 0, "register tp=%d: %s", tp,
-          msg);
+    CHECK(mt_gpt_register(&reg, &shape, tp, r, 0, &err) == 0, "register tp=%d: %s", tp,
+          err.msg);
     int w = mt_registry_find(&reg, "wte.weight");
     CHECK(w >= 0 && reg.t[w].shape[0] == 50257 && reg.t[w].padded[0] == want_padded &&
               reg.t[w].local_shape[0] == want_padded / tp,
@@ -198,9 +198,9 @@ static void moe_at(int ep, int etp) {
   for (int er = 0; er < ep; er++)
     for (int tr = 0; tr < etp; tr++) {
       mt_registry reg;
-      char msg[256];
+      mt_err err = {0};
       mt_gpt_layout lay = {1, 0, 0, s.n_layer, NULL, 0, 0, ep, er, etp, tr};
-      CHECK(mt_gpt_register_layout(&reg, &s, &lay, msg, sizeof msg) == 0, "register: %s", msg);
+      CHECK(mt_gpt_register_layout(&reg, &s, &lay, &err) == 0, "register: %s", err.msg);
       if (er == 0 && tr == 0) {
         tt.n = reg.n;
         tt.groups = MT_CKPT_NGROUPS;

@@ -332,8 +332,8 @@ static double model_loss(void *p) {
   /* the token losses summed in double (mt_gpt_forward rounds the mean to float) */
   double l = mt_gpt_forward_range(m, &m->a, 0, m->shape.n_layer, 1, 1, c->inp, c->tgt, c->B) /
              tokens;
-  for (int b = 0; b < m->n_moe; b++) l += (m->moe_aux[b] + m->moe_z[b]) / tokens;
-  size_t n = (size_t)m->moe_window_of[m->shape.n_layer] * c->B * m->Ts * m->shape.moe_topk;
+  for (int b = 0; b < m->moe.n_blocks; b++) l += (m->moe.aux[b] + m->moe.z[b]) / tokens;
+  size_t n = (size_t)m->moe_window_of[m->shape.n_layer] * c->B * m->moe.Ts * m->shape.moe_topk;
   if (c->top0) c->changed = memcmp(c->top0, m->a.moe_top, n * sizeof(int)) != 0;
   return l;
 }
@@ -409,11 +409,11 @@ static void test_model_fd(double capacity) {
   for (int i = 0; i < B * s.seq_len; i++) inp[i] = (int)(rng_next() % 64), tgt[i] = (int)(rng_next() % 64);
   model_ctx c = {&m, inp, tgt, B, NULL, 0};
   model_loss(&c);
-  size_t n = (size_t)m.moe_window_of[s.n_layer] * B * m.Ts * s.moe_topk;
+  size_t n = (size_t)m.moe_window_of[s.n_layer] * B * m.moe.Ts * s.moe_topk;
   c.top0 = malloc(n * sizeof(int));
   memcpy(c.top0, m.a.moe_top, n * sizeof(int));
   double dropped = 0.0;
-  for (int b = 0; b < m.n_moe; b++) dropped += m.moe_dropped[b];
+  for (int b = 0; b < m.moe.n_blocks; b++) dropped += m.moe.dropped[b];
   if (capacity > 0) check_true("capacity 1.0 drops some slots here", dropped > 0);
   else check_true("dropless drops nothing", dropped == 0);
   mt_gpt_zero_grad(&m);

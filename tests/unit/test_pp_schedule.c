@@ -44,11 +44,11 @@ static int g_failures = 0, g_checks = 0;
 static double simulate(mt_pp_sched kind, int pp, int m, int v, mt_pp_sim *sim) {
   mt_pp_schedule s;
   mt_pp_schedule_build(&s, kind, pp, m, v);
-  char msg[256];
+  mt_err err = {0};
+  const char *msg = err.msg;
   int rc = kind == MT_SCHED_ZBH1
-               ? mt_pp_schedule_validate(&s, 1.0, 2.0, 1.0, 1.0, sim, msg, sizeof msg)
-               : mt_pp_schedule_validate(&s, 1.0 / v, 2.0 / v, 1.0 / v, 1.0 / v, sim, msg,
-                                         sizeof msg);
+               ? mt_pp_schedule_validate(&s, 1.0, 2.0, 1.0, 1.0, sim, &err)
+               : mt_pp_schedule_validate(&s, 1.0 / v, 2.0 / v, 1.0 / v, 1.0 / v, sim, &err);
   CHECK(rc == 0, "%s pp=%d m=%d v=%d: %s", mt_pp_sched_name(kind), pp, m, v, msg);
   if (rc == 0)
     for (int r = 0; r < pp && r < 64; r++)
@@ -74,8 +74,9 @@ static void expect_refused(const char *what, mt_pp_sched kind, int pp, int m, in
   mt_pp_schedule s;
   mt_pp_schedule_build(&s, kind, pp, m, v);
   f(&s, r);
-  char msg[256];
-  int rc = mt_pp_schedule_validate(&s, 1, 2, 1, 1, NULL, msg, sizeof msg);
+  mt_err err = {0};
+  const char *msg = err.msg;
+  int rc = mt_pp_schedule_validate(&s, 1, 2, 1, 1, NULL, &err);
   CHECK(rc != 0 && strstr(msg, needle), "%s: expected a refusal with '%s', got rc=%d '%s'", what,
         needle, rc, msg);
   mt_pp_schedule_free(&s);
@@ -201,7 +202,7 @@ int main(void) {
       int prev = 0, lo = L, hi = 0;
       for (int s = 0; s < n; s++) {
         int a, b;
-        mt_pp_stage_layers(L, n, 1, NULL, s, &a, &b);
+        mt_registry_stage_layers(L, n, 1, NULL, s, &a, &b);
         CHECK(a == prev && b > a, "layers L=%d n=%d stage %d: [%d,%d)", L, n, s, a, b);
         prev = b;
         lo = b - a < lo ? b - a : lo;
@@ -210,7 +211,7 @@ int main(void) {
       CHECK(prev == L && hi - lo <= 1, "layers L=%d n=%d: end %d, sizes %d..%d", L, n, prev, lo, hi);
     }
   int split[3] = {1, 3, 2}, a, b;
-  mt_pp_stage_layers(6, 3, 1, split, 1, &a, &b);
+  mt_registry_stage_layers(6, 3, 1, split, 1, &a, &b);
   CHECK(a == 1 && b == 4, "explicit split: [%d,%d)", a, b);
 
   printf("%d schedules simulated, %d checks, %d failures\n", cases, g_checks, g_failures);

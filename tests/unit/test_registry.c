@@ -45,13 +45,14 @@ static void test_expert_tensor(void) {
   for (int er = 0; er < ep; er++)
     for (int trk = 0; trk < tp; trk++) {
       mt_registry r;
-      char msg[256] = "";
+      mt_err err = {0};
+      const char *msg = err.msg;
       mt_registry_init(&r, tp, trk);
       mt_registry_set_ep(&r, ep, er);
       mt_tensor_spec s = {"experts.0.fc.weight", 3, shape, NULL, mt_sharded(1, 1), mt_sharded(0, 1),
                           0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
       mt_registry_add_spec(&r, &s);
-      CHECK(mt_registry_finalize(&r, msg, sizeof msg) == 0, "expert tensor: %s", msg);
+      CHECK(mt_registry_finalize(&r, &err) == 0, "expert tensor: %s", msg);
       const mt_tensor *t = &r.t[0];
       CHECK(t->local_shape[0] == 2 && t->local_shape[1] == 2 && t->local_shape[2] == 8 &&
                 t->numel_local == 32,
@@ -70,13 +71,14 @@ static void test_expert_tensor(void) {
   free(seen);
   /* both axes on one dim; a dim that does not divide */
   mt_registry r;
-  char msg[256] = "";
+  mt_err err = {0};
+  const char *msg = err.msg;
   mt_registry_init(&r, 2, 0);
   mt_registry_set_ep(&r, 2, 0);
   mt_tensor_spec both = {"experts.0.proj.weight", 3, shape, NULL, mt_sharded(0, 1),
                          mt_sharded(0, 1), 0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &both);
-  CHECK(mt_registry_finalize(&r, msg, sizeof msg) != 0 && strstr(msg, "experts.0.proj.weight") &&
+  CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.proj.weight") &&
             strstr(msg, "two axes"),
         "a dim sharded over tp and ep: '%s'", msg);
   mt_registry_free(&r);
@@ -85,8 +87,8 @@ static void test_expert_tensor(void) {
   mt_tensor_spec odd = {"experts.0.up.weight", 3, shape, NULL, mt_replicated(), mt_sharded(0, 1),
                         0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &odd);
-  msg[0] = '\0';
-  CHECK(mt_registry_finalize(&r, msg, sizeof msg) != 0 && strstr(msg, "experts.0.up.weight") &&
+  err = (mt_err){0};
+  CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.up.weight") &&
             strstr(msg, "ep = 3"),
         "4 experts over ep = 3: '%s'", msg);
   mt_registry_free(&r);
@@ -96,8 +98,9 @@ static void test_units(void) {
   mt_model_shape s;
   mt_model_preset("tiny", &s);
   mt_registry r;
-  char msg[256] = "";
-  CHECK(mt_gpt_register(&r, &s, 1, 0, 0, msg, sizeof msg) == 0, "register: %s", msg);
+  mt_err err = {0};
+  const char *msg = err.msg;
+  CHECK(mt_gpt_register(&r, &s, 1, 0, 0, &err) == 0, "register: %s", msg);
   CHECK(r.n_units == s.n_layer + 2, "%d units, expected %d", r.n_units, s.n_layer + 2);
   size_t off = 0;
   for (int u = 0; u < r.n_units; u++) {
@@ -121,8 +124,8 @@ static void test_units(void) {
                          MT_GROUP_DP};
     mt_registry_add_spec(&r, &sp);
   }
-  msg[0] = '\0';
-  CHECK(mt_registry_finalize(&r, msg, sizeof msg) != 0 && strstr(msg, "c.weight") &&
+  err = (mt_err){0};
+  CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "c.weight") &&
             strstr(msg, "not registered together"),
         "a layer registered apart: '%s'", msg);
   mt_registry_free(&r);
@@ -139,9 +142,10 @@ static void test_dp_placement(void) {
   for (int z = 0; z <= 3; z++) {
     for (int rank = 0; rank < dp; rank++) {
       mt_registry r;
-      char msg[256];
-      mt_gpt_register(&r, &s, 1, 0, 0, msg, sizeof msg);
-      mt_registry_shard_dp(&r, dp, rank, z, bucket_bytes);
+      mt_err err = {0};
+      mt_gpt_register(&r, &s, 1, 0, 0, &err);
+      mt_registry_set_dp(&r, dp, rank, 1, 0);
+      mt_registry_shard(&r, z, bucket_bytes);
       size_t end = r.numel_local, shard = 0;
       unsigned char *owned = calloc(r.numel_local, 1);
       for (int k = 0; k < r.n_buckets; k++) {
@@ -194,11 +198,11 @@ static void test_init_values(void) {
   mt_model_preset("tiny", &s);
   s.vocab = 250;
   mt_registry r1, r2[2];
-  char msg[256];
+  mt_err err = {0};
   s.vocab_padded = mt_model_pad_vocab(s.vocab, 1);
-  mt_gpt_register(&r1, &s, 1, 0, 0, msg, sizeof msg);
+  mt_gpt_register(&r1, &s, 1, 0, 0, &err);
   s.vocab_padded = mt_model_pad_vocab(s.vocab, 2);
-  for (int q = 0; q < 2; q++) mt_gpt_register(&r2[q], &s, 2, q, 0, msg, sizeof msg);
+  for (int q = 0; q < 2; q++) mt_gpt_register(&r2[q], &s, 2, q, 0, &err);
   const uint64_t seed = 77;
   for (int i = 0; i < r1.n; i++) {
     const mt_tensor *t = &r1.t[i];

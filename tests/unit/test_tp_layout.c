@@ -84,9 +84,10 @@ static void test_layout(const char *tag, mt_model_shape s, int tp, int sp) {
             s.vocab_padded - s.vocab < 64 * tp,
         "%s tp=%d: vocab %d padded to %d", tag, tp, s.vocab, s.vocab_padded);
   mt_registry reg[4];
-  char msg[256];
+  mt_err err = {0};
+  const char *msg = err.msg;
   for (int r = 0; r < tp; r++)
-    if (mt_gpt_register(&reg[r], &s, tp, r, sp, msg, sizeof msg) != 0) {
+    if (mt_gpt_register(&reg[r], &s, tp, r, sp, &err) != 0) {
       CHECK(0, "%s tp=%d rank %d: register: %s", tag, tp, r, msg);
       return;
     }
@@ -169,22 +170,23 @@ static void test_layout(const char *tag, mt_model_shape s, int tp, int sp) {
 /* shard r of `shards` over Vp columns: [v0, v0+Vl), nreal of them < V */
 static void test_stage_layout(const char *tag, mt_model_shape s, int tp, int pp) {
   s.vocab_padded = mt_model_pad_vocab(s.vocab, tp);
-  char msg[256];
+  mt_err err = {0};
+  const char *msg = err.msg;
   mt_registry whole, reg;
-  if (mt_gpt_register(&whole, &s, tp, 0, 0, msg, sizeof msg) != 0) {
+  if (mt_gpt_register(&whole, &s, tp, 0, 0, &err) != 0) {
     CHECK(0, "%s: register: %s", tag, msg);
     return;
   }
   int *stage_of_layer = calloc((size_t)s.n_layer, sizeof(int));
   for (int st = 0; st < pp; st++) {
     int a, b;
-    mt_pp_stage_layers(s.n_layer, pp, 1, NULL, st, &a, &b);
+    mt_registry_stage_layers(s.n_layer, pp, 1, NULL, st, &a, &b);
     for (int l = a; l < b; l++) stage_of_layer[l] = st;
   }
   size_t total = 0, wte_local = whole.t[mt_registry_find(&whole, "wte.weight")].numel_local;
   for (int st = 0; st < pp; st++) {
-    if (mt_gpt_register(&reg, &s, tp, 0, 0, msg, sizeof msg) != 0 ||
-        mt_gpt_register_stages(&reg, stage_of_layer, pp - 1, st, msg, sizeof msg) != 0) {
+    if (mt_gpt_register(&reg, &s, tp, 0, 0, &err) != 0 ||
+        mt_gpt_register_stages(&reg, stage_of_layer, pp - 1, st, &err) != 0) {
       CHECK(0, "%s pp=%d stage %d: %s", tag, pp, st, msg);
       break;
     }

@@ -35,7 +35,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 
-int mt_bench_gemm_bf16(int argc, char **argv);
+#include "bench/bench.h"
 
 static const char *g_prog = "meshbench gemm-bf16";
 

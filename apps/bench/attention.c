@@ -23,11 +23,11 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "bench/bench.h"
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 
-int mt_bench_attention(int argc, char **argv);
 
 static const char *g_prog = "meshbench attention";
 
@@ -157,9 +157,12 @@ int mt_bench_attention(int argc, char **argv) {
       } else {
         lse = buffer(n_lse, 6);
       }
-      mt_attn_block a = {B, NH, hs, T, T, 0, 0, 1, (size_t)T * 3 * C, 3 * (size_t)C,
-                         (size_t)T * 3 * C, 3 * (size_t)C, (size_t)T * 3 * C, 3 * (size_t)C,
-                         (size_t)T * C, (size_t)C, (size_t)NH * T, (size_t)T};
+      mt_attn_block a = {.B = B, .NH = NH, .hs = hs, .Tq = T, .Tk = T, .q_pos0 = 0, .k_pos0 = 0,
+                         .causal = 1, .q_bs = (size_t)T * 3 * C, .q_rs = 3 * (size_t)C,
+                         .k_bs = (size_t)T * 3 * C, .k_rs = 3 * (size_t)C,
+                         .v_bs = (size_t)T * 3 * C, .v_rs = 3 * (size_t)C,
+                         .o_bs = (size_t)T * C, .o_rs = (size_t)C, .l_bs = (size_t)NH * T,
+                         .l_hs = (size_t)T};
       for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up (first touch of the buffers) */
         double t0 = mt_now();
         if (k == 0) {

@@ -26,14 +26,14 @@
 
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
+#include "bench/bench.h"
 #include "core/core.h"
 #include "model/model.h"
 
-int mt_bench_ckpt(int argc, char **argv);
 
 static double barrier_time(double t0) {
   double dt = mt_now() - t0, mx = dt;
-  MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MT_MPI_CHECK(MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   return mx;
 }
 
@@ -116,12 +116,12 @@ int mt_bench_ckpt(int argc, char **argv) {
     }
   }
   int init = 0;
-  MPI_Initialized(&init);
+  MT_MPI_CHECK(MPI_Initialized(&init));
   int thread_level = MPI_THREAD_SINGLE; /* FUNNELED: the asynchronous save's writer thread */
-  if (!init) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &thread_level);
+  if (!init) MT_MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &thread_level));
   int rank, world;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
   mt_log_init(rank);
   mt_model_shape shape;
   if (mt_model_preset(model_name, &shape) != 0 || reps < 1) {
@@ -130,10 +130,9 @@ int mt_bench_ckpt(int argc, char **argv) {
   }
   mt_registry reg;
   mt_registry_init(&reg, 1, 0);
-  char msg[256];
-  mt_gpt_register(&reg, &shape, 1, 0, 0, msg, sizeof msg);
   mt_mesh mesh;
   mt_err err = {0};
+  if (mt_gpt_register(&reg, &shape, 1, 0, 0, &err) != 0) mt_die("%s", err.msg);
   mt_mesh_create(&mesh, 1, 1, world, 1, &err);
   /* this rank's share of the flat state, three groups */
   size_t n = reg.numel_local, lo = n * (size_t)rank / (size_t)world,
@@ -143,15 +142,17 @@ int mt_bench_ckpt(int argc, char **argv) {
   mt_flat_range ranges[MT_CKPT_NGROUPS];
   mt_ckpt_state st;
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
-    ranges[g] = (mt_flat_range){lo, len, mem + (size_t)g * len};
+    ranges[g] = (mt_flat_range){.begin = lo, .len = len, .mem = mem + (size_t)g * len};
     st.ranges[g] = &ranges[g];
     st.n_ranges[g] = len > 0;
   }
   double total_bytes = 3.0 * 4.0 * (double)n;
-  mt_ckpt_meta meta = {1, 0, 0, 1, 1, shape.n_layer, shape.n_embd, shape.n_head, shape.seq_len,
-                       shape.vocab, world, 1, 1, 1, 1, world, 0, 0, 0, 0, 0, 1, 1};
+  mt_ckpt_meta meta = {.step = 1, .samples = 0, .tokens = 0, .optimizer_step = 1, .seed = 1,
+                       .n_layer = shape.n_layer, .n_embd = shape.n_embd, .n_head = shape.n_head,
+                       .seq_len = shape.seq_len, .vocab = shape.vocab, .dp = world, .tp = 1,
+                       .pp = 1, .cp = 1, .zero = 1, .world = world, .ep = 1, .etp = 1};
   if (save_to) {
-    mt_ckpt_save_opts opts = {save_mode, 0, "none", ""};
+    mt_ckpt_save_opts opts = {.mode = save_mode, .keep = 0, .test_crash = "none", .config_ini = ""};
     if (mt_ckpt_save(save_to, &meta, &reg, &mesh, &st, &opts, NULL, &err) != 0) mt_die("%s", err.msg);
     if (rank == 0) printf("meshbench ckpt: %s state (%.3f GB) saved as %s/step_1 (%s)\n", model_name,
                           total_bytes / 1e9, save_to, save_mode);
@@ -167,7 +168,7 @@ int mt_bench_ckpt(int argc, char **argv) {
     mkdir(dir, 0755);
     mkdir(root, 0755);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  MT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   snprintf(raw, sizeof raw, "%s/raw-%05d.bin", root, rank);
   const char *modes[2] = {"shared", "per-writer"};
   /* per repetition: raw write and read, then each mode's save and load, then
@@ -178,12 +179,12 @@ int mt_bench_ckpt(int argc, char **argv) {
   double *t = mt_calloc((size_t)reps * NT, sizeof(double));
   for (int rep = 0; rep < reps; rep++) {
     double *x = t + (size_t)rep * NT;
-    MPI_Barrier(MPI_COMM_WORLD);
+    MT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     double t0 = mt_now();
     if (raw_io(raw, (char *)mem, 3 * len * sizeof(float), 1, 0) != 0) mt_die("raw write of %s failed", raw);
     x[RAW_W] = barrier_time(t0);
     unlink(raw);
-    MPI_Barrier(MPI_COMM_WORLD);
+    MT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     t0 = mt_now();
     if (raw_io(raw, (char *)mem, 3 * len * sizeof(float), 1, 1) != 0) mt_die("raw write of %s failed", raw);
     x[RAW_W2] = barrier_time(t0);
@@ -195,12 +196,13 @@ int mt_bench_ckpt(int argc, char **argv) {
       char mroot[1200], step_dir[1300];
       snprintf(mroot, sizeof mroot, "%s/%s", root, modes[m]);
       snprintf(step_dir, sizeof step_dir, "%s/step_1", mroot);
-      mt_ckpt_save_opts opts = {modes[m], 1, "none", ""};
-      MPI_Barrier(MPI_COMM_WORLD);
+      mt_ckpt_save_opts opts = {.mode = modes[m], .keep = 1, .test_crash = "none",
+                                .config_ini = ""};
+      MT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
       t0 = mt_now();
       if (mt_ckpt_save(mroot, &meta, &reg, &mesh, &st, &opts, NULL, &err) != 0) mt_die("%s", err.msg);
       x[m ? SAVE_PW : SAVE_SH] = barrier_time(t0);
-      MPI_Barrier(MPI_COMM_WORLD);
+      MT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
       t0 = mt_now();
       mt_ckpt_meta got;
       if (mt_ckpt_load(step_dir, &reg, &mesh, &st, &meta, 0, &got, &err) != 0) mt_die("%s", err.msg);
@@ -212,7 +214,7 @@ int mt_bench_ckpt(int argc, char **argv) {
          * at all (the fence right after begin) */
         for (int overlap = 1; overlap >= 0; overlap--) {
           meta.step = 2 + overlap;
-          MPI_Barrier(MPI_COMM_WORLD);
+          MT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
           t0 = mt_now();
           mt_ckpt_async *a = mt_ckpt_async_begin(mroot, &meta, &reg, &mesh, &st, &opts, &err);
           double b = barrier_time(t0);
@@ -225,7 +227,7 @@ int mt_bench_ckpt(int argc, char **argv) {
           double t1 = mt_now();
           mt_ckpt_async_fence(a);
           double f = barrier_time(t1), copy = mt_now() - tc;
-          MPI_Allreduce(MPI_IN_PLACE, &copy, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+          MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &copy, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
           if (mt_ckpt_async_poll(&a, 1, NULL, NULL, &err) < 0) mt_die("%s", err.msg);
           if (overlap) {
             x[A_BEGIN] = b;
@@ -238,7 +240,7 @@ int mt_bench_ckpt(int argc, char **argv) {
         meta.step = 1;
       }
       if (rank == 0) remove_dir(mroot);
-      MPI_Barrier(MPI_COMM_WORLD);
+      MT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     }
   }
   /* medians over the repetitions of the times and of the per-repetition ratios */

@@ -3,7 +3,7 @@
  * layer's token rows. The decisions are integer bookkeeping on the host
  * (the router's choices are downloaded); the rows move through comm in the
  * backend's memory and are reordered by the backend's gather op. */
-#include "parallel/parallel.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -33,7 +33,7 @@ void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, int S, 
 }
 
 void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, const mt_ops *ops,
-                  int E, int k, int T, double capacity, int max_seqs, int ts) {
+                  int E, int k, int T, double capacity, int max_seqs, int ts, const int *owner) {
   memset(x, 0, sizeof *x);
   x->ep_g = ep_g && ep_g->size > 1 ? ep_g : NULL;
   x->etp_g = etp_g && etp_g->size > 1 ? etp_g : NULL;
@@ -48,6 +48,20 @@ void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, co
   x->seq_size = group_size(x->seq_g);
   x->seq_rank = group_rank(x->seq_g);
   x->E_l = E / x->ep;
+  /* each expert's ep rank, and the experts in send order: by owner, then
+   * index (each owner holds E_l of them) */
+  x->owner = mt_calloc(2 * (size_t)E, sizeof(int));
+  x->order = x->owner + E;
+  int i = 0;
+  for (int p = 0; p < x->ep; p++) {
+    int held = 0;
+    for (int e = 0; e < E; e++) {
+      x->owner[e] = owner ? owner[e] : e / x->E_l;
+      if (x->owner[e] == p) x->order[i++] = e, held++;
+    }
+    if (held != x->E_l)
+      mt_die("expert parallelism: ep rank %d owns %d experts, not E/ep = %d", p, held, x->E_l);
+  }
   x->T = T;
   x->cap = mt_ep_capacity(capacity, T, k, E);
   x->max_seqs = max_seqs;
@@ -57,7 +71,7 @@ void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, co
   /* host scratch: choices, per-sequence counts of every seq rank, slots,
    * send order, received counts of every etp rank, permutations */
   size_t cnt = (size_t)max_seqs * k * E;
-  x->h_n = 3 * (size_t)x->max_tokens * k + (size_t)(x->seq_size + 2) * cnt + 2 * (size_t)E +
+  x->h_n = 3 * (size_t)x->max_tokens * k + (size_t)(x->seq_size + 2) * cnt + 3 * (size_t)E +
            (size_t)x->etp * x->ep * x->E_l + 2 * x->max_rows +
            (size_t)mt_ep_meta_ints(x->ep, x->etp, x->E_l) + 16;
   x->h = mt_calloc(x->h_n, sizeof(int));
@@ -65,6 +79,7 @@ void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, co
 
 void mt_ep_destroy(mt_ep *x) {
   free(x->h);
+  free(x->owner);
   memset(x, 0, sizeof *x);
 }
 
@@ -99,6 +114,7 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   int *all = h;      h += (size_t)x->seq_size * x->max_seqs * k * E; /* [r][s][j][e] */
   int *kept = h;     h += E;                          /* kept slots per expert */
   int *fill = h;     h += E;                          /* send positions handed out */
+  int *packed = h;   h += E;                          /* kept, in send order */
   int *recv_all = h; h += (size_t)etp * ep * E_l;     /* [t][p][e_l] */
   int *h_perm = h;   h += x->max_rows;
   int *h_inv = h;
@@ -157,12 +173,14 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   }
   if (st) st->dropped += dropped;
 
-  /* 4. the send order: expert-major, tokens in order (a token sends at most
-   * one slot to an expert) */
+  /* 4. the send order: by the experts' ranks, expert-major within each,
+   * tokens in order (a token sends at most one slot to an expert) */
   int n_send = 0;
-  for (int e = 0; e < E; e++) {
+  for (int i = 0; i < E; i++) {
+    int e = x->order[i];
     fill[e] = n_send;
     n_send += kept[e];
+    packed[i] = kept[e];
   }
   for (int n = 0; n < N; n++)
     for (int j = 0; j < k; j++) {
@@ -173,15 +191,13 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
       h_send[pos] = n;
     }
   int *sc = meta + MT_EP_HEAD, *rc = sc + ep, *etp_rows = rc + ep, *off = etp_rows + etp;
-  for (int p = 0; p < ep; p++) {
-    sc[p] = 0;
-    for (int el = 0; el < E_l; el++) sc[p] += kept[p * E_l + el];
-  }
+  for (int p = 0; p < ep; p++) sc[p] = 0;
+  for (int e = 0; e < E; e++) sc[x->owner[e]] += kept[e];
 
   /* 5. counts over ep (each peer's slots for each of my experts), then over etp */
   int *recv_mine = recv_all + (size_t)x->etp_rank * ep * E_l; /* [p][e_l] */
-  if (x->ep_g) mt_alltoall_i32(x->ep_g, kept, recv_mine, (size_t)E_l);
-  else memcpy(recv_mine, kept, (size_t)E_l * sizeof(int));
+  if (x->ep_g) mt_alltoall_i32(x->ep_g, packed, recv_mine, (size_t)E_l);
+  else memcpy(recv_mine, packed, (size_t)E_l * sizeof(int));
   if (x->etp_g) {
     int *mine = mt_malloc((size_t)ep * E_l * sizeof(int) + 16);
     memcpy(mine, recv_mine, (size_t)ep * E_l * sizeof(int));
@@ -274,21 +290,4 @@ void mt_ep_combine(const mt_ep *x, const int *meta, const float *rows, float *re
   if (x->ep_g) mt_alltoallv_f32(x->ep_g, recv, b, send, a, x->ops->loc);
   else if (send != recv) x->ops->copy(send, recv, b[0]);
   free(a);
-}
-
-void mt_ep_bytes_balanced(int E, int k, int ep, int etp, int seq_size, int S, int Ts, int C,
-                          double out[3]) {
-  const double N = (double)S * Ts, per_peer = N * k / ep; /* rows to each ep rank */
-  const int E_l = E / ep;
-  out[0] = out[1] = out[2] = 0.0;
-  if (ep > 1) /* counts once; rows out and back, forward and backward */
-    out[0] = (double)(ep - 1) * E_l * sizeof(int) +
-             4.0 * (double)(ep - 1) * per_peer * C * sizeof(float);
-  if (etp > 1) { /* counts once; each etp rank receives N k rows: gather and scatter, twice */
-    size_t rows_bytes = (size_t)etp * (size_t)(N * k) * (size_t)C * sizeof(float);
-    out[1] = mt_bytes_allgather((size_t)etp * ep * E_l * sizeof(int), etp) +
-             2.0 * (mt_bytes_allgather(rows_bytes, etp) + mt_bytes_reduce_scatter(rows_bytes, etp));
-  }
-  if (seq_size > 1) /* the per-sequence counts of every slice */
-    out[2] = mt_bytes_allgather((size_t)seq_size * S * k * E * sizeof(int), seq_size);
 }

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "core/core.h"
 #include "kernels/kernels.h"
 
-int mt_bench_stream(int argc, char **argv);
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
