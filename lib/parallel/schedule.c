@@ -21,23 +21,35 @@
  *                B (input gradient) and W (weight gradient); stage r
  *                delays its W passes by r micro-batches, so they fill what
  *                would be 1F1B's bubbles; at most pp micro-batches held on
- *                any stage (F to W), the peak 1F1B has on stage 0. */
+ *                any stage (F to W), the peak 1F1B has on stage 0.
+ *   breadth-first
+ *                Breadth-First Pipeline Parallelism (Lamy-Poirier, 2023):
+ *                the looping placement of interleaved (v chunks per rank,
+ *                v >= 1), but every micro-batch of a virtual stage runs
+ *                before the next virtual stage: forwards chunk by chunk,
+ *                then backwards with the chunks reversed. All m x v
+ *                activation sets are held (as GPipe's m); in exchange a
+ *                rank runs m micro-batches of one chunk in a row, so
+ *                ZeRO-3 gathers a chunk's parameters once per step for
+ *                forward and once for backward, and ZeRO-2/3 reduce its
+ *                gradients once, after its last micro-batch (pp.c). */
 #include "parallel/parallel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *g_sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+static const char *g_sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "breadth-first"};
+#define N_SCHEDS ((int)(sizeof g_sched_names / sizeof g_sched_names[0]))
 
 int mt_pp_sched_parse(const char *name) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < N_SCHEDS; i++)
     if (strcmp(name, g_sched_names[i]) == 0) return i;
   return -1;
 }
 
 const char *mt_pp_sched_name(mt_pp_sched kind) {
-  return (unsigned)kind < 4 ? g_sched_names[kind] : "?";
+  return (int)kind >= 0 && (int)kind < N_SCHEDS ? g_sched_names[kind] : "?";
 }
 
 const char *mt_pp_op_name(mt_pp_op_kind kind) {
@@ -47,15 +59,17 @@ const char *mt_pp_op_name(mt_pp_op_kind kind) {
 
 int mt_pp_sched_check(mt_pp_sched kind, int pp, int m, int v, int n_layer, mt_err *e) {
   const char *name = mt_pp_sched_name(kind);
-  if (kind != MT_SCHED_GPIPE && m < pp) {
+  if (kind != MT_SCHED_GPIPE && kind != MT_SCHED_BFS && m < pp) {
     mt_err_set(e,
                "train.micro_batches = %d is smaller than parallel.pp = %d: parallel.schedule = "
                "%s needs at least one micro-batch per stage",
                m, pp, name);
     return -1;
   }
-  if (kind != MT_SCHED_INTERLEAVED && v != 1) {
-    mt_err_set(e, "parallel.virtual_stages = %d needs parallel.schedule = interleaved (got %s)",
+  if (kind != MT_SCHED_INTERLEAVED && kind != MT_SCHED_BFS && v != 1) {
+    mt_err_set(e,
+               "parallel.virtual_stages = %d needs parallel.schedule = interleaved or "
+               "breadth-first (got %s)",
                v, name);
     return -1;
   }
@@ -186,6 +200,13 @@ void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, in
       build_zbh1(&lists[r], r, pp, m);
       lim = pp;
       break;
+    case MT_SCHED_BFS: /* every micro-batch of a chunk, chunk after chunk */
+      for (int c = 0; c < v; c++)
+        for (int i = 0; i < m; i++) push_compute(&lists[r], MT_PP_FWD, i, c, r, pp, v);
+      for (int c = v - 1; c >= 0; c--)
+        for (int i = 0; i < m; i++) push_compute(&lists[r], MT_PP_BWD, i, c, r, pp, v);
+      lim = m * v;
+      break;
     }
     s->max_inflight[r] = lim < m * v ? lim : m * v;
     s->n_ops[r] = lists[r].n;
@@ -245,6 +266,7 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
   int *peak = mt_calloc((size_t)pp, sizeof(int));
   double *clock = mt_calloc((size_t)pp, sizeof(double)), *busy = mt_calloc((size_t)pp,
                                                                             sizeof(double));
+  double *grads_end = mt_calloc((size_t)pp, sizeof(double));
 #define FAIL(...)                                   \
   do {                                              \
     mt_err_set(e, __VA_ARGS__);                     \
@@ -331,6 +353,7 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
           }
           clock[r] += dt;
           busy[r] += dt;
+          if (o->kind == MT_PP_BWD || o->kind == MT_PP_BWD_WEIGHT) grads_end[r] = clock[r];
         }
         pc[r]++;
         progress = 1;
@@ -370,6 +393,7 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
       if (r < 64) {
         out->rank_bubble[r] = b;
         out->peak_inflight[r] = peak[r];
+        out->rank_grads_end[r] = grads_end[r];
       }
     }
     out->bubble = acc / pp;
@@ -379,6 +403,7 @@ done:
 #undef FAIL
   for (int i = 0; i < 2 * pp; i++) free(ch[i].q);
   free(ch); free(pc); free(inflight); free(peak); free(clock); free(busy);
+  free(grads_end);
   free(f_done); free(b_done); free(bi_done); free(w_done); free(have_act); free(have_grad);
   free(sent_act); free(sent_grad);
   return rc;

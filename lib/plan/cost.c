@@ -298,7 +298,7 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
   /* per pp stage: the plan of its first rank and its chunks' costs; the
    * slowest chunk sets the per-op times of the schedule's simulation */
   chunk_cost worst = {0, 0, 0, 0, 0, 0};
-  int rc = 0, n_buckets = 1;
+  int rc = 0, n_buckets = 1, stage_buckets[64] = {0};
   for (int st = 0; st < pp && rc == 0; st++) {
     mt_plan_rank pr;
     mt_plan_world w;
@@ -329,6 +329,10 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
                   2.0 * pr.n_buckets * link_lat(p, dp_inside) * (cfg->zero >= 2 ? accum : 1);
     if (cfg->dp * cfg->cp == 1) dp_s = 0.0;
     dp_s += pr.edp_bytes / link_bw(p, dp_inside); /* the experts' gradients over edp */
+    if (st < 64) {
+      out->stage_dp_s[st] = dp_s;
+      stage_buckets[st] = pr.n_buckets > 0 ? pr.n_buckets : 1;
+    }
     if (dp_s >= out->dp_total_s) {
       out->dp_total_s = dp_s;
       n_buckets = pr.n_buckets > 0 ? pr.n_buckets : 1;
@@ -363,13 +367,28 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
     out->pp_bubble_s = sim.makespan - out->compute_s - out->tp_s - out->cp_s - out->ep_s -
                        out->pp_p2p_s;
     if (out->pp_bubble_s < 0) out->pp_bubble_s = 0.0;
-    /* dp hides behind backward where the schedule overlaps it (one stage: the
-     * last micro-batch's backward, every micro-batch's under ZeRO-2/3; with
-     * pipeline stages it runs after the schedule), never the last bucket */
-    double hide = pp == 1 ? p->overlap * (cfg->zero >= 2 ? accum : 1) * v * worst.bwd : 0.0;
-    double last_bucket = out->dp_total_s / n_buckets;
-    out->dp_exposed_s = out->dp_total_s - hide;
-    if (out->dp_exposed_s < last_bucket) out->dp_exposed_s = last_bucket;
+    /* dp hides behind backward where the schedule overlaps it: a stage's
+     * reductions start during its last backward of each chunk (under
+     * ZeRO-2/3 during every micro-batch's) and go on through the cool-down
+     * of the stages below it, until the schedule ends; never the last
+     * bucket. Without overlap (parallel.overlap_dp = false, ZeRO 0-1) they
+     * all run after the schedule. The step waits for the slowest stage. */
+    const int overlaps = cfg->zero >= 2 || cfg->overlap_dp;
+    double hide = overlaps ? p->overlap * (cfg->zero >= 2 ? accum : 1) * v * worst.bwd : 0.0;
+    out->dp_exposed_s = 0.0;
+    for (int st = 0; st < pp && st < 64; st++) {
+      double cool = overlaps && pp > 1 ? sim.makespan - sim.rank_grads_end[st] : 0.0;
+      double last_bucket = out->stage_dp_s[st] / stage_buckets[st];
+      double x = out->stage_dp_s[st] - hide - cool;
+      if (x < last_bucket) x = last_bucket;
+      out->stage_dp_exposed_s[st] = x;
+      if (x > out->dp_exposed_s) out->dp_exposed_s = x;
+    }
+    if (pp > 64) { /* beyond the per-stage figures: the largest stage's, no cool-down */
+      double x = out->dp_total_s - hide;
+      if (x < out->dp_total_s / n_buckets) x = out->dp_total_s / n_buckets;
+      if (x > out->dp_exposed_s) out->dp_exposed_s = x;
+    }
     out->step_s = sim.makespan + out->dp_exposed_s + out->optim_s;
     double tokens = (double)cfg->global_batch * lay.shape.seq_len;
     out->tokens_per_s = tokens / out->step_s;

@@ -177,6 +177,10 @@ typedef struct {
   double pp_bubble_s;        /*   the schedule's idle time */
   double pp_p2p_s;           /*   pipeline messages */
   double dp_total_s, dp_exposed_s; /* dp collectives, and what backward does not hide */
+  /* per pipeline stage (first 64): its dp collectives, and the part beyond
+   * its last backward and the cool-down after it (the step's dp_exposed_s
+   * is the largest) */
+  double stage_dp_s[64], stage_dp_exposed_s[64];
   double optim_s;            /*   AdamW */
   double tokens_per_s, mfu, model_flops;
   /* the plan's figures, the largest rank's of any stage */

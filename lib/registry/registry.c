@@ -307,6 +307,14 @@ static void bucket_add(mt_registry *r, size_t begin, size_t end, mt_grad_group g
   b->group = g;
 }
 
+int mt_registry_unit_tied(const mt_registry *r, int u) {
+  for (int i = r->units[u].t0; i < r->units[u].t1; i++) {
+    const mt_tensor *t = &r->t[i];
+    if (t->numel_local && t->pp_copy >= 0 && t->pp_copy != t->pp_stage) return 1;
+  }
+  return 0;
+}
+
 int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes) {
   free_buckets(r);
   r->zero = zero;
@@ -334,16 +342,28 @@ int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes) {
     }
   } else {
     /* whole units: zero 3 one each, zero 2 merged up to max_elems (units of
-     * one reduction group only) */
+     * one reduction group only). Under pipeline parallelism a bucket also
+     * never spans two virtual stages (an empty unit, another stage's, lies
+     * between them: each backward pass then completes whole buckets, and
+     * interleaved chunks never share one), and a unit holding a tied tensor
+     * kept equal across stages is a bucket of its own (its gradients are
+     * summed across stages before dp reduces them, so it waits for the end
+     * of the step and should hold nothing else) */
     int gu = -1; /* the group of the bucket being filled */
     for (int u = r->n_units - 1; u >= 0; u--) {
       size_t begin = r->units[u].begin;
       if (r->units[u].end > begin) gu = (int)r->units[u].group;
-      int next_g = -1;
+      int next_g = -1, next_u = -1;
       for (int v = u - 1; v >= 0 && next_g < 0; v--)
-        if (r->units[v].end > r->units[v].begin) next_g = (int)r->units[v].group;
+        if (r->units[v].end > r->units[v].begin) {
+          next_g = (int)r->units[v].group;
+          next_u = v;
+        }
       int group_ends = next_g >= 0 && next_g != gu;
-      if ((zero == 3 || end - begin >= max_elems || u == 0 || group_ends) && end > begin) {
+      int gap = next_u >= 0 && next_u < u - 1;
+      int tied = next_u >= 0 && (mt_registry_unit_tied(r, u) || mt_registry_unit_tied(r, next_u));
+      if ((zero == 3 || end - begin >= max_elems || u == 0 || group_ends || gap || tied) &&
+          end > begin) {
         bucket_add(r, begin, end, gu < 0 ? MT_GROUP_DP : (mt_grad_group)gu);
         end = begin;
       }

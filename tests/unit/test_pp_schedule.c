@@ -1,7 +1,8 @@
 /* test_pp_schedule: pipeline schedules as data, checked by simulation (no MPI).
  *
- * For every schedule (gpipe, 1f1b, interleaved, zb-h1), pp = 1..8,
- * m = pp..4pp (interleaved: multiples of pp, v = 2..4; gpipe also m < pp):
+ * For every schedule (gpipe, 1f1b, interleaved, zb-h1, breadth-first),
+ * pp = 1..8, m = pp..4pp (interleaved: multiples of pp, v = 2..4;
+ * breadth-first: v = 1..4, any m; gpipe and breadth-first also m < pp):
  *   - the validator accepts the op lists: each (micro-batch, chunk) forwarded
  *     once and backed once, F before B before W, data dependencies across
  *     stages, every send received in the same order on the peer, no wait
@@ -10,7 +11,9 @@
  *     gpipe: m), and the promise is reached on rank 0;
  *   - the simulated bubble (F = 1, B = 2 per stage; a chunk's ops 1/v of
  *     that) equals theory within 1e-9: (p-1)/(m+p-1) for gpipe and 1f1b,
- *     (p-1)/(v*m+p-1) for interleaved;
+ *     (p-1)/(v*m+p-1) for interleaved, and for breadth-first when m >= p
+ *     (its forwards of a chunk never wait for the previous chunk then:
+ *     makespan 3m + 3(p-1)/v);
  *   - zb-h1 (F = B = W = 1) has a smaller bubble than 1f1b for pp > 1, and
  *     equals its theory (p-1)(F+B-W) = p-1 idle units per stage;
  *   - a broken list is refused, and for the reason expected: a dropped
@@ -61,7 +64,7 @@ static double simulate(mt_pp_sched kind, int pp, int m, int v, mt_pp_sim *sim) {
   for (int r = 0; r < pp; r++) {
     int lim = kind == MT_SCHED_1F1B ? pp - r : kind == MT_SCHED_ZBH1 ? pp : m * v;
     if (kind != MT_SCHED_INTERLEAVED)
-      CHECK(s.max_inflight[r] == (m < lim ? m : lim), "%s: promise of rank %d is %d",
+      CHECK(s.max_inflight[r] == (m * v < lim ? m * v : lim), "%s: promise of rank %d is %d",
             mt_pp_sched_name(kind), r, s.max_inflight[r]);
   }
   mt_pp_schedule_free(&s);
@@ -143,6 +146,10 @@ int main(void) {
       double g = simulate(MT_SCHED_GPIPE, pp, m, 1, &sim);
       CHECK(fabs(g - th) < 1e-9, "gpipe pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, g, th);
       cases++;
+      for (int v = 1; m < pp && v <= 2; v++) { /* breadth-first below pp micro-batches: valid */
+        simulate(MT_SCHED_BFS, pp, m, v, &sim);
+        cases++;
+      }
       if (m < pp) continue;
       double f = simulate(MT_SCHED_1F1B, pp, m, 1, &sim);
       CHECK(fabs(f - th) < 1e-9, "1f1b pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, f, th);
@@ -155,6 +162,16 @@ int main(void) {
         printf("%-12s %3d %3d %2d %10.4f %10.4f\n%-12s %3d %3d %2d %10.4f %10.4f (zb-h1 ideal)\n",
                "1f1b", pp, m, 1, f, th, "zb-h1", pp, m, 1, z, zth);
       cases += 2;
+      for (int v = 1; v <= 4; v++) {
+        if (pp * v > 32) continue;
+        double bth = (double)(pp - 1) / (v * m + pp - 1);
+        double bf = simulate(MT_SCHED_BFS, pp, m, v, &sim);
+        CHECK(fabs(bf - bth) < 1e-9, "breadth-first pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
+              m, v, bf, bth);
+        if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
+          printf("%-12s %3d %3d %2d %10.4f %10.4f\n", "breadth-first", pp, m, v, bf, bth);
+        cases++;
+      }
       for (int v = 2; v <= 4; v++) {
         if (m % pp != 0) continue;
         double ith = (double)(pp - 1) / (v * m + pp - 1);
@@ -195,6 +212,9 @@ int main(void) {
   memset(&e, 0, sizeof e);
   CHECK(mt_pp_sched_check(MT_SCHED_GPIPE, 4, 2, 1, 4, &e) == 0, "gpipe m < pp refused: %s", e.msg);
   CHECK(mt_pp_sched_parse("zb-h1") == MT_SCHED_ZBH1 && mt_pp_sched_parse("zb") == -1, "parse");
+  CHECK(mt_pp_sched_parse("breadth-first") == MT_SCHED_BFS, "parse breadth-first");
+  memset(&e, 0, sizeof e);
+  CHECK(mt_pp_sched_check(MT_SCHED_BFS, 4, 2, 3, 12, &e) == 0, "breadth-first v=3 m<pp: %s", e.msg);
 
   /* balanced layers: contiguous, in order, sizes differ by at most one */
   for (int L = 1; L <= 13; L++)
