@@ -143,7 +143,7 @@ static const mt_cfg_key g_keys[] = {
     {"parallel.bucket_mb", MT_CFG_DOUBLE, F(bucket_mb), "25",
      "gradient all-reduce bucket size, MiB", GT0, NOMAX, NULL},
     {"parallel.schedule", MT_CFG_STRING, F(pp_schedule), "1f1b",
-     "pipeline schedule (pp > 1)", 0, 0, "gpipe|1f1b|interleaved|zb-h1|breadth-first"},
+     "pipeline schedule (pp > 1)", 0, 0, "gpipe|1f1b|interleaved|zb-h1|breadth-first|zb-v"},
     {"parallel.virtual_stages", MT_CFG_INT, F(virtual_stages), "1",
      "model chunks per pipeline rank (interleaved schedule)", 1, NOMAX, NULL},
     {"parallel.pp_split", MT_CFG_STRING, F(pp_split), "",

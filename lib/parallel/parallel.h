@@ -220,19 +220,22 @@ typedef struct {
 } mt_pp_op;
 
 typedef enum {
-  MT_SCHED_GPIPE, MT_SCHED_1F1B, MT_SCHED_INTERLEAVED, MT_SCHED_ZBH1, MT_SCHED_BFS
+  MT_SCHED_GPIPE, MT_SCHED_1F1B, MT_SCHED_INTERLEAVED, MT_SCHED_ZBH1, MT_SCHED_BFS, MT_SCHED_ZBV
 } mt_pp_sched;
 
 typedef struct {
   mt_pp_sched kind;
   int pp, m, v;
+  int vshape;      /* placement: 0 looping (chunk c of rank r is virtual stage c*pp + r),
+                      1 V (v = 2: rank r holds virtual stages r and 2pp-1-r; zb-v) */
   int *n_ops;      /* per pp rank */
   mt_pp_op **ops;  /* per pp rank, n_ops[r] operations in program order */
   int *max_inflight; /* per pp rank: the most (micro-batch, chunk) activation sets the
                         schedule promises to hold at once (1F1B: min(m, pp - rank)) */
 } mt_pp_schedule;
 
-/* "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "breadth-first" -> kind; -1 if unknown. */
+/* "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "breadth-first" | "zb-v" -> kind; -1 if
+ * unknown. */
 int mt_pp_sched_parse(const char *name);
 const char *mt_pp_sched_name(mt_pp_sched kind);
 const char *mt_pp_op_name(mt_pp_op_kind kind);
@@ -243,6 +246,10 @@ const char *mt_pp_op_name(mt_pp_op_kind kind);
  * interleaved (Megatron's rule); pp*v <= layers. Returns 0, or -1 with a
  * one-line message naming the config keys. */
 int mt_pp_sched_check(mt_pp_sched kind, int pp, int m, int v, int n_layer, mt_err *e);
+/* The virtual stage of chunk c of pp rank r, and the pp rank of virtual
+ * stage vs, under s's placement. */
+int mt_pp_vs_of(const mt_pp_schedule *s, int r, int c);
+int mt_pp_vs_rank(const mt_pp_schedule *s, int vs);
 /* Builds the op lists of every pp rank (call mt_pp_sched_check first). */
 void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v);
 void mt_pp_schedule_free(mt_pp_schedule *s);

@@ -124,7 +124,7 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   /* pipeline: micro-batches, stage split, schedule */
   int m = lay->accum, kind = mt_pp_sched_parse(cfg->pp_schedule);
   if (kind < 0) {
-    mt_err_set(e, "parallel.schedule = '%s': unknown (gpipe|1f1b|interleaved|zb-h1|breadth-first)",
+    mt_err_set(e, "parallel.schedule = '%s': unknown (gpipe|1f1b|interleaved|zb-h1|breadth-first|zb-v)",
                cfg->pp_schedule);
     return -1;
   }
@@ -161,6 +161,14 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   mt_pp_schedule_free(&sched);
   if (bad) {
     mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", cfg->pp_schedule, why.msg);
+    return -1;
+  }
+  /* ZB-V is data (its op lists, the validator, --print-schedule); the
+   * executor, the stage map and the checkpoints place virtual stages in a
+   * loop only, so a run or a plan of it is refused */
+  if (kind == MT_SCHED_ZBV && cfg->pp > 1 && !cfg->print_schedule) {
+    mt_err_set(e, "parallel.schedule = zb-v: training and planning do not place virtual stages "
+                  "in a V yet (meshtrain --print-schedule shows its op lists)");
     return -1;
   }
   /* one stage runs its micro-batches one after the other (1F1B of one stage) */
