@@ -138,8 +138,7 @@ static const mt_cfg_key g_keys[] = {
     {"parallel.zero", MT_CFG_INT, F(zero), "0",
      "ZeRO over dp: 1 shards AdamW moments, 2 also gradients, 3 also parameters", 0, 3, NULL},
     {"parallel.overlap_dp", MT_CFG_BOOL, F(overlap_dp), "true",
-     "reduce gradients over dp during each stage's last backward (false: after the step's "
-     "backward; ZeRO 0-1, ZeRO 2-3 always reduce as backward completes)", 0, 1, NULL},
+     "ZeRO 0-1: reduce gradients over dp during each stage's last backward", 0, 1, NULL},
     {"parallel.bucket_mb", MT_CFG_DOUBLE, F(bucket_mb), "25",
      "gradient all-reduce bucket size, MiB", GT0, NOMAX, NULL},
     {"parallel.schedule", MT_CFG_STRING, F(pp_schedule), "1f1b",
@@ -754,7 +753,10 @@ void mt_config_print_help(FILE *f) {
       describe_range(k, allowed, sizeof allowed);
     char def[64];
     snprintf(def, sizeof def, "%s", k->def[0] ? k->def : "\"\"");
-    fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, type_name(k->type), def, allowed);
-    fprintf(f, "      %s\n", k->help);
+    /* a long list of choices goes after the help text, within 100 columns */
+    int wide = strlen(allowed) > 38;
+    fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, type_name(k->type), def,
+            wide ? "" : allowed);
+    fprintf(f, "      %s%s%s\n", k->help, wide ? "; " : "", wide ? allowed : "");
   }
 }
