@@ -174,8 +174,8 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, 
     }
     if (d->open_fills) /* a buffer per bucket, each its own size */
       for (int k = 0; k < nb - 1; k++)
-        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, plan_of(d, k)->end - plan_of(d, k)->begin,
-                 part_len(d, k));
+        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS,
+                 plan_of(d, k)->end - plan_of(d, k)->begin, part_len(d, k));
     else
       for (int i = 0; i < (nb - 1 < 2 ? nb - 1 : 2); i++)
         pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part);
@@ -198,8 +198,8 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, 
         d->unit_buf[u] = -1;
         if (reg->units[u].end == reg->units[u].begin) continue;
         d->unit_buf[u] = d->n_pbufs;
-        pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, reg->units[u].end - reg->units[u].begin,
-                 0);
+        pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER,
+                 reg->units[u].end - reg->units[u].begin, 0);
       }
     } else {
       for (int i = 0; i < (U - 2 < 2 ? U - 2 : 2); i++)

@@ -97,7 +97,8 @@ typedef struct {
   int next_bucket;
   int reduce_now;        /* zero <= 1: the backward under way is the step's last: launch */
   int *unit_done;        /* per unit: gradients complete in this micro-batch */
-  int open_fills;        /* zero >= 2: a gradient buffer per bucket (MT_DP_OPEN_FILLS, MT_DP_RUNS) */
+  int open_fills;        /* zero >= 2: a gradient buffer per bucket (MT_DP_OPEN_FILLS,
+                            MT_DP_RUNS) */
   int unit_bufs;         /* zero 3: a gather buffer per unit of the stage (MT_DP_RUNS) */
   int *unit_buf;         /* unit_bufs: per unit, its gather buffer */
   int defer;             /* zero >= 2: complete buckets wait for the end of the run */

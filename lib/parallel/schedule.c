@@ -180,8 +180,9 @@ static int build_zbv(op_list *lists, const mt_pp_schedule *s) {
       for (int k = 1; k >= 0 && kind < 0; k--) {
         int vs = mt_pp_vs_of(s, r, k), i = next_b[r * 2 + k];
         if (i >= m) continue;
+        int up = (vs + 1) * m + i; /* the cell whose B sends this one its gradient */
         int ready = f_end[vs * m + i] >= 0 && f_end[vs * m + i] <= t &&
-                    (vs == nvs - 1 ? 1 : b_end[(vs + 1) * m + i] >= 0 && b_end[(vs + 1) * m + i] <= t);
+                    (vs == nvs - 1 || (b_end[up] >= 0 && b_end[up] <= t));
         if (ready) kind = MT_PP_BWD_INPUT, c = k, mb = i;
       }
       /* a ready F within the memory cap: the chunk further along first */

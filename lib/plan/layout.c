@@ -124,7 +124,8 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   /* pipeline: micro-batches, stage split, schedule */
   int m = lay->accum, kind = mt_pp_sched_parse(cfg->pp_schedule);
   if (kind < 0) {
-    mt_err_set(e, "parallel.schedule = '%s': unknown (gpipe|1f1b|interleaved|zb-h1|breadth-first|zb-v)",
+    mt_err_set(e,
+               "parallel.schedule = '%s': unknown (gpipe|1f1b|interleaved|zb-h1|breadth-first|zb-v)",
                cfg->pp_schedule);
     return -1;
   }

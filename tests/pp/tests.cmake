@@ -42,7 +42,8 @@ mt_script_test(zero_pp2 pp zero.sh 20
   "ilvz3 4 ${Z2} --set parallel.zero=3 --set parallel.schedule=interleaved ${ZV}"
   "bfz0 4 ${Z2} --set parallel.zero=0 --set parallel.schedule=breadth-first ${ZV}"
   "bfz2 4 ${Z2} --set parallel.zero=2 --set parallel.schedule=breadth-first ${ZV}"
-  "bfz3 4 ${Z2} --set parallel.zero=3 --set parallel.schedule=breadth-first ${ZV}")
+  "bfz3 4 ${Z2} --set parallel.zero=3 --set parallel.schedule=breadth-first ${ZV}"
+  "1f1bz1off 4 ${Z2} --set parallel.zero=1 --set parallel.schedule=1f1b --set parallel.overlap_dp=false")
 # interleaved at pp 4 x dp 2 (8 ranks: fewer steps)
 set(Z4 "--set parallel.pp=4 --set parallel.dp=2 --set train.micro_batch=1 ${ZV}")
 mt_script_test(zero_pp4 pp zero.sh 4

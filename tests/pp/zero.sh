@@ -3,7 +3,9 @@
 # zero, micro-batch) trains STEPS steps and must give the single-rank run's
 # loss at every step (relative 1e-5, NaN fails) and the same gradient norm;
 # its --plan-json must equal what the run's counters (memory by category,
-# bytes per step on dp, pp) say, rank for rank; the first case runs twice
+# bytes per step on dp, pp) say, rank for rank; every stage launches part
+# of its gradient reductions during the schedule (metrics pp.dp_overlapped
+# > 0; none with parallel.overlap_dp = false); the first case runs twice
 # and must repeat itself bit for bit.
 STEPS=$1; shift
 MT_NAME=pp_zero; MT_SUFFIX=$(echo "$1" | cut -d' ' -f1)
@@ -34,10 +36,22 @@ import json, sys
 def recs(d): return [json.loads(l) for l in open(d + "/metrics.jsonl")]
 ref = recs(sys.argv[1])
 for run in sys.argv[2:]:
-    for a, b in zip(ref, recs(run)):
+    cur = recs(run)
+    for a, b in zip(ref, cur):
         if not abs(a["grad_norm"] - b["grad_norm"]) <= 1e-5 * abs(a["grad_norm"]):  # NaN fails
             sys.exit("FAIL: %s step %d grad_norm %r vs %r" % (run, a["step"], b["grad_norm"], a["grad_norm"]))
-print("ok   grad_norm within 1e-5 in %d runs" % (len(sys.argv) - 2))
+    # dp overlap under pp (every case has dp >= 2): each stage launches gradient bytes during the
+    # schedule, none with parallel.overlap_dp = false (ZeRO 0-1)
+    off = "overlap_dp = false" in open(run + "/config.ini").read()
+    for r in cur:
+        p = r["pp"]
+        ov, ex = p["dp_overlapped"], p["dp_exposed_s"]
+        if len(ov) != len(p["bubble"]) or len(ex) != len(ov) or not all(x >= 0 for x in ex):
+            sys.exit("FAIL: %s step %d: per-stage dp figures %r %r" % (run, r["step"], ov, ex))
+        if not all((x == 0 if off else 0 < x <= 1) for x in ov):
+            sys.exit("FAIL: %s step %d: share of gradient bytes launched during the schedule %r%s"
+                     % (run, r["step"], ov, " (overlap off)" if off else ""))
+print("ok   grad_norm within 1e-5, dp launched during the schedule, in %d runs" % (len(sys.argv) - 2))
 PY
 python3 "$MT_SRC/tests/scripts/plan_vs_run.py" "$WORK" dp,pp "$@" || fail "plan and run differ"
 read -r name np args <<< "$1"
