@@ -326,16 +326,24 @@ int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes) {
   if (zero <= 1) {
     /* from the last tensor backwards, cut at tensor boundaries once a bucket
      * holds max_elems, and where the reduction group changes (held
-     * tensors only: another stage's take no room) */
+     * tensors only: another stage's take no room); under pipeline
+     * parallelism also where a tied unit (mt_registry_unit_tied) begins or
+     * ends, so the reduction of the rest need not wait for the sum across
+     * stages */
     int gi = -1; /* the group of the bucket being filled */
     for (int i = r->n - 1; i >= 0; i--) {
       size_t begin = r->t[i].offset;
       if (r->t[i].numel_local) gi = (int)r->t[i].group;
-      int next_g = -1; /* the group of the next held tensor below i */
+      int next_g = -1, next_i = -1; /* the group of the next held tensor below i */
       for (int j = i - 1; j >= 0 && next_g < 0; j--)
-        if (r->t[j].numel_local) next_g = (int)r->t[j].group;
+        if (r->t[j].numel_local) {
+          next_g = (int)r->t[j].group;
+          next_i = j;
+        }
       int group_ends = next_g >= 0 && next_g != gi;
-      if ((end - begin >= max_elems || i == 0 || group_ends) && end > begin) {
+      int tied_edge = next_i >= 0 && mt_registry_unit_tied(r, r->t[i].unit) !=
+                                         mt_registry_unit_tied(r, r->t[next_i].unit);
+      if ((end - begin >= max_elems || i == 0 || group_ends || tied_edge) && end > begin) {
         bucket_add(r, begin, end, gi < 0 ? MT_GROUP_DP : (mt_grad_group)gi);
         end = begin;
       }
