@@ -19,8 +19,9 @@
 # 4. meshplan --only for a 7B (32 layers, C 4096, T 4096) on 16 LEONARDO
 #    nodes (64 GPUs: tp 4 x pp 4 x dp 4, sp, micro-batch 1) at a small
 #    global batch (32 sequences, m = 8) under 1f1b, interleaved,
-#    breadth-first and zb-h1 at ZeRO 1 and 3 (zb-v is refused by the
-#    planner until the executor places stages in a V).
+#    breadth-first and zb-h1 at ZeRO 1 (dp overlap on and off) and ZeRO 3
+#    (zb-v is refused by the planner until the executor places stages in a
+#    V).
 # Ranks beyond the machine's cores time-share, which inflates the bubble
 # (the script prints the load average before and after).
 set -euo pipefail
@@ -34,7 +35,7 @@ rm -rf "$OUT"; mkdir -p "$OUT" inputs/data
 launcher=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc --all) cores"
 model=(--set model.preset=custom --set model.n_layer=8 --set model.n_embd=128 --set model.n_head=4
        --set model.seq_len=128 --set train.micro_batch=1 --set train.steps="$STEPS"
        --set train.eval_every=0 --set ckpt.mode=none)
@@ -108,20 +109,22 @@ s7=(--set model.preset=custom --set model.n_layer=32 --set model.n_embd=4096 --s
     --set parallel.dp=4 --set parallel.sp=true --set train.global_batch=32 --set train.micro_batch=1)
 for sc in "${scheds[@]}" "zb-v 2"; do
   read -r s v <<< "$sc"
-  for z in 1 3; do
+  for c in "1 true" "1 false" "3 true"; do
+    read -r z ov <<< "$c"
+    f="$OUT/plan_${s}_z${z}_$ov"
     if ! build/bin/meshplan inputs/default.ini "${s7[@]}" --set parallel.zero="$z" \
-         --set parallel.schedule="$s" --set parallel.virtual_stages="$v" --hw leonardo-booster \
-         --only > "$OUT/plan_${s}_z$z.json" 2> "$OUT/plan_${s}_z$z.err"; then
-      echo "$s ZeRO-$z: $(head -1 "$OUT/plan_${s}_z$z.err")"
+         --set parallel.overlap_dp="$ov" --set parallel.schedule="$s" \
+         --set parallel.virtual_stages="$v" --hw leonardo-booster --only > "$f.json" 2> "$f.err"; then
+      echo "$s ZeRO-$z: $(head -1 "$f.err")"
       continue
     fi
-    python3 - "$OUT/plan_${s}_z$z.json" "$s" "$z" <<'PY'
+    python3 - "$f.json" "$s" "$z" "$ov" <<'PY'
 import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-print("%-14s ZeRO-%s step %.3f s, %6.0f tok/s, MFU %.3f, bubble %.3f s, dp exposed %.3f s "
-      "(per stage %s), %.1f GiB" % (sys.argv[2], sys.argv[3], d["step_s"], d["tokens_per_s"], d["mfu"],
-      d["pp_bubble_s"], d["dp_exposed_s"], " ".join("%.3f" % x for x in d["dp_stage_exposed_s"]),
-      d["mem_bytes"] / 2**30))
+print("%-14s ZeRO-%s overlap %-5s step %.3f s, %6.0f tok/s, MFU %.3f, bubble %.3f s, dp exposed "
+      "%.3f s (per stage %s), %.1f GiB" % (sys.argv[2], sys.argv[3], sys.argv[4], d["step_s"],
+      d["tokens_per_s"], d["mfu"], d["pp_bubble_s"], d["dp_exposed_s"],
+      " ".join("%.3f" % x for x in d["dp_stage_exposed_s"]), d["mem_bytes"] / 2**30))
 PY
   done
 done
