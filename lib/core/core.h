@@ -164,6 +164,10 @@ typedef struct {
   int micro_batches, recompute;
   char pp_schedule[MT_CFG_STR_MAX], pp_split[MT_CFG_STR_MAX];
   int virtual_stages, print_schedule;
+  /* [parallel] pp_first_layers, pp_last_layers: layers of the first and last pipeline
+   * stages, the middle ones sharing the rest equally (0 = an equal share; Megatron's
+   * --decoder-first/last-pipeline-num-layers) */
+  int pp_first_layers, pp_last_layers;
   /* Mixture-of-Experts: [model] moe_experts (0 = dense), moe_topk, moe_every,
    * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless);
    * [train] moe_aux_coef, moe_z_coef; [parallel] ep, etp (the folded mesh) */

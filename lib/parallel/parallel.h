@@ -473,7 +473,10 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
 
 /* Layers [*l0, *l1) of virtual stage vs (0..pp*v-1), balanced: the first
  * n_layer % (pp*v) virtual stages get one more. split (NULL or pp entries
- * summing to n_layer, v = 1 only) gives the layers of each stage explicitly. */
+ * summing to n_layer, each a multiple of v) gives the layers of each stage
+ * explicitly: stage s's v chunks get split[s] / v layers each, the virtual
+ * stages in order vs = chunk * pp + stage along the model (as Megatron's
+ * uneven first/last stages with interleaving). */
 void mt_pp_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0, int *l1);
 
 

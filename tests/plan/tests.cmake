@@ -8,3 +8,15 @@ mt_script_test(emit_sweep plan emit_sweep.sh)
 mt_script_test(bad_profile badinput meshplan_fail.sh bad_profile "key 'inter_us' missing" profile-missing-key)
 mt_script_test(no_fit badinput meshplan_fail.sh no_fit "does not fit on 1 node.*GiB short" no-fit)
 set_tests_properties(plan.calibrated PROPERTIES RUN_SERIAL TRUE)
+# uneven pipeline stages (parallel.pp_first_layers / pp_last_layers): losses of
+# 2, 3 and interleaved stages; plan = run; an even checkpoint resumed unevenly
+mt_script_test(uneven_equiv plan uneven.sh equiv)
+mt_script_test(uneven_ckpt plan uneven.sh ckpt)
+# bad splits: one line naming the keys, every rank exits 2
+set(UNEVEN --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=1 --set model.n_layer=6)
+mt_script_test(uneven_sum badinput ../scripts/expect_fail.sh uneven_sum 3
+  "parallel.pp_first_layers = 4 \\+ parallel.pp_last_layers = 3 exceed model.n_layer = 6" ${UNEVEN} --set parallel.pp=3 --set parallel.pp_first_layers=4 --set parallel.pp_last_layers=3)
+mt_script_test(uneven_empty badinput ../scripts/expect_fail.sh uneven_empty 3
+  "parallel.pp_split = '3,0,3': stage 1 has no layers" ${UNEVEN} --set parallel.pp=3 --set parallel.pp_split=3,0,3)
+mt_script_test(uneven_chunks badinput ../scripts/expect_fail.sh uneven_chunks 2
+  "parallel.virtual_stages = 2 does not divide the 3 layers of pipeline stage 0" ${UNEVEN} --set parallel.pp=2 --set parallel.pp_last_layers=3 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.micro_batch=2)
