@@ -21,6 +21,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: meshplan CONFIG.ini [--set section.key=value ...] --hw PROFILE\n"
           "                --nodes N | --ranks N [--top K] [--all] [--dtype CATEGORY=BYTES ...]\n"
+          "                [--attention block|materialized]\n"
           "                [--json FILE] [--emit-sweep FILE.ini [--system NAME]]\n"
           "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--dtype ...]\n"
           "       meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME\n"
@@ -37,7 +38,9 @@ static void usage(FILE *f) {
           "(and --json) prices every layout that may fit. Memory counts the run's dtypes\n"
           "plus plan.headroom; --dtype overrides a category's bytes per element (weights,\n"
           "master, grads, moments, acts, grad_reduce, msg), e.g. grad_reduce=2 for a stack\n"
-          "that reduces gradients in bf16.\n");
+          "that reduces gradients in bf16. --attention materialized prices another stack's\n"
+          "attention (batched GEMMs over the T x T scores, softmax and dropout through memory)\n"
+          "instead of meshtrain's block attention.\n");
 }
 
 static int calibrate(int argc, char **argv) {
@@ -137,10 +140,12 @@ static void row_json(FILE *f, const mt_search_row *r) {
              "\"fits\": %d, \"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
              "\"compute_s\": %.9g, \"tp_s\": %.9g, \"cp_s\": %.9g, \"ep_s\": %.9g, "
              "\"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
-             "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"mem_bytes\": %.17g, \"mem\": {",
+             "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"model_flops\": %.17g, "
+             "\"mem_bytes\": %.17g, \"mem\": {",
           r->tp, r->pp, r->dp, r->cp, r->ep, r->zero, r->micro_batch, r->sp, r->recompute,
           r->schedule, r->virtual_stages, r->pp_first, r->pp_last, c->headroom, c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s,
-          c->tp_s, c->cp_s, c->ep_s, c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->mem_bytes);
+          c->tp_s, c->cp_s, c->ep_s, c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->model_flops,
+          c->mem_bytes);
   for (int k = 0; k < MT_MEM_NCAT; k++)
     fprintf(f, "%s\"%s\": %.17g", k ? ", " : "", mt_mem_cat_name((mt_mem_cat)k), c->mem[k]);
   fprintf(f, "}, \"step_bytes\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}}", c->dp_bytes,
@@ -200,6 +205,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "calibrate")) return calibrate(argc - 1, argv + 1);
   const char *ini = NULL, *hw = NULL, *json = NULL, *sweep = NULL, *system = "leonardo-booster";
   int nodes = 0, ranks = 0, top = 10, n_over = 0, only = 0, all = 0, n_dt = 0;
+  const char *attention = NULL;
   char **over = mt_calloc((size_t)argc + 1, sizeof(char *));
   const char **dts = mt_calloc((size_t)argc + 1, sizeof(char *));
   mt_err e = {0};
@@ -233,6 +239,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--emit-sweep")) sweep = v;
     else if (!strcmp(a, "--system")) system = v;
     else if (!strcmp(a, "--dtype")) dts[n_dt++] = v;
+    else if (!strcmp(a, "--attention") && (!strcmp(v, "block") || !strcmp(v, "materialized")))
+      attention = v;
     else if (!strcmp(a, "--nodes") && is_int) nodes = (int)x;
     else if (!strcmp(a, "--ranks") && is_int) ranks = (int)x;
     else if (!strcmp(a, "--top") && is_int) top = (int)x;
@@ -250,6 +258,7 @@ int main(int argc, char **argv) {
   memset(&s, 0, sizeof s);
   if (!e.failed) mt_config_load(&cfg, ini, n_over, over, &e);
   if (!e.failed) mt_cost_profile_load(&p, hw, &e);
+  if (!e.failed && attention) p.attn_materialized = attention[0] == 'm';
   if (!e.failed) mt_cost_dtypes_default(&p, &dt);
   for (int i = 0; i < n_dt && !e.failed; i++) mt_cost_dtypes_set(&dt, dts[i], &e);
   if (!e.failed && only) { /* the configured layout alone */

@@ -97,6 +97,15 @@ static int cost_handler(void *user, const char *section, const char *name, const
     p->attn_bc = bc;
     return 1;
   }
+  if (strcmp(name, "attention") == 0) { /* optional: the attention kernel priced */
+    if (strcmp(value, "block") && strcmp(value, "materialized")) {
+      snprintf(c->bad, sizeof c->bad, "[cost] attention = '%s' is not block or materialized",
+               value);
+      return 0;
+    }
+    p->attn_materialized = value[0] == 'm';
+    return 1;
+  }
   if (strcmp(name, "attn_gflops") == 0 || strcmp(name, "stage_us") == 0) { /* optional */
     if (parse_number(value, 0, &x)) {
       snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not a number >= 0", name, value);
@@ -285,7 +294,20 @@ static double gemm_s(const mt_cost_profile *p, double m, double n, double k, dou
  * backward recomputes S and forms dP, dS, dQ, dK, dV: 5 products for 2,
  * 2.5 times the forward. */
 static double attn_fwd_s(const mt_cost_profile *p, double B, double NHl, int T_full, int cp,
-                         double hs) {
+                         double hs, double act_bytes) {
+  if (p->attn_materialized) {
+    /* the whole square of each of this rank's heads: QK^T and PV as one
+     * strided batched GEMM each (the batch's FLOPs set the efficiency),
+     * and the scores through memory: the fused scale-mask-softmax reads
+     * them and writes the probabilities, dropout reads those and writes
+     * the kept ones and a byte of mask (forward, 4.5 elements of traffic);
+     * backward the same twice over (dropout's and softmax's gradients).
+     * Returns the forward; the caller's 2.5 x covers the backward's three
+     * GEMMs and 2 x the traffic. */
+    double sq = B * NHl / cp * (double)T_full * T_full, flops = 4.0 * sq * hs;
+    return flops / (mt_cost_gemm_gflops(p, flops / 2) * 1e9) +
+           4.5 * act_bytes * sq / (p->elementwise_gbs * 1e9);
+  }
   const int br = p->attn_br, bc = p->attn_bc;
   double visible = 0.0, whole = 0.0, calls = 0.0; /* per head and sequence */
   for (int r0 = 0; r0 < T_full; r0 += br) {
@@ -307,12 +329,12 @@ typedef struct {
 } dense_shape;
 
 /* one dense block's matmuls (lin) and attention forward (att) */
-static void dense_layer(const mt_cost_profile *p, const dense_shape *d, double *lin,
-                        double *att) {
+static void dense_layer(const mt_cost_profile *p, const dense_shape *d, double act_bytes,
+                        double *lin, double *att) {
   const double BT = d->B * d->T;
   *lin = gemm_s(p, BT, 3 * d->Cl, d->C, 1) + gemm_s(p, BT, d->C, d->Cl, 1) +
          gemm_s(p, BT, d->Fl, d->C, 1) + gemm_s(p, BT, d->C, d->Fl, 1);
-  *att = attn_fwd_s(p, d->B, d->NHl, d->T_full, d->cp, d->hs);
+  *att = attn_fwd_s(p, d->B, d->NHl, d->T_full, d->cp, d->hs, act_bytes);
 }
 
 static dense_shape shape_of(const mt_config *cfg, const mt_model_shape *sh, int B) {
@@ -350,7 +372,7 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
                           .T_full = m->shape.seq_len, .cp = cfg->cp};
   chunk_cost c = {0, 0, 0, 0, 0, 0};
   double lin, att;
-  dense_layer(p, &ds, &lin, &att);
+  dense_layer(p, &ds, dt->acts, &lin, &att);
   const double att_b = 2.5 * att;
   /* MoE blocks: the router, and the routed experts' matmuls over this rank's
    * share of the slots (balanced routing: N k slots per ep rank, its E/ep
@@ -431,7 +453,7 @@ void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const m
                          double *layer_s, double *embed_s, double *head_s) {
   dense_shape d = shape_of(cfg, sh, cfg->micro_batch);
   double lin, att;
-  dense_layer(p, &d, &lin, &att);
+  dense_layer(p, &d, p->act_bytes, &lin, &att);
   const double refwd = cfg->recompute ? 1.0 : 0.0, BT = d.B * d.T;
   *layer_s = (1.0 + refwd) * (lin + att) + 2.0 * lin + 2.5 * att;
   *embed_s = 3.0 * 2.0 * BT * d.C / (p->elementwise_gbs * 1e9);
@@ -448,7 +470,7 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
    * passed the pp - 1 stages before it (the pipeline's fill) */
   dense_shape d = shape_of(cfg, sh, cfg->micro_batch);
   double lin, att;
-  dense_layer(p, &d, &lin, &att);
+  dense_layer(p, &d, 0.0, &lin, &att); /* 0: no memory traffic, a bound for any dtype */
   if (sh->moe_experts > 0) /* the attention's matmuls only: experts vary with routing */
     lin = gemm_s(p, d.B * d.T, 3 * d.Cl, d.C, 1) + gemm_s(p, d.B * d.T, d.C, d.Cl, 1);
   const double refwd = cfg->recompute ? 1.0 : 0.0;

@@ -145,6 +145,12 @@ typedef struct {
    * matmul curve at their size, as the CPU backend calls them) */
   int attn_br, attn_bc;
   double attn_gflops;
+  /* the attention kernel priced: 0 block attention (what meshtrain's
+   * backends run), 1 materialized (another stack's batched QK^T and PV
+   * GEMMs over the whole T x T square, a fused scale-mask-softmax and
+   * attention dropout through memory: Megatron-LM before FlashAttention);
+   * key attention = block | materialized, meshplan --attention */
+  int attn_materialized;
   /* stage_us (optional, default 0): seconds x 1e6 each pipeline op (one micro-batch's
    * forward or backward of a chunk) costs beyond its compute: the p2p hand-over's
    * synchronisation and the launches of a short op sequence */
