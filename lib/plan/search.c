@@ -281,7 +281,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
   }
   if (s->fitting == 0) {
     const double GiB = 1073741824.0;
-    mt_err_set(e, "%s does not fit on %d ranks of %s at any layout: the smallest needs %.2f GiB "
+    mt_err_set(e, "%s does not fit on %d ranks of %s at any layout: the leanest needs at least %.2f GiB "
                   "per device, the profile has %.2f GiB less %.2f GiB of headroom (plan.headroom): "
                   "%.2f GiB short",
                base->model_preset, world, p->name, s->smallest_mem / GiB, p->mem_bytes / GiB,

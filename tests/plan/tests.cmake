@@ -20,3 +20,12 @@ mt_script_test(uneven_empty badinput ../scripts/expect_fail.sh uneven_empty 3
   "parallel.pp_split = '3,0,3': stage 1 has no layers" ${UNEVEN} --set parallel.pp=3 --set parallel.pp_split=3,0,3)
 mt_script_test(uneven_chunks badinput ../scripts/expect_fail.sh uneven_chunks 2
   "parallel.virtual_stages = 2 does not divide the 3 layers of pipeline stage 0" ${UNEVEN} --set parallel.pp=2 --set parallel.pp_last_layers=3 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.micro_batch=2)
+# parallel.layout = auto: planned on 1, 2, 4 ranks and trained; a requeue from
+# 4 ranks to 2 re-plans and continues the curve; bad input
+mt_script_test(auto_ranks plan auto.sh ranks)
+mt_script_test(auto_requeue plan auto.sh requeue)
+set(AUTO --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set parallel.layout=auto)
+mt_script_test(auto_no_fit badinput ../scripts/expect_fail.sh auto_no_fit 2
+  "parallel.layout = auto on 2 ranks: gpt2-124m does not fit on 2 ranks of cost-test.*GiB short \\(launch more ranks" ${AUTO} --set model.preset=gpt2-124m --set plan.hw=tests/plan/cost-test.ini)
+mt_script_test(auto_no_cost badinput ../scripts/expect_fail.sh auto_no_cost 2
+  "parallel.layout = auto needs a cost profile \\(a \\[cost\\] section\\).*key 'devices_per_node' missing.*set plan.hw" ${AUTO} --set plan.hw=a100-sxm)
