@@ -391,20 +391,22 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
               (Fs > 0 ? gemm_s(p, BT, Fs, C, 1) + gemm_s(p, BT, C, Fs, 1) : 0.0);
   }
   /* elementwise: the layer's activations (the buffers the model allocates:
-   * under recompute its one-layer workspace) written forward, read and
-   * their gradients written backward, in the activations' dtype */
+   * under recompute its one-layer workspace), in the activations' dtype,
+   * as the kernels move them: forward, each kernel reads its input and
+   * writes its output (2 passes over the set); backward, each reads the
+   * kept activation and the incoming gradient and writes its gradient (3) */
   double set_bytes = cfg->recompute ? (double)m->ws_bytes
                                     : 4.0 * (double)mt_gpt_acts_numel(m, 1, B, 0);
   double elem = set_bytes * (dt->acts / 4.0) / (p->elementwise_gbs * 1e9);
   double refwd = cfg->recompute ? 1.0 : 0.0;
-  double f_dense = lin + att + elem, f_moe = moe_lin + att + elem;
+  double f_dense = lin + att + 2.0 * elem, f_moe = moe_lin + att + 2.0 * elem;
   c.fwd = (n_l - n_moe) * f_dense + n_moe * f_moe;
-  c.bwd = (n_l - n_moe) * (2.0 * lin + att_b + 2.0 * elem + refwd * f_dense) +
-          n_moe * (2.0 * moe_lin + att_b + 2.0 * elem + refwd * f_moe);
+  c.bwd = (n_l - n_moe) * (2.0 * lin + att_b + 3.0 * elem + refwd * f_dense) +
+          n_moe * (2.0 * moe_lin + att_b + 3.0 * elem + refwd * f_moe);
   /* the split backward's first pass: input gradients (the linears' half,
    * all of attention, the elementwise work); the second the weights' */
-  c.bwd_input = (n_l - n_moe) * (lin + att_b + 2.0 * elem + refwd * f_dense) +
-                n_moe * (moe_lin + att_b + 2.0 * elem + refwd * f_moe);
+  c.bwd_input = (n_l - n_moe) * (lin + att_b + 3.0 * elem + refwd * f_dense) +
+                n_moe * (moe_lin + att_b + 3.0 * elem + refwd * f_moe);
   /* context parallelism: the ring passes K/V while the blocks compute (the
    * part beyond the attention's compute is exposed); Ulysses' all-to-alls
    * are not hidden */
