@@ -13,8 +13,10 @@ Where the real model's shape differs from the GPT shape meshplan prices
 (GQA, SwiGLU, MoE experts), the ratio compares FLOP rates, each side counted
 as 6 N + 12 L T W a token (N its matmul weights a token, W its attention
 width): columns flops_params and attn_width. Then, unless --no-search, the
-search on the row's GPU count: the rank of the first layout that matches
-every published field (`top10` when within the ten fastest).
+search on the row's GPU count: the rank among its ten fastest of the first
+layout with the published mesh (tp, pp, cp, ep; dp the rest), '=' when one
+of the ten also has every other published field (ZeRO level, sp,
+recomputation, micro-batch, schedule, split), '>10' when none has the mesh.
 
 Prints the table, the median absolute error, the mean signed error by
 group, and writes every row to --out. Nothing here is fitted to the rows:
@@ -129,6 +131,13 @@ def meshplan(binary, r, sets, extra):
     return subprocess.run(args, capture_output=True, text=True, cwd=SRC)
 
 
+def same_mesh(row, r):
+    """a search row (meshplan JSON) splits the GPUs as the source did: tp, pp,
+    cp, ep (dp the rest); the options a stack of its time had or not (ZeRO,
+    sp, recompute, schedules) aside"""
+    return all(row[k] == inum(r, k, 1) for k in ("tp", "pp", "cp", "ep"))
+
+
 def matches(row, r):
     """a search row (meshplan JSON) has every field the source published"""
     want = {"tp": inum(r, "tp"), "pp": inum(r, "pp"), "cp": inum(r, "cp", 1),
@@ -185,9 +194,12 @@ def main():
                 p = meshplan(binary, r, base_sets(r), ["--ranks", str(gpus), "--top", "10",
                                                         "--json", tf.name])
                 if p.returncode == 0:
-                    ranked = json.load(open(tf.name))
-                    hit = [i for i, x in enumerate(ranked) if matches(x, r)]
-                    rank = str(hit[0] + 1) if hit else ">%d" % len(ranked)
+                    ranked = json.load(open(tf.name))[:10]
+                    hit = [i for i, x in enumerate(ranked) if same_mesh(x, r)]
+                    exact = [i for i, x in enumerate(ranked) if matches(x, r)]
+                    rank = str(hit[0] + 1) if hit else ">10"
+                    if exact:
+                        rank += "=" # every published field too
                     head = [l for l in p.stdout.splitlines() if l.startswith("# ") and "enumerated" in l]
                     search = head[0].split("(")[-1].rstrip(")") if head else ""
                 else:
@@ -220,8 +232,8 @@ def main():
             g, len(rs), 100 * statistics.mean(rs), 100 * statistics.median(rs)))
     chosen = [x for x in results if x["chosen"] == "1" and x["rank"] not in ("-", "err")]
     if chosen:
-        top = sum(1 for x in chosen if x["rank"].isdigit() and int(x["rank"]) <= 10)
-        print("published layouts (the authors' choices) in the search's top 10: %d of %d" % (
+        top = sum(1 for x in chosen if x["rank"] != ">10")
+        print("published meshes (the authors' choices) in the search's top 10: %d of %d" % (
             top, len(chosen)))
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w", newline="") as f:

@@ -463,7 +463,8 @@ void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const m
 }
 
 double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
-                                const mt_model_shape *sh, int l_first, int l_mid, int l_last) {
+                                const mt_model_shape *sh, double act_bytes_lb, int l_first,
+                                int l_mid, int l_last) {
   /* the exact price runs the same matmuls and attention at the same shapes
    * (plus MoE experts, elementwise work, communication, dp and AdamW), so
    * this never exceeds it: a stage runs its micro-batches' forwards and
@@ -477,7 +478,14 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
     lin = gemm_s(p, d.B * d.T, 3 * d.Cl, d.C, 1) + gemm_s(p, d.B * d.T, d.C, d.Cl, 1);
   const double refwd = cfg->recompute ? 1.0 : 0.0;
   const int accum = cfg->global_batch / (cfg->dp * cfg->micro_batch), pp = cfg->pp;
-  const double fb = (1.0 + refwd) * (lin + att) + 2.0 * lin + 2.5 * att, f = lin + att;
+  /* elementwise: at least the activation buffers every block keeps (see
+   * mt_cost_mem_lower_bound), moved 2 + 3 times (and 2 more recomputed) */
+  const double s = cfg->sp ? cfg->tp : 1.0;
+  const double kept = d.B * d.T * (sh->moe_experts > 0 ? 4.0 * d.C / s + 4.0 * d.C / cfg->tp
+                                                        : 6.0 * d.C / s + 12.0 * d.C / cfg->tp);
+  const double elem = act_bytes_lb * kept / (p->elementwise_gbs * 1e9);
+  const double fb = (1.0 + refwd) * (lin + att + 2.0 * elem) + 2.0 * lin + 2.5 * att + 3.0 * elem;
+  const double f = lin + att + 2.0 * elem;
   const double head = 3.0 * gemm_s(p, d.B * d.T, d.Vl, d.C, 1);
   if (pp == 1) return accum * (l_mid * fb + head);
   double worst = l_first * fb, last = l_last * fb + head;

@@ -216,11 +216,13 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
 /* Without the plan, from the shape alone: a lower bound of cfg's step time
  * (the slowest stage's matmuls and attention, every micro-batch, and the
  * pipeline's fill; l_first, l_mid, l_last: the layers of the first, a
- * middle and the last stage) and of its memory per device (the state of
+ * middle and the last stage; act_bytes_lb: at most the activations' bytes
+ * per element) and of its memory per device (the state of
  * the stage with the most layers, no activations) in dtypes dt. The search
  * prunes with them. */
 double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
-                                const mt_model_shape *sh, int l_first, int l_mid, int l_last);
+                                const mt_model_shape *sh, double act_bytes_lb, int l_first,
+                                int l_mid, int l_last);
 double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
                                const mt_model_shape *sh, int l_first, int l_most);
 /* one layer's forward + backward seconds and the embedding's and the LM

@@ -102,7 +102,7 @@ static int balanced_split(int L, int pp, int v, double layer_s, double embed_s, 
       if (per % v) continue;
       double t = fmax(f * layer_s + embed_s, l * layer_s + head_s);
       if (pp > 2) t = fmax(t, per * layer_s);
-      if (t < best - 1e-12 * best) best = t, bf = f, bl = l;
+      if (!bf || t < best * (1.0 - 1e-12)) best = t, bf = f, bl = l; /* the first of equals */
     }
   if (!bf || (L % pp == 0 && bf == L / pp && bl == L / pp)) return 0;
   *first = bf;
@@ -218,7 +218,8 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
                         }
                         int l_mid = first ? (pp > 2 ? (L - first - last) / (pp - 2) : first)
                                           : L / pp;
-                        c.step_lb = mt_cost_step_lower_bound(&cfg, p, &sh, first ? first : L / pp,
+                        c.step_lb = mt_cost_step_lower_bound(&cfg, p, &sh, dt.acts,
+                                                             first ? first : L / pp,
                                                              l_mid, first ? last : L / pp);
                         push(&cl, &c);
                       }
