@@ -29,3 +29,6 @@ mt_script_test(auto_no_fit badinput ../scripts/expect_fail.sh auto_no_fit 2
   "parallel.layout = auto on 2 ranks: gpt2-124m does not fit on 2 ranks of cost-test.*GiB short \\(launch more ranks" ${AUTO} --set model.preset=gpt2-124m --set plan.hw=tests/plan/cost-test.ini)
 mt_script_test(auto_no_cost badinput ../scripts/expect_fail.sh auto_no_cost 2
   "parallel.layout = auto needs a cost profile \\(a \\[cost\\] section\\).*key 'devices_per_node' missing.*set plan.hw" ${AUTO} --set plan.hw=a100-sxm)
+# memory in the run's dtypes (bf16 profile) against the fp32 plan, --dtype, plan.headroom
+mt_script_test(dtypes plan dtypes.sh)
+mt_script_test(bad_dtype badinput meshplan_fail.sh bad_dtype "--dtype 'weights=3': expected CATEGORY=BYTES" bad-dtype)
