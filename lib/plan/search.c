@@ -236,7 +236,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
   free(div);
   /* price in the order of the lower bounds; stop once keep layouts are
    * priced that no later candidate can beat */
-  qsort(cl.c, cl.n, sizeof *cl.c, by_bound);
+  if (cl.n) qsort(cl.c, cl.n, sizeof *cl.c, by_bound); /* (qsort of NULL is undefined) */
   const int keep = o->keep;
   double *best = keep > 0 ? mt_calloc((size_t)keep, sizeof(double)) : NULL; /* sorted */
   int n_best = 0;
@@ -274,7 +274,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
                                                     s->smallest_mem))
     s->smallest_mem = smallest_priced - mt_cost_headroom(base, p);
   s->seconds = mt_now() - t0;
-  qsort(s->r, (size_t)s->n, sizeof *s->r, by_speed);
+  if (s->n) qsort(s->r, (size_t)s->n, sizeof *s->r, by_speed);
   if (s->tried == 0 || (s->valid == 0 && s->pruned_mem == 0)) {
     mt_err_set(e, "no valid layout of %s on %d ranks (%d devices a node): the mesh, batch or "
                   "layers do not divide", base->model_preset, world, dpn);
