@@ -275,11 +275,11 @@ int mt_registry_unit_of(const mt_registry *r, int layer, mt_grad_group g) {
 
 void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0,
                               int *l1) {
-  if (split && v == 1) {
+  if (split) { /* virtual stage u holds split[u % pp] / v layers */
     int a = 0;
-    for (int s = 0; s < vs; s++) a += split[s];
+    for (int u = 0; u < vs; u++) a += split[u % pp] / v;
     *l0 = a;
-    *l1 = a + split[vs];
+    *l1 = a + split[vs % pp] / v;
     return;
   }
   int n = pp * v, base = n_layer / n, extra = n_layer % n;

@@ -207,8 +207,11 @@ size_t mt_tensor_numel_padded(const mt_tensor *t); /* global as stored */
 /* The pipeline placement (the stage map), the same for every registry of
  * a layout: layers [*l0, *l1) of virtual stage vs (0..pp*v-1), balanced:
  * the first n_layer % (pp*v) virtual stages get one more; split (NULL or pp
- * entries summing to n_layer, v = 1 only) gives the layers of each stage
- * explicitly. Virtual stage vs lives on pp rank vs % pp. */
+ * entries summing to n_layer, each a multiple of v) gives the layers of each
+ * stage explicitly: stage s's v chunks get split[s] / v layers each, the
+ * virtual stages in order vs = chunk * pp + stage along the model (as
+ * Megatron's uneven first/last stages with interleaving). Virtual stage vs
+ * lives on pp rank vs % pp. */
 void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0,
                               int *l1);
 /* every block's pp rank, stage_of_layer[n_layer] */

@@ -433,7 +433,10 @@ static void test_round_trip(void) {
                   "model.moe_every=2", "model.moe_ffn=1408", "model.moe_shared=2",
                   "model.moe_capacity=1.25", "train.moe_aux_coef=0.001", "train.moe_z_coef=0.0001",
                   "parallel.ep=8", "parallel.etp=2", "train.init_from=imported/step_0",
-                  "ckpt.io_hints=striping_factor=4,cb_nodes=2"};
+                  "ckpt.io_hints=striping_factor=4,cb_nodes=2",
+                  "parallel.pp_first_layers=3", "parallel.pp_last_layers=2",
+                  "parallel.layout=auto", "plan.hw=h200", "plan.headroom=2.5",
+                  "plan.cp_min_tokens=8192"};
   int n = (int)(sizeof over / sizeof over[0]);
   /* preset was "gpt2-124m" on the way: a shorter final value must not leave
    * bytes of it behind, or memcmp would fail */

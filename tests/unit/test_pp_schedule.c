@@ -213,6 +213,14 @@ int main(void) {
   int split[3] = {1, 3, 2}, a, b;
   mt_registry_stage_layers(6, 3, 1, split, 1, &a, &b);
   CHECK(a == 1 && b == 4, "explicit split: [%d,%d)", a, b);
+  /* an explicit split under interleaving: stage s's chunks get split[s] / v
+   * layers, virtual stages vs = chunk * pp + s in model order (2 + 4 over 2
+   * stages of 2 chunks: [0,1) [1,3) [3,4) [4,6)) */
+  int split2[2] = {2, 4}, want[5] = {0, 1, 3, 4, 6};
+  for (int vs = 0; vs < 4; vs++) {
+    mt_registry_stage_layers(6, 2, 2, split2, vs, &a, &b);
+    CHECK(a == want[vs] && b == want[vs + 1], "split 2,4 v=2, virtual stage %d: [%d,%d)", vs, a, b);
+  }
 
   printf("%d schedules simulated, %d checks, %d failures\n", cases, g_checks, g_failures);
   return g_failures ? 1 : 0;
