@@ -8,10 +8,18 @@ mkdir -p "$WORK"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# The suite's one time limit, a hang guard: "${MT_GUARD[@]}" CMD... (or
+# mt_guard CMD...) runs CMD and kills it after MT_TIMEOUT seconds (exit 124,
+# or 137 after the kill). No test's verdict depends on how long anything
+# took: the limit is far above any command's time on a loaded 2-core
+# machine, so only a hang reaches it.
+MT_GUARD=(timeout --kill-after=10 "${MT_TIMEOUT:-300}")
+mt_guard() { "${MT_GUARD[@]}" "$@"; }
+
 # mt_mpirun NP PROGRAM ARGS...: launch under MPI, oversubscribed is fine
 mt_mpirun() {
   local np=$1; shift
-  timeout --kill-after=10 ${MT_TIMEOUT:-300} "$MT_MPIEXEC" --oversubscribe -n "$np" "$@"
+  mt_guard "$MT_MPIEXEC" --oversubscribe -n "$np" "$@"
 }
 
 # the default corpus, generated once per test directory

@@ -44,7 +44,7 @@ lines() { [ -f "$run/metrics.jsonl" ] && wc -l < "$run/metrics.jsonl" || echo 0;
 # preempt WHEN_LINES: wait until metrics.jsonl has that many lines, then USR1
 preempt() {
   local want=$1 i
-  for i in $(seq 1 240); do
+  for i in $(seq 1 $((2 * ${MT_TIMEOUT:-300}))); do  # the hang guard: 0.5 s a turn
     [ "$(lines)" -ge "$want" ] && break
     sleep 0.5
   done
@@ -54,7 +54,7 @@ preempt() {
   echo "job $jid at step ~$n of $steps: USR1 to its batch script"
   scancel --batch --signal=USR1 "$jid" || fail "scancel --batch --signal=USR1 failed"
   # the requeue: the status says so before the restart starts
-  for i in $(seq 1 120); do grep -q '^requeued' "$run/status" 2>/dev/null && return 0; sleep 0.5; done
+  for i in $(seq 1 $((2 * ${MT_TIMEOUT:-300}))); do grep -q '^requeued' "$run/status" 2>/dev/null && return 0; sleep 0.5; done
   cat "$run"/slurm-*.out; fail "no requeue after the signal"
 }
 preempt 25
