@@ -1,7 +1,10 @@
 # Shared by the script tests. CTest sets MT_BIN, MT_SRC, MT_MPIEXEC, MT_TMP.
 set -euo pipefail
 : "${MT_BIN:?run through ctest}"
-MT_NAME=${MT_NAME:-$(basename "$0" .sh)}
+# the test's own directory under MT_TMP, named by its area and script:
+# cp/equivalence.sh and zero/equivalence.sh may run at once under ctest -j,
+# and each starts by emptying its directory
+MT_NAME=${MT_NAME:-$(basename "$(dirname "$0")")_$(basename "$0" .sh)}
 WORK="$MT_TMP/$MT_NAME${MT_SUFFIX:+-$MT_SUFFIX}"
 rm -rf "$WORK"
 mkdir -p "$WORK"
