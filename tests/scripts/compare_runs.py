@@ -30,7 +30,9 @@ def params(run):
     return struct.unpack("<%df" % (len(data) // 4), data)
 
 
-def main():
+def main(argv=None, out=None):
+    """the command with arguments argv; prints to out; returns the exit status"""
+    out = out or sys.stdout
     ap = argparse.ArgumentParser()
     ap.add_argument("ref")
     ap.add_argument("runs", nargs="+")
@@ -40,27 +42,28 @@ def main():
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--subset", action="store_true",
                     help="RUN may hold only some of REF's steps (a resumed run); compare those")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     ref = losses(a.ref)
     if a.steps is not None and len(ref) != a.steps:
-        sys.exit("FAIL: %s has %d steps, expected %d" % (a.ref, len(ref), a.steps))
+        print("FAIL: %s has %d steps, expected %d" % (a.ref, len(ref), a.steps), file=out)
+        return 1
     bad = 0
     for run in a.runs:
         cur = losses(run)
         if not cur:
-            print("FAIL: %s has no steps" % run)
+            print("FAIL: %s has no steps" % run, file=out)
             bad += 1
             continue
         if a.subset:
             by_step = {s: (s, l) for s, l in ref}
             if not cur or any(s not in by_step for s, _ in cur):
                 print("FAIL: %s steps %s are not a non-empty subset of %s's"
-                      % (run, [s for s, _ in cur], a.ref))
+                      % (run, [s for s, _ in cur], a.ref), file=out)
                 bad += 1
                 continue
             pairs = [(by_step[s], (s, l)) for s, l in cur]
         elif len(cur) != len(ref):
-            print("FAIL: %s has %d steps, %s has %d" % (run, len(cur), a.ref, len(ref)))
+            print("FAIL: %s has %d steps, %s has %d" % (run, len(cur), a.ref, len(ref)), file=out)
             bad += 1
             continue
         else:
@@ -72,7 +75,7 @@ def main():
             ok = same_bits(l1, l0) if a.bitwise else rel <= a.rtol  # NaN fails both
             if s1 != s or not ok:
                 print("FAIL: %s step %d loss %r vs %r at step %d (rel %.3g)"
-                      % (run, s1, l1, l0, s, rel))
+                      % (run, s1, l1, l0, s, rel), file=out)
                 bad += 1
                 failed = True
                 break
@@ -82,18 +85,20 @@ def main():
         if a.param_atol is not None:
             p0, p1 = params(a.ref), params(run)
             if len(p0) != len(p1):
-                print("FAIL: %s has %d parameters, %s has %d" % (run, len(p1), a.ref, len(p0)))
+                print("FAIL: %s has %d parameters, %s has %d" % (run, len(p1), a.ref, len(p0)),
+                      file=out)
                 bad += 1
                 continue
             diffs = [abs(x - y) for x, y in zip(p0, p1)]
             d = float("nan") if any(math.isnan(x) for x in diffs) else max(diffs, default=0.0)
             msg += ", max parameter difference %.3g (bound %.3g)" % (d, a.param_atol)
             if not d <= a.param_atol:
-                print("FAIL: " + msg)
+                print("FAIL: " + msg, file=out)
                 bad += 1
                 continue
-        print("ok   " + msg)
-    sys.exit(1 if bad else 0)
+        print("ok   " + msg, file=out)
+    return 1 if bad else 0
 
 
-main()
+if __name__ == "__main__":
+    sys.exit(main())
