@@ -387,6 +387,10 @@ int mt_ckpt_read_index(const char *dir, hid_t file, int64_t limit, int64_t **row
  * (sorted, O(n log n)); returns the number of problems reported. */
 long mt_ckpt_check_coverage(const int64_t *rows, int64_t n, const mt_ckpt_tensors *tt,
                             mt_ckpt_report_fn report, void *ctx);
+/* The elementary steps every mt_ckpt_check_coverage on this thread has taken
+ * so far (sort comparisons, binary-search probes, segment-tree nodes, rows):
+ * its cost as a count, so a test checks the growth without a clock. */
+int64_t mt_ckpt_coverage_steps(void);
 /* Per-writer: every shard file the index names exists and is HDF5. */
 long mt_ckpt_check_shard_files(const char *dir, const int64_t *rows, int64_t n,
                                mt_ckpt_report_fn report, void *ctx);

@@ -325,6 +325,13 @@ typedef struct {
   int size;
 } skyline;
 
+/* The coverage check's elementary steps on this thread (sort comparisons,
+ * binary-search probes, segment-tree nodes visited, rows walked): its cost
+ * as a count, the same on any machine at any load (mt_ckpt_coverage_steps). */
+static _Thread_local int64_t coverage_steps;
+
+int64_t mt_ckpt_coverage_steps(void) { return coverage_steps; }
+
 static void sky_apply(skyline *s, int node, int64_t v) {
   s->mn[node] = s->mx[node] = s->lazy[node] = v;
 }
@@ -338,6 +345,7 @@ static void sky_push(skyline *s, int node) {
 }
 
 static void sky_query(skyline *s, int node, int lo, int hi, int a, int b, int64_t *mn, int64_t *mx) {
+  coverage_steps++;
   if (b <= lo || hi <= a) return;
   if (a <= lo && hi <= b) {
     if (s->mn[node] < *mn) *mn = s->mn[node];
@@ -351,6 +359,7 @@ static void sky_query(skyline *s, int node, int lo, int hi, int a, int b, int64_
 }
 
 static void sky_assign(skyline *s, int node, int lo, int hi, int a, int b, int64_t v) {
+  coverage_steps++;
   if (b <= lo || hi <= a) return;
   if (a <= lo && hi <= b) {
     sky_apply(s, node, v);
@@ -369,9 +378,16 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* cmp_i64, counted as a step of the coverage check */
+static int cmp_cut(const void *a, const void *b) {
+  coverage_steps++;
+  return cmp_i64(a, b);
+}
+
 static int lower_bound(const int64_t *v, int n, int64_t x) {
   int lo = 0, hi = n;
   while (lo < hi) {
+    coverage_steps++;
     int mid = (lo + hi) / 2;
     if (v[mid] < x) lo = mid + 1;
     else hi = mid;
@@ -404,7 +420,7 @@ static int tile_check(const int64_t *const *box, int n, int64_t R, int64_t C, ch
     cuts[k++] = r[MT_IX_START1];
     cuts[k++] = r[MT_IX_START1] + r[MT_IX_COUNT1];
   }
-  qsort(cuts, (size_t)k, sizeof *cuts, cmp_i64);
+  qsort(cuts, (size_t)k, sizeof *cuts, cmp_cut);
   int m = 0;
   for (int i = 0; i < k; i++)
     if (m == 0 || cuts[i] != cuts[m - 1]) cuts[m++] = cuts[i];
@@ -461,6 +477,7 @@ typedef struct {
 } row_ref;
 
 static int cmp_rows(const void *a, const void *b) {
+  coverage_steps++;
   const int64_t *x = ((const row_ref *)a)->row, *y = ((const row_ref *)b)->row;
   static const int key[] = {MT_IX_GROUP, MT_IX_TENSOR, MT_IX_START0, MT_IX_START1};
   for (int k = 0; k < 4; k++)
@@ -494,6 +511,7 @@ long mt_ckpt_check_coverage(const int64_t *rows, int64_t n, const mt_ckpt_tensor
     }
     ref[m++].row = r;
   }
+  coverage_steps += n;
   qsort(ref, (size_t)m, sizeof *ref, cmp_rows);
   /* walk every (group, tensor), with or without boxes */
   int64_t j = 0;

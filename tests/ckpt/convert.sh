@@ -48,7 +48,7 @@ python3 "$CMP" "$WORK/ref" "$WORK/bf_resumed" --subset --rtol 1e-2
 conv params 2 "$SRC" --params-only --mode per-writer
 grep -q "parameters only" "$WORK/params.verify" || fail "verify does not say parameters only"
 set +e
-timeout 60 "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
+mt_guard "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
   --set train.resume="$WORK/params/step_4" --set output.dir="$WORK/out_params" > /dev/null 2> "$WORK/params.err"
 rc=$?; set -e
 [ $rc -eq 2 ] && [ "$(grep -c '^meshtrain: error:.*parameters only.*train.init_from' "$WORK/params.err")" -eq 1 ] \
@@ -70,7 +70,7 @@ python3 "$CMP" "$WORK/ref" "$WORK/tgt_resumed" --subset --rtol 1e-5
 # complete-looking is left; the next convert into the same place commits
 for mode in shared per-writer; do
   set +e
-  timeout 60 "$MT_MPIEXEC" --oversubscribe -n 2 "$M" convert "$SRC" "$WORK/killed_$mode" --mode "$mode" \
+  mt_guard "$MT_MPIEXEC" --oversubscribe -n 2 "$M" convert "$SRC" "$WORK/killed_$mode" --mode "$mode" \
     --test-crash write > "$WORK/killed_$mode.log" 2>&1
   rc=$?
   set -e

@@ -7,7 +7,6 @@ mt_script_test(calibrate_roundtrip plan calibrate_roundtrip.sh)
 mt_script_test(emit_sweep plan emit_sweep.sh)
 mt_script_test(bad_profile badinput meshplan_fail.sh bad_profile "key 'inter_us' missing" profile-missing-key)
 mt_script_test(no_fit badinput meshplan_fail.sh no_fit "does not fit on 4 ranks.*GiB short" no-fit)
-set_tests_properties(plan.calibrated PROPERTIES RUN_SERIAL TRUE)
 # uneven pipeline stages (parallel.pp_first_layers / pp_last_layers): losses of
 # 2, 3 and interleaved stages; plan = run; an even checkpoint resumed unevenly
 mt_script_test(uneven_equiv plan uneven.sh equiv)
