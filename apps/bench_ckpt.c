@@ -143,15 +143,18 @@ int mt_bench_ckpt(int argc, char **argv) {
   mt_flat_range ranges[MT_CKPT_NGROUPS];
   mt_ckpt_state st;
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
-    ranges[g] = (mt_flat_range){lo, len, mem + (size_t)g * len};
+    ranges[g] = (mt_flat_range){.begin = lo, .len = len, .mem = mem + (size_t)g * len};
     st.ranges[g] = &ranges[g];
     st.n_ranges[g] = len > 0;
   }
   double total_bytes = 3.0 * 4.0 * (double)n;
-  mt_ckpt_meta meta = {1, 0, 0, 1, 1, shape.n_layer, shape.n_embd, shape.n_head, shape.seq_len,
-                       shape.vocab, world, 1, 1, 1, 1, world, 0, 0, 0, 0, 0, 1, 1};
+  mt_ckpt_meta meta = {.step = 1, .optimizer_step = 1, .seed = 1, .n_layer = shape.n_layer,
+                       .n_embd = shape.n_embd, .n_head = shape.n_head, .seq_len = shape.seq_len,
+                       .vocab = shape.vocab, .dp = world, .tp = 1, .pp = 1, .cp = 1, .zero = 1,
+                       .world = world, .ep = 1, .etp = 1};
   if (save_to) {
-    mt_ckpt_save_opts opts = {save_mode, 0, "none", ""};
+    mt_ckpt_save_opts opts = {.mode = save_mode, .keep = 0, .test_crash = "none",
+                              .config_ini = ""};
     if (mt_ckpt_save(save_to, &meta, &reg, &mesh, &st, &opts, NULL, &err) != 0) mt_die("%s", err.msg);
     if (rank == 0) printf("meshbench ckpt: %s state (%.3f GB) saved as %s/step_1 (%s)\n", model_name,
                           total_bytes / 1e9, save_to, save_mode);
@@ -195,7 +198,8 @@ int mt_bench_ckpt(int argc, char **argv) {
       char mroot[1200], step_dir[1300];
       snprintf(mroot, sizeof mroot, "%s/%s", root, modes[m]);
       snprintf(step_dir, sizeof step_dir, "%s/step_1", mroot);
-      mt_ckpt_save_opts opts = {modes[m], 1, "none", ""};
+      mt_ckpt_save_opts opts = {.mode = modes[m], .keep = 1, .test_crash = "none",
+                                .config_ini = ""};
       MPI_Barrier(MPI_COMM_WORLD);
       t0 = mt_now();
       if (mt_ckpt_save(mroot, &meta, &reg, &mesh, &st, &opts, NULL, &err) != 0) mt_die("%s", err.msg);

@@ -90,11 +90,21 @@ int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *s) {
   return r->n++;
 }
 
+void mt_registry_set_axes(mt_registry *r, int i, const char *axes) {
+  if (i >= 0 && i < r->n) snprintf(r->t[i].axes, sizeof r->t[i].axes, "%s", axes ? axes : "");
+}
+
+int mt_tensor_is_positional(const mt_tensor *t) {
+  return strncmp(t->axes, "position", 8) == 0 && (t->axes[8] == ',' || t->axes[8] == '\0');
+}
+
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay) {
-  mt_tensor_spec s = {name, ndim, shape, padded, tp, mt_replicated(), 0, -1, -1,
-                      weight_decay ? MT_INIT_NORMAL : MT_INIT_ZEROS, 0.02f, weight_decay,
-                      NULL, 0, mt_replicated(), MT_GROUP_DP};
+  mt_tensor_spec s = {.name = name, .ndim = ndim, .shape = shape, .padded = padded, .tp = tp,
+                      .ep = mt_replicated(), .layer = 0, .pp_stage = -1, .pp_copy = -1,
+                      .init = weight_decay ? MT_INIT_NORMAL : MT_INIT_ZEROS, .init_std = 0.02f,
+                      .weight_decay = weight_decay, .etp = mt_replicated(),
+                      .group = MT_GROUP_DP};
   return mt_registry_add_spec(r, &s);
 }
 

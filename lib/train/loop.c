@@ -31,18 +31,22 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
     st.ranges[g] = r[g];
   }
   mt_train_state_to_host(t, r, st.n_ranges); /* state on a GPU: written from a host snapshot */
-  mt_ckpt_meta meta = {done, samples, samples * s->seq_len, t->dp.opt.t, cfg->seed,
-                       s->n_layer, s->n_embd, s->n_head, s->seq_len, s->vocab, cfg->dp, cfg->tp,
-                       cfg->pp, cfg->cp, cfg->zero, t->world_size, s->moe_experts,
-                       s->moe_topk, s->moe_every, s->moe_ffn, s->moe_shared, t->mesh.ep,
-                       t->mesh.etp};
+  mt_ckpt_meta meta = {.step = done, .samples = samples, .tokens = samples * s->seq_len,
+                       .optimizer_step = t->dp.opt.t, .seed = cfg->seed, .n_layer = s->n_layer,
+                       .n_embd = s->n_embd, .n_head = s->n_head, .seq_len = s->seq_len,
+                       .vocab = s->vocab, .dp = cfg->dp, .tp = cfg->tp, .pp = cfg->pp,
+                       .cp = cfg->cp, .zero = cfg->zero, .world = t->world_size,
+                       .moe_experts = s->moe_experts, .moe_topk = s->moe_topk,
+                       .moe_every = s->moe_every, .moe_ffn = s->moe_ffn,
+                       .moe_shared = s->moe_shared, .ep = t->mesh.ep, .etp = t->mesh.etp};
   char *ini = NULL;
   size_t ini_len = 0;
   FILE *mf = open_memstream(&ini, &ini_len);
   mt_config_write_ini(cfg, mf);
   fclose(mf);
-  mt_ckpt_save_opts opts = {cfg->ckpt_mode, cfg->ckpt_keep,
-                            is_final ? cfg->ckpt_test_crash : "none", ini};
+  mt_ckpt_save_opts opts = {.mode = cfg->ckpt_mode, .keep = cfg->ckpt_keep,
+                            .test_crash = is_final ? cfg->ckpt_test_crash : "none",
+                            .config_ini = ini};
   char root[2 * MT_CFG_STR_MAX];
   snprintf(root, sizeof root, "%s/checkpoints", cfg->output_dir);
   mt_err e = {0};

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 #include "model/model.h"
 
 static int g_failed = 0;

@@ -1,6 +1,6 @@
 /* From a rank's flat local range of a tensor to boxes of the canonical
- * (global, unpadded) tensor. See ckpt_internal.h. */
-#include "ckpt/ckpt_internal.h"
+ * (global, unpadded) tensor. See core/ckpt_core.h. */
+#include "ckpt/core/ckpt_core.h"
 
 #include <stdlib.h>
 #include <string.h>

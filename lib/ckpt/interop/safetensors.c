@@ -4,7 +4,7 @@
  * end of the header), then the tensors' raw little-endian bytes, row-major.
  * A reader trusts nothing in the file: every size and offset is checked
  * against the file before it is used. */
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/interop/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

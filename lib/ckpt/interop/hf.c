@@ -15,7 +15,7 @@
  * same order in both. The model meshtrain computes is GPT-2's: GELU with the
  * tanh approximation ("gelu_new"), LayerNorm epsilon 1e-5, attention scaled
  * by 1/sqrt(head size). */
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/interop/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -280,11 +280,9 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, int dtype, mt_e
   return e->failed ? -1 : 0;
 }
 
-int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e) {
+static int export_scoped(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e) {
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  mt_ckpt_writer_wait();
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   mt_err local = {0};
   mt_ckpt_fault_init(rank, -1, &local);
   mt_ckpt_source src;
@@ -306,6 +304,14 @@ int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_e
     return -1;
   }
   return 0;
+}
+
+int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e) {
+  mt_ckpt_h5_scope scope;
+  mt_ckpt_h5_scope_begin(&scope);
+  int rc = export_scoped(ckpt_dir, out_dir, dtype, e);
+  mt_ckpt_h5_scope_end(&scope);
+  return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -437,15 +443,16 @@ int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_re
     memset(&st, 0, sizeof st);
     st.ranges[MT_CKPT_MODEL] = &range;
     st.n_ranges[MT_CKPT_MODEL] = rank == 0;
-    mt_ckpt_meta m = {0, 0, 0, 0, 0, c->n_layer, c->n_embd, c->n_head, c->n_positions, c->vocab,
-                      1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 1};
+    mt_ckpt_meta m = {.n_layer = c->n_layer, .n_embd = c->n_embd, .n_head = c->n_head,
+                      .seq_len = c->n_positions, .vocab = c->vocab, .dp = 1, .tp = 1, .pp = 1,
+                      .cp = 1, .zero = 0, .world = 1, .ep = 1, .etp = 1};
     char ini[512];
     snprintf(ini, sizeof ini,
              "# imported from a Hugging Face GPT-2 (%s)\n[model]\npreset = custom\n"
              "n_layer = %d\nn_embd = %d\nn_head = %d\nseq_len = %d\nvocab_size = %d\n",
              dir, c->n_layer, c->n_embd, c->n_head, c->n_positions, c->vocab);
-    mt_ckpt_save_opts opts = {mode, 0, "none", ini};
-    mt_ckpt_file_opts fo = {1, {MT_CKPT_F32, MT_CKPT_F32, MT_CKPT_F32}, NULL};
+    mt_ckpt_save_opts opts = {.mode = mode, .keep = 0, .test_crash = "none", .config_ini = ini};
+    mt_ckpt_file_opts fo = {.groups = 1, .dtype = {MT_CKPT_F32, MT_CKPT_F32, MT_CKPT_F32}};
     mt_ckpt_save_with(out_root, &m, reg, &mesh, &st, &opts, &fo, NULL, &local);
   }
   free(mem);

@@ -5,7 +5,7 @@
  * shard files, and the data itself (box checksums, no NaN or Inf). */
 #include <xxhash.h>
 
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 #include <errno.h>
 #include <math.h>
@@ -155,6 +155,7 @@ static int dataset_info(hid_t file, const char *path, int64_t limit_elems, int64
     attrs->fused_blocks = mt_ckpt_attr_i64(d, "fused_blocks", &v) == 0 && v >= 1 && v <= 64 ? (int)v : 1;
     attrs->weight_decay = mt_ckpt_attr_i64(d, "weight_decay", &v) == 0 && v == 1;
     mt_ckpt_attr_str(d, "tied_to", attrs->tied_to, sizeof attrs->tied_to);
+    mt_ckpt_attr_str(d, "axes", attrs->axes, sizeof attrs->axes);
     attrs->ep_dim = attrs->etp_dim = -1;
     char eps[32] = "", etps[32] = "";
     if (mt_ckpt_attr_str(d, "ep_split", eps, sizeof eps) == 0) { /* an expert */
