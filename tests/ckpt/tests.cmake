@@ -55,3 +55,13 @@ mt_script_test(load_opens ckpt load_opens.sh)
 mt_script_test(hf ckpt hf.sh)
 mt_script_test(hf_transformers ckpt hf_transformers.sh)
 mt_script_test(ckpt_convert sanitize sanitize.sh)
+# issue 23: saves on a real, nearly full file system, at sizes found by
+# bisection (a tmpfs; skipped where none can be mounted), per mode; and a
+# real file-size limit (ulimit -f) on one rank, in every save mode and in
+# meshckpt convert
+foreach(mode shared per-writer async)
+  mt_script_test(near_full_${mode} ckpt near_full.sh ${mode})
+endforeach()
+mt_script_test(fsize_limit ckpt fsize_limit.sh)
+# issue 20: lib/ckpt's layers (core <- tools, core <- interop) hold
+mt_script_test(layers ckpt layers.sh)
