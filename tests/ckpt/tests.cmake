@@ -65,3 +65,6 @@ endforeach()
 mt_script_test(fsize_limit ckpt fsize_limit.sh)
 # issue 20: lib/ckpt's layers (core <- tools, core <- interop) hold
 mt_script_test(layers ckpt layers.sh)
+# issue 23: import validates like a save (sharded safetensors, NaN, offsets
+# that do not tile, wrong weight_map, PyTorch .bin only)
+mt_script_test(hf_validate ckpt hf_validate.sh)

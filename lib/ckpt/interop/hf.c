@@ -317,12 +317,12 @@ int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_e
 /* ------------------------------------------------------------------ */
 /* import                                                              */
 
-/* the tensor of HF name `name` (with or without the prefix) */
-static const mt_st_tensor *find_hf(const mt_st_file *f, const char *name) {
+/* the tensor of HF name `name` (with or without the prefix), and its file */
+static const mt_st_tensor *find_hf(const mt_st_set *s, const char *name, const mt_st_file **f) {
   char full[200];
   snprintf(full, sizeof full, HF_PREFIX "%s", name);
-  const mt_st_tensor *t = mt_st_find(f, full);
-  return t ? t : mt_st_find(f, name);
+  const mt_st_tensor *t = mt_st_set_find(s, full, f);
+  return t ? t : mt_st_set_find(s, name, f);
 }
 
 static void shape_text(const int64_t *shape, int nd, char *out, size_t len) {
@@ -331,30 +331,48 @@ static void shape_text(const int64_t *shape, int nd, char *out, size_t len) {
     snprintf(out + strlen(out), len - strlen(out), "%s%lld", d ? ", " : "", (long long)shape[d]);
 }
 
-/* rank 0: every parameter of reg from the file into mem (reg's flat layout,
- * padding rows zero) */
+/* the bytes of t (a whole tensor) */
+static char *read_bytes(const mt_st_file *f, const mt_st_tensor *t, mt_err *e) {
+  char *p = mt_malloc((size_t)t->bytes + 1);
+  int64_t done = 0;
+  while (done < t->bytes) {
+    ssize_t k = pread(f->fd, p + done, (size_t)(t->bytes - done), (off_t)(t->offset + done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      mt_ckpt_err_read_sys(e, k == 0 ? EIO : errno, "%s: cannot read tensor %s", f->path, t->name);
+      free(p);
+      return NULL;
+    }
+    done += k;
+  }
+  return p;
+}
+
+/* rank 0: every parameter of reg from the directory's safetensors into mem
+ * (reg's flat layout, padding rows zero), checked as a save checks what it
+ * writes: every tensor GPT-2's, of its dtype and shape, finite */
 static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, float *mem,
                         mt_err *e) {
-  char path[1100];
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  mt_st_file f;
-  if (mt_st_open(path, &f, e) != 0) return -1;
+  mt_st_set set;
+  if (mt_st_open_dir(dir, &set, e) != 0) return -1;
   int n_map = 0;
   hf_entry *map = hf_map(n_layer, &n_map);
-  /* every tensor of the file is GPT-2's (or a buffer transformers keeps) */
-  for (int k = 0; k < f.n && !e->failed; k++) {
-    const char *nm = f.t[k].name;
-    const char *bare = !strncmp(nm, HF_PREFIX, strlen(HF_PREFIX)) ? nm + strlen(HF_PREFIX) : nm;
-    size_t L = strlen(bare);
-    if ((L > 10 && !strcmp(bare + L - 10, ".attn.bias")) ||
-        (L > 17 && !strcmp(bare + L - 17, ".attn.masked_bias")) || !strcmp(bare, "lm_head.weight"))
-      continue; /* the causal-mask buffers; the tied head (checked below) */
-    int known = 0;
-    for (int k2 = 0; k2 < n_map && !known; k2++) known = !strcmp(map[k2].hf, bare);
-    if (!known)
-      mt_err_set(e, "%s: tensor %s is not part of GPT2LMHeadModel with config.json's layers",
-                 path, nm);
-  }
+  /* every tensor of the files is GPT-2's (or a buffer transformers keeps) */
+  for (int fi = 0; fi < set.n_files && !e->failed; fi++)
+    for (int k = 0; k < set.files[fi].n && !e->failed; k++) {
+      const char *nm = set.files[fi].t[k].name;
+      const char *bare = !strncmp(nm, HF_PREFIX, strlen(HF_PREFIX)) ? nm + strlen(HF_PREFIX) : nm;
+      size_t L = strlen(bare);
+      if ((L > 10 && !strcmp(bare + L - 10, ".attn.bias")) ||
+          (L > 17 && !strcmp(bare + L - 17, ".attn.masked_bias")) ||
+          !strcmp(bare, "lm_head.weight"))
+        continue; /* the causal-mask buffers; the tied head (checked below) */
+      int known = 0;
+      for (int k2 = 0; k2 < n_map && !known; k2++) known = !strcmp(map[k2].hf, bare);
+      if (!known)
+        mt_err_set(e, "%s: tensor %s is not part of GPT2LMHeadModel with config.json's layers",
+                   set.files[fi].path, nm);
+    }
   float *scratch = NULL;
   size_t scratch_cap = 0;
   for (int i = 0; i < reg->n && !e->failed; i++) {
@@ -366,14 +384,15 @@ static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, fl
     }
     const char *hf = h->hf;
     int tr = h->transpose;
-    const mt_st_tensor *x = find_hf(&f, hf);
+    const mt_st_file *f = NULL;
+    const mt_st_tensor *x = find_hf(&set, hf, &f);
     int64_t want[MT_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++) want[d] = t->shape[d];
     if (tr) want[0] = t->shape[1], want[1] = t->shape[0];
     char a[80], b[80];
     shape_text(want, t->ndim, b, sizeof b);
     if (!x) {
-      mt_err_set(e, "%s: no tensor %s%s (GPT-2 with this config.json needs it, shape [%s])", path,
+      mt_err_set(e, "%s: no tensor %s%s (GPT-2 with this config.json needs it, shape [%s])", dir,
                  HF_PREFIX, hf, b);
       break;
     }
@@ -381,8 +400,8 @@ static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, fl
     for (int d = 0; same && d < t->ndim; d++) same = x->shape[d] == want[d];
     if (!same) {
       shape_text(x->shape, x->ndim, a, sizeof a);
-      mt_err_set(e, "%s: %s has shape [%s]; the GPT-2 of config.json needs [%s]", path, x->name, a,
-                 b);
+      mt_err_set(e, "%s: %s has shape [%s]; the GPT-2 of config.json needs [%s]", f->path,
+                 x->name, a, b);
       break;
     }
     /* ours: rows of t->local_shape[1] (padded) floats from t->offset */
@@ -397,26 +416,32 @@ static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, fl
       scratch = mt_malloc(need * sizeof(float));
       scratch_cap = need;
     }
-    if (mt_st_read_f32(&f, x, 0, R * C, scratch, e) != 0) break;
+    if (mt_st_read_f32(f, x, 0, R * C, scratch, e) != 0) break;
+    size_t bad = mt_ckpt_count_nonfinite(scratch, need);
+    if (bad) {
+      mt_err_set(e, "%s: tensor %s holds %zu NaN or Inf values: not imported (a checkpoint of "
+                    "them would not verify, nor train)", f->path, x->name, bad);
+      break;
+    }
     for (int64_t r = 0; r < R; r++)
       for (int64_t c = 0; c < C; c++) dst[r * Lc + c] = tr ? scratch[c * R + r] : scratch[r * C + c];
   }
   /* a stored LM head must be the tied one */
-  const mt_st_tensor *head = mt_st_find(&f, "lm_head.weight"), *wte = find_hf(&f, "wte.weight");
+  const mt_st_file *fh = NULL, *fw = NULL;
+  const mt_st_tensor *head = mt_st_set_find(&set, "lm_head.weight", &fh);
+  const mt_st_tensor *wte = find_hf(&set, "wte.weight", &fw);
   if (!e->failed && head && wte) {
     int same = head->bytes == wte->bytes && head->dtype == wte->dtype;
-    char *p = same ? mt_malloc((size_t)head->bytes + 1) : NULL, *q = same ? mt_malloc((size_t)wte->bytes + 1) : NULL;
-    same = same && pread(f.fd, p, (size_t)head->bytes, head->offset) == (ssize_t)head->bytes &&
-           pread(f.fd, q, (size_t)wte->bytes, wte->offset) == (ssize_t)wte->bytes &&
-           memcmp(p, q, (size_t)head->bytes) == 0;
+    char *p = same ? read_bytes(fh, head, e) : NULL, *q = p ? read_bytes(fw, wte, e) : NULL;
+    same = same && p && q && memcmp(p, q, (size_t)head->bytes) == 0;
     free(p);
     free(q);
-    if (!same)
-      mt_err_set(e, "%s: lm_head.weight differs from wte.weight: meshtrain's GPT-2 ties them", path);
+    if (!same && !e->failed)
+      mt_err_set(e, "%s: lm_head.weight differs from wte.weight: meshtrain's GPT-2 ties them", dir);
   }
   free(scratch);
   free(map);
-  mt_st_close(&f);
+  mt_st_close_dir(&set);
   return e->failed ? -1 : 0;
 }
 
