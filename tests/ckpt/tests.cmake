@@ -68,3 +68,7 @@ mt_script_test(layers ckpt layers.sh)
 # issue 23: import validates like a save (sharded safetensors, NaN, offsets
 # that do not tile, wrong weight_map, PyTorch .bin only)
 mt_script_test(hf_validate ckpt hf_validate.sh)
+# issue 23 items 7-8, issue 27: init_from takes the shape from the
+# checkpoint, a shorter context slices the position table, `latest`
+# everywhere, inspect's stored types, meshckpt's exit codes, small files
+mt_script_test(new_user ckpt new_user.sh)

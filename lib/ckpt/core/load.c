@@ -99,6 +99,28 @@ int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_le
   return 0;
 }
 
+int mt_ckpt_find(const char *spec, char *dir, size_t len, mt_err *e) {
+  mt_err local = {0};
+  if (mt_ckpt_rank() == 0) {
+    char mpath[1100];
+    snprintf(mpath, sizeof mpath, "%s/%s", spec, MT_CKPT_MANIFEST);
+    if (follow_pointer(spec, dir, len, &local)) {
+      /* the step directory it names: checked by whoever opens it */
+    } else if (mt_ckpt_file_size(mpath) >= 0) {
+      snprintf(dir, len, "%s", spec);
+    } else if (mt_ckpt_file_size(spec) < 0) {
+      mt_err_set(&local, "%s: no such checkpoint", spec);
+    } else if (!newest_complete(spec, dir, len)) {
+      mt_err_set(&local, "%s: no complete checkpoint", spec);
+    }
+  }
+  if (mt_ckpt_bcast(dir, (int64_t)len, &local) != 0 || mt_ckpt_agree(&local)) {
+    *e = local;
+    return -1;
+  }
+  return 0;
+}
+
 /* the run's model against the checkpoint's; shorter: a run may have fewer
  * positions (model.seq_len) than the checkpoint */
 static int check_model(const char *dir, const mt_ckpt_meta *m, const mt_ckpt_meta *expect,

@@ -78,16 +78,6 @@ static long lines_flush(lines *r, FILE *out, mt_err *e) {
 /* ------------------------------------------------------------------ */
 /* opening                                                             */
 
-int mt_ckpt_find(const char *spec, char *dir, size_t len, mt_err *e) {
-  int found = 0;
-  if (mt_ckpt_resolve(spec, spec, dir, len, &found, e) != 0) return -1;
-  if (!found) {
-    mt_err_set(e, "%s: no complete checkpoint", spec);
-    return -1;
-  }
-  return 0;
-}
-
 int mt_ckpt_read_meta_of(const char *spec, char *dir, size_t len, mt_ckpt_meta *m, mt_err *e) {
   mt_ckpt_h5_scope scope;
   mt_ckpt_h5_scope_begin(&scope);
@@ -627,7 +617,8 @@ static int export_rank0(mt_ckpt_reader *rd, const char *path, int dtype, size_t 
 static int export_scoped(const char *spec, const char *path, int dtype, size_t chunk, mt_err *e) {
   char dir[1024];
   mt_ckpt_source s;
-  if (mt_ckpt_find(spec, dir, sizeof dir, e) != 0 ||
+  if (mt_ckpt_fault_init(mt_ckpt_rank(), -1, e) != 0 || mt_ckpt_agree(e) ||
+      mt_ckpt_find(spec, dir, sizeof dir, e) != 0 ||
       mt_ckpt_source_open(dir, &s, NULL, NULL, e) != 0)
     return -1;
   mt_err local = {0};
