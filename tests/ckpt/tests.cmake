@@ -72,3 +72,5 @@ mt_script_test(hf_validate ckpt hf_validate.sh)
 # checkpoint, a shorter context slices the position table, `latest`
 # everywhere, inspect's stored types, meshckpt's exit codes, small files
 mt_script_test(new_user ckpt new_user.sh)
+# issue 23 item 5: resume into a full disk exits 3 (a runtime condition)
+mt_script_test(resume_full ckpt resume_full.sh)
