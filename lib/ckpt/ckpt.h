@@ -71,6 +71,13 @@ int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *
                  mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                  double *write_s, mt_err *e);
 
+/* Seconds this rank spent in the checks that make a commit a promise during
+ * its last save (mt_ckpt_save or an asynchronous one, committed): the scan
+ * of every value written for NaN and Inf, the shard file opened again and
+ * checked, and on rank 0 the checkpoint read back and checked before the
+ * rename. For benchmarks (meshbench ckpt reports it against the save). */
+double mt_ckpt_last_check_seconds(void);
+
 /* Asynchronous save (per-writer layout): collective begin starts a thread
  * that copies this rank's ranges to a host snapshot (see
  * mt_ckpt_async_fence) and then writes its shard file; training goes on. mt_ckpt_async_poll (collective, at a step boundary):

@@ -444,6 +444,11 @@ void mt_ckpt_written_free(mt_ckpt_written *w);
  * *nonfinite += the values that are NaN or Inf. 0, or -1 with errno set. */
 int mt_ckpt_write_floats(int fd, const float *p, size_t n, int64_t off, void *hs,
                          size_t *nonfinite);
+/* the time of the checks before a commit (see mt_ckpt_last_check_seconds):
+ * reset at the start of a save, added to by each check (thread-safe: the
+ * background writer adds its share) */
+void mt_ckpt_check_time_reset(void);
+void mt_ckpt_check_time_add(double seconds);
 /* "checkpoint step N: rank R: K NaN or Inf values in <path>" (runtime) */
 void mt_ckpt_err_nonfinite(mt_err *e, int64_t step, int rank, size_t count, const char *path);
 

@@ -47,6 +47,7 @@ int mt_ckpt_save_begin(const char *root, const mt_ckpt_meta *meta, const mt_regi
                        mt_err *e) {
   int rank = mesh->world_rank;
   mt_ckpt_ignore_sigxfsz();
+  mt_ckpt_check_time_reset();
   mt_err local = {0};
   mt_ckpt_fault_init(rank, meta->step, &local);
   uint64_t h = schema_hash(reg);
@@ -126,7 +127,10 @@ static int commit(const char *root, const char *tmpdir, const char *final_dir, i
     mt_ckpt_err_sys(e, errno, "checkpoint step %lld: cannot write %s", (long long)step, path);
     return -1;
   }
-  if (check_written(tmpdir, step, w, e) != 0) return -1;
+  double t0 = mt_now();
+  int checked = check_written(tmpdir, step, w, e);
+  mt_ckpt_check_time_add(mt_now() - t0);
+  if (checked != 0) return -1;
   if (mt_ckpt_fsync_path(tmpdir) != 0) {
     mt_ckpt_err_sys(e, errno, "checkpoint step %lld: cannot sync %s", (long long)step, tmpdir);
     return -1;

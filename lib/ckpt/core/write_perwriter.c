@@ -44,8 +44,8 @@ typedef struct {
 
 static void stream_flush(stream *s) {
   if (s->fill == 0 || s->failed) return;
-  size_t ignored = 0; /* counted when put */
-  if (mt_ckpt_write_floats(s->fd, s->buf, s->fill, s->pos, NULL, &ignored) != 0) s->failed = errno;
+  /* hashed and scanned when put */
+  if (mt_ckpt_write_floats(s->fd, s->buf, s->fill, s->pos, NULL, NULL) != 0) s->failed = errno;
   s->pos += (int64_t)(s->fill * sizeof(float));
   s->fill = 0;
 }
@@ -54,10 +54,11 @@ static void stream_flush(stream *s) {
 static void stream_put(stream *s, const float *p, size_t n, XXH64_state_t *hs) {
   if (s->failed) return;
   XXH64_update(hs, p, n * sizeof(float));
+  double t0 = mt_now();
   s->nonfinite += mt_ckpt_count_nonfinite(p, n);
+  mt_ckpt_check_time_add(mt_now() - t0);
   if (s->fill == 0 && n >= s->cap) { /* large and contiguous: no copy */
-    size_t ignored = 0;
-    if (mt_ckpt_write_floats(s->fd, p, n, s->pos, NULL, &ignored) != 0) s->failed = errno;
+    if (mt_ckpt_write_floats(s->fd, p, n, s->pos, NULL, NULL) != 0) s->failed = errno;
     s->pos += (int64_t)(n * sizeof(float));
     return;
   }
@@ -206,7 +207,9 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
   }
   mt_ckpt_h5out_finish(&o, 1, where, e);
   /* opened again: the datasets are there, of the lengths written */
+  double t0 = mt_now();
   if (!e->failed) mt_ckpt_check_shard(path, n_sets, paths, vol, dtype, where, e);
+  mt_ckpt_check_time_add(mt_now() - t0);
   rc = e->failed ? -1 : 0;
 done:
   free(paths);

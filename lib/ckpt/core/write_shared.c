@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,13 +38,25 @@ static int little_endian(void) {
   return b == 1;
 }
 
+static atomic_llong g_check_ns; /* see mt_ckpt_last_check_seconds */
+
+void mt_ckpt_check_time_reset(void) { atomic_store(&g_check_ns, 0); }
+void mt_ckpt_check_time_add(double seconds) {
+  atomic_fetch_add(&g_check_ns, (long long)(seconds * 1e9));
+}
+double mt_ckpt_last_check_seconds(void) { return 1e-9 * (double)atomic_load(&g_check_ns); }
+
 int mt_ckpt_write_floats(int fd, const float *p, size_t n, int64_t off, void *hs,
                          size_t *nonfinite) {
   size_t per = MT_CKPT_PIECE_BYTES / sizeof(float);
   while (n > 0) {
     size_t k = n < per ? n : per;
     if (hs) XXH64_update(hs, p, k * sizeof(float));
-    *nonfinite += mt_ckpt_count_nonfinite(p, k);
+    if (nonfinite) {
+      double t0 = mt_now();
+      *nonfinite += mt_ckpt_count_nonfinite(p, k);
+      mt_ckpt_check_time_add(mt_now() - t0);
+    }
     if (mt_ckpt_pwrite_full(fd, p, k * sizeof(float), off, "write") != 0) return -1;
 #ifdef SYNC_FILE_RANGE_WRITE
     /* errors here come back from fsync; where it is not supported, fsync does all */
