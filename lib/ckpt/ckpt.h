@@ -9,7 +9,15 @@
  * without a complete manifest. docs: ckpt/SCHEMA.md beside this file.
  *
  * Knows tensors only through the registry and state only as flat ranges; no
- * model, no optimizer internals. */
+ * model, no optimizer internals.
+ *
+ * The module in three layers, one public header (this one):
+ *   core/     the format, the writers, the reader, the checks (private
+ *             header core/ckpt_core.h; includes nothing of the other two);
+ *   tools/    conversion and inspection (meshckpt's commands), on core;
+ *   interop/  Hugging Face safetensors and GPT-2 names, on core.
+ * Nothing outside lib/ckpt includes more than this header (tests/ckpt/
+ * layers.sh holds it). */
 #ifndef MT_CKPT_H
 #define MT_CKPT_H
 
