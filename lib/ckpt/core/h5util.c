@@ -100,8 +100,8 @@ int mt_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
 }
 
 void mt_ckpt_select_rows(hid_t space, hsize_t r0, hsize_t nr, hsize_t cols) {
-  mt_ckpt_box b = {{(int64_t)r0, 0}, {(int64_t)nr, (int64_t)cols}, 0, 0};
-  mt_ckpt_boxes one = {&b, 1, 1};
+  mt_ckpt_box b = {.start = {(int64_t)r0, 0}, .count = {(int64_t)nr, (int64_t)cols}};
+  mt_ckpt_boxes one = {.b = &b, .n = 1, .cap = 1};
   mt_ckpt_select_boxes(space, &one);
 }
 

@@ -222,7 +222,7 @@ static int intersect(const int64_t *row, const mt_ckpt_box *b, piece *p) {
   if (b->start[0] + b->count[0] < r1) r1 = b->start[0] + b->count[0];
   if (b->start[1] + b->count[1] < c1) c1 = b->start[1] + b->count[1];
   if (r1 <= r0 || c1 <= c0) return 0;
-  *p = (piece){r0, c0, r1 - r0, c1 - c0};
+  *p = (piece){.r0 = r0, .c0 = c0, .nr = r1 - r0, .nc = c1 - c0};
   return 1;
 }
 
@@ -319,9 +319,10 @@ static void read_selection(mt_ckpt_reader *rd, const mt_registry *reg, mt_mesh *
                           ? (row[MT_IX_WRITER] << 40) + src->shard_off[j] /* writers < 2^23 */
                           : src->tt.offset[slot] + (int64_t)mt_ckpt_dtype_size(src->tt.dtype[slot]) *
                                                        (p.r0 * src->tt.ext[slot][1] + p.c0);
-        jobs[n++] = (job){j, slot, key, p,
-                          w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 + (p.c0 - bx->start[1]),
-                          L1};
+        jobs[n++] = (job){.j = j, .slot = slot, .key = key, .p = p,
+                          .dst = w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 +
+                                 (p.c0 - bx->start[1]),
+                          .L1 = L1};
       }
     }
   }
@@ -422,8 +423,9 @@ static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg
           }
           MPI_Aint addr;
           MPI_Get_address(dst + k * L1, &addr);
-          runs[n++] = (run){(MPI_Aint)(src->tt.offset[slot] + 4 * ((p.r0 + k) * C + p.c0)), addr,
-                            (int)(4 * p.nc)};
+          runs[n++] = (run){
+              .file = (MPI_Aint)(src->tt.offset[slot] + 4 * ((p.r0 + k) * C + p.c0)),
+              .mem = addr, .bytes = (int)(4 * p.nc)};
         }
       }
     }
@@ -504,7 +506,7 @@ static int load_scoped(const char *dir, const mt_registry *reg, mt_mesh *mesh,
    * attributes, tensors, index and coverage, shard files named); every rank
    * gets the result */
   mt_ckpt_source src;
-  load_report rep = {dir, &local};
+  load_report rep = {.dir = dir, .e = &local};
   if (mt_ckpt_source_open(dir, &src, report_problem, &rep, &local) != 0) {
     *e = local;
     return -1;

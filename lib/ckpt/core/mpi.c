@@ -14,10 +14,25 @@
 
 static MPI_Comm g_comm = MPI_COMM_NULL;
 
+/* MPI_Finalize deletes MPI_COMM_SELF's attributes first: the duplicate is
+ * freed there, while MPI still works */
+static int free_at_finalize(MPI_Comm comm, int key, void *value, void *extra) {
+  (void)comm;
+  (void)key;
+  (void)value;
+  (void)extra;
+  if (g_comm != MPI_COMM_NULL && g_comm != MPI_COMM_WORLD) MPI_Comm_free(&g_comm);
+  g_comm = MPI_COMM_NULL;
+  return MPI_SUCCESS;
+}
+
 MPI_Comm mt_ckpt_comm(void) {
   if (g_comm == MPI_COMM_NULL) {
     if (MPI_Comm_dup(MPI_COMM_WORLD, &g_comm) != MPI_SUCCESS) g_comm = MPI_COMM_WORLD;
     MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN);
+    int key;
+    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_at_finalize, &key, NULL) == MPI_SUCCESS)
+      MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
   }
   return g_comm;
 }

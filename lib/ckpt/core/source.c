@@ -370,9 +370,15 @@ static hid_t shard_file(mt_ckpt_reader *r, int64_t w, const char *what, mt_err *
   (void)what;
   if (f < 0) return -1;
   if (r->n_shards == r->cap_shards) {
-    r->cap_shards = r->cap_shards ? 2 * r->cap_shards : 8;
-    r->shards = realloc(r->shards, (size_t)r->cap_shards * sizeof *r->shards);
-    if (!r->shards) mt_die("out of memory (shard files)");
+    int cap = r->cap_shards ? 2 * r->cap_shards : 8;
+    void *grown = realloc(r->shards, (size_t)cap * sizeof *r->shards);
+    if (!grown) {
+      H5Fclose(f);
+      mt_err_runtime(e, "%s: rank %d: out of memory (shard files)", r->src->dir, r->rank);
+      return -1;
+    }
+    r->shards = grown;
+    r->cap_shards = cap;
   }
   r->shards[r->n_shards].writer = w;
   r->shards[r->n_shards].file = f;

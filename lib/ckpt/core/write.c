@@ -95,7 +95,8 @@ hid_t mt_ckpt_virtual_dcpl(const mt_tensor *t, int g, const int64_t *rows, const
   for (int64_t j = 0; j < n && ok; j++) {
     const int64_t *r = rows + j * MT_CKPT_INDEX_COLS;
     if (r[MT_IX_GROUP] != g || r[MT_IX_TENSOR] != ti) continue;
-    mt_ckpt_box b = {{r[MT_IX_START0], r[MT_IX_START1]}, {r[MT_IX_COUNT0], r[MT_IX_COUNT1]}, 0, 0};
+    mt_ckpt_box b = {.start = {r[MT_IX_START0], r[MT_IX_START1]},
+                     .count = {r[MT_IX_COUNT0], r[MT_IX_COUNT1]}};
     char file_name[64];
     snprintf(file_name, sizeof file_name, "shard-%05lld.h5", (long long)r[MT_IX_WRITER]);
     /* each regular piece of the box (an expert tensor's box may span

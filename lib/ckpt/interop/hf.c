@@ -281,8 +281,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, int dtype, mt_e
 }
 
 static int export_scoped(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e) {
-  int rank;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int rank = mt_ckpt_rank();
   mt_err local = {0};
   mt_ckpt_fault_init(rank, -1, &local);
   mt_ckpt_source src;
@@ -299,7 +298,7 @@ static int export_scoped(const char *ckpt_dir, const char *out_dir, int dtype, m
   if (rank == 0) export_rank0(&rd, out_dir, dtype, &local);
   mt_ckpt_reader_close(&rd);
   mt_ckpt_source_close(&src);
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (mt_ckpt_agree(&local)) {
     *e = local;
     return -1;
   }
@@ -447,9 +446,7 @@ static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, fl
 
 int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_registry *reg,
                       const char *out_root, const char *mode, mt_err *e) {
-  int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int rank = mt_ckpt_rank(), size = mt_ckpt_size();
   mt_err local = {0};
   float *mem = NULL;
   if (rank == 0) {
@@ -461,9 +458,9 @@ int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_re
   memset(&mesh, 0, sizeof mesh);
   mesh.world_rank = rank;
   mesh.world_size = size;
-  if (!mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (!mt_ckpt_agree(&local)) {
     /* rank 0 holds the whole model, the others nothing */
-    mt_flat_range range = {0, reg->numel_local, mem};
+    mt_flat_range range = {.begin = 0, .len = reg->numel_local, .mem = mem};
     mt_ckpt_state st;
     memset(&st, 0, sizeof st);
     st.ranges[MT_CKPT_MODEL] = &range;

@@ -80,7 +80,8 @@ static int plan_as_source(const mt_ckpt_source *s, int groups, const int64_t *sr
   for (int64_t j = 0; j < s->n_rows; j++) {
     const int64_t *r = s->rows + j * MT_CKPT_INDEX_COLS;
     if (r[MT_IX_GROUP] >= groups) continue;
-    mt_ckpt_box b = {{r[MT_IX_START0], r[MT_IX_START1]}, {r[MT_IX_COUNT0], r[MT_IX_COUNT1]}, 0, 0};
+    mt_ckpt_box b = {.start = {r[MT_IX_START0], r[MT_IX_START1]},
+                     .count = {r[MT_IX_COUNT0], r[MT_IX_COUNT1]}};
     if (mt_ckpt_append_row(&p->rows, (int)r[MT_IX_GROUP], (int)r[MT_IX_TENSOR],
                            (int)r[MT_IX_WRITER], &b, 0) != 0)
       return -1;

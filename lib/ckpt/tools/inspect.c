@@ -58,10 +58,12 @@ static long lines_flush(lines *r, FILE *out, mt_err *e) {
     char *buf = mt_malloc((size_t)len + 1);
     if (rank == q) memcpy(buf, r->text, (size_t)len);
     if (q != 0) {
-      if (rank == q) MPI_Send(buf, (int)len, MPI_CHAR, 0, 7, mt_ckpt_comm());
-      else if (rank == 0 &&
-               MPI_Recv(buf, (int)len, MPI_CHAR, q, 7, mt_ckpt_comm(), MPI_STATUS_IGNORE) != MPI_SUCCESS)
-        mt_err_runtime(e, "checkpoint: rank 0 cannot collect rank %d's lines", q);
+      int rc = MPI_SUCCESS;
+      if (rank == q) rc = MPI_Send(buf, (int)len, MPI_CHAR, 0, 7, mt_ckpt_comm());
+      else if (rank == 0)
+        rc = MPI_Recv(buf, (int)len, MPI_CHAR, q, 7, mt_ckpt_comm(), MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS)
+        mt_err_runtime(e, "checkpoint: rank %d's lines cannot reach rank 0", q);
     }
     buf[len] = '\0';
     if (rank == 0 && !e->failed) fputs(buf, out);
