@@ -84,17 +84,17 @@ try() {
 }
 
 # the bracket: a tmpfs that holds both saves, and one that holds nothing
-lo=$((16 * PAGE)) hi=$((4096 * PAGE))
+lo=$((16 * PAGE)) hi=$((1024 * PAGE))
 [ "$(try $hi)" = ok ] || fail "the run does not fit even $hi bytes"
 [ "$(try $lo)" = full ] || fail "the run fits in $lo bytes?"
-while [ $((hi - lo)) -gt $((4 * PAGE)) ]; do
+while [ $((hi - lo)) -gt $((8 * PAGE)) ]; do
   mid=$(((lo + hi) / 2 / PAGE * PAGE))
   if [ "$(try $mid)" = ok ]; then hi=$mid; else lo=$mid; fi
 done
 echo "bisection: the two saves fit in $hi bytes, not in $lo ($(ls "$WORK"/size_*.log | wc -l) runs)"
 # just below the edge: step 2 and part of step 4 fit
 steps4=0
-for k in 1 2 3 4 5 6; do
+for k in 1 2 4; do
   v=$(try $((hi - k * PAGE)))
   grep -q "error: checkpoint step 4" "$WORK/size_$((hi - k * PAGE)).log" 2>/dev/null && steps4=$((steps4 + 1))
   echo "  $((hi - k * PAGE)) bytes: $v"

@@ -74,3 +74,5 @@ mt_script_test(hf_validate ckpt hf_validate.sh)
 mt_script_test(new_user ckpt new_user.sh)
 # issue 23 item 5: resume into a full disk exits 3 (a runtime condition)
 mt_script_test(resume_full ckpt resume_full.sh)
+# issue 23 item 1: the fault switch's file-system failures through convert
+mt_script_test(convert_faults ckpt convert_faults.sh)

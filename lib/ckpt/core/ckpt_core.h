@@ -82,6 +82,7 @@ typedef struct {
   H5E_auto2_t func;
   void *data;
   int active;
+  ssize_t open_objects; /* HDF5 objects open when the scope began (end warns of more) */
 } mt_ckpt_h5_scope;
 void mt_ckpt_h5_scope_begin(mt_ckpt_h5_scope *s);
 void mt_ckpt_h5_scope_end(const mt_ckpt_h5_scope *s);
@@ -542,9 +543,9 @@ size_t mt_ckpt_count_nonfinite_bf16(const uint16_t *x, size_t n);
  * parameters-only checkpoint (the `groups` attribute, from 1.2). */
 int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man, int64_t limit,
                        mt_ckpt_meta *m, int *groups, mt_err *e);
-/* /tensors and every dataset's extent, type and storage (groups < groups),
- * bounded by limit bytes */
-int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups,
+/* /tensors and every dataset's extent, type and (want_offsets: shared
+ * mode) storage (groups < groups), bounded by limit bytes */
+int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups, int want_offsets,
                          mt_ckpt_tensors *tt, mt_err *e);
 void mt_ckpt_tensors_free(mt_ckpt_tensors *tt);
 /* /index ([n][MT_CKPT_INDEX_COLS] int64), its size bounded by limit bytes */

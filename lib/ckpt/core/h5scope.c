@@ -30,6 +30,7 @@ void mt_ckpt_writer_wait(void) {
 void mt_ckpt_h5_quiet(mt_ckpt_h5_scope *s) {
   s->active = H5Eget_auto2(H5E_DEFAULT, &s->func, &s->data) >= 0;
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  s->open_objects = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
 }
 
 void mt_ckpt_h5_scope_begin(mt_ckpt_h5_scope *s) {
@@ -38,5 +39,11 @@ void mt_ckpt_h5_scope_begin(mt_ckpt_h5_scope *s) {
 }
 
 void mt_ckpt_h5_scope_end(const mt_ckpt_h5_scope *s) {
+  /* every path out of an entry point closes what it opened: a file left
+   * open (by a bug) would make HDF5's shutdown crash the process later */
+  ssize_t open_now = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
+  if (open_now > s->open_objects && s->open_objects >= 0)
+    mt_warn("checkpoint: %zd HDF5 object(s) left open by the ckpt module", open_now - s->open_objects);
+  H5Eclear2(H5E_DEFAULT);
   if (s->active) H5Eset_auto2(H5E_DEFAULT, s->func, s->data);
 }

@@ -174,7 +174,7 @@ int mt_ckpt_source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn re
   int64_t limit = s->man.total_bytes;
   int groups = MT_CKPT_NGROUPS;
   if (file >= 0 && mt_ckpt_check_meta(dir, file, &s->man, limit, &s->meta, &groups, e) == 0 &&
-      mt_ckpt_read_tensors(dir, file, limit, groups, &s->tt, e) == 0 &&
+      mt_ckpt_read_tensors(dir, file, limit, groups, !s->per_writer, &s->tt, e) == 0 &&
       mt_ckpt_read_index(dir, file, limit, &s->rows, &s->n_rows, e) == 0) {
     s->problems += mt_ckpt_check_coverage(s->rows, s->n_rows, &s->tt, report, ctx);
     if (s->per_writer) s->problems += check_shards_listed(s, report, ctx);
