@@ -441,6 +441,9 @@ void mt_ckpt_written_free(mt_ckpt_written *w);
  * started at once (sync_file_range), so the final fsync has little left to
  * wait for. */
 #define MT_CKPT_PIECE_BYTES ((size_t)8 << 20)
+/* n floats hashed into hs (may be NULL) and scanned: the values that are
+ * NaN or Inf, counted (the scan's time to mt_ckpt_check_time_add) */
+size_t mt_ckpt_hash_scan(void *hs, const float *p, size_t n);
 /* n floats at off of fd, in pieces as above: hashed into hs (may be NULL),
  * *nonfinite += the values that are NaN or Inf. 0, or -1 with errno set. */
 int mt_ckpt_write_floats(int fd, const float *p, size_t n, int64_t off, void *hs,
@@ -543,10 +546,11 @@ size_t mt_ckpt_count_nonfinite_bf16(const uint16_t *x, size_t n);
  * parameters-only checkpoint (the `groups` attribute, from 1.2). */
 int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man, int64_t limit,
                        mt_ckpt_meta *m, int *groups, mt_err *e);
-/* /tensors and every dataset's extent, type and (want_offsets: shared
- * mode) storage (groups < groups), bounded by limit bytes */
+/* /tensors and every dataset's extent, type, (want_offsets: shared mode)
+ * storage and (want_attrs) split attributes (groups < groups), bounded by
+ * limit bytes */
 int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups, int want_offsets,
-                         mt_ckpt_tensors *tt, mt_err *e);
+                         int want_attrs, mt_ckpt_tensors *tt, mt_err *e);
 void mt_ckpt_tensors_free(mt_ckpt_tensors *tt);
 /* /index ([n][MT_CKPT_INDEX_COLS] int64), its size bounded by limit bytes */
 int mt_ckpt_read_index(const char *dir, hid_t file, int64_t limit, int64_t **rows, int64_t *n,
@@ -586,6 +590,9 @@ typedef struct {
  * directory). report NULL: problems are errors in e. 0, or -1 (e set). */
 int mt_ckpt_source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
                         mt_err *e);
+/* the same without the tensors' split attributes (the check before a
+ * commit, which compares with what it wrote) */
+int mt_ckpt_source_read_light(const char *dir, mt_ckpt_source *s, mt_err *e);
 /* Collective over MPI_COMM_WORLD. Errors that leave nothing to check (no
  * manifest, an unreadable main file, root attributes, the tensor table, the
  * index) go to e, agreed on every rank; coverage and shard problems go to

@@ -88,7 +88,7 @@ static int check_written(const char *dir, int64_t step, const mt_ckpt_written *w
   mt_ckpt_source s;
   mt_err why = {0};
   mt_ckpt_trace_suspend(1);
-  mt_ckpt_source_read(dir, &s, NULL, NULL, &why);
+  mt_ckpt_source_read_light(dir, &s, &why);
   mt_ckpt_trace_suspend(0);
   const mt_registry *reg = w->reg;
   if (!why.failed && s.problems) mt_err_set(&why, "%ld problem(s) in its index", s.problems);

@@ -146,8 +146,20 @@ static void problem_is_error(void *ctx, const char *path, const char *problem, c
   mt_err_set((mt_err *)ctx, "%s: %s", path, problem);
 }
 
+static int source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
+                       int want_attrs, mt_err *e);
+
 int mt_ckpt_source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
                         mt_err *e) {
+  return source_read(dir, s, report, ctx, 1, e);
+}
+
+int mt_ckpt_source_read_light(const char *dir, mt_ckpt_source *s, mt_err *e) {
+  return source_read(dir, s, NULL, NULL, 0, e);
+}
+
+static int source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
+                       int want_attrs, mt_err *e) {
   memset(s, 0, sizeof *s);
   snprintf(s->dir, sizeof s->dir, "%s", dir);
   if (!report) {
@@ -174,7 +186,7 @@ int mt_ckpt_source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn re
   int64_t limit = s->man.total_bytes;
   int groups = MT_CKPT_NGROUPS;
   if (file >= 0 && mt_ckpt_check_meta(dir, file, &s->man, limit, &s->meta, &groups, e) == 0 &&
-      mt_ckpt_read_tensors(dir, file, limit, groups, !s->per_writer, &s->tt, e) == 0 &&
+      mt_ckpt_read_tensors(dir, file, limit, groups, !s->per_writer, want_attrs, &s->tt, e) == 0 &&
       mt_ckpt_read_index(dir, file, limit, &s->rows, &s->n_rows, e) == 0) {
     s->problems += mt_ckpt_check_coverage(s->rows, s->n_rows, &s->tt, report, ctx);
     if (s->per_writer) s->problems += check_shards_listed(s, report, ctx);

@@ -203,7 +203,7 @@ static int dataset_info(hid_t file, const char *path, int64_t limit_elems, int64
 }
 
 int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups,
-                         int want_offsets, mt_ckpt_tensors *tt, mt_err *e) {
+                         int want_offsets, int want_attrs, mt_ckpt_tensors *tt, mt_err *e) {
   memset(tt, 0, sizeof *tt);
   tt->groups = groups;
   hid_t d = H5Dopen2(file, "tensors", H5P_DEFAULT);
@@ -247,7 +247,7 @@ int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups,
       size_t k = (size_t)g * (size_t)tt->n + (size_t)i;
       int64_t *x = tt->ext[k], dims[MT_MAX_DIMS] = {0};
       int nd = dataset_info(file, path, limit / 2, x, dims, &tt->dtype[k], &tt->offset[k],
-                            g == 0 ? &tt->attrs[i] : NULL, want_offsets);
+                            g == 0 && want_attrs ? &tt->attrs[i] : NULL, want_offsets);
       if (g == 0) {
         tt->nd[i] = nd;
         memcpy(tt->dims[i], dims, sizeof dims);

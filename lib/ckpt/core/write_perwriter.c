@@ -53,10 +53,7 @@ static void stream_flush(stream *s) {
 /* n floats of one box row (or of whole rows), hashed into hs */
 static void stream_put(stream *s, const float *p, size_t n, XXH64_state_t *hs) {
   if (s->failed) return;
-  XXH64_update(hs, p, n * sizeof(float));
-  double t0 = mt_now();
-  s->nonfinite += mt_ckpt_count_nonfinite(p, n);
-  mt_ckpt_check_time_add(mt_now() - t0);
+  s->nonfinite += mt_ckpt_hash_scan(hs, p, n);
   if (s->fill == 0 && n >= s->cap) { /* large and contiguous: no copy */
     if (mt_ckpt_write_floats(s->fd, p, n, s->pos, NULL, NULL) != 0) s->failed = errno;
     s->pos += (int64_t)(n * sizeof(float));
