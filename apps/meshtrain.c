@@ -154,6 +154,9 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 0;
   }
+  /* a run started from another's parameters takes the model's shape from them */
+  mt_err_agree(&err, MPI_COMM_WORLD);
+  if (!err.failed && cfg.init_from[0]) mt_train_init_from_shape(&cfg, &err);
   if (!err.failed && cfg.ckpt_async && thread_level < MPI_THREAD_FUNNELED)
     mt_err_set(&err, "ckpt.async = true needs MPI_THREAD_FUNNELED, and this MPI provides "
                      "thread level %d (set ckpt.async = false)", thread_level);

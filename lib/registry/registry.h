@@ -35,6 +35,7 @@
 #include "core/core.h"
 
 #define MT_NAME_MAX 96
+#define MT_AXES_MAX 48
 #define MT_MAX_DIMS 4
 
 typedef enum {
@@ -104,6 +105,9 @@ typedef struct {
   int tp_partial_grad;          /* replicated over tp, yet each tp rank computes only a partial
                                    gradient (sequence parallelism: from its slice of the
                                    sequence): the tp ranks' gradients are summed before use */
+  char axes[MT_AXES_MAX];       /* "" or comma-separated labels of its axes ("vocab,embd";
+                                   "position,embd": dim 0 indexes sequence positions, so a run
+                                   at a shorter context takes the first rows) */
   /* derived by mt_registry_finalize; local_shape and local_start are the
    * tp/ep shard even where this pipeline stage does not hold the tensor
    * (then numel_local = 0 and offset is where it would start) */
@@ -185,6 +189,12 @@ int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *spec);
  * registry from a checkpoint's attributes. padded may be NULL. */
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay);
+/* Label tensor i's axes (see mt_tensor.axes; the model labels those whose
+ * meaning its shape does not tell: vocabulary, positions). */
+void mt_registry_set_axes(mt_registry *r, int i, const char *axes);
+/* Does t's dim 0 index sequence positions (its first axis label is
+ * "position")? */
+int mt_tensor_is_positional(const mt_tensor *t);
 /* Index of the tensor named name, or -1. */
 int mt_registry_find(const mt_registry *r, const char *name);
 /* Index of the tensor whose name is printf(fmt, ...), or -1. */

@@ -76,6 +76,22 @@ static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
   }
 }
 
+/* The token files must be what was mapped (size, time, no fault while
+ * reading): else every rank stops here, before a step trains on what the
+ * files hold now, with one line naming the file and exit 3. A save in
+ * flight is committed first: the newest checkpoint is the last one made. */
+static void check_data(mt_trainer *t, mt_ckpt_async **inflight) {
+  mt_err e = {0};
+  mt_dataset_check(&t->train_ds, &e);
+  if (t->have_val_file) mt_dataset_check(&t->val_ds, &e);
+  if (!mt_err_agree(&e, MPI_COMM_WORLD)) return;
+  double ignored = 0.0;
+  poll_async(inflight, 1, &ignored);
+  mt_err_report(&e, "meshtrain");
+  MPI_Finalize();
+  exit(mt_err_exit_code(&e));
+}
+
 /* the micro-batches of step `step` that this dp rank trains on, from the
  * global sample sequence (the same global batch for any layout); under
  * context parallelism this rank's tokens of each sequence */
@@ -141,6 +157,7 @@ int mt_train_loop(mt_trainer *t) {
     double pp_stats[3] = {0.0, 0.0, 0.0}; /* this stage: wait s, bubble fraction, act bytes */
     double td = mt_now();
     load_batch(t, step);
+    check_data(t, &inflight);
     double data_s = mt_now() - td;
     mt_gpt *model = &t->step.model;
     const mt_pp_exec *exec = &t->step.exec;

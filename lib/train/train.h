@@ -82,6 +82,10 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg);
 /* Collective: train.resume (a checkpoint under any layout), then the
  * outputs (config.ini, metrics.jsonl continued). */
 void mt_train_resume(mt_trainer *t);
+/* train.init_from: the model's shape read from the checkpoint into cfg (a
+ * shape key given that disagrees: an error; a shorter model.seq_len: kept,
+ * the position table sliced at load). Collective. 0, or -1 with e set. */
+int mt_train_init_from_shape(mt_config *cfg, mt_err *e);
 /* Collective: the step loop; returns the exit code (0; 75 when SIGUSR1
  * stopped it after a checkpoint; 76 when SIGTERM did). */
 int mt_train_loop(mt_trainer *t);

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "../check.h"
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 #include "model/model.h"
 
 typedef struct {
@@ -277,7 +277,40 @@ static void moe_at(int ep, int etp) {
   mt_ckpt_tensors_free(&tt);
 }
 
-int main(void) {
+/* HDF5's own error printing is off only inside the module's entry points:
+ * a damaged checkpoint is refused with the module's one line (bad input,
+ * exit code 2) and the caller's printing setting is as it was before */
+static void error_printing_scoped(void) {
+  char dir[] = "/tmp/mt_ckpt_scope_XXXXXX";
+  if (!mkdtemp(dir)) return;
+  char p[256];
+  snprintf(p, sizeof p, "%s/ckpt.h5", dir);
+  FILE *f = fopen(p, "w");
+  fputs("not hdf5", f);
+  fclose(f);
+  snprintf(p, sizeof p, "%s/MANIFEST.json", dir);
+  f = fopen(p, "w");
+  fprintf(f, "{\"format\": \"meshtrain-checkpoint\", \"version\": \"1.3.0\", \"step\": 1, "
+             "\"mode\": \"shared\", \"files\": [{\"name\": \"ckpt.h5\", \"bytes\": 8}]}\n");
+  fclose(f);
+  H5E_auto2_t f0 = NULL, f1 = NULL;
+  void *d0 = NULL, *d1 = NULL;
+  H5Eget_auto2(H5E_DEFAULT, &f0, &d0);
+  mt_err e = {0};
+  int rc = mt_ckpt_inspect(dir, 0, stdout, &e);
+  H5Eget_auto2(H5E_DEFAULT, &f1, &d1);
+  MT_CHECK(rc != 0 && mt_err_exit_code(&e) == 2 && strstr(e.msg, "as HDF5"),
+        "a damaged ckpt.h5: rc %d, exit code %d, '%s'", rc, mt_err_exit_code(&e), e.msg);
+  MT_CHECK(f0 != NULL && f1 == f0 && d1 == d0, "HDF5's error printing not given back");
+  printf("a damaged checkpoint: '%s'; HDF5's error printing as it was\n", e.msg);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) printf("could not remove %s\n", dir);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  error_printing_scoped();
   gpt2_at_tp(1, 50304);
   gpt2_at_tp(2, 50304);
   gpt2_at_tp(3, 50304);
@@ -285,6 +318,7 @@ int main(void) {
   coverage_cases();
   const int folds[][2] = {{1, 1}, {2, 1}, {4, 1}, {2, 2}, {1, 4}, {4, 2}};
   for (size_t i = 0; i < sizeof folds / sizeof folds[0]; i++) moe_at(folds[i][0], folds[i][1]);
+  MPI_Finalize();
   if (*mt_check_failures()) return 1;
   printf("PASS\n");
   return 0;

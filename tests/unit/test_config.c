@@ -254,14 +254,14 @@ static void test_errors(void) {
   err_set("train.lr=0x1p-10", "hex float", "train.lr", "'0x1p-10' is not a decimal number", NULL);
   err_file("[train]\nsteps = 0x10\n", "hex int", ":2:", "train.steps", "'0x10' is not an integer");
   {
-    const char *fine[] = {"train.lr=.5", "train.lr=5.", "train.lr=+1.5e+2", "train.lr=3E-4",
-                          "train.lr=007"};
+    const char *fine[] = {"train.grad_clip=.5", "train.grad_clip=5.", "train.grad_clip=+1.5e+2",
+                          "train.grad_clip=3E-4", "train.grad_clip=007"};
     const double want[] = {0.5, 5.0, 150.0, 3e-4, 7.0};
     for (int i = 0; i < 5; i++) {
       mt_config cfg;
       char *o[1] = {(char *)fine[i]};
       if (load_ok(&cfg, NULL, 1, o, fine[i]) == 0)
-        MT_CHECK(cfg.lr == want[i], "%s gave %.17g", fine[i], cfg.lr);
+        MT_CHECK(cfg.grad_clip == want[i], "%s gave %.17g", fine[i], cfg.grad_clip);
     }
   }
   /* a NUL byte would truncate the C string: the value (or line) is refused */
@@ -298,6 +298,22 @@ static void test_errors(void) {
            "model.n_layer must be between 0 and 1000000", "(got -1)");
   err_set("train.lr=-1", "negative lr", "--set train.lr=-1:", "train.lr must be > 0", "(got -1)");
   err_set("train.lr=0", "zero lr", "train.lr must be > 0", "(got 0)", NULL);
+  /* values checked for sense, not only for type (issue 23) */
+  err_set("train.lr=9.2e18", "lr beyond sense", "train.lr must be > 0 and <= 1", "(got 9.2e18)",
+          NULL);
+  err_set("train.weight_decay=3", "decay beyond 1", "train.weight_decay must be between 0 and 1",
+          NULL, NULL);
+  err_set("train.eps=2", "eps beyond 1", "train.eps must be > 0 and <= 1", NULL, NULL);
+  err_set("model.moe_capacity=1000", "capacity factor", "model.moe_capacity must be between 0 "
+          "and 64", NULL, NULL);
+  {
+    char *o[] = {"train.steps=10", "train.warmup_steps=101"};
+    mt_config cfg;
+    mt_err e = {0};
+    MT_CHECK(mt_config_load(&cfg, NULL, 2, o, &e) != 0 &&
+              strstr(e.msg, "train.warmup_steps = 101 is more than 10 x train.steps = 10"),
+          "warmup against steps: %s", e.msg);
+  }
   err_set("train.beta1=1", "beta1 = 1", "train.beta1 must be >= 0 and < 1", "(got 1)", NULL);
   err_set("train.min_lr_ratio=1.5", "ratio > 1", "train.min_lr_ratio must be between 0 and 1",
           "(got 1.5)", NULL);

@@ -5,7 +5,7 @@
  * shard files, and the data itself (box checksums, no NaN or Inf). */
 #include <xxhash.h>
 
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 #include <errno.h>
 #include <math.h>
@@ -16,8 +16,17 @@
 uint64_t mt_ckpt_box_hash(const float *data, size_t n) { return XXH64(data, n * sizeof(float), 0); }
 
 size_t mt_ckpt_count_nonfinite(const float *x, size_t n) {
-  /* exponent bits all set: Inf or NaN (integer test: vectorises, and holds
-   * under -ffinite-math-only too) */
+  /* exponent bits all set: Inf or NaN (integer tests: they vectorise, and
+   * hold under -ffinite-math-only too). First whether there is any, with an
+   * OR over the values: the exponent field plus one carries into bit 31
+   * exactly when it is all ones; counting only when there is one. */
+  uint32_t any = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    any |= (u & 0x7f800000u) + 0x00800000u;
+  }
+  if (!(any & 0x80000000u)) return 0;
   size_t count = 0;
   for (size_t i = 0; i < n; i++) {
     uint32_t u;
@@ -124,7 +133,7 @@ int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man,
  * than limit_elems elements. */
 static int dataset_info(hid_t file, const char *path, int64_t limit_elems, int64_t ext[2],
                         int64_t *nd_dims, int *dtype, int64_t *offset,
-                        mt_ckpt_tensor_attrs *attrs) {
+                        mt_ckpt_tensor_attrs *attrs, int want_offset) {
   hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
   hid_t s = d >= 0 ? H5Dget_space(d) : -1;
   hsize_t dims[MT_MAX_DIMS] = {0};
@@ -133,7 +142,9 @@ static int dataset_info(hid_t file, const char *path, int64_t limit_elems, int64
   *dtype = -1;
   *offset = -1;
   if (d >= 0) {
-    hid_t t = H5Dget_type(d), dcpl = H5Dget_create_plist(d);
+    /* the creation list only where the data's file offset is wanted: of a
+     * virtual dataset it is every mapping (per-writer mode's index file) */
+    hid_t t = H5Dget_type(d), dcpl = want_offset ? H5Dget_create_plist(d) : -1;
     *dtype = mt_ckpt_dtype_of(t);
     if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0 &&
         H5Pget_external_count(dcpl) == 0) {
@@ -155,6 +166,7 @@ static int dataset_info(hid_t file, const char *path, int64_t limit_elems, int64
     attrs->fused_blocks = mt_ckpt_attr_i64(d, "fused_blocks", &v) == 0 && v >= 1 && v <= 64 ? (int)v : 1;
     attrs->weight_decay = mt_ckpt_attr_i64(d, "weight_decay", &v) == 0 && v == 1;
     mt_ckpt_attr_str(d, "tied_to", attrs->tied_to, sizeof attrs->tied_to);
+    mt_ckpt_attr_str(d, "axes", attrs->axes, sizeof attrs->axes);
     attrs->ep_dim = attrs->etp_dim = -1;
     char eps[32] = "", etps[32] = "";
     if (mt_ckpt_attr_str(d, "ep_split", eps, sizeof eps) == 0) { /* an expert */
@@ -191,7 +203,7 @@ static int dataset_info(hid_t file, const char *path, int64_t limit_elems, int64
 }
 
 int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups,
-                         mt_ckpt_tensors *tt, mt_err *e) {
+                         int want_offsets, int want_attrs, mt_ckpt_tensors *tt, mt_err *e) {
   memset(tt, 0, sizeof *tt);
   tt->groups = groups;
   hid_t d = H5Dopen2(file, "tensors", H5P_DEFAULT);
@@ -235,7 +247,7 @@ int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups,
       size_t k = (size_t)g * (size_t)tt->n + (size_t)i;
       int64_t *x = tt->ext[k], dims[MT_MAX_DIMS] = {0};
       int nd = dataset_info(file, path, limit / 2, x, dims, &tt->dtype[k], &tt->offset[k],
-                            g == 0 ? &tt->attrs[i] : NULL);
+                            g == 0 && want_attrs ? &tt->attrs[i] : NULL, want_offsets);
       if (g == 0) {
         tt->nd[i] = nd;
         memcpy(tt->dims[i], dims, sizeof dims);

@@ -14,7 +14,7 @@
  * MPI must be initialised with at least MPI_THREAD_FUNNELED (a second thread
  * exists, only the main thread calls MPI); HDF5 is called by one thread at
  * a time (every other entry point of this module waits for the writer). */
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,7 +60,7 @@ static float *snapshot_buffer(size_t n) {
   return g_snapshot ? g_snapshot : (g_snapshot = mt_mem_alloc(MT_MEM_OTHER, sizeof(float)));
 }
 
-/* the save in flight (at most one), for mt_ckpt_writer_wait */
+/* the save in flight (at most one) */
 static mt_ckpt_async *g_inflight;
 
 /* the snapshot: this rank's ranges copied, then the state may change */
@@ -87,22 +87,21 @@ double mt_ckpt_async_fence(mt_ckpt_async *a) {
 static void *async_writer(void *arg) {
   mt_ckpt_async *a = arg;
   copy_snapshot(a);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* per thread in a thread-safe HDF5: errors go to e */
+  mt_ckpt_h5_scope quiet; /* the only thread in HDF5 now: errors go to a->err */
+  mt_ckpt_h5_quiet(&quiet);
   mt_ckpt_write_shard(a->tmpdir, a->reg, a->mesh, &a->st, a->crash, a->meta.step, &a->rows,
                       &a->err);
+  mt_ckpt_h5_scope_end(&quiet);
   a->t_written = mt_now();
   atomic_store(&a->done, 1);
   return NULL;
 }
 
-static void join_writer(mt_ckpt_async *a) {
+static void join_writer(void *arg) {
+  mt_ckpt_async *a = arg;
   if (!a->thread_running) return;
   pthread_join(a->thread, NULL);
   a->thread_running = 0;
-}
-
-void mt_ckpt_writer_wait(void) {
-  if (g_inflight) join_writer(g_inflight);
 }
 
 mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
@@ -116,13 +115,17 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
     mt_err_set(&local, "ckpt.async needs MPI initialised with MPI_THREAD_FUNNELED or more "
                        "(MPI_Init_thread); this process has level %d", provided);
   if (g_inflight) mt_err_set(&local, "checkpoint: an asynchronous save is still in flight");
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (mt_ckpt_agree(&local)) {
     *e = local;
     return NULL;
   }
   mt_ckpt_async *a = mt_calloc(1, sizeof *a);
   a->t_start = mt_now();
-  if (mt_ckpt_save_begin(root, meta, reg, mesh, opts, a->tmpdir, sizeof a->tmpdir, e) != 0) {
+  mt_ckpt_h5_scope scope;
+  mt_ckpt_h5_scope_begin(&scope);
+  int begun = mt_ckpt_save_begin(root, meta, reg, mesh, opts, a->tmpdir, sizeof a->tmpdir, e);
+  mt_ckpt_h5_scope_end(&scope);
+  if (begun != 0) {
     free(a);
     return NULL;
   }
@@ -146,7 +149,7 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
     for (int i = 0; i < st->n_ranges[g]; i++) {
       const mt_flat_range *r = &st->ranges[g][i];
       a->live[g][i] = *r;
-      a->ranges[g][i] = (mt_flat_range){r->begin, r->len, a->snapshot + k};
+      a->ranges[g][i] = (mt_flat_range){.begin = r->begin, .len = r->len, .mem = a->snapshot + k};
       k += r->len;
     }
     a->st.ranges[g] = a->ranges[g];
@@ -156,6 +159,9 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
   pthread_cond_init(&a->copied_cv, NULL);
   atomic_init(&a->done, 0);
   g_inflight = a;
+  /* from here on every entry point of the module waits for this writer
+   * before it calls HDF5 */
+  mt_ckpt_writer_register(join_writer, a);
   if (pthread_create(&a->thread, NULL, async_writer, a) == 0) {
     a->thread_running = 1;
   } else { /* no thread to be had: write now, in this one */
@@ -170,23 +176,30 @@ int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *s
   mt_ckpt_async *a = *ap;
   if (!a) return 0;
   /* all ranks decide together whether the writers are done */
-  int done = wait ? 1 : atomic_load(&a->done);
-  MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  int64_t done = wait ? 1 : atomic_load(&a->done);
+  mt_err agreed = {0};
+  if (mt_ckpt_allreduce_i64(&done, 1, MPI_MIN, &agreed) != 0) done = 1; /* and fail below */
   if (!done) return 0;
   join_writer(a); /* the copy is done too: the thread did it first */
   g_inflight = NULL;
+  mt_ckpt_writer_register(NULL, NULL);
+  mt_ckpt_h5_scope scope;
+  mt_ckpt_h5_scope_begin(&scope);
   /* the writer's error, if any, is agreed here, at a step boundary */
-  mt_err local = a->err;
+  mt_err local = a->err.failed ? a->err : agreed;
+  mt_ckpt_written w = {0};
   mt_ckpt_finish_per_writer(a->tmpdir, &a->meta, a->reg, a->mesh, a->config_ini, &a->rows, NULL,
-                            &local);
+                            &w, &local);
   int rc = 0;
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (mt_ckpt_agree(&local)) {
     mt_ckpt_save_abandon(a->tmpdir, a->mesh);
     rc = -1;
   } else {
     rc = mt_ckpt_save_end(a->root, a->tmpdir, a->meta.step, a->mode, a->crash, a->keep, a->mesh,
-                          &local);
+                          &w, &local);
   }
+  mt_ckpt_written_free(&w);
+  mt_ckpt_h5_scope_end(&scope);
   if (rc != 0) *e = local;
   if (write_s) *write_s = a->t_written - a->t_start;
   if (step) *step = a->meta.step;

@@ -1,5 +1,5 @@
 /* A checkpoint opened for reading at scale: one rank reads the metadata, every
- * rank reads only the data it needs. See ckpt_internal.h (source.c).
+ * rank reads only the data it needs. See ckpt_core.h (source.c).
  *
  * Why: a loader where every rank parses the manifest, opens the main file and
  * reads its object headers and the index (and, in per-writer mode, opens
@@ -12,7 +12,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack */
 #include <xxhash.h>
 
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +25,12 @@
 /* ------------------------------------------------------------------ */
 /* open tracing and MPI-IO hints                                       */
 
+static int g_trace_off; /* the check before a commit reads, but is no load */
+
+void mt_ckpt_trace_suspend(int off) { g_trace_off = off; }
+
 void mt_ckpt_trace_open(int rank, const char *path) {
+  if (g_trace_off) return;
   const char *trace = getenv("MT_CKPT_TRACE_OPENS");
   if (!trace || !trace[0]) return;
   FILE *f = fopen(trace, "a"); /* one short line per open: appends do not interleave */
@@ -135,27 +140,75 @@ static long check_shards_listed(mt_ckpt_source *s, mt_ckpt_report_fn report, voi
   return problems;
 }
 
-static void bcast(void *buf, int64_t bytes, MPI_Comm comm) {
-  char *p = buf;
-  while (bytes > 0) { /* MPI counts are int */
-    int n = bytes > (1 << 30) ? (1 << 30) : (int)bytes;
-    MPI_Bcast(p, n, MPI_BYTE, 0, comm);
-    p += n;
-    bytes -= n;
-  }
-}
-
 /* report NULL: a problem is the open's error */
 static void problem_is_error(void *ctx, const char *path, const char *problem, const int64_t *row) {
   (void)row;
   mt_err_set((mt_err *)ctx, "%s: %s", path, problem);
 }
 
+static int source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
+                       int want_attrs, mt_err *e);
+
+int mt_ckpt_source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
+                        mt_err *e) {
+  return source_read(dir, s, report, ctx, 1, e);
+}
+
+int mt_ckpt_source_read_light(const char *dir, mt_ckpt_source *s, mt_err *e) {
+  return source_read(dir, s, NULL, NULL, 0, e);
+}
+
+static int source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
+                       int want_attrs, mt_err *e) {
+  memset(s, 0, sizeof *s);
+  snprintf(s->dir, sizeof s->dir, "%s", dir);
+  if (!report) {
+    report = problem_is_error;
+    ctx = e;
+  }
+  hid_t file = -1;
+  mt_ckpt_trace_open(0, MT_CKPT_MANIFEST);
+  if (mt_ckpt_check_manifest(dir, &s->man, e) == 0) {
+    s->per_writer = strcmp(s->man.mode, "per-writer") == 0;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", dir,
+             s->per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
+    int err = mt_ckpt_fault("open");
+    hid_t fapl = mt_ckpt_fapl_serial();
+    if (!err) {
+      mt_ckpt_trace_open(0, path);
+      file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    }
+    if (err) mt_ckpt_err_read_sys(e, err, "%s: rank 0 cannot open %s", dir, path);
+    else if (file < 0) mt_ckpt_err_h5_read(e, "%s: rank 0 cannot open %s as HDF5", dir, path);
+    H5Pclose(fapl);
+  }
+  int64_t limit = s->man.total_bytes;
+  int groups = MT_CKPT_NGROUPS;
+  if (file >= 0 && mt_ckpt_check_meta(dir, file, &s->man, limit, &s->meta, &groups, e) == 0 &&
+      mt_ckpt_read_tensors(dir, file, limit, groups, !s->per_writer, want_attrs, &s->tt, e) == 0 &&
+      mt_ckpt_read_index(dir, file, limit, &s->rows, &s->n_rows, e) == 0) {
+    s->problems += mt_ckpt_check_coverage(s->rows, s->n_rows, &s->tt, report, ctx);
+    if (s->per_writer) s->problems += check_shards_listed(s, report, ctx);
+    for (int g = 0; !s->per_writer && g < s->tt.groups; g++)
+      for (int i = 0; i < s->tt.n; i++)
+        if (s->tt.offset[(size_t)g * (size_t)s->tt.n + (size_t)i] < 0) {
+          char path[256];
+          mt_ckpt_dataset_path(path, sizeof path, g, s->tt.names[i]);
+          report(ctx, path, "is not stored contiguously and uncompressed (a tool rewrote it?): "
+                            "meshckpt convert writes it again", NULL);
+          s->problems++;
+          g = s->tt.groups;
+          break;
+        }
+  }
+  if (file >= 0 && H5Fclose(file) < 0 && !e->failed) mt_ckpt_err_h5_read(e, "%s", dir);
+  return e->failed ? -1 : 0;
+}
+
 int mt_ckpt_source_open(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
                         mt_err *e) {
-  MPI_Comm comm = MPI_COMM_WORLD;
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  int rank = mt_ckpt_rank();
   memset(s, 0, sizeof *s);
   snprintf(s->dir, sizeof s->dir, "%s", dir);
   mt_err local = {0};
@@ -163,54 +216,16 @@ int mt_ckpt_source_open(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn re
     report = problem_is_error;
     ctx = &local;
   }
-  if (rank == 0) {
-    hid_t file = -1;
-    mt_ckpt_trace_open(0, MT_CKPT_MANIFEST);
-    if (mt_ckpt_check_manifest(dir, &s->man, &local) == 0) {
-      s->per_writer = strcmp(s->man.mode, "per-writer") == 0;
-      char path[1100];
-      snprintf(path, sizeof path, "%s/%s", dir,
-               s->per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
-      int err = mt_ckpt_fault("open");
-      hid_t fapl = mt_ckpt_fapl_serial();
-      if (!err) {
-        mt_ckpt_trace_open(0, path);
-        file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-      }
-      if (err) mt_ckpt_err_sys(&local, err, "%s: rank 0 cannot open %s", dir, path);
-      else if (file < 0) mt_ckpt_err_h5(&local, "%s: rank 0 cannot open %s as HDF5", dir, path);
-      H5Pclose(fapl);
-    }
-    int64_t limit = s->man.total_bytes;
-    int groups = MT_CKPT_NGROUPS;
-    if (file >= 0 && mt_ckpt_check_meta(dir, file, &s->man, limit, &s->meta, &groups, &local) == 0 &&
-        mt_ckpt_read_tensors(dir, file, limit, groups, &s->tt, &local) == 0 &&
-        mt_ckpt_read_index(dir, file, limit, &s->rows, &s->n_rows, &local) == 0) {
-      s->problems += mt_ckpt_check_coverage(s->rows, s->n_rows, &s->tt, report, ctx);
-      if (s->per_writer) s->problems += check_shards_listed(s, report, ctx);
-      for (int g = 0; !s->per_writer && g < s->tt.groups; g++)
-        for (int i = 0; i < s->tt.n; i++)
-          if (s->tt.offset[(size_t)g * (size_t)s->tt.n + (size_t)i] < 0) {
-            char path[256];
-            mt_ckpt_dataset_path(path, sizeof path, g, s->tt.names[i]);
-            report(ctx, path, "is not stored contiguously and uncompressed (a tool rewrote it?): "
-                              "meshckpt convert writes it again", NULL);
-            s->problems++;
-            g = s->tt.groups;
-            break;
-          }
-    }
-    if (file >= 0) H5Fclose(file);
-  }
+  if (rank == 0) mt_ckpt_source_read(dir, s, report, ctx, &local);
   /* everything rank 0 learned, to every rank */
   int64_t head[6] = {local.failed, s->per_writer, s->tt.n, s->tt.groups, s->n_rows, s->problems};
-  MPI_Bcast(head, 6, MPI_INT64_T, 0, comm);
-  if (head[0] == 0 && (head[4] > INT64_MAX / 64 / MT_CKPT_INDEX_COLS || head[2] > INT32_MAX / 4)) {
+  if (mt_ckpt_bcast(head, sizeof head, &local) == 0 && head[0] == 0 &&
+      (head[4] > INT64_MAX / 64 / MT_CKPT_INDEX_COLS || head[2] > INT32_MAX / 4)) {
     mt_err_set(&local, "%s: the index is too large to share out (%lld boxes)", dir,
                (long long)head[4]);
     head[0] = 1;
   }
-  if (mt_err_agree(&local, comm)) {
+  if (mt_ckpt_agree(&local)) {
     *e = local;
     mt_ckpt_source_close(s);
     return -1;
@@ -232,16 +247,21 @@ int mt_ckpt_source_open(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn re
     s->rows = mt_malloc((size_t)s->n_rows * MT_CKPT_INDEX_COLS * sizeof(int64_t) + 8);
   }
   size_t slots = (size_t)s->tt.n * MT_CKPT_NGROUPS;
-  bcast(&s->man, sizeof s->man, comm);
-  bcast(&s->meta, sizeof s->meta, comm);
-  bcast(s->tt.names, (int64_t)s->tt.n * MT_NAME_MAX, comm);
-  bcast(s->tt.ext, (int64_t)slots * 2 * (int64_t)sizeof(int64_t), comm);
-  bcast(s->tt.nd, (int64_t)s->tt.n * (int64_t)sizeof(int), comm);
-  bcast(s->tt.dims, (int64_t)s->tt.n * (int64_t)sizeof *s->tt.dims, comm);
-  bcast(s->tt.dtype, (int64_t)slots * (int64_t)sizeof(int), comm);
-  bcast(s->tt.offset, (int64_t)slots * (int64_t)sizeof(int64_t), comm);
-  bcast(s->tt.attrs, (int64_t)s->tt.n * (int64_t)sizeof *s->tt.attrs, comm);
-  bcast(s->rows, s->n_rows * MT_CKPT_INDEX_COLS * (int64_t)sizeof(int64_t), comm);
+  if (mt_ckpt_bcast(&s->man, sizeof s->man, &local) != 0 ||
+      mt_ckpt_bcast(&s->meta, sizeof s->meta, &local) != 0 ||
+      mt_ckpt_bcast(s->tt.names, (int64_t)s->tt.n * MT_NAME_MAX, &local) != 0 ||
+      mt_ckpt_bcast(s->tt.ext, (int64_t)slots * 2 * (int64_t)sizeof(int64_t), &local) != 0 ||
+      mt_ckpt_bcast(s->tt.nd, (int64_t)s->tt.n * (int64_t)sizeof(int), &local) != 0 ||
+      mt_ckpt_bcast(s->tt.dims, (int64_t)s->tt.n * (int64_t)sizeof *s->tt.dims, &local) != 0 ||
+      mt_ckpt_bcast(s->tt.dtype, (int64_t)slots * (int64_t)sizeof(int), &local) != 0 ||
+      mt_ckpt_bcast(s->tt.offset, (int64_t)slots * (int64_t)sizeof(int64_t), &local) != 0 ||
+      mt_ckpt_bcast(s->tt.attrs, (int64_t)s->tt.n * (int64_t)sizeof *s->tt.attrs, &local) != 0 ||
+      mt_ckpt_bcast(s->rows, s->n_rows * MT_CKPT_INDEX_COLS * (int64_t)sizeof(int64_t),
+                    &local) != 0) {
+    *e = local;
+    mt_ckpt_source_close(s);
+    return -1;
+  }
   s->shard_off = mt_ckpt_shard_offsets(s->rows, s->n_rows);
   sort_rows(s);
   return 0;
@@ -269,13 +289,13 @@ static int little_endian(void) {
 int mt_ckpt_reader_open(mt_ckpt_reader *r, mt_ckpt_source *s, mt_err *e) {
   memset(r, 0, sizeof *r);
   r->src = s;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
+  r->rank = mt_ckpt_rank();
   mt_err local = {0};
   if (!little_endian())
     mt_err_set(&local, "%s: this reader takes the stored little-endian bytes as they are; this "
                        "machine is big-endian", s->dir);
   if (s->per_writer) {
-    if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    if (mt_ckpt_agree(&local)) {
       *e = local;
       return -1;
     }
@@ -290,26 +310,27 @@ int mt_ckpt_reader_open(mt_ckpt_reader *r, mt_ckpt_source *s, mt_err *e) {
   int err = mt_ckpt_fault("open"), fd = -1;
   if (!err && (fd = open(path, O_RDONLY)) < 0) err = errno;
   if (fd >= 0) close(fd);
-  if (err) mt_ckpt_err_sys(&local, err, "%s: rank %d cannot open %s", s->dir, r->rank, path);
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (err) mt_ckpt_err_read_sys(&local, err, "%s: rank %d cannot open %s", s->dir, r->rank, path);
+  if (mt_ckpt_agree(&local)) {
     *e = local;
     return -1;
   }
   MPI_Info info = mt_ckpt_io_info();
   mt_ckpt_trace_open(r->rank, path);
-  int rc = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, info, &r->fh);
+  int rc = MPI_File_open(mt_ckpt_comm(), path, MPI_MODE_RDONLY, info, &r->fh);
   if (info != MPI_INFO_NULL) MPI_Info_free(&info);
   if (rc != MPI_SUCCESS) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    mt_err_set(&local, "%s: rank %d cannot open %s with MPI-IO: %s", s->dir, r->rank, path, msg);
+    mt_err_runtime(&local, "%s: rank %d cannot open %s with MPI-IO: %s", s->dir, r->rank, path,
+                   msg);
   } else {
     r->fh_open = 1;
     r->opens++;
   }
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
-    if (r->fh_open) MPI_File_close(&r->fh);
+  if (mt_ckpt_agree(&local)) {
+    if (r->fh_open) MPI_File_close(&r->fh); /* after a failure: its own result does not matter */
     r->fh_open = 0;
     *e = local;
     return -1;
@@ -317,12 +338,15 @@ int mt_ckpt_reader_open(mt_ckpt_reader *r, mt_ckpt_source *s, mt_err *e) {
   return 0;
 }
 
-void mt_ckpt_reader_close(mt_ckpt_reader *r) {
-  for (int i = 0; i < r->n_shards; i++) H5Fclose(r->shards[i].file);
+int mt_ckpt_reader_close(mt_ckpt_reader *r) {
+  int rc = 0;
+  for (int i = 0; i < r->n_shards; i++) rc |= H5Fclose(r->shards[i].file) < 0;
   free(r->shards);
-  if (r->fh_open) MPI_File_close(&r->fh);
+  if (r->fh_open) rc |= MPI_File_close(&r->fh) != MPI_SUCCESS;
   free(r->staging);
   memset(r, 0, sizeof *r);
+  H5Eclear2(H5E_DEFAULT);
+  return rc ? -1 : 0;
 }
 
 /* at most this many shard files open at once (the oldest closes first) */
@@ -347,20 +371,26 @@ static hid_t shard_file(mt_ckpt_reader *r, int64_t w, const char *what, mt_err *
   snprintf(path, sizeof path, "%s/shard-%05lld.h5", r->src->dir, (long long)w);
   int err = mt_ckpt_fault("open");
   if (err) {
-    mt_ckpt_err_sys(e, err, "%s: rank %d cannot open %s", r->src->dir, r->rank, path);
+    mt_ckpt_err_read_sys(e, err, "%s: rank %d cannot open %s", r->src->dir, r->rank, path);
     return -1;
   }
   mt_ckpt_trace_open(r->rank, path);
   hid_t fapl = mt_ckpt_fapl_serial();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-  if (f < 0) mt_ckpt_err_h5(e, "%s: rank %d cannot open %s", r->src->dir, r->rank, path);
+  if (f < 0) mt_ckpt_err_h5_read(e, "%s: rank %d cannot open %s", r->src->dir, r->rank, path);
   H5Pclose(fapl);
   (void)what;
   if (f < 0) return -1;
   if (r->n_shards == r->cap_shards) {
-    r->cap_shards = r->cap_shards ? 2 * r->cap_shards : 8;
-    r->shards = realloc(r->shards, (size_t)r->cap_shards * sizeof *r->shards);
-    if (!r->shards) mt_die("out of memory (shard files)");
+    int cap = r->cap_shards ? 2 * r->cap_shards : 8;
+    void *grown = realloc(r->shards, (size_t)cap * sizeof *r->shards);
+    if (!grown) {
+      H5Fclose(f);
+      mt_err_runtime(e, "%s: rank %d: out of memory (shard files)", r->src->dir, r->rank);
+      return -1;
+    }
+    r->shards = grown;
+    r->cap_shards = cap;
   }
   r->shards[r->n_shards].writer = w;
   r->shards[r->n_shards].file = f;
@@ -403,7 +433,8 @@ static int read_at(mt_ckpt_reader *r, int64_t off, void *buf, int64_t bytes, con
       char cause[MPI_MAX_ERROR_STRING];
       if (rc != MPI_SUCCESS) mpi_cause(rc, cause, sizeof cause);
       else snprintf(cause, sizeof cause, "the file ends early (%d of %d bytes)", got, n);
-      mt_err_set(e, "%s: %s", what, cause);
+      if (rc != MPI_SUCCESS) mt_err_runtime(e, "%s: %s", what, cause);
+      else mt_err_set(e, "%s: %s", what, cause);
       return -1;
     }
     p += n;
@@ -451,7 +482,7 @@ int mt_ckpt_reader_read(mt_ckpt_reader *r, int64_t j, int64_t r0, int64_t nr, in
       mt_err_set(e, "%s: %s in shard-%05lld.h5 is shorter than the index says", what, path,
                  (long long)row[MT_IX_WRITER]);
     } else if (!ok) {
-      mt_ckpt_err_h5(e, "%s", what);
+      mt_ckpt_err_h5_read(e, "%s", what);
     }
     hid_t ms = -1, mtype = -1;
     if (ok) {
@@ -472,7 +503,7 @@ int mt_ckpt_reader_read(mt_ckpt_reader *r, int64_t j, int64_t r0, int64_t nr, in
       mtype = direct ? H5Tcopy(H5T_NATIVE_FLOAT) : mt_ckpt_h5_type(dtype);
       int err = 0;
       ok = ok && ms >= 0 && mtype >= 0 && H5Dread(d, mtype, ms, fs, H5P_DEFAULT, raw) >= 0;
-      if (!ok) mt_ckpt_err_h5(e, "%s", what);
+      if (!ok) mt_ckpt_err_h5_read(e, "%s", what);
       else if ((err = mt_ckpt_fault("read")) != 0) {
         mt_ckpt_err_sys(e, err, "%s", what);
         ok = 0;
@@ -539,7 +570,7 @@ int mt_ckpt_read_region(mt_ckpt_reader *rd, int g, int ti, int64_t r0, int64_t n
 /* the data checks                                                     */
 
 long mt_ckpt_check_rows(mt_ckpt_reader *r, const int64_t *js, int64_t n, size_t chunk_bytes,
-                        mt_ckpt_report_fn report, void *ctx, double *bytes_checked) {
+                        mt_ckpt_report_fn report, void *ctx, double *bytes_checked, mt_err *io) {
   mt_ckpt_source *s = r->src;
   long problems = 0;
   char *buf = mt_malloc(chunk_bytes + 64);
@@ -554,9 +585,9 @@ long mt_ckpt_check_rows(mt_ckpt_reader *r, const int64_t *js, int64_t n, size_t 
         row[MT_IX_COUNT1] < 1 || row[MT_IX_START0] > x[0] - row[MT_IX_COUNT0] ||
         row[MT_IX_START1] > x[1] - row[MT_IX_COUNT1])
       continue; /* outside the tensor: coverage reports it */
-    char path[256], what[160];
+    char path[256], what[1300];
     mt_ckpt_dataset_path(path, sizeof path, (int)g, s->tt.names[t]);
-    snprintf(what, sizeof what, "unreadable data on rank %d", r->rank);
+    snprintf(what, sizeof what, "%.900s: %s: unreadable data on rank %d", s->dir, path, r->rank);
     int dtype = s->tt.dtype[slot];
     size_t es = mt_ckpt_dtype_size(dtype);
     int64_t R = row[MT_IX_COUNT0], C = row[MT_IX_COUNT1];
@@ -583,7 +614,11 @@ long mt_ckpt_check_rows(mt_ckpt_reader *r, const int64_t *js, int64_t n, size_t 
     }
     uint64_t h = XXH64_digest(&hs), want;
     memcpy(&want, &row[MT_IX_XXH64], sizeof want);
-    if (why.failed) {
+    if (why.failed && why.code == MT_EXIT_RUNTIME) {
+      /* an I/O error says nothing about the checkpoint: no verdict */
+      if (!io->failed) *io = why;
+      break;
+    } else if (why.failed) {
       report(ctx, path, why.msg, row);
       problems++;
     } else if (h != want) {

@@ -1,6 +1,6 @@
 /* Resolve what to load and load it: model and tensor checks, then every
  * rank reads the hyperslabs its layout needs (load-time resharding). */
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* newest complete step directory under root; 0 if none */
@@ -34,15 +35,49 @@ static int newest_complete(const char *root, char *dir, size_t len) {
   return best >= 0;
 }
 
+/* spec is a pointer file (`latest`: "step_<N>" and a newline): the step
+ * directory it names, beside it. 1 when it was one (dir set, or e set when
+ * its text is no step name), 0 when spec is no regular file. */
+static int follow_pointer(const char *spec, char *dir, size_t len, mt_err *e) {
+  struct stat sb;
+  if (stat(spec, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
+  char text[128] = "";
+  FILE *f = sb.st_size < (off_t)sizeof text ? fopen(spec, "r") : NULL;
+  size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  if (f) fclose(f);
+  text[n] = '\0';
+  text[strcspn(text, "\r\n")] = '\0';
+  int64_t step;
+  if (!mt_ckpt_parse_step_dir(text, &step)) {
+    mt_err_set(e, "%s is a file, but not a pointer to a checkpoint (it should hold step_<N>, "
+                  "as checkpoints/latest does)", spec);
+    return 1;
+  }
+  char base[1024];
+  snprintf(base, sizeof base, "%s", spec);
+  char *slash = strrchr(base, '/');
+  if (slash) snprintf(dir, len, "%.*s/%s", (int)(slash - base), base, text);
+  else snprintf(dir, len, "%s", text);
+  return 1;
+}
+
 int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_len, int *found,
                     mt_err *e) {
   mt_err local = {0};
-  int have = 0;
-  if (mt_log_rank() == 0) {
+  int64_t have = 0;
+  if (mt_ckpt_rank() == 0) {
+    char mpath[1100];
     if (!strcmp(spec, "auto")) {
       have = newest_complete(root, dir, dir_len);
+    } else if (follow_pointer(spec, dir, dir_len, &local)) {
+      mt_ckpt_manifest man;
+      snprintf(mpath, sizeof mpath, "%s/%s", dir, MT_CKPT_MANIFEST);
+      if (!local.failed && mt_ckpt_file_size(mpath) < 0)
+        mt_err_set(&local, "%s points to %s, which is no complete checkpoint (no %s)", spec, dir,
+                   MT_CKPT_MANIFEST);
+      else if (!local.failed)
+        have = mt_ckpt_check_manifest(dir, &man, &local) == 0;
     } else {
-      char mpath[1100];
       snprintf(mpath, sizeof mpath, "%s/%s", spec, MT_CKPT_MANIFEST);
       if (mt_ckpt_file_size(spec) < 0) {
         mt_err_set(&local, "%s: no such checkpoint", spec);
@@ -55,19 +90,41 @@ int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_le
       }
     }
   }
-  MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  MPI_Bcast(dir, (int)dir_len, MPI_CHAR, 0, MPI_COMM_WORLD);
-  *found = have;
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (mt_ckpt_bcast(&have, sizeof have, &local) == 0) mt_ckpt_bcast(dir, (int64_t)dir_len, &local);
+  *found = (int)have;
+  if (mt_ckpt_agree(&local)) {
     *e = local;
     return -1;
   }
   return 0;
 }
 
-/* the run's model against the checkpoint's */
+int mt_ckpt_find(const char *spec, char *dir, size_t len, mt_err *e) {
+  mt_err local = {0};
+  if (mt_ckpt_rank() == 0) {
+    char mpath[1100];
+    snprintf(mpath, sizeof mpath, "%s/%s", spec, MT_CKPT_MANIFEST);
+    if (follow_pointer(spec, dir, len, &local)) {
+      /* the step directory it names: checked by whoever opens it */
+    } else if (mt_ckpt_file_size(mpath) >= 0) {
+      snprintf(dir, len, "%s", spec);
+    } else if (mt_ckpt_file_size(spec) < 0) {
+      mt_err_set(&local, "%s: no such checkpoint", spec);
+    } else if (!newest_complete(spec, dir, len)) {
+      mt_err_set(&local, "%s: no complete checkpoint", spec);
+    }
+  }
+  if (mt_ckpt_bcast(dir, (int64_t)len, &local) != 0 || mt_ckpt_agree(&local)) {
+    *e = local;
+    return -1;
+  }
+  return 0;
+}
+
+/* the run's model against the checkpoint's; shorter: a run may have fewer
+ * positions (model.seq_len) than the checkpoint */
 static int check_model(const char *dir, const mt_ckpt_meta *m, const mt_ckpt_meta *expect,
-                       mt_err *e) {
+                       int shorter, mt_err *e) {
   struct {
     const char *name;
     int64_t have, want;
@@ -78,12 +135,13 @@ static int check_model(const char *dir, const mt_ckpt_meta *m, const mt_ckpt_met
                {"moe_every", m->moe_every, expect->moe_every},
                {"moe_ffn", m->moe_ffn, expect->moe_ffn},
                {"moe_shared", m->moe_shared, expect->moe_shared}};
-  for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
-    if (shape[i].have != shape[i].want) {
-      mt_err_set(e, "%s is a checkpoint of another model: %s = %lld there, %lld in this run",
-                 dir, shape[i].name, (long long)shape[i].have, (long long)shape[i].want);
-      return -1;
-    }
+  for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+    if (shape[i].have == shape[i].want) continue;
+    if (shorter && !strcmp(shape[i].name, "seq_len") && shape[i].want < shape[i].have) continue;
+    mt_err_set(e, "%s is a checkpoint of another model: %s = %lld there, %lld in this run", dir,
+               shape[i].name, (long long)shape[i].have, (long long)shape[i].want);
+    return -1;
+  }
   return 0;
 }
 
@@ -92,9 +150,11 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 /* Every tensor of the run's model is in the checkpoint, with its shape
- * (every group: the tensor table holds one extent for all three). */
+ * (every group: the tensor table holds one extent for all three); shorter:
+ * a position table (the registry's axes say which) may have more rows in
+ * the checkpoint, of which the run reads the first. */
 static int check_tensors(const char *dir, const mt_registry *reg, const mt_ckpt_tensors *tt,
-                         int *ck_of_reg, mt_err *e) {
+                         int shorter, int *ck_of_reg, mt_err *e) {
   char **sorted = mt_malloc(((size_t)tt->n + 1) * sizeof *sorted);
   for (int i = 0; i < tt->n; i++) sorted[i] = tt->names[i];
   qsort(sorted, (size_t)tt->n, sizeof *sorted, cmp_name);
@@ -109,7 +169,9 @@ static int check_tensors(const char *dir, const mt_registry *reg, const mt_ckpt_
     int k = (int)((char(*)[MT_NAME_MAX])*hit - tt->names);
     ck_of_reg[i] = k;
     int same = tt->nd[k] == t->ndim;
-    for (int d = 0; same && d < t->ndim; d++) same = tt->dims[k][d] == t->shape[d];
+    for (int d = 0; same && d < t->ndim; d++)
+      same = tt->dims[k][d] == t->shape[d] ||
+             (shorter && d == 0 && mt_tensor_is_positional(t) && tt->dims[k][d] > t->shape[d]);
     if (!same) {
       char have[96] = "", model[96] = "";
       for (int d = 0; d < tt->nd[k]; d++)
@@ -160,7 +222,7 @@ static int intersect(const int64_t *row, const mt_ckpt_box *b, piece *p) {
   if (b->start[0] + b->count[0] < r1) r1 = b->start[0] + b->count[0];
   if (b->start[1] + b->count[1] < c1) c1 = b->start[1] + b->count[1];
   if (r1 <= r0 || c1 <= c0) return 0;
-  *p = (piece){r0, c0, r1 - r0, c1 - c0};
+  *p = (piece){.r0 = r0, .c0 = c0, .nr = r1 - r0, .nc = c1 - c0};
   return 1;
 }
 
@@ -171,8 +233,8 @@ static int intersect(const int64_t *row, const mt_ckpt_box *b, piece *p) {
  * reads a part, INT_MAX if nothing; the minimum over the ranks names the
  * checker, rank (key mod size + j) mod size (a part-reader reads the rest
  * too). */
-static void checker_keys(const mt_ckpt_source *src, const mt_registry *reg, mt_mesh *mesh,
-                         const mt_ckpt_state *st, int groups, const int *ck, int *key) {
+static int checker_keys(const mt_ckpt_source *src, const mt_registry *reg, mt_mesh *mesh,
+                        const mt_ckpt_state *st, int groups, const int *ck, int *key, mt_err *e) {
   int rank = mesh->world_rank, size = mesh->world_size;
   int64_t *got = mt_calloc((size_t)src->n_rows + 1, sizeof(int64_t)); /* elements this rank reads */
   mt_ckpt_walk w;
@@ -189,13 +251,18 @@ static void checker_keys(const mt_ckpt_source *src, const mt_registry *reg, mt_m
       }
   }
   mt_ckpt_walk_end(&w);
-  if (more < 0) mt_die("out of memory (checkpoint selection)");
+  if (more < 0) {
+    free(got);
+    mt_err_runtime(e, "%s: rank %d: out of memory listing its boxes", src->dir, rank);
+    return -1;
+  }
   for (int64_t j = 0; j < src->n_rows; j++) {
     const int64_t *row = src->rows + j * MT_CKPT_INDEX_COLS;
     int p = (int)(((int64_t)rank - j % size + size) % size);
     key[j] = got[j] == 0 ? INT_MAX : got[j] == row[MT_IX_COUNT0] * row[MT_IX_COUNT1] ? p : size + p;
   }
   free(got);
+  return 0;
 }
 
 /* Read this rank's selections of every tensor of the first `groups` groups,
@@ -241,21 +308,31 @@ static void read_selection(mt_ckpt_reader *rd, const mt_registry *reg, mt_mesh *
         if (!intersect(row, bx, &p)) continue;
         if (n == cap) {
           cap = cap ? 2 * cap : 256;
-          jobs = realloc(jobs, cap * sizeof *jobs);
-          if (!jobs) mt_die("out of memory (checkpoint read list)");
+          job *grown = realloc(jobs, cap * sizeof *jobs);
+          if (!grown) {
+            more = -1;
+            break;
+          }
+          jobs = grown;
         }
         int64_t key = src->per_writer
                           ? (row[MT_IX_WRITER] << 40) + src->shard_off[j] /* writers < 2^23 */
                           : src->tt.offset[slot] + (int64_t)mt_ckpt_dtype_size(src->tt.dtype[slot]) *
                                                        (p.r0 * src->tt.ext[slot][1] + p.c0);
-        jobs[n++] = (job){j, slot, key, p,
-                          w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 + (p.c0 - bx->start[1]),
-                          L1};
+        jobs[n++] = (job){.j = j, .slot = slot, .key = key, .p = p,
+                          .dst = w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 +
+                                 (p.c0 - bx->start[1]),
+                          .L1 = L1};
       }
     }
   }
   mt_ckpt_walk_end(&w);
-  if (more < 0) mt_die("out of memory (checkpoint selection)");
+  if (more < 0) {
+    free(jobs);
+    mt_err_runtime(e, "%s: rank %d: out of memory listing what it reads", src->dir,
+                   mesh->world_rank);
+    return;
+  }
   qsort(jobs, n, sizeof *jobs, cmp_job);
   int64_t bad_slot = -1;
   size_t nonfinite = 0;
@@ -333,14 +410,22 @@ static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg
         float *dst = w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 + (p.c0 - bx->start[1]);
         for (int64_t k = 0; k < p.nr; k++) {
           if (n == cap) {
-            cap = cap ? 2 * cap : 1024;
-            runs = realloc(runs, cap * sizeof *runs);
-            if (!runs) mt_die("out of memory (checkpoint read list)");
+            size_t grown_cap = cap ? 2 * cap : 1024;
+            run *grown = realloc(runs, grown_cap * sizeof *runs);
+            if (!grown) {
+              if (!e->failed)
+                mt_err_runtime(e, "%s: rank %d: out of memory listing what it reads", src->dir,
+                               mesh->world_rank);
+              break;
+            }
+            runs = grown;
+            cap = grown_cap;
           }
           MPI_Aint addr;
           MPI_Get_address(dst + k * L1, &addr);
-          runs[n++] = (run){(MPI_Aint)(src->tt.offset[slot] + 4 * ((p.r0 + k) * C + p.c0)), addr,
-                            (int)(4 * p.nc)};
+          runs[n++] = (run){
+              .file = (MPI_Aint)(src->tt.offset[slot] + 4 * ((p.r0 + k) * C + p.c0)),
+              .mem = addr, .bytes = (int)(4 * p.nc)};
         }
       }
     }
@@ -348,7 +433,7 @@ static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg
     if (err) {
       char path[256];
       mt_ckpt_dataset_path(path, sizeof path, w.g, w.t->name);
-      mt_ckpt_err_sys(e, err, "%s: rank %d cannot read %s from %s/%s", src->dir, mesh->world_rank,
+      mt_ckpt_err_read_sys(e, err, "%s: rank %d cannot read %s from %s/%s", src->dir, mesh->world_rank,
                       path, src->dir, MT_CKPT_SHARED_FILE);
     }
     if (e->failed) n = 0; /* still take part */
@@ -375,7 +460,7 @@ static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg
       char msg[MPI_MAX_ERROR_STRING];
       int len = 0;
       MPI_Error_string(rc, msg, &len);
-      mt_err_set(e, "%s: rank %d cannot read %s (collective MPI-IO): %s", src->dir,
+      mt_err_runtime(e, "%s: rank %d cannot read %s (collective MPI-IO): %s", src->dir,
                  mesh->world_rank, w.t->name, msg);
     }
     if (n) {
@@ -397,19 +482,23 @@ static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg
   }
   mt_ckpt_walk_end(&w);
   free(runs);
-  if (more < 0) mt_die("out of memory (checkpoint selection)");
-  MPI_File_set_view(rd->fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL);
+  if (more < 0 && !e->failed)
+    mt_err_runtime(e, "%s: rank %d: out of memory listing what it reads", src->dir,
+                   mesh->world_rank);
+  if (MPI_File_set_view(rd->fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL) != MPI_SUCCESS &&
+      !e->failed)
+    mt_err_runtime(e, "%s: rank %d cannot reset its MPI-IO view of %s", src->dir,
+                   mesh->world_rank, MT_CKPT_SHARED_FILE);
 }
 
-static int load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
-                const mt_ckpt_meta *expect, int verify, int groups, mt_ckpt_meta *meta_out,
-                mt_err *e) {
+static int load_scoped(const char *dir, const mt_registry *reg, mt_mesh *mesh,
+                       const mt_ckpt_state *st, const mt_ckpt_meta *expect,
+                       const mt_ckpt_load_opts *o, mt_ckpt_meta *meta_out, mt_err *e) {
   int rank = mesh->world_rank, size = mesh->world_size;
-  mt_ckpt_writer_wait(); /* HDF5 is used by one thread at a time */
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  int groups = o->params_only ? 1 : MT_CKPT_NGROUPS;
   mt_err local = {0};
   mt_ckpt_fault_init(rank, -1, &local);
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (mt_ckpt_agree(&local)) {
     *e = local;
     return -1;
   }
@@ -417,7 +506,7 @@ static int load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt
    * attributes, tensors, index and coverage, shard files named); every rank
    * gets the result */
   mt_ckpt_source src;
-  load_report rep = {dir, &local};
+  load_report rep = {.dir = dir, .e = &local};
   if (mt_ckpt_source_open(dir, &src, report_problem, &rep, &local) != 0) {
     *e = local;
     return -1;
@@ -427,9 +516,9 @@ static int load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt
   if (!local.failed && groups == MT_CKPT_NGROUPS && src.tt.groups < MT_CKPT_NGROUPS)
     mt_err_set(&local, "%s holds parameters only (no optimizer state): start a run from it with "
                        "train.init_from, not train.resume", dir);
-  if (!local.failed && check_model(dir, &src.meta, expect, &local) == 0)
-    check_tensors(dir, reg, &src.tt, ck, &local);
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (!local.failed && check_model(dir, &src.meta, expect, o->shorter_positions, &local) == 0)
+    check_tensors(dir, reg, &src.tt, o->shorter_positions, ck, &local);
+  if (mt_ckpt_agree(&local)) {
     mt_ckpt_source_close(&src);
     free(ck);
     *e = local;
@@ -444,34 +533,36 @@ static int load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt
   }
   /* 3. the checksum of every stored box this run reads, each checked by one
    * of the ranks that read it, before any value is used */
-  if (verify) {
-    int *key = mt_malloc(((size_t)src.n_rows + 1) * sizeof(int));
-    checker_keys(&src, reg, mesh, st, groups, ck, key);
-    for (int64_t j0 = 0; j0 < src.n_rows; j0 += 1 << 26) { /* MPI counts are int */
-      int n = src.n_rows - j0 > (1 << 26) ? 1 << 26 : (int)(src.n_rows - j0);
-      MPI_Allreduce(MPI_IN_PLACE, key + j0, n, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    }
+  if (o->verify) {
+    int64_t *key = mt_malloc(((size_t)src.n_rows + 1) * sizeof(int64_t));
+    int *k32 = mt_malloc(((size_t)src.n_rows + 1) * sizeof(int));
+    checker_keys(&src, reg, mesh, st, groups, ck, k32, &local);
+    for (int64_t j = 0; j < src.n_rows; j++) key[j] = local.failed ? 0 : k32[j];
+    mt_ckpt_allreduce_i64(key, src.n_rows, MPI_MIN, &local);
     int64_t *mine = mt_malloc(((size_t)src.n_rows + 1) * sizeof(int64_t)), n_mine = 0;
-    for (int64_t j = 0; j < src.n_rows; j++)
+    for (int64_t j = 0; !local.failed && j < src.n_rows; j++)
       if (key[j] != INT_MAX && (int)((key[j] % size + j % size) % size) == rank) mine[n_mine++] = j;
-    mt_ckpt_check_rows(&rd, mine, n_mine, (size_t)64 << 20, report_problem, &rep, NULL);
+    mt_err io = {0};
+    mt_ckpt_check_rows(&rd, mine, n_mine, (size_t)64 << 20, report_problem, &rep, NULL, &io);
+    if (io.failed && !local.failed) local = io;
     free(mine);
+    free(k32);
     free(key);
   }
   /* 4. every rank reads what its layout needs */
-  if (!mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (!mt_ckpt_agree(&local)) {
     int bf16 = 0; /* the collective path reads float32 datasets only */
     for (int64_t k = 0; k < (int64_t)src.tt.n * groups; k++) bf16 |= src.tt.dtype[k] != MT_CKPT_F32;
     if (rd.collective && !src.per_writer && !bf16)
-      read_selection_collective(&rd, reg, mesh, st, groups, ck, !verify, &local);
+      read_selection_collective(&rd, reg, mesh, st, groups, ck, !o->verify, &local);
     else
-      read_selection(&rd, reg, mesh, st, groups, ck, !verify, &local);
+      read_selection(&rd, reg, mesh, st, groups, ck, !o->verify, &local);
   }
   mt_ckpt_reader_close(&rd);
   free(ck);
   mt_ckpt_meta m = src.meta;
   mt_ckpt_source_close(&src);
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (mt_ckpt_agree(&local)) {
     *e = local;
     return -1;
   }
@@ -479,13 +570,25 @@ static int load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt
   return 0;
 }
 
+int mt_ckpt_load_with(const char *dir, const mt_registry *reg, mt_mesh *mesh,
+                      const mt_ckpt_state *st, const mt_ckpt_meta *expect,
+                      const mt_ckpt_load_opts *o, mt_ckpt_meta *meta_out, mt_err *e) {
+  mt_ckpt_h5_scope scope;
+  mt_ckpt_h5_scope_begin(&scope);
+  int rc = load_scoped(dir, reg, mesh, st, expect, o, meta_out, e);
+  mt_ckpt_h5_scope_end(&scope);
+  return rc;
+}
+
 int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
                  const mt_ckpt_meta *expect, int verify, mt_ckpt_meta *meta_out, mt_err *e) {
-  return load(dir, reg, mesh, st, expect, verify, MT_CKPT_NGROUPS, meta_out, e);
+  mt_ckpt_load_opts o = {.verify = verify};
+  return mt_ckpt_load_with(dir, reg, mesh, st, expect, &o, meta_out, e);
 }
 
 int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
                         const mt_ckpt_state *st, const mt_ckpt_meta *expect, int verify,
                         mt_ckpt_meta *meta_out, mt_err *e) {
-  return load(dir, reg, mesh, st, expect, verify, 1, meta_out, e);
+  mt_ckpt_load_opts o = {.verify = verify, .params_only = 1};
+  return mt_ckpt_load_with(dir, reg, mesh, st, expect, &o, meta_out, e);
 }

@@ -15,7 +15,7 @@
  * same order in both. The model meshtrain computes is GPT-2's: GELU with the
  * tanh approximation ("gelu_new"), LayerNorm epsilon 1e-5, attention scaled
  * by 1/sqrt(head size). */
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/interop/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -280,11 +280,8 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, int dtype, mt_e
   return e->failed ? -1 : 0;
 }
 
-int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e) {
-  int rank;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  mt_ckpt_writer_wait();
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+static int export_scoped(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e) {
+  int rank = mt_ckpt_rank();
   mt_err local = {0};
   mt_ckpt_fault_init(rank, -1, &local);
   mt_ckpt_source src;
@@ -301,22 +298,30 @@ int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_e
   if (rank == 0) export_rank0(&rd, out_dir, dtype, &local);
   mt_ckpt_reader_close(&rd);
   mt_ckpt_source_close(&src);
-  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (mt_ckpt_agree(&local)) {
     *e = local;
     return -1;
   }
   return 0;
 }
 
+int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e) {
+  mt_ckpt_h5_scope scope;
+  mt_ckpt_h5_scope_begin(&scope);
+  int rc = export_scoped(ckpt_dir, out_dir, dtype, e);
+  mt_ckpt_h5_scope_end(&scope);
+  return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* import                                                              */
 
-/* the tensor of HF name `name` (with or without the prefix) */
-static const mt_st_tensor *find_hf(const mt_st_file *f, const char *name) {
+/* the tensor of HF name `name` (with or without the prefix), and its file */
+static const mt_st_tensor *find_hf(const mt_st_set *s, const char *name, const mt_st_file **f) {
   char full[200];
   snprintf(full, sizeof full, HF_PREFIX "%s", name);
-  const mt_st_tensor *t = mt_st_find(f, full);
-  return t ? t : mt_st_find(f, name);
+  const mt_st_tensor *t = mt_st_set_find(s, full, f);
+  return t ? t : mt_st_set_find(s, name, f);
 }
 
 static void shape_text(const int64_t *shape, int nd, char *out, size_t len) {
@@ -325,30 +330,48 @@ static void shape_text(const int64_t *shape, int nd, char *out, size_t len) {
     snprintf(out + strlen(out), len - strlen(out), "%s%lld", d ? ", " : "", (long long)shape[d]);
 }
 
-/* rank 0: every parameter of reg from the file into mem (reg's flat layout,
- * padding rows zero) */
+/* the bytes of t (a whole tensor) */
+static char *read_bytes(const mt_st_file *f, const mt_st_tensor *t, mt_err *e) {
+  char *p = mt_malloc((size_t)t->bytes + 1);
+  int64_t done = 0;
+  while (done < t->bytes) {
+    ssize_t k = pread(f->fd, p + done, (size_t)(t->bytes - done), (off_t)(t->offset + done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      mt_ckpt_err_read_sys(e, k == 0 ? EIO : errno, "%s: cannot read tensor %s", f->path, t->name);
+      free(p);
+      return NULL;
+    }
+    done += k;
+  }
+  return p;
+}
+
+/* rank 0: every parameter of reg from the directory's safetensors into mem
+ * (reg's flat layout, padding rows zero), checked as a save checks what it
+ * writes: every tensor GPT-2's, of its dtype and shape, finite */
 static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, float *mem,
                         mt_err *e) {
-  char path[1100];
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  mt_st_file f;
-  if (mt_st_open(path, &f, e) != 0) return -1;
+  mt_st_set set;
+  if (mt_st_open_dir(dir, &set, e) != 0) return -1;
   int n_map = 0;
   hf_entry *map = hf_map(n_layer, &n_map);
-  /* every tensor of the file is GPT-2's (or a buffer transformers keeps) */
-  for (int k = 0; k < f.n && !e->failed; k++) {
-    const char *nm = f.t[k].name;
-    const char *bare = !strncmp(nm, HF_PREFIX, strlen(HF_PREFIX)) ? nm + strlen(HF_PREFIX) : nm;
-    size_t L = strlen(bare);
-    if ((L > 10 && !strcmp(bare + L - 10, ".attn.bias")) ||
-        (L > 17 && !strcmp(bare + L - 17, ".attn.masked_bias")) || !strcmp(bare, "lm_head.weight"))
-      continue; /* the causal-mask buffers; the tied head (checked below) */
-    int known = 0;
-    for (int k2 = 0; k2 < n_map && !known; k2++) known = !strcmp(map[k2].hf, bare);
-    if (!known)
-      mt_err_set(e, "%s: tensor %s is not part of GPT2LMHeadModel with config.json's layers",
-                 path, nm);
-  }
+  /* every tensor of the files is GPT-2's (or a buffer transformers keeps) */
+  for (int fi = 0; fi < set.n_files && !e->failed; fi++)
+    for (int k = 0; k < set.files[fi].n && !e->failed; k++) {
+      const char *nm = set.files[fi].t[k].name;
+      const char *bare = !strncmp(nm, HF_PREFIX, strlen(HF_PREFIX)) ? nm + strlen(HF_PREFIX) : nm;
+      size_t L = strlen(bare);
+      if ((L > 10 && !strcmp(bare + L - 10, ".attn.bias")) ||
+          (L > 17 && !strcmp(bare + L - 17, ".attn.masked_bias")) ||
+          !strcmp(bare, "lm_head.weight"))
+        continue; /* the causal-mask buffers; the tied head (checked below) */
+      int known = 0;
+      for (int k2 = 0; k2 < n_map && !known; k2++) known = !strcmp(map[k2].hf, bare);
+      if (!known)
+        mt_err_set(e, "%s: tensor %s is not part of GPT2LMHeadModel with config.json's layers",
+                   set.files[fi].path, nm);
+    }
   float *scratch = NULL;
   size_t scratch_cap = 0;
   for (int i = 0; i < reg->n && !e->failed; i++) {
@@ -360,14 +383,15 @@ static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, fl
     }
     const char *hf = h->hf;
     int tr = h->transpose;
-    const mt_st_tensor *x = find_hf(&f, hf);
+    const mt_st_file *f = NULL;
+    const mt_st_tensor *x = find_hf(&set, hf, &f);
     int64_t want[MT_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++) want[d] = t->shape[d];
     if (tr) want[0] = t->shape[1], want[1] = t->shape[0];
     char a[80], b[80];
     shape_text(want, t->ndim, b, sizeof b);
     if (!x) {
-      mt_err_set(e, "%s: no tensor %s%s (GPT-2 with this config.json needs it, shape [%s])", path,
+      mt_err_set(e, "%s: no tensor %s%s (GPT-2 with this config.json needs it, shape [%s])", dir,
                  HF_PREFIX, hf, b);
       break;
     }
@@ -375,8 +399,8 @@ static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, fl
     for (int d = 0; same && d < t->ndim; d++) same = x->shape[d] == want[d];
     if (!same) {
       shape_text(x->shape, x->ndim, a, sizeof a);
-      mt_err_set(e, "%s: %s has shape [%s]; the GPT-2 of config.json needs [%s]", path, x->name, a,
-                 b);
+      mt_err_set(e, "%s: %s has shape [%s]; the GPT-2 of config.json needs [%s]", f->path,
+                 x->name, a, b);
       break;
     }
     /* ours: rows of t->local_shape[1] (padded) floats from t->offset */
@@ -391,34 +415,38 @@ static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, fl
       scratch = mt_malloc(need * sizeof(float));
       scratch_cap = need;
     }
-    if (mt_st_read_f32(&f, x, 0, R * C, scratch, e) != 0) break;
+    if (mt_st_read_f32(f, x, 0, R * C, scratch, e) != 0) break;
+    size_t bad = mt_ckpt_count_nonfinite(scratch, need);
+    if (bad) {
+      mt_err_set(e, "%s: tensor %s holds %zu NaN or Inf values: not imported (a checkpoint of "
+                    "them would not verify, nor train)", f->path, x->name, bad);
+      break;
+    }
     for (int64_t r = 0; r < R; r++)
       for (int64_t c = 0; c < C; c++) dst[r * Lc + c] = tr ? scratch[c * R + r] : scratch[r * C + c];
   }
   /* a stored LM head must be the tied one */
-  const mt_st_tensor *head = mt_st_find(&f, "lm_head.weight"), *wte = find_hf(&f, "wte.weight");
+  const mt_st_file *fh = NULL, *fw = NULL;
+  const mt_st_tensor *head = mt_st_set_find(&set, "lm_head.weight", &fh);
+  const mt_st_tensor *wte = find_hf(&set, "wte.weight", &fw);
   if (!e->failed && head && wte) {
     int same = head->bytes == wte->bytes && head->dtype == wte->dtype;
-    char *p = same ? mt_malloc((size_t)head->bytes + 1) : NULL, *q = same ? mt_malloc((size_t)wte->bytes + 1) : NULL;
-    same = same && pread(f.fd, p, (size_t)head->bytes, head->offset) == (ssize_t)head->bytes &&
-           pread(f.fd, q, (size_t)wte->bytes, wte->offset) == (ssize_t)wte->bytes &&
-           memcmp(p, q, (size_t)head->bytes) == 0;
+    char *p = same ? read_bytes(fh, head, e) : NULL, *q = p ? read_bytes(fw, wte, e) : NULL;
+    same = same && p && q && memcmp(p, q, (size_t)head->bytes) == 0;
     free(p);
     free(q);
-    if (!same)
-      mt_err_set(e, "%s: lm_head.weight differs from wte.weight: meshtrain's GPT-2 ties them", path);
+    if (!same && !e->failed)
+      mt_err_set(e, "%s: lm_head.weight differs from wte.weight: meshtrain's GPT-2 ties them", dir);
   }
   free(scratch);
   free(map);
-  mt_st_close(&f);
+  mt_st_close_dir(&set);
   return e->failed ? -1 : 0;
 }
 
 int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_registry *reg,
                       const char *out_root, const char *mode, mt_err *e) {
-  int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int rank = mt_ckpt_rank(), size = mt_ckpt_size();
   mt_err local = {0};
   float *mem = NULL;
   if (rank == 0) {
@@ -430,22 +458,23 @@ int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_re
   memset(&mesh, 0, sizeof mesh);
   mesh.world_rank = rank;
   mesh.world_size = size;
-  if (!mt_err_agree(&local, MPI_COMM_WORLD)) {
+  if (!mt_ckpt_agree(&local)) {
     /* rank 0 holds the whole model, the others nothing */
-    mt_flat_range range = {0, reg->numel_local, mem};
+    mt_flat_range range = {.begin = 0, .len = reg->numel_local, .mem = mem};
     mt_ckpt_state st;
     memset(&st, 0, sizeof st);
     st.ranges[MT_CKPT_MODEL] = &range;
     st.n_ranges[MT_CKPT_MODEL] = rank == 0;
-    mt_ckpt_meta m = {0, 0, 0, 0, 0, c->n_layer, c->n_embd, c->n_head, c->n_positions, c->vocab,
-                      1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 1};
+    mt_ckpt_meta m = {.n_layer = c->n_layer, .n_embd = c->n_embd, .n_head = c->n_head,
+                      .seq_len = c->n_positions, .vocab = c->vocab, .dp = 1, .tp = 1, .pp = 1,
+                      .cp = 1, .zero = 0, .world = 1, .ep = 1, .etp = 1};
     char ini[512];
     snprintf(ini, sizeof ini,
              "# imported from a Hugging Face GPT-2 (%s)\n[model]\npreset = custom\n"
              "n_layer = %d\nn_embd = %d\nn_head = %d\nseq_len = %d\nvocab_size = %d\n",
              dir, c->n_layer, c->n_embd, c->n_head, c->n_positions, c->vocab);
-    mt_ckpt_save_opts opts = {mode, 0, "none", ini};
-    mt_ckpt_file_opts fo = {1, {MT_CKPT_F32, MT_CKPT_F32, MT_CKPT_F32}, NULL};
+    mt_ckpt_save_opts opts = {.mode = mode, .keep = 0, .test_crash = "none", .config_ini = ini};
+    mt_ckpt_file_opts fo = {.groups = 1, .dtype = {MT_CKPT_F32, MT_CKPT_F32, MT_CKPT_F32}};
     mt_ckpt_save_with(out_root, &m, reg, &mesh, &st, &opts, &fo, NULL, &local);
   }
   free(mem);

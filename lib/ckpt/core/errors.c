@@ -6,7 +6,7 @@
  * HDF5 error stack's API entry and its innermost cause). Nothing here prints
  * or aborts: the callers agree on the error over all ranks and the caller of
  * the public API reports it once. */
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -19,17 +19,37 @@
 /* ------------------------------------------------------------------ */
 /* error text                                                          */
 
-static void vset(mt_err *e, const char *cause, const char *fmt, va_list ap) {
+/* Which failures of a system call mean "this input will never work" (a path
+ * that does not exist or may not be read) rather than a runtime condition
+ * (a full disk, an I/O error, a quota, a limit) that a later attempt may
+ * get past. Only reads of a checkpoint ask: every failure of a save is a
+ * runtime condition (the run is fine, its surroundings failed). */
+static int errno_is_input(int err) {
+  return err == ENOENT || err == ENOTDIR || err == EISDIR || err == EACCES || err == EPERM ||
+         err == ENAMETOOLONG || err == ELOOP;
+}
+
+static void vset(mt_err *e, const char *file, int line, int runtime, const char *cause,
+                 const char *fmt, va_list ap) {
   if (!e || e->failed) return;
   char what[400];
   vsnprintf(what, sizeof what, fmt, ap);
-  mt_err_set(e, "%s: %s", what, cause);
+  if (runtime) mt_err_runtime_at(e, file, line, "%s: %s", what, cause);
+  else mt_err_set_at(e, file, line, "%s: %s", what, cause);
 }
 
-void mt_ckpt_err_sys(mt_err *e, int err, const char *fmt, ...) {
+void mt_ckpt_err_sys_at(mt_err *e, const char *file, int line, int err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vset(e, strerror(err ? err : EIO), fmt, ap);
+  vset(e, file, line, 1, strerror(err ? err : EIO), fmt, ap);
+  va_end(ap);
+}
+
+void mt_ckpt_err_read_sys_at(mt_err *e, const char *file, int line, int err, const char *fmt,
+                             ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset(e, file, line, !errno_is_input(err ? err : EIO), strerror(err ? err : EIO), fmt, ap);
   va_end(ap);
 }
 
@@ -65,29 +85,50 @@ static void h5_cause(const h5_stack *s, char *out, size_t len) {
   }
 }
 
-void mt_ckpt_err_h5(mt_err *e, const char *fmt, ...) {
+/* The HDF5 error stack as one cause; *sys: the innermost entry carried a
+ * system error (the driver's errno) */
+static void h5_describe(char *cause, size_t len, int *sys) {
   int sys_err = errno; /* the failed call's, where HDF5 kept no record of it */
   h5_stack s;
   memset(&s, 0, sizeof s);
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_entry, &s);
   H5Eclear2(H5E_DEFAULT);
-  char cause[800];
-  if (s.n == 0)
-    snprintf(cause, sizeof cause, "%s (an HDF5 call failed without an error record)",
+  *sys = 0;
+  if (s.n == 0) {
+    snprintf(cause, len, "%s (an HDF5 call failed without an error record)",
              sys_err ? strerror(sys_err) : "unknown cause");
-  else {
+    *sys = 1;
+  } else {
     char inner[520];
     h5_cause(&s, inner, sizeof inner);
-    snprintf(cause, sizeof cause, "%s (HDF5 %s)", inner, s.api);
+    snprintf(cause, len, "%s (HDF5 %s)", inner, s.api);
+    *sys = strstr(s.inner_desc, "errno = ") != NULL || strstr(s.inner_desc, "error message = ") != NULL;
   }
+}
+
+void mt_ckpt_err_h5_at(mt_err *e, const char *file, int line, const char *fmt, ...) {
+  char cause[800];
+  int sys;
+  h5_describe(cause, sizeof cause, &sys);
   va_list ap;
   va_start(ap, fmt);
-  vset(e, cause, fmt, ap);
+  vset(e, file, line, 1, cause, fmt, ap);
+  va_end(ap);
+}
+
+void mt_ckpt_err_h5_read_at(mt_err *e, const char *file, int line, const char *fmt, ...) {
+  char cause[800];
+  int sys;
+  h5_describe(cause, sizeof cause, &sys);
+  va_list ap;
+  va_start(ap, fmt);
+  vset(e, file, line, sys, cause, fmt, ap); /* a damaged file: bad input; an I/O error: runtime */
   va_end(ap);
 }
 
 /* ------------------------------------------------------------------ */
-/* fault switch: MT_CKPT_FAULT="rank=R,op=OP,errno=NAME[,step=N][,after=K][,stamp=FILE]" */
+/* fault switch:
+ * MT_CKPT_FAULT="rank=R,op=OP,errno=NAME[,step=N][,after=K][,short=1][,stamp=FILE]" */
 
 static const struct {
   const char *name;
@@ -96,7 +137,7 @@ static const struct {
                 {"EPERM", EPERM},   {"EROFS", EROFS},   {"ENOENT", ENOENT}, {"ESTALE", ESTALE},
                 {"EFBIG", EFBIG},   {"EMFILE", EMFILE}, {"ENOMEM", ENOMEM}};
 
-static const char *g_ops = "create|write|sync|rename|open|read";
+static const char *g_ops = "create|write|index|sync|close|rename|open|read";
 
 typedef struct {
   int parsed, active;
@@ -105,12 +146,14 @@ typedef struct {
   int err;
   int64_t step; /* -1: any save */
   long after;   /* matching calls that succeed before the first failure */
+  int short_write; /* the first failing write is a short write instead */
   char stamp[512];
 } fault_spec;
 
 static fault_spec g_fault;
 static atomic_long g_fault_calls;
 static atomic_int g_fault_stamped;
+static atomic_int g_fault_short_done;
 static int g_fault_rank;
 static int64_t g_fault_step; /* the save in progress, -1 for a load */
 
@@ -175,15 +218,25 @@ int mt_ckpt_fault_init(int world_rank, int64_t step, mt_err *e) {
         mt_err_set(e, "MT_CKPT_FAULT: after '%s' is not a count", val);
         return -1;
       }
+    } else if (!strcmp(key, "short")) {
+      if (strcmp(val, "0") != 0 && strcmp(val, "1") != 0) {
+        mt_err_set(e, "MT_CKPT_FAULT: short '%s' is not 0 or 1", val);
+        return -1;
+      }
+      g_fault.short_write = val[0] == '1';
     } else if (!strcmp(key, "stamp")) {
       snprintf(g_fault.stamp, sizeof g_fault.stamp, "%s", val);
     } else {
-      mt_err_set(e, "MT_CKPT_FAULT: unknown key '%s' (rank, op, errno, step, after, stamp)", key);
+      mt_err_set(e, "MT_CKPT_FAULT: unknown key '%s' (rank, op, errno, step, after, short, stamp)", key);
       return -1;
     }
   }
   if (!g_fault.op[0] || !g_fault.err) {
     mt_err_set(e, "MT_CKPT_FAULT: needs op=%s and errno=NAME", g_ops);
+    return -1;
+  }
+  if (g_fault.short_write && strcmp(g_fault.op, "write") != 0 && strcmp(g_fault.op, "index") != 0) {
+    mt_err_set(e, "MT_CKPT_FAULT: short=1 goes with op=write or op=index");
     return -1;
   }
   g_fault.active = 1;
@@ -207,4 +260,13 @@ int mt_ckpt_fault(const char *op) {
     }
   }
   return g_fault.err;
+}
+
+int mt_ckpt_fault_write(const char *op, size_t *bytes) {
+  int err = mt_ckpt_fault(op);
+  if (err && g_fault.short_write && *bytes > 1 && atomic_exchange(&g_fault_short_done, 1) == 0) {
+    *bytes /= 2; /* this call writes half; the next one fails */
+    return 0;
+  }
+  return err;
 }

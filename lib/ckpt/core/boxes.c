@@ -1,6 +1,6 @@
 /* From a rank's flat local range of a tensor to boxes of the canonical
- * (global, unpadded) tensor. See ckpt_internal.h. */
-#include "ckpt/ckpt_internal.h"
+ * (global, unpadded) tensor. See core/ckpt_core.h. */
+#include "ckpt/core/ckpt_core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -126,7 +126,8 @@ int mt_ckpt_boxes_for_range(const mt_ckpt_view_t *v, size_t lo, size_t hi, mt_ck
             last->start[0] + last->count[0] == gr) {
           last->count[0]++; /* whole local rows stack into one block, contiguous in memory */
         } else {
-          mt_ckpt_box b = {{gr, gc}, {1, w}, (size_t)(r * L1 + c), full_row};
+          mt_ckpt_box b = {.start = {gr, gc}, .count = {1, w},
+                           .local_off = (size_t)(r * L1 + c), .full_rows = full_row};
           if (push(bx, &b) != 0) return -1;
         }
       }

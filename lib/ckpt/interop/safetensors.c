@@ -4,7 +4,7 @@
  * end of the header), then the tensors' raw little-endian bytes, row-major.
  * A reader trusts nothing in the file: every size and offset is checked
  * against the file before it is used. */
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/interop/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -100,6 +100,48 @@ void mt_st_close(mt_st_file *f) {
   free(f->t);
   memset(f, 0, sizeof *f);
   f->fd = -1;
+}
+
+static int cmp_offset(const void *a, const void *b) {
+  const mt_st_tensor *x = *(const mt_st_tensor *const *)a, *y = *(const mt_st_tensor *const *)b;
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return (x->bytes > y->bytes) - (x->bytes < y->bytes);
+}
+
+/* The data_offsets tile the data buffer in order: taken by their starts,
+ * the first begins at 0, each begins where the one before ends (no gap, no
+ * overlap: a tensor never reads another's bytes), the last ends with the
+ * file. A tensor of no bytes takes none. */
+static int check_tiling(const mt_st_file *f, int64_t data_size, mt_err *e) {
+  const mt_st_tensor **by = mt_malloc(((size_t)f->n + 1) * sizeof *by);
+  for (int i = 0; i < f->n; i++) by[i] = &f->t[i];
+  qsort(by, (size_t)f->n, sizeof *by, cmp_offset);
+  int64_t at = f->data_start; /* where the next tensor must begin */
+  int rc = 0;
+  for (int i = 0; i < f->n && rc == 0; i++) {
+    const mt_st_tensor *t = by[i];
+    if (t->offset < at) {
+      mt_err_set(e, "%s: tensor %s (data_offsets [%lld, %lld]) overlaps tensor %s: the offsets "
+                    "must tile the data without overlap", f->path, t->name,
+                 (long long)(t->offset - f->data_start),
+                 (long long)(t->offset - f->data_start + t->bytes), by[i - 1]->name);
+      rc = -1;
+    } else if (t->offset > at) {
+      mt_err_set(e, "%s: %lld bytes before tensor %s (data_offsets [%lld, %lld]) belong to no "
+                    "tensor: the offsets must tile the data without gaps", f->path,
+                 (long long)(t->offset - at), t->name, (long long)(t->offset - f->data_start),
+                 (long long)(t->offset - f->data_start + t->bytes));
+      rc = -1;
+    }
+    at = t->offset + t->bytes;
+  }
+  if (rc == 0 && at != f->data_start + data_size) {
+    mt_err_set(e, "%s: the last %lld bytes of the data belong to no tensor (trailing bytes)",
+               f->path, (long long)(f->data_start + data_size - at));
+    rc = -1;
+  }
+  free(by);
+  return rc;
 }
 
 int mt_st_open(const char *path, mt_st_file *f, mt_err *e) {
@@ -199,11 +241,17 @@ int mt_st_open(const char *path, mt_st_file *f, mt_err *e) {
       rc = -1;
       break;
     }
+    if (mt_st_find(f, t->name)) {
+      mt_err_set(e, "%s: tensor %s is listed twice in the header", path, t->name);
+      rc = -1;
+      break;
+    }
     t->offset = f->data_start + (int64_t)b0;
     t->bytes = want;
     f->n++;
   }
   cJSON_Delete(o);
+  if (rc == 0 && check_tiling(f, data_size, e) != 0) rc = -1;
   if (rc != 0) {
     mt_st_close(f);
     return -1;
@@ -273,4 +321,149 @@ int mt_st_read_f32(const mt_st_file *f, const mt_st_tensor *t, int64_t first, in
   }
   if (raw != (char *)out) free(raw);
   return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* a model directory: one file, or shards listed in an index           */
+
+#define ST_INDEX_MAX (16LL << 20)
+
+static int file_exists(const char *dir, const char *name) {
+  char p[1300];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  struct stat sb;
+  return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+void mt_st_close_dir(mt_st_set *s) {
+  for (int i = 0; i < s->n_files; i++) mt_st_close(&s->files[i]);
+  free(s->files);
+  memset(s, 0, sizeof *s);
+}
+
+static int add_file(mt_st_set *s, const char *dir, const char *name, mt_err *e) {
+  char p[1300];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  mt_st_file *grown = realloc(s->files, (size_t)(s->n_files + 1) * sizeof *s->files);
+  if (!grown) {
+    mt_err_runtime(e, "%s: out of memory", p);
+    return -1;
+  }
+  s->files = grown;
+  if (mt_st_open(p, &s->files[s->n_files], e) != 0) return -1;
+  s->n_files++;
+  return 0;
+}
+
+/* model.safetensors.index.json: {"weight_map": {tensor: shard file}}; every
+ * shard opened and checked, every tensor in the shard the map names, every
+ * tensor of a shard in the map, none in two shards */
+static int open_index(mt_st_set *s, const char *dir, mt_err *e) {
+  char p[1300];
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  FILE *fp = fopen(p, "r");
+  if (!fp) {
+    mt_ckpt_err_read_sys(e, errno, "cannot read %s", p);
+    return -1;
+  }
+  char *text = mt_malloc((size_t)ST_INDEX_MAX + 1);
+  size_t n = fread(text, 1, (size_t)ST_INDEX_MAX + 1, fp);
+  fclose(fp);
+  if ((long long)n > ST_INDEX_MAX) {
+    free(text);
+    mt_err_set(e, "%s: more than %lld bytes, larger than an index can be", p, ST_INDEX_MAX);
+    return -1;
+  }
+  text[n] = '\0';
+  cJSON *o = cJSON_Parse(text);
+  free(text);
+  cJSON *map = cJSON_GetObjectItem(o, "weight_map"), *it;
+  int rc = 0;
+  if (!cJSON_IsObject(map) || cJSON_GetArraySize(map) == 0) {
+    mt_err_set(e, "%s: no weight_map (an object of tensor names and shard files)", p);
+    rc = -1;
+  }
+  /* the shard files, each once, in the order the map first names them */
+  cJSON_ArrayForEach(it, map) {
+    if (rc != 0) break;
+    const char *file = cJSON_IsString(it) ? it->valuestring : NULL;
+    if (!file || !file[0] || strchr(file, '/') || file[0] == '.') {
+      mt_err_set(e, "%s: tensor %.100s maps to '%.100s', not a file beside the index", p,
+                 it->string, file ? file : "?");
+      rc = -1;
+      break;
+    }
+    int have = 0;
+    for (int i = 0; i < s->n_files && !have; i++) {
+      const char *base = strrchr(s->files[i].path, '/');
+      have = !strcmp(base ? base + 1 : s->files[i].path, file);
+    }
+    if (!have && add_file(s, dir, file, e) != 0) rc = -1;
+  }
+  /* the map and the shards agree */
+  cJSON_ArrayForEach(it, map) {
+    if (rc != 0) break;
+    const mt_st_file *f = NULL;
+    if (!mt_st_set_find(s, it->string, &f)) {
+      mt_err_set(e, "%s: tensor %.100s is in the weight_map, but not in %s", p, it->string,
+                 it->valuestring);
+      rc = -1;
+    } else {
+      const char *base = strrchr(f->path, '/');
+      if (strcmp(base ? base + 1 : f->path, it->valuestring) != 0) {
+        mt_err_set(e, "%s: tensor %.100s is in %s, the weight_map says %s", p, it->string,
+                   base ? base + 1 : f->path, it->valuestring);
+        rc = -1;
+      }
+    }
+  }
+  for (int i = 0; rc == 0 && i < s->n_files; i++)
+    for (int k = 0; rc == 0 && k < s->files[i].n; k++) {
+      const char *name = s->files[i].t[k].name;
+      if (!cJSON_GetObjectItemCaseSensitive(map, name)) {
+        mt_err_set(e, "%s: tensor %s is not in the weight_map of %s", s->files[i].path, name, p);
+        rc = -1;
+      }
+      for (int j = i + 1; rc == 0 && j < s->n_files; j++)
+        if (mt_st_find(&s->files[j], name)) {
+          mt_err_set(e, "%s: tensor %s is in two shards (%s and %s)", p, name,
+                     s->files[i].path, s->files[j].path);
+          rc = -1;
+        }
+    }
+  cJSON_Delete(o);
+  return rc;
+}
+
+int mt_st_open_dir(const char *dir, mt_st_set *s, mt_err *e) {
+  memset(s, 0, sizeof *s);
+  int rc;
+  if (file_exists(dir, "model.safetensors")) {
+    rc = add_file(s, dir, "model.safetensors", e);
+  } else if (file_exists(dir, "model.safetensors.index.json")) {
+    rc = open_index(s, dir, e);
+  } else if (file_exists(dir, "pytorch_model.bin") ||
+             file_exists(dir, "pytorch_model.bin.index.json")) {
+    mt_err_set(e, "%s holds PyTorch weights only (pytorch_model.bin, a pickle, which meshckpt "
+                  "does not read): write them as safetensors first, e.g. "
+                  "GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(OUT, "
+                  "safe_serialization=True)", dir);
+    rc = -1;
+  } else {
+    mt_err_set(e, "%s: no model.safetensors (nor model.safetensors.index.json with shards)", dir);
+    rc = -1;
+  }
+  if (rc != 0) mt_st_close_dir(s);
+  return rc;
+}
+
+const mt_st_tensor *mt_st_set_find(const mt_st_set *s, const char *name, const mt_st_file **f) {
+  for (int i = 0; i < s->n_files; i++) {
+    const mt_st_tensor *t = mt_st_find(&s->files[i], name);
+    if (t) {
+      if (f) *f = &s->files[i];
+      return t;
+    }
+  }
+  return NULL;
 }

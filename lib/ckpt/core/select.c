@@ -3,7 +3,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack */
 #include <xxhash.h>
 
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +101,7 @@ void mt_ckpt_sel_free(mt_ckpt_sel *s) {
 void mt_ckpt_sel_copy(mt_ckpt_sel *s, float *staging, int64_t L1, int to_mem) {
   size_t k = 0;
   for (int i = 0; i < s->boxes.n; i++) {
-    mt_ckpt_boxes one = {&s->boxes.b[i], 1, 1};
+    mt_ckpt_boxes one = {.b = &s->boxes.b[i], .n = 1, .cap = 1};
     gather_boxes(staging + k, s->piece_mem[i], &one, L1, to_mem);
     k += (size_t)(s->boxes.b[i].count[0] * s->boxes.b[i].count[1]);
   }

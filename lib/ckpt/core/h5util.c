@@ -3,7 +3,7 @@
  *
  * Writers return 0, or -1 with e set from the HDF5 error stack (where: what
  * was being written, e.g. "checkpoint step 8: rank 0 cannot write F"). */
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,8 +100,8 @@ int mt_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
 }
 
 void mt_ckpt_select_rows(hid_t space, hsize_t r0, hsize_t nr, hsize_t cols) {
-  mt_ckpt_box b = {{(int64_t)r0, 0}, {(int64_t)nr, (int64_t)cols}, 0, 0};
-  mt_ckpt_boxes one = {&b, 1, 1};
+  mt_ckpt_box b = {.start = {(int64_t)r0, 0}, .count = {(int64_t)nr, (int64_t)cols}};
+  mt_ckpt_boxes one = {.b = &b, .n = 1, .cap = 1};
   mt_ckpt_select_boxes(space, &one);
 }
 
@@ -162,9 +162,9 @@ hid_t mt_ckpt_fapl_serial(void) {
   return fapl;
 }
 
-hid_t mt_ckpt_fapl_create(void) {
+hid_t mt_ckpt_fapl_create(long long from, long long align) {
   hid_t fapl = mt_ckpt_fapl_serial();
-  H5Pset_alignment(fapl, 65536, 1048576);
+  H5Pset_alignment(fapl, (hsize_t)from, (hsize_t)align);
   /* the 1.8 format and up: dense attribute storage, no 64 KiB header limit */
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
   return fapl;
@@ -314,11 +314,25 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
   int found = 0;
   for (size_t i = 0; i < sizeof f12 / sizeof f12[0]; i++)
     found += mt_ckpt_attr_i64(file, f12[i].name, f12[i].v) == 0;
+  /* 1.3, optional: the layout a conversion wrote for */
+  m->target_tp = m->target_pp = 0;
+  if (mt_ckpt_attr_i64(file, "target_tp", &m->target_tp) != 0 ||
+      mt_ckpt_attr_i64(file, "target_pp", &m->target_pp) != 0 || m->target_tp < 1 ||
+      m->target_pp < 1 || m->target_tp > 1 << 20 || m->target_pp > 1 << 20)
+    m->target_tp = m->target_pp = 0;
   return found == 0 ? 0 : found == (int)(sizeof f12 / sizeof f12[0]) ? 1 : -2;
 }
 
 /* ------------------------------------------------------------------ */
 /* stored element types                                                */
+
+uint16_t mt_ckpt_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+  return (uint16_t)(u >> 16);
+}
 
 size_t mt_ckpt_dtype_size(int dtype) { return dtype == MT_CKPT_BF16 ? 2 : 4; }
 const char *mt_ckpt_dtype_name(int dtype) { return dtype == MT_CKPT_BF16 ? "bf16" : "fp32"; }

@@ -5,7 +5,7 @@
  * The helpers return 0, or -1 with errno set (also when the fault switch,
  * MT_CKPT_FAULT, makes them fail). */
 #define _GNU_SOURCE /* renameat2 (RENAME_EXCHANGE), fallocate */
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -39,6 +40,56 @@ int mt_ckpt_fsync_path(const char *path) {
   return rc == 0 ? 0 : fail_with(err);
 }
 
+int mt_ckpt_pwrite_full(int fd, const void *buf, size_t bytes, int64_t off, const char *op) {
+  const char *p = buf;
+  while (bytes > 0) {
+    size_t n = bytes;
+    int err = mt_ckpt_fault_write(op, &n);
+    if (err) return fail_with(err);
+    ssize_t k = pwrite(fd, p, n, (off_t)off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return -1;
+    if (k == 0) return fail_with(EIO); /* no progress, no error: never loop forever */
+    /* a short write is no error: the rest goes in the next call, which
+     * reports what stopped this one (ENOSPC, EFBIG) */
+    p += k;
+    off += k;
+    bytes -= (size_t)k;
+  }
+  return 0;
+}
+
+int mt_ckpt_close_fd(int fd) {
+  int rc = close(fd), err = rc != 0 ? errno : mt_ckpt_fault("close");
+  return err ? fail_with(err) : 0;
+}
+
+int mt_ckpt_check_file_size(long long bytes) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      (unsigned long long)bytes > (unsigned long long)rl.rlim_cur)
+    return fail_with(EFBIG);
+  return 0;
+}
+
+long long mt_ckpt_file_size_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1;
+  return (long long)rl.rlim_cur;
+}
+
+void mt_ckpt_ignore_sigxfsz(void) {
+  struct sigaction old;
+  if (sigaction(SIGXFSZ, NULL, &old) == 0 && old.sa_handler == SIG_DFL &&
+      !(old.sa_flags & SA_SIGINFO)) {
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGXFSZ, &ign, NULL);
+  }
+}
+
 int mt_ckpt_write_file_durable(const char *path, const char *text) {
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -46,16 +97,10 @@ int mt_ckpt_write_file_durable(const char *path, const char *text) {
   if (err) return fail_with(err);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return -1;
-  size_t n = strlen(text), done = 0;
-  while (!err && done < n) {
-    if ((err = mt_ckpt_fault("write"))) break;
-    ssize_t k = write(fd, text + done, n - done);
-    if (k < 0) err = errno;
-    else done += (size_t)k;
-  }
+  if (mt_ckpt_pwrite_full(fd, text, strlen(text), 0, "write") != 0) err = errno;
   if (!err) err = mt_ckpt_fault("sync");
   if (!err && fsync(fd) != 0) err = errno;
-  if (close(fd) != 0 && !err) err = errno;
+  if (mt_ckpt_close_fd(fd) != 0 && !err) err = errno;
   if (!err) err = mt_ckpt_fault("rename");
   if (!err && rename(tmp, path) != 0) err = errno;
   if (err) {
@@ -114,8 +159,8 @@ int mt_ckpt_reserve(int fd, long long bytes, int keep_size) {
  * 1.10 with a half-closed file that crashes the process at MPI_Finalize.
  * So the space that close needs is held in a ballast file beside the file
  * before HDF5 makes it, and given back just before H5Fclose. */
-int mt_ckpt_ballast_take(mt_ckpt_ballast *b, const char *dir, int rank, long long bytes) {
-  snprintf(b->path, sizeof b->path, "%s/.ballast-%d", dir, rank);
+int mt_ckpt_ballast_take(mt_ckpt_ballast *b, const char *dir, const char *tag, long long bytes) {
+  snprintf(b->path, sizeof b->path, "%s/.ballast-%s", dir, tag);
   b->fd = open(b->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (b->fd < 0) return -1;
   if (fallocate(b->fd, 0, 0, (off_t)bytes) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
@@ -172,7 +217,7 @@ static void discard(const char *root, const char *path) {
 /* Replace final_dir by tmpdir in one step where the file system can swap two
  * names (the old checkpoint then sits under tmpdir's name, a name no loader
  * takes); else move the old one aside first. */
-static int install(const char *root, const char *tmpdir, const char *final_dir) {
+int mt_ckpt_install(const char *root, const char *tmpdir, const char *final_dir) {
   int err = mt_ckpt_fault("rename");
   if (err) return fail_with(err);
   if (mt_ckpt_file_size(final_dir) < 0) return rename(tmpdir, final_dir);
@@ -188,7 +233,7 @@ static int install(const char *root, const char *tmpdir, const char *final_dir) 
 
 /* complete checkpoints beyond the newest `keep`, leftovers of crashed saves
  * (*.tmp-*) and of interrupted deletions (.trash-*) */
-static void retention(const char *root, int keep) {
+void mt_ckpt_retention(const char *root, int keep) {
   DIR *rd = opendir(root);
   if (!rd) return;
   int64_t *steps = NULL;
@@ -229,8 +274,7 @@ static void retention(const char *root, int keep) {
   free(steps);
 }
 
-int mt_ckpt_commit(const char *root, const char *tmpdir, const char *final_dir, int64_t step,
-                   const char *mode, const char *crash, int keep, mt_err *e) {
+int mt_ckpt_write_manifest(const char *tmpdir, int64_t step, const char *mode) {
   cJSON *o = cJSON_CreateObject();
   char version[32];
   snprintf(version, sizeof version, "%d.%d.%d", MT_CKPT_VERSION_MAJOR, MT_CKPT_VERSION_MINOR,
@@ -243,9 +287,9 @@ int mt_ckpt_commit(const char *root, const char *tmpdir, const char *final_dir, 
   cJSON *files = cJSON_AddArrayToObject(o, "files");
   DIR *d = opendir(tmpdir);
   if (!d) {
-    mt_ckpt_err_sys(e, errno, "checkpoint: cannot list %s", tmpdir);
+    int err = errno;
     cJSON_Delete(o);
-    return -1;
+    return fail_with(err);
   }
   struct dirent *de;
   while ((de = readdir(d))) {
@@ -264,28 +308,7 @@ int mt_ckpt_commit(const char *root, const char *tmpdir, const char *final_dir, 
   snprintf(path, sizeof path, "%s/%s", tmpdir, MT_CKPT_MANIFEST);
   int rc = mt_ckpt_write_file_durable(path, text);
   free(text);
-  if (rc != 0 || mt_ckpt_fsync_path(tmpdir) != 0) {
-    mt_ckpt_err_sys(e, errno, "checkpoint step %lld: cannot write %s", (long long)step, path);
-    return -1;
-  }
-  mt_ckpt_test_crash_point(crash, "rename", 0);
-  if (install(root, tmpdir, final_dir) != 0 || mt_ckpt_fsync_path(root) != 0) {
-    mt_ckpt_err_sys(e, errno, "checkpoint step %lld: cannot rename %s to %s", (long long)step,
-                    tmpdir, final_dir);
-    return -1;
-  }
-  mt_ckpt_test_crash_point(crash, "latest", 0);
-  char latest[1100], target[64];
-  snprintf(latest, sizeof latest, "%s/latest", root);
-  snprintf(target, sizeof target, "step_%lld\n", (long long)step);
-  if (mt_ckpt_write_file_durable(latest, target) != 0 || mt_ckpt_fsync_path(root) != 0) {
-    mt_ckpt_err_sys(e, errno, "checkpoint step %lld is complete, but %s cannot be updated",
-                    (long long)step, latest);
-    return -1;
-  }
-  retention(root, keep);
-  mt_ckpt_fsync_path(root);
-  return 0;
+  return rc;
 }
 
 /* ------------------------------------------------------------------ */
