@@ -170,6 +170,15 @@ int mt_plan_rank_model(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
                           (double)mt_pp_exec_comm_bytes(pp, n_slots, (size_t)(msg / 4.0)) +
                           4.0 * tied;
   out->comm_exact = pp == 1;
+  /* NCCL's buffers: the communicators a run on GPUs makes, one GPU per rank
+   * (comm's estimate; a train.device = cuda run reserves the same) */
+  if (!strcmp(cfg->device, "cuda")) {
+    unsigned nccl_groups, nccl_p2p;
+    mt_comm_nccl_needs(cfg, &nccl_groups, &nccl_p2p);
+    mt_mesh_dims dims = {.tp = cfg->tp, .cp = cfg->cp, .dp = cfg->dp, .pp = pp, .etp = etp,
+                         .ep = ep};
+    out->mem[MT_MEM_COMM] += mt_comm_nccl_bytes(&dims, out->world_rank, nccl_groups, nccl_p2p);
+  }
 
   /* ---- bytes per step and group ---- */
   const int dp = cfg->dp * cfg->cp, tp = cfg->tp; /* dp: the dp x cp group */

@@ -84,13 +84,21 @@ struct task {
   call_site at;
 };
 
+/* The calls of one ncclGroupStart/End (or one call alone): one unit, with a
+ * part queued on each stream it uses; it starts when every part has reached
+ * the head of its stream (and MT_EMU_NCCL_INFLIGHT leaves room), and every
+ * part completes with it. */
 struct group_op {
   std::vector<task> tasks;
   std::vector<MPI_Request> reqs;
   std::vector<int> recv_of; /* per request: the task whose received size is checked, or -1 */
   std::vector<std::vector<char>> temps;
+  std::vector<std::pair<cudaStream_t, uint64_t>> parts; /* each part's stream and op id */
+  bool started, finished;
 };
-std::map<cudaStream_t, std::vector<task>> g_grouped;
+int g_inflight;                                /* groups started and not finished */
+std::vector<std::shared_ptr<group_op>> g_waiting; /* not started, in issue order */
+std::vector<std::pair<cudaStream_t, task>> g_grouped; /* in call order */
 
 int check_mpi(int rc, const char *what, const call_site &at) {
   if (rc == MPI_SUCCESS) return rc;
@@ -255,32 +263,78 @@ bool done(group_op &g) {
   return true;
 }
 
-void submit(cudaStream_t s, std::vector<task> &&tasks) {
+/* a group can start when each of its parts is at the head of its stream */
+bool ready(const group_op &g) {
+  for (auto &p : g.parts)
+    if (head_id(p.first) != p.second) return false;
+  return true;
+}
+
+/* Starts the ready groups in issue order, as far as MT_EMU_NCCL_INFLIGHT
+ * leaves room (a GPU launches kernels in the order they are issued). */
+void start_ready() {
+  for (size_t i = 0; i < g_waiting.size();) {
+    if (cfg().nccl_inflight > 0 && g_inflight >= cfg().nccl_inflight) return;
+    group_op &g = *g_waiting[i];
+    if (!ready(g)) {
+      i++;
+      continue;
+    }
+    g.started = true;
+    g_inflight++;
+    start(g);
+    g_waiting.erase(g_waiting.begin() + (long)i);
+  }
+}
+
+/* the group's parts, one per stream (in the order the streams first appear) */
+void submit(std::vector<std::pair<cudaStream_t, task>> &&calls) {
   auto g = std::make_shared<group_op>();
-  g->tasks = std::move(tasks);
-  op o{};
-  o.kind = op::ASYNC;
-  o.what = task_name(g->tasks[0].kind);
-  o.start = [g]() { start(*g); };
-  o.done = [g]() { return done(*g); };
-  o.describe = [g]() {
-    std::string d;
-    for (const task &t : g->tasks) d += (d.empty() ? "" : "; ") + describe(t);
-    return d;
-  };
-  enqueue(s, std::move(o));
+  std::vector<cudaStream_t> streams;
+  for (auto &c : calls) {
+    g->tasks.push_back(c.second);
+    if (std::find(streams.begin(), streams.end(), c.first) == streams.end())
+      streams.push_back(c.first);
+  }
+  g_waiting.push_back(g);
+  for (cudaStream_t s : streams) {
+    op o{};
+    o.kind = op::ASYNC;
+    o.what = task_name(g->tasks[0].kind);
+    o.start = [g]() {
+      if (!g->started) start_ready();
+      return g->started;
+    };
+    o.done = [g]() {
+      if (!g->finished && done(*g)) {
+        g->finished = true;
+        g_inflight--;
+      }
+      return g->finished;
+    };
+    o.describe = [g]() {
+      std::string d = g->parts.size() > 1
+                          ? "a group over " + std::to_string(g->parts.size()) + " streams: "
+                          : "";
+      for (size_t i = 0; i < g->tasks.size(); i++) d += (i ? "; " : "") + describe(g->tasks[i]);
+      return d;
+    };
+    /* the id is known once queued; until all parts are, the group cannot
+     * be ready (a part's id is 0) */
+    g->parts.emplace_back(s, 0);
+    uint64_t id = enqueue(s, std::move(o));
+    for (auto &p : g->parts)
+      if (p.first == s && !p.second) p.second = id;
+  }
+  start_ready();
 }
 
 ncclResult_t add(task &&t, cudaStream_t s) {
   if (!t.comm) fatal_at(t.at.file, t.at.line, "%s on a NULL communicator", task_name(t.kind));
   check_buffers(t);
-  if (g_group_depth) {
-    g_grouped[s].push_back(std::move(t));
-    return ncclSuccess;
-  }
-  std::vector<task> one;
-  one.push_back(std::move(t));
-  submit(s, std::move(one));
+  std::vector<std::pair<cudaStream_t, task>> one(1, std::make_pair(s, t));
+  if (g_group_depth) g_grouped.push_back(one[0]);
+  else submit(std::move(one));
   return ncclSuccess;
 }
 
@@ -465,10 +519,9 @@ ncclResult_t ncclGroupEnd(void) {
     inits.swap(g_inits);
     make_comms(inits);
   }
-  std::vector<std::pair<cudaStream_t, std::vector<task>>> grouped(g_grouped.begin(),
-                                                                   g_grouped.end());
-  g_grouped.clear();
-  for (auto &kv : grouped) submit(kv.first, std::move(kv.second));
+  std::vector<std::pair<cudaStream_t, task>> calls;
+  calls.swap(g_grouped);
+  if (!calls.empty()) submit(std::move(calls));
   return ncclSuccess;
 }
 

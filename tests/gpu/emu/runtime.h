@@ -69,15 +69,20 @@ struct op {
   std::function<void()> run;   /* WORK */
   event *ev;                   /* RECORD, WAIT */
   uint64_t seq;                /* RECORD: the record's number; WAIT: the one waited for */
-  /* ASYNC (NCCL): start() once at the head of the stream, then done() until
-   * true; describe() for hang reports */
-  std::function<void()> start;
+  /* ASYNC (NCCL): at the head of the stream, start() until it returns true
+   * (it may wait for other streams' parts of one group, or for room), then
+   * done() until true; describe() for hang reports */
+  std::function<bool()> start;
   std::function<bool()> done;
   std::function<std::string()> describe;
   bool started;
+  uint64_t id; /* set by enqueue: issue order, over every stream */
 };
 stream *stream_of(cudaStream_t s);
-void enqueue(cudaStream_t s, op &&o);
+/* queues o on s; returns its id */
+uint64_t enqueue(cudaStream_t s, op &&o);
+/* the id of the operation at the head of s (0: s is empty) */
+uint64_t head_id(cudaStream_t s);
 /* runs what can run on every stream; returns whether anything moved */
 bool progress();
 /* progress until pred() holds; a hang (no movement for the watchdog's
@@ -85,8 +90,6 @@ bool progress();
 void wait_until(const char *what, const std::function<bool()> &pred);
 /* every stream drained (device-wide synchronisation) */
 void drain_all(const char *what);
-/* async operations started and not yet done (the NCCL residency limit) */
-extern int async_running;
 std::string describe_streams();
 
 } // namespace mt_emu

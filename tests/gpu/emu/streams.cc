@@ -38,7 +38,6 @@ struct stream {
   int id;
 };
 
-int async_running;
 static stream g_legacy = {{}, 0, 0};
 static std::set<stream *> g_streams = {&g_legacy};
 static std::set<event *> g_events;
@@ -82,13 +81,10 @@ static bool step(stream *st) {
     return true;
   case op::ASYNC:
     if (!o.started) {
-      if (cfg().nccl_inflight > 0 && async_running >= cfg().nccl_inflight) return false;
+      if (!o.start()) return false;
       o.started = true;
-      async_running++;
-      o.start();
     }
     if (!o.done()) return false;
-    async_running--;
     st->q.pop_front();
     return true;
   }
@@ -108,10 +104,18 @@ bool progress() {
   return any;
 }
 
-void enqueue(cudaStream_t s, op &&o) {
+uint64_t enqueue(cudaStream_t s, op &&o) {
+  static uint64_t next_id = 1;
   stream *st = stream_of(s);
+  uint64_t id = o.id = next_id++;
   st->q.push_back(std::move(o));
   progress();
+  return id;
+}
+
+uint64_t head_id(cudaStream_t s) {
+  stream *st = stream_of(s);
+  return st->q.empty() ? 0 : st->q.front().id;
 }
 
 std::string describe_streams() {
@@ -120,9 +124,11 @@ std::string describe_streams() {
   for (stream *st : g_streams) {
     if (st->q.empty()) continue;
     const op &o = st->q.front();
-    const char *state = o.kind == op::WAIT     ? "waits for an event"
-                        : o.kind == op::ASYNC  ? (o.started ? "is running" : "waits to start")
-                                               : "is ready";
+    const char *state = o.kind == op::WAIT    ? "waits for an event"
+                        : o.kind == op::ASYNC ? (o.started ? "is running"
+                                                           : "waits to start (its group's other "
+                                                             "streams, or room for it)")
+                                              : "is ready";
     std::string what = o.kind == op::ASYNC && o.describe ? o.describe() : o.what ? o.what : "?";
     snprintf(line, sizeof line, "\n  stream %d: %zu operation(s) queued; the first (%s) %s",
              st->id, st->q.size(), what.c_str(), state);
@@ -139,15 +145,21 @@ void wait_until(const char *what, const std::function<bool()> &pred) {
   while (!pred()) {
     if (progress()) {
       last = now();
+      spins = 0;
       continue;
     }
     if (pred()) break;
-    if (++spins % 64 == 0) sched_yield();
+    /* nothing moved: other ranks (on the same cores) need the CPU */
+    if (++spins < 1000) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, nullptr);
+    }
     if (now() - last > cfg().watchdog_s)
       fatal_at(at.file, at.line,
-               "%s: no operation moved for %.0f s (MT_EMU_WATCHDOG_S): a hang; %d NCCL "
-               "operation(s) running%s",
-               what, cfg().watchdog_s, async_running, describe_streams().c_str());
+               "%s: no operation moved for %.0f s (MT_EMU_WATCHDOG_S): a hang%s", what,
+               cfg().watchdog_s, describe_streams().c_str());
   }
 }
 
