@@ -716,8 +716,12 @@ void mt_progress(mt_request *r) {
 
 /* point-to-point goes direct when the backend has a channel for (peer, tag)
  * (its own communicators: also in a group whose collectives are staged) */
+int mt_group_p2p_direct(const mt_group *g, int peer, int tag) {
+  return g_direct && g->direct_state && g_direct->p2p_ok(g, peer, tag);
+}
+
 static int direct_p2p(const mt_group *g, int peer, int tag, mt_loc loc) {
-  return loc == MT_LOC_DEVICE && g_direct && g->direct_state && g_direct->p2p_ok(g, peer, tag);
+  return loc == MT_LOC_DEVICE && mt_group_p2p_direct(g, peer, tag);
 }
 
 void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_loc loc,

@@ -185,6 +185,8 @@ long mt_comm_direct_calls(void);
 /* how a group's device buffers travel: "nccl" (the direct backend's name)
  * or "staged" */
 const char *mt_group_device_path(const mt_group *g);
+/* 1 when point-to-point with peer under tag goes to the direct backend */
+int mt_group_p2p_direct(const mt_group *g, int peer, int tag);
 /* how they did travel so far: "nccl" (every device call direct), "staged"
  * (every one staged), "mixed", or "none" (no device traffic) */
 const char *mt_group_device_traffic(const mt_group *g);

@@ -36,11 +36,13 @@ static void agree_communicators(mt_trainer *t, unsigned groups, unsigned p2p) {
   for (int i = 0; i < n; i++) {
     mt_group *g = mt_mesh_group(&t->mesh, &d[i]);
     int peers[8], tags[8];
-    int used = g && g->size > 1 &&
-               ((groups & (1u << d[i].id)) ||
-                mt_comm_p2p_links(g->name, g->size, g->rank, p2p, peers, tags) > 0);
-    /* a group without a communicator may still send point-to-point direct */
-    int direct = g && (g->direct || g->direct_state);
+    int coll = g && g->size > 1 && (groups & (1u << d[i].id)) != 0;
+    int links = g && g->size > 1 ? mt_comm_p2p_links(g->name, g->size, g->rank, p2p, peers, tags)
+                                 : 0;
+    int used = coll || links > 0;
+    /* direct: its collectives on a communicator, every link on its own */
+    int direct = !coll || g->direct;
+    for (int k = 0; k < links; k++) direct &= mt_group_p2p_direct(g, peers[k], tags[k]);
     int v[2] = {used ? direct : 1, used ? direct : 0}, any_used = used;
     MPI_Allreduce(MPI_IN_PLACE, &v[0], 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &v[1], 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -23,7 +23,8 @@ set(MT_EMU_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 # C++ flags of everything built here: ISO C++17 (so no contraction of a*b+c
 # into FMAs: the host's arithmetic is plain IEEE), the project's warnings
-set(MT_EMU_CXX_FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas)
+# line tables (-g1): a fault in shared memory is reported with its line
+set(MT_EMU_CXX_FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -g1)
 if(MT_WERROR)
   list(APPEND MT_EMU_CXX_FLAGS -Werror)
 endif()
@@ -57,26 +58,42 @@ set_target_properties(mt_emu_cublaslt PROPERTIES CXX_EXTENSIONS OFF
 target_compile_options(mt_emu_cublaslt PRIVATE ${MT_EMU_CXX_FLAGS} -O3)
 target_link_libraries(mt_emu_cublaslt PRIVATE mt_cuda_emu)
 
-# lib/kernels/cuda/*.cu, rewritten line for line into the build tree
-file(GLOB MT_EMU_CU CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/lib/kernels/cuda/*.cu)
+# .cu files rewritten line for line into the build tree (gpu-emu/); the
+# list of the C++ files in out_var
+function(mt_emu_rewrite out_var)
+  set(outs)
+  foreach(cu ${ARGN})
+    get_filename_component(name ${cu} NAME)
+    file(RELATIVE_PATH shown ${CMAKE_SOURCE_DIR} ${cu})
+    set(out ${CMAKE_BINARY_DIR}/gpu-emu/${name}.cc)
+    # the .cu file's own path in reports and line tables (as gcc names C files)
+    add_custom_command(OUTPUT ${out}
+      COMMAND ${Python3_EXECUTABLE} ${MT_EMU_DIR}/rewrite_cu.py ${cu} ${out} ${cu}
+      DEPENDS ${cu} ${MT_EMU_DIR}/rewrite_cu.py
+      COMMENT "gpu-emu: ${shown} as host C++")
+    list(APPEND outs ${out})
+  endforeach()
+  set_source_files_properties(${outs} PROPERTIES
+    COMPILE_OPTIONS "-include;mt_emu_device.h;-include;mt_emu_api.h;${MT_EMU_CXX_FLAGS}")
+  set(${out_var} ${outs} PARENT_SCOPE)
+endfunction()
+
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/gpu-emu)
-set(MT_EMU_CU_SOURCES)
-foreach(cu ${MT_EMU_CU})
-  get_filename_component(name ${cu} NAME)
-  file(RELATIVE_PATH shown ${CMAKE_SOURCE_DIR} ${cu})
-  set(out ${CMAKE_BINARY_DIR}/gpu-emu/${name}.cc)
-  add_custom_command(OUTPUT ${out}
-    COMMAND ${Python3_EXECUTABLE} ${MT_EMU_DIR}/rewrite_cu.py ${cu} ${out} ${shown}
-    DEPENDS ${cu} ${MT_EMU_DIR}/rewrite_cu.py
-    COMMENT "gpu-emu: ${shown} as host C++")
-  list(APPEND MT_EMU_CU_SOURCES ${out})
-endforeach()
+file(GLOB MT_EMU_CU CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/lib/kernels/cuda/*.cu)
+mt_emu_rewrite(MT_EMU_CU_SOURCES ${MT_EMU_CU})
+
+# a program of .cu files of its own on the emulator (tests/gpu/emu/selftest.cu)
+function(mt_emu_program target)
+  mt_emu_rewrite(srcs ${ARGN})
+  add_executable(${target} ${srcs})
+  set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF)
+  target_compile_features(${target} PRIVATE cxx_std_17)
+  target_link_libraries(${target} PRIVATE mt_cuda_emu)
+endfunction()
 
 # mt_kernels with the rewritten .cu files: device code as host C++
 function(mt_emu_kernels target)
   target_sources(${target} PRIVATE ${MT_EMU_CU_SOURCES})
-  set_source_files_properties(${MT_EMU_CU_SOURCES} PROPERTIES
-    COMPILE_OPTIONS "-include;mt_emu_device.h;-include;mt_emu_api.h;${MT_EMU_CXX_FLAGS}")
   set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF)
   target_compile_features(${target} PRIVATE cxx_std_17)
   target_include_directories(${target} PRIVATE ${CMAKE_SOURCE_DIR}/lib/kernels/cuda)

@@ -29,7 +29,9 @@
  * null or lie in a device allocation. */
 #include "runtime.h"
 
+#include <dlfcn.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -494,8 +496,23 @@ static void block_shared_reset() {
 
 /* ---- faults in shared memory or a fiber's stack ---- */
 
+/* "file:line" of a code address, from the line tables (the emulated build
+ * compiles device code with -g1) by addr2line; "" when unknown */
+static void source_line(void *pc, char *out, size_t len) {
+  out[0] = '\0';
+  Dl_info info;
+  if (!dladdr(pc, &info) || !info.dli_fname) return;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "addr2line -e '%s' %#lx 2>/dev/null", info.dli_fname,
+           (unsigned long)((uintptr_t)pc - (uintptr_t)info.dli_fbase));
+  FILE *f = popen(cmd, "r");
+  if (!f) return;
+  if (fgets(out, (int)len, f)) out[strcspn(out, "\n")] = '\0';
+  pclose(f);
+  if (!strncmp(out, "??", 2)) out[0] = '\0';
+}
+
 static void on_segv(int sig, siginfo_t *si, void *uc) {
-  (void)uc;
   char *a = (char *)si->si_addr;
   size_t ps = page_size();
   const char *what = nullptr;
@@ -512,8 +529,12 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
     }
   for (int i = 0; g_launch && !what && i < g_stacks; i++)
     if (a >= g_guard[i] && a < g_guard[i] + ps) what = "a fiber's stack overflowed";
-  if (what && cur)
-    fatal("%s%s in %s, %s", what, detail, where_block().c_str(), thread_name(*cur).c_str());
+  if (what && cur) {
+    char line[512];
+    source_line((void *)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP], line, sizeof line);
+    fatal("%s%s%s%s in %s, %s", line, line[0] ? ": " : "", what, detail, where_block().c_str(),
+          thread_name(*cur).c_str());
+  }
   signal(sig, SIG_DFL); /* not ours: the default action when the access repeats */
 }
 

@@ -19,9 +19,10 @@
  * gives NCCL's: collectives in call order per communicator, point-to-point
  * in call order per peer and direction; a receive of another size than the
  * send it matches is an error. Buffers must be device ranges of the sizes
- * the call implies. MT_EMU_NCCL_INFLIGHT=n lets only n operations run at
- * once on the device (real NCCL kernels occupy the GPU while they wait for
- * their peers: more of them than fit can deadlock, and order then matters).
+ * the call implies. MT_EMU_NCCL_INFLIGHT=n lets only n groups run at once
+ * on the device, started in the order they were issued (real NCCL kernels
+ * occupy the GPU while they wait for their peers: more of them than fit
+ * can deadlock, and the order they were issued in then matters).
  * Not modelled: NCCL's algorithms, channels and their memory, timing. */
 #include "runtime.h"
 
@@ -270,13 +271,20 @@ bool ready(const group_op &g) {
   return true;
 }
 
-/* Starts the ready groups in issue order, as far as MT_EMU_NCCL_INFLIGHT
- * leaves room (a GPU launches kernels in the order they are issued). */
+/* Starts the groups that are ready. Without a limit, any of them (every
+ * NCCL kernel fits on the GPU). Under MT_EMU_NCCL_INFLIGHT, strictly in
+ * the order they were issued, as far as the limit leaves room: a group not
+ * yet ready holds back every later one. That is the pessimistic GPU (its
+ * resources taken by the kernels issued first), and a deterministic one:
+ * a program passes it only if no rank can wait on an operation that a
+ * peer issues after one that waits on this rank. */
 void start_ready() {
+  const bool fifo = cfg().nccl_inflight > 0;
   for (size_t i = 0; i < g_waiting.size();) {
-    if (cfg().nccl_inflight > 0 && g_inflight >= cfg().nccl_inflight) return;
+    if (fifo && g_inflight >= cfg().nccl_inflight) return;
     group_op &g = *g_waiting[i];
     if (!ready(g)) {
+      if (fifo) return;
       i++;
       continue;
     }
