@@ -5,6 +5,10 @@ if(NOT MT_CUDA_EMU)
   return()
 endif()
 
+# what the gpu-emu tests run (tests/run.sh builds this target only)
+add_custom_target(gpu_emu_all DEPENDS meshtrain meshdata meshbench gpu_ops gpu_moe_ops gpu_edges
+                  gpu_emu_selftest)
+
 # the emulator's own defects-found test (a .cu program of planted bugs)
 mt_emu_program(gpu_emu_selftest ${CMAKE_CURRENT_LIST_DIR}/selftest.cu)
 set_target_properties(gpu_emu_selftest PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
