@@ -1,6 +1,7 @@
 /* gpu_edges: the CUDA backend's ops at the edges of their shapes, against
  * the CPU backend (gpu_ops covers the bulk; this is where a kernel's
  * bounds, masks and tiles end):
+ *   - a matmul without terms (C = 0: out = bias, or 0);
  *   - channel counts C in {1, 7, 31, 33} (under, at and over a warp) for
  *     layernorm, the matmuls (both ways; N = 1 and 7; OC 1, 7, 33; a bias
  *     at a 4-byte-aligned address, which takes the bias-first path), the
@@ -77,6 +78,24 @@ static void test_matmul(int N, int C, int OC) {
   snprintf(w, sizeof w, "matmul_backward dbias N=%d OC=%d", N, OC);
   CMP(w, h[DBIAS], d[DBIAS], (size_t)OC, TOL);
   free_all(h, d, ns, K);
+}
+
+/* a product with no terms (C = 0): out = bias, or 0 (cuBLAS's k = 0:
+ * C = beta C (+ bias), C never read when beta is 0) */
+static void test_matmul_no_terms(void) {
+  const int N = 3, OC = 5;
+  float *out = rnd((size_t)N * OC, -1, 1), *bias = rnd(OC, -1, 1);
+  float *d_out = dev(out, (size_t)N * OC), *d_bias = dev(bias, OC), *d_w = dev(bias, 1);
+  for (int b = 1; b >= 0; b--) {
+    /* the expectation written out (the CPU's sgemm refuses lda = 0) */
+    for (int n = 0; n < N; n++)
+      for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = b ? bias[o] : 0.0f;
+    gpu->matmul_forward(d_out, d_bias, d_w, b ? d_bias : NULL, N, 0, OC);
+    CMP(b ? "matmul_forward C=0: out = bias" : "matmul_forward C=0: out = 0", out, d_out,
+        (size_t)N * OC, 0.0);
+  }
+  dfree(d_out, (size_t)N * OC * 4), dfree(d_bias, OC * 4), dfree(d_w, 4);
+  free(out), free(bias);
 }
 
 static void test_encoder_and_rows(int C) {
@@ -308,6 +327,7 @@ int main(int argc, char **argv) {
       test_matmul(7, CS[i], oc);
     }
   }
+  test_matmul_no_terms();
   test_vocab_of_one(1);
   test_vocab_of_one(7);
   test_moe_small();

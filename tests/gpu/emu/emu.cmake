@@ -34,8 +34,10 @@ if(MT_NATIVE AND NOT MT_SANITIZE)
   list(APPEND MT_EMU_CXX_FLAGS -march=native)
 endif()
 if(MT_SANITIZE)
+  # -O1 even in the Debug build the sanitizers use: every thread of every
+  # block runs this code, and unoptimised it is several times slower
   list(APPEND MT_EMU_CXX_FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer
-       -fno-sanitize-recover=undefined)
+       -fno-sanitize-recover=undefined -O1)
 endif()
 
 # the runtime: CUDA runtime API, kernels on fibers, streams, NCCL over MPI

@@ -201,7 +201,7 @@ static std::string where_block() {
   return b;
 }
 
-static std::string thread_name(const thread &t) {
+[[maybe_unused]] static std::string thread_name(const thread &t) {
   char b[96];
   snprintf(b, sizeof b, "thread %d (%u,%u,%u; warp %d lane %d)", t.lin, t.tid.x, t.tid.y, t.tid.z,
            t.lin / 32, t.lin % 32);
@@ -496,6 +496,7 @@ static void block_shared_reset() {
 
 /* ---- faults in shared memory or a fiber's stack ---- */
 
+#if !MT_EMU_ASAN /* AddressSanitizer reports faults itself, with the stack */
 /* "file:line" of a code address, from the line tables (the emulated build
  * compiles device code with -g1) by addr2line; "" when unknown */
 static void source_line(void *pc, char *out, size_t len) {
@@ -537,6 +538,8 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
   }
   signal(sig, SIG_DFL); /* not ours: the default action when the access repeats */
 }
+
+#endif
 
 static void install_segv() {
 #if !MT_EMU_ASAN

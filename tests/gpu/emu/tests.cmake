@@ -6,8 +6,9 @@ if(NOT MT_CUDA_EMU)
 endif()
 
 # what the gpu-emu tests run (tests/run.sh builds this target only)
-add_custom_target(gpu_emu_all DEPENDS meshtrain meshdata meshbench gpu_ops gpu_moe_ops gpu_edges
-                  gpu_emu_selftest)
+add_custom_target(gpu_emu_all)
+add_dependencies(gpu_emu_all meshtrain meshdata meshbench gpu_ops gpu_moe_ops gpu_edges
+                 gpu_emu_selftest)
 
 # the emulator's own defects-found test (a .cu program of planted bugs)
 mt_emu_program(gpu_emu_selftest ${CMAKE_CURRENT_LIST_DIR}/selftest.cu)
@@ -25,23 +26,23 @@ function(mt_emu_test name labels script)
 endfunction()
 
 # bad input with a GPU present: one line, every rank exits 2, nothing written
-set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8
-      --set train.micro_batch=2 --set parallel.dp=2 --set train.device=cuda)
-foreach(c "head_size|model.n_embd / model.n_head = 520 / 2 = 260 channels per head: the CUDA attention kernels take 1 .. 256|--set;model.preset=custom;--set;model.n_layer=1;--set;model.n_embd=520;--set;model.n_head=2;--set;model.seq_len=16|"
-          "scratch_mb|MT_CUDA_SCRATCH_MB = '12x': a whole number of MiB||MT_CUDA_SCRATCH_MB=12x"
-          "bf16_gemm|MT_CUDA_BF16_GEMM = 'quick': not one of convert.fast|--set;train.precision=bf16|MT_CUDA_BF16_GEMM=quick"
-          "op_times|MT_CUDA_OP_TIMES = 'yes': not one of 0.1||MT_CUDA_OP_TIMES=yes"
-          "host_wait|MT_COMM_HOST_WAIT = '2': not one of 0.1||MT_COMM_HOST_WAIT=2")
-  string(REPLACE "|" ";" parts "${c}")
-  list(GET parts 0 name)
-  list(GET parts 1 regex)
-  list(GET parts 2 extra)
-  list(GET parts 3 env)
+# mt_emu_bad(NAME REGEX ENV ARGS...): ENV one VAR=VALUE (or "")
+function(mt_emu_bad name regex env)
   add_test(NAME gpu-emu.bad_${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/scripts/expect_fail.sh
-           emu_bad_${name} 2 "${regex}" ${T} ${extra})
+           emu_bad_${name} 2 "${regex}" --set model.preset=tiny --set data.train=@CORPUS@
+           --set train.global_batch=8 --set train.micro_batch=2 --set parallel.dp=2
+           --set train.device=cuda ${ARGN})
   set_tests_properties(gpu-emu.bad_${name} PROPERTIES LABELS "gpu-emu;badinput" TIMEOUT 120
     ENVIRONMENT "${MT_TEST_ENV};MT_EMU_GPUS=2;${env}" WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-endforeach()
+endfunction()
+mt_emu_bad(head_size "model.n_embd / model.n_head = 520 / 2 = 260 channels per head: the CUDA attention kernels take 1 .. 256"
+           "" --set model.preset=custom --set model.n_layer=1 --set model.n_embd=520
+           --set model.n_head=2 --set model.seq_len=16)
+mt_emu_bad(scratch_mb "MT_CUDA_SCRATCH_MB = '12x': a whole number of MiB" MT_CUDA_SCRATCH_MB=12x)
+mt_emu_bad(bf16_gemm "MT_CUDA_BF16_GEMM = 'quick': not one of convert.fast" MT_CUDA_BF16_GEMM=quick
+           --set train.precision=bf16)
+mt_emu_bad(op_times "MT_CUDA_OP_TIMES = 'yes': not one of 0.1" MT_CUDA_OP_TIMES=yes)
+mt_emu_bad(host_wait "MT_COMM_HOST_WAIT = '2': not one of 0.1" MT_COMM_HOST_WAIT=2)
 
 if(MT_SANITIZE)
   # one AddressSanitizer pass of every op (fibers annotated for ASan)
