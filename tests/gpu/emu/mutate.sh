@@ -24,7 +24,8 @@ mkdir -p "$WORK/src"
 cd "$WORK/src" || exit 1
 echo "== build ($WORK/src/build-emu)"
 cmake -S . -B build-emu -DCMAKE_BUILD_TYPE=Release -DMT_CUDA_EMU=ON > "$WORK/configure.log" 2>&1 &&
-  cmake --build build-emu -j "$JOBS" > "$WORK/build.log" 2>&1 || { tail -20 "$WORK/build.log"; exit 1; }
+  cmake --build build-emu -j "$JOBS" --target gpu_emu_all > "$WORK/build.log" 2>&1 ||
+  { tail -20 "$WORK/build.log"; exit 1; }
 
 # mutate NAME FILE OLD NEW: FILE with the first OLD replaced by NEW
 mutate() {
@@ -42,7 +43,7 @@ run() { # NAME FILE OLD NEW
   cp "$file" "$WORK/$name.orig"
   mutate "$name" "$file" "$3" "$4"
   echo "== $name: $(diff "$WORK/$name.orig" "$file" | grep '^[<>]' | head -2 | tr '\n' ' ')"
-  cmake --build build-emu -j "$JOBS" > "$WORK/$name.build.log" 2>&1 || { tail -20 "$WORK/$name.build.log"; exit 1; }
+  cmake --build build-emu -j "$JOBS" --target gpu_emu_all > "$WORK/$name.build.log" 2>&1 || { tail -20 "$WORK/$name.build.log"; exit 1; }
   (cd build-emu && ctest -L gpu-emu -E 'bad_|selftest' -j "$JOBS" > "$WORK/$name.ctest.log" 2>&1)
   local failed
   failed=$(sed -n 's/^ *[0-9]* - \(gpu-emu\.[a-z_0-9]*\) (.*/\1/p' "$WORK/$name.ctest.log" | tr '\n' ' ')
