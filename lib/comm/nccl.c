@@ -85,8 +85,7 @@ enum { ID_LEN = 48, MAX_LINKS = 8 };
 typedef struct channel {
   ncclComm_t comm;
   cudaStream_t stream;
-  int refs;
-  struct channel *next; /* every channel (teardown) */
+  struct channel *next; /* every channel, once (teardown) */
 } channel;
 
 typedef struct {
@@ -548,7 +547,7 @@ static const mt_comm_direct g_nccl_direct = {
 
 /* Everything made so far goes: communicators destroyed (aborted after a
  * failure, when a peer may never join), streams, events, state. */
-static void teardown(mt_mesh *m, int failed) {
+static void teardown(int failed) {
   if (g_nc.compute) cudaStreamSynchronize(g_nc.compute);
   for (channel *c = g_nc.channels; c; c = c->next)
     if (c->stream && !failed) cudaStreamSynchronize(c->stream);
@@ -588,17 +587,16 @@ static void teardown(mt_mesh *m, int failed) {
     }
   if (g_nc.ready) cudaEventDestroy(g_nc.ready);
   cudaGetLastError();
-  (void)m;
   memset(&g_nc, 0, sizeof g_nc);
 }
 
 void mt_comm_nccl_destroy(mt_mesh *m) {
-  if (g_nc.up) teardown(m, 0);
+  (void)m; /* every group's state is the backend's own */
+  if (g_nc.up) teardown(0);
 }
 
 static channel *channel_new(void) {
   channel *c = mt_calloc(1, sizeof *c);
-  c->refs = 1;
   c->next = g_nc.channels;
   g_nc.channels = c;
   return c;
@@ -667,7 +665,6 @@ static int init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e) {
     channel *shared = same_ranks(st);
     if (shared) {
       st->coll = shared;
-      shared->refs++;
       continue;
     }
     st->coll = channel_new();
@@ -734,7 +731,7 @@ static int init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e) {
 
 int mt_comm_nccl_init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e) {
   if (init(m, o, e) == 0) return 0;
-  teardown(m, 1);
+  teardown(1);
   mt_err_pass_at(e, __FILE__, __LINE__);
   return -1;
 }

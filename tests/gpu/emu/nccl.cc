@@ -29,6 +29,7 @@
 #include <mpi.h>
 #include <nccl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -435,6 +436,9 @@ const char *ncclGetErrorString(ncclResult_t r) {
   case ncclInvalidArgument: return "invalid argument";
   case ncclInvalidUsage: return "invalid usage";
   case ncclInternalError: return "internal error";
+  case ncclSystemError: return "unhandled system error";
+  case ncclUnhandledCudaError: return "unhandled cuda error";
+  case ncclRemoteError: return "remote process exited or there was a network error";
   default: return "unhandled error";
   }
 }
@@ -522,6 +526,16 @@ ncclResult_t ncclGroupEnd(void) {
     return ncclInvalidUsage;
   }
   if (--g_group_depth) return ncclSuccess;
+  /* MT_EMU_NCCL_FAIL=init: communicators fail to come up, on every rank
+   * (how a program cleans up after that is tested) */
+  const char *fail = getenv("MT_EMU_NCCL_FAIL");
+  if (fail && !strcmp(fail, "init") && !g_inits.empty()) {
+    for (pending_init &p : g_inits) *p.out = nullptr;
+    g_inits.clear();
+    g_grouped.clear();
+    g_last_error = "gpu-emu: MT_EMU_NCCL_FAIL=init";
+    return ncclSystemError;
+  }
   if (!g_inits.empty()) {
     std::vector<pending_init> inits;
     inits.swap(g_inits);
