@@ -46,7 +46,7 @@ run() { # NAME FILE OLD NEW
   cmake --build build-emu -j "$JOBS" --target gpu_emu_all > "$WORK/$name.build.log" 2>&1 || { tail -20 "$WORK/$name.build.log"; exit 1; }
   (cd build-emu && ctest -L gpu-emu -E 'bad_|selftest' -j "$JOBS" > "$WORK/$name.ctest.log" 2>&1)
   local failed
-  failed=$(sed -n 's/^ *[0-9]* - \(gpu-emu\.[a-z_0-9]*\) (.*/\1/p' "$WORK/$name.ctest.log" | tr '\n' ' ')
+  failed=$(sed -n 's/^[[:space:]]*[0-9]* - \(gpu-emu\.[a-z_0-9]*\) (.*/\1/p' "$WORK/$name.ctest.log" | tr '\n' ' ')
   if [ -n "$failed" ]; then
     caught=$((caught + 1))
     echo "   caught: failed $failed"
