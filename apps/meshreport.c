@@ -10,11 +10,14 @@
  *   summary.csv   one row per point: mean, spread, speedup, efficiency, MFU,
  *                 step-time breakdown
  *   steps.csv     per step of one run per point: loss, validation loss,
- *                 tokens/s, step time (the data of loss.png and tokens_per_s.png)
+ *                 tokens/s, step time, tokens/s averaged over the last W steps
  *   bench.csv     one row per collective, ranks and size (bench runs)
- *   report.md     the tables, restarts, the failed or missing runs, the plots
+ *   report.md     the tables (no speedup or efficiency for a single point),
+ *                 restarts, resumes from other runs, failed or missing runs
+ *   plots.gp      the gnuplot script, always, with its data (steps.dat,
+ *                 scaling.dat, busbw.dat); where gnuplot runs, it draws
  *   loss.png tokens_per_s.png speedup.png efficiency.png breakdown.png
- *   busbw.png     via gnuplot
+ *   busbw.png     (without gnuplot, one line on stdout says how to draw them)
  * and prints the Markdown table. A run requeued after preemption counts all
  * its attempts: its throughput is summary.json's run.tokens_per_s (tokens of
  * every step / time of every step, from metrics.jsonl), with restarts and the
@@ -65,6 +68,8 @@ typedef struct {
   double lost_s, wait_s;        /* lost to restarts; waited between attempts */
   attempt_rec *attempts;        /* NULL for summaries without "attempts" */
   int n_attempts;
+  char resumed_from[PATH_LEN / 4]; /* the other run's checkpoint it began from, or "" */
+  long long start_step;            /* the step it began at (0, or that checkpoint's) */
 } run_rec;
 
 typedef struct {
@@ -286,6 +291,9 @@ static void read_attempts(run_rec *x, const cJSON *s) {
     x->lost_s = num_or(run, "lost_s", 0);
     x->wait_s = num_or(run, "requeue_wait_s", 0);
   }
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(run, "resumed_from");
+  if (cJSON_IsString(from)) copy_str(x->resumed_from, sizeof x->resumed_from, from->valuestring);
+  x->start_step = (long long)num_or(run, "start_step", 0);
   int n = cJSON_IsArray(atts) ? cJSON_GetArraySize(atts) : 0;
   if (n <= 0) return;
   x->attempts = calloc((size_t)n, sizeof(attempt_rec));
@@ -591,11 +599,19 @@ static void fmt_num(char *buf, size_t cap, double v, const char *fmt) {
     snprintf(buf, cap, fmt, v);
 }
 
-/* the main Markdown table, to the report and to stdout */
+static int n_ok_points(const point_rec *pts, int n_pts) {
+  int n = 0;
+  for (int k = 0; k < n_pts; k++) n += pts[k].n_ok > 0;
+  return n;
+}
+
+/* the main Markdown table, to the report and to stdout; speedup and
+ * efficiency only where two points compare */
 static void markdown_table(FILE *f, const report *r, const point_rec *pts, int n_pts) {
+  int scaling = n_ok_points(pts, n_pts) > 1;
   fprintf(f, "| nodes | ranks | layout | runs | tokens/s | ± (std) | tokens/s/rank | step (s) | "
-             "speedup | efficiency | MFU | notes |\n");
-  fprintf(f, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+             "%sMFU | notes |\n", scaling ? "speedup | efficiency | " : "");
+  fprintf(f, "|---:|---:|---|---:|---:|---:|---:|---:|%s---:|---|\n", scaling ? "---:|---:|" : "");
   for (int k = 0; k < n_pts; k++) {
     const point_rec *p = &pts[k];
     char tps[32], sd[32], tpr[32], st[32], sp[32], ef[32], mfu[32];
@@ -613,44 +629,117 @@ static void markdown_table(FILE *f, const report *r, const point_rec *pts, int n
     if (p->oversubscribed)
       fmt_into(notes + strlen(notes), sizeof notes - strlen(notes), "%sranks > cores",
                notes[0] ? "; " : "");
-    fprintf(f, "| %d | %d | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s |\n", p->nodes,
-            p->ranks, p->layout, p->n_ok, p->n_total, tps, sd, tpr, st, sp, ef, mfu, notes);
+    char scale[80] = "";
+    if (scaling) fmt_into(scale, sizeof scale, "%s | %s | ", sp, ef);
+    fprintf(f, "| %d | %d | %s | %d/%d | %s | %s | %s | %s | %s%s | %s |\n", p->nodes, p->ranks,
+            p->layout, p->n_ok, p->n_total, tps, sd, tpr, st, scale, mfu, notes);
   }
   (void)r;
 }
 
 /* the lines of loss.png and tokens_per_s.png, and where runs resumed */
 typedef struct {
-  char (*title)[160]; /* per series */
-  int *has_val;       /* per series: it has validation losses */
+  char (*title)[PATH_LEN / 8]; /* per series */
+  int *has_val;                /* per series: it has validation losses */
+  long long *first, *last;     /* per series: its first and last step */
   int n_series;
   long long *resumes; /* steps after which an attempt resumed (unique) */
   int n_resumes;
+  char (*origin)[PATH_LEN / 4]; /* "RUN: resumed from CHECKPOINT", runs that began elsewhere */
+  int n_origins;
+  int window; /* steps in the moving average of tokens/s (1: none) */
 } step_plots;
 
 static void plural(char *buf, size_t cap, int n, const char *what) {
   fmt_into(buf, cap, "%d %s%s", n, what, n == 1 ? "" : "s");
 }
 
-/* steps.csv: per step of one run per training point (its first successful
- * repeat): loss, validation loss, tokens/s, step time, and the layout and
- * attempt that computed it. A series is one run under one layout: a run
- * resumed under another layout (the default job: dp=4, then dp=2) has one
- * series per layout, its resumes marked. */
+/* one step of a series, as steps.csv and steps.dat hold it */
+typedef struct {
+  long long step;
+  int attempt;
+  double loss, val, tps, tps_avg, step_s;
+} step_row;
+
+/* the run plotted for point k: its first successful repeat */
+static const run_rec *plotted_run(const report *r, const point_rec *p) {
+  const run_rec *x = NULL;
+  for (int i = 0; i < r->n_runs; i++) {
+    const run_rec *y = &r->runs[i];
+    if (y->ok && !y->is_bench && find_point((point_rec *)p, 1, y) == 0 &&
+        (!x || y->repeat < x->repeat))
+      x = y;
+  }
+  return x;
+}
+
+static long count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  long n = 0;
+  int c;
+  while (f && (c = getc(f)) != EOF) n += c == '\n';
+  if (f) fclose(f);
+  return n;
+}
+
+/* A series' rows to steps.csv and steps.dat (gnuplot: per series two blocks,
+ * index 2k its steps "step loss val tokens/s average", index 2k+1 its
+ * validation losses "step val"; a block without data holds one NaN row so
+ * the indices stay regular). tps_avg: the mean of the last `window` steps'
+ * tokens/s of the series (fewer at its start). */
+static void flush_series(FILE *csv, FILE *dat, int series, const char *run, const char *layout,
+                         step_row *rows, int n, int window) {
+  for (int i = 0; i < n; i++) {
+    double sum = 0.0;
+    int m = 0;
+    for (int j = i; j >= 0 && j > i - window; j--)
+      if (!isnan(rows[j].tps)) sum += rows[j].tps, m++;
+    rows[i].tps_avg = m ? sum / m : NAN;
+    fprintf(csv, "%d,%s,%s,%d,%lld", series, run, layout, rows[i].attempt, rows[i].step);
+    csv_num(csv, rows[i].loss), csv_num(csv, rows[i].val), csv_num(csv, rows[i].tps);
+    csv_num(csv, rows[i].step_s), csv_num(csv, rows[i].tps_avg);
+    fputc('\n', csv);
+    fprintf(dat, "%lld %.9g %.9g %.9g %.9g\n", rows[i].step, rows[i].loss, rows[i].val,
+            rows[i].tps, rows[i].tps_avg);
+  }
+  int vals = 0;
+  fprintf(dat, "\n\n# series %d validation\n", series);
+  for (int i = 0; i < n; i++)
+    if (!isnan(rows[i].val)) fprintf(dat, "%lld %.9g\n", rows[i].step, rows[i].val), vals++;
+  if (!vals) fprintf(dat, "NaN NaN\n");
+  fprintf(dat, "\n\n");
+}
+
+/* steps.csv (and steps.dat for the plots): per step of one run per training
+ * point (its first successful repeat): loss, validation loss, tokens/s, step
+ * time, its moving average, and the layout and attempt that computed it. A
+ * series is one run under one layout: a run resumed under another layout
+ * (the default job: dp=4, then dp=2) has one series per layout, its resumes
+ * marked; a run that began from another run's checkpoint says so. */
 static void write_steps(const char *out, const report *r, const point_rec *pts, int n_pts,
                         step_plots *sp) {
-  char path[PATH_LEN];
+  char path[PATH_LEN], dpath[PATH_LEN];
   memset(sp, 0, sizeof *sp);
-  FILE *f = open_out(out, "steps.csv", path);
-  fprintf(f, "series,run,layout,attempt,step,loss,val_loss,tokens_per_s,step_s\n");
+  long longest = 0; /* the window follows the longest run: ~50 averages over it */
   for (int k = 0; k < n_pts; k++) {
-    const run_rec *x = NULL;
-    for (int i = 0; i < r->n_runs; i++) {
-      const run_rec *y = &r->runs[i];
-      if (y->ok && !y->is_bench && find_point((point_rec *)&pts[k], 1, y) == 0 &&
-          (!x || y->repeat < x->repeat))
-        x = y;
-    }
+    const run_rec *x = plotted_run(r, &pts[k]);
+    char mp[PATH_LEN];
+    if (!x) continue;
+    path_join(mp, x->dir, "metrics.jsonl");
+    long n = count_lines(mp);
+    if (n > longest) longest = n;
+  }
+  sp->window = longest >= 100 ? (int)(longest / 50) : 1;
+  FILE *f = open_out(out, "steps.csv", path);
+  FILE *d = open_out(out, "steps.dat", dpath);
+  fprintf(f, "series,run,layout,attempt,step,loss,val_loss,tokens_per_s,step_s,tokens_per_s_avg\n");
+  fprintf(d, "# meshreport: per series, a block of steps (step loss val_loss tokens/s tokens/s "
+             "averaged over %d steps) and a block of validation losses (step val_loss)\n",
+          sp->window);
+  step_row *rows = NULL;
+  size_t cap_rows = 0;
+  for (int k = 0; k < n_pts; k++) {
+    const run_rec *x = plotted_run(r, &pts[k]);
     if (!x) continue;
     char mp[PATH_LEN];
     path_join(mp, x->dir, "metrics.jsonl");
@@ -661,8 +750,7 @@ static void write_steps(const char *out, const report *r, const point_rec *pts, 
       layouts += a == 0 || strcmp(x->attempts[a].layout, x->attempts[a - 1].layout) != 0;
     char *line = NULL, cur[64] = "";
     size_t cap = 0;
-    long long first = 0, last = 0;
-    int series = -1, cur_world = x->ranks;
+    int series = -1, n = 0, s0 = sp->n_series; /* s0: this run's first series */
     while (getline(&line, &cap, m) > 0) {
       cJSON *j = cJSON_Parse(line);
       double step = num_or(j, "step", NAN), loss = num_or(j, "loss", NAN);
@@ -676,44 +764,61 @@ static void write_steps(const char *out, const report *r, const point_rec *pts, 
         if (x->attempts[a].start_step < step && step <= x->attempts[a].end_step) att = a;
       const char *lay = att >= 0 ? x->attempts[att].layout : x->layout;
       if (series < 0 || strcmp(lay, cur)) {
-        if (series >= 0 && layouts > 1)
-          fmt_into(sp->title[series] + strlen(sp->title[series]),
-                   sizeof sp->title[series] - strlen(sp->title[series]), ", steps %lld-%lld", first,
-                   last);
+        if (series >= 0) flush_series(f, d, series, x->id, cur, rows, n, sp->window);
+        n = 0;
         series = sp->n_series++;
         sp->title = realloc(sp->title, (size_t)sp->n_series * sizeof *sp->title);
         sp->has_val = realloc(sp->has_val, (size_t)sp->n_series * sizeof(int));
-        if (!sp->title || !sp->has_val) die_runtime("out of memory");
+        sp->first = realloc(sp->first, (size_t)sp->n_series * sizeof(long long));
+        sp->last = realloc(sp->last, (size_t)sp->n_series * sizeof(long long));
+        if (!sp->title || !sp->has_val || !sp->first || !sp->last) die_runtime("out of memory");
         copy_str(cur, sizeof cur, lay);
-        cur_world = att >= 0 && x->attempts[att].world > 0 ? x->attempts[att].world : x->ranks;
-        char ranks[32];
-        plural(ranks, sizeof ranks, cur_world, "rank");
-        fmt_into(sp->title[series], sizeof sp->title[series], "%s, %s", ranks, lay);
-        if (layouts <= 1 && x->nodes > 1) {
-          char nodes[32];
-          plural(nodes, sizeof nodes, x->nodes, "node");
+        int world = att >= 0 && x->attempts[att].world > 0 ? x->attempts[att].world : x->ranks;
+        char ranks[32], nodes[32];
+        plural(ranks, sizeof ranks, world, "rank");
+        plural(nodes, sizeof nodes, x->nodes, "node");
+        if (layouts <= 1 && x->nodes > 1)
           fmt_into(sp->title[series], sizeof sp->title[series], "%s on %s, %s", ranks, nodes, lay);
-        }
+        else
+          fmt_into(sp->title[series], sizeof sp->title[series], "%s, %s", ranks, lay);
         sp->has_val[series] = 0;
-        first = (long long)step;
+        sp->first[series] = (long long)step;
       }
-      last = (long long)step;
-      double val = num_or(j, "val_loss", NAN);
-      sp->has_val[series] |= !isnan(val);
-      fprintf(f, "%d,%s,%s,%d,%lld", series, x->id, lay, att + 1, (long long)step);
-      csv_num(f, loss), csv_num(f, val);
-      csv_num(f, num_or(j, "tokens_per_s", NAN)), csv_num(f, num_or(j, "step_s", NAN));
-      fputc('\n', f);
+      sp->last[series] = (long long)step;
+      if ((size_t)n == cap_rows) {
+        cap_rows = cap_rows ? 2 * cap_rows : 256;
+        rows = realloc(rows, cap_rows * sizeof *rows);
+        if (!rows) die_runtime("out of memory");
+      }
+      step_row *row = &rows[n++];
+      *row = (step_row){.step = (long long)step, .attempt = att + 1, .loss = loss,
+                        .val = num_or(j, "val_loss", NAN), .tps = num_or(j, "tokens_per_s", NAN),
+                        .step_s = num_or(j, "step_s", NAN)};
+      sp->has_val[series] |= !isnan(row->val);
       cJSON_Delete(j);
     }
-    if (series >= 0 && layouts > 1)
-      fmt_into(sp->title[series] + strlen(sp->title[series]),
-               sizeof sp->title[series] - strlen(sp->title[series]), ", steps %lld-%lld", first, last);
+    if (series >= 0) flush_series(f, d, series, x->id, cur, rows, n, sp->window);
     free(line);
     fclose(m);
+    /* titles: the steps of each part of a run in several layouts; where a
+     * run began from another run's checkpoint */
+    for (int s = s0; s < sp->n_series && layouts > 1; s++) {
+      size_t used = strlen(sp->title[s]);
+      fmt_into(sp->title[s] + used, sizeof sp->title[s] - used, ", steps %lld-%lld", sp->first[s],
+               sp->last[s]);
+    }
+    if (x->resumed_from[0] && s0 < sp->n_series) { /* the path goes on the plot, not in the key */
+      size_t used = strlen(sp->title[s0]);
+      fmt_into(sp->title[s0] + used, sizeof sp->title[s0] - used, ", from the step-%lld checkpoint",
+               x->start_step);
+      sp->origin = realloc(sp->origin, (size_t)(sp->n_origins + 1) * sizeof *sp->origin);
+      if (!sp->origin) die_runtime("out of memory");
+      fmt_into(sp->origin[sp->n_origins++], sizeof sp->origin[0], "%s: resumed from %s", x->id,
+               x->resumed_from);
+    }
     for (int a = 0; a < x->n_attempts; a++) {
       long long at = x->attempts[a].start_step;
-      int known = !x->attempts[a].recorded || at <= 0;
+      int known = !x->attempts[a].recorded || at <= 0 || (a == 0 && x->resumed_from[0]);
       for (int q = 0; q < sp->n_resumes && !known; q++) known = sp->resumes[q] == at;
       if (known) continue;
       sp->resumes = realloc(sp->resumes, (size_t)(sp->n_resumes + 1) * sizeof(long long));
@@ -721,16 +826,160 @@ static void write_steps(const char *out, const report *r, const point_rec *pts, 
       sp->resumes[sp->n_resumes++] = at;
     }
   }
+  free(rows);
   close_out(f, path);
+  close_out(d, dpath);
 }
 
-/* gnuplot: one script, PNGs next to the report; returns 0 when it ran */
+/* colours and markers that tell series apart (colour-blind-safe order) */
+static const char *const g_color[] = {"0072B2", "D55E00", "009E73", "CC79A7",
+                                      "E69F00", "56B4E9", "000000", "999933"};
+static const int g_marker[] = {6, 4, 8, 10, 12, 14}; /* open circle, square, triangles, ... */
+#define N_COLORS 8
+#define N_MARKERS 6
+
+/* how to draw the plots here when gnuplot is missing: one line */
+static void gnuplot_hint(const char *out, char *buf, size_t cap) {
+  const char *get = getenv("MODULEPATH") || getenv("MODULESHOME") || getenv("LMOD_CMD")
+                        ? "module load gnuplot"
+                    : access("/etc/debian_version", F_OK) == 0 ? "apt-get install gnuplot-nox"
+                                                               : "install gnuplot";
+  snprintf(buf, cap, "gnuplot not found: the plot script and its data are written; to draw "
+                     "them: %s, then cd %s && gnuplot plots.gp", get, out);
+}
+
+/* x ticks at the given rank counts ("set xtics (...)") */
+static void rank_tics(FILE *g, const point_rec *pts, int n_pts) {
+  fprintf(g, "set xtics (");
+  int last = -1, first = 1;
+  for (int k = 0; k < n_pts; k++) {
+    if (!pts[k].n_ok || pts[k].ranks == last) continue;
+    fprintf(g, "%s\"%d\" %d", first ? "" : ", ", pts[k].ranks, pts[k].ranks);
+    last = pts[k].ranks, first = 0;
+  }
+  fprintf(g, ")\n");
+}
+
+/* loss.png and tokens_per_s.png from steps.dat */
+static void plot_steps(FILE *g, const step_plots *sp) {
+  /* the key below the plot never hides a line; the titles say "against step"
+   * (an x label would sit on the key) */
+  fprintf(g, "unset xlabel\nset key below\n");
+  long long lo = LLONG_MAX, hi = 0;
+  for (int k = 0; k < sp->n_series; k++) lo = sp->first[k] < lo ? sp->first[k] : lo,
+                                          hi = sp->last[k] > hi ? sp->last[k] : hi;
+  if (hi - lo < 20) fprintf(g, "set xtics 1\n"); /* whole steps on a short run */
+  fprintf(g, "set autoscale xfix\n"); /* the steps' range, not the next round tick */
+  for (int q = 0; q < sp->n_resumes; q++) /* labels above one another when there are several */
+    fprintf(g, "set arrow from %lld, graph 0 to %lld, graph 1 nohead dt 3 lw 1.5 lc rgb '#505050' "
+               "front\nset label 'resumed after step %lld' at %lld, graph %.2f left offset 0.6,0 "
+               "front boxed font ',10' tc rgb '#303030'\n",
+            sp->resumes[q], sp->resumes[q], sp->resumes[q], sp->resumes[q], 0.95 - 0.07 * (q % 8));
+  for (int q = 0; q < sp->n_origins; q++) { /* where a run began: bottom left, one per line */
+    char t[sizeof sp->origin[0]];
+    copy_str(t, sizeof t, sp->origin[q]);
+    for (char *c = t; *c; c++)
+      if (*c == '\'') *c = '"';
+    fprintf(g, "set label '%s' at graph 0.01, graph %.2f left front boxed font ',9' "
+               "tc rgb '#303030'\n", t, 0.04 + 0.06 * (q % 8));
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    /* points off the frame: a margin around the data (none under tokens/s' 0) */
+    fprintf(g, "set offsets graph 0.02, graph 0.02, graph 0.06, %s\n", pass ? "0" : "graph 0.06");
+    if (pass == 0)
+      fprintf(g, "set output 'loss.png'\nset title name.': loss against step (validation: "
+                 "filled circles, dashed)'\nset ylabel 'loss'\nplot ");
+    else if (sp->window > 1)
+      fprintf(g, "set output 'tokens_per_s.png'\nset title name.': tokens/s against step, mean "
+                 "of the last %d steps (each step: faint)'\nset ylabel 'tokens/s'\n"
+                 "set yrange [0:*]\nplot ", sp->window);
+    else
+      fprintf(g, "set output 'tokens_per_s.png'\nset title name.': tokens/s against step'\n"
+                 "set ylabel 'tokens/s'\nset yrange [0:*]\nplot ");
+    for (int k = 0; k < sp->n_series; k++) {
+      char t[sizeof sp->title[0]];
+      copy_str(t, sizeof t, sp->title[k]);
+      for (char *c = t; *c; c++)
+        if (*c == '\'') *c = '"';
+      const char *col = g_color[k % N_COLORS];
+      long long span = sp->last[k] - sp->first[k] + 1;
+      int every = span > 15 ? (int)(span / 12) : 1; /* about a dozen markers per line */
+      if (k) fprintf(g, ", \\\n     ");
+      if (pass == 0) {
+        fprintf(g, "'steps.dat' index %d using 1:2 with linespoints lw 2 lc rgb '#%s' pt %d "
+                   "ps 1.3 pi %d title '%s'",
+                k * 2, col, g_marker[k % N_MARKERS], every, t);
+        /* validation on top: a filled marker in a black ring, a dashed line, in a
+         * colour no training line has while there are enough */
+        const char *vcol = 2 * sp->n_series <= N_COLORS ? g_color[sp->n_series + k] : col;
+        if (sp->has_val[k])
+          fprintf(g, ", \\\n     'steps.dat' index %d using 1:2 with points pt 7 ps 2.1 "
+                     "lc rgb 'black' notitle, \\\n     'steps.dat' index %d using 1:2 with "
+                     "linespoints dt 2 lw 2 pt 7 ps 1.5 lc rgb '#%s' title 'validation, %s'",
+                  k * 2 + 1, k * 2 + 1, vcol, t);
+      } else if (sp->window > 1) {
+        fprintf(g, "'steps.dat' index %d using 1:4 with lines lw 1 lc rgb '#A0%s' notitle, "
+                   "\\\n     'steps.dat' index %d using 1:5 with lines lw 2.5 lc rgb '#%s' "
+                   "title '%s'",
+                k * 2, col, k * 2, col, t);
+      } else {
+        fprintf(g, "'steps.dat' index %d using 1:4 with linespoints lw 2 lc rgb '#%s' pt %d "
+                   "ps 1.3 pi %d title '%s'",
+                k * 2, col, g_marker[k % N_MARKERS], every, t);
+      }
+    }
+    fprintf(g, "\nset yrange [*:*]\n");
+  }
+  fprintf(g, "unset arrow\nunset label\nset offsets 0, 0, 0, 0\nset key default\n"
+             "set xtics autofreq\nset autoscale x\n");
+}
+
+/* speedup.png and efficiency.png from scaling.dat: the rank counts as
+ * ticks, a grid, each point's value written beside it, the ideal inside the
+ * frame */
+static void plot_scaling(FILE *g, const report *r, const point_rec *pts, int n_pts) {
+  double lo = INFINITY, hi = 0, top_s = 0, top_e = 0;
+  for (int k = 0; k < n_pts; k++) {
+    if (!pts[k].n_ok) continue;
+    lo = fmin(lo, pts[k].ranks), hi = fmax(hi, pts[k].ranks);
+    if (!isnan(pts[k].speedup)) top_s = fmax(top_s, pts[k].speedup);
+    if (!isnan(pts[k].efficiency)) top_e = fmax(top_e, pts[k].efficiency);
+  }
+  const char *how = !strcmp(r->scaling, "weak") ? "weak scaling" : "strong scaling";
+  double ideal_top = hi / lo;
+  fprintf(g, "set key top left box opaque\nset xlabel 'ranks'\nset logscale x 2\n"
+             "set xrange [%g:%g]\n", lo / 1.4, hi * 1.4);
+  rank_tics(g, pts, n_pts);
+  double ymax = fmax(ideal_top, top_s) * 1.2;
+  fprintf(g, "set output 'speedup.png'\nset title name.': speedup against %g rank%s (%s)'\n"
+             "set ylabel 'speedup'\n", lo, lo == 1 ? "" : "s", how);
+  if (ymax <= 10) /* a short range reads best on a linear axis */
+    fprintf(g, "set yrange [0:%g]\nset ytics autofreq\n", ymax);
+  else
+    fprintf(g, "set logscale y 2\nset yrange [0.7:%g]\nset ytics 2\n", ymax);
+  fprintf(g, "plot 'scaling.dat' using 1:4 with lines dt 2 lw 2 lc rgb '#606060' title "
+             "'ideal (N/N0)', \\\n     '' using 1:2 with linespoints lw 2.5 pt 7 ps 1.6 lc rgb "
+             "'#%s' title 'measured', \\\n     '' using 1:2:(sprintf('%%.2f', $2)) with labels "
+             "offset 0,1.2 font ',10' notitle\n"
+             "unset logscale y\nset ytics autofreq\n",
+             g_color[0]);
+  double emax = fmax(1.0, top_e) * 100 * 1.2;
+  fprintf(g, "set output 'efficiency.png'\nset title name.': parallel efficiency (%s)'\n"
+             "set ylabel 'efficiency'\nset format y '%%.0f%%%%'\nset yrange [0:%g]\n"
+             "plot 'scaling.dat' using 1:(100) with lines dt 2 lw 2 lc rgb '#606060' title "
+             "'ideal (100%%)', \\\n     '' using 1:($3*100) with linespoints lw 2.5 pt 7 ps 1.6 "
+             "lc rgb '#%s' title 'measured', \\\n     '' using 1:($3*100):(sprintf('%%.0f%%%%', "
+             "$3*100)) with labels offset 0,1.2 font ',10' notitle\n",
+             how, emax, g_color[0]);
+  fprintf(g, "unset logscale\nset format y '%%g'\nset xtics autofreq\nset xrange [*:*]\n"
+             "set yrange [*:*]\nset key default\n");
+}
+
+/* gnuplot: the script and its data always (plots.gp, steps.dat, scaling.dat,
+ * busbw.dat); the PNGs where gnuplot runs. Returns 0 when it drew them, else
+ * -1 with why (one line, how to draw them). */
 static int make_plots(const char *out, const report *r, const point_rec *pts, int n_pts,
                       const step_plots *sp, char *why, size_t why_cap) {
-  if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    snprintf(why, why_cap, "gnuplot not found (apt-get install gnuplot-nox)");
-    return -1;
-  }
   char path[PATH_LEN];
   int n_ok = 0;
   for (int k = 0; k < n_pts; k++) n_ok += pts[k].n_ok > 0;
@@ -773,69 +1022,40 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
   FILE *g = open_out(out, "plots.gp", path);
   char gp_path[PATH_LEN];
   copy_str(gp_path, sizeof gp_path, path);
-  fprintf(g, "# written by meshreport; rerun with: gnuplot plots.gp (in this directory)\n"
-             "set terminal pngcairo size 900,600 noenhanced\nset key top left\nset grid\n");
-  fprintf(g, "name = \"%s\"\ntitle = name.\" (%s scaling)\"\n", r->name[0] ? r->name : "runs",
-          r->scaling[0] ? r->scaling : "strong");
-  if (sp->n_series > 0) { /* loss and tokens/s against step, from steps.csv */
-    fprintf(g, "set datafile separator ','\nset xlabel 'step'\n");
-    for (int q = 0; q < sp->n_resumes; q++)
-      fprintf(g, "set arrow from %lld, graph 0 to %lld, graph 1 nohead dt 3 lw 1.5 lc rgb 'gray30'\n"
-                 "set label 'resumed after step %lld' at %lld, graph 0.5 center rotate by 90 "
-                 "offset -0.8,0 font ',9' tc rgb 'gray30'\n",
-              sp->resumes[q], sp->resumes[q], sp->resumes[q], sp->resumes[q]);
-    for (int pass = 0; pass < 2; pass++) {
-      fprintf(g, "set output '%s'\nset title name.\": %s\"\nset ylabel '%s'\nset key top right\nplot ",
-              pass ? "tokens_per_s.png" : "loss.png", pass ? "tokens/s per step" : "loss",
-              pass ? "tokens/s" : "loss (validation: dots)");
-      int val_titled = 0;
-      for (int k = 0; k < sp->n_series; k++) {
-        char t[160];
-        copy_str(t, sizeof t, sp->title[k]);
-        for (char *c = t; *c; c++)
-          if (*c == '\'') *c = '"';
-        /* dash types tell apart lines that coincide (equal losses across layouts) */
-        fprintf(g, "%s'steps.csv' skip 1 using 5:($1 == %d ? $%d : 1/0) with lines lw 2 lc %d "
-                   "dt %d title '%s'", k ? ", " : "", k, pass ? 8 : 6, k + 1, k % 5 + 1, t);
-        if (!pass && sp->has_val[k]) {
-          fprintf(g, ", 'steps.csv' skip 1 using 5:($1 == %d ? $7 : 1/0) with points pt 7 ps 1.2 "
-                     "lc %d %s", k, k + 1, val_titled ? "notitle" : "title 'validation'");
-          val_titled = 1;
-        }
-      }
-      fputc('\n', g);
-    }
-    fprintf(g, "unset arrow\nunset label\nset datafile separator whitespace\nset key top left\n");
-  }
-  if (n_ok > 1) { /* scaling needs two points */
-    fprintf(g, "set output 'speedup.png'\nset title title.\": speedup\"\nset logscale xy 2\n"
-               "set xlabel 'ranks'\nset ylabel 'speedup'\n"
-               "plot 'scaling.dat' using 1:4 with lines dt 2 lw 2 title 'ideal', "
-               "'' using 1:2 with linespoints pt 7 lw 2 title 'measured'\n"
-               "unset logscale\n");
-    fprintf(g, "set output 'efficiency.png'\nset title title.\": parallel efficiency\"\n"
-               "set logscale x 2\nset xlabel 'ranks'\nset ylabel 'efficiency'\nset yrange [0:*]\n"
-               "plot 'scaling.dat' using 1:(1) with lines dt 2 lw 2 title 'ideal', "
-               "'' using 1:3 with linespoints pt 7 lw 2 title 'measured'\n"
-               "unset logscale\nset yrange [*:*]\n");
-  }
+  fprintf(g, "# written by meshreport; draw the PNGs with: gnuplot plots.gp (in this directory)\n"
+             "set terminal pngcairo size 1000,640 noenhanced font ',11'\n"
+             "set grid lc rgb '#b4b4b4' dt 2\nset style textbox opaque noborder\n"
+             "set datafile missing 'NaN'\n");
+  char name[sizeof r->name];
+  copy_str(name, sizeof name, r->name);
+  for (char *c = name; *c; c++) /* a quote would end gnuplot's string */
+    if (*c == '\'') *c = '"';
+  fprintf(g, "name = '%s'\n", name);
+  if (sp->n_series > 0) plot_steps(g, sp);
+  if (n_ok > 1) plot_scaling(g, r, pts, n_pts); /* scaling needs two points */
   if (n_ok > 0) {
-    fprintf(g, "set output 'breakdown.png'\nset title title.\": step time breakdown\"\n"
+    fprintf(g, "set output 'breakdown.png'\nset title name.': step time by component'\n"
                "set style data histograms\nset style histogram rowstacked\n"
                "set style fill solid 0.8 border -1\nset boxwidth 0.7\nset key outside right\n"
-               "set xlabel 'point'\nset ylabel 'ms per step'\nset xtics rotate by -30\n"
+               "set xlabel 'point (nodes/ranks layout)'\nset ylabel 'ms per step'\n"
+               "set xtics rotate by -30\nset yrange [0:*]\n"
                "plot 'scaling.dat' using 6:xtic(5) title '%s'", g_parts[0]);
     for (int c = 1; c < N_PARTS; c++) fprintf(g, ", '' using %d title '%s'", 6 + c, g_parts[c]);
-    fprintf(g, "\nset xtics norotate\nset key inside top left\nset style data lines\n");
+    fprintf(g, "\nset xtics norotate\nset yrange [*:*]\nset key default\nset style data lines\n");
   }
   if (r->n_bench) {
-    fprintf(g, "set output 'busbw.png'\nset title title.\": bus bandwidth\"\nset style data linespoints\n"
+    fprintf(g, "set output 'busbw.png'\nset title name.': bus bandwidth'\nset style data linespoints\n"
                "set logscale x 2\nset format x '%%.0b%%BB'\nset xlabel 'message size'\n"
-               "set ylabel 'busbw (GB/s)'\nset key inside top left\n"
-               "plot for [i=0:*] 'busbw.dat' index i using 1:2 with linespoints lw 2 "
+               "set ylabel 'busbw (GB/s)'\nset key inside top left box opaque\n"
+               "set offsets graph 0.03, graph 0.03, graph 0.06, graph 0.06\n"
+               "plot for [i=0:*] 'busbw.dat' index i using 1:2 with linespoints lw 2 pt 7 "
                "title columnheader(1)\n");
   }
   close_out(g, gp_path);
+  if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    gnuplot_hint(out, why, why_cap);
+    return -1;
+  }
   char cmd[PATH_LEN * 2 + 64];
   snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot plots.gp > gnuplot.log 2>&1", out);
   if (system(cmd) != 0) {
@@ -845,23 +1065,34 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
   return 0;
 }
 
-static void write_report(const char *out, const report *r, const point_rec *pts, int n_pts) {
-  char path[PATH_LEN], why[256] = "";
+/* report.md (and steps.csv, the plots); returns 0 when the PNGs were drawn,
+ * else -1 with why: one line saying how to draw them */
+static int write_report(const char *out, const report *r, const point_rec *pts, int n_pts,
+                        char *why, size_t why_cap) {
+  char path[PATH_LEN];
   step_plots sp;
   write_steps(out, r, pts, n_pts, &sp);
-  int plots = make_plots(out, r, pts, n_pts, &sp, why, sizeof why);
+  int plots = make_plots(out, r, pts, n_pts, &sp, why, why_cap);
   FILE *f = open_out(out, "report.md", path);
   int n_train = 0, n_failed = 0;
   for (int i = 0; i < r->n_runs; i++) {
     n_train += !r->runs[i].is_bench;
     n_failed += !r->runs[i].ok;
   }
-  fprintf(f, "# %s\n\n", r->name[0] ? r->name : "meshtrain runs");
+  fprintf(f, "# %s\n\n", r->name);
   const point_rec *ref = NULL;
   for (int k = 0; k < n_pts && !ref; k++)
     if (pts[k].n_ok) ref = &pts[k];
   int weak = !strcmp(r->scaling, "weak");
-  if (n_pts) {
+  if (n_pts == 1 && ref) { /* one point: its figures, nothing to compare */
+    char runs[32], ranks[32], nodes[32];
+    plural(runs, sizeof runs, ref->n_total, "run");
+    plural(ranks, sizeof ranks, ref->ranks, "rank");
+    plural(nodes, sizeof nodes, ref->nodes, "node");
+    fprintf(f, "%s on %s (%s), %s. Throughput counts every step of a run, and every attempt of "
+               "a run that was requeued or resumed (summary.json `run`).\n\n",
+            ranks, nodes, ref->layout, runs);
+  } else if (n_pts) {
     char runs[32], points[32];
     plural(runs, sizeof runs, n_train, "run");
     plural(points, sizeof points, n_pts, "point");
@@ -881,6 +1112,8 @@ static void write_report(const char *out, const report *r, const point_rec *pts,
                    "speedup S = E·N/N0."
                  : "Total work fixed: speedup S = T/T0 from throughputs "
                    "(= t0/t), efficiency E = S·N0/N.");
+  }
+  if (n_pts) {
     markdown_table(f, r, pts, n_pts);
     fprintf(f, "\nMean step time by component (ms per step, first step skipped as warm-up; "
                "\"other\" is the step time not in a component):\n\n| nodes | ranks | layout |");
@@ -947,6 +1180,19 @@ static void write_report(const char *out, const report *r, const point_rec *pts,
               x->restarts, x->restarts == 1 ? "" : "s", x->lost_s, x->wait_s, x->tokens_per_s);
     }
   }
+  int n_from = 0;
+  for (int i = 0; i < r->n_runs; i++) n_from += r->runs[i].ok && r->runs[i].resumed_from[0];
+  if (n_from) {
+    fprintf(f, "\n## Runs resumed from another run's checkpoint\n\nTheir steps, tokens and "
+               "times count from that checkpoint on (its run has the earlier ones).\n\n");
+    for (int i = 0; i < r->n_runs; i++)
+      if (r->runs[i].ok && r->runs[i].resumed_from[0])
+        fprintf(f, "- `%s` (%d ranks, %s): resumed from %s, steps %lld-%lld\n", r->runs[i].id,
+                r->runs[i].ranks, r->runs[i].layout, r->runs[i].resumed_from,
+                r->runs[i].start_step + 1,
+                r->runs[i].n_attempts ? r->runs[i].attempts[r->runs[i].n_attempts - 1].end_step
+                                      : r->runs[i].start_step);
+  }
   if (n_over) {
     fprintf(f, "\n## Ranks outnumbered cores\n\nIn these runs a node had more ranks x threads "
                "than cores: their times measure cores shared between ranks, not the machine.\n\n");
@@ -965,22 +1211,19 @@ static void write_report(const char *out, const report *r, const point_rec *pts,
               r->runs[i].ranks, r->runs[i].layout[0] ? r->runs[i].layout : "?", r->runs[i].status,
               r->runs[i].dir);
   fprintf(f, "\n## Plots\n\n");
-  if (plots != 0) {
-    fprintf(f, "No plots: %s.\n", why);
-  } else {
-    int any = 0;
-    for (int k = 0; k < n_pts; k++) any += pts[k].n_ok > 0;
-    if (sp.n_series)
-      fprintf(f, "![loss](loss.png)\n![tokens/s per step](tokens_per_s.png)\n");
-    if (any > 1) fprintf(f, "![speedup](speedup.png)\n![efficiency](efficiency.png)\n");
-    if (any) fprintf(f, "![step time breakdown](breakdown.png)\n");
-    if (r->n_bench) fprintf(f, "![bus bandwidth](busbw.png)\n");
-  }
+  if (plots != 0) fprintf(f, "Not drawn here: %s.\n\n", why);
+  int any = n_ok_points(pts, n_pts);
+  if (sp.n_series) fprintf(f, "![loss](loss.png)\n![tokens/s](tokens_per_s.png)\n");
+  if (any > 1) fprintf(f, "![speedup](speedup.png)\n![efficiency](efficiency.png)\n");
+  if (any) fprintf(f, "![step time breakdown](breakdown.png)\n");
+  if (r->n_bench) fprintf(f, "![bus bandwidth](busbw.png)\n");
   fprintf(f, "\nFiles: summary.csv (per point), runs.csv (per run), steps.csv (per step of the "
-             "plotted runs)%s, plots.gp.\n", r->n_bench ? ", bench.csv" : "");
+             "plotted runs)%s; plots.gp draws the PNGs from steps.dat, scaling.dat%s.\n",
+          r->n_bench ? ", bench.csv" : "", r->n_bench ? ", busbw.dat" : "");
   close_out(f, path);
-  free(sp.title), free(sp.has_val), free(sp.resumes);
-  if (plots != 0) fprintf(stderr, "%s: warning: no plots: %s\n", PROG, why);
+  free(sp.title), free(sp.has_val), free(sp.first), free(sp.last), free(sp.resumes);
+  free(sp.origin);
+  return plots;
 }
 
 static void help(FILE *f) {
@@ -1043,16 +1286,24 @@ int main(int argc, char **argv) {
 
   point_rec *pts = NULL;
   int n_pts = make_points(&r, &pts);
+  if (!r.name[0]) /* a single run is named after its directory */
+    copy_str(r.name, sizeof r.name, r.n_runs == 1 ? r.runs[0].id : "meshtrain runs");
   write_csvs(out, &r, pts, n_pts);
-  write_report(out, &r, pts, n_pts);
+  char why[2 * PATH_LEN] = "";
+  int plots = write_report(out, &r, pts, n_pts, why, sizeof why);
 
   int n_failed = 0;
   for (int i = 0; i < r.n_runs; i++) n_failed += !r.runs[i].ok;
-  printf("%s: %s scaling, %d run%s, %d failed or missing\n\n", r.name[0] ? r.name : "runs",
-         r.scaling, r.n_runs, r.n_runs == 1 ? "" : "s", n_failed);
+  if (n_ok_points(pts, n_pts) > 1)
+    printf("%s: %s scaling, %d run%s, %d failed or missing\n\n", r.name, r.scaling, r.n_runs,
+           r.n_runs == 1 ? "" : "s", n_failed);
+  else
+    printf("%s: %d run%s, %d failed or missing\n\n", r.name, r.n_runs, r.n_runs == 1 ? "" : "s",
+           n_failed);
   if (n_pts) markdown_table(stdout, &r, pts, n_pts);
   for (int i = 0; i < r.n_runs; i++)
     if (!r.runs[i].ok) printf("failed or missing: %s: %s\n", r.runs[i].id, r.runs[i].status);
+  if (plots != 0) printf("\nplots: %s\n", why);
   printf("\nreport: %s/report.md\n", out);
   for (int i = 0; i < r.n_runs; i++) free(r.runs[i].attempts);
   free(pts), free(r.runs), free(r.bench), free(paths);

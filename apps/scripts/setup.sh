@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 BUILD=${1:-build}; shift || true
 
 DEB_PKGS="build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev \
-hdf5-tools libopenblas-dev libopenblas-openmp-dev libinih-dev libcjson-dev libxxhash-dev python3 gnuplot-nox \
+hdf5-tools libopenblas-dev libopenblas-openmp-dev libinih-dev libcjson-dev libxxhash-dev libdnnl-dev python3 gnuplot-nox \
 slurmctld slurmd slurm-client munge"
 
 have_deps() {
@@ -18,6 +18,7 @@ have_deps() {
   { [ ! -x /usr/bin/apt-get ] || { command -v slurmctld && command -v slurmd && command -v sbatch &&
                                     command -v munged; } >/dev/null; } &&
   pkg-config --exists inih libcjson libxxhash 2>/dev/null &&
+  { [ ! -x /usr/bin/apt-get ] || [ -f /usr/include/oneapi/dnnl/dnnl.h ]; } &&
   { [ ! -x /usr/bin/apt-get ] || [ -d /usr/include/"$(gcc -print-multiarch 2>/dev/null)"/openblas-openmp ]; } &&
   { [ -f /usr/include/cblas.h ] || [ -f /usr/include/x86_64-linux-gnu/cblas.h ] ||
     ls /usr/include/*/cblas.h >/dev/null 2>&1 || [ -n "${OPENBLAS_ROOT:-}" ]; } &&

@@ -190,14 +190,20 @@ static void count_direct(mt_group *g, double bytes) {
     count_direct((g), (bytes));             \
   } while (0)
 
+/* A group of another backend (count.c) takes the call as a description:
+ * kind, the bytes every backend counts, integer buffers. */
+#define OTHER_BACKEND(g, ...)                                                \
+  ((g)->backend != MT_COMM_MPI && mt_comm_backend_call((g), &(mt_coll){__VA_ARGS__}))
+
 /* ------------------------------------------------------------------ */
 /* all-reduce                                                          */
 
 static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_t elem,
                       MPI_Op op, mt_loc loc) {
-  if (g->size == 1) return;
+  const double bytes = mt_bytes_allreduce(n * elem, g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_allreduce(n * elem, g->size),
+    DIRECT_BLOCKING(g, bytes,
                     g_direct->allreduce(g, buf, n, type == MPI_DOUBLE ? MT_DT_F64 : MT_DT_F32,
                                         op == MPI_MAX ? MT_RED_MAX : MT_RED_SUM));
     return;
@@ -210,7 +216,7 @@ static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_
       polling() ? blocking(MPI_Iallreduce(MPI_IN_PLACE, h, as_count(n), type, op, g->comm, &q), &q)
                 : MPI_Allreduce(MPI_IN_PLACE, h, as_count(n), type, op, g->comm));
   unstage(loc, buf, h, n * elem, 1);
-  count(g, t0, mt_bytes_allreduce(n * elem, g->size));
+  count(g, t0, bytes);
 }
 
 void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc) {
@@ -262,12 +268,14 @@ static void allgather_dim_host(mt_group *g, const float *send, float *recv, size
 void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
                           size_t inner, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
+  const double bytes = mt_bytes_allgather(size * n * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
   }
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_allgather(size * n * sizeof(float), g->size),
+    DIRECT_BLOCKING(g, bytes,
                     g_direct->allgather_dim(g, send, recv, outer, inner));
     return;
   }
@@ -278,7 +286,7 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
   allgather_dim_host(g, hs, hr, outer, inner);
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, size * n * sizeof(float), 1);
-  count(g, t0, mt_bytes_allgather(size * n * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 /* dst[o*inner + i] = a[o*inner + i] + block k of src (outer, size, inner) */
@@ -330,13 +338,15 @@ static void reduce_scatter_dim_host(mt_group *g, const float *send, float *recv,
 void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
                                size_t inner, float *scratch, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
+  const double bytes = mt_bytes_reduce_scatter(size * n * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
   }
   if (!scratch) mt_die("mt_reduce_scatter_dim_f32 needs a scratch buffer");
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_reduce_scatter(size * n * sizeof(float), g->size),
+    DIRECT_BLOCKING(g, bytes,
                     g_direct->reduce_scatter_dim(g, send, recv, outer, inner));
     return;
   }
@@ -349,7 +359,7 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
   if (loc != MT_LOC_HOST) free(hscratch);
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, n * sizeof(float), 1);
-  count(g, t0, mt_bytes_reduce_scatter(size * n * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 /* One block of the middle dim of an (outer, size, inner) view: outer runs of
@@ -371,6 +381,8 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
   if (s_outer * s_inner != r_outer * r_inner)
     mt_die("mt_alltoall_dim_f32: blocks of %zu x %zu and %zu x %zu floats differ", s_outer,
            s_inner, r_outer, r_inner);
+  const double bytes = mt_bytes_alltoall(n * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
   if (g->size == 1) { /* one block: the views are the same buffer layout */
     local_copy(recv, send, n, loc);
     return;
@@ -392,7 +404,7 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
   MPI_Type_free(&rt);
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, n * sizeof(float), 1);
-  count(g, t0, mt_bytes_alltoall(n * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 /* ------------------------------------------------------------------ */
@@ -401,13 +413,14 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
 void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts,
                                mt_loc loc) {
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
   if (g->size == 1) {
     local_copy(recv, send, mine, loc);
     return;
   }
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_reduce_scatter(total * sizeof(float), g->size),
-                    g_direct->reduce_scatter(g, send, recv, counts));
+    DIRECT_BLOCKING(g, bytes, g_direct->reduce_scatter(g, send, recv, counts));
     return;
   }
   double t0 = mt_now();
@@ -420,16 +433,16 @@ void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, cons
                 : MPI_Reduce_scatter(hs, hr, counts, MPI_FLOAT, MPI_SUM, g->comm));
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, mine * sizeof(float), 1);
-  count(g, t0, mt_bytes_reduce_scatter(total * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs,
                                mt_loc loc) {
-  if (g->size == 1) return;
   size_t total = sum_counts(counts, g->size);
+  const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes) || g->size == 1) return;
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, mt_bytes_allgather(total * sizeof(float), g->size),
-                    g_direct->allgatherv(g, NULL, buf, counts, displs));
+    DIRECT_BLOCKING(g, bytes, g_direct->allgatherv(g, NULL, buf, counts, displs));
     return;
   }
   double t0 = mt_now();
@@ -442,13 +455,17 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
                          : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displs,
                                           MPI_FLOAT, g->comm));
   unstage(loc, buf, h, total * sizeof(float), 1);
-  count(g, t0, mt_bytes_allgather(total * sizeof(float), g->size));
+  count(g, t0, bytes);
 }
 
 /* ------------------------------------------------------------------ */
 /* integers, all-to-all and variable parts (MoE dispatch)              */
 
 void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n) {
+  const double bytes = mt_bytes_allgather((size_t)g->size * n * sizeof(int), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER_I32, .bytes = bytes, .send = send, .recv = recv,
+                    .n = n))
+    return;
   if (g->size == 1) {
     if (recv != send && n) memcpy(recv, send, n * sizeof(int));
     return;
@@ -460,10 +477,14 @@ void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n) {
                                           g->comm, &q),
                            &q)
                 : MPI_Allgather(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
-  count(g, t0, mt_bytes_allgather((size_t)g->size * n * sizeof(int), g->size));
+  count(g, t0, bytes);
 }
 
 void mt_alltoall_i32(mt_group *g, const int *send, int *recv, size_t n) {
+  const double bytes = (double)(g->size - 1) * (double)(n * sizeof(int));
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL_I32, .bytes = bytes, .send = send, .recv = recv,
+                    .n = n))
+    return;
   if (g->size == 1) {
     if (recv != send && n) memcpy(recv, send, n * sizeof(int));
     return;
@@ -475,7 +496,7 @@ void mt_alltoall_i32(mt_group *g, const int *send, int *recv, size_t n) {
                                             g->comm, &q),
                               &q)
                    : MPI_Alltoall(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
-  count(g, t0, (double)(g->size - 1) * (double)(n * sizeof(int)));
+  count(g, t0, bytes);
 }
 
 double mt_bytes_alltoallv(const size_t *send_counts, int n, int rank, size_t elem_bytes) {
@@ -500,6 +521,8 @@ static void int_parts(const size_t *counts, int n, int *c, int *d, size_t *total
 void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts, float *recv,
                       const size_t *recv_counts, mt_loc loc) {
   int n = g->size;
+  const double bytes = mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float));
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
   if (n == 1) {
     local_copy(recv, send, send_counts[0], loc);
     return;
@@ -525,18 +548,21 @@ void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts,
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, rt * sizeof(float), 1);
   free(sc);
-  count(g, t0, mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float)));
+  count(g, t0, bytes);
 }
 
 void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
                        mt_loc loc) {
   int n = g->size;
+  size_t total = 0;
+  for (int r = 0; r < n; r++) total += counts[r];
+  const double bytes = mt_bytes_allgather(total * sizeof(float), n);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
   if (n == 1) {
     local_copy(recv, send, counts[0], loc);
     return;
   }
   int *c = mt_malloc(2 * (size_t)n * sizeof(int)), *d = c + n;
-  size_t total;
   int_parts(counts, n, c, d, &total);
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, mt_bytes_allgather(total * sizeof(float), n),
@@ -557,13 +583,13 @@ void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, total * sizeof(float), 1);
   free(c);
-  count(g, t0, mt_bytes_allgather(total * sizeof(float), n));
+  count(g, t0, bytes);
 }
 
 void mt_reduce_scatterv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
                             mt_loc loc) {
   int n = g->size;
-  if (n == 1) {
+  if (n == 1 && g->backend == MT_COMM_MPI) {
     local_copy(recv, send, counts[0], loc);
     return;
   }
@@ -604,10 +630,10 @@ static void req_finish(mt_request *r) {
 
 void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r) {
   req_init(r, g);
-  if (g->size == 1) return;
+  const double bytes = mt_bytes_allreduce(n * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
   if (direct(g, loc)) {
-    DIRECT_START(g, r, mt_bytes_allreduce(n * sizeof(float), g->size),
-                 g_direct->allreduce(g, buf, n, MT_DT_F32, MT_RED_SUM));
+    DIRECT_START(g, r, bytes, g_direct->allreduce(g, buf, n, MT_DT_F32, MT_RED_SUM));
     return;
   }
   double t0 = mt_now();
@@ -616,7 +642,7 @@ void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_req
   MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h, as_count(n), MPI_FLOAT, MPI_SUM, g->comm,
                               &r->req));
   req_stage(r, loc, h, h, buf, n * sizeof(float));
-  count(g, t0, mt_bytes_allreduce(n * sizeof(float), g->size));
+  count(g, t0, bytes);
   r->active = 1;
 }
 
@@ -628,9 +654,10 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
     return;
   }
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
   if (direct(g, loc)) {
-    DIRECT_START(g, r, mt_bytes_reduce_scatter(total * sizeof(float), g->size),
-                 g_direct->reduce_scatter(g, send, recv, counts));
+    DIRECT_START(g, r, bytes, g_direct->reduce_scatter(g, send, recv, counts));
     return;
   }
   double t0 = mt_now();
@@ -645,7 +672,7 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
   }
   MT_MPI_CHECK(MPI_Ireduce_scatter(hs, hr, counts, MPI_FLOAT, MPI_SUM, g->comm, &r->req));
   req_stage(r, loc, h, hr, recv, mine * sizeof(float));
-  count(g, t0, mt_bytes_reduce_scatter(total * sizeof(float), g->size));
+  count(g, t0, bytes);
   r->active = 1;
 }
 
@@ -653,9 +680,10 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
                         const int *displs, mt_loc loc, mt_request *r) {
   req_init(r, g);
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
   if (g->size > 1 && direct(g, loc)) {
-    DIRECT_START(g, r, mt_bytes_allgather(total * sizeof(float), g->size),
-                 g_direct->allgatherv(g, send, recv, counts, displs));
+    DIRECT_START(g, r, bytes, g_direct->allgatherv(g, send, recv, counts, displs));
     return;
   }
   double t0 = mt_now();
@@ -678,7 +706,7 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
   MT_MPI_CHECK(MPI_Iallgatherv(hs, as_count(mine), MPI_FLOAT, hr, counts, displs, MPI_FLOAT,
                                g->comm, &r->req));
   req_stage(r, loc, h, h, recv, total * sizeof(float));
-  count(g, t0, mt_bytes_allgather(total * sizeof(float), g->size));
+  count(g, t0, bytes);
   r->active = 1;
 }
 
@@ -727,8 +755,10 @@ static int direct_p2p(const mt_group *g, int peer, int tag, mt_loc loc) {
 void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
+  const double bytes = (double)n * sizeof(float);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SEND, .bytes = bytes)) return;
   if (direct_p2p(g, peer, tag, loc)) {
-    DIRECT_START(g, r, (double)n * sizeof(float), g_direct->send(g, buf, n, peer, tag));
+    DIRECT_START(g, r, bytes, g_direct->send(g, buf, n, peer, tag));
     return;
   }
   double t0 = mt_now();
@@ -737,12 +767,13 @@ void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt
   MT_MPI_CHECK(MPI_Isend(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
   req_stage(r, loc, h, NULL, NULL, 0); /* freed at the wait, nothing goes back */
   r->active = 1;
-  count(g, t0, (double)n * sizeof(float));
+  count(g, t0, bytes);
 }
 
 void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_RECV, .bytes = 0.0)) return;
   if (direct_p2p(g, peer, tag, loc)) {
     DIRECT_START(g, r, 0.0, g_direct->recv(g, buf, n, peer, tag));
     return;
@@ -758,6 +789,8 @@ void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc l
 
 void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
                      mt_loc loc) {
+  const double bytes = (double)n * sizeof(float);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SENDRECV, .bytes = bytes)) return;
   if (direct_p2p(g, peer, tag, loc)) {
     /* both directions issued together (the backend pairs them in one group) */
     g_direct->quiesce();
@@ -765,7 +798,7 @@ void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int 
     void *hs = g_direct->send(g, send, n, peer, tag);
     g_direct->wait(hs);
     g_direct->wait(hr);
-    count_direct(g, (double)n * sizeof(float));
+    count_direct(g, bytes);
     g->device_direct++; /* two device calls */
     g_direct_calls++;
     return;
@@ -781,5 +814,5 @@ void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int 
   MT_MPI_CHECK(wait_request(&q[1], MPI_STATUS_IGNORE));
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, n * sizeof(float), 1);
-  count(g, t0, (double)n * sizeof(float));
+  count(g, t0, bytes);
 }

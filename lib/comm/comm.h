@@ -19,6 +19,10 @@
 #include <mpi.h>
 #include "core/core.h"
 
+/* How a group's calls are carried out: over MPI (and NCCL for device
+ * buffers), or only counted (count.c: no MPI, nothing moves; the plan). */
+typedef enum { MT_COMM_MPI = 0, MT_COMM_COUNT = 1 } mt_comm_backend;
+
 typedef struct {
   const char *name; /* "dp", "tp", "pp", "cp", "dp_cp", "world", "node", "etp", "ep", "edp" */
   MPI_Comm comm;
@@ -36,6 +40,7 @@ typedef struct {
   /* device-buffer calls served by the direct backend and staged through
    * host MPI so far: how this group's device traffic really travelled */
   long device_direct, device_staged;
+  mt_comm_backend backend; /* MT_COMM_MPI unless a count-only mesh made it */
 } mt_group;
 
 /* The axes of the mesh: the dense mesh tp, cp, dp, pp (innermost first)
@@ -101,6 +106,12 @@ int mt_mesh_fold(mt_mesh *m, int etp, int ep, mt_err *e);
 void mt_mesh_fold_coords(int q, int etp, int ep, int *etp_r, int *ep_r, int *edp_r);
 /* world rank of the given coordinates */
 int mt_mesh_rank_of(const mt_mesh *m, int tp_r, int cp_r, int dp_r, int pp_r);
+/* A count-only mesh (count.c): world rank world_rank of a pp x dp x cp x tp
+ * mesh folded into etp x ep x edp, every group of mt_mesh_create and
+ * mt_mesh_fold with its size and this rank's place in it, and backend
+ * MT_COMM_COUNT: no MPI, no communicator. Returns 0, or -1 with e set. */
+int mt_mesh_count(mt_mesh *m, int tp, int cp, int dp, int pp, int world_rank, int etp, int ep,
+                  mt_err *e);
 void mt_group_reset_counters(mt_group *g);
 
 /* The table of the mesh's groups: tp, cp, dp, pp, dp_cp, etp, ep, edp (in
@@ -279,6 +290,25 @@ void mt_permute_dim(float *strided, float *rank_major, size_t outer, size_t inne
 /* Distinct devices: 1 when the n identifiers (each id_len bytes, NUL
  * padded) are pairwise different. */
 int mt_comm_ids_distinct(const char *ids, int n, size_t id_len);
+
+/* A call as a backend other than MPI sees it (count.c): its kind, the
+ * bytes this rank puts on the wire (the figure every backend counts on the
+ * group, computed once per call), and for integer exchanges n ints per
+ * rank from send to recv. */
+typedef enum {
+  MT_COLL_REDUCE, MT_COLL_GATHER, MT_COLL_SCATTER, MT_COLL_ALLTOALL, MT_COLL_GATHER_I32,
+  MT_COLL_ALLTOALL_I32, MT_COLL_SEND, MT_COLL_RECV, MT_COLL_SENDRECV
+} mt_coll_kind;
+typedef struct {
+  mt_coll_kind kind;
+  double bytes;
+  const int *send;
+  int *recv;
+  size_t n;
+} mt_coll;
+/* Carries out c when g's backend is not MPI and returns 1 (the caller is
+ * done); 0 for an MPI group. */
+int mt_comm_backend_call(mt_group *g, const mt_coll *c);
 
 /* Blocking collectives on float buffers (sum). n = elements. */
 void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc);

@@ -164,6 +164,17 @@ typedef struct {
   int micro_batches, recompute;
   char pp_schedule[MT_CFG_STR_MAX], pp_split[MT_CFG_STR_MAX];
   int virtual_stages, print_schedule;
+  /* [parallel] pp_first_layers, pp_last_layers: layers of the first and last pipeline
+   * stages, the middle ones sharing the rest equally (0 = an equal share; Megatron's
+   * --decoder-first/last-pipeline-num-layers) */
+  int pp_first_layers, pp_last_layers;
+  /* [parallel] layout: manual | auto (the planner picks the layout at start) */
+  char layout[MT_CFG_STR_MAX];
+  /* [plan] hw: the cost profile of parallel.layout = auto ("" = metrics.hw); headroom: GiB
+   * per device kept free (-1 = auto); cp_min_tokens: cp only beyond this many tokens a rank */
+  char plan_hw[MT_CFG_STR_MAX];
+  double plan_headroom;
+  int plan_cp_min_tokens;
   /* Mixture-of-Experts: [model] moe_experts (0 = dense), moe_topk, moe_every,
    * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless);
    * [train] moe_aux_coef, moe_z_coef; [parallel] ep, etp (the folded mesh) */
@@ -219,6 +230,15 @@ void mt_mem_free(mt_mem_cat cat, void *p, size_t bytes);
  * release), so the categories cover every tensor wherever it lives */
 void mt_mem_count(mt_mem_cat cat, size_t bytes);
 void mt_mem_uncount(mt_mem_cat cat, size_t bytes);
+/* Where the counters go: the process's own account, or one a plan counts
+ * a rank's state into while it builds it without touching the process's
+ * figures. mt_mem_account_use(a) makes a (zeroed by its owner) the account
+ * counted from now on (NULL: the process's own) and returns the previous
+ * one (NULL: the process's own). */
+typedef struct {
+  size_t cur[MT_MEM_NCAT], peak[MT_MEM_NCAT];
+} mt_mem_account;
+mt_mem_account *mt_mem_account_use(mt_mem_account *a);
 size_t mt_mem_current(mt_mem_cat cat);
 size_t mt_mem_peak(mt_mem_cat cat);
 const char *mt_mem_cat_name(mt_mem_cat cat);

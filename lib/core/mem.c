@@ -7,18 +7,20 @@
 #include <string.h>
 #include <sys/resource.h>
 
-static size_t g_cur[MT_MEM_NCAT], g_peak[MT_MEM_NCAT];
+/* the process's own account, and the one counting now */
+static mt_mem_account g_own;
+static mt_mem_account *g_acct = &g_own;
 static const char *g_names[MT_MEM_NCAT] = {"params", "grads", "optimizer",
                                            "activations", "comm", "other",
                                            "gathered"};
 
 void mt_mem_count(mt_mem_cat cat, size_t bytes) {
-  g_cur[cat] += bytes;
-  if (g_cur[cat] > g_peak[cat]) g_peak[cat] = g_cur[cat];
+  g_acct->cur[cat] += bytes;
+  if (g_acct->cur[cat] > g_acct->peak[cat]) g_acct->peak[cat] = g_acct->cur[cat];
 }
 
 void mt_mem_uncount(mt_mem_cat cat, size_t bytes) {
-  g_cur[cat] -= bytes <= g_cur[cat] ? bytes : g_cur[cat];
+  g_acct->cur[cat] -= bytes <= g_acct->cur[cat] ? bytes : g_acct->cur[cat];
 }
 
 void *mt_mem_alloc(mt_mem_cat cat, size_t bytes) {
@@ -37,8 +39,14 @@ void mt_mem_free(mt_mem_cat cat, void *p, size_t bytes) {
   mt_mem_uncount(cat, bytes);
 }
 
-size_t mt_mem_current(mt_mem_cat cat) { return g_cur[cat]; }
-size_t mt_mem_peak(mt_mem_cat cat) { return g_peak[cat]; }
+mt_mem_account *mt_mem_account_use(mt_mem_account *a) {
+  mt_mem_account *prev = g_acct == &g_own ? NULL : g_acct;
+  g_acct = a ? a : &g_own;
+  return prev;
+}
+
+size_t mt_mem_current(mt_mem_cat cat) { return g_acct->cur[cat]; }
+size_t mt_mem_peak(mt_mem_cat cat) { return g_acct->peak[cat]; }
 const char *mt_mem_cat_name(mt_mem_cat cat) { return g_names[cat]; }
 
 size_t mt_mem_peak_rss(void) {

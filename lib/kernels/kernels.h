@@ -1,5 +1,5 @@
 /* kernels: one op table for every compute op of the model and optimizer.
- * A backend (cpu/, cuda/) fills an mt_ops; the model only ever calls through
+ * A backend (cpu/, cuda/, null/) fills an mt_ops; the model only ever calls through
  * it, so a new backend slots in without touching model code. Knows nothing
  * of MPI. All tensors are fp32, row-major, contiguous unless a stride is
  * given (under train.precision = bf16 the CUDA backend multiplies in bf16
@@ -11,6 +11,7 @@
 #define MT_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "core/core.h"
 
 /* Where a block pair of attention lives (see attn_forward in mt_ops).
@@ -238,13 +239,220 @@ typedef struct mt_ops {
   void (*scale)(float *x, float s, size_t n);
 } mt_ops;
 
+/* Every member of mt_ops after `loc`, in its order, as X(member, optional):
+ * optional marks those a backend may leave NULL (the T x T reference
+ * attention). ops_table.c checks a table against it; a backend may build
+ * its table from it. */
+#define MT_OPS_MEMBERS(X)                                                                  \
+  X(alloc, 0) X(free, 0) X(upload, 0) X(download, 0) X(zero, 0) X(copy, 0) X(axpy, 0)      \
+  X(sum, 0) X(sync, 0) X(encoder_forward, 0) X(encoder_backward, 0)                      \
+  X(layernorm_forward, 0) X(layernorm_backward, 0) X(matmul_forward, 0)                  \
+  X(matmul_backward, 0) X(encoder_vp_forward, 0) X(encoder_vp_backward, 0)               \
+  X(attention_forward, 1) X(attention_backward, 1) X(attn_forward, 0) X(attn_merge, 0)   \
+  X(attn_backward, 0) X(copy_2d, 0) X(add_2d, 0) X(gelu_forward, 0) X(gelu_backward, 0)  \
+  X(residual_forward, 0) X(softmax_xent_forward, 0) X(softmax_xent_backward, 0)          \
+  X(xent_vp_max, 0) X(xent_vp_exp, 0) X(xent_vp_finish, 0) X(xent_vp_backward, 0)        \
+  X(adamw_update, 0) X(moe_router_forward, 0) X(moe_router_backward, 0)                 \
+  X(moe_prob_sums, 0) X(gather_rows, 0) X(moe_combine, 0) X(moe_combine_backward, 0)     \
+  X(moe_gather_sum, 0) X(grouped_matmul_forward, 0) X(grouped_matmul_backward, 0)        \
+  X(sumsq, 0) X(scale, 0)
+
+
 const mt_ops *mt_ops_cpu(void);
+/* The null backend (null/): every op does nothing, alloc counts bytes per
+ * category and hands out addresses with no memory behind them; the values
+ * the host reads back are synthetic (losses and norms 0, a balanced
+ * routing). The real model, dp engine and pipeline run under it to be
+ * counted (the plan). mt_ops_null_reset forgets what the host uploaded and
+ * reuses the addresses (between two counted ranks). */
+const mt_ops *mt_ops_null(void);
+void mt_ops_null_reset(void);
 
 /* The members of ops that are NULL although every backend must fill them
  * (only the reference attention_forward/backward may be NULL): their names,
  * ", "-separated, in names (cut at len bytes; names may be NULL); returns
  * how many. 0 for a complete table. */
 int mt_ops_missing(const mt_ops *ops, char *names, size_t len);
+
+/* ------------------------------------------------------------------ */
+/* bf16 compute on the CPU (mixed precision; cpu/ files ending _bf16.c) */
+/*
+ * bf16 = the upper 16 bits of an IEEE fp32 (sign, 8 exponent bits, 7
+ * fraction bits: 8 significant bits, unit roundoff u = 2^-8 under
+ * round-to-nearest-even). Tensors stored in bf16 are typed mt_bf16; every
+ * op computes in fp32 and rounds once per stored element. The dtype of
+ * each tensor role (weights' compute copy, activations, gradients, master)
+ * is decided once by the caller; mt_ops_bf16 gives the ops whose operands
+ * are bf16, with the dtype of every argument in its C type:
+ *   - weights' compute copy and activations: const mt_bf16 *;
+ *   - LayerNorm mean/rstd, attention LSE, losses, cross-entropy row
+ *     statistics: float / double, as in mt_ops;
+ *   - weight gradients (dw, db, dwte, dwpe): float, ACCUMULATED in fp32;
+ *   - input gradients (dinp, dq, dk, dv): mt_bf16, ACCUMULATED as
+ *     round(float(dinp) + fp32 sum of this call), one rounding per call;
+ *   - the optimizer: fp32 master, moments and gradients, bf16 copy refreshed.
+ * Shapes, layouts, aliasing and the +=/= rules are those of the same
+ * member of mt_ops unless a comment says otherwise.
+ *
+ * Determinism: for a fixed thread count every op gives the same bits on
+ * every run. Matmuls take the path chosen once per process (see
+ * mt_bf16_gemm_path); the elementwise ops and attention give the same bits
+ * at any thread count. */
+
+typedef uint16_t mt_bf16;
+typedef enum { MT_FLOAT_FP32 = 0, MT_FLOAT_BF16 = 1 } mt_float_type;
+
+/* bytes per element (4 or 2). (Not comm.h's mt_dtype, which names the
+ * element types of a reduction; the two may merge when comm sends bf16.) */
+size_t mt_float_type_size(mt_float_type t);
+/* fp32 -> bf16, round to nearest, ties to even; NaN stays NaN (quieted,
+ * sign kept), +-inf stays, values beyond the largest bf16 round to +-inf,
+ * subnormals are rounded like any other value (no flush to zero). */
+static inline mt_bf16 mt_bf16_from_f32(float f) {
+  union {
+    float f;
+    uint32_t u;
+  } x;
+  x.f = f;
+  if ((x.u & 0x7fffffffu) > 0x7f800000u) return (mt_bf16)((x.u >> 16) | 0x0040u); /* NaN */
+  x.u += 0x7fffu + ((x.u >> 16) & 1u);
+  return (mt_bf16)(x.u >> 16);
+}
+/* bf16 -> fp32, exact */
+static inline float mt_bf16_to_f32(mt_bf16 b) {
+  union {
+    uint32_t u;
+    float f;
+  } x;
+  x.u = (uint32_t)b << 16;
+  return x.f;
+}
+/* n elements, vectorised, split over the threads (no overlap) */
+void mt_bf16_from_f32_n(mt_bf16 *dst, const float *src, size_t n);
+void mt_bf16_to_f32_n(float *dst, const mt_bf16 *src, size_t n);
+
+/* How the bf16 matmuls run in this process, decided at the first call:
+ *   "onednn"  oneDNN matmul, bf16 operands, fp32 accumulation (built with
+ *             oneDNN and the CPU has AMX-BF16, or MT_BF16_GEMM=onednn);
+ *   "sgemm"   operands converted to fp32 in blocks, OpenBLAS sgemm, fp32
+ *             results rounded once (every other CPU: on AVX512-BF16 without
+ *             AMX, vdpbf16ps has half the throughput of fp32 FMA and
+ *             oneDNN's bf16 matmul measured 0.55-0.7x of fp32 sgemm per
+ *             core, this path 0.85-0.9x at 1 thread; see gemm_bf16.c).
+ * The environment's MT_BF16_GEMM=auto|onednn|sgemm overrides (onednn in a
+ * build without it falls back to sgemm). */
+const char *mt_bf16_gemm_path(void);
+/* One line for the run's start: the path and why (no bf16 instructions,
+ * bf16 instructions without AMX, oneDNN absent from the build, ...). */
+const char *mt_bf16_gemm_note(void);
+/* 1 when the CPU has AVX512-BF16, 2 when it also has AMX-BF16 usable by
+ * this process, 0 otherwise */
+int mt_cpu_bf16_level(void);
+/* Force a path: "onednn" or "sgemm", or "auto" for the process's default
+ * (tests and benchmarks; call outside any op). 0, or -1 when name is none
+ * of these or oneDNN is not in this build (then nothing changes). */
+int mt_bf16_gemm_select(const char *name);
+
+typedef struct mt_ops_bf16 {
+  const char *name;
+
+  /* ---- matmuls: bf16 operands, fp32 accumulation ---- */
+  /* out (N,OC) = round(inp (N,C) @ w^T + bias); w (OC,C); bias (OC) or NULL */
+  void (*matmul_forward)(mt_bf16 *out, const mt_bf16 *inp, const mt_bf16 *w,
+                         const mt_bf16 *bias, int N, int C, int OC);
+  /* dinp = round(dinp + dout @ w); dw += dout^T @ inp (fp32); dbias += column
+   * sums of dout (fp32); any of dinp, dw, dbias may be NULL (skipped) */
+  void (*matmul_backward)(mt_bf16 *dinp, float *dw, float *dbias, const mt_bf16 *dout,
+                          const mt_bf16 *inp, const mt_bf16 *w, int N, int C, int OC);
+  /* grouped GEMM (experts), per group as above; off in host memory */
+  void (*grouped_matmul_forward)(mt_bf16 *out, const mt_bf16 *inp, const mt_bf16 *w,
+                                 const mt_bf16 *bias, const int *off, int G, int C, int OC);
+  void (*grouped_matmul_backward)(mt_bf16 *dinp, float *dw, float *dbias, const mt_bf16 *dout,
+                                  const mt_bf16 *inp, const mt_bf16 *w, const int *off, int G,
+                                  int C, int OC);
+
+  /* MoE token movement on bf16 rows (the router stays fp32 in mt_ops); as
+   * mt_ops: gather_rows and moe_combine WRITE (combine sums w y in fp32, j
+   * order, then rounds), moe_combine_backward WRITES dy rows = round(w dout)
+   * and dw (N,k) fp32 dots, moe_gather_sum dx = round(dx + the rows) */
+  void (*gather_rows)(mt_bf16 *out, const mt_bf16 *inp, const int *idx, int n, int C);
+  void (*moe_combine)(mt_bf16 *out, const mt_bf16 *y, const int *slot, const float *w, int N,
+                      int C, int k);
+  void (*moe_combine_backward)(mt_bf16 *dy, float *dw, const mt_bf16 *dout, const mt_bf16 *y,
+                               const int *slot, const float *w, int N, int C, int k);
+  void (*moe_gather_sum)(mt_bf16 *dx, const mt_bf16 *src, const int *slot, int N, int C, int k);
+
+  /* ---- embedding, layernorm, gelu, residual ---- */
+  void (*encoder_forward)(mt_bf16 *out, const int *inp, const mt_bf16 *wte, const mt_bf16 *wpe,
+                          int B, int T, int C);
+  void (*encoder_backward)(float *dwte, float *dwpe, const mt_bf16 *dout, const int *inp, int B,
+                           int T, int C);
+  void (*encoder_vp_forward)(mt_bf16 *out, const int *inp, const mt_bf16 *wte, int v0, int Vl,
+                             const mt_bf16 *wpe, int B, int T, int C);
+  void (*encoder_vp_backward)(float *dwte, float *dwpe, const mt_bf16 *dout, const int *inp,
+                              int v0, int Vl, int B, int T, int C);
+  /* mean, rstd (N) in fp32 */
+  void (*layernorm_forward)(mt_bf16 *out, float *mean, float *rstd, const mt_bf16 *inp,
+                            const mt_bf16 *w, const mt_bf16 *b, int N, int C);
+  void (*layernorm_backward)(mt_bf16 *dinp, float *dw, float *db, const mt_bf16 *dout,
+                             const mt_bf16 *inp, const mt_bf16 *w, const float *mean,
+                             const float *rstd, int N, int C);
+  void (*gelu_forward)(mt_bf16 *out, const mt_bf16 *inp, size_t n);
+  void (*gelu_backward)(mt_bf16 *dinp, const mt_bf16 *inp, const mt_bf16 *dout, size_t n);
+  void (*residual_forward)(mt_bf16 *out, const mt_bf16 *a, const mt_bf16 *b, size_t n);
+
+  /* ---- attention by blocks: bf16 q, k, v, out, dout, dq, dk, dv; the
+   * LSE in fp32 (strides of mt_attn_block, in elements) ---- */
+  void (*attn_forward)(const mt_attn_block *a, mt_bf16 *out, float *lse, const mt_bf16 *q,
+                       const mt_bf16 *k, const mt_bf16 *v);
+  void (*attn_merge)(const mt_attn_block *a, mt_bf16 *out, float *lse, const mt_bf16 *part,
+                     const float *part_lse);
+  void (*attn_backward)(const mt_attn_block *a, mt_bf16 *dq, mt_bf16 *dk, mt_bf16 *dv,
+                        const mt_bf16 *dout, const mt_bf16 *out, const float *lse,
+                        const mt_bf16 *q, const mt_bf16 *k, const mt_bf16 *v);
+
+  /* ---- cross-entropy on bf16 logits, fp32 math, fp32 losses ---- */
+  void (*softmax_xent_forward)(float *losses, mt_bf16 *probs, const mt_bf16 *logits,
+                               const int *targets, int N, int V, int Vp);
+  void (*softmax_xent_backward)(mt_bf16 *dlogits, const mt_bf16 *probs, const int *targets,
+                                float dloss, int N, int V, int Vp);
+  /* vocabulary-parallel pieces. Unlike mt_ops, xent_vp_exp does not write
+   * probabilities (it only sums), and xent_vp_finish computes them from the
+   * logits (probs may alias logits): one rounding per probability. With v0
+   * = 0, Vl = Vp, nvalid = V they give softmax_xent_forward's bits. */
+  void (*xent_vp_max)(float *rowmax, const mt_bf16 *logits, int N, int Vl, int nvalid);
+  void (*xent_vp_exp)(double *stats, const mt_bf16 *logits, const float *rowmax,
+                      const int *targets, int v0, int N, int Vl, int nvalid);
+  void (*xent_vp_finish)(float *losses, mt_bf16 *probs, const mt_bf16 *logits,
+                         const double *stats, const float *rowmax, int N, int Vl, int nvalid);
+  void (*xent_vp_backward)(mt_bf16 *dlogits, const mt_bf16 *probs, const int *targets, int v0,
+                           float dloss, int N, int Vl, int nvalid);
+
+  /* ---- optimizer: AdamW on the fp32 master (param, m, v, grad fp32, the
+   * same bits as mt_ops' adamw_update) and param_bf16 = round(param) in
+   * the same pass (the compute copy; NULL: not refreshed) ---- */
+  void (*adamw_update)(float *param, mt_bf16 *param_bf16, const float *grad, float *m, float *v,
+                       size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int t);
+
+  /* ---- helpers on bf16 tensors (fp32 math, one rounding) ---- */
+  void (*zero)(mt_bf16 *x, size_t n);
+  void (*copy)(mt_bf16 *dst, const mt_bf16 *src, size_t n);
+  void (*axpy)(mt_bf16 *y, float a, const mt_bf16 *x, size_t n); /* y = round(y + a x) */
+  void (*scale)(mt_bf16 *x, float s, size_t n);                  /* x = round(s x) */
+  double (*sum)(const mt_bf16 *x, size_t n);   /* in index order, double */
+  double (*sumsq)(const mt_bf16 *x, size_t n); /* mt_ops' chunking, double */
+  void (*copy_2d)(mt_bf16 *dst, size_t ld_dst, const mt_bf16 *src, size_t ld_src, size_t rows,
+                  size_t cols);
+  void (*add_2d)(mt_bf16 *dst, size_t ld_dst, const mt_bf16 *src, size_t ld_src, size_t rows,
+                 size_t cols);
+  /* casts between the dtypes (comm staging, master -> compute copy) */
+  void (*from_f32)(mt_bf16 *dst, const float *src, size_t n);
+  void (*to_f32)(float *dst, const mt_bf16 *src, size_t n);
+} mt_ops_bf16;
+
+/* the CPU's bf16 op table (every member filled) */
+const mt_ops_bf16 *mt_ops_bf16_cpu(void);
 
 /* ------------------------------------------------------------------ */
 /* devices: which backend a rank computes on                          */

@@ -1,9 +1,28 @@
 /* model: GPT-2 (learned positions, pre-LayerNorm, causal multi-head
- * attention, GELU MLP, tied input/output embedding) over local shards.
- * Every tensor lives in one flat allocation laid out by the registry; the
- * structs below only name the pieces. All compute goes through mt_ops.
- * Never calls MPI: tensor-parallel communication goes through parallel's
- * mt_tp, and gradient hooks let the parallel module overlap dp.
+ * attention, GELU MLP, tied input/output embedding, optionally
+ * Mixture-of-Experts blocks) over local shards, as modules:
+ *
+ *   shape.c        shapes and presets, parameter counts
+ *   register.c     the tensors in the registry, with their placements
+ *   linear.c       column- and row-parallel linears and their tp
+ *                  collectives (Megatron's f and g; sequence parallelism)
+ *   attention.c    causal attention by blocks over this rank's heads; the
+ *                  cp = 1 path, and (attention_cp.c) what context
+ *                  parallelism adds: ring and Ulysses
+ *   moe.c          the MoE block: router, dispatch to the experts' ranks
+ *                  (moe_dispatch.c), grouped experts, combine
+ *   acts.c         where a micro-batch's activations live
+ *   block.c        a transformer block from the pieces above
+ *   gpt.c          the model: life cycle, views of the state, embedding,
+ *                  head, passes over layer ranges
+ *
+ * Every tensor lives in flat buffers laid out by the registry; the structs
+ * below only name the pieces. All compute goes through mt_ops, all
+ * communication through comm (the model calls no MPI). The model does not
+ * know who holds its state: a pass is a list of pieces (mt_gpt_pass), each
+ * naming the registry units it reads, and whoever runs the pass (the
+ * pipeline executor in lib/parallel, or mt_gpt_forward for a model that
+ * owns its buffers) binds those units first (mt_gpt_bind_unit).
  *
  * Tensor parallelism (Megatron-style) over a tp group of size tp: the fused
  * QKV and mlp.fc are column-parallel (each rank computes NH/tp heads and 4C/tp
@@ -14,12 +33,11 @@
  * sequence parallelism (sp) the LayerNorm and residual regions hold T/tp
  * positions of every sequence.
  *
- * Context parallelism (cp) splits every sequence over the cp group
- * (mt_cp: ring or Ulysses attention); a rank holds T/cp tokens of each
- * sequence, its chunks one after the other, and every layer but attention
- * and the positional embedding works on them as on any rows. Attention is
- * computed by blocks (FlashAttention-2): per layer only the output and the
- * rows' log-sum-exp are kept, never a T x T matrix.
+ * Context parallelism (cp) splits every sequence over the cp group; a rank
+ * holds T/cp tokens of each sequence, its chunks one after the other, and
+ * every layer but attention and the positional embedding works on them as
+ * on any rows. Attention is computed by blocks (FlashAttention-2): per layer
+ * only the output and the rows' log-sum-exp are kept, never a T x T matrix.
  *
  * Activation shapes below: T = m->T, the tokens of a sequence on this rank
  * (seq_len / cp); BT = B*T rows inside tensor-parallel blocks, BTs = B*T/tp
@@ -30,10 +48,13 @@
 #define MT_MODEL_H
 
 #include <stdint.h>
+#include "comm/comm.h"
 #include "core/core.h"
 #include "kernels/kernels.h"
-#include "parallel/parallel.h"
 #include "registry/registry.h"
+
+/* ------------------------------------------------------------------ */
+/* shapes (shape.c)                                                    */
 
 typedef struct {
   int n_layer, n_embd, n_head, seq_len;
@@ -73,6 +94,328 @@ int mt_model_preset(const char *name, mt_model_shape *s);
 int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e);
 /* parameter count (true, unpadded, tied embedding counted once) */
 size_t mt_model_num_params(const mt_model_shape *s);
+
+/* ------------------------------------------------------------------ */
+/* registration (register.c)                                           */
+
+/* Where a rank sits, for registration: its tp rank of tp_size (sp:
+ * sequence parallelism), and its pipeline stage pp_rank of 0..pp_last with
+ * the stage of each of the n_layer blocks (stage_of_layer NULL: no pipeline,
+ * every stage holds every tensor). */
+typedef struct {
+  int tp_size, tp_rank, sp;
+  int n_layer;
+  const int *stage_of_layer;
+  int pp_last, pp_rank;
+  int ep_size, ep_rank, etp_size, etp_rank; /* the folded mesh (0: 1 and 0) */
+} mt_gpt_layout;
+
+/* Registers the model's tensors in r with their placements on every axis
+ * for the rank lay describes (sp marks the LayerNorm tensors
+ * tp_partial_grad; layers give units and pipeline stages; init rules and
+ * weight decay as attributes) and finalizes it: the layout any rank of any
+ * mesh would hold, without a model. Returns 0, or -1 with e set. */
+int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *shape, const mt_gpt_layout *lay,
+                           mt_err *e);
+/* The same without pipeline stages. */
+int mt_gpt_register(mt_registry *r, const mt_model_shape *shape, int tp_size, int tp_rank,
+                    int sp, mt_err *e);
+/* Pipeline stages in a registry of mt_gpt_register, from each tensor's
+ * layer attribute: layer l's tensors on stage_of_layer[l], the embeddings on
+ * the first stage, the final LN on last_stage, and the tied LM head a copy
+ * of wte on last_stage (pp_copy; its gradient is summed with the first
+ * stage's, so the two stay equal); finalizes the layout of stage pp_rank,
+ * which then holds only its own tensors. Returns 0, or -1 with e set. */
+int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_stage,
+                           int pp_rank, mt_err *e);
+
+/* ------------------------------------------------------------------ */
+/* tensor parallelism: the linears and their collectives (linear.c)    */
+
+/* The tp group as the model's linears see it. Without tensor parallelism
+ * (g NULL or of size 1) every collective below is a no-op or a copy.
+ * Activations are (B,T,C) row-major; under sequence parallelism (sp) a
+ * rank's slice of the sequence is (B,T/size,C), positions [rank*T/size,
+ * (rank+1)*T/size). Buffers live where the backend (ops) keeps its
+ * tensors. */
+typedef struct mt_tp {
+  mt_group *g;
+  const mt_ops *ops;
+  int size, rank;
+  int sp;
+  float *scratch;   /* the reduce-scatter's running sums, 2 slices (MT_MEM_COMM) */
+  size_t scratch_n;
+  float *grad_buf;  /* packs the partial gradients of one layer (MT_MEM_COMM) */
+  size_t grad_buf_n;
+  /* the linears' shape and scratch (mt_tp_set_linear): T tokens of a
+   * sequence and C channels of the (B,T,C) activations they gather and
+   * reduce; under sp a gathered column-parallel input full_in, a
+   * row-parallel output before its reduce-scatter (or a gathered output
+   * gradient) full_out, (BT,C) each, and an input gradient after its
+   * reduce-scatter dx_local (BTs,C) */
+  int T, C;
+  float *full_in, *full_out, *dx_local;
+} mt_tp;
+
+/* max_act: the largest (B,T,C) activation, in elements, that will be
+ * reduce-scattered; max_partial_grads: the most elements of tp_partial_grad
+ * tensors in one range handed to mt_tp_reduce_partial_grads. */
+void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
+                  const mt_ops *ops);
+void mt_tp_destroy(mt_tp *tp);
+void mt_tp_set_linear(mt_tp *tp, int T, int C, float *full_in, float *full_out, float *dx_local);
+
+/* Sum (in place) of the ranks' partial results: the forward of a
+ * row-parallel layer ("g") or the backward of a column-parallel one ("f"). */
+void mt_tp_allreduce(const mt_tp *tp, float *x, size_t n);
+void mt_tp_allreduce_max(const mt_tp *tp, float *x, size_t n);
+void mt_tp_allreduce_f64(const mt_tp *tp, double *x, size_t n);
+/* Sequence parallelism: the slices (B,T/size,C) of every rank -> full
+ * (B,T,C) on every rank ... */
+void mt_tp_gather_seq(const mt_tp *tp, const float *local, float *full, int B, int T, int C);
+/* ... and partial sums (B,T,C) -> this rank's slice (B,T/size,C) of the sum. */
+void mt_tp_reduce_scatter_seq(const mt_tp *tp, const float *full, float *local, int B, int T,
+                              int C);
+/* Sum over the group, in one all-reduce, the gradients of every tensor in
+ * the flat range [begin, end) that the registry marks tp_partial_grad. Once
+ * per reduction of those gradients over dp, before it. buf holds flat
+ * elements from buf_begin on (the whole flat buffer: buf_begin = 0). */
+void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, float *buf,
+                                   size_t buf_begin, size_t begin, size_t end);
+void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *grads,
+                                size_t begin, size_t end);
+/* Elements of tp_partial_grad tensors this rank holds in [begin, end). */
+size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end);
+
+/* Column-parallel linear (Megatron's ColumnParallelLinear): y (BT, OC) =
+ * f(x) W^T + b with this rank's OC rows of W (OC, C) and b (OC, or NULL).
+ * f is the identity forward without sp (x is the (BT,C) copy every tp rank
+ * holds) and an all-gather along T under sp (x is this rank's (BTs,C)
+ * slice); f(x) is what mt_linear_col_input returns. */
+const float *mt_linear_col_input(const mt_tp *tp, const float *x, int B);
+void mt_linear_col_forward(const mt_tp *tp, float *y, const float *x, const float *w,
+                           const float *b, int B, int OC);
+/* Its backward from dy (BT, OC): dw += dy^T f(x) and db += sum dy (f(x)
+ * gathered again under sp; x NULL: no weight gradient, dw and db unused),
+ * and the input gradient dy W formed in dpart (BT,C) and summed over tp
+ * (f's backward: an all-reduce in place, or a reduce-scatter along T into
+ * this rank's (BTs,C) slice). Returns the summed input gradient. */
+const float *mt_linear_col_backward(const mt_tp *tp, float *dpart, float *dw, float *db,
+                                    const float *dy, const float *x, const float *w, int B,
+                                    int OC);
+/* The weight gradients alone (a split backward's weight pass). */
+void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const float *dy,
+                                   const float *x, int B, int OC);
+/* Row-parallel linear (Megatron's RowParallelLinear): y = g(x W^T + b)
+ * with x (BT, IC) this rank's IC input channels, W (C, IC), b (C) added by
+ * tp rank 0 only (before the sum); g sums the partial outputs over tp: an
+ * all-reduce into y (BT,C), or under sp a reduce-scatter along T into y
+ * (BTs,C). */
+void mt_linear_row_forward(const mt_tp *tp, float *y, const float *x, const float *w,
+                           const float *b, int B, int IC);
+/* g in two halves, for a row-parallel layer that is not a matmul (the
+ * vocabulary-parallel embedding): where the partial (BT,C) output goes (y
+ * itself, or under sp a scratch), then the sum over tp into y. */
+float *mt_linear_row_partial(const mt_tp *tp, float *y);
+void mt_linear_row_reduce(const mt_tp *tp, float *y, int B);
+/* g's backward: the full (BT,C) output gradient from this rank's part dy
+ * (identity without sp, all-gather along T with). */
+const float *mt_linear_row_dout(const mt_tp *tp, const float *dy, int B);
+/* dx (BT, IC) = dy W (written), dw += dy^T x, db += sum dy (dw, db NULL:
+ * skipped); dy is g's backward's full output gradient. */
+void mt_linear_row_backward(const mt_tp *tp, float *dx, float *dw, float *db, const float *dy,
+                            const float *x, const float *w, int B, int IC);
+/* The weight gradients alone (a split backward's weight pass). */
+void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const float *dy,
+                                   const float *x, int B, int IC);
+
+/* ------------------------------------------------------------------ */
+/* attention (attention.c; context parallelism: attention_cp.c)        */
+
+/* Each sequence of T tokens is split over the cp group of size N.
+ *   ring:    into 2N chunks of T/(2N); rank r holds chunks r and 2N-1-r
+ *            (zigzag: an early and a late chunk, so every rank does the
+ *            same causal work), K and V pass around the ring;
+ *   ulysses: into N contiguous chunks of T/N; an all-to-all turns sequence
+ *            shards into head shards (each rank then attends over the whole
+ *            sequence with NH/N heads) and back; heads must divide by N.
+ * A rank holds its chunks of every sequence one after the other: local row
+ * j*len + i of a sequence is position chunk_pos[j] + i. Every other layer
+ * works on local rows as they are (the rows of a sequence need not be
+ * contiguous positions); the embedding adds the positions' wpe rows. */
+typedef enum { MT_CP_RING = 0, MT_CP_ULYSSES = 1 } mt_cp_mode;
+/* "ring" | "ulysses" -> mode; -1 if unknown */
+int mt_cp_mode_parse(const char *name);
+const char *mt_cp_mode_name(mt_cp_mode mode);
+
+typedef struct {
+  int size, rank;
+  mt_cp_mode mode;
+  int T;               /* global sequence length */
+  int T_local;         /* tokens of each sequence on this rank */
+  int n_chunks;        /* 1 (cp = 1, ulysses) or 2 (ring) */
+  int chunk_len;
+  int chunk_pos[2];    /* global position of each chunk's first token */
+} mt_cp_layout;
+
+/* The layout of rank `rank` of `size` (the caller checked that T splits:
+ * T % (2 size) == 0 for ring, T % size == 0 for ulysses). */
+void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T);
+/* seq (T tokens of one sequence) -> this rank's local tokens (T_local) */
+void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local);
+
+/* What attention keeps for backward, per layer and micro-batch (pieces of
+ * the model's activation sets): lse (B, NH, T_local) floats, the rows' LSE
+ * (under ulysses in the head layout (B, NH/N, T), as many floats); ulysses
+ * only, the head layout's q|k|v (B, T, 3C/N) and output (B, T, C/N), as
+ * many floats as the local qkv and output. */
+typedef struct {
+  float *lse, *qkv_h, *out_h;
+} mt_cp_saved;
+
+/* Causal self-attention of one tensor-parallel rank's heads, computed by
+ * blocks (the op table's attn_forward/merge/backward). At cp = 1 this rank
+ * holds whole sequences and attends locally; under context parallelism it
+ * holds lay's chunks and exchanges K/V (ring) or heads (Ulysses) over the
+ * cp group. C = its attention channels, NH its heads (hs = C/NH). */
+typedef struct {
+  mt_cp_layout lay;
+  mt_group *g;          /* NULL at cp = 1 */
+  const mt_ops *ops;
+  int max_B, C, NH, hs;
+  /* ring: K|V (max_B, T_local, 2C) buffers, two for K/V in flight and three
+   * for dK/dV (this step's part, the one arriving, the one leaving);
+   * MT_MEM_COMM */
+  size_t kv_numel;
+  float *kv[2], *dkv[3];
+  /* the model's scratch (activations), set with mt_attention_set_scratch:
+   * ring: part (max_B, T_local, C) and part_lse (max_B, NH, T_local), a
+   * block's partial result before its merge; ulysses: dout_h (max_B,
+   * T_local, C) and dqkv_h (max_B, T_local, 3C), gradients in the head
+   * layout */
+  float *part, *part_lse, *dout_h, *dqkv_h;
+} mt_attention;
+
+/* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
+void mt_attention_create(mt_attention *a, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
+                         int NH, const mt_ops *ops);
+void mt_attention_destroy(mt_attention *a);
+/* Floats of the scratch the model provides: what (0 part, 1 part_lse, 2
+ * dout_h, 3 dqkv_h) for this layout (0 where the mode needs none). */
+size_t mt_cp_scratch_numel(const mt_cp_layout *lay, int max_B, int C, int NH, int what);
+void mt_attention_set_scratch(mt_attention *a, float *part, float *part_lse, float *dout_h,
+                              float *dqkv_h);
+/* Floats of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
+size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);
+
+/* out (B, T_local, C) = causal attention of the local queries over the
+ * whole sequence, from qkv (B, T_local, 3C) (this rank's q|k|v); keeps s.
+ * Collective over the cp group. */
+void mt_attention_forward(mt_attention *a, float *out, const float *qkv, const mt_cp_saved *s,
+                          int B);
+/* WRITES dqkv (B, T_local, 3C), the gradient of this rank's q|k|v, from
+ * dout (B, T_local, C) and the forward's out, qkv and s. Collective. */
+void mt_attention_backward(mt_attention *a, float *dqkv, const float *dout, const float *out,
+                           const float *qkv, const mt_cp_saved *s, int B);
+
+/* ------------------------------------------------------------------ */
+/* expert parallelism: MoE token dispatch on the folded mesh (moe_dispatch.c) */
+
+/* The tokens of a MoE layer go to their experts' ranks and back. Each rank
+ * routes its own local tokens (N = S sequence slices of Ts tokens: whole
+ * sequences, or under tensor parallelism its 1/tp slice of each, the slices
+ * of one sequence held by the ranks of seq_g). A token's k choices become
+ * slots; a slot is dispatched by all-to-all-v over ep (the counts exchanged
+ * first) to the rank holding its expert, the etp ranks of that rank gather
+ * each other's received rows (each computes its share of every expert's
+ * hidden units for all of them), and the results come back by
+ * reduce-scatter over etp (summing the shares) and all-to-all-v over ep.
+ *
+ * Layouts, all deterministic: slots are sent expert-major (expert, then
+ * token, in order); a rank's received rows come by source rank, experts
+ * in order within each; after the etp gather the rows of etp rank t come
+ * before those of t+1 ("gathered order"); the experts compute on
+ * expert-major rows (expert, then etp rank, then ep source rank).
+ *
+ * Capacity (capacity factor c > 0): expert e takes at most ceil(c T k / E)
+ * slots of each sequence of T tokens, first choices before second choices,
+ * each in position order; the rest are dropped (their weight stays in the
+ * renormalisation, their output is 0). Counted per sequence, so the same
+ * tokens are dropped under any layout and micro-batch size. Dropless
+ * (c = 0) keeps every slot. */
+typedef struct {
+  mt_group *ep_g, *etp_g, *seq_g; /* NULL or size 1: that axis is absent */
+  const mt_ops *ops;
+  int E, k, E_l;                  /* experts, choices per token, experts per ep rank */
+  int ep, ep_rank, etp, etp_rank, seq_size, seq_rank;
+  int T;                          /* tokens of a whole sequence */
+  int cap;                        /* slots an expert takes per sequence; 0: dropless */
+  int max_seqs, max_tokens;       /* S and N of the largest micro-batch */
+  size_t max_send, max_recv, max_rows; /* bounds of n_send, n_recv, n_rows */
+  int *owner, *order;             /* per expert its ep rank; the experts by owner, then index */
+  int *h;                         /* host scratch (routing decisions) */
+  size_t h_n;
+} mt_ep;
+
+/* What routing decided, as ints (host; the model keeps a copy with the
+ * micro-batch's activations): MT_EP_N_SEND slots sent, MT_EP_N_RECV rows
+ * received over ep, MT_EP_N_ROWS rows after the etp gather, MT_EP_DROPPED
+ * local slots dropped, then send_counts[ep], recv_counts[ep] (rows to and
+ * from each ep rank), etp_rows[etp] (rows received by each etp rank) and
+ * expert_off[E_l + 1] (the experts' offsets in expert-major rows). */
+enum { MT_EP_N_SEND, MT_EP_N_RECV, MT_EP_N_ROWS, MT_EP_DROPPED, MT_EP_HEAD };
+/* ints of a routing record for these axes (E_l experts per ep rank) */
+int mt_ep_meta_ints(int ep, int etp, int E_l);
+const int *mt_ep_send_counts(const mt_ep *x, const int *meta);
+const int *mt_ep_recv_counts(const mt_ep *x, const int *meta);
+const int *mt_ep_etp_rows(const mt_ep *x, const int *meta);
+const int *mt_ep_expert_off(const mt_ep *x, const int *meta);
+
+/* Row bounds for micro-batches of S sequence slices of Ts tokens: slots a
+ * rank sends, rows it receives over ep, rows after the etp gather (what the
+ * buffers are sized for: every source rank's tokens could choose this rank's
+ * experts; under capacity, at most the capacity of each). */
+void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, int S, int Ts,
+                  size_t *max_send, size_t *max_recv, size_t *max_rows);
+/* slots an expert takes per sequence of T tokens at capacity factor c (0: 0, dropless) */
+int mt_ep_capacity(double c, int T, int k, int E);
+
+/* Groups (NULL: absent), the routing shape, the largest micro-batch, and
+ * which ep rank owns each of the E experts (the registry's placement,
+ * mt_registry_ep_owner; NULL: E/ep consecutive experts per rank). */
+void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, const mt_ops *ops,
+                  int E, int k, int T, double capacity, int max_seqs, int ts, const int *owner);
+void mt_ep_destroy(mt_ep *x);
+
+/* Routing statistics of one call, for the metrics (host). */
+typedef struct {
+  double *tokens;   /* E: slots this rank routed to each expert (before dropping), added */
+  double dropped;   /* slots dropped, added */
+} mt_ep_stats;
+
+/* Decide and lay out the dispatch of N = S * Ts local tokens from the
+ * router's choices top_idx (N,k, backend memory). Collective over seq_g
+ * (the per-sequence counts), ep and etp (the counts). Writes (backend
+ * memory): slot (N,k) the send position of each choice or -1 (dropped);
+ * send_tok (n_send) the token of each sent slot; perm (n_rows): row i of
+ * expert-major order is row perm[i] of gathered order, inv its inverse;
+ * seq_frac (S,E) the fraction of each sequence's slots (all slices, before
+ * dropping) routed to each expert. meta (host) as above; st may be NULL. */
+void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok, int *perm,
+                 int *inv, float *seq_frac, int *meta, mt_ep_stats *st);
+/* send (n_send, C), expert-major per ep rank -> all-to-all-v over ep ->
+ * recv (n_recv, C) -> all-gather-v over etp -> rows (n_rows, C), gathered
+ * order (without etp, rows may be recv). */
+void mt_ep_dispatch(const mt_ep *x, const int *meta, const float *send, float *recv, float *rows,
+                    int C);
+/* rows (n_rows, C), gathered order, this etp rank's partial sums ->
+ * reduce-scatter-v over etp -> recv (n_recv, C) -> all-to-all-v over ep
+ * back -> send (n_send, C), in send order (without etp, recv may be rows). */
+void mt_ep_combine(const mt_ep *x, const int *meta, const float *rows, float *recv, float *send,
+                   int C);
+
+/* ------------------------------------------------------------------ */
+/* tensors and activations                                             */
 
 /* per-layer tensors; weights are (out, in) row-major */
 typedef struct {
@@ -142,6 +485,42 @@ typedef struct {
 
 #define MT_GPT_MAX_ACT_BUFFERS 48
 
+/* ------------------------------------------------------------------ */
+/* the MoE block (moe.c)                                               */
+
+/* One MoE block's routed half, for every MoE block of the model in turn:
+ * this rank's share of the experts, the dispatcher, one block's scratch
+ * (reused block after block) and the routing statistics. Tokens: under
+ * tensor parallelism each tp rank routes its 1/tp slice of every sequence
+ * (Ts = T/tp local tokens per sequence; without sp the block slices its
+ * (BT,C) input and gathers its output). */
+typedef struct {
+  int n_blocks;          /* MoE blocks of the model (0: dense) */
+  int E, k, C;           /* experts, choices per token, width */
+  int ep_size, ep_rank, etp_size, etp_rank;
+  int E_local, Fe_local; /* experts here, hidden units of each here */
+  int Ts;                /* local tokens per sequence */
+  int slice;             /* tokens split over tp without sp: the block slices its input */
+  size_t send, recv, rows; /* row bounds of the dispatch (micro-batch max_B) */
+  int meta_n;            /* ints of a routing record */
+  mt_ep ep;              /* the dispatcher */
+  float aux_coef, z_coef;
+  /* one block's scratch (activation memory) */
+  float *logits, *dtw, *xloc, *out, *send_buf, *recv_buf;
+  float *rows_buf, *rows2_buf, *hid_buf, *hid2_buf, *full, *dxl;
+  float *seq_buf;        /* (B,E): per-sequence probability sums, or the load-balancing gradient */
+  int *send_tok, *meta_host;
+  /* routing statistics of training forwards since mt_gpt_moe_stats_reset
+   * (per MoE block m: tokens[m*E + e] slots routed to expert e, dropped[m],
+   * aux[m] this rank's share of the load-balancing loss x tokens, z[m] of
+   * the z-loss x tokens) */
+  int stats_on;
+  double *tokens, *dropped, *aux, *z;
+} mt_moe;
+
+/* ------------------------------------------------------------------ */
+/* the model (gpt.c)                                                   */
+
 /* How the model is split: the tensor-parallel group (NULL or of size 1: no
  * tensor parallelism) and sequence parallelism over it; and how activations
  * are kept: recompute (an activation set holds only each layer's input and
@@ -160,8 +539,8 @@ typedef struct {
   const int *stage_of_layer;
   int pp_rank, pp_last;
   /* the parameters and gradients live with the caller (the dp/ZeRO engine),
-   * who hands them over with mt_gpt_set_state_source before the first pass;
-   * 0: the model allocates flat buffers of its own (m->params, m->grads) */
+   * who binds each unit before a pass uses it (mt_gpt_bind_unit); 0: the
+   * model allocates flat buffers of its own (m->params, m->grads) */
   int external_state;
   /* context parallelism: the cp group (NULL or size 1: none; for a plan a
    * group with only size and rank set) and mt_cp_mode */
@@ -172,122 +551,71 @@ typedef struct {
   mt_group *ep, *etp;
 } mt_gpt_parallel;
 
-/* Where a rank sits, for registration: its tp rank of tp_size (sp:
- * sequence parallelism), and its pipeline stage pp_rank of 0..pp_last with
- * the stage of each of the n_layer blocks (stage_of_layer NULL: no pipeline,
- * every stage holds every tensor). */
-typedef struct {
-  int tp_size, tp_rank, sp;
-  int n_layer;
-  const int *stage_of_layer;
-  int pp_last, pp_rank;
-  int ep_size, ep_rank, etp_size, etp_rank; /* the folded mesh (0: 1 and 0) */
-} mt_gpt_layout;
-
 typedef struct mt_gpt {
   mt_model_shape shape;
   const mt_ops *ops;
   mt_registry reg;
-  mt_state_source src;   /* where the parameters and gradients are, unit by unit */
-  float *params, *grads; /* a model on its own (not external_state): flat, reg.numel_local
-                            each, the tensors this stage holds; else NULL */
-  mt_gpt_tensors p, g;   /* views, bound unit by unit as the source hands units over */
+  /* this rank's share of the split dims, read from the registry */
+  struct {
+    int T;                          /* tokens of a sequence on this rank (seq_len / cp) */
+    int T_sp;                       /* positions per sequence in the sp region (T/tp under sp) */
+    int C_local, NH_local, F_local; /* attention channels and heads, the widest MLP here */
+    int V_local, v_start, v_real;   /* vocab rows held, first global row, rows < vocab */
+    int *mlp_local; /* per block: its MLP's (or shared experts') hidden units here, 0: none */
+  };
+  /* the state: views named per tensor, bound unit by unit */
+  mt_gpt_tensors p, g;
   float ***pview, ***gview; /* per registry tensor: the view it binds (looked up by name) */
   int unit_embed, unit_final; /* registry units of the embeddings and the final LN */
   int *unit_block;       /* per block */
   int *unit_experts;     /* per block: the unit of its experts (MoE blocks), else -1 */
-  int *tok_in, *tok_tgt; /* the micro-batch's tokens in backend memory, (B,T) each */
-  int max_B, T;          /* T: tokens of a sequence on this rank (seq_len / cp) */
-  int cur_B; /* micro-batch of the last forward */
-  mt_gpt_acts a, d;      /* d: scratch gradients of activations */
+  float *params, *grads; /* a model on its own (not external_state): flat, reg.numel_local
+                            each, the tensors this stage holds; else NULL */
+  /* the modules */
+  mt_tp tp;              /* the linears' tensor-parallel communication */
+  mt_attention attn;     /* attention over this rank's heads (and the sequence's chunks) */
+  mt_moe moe;            /* the MoE blocks' routed experts */
+  /* activations */
+  int max_B, cur_B;      /* largest micro-batch; the micro-batch of the last mt_gpt_forward */
   int recompute, split_backward; /* see mt_gpt_parallel */
+  mt_gpt_acts a;         /* the whole model's set (mt_gpt_create_parallel only) */
+  mt_gpt_acts d;         /* scratch gradients of activations, one layer's */
   mt_gpt_acts ws;        /* recompute: one layer's activations (slot 0), rebuilt per layer */
   size_t ws_bytes;
-  mt_tp tp;              /* tensor-parallel communication */
-  mt_cp cp;              /* attention over the sequence's chunks (cp = 1: all of it here) */
-  /* this rank's share of the split dims, read from the registry */
-  int C_local, NH_local, F_local; /* attention channels and heads, MLP hidden */
-  int V_local, v_start, v_real;   /* vocab rows held, first global row, rows < vocab */
-  int T_sp;              /* positions per sequence in the sp region (T/tp under sp, else T) */
-  /* tp scratch: a gathered column-parallel input; a row-parallel output
-   * before its reduce-scatter, or a gathered output gradient (BT,C) each
-   * (sp only); an input gradient after its reduce-scatter (BTs,C) (sp only);
-   * cross-entropy row maxima (BT) and sums | target logits (BT,2) doubles */
-  float *full_in, *full_out, *dln_local, *rowmax;
+  int *moe_window_of;    /* [n]: the most MoE blocks among any n consecutive blocks */
+  /* the head's cross-entropy: row maxima (BT) and sums | target logits (BT,2) doubles */
+  float *rowmax;
   double *xent_stats;
-  size_t act_bytes;      /* activation bytes allocated (or counted) at creation */
-  size_t comm_bytes;     /* comm-buffer bytes of its tensor parallelism */
-  int count_only;        /* mt_gpt_create_plan: nothing allocated */
-  int n_act; /* every activation buffer, for freeing and accounting */
+  int *tok_in, *tok_tgt; /* the micro-batch's tokens in backend memory, (B,T) each */
+  int *inputs, *targets; /* mt_gpt_forward's tokens, kept for mt_gpt_backward (host) */
+  size_t act_bytes;      /* activation bytes allocated at creation */
+  int n_act;             /* every activation buffer, for freeing */
   void *act_ptr[MT_GPT_MAX_ACT_BUFFERS];
   size_t act_size[MT_GPT_MAX_ACT_BUFFERS];
-  int *inputs, *targets;
-  /* MoE (shape.moe_experts > 0) */
-  int n_moe;             /* MoE blocks */
-  int *mlp_local;        /* per block: its MLP's (or shared experts') hidden units here, 0: none */
-  int F_slot;            /* the largest of mlp_local: the stride of MLP activations */
-  int moe_window;        /* the most MoE blocks in a set of any n consecutive blocks (per n) */
-  int *moe_window_of;    /* [n] for n = 0..n_layer */
-  int ep_size, ep_rank, etp_size, etp_rank;
-  int E_local, Fe_local; /* experts here, hidden units of each here */
-  int Ts;                /* local tokens per sequence in a MoE block */
-  int moe_slice;         /* tokens split over tp without sp: a MoE block slices its input */
-  size_t moe_send, moe_recv, moe_rows; /* row bounds of the dispatch (micro-batch max_B) */
-  int moe_meta_n;        /* ints of a routing record */
-  mt_ep ep;              /* the dispatcher (not in a plan model) */
-  float moe_aux_coef, moe_z_coef;
-  /* one MoE block's scratch, reused block after block (see moe.c) */
-  float *moe_logits, *moe_dtw, *moe_xloc, *moe_out, *moe_send_buf, *moe_recv_buf;
-  float *moe_rows_buf, *moe_rows2_buf, *moe_hid_buf, *moe_hid2_buf, *moe_full, *moe_dxl;
-  float *moe_seq_buf;    /* (B,E): per-sequence probability sums, or the load-balancing gradient */
-  int *moe_send_tok, *moe_meta_host;
-  /* routing statistics of training forwards since mt_gpt_moe_stats_reset
-   * (per MoE block m: moe_tokens[m*E + e] slots routed to expert e,
-   * moe_dropped[m], moe_aux[m] this rank's share of the load-balancing
-   * loss x tokens, moe_z[m] of the z-loss x tokens) */
-  int moe_stats_on;
-  double *moe_tokens, *moe_dropped, *moe_aux, *moe_z;
 } mt_gpt;
 
-/* Called after the gradients of layer `layer` are final in this backward
- * pass (layers count down from n_layer-1; -1 means embeddings, the last). */
-typedef void (*mt_grad_ready_fn)(void *ctx, int layer);
-
-/* Registers the model's tensors in r with their placements on every axis
- * for the rank lay describes (sp marks the LayerNorm tensors
- * tp_partial_grad; layers give units and pipeline stages; init rules and
- * weight decay as attributes) and finalizes it: the layout any rank of any
- * mesh would hold, without a model. Returns 0, or -1 with msg filled. */
-int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *shape, const mt_gpt_layout *lay,
-                           char *msg, size_t msg_len);
-/* The same without pipeline stages. */
-int mt_gpt_register(mt_registry *r, const mt_model_shape *shape, int tp_size, int tp_rank,
-                    int sp, char *msg, size_t msg_len);
 /* Registers the parameters, allocates params, grads and activations for
  * micro-batches of up to max_B sequences of shape->seq_len tokens, split as
  * par says (NULL: not split). Under context parallelism the model sees this
- * rank's seq_len / cp tokens of each sequence (m->cp.lay says which: take
+ * rank's seq_len / cp tokens of each sequence (m->attn.lay says which: take
  * them with mt_cp_take_tokens). */
 int mt_gpt_create_parallel(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
                            int max_B, const mt_gpt_parallel *par, mt_err *e);
 int mt_gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
                   mt_err *e);
+/* mt_gpt_create_parallel without the whole-model activation set m->a (a
+ * pipeline stage binds one set per micro-batch in flight; mt_gpt_forward and
+ * mt_gpt_backward are then unusable, the passes are). */
+int mt_gpt_create_stage(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
+                        const mt_gpt_parallel *par, mt_err *e);
 void mt_gpt_destroy(mt_gpt *m);
-/* Hand the model its state (external_state models, before the first pass). */
-void mt_gpt_set_state_source(mt_gpt *m, const mt_state_source *src);
+/* Where a rank split as par says sits, for registration (par NULL: one
+ * rank): what mt_gpt_register_layout needs to place its tensors. */
+mt_gpt_layout mt_gpt_layout_of(const mt_model_shape *shape, const mt_gpt_parallel *par);
 /* A model that owns its buffers: deterministic, layout-free initialisation
  * by the registry's init rules (each element a pure function of (seed,
  * tensor name, global index)). */
 void mt_gpt_init_params(mt_gpt *m, uint64_t seed);
-/* Forward on inputs/targets (B,T) (T = m->T, this rank's tokens); returns
- * the mean loss over the B*T positions; keeps activations for backward. Under tensor parallelism every
- * rank of the tp group calls it with the same batch (collective). */
-float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B);
-/* Backward of (sum of position losses) * dloss into m->grads (accumulating).
- * hook may be NULL. Under sp the gradients of tp_partial_grad tensors are
- * this rank's part only: the hook (or the caller) sums them over tp with
- * mt_tp_reduce_partial_grads before the optimizer reads them. */
-void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx);
 /* a model that owns its buffers: gradients to zero */
 void mt_gpt_zero_grad(mt_gpt *m);
 /* MoE: the coefficients of the load-balancing (Switch) and router z-losses
@@ -298,56 +626,76 @@ void mt_gpt_moe_stats(mt_gpt *m, int on);
 void mt_gpt_moe_stats_reset(mt_gpt *m);
 /* first flat offset of layer l's unit (l = n_layer: the final LN; -1: embeddings) */
 size_t mt_gpt_layer_offset(const mt_gpt *m, int layer);
-/* Bytes this rank sends over the tp group for one forward + backward of a
- * micro-batch of B sequences (per_step = 0), or once per optimizer step
- * outside the micro-batches (per_step = 1: the sp partial-gradient sums), as
- * the layout implies; 0 without tensor parallelism. */
-double mt_gpt_tp_bytes(const mt_gpt *m, int B, int per_step);
 
 /* ------------------------------------------------------------------ */
-/* pipeline stages: layer ranges over caller-owned activation sets      */
+/* passes: a layer range's forward or backward as a list of pieces     */
 
-/* Floats of one activation set for n_layers layers of a micro-batch of B
- * sequences (with_head: the final LN, logits and losses too); bind carves
- * the set out of mem (64-byte aligned pieces). In a set, layer l0 + j of a
- * range [l0, l1) uses slot j; a->encoded is the range's input hidden state
- * (BTs,C) (the embedding's output, or what the previous stage sent) and
- * slot n_layers-1 of a->residual3 its output. */
-size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head);
-/* mt_gpt_create_parallel without the whole-model activation set m->a (a
- * pipeline stage binds one set per micro-batch in flight; mt_gpt_forward and
- * mt_gpt_backward are then unusable, the range functions below are). */
-int mt_gpt_create_stage(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
-                        const mt_gpt_parallel *par, mt_err *e);
-void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
-                      int with_head);
-/* mt_gpt_create_stage that allocates nothing (no MPI either: par->tp may be
- * a group with only size and rank set): m->act_bytes and m->comm_bytes say
- * what it would allocate, mt_gpt_acts_numel and mt_gpt_tp_bytes_range work;
- * nothing else does. Free with mt_gpt_destroy. For plans and memory checks. */
-int mt_gpt_create_plan(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
-                       const mt_gpt_parallel *par, mt_err *e);
-/* Bytes this rank sends over tp for one forward + backward of a micro-batch
- * of B sequences through n_layers blocks (embed, head: the range holds the
- * embedding, the head), as the layout implies; 0 without tensor
- * parallelism. */
-double mt_gpt_tp_bytes_range(const mt_gpt *m, int B, int n_layers, int embed, int head);
-/* Bytes this rank sends over cp for one forward + backward of a micro-batch
- * of B sequences through n_layers blocks (recompute: the forwards again);
- * 0 without context parallelism. */
-double mt_gpt_cp_bytes_range(const mt_gpt *m, int B, int n_layers);
-/* The same for the blocks [l0, l1) (MoE blocks move other bytes than dense
- * ones), and the bytes over the expert groups: [0] ep, [1] etp, as a
- * balanced routing implies (exact when every expert gets the same share of
- * the slots, e.g. k = E). */
-double mt_gpt_tp_bytes_layers(const mt_gpt *m, int B, int l0, int l1, int embed, int head);
-void mt_gpt_expert_bytes_layers(const mt_gpt *m, int B, int l0, int l1, double out[2]);
-/* The range's output hidden state (BTs,C) in a. */
-float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
-/* Forward of layers [l0, l1) for one micro-batch: embed (the range starts
- * the model) reads inputs (B,T) into a->encoded, otherwise a->encoded holds
- * the input; head (the range ends the model) adds the final LN, LM head and
- * loss and returns the sum of the B*T position losses (else 0). */
+/* A pass over the blocks [l0, l1) of one micro-batch: embed (the range
+ * starts the model: the embedding first), head (it ends the model: the
+ * final LN, LM head and loss last). The backward of a split-backward model
+ * (split_backward) is an input pass (MT_PASS_BACKWARD with input_only) and
+ * a later weight pass. */
+typedef enum { MT_PASS_FORWARD = 0, MT_PASS_BACKWARD = 1, MT_PASS_WEIGHT = 2 } mt_pass;
+
+typedef enum {
+  MT_PIECE_EMBED, /* the embedding of the tokens into a->encoded, or its gradients */
+  MT_PIECE_BLOCK, /* block `layer` */
+  MT_PIECE_HEAD,  /* final LN, LM head and loss; backward: from the loss */
+  MT_PIECE_DOUT,  /* backward without the head: the range's output gradient, from dout */
+  MT_PIECE_END    /* nothing to compute: the last use of units (the tied LM head's copy) */
+} mt_piece_kind;
+
+/* One piece of a pass, and the registry units it touches (-1: none): use,
+ * the units whose parameters it reads (and in a backward, whose gradients
+ * it adds to), to be bound (mt_gpt_bind_params, mt_gpt_bind_grads) before
+ * it runs; done, the units whose gradients of this micro-batch are complete
+ * once it has run (a full backward only); release, the units the pass reads
+ * no more (the embeddings stay in use from the forward to the backward). */
+typedef struct {
+  mt_piece_kind kind;
+  int layer;
+  int use[2], done[2], release[2];
+} mt_piece;
+
+/* The pieces of a pass, in order, into out (room for l1 - l0 + 3); returns
+ * their number. */
+int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int head,
+                mt_piece *out);
+
+/* What a pass works on: the micro-batch's activation set a (holding blocks
+ * [l0, l1)), its B sequences' tokens (B,T) on the host (inputs for the
+ * embedding, targets for the head), and for a backward the gradient dout
+ * (BTs,C) of the range's output (without the head) and dloss, the scale of
+ * the summed position losses; input_only: the input pass of a split
+ * backward. */
+typedef struct {
+  mt_gpt_acts *a;
+  int l0, l1, B;
+  const int *inputs, *targets;
+  const float *dout;
+  float dloss;
+  int input_only;
+} mt_pass_args;
+
+/* Point unit u's parameter (gradient) views at mem, the memory of the
+ * unit's first element (NULL: unbound). */
+void mt_gpt_bind_params(mt_gpt *m, int u, float *mem);
+void mt_gpt_bind_grads(mt_gpt *m, int u, float *mem);
+/* Runs one piece of a pass (its units bound). A forward's HEAD returns the
+ * sum of the B*T position losses; 0 otherwise. After a backward the
+ * gradient of the range's input is mt_gpt_input_grad's (BTs,C), in scratch
+ * valid until the next backward; with the embedding it has gone into wte
+ * and wpe. */
+double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pass_args *x);
+const float *mt_gpt_input_grad(const mt_gpt *m);
+
+/* Called after the gradients of layer `layer` are final in this backward
+ * pass (layers count down from n_layer-1; -1 means embeddings, the last). */
+typedef void (*mt_grad_ready_fn)(void *ctx, int layer);
+
+/* A model that owns its buffers, every unit bound: the passes run whole.
+ * Forward of layers [l0, l1) for one micro-batch into a (see mt_pass_args);
+ * returns the sum of the B*T position losses with the head (else 0). */
 double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
                             const int *inputs, const int *targets, int B);
 /* Backward of the same range, accumulating into m->grads: head: from the
@@ -358,23 +706,30 @@ double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed
 const float *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
                                    const int *inputs, const int *targets, const float *dout,
                                    float dloss, int B);
-/* The backward split in two (needs split_backward): the input pass as
- * mt_gpt_backward_range, with every LayerNorm and the embedding's gradients
- * but no linear's weight or bias gradient (their output gradients go into
- * a); the weight pass, any time later while a is held, adds dW = dY^T X and
- * db = sum dY of each linear (and the LM head's). Together they give the
- * gradients of mt_gpt_backward_range, bitwise. */
-const float *mt_gpt_backward_range_input(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed,
-                                         int head, const int *inputs, const int *targets,
-                                         const float *dout, float dloss, int B);
-void mt_gpt_backward_range_weight(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int head, int B);
-/* Pipeline stages in a registry of mt_gpt_register, from each tensor's
- * layer attribute: layer l's tensors on stage_of_layer[l], the embeddings on
- * the first stage, the final LN on last_stage, and the tied LM head a copy
- * of wte on last_stage (pp_copy; its gradient is summed with the first
- * stage's, so the two stay equal); finalizes the layout of stage pp_rank,
- * which then holds only its own tensors. Returns 0, or -1 with msg filled. */
-int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_stage,
-                           int pp_rank, char *msg, size_t msg_len);
+/* Forward on inputs/targets (B,T) (T = m->T, this rank's tokens); returns
+ * the mean loss over the B*T positions; keeps activations for backward.
+ * Under tensor parallelism every rank of the tp group calls it with the
+ * same batch (collective). */
+float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B);
+/* Backward of (sum of position losses) * dloss into m->grads (accumulating).
+ * hook may be NULL. Under sp the gradients of tp_partial_grad tensors are
+ * this rank's part only: the hook (or the caller) sums them over tp with
+ * mt_tp_reduce_partial_grads before the optimizer reads them. */
+void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx);
+
+/* ------------------------------------------------------------------ */
+/* activation sets (acts.c)                                            */
+
+/* Floats of one activation set for n_layers layers of a micro-batch of B
+ * sequences (with_head: the final LN, logits and losses too); bind carves
+ * the set out of mem (64-byte aligned pieces). In a set, layer l0 + j of a
+ * range [l0, l1) uses slot j; a->encoded is the range's input hidden state
+ * (BTs,C) (the embedding's output, or what the previous stage sent) and
+ * slot n_layers-1 of a->residual3 its output. */
+size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head);
+void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+                      int with_head);
+/* The range's output hidden state (BTs,C) in a. */
+float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
 
 #endif

@@ -1,10 +1,13 @@
-/* Shared by lib/model's files (not part of the API): a MoE block's
- * activations for one micro-batch, and the routed half of the block
- * (moe.c), which gpt.c calls between its tensor-parallel plumbing. */
+/* Shared by lib/model's files (not part of the API): where one layer's
+ * activations are, the block's forward and backward, the MoE block's and
+ * attention's internals. */
 #ifndef MT_MODEL_INTERNAL_H
 #define MT_MODEL_INTERNAL_H
 
 #include "model/model.h"
+
+/* ------------------------------------------------------------------ */
+/* activations (acts.c)                                                */
 
 /* One MoE block's slot of an activation set (shapes in mt_gpt_acts). */
 typedef struct {
@@ -12,17 +15,90 @@ typedef struct {
   int *top, *slot, *meta, *perm, *inv;
 } mt_moe_acts;
 
-/* The routed experts of block l on this rank's local tokens x (N = S x Ts
- * rows, S sequences' slices of Ts tokens): router, routing, dispatch,
- * experts, combine into out (N, C). Collective over the ep, etp and (tokens
- * split over tp) tp groups. */
-void mt_moe_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_moe_acts *a,
-                    const float *x, float *out, int S, int Ts);
-/* Its backward from dout (N, C): the experts' and router's weight
- * gradients into g, the input gradient added to dx (N, C); dloss scales
- * the load-balancing and z-loss terms as it scales each token's loss. */
-void mt_moe_backward(mt_gpt *m, int l, const mt_block_tensors *w, mt_block_tensors *g,
-                     const mt_moe_acts *a, const float *x, const float *dout, float *dx, int S,
-                     int Ts, float dloss);
+/* Where one layer's activations are (shapes as in mt_gpt_acts, one layer):
+ * slot j of a set, or under recompute the workspace m->ws for all but the
+ * output res3 (always slot j of the set: the next layer's input). A MoE
+ * block also has its slot among the set's MoE blocks (moe). */
+typedef struct {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *attproj, *res2;
+  float *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *fcproj, *res3;
+  float *dy_qkv, *dy_attproj, *dy_fc, *dy_fcproj; /* split backward only */
+  mt_cp_saved att;  /* what attention keeps: the rows' LSE (Ulysses: head-layout q|k|v, out) */
+  int is_moe;
+  mt_moe_acts moe;
+} mt_layer_acts;
+
+/* Activation sets: SET_KEPT is a set as the model keeps it for backward
+ * (see mt_gpt_parallel), SET_WORKSPACE every per-layer activation
+ * (recompute's one-layer workspace). */
+typedef enum { MT_SET_KEPT, MT_SET_WORKSPACE } mt_act_set_kind;
+size_t mt_act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head, mt_act_set_kind k);
+void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+                     int with_head, mt_act_set_kind k);
+/* layer l of a set holding the range that starts at l0 */
+mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, int B);
+/* the input hidden state (BTs,C) of slot j: the range's input or slot j-1's output */
+const float *mt_layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B);
+
+/* ------------------------------------------------------------------ */
+/* a transformer block (block.c)                                       */
+
+/* Forward of block l from its input x0 (BTs,C) into x. */
+void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const float *x0,
+                      const mt_layer_acts *x, int B);
+/* Recompute: layer l's activations into the workspace again, from its
+ * input (bitwise the stored values). */
+void mt_block_recompute(mt_gpt *m, int l, const float *x0, const mt_layer_acts *x, int B);
+/* Backward of block l: dres (BTs,C) holds d(output) and becomes d(input).
+ * input_only: no linear's weight or bias gradient; their output gradients
+ * go to x->dy_* for mt_block_backward_weight (LayerNorm gradients stay
+ * here). */
+void mt_block_backward(mt_gpt *m, int l, const float *x0, const mt_layer_acts *x, float *dres,
+                       int input_only, float dloss, int B);
+/* The weight pass of block l: dW += dY^T X, db += sum dY for each linear,
+ * from the output gradients the input pass kept (dense blocks only). */
+void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B);
+
+/* ------------------------------------------------------------------ */
+/* the MoE block (moe.c)                                               */
+
+/* Sizes the block from its share of the experts (n_blocks, E_local,
+ * Fe_local and the folded mesh set by the model) and the model's tokens,
+ * before the activation sets are laid out; create then allocates its
+ * scratch with act (activation memory; a count-only model gets NULL) and
+ * the dispatcher. */
+typedef float *(*mt_act_alloc_fn)(mt_gpt *m, size_t n);
+void mt_moe_size(mt_moe *x, const mt_gpt *m);
+void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *tp_g,
+                   mt_act_alloc_fn act);
+void mt_moe_destroy(mt_moe *x);
+/* The MLP half of a MoE block: the shared experts (when the block has
+ * them) have written their output into x->fcproj; the routed experts'
+ * output on the local tokens is added to it (or is it). */
+void mt_moe_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_layer_acts *x,
+                          int B);
+/* Its backward from dres (the gradient of the block's MLP output, (BTs,C)):
+ * the routed experts' input gradient, added to the shared experts' dln
+ * (BTs,C) or, without shared experts, written into spare (BT,C). Returns the
+ * gradient of the ln2 output. */
+const float *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x, const float *dres,
+                                   const float *dln, float *spare, float dloss, int B);
+
+/* ------------------------------------------------------------------ */
+/* attention (attention.c, attention_cp.c)                             */
+
+/* A block pair of attention: queries of a (B, rows, 3C) q|k|v buffer from
+ * row q_row, keys and values from a buffer of row stride kv_rs and rows_kv
+ * rows per sequence, out (B, rows, C) and lse (B, NH, rows). */
+mt_attn_block mt_attention_block(const mt_attention *a, int B, int rows, int Tq, int Tk,
+                                 int q_pos0, int k_pos0, size_t kv_rs, int rows_kv);
+/* context parallelism: ring and Ulysses (attention_cp.c) */
+void mt_attention_ring_forward(mt_attention *a, float *out, const float *qkv, float *lse, int B);
+void mt_attention_ring_backward(mt_attention *a, float *dqkv, const float *dout, const float *out,
+                                const float *qkv, const float *lse, int B);
+void mt_attention_ulysses_forward(mt_attention *a, float *out, const float *qkv,
+                                  const mt_cp_saved *s, int B);
+void mt_attention_ulysses_backward(mt_attention *a, float *dqkv, const float *dout,
+                                   const mt_cp_saved *s, int B);
 
 #endif

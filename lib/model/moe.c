@@ -1,6 +1,6 @@
-/* The routed half of a MoE block: router (linear -> softmax -> top-k,
+/* The MoE block: its MLP half is a router (linear -> softmax -> top-k,
  * weights renormalised over the k), the dispatch of each token's k slots to
- * its experts' ranks (lib/parallel's mt_ep), the experts as one grouped GEMM
+ * its experts' ranks (moe_dispatch.c), the experts as one grouped GEMM
  * per direction (fc, GELU, proj), the way back, and the combine weighted by
  * the router; and their backward, with the Switch load-balancing loss and
  * the router z-loss.
@@ -16,80 +16,162 @@
  * The model's reported loss stays the language-model loss; the statistics
  * (mt_gpt_moe_stats) carry these two.
  *
- * Buffers: the micro-batch's activations in a (see mt_gpt_acts), one block's
- * scratch in m->moe_* (gpt.c allocates both from the dispatch's row bounds). */
+ * Under tensor parallelism without sp every tp rank holds the block's whole
+ * (BT,C) input; each routes its 1/tp slice of every sequence and the slices'
+ * outputs are gathered back (with sp the slices are the rank's own rows).
+ *
+ * Buffers: the micro-batch's activations in its set (see mt_gpt_acts), one
+ * block's scratch in the mt_moe (sized here from the dispatch's row bounds,
+ * reused block after block). */
 #include "model/model_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-void mt_moe_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_moe_acts *a,
-                    const float *x, float *out, int S, int Ts) {
+/* ------------------------------------------------------------------ */
+/* life cycle                                                          */
+
+void mt_moe_size(mt_moe *x, const mt_gpt *m) {
+  const mt_model_shape *s = &m->shape;
+  const int tp_size = m->tp.size, sp = m->tp.sp;
+  x->E = s->moe_experts;
+  x->k = s->moe_topk;
+  x->C = s->n_embd;
+  x->Ts = tp_size > 1 ? m->T / tp_size : m->T;
+  x->slice = x->n_blocks > 0 && tp_size > 1 && !sp;
+  if (x->n_blocks == 0) return;
+  mt_ep_bounds(x->E, x->k, x->ep_size, x->etp_size, m->T, s->moe_capacity, m->max_B, x->Ts,
+               &x->send, &x->recv, &x->rows);
+  x->meta_n = mt_ep_meta_ints(x->ep_size, x->etp_size, x->E_local);
+}
+
+void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *tp_g,
+                   mt_act_alloc_fn act) {
+  const mt_model_shape *s = &m->shape;
+  if (x->n_blocks == 0) return;
+  /* one MoE block's scratch: N local tokens, the dispatch's row bounds */
+  const size_t B = (size_t)m->max_B, N = B * (size_t)x->Ts, E = (size_t)x->E;
+  const size_t k = (size_t)x->k, Fe = (size_t)x->Fe_local, C = (size_t)x->C;
+  const size_t BT = B * (size_t)m->T;
+  x->logits = act(m, N * E);
+  x->dtw = act(m, N * k);
+  x->out = act(m, N * C);
+  x->seq_buf = act(m, B * E);
+  x->send_buf = act(m, x->send * C);
+  x->send_tok = (int *)act(m, x->send);
+  x->recv_buf = act(m, x->recv * C);
+  if (x->etp_size > 1) x->rows_buf = act(m, x->rows * C);
+  x->rows2_buf = act(m, x->rows * C);
+  x->hid_buf = act(m, x->rows * Fe);
+  x->hid2_buf = act(m, x->rows * Fe);
+  if (x->slice) { /* the rank's slice of each sequence, and back */
+    x->xloc = act(m, N * C);
+    x->dxl = act(m, N * C);
+    x->full = act(m, BT * C);
+  }
+  /* which ep rank holds each expert: the registry's placement */
+  int *owner = mt_calloc((size_t)x->E, sizeof(int));
+  for (int e = 0; e < x->E; e++) owner[e] = mt_registry_ep_owner(&m->reg, x->E, e);
+  mt_ep_create(&x->ep, par ? par->ep : NULL, par ? par->etp : NULL, tp_g, m->ops, x->E, x->k,
+               m->T, s->moe_capacity, m->max_B, x->Ts, owner);
+  free(owner);
+  x->meta_host = mt_calloc((size_t)x->meta_n, sizeof(int));
+  x->tokens = mt_calloc((size_t)x->n_blocks * E + 1, sizeof(double));
+  x->dropped = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
+  x->aux = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
+  x->z = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
+}
+
+void mt_moe_destroy(mt_moe *x) {
+  if (x->n_blocks > 0) {
+    mt_ep_destroy(&x->ep);
+    free(x->meta_host);
+    free(x->tokens);
+    free(x->dropped);
+    free(x->aux);
+    free(x->z);
+  }
+  memset(x, 0, sizeof *x);
+}
+
+/* ------------------------------------------------------------------ */
+/* the routed experts on this rank's local tokens                      */
+
+/* The routed experts of block l on this rank's local tokens x (N = S x Ts
+ * rows, S sequences' slices of Ts tokens): router, routing, dispatch,
+ * experts, combine into out (N, C). Collective over the ep, etp and (tokens
+ * split over tp) tp groups. */
+static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_moe_acts *a,
+                           const float *x, float *out, int S, int Ts) {
+  mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
-  const int C = m->shape.n_embd, E = m->shape.moe_experts, k = m->shape.moe_topk;
-  const int N = S * Ts, El = m->E_local, Fe = m->Fe_local;
+  const int C = moe->C, E = moe->E, k = moe->k;
+  const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local;
   const int mi = mt_model_moe_before(&m->shape, l);
-  mt_ep *ep = &m->ep;
+  mt_ep *ep = &moe->ep;
   /* router */
-  o->matmul_forward(m->moe_logits, x, w->router_w, NULL, N, C, E);
-  o->moe_router_forward(a->probs, a->lse, a->top, a->topw, m->moe_logits, N, E, k);
+  o->matmul_forward(moe->logits, x, w->router_w, NULL, N, C, E);
+  o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, N, E, k);
   /* routing decisions, then the rows out to the experts */
-  int *meta = m->moe_meta_host;
-  mt_ep_stats st = {m->moe_tokens + (size_t)mi * E, 0.0};
-  mt_ep_route(ep, a->top, S, Ts, a->slot, m->moe_send_tok, a->perm, a->inv, a->frac, meta,
-              m->moe_stats_on ? &st : NULL);
-  o->upload(a->meta, meta, (size_t)m->moe_meta_n * sizeof(int));
+  int *meta = moe->meta_host;
+  mt_ep_stats st = {.tokens = moe->tokens + (size_t)mi * E, .dropped = 0.0};
+  mt_ep_route(ep, a->top, S, Ts, a->slot, moe->send_tok, a->perm, a->inv, a->frac, meta,
+              moe->stats_on ? &st : NULL);
+  o->upload(a->meta, meta, (size_t)moe->meta_n * sizeof(int));
   const int n_send = meta[MT_EP_N_SEND], n_rows = meta[MT_EP_N_ROWS];
-  float *recv = m->moe_recv_buf, *rows = ep->etp > 1 ? m->moe_rows_buf : recv;
-  o->gather_rows(m->moe_send_buf, x, m->moe_send_tok, n_send, C);
-  mt_ep_dispatch(ep, meta, m->moe_send_buf, recv, rows, C);
+  float *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
+  o->gather_rows(moe->send_buf, x, moe->send_tok, n_send, C);
+  mt_ep_dispatch(ep, meta, moe->send_buf, recv, rows, C);
   /* the experts on expert-major rows: fc, GELU, proj (the proj bias once,
    * by etp rank 0: the etp ranks' outputs are summed on the way back) */
   const int *off = mt_ep_expert_off(ep, meta);
   o->gather_rows(a->xe, rows, a->perm, n_rows, C);
   o->grouped_matmul_forward(a->h, a->xe, w->e_fc_w, w->e_fc_b, off, El, C, Fe);
   o->gelu_forward(a->g, a->h, (size_t)n_rows * Fe);
-  o->grouped_matmul_forward(m->moe_rows2_buf, a->g, w->e_proj_w,
+  o->grouped_matmul_forward(moe->rows2_buf, a->g, w->e_proj_w,
                             ep->etp_rank == 0 ? w->e_proj_b : NULL, off, El, Fe, C);
-  o->gather_rows(rows, m->moe_rows2_buf, a->inv, n_rows, C);
+  o->gather_rows(rows, moe->rows2_buf, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, a->ys, C);
   o->moe_combine(out, a->ys, a->slot, a->topw, N, C, k);
-  if (!m->moe_stats_on) return;
+  if (!moe->stats_on) return;
   /* this rank's shares of the two losses (x the step's tokens) */
-  m->moe_dropped[mi] += st.dropped;
-  if (m->moe_z_coef > 0.0f) m->moe_z[mi] += m->moe_z_coef * o->sumsq(a->lse, (size_t)N);
-  if (m->moe_aux_coef > 0.0f && N > 0) {
-    o->moe_prob_sums(m->moe_seq_buf, a->probs, N, E, Ts);
+  moe->dropped[mi] += st.dropped;
+  if (moe->z_coef > 0.0f) moe->z[mi] += moe->z_coef * o->sumsq(a->lse, (size_t)N);
+  if (moe->aux_coef > 0.0f && N > 0) {
+    o->moe_prob_sums(moe->seq_buf, a->probs, N, E, Ts);
     /* the sums and fractions to the host, for a figure (no tensor math) */
     float *host = mt_malloc(2 * (size_t)S * E * sizeof(float) + 64);
     const float *psum = host, *frac = host + (size_t)S * E;
-    o->download(host, m->moe_seq_buf, (size_t)S * E * sizeof(float));
+    o->download(host, moe->seq_buf, (size_t)S * E * sizeof(float));
     o->download(host + (size_t)S * E, a->frac, (size_t)S * E * sizeof(float));
     double sum = 0.0;
     for (size_t i = 0; i < (size_t)S * E; i++) sum += (double)frac[i] * (double)psum[i];
-    m->moe_aux[mi] += (double)m->moe_aux_coef * E * sum;
+    moe->aux[mi] += (double)moe->aux_coef * E * sum;
     free(host);
   }
 }
 
-void mt_moe_backward(mt_gpt *m, int l, const mt_block_tensors *w, mt_block_tensors *g,
-                     const mt_moe_acts *a, const float *x, const float *dout, float *dx, int S,
-                     int Ts, float dloss) {
-  (void)l;
+/* Its backward from dout (N, C): the experts' and router's weight
+ * gradients into g, the input gradient added to dx (N, C); dloss scales
+ * the load-balancing and z-loss terms as it scales each token's loss. */
+static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tensors *g,
+                            const mt_moe_acts *a, const float *x, const float *dout, float *dx,
+                            int S, int Ts, float dloss) {
+  mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
-  const int C = m->shape.n_embd, E = m->shape.moe_experts, k = m->shape.moe_topk;
-  const int N = S * Ts, El = m->E_local, Fe = m->Fe_local;
-  mt_ep *ep = &m->ep;
-  int *meta = m->moe_meta_host;
-  o->download(meta, a->meta, (size_t)m->moe_meta_n * sizeof(int));
+  const int C = moe->C, E = moe->E, k = moe->k;
+  const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local;
+  mt_ep *ep = &moe->ep;
+  int *meta = moe->meta_host;
+  o->download(meta, a->meta, (size_t)moe->meta_n * sizeof(int));
   const int n_rows = meta[MT_EP_N_ROWS];
   const int *off = mt_ep_expert_off(ep, meta);
-  float *recv = m->moe_recv_buf, *rows = ep->etp > 1 ? m->moe_rows_buf : recv;
-  float *dy = m->moe_rows2_buf, *dgelu = m->moe_hid_buf, *dh = m->moe_hid2_buf;
+  float *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
+  float *dy = moe->rows2_buf, *dgelu = moe->hid_buf, *dh = moe->hid2_buf;
   /* the combine: each slot's output gradient, and the router weights' */
-  o->moe_combine_backward(m->moe_send_buf, m->moe_dtw, dout, a->ys, a->slot, a->topw, N, C, k);
+  o->moe_combine_backward(moe->send_buf, moe->dtw, dout, a->ys, a->slot, a->topw, N, C, k);
   /* the slots' gradients out to the experts, as the rows went */
-  mt_ep_dispatch(ep, meta, m->moe_send_buf, recv, rows, C);
+  mt_ep_dispatch(ep, meta, moe->send_buf, recv, rows, C);
   o->gather_rows(dy, rows, a->perm, n_rows, C);
   o->zero(dgelu, (size_t)n_rows * Fe);
   o->grouped_matmul_backward(dgelu, g->e_proj_w, g->e_proj_b, dy, a->g, w->e_proj_w, off, El,
@@ -99,18 +181,76 @@ void mt_moe_backward(mt_gpt *m, int l, const mt_block_tensors *w, mt_block_tenso
   o->zero(dy, (size_t)n_rows * C); /* now the experts' input gradients, partial over etp */
   o->grouped_matmul_backward(dy, g->e_fc_w, g->e_fc_b, dh, a->xe, w->e_fc_w, off, El, C, Fe);
   o->gather_rows(rows, dy, a->inv, n_rows, C);
-  mt_ep_combine(ep, meta, rows, recv, m->moe_send_buf, C);
-  o->moe_gather_sum(dx, m->moe_send_buf, a->slot, N, C, k);
+  mt_ep_combine(ep, meta, rows, recv, moe->send_buf, C);
+  o->moe_gather_sum(dx, moe->send_buf, a->slot, N, C, k);
   /* the router: the combine weights' gradient, the load-balancing term
    * (aux_coef * E * f[s][e] * dloss for each token of sequence s) and the
    * z-loss's (2 z_coef dloss lse p) */
   const float *aux = NULL;
-  if (m->moe_aux_coef > 0.0f && S > 0) {
-    o->copy(m->moe_seq_buf, a->frac, (size_t)S * E);
-    o->scale(m->moe_seq_buf, m->moe_aux_coef * (float)E * dloss, (size_t)S * E);
-    aux = m->moe_seq_buf;
+  if (moe->aux_coef > 0.0f && S > 0) {
+    o->copy(moe->seq_buf, a->frac, (size_t)S * E);
+    o->scale(moe->seq_buf, moe->aux_coef * (float)E * dloss, (size_t)S * E);
+    aux = moe->seq_buf;
   }
-  o->moe_router_backward(m->moe_logits, a->probs, a->lse, a->top, a->topw, m->moe_dtw, aux, Ts,
-                         2.0f * m->moe_z_coef * dloss, N, E, k);
-  o->matmul_backward(dx, g->router_w, NULL, m->moe_logits, x, w->router_w, N, C, E);
+  o->moe_router_backward(moe->logits, a->probs, a->lse, a->top, a->topw, moe->dtw, aux, Ts,
+                         2.0f * moe->z_coef * dloss, N, E, k);
+  o->matmul_backward(dx, g->router_w, NULL, moe->logits, x, w->router_w, N, C, E);
+}
+
+/* ------------------------------------------------------------------ */
+/* the block's MLP half                                                */
+
+/* A MoE block's local tokens: the ln2 output (BTs,C) as it is (whole
+ * sequences, or this rank's sp slice), or without sp under tensor
+ * parallelism this rank's 1/tp slice of each sequence of the (BT,C) copy
+ * every tp rank holds. */
+static const float *local_tokens(mt_gpt *m, const float *full, float *slice, int B) {
+  if (!m->moe.slice) return full;
+  const size_t C = (size_t)m->moe.C, Ts = (size_t)m->moe.Ts;
+  for (int b = 0; b < B; b++)
+    m->ops->copy(slice + (size_t)b * Ts * C,
+                 full + ((size_t)b * m->T + (size_t)m->tp.rank * Ts) * C, Ts * C);
+  return slice;
+}
+
+void mt_moe_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_layer_acts *x,
+                          int B) {
+  mt_moe *moe = &m->moe;
+  const mt_ops *o = m->ops;
+  const int C = moe->C;
+  const size_t BT = (size_t)B * m->T, N = (size_t)B * moe->Ts;
+  const int shared = m->mlp_local[l] > 0;
+  const float *xl = local_tokens(m, x->ln2, moe->xloc, B);
+  routed_forward(m, l, w, &x->moe, xl, moe->out, B, moe->Ts);
+  if (moe->slice) { /* every tp rank's slices back into the whole (BT,C) */
+    float *full = shared ? moe->full : x->fcproj;
+    mt_tp_gather_seq(&m->tp, moe->out, full, B, m->T, C);
+    if (shared) o->axpy(x->fcproj, 1.0f, full, BT * C);
+  } else if (shared) {
+    o->axpy(x->fcproj, 1.0f, moe->out, N * C);
+  } else {
+    o->copy(x->fcproj, moe->out, N * C);
+  }
+}
+
+const float *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x, const float *dres,
+                                   const float *dln, float *spare, float dloss, int B) {
+  mt_moe *moe = &m->moe;
+  const mt_ops *o = m->ops;
+  const int C = moe->C;
+  const size_t BT = (size_t)B * m->T, N = (size_t)B * moe->Ts;
+  const int shared = dln != NULL;
+  const float *xl = local_tokens(m, x->ln2, moe->xloc, B);
+  const float *dl = local_tokens(m, dres, moe->out, B);
+  /* where the local tokens' input gradient accumulates */
+  float *dx = moe->slice ? moe->dxl : shared ? (float *)dln : spare;
+  if (moe->slice || !shared) o->zero(dx, N * C);
+  routed_backward(m, &m->p.blocks[l], &m->g.blocks[l], &x->moe, xl, dl, dx, B, moe->Ts, dloss);
+  if (!moe->slice) return shared ? dln : spare;
+  /* each tp rank's tokens' gradients, gathered into the whole (BT,C) */
+  float *full = shared ? moe->full : spare;
+  mt_tp_gather_seq(&m->tp, dx, full, B, m->T, C);
+  if (!shared) return full;
+  o->axpy((float *)dln, 1.0f, full, BT * C);
+  return dln;
 }

@@ -14,9 +14,19 @@ static const mt_bucket_plan *plan_of(const mt_dp *d, int k) { return &d->reg->bu
 /* the group bucket k is reduced (and sharded) over, and this rank's place in it */
 static mt_group *group_of(const mt_dp *d, int k) {
   mt_group *g = d->groups[plan_of(d, k)->group];
-  if (!g) mt_die("dp: bucket %d's reduction group was never given (mt_dp_set_expert_groups)", k);
+  if (!g) mt_die("dp: bucket %d's reduction group was never given (mt_dp_create)", k);
   return g;
 }
+/* A collective of the state (gradients, parameters) of bucket k: the bytes
+ * comm counts for it on the bucket's group also go to d->state_bytes */
+#define STATE_CALL(d, k, call)                                                \
+  do {                                                                        \
+    mt_group *sg_ = group_of((d), (k));                                       \
+    double sb_ = sg_->bytes;                                                  \
+    call;                                                                     \
+    (d)->state_bytes[plan_of((d), (k))->group] += sg_->bytes - sb_;           \
+  } while (0)
+
 static int rank_in(const mt_dp *d, int k) { return d->reg->group_rank[plan_of(d, k)->group]; }
 
 /* this rank's part of bucket k: flat begin and length */
@@ -75,18 +85,41 @@ static int bucket_of_unit(const mt_dp *d, int u) {
   return -1;
 }
 
-void mt_dp_create(mt_dp *d, mt_group *dp_group, const mt_registry *reg, const mt_ops *ops,
+/* an axis the norm sums over: NULL where absent (size 1) */
+static mt_group *axis(mt_group *g) { return g && g->size > 1 ? g : NULL; }
+
+void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, const mt_ops *ops,
                   const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay) {
   memset(d, 0, sizeof *d);
-  d->g = dp_group;
-  d->groups[MT_GROUP_DP] = dp_group;
   d->zero = reg->zero;
   d->reg = reg;
   d->ops = ops;
   d->tp = tp;
-  if (reg->dp_size != dp_group->size || reg->dp_rank != dp_group->rank)
-    mt_die("the registry's dp placement (%d ranks, rank %d) is not this dp group's (%d, %d)",
-           reg->dp_size, reg->dp_rank, dp_group->size, dp_group->rank);
+  /* each reduction group is the registry's, rank for rank */
+  for (int g = 0; g < MT_NGROUPS; g++) {
+    mt_group *mg = groups->reduce[g];
+    if (reg->n_group_tensors[g] == 0 && g != MT_GROUP_DP) continue;
+    if (!mg || reg->group_size[g] != mg->size || reg->group_rank[g] != mg->rank)
+      mt_die("the registry's %s placement (%d ranks, rank %d) is not this %s group's (%d, %d)",
+             mt_grad_group_name((mt_grad_group)g), reg->group_size[g], reg->group_rank[g],
+             mt_grad_group_name((mt_grad_group)g), mg ? mg->size : 0, mg ? mg->rank : -1);
+    d->groups[g] = mg;
+  }
+  d->tp_g = axis(groups->tp);
+  d->ep_g = axis(groups->ep);
+  d->etp_g = axis(groups->etp);
+  /* pipeline stages: each stage's buffers hold only its own tensors; the
+   * global norm sums the stages' parts over pp, leaving out a copy this
+   * stage holds of a tensor another stage owns (the tied LM head: counted
+   * there) */
+  d->pp_g = axis(groups->pp);
+  for (int i = 0; d->pp_g && i < reg->n; i++) {
+    const mt_tensor *t = &reg->t[i];
+    if (t->pp_copy == reg->pp_rank && t->pp_stage != reg->pp_rank && t->numel_local) {
+      d->norm_skip_begin = t->offset;
+      d->norm_skip_end = t->offset + t->numel_local;
+    }
+  }
   size_t n = reg->numel_local, shard = reg->shard_numel;
   d->params = ops->alloc(MT_MEM_PARAMS, (d->zero == 3 ? shard : n) * sizeof(float));
   if (d->zero <= 1) d->grads = ops->alloc(MT_MEM_GRADS, n * sizeof(float));
@@ -145,27 +178,6 @@ void mt_dp_destroy(mt_dp *d) {
   memset(d, 0, sizeof *d);
 }
 
-void mt_dp_set_expert_groups(mt_dp *d, mt_group *edp, mt_group *ep, mt_group *etp) {
-  const mt_registry *r = d->reg;
-  if (r->n_group_tensors[MT_GROUP_EDP] > 0 &&
-      (r->group_size[MT_GROUP_EDP] != edp->size || r->group_rank[MT_GROUP_EDP] != edp->rank))
-    mt_die("the registry's edp placement (%d ranks, rank %d) is not this edp group's (%d, %d)",
-           r->group_size[MT_GROUP_EDP], r->group_rank[MT_GROUP_EDP], edp->size, edp->rank);
-  d->groups[MT_GROUP_EDP] = edp;
-  d->ep_g = ep && ep->size > 1 ? ep : NULL;
-  d->etp_g = etp && etp->size > 1 ? etp : NULL;
-}
-
-void mt_dp_set_tp(mt_dp *d, mt_group *tp_group) {
-  d->tp_g = tp_group && tp_group->size > 1 ? tp_group : NULL;
-}
-
-void mt_dp_set_pp(mt_dp *d, mt_group *pp_group, size_t skip_begin, size_t skip_end) {
-  d->pp_g = pp_group && pp_group->size > 1 ? pp_group : NULL;
-  d->norm_skip_begin = skip_begin;
-  d->norm_skip_end = skip_end;
-}
-
 float *mt_dp_full_grads(mt_dp *d) { return d->grads; }
 
 /* ------------------------------------------------------------------ */
@@ -215,6 +227,7 @@ void mt_dp_begin_step(mt_dp *d) {
   if (d->grad_shard) d->ops->zero(d->grad_shard, d->reg->shard_numel);
   d->next_bucket = 0;
   d->reduce_now = 0;
+  for (int g = 0; g < MT_NGROUPS; g++) d->state_bytes[g] = 0.0;
   d->partial_done = 0;
   for (int k = 0; k < d->reg->n_buckets; k++) d->buckets[k].launched = 0;
   for (int u = 0; u < d->reg->n_units; u++) d->unit_done[u] = 0;
@@ -228,10 +241,11 @@ static void launch(mt_dp *d, int k) {
   mt_bucket *b = &d->buckets[k];
   float *g = d->grads + p->begin;
   if (d->zero)
-    mt_ireduce_scatter_sum_f32(group_of(d, k), g, d->grad_shard + p->shard_off, p->counts,
-                               d->ops->loc, &b->req);
+    STATE_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), g, d->grad_shard + p->shard_off,
+                                                p->counts, d->ops->loc, &b->req));
   else
-    mt_iallreduce_sum_f32(group_of(d, k), g, p->end - p->begin, d->ops->loc, &b->req);
+    STATE_CALL(d, k, mt_iallreduce_sum_f32(group_of(d, k), g, p->end - p->begin, d->ops->loc,
+                                           &b->req));
   b->launched = 1;
 }
 
@@ -307,7 +321,8 @@ static void unit_grads_done(mt_dp *d, int u) {
   const mt_bucket_plan *p = plan_of(d, k);
   mt_pool_buf *pb = &d->gbufs[b->buf];
   sum_partials(d, pb->mem, p->begin, p->begin, p->end);
-  mt_ireduce_scatter_sum_f32(group_of(d, k), pb->mem, pb->part, p->counts, d->ops->loc, &b->req);
+  STATE_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), pb->mem, pb->part, p->counts,
+                                              d->ops->loc, &b->req));
   b->launched = 1;
   for (int j = 0; j < d->reg->n_buckets; j++) mt_progress(&d->buckets[j].req);
 }
@@ -348,8 +363,8 @@ static void gather_start(mt_dp *d, int u) {
   pb->owner = u;
   ug->buf = i;
   ug->state = 1;
-  mt_iallgatherv_f32(group_of(d, k), d->params + p->shard_off, pb->mem, p->counts, p->displs,
-                     d->ops->loc, &ug->req);
+  STATE_CALL(d, k, mt_iallgatherv_f32(group_of(d, k), d->params + p->shard_off, pb->mem,
+                                      p->counts, p->displs, d->ops->loc, &ug->req));
 }
 
 /* can unit u's gather start now without taking a buffer in use? */
@@ -358,8 +373,7 @@ static int gather_buf_free(const mt_dp *d, int u) {
   return pb->owner < 0 || pb->owner == u;
 }
 
-static float *src_params(void *ctx, int u, mt_pass pass) {
-  mt_dp *d = ctx;
+float *mt_dp_params(mt_dp *d, int u, mt_pass pass) {
   const mt_unit *un = &d->reg->units[u];
   if (d->zero < 3) return d->params + un->begin;
   mt_unit_gather *ug = &d->gather[u];
@@ -388,8 +402,7 @@ static void release_unit(mt_dp *d, int u) {
   ug->state = 0;
 }
 
-static void src_params_done(void *ctx, int u, mt_pass pass) {
-  mt_dp *d = ctx;
+void mt_dp_params_done(mt_dp *d, int u, mt_pass pass) {
   (void)pass;
   if (d->zero == 3) release_unit(d, u);
 }
@@ -399,8 +412,7 @@ void mt_dp_release_params(mt_dp *d) {
     for (int u = 0; u < d->reg->n_units; u++) release_unit(d, u);
 }
 
-static float *src_grads(void *ctx, int u) {
-  mt_dp *d = ctx;
+float *mt_dp_grads(mt_dp *d, int u) {
   const mt_unit *un = &d->reg->units[u];
   if (d->zero <= 1) return d->grads + un->begin;
   if (un->end == un->begin) return NULL;
@@ -408,15 +420,9 @@ static float *src_grads(void *ctx, int u) {
   return bucket_buffer(d, k) + (un->begin - plan_of(d, k)->begin);
 }
 
-static void src_grads_done(void *ctx, int u) {
-  mt_dp *d = ctx;
+void mt_dp_grads_done(mt_dp *d, int u) {
   if (d->reg->units[u].end == d->reg->units[u].begin) return;
   unit_grads_done(d, u);
-}
-
-mt_state_source mt_dp_state_source(mt_dp *d) {
-  mt_state_source s = {d, src_params, src_params_done, src_grads, src_grads_done};
-  return s;
 }
 
 /* ------------------------------------------------------------------ */
@@ -440,10 +446,15 @@ static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, 
   }
 }
 
-/* The squared norm of a MoE model: dense tensors as global_sumsq's; expert
- * tensors are split over ep and etp (one expert-tensor shard per (ep, etp)
- * rank, its ZeRO parts over edp), the etp-replicated ones counted once. */
-static double moe_sumsq(mt_dp *d) {
+/* The squared norm summed by placement (tensor or pipeline parallelism, or
+ * a MoE model): the ranks of a tp group hold different shards of the
+ * sharded tensors and identical copies of the replicated ones, so [0] (tp-
+ * sharded) is summed over tp and [1] (replicated) counted once; with
+ * experts, their tensors are split over ep and etp (one expert-tensor shard
+ * per (ep, etp) rank, its ZeRO parts over edp): [2] etp-sharded, [3]
+ * replicated over etp, counted once. Under ZeRO each part is first summed
+ * over its reduction group; pipeline stages add their tensors over pp. */
+static double placed_sumsq(mt_dp *d, int experts) {
   const mt_registry *r = d->reg;
   double acc[4] = {0.0, 0.0, 0.0, 0.0};
   if (d->zero) {
@@ -451,46 +462,31 @@ static double moe_sumsq(mt_dp *d) {
       sumsq_by_placement(d, d->grad_shard + plan_of(d, k)->shard_off, part_begin(d, k),
                          part_len(d, k), acc);
     mt_allreduce_sum_f64(d->groups[MT_GROUP_DP], acc, 2, MT_LOC_HOST);
-    mt_allreduce_sum_f64(d->groups[MT_GROUP_EDP], acc + 2, 2, MT_LOC_HOST);
+    if (experts) mt_allreduce_sum_f64(d->groups[MT_GROUP_EDP], acc + 2, 2, MT_LOC_HOST);
   } else {
     sumsq_by_placement(d, d->grads, 0, r->numel_local, acc);
   }
   if (d->tp_g) mt_allreduce_sum_f64(d->tp_g, acc, 1, MT_LOC_HOST);
-  if (d->ep_g) mt_allreduce_sum_f64(d->ep_g, acc + 2, 2, MT_LOC_HOST);
-  if (d->etp_g) mt_allreduce_sum_f64(d->etp_g, acc + 2, 1, MT_LOC_HOST);
-  if (d->pp_g) mt_allreduce_sum_f64(d->pp_g, acc, 4, MT_LOC_HOST); /* the stages' tensors */
-  return acc[0] + acc[1] + acc[2] + acc[3];
+  if (experts && d->ep_g) mt_allreduce_sum_f64(d->ep_g, acc + 2, 2, MT_LOC_HOST);
+  if (experts && d->etp_g) mt_allreduce_sum_f64(d->etp_g, acc + 2, 1, MT_LOC_HOST);
+  if (d->pp_g) mt_allreduce_sum_f64(d->pp_g, acc, experts ? 4 : 2, MT_LOC_HOST);
+  return experts ? acc[0] + acc[1] + acc[2] + acc[3] : acc[0] + acc[1];
 }
 
-/* Squared global gradient norm. Without tp: one sum over this rank's buffer
- * (summed over dp under ZeRO). With tp: the ranks of a tp group hold different
- * shards of the sharded tensors and identical copies of the replicated ones,
- * so the sharded part is summed over tp and the replicated part counted once. */
+/* Squared global gradient norm. Without tp or pp: one sum over this rank's
+ * buffer (summed over dp x cp under ZeRO); otherwise by placement. */
 static double global_sumsq(mt_dp *d) {
   const mt_registry *r = d->reg;
-  if (r->n_group_tensors[MT_GROUP_EDP] > 0) return moe_sumsq(d);
-  if (!d->tp_g && !d->pp_g) {
-    double sumsq = 0.0;
-    if (d->zero) {
-      sumsq = d->ops->sumsq(d->grad_shard, r->shard_numel);
-      mt_allreduce_sum_f64(d->g, &sumsq, 1, MT_LOC_HOST);
-    } else {
-      sumsq = d->ops->sumsq(d->grads, r->numel_local);
-    }
-    return sumsq;
-  }
-  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  if (r->n_group_tensors[MT_GROUP_EDP] > 0) return placed_sumsq(d, 1);
+  if (d->tp_g || d->pp_g) return placed_sumsq(d, 0);
+  double sumsq = 0.0;
   if (d->zero) {
-    for (int k = 0; k < r->n_buckets; k++)
-      sumsq_by_placement(d, d->grad_shard + plan_of(d, k)->shard_off, part_begin(d, k),
-                         part_len(d, k), acc);
-    mt_allreduce_sum_f64(d->g, acc, 2, MT_LOC_HOST);
+    sumsq = d->ops->sumsq(d->grad_shard, r->shard_numel);
+    mt_allreduce_sum_f64(d->groups[MT_GROUP_DP], &sumsq, 1, MT_LOC_HOST);
   } else {
-    sumsq_by_placement(d, d->grads, 0, r->numel_local, acc);
+    sumsq = d->ops->sumsq(d->grads, r->numel_local);
   }
-  if (d->tp_g) mt_allreduce_sum_f64(d->tp_g, acc, 1, MT_LOC_HOST);
-  if (d->pp_g) mt_allreduce_sum_f64(d->pp_g, acc, 2, MT_LOC_HOST); /* the stages' tensors */
-  return acc[0] + acc[1];
+  return sumsq;
 }
 
 double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
@@ -515,8 +511,8 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
   if (d->zero == 1 || d->zero == 2)
     for (int k = 0; k < r->n_buckets; k++) {
       const mt_bucket_plan *p = plan_of(d, k);
-      mt_allgatherv_inplace_f32(group_of(d, k), d->params + p->begin, p->counts, p->displs,
-                                d->ops->loc);
+      STATE_CALL(d, k, mt_allgatherv_inplace_f32(group_of(d, k), d->params + p->begin, p->counts,
+                                                 p->displs, d->ops->loc));
     }
   return norm;
 }
@@ -543,7 +539,7 @@ int mt_dp_state_ranges(const mt_dp *d, int which, int for_save, mt_flat_range **
       mem = moments + p->shard_off + (d->zero ? 0 : begin - p->begin);
     }
     if (len == 0) continue;
-    ranges[n++] = (mt_flat_range){begin, len, mem};
+    ranges[n++] = (mt_flat_range){.begin = begin, .len = len, .mem = mem};
   }
   *out = ranges;
   return n;

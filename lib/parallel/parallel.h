@@ -1,52 +1,32 @@
-/* parallel: data parallelism over the dp group — bucketed gradient reduction
- * overlapped with backward, ZeRO 1-3 (optimizer state, gradients and
- * parameters sharded over dp) — the communication of tensor parallelism (Megatron's conjugate f/g
- * operators, and sequence parallelism's all-gather / reduce-scatter along the
- * sequence). Works on the registry's flat buffers; knows the model only
- * through layer offsets handed in by the caller. */
+/* parallel: data and pipeline parallelism over the model.
+ *
+ *   dp.c        the dp/ZeRO engine: the training state as the registry
+ *               places it over dp x cp, bucketed gradient reduction
+ *               overlapped with backward, ZeRO 1-3, clipping and AdamW
+ *   schedule.c  pipeline schedules as data (per rank, the op list) and
+ *               their validator
+ *   pp.c        the pipeline executor: runs this rank's op list, driving
+ *               the model (its passes, piece by piece) and the dp engine
+ *               (each piece's registry units acquired, released and, in
+ *               backward, reported complete)
+ *   step.c      one training step of this rank as the trainer and the plan
+ *               run it: the schedule, the gradient sync, the tied tensors,
+ *               the loss, the optimizer
+ * Depends on model (downward: the model knows nothing of dp or pipelines),
+ * optim, registry and comm. */
 #ifndef MT_PARALLEL_H
 #define MT_PARALLEL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "comm/comm.h"
 #include "kernels/kernels.h"
+#include "model/model.h"
 #include "optim/optim.h"
 #include "registry/registry.h"
 
 /* ------------------------------------------------------------------ */
-/* how the model reaches its state                                     */
-
-/* The model's tensors live where the dp/ZeRO engine keeps them; the model
- * asks for them one unit (one layer's tensors, see mt_registry units) at a
- * time and says when it is done. Pointers returned are the memory of the
- * unit's first element (flat offset units[u].begin); the unit's tensors
- * follow at their offsets from it.
- *   params(u, pass):   the unit's whole parameters, valid until
- *                      params_done(u) (ZeRO-3: gathered over dp, waiting for
- *                      a prefetch started earlier, and the next unit of the
- *                      pass prefetched);
- *   grads(u):          where the unit's gradients accumulate in this
- *                      backward;
- *   grads_done(u):     the unit's gradients of this micro-batch are complete
- *                      (the engine may reduce them now).
- * The model calls params_done for the units it uses at both ends of a pass
- * (the embeddings, the final LayerNorm) only after their last use in
- * backward; after a forward-only pass the caller releases them with
- * mt_dp_release_params. */
-typedef enum { MT_PASS_FORWARD = 0, MT_PASS_BACKWARD = 1 } mt_pass;
-
-typedef struct {
-  void *ctx;
-  float *(*params)(void *ctx, int unit, mt_pass pass);
-  void (*params_done)(void *ctx, int unit, mt_pass pass);
-  float *(*grads)(void *ctx, int unit);
-  void (*grads_done)(void *ctx, int unit);
-} mt_state_source;
-
-/* ------------------------------------------------------------------ */
 /* data parallelism and ZeRO                                           */
-
-typedef struct mt_tp mt_tp; /* below */
 
 /* One bucket at run time (the plan is the registry's mt_bucket_plan). */
 typedef struct {
@@ -71,9 +51,21 @@ typedef struct {
   int owner;            /* bucket or unit using it, -1 free */
 } mt_pool_buf;
 
+/* The groups the dp engine works over: per reduction group of the
+ * registry (mt_grad_group: [MT_GROUP_DP] the dp x cp ranks of the dense
+ * tensors, [MT_GROUP_EDP] the edp ranks of the experts; NULL where the
+ * registry has no tensor of the group), and the axes the global gradient
+ * norm sums over (tp: the tp-sharded tensors once per shard; pp: the
+ * stages' tensors; ep, etp: the experts' shards); NULL or size 1: absent. */
+typedef struct {
+  mt_group *reduce[MT_NGROUPS];
+  mt_group *tp, *pp, *ep, *etp;
+} mt_dp_groups;
+
 /* The dp/ZeRO engine: owns the training state as the registry places it
- * on dp (mt_registry_shard_dp), reduces gradients over dp bucket by bucket
- * (overlapped with backward), clips and runs AdamW on this rank's share.
+ * (mt_registry_shard), reduces gradients over each tensor's reduction group
+ * bucket by bucket (overlapped with backward), clips and runs AdamW on this
+ * rank's share.
  *   zero 0: every rank holds everything; buckets all-reduced.
  *   zero 1: AdamW moments sharded; gradients reduce-scattered, parameters
  *           all-gathered after the update.
@@ -85,8 +77,7 @@ typedef struct {
  *           unit's gather started while the current one computes) and
  *           released after use. */
 typedef struct {
-  mt_group *g;           /* dp */
-  mt_group *groups[MT_NGROUPS]; /* per reduction group: dp, edp (mt_dp_set_expert_groups) */
+  mt_group *groups[MT_NGROUPS]; /* per reduction group: dp x cp, edp */
   mt_group *ep_g, *etp_g; /* MoE: the expert tensors' axes, for the norm (NULL: size 1) */
   int zero;
   const mt_registry *reg;
@@ -112,32 +103,40 @@ typedef struct {
   int n_pbufs;
   mt_unit_gather *gather;
   double last_grad_norm;
+  /* this step's bytes of the state's collectives (gradients, parameters),
+   * per reduction group, as comm counted them (the rest of the group's
+   * bytes are scalar sums: the norm, the loss) */
+  double state_bytes[MT_NGROUPS];
 } mt_dp;
 
-/* Allocates the state and builds the buckets' run-time state from reg's dp
- * placement (call mt_registry_shard_dp first). tp: the model's tensor
- * parallelism (NULL: none). */
-void mt_dp_create(mt_dp *d, mt_group *dp_group, const mt_registry *reg, const mt_ops *ops,
+/* Allocates the state and builds the buckets' run-time state from reg's
+ * shard (call mt_registry_shard first; each reduction group of g must be
+ * the registry's, rank for rank). tp: the model's tensor parallelism, whose
+ * partial gradients (sequence parallelism's norms, a MoE router) are summed
+ * over tp before dp reduces them (NULL: none). */
+void mt_dp_create(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg, const mt_ops *ops,
                   const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay);
 void mt_dp_destroy(mt_dp *d);
-/* The source the model reads its state through. */
-mt_state_source mt_dp_state_source(mt_dp *d);
+/* The state unit by unit (see mt_registry units), as a pass uses it:
+ *   mt_dp_params(u, pass):   the unit's whole parameters (the memory of its
+ *                            first element), valid until mt_dp_params_done
+ *                            (ZeRO-3: gathered over dp, waiting for a
+ *                            prefetch started earlier, and the next unit of
+ *                            the pass prefetched); NULL for a unit this
+ *                            stage does not hold;
+ *   mt_dp_grads(u):          where the unit's gradients accumulate in this
+ *                            backward;
+ *   mt_dp_grads_done(u):     the unit's gradients of this micro-batch are
+ *                            complete (the engine may reduce them now).
+ * The units used at both ends of a pass (the embeddings, the final
+ * LayerNorm) are released only after their last use in backward; after a
+ * forward-only pass mt_dp_release_params lets every unit go. */
+float *mt_dp_params(mt_dp *d, int u, mt_pass pass);
+void mt_dp_params_done(mt_dp *d, int u, mt_pass pass);
+float *mt_dp_grads(mt_dp *d, int u);
+void mt_dp_grads_done(mt_dp *d, int u);
 /* Initial values of every element this rank holds (mt_registry_init_values). */
 void mt_dp_init_params(mt_dp *d, uint64_t seed);
-
-/* MoE: the expert tensors' buckets are reduced (and sharded) over edp; the
- * global norm sums their shards over ep and etp. Call after mt_dp_create
- * when the registry has expert tensors (before any reduction). */
-void mt_dp_set_expert_groups(mt_dp *d, mt_group *edp, mt_group *ep, mt_group *etp);
-/* Tensor parallelism: the global gradient norm then counts each tp-sharded
- * tensor once per shard (summed over tp_group) and each replicated tensor
- * once. tp_group may be NULL or of size 1. */
-void mt_dp_set_tp(mt_dp *d, mt_group *tp_group);
-/* Pipeline parallelism: each stage's buffers hold only its own tensors; the
- * global norm sums the stages' parts over pp_group, leaving out this rank's
- * flat range [skip_begin, skip_end) (a copy of a tensor another stage owns,
- * counted there). */
-void mt_dp_set_pp(mt_dp *d, mt_group *pp_group, size_t skip_begin, size_t skip_end);
 
 /* The step: zero the gradients and start the bucket bookkeeping. */
 void mt_dp_begin_step(mt_dp *d);
@@ -164,242 +163,6 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip);
  * over dp at any zero level); otherwise everything this rank holds.
  * Returns the count; *out is malloc'ed (free it). */
 int mt_dp_state_ranges(const mt_dp *d, int which, int for_save, mt_flat_range **out);
-
-/* ------------------------------------------------------------------ */
-/* tensor and sequence parallelism                                     */
-
-/* The tp group as the model sees it. Without tensor parallelism (g NULL or
- * of size 1) every call below is a no-op or a copy. Activations are
- * (B,T,C) row-major; under sequence parallelism (sp) a rank's slice of the
- * sequence is (B,T/size,C), positions [rank*T/size, (rank+1)*T/size).
- * Buffers live where the backend (ops) keeps its tensors. */
-struct mt_tp {
-  mt_group *g;
-  const mt_ops *ops;
-  int size, rank;
-  int sp;
-  float *scratch;   /* the reduce-scatter's running sums, 2 slices (MT_MEM_COMM) */
-  size_t scratch_n;
-  float *grad_buf;  /* packs the partial gradients of one layer (MT_MEM_COMM) */
-  size_t grad_buf_n;
-};
-
-/* max_act: the largest (B,T,C) activation, in elements, that will be
- * reduce-scattered; max_partial_grads: the most elements of tp_partial_grad
- * tensors in one range handed to mt_tp_reduce_partial_grads. */
-void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
-                  const mt_ops *ops);
-void mt_tp_destroy(mt_tp *tp);
-/* Comm-buffer bytes mt_tp_create allocates for these arguments (the plan). */
-size_t mt_tp_comm_bytes(int tp_size, int sp, size_t max_act, size_t max_partial_grads);
-
-/* Sum (in place) of the ranks' partial results: the forward of a
- * row-parallel layer ("g") or the backward of a column-parallel one ("f"). */
-void mt_tp_allreduce(const mt_tp *tp, float *x, size_t n);
-void mt_tp_allreduce_max(const mt_tp *tp, float *x, size_t n);
-void mt_tp_allreduce_f64(const mt_tp *tp, double *x, size_t n);
-/* Sequence parallelism: the slices (B,T/size,C) of every rank -> full
- * (B,T,C) on every rank ... */
-void mt_tp_gather_seq(const mt_tp *tp, const float *local, float *full, int B, int T, int C);
-/* ... and partial sums (B,T,C) -> this rank's slice (B,T/size,C) of the sum. */
-void mt_tp_reduce_scatter_seq(const mt_tp *tp, const float *full, float *local, int B, int T,
-                              int C);
-/* Sum over the group, in one all-reduce, the gradients of every tensor in
- * the flat range [begin, end) that the registry marks tp_partial_grad. Once
- * per reduction of those gradients over dp, before it. buf holds flat
- * elements from buf_begin on (the whole flat buffer: buf_begin = 0). */
-void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, float *buf,
-                                   size_t buf_begin, size_t begin, size_t end);
-void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *grads,
-                                size_t begin, size_t end);
-/* Elements of tp_partial_grad tensors this rank holds in [begin, end). */
-size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end);
-
-/* ------------------------------------------------------------------ */
-/* context parallelism: attention over a sequence split across ranks (cp.c) */
-
-/* Each sequence of T tokens is split over the cp group of size N.
- *   ring:    into 2N chunks of T/(2N); rank r holds chunks r and 2N-1-r
- *            (zigzag: an early and a late chunk, so every rank does the
- *            same causal work), K and V pass around the ring;
- *   ulysses: into N contiguous chunks of T/N; an all-to-all turns sequence
- *            shards into head shards (each rank then attends over the whole
- *            sequence with NH/N heads) and back; heads must divide by N.
- * A rank holds its chunks of every sequence one after the other: local row
- * j*len + i of a sequence is position chunk_pos[j] + i. Every other layer
- * works on local rows as they are (the rows of a sequence need not be
- * contiguous positions); the embedding adds the positions' wpe rows. */
-typedef enum { MT_CP_RING = 0, MT_CP_ULYSSES = 1 } mt_cp_mode;
-/* "ring" | "ulysses" -> mode; -1 if unknown */
-int mt_cp_mode_parse(const char *name);
-const char *mt_cp_mode_name(mt_cp_mode mode);
-
-typedef struct {
-  int size, rank;
-  mt_cp_mode mode;
-  int T;               /* global sequence length */
-  int T_local;         /* tokens of each sequence on this rank */
-  int n_chunks;        /* 1 (cp = 1, ulysses) or 2 (ring) */
-  int chunk_len;
-  int chunk_pos[2];    /* global position of each chunk's first token */
-} mt_cp_layout;
-
-/* The layout of rank `rank` of `size` (the caller checked that T splits:
- * T % (2 size) == 0 for ring, T % size == 0 for ulysses). */
-void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T);
-/* seq (T tokens of one sequence) -> this rank's local tokens (T_local) */
-void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local);
-
-/* What attention keeps for backward, per layer and micro-batch (pieces of
- * the model's activation sets): lse (B, NH, T_local) floats, the rows' LSE
- * (under ulysses in the head layout (B, NH/N, T), as many floats); ulysses
- * only, the head layout's q|k|v (B, T, 3C/N) and output (B, T, C/N), as
- * many floats as the local qkv and output. */
-typedef struct {
-  float *lse, *qkv_h, *out_h;
-} mt_cp_saved;
-
-/* Attention of one tensor-parallel rank's heads under context parallelism.
- * C = its attention channels, NH its heads (hs = C/NH). */
-typedef struct {
-  mt_cp_layout lay;
-  mt_group *g;          /* NULL at cp = 1 */
-  const mt_ops *ops;
-  int max_B, C, NH, hs;
-  /* ring: K|V (max_B, T_local, 2C) buffers, two for K/V in flight and three
-   * for dK/dV (this step's part, the one arriving, the one leaving);
-   * MT_MEM_COMM */
-  size_t kv_numel;
-  float *kv[2], *dkv[3];
-  /* the model's scratch (activations), set with mt_cp_set_scratch: ring:
-   * part (max_B, T_local, C) and part_lse (max_B, NH, T_local), a block's
-   * partial result before its merge; ulysses: dout_h (max_B, T_local, C)
-   * and dqkv_h (max_B, T_local, 3C), gradients in the head layout */
-  float *part, *part_lse, *dout_h, *dqkv_h;
-} mt_cp;
-
-/* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
-void mt_cp_create(mt_cp *cp, mt_group *g, const mt_cp_layout *lay, int max_B, int C, int NH,
-                  const mt_ops *ops);
-void mt_cp_destroy(mt_cp *cp);
-/* Comm-buffer bytes mt_cp_create allocates (the plan). */
-size_t mt_cp_comm_bytes(const mt_cp_layout *lay, int max_B, int C);
-/* Floats of the scratch the model provides: what (0 part, 1 part_lse, 2
- * dout_h, 3 dqkv_h) for this layout (0 where the mode needs none). */
-size_t mt_cp_scratch_numel(const mt_cp_layout *lay, int max_B, int C, int NH, int what);
-void mt_cp_set_scratch(mt_cp *cp, float *part, float *part_lse, float *dout_h, float *dqkv_h);
-/* Floats of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
-size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);
-/* Bytes this rank sends over cp for one layer's attention forward
- * (backward = 0) or backward (1) of a micro-batch of B sequences. */
-double mt_cp_bytes(const mt_cp_layout *lay, int B, int C, int backward);
-
-/* out (B, T_local, C) = causal attention of the local queries over the
- * whole sequence, from qkv (B, T_local, 3C) (this rank's q|k|v); keeps s.
- * Collective over the cp group. */
-void mt_cp_attention_forward(mt_cp *cp, float *out, const float *qkv, const mt_cp_saved *s,
-                             int B);
-/* WRITES dqkv (B, T_local, 3C), the gradient of this rank's q|k|v, from
- * dout (B, T_local, C) and the forward's out, qkv and s. Collective. */
-void mt_cp_attention_backward(mt_cp *cp, float *dqkv, const float *dout, const float *out,
-                              const float *qkv, const mt_cp_saved *s, int B);
-/* expert parallelism: MoE token dispatch on the folded mesh (ep.c)    */
-
-/* The tokens of a MoE layer go to their experts' ranks and back. Each rank
- * routes its own local tokens (N = S sequence slices of Ts tokens: whole
- * sequences, or under tensor parallelism its 1/tp slice of each, the slices
- * of one sequence held by the ranks of seq_g). A token's k choices become
- * slots; a slot is dispatched by all-to-all-v over ep (the counts exchanged
- * first) to the rank holding its expert, the etp ranks of that rank gather
- * each other's received rows (each computes its share of every expert's
- * hidden units for all of them), and the results come back by
- * reduce-scatter over etp (summing the shares) and all-to-all-v over ep.
- *
- * Layouts, all deterministic: slots are sent expert-major (expert, then
- * token, in order); a rank's received rows come by source rank, experts
- * in order within each; after the etp gather the rows of etp rank t come
- * before those of t+1 ("gathered order"); the experts compute on
- * expert-major rows (expert, then etp rank, then ep source rank).
- *
- * Capacity (capacity factor c > 0): expert e takes at most ceil(c T k / E)
- * slots of each sequence of T tokens, first choices before second choices,
- * each in position order; the rest are dropped (their weight stays in the
- * renormalisation, their output is 0). Counted per sequence, so the same
- * tokens are dropped under any layout and micro-batch size. Dropless
- * (c = 0) keeps every slot. */
-typedef struct {
-  mt_group *ep_g, *etp_g, *seq_g; /* NULL or size 1: that axis is absent */
-  const mt_ops *ops;
-  int E, k, E_l;                  /* experts, choices per token, experts per ep rank */
-  int ep, ep_rank, etp, etp_rank, seq_size, seq_rank;
-  int T;                          /* tokens of a whole sequence */
-  int cap;                        /* slots an expert takes per sequence; 0: dropless */
-  int max_seqs, max_tokens;       /* S and N of the largest micro-batch */
-  size_t max_send, max_recv, max_rows; /* bounds of n_send, n_recv, n_rows */
-  int *h;                         /* host scratch (routing decisions) */
-  size_t h_n;
-} mt_ep;
-
-/* What routing decided, as ints (host; the model keeps a copy with the
- * micro-batch's activations): MT_EP_N_SEND slots sent, MT_EP_N_RECV rows
- * received over ep, MT_EP_N_ROWS rows after the etp gather, MT_EP_DROPPED
- * local slots dropped, then send_counts[ep], recv_counts[ep] (rows to and
- * from each ep rank), etp_rows[etp] (rows received by each etp rank) and
- * expert_off[E_l + 1] (the experts' offsets in expert-major rows). */
-enum { MT_EP_N_SEND, MT_EP_N_RECV, MT_EP_N_ROWS, MT_EP_DROPPED, MT_EP_HEAD };
-/* ints of a routing record for these axes (E_l experts per ep rank) */
-int mt_ep_meta_ints(int ep, int etp, int E_l);
-const int *mt_ep_send_counts(const mt_ep *x, const int *meta);
-const int *mt_ep_recv_counts(const mt_ep *x, const int *meta);
-const int *mt_ep_etp_rows(const mt_ep *x, const int *meta);
-const int *mt_ep_expert_off(const mt_ep *x, const int *meta);
-
-/* Row bounds for micro-batches of S sequence slices of Ts tokens: slots a
- * rank sends, rows it receives over ep, rows after the etp gather (what the
- * buffers are sized for: every source rank's tokens could choose this rank's
- * experts; under capacity, at most the capacity of each). */
-void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, int S, int Ts,
-                  size_t *max_send, size_t *max_recv, size_t *max_rows);
-/* slots an expert takes per sequence of T tokens at capacity factor c (0: 0, dropless) */
-int mt_ep_capacity(double c, int T, int k, int E);
-
-/* Groups (NULL: absent), the routing shape, the largest micro-batch. */
-void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, const mt_ops *ops,
-                  int E, int k, int T, double capacity, int max_seqs, int ts);
-void mt_ep_destroy(mt_ep *x);
-
-/* Routing statistics of one call, for the metrics (host). */
-typedef struct {
-  double *tokens;   /* E: slots this rank routed to each expert (before dropping), added */
-  double dropped;   /* slots dropped, added */
-} mt_ep_stats;
-
-/* Decide and lay out the dispatch of N = S * Ts local tokens from the
- * router's choices top_idx (N,k, backend memory). Collective over seq_g
- * (the per-sequence counts), ep and etp (the counts). Writes (backend
- * memory): slot (N,k) the send position of each choice or -1 (dropped);
- * send_tok (n_send) the token of each sent slot; perm (n_rows): row i of
- * expert-major order is row perm[i] of gathered order, inv its inverse;
- * seq_frac (S,E) the fraction of each sequence's slots (all slices, before
- * dropping) routed to each expert. meta (host) as above; st may be NULL. */
-void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok, int *perm,
-                 int *inv, float *seq_frac, int *meta, mt_ep_stats *st);
-/* send (n_send, C), expert-major per ep rank -> all-to-all-v over ep ->
- * recv (n_recv, C) -> all-gather-v over etp -> rows (n_rows, C), gathered
- * order (without etp, rows may be recv). */
-void mt_ep_dispatch(const mt_ep *x, const int *meta, const float *send, float *recv, float *rows,
-                    int C);
-/* rows (n_rows, C), gathered order, this etp rank's partial sums ->
- * reduce-scatter-v over etp -> recv (n_recv, C) -> all-to-all-v over ep
- * back -> send (n_send, C), in send order (without etp, recv may be rows). */
-void mt_ep_combine(const mt_ep *x, const int *meta, const float *rows, float *recv, float *send,
-                   int C);
-/* Bytes this rank sends per MoE layer and micro-batch of N local tokens
- * (forward and backward) over ep, etp and seq_g, when every expert receives
- * the same share of the slots (k = E routes every token to every expert, so
- * the figure is then exact): [0] ep, [1] etp, [2] seq_g. C floats per row. */
-void mt_ep_bytes_balanced(int E, int k, int ep, int etp, int seq_size, int S, int Ts, int C,
-                          double out[3]);
 
 /* ------------------------------------------------------------------ */
 /* pipeline parallelism: schedules as data (schedule.c)                */
@@ -467,55 +230,53 @@ typedef struct {
  * executor with non-blocking sends and blocking receives in this order
  * cannot deadlock), and per-rank in-flight activation sets stay within
  * s->max_inflight. t_f, t_b (full backward), t_bi, t_bw (split) are op times
- * of one chunk. Returns 0, or -1 with the first violation in msg. */
+ * of one chunk. Returns 0, or -1 with the first violation in e. */
 int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
-                            double t_bw, mt_pp_sim *out, char *msg, size_t msg_len);
-
-/* Layers [*l0, *l1) of virtual stage vs (0..pp*v-1), balanced: the first
- * n_layer % (pp*v) virtual stages get one more. split (NULL or pp entries
- * summing to n_layer, v = 1 only) gives the layers of each stage explicitly. */
-void mt_pp_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0, int *l1);
-
+                            double t_bw, mt_pp_sim *out, mt_err *e);
 
 /* ------------------------------------------------------------------ */
 /* pipeline executor (pp.c)                                            */
 
-/* What a stage computes, supplied by the caller (the executor knows the
- * model only through these). slot: which activation set (0..n_slots-1) holds
- * micro-batch mb of chunk; a slot is taken at the micro-batch's first op and
- * released after its last backward op (forward_only: after its forward). */
-typedef struct {
-  void *ctx;
-  /* floats of the hidden state sent between stages for micro-batch mb */
-  size_t (*msg_numel)(void *ctx, int mb);
-  /* where slot's input hidden state goes (filled by a receive) */
-  float *(*input)(void *ctx, int slot, int chunk);
-  /* forward; returns the output hidden state (read by a send until the slot
-   * is reused), or NULL on the last virtual stage */
-  float *(*forward)(void *ctx, int slot, int mb, int chunk);
-  /* backward from dout (NULL on the last virtual stage); returns the input
-   * gradient (scratch: copied before the next call), NULL on the first.
-   * input_only (a split backward's BWD_INPUT): leave the weight gradients to
-   * backward_weight */
-  const float *(*backward)(void *ctx, int slot, int mb, int chunk, const float *dout,
-                           int input_only);
-  /* BWD_WEIGHT: the weight gradients of the micro-batch's earlier input-only
-   * backward; NULL: BWD_INPUT computes the whole backward, BWD_WEIGHT only
-   * releases the slot */
-  void (*backward_weight)(void *ctx, int slot, int mb, int chunk);
-} mt_pp_stage_fns;
+#define MT_PP_MAX_CHUNKS 64
 
+/* The micro-batches of one run of a schedule, as data: n_mb micro-batches
+ * of up to B sequences of T tokens (this rank's tokens of each sequence);
+ * inputs and targets (n_mb, B, T) on the host, rows[mb] sequences in
+ * micro-batch mb (0..B); dloss scales the summed position losses in
+ * backward; eval: a forward-only pass whose losses are weighted by
+ * sequences (training weights them by tokens); same_tokens: every
+ * micro-batch reads the first's tokens (a count, where their values do not
+ * matter). */
 typedef struct {
-  mt_group *g;
+  int n_mb, B, T;
+  const int *inputs, *targets, *rows;
+  float dloss;
+  int eval, same_tokens;
+} mt_pp_batch;
+
+/* This rank's pipeline stage (pp = 1: one stage holding the whole model):
+ * the chunks of layers it holds, activation sets (slots) for the
+ * micro-batches in flight, and the point-to-point buffers. A slot is taken
+ * at a micro-batch's first op on a chunk and released after its last
+ * backward op (forward_only: after its forward), so the slots held at once
+ * are the schedule's in-flight activation sets. */
+typedef struct {
+  mt_group *g;              /* pp */
+  mt_gpt *model;
+  mt_dp *dp;
   const mt_ops *ops;        /* the backend: buffers, copies, and where they live */
-  const mt_pp_schedule *s;
-  mt_pp_stage_fns fn;
-  int rank, n_slots, next_free_hint;
-  size_t max_msg;           /* floats of the largest hidden state */
-  int *slot_of;             /* (mb * v + chunk) -> slot, -1 none */
+  int rank, pp, v, last_vs;
+  int l0[MT_PP_MAX_CHUNKS], l1[MT_PP_MAX_CHUNKS]; /* the layers of each chunk */
+  int n_slots, next_free_hint;
+  size_t set_numel;         /* floats of one activation set (the largest chunk's) */
+  float **slot_mem;         /* allocated at first use, kept */
+  mt_gpt_acts *acts;        /* per slot */
   int *slot_busy;
+  int *slot_of;             /* this run: (mb * v + chunk) -> slot, -1 none */
   float **dout;             /* per slot: received output gradient */
-  float **out;              /* per slot: the forward's output hidden state (the caller's) */
+  float **out;              /* per slot: the forward's output hidden state (in the set) */
+  size_t max_msg;           /* floats of the largest hidden state */
+  mt_piece *pieces;         /* room for one pass's pieces */
   /* send buffers: a message is copied into a free one and sent; a buffer is
    * free again once its send completed (tested, never waited for mid-run:
    * waiting could block on a peer that waits for us, as with a rendezvous
@@ -524,27 +285,32 @@ typedef struct {
   mt_request *send_req;
   int n_send, cap_send;
   mt_request recv;
-  const float *din;         /* the last backward's input gradient (the caller's scratch) */
+  const float *din;         /* the last backward's input gradient (the model's scratch) */
   /* the last run, this rank */
-  double wall_s, wait_s, compute_s; /* wait: in receives and sends; compute: in fn */
+  double wall_s, wait_s, compute_s; /* wait: in receives and sends; compute: in the model */
   int peak_slots;           /* most activation sets held at once */
+  /* bytes the model's compute ops counted per chunk on its groups, [tp, cp,
+   * ep, etp] (the cost model prices a chunk with them) */
+  double chunk_bytes[MT_PP_MAX_CHUNKS][4];
+  double loss_sum;          /* last virtual stage: the micro-batches' losses (mean x tokens;
+                               eval: mean x sequences) */
 } mt_pp_exec;
 
-/* n_slots: activation sets the caller can hold (s->max_inflight[rank]);
- * max_msg: floats of the largest hidden state message. A pipeline of one
- * stage (pp = 1) sends nothing and allocates no message buffers. */
-void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_ops *ops,
-                       const mt_pp_schedule *s, const mt_pp_stage_fns *fn, int n_slots,
-                       size_t max_msg);
-/* Comm-buffer bytes of an executor for pp stages with n_slots slots and
- * max_msg-float messages, before any send (sends add pool buffers of
- * max_msg floats as messages are in flight). */
-size_t mt_pp_exec_comm_bytes(int pp, int n_slots, size_t max_msg);
+/* The stage of pp rank pp_group->rank under schedule s: chunk c holds the
+ * blocks [l0[c], l1[c]) (v chunks); n_slots activation sets (s's
+ * max_inflight for this rank). The model and the dp engine hold the state;
+ * a pipeline of one stage (pp = 1) sends nothing and allocates no message
+ * buffers. */
+void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *s, mt_gpt *model,
+                       mt_dp *dp, const int *l0, const int *l1);
 void mt_pp_exec_destroy(mt_pp_exec *x);
-/* Runs this rank's op list once: non-blocking sends from copies (waited for
- * at the end), receives posted and waited for in order. forward_only: skips
- * every backward op and gradient message. */
-void mt_pp_exec_run(mt_pp_exec *x, int forward_only);
+/* Runs this rank's op list of s (the schedule of the creation, or a
+ * forward-only one with as many chunks) once over the batch: non-blocking
+ * sends from copies (waited for at the end), receives posted and waited for
+ * in order. forward_only: skips every backward op and gradient message.
+ * Returns the loss sum of the last virtual stage (0 elsewhere). */
+double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch *b,
+                      int forward_only);
 
 /* Tied tensors across stages: for every tensor this stage holds that has a
  * copy on another stage (pp_copy), owner and copy exchange their gradients
@@ -556,5 +322,61 @@ void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_o
                           float *grads, float *scratch);
 /* Floats of the largest tied tensor this stage holds (0: none). */
 size_t mt_pp_tied_numel(const mt_registry *reg);
+
+/* ------------------------------------------------------------------ */
+/* one training step (step.c)                                          */
+
+/* What a rank's step is made of: the model (its layout by mt_gpt_parallel),
+ * the dp engine, the schedule and its executor. */
+typedef struct {
+  /* the model: its shape, the largest micro-batch, the split */
+  const mt_model_shape *shape;
+  int micro_batch;
+  mt_gpt_parallel par;
+  /* the dp engine: ZeRO level, bucket size (bytes), AdamW */
+  int zero;
+  size_t bucket_bytes;
+  float beta1, beta2, eps, weight_decay;
+  /* the pipeline: schedule, micro-batches per step, virtual stages, and the
+   * blocks of every virtual stage (stage_l0/l1[vs] for vs < pp * v) */
+  mt_pp_sched sched;
+  int accum, virtual_stages;
+  const int *stage_l0, *stage_l1;
+} mt_step_opts;
+
+/* The mesh groups a step uses (the mesh's, or a count-only mesh's). */
+typedef struct {
+  mt_group *tp, *cp, *dp, *pp, *dpcp, *ep, *etp, *edp;
+} mt_step_groups;
+
+typedef struct {
+  mt_gpt model;
+  mt_dp dp;
+  mt_pp_schedule sched;
+  mt_pp_exec exec;
+  mt_step_groups groups;
+  float *tied_scratch;   /* pp: the other stage's gradient of a tied tensor */
+  size_t tied_numel;
+} mt_step;
+
+/* Creates the model (mt_gpt_create_stage, state external), places the state
+ * on dp x cp (edp for experts) and creates the dp engine (parameters not
+ * yet initialised: mt_dp_init_params or a checkpoint), builds the schedule
+ * and the executor. Returns 0, or -1 with e set (the model's checks). */
+int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, const mt_ops *ops,
+                   mt_err *e);
+void mt_step_destroy(mt_step *s);
+/* The forward and backward of the step's micro-batches through the schedule
+ * and the gradient sync over dp x cp (and edp), the tied tensors' gradients
+ * summed across stages and the loss of the last stage to every stage.
+ * Returns the loss summed over this pp column's tokens. */
+double mt_step_gradients(mt_step *s, const mt_pp_batch *b);
+/* Clip and AdamW (ZeRO: then the parameters all-gathered); *loss_sum, the
+ * value mt_step_gradients returned, becomes the sum over dp x cp. Returns
+ * the pre-clip global gradient norm. */
+double mt_step_update(mt_step *s, float lr, float grad_clip, double *loss_sum);
+/* A forward-only pass (evaluation) over the batch, one micro-batch at a
+ * time; returns the loss of the last stage, summed over pp. */
+double mt_step_evaluate(mt_step *s, const mt_pp_batch *b);
 
 #endif

@@ -1,13 +1,14 @@
 /* Pipeline executor: runs one rank's op list (schedule.c) with non-blocking
- * point-to-point over the pp group. Sends are MPI_Isend from copies in a
- * pool of buffers, never waited for before the end of the run (a wait on a
- * send larger than the eager limit blocks until the peer receives, and the
- * peer may be waiting for us); receives are posted and waited for in program
- * order. The validator's simulation is this executor with fixed op times,
- * so a list it accepts cannot deadlock here. Activations live in caller-owned
- * slots; a slot is taken at a micro-batch's first op on a chunk and released
- * after its last backward op, so the slots held at once are the schedule's
- * in-flight activation sets. */
+ * point-to-point over the pp group, and the compute ops by driving the
+ * model and the dp engine: a forward or backward op is a pass of the model
+ * (mt_gpt_pass), each of its pieces run with its registry units acquired
+ * from the dp engine before and released (and in backward reported
+ * complete) after. Sends are MPI_Isend from copies in a pool of buffers,
+ * never waited for before the end of the run (a wait on a send larger than
+ * the eager limit blocks until the peer receives, and the peer may be
+ * waiting for us); receives are posted and waited for in program order.
+ * The validator's simulation is this executor with fixed op times, so a
+ * list it accepts cannot deadlock here. */
 #include "parallel/parallel.h"
 
 #include <stdlib.h>
@@ -16,28 +17,37 @@
 /* comm's point-to-point tags (NCCL gives each its own channel) */
 enum { TAG_ACT = MT_TAG_PP_ACT, TAG_GRAD = MT_TAG_PP_GRAD };
 
-size_t mt_pp_exec_comm_bytes(int pp, int n_slots, size_t max_msg) {
-  return pp > 1 ? (size_t)n_slots * max_msg * sizeof(float) : 0;
-}
-
-void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_ops *ops,
-                       const mt_pp_schedule *s, const mt_pp_stage_fns *fn, int n_slots,
-                       size_t max_msg) {
+void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *s, mt_gpt *model,
+                       mt_dp *dp, const int *l0, const int *l1) {
   memset(x, 0, sizeof *x);
   x->g = pp_group;
-  x->ops = ops;
-  x->s = s;
-  x->fn = *fn;
+  x->model = model;
+  x->dp = dp;
+  x->ops = model->ops;
   x->rank = pp_group->rank;
-  x->n_slots = n_slots;
-  x->max_msg = max_msg;
-  x->slot_of = mt_calloc((size_t)(s->m * s->v), sizeof(int));
-  x->slot_busy = mt_calloc((size_t)n_slots, sizeof(int));
-  x->dout = mt_calloc((size_t)n_slots, sizeof(float *));
+  x->pp = s->pp;
+  x->v = s->v;
+  x->last_vs = s->pp * s->v - 1;
+  int most = 0;
+  for (int c = 0; c < s->v; c++) {
+    int vs = c * s->pp + x->rank;
+    x->l0[c] = l0[c];
+    x->l1[c] = l1[c];
+    size_t n = mt_gpt_acts_numel(model, l1[c] - l0[c], model->max_B, vs == x->last_vs);
+    if (n > x->set_numel) x->set_numel = n;
+    if (l1[c] - l0[c] > most) most = l1[c] - l0[c];
+  }
+  x->n_slots = s->max_inflight[x->rank];
+  x->max_msg = (size_t)model->max_B * model->T_sp * model->shape.n_embd;
+  x->slot_mem = mt_calloc((size_t)x->n_slots, sizeof(float *));
+  x->acts = mt_calloc((size_t)x->n_slots, sizeof(mt_gpt_acts));
+  x->slot_busy = mt_calloc((size_t)x->n_slots, sizeof(int));
+  x->dout = mt_calloc((size_t)x->n_slots, sizeof(float *));
   if (pp_group->size > 1)
-    for (int i = 0; i < n_slots; i++)
-      x->dout[i] = ops->alloc(MT_MEM_COMM, max_msg * sizeof(float));
-  x->out = mt_calloc((size_t)n_slots, sizeof(float *));
+    for (int i = 0; i < x->n_slots; i++)
+      x->dout[i] = x->ops->alloc(MT_MEM_COMM, x->max_msg * sizeof(float));
+  x->out = mt_calloc((size_t)x->n_slots, sizeof(float *));
+  x->pieces = mt_calloc((size_t)most + 3, sizeof(mt_piece));
 }
 
 /* send n floats of data to peer from a pool buffer */
@@ -63,14 +73,16 @@ static void send_copy(mt_pp_exec *x, const float *data, size_t n, int peer, int 
 }
 
 void mt_pp_exec_destroy(mt_pp_exec *x) {
-  for (int i = 0; i < x->n_slots; i++)
+  for (int i = 0; i < x->n_slots; i++) {
     if (x->dout[i]) x->ops->free(MT_MEM_COMM, x->dout[i], x->max_msg * sizeof(float));
+    if (x->slot_mem[i]) x->ops->free(MT_MEM_ACTIV, x->slot_mem[i], x->set_numel * sizeof(float));
+  }
   for (int i = 0; i < x->n_send; i++) {
     mt_wait(&x->send_req[i]);
     x->ops->free(MT_MEM_COMM, x->send_buf[i], x->max_msg * sizeof(float));
   }
   free(x->dout); free(x->send_buf); free(x->send_req);
-  free(x->slot_of); free(x->slot_busy); free(x->out);
+  free(x->slot_mem); free(x->acts); free(x->slot_busy); free(x->out); free(x->pieces);
   memset(x, 0, sizeof *x);
 }
 
@@ -82,7 +94,9 @@ static void wait_req(mt_pp_exec *x, mt_request *r) {
   x->wait_s += mt_now() - t0;
 }
 
-static int take_slot(mt_pp_exec *x, int cell) {
+/* The slot of (micro-batch, chunk) cell, taken at its first op: its
+ * activation set bound for the chunk's layers (memory at first use). */
+static int take_slot(mt_pp_exec *x, int cell, int chunk) {
   if (x->slot_of[cell] >= 0) return x->slot_of[cell];
   for (int k = 0; k < x->n_slots; k++) {
     int i = (x->next_free_hint + k) % x->n_slots;
@@ -93,6 +107,11 @@ static int take_slot(mt_pp_exec *x, int cell) {
     int held = 0;
     for (int j = 0; j < x->n_slots; j++) held += x->slot_busy[j];
     if (held > x->peak_slots) x->peak_slots = held;
+    if (!x->slot_mem[i])
+      x->slot_mem[i] = x->ops->alloc(MT_MEM_ACTIV, x->set_numel * sizeof(float));
+    int vs = chunk * x->pp + x->rank;
+    mt_gpt_acts_bind(x->model, &x->acts[i], x->slot_mem[i], x->l1[chunk] - x->l0[chunk],
+                     x->model->max_B, vs == x->last_vs);
     return i;
   }
   mt_die("pipeline rank %d: more than %d micro-batches in flight (schedule and slots disagree)",
@@ -102,32 +121,99 @@ static int take_slot(mt_pp_exec *x, int cell) {
 /* slot_of keeps naming the slot for the micro-batch's send that follows */
 static void release_slot(mt_pp_exec *x, int cell) { x->slot_busy[x->slot_of[cell]] = 0; }
 
-void mt_pp_exec_run(mt_pp_exec *x, int forward_only) {
-  const mt_pp_schedule *s = x->s;
+/* One pass of the model over a chunk for a micro-batch: each piece with its
+ * registry units acquired from the dp engine (parameters, and in backward
+ * gradients) before it runs, and after it the units whose gradients are
+ * complete reported and those it no longer reads released. Returns the
+ * forward's loss sum (0 but on the last virtual stage). */
+static double run_pass(mt_pp_exec *x, mt_pass pass, int slot, int chunk, const mt_pp_batch *b,
+                       int mb, const float *dout, int input_only) {
+  mt_gpt *m = x->model;
+  const int vs = chunk * x->pp + x->rank;
+  const int embed = vs == 0, head = vs == x->last_vs;
+  const size_t off = b->same_tokens ? 0 : (size_t)mb * b->B * b->T;
+  const mt_pass dp_pass = pass == MT_PASS_FORWARD ? MT_PASS_FORWARD : MT_PASS_BACKWARD;
+  mt_pass_args args = {.a = &x->acts[slot], .l0 = x->l0[chunk], .l1 = x->l1[chunk],
+                       .B = b->rows[mb], .inputs = b->inputs + off, .targets = b->targets + off,
+                       .dout = dout, .dloss = b->dloss, .input_only = input_only};
+  int n = mt_gpt_pass(m, pass, args.l0, args.l1, embed, head, x->pieces);
+  double loss = 0.0;
+  for (int i = 0; i < n; i++) {
+    const mt_piece *p = &x->pieces[i];
+    for (int k = 0; k < 2; k++) {
+      if (p->use[k] < 0) continue;
+      mt_gpt_bind_params(m, p->use[k], mt_dp_params(x->dp, p->use[k], dp_pass));
+      if (pass != MT_PASS_FORWARD) mt_gpt_bind_grads(m, p->use[k], mt_dp_grads(x->dp, p->use[k]));
+    }
+    loss += mt_gpt_run_piece(m, pass, p, &args);
+    for (int k = 0; k < 2; k++)
+      if (p->done[k] >= 0) mt_dp_grads_done(x->dp, p->done[k]);
+    for (int k = 0; k < 2; k++)
+      if (p->release[k] >= 0) mt_dp_params_done(x->dp, p->release[k], dp_pass);
+  }
+  return loss;
+}
+
+/* what the model's groups counted so far: tp, cp, ep, etp (absent: 0) */
+static void model_bytes(const mt_pp_exec *x, double out[4]) {
+  const mt_gpt *m = x->model;
+  const mt_group *g[4] = {m->tp.g, m->attn.g, m->moe.ep.ep_g, m->moe.ep.etp_g};
+  for (int k = 0; k < 4; k++) out[k] = g[k] ? g[k]->bytes : 0.0;
+}
+
+/* a compute op's bytes on the model's groups, to its chunk */
+static void add_chunk_bytes(mt_pp_exec *x, int chunk, const double before[4]) {
+  double after[4];
+  model_bytes(x, after);
+  for (int k = 0; k < 4; k++) x->chunk_bytes[chunk][k] += after[k] - before[k];
+}
+
+/* A forward op: the chunk's pass; the last virtual stage adds the
+ * micro-batch's mean loss as the model reports it (fp32), weighted by its
+ * tokens in training and by its sequences in evaluation. Returns the output
+ * hidden state to send (NULL on the last virtual stage). */
+static float *forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_pp_batch *b) {
+  const int last = chunk * x->pp + x->rank == x->last_vs, rows = b->rows[mb];
+  double sum = run_pass(x, MT_PASS_FORWARD, slot, chunk, b, mb, NULL, 0);
+  if (last && rows > 0) {
+    float mean = (float)(sum / ((double)rows * b->T));
+    x->loss_sum += b->eval ? (double)mean * rows : (double)mean * rows * b->T;
+  }
+  return last ? NULL
+              : mt_gpt_range_output(x->model, &x->acts[slot], x->l1[chunk] - x->l0[chunk], rows);
+}
+
+double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch *b,
+                      int forward_only) {
   const int pp = s->pp, v = s->v, r = x->rank;
   const int next = (r + 1) % pp, prev = (r + pp - 1) % pp;
   const double t_run = mt_now();
   x->wait_s = x->compute_s = 0.0;
   x->peak_slots = 0;
+  x->loss_sum = 0.0;
+  memset(x->chunk_bytes, 0, sizeof x->chunk_bytes);
+  double b0[4];
+  x->slot_of = mt_malloc((size_t)(s->m * v + 1) * sizeof(int));
   for (int i = 0; i < s->m * v; i++) x->slot_of[i] = -1;
   for (int i = 0; i < x->n_slots; i++) x->slot_busy[i] = 0;
   for (int i = 0; i < s->n_ops[r]; i++) {
     const mt_pp_op *o = &s->ops[r][i];
     const int cell = o->mb * v + o->chunk;
-    const size_t n = x->fn.msg_numel(x->fn.ctx, o->mb);
+    const size_t n = (size_t)b->rows[o->mb] * x->model->T_sp * x->model->shape.n_embd;
     double t0;
     int k;
     switch (o->kind) {
     case MT_PP_RECV_ACT:
-      k = take_slot(x, cell);
-      mt_irecv_f32(x->g, x->fn.input(x->fn.ctx, k, o->chunk), n, prev, TAG_ACT, x->ops->loc,
-                   &x->recv);
+      k = take_slot(x, cell, o->chunk);
+      mt_irecv_f32(x->g, x->acts[k].encoded, n, prev, TAG_ACT, x->ops->loc, &x->recv);
       wait_req(x, &x->recv);
       break;
     case MT_PP_FWD:
-      k = take_slot(x, cell);
+      k = take_slot(x, cell, o->chunk);
       t0 = mt_now();
-      x->out[k] = x->fn.forward(x->fn.ctx, k, o->mb, o->chunk);
+      model_bytes(x, b0);
+      x->out[k] = forward_op(x, k, o->mb, o->chunk, b);
+      add_chunk_bytes(x, o->chunk, b0);
       x->compute_s += mt_now() - t0;
       if (forward_only) release_slot(x, cell);
       break;
@@ -147,22 +233,32 @@ void mt_pp_exec_run(mt_pp_exec *x, int forward_only) {
     case MT_PP_BWD_INPUT: {
       if (forward_only) break;
       k = x->slot_of[cell];
-      int last_vs = o->chunk * pp + r == pp * v - 1;
+      const int last_vs = o->chunk * pp + r == x->last_vs, first_vs = o->chunk * pp + r == 0;
+      /* one stage: the step's last backward reduces each layer's gradients
+       * over dp as soon as they are complete, overlapped with the layers
+       * below */
+      if (pp == 1) mt_dp_reduce_during_backward(x->dp, o->mb == b->n_mb - 1);
       t0 = mt_now();
-      int input_only = o->kind == MT_PP_BWD_INPUT && x->fn.backward_weight;
-      x->din = x->fn.backward(x->fn.ctx, k, o->mb, o->chunk, last_vs ? NULL : x->dout[k],
-                              input_only);
+      model_bytes(x, b0);
+      int input_only = o->kind == MT_PP_BWD_INPUT && x->model->split_backward;
+      run_pass(x, MT_PASS_BACKWARD, k, o->chunk, b, o->mb, last_vs ? NULL : x->dout[k],
+               input_only);
+      add_chunk_bytes(x, o->chunk, b0);
+      x->din = first_vs ? NULL : mt_gpt_input_grad(x->model);
       x->compute_s += mt_now() - t0;
       if (o->kind == MT_PP_BWD) release_slot(x, cell);
       break;
     }
     case MT_PP_BWD_WEIGHT:
       if (forward_only) break;
-      /* the weight gradients, from what the slot kept since BWD_INPUT */
-      if (x->fn.backward_weight) {
+      /* the weight gradients, from what the slot kept since BWD_INPUT (a
+       * model without a split backward did all of it there) */
+      if (x->model->split_backward) {
         k = x->slot_of[cell];
         t0 = mt_now();
-        x->fn.backward_weight(x->fn.ctx, k, o->mb, o->chunk);
+        model_bytes(x, b0);
+        run_pass(x, MT_PASS_WEIGHT, k, o->chunk, b, o->mb, NULL, 0);
+        add_chunk_bytes(x, o->chunk, b0);
         x->compute_s += mt_now() - t0;
       }
       release_slot(x, cell);
@@ -179,7 +275,10 @@ void mt_pp_exec_run(mt_pp_exec *x, int forward_only) {
     }
   }
   for (int i = 0; i < x->n_send; i++) wait_req(x, &x->send_req[i]);
+  free(x->slot_of);
+  x->slot_of = NULL;
   x->wall_s = mt_now() - t_run;
+  return x->loss_sum;
 }
 
 /* ------------------------------------------------------------------ */

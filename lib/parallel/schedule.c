@@ -79,19 +79,6 @@ int mt_pp_sched_check(mt_pp_sched kind, int pp, int m, int v, int n_layer, mt_er
   return 0;
 }
 
-void mt_pp_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0, int *l1) {
-  if (split && v == 1) {
-    int a = 0;
-    for (int s = 0; s < vs; s++) a += split[s];
-    *l0 = a;
-    *l1 = a + split[vs];
-    return;
-  }
-  int n = pp * v, base = n_layer / n, extra = n_layer % n;
-  *l0 = vs * base + (vs < extra ? vs : extra);
-  *l1 = *l0 + base + (vs < extra ? 1 : 0);
-}
-
 /* ------------------------------------------------------------------ */
 /* building                                                            */
 
@@ -106,7 +93,7 @@ static void push(op_list *l, mt_pp_op_kind kind, int mb, int chunk) {
     l->ops = realloc(l->ops, (size_t)l->cap * sizeof *l->ops);
     if (!l->ops) mt_die("out of memory (pipeline schedule)");
   }
-  l->ops[l->n++] = (mt_pp_op){kind, mb, chunk};
+  l->ops[l->n++] = (mt_pp_op){.kind = kind, .mb = mb, .chunk = chunk};
 }
 
 /* A compute op with the receive it needs before and the send it makes after. */
@@ -241,7 +228,7 @@ typedef struct {
 } channel;
 
 int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
-                            double t_bw, mt_pp_sim *out, char *msg_out, size_t msg_len) {
+                            double t_bw, mt_pp_sim *out, mt_err *e) {
   const int pp = s->pp, m = s->m, v = s->v, nvs = pp * v;
   int rc = -1;
   /* per virtual stage and micro-batch: what has happened */
@@ -258,10 +245,9 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
   int *peak = mt_calloc((size_t)pp, sizeof(int));
   double *clock = mt_calloc((size_t)pp, sizeof(double)), *busy = mt_calloc((size_t)pp,
                                                                             sizeof(double));
-  msg_out[0] = '\0';
 #define FAIL(...)                                   \
   do {                                              \
-    snprintf(msg_out, msg_len, __VA_ARGS__);        \
+    mt_err_set(e, __VA_ARGS__);                     \
     goto done;                                      \
   } while (0)
   for (;;) {
@@ -302,7 +288,7 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
           if (sent[cell]) FAIL("rank %d op %d: %s mb %d sent twice", r, pc[r], nm, o->mb);
           sent[cell] = 1;
           channel *c = &ch[r * 2 + (is_act ? 0 : 1)];
-          c->q[c->n++] = (msg){o->mb, vs, clock[r]};
+          c->q[c->n++] = (msg){.mb = o->mb, .vs = vs, .t = clock[r]};
         } else {
           double dt = 0;
           if (o->kind == MT_PP_FWD) {

@@ -17,6 +17,11 @@ static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_
   while (*p) {
     char *end;
     long x = strtol(p, &end, 10);
+    if (end != p && x == 0 && n < pp) {
+      mt_err_set(e, "parallel.pp_split = '%s': stage %d has no layers (give every stage at "
+                    "least one, or lower parallel.pp)", text, n);
+      return -1;
+    }
     if (end == p || x < 1 || n == pp) {
       mt_err_set(e, "parallel.pp_split = '%s': expected %d comma-separated layer counts >= 1 "
                     "(one per stage)", text, pp);
@@ -42,9 +47,54 @@ static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_
   return 0;
 }
 
+/* parallel.pp_first_layers / pp_last_layers -> layers per stage: the first
+ * and last stages as given (0: not given), the other stages an equal share
+ * of the rest (Megatron's --decoder-first/last-pipeline-num-layers); 0, or
+ * -1 with e naming the keys to change */
+static int first_last_split(const mt_config *cfg, int n_layer, int *split, mt_err *e) {
+  const int pp = cfg->pp, F = cfg->pp_first_layers, L = cfg->pp_last_layers;
+  if (pp < 2) {
+    mt_err_set(e, "parallel.pp_first_layers / pp_last_layers need parallel.pp >= 2 (got %d)", pp);
+    return -1;
+  }
+  int rest = n_layer - F - L, others = pp - (F > 0) - (L > 0);
+  if (rest < 0 || (others == 0 && rest != 0)) {
+    mt_err_set(e, "parallel.pp_first_layers = %d + parallel.pp_last_layers = %d %s model.n_layer "
+                  "= %d over parallel.pp = %d stages (change them so the stages hold every "
+                  "layer)", F, L, rest < 0 ? "exceed" : "leave layers of", n_layer, pp);
+    return -1;
+  }
+  if (others > 0 && (rest < others || rest % others != 0)) {
+    mt_err_set(e, "parallel.pp_first_layers = %d, parallel.pp_last_layers = %d leave %d of "
+                  "model.n_layer = %d layers for the other %d stages: %s (change the two keys, "
+                  "or give every stage in parallel.pp_split)", F, L, rest, n_layer, others,
+               rest < others ? "a stage would be empty" : "they do not share them equally");
+    return -1;
+  }
+  for (int s = 0; s < pp; s++) split[s] = others ? rest / others : 0;
+  if (F > 0) split[0] = F;
+  if (L > 0) split[pp - 1] = L;
+  return 0;
+}
+
+/* An explicit split (pp_split or first/last) under interleaving: every
+ * stage's layers must cut into virtual_stages equal chunks. */
+static int check_split_chunks(const mt_config *cfg, const int *split, mt_err *e) {
+  const int v = cfg->virtual_stages;
+  for (int s = 0; s < cfg->pp; s++)
+    if (split[s] % v != 0) {
+      mt_err_set(e, "parallel.virtual_stages = %d does not divide the %d layers of pipeline "
+                    "stage %d (set by parallel.%s): give each stage a multiple of %d layers",
+                 v, split[s], s, cfg->pp_split[0] ? "pp_split" : "pp_first_layers/pp_last_layers",
+                 v);
+      return -1;
+    }
+  return 0;
+}
+
 void mt_layout_stage_layers(const mt_config *cfg, const mt_layout *lay, int vs, int *l0,
                            int *l1) {
-  mt_pp_stage_layers(lay->shape.n_layer, cfg->pp, cfg->virtual_stages,
+  mt_registry_stage_layers(lay->shape.n_layer, cfg->pp, cfg->virtual_stages,
                      lay->has_split ? lay->split : NULL, vs, l0, l1);
 }
 
@@ -143,14 +193,21 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   else if (cfg->pp > MT_PP_MAX_CHUNKS || cfg->virtual_stages > MT_PP_MAX_CHUNKS)
     mt_err_set(e, "parallel.pp = %d, parallel.virtual_stages = %d: at most %d each", cfg->pp,
                cfg->virtual_stages, MT_PP_MAX_CHUNKS);
-  else if (cfg->pp_split[0] && cfg->virtual_stages > 1)
-    mt_err_set(e, "parallel.pp_split needs parallel.virtual_stages = 1");
+  else if (cfg->pp_split[0] && (cfg->pp_first_layers || cfg->pp_last_layers))
+    mt_err_set(e, "parallel.pp_split and parallel.pp_first_layers / pp_last_layers both set: "
+                  "give one of them");
   else if (cfg->pp_split[0]) {
-    if (parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) == 0)
+    if (parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) == 0 &&
+        check_split_chunks(cfg, lay->split, e) == 0)
+      lay->has_split = 1;
+  } else if (cfg->pp_first_layers || cfg->pp_last_layers) {
+    if (first_last_split(cfg, s->n_layer, lay->split, e) == 0 &&
+        check_split_chunks(cfg, lay->split, e) == 0)
       lay->has_split = 1;
   } else if (s->n_layer % cfg->pp != 0)
     mt_err_set(e, "parallel.pp = %d does not divide model.n_layer = %d (or give "
-                  "parallel.pp_split)", cfg->pp, s->n_layer);
+                  "parallel.pp_split, or parallel.pp_first_layers / pp_last_layers)", cfg->pp,
+               s->n_layer);
   else if ((s->n_layer / cfg->pp) % cfg->virtual_stages != 0)
     mt_err_set(e, "parallel.virtual_stages = %d does not divide the %d layers per stage "
                   "(model.n_layer = %d over parallel.pp = %d)",
@@ -160,12 +217,12 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     return -1;
   mt_pp_schedule sched;
   mt_pp_schedule_build(&sched, (mt_pp_sched)kind, cfg->pp, m, cfg->virtual_stages);
-  char msg[256];
+  mt_err why = {0};
   mt_pp_sim sim;
-  int bad = mt_pp_schedule_validate(&sched, 1, 2, 1, 1, &sim, msg, sizeof msg);
+  int bad = mt_pp_schedule_validate(&sched, 1, 2, 1, 1, &sim, &why);
   mt_pp_schedule_free(&sched);
   if (bad) {
-    mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", cfg->pp_schedule, msg);
+    mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", cfg->pp_schedule, why.msg);
     return -1;
   }
   /* one stage runs its micro-batches one after the other (1F1B of one stage) */
@@ -189,11 +246,8 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   }
   if (cfg->pp > 1) {
     lay->stage_of_layer = mt_calloc((size_t)s->n_layer, sizeof(int));
-    for (int vs = 0; vs < cfg->pp * cfg->virtual_stages; vs++) {
-      int a, b;
-      mt_layout_stage_layers(cfg, lay, vs, &a, &b);
-      for (int l = a; l < b; l++) lay->stage_of_layer[l] = vs % cfg->pp;
-    }
+    mt_registry_stage_map(s->n_layer, cfg->pp, cfg->virtual_stages,
+                          lay->has_split ? lay->split : NULL, lay->stage_of_layer);
   }
   return 0;
 }
@@ -203,3 +257,31 @@ void mt_layout_free(mt_layout *lay) {
   lay->stage_of_layer = NULL;
 }
 
+
+void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *mesh, int *l0l1,
+                         mt_step_opts *o, mt_step_groups *g) {
+  const int n_vs = cfg->pp * cfg->virtual_stages;
+  for (int vs = 0; vs < n_vs; vs++)
+    mt_layout_stage_layers(cfg, lay, vs, &l0l1[vs], &l0l1[n_vs + vs]);
+  /* zb-h1 splits each backward into input and weight passes (the sets keep
+   * the linears' output gradients in between) */
+  *o = (mt_step_opts){
+      .shape = &lay->shape, .micro_batch = cfg->micro_batch,
+      .par = {.tp = &mesh->tp_g, .sp = cfg->sp, .recompute = cfg->recompute,
+              .split_backward = cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1,
+              .stage_of_layer = NULL, .pp_rank = 0, .pp_last = 0, .external_state = 1,
+              .cp = &mesh->cp_g, .cp_mode = mt_cp_mode_parse(cfg->cp_mode), .ep = &mesh->ep_g,
+              .etp = &mesh->etp_g},
+      .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
+      .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
+      .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,
+      .virtual_stages = cfg->virtual_stages, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs};
+  if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
+    o->par.stage_of_layer = lay->stage_of_layer;
+    o->par.pp_rank = mesh->pp_rank;
+    o->par.pp_last = cfg->pp - 1;
+  }
+  *g = (mt_step_groups){.tp = &mesh->tp_g, .cp = &mesh->cp_g, .dp = &mesh->dp_g,
+                        .pp = &mesh->pp_g, .dpcp = &mesh->dpcp_g, .ep = &mesh->ep_g,
+                        .etp = &mesh->etp_g, .edp = &mesh->edp_g};
+}

@@ -1,16 +1,16 @@
-/* The plan: from the configuration and the registry alone (no MPI, no
- * allocation), the bytes every rank of a mesh holds by category and sends
- * per training step on each group. The run counts the same things (the
- * allocator per category, comm per group); the tests hold them equal. */
+/* The plan: a rank of a mesh built and run for one training step by the
+ * real code (mt_step: the model, the dp engine, the schedule and its
+ * executor) on the null backend over a count-only mesh, in this process,
+ * without MPI and without memory: what it allocates per category and sends
+ * per group is counted by the allocator and comm where a run counts them,
+ * so the plan is what the run allocates and sends by construction. One rank
+ * of each class of equal figures is counted (the same stage and the same
+ * shard sizes); the others take its figures. */
 #include "plan/plan.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
-
-static double ar(double bytes, int n) { return mt_bytes_allreduce((size_t)bytes, n); }
-static double rs(double bytes, int n) { return mt_bytes_reduce_scatter((size_t)bytes, n); }
-static double ag(double bytes, int n) { return mt_bytes_allgather((size_t)bytes, n); }
 
 double mt_plan_rank_total(const mt_plan_rank *r) {
   double s = 0.0;
@@ -18,195 +18,147 @@ double mt_plan_rank_total(const mt_plan_rank *r) {
   return s;
 }
 
-/* Gradient and gathered-parameter buffers of the dp/ZeRO engine (dp.c's
- * pools: the last bucket's buffer and two shared by the others; ZeRO-3's
- * buffers of the first and last unit and two shared by the others). */
-static void zero_pools(const mt_registry *r, double *grad_bufs, double *gather_bufs) {
-  int nb = r->n_buckets;
-  *grad_bufs = *gather_bufs = 0.0;
-  if (r->zero >= 2 && nb > 0) {
-    const mt_bucket_plan *last = &r->buckets[nb - 1];
-    double most = 0, most_part = 0;
-    for (int k = 0; k < nb - 1; k++) {
-      double len = (double)(r->buckets[k].end - r->buckets[k].begin);
-      int me = r->group_rank[r->buckets[k].group]; /* this rank in the bucket's group */
-      if (len > most) most = len;
-      if (r->buckets[k].counts[me] > most_part) most_part = r->buckets[k].counts[me];
-    }
-    int shared = nb - 1 < 2 ? nb - 1 : 2;
-    *grad_bufs = 4.0 * ((double)(last->end - last->begin) + last->counts[r->group_rank[last->group]] +
-                        shared * (most + most_part));
-  }
-  if (r->zero == 3) {
-    int U = r->n_units;
-    double first = (double)(r->units[0].end - r->units[0].begin);
-    double lastu = U > 1 ? (double)(r->units[U - 1].end - r->units[U - 1].begin) : 0.0;
-    double most = 0;
-    for (int u = 1; u < U - 1; u++)
-      if ((double)(r->units[u].end - r->units[u].begin) > most)
-        most = (double)(r->units[u].end - r->units[u].begin);
-    int shared = U - 2 < 2 ? (U - 2 > 0 ? U - 2 : 0) : 2;
-    *gather_bufs = 4.0 * (first + lastu + shared * most);
-  }
+static int world_rank_of(const mt_config *cfg, int pp_rank, int dp_rank, int cp_rank,
+                         int tp_rank) {
+  return tp_rank + cfg->tp * (cp_rank + cfg->cp * (dp_rank + cfg->dp * pp_rank));
 }
 
-/* Bytes one rank sends per step for gradients and parameters over a
- * reduction group (dp: dense tensors, edp: experts). */
-static double dp_state_bytes(const mt_registry *r, int accum, mt_grad_group group) {
-  int n = r->group_size[group];
-  double b = 0.0;
-  for (int k = 0; k < r->n_buckets; k++) {
-    if (r->buckets[k].group != group) continue;
-    double s = 4.0 * (double)(r->buckets[k].end - r->buckets[k].begin);
-    switch (r->zero) {
-    case 0: b += ar(s, n); break;
-    case 1: b += rs(s, n) + ag(s, n); break;
-    case 2: b += accum * rs(s, n) + ag(s, n); break;
-    default: { /* a unit per bucket: gathered for forward and again for backward, except the
-                  first and last (held from their forward to their backward) */
-      int u = r->buckets[k].u0, pinned = u == 0 || u == r->n_units - 1;
-      b += accum * (rs(s, n) + (pinned ? 1 : 2) * ag(s, n));
-    }
-    }
-  }
-  return b;
-}
-
-int mt_plan_model(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
-                  int cp_rank, int tp_rank, mt_group groups[4], mt_gpt *m, mt_err *e) {
-  /* the groups' sizes and ranks only: no MPI */
-  memset(groups, 0, 4 * sizeof *groups);
-  mt_group *tp_g = &groups[0], *cp_g = &groups[1], *ep_g = &groups[2], *etp_g = &groups[3];
-  tp_g->size = cfg->tp;
-  tp_g->rank = tp_rank;
-  cp_g->size = cfg->cp;
-  cp_g->rank = cp_rank;
-  /* the folded mesh of MoE blocks over this stage's tp x cp x dp ranks */
+static int count_mesh(mt_mesh *m, const mt_config *cfg, const mt_layout *lay, int world_rank,
+                      mt_err *e) {
   const int moe = lay->shape.moe_experts > 0;
-  const int etp = moe ? cfg->etp : 1, ep = moe ? cfg->ep : 1;
-  int edp_rank;
-  ep_g->size = ep;
-  etp_g->size = etp;
-  mt_mesh_fold_coords(tp_rank + cfg->tp * (cp_rank + cfg->cp * dp_rank), etp, ep, &etp_g->rank,
-                      &ep_g->rank, &edp_rank);
-  mt_gpt_parallel par = {tp_g, cfg->sp, cfg->recompute,
-                         cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1, NULL, 0, 0, 1,
-                         cp_g, mt_cp_mode_parse(cfg->cp_mode), ep_g, etp_g};
-  if (cfg->pp > 1) {
-    par.stage_of_layer = lay->stage_of_layer;
-    par.pp_rank = pp_rank;
-    par.pp_last = cfg->pp - 1;
+  return mt_mesh_count(m, cfg->tp, cfg->cp, cfg->dp, cfg->pp, world_rank, moe ? cfg->etp : 1,
+                       moe ? cfg->ep : 1, e);
+}
+
+void mt_plan_world_destroy(mt_plan_world *w) {
+  mt_mem_account *prev = mt_mem_account_use(&w->acct);
+  mt_step_destroy(&w->step);
+  mt_mem_account_use(prev);
+  mt_mesh_destroy(&w->mesh);
+  free(w->tokens);
+  free(w->rows);
+  memset(w, 0, sizeof *w);
+}
+
+/* Builds world_rank's state and runs one training step (every micro-batch
+ * of the schedule, the gradient sync, the optimizer), counted. */
+static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *lay,
+                     int world_rank, mt_err *e) {
+  memset(w, 0, sizeof *w);
+  if (count_mesh(&w->mesh, cfg, lay, world_rank, e) != 0) return -1;
+  mt_mem_account *prev = mt_mem_account_use(&w->acct);
+  mt_ops_null_reset();
+  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
+  mt_step_opts o;
+  mt_step_groups g;
+  mt_layout_step_opts(cfg, lay, &w->mesh, l0l1, &o, &g);
+  int rc = mt_step_create(&w->step, &o, &g, mt_ops_null(), e);
+  free(l0l1);
+  if (rc == 0) {
+    mt_gpt_set_moe_loss(&w->step.model, (float)cfg->moe_aux_coef, (float)cfg->moe_z_coef);
+    const int n_mb = lay->accum, B = cfg->micro_batch, T = w->step.model.T;
+    w->tokens = mt_calloc((size_t)B * T + 1, sizeof(int));
+    w->rows = mt_calloc((size_t)n_mb, sizeof(int));
+    for (int mb = 0; mb < n_mb; mb++) w->rows[mb] = B;
+    const double tokens = (double)cfg->global_batch * lay->shape.seq_len;
+    w->batch = (mt_pp_batch){.n_mb = n_mb, .B = B, .T = T, .inputs = w->tokens,
+                             .targets = w->tokens, .rows = w->rows,
+                             .dloss = 1.0f / (float)tokens, .eval = 0, .same_tokens = 1};
+    double loss = mt_step_gradients(&w->step, &w->batch);
+    mt_step_update(&w->step, (float)cfg->lr, (float)cfg->grad_clip, &loss);
   }
-  return mt_gpt_create_plan(m, &lay->shape, mt_ops_cpu(), cfg->micro_batch, &par, e);
+  mt_mem_account_use(prev);
+  if (rc != 0) mt_plan_world_destroy(w);
+  return rc;
 }
 
-int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
-                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_err *e) {
-  return mt_plan_rank_model(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, out, NULL, e);
-}
-
-int mt_plan_rank_model(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
-                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e) {
+/* the counted rank's figures */
+static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *out) {
+  const mt_mesh *m = &w->mesh;
+  const mt_step *s = &w->step;
+  const mt_registry *r = &s->model.reg;
   memset(out, 0, sizeof *out);
-  out->pp_rank = pp_rank;
-  out->dp_rank = dp_rank;
-  out->cp_rank = cp_rank;
-  out->tp_rank = tp_rank;
-  out->world_rank = tp_rank + cfg->tp * (cp_rank + cfg->cp * (dp_rank + cfg->dp * pp_rank));
-  const mt_model_shape *s = &lay->shape;
-  const int pp = cfg->pp, accum = lay->accum, B = cfg->micro_batch;
-  const int moe = s->moe_experts > 0;
-  const int etp = moe ? cfg->etp : 1, ep = moe ? cfg->ep : 1;
-  const int edp = cfg->tp * cfg->cp * cfg->dp / (etp * ep);
-  mt_mesh_fold_coords(tp_rank + cfg->tp * (cp_rank + cfg->cp * dp_rank), etp, ep, &out->etp_rank,
-                      &out->ep_rank, &out->edp_rank);
-  /* the model as this rank would create it, allocating nothing */
-  mt_gpt m;
-  if (mt_plan_model(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, out->groups, &m, e) != 0)
-    return -1;
-  /* the dp/ZeRO engine's group is dp x cp (rank cp_rank + cp * dp_rank) */
-  mt_registry *r = &m.reg;
-  mt_registry_set_edp(r, edp, out->edp_rank);
-  mt_registry_shard_dp(r, cfg->dp * cfg->cp, cp_rank + cfg->cp * dp_rank, cfg->zero,
-                       (size_t)(cfg->bucket_mb * 1048576.0));
-  const double n = (double)r->numel_local, shard = (double)r->shard_numel;
-  /* the pipeline stage: its layers, activation sets and messages */
-  mt_pp_schedule sched;
-  mt_pp_schedule_build(&sched, lay->sched, pp, accum, cfg->virtual_stages);
-  int n_slots = sched.max_inflight[pp_rank], layers = 0, last_vs = pp * cfg->virtual_stages - 1;
-  size_t set_numel = 0;
-  /* per micro-batch through this rank's chunks: tp bytes, expert bytes */
-  double tp_mb = 0.0, ex_mb[2] = {0.0, 0.0};
-  for (int vs = pp_rank; vs <= last_vs; vs += pp) {
-    int a, b;
-    mt_layout_stage_layers(cfg, lay, vs, &a, &b);
-    layers += b - a;
-    size_t k = mt_gpt_acts_numel(&m, b - a, B, vs == last_vs);
-    if (k > set_numel) set_numel = k;
-    tp_mb += mt_gpt_tp_bytes_layers(&m, B, a, b, vs == 0, vs == last_vs);
-    double ex[2];
-    mt_gpt_expert_bytes_layers(&m, B, a, b, ex);
-    ex_mb[0] += ex[0];
-    ex_mb[1] += ex[1];
-  }
-  const double msg = 4.0 * (double)B * m.T_sp * s->n_embd;
-  int sends = 0;
-  for (int i = 0; i < sched.n_ops[pp_rank]; i++)
-    sends += sched.ops[pp_rank][i].kind == MT_PP_SEND_ACT ||
-             sched.ops[pp_rank][i].kind == MT_PP_SEND_GRAD;
-  double tied = pp > 1 ? (double)mt_pp_tied_numel(r) : 0.0;
-
-  /* ---- memory by category ---- */
-  double grad_bufs, gather_bufs;
-  zero_pools(r, &grad_bufs, &gather_bufs);
-  out->params_numel = cfg->zero == 3 ? shard : n;
-  out->mem[MT_MEM_PARAMS] = 4.0 * out->params_numel;
-  out->mem[MT_MEM_GRADS] = cfg->zero <= 1 ? 4.0 * (n + (cfg->zero ? shard : 0.0))
-                                          : 4.0 * shard + grad_bufs;
-  out->mem[MT_MEM_OPTIM] = 2.0 * 4.0 * shard;
-  out->mem[MT_MEM_GATHER] = gather_bufs;
-  out->mem[MT_MEM_ACTIV] = (double)m.act_bytes + (double)n_slots * 4.0 * (double)set_numel;
-  out->mem[MT_MEM_COMM] = (double)m.comm_bytes +
-                          (double)mt_pp_exec_comm_bytes(pp, n_slots, (size_t)(msg / 4.0)) +
-                          4.0 * tied;
-  out->comm_exact = pp == 1;
+  out->world_rank = m->world_rank;
+  out->pp_rank = m->pp_rank;
+  out->dp_rank = m->dp_rank;
+  out->cp_rank = m->cp_rank;
+  out->tp_rank = m->tp_rank;
+  out->ep_rank = m->ep_rank;
+  out->etp_rank = m->etp_rank;
+  out->edp_rank = m->edp_rank;
+  for (int c = 0; c < MT_MEM_NCAT; c++) out->mem[c] = (double)w->acct.peak[c];
   /* NCCL's buffers: the communicators a run on GPUs makes, one GPU per rank
    * (comm's estimate; a train.device = cuda run reserves the same) */
   if (!strcmp(cfg->device, "cuda")) {
     unsigned nccl_groups, nccl_p2p;
     mt_comm_nccl_needs(cfg, &nccl_groups, &nccl_p2p);
-    mt_mesh_dims dims = {.tp = cfg->tp, .cp = cfg->cp, .dp = cfg->dp, .pp = pp, .etp = etp,
-                         .ep = ep};
+    mt_mesh_dims dims = mt_mesh_dims_of(m);
     out->mem[MT_MEM_COMM] += mt_comm_nccl_bytes(&dims, out->world_rank, nccl_groups, nccl_p2p);
   }
-
-  /* ---- bytes per step and group ---- */
-  const int dp = cfg->dp * cfg->cp, tp = cfg->tp; /* dp: the dp x cp group */
-  const int tp_norm = tp > 1, pp_norm = pp > 1;
-  /* the norm: 2 sums (dense) over dp x cp under ZeRO, 2 more (experts) over
-   * edp; MoE models always take the path that sums by placement */
-  double dp_state = dp_state_bytes(r, accum, MT_GROUP_DP);
-  out->dp_bytes =
-      dp_state + ar(8, dp) + (cfg->zero ? ar(tp_norm || pp_norm || moe ? 16 : 8, dp) : 0.0);
-  /* context parallelism's attention in every layer of every micro-batch */
-  out->cp_bytes = accum * mt_gpt_cp_bytes_range(&m, B, layers);
-  double partial = 4.0 * (double)mt_tp_partial_numel(r, 0, r->numel_local);
-  out->tp_bytes = accum * tp_mb +
-                  (partial > 0 ? (cfg->zero >= 2 ? accum : 1) * ar(partial, tp) : 0.0) +
-                  (tp_norm ? ar(8, tp) : 0.0);
-  out->pp_bytes = pp > 1 ? sends * msg + 4.0 * tied + ar(8, pp) + ar(moe ? 32 : 16, pp) : 0.0;
-  if (moe) {
-    out->ep_bytes = accum * ex_mb[0] + ar(16, ep);
-    out->etp_bytes = accum * ex_mb[1] + ar(8, etp);
-    out->edp_bytes = dp_state_bytes(r, accum, MT_GROUP_EDP) + (cfg->zero ? ar(16, edp) : 0.0);
-  }
-  mt_pp_schedule_free(&sched);
-  /* the dp traffic of gradients and parameters alone, as summary.json states it */
-  out->dp_state_bytes = dp_state;
+  out->comm_exact = cfg->pp == 1;
+  out->dp_bytes = m->dpcp_g.bytes;
+  out->tp_bytes = m->tp_g.bytes;
+  out->pp_bytes = m->pp_g.bytes;
+  out->cp_bytes = m->cp_g.bytes;
+  out->ep_bytes = m->ep_g.bytes;
+  out->etp_bytes = m->etp_g.bytes;
+  out->edp_bytes = m->edp_g.bytes;
+  out->dp_state_bytes = s->dp.state_bytes[MT_GROUP_DP];
+  out->params_numel = (double)(cfg->zero == 3 ? r->shard_numel : r->numel_local);
   out->n_buckets = r->n_buckets;
-  out->layers = layers;
-  if (keep) *keep = m;
-  else mt_gpt_destroy(&m);
+  for (int c = 0; c < s->exec.v; c++) out->layers += s->exec.l1[c] - s->exec.l0[c];
+}
+
+int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
+                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_plan_world *keep,
+                       mt_err *e) {
+  mt_plan_world w;
+  if (world_run(&w, cfg, lay, world_rank_of(cfg, pp_rank, dp_rank, cp_rank, tp_rank), e) != 0)
+    return -1;
+  figures(&w, cfg, out);
+  if (keep) *keep = w;
+  else mt_plan_world_destroy(&w);
+  return 0;
+}
+
+int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
+                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_err *e) {
+  return mt_plan_rank_world(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, out, NULL, e);
+}
+
+/* ------------------------------------------------------------------ */
+/* classes of ranks with equal figures                                 */
+
+/* What sets a rank's figures apart from another's: its pipeline stage and
+ * its share of every bucket (the ZeRO shard over dp x cp or edp); the
+ * ranks of tp, cp, ep and etp hold and send the same (the tests hold every
+ * rank of a run to the plan). From the rank's registry alone. */
+static int signature(const mt_config *cfg, const mt_layout *lay, int world_rank, int **sig,
+                     mt_err *e) {
+  mt_mesh m;
+  if (count_mesh(&m, cfg, lay, world_rank, e) != 0) return -1;
+  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
+  mt_step_opts o;
+  mt_step_groups g;
+  mt_layout_step_opts(cfg, lay, &m, l0l1, &o, &g);
+  mt_gpt_layout gl = mt_gpt_layout_of(o.shape, &o.par);
+  mt_registry r;
+  int rc = mt_gpt_register_layout(&r, o.shape, &gl, e);
+  free(l0l1);
+  if (rc != 0) {
+    mt_registry_free(&r);
+    return -1;
+  }
+  mt_registry_set_dp(&r, g.dp->size, g.dp->rank, g.cp->size, g.cp->rank);
+  mt_registry_set_edp(&r, g.edp->size, g.edp->rank);
+  mt_registry_shard(&r, o.zero, o.bucket_bytes);
+  int n = r.n_buckets + 2;
+  *sig = mt_calloc((size_t)n, sizeof(int));
+  (*sig)[0] = n;
+  (*sig)[1] = m.pp_rank;
+  for (int k = 0; k < r.n_buckets; k++)
+    (*sig)[2 + k] = r.buckets[k].counts[r.group_rank[r.buckets[k].group]];
+  mt_registry_free(&r);
   return 0;
 }
 
@@ -215,15 +167,47 @@ int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e) {
   if (mt_layout_validate(cfg, world_size, &p->lay, e) != 0) return -1;
   p->n = p->lay.world;
   p->r = mt_calloc((size_t)p->n, sizeof *p->r);
-  for (int pr = 0; pr < cfg->pp; pr++)
-    for (int dr = 0; dr < cfg->dp; dr++)
-      for (int cr = 0; cr < cfg->cp; cr++)
-        for (int tr = 0; tr < cfg->tp; tr++) {
-          int w = tr + cfg->tp * (cr + cfg->cp * (dr + cfg->dp * pr));
-          if (mt_plan_rank_build(cfg, &p->lay, pr, dr, cr, tr, &p->r[w], e) != 0) return -1;
-          p->r[w].world_rank = w;
-        }
-  return 0;
+  int **sigs = mt_calloc((size_t)p->n, sizeof(int *)); /* per class: its signature */
+  int *rep = mt_calloc((size_t)p->n, sizeof(int));     /* per class: the rank counted */
+  int n_classes = 0, rc = 0;
+  for (int w = 0; w < p->n && rc == 0; w++) {
+    int *sig = NULL;
+    if ((rc = signature(cfg, &p->lay, w, &sig, e)) != 0) break;
+    int c = 0;
+    while (c < n_classes && !(sigs[c][0] == sig[0] &&
+                              memcmp(sigs[c], sig, (size_t)sig[0] * sizeof(int)) == 0))
+      c++;
+    if (c == n_classes) { /* a new class: count this rank */
+      mt_plan_world world;
+      if ((rc = world_run(&world, cfg, &p->lay, w, e)) != 0) {
+        free(sig);
+        break;
+      }
+      figures(&world, cfg, &p->r[w]);
+      mt_plan_world_destroy(&world);
+      sigs[n_classes] = sig;
+      rep[n_classes++] = w;
+    } else { /* its class's figures, its own coordinates */
+      free(sig);
+      mt_mesh m;
+      count_mesh(&m, cfg, &p->lay, w, e);
+      mt_plan_rank *r = &p->r[w];
+      *r = p->r[rep[c]];
+      r->world_rank = w;
+      r->pp_rank = m.pp_rank;
+      r->dp_rank = m.dp_rank;
+      r->cp_rank = m.cp_rank;
+      r->tp_rank = m.tp_rank;
+      r->ep_rank = m.ep_rank;
+      r->etp_rank = m.etp_rank;
+      r->edp_rank = m.edp_rank;
+    }
+  }
+  for (int c = 0; c < n_classes; c++) free(sigs[c]);
+  free(sigs);
+  free(rep);
+  p->counted = n_classes;
+  return rc;
 }
 
 void mt_plan_free(mt_plan *p) {
@@ -291,7 +275,8 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
     fputc('\n', f);
   }
   if (cfg->pp > 1)
-    fprintf(f, "# +: plus the pipeline's send buffers, one message each while in flight\n");
+    fprintf(f, "# +: plus more of the pipeline's send buffers, one message each while several "
+               "are in flight\n");
   if (cfg->cp > 1)
     fprintf(f, "# dp: the dp x cp group (gradients, ZeRO shards); cp: %s attention\n",
             cfg->cp_mode);

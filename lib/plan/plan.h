@@ -3,8 +3,9 @@
  *   mt_layout_validate  every check of a configuration for a world size,
  *                       and the layout it derives (layout.c)
  *   mt_plan_*           memory per rank by category and bytes per group per
- *                       step, from the real model and dp engine counted
- *                       (plan.c)
+ *                       step: the real model, dp engine and pipeline of a
+ *                       rank run on the null backend over a count-only
+ *                       mesh, counted (plan.c)
  *   mt_cost_*           a layout's step time on a hardware profile (cost.c),
  *                       profiles fitted from meshbench (calibrate.c)
  *   mt_search_*         every layout of a model on N nodes, priced (search.c)
@@ -25,7 +26,6 @@
 #include "model/model.h"
 #include "parallel/parallel.h"
 
-#define MT_PP_MAX_CHUNKS 64
 
 /* What validation derives from the configuration for a world size. */
 typedef struct {
@@ -49,56 +49,77 @@ void mt_layout_free(mt_layout *lay);
 void mt_layout_stage_layers(const mt_config *cfg, const mt_layout *lay, int vs, int *l0,
                            int *l1);
 
+/* What a rank of cfg's mesh is made of (mt_step_create's options): the
+ * model's split over the mesh's groups, the ZeRO level and buckets, AdamW,
+ * the schedule and every virtual stage's blocks (in l0l1, 2 x pp x v ints
+ * the caller provides and keeps while o is used). The trainer and the plan
+ * build a rank from the same options. */
+void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *mesh, int *l0l1,
+                         mt_step_opts *o, mt_step_groups *g);
+
 /* ------------------------------------------------------------------ */
-/* the plan: memory and bytes from placement alone                     */
+/* the plan: the real code, counted                                    */
+
+/* A rank of cfg's mesh built for counting, in this process without MPI:
+ * the real model, dp engine, schedule and executor (mt_step_create) on the
+ * null backend over a count-only mesh. Its memory is counted into acct (the
+ * process's own figures untouched) and its bytes on the mesh's groups. */
+typedef struct {
+  mt_mesh mesh;         /* count-only (mt_mesh_count) */
+  mt_step step;
+  mt_mem_account acct;
+  int *tokens, *rows;   /* the step's micro-batches (zeros: their values do not matter) */
+  mt_pp_batch batch;
+} mt_plan_world;
 
 typedef struct {
   int world_rank, pp_rank, dp_rank, cp_rank, tp_rank;
   int ep_rank, etp_rank, edp_rank; /* on the folded mesh of MoE blocks */
-  /* bytes this rank allocates, by mt_mem_cat; exact, except comm with
-   * pp > 1 (the pipeline's send buffers grow with the messages in flight:
-   * comm is then the fixed part) */
+  /* bytes this rank allocates, by mt_mem_cat (the peak of a training step,
+   * set-up included); exact, except comm with pp > 1 (the pipeline's send
+   * buffers are one per message in flight, which depends on the peers'
+   * timing: comm is then the least a run holds) */
   double mem[MT_MEM_NCAT];
   int comm_exact;
   /* bytes this rank sends per training step (no evaluation, no checkpoint)
-   * over each group, as comm counts them; dp: the dp x cp group, where
-   * gradients, ZeRO shards and the loss are reduced */
+   * over each group, counted where a run counts them; dp: the dp x cp
+   * group, where gradients, ZeRO shards and the loss are reduced */
   double dp_bytes, tp_bytes, pp_bytes, cp_bytes;
-  /* MoE: over ep (the dispatch's all-to-alls, as a balanced routing implies:
-   * exact when every expert gets the same share of the slots, e.g. k = E),
-   * etp (gathers and reduce-scatters inside experts) and edp (the experts'
+  /* MoE: over ep (the dispatch's all-to-alls, of a balanced routing: exact
+   * when every expert gets the same share of the slots, e.g. k = E), etp
+   * (gathers and reduce-scatters inside experts) and edp (the experts'
    * gradients) */
   double ep_bytes, etp_bytes, edp_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
   int n_buckets;         /* dp buckets (reductions per step) */
   int layers;            /* blocks on this rank (all its chunks) */
-  mt_group groups[4];    /* tp, cp, ep, etp: the sizes and ranks the model points to */
 } mt_plan_rank;
 
 typedef struct {
   mt_layout lay;
   int n;                 /* every rank of the mesh */
   mt_plan_rank *r;
+  int counted;           /* ranks built and counted: one per class of equal figures */
 } mt_plan;
 
-/* The plan of every rank of cfg's mesh (world_size 0: the mesh as given).
- * Needs no MPI. Returns 0, or -1 with e set (the validation's errors). */
+/* The plan of every rank of cfg's mesh (world_size 0: the mesh as given),
+ * counting one rank of each class of ranks whose figures are the same (the
+ * same stage and the same shard sizes), so a plan of any mesh takes
+ * seconds. Needs no MPI. Returns 0, or -1 with e set (the validation's
+ * errors). */
 int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e);
 /* One rank's plan (pp, dp, cp, tp coordinates), for a running rank's checks. */
 int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
                        int cp_rank, int tp_rank, mt_plan_rank *out, mt_err *e);
 void mt_plan_free(mt_plan *p);
-/* mt_plan_rank_build that also hands back the count-only model it built
- * (keep: free it with mt_gpt_destroy; its registry carries the dp placement) */
-int mt_plan_rank_model(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
-                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_gpt *keep, mt_err *e);
-/* The model as the rank (pp_rank, dp_rank, cp_rank, tp_rank) of cfg's mesh
- * would create it, allocating nothing (mt_gpt_create_plan; free with
- * mt_gpt_destroy). groups[4] (tp, cp, ep, etp: sizes and ranks, no MPI)
- * must outlive m. */
-int mt_plan_model(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
-                  int cp_rank, int tp_rank, mt_group groups[4], mt_gpt *m, mt_err *e);
+/* mt_plan_rank_build that also hands back the rank it counted (keep it:
+ * free it with mt_plan_world_destroy). Its executor's chunk_bytes are the
+ * step's bytes per chunk on tp, cp, ep and etp (the cost model's). */
+int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
+                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_plan_world *keep,
+                       mt_err *e);
+void mt_plan_world_destroy(mt_plan_world *w);
 /* The table meshtrain --plan prints: per pipeline stage, memory by category
  * and bytes per group per step (the largest rank of the stage). */
 void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f);
@@ -135,9 +156,26 @@ typedef struct {
   double elementwise_gbs;    /* memory bandwidth for elementwise work, GB/s */
   double intra_gbs, intra_us; /* collective bus bandwidth per rank and latency inside a node */
   double inter_gbs, inter_us; /* ... across nodes */
-  double overlap;            /* share of a backward that dp communication may hide behind */
+  double overlap;            /* share of the compute a collective issued beside it may hide
+                                behind (dp buckets in backward, ZeRO-3's prefetched gathers) */
   double act_bytes;          /* bytes of an activation element (act_bytes, optional: 4 fp32,
-                                2 bf16/fp16) */
+                                2 bf16: the runs priced on this profile train in bf16) */
+  /* block attention (optional keys): attn_block = BR:BC, query rows and keys of one
+   * tile (default 64:256, the CPU backend's blocks); attn_gflops, the fused kernel's
+   * FLOP/s on whole tiles (0, the default: each tile's two products priced on the
+   * matmul curve at their size, as the CPU backend calls them) */
+  int attn_br, attn_bc;
+  double attn_gflops;
+  /* the attention kernel priced: 0 block attention (what meshtrain's
+   * backends run), 1 materialized (another stack's batched QK^T and PV
+   * GEMMs over the whole T x T square, a fused scale-mask-softmax and
+   * attention dropout through memory: Megatron-LM before FlashAttention);
+   * key attention = block | materialized, meshplan --attention */
+  int attn_materialized;
+  /* stage_us (optional, default 0): seconds x 1e6 each pipeline op (one micro-batch's
+   * forward or backward of a chunk) costs beyond its compute: the p2p hand-over's
+   * synchronisation and the launches of a short op sequence */
+  double stage_us;
 } mt_cost_profile;
 
 /* Loads the [cost] section; a missing or bad key is one line naming it. */
@@ -146,26 +184,73 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
 void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f);
 double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops);
 
+/* Bytes per element of each category of state and traffic: the run's
+ * dtypes. The plan counts what the run allocates and sends today (fp32); the
+ * cost model rescales its categories by these. Defaults
+ * (mt_cost_dtypes_default): fp32 everywhere (weights = master), or, on a
+ * profile with act_bytes = 2, mixed bf16 as Megatron-LM trains: bf16
+ * weights copy, activations and tp/sp/cp/pp/ep messages, fp32 master
+ * weights, gradients, moments and gradient reductions. When the run trains
+ * in bf16 (train.precision) the defaults follow the configuration. */
+typedef struct {
+  double weights;     /* the compute copy of the parameters (ZeRO-3 gathers it) */
+  double master;      /* separate master weights, sharded like the moments (0: none) */
+  double grads;       /* gradient accumulation buffers */
+  double moments;     /* each of AdamW's two moments */
+  double acts;        /* activations kept for backward and their gradients */
+  double grad_reduce; /* gradient reductions over dp x cp (and edp) */
+  double msg;         /* tp, sp, cp, pp and ep messages */
+} mt_cost_dtypes;
+void mt_cost_dtypes_default(const mt_cost_profile *p, mt_cost_dtypes *d);
+/* "category=bytes" (weights, master, grads, moments, acts, grad_reduce, msg;
+ * bytes 0, 1, 2 or 4; master also 0): 0, or -1 with one line in e */
+int mt_cost_dtypes_set(mt_cost_dtypes *d, const char *assignment, mt_err *e);
+void mt_cost_dtypes_text(const mt_cost_dtypes *d, char *buf, size_t len);
+/* Bytes per device the planner keeps free (plan.headroom; -1: 3 GiB, or a
+ * tenth of the profile's memory when that is less). */
+double mt_cost_headroom(const mt_config *cfg, const mt_cost_profile *p);
+
 typedef struct {
   int world, fits;
   double step_s;             /* predicted step time, and its parts: */
-  double compute_s;          /*   matmuls and elementwise work of every micro-batch */
+  double compute_s;          /*   matmuls, block attention and elementwise work */
   double tp_s;               /*   tensor-parallel collectives */
   double cp_s, ep_s;         /*   context-parallel exchanges beyond what attention hides; MoE
                                   all-to-alls (balanced routing) */
   double pp_bubble_s;        /*   the schedule's idle time */
-  double pp_p2p_s;           /*   pipeline messages */
-  double dp_total_s, dp_exposed_s; /* dp collectives, and what backward does not hide */
+  double pp_p2p_s;           /*   pipeline messages and the per-op stage overhead */
+  double dp_total_s, dp_exposed_s; /* dp collectives, and what compute does not hide */
   double optim_s;            /*   AdamW */
   double tokens_per_s, mfu, model_flops;
-  /* the plan's figures, the largest rank's of any stage */
+  /* the plan's figures in the run's dtypes, the largest rank's of any stage */
   double mem_bytes, mem[MT_MEM_NCAT];
+  double headroom;           /* bytes kept free: fits = mem_bytes + headroom <= the device */
   double dp_bytes, tp_bytes, pp_bytes;
 } mt_cost;
 
-/* The predicted step of cfg's layout on profile p. Returns 0, or -1 with e
- * set (the configuration's validation errors). */
+/* The predicted step of cfg's layout on profile p, in dtypes dt (NULL: the
+ * defaults). Returns 0, or -1 with e set (the configuration's validation
+ * errors). */
 int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *out, mt_err *e);
+int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt_cost_dtypes *dt,
+                        mt_cost *out, mt_err *e);
+/* Without the plan, from the shape alone: a lower bound of cfg's step time
+ * (the slowest stage's matmuls and attention, every micro-batch, and the
+ * pipeline's fill; l_first, l_mid, l_last: the layers of the first, a
+ * middle and the last stage; act_bytes_lb: at most the activations' bytes
+ * per element) and of its memory per device (the state of
+ * the stage with the most layers, no activations) in dtypes dt. The search
+ * prunes with them. */
+double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
+                                const mt_model_shape *sh, double act_bytes_lb, int l_first,
+                                int l_mid, int l_last);
+double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
+                               const mt_model_shape *sh, int l_first, int l_most);
+/* one layer's forward + backward seconds and the embedding's and the LM
+ * head's (a micro-batch of cfg's layout, compute only): the search balances
+ * the first and last pipeline stages with them */
+void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const mt_model_shape *sh,
+                         double *layer_s, double *embed_s, double *head_s);
 
 /* What a calibration reads: meshbench JSON lines of gemm (at the shapes of
  * the ranks' threads), of a collective (allreduce, 2 or more ranks; rows with
@@ -180,29 +265,66 @@ typedef struct {
 } mt_calibration_input;
 int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err *e);
 
-/* Every layout of base's model and batch on `nodes` nodes of p, priced and
- * sorted (those that fit first, fastest first). */
+/* Every layout of base's model and batch on a number of ranks, priced and
+ * sorted (fastest first). */
 typedef struct {
   int tp, pp, dp, cp, ep, zero, micro_batch, sp, recompute, virtual_stages;
+  int pp_first, pp_last;     /* uneven first/last stages (0: an even split) */
   char schedule[MT_CFG_STR_MAX];
   mt_cost cost;
 } mt_search_row;
 
 typedef struct {
-  mt_search_row *r;
+  mt_search_row *r;          /* the layouts priced that fit, fastest first */
   int n, cap;
-  int tried, valid, fitting;
-  double smallest_mem;       /* bytes per device of the leanest valid layout */
+  int tried;                 /* layouts enumerated */
+  int valid;                 /* of them, the run would accept (checked when priced) */
+  int fitting;               /* priced and fit */
+  int pruned_mem;            /* certain not to fit by the memory lower bound */
+  int pruned_time;           /* slower by the step-time lower bound than the kept rows */
+  double smallest_mem;       /* bytes per device of the leanest layout (lower bound where
+                                none was priced) */
   double seconds;            /* time the search took */
 } mt_search;
 
-/* Returns 0, or -1 with one line in e: no valid layout, or none fits (how
+typedef struct {
+  int world;                 /* ranks (devices) */
+  int keep;                  /* price until this many fitting layouts are certain to be
+                                the fastest (0: price every layout that may fit) */
+  const mt_cost_dtypes *dt;  /* NULL: the profile's defaults */
+} mt_search_opts;
+
+/* The rules (stated in the README): tp a power of two inside a node
+ * dividing the heads; pp dividing the layers evenly, or with the first and
+ * last stages balanced against the embedding and the LM head
+ * (parallel.pp_first_layers / pp_last_layers); cp (ring) only when a rank
+ * would otherwise hold more than plan.cp_min_tokens tokens of a sequence
+ * and keeps at least 1024; ep a power of two dividing the experts; dp the
+ * rest; ZeRO 0-3 (2 and 3 with one stage); micro-batches of powers of two;
+ * the schedules 1F1B, interleaved (2, 4 chunks) and ZB-H1; recompute off
+ * and on; sp with tp. A layout the run would refuse, or whose memory in the
+ * run's dtypes plus plan.headroom exceeds the device, is never ranked.
+ * Returns 0, or -1 with one line in e: no valid layout, or none fits (how
  * much memory the leanest needs and how short the profile is). */
+int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_search_opts *o,
+                  mt_search *s, mt_err *e);
+/* mt_search_run on nodes x devices_per_node ranks, every layout priced */
 int mt_search_layouts(const mt_config *base, const mt_cost_profile *p, int nodes, mt_search *s,
                       mt_err *e);
 void mt_search_free(mt_search *s);
 /* the row as a campaign layout: "tp=..,pp=..,cp=..,dp=..,zero=..,mb=..,..." */
 void mt_search_layout_text(const mt_search_row *r, char *buf, size_t len);
+/* the row's settings applied to cfg (the mesh, ZeRO, micro-batch, schedule,
+ * split, recompute, sp, ep) */
+void mt_search_row_apply(const mt_search_row *r, mt_config *cfg);
+
+/* parallel.layout = auto: the fastest layout of cfg's model and batch on
+ * `world` ranks of the profile plan.hw (else metrics.hw), written into cfg;
+ * best and (if any) second receive the two fastest rows. Pure: every rank
+ * gets the same answer. Returns 0, or -1 with one line in e naming what to
+ * change (no cost profile, no layout that fits). */
+int mt_plan_auto(mt_config *cfg, int world, mt_search_row *best, mt_search_row *second,
+                 int *n_ranked, mt_err *e);
 
 /* ------------------------------------------------------------------ */
 /* JSON pieces the plan and the run's summary share                    */

@@ -2,6 +2,8 @@
  * a world size, the plan, and the pipeline schedule. No MPI. */
 #include "plan/plan.h"
 
+#include <string.h>
+
 #include <cjson/cJSON.h>
 
 int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) {
@@ -39,10 +41,10 @@ int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e) {
   if (mt_layout_validate(cfg, 0, &lay, e) != 0) return -1;
   mt_pp_schedule s;
   mt_pp_sim sim;
-  char msg[256];
+  mt_err why = {0}; /* validation already accepted the schedule */
   mt_pp_schedule_build(&s, (mt_pp_sched)mt_pp_sched_parse(cfg->pp_schedule), cfg->pp, lay.accum,
                        cfg->virtual_stages);
-  mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, msg, sizeof msg);
+  mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, &why);
   if (out) {
     for (int r = 0; r < cfg->pp; r++) mt_pp_schedule_print(&s, r, out);
     fprintf(out, "# simulated bubble (F = 1, B = 2 per stage) %.4f\n", sim.bubble);
@@ -62,6 +64,15 @@ cJSON *mt_plan_json_layout(cJSON *parent, const char *key, const mt_config *cfg,
   if (cfg->cp > 1) cJSON_AddStringToObject(lay, "cp_mode", cfg->cp_mode);
   cJSON_AddNumberToObject(lay, "zero", cfg->zero);
   cJSON_AddBoolToObject(lay, "sp", cfg->sp);
+  if (!strcmp(cfg->layout, "auto")) { /* chosen by the planner at start: say what it chose */
+    cJSON_AddStringToObject(lay, "planned", "parallel.layout=auto");
+    cJSON_AddNumberToObject(lay, "micro_batch", cfg->micro_batch);
+    cJSON_AddBoolToObject(lay, "recompute", cfg->recompute);
+    cJSON_AddStringToObject(lay, "schedule", cfg->pp_schedule);
+    cJSON_AddNumberToObject(lay, "virtual_stages", cfg->virtual_stages);
+    cJSON_AddNumberToObject(lay, "pp_first_layers", cfg->pp_first_layers);
+    cJSON_AddNumberToObject(lay, "pp_last_layers", cfg->pp_last_layers);
+  }
   if (cfg->moe_experts > 0) { /* the folded mesh of the MoE blocks */
     cJSON_AddNumberToObject(lay, "ep", cfg->ep);
     cJSON_AddNumberToObject(lay, "etp", cfg->etp);

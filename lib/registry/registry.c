@@ -22,8 +22,24 @@ void mt_registry_init(mt_registry *r, int tp_size, int tp_rank) {
   r->tp_rank = tp_rank;
   r->ep_size = 1;
   r->etp_size = 1;
-  r->dp_size = 1;
+  r->dp_size = r->cp_size = 1;
   for (int g = 0; g < MT_NGROUPS; g++) r->group_size[g] = 1;
+}
+
+const char *mt_grad_group_name(mt_grad_group g) { return g == MT_GROUP_EDP ? "edp" : "dp_cp"; }
+
+void mt_registry_set_dp(mt_registry *r, int dp_size, int dp_rank, int cp_size, int cp_rank) {
+  r->dp_size = dp_size;
+  r->dp_rank = dp_rank;
+  r->cp_size = cp_size;
+  r->cp_rank = cp_rank;
+  r->group_size[MT_GROUP_DP] = dp_size * cp_size;
+  r->group_rank[MT_GROUP_DP] = cp_rank + cp_size * dp_rank;
+}
+
+int mt_registry_ep_owner(const mt_registry *r, int64_t extent, int64_t index) {
+  int64_t per = extent / (r->ep_size > 0 ? r->ep_size : 1);
+  return per > 0 ? (int)(index / per) : 0;
 }
 
 void mt_registry_set_ep(mt_registry *r, int ep_size, int ep_rank) {
@@ -56,6 +72,7 @@ static void free_buckets(mt_registry *r) {
 
 void mt_registry_free(mt_registry *r) {
   free_buckets(r);
+  free(r->by_name);
   free(r->t);
   free(r->units);
   memset(r, 0, sizeof *r);
@@ -90,17 +107,53 @@ int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *s) {
   return r->n++;
 }
 
+void mt_registry_set_axes(mt_registry *r, int i, const char *axes) {
+  if (i >= 0 && i < r->n) snprintf(r->t[i].axes, sizeof r->t[i].axes, "%s", axes ? axes : "");
+}
+
+int mt_tensor_is_positional(const mt_tensor *t) {
+  return strncmp(t->axes, "position", 8) == 0 && (t->axes[8] == ',' || t->axes[8] == '\0');
+}
+
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay) {
-  mt_tensor_spec s = {name, ndim, shape, padded, tp, mt_replicated(), 0, -1, -1,
-                      weight_decay ? MT_INIT_NORMAL : MT_INIT_ZEROS, 0.02f, weight_decay,
-                      NULL, 0, mt_replicated(), MT_GROUP_DP};
+  mt_tensor_spec s = {.name = name, .ndim = ndim, .shape = shape, .padded = padded, .tp = tp,
+                      .ep = mt_replicated(), .layer = 0, .pp_stage = -1, .pp_copy = -1,
+                      .init = weight_decay ? MT_INIT_NORMAL : MT_INIT_ZEROS, .init_std = 0.02f,
+                      .weight_decay = weight_decay, .tied_to = NULL, .tp_partial_grad = 0,
+                      .etp = mt_replicated(), .group = MT_GROUP_DP};
   return mt_registry_add_spec(r, &s);
 }
 
+static uint64_t hash_name(const char *s) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+  return h;
+}
+
+/* the name table of a finalized registry (a model of many layers looks up
+ * every tensor once: a scan each would be quadratic) */
+static void index_names(mt_registry *r) {
+  free(r->by_name);
+  r->by_name_cap = 4 * (r->n + 1);
+  r->by_name = calloc((size_t)r->by_name_cap, sizeof(int));
+  if (!r->by_name) abort();
+  for (int i = 0; i < r->n; i++) {
+    size_t k = hash_name(r->t[i].name) % (size_t)r->by_name_cap;
+    while (r->by_name[k]) k = (k + 1) % (size_t)r->by_name_cap;
+    r->by_name[k] = i + 1;
+  }
+}
+
 int mt_registry_find(const mt_registry *r, const char *name) {
-  for (int i = 0; i < r->n; i++)
-    if (strcmp(r->t[i].name, name) == 0) return i;
+  if (!r->finalized || !r->by_name) {
+    for (int i = 0; i < r->n; i++)
+      if (strcmp(r->t[i].name, name) == 0) return i;
+    return -1;
+  }
+  for (size_t k = hash_name(name) % (size_t)r->by_name_cap; r->by_name[k];
+       k = (k + 1) % (size_t)r->by_name_cap)
+    if (strcmp(r->t[r->by_name[k] - 1].name, name) == 0) return r->by_name[k] - 1;
   return -1;
 }
 
@@ -131,21 +184,21 @@ size_t mt_tensor_numel_padded(const mt_tensor *t) {
 
 /* Split dim p.dim of t over an axis of `size` ranks, this one `rank`. */
 static int shard_dim(mt_tensor *t, mt_placement p, int size, int rank, const char *axis,
-                     char *msg, size_t msg_len) {
+                     mt_err *e) {
   if (p.kind != MT_PLACE_SHARDED || size <= 1) return 0;
   int d = p.dim, k = p.fused_blocks > 0 ? p.fused_blocks : 1;
   if (d < 0 || d >= t->ndim) {
-    snprintf(msg, msg_len, "%s: %s placement on dim %d of a %d-d tensor", t->name, axis, d,
+    mt_err_set(e, "%s: %s placement on dim %d of a %d-d tensor", t->name, axis, d,
              t->ndim);
     return -1;
   }
   int64_t ext = t->local_shape[d];
   if (ext != t->padded[d]) {
-    snprintf(msg, msg_len, "%s: dim %d is sharded over two axes", t->name, d);
+    mt_err_set(e, "%s: dim %d is sharded over two axes", t->name, d);
     return -1;
   }
   if (ext % k != 0 || (ext / k) % size != 0) {
-    snprintf(msg, msg_len, "%s: dim %d of extent %lld (%d fused blocks) is not divisible by %s = %d",
+    mt_err_set(e, "%s: dim %d of extent %lld (%d fused blocks) is not divisible by %s = %d",
              t->name, d, (long long)ext, k, axis, size);
     return -1;
   }
@@ -155,7 +208,7 @@ static int shard_dim(mt_tensor *t, mt_placement p, int size, int rank, const cha
   return 0;
 }
 
-int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len) {
+int mt_registry_finalize(mt_registry *r, mt_err *e) {
   size_t off = 0;
   free(r->units);
   r->units = NULL;
@@ -168,17 +221,17 @@ int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len) {
       t->local_start[d] = 0;
     }
     if (t->group < 0 || t->group >= MT_NGROUPS) {
-      snprintf(msg, msg_len, "%s: unknown reduction group %d", t->name, (int)t->group);
+      mt_err_set(e, "%s: unknown reduction group %d", t->name, (int)t->group);
       return -1;
     }
     if (t->group == MT_GROUP_EDP && t->tp.kind != MT_PLACE_REPLICATED) {
-      snprintf(msg, msg_len, "%s: an expert tensor is split over etp and ep, not tp", t->name);
+      mt_err_set(e, "%s: an expert tensor is split over etp and ep, not tp", t->name);
       return -1;
     }
     r->n_group_tensors[t->group]++;
-    if (shard_dim(t, t->tp, r->tp_size, r->tp_rank, "tp", msg, msg_len) != 0 ||
-        shard_dim(t, t->ep, r->ep_size, r->ep_rank, "ep", msg, msg_len) != 0 ||
-        shard_dim(t, t->etp, r->etp_size, r->etp_rank, "etp", msg, msg_len) != 0)
+    if (shard_dim(t, t->tp, r->tp_size, r->tp_rank, "tp", e) != 0 ||
+        shard_dim(t, t->ep, r->ep_size, r->ep_rank, "ep", e) != 0 ||
+        shard_dim(t, t->etp, r->etp_size, r->etp_rank, "etp", e) != 0)
       return -1;
     size_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= (size_t)t->local_shape[d];
@@ -192,12 +245,13 @@ int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len) {
       for (int u = 0; u < r->n_units; u++)
         if (r->units[u].layer == t->layer &&
             (r->units[u].group == t->group || prev->layer != t->layer)) {
-          snprintf(msg, msg_len, "%s: the tensors of layer %d are not registered together",
+          mt_err_set(e, "%s: the tensors of layer %d are not registered together",
                    t->name, t->layer);
           return -1;
         }
       r->units = xrealloc(r->units, (size_t)(r->n_units + 1) * sizeof *r->units);
-      r->units[r->n_units] = (mt_unit){t->layer, t->group, i, i, t->offset, t->offset};
+      r->units[r->n_units] = (mt_unit){.layer = t->layer, .group = t->group, .t0 = i, .t1 = i,
+                                           .begin = t->offset, .end = t->offset};
       r->n_units++;
     }
     mt_unit *u = &r->units[r->n_units - 1];
@@ -207,6 +261,7 @@ int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len) {
   }
   r->numel_local = off;
   r->finalized = 1;
+  index_names(r);
   free_buckets(r);
   return 0;
 }
@@ -224,6 +279,31 @@ int mt_registry_unit_of(const mt_registry *r, int layer, mt_grad_group g) {
 }
 
 /* ------------------------------------------------------------------ */
+/* the pipeline placement                                              */
+
+void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0,
+                              int *l1) {
+  if (split) { /* virtual stage u holds split[u % pp] / v layers */
+    int a = 0;
+    for (int u = 0; u < vs; u++) a += split[u % pp] / v;
+    *l0 = a;
+    *l1 = a + split[vs % pp] / v;
+    return;
+  }
+  int n = pp * v, base = n_layer / n, extra = n_layer % n;
+  *l0 = vs * base + (vs < extra ? vs : extra);
+  *l1 = *l0 + base + (vs < extra ? 1 : 0);
+}
+
+void mt_registry_stage_map(int n_layer, int pp, int v, const int *split, int *stage_of_layer) {
+  for (int vs = 0; vs < pp * v; vs++) {
+    int a, b;
+    mt_registry_stage_layers(n_layer, pp, v, split, vs, &a, &b);
+    for (int l = a; l < b; l++) stage_of_layer[l] = vs % pp;
+  }
+}
+
+/* ------------------------------------------------------------------ */
 /* the dp placement                                                    */
 
 static void bucket_add(mt_registry *r, size_t begin, size_t end, mt_grad_group g) {
@@ -235,13 +315,9 @@ static void bucket_add(mt_registry *r, size_t begin, size_t end, mt_grad_group g
   b->group = g;
 }
 
-int mt_registry_shard_dp(mt_registry *r, int dp_size, int dp_rank, int zero, size_t bucket_bytes) {
+int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes) {
   free_buckets(r);
-  r->dp_size = dp_size;
-  r->dp_rank = dp_rank;
   r->zero = zero;
-  r->group_size[MT_GROUP_DP] = dp_size;
-  r->group_rank[MT_GROUP_DP] = dp_rank;
   size_t max_elems = bucket_bytes / sizeof(float);
   if (max_elems < 1) max_elems = 1;
   /* an MPI count is an int: keep every bucket below 2^31 elements */
@@ -343,12 +419,6 @@ size_t mt_tensor_global_index(const mt_tensor *t, size_t local_index, int tp_siz
 
 /* ------------------------------------------------------------------ */
 /* initial values: counter-based, layout-free                          */
-
-static uint64_t hash_name(const char *s) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-  return h;
-}
 
 /* standard normal for element idx of a tensor keyed by key (Box-Muller) */
 static double normal_at(uint64_t key, uint64_t idx) {

@@ -11,25 +11,31 @@
  *         ranks as tp, cp, dp, and their tp placement stays replicated);
  *   pp    the pipeline stage that owns the tensor, and a stage that holds a
  *         copy kept equal to the owner's (the tied LM head);
- *   dp    the ZeRO shard: which dp rank owns which part of the parameters,
- *         gradients and optimizer state (mt_registry_shard_dp); a tensor's
- *         reduction group says over which ranks its gradients are summed and
- *         sharded: dp (dense tensors) or edp (experts).
+ *   dp    the data-parallel axes: dp and cp (the cp ranks of a sequence
+ *   cp    hold the same parameters and see other tokens), and edp for the
+ *   edp   experts; a tensor's reduction group names the ranks its gradients
+ *         are summed and its ZeRO state sharded over: dp x cp (dense
+ *         tensors) or edp (experts); the ZeRO shard says which of those
+ *         ranks owns which part of the parameters, gradients and optimizer
+ *         state (mt_registry_shard);
  *
  * plus attributes the model sets when it registers a tensor: its layer (the
  * unit ZeRO-3 gathers and the pipeline places), its init rule, weight decay,
  * the tensor it is tied to, and whether sequence parallelism leaves each tp
  * rank with a partial gradient. From the registry alone come each rank's
  * local shard, flat-buffer offsets, the dp buckets and shards, the
- * checkpoint's write partition, the bytes collectives move and the memory
- * each rank holds. Knows no MPI. */
+ * checkpoint's write partition, the pipeline's stage map and which ep rank
+ * owns an expert. Knows no MPI. */
 #ifndef MT_REGISTRY_H
 #define MT_REGISTRY_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/core.h"
+
 #define MT_NAME_MAX 96
+#define MT_AXES_MAX 48
 #define MT_MAX_DIMS 4
 
 typedef enum {
@@ -53,9 +59,11 @@ typedef enum { MT_INIT_ZEROS = 0, MT_INIT_ONES = 1, MT_INIT_NORMAL = 2 } mt_init
 #define MT_LAYER_EMBED (-1) /* the embeddings, before block 0 */
 
 /* The ranks over which a tensor's gradient is summed (and its ZeRO state
- * sharded): dense tensors over dp, experts over the expert-data-parallel
- * ranks of the folded mesh. */
+ * sharded), named: dense tensors over dp x cp ("dp_cp", MT_GROUP_DP), experts
+ * over the expert-data-parallel ranks of the folded mesh ("edp"). */
 typedef enum { MT_GROUP_DP = 0, MT_GROUP_EDP = 1, MT_NGROUPS = 2 } mt_grad_group;
+/* "dp_cp" | "edp": the mesh group a reduction group is */
+const char *mt_grad_group_name(mt_grad_group g);
 
 /* What a model says about one tensor when it registers it. */
 typedef struct {
@@ -97,6 +105,9 @@ typedef struct {
   int tp_partial_grad;          /* replicated over tp, yet each tp rank computes only a partial
                                    gradient (sequence parallelism: from its slice of the
                                    sequence): the tp ranks' gradients are summed before use */
+  char axes[MT_AXES_MAX];       /* "" or comma-separated labels of its axes ("vocab,embd";
+                                   "position,embd": dim 0 indexes sequence positions, so a run
+                                   at a shorter context takes the first rows) */
   /* derived by mt_registry_finalize; local_shape and local_start are the
    * tp/ep shard even where this pipeline stage does not hold the tensor
    * (then numel_local = 0 and offset is where it would start) */
@@ -142,15 +153,19 @@ typedef struct {
   int finalized;
   mt_unit *units;     /* in flat order (derived) */
   int n_units;
-  /* the dp placement (mt_registry_shard_dp); group_size/rank per reduction
-   * group: [MT_GROUP_DP] = dp, [MT_GROUP_EDP] = edp (mt_registry_set_edp) */
-  int dp_size, dp_rank, zero;
+  /* the data-parallel axes (mt_registry_set_dp, mt_registry_set_edp) and
+   * what they make of the reduction groups: group_size/rank [MT_GROUP_DP] =
+   * dp x cp (rank cp_rank + cp * dp_rank), [MT_GROUP_EDP] = edp */
+  int dp_size, dp_rank, cp_size, cp_rank;
   int group_size[MT_NGROUPS], group_rank[MT_NGROUPS];
+  int zero; /* the ZeRO level of the shard (mt_registry_shard) */
   int n_group_tensors[MT_NGROUPS]; /* tensors registered per group (derived) */
   mt_bucket_plan *buckets; /* ordered from the end of the flat buffer to the start: the
                               order backward produces gradients in */
   int n_buckets;
   size_t shard_numel;      /* elements of this rank's shard (all it holds without ZeRO) */
+  int *by_name;            /* finalized: open-addressed table of tensor index + 1 by name */
+  int by_name_cap;
 } mt_registry;
 
 void mt_registry_init(mt_registry *r, int tp_size, int tp_rank);
@@ -158,9 +173,14 @@ void mt_registry_init(mt_registry *r, int tp_size, int tp_rank);
 void mt_registry_set_ep(mt_registry *r, int ep_size, int ep_rank);
 /* the expert-tensor axis (call before finalize) */
 void mt_registry_set_etp(mt_registry *r, int etp_size, int etp_rank);
-/* the expert-data-parallel ranks, for the buckets of MT_GROUP_EDP tensors
- * (call before mt_registry_shard_dp; default: 1 rank) */
+/* the data-parallel axes dp and cp (dense tensors are reduced and sharded
+ * over dp x cp) and the expert-data-parallel ranks edp (experts); call
+ * before mt_registry_shard (default: 1 rank each) */
+void mt_registry_set_dp(mt_registry *r, int dp_size, int dp_rank, int cp_size, int cp_rank);
 void mt_registry_set_edp(mt_registry *r, int edp_size, int edp_rank);
+/* The ep rank that holds index `index` of a dim of `extent` split over ep
+ * (an expert tensor's dim 0: the owner of expert `index` of `extent`). */
+int mt_registry_ep_owner(const mt_registry *r, int64_t extent, int64_t index);
 void mt_registry_free(mt_registry *r);
 /* Register a tensor; returns its index. */
 int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *spec);
@@ -169,6 +189,12 @@ int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *spec);
  * registry from a checkpoint's attributes. padded may be NULL. */
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay);
+/* Label tensor i's axes (see mt_tensor.axes; the model labels those whose
+ * meaning its shape does not tell: vocabulary, positions). */
+void mt_registry_set_axes(mt_registry *r, int i, const char *axes);
+/* Does t's dim 0 index sequence positions (its first axis label is
+ * "position")? */
+int mt_tensor_is_positional(const mt_tensor *t);
 /* Index of the tensor named name, or -1. */
 int mt_registry_find(const mt_registry *r, const char *name);
 /* Index of the tensor whose name is printf(fmt, ...), or -1. */
@@ -178,9 +204,9 @@ int mt_registry_findf(const mt_registry *r, const char *fmt, ...)
 int mt_registry_holds(const mt_registry *r, const mt_tensor *t);
 /* Compute local shapes, flat offsets and units, in registration order, of
  * the tensors this stage holds (the others get numel_local = 0). Returns 0,
- * or -1 when a sharded dim is not divisible by its axis, or a layer's
- * tensors are not registered together (msg filled). */
-int mt_registry_finalize(mt_registry *r, char *msg, size_t msg_len);
+ * or -1 with e set when a sharded dim is not divisible by its axis, or a
+ * layer's tensors are not registered together. */
+int mt_registry_finalize(mt_registry *r, mt_err *e);
 /* Unit of layer (MT_LAYER_EMBED, 0..), or -1: its first (dense) unit. */
 int mt_registry_unit_of_layer(const mt_registry *r, int layer);
 /* The unit of layer's tensors of reduction group g, or -1. */
@@ -188,11 +214,24 @@ int mt_registry_unit_of(const mt_registry *r, int layer, mt_grad_group g);
 size_t mt_tensor_numel(const mt_tensor *t);        /* global logical */
 size_t mt_tensor_numel_padded(const mt_tensor *t); /* global as stored */
 
-/* The dp placement, after finalize: buckets of about bucket_bytes built from
- * the end of the flat buffer, and dp rank dp_rank's part of each (for a
- * bucket of MT_GROUP_EDP tensors: edp rank's part over the edp ranks). A
- * bucket never holds two reduction groups (a dense-only registry is cut
- * exactly as without groups).
+/* The pipeline placement (the stage map), the same for every registry of
+ * a layout: layers [*l0, *l1) of virtual stage vs (0..pp*v-1), balanced:
+ * the first n_layer % (pp*v) virtual stages get one more; split (NULL or pp
+ * entries summing to n_layer, each a multiple of v) gives the layers of each
+ * stage explicitly: stage s's v chunks get split[s] / v layers each, the
+ * virtual stages in order vs = chunk * pp + stage along the model (as
+ * Megatron's uneven first/last stages with interleaving). Virtual stage vs
+ * lives on pp rank vs % pp. */
+void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0,
+                              int *l1);
+/* every block's pp rank, stage_of_layer[n_layer] */
+void mt_registry_stage_map(int n_layer, int pp, int v, const int *split, int *stage_of_layer);
+
+/* The ZeRO shard, after finalize and the dp axes: buckets of about
+ * bucket_bytes built from the end of the flat buffer, and this rank's part
+ * of each over the bucket's reduction group (dense: its dp x cp rank's;
+ * experts: its edp rank's). A bucket never holds two reduction groups (a
+ * dense-only registry is cut exactly as without groups).
  *   zero 0, 1: buckets cut at tensor boundaries (a bucket may hold parts of
  *              two layers); each rank's part is an even split of the bucket
  *              (the ZeRO-1 moments; every rank holds the whole bucket of
@@ -201,7 +240,7 @@ size_t mt_tensor_numel_padded(const mt_tensor *t); /* global as stored */
  *              complete when its last unit's backward is done;
  *   zero 3:    one bucket per unit: a unit's parameters are gathered whole.
  * Returns 0 (no failure mode besides allocation). */
-int mt_registry_shard_dp(mt_registry *r, int dp_size, int dp_rank, int zero, size_t bucket_bytes);
+int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes);
 /* The bucket holding flat offset off (-1 if none). */
 int mt_registry_bucket_of(const mt_registry *r, size_t off);
 
@@ -226,12 +265,12 @@ typedef struct {
 size_t mt_tensor_global_index(const mt_tensor *t, size_t local_index, int tp_size);
 
 static inline mt_placement mt_replicated(void) {
-  mt_placement p = {MT_PLACE_REPLICATED, 0, 1};
+  mt_placement p = {.kind = MT_PLACE_REPLICATED, .dim = 0, .fused_blocks = 1};
   return p;
 }
 
 static inline mt_placement mt_sharded(int dim, int fused_blocks) {
-  mt_placement p = {MT_PLACE_SHARDED, dim, fused_blocks};
+  mt_placement p = {.kind = MT_PLACE_SHARDED, .dim = dim, .fused_blocks = fused_blocks};
   return p;
 }
 

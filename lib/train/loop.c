@@ -1,7 +1,7 @@
 /* The step loop, one for every layout: data -> the schedule's forward and
  * backward -> dp gradient sync -> clip -> AdamW -> metrics -> checkpoint
  * and signal policy. */
-#include "train/train.h"
+#include "train/train_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -27,29 +27,33 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
   mt_flat_range *r[MT_CKPT_NGROUPS];
   mt_ckpt_state st;
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
-    st.n_ranges[g] = mt_dp_state_ranges(&t->dp, g, 1, &r[g]);
+    st.n_ranges[g] = mt_dp_state_ranges(&t->step.dp, g, 1, &r[g]);
     st.ranges[g] = r[g];
   }
   mt_train_state_to_host(t, r, st.n_ranges); /* state on a GPU: written from a host snapshot */
-  mt_ckpt_meta meta = {done, samples, samples * s->seq_len, t->dp.opt.t, cfg->seed,
-                       s->n_layer, s->n_embd, s->n_head, s->seq_len, s->vocab, cfg->dp, cfg->tp,
-                       cfg->pp, cfg->cp, cfg->zero, t->world_size, s->moe_experts,
-                       s->moe_topk, s->moe_every, s->moe_ffn, s->moe_shared, t->mesh.ep,
-                       t->mesh.etp};
+  mt_ckpt_meta meta = {.step = done, .samples = samples, .tokens = samples * s->seq_len,
+                       .optimizer_step = t->step.dp.opt.t, .seed = cfg->seed,
+                       .n_layer = s->n_layer, .n_embd = s->n_embd, .n_head = s->n_head,
+                       .seq_len = s->seq_len, .vocab = s->vocab, .dp = cfg->dp, .tp = cfg->tp,
+                       .pp = cfg->pp, .cp = cfg->cp, .zero = cfg->zero, .world = t->world_size,
+                       .moe_experts = s->moe_experts, .moe_topk = s->moe_topk,
+                       .moe_every = s->moe_every, .moe_ffn = s->moe_ffn,
+                       .moe_shared = s->moe_shared, .ep = t->mesh.ep, .etp = t->mesh.etp};
   char *ini = NULL;
   size_t ini_len = 0;
   FILE *mf = open_memstream(&ini, &ini_len);
   mt_config_write_ini(cfg, mf);
   fclose(mf);
-  mt_ckpt_save_opts opts = {cfg->ckpt_mode, cfg->ckpt_keep,
-                            is_final ? cfg->ckpt_test_crash : "none", ini};
+  mt_ckpt_save_opts opts = {.mode = cfg->ckpt_mode, .keep = cfg->ckpt_keep,
+                            .test_crash = is_final ? cfg->ckpt_test_crash : "none",
+                            .config_ini = ini};
   char root[2 * MT_CFG_STR_MAX];
   snprintf(root, sizeof root, "%s/checkpoints", cfg->output_dir);
   mt_err e = {0};
   if (async) {
-    *async = mt_ckpt_async_begin(root, &meta, &t->model.reg, &t->mesh, &st, &opts, &e);
+    *async = mt_ckpt_async_begin(root, &meta, &t->step.model.reg, &t->mesh, &st, &opts, &e);
     if (!*async) exit_checkpoint_failed(&e);
-  } else if (mt_ckpt_save(root, &meta, &t->model.reg, &t->mesh, &st, &opts, NULL, &e) != 0) {
+  } else if (mt_ckpt_save(root, &meta, &t->step.model.reg, &t->mesh, &st, &opts, NULL, &e) != 0) {
     exit_checkpoint_failed(&e);
   }
   free(ini);
@@ -72,13 +76,28 @@ static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
   }
 }
 
+/* The token files must be what was mapped (size, time, no fault while
+ * reading): else every rank stops here, before a step trains on what the
+ * files hold now, with one line naming the file and exit 3. A save in
+ * flight is committed first: the newest checkpoint is the last one made. */
+static void check_data(mt_trainer *t, mt_ckpt_async **inflight) {
+  mt_err e = {0};
+  mt_dataset_check(&t->train_ds, &e);
+  if (t->have_val_file) mt_dataset_check(&t->val_ds, &e);
+  if (!mt_err_agree(&e, MPI_COMM_WORLD)) return;
+  double ignored = 0.0;
+  poll_async(inflight, 1, &ignored);
+  mt_err_report(&e, "meshtrain");
+  MPI_Finalize();
+  exit(mt_err_exit_code(&e));
+}
+
 /* the micro-batches of step `step` that this dp rank trains on, from the
  * global sample sequence (the same global batch for any layout); under
  * context parallelism this rank's tokens of each sequence */
 static void load_batch(mt_trainer *t, int step) {
   const mt_config *cfg = &t->cfg;
-  mt_train_stage *st = &t->stage;
-  const mt_cp_layout *cpl = &t->model.cp.lay;
+  const mt_cp_layout *cpl = &t->step.model.attn.lay;
   const int T = t->lay.shape.seq_len, Tl = cpl->T_local;
   int *seq = mt_calloc(2 * (size_t)T, sizeof(int));
   for (int mb = 0; mb < t->lay.accum; mb++) {
@@ -87,12 +106,20 @@ static void load_batch(mt_trainer *t, int step) {
     for (int b = 0; b < cfg->micro_batch; b++) {
       size_t off = ((size_t)mb * cfg->micro_batch + b) * Tl;
       mt_sampler_get(&t->sampler, g0 + b, seq, seq + T);
-      mt_cp_take_tokens(cpl, seq, st->inp + off);
-      mt_cp_take_tokens(cpl, seq + T, st->tgt + off);
+      mt_cp_take_tokens(cpl, seq, t->inp + off);
+      mt_cp_take_tokens(cpl, seq + T, t->tgt + off);
     }
-    st->rows[mb] = cfg->micro_batch;
+    t->rows[mb] = cfg->micro_batch;
   }
   free(seq);
+}
+
+/* what a stop signal (agreed over the ranks) ends the run with */
+static int stop_exit_code(int stop) {
+  return stop == MT_STOP_CANCEL ? MT_EXIT_CANCELLED : MT_EXIT_PREEMPTED;
+}
+static const char *stop_reason(int stop) {
+  return stop == MT_STOP_CANCEL ? "cancelled by SIGTERM" : "stop requested by SIGUSR1";
 }
 
 int mt_train_loop(mt_trainer *t) {
@@ -106,15 +133,16 @@ int mt_train_loop(mt_trainer *t) {
   t->last_step_done = t->start_step;
   t->last_saved = t->start_step;
   /* a stop asked for during start-up or a long resume: nothing new was
-   * trained, so nothing to save; exit as a preempted run does */
-  int early = mt_train_signalled();
-  MPI_Allreduce(MPI_IN_PLACE, &early, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (early && t->start_step < cfg->steps) {
-    mt_info0("meshtrain: stop requested by signal before the first step; nothing new to "
-             "checkpoint, exiting with code %d", MT_EXIT_PREEMPTED);
+   * trained, so nothing to save; exit as a preempted or cancelled run does */
+  double early = mt_train_signalled();
+  mt_allreduce_max_f64(&mesh->world, &early, 1, MT_LOC_HOST);
+  if (early > 0 && t->start_step < cfg->steps) {
+    int code = stop_exit_code((int)early);
+    mt_info0("meshtrain: %s before the first step; nothing new to checkpoint, exiting with "
+             "code %d", stop_reason((int)early), code);
     t->wall_s = mt_now() - t_train0;
-    t->exit_code = MT_EXIT_PREEMPTED;
-    return MT_EXIT_PREEMPTED;
+    t->exit_code = code;
+    return code;
   }
   for (int step = (int)t->start_step; step < cfg->steps && !stop; step++) {
     /* dp: the dp x cp group of the gradients (the dp group at cp = 1) */
@@ -127,22 +155,27 @@ int mt_train_loop(mt_trainer *t) {
     double etp_s0 = mesh->etp_g.seconds, etp_b0 = mesh->etp_g.bytes;
     double edp_s0 = mesh->edp_g.seconds, edp_b0 = mesh->edp_g.bytes;
     double pp_stats[3] = {0.0, 0.0, 0.0}; /* this stage: wait s, bubble fraction, act bytes */
-    mt_dp_begin_step(&t->dp);
     double td = mt_now();
     load_batch(t, step);
+    check_data(t, &inflight);
     double data_s = mt_now() - td;
-    mt_gpt_moe_stats_reset(&t->model);
-    mt_gpt_moe_stats(&t->model, 1); /* the step's routing; evaluation's is not counted */
-    double loss_sum = mt_train_stage_step(t);
-    mt_gpt_moe_stats(&t->model, 0);
+    mt_gpt *model = &t->step.model;
+    const mt_pp_exec *exec = &t->step.exec;
+    mt_gpt_moe_stats_reset(model);
+    mt_gpt_moe_stats(model, 1); /* the step's routing; evaluation's is not counted */
+    mt_pp_batch batch = {.n_mb = t->lay.accum, .B = cfg->micro_batch, .T = model->T,
+                         .inputs = t->inp, .targets = t->tgt, .rows = t->rows,
+                         .dloss = 1.0f / (float)t->tokens_per_step, .eval = 0,
+                         .same_tokens = 0};
+    double loss_sum = mt_step_gradients(&t->step, &batch);
+    mt_gpt_moe_stats(model, 0);
     if (cfg->pp > 1) {
-      pp_stats[0] = t->exec.wait_s;
-      pp_stats[1] = t->exec.wall_s > 0 ? 1.0 - t->exec.compute_s / t->exec.wall_s : 0.0;
+      pp_stats[0] = exec->wait_s;
+      pp_stats[1] = exec->wall_s > 0 ? 1.0 - exec->compute_s / exec->wall_s : 0.0;
       /* the sets held at once, and recompute's one-layer workspace */
-      pp_stats[2] = (double)t->exec.peak_slots * (double)t->stage.set_numel * sizeof(float) +
-                    (double)t->model.ws_bytes;
+      pp_stats[2] = (double)exec->peak_slots * (double)exec->set_numel * sizeof(float) +
+                    (double)model->ws_bytes;
     }
-    mt_dp_finish_sync(&t->dp);
     /* a background checkpoint copies the state while forward and backward
      * run: it must be complete before the optimizer changes the state */
     double fence_s = mt_ckpt_async_fence(inflight);
@@ -154,9 +187,7 @@ int mt_train_loop(mt_trainer *t) {
                     (mesh->edp_g.seconds - edp_s0);
     float lr = mt_lr_at(step, cfg->steps, cfg->warmup_steps, (float)cfg->lr,
                         (float)cfg->min_lr_ratio);
-    double norm = mt_dp_optimizer_step(&t->dp, lr, (float)cfg->grad_clip);
-    /* the global loss: sum over dp x cp of each rank's token losses */
-    mt_allreduce_sum_f64(&mesh->dpcp_g, &loss_sum, 1, MT_LOC_HOST);
+    double norm = mt_step_update(&t->step, lr, (float)cfg->grad_clip, &loss_sum);
     double t_opt = mt_now();
     /* tp figures of the training step; evaluation's stay in eval_s */
     double tp_comm_s = mesh->tp_g.seconds - tp_s0, tp_bytes = mesh->tp_g.bytes - tp_bytes0;
@@ -216,8 +247,7 @@ int mt_train_loop(mt_trainer *t) {
     }
     /* per stage pipeline figures, gathered to pp rank 0 of this (dp, tp) position */
     double pp_all[3 * MT_PP_MAX_CHUNKS] = {0};
-    if (cfg->pp > 1)
-      MPI_Gather(pp_stats, 3, MPI_DOUBLE, pp_all, 3, MPI_DOUBLE, 0, mesh->pp_g.comm);
+    if (cfg->pp > 1) mt_train_gather_f64(&mesh->pp_g, pp_stats, 3, pp_all);
     rec.tp_comm_s = tp_comm_s;
     rec.tp_bytes = tp_bytes;
     rec.cp_comm_s = cp_fb;
@@ -228,19 +258,19 @@ int mt_train_loop(mt_trainer *t) {
     rec.pp_bytes = t->last_pp_bytes;
     /* MoE: every rank's routing statistics summed on rank 0 (the blocks of
      * other stages are zeros here) */
-    const mt_gpt *model = &t->model;
+    const mt_moe *moe = &model->moe;
     double *moe_all = NULL;
-    if (model->n_moe > 0) {
-      size_t E = (size_t)model->shape.moe_experts, nb = (size_t)model->n_moe;
+    if (moe->n_blocks > 0) {
+      size_t E = (size_t)moe->E, nb = (size_t)moe->n_blocks;
       size_t n = nb * E + 3 * nb;
       double *mine = mt_calloc(n, sizeof(double));
-      memcpy(mine, model->moe_tokens, nb * E * sizeof(double));
-      memcpy(mine + nb * E, model->moe_dropped, nb * sizeof(double));
-      memcpy(mine + nb * E + nb, model->moe_aux, nb * sizeof(double));
-      memcpy(mine + nb * E + 2 * nb, model->moe_z, nb * sizeof(double));
-      moe_all = t->world_rank == 0 ? mt_calloc(n, sizeof(double)) : NULL;
-      MPI_Reduce(mine, moe_all, (int)n, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-      free(mine);
+      memcpy(mine, moe->tokens, nb * E * sizeof(double));
+      memcpy(mine + nb * E, moe->dropped, nb * sizeof(double));
+      memcpy(mine + nb * E + nb, moe->aux, nb * sizeof(double));
+      memcpy(mine + nb * E + 2 * nb, moe->z, nb * sizeof(double));
+      mt_allreduce_sum_f64(&mesh->world, mine, n, MT_LOC_HOST);
+      moe_all = t->world_rank == 0 ? mine : NULL;
+      if (!moe_all) free(mine);
       if (moe_all) {
         rec.moe_blocks = (int)nb;
         rec.moe_experts = (int)E;
@@ -274,8 +304,9 @@ int mt_train_loop(mt_trainer *t) {
     free(moe_all);
 
     /* ---- checkpoint at the step boundary: periodic, final, asked for ---- */
-    int signalled = mt_train_signalled();
-    MPI_Allreduce(MPI_IN_PLACE, &signalled, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    double any_signal = mt_train_signalled();
+    mt_allreduce_max_f64(&mesh->world, &any_signal, 1, MT_LOC_HOST);
+    const int signalled = any_signal > 0;
     long long done = step + 1;
     t->last_step_done = done;
     int stop_after = cfg->stop_after > 0 && done - t->start_step >= cfg->stop_after;
@@ -302,9 +333,11 @@ int mt_train_loop(mt_trainer *t) {
     }
     t->total_ckpt_s += pending_ckpt_s;
     if (signalled) {
-      mt_info0("meshtrain: stop requested by signal after step %lld%s; exiting with code %d",
-               done, strcmp(cfg->ckpt_mode, "none") ? " (checkpointed)" : "", MT_EXIT_PREEMPTED);
-      exit_code = MT_EXIT_PREEMPTED;
+      exit_code = stop_exit_code(signalled);
+      mt_info0("meshtrain: %s after step %lld%s; exiting with code %d (%s)", stop_reason(signalled),
+               done, strcmp(cfg->ckpt_mode, "none") ? " (checkpointed)" : "", exit_code,
+               exit_code == MT_EXIT_CANCELLED ? "stopped for good: the job scripts do not requeue"
+                                              : "requeue and resume with train.resume=auto");
       stop = 1;
     } else if (stop_after && !is_final) {
       mt_info0("meshtrain: train.stop_after = %d reached at step %lld", cfg->stop_after, done);

@@ -1,5 +1,5 @@
 /* The run's first phase: validation (pure), then mesh, memory check, data,
- * registry, model, dp/ZeRO state and the pipeline stage. */
+ * and this rank's step (model, dp/ZeRO state, schedule and executor). */
 #include "train/train.h"
 
 #include <signal.h>
@@ -10,10 +10,13 @@
 static const char *PROG = "meshtrain";
 
 /* ------------------------------------------------------------------ */
-/* preemption: a signal only sets a flag                               */
+/* stop signals only set a flag: USR1 preempt (requeue), TERM cancel    */
 
-static volatile sig_atomic_t g_stop_signal = 0;
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
+static volatile sig_atomic_t g_stop = MT_STOP_NONE;
+static void on_stop_signal(int sig) {
+  if (sig == SIGTERM) g_stop = MT_STOP_CANCEL;
+  else if (g_stop == MT_STOP_NONE) g_stop = MT_STOP_PREEMPT;
+}
 
 void mt_train_install_signals(void) {
   struct sigaction sa;
@@ -24,7 +27,7 @@ void mt_train_install_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-int mt_train_signalled(void) { return g_stop_signal != 0; }
+int mt_train_signalled(void) { return g_stop; }
 
 /* ------------------------------------------------------------------ */
 /* setup                                                               */
@@ -90,56 +93,25 @@ static void setup_data(mt_trainer *t, mt_err *e) {
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
 }
 
-/* registry, model, dp/ZeRO state (initialised), stage */
+/* the model, the dp/ZeRO state (initialised), the schedule and executor */
 static void setup_compute(mt_trainer *t, mt_err *e) {
   const mt_config *cfg = &t->cfg;
+  mt_mesh *mesh = &t->mesh;
   if (cfg->threads > 0) mt_kernels_set_threads(cfg->threads);
   t->ops = t->device == MT_DEVICE_CUDA ? mt_ops_cuda() : mt_ops_cpu();
-  /* zb-h1 splits each backward into input and weight passes (the sets keep
-   * the linears' output gradients in between) */
-  mt_gpt_parallel par = {&t->mesh.tp_g, cfg->sp, cfg->recompute,
-                         cfg->pp > 1 && t->lay.sched == MT_SCHED_ZBH1, NULL, 0, 0, 1,
-                         &t->mesh.cp_g, mt_cp_mode_parse(cfg->cp_mode), &t->mesh.ep_g,
-                         &t->mesh.etp_g};
-  if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
-    par.stage_of_layer = t->lay.stage_of_layer;
-    par.pp_rank = t->mesh.pp_rank;
-    par.pp_last = cfg->pp - 1;
-  }
-  mt_gpt_create_stage(&t->model, &t->lay.shape, t->ops, cfg->micro_batch, &par, e);
+  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
+  mt_step_opts o;
+  mt_step_groups g;
+  mt_layout_step_opts(cfg, &t->lay, mesh, l0l1, &o, &g);
+  mt_step_create(&t->step, &o, &g, t->ops, e);
+  free(l0l1);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
-  mt_gpt_set_moe_loss(&t->model, (float)cfg->moe_aux_coef, (float)cfg->moe_z_coef);
-  /* cp ranks hold the same parameters (each sees other tokens): gradients
-   * and ZeRO shards go over dp x cp (at cp = 1, the dp group, rank for rank);
-   * experts' over edp of the folded mesh */
-  mt_registry *reg = &t->model.reg;
-  mt_registry_set_edp(reg, t->mesh.edp, t->mesh.edp_rank);
-  mt_registry_shard_dp(reg, cfg->dp * cfg->cp, t->mesh.dpcp_g.rank, cfg->zero,
-                       (size_t)(cfg->bucket_mb * 1048576.0));
-  mt_dp_create(&t->dp, &t->mesh.dpcp_g, reg, t->ops, &t->model.tp, (float)cfg->beta1,
-               (float)cfg->beta2, (float)cfg->eps, (float)cfg->weight_decay);
-  mt_dp_set_expert_groups(&t->dp, &t->mesh.edp_g, &t->mesh.ep_g, &t->mesh.etp_g);
-  mt_dp_set_tp(&t->dp, &t->mesh.tp_g);
-  mt_state_source src = mt_dp_state_source(&t->dp);
-  mt_gpt_set_state_source(&t->model, &src);
-  mt_dp_init_params(&t->dp, (uint64_t)cfg->seed);
-  if (cfg->pp > 1) {
-    /* a copy of a tensor another stage owns (the tied LM head) leaves the
-     * norm here: the owner counts it */
-    size_t skip_begin = 0, skip_end = 0;
-    for (int i = 0; i < reg->n; i++) {
-      const mt_tensor *tn = &reg->t[i];
-      if (tn->pp_copy == t->mesh.pp_rank && tn->pp_stage != t->mesh.pp_rank && tn->numel_local) {
-        skip_begin = tn->offset;
-        skip_end = tn->offset + tn->numel_local;
-      }
-    }
-    mt_dp_set_pp(&t->dp, &t->mesh.pp_g, skip_begin, skip_end);
-    t->tied_numel = mt_pp_tied_numel(reg);
-    if (t->tied_numel) t->tied_scratch = t->ops->alloc(MT_MEM_COMM, t->tied_numel * sizeof(float));
-  }
-  mt_pp_schedule_build(&t->sched, t->lay.sched, cfg->pp, t->lay.accum, cfg->virtual_stages);
-  mt_train_stage_create(t);
+  mt_gpt_set_moe_loss(&t->step.model, (float)cfg->moe_aux_coef, (float)cfg->moe_z_coef);
+  mt_dp_init_params(&t->step.dp, (uint64_t)cfg->seed);
+  size_t n = (size_t)(t->lay.accum > 1 ? t->lay.accum : 1) * cfg->micro_batch * t->step.model.T;
+  t->inp = mt_calloc(n, sizeof(int));
+  t->tgt = mt_calloc(n, sizeof(int));
+  t->rows = mt_calloc((size_t)(t->lay.accum > 1 ? t->lay.accum : 1), sizeof(int));
 }
 
 static void setup_peak(mt_trainer *t) {
@@ -183,8 +155,8 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   test_setup_sleep();
   t->cfg = *cfg;
   t->last_val = -1.0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &t->world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &t->world_size);
+  MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &t->world_rank));
+  MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &t->world_size));
   mt_err err = {0};
   mt_layout_validate(&t->cfg, t->world_size, &t->lay, &err);
   if (!err.failed) mt_hw_profile_load(&t->hw, t->cfg.hw_profile, &err);
@@ -212,11 +184,10 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
 }
 
 void mt_train_destroy(mt_trainer *t) {
-  mt_train_stage_destroy(t);
-  if (t->tied_scratch) t->ops->free(MT_MEM_COMM, t->tied_scratch, t->tied_numel * sizeof(float));
-  mt_pp_schedule_free(&t->sched);
-  mt_dp_destroy(&t->dp);
-  mt_gpt_destroy(&t->model);
+  mt_step_destroy(&t->step);
+  free(t->inp);
+  free(t->tgt);
+  free(t->rows);
   mt_dataset_close(&t->train_file);
   if (t->have_val_file) mt_dataset_close(&t->val_file);
   mt_train_device_destroy(t);

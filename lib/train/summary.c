@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,12 +31,33 @@
  * step of every attempt. lost_s = set-up time of each restart + time of the
  * steps it recomputed (those after the checkpoint it resumed from that an
  * earlier attempt had already run); requeue_wait_s = time between one
- * attempt's end and the next one's start. Seconds throughout. */
+ * attempt's end and the next one's start. Seconds throughout.
+ * A run resumed from another run's checkpoint (train.resume = a path outside
+ * dir/checkpoints: a resharded checkpoint in a new directory) starts at that
+ * step: its first attempt is recorded with resumed_from, no attempt before it
+ * is assumed, and run.steps and run.tokens both count from there (run:
+ * start_step, resumed_from). */
+/* 1 when the checkpoint step directory ckpt lies in dir/checkpoints (this
+ * run's own), compared as files (device and inode: any spelling of the path) */
+static int checkpoint_of_dir(const char *ckpt, const char *dir) {
+  char parent[2 * MT_CFG_STR_MAX], own[2 * MT_CFG_STR_MAX + 16];
+  snprintf(parent, sizeof parent, "%s", ckpt);
+  char *slash = strrchr(parent, '/');
+  if (slash) *slash = '\0';
+  else snprintf(parent, sizeof parent, ".");
+  snprintf(own, sizeof own, "%s/checkpoints", dir);
+  struct stat a, b;
+  if (stat(parent, &a) != 0 || stat(own, &b) != 0) return strcmp(parent, own) == 0;
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 static void summary_add_attempts(cJSON *o, const char *dir, int resumed, long long end_step,
                                  double setup_s, int node_ranks) {
   char path[2 * MT_CFG_STR_MAX];
   cJSON *prev = NULL;
-  if (resumed) { /* the previous attempts, from the summary this one replaces */
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "resumed_from");
+  int elsewhere = resumed && cJSON_IsString(from) && !checkpoint_of_dir(from->valuestring, dir);
+  if (resumed && !elsewhere) { /* the previous attempts, from the summary this one replaces */
     snprintf(path, sizeof path, "%s/summary.json", dir);
     FILE *f = fopen(path, "rb");
     long n = -1;
@@ -59,7 +81,7 @@ static void summary_add_attempts(cJSON *o, const char *dir, int resumed, long lo
     if (prev_end > prev_max_end) prev_max_end = prev_end;
     cJSON_AddItemToArray(attempts, cJSON_Duplicate(a, 1));
   }
-  if (resumed && prev_end < start_step) { /* steps of an attempt that left no summary */
+  if (resumed && !elsewhere && prev_end < start_step) { /* an attempt that left no summary */
     cJSON *gap = cJSON_CreateObject();
     cJSON_AddNumberToObject(gap, "attempt", cJSON_GetArraySize(attempts) + 1);
     cJSON_AddBoolToObject(gap, "recorded", 0);
@@ -124,7 +146,6 @@ static void summary_add_attempts(cJSON *o, const char *dir, int resumed, long lo
   cJSON_AddNumberToObject(me, "threads_per_rank", NUM(lay, "threads_per_rank"));
   cJSON_AddNumberToObject(me, "started_at", ended_at - wall_s);
   cJSON_AddNumberToObject(me, "ended_at", ended_at);
-  const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "resumed_from");
   if (cJSON_IsString(from)) cJSON_AddStringToObject(me, "resumed_from", from->valuestring);
   cJSON_AddItemToArray(attempts, me);
 
@@ -158,6 +179,11 @@ static void summary_add_attempts(cJSON *o, const char *dir, int resumed, long lo
   cJSON_AddNumberToObject(run, "lost_s", lost);
   cJSON_AddNumberToObject(run, "requeue_wait_s", wait);
   cJSON_AddNumberToObject(run, "wall_s", wall);
+  cJSON_AddNumberToObject(run, "start_step", (double)first_start);
+  const cJSON *first = cJSON_GetArrayItem(attempts, 0);
+  const cJSON *first_from = cJSON_GetObjectItemCaseSensitive(first, "resumed_from");
+  if (first_start > 0 && cJSON_IsString(first_from)) /* it began from another run's checkpoint */
+    cJSON_AddStringToObject(run, "resumed_from", first_from->valuestring);
 #undef NUM
   cJSON_AddItemToObject(o, "attempts", attempts);
   cJSON_AddItemToObject(o, "run", run);
@@ -208,8 +234,8 @@ void mt_train_summary(mt_trainer *t) {
   mine[RANK_COORDS + MT_MEM_NCAT + 4] = t->last_ep_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 5] = t->last_etp_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 6] = t->last_edp_bytes;
-  if (t->world_rank == 0) all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
-  MPI_Gather(mine, RANK_FIELDS, MPI_DOUBLE, all, RANK_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
+  mt_train_gather_f64(&t->mesh.world, mine, RANK_FIELDS, all);
   /* the plan of this rank: what summary.json states per step */
   mt_plan_rank plan;
   mt_err e = {0};
@@ -218,9 +244,11 @@ void mt_train_summary(mt_trainer *t) {
   /* per pipeline stage: parameter bytes a rank holds, dp bytes it sends per step */
   double stage_bytes[2 * MT_PP_MAX_CHUNKS] = {0};
   double my_bytes[2] = {plan.params_numel * sizeof(float), plan.dp_state_bytes};
-  if (cfg->pp > 1)
-    MPI_Gather(my_bytes, 2, MPI_DOUBLE, stage_bytes, 2, MPI_DOUBLE, 0, t->mesh.pp_g.comm);
-  if (t->world_rank != 0) return;
+  if (cfg->pp > 1) mt_train_gather_f64(&t->mesh.pp_g, my_bytes, 2, stage_bytes);
+  if (t->world_rank != 0) {
+    free(all);
+    return;
+  }
   fclose(t->metrics_f);
   t->metrics_f = NULL;
   double avg_step = t->timed_steps ? t->total_step_s / t->timed_steps : 0.0;
@@ -297,9 +325,9 @@ void mt_train_summary(mt_trainer *t) {
   if (cfg->save_params) {
     /* every rank holds the full parameters after the step (all-gathered under
      * ZeRO 1-2; pp = 1 and zero <= 2 only, as validation requires) */
-    const size_t n = t->model.reg.numel_local;
+    const size_t n = t->step.model.reg.numel_local;
     float *host = mt_malloc((n ? n : 1) * sizeof(float));
-    t->ops->download(host, t->dp.params, n * sizeof(float));
+    t->ops->download(host, t->step.dp.params, n * sizeof(float));
     f = mt_train_open_out(cfg->output_dir, "params.f32", "wb");
     if (fwrite(host, sizeof(float), n, f) != n) mt_die("short write of params.f32");
     fclose(f);

@@ -2,13 +2,16 @@
  *
  *   mt_layout_validate   the configuration for a world size, without MPI
  *                       (meshtrain --check, --plan, and setup itself)
- *   mt_train_setup      mesh, registry and model, dp/ZeRO state, pipeline
- *                       schedule and stage, memory check, data
+ *   mt_train_setup      mesh, memory check, data, and this rank's step
+ *                       (lib/parallel's mt_step: model, dp/ZeRO state,
+ *                       pipeline schedule and executor)
  *   mt_train_resume     load a checkpoint written under any layout
- *   mt_train_loop       the step loop: data -> the schedule's forward and
- *                       backward (pp = 1 is a one-stage schedule) ->
- *                       gradient sync -> clip -> optimizer -> metrics ->
- *                       checkpoint and signal policy
+ *   mt_train_loop       the step loop: data -> mt_step_gradients (the
+ *                       schedule's forward and backward, pp = 1 a one-stage
+ *                       schedule, and the gradient sync) -> mt_step_update
+ *                       (clip, optimizer) -> metrics -> checkpoint and
+ *                       signal policy
+ *   mt_train_evaluate   the validation loss (eval.c)
  *   mt_train_summary    summary.json and the closing lines
  *
  * Validation, the plan and the cost model live in lib/plan (plan/plan.h). */
@@ -30,26 +33,6 @@
 /* ------------------------------------------------------------------ */
 /* the run                                                             */
 
-/* A pipeline stage as the executor sees it (pp = 1: the whole model). */
-typedef struct {
-  mt_gpt *model;
-  mt_dp *dp;
-  const mt_ops *ops;
-  int pp, v, rank, last_vs;
-  int l0[MT_PP_MAX_CHUNKS], l1[MT_PP_MAX_CHUNKS]; /* layers of each chunk */
-  int B, T;          /* micro-batch sequences (slots are laid out for B), tokens */
-  int n_mb;          /* micro-batches of this run */
-  int *inp, *tgt;    /* (n_mb, B, T) host tokens */
-  int *rows;         /* sequences in each micro-batch (<= B) */
-  int n_slots;
-  size_t set_numel;  /* floats of one activation set (the largest chunk) */
-  float **slot_mem;  /* allocated at first use, kept */
-  mt_gpt_acts *acts;
-  double loss_sum;   /* last virtual stage: the micro-batches' losses (mean x tokens) */
-  int eval;          /* forward-only pass: losses weighted by sequences */
-  float dloss;
-} mt_train_stage;
-
 typedef struct {
   mt_config cfg;
   mt_layout lay;
@@ -57,7 +40,6 @@ typedef struct {
   double t_start;        /* when setup began (seconds, mt_now) */
   mt_mesh mesh;
   mt_hw_profile hw;
-  mt_pp_schedule sched;
   /* data */
   mt_dataset train_file, val_file, train_ds, val_ds;
   int have_val_file;
@@ -70,14 +52,12 @@ typedef struct {
   char gpu_name[256];
   float *ckpt_host;      /* page-locked snapshot of device state for checkpoints */
   size_t ckpt_host_n;
-  /* compute */
+  /* compute: the model, the dp engine, the schedule and its executor */
   const mt_ops *ops;
-  mt_gpt model;
-  mt_dp dp;
-  mt_train_stage stage;
-  mt_pp_exec exec;
-  float *tied_scratch;   /* pp: the other stage's gradient of a tied tensor */
-  size_t tied_numel;
+  mt_step step;
+  /* the step's micro-batches: (accum, micro_batch, T) host tokens and the
+   * sequences in each (T: this rank's tokens of a sequence, seq_len / cp) */
+  int *inp, *tgt, *rows;
   /* the run's position */
   long long start_step, samples_done;
   char resumed_from[2 * MT_CFG_STR_MAX];
@@ -102,28 +82,31 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg);
 /* Collective: train.resume (a checkpoint under any layout), then the
  * outputs (config.ini, metrics.jsonl continued). */
 void mt_train_resume(mt_trainer *t);
-/* Collective: the step loop; returns the exit code (0, or 75 when stopped by
- * a signal after checkpointing). */
+/* train.init_from: the model's shape read from the checkpoint into cfg (a
+ * shape key given that disagrees: an error; a shorter model.seq_len: kept,
+ * the position table sliced at load). Collective. 0, or -1 with e set. */
+int mt_train_init_from_shape(mt_config *cfg, mt_err *e);
+/* Collective: the step loop; returns the exit code (0; 75 when SIGUSR1
+ * stopped it after a checkpoint; 76 when SIGTERM did). */
 int mt_train_loop(mt_trainer *t);
 /* Collective: summary.json and the closing lines. */
 void mt_train_summary(mt_trainer *t);
 void mt_train_destroy(mt_trainer *t);
 
-/* The stage and its evaluation (stage.c). */
-void mt_train_stage_create(mt_trainer *t);
-void mt_train_stage_destroy(mt_trainer *t);
-/* One training step's forward and backward of the stage's micro-batches
- * (inputs already in t->stage); returns the loss summed over this pp
- * column's tokens (every stage gets the last stage's). */
-double mt_train_stage_step(mt_trainer *t);
 /* Mean validation loss over the first t->n_val_seq validation windows,
- * split over dp; the same for any layout. */
+ * split over dp; the same for any layout (eval.c). */
 double mt_train_evaluate(mt_trainer *t);
 
-/* Preemption: SIGUSR1/SIGTERM only set a flag (installed first thing in
- * setup); the ranks agree on it at a step boundary. */
+/* Stop signals only set a flag (installed first thing in setup); the ranks
+ * agree on it at a step boundary (the largest value wins), checkpoint and
+ * exit. SIGUSR1 (Slurm's warning before the walltime, a preemption drill)
+ * asks to be requeued: exit 75 (MT_EXIT_PREEMPTED). SIGTERM (scancel, a
+ * shutdown) asks to stop for good: exit MT_EXIT_CANCELLED, which the job
+ * scripts do not requeue. SIGTERM wins when both came. */
+enum { MT_STOP_NONE = 0, MT_STOP_PREEMPT = 1, MT_STOP_CANCEL = 2 };
+#define MT_EXIT_CANCELLED 76
 void mt_train_install_signals(void);
-int mt_train_signalled(void);
+int mt_train_signalled(void); /* MT_STOP_NONE, MT_STOP_PREEMPT or MT_STOP_CANCEL */
 
 /* The device (device.c). Collective: resolve train.device/precision (bad
  * input ends every rank with exit 2), pick this rank's GPU by node-local

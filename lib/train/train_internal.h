@@ -7,6 +7,10 @@
 
 #include "train/train.h"
 
+/* Every rank's n doubles of mine, in rank order, into all (size x n) on
+ * every rank of g: a sum of vectors holding each rank's part in its slot
+ * (figures for the records: a few doubles per rank). */
+void mt_train_gather_f64(mt_group *g, const double *mine, size_t n, double *all);
 /* <dir>/<name> opened with mode, or a rank-tagged fatal error naming it */
 FILE *mt_train_open_out(const char *dir, const char *name, const char *mode);
 /* {"device": kind, precision, GPU, memory, comm paths} added to parent */

@@ -50,7 +50,7 @@ static void test_layernorm(int N, int C) {
   cpu->layernorm_backward(h[DINP], h[DW], h[DB], h[DOUT], h[X], h[WT], h[MEAN], h[RSTD], N, C);
   gpu->layernorm_backward(d[DINP], d[DW], d[DB], d[DOUT], d[X], d[WT], d[MEAN], d[RSTD], N, C);
   snprintf(w, sizeof w, "layernorm_backward dinp, dw, db N=%d C=%d", N, C);
-  report(w, mt_worst(mt_worst(err_of(h[DINP], d[DINP], n), err_of(h[DW], d[DW], (size_t)C)),
+  mt_check_err(w, mt_worst(mt_worst(err_of(h[DINP], d[DINP], n), err_of(h[DW], d[DW], (size_t)C)),
                      err_of(h[DB], d[DB], (size_t)C)),
          TOL);
   free_all(h, d, ns, K);
@@ -74,7 +74,7 @@ static void test_matmul(int N, int C, int OC) {
   cpu->matmul_backward(h[DINP], h[DW], h[DBIAS], h[DOUT], h[IN], h[WT], N, C, OC);
   gpu->matmul_backward(d[DINP], d[DW], d[DBIAS], d[DOUT], d[IN], d[WT], N, C, OC);
   snprintf(w, sizeof w, "matmul_backward dinp, dw N=%d C=%d OC=%d", N, C, OC);
-  report(w, mt_worst(err_of(h[DINP], d[DINP], ni), err_of(h[DW], d[DW], nw)), TOL_MM);
+  mt_check_err(w, mt_worst(err_of(h[DINP], d[DINP], ni), err_of(h[DW], d[DW], nw)), TOL_MM);
   snprintf(w, sizeof w, "matmul_backward dbias N=%d OC=%d", N, OC);
   CMP(w, h[DBIAS], d[DBIAS], (size_t)OC, TOL);
   free_all(h, d, ns, K);
@@ -115,7 +115,7 @@ static void test_encoder_and_rows(int C) {
   cpu->encoder_backward(h[DWTE], h[DWPE], h[DOUT], inp, B, T, C);
   gpu->encoder_backward(d[DWTE], d[DWPE], d[DOUT], d_inp, B, T, C);
   snprintf(w, sizeof w, "encoder_backward C=%d (the CPU's order: exact)", C);
-  report(w, mt_worst(err_of(h[DWTE], d[DWTE], ns[DWTE]), err_of(h[DWPE], d[DWPE], ns[DWPE])), 0);
+  mt_check_err(w, mt_worst(err_of(h[DWTE], d[DWTE], ns[DWTE]), err_of(h[DWPE], d[DWPE], ns[DWPE])), 0);
   (void)V;
   /* elementwise over C elements */
   cpu->gelu_forward(h[Y], h[X], (size_t)C);
@@ -189,7 +189,7 @@ static void test_moe_small(void) {
   int *ti = calloc((size_t)N * k, sizeof(int)), *d_ti = devi(ti, (size_t)N * k);
   cpu->moe_router_forward(h[PROBS], h[LSE], ti, h[TW], h[LOGITS], N, E, k);
   gpu->moe_router_forward(d[PROBS], d[LSE], d_ti, d[TW], d[LOGITS], N, E, k);
-  report("moe_router_forward E=1 k=1: probs, lse, weights",
+  mt_check_err("moe_router_forward E=1 k=1: probs, lse, weights",
          mt_worst(mt_worst(err_of(h[PROBS], d[PROBS], ns[PROBS]), err_of(h[LSE], d[LSE], ns[LSE])),
                   err_of(h[TW], d[TW], ns[TW])),
          TOL);
@@ -204,7 +204,7 @@ static void test_moe_small(void) {
   CMP("moe_combine C=1 k=1 (dropped slots)", h[OUT], d[OUT], ns[OUT], TOL);
   cpu->moe_combine_backward(h[DY], h[DW], h[OUT], h[Y], slot, h[WK], N, C, k);
   gpu->moe_combine_backward(d[DY], d[DW], d[OUT], d[Y], d_slot, d[WK], N, C, k);
-  report("moe_combine_backward C=1 k=1",
+  mt_check_err("moe_combine_backward C=1 k=1",
          mt_worst(err_of(h[DY], d[DY], ns[DY]), err_of(h[DW], d[DW], ns[DW])), TOL);
   dfree(d_ti, (size_t)N * k * sizeof(int));
   dfree(d_slot, (size_t)N * k * sizeof(int));
@@ -262,14 +262,14 @@ static void test_attention(void) {
   char w[128];
   snprintf(w, sizeof w, "attn forward+backward, every head size 1..%d (worst at %d)",
            MT_CUDA_MAX_HEAD_SIZE, worst_hs);
-  report(w, worst, TOL);
+  mt_check_err(w, worst, TOL);
   /* one query row, one key row; the single pair causal and not */
   long n1 = 0;
-  report("attn Tq=1 Tk=1 causal (the key at the query's position)",
+  mt_check_err("attn Tq=1 Tk=1 causal (the key at the query's position)",
          attn_case(2, 2, 8, 1, 1, 7, 7, 1, &n1), TOL);
-  report("attn Tq=1 Tk=1 not causal", attn_case(1, 3, 64, 1, 1, 0, 5, 0, &n1), TOL);
-  report("attn Tq=1 against 70 keys", attn_case(1, 2, 40, 1, 70, 69, 0, 1, &n1), TOL);
-  report("attn 70 queries against Tk=1", attn_case(1, 2, 40, 70, 1, 0, 0, 1, &n1), TOL);
+  mt_check_err("attn Tq=1 Tk=1 not causal", attn_case(1, 3, 64, 1, 1, 0, 5, 0, &n1), TOL);
+  mt_check_err("attn Tq=1 against 70 keys", attn_case(1, 2, 40, 1, 70, 69, 0, 1, &n1), TOL);
+  mt_check_err("attn 70 queries against Tk=1", attn_case(1, 2, 40, 70, 1, 0, 0, 1, &n1), TOL);
   /* keys after the first queries: rows that see no key (out 0, lse -inf,
    * no gradient), at each tile shape */
   long no_key = 0;
@@ -277,8 +277,8 @@ static void test_attention(void) {
   const int hss[3] = {24, 100, 200};
   for (int i = 0; i < 3; i++) e = mt_worst(e, attn_case(2, 2, hss[i], 20, 9, 0, 12, 1, &no_key));
   snprintf(w, sizeof w, "attn with %ld rows that see no key (hs 24, 100, 200)", no_key);
-  report(w, no_key > 0 ? e : 1.0, TOL);
-  report("attn where no row sees a key", attn_case(1, 1, 16, 4, 4, 0, 10, 1, &no_key), TOL);
+  mt_check_err(w, no_key > 0 ? e : 1.0, TOL);
+  mt_check_err("attn where no row sees a key", attn_case(1, 1, 16, 4, 4, 0, 10, 1, &no_key), TOL);
 }
 
 /* merge: one side without keys for some rows, the other for others */
@@ -294,14 +294,14 @@ static void test_merge(void) {
   float *d_o = dev(o, no), *d_p = dev(p, no), *d_l = dev(l, nl), *d_pl = dev(pl, nl);
   cpu->attn_merge(&a, o, l, p, pl);
   gpu->attn_merge(&a, d_o, d_l, d_p, d_pl);
-  report("attn_merge with -inf on either side or both: out", err_of(o, d_o, no), TOL);
+  mt_check_err("attn_merge with -inf on either side or both: out", err_of(o, d_o, no), TOL);
   float *gl = malloc(nl * sizeof(float));
   gpu->download(gl, d_l, nl * sizeof(float));
   double e = 0.0;
   for (size_t i = 0; i < nl; i++)
     e = mt_worst(e, isinf(l[i]) || isinf(gl[i]) ? (l[i] == gl[i] ? 0.0 : INFINITY)
                                                 : fabs((double)gl[i] - l[i]));
-  report("attn_merge lse (-inf kept where both sides are)", e, TOL);
+  mt_check_err("attn_merge lse (-inf kept where both sides are)", e, TOL);
   dfree(d_o, no * 4), dfree(d_p, no * 4), dfree(d_l, nl * 4), dfree(d_pl, nl * 4);
   free(o), free(p), free(l), free(pl), free(gl);
 }
@@ -335,8 +335,8 @@ int main(int argc, char **argv) {
   test_merge();
   mt_cuda_shutdown();
   MPI_Finalize();
-  if (g_failures) {
-    fprintf(stderr, "gpu_edges: %d check(s) failed\n", g_failures);
+  if (*mt_check_failures()) {
+    fprintf(stderr, "gpu_edges: %d check(s) failed\n", *mt_check_failures());
     return 1;
   }
   printf("gpu_edges: all checks passed\n");

@@ -10,8 +10,9 @@ cat "$WORK/sweep.ini"
 [ "$(grep -c '^layouts = ' "$WORK/sweep.ini")" -eq 1 ] || fail "no layouts line"
 n=$(grep '^layouts = ' "$WORK/sweep.ini" | tr ';' '\n' | grep -c 'tp=')
 [ "$n" -eq 3 ] || fail "expected 3 layouts, got $n"
+# (the data file is checked too: the test's own corpus)
 python3 "$MT_SRC/slurm/meshslurm.py" campaign "$WORK/sweep.ini" --out "$WORK/campaign" --dry-run --bin "$MT_BIN" \
-  > "$WORK/campaign.txt" 2>&1 || { cat "$WORK/campaign.txt"; fail "campaign refused the sweep"; }
+  --set data.train="$(mt_corpus 100000)" > "$WORK/campaign.txt" 2>&1 || { cat "$WORK/campaign.txt"; fail "campaign refused the sweep"; }
 cat "$WORK/campaign.txt" | head -20
 grep -q "3 points" "$WORK/campaign.txt" || fail "the campaign did not plan 3 points"
 grep -q "meshtrain --check: 3 distinct configurations OK" "$WORK/campaign.txt" || fail "points not checked"

@@ -2,11 +2,14 @@
 # size and walltime (boost_qos_lprod only up to 3 nodes), account, partition,
 # 4 tasks and 4 GPUs per node, 8 CPUs per task, --mem=494000, --exclusive
 # except under boost_qos_dbg, every module of the profile, TMPDIR on the
-# scratch file system, run directory and checkpoints under $WORK (output_root),
+# scratch file system, run directory, checkpoints and data under $WORK
+# (output_root, data_root: a data file missing there is refused),
 # the signal/requeue machinery, the env file and srun binding; the campaign
 # generator on the LEONARDO sweep (manifest, dry run, report job on
-# lrd_all_serial); the one-line errors for impossible requests; and a job whose
-# module does not load (a stub `module` command) failing at once, naming it.
+# lrd_all_serial, the compiler module only); the one-line errors for
+# impossible requests; and a job whose module does not load (a stub `module`
+# command) failing at once, naming it; cmake (a build module) loaded by
+# env.sh on a login node, never by a job.
 # Needs no Slurm.
 source "$(dirname "$0")/../scripts/common.sh"
 GEN="python3 $MT_SRC/slurm/meshslurm.py"
@@ -17,9 +20,20 @@ check() {  # check FILE REGEX...: every regex matches some line
 # LEONARDO's file systems, as a login node sets them
 export WORK="$WORK/leo-work" CINECA_SCRATCH="$WORK/leo-scratch"
 mkdir -p "$WORK" "$CINECA_SCRATCH"
+# the run modules (every job loads them; cmake is a build module)
 MODULES=(gcc/12.2.0 cuda/12.2 openmpi/4.1.6--gcc--12.2.0-cuda-12.2
   nccl/2.22.3-1--gcc--12.2.0-cuda-12.2-spack0.22 hdf5/1.14.3--openmpi--4.1.6--gcc--12.2.0-spack0.22
-  openblas/0.3.26--gcc--12.2.0 cmake)
+  openblas/0.3.26--gcc--12.2.0)
+# the default configuration's data (inputs/data/corpus.txt) is looked for
+# under data_root, $WORK/meshtrain: refused while it is missing
+data="$WORK/meshtrain/inputs/data/corpus.txt"
+set +e; $GEN render train --system leonardo-booster --nodes 1 --account A --bin "$MT_BIN" --stdout \
+  --set model.preset=gpt2-124m --set train.global_batch=32 --set train.micro_batch=2 \
+  --profile-set device= --profile-set precision= > /dev/null 2> "$WORK/err"; rc=$?; set -e
+[ "$rc" = 2 ] && grep -q "^meshslurm: error: job not written: data.train = $data: no such file" "$WORK/err" ||
+  fail "missing data under \$WORK: rc $rc '$(cat "$WORK/err")'"
+mkdir -p "$(dirname "$data")"
+"$MT_BIN/meshdata" corpus "$data" --bytes 100K > /dev/null
 # a batch every size divides (meshtrain --check runs on each job)
 BATCH=(--set model.preset=gpt2-124m --set train.global_batch=3072 --set train.micro_batch=2)
 # the profile's jobs train on the GPUs (train.device=cuda, bf16); a build
@@ -52,7 +66,7 @@ while read -r nodes time qos exclusive; do
     "since Slurm 22.05" "^export NCCL_IB_SL=1$" "--set parallel.dp=$((nodes * 4))$" \
     "--set metrics.hw=leonardo-booster" "trap 'forward USR1' USR1" "scontrol requeue" \
     "RESUME=\(--set train.resume=auto\)" "^    75\)$" "^if ! mt_load_modules " \
-    "^export NCCL_IB_HCA=mlx5$" "${DEVICE_CHECKS[@]}"
+    "^export NCCL_IB_HCA=mlx5$" "--set data.train=$data$" "${DEVICE_CHECKS[@]}"
   # every module of the profile, in its order
   [ "$(grep '^MODULES=' "$s")" = "MODULES=(${MODULES[*]})" ] || fail "$s: modules are '$(grep '^MODULES=' "$s")'"
   if [ "$exclusive" = yes ]; then
@@ -88,7 +102,9 @@ grep -q 'NCCL_IB_SL=' "$WORK/plain.sh" && fail "NCCL_IB_SL exported although not
 # bench and ckpt-convert jobs come from the same skeleton
 $GEN render bench --system leonardo-booster --nodes 2 --account A --bench "allreduce --max-bytes 256M" --stdout > "$WORK/bench.sh"
 check "$WORK/bench.sh" "meshbench\" allreduce --max-bytes 256M --json \"\\\$RUN_DIR/bench.jsonl\"" "^#SBATCH --qos=boost_qos_dbg$"
-$GEN render ckpt-convert --system leonardo-booster --nodes 1 --account A --args "convert ckpt/latest out" --stdout > "$WORK/conv.sh"
+# (no checkpoint here: --no-check; tests/slurm/submit_check.sh checks ckpt-convert jobs)
+$GEN render ckpt-convert --system leonardo-booster --nodes 1 --account A --args "convert ckpt/latest out" --stdout \
+  --no-check > "$WORK/conv.sh"
 check "$WORK/conv.sh" "meshckpt\" convert ckpt/latest out" "^#SBATCH --nodes=1$"
 bash -n "$WORK/bench.sh" && bash -n "$WORK/conv.sh" || fail "bench/convert scripts: syntax"
 
@@ -124,7 +140,7 @@ $GEN campaign "$sweep" --account AIP_test --bin "$MT_BIN" --dry-run "${NODEV[@]}
 [ "$(grep -c '^  sbatch --parsable' "$WORK/dry.txt")" = 25 ] || { cat "$WORK/dry.txt"; fail "dry run: expected 24 points + report"; }
 grep -q 'sbatch --parsable --dependency=afterany:<n1-r4-dp4-tp1-pp1-cp1-rep2> .*n2-r8-dp8-tp1-pp1-cp1-rep0/job.sh' "$WORK/dry.txt" || fail "dry run: no dependency chain"
 grep -q "into $WORK/meshtrain/campaigns/gpt2-strong-leonardo$" "$WORK/dry.txt" || fail "campaign not under \$WORK by default"
-grep -q "meshtrain --check: 8 distinct configurations OK" "$WORK/dry.txt" || fail "campaign did not check each configuration once"
+grep -q "meshtrain --check: 8 distinct configurations OK (and their data files)" "$WORK/dry.txt" || fail "campaign did not check each configuration once"
 $GEN campaign "$sweep" --account AIP_test --bin "$MT_BIN" --out "$WORK/camp" "${NODEV[@]}" > /dev/null || fail "campaign"
 python3 - "$WORK/camp/manifest.json" <<'PY' || fail "manifest"
 import json, sys
@@ -142,7 +158,7 @@ grep -q -- '--set train.global_batch=512' "$WORK/camp/points/n128-r512-dp512-tp1
 # the report job: the serial partition, no QoS, no GPU, no --exclusive or --mem, one task
 r="$WORK/camp/report.sh"
 check "$r" "^#SBATCH --partition=lrd_all_serial$" "^#SBATCH --ntasks-per-node=1$" "^#SBATCH --account=AIP_test$" \
-  "meshreport\" \"\\\$CAMPAIGN\" --out" "^MODULES=\("
+  "meshreport\" \"\\\$CAMPAIGN\" --out" "^MODULES=\(gcc/12.2.0\)$"
 grep -Eq '^#SBATCH --(qos|gpus|exclusive|mem|requeue)' "$r" && { grep '^#SBATCH' "$r"; fail "$r: QoS, GPU, exclusive, mem or requeue on the report job"; }
 grep -q 'cat .*report.md' "$r" && fail "$r: the report job prints the table twice"
 bash "$WORK/camp/submit.sh" --dry-run > "$WORK/dry2.txt" 2>&1 || fail "submit.sh --dry-run"
@@ -188,7 +204,8 @@ run_job() {  # run_job NAME: the job script run by bash, as sbatch would start i
 run_job all-modules
 [ "$JOB_RC" = 0 ] || { cat "$WORK/all-modules.out"; fail "job with every module available exited $JOB_RC"; }
 [ "$(cat "$WORK/modjob/status")" = done ] || fail "status '$(cat "$WORK/modjob/status")'"
-[ "$(grep -c '^load ' "$MODULE_LOG")" = 7 ] && head -1 "$MODULE_LOG" | grep -q purge || { cat "$MODULE_LOG"; fail "not purge + 7 loads"; }
+[ "$(grep -c '^load ' "$MODULE_LOG")" = 6 ] && head -1 "$MODULE_LOG" | grep -q purge || { cat "$MODULE_LOG"; fail "not purge + 6 loads"; }
+grep -q '^load cmake' "$MODULE_LOG" && fail "the job loaded the build module cmake"
 [ "$(wc -l < "$WORK/modjob/metrics.jsonl")" = 2 ] || fail "the application did not run after the modules loaded"
 tmp=$(sed -n 's/.* tmpdir=\([^ ]*\) .*/\1/p' "$WORK/modjob/slurm-env.txt" | tail -1)
 case "$tmp" in "$CINECA_SCRATCH/tmp/meshtrain-"*) ;; *) fail "the job's TMPDIR was '$tmp', not under \$CINECA_SCRATCH/tmp";; esac

@@ -2,8 +2,11 @@
 # efficiency (strong and weak), mean and spread over repeats, the step-time
 # breakdown, bench rows, failed/missing/corrupt runs listed (not fatal), a run
 # whose ranks outnumbered its node's cores flagged, steps.csv holding each
-# point's losses (the data of loss.png and tokens_per_s.png), gnuplot PNGs,
-# and one-line errors for bad input.
+# point's losses (the data of loss.png and tokens_per_s.png), gnuplot PNGs
+# and the script behind them (markers, validation, ticks, labels), the script
+# and data written without gnuplot with one line saying how to draw them, a
+# single run without scaling columns and its tokens/s averaged, and one-line
+# errors for bad input.
 source "$(dirname "$0")/../scripts/common.sh"
 R="$MT_BIN/meshreport"
 python3 - "$WORK" <<'PY'
@@ -119,6 +122,78 @@ assert math.isclose(float(rows[4]["efficiency"]), 0.100 / 0.125, rel_tol=1e-6), 
 assert math.isclose(float(rows[4]["speedup"]), 0.100 / 0.125 * 4, rel_tol=1e-6), rows[4]["speedup"]
 print("weak-scaling numbers OK")
 PY
+
+# the plot script: distinct markers per series, validation drawn in colours no
+# training line has, rank counts as ticks, values at the points, the ideal
+# inside the frame
+python3 - "$rep/plots.gp" <<'PYEND' || fail "plots.gp"
+import re, sys
+gp = open(sys.argv[1]).read()
+train = re.findall(r"index (\d+) using 1:2 with linespoints lw 2 lc rgb '#(\w+)' pt (\d+)", gp)
+val = re.findall(r"with linespoints dt 2 lw 2 pt 7 ps 1.5 lc rgb '#(\w+)' title 'validation", gp)
+assert len(train) == 3 and len({t[2] for t in train}) == 3, "markers: %s" % train
+assert len(val) == 3 and not {t[1] for t in train} & set(val), "validation colours %s vs %s" % (val, train)
+assert 'set xtics ("1" 1, "2" 2, "4" 4)' in gp, "rank ticks"
+assert gp.count("with labels offset 0,1.2") == 2, "values at the points"
+top = float(re.search(r"set output 'speedup.png'.*?set yrange \[0:([0-9.]+)\]", gp, re.S).group(1))
+assert top > 4 * 1.1, "the ideal speedup (4) touches the frame: top %g" % top
+top = float(re.search(r"set output 'efficiency.png'.*?set yrange \[0:([0-9.]+)\]", gp, re.S).group(1))
+assert top > 100 * 1.1, "the ideal efficiency (100%%) touches the frame: top %g" % top
+assert gp.count("set grid") == 1 and "unset grid" not in gp
+print("plots.gp: markers, validation colours, ticks, labels and ranges OK")
+PYEND
+
+# without gnuplot: the script and its data still written, one line on stdout
+# saying how to draw them (apt-get on Debian, module load on a cluster); the
+# script then draws every PNG from what was written
+mkdir -p "$WORK/nognu"
+env -u MODULEPATH -u MODULESHOME -u LMOD_CMD PATH=/nonexistent "$R" "$WORK/c" --out "$WORK/nognu" > "$WORK/nognu.txt" ||
+  fail "meshreport without gnuplot failed"
+for f in plots.gp steps.dat scaling.dat busbw.dat steps.csv report.md; do [ -s "$WORK/nognu/$f" ] || fail "no gnuplot: no $f"; done
+if ls "$WORK"/nognu/*.png > /dev/null 2>&1; then fail "PNGs without gnuplot?"; fi
+[ "$(grep -c '^plots: ' "$WORK/nognu.txt")" = 1 ] || fail "no gnuplot: not one 'plots:' line: $(cat "$WORK/nognu.txt")"
+if [ -f /etc/debian_version ]; then
+  grep -q "^plots: gnuplot not found: the plot script and its data are written; to draw them: apt-get install gnuplot-nox, then cd $WORK/nognu && gnuplot plots.gp$" \
+    "$WORK/nognu.txt" || fail "no gnuplot (Debian): $(grep '^plots' "$WORK/nognu.txt")"
+fi
+grep -q "Not drawn here: gnuplot not found" "$WORK/nognu/report.md" || fail "report.md does not say the plots were not drawn"
+env MODULEPATH=/opt/modules PATH=/nonexistent "$R" "$WORK/c" --out "$WORK/nognu" |
+  grep -q "to draw them: module load gnuplot, then cd $WORK/nognu && gnuplot plots.gp" ||
+  fail "no gnuplot on a cluster: no 'module load gnuplot'"
+(cd "$WORK/nognu" && gnuplot plots.gp) || fail "gnuplot plots.gp in the written directory failed"
+for png in speedup.png efficiency.png breakdown.png busbw.png loss.png tokens_per_s.png; do
+  [ "$(head -c 4 "$WORK/nognu/$png" | tail -c 3)" = PNG ] || fail "$png not drawn from the written script"
+done
+
+# a single run: no scaling columns, named after its directory; a long run's
+# tokens/s as a moving average (steps.csv tokens_per_s_avg: the mean of the
+# last W steps, W = steps / 50), each step's value faint
+python3 - "$WORK/long" <<'PYEND'
+import json, os, sys
+d = sys.argv[1]; os.makedirs(d)
+with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+    for s in range(1, 301):
+        f.write(json.dumps({"step": s, "loss": 5 - s / 100, "tokens_per_s": 1000.0 + (s % 7) * 100,
+                            "step_s": 0.1, "tokens": 100}) + "\n")
+json.dump({"model": "tiny", "layout": {"world": 2, "dp": 2, "tp": 1, "pp": 1, "cp": 1}, "tokens_per_s": 1300.0,
+           "mean_step_s": 0.1, "mfu": 0.1, "final_loss": 2.0}, open(os.path.join(d, "summary.json"), "w"))
+PYEND
+"$R" "$WORK/long" --out "$WORK/long/report" > "$WORK/long.txt" || fail "single run"
+head -1 "$WORK/long.txt" | grep -q "^long: 1 run, 0 failed or missing$" || fail "single run header: $(head -1 "$WORK/long.txt")"
+if grep -q "speedup\|efficiency" "$WORK/long.txt" "$WORK/long/report/report.md"; then fail "a single run with scaling columns"; fi
+grep -q "^# long$" "$WORK/long/report/report.md" || fail "single run: report.md not named after the run"
+[ ! -e "$WORK/long/report/speedup.png" ] || fail "a single run has a speedup plot"
+python3 - "$WORK/long/report" <<'PYEND' || fail "tokens/s moving average"
+import csv, math, os, sys
+rows = list(csv.DictReader(open(os.path.join(sys.argv[1], "steps.csv"))))
+w = 6  # 300 steps / 50
+for i, r in enumerate(rows):
+    last = [float(x["tokens_per_s"]) for x in rows[max(0, i - w + 1):i + 1]]
+    assert math.isclose(float(r["tokens_per_s_avg"]), sum(last) / len(last), rel_tol=1e-8), (i, r)
+gp = open(os.path.join(sys.argv[1], "plots.gp")).read()
+assert "mean of the last 6 steps (each step: faint)" in gp and "lc rgb '#A0" in gp, "faint raw series"
+print("single run: no scaling columns; tokens/s averaged over 6 steps")
+PYEND
 
 # bad input: one line naming it, exit 2
 set +e

@@ -18,9 +18,9 @@ jid=$(cluster_submit "$WORK/run/job.sh")
 echo "submitted job $jid"
 
 # wait until it trains, then preempt it
-for i in $(seq 1 120); do
+for i in $(seq 1 $((2 * ${MT_TIMEOUT:-300}))); do  # the hang guard: 0.5 s a turn
   [ -f "$WORK/run/metrics.jsonl" ] && [ "$(wc -l < "$WORK/run/metrics.jsonl")" -ge "$min_lines" ] && break
-  [ "$(cluster_state "$jid" | cut -d' ' -f1)" = RUNNING ] || [ "$i" -lt 60 ] || break
+  [ "$(cluster_state "$jid" | cut -d' ' -f1)" = RUNNING ] || [ "$i" -lt $((2 * ${MT_TIMEOUT:-300})) ] || break
   sleep 0.5
 done
 [ -f "$WORK/run/metrics.jsonl" ] || { cat "$WORK"/run/slurm-*.out; fail "the job never started training"; }
@@ -50,6 +50,6 @@ n = int(sys.argv[2])
 assert steps == list(range(1, n + 1)), "steps %s" % steps
 PY
 grep -q 'resumed from step' "$WORK/run/resume.log" || fail "the fake app did not resume"
-grep -q 'the application wrote a checkpoint and stopped (exit 75' "$WORK"/run/slurm-*.out ||
+grep -Eq 'the application wrote a checkpoint at step [0-9]+ and stopped \(exit 75' "$WORK"/run/slurm-*.out ||
   fail "the job log does not explain exit 75"
 echo "PASS: USR1 -> checkpoint -> exit 75 -> requeue -> resume=auto -> done (stand-in application)"

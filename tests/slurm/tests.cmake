@@ -23,6 +23,11 @@ set_tests_properties(slurm.train_job PROPERTIES RESOURCE_LOCK mt_slurm_cluster T
 mt_slurm_test(requeue_stub slurm requeue.sh)
 mt_slurm_test(preempt_twice slurm preempt_twice.sh)
 set_tests_properties(slurm.requeue_stub slurm.preempt_twice PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 400)
+# stop means stop: USR1 requeues, scancel (SIGTERM) checkpoints and ends the
+# job for good (exit 76); SIGTERM under plain mpirun too
+mt_slurm_test(scancel slurm scancel.sh)
+set_tests_properties(slurm.scancel PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 400)
+mt_slurm_test(stop_term slurm stop_term.sh)
 
 # meshreport on synthetic runs with known numbers (no Slurm, no MPI), and on
 # the default job's two parts (dp=4, then resumed as dp=2) in small
@@ -42,3 +47,8 @@ set_tests_properties(slurm.campaign PROPERTIES RESOURCE_LOCK mt_slurm_cluster TI
 
 # meshbench collectives under mpirun
 mt_slurm_test(collectives bench collectives.sh)
+
+# every command in the README that applies to this machine, as written
+# (tests/slurm/readme_commands.py says what runs how)
+mt_slurm_test(readme slurm readme.sh)
+set_tests_properties(slurm.readme PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 900)

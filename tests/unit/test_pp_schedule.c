@@ -22,47 +22,37 @@
  *     interleaved m % pp, pp*v > layers);
  *   - balanced stage layers cover the model in order.
  * Exits 1 naming every failing check. */
-#include "parallel/parallel.h"
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int g_failures = 0, g_checks = 0;
-
-#define CHECK(cond, ...)                    \
-  do {                                      \
-    g_checks++;                             \
-    if (!(cond)) {                          \
-      g_failures++;                         \
-      fprintf(stderr, "FAIL: " __VA_ARGS__); \
-      fprintf(stderr, "\n");                \
-    }                                       \
-  } while (0)
+#include "../check.h"
+#include "parallel/parallel.h"
 
 static double simulate(mt_pp_sched kind, int pp, int m, int v, mt_pp_sim *sim) {
   mt_pp_schedule s;
   mt_pp_schedule_build(&s, kind, pp, m, v);
-  char msg[256];
+  mt_err err = {0};
+  const char *msg = err.msg;
   int rc = kind == MT_SCHED_ZBH1
-               ? mt_pp_schedule_validate(&s, 1.0, 2.0, 1.0, 1.0, sim, msg, sizeof msg)
-               : mt_pp_schedule_validate(&s, 1.0 / v, 2.0 / v, 1.0 / v, 1.0 / v, sim, msg,
-                                         sizeof msg);
-  CHECK(rc == 0, "%s pp=%d m=%d v=%d: %s", mt_pp_sched_name(kind), pp, m, v, msg);
+               ? mt_pp_schedule_validate(&s, 1.0, 2.0, 1.0, 1.0, sim, &err)
+               : mt_pp_schedule_validate(&s, 1.0 / v, 2.0 / v, 1.0 / v, 1.0 / v, sim, &err);
+  MT_CHECK(rc == 0, "%s pp=%d m=%d v=%d: %s", mt_pp_sched_name(kind), pp, m, v, msg);
   if (rc == 0)
     for (int r = 0; r < pp && r < 64; r++)
-      CHECK(sim->peak_inflight[r] <= s.max_inflight[r],
-            "%s pp=%d m=%d v=%d rank %d: peak %d > promise %d", mt_pp_sched_name(kind), pp, m,
-            v, r, sim->peak_inflight[r], s.max_inflight[r]);
+      MT_CHECK(sim->peak_inflight[r] <= s.max_inflight[r],
+               "%s pp=%d m=%d v=%d rank %d: peak %d > promise %d", mt_pp_sched_name(kind), pp, m, v,
+               r, sim->peak_inflight[r], s.max_inflight[r]);
   if (rc == 0 && kind != MT_SCHED_INTERLEAVED)
-    CHECK(sim->peak_inflight[0] == s.max_inflight[0], "%s pp=%d m=%d: rank 0 peak %d, promise %d",
-          mt_pp_sched_name(kind), pp, m, sim->peak_inflight[0], s.max_inflight[0]);
+    MT_CHECK(sim->peak_inflight[0] == s.max_inflight[0],
+             "%s pp=%d m=%d: rank 0 peak %d, promise %d", mt_pp_sched_name(kind), pp, m,
+             sim->peak_inflight[0], s.max_inflight[0]);
   for (int r = 0; r < pp; r++) {
     int lim = kind == MT_SCHED_1F1B ? pp - r : kind == MT_SCHED_ZBH1 ? pp : m * v;
     if (kind != MT_SCHED_INTERLEAVED)
-      CHECK(s.max_inflight[r] == (m < lim ? m : lim), "%s: promise of rank %d is %d",
-            mt_pp_sched_name(kind), r, s.max_inflight[r]);
+      MT_CHECK(s.max_inflight[r] == (m < lim ? m : lim), "%s: promise of rank %d is %d",
+               mt_pp_sched_name(kind), r, s.max_inflight[r]);
   }
   mt_pp_schedule_free(&s);
   return rc == 0 ? sim->bubble : -1.0;
@@ -74,9 +64,10 @@ static void expect_refused(const char *what, mt_pp_sched kind, int pp, int m, in
   mt_pp_schedule s;
   mt_pp_schedule_build(&s, kind, pp, m, v);
   f(&s, r);
-  char msg[256];
-  int rc = mt_pp_schedule_validate(&s, 1, 2, 1, 1, NULL, msg, sizeof msg);
-  CHECK(rc != 0 && strstr(msg, needle), "%s: expected a refusal with '%s', got rc=%d '%s'", what,
+  mt_err err = {0};
+  const char *msg = err.msg;
+  int rc = mt_pp_schedule_validate(&s, 1, 2, 1, 1, NULL, &err);
+  MT_CHECK(rc != 0 && strstr(msg, needle), "%s: expected a refusal with '%s', got rc=%d '%s'", what,
         needle, rc, msg);
   mt_pp_schedule_free(&s);
 }
@@ -140,16 +131,17 @@ int main(void) {
     for (int m = 1; m <= 4 * pp; m++) {
       double th = (double)(pp - 1) / (m + pp - 1);
       double g = simulate(MT_SCHED_GPIPE, pp, m, 1, &sim);
-      CHECK(fabs(g - th) < 1e-9, "gpipe pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, g, th);
+      MT_CHECK(fabs(g - th) < 1e-9, "gpipe pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, g, th);
       cases++;
       if (m < pp) continue;
       double f = simulate(MT_SCHED_1F1B, pp, m, 1, &sim);
-      CHECK(fabs(f - th) < 1e-9, "1f1b pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, f, th);
+      MT_CHECK(fabs(f - th) < 1e-9, "1f1b pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, f, th);
       double z = simulate(MT_SCHED_ZBH1, pp, m, 1, &sim);
-      if (pp > 1) CHECK(z < f - 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f not below 1f1b %.6f", pp, m, z, f);
+      if (pp > 1)
+        MT_CHECK(z < f - 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f not below 1f1b %.6f", pp, m, z, f);
       /* ZB-H1's bubble in theory: (p-1)(F+B-W) = p-1 units of 3m+p-1 */
       double zth = (double)(pp - 1) / (3 * m + pp - 1);
-      CHECK(fabs(z - zth) < 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, z, zth);
+      MT_CHECK(fabs(z - zth) < 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, z, zth);
       if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16))
         printf("%-12s %3d %3d %2d %10.4f %10.4f\n%-12s %3d %3d %2d %10.4f %10.4f (zb-h1 ideal)\n",
                "1f1b", pp, m, 1, f, th, "zb-h1", pp, m, 1, z, zth);
@@ -158,8 +150,8 @@ int main(void) {
         if (m % pp != 0) continue;
         double ith = (double)(pp - 1) / (v * m + pp - 1);
         double in = simulate(MT_SCHED_INTERLEAVED, pp, m, v, &sim);
-        CHECK(fabs(in - ith) < 1e-9, "interleaved pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
-              m, v, in, ith);
+        MT_CHECK(fabs(in - ith) < 1e-9, "interleaved pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
+                 m, v, in, ith);
         if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
           printf("%-12s %3d %3d %2d %10.4f %10.4f\n", "interleaved", pp, m, v, in, ith);
         cases++;
@@ -178,22 +170,25 @@ int main(void) {
 
   /* config checks name the keys */
   mt_err e = {0};
-  CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 4, 2, 1, 8, &e) != 0 &&
-            strstr(e.msg, "train.micro_batches = 2 is smaller than parallel.pp = 4"),
-        "m < pp: %s", e.msg);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 4, 2, 1, 8, &e) != 0 &&
+               strstr(e.msg, "train.micro_batches = 2 is smaller than parallel.pp = 4"),
+           "m < pp: %s", e.msg);
   memset(&e, 0, sizeof e);
-  CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 2, 4, 2, 8, &e) != 0 &&
-            strstr(e.msg, "parallel.virtual_stages = 2 needs parallel.schedule = interleaved"),
-        "v without interleaved: %s", e.msg);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 2, 4, 2, 8, &e) != 0 &&
+               strstr(e.msg, "parallel.virtual_stages = 2 needs parallel.schedule = interleaved"),
+           "v without interleaved: %s", e.msg);
   memset(&e, 0, sizeof e);
-  CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 2, 5, 2, 8, &e) != 0 &&
-            strstr(e.msg, "multiple of parallel.pp = 2"), "interleaved m %% pp: %s", e.msg);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 2, 5, 2, 8, &e) != 0 &&
+               strstr(e.msg, "multiple of parallel.pp = 2"),
+           "interleaved m %% pp: %s", e.msg);
   memset(&e, 0, sizeof e);
-  CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 4, 4, 2, 4, &e) != 0 &&
-            strstr(e.msg, "exceeds model.n_layer = 4"), "pp*v > L: %s", e.msg);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 4, 4, 2, 4, &e) != 0 &&
+               strstr(e.msg, "exceeds model.n_layer = 4"),
+           "pp*v > L: %s", e.msg);
   memset(&e, 0, sizeof e);
-  CHECK(mt_pp_sched_check(MT_SCHED_GPIPE, 4, 2, 1, 4, &e) == 0, "gpipe m < pp refused: %s", e.msg);
-  CHECK(mt_pp_sched_parse("zb-h1") == MT_SCHED_ZBH1 && mt_pp_sched_parse("zb") == -1, "parse");
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_GPIPE, 4, 2, 1, 4, &e) == 0, "gpipe m < pp refused: %s",
+           e.msg);
+  MT_CHECK(mt_pp_sched_parse("zb-h1") == MT_SCHED_ZBH1 && mt_pp_sched_parse("zb") == -1, "parse");
 
   /* balanced layers: contiguous, in order, sizes differ by at most one */
   for (int L = 1; L <= 13; L++)
@@ -201,18 +196,28 @@ int main(void) {
       int prev = 0, lo = L, hi = 0;
       for (int s = 0; s < n; s++) {
         int a, b;
-        mt_pp_stage_layers(L, n, 1, NULL, s, &a, &b);
-        CHECK(a == prev && b > a, "layers L=%d n=%d stage %d: [%d,%d)", L, n, s, a, b);
+        mt_registry_stage_layers(L, n, 1, NULL, s, &a, &b);
+        MT_CHECK(a == prev && b > a, "layers L=%d n=%d stage %d: [%d,%d)", L, n, s, a, b);
         prev = b;
         lo = b - a < lo ? b - a : lo;
         hi = b - a > hi ? b - a : hi;
       }
-      CHECK(prev == L && hi - lo <= 1, "layers L=%d n=%d: end %d, sizes %d..%d", L, n, prev, lo, hi);
+      MT_CHECK(prev == L && hi - lo <= 1, "layers L=%d n=%d: end %d, sizes %d..%d", L, n, prev, lo,
+               hi);
     }
   int split[3] = {1, 3, 2}, a, b;
-  mt_pp_stage_layers(6, 3, 1, split, 1, &a, &b);
-  CHECK(a == 1 && b == 4, "explicit split: [%d,%d)", a, b);
+  mt_registry_stage_layers(6, 3, 1, split, 1, &a, &b);
+  MT_CHECK(a == 1 && b == 4, "explicit split: [%d,%d)", a, b);
+  /* an explicit split under interleaving: stage s's chunks get split[s] / v
+   * layers, virtual stages vs = chunk * pp + s in model order (2 + 4 over 2
+   * stages of 2 chunks: [0,1) [1,3) [3,4) [4,6)) */
+  int split2[2] = {2, 4}, want[5] = {0, 1, 3, 4, 6};
+  for (int vs = 0; vs < 4; vs++) {
+    mt_registry_stage_layers(6, 2, 2, split2, vs, &a, &b);
+    MT_CHECK(a == want[vs] && b == want[vs + 1], "split 2,4 v=2, virtual stage %d: [%d,%d)", vs, a, b);
+  }
 
-  printf("%d schedules simulated, %d checks, %d failures\n", cases, g_checks, g_failures);
-  return g_failures ? 1 : 0;
+  printf("%d schedules simulated, %d checks, %d failures\n", cases, *mt_check_count(),
+         *mt_check_failures());
+  return *mt_check_failures() ? 1 : 0;
 }

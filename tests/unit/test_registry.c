@@ -18,23 +18,12 @@
  *     element a pure function of its global index (tp = 1 and tp = 2 give
  *     bitwise the same logical tensor).
  * Exits 1 naming every failing check. */
-#include "model/model.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int g_failures = 0;
-
-#define CHECK(cond, ...)                     \
-  do {                                       \
-    if (!(cond)) {                           \
-      fprintf(stderr, "FAIL: ");             \
-      fprintf(stderr, __VA_ARGS__);          \
-      fputc('\n', stderr);                   \
-      g_failures++;                          \
-    }                                        \
-  } while (0)
+#include "../check.h"
+#include "model/model.h"
 
 static void test_expert_tensor(void) {
   const int ep = 2, tp = 3;
@@ -45,18 +34,19 @@ static void test_expert_tensor(void) {
   for (int er = 0; er < ep; er++)
     for (int trk = 0; trk < tp; trk++) {
       mt_registry r;
-      char msg[256] = "";
+      mt_err err = {0};
+      const char *msg = err.msg;
       mt_registry_init(&r, tp, trk);
       mt_registry_set_ep(&r, ep, er);
       mt_tensor_spec s = {"experts.0.fc.weight", 3, shape, NULL, mt_sharded(1, 1), mt_sharded(0, 1),
                           0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
       mt_registry_add_spec(&r, &s);
-      CHECK(mt_registry_finalize(&r, msg, sizeof msg) == 0, "expert tensor: %s", msg);
+      MT_CHECK(mt_registry_finalize(&r, &err) == 0, "expert tensor: %s", msg);
       const mt_tensor *t = &r.t[0];
-      CHECK(t->local_shape[0] == 2 && t->local_shape[1] == 2 && t->local_shape[2] == 8 &&
-                t->numel_local == 32,
-            "ep %d tp %d: local shape %lld x %lld x %lld", er, trk, (long long)t->local_shape[0],
-            (long long)t->local_shape[1], (long long)t->local_shape[2]);
+      MT_CHECK(t->local_shape[0] == 2 && t->local_shape[1] == 2 && t->local_shape[2] == 8 &&
+                   t->numel_local == 32,
+               "ep %d tp %d: local shape %lld x %lld x %lld", er, trk, (long long)t->local_shape[0],
+               (long long)t->local_shape[1], (long long)t->local_shape[2]);
       for (size_t j = 0; j < t->numel_local; j++) {
         size_t g = mt_tensor_global_index(t, j, tp);
         if (g >= total) bad_index = 1;
@@ -66,17 +56,18 @@ static void test_expert_tensor(void) {
     }
   int once = !bad_index;
   for (size_t g = 0; g < total; g++) once &= seen[g] == 1;
-  CHECK(once, "expert tensor: the 6 ranks do not cover each element exactly once");
+  MT_CHECK(once, "expert tensor: the 6 ranks do not cover each element exactly once");
   free(seen);
   /* both axes on one dim; a dim that does not divide */
   mt_registry r;
-  char msg[256] = "";
+  mt_err err = {0};
+  const char *msg = err.msg;
   mt_registry_init(&r, 2, 0);
   mt_registry_set_ep(&r, 2, 0);
   mt_tensor_spec both = {"experts.0.proj.weight", 3, shape, NULL, mt_sharded(0, 1),
                          mt_sharded(0, 1), 0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &both);
-  CHECK(mt_registry_finalize(&r, msg, sizeof msg) != 0 && strstr(msg, "experts.0.proj.weight") &&
+  MT_CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.proj.weight") &&
             strstr(msg, "two axes"),
         "a dim sharded over tp and ep: '%s'", msg);
   mt_registry_free(&r);
@@ -85,8 +76,8 @@ static void test_expert_tensor(void) {
   mt_tensor_spec odd = {"experts.0.up.weight", 3, shape, NULL, mt_replicated(), mt_sharded(0, 1),
                         0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &odd);
-  msg[0] = '\0';
-  CHECK(mt_registry_finalize(&r, msg, sizeof msg) != 0 && strstr(msg, "experts.0.up.weight") &&
+  err = (mt_err){0};
+  MT_CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.up.weight") &&
             strstr(msg, "ep = 3"),
         "4 experts over ep = 3: '%s'", msg);
   mt_registry_free(&r);
@@ -96,19 +87,20 @@ static void test_units(void) {
   mt_model_shape s;
   mt_model_preset("tiny", &s);
   mt_registry r;
-  char msg[256] = "";
-  CHECK(mt_gpt_register(&r, &s, 1, 0, 0, msg, sizeof msg) == 0, "register: %s", msg);
-  CHECK(r.n_units == s.n_layer + 2, "%d units, expected %d", r.n_units, s.n_layer + 2);
+  mt_err err = {0};
+  const char *msg = err.msg;
+  MT_CHECK(mt_gpt_register(&r, &s, 1, 0, 0, &err) == 0, "register: %s", msg);
+  MT_CHECK(r.n_units == s.n_layer + 2, "%d units, expected %d", r.n_units, s.n_layer + 2);
   size_t off = 0;
   for (int u = 0; u < r.n_units; u++) {
-    CHECK(r.units[u].layer == u - 1 && r.units[u].begin == off,
-          "unit %d: layer %d from %zu (expected layer %d from %zu)", u, r.units[u].layer,
-          r.units[u].begin, u - 1, off);
+    MT_CHECK(r.units[u].layer == u - 1 && r.units[u].begin == off,
+             "unit %d: layer %d from %zu (expected layer %d from %zu)", u, r.units[u].layer,
+             r.units[u].begin, u - 1, off);
     for (int i = r.units[u].t0; i < r.units[u].t1; i++)
-      CHECK(r.t[i].unit == u && r.t[i].layer == u - 1, "%s: unit %d", r.t[i].name, r.t[i].unit);
+      MT_CHECK(r.t[i].unit == u && r.t[i].layer == u - 1, "%s: unit %d", r.t[i].name, r.t[i].unit);
     off = r.units[u].end;
   }
-  CHECK(off == r.numel_local, "units end at %zu of %zu", off, r.numel_local);
+  MT_CHECK(off == r.numel_local, "units end at %zu of %zu", off, r.numel_local);
   mt_registry_free(&r);
   /* layer 0, 1, then 0 again: refused */
   int64_t c = 4;
@@ -121,8 +113,8 @@ static void test_units(void) {
                          MT_GROUP_DP};
     mt_registry_add_spec(&r, &sp);
   }
-  msg[0] = '\0';
-  CHECK(mt_registry_finalize(&r, msg, sizeof msg) != 0 && strstr(msg, "c.weight") &&
+  err = (mt_err){0};
+  MT_CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "c.weight") &&
             strstr(msg, "not registered together"),
         "a layer registered apart: '%s'", msg);
   mt_registry_free(&r);
@@ -139,28 +131,29 @@ static void test_dp_placement(void) {
   for (int z = 0; z <= 3; z++) {
     for (int rank = 0; rank < dp; rank++) {
       mt_registry r;
-      char msg[256];
-      mt_gpt_register(&r, &s, 1, 0, 0, msg, sizeof msg);
-      mt_registry_shard_dp(&r, dp, rank, z, bucket_bytes);
+      mt_err err = {0};
+      mt_gpt_register(&r, &s, 1, 0, 0, &err);
+      mt_registry_set_dp(&r, dp, rank, 1, 0);
+      mt_registry_shard(&r, z, bucket_bytes);
       size_t end = r.numel_local, shard = 0;
       unsigned char *owned = calloc(r.numel_local, 1);
       for (int k = 0; k < r.n_buckets; k++) {
         const mt_bucket_plan *b = &r.buckets[k];
-        CHECK(b->end == end && b->begin < b->end, "zero %d bucket %d: [%zu, %zu) after %zu", z, k,
-              b->begin, b->end, end);
+        MT_CHECK(b->end == end && b->begin < b->end, "zero %d bucket %d: [%zu, %zu) after %zu", z,
+                 k, b->begin, b->end, end);
         end = b->begin;
         size_t sum = 0;
         for (int q = 0; q < dp; q++) {
-          CHECK(b->displs[q] == (int)sum, "zero %d bucket %d: rank %d part starts at %d", z, k, q,
-                b->displs[q]);
+          MT_CHECK(b->displs[q] == (int)sum, "zero %d bucket %d: rank %d part starts at %d", z, k,
+                   q, b->displs[q]);
           sum += (size_t)b->counts[q];
         }
-        CHECK(sum == b->end - b->begin, "zero %d bucket %d: parts sum to %zu of %zu", z, k, sum,
-              b->end - b->begin);
+        MT_CHECK(sum == b->end - b->begin, "zero %d bucket %d: parts sum to %zu of %zu", z, k, sum,
+                 b->end - b->begin);
         for (int q = 0; q < dp; q++)
           for (int i = 0; i < b->counts[q]; i++) owned[b->begin + (size_t)b->displs[q] + i]++;
-        CHECK(b->shard_off == shard, "zero %d bucket %d: shard offset %zu, expected %zu", z, k,
-              b->shard_off, shard);
+        MT_CHECK(b->shard_off == shard, "zero %d bucket %d: shard offset %zu, expected %zu", z, k,
+                 b->shard_off, shard);
         shard += z ? (size_t)b->counts[rank] : b->end - b->begin;
         int unit_begin = 0, unit_end = 0;
         for (int u = 0; u < r.n_units; u++) {
@@ -168,21 +161,22 @@ static void test_dp_placement(void) {
           unit_end |= r.units[u].end == b->end;
         }
         if (z >= 2)
-          CHECK(unit_begin && unit_end, "zero %d bucket %d [%zu, %zu) cuts a unit", z, k, b->begin,
-                b->end);
+          MT_CHECK(unit_begin && unit_end, "zero %d bucket %d [%zu, %zu) cuts a unit", z, k,
+                   b->begin, b->end);
         if (z == 3)
-          CHECK(b->u1 - b->u0 == 1, "zero 3 bucket %d holds units [%d, %d)", k, b->u0, b->u1);
+          MT_CHECK(b->u1 - b->u0 == 1, "zero 3 bucket %d holds units [%d, %d)", k, b->u0, b->u1);
         if (z == 0 && rank == 0 && k < 64) z0_begin[z0_n++] = b->begin;
         if (z == 1 && rank == 0)
-          CHECK(k < z0_n && z0_begin[k] == b->begin, "zero 1 bucket %d differs from zero 0's", k);
+          MT_CHECK(k < z0_n && z0_begin[k] == b->begin, "zero 1 bucket %d differs from zero 0's",
+                   k);
       }
-      CHECK(end == 0, "zero %d: buckets stop at %zu", z, end);
+      MT_CHECK(end == 0, "zero %d: buckets stop at %zu", z, end);
       int once = 1;
       for (size_t i = 0; i < r.numel_local; i++) once &= owned[i] == 1;
-      CHECK(once, "zero %d rank %d: the dp parts do not tile the flat buffer", z, rank);
-      CHECK(r.shard_numel == shard, "zero %d rank %d: shard_numel %zu, parts %zu", z, rank,
-            r.shard_numel, shard);
-      if (z == 2 || z == 3) CHECK(r.n_buckets >= 2, "zero %d: %d buckets", z, r.n_buckets);
+      MT_CHECK(once, "zero %d rank %d: the dp parts do not tile the flat buffer", z, rank);
+      MT_CHECK(r.shard_numel == shard, "zero %d rank %d: shard_numel %zu, parts %zu", z, rank,
+               r.shard_numel, shard);
+      if (z == 2 || z == 3) MT_CHECK(r.n_buckets >= 2, "zero %d: %d buckets", z, r.n_buckets);
       free(owned);
       mt_registry_free(&r);
     }
@@ -194,11 +188,11 @@ static void test_init_values(void) {
   mt_model_preset("tiny", &s);
   s.vocab = 250;
   mt_registry r1, r2[2];
-  char msg[256];
+  mt_err err = {0};
   s.vocab_padded = mt_model_pad_vocab(s.vocab, 1);
-  mt_gpt_register(&r1, &s, 1, 0, 0, msg, sizeof msg);
+  mt_gpt_register(&r1, &s, 1, 0, 0, &err);
   s.vocab_padded = mt_model_pad_vocab(s.vocab, 2);
-  for (int q = 0; q < 2; q++) mt_gpt_register(&r2[q], &s, 2, q, 0, msg, sizeof msg);
+  for (int q = 0; q < 2; q++) mt_gpt_register(&r2[q], &s, 2, q, 0, &err);
   const uint64_t seed = 77;
   for (int i = 0; i < r1.n; i++) {
     const mt_tensor *t = &r1.t[i];
@@ -208,7 +202,7 @@ static void test_init_values(void) {
       float want = t->init == MT_INIT_ONES ? 1.0f : 0.0f;
       int ok = 1;
       for (size_t j = 0; j < t->numel_local; j++) ok &= v1[j] == want;
-      CHECK(ok, "%s: not all %g", t->name, want);
+      MT_CHECK(ok, "%s: not all %g", t->name, want);
     }
     for (int q = 0; q < 2; q++) {
       const mt_tensor *t2 = &r2[q].t[i];
@@ -226,8 +220,8 @@ static void test_init_values(void) {
         size_t g1 = t2->ndim == 2 ? row * (size_t)t->padded[1] + g % (size_t)t2->padded[1] : g;
         ok &= v2[j] == v1[g1];
       }
-      CHECK(ok, "%s tp rank %d: initial values differ from tp = 1's", t->name, q);
-      CHECK(pad_ok, "%s tp rank %d: padding rows are not 0", t->name, q);
+      MT_CHECK(ok, "%s tp rank %d: initial values differ from tp = 1's", t->name, q);
+      MT_CHECK(pad_ok, "%s tp rank %d: padding rows are not 0", t->name, q);
       free(v2);
     }
     free(v1);
@@ -241,8 +235,8 @@ int main(void) {
   test_units();
   test_dp_placement();
   test_init_values();
-  if (g_failures) {
-    fprintf(stderr, "test_registry: %d check(s) failed\n", g_failures);
+  if (*mt_check_failures()) {
+    fprintf(stderr, "test_registry: %d check(s) failed\n", *mt_check_failures());
     return 1;
   }
   printf("test_registry: ok\n");

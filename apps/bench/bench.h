@@ -1,0 +1,17 @@
+/* meshbench's subcommands, one file each (apps/bench/): each takes its
+ * argv (argv[0] the subcommand's name), prints its rows and summary line,
+ * appends JSON lines where asked, and returns the exit code (0, 2 bad input,
+ * 3 a wrong result or a runtime failure). */
+#ifndef MT_BENCH_H
+#define MT_BENCH_H
+
+int mt_bench_gemm(int argc, char **argv);        /* gemm.c */
+int mt_bench_gemm_bf16(int argc, char **argv);   /* gemm_bf16.c */
+int mt_bench_attention(int argc, char **argv);   /* attention.c */
+int mt_bench_collectives(int argc, char **argv); /* collectives.c: every collective */
+int mt_bench_ckpt(int argc, char **argv);        /* ckpt.c (leaves MPI initialised) */
+int mt_bench_stream(int argc, char **argv);      /* stream.c */
+int mt_bench_info(int argc, char **argv);        /* devices.c */
+int mt_bench_devices(int argc, char **argv);     /* devices.c */
+
+#endif

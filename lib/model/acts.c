@@ -1,0 +1,188 @@
+/* Where a micro-batch's activations live: the pieces of an activation set
+ * (one order for counting and binding) and one layer's place in a set. */
+#include "model/model_internal.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* activation sets                                                     */
+/* A set holds one micro-batch's activations of a layer range [l0, l1): the
+ * activations of layer l0 + j in slot j, the range's input in a->encoded.
+ * The whole model's m->a is the set of [0, n_layer) with the head. */
+
+typedef struct {
+  size_t n;
+  float **dst;
+  int **idst; /* an int piece (4 bytes an element, like a float) */
+} act_piece;
+
+/* the pieces of a set, in one order for numel and bind */
+static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int with_head,
+                      mt_act_set_kind kind, act_piece *p) {
+  size_t T = (size_t)m->T, C = (size_t)m->shape.n_embd, L = (size_t)n_layers;
+  size_t BT = (size_t)B * T, BTs = (size_t)B * (size_t)m->T_sp;
+  size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
+  /* under recompute a kept set holds each layer's output (the next one's input) only */
+  int inner = kind == MT_SET_WORKSPACE || !m->recompute;
+  int k = 0;
+#define PIECE(field, count) p[k++] = (act_piece){.n = (count), .dst = &a->field}
+#define IPIECE(field, count) p[k++] = (act_piece){.n = (count), .idst = &a->field}
+  PIECE(encoded, BTs * C);
+  if (inner) {
+    PIECE(ln1, L * BTs * C);
+    PIECE(ln1_mean, L * BTs);
+    PIECE(ln1_rstd, L * BTs);
+    PIECE(qkv, L * BT * 3 * Cl);
+    PIECE(atty, L * BT * Cl);
+    PIECE(lse, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 0));
+    if (mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1)) { /* Ulysses */
+      PIECE(att_qkv, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1));
+      PIECE(att_out, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 2));
+    }
+    PIECE(attproj, L * BTs * C);
+    PIECE(residual2, L * BTs * C);
+    PIECE(ln2, L * BTs * C);
+    PIECE(ln2_mean, L * BTs);
+    PIECE(ln2_rstd, L * BTs);
+    PIECE(fch, L * BT * Fl);
+    PIECE(fch_gelu, L * BT * Fl);
+    PIECE(fcproj, L * BTs * C);
+  }
+  PIECE(residual3, L * BTs * C);
+  if (with_head) {
+    PIECE(lnf, BTs * C);
+    PIECE(lnf_mean, BTs);
+    PIECE(lnf_rstd, BTs);
+    PIECE(logits, BT * (size_t)m->V_local);
+    PIECE(losses, BT);
+  }
+  if (kind == MT_SET_KEPT && m->split_backward) {
+    PIECE(dy_qkv, L * BT * 3 * Cl);
+    PIECE(dy_attproj, L * BT * C);
+    PIECE(dy_fc, L * BT * Fl);
+    PIECE(dy_fcproj, L * BT * C);
+  }
+  /* MoE blocks: slot m of the set for its m-th MoE block (a set of n blocks
+   * holds the most any n consecutive blocks have) */
+  size_t Lm = !inner ? 0
+              : kind == MT_SET_WORKSPACE ? (size_t)(m->moe.n_blocks > 0)
+                                         : (size_t)m->moe_window_of[n_layers];
+  if (Lm > 0) {
+    const size_t N = (size_t)B * (size_t)m->moe.Ts, E = (size_t)m->moe.E;
+    const size_t kk = (size_t)m->moe.k, Fe = (size_t)m->moe.Fe_local;
+    size_t send, recv, rows;
+    mt_ep_bounds(m->moe.E, m->moe.k, m->moe.ep_size, m->moe.etp_size, m->T,
+                 m->shape.moe_capacity, B, m->moe.Ts, &send, &recv, &rows);
+    PIECE(moe_probs, Lm * N * E);
+    PIECE(moe_lse, Lm * N);
+    IPIECE(moe_top, Lm * N * kk);
+    IPIECE(moe_slot, Lm * N * kk);
+    PIECE(moe_topw, Lm * N * kk);
+    PIECE(moe_frac, Lm * (size_t)B * E);
+    IPIECE(moe_meta, Lm * (size_t)m->moe.meta_n);
+    IPIECE(moe_perm, Lm * rows);
+    IPIECE(moe_inv, Lm * rows);
+    PIECE(moe_xe, Lm * rows * C);
+    PIECE(moe_h, Lm * rows * Fe);
+    PIECE(moe_g, Lm * rows * Fe);
+    PIECE(moe_ys, Lm * send * C);
+  }
+#undef PIECE
+#undef IPIECE
+  return k;
+}
+
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+size_t mt_act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head, mt_act_set_kind k) {
+  mt_gpt_acts a;
+  act_piece p[48];
+  int n_p = act_pieces(m, &a, n_layers, B, with_head, k, p);
+  size_t n = 0;
+  for (int i = 0; i < n_p; i++) n += round16(p[i].n);
+  return n;
+}
+
+void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+                     int with_head, mt_act_set_kind k) {
+  memset(a, 0, sizeof *a);
+  act_piece p[48];
+  int n_p = act_pieces(m, a, n_layers, B, with_head, k, p);
+  for (int i = 0; i < n_p; i++) {
+    if (p[i].dst) *p[i].dst = mem;
+    else *p[i].idst = (int *)mem;
+    mem += round16(p[i].n);
+  }
+}
+
+size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head) {
+  return mt_act_set_numel(m, n_layers, B, with_head, MT_SET_KEPT);
+}
+
+void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+                      int with_head) {
+  mt_act_set_bind(m, a, mem, n_layers, B, with_head, MT_SET_KEPT);
+}
+
+float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B) {
+  return a->residual3 + (size_t)(n_layers - 1) * B * m->T_sp * m->shape.n_embd;
+}
+
+/* layer l of a set holding the range that starts at l0 */
+mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, int B) {
+  const size_t j = (size_t)(l - l0);
+  const size_t T = (size_t)m->T, C = (size_t)m->shape.n_embd, BT = (size_t)B * T;
+  const size_t BTs = (size_t)B * (size_t)m->T_sp, btc = BTs * C;
+  const size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
+  const mt_gpt_acts *w = m->recompute ? &m->ws : a;
+  const size_t i = m->recompute ? 0 : j;
+  mt_layer_acts x = {.ln1 = w->ln1 + i * btc, .ln1_mean = w->ln1_mean + i * BTs,
+                     .ln1_rstd = w->ln1_rstd + i * BTs, .qkv = w->qkv + 3 * i * BT * Cl,
+                     .atty = w->atty + i * BT * Cl, .attproj = w->attproj + i * btc,
+                     .res2 = w->residual2 + i * btc, .ln2 = w->ln2 + i * btc,
+                     .ln2_mean = w->ln2_mean + i * BTs, .ln2_rstd = w->ln2_rstd + i * BTs,
+                     .fch = w->fch + i * BT * Fl, .fchg = w->fch_gelu + i * BT * Fl,
+                     .fcproj = w->fcproj + i * btc, .res3 = a->residual3 + j * btc,
+                     .att = {.lse = w->lse + i * (size_t)B * NHl * T}};
+  if (w->att_qkv) { /* Ulysses */
+    x.att.qkv_h = w->att_qkv + 3 * i * BT * Cl;
+    x.att.out_h = w->att_out + i * BT * Cl;
+  }
+  if (m->split_backward && a->dy_qkv) {
+    x.dy_qkv = a->dy_qkv + 3 * j * BT * Cl;
+    x.dy_attproj = a->dy_attproj + j * BT * C;
+    x.dy_fc = a->dy_fc + j * BT * Fl;
+    x.dy_fcproj = a->dy_fcproj + j * BT * C;
+  }
+  if (mt_model_is_moe(&m->shape, l)) {
+    const size_t mi = m->recompute ? 0
+                                   : (size_t)(mt_model_moe_before(&m->shape, l) -
+                                              mt_model_moe_before(&m->shape, l0));
+    const size_t N = (size_t)B * (size_t)m->moe.Ts, E = (size_t)m->moe.E;
+    const size_t k = (size_t)m->moe.k, Fe = (size_t)m->moe.Fe_local;
+    size_t send, recv, rows;
+    mt_ep_bounds(m->moe.E, m->moe.k, m->moe.ep_size, m->moe.etp_size, m->T,
+                 m->shape.moe_capacity, B, m->moe.Ts, &send, &recv, &rows);
+    mt_moe_acts *o = &x.moe;
+    x.is_moe = 1;
+    o->probs = w->moe_probs + mi * N * E;
+    o->lse = w->moe_lse + mi * N;
+    o->top = w->moe_top + mi * N * k;
+    o->slot = w->moe_slot + mi * N * k;
+    o->topw = w->moe_topw + mi * N * k;
+    o->frac = w->moe_frac + mi * (size_t)B * E;
+    o->meta = w->moe_meta + mi * (size_t)m->moe.meta_n;
+    o->perm = w->moe_perm + mi * rows;
+    o->inv = w->moe_inv + mi * rows;
+    o->xe = w->moe_xe + mi * rows * C;
+    o->h = w->moe_h + mi * rows * Fe;
+    o->g = w->moe_g + mi * rows * Fe;
+    o->ys = w->moe_ys + mi * send * C;
+  }
+  return x;
+}
+
+/* the input hidden state (BTs,C) of slot j: the range's input or slot j-1's output */
+const float *mt_layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B) {
+  return j == 0 ? a->encoded : a->residual3 + (j - 1) * (size_t)B * m->T_sp * m->shape.n_embd;
+}

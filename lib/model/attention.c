@@ -1,0 +1,154 @@
+/* Causal self-attention of one tensor-parallel rank's heads, by the op
+ * table's block attention (out + LSE per (query block, key block) pair,
+ * merged exactly through the LSE). At cp = 1 a rank holds whole sequences
+ * and attends them in one block pair; context parallelism (attention_cp.c:
+ * ring and Ulysses) adds the exchanges over the cp group. Also the cp
+ * layout of a sequence (which tokens a rank holds) and what attention keeps
+ * for backward. */
+#include "model/model_internal.h"
+
+
+#include <string.h>
+
+int mt_cp_mode_parse(const char *name) {
+  if (strcmp(name, "ring") == 0) return MT_CP_RING;
+  if (strcmp(name, "ulysses") == 0) return MT_CP_ULYSSES;
+  return -1;
+}
+
+const char *mt_cp_mode_name(mt_cp_mode mode) { return mode == MT_CP_ULYSSES ? "ulysses" : "ring"; }
+
+void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T) {
+  memset(l, 0, sizeof *l);
+  l->size = size > 1 ? size : 1;
+  l->rank = size > 1 ? rank : 0;
+  l->mode = mode;
+  l->T = T;
+  l->T_local = T / l->size;
+  if (l->size > 1 && mode == MT_CP_RING) {
+    l->n_chunks = 2;
+    l->chunk_len = T / (2 * l->size);
+    l->chunk_pos[0] = l->rank * l->chunk_len;
+    l->chunk_pos[1] = (2 * l->size - 1 - l->rank) * l->chunk_len;
+  } else {
+    l->n_chunks = 1;
+    l->chunk_len = l->T_local;
+    l->chunk_pos[0] = l->rank * l->T_local;
+  }
+}
+
+void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local) {
+  for (int c = 0; c < l->n_chunks; c++)
+    memcpy(local + (size_t)c * l->chunk_len, seq + l->chunk_pos[c],
+           (size_t)l->chunk_len * sizeof(int));
+}
+
+static int ring(const mt_cp_layout *l) { return l->size > 1 && l->mode == MT_CP_RING; }
+static int ulysses(const mt_cp_layout *l) { return l->size > 1 && l->mode == MT_CP_ULYSSES; }
+
+size_t mt_cp_scratch_numel(const mt_cp_layout *l, int max_B, int C, int NH, int what) {
+  size_t rows = (size_t)max_B * l->T_local;
+  switch (what) {
+  case 0: return ring(l) ? rows * C : 0;
+  case 1: return ring(l) ? rows * NH : 0;
+  case 2: return ulysses(l) ? rows * C : 0;
+  default: return ulysses(l) ? 3 * rows * C : 0;
+  }
+}
+
+size_t mt_cp_saved_numel(const mt_cp_layout *l, int B, int C, int NH, int what) {
+  size_t rows = (size_t)B * l->T_local;
+  switch (what) {
+  case 0: return rows * NH;
+  case 1: return ulysses(l) ? 3 * rows * C : 0;
+  default: return ulysses(l) ? rows * C : 0;
+  }
+}
+
+void mt_attention_create(mt_attention *at, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
+                         int NH, const mt_ops *ops) {
+  memset(at, 0, sizeof *at);
+  at->lay = *lay;
+  at->g = g && g->size > 1 ? g : NULL;
+  if ((at->g ? at->g->size : 1) != lay->size)
+    mt_die("context parallelism: the layout has %d ranks, the cp group %d", lay->size,
+           at->g ? at->g->size : 1);
+  at->ops = ops;
+  at->max_B = max_B;
+  at->C = C;
+  at->NH = NH;
+  at->hs = C / NH;
+  if (ring(lay)) {
+    at->kv_numel = (size_t)max_B * lay->T_local * 2 * (size_t)C;
+    for (int i = 0; i < 2; i++) at->kv[i] = ops->alloc(MT_MEM_COMM, at->kv_numel * sizeof(float));
+    for (int i = 0; i < 3; i++) at->dkv[i] = ops->alloc(MT_MEM_COMM, at->kv_numel * sizeof(float));
+  }
+}
+
+void mt_attention_destroy(mt_attention *at) {
+  for (int i = 0; i < 2; i++)
+    if (at->kv[i]) at->ops->free(MT_MEM_COMM, at->kv[i], at->kv_numel * sizeof(float));
+  for (int i = 0; i < 3; i++)
+    if (at->dkv[i]) at->ops->free(MT_MEM_COMM, at->dkv[i], at->kv_numel * sizeof(float));
+  memset(at, 0, sizeof *at);
+}
+
+void mt_attention_set_scratch(mt_attention *at, float *part, float *part_lse, float *dout_h,
+                              float *dqkv_h) {
+  at->part = part;
+  at->part_lse = part_lse;
+  at->dout_h = dout_h;
+  at->dqkv_h = dqkv_h;
+}
+
+/* ------------------------------------------------------------------ */
+/* cp = 1: the whole sequence here, one block pair                    */
+
+mt_attn_block mt_attention_block(const mt_attention *at, int B, int rows, int Tq, int Tk,
+                                 int q_pos0, int k_pos0, size_t kv_rs, int rows_kv) {
+  const size_t C = (size_t)at->C;
+  mt_attn_block a = {.B = B, .NH = at->NH, .hs = at->hs, .Tq = Tq, .Tk = Tk, .q_pos0 = q_pos0,
+                     .k_pos0 = k_pos0, .causal = 1,
+                     .q_bs = (size_t)rows * 3 * C, .q_rs = 3 * C,
+                     .k_bs = (size_t)rows_kv * kv_rs, .k_rs = kv_rs,
+                     .v_bs = (size_t)rows_kv * kv_rs, .v_rs = kv_rs,
+                     .o_bs = (size_t)rows * C, .o_rs = C,
+                     .l_bs = (size_t)at->NH * rows, .l_hs = (size_t)rows};
+  return a;
+}
+
+static void local_forward(mt_attention *at, float *out, const float *qkv, float *lse, int B) {
+  const mt_cp_layout *l = &at->lay;
+  const size_t C = (size_t)at->C;
+  mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
+                          l->chunk_pos[0], 3 * C, l->T_local);
+  at->ops->attn_forward(&a, out, lse, qkv, qkv + C, qkv + 2 * C);
+}
+
+static void local_backward(mt_attention *at, float *dqkv, const float *dout, const float *out,
+                           const float *qkv, const float *lse, int B) {
+  const mt_cp_layout *l = &at->lay;
+  const size_t C = (size_t)at->C;
+  mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
+                          l->chunk_pos[0], 3 * C, l->T_local);
+  at->ops->zero(dqkv, (size_t)B * l->T_local * 3 * C);
+  at->ops->attn_backward(&a, dqkv, dqkv + C, dqkv + 2 * C, dout, out, lse, qkv, qkv + C,
+                         qkv + 2 * C);
+}
+
+/* ------------------------------------------------------------------ */
+/* the layer's attention: cp = 1 here, ring or Ulysses in attention_cp.c */
+
+void mt_attention_forward(mt_attention *at, float *out, const float *qkv, const mt_cp_saved *s,
+                          int B) {
+  if (ring(&at->lay)) mt_attention_ring_forward(at, out, qkv, s->lse, B);
+  else if (ulysses(&at->lay)) mt_attention_ulysses_forward(at, out, qkv, s, B);
+  else local_forward(at, out, qkv, s->lse, B);
+}
+
+void mt_attention_backward(mt_attention *at, float *dqkv, const float *dout, const float *out,
+                           const float *qkv, const mt_cp_saved *s, int B) {
+  if (ring(&at->lay)) mt_attention_ring_backward(at, dqkv, dout, out, qkv, s->lse, B);
+  else if (ulysses(&at->lay)) mt_attention_ulysses_backward(at, dqkv, dout, s, B);
+  else local_backward(at, dqkv, dout, out, qkv, s->lse, B);
+}

@@ -1,0 +1,180 @@
+/* What context parallelism adds to attention (attention.c): causal
+ * attention over a sequence split across the ranks of the cp group, by the
+ * op table's block attention (out + LSE per (query block, key block) pair,
+ * merged exactly through the LSE).
+ *
+ * Ring (Liu et al., Ring Attention; the zigzag split of Transformer
+ * Engine): each rank holds chunks r and 2N-1-r of every sequence. Forward:
+ * N steps; at step s a rank attends its two query chunks to the K/V of rank
+ * r-s, while that K/V goes on to rank r+1 and the next arrives from r-1
+ * (non-blocking, overlapped with the step's compute). Causality decides the
+ * work per step: from an earlier rank both query chunks see its early chunk
+ * in full, from a later rank the late query chunk sees both of its chunks
+ * in full, so every rank computes two chunk pairs per step (three on the
+ * diagonal step, two of them half masked). Backward: K/V go round again,
+ * and next to them each K/V's gradient accumulator: a rank adds its part
+ * (computed while the accumulator is in flight) and passes it on; after N
+ * steps it arrives complete at its owner.
+ *
+ * Ulysses (Jacobs et al., DeepSpeed-Ulysses): each rank holds a contiguous
+ * chunk of T/N; an all-to-all sends each rank the whole sequence's q|k|v for
+ * NH/N of its heads, attention runs locally over the whole sequence, and an
+ * all-to-all brings the output back to sequence shards (backward: the same
+ * two in reverse). */
+#include "model/model_internal.h"
+
+#include <string.h>
+
+enum { TAG_KV = 71, TAG_DKV = 72 };
+
+/* ------------------------------------------------------------------ */
+/* ring                                                                */
+
+/* global position of chunk c (0 early, 1 late) of rank r */
+static int chunk_pos(const mt_cp_layout *l, int r, int c) {
+  return (c == 0 ? r : 2 * l->size - 1 - r) * l->chunk_len;
+}
+
+/* this rank's K|V rows (columns C..3C of qkv) into a (B, T_local, 2C) buffer */
+static void pack_kv(mt_attention *at, float *kv, const float *qkv, int B) {
+  const size_t C = (size_t)at->C;
+  at->ops->copy_2d(kv, 2 * C, qkv + C, 3 * C, (size_t)B * at->lay.T_local, 2 * C);
+}
+
+void mt_attention_ring_forward(mt_attention *at, float *out, const float *qkv, float *lse, int B) {
+  const mt_cp_layout *l = &at->lay;
+  const mt_ops *o = at->ops;
+  const int N = l->size, r = l->rank, Tc = l->chunk_len, Tl = l->T_local;
+  const int next = (r + 1) % N, prev = (r + N - 1) % N;
+  const size_t C = (size_t)at->C, n = (size_t)B * Tl * 2 * C;
+  mt_request send, recv;
+  memset(&send, 0, sizeof send);
+  memset(&recv, 0, sizeof recv);
+  pack_kv(at, at->kv[0], qkv, B);
+  int written[2] = {0, 0}; /* has query chunk c a partial result yet */
+  for (int s = 0; s < N; s++) {
+    const int src = (r - s + N) % N; /* whose K/V this step sees */
+    float *kv = at->kv[s % 2];
+    if (s < N - 1) { /* the next K/V arrives while this one is used and passed on */
+      mt_irecv_f32(at->g, at->kv[(s + 1) % 2], n, prev, TAG_KV, o->loc, &recv);
+      mt_isend_f32(at->g, kv, n, next, TAG_KV, o->loc, &send);
+    }
+    for (int qc = 0; qc < 2; qc++)
+      for (int kc = 0; kc < 2; kc++) {
+        int qpos = chunk_pos(l, r, qc), kpos = chunk_pos(l, src, kc);
+        if (kpos > qpos) continue; /* a later chunk: nothing visible */
+        mt_attn_block a = mt_attention_block(at, B, Tl, Tc, Tc, qpos, kpos, 2 * C, Tl);
+        const float *q = qkv + (size_t)qc * Tc * 3 * C, *k = kv + (size_t)kc * Tc * 2 * C;
+        float *oq = out + (size_t)qc * Tc * C, *lq = lse + (size_t)qc * Tc;
+        if (!written[qc]) {
+          o->attn_forward(&a, oq, lq, q, k, k + C);
+          written[qc] = 1;
+        } else {
+          float *po = at->part + (size_t)qc * Tc * C, *pl = at->part_lse + (size_t)qc * Tc;
+          o->attn_forward(&a, po, pl, q, k, k + C);
+          o->attn_merge(&a, oq, lq, po, pl);
+        }
+        mt_progress(&recv);
+        mt_progress(&send);
+      }
+    mt_wait(&recv);
+    mt_wait(&send);
+  }
+}
+
+void mt_attention_ring_backward(mt_attention *at, float *dqkv, const float *dout, const float *out,
+                                const float *qkv, const float *lse, int B) {
+  const mt_cp_layout *l = &at->lay;
+  const mt_ops *o = at->ops;
+  const int N = l->size, r = l->rank, Tc = l->chunk_len, Tl = l->T_local;
+  const int next = (r + 1) % N, prev = (r + N - 1) % N;
+  const size_t C = (size_t)at->C, rows = (size_t)B * Tl, n = rows * 2 * C;
+  mt_request ks, kr, ds, dr;
+  memset(&ks, 0, sizeof ks), memset(&kr, 0, sizeof kr);
+  memset(&ds, 0, sizeof ds), memset(&dr, 0, sizeof dr);
+  /* this step's part of a dK|dV, the accumulator arriving, the one leaving */
+  float *part = at->dkv[0], *in = at->dkv[1], *leaving = at->dkv[2];
+  o->zero(dqkv, rows * 3 * C);
+  pack_kv(at, at->kv[0], qkv, B);
+  for (int s = 0; s < N; s++) {
+    const int src = (r - s + N) % N;
+    float *kv = at->kv[s % 2];
+    if (s < N - 1) {
+      mt_irecv_f32(at->g, at->kv[(s + 1) % 2], n, prev, TAG_KV, o->loc, &kr);
+      mt_isend_f32(at->g, kv, n, next, TAG_KV, o->loc, &ks);
+    }
+    /* src's dK|dV so far: summed by ranks src .. r-1 */
+    if (s > 0) mt_irecv_f32(at->g, in, n, prev, TAG_DKV, o->loc, &dr);
+    o->zero(part, n);
+    for (int qc = 0; qc < 2; qc++)
+      for (int kc = 0; kc < 2; kc++) {
+        int qpos = chunk_pos(l, r, qc), kpos = chunk_pos(l, src, kc);
+        if (kpos > qpos) continue;
+        mt_attn_block a = mt_attention_block(at, B, Tl, Tc, Tc, qpos, kpos, 2 * C, Tl);
+        size_t qo = (size_t)qc * Tc * 3 * C, oo = (size_t)qc * Tc * C, ko = (size_t)kc * Tc * 2 * C;
+        o->attn_backward(&a, dqkv + qo, part + ko, part + ko + C, dout + oo, out + oo,
+                         lse + (size_t)qc * Tc, qkv + qo, kv + ko, kv + ko + C);
+        mt_progress(&kr), mt_progress(&ks), mt_progress(&dr), mt_progress(&ds);
+      }
+    if (s > 0) {
+      mt_wait(&dr);
+      o->axpy(part, 1.0f, in, n);
+    }
+    mt_wait(&ds); /* the previous accumulator has left: its buffer is free */
+    float *t = leaving;
+    leaving = part;
+    part = t;
+    mt_isend_f32(at->g, leaving, n, next, TAG_DKV, o->loc, &ds);
+    mt_wait(&kr);
+    mt_wait(&ks);
+  }
+  /* this rank's own K|V gradient, complete after its trip round the ring */
+  mt_irecv_f32(at->g, in, n, prev, TAG_DKV, o->loc, &dr);
+  mt_wait(&dr);
+  o->add_2d(dqkv + C, 3 * C, in, 2 * C, rows, 2 * C);
+  mt_wait(&ds);
+}
+
+/* ------------------------------------------------------------------ */
+/* Ulysses                                                             */
+
+/* the heads of this rank over the whole sequence: q|k|v (B, T, 3Ch) */
+static mt_attn_block heads_block(const mt_attention *at, int B) {
+  const int N = at->lay.size, T = at->lay.T;
+  const size_t Ch = (size_t)at->C / N;
+  mt_attn_block a = {.B = B, .NH = at->NH / N, .hs = at->hs, .Tq = T, .Tk = T, .q_pos0 = 0,
+                     .k_pos0 = 0, .causal = 1,
+                     .q_bs = (size_t)T * 3 * Ch, .q_rs = 3 * Ch,
+                     .k_bs = (size_t)T * 3 * Ch, .k_rs = 3 * Ch,
+                     .v_bs = (size_t)T * 3 * Ch, .v_rs = 3 * Ch,
+                     .o_bs = (size_t)T * Ch, .o_rs = Ch,
+                     .l_bs = (size_t)(at->NH / N) * T, .l_hs = (size_t)T};
+  return a;
+}
+
+void mt_attention_ulysses_forward(mt_attention *at, float *out, const float *qkv,
+                                  const mt_cp_saved *s, int B) {
+  const int N = at->lay.size, Tl = at->lay.T_local;
+  const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl;
+  const mt_loc loc = at->ops->loc;
+  /* (B, Tl, 3, N, Ch): head group j of every q, k, v row to rank j;
+   * arriving: (B, N, Tl, 3Ch), rank j's positions in order */
+  mt_alltoall_dim_f32(at->g, qkv, s->qkv_h, rows * 3, Ch, (size_t)B, (size_t)Tl * 3 * Ch, loc);
+  mt_attn_block a = heads_block(at, B);
+  at->ops->attn_forward(&a, s->out_h, s->lse, s->qkv_h, s->qkv_h + Ch, s->qkv_h + 2 * Ch);
+  /* (B, N, Tl, Ch): rank j's positions back to it; arriving: (B, Tl, N, Ch) */
+  mt_alltoall_dim_f32(at->g, s->out_h, out, (size_t)B, (size_t)Tl * Ch, rows, Ch, loc);
+}
+
+void mt_attention_ulysses_backward(mt_attention *at, float *dqkv, const float *dout,
+                                   const mt_cp_saved *s, int B) {
+  const int N = at->lay.size, Tl = at->lay.T_local;
+  const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl;
+  const mt_loc loc = at->ops->loc;
+  mt_alltoall_dim_f32(at->g, dout, at->dout_h, rows, Ch, (size_t)B, (size_t)Tl * Ch, loc);
+  mt_attn_block a = heads_block(at, B);
+  at->ops->zero(at->dqkv_h, rows * 3 * at->C);
+  at->ops->attn_backward(&a, at->dqkv_h, at->dqkv_h + Ch, at->dqkv_h + 2 * Ch, at->dout_h,
+                         s->out_h, s->lse, s->qkv_h, s->qkv_h + Ch, s->qkv_h + 2 * Ch);
+  mt_alltoall_dim_f32(at->g, at->dqkv_h, dqkv, (size_t)B, (size_t)Tl * 3 * Ch, rows * 3, Ch, loc);
+}

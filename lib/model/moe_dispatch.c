@@ -1,0 +1,293 @@
+/* Expert parallelism: routing decisions (capacity, send order, the counts
+ * exchanged over the folded mesh) and the dispatch and combine of a MoE
+ * layer's token rows. The decisions are integer bookkeeping on the host
+ * (the router's choices are downloaded); the rows move through comm in the
+ * backend's memory and are reordered by the backend's gather op. */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int group_size(const mt_group *g) { return g ? g->size : 1; }
+static int group_rank(const mt_group *g) { return g ? g->rank : 0; }
+
+int mt_ep_capacity(double c, int T, int k, int E) {
+  if (c <= 0.0) return 0;
+  double cap = ceil(c * (double)T * (double)k / (double)E - 1e-9);
+  return cap < 1.0 ? 1 : (int)cap;
+}
+
+void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, int S, int Ts,
+                  size_t *max_send, size_t *max_recv, size_t *max_rows) {
+  const size_t N = (size_t)S * (size_t)Ts, E_l = (size_t)(E / ep);
+  const int cap = mt_ep_capacity(capacity, T, k, E);
+  /* from one source rank: each token sends at most one slot per expert */
+  size_t per_expert = N;
+  if (cap > 0 && (size_t)S * (size_t)cap < per_expert) per_expert = (size_t)S * (size_t)cap;
+  size_t kk = (size_t)k < E_l ? (size_t)k : E_l;
+  size_t per_source = E_l * per_expert < N * kk ? E_l * per_expert : N * kk;
+  *max_send = N * (size_t)k;
+  *max_recv = (size_t)ep * per_source;
+  *max_rows = (size_t)etp * *max_recv;
+}
+
+void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, const mt_ops *ops,
+                  int E, int k, int T, double capacity, int max_seqs, int ts, const int *owner) {
+  memset(x, 0, sizeof *x);
+  x->ep_g = ep_g && ep_g->size > 1 ? ep_g : NULL;
+  x->etp_g = etp_g && etp_g->size > 1 ? etp_g : NULL;
+  x->seq_g = seq_g && seq_g->size > 1 ? seq_g : NULL;
+  x->ops = ops;
+  x->E = E;
+  x->k = k;
+  x->ep = group_size(x->ep_g);
+  x->ep_rank = group_rank(x->ep_g);
+  x->etp = group_size(x->etp_g);
+  x->etp_rank = group_rank(x->etp_g);
+  x->seq_size = group_size(x->seq_g);
+  x->seq_rank = group_rank(x->seq_g);
+  x->E_l = E / x->ep;
+  /* each expert's ep rank, and the experts in send order: by owner, then
+   * index (each owner holds E_l of them) */
+  x->owner = mt_calloc(2 * (size_t)E, sizeof(int));
+  x->order = x->owner + E;
+  int i = 0;
+  for (int p = 0; p < x->ep; p++) {
+    int held = 0;
+    for (int e = 0; e < E; e++) {
+      x->owner[e] = owner ? owner[e] : e / x->E_l;
+      if (x->owner[e] == p) x->order[i++] = e, held++;
+    }
+    if (held != x->E_l)
+      mt_die("expert parallelism: ep rank %d owns %d experts, not E/ep = %d", p, held, x->E_l);
+  }
+  x->T = T;
+  x->cap = mt_ep_capacity(capacity, T, k, E);
+  x->max_seqs = max_seqs;
+  x->max_tokens = max_seqs * ts;
+  mt_ep_bounds(E, k, x->ep, x->etp, T, capacity, max_seqs, ts, &x->max_send, &x->max_recv,
+               &x->max_rows);
+  /* host scratch: choices, per-sequence counts of every seq rank, slots,
+   * send order, received counts of every etp rank, permutations */
+  size_t cnt = (size_t)max_seqs * k * E;
+  x->h_n = 3 * (size_t)x->max_tokens * k + (size_t)(x->seq_size + 2) * cnt + 3 * (size_t)E +
+           (size_t)x->etp * x->ep * x->E_l + 2 * x->max_rows +
+           (size_t)mt_ep_meta_ints(x->ep, x->etp, x->E_l) + 16;
+  x->h = mt_calloc(x->h_n, sizeof(int));
+}
+
+void mt_ep_destroy(mt_ep *x) {
+  free(x->h);
+  free(x->owner);
+  memset(x, 0, sizeof *x);
+}
+
+int mt_ep_meta_ints(int ep, int etp, int E_l) { return MT_EP_HEAD + 2 * ep + etp + E_l + 1; }
+const int *mt_ep_send_counts(const mt_ep *x, const int *meta) {
+  (void)x;
+  return meta + MT_EP_HEAD;
+}
+const int *mt_ep_recv_counts(const mt_ep *x, const int *meta) { return meta + MT_EP_HEAD + x->ep; }
+const int *mt_ep_etp_rows(const mt_ep *x, const int *meta) {
+  return meta + MT_EP_HEAD + 2 * x->ep;
+}
+const int *mt_ep_expert_off(const mt_ep *x, const int *meta) {
+  return meta + MT_EP_HEAD + 2 * x->ep + x->etp;
+}
+
+void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok, int *perm,
+                 int *inv, float *seq_frac, int *meta, mt_ep_stats *st) {
+  const int E = x->E, k = x->k, E_l = x->E_l, ep = x->ep, etp = x->etp;
+  const int N = S * Ts;
+  if (S > x->max_seqs || N > x->max_tokens)
+    mt_die("MoE routing of %d sequences x %d tokens exceeds the %d tokens it was sized for", S,
+           Ts, x->max_tokens);
+  const size_t cnt_n = (size_t)S * k * E;
+  /* the host scratch, carved */
+  int *h = x->h;
+  int *choice = h;   h += (size_t)x->max_tokens * k; /* (N,k) the router's choices */
+  int *h_slot = h;   h += (size_t)x->max_tokens * k; /* (N,k) send position or -1 */
+  int *h_send = h;   h += (size_t)x->max_tokens * k; /* token of each sent slot */
+  int *total = h;    h += (size_t)x->max_seqs * k * E; /* [s][j][e], every slice */
+  int *seen = h;     h += (size_t)x->max_seqs * k * E; /* running count in this slice */
+  int *all = h;      h += (size_t)x->seq_size * x->max_seqs * k * E; /* [r][s][j][e] */
+  int *kept = h;     h += E;                          /* kept slots per expert */
+  int *fill = h;     h += E;                          /* send positions handed out */
+  int *packed = h;   h += E;                          /* kept, in send order */
+  int *recv_all = h; h += (size_t)etp * ep * E_l;     /* [t][p][e_l] */
+  int *h_perm = h;   h += x->max_rows;
+  int *h_inv = h;
+  if (N > 0) x->ops->download(choice, top_idx, (size_t)N * k * sizeof(int));
+
+  /* 1. counts per (sequence, choice, expert): this slice's, then every slice's */
+  int *local = seen;
+  memset(local, 0, cnt_n * sizeof(int));
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < k; j++) local[((size_t)(n / Ts) * k + j) * E + choice[(size_t)n * k + j]]++;
+  if (st)
+    for (size_t i = 0; i < cnt_n; i++) st->tokens[i % (size_t)E] += local[i];
+  if (x->seq_g) mt_allgather_i32(x->seq_g, local, all, cnt_n);
+  else memcpy(all, local, cnt_n * sizeof(int));
+  memset(total, 0, cnt_n * sizeof(int));
+  for (int r = 0; r < x->seq_size; r++)
+    for (size_t i = 0; i < cnt_n; i++) total[i] += all[(size_t)r * cnt_n + i];
+
+  /* 2. the fraction of each whole sequence's slots routed to each expert
+   * (the load-balancing loss), before any dropping */
+  if (S > 0) {
+    float *host = mt_malloc((size_t)S * E * sizeof(float) + 64);
+    const double slots = (double)Ts * x->seq_size * k;
+    for (int s = 0; s < S; s++)
+      for (int e = 0; e < E; e++) {
+        int c = 0;
+        for (int j = 0; j < k; j++) c += total[((size_t)s * k + j) * E + e];
+        host[(size_t)s * E + e] = (float)((double)c / slots);
+      }
+    x->ops->upload(seq_frac, host, (size_t)S * E * sizeof(float));
+    free(host);
+  }
+
+  /* 3. capacity: a slot's priority among its sequence's slots for its
+   * expert is (earlier choices, earlier slices, earlier positions) */
+  int dropped = 0;
+  memset(kept, 0, (size_t)E * sizeof(int));
+  memset(seen, 0, cnt_n * sizeof(int));
+  for (int n = 0; n < N; n++) {
+    int s = n / Ts;
+    for (int j = 0; j < k; j++) {
+      int e = choice[(size_t)n * k + j];
+      size_t sje = ((size_t)s * k + j) * E + e;
+      int keep = 1;
+      if (x->cap > 0) {
+        long prio = seen[sje];
+        for (int jj = 0; jj < j; jj++) prio += total[((size_t)s * k + jj) * E + e];
+        for (int r = 0; r < x->seq_rank; r++) prio += all[(size_t)r * cnt_n + sje];
+        keep = prio < x->cap;
+      }
+      seen[sje]++;
+      h_slot[(size_t)n * k + j] = keep ? 0 : -1;
+      if (keep) kept[e]++;
+      else dropped++;
+    }
+  }
+  if (st) st->dropped += dropped;
+
+  /* 4. the send order: by the experts' ranks, expert-major within each,
+   * tokens in order (a token sends at most one slot to an expert) */
+  int n_send = 0;
+  for (int i = 0; i < E; i++) {
+    int e = x->order[i];
+    fill[e] = n_send;
+    n_send += kept[e];
+    packed[i] = kept[e];
+  }
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < k; j++) {
+      size_t nj = (size_t)n * k + j;
+      if (h_slot[nj] < 0) continue;
+      int pos = fill[choice[nj]]++;
+      h_slot[nj] = pos;
+      h_send[pos] = n;
+    }
+  int *sc = meta + MT_EP_HEAD, *rc = sc + ep, *etp_rows = rc + ep, *off = etp_rows + etp;
+  for (int p = 0; p < ep; p++) sc[p] = 0;
+  for (int e = 0; e < E; e++) sc[x->owner[e]] += kept[e];
+
+  /* 5. counts over ep (each peer's slots for each of my experts), then over etp */
+  int *recv_mine = recv_all + (size_t)x->etp_rank * ep * E_l; /* [p][e_l] */
+  if (x->ep_g) mt_alltoall_i32(x->ep_g, packed, recv_mine, (size_t)E_l);
+  else memcpy(recv_mine, packed, (size_t)E_l * sizeof(int));
+  if (x->etp_g) {
+    int *mine = mt_malloc((size_t)ep * E_l * sizeof(int) + 16);
+    memcpy(mine, recv_mine, (size_t)ep * E_l * sizeof(int));
+    mt_allgather_i32(x->etp_g, mine, recv_all, (size_t)ep * E_l);
+    free(mine);
+  }
+  int n_recv = 0, n_rows = 0;
+  for (int p = 0; p < ep; p++) {
+    rc[p] = 0;
+    for (int el = 0; el < E_l; el++) rc[p] += recv_mine[p * E_l + el];
+    n_recv += rc[p];
+  }
+  for (int t = 0; t < etp; t++) {
+    etp_rows[t] = 0;
+    for (int i = 0; i < ep * E_l; i++) etp_rows[t] += recv_all[(size_t)t * ep * E_l + i];
+    n_rows += etp_rows[t];
+  }
+  if ((size_t)n_send > x->max_send || (size_t)n_recv > x->max_recv || (size_t)n_rows > x->max_rows)
+    mt_die("MoE dispatch of %d/%d/%d rows exceeds its bounds %zu/%zu/%zu", n_send, n_recv, n_rows,
+           x->max_send, x->max_recv, x->max_rows);
+
+  /* 6. expert-major order over the gathered rows: expert, etp rank, ep source */
+  int i = 0;
+  for (int el = 0; el < E_l; el++) {
+    off[el] = i;
+    int t_base = 0;
+    for (int t = 0; t < etp; t++) {
+      const int *cnt = recv_all + (size_t)t * ep * E_l; /* [p][e_l] of etp rank t */
+      int p_base = t_base;
+      for (int p = 0; p < ep; p++) {
+        int before = 0; /* rows from p for experts before el */
+        for (int e2 = 0; e2 < el; e2++) before += cnt[p * E_l + e2];
+        for (int r = 0; r < cnt[p * E_l + el]; r++) {
+          h_perm[i] = p_base + before + r;
+          h_inv[p_base + before + r] = i;
+          i++;
+        }
+        for (int e2 = 0; e2 < E_l; e2++) p_base += cnt[p * E_l + e2];
+      }
+      t_base += etp_rows[t];
+    }
+  }
+  off[E_l] = i;
+  meta[MT_EP_N_SEND] = n_send;
+  meta[MT_EP_N_RECV] = n_recv;
+  meta[MT_EP_N_ROWS] = n_rows;
+  meta[MT_EP_DROPPED] = dropped;
+  if (N > 0) x->ops->upload(slot, h_slot, (size_t)N * k * sizeof(int));
+  if (n_send > 0) x->ops->upload(send_tok, h_send, (size_t)n_send * sizeof(int));
+  if (n_rows > 0) {
+    x->ops->upload(perm, h_perm, (size_t)n_rows * sizeof(int));
+    x->ops->upload(inv, h_inv, (size_t)n_rows * sizeof(int));
+  }
+}
+
+/* parts in floats (rows x C) */
+static void parts(const int *rows, int n, int C, size_t *out) {
+  for (int i = 0; i < n; i++) out[i] = (size_t)rows[i] * (size_t)C;
+}
+
+void mt_ep_dispatch(const mt_ep *x, const int *meta, const float *send, float *recv, float *rows,
+                    int C) {
+  size_t *a = mt_malloc((2 * (size_t)x->ep + (size_t)x->etp) * sizeof(size_t));
+  size_t *b = a + x->ep, *c = b + x->ep;
+  parts(mt_ep_send_counts(x, meta), x->ep, C, a);
+  parts(mt_ep_recv_counts(x, meta), x->ep, C, b);
+  if (x->ep_g) mt_alltoallv_f32(x->ep_g, send, a, recv, b, x->ops->loc);
+  else if (recv != send) x->ops->copy(recv, send, a[0]);
+  if (x->etp_g) {
+    parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
+    mt_allgatherv_f32(x->etp_g, recv, rows, c, x->ops->loc);
+  } else if (rows != recv) {
+    x->ops->copy(rows, recv, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
+  }
+  free(a);
+}
+
+void mt_ep_combine(const mt_ep *x, const int *meta, const float *rows, float *recv, float *send,
+                   int C) {
+  size_t *a = mt_malloc((2 * (size_t)x->ep + (size_t)x->etp) * sizeof(size_t));
+  size_t *b = a + x->ep, *c = b + x->ep;
+  parts(mt_ep_send_counts(x, meta), x->ep, C, a);
+  parts(mt_ep_recv_counts(x, meta), x->ep, C, b);
+  if (x->etp_g) {
+    parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
+    mt_reduce_scatterv_f32(x->etp_g, rows, recv, c, x->ops->loc);
+  } else if (recv != rows) {
+    x->ops->copy(recv, rows, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
+  }
+  if (x->ep_g) mt_alltoallv_f32(x->ep_g, recv, b, send, a, x->ops->loc);
+  else if (send != recv) x->ops->copy(send, recv, b[0]);
+  free(a);
+}

@@ -1,0 +1,218 @@
+/* test_bf16_attn: bf16 block attention and bf16 cross-entropy against the
+ * fp32 ops of mt_ops_cpu on the same bf16-representable inputs (tolerances
+ * in test_bf16.h: the fp32 result rounded once, plus a floor for fp32 sums
+ * taken in another order).
+ *
+ * - attn_forward on a fused (B,T,3C) qkv buffer at T = 70 (two query
+ *   blocks, the last partial), causal; block pairs of context parallelism
+ *   (query rows 64.. against keys 16..55; rows that see no key: out 0,
+ *   LSE -inf); attn_merge of two key halves against the fp32 merge;
+ *   attn_backward (dq, dk, dv accumulated onto non-zero values) from the
+ *   same out and LSE; the same bits twice and at 1 and 2 threads.
+ * - softmax_xent forward (also in place) and backward; the vocabulary-
+ *   parallel pieces on one rank give softmax_xent's bits, on two column
+ *   ranges combined by hand the same losses and probabilities. */
+#include "test_bf16.h"
+
+static const mt_ops *f32ops;
+static const mt_ops_bf16 *bops;
+
+/* tolerance floor: a few hundred fp32 roundings of the largest value (sums
+ * over up to 70 keys or rows, split into blocks in another order) */
+#define ORDER_FLOOR (256 * FP32_U)
+
+static mt_attn_block fused_block(int B, int NH, int hs, int T, int Tq, int Tk, int q0, int k0,
+                                 int causal) {
+  size_t C = (size_t)NH * hs;
+  return (mt_attn_block){.B = B, .NH = NH, .hs = hs, .Tq = Tq, .Tk = Tk, .q_pos0 = q0,
+                         .k_pos0 = k0, .causal = causal, .q_bs = (size_t)T * 3 * C,
+                         .q_rs = 3 * C, .k_bs = (size_t)T * 3 * C, .k_rs = 3 * C,
+                         .v_bs = (size_t)T * 3 * C, .v_rs = 3 * C, .o_bs = (size_t)T * C,
+                         .o_rs = C, .l_bs = (size_t)NH * T, .l_hs = (size_t)T};
+}
+
+/* forward + backward of one block pair in bf16 and fp32; q rows from q0,
+ * key rows from k0 (offsets into the (B,T,.) buffers) */
+static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
+                       const mt_bf16 *qkv, const float *qkv_f, const mt_bf16 *dout,
+                       const float *dout_f, const mt_bf16 *d0, int T) {
+  const int B = a->B, NH = a->NH, C = NH * a->hs;
+  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+  mt_bf16 *out = test_alloc(nout * 2), *dqkv = test_alloc(nqkv * 2), *out2 = test_alloc(nout * 2),
+          *dqkv2 = test_alloc(nqkv * 2);
+  float *out_f = test_alloc(nout * 4), *lse = test_alloc(nlse * 4), *lse_f = test_alloc(nlse * 4),
+        *lse2 = test_alloc(nlse * 4), *outb_f = test_alloc(nout * 4), *dqkv_f = test_alloc(nqkv * 4);
+  size_t qo = (size_t)q0 * 3 * C, ko = (size_t)k0 * 3 * C, oo = (size_t)q0 * C;
+  bops->attn_forward(a, out + oo, lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
+  f32ops->attn_forward(a, out_f + oo, lse_f + q0, qkv_f + qo, qkv_f + ko + C, qkv_f + ko + 2 * C);
+  char msg[160];
+  snprintf(msg, sizeof msg, "%s forward out", what);
+  TEST_WITHIN(msg, test_worst_bf16(out, out_f, NULL, nout, ORDER_FLOOR * test_max_abs(out_f, nout)));
+  double lw = 0.0;
+  for (size_t i = 0; i < nlse; i++) {
+    if (lse[i] == lse_f[i]) continue; /* -inf both, or equal */
+    lw = mt_worst(lw, fabs(lse[i] - lse_f[i]) / (ORDER_FLOOR * (1 + fabs(lse_f[i]))));
+  }
+  snprintf(msg, sizeof msg, "%s forward lse", what);
+  TEST_WITHIN(msg, lw);
+
+  /* backward from the same (bf16) out and lse, onto the same start values */
+  for (size_t i = 0; i < nout; i++) outb_f[i] = mt_bf16_to_f32(out[i]);
+  memcpy(dqkv, d0, nqkv * 2);
+  for (size_t i = 0; i < nqkv; i++) dqkv_f[i] = mt_bf16_to_f32(d0[i]);
+  bops->attn_backward(a, dqkv + qo, dqkv + ko + C, dqkv + ko + 2 * C, dout + oo, out + oo, lse + q0,
+                      qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
+  f32ops->attn_backward(a, dqkv_f + qo, dqkv_f + ko + C, dqkv_f + ko + 2 * C, dout_f + oo,
+                        outb_f + oo, lse + q0, qkv_f + qo, qkv_f + ko + C, qkv_f + ko + 2 * C);
+  snprintf(msg, sizeof msg, "%s backward dq|dk|dv", what);
+  TEST_WITHIN(msg, test_worst_bf16(dqkv, dqkv_f, NULL, nqkv, ORDER_FLOOR * test_max_abs(dqkv_f, nqkv)));
+
+  /* the same bits again, and at the other thread count */
+  int threads = mt_kernels_threads();
+  mt_kernels_set_threads(threads == 1 ? 2 : 1);
+  memcpy(out2, out, nout * 2);
+  memcpy(lse2, lse, nlse * 4);
+  memcpy(dqkv2, d0, nqkv * 2);
+  bops->attn_forward(a, out2 + oo, lse2 + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
+  bops->attn_backward(a, dqkv2 + qo, dqkv2 + ko + C, dqkv2 + ko + 2 * C, dout + oo, out + oo,
+                      lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
+  mt_kernels_set_threads(threads);
+  MT_CHECK(!memcmp(out, out2, nout * 2) && !memcmp(lse, lse2, nlse * 4) &&
+               !memcmp(dqkv, dqkv2, nqkv * 2),
+           "%s: other bits at another thread count", what);
+  free(out), free(dqkv), free(out2), free(dqkv2), free(out_f), free(lse), free(lse_f), free(lse2);
+  free(outb_f), free(dqkv_f);
+}
+
+static void test_attention(void) {
+  const int B = 2, NH = 2, hs = 16, C = NH * hs, T = 70;
+  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+  mt_bf16 *qkv = test_alloc(nqkv * 2), *dout = test_alloc(nout * 2), *d0 = test_alloc(nqkv * 2);
+  float *qkv_f = test_alloc(nqkv * 4), *dout_f = test_alloc(nout * 4), *d0_f = test_alloc(nqkv * 4);
+  test_rand_pair(qkv, qkv_f, nqkv, -2, 2);
+  test_rand_pair(dout, dout_f, nout, -1, 1);
+  test_rand_pair(d0, d0_f, nqkv, -0.1, 0.1);
+  mt_attn_block full = fused_block(B, NH, hs, T, T, T, 0, 0, 1);
+  check_pair("attention causal T=70", &full, 0, 0, qkv, qkv_f, dout, dout_f, d0, T);
+  mt_attn_block nc = fused_block(B, NH, hs, T, T, T, 0, 0, 0);
+  check_pair("attention non-causal T=70", &nc, 0, 0, qkv, qkv_f, dout, dout_f, d0, T);
+  mt_attn_block pair = fused_block(B, NH, hs, T, 6, 40, 64, 16, 1);
+  check_pair("attention pair q 64..69 k 16..55", &pair, 64, 16, qkv, qkv_f, dout, dout_f, d0, T);
+  mt_attn_block blind = fused_block(B, NH, hs, T, 20, 20, 0, 50, 1);
+  check_pair("attention pair that sees no key", &blind, 0, 50, qkv, qkv_f, dout, dout_f, d0, T);
+
+  /* merge: the keys in two halves, merged, against the fp32 merge of the
+   * same (bf16) partial results */
+  size_t nlse = (size_t)B * NH * T;
+  mt_bf16 *o1 = test_alloc(nout * 2), *o2 = test_alloc(nout * 2);
+  float *l1 = test_alloc(nlse * 4), *l2 = test_alloc(nlse * 4), *o1_f = test_alloc(nout * 4),
+        *o2_f = test_alloc(nout * 4), *l1_f = test_alloc(nlse * 4);
+  mt_attn_block h1 = fused_block(B, NH, hs, T, T, 35, 0, 0, 1);
+  mt_attn_block h2 = fused_block(B, NH, hs, T, T, 35, 0, 35, 1);
+  bops->attn_forward(&h1, o1, l1, qkv, qkv + C, qkv + 2 * C);
+  bops->attn_forward(&h2, o2, l2, qkv, qkv + (size_t)35 * 3 * C + C,
+                     qkv + (size_t)35 * 3 * C + 2 * C);
+  for (size_t i = 0; i < nout; i++) o1_f[i] = mt_bf16_to_f32(o1[i]), o2_f[i] = mt_bf16_to_f32(o2[i]);
+  memcpy(l1_f, l1, nlse * 4);
+  bops->attn_merge(&full, o1, l1, o2, l2);
+  f32ops->attn_merge(&full, o1_f, l1_f, o2_f, l2);
+  TEST_WITHIN("attn_merge out", test_worst_bf16(o1, o1_f, NULL, nout, 0.0));
+  MT_CHECK(!memcmp(l1, l1_f, nlse * 4), "attn_merge: the LSE differs from the fp32 merge's");
+  free(qkv), free(dout), free(d0), free(qkv_f), free(dout_f), free(d0_f);
+  free(o1), free(o2), free(l1), free(l2), free(o1_f), free(o2_f), free(l1_f);
+}
+
+/* ------------------------------------------------------------------ */
+/* cross-entropy                                                       */
+
+static void test_xent(void) {
+  const int N = 5, V = 37, Vp = 40;
+  size_t n = (size_t)N * Vp;
+  int targets[5] = {0, 36, 17, 17, 5};
+  mt_bf16 *logits = test_alloc(n * 2), *probs = test_alloc(n * 2), *inplace = test_alloc(n * 2);
+  mt_bf16 *dl = test_alloc(n * 2), *p2 = test_alloc(n * 2), *dl2 = test_alloc(n * 2);
+  float *logits_f = test_alloc(n * 4), *probs_f = test_alloc(n * 4), *pb_f = test_alloc(n * 4),
+        *dl_f = test_alloc(n * 4);
+  float losses[5], losses_f[5], losses2[5];
+  test_rand_pair(logits, logits_f, n, -4, 4);
+  f32ops->softmax_xent_forward(losses_f, probs_f, logits_f, targets, N, V, Vp);
+  bops->softmax_xent_forward(losses, probs, logits, targets, N, V, Vp);
+  /* the same fp32 arithmetic: the losses equal, the probabilities rounded */
+  double lw = 0.0;
+  for (int i = 0; i < N; i++)
+    lw = mt_worst(lw, fabs(losses[i] - losses_f[i]) / (16 * FP32_U * (1 + fabs(losses_f[i]))));
+  TEST_WITHIN("softmax_xent_forward losses", lw);
+  TEST_WITHIN("softmax_xent_forward probs", test_worst_bf16(probs, probs_f, NULL, n, 0.0));
+  size_t pad = 0;
+  for (int r = 0; r < N; r++)
+    for (int j = V; j < Vp; j++) pad += probs[(size_t)r * Vp + j] != 0;
+  MT_CHECK(pad == 0, "softmax_xent_forward: %zu padding probabilities are not 0", pad);
+  memcpy(inplace, logits, n * 2);
+  bops->softmax_xent_forward(losses2, inplace, inplace, targets, N, V, Vp);
+  MT_CHECK(!memcmp(inplace, probs, n * 2) && !memcmp(losses2, losses, sizeof losses),
+           "softmax_xent_forward in place differs");
+  /* backward from the same (bf16) probabilities */
+  for (size_t i = 0; i < n; i++) pb_f[i] = mt_bf16_to_f32(probs[i]);
+  f32ops->softmax_xent_backward(dl_f, pb_f, targets, 0.01f, N, V, Vp);
+  bops->softmax_xent_backward(dl, probs, targets, 0.01f, N, V, Vp);
+  TEST_WITHIN("softmax_xent_backward", test_worst_bf16(dl, dl_f, NULL, n, 0.0));
+
+  /* vocabulary-parallel, one rank: softmax_xent's bits */
+  float rowmax[5], rowmax2[5];
+  double stats[10], stats2[10];
+  bops->xent_vp_max(rowmax, logits, N, Vp, V);
+  bops->xent_vp_exp(stats, logits, rowmax, targets, 0, N, Vp, V);
+  bops->xent_vp_finish(losses2, p2, logits, stats, rowmax, N, Vp, V);
+  bops->xent_vp_backward(dl2, p2, targets, 0, 0.01f, N, Vp, V);
+  MT_CHECK(!memcmp(losses2, losses, sizeof losses) && !memcmp(p2, probs, n * 2) &&
+               !memcmp(dl2, dl, n * 2),
+           "xent_vp on one rank differs from softmax_xent");
+  /* two ranks: columns [0,20) and [20,40) (17 real), combined by hand */
+  mt_bf16 *lr0 = test_alloc(N * 20 * 2), *lr1 = test_alloc(N * 20 * 2);
+  mt_bf16 *pr0 = test_alloc(N * 20 * 2), *pr1 = test_alloc(N * 20 * 2);
+  for (int r = 0; r < N; r++) {
+    memcpy(lr0 + r * 20, logits + (size_t)r * Vp, 40);
+    memcpy(lr1 + r * 20, logits + (size_t)r * Vp + 20, 40);
+  }
+  bops->xent_vp_max(rowmax, lr0, N, 20, 20);
+  bops->xent_vp_max(rowmax2, lr1, N, 20, 17);
+  for (int r = 0; r < N; r++) rowmax[r] = rowmax2[r] = rowmax[r] > rowmax2[r] ? rowmax[r] : rowmax2[r];
+  bops->xent_vp_exp(stats, lr0, rowmax, targets, 0, N, 20, 20);
+  bops->xent_vp_exp(stats2, lr1, rowmax, targets, 20, N, 20, 17);
+  for (int i = 0; i < 2 * N; i++) stats[i] = stats2[i] = stats[i] + stats2[i];
+  bops->xent_vp_finish(losses2, pr0, lr0, stats, rowmax, N, 20, 20);
+  bops->xent_vp_finish(losses2, pr1, lr1, stats2, rowmax2, N, 20, 17);
+  lw = 0.0;
+  for (int i = 0; i < N; i++)
+    lw = mt_worst(lw, fabs(losses2[i] - losses[i]) / (16 * FP32_U * (1 + fabs(losses[i]))));
+  TEST_WITHIN("xent_vp on two ranks: losses", lw);
+  double pw = 0.0;
+  for (int r = 0; r < N; r++)
+    for (int j = 0; j < Vp; j++) {
+      mt_bf16 got = j < 20 ? pr0[r * 20 + j] : pr1[r * 20 + j - 20];
+      float want = mt_bf16_to_f32(probs[(size_t)r * Vp + j]);
+      /* both round the same value up to a double sum's order: one
+       * bf16 rounding apart at most */
+      double e = fabs(mt_bf16_to_f32(got) - want) / (2 * BF16_U * fabs(want) + 1e-30);
+      pw = mt_worst(pw, mt_bf16_to_f32(got) == want ? 0.0 : e);
+    }
+  TEST_WITHIN("xent_vp on two ranks: probabilities", pw);
+  free(logits), free(probs), free(inplace), free(dl), free(p2), free(dl2), free(logits_f);
+  free(probs_f), free(pb_f), free(dl_f), free(lr0), free(lr1), free(pr0), free(pr1);
+}
+
+int main(void) {
+  f32ops = mt_ops_cpu();
+  bops = mt_ops_bf16_cpu();
+  mt_kernels_set_threads(2);
+  printf("test_bf16_attn: %s against %s, %d threads\n", bops->name, f32ops->name,
+         mt_kernels_threads());
+  test_attention();
+  test_xent();
+  if (*mt_check_failures()) {
+    fprintf(stderr, "test_bf16_attn: %d check(s) failed\n", *mt_check_failures());
+    return 1;
+  }
+  printf("test_bf16_attn: all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,147 @@
+/* test_count: the mechanism the plan is counted with.
+ * - The null op table is complete; its allocations are counted per category
+ *   into the account in use, and the process's own figures stay as they
+ *   were; what the host uploads (small records) comes back on download,
+ *   anything else reads as zeros; the router's choices are a balanced
+ *   round robin (with k = E every token chooses every expert).
+ * - A count-only mesh places every rank where mt_mesh_create and
+ *   mt_mesh_fold would (coordinates and each group's size and rank); a
+ *   collective on its groups moves nothing and counts the bytes the MPI
+ *   path counts (mt_bytes_*), point-to-point counts the sender's bytes, and
+ *   integers come back as if every rank had sent this one's.
+ * - The plan counts one rank per class of equal figures: for a 64-rank
+ *   mesh with ZeRO-1 fewer ranks are built than planned, and the ranks of
+ *   a class agree with a plan of that rank alone. No MPI. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+
+#include "../check.h"
+
+static void null_backend(void) {
+  const mt_ops *o = mt_ops_null();
+  char names[512];
+  MT_CHECK(mt_ops_missing(o, names, sizeof names) == 0, "null op table: missing %s", names);
+  size_t own = mt_mem_current(MT_MEM_ACTIV);
+  mt_mem_account acct;
+  memset(&acct, 0, sizeof acct);
+  mt_mem_account *prev = mt_mem_account_use(&acct);
+  float *a = o->alloc(MT_MEM_ACTIV, 1000), *b = o->alloc(MT_MEM_ACTIV, 24);
+  float *g = o->alloc(MT_MEM_GRADS, 4096);
+  MT_CHECK(a && b && a != b, "null alloc: distinct addresses %p %p", (void *)a, (void *)b);
+  MT_CHECK(mt_mem_current(MT_MEM_ACTIV) == 1024 && mt_mem_current(MT_MEM_GRADS) == 4096,
+           "null alloc counted %zu activation, %zu gradient bytes",
+           mt_mem_current(MT_MEM_ACTIV), mt_mem_current(MT_MEM_GRADS));
+  o->free(MT_MEM_ACTIV, b, 24);
+  MT_CHECK(mt_mem_current(MT_MEM_ACTIV) == 1000 && mt_mem_peak(MT_MEM_ACTIV) == 1024,
+           "after a free: %zu now, peak %zu", mt_mem_current(MT_MEM_ACTIV),
+           mt_mem_peak(MT_MEM_ACTIV));
+  /* ops do nothing (a touch of these addresses would fault) */
+  o->matmul_forward(a, a, a, NULL, 4, 4, 4);
+  o->zero(g, 1024);
+  MT_CHECK(o->sum(a, 250) == 0.0 && o->sumsq(g, 1024) == 0.0, "null sum and sumsq are 0");
+  /* the host's records come back; other memory reads as zeros */
+  int rec[5] = {7, 1, 2, 3, 4}, back[5], zeros[3] = {9, 9, 9};
+  o->upload(g, rec, sizeof rec);
+  o->download(back, g, sizeof back);
+  MT_CHECK(memcmp(back, rec, sizeof rec) == 0, "an uploaded record comes back");
+  o->download(zeros, a, sizeof zeros);
+  MT_CHECK(zeros[0] == 0 && zeros[1] == 0 && zeros[2] == 0, "unknown memory reads as zeros");
+  /* balanced routing: 6 tokens, k = E = 4 */
+  int top[24], hits[4] = {0, 0, 0, 0};
+  int *dev_top = (int *)o->alloc(MT_MEM_ACTIV, sizeof top);
+  o->moe_router_forward(a, a, dev_top, a, a, 6, 4, 4);
+  o->download(top, dev_top, sizeof top);
+  for (int n = 0; n < 6; n++) {
+    int seen = 0;
+    for (int j = 0; j < 4; j++) {
+      hits[top[n * 4 + j]]++;
+      seen |= 1 << top[n * 4 + j];
+    }
+    MT_CHECK(seen == 15, "token %d does not choose every expert (mask %x)", n, seen);
+  }
+  MT_CHECK(hits[0] == 6 && hits[1] == 6 && hits[2] == 6 && hits[3] == 6, "routing unbalanced");
+  mt_mem_account_use(prev);
+  MT_CHECK(mt_mem_current(MT_MEM_ACTIV) == own, "the process's own account was touched");
+  mt_ops_null_reset();
+}
+
+static void count_mesh(void) {
+  mt_err e = {0};
+  const int tp = 2, cp = 2, dp = 3, pp = 2;
+  for (int w = 0; w < tp * cp * dp * pp; w++) {
+    mt_mesh m;
+    MT_CHECK(mt_mesh_count(&m, tp, cp, dp, pp, w, 2, 3, &e) == 0, "rank %d: %s", w, e.msg);
+    MT_CHECK(mt_mesh_rank_of(&m, m.tp_rank, m.cp_rank, m.dp_rank, m.pp_rank) == w,
+             "rank %d: coordinates (%d %d %d %d) give rank %d", w, m.tp_rank, m.cp_rank,
+             m.dp_rank, m.pp_rank, mt_mesh_rank_of(&m, m.tp_rank, m.cp_rank, m.dp_rank, m.pp_rank));
+    int q = w % (tp * cp * dp), etp_r, ep_r, edp_r;
+    mt_mesh_fold_coords(q, 2, 3, &etp_r, &ep_r, &edp_r);
+    MT_CHECK(m.dpcp_g.size == dp * cp && m.dpcp_g.rank == m.cp_rank + cp * m.dp_rank &&
+                 m.etp_g.rank == etp_r && m.ep_g.rank == ep_r && m.edp_g.size == 2 &&
+                 m.edp_g.rank == edp_r && m.tp_g.backend == MT_COMM_COUNT,
+             "rank %d: the groups' sizes and ranks", w);
+    mt_mesh_destroy(&m);
+  }
+  MT_CHECK(mt_mesh_count(&(mt_mesh){0}, 2, 1, 2, 1, 0, 3, 1, &e) != 0 && strstr(e.msg, "etp"),
+           "a fold that does not divide the stage is refused: '%s'", e.msg);
+  mt_mesh m;
+  e = (mt_err){0};
+  mt_mesh_count(&m, 4, 1, 2, 1, 5, 1, 1, &e);
+  float *nowhere = (float *)(uintptr_t)64; /* never read: the call moves nothing */
+  mt_allreduce_sum_f32(&m.tp_g, nowhere, 1000, MT_LOC_DEVICE);
+  MT_CHECK(m.tp_g.bytes == mt_bytes_allreduce(4000, 4) && m.tp_g.calls == 1,
+           "allreduce over 4 ranks counted %g bytes", m.tp_g.bytes);
+  mt_request r;
+  mt_isend_f32(&m.tp_g, nowhere, 10, 1, MT_TAG_PP_ACT, MT_LOC_DEVICE, &r);
+  mt_wait(&r);
+  MT_CHECK(m.tp_g.bytes == mt_bytes_allreduce(4000, 4) + 40, "a send counts its 40 bytes");
+  mt_allreduce_sum_f32(&m.pp_g, nowhere, 1000, MT_LOC_DEVICE); /* one rank: nothing */
+  MT_CHECK(m.pp_g.bytes == 0 && m.pp_g.calls == 0, "a group of one counts nothing");
+  int mine[2] = {3, 5}, all[8];
+  mt_allgather_i32(&m.tp_g, mine, all, 2);
+  MT_CHECK(all[0] == 3 && all[1] == 5 && all[6] == 3 && all[7] == 5,
+           "integers gathered as this rank's");
+  int to[8] = {0, 1, 2, 3, 4, 5, 6, 7}, from[8];
+  mt_alltoall_i32(&m.tp_g, to, from, 2); /* tp rank 1 sends {2,3} to itself */
+  MT_CHECK(from[0] == 2 && from[1] == 3 && from[4] == 2 && from[7] == 3,
+           "all-to-all as every rank sending this one's block to it");
+  mt_mesh_destroy(&m);
+}
+
+static void plan_classes(void) {
+  mt_config cfg;
+  mt_err e = {0};
+  char *over[] = {"model.preset=tiny", "parallel.dp=32", "parallel.tp=2", "parallel.zero=1",
+                  "train.global_batch=64", "train.micro_batch=1", "parallel.bucket_mb=0.01"};
+  MT_CHECK(mt_config_load(&cfg, NULL, 7, over, &e) == 0, "config: %s", e.msg);
+  mt_plan p;
+  MT_CHECK(mt_plan_build(&cfg, 0, &p, &e) == 0, "plan: %s", e.msg);
+  MT_CHECK(p.n == 64 && p.counted > 1 && p.counted < p.n, "64 ranks, %d counted", p.counted);
+  for (int w = 0; w < p.n; w += 9) { /* a sample of ranks, each planned alone */
+    mt_plan_rank one;
+    const mt_plan_rank *r = &p.r[w];
+    MT_CHECK(mt_plan_rank_build(&cfg, &p.lay, r->pp_rank, r->dp_rank, r->cp_rank, r->tp_rank,
+                                &one, &e) == 0, "rank %d: %s", w, e.msg);
+    int same = one.world_rank == w && one.dp_bytes == r->dp_bytes &&
+               one.tp_bytes == r->tp_bytes && one.dp_state_bytes == r->dp_state_bytes;
+    for (int c = 0; c < MT_MEM_NCAT; c++) same &= one.mem[c] == r->mem[c];
+    MT_CHECK(same, "rank %d: its class's figures differ from its own", w);
+  }
+  mt_plan_free(&p);
+}
+
+int main(void) {
+  mt_log_init(0);
+  null_backend();
+  count_mesh();
+  plan_classes();
+  if (*mt_check_failures()) return 1;
+  printf("test_count: all checks passed\n");
+  return 0;
+}
