@@ -87,6 +87,14 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
   out->etp_rank = m->etp_rank;
   out->edp_rank = m->edp_rank;
   for (int c = 0; c < MT_MEM_NCAT; c++) out->mem[c] = (double)w->acct.peak[c];
+  /* NCCL's buffers: the communicators a run on GPUs makes, one GPU per rank
+   * (comm's estimate; a train.device = cuda run reserves the same) */
+  if (!strcmp(cfg->device, "cuda")) {
+    unsigned nccl_groups, nccl_p2p;
+    mt_comm_nccl_needs(cfg, &nccl_groups, &nccl_p2p);
+    mt_mesh_dims dims = mt_mesh_dims_of(m);
+    out->mem[MT_MEM_COMM] += mt_comm_nccl_bytes(&dims, out->world_rank, nccl_groups, nccl_p2p);
+  }
   out->comm_exact = cfg->pp == 1;
   out->dp_bytes = m->dpcp_g.bytes;
   out->tp_bytes = m->tp_g.bytes;
