@@ -2,7 +2,7 @@
  * to MPI directly; device buffers go to the direct backend (NCCL) on the
  * groups it serves, and are otherwise staged through host copies made with
  * the device backend's copy functions. */
-#include "comm/comm.h"
+#include "comm/comm_internal.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -147,7 +147,7 @@ static int direct(const mt_group *g, mt_loc loc) {
 static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_t elem,
                       MPI_Op op, mt_loc loc) {
   const double bytes = mt_bytes_allreduce(n * elem, g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc) || g->size == 1) return;
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, bytes,
                     g_direct->allreduce(g, buf, n, type == MPI_DOUBLE ? MT_DT_F64 : MT_DT_F32,
@@ -204,7 +204,7 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
                           size_t inner, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_allgather(size * n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
@@ -271,7 +271,7 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
                                size_t inner, float *scratch, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_reduce_scatter(size * n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
@@ -313,7 +313,7 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
     mt_die("mt_alltoall_dim_f32: blocks of %zu x %zu and %zu x %zu floats differ", s_outer,
            s_inner, r_outer, r_inner);
   const double bytes = mt_bytes_alltoall(n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) { /* one block: the views are the same buffer layout */
     local_copy(recv, send, n, loc);
     return;
@@ -337,7 +337,7 @@ void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, cons
                                mt_loc loc) {
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) {
     local_copy(recv, send, mine, loc);
     return;
@@ -359,7 +359,7 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
                                mt_loc loc) {
   size_t total = sum_counts(counts, g->size);
   const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc) || g->size == 1) return;
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, bytes, g_direct->allgatherv(g, NULL, buf, counts, displs));
     return;
@@ -426,7 +426,7 @@ void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts,
                       const size_t *recv_counts, mt_loc loc) {
   int n = g->size;
   const double bytes = mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float));
-  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
   if (n == 1) {
     local_copy(recv, send, send_counts[0], loc);
     return;
@@ -451,7 +451,7 @@ void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t
   size_t total = 0;
   for (int r = 0; r < n; r++) total += counts[r];
   const double bytes = mt_bytes_allgather(total * sizeof(float), n);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc)) return;
   if (n == 1) {
     local_copy(recv, send, counts[0], loc);
     return;
@@ -514,7 +514,9 @@ static void req_finish(mt_request *r) {
 void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r) {
   req_init(r, g);
   const double bytes = mt_bytes_allreduce(n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc, .req = r) ||
+      g->size == 1)
+    return;
   if (direct(g, loc)) {
     DIRECT_START(g, r, bytes, g_direct->allreduce(g, buf, n, MT_DT_F32, MT_RED_SUM));
     return;
@@ -537,7 +539,7 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
   }
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc, .req = r)) return;
   if (direct(g, loc)) {
     DIRECT_START(g, r, bytes, g_direct->reduce_scatter(g, send, recv, counts));
     return;
@@ -562,7 +564,7 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
   req_init(r, g);
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc, .req = r)) return;
   if (g->size > 1 && direct(g, loc)) {
     DIRECT_START(g, r, bytes, g_direct->allgatherv(g, send, recv, counts, displs));
     return;
@@ -592,6 +594,10 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
 
 void mt_wait(mt_request *r) {
   if (!r->active) return;
+  if (r->vbuf) {
+    mt_comm_virtual_wait(r);
+    return;
+  }
   if (r->direct) {
     g_direct->quiesce();
     double t0 = mt_now();
@@ -609,6 +615,10 @@ void mt_wait(mt_request *r) {
 
 void mt_progress(mt_request *r) {
   if (!r->active) return;
+  if (r->vbuf) {
+    mt_comm_virtual_progress(r);
+    return;
+  }
   if (r->direct) {
     if (g_direct->done(r->direct)) {
       r->direct = NULL;
@@ -634,7 +644,9 @@ void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt
                   mt_request *r) {
   req_init(r, g);
   const double bytes = (double)n * sizeof(float);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SEND, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SEND, .bytes = bytes, .loc = loc, .peer = peer, .tag = tag,
+                    .req = r))
+    return;
   if (direct_p2p(g, peer, tag, loc)) {
     DIRECT_START(g, r, bytes, g_direct->send(g, buf, n, peer, tag));
     return;
@@ -650,7 +662,9 @@ void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt
 void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_RECV, .bytes = 0.0)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_RECV, .bytes = 0.0, .loc = loc, .peer = peer, .tag = tag,
+                    .req = r))
+    return;
   if (direct_p2p(g, peer, tag, loc)) {
     DIRECT_START(g, r, 0.0, g_direct->recv(g, buf, n, peer, tag));
     return;
@@ -666,7 +680,9 @@ void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc l
 void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
                      mt_loc loc) {
   const double bytes = (double)n * sizeof(float);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SENDRECV, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SENDRECV, .bytes = bytes, .loc = loc, .peer = peer,
+                    .tag = tag))
+    return;
   if (direct_p2p(g, peer, tag, loc)) {
     /* both directions in flight at once, each on its own channel */
     g_direct->quiesce();

@@ -7,12 +7,16 @@ int mt_mesh_rank_of(const mt_mesh *m, int tp_r, int cp_r, int dp_r, int pp_r) {
   return tp_r + m->tp * (cp_r + m->cp * (dp_r + m->dp * pp_r));
 }
 
-static void group_make(mt_group *g, const char *name, MPI_Comm comm) {
+/* stride: the world-rank distance between consecutive ranks of the group */
+static void group_make(mt_group *g, const char *name, MPI_Comm comm, int world_rank,
+                       int stride) {
   memset(g, 0, sizeof *g);
   g->name = name;
   g->comm = comm;
   MPI_Comm_size(comm, &g->size);
   MPI_Comm_rank(comm, &g->rank);
+  g->stride = stride;
+  g->world0 = world_rank - g->rank * stride;
 }
 
 int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
@@ -38,24 +42,24 @@ int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
   MPI_Comm c;
   /* colour = all other coordinates; key = the coordinate along the axis */
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, r - m->tp_rank, m->tp_rank, &c));
-  group_make(&m->tp_g, "tp", c);
+  group_make(&m->tp_g, "tp", c, r, 1);
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->dp_rank + dp * m->pp_rank),
                               m->cp_rank, &c));
-  group_make(&m->cp_g, "cp", c);
+  group_make(&m->cp_g, "cp", c, r, tp);
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->cp_rank + cp * m->pp_rank),
                               m->dp_rank, &c));
-  group_make(&m->dp_g, "dp", c);
+  group_make(&m->dp_g, "dp", c, r, tp * cp);
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->cp_rank + cp * m->dp_rank),
                               m->pp_rank, &c));
-  group_make(&m->pp_g, "pp", c);
+  group_make(&m->pp_g, "pp", c, r, tp * cp * dp);
   /* dp x cp: same tp rank and stage; rank cp_rank + cp * dp_rank */
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * m->pp_rank,
                               m->cp_rank + cp * m->dp_rank, &c));
-  group_make(&m->dpcp_g, "dp_cp", c);
+  group_make(&m->dpcp_g, "dp_cp", c, r, tp);
   MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
-  group_make(&m->world, "world", c);
+  group_make(&m->world, "world", c, r, 1);
   MT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c));
-  group_make(&m->node, "node", c);
+  group_make(&m->node, "node", c, r, 1); /* (not a progression: never priced) */
   return 0;
 }
 
@@ -84,13 +88,13 @@ int mt_mesh_fold(mt_mesh *m, int etp, int ep, mt_err *e) {
   /* colour = the stage and the other folded coordinates; key = the coordinate */
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * n + m->ep_rank + ep * m->edp_rank,
                               m->etp_rank, &c));
-  group_make(&m->etp_g, "etp", c);
+  group_make(&m->etp_g, "etp", c, m->world_rank, 1);
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * n + m->etp_rank + etp * m->edp_rank,
                               m->ep_rank, &c));
-  group_make(&m->ep_g, "ep", c);
+  group_make(&m->ep_g, "ep", c, m->world_rank, etp);
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * n + m->etp_rank + etp * m->ep_rank,
                               m->edp_rank, &c));
-  group_make(&m->edp_g, "edp", c);
+  group_make(&m->edp_g, "edp", c, m->world_rank, etp * ep);
   m->folded = 1;
   return 0;
 }
@@ -106,4 +110,10 @@ void mt_group_reset_counters(mt_group *g) {
   g->bytes = 0;
   g->seconds = 0;
   g->calls = 0;
+}
+
+void mt_mesh_set_virtual(mt_mesh *m) {
+  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g, &m->dpcp_g, &m->world,
+                    &m->etp_g, &m->ep_g, &m->edp_g};
+  for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++) gs[i]->backend = MT_COMM_VIRTUAL;
 }

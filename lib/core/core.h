@@ -133,8 +133,10 @@ typedef struct {
   /* [train] */
   int steps, seed, global_batch, micro_batch, warmup_steps, eval_every, eval_batches;
   int threads, log_every;
-  /* [train] device: cpu | cuda | auto; precision: fp32 | bf16 (cuda only) */
+  /* [train] device: cpu | cuda | auto | virtual; precision: fp32 | bf16 (cuda only) */
   char device[MT_CFG_STR_MAX], precision[MT_CFG_STR_MAX];
+  /* [train] virtual_hw: the profile the virtual device prices with */
+  char virtual_hw[MT_CFG_STR_MAX];
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
   /* [parallel] */
   int dp, tp, pp, cp, zero;
@@ -299,6 +301,59 @@ static inline uint64_t mt_splitmix64(uint64_t x) {
 /* ------------------------------------------------------------------ */
 /* timers                                                              */
 
-double mt_now(void); /* seconds, monotonic */
+/* Seconds, monotonic: the wall clock, or on the virtual device (below) the
+ * rank's virtual clock, so that every timer of a run (steps, executor,
+ * comm groups) measures virtual time without knowing it. */
+double mt_now(void);
+double mt_wall_now(void); /* seconds, monotonic, always the wall clock */
+
+/* ------------------------------------------------------------------ */
+/* virtual time (the time-warp emulation's clock and prices)           */
+/*
+ * On the virtual device (train.device = virtual) every op of the op table
+ * costs no arithmetic and moves this rank's clock on by its price, and
+ * communication carries timestamps: a message or collective completes in
+ * virtual time (comm: the virtual backend). The prices come from a hardware
+ * profile's [cost] section (plan/cost.c loads it; the cost model prices
+ * with the same functions below), so the emulation and meshplan share one
+ * cost model: a matmul's FLOPs over the throughput the profile gives for
+ * its size, elementwise bytes over the memory bandwidth, bytes over a
+ * link's bandwidth plus its latency. */
+#define MT_PRICE_MAX_GEMM 32
+typedef struct {
+  int n_gemm; /* achievable GFLOP/s by FLOPs per call, increasing flops */
+  double gemm_flops[MT_PRICE_MAX_GEMM], gemm_gflops[MT_PRICE_MAX_GEMM];
+  double elementwise_gbs;      /* memory bandwidth for elementwise work, GB/s */
+  double act_bytes;            /* bytes of an activation element (2 or 4) */
+  int devices_per_node;        /* ranks 0..n-1 form node 0, and so on */
+  double intra_gbs, intra_us;  /* a link inside a node: bandwidth per rank, latency */
+  double inter_gbs, inter_us;  /* ... across nodes */
+} mt_price;
+/* achievable GFLOP/s of a matmul of `flops`: log-log interpolation between
+ * the profile's points, flat beyond them */
+double mt_price_gemm_gflops(const mt_price *p, double flops);
+/* seconds of `calls` matmuls of m x n x k (2 m n k FLOPs each) */
+double mt_price_gemm_s(const mt_price *p, double m, double n, double k, double calls);
+/* seconds to move `bytes` through memory (elementwise work) */
+double mt_price_elem_s(const mt_price *p, double bytes);
+/* seconds to put `bytes` on a link inside a node (inside = 1) or across
+ * nodes, one latency included */
+double mt_price_link_s(const mt_price *p, int inside, double bytes);
+
+/* The rank's virtual clock: mt_vclock_start turns it on at 0 with the
+ * prices (copied); from then on mt_now() reads it. */
+void mt_vclock_start(const mt_price *p);
+int mt_vclock_on(void);
+const mt_price *mt_vclock_price(void);
+/* the compute stream ran s seconds of ops */
+void mt_vclock_advance(double s);
+/* the stream waited for an event at virtual time t (no effect when the
+ * clock is already past it) */
+void mt_vclock_wait_until(double t);
+/* causality checks (comm: a completion against its send's issue time);
+ * a violation is counted, and named on stderr once */
+void mt_vclock_check(double complete, double issued, const char *what);
+long mt_vclock_checks(void);
+long mt_vclock_violations(void);
 
 #endif

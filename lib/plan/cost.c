@@ -160,25 +160,33 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
   if (p->act_bytes && p->act_bytes != 4) fprintf(f, "act_bytes = %.0f\n", p->act_bytes);
 }
 
-/* achievable GFLOP/s of a matmul call of `flops`: log-log interpolation of
- * the profile's points, flat beyond them (calibrate with the smallest
- * shapes a layout runs, so the flat ends are seldom reached) */
+void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
+  memset(out, 0, sizeof *out);
+  out->n_gemm = p->n_gemm < MT_PRICE_MAX_GEMM ? p->n_gemm : MT_PRICE_MAX_GEMM;
+  memcpy(out->gemm_flops, p->gemm_flops, (size_t)out->n_gemm * sizeof(double));
+  memcpy(out->gemm_gflops, p->gemm_gflops, (size_t)out->n_gemm * sizeof(double));
+  out->elementwise_gbs = p->elementwise_gbs;
+  out->act_bytes = p->act_bytes > 0 ? p->act_bytes : 4;
+  out->devices_per_node = p->devices_per_node;
+  out->intra_gbs = p->intra_gbs;
+  out->intra_us = p->intra_us;
+  out->inter_gbs = p->inter_gbs;
+  out->inter_us = p->inter_us;
+}
+
+/* the matmul curve is core's (mt_price_gemm_gflops): the virtual device
+ * prices each matmul it emulates with the same function */
 double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops) {
-  if (flops <= p->gemm_flops[0]) return p->gemm_gflops[0];
-  for (int i = 1; i < p->n_gemm; i++)
-    if (flops <= p->gemm_flops[i]) {
-      double t = (log(flops) - log(p->gemm_flops[i - 1])) /
-                 (log(p->gemm_flops[i]) - log(p->gemm_flops[i - 1]));
-      return exp(log(p->gemm_gflops[i - 1]) + t * (log(p->gemm_gflops[i]) -
-                                                   log(p->gemm_gflops[i - 1])));
-    }
-  return p->gemm_gflops[p->n_gemm - 1];
+  mt_price q;
+  mt_cost_price(p, &q);
+  return mt_price_gemm_gflops(&q, flops);
 }
 
 /* seconds of one matmul of m x n x k, `calls` times */
 static double gemm_s(const mt_cost_profile *p, double m, double n, double k, double calls) {
-  double flops = 2.0 * m * n * k;
-  return calls * flops / (mt_cost_gemm_gflops(p, flops) * 1e9);
+  mt_price q;
+  mt_cost_price(p, &q);
+  return mt_price_gemm_s(&q, m, n, k, calls);
 }
 
 /* ------------------------------------------------------------------ */
