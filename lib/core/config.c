@@ -100,12 +100,10 @@ static const mt_cfg_key g_keys[] = {
     {"train.threads", MT_CFG_INT, F(threads), "0",
      "compute threads per rank (0 = OMP_NUM_THREADS or the library default)", 0, NOMAX, NULL},
     {"train.device", MT_CFG_STRING, F(device), "cpu",
-     "cpu, cuda (a GPU per rank), auto (cuda when one is visible) or virtual (time-warp "
-     "emulation: no arithmetic, ops and messages priced by train.virtual_hw)",
+     "cpu, cuda (a GPU per rank), auto (cuda if visible), virtual (emulated: train.virtual_hw)",
      0, 0, "cpu|cuda|auto|virtual"},
     {"train.virtual_hw", MT_CFG_STRING, F(virtual_hw), "",
-     "train.device = virtual: the hardware profile whose [cost] section prices every op and "
-     "message (a name in inputs/hw/ or a path)", 0, 0, NULL},
+     "device = virtual: the profile whose [cost] section prices ops and messages", 0, 0, NULL},
     {"train.precision", MT_CFG_STRING, F(precision), "fp32",
      "matmuls in fp32, or bf16 with fp32 accumulation (cuda)", 0, 0, "fp32|bf16"},
     {"train.log_every", MT_CFG_INT, F(log_every), "1", "steps between log lines", 1, NOMAX, NULL},
