@@ -375,6 +375,23 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
 /* ------------------------------------------------------------------ */
 /* integers, all-to-all and variable parts (MoE dispatch)              */
 
+void mt_gather_f64(mt_group *g, const double *mine, size_t n, double *all, int root) {
+  const double bytes = g->rank == root ? 0.0 : (double)n * sizeof(double);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = MT_LOC_HOST)) {
+    if (g->rank == root) /* a count-only group: this rank's figures in every slot */
+      for (int r = 0; r < g->size; r++) memcpy(all + (size_t)r * n, mine, n * sizeof(double));
+    return;
+  }
+  if (g->size == 1) {
+    memcpy(all, mine, n * sizeof(double));
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Gather(mine, as_count(n), MPI_DOUBLE, all, as_count(n), MPI_DOUBLE, root,
+                          g->comm));
+  count(g, t0, bytes);
+}
+
 void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n) {
   const double bytes = mt_bytes_allgather((size_t)g->size * n * sizeof(int), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER_I32, .bytes = bytes, .send = send, .recv = recv,

@@ -258,6 +258,11 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
  * its send buffer (mt_bytes_alltoall). */
 void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_outer,
                          size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
+/* Gather to one rank: every rank's n doubles (host) -> all (size x n, rank
+ * order) on group rank root (all may be NULL elsewhere): O(n) on every rank
+ * but the root, where an all-gather or a sum of vectors is O(size x n) on
+ * every rank. Bytes counted: what leaves a rank (none on the root). */
+void mt_gather_f64(mt_group *g, const double *mine, size_t n, double *all, int root);
 /* Integer all-gather: every rank's n ints -> recv (size x n), rank order. */
 void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n);
 /* Integer all-to-all: n ints to every rank (send: size x n, block r goes to

@@ -1,4 +1,11 @@
-/* The device mesh: one MPI_Comm_split per axis, done once. */
+/* The device mesh: one communicator per axis, made once. Every group is an
+ * arithmetic progression of world ranks (first, first + stride, ...), so
+ * each rank names its groups itself (MPI_Group_range_incl: no list of
+ * members) and makes each with MPI_Comm_create_group, collective over the
+ * group's ranks only: at 512 ranks a world-wide MPI_Comm_split per axis
+ * (an all-gather of every rank's colour over the world, then a sort, on
+ * every rank) was O(ranks) work and memory per rank per axis, O(ranks^2)
+ * for the job; this is O(group size). */
 #include "comm/comm.h"
 
 #include <string.h>
@@ -18,6 +25,23 @@ static void group_make(mt_group *g, const char *name, MPI_Comm comm, int world_r
   g->stride = stride;
   g->world0 = world_rank - g->rank * stride;
 }
+
+/* the communicator of the count ranks first, first + stride, ... (this rank
+ * among them), rank order as listed; tag: one per axis, so that the
+ * creation of groups that share ranks never pair up */
+static MPI_Comm progression(int first, int count, int stride, int tag) {
+  MPI_Group world, g;
+  MPI_Comm c;
+  int range[1][3] = {{first, first + (count - 1) * stride, stride > 0 ? stride : 1}};
+  MT_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  MT_MPI_CHECK(MPI_Group_range_incl(world, 1, range, &g));
+  MT_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, g, tag, &c));
+  MPI_Group_free(&g);
+  MPI_Group_free(&world);
+  return c;
+}
+
+enum { TAG_TP = 301, TAG_CP, TAG_DP, TAG_PP, TAG_DPCP, TAG_ETP, TAG_EP, TAG_EDP };
 
 int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
   memset(m, 0, sizeof *m);
@@ -40,21 +64,17 @@ int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
   m->dp_rank = (r / (tp * cp)) % dp;
   m->pp_rank = r / (tp * cp * dp);
   MPI_Comm c;
-  /* colour = all other coordinates; key = the coordinate along the axis */
-  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, r - m->tp_rank, m->tp_rank, &c));
+  const int n = tp * cp * dp; /* ranks per pipeline stage */
+  c = progression(r - m->tp_rank, tp, 1, TAG_TP);
   group_make(&m->tp_g, "tp", c, r, 1);
-  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->dp_rank + dp * m->pp_rank),
-                              m->cp_rank, &c));
+  c = progression(r - m->cp_rank * tp, cp, tp, TAG_CP);
   group_make(&m->cp_g, "cp", c, r, tp);
-  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->cp_rank + cp * m->pp_rank),
-                              m->dp_rank, &c));
+  c = progression(r - m->dp_rank * tp * cp, dp, tp * cp, TAG_DP);
   group_make(&m->dp_g, "dp", c, r, tp * cp);
-  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * (m->cp_rank + cp * m->dp_rank),
-                              m->pp_rank, &c));
-  group_make(&m->pp_g, "pp", c, r, tp * cp * dp);
+  c = progression(r - m->pp_rank * n, pp, n, TAG_PP);
+  group_make(&m->pp_g, "pp", c, r, n);
   /* dp x cp: same tp rank and stage; rank cp_rank + cp * dp_rank */
-  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * m->pp_rank,
-                              m->cp_rank + cp * m->dp_rank, &c));
+  c = progression(m->pp_rank * n + m->tp_rank, dp * cp, tp, TAG_DPCP);
   group_make(&m->dpcp_g, "dp_cp", c, r, tp);
   MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
   group_make(&m->world, "world", c, r, 1);
@@ -82,18 +102,15 @@ int mt_mesh_fold(mt_mesh *m, int etp, int ep, mt_err *e) {
   m->ep = ep;
   m->edp = n / (etp * ep);
   /* the rank's place inside its stage, then its folded coordinates */
-  int q = m->world_rank % n, stage = m->world_rank / n;
+  int q = m->world_rank % n;
   mt_mesh_fold_coords(q, etp, ep, &m->etp_rank, &m->ep_rank, &m->edp_rank);
   MPI_Comm c;
-  /* colour = the stage and the other folded coordinates; key = the coordinate */
-  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * n + m->ep_rank + ep * m->edp_rank,
-                              m->etp_rank, &c));
+  const int base = m->world_rank - q; /* the stage's first rank */
+  c = progression(base + q - m->etp_rank, etp, 1, TAG_ETP);
   group_make(&m->etp_g, "etp", c, m->world_rank, 1);
-  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * n + m->etp_rank + etp * m->edp_rank,
-                              m->ep_rank, &c));
+  c = progression(base + q - m->ep_rank * etp, ep, etp, TAG_EP);
   group_make(&m->ep_g, "ep", c, m->world_rank, etp);
-  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * n + m->etp_rank + etp * m->ep_rank,
-                              m->edp_rank, &c));
+  c = progression(base + q - m->edp_rank * etp * ep, m->edp, etp * ep, TAG_EDP);
   group_make(&m->edp_g, "edp", c, m->world_rank, etp * ep);
   m->folded = 1;
   return 0;

@@ -171,6 +171,7 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &t->world_rank));
   MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &t->world_size));
   mt_err err = {0};
+  double w[6]; /* wall clock at each phase's end (the start-up's figures on the virtual device) */
   mt_layout_validate(&t->cfg, t->world_size, &t->lay, &err);
   if (!err.failed) mt_hw_profile_load(&t->hw, t->cfg.hw_profile, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
@@ -179,6 +180,7 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   mt_mesh_fold(&t->mesh, t->cfg.moe_experts > 0 ? t->cfg.etp : 1,
                t->cfg.moe_experts > 0 ? t->cfg.ep : 1, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  w[0] = mt_wall_now();
   mt_train_device_setup(t); /* exits 2 on every rank when no device can be had */
   /* thread placement: rank 0 warns once per node whose ranks have more
    * compute threads than CPUs in their affinity masks */
@@ -189,11 +191,21 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
                       sizeof placement);
     if (t->world_rank == 0) fputs(placement, stderr);
   }
+  w[1] = mt_wall_now();
   check_memory(t, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  w[2] = mt_wall_now();
   setup_data(t, &err);
+  w[3] = mt_wall_now();
   setup_compute(t, &err);
+  w[4] = mt_wall_now();
   setup_peak(t);
+  w[5] = mt_wall_now();
+  if (t->device == MT_DEVICE_VIRTUAL)
+    mt_info0("meshtrain: set-up of %d virtual ranks, wall seconds on rank 0: mesh %.2f, device "
+             "%.2f, memory plan %.2f, data %.2f, model %.2f, peak %.2f",
+             t->world_size, w[0] - t->t_start, w[1] - w[0], w[2] - w[1], w[3] - w[2],
+             w[4] - w[3], w[5] - w[4]);
 }
 
 void mt_train_destroy(mt_trainer *t) {

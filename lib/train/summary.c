@@ -234,8 +234,10 @@ void mt_train_summary(mt_trainer *t) {
   mine[RANK_COORDS + MT_MEM_NCAT + 4] = t->last_ep_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 5] = t->last_etp_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 6] = t->last_edp_bytes;
-  all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
-  mt_train_gather_f64(&t->mesh.world, mine, RANK_FIELDS, all);
+  /* to rank 0 only: a sum of vectors over the world was O(ranks) memory and
+   * traffic on every rank (O(ranks^2) for the job) */
+  if (t->world_rank == 0) all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
+  mt_gather_f64(&t->mesh.world, mine, RANK_FIELDS, all, 0);
   /* the plan of this rank: what summary.json states per step */
   mt_plan_rank plan;
   mt_err e = {0};
