@@ -78,6 +78,7 @@ static void local_copy(float *dst, const float *src, size_t n, mt_loc loc) {
 }
 
 static void count(mt_group *g, double t0, double bytes) {
+  if (mt_trace_on()) mt_trace_span(g->name, "collective", MT_TRACK_COLL, t0, mt_now(), -1, -1);
   g->seconds += mt_now() - t0;
   g->bytes += bytes;
   g->calls++;

@@ -63,11 +63,13 @@ static void wait_until(mt_group *g, double t) {
   }
 }
 
-/* a collective whose latest arrival and most bytes are a[0], a[1] */
+/* a collective whose latest arrival and most bytes are a[0], a[1]; its
+ * span on the timeline is the channel's busy time */
 static double coll_end(mt_group *g, const double *a) {
   double start = a[0] > g->vchan ? a[0] : g->vchan;
   double end = start + mt_price_link_s(mt_vclock_price(), group_inside(g), a[1]);
   g->vchan = end;
+  if (mt_trace_on()) mt_trace_span(g->name, "collective", MT_TRACK_COLL, start, end, -1, -1);
   return end;
 }
 
@@ -80,6 +82,7 @@ static void send_stamp(mt_group *g, int peer, double bytes, double *out) {
   double xfer = mt_price_link_s(p, inside, bytes) - lat;
   g->vsend[link] = start + xfer;
   out[0] = start + xfer + lat;
+  if (mt_trace_on()) mt_trace_span(g->name, "send", MT_TRACK_P2P, start, out[0], peer, -1);
   out[1] = now;
   out[2] = bytes;
 }

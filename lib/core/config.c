@@ -169,6 +169,9 @@ static const mt_cfg_key g_keys[] = {
     /* [metrics] */
     {"metrics.hw", MT_CFG_STRING, F(hw_profile), "cpu-generic",
      "hardware profile: a name in inputs/hw/ or the path of an INI profile", 0, 0, NULL},
+    {"metrics.trace", MT_CFG_BOOL, F(trace), "false",
+     "write each rank's timeline as Chrome trace events: output.dir/trace/rank<N>.json", 0, 1,
+     NULL},
     {"metrics.peak_gflops", MT_CFG_DOUBLE, F(peak_gflops), "0",
      "peak compute per rank, GFLOP/s (0 = from the hardware profile)", 0, NOMAX, NULL},
     /* [ckpt] */

@@ -152,6 +152,7 @@ typedef struct {
   /* [metrics] */
   char hw_profile[MT_CFG_STR_MAX];
   double peak_gflops;
+  int trace; /* metrics.trace: each rank's timeline (bool) */
   /* [ckpt] */
   int ckpt_every, ckpt_keep, ckpt_async, ckpt_verify_on_load;
   char ckpt_mode[MT_CFG_STR_MAX], ckpt_test_crash[MT_CFG_STR_MAX];
@@ -355,5 +356,26 @@ void mt_vclock_wait_until(double t);
 void mt_vclock_check(double complete, double issued, const char *what);
 long mt_vclock_checks(void);
 long mt_vclock_violations(void);
+
+/* ------------------------------------------------------------------ */
+/* the timeline (trace.c; metrics.trace = true)                        */
+
+/* tracks (Chrome's threads) of a rank's timeline */
+enum { MT_TRACK_COMPUTE = 0, MT_TRACK_PIPELINE = 1, MT_TRACK_COLL = 2, MT_TRACK_P2P = 3,
+       MT_TRACK_N = 4 };
+/* start recording this rank's spans (off until called) */
+void mt_trace_start(int rank);
+int mt_trace_on(void);
+/* recording on (1) or off (0) from now on, as long as started; returns the
+ * previous state (the plan counts a step of the real code in the process:
+ * not the run's timeline) */
+int mt_trace_set(int on);
+/* a span from t0 to t1 (mt_now() seconds) on a track; name and cat must
+ * outlive the run (string literals); a0, a1: the micro-batch and chunk of
+ * a pipeline span (-1 where none) */
+void mt_trace_span(const char *name, const char *cat, int track, double t0, double t1, int a0,
+                   int a1);
+/* every span so far as Chrome trace-event JSON (Perfetto, chrome://tracing) */
+int mt_trace_write(const char *path, mt_err *e);
 
 #endif

@@ -182,6 +182,7 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   w[0] = mt_wall_now();
   mt_train_device_setup(t); /* exits 2 on every rank when no device can be had */
+  if (t->cfg.trace) mt_trace_start(t->world_rank); /* (after a virtual clock started) */
   /* thread placement: rank 0 warns once per node whose ranks have more
    * compute threads than CPUs in their affinity masks */
   if (t->device != MT_DEVICE_VIRTUAL) { /* (a virtual rank computes nothing) */

@@ -255,6 +255,15 @@ void mt_train_summary(mt_trainer *t) {
     mt_allreduce_sum_f64(&t->mesh.world, virt, 2, MT_LOC_HOST);
     mt_allreduce_max_f64(&t->mesh.world, &rss_most, 1, MT_LOC_HOST);
   }
+  if (cfg->trace) { /* every rank its own timeline */
+    char dir[2 * MT_CFG_STR_MAX], path[2 * MT_CFG_STR_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/trace", cfg->output_dir);
+    mkdir(dir, 0755); /* (every rank: one of them makes it) */
+    snprintf(path, sizeof path, "%s/rank%d.json", dir, t->world_rank);
+    mt_err te = {0};
+    mt_trace_write(path, &te);
+    mt_err_check_all(&te, MPI_COMM_WORLD, "meshtrain");
+  }
   if (t->world_rank != 0) {
     free(all);
     return;

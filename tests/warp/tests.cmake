@@ -10,3 +10,4 @@ mt_script_test(virtual_no_profile badinput ../scripts/expect_fail.sh virtual_no_
   "train.device = virtual needs train.virtual_hw" ${T} --set ckpt.mode=none)
 mt_script_test(virtual_ckpt badinput ../scripts/expect_fail.sh virtual_ckpt 4
   "train.device = virtual computes no values to checkpoint: set ckpt.mode = none" ${T} --set train.virtual_hw=h200)
+mt_script_test(trace warp trace.sh)
