@@ -5,12 +5,12 @@
 # device's step time (last of 3 steps) beside meshplan --only's, with the
 # parts of each (virtual: metrics.jsonl's time_s and pipeline wait;
 # analytic: compute, tp, bubble, p2p, exposed dp, optimizer). Not a test.
-#   apps/scripts/warp-vs-plan.sh [PROFILE=h200]
+#   apps/scripts/bench-warp-vs-plan.sh [PROFILE=h200]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PROFILE=${1:-h200}
 BIN=${MT_BIN:-build/bin}
-OUT=${MT_OUT:-outputs/warp-vs-plan}
+OUT=${MT_OUT:-outputs/bench-warp-vs-plan}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 corpus=$OUT/corpus.txt
