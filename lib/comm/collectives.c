@@ -5,7 +5,7 @@
  * calls travelled. With a direct backend registered, every place the host
  * blocks first lets the backend issue what it holds back, and waits in MPI
  * poll, letting the device progress meanwhile (see mt_comm_direct). */
-#include "comm/comm.h"
+#include "comm/comm_internal.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -87,6 +87,7 @@ static void local_copy(float *dst, const float *src, size_t n, mt_loc loc) {
 }
 
 static void count(mt_group *g, double t0, double bytes) {
+  if (mt_trace_on()) mt_trace_span(g->name, "collective", MT_TRACK_COLL, t0, mt_now(), -1, -1);
   g->seconds += mt_now() - t0;
   g->bytes += bytes;
   g->calls++;
@@ -201,7 +202,7 @@ static void count_direct(mt_group *g, double bytes) {
 static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_t elem,
                       MPI_Op op, mt_loc loc) {
   const double bytes = mt_bytes_allreduce(n * elem, g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc) || g->size == 1) return;
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, bytes,
                     g_direct->allreduce(g, buf, n, type == MPI_DOUBLE ? MT_DT_F64 : MT_DT_F32,
@@ -269,7 +270,7 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
                           size_t inner, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_allgather(size * n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
@@ -339,7 +340,7 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
                                size_t inner, float *scratch, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_reduce_scatter(size * n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
@@ -382,7 +383,7 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
     mt_die("mt_alltoall_dim_f32: blocks of %zu x %zu and %zu x %zu floats differ", s_outer,
            s_inner, r_outer, r_inner);
   const double bytes = mt_bytes_alltoall(n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) { /* one block: the views are the same buffer layout */
     local_copy(recv, send, n, loc);
     return;
@@ -414,7 +415,7 @@ void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, cons
                                mt_loc loc) {
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) {
     local_copy(recv, send, mine, loc);
     return;
@@ -440,7 +441,7 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
                                mt_loc loc) {
   size_t total = sum_counts(counts, g->size);
   const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc) || g->size == 1) return;
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, bytes, g_direct->allgatherv(g, NULL, buf, counts, displs));
     return;
@@ -460,6 +461,23 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
 
 /* ------------------------------------------------------------------ */
 /* integers, all-to-all and variable parts (MoE dispatch)              */
+
+void mt_gather_f64(mt_group *g, const double *mine, size_t n, double *all, int root) {
+  const double bytes = g->rank == root ? 0.0 : (double)n * sizeof(double);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = MT_LOC_HOST)) {
+    if (g->rank == root) /* a count-only group: this rank's figures in every slot */
+      for (int r = 0; r < g->size; r++) memcpy(all + (size_t)r * n, mine, n * sizeof(double));
+    return;
+  }
+  if (g->size == 1) {
+    memcpy(all, mine, n * sizeof(double));
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Gather(mine, as_count(n), MPI_DOUBLE, all, as_count(n), MPI_DOUBLE, root,
+                          g->comm));
+  count(g, t0, bytes);
+}
 
 void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n) {
   const double bytes = mt_bytes_allgather((size_t)g->size * n * sizeof(int), g->size);
@@ -522,7 +540,7 @@ void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts,
                       const size_t *recv_counts, mt_loc loc) {
   int n = g->size;
   const double bytes = mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float));
-  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
   if (n == 1) {
     local_copy(recv, send, send_counts[0], loc);
     return;
@@ -557,7 +575,7 @@ void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t
   size_t total = 0;
   for (int r = 0; r < n; r++) total += counts[r];
   const double bytes = mt_bytes_allgather(total * sizeof(float), n);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc)) return;
   if (n == 1) {
     local_copy(recv, send, counts[0], loc);
     return;
@@ -631,7 +649,9 @@ static void req_finish(mt_request *r) {
 void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r) {
   req_init(r, g);
   const double bytes = mt_bytes_allreduce(n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc, .req = r) ||
+      g->size == 1)
+    return;
   if (direct(g, loc)) {
     DIRECT_START(g, r, bytes, g_direct->allreduce(g, buf, n, MT_DT_F32, MT_RED_SUM));
     return;
@@ -655,7 +675,7 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
   }
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc, .req = r)) return;
   if (direct(g, loc)) {
     DIRECT_START(g, r, bytes, g_direct->reduce_scatter(g, send, recv, counts));
     return;
@@ -681,7 +701,7 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
   req_init(r, g);
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc, .req = r)) return;
   if (g->size > 1 && direct(g, loc)) {
     DIRECT_START(g, r, bytes, g_direct->allgatherv(g, send, recv, counts, displs));
     return;
@@ -712,6 +732,10 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
 
 void mt_wait(mt_request *r) {
   if (!r->active) return;
+  if (r->vbuf) {
+    mt_comm_virtual_wait(r);
+    return;
+  }
   if (r->direct) {
     g_direct->quiesce();
     g_direct->wait(r->direct);
@@ -727,6 +751,10 @@ void mt_wait(mt_request *r) {
 
 void mt_progress(mt_request *r) {
   if (!r->active) return;
+  if (r->vbuf) {
+    mt_comm_virtual_progress(r);
+    return;
+  }
   if (r->direct) {
     if (g_direct->done(r->direct)) {
       r->direct = NULL;
@@ -756,7 +784,9 @@ void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt
                   mt_request *r) {
   req_init(r, g);
   const double bytes = (double)n * sizeof(float);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SEND, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SEND, .bytes = bytes, .loc = loc, .peer = peer, .tag = tag,
+                    .req = r))
+    return;
   if (direct_p2p(g, peer, tag, loc)) {
     DIRECT_START(g, r, bytes, g_direct->send(g, buf, n, peer, tag));
     return;
@@ -773,7 +803,9 @@ void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt
 void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_RECV, .bytes = 0.0)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_RECV, .bytes = 0.0, .loc = loc, .peer = peer, .tag = tag,
+                    .req = r))
+    return;
   if (direct_p2p(g, peer, tag, loc)) {
     DIRECT_START(g, r, 0.0, g_direct->recv(g, buf, n, peer, tag));
     return;
@@ -790,7 +822,9 @@ void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc l
 void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
                      mt_loc loc) {
   const double bytes = (double)n * sizeof(float);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SENDRECV, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SENDRECV, .bytes = bytes, .loc = loc, .peer = peer,
+                    .tag = tag))
+    return;
   if (direct_p2p(g, peer, tag, loc)) {
     /* both directions issued together (the backend pairs them in one group) */
     g_direct->quiesce();

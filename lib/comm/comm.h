@@ -21,7 +21,12 @@
 
 /* How a group's calls are carried out: over MPI (and NCCL for device
  * buffers), or only counted (count.c: no MPI, nothing moves; the plan). */
-typedef enum { MT_COMM_MPI = 0, MT_COMM_COUNT = 1 } mt_comm_backend;
+/* How a group's calls are carried out: over MPI (and NCCL for device
+ * buffers), only counted (count.c: no MPI, nothing moves; the plan), or
+ * virtually (virtual.c: the virtual device; device buffers carry virtual
+ * timestamps over MPI instead of their payload, host buffers move for real
+ * and are timed too). */
+typedef enum { MT_COMM_MPI = 0, MT_COMM_COUNT = 1, MT_COMM_VIRTUAL = 2 } mt_comm_backend;
 
 typedef struct {
   const char *name; /* "dp", "tp", "pp", "cp", "dp_cp", "world", "node", "etp", "ep", "edp" */
@@ -41,6 +46,13 @@ typedef struct {
    * host MPI so far: how this group's device traffic really travelled */
   long device_direct, device_staged;
   mt_comm_backend backend; /* MT_COMM_MPI unless a count-only mesh made it */
+  /* where the group sits in the world: group rank q is world rank world0 +
+   * q * stride (every group of the mesh is such a progression) */
+  int world0, stride;
+  /* virtual backend: when this group's collective channel is next free,
+   * and its two point-to-point send links (to the next rank, to others),
+   * virtual seconds */
+  double vchan, vsend[2];
 } mt_group;
 
 /* The axes of the mesh: the dense mesh tp, cp, dp, pp (innermost first)
@@ -299,16 +311,24 @@ typedef enum {
   MT_COLL_REDUCE, MT_COLL_GATHER, MT_COLL_SCATTER, MT_COLL_ALLTOALL, MT_COLL_GATHER_I32,
   MT_COLL_ALLTOALL_I32, MT_COLL_SEND, MT_COLL_RECV, MT_COLL_SENDRECV
 } mt_coll_kind;
+struct mt_request;
 typedef struct {
   mt_coll_kind kind;
   double bytes;
   const int *send;
   int *recv;
   size_t n;
+  mt_loc loc;               /* where the buffers live (MT_LOC_HOST for integers) */
+  int peer, tag;            /* point-to-point: the group rank and the tag */
+  struct mt_request *req;   /* a non-blocking call's request, else NULL */
 } mt_coll;
 /* Carries out c when g's backend is not MPI and returns 1 (the caller is
- * done); 0 for an MPI group. */
+ * done); 0 when the caller goes on over MPI (an MPI group; on the virtual
+ * backend, a host buffer, whose values move for real after being timed). */
 int mt_comm_backend_call(mt_group *g, const mt_coll *c);
+/* Every group of m but the node's on the virtual backend (after
+ * mt_mesh_create and mt_mesh_fold). */
+void mt_mesh_set_virtual(mt_mesh *m);
 
 /* Blocking collectives on float buffers (sum). n = elements. */
 void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc);
@@ -345,6 +365,11 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
  * its send buffer (mt_bytes_alltoall). */
 void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_outer,
                          size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
+/* Gather to one rank: every rank's n doubles (host) -> all (size x n, rank
+ * order) on group rank root (all may be NULL elsewhere): O(n) on every rank
+ * but the root, where an all-gather or a sum of vectors is O(size x n) on
+ * every rank. Bytes counted: what leaves a rank (none on the root). */
+void mt_gather_f64(mt_group *g, const double *mine, size_t n, double *all, int root);
 /* Integer all-gather: every rank's n ints -> recv (size x n), rank order. */
 void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n);
 /* Integer all-to-all: n ints to every rank (send: size x n, block r goes to
@@ -374,10 +399,15 @@ double mt_bytes_alltoallv(const size_t *send_counts, int n, int rank, size_t ele
 /* Non-blocking forms; a request is finished by mt_wait (which counts the time
  * spent waiting as communication time). A device buffer's host staging copy
  * goes back to the device in mt_wait. */
-typedef struct {
+typedef struct mt_request {
   MPI_Request req;
   mt_group *g;
   int active;
+  /* virtual backend: the timestamps in flight (heap: a request may move
+   * while MPI holds them), what kind of call, and a send's completion */
+  double *vbuf;
+  int vkind;
+  double vend;
   void *host;     /* staging block of a device buffer (freed in mt_wait), or NULL */
   void *back;     /* the part of it that goes back to the device, or NULL */
   void *dev_dst;  /* ... and where to */

@@ -1,7 +1,13 @@
 /* The device mesh: every group described once, as data (the axes it
- * spans), and made from that description with one MPI_Comm_split each.
- * The same table gives the NCCL communicators (nccl.c) and the plan's
- * count of them: a group added here is made everywhere. */
+ * spans), and made from that description. The same table gives the NCCL
+ * communicators (nccl.c) and the plan's count of them: a group added here
+ * is made everywhere. Every group is an arithmetic progression of world
+ * ranks (first, first + stride, ...) that each rank lists itself, and is
+ * made with MPI_Comm_create_group, collective over the group's ranks only:
+ * at 512 ranks a world-wide MPI_Comm_split per group (an all-gather of every
+ * rank's colour over the world, then a sort, on every rank) was O(ranks)
+ * work and memory per rank per group, O(ranks^2) for the job; this is
+ * O(group size). */
 #include "comm/comm.h"
 
 #include <stddef.h>
@@ -128,21 +134,36 @@ static int make_groups(mt_mesh *m, int folded, mt_err *e) {
     if (((d->axes & MT_AX_FOLDED) != 0) != folded) continue;
     int n = mt_mesh_group_members(&dims, d, m->world_rank, members), key = 0;
     while (key < n && members[key] != m->world_rank) key++;
+    (void)key; /* members are in group-rank order: this rank's place is its rank */
     MPI_Comm c;
-    int rc = MPI_Comm_split(MPI_COMM_WORLD, members[0], key, &c);
+    MPI_Group world, grp;
+    /* tag: one per group, so that the creation of groups that share ranks
+     * never pairs up */
+    int rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
+    if (rc == MPI_SUCCESS) {
+      rc = MPI_Group_incl(world, n, members, &grp);
+      if (rc == MPI_SUCCESS) {
+        rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, 301 + i, &c);
+        MPI_Group_free(&grp);
+      }
+      MPI_Group_free(&world);
+    }
     if (rc != MPI_SUCCESS) {
       free(members);
       char s[MPI_MAX_ERROR_STRING];
       int len = 0;
       MPI_Error_string(rc, s, &len);
-      mt_err_runtime(e, "MPI_Comm_split for the %s group failed: %s", d->name, s);
+      mt_err_runtime(e, "MPI_Comm_create_group for the %s group failed: %s", d->name, s);
       return -1;
     }
-    if (group_make((mt_group *)((char *)m + d->offset), d->name, c, e) != 0) {
+    mt_group *g = (mt_group *)((char *)m + d->offset);
+    if (group_make(g, d->name, c, e) != 0) {
       free(members);
       mt_err_pass_at(e, __FILE__, __LINE__);
       return -1;
     }
+    g->world0 = members[0];
+    g->stride = n > 1 ? members[1] - members[0] : 1;
   }
   free(members);
   return 0;
@@ -172,8 +193,12 @@ int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
   MPI_Comm c;
   MT_MPI_TRY(e, MPI_Comm_dup(MPI_COMM_WORLD, &c));
   MT_TRY(e, group_make(&m->world, "world", c, e));
+  m->world.stride = 1;
   MT_MPI_TRY(e, MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c));
   MT_TRY(e, group_make(&m->node, "node", c, e));
+  /* (not a progression in general: never priced) */
+  m->node.stride = 1;
+  m->node.world0 = r - m->node.rank;
   return 0;
 }
 
@@ -206,4 +231,10 @@ void mt_group_reset_counters(mt_group *g) {
   g->bytes = 0;
   g->seconds = 0;
   g->calls = 0;
+}
+
+void mt_mesh_set_virtual(mt_mesh *m) {
+  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g, &m->dpcp_g, &m->world,
+                    &m->etp_g, &m->ep_g, &m->edp_g};
+  for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++) gs[i]->backend = MT_COMM_VIRTUAL;
 }

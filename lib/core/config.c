@@ -101,7 +101,10 @@ static const mt_cfg_key g_keys[] = {
     {"train.threads", MT_CFG_INT, F(threads), "0",
      "compute threads per rank (0 = OMP_NUM_THREADS or the library default)", 0, 4096, NULL},
     {"train.device", MT_CFG_STRING, F(device), "cpu",
-     "cpu, cuda (a GPU per rank) or auto (cuda when one is visible)", 0, 0, "cpu|cuda|auto"},
+     "cpu, cuda (a GPU per rank), auto (cuda if visible), virtual (emulated: train.virtual_hw)",
+     0, 0, "cpu|cuda|auto|virtual"},
+    {"train.virtual_hw", MT_CFG_STRING, F(virtual_hw), "",
+     "device = virtual: the profile whose [cost] section prices ops and messages", 0, 0, NULL},
     {"train.precision", MT_CFG_STRING, F(precision), "fp32",
      "matmuls in fp32, or bf16 with fp32 accumulation (cuda)", 0, 0, "fp32|bf16"},
     {"train.log_every", MT_CFG_INT, F(log_every), "1", "steps between log lines", 1, NOMAX,
@@ -183,6 +186,9 @@ static const mt_cfg_key g_keys[] = {
     /* [metrics] */
     {"metrics.hw", MT_CFG_STRING, F(hw_profile), "cpu-generic",
      "hardware profile: a name in inputs/hw/ or the path of an INI profile", 0, 0, NULL},
+    {"metrics.trace", MT_CFG_BOOL, F(trace), "false",
+     "write each rank's timeline as Chrome trace events: output.dir/trace/rank<N>.json", 0, 1,
+     NULL},
     {"metrics.peak_gflops", MT_CFG_DOUBLE, F(peak_gflops), "0",
      "peak compute per rank, GFLOP/s (0 = from the hardware profile)", 0, 1e9, NULL},
     /* [ckpt] */

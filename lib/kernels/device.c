@@ -33,8 +33,10 @@ int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, i
     kind = MT_DEVICE_CUDA;
   } else if (strcmp(want, "auto") == 0) {
     kind = cuda_built && n_visible > 0 ? MT_DEVICE_CUDA : MT_DEVICE_CPU;
+  } else if (strcmp(want, "virtual") == 0) {
+    kind = MT_DEVICE_VIRTUAL; /* (the profile it emulates is checked by the plan) */
   } else {
-    snprintf(msg, len, "train.device = '%s': unknown (cpu|cuda|auto)", want);
+    snprintf(msg, len, "train.device = '%s': unknown (cpu|cuda|auto|virtual)", want);
     return -1;
   }
   if (bf16 && kind == MT_DEVICE_CPU) {

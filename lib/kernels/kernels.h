@@ -267,6 +267,10 @@ const mt_ops *mt_ops_cpu(void);
  * reuses the addresses (between two counted ranks). */
 const mt_ops *mt_ops_null(void);
 void mt_ops_null_reset(void);
+/* The virtual device's table (null/ops_virtual.c): the null backend whose
+ * every op moves the rank's virtual clock (core's mt_vclock) on by its
+ * price from mt_vclock_price(); start the clock before the first op. */
+const mt_ops *mt_ops_virtual(void);
 
 /* The members of ops that are NULL although every backend must fill them
  * (only the reference attention_forward/backward may be NULL): their names,
@@ -457,7 +461,8 @@ const mt_ops_bf16 *mt_ops_bf16_cpu(void);
 /* ------------------------------------------------------------------ */
 /* devices: which backend a rank computes on                          */
 
-typedef enum { MT_DEVICE_CPU = 0, MT_DEVICE_CUDA = 1 } mt_device_kind;
+/* virtual: the time-warp emulation (null/ops_virtual.c; train/device.c) */
+typedef enum { MT_DEVICE_CPU = 0, MT_DEVICE_CUDA = 1, MT_DEVICE_VIRTUAL = 2 } mt_device_kind;
 typedef enum { MT_PRECISION_FP32 = 0, MT_PRECISION_BF16 = 1 } mt_precision;
 
 /* train.device and train.precision resolved (pure; device.c): want is "cpu",

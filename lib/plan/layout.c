@@ -236,6 +236,31 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     mt_err_set(e, "%s", dmsg);
     return -1;
   }
+  /* the virtual device: a profile that prices (its [cost] section), and
+   * no checkpoint (a virtual run holds no values) */
+  if (strcmp(cfg->device, "virtual") == 0) {
+    mt_cost_profile vp;
+    mt_err vwhy = {0};
+    if (!cfg->virtual_hw[0]) {
+      mt_err_set(e, "train.device = virtual needs train.virtual_hw = PROFILE (a hardware "
+                    "profile with a [cost] section, e.g. h200)");
+      return -1;
+    }
+    if (mt_cost_profile_load(&vp, cfg->virtual_hw, &vwhy) != 0) {
+      mt_err_set(e, "train.virtual_hw = %s: %s", cfg->virtual_hw, vwhy.msg);
+      return -1;
+    }
+    if (strcmp(cfg->ckpt_mode, "none") != 0) {
+      mt_err_set(e, "train.device = virtual computes no values to checkpoint: set ckpt.mode = "
+                    "none (it is %s)", cfg->ckpt_mode);
+      return -1;
+    }
+    if (cfg->resume[0] || cfg->init_from[0]) {
+      mt_err_set(e, "train.device = virtual cannot load a checkpoint (train.resume and "
+                    "train.init_from must be empty)");
+      return -1;
+    }
+  }
   mt_hw_profile hw;
   if (mt_hw_profile_load(&hw, cfg->hw_profile, e) != 0) return -1;
   if (world_size > 0 && lay->world != world_size) {

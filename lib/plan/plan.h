@@ -140,7 +140,7 @@ int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e);
 /* ------------------------------------------------------------------ */
 /* the cost model: a layout's step time on a machine (cost.c, meshplan) */
 
-#define MT_COST_MAX_GEMM 32
+#define MT_COST_MAX_GEMM MT_PRICE_MAX_GEMM
 
 /* A hardware profile's [cost] section (inputs/hw/<name>.ini), per device
  * (= rank): what the cost model needs to price a layout. */
@@ -183,6 +183,9 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
 /* A profile file (an [hw] and a [cost] section) that loads back to p. */
 void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f);
 double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops);
+/* The profile's prices as core's mt_price (what the virtual device and
+ * the cost model price with). */
+void mt_cost_price(const mt_cost_profile *p, mt_price *out);
 
 /* Bytes per element of each category of state and traffic: the run's
  * dtypes. The plan counts what the run allocates and sends today (fp32); the

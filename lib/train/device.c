@@ -98,8 +98,36 @@ static void to_device(void *dst, const void *src, size_t bytes) {
   mt_ops_cuda()->upload(dst, src, bytes);
 }
 
+/* train.device = virtual: the time-warp emulation. Every rank loads the
+ * profile (the same file: every rank fails the same way, exit 2), its
+ * clock starts at 0, every group of the mesh but the node's goes on the
+ * virtual backend, and setup picks the virtual op table. A virtual run
+ * holds no values, so it writes no checkpoint and loads none (validation,
+ * plan/layout.c, refuses the keys that would). */
+static void virtual_setup(mt_trainer *t) {
+  const mt_config *cfg = &t->cfg;
+  mt_err err = {0};
+  /* (the plan's validation accepted the profile and the checkpoint keys) */
+  mt_cost_profile_load(&t->vprof, cfg->virtual_hw, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  mt_price price;
+  mt_cost_price(&t->vprof, &price);
+  mt_vclock_start(&price);
+  mt_mesh_set_virtual(&t->mesh);
+  t->device = MT_DEVICE_VIRTUAL;
+  t->precision = MT_PRECISION_FP32;
+  t->gpu = -1;
+  mt_info0("meshtrain: device virtual: %d ranks emulated as %s devices (%d per node), ops and "
+           "messages priced by its [cost] section; times are virtual",
+           t->world_size, t->vprof.name, t->vprof.devices_per_node);
+}
+
 void mt_train_device_setup(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
+  if (strcmp(cfg->device, "virtual") == 0) {
+    virtual_setup(t);
+    return;
+  }
   mt_err err = {0};
   char why[256] = "";
   char msg[512];
@@ -297,8 +325,15 @@ void mt_train_state_upload(mt_trainer *t, mt_flat_range *const *host, mt_flat_ra
 
 void mt_train_device_json(const mt_trainer *t, cJSON *parent) {
   cJSON *d = cJSON_AddObjectToObject(parent, "device");
-  cJSON_AddStringToObject(d, "kind", t->device == MT_DEVICE_CUDA ? "cuda" : "cpu");
+  cJSON_AddStringToObject(d, "kind", t->device == MT_DEVICE_CUDA      ? "cuda"
+                                     : t->device == MT_DEVICE_VIRTUAL ? "virtual"
+                                                                      : "cpu");
   cJSON_AddStringToObject(d, "precision", t->precision == MT_PRECISION_BF16 ? "bf16" : "fp32");
+  if (t->device == MT_DEVICE_VIRTUAL) {
+    cJSON_AddStringToObject(d, "virtual_hw", t->vprof.name);
+    cJSON_AddNumberToObject(d, "devices_per_node", t->vprof.devices_per_node);
+    return;
+  }
   if (t->device != MT_DEVICE_CUDA) return;
   mt_cuda_info info;
   if (mt_cuda_get_info(&info) != 0) return;

@@ -125,7 +125,7 @@ static const char *stop_reason(int stop) {
 int mt_train_loop(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
   mt_mesh *mesh = &t->mesh;
-  double t_train0 = mt_now();
+  double t_train0 = mt_now(), wall0 = mt_wall_now();
   int exit_code = MT_EXIT_OK, stop = 0;
   /* a checkpoint's blocking and write times show in the next step's record */
   double pending_ckpt_s = 0.0, pending_write_s = 0.0;
@@ -351,6 +351,7 @@ int mt_train_loop(mt_trainer *t) {
   }
   poll_async(&inflight, 1, &pending_write_s);
   t->wall_s = mt_now() - t_train0;
+  t->emul_wall_s = mt_wall_now() - wall0;
   t->exit_code = exit_code;
   return exit_code;
 }

@@ -238,7 +238,7 @@ void mt_train_resume(mt_trainer *t) {
              cfg->global_batch, s->seq_len, cfg->micro_batch, t->lay.accum,
              t->step.model.reg.n_buckets, t->peak_per_rank, t->peak_source, mt_kernels_blas_core());
   }
-  t->setup_s = mt_now() - t->t_start;
+  t->setup_s = mt_wall_now() - t->t_start;
 }
 
 /* train.init_from: the model's shape comes from the checkpoint. A shape

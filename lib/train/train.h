@@ -50,6 +50,8 @@ typedef struct {
   mt_precision precision;
   int gpu, gpu_shared;
   char gpu_name[256];
+  mt_cost_profile vprof; /* train.device = virtual: the profile that prices it */
+  double emul_wall_s;    /* virtual: the wall seconds the step loop took to emulate */
   float *ckpt_host;      /* page-locked snapshot of device state for checkpoints */
   size_t ckpt_host_n;
   /* compute: the model, the dp engine, the schedule and its executor */

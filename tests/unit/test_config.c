@@ -429,6 +429,7 @@ static void test_round_trip(void) {
                   "parallel.print_schedule=true", "ckpt.every=50", "ckpt.keep=0",
                   "ckpt.mode=per-writer", "ckpt.async=true", "ckpt.verify_on_load=false",
                   "ckpt.test_crash=rename", "train.device=auto", "train.precision=bf16",
+                  "train.virtual_hw=h200", "metrics.trace=true",
                   "model.moe_experts=64", "model.moe_topk=6",
                   "model.moe_every=2", "model.moe_ffn=1408", "model.moe_shared=2",
                   "model.moe_capacity=1.25", "train.moe_aux_coef=0.001", "train.moe_z_coef=0.0001",
