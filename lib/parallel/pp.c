@@ -93,6 +93,7 @@ static void wait_req(mt_pp_exec *x, mt_request *r) {
   double t0 = mt_now();
   mt_wait(r);
   x->wait_s += mt_now() - t0;
+  if (mt_now() > t0) mt_trace_span("wait", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), -1, -1);
 }
 
 /* The slot of (micro-batch, chunk) cell, taken at its first op: its
@@ -246,6 +247,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       x->out[k] = forward_op(x, k, o->mb, o->chunk, b, in_run[i]);
       add_chunk_bytes(x, o->chunk, b0);
       x->compute_s += mt_now() - t0;
+      mt_trace_span("forward", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb, o->chunk);
       if (forward_only) release_slot(x, cell);
       break;
     case MT_PP_SEND_ACT:
@@ -277,6 +279,8 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       add_chunk_bytes(x, o->chunk, b0);
       x->din = first_vs ? NULL : mt_gpt_input_grad(x->model);
       x->compute_s += mt_now() - t0;
+      mt_trace_span(input_only ? "backward-input" : "backward", "pipeline", MT_TRACK_PIPELINE,
+                    t0, mt_now(), o->mb, o->chunk);
       if (o->kind == MT_PP_BWD) release_slot(x, cell);
       break;
     }
@@ -292,6 +296,8 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
         run_pass(x, MT_PASS_WEIGHT, k, o->chunk, b, o->mb, NULL, 0, 0);
         add_chunk_bytes(x, o->chunk, b0);
         x->compute_s += mt_now() - t0;
+        mt_trace_span("backward-weight", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb,
+                      o->chunk);
       }
       release_slot(x, cell);
       break;

@@ -17,6 +17,11 @@ static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_
   while (*p) {
     char *end;
     long x = strtol(p, &end, 10);
+    if (end != p && x == 0 && n < pp) {
+      mt_err_set(e, "parallel.pp_split = '%s': stage %d has no layers (give every stage at "
+                    "least one, or lower parallel.pp)", text, n);
+      return -1;
+    }
     if (end == p || x < 1 || n == pp) {
       mt_err_set(e, "parallel.pp_split = '%s': expected %d comma-separated layer counts >= 1 "
                     "(one per stage)", text, pp);
@@ -39,6 +44,51 @@ static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_
                n_layer);
     return -1;
   }
+  return 0;
+}
+
+/* parallel.pp_first_layers / pp_last_layers -> layers per stage: the first
+ * and last stages as given (0: not given), the other stages an equal share
+ * of the rest (Megatron's --decoder-first/last-pipeline-num-layers); 0, or
+ * -1 with e naming the keys to change */
+static int first_last_split(const mt_config *cfg, int n_layer, int *split, mt_err *e) {
+  const int pp = cfg->pp, F = cfg->pp_first_layers, L = cfg->pp_last_layers;
+  if (pp < 2) {
+    mt_err_set(e, "parallel.pp_first_layers / pp_last_layers need parallel.pp >= 2 (got %d)", pp);
+    return -1;
+  }
+  int rest = n_layer - F - L, others = pp - (F > 0) - (L > 0);
+  if (rest < 0 || (others == 0 && rest != 0)) {
+    mt_err_set(e, "parallel.pp_first_layers = %d + parallel.pp_last_layers = %d %s model.n_layer "
+                  "= %d over parallel.pp = %d stages (change them so the stages hold every "
+                  "layer)", F, L, rest < 0 ? "exceed" : "leave layers of", n_layer, pp);
+    return -1;
+  }
+  if (others > 0 && (rest < others || rest % others != 0)) {
+    mt_err_set(e, "parallel.pp_first_layers = %d, parallel.pp_last_layers = %d leave %d of "
+                  "model.n_layer = %d layers for the other %d stages: %s (change the two keys, "
+                  "or give every stage in parallel.pp_split)", F, L, rest, n_layer, others,
+               rest < others ? "a stage would be empty" : "they do not share them equally");
+    return -1;
+  }
+  for (int s = 0; s < pp; s++) split[s] = others ? rest / others : 0;
+  if (F > 0) split[0] = F;
+  if (L > 0) split[pp - 1] = L;
+  return 0;
+}
+
+/* An explicit split (pp_split or first/last) under interleaving: every
+ * stage's layers must cut into virtual_stages equal chunks. */
+static int check_split_chunks(const mt_config *cfg, const int *split, mt_err *e) {
+  const int v = cfg->virtual_stages;
+  for (int s = 0; s < cfg->pp; s++)
+    if (split[s] % v != 0) {
+      mt_err_set(e, "parallel.virtual_stages = %d does not divide the %d layers of pipeline "
+                    "stage %d (set by parallel.%s): give each stage a multiple of %d layers",
+                 v, split[s], s, cfg->pp_split[0] ? "pp_split" : "pp_first_layers/pp_last_layers",
+                 v);
+      return -1;
+    }
   return 0;
 }
 
@@ -139,14 +189,21 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   else if (cfg->pp > MT_PP_MAX_CHUNKS || cfg->virtual_stages > MT_PP_MAX_CHUNKS)
     mt_err_set(e, "parallel.pp = %d, parallel.virtual_stages = %d: at most %d each", cfg->pp,
                cfg->virtual_stages, MT_PP_MAX_CHUNKS);
-  else if (cfg->pp_split[0] && cfg->virtual_stages > 1)
-    mt_err_set(e, "parallel.pp_split needs parallel.virtual_stages = 1");
+  else if (cfg->pp_split[0] && (cfg->pp_first_layers || cfg->pp_last_layers))
+    mt_err_set(e, "parallel.pp_split and parallel.pp_first_layers / pp_last_layers both set: "
+                  "give one of them");
   else if (cfg->pp_split[0]) {
-    if (parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) == 0)
+    if (parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) == 0 &&
+        check_split_chunks(cfg, lay->split, e) == 0)
+      lay->has_split = 1;
+  } else if (cfg->pp_first_layers || cfg->pp_last_layers) {
+    if (first_last_split(cfg, s->n_layer, lay->split, e) == 0 &&
+        check_split_chunks(cfg, lay->split, e) == 0)
       lay->has_split = 1;
   } else if (s->n_layer % cfg->pp != 0)
     mt_err_set(e, "parallel.pp = %d does not divide model.n_layer = %d (or give "
-                  "parallel.pp_split)", cfg->pp, s->n_layer);
+                  "parallel.pp_split, or parallel.pp_first_layers / pp_last_layers)", cfg->pp,
+               s->n_layer);
   else if ((s->n_layer / cfg->pp) % cfg->virtual_stages != 0)
     mt_err_set(e, "parallel.virtual_stages = %d does not divide the %d layers per stage "
                   "(model.n_layer = %d over parallel.pp = %d)",
@@ -182,6 +239,31 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
                         sizeof dmsg) < 0) {
     mt_err_set(e, "%s", dmsg);
     return -1;
+  }
+  /* the virtual device: a profile that prices (its [cost] section), and
+   * no checkpoint (a virtual run holds no values) */
+  if (strcmp(cfg->device, "virtual") == 0) {
+    mt_cost_profile vp;
+    mt_err vwhy = {0};
+    if (!cfg->virtual_hw[0]) {
+      mt_err_set(e, "train.device = virtual needs train.virtual_hw = PROFILE (a hardware "
+                    "profile with a [cost] section, e.g. h200)");
+      return -1;
+    }
+    if (mt_cost_profile_load(&vp, cfg->virtual_hw, &vwhy) != 0) {
+      mt_err_set(e, "train.virtual_hw = %s: %s", cfg->virtual_hw, vwhy.msg);
+      return -1;
+    }
+    if (strcmp(cfg->ckpt_mode, "none") != 0) {
+      mt_err_set(e, "train.device = virtual computes no values to checkpoint: set ckpt.mode = "
+                    "none (it is %s)", cfg->ckpt_mode);
+      return -1;
+    }
+    if (cfg->resume[0] || cfg->init_from[0]) {
+      mt_err_set(e, "train.device = virtual cannot load a checkpoint (train.resume and "
+                    "train.init_from must be empty)");
+      return -1;
+    }
   }
   mt_hw_profile hw;
   if (mt_hw_profile_load(&hw, cfg->hw_profile, e) != 0) return -1;

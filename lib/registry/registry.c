@@ -107,6 +107,14 @@ int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *s) {
   return r->n++;
 }
 
+void mt_registry_set_axes(mt_registry *r, int i, const char *axes) {
+  if (i >= 0 && i < r->n) snprintf(r->t[i].axes, sizeof r->t[i].axes, "%s", axes ? axes : "");
+}
+
+int mt_tensor_is_positional(const mt_tensor *t) {
+  return strncmp(t->axes, "position", 8) == 0 && (t->axes[8] == ',' || t->axes[8] == '\0');
+}
+
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay) {
   mt_tensor_spec s = {.name = name, .ndim = ndim, .shape = shape, .padded = padded, .tp = tp,
@@ -275,11 +283,11 @@ int mt_registry_unit_of(const mt_registry *r, int layer, mt_grad_group g) {
 
 void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0,
                               int *l1) {
-  if (split && v == 1) {
+  if (split) { /* virtual stage u holds split[u % pp] / v layers */
     int a = 0;
-    for (int s = 0; s < vs; s++) a += split[s];
+    for (int u = 0; u < vs; u++) a += split[u % pp] / v;
     *l0 = a;
-    *l1 = a + split[vs];
+    *l1 = a + split[vs % pp] / v;
     return;
   }
   int n = pp * v, base = n_layer / n, extra = n_layer % n;

@@ -76,6 +76,22 @@ static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
   }
 }
 
+/* The token files must be what was mapped (size, time, no fault while
+ * reading): else every rank stops here, before a step trains on what the
+ * files hold now, with one line naming the file and exit 3. A save in
+ * flight is committed first: the newest checkpoint is the last one made. */
+static void check_data(mt_trainer *t, mt_ckpt_async **inflight) {
+  mt_err e = {0};
+  mt_dataset_check(&t->train_ds, &e);
+  if (t->have_val_file) mt_dataset_check(&t->val_ds, &e);
+  if (!mt_err_agree(&e, MPI_COMM_WORLD)) return;
+  double ignored = 0.0;
+  poll_async(inflight, 1, &ignored);
+  mt_err_report(&e, "meshtrain");
+  MPI_Finalize();
+  exit(mt_err_exit_code(&e));
+}
+
 /* the micro-batches of step `step` that this dp rank trains on, from the
  * global sample sequence (the same global batch for any layout); under
  * context parallelism this rank's tokens of each sequence */
@@ -109,7 +125,7 @@ static const char *stop_reason(int stop) {
 int mt_train_loop(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
   mt_mesh *mesh = &t->mesh;
-  double t_train0 = mt_now();
+  double t_train0 = mt_now(), wall0 = mt_wall_now();
   int exit_code = MT_EXIT_OK, stop = 0;
   /* a checkpoint's blocking and write times show in the next step's record */
   double pending_ckpt_s = 0.0, pending_write_s = 0.0;
@@ -142,6 +158,7 @@ int mt_train_loop(mt_trainer *t) {
     double pp_stats[MT_PP_STAT_N] = {0.0, 0.0, 0.0, 0.0, 0.0};
     double td = mt_now();
     load_batch(t, step);
+    check_data(t, &inflight);
     double data_s = mt_now() - td;
     mt_gpt *model = &t->step.model;
     const mt_pp_exec *exec = &t->step.exec;
@@ -344,6 +361,7 @@ int mt_train_loop(mt_trainer *t) {
   }
   poll_async(&inflight, 1, &pending_write_s);
   t->wall_s = mt_now() - t_train0;
+  t->emul_wall_s = mt_wall_now() - wall0;
   t->exit_code = exit_code;
   return exit_code;
 }
