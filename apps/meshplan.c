@@ -150,8 +150,20 @@ static void row_json(FILE *f, const mt_search_row *r) {
           c->mem_bytes);
   for (int k = 0; k < MT_MEM_NCAT; k++)
     fprintf(f, "%s\"%s\": %.17g", k ? ", " : "", mt_mem_cat_name((mt_mem_cat)k), c->mem[k]);
-  fprintf(f, "}, \"step_bytes\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}}", c->dp_bytes,
+  fprintf(f, "}, \"step_bytes\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}", c->dp_bytes,
           c->tp_bytes, c->pp_bytes);
+  /* per pipeline stage: dp collectives, hidden behind backward and the
+   * cool-down, and exposed after the schedule */
+  const char *keys[3] = {"dp_stage_s", "dp_stage_hidden_s", "dp_stage_exposed_s"};
+  for (int k = 0; k < 3; k++) {
+    fprintf(f, ", \"%s\": [", keys[k]);
+    for (int st = 0; st < r->pp && st < 64; st++) {
+      double tot = c->stage_dp_s[st], x = c->stage_dp_exposed_s[st];
+      fprintf(f, "%s%.9g", st ? ", " : "", k == 0 ? tot : k == 1 ? (tot > x ? tot - x : 0.0) : x);
+    }
+    fputs("]", f);
+  }
+  fputs("}", f);
 }
 
 static int write_json(const mt_search *s, const char *path, mt_err *e) {

@@ -142,10 +142,12 @@ static const mt_cfg_key g_keys[] = {
      NULL},
     {"parallel.zero", MT_CFG_INT, F(zero), "0",
      "ZeRO over dp: 1 shards AdamW moments, 2 also gradients, 3 also parameters", 0, 3, NULL},
+    {"parallel.overlap_dp", MT_CFG_BOOL, F(overlap_dp), "true",
+     "ZeRO 0-1: reduce gradients over dp during each stage's last backward", 0, 1, NULL},
     {"parallel.bucket_mb", MT_CFG_DOUBLE, F(bucket_mb), "25",
      "gradient all-reduce bucket size, MiB", GT0, 65536, NULL},
     {"parallel.schedule", MT_CFG_STRING, F(pp_schedule), "1f1b",
-     "pipeline schedule (pp > 1)", 0, 0, "gpipe|1f1b|interleaved|zb-h1"},
+     "pipeline schedule (pp > 1)", 0, 0, "gpipe|1f1b|interleaved|zb-h1|breadth-first|zb-v"},
     {"parallel.virtual_stages", MT_CFG_INT, F(virtual_stages), "1",
      "model chunks per pipeline rank (interleaved schedule)", 1, 1024, NULL},
     {"parallel.pp_split", MT_CFG_STRING, F(pp_split), "",
@@ -796,7 +798,10 @@ void mt_config_print_help(FILE *f) {
       describe_range(k, allowed, sizeof allowed);
     char def[64];
     snprintf(def, sizeof def, "%s", k->def[0] ? k->def : "\"\"");
-    fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, type_name(k->type), def, allowed);
-    fprintf(f, "      %s\n", k->help);
+    /* a long list of choices goes after the help text, within 100 columns */
+    int wide = strlen(allowed) > 38;
+    fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, type_name(k->type), def,
+            wide ? "" : allowed);
+    fprintf(f, "      %s%s%s\n", k->help, wide ? "; " : "", wide ? allowed : "");
   }
 }

@@ -608,15 +608,22 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
    * interleaving, pricing every chunk as the slowest one, the LM head's,
    * overstated a 1.3B's pp 4 x 2 step by 17% against the emulation) */
   chunk_cost worst = {0, 0, 0, 0, 0, 0};
-  int rc = 0, n_buckets = 1;
+  int rc = 0, n_buckets = 1, stage_buckets[64] = {0};
   double reduce_b = 0.0, gather_b = 0.0; /* dp bytes per step of the stage that sends most */
   int *keys = mt_calloc((size_t)pp * 2 * v, sizeof(int));
   for (int st = 0; st < pp && rc == 0; st++) {
     stage_key(cfg, &lay, st, keys + (size_t)st * 2 * v);
-    int seen = 0;
-    for (int o = 0; o < st && !seen; o++)
-      seen = !memcmp(keys + (size_t)o * 2 * v, keys + (size_t)st * 2 * v, 2 * v * sizeof(int));
-    if (seen) continue;
+    int seen = -1; /* an earlier stage of the same kind: its figures are this one's */
+    for (int o = 0; o < st && seen < 0; o++)
+      if (!memcmp(keys + (size_t)o * 2 * v, keys + (size_t)st * 2 * v, 2 * v * sizeof(int)))
+        seen = o;
+    if (seen >= 0) {
+      if (st < 64) {
+        out->stage_dp_s[st] = out->stage_dp_s[seen];
+        stage_buckets[st] = stage_buckets[seen];
+      }
+      continue;
+    }
     mt_plan_rank pr;
     mt_plan_world w;
     if (mt_plan_rank_world(cfg, &lay, st, 0, 0, 0, &pr, &w, e) != 0) {
@@ -669,6 +676,11 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
       reduce_b = r, gather_b = g;
       n_buckets = pr.n_buckets > 0 ? pr.n_buckets : 1;
     }
+    /* this stage's dp bytes over its link (latencies added for the step) */
+    if (st < 64) {
+      out->stage_dp_s[st] = (r + g) / link_bw(p, dp_inside);
+      stage_buckets[st] = pr.n_buckets > 0 ? pr.n_buckets : 1;
+    }
     /* AdamW on the elements this rank updates: the gradient read, both
      * moments and the master read and written, the weights' copy written */
     double updated = pr.mem[MT_MEM_OPTIM] / 8.0;
@@ -716,7 +728,30 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     out->dp_total_s = t_r + t_g + (ndp > 1 ? calls * lat : 0.0);
 #define EXPOSED(t, hide) ((t) - (hide) > (t) / n_buckets ? (t) - (hide) : (t) / n_buckets)
     if (ndp <= 1 && t_r == 0.0) exposed = 0.0;
-    else if (pp > 1) exposed = t_r + t_g;
+    else if (pp > 1) {
+      /* dp hides behind backward where the schedule overlaps it: a stage's
+       * reductions start during its last backward of each chunk (under
+       * ZeRO-2/3 during every micro-batch's) and go on through the
+       * cool-down of the stages below it, until the schedule ends; never
+       * the last bucket. Without overlap (parallel.overlap_dp = false, ZeRO
+       * 0-1) they all run after the schedule. The step waits for the
+       * slowest stage. */
+      const int overlaps = cfg->zero >= 2 || cfg->overlap_dp;
+      double hide = overlaps ? ov * (cfg->zero >= 2 ? accum : 1) * b_mb : 0.0;
+      exposed = 0.0;
+      for (int st = 0; st < pp && st < 64; st++) {
+        double cool = overlaps ? sim.makespan - sim.rank_grads_end[st] : 0.0;
+        double last_bucket = out->stage_dp_s[st] / stage_buckets[st];
+        double x = out->stage_dp_s[st] - hide - cool;
+        if (x < last_bucket) x = last_bucket;
+        out->stage_dp_exposed_s[st] = x;
+        if (x > exposed) exposed = x;
+      }
+      if (pp > 64) { /* beyond the per-stage figures: the largest stage's, no cool-down */
+        double x = EXPOSED(t_r + t_g, hide);
+        if (x > exposed) exposed = x;
+      }
+    }
     else if (cfg->zero <= 1) exposed = EXPOSED(t_r, ov * b_mb) + t_g;
     else if (cfg->zero == 2) exposed = accum * EXPOSED(t_r / accum, ov * b_mb) + t_g;
     else

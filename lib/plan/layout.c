@@ -117,11 +117,6 @@ static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e)
   else if (cfg->ckpt_async && strcmp(cfg->ckpt_mode, "per-writer") != 0)
     mt_err_set(e, "ckpt.async = true needs ckpt.mode = per-writer (each rank writes its own "
                   "file in the background; ckpt.mode is %s)", cfg->ckpt_mode);
-  else if (cfg->zero >= 2 && cfg->pp > 1)
-    mt_err_set(e, "parallel.zero = %d needs parallel.pp = 1: ZeRO-%d reduces each "
-                  "micro-batch's gradients as its backward ends, and pipeline stages interleave "
-                  "micro-batches (use parallel.zero = 1 with pipeline parallelism)",
-               cfg->zero, cfg->zero);
   else if (cfg->moe_experts > 0 && (cfg->tp * cfg->cp * cfg->dp) % (cfg->etp * cfg->ep) != 0)
     mt_err_set(e, "parallel.etp x parallel.ep = %d x %d does not divide the %d ranks of a "
                   "pipeline stage (tp x cp x dp = %d x %d x %d)",
@@ -179,7 +174,8 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   /* pipeline: micro-batches, stage split, schedule */
   int m = lay->accum, kind = mt_pp_sched_parse(cfg->pp_schedule);
   if (kind < 0) {
-    mt_err_set(e, "parallel.schedule = '%s': unknown (gpipe|1f1b|interleaved|zb-h1)",
+    mt_err_set(e,
+               "parallel.schedule = '%s': unknown (gpipe|1f1b|interleaved|zb-h1|breadth-first|zb-v)",
                cfg->pp_schedule);
     return -1;
   }
@@ -223,6 +219,14 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   mt_pp_schedule_free(&sched);
   if (bad) {
     mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", cfg->pp_schedule, why.msg);
+    return -1;
+  }
+  /* ZB-V is data (its op lists, the validator, --print-schedule); the
+   * executor, the stage map and the checkpoints place virtual stages in a
+   * loop only, so a run or a plan of it is refused */
+  if (kind == MT_SCHED_ZBV && cfg->pp > 1 && !cfg->print_schedule) {
+    mt_err_set(e, "parallel.schedule = zb-v: training and planning do not place virtual stages "
+                  "in a V yet (meshtrain --print-schedule shows its op lists)");
     return -1;
   }
   /* one stage runs its micro-batches one after the other (1F1B of one stage) */
@@ -300,7 +304,8 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
       .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,
-      .virtual_stages = cfg->virtual_stages, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs};
+      .virtual_stages = cfg->virtual_stages, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs,
+      .overlap_dp = cfg->overlap_dp};
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
     o->par.stage_of_layer = lay->stage_of_layer;
     o->par.pp_rank = mesh->pp_rank;

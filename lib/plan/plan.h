@@ -223,6 +223,10 @@ typedef struct {
   double pp_bubble_s;        /*   the schedule's idle time */
   double pp_p2p_s;           /*   pipeline messages and the per-op stage overhead */
   double dp_total_s, dp_exposed_s; /* dp collectives, and what compute does not hide */
+  /* per pipeline stage (first 64): its dp bytes over the link, and the part
+   * beyond its last backward and the cool-down after it (pp > 1; the
+   * step's dp_exposed_s is the largest, plus the calls' latencies) */
+  double stage_dp_s[64], stage_dp_exposed_s[64];
   double optim_s;            /*   AdamW */
   double tokens_per_s, mfu, model_flops;
   /* the plan's figures in the run's dtypes, the largest rank's of any stage */

@@ -237,10 +237,16 @@ void mt_registry_stage_map(int n_layer, int pp, int v, const int *split, int *st
  *              (the ZeRO-1 moments; every rank holds the whole bucket of
  *              parameters and gradients);
  *   zero 2:    buckets of whole units, so the gradients of a bucket are
- *              complete when its last unit's backward is done;
+ *              complete when its last unit's backward is done; never two
+ *              virtual stages' units in one, and a tied unit
+ *              (mt_registry_unit_tied) alone;
  *   zero 3:    one bucket per unit: a unit's parameters are gathered whole.
  * Returns 0 (no failure mode besides allocation). */
 int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes);
+/* Does unit u hold (on this stage) a tensor that another stage keeps a
+ * copy of (pp_copy: the tied embeddings under pipeline parallelism)? Its
+ * gradients are summed across the two stages before dp reduces them. */
+int mt_registry_unit_tied(const mt_registry *r, int u);
 /* The bucket holding flat offset off (-1 if none). */
 int mt_registry_bucket_of(const mt_registry *r, size_t off);
 

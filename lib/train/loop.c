@@ -154,7 +154,8 @@ int mt_train_loop(mt_trainer *t) {
     double ep_s0 = mesh->ep_g.seconds, ep_b0 = mesh->ep_g.bytes;
     double etp_s0 = mesh->etp_g.seconds, etp_b0 = mesh->etp_g.bytes;
     double edp_s0 = mesh->edp_g.seconds, edp_b0 = mesh->edp_g.bytes;
-    double pp_stats[3] = {0.0, 0.0, 0.0}; /* this stage: wait s, bubble fraction, act bytes */
+    /* this stage: wait s, bubble fraction, act bytes, dp exposed s, dp overlapped fraction */
+    double pp_stats[MT_PP_STAT_N] = {0.0, 0.0, 0.0, 0.0, 0.0};
     double td = mt_now();
     load_batch(t, step);
     check_data(t, &inflight);
@@ -185,6 +186,15 @@ int mt_train_loop(mt_trainer *t) {
     double pp_fb = mesh->pp_g.seconds - pp_s0, cp_fb = mesh->cp_g.seconds - cp_s0;
     double moe_fb = (mesh->ep_g.seconds - ep_s0) + (mesh->etp_g.seconds - etp_s0) +
                     (mesh->edp_g.seconds - edp_s0);
+    if (cfg->pp > 1) {
+      /* dp on this stage's critical path: the time blocked in the dp x cp
+       * group's calls while the schedule ran and the gradients were synced
+       * (the rest of the reductions ran behind backward), and the part of
+       * the gradient bytes launched during the schedule */
+      const mt_dp *dpe = &t->step.dp;
+      pp_stats[3] = comm_fb;
+      pp_stats[4] = dpe->grad_bytes > 0 ? dpe->grad_bytes_early / dpe->grad_bytes : 0.0;
+    }
     float lr = mt_lr_at(step, cfg->steps, cfg->warmup_steps, (float)cfg->lr,
                         (float)cfg->min_lr_ratio);
     double norm = mt_step_update(&t->step, lr, (float)cfg->grad_clip, &loss_sum);
@@ -246,8 +256,8 @@ int mt_train_loop(mt_trainer *t) {
       t->timed_steps++;
     }
     /* per stage pipeline figures, gathered to pp rank 0 of this (dp, tp) position */
-    double pp_all[3 * MT_PP_MAX_CHUNKS] = {0};
-    if (cfg->pp > 1) mt_train_gather_f64(&mesh->pp_g, pp_stats, 3, pp_all);
+    double pp_all[MT_PP_STAT_N * MT_PP_MAX_CHUNKS] = {0};
+    if (cfg->pp > 1) mt_train_gather_f64(&mesh->pp_g, pp_stats, MT_PP_STAT_N, pp_all);
     rec.tp_comm_s = tp_comm_s;
     rec.tp_bytes = tp_bytes;
     rec.cp_comm_s = cp_fb;
