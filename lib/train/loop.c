@@ -316,7 +316,7 @@ int mt_train_loop(mt_trainer *t) {
     /* ---- checkpoint at the step boundary: periodic, final, asked for ---- */
     double any_signal = mt_train_signalled();
     mt_allreduce_max_f64(&mesh->world, &any_signal, 1, MT_LOC_HOST);
-    const int signalled = any_signal > 0;
+    const int signalled = (int)any_signal; /* MT_STOP_*: the largest asked for on any rank */
     long long done = step + 1;
     t->last_step_done = done;
     int stop_after = cfg->stop_after > 0 && done - t->start_step >= cfg->stop_after;
