@@ -44,6 +44,12 @@ typedef struct {
    * that wrote it */
   int64_t moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   int64_t ep, etp;
+  /* for a save only (a load leaves it NULL; read it with
+   * mt_ckpt_load_moe_bias): the routing bias of aux-loss-free MoE balancing,
+   * moe_bias_rows (the MoE blocks) x moe_experts floats, the same on every
+   * rank and layout; NULL: none (the dataset is left out) */
+  const float *moe_bias;
+  int64_t moe_bias_rows;
 } mt_ckpt_meta;
 
 /* What to write or read, per group: flat ranges of the registry's local index
@@ -107,6 +113,14 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
 int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
                         const mt_ckpt_state *st, const mt_ckpt_meta *expect, int verify,
                         mt_ckpt_meta *meta_out, mt_err *e);
+
+/* Collective over MPI_COMM_WORLD: the routing bias of aux-loss-free MoE
+ * balancing stored in checkpoint dir (rank 0 reads, every rank receives)
+ * into bias (rows x E). *found = 0 (bias untouched) when the checkpoint has
+ * none (a run balanced otherwise, or written before the bias existed); a
+ * stored bias of another shape is an error naming both shapes. */
+int mt_ckpt_load_moe_bias(const char *dir, float *bias, int64_t rows, int64_t E, int *found,
+                          mt_err *e);
 
 /* MPI-IO hints for the shared file ("key=value,key=value", e.g.
  * "striping_factor=16,striping_unit=16777216,cb_nodes=8"): given to

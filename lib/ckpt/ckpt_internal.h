@@ -147,6 +147,12 @@ int mt_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len);
  * the 1.2 ones are there too, -1 when some of 1.0 are missing, -2 when only
  * some of 1.2. */
 int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m);
+/* the MoE routing bias (dataset MT_CKPT_MOE_BIAS, rows x E float32) of an
+ * open main file: 0 and *bias NULL when there is none; 1 with *bias (the
+ * caller frees it) and its shape; -1 with e set (where: what was read) */
+#define MT_CKPT_MOE_BIAS "moe_router_bias"
+int mt_ckpt_read_moe_bias(hid_t file, float **bias, int64_t *rows, int64_t *E, const char *where,
+                          mt_err *e);
 /* does a checkpoint of this format version carry the 1.2 (MoE) attributes */
 int mt_ckpt_meta_has_moe(const char *version);
 /* Select rows [r0, r0+nr) of a tensor's dataspace seen as 2-D. */

@@ -381,12 +381,15 @@ static int rewrite_index(const char *path, const int64_t *rows, int64_t n, mt_er
 
 /* rank 0 reads the source's configuration text and layout table; every rank
  * gets them */
-static void source_extras(const mt_ckpt_source *s, char **config, int64_t **layout, int *world) {
+static void source_extras(const mt_ckpt_source *s, char **config, int64_t **layout, int *world,
+                          float **moe_bias, int64_t *moe_rows) {
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int64_t sizes[2] = {0, 0};
   *config = NULL;
   *layout = NULL;
+  *moe_bias = NULL;
+  *moe_rows = 0;
   if (rank == 0) {
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", s->dir, s->per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
@@ -413,6 +416,16 @@ static void source_extras(const mt_ckpt_source *s, char **config, int64_t **layo
     }
     if (sp >= 0) H5Sclose(sp);
     if (d >= 0) H5Dclose(d);
+    /* the MoE routing bias goes along as it is (rank 0 writes the main
+     * file): it belongs to the model's blocks, not to a layout */
+    mt_err ignore = {0};
+    int64_t bias_E = 0;
+    if (f >= 0 && mt_ckpt_read_moe_bias(f, moe_bias, moe_rows, &bias_E, "convert", &ignore) > 0 &&
+        bias_E != s->meta.moe_experts) {
+      free(*moe_bias);
+      *moe_bias = NULL;
+      *moe_rows = 0;
+    }
     if (f >= 0) H5Fclose(f);
     H5Eclear2(H5E_DEFAULT);
   }
@@ -470,7 +483,12 @@ int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_con
   char *config = NULL;
   int64_t *src_layout = NULL;
   int src_world = 0;
-  source_extras(&src, &config, &src_layout, &src_world);
+  float *moe_bias = NULL;
+  int64_t moe_bias_rows = 0;
+  source_extras(&src, &config, &src_layout, &src_world, &moe_bias, &moe_bias_rows);
+  mt_ckpt_meta dst_meta = src.meta; /* what the main file says: the source's, and its bias */
+  dst_meta.moe_bias = moe_bias;
+  dst_meta.moe_bias_rows = moe_bias_rows;
   out_plan plan;
   memset(&plan, 0, sizeof plan);
   if (!local.failed) {
@@ -561,7 +579,7 @@ int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_con
         fo.order = k == groups * reg.n ? order : NULL;
       }
       if (rank == 0 &&
-          mt_ckpt_write_main_file(path, &src.meta, &reg, rows, n_rows, plan.layout, plan.world,
+          mt_ckpt_write_main_file(path, &dst_meta, &reg, rows, n_rows, plan.layout, plan.world,
                                   config, offsets, &fo, &local) == 0) {
         int fd = open(path, O_WRONLY);
         if (fd < 0 || mt_ckpt_reserve(fd, mt_ckpt_file_size(path), 0) != 0)
@@ -635,7 +653,7 @@ int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_con
       char path[1100];
       snprintf(path, sizeof path, "%s/%s", tmpdir, MT_CKPT_INDEX_FILE);
       mt_ckpt_file_opts fo = {groups, {dtype[0], dtype[1], dtype[2]}, NULL};
-      if (mt_ckpt_write_main_file(path, &src.meta, &reg, rows, n_rows, plan.layout, plan.world,
+      if (mt_ckpt_write_main_file(path, &dst_meta, &reg, rows, n_rows, plan.layout, plan.world,
                                   config, NULL, &fo, &local) == 0 &&
           mt_ckpt_fsync_path(path) != 0)
         mt_ckpt_err_sys(&local, errno, "convert: rank 0 cannot write %s", path);
@@ -676,6 +694,7 @@ int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_con
   free(plan.rows.rows);
   free(plan.layout);
   free(config);
+  free(moe_bias);
   free(src_layout);
   if (reg.t) mt_registry_free(&reg);
   mt_ckpt_source_close(&src);

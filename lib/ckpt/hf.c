@@ -437,8 +437,9 @@ int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_re
     memset(&st, 0, sizeof st);
     st.ranges[MT_CKPT_MODEL] = &range;
     st.n_ranges[MT_CKPT_MODEL] = rank == 0;
-    mt_ckpt_meta m = {0, 0, 0, 0, 0, c->n_layer, c->n_embd, c->n_head, c->n_positions, c->vocab,
-                      1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 1};
+    mt_ckpt_meta m = {.n_layer = c->n_layer, .n_embd = c->n_embd, .n_head = c->n_head,
+                      .seq_len = c->n_positions, .vocab = c->vocab, .dp = 1, .tp = 1, .pp = 1,
+                      .cp = 1, .zero = 0, .world = 1, .ep = 1, .etp = 1};
     char ini[512];
     snprintf(ini, sizeof ini,
              "# imported from a Hugging Face GPT-2 (%s)\n[model]\npreset = custom\n"

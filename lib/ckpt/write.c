@@ -222,6 +222,25 @@ static int index_offset(hid_t file, int64_t *off, const char *where, mt_err *e) 
   return 0;
 }
 
+/* the MoE routing bias of aux-loss-free balancing, (MoE blocks, experts)
+ * float32, when the run has one */
+static int write_moe_bias(hid_t file, const mt_ckpt_meta *meta, const char *where, mt_err *e) {
+  if (!meta->moe_bias || meta->moe_bias_rows <= 0 || meta->moe_experts <= 0) return 0;
+  int rc = -1;
+  hsize_t dims[2] = {(hsize_t)meta->moe_bias_rows, (hsize_t)meta->moe_experts};
+  hid_t s = H5Screate_simple(2, dims, NULL), d = -1;
+  if (s >= 0)
+    d = H5Dcreate2(file, MT_CKPT_MOE_BIAS, H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT,
+                   H5P_DEFAULT);
+  if (d >= 0 && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, meta->moe_bias) >= 0)
+    rc = 0;
+  else
+    mt_ckpt_err_h5(e, "%s", where);
+  if (d >= 0) H5Dclose(d);
+  if (s >= 0) H5Sclose(s);
+  return rc;
+}
+
 int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt_registry *reg,
                             const int64_t *rows, int64_t n_rows, const int64_t *layout, int world,
                             const char *config_ini, int64_t *offsets,
@@ -292,7 +311,8 @@ int mt_ckpt_write_main_file(const char *path, const mt_ckpt_meta *meta, const mt
            (!offsets || index_offset(file, &offsets[MT_CKPT_NGROUPS * (size_t)reg->n], where, e) == 0) &&
            mt_ckpt_write_table_i64(file, "layout", layout, world, 5, where, e) == 0 &&
            mt_ckpt_write_names(file, reg, where, e) == 0 &&
-           mt_ckpt_write_text(file, "config", config_ini ? config_ini : "", where, e) == 0;
+           mt_ckpt_write_text(file, "config", config_ini ? config_ini : "", where, e) == 0 &&
+           write_moe_bias(file, meta, where, e) == 0;
   if (ok && (err = mt_ckpt_fault("write")) != 0) {
     mt_ckpt_err_sys(e, err, "%s", where);
     ok = 0;

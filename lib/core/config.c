@@ -70,9 +70,16 @@ static const mt_cfg_key g_keys[] = {
      0, NOMAX, NULL},
     /* [train] */
     {"train.moe_aux_coef", MT_CFG_DOUBLE, F(moe_aux_coef), "0.01",
-     "MoE: coefficient of the Switch load-balancing loss (0 = off)", 0, NOMAX, NULL},
+     "MoE: coefficient of the Switch load-balancing loss (0 = off; used by moe_balance = aux)",
+     0, NOMAX, NULL},
     {"train.moe_z_coef", MT_CFG_DOUBLE, F(moe_z_coef), "0",
      "MoE: coefficient of the router z-loss (0 = off)", 0, NOMAX, NULL},
+    {"train.moe_balance", MT_CFG_STRING, F(moe_balance), "aux",
+     "MoE load balancing: aux (the load-balancing loss, train.moe_aux_coef), bias (no aux loss: "
+     "a per-expert bias on the routing scores, DeepSeek-V3) or none", 0, 0, "aux|bias|none"},
+    {"train.moe_bias_rate", MT_CFG_DOUBLE, F(moe_bias_rate), "0.001",
+     "MoE, moe_balance = bias: the bias step per optimizer step towards equal expert load", 0, 1,
+     NULL},
     {"train.steps", MT_CFG_INT, F(steps), "100", "optimizer steps to run", 1, NOMAX, NULL},
     {"train.seed", MT_CFG_INT, F(seed), "1337",
      "random seed for initialisation and data order", 0, NOMAX, NULL},

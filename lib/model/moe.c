@@ -80,6 +80,10 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   x->dropped = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
   x->aux = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
   x->z = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
+  /* the balancing bias: zeros until a step or a checkpoint sets it */
+  x->bias_host = mt_calloc((size_t)x->n_blocks * E + 1, sizeof(float));
+  x->bias = act(m, (size_t)x->n_blocks * E);
+  m->ops->upload(x->bias, x->bias_host, (size_t)x->n_blocks * E * sizeof(float));
 }
 
 void mt_moe_destroy(mt_moe *x) {
@@ -90,6 +94,7 @@ void mt_moe_destroy(mt_moe *x) {
     free(x->dropped);
     free(x->aux);
     free(x->z);
+    free(x->bias_host);
   }
   memset(x, 0, sizeof *x);
 }
@@ -111,7 +116,8 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
   mt_ep *ep = &moe->ep;
   /* router */
   o->matmul_forward(moe->logits, x, w->router_w, NULL, N, C, E);
-  o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, N, E, k);
+  const float *bias = moe->balance == MT_MOE_BALANCE_BIAS ? moe->bias + (size_t)mi * E : NULL;
+  o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, bias, N, E, k);
   /* routing decisions, then the rows out to the experts */
   int *meta = moe->meta_host;
   mt_ep_stats st = {.tokens = moe->tokens + (size_t)mi * E, .dropped = 0.0};

@@ -9,6 +9,7 @@ mt_script_test(equiv_pp moe equivalence.sh pp)
 mt_script_test(capacity moe capacity.sh)
 mt_script_test(reshard moe reshard.sh)
 mt_script_test(plan moe plan_accounting.sh)
+mt_script_test(balance moe balance.sh)
 mt_script_test(moe_smoke sanitize smoke.sh)
 
 set(M --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8
@@ -35,3 +36,6 @@ mt_script_test(moe_recompute badinput ../scripts/expect_fail.sh moe_recompute 2
   --set train.recompute=true)
 mt_script_test(moe_cp badinput ../scripts/expect_fail.sh moe_cp 2
   "parallel.cp = 2 is not supported with MoE blocks" ${M} --set parallel.cp=2)
+mt_script_test(moe_bias_rate_range badinput ../scripts/expect_fail.sh moe_bias_rate 2
+  "train.moe_bias_rate must be between 0 and 1 \\(got 1.5\\)" ${M} --set parallel.dp=2
+  --set train.moe_balance=bias --set train.moe_bias_rate=1.5)
