@@ -45,6 +45,8 @@ typedef struct {
   int tp_rank, cp_rank, dp_rank, pp_rank;
   mt_group world, tp_g, cp_g, dp_g, pp_g;
   mt_group dpcp_g;                /* dp x cp: gradients, ZeRO shards, the loss */
+  mt_group tpcp_g;                /* tp x cp: the ranks holding pieces of the same sequences
+                                     (rank tp_rank + tp x cp_rank; MoE routing counts) */
   mt_group node;                  /* the ranks sharing this node's memory */
   /* the folded mesh of MoE layers over the tp x cp x dp ranks of one stage
    * (mt_mesh_fold; etp = ep = 1 and no groups until then) */

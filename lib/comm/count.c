@@ -71,6 +71,7 @@ int mt_mesh_count(mt_mesh *m, int tp, int cp, int dp, int pp, int world_rank, in
   count_group(&m->dp_g, "dp", dp, m->dp_rank);
   count_group(&m->pp_g, "pp", pp, m->pp_rank);
   count_group(&m->dpcp_g, "dp_cp", dp * cp, m->cp_rank + cp * m->dp_rank);
+  count_group(&m->tpcp_g, "tp_cp", tp * cp, m->tp_rank + tp * m->cp_rank);
   count_group(&m->node, "node", 1, 0);
   /* the folded mesh of the stage's tp x cp x dp ranks */
   m->etp = etp;

@@ -52,6 +52,10 @@ int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
   MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->tp_rank + tp * m->pp_rank,
                               m->cp_rank + cp * m->dp_rank, &c));
   group_make(&m->dpcp_g, "dp_cp", c);
+  /* tp x cp: same dp rank and stage; rank tp_rank + tp * cp_rank */
+  MT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, m->dp_rank + dp * m->pp_rank,
+                              m->tp_rank + tp * m->cp_rank, &c));
+  group_make(&m->tpcp_g, "tp_cp", c);
   MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
   group_make(&m->world, "world", c);
   MT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c));
@@ -96,7 +100,7 @@ int mt_mesh_fold(mt_mesh *m, int etp, int ep, mt_err *e) {
 }
 
 void mt_mesh_destroy(mt_mesh *m) {
-  mt_group *gs[] = {&m->tp_g, &m->cp_g,  &m->dp_g, &m->pp_g,  &m->dpcp_g,
+  mt_group *gs[] = {&m->tp_g,  &m->cp_g, &m->dp_g,  &m->pp_g, &m->dpcp_g, &m->tpcp_g,
                     &m->world, &m->node, &m->etp_g, &m->ep_g, &m->edp_g};
   for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
     if (gs[i]->comm != MPI_COMM_NULL && gs[i]->comm != 0) MPI_Comm_free(&gs[i]->comm);

@@ -75,10 +75,10 @@ static const mt_cfg_key g_keys[] = {
     {"train.moe_z_coef", MT_CFG_DOUBLE, F(moe_z_coef), "0",
      "MoE: coefficient of the router z-loss (0 = off)", 0, NOMAX, NULL},
     {"train.moe_balance", MT_CFG_STRING, F(moe_balance), "aux",
-     "MoE load balancing: aux (the load-balancing loss, train.moe_aux_coef), bias (no aux loss: "
-     "a per-expert bias on the routing scores, DeepSeek-V3) or none", 0, 0, "aux|bias|none"},
+     "MoE balancing: aux (the loss), bias (a per-expert routing bias, no aux loss) or none", 0,
+     0, "aux|bias|none"},
     {"train.moe_bias_rate", MT_CFG_DOUBLE, F(moe_bias_rate), "0.001",
-     "MoE, moe_balance = bias: the bias step per optimizer step towards equal expert load", 0, 1,
+     "MoE, moe_balance = bias: the bias step per optimizer step towards equal load", 0, 1,
      NULL},
     {"train.steps", MT_CFG_INT, F(steps), "100", "optimizer steps to run", 1, NOMAX, NULL},
     {"train.seed", MT_CFG_INT, F(seed), "1337",

@@ -139,11 +139,6 @@ static int check_split(const mt_model_shape *shape, const mt_gpt_parallel *par, 
     mt_err_set(e, "tp = %d does not divide n_head = %d", tp_size, shape->n_head);
     return -1;
   }
-  if (shape->moe_experts > 0 && par && (par->recompute || par->split_backward)) {
-    mt_err_set(e, "train.recompute and the zb-h1 schedule are not supported with MoE blocks "
-                  "(model.moe_experts > 0) yet");
-    return -1;
-  }
   return 0;
 }
 
@@ -544,7 +539,8 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
     }
     for (int l = l1 - 1; l >= l0; l--) {
       out[n] = piece(MT_PIECE_BLOCK, l);
-      out[n++].use[0] = m->unit_block[l];
+      out[n].use[0] = m->unit_experts[l]; /* -1 for a dense block */
+      out[n++].use[1] = m->unit_block[l];
     }
     return n;
   }

@@ -481,6 +481,10 @@ typedef struct {
   float *moe_xe;               /* (Lm,R,C) */
   float *moe_h, *moe_g;        /* (Lm,R,Fe) */
   float *moe_ys;               /* (Lm,Ss,C) */
+  /* split backward: the experts' output and hidden gradients of the input
+   * pass, for the weight pass (kept even under recompute) */
+  float *moe_dy;               /* (Lm,R,C) */
+  float *moe_dh;               /* (Lm,R,Fe) */
 } mt_gpt_acts;
 
 #define MT_GPT_MAX_ACT_BUFFERS 48
@@ -553,8 +557,11 @@ typedef struct {
   mt_group *cp;
   int cp_mode;
   /* MoE blocks: the folded mesh's expert-parallel and expert-tensor groups
-   * (NULL or size 1: absent; a plan model reads only size and rank) */
-  mt_group *ep, *etp;
+   * (NULL or size 1: absent; a plan model reads only size and rank), and
+   * seq, the ranks holding pieces of the same sequences (tp x cp, rank
+   * tp_rank + tp x cp_rank; NULL: tp), over which the router's
+   * per-sequence counts go */
+  mt_group *ep, *etp, *seq;
 } mt_gpt_parallel;
 
 typedef struct mt_gpt {
