@@ -37,7 +37,8 @@ static void usage(FILE *f) {
           "       meshckpt diff DIR_A DIR_B            per-tensor max abs/rel difference\n"
           "       meshckpt diff DIR_A DIR_B --rtol X   values within X (relative) count as equal\n"
           "       meshckpt convert DIR OUTROOT [--mode shared|per-writer] [--dtype fp32|bf16]\n"
-          "                [--optim-dtype fp32|bf16] [--params-only] [--target tp=N,pp=M]\n"
+          "                [--optim-dtype fp32|bf16] [--params-only]\n"
+          "                [--target tp=N,pp=M[,ep=E][,etp=F]]\n"
           "                [--buffer-mb B]             rewrite into OUTROOT/step_<N> (committed\n"
           "                                            atomically), streaming: at most B MiB of\n"
           "                                            tensor data per rank (default 64); under\n"
@@ -45,7 +46,8 @@ static void usage(FILE *f) {
           "                                            --dtype: the parameters (the optimizer\n"
           "                                            state stays as stored unless\n"
           "                                            --optim-dtype); --target: one box per\n"
-          "                                            tp shard, written for that layout\n"
+          "                                            tp shard (a MoE model's experts: per ep x\n"
+          "                                            etp shard), written for that layout\n"
           "       meshckpt export DIR OUT.h5 [--dtype fp32|bf16]\n"
           "                                            the model alone, one plain HDF5 file\n"
           "       meshckpt export DIR OUTDIR --format hf [--dtype fp32|bf16]\n"
@@ -613,21 +615,35 @@ static int cmd_diff(ckpt *a, ckpt *b, double rtol) {
 
 typedef struct {
   const char *mode;
-  int param_dtype, optim_dtype, params_only, target_tp, target_pp;
+  int param_dtype, optim_dtype, params_only, target_tp, target_pp, target_ep, target_etp;
   double buffer_mb;
   const char *test_crash;
 } convert_args;
 
-/* The registries of a target layout (tp x pp ranks, tp fastest) for the GPT
- * the checkpoint's root attributes describe. */
-static int target_registries(const ckpt *c, int tp, int pp, mt_registry **out, mt_err *e) {
+/* The registries of a target layout (mt_ckpt_target_ranks of them: each
+ * stage's tp x dp ranks with dp the fewest that hold ep x etp, tp fastest)
+ * for the GPT the checkpoint's root attributes describe. */
+static int target_registries(const ckpt *c, int tp, int pp, int ep, int etp, mt_registry **out,
+                             mt_err *e) {
   mt_model_shape shape = {.n_layer = (int)c->meta.n_layer, .n_embd = (int)c->meta.n_embd,
                           .n_head = (int)c->meta.n_head, .seq_len = (int)c->meta.seq_len,
-                          .vocab = (int)c->meta.vocab};
+                          .vocab = (int)c->meta.vocab, .moe_experts = (int)c->meta.moe_experts,
+                          .moe_topk = (int)c->meta.moe_topk, .moe_every = (int)c->meta.moe_every,
+                          .moe_ffn = (int)c->meta.moe_ffn, .moe_shared = (int)c->meta.moe_shared};
   shape.vocab_padded = mt_model_pad_vocab(shape.vocab, tp);
-  if (c->meta.moe_experts > 0) {
-    mt_err_set(e, "--target: re-chunking a MoE checkpoint (%lld experts) is not supported yet; "
-                  "it loads under any layout as it is", (long long)c->meta.moe_experts);
+  *out = NULL;
+  if (shape.moe_experts == 0 && (ep > 1 || etp > 1)) {
+    mt_err_set(e, "--target ep=%d,etp=%d: the checkpoint has no experts (a dense model)", ep, etp);
+    return -1;
+  }
+  if (shape.moe_experts > 0 && shape.moe_experts % ep != 0) {
+    mt_err_set(e, "--target ep=%d does not divide the checkpoint's %d experts", ep,
+               shape.moe_experts);
+    return -1;
+  }
+  if (shape.moe_experts > 0 && shape.moe_ffn % etp != 0) {
+    mt_err_set(e, "--target etp=%d does not divide the experts' hidden size %d (moe_ffn)", etp,
+               shape.moe_ffn);
     return -1;
   }
   if (pp > shape.n_layer) {
@@ -640,14 +656,21 @@ static int target_registries(const ckpt *c, int tp, int pp, mt_registry **out, m
     mt_registry_stage_layers(shape.n_layer, pp, 1, NULL, s, &l0, &l1);
     for (int l = l0; l < l1; l++) stage_of_layer[l] = s;
   }
-  mt_registry *regs = mt_calloc((size_t)(tp * pp), sizeof *regs);
+  const int n = mt_ckpt_target_stage_ranks(tp, ep, etp), world = n * pp;
+  mt_registry *regs = mt_calloc((size_t)world, sizeof *regs);
   mt_err why = {0};
   int rc = 0;
-  for (int w = 0; w < tp * pp && rc == 0; w++) {
-    mt_registry_init(&regs[w], tp, w % tp);
-    if (mt_gpt_register(&regs[w], &shape, tp, w % tp, 0, &why) != 0 ||
-        (pp > 1 && mt_gpt_register_stages(&regs[w], stage_of_layer, pp - 1, w / tp, &why) != 0)) {
-      mt_err_set(e, "--target tp=%d,pp=%d does not fit the model (%s)", tp, pp, why.msg);
+  for (int w = 0; w < world && rc == 0; w++) {
+    int q = w % n, etp_rank, ep_rank, edp_rank;
+    mt_mesh_fold_coords(q, etp, ep, &etp_rank, &ep_rank, &edp_rank);
+    mt_gpt_layout lay = {.tp_size = tp, .tp_rank = q % tp, .sp = 0, .n_layer = shape.n_layer,
+                         .stage_of_layer = pp > 1 ? stage_of_layer : NULL, .pp_last = pp - 1,
+                         .pp_rank = w / n, .ep_size = ep, .ep_rank = ep_rank, .etp_size = etp,
+                         .etp_rank = etp_rank};
+    char moe[64] = "";
+    if (shape.moe_experts > 0) snprintf(moe, sizeof moe, ",ep=%d,etp=%d", ep, etp);
+    if (mt_gpt_register_layout(&regs[w], &shape, &lay, &why) != 0) {
+      mt_err_set(e, "--target tp=%d,pp=%d%s does not fit the model (%s)", tp, pp, moe, why.msg);
       rc = -1;
     }
   }
@@ -659,7 +682,9 @@ static int target_registries(const ckpt *c, int tp, int pp, mt_registry **out, m
 static int cmd_convert(ckpt *c, const char *dst, const convert_args *ca) {
   mt_err err = {0};
   mt_registry *targets = NULL;
-  if (ca->target_tp > 0) target_registries(c, ca->target_tp, ca->target_pp, &targets, &err);
+  if (ca->target_tp > 0)
+    target_registries(c, ca->target_tp, ca->target_pp, ca->target_ep, ca->target_etp, &targets,
+                      &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
   char dir[1024];
   snprintf(dir, sizeof dir, "%s", c->dir);
@@ -667,6 +692,7 @@ static int cmd_convert(ckpt *c, const char *dst, const convert_args *ca) {
   mt_ckpt_convert_opts o = {.mode = ca->mode, .param_dtype = ca->param_dtype,
                             .optim_dtype = ca->optim_dtype, .params_only = ca->params_only,
                             .target_tp = ca->target_tp, .target_pp = ca->target_pp,
+                            .target_ep = ca->target_ep, .target_etp = ca->target_etp,
                             .targets = targets,
                             .buffer_bytes = (size_t)(ca->buffer_mb * 1048576.0),
                             .test_crash = ca->test_crash};
@@ -687,7 +713,10 @@ static int cmd_convert(ckpt *c, const char *dst, const convert_args *ca) {
            st.bytes_read / 1e9 / st.seconds, st.peak_rss_max / 1048576.0,
            st.buffer_bytes / 1048576.0);
   }
-  for (int w = 0; targets && w < ca->target_tp * ca->target_pp; w++) mt_registry_free(&targets[w]);
+  for (int w = 0; targets && w < mt_ckpt_target_ranks(ca->target_tp, ca->target_pp, ca->target_ep,
+                                                     ca->target_etp);
+       w++)
+    mt_registry_free(&targets[w]);
   free(targets);
   return rc ? 1 : 0;
 }
@@ -859,8 +888,12 @@ static int check_only(const char *cmd, const char **pos, const convert_args *ca)
   }
   mt_registry *targets = NULL;
   if (!strcmp(cmd, "convert") && ca->target_tp > 0)
-    target_registries(&a, ca->target_tp, ca->target_pp, &targets, &err);
-  for (int w = 0; targets && w < ca->target_tp * ca->target_pp; w++) mt_registry_free(&targets[w]);
+    target_registries(&a, ca->target_tp, ca->target_pp, ca->target_ep, ca->target_etp, &targets,
+                      &err);
+  for (int w = 0; targets && w < mt_ckpt_target_ranks(ca->target_tp, ca->target_pp, ca->target_ep,
+                                                     ca->target_etp);
+       w++)
+    mt_registry_free(&targets[w]);
   free(targets);
   mt_err_check_all(&err, MPI_COMM_WORLD, "meshckpt");
   if (g_rank == 0)
@@ -886,7 +919,8 @@ int main(int argc, char **argv) {
   const char *dtype = "fp32", *format = NULL, *hints = NULL;
   double rtol = 0;
   convert_args ca = {.mode = "shared", .param_dtype = -1, .optim_dtype = -1, .params_only = 0,
-                     .target_tp = 0, .target_pp = 0, .buffer_mb = 64, .test_crash = "none"};
+                     .target_tp = 0, .target_pp = 0, .target_ep = 1, .target_etp = 1,
+                     .buffer_mb = 64, .test_crash = "none"};
   for (int i = 2; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(arg, "--deep")) deep = 1;
@@ -914,10 +948,21 @@ int main(int argc, char **argv) {
         mt_err_set(&err, "--format: '%s' is not hf or h5", format);
     } else if (!strcmp(arg, "--target") && val) {
       i++;
-      char extra;
-      if (sscanf(val, "tp=%d,pp=%d%c", &ca.target_tp, &ca.target_pp, &extra) != 2 ||
+      /* tp=N,pp=M and, for a MoE checkpoint, optionally ep=E, etp=F */
+      int used = 0;
+      if (sscanf(val, "tp=%d,pp=%d%n", &ca.target_tp, &ca.target_pp, &used) != 2 ||
           ca.target_tp < 1 || ca.target_pp < 1 || ca.target_tp > 4096 || ca.target_pp > 4096)
-        mt_err_set(&err, "--target: '%s' is not tp=N,pp=M (positive)", val);
+        mt_err_set(&err, "--target: '%s' is not tp=N,pp=M[,ep=E][,etp=F] (positive)", val);
+      const char *rest = val + used;
+      if (!err.failed && !strncmp(rest, ",ep=", 4) &&
+          sscanf(rest, ",ep=%d%n", &ca.target_ep, &used) == 1)
+        rest += used;
+      if (!err.failed && !strncmp(rest, ",etp=", 5) &&
+          sscanf(rest, ",etp=%d%n", &ca.target_etp, &used) == 1)
+        rest += used;
+      if (!err.failed && (*rest != '\0' || ca.target_ep < 1 || ca.target_etp < 1 ||
+                          ca.target_ep > 4096 || ca.target_etp > 4096))
+        mt_err_set(&err, "--target: '%s' is not tp=N,pp=M[,ep=E][,etp=F] (positive)", val);
     } else if (!strcmp(arg, "--buffer-mb") && val) {
       ca.buffer_mb = atof(argv[++i]);
       if (!(ca.buffer_mb >= 1)) mt_err_set(&err, "--buffer-mb: '%s' is not a number >= 1", val);

@@ -133,6 +133,12 @@ int mt_ckpt_set_io_hints(const char *spec, mt_err *e);
  * may store parameters (or, when asked, everything) as bfloat16. */
 enum { MT_CKPT_F32 = 0, MT_CKPT_BF16 = 1 };
 
+/* The ranks of a pipeline stage of a target layout: tp x dp with the
+ * fewest dp ranks that hold etp x ep (the least common multiple of tp and
+ * etp x ep; 0 counts as 1); and the writers of a target, stages x that. */
+int mt_ckpt_target_stage_ranks(int tp, int ep, int etp);
+int mt_ckpt_target_ranks(int tp, int pp, int ep, int etp);
+
 /* Offline conversion (meshckpt convert), collective over MPI_COMM_WORLD on
  * any number of ranks: each converts its share of the boxes, streaming, with
  * at most buffer_bytes of tensor data in memory per rank. */
@@ -144,9 +150,15 @@ typedef struct {
   /* a layout hint: the boxes become the tp shards of tp = target_tp, each
    * written by its target rank (per-writer: one shard file per target rank),
    * the datasets of a pipeline stage together (shared); 0 = keep the
-   * source's boxes. targets: target_tp * target_pp registries (tp fastest)
-   * with their pp stages set, made by the caller from the model. */
-  int target_tp, target_pp;
+   * source's boxes. A MoE model's experts become the shards of target_ep x
+   * target_etp (0: 1), each written once (by the expert-data-parallel rank
+   * 0 of its shard). Writer
+   * w at stage w / n, place q = w % n (n = mt_ckpt_target_stage_ranks;
+   * targets: mt_ckpt_target_ranks of them):
+   * tp rank q % target_tp, dp rank q / target_tp, folded etp, ep, edp
+   * ranks of q (mt_mesh_fold_coords); with their pp stages set, made by
+   * the caller from the model. */
+  int target_tp, target_pp, target_ep, target_etp;
   const mt_registry *targets;
   size_t buffer_bytes;    /* per rank; at least 1 MiB */
   const char *test_crash; /* "none" | "write": rank 0 kills itself halfway (tests) */

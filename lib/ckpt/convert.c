@@ -100,28 +100,48 @@ static int plan_as_source(const mt_ckpt_source *s, int groups, const int64_t *sr
   return 0;
 }
 
-/* The target layout's shards: writer w = pp stage * tp + tp rank (the rank
- * order tp, cp, dp, pp with dp = cp = 1) writes, of each tensor its stage
- * owns, its tp shard (a box per fused block; padding rows left out), and the
- * tensors replicated over tp on tp rank 0. */
+static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+int mt_ckpt_target_stage_ranks(int tp, int ep, int etp) {
+  tp = tp > 0 ? tp : 1;
+  int f = (ep > 0 ? ep : 1) * (etp > 0 ? etp : 1);
+  return tp / gcd(tp, f) * f;
+}
+
+int mt_ckpt_target_ranks(int tp, int pp, int ep, int etp) {
+  return mt_ckpt_target_stage_ranks(tp, ep, etp) * (pp > 0 ? pp : 1);
+}
+
+/* The target layout's shards: writer w = pp stage * n + place q in the
+ * stage (the rank order tp, cp, dp, pp with cp = 1: tp rank q % tp, dp
+ * rank q / tp; q folded into etp, ep, edp for the experts) writes, of each
+ * tensor its stage owns: a dense tensor's tp shard on dp rank 0 (a box per
+ * fused block; padding rows left out; a tensor replicated over tp on tp
+ * rank 0), an expert tensor's ep x etp shard on edp rank 0. */
 static int plan_target(const mt_ckpt_source *s, const mt_ckpt_convert_opts *o, int groups,
                        out_plan *p, mt_err *e) {
   int T = o->target_tp, P = o->target_pp;
-  p->world = T * P;
+  int ep = o->target_ep > 0 ? o->target_ep : 1, etp = o->target_etp > 0 ? o->target_etp : 1;
+  int n = mt_ckpt_target_stage_ranks(T, ep, etp);
+  p->world = n * P;
   p->layout = mt_calloc((size_t)p->world * 5 + 1, sizeof(int64_t));
   mt_ckpt_boxes bx = {0};
   int rc = 0;
   for (int w = 0; w < p->world && rc == 0; w++) {
     const mt_registry *reg = &o->targets[w];
-    int tp_rank = w % T, stage = w / T;
-    int64_t coords[5] = {w, tp_rank, 0, 0, stage};
+    int q = w % n, stage = w / n, tp_rank = q % T, dp_rank = q / T;
+    int etp_rank, ep_rank, edp_rank;
+    mt_mesh_fold_coords(q, etp, ep, &etp_rank, &ep_rank, &edp_rank);
+    int64_t coords[5] = {w, tp_rank, 0, dp_rank, stage};
     memcpy(&p->layout[w * 5], coords, sizeof coords);
     for (int g = 0; g < groups && rc == 0; g++)
       for (int i = 0; i < reg->n && rc == 0; i++) {
         const mt_tensor *t = &reg->t[i];
         int owner = t->pp_stage < 0 ? 0 : t->pp_stage;
         int sharded = t->tp.kind == MT_PLACE_SHARDED && T > 1;
-        if (owner != stage || (!sharded && tp_rank != 0)) continue;
+        int writes = t->group == MT_GROUP_EDP ? edp_rank == 0
+                                              : dp_rank == 0 && (sharded || tp_rank == 0);
+        if (owner != stage || !writes) continue;
         int ti = -1;
         for (int k = 0; k < s->tt.n && ti < 0; k++)
           if (!strcmp(s->tt.names[k], t->name)) ti = k;
@@ -569,11 +589,12 @@ int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_con
         /* a stage's datasets together, stage by stage: each stage reads one extent */
         order = mt_calloc((size_t)(groups * reg.n) + 1, sizeof(int));
         int k = 0;
+        const int per_stage = mt_ckpt_target_stage_ranks(o->target_tp, o->target_ep, o->target_etp);
         for (int stage = 0; stage < o->target_pp; stage++)
           for (int g = 0; g < groups; g++)
             for (int i = 0; i < reg.n; i++) {
-              int ti = mt_registry_find(&o->targets[stage * o->target_tp], reg.t[i].name);
-              int ps = ti >= 0 ? o->targets[stage * o->target_tp].t[ti].pp_stage : 0;
+              int ti = mt_registry_find(&o->targets[stage * per_stage], reg.t[i].name);
+              int ps = ti >= 0 ? o->targets[stage * per_stage].t[ti].pp_stage : 0;
               if ((ps < 0 ? 0 : ps) == stage) order[k++] = g * reg.n + i;
             }
         fo.order = k == groups * reg.n ? order : NULL;
