@@ -17,6 +17,11 @@ target_link_libraries(gpu_moe_ops PRIVATE ${MT_ALL_LIBS})
 set_target_properties(gpu_moe_ops PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 mt_script_test(moe_ops gpu ops.sh gpu_moe_ops)
 mt_script_test(train_moe gpu train_moe.sh)
+# the ops at the edges of their shapes (C 1..33, every head size, V = 1)
+add_executable(gpu_edges ${CMAKE_CURRENT_LIST_DIR}/gpu_edges.c)
+target_link_libraries(gpu_edges PRIVATE ${MT_ALL_LIBS})
+set_target_properties(gpu_edges PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+mt_script_test(edges gpu ops.sh gpu_edges)
 
 # bad input about devices, on any machine (badinput: also under ASan)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
@@ -25,3 +30,6 @@ mt_script_test(bf16_on_cpu badinput ../scripts/expect_fail.sh bf16_on_cpu 2
 mt_script_test(bad_device badinput ../scripts/expect_fail.sh bad_device 1
   "train.device: 'gpu' is not one of cpu.cuda.auto" ${T} --set train.device=gpu)
 mt_script_test(cuda_without_gpu badinput no_gpu.sh)
+
+# the same GPU tests on the host execution model of CUDA (-DMT_CUDA_EMU=ON)
+include(${CMAKE_CURRENT_LIST_DIR}/emu/tests.cmake)

@@ -5,7 +5,7 @@
 # converts (per-writer, bf16) with its experts' splits kept, and converts
 # for a target layout (--target tp=2,pp=2,ep=2: one shard file per target
 # rank, the experts in ep shards) that a tp = 2 x pp = 2 x ep = 2 run
-# resumes to step 18; a target the experts cannot be split to is refused
+# resumes to step 18, and for tp = 2 x etp = 2 (verifies); a target the experts cannot be split to is refused
 # (one line, exit 2, nothing written). Every step of every part equals an
 # uninterrupted one-rank run of 18 steps within 1e-5.
 # meshckpt verify accepts each checkpoint and meshckpt inspect shows the MoE
@@ -38,6 +38,13 @@ mt_mpirun 2 "$MT_BIN/meshckpt" convert "$WORK/ep4/checkpoints" "$WORK/tgtconv" -
   --target tp=2,pp=2,ep=2 > "$WORK/tgtconv.txt" 2>&1 || { cat "$WORK/tgtconv.txt"; fail "convert --target"; }
 [ "$(ls "$WORK/tgtconv/step_6" | grep -c '^shard-0000[0-3].h5$')" -eq 4 ] || fail "convert --target: not 4 shard files"
 "$MT_BIN/meshckpt" verify "$WORK/tgtconv" > "$WORK/verifyt.txt" || { cat "$WORK/verifyt.txt"; fail "verify --target"; }
+# experts split inside (etp = 2): the down projection's bias, replicated
+# over etp, is written once (by etp rank 0), so the converted checkpoint
+# passes the overlap check before the commit and verifies; pp as written
+"$MT_BIN/meshckpt" convert "$WORK/ep4/checkpoints" "$WORK/etpconv" --target tp=2,etp=2 \
+  > "$WORK/etpconv.txt" 2>&1 || { cat "$WORK/etpconv.txt"; fail "convert --target tp=2,etp=2"; }
+grep -q "laid out for tp=2 pp=1 ep=1 etp=2" "$WORK/etpconv.txt" || { cat "$WORK/etpconv.txt"; fail "convert --target tp=2,etp=2: layout"; }
+"$MT_BIN/meshckpt" verify "$WORK/etpconv" > "$WORK/verifye.txt" || { cat "$WORK/verifye.txt"; fail "verify --target tp=2,etp=2"; }
 for t in "tp=1,pp=1,ep=3:--target ep=3 does not divide the checkpoint's 4 experts" \
          "tp=2,pp=1,ep=2,etp=3:--target etp=3 does not divide the experts' hidden size 128"; do
   set +e; "$MT_BIN/meshckpt" convert "$WORK/ep4/checkpoints" "$WORK/badtgt" --target "${t%%:*}" \
