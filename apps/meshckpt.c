@@ -32,7 +32,8 @@ static void usage(FILE *f) {
           "       meshckpt diff DIR_A DIR_B            per-tensor max abs/rel difference\n"
           "       meshckpt diff DIR_A DIR_B --rtol X   values within X (relative) count as equal\n"
           "       meshckpt convert DIR OUTROOT [--mode shared|per-writer] [--dtype fp32|bf16]\n"
-          "                [--optim-dtype fp32|bf16] [--params-only] [--target tp=N[,pp=M]]\n"
+          "                [--optim-dtype fp32|bf16] [--params-only]\n"
+          "                [--target tp=N[,pp=M][,ep=E][,etp=F]]\n"
           "                [--buffer-mb B]             rewrite into OUTROOT/step_<N> (committed\n"
           "                                            atomically), streaming: at most B MiB of\n"
           "                                            tensor data per rank (default 64); under\n"
@@ -40,9 +41,11 @@ static void usage(FILE *f) {
           "                                            --dtype: the parameters (the optimizer\n"
           "                                            state stays as stored unless\n"
           "                                            --optim-dtype); --target: one box per\n"
-          "                                            tp shard, written for that layout (tp=N\n"
+          "                                            tp shard (a MoE model's experts: per ep x\n"
+          "                                            etp shard), written for that layout (tp=N\n"
           "                                            or pp=M alone: the other as the\n"
-          "                                            checkpoint was laid out)\n"
+          "                                            checkpoint was laid out; ep, etp: 1 when\n"
+          "                                            not given)\n"
           "       meshckpt export DIR OUT.h5 [--dtype fp32|bf16]\n"
           "                                            the model alone, one plain HDF5 file\n"
           "       meshckpt export DIR OUTDIR --format hf [--dtype fp32|bf16]\n"
@@ -98,19 +101,29 @@ static int model_of_meta(const mt_ckpt_meta *m, mt_registry *reg, char *msg, siz
   return -1;
 }
 
-/* The registries of a target layout (tp x pp ranks, tp fastest) for the GPT
- * the checkpoint's root attributes describe. */
-static int target_registries(const mt_ckpt_meta *m, int tp, int pp, mt_registry **out,
-                             mt_err *e) {
+/* The registries of a target layout (mt_ckpt_target_ranks of them: each
+ * stage's tp x dp ranks with dp the fewest that hold ep x etp, tp fastest)
+ * for the GPT the checkpoint's root attributes describe. */
+static int target_registries(const mt_ckpt_meta *m, int tp, int pp, int ep, int etp,
+                             mt_registry **out, mt_err *e) {
   *out = NULL;
   mt_model_shape shape;
-  if (m->moe_experts > 0) {
-    mt_err_set(e, "--target: re-chunking a MoE checkpoint (%lld experts) is not supported yet; "
-                  "it loads under any layout as it is", (long long)m->moe_experts);
-    return -1;
-  }
   if (shape_of(m, &shape, tp) != 0) {
     mt_err_set(e, "--target: the checkpoint's model has sizes beyond 2^31");
+    return -1;
+  }
+  if (shape.moe_experts == 0 && (ep > 1 || etp > 1)) {
+    mt_err_set(e, "--target ep=%d,etp=%d: the checkpoint has no experts (a dense model)", ep, etp);
+    return -1;
+  }
+  if (shape.moe_experts > 0 && shape.moe_experts % ep != 0) {
+    mt_err_set(e, "--target ep=%d does not divide the checkpoint's %d experts", ep,
+               shape.moe_experts);
+    return -1;
+  }
+  if (shape.moe_experts > 0 && shape.moe_ffn % etp != 0) {
+    mt_err_set(e, "--target etp=%d does not divide the experts' hidden size %d (moe_ffn)", etp,
+               shape.moe_ffn);
     return -1;
   }
   if (pp > shape.n_layer) {
@@ -123,20 +136,33 @@ static int target_registries(const mt_ckpt_meta *m, int tp, int pp, mt_registry 
     mt_registry_stage_layers(shape.n_layer, pp, 1, NULL, s, &l0, &l1);
     for (int l = l0; l < l1; l++) stage_of_layer[l] = s;
   }
-  mt_registry *regs = mt_calloc((size_t)(tp * pp), sizeof *regs);
+  const int n = mt_ckpt_target_stage_ranks(tp, ep, etp), world = n * pp;
+  mt_registry *regs = mt_calloc((size_t)world, sizeof *regs);
   int rc = 0;
-  for (int w = 0; w < tp * pp && rc == 0; w++) {
+  for (int w = 0; w < world && rc == 0; w++) {
     mt_err why = {0};
-    mt_registry_init(&regs[w], tp, w % tp);
-    if (mt_gpt_register(&regs[w], &shape, tp, w % tp, 0, &why) != 0 ||
-        (pp > 1 && mt_gpt_register_stages(&regs[w], stage_of_layer, pp - 1, w / tp, &why) != 0)) {
-      mt_err_set(e, "--target tp=%d,pp=%d does not fit the model (%s)", tp, pp, why.msg);
+    int q = w % n, etp_rank, ep_rank, edp_rank;
+    mt_mesh_fold_coords(q, etp, ep, &etp_rank, &ep_rank, &edp_rank);
+    mt_gpt_layout lay = {.tp_size = tp, .tp_rank = q % tp, .sp = 0, .n_layer = shape.n_layer,
+                         .stage_of_layer = pp > 1 ? stage_of_layer : NULL, .pp_last = pp - 1,
+                         .pp_rank = w / n, .ep_size = ep, .ep_rank = ep_rank, .etp_size = etp,
+                         .etp_rank = etp_rank};
+    char moe[64] = "";
+    if (shape.moe_experts > 0) snprintf(moe, sizeof moe, ",ep=%d,etp=%d", ep, etp);
+    if (mt_gpt_register_layout(&regs[w], &shape, &lay, &why) != 0) {
+      mt_err_set(e, "--target tp=%d,pp=%d%s does not fit the model (%s)", tp, pp, moe, why.msg);
       rc = -1;
     }
   }
   free(stage_of_layer);
   *out = regs;
   return rc;
+}
+
+static void free_targets(mt_registry *targets, int tp, int pp, int ep, int etp) {
+  for (int w = 0; targets && w < mt_ckpt_target_ranks(tp, pp, ep, etp); w++)
+    mt_registry_free(&targets[w]);
+  free(targets);
 }
 
 /* ------------------------------------------------------------------ */
@@ -163,20 +189,26 @@ static int ranks(void) {
   return n;
 }
 
-/* "tp=N", "pp=M" or both (either order) into tp, pp (0: not given) */
-static int parse_target(const char *v, int *tp, int *pp) {
-  *tp = *pp = 0;
+/* "tp=N", "pp=M", "ep=E", "etp=F", comma-separated in any order, at
+ * least one of them, into tp, pp, ep, etp (0: not given) */
+static int parse_target(const char *v, int *tp, int *pp, int *ep, int *etp) {
+  *tp = *pp = *ep = *etp = 0;
   char buf[64];
   if (strlen(v) >= sizeof buf) return -1;
   snprintf(buf, sizeof buf, "%s", v);
   for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
     int n = 0;
     char extra;
-    int *slot = !strncmp(kv, "tp=", 3) ? tp : !strncmp(kv, "pp=", 3) ? pp : NULL;
-    if (!slot || *slot || sscanf(kv + 3, "%d%c", &n, &extra) != 1 || n < 1 || n > 4096) return -1;
+    int *slot = !strncmp(kv, "tp=", 3)    ? tp
+                : !strncmp(kv, "pp=", 3)  ? pp
+                : !strncmp(kv, "ep=", 3)  ? ep
+                : !strncmp(kv, "etp=", 4) ? etp
+                                          : NULL;
+    const char *num = strchr(kv, '=') + 1;
+    if (!slot || *slot || sscanf(num, "%d%c", &n, &extra) != 1 || n < 1 || n > 4096) return -1;
     *slot = n;
   }
-  return *tp || *pp ? 0 : -1;
+  return *tp || *pp || *ep || *etp ? 0 : -1;
 }
 
 static int cmd_convert(const args *a) {
@@ -186,28 +218,33 @@ static int cmd_convert(const args *a) {
   char dir[1024];
   if (mt_ckpt_find(a->pos[0], dir, sizeof dir, &err) != 0) return failed(&err);
   if (a->target) {
-    int tp = 0, pp = 0;
-    parse_target(a->target, &tp, &pp); /* checked with the options */
+    int tp = 0, pp = 0, ep = 0, etp = 0;
+    parse_target(a->target, &tp, &pp, &ep, &etp); /* checked with the options */
     mt_ckpt_meta m;
     char again[1024];
     if (mt_ckpt_read_meta_of(dir, again, sizeof again, &m, &err) == 0) {
-      /* what is not given stays as the checkpoint is laid out */
+      /* what is not given stays as the checkpoint is laid out (the experts:
+       * ep = etp = 1) */
       o.target_tp = tp ? tp : (int)(m.target_tp > 0 ? m.target_tp : m.tp);
       o.target_pp = pp ? pp : (int)(m.target_tp > 0 ? m.target_pp : m.pp);
-      target_registries(&m, o.target_tp, o.target_pp, &targets, &err);
+      o.target_ep = ep ? ep : 1;
+      o.target_etp = etp ? etp : 1;
+      target_registries(&m, o.target_tp, o.target_pp, o.target_ep, o.target_etp, &targets, &err);
       o.targets = targets;
     }
     mt_err_agree(&err, MPI_COMM_WORLD);
   }
   mt_ckpt_convert_stats st;
   int rc = err.failed ? -1 : mt_ckpt_convert(dir, a->pos[1], &o, &st, &err);
-  for (int w = 0; targets && w < o.target_tp * o.target_pp; w++) mt_registry_free(&targets[w]);
-  free(targets);
+  free_targets(targets, o.target_tp, o.target_pp, o.target_ep, o.target_etp);
   if (rc != 0) return failed(&err);
   if (g_rank == 0) {
     char layout[64] = "";
-    if (o.target_tp > 0) snprintf(layout, sizeof layout, ", laid out for tp=%d pp=%d", o.target_tp,
-                                  o.target_pp);
+    if (o.target_tp > 0 && (o.target_ep > 1 || o.target_etp > 1))
+      snprintf(layout, sizeof layout, ", laid out for tp=%d pp=%d ep=%d etp=%d", o.target_tp,
+               o.target_pp, o.target_ep, o.target_etp);
+    else if (o.target_tp > 0)
+      snprintf(layout, sizeof layout, ", laid out for tp=%d pp=%d", o.target_tp, o.target_pp);
     printf("convert: %s -> %s/step_%lld (%s, parameters %s, %s, %lld boxes%s)\n", dir,
            a->pos[1], (long long)st.step, o.mode, st.param_dtype == MT_CKPT_BF16 ? "bf16" : "fp32",
            st.groups == 1 ? "no optimizer state"
@@ -274,14 +311,15 @@ static int check_only(const args *a) {
   if (!err.failed && !strcmp(a->cmd, "diff"))
     mt_ckpt_read_meta_of(a->pos[1], other, sizeof other, &mb, &err);
   if (!err.failed && a->target) {
-    int tp = 0, pp = 0;
-    parse_target(a->target, &tp, &pp); /* checked with the options */
+    int tp = 0, pp = 0, ep = 0, etp = 0;
+    parse_target(a->target, &tp, &pp, &ep, &etp); /* checked with the options */
     tp = tp ? tp : (int)(m.target_tp > 0 ? m.target_tp : m.tp);
     pp = pp ? pp : (int)(m.target_tp > 0 ? m.target_pp : m.pp);
+    ep = ep ? ep : 1;
+    etp = etp ? etp : 1;
     mt_registry *targets = NULL;
-    target_registries(&m, tp, pp, &targets, &err);
-    for (int w = 0; targets && w < tp * pp; w++) mt_registry_free(&targets[w]);
-    free(targets);
+    target_registries(&m, tp, pp, ep, etp, &targets, &err);
+    free_targets(targets, tp, pp, ep, etp);
   }
   if (mt_err_agree(&err, MPI_COMM_WORLD)) return failed(&err);
   if (g_rank == 0)
@@ -360,10 +398,13 @@ static void parse(int argc, char **argv, args *a, mt_err *e) {
       if (strcmp(val, "hf") && strcmp(val, "h5"))
         mt_err_set(e, "--format: '%s' is not hf or h5", val);
     } else if (!strcmp(arg, "--target") && val) {
-      int tp, pp;
+      int tp, pp, ep, etp;
       a->target = argv[++i];
-      if (parse_target(val, &tp, &pp) != 0)
-        mt_err_set(e, "--target: '%s' is not tp=N, pp=M or tp=N,pp=M (positive)", val);
+      if (parse_target(val, &tp, &pp, &ep, &etp) != 0)
+        mt_err_set(e,
+                   "--target: '%s' is not tp=N, pp=M or tp=N,pp=M (positive; a MoE checkpoint "
+                   "also ep=E, etp=F)",
+                   val);
     } else if (!strcmp(arg, "--buffer-mb") && val) {
       double mb = atof(argv[++i]);
       if (!(mb >= 1)) mt_err_set(e, "--buffer-mb: '%s' is not a number >= 1", val);

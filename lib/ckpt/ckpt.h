@@ -53,6 +53,12 @@ typedef struct {
    * that wrote it */
   int64_t moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   int64_t ep, etp;
+  /* for a save only (a load leaves it NULL; read it with
+   * mt_ckpt_load_moe_bias): the routing bias of aux-loss-free MoE balancing,
+   * moe_bias_rows (the MoE blocks) x moe_experts floats, the same on every
+   * rank and layout; NULL: none (the dataset is left out) */
+  const float *moe_bias;
+  int64_t moe_bias_rows;
   /* format 1.3, informative (not in meta_xxh64): the layout a conversion
    * laid the boxes out for (meshckpt convert --target), 0 when none */
   int64_t target_tp, target_pp;
@@ -127,6 +133,13 @@ int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
                         const mt_ckpt_state *st, const mt_ckpt_meta *expect, int verify,
                         mt_ckpt_meta *meta_out, mt_err *e);
 
+/* Collective over MPI_COMM_WORLD: the routing bias of aux-loss-free MoE
+ * balancing stored in checkpoint dir (rank 0 reads, every rank receives)
+ * into bias (rows x E). *found = 0 (bias untouched) when the checkpoint has
+ * none (a run balanced otherwise, or written before the bias existed); a
+ * stored bias of another shape is an error naming both shapes. */
+int mt_ckpt_load_moe_bias(const char *dir, float *bias, int64_t rows, int64_t E, int *found,
+                          mt_err *e);
 /* How to load (mt_ckpt_load_with): verify: check every stored box's
  * checksum before any value is used; params_only: group MT_CKPT_MODEL alone
  * (the others neither read nor required: train.init_from);
@@ -151,6 +164,12 @@ int mt_ckpt_set_io_hints(const char *spec, mt_err *e);
  * may store parameters (or, when asked, everything) as bfloat16. */
 enum { MT_CKPT_F32 = 0, MT_CKPT_BF16 = 1 };
 
+/* The ranks of a pipeline stage of a target layout: tp x dp with the
+ * fewest dp ranks that hold etp x ep (the least common multiple of tp and
+ * etp x ep; 0 counts as 1); and the writers of a target, stages x that. */
+int mt_ckpt_target_stage_ranks(int tp, int ep, int etp);
+int mt_ckpt_target_ranks(int tp, int pp, int ep, int etp);
+
 /* Offline conversion (meshckpt convert), collective over MPI_COMM_WORLD on
  * any number of ranks: each converts its share of the boxes, streaming, with
  * at most buffer_bytes of tensor data in memory per rank. */
@@ -162,9 +181,15 @@ typedef struct {
   /* a layout hint: the boxes become the tp shards of tp = target_tp, each
    * written by its target rank (per-writer: one shard file per target rank),
    * the datasets of a pipeline stage together (shared); 0 = keep the
-   * source's boxes. targets: target_tp * target_pp registries (tp fastest)
-   * with their pp stages set, made by the caller from the model. */
-  int target_tp, target_pp;
+   * source's boxes. A MoE model's experts become the shards of target_ep x
+   * target_etp (0: 1), each written once (by the expert-data-parallel rank
+   * 0 of its shard). Writer
+   * w at stage w / n, place q = w % n (n = mt_ckpt_target_stage_ranks;
+   * targets: mt_ckpt_target_ranks of them):
+   * tp rank q % target_tp, dp rank q / target_tp, folded etp, ep, edp
+   * ranks of q (mt_mesh_fold_coords); with their pp stages set, made by
+   * the caller from the model. */
+  int target_tp, target_pp, target_ep, target_etp;
   const mt_registry *targets;
   size_t buffer_bytes;    /* per rank; at least 1 MiB */
   const char *test_crash; /* "none" | "write": rank 0 kills itself halfway (tests) */

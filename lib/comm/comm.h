@@ -78,7 +78,18 @@ typedef struct {
  * its mt_group sits in mt_mesh. Groups of the folded mesh exist once the
  * mesh is folded. The one table (mesh.c) makes both the MPI communicators
  * (mt_mesh_create, mt_mesh_fold) and the NCCL ones (nccl.c). */
-enum { MT_G_TP, MT_G_CP, MT_G_DP, MT_G_PP, MT_G_DP_CP, MT_G_ETP, MT_G_EP, MT_G_EDP, MT_G_N };
+enum {
+  MT_G_TP,
+  MT_G_CP,
+  MT_G_DP,
+  MT_G_PP,
+  MT_G_DP_CP,
+  MT_G_TP_CP,
+  MT_G_ETP,
+  MT_G_EP,
+  MT_G_EDP,
+  MT_G_N
+};
 typedef struct {
   int id;           /* MT_G_*: its place in the table */
   const char *name;
@@ -92,6 +103,8 @@ typedef struct {
   int tp_rank, cp_rank, dp_rank, pp_rank;
   mt_group world, tp_g, cp_g, dp_g, pp_g;
   mt_group dpcp_g;                /* dp x cp: gradients, ZeRO shards, the loss */
+  mt_group tpcp_g;                /* tp x cp: the ranks holding pieces of the same sequences
+                                     (rank tp_rank + tp x cp_rank; MoE routing counts) */
   mt_group node;                  /* the ranks sharing this node's memory */
   /* the folded mesh of MoE layers over the tp x cp x dp ranks of one stage
    * (mt_mesh_fold; etp = ep = 1 and no groups until then) */

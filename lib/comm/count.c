@@ -75,6 +75,7 @@ int mt_mesh_count(mt_mesh *m, int tp, int cp, int dp, int pp, int world_rank, in
   count_group(&m->dp_g, "dp", dp, m->dp_rank, world_rank, tp * cp);
   count_group(&m->pp_g, "pp", pp, m->pp_rank, world_rank, n);
   count_group(&m->dpcp_g, "dp_cp", dp * cp, m->cp_rank + cp * m->dp_rank, world_rank, tp);
+  count_group(&m->tpcp_g, "tp_cp", tp * cp, m->tp_rank + tp * m->cp_rank, world_rank, 1);
   count_group(&m->node, "node", 1, 0, world_rank, 1);
   /* the folded mesh of the stage's tp x cp x dp ranks */
   m->etp = etp;

@@ -21,6 +21,9 @@ static const mt_group_desc g_groups[] = {
     {MT_G_PP, "pp", MT_AX_PP, offsetof(mt_mesh, pp_g)},
     /* gradients, ZeRO shards and the loss: rank cp_rank + cp * dp_rank */
     {MT_G_DP_CP, "dp_cp", MT_AX_CP | MT_AX_DP, offsetof(mt_mesh, dpcp_g)},
+    /* the ranks holding pieces of the same sequences (the MoE router's
+     * per-sequence counts): rank tp_rank + tp * cp_rank */
+    {MT_G_TP_CP, "tp_cp", MT_AX_TP | MT_AX_CP, offsetof(mt_mesh, tpcp_g)},
     {MT_G_ETP, "etp", MT_AX_ETP, offsetof(mt_mesh, etp_g)},
     {MT_G_EP, "ep", MT_AX_EP, offsetof(mt_mesh, ep_g)},
     {MT_G_EDP, "edp", MT_AX_EDP, offsetof(mt_mesh, edp_g)},
@@ -221,7 +224,7 @@ int mt_mesh_fold(mt_mesh *m, int etp, int ep, mt_err *e) {
 }
 
 void mt_mesh_destroy(mt_mesh *m) {
-  mt_group *gs[] = {&m->tp_g, &m->cp_g,  &m->dp_g, &m->pp_g,  &m->dpcp_g,
+  mt_group *gs[] = {&m->tp_g,  &m->cp_g, &m->dp_g,  &m->pp_g, &m->dpcp_g, &m->tpcp_g,
                     &m->world, &m->node, &m->etp_g, &m->ep_g, &m->edp_g};
   for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
     if (gs[i]->comm != MPI_COMM_NULL && gs[i]->comm != 0) MPI_Comm_free(&gs[i]->comm);
@@ -234,7 +237,7 @@ void mt_group_reset_counters(mt_group *g) {
 }
 
 void mt_mesh_set_virtual(mt_mesh *m) {
-  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g, &m->dpcp_g, &m->world,
-                    &m->etp_g, &m->ep_g, &m->edp_g};
+  mt_group *gs[] = {&m->tp_g,  &m->cp_g, &m->dp_g,  &m->pp_g, &m->dpcp_g,
+                    &m->tpcp_g, &m->world, &m->etp_g, &m->ep_g, &m->edp_g};
   for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++) gs[i]->backend = MT_COMM_VIRTUAL;
 }

@@ -181,9 +181,12 @@ typedef struct {
   int overlap_dp; /* [parallel] overlap_dp (bool): dp reduction during the last backward */
   /* Mixture-of-Experts: [model] moe_experts (0 = dense), moe_topk, moe_every,
    * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless);
-   * [train] moe_aux_coef, moe_z_coef; [parallel] ep, etp (the folded mesh) */
+   * [train] moe_aux_coef, moe_z_coef, moe_balance (aux | bias | none: how the
+   * experts' load is balanced), moe_bias_rate (the bias step of aux-loss-free
+   * balancing); [parallel] ep, etp (the folded mesh) */
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
-  double moe_capacity, moe_aux_coef, moe_z_coef;
+  double moe_capacity, moe_aux_coef, moe_z_coef, moe_bias_rate;
+  char moe_balance[MT_CFG_STR_MAX];
   int ep, etp;
 } mt_config;
 

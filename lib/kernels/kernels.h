@@ -189,11 +189,13 @@ typedef struct mt_ops {
    * Index arrays (idx, slot, top_idx) live in backend memory; the grouped
    * GEMM's group offsets in host memory (they decide the launches). ---- */
   /* probs (N,E) = softmax of each row of logits (N,E), lse (N) its
-   * log-sum-exp; top_idx (N,k) the k most probable experts, most probable
-   * first (ties: the lower index first); top_w (N,k) their probabilities
-   * divided by the sum of the k. */
+   * log-sum-exp; top_idx (N,k) the k experts of the largest probs[e] +
+   * bias[e], largest first (ties: the lower index first); top_w (N,k) their
+   * probabilities (without the bias) divided by the sum of the k. bias (E)
+   * or NULL (zeros): the load-balancing bias of aux-loss-free routing, which
+   * moves the choice only (DeepSeek-V3). */
   void (*moe_router_forward)(float *probs, float *lse, int *top_idx, float *top_w,
-                             const float *logits, int N, int E, int k);
+                             const float *logits, const float *bias, int N, int E, int k);
   /* dlogits (N,E) WRITES the gradient of the logits from: dtop_w (N,k), the
    * loss's gradient with respect to top_w; aux_grad (N/rows_per_seq, E) or
    * NULL, the gradient with respect to probs of row n, aux_grad[n /

@@ -87,6 +87,17 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     PIECE(moe_g, Lm * rows * Fe);
     PIECE(moe_ys, Lm * send * C);
   }
+  /* a split backward's expert gradients, kept from the input pass to the
+   * weight pass (under recompute too: the weight pass recomputes the rest) */
+  size_t Ld = kind == MT_SET_KEPT && m->split_backward && m->moe.n_blocks > 0
+                  ? (size_t)m->moe_window_of[n_layers] : 0;
+  if (Ld > 0) {
+    size_t send, recv, rows;
+    mt_ep_bounds(m->moe.E, m->moe.k, m->moe.ep_size, m->moe.etp_size, m->T,
+                 m->shape.moe_capacity, B, m->moe.Ts, &send, &recv, &rows);
+    PIECE(moe_dy, Ld * rows * C);
+    PIECE(moe_dh, Ld * rows * (size_t)m->moe.Fe_local);
+  }
 #undef PIECE
 #undef IPIECE
   return k;
@@ -178,6 +189,12 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
     o->h = w->moe_h + mi * rows * Fe;
     o->g = w->moe_g + mi * rows * Fe;
     o->ys = w->moe_ys + mi * send * C;
+    if (m->split_backward && a->moe_dy) { /* the kept set's slot, also under recompute */
+      const size_t mk = (size_t)(mt_model_moe_before(&m->shape, l) -
+                                 mt_model_moe_before(&m->shape, l0));
+      o->dy = a->moe_dy + mk * rows * C;
+      o->dh = a->moe_dh + mk * rows * Fe;
+    }
   }
   return x;
 }

@@ -35,7 +35,12 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const float *
 void mt_block_recompute(mt_gpt *m, int l, const float *x0, const mt_layer_acts *x, int B) {
   mt_layer_acts r = *x;
   r.res3 = m->ws.residual3;
+  /* a MoE block routes again as it did (same input, same bias: the same
+   * choices and dispatch); its routing was counted by the forward */
+  int stats = m->moe.stats_on;
+  m->moe.stats_on = 0;
   mt_block_forward(m, l, &m->p.blocks[l], x0, &r, B);
+  m->moe.stats_on = stats;
 }
 
 /* A row-parallel linear's backward from the block's residual-stream
@@ -75,7 +80,7 @@ void mt_block_backward(mt_gpt *m, int l, const float *x0, const mt_layer_acts *x
     dln = mt_linear_col_backward(tp, dpart, g->fc_w, g->fc_b, dfch, input_only ? NULL : x->ln2,
                                  w->fc_w, B, Fl);
   }
-  if (x->is_moe) dln = mt_moe_block_backward(m, l, x, dres, dln, dpart, dloss, B);
+  if (x->is_moe) dln = mt_moe_block_backward(m, l, x, dres, dln, dpart, dloss, input_only, B);
   o->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w, x->ln2_mean,
                         x->ln2_rstd, BTs, C);
   /* attention: dres is now d(residual2) = d(attproj) and flows on to d(input) */
@@ -93,8 +98,11 @@ void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B) {
   const mt_tp *tp = &m->tp;
   const int Cl = m->C_local, Fl = m->mlp_local[l];
   mt_block_tensors *g = &m->g.blocks[l];
-  mt_linear_row_backward_weight(tp, g->fc_proj_w, g->fc_proj_b, x->dy_fcproj, x->fchg, B, Fl);
-  mt_linear_col_backward_weight(tp, g->fc_w, g->fc_b, x->dy_fc, x->ln2, B, Fl);
+  if (x->is_moe) mt_moe_block_backward_weight(m, l, x);
+  if (Fl > 0) { /* a MoE block without shared experts has no MLP */
+    mt_linear_row_backward_weight(tp, g->fc_proj_w, g->fc_proj_b, x->dy_fcproj, x->fchg, B, Fl);
+    mt_linear_col_backward_weight(tp, g->fc_w, g->fc_b, x->dy_fc, x->ln2, B, Fl);
+  }
   mt_linear_row_backward_weight(tp, g->attn_proj_w, g->attn_proj_b, x->dy_attproj, x->atty, B,
                                 Cl);
   mt_linear_col_backward_weight(tp, g->qkv_w, g->qkv_b, x->dy_qkv, x->ln1, B, 3 * Cl);

@@ -139,11 +139,6 @@ static int check_split(const mt_model_shape *shape, const mt_gpt_parallel *par, 
     mt_err_set(e, "tp = %d does not divide n_head = %d", tp_size, shape->n_head);
     return -1;
   }
-  if (shape->moe_experts > 0 && par && (par->recompute || par->split_backward)) {
-    mt_err_set(e, "train.recompute and the zb-h1 schedule are not supported with MoE blocks "
-                  "(model.moe_experts > 0) yet");
-    return -1;
-  }
   return 0;
 }
 
@@ -336,6 +331,47 @@ void mt_gpt_set_moe_loss(mt_gpt *m, float aux_coef, float z_coef) {
   m->moe.z_coef = z_coef;
 }
 
+int mt_moe_balance_parse(const char *s) {
+  return !strcmp(s, "aux") ? MT_MOE_BALANCE_AUX
+         : !strcmp(s, "bias") ? MT_MOE_BALANCE_BIAS
+         : !strcmp(s, "none") ? MT_MOE_BALANCE_NONE : -1;
+}
+
+void mt_gpt_set_moe_balance(mt_gpt *m, int balance, float bias_rate) {
+  m->moe.balance = balance;
+  m->moe.bias_rate = bias_rate;
+}
+
+void mt_gpt_moe_bias_update(mt_gpt *m, const double *tokens) {
+  mt_moe *x = &m->moe;
+  if (x->n_blocks == 0 || x->balance != MT_MOE_BALANCE_BIAS) return;
+  const int E = x->E;
+  for (int b = 0; b < x->n_blocks; b++) {
+    const double *c = tokens + (size_t)b * E;
+    double mean = 0.0;
+    for (int e = 0; e < E; e++) mean += c[e];
+    mean /= E;
+    /* the sign of the error, as DeepSeek-V3: a step of the same size for
+     * every unbalanced expert; counts are integers, so the comparison is
+     * exact and every rank moves alike */
+    for (int e = 0; e < E; e++) {
+      float *bias = &x->bias_host[(size_t)b * E + e];
+      if (c[e] > mean) *bias -= x->bias_rate;
+      else if (c[e] < mean) *bias += x->bias_rate;
+    }
+  }
+  m->ops->upload(x->bias, x->bias_host, (size_t)x->n_blocks * E * sizeof(float));
+}
+
+const float *mt_gpt_moe_bias(const mt_gpt *m) { return m->moe.n_blocks ? m->moe.bias_host : NULL; }
+
+void mt_gpt_moe_set_bias(mt_gpt *m, const float *bias) {
+  mt_moe *x = &m->moe;
+  if (x->n_blocks == 0) return;
+  memcpy(x->bias_host, bias, (size_t)x->n_blocks * x->E * sizeof(float));
+  m->ops->upload(x->bias, x->bias_host, (size_t)x->n_blocks * x->E * sizeof(float));
+}
+
 void mt_gpt_moe_stats(mt_gpt *m, int on) { m->moe.stats_on = on && m->moe.n_blocks > 0; }
 
 void mt_gpt_moe_stats_reset(mt_gpt *m) {
@@ -506,7 +542,7 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
     }
     for (int l = l1 - 1; l >= l0; l--) {
       out[n] = piece(MT_PIECE_BLOCK, l);
-      out[n].use[0] = out[n].done[0] = m->unit_experts[l];
+      out[n].use[0] = out[n].done[0] = m->unit_experts[l]; /* -1: dense */
       out[n].use[1] = out[n].done[1] = m->unit_block[l];
       n++;
     }

@@ -481,6 +481,10 @@ typedef struct {
   float *moe_xe;               /* (Lm,R,C) */
   float *moe_h, *moe_g;        /* (Lm,R,Fe) */
   float *moe_ys;               /* (Lm,Ss,C) */
+  /* split backward: the experts' output and hidden gradients of the input
+   * pass, for the weight pass (kept even under recompute) */
+  float *moe_dy;               /* (Lm,R,C) */
+  float *moe_dh;               /* (Lm,R,Fe) */
 } mt_gpt_acts;
 
 #define MT_GPT_MAX_ACT_BUFFERS 48
@@ -505,6 +509,12 @@ typedef struct {
   int meta_n;            /* ints of a routing record */
   mt_ep ep;              /* the dispatcher */
   float aux_coef, z_coef;
+  /* load balancing (mt_moe_balance); aux-loss-free: each MoE block's bias
+   * on its experts' routing scores, (n_blocks, E) on the host (the same on
+   * every rank, every stage holds every block's) and in backend memory */
+  int balance;
+  float bias_rate;
+  float *bias_host, *bias;
   /* one block's scratch (activation memory) */
   float *logits, *dtw, *xloc, *out, *send_buf, *recv_buf;
   float *rows_buf, *rows2_buf, *hid_buf, *hid2_buf, *full, *dxl;
@@ -547,8 +557,11 @@ typedef struct {
   mt_group *cp;
   int cp_mode;
   /* MoE blocks: the folded mesh's expert-parallel and expert-tensor groups
-   * (NULL or size 1: absent; a plan model reads only size and rank) */
-  mt_group *ep, *etp;
+   * (NULL or size 1: absent; a plan model reads only size and rank), and
+   * seq, the ranks holding pieces of the same sequences (tp x cp, rank
+   * tp_rank + tp x cp_rank; NULL: tp), over which the router's
+   * per-sequence counts go */
+  mt_group *ep, *etp, *seq;
 } mt_gpt_parallel;
 
 typedef struct mt_gpt {
@@ -621,6 +634,24 @@ void mt_gpt_zero_grad(mt_gpt *m);
 /* MoE: the coefficients of the load-balancing (Switch) and router z-losses
  * (train.moe_aux_coef, train.moe_z_coef; 0: off) */
 void mt_gpt_set_moe_loss(mt_gpt *m, float aux_coef, float z_coef);
+/* MoE load balancing (train.moe_balance): the Switch loss (its coefficient
+ * from mt_gpt_set_moe_loss), aux-loss-free (a per-expert bias added to the
+ * routing scores for the top-k choice only, DeepSeek-V3), or none */
+typedef enum { MT_MOE_BALANCE_AUX = 0, MT_MOE_BALANCE_BIAS = 1, MT_MOE_BALANCE_NONE = 2 } mt_moe_balance;
+/* "aux" | "bias" | "none" -> mt_moe_balance (-1: none of them) */
+int mt_moe_balance_parse(const char *s);
+void mt_gpt_set_moe_balance(mt_gpt *m, int balance, float bias_rate);
+/* Aux-loss-free balancing, after an optimizer step: tokens (n_blocks, E),
+ * the slots the step routed to each expert over the whole global batch
+ * (every rank's statistics summed: the same on every rank and for every
+ * layout of the same batch). Each bias moves by bias_rate towards equal
+ * load: b[m][e] += rate * sign(mean_e' tokens[m][e'] - tokens[m][e]). Not
+ * collective; nothing when the model balances otherwise. */
+void mt_gpt_moe_bias_update(mt_gpt *m, const double *tokens);
+/* the bias (n_blocks, E) on the host (NULL: a dense model), and set from a
+ * checkpoint's */
+const float *mt_gpt_moe_bias(const mt_gpt *m);
+void mt_gpt_moe_set_bias(mt_gpt *m, const float *bias);
 /* MoE: statistics on (training forwards) or off (evaluation), and zeroed */
 void mt_gpt_moe_stats(mt_gpt *m, int on);
 void mt_gpt_moe_stats_reset(mt_gpt *m);

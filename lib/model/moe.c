@@ -72,7 +72,11 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   /* which ep rank holds each expert: the registry's placement */
   int *owner = mt_calloc((size_t)x->E, sizeof(int));
   for (int e = 0; e < x->E; e++) owner[e] = mt_registry_ep_owner(&m->reg, x->E, e);
-  mt_ep_create(&x->ep, par ? par->ep : NULL, par ? par->etp : NULL, tp_g, m->ops, x->E, x->k,
+  /* the router's per-sequence counts go over every rank holding a piece of
+   * the sequences: tp (each routes a 1/tp slice) x cp (each holds 1/cp of
+   * the tokens) */
+  mt_group *seq_g = par && par->seq && par->seq->size > 1 ? par->seq : tp_g;
+  mt_ep_create(&x->ep, par ? par->ep : NULL, par ? par->etp : NULL, seq_g, m->ops, x->E, x->k,
                m->T, s->moe_capacity, m->max_B, x->Ts, owner);
   free(owner);
   x->meta_host = mt_calloc((size_t)x->meta_n, sizeof(int));
@@ -80,6 +84,10 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   x->dropped = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
   x->aux = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
   x->z = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
+  /* the balancing bias: zeros until a step or a checkpoint sets it */
+  x->bias_host = mt_calloc((size_t)x->n_blocks * E + 1, sizeof(float));
+  x->bias = act(m, (size_t)x->n_blocks * E);
+  m->ops->upload(x->bias, x->bias_host, (size_t)x->n_blocks * E * sizeof(float));
 }
 
 void mt_moe_destroy(mt_moe *x) {
@@ -90,6 +98,7 @@ void mt_moe_destroy(mt_moe *x) {
     free(x->dropped);
     free(x->aux);
     free(x->z);
+    free(x->bias_host);
   }
   memset(x, 0, sizeof *x);
 }
@@ -111,7 +120,8 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
   mt_ep *ep = &moe->ep;
   /* router */
   o->matmul_forward(moe->logits, x, w->router_w, NULL, N, C, E);
-  o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, N, E, k);
+  const float *bias = moe->balance == MT_MOE_BALANCE_BIAS ? moe->bias + (size_t)mi * E : NULL;
+  o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, bias, N, E, k);
   /* routing decisions, then the rows out to the experts */
   int *meta = moe->meta_host;
   mt_ep_stats st = {.tokens = moe->tokens + (size_t)mi * E, .dropped = 0.0};
@@ -153,10 +163,14 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
 
 /* Its backward from dout (N, C): the experts' and router's weight
  * gradients into g, the input gradient added to dx (N, C); dloss scales
- * the load-balancing and z-loss terms as it scales each token's loss. */
+ * the load-balancing and z-loss terms as it scales each token's loss.
+ * input_only (a split backward's input pass): the experts' weight
+ * gradients wait for routed_backward_weight, their output and hidden
+ * gradients kept in a->dy, a->dh (the router's weight gradient, one small
+ * GEMM, is taken here). */
 static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tensors *g,
                             const mt_moe_acts *a, const float *x, const float *dout, float *dx,
-                            int S, int Ts, float dloss) {
+                            int S, int Ts, float dloss, int input_only) {
   mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
   const int C = moe->C, E = moe->E, k = moe->k;
@@ -167,20 +181,24 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   const int n_rows = meta[MT_EP_N_ROWS];
   const int *off = mt_ep_expert_off(ep, meta);
   float *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
-  float *dy = moe->rows2_buf, *dgelu = moe->hid_buf, *dh = moe->hid2_buf;
+  /* dy the experts' output gradients, dxe their input gradients (one
+   * buffer unless dy is kept for the weight pass) */
+  float *dy = input_only ? a->dy : moe->rows2_buf, *dxe = moe->rows2_buf;
+  float *dgelu = moe->hid_buf, *dh = input_only ? a->dh : moe->hid2_buf;
+  float *dw_proj = input_only ? NULL : g->e_proj_w, *db_proj = input_only ? NULL : g->e_proj_b;
+  float *dw_fc = input_only ? NULL : g->e_fc_w, *db_fc = input_only ? NULL : g->e_fc_b;
   /* the combine: each slot's output gradient, and the router weights' */
   o->moe_combine_backward(moe->send_buf, moe->dtw, dout, a->ys, a->slot, a->topw, N, C, k);
   /* the slots' gradients out to the experts, as the rows went */
   mt_ep_dispatch(ep, meta, moe->send_buf, recv, rows, C);
   o->gather_rows(dy, rows, a->perm, n_rows, C);
   o->zero(dgelu, (size_t)n_rows * Fe);
-  o->grouped_matmul_backward(dgelu, g->e_proj_w, g->e_proj_b, dy, a->g, w->e_proj_w, off, El,
-                             Fe, C);
+  o->grouped_matmul_backward(dgelu, dw_proj, db_proj, dy, a->g, w->e_proj_w, off, El, Fe, C);
   o->zero(dh, (size_t)n_rows * Fe);
   o->gelu_backward(dh, a->h, dgelu, (size_t)n_rows * Fe);
-  o->zero(dy, (size_t)n_rows * C); /* now the experts' input gradients, partial over etp */
-  o->grouped_matmul_backward(dy, g->e_fc_w, g->e_fc_b, dh, a->xe, w->e_fc_w, off, El, C, Fe);
-  o->gather_rows(rows, dy, a->inv, n_rows, C);
+  o->zero(dxe, (size_t)n_rows * C); /* the experts' input gradients, partial over etp */
+  o->grouped_matmul_backward(dxe, dw_fc, db_fc, dh, a->xe, w->e_fc_w, off, El, C, Fe);
+  o->gather_rows(rows, dxe, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, moe->send_buf, C);
   o->moe_gather_sum(dx, moe->send_buf, a->slot, N, C, k);
   /* the router: the combine weights' gradient, the load-balancing term
@@ -195,6 +213,22 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   o->moe_router_backward(moe->logits, a->probs, a->lse, a->top, a->topw, moe->dtw, aux, Ts,
                          2.0f * moe->z_coef * dloss, N, E, k);
   o->matmul_backward(dx, g->router_w, NULL, moe->logits, x, w->router_w, N, C, E);
+}
+
+/* The weight pass of a split backward: the experts' weight gradients from
+ * the output and hidden gradients the input pass kept, on the rows (and
+ * routing record) the forward or its recompute left in a. */
+static void routed_backward_weight(mt_gpt *m, const mt_block_tensors *w, mt_block_tensors *g,
+                                   const mt_moe_acts *a) {
+  mt_moe *moe = &m->moe;
+  const mt_ops *o = m->ops;
+  const int C = moe->C, El = moe->E_local, Fe = moe->Fe_local;
+  int *meta = moe->meta_host;
+  o->download(meta, a->meta, (size_t)moe->meta_n * sizeof(int));
+  const int *off = mt_ep_expert_off(&moe->ep, meta);
+  o->grouped_matmul_backward(NULL, g->e_proj_w, g->e_proj_b, a->dy, a->g, w->e_proj_w, off, El,
+                             Fe, C);
+  o->grouped_matmul_backward(NULL, g->e_fc_w, g->e_fc_b, a->dh, a->xe, w->e_fc_w, off, El, C, Fe);
 }
 
 /* ------------------------------------------------------------------ */
@@ -234,7 +268,8 @@ void mt_moe_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_
 }
 
 const float *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x, const float *dres,
-                                   const float *dln, float *spare, float dloss, int B) {
+                                   const float *dln, float *spare, float dloss, int input_only,
+                                   int B) {
   mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
   const int C = moe->C;
@@ -245,7 +280,8 @@ const float *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x, con
   /* where the local tokens' input gradient accumulates */
   float *dx = moe->slice ? moe->dxl : shared ? (float *)dln : spare;
   if (moe->slice || !shared) o->zero(dx, N * C);
-  routed_backward(m, &m->p.blocks[l], &m->g.blocks[l], &x->moe, xl, dl, dx, B, moe->Ts, dloss);
+  routed_backward(m, &m->p.blocks[l], &m->g.blocks[l], &x->moe, xl, dl, dx, B, moe->Ts, dloss,
+                  input_only);
   if (!moe->slice) return shared ? dln : spare;
   /* each tp rank's tokens' gradients, gathered into the whole (BT,C) */
   float *full = shared ? moe->full : spare;
@@ -253,4 +289,8 @@ const float *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x, con
   if (!shared) return full;
   o->axpy((float *)dln, 1.0f, full, BT * C);
   return dln;
+}
+
+void mt_moe_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x) {
+  routed_backward_weight(m, &m->p.blocks[l], &m->g.blocks[l], &x->moe);
 }

@@ -121,15 +121,12 @@ static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e)
     mt_err_set(e, "parallel.etp x parallel.ep = %d x %d does not divide the %d ranks of a "
                   "pipeline stage (tp x cp x dp = %d x %d x %d)",
                cfg->etp, cfg->ep, cfg->tp * cfg->cp * cfg->dp, cfg->tp, cfg->cp, cfg->dp);
-  else if (cfg->moe_experts > 0 && cfg->cp > 1)
-    mt_err_set(e, "parallel.cp = %d is not supported with MoE blocks (model.moe_experts > 0) "
-                  "yet: the router's per-sequence counts would span the cp ranks", cfg->cp);
-  else if (cfg->moe_experts > 0 && cfg->recompute)
-    mt_err_set(e, "train.recompute = true is not supported with MoE blocks "
-                  "(model.moe_experts > 0) yet");
-  else if (cfg->moe_experts > 0 && cfg->pp > 1 && !strcmp(cfg->pp_schedule, "zb-h1"))
-    mt_err_set(e, "parallel.schedule = zb-h1 (a split backward) is not supported with MoE "
-                  "blocks (model.moe_experts > 0) yet");
+  else if (cfg->moe_experts > 0 && cfg->cp > 1 && cfg->moe_capacity > 0 &&
+           strcmp(cfg->cp_mode, "ulysses") != 0)
+    mt_err_set(e, "model.moe_capacity = %g with parallel.cp = %d needs parallel.cp_mode = "
+                  "ulysses: the capacity keeps a sequence's slots in position order, and ring's "
+                  "zigzag chunks are not in rank order (use model.moe_capacity = 0, dropless)",
+               cfg->moe_capacity, cfg->cp);
   else if (cfg->zero == 3 && cfg->save_params)
     mt_err_set(e, "output.save_params = true needs parallel.zero <= 2 (under ZeRO-3 a rank "
                   "holds only its shard of the parameters; checkpoints hold them whole)");
@@ -300,7 +297,7 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
               .split_backward = cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1,
               .stage_of_layer = NULL, .pp_rank = 0, .pp_last = 0, .external_state = 1,
               .cp = &mesh->cp_g, .cp_mode = mt_cp_mode_parse(cfg->cp_mode), .ep = &mesh->ep_g,
-              .etp = &mesh->etp_g},
+              .etp = &mesh->etp_g, .seq = &mesh->tpcp_g},
       .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,

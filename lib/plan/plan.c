@@ -56,7 +56,11 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   int rc = mt_step_create(&w->step, &o, &g, mt_ops_null(), e);
   free(l0l1);
   if (rc == 0) {
-    mt_gpt_set_moe_loss(&w->step.model, (float)cfg->moe_aux_coef, (float)cfg->moe_z_coef);
+    int balance = mt_moe_balance_parse(cfg->moe_balance);
+    mt_gpt_set_moe_loss(&w->step.model,
+                        balance == MT_MOE_BALANCE_AUX ? (float)cfg->moe_aux_coef : 0.0f,
+                        (float)cfg->moe_z_coef);
+    mt_gpt_set_moe_balance(&w->step.model, balance, (float)cfg->moe_bias_rate);
     const int n_mb = lay->accum, B = cfg->micro_batch, T = w->step.model.T;
     w->tokens = mt_calloc((size_t)B * T + 1, sizeof(int));
     w->rows = mt_calloc((size_t)n_mb, sizeof(int));

@@ -39,6 +39,11 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
                        .moe_experts = s->moe_experts, .moe_topk = s->moe_topk,
                        .moe_every = s->moe_every, .moe_ffn = s->moe_ffn,
                        .moe_shared = s->moe_shared, .ep = t->mesh.ep, .etp = t->mesh.etp};
+  /* aux-loss-free balancing: the bias the next step routes with */
+  if (t->step.model.moe.balance == MT_MOE_BALANCE_BIAS) {
+    meta.moe_bias = mt_gpt_moe_bias(&t->step.model);
+    meta.moe_bias_rows = meta.moe_bias ? t->step.model.moe.n_blocks : 0;
+  }
   char *ini = NULL;
   size_t ini_len = 0;
   FILE *mf = open_memstream(&ini, &ini_len);
@@ -279,6 +284,8 @@ int mt_train_loop(mt_trainer *t) {
       memcpy(mine + nb * E + nb, moe->aux, nb * sizeof(double));
       memcpy(mine + nb * E + 2 * nb, moe->z, nb * sizeof(double));
       mt_allreduce_sum_f64(&mesh->world, mine, n, MT_LOC_HOST);
+      /* aux-loss-free balancing: the step's loads over the global batch */
+      mt_gpt_moe_bias_update(model, mine);
       moe_all = t->world_rank == 0 ? mine : NULL;
       if (!moe_all) free(mine);
       if (moe_all) {

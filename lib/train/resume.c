@@ -79,6 +79,24 @@ static mt_ckpt_meta model_meta(const mt_model_shape *shape) {
   return m;
 }
 
+/* aux-loss-free MoE balancing: the bias the checkpoint's run routed with
+ * (a checkpoint without one, e.g. of a run balanced by the aux loss, leaves
+ * it at zero). Collective. */
+static void load_moe_bias(mt_trainer *t, mt_err *err) {
+  mt_gpt *m = &t->step.model;
+  if (m->moe.n_blocks == 0 || m->moe.balance != MT_MOE_BALANCE_BIAS) return;
+  size_t n = (size_t)m->moe.n_blocks * (size_t)m->moe.E;
+  float *bias = mt_calloc(n + 1, sizeof(float));
+  int found = 0;
+  if (mt_ckpt_load_moe_bias(t->resumed_from, bias, m->moe.n_blocks, m->moe.E, &found, err) == 0) {
+    mt_gpt_moe_set_bias(m, bias);
+    if (!found)
+      mt_info0("meshtrain: %s holds no MoE routing bias: train.moe_balance = bias starts from "
+               "zeros", t->resumed_from);
+  }
+  free(bias);
+}
+
 /* the resume itself: collective */
 static void load_checkpoint(mt_trainer *t, mt_err *err) {
   mt_config *cfg = &t->cfg;
@@ -115,6 +133,7 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   if (mt_ckpt_load(t->resumed_from, &t->step.model.reg, &t->mesh, &st, &want,
                    cfg->ckpt_verify_on_load, &got, err) == 0) {
     if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
+    load_moe_bias(t, err);
     t->start_step = got.step;
     t->samples_done = got.samples;
     t->step.dp.opt.t = (int)got.optimizer_step;

@@ -117,7 +117,11 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   mt_step_create(&t->step, &o, &g, t->ops, e);
   free(l0l1);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
-  mt_gpt_set_moe_loss(&t->step.model, (float)cfg->moe_aux_coef, (float)cfg->moe_z_coef);
+  /* the load-balancing loss only where it balances (train.moe_balance = aux) */
+  int balance = mt_moe_balance_parse(cfg->moe_balance);
+  mt_gpt_set_moe_loss(&t->step.model, balance == MT_MOE_BALANCE_AUX ? (float)cfg->moe_aux_coef : 0.0f,
+                      (float)cfg->moe_z_coef);
+  mt_gpt_set_moe_balance(&t->step.model, balance, (float)cfg->moe_bias_rate);
   /* the virtual device holds no values: nothing to initialise */
   if (t->device != MT_DEVICE_VIRTUAL) mt_dp_init_params(&t->step.dp, (uint64_t)cfg->seed);
   size_t n = (size_t)(t->lay.accum > 1 ? t->lay.accum : 1) * cfg->micro_batch * t->step.model.T;

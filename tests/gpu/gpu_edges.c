@@ -187,8 +187,8 @@ static void test_moe_small(void) {
   float *h[K], *d[K];
   for (int i = 0; i < K; i++) h[i] = rnd(ns[i], -1, 1), d[i] = dev(h[i], ns[i]);
   int *ti = calloc((size_t)N * k, sizeof(int)), *d_ti = devi(ti, (size_t)N * k);
-  cpu->moe_router_forward(h[PROBS], h[LSE], ti, h[TW], h[LOGITS], N, E, k);
-  gpu->moe_router_forward(d[PROBS], d[LSE], d_ti, d[TW], d[LOGITS], N, E, k);
+  cpu->moe_router_forward(h[PROBS], h[LSE], ti, h[TW], h[LOGITS], NULL, N, E, k);
+  gpu->moe_router_forward(d[PROBS], d[LSE], d_ti, d[TW], d[LOGITS], NULL, N, E, k);
   mt_check_err("moe_router_forward E=1 k=1: probs, lse, weights",
          mt_worst(mt_worst(err_of(h[PROBS], d[PROBS], ns[PROBS]), err_of(h[LSE], d[LSE], ns[LSE])),
                   err_of(h[TW], d[TW], ns[TW])),

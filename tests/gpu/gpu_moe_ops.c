@@ -83,13 +83,22 @@ static void test_router(int N, int E, int k, int rows_per_seq) {
   float *d_logits = dev(logits, ne), *d_probs = dev(probs, ne), *d_lse = dev(lse, N);
   float *d_topw = dev(topw, nk);
   int *d_top = devi(top, nk);
-  cpu->moe_router_forward(probs, lse, top, topw, logits, N, E, k);
-  gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, N, E, k);
+  cpu->moe_router_forward(probs, lse, top, topw, logits, NULL, N, E, k);
+  gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, NULL, N, E, k);
   CMP("moe_router_forward probs", probs, d_probs, ne, TOL_EW);
   CMP("moe_router_forward lse", lse, d_lse, N, TOL_EW);
   snprintf(what, sizeof what, "moe_router_forward top_idx (exact; of %zu)", nk);
   mt_check_err(what, int_mismatches(top, d_top, nk), 0);
   CMP("moe_router_forward top_w", topw, d_topw, nk, TOL_EW);
+  /* with a balancing bias (aux-loss-free routing): the choice moves alike */
+  float *bias = rnd((size_t)E, -0.3f, 0.3f), *d_bias = dev(bias, (size_t)E);
+  cpu->moe_router_forward(probs, lse, top, topw, logits, bias, N, E, k);
+  gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, d_bias, N, E, k);
+  snprintf(what, sizeof what, "moe_router_forward + bias top_idx (exact; of %zu)", nk);
+  mt_check_err(what, int_mismatches(top, d_top, nk), 0);
+  CMP("moe_router_forward + bias top_w", topw, d_topw, nk, TOL_EW);
+  cpu->moe_router_forward(probs, lse, top, topw, logits, NULL, N, E, k);
+  free(bias);
 
   /* backward from the CPU's forward results on both sides */
   gpu->upload(d_probs, probs, ne * sizeof(float));
@@ -257,7 +266,7 @@ static void test_empty(void) {
   float *a = dev(h, n), *b = dev(h, n), *c = dev(h, n), *d = dev(h, n);
   int zeros[5] = {0, 0, 0, 0, 0};
   int *ia = devi(zeros, 5);
-  gpu->moe_router_forward(a, b, ia, c, d, 0, E, k);
+  gpu->moe_router_forward(a, b, ia, c, d, NULL, 0, E, k);
   gpu->moe_router_backward(a, b, c, ia, d, d, d, 16, 0.5f, 0, E, k);
   gpu->moe_prob_sums(a, b, 0, E, 16);
   gpu->gather_rows(a, b, ia, 0, C);
@@ -302,7 +311,7 @@ static void test_determinism(void) {
     float *d_dx = gpu->alloc(MT_MEM_OTHER, (size_t)R * C * 4);
     float *d_dw = gpu->alloc(MT_MEM_OTHER, (size_t)G * C * C * 4);
     int *d_top = gpu->alloc(MT_MEM_OTHER, nk * 4);
-    gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, N, E, k);
+    gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, NULL, N, E, k);
     gpu->moe_router_backward(d_logits, d_probs, d_lse, d_top, d_topw, d_dtw, d_aux, rps, 0.1f, N,
                              E, k);
     gpu->moe_combine_backward(d_dy, d_dcw, d_dout, d_y, d_slot, d_topw, N, C, k);

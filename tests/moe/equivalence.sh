@@ -8,6 +8,14 @@
 #   tp: tp = 2 with etp = 1 (ep = 2) and etp = 2, with and without sp;
 #       tp = 2 x dp = 2 with (etp, ep) = (2, 2) and (1, 4); shared experts
 #   pp: pp = 2 with ep = 1, and with dp = 2, ep = 2 (interleaved 1F1B)
+#   sched: what keeps or splits a MoE block's backward: pp = 2 under
+#       train.recompute (the router's choices and the dispatch recomputed),
+#       zb-h1 (the experts' grouped GEMM split into input and weight
+#       passes), zb-h1 with recompute and dp = 2 x ep = 2
+#   cp: context parallelism (the router's per-sequence counts over the cp
+#       ranks of a sequence; ep folded over tp x cp x dp): cp = 2 ring,
+#       cp = 2 Ulysses, cp = 2 x ep = 2 (ring), tp = 2 x cp = 2 with etp = 2
+#       (Ulysses)
 GROUP=$1
 MT_NAME=moe_equiv; MT_SUFFIX=$GROUP
 source "$(dirname "$0")/common_moe.sh"
@@ -26,6 +34,14 @@ case $GROUP in
   pp) MOE+=(--set model.n_layer=4)
       layouts=("pp2 2 --set parallel.pp=2 --set train.micro_batch=2"
                "pp2dp2ep2 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=1 --set parallel.schedule=interleaved --set parallel.virtual_stages=2") ;;
+  sched) MOE+=(--set model.n_layer=4 --set model.moe_every=2)
+      layouts=("pp2recompute 2 --set parallel.pp=2 --set train.micro_batch=2 --set train.recompute=true"
+               "pp2zbh1 2 --set parallel.pp=2 --set train.micro_batch=2 --set parallel.schedule=zb-h1"
+               "pp2dp2ep2zbh1rc 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=1 --set parallel.schedule=zb-h1 --set train.recompute=true") ;;
+  cp) layouts=("cp2ring 2 --set parallel.cp=2 --set train.micro_batch=8"
+               "cp2ulysses 2 --set parallel.cp=2 --set parallel.cp_mode=ulysses --set train.micro_batch=8"
+               "cp2ep2 2 --set parallel.cp=2 --set parallel.ep=2 --set train.micro_batch=8"
+               "tp2cp2etp2 4 --set parallel.tp=2 --set parallel.cp=2 --set parallel.etp=2 --set parallel.cp_mode=ulysses --set train.micro_batch=8") ;;
   *) fail "unknown group $GROUP" ;;
 esac
 run ref 1 --set train.micro_batch=8
@@ -61,6 +77,10 @@ for d in sys.argv[4:]:
             if k in a and not within(b[k], a[k], 1e-5):  # NaN or null fails
                 sys.exit("FAIL: %s step %d %s %r vs %r" % (d, a["step"], k, b[k], a[k]))
         m = b["moe"]
+        if b["step"] == 1 and m["tokens_per_expert"] != a["moe"]["tokens_per_expert"]:
+            # the same model on the same batch: each slot counted once, as one rank counts it
+            sys.exit("FAIL: %s step 1: expert loads %r, one rank %r"
+                     % (d, m["tokens_per_expert"], a["moe"]["tokens_per_expert"]))
         if not (len(m["tokens_per_expert"]) == len(ref[0]["moe"]["tokens_per_expert"]) and
                 m["aux_loss"] > 0 and m["z_loss"] > 0 and sum(m["dropped_frac"]) == 0):
             sys.exit("FAIL: %s step %d: MoE metrics %r" % (d, b["step"], m))

@@ -6,9 +6,12 @@
 mt_script_test(equiv_dp moe equivalence.sh dp)
 mt_script_test(equiv_tp moe equivalence.sh tp)
 mt_script_test(equiv_pp moe equivalence.sh pp)
+mt_script_test(equiv_sched moe equivalence.sh sched)
+mt_script_test(equiv_cp moe equivalence.sh cp)
 mt_script_test(capacity moe capacity.sh)
 mt_script_test(reshard moe reshard.sh)
 mt_script_test(plan moe plan_accounting.sh)
+mt_script_test(balance moe balance.sh)
 mt_script_test(moe_smoke sanitize smoke.sh)
 
 set(M --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8
@@ -30,8 +33,9 @@ mt_script_test(moe_etp_not_dividing_ffn badinput ../scripts/expect_fail.sh moe_e
 mt_script_test(moe_ep_without_experts badinput ../scripts/expect_fail.sh moe_ep_dense 2
   "expert parallelism needs a MoE model" ${M} --set model.moe_experts=0 --set parallel.dp=2
   --set parallel.ep=2)
-mt_script_test(moe_recompute badinput ../scripts/expect_fail.sh moe_recompute 2
-  "train.recompute = true is not supported with MoE blocks" ${M} --set parallel.pp=2
-  --set train.recompute=true)
-mt_script_test(moe_cp badinput ../scripts/expect_fail.sh moe_cp 2
-  "parallel.cp = 2 is not supported with MoE blocks" ${M} --set parallel.cp=2)
+mt_script_test(moe_cp_capacity_ring badinput ../scripts/expect_fail.sh moe_cp_capacity 2
+  "model.moe_capacity = 1.5 with parallel.cp = 2 needs parallel.cp_mode = ulysses" ${M}
+  --set parallel.cp=2 --set model.moe_capacity=1.5)
+mt_script_test(moe_bias_rate_range badinput ../scripts/expect_fail.sh moe_bias_rate 2
+  "train.moe_bias_rate must be between 0 and 1 \\(got 1.5\\)" ${M} --set parallel.dp=2
+  --set train.moe_balance=bias --set train.moe_bias_rate=1.5)

@@ -434,6 +434,7 @@ static void test_round_trip(void) {
                   "model.moe_experts=64", "model.moe_topk=6",
                   "model.moe_every=2", "model.moe_ffn=1408", "model.moe_shared=2",
                   "model.moe_capacity=1.25", "train.moe_aux_coef=0.001", "train.moe_z_coef=0.0001",
+                  "train.moe_balance=bias", "train.moe_bias_rate=0.002",
                   "parallel.ep=8", "parallel.etp=2", "train.init_from=imported/step_0",
                   "ckpt.io_hints=striping_factor=4,cb_nodes=2",
                   "parallel.pp_first_layers=3", "parallel.pp_last_layers=2",

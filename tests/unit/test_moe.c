@@ -97,7 +97,7 @@ typedef struct {
 
 static double router_loss(void *p) {
   router_ctx *c = p;
-  ops->moe_router_forward(c->probs, c->lse, c->top, c->topw, c->logits, c->N, c->E, c->k);
+  ops->moe_router_forward(c->probs, c->lse, c->top, c->topw, c->logits, NULL, c->N, c->E, c->k);
   double l = dot(c->topw, c->R, (size_t)c->N * c->k);
   for (int n = 0; n < c->N; n++) {
     l += dot(c->probs + (size_t)n * c->E, c->A + (size_t)(n / c->Ts) * c->E, (size_t)c->E);
@@ -144,8 +144,17 @@ static void test_router(void) {
   /* ties: the lower index first */
   float tie[4] = {1.0f, 2.0f, 2.0f, 0.5f}, tp[4], tl, tw[2];
   int tt[2];
-  ops->moe_router_forward(tp, &tl, tt, tw, tie, 1, 4, 2);
+  ops->moe_router_forward(tp, &tl, tt, tw, tie, NULL, 1, 4, 2);
   mt_check_true("ties: the lower index first", tt[0] == 1 && tt[1] == 2);
+  /* a balancing bias moves the choice, not the weights: expert 3's bias
+   * lifts it over expert 2 (and 0 on the tie with 1, lower index first) */
+  float bias[4] = {0.0f, 0.0f, 0.0f, 1.0f}, bw[2], bp[4], bl;
+  int bt[2];
+  ops->moe_router_forward(bp, &bl, bt, bw, tie, bias, 1, 4, 2);
+  double bsum = (double)tp[3] + (double)tp[1];
+  mt_check_true("bias: the choice by p + bias", bt[0] == 3 && bt[1] == 1);
+  mt_check_err("bias: the weights from p alone",
+               mt_worst(fabs(bw[0] - tp[3] / bsum), fabs(bw[1] - tp[1] / bsum)), 1e-6);
   /* backward against finite differences */
   float *dlogits = zeros((size_t)N * E);
   router_loss(&c);

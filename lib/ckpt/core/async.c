@@ -27,6 +27,7 @@ struct mt_ckpt_async {
   char *config_ini;
   int keep;
   mt_ckpt_meta meta;
+  float *moe_bias; /* meta's MoE routing bias, copied at begin (NULL: none) */
   const mt_registry *reg;
   mt_mesh *mesh;
   mt_flat_range *ranges[MT_CKPT_NGROUPS]; /* point into snapshot */
@@ -135,6 +136,12 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
   a->config_ini = strdup(opts->config_ini ? opts->config_ini : "");
   a->keep = opts->keep;
   a->meta = *meta;
+  if (meta->moe_bias && meta->moe_bias_rows > 0) { /* the model's changes after this step */
+    size_t n = (size_t)meta->moe_bias_rows * (size_t)meta->moe_experts;
+    a->moe_bias = mt_malloc(n * sizeof(float) + 8);
+    memcpy(a->moe_bias, meta->moe_bias, n * sizeof(float));
+    a->meta.moe_bias = a->moe_bias;
+  }
   a->reg = reg;
   a->mesh = mesh;
   /* where the snapshot goes (the copy itself is the writer thread's first
@@ -205,6 +212,7 @@ int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *s
   if (step) *step = a->meta.step;
   free(a->rows.rows);
   free(a->config_ini);
+  free(a->moe_bias);
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
     free(a->ranges[g]);
     free(a->live[g]);

@@ -263,6 +263,12 @@ int mt_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len);
  * the 1.2 ones are there too, -1 when some of 1.0 are missing, -2 when only
  * some of 1.2. */
 int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m);
+/* the MoE routing bias (dataset MT_CKPT_MOE_BIAS, rows x E float32) of an
+ * open main file: 0 and *bias NULL when there is none; 1 with *bias (the
+ * caller frees it) and its shape; -1 with e set (where: what was read) */
+#define MT_CKPT_MOE_BIAS "moe_router_bias"
+int mt_ckpt_read_moe_bias(hid_t file, float **bias, int64_t *rows, int64_t *E, const char *where,
+                          mt_err *e);
 /* does a checkpoint of this format version carry the 1.2 (MoE) attributes */
 int mt_ckpt_meta_has_moe(const char *version);
 /* Select rows [r0, r0+nr) of a tensor's dataspace seen as 2-D. */
@@ -402,8 +408,12 @@ typedef struct {
 typedef struct {
   mt_ckpt_h5out out;
   int64_t *offsets;     /* shared: bytes, per g * n + i */
-  int64_t table_off[4]; /* index, layout, tensors, config: where their bytes go */
+  int64_t table_off[5]; /* index, layout, tensors, config, MoE bias: where their bytes go */
   int64_t n_rows, world, config_bytes;
+  /* the MoE routing bias (MT_CKPT_MOE_BIAS), a copy of meta's: moe_bias_n
+   * floats (MoE blocks x experts); NULL: the run has none (no dataset) */
+  float *moe_bias;
+  int64_t moe_bias_n;
   int n_tensors;
   char where[1300];
 } mt_ckpt_main;

@@ -196,6 +196,39 @@ done:
   return rc;
 }
 
+int mt_ckpt_read_moe_bias(hid_t file, float **bias, int64_t *rows, int64_t *E, const char *where,
+                          mt_err *e) {
+  *bias = NULL;
+  *rows = *E = 0;
+  htri_t has = H5Lexists(file, MT_CKPT_MOE_BIAS, H5P_DEFAULT);
+  if (has == 0) return 0;
+  int rc = -1;
+  hid_t d = -1, s = -1;
+  hsize_t dims[2] = {0, 0};
+  H5_TRY(has > 0);
+  H5_TRY((d = H5Dopen2(file, MT_CKPT_MOE_BIAS, H5P_DEFAULT)) >= 0);
+  H5_TRY((s = H5Dget_space(d)) >= 0);
+  if (H5Sget_simple_extent_ndims(s) != 2 || H5Sget_simple_extent_dims(s, dims, NULL) != 2 ||
+      dims[0] > (1u << 20) || dims[1] > (1u << 20)) {
+    mt_err_set(e, "%s: %s is not a (MoE blocks, experts) table", where, MT_CKPT_MOE_BIAS);
+    goto done;
+  }
+  *bias = mt_calloc((size_t)(dims[0] * dims[1]) + 1, sizeof(float));
+  H5_TRY(dims[0] * dims[1] == 0 ||
+         H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, *bias) >= 0);
+  *rows = (int64_t)dims[0];
+  *E = (int64_t)dims[1];
+  rc = 1;
+done:
+  if (rc < 0) {
+    free(*bias);
+    *bias = NULL;
+  }
+  if (s >= 0) H5Sclose(s);
+  if (d >= 0) H5Dclose(d);
+  return rc;
+}
+
 int mt_ckpt_write_strings(hid_t file, const char *name, const char *buf, size_t width, size_t n,
                           const char *where, mt_err *e) {
   int rc = -1;

@@ -592,3 +592,47 @@ int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
   mt_ckpt_load_opts o = {.verify = verify, .params_only = 1};
   return mt_ckpt_load_with(dir, reg, mesh, st, expect, &o, meta_out, e);
 }
+
+int mt_ckpt_load_moe_bias(const char *dir, float *bias, int64_t rows, int64_t E, int *found,
+                          mt_err *e) {
+  mt_err local = {0};
+  int64_t head[3] = {0, 0, 0}; /* found, rows, E */
+  float *stored = NULL;
+  if (mt_log_rank() == 0) {
+    mt_ckpt_manifest man;
+    if (mt_ckpt_check_manifest(dir, &man, &local) == 0) {
+      char path[1100];
+      snprintf(path, sizeof path, "%s/%s", dir,
+               strcmp(man.mode, "per-writer") == 0 ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
+      hid_t fapl = mt_ckpt_fapl_serial();
+      hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+      H5Pclose(fapl);
+      if (file < 0) {
+        mt_ckpt_err_h5(&local, "%s: rank 0 cannot open %s as HDF5", dir, path);
+      } else {
+        char where[1200];
+        snprintf(where, sizeof where, "%s: reading %s", dir, MT_CKPT_MOE_BIAS);
+        int got = mt_ckpt_read_moe_bias(file, &stored, &head[1], &head[2], where, &local);
+        head[0] = got > 0;
+        if (got > 0 && (head[1] != rows || head[2] != E))
+          mt_err_set(&local, "%s: %s is %lld x %lld (MoE blocks x experts), this model's %lld x "
+                     "%lld", dir, MT_CKPT_MOE_BIAS, (long long)head[1], (long long)head[2],
+                     (long long)rows, (long long)E);
+        H5Fclose(file);
+      }
+    }
+  }
+  MPI_Bcast(head, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  if (mt_err_agree(&local, MPI_COMM_WORLD)) {
+    free(stored);
+    *e = local;
+    return -1;
+  }
+  *found = (int)head[0];
+  if (*found) {
+    if (stored) memcpy(bias, stored, (size_t)(rows * E) * sizeof(float));
+    MPI_Bcast(bias, (int)(rows * E), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  }
+  free(stored);
+  return 0;
+}

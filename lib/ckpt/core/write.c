@@ -294,9 +294,17 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
   if (align == 0) align = 1 << 20;
   /* the file's size, at most: data, tables, alignment, metadata */
   long long data = 0, aligned = 0;
-  long long table[4] = {n_rows * MT_CKPT_INDEX_COLS * 8LL, 40LL * world,
-                        (long long)reg->n * MT_NAME_MAX, m->config_bytes};
-  for (int k = 0; k < 4; k++) {
+  /* the MoE routing bias of aux-loss-free balancing, (MoE blocks, experts)
+   * float32, when the run has one: a fifth table */
+  if (meta->moe_bias && meta->moe_bias_rows > 0 && meta->moe_experts > 0) {
+    m->moe_bias_n = meta->moe_bias_rows * meta->moe_experts;
+    m->moe_bias = mt_malloc((size_t)m->moe_bias_n * sizeof(float));
+    memcpy(m->moe_bias, meta->moe_bias, (size_t)m->moe_bias_n * sizeof(float));
+  }
+  long long table[5] = {n_rows * MT_CKPT_INDEX_COLS * 8LL, 40LL * world,
+                        (long long)reg->n * MT_NAME_MAX, m->config_bytes,
+                        m->moe_bias_n * 4LL};
+  for (int k = 0; k < 5; k++) {
     data += table[k];
     aligned += table[k] >= ALIGN_FROM * align;
   }
@@ -306,7 +314,7 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
       data += b;
       aligned += b >= ALIGN_FROM * align;
     }
-  long long metadata = mt_ckpt_metadata_bytes((long long)fo->groups * reg->n + 4,
+  long long metadata = mt_ckpt_metadata_bytes((long long)fo->groups * reg->n + 5,
                                               shared ? 0 : n_rows, 0);
   long long bound = data + aligned * align + metadata;
   int exists = 0;
@@ -323,6 +331,8 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
     MPI_Info_free(&info);
     if (err) {
       mt_ckpt_err_sys(e, err, "%s", where);
+      free(m->moe_bias);
+      m->moe_bias = NULL;
       return -1;
     }
     if (rc != MPI_SUCCESS) {
@@ -330,6 +340,8 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
       int len = 0;
       MPI_Error_string(rc, msg, &len);
       mt_err_runtime(e, "%s: %s (MPI-IO, with ckpt.io_hints)", where, msg);
+      free(m->moe_bias);
+      m->moe_bias = NULL;
       return -1;
     }
     exists = 1;
@@ -338,8 +350,12 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
   hid_t fapl = mt_ckpt_fapl_create(ALIGN_FROM * align, align);
   int rc = mt_ckpt_h5out_create(&m->out, path, bound, metadata, fapl, exists, where, e);
   H5Pclose(fapl);
-  if (rc != 0) return -1;
-  hid_t d[4] = {-1, -1, -1, -1};
+  if (rc != 0) {
+    free(m->moe_bias);
+    m->moe_bias = NULL;
+    return -1;
+  }
+  hid_t d[5] = {-1, -1, -1, -1, -1};
   if (mt_ckpt_write_meta_attrs(m->out.file, meta, fo->groups, where, e) == 0 &&
       (fo->target_tp <= 0 ||
        (mt_ckpt_put_attr_i64(m->out.file, "target_tp", fo->target_tp, where, e) == 0 &&
@@ -348,13 +364,19 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
       (d[0] = table_i64(m, "index", n_rows, MT_CKPT_INDEX_COLS, &m->table_off[0], where, e)) >= 0 &&
       (d[1] = table_i64(m, "layout", world, 5, &m->table_off[1], where, e)) >= 0 &&
       (d[2] = table_str(m, "tensors", reg->n, MT_NAME_MAX, &m->table_off[2], where, e)) >= 0 &&
-      (d[3] = table_str(m, "config", 1, (size_t)m->config_bytes, &m->table_off[3], where, e)) >= 0) {
+      (d[3] = table_str(m, "config", 1, (size_t)m->config_bytes, &m->table_off[3], where, e)) >= 0 &&
+      (!m->moe_bias ||
+       (d[4] = mt_ckpt_h5out_dataset(&m->out, m->out.file, MT_CKPT_MOE_BIAS, H5T_IEEE_F32LE, 2,
+                                     (const int64_t[2]){meta->moe_bias_rows, meta->moe_experts},
+                                     H5P_DEFAULT, &m->table_off[4], where, e)) >= 0)) {
   }
-  for (int k = 0; k < 4; k++)
+  for (int k = 0; k < 5; k++)
     if (d[k] >= 0 && H5Dclose(d[k]) < 0) mt_ckpt_err_h5(e, "%s", where);
   /* closed in any case: reserve, then the metadata */
   if (mt_ckpt_h5out_close(&m->out, where, e) != 0) {
     mt_ckpt_h5out_finish(&m->out, 0, where, e);
+    free(m->moe_bias);
+    m->moe_bias = NULL;
     return -1;
   }
   return 0;
@@ -371,7 +393,11 @@ int mt_ckpt_main_put_tables(mt_ckpt_main *m, const int64_t *layout, const mt_reg
                           m->table_off[1], "index") != 0 ||
       mt_ckpt_pwrite_full(m->out.fd, names, (size_t)reg->n * MT_NAME_MAX, m->table_off[2],
                           "index") != 0 ||
-      mt_ckpt_pwrite_full(m->out.fd, cfg, (size_t)m->config_bytes, m->table_off[3], "index") != 0) {
+      mt_ckpt_pwrite_full(m->out.fd, cfg, (size_t)m->config_bytes, m->table_off[3], "index") != 0 ||
+      /* float32 little-endian on disk, as the tables: the hosts we build for */
+      (m->moe_bias && mt_ckpt_pwrite_full(m->out.fd, m->moe_bias,
+                                          (size_t)m->moe_bias_n * sizeof(float),
+                                          m->table_off[4], "index") != 0)) {
     mt_ckpt_err_sys(e, errno, "%s", m->where);
     rc = -1;
   }
@@ -392,5 +418,7 @@ int mt_ckpt_main_finish(mt_ckpt_main *m, int sync, mt_err *e) {
   int rc = mt_ckpt_h5out_finish(&m->out, sync, m->where, e);
   free(m->offsets);
   m->offsets = NULL;
+  free(m->moe_bias);
+  m->moe_bias = NULL;
   return rc;
 }

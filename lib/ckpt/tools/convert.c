@@ -96,28 +96,53 @@ static int plan_as_source(const mt_ckpt_source *s, int groups, const int64_t *sr
   return 0;
 }
 
-/* The target layout's shards: writer w = pp stage * tp + tp rank (the rank
- * order tp, cp, dp, pp with dp = cp = 1) writes, of each tensor its stage
- * owns, its tp shard (a box per fused block; padding rows left out), and the
- * tensors replicated over tp on tp rank 0. */
+static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+int mt_ckpt_target_stage_ranks(int tp, int ep, int etp) {
+  tp = tp > 0 ? tp : 1;
+  int f = (ep > 0 ? ep : 1) * (etp > 0 ? etp : 1);
+  return tp / gcd(tp, f) * f;
+}
+
+int mt_ckpt_target_ranks(int tp, int pp, int ep, int etp) {
+  return mt_ckpt_target_stage_ranks(tp, ep, etp) * (pp > 0 ? pp : 1);
+}
+
+/* The target layout's shards: writer w = pp stage * n + place q in the
+ * stage (the rank order tp, cp, dp, pp with cp = 1: tp rank q % tp, dp
+ * rank q / tp; q folded into etp, ep, edp for the experts) writes, of each
+ * tensor its stage owns: a dense tensor's tp shard on dp rank 0 (a box per
+ * fused block; padding rows left out; a tensor replicated over tp on tp
+ * rank 0), an expert tensor's ep x etp shard on edp rank 0. */
 static int plan_target(const mt_ckpt_source *s, const mt_registry *src_reg,
                        const mt_ckpt_convert_opts *o, int groups, out_plan *p, mt_err *e) {
   int T = o->target_tp, P = o->target_pp;
-  p->world = T * P;
+  int ep = o->target_ep > 0 ? o->target_ep : 1, etp = o->target_etp > 0 ? o->target_etp : 1;
+  int n = mt_ckpt_target_stage_ranks(T, ep, etp);
+  p->world = n * P;
   p->layout = mt_calloc((size_t)p->world * 5 + 1, sizeof(int64_t));
   mt_ckpt_boxes bx = {0};
   int rc = 0;
   for (int w = 0; w < p->world && rc == 0; w++) {
     const mt_registry *reg = &o->targets[w];
-    int tp_rank = w % T, stage = w / T;
-    int64_t coords[5] = {w, tp_rank, 0, 0, stage};
+    int q = w % n, stage = w / n, tp_rank = q % T, dp_rank = q / T;
+    int etp_rank, ep_rank, edp_rank;
+    mt_mesh_fold_coords(q, etp, ep, &etp_rank, &ep_rank, &edp_rank);
+    int64_t coords[5] = {w, tp_rank, 0, dp_rank, stage};
     memcpy(&p->layout[w * 5], coords, sizeof coords);
     for (int g = 0; g < groups && rc == 0; g++)
       for (int i = 0; i < reg->n && rc == 0; i++) {
         const mt_tensor *t = &reg->t[i];
         int owner = t->pp_stage < 0 ? 0 : t->pp_stage;
         int sharded = t->tp.kind == MT_PLACE_SHARDED && T > 1;
-        if (owner != stage || (!sharded && tp_rank != 0)) continue;
+        /* an expert tensor replicated inside an expert (the down
+         * projection's bias) or over ep: written by etp (ep) rank 0 only */
+        int etp_split = t->etp.kind == MT_PLACE_SHARDED && etp > 1;
+        int ep_split = t->ep.kind == MT_PLACE_SHARDED && ep > 1;
+        int writes = t->group == MT_GROUP_EDP
+                         ? edp_rank == 0 && (etp_split || etp_rank == 0) && (ep_split || ep_rank == 0)
+                         : dp_rank == 0 && (sharded || tp_rank == 0);
+        if (owner != stage || !writes) continue;
         int ti = mt_registry_find(src_reg, t->name); /* the same tensor ids as the source's */
         if (ti < 0) {
           mt_err_set(e, "the target layout has tensor %s, which %s does not", t->name, s->dir);
@@ -328,10 +353,12 @@ static int write_shard(streamer *st, const char *tmpdir, out_plan *p, int64_t j0
 /* rank 0 reads the source's configuration text and layout table; every rank
  * gets them */
 static int source_extras(const mt_ckpt_source *s, char **config, int64_t **layout, int *world,
-                         mt_err *e) {
+                         float **moe_bias, int64_t *moe_rows, mt_err *e) {
   int64_t sizes[2] = {0, 0};
   *config = NULL;
   *layout = NULL;
+  *moe_bias = NULL;
+  *moe_rows = 0;
   if (mt_ckpt_rank() == 0) {
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", s->dir, s->per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
@@ -358,6 +385,16 @@ static int source_extras(const mt_ckpt_source *s, char **config, int64_t **layou
     }
     if (sp >= 0) H5Sclose(sp);
     if (d >= 0) H5Dclose(d);
+    /* the MoE routing bias goes along as it is (rank 0 writes the main
+     * file): it belongs to the model's blocks, not to a layout */
+    mt_err ignore = {0};
+    int64_t bias_E = 0;
+    if (f >= 0 && mt_ckpt_read_moe_bias(f, moe_bias, moe_rows, &bias_E, "convert", &ignore) > 0 &&
+        bias_E != s->meta.moe_experts) {
+      free(*moe_bias);
+      *moe_bias = NULL;
+      *moe_rows = 0;
+    }
     if (f >= 0) H5Fclose(f);
     H5Eclear2(H5E_DEFAULT);
   }
@@ -453,10 +490,11 @@ static void convert_shared(streamer *st, const char *tmpdir, out_plan *plan, con
     /* a stage's datasets together, stage by stage: each stage reads one extent */
     order = mt_calloc((size_t)(groups * reg->n) + 1, sizeof(int));
     int k = 0;
+    const int per_stage = mt_ckpt_target_stage_ranks(o->target_tp, o->target_ep, o->target_etp);
     for (int stage = 0; stage < o->target_pp; stage++)
       for (int g = 0; g < groups; g++)
         for (int i = 0; i < reg->n; i++) {
-          const mt_registry *tr = &o->targets[stage * o->target_tp];
+          const mt_registry *tr = &o->targets[stage * per_stage];
           int ti = mt_registry_find(tr, reg->t[i].name);
           int ps = ti >= 0 ? tr->t[ti].pp_stage : 0;
           if ((ps < 0 ? 0 : ps) == stage) order[k++] = g * reg->n + i;
@@ -548,7 +586,12 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
   char *config = NULL;
   int64_t *src_layout = NULL;
   int src_world = 0;
-  source_extras(&src, &config, &src_layout, &src_world, &local);
+  float *moe_bias = NULL;
+  int64_t moe_bias_rows = 0;
+  source_extras(&src, &config, &src_layout, &src_world, &moe_bias, &moe_bias_rows, &local);
+  mt_ckpt_meta dst_meta = src.meta; /* what the main file says: the source's, and its bias */
+  dst_meta.moe_bias = moe_bias;
+  dst_meta.moe_bias_rows = moe_bias_rows;
   out_plan plan;
   memset(&plan, 0, sizeof plan);
   if (!local.failed) {
@@ -583,7 +626,7 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
     st.in = mt_malloc(st.elems * sizeof(float));
     st.out = mt_malloc(st.elems * sizeof(float));
     if (per_writer) convert_per_writer(&st, tmpdir, &plan, dtype, sopts.test_crash, &local);
-    else convert_shared(&st, tmpdir, &plan, dtype, groups, o, &reg, &src.meta, config,
+    else convert_shared(&st, tmpdir, &plan, dtype, groups, o, &reg, &dst_meta, config,
                         sopts.test_crash, &local);
     if (st.nonfinite && !local.failed)
       mt_err_runtime(&local, "convert: %s holds %zu NaN or Inf values: not converted (meshckpt "
@@ -600,7 +643,7 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
           .target_tp = o->target_tp > 0 ? o->target_tp : (int)src.meta.target_tp,
           .target_pp = o->target_tp > 0 ? o->target_pp : (int)src.meta.target_pp};
       mt_ckpt_main m;
-      if (mt_ckpt_main_create(&m, path, &src.meta, &reg, rows, n_rows, plan.world, config, 0, &fo,
+      if (mt_ckpt_main_create(&m, path, &dst_meta, &reg, rows, n_rows, plan.world, config, 0, &fo,
                               &local) == 0) {
         if (mt_ckpt_main_put_tables(&m, plan.layout, &reg, config, &local) == 0)
           mt_ckpt_main_put_index(&m, rows, &local);
@@ -651,6 +694,7 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
   free(plan.rows.rows);
   free(plan.layout);
   free(config);
+  free(moe_bias);
   free(src_layout);
   if (reg.t) mt_registry_free(&reg);
   mt_ckpt_source_close(&src);

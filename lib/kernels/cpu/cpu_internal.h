@@ -41,7 +41,7 @@ double mt_cpu_row_exp_f64(float *y, const float *x, int n, float shift);
 /* Mixture-of-Experts ops (moe_cpu.c) and the grouped GEMM (grouped_gemm.c),
  * as in kernels.h. */
 void mt_cpu_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                               const float *logits, int N, int E, int k);
+                               const float *logits, const float *bias, int N, int E, int k);
 void mt_cpu_moe_router_backward(float *dlogits, const float *probs, const float *lse,
                                 const int *top_idx, const float *top_w, const float *dtop_w,
                                 const float *aux_grad, int rows_per_seq, float z_grad, int N,

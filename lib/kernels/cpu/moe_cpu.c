@@ -11,7 +11,7 @@
 #include <string.h>
 
 void mt_cpu_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                               const float *logits, int N, int E, int k) {
+                               const float *logits, const float *bias, int N, int E, int k) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *x = logits + (size_t)n * E;
@@ -26,15 +26,18 @@ void mt_cpu_moe_router_forward(float *probs, float *lse, int *top_idx, float *to
     float inv = 1.0f / sum;
     for (int e = 0; e < E; e++) p[e] *= inv;
     lse[n] = maxv + logf(sum);
-    /* top-k by selection: the largest not yet taken, the lower index on ties */
+    /* top-k by selection on p + bias: the largest not yet taken, the lower
+     * index on ties */
     int *idx = top_idx + (size_t)n * k;
     float *w = top_w + (size_t)n * k, chosen = 0.0f;
     for (int j = 0; j < k; j++) {
       int best = -1;
+      float best_v = 0.0f;
       for (int e = 0; e < E; e++) {
         int taken = 0;
         for (int i = 0; i < j; i++) taken |= idx[i] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        float v = bias ? p[e] + bias[e] : p[e];
+        if (!taken && (best < 0 || v > best_v)) best = e, best_v = v;
       }
       idx[j] = best;
       w[j] = p[best];

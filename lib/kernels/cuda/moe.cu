@@ -71,12 +71,13 @@ static unsigned row_blocks(int rows) {
 /* router                                                               */
 
 /* One warp per row n: probs = softmax(logits row), lse = its log-sum-exp,
- * then k rounds of selection. The CPU's arithmetic: p[e] = exp(x[e] - max)
+ * then k rounds of selection on p + bias (bias NULL: p). The CPU's arithmetic: p[e] = exp(x[e] - max)
  * * (1 / sum), lse = max + log(sum), top_w[j] = p[i_j] * (1 / the sum of
  * the k chosen p in j order). A row of -inf logits gives NaN probabilities,
  * as on the CPU; the chosen indices are then still distinct and in [0, E). */
 __global__ void moe_router_forward_kernel(float *probs, float *lse, int *top_idx, float *top_w,
-                                          const float *logits, int N, int E, int k) {
+                                          const float *logits, const float *bias, int N, int E,
+                                          int k) {
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (n >= N) return; /* the whole warp: n is the warp's */
@@ -101,31 +102,33 @@ __global__ void moe_router_forward_kernel(float *probs, float *lse, int *top_idx
   float *w = top_w + (size_t)n * k;
   float chosen = 0.0f;
   for (int j = 0; j < k; j++) {
-    /* this lane's best untaken expert (ascending e: the lower index wins ties) */
-    float bv = 0.0f;
+    /* this lane's best untaken expert by p + bias (ascending e: the lower
+     * index wins ties); bp its probability */
+    float bv = 0.0f, bp = 0.0f;
     int bi = -1;
     for (int e = lane; e < E; e += 32) {
       int taken = 0;
       for (int i = 0; i < j; i++) taken |= idx[i] == e;
       if (taken) continue;
-      float v = p[e];
-      if (bi < 0 || v > bv) bv = v, bi = e;
+      float v = bias ? p[e] + bias[e] : p[e];
+      if (bi < 0 || v > bv) bv = v, bi = e, bp = p[e];
     }
-    /* the warp's best into lane 0 (higher probability, then lower index),
-     * then to every lane. A lane past the end gets its own pair back, which
-     * changes nothing. */
+    /* the warp's best into lane 0 (higher score, then lower index), then to
+     * every lane. A lane past the end gets its own pair back, which changes
+     * nothing. */
     for (int o = 16; o > 0; o >>= 1) {
       float ov = __shfl_down_sync(MOE_FULL_MASK, bv, o);
+      float op = __shfl_down_sync(MOE_FULL_MASK, bp, o);
       int oi = __shfl_down_sync(MOE_FULL_MASK, bi, o);
-      if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+      if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi, bp = op;
     }
-    bv = __shfl_sync(MOE_FULL_MASK, bv, 0);
+    bp = __shfl_sync(MOE_FULL_MASK, bp, 0);
     bi = __shfl_sync(MOE_FULL_MASK, bi, 0);
     if (lane == 0) {
       idx[j] = bi;
-      w[j] = bv;
+      w[j] = bp;
     }
-    chosen += bv;
+    chosen += bp;
     __syncwarp(); /* idx[j] (lane 0's write) is read by every lane next round */
   }
   const float inv_chosen = 1.0f / chosen;
@@ -133,11 +136,11 @@ __global__ void moe_router_forward_kernel(float *probs, float *lse, int *top_idx
 }
 
 static void moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                               const float *logits, int N, int E, int k) {
+                               const float *logits, const float *bias, int N, int E, int k) {
   if (N <= 0 || E <= 0) return;
   unsigned blocks = (unsigned)((N + MOE_WARP_ROWS - 1) / MOE_WARP_ROWS);
-  moe_router_forward_kernel<<<blocks, 32 * MOE_WARP_ROWS, 0, g_cu.stream>>>(probs, lse, top_idx,
-                                                                           top_w, logits, N, E, k);
+  moe_router_forward_kernel<<<blocks, 32 * MOE_WARP_ROWS, 0, g_cu.stream>>>(
+      probs, lse, top_idx, top_w, logits, bias, N, E, k);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -184,7 +184,8 @@ static void null_adamw_update(float *param, const float *grad, float *m, float *
 
 /* the router's choices, round-robin over the experts (the host reads them) */
 static void null_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                                    const float *logits, int N, int E, int k) {
+                                    const float *logits, const float *bias, int N, int E,
+                                    int k) {
   size_t n = (size_t)N * (size_t)k;
   keep(top_idx, NULL, n * sizeof(int));
   int *choice = find(top_idx, 0)->data;

@@ -157,9 +157,9 @@ static void v_adamw_update(float *param, const float *grad, float *m, float *v, 
   ELEM(7.0 * 4.0 * n);
 }
 static void v_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                                 const float *logits, int N, int E, int k) {
+                                 const float *logits, const float *bias, int N, int E, int k) {
   ELEM(2.0 * 4.0 * N * E);
-  g_null->moe_router_forward(probs, lse, top_idx, top_w, logits, N, E, k);
+  g_null->moe_router_forward(probs, lse, top_idx, top_w, logits, bias, N, E, k);
 }
 static void v_moe_router_backward(float *dlogits, const float *probs, const float *lse,
                                   const int *top_idx, const float *top_w, const float *dtop_w,
