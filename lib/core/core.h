@@ -133,8 +133,12 @@ typedef struct {
   /* [train] */
   int steps, seed, global_batch, micro_batch, warmup_steps, eval_every, eval_batches;
   int threads, log_every;
-  /* [train] device: cpu | cuda | auto; precision: fp32 | bf16 (cuda only) */
+  /* [train] device: cpu | cuda | auto; precision: fp32 | bf16 (fp16 is
+   * refused); grad_dtype: fp32 | bf16, the dtype gradients accumulate in;
+   * [parallel] grad_reduce_dtype: fp32 | bf16, the dtype of the dp x cp
+   * reduction (see mt_dtypes_resolve) */
   char device[MT_CFG_STR_MAX], precision[MT_CFG_STR_MAX];
+  char grad_dtype[MT_CFG_STR_MAX], grad_reduce_dtype[MT_CFG_STR_MAX];
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
   /* [parallel] */
   int dp, tp, pp, cp, zero;

@@ -117,37 +117,43 @@ mt_attn_block mt_attention_block(const mt_attention *at, int B, int rows, int Tq
   return a;
 }
 
-static void local_forward(mt_attention *at, float *out, const float *qkv, float *lse, int B) {
+/* the bytes of an element of q|k|v and out */
+static size_t elem(const mt_attention *at) { return at->bf ? sizeof(mt_bf16) : sizeof(float); }
+
+static void local_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse, int B) {
   const mt_cp_layout *l = &at->lay;
-  const size_t C = (size_t)at->C;
+  const size_t C = (size_t)at->C, es = elem(at);
   mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
                           l->chunk_pos[0], 3 * C, l->T_local);
-  at->ops->attn_forward(&a, out, lse, qkv, qkv + C, qkv + 2 * C);
+  MT_ACT_OP(at->bf, at->ops, attn_forward, &a, out, lse, qkv, mt_act_at(es, qkv, C),
+            mt_act_at(es, qkv, 2 * C));
 }
 
-static void local_backward(mt_attention *at, float *dqkv, const float *dout, const float *out,
-                           const float *qkv, const float *lse, int B) {
+static void local_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, const mt_act *out,
+                           const mt_act *qkv, const float *lse, int B) {
   const mt_cp_layout *l = &at->lay;
-  const size_t C = (size_t)at->C;
+  const size_t C = (size_t)at->C, es = elem(at);
   mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
                           l->chunk_pos[0], 3 * C, l->T_local);
-  at->ops->zero(dqkv, (size_t)B * l->T_local * 3 * C);
-  at->ops->attn_backward(&a, dqkv, dqkv + C, dqkv + 2 * C, dout, out, lse, qkv, qkv + C,
-                         qkv + 2 * C);
+  MT_ACT_OP(at->bf, at->ops, zero, dqkv, (size_t)B * l->T_local * 3 * C);
+  MT_ACT_OP(at->bf, at->ops, attn_backward, &a, dqkv, mt_act_at(es, dqkv, C),
+            mt_act_at(es, dqkv, 2 * C), dout, out, lse, qkv, mt_act_at(es, qkv, C),
+            mt_act_at(es, qkv, 2 * C));
 }
 
 /* ------------------------------------------------------------------ */
-/* the layer's attention: cp = 1 here, ring or Ulysses in attention_cp.c */
+/* the layer's attention: cp = 1 here, ring or Ulysses in attention_cp.c
+ * (fp32 only: the layout refuses bf16 with cp > 1) */
 
-void mt_attention_forward(mt_attention *at, float *out, const float *qkv, const mt_cp_saved *s,
+void mt_attention_forward(mt_attention *at, mt_act *out, const mt_act *qkv, const mt_cp_saved *s,
                           int B) {
   if (ring(&at->lay)) mt_attention_ring_forward(at, out, qkv, s->lse, B);
   else if (ulysses(&at->lay)) mt_attention_ulysses_forward(at, out, qkv, s, B);
   else local_forward(at, out, qkv, s->lse, B);
 }
 
-void mt_attention_backward(mt_attention *at, float *dqkv, const float *dout, const float *out,
-                           const float *qkv, const mt_cp_saved *s, int B) {
+void mt_attention_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, const mt_act *out,
+                           const mt_act *qkv, const mt_cp_saved *s, int B) {
   if (ring(&at->lay)) mt_attention_ring_backward(at, dqkv, dout, out, qkv, s->lse, B);
   else if (ulysses(&at->lay)) mt_attention_ulysses_backward(at, dqkv, dout, s, B);
   else local_backward(at, dqkv, dout, out, qkv, s->lse, B);

@@ -160,8 +160,35 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, 
   }
 }
 
+void mt_dp_set_compute_copy(mt_dp *d, const mt_ops_bf16 *bf) {
+  d->bf = bf;
+  if (!bf) return;
+  if (d->zero < 3) {
+    d->params_bf16 = d->ops->alloc(MT_MEM_PARAMS, d->reg->numel_local * sizeof(mt_bf16));
+  } else {
+    d->pbufs_bf16 = mt_calloc((size_t)d->n_pbufs + 1, sizeof(mt_bf16 *));
+    for (int i = 0; i < d->n_pbufs; i++)
+      d->pbufs_bf16[i] = d->ops->alloc(MT_MEM_GATHER, d->pbufs[i].numel * sizeof(mt_bf16));
+  }
+  d->copy_fresh = 0;
+}
+
+void mt_dp_master_changed(mt_dp *d) { d->copy_fresh = 0; }
+
+/* zero <= 2: the whole compute copy from the master (ZeRO-3 converts each
+ * unit as it is gathered) */
+static void refresh_copy(mt_dp *d) {
+  if (d->bf && d->zero < 3) d->bf->from_f32(d->params_bf16, d->params, d->reg->numel_local);
+  d->copy_fresh = 1;
+}
+
 void mt_dp_destroy(mt_dp *d) {
   const mt_ops *o = d->ops;
+  if (d->params_bf16)
+    o->free(MT_MEM_PARAMS, d->params_bf16, d->reg->numel_local * sizeof(mt_bf16));
+  for (int i = 0; d->pbufs_bf16 && i < d->n_pbufs; i++)
+    o->free(MT_MEM_GATHER, d->pbufs_bf16[i], d->pbufs[i].numel * sizeof(mt_bf16));
+  free(d->pbufs_bf16);
   for (int k = 0; k < d->reg->n_buckets; k++) mt_wait(&d->buckets[k].req);
   if (d->gather)
     for (int u = 0; u < d->reg->n_units; u++) mt_wait(&d->gather[u].req);
@@ -193,6 +220,7 @@ static void init_piece(mt_dp *d, int i, uint64_t seed, size_t a, size_t b, float
 
 void mt_dp_init_params(mt_dp *d, uint64_t seed) {
   const mt_registry *r = d->reg;
+  d->copy_fresh = 0;
   size_t most = 0;
   for (int i = 0; i < r->n; i++)
     if (r->t[i].numel_local > most) most = r->t[i].numel_local;
@@ -373,9 +401,13 @@ static int gather_buf_free(const mt_dp *d, int u) {
   return pb->owner < 0 || pb->owner == u;
 }
 
-float *mt_dp_params(mt_dp *d, int u, mt_pass pass) {
+mt_act *mt_dp_params(mt_dp *d, int u, mt_pass pass) {
   const mt_unit *un = &d->reg->units[u];
-  if (d->zero < 3) return d->params + un->begin;
+  if (d->zero < 3) {
+    if (!d->bf) return d->params + un->begin;
+    if (!d->copy_fresh) refresh_copy(d);
+    return d->params_bf16 + un->begin;
+  }
   mt_unit_gather *ug = &d->gather[u];
   if (un->end == un->begin) return NULL;
   int fresh = ug->state != 2;
@@ -383,6 +415,9 @@ float *mt_dp_params(mt_dp *d, int u, mt_pass pass) {
   if (ug->state == 1) {
     mt_wait(&ug->req);
     ug->state = 2;
+    /* the gathered fp32 unit into its bf16 twin (the fp32 master's shards
+     * travel: a bf16 gather would halve the bytes, not done yet) */
+    if (d->bf) d->bf->from_f32(d->pbufs_bf16[ug->buf], d->pbufs[ug->buf].mem, un->end - un->begin);
   }
   /* prefetch the next unit of the pass while this one computes (not when
    * the LM head takes the embeddings again, which it holds already) */
@@ -390,6 +425,7 @@ float *mt_dp_params(mt_dp *d, int u, mt_pass pass) {
   if ((fresh || pass == MT_PASS_BACKWARD) && next >= 0 && next < d->reg->n_units && d->gather[next].state == 0 &&
       d->reg->units[next].end > d->reg->units[next].begin && gather_buf_free(d, next))
     gather_start(d, next);
+  if (d->bf) return d->pbufs_bf16[ug->buf];
   return d->pbufs[ug->buf].mem;
 }
 
@@ -504,8 +540,10 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
       float *param = d->zero == 3 ? d->params + p->shard_off : d->params + pb;
       mt_adamw_update_range(&d->opt, r, param, g + p->shard_off, pb, part_len(d, k), p->shard_off);
     } else {
-      mt_adamw_update_range(&d->opt, r, d->params + p->begin, g + p->begin, p->begin,
-                            p->end - p->begin, p->shard_off);
+      /* zero 0: the compute copy refreshed in the same pass */
+      mt_adamw_update_range_bf16(&d->opt, r, d->params + p->begin,
+                                 d->bf && d->copy_fresh ? d->params_bf16 + p->begin : NULL,
+                                 d->bf, g + p->begin, p->begin, p->end - p->begin, p->shard_off);
     }
   }
   if (d->zero == 1 || d->zero == 2)
@@ -514,6 +552,10 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
       STATE_CALL(d, k, mt_allgatherv_inplace_f32(group_of(d, k), d->params + p->begin, p->counts,
                                                  p->displs, d->ops->loc));
     }
+  /* zero 1, 2: the copy from the gathered master (the fp32 parameters
+   * travel; a bf16 all-gather of the copy would halve the bytes, not done
+   * yet); zero 0: refreshed by AdamW above unless it was stale */
+  if (d->bf && d->zero < 3 && (d->zero > 0 || !d->copy_fresh)) refresh_copy(d);
   return norm;
 }
 

@@ -103,6 +103,16 @@ typedef struct {
   int n_pbufs;
   mt_unit_gather *gather;
   double last_grad_norm;
+  /* the weights' compute copy in bf16 (mt_dp_set_compute_copy; bf NULL:
+   * the model reads the fp32 parameters): zero <= 2, params_bf16 holds
+   * reg->numel_local elements beside params; zero 3, each gather buffer has
+   * a bf16 twin (pbufs_bf16) the gathered unit is converted into. copy_fresh:
+   * the copy equals the master (0 after the master was written other than
+   * by an update: initial values, a checkpoint) */
+  const mt_ops_bf16 *bf;
+  mt_bf16 *params_bf16;
+  mt_bf16 **pbufs_bf16;
+  int copy_fresh;
   /* this step's bytes of the state's collectives (gradients, parameters),
    * per reduction group, as comm counted them (the rest of the group's
    * bytes are scalar sums: the norm, the loss) */
@@ -117,6 +127,15 @@ typedef struct {
 void mt_dp_create(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg, const mt_ops *ops,
                   const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay);
 void mt_dp_destroy(mt_dp *d);
+/* Hand the model a bf16 compute copy of the weights, refreshed from the
+ * fp32 master by every update (bf: the bf16 ops; call once, after
+ * mt_dp_create; memory counted as MT_MEM_PARAMS, or MT_MEM_GATHER for
+ * ZeRO-3's gathered units). mt_dp_params then returns bf16 memory. */
+void mt_dp_set_compute_copy(mt_dp *d, const mt_ops_bf16 *bf);
+/* The fp32 master was written other than by mt_dp_optimizer_step (a
+ * checkpoint loaded into mt_dp_state_ranges): the copy is refreshed before
+ * its next use. */
+void mt_dp_master_changed(mt_dp *d);
 /* The state unit by unit (see mt_registry units), as a pass uses it:
  *   mt_dp_params(u, pass):   the unit's whole parameters (the memory of its
  *                            first element), valid until mt_dp_params_done
@@ -131,7 +150,7 @@ void mt_dp_destroy(mt_dp *d);
  * The units used at both ends of a pass (the embeddings, the final
  * LayerNorm) are released only after their last use in backward; after a
  * forward-only pass mt_dp_release_params lets every unit go. */
-float *mt_dp_params(mt_dp *d, int u, mt_pass pass);
+mt_act *mt_dp_params(mt_dp *d, int u, mt_pass pass);
 void mt_dp_params_done(mt_dp *d, int u, mt_pass pass);
 float *mt_dp_grads(mt_dp *d, int u);
 void mt_dp_grads_done(mt_dp *d, int u);
@@ -273,8 +292,8 @@ typedef struct {
   mt_gpt_acts *acts;        /* per slot */
   int *slot_busy;
   int *slot_of;             /* this run: (mb * v + chunk) -> slot, -1 none */
-  float **dout;             /* per slot: received output gradient */
-  float **out;              /* per slot: the forward's output hidden state (in the set) */
+  mt_act **dout;            /* per slot: received output gradient */
+  mt_act **out;             /* per slot: the forward's output hidden state (in the set) */
   size_t max_msg;           /* floats of the largest hidden state */
   mt_piece *pieces;         /* room for one pass's pieces */
   /* send buffers: a message is copied into a free one and sent; a buffer is
@@ -285,7 +304,7 @@ typedef struct {
   mt_request *send_req;
   int n_send, cap_send;
   mt_request recv;
-  const float *din;         /* the last backward's input gradient (the model's scratch) */
+  const mt_act *din;        /* the last backward's input gradient (the model's scratch) */
   /* the last run, this rank */
   double wall_s, wait_s, compute_s; /* wait: in receives and sends; compute: in the model */
   int peak_slots;           /* most activation sets held at once */
@@ -342,6 +361,9 @@ typedef struct {
   mt_pp_sched sched;
   int accum, virtual_stages;
   const int *stage_l0, *stage_l1;
+  /* the dtype of every role (mt_dtypes_resolve); bf16 weights' copy and
+   * activations need a backend with bf16 ops (mt_ops_bf16_of) */
+  mt_dtypes dtypes;
 } mt_step_opts;
 
 /* The mesh groups a step uses (the mesh's, or a count-only mesh's). */

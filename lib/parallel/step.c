@@ -12,6 +12,9 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   s->groups = *g;
   mt_gpt_parallel par = o->par;
   par.external_state = 1; /* the dp engine holds the state */
+  /* bf16 storage where the roles say so and the backend has the ops (the
+   * CUDA backend multiplies in bf16 over fp32 tensors instead) */
+  par.bf16 = o->dtypes.acts == MT_FLOAT_BF16 ? mt_ops_bf16_of(ops) : NULL;
   if (mt_gpt_create_stage(&s->model, o->shape, ops, o->micro_batch, &par, e) != 0) return -1;
   /* cp ranks hold the same parameters (each sees other tokens): gradients
    * and ZeRO shards go over dp x cp (at cp = 1, the dp group, rank for
@@ -25,6 +28,7 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
                      .tp = g->tp, .pp = g->pp, .ep = g->ep, .etp = g->etp};
   mt_dp_create(&s->dp, &dg, reg, ops, &s->model.tp, o->beta1, o->beta2, o->eps,
                o->weight_decay);
+  mt_dp_set_compute_copy(&s->dp, par.bf16);
   const int pp = g->pp->size;
   if (pp > 1) {
     s->tied_numel = mt_pp_tied_numel(reg);

@@ -174,9 +174,26 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
    * the GPU (setup asks it: mt_train_device_setup) */
   char dmsg[512];
   mt_precision prec;
-  if (mt_device_resolve(cfg->device, cfg->precision, mt_cuda_built(), 1, "", &prec, dmsg,
-                        sizeof dmsg) < 0) {
+  int dev = mt_device_resolve(cfg->device, cfg->precision, mt_cuda_built(), 1, "", &prec, dmsg,
+                               sizeof dmsg);
+  if (dev < 0) {
     mt_err_set(e, "%s", dmsg);
+    return -1;
+  }
+  /* the dtype of every role, decided here once (the plan and the run read
+   * lay->dtypes; train.device = auto counts as cuda where CUDA is built);
+   * bf16 storage covers dense models without tp, cp or ep */
+  if (mt_dtypes_resolve(prec, (mt_device_kind)dev, cfg->grad_dtype, cfg->grad_reduce_dtype,
+                        &lay->dtypes, dmsg, sizeof dmsg) != 0) {
+    mt_err_set(e, "%s", dmsg);
+    return -1;
+  }
+  if (lay->dtypes.acts == MT_FLOAT_BF16 &&
+      (cfg->tp > 1 || cfg->cp > 1 || lay->shape.moe_experts > 0)) {
+    mt_err_set(e, "train.precision = bf16 on the CPU is implemented for dense models without "
+                  "tensor or context parallelism; parallel.tp = %d, parallel.cp = %d, "
+                  "model.moe_experts = %d (set train.precision = fp32)",
+               cfg->tp, cfg->cp, lay->shape.moe_experts);
     return -1;
   }
   mt_hw_profile hw;
@@ -218,7 +235,8 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
       .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,
-      .virtual_stages = cfg->virtual_stages, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs};
+      .virtual_stages = cfg->virtual_stages, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs,
+      .dtypes = lay->dtypes};
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
     o->par.stage_of_layer = lay->stage_of_layer;
     o->par.pp_rank = mesh->pp_rank;
