@@ -1,0 +1,30 @@
+# bf16 under other layouts: the same global batch on one rank (micro-batch
+# 2), dp = 2 with ZeRO-1 (micro-batch 4: accumulation differs), dp = 2 with
+# ZeRO-3 (the bf16 copy made per gathered unit) and pp = 2 zb-h1 with
+# recompute (bf16 messages, split backward): losses within rtol 1e-3 of the
+# one-rank run at each of 20 steps (NaN fails).
+# Why 1e-3: layouts sum the fp32 gradients in different orders (relative
+# 1e-7), so a master weight close to the midpoint of two bf16 values rounds
+# to the other one on one layout; each such flip moves a weight of the copy
+# by one bf16 unit, 2^-8 relative (u = 3.9e-3). Were every weight and
+# activation off by a unit the loss could move by about u; flips are rare
+# and uncorrelated, so the bound is u/4 = 1e-3, 20x what was measured
+# (4.9e-5 at most; pp and recompute are bitwise equal: they cut no sum).
+source "$(dirname "$0")/common.sh"
+corpus=$(mt_corpus 300000)
+common=(--set model.preset=tiny --set train.steps=20 --set train.global_batch=8
+        --set data.train="$corpus" --set train.eval_every=0 --set train.warmup_steps=5
+        --set train.lr=3e-3 --set train.precision=bf16)
+run() { # NAME NP ARGS...
+  local name=$1 np=$2; shift 2
+  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" --set output.dir="$WORK/$name" "$@" \
+    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
+}
+run ref 1 --set train.micro_batch=2
+run dp2z1 2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=4
+run dp2z3 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=2
+run pp2zbrc 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompute=true \
+  --set train.micro_batch=2
+python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/dp2z1" "$WORK/dp2z3" \
+  "$WORK/pp2zbrc" --rtol 1e-3 --steps 20
+echo PASS
