@@ -590,6 +590,43 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
   r->active = 1;
 }
 
+/* 16-bit elements: host memory and the MPI path only */
+static void u16_host_only(const mt_group *g, mt_loc loc, const char *what) {
+  if (loc != MT_LOC_HOST)
+    mt_die("%s on %s: 16-bit collectives move host memory only (a device buffer was given)",
+           what, g->name);
+}
+
+void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, const int *displs,
+                               mt_loc loc) {
+  size_t total = sum_counts(counts, g->size);
+  const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes) || g->size == 1) return;
+  u16_host_only(g, loc, "all-gather");
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
+                              MPI_UINT16_T, g->comm));
+  count(g, t0, bytes);
+}
+
+void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const int *counts,
+                        const int *displs, mt_loc loc, mt_request *r) {
+  req_init(r, g);
+  size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  u16_host_only(g, loc, "all-gather");
+  if (g->size == 1) {
+    memcpy(recv + displs[0], send, mine * sizeof(uint16_t));
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Iallgatherv(send, as_count(mine), MPI_UINT16_T, recv, counts, displs,
+                               MPI_UINT16_T, g->comm, &r->req));
+  count(g, t0, bytes);
+  r->active = 1;
+}
+
 void mt_wait(mt_request *r) {
   if (!r->active) return;
   if (r->direct) {

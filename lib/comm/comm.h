@@ -283,6 +283,14 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
 /* every rank's send (counts[rank] floats) -> recv (counts[r] at displs[r]) */
 void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *counts,
                         const int *displs, mt_loc loc, mt_request *r);
+/* The same two all-gathers on 16-bit elements (bf16 values, moved as
+ * bits: half the bytes of fp32), counts and displs in elements. Host
+ * memory only (the bf16 state lives on the CPU; a device buffer is a bug:
+ * mt_die); count-only groups count them as any other call. */
+void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, const int *displs,
+                               mt_loc loc);
+void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const int *counts,
+                        const int *displs, mt_loc loc, mt_request *r);
 void mt_wait(mt_request *r);
 /* give MPI a chance to progress outstanding requests (cheap) */
 void mt_progress(mt_request *r);

@@ -45,9 +45,9 @@ typedef struct {
 
 /* A buffer of a pool (ZeRO-2/3 gradients, ZeRO-3 gathered parameters). */
 typedef struct {
-  float *mem;           /* its elements */
+  void *mem;            /* its elements (fp32; a bf16 copy's gathered unit: bf16) */
   float *part;          /* gradient buffers: this rank's part of the reduce-scatter */
-  size_t numel, part_numel;
+  size_t numel, part_numel, es; /* elements of mem and part; bytes of one of mem's */
   int owner;            /* bucket or unit using it, -1 free */
 } mt_pool_buf;
 
@@ -103,16 +103,16 @@ typedef struct {
   int n_pbufs;
   mt_unit_gather *gather;
   double last_grad_norm;
-  /* the weights' compute copy in bf16 (mt_dp_set_compute_copy; bf NULL:
-   * the model reads the fp32 parameters): zero <= 2, params_bf16 holds
-   * reg->numel_local elements beside params; zero 3, each gather buffer has
-   * a bf16 twin (pbufs_bf16) the gathered unit is converted into. copy_fresh:
-   * the copy equals the master (0 after the master was written other than
-   * by an update: initial values, a checkpoint) */
+  /* the weights' compute copy in bf16 (mt_dp_create_bf16; bf NULL: the
+   * model reads the fp32 parameters): params_bf16 holds reg->numel_local
+   * elements (zero <= 2) or the shard (zero 3, whose gather buffers pbufs
+   * are then bf16); master_sharded: params holds the shard (zero 3, or
+   * zero >= 1 with the copy). copy_fresh: the copy equals the master (0
+   * after the master was written other than by an update: initial values,
+   * a checkpoint) */
   const mt_ops_bf16 *bf;
   mt_bf16 *params_bf16;
-  mt_bf16 **pbufs_bf16;
-  int copy_fresh;
+  int master_sharded;
   /* this step's bytes of the state's collectives (gradients, parameters),
    * per reduction group, as comm counted them (the rest of the group's
    * bytes are scalar sums: the norm, the loss) */
@@ -126,15 +126,22 @@ typedef struct {
  * over tp before dp reduces them (NULL: none). */
 void mt_dp_create(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg, const mt_ops *ops,
                   const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay);
+/* The same with a bf16 compute copy of the weights (bf: the bf16 ops; NULL:
+ * mt_dp_create). The copy is what mt_dp_params returns, refreshed from the
+ * fp32 master by every update (AdamW writes both in one pass). With it the
+ * master is sharded from ZeRO-1 on, as the ZeRO paper's 2 + 2 + 12 bytes
+ * per parameter has it: zero 0, master and copy whole; zero 1 and 2, the
+ * master is this rank's shard (reg->shard_numel, like ZeRO-3's) and the
+ * copy whole, all-gathered in bf16 after the update; zero 3, both the
+ * shard, and a unit's copy is gathered in bf16 into bf16 buffers. Copy
+ * memory counted as MT_MEM_PARAMS, its gather buffers as MT_MEM_GATHER. */
+void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg,
+                       const mt_ops *ops, const mt_ops_bf16 *bf, const mt_tp *tp, float beta1,
+                       float beta2, float eps, float weight_decay);
 void mt_dp_destroy(mt_dp *d);
-/* Hand the model a bf16 compute copy of the weights, refreshed from the
- * fp32 master by every update (bf: the bf16 ops; call once, after
- * mt_dp_create; memory counted as MT_MEM_PARAMS, or MT_MEM_GATHER for
- * ZeRO-3's gathered units). mt_dp_params then returns bf16 memory. */
-void mt_dp_set_compute_copy(mt_dp *d, const mt_ops_bf16 *bf);
 /* The fp32 master was written other than by mt_dp_optimizer_step (a
- * checkpoint loaded into mt_dp_state_ranges): the copy is refreshed before
- * its next use. */
+ * checkpoint loaded into mt_dp_state_ranges): the bf16 copy made from it
+ * again (collective over dp under ZeRO-1/2: the copy is all-gathered). */
 void mt_dp_master_changed(mt_dp *d);
 /* The state unit by unit (see mt_registry units), as a pass uses it:
  *   mt_dp_params(u, pass):   the unit's whole parameters (the memory of its

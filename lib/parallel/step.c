@@ -26,9 +26,8 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   /* the registry's reduction groups, as the mesh has them */
   mt_dp_groups dg = {.reduce = {[MT_GROUP_DP] = g->dpcp, [MT_GROUP_EDP] = g->edp},
                      .tp = g->tp, .pp = g->pp, .ep = g->ep, .etp = g->etp};
-  mt_dp_create(&s->dp, &dg, reg, ops, &s->model.tp, o->beta1, o->beta2, o->eps,
-               o->weight_decay);
-  mt_dp_set_compute_copy(&s->dp, par.bf16);
+  mt_dp_create_bf16(&s->dp, &dg, reg, ops, par.bf16, &s->model.tp, o->beta1, o->beta2, o->eps,
+                    o->weight_decay);
   const int pp = g->pp->size;
   if (pp > 1) {
     s->tied_numel = mt_pp_tied_numel(reg);

@@ -196,6 +196,11 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
                cfg->tp, cfg->cp, lay->shape.moe_experts);
     return -1;
   }
+  if (lay->dtypes.weights == MT_FLOAT_BF16 && cfg->zero >= 1 && cfg->save_params) {
+    mt_err_set(e, "output.save_params = true needs parallel.zero = 0 under train.precision = "
+                  "bf16 (from ZeRO-1 on a rank holds only its shard of the fp32 master)");
+    return -1;
+  }
   mt_hw_profile hw;
   if (mt_hw_profile_load(&hw, cfg->hw_profile, e) != 0) return -1;
   if (world_size > 0 && lay->world != world_size) {
