@@ -305,4 +305,31 @@ static inline uint64_t mt_splitmix64(uint64_t x) {
 
 double mt_now(void); /* seconds, monotonic */
 
+/* bf16: the upper 16 bits of an IEEE fp32 (8 significant bits). The
+ * scalar conversions live here so that every module may use them (comm sums
+ * bf16 messages; kernels has the vectorised ones). */
+typedef uint16_t mt_bf16;
+/* fp32 -> bf16, round to nearest, ties to even; NaN stays NaN (quieted,
+ * sign kept), +-inf stays, values beyond the largest bf16 round to +-inf,
+ * subnormals are rounded like any other value (no flush to zero). */
+static inline mt_bf16 mt_bf16_from_f32(float f) {
+  union {
+    float f;
+    uint32_t u;
+  } x;
+  x.f = f;
+  if ((x.u & 0x7fffffffu) > 0x7f800000u) return (mt_bf16)((x.u >> 16) | 0x0040u); /* NaN */
+  x.u += 0x7fffu + ((x.u >> 16) & 1u);
+  return (mt_bf16)(x.u >> 16);
+}
+/* bf16 -> fp32, exact */
+static inline float mt_bf16_to_f32(mt_bf16 b) {
+  union {
+    uint32_t u;
+    float f;
+  } x;
+  x.u = (uint32_t)b << 16;
+  return x.f;
+}
+
 #endif

@@ -300,34 +300,12 @@ int mt_ops_missing(const mt_ops *ops, char *names, size_t len);
  * mt_bf16_gemm_path); the elementwise ops and attention give the same bits
  * at any thread count. */
 
-typedef uint16_t mt_bf16;
 typedef enum { MT_FLOAT_FP32 = 0, MT_FLOAT_BF16 = 1 } mt_float_type;
 
 /* bytes per element (4 or 2). (Not comm.h's mt_dtype, which names the
  * element types of a reduction; the two may merge when comm sends bf16.) */
 size_t mt_float_type_size(mt_float_type t);
-/* fp32 -> bf16, round to nearest, ties to even; NaN stays NaN (quieted,
- * sign kept), +-inf stays, values beyond the largest bf16 round to +-inf,
- * subnormals are rounded like any other value (no flush to zero). */
-static inline mt_bf16 mt_bf16_from_f32(float f) {
-  union {
-    float f;
-    uint32_t u;
-  } x;
-  x.f = f;
-  if ((x.u & 0x7fffffffu) > 0x7f800000u) return (mt_bf16)((x.u >> 16) | 0x0040u); /* NaN */
-  x.u += 0x7fffu + ((x.u >> 16) & 1u);
-  return (mt_bf16)(x.u >> 16);
-}
-/* bf16 -> fp32, exact */
-static inline float mt_bf16_to_f32(mt_bf16 b) {
-  union {
-    uint32_t u;
-    float f;
-  } x;
-  x.u = (uint32_t)b << 16;
-  return x.f;
-}
+/* the scalar conversions mt_bf16_from_f32 / mt_bf16_to_f32: core.h */
 /* n elements, vectorised, split over the threads (no overlap) */
 void mt_bf16_from_f32_n(mt_bf16 *dst, const float *src, size_t n);
 void mt_bf16_to_f32_n(float *dst, const mt_bf16 *src, size_t n);

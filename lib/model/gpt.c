@@ -148,11 +148,10 @@ static int check_split(const mt_model_shape *shape, const mt_gpt_parallel *par, 
     mt_err_set(e, "tp = %d does not divide n_head = %d", tp_size, shape->n_head);
     return -1;
   }
-  if (par && par->bf16 &&
-      (tp_size > 1 || cp_size > 1 || shape->moe_experts > 0 || !par->external_state)) {
-    mt_err_set(e, "bf16 activations are implemented for dense models without tensor or context "
-                  "parallelism (tp = %d, cp = %d, %d experts) whose state the dp engine holds",
-               tp_size, cp_size, shape->moe_experts);
+  if (par && par->bf16 && (cp_size > 1 || shape->moe_experts > 0 || !par->external_state)) {
+    mt_err_set(e, "bf16 activations are implemented for dense models without context "
+                  "parallelism (cp = %d, %d experts) whose state the dp engine holds",
+               cp_size, shape->moe_experts);
     return -1;
   }
   if (shape->moe_experts > 0 && par && (par->recompute || par->split_backward)) {
@@ -289,11 +288,11 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   }
   /* the linears' tp scratch under sp: a gathered input, a partial output,
    * an input gradient after its reduce-scatter */
-  float *full_in = NULL, *full_out = NULL, *dx_local = NULL;
+  mt_act *full_in = NULL, *full_out = NULL, *dx_local = NULL;
   if (sp) {
-    full_in = act(m, BT * C);
-    full_out = act(m, BT * C);
-    dx_local = act(m, BTs * C);
+    full_in = act_elems(m, BT * C);
+    full_out = act_elems(m, BT * C);
+    dx_local = act_elems(m, BTs * C);
   }
   m->rowmax = act(m, BT);
   m->xent_stats = (double *)act(m, 2 * BT * sizeof(double) / sizeof(float));
@@ -308,9 +307,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   mt_attention_set_scratch(&m->attn, cp_scratch[0], cp_scratch[1], cp_scratch[2], cp_scratch[3]);
   m->inputs = mt_calloc(BT, sizeof(int));
   m->targets = mt_calloc(BT, sizeof(int));
-  mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops);
-  m->tp.bf = m->bf;
-  m->tp.es = m->es;
+  mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops, m->bf);
   mt_tp_set_linear(&m->tp, m->T, (int)C, full_in, full_out, dx_local);
   return 0;
 }

@@ -16,16 +16,18 @@
 #include <string.h>
 
 void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
-                  const mt_ops *ops) {
+                  const mt_ops *ops, const mt_ops_bf16 *bf) {
   memset(tp, 0, sizeof *tp);
   tp->ops = ops;
+  tp->bf = bf;
+  tp->es = bf ? sizeof(mt_bf16) : sizeof(float);
   tp->g = g && g->size > 1 ? g : NULL;
   tp->size = tp->g ? g->size : 1;
   tp->rank = tp->g ? g->rank : 0;
   tp->sp = tp->g ? sp : 0;
   if (tp->sp) { /* two of a rank's slices of the largest activation */
     tp->scratch_n = 2 * (max_act / (size_t)tp->size);
-    tp->scratch = ops->alloc(MT_MEM_COMM, tp->scratch_n * sizeof(float));
+    tp->scratch = ops->alloc(MT_MEM_COMM, tp->scratch_n * tp->es);
   }
   if (tp->g && max_partial_grads > 0) { /* sp's norms, a MoE router */
     tp->grad_buf_n = max_partial_grads;
@@ -34,13 +36,15 @@ void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_par
 }
 
 void mt_tp_destroy(mt_tp *tp) {
-  if (tp->scratch) tp->ops->free(MT_MEM_COMM, tp->scratch, tp->scratch_n * sizeof(float));
+  if (tp->scratch) tp->ops->free(MT_MEM_COMM, tp->scratch, tp->scratch_n * tp->es);
   if (tp->grad_buf) tp->ops->free(MT_MEM_COMM, tp->grad_buf, tp->grad_buf_n * sizeof(float));
   memset(tp, 0, sizeof *tp);
 }
 
-void mt_tp_allreduce(const mt_tp *tp, float *x, size_t n) {
-  if (tp->g) mt_allreduce_sum_f32(tp->g, x, n, tp->ops->loc);
+void mt_tp_allreduce(const mt_tp *tp, mt_act *x, size_t n) {
+  if (!tp->g) return;
+  if (tp->bf) mt_allreduce_sum_bf16(tp->g, x, n, tp->ops->loc);
+  else mt_allreduce_sum_f32(tp->g, x, n, tp->ops->loc);
 }
 
 void mt_tp_allreduce_max(const mt_tp *tp, float *x, size_t n) {
@@ -51,26 +55,30 @@ void mt_tp_allreduce_f64(const mt_tp *tp, double *x, size_t n) {
   if (tp->g) mt_allreduce_sum_f64(tp->g, x, n, tp->ops->loc);
 }
 
-void mt_tp_gather_seq(const mt_tp *tp, const float *local, float *full, int B, int T, int C) {
+void mt_tp_gather_seq(const mt_tp *tp, const mt_act *local, mt_act *full, int B, int T, int C) {
   size_t inner = (size_t)(T / tp->size) * (size_t)C;
   if (!tp->g) {
-    if (full != local) tp->ops->copy(full, local, (size_t)B * inner);
+    if (full != local) MT_ACT_OP(tp->bf, tp->ops, copy, full, local, (size_t)B * inner);
     return;
   }
-  mt_allgather_dim_f32(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
+  if (tp->bf) mt_allgather_dim_u16(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
+  else mt_allgather_dim_f32(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
 }
 
-void mt_tp_reduce_scatter_seq(const mt_tp *tp, const float *full, float *local, int B, int T,
+void mt_tp_reduce_scatter_seq(const mt_tp *tp, const mt_act *full, mt_act *local, int B, int T,
                               int C) {
   size_t inner = (size_t)(T / tp->size) * (size_t)C;
   if (!tp->g) {
-    if (full != local) tp->ops->copy(local, full, (size_t)B * inner);
+    if (full != local) MT_ACT_OP(tp->bf, tp->ops, copy, local, full, (size_t)B * inner);
     return;
   }
   if (2 * (size_t)B * inner > tp->scratch_n)
     mt_die("tp reduce-scatter of %d x %d x %d exceeds the %zu-element scratch", B, T, C,
            tp->scratch_n);
-  mt_reduce_scatter_dim_f32(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
+  if (tp->bf)
+    mt_reduce_scatter_dim_bf16(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
+  else
+    mt_reduce_scatter_dim_f32(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
 }
 
 size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end) {
@@ -111,7 +119,8 @@ void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *
   mt_tp_reduce_partial_grads_at(tp, reg, grads, 0, begin, end);
 }
 
-void mt_tp_set_linear(mt_tp *tp, int T, int C, float *full_in, float *full_out, float *dx_local) {
+void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,
+                      mt_act *dx_local) {
   tp->T = T;
   tp->C = C;
   tp->full_in = full_in;

@@ -149,13 +149,14 @@ typedef struct mt_tp {
   mt_group *g;
   const mt_ops *ops;
   /* bf16 activations and weights' copy (mt_gpt_parallel bf16): their ops,
-   * and the bytes of an activation element (4 or 2) */
+   * and the bytes of an activation element (4 or 2); the activations'
+   * collectives are then bf16's (half the bytes, sums rounded per addition) */
   const mt_ops_bf16 *bf;
   size_t es;
   int size, rank;
   int sp;
-  float *scratch;   /* the reduce-scatter's running sums, 2 slices (MT_MEM_COMM) */
-  size_t scratch_n;
+  mt_act *scratch;  /* the reduce-scatter's running sums, 2 slices (MT_MEM_COMM) */
+  size_t scratch_n; /* elements */
   float *grad_buf;  /* packs the partial gradients of one layer (MT_MEM_COMM) */
   size_t grad_buf_n;
   /* the linears' shape and scratch (mt_tp_set_linear): T tokens of a
@@ -165,27 +166,28 @@ typedef struct mt_tp {
    * gradient) full_out, (BT,C) each, and an input gradient after its
    * reduce-scatter dx_local (BTs,C) */
   int T, C;
-  float *full_in, *full_out, *dx_local;
+  mt_act *full_in, *full_out, *dx_local;
 } mt_tp;
 
 /* max_act: the largest (B,T,C) activation, in elements, that will be
  * reduce-scattered; max_partial_grads: the most elements of tp_partial_grad
  * tensors in one range handed to mt_tp_reduce_partial_grads. */
 void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
-                  const mt_ops *ops);
+                  const mt_ops *ops, const mt_ops_bf16 *bf);
 void mt_tp_destroy(mt_tp *tp);
-void mt_tp_set_linear(mt_tp *tp, int T, int C, float *full_in, float *full_out, float *dx_local);
+void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,
+                      mt_act *dx_local);
 
 /* Sum (in place) of the ranks' partial results: the forward of a
  * row-parallel layer ("g") or the backward of a column-parallel one ("f"). */
-void mt_tp_allreduce(const mt_tp *tp, float *x, size_t n);
+void mt_tp_allreduce(const mt_tp *tp, mt_act *x, size_t n);
 void mt_tp_allreduce_max(const mt_tp *tp, float *x, size_t n);
 void mt_tp_allreduce_f64(const mt_tp *tp, double *x, size_t n);
 /* Sequence parallelism: the slices (B,T/size,C) of every rank -> full
  * (B,T,C) on every rank ... */
-void mt_tp_gather_seq(const mt_tp *tp, const float *local, float *full, int B, int T, int C);
+void mt_tp_gather_seq(const mt_tp *tp, const mt_act *local, mt_act *full, int B, int T, int C);
 /* ... and partial sums (B,T,C) -> this rank's slice (B,T/size,C) of the sum. */
-void mt_tp_reduce_scatter_seq(const mt_tp *tp, const float *full, float *local, int B, int T,
+void mt_tp_reduce_scatter_seq(const mt_tp *tp, const mt_act *full, mt_act *local, int B, int T,
                               int C);
 /* Sum over the group, in one all-reduce, the gradients of every tensor in
  * the flat range [begin, end) that the registry marks tp_partial_grad. Once

@@ -188,12 +188,11 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     mt_err_set(e, "%s", dmsg);
     return -1;
   }
-  if (lay->dtypes.acts == MT_FLOAT_BF16 &&
-      (cfg->tp > 1 || cfg->cp > 1 || lay->shape.moe_experts > 0)) {
+  if (lay->dtypes.acts == MT_FLOAT_BF16 && (cfg->cp > 1 || lay->shape.moe_experts > 0)) {
     mt_err_set(e, "train.precision = bf16 on the CPU is implemented for dense models without "
-                  "tensor or context parallelism; parallel.tp = %d, parallel.cp = %d, "
-                  "model.moe_experts = %d (set train.precision = fp32)",
-               cfg->tp, cfg->cp, lay->shape.moe_experts);
+                  "context parallelism; parallel.cp = %d, model.moe_experts = %d (set "
+                  "train.precision = fp32)",
+               cfg->cp, lay->shape.moe_experts);
     return -1;
   }
   if (lay->dtypes.weights == MT_FLOAT_BF16 && cfg->zero >= 1 && cfg->save_params) {
