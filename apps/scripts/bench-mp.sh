@@ -15,6 +15,11 @@
 #    model's 6N + attention FLOPs) over the FLOP/s of the bf16 GEMM path
 #    at the model's shapes (meshbench gemm-bf16, same threads, same run);
 #    peak memory per category bf16/fp32 (summary.json, rank 0).
+#    CLOCK=cpu in the environment (for a machine other jobs share): every
+#    rate per CPU second of the process divided by its 2 threads (/usr/bin/
+#    time; the whole run, set-up and the first step included) and the GEMM
+#    timed with meshbench's --clock cpu; default wall: the median of steps
+#    2.. as meshtrain records them, the GEMM on the wall clock.
 # Writes outputs/bench-mp/ (runs, gemm-bf16.jsonl, bytes.json). PARTS=1 or
 # PARTS=2 in the environment runs one part only.
 set -euo pipefail
@@ -24,7 +29,7 @@ STEPS_SMALL=${2:-12}
 STEPS_GPT2=${3:-4}
 BIN=$BUILD/bin
 OUT=outputs/bench-mp
-rm -rf "$OUT"
+CLOCK=${CLOCK:-wall}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_PLACES=cores OMP_PROC_BIND=close OMP_WAIT_POLICY=passive
@@ -32,6 +37,7 @@ export OMP_PLACES=cores OMP_PROC_BIND=close OMP_WAIT_POLICY=passive
 PARTS=${PARTS:-12}
 if [[ $PARTS == *1* ]]; then
 echo "== 1. bytes per parameter (meshtrain --plan), dp = 64"
+rm -f "$OUT"/plan-*.json "$OUT/bytes.json"
 python3 - "$BIN" "$OUT" <<'PY'
 import json, subprocess, sys
 bindir, out = sys.argv[1:3]
@@ -73,12 +79,14 @@ fi
 
 echo
 echo "== 2. one rank x 2 threads: fp32 and bf16 training, bf16 GEMM at the same shapes"
-echo "load before: $(uptime)"
+echo "clock: $CLOCK; load before: $(uptime)"
+rm -rf "$OUT"/small_* "$OUT"/gpt2_* "$OUT"/gemm-*
 corpus="$OUT/corpus.txt"
 "$BIN/meshdata" corpus "$corpus" --bytes 2000000 >/dev/null
 train() { # NAME STEPS ARGS...
   local name=$1 steps=$2; shift 2
   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 taskset -c 0-1 \
+    /usr/bin/time -f "%e %U %S" -o "$OUT/$name.time" \
     mpirun --oversubscribe --bind-to none -n 1 "$BIN/meshtrain" --set data.train="$corpus" \
     --set train.global_batch=4 --set train.micro_batch=4 --set train.steps="$steps" \
     --set train.eval_every=0 --set ckpt.mode=none --set train.threads=2 \
@@ -87,7 +95,7 @@ train() { # NAME STEPS ARGS...
 }
 gemm() { # MODEL TOKENS
   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 taskset -c 0-1 \
-    "$BIN/meshbench" gemm-bf16 --threads 2 --model "$1" --tokens "$2" --reps 5 \
+    "$BIN/meshbench" gemm-bf16 --threads 2 --model "$1" --tokens "$2" --reps 5 --clock "$CLOCK" \
     --json "$OUT/gemm-bf16.jsonl" > "$OUT/gemm-$1.txt"
 }
 for prec in fp32 bf16; do train "small_$prec" "$STEPS_SMALL" --set model.preset=small \
@@ -97,16 +105,22 @@ for prec in fp32 bf16; do train "gpt2_$prec" "$STEPS_GPT2" --set model.preset=gp
   --set train.precision=$prec; done
 gemm gpt2-124m 4096
 echo "load after: $(uptime)"
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$CLOCK" <<'PY'
 import json, statistics, sys
-out = sys.argv[1]
+out, clock = sys.argv[1:3]
 gemm = {json.loads(l)["model"]: json.loads(l) for l in open(out + "/gemm-bf16.jsonl")}
 def run(name):
     recs = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (out, name))]
+    summ = json.load(open("%s/%s/summary.json" % (out, name)))
+    mem = summ["mem_peak_bytes_rank0"]
+    if clock == "cpu":  # tokens and FLOPs of the whole run over its CPU seconds per thread
+        _, user, sys_ = map(float, open("%s/%s.time" % (out, name)).read().split()[-3:])
+        per_thread = (user + sys_) / 2
+        tokens = sum(r["tokens"] for r in recs)
+        return tokens / per_thread, tokens * summ["flops_per_token"] / per_thread, mem
     later = recs[1:] if len(recs) > 1 else recs
     return (statistics.median(r["tokens_per_s"] for r in later),
-            statistics.median(r["flops_per_s"] for r in later),
-            json.load(open("%s/%s/summary.json" % (out, name)))["mem_peak_bytes_rank0"])
+            statistics.median(r["flops_per_s"] for r in later), mem)
 cats = ["params", "grads", "optimizer", "activations", "comm"]
 for model, gname, T in (("small", "small", 256), ("gpt2", "gpt2-124m", 1024)):
     t32, f32, m32 = run(model + "_fp32")
@@ -115,7 +129,7 @@ for model, gname, T in (("small", "small", 256), ("gpt2", "gpt2-124m", 1024)):
     path = g["default_path"]
     gb16 = g["step_gflops_" + path] * 1e9
     gf32 = g["step_gflops_fp32"] * 1e9
-    print("\n%s T=%d, micro-batch 4, 1 rank x 2 threads:" % (gname, T))
+    print("\n%s T=%d, micro-batch 4, 1 rank x 2 threads (%s clock):" % (gname, T, clock))
     print("  tokens/s      fp32 %9.1f  bf16 %9.1f  bf16/fp32 %.3f (goal >= 1.5)" % (t32, t16, t16 / t32))
     print("  training GFLOP/s fp32 %7.1f  bf16 %7.1f" % (f32 / 1e9, f16 / 1e9))
     print("  GEMM GFLOP/s at the model's shapes: fp32 sgemm %.1f, bf16 (%s path) %.1f" % (
