@@ -632,7 +632,8 @@ static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
   (void)type;
   const mt_bf16 *a = in;
   mt_bf16 *b = inout;
-  for (int i = 0; i < *len; i++) b[i] = mt_bf16_from_f32(mt_bf16_to_f32(a[i]) + mt_bf16_to_f32(b[i]));
+  for (int i = 0; i < *len; i++)
+    b[i] = mt_bf16_from_f32(mt_bf16_to_f32(a[i]) + mt_bf16_to_f32(b[i]));
 }
 
 static MPI_Op bf16_sum_op(void) {

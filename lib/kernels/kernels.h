@@ -4,7 +4,8 @@
  * of MPI. All tensors are fp32, row-major, contiguous unless a stride is
  * given (under train.precision = bf16 the CUDA backend multiplies in bf16
  * with fp32 accumulation, but stores every tensor in fp32: see cuda/; the
- * CPU stores bf16 tensors and computes on them with mt_ops_bf16). B = batch, T = sequence, C = channels, NH = heads,
+ * CPU stores bf16 tensors and computes on them with mt_ops_bf16).
+ * B = batch, T = sequence, C = channels, NH = heads,
  * OC = output channels, V = true vocab, Vp = padded vocab (Vp >= V).
  * Backward ops ACCUMULATE (+=) into parameter gradients and into input
  * gradients, so gradient accumulation over micro-batches is free. */

@@ -13,14 +13,16 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   const int C = m->shape.n_embd, BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
   const size_t btc = (size_t)BTs * C;
   /* attention: LN, column-parallel QKV (local heads), row-parallel proj */
-  MT_ACT_OP(m->bf, o, layernorm_forward, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs, C);
+  MT_ACT_OP(m->bf, o, layernorm_forward, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w,
+            w->ln1_b, BTs, C);
   mt_linear_col_forward(tp, x->qkv, x->ln1, w->qkv_w, w->qkv_b, B, 3 * Cl);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
   mt_linear_row_forward(tp, x->attproj, x->atty, w->attn_proj_w, w->attn_proj_b, B, Cl);
   MT_ACT_OP(m->bf, o, residual_forward, x->res2, x0, x->attproj, btc);
   /* MLP (a MoE block: its shared experts, if any): LN, column-parallel fc +
    * GELU, row-parallel proj; then a MoE block's routed experts */
-  MT_ACT_OP(m->bf, o, layernorm_forward, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w, w->ln2_b, BTs, C);
+  MT_ACT_OP(m->bf, o, layernorm_forward, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w,
+            w->ln2_b, BTs, C);
   if (Fl > 0) {
     mt_linear_col_forward(tp, x->fch, x->ln2, w->fc_w, w->fc_b, B, Fl);
     MT_ACT_OP(m->bf, o, gelu_forward, x->fchg, x->fch, (size_t)B * m->T * Fl);
@@ -76,8 +78,8 @@ void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *
                                  w->fc_w, B, Fl);
   }
   if (x->is_moe) dln = mt_moe_block_backward(m, l, x, dres, dln, dpart, dloss, B);
-  MT_ACT_OP(m->bf, o, layernorm_backward, dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w, x->ln2_mean,
-                        x->ln2_rstd, BTs, C);
+  MT_ACT_OP(m->bf, o, layernorm_backward, dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w,
+            x->ln2_mean, x->ln2_rstd, BTs, C);
   /* attention: dres is now d(residual2) = d(attproj) and flows on to d(input) */
   row_backward(m, dres, x->dy_attproj, d->atty, g->attn_proj_w, g->attn_proj_b, x->atty,
                w->attn_proj_w, Cl, input_only, B);
@@ -85,8 +87,8 @@ void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *
   mt_attention_backward(&m->attn, dqkv, d->atty, x->atty, x->qkv, &x->att, B);
   dln = mt_linear_col_backward(tp, dpart, g->qkv_w, g->qkv_b, dqkv, input_only ? NULL : x->ln1,
                                w->qkv_w, B, 3 * Cl);
-  MT_ACT_OP(m->bf, o, layernorm_backward, dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w, x->ln1_mean, x->ln1_rstd,
-                        BTs, C);
+  MT_ACT_OP(m->bf, o, layernorm_backward, dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w,
+            x->ln1_mean, x->ln1_rstd, BTs, C);
 }
 
 void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B) {

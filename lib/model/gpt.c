@@ -458,8 +458,11 @@ static double head_forward(mt_gpt *m, const mt_pass_args *x) {
   mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
   /* bf16: the exps are only summed here, and the probabilities formed from
    * the logits in finish (one rounding each) */
-  if (m->bf) m->bf->xent_vp_exp(m->xent_stats, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
-  else o->xent_vp_exp(m->xent_stats, a->logits, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
+  if (m->bf)
+    m->bf->xent_vp_exp(m->xent_stats, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
+  else
+    o->xent_vp_exp(m->xent_stats, a->logits, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl,
+                   nreal);
   mt_tp_allreduce_f64(&m->tp, m->xent_stats, 2 * bt);
   if (m->bf)
     m->bf->xent_vp_finish(a->losses, a->logits, a->logits, m->xent_stats, m->rowmax, BT, Vl,

@@ -749,9 +749,10 @@ void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx);
 /* ------------------------------------------------------------------ */
 /* activation sets (acts.c)                                            */
 
-/* Floats (4-byte units: the set's bytes / 4) of one activation set for n_layers layers of a micro-batch of B
- * sequences (with_head: the final LN, logits and losses too); bind carves
- * the set out of mem (64-byte aligned pieces). In a set, layer l0 + j of a
+/* Floats (4-byte units: the set's bytes / 4) of one activation set for
+ * n_layers layers of a micro-batch of B sequences (with_head: the final
+ * LN, logits and losses too); bind carves the set out of mem (64-byte
+ * aligned pieces). In a set, layer l0 + j of a
  * range [l0, l1) uses slot j; a->encoded is the range's input hidden state
  * (BTs,C) (the embedding's output, or what the previous stage sent) and
  * slot n_layers-1 of a->residual3 its output. */
