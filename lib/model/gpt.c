@@ -148,8 +148,10 @@ static int check_split(const mt_model_shape *shape, const mt_gpt_parallel *par, 
     mt_err_set(e, "tp = %d does not divide n_head = %d", tp_size, shape->n_head);
     return -1;
   }
-  if (par && par->bf16 && (cp_size > 1 || shape->moe_experts > 0 || !par->external_state)) {
-    mt_err_set(e, "bf16 activations are implemented for dense models without context "
+  if (par && par->bf16 &&
+      ((cp_size > 1 && cp_mode == MT_CP_ULYSSES) || shape->moe_experts > 0 ||
+       !par->external_state)) {
+    mt_err_set(e, "bf16 activations are implemented for dense models without Ulysses context "
                   "parallelism (cp = %d, %d experts) whose state the dp engine holds",
                cp_size, shape->moe_experts);
     return -1;
@@ -281,10 +283,10 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   d->fch_gelu = act_elems(m, BT * Fl);
   /* attention's scratch under context parallelism (ring: a block's partial
    * result before its merge; Ulysses: gradients in the head layout) */
-  float *cp_scratch[4];
-  for (int w = 0; w < 4; w++) {
+  void *cp_scratch[4];
+  for (int w = 0; w < 4; w++) { /* part in the activations' dtype, part_lse fp32 */
     size_t n = mt_cp_scratch_numel(&cpl, max_B, (int)Cl, (int)NHl, w);
-    cp_scratch[w] = n ? act(m, n) : NULL;
+    cp_scratch[w] = !n ? NULL : w == 0 ? act_elems(m, n) : (void *)act(m, n);
   }
   /* the linears' tp scratch under sp: a gathered input, a partial output,
    * an input gradient after its reduce-scatter */
@@ -302,8 +304,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   mt_moe_create(&m->moe, m, par, tp_g, act);
   const mt_registry *r = &m->reg;
   size_t partial = mt_tp_partial_numel(r, 0, r->numel_local);
-  mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops);
-  m->attn.bf = m->bf;
+  mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops, m->bf);
   mt_attention_set_scratch(&m->attn, cp_scratch[0], cp_scratch[1], cp_scratch[2], cp_scratch[3]);
   m->inputs = mt_calloc(BT, sizeof(int));
   m->targets = mt_calloc(BT, sizeof(int));

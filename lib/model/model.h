@@ -295,29 +295,31 @@ typedef struct {
   mt_cp_layout lay;
   mt_group *g;          /* NULL at cp = 1 */
   const mt_ops *ops;
-  const mt_ops_bf16 *bf; /* bf16 activations (cp = 1 only): their ops */
+  const mt_ops_bf16 *bf; /* bf16 activations (cp = 1 or ring): their ops */
   int max_B, C, NH, hs;
   /* ring: K|V (max_B, T_local, 2C) buffers, two for K/V in flight and three
    * for dK/dV (this step's part, the one arriving, the one leaving);
    * MT_MEM_COMM */
-  size_t kv_numel;
-  float *kv[2], *dkv[3];
+  size_t kv_numel;       /* elements (of the activations' dtype) */
+  mt_act *kv[2], *dkv[3];
   /* the model's scratch (activations), set with mt_attention_set_scratch:
    * ring: part (max_B, T_local, C) and part_lse (max_B, NH, T_local), a
    * block's partial result before its merge; ulysses: dout_h (max_B,
    * T_local, C) and dqkv_h (max_B, T_local, 3C), gradients in the head
    * layout */
-  float *part, *part_lse, *dout_h, *dqkv_h;
+  mt_act *part;
+  float *part_lse;
+  float *dout_h, *dqkv_h;
 } mt_attention;
 
 /* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
 void mt_attention_create(mt_attention *a, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
-                         int NH, const mt_ops *ops);
+                         int NH, const mt_ops *ops, const mt_ops_bf16 *bf);
 void mt_attention_destroy(mt_attention *a);
 /* Floats of the scratch the model provides: what (0 part, 1 part_lse, 2
  * dout_h, 3 dqkv_h) for this layout (0 where the mode needs none). */
 size_t mt_cp_scratch_numel(const mt_cp_layout *lay, int max_B, int C, int NH, int what);
-void mt_attention_set_scratch(mt_attention *a, float *part, float *part_lse, float *dout_h,
+void mt_attention_set_scratch(mt_attention *a, mt_act *part, float *part_lse, float *dout_h,
                               float *dqkv_h);
 /* Floats of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
 size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);

@@ -107,9 +107,10 @@ const float *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x, con
 mt_attn_block mt_attention_block(const mt_attention *a, int B, int rows, int Tq, int Tk,
                                  int q_pos0, int k_pos0, size_t kv_rs, int rows_kv);
 /* context parallelism: ring and Ulysses (attention_cp.c) */
-void mt_attention_ring_forward(mt_attention *a, float *out, const float *qkv, float *lse, int B);
-void mt_attention_ring_backward(mt_attention *a, float *dqkv, const float *dout, const float *out,
-                                const float *qkv, const float *lse, int B);
+void mt_attention_ring_forward(mt_attention *a, mt_act *out, const mt_act *qkv, float *lse,
+                               int B);
+void mt_attention_ring_backward(mt_attention *a, mt_act *dqkv, const mt_act *dout,
+                                const mt_act *out, const mt_act *qkv, const float *lse, int B);
 void mt_attention_ulysses_forward(mt_attention *a, float *out, const float *qkv,
                                   const mt_cp_saved *s, int B);
 void mt_attention_ulysses_backward(mt_attention *a, float *dqkv, const float *dout,

@@ -188,11 +188,12 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     mt_err_set(e, "%s", dmsg);
     return -1;
   }
-  if (lay->dtypes.acts == MT_FLOAT_BF16 && (cfg->cp > 1 || lay->shape.moe_experts > 0)) {
-    mt_err_set(e, "train.precision = bf16 on the CPU is implemented for dense models without "
-                  "context parallelism; parallel.cp = %d, model.moe_experts = %d (set "
-                  "train.precision = fp32)",
-               cfg->cp, lay->shape.moe_experts);
+  if (lay->dtypes.acts == MT_FLOAT_BF16 &&
+      ((cfg->cp > 1 && strcmp(cfg->cp_mode, "ulysses") == 0) || lay->shape.moe_experts > 0)) {
+    mt_err_set(e, "train.precision = bf16 on the CPU is implemented for dense models with ring "
+                  "context parallelism or none; parallel.cp = %d with cp_mode = %s, "
+                  "model.moe_experts = %d (set train.precision = fp32)",
+               cfg->cp, cfg->cp_mode, lay->shape.moe_experts);
     return -1;
   }
   if (lay->dtypes.weights == MT_FLOAT_BF16 && cfg->zero >= 1 && cfg->save_params) {

@@ -1,8 +1,9 @@
 # bf16 under other layouts: the same global batch on one rank (micro-batch
 # 2), dp = 2 with ZeRO-1 (micro-batch 4: accumulation differs), dp = 2 with
 # ZeRO-3 (the bf16 copy's shards gathered), pp = 2 zb-h1 with recompute
-# (bf16 messages, split backward), tp = 2 with sp, and dp = 2 x tp = 2 with
-# sp at ZeRO-3 (bf16 all-gathers and reduce-scatters over tp): losses within
+# (bf16 messages, split backward), tp = 2 with sp, dp = 2 x tp = 2 with
+# sp at ZeRO-3 (bf16 all-gathers and reduce-scatters over tp) and ring
+# context parallelism cp = 2 (bf16 K/V and dK/dV round the ring): losses within
 # rtol 1e-3 of the one-rank run at each of 20 steps (NaN fails).
 # Why 1e-3: layouts sum the fp32 gradients in different orders (relative
 # 1e-7), so a master weight close to the midpoint of two bf16 values rounds
@@ -12,7 +13,7 @@
 # partial outputs: at most u/2 relative each). Were every weight and
 # activation off by a unit the loss could move by about u; these errors are
 # unbiased and uncorrelated, so the bound is u/4 = 1e-3, 9x what was
-# measured (dp 4.9e-5, tp 1.1e-4 at most; pp and recompute are bitwise
+# measured (dp 4.9e-5, tp 1.1e-4, cp 5.8e-5 at most; pp and recompute are bitwise
 # equal: they cut no sum).
 source "$(dirname "$0")/common.sh"
 corpus=$(mt_corpus 300000)
@@ -32,6 +33,7 @@ run pp2zbrc 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.reco
 run tp2sp 2 --set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=2
 run dp2tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true \
   --set parallel.zero=3 --set train.micro_batch=2
+run cp2 2 --set parallel.cp=2 --set train.micro_batch=2
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/dp2z1" "$WORK/dp2z3" \
-  "$WORK/pp2zbrc" "$WORK/tp2sp" "$WORK/dp2tp2spz3" --rtol 1e-3 --steps 20
+  "$WORK/pp2zbrc" "$WORK/tp2sp" "$WORK/dp2tp2spz3" "$WORK/cp2" --rtol 1e-3 --steps 20
 echo PASS

@@ -14,7 +14,7 @@
 # tiny_bf16: tiny under train.precision = bf16 (the bf16 weights' copy,
 # activations, pipeline and tp messages): dp = 2 at every zero, dp = 4 at
 # zero 3, pp = 2 (1f1b, and zb-h1 with recompute), tp = 2 (with sp at
-# zero 3, dp = 2).
+# zero 3, dp = 2), ring cp = 2.
 MT_SUFFIX=$1
 source "$(dirname "$0")/../scripts/common.sh"
 preset=$1 bf16=0
@@ -33,7 +33,8 @@ if [ $bf16 = 1 ]; then
           "pp2z1 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2"
           "pp2zbrc 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompute=true --set train.micro_batch=2"
           "tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3 --set train.micro_batch=2"
-          "tp2z1 2 --set parallel.tp=2 --set parallel.zero=1 --set train.micro_batch=4")
+          "tp2z1 2 --set parallel.tp=2 --set parallel.zero=1 --set train.micro_batch=4"
+          "cp2ring 2 --set parallel.cp=2 --set parallel.zero=1 --set train.micro_batch=2")
 elif [ "$preset" = tiny ]; then
   cases+=("dp4z3 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1"
           "dp4z2b 4 --set parallel.dp=4 --set parallel.zero=2 --set train.micro_batch=1 --set parallel.bucket_mb=0.02"
