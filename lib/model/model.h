@@ -574,7 +574,7 @@ typedef struct {
   mt_group *ep, *etp;
   /* the weights' compute copy and the activations in bf16 (mt_dtypes
    * weights = acts = bf16) through these ops; NULL: fp32. Dense models
-   * without tp, cp or ep only (the layout refuses the rest). */
+   * only, with ring cp or none (the layout refuses Ulysses and MoE). */
   const mt_ops_bf16 *bf16;
 } mt_gpt_parallel;
 
