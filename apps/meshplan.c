@@ -1,7 +1,8 @@
 /* meshplan: plan a scaling campaign before spending the allocation.
  *
- *   meshplan CONFIG.ini [--set k=v ...] --hw PROFILE --nodes N [--top K]
- *            [--json FILE] [--emit-sweep FILE.ini [--system NAME]]
+ *   meshplan CONFIG.ini [--set k=v ...] --hw PROFILE --nodes N | --ranks N [--top K]
+ *            [--all] [--dtype CATEGORY=BYTES ...] [--json FILE]
+ *            [--emit-sweep FILE.ini [--system NAME]]
  *   meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME
  *            [--devices-per-node N] [--mem-gib X] [--peak-gflops X] [--overlap X] --out FILE
  *
@@ -18,9 +19,11 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: meshplan CONFIG.ini [--set section.key=value ...] --hw PROFILE --nodes N\n"
-          "                [--top K] [--json FILE] [--emit-sweep FILE.ini [--system NAME]]\n"
-          "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--json FILE]\n"
+          "usage: meshplan CONFIG.ini [--set section.key=value ...] --hw PROFILE\n"
+          "                --nodes N | --ranks N [--top K] [--all] [--dtype CATEGORY=BYTES ...]\n"
+          "                [--attention block|materialized]\n"
+          "                [--json FILE] [--emit-sweep FILE.ini [--system NAME]]\n"
+          "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--dtype ...]\n"
           "       meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME\n"
           "                [--devices-per-node N] [--mem-gib X] [--peak-gflops X]\n"
           "                [--overlap X] --out FILE.ini\n\n"
@@ -30,7 +33,14 @@ static void usage(FILE *f) {
           "compute + tp + pipeline bubble and messages + exposed dp + optimizer. PROFILE is\n"
           "inputs/hw/<name>.ini or a path, with a [cost] section (calibrate writes one\n"
           "from meshbench gemm, allreduce and stream JSON lines). --only prices the\n"
-          "configured layout alone (its mesh as set, no --nodes).\n");
+          "configured layout alone (its mesh as set, no --nodes). Layouts are priced in\n"
+          "the order of a lower bound until the top K (at least 10) are certain; --all\n"
+          "(and --json) prices every layout that may fit. Memory counts the run's dtypes\n"
+          "plus plan.headroom; --dtype overrides a category's bytes per element (weights,\n"
+          "master, grads, moments, acts, grad_reduce, msg), e.g. grad_reduce=2 for a stack\n"
+          "that reduces gradients in bf16. --attention materialized prices another stack's\n"
+          "attention (batched GEMMs over the T x T scores, softmax and dropout through memory)\n"
+          "instead of meshtrain's block attention.\n");
 }
 
 static int calibrate(int argc, char **argv) {
@@ -91,22 +101,29 @@ static int calibrate(int argc, char **argv) {
 }
 
 static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes, int top) {
-  printf("# %d layouts tried, %d valid, %d fit in %.1f GiB per device (%.2f s)\n", s->tried,
-         s->valid, s->fitting, p->mem_bytes / 1073741824.0, s->seconds);
-  printf("%4s %3s %3s %3s %3s %4s %4s %3s %12s %2s %2s %8s | %9s %11s %6s | %5s %5s %5s %5s %5s "
-         "%5s %5s %5s\n",
-         "rank", "tp", "pp", "cp", "ep", "dp", "zero", "mb", "schedule", "sp", "rc", "mem GiB",
-         "step s", "tokens/s", "MFU", "comp", "tp", "cp", "ep", "bubl", "p2p", "dp", "opt");
+  printf("# %d layouts enumerated: %d certain not to fit (memory bound), %d priced (%d fit in "
+         "%.1f GiB per device less the headroom), %d left unpriced by the step-time bound "
+         "(%.2f s)\n",
+         s->tried, s->pruned_mem, s->valid, s->fitting, p->mem_bytes / 1073741824.0,
+         s->pruned_time, s->seconds);
+  printf("%4s %3s %3s %3s %3s %4s %4s %3s %14s %5s %2s %2s %8s | %9s %11s %6s | %5s %5s %5s %5s "
+         "%5s %5s %5s %5s\n",
+         "rank", "tp", "pp", "cp", "ep", "dp", "zero", "mb", "schedule", "split", "sp", "rc",
+         "mem GiB", "step s", "tokens/s", "MFU", "comp", "tp", "cp", "ep", "bubl", "p2p", "dp",
+         "opt");
   for (int i = 0; i < s->n && i < top; i++) {
     const mt_search_row *r = &s->r[i];
     const mt_cost *c = &r->cost;
-    char sched[MT_CFG_STR_MAX + 8];
-    snprintf(sched, sizeof sched, "%s%s", r->pp > 1 ? r->schedule : "-",
-             r->virtual_stages > 1 ? "/2" : "");
+    char sched[MT_CFG_STR_MAX + 16], split[32];
+    snprintf(sched, sizeof sched, "%s", r->pp > 1 ? r->schedule : "-");
+    if (r->virtual_stages > 1)
+      snprintf(sched + strlen(sched), sizeof sched - strlen(sched), "/%d", r->virtual_stages);
+    if (r->pp_first) snprintf(split, sizeof split, "%d..%d", r->pp_first, r->pp_last);
+    else snprintf(split, sizeof split, "%s", r->pp > 1 ? "even" : "-");
     double st = c->step_s > 0 ? c->step_s : 1.0;
-    printf("%4d %3d %3d %3d %3d %4d %4d %3d %12s %2d %2d %8.2f%s| %9.4f %11.0f %5.1f%% | %4.0f%% "
-           "%4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%%\n",
-           i + 1, r->tp, r->pp, r->cp, r->ep, r->dp, r->zero, r->micro_batch, sched, r->sp,
+    printf("%4d %3d %3d %3d %3d %4d %4d %3d %14s %5s %2d %2d %8.2f%s| %9.4f %11.0f %5.1f%% | "
+           "%4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%% %4.0f%%\n",
+           i + 1, r->tp, r->pp, r->cp, r->ep, r->dp, r->zero, r->micro_batch, sched, split, r->sp,
            r->recompute, c->mem_bytes / 1073741824.0, c->fits ? " " : "!", c->step_s,
            c->tokens_per_s, 100 * c->mfu, 100 * c->compute_s / st, 100 * c->tp_s / st,
            100 * c->cp_s / st, 100 * c->ep_s / st, 100 * c->pp_bubble_s / st,
@@ -121,17 +138,32 @@ static void row_json(FILE *f, const mt_search_row *r) {
   fprintf(f, "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"ep\": %d, \"zero\": %d, "
              "\"micro_batch\": %d, "
              "\"sp\": %d, \"recompute\": %d, \"schedule\": \"%s\", \"virtual_stages\": %d, "
+             "\"pp_first_layers\": %d, \"pp_last_layers\": %d, \"headroom_bytes\": %.17g, "
              "\"fits\": %d, \"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
              "\"compute_s\": %.9g, \"tp_s\": %.9g, \"cp_s\": %.9g, \"ep_s\": %.9g, "
              "\"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
-             "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"mem_bytes\": %.17g, \"mem\": {",
+             "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"model_flops\": %.17g, "
+             "\"mem_bytes\": %.17g, \"mem\": {",
           r->tp, r->pp, r->dp, r->cp, r->ep, r->zero, r->micro_batch, r->sp, r->recompute,
-          r->schedule, r->virtual_stages, c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s,
-          c->tp_s, c->cp_s, c->ep_s, c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->mem_bytes);
+          r->schedule, r->virtual_stages, r->pp_first, r->pp_last, c->headroom, c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s,
+          c->tp_s, c->cp_s, c->ep_s, c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->model_flops,
+          c->mem_bytes);
   for (int k = 0; k < MT_MEM_NCAT; k++)
     fprintf(f, "%s\"%s\": %.17g", k ? ", " : "", mt_mem_cat_name((mt_mem_cat)k), c->mem[k]);
-  fprintf(f, "}, \"step_bytes\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}}", c->dp_bytes,
+  fprintf(f, "}, \"step_bytes\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}", c->dp_bytes,
           c->tp_bytes, c->pp_bytes);
+  /* per pipeline stage: dp collectives, hidden behind backward and the
+   * cool-down, and exposed after the schedule */
+  const char *keys[3] = {"dp_stage_s", "dp_stage_hidden_s", "dp_stage_exposed_s"};
+  for (int k = 0; k < 3; k++) {
+    fprintf(f, ", \"%s\": [", keys[k]);
+    for (int st = 0; st < r->pp && st < 64; st++) {
+      double tot = c->stage_dp_s[st], x = c->stage_dp_exposed_s[st];
+      fprintf(f, "%s%.9g", st ? ", " : "", k == 0 ? tot : k == 1 ? (tot > x ? tot - x : 0.0) : x);
+    }
+    fputs("]", f);
+  }
+  fputs("}", f);
 }
 
 static int write_json(const mt_search *s, const char *path, mt_err *e) {
@@ -186,8 +218,10 @@ int main(int argc, char **argv) {
   mt_log_init(0);
   if (argc >= 2 && !strcmp(argv[1], "calibrate")) return calibrate(argc - 1, argv + 1);
   const char *ini = NULL, *hw = NULL, *json = NULL, *sweep = NULL, *system = "leonardo-booster";
-  int nodes = 0, top = 10, n_over = 0, only = 0;
+  int nodes = 0, ranks = 0, top = 10, n_over = 0, only = 0, all = 0, n_dt = 0;
+  const char *attention = NULL;
   char **over = mt_calloc((size_t)argc + 1, sizeof(char *));
+  const char **dts = mt_calloc((size_t)argc + 1, sizeof(char *));
   mt_err e = {0};
   for (int i = 1; i < argc && !e.failed; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -197,6 +231,9 @@ int main(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--only")) {
       only = 1;
+      continue;
+    } else if (!strcmp(a, "--all")) {
+      all = 1;
       continue;
     } else if (a[0] != '-') {
       if (ini) mt_err_set(&e, "more than one config file ('%s' and '%s')", ini, a);
@@ -215,44 +252,69 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--json")) json = v;
     else if (!strcmp(a, "--emit-sweep")) sweep = v;
     else if (!strcmp(a, "--system")) system = v;
+    else if (!strcmp(a, "--dtype")) dts[n_dt++] = v;
+    else if (!strcmp(a, "--attention") && (!strcmp(v, "block") || !strcmp(v, "materialized")))
+      attention = v;
     else if (!strcmp(a, "--nodes") && is_int) nodes = (int)x;
+    else if (!strcmp(a, "--ranks") && is_int) ranks = (int)x;
     else if (!strcmp(a, "--top") && is_int) top = (int)x;
     else mt_err_set(&e, "bad option or value '%s %s' (see --help)", a, v);
     i++;
   }
-  if (!e.failed && (!hw || (nodes < 1 && !only)))
-    mt_err_set(&e, "meshplan needs --hw PROFILE and --nodes N (or --only)");
+  if (!e.failed && (!hw || (nodes < 1 && ranks < 1 && !only)))
+    mt_err_set(&e, "meshplan needs --hw PROFILE and --nodes N or --ranks N (or --only)");
+  else if (!e.failed && nodes > 0 && ranks > 0)
+    mt_err_set(&e, "give --nodes or --ranks, not both");
   mt_config cfg;
   mt_cost_profile p;
+  mt_cost_dtypes dt;
   mt_search s;
   memset(&s, 0, sizeof s);
   if (!e.failed) mt_config_load(&cfg, ini, n_over, over, &e);
   if (!e.failed) mt_cost_profile_load(&p, hw, &e);
+  if (!e.failed && attention) p.attn_materialized = attention[0] == 'm';
+  if (!e.failed) mt_cost_dtypes_default(&p, &dt);
+  for (int i = 0; i < n_dt && !e.failed; i++) mt_cost_dtypes_set(&dt, dts[i], &e);
   if (!e.failed && only) { /* the configured layout alone */
     mt_search_row r;
     memset(&r, 0, sizeof r);
-    if (mt_cost_estimate(&cfg, &p, &r.cost, &e) == 0) {
+    if (mt_cost_estimate_dt(&cfg, &p, &dt, &r.cost, &e) == 0) {
       r.tp = cfg.tp, r.pp = cfg.pp, r.dp = cfg.dp, r.cp = cfg.cp, r.zero = cfg.zero;
-      r.micro_batch = cfg.micro_batch, r.sp = cfg.sp, r.recompute = cfg.recompute;
+      r.ep = cfg.ep, r.micro_batch = cfg.micro_batch, r.sp = cfg.sp, r.recompute = cfg.recompute;
       r.virtual_stages = cfg.virtual_stages;
+      r.pp_first = cfg.pp_first_layers, r.pp_last = cfg.pp_last_layers;
       snprintf(r.schedule, sizeof r.schedule, "%s", cfg.pp_schedule);
       row_json(stdout, &r);
       fputc('\n', stdout);
     }
-  } else if (!e.failed && mt_search_layouts(&cfg, &p, nodes, &s, &e) == 0) {
-    mt_model_shape shape;
-    mt_model_shape_from_config(&cfg, &shape, &e);
-    printf("# meshplan: %s (%zu parameters, L=%d C=%d T=%d), global batch %d, on %d node(s) x "
-           "%d devices of %s\n",
-           cfg.model_preset, mt_model_num_params(&shape), shape.n_layer, shape.n_embd,
-           shape.seq_len, cfg.global_batch, nodes, p.devices_per_node, p.name);
-    print_table(&s, &p, nodes, top);
-    if (json) write_json(&s, json, &e);
-    if (sweep && !e.failed)
-      emit_sweep(&s, sweep, ini, system, nodes, p.devices_per_node, top, n_over, over, &e);
+  } else if (!e.failed) {
+    /* ranked exactly: the top K (at least 10) unless every layout is asked for */
+    mt_search_opts o = {.world = ranks > 0 ? ranks : nodes * p.devices_per_node,
+                        .keep = all || json ? 0 : (top > 10 ? top : 10), .dt = &dt};
+    if (mt_search_run(&cfg, &p, &o, &s, &e) == 0) {
+      mt_config neutral = cfg;
+      neutral.tp = neutral.pp = neutral.dp = neutral.cp = neutral.ep = neutral.etp = 1;
+      neutral.sp = 0;
+      mt_model_shape shape;
+      mt_model_shape_from_config(&neutral, &shape, &e);
+      char dtext[256];
+      mt_cost_dtypes_text(&dt, dtext, sizeof dtext);
+      printf("# meshplan: %s (%zu parameters, L=%d C=%d T=%d), global batch %d, on %d ranks "
+             "(%d devices a node) of %s\n",
+             cfg.model_preset, mt_model_num_params(&shape), shape.n_layer, shape.n_embd,
+             shape.seq_len, cfg.global_batch, o.world, p.devices_per_node, p.name);
+      printf("# bytes per element: %s; headroom %.2f GiB per device\n", dtext,
+             mt_cost_headroom(&cfg, &p) / 1073741824.0);
+      print_table(&s, &p, nodes, top);
+      if (json) write_json(&s, json, &e);
+      if (sweep && !e.failed)
+        emit_sweep(&s, sweep, ini, system, nodes > 0 ? nodes : 1,
+                   p.devices_per_node, top, n_over, over, &e);
+    }
   }
   mt_search_free(&s);
   free(over);
+  free(dts);
   if (e.failed) fprintf(stderr, "meshplan: error: %s\n", e.msg);
   return e.failed ? MT_EXIT_BADINPUT : MT_EXIT_OK;
 }

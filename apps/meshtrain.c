@@ -44,6 +44,29 @@ typedef struct {
   const char *plan_json;
 } args;
 
+/* parallel.layout = auto: the planner's layout for `world` ranks written into
+ * cfg (every rank computes the same; rank 0 prints it with the runner-up);
+ * 0, or -1 with e set (no cost profile, no layout that fits). */
+static int plan_auto(mt_config *cfg, int world, int print, mt_err *e) {
+  mt_search_row best, second;
+  int n = 0;
+  if (mt_plan_auto(cfg, world, &best, &second, &n, e) != 0) return -1;
+  if (print) {
+    char text[256];
+    mt_search_layout_text(&best, text, sizeof text);
+    printf("%s: parallel.layout = auto on %d ranks (%s; the fastest of %d priced): %s, predicted %.4g s a "
+           "step, %.1f%% MFU\n",
+           PROG, world, cfg->plan_hw[0] ? cfg->plan_hw : cfg->hw_profile, n, text,
+           best.cost.step_s, 100 * best.cost.mfu);
+    if (n > 1) {
+      mt_search_layout_text(&second, text, sizeof text);
+      printf("%s: runner-up: %s, predicted %.4g s a step\n", PROG, text, second.cost.step_s);
+    }
+    fflush(stdout);
+  }
+  return 0;
+}
+
 static void parse_args(int argc, char **argv, args *a, mt_err *e) {
   memset(a, 0, sizeof *a);
   a->over = mt_calloc((size_t)argc + 1, sizeof(char *));
@@ -98,6 +121,10 @@ int main(int argc, char **argv) {
     mt_log_init(0);
     if (!err.failed) mt_config_load(&cfg, a.ini, a.n_over, a.over, &err);
     free(a.over);
+    if (!err.failed && !strcmp(cfg.layout, "auto")) { /* planned for --ranks */
+      if (!a.ranks) mt_err_set(&err, "parallel.layout = auto needs --ranks N (the ranks to plan for)");
+      else plan_auto(&cfg, a.ranks, 1, &err);
+    }
     if (!err.failed && a.check) mt_plan_check_report(&cfg, a.ranks, stdout, &err);
     if (!err.failed && a.plan) mt_plan_report(&cfg, a.ranks, a.plan_json, stdout, &err);
     if (err.failed) fprintf(stderr, "%s: error: %s\n", PROG, err.msg);
@@ -127,10 +154,20 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 0;
   }
+  /* a run started from another's parameters takes the model's shape from them */
+  mt_err_agree(&err, MPI_COMM_WORLD);
+  if (!err.failed && cfg.init_from[0]) mt_train_init_from_shape(&cfg, &err);
   if (!err.failed && cfg.ckpt_async && thread_level < MPI_THREAD_FUNNELED)
     mt_err_set(&err, "ckpt.async = true needs MPI_THREAD_FUNNELED, and this MPI provides "
                      "thread level %d (set ckpt.async = false)", thread_level);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  if (!strcmp(cfg.layout, "auto")) { /* rank 0 plans for the ranks launched; all take it */
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world_rank == 0) plan_auto(&cfg, world, 1, &err);
+    mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+    MPI_Bcast(&cfg, (int)sizeof cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
+  }
 
   static mt_trainer t;
   mt_train_setup(&t, &cfg);

@@ -492,7 +492,8 @@ int mt_bench_collectives(int argc, char **argv) {
     mt_comm_set_device_copy(&copy);
     mt_cuda_info info;
     mt_cuda_get_info(&info);
-    mt_comm_nccl_opts no = {info.uuid, mt_cuda_stream(), 1};
+    mt_comm_nccl_opts no = {.device_id = info.uuid, .compute_stream = mt_cuda_stream(),
+                            .host_wait = 1}; /* every group, no point-to-point */
     if (mt_comm_nccl_init(&mesh, &no, &ge) != 0 || mt_err_agree(&ge, MPI_COMM_WORLD))
       coll_usage_error("--device cuda: %s", ge.msg);
     if (!o.group_given) o.group_name = "dp";

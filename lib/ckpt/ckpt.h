@@ -9,18 +9,27 @@
  * without a complete manifest. docs: ckpt/SCHEMA.md beside this file.
  *
  * Knows tensors only through the registry and state only as flat ranges; no
- * model, no optimizer internals. */
+ * model, no optimizer internals.
+ *
+ * The module in three layers, one public header (this one):
+ *   core/     the format, the writers, the reader, the checks (private
+ *             header core/ckpt_core.h; includes nothing of the other two);
+ *   tools/    conversion and inspection (meshckpt's commands), on core;
+ *   interop/  Hugging Face safetensors and GPT-2 names, on core.
+ * Nothing outside lib/ckpt includes more than this header (tests/ckpt/
+ * layers.sh holds it). */
 #ifndef MT_CKPT_H
 #define MT_CKPT_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "comm/comm.h"
 #include "core/core.h"
 #include "registry/registry.h"
 
 #define MT_CKPT_FORMAT "meshtrain-checkpoint"
 #define MT_CKPT_VERSION_MAJOR 1
-#define MT_CKPT_VERSION_MINOR 2
+#define MT_CKPT_VERSION_MINOR 3
 #define MT_CKPT_VERSION_PATCH 0
 
 /* exit code of a run that checkpointed because it was asked to stop
@@ -44,6 +53,9 @@ typedef struct {
    * that wrote it */
   int64_t moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   int64_t ep, etp;
+  /* format 1.3, informative (not in meta_xxh64): the layout a conversion
+   * laid the boxes out for (meshckpt convert --target), 0 when none */
+  int64_t target_tp, target_pp;
 } mt_ckpt_meta;
 
 /* What to write or read, per group: flat ranges of the registry's local index
@@ -66,6 +78,13 @@ typedef struct {
 int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
                  mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                  double *write_s, mt_err *e);
+
+/* Seconds this rank spent in the checks that make a commit a promise during
+ * its last save (mt_ckpt_save or an asynchronous one, committed): the scan
+ * of every value written for NaN and Inf, the shard file opened again and
+ * checked, and on rank 0 the checkpoint read back and checked before the
+ * rename. For benchmarks (meshbench ckpt reports it against the save). */
+double mt_ckpt_last_check_seconds(void);
 
 /* Asynchronous save (per-writer layout): collective begin starts a thread
  * that copies this rank's ranges to a host snapshot (see
@@ -107,6 +126,19 @@ int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const m
 int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
                         const mt_ckpt_state *st, const mt_ckpt_meta *expect, int verify,
                         mt_ckpt_meta *meta_out, mt_err *e);
+
+/* How to load (mt_ckpt_load_with): verify: check every stored box's
+ * checksum before any value is used; params_only: group MT_CKPT_MODEL alone
+ * (the others neither read nor required: train.init_from);
+ * shorter_positions: the run may have fewer positions than the checkpoint
+ * (model.seq_len): of a position table (a tensor whose registry axes begin
+ * with "position") it reads the first rows. */
+typedef struct {
+  int verify, params_only, shorter_positions;
+} mt_ckpt_load_opts;
+int mt_ckpt_load_with(const char *dir, const mt_registry *reg, mt_mesh *mesh,
+                      const mt_ckpt_state *st, const mt_ckpt_meta *expect,
+                      const mt_ckpt_load_opts *o, mt_ckpt_meta *meta_out, mt_err *e);
 
 /* MPI-IO hints for the shared file ("key=value,key=value", e.g.
  * "striping_factor=16,striping_unit=16777216,cb_nodes=8"): given to
@@ -150,6 +182,43 @@ typedef struct {
  * updated). 0, or -1 with e set (the same on every rank). */
 int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_convert_opts *o,
                     mt_ckpt_convert_stats *stats, mt_err *e);
+
+/* ------------------------------------------------------------------ */
+/* Offline tools (lib/ckpt/tools; meshckpt runs them). A spec names a step
+ * directory, the `latest` file beside step directories (followed), or a
+ * directory of step directories (its newest complete one). Each is
+ * collective over MPI_COMM_WORLD on any number of ranks (the work is shared
+ * out), prints on rank 0, and returns 0, or -1 with e set: bad input (exit
+ * code 2: no such checkpoint) or a runtime condition (3: an I/O error). */
+
+/* the step directory spec names, and the root attributes there */
+int mt_ckpt_find(const char *spec, char *dir, size_t len, mt_err *e);
+int mt_ckpt_read_meta_of(const char *spec, char *dir, size_t len, mt_ckpt_meta *m, mt_err *e);
+/* schema, layout (the one that wrote it, and the one a conversion laid it
+ * out for), sizes, stored types; list_tensors: one line per tensor */
+int mt_ckpt_inspect(const char *spec, int list_tensors, FILE *out, mt_err *e);
+
+/* The model the root attributes describe, as a registry (tp = 1): the
+ * caller's builder (lib/ckpt knows tensors only through registries). */
+typedef int (*mt_ckpt_model_fn)(const mt_ckpt_meta *m, mt_registry *reg, char *msg, size_t len);
+typedef struct {
+  int deep;            /* also read every tensor whole through its dataset */
+  size_t chunk_bytes;  /* read size per rank (0: 64 MiB) */
+  mt_ckpt_model_fn model; /* NULL: no check of the tensors against the model */
+} mt_ckpt_verify_opts;
+/* Every check a load makes: one line per problem, then a summary line;
+ * *problems: their number (a checkpoint refused before any data is read
+ * counts 1, with its reason). */
+int mt_ckpt_verify(const char *spec, const mt_ckpt_verify_opts *o, FILE *out, long *problems,
+                   mt_err *e);
+/* Per tensor, the values that differ (rtol > 0: relative differences up to
+ * rtol count as equal); a summary line; *differ: 1 when they differ. */
+int mt_ckpt_diff(const char *a, const char *b, double rtol, size_t chunk_bytes, FILE *out,
+                 int *differ, mt_err *e);
+/* The model's tensors whole in one plain HDF5 file (MT_CKPT_F32 or
+ * MT_CKPT_BF16), written by rank 0, chunk_bytes at a time. */
+int mt_ckpt_export_h5(const char *spec, const char *path, int dtype, size_t chunk_bytes,
+                      mt_err *e);
 
 /* Hugging Face GPT-2 (transformers' GPT2LMHeadModel): config.json and
  * model.safetensors. Conv1D weights are stored in x out (ours out x in), the

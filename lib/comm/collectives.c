@@ -1,10 +1,14 @@
 /* Collectives over mesh groups, with byte and time counters. Host buffers go
  * to MPI directly; device buffers go to the direct backend (NCCL) on the
  * groups it serves, and are otherwise staged through host copies made with
- * the device backend's copy functions. */
-#include "comm/comm.h"
+ * the device backend's copy functions. Each group counts how its device
+ * calls travelled. With a direct backend registered, every place the host
+ * blocks first lets the backend issue what it holds back, and waits in MPI
+ * poll, letting the device progress meanwhile (see mt_comm_direct). */
+#include "comm/comm_internal.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +63,11 @@ static void *stage(mt_loc loc, const void *buf, size_t bytes, int fill) {
   return h;
 }
 
+/* one device-buffer call of g that goes through host staging */
+static void staged_call(mt_group *g, mt_loc loc) {
+  if (loc == MT_LOC_DEVICE) g->device_staged++;
+}
+
 /* Ends a staging: the host copy goes back to dev (when back) and is freed. */
 static void unstage(mt_loc loc, void *dev, void *host, size_t bytes, int back) {
   if (loc == MT_LOC_HOST) return;
@@ -78,15 +87,52 @@ static void local_copy(float *dst, const float *src, size_t n, mt_loc loc) {
 }
 
 static void count(mt_group *g, double t0, double bytes) {
+  if (mt_trace_on()) mt_trace_span(g->name, "collective", MT_TRACK_COLL, t0, mt_now(), -1, -1);
   g->seconds += mt_now() - t0;
   g->bytes += bytes;
   g->calls++;
 }
 
 /* ------------------------------------------------------------------ */
-/* device buffers: the direct backend                                  */
+/* waiting in MPI                                                      */
 
 static const mt_comm_direct *g_direct;
+
+/* Before the host blocks: what the direct backend holds back goes out
+ * (a peer may be waiting for it). */
+static void before_block(void) {
+  if (g_direct && g_direct->flush) g_direct->flush();
+}
+
+/* Waits for r; with a direct backend the wait polls and lets the device
+ * progress (work a peer needs may be queued behind communication). */
+static int wait_request(MPI_Request *r, MPI_Status *st) {
+  before_block();
+  if (!g_direct || !g_direct->idle) return MPI_Wait(r, st);
+  for (;;) {
+    int done = 0, rc = MPI_Test(r, &done, st);
+    if (rc != MPI_SUCCESS || done) return rc;
+    g_direct->idle();
+    sched_yield(); /* ranks may share cores */
+  }
+}
+
+/* whether blocking calls go as non-blocking ones and a polling wait: with a
+ * direct backend (which first issues what it holds back); plain MPI
+ * blocking calls otherwise (their tuned algorithms) */
+static int polling(void) {
+  before_block();
+  return g_direct && g_direct->idle;
+}
+
+/* a non-blocking MPI call (rc, with its request) turned blocking */
+static int blocking(int rc, MPI_Request *r) {
+  return rc != MPI_SUCCESS ? rc : wait_request(r, MPI_STATUS_IGNORE);
+}
+
+/* ------------------------------------------------------------------ */
+/* device buffers: the direct backend                                  */
+
 static mt_comm_direct g_direct_copy;
 static long g_direct_calls;
 
@@ -101,6 +147,12 @@ const char *mt_group_device_path(const mt_group *g) {
   return g_direct && g->direct ? g_direct->name : "staged";
 }
 
+const char *mt_group_device_traffic(const mt_group *g) {
+  if (!g->device_direct && !g->device_staged) return "none";
+  if (!g->device_staged) return g_direct ? g_direct->name : "direct";
+  return g->device_direct ? "mixed" : "staged";
+}
+
 int mt_comm_ids_distinct(const char *ids, int n, size_t id_len) {
   for (int a = 0; a < n; a++)
     for (int b = a + 1; b < n; b++)
@@ -113,27 +165,30 @@ static int direct(const mt_group *g, mt_loc loc) {
   return loc == MT_LOC_DEVICE && g_direct && g->direct;
 }
 
-/* A blocking direct call: queued compute first (not counted), then the call
- * and its wait, counted with the bytes. */
+/* bytes and calls of a direct call (its seconds come from the backend) */
+static void count_direct(mt_group *g, double bytes) {
+  g->bytes += bytes;
+  g->calls++;
+  g->device_direct++;
+  g_direct_calls++;
+}
+
+/* A blocking direct call: queued compute first, then the call and its wait
+ * (the backend issues what it holds back where its wait blocks the host). */
 #define DIRECT_BLOCKING(g, bytes, call)      \
   do {                                      \
     g_direct->quiesce();                    \
-    double dt0_ = mt_now();                 \
     void *dh_ = (call);                     \
     g_direct->wait(dh_);                    \
-    g_direct_calls++;                       \
-    count((g), dt0_, (bytes));              \
+    count_direct((g), (bytes));             \
   } while (0)
 
-/* A non-blocking direct call: launched (counted with the bytes), finished
- * by mt_wait or mt_progress. */
+/* A non-blocking direct call: launched, finished by mt_wait or mt_progress. */
 #define DIRECT_START(g, r, bytes, call)      \
   do {                                      \
-    double dt0_ = mt_now();                 \
     (r)->direct = (call);                   \
     (r)->active = 1;                        \
-    g_direct_calls++;                       \
-    count((g), dt0_, (bytes));              \
+    count_direct((g), (bytes));             \
   } while (0)
 
 /* A group of another backend (count.c) takes the call as a description:
@@ -147,7 +202,7 @@ static int direct(const mt_group *g, mt_loc loc) {
 static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_t elem,
                       MPI_Op op, mt_loc loc) {
   const double bytes = mt_bytes_allreduce(n * elem, g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc) || g->size == 1) return;
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, bytes,
                     g_direct->allreduce(g, buf, n, type == MPI_DOUBLE ? MT_DT_F64 : MT_DT_F32,
@@ -155,8 +210,12 @@ static void allreduce(mt_group *g, void *buf, size_t n, MPI_Datatype type, size_
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   void *h = stage(loc, buf, n * elem, 1);
-  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, as_count(n), type, op, g->comm));
+  MPI_Request q;
+  MT_MPI_CHECK(
+      polling() ? blocking(MPI_Iallreduce(MPI_IN_PLACE, h, as_count(n), type, op, g->comm, &q), &q)
+                : MPI_Allreduce(MPI_IN_PLACE, h, as_count(n), type, op, g->comm));
   unstage(loc, buf, h, n * elem, 1);
   count(g, t0, bytes);
 }
@@ -183,9 +242,13 @@ void mt_allreduce_max_f32(mt_group *g, float *buf, size_t n, mt_loc loc) {
 static void allgather_dim_host(mt_group *g, const float *send, float *recv, size_t outer,
                                size_t inner) {
   size_t n = outer * inner, size = (size_t)g->size;
+  MPI_Request q;
   if (outer == 1) {
-    MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_FLOAT, recv, as_count(n), MPI_FLOAT,
-                               g->comm));
+    MT_MPI_CHECK(polling() ? blocking(MPI_Iallgather(send, as_count(n), MPI_FLOAT, recv,
+                                                     as_count(n), MPI_FLOAT, g->comm, &q),
+                                      &q)
+                           : MPI_Allgather(send, as_count(n), MPI_FLOAT, recv, as_count(n),
+                                           MPI_FLOAT, g->comm));
     return;
   }
   /* one rank's slice inside recv: outer runs of inner floats, size*inner
@@ -195,7 +258,10 @@ static void allgather_dim_host(mt_group *g, const float *send, float *recv, size
                                MPI_FLOAT, &strided));
   MT_MPI_CHECK(MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(float)), &slice));
   MT_MPI_CHECK(MPI_Type_commit(&slice));
-  MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_FLOAT, recv, 1, slice, g->comm));
+  MT_MPI_CHECK(
+      polling()
+          ? blocking(MPI_Iallgather(send, as_count(n), MPI_FLOAT, recv, 1, slice, g->comm, &q), &q)
+          : MPI_Allgather(send, as_count(n), MPI_FLOAT, recv, 1, slice, g->comm));
   MPI_Type_free(&slice);
   MPI_Type_free(&strided);
 }
@@ -204,7 +270,7 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
                           size_t inner, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_allgather(size * n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
@@ -215,6 +281,7 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *hs = stage(loc, send, n * sizeof(float), 1);
   float *hr = stage(loc, recv, size * n * sizeof(float), 0);
   allgather_dim_host(g, hs, hr, outer, inner);
@@ -253,14 +320,16 @@ static void reduce_scatter_dim_host(mt_group *g, const float *send, float *recv,
   float *sum_out = scratch, *sum_in = scratch + n; /* running sums, (outer, inner) each */
   for (int s = 0; s < g->size - 1; s++) {
     size_t b_recv = (size_t)((r - s - 2 + 2 * g->size) % g->size);
+    MPI_Request q[2];
+    MT_MPI_CHECK(MPI_Irecv(sum_in, as_count(n), MPI_FLOAT, prev, 0, g->comm, &q[0]));
     if (s == 0) {
       size_t b_send = (size_t)((r - 1 + g->size) % g->size);
-      MT_MPI_CHECK(MPI_Sendrecv(send + b_send * inner, 1, block, next, 0, sum_in, as_count(n),
-                                MPI_FLOAT, prev, 0, g->comm, MPI_STATUS_IGNORE));
+      MT_MPI_CHECK(MPI_Isend(send + b_send * inner, 1, block, next, 0, g->comm, &q[1]));
     } else {
-      MT_MPI_CHECK(MPI_Sendrecv(sum_out, as_count(n), MPI_FLOAT, next, 0, sum_in, as_count(n),
-                                MPI_FLOAT, prev, 0, g->comm, MPI_STATUS_IGNORE));
+      MT_MPI_CHECK(MPI_Isend(sum_out, as_count(n), MPI_FLOAT, next, 0, g->comm, &q[1]));
     }
+    MT_MPI_CHECK(wait_request(&q[0], MPI_STATUS_IGNORE));
+    MT_MPI_CHECK(wait_request(&q[1], MPI_STATUS_IGNORE));
     int last = s == g->size - 2; /* then b_recv == r */
     add_block(last ? recv : sum_out, sum_in, send, outer, inner, size, b_recv);
   }
@@ -271,7 +340,7 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
                                size_t inner, float *scratch, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_reduce_scatter(size * n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) {
     local_copy(recv, send, n, loc);
     return;
@@ -283,6 +352,7 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *hs = stage(loc, send, size * n * sizeof(float), 1);
   float *hr = stage(loc, recv, n * sizeof(float), 0);
   float *hscratch = loc == MT_LOC_HOST ? scratch : mt_malloc(2 * n * sizeof(float));
@@ -313,16 +383,24 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
     mt_die("mt_alltoall_dim_f32: blocks of %zu x %zu and %zu x %zu floats differ", s_outer,
            s_inner, r_outer, r_inner);
   const double bytes = mt_bytes_alltoall(n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) { /* one block: the views are the same buffer layout */
     local_copy(recv, send, n, loc);
     return;
   }
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, mt_bytes_alltoall(n * sizeof(float), g->size),
+                    g_direct->alltoall_dim(g, send, recv, s_outer, s_inner, r_outer, r_inner));
+    return;
+  }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *hs = stage(loc, send, n * sizeof(float), 1);
   float *hr = stage(loc, recv, n * sizeof(float), 0);
   MPI_Datatype st = block_type(s_outer, s_inner, size), rt = block_type(r_outer, r_inner, size);
-  MT_MPI_CHECK(MPI_Alltoall(hs, 1, st, hr, 1, rt, g->comm));
+  MPI_Request q;
+  MT_MPI_CHECK(polling() ? blocking(MPI_Ialltoall(hs, 1, st, hr, 1, rt, g->comm, &q), &q)
+                         : MPI_Alltoall(hs, 1, st, hr, 1, rt, g->comm));
   MPI_Type_free(&st);
   MPI_Type_free(&rt);
   unstage(loc, (void *)send, hs, 0, 0);
@@ -337,7 +415,7 @@ void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, cons
                                mt_loc loc) {
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc)) return;
   if (g->size == 1) {
     local_copy(recv, send, mine, loc);
     return;
@@ -347,9 +425,13 @@ void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, cons
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *hs = stage(loc, send, total * sizeof(float), 1);
   float *hr = stage(loc, recv, mine * sizeof(float), 0);
-  MT_MPI_CHECK(MPI_Reduce_scatter(hs, hr, counts, MPI_FLOAT, MPI_SUM, g->comm));
+  MPI_Request q;
+  MT_MPI_CHECK(
+      polling() ? blocking(MPI_Ireduce_scatter(hs, hr, counts, MPI_FLOAT, MPI_SUM, g->comm, &q), &q)
+                : MPI_Reduce_scatter(hs, hr, counts, MPI_FLOAT, MPI_SUM, g->comm));
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, mine * sizeof(float), 1);
   count(g, t0, bytes);
@@ -359,21 +441,43 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
                                mt_loc loc) {
   size_t total = sum_counts(counts, g->size);
   const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc) || g->size == 1) return;
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, bytes, g_direct->allgatherv(g, NULL, buf, counts, displs));
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *h = stage(loc, buf, total * sizeof(float), 1);
-  MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displs, MPI_FLOAT,
-                              g->comm));
+  MPI_Request q;
+  MT_MPI_CHECK(polling() ? blocking(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts,
+                                                    displs, MPI_FLOAT, g->comm, &q),
+                                    &q)
+                         : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displs,
+                                          MPI_FLOAT, g->comm));
   unstage(loc, buf, h, total * sizeof(float), 1);
   count(g, t0, bytes);
 }
 
 /* ------------------------------------------------------------------ */
 /* integers, all-to-all and variable parts (MoE dispatch)              */
+
+void mt_gather_f64(mt_group *g, const double *mine, size_t n, double *all, int root) {
+  const double bytes = g->rank == root ? 0.0 : (double)n * sizeof(double);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = MT_LOC_HOST)) {
+    if (g->rank == root) /* a count-only group: this rank's figures in every slot */
+      for (int r = 0; r < g->size; r++) memcpy(all + (size_t)r * n, mine, n * sizeof(double));
+    return;
+  }
+  if (g->size == 1) {
+    memcpy(all, mine, n * sizeof(double));
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Gather(mine, as_count(n), MPI_DOUBLE, all, as_count(n), MPI_DOUBLE, root,
+                          g->comm));
+  count(g, t0, bytes);
+}
 
 void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n) {
   const double bytes = mt_bytes_allgather((size_t)g->size * n * sizeof(int), g->size);
@@ -385,7 +489,12 @@ void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n) {
     return;
   }
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
+  MPI_Request q;
+  MT_MPI_CHECK(
+      polling() ? blocking(MPI_Iallgather(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT,
+                                          g->comm, &q),
+                           &q)
+                : MPI_Allgather(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
   count(g, t0, bytes);
 }
 
@@ -399,7 +508,12 @@ void mt_alltoall_i32(mt_group *g, const int *send, int *recv, size_t n) {
     return;
   }
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Alltoall(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
+  MPI_Request q;
+  MT_MPI_CHECK(polling()
+                   ? blocking(MPI_Ialltoall(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT,
+                                            g->comm, &q),
+                              &q)
+                   : MPI_Alltoall(send, as_count(n), MPI_INT, recv, as_count(n), MPI_INT, g->comm));
   count(g, t0, bytes);
 }
 
@@ -426,19 +540,29 @@ void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts,
                       const size_t *recv_counts, mt_loc loc) {
   int n = g->size;
   const double bytes = mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float));
-  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
   if (n == 1) {
     local_copy(recv, send, send_counts[0], loc);
     return;
   }
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float)),
+                    g_direct->alltoallv(g, send, send_counts, recv, recv_counts));
+    return;
+  }
   double t0 = mt_now();
+  staged_call(g, loc);
   int *sc = mt_malloc(4 * (size_t)n * sizeof(int)), *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
   size_t st, rt;
   int_parts(send_counts, n, sc, sd, &st);
   int_parts(recv_counts, n, rc, rd, &rt);
   float *hs = stage(loc, send, st * sizeof(float), 1);
   float *hr = stage(loc, recv, rt * sizeof(float), 0);
-  MT_MPI_CHECK(MPI_Alltoallv(hs, sc, sd, MPI_FLOAT, hr, rc, rd, MPI_FLOAT, g->comm));
+  MPI_Request q;
+  MT_MPI_CHECK(
+      polling()
+          ? blocking(MPI_Ialltoallv(hs, sc, sd, MPI_FLOAT, hr, rc, rd, MPI_FLOAT, g->comm, &q), &q)
+          : MPI_Alltoallv(hs, sc, sd, MPI_FLOAT, hr, rc, rd, MPI_FLOAT, g->comm));
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, rt * sizeof(float), 1);
   free(sc);
@@ -451,18 +575,29 @@ void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t
   size_t total = 0;
   for (int r = 0; r < n; r++) total += counts[r];
   const double bytes = mt_bytes_allgather(total * sizeof(float), n);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc)) return;
   if (n == 1) {
     local_copy(recv, send, counts[0], loc);
     return;
   }
-  double t0 = mt_now();
   int *c = mt_malloc(2 * (size_t)n * sizeof(int)), *d = c + n;
   int_parts(counts, n, c, d, &total);
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, mt_bytes_allgather(total * sizeof(float), n),
+                    g_direct->allgatherv(g, send, recv, c, d));
+    free(c);
+    return;
+  }
+  double t0 = mt_now();
+  staged_call(g, loc);
   size_t mine = counts[g->rank];
   float *hs = stage(loc, send, mine * sizeof(float), 1);
   float *hr = stage(loc, recv, total * sizeof(float), 0);
-  MT_MPI_CHECK(MPI_Allgatherv(hs, c[g->rank], MPI_FLOAT, hr, c, d, MPI_FLOAT, g->comm));
+  MPI_Request q;
+  MT_MPI_CHECK(polling() ? blocking(MPI_Iallgatherv(hs, c[g->rank], MPI_FLOAT, hr, c, d, MPI_FLOAT,
+                                                    g->comm, &q),
+                                    &q)
+                         : MPI_Allgatherv(hs, c[g->rank], MPI_FLOAT, hr, c, d, MPI_FLOAT, g->comm));
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, total * sizeof(float), 1);
   free(c);
@@ -514,12 +649,15 @@ static void req_finish(mt_request *r) {
 void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r) {
   req_init(r, g);
   const double bytes = mt_bytes_allreduce(n * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc, .req = r) ||
+      g->size == 1)
+    return;
   if (direct(g, loc)) {
     DIRECT_START(g, r, bytes, g_direct->allreduce(g, buf, n, MT_DT_F32, MT_RED_SUM));
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *h = stage(loc, buf, n * sizeof(float), 1);
   MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h, as_count(n), MPI_FLOAT, MPI_SUM, g->comm,
                               &r->req));
@@ -537,12 +675,13 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
   }
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc, .req = r)) return;
   if (direct(g, loc)) {
     DIRECT_START(g, r, bytes, g_direct->reduce_scatter(g, send, recv, counts));
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   /* the send side must outlive the call: send and recv staged in one host block */
   float *h = NULL, *hs = (float *)send, *hr = recv;
   if (loc != MT_LOC_HOST) {
@@ -562,12 +701,13 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
   req_init(r, g);
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc, .req = r)) return;
   if (g->size > 1 && direct(g, loc)) {
     DIRECT_START(g, r, bytes, g_direct->allgatherv(g, send, recv, counts, displs));
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *h = NULL, *hs = (float *)send, *hr = recv;
   if (loc != MT_LOC_HOST) {
     h = stage(loc, NULL, (total + mine) * sizeof(float), 0);
@@ -716,23 +856,29 @@ void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv,
 
 void mt_wait(mt_request *r) {
   if (!r->active) return;
+  if (r->vbuf) {
+    mt_comm_virtual_wait(r);
+    return;
+  }
   if (r->direct) {
     g_direct->quiesce();
-    double t0 = mt_now();
     g_direct->wait(r->direct);
-    r->g->seconds += mt_now() - t0;
     r->direct = NULL;
     r->active = 0;
     return;
   }
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
+  MT_MPI_CHECK(wait_request(&r->req, MPI_STATUS_IGNORE));
   r->g->seconds += mt_now() - t0;
   req_finish(r);
 }
 
 void mt_progress(mt_request *r) {
   if (!r->active) return;
+  if (r->vbuf) {
+    mt_comm_virtual_progress(r);
+    return;
+  }
   if (r->direct) {
     if (g_direct->done(r->direct)) {
       r->direct = NULL;
@@ -750,20 +896,27 @@ void mt_progress(mt_request *r) {
 
 /* point-to-point goes direct when the backend has a channel for (peer, tag)
  * (its own communicators: also in a group whose collectives are staged) */
+int mt_group_p2p_direct(const mt_group *g, int peer, int tag) {
+  return g_direct && g->direct_state && g_direct->p2p_ok(g, peer, tag);
+}
+
 static int direct_p2p(const mt_group *g, int peer, int tag, mt_loc loc) {
-  return loc == MT_LOC_DEVICE && g_direct && g->direct_state && g_direct->p2p_ok(g, peer, tag);
+  return loc == MT_LOC_DEVICE && mt_group_p2p_direct(g, peer, tag);
 }
 
 void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
   const double bytes = (double)n * sizeof(float);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SEND, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SEND, .bytes = bytes, .loc = loc, .peer = peer, .tag = tag,
+                    .req = r))
+    return;
   if (direct_p2p(g, peer, tag, loc)) {
     DIRECT_START(g, r, bytes, g_direct->send(g, buf, n, peer, tag));
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *h = stage(loc, buf, n * sizeof(float), 1);
   MT_MPI_CHECK(MPI_Isend(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
   req_stage(r, loc, h, NULL, NULL, 0); /* freed at the wait, nothing goes back */
@@ -774,12 +927,15 @@ void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt
 void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
                   mt_request *r) {
   req_init(r, g);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_RECV, .bytes = 0.0)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_RECV, .bytes = 0.0, .loc = loc, .peer = peer, .tag = tag,
+                    .req = r))
+    return;
   if (direct_p2p(g, peer, tag, loc)) {
     DIRECT_START(g, r, 0.0, g_direct->recv(g, buf, n, peer, tag));
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *h = stage(loc, buf, n * sizeof(float), 0);
   MT_MPI_CHECK(MPI_Irecv(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
   req_stage(r, loc, h, h, buf, n * sizeof(float));
@@ -790,24 +946,30 @@ void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc l
 void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
                      mt_loc loc) {
   const double bytes = (double)n * sizeof(float);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SENDRECV, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SENDRECV, .bytes = bytes, .loc = loc, .peer = peer,
+                    .tag = tag))
+    return;
   if (direct_p2p(g, peer, tag, loc)) {
-    /* both directions in flight at once, each on its own channel */
+    /* both directions issued together (the backend pairs them in one group) */
     g_direct->quiesce();
-    double t0 = mt_now();
     void *hr = g_direct->recv(g, recv, n, peer, tag);
     void *hs = g_direct->send(g, send, n, peer, tag);
     g_direct->wait(hs);
     g_direct->wait(hr);
-    g_direct_calls += 2;
-    count(g, t0, bytes);
+    count_direct(g, bytes);
+    g->device_direct++; /* two device calls */
+    g_direct_calls++;
     return;
   }
   double t0 = mt_now();
+  staged_call(g, loc);
   float *hs = stage(loc, send, n * sizeof(float), 1);
   float *hr = stage(loc, recv, n * sizeof(float), 0);
-  MT_MPI_CHECK(MPI_Sendrecv(hs, as_count(n), MPI_FLOAT, peer, tag, hr, as_count(n), MPI_FLOAT,
-                            peer, tag, g->comm, MPI_STATUS_IGNORE));
+  MPI_Request q[2];
+  MT_MPI_CHECK(MPI_Irecv(hr, as_count(n), MPI_FLOAT, peer, tag, g->comm, &q[0]));
+  MT_MPI_CHECK(MPI_Isend(hs, as_count(n), MPI_FLOAT, peer, tag, g->comm, &q[1]));
+  MT_MPI_CHECK(wait_request(&q[0], MPI_STATUS_IGNORE));
+  MT_MPI_CHECK(wait_request(&q[1], MPI_STATUS_IGNORE));
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, n * sizeof(float), 1);
   count(g, t0, bytes);

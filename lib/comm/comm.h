@@ -21,14 +21,20 @@
 
 /* How a group's calls are carried out: over MPI (and NCCL for device
  * buffers), or only counted (count.c: no MPI, nothing moves; the plan). */
-typedef enum { MT_COMM_MPI = 0, MT_COMM_COUNT = 1 } mt_comm_backend;
+/* How a group's calls are carried out: over MPI (and NCCL for device
+ * buffers), only counted (count.c: no MPI, nothing moves; the plan), or
+ * virtually (virtual.c: the virtual device; device buffers carry virtual
+ * timestamps over MPI instead of their payload, host buffers move for real
+ * and are timed too). */
+typedef enum { MT_COMM_MPI = 0, MT_COMM_COUNT = 1, MT_COMM_VIRTUAL = 2 } mt_comm_backend;
 
 typedef struct {
   const char *name; /* "dp", "tp", "pp", "cp", "dp_cp", "world", "node", "etp", "ep", "edp" */
   MPI_Comm comm;
   int size, rank;
   double bytes;   /* payload bytes this rank passed to collectives (send side) */
-  double seconds; /* wall time this rank spent in (or waiting for) collectives */
+  double seconds; /* time in collectives: the host's, or the GPU's between an
+                     event pair around each device call (direct backend) */
   long calls;
   /* device buffers in this group's collectives go to the direct backend
    * (NCCL) rather than through host copies; the backend's state for the
@@ -36,8 +42,49 @@ typedef struct {
    * the peer and tag, see mt_comm_direct.p2p_ok) */
   int direct;
   void *direct_state;
+  /* device-buffer calls served by the direct backend and staged through
+   * host MPI so far: how this group's device traffic really travelled */
+  long device_direct, device_staged;
   mt_comm_backend backend; /* MT_COMM_MPI unless a count-only mesh made it */
+  /* where the group sits in the world: group rank q is world rank world0 +
+   * q * stride (every group of the mesh is such a progression) */
+  int world0, stride;
+  /* virtual backend: when this group's collective channel is next free,
+   * and its two point-to-point send links (to the next rank, to others),
+   * virtual seconds */
+  double vchan, vsend[2];
 } mt_group;
+
+/* The axes of the mesh: the dense mesh tp, cp, dp, pp (innermost first)
+ * and the folded mesh of expert layers etp, ep, edp inside a stage. */
+enum {
+  MT_AX_TP = 1 << 0,
+  MT_AX_CP = 1 << 1,
+  MT_AX_DP = 1 << 2,
+  MT_AX_PP = 1 << 3,
+  MT_AX_ETP = 1 << 4,
+  MT_AX_EP = 1 << 5,
+  MT_AX_EDP = 1 << 6,
+  MT_AX_FOLDED = MT_AX_ETP | MT_AX_EP | MT_AX_EDP
+};
+
+/* The mesh's sizes along every axis (etp = ep = 1 before the fold). */
+typedef struct {
+  int tp, cp, dp, pp, etp, ep;
+} mt_mesh_dims;
+
+/* One group of the mesh, as data: the axes it spans (the ranks that differ
+ * only along them form one group, ranked innermost axis first) and where
+ * its mt_group sits in mt_mesh. Groups of the folded mesh exist once the
+ * mesh is folded. The one table (mesh.c) makes both the MPI communicators
+ * (mt_mesh_create, mt_mesh_fold) and the NCCL ones (nccl.c). */
+enum { MT_G_TP, MT_G_CP, MT_G_DP, MT_G_PP, MT_G_DP_CP, MT_G_ETP, MT_G_EP, MT_G_EDP, MT_G_N };
+typedef struct {
+  int id;           /* MT_G_*: its place in the table */
+  const char *name;
+  unsigned axes;
+  size_t offset;
+} mt_group_desc;
 
 typedef struct {
   int world_size, world_rank;
@@ -55,8 +102,10 @@ typedef struct {
 } mt_mesh;
 
 /* Validates the product against the world size (message names both) and
- * builds the groups. Collective over MPI_COMM_WORLD. No communicator is made
- * on failure. */
+ * builds the groups of the dense mesh (tp, cp, dp, pp, dp_cp), world and
+ * node. Every communicator returns errors (MPI_ERRORS_RETURN) instead of
+ * aborting. Collective over MPI_COMM_WORLD. No communicator is made on
+ * failure. */
 int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e);
 void mt_mesh_destroy(mt_mesh *m);
 /* The folded mesh of expert layers: the q = tp_rank + tp * (cp_rank + cp *
@@ -76,6 +125,17 @@ int mt_mesh_rank_of(const mt_mesh *m, int tp_r, int cp_r, int dp_r, int pp_r);
 int mt_mesh_count(mt_mesh *m, int tp, int cp, int dp, int pp, int world_rank, int etp, int ep,
                   mt_err *e);
 void mt_group_reset_counters(mt_group *g);
+
+/* The table of the mesh's groups: tp, cp, dp, pp, dp_cp, etp, ep, edp (in
+ * that order); *n gets their number. */
+const mt_group_desc *mt_mesh_groups(int *n);
+/* the group of m that d describes; NULL for a folded group before the fold */
+mt_group *mt_mesh_group(mt_mesh *m, const mt_group_desc *d);
+mt_mesh_dims mt_mesh_dims_of(const mt_mesh *m);
+/* The world ranks of the group d that holds world rank r, in group-rank
+ * order (no MPI: the plan asks too); returns their number (at most the
+ * world size, which members must hold). */
+int mt_mesh_group_members(const mt_mesh_dims *dims, const mt_group_desc *d, int r, int *members);
 
 /* Every collective takes the buffers and where they live (mt_loc): host
  * buffers go to MPI as they are; device buffers go to NCCL where a backend
@@ -100,9 +160,17 @@ long mt_comm_staged_calls(void);
  * it set, and keeps staging the others through host MPI. Each call is
  * queued after the work the compute backend queued before it and returns a
  * handle: done() polls it, wait() returns once it is finished with later
- * compute ordered after it. quiesce() waits for the compute queued so far,
- * so that what comm times as communication is not queued compute. Bytes,
- * calls and seconds are counted on the group exactly as on the MPI path.
+ * compute ordered after it. quiesce() waits for the compute queued so far
+ * when the backend's waits block the host (so that host time is
+ * communication only). Bytes and calls are counted on the group as on the
+ * MPI path; its seconds are the backend's to add: the device time between
+ * an event pair around each call, once the pair has completed.
+ * Point-to-point may be held back by the backend (to be issued together
+ * with the calls that pair with it); flush() issues what it holds, and comm
+ * calls it before the host blocks in MPI (the backend's own waits flush
+ * where they block the host). idle() lets the device progress
+ * while the host waits in MPI (a GPU needs nothing; an emulated one runs
+ * its queued work then). flush and idle may be NULL.
  * Element counts and parts as in the host calls below; allgatherv's send is
  * NULL for the in-place form (this rank's part already at displs[rank]). */
 typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1 } mt_dtype;
@@ -117,6 +185,12 @@ typedef struct {
                          size_t inner);
   void *(*reduce_scatter_dim)(mt_group *g, const float *send, float *recv, size_t outer,
                               size_t inner);
+  /* all-to-all of variable parts, as mt_alltoallv_f32 */
+  void *(*alltoallv)(mt_group *g, const float *send, const size_t *send_counts, float *recv,
+                     const size_t *recv_counts);
+  /* all-to-all along one dim, as mt_alltoall_dim_f32 */
+  void *(*alltoall_dim)(mt_group *g, const float *send, float *recv, size_t s_outer,
+                        size_t s_inner, size_t r_outer, size_t r_inner);
   void *(*send)(mt_group *g, const float *buf, size_t n, int peer, int tag);
   void *(*recv)(mt_group *g, float *buf, size_t n, int peer, int tag);
   /* 1 when point-to-point with peer under tag goes direct in g */
@@ -124,6 +198,8 @@ typedef struct {
   int (*done)(void *handle);
   void (*wait)(void *handle);
   void (*quiesce)(void);
+  void (*flush)(void);
+  void (*idle)(void);
 } mt_comm_direct;
 /* Register (or with NULL remove) the direct backend. */
 void mt_comm_set_direct(const mt_comm_direct *d);
@@ -132,29 +208,72 @@ long mt_comm_direct_calls(void);
 /* how a group's device buffers travel: "nccl" (the direct backend's name)
  * or "staged" */
 const char *mt_group_device_path(const mt_group *g);
+/* 1 when point-to-point with peer under tag goes to the direct backend */
+int mt_group_p2p_direct(const mt_group *g, int peer, int tag);
+/* how they did travel so far: "nccl" (every device call direct), "staged"
+ * (every one staged), "mixed", or "none" (no device traffic) */
+const char *mt_group_device_traffic(const mt_group *g);
 
 /* The point-to-point tags meshtrain uses (pipeline activations, their
- * gradients, tied gradients between the first and last stage). NCCL matches
- * messages by order, not by tag, so nccl.c gives each (peer, direction, tag)
- * a communicator of its own: its messages then pair up as MPI's would. */
-enum { MT_TAG_PP_ACT = 11, MT_TAG_PP_GRAD = 12, MT_TAG_PP_TIED = 13 };
+ * gradients, tied gradients between the first and last stage; context
+ * parallelism's ring of keys and values and of their gradients). NCCL
+ * matches messages by order, not by tag, so nccl.c gives each (neighbour
+ * pair, tag) a communicator of its own: its messages then pair up as MPI's
+ * would, whatever order the tags interleave in. */
+enum {
+  MT_TAG_PP_ACT = 11,
+  MT_TAG_PP_GRAD = 12,
+  MT_TAG_PP_TIED = 13,
+  MT_TAG_CP_KV = 71,
+  MT_TAG_CP_DKV = 72
+};
 
 /* ---- NCCL (nccl.c; nccl_none.c in a build without NCCL) ----
- * One communicator per group of the mesh (tp, cp, dp, pp) with more than one
- * rank, made from the group's MPI communicator (unique id broadcast over
- * it), and for the pipeline one per ring neighbour, direction and tag above.
- * A group (or a neighbour pair) where two ranks share a GPU stays staged:
- * NCCL refuses duplicate devices. Collective over MPI_COMM_WORLD; every rank
+ * One communicator per group of the mesh's table (tp, cp, dp, pp, dp_cp,
+ * and once folded etp, ep, edp) with more than one rank (groups with the
+ * same ranks share one), made from the group's MPI communicator (unique id
+ * broadcast over it); and a two-rank one per neighbour pair and tag for the
+ * point-to-point sets asked for (p2p: MT_P2P_*). A group (or a neighbour
+ * pair) where two ranks share a GPU stays staged: NCCL refuses duplicate
+ * devices. Collective over MPI_COMM_WORLD, after the fold; every rank
  * passes its GPU's identifier (distinct GPUs, distinct strings) and its
  * compute stream (a cudaStream_t). host_wait: waits return only once the
- * data is there and time only communication (1), or merely order later
- * compute after it (0: faster, but the group timers then see only
- * launches). On failure nothing is left registered and e says why. */
+ * data is there (1), or merely order later compute after it (0: the
+ * default, compute and communication overlap); the group timers count the
+ * device time between event pairs either way. On failure everything made
+ * is freed (communicators aborted), nothing is left registered and e says
+ * why. */
+enum { MT_P2P_PP = 1, MT_P2P_PP_TIED = 2, MT_P2P_CP_RING = 4 };
 typedef struct {
   const char *device_id;
   void *compute_stream;
   int host_wait;
+  /* the groups that carry device traffic (bits 1 << MT_G_*; 0: all) and
+   * the point-to-point sets this run uses (MT_P2P_*) */
+  unsigned groups;
+  unsigned p2p;
 } mt_comm_nccl_opts;
+
+/* What a run of cfg sends over NCCL: the groups that carry device traffic
+ * (bits 1 << MT_G_*: tp; dp_cp, the gradients; cp under Ulysses; etp, ep
+ * and edp of a MoE model) and its point-to-point sets (the pipeline's,
+ * with its tied gradients, and context parallelism's ring). */
+void mt_comm_nccl_needs(const mt_config *cfg, unsigned *groups, unsigned *p2p);
+/* The point-to-point links (peer, tag) of rank `rank` in a group `name` of
+ * `size` ranks for the sets p2p: the pipeline's activations and gradients
+ * to both ring neighbours, its tied gradients between the first and last
+ * stage, the context-parallel ring's keys and values and their gradients.
+ * Returns their number (at most 8). Pure: the plan counts with it. */
+int mt_comm_p2p_links(const char *name, int size, int rank, unsigned p2p, int *peers, int *tags);
+/* NCCL's device memory for one rank of a mesh with one GPU per rank: a
+ * communicator per distinct group of more than one rank among `groups`
+ * (bits 1 << MT_G_*; 0: all) and per link, each
+ * holding its channels' send and receive buffers (the NCCL defaults: 16
+ * channels for a collective communicator, 2 for a two-rank link, 4 MiB a
+ * buffer). An estimate the plan counts in its comm category and the run
+ * reserves under the same category. */
+double mt_comm_nccl_bytes(const mt_mesh_dims *dims, int world_rank, unsigned groups,
+                          unsigned p2p);
 int mt_comm_nccl_built(void);
 int mt_comm_nccl_init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e);
 void mt_comm_nccl_destroy(mt_mesh *m);
@@ -192,16 +311,24 @@ typedef enum {
   MT_COLL_REDUCE, MT_COLL_GATHER, MT_COLL_SCATTER, MT_COLL_ALLTOALL, MT_COLL_GATHER_I32,
   MT_COLL_ALLTOALL_I32, MT_COLL_SEND, MT_COLL_RECV, MT_COLL_SENDRECV
 } mt_coll_kind;
+struct mt_request;
 typedef struct {
   mt_coll_kind kind;
   double bytes;
   const int *send;
   int *recv;
   size_t n;
+  mt_loc loc;               /* where the buffers live (MT_LOC_HOST for integers) */
+  int peer, tag;            /* point-to-point: the group rank and the tag */
+  struct mt_request *req;   /* a non-blocking call's request, else NULL */
 } mt_coll;
 /* Carries out c when g's backend is not MPI and returns 1 (the caller is
- * done); 0 for an MPI group. */
+ * done); 0 when the caller goes on over MPI (an MPI group; on the virtual
+ * backend, a host buffer, whose values move for real after being timed). */
 int mt_comm_backend_call(mt_group *g, const mt_coll *c);
+/* Every group of m but the node's on the virtual backend (after
+ * mt_mesh_create and mt_mesh_fold). */
+void mt_mesh_set_virtual(mt_mesh *m);
 
 /* Blocking collectives on float buffers (sum). n = elements. */
 void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc);
@@ -238,6 +365,11 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
  * its send buffer (mt_bytes_alltoall). */
 void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_outer,
                          size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
+/* Gather to one rank: every rank's n doubles (host) -> all (size x n, rank
+ * order) on group rank root (all may be NULL elsewhere): O(n) on every rank
+ * but the root, where an all-gather or a sum of vectors is O(size x n) on
+ * every rank. Bytes counted: what leaves a rank (none on the root). */
+void mt_gather_f64(mt_group *g, const double *mine, size_t n, double *all, int root);
 /* Integer all-gather: every rank's n ints -> recv (size x n), rank order. */
 void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n);
 /* Integer all-to-all: n ints to every rank (send: size x n, block r goes to
@@ -267,10 +399,15 @@ double mt_bytes_alltoallv(const size_t *send_counts, int n, int rank, size_t ele
 /* Non-blocking forms; a request is finished by mt_wait (which counts the time
  * spent waiting as communication time). A device buffer's host staging copy
  * goes back to the device in mt_wait. */
-typedef struct {
+typedef struct mt_request {
   MPI_Request req;
   mt_group *g;
   int active;
+  /* virtual backend: the timestamps in flight (heap: a request may move
+   * while MPI holds them), what kind of call, and a send's completion */
+  double *vbuf;
+  int vkind;
+  double vend;
   void *host;     /* staging block of a device buffer (freed in mt_wait), or NULL */
   void *back;     /* the part of it that goes back to the device, or NULL */
   void *dev_dst;  /* ... and where to */

@@ -9,12 +9,13 @@
  * them, so the real model and dp engine run on one rank of any mesh in one
  * process (the plan). The virtual device of the time-warp work adds a
  * backend here whose calls carry timestamps over MPI. */
-#include "comm/comm.h"
+#include "comm/comm_internal.h"
 
 #include <string.h>
 
 int mt_comm_backend_call(mt_group *g, const mt_coll *c) {
   if (g->backend == MT_COMM_MPI) return 0;
+  if (g->backend == MT_COMM_VIRTUAL) return mt_comm_virtual_call(g, c);
   /* integers: every rank's block as this rank's own (n ints per rank) */
   if (c->kind == MT_COLL_GATHER_I32 || c->kind == MT_COLL_ALLTOALL_I32) {
     const int *mine = c->kind == MT_COLL_GATHER_I32 ? c->send : c->send + (size_t)g->rank * c->n;
@@ -32,8 +33,11 @@ int mt_comm_backend_call(mt_group *g, const mt_coll *c) {
   return 1;
 }
 
-static void count_group(mt_group *g, const char *name, int size, int rank) {
+static void count_group(mt_group *g, const char *name, int size, int rank, int world_rank,
+                        int stride) {
   memset(g, 0, sizeof *g);
+  g->stride = stride;
+  g->world0 = world_rank - rank * stride;
   g->name = name;
   g->comm = MPI_COMM_NULL;
   g->size = size;
@@ -65,21 +69,21 @@ int mt_mesh_count(mt_mesh *m, int tp, int cp, int dp, int pp, int world_rank, in
   m->cp_rank = (world_rank / tp) % cp;
   m->dp_rank = (world_rank / (tp * cp)) % dp;
   m->pp_rank = world_rank / n;
-  count_group(&m->world, "world", m->world_size, world_rank);
-  count_group(&m->tp_g, "tp", tp, m->tp_rank);
-  count_group(&m->cp_g, "cp", cp, m->cp_rank);
-  count_group(&m->dp_g, "dp", dp, m->dp_rank);
-  count_group(&m->pp_g, "pp", pp, m->pp_rank);
-  count_group(&m->dpcp_g, "dp_cp", dp * cp, m->cp_rank + cp * m->dp_rank);
-  count_group(&m->node, "node", 1, 0);
+  count_group(&m->world, "world", m->world_size, world_rank, world_rank, 1);
+  count_group(&m->tp_g, "tp", tp, m->tp_rank, world_rank, 1);
+  count_group(&m->cp_g, "cp", cp, m->cp_rank, world_rank, tp);
+  count_group(&m->dp_g, "dp", dp, m->dp_rank, world_rank, tp * cp);
+  count_group(&m->pp_g, "pp", pp, m->pp_rank, world_rank, n);
+  count_group(&m->dpcp_g, "dp_cp", dp * cp, m->cp_rank + cp * m->dp_rank, world_rank, tp);
+  count_group(&m->node, "node", 1, 0, world_rank, 1);
   /* the folded mesh of the stage's tp x cp x dp ranks */
   m->etp = etp;
   m->ep = ep;
   m->edp = n / (etp * ep);
   mt_mesh_fold_coords(world_rank % n, etp, ep, &m->etp_rank, &m->ep_rank, &m->edp_rank);
-  count_group(&m->etp_g, "etp", etp, m->etp_rank);
-  count_group(&m->ep_g, "ep", ep, m->ep_rank);
-  count_group(&m->edp_g, "edp", m->edp, m->edp_rank);
+  count_group(&m->etp_g, "etp", etp, m->etp_rank, world_rank, 1);
+  count_group(&m->ep_g, "ep", ep, m->ep_rank, world_rank, etp);
+  count_group(&m->edp_g, "edp", m->edp, m->edp_rank, world_rank, etp * ep);
   m->folded = 1;
   return 0;
 }

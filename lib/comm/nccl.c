@@ -1,28 +1,45 @@
 /* NCCL for device buffers: the direct backend of collectives.c.
  *
- * Communicators: one per group of the mesh (tp, cp, dp, pp) with more than
- * one rank and a distinct GPU per rank, each from the group's MPI
- * communicator (rank 0's unique id broadcast over it); and, for the
- * pipeline, one two-rank communicator per ring neighbour, direction and
- * point-to-point tag. NCCL pairs sends with receives by order on a
- * communicator, and runs a communicator's operations one after the other;
- * with a communicator (and a stream) per (sender, receiver, tag) a pending
- * send never holds up an unrelated receive, and messages pair up as MPI's
- * tags pair them. All communicators are created inside one NCCL group, so
- * no rank waits on a communicator its peers create later.
+ * Communicators. Every group of the mesh's table (mesh.c: tp, cp, dp, pp,
+ * dp_cp, and after the fold etp, ep, edp) with more than one rank and a
+ * distinct GPU per rank gets one, made from the group's MPI communicator
+ * (rank 0's unique id broadcast over it). Groups with the same ranks in the
+ * same order (dp and dp_cp at cp = 1, edp and dp_cp at etp = tp, ...) share
+ * one communicator and its stream. Point-to-point (the pipeline's and the
+ * context-parallel ring's) has a two-rank communicator per neighbour, tag
+ * and direction, each with its stream: NCCL pairs sends with receives by
+ * order on a communicator, and messages of different tags between the same
+ * ranks may be received in another order than sent (an interleaved
+ * schedule on two stages), so each tag keeps its own order, as MPI's tags
+ * do; and a send waiting for its receiver never holds up a receive from
+ * that rank, as it would on a stream or communicator both share. All
+ * communicators are created inside one NCCL group: no rank waits on a
+ * communicator its peers create later. Any failure while setting up frees
+ * (aborts) what was made.
  *
- * Streams and ordering: every group (and every point-to-point channel) has
- * its own stream. A call makes that stream wait for the compute stream's
- * work so far (an event), queues the NCCL operation and records a "done"
- * event; a wait makes the compute stream wait for that event (and, with
- * host_wait, blocks the host until it has passed, after first letting the
- * queued compute finish, so the group timers count communication only).
+ * Streams and ordering. A call makes its communicator's stream wait for the
+ * compute stream's work so far (an event), queues the NCCL operation and
+ * records a "done" event; a wait makes the compute stream wait for that
+ * event, and with host_wait also blocks the host until it has passed. The
+ * device time of every call comes from an event pair around it, added to
+ * its group's seconds once the pair has completed.
+ *
+ * Point-to-point cannot deadlock by the order it is issued in: every
+ * (neighbour, tag, direction) is a queue of its own, matched in order by
+ * the one queue it pairs with. Calls are also held back and issued together,
+ * as one ncclGroupStart/End, when the host next needs one of them (a wait
+ * or a poll) or is about to block in comm: a pipeline stage that sends an
+ * activation and then waits for a gradient issues {send, receive} as one
+ * group, as its neighbour issues {send the gradient, receive the next
+ * activation}, so the two pair up even where the GPU can hold few NCCL
+ * kernels at once (tests/gpu/emu runs layouts with a limited number).
  *
  * Layouts NCCL has no call for are built with device copies into
  * stream-ordered workspace (cudaMallocAsync, kept in the pool between
  * calls): parts of unequal size padded to the largest (the registry's dp
- * buckets differ by at most one element), and the (outer, size, inner)
- * layout of sequence parallelism permuted to rank-major and back. */
+ * buckets differ by at most one element), the (outer, size, inner) layouts
+ * of sequence parallelism and Ulysses made rank-major and back, and the
+ * all-to-alls as grouped sends and receives. */
 #include "comm/comm.h"
 
 #include <cuda_runtime_api.h>
@@ -44,37 +61,129 @@
                                   ncclGetLastError(NULL));                        \
   } while (0)
 
-enum { P2P_TAGS = 3, MAX_PEERS = 2, ID_LEN = 48 };
-static const int g_tags[P2P_TAGS] = {MT_TAG_PP_ACT, MT_TAG_PP_GRAD, MT_TAG_PP_TIED};
+/* set-up: a failure becomes e's message (the caller tears down) */
+#define CU_TRY(e, call)                                                           \
+  do {                                                                            \
+    cudaError_t e_ = (call);                                                      \
+    if (e_ != cudaSuccess) {                                                      \
+      mt_err_runtime((e), "%s failed: %s", #call, cudaGetErrorString(e_));        \
+      return -1;                                                                  \
+    }                                                                             \
+  } while (0)
+#define NC_TRY(e, call)                                                           \
+  do {                                                                            \
+    ncclResult_t r_ = (call);                                                     \
+    if (r_ != ncclSuccess) {                                                      \
+      mt_err_runtime((e), "NCCL: %s failed: %s (%s)", #call, ncclGetErrorString(r_), \
+                     ncclGetLastError(NULL));                                     \
+      return -1;                                                                  \
+    }                                                                             \
+  } while (0)
 
-typedef struct {
+enum { ID_LEN = 48, MAX_LINKS = 8 };
+
+typedef struct channel {
   ncclComm_t comm;
   cudaStream_t stream;
+  struct channel *next; /* every channel, once (teardown) */
 } channel;
 
 typedef struct {
-  channel coll;                          /* the group's collectives (comm NULL: none) */
-  int n_peers;
-  int peer[MAX_PEERS];                   /* ring neighbours with point-to-point channels */
-  channel send[MAX_PEERS][P2P_TAGS];     /* this rank -> peer */
-  channel recv[MAX_PEERS][P2P_TAGS];     /* peer -> this rank */
+  int peer, tag;
+  channel *out, *in; /* this rank -> peer, peer -> this rank: the sender is NCCL rank 0 */
+} link;
+
+typedef struct {
+  mt_group *g;
+  channel *coll;               /* the group's collectives (NULL: staged) */
+  int n_links;
+  link links[MAX_LINKS];
+  int n_pending;               /* held back calls, in order */
+  struct pending *pending;
+  int cap_pending;
+  int members_n;               /* the group's world ranks (sharing a channel) */
+  int *members;
 } group_state;
 
 typedef struct handle {
   cudaEvent_t done;
-  struct handle *next; /* free list */
+  int held;                    /* a held-back point-to-point call not issued yet */
+  struct handle *next;         /* free list */
 } handle;
+
+
+/* an event pair around a call whose device time is not yet added */
+typedef struct timing {
+  cudaEvent_t start, end;
+  mt_group *g;
+  struct timing *next;
+} timing;
+
+typedef struct pending {
+  int send, link;
+  float *buf;
+  size_t n;
+  handle *h;
+  struct timing *t;
+} pending;
 
 static struct {
   int up, host_wait;
   cudaStream_t compute;
   cudaEvent_t ready; /* recorded on the compute stream before each call */
   handle *free_handles;
+  timing *running, *free_timings;
+  channel *channels;
+  group_state *states[16];
+  int n_states;
   size_t ws_cur, ws_peak;
 } g_nc;
 
 int mt_comm_nccl_built(void) { return 1; }
 size_t mt_comm_nccl_workspace_peak(void) { return g_nc.ws_peak; }
+
+/* ------------------------------------------------------------------ */
+/* device time                                                         */
+
+static timing *timing_begin(mt_group *g, cudaStream_t s) {
+  timing *t = g_nc.free_timings;
+  if (t) {
+    g_nc.free_timings = t->next;
+  } else {
+    t = mt_calloc(1, sizeof *t);
+    CU(cudaEventCreate(&t->start));
+    CU(cudaEventCreate(&t->end));
+  }
+  t->g = g;
+  CU(cudaEventRecord(t->start, s));
+  return t;
+}
+
+static void timing_end(timing *t, cudaStream_t s) {
+  CU(cudaEventRecord(t->end, s));
+  t->next = g_nc.running;
+  g_nc.running = t;
+}
+
+/* every completed pair's time to its group */
+static void harvest(void) {
+  timing **p = &g_nc.running;
+  while (*p) {
+    timing *t = *p;
+    cudaError_t e = cudaEventQuery(t->end);
+    if (e == cudaErrorNotReady) {
+      p = &t->next;
+      continue;
+    }
+    CU(e);
+    float ms = 0.0f;
+    CU(cudaEventElapsedTime(&ms, t->start, t->end));
+    t->g->seconds += ms * 1e-3;
+    *p = t->next;
+    t->next = g_nc.free_timings;
+    g_nc.free_timings = t;
+  }
+}
 
 /* ------------------------------------------------------------------ */
 /* ordering                                                            */
@@ -85,7 +194,7 @@ static void after_compute(cudaStream_t s) {
   CU(cudaStreamWaitEvent(s, g_nc.ready, 0));
 }
 
-static handle *finish_on(cudaStream_t s) {
+static handle *handle_new(void) {
   handle *h = g_nc.free_handles;
   if (h) {
     g_nc.free_handles = h->next;
@@ -93,6 +202,12 @@ static handle *finish_on(cudaStream_t s) {
     h = mt_calloc(1, sizeof *h);
     CU(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
   }
+  h->held = 0;
+  return h;
+}
+
+static handle *finish_on(cudaStream_t s) {
+  handle *h = handle_new();
   CU(cudaEventRecord(h->done, s));
   return h;
 }
@@ -103,8 +218,55 @@ static void release(handle *h) {
   g_nc.free_handles = h;
 }
 
+static group_state *state(const mt_group *g) { return g->direct_state; }
+
+/* The held-back point-to-point calls of every group, all as one NCCL group
+ * call, each on its link's stream for its direction. */
+static void nc_flush(void) {
+  int any = 0;
+  for (int i = 0; i < g_nc.n_states; i++) any |= g_nc.states[i]->n_pending > 0;
+  if (!any) return;
+  /* the streams wait for compute (a receive buffer may still be read by
+   * it), and each call has its event pair */
+  for (int i = 0; i < g_nc.n_states; i++) {
+    group_state *st = g_nc.states[i];
+    for (int k = 0; k < st->n_pending; k++) {
+      pending *q = &st->pending[k];
+      link *l = &st->links[q->link];
+      cudaStream_t s = (q->send ? l->out : l->in)->stream;
+      after_compute(s);
+      q->t = timing_begin(st->g, s);
+    }
+  }
+  NC(ncclGroupStart());
+  for (int i = 0; i < g_nc.n_states; i++) {
+    group_state *st = g_nc.states[i];
+    for (int k = 0; k < st->n_pending; k++) {
+      pending *q = &st->pending[k];
+      link *l = &st->links[q->link];
+      if (q->send) NC(ncclSend(q->buf, q->n, ncclFloat, 1, l->out->comm, l->out->stream));
+      else NC(ncclRecv(q->buf, q->n, ncclFloat, 0, l->in->comm, l->in->stream));
+    }
+  }
+  NC(ncclGroupEnd());
+  for (int i = 0; i < g_nc.n_states; i++) {
+    group_state *st = g_nc.states[i];
+    for (int k = 0; k < st->n_pending; k++) {
+      pending *q = &st->pending[k];
+      link *l = &st->links[q->link];
+      cudaStream_t s = (q->send ? l->out : l->in)->stream;
+      timing_end(q->t, s);
+      CU(cudaEventRecord(q->h->done, s));
+      q->h->held = 0;
+    }
+    st->n_pending = 0;
+  }
+}
+
 static int nc_done(void *hv) {
   handle *h = hv;
+  harvest();
+  if (h->held) nc_flush();
   cudaError_t e = cudaEventQuery(h->done);
   if (e == cudaErrorNotReady) return 0;
   CU(e);
@@ -114,12 +276,22 @@ static int nc_done(void *hv) {
 
 static void nc_wait(void *hv) {
   handle *h = hv;
+  /* what is held goes out before the host blocks (a peer may need it) */
+  if (h->held || g_nc.host_wait) nc_flush();
   if (g_nc.host_wait) CU(cudaEventSynchronize(h->done));
   release(h);
+  harvest();
 }
 
 static void nc_quiesce(void) {
   if (g_nc.host_wait) CU(cudaStreamSynchronize(g_nc.compute));
+}
+
+/* the host waits in MPI: the device may go on (an emulated one only now) */
+static void nc_idle(void) {
+  harvest();
+  cudaError_t e = cudaStreamQuery(g_nc.compute);
+  if (e != cudaErrorNotReady) CU(e);
 }
 
 /* stream-ordered device workspace of n floats on s */
@@ -136,17 +308,30 @@ static void ws_put(float *p, size_t n, cudaStream_t s) {
   g_nc.ws_cur -= n * sizeof(float);
 }
 
-static group_state *state(const mt_group *g) { return g->direct_state; }
+/* a collective's channel, its stream made to wait for compute and its
+ * timing begun */
+static channel *coll_begin(mt_group *g, timing **t) {
+  harvest();
+  channel *c = state(g)->coll;
+  after_compute(c->stream);
+  *t = timing_begin(g, c->stream);
+  return c;
+}
+
+static handle *coll_end(channel *c, timing *t) {
+  timing_end(t, c->stream);
+  return finish_on(c->stream);
+}
 
 /* ------------------------------------------------------------------ */
 /* collectives                                                         */
 
-static void *nc_allreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op) {
-  channel *c = &state(g)->coll;
-  after_compute(c->stream);
-  NC(ncclAllReduce(buf, buf, n, t == MT_DT_F64 ? ncclDouble : ncclFloat,
+static void *nc_allreduce(mt_group *g, void *buf, size_t n, mt_dtype dt, mt_redop op) {
+  timing *t;
+  channel *c = coll_begin(g, &t);
+  NC(ncclAllReduce(buf, buf, n, dt == MT_DT_F64 ? ncclDouble : ncclFloat,
                    op == MT_RED_MAX ? ncclMax : ncclSum, c->comm, c->stream));
-  return finish_on(c->stream);
+  return coll_end(c, t);
 }
 
 /* device-to-device 2D copy on the stream ctx (floats) */
@@ -158,13 +343,13 @@ static void copy2d(void *ctx, float *dst, size_t dpitch, const float *src, size_
 }
 
 static void *nc_reduce_scatter(mt_group *g, const float *send, float *recv, const int *counts) {
-  channel *c = &state(g)->coll;
+  timing *t;
+  channel *c = coll_begin(g, &t);
   int n = g->size;
-  after_compute(c->stream);
   size_t eq = mt_parts_equal(counts, NULL, n);
   if (eq) {
     NC(ncclReduceScatter(send, recv, eq, ncclFloat, ncclSum, c->comm, c->stream));
-    return finish_on(c->stream);
+    return coll_end(c, t);
   }
   /* unequal parts: padded to the largest, zeros in the padding */
   size_t pitch = mt_parts_largest(counts, n);
@@ -180,20 +365,20 @@ static void *nc_reduce_scatter(mt_group *g, const float *send, float *recv, cons
                        cudaMemcpyDeviceToDevice, c->stream));
   ws_put(ws, (size_t)n * pitch + pitch, c->stream);
   free(displs);
-  return finish_on(c->stream);
+  return coll_end(c, t);
 }
 
 static void *nc_allgatherv(mt_group *g, const float *send, float *recv, const int *counts,
                            const int *displs) {
-  channel *c = &state(g)->coll;
+  timing *t;
+  channel *c = coll_begin(g, &t);
   int n = g->size, r = g->rank;
-  after_compute(c->stream);
   size_t eq = mt_parts_equal(counts, displs, n);
   if (eq) {
     /* in place: this rank's part already sits at r * eq */
     NC(ncclAllGather(send ? send : recv + (size_t)r * eq, recv, eq, ncclFloat, c->comm,
                      c->stream));
-    return finish_on(c->stream);
+    return coll_end(c, t);
   }
   size_t pitch = mt_parts_largest(counts, n);
   float *ws = ws_get((size_t)n * pitch, c->stream);
@@ -204,115 +389,184 @@ static void *nc_allgatherv(mt_group *g, const float *send, float *recv, const in
   NC(ncclAllGather(ws + (size_t)r * pitch, ws, pitch, ncclFloat, c->comm, c->stream));
   mt_copy_parts(recv, ws, pitch, counts, displs, n, 0, copy2d, c->stream);
   ws_put(ws, (size_t)n * pitch, c->stream);
-  return finish_on(c->stream);
+  return coll_end(c, t);
 }
 
 static void *nc_allgather_dim(mt_group *g, const float *send, float *recv, size_t outer,
                               size_t inner) {
-  channel *c = &state(g)->coll;
+  timing *t;
+  channel *c = coll_begin(g, &t);
   size_t n = outer * inner;
-  after_compute(c->stream);
   if (outer == 1) {
     NC(ncclAllGather(send, recv, n, ncclFloat, c->comm, c->stream));
-    return finish_on(c->stream);
+    return coll_end(c, t);
   }
   float *ws = ws_get((size_t)g->size * n, c->stream);
   NC(ncclAllGather(send, ws, n, ncclFloat, c->comm, c->stream));
   mt_permute_dim(recv, ws, outer, inner, g->size, 0, copy2d, c->stream);
   ws_put(ws, (size_t)g->size * n, c->stream);
-  return finish_on(c->stream);
+  return coll_end(c, t);
 }
 
 static void *nc_reduce_scatter_dim(mt_group *g, const float *send, float *recv, size_t outer,
                                    size_t inner) {
-  channel *c = &state(g)->coll;
+  timing *t;
+  channel *c = coll_begin(g, &t);
   size_t n = outer * inner;
-  after_compute(c->stream);
   if (outer == 1) {
     NC(ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, c->comm, c->stream));
-    return finish_on(c->stream);
+    return coll_end(c, t);
   }
   float *ws = ws_get((size_t)g->size * n, c->stream);
   mt_permute_dim((float *)send, ws, outer, inner, g->size, 1, copy2d, c->stream);
   NC(ncclReduceScatter(ws, recv, n, ncclFloat, ncclSum, c->comm, c->stream));
   ws_put(ws, (size_t)g->size * n, c->stream);
-  return finish_on(c->stream);
+  return coll_end(c, t);
+}
+
+/* parts laid end to end: send part q to rank q, receive part q from it
+ * (own part copied), as one NCCL group on the group's channel */
+static void exchange(mt_group *g, channel *c, const float *send, const size_t *scount,
+                     const size_t *soff, float *recv, const size_t *rcount, const size_t *roff) {
+  const int n = g->size, me = g->rank;
+  if (scount[me] != rcount[me])
+    mt_die("an all-to-all's own part: %zu floats sent, %zu received", scount[me], rcount[me]);
+  if (scount[me])
+    CU(cudaMemcpyAsync(recv + roff[me], send + soff[me], scount[me] * sizeof(float),
+                       cudaMemcpyDeviceToDevice, c->stream));
+  NC(ncclGroupStart());
+  for (int q = 0; q < n; q++) {
+    if (q == me) continue;
+    if (scount[q]) NC(ncclSend(send + soff[q], scount[q], ncclFloat, q, c->comm, c->stream));
+    if (rcount[q]) NC(ncclRecv(recv + roff[q], rcount[q], ncclFloat, q, c->comm, c->stream));
+  }
+  NC(ncclGroupEnd());
+}
+
+static void *nc_alltoallv(mt_group *g, const float *send, const size_t *send_counts, float *recv,
+                          const size_t *recv_counts) {
+  timing *t;
+  channel *c = coll_begin(g, &t);
+  const int n = g->size;
+  size_t *so = mt_malloc(2 * (size_t)n * sizeof(size_t)), *ro = so + n;
+  for (int q = 0, a = 0, b = 0; q < n; q++) {
+    so[q] = (size_t)a, ro[q] = (size_t)b;
+    a += (int)send_counts[q], b += (int)recv_counts[q];
+  }
+  exchange(g, c, send, send_counts, so, recv, recv_counts, ro);
+  free(so);
+  return coll_end(c, t);
+}
+
+/* send viewed (s_outer, size, s_inner), recv (r_outer, size, r_inner):
+ * blocks made rank-major, exchanged, and laid out again */
+static void *nc_alltoall_dim(mt_group *g, const float *send, float *recv, size_t s_outer,
+                             size_t s_inner, size_t r_outer, size_t r_inner) {
+  timing *t;
+  channel *c = coll_begin(g, &t);
+  const int n = g->size;
+  const size_t blk = s_outer * s_inner, total = (size_t)n * blk;
+  float *ws_s = NULL, *ws_r = NULL;
+  const float *s = send;
+  float *r = recv;
+  if (s_outer > 1) {
+    ws_s = ws_get(total, c->stream);
+    mt_permute_dim((float *)send, ws_s, s_outer, s_inner, n, 1, copy2d, c->stream);
+    s = ws_s;
+  }
+  if (r_outer > 1) r = ws_r = ws_get(total, c->stream);
+  size_t *cnt = mt_malloc(2 * (size_t)n * sizeof(size_t)), *off = cnt + n;
+  for (int q = 0; q < n; q++) cnt[q] = blk, off[q] = (size_t)q * blk;
+  exchange(g, c, s, cnt, off, r, cnt, off);
+  free(cnt);
+  if (ws_r) {
+    mt_permute_dim(recv, ws_r, r_outer, r_inner, n, 0, copy2d, c->stream);
+    ws_put(ws_r, total, c->stream);
+  }
+  if (ws_s) ws_put(ws_s, total, c->stream);
+  return coll_end(c, t);
 }
 
 /* ------------------------------------------------------------------ */
 /* point-to-point                                                      */
 
-static int tag_index(int tag) {
-  for (int i = 0; i < P2P_TAGS; i++)
-    if (g_tags[i] == tag) return i;
-  return -1;
-}
-
-static int peer_index(const group_state *st, int peer) {
-  for (int i = 0; i < st->n_peers; i++)
-    if (st->peer[i] == peer) return i;
+static int link_index(const group_state *st, int peer, int tag) {
+  for (int l = 0; l < st->n_links; l++)
+    if (st->links[l].peer == peer && st->links[l].tag == tag) return l;
   return -1;
 }
 
 static int nc_p2p_ok(const mt_group *g, int peer, int tag) {
   const group_state *st = state(g);
-  return st && tag_index(tag) >= 0 && peer_index(st, peer) >= 0;
+  return st && link_index(st, peer, tag) >= 0;
+}
+
+static void *hold(mt_group *g, int send, float *buf, size_t n, int peer, int tag) {
+  harvest();
+  group_state *st = state(g);
+  if (st->n_pending == st->cap_pending) {
+    st->cap_pending = st->cap_pending ? 2 * st->cap_pending : 8;
+    st->pending = realloc(st->pending, (size_t)st->cap_pending * sizeof(pending));
+    if (!st->pending) mt_die("out of memory (point-to-point calls held back)");
+  }
+  handle *h = handle_new();
+  h->held = 1;
+  st->pending[st->n_pending++] = (pending){send, link_index(st, peer, tag), buf, n, h, NULL};
+  return h;
 }
 
 static void *nc_send(mt_group *g, const float *buf, size_t n, int peer, int tag) {
-  group_state *st = state(g);
-  channel *c = &st->send[peer_index(st, peer)][tag_index(tag)];
-  after_compute(c->stream);
-  NC(ncclSend(buf, n, ncclFloat, 1, c->comm, c->stream)); /* the receiver is rank 1 */
-  return finish_on(c->stream);
+  return hold(g, 1, (float *)buf, n, peer, tag);
 }
 
 static void *nc_recv(mt_group *g, float *buf, size_t n, int peer, int tag) {
-  group_state *st = state(g);
-  channel *c = &st->recv[peer_index(st, peer)][tag_index(tag)];
-  after_compute(c->stream); /* the buffer may still be read by queued compute */
-  NC(ncclRecv(buf, n, ncclFloat, 0, c->comm, c->stream)); /* the sender is rank 0 */
-  return finish_on(c->stream);
+  return hold(g, 0, buf, n, peer, tag);
 }
 
 static const mt_comm_direct g_nccl_direct = {
-    "nccl",     nc_allreduce, nc_reduce_scatter, nc_allgatherv, nc_allgather_dim,
-    nc_reduce_scatter_dim, nc_send, nc_recv, nc_p2p_ok, nc_done, nc_wait, nc_quiesce};
+    .name = "nccl",
+    .allreduce = nc_allreduce,
+    .reduce_scatter = nc_reduce_scatter,
+    .allgatherv = nc_allgatherv,
+    .allgather_dim = nc_allgather_dim,
+    .reduce_scatter_dim = nc_reduce_scatter_dim,
+    .alltoallv = nc_alltoallv,
+    .alltoall_dim = nc_alltoall_dim,
+    .send = nc_send,
+    .recv = nc_recv,
+    .p2p_ok = nc_p2p_ok,
+    .done = nc_done,
+    .wait = nc_wait,
+    .quiesce = nc_quiesce,
+    .flush = nc_flush,
+    .idle = nc_idle,
+};
 
 /* ------------------------------------------------------------------ */
-/* set-up                                                              */
+/* set-up and teardown                                                 */
 
-static void channel_free(channel *c) {
-  if (c->comm) ncclCommDestroy(c->comm);
-  if (c->stream) cudaStreamDestroy(c->stream);
-  c->comm = NULL;
-  c->stream = NULL;
-}
-
-static void group_free(mt_group *g) {
-  group_state *st = g->direct_state;
-  if (!st) return;
-  channel_free(&st->coll);
-  for (int i = 0; i < st->n_peers; i++)
-    for (int t = 0; t < P2P_TAGS; t++) {
-      channel_free(&st->send[i][t]);
-      channel_free(&st->recv[i][t]);
-    }
-  free(st);
-  g->direct_state = NULL;
-  g->direct = 0;
-}
-
-void mt_comm_nccl_destroy(mt_mesh *m) {
-  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g};
-  if (!g_nc.up) return;
-  cudaStreamSynchronize(g_nc.compute);
-  for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++) {
-    if (gs[i]->direct_state) {
-      group_state *st = gs[i]->direct_state;
-      if (st->coll.stream) cudaStreamSynchronize(st->coll.stream);
-    }
-    group_free(gs[i]);
+/* Everything made so far goes: communicators destroyed (aborted after a
+ * failure, when a peer may never join), streams, events, state. */
+static void teardown(int failed) {
+  if (g_nc.compute) cudaStreamSynchronize(g_nc.compute);
+  for (channel *c = g_nc.channels; c; c = c->next)
+    if (c->stream && !failed) cudaStreamSynchronize(c->stream);
+  for (int i = 0; i < g_nc.n_states; i++) {
+    group_state *st = g_nc.states[i];
+    for (int k = 0; k < st->n_pending; k++) free(st->pending[k].h);
+    free(st->pending);
+    free(st->members);
+    st->g->direct_state = NULL;
+    st->g->direct = 0;
+    free(st);
+  }
+  g_nc.n_states = 0;
+  while (g_nc.channels) {
+    channel *c = g_nc.channels;
+    g_nc.channels = c->next;
+    if (c->comm) (failed ? ncclCommAbort : ncclCommDestroy)(c->comm);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c);
   }
   mt_comm_set_direct(NULL);
   while (g_nc.free_handles) {
@@ -321,27 +575,67 @@ void mt_comm_nccl_destroy(mt_mesh *m) {
     cudaEventDestroy(h->done);
     free(h);
   }
-  cudaEventDestroy(g_nc.ready);
+  harvest();
+  timing *lists[2] = {g_nc.running, g_nc.free_timings};
+  for (int l = 0; l < 2; l++)
+    while (lists[l]) {
+      timing *t = lists[l];
+      lists[l] = t->next;
+      cudaEventDestroy(t->start);
+      cudaEventDestroy(t->end);
+      free(t);
+    }
+  if (g_nc.ready) cudaEventDestroy(g_nc.ready);
+  cudaGetLastError();
   memset(&g_nc, 0, sizeof g_nc);
 }
 
-static void new_stream(channel *c) {
-  CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+void mt_comm_nccl_destroy(mt_mesh *m) {
+  (void)m; /* every group's state is the backend's own */
+  if (g_nc.up) teardown(0);
 }
 
-int mt_comm_nccl_init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e) {
-  mt_group *gs[] = {&m->tp_g, &m->cp_g, &m->dp_g, &m->pp_g};
-  const int ngs = (int)(sizeof gs / sizeof gs[0]);
+static channel *channel_new(void) {
+  channel *c = mt_calloc(1, sizeof *c);
+  c->next = g_nc.channels;
+  g_nc.channels = c;
+  return c;
+}
+
+/* a new state for g (its member list, from the mesh's table) */
+static group_state *state_new(mt_mesh *m, mt_group *g, const mt_group_desc *d) {
+  group_state *st = mt_calloc(1, sizeof *st);
+  st->g = g;
+  st->members = mt_malloc((size_t)m->world_size * sizeof(int));
+  mt_mesh_dims dims = mt_mesh_dims_of(m);
+  st->members_n = mt_mesh_group_members(&dims, d, m->world_rank, st->members);
+  g->direct_state = st;
+  g_nc.states[g_nc.n_states++] = st;
+  return st;
+}
+
+/* an earlier group with the same ranks in the same order and a channel */
+static channel *same_ranks(const group_state *st) {
+  for (int i = 0; i < g_nc.n_states; i++) {
+    const group_state *o = g_nc.states[i];
+    if (o != st && o->coll && o->members_n == st->members_n &&
+        !memcmp(o->members, st->members, (size_t)st->members_n * sizeof(int)))
+      return o->coll;
+  }
+  return NULL;
+}
+
+static int init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e) {
   g_nc.compute = (cudaStream_t)o->compute_stream;
   g_nc.host_wait = o->host_wait;
-  CU(cudaEventCreateWithFlags(&g_nc.ready, cudaEventDisableTiming));
   g_nc.up = 1;
+  CU_TRY(e, cudaEventCreateWithFlags(&g_nc.ready, cudaEventDisableTiming));
   /* freed workspace stays in the pool for the next call */
   {
     int dev = 0;
     cudaMemPool_t pool;
     uint64_t keep = UINT64_MAX;
-    CU(cudaGetDevice(&dev));
+    CU_TRY(e, cudaGetDevice(&dev));
     if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess)
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     cudaGetLastError();
@@ -350,79 +644,94 @@ int mt_comm_nccl_init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e) {
   memset(my_id, 0, sizeof my_id);
   snprintf(my_id, sizeof my_id, "%s", o->device_id ? o->device_id : "");
 
-  /* which groups get a communicator, and their unique ids */
-  ncclUniqueId coll_id[4];
-  int want[4] = {0, 0, 0, 0};
-  for (int i = 0; i < ngs; i++) {
-    mt_group *g = gs[i];
-    if (g->size < 2) continue;
-    char *ids = mt_malloc((size_t)g->size * ID_LEN);
-    MT_MPI_CHECK(MPI_Allgather(my_id, ID_LEN, MPI_CHAR, ids, ID_LEN, MPI_CHAR, g->comm));
-    want[i] = mt_comm_ids_distinct(ids, g->size, ID_LEN);
-    g->direct_state = mt_calloc(1, sizeof(group_state));
-    group_state *st = g->direct_state;
-    if (want[i]) {
-      if (g->rank == 0) NC(ncclGetUniqueId(&coll_id[i]));
-      MT_MPI_CHECK(MPI_Bcast(&coll_id[i], sizeof coll_id[i], MPI_BYTE, 0, g->comm));
+  /* the groups: which get a communicator (distinct GPUs), which share one */
+  int n_desc;
+  const mt_group_desc *descs = mt_mesh_groups(&n_desc);
+  ncclUniqueId coll_id[16];
+  channel *todo[16];
+  int ranks[16], sizes[16], n_todo = 0;
+  char *ids = mt_malloc((size_t)m->world_size * ID_LEN);
+  for (int i = 0; i < n_desc; i++) {
+    mt_group *g = mt_mesh_group(m, &descs[i]);
+    if (!g || g->size < 2) continue;
+    int peers[MAX_LINKS], tags[MAX_LINKS];
+    int coll = !o->groups || (o->groups & (1u << descs[i].id));
+    int links = mt_comm_p2p_links(g->name, g->size, g->rank, o->p2p, peers, tags);
+    if (!coll && !links) continue; /* no device traffic goes over it */
+    MT_MPI_TRY(e, MPI_Allgather(my_id, ID_LEN, MPI_CHAR, ids, ID_LEN, MPI_CHAR, g->comm));
+    int distinct = mt_comm_ids_distinct(ids, g->size, ID_LEN);
+    group_state *st = state_new(m, g, &descs[i]);
+    if (!coll || !distinct) continue;
+    channel *shared = same_ranks(st);
+    if (shared) {
+      st->coll = shared;
+      continue;
     }
-    /* the pipeline's ring neighbours, each with its own GPU */
-    if (g == &m->pp_g) {
-      int next = (g->rank + 1) % g->size, prev = (g->rank + g->size - 1) % g->size;
-      int cand[2] = {next, prev};
-      for (int k = 0; k < 2; k++) {
-        if (k == 1 && prev == next) break;
-        if (strncmp(ids + (size_t)cand[k] * ID_LEN, my_id, ID_LEN) == 0) continue;
-        st->peer[st->n_peers++] = cand[k];
-      }
-    }
-    free(ids);
+    st->coll = channel_new();
+    if (g->rank == 0) NC_TRY(e, ncclGetUniqueId(&coll_id[n_todo]));
+    MT_MPI_TRY(e, MPI_Bcast(&coll_id[n_todo], sizeof coll_id[n_todo], MPI_BYTE, 0, g->comm));
+    todo[n_todo] = st->coll;
+    ranks[n_todo] = g->rank;
+    sizes[n_todo] = g->size;
+    n_todo++;
   }
-  /* point-to-point ids: this rank makes those of its sending channels and
-   * receives those of its receiving ones from each neighbour */
-  group_state *pst = m->pp_g.direct_state;
-  ncclUniqueId send_id[MAX_PEERS][P2P_TAGS], recv_id[MAX_PEERS][P2P_TAGS];
-  MPI_Request reqs[2 * MAX_PEERS];
+  /* point-to-point: per ring neighbour with its own GPU and per tag, the
+   * lower group rank makes the pair's id and sends it to the higher */
+  ncclUniqueId p2p_id[16][MAX_LINKS][2]; /* out, in */
+  MPI_Request reqs[16 * MAX_LINKS * 2];
   int n_req = 0;
-  for (int k = 0; pst && k < pst->n_peers; k++) { /* all posted at once: no ring of waits */
-    for (int t = 0; t < P2P_TAGS; t++) NC(ncclGetUniqueId(&send_id[k][t]));
-    MT_MPI_CHECK(MPI_Irecv(recv_id[k], (int)sizeof recv_id[k], MPI_BYTE, pst->peer[k], 77,
-                           m->pp_g.comm, &reqs[n_req++]));
-    MT_MPI_CHECK(MPI_Isend(send_id[k], (int)sizeof send_id[k], MPI_BYTE, pst->peer[k], 77,
-                           m->pp_g.comm, &reqs[n_req++]));
-  }
-  MT_MPI_CHECK(MPI_Waitall(n_req, reqs, MPI_STATUSES_IGNORE));
-  /* every communicator in one group call: no ordering between them */
-  NC(ncclGroupStart());
-  for (int i = 0; i < ngs; i++) {
-    group_state *st = gs[i]->direct_state;
-    if (!st || !want[i]) continue;
-    NC(ncclCommInitRank(&st->coll.comm, gs[i]->size, coll_id[i], gs[i]->rank));
-  }
-  for (int k = 0; pst && k < pst->n_peers; k++)
-    for (int t = 0; t < P2P_TAGS; t++) {
-      NC(ncclCommInitRank(&pst->send[k][t].comm, 2, send_id[k][t], 0));
-      NC(ncclCommInitRank(&pst->recv[k][t].comm, 2, recv_id[k][t], 1));
+  for (int i = 0; i < g_nc.n_states; i++) {
+    group_state *st = g_nc.states[i];
+    mt_group *g = st->g;
+    MT_MPI_TRY(e, MPI_Allgather(my_id, ID_LEN, MPI_CHAR, ids, ID_LEN, MPI_CHAR, g->comm));
+    int peers[MAX_LINKS], tags[MAX_LINKS];
+    int n_links = mt_comm_p2p_links(g->name, g->size, g->rank, o->p2p, peers, tags);
+    for (int k = 0; k < n_links; k++) {
+      if (!strncmp(ids + (size_t)peers[k] * ID_LEN, my_id, ID_LEN)) continue; /* shares my GPU */
+      link *l = &st->links[st->n_links];
+      l->peer = peers[k];
+      l->tag = tags[k];
+      l->out = channel_new();
+      l->in = channel_new();
+      /* the sender of a direction makes its id and sends it to the receiver */
+      ncclUniqueId *out = &p2p_id[i][st->n_links][0], *in = &p2p_id[i][st->n_links][1];
+      NC_TRY(e, ncclGetUniqueId(out));
+      MT_MPI_TRY(e, MPI_Isend(out, sizeof *out, MPI_BYTE, l->peer, 1000 + l->tag, g->comm,
+                              &reqs[n_req++]));
+      MT_MPI_TRY(e, MPI_Irecv(in, sizeof *in, MPI_BYTE, l->peer, 1000 + l->tag, g->comm,
+                              &reqs[n_req++]));
+      st->n_links++;
     }
-  ncclResult_t rc = ncclGroupEnd();
-  if (rc != ncclSuccess) {
-    mt_err_set(e, "NCCL: creating the communicators failed: %s (%s)", ncclGetErrorString(rc),
-               ncclGetLastError(NULL));
-    return -1;
   }
-  for (int i = 0; i < ngs; i++) {
-    mt_group *g = gs[i];
-    group_state *st = g->direct_state;
-    if (!st) continue;
-    if (want[i]) new_stream(&st->coll);
-    for (int k = 0; k < st->n_peers; k++)
-      for (int t = 0; t < P2P_TAGS; t++) {
-        new_stream(&st->send[k][t]);
-        new_stream(&st->recv[k][t]);
-      }
-    /* collectives go direct with a group communicator; point-to-point
-     * wherever p2p_ok finds a channel */
-    g->direct = want[i];
+  free(ids);
+  MT_MPI_TRY(e, MPI_Waitall(n_req, reqs, MPI_STATUSES_IGNORE));
+  /* every communicator in one group call: no ordering between them */
+  NC_TRY(e, ncclGroupStart());
+  for (int k = 0; k < n_todo; k++)
+    NC_TRY(e, ncclCommInitRank(&todo[k]->comm, sizes[k], coll_id[k], ranks[k]));
+  for (int i = 0; i < g_nc.n_states; i++) {
+    group_state *st = g_nc.states[i];
+    for (int l = 0; l < st->n_links; l++) {
+      NC_TRY(e, ncclCommInitRank(&st->links[l].out->comm, 2, p2p_id[i][l][0], 0));
+      NC_TRY(e, ncclCommInitRank(&st->links[l].in->comm, 2, p2p_id[i][l][1], 1));
+    }
+  }
+  NC_TRY(e, ncclGroupEnd());
+  for (channel *c = g_nc.channels; c; c = c->next)
+    CU_TRY(e, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  for (int i = 0; i < g_nc.n_states; i++) {
+    group_state *st = g_nc.states[i];
+    /* collectives go direct with a communicator; point-to-point wherever
+     * p2p_ok finds a link */
+    st->g->direct = st->coll != NULL;
   }
   mt_comm_set_direct(&g_nccl_direct);
   return 0;
+}
+
+int mt_comm_nccl_init(mt_mesh *m, const mt_comm_nccl_opts *o, mt_err *e) {
+  if (init(m, o, e) == 0) return 0;
+  teardown(1);
+  mt_err_pass_at(e, __FILE__, __LINE__);
+  return -1;
 }

@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <strings.h>
 
 /* Exclusive bounds, stored as the nearest inclusive double so the public
@@ -67,46 +68,50 @@ static const mt_cfg_key g_keys[] = {
      "MoE: shared experts every token uses, DeepSeek style (0 = none)", 0, 64, NULL},
     {"model.moe_capacity", MT_CFG_DOUBLE, F(moe_capacity), "0",
      "MoE: capacity factor f: an expert takes ceil(f T k / E) slots per sequence (0 = dropless)",
-     0, NOMAX, NULL},
+     0, 64, NULL},
     /* [train] */
     {"train.moe_aux_coef", MT_CFG_DOUBLE, F(moe_aux_coef), "0.01",
-     "MoE: coefficient of the Switch load-balancing loss (0 = off)", 0, NOMAX, NULL},
+     "MoE: coefficient of the Switch load-balancing loss (0 = off)", 0, 1, NULL},
     {"train.moe_z_coef", MT_CFG_DOUBLE, F(moe_z_coef), "0",
-     "MoE: coefficient of the router z-loss (0 = off)", 0, NOMAX, NULL},
+     "MoE: coefficient of the router z-loss (0 = off)", 0, 1, NULL},
     {"train.steps", MT_CFG_INT, F(steps), "100", "optimizer steps to run", 1, NOMAX, NULL},
     {"train.seed", MT_CFG_INT, F(seed), "1337",
      "random seed for initialisation and data order", 0, NOMAX, NULL},
     {"train.global_batch", MT_CFG_INT, F(global_batch), "32",
-     "sequences per optimizer step, all ranks together", 1, NOMAX, NULL},
+     "sequences per optimizer step, all ranks together", 1, 1 << 24, NULL},
     {"train.micro_batch", MT_CFG_INT, F(micro_batch), "4",
-     "sequences per forward/backward on one rank", 1, NOMAX, NULL},
-    {"train.lr", MT_CFG_DOUBLE, F(lr), "1e-3", "peak learning rate, reached after warmup", GT0,
-     NOMAX, NULL},
+     "sequences per forward/backward on one rank", 1, 1 << 20, NULL},
+    {"train.lr", MT_CFG_DOUBLE, F(lr), "1e-3",
+     "peak learning rate of AdamW, reached after warmup (1e-5 to 1e-2 is usual)", GT0, 1, NULL},
     {"train.min_lr_ratio", MT_CFG_DOUBLE, F(min_lr_ratio), "0.1",
      "final LR of the cosine decay, as a fraction of train.lr", 0, 1, NULL},
     {"train.warmup_steps", MT_CFG_INT, F(warmup_steps), "10",
-     "steps of linear LR warmup", 0, NOMAX, NULL},
+     "steps of linear LR warmup (at most 10 x train.steps)", 0, NOMAX, NULL},
     {"train.weight_decay", MT_CFG_DOUBLE, F(weight_decay), "0.1",
-     "AdamW decoupled weight decay", 0, NOMAX, NULL},
+     "AdamW decoupled weight decay (0.01 to 0.1 is usual)", 0, 1, NULL},
     {"train.beta1", MT_CFG_DOUBLE, F(beta1), "0.9", "AdamW first-moment decay", 0, LT1, NULL},
     {"train.beta2", MT_CFG_DOUBLE, F(beta2), "0.95", "AdamW second-moment decay", 0, LT1, NULL},
-    {"train.eps", MT_CFG_DOUBLE, F(eps), "1e-8", "AdamW denominator epsilon", GT0, NOMAX, NULL},
+    {"train.eps", MT_CFG_DOUBLE, F(eps), "1e-8", "AdamW denominator epsilon", GT0, 1, NULL},
     {"train.grad_clip", MT_CFG_DOUBLE, F(grad_clip), "1.0",
-     "clip the global gradient L2 norm to this (0 = off)", 0, NOMAX, NULL},
+     "clip the global gradient L2 norm to this (0 = off)", 0, 1e6, NULL},
     {"train.eval_every", MT_CFG_INT, F(eval_every), "25",
      "steps between validation losses (0 = never)", 0, NOMAX, NULL},
     {"train.eval_batches", MT_CFG_INT, F(eval_batches), "4",
-     "global batches of validation sequences per validation loss", 1, NOMAX, NULL},
+     "global batches of validation sequences per validation loss", 1, 1 << 20, NULL},
     {"train.threads", MT_CFG_INT, F(threads), "0",
-     "compute threads per rank (0 = OMP_NUM_THREADS or the library default)", 0, NOMAX, NULL},
+     "compute threads per rank (0 = OMP_NUM_THREADS or the library default)", 0, 4096, NULL},
     {"train.device", MT_CFG_STRING, F(device), "cpu",
-     "cpu, cuda (a GPU per rank) or auto (cuda when one is visible)", 0, 0, "cpu|cuda|auto"},
+     "cpu, cuda (a GPU per rank), auto (cuda if visible), virtual (emulated: train.virtual_hw)",
+     0, 0, "cpu|cuda|auto|virtual"},
+    {"train.virtual_hw", MT_CFG_STRING, F(virtual_hw), "",
+     "device = virtual: the profile whose [cost] section prices ops and messages", 0, 0, NULL},
     {"train.precision", MT_CFG_STRING, F(precision), "fp32",
      "bf16: bf16 weights' copy and activations over fp32 master and moments (fp16: refused)",
      0, 0, "fp32|bf16|fp16"},
     {"train.grad_dtype", MT_CFG_STRING, F(grad_dtype), "fp32",
      "dtype gradients accumulate in (bf16: not implemented yet)", 0, 0, "fp32|bf16"},
-    {"train.log_every", MT_CFG_INT, F(log_every), "1", "steps between log lines", 1, NOMAX, NULL},
+    {"train.log_every", MT_CFG_INT, F(log_every), "1", "steps between log lines", 1, NOMAX,
+     NULL},
     {"train.stop_after", MT_CFG_INT, F(stop_after), "0",
      "stop after this many steps of this run, checkpoint, exit 0 (0 = run to train.steps)", 0,
      NOMAX, NULL},
@@ -117,24 +122,24 @@ static const mt_cfg_key g_keys[] = {
      "checkpoint whose parameters start this run (step 0, fresh optimizer state)", 0, 0, NULL},
     {"train.micro_batches", MT_CFG_INT, F(micro_batches), "0",
      "micro-batches per step through the pipeline (0 = global_batch / (micro_batch x dp))", 0,
-     NOMAX, NULL},
+     1 << 20, NULL},
     {"train.recompute", MT_CFG_BOOL, F(recompute), "false",
      "pipeline: keep only each layer's input and recompute the rest in backward", 0, 1, NULL},
     /* [parallel] */
-    {"parallel.dp", MT_CFG_INT, F(dp), "1", "data-parallel ranks", 1, NOMAX, NULL},
-    {"parallel.tp", MT_CFG_INT, F(tp), "1", "tensor-parallel ranks", 1, NOMAX, NULL},
-    {"parallel.pp", MT_CFG_INT, F(pp), "1", "pipeline stages", 1, NOMAX, NULL},
+    {"parallel.dp", MT_CFG_INT, F(dp), "1", "data-parallel ranks", 1, 1 << 24, NULL},
+    {"parallel.tp", MT_CFG_INT, F(tp), "1", "tensor-parallel ranks", 1, 1 << 16, NULL},
+    {"parallel.pp", MT_CFG_INT, F(pp), "1", "pipeline stages", 1, 1 << 16, NULL},
     {"parallel.cp", MT_CFG_INT, F(cp), "1",
-     "context-parallel ranks (each sequence split over them)", 1, NOMAX, NULL},
+     "context-parallel ranks (each sequence split over them)", 1, 1 << 16, NULL},
     {"parallel.cp_mode", MT_CFG_STRING, F(cp_mode), "ring",
      "context parallelism: ring (K/V passed round) or ulysses (all-to-all)", 0, 0,
      "ring|ulysses"},
     {"parallel.ep", MT_CFG_INT, F(ep), "1",
-     "MoE: expert-parallel ranks (experts split over them; folded over tp x cp x dp)", 1, NOMAX,
+     "MoE: expert-parallel ranks (experts split over them; folded over tp x cp x dp)", 1, 4096,
      NULL},
     {"parallel.etp", MT_CFG_INT, F(etp), "1",
      "MoE: tensor-parallel ranks inside an expert (folded mesh etp x ep x edp = tp x cp x dp)",
-     1, NOMAX, NULL},
+     1, 1 << 16, NULL},
     {"parallel.sp", MT_CFG_BOOL, F(sp), "false",
      "sequence parallelism: norm/residual regions hold seq_len/tp positions (tp > 1)", 0, 1,
      NULL},
@@ -142,17 +147,34 @@ static const mt_cfg_key g_keys[] = {
      "dtype of the dp x cp gradient reduction (bf16: not yet)", 0, 0, "fp32|bf16"},
     {"parallel.zero", MT_CFG_INT, F(zero), "0",
      "ZeRO over dp: 1 shards AdamW moments, 2 also gradients, 3 also parameters", 0, 3, NULL},
+    {"parallel.overlap_dp", MT_CFG_BOOL, F(overlap_dp), "true",
+     "ZeRO 0-1: reduce gradients over dp during each stage's last backward", 0, 1, NULL},
     {"parallel.bucket_mb", MT_CFG_DOUBLE, F(bucket_mb), "25",
-     "gradient all-reduce bucket size, MiB", GT0, NOMAX, NULL},
+     "gradient all-reduce bucket size, MiB", GT0, 65536, NULL},
     {"parallel.schedule", MT_CFG_STRING, F(pp_schedule), "1f1b",
-     "pipeline schedule (pp > 1)", 0, 0, "gpipe|1f1b|interleaved|zb-h1"},
+     "pipeline schedule (pp > 1)", 0, 0, "gpipe|1f1b|interleaved|zb-h1|breadth-first|zb-v"},
     {"parallel.virtual_stages", MT_CFG_INT, F(virtual_stages), "1",
-     "model chunks per pipeline rank (interleaved schedule)", 1, NOMAX, NULL},
+     "model chunks per pipeline rank (interleaved schedule)", 1, 1024, NULL},
     {"parallel.pp_split", MT_CFG_STRING, F(pp_split), "",
      "layers per pipeline stage, comma-separated (empty: balanced)", 0, 0, NULL},
+    {"parallel.pp_first_layers", MT_CFG_INT, F(pp_first_layers), "0",
+     "layers of the first pipeline stage (0 = an equal share)", 0, SHAPE_MAX, NULL},
+    {"parallel.pp_last_layers", MT_CFG_INT, F(pp_last_layers), "0",
+     "layers of the last pipeline stage (0 = an equal share)", 0, SHAPE_MAX, NULL},
+    {"parallel.layout", MT_CFG_STRING, F(layout), "manual",
+     "manual: the mesh as set; auto: planned for the ranks launched, at every start", 0, 0,
+     "manual|auto"},
     {"parallel.print_schedule", MT_CFG_BOOL, F(print_schedule), "false",
      "print each pipeline rank's schedule and exit (also: meshtrain --print-schedule)", 0, 1,
      NULL},
+    /* [plan]: what the planner (meshplan, parallel.layout = auto) assumes */
+    {"plan.hw", MT_CFG_STRING, F(plan_hw), "",
+     "the planner's cost profile (inputs/hw name or path; empty: metrics.hw)", 0, 0, NULL},
+    {"plan.headroom", MT_CFG_DOUBLE, F(plan_headroom), "-1",
+     "GiB a device keeps free in the plan (-1: 3, or a tenth of the device if less)", -1,
+     NOMAX, NULL},
+    {"plan.cp_min_tokens", MT_CFG_INT, F(plan_cp_min_tokens), "4096",
+     "the planner uses cp only beyond this many tokens of a sequence a rank", 0, NOMAX, NULL},
     /* [data] */
     {"data.train", MT_CFG_STRING, F(data_train), "inputs/data/corpus.txt",
      "path of the training tokens", 0, 0, NULL},
@@ -171,13 +193,16 @@ static const mt_cfg_key g_keys[] = {
     /* [metrics] */
     {"metrics.hw", MT_CFG_STRING, F(hw_profile), "cpu-generic",
      "hardware profile: a name in inputs/hw/ or the path of an INI profile", 0, 0, NULL},
+    {"metrics.trace", MT_CFG_BOOL, F(trace), "false",
+     "write each rank's timeline as Chrome trace events: output.dir/trace/rank<N>.json", 0, 1,
+     NULL},
     {"metrics.peak_gflops", MT_CFG_DOUBLE, F(peak_gflops), "0",
-     "peak compute per rank, GFLOP/s (0 = from the hardware profile)", 0, NOMAX, NULL},
+     "peak compute per rank, GFLOP/s (0 = from the hardware profile)", 0, 1e9, NULL},
     /* [ckpt] */
     {"ckpt.every", MT_CFG_INT, F(ckpt_every), "0",
      "steps between checkpoints (0 = only at the end and on a signal)", 0, NOMAX, NULL},
     {"ckpt.keep", MT_CFG_INT, F(ckpt_keep), "2",
-     "complete checkpoints kept; older ones go once a new one is durable (0 = all)",
+     "complete checkpoints kept; older ones go once a new one is durable and checked (0 = all)",
      0, NOMAX, NULL},
     {"ckpt.mode", MT_CFG_STRING, F(ckpt_mode), "shared",
      "one shared HDF5 file, or one file per writer plus a virtual index", 0, 0,
@@ -679,13 +704,35 @@ static int check_io_hints(const char *v, mt_err *e) {
   return 0;
 }
 
+/* Ranges that depend on another key (each key's own range is checked as
+ * it is read). */
+static int check_across(const mt_config *cfg, mt_err *e) {
+  if ((double)cfg->warmup_steps > 10.0 * (double)cfg->steps) {
+    mt_err_set(e, "train.warmup_steps = %d is more than 10 x train.steps = %d: the run would "
+                  "never get above a tenth of train.lr", cfg->warmup_steps, cfg->steps);
+    return -1;
+  }
+  if (cfg->micro_batch > cfg->global_batch) {
+    mt_err_set(e, "train.micro_batch = %d is more than train.global_batch = %d", cfg->micro_batch,
+               cfg->global_batch);
+    return -1;
+  }
+  if (cfg->lr * cfg->weight_decay >= 1.0) {
+    mt_err_set(e, "train.lr x train.weight_decay = %g: decoupled decay would take all of every "
+                  "weight each step (it must be below 1)", cfg->lr * cfg->weight_decay);
+    return -1;
+  }
+  return 0;
+}
+
 int mt_config_load(mt_config *cfg, const char *ini_path, int n_over, char *const *overrides,
                    mt_err *e) {
   mt_config_defaults(cfg);
-  if (ini_path && load_ini(cfg, ini_path, e)) return 1;
+  if (ini_path && load_ini(cfg, ini_path, e)) return -1;
   for (int i = 0; i < n_over; i++)
-    if (apply_override(cfg, overrides[i], e)) return 1;
-  return check_io_hints(cfg->ckpt_io_hints, e);
+    if (apply_override(cfg, overrides[i], e)) return -1;
+  if (check_io_hints(cfg->ckpt_io_hints, e) != 0) return -1;
+  return check_across(cfg, e);
 }
 
 /* ------------------------------------------------------------------ */
@@ -756,7 +803,10 @@ void mt_config_print_help(FILE *f) {
       describe_range(k, allowed, sizeof allowed);
     char def[64];
     snprintf(def, sizeof def, "%s", k->def[0] ? k->def : "\"\"");
-    fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, type_name(k->type), def, allowed);
-    fprintf(f, "      %s\n", k->help);
+    /* a long list of choices goes after the help text, within 100 columns */
+    int wide = strlen(allowed) > 38;
+    fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, type_name(k->type), def,
+            wide ? "" : allowed);
+    fprintf(f, "      %s%s%s\n", k->help, wide ? "; " : "", wide ? allowed : "");
   }
 }

@@ -133,12 +133,14 @@ typedef struct {
   /* [train] */
   int steps, seed, global_batch, micro_batch, warmup_steps, eval_every, eval_batches;
   int threads, log_every;
-  /* [train] device: cpu | cuda | auto; precision: fp32 | bf16 (fp16 is
+  /* [train] device: cpu | cuda | auto | virtual; precision: fp32 | bf16 (fp16 is
    * refused); grad_dtype: fp32 | bf16, the dtype gradients accumulate in;
    * [parallel] grad_reduce_dtype: fp32 | bf16, the dtype of the dp x cp
    * reduction (see mt_dtypes_resolve) */
   char device[MT_CFG_STR_MAX], precision[MT_CFG_STR_MAX];
   char grad_dtype[MT_CFG_STR_MAX], grad_reduce_dtype[MT_CFG_STR_MAX];
+  /* [train] virtual_hw: the profile the virtual device prices with (device = virtual) */
+  char virtual_hw[MT_CFG_STR_MAX];
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
   /* [parallel] */
   int dp, tp, pp, cp, zero;
@@ -154,6 +156,7 @@ typedef struct {
   /* [metrics] */
   char hw_profile[MT_CFG_STR_MAX];
   double peak_gflops;
+  int trace; /* metrics.trace: each rank's timeline (bool) */
   /* [ckpt] */
   int ckpt_every, ckpt_keep, ckpt_async, ckpt_verify_on_load;
   char ckpt_mode[MT_CFG_STR_MAX], ckpt_test_crash[MT_CFG_STR_MAX];
@@ -168,6 +171,18 @@ typedef struct {
   int micro_batches, recompute;
   char pp_schedule[MT_CFG_STR_MAX], pp_split[MT_CFG_STR_MAX];
   int virtual_stages, print_schedule;
+  /* [parallel] pp_first_layers, pp_last_layers: layers of the first and last pipeline
+   * stages, the middle ones sharing the rest equally (0 = an equal share; Megatron's
+   * --decoder-first/last-pipeline-num-layers) */
+  int pp_first_layers, pp_last_layers;
+  /* [parallel] layout: manual | auto (the planner picks the layout at start) */
+  char layout[MT_CFG_STR_MAX];
+  /* [plan] hw: the cost profile of parallel.layout = auto ("" = metrics.hw); headroom: GiB
+   * per device kept free (-1 = auto); cp_min_tokens: cp only beyond this many tokens a rank */
+  char plan_hw[MT_CFG_STR_MAX];
+  double plan_headroom;
+  int plan_cp_min_tokens;
+  int overlap_dp; /* [parallel] overlap_dp (bool): dp reduction during the last backward */
   /* Mixture-of-Experts: [model] moe_experts (0 = dense), moe_topk, moe_every,
    * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless);
    * [train] moe_aux_coef, moe_z_coef; [parallel] ep, etp (the folded mesh) */
@@ -303,7 +318,81 @@ static inline uint64_t mt_splitmix64(uint64_t x) {
 /* ------------------------------------------------------------------ */
 /* timers                                                              */
 
-double mt_now(void); /* seconds, monotonic */
+/* Seconds, monotonic: the wall clock, or on the virtual device (below) the
+ * rank's virtual clock, so that every timer of a run (steps, executor,
+ * comm groups) measures virtual time without knowing it. */
+double mt_now(void);
+double mt_wall_now(void); /* seconds, monotonic, always the wall clock */
+
+/* ------------------------------------------------------------------ */
+/* virtual time (the time-warp emulation's clock and prices)           */
+/*
+ * On the virtual device (train.device = virtual) every op of the op table
+ * costs no arithmetic and moves this rank's clock on by its price, and
+ * communication carries timestamps: a message or collective completes in
+ * virtual time (comm: the virtual backend). The prices come from a hardware
+ * profile's [cost] section (plan/cost.c loads it; the cost model prices
+ * with the same functions below), so the emulation and meshplan share one
+ * cost model: a matmul's FLOPs over the throughput the profile gives for
+ * its size, elementwise bytes over the memory bandwidth, bytes over a
+ * link's bandwidth plus its latency. */
+#define MT_PRICE_MAX_GEMM 32
+typedef struct {
+  int n_gemm; /* achievable GFLOP/s by FLOPs per call, increasing flops */
+  double gemm_flops[MT_PRICE_MAX_GEMM], gemm_gflops[MT_PRICE_MAX_GEMM];
+  double elementwise_gbs;      /* memory bandwidth for elementwise work, GB/s */
+  double act_bytes;            /* bytes of an activation element (2 or 4) */
+  int devices_per_node;        /* ranks 0..n-1 form node 0, and so on */
+  double intra_gbs, intra_us;  /* a link inside a node: bandwidth per rank, latency */
+  double inter_gbs, inter_us;  /* ... across nodes */
+} mt_price;
+/* achievable GFLOP/s of a matmul of `flops`: log-log interpolation between
+ * the profile's points, flat beyond them */
+double mt_price_gemm_gflops(const mt_price *p, double flops);
+/* seconds of `calls` matmuls of m x n x k (2 m n k FLOPs each) */
+double mt_price_gemm_s(const mt_price *p, double m, double n, double k, double calls);
+/* seconds to move `bytes` through memory (elementwise work) */
+double mt_price_elem_s(const mt_price *p, double bytes);
+/* seconds to put `bytes` on a link inside a node (inside = 1) or across
+ * nodes, one latency included */
+double mt_price_link_s(const mt_price *p, int inside, double bytes);
+
+/* The rank's virtual clock: mt_vclock_start turns it on at 0 with the
+ * prices (copied); from then on mt_now() reads it. */
+void mt_vclock_start(const mt_price *p);
+int mt_vclock_on(void);
+const mt_price *mt_vclock_price(void);
+/* the compute stream ran s seconds of ops */
+void mt_vclock_advance(double s);
+/* the stream waited for an event at virtual time t (no effect when the
+ * clock is already past it) */
+void mt_vclock_wait_until(double t);
+/* causality checks (comm: a completion against its send's issue time);
+ * a violation is counted, and named on stderr once */
+void mt_vclock_check(double complete, double issued, const char *what);
+long mt_vclock_checks(void);
+long mt_vclock_violations(void);
+
+/* ------------------------------------------------------------------ */
+/* the timeline (trace.c; metrics.trace = true)                        */
+
+/* tracks (Chrome's threads) of a rank's timeline */
+enum { MT_TRACK_COMPUTE = 0, MT_TRACK_PIPELINE = 1, MT_TRACK_COLL = 2, MT_TRACK_P2P = 3,
+       MT_TRACK_N = 4 };
+/* start recording this rank's spans (off until called) */
+void mt_trace_start(int rank);
+int mt_trace_on(void);
+/* recording on (1) or off (0) from now on, as long as started; returns the
+ * previous state (the plan counts a step of the real code in the process:
+ * not the run's timeline) */
+int mt_trace_set(int on);
+/* a span from t0 to t1 (mt_now() seconds) on a track; name and cat must
+ * outlive the run (string literals); a0, a1: the micro-batch and chunk of
+ * a pipeline span (-1 where none) */
+void mt_trace_span(const char *name, const char *cat, int track, double t0, double t1, int a0,
+                   int a1);
+/* every span so far as Chrome trace-event JSON (Perfetto, chrome://tracing) */
+int mt_trace_write(const char *path, mt_err *e);
 
 /* bf16: the upper 16 bits of an IEEE fp32 (8 significant bits). The
  * scalar conversions live here so that every module may use them (comm sums

@@ -143,7 +143,7 @@ void mt_err_check_all(mt_err *e, MPI_Comm comm, const char *prog) {
   exit(mt_err_exit_code(e));
 }
 
-double mt_now(void) {
+double mt_wall_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;

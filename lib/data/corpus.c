@@ -386,12 +386,12 @@ static void paragraph(gen *g) {
 int mt_corpus_generate(const char *path, size_t nbytes, uint64_t seed, mt_err *e) {
   if (nbytes == 0) {
     mt_err_set(e, "%s: corpus size must be at least 1 byte", path);
-    return 1;
+    return -1;
   }
   FILE *f = fopen(path, "wb");
   if (!f) {
     mt_err_set(e, "%s: cannot create: %s", path, strerror(errno));
-    return 1;
+    return -1;
   }
   gen g;
   memset(&g, 0, sizeof g);
@@ -415,7 +415,7 @@ int mt_corpus_generate(const char *path, size_t nbytes, uint64_t seed, mt_err *e
   if (bad) {
     mt_err_set(e, "%s: write failed: %s", path, strerror(errno));
     remove(path);
-    return 1;
+    return -1;
   }
   return 0;
 }

@@ -30,6 +30,10 @@ typedef struct {
   const uint32_t *u32;  /* u32: tokens */
   size_t begin, end;    /* the token range [begin, end) this view covers */
   int owns_map;
+  /* the file when it was mapped: size (bytes), modification time (ns),
+   * device and inode, for mt_dataset_check */
+  int64_t file_bytes, mtime_ns;
+  uint64_t dev, ino;
 } mt_dataset;
 
 /* Open path in the given format (auto|llmc|u16|u32|text). On failure returns
@@ -42,6 +46,12 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
 void mt_dataset_split(const mt_dataset *ds, double val_fraction, mt_dataset *train,
                       mt_dataset *val);
 void mt_dataset_close(mt_dataset *ds);
+/* Is ds's file still what was mapped (same size, modification time, file),
+ * and did no read of its mapping fault (a file cut short turns a read
+ * beyond its new end into SIGBUS, caught while tokens are read)? 0, or -1
+ * with a runtime error (exit 3) naming the file and what changed. One stat,
+ * no MPI: the training loop agrees on it over the ranks between steps. */
+int mt_dataset_check(const mt_dataset *ds, mt_err *e);
 size_t mt_dataset_ntokens(const mt_dataset *ds);
 /* token i (relative to begin) as an int; a u32 id above INT_MAX comes back
  * wrapped, so read tokens only after mt_dataset_validate (vocab <= INT_MAX) */
@@ -74,6 +84,9 @@ uint64_t mt_sampler_window(const mt_sampler *s, uint64_t g);
 void mt_sampler_get(const mt_sampler *s, uint64_t g, int *inputs, int *targets);
 /* sequential (unshuffled) window w, for validation */
 void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *targets);
+/* Reading tokens never kills the rank: when the file was cut short under
+ * the run, mt_sampler_get and mt_sampler_get_window fill zeros and the
+ * dataset's mapping is marked; mt_dataset_check then reports it. */
 
 /* Write the default corpus (deterministic, generated, English-like text) to
  * path as raw bytes; about nbytes long. Returns 0 on success. */

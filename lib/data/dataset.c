@@ -4,7 +4,7 @@
  * A dataset maps the whole file read-only; the kernel pages tokens in as the
  * sampler touches them, so a 100 GB file costs no resident memory up front and
  * every rank can read any token without communication. */
-#include "data/data.h"
+#include "data/data_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -110,16 +110,16 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
   memset(ds, 0, sizeof *ds);
   if (!path || !*path) {
     mt_err_set(e, "data file path is empty");
-    return 1;
+    return -1;
   }
   if (!format || !*format) format = "auto";
   if (!known_format(format)) {
     mt_err_set(e, "%s: unknown data format '%s' (expected auto|llmc|u16|text)", path, format);
-    return 1;
+    return -1;
   }
   if (strlen(path) >= sizeof ds->path) {
     mt_err_set(e, "%.64s...: path longer than %zu characters", path, sizeof ds->path - 1);
-    return 1;
+    return -1;
   }
 
   /* stat before open: opening a FIFO (or a tty) for reading blocks until a
@@ -127,39 +127,39 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
   struct stat st;
   if (stat(path, &st) != 0) {
     mt_err_set(e, "%s: cannot open: %s", path, strerror(errno));
-    return 1;
+    return -1;
   }
   if (S_ISDIR(st.st_mode)) {
     mt_err_set(e, "%s: is a directory, expected a token file", path);
-    return 1;
+    return -1;
   }
   if (!S_ISREG(st.st_mode)) {
     mt_err_set(e, "%s: not a regular file (%s), expected a token file", path,
                S_ISFIFO(st.st_mode) ? "a named pipe" : S_ISCHR(st.st_mode) ? "a device"
                : S_ISSOCK(st.st_mode) ? "a socket" : "a special file");
-    return 1;
+    return -1;
   }
   /* O_NONBLOCK: should the path turn into a FIFO between stat and open, the
    * open returns at once and fstat below refuses it */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     mt_err_set(e, "%s: cannot open: %s", path, strerror(errno));
-    return 1;
+    return -1;
   }
   if (fstat(fd, &st) != 0) {
     mt_err_set(e, "%s: cannot stat: %s", path, strerror(errno));
     close(fd);
-    return 1;
+    return -1;
   }
   if (!S_ISREG(st.st_mode)) {
     mt_err_set(e, "%s: not a regular file, expected a token file", path);
     close(fd);
-    return 1;
+    return -1;
   }
   if (st.st_size == 0) {
     mt_err_set(e, "%s: empty file (no tokens)", path);
     close(fd);
-    return 1;
+    return -1;
   }
   size_t bytes = (size_t)st.st_size;
   void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -167,7 +167,7 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
   close(fd); /* the mapping keeps the file alive */
   if (map == MAP_FAILED) {
     mt_err_set(e, "%s: cannot mmap %zu bytes: %s", path, bytes, strerror(map_errno));
-    return 1;
+    return -1;
   }
 
   const char *fmt = format;
@@ -183,7 +183,7 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
                  "llm.c's (damaged file? set data.format = u16 to read it as raw tokens)",
                  path, (int)magic, LLMC_MAGIC);
       munmap(map, bytes);
-      return 1;
+      return -1;
     } else if (ends_with(path, ".bin")) {
       fmt = "u16";
       auto_bin = 1;
@@ -197,7 +197,7 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
     ntok = llmc_check_header(path, map, bytes, e);
     if (ntok == 0) {
       munmap(map, bytes);
-      return 1;
+      return -1;
     }
     ds->u16 = (const uint16_t *)((const char *)map + LLMC_HEADER_BYTES);
   } else if (strcmp(fmt, "u16") == 0 || strcmp(fmt, "u32") == 0) {
@@ -206,7 +206,7 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
       mt_err_set(e, "%s: %s token file is %zu bytes, not a multiple of %zu (odd size)", path,
                  fmt, bytes, width);
       munmap(map, bytes);
-      return 1;
+      return -1;
     }
     ntok = bytes / width;
     if (width == sizeof(uint32_t)) {
@@ -219,7 +219,7 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
                    "uint16 is 0, as in a uint32 token file: set data.format = u32 (or u16)",
                    path);
         munmap(map, bytes);
-        return 1;
+        return -1;
       }
     }
   } else { /* text */
@@ -229,6 +229,13 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
 
   snprintf(ds->path, sizeof ds->path, "%s", path);
   snprintf(ds->format, sizeof ds->format, "%s", fmt);
+  /* what the file was when mapped: a change under the run is seen
+   * (mt_dataset_check) */
+  ds->file_bytes = (int64_t)st.st_size;
+  ds->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+  ds->dev = (uint64_t)st.st_dev;
+  ds->ino = (uint64_t)st.st_ino;
+  mt_data_guard_install();
   ds->map = map;
   ds->map_bytes = bytes;
   ds->begin = 0;
@@ -257,9 +264,14 @@ void mt_dataset_split(const mt_dataset *ds, double val_fraction, mt_dataset *tra
   }
 }
 
+void mt_data_guard_forget(const void *map);
+
 void mt_dataset_close(mt_dataset *ds) {
   if (!ds) return;
-  if (ds->owns_map && ds->map) munmap(ds->map, ds->map_bytes);
+  if (ds->owns_map && ds->map) {
+    mt_data_guard_forget(ds->map);
+    munmap(ds->map, ds->map_bytes);
+  }
   memset(ds, 0, sizeof *ds);
 }
 
@@ -289,10 +301,29 @@ static size_t first_bad_token(const mt_dataset *ds, size_t lo, size_t hi, int vo
   return SIZE_MAX;
 }
 
+/* the scan, under the guard against a file cut short */
+typedef struct {
+  const mt_dataset *ds;
+  size_t lo, hi, bad;
+  int vocab;
+} scan_args;
+
+static void scan(void *arg) {
+  scan_args *a = arg;
+  a->bad = first_bad_token(a->ds, a->lo, a->hi, a->vocab);
+}
+
+static int guarded_scan(const mt_dataset *ds, size_t lo, size_t hi, int vocab, size_t *bad) {
+  scan_args a = {.ds = ds, .lo = lo, .hi = hi, .bad = SIZE_MAX, .vocab = vocab};
+  int rc = mt_data_guarded(ds, scan, &a);
+  *bad = a.bad;
+  return rc != 0;
+}
+
 int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *e) {
   int rank, size;
-  MT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  MT_MPI_TRY(e, MPI_Comm_rank(comm, &rank));
+  MT_MPI_TRY(e, MPI_Comm_size(comm, &size));
   /* Every rank reaches both collectives whatever it finds locally, so a bad
    * token seen by one rank cannot leave the others waiting. */
   size_t n = mt_dataset_ntokens(ds);
@@ -306,28 +337,38 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
   int too_wide = vocab > 0 && strcmp(ds->format, "text") != 0 &&
                  (uint64_t)vocab > format_max_id(ds->format) + 1;
   if (vocab <= 0 || too_wide) lo = hi = ds->begin; /* reported below on every rank */
-  size_t bad = first_bad_token(ds, lo, hi, vocab);
+  size_t bad = SIZE_MAX;
+  int faulted = guarded_scan(ds, lo, hi, vocab, &bad);
   uint64_t mine = bad == SIZE_MAX ? UINT64_MAX : (uint64_t)bad, first = UINT64_MAX;
-  MT_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_UINT64_T, MPI_MIN, comm));
+  int64_t any_fault = faulted, fault_seen = 0;
+  MT_MPI_TRY(e, MPI_Allreduce(&any_fault, &fault_seen, 1, MPI_INT64_T, MPI_MAX, comm));
+  if (fault_seen) {
+    mt_dataset_check(ds, e);
+    if (!e->failed)
+      mt_err_runtime(e, "%s: changed under the run (reading its mapping failed on some rank)",
+                     ds->path);
+    return -1;
+  }
+  MT_MPI_TRY(e, MPI_Allreduce(&mine, &first, 1, MPI_UINT64_T, MPI_MIN, comm));
   if (vocab <= 0) {
     mt_err_set(e, "%s: vocab size %d must be positive", ds->path, vocab);
-    return 1;
+    return -1;
   }
   if (too_wide) {
     mt_err_set(e,
                "%s: format %s holds token ids up to %llu, too few for vocab size %d: write "
                "the tokens as uint32 (data.format = u32; meshdata encode --format u32)",
                ds->path, ds->format, (unsigned long long)format_max_id(ds->format), vocab);
-    return 1;
+    return -1;
   }
   if (first == UINT64_MAX) return 0;
   /* The value comes from the rank that found it (all ranks map the same file,
    * but the owner's reading is the one the offset refers to). */
   long long value = (mine == first) ? (long long)token_at(ds, (size_t)first) : -1, v = -1;
-  MT_MPI_CHECK(MPI_Allreduce(&value, &v, 1, MPI_LONG_LONG, MPI_MAX, comm));
+  MT_MPI_TRY(e, MPI_Allreduce(&value, &v, 1, MPI_LONG_LONG, MPI_MAX, comm));
   mt_err_set(e, "%s: token id %lld at offset %llu is >= vocab size %d", ds->path, v,
              (unsigned long long)first, vocab);
-  return 1;
+  return -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -345,27 +386,27 @@ int mt_token_writer_open(mt_token_writer *w, const char *path, const char *forma
     w->width = sizeof(uint32_t);
   } else {
     mt_err_set(e, "%s: cannot write format '%s' (expected llmc|u16|u32)", path, format);
-    return 1;
+    return -1;
   }
   if (strlen(path) >= sizeof w->path) {
     mt_err_set(e, "%.64s...: path longer than %zu characters", path, sizeof w->path - 1);
-    return 1;
+    return -1;
   }
   snprintf(w->path, sizeof w->path, "%s", path);
   snprintf(w->format, sizeof w->format, "%s", format);
   snprintf(w->tmp_path, sizeof w->tmp_path, "%s.tmp", path);
   w->f = fopen(w->tmp_path, "wb");
   if (!w->f) {
-    mt_err_set(e, "%s: cannot create %s: %s", path, w->tmp_path, strerror(errno));
-    return 1;
+    mt_err_runtime(e, "%s: cannot create %s: %s", path, w->tmp_path, strerror(errno));
+    return -1;
   }
   if (w->llmc) {
     /* header with count 0; the real count is patched in at close */
     int32_t header[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION, 0};
     if (fwrite(header, sizeof header, 1, w->f) != 1) {
-      mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+      mt_err_runtime(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
       mt_token_writer_abort(w);
-      return 1;
+      return -1;
     }
   }
   return 0;
@@ -374,19 +415,19 @@ int mt_token_writer_open(mt_token_writer *w, const char *path, const char *forma
 int mt_token_writer_put(mt_token_writer *w, const uint32_t *tok, size_t n, mt_err *e) {
   if (!w->f) {
     mt_err_set(e, "%s: token writer is not open", w->path);
-    return 1;
+    return -1;
   }
   if (w->llmc && n > (size_t)INT32_MAX - w->n) {
     mt_err_set(e, "%s: more than %d tokens do not fit an llm.c header (use --format u16 or u32)",
                w->path, INT32_MAX);
     mt_token_writer_abort(w);
-    return 1;
+    return -1;
   }
   if (w->width == sizeof(uint32_t)) {
     if (n && fwrite(tok, sizeof *tok, n, w->f) != n) {
-      mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+      mt_err_runtime(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
       mt_token_writer_abort(w);
-      return 1;
+      return -1;
     }
     w->n += n;
     return 0;
@@ -403,14 +444,14 @@ int mt_token_writer_put(mt_token_writer *w, const uint32_t *tok, size_t n, mt_er
                    "65535): use format u32 (meshdata encode --format u32)",
                    w->path, (unsigned long)tok[i + k], w->n + i + k, w->format);
         mt_token_writer_abort(w);
-        return 1;
+        return -1;
       }
       narrow[k] = (uint16_t)tok[i + k];
     }
     if (fwrite(narrow, sizeof *narrow, m, w->f) != m) {
-      mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+      mt_err_runtime(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
       mt_token_writer_abort(w);
-      return 1;
+      return -1;
     }
   }
   w->n += n;
@@ -420,34 +461,34 @@ int mt_token_writer_put(mt_token_writer *w, const uint32_t *tok, size_t n, mt_er
 int mt_token_writer_close(mt_token_writer *w, mt_err *e) {
   if (!w->f) {
     mt_err_set(e, "%s: token writer is not open", w->path);
-    return 1;
+    return -1;
   }
   if (w->n == 0) {
     mt_err_set(e, "%s: no tokens to write", w->path);
     mt_token_writer_abort(w);
-    return 1;
+    return -1;
   }
   if (w->llmc) {
     int32_t count = (int32_t)w->n;
     if (fseek(w->f, 2 * (long)sizeof(int32_t), SEEK_SET) != 0 ||
         fwrite(&count, sizeof count, 1, w->f) != 1) {
-      mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+      mt_err_runtime(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
       mt_token_writer_abort(w);
-      return 1;
+      return -1;
     }
   }
   int bad = ferror(w->f);
   if (fclose(w->f) != 0) bad = 1;
   w->f = NULL;
   if (bad) {
-    mt_err_set(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
+    mt_err_runtime(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
     remove(w->tmp_path);
-    return 1;
+    return -1;
   }
   if (rename(w->tmp_path, w->path) != 0) {
-    mt_err_set(e, "%s: cannot rename %s into place: %s", w->path, w->tmp_path, strerror(errno));
+    mt_err_runtime(e, "%s: cannot rename %s into place: %s", w->path, w->tmp_path, strerror(errno));
     remove(w->tmp_path);
-    return 1;
+    return -1;
   }
   return 0;
 }
@@ -463,7 +504,7 @@ void mt_token_writer_abort(mt_token_writer *w) {
 int mt_tokens_write(const char *path, const char *format, const uint32_t *tok, size_t n,
                     mt_err *e) {
   mt_token_writer w;
-  if (mt_token_writer_open(&w, path, format, e)) return 1;
-  if (mt_token_writer_put(&w, tok, n, e)) return 1;
+  if (mt_token_writer_open(&w, path, format, e)) return -1;
+  if (mt_token_writer_put(&w, tok, n, e)) return -1;
   return mt_token_writer_close(&w, e);
 }

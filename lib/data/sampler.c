@@ -6,7 +6,7 @@
  * Feistel network on the next power-of-two domain, made to fit the exact range
  * by cycle walking (re-encrypt until the value lands below n_windows; the
  * domain is < 2*n_windows, so on average fewer than two passes). */
-#include "data/data.h"
+#include "data/data_internal.h"
 
 #include <string.h>
 
@@ -50,14 +50,14 @@ int mt_sampler_init(mt_sampler *s, const mt_dataset *ds, int T, uint64_t seed, m
   memset(s, 0, sizeof *s);
   if (T < 1) {
     mt_err_set(e, "%s: sequence length T = %d must be >= 1", ds->path, T);
-    return 1;
+    return -1;
   }
   size_t ntok = mt_dataset_ntokens(ds);
   uint64_t n_windows = ntok > 0 ? (uint64_t)(ntok - 1) / (uint64_t)T : 0;
   if (n_windows < 1) {
     mt_err_set(e, "%s: %zu tokens is shorter than one sequence of T+1 = %d tokens", ds->path,
                ntok, T + 1);
-    return 1;
+    return -1;
   }
   s->ds = ds;
   s->T = T;
@@ -71,12 +71,18 @@ uint64_t mt_sampler_window(const mt_sampler *s, uint64_t g) {
   return keyed_permute(s->n_windows, s->seed, epoch, i);
 }
 
-void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *targets) {
-  if (w >= s->n_windows)
-    mt_die("%s: window %llu out of range (%llu windows)", s->ds->path, (unsigned long long)w,
-           (unsigned long long)s->n_windows);
-  const mt_dataset *ds = s->ds;
-  size_t T = (size_t)s->T, start = ds->begin + (size_t)w * T;
+typedef struct {
+  const mt_sampler *s;
+  uint64_t w;
+  int *inputs, *targets;
+} window_args;
+
+/* the tokens of window w: read from the mapping (under the guard) */
+static void copy_window(void *arg) {
+  const window_args *a = arg;
+  const mt_dataset *ds = a->s->ds;
+  size_t T = (size_t)a->s->T, start = ds->begin + (size_t)a->w * T;
+  int *inputs = a->inputs, *targets = a->targets;
   if (ds->bytes) {
     const uint8_t *p = ds->bytes + start;
     for (size_t t = 0; t < T; t++) {
@@ -95,6 +101,17 @@ void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *ta
       inputs[t] = (int)p[t];
       targets[t] = (int)p[t + 1];
     }
+  }
+}
+
+void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *targets) {
+  if (w >= s->n_windows)
+    mt_die("%s: window %llu out of range (%llu windows)", s->ds->path, (unsigned long long)w,
+           (unsigned long long)s->n_windows);
+  window_args a = {.s = s, .w = w, .inputs = inputs, .targets = targets};
+  if (mt_data_guarded(s->ds, copy_window, &a) != 0) { /* the file was cut short */
+    memset(inputs, 0, (size_t)s->T * sizeof(int));
+    memset(targets, 0, (size_t)s->T * sizeof(int));
   }
 }
 

@@ -4,6 +4,7 @@
 #include "kernels/kernels.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, int n_visible,
@@ -38,8 +39,10 @@ int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, i
     kind = MT_DEVICE_CUDA;
   } else if (strcmp(want, "auto") == 0) {
     kind = cuda_built && n_visible > 0 ? MT_DEVICE_CUDA : MT_DEVICE_CPU;
+  } else if (strcmp(want, "virtual") == 0) {
+    kind = MT_DEVICE_VIRTUAL; /* (the profile it emulates is checked by the plan) */
   } else {
-    snprintf(msg, len, "train.device = '%s': unknown (cpu|cuda|auto)", want);
+    snprintf(msg, len, "train.device = '%s': unknown (cpu|cuda|auto|virtual)", want);
     return -1;
   }
   *prec = bf16 ? MT_PRECISION_BF16 : MT_PRECISION_FP32;
@@ -85,4 +88,37 @@ int mt_device_for_local_rank(int local_rank, int local_size, int n_visible, int 
   if (n_visible < 1 || local_rank < 0) return -1;
   if (shared) *shared = local_size > n_visible;
   return local_rank % n_visible;
+}
+
+int mt_device_env_check(char *msg, size_t len) {
+  static const struct {
+    const char *name;
+    const char *choices; /* "a|b", or NULL for a number of MiB */
+  } vars[] = {
+      {"MT_CUDA_BF16_GEMM", "convert|fast"},
+      {"MT_CUDA_SCRATCH_MB", NULL},
+      {"MT_CUDA_OP_TIMES", "0|1"},
+      {"MT_COMM_HOST_WAIT", "0|1"},
+  };
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i].name);
+    if (!v || !*v) continue;
+    if (vars[i].choices) {
+      char set[32];
+      snprintf(set, sizeof set, "|%s|", vars[i].choices);
+      char key[64];
+      snprintf(key, sizeof key, "|%s|", v);
+      if (strlen(v) < sizeof key - 2 && strstr(set, key)) continue;
+      snprintf(msg, len, "%s = '%s': not one of %s", vars[i].name, v, vars[i].choices);
+      return -1;
+    }
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || x < 1 || x >= (1L << 20)) {
+      snprintf(msg, len, "%s = '%s': a whole number of MiB from 1 to 1048575", vars[i].name, v);
+      return -1;
+    }
+  }
+  if (len) msg[0] = '\0';
+  return 0;
 }

@@ -269,6 +269,10 @@ const mt_ops *mt_ops_cpu(void);
  * reuses the addresses (between two counted ranks). */
 const mt_ops *mt_ops_null(void);
 void mt_ops_null_reset(void);
+/* The virtual device's table (null/ops_virtual.c): the null backend whose
+ * every op moves the rank's virtual clock (core's mt_vclock) on by its
+ * price from mt_vclock_price(); start the clock before the first op. */
+const mt_ops *mt_ops_virtual(void);
 
 /* The members of ops that are NULL although every backend must fill them
  * (only the reference attention_forward/backward may be NULL): their names,
@@ -442,7 +446,8 @@ const mt_ops_bf16 *mt_ops_bf16_of(const mt_ops *ops);
 /* ------------------------------------------------------------------ */
 /* devices: which backend a rank computes on                          */
 
-typedef enum { MT_DEVICE_CPU = 0, MT_DEVICE_CUDA = 1 } mt_device_kind;
+/* virtual: the time-warp emulation (null/ops_virtual.c; train/device.c) */
+typedef enum { MT_DEVICE_CPU = 0, MT_DEVICE_CUDA = 1, MT_DEVICE_VIRTUAL = 2 } mt_device_kind;
 typedef enum { MT_PRECISION_FP32 = 0, MT_PRECISION_BF16 = 1 } mt_precision;
 
 /* train.device and train.precision resolved (pure; device.c): want is "cpu",
@@ -488,10 +493,22 @@ const char *mt_float_type_name(mt_float_type t);
  * (CUDA_VISIBLE_DEVICES applied by the runtime), from its rank among the
  * ranks of its node. One GPU per rank while there are enough (Slurm's
  * --gpus-per-task=1 leaves each rank one visible GPU: index 0); with more
- * ranks than GPUs, ranks share them round-robin and *shared is set (then
- * NCCL cannot serve the groups of those ranks, and comm stages through
- * host MPI). -1 when n_visible < 1. */
+ * ranks than GPUs, ranks share them round-robin. *shared (may be NULL) is
+ * a guess from the counts alone: whether ranks really share a GPU is
+ * decided by comparing the GPUs' UUIDs (lib/train/device.c), since every
+ * rank of --gpus-per-task=1 sees index 0 of a GPU of its own. -1 when
+ * n_visible < 1. */
 int mt_device_for_local_rank(int local_rank, int local_size, int n_visible, int *shared);
+
+/* The largest attention head size (channels) the CUDA kernels take. */
+#define MT_CUDA_MAX_HEAD_SIZE 256
+
+/* The CUDA backend's environment variables, checked (pure but for
+ * getenv): MT_CUDA_BF16_GEMM = convert | fast, MT_CUDA_SCRATCH_MB = a
+ * whole number of MiB in 1 .. 1048575, MT_CUDA_OP_TIMES = 0 | 1,
+ * MT_COMM_HOST_WAIT = 0 | 1 (unset or empty: the default). 0, or -1 with
+ * one line in msg naming the variable, its value and what it takes. */
+int mt_device_env_check(char *msg, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* the CUDA backend (the .cu files in cuda/; cuda_none.c without CUDA) */

@@ -134,11 +134,12 @@ char *mt_step_record_json(const mt_step_record *r) {
   cJSON_AddNumberToObject(o, "cp_bytes", r->cp_bytes);
   if (r->pp > 1 && r->pp_stage) {
     cJSON *p = cJSON_AddObjectToObject(o, "pp");
-    const char *names[3] = {"wait_s", "bubble", "act_peak_bytes"};
-    for (int k = 0; k < 3; k++) {
+    const char *names[MT_PP_STAT_N] = {"wait_s", "bubble", "act_peak_bytes", "dp_exposed_s",
+                                       "dp_overlapped"};
+    for (int k = 0; k < MT_PP_STAT_N; k++) {
       cJSON *arr = cJSON_AddArrayToObject(p, names[k]);
       for (int st = 0; st < r->pp; st++)
-        cJSON_AddItemToArray(arr, cJSON_CreateNumber(r->pp_stage[3 * st + k]));
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(r->pp_stage[MT_PP_STAT_N * st + k]));
     }
     cJSON_AddNumberToObject(p, "comm_s", r->pp_comm_s);
     cJSON_AddNumberToObject(o, "pp_bytes", r->pp_bytes);

@@ -34,6 +34,9 @@ int mt_hw_profile_load(mt_hw_profile *hw, const char *name_or_path, mt_err *e);
  * or in the source tree; a name with '/' or ".ini" is a path. */
 FILE *mt_hw_profile_open(const char *name_or_path, char *path, size_t len);
 
+/* the pipeline figures of a stage in a step record (see mt_step_record.pp_stage) */
+#define MT_PP_STAT_N 5
+
 typedef struct {
   int step, steps;
   double loss, val_loss; /* val_loss < 0: not computed this step */
@@ -48,7 +51,8 @@ typedef struct {
   /* pipeline (pp > 1): per stage, wait seconds, bubble fraction (1 - compute /
    * executor time) and peak activation bytes; seconds in and bytes of p2p */
   int pp;
-  const double *pp_stage; /* 3 values per stage: wait_s, bubble, act_peak_bytes */
+  const double *pp_stage; /* MT_PP_STAT_N values per stage: wait_s, bubble, act_peak_bytes,
+                             dp_exposed_s, dp_overlapped */
   double pp_comm_s, pp_bytes;
   /* MoE (moe_blocks > 0): per MoE block, the slots routed to each expert
    * (moe_blocks x moe_experts, this step's global batch) and the slots

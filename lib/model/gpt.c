@@ -523,18 +523,27 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
     }
     return n;
   }
-  /* a split backward completes the gradients only in its weight pass, and
-   * reports nothing */
+  /* a split backward completes the gradients only in its weight pass: the
+   * input pass reports nothing, the weight pass reports every unit the
+   * input pass wrote (the LayerNorms, the embeddings) or it writes (the
+   * linears); the weight pass reads no parameters and releases nothing */
   const int report = pass == MT_PASS_BACKWARD && !m->split_backward;
   if (pass == MT_PASS_WEIGHT) {
     if (head) {
       out[n] = piece(MT_PIECE_HEAD, -1);
-      out[n].use[0] = uf;
-      out[n++].use[1] = ue;
+      out[n].use[0] = out[n].done[0] = uf;
+      out[n].use[1] = out[n].done[1] = ue;
+      n++;
     }
     for (int l = l1 - 1; l >= l0; l--) {
       out[n] = piece(MT_PIECE_BLOCK, l);
-      out[n++].use[0] = m->unit_block[l];
+      out[n].use[0] = out[n].done[0] = m->unit_experts[l];
+      out[n].use[1] = out[n].done[1] = m->unit_block[l];
+      n++;
+    }
+    if (embed && !head) {
+      out[n] = piece(MT_PIECE_END, -1);
+      out[n++].done[0] = ue;
     }
     return n;
   }

@@ -32,10 +32,10 @@ static int reg_tensor(const reg_ctx *c, const char *name, int ndim, const int64_
   return mt_registry_add_spec(c->r, &s);
 }
 
-static void reg2(const reg_ctx *c, const char *name, int64_t a, int64_t b, mt_placement p,
-                 float std) {
+static int reg2(const reg_ctx *c, const char *name, int64_t a, int64_t b, mt_placement p,
+                float std) {
   int64_t shape[2] = {a, b};
-  reg_tensor(c, name, 2, shape, p, MT_INIT_NORMAL, std, 1, 0);
+  return reg_tensor(c, name, 2, shape, p, MT_INIT_NORMAL, std, 1, 0);
 }
 
 static void reg_bias(const reg_ctx *c, const char *name, int64_t a, mt_placement p) {
@@ -95,8 +95,10 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *s, const mt_gpt
                         .etp = mt_replicated(), .group = MT_GROUP_DP};
   /* the LM head reads wte on the last stage: a copy kept equal there */
   if (lay->stage_of_layer && lay->pp_last != 0) wte.pp_copy = lay->pp_last;
-  mt_registry_add_spec(r, &wte);
-  reg2(&c, "wpe.weight", s->seq_len, C, mt_replicated(), std);
+  mt_registry_set_axes(r, mt_registry_add_spec(r, &wte), "vocab,embd");
+  /* the position table: a run at a shorter context reads its first rows */
+  mt_registry_set_axes(r, reg2(&c, "wpe.weight", s->seq_len, C, mt_replicated(), std),
+                       "position,embd");
   char n[MT_NAME_MAX];
   for (int l = 0; l < s->n_layer; l++) {
     c.layer = l;

@@ -27,6 +27,17 @@ static mt_group *group_of(const mt_dp *d, int k) {
     (d)->state_bytes[plan_of((d), (k))->group] += sg_->bytes - sb_;           \
   } while (0)
 
+/* A reduction of gradients: also counted as launched during backward
+ * (grad_bytes_early) unless mt_dp_finish_sync launches it */
+#define GRAD_CALL(d, k, call)                                                 \
+  do {                                                                        \
+    double gb_ = group_of((d), (k))->bytes;                                   \
+    STATE_CALL(d, k, call);                                                   \
+    gb_ = group_of((d), (k))->bytes - gb_;                                    \
+    (d)->grad_bytes += gb_;                                                   \
+    if (!(d)->in_finish) (d)->grad_bytes_early += gb_;                        \
+  } while (0)
+
 static int rank_in(const mt_dp *d, int k) { return d->reg->group_rank[plan_of(d, k)->group]; }
 
 /* this rank's part of bucket k: flat begin and length */
@@ -64,9 +75,16 @@ static void pool_free(const mt_ops *ops, mt_pool_buf *pool, int n, mt_mem_cat ca
 
 /* Gradient buffers (zero >= 2): buffer 0 for the last bucket (it holds the
  * embeddings, whose gradients the LM head starts and the embedding's
- * backward ends), then up to two shared by the other buckets in turn. */
+ * backward ends; under pipeline parallelism the tied embeddings, held to
+ * the end of the step), then up to two shared by the other buckets in
+ * turn: a backward pass completes the buckets it opens, in order. A split
+ * backward (zb-h1) is the exception: its input pass writes the LayerNorm
+ * gradients of every layer of a chunk and its weight pass, ops later,
+ * completes them, so every bucket of the stage may be open at once and has
+ * a buffer of its own (the stage's gradients in full, as ZeRO-1 holds). */
 static int grad_buf_of_bucket(const mt_dp *d, int k) {
   if (k == d->reg->n_buckets - 1) return 0;
+  if (d->open_fills) return k + 1;
   return 1 + k % (d->n_gbufs - 1);
 }
 
@@ -77,6 +95,7 @@ static int grad_buf_of_bucket(const mt_dp *d, int k) {
 static int gather_buf_of_unit(const mt_dp *d, int u) {
   if (u == 0) return 0;
   if (u == d->reg->n_units - 1) return 1;
+  if (d->unit_bufs) return d->unit_buf[u];
   return 2 + u % (d->n_pbufs - 2);
 }
 
@@ -91,14 +110,17 @@ static int bucket_of_unit(const mt_dp *d, int u) {
 static mt_group *axis(mt_group *g) { return g && g->size > 1 ? g : NULL; }
 
 void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, const mt_ops *ops,
-                  const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay) {
-  mt_dp_create_bf16(d, groups, reg, ops, NULL, tp, beta1, beta2, eps, weight_decay);
+                  const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay,
+                  int flags) {
+  mt_dp_create_bf16(d, groups, reg, ops, NULL, tp, beta1, beta2, eps, weight_decay, flags);
 }
 
 void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg,
                        const mt_ops *ops, const mt_ops_bf16 *bf, const mt_tp *tp, float beta1,
-                       float beta2, float eps, float weight_decay) {
+                       float beta2, float eps, float weight_decay, int flags) {
   memset(d, 0, sizeof *d);
+  d->open_fills = (flags & (MT_DP_OPEN_FILLS | MT_DP_RUNS)) != 0;
+  d->unit_bufs = (flags & MT_DP_RUNS) != 0;
   d->zero = reg->zero;
   d->bf = bf;
   d->master_sharded = d->zero == 3 || (bf && d->zero >= 1);
@@ -137,7 +159,17 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
   if (d->zero >= 1) d->grad_shard = ops->alloc(MT_MEM_GRADS, shard * sizeof(float));
   mt_adamw_create(&d->opt, ops, shard, beta1, beta2, eps, weight_decay);
   d->buckets = mt_calloc((size_t)reg->n_buckets + 1, sizeof(mt_bucket));
-  for (int k = 0; k < reg->n_buckets; k++) d->buckets[k].buf = -1;
+  for (int k = 0; k < reg->n_buckets; k++) {
+    d->buckets[k].buf = -1;
+    /* pipeline parallelism: a bucket with a tied tensor (the embeddings and
+     * the last stage's copy) accumulates the whole step; the stages sum it
+     * (mt_pp_sum_tied_grads) before dp reduces it (mt_dp_finish_sync) */
+    const mt_bucket_plan *p = plan_of(d, k);
+    for (int u = p->u0; d->pp_g && u < p->u1; u++)
+      if (mt_registry_unit_tied(reg, u)) d->buckets[k].hold = 1;
+    if (d->buckets[k].hold && reg->zero >= 2 && k != reg->n_buckets - 1)
+      mt_die("ZeRO-%d: the tied bucket %d is not the last (%d)", reg->zero, k, reg->n_buckets - 1);
+  }
   d->unit_done = mt_calloc((size_t)reg->n_units + 1, sizeof(int));
   int nb = reg->n_buckets;
   if (d->zero >= 2 && nb > 0) {
@@ -151,8 +183,13 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
       if (len > most) most = len;
       if (part_len(d, k) > most_part) most_part = part_len(d, k);
     }
-    for (int i = 0; i < (nb - 1 < 2 ? nb - 1 : 2); i++)
-      pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part, sizeof(float));
+    if (d->open_fills) /* a buffer per bucket, each its own size */
+      for (int k = 0; k < nb - 1; k++)
+        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS,
+                 plan_of(d, k)->end - plan_of(d, k)->begin, part_len(d, k), sizeof(float));
+    else
+      for (int i = 0; i < (nb - 1 < 2 ? nb - 1 : 2); i++)
+        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part, sizeof(float));
   }
   if (d->zero == 3) {
     int U = reg->n_units;
@@ -168,8 +205,19 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
     for (int u = 1; u < U - 1; u++)
       if (reg->units[u].end - reg->units[u].begin > most)
         most = reg->units[u].end - reg->units[u].begin;
-    for (int i = 0; i < (U - 2 < 2 ? U - 2 : 2); i++)
-      pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, most, 0, es);
+    if (d->unit_bufs) { /* a buffer per unit this stage holds, its own size */
+      d->unit_buf = mt_calloc((size_t)U, sizeof(int));
+      for (int u = 1; u < U - 1; u++) {
+        d->unit_buf[u] = -1;
+        if (reg->units[u].end == reg->units[u].begin) continue;
+        d->unit_buf[u] = d->n_pbufs;
+        pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER,
+                 reg->units[u].end - reg->units[u].begin, 0, es);
+      }
+    } else {
+      for (int i = 0; i < (U - 2 < 2 ? U - 2 : 2); i++)
+        pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, most, 0, es);
+    }
   }
 }
 
@@ -189,6 +237,7 @@ void mt_dp_destroy(mt_dp *d) {
   pool_free(o, d->gbufs, d->n_gbufs, MT_MEM_GRADS);
   pool_free(o, d->pbufs, d->n_pbufs, MT_MEM_GATHER);
   free(d->gather);
+  free(d->unit_buf);
   free(d->buckets);
   free(d->unit_done);
   memset(d, 0, sizeof *d);
@@ -264,6 +313,8 @@ void mt_dp_begin_step(mt_dp *d) {
   d->reduce_now = 0;
   for (int g = 0; g < MT_NGROUPS; g++) d->state_bytes[g] = 0.0;
   d->partial_done = 0;
+  d->grad_bytes = d->grad_bytes_early = 0.0;
+  d->in_finish = 0;
   for (int k = 0; k < d->reg->n_buckets; k++) d->buckets[k].launched = 0;
   for (int u = 0; u < d->reg->n_units; u++) d->unit_done[u] = 0;
 }
@@ -276,11 +327,11 @@ static void launch(mt_dp *d, int k) {
   mt_bucket *b = &d->buckets[k];
   float *g = d->grads + p->begin;
   if (d->zero)
-    STATE_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), g, d->grad_shard + p->shard_off,
-                                                p->counts, d->ops->loc, &b->req));
+    GRAD_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), g, d->grad_shard + p->shard_off,
+                                               p->counts, d->ops->loc, &b->req));
   else
-    STATE_CALL(d, k, mt_iallreduce_sum_f32(group_of(d, k), g, p->end - p->begin, d->ops->loc,
-                                           &b->req));
+    GRAD_CALL(d, k, mt_iallreduce_sum_f32(group_of(d, k), g, p->end - p->begin, d->ops->loc,
+                                          &b->req));
   b->launched = 1;
 }
 
@@ -308,6 +359,14 @@ static void retire_bucket(mt_dp *d, int k) {
   b->buf = -1;
 }
 
+/* the units of bucket k this stage holds */
+static int units_of_bucket(const mt_dp *d, int k) {
+  int n = 0;
+  for (int u = plan_of(d, k)->u0; u < plan_of(d, k)->u1; u++)
+    n += d->reg->units[u].end > d->reg->units[u].begin;
+  return n;
+}
+
 /* zero >= 2: bucket k's gradient buffer for this micro-batch: the one it
  * holds while its units' backward goes on, else a zeroed one (after the
  * previous micro-batch's reduce-scatter from it has been added to the
@@ -318,14 +377,16 @@ static float *bucket_buffer(mt_dp *d, int k) {
   retire_bucket(d, k);
   int i = grad_buf_of_bucket(d, k);
   mt_pool_buf *pb = &d->gbufs[i];
+  if (pb->owner >= 0 && !d->buckets[pb->owner].launched)
+    mt_die("ZeRO-%d: bucket %d needs the gradient buffer of bucket %d, whose gradients are "
+           "incomplete", d->zero, k, pb->owner);
   if (pb->owner >= 0) retire_bucket(d, pb->owner);
   const mt_bucket_plan *p = plan_of(d, k);
   pb->owner = k;
   b->buf = i;
   b->launched = 0;
-  b->units_left = 0;
-  for (int u = p->u0; u < p->u1; u++)
-    b->units_left += d->reg->units[u].end > d->reg->units[u].begin;
+  b->units_left = units_of_bucket(d, k);
+  (void)p;
   d->ops->zero(pb->mem, p->end - p->begin);
   return pb->mem;
 }
@@ -337,6 +398,19 @@ static void sum_partials(mt_dp *d, float *buf, size_t buf_begin, size_t begin, s
     mt_tp_reduce_partial_grads_at(d->tp, d->reg, buf, buf_begin, begin, end);
 }
 
+/* zero >= 2: reduce-scatter bucket k's buffer (its gradients of this
+ * micro-batch, or of the step for a held bucket) */
+static void launch_fill(mt_dp *d, int k) {
+  mt_bucket *b = &d->buckets[k];
+  const mt_bucket_plan *p = plan_of(d, k);
+  mt_pool_buf *pb = &d->gbufs[b->buf];
+  sum_partials(d, pb->mem, p->begin, p->begin, p->end);
+  GRAD_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), pb->mem, pb->part, p->counts,
+                                             d->ops->loc, &b->req));
+  b->launched = 1;
+  for (int j = 0; j < d->reg->n_buckets; j++) mt_progress(&d->buckets[j].req);
+}
+
 static void unit_grads_done(mt_dp *d, int u) {
   const mt_unit *un = &d->reg->units[u];
   d->unit_done[u] = 1;
@@ -346,23 +420,27 @@ static void unit_grads_done(mt_dp *d, int u) {
      * per step, accumulation included) before dp reduces them */
     sum_partials(d, d->grads, 0, un->begin, un->end);
     d->partial_done = 1;
-    grads_ready(d, un->begin);
+    /* a tied unit (pipeline parallelism: the embeddings, the first unit of
+     * the flat buffer) waits for the sum across stages; everything above
+     * it goes now */
+    if (!(d->pp_g && mt_registry_unit_tied(d->reg, u))) grads_ready(d, un->begin);
     return;
   }
   int k = bucket_of_unit(d, u);
   mt_bucket *b = &d->buckets[k];
   if (b->buf < 0) mt_die("ZeRO-%d: unit %d's gradients were never acquired", d->zero, u);
-  if (--b->units_left > 0) return;
-  const mt_bucket_plan *p = plan_of(d, k);
-  mt_pool_buf *pb = &d->gbufs[b->buf];
-  sum_partials(d, pb->mem, p->begin, p->begin, p->end);
-  STATE_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), pb->mem, pb->part, p->counts,
-                                              d->ops->loc, &b->req));
-  b->launched = 1;
-  for (int j = 0; j < d->reg->n_buckets; j++) mt_progress(&d->buckets[j].req);
+  if (b->hold || --b->units_left > 0) return;
+  if (d->defer) { /* the run's next micro-batch adds to it */
+    b->units_left = units_of_bucket(d, k);
+    return;
+  }
+  launch_fill(d, k);
 }
 
+void mt_dp_defer_reduce(mt_dp *d, int on) { d->defer = on; }
+
 void mt_dp_finish_sync(mt_dp *d) {
+  d->in_finish = 1;
   if (d->zero <= 1) {
     if (!d->partial_done) sum_partials(d, d->grads, 0, 0, d->reg->numel_local);
     d->partial_done = 1;
@@ -371,10 +449,21 @@ void mt_dp_finish_sync(mt_dp *d) {
     return;
   }
   for (int k = 0; k < d->reg->n_buckets; k++) {
-    if (d->buckets[k].buf >= 0 && !d->buckets[k].launched)
-      mt_die("ZeRO-%d: bucket %d's gradients are incomplete at the end of the step", d->zero, k);
-    retire_bucket(d, k);
+    if (d->buckets[k].buf >= 0 && !d->buckets[k].launched) {
+      if (!d->buckets[k].hold)
+        mt_die("ZeRO-%d: bucket %d's gradients are incomplete at the end of the step", d->zero, k);
+      launch_fill(d, k);
+    }
   }
+  for (int k = 0; k < d->reg->n_buckets; k++) retire_bucket(d, k);
+}
+
+float *mt_dp_grads_at(mt_dp *d, size_t off) {
+  if (d->zero <= 1) return d->grads + off;
+  int k = mt_registry_bucket_of(d->reg, off);
+  if (k < 0 || !d->buckets[k].hold)
+    mt_die("ZeRO-%d: flat offset %zu is in no held bucket", d->zero, off);
+  return bucket_buffer(d, k) + (off - plan_of(d, k)->begin);
 }
 
 /* ------------------------------------------------------------------ */

@@ -34,6 +34,8 @@ typedef struct {
   int launched;
   int units_left;       /* zero >= 2: units of the bucket whose gradients are not complete */
   int buf;              /* zero >= 2: the gradient buffer it holds, -1 none */
+  int hold;             /* pp: holds a tied tensor: reduced only at the end of the step,
+                           after the stages summed it */
 } mt_bucket;
 
 /* A unit's gathered parameters (ZeRO-3). */
@@ -95,6 +97,11 @@ typedef struct {
   int next_bucket;
   int reduce_now;        /* zero <= 1: the backward under way is the step's last: launch */
   int *unit_done;        /* per unit: gradients complete in this micro-batch */
+  int open_fills;        /* zero >= 2: a gradient buffer per bucket (MT_DP_OPEN_FILLS,
+                            MT_DP_RUNS) */
+  int unit_bufs;         /* zero 3: a gather buffer per unit of the stage (MT_DP_RUNS) */
+  int *unit_buf;         /* unit_bufs: per unit, its gather buffer */
+  int defer;             /* zero >= 2: complete buckets wait for the end of the run */
   int partial_done;      /* zero <= 1: sp partial gradients summed over tp this step */
   /* zero >= 2: gradient buffers; zero 3: gather buffers and per-unit state */
   mt_pool_buf *gbufs;
@@ -117,6 +124,11 @@ typedef struct {
    * per reduction group, as comm counted them (the rest of the group's
    * bytes are scalar sums: the norm, the loss) */
   double state_bytes[MT_NGROUPS];
+  /* this step's bytes of gradient reductions, and of those the part
+   * launched during the schedule (overlapped with backward) rather than by
+   * mt_dp_finish_sync after it */
+  double grad_bytes, grad_bytes_early;
+  int in_finish;
 } mt_dp;
 
 /* Allocates the state and builds the buckets' run-time state from reg's
@@ -124,8 +136,22 @@ typedef struct {
  * the registry's, rank for rank). tp: the model's tensor parallelism, whose
  * partial gradients (sequence parallelism's norms, a MoE router) are summed
  * over tp before dp reduces them (NULL: none). */
+/* How the schedule uses the state, which decides the buffer pools: */
+enum {
+  /* a split backward (zb-h1): every bucket's gradients may be open at once
+   * (input pass to weight pass): a gradient buffer per bucket */
+  MT_DP_OPEN_FILLS = 1,
+  /* runs of micro-batches of one chunk (breadth-first): a chunk's units stay
+   * gathered for the run (ZeRO-3: a gather buffer per unit of the stage,
+   * the stage's parameters whole, as ZeRO-2 holds them) and its gradients
+   * accumulate over the run before one reduction (ZeRO-2/3: a gradient
+   * buffer per bucket, the stage's gradients whole, as ZeRO-1 holds them);
+   * the shards of the optimizer state stay as they are */
+  MT_DP_RUNS = 2
+};
 void mt_dp_create(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg, const mt_ops *ops,
-                  const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay);
+                  const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay,
+                  int flags);
 /* The same with a bf16 compute copy of the weights (bf: the bf16 ops; NULL:
  * mt_dp_create). The copy is what mt_dp_params returns, refreshed from the
  * fp32 master by every update (AdamW writes both in one pass). With it the
@@ -137,7 +163,7 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg, const
  * memory counted as MT_MEM_PARAMS, its gather buffers as MT_MEM_GATHER. */
 void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg,
                        const mt_ops *ops, const mt_ops_bf16 *bf, const mt_tp *tp, float beta1,
-                       float beta2, float eps, float weight_decay);
+                       float beta2, float eps, float weight_decay, int flags);
 void mt_dp_destroy(mt_dp *d);
 /* The fp32 master was written other than by mt_dp_optimizer_step (a
  * checkpoint loaded into mt_dp_state_ranges): the bf16 copy made from it
@@ -161,6 +187,10 @@ mt_act *mt_dp_params(mt_dp *d, int u, mt_pass pass);
 void mt_dp_params_done(mt_dp *d, int u, mt_pass pass);
 float *mt_dp_grads(mt_dp *d, int u);
 void mt_dp_grads_done(mt_dp *d, int u);
+/* zero >= 2, MT_DP_RUNS: while on, a bucket whose units are all complete
+ * keeps accumulating (the next micro-batch of the run adds to it) instead
+ * of being reduced; the pass run with it off reduces it. */
+void mt_dp_defer_reduce(mt_dp *d, int on);
 /* Initial values of every element this rank holds (mt_registry_init_values). */
 void mt_dp_init_params(mt_dp *d, uint64_t seed);
 
@@ -177,6 +207,10 @@ void mt_dp_finish_sync(mt_dp *d);
 void mt_dp_release_params(mt_dp *d);
 /* Gradients of the whole flat buffer (zero <= 1; NULL otherwise). */
 float *mt_dp_full_grads(mt_dp *d);
+/* This rank's (not yet reduced) gradient of flat element off of a tied
+ * tensor (zero <= 1: in the whole buffer; zero >= 2: in its held bucket's
+ * buffer), for the sum across stages before mt_dp_finish_sync. */
+float *mt_dp_grads_at(mt_dp *d, size_t off);
 
 /* Global gradient norm over the reduced gradients, then clip, AdamW on this
  * rank's share, and (zero 1, 2) all-gather the updated parameters. Returns
@@ -212,27 +246,37 @@ typedef struct {
   int chunk; /* virtual stage index on this rank, 0..v-1 */
 } mt_pp_op;
 
-typedef enum { MT_SCHED_GPIPE, MT_SCHED_1F1B, MT_SCHED_INTERLEAVED, MT_SCHED_ZBH1 } mt_pp_sched;
+typedef enum {
+  MT_SCHED_GPIPE, MT_SCHED_1F1B, MT_SCHED_INTERLEAVED, MT_SCHED_ZBH1, MT_SCHED_BFS, MT_SCHED_ZBV
+} mt_pp_sched;
 
 typedef struct {
   mt_pp_sched kind;
   int pp, m, v;
+  int vshape;      /* placement: 0 looping (chunk c of rank r is virtual stage c*pp + r),
+                      1 V (v = 2: rank r holds virtual stages r and 2pp-1-r; zb-v) */
   int *n_ops;      /* per pp rank */
   mt_pp_op **ops;  /* per pp rank, n_ops[r] operations in program order */
   int *max_inflight; /* per pp rank: the most (micro-batch, chunk) activation sets the
                         schedule promises to hold at once (1F1B: min(m, pp - rank)) */
 } mt_pp_schedule;
 
-/* "gpipe" | "1f1b" | "interleaved" | "zb-h1" -> kind; -1 if unknown. */
+/* "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "breadth-first" | "zb-v" -> kind; -1 if
+ * unknown. */
 int mt_pp_sched_parse(const char *name);
 const char *mt_pp_sched_name(mt_pp_sched kind);
 const char *mt_pp_op_name(mt_pp_op_kind kind);
 
 /* Checks (pp, m, v, layers) for the schedule: m >= pp for 1f1b, interleaved
- * and zb-h1; v = 1 unless interleaved (v >= 2 there); m % pp == 0 for
+ * and zb-h1; v = 1 unless interleaved (v >= 2 there) or breadth-first (any
+ * v); m % pp == 0 for
  * interleaved (Megatron's rule); pp*v <= layers. Returns 0, or -1 with a
  * one-line message naming the config keys. */
 int mt_pp_sched_check(mt_pp_sched kind, int pp, int m, int v, int n_layer, mt_err *e);
+/* The virtual stage of chunk c of pp rank r, and the pp rank of virtual
+ * stage vs, under s's placement. */
+int mt_pp_vs_of(const mt_pp_schedule *s, int r, int c);
+int mt_pp_vs_rank(const mt_pp_schedule *s, int vs);
 /* Builds the op lists of every pp rank (call mt_pp_sched_check first). */
 void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v);
 void mt_pp_schedule_free(mt_pp_schedule *s);
@@ -247,6 +291,8 @@ typedef struct {
   double bubble;        /* mean over ranks of idle / makespan */
   double rank_bubble[64]; /* per rank (first 64) */
   int peak_inflight[64];  /* per rank (first 64): most activation sets held at once */
+  double rank_grads_end[64]; /* per rank (first 64): when its last backward (or weight pass)
+                                ends, the last of its gradients complete */
 } mt_pp_sim;
 
 /* Simulates s and checks: every (mb, chunk) is forwarded once and backed once
@@ -320,6 +366,8 @@ typedef struct {
   double chunk_bytes[MT_PP_MAX_CHUNKS][4];
   double loss_sum;          /* last virtual stage: the micro-batches' losses (mean x tokens;
                                eval: mean x sequences) */
+  int overlap_dp;           /* zero <= 1: reduce over dp during each chunk's last backward
+                               (else after the run, in mt_dp_finish_sync) */
 } mt_pp_exec;
 
 /* The stage of pp rank pp_group->rank under schedule s: chunk c holds the
@@ -340,12 +388,12 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
 
 /* Tied tensors across stages: for every tensor this stage holds that has a
  * copy on another stage (pp_copy), owner and copy exchange their gradients
- * (grads: the flat gradient buffer) and each adds the other's, so the two
+ * (this rank's unreduced gradients, mt_dp_grads_at) and each adds the other's, so the two
  * stay bitwise equal (a + b == b + a) and so do their updates. scratch
  * holds the largest such tensor. Collective over the stages that hold
  * one. */
 void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_ops *ops,
-                          float *grads, float *scratch);
+                          mt_dp *dp, float *scratch);
 /* Floats of the largest tied tensor this stage holds (0: none). */
 size_t mt_pp_tied_numel(const mt_registry *reg);
 
@@ -371,6 +419,7 @@ typedef struct {
   /* the dtype of every role (mt_dtypes_resolve); bf16 weights' copy and
    * activations need a backend with bf16 ops (mt_ops_bf16_of) */
   mt_dtypes dtypes;
+  int overlap_dp; /* zero <= 1: reduce during each chunk's last backward */
 } mt_step_opts;
 
 /* The mesh groups a step uses (the mesh's, or a count-only mesh's). */

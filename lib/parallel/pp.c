@@ -43,6 +43,7 @@ void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *
   x->n_slots = s->max_inflight[x->rank];
   /* messages are the model's activations (mt_dtypes msgs = acts), sent as
    * 4-byte words: bf16 ones in half as many */
+  x->overlap_dp = 1;
   x->max_msg = msg_words(model, (size_t)model->max_B * model->T_sp * model->shape.n_embd);
   x->slot_mem = mt_calloc((size_t)x->n_slots, sizeof(float *));
   x->acts = mt_calloc((size_t)x->n_slots, sizeof(mt_gpt_acts));
@@ -97,6 +98,7 @@ static void wait_req(mt_pp_exec *x, mt_request *r) {
   double t0 = mt_now();
   mt_wait(r);
   x->wait_s += mt_now() - t0;
+  if (mt_now() > t0) mt_trace_span("wait", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), -1, -1);
 }
 
 /* The slot of (micro-batch, chunk) cell, taken at its first op: its
@@ -132,7 +134,7 @@ static void release_slot(mt_pp_exec *x, int cell) { x->slot_busy[x->slot_of[cell
  * complete reported and those it no longer reads released. Returns the
  * forward's loss sum (0 but on the last virtual stage). */
 static double run_pass(mt_pp_exec *x, mt_pass pass, int slot, int chunk, const mt_pp_batch *b,
-                       int mb, const mt_act *dout, int input_only) {
+                       int mb, const mt_act *dout, int input_only, int keep) {
   mt_gpt *m = x->model;
   const int vs = chunk * x->pp + x->rank;
   const int embed = vs == 0, head = vs == x->last_vs;
@@ -147,13 +149,18 @@ static double run_pass(mt_pp_exec *x, mt_pass pass, int slot, int chunk, const m
     const mt_piece *p = &x->pieces[i];
     for (int k = 0; k < 2; k++) {
       if (p->use[k] < 0) continue;
-      mt_gpt_bind_params(m, p->use[k], mt_dp_params(x->dp, p->use[k], dp_pass));
+      /* a weight pass reads activations and output gradients, never the
+       * parameters (ZeRO-3 gathers nothing for it) */
+      if (pass != MT_PASS_WEIGHT)
+        mt_gpt_bind_params(m, p->use[k], mt_dp_params(x->dp, p->use[k], dp_pass));
       if (pass != MT_PASS_FORWARD) mt_gpt_bind_grads(m, p->use[k], mt_dp_grads(x->dp, p->use[k]));
     }
     loss += mt_gpt_run_piece(m, pass, p, &args);
     for (int k = 0; k < 2; k++)
       if (p->done[k] >= 0) mt_dp_grads_done(x->dp, p->done[k]);
-    for (int k = 0; k < 2; k++)
+    /* keep: the next op runs this chunk again (a run of micro-batches):
+     * its units stay gathered */
+    for (int k = 0; k < 2 && !keep; k++)
       if (p->release[k] >= 0) mt_dp_params_done(x->dp, p->release[k], dp_pass);
   }
   return loss;
@@ -177,9 +184,10 @@ static void add_chunk_bytes(mt_pp_exec *x, int chunk, const double before[4]) {
  * micro-batch's mean loss as the model reports it (fp32), weighted by its
  * tokens in training and by its sequences in evaluation. Returns the output
  * hidden state to send (NULL on the last virtual stage). */
-static mt_act *forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_pp_batch *b) {
+static mt_act *forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_pp_batch *b,
+                          int keep) {
   const int last = chunk * x->pp + x->rank == x->last_vs, rows = b->rows[mb];
-  double sum = run_pass(x, MT_PASS_FORWARD, slot, chunk, b, mb, NULL, 0);
+  double sum = run_pass(x, MT_PASS_FORWARD, slot, chunk, b, mb, NULL, 0, keep);
   if (last && rows > 0) {
     float mean = (float)(sum / ((double)rows * b->T));
     x->loss_sum += b->eval ? (double)mean * rows : (double)mean * rows * b->T;
@@ -200,6 +208,30 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   double b0[4];
   x->slot_of = mt_malloc((size_t)(s->m * v + 1) * sizeof(int));
   for (int i = 0; i < s->m * v; i++) x->slot_of[i] = -1;
+  /* per chunk, the op that completes its gradients for the last time in
+   * this run (the last backward, or with a split backward the last weight
+   * pass): from there on the dp engine reduces each unit's gradients as
+   * soon as they are complete, overlapped with the rest of this rank's
+   * backward and the cool-down of the stages below */
+  int last_done[MT_PP_MAX_CHUNKS];
+  for (int c = 0; c < v; c++) last_done[c] = -1;
+  for (int i = 0; !forward_only && i < s->n_ops[r]; i++) {
+    mt_pp_op_kind k = s->ops[r][i].kind;
+    int completes = x->model->split_backward ? k == MT_PP_BWD || k == MT_PP_BWD_WEIGHT
+                                             : k == MT_PP_BWD || k == MT_PP_BWD_INPUT;
+    if (completes) last_done[s->ops[r][i].chunk] = i;
+  }
+  /* breadth-first: runs of compute ops of one kind on one chunk; in_run[i]:
+   * the next compute op after op i continues op i's run */
+  char *in_run = mt_calloc((size_t)s->n_ops[r] + 1, 1);
+  if (s->kind == MT_SCHED_BFS && x->dp->unit_bufs + x->dp->open_fills > 0)
+    for (int i = 0, lc = -1; i < s->n_ops[r]; i++) {
+      mt_pp_op_kind k = s->ops[r][i].kind;
+      if (k != MT_PP_FWD && k != MT_PP_BWD) continue;
+      if (lc >= 0 && s->ops[r][lc].kind == k && s->ops[r][lc].chunk == s->ops[r][i].chunk)
+        in_run[lc] = 1;
+      lc = i;
+    }
   for (int i = 0; i < x->n_slots; i++) x->slot_busy[i] = 0;
   for (int i = 0; i < s->n_ops[r]; i++) {
     const mt_pp_op *o = &s->ops[r][i];
@@ -218,9 +250,10 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       k = take_slot(x, cell, o->chunk);
       t0 = mt_now();
       model_bytes(x, b0);
-      x->out[k] = forward_op(x, k, o->mb, o->chunk, b);
+      x->out[k] = forward_op(x, k, o->mb, o->chunk, b, in_run[i]);
       add_chunk_bytes(x, o->chunk, b0);
       x->compute_s += mt_now() - t0;
+      mt_trace_span("forward", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb, o->chunk);
       if (forward_only) release_slot(x, cell);
       break;
     case MT_PP_SEND_ACT:
@@ -240,18 +273,20 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       if (forward_only) break;
       k = x->slot_of[cell];
       const int last_vs = o->chunk * pp + r == x->last_vs, first_vs = o->chunk * pp + r == 0;
-      /* one stage: the step's last backward reduces each layer's gradients
-       * over dp as soon as they are complete, overlapped with the layers
-       * below */
-      if (pp == 1) mt_dp_reduce_during_backward(x->dp, o->mb == b->n_mb - 1);
+      mt_dp_reduce_during_backward(x->dp, x->overlap_dp && i == last_done[o->chunk]);
       t0 = mt_now();
       model_bytes(x, b0);
       int input_only = o->kind == MT_PP_BWD_INPUT && x->model->split_backward;
+      /* a run's gradients are reduced once, after its last micro-batch */
+      mt_dp_defer_reduce(x->dp, in_run[i]);
       run_pass(x, MT_PASS_BACKWARD, k, o->chunk, b, o->mb, last_vs ? NULL : x->dout[k],
-               input_only);
+               input_only, in_run[i]);
+      mt_dp_defer_reduce(x->dp, 0);
       add_chunk_bytes(x, o->chunk, b0);
       x->din = first_vs ? NULL : mt_gpt_input_grad(x->model);
       x->compute_s += mt_now() - t0;
+      mt_trace_span(input_only ? "backward-input" : "backward", "pipeline", MT_TRACK_PIPELINE,
+                    t0, mt_now(), o->mb, o->chunk);
       if (o->kind == MT_PP_BWD) release_slot(x, cell);
       break;
     }
@@ -260,12 +295,15 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       /* the weight gradients, from what the slot kept since BWD_INPUT (a
        * model without a split backward did all of it there) */
       if (x->model->split_backward) {
+        mt_dp_reduce_during_backward(x->dp, x->overlap_dp && i == last_done[o->chunk]);
         k = x->slot_of[cell];
         t0 = mt_now();
         model_bytes(x, b0);
-        run_pass(x, MT_PASS_WEIGHT, k, o->chunk, b, o->mb, NULL, 0);
+        run_pass(x, MT_PASS_WEIGHT, k, o->chunk, b, o->mb, NULL, 0, 0);
         add_chunk_bytes(x, o->chunk, b0);
         x->compute_s += mt_now() - t0;
+        mt_trace_span("backward-weight", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb,
+                      o->chunk);
       }
       release_slot(x, cell);
       break;
@@ -282,6 +320,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   }
   for (int i = 0; i < x->n_send; i++) wait_req(x, &x->send_req[i]);
   free(x->slot_of);
+  free(in_run);
   x->slot_of = NULL;
   x->wall_s = mt_now() - t_run;
   return x->loss_sum;
@@ -303,12 +342,12 @@ size_t mt_pp_tied_numel(const mt_registry *reg) {
 }
 
 void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_ops *ops,
-                          float *grads, float *scratch) {
+                          mt_dp *dp, float *scratch) {
   for (int i = 0; i < reg->n; i++) {
     const mt_tensor *t = &reg->t[i];
     if (t->pp_copy < 0 || t->pp_copy == t->pp_stage || t->numel_local == 0) continue;
     int peer = reg->pp_rank == t->pp_stage ? t->pp_copy : t->pp_stage;
-    float *g = grads + t->offset;
+    float *g = mt_dp_grads_at(dp, t->offset);
     mt_sendrecv_f32(pp_group, g, scratch, t->numel_local, peer, TAG_TIED, ops->loc);
     ops->axpy(g, 1.0f, scratch, t->numel_local);
   }

@@ -21,23 +21,46 @@
  *                B (input gradient) and W (weight gradient); stage r
  *                delays its W passes by r micro-batches, so they fill what
  *                would be 1F1B's bubbles; at most pp micro-batches held on
- *                any stage (F to W), the peak 1F1B has on stage 0. */
+ *                any stage (F to W), the peak 1F1B has on stage 0.
+ *   breadth-first
+ *                Breadth-First Pipeline Parallelism (Lamy-Poirier, 2023):
+ *                the looping placement of interleaved (v chunks per rank,
+ *                v >= 1), but every micro-batch of a virtual stage runs
+ *                before the next virtual stage: forwards chunk by chunk,
+ *                then backwards with the chunks reversed. All m x v
+ *                activation sets are held (as GPipe's m); in exchange a
+ *                rank runs m micro-batches of one chunk in a row, so
+ *                ZeRO-3 gathers a chunk's parameters once per step for
+ *                forward and once for backward, and ZeRO-2/3 reduce its
+ *                gradients once, after its last micro-batch (pp.c).
+ *   zb-v         the zero-bubble V schedule (Qi et al., 2023, ZB-V): v = 2
+ *                chunks per rank placed in a V (rank r holds virtual stages
+ *                r and 2pp-1-r, so the turn at the bottom of the V stays on
+ *                rank pp-1 and the first and last stages share rank 0),
+ *                the backward split into B and W. The order comes from a
+ *                unit-time list scheduler (F = B = W): a rank runs a ready
+ *                B first, else a ready F while it holds fewer than 2pp
+ *                chunk activation sets (pp micro-batches of a whole stage,
+ *                1F1B's peak), else a pending W, which fills the time the
+ *                others would idle. */
 #include "parallel/parallel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *g_sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+static const char *g_sched_names[] = {"gpipe",         "1f1b", "interleaved", "zb-h1",
+                                      "breadth-first", "zb-v"};
+#define N_SCHEDS ((int)(sizeof g_sched_names / sizeof g_sched_names[0]))
 
 int mt_pp_sched_parse(const char *name) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < N_SCHEDS; i++)
     if (strcmp(name, g_sched_names[i]) == 0) return i;
   return -1;
 }
 
 const char *mt_pp_sched_name(mt_pp_sched kind) {
-  return (unsigned)kind < 4 ? g_sched_names[kind] : "?";
+  return (int)kind >= 0 && (int)kind < N_SCHEDS ? g_sched_names[kind] : "?";
 }
 
 const char *mt_pp_op_name(mt_pp_op_kind kind) {
@@ -47,15 +70,21 @@ const char *mt_pp_op_name(mt_pp_op_kind kind) {
 
 int mt_pp_sched_check(mt_pp_sched kind, int pp, int m, int v, int n_layer, mt_err *e) {
   const char *name = mt_pp_sched_name(kind);
-  if (kind != MT_SCHED_GPIPE && m < pp) {
+  if (kind != MT_SCHED_GPIPE && kind != MT_SCHED_BFS && m < pp) {
     mt_err_set(e,
                "train.micro_batches = %d is smaller than parallel.pp = %d: parallel.schedule = "
                "%s needs at least one micro-batch per stage",
                m, pp, name);
     return -1;
   }
-  if (kind != MT_SCHED_INTERLEAVED && v != 1) {
-    mt_err_set(e, "parallel.virtual_stages = %d needs parallel.schedule = interleaved (got %s)",
+  if (kind == MT_SCHED_ZBV && v != 2) {
+    mt_err_set(e, "parallel.schedule = zb-v needs parallel.virtual_stages = 2 (got %d)", v);
+    return -1;
+  }
+  if (kind != MT_SCHED_INTERLEAVED && kind != MT_SCHED_BFS && kind != MT_SCHED_ZBV && v != 1) {
+    mt_err_set(e,
+               "parallel.virtual_stages = %d needs parallel.schedule = interleaved or "
+               "breadth-first (got %s)",
                v, name);
     return -1;
   }
@@ -96,21 +125,100 @@ static void push(op_list *l, mt_pp_op_kind kind, int mb, int chunk) {
   l->ops[l->n++] = (mt_pp_op){.kind = kind, .mb = mb, .chunk = chunk};
 }
 
-/* A compute op with the receive it needs before and the send it makes after. */
-static void push_compute(op_list *l, mt_pp_op_kind kind, int mb, int chunk, int rank, int pp,
-                         int v) {
-  int vs = chunk * pp + rank, last = pp * v - 1;
+int mt_pp_vs_of(const mt_pp_schedule *s, int r, int c) {
+  return s->vshape && c == 1 ? 2 * s->pp - 1 - r : c * s->pp + r;
+}
+
+int mt_pp_vs_rank(const mt_pp_schedule *s, int vs) {
+  return s->vshape && vs >= s->pp ? 2 * s->pp - 1 - vs : vs % s->pp;
+}
+
+/* A compute op with the receive it needs before and the send it makes after
+ * (none where the neighbouring virtual stage is on the same rank: the V's
+ * turn). */
+static void push_compute(op_list *l, mt_pp_op_kind kind, int mb, int chunk, int rank,
+                         const mt_pp_schedule *s) {
+  const int pp = s->pp, v = s->v;
+  int vs = mt_pp_vs_of(s, rank, chunk), last = pp * v - 1;
+  int remote_prev = vs > 0 && mt_pp_vs_rank(s, vs - 1) != rank;
+  int remote_next = vs < last && mt_pp_vs_rank(s, vs + 1) != rank;
   if (kind == MT_PP_FWD) {
-    if (vs > 0) push(l, MT_PP_RECV_ACT, mb, chunk);
+    if (remote_prev) push(l, MT_PP_RECV_ACT, mb, chunk);
     push(l, kind, mb, chunk);
-    if (vs < last) push(l, MT_PP_SEND_ACT, mb, chunk);
+    if (remote_next) push(l, MT_PP_SEND_ACT, mb, chunk);
   } else if (kind == MT_PP_BWD || kind == MT_PP_BWD_INPUT) {
-    if (vs < last) push(l, MT_PP_RECV_GRAD, mb, chunk);
+    if (remote_next) push(l, MT_PP_RECV_GRAD, mb, chunk);
     push(l, kind, mb, chunk);
-    if (vs > 0) push(l, MT_PP_SEND_GRAD, mb, chunk);
+    if (remote_prev) push(l, MT_PP_SEND_GRAD, mb, chunk);
   } else {
     push(l, kind, mb, chunk);
   }
+}
+
+/* ZB-V's order by list scheduling in unit time (see the top): every rank's
+ * compute ops, then push_compute adds the messages. Returns the most chunk
+ * activation sets a rank held (F to W). */
+static int build_zbv(op_list *lists, const mt_pp_schedule *s) {
+  const int pp = s->pp, m = s->m;
+  const int nvs = 2 * pp, cap = 2 * pp;
+  /* per cell (vs, mb): when its F and its B finished (-1: not yet), W done */
+  int n = nvs * m;
+  int *f_end = malloc((size_t)n * sizeof(int)), *b_end = malloc((size_t)n * sizeof(int));
+  char *w_done = calloc((size_t)n, 1);
+  int *busy_until = calloc((size_t)pp, sizeof(int)), *held = calloc((size_t)pp, sizeof(int));
+  int *next_f = calloc((size_t)pp * 2, sizeof(int)), *next_b = calloc((size_t)pp * 2, sizeof(int));
+  if (!f_end || !b_end || !w_done || !busy_until || !held || !next_f || !next_b)
+    mt_die("out of memory (zb-v schedule)");
+  for (int i = 0; i < n; i++) f_end[i] = b_end[i] = -1;
+  int left = 3 * n, peak = 0;
+  for (int t = 0; left > 0; t++) {
+    if (t > 16 * n + 16) mt_die("zb-v: the list scheduler made no progress (pp %d, m %d)", pp, m);
+    for (int r = 0; r < pp; r++) {
+      if (busy_until[r] > t) continue;
+      int kind = -1, c = -1, mb = -1;
+      /* a ready B: the chunk further down the V first (its gradient came first) */
+      for (int k = 1; k >= 0 && kind < 0; k--) {
+        int vs = mt_pp_vs_of(s, r, k), i = next_b[r * 2 + k];
+        if (i >= m) continue;
+        int up = (vs + 1) * m + i; /* the cell whose B sends this one its gradient */
+        int ready = f_end[vs * m + i] >= 0 && f_end[vs * m + i] <= t &&
+                    (vs == nvs - 1 || (b_end[up] >= 0 && b_end[up] <= t));
+        if (ready) kind = MT_PP_BWD_INPUT, c = k, mb = i;
+      }
+      /* a ready F within the memory cap: the chunk further along first */
+      for (int k = 1; k >= 0 && kind < 0 && held[r] < cap; k--) {
+        int vs = mt_pp_vs_of(s, r, k), i = next_f[r * 2 + k];
+        if (i >= m) continue;
+        if (vs == 0 || (f_end[(vs - 1) * m + i] >= 0 && f_end[(vs - 1) * m + i] <= t))
+          kind = MT_PP_FWD, c = k, mb = i;
+      }
+      /* else the oldest pending W */
+      for (int k = 0; k < 2 && kind < 0; k++) {
+        int vs = mt_pp_vs_of(s, r, k);
+        for (int i = 0; i < m && kind < 0; i++)
+          if (b_end[vs * m + i] >= 0 && b_end[vs * m + i] <= t && !w_done[vs * m + i])
+            kind = MT_PP_BWD_WEIGHT, c = k, mb = i;
+      }
+      if (kind < 0) continue;
+      int cell = mt_pp_vs_of(s, r, c) * m + mb;
+      if (kind == MT_PP_FWD) {
+        f_end[cell] = t + 1;
+        next_f[r * 2 + c]++;
+        if (++held[r] > peak) peak = held[r];
+      } else if (kind == MT_PP_BWD_INPUT) {
+        b_end[cell] = t + 1;
+        next_b[r * 2 + c]++;
+      } else {
+        w_done[cell] = 1;
+        held[r]--;
+      }
+      busy_until[r] = t + 1;
+      left--;
+      push_compute(&lists[r], (mt_pp_op_kind)kind, mb, c, r, s);
+    }
+  }
+  free(f_end); free(b_end); free(w_done); free(busy_until); free(held); free(next_f); free(next_b);
+  return peak;
 }
 
 /* Megatron's interleaved order: the k-th forward (backward) of a rank. */
@@ -120,24 +228,25 @@ static void interleaved_op(int k, int pp, int v, int backward, int *mb, int *chu
   *mb = (k / (pp * v)) * pp + k % pp;
 }
 
-static void build_1f1b_like(op_list *l, int rank, int pp, int m, int v) {
+static void build_1f1b_like(op_list *l, int rank, const mt_pp_schedule *s) {
+  const int pp = s->pp, m = s->m, v = s->v;
   int total = m * v;
   int warm = v == 1 ? pp - rank - 1 : (pp - rank - 1) * 2 + (v - 1) * pp;
   if (warm > total) warm = total;
   int mb, c;
   for (int k = 0; k < warm; k++) {
     interleaved_op(k, pp, v, 0, &mb, &c);
-    push_compute(l, MT_PP_FWD, mb, c, rank, pp, v);
+    push_compute(l, MT_PP_FWD, mb, c, rank, s);
   }
   for (int k = 0; k < total - warm; k++) {
     interleaved_op(warm + k, pp, v, 0, &mb, &c);
-    push_compute(l, MT_PP_FWD, mb, c, rank, pp, v);
+    push_compute(l, MT_PP_FWD, mb, c, rank, s);
     interleaved_op(k, pp, v, 1, &mb, &c);
-    push_compute(l, MT_PP_BWD, mb, c, rank, pp, v);
+    push_compute(l, MT_PP_BWD, mb, c, rank, s);
   }
   for (int k = total - warm; k < total; k++) {
     interleaved_op(k, pp, v, 1, &mb, &c);
-    push_compute(l, MT_PP_BWD, mb, c, rank, pp, v);
+    push_compute(l, MT_PP_BWD, mb, c, rank, s);
   }
 }
 
@@ -146,15 +255,16 @@ static void build_1f1b_like(op_list *l, int rank, int pp, int m, int v) {
  * later a stage, the longer it delays W, so W fills what would be waiting
  * time), and the next F; the W passes left at the end. Stage r holds at most
  * p micro-batches (F to W): 1F1B's peak, which stage 0 has there too. */
-static void build_zbh1(op_list *l, int r, int pp, int m) {
+static void build_zbh1(op_list *l, int r, const mt_pp_schedule *s) {
+  const int pp = s->pp, m = s->m;
   int warm = pp - r < m ? pp - r : m, next_f = 0, next_w = 0;
-  for (; next_f < warm; next_f++) push_compute(l, MT_PP_FWD, next_f, 0, r, pp, 1);
+  for (; next_f < warm; next_f++) push_compute(l, MT_PP_FWD, next_f, 0, r, s);
   for (int k = 0; k < m; k++) {
-    push_compute(l, MT_PP_BWD_INPUT, k, 0, r, pp, 1);
-    if (k >= r) push_compute(l, MT_PP_BWD_WEIGHT, next_w++, 0, r, pp, 1);
-    if (next_f < m) push_compute(l, MT_PP_FWD, next_f++, 0, r, pp, 1);
+    push_compute(l, MT_PP_BWD_INPUT, k, 0, r, s);
+    if (k >= r) push_compute(l, MT_PP_BWD_WEIGHT, next_w++, 0, r, s);
+    if (next_f < m) push_compute(l, MT_PP_FWD, next_f++, 0, r, s);
   }
-  while (next_w < m) push_compute(l, MT_PP_BWD_WEIGHT, next_w++, 0, r, pp, 1);
+  while (next_w < m) push_compute(l, MT_PP_BWD_WEIGHT, next_w++, 0, r, s);
 }
 
 void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v) {
@@ -166,25 +276,37 @@ void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, in
   s->n_ops = mt_calloc((size_t)pp, sizeof(int));
   s->ops = mt_calloc((size_t)pp, sizeof(mt_pp_op *));
   s->max_inflight = mt_calloc((size_t)pp, sizeof(int));
+  s->vshape = kind == MT_SCHED_ZBV;
   op_list *lists = mt_calloc((size_t)pp, sizeof(op_list));
+  int zbv_peak = kind == MT_SCHED_ZBV ? build_zbv(lists, s) : 0;
   for (int r = 0; r < pp; r++) {
     int lim = pp - r;
     switch (kind) {
     case MT_SCHED_GPIPE: /* v > 1 (not offered by config): chunk by chunk per micro-batch */
       for (int i = 0; i < m; i++)
-        for (int c = 0; c < v; c++) push_compute(&lists[r], MT_PP_FWD, i, c, r, pp, v);
+        for (int c = 0; c < v; c++) push_compute(&lists[r], MT_PP_FWD, i, c, r, s);
       for (int i = 0; i < m; i++)
-        for (int c = v - 1; c >= 0; c--) push_compute(&lists[r], MT_PP_BWD, i, c, r, pp, v);
+        for (int c = v - 1; c >= 0; c--) push_compute(&lists[r], MT_PP_BWD, i, c, r, s);
       lim = m * v;
       break;
     case MT_SCHED_1F1B:
     case MT_SCHED_INTERLEAVED:
-      build_1f1b_like(&lists[r], r, pp, m, v);
+      build_1f1b_like(&lists[r], r, s);
       if (v > 1) lim = (pp - r - 1) * 2 + (v - 1) * pp + 1;
       break;
     case MT_SCHED_ZBH1:
-      build_zbh1(&lists[r], r, pp, m);
+      build_zbh1(&lists[r], r, s);
       lim = pp;
+      break;
+    case MT_SCHED_BFS: /* every micro-batch of a chunk, chunk after chunk */
+      for (int c = 0; c < v; c++)
+        for (int i = 0; i < m; i++) push_compute(&lists[r], MT_PP_FWD, i, c, r, s);
+      for (int c = v - 1; c >= 0; c--)
+        for (int i = 0; i < m; i++) push_compute(&lists[r], MT_PP_BWD, i, c, r, s);
+      lim = m * v;
+      break;
+    case MT_SCHED_ZBV: /* built above, all ranks together */
+      lim = zbv_peak;
       break;
     }
     s->max_inflight[r] = lim < m * v ? lim : m * v;
@@ -227,6 +349,11 @@ typedef struct {
   int head, n;
 } channel;
 
+/* the channel from src to dst carrying activations (is_act) or gradients */
+static int chan(int src, int dst, int is_act, int pp) {
+  return (src * 2 + (is_act ? 0 : 1)) * 2 + (dst == (src + 1) % pp ? 0 : 1);
+}
+
 int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
                             double t_bw, mt_pp_sim *out, mt_err *e) {
   const int pp = s->pp, m = s->m, v = s->v, nvs = pp * v;
@@ -237,14 +364,17 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
   char *w_done = mt_calloc(cells, 1), *have_act = mt_calloc(cells, 1);
   char *have_grad = mt_calloc(cells, 1), *sent_act = mt_calloc(cells, 1);
   char *sent_grad = mt_calloc(cells, 1);
-  /* channels: [src][kind 0 act, 1 grad], dst is implied (src+1 or src-1 mod pp) */
-  channel *ch = mt_calloc((size_t)pp * 2, sizeof(channel));
+  /* channels: [src][kind 0 act, 1 grad][dst 0: src+1, 1: src-1 (mod pp)]; a
+   * V sends activations both ways */
+  const int nch = 4 * pp;
+  channel *ch = mt_calloc((size_t)nch, sizeof(channel));
   int cap = 2 * m * v + 1;
-  for (int i = 0; i < 2 * pp; i++) ch[i].q = mt_calloc((size_t)cap, sizeof(msg));
+  for (int i = 0; i < nch; i++) ch[i].q = mt_calloc((size_t)cap, sizeof(msg));
   int *pc = mt_calloc((size_t)pp, sizeof(int)), *inflight = mt_calloc((size_t)pp, sizeof(int));
   int *peak = mt_calloc((size_t)pp, sizeof(int));
   double *clock = mt_calloc((size_t)pp, sizeof(double)), *busy = mt_calloc((size_t)pp,
                                                                             sizeof(double));
+  double *grads_end = mt_calloc((size_t)pp, sizeof(double));
 #define FAIL(...)                                   \
   do {                                              \
     mt_err_set(e, __VA_ARGS__);                     \
@@ -258,7 +388,7 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
         if (o->mb < 0 || o->mb >= m || o->chunk < 0 || o->chunk >= v)
           FAIL("rank %d op %d: micro-batch %d / chunk %d out of range", r, pc[r], o->mb,
                o->chunk);
-        int vs = o->chunk * pp + r;
+        int vs = mt_pp_vs_of(s, r, o->chunk);
         size_t cell = (size_t)vs * m + o->mb;
         const char *nm = mt_pp_op_name(o->kind);
         if (o->kind == MT_PP_RECV_ACT || o->kind == MT_PP_RECV_GRAD) {
@@ -266,8 +396,11 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
           if (is_act ? vs == 0 : vs == nvs - 1)
             FAIL("rank %d op %d: %s mb %d on virtual stage %d has no sender", r, pc[r], nm,
                  o->mb, vs);
-          int src = is_act ? (r + pp - 1) % pp : (r + 1) % pp;
-          channel *c = &ch[src * 2 + (is_act ? 0 : 1)];
+          int src = mt_pp_vs_rank(s, is_act ? vs - 1 : vs + 1);
+          if (src == r)
+            FAIL("rank %d op %d: %s mb %d on virtual stage %d from its own rank", r, pc[r], nm,
+                 o->mb, vs);
+          channel *c = &ch[chan(src, r, is_act, pp)];
           if (c->head == c->n) break; /* waits for its send */
           msg *g = &c->q[c->head++];
           int want_vs = is_act ? vs - 1 : vs + 1;
@@ -287,7 +420,11 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
           char *sent = is_act ? sent_act : sent_grad;
           if (sent[cell]) FAIL("rank %d op %d: %s mb %d sent twice", r, pc[r], nm, o->mb);
           sent[cell] = 1;
-          channel *c = &ch[r * 2 + (is_act ? 0 : 1)];
+          int dst = mt_pp_vs_rank(s, is_act ? vs + 1 : vs - 1);
+          if (dst == r)
+            FAIL("rank %d op %d: %s mb %d from virtual stage %d to its own rank", r, pc[r], nm,
+                 o->mb, vs);
+          channel *c = &ch[chan(r, dst, is_act, pp)];
           c->q[c->n++] = (msg){.mb = o->mb, .vs = vs, .t = clock[r]};
         } else {
           double dt = 0;
@@ -302,6 +439,10 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
               FAIL("rank %d op %d: %d activation sets held, the schedule promises at most %d",
                    r, pc[r], inflight[r], s->max_inflight[r]);
             dt = t_f;
+            if (vs < nvs - 1 && mt_pp_vs_rank(s, vs + 1) == r) { /* the V's turn: no message */
+              have_act[cell + (size_t)m] = 1;
+              sent_act[cell] = 1;
+            }
           } else if (o->kind == MT_PP_BWD || o->kind == MT_PP_BWD_INPUT) {
             if (b_done[cell] || bi_done[cell])
               FAIL("rank %d op %d: backward of mb %d chunk %d twice", r, pc[r], o->mb, o->chunk);
@@ -311,6 +452,10 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
             if (vs < nvs - 1 && !have_grad[cell])
               FAIL("rank %d op %d: %s mb %d chunk %d before its output gradient arrived", r,
                    pc[r], nm, o->mb, o->chunk);
+            if (vs > 0 && mt_pp_vs_rank(s, vs - 1) == r) {
+              have_grad[cell - (size_t)m] = 1;
+              sent_grad[cell] = 1;
+            }
             if (o->kind == MT_PP_BWD) {
               b_done[cell] = 1;
               inflight[r]--;
@@ -331,6 +476,7 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
           }
           clock[r] += dt;
           busy[r] += dt;
+          if (o->kind == MT_PP_BWD || o->kind == MT_PP_BWD_WEIGHT) grads_end[r] = clock[r];
         }
         pc[r]++;
         progress = 1;
@@ -356,8 +502,8 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
       if (vs < nvs - 1 && !sent_act[cell]) FAIL("virtual stage %d never sends mb %d on", vs, i);
       if (vs > 0 && !sent_grad[cell]) FAIL("virtual stage %d never sends mb %d's gradient back", vs, i);
     }
-  for (int i = 0; i < 2 * pp; i++)
-    if (ch[i].head != ch[i].n) FAIL("rank %d sends a message nobody receives", i / 2);
+  for (int i = 0; i < nch; i++)
+    if (ch[i].head != ch[i].n) FAIL("rank %d sends a message nobody receives", i / 4);
   if (out) {
     memset(out, 0, sizeof *out);
     double span = 0;
@@ -370,6 +516,7 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
       if (r < 64) {
         out->rank_bubble[r] = b;
         out->peak_inflight[r] = peak[r];
+        out->rank_grads_end[r] = grads_end[r];
       }
     }
     out->bubble = acc / pp;
@@ -377,8 +524,9 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
   rc = 0;
 done:
 #undef FAIL
-  for (int i = 0; i < 2 * pp; i++) free(ch[i].q);
+  for (int i = 0; i < nch; i++) free(ch[i].q);
   free(ch); free(pc); free(inflight); free(peak); free(clock); free(busy);
+  free(grads_end);
   free(f_done); free(b_done); free(bi_done); free(w_done); free(have_act); free(have_grad);
   free(sent_act); free(sent_grad);
   return rc;

@@ -26,9 +26,11 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   /* the registry's reduction groups, as the mesh has them */
   mt_dp_groups dg = {.reduce = {[MT_GROUP_DP] = g->dpcp, [MT_GROUP_EDP] = g->edp},
                      .tp = g->tp, .pp = g->pp, .ep = g->ep, .etp = g->etp};
-  mt_dp_create_bf16(&s->dp, &dg, reg, ops, par.bf16, &s->model.tp, o->beta1, o->beta2, o->eps,
-                    o->weight_decay);
   const int pp = g->pp->size;
+  mt_dp_create_bf16(&s->dp, &dg, reg, ops, par.bf16, &s->model.tp, o->beta1, o->beta2, o->eps,
+                    o->weight_decay,
+                    (s->model.split_backward ? MT_DP_OPEN_FILLS : 0) |
+                        (pp > 1 && o->sched == MT_SCHED_BFS ? MT_DP_RUNS : 0));
   if (pp > 1) {
     s->tied_numel = mt_pp_tied_numel(reg);
     if (s->tied_numel) s->tied_scratch = ops->alloc(MT_MEM_COMM, s->tied_numel * sizeof(float));
@@ -41,6 +43,7 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
     l1[c] = o->stage_l1[c * pp + g->pp->rank];
   }
   mt_pp_exec_create(&s->exec, g->pp, &s->sched, &s->model, &s->dp, l0, l1);
+  s->exec.overlap_dp = o->overlap_dp;
   return 0;
 }
 
@@ -62,8 +65,7 @@ double mt_step_gradients(mt_step *s, const mt_pp_batch *b) {
   if (s->sched.pp > 1) {
     /* tied tensors: both ends add the other's gradient, so they stay equal */
     if (s->tied_numel)
-      mt_pp_sum_tied_grads(s->groups.pp, &s->model.reg, s->model.ops, mt_dp_full_grads(&s->dp),
-                           s->tied_scratch);
+      mt_pp_sum_tied_grads(s->groups.pp, &s->model.reg, s->model.ops, &s->dp, s->tied_scratch);
     mt_allreduce_sum_f64(s->groups.pp, &loss, 1, MT_LOC_HOST); /* the last stage's */
   }
   mt_dp_finish_sync(&s->dp);

@@ -84,6 +84,36 @@ static int cost_handler(void *user, const char *section, const char *name, const
   for (int i = 0; i < N_REQUIRED; i++)
     if (strcmp(name, g_cost_keys[i]) == 0) k = i;
   double x = 0.0;
+  if (strcmp(name, "attn_block") == 0) { /* optional: "BR:BC" rows and keys of a tile */
+    int br = 0, bc = 0;
+    char tail = 0;
+    if (sscanf(value, "%d:%d%c", &br, &bc, &tail) != 2 || br < 1 || bc < 1 || br > 4096 ||
+        bc > 4096) {
+      snprintf(c->bad, sizeof c->bad, "[cost] attn_block = '%s' is not ROWS:KEYS (e.g. 128:128)",
+               value);
+      return 0;
+    }
+    p->attn_br = br;
+    p->attn_bc = bc;
+    return 1;
+  }
+  if (strcmp(name, "attention") == 0) { /* optional: the attention kernel priced */
+    if (strcmp(value, "block") && strcmp(value, "materialized")) {
+      snprintf(c->bad, sizeof c->bad, "[cost] attention = '%s' is not block or materialized",
+               value);
+      return 0;
+    }
+    p->attn_materialized = value[0] == 'm';
+    return 1;
+  }
+  if (strcmp(name, "attn_gflops") == 0 || strcmp(name, "stage_us") == 0) { /* optional */
+    if (parse_number(value, 0, &x)) {
+      snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not a number >= 0", name, value);
+      return 0;
+    }
+    *(name[0] == 'a' ? &p->attn_gflops : &p->stage_us) = x;
+    return 1;
+  }
   if (strcmp(name, "act_bytes") == 0) { /* optional: bytes an activation element takes */
     if (parse_number(value, 1, &x) || (x != 2 && x != 4)) {
       snprintf(c->bad, sizeof c->bad, "[cost] act_bytes = '%s' is not 2 or 4", value);
@@ -132,6 +162,7 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
     return -1;
   }
   if (p->act_bytes == 0) p->act_bytes = 4;
+  if (p->attn_br == 0) p->attn_br = 64, p->attn_bc = 256; /* the CPU backend's blocks */
   for (int i = 0; i < N_REQUIRED; i++)
     if (!(c.seen & (1u << i))) {
       mt_err_set(e, "%s: [cost] key '%s' missing (a cost profile needs %s)", path,
@@ -158,31 +189,171 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
              "inter_us = %.6g\noverlap = %.3g\n",
           p->elementwise_gbs, p->intra_gbs, p->intra_us, p->inter_gbs, p->inter_us, p->overlap);
   if (p->act_bytes && p->act_bytes != 4) fprintf(f, "act_bytes = %.0f\n", p->act_bytes);
+  if (p->attn_br > 0) fprintf(f, "attn_block = %d:%d\n", p->attn_br, p->attn_bc);
+  if (p->attn_gflops > 0) fprintf(f, "attn_gflops = %.6g\n", p->attn_gflops);
+  if (p->stage_us > 0) fprintf(f, "stage_us = %.6g\n", p->stage_us);
 }
 
-/* achievable GFLOP/s of a matmul call of `flops`: log-log interpolation of
- * the profile's points, flat beyond them (calibrate with the smallest
- * shapes a layout runs, so the flat ends are seldom reached) */
+void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
+  memset(out, 0, sizeof *out);
+  out->n_gemm = p->n_gemm < MT_PRICE_MAX_GEMM ? p->n_gemm : MT_PRICE_MAX_GEMM;
+  memcpy(out->gemm_flops, p->gemm_flops, (size_t)out->n_gemm * sizeof(double));
+  memcpy(out->gemm_gflops, p->gemm_gflops, (size_t)out->n_gemm * sizeof(double));
+  out->elementwise_gbs = p->elementwise_gbs;
+  out->act_bytes = p->act_bytes > 0 ? p->act_bytes : 4;
+  out->devices_per_node = p->devices_per_node;
+  out->intra_gbs = p->intra_gbs;
+  out->intra_us = p->intra_us;
+  out->inter_gbs = p->inter_gbs;
+  out->inter_us = p->inter_us;
+}
+
+/* the matmul curve is core's (mt_price_gemm_gflops): the virtual device
+ * prices each matmul it emulates with the same function */
 double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops) {
-  if (flops <= p->gemm_flops[0]) return p->gemm_gflops[0];
-  for (int i = 1; i < p->n_gemm; i++)
-    if (flops <= p->gemm_flops[i]) {
-      double t = (log(flops) - log(p->gemm_flops[i - 1])) /
-                 (log(p->gemm_flops[i]) - log(p->gemm_flops[i - 1]));
-      return exp(log(p->gemm_gflops[i - 1]) + t * (log(p->gemm_gflops[i]) -
-                                                   log(p->gemm_gflops[i - 1])));
-    }
-  return p->gemm_gflops[p->n_gemm - 1];
+  mt_price q;
+  mt_cost_price(p, &q);
+  return mt_price_gemm_gflops(&q, flops);
 }
 
-/* seconds of one matmul of m x n x k, `calls` times */
-static double gemm_s(const mt_cost_profile *p, double m, double n, double k, double calls) {
-  double flops = 2.0 * m * n * k;
-  return calls * flops / (mt_cost_gemm_gflops(p, flops) * 1e9);
+
+/* ------------------------------------------------------------------ */
+/* dtypes and headroom                                                 */
+
+void mt_cost_dtypes_default(const mt_cost_profile *p, mt_cost_dtypes *d) {
+  /* a bf16 profile: Megatron-LM's mixed precision (bf16 weights copy,
+   * activations and messages; fp32 master, gradients, moments and gradient
+   * reduction); else fp32 throughout, the weights being the master. When
+   * the run itself trains in bf16 (train.precision = bf16 with the
+   * mixed-precision state), these follow the configuration instead. */
+  if (p->act_bytes == 2)
+    *d = (mt_cost_dtypes){.weights = 2, .master = 4, .grads = 4, .moments = 4, .acts = 2,
+                          .grad_reduce = 4, .msg = 2};
+  else
+    *d = (mt_cost_dtypes){.weights = 4, .master = 0, .grads = 4, .moments = 4, .acts = 4,
+                          .grad_reduce = 4, .msg = 4};
+}
+
+static const char *g_dtype_names[] = {"weights", "master", "grads", "moments", "acts",
+                                      "grad_reduce", "msg"};
+
+static double *dtype_field(mt_cost_dtypes *d, int i) {
+  double *f[] = {&d->weights, &d->master, &d->grads, &d->moments, &d->acts, &d->grad_reduce,
+                 &d->msg};
+  return f[i];
+}
+
+int mt_cost_dtypes_set(mt_cost_dtypes *d, const char *assignment, mt_err *e) {
+  const char *eq = strchr(assignment, '=');
+  for (int i = 0; eq && i < 7; i++) {
+    size_t n = strlen(g_dtype_names[i]);
+    if ((size_t)(eq - assignment) != n || strncmp(assignment, g_dtype_names[i], n) != 0) continue;
+    char *end = NULL;
+    double x = strtod(eq + 1, &end);
+    if (end == eq + 1 || *end || !(x == 1 || x == 2 || x == 4 || (x == 0 && i == 1))) break;
+    *dtype_field(d, i) = x;
+    return 0;
+  }
+  mt_err_set(e, "--dtype '%s': expected CATEGORY=BYTES with a category of weights, master, "
+                "grads, moments, acts, grad_reduce, msg and bytes 1, 2 or 4 (master also 0)",
+             assignment);
+  return -1;
+}
+
+void mt_cost_dtypes_text(const mt_cost_dtypes *d, char *buf, size_t len) {
+  size_t at = 0;
+  for (int i = 0; i < 7 && at < len; i++) {
+    int n = snprintf(buf + at, len - at, "%s%s %g", i ? ", " : "", g_dtype_names[i],
+                     *dtype_field((mt_cost_dtypes *)d, i));
+    if (n < 0) break;
+    at += (size_t)n;
+  }
+}
+
+double mt_cost_headroom(const mt_config *cfg, const mt_cost_profile *p) {
+  const double GiB = 1073741824.0;
+  if (cfg->plan_headroom >= 0) return cfg->plan_headroom * GiB;
+  /* fragmentation of the caching allocator and the collectives' buffers
+   * (NCCL's channels, the pipeline's receive buffers) take about 2-3 GiB of
+   * an 80 GB GPU in practice; a small test profile keeps a tenth */
+  double h = 3.0 * GiB;
+  return h < 0.1 * p->mem_bytes ? h : 0.1 * p->mem_bytes;
 }
 
 /* ------------------------------------------------------------------ */
-/* one micro-batch on one chunk                                        */
+/* compute of one micro-batch                                          */
+
+/* seconds of one matmul of m x n x k, `calls` times */
+static double gemm_s(const mt_cost_profile *p, double m, double n, double k, double calls) {
+  mt_price q;
+  mt_cost_price(p, &q);
+  return mt_price_gemm_s(&q, m, n, k, calls);
+}
+
+/* Block attention's forward over one micro-batch of B sequences, one
+ * layer, as the backends run it: each of the B x NHl heads cuts the
+ * queries into blocks of BR rows; a block sees the keys up to its last row
+ * (causal), in tiles of BC keys, each tile two products (S = Q K^T and
+ * P V, 2 x 2 BR BC hs FLOPs). Fused kernels (attn_gflops) compute whole
+ * tiles, the masked part of the diagonal ones included; the CPU backend
+ * calls a matmul per product on the visible keys. Under context
+ * parallelism a rank holds 1/cp of every sequence's queries (two chunks,
+ * which balance the causal work) against the whole sequence's keys. The
+ * backward recomputes S and forms dP, dS, dQ, dK, dV: 5 products for 2,
+ * 2.5 times the forward. */
+static double attn_fwd_s(const mt_cost_profile *p, double B, double NHl, int T_full, int cp,
+                         double hs, double act_bytes) {
+  if (p->attn_materialized) {
+    /* the whole square of each of this rank's heads: QK^T and PV as one
+     * strided batched GEMM each (the batch's FLOPs set the efficiency),
+     * and the scores through memory: the fused scale-mask-softmax reads
+     * them and writes the probabilities, dropout reads those and writes
+     * the kept ones and a byte of mask (forward, 4.5 elements of traffic);
+     * backward the same twice over (dropout's and softmax's gradients).
+     * Returns the forward; the caller's 2.5 x covers the backward's three
+     * GEMMs and 2 x the traffic. */
+    double sq = B * NHl / cp * (double)T_full * T_full, flops = 4.0 * sq * hs;
+    return flops / (mt_cost_gemm_gflops(p, flops / 2) * 1e9) +
+           4.5 * act_bytes * sq / (p->elementwise_gbs * 1e9);
+  }
+  const int br = p->attn_br, bc = p->attn_bc;
+  double visible = 0.0, whole = 0.0, calls = 0.0; /* per head and sequence */
+  for (int r0 = 0; r0 < T_full; r0 += br) {
+    int rows = T_full - r0 < br ? T_full - r0 : br, keys = r0 + rows;
+    int tiles = (keys + bc - 1) / bc;
+    visible += 4.0 * rows * keys * hs;
+    whole += 4.0 * br * (double)tiles * bc * hs;
+    calls += 2.0 * tiles;
+  }
+  double heads = B * NHl / cp;
+  if (p->attn_gflops > 0) return heads * whole / (p->attn_gflops * 1e9);
+  return heads * visible / (mt_cost_gemm_gflops(p, visible / calls) * 1e9);
+}
+
+/* the local shapes of a dense block on one rank (see model.h) */
+typedef struct {
+  double B, T, C, Cl, Fl, NHl, hs, Vl;
+  int T_full, cp;
+} dense_shape;
+
+/* one dense block's matmuls (lin) and attention forward (att) */
+static void dense_layer(const mt_cost_profile *p, const dense_shape *d, double act_bytes,
+                        double *lin, double *att) {
+  const double BT = d->B * d->T;
+  *lin = gemm_s(p, BT, 3 * d->Cl, d->C, 1) + gemm_s(p, BT, d->C, d->Cl, 1) +
+         gemm_s(p, BT, d->Fl, d->C, 1) + gemm_s(p, BT, d->C, d->Fl, 1);
+  *att = attn_fwd_s(p, d->B, d->NHl, d->T_full, d->cp, d->hs, act_bytes);
+}
+
+static dense_shape shape_of(const mt_config *cfg, const mt_model_shape *sh, int B) {
+  const int tp = cfg->tp;
+  dense_shape d = {.B = B, .T = (double)sh->seq_len / cfg->cp, .C = sh->n_embd,
+                   .Cl = (double)sh->n_embd / tp, .Fl = 4.0 * sh->n_embd / tp,
+                   .NHl = (double)sh->n_head / tp, .hs = (double)sh->n_embd / sh->n_head,
+                   .Vl = (double)mt_model_pad_vocab(sh->vocab, tp) / tp, .T_full = sh->seq_len,
+                   .cp = cfg->cp};
+  return d;
+}
 
 typedef struct {
   double fwd, bwd;         /* compute seconds of the forward, of the whole backward */
@@ -200,20 +371,20 @@ static double link_lat(const mt_cost_profile *p, int inside) {
 
 /* the chunk's layers [l0, l1) (embed, head: it holds them) of a micro-batch
  * of B, which sends cb[0..3] bytes over tp, cp, ep and etp (the plan's
- * count of the chunk's forward and backward) */
-static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt_gpt *m, int l0,
-                        int l1, int embed, int head, int B, const double cb[4]) {
+ * count of the chunk's forward and backward, in the fp32 messages the code
+ * sends today: priced at dt->msg / 4 of them for the run's dtype) */
+static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt_cost_dtypes *dt,
+                        const mt_gpt *m, int l0, int l1, int embed, int head, int B,
+                        const double cb[4]) {
   const int n_l = l1 - l0;
-  const double T = m->T, C = m->shape.n_embd, BT = (double)B * T, tp = cfg->tp;
-  const double Cl = m->C_local, Fl = m->F_local, NHl = m->NH_local, hs = C / m->shape.n_head;
-  const double Vl = m->V_local, T_full = m->shape.seq_len;
+  const double C = m->shape.n_embd, BT = (double)B * m->T, tp = cfg->tp;
+  const dense_shape ds = {.B = B, .T = m->T, .C = C, .Cl = m->C_local, .Fl = m->F_local,
+                          .NHl = m->NH_local, .hs = C / m->shape.n_head, .Vl = m->V_local,
+                          .T_full = m->shape.seq_len, .cp = cfg->cp};
   chunk_cost c = {0, 0, 0, 0, 0, 0};
-  /* a block forward: qkv, proj, fc, fc proj; attention: QK^T and PV per
-   * head, causal (half the square); under context parallelism this rank's
-   * T / cp queries against the whole sequence's keys */
-  double lin = gemm_s(p, BT, 3 * Cl, C, 1) + gemm_s(p, BT, C, Cl, 1) + gemm_s(p, BT, Fl, C, 1) +
-               gemm_s(p, BT, C, Fl, 1);
-  double att = 2.0 * gemm_s(p, T, T_full, hs, B * NHl) / 2.0;
+  double lin, att;
+  dense_layer(p, &ds, dt->acts, &lin, &att);
+  const double att_b = 2.5 * att;
   /* MoE blocks: the router, and the routed experts' matmuls over this rank's
    * share of the slots (balanced routing: N k slots per ep rank, its E/ep
    * experts each N k / E_l rows) in place of the dense MLP (the shared
@@ -226,53 +397,59 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
     const double Fe = m->moe.Fe_local, Fs = m->mlp_local[l0] > 0 ? m->mlp_local[l0] : 0.0;
     const double N = (double)B * m->moe.Ts;
     const double rows = N * k * (m->moe.etp_size > 1 ? m->moe.etp_size : 1) / El;
+    const double Cl = m->C_local;
     moe_lin = gemm_s(p, BT, 3 * Cl, C, 1) + gemm_s(p, BT, C, Cl, 1) + gemm_s(p, N, E, C, 1) +
               gemm_s(p, rows, Fe, C, El) + gemm_s(p, rows, C, Fe, El) +
               (Fs > 0 ? gemm_s(p, BT, Fs, C, 1) + gemm_s(p, BT, C, Fs, 1) : 0.0);
   }
   /* elementwise: the layer's activations (the buffers the model allocates:
-   * under recompute its one-layer workspace) written forward, read and
-   * their gradients written backward */
+   * under recompute its one-layer workspace), in the activations' dtype,
+   * as the kernels move them: forward, each kernel reads its input and
+   * writes its output (2 passes over the set); backward, each reads the
+   * kept activation and the incoming gradient and writes its gradient (3) */
   double set_bytes = cfg->recompute ? (double)m->ws_bytes
                                     : 4.0 * (double)mt_gpt_acts_numel(m, 1, B, 0);
-  double elem = set_bytes * (p->act_bytes / 4.0) / (p->elementwise_gbs * 1e9);
-  double layer_f = lin + att + elem;
-  double layer_b = 2.0 * (lin + att) + 2.0 * elem;
+  double elem = set_bytes * (dt->acts / 4.0) / (p->elementwise_gbs * 1e9);
   double refwd = cfg->recompute ? 1.0 : 0.0;
-  c.fwd = (n_l - n_moe) * layer_f + n_moe * (moe_lin + att + elem);
-  c.bwd = (n_l - n_moe) * (layer_b + refwd * layer_f) +
-          n_moe * (2.0 * (moe_lin + att) + 2.0 * elem + refwd * (moe_lin + att + elem));
-  c.bwd_input = (n_l - n_moe) * (0.5 * layer_b + refwd * layer_f) +
-                n_moe * (moe_lin + att + elem + refwd * (moe_lin + att + elem));
+  double f_dense = lin + att + 2.0 * elem, f_moe = moe_lin + att + 2.0 * elem;
+  c.fwd = (n_l - n_moe) * f_dense + n_moe * f_moe;
+  c.bwd = (n_l - n_moe) * (2.0 * lin + att_b + 3.0 * elem + refwd * f_dense) +
+          n_moe * (2.0 * moe_lin + att_b + 3.0 * elem + refwd * f_moe);
+  /* the split backward's first pass: input gradients (the linears' half,
+   * all of attention, the elementwise work); the second the weights' */
+  c.bwd_input = (n_l - n_moe) * (lin + att_b + 3.0 * elem + refwd * f_dense) +
+                n_moe * (moe_lin + att_b + 3.0 * elem + refwd * f_moe);
   /* context parallelism: the ring passes K/V while the blocks compute (the
    * part beyond the attention's compute is exposed); Ulysses' all-to-alls
    * are not hidden */
   if (cfg->cp > 1) {
     int inside = cfg->tp * cfg->cp <= p->devices_per_node;
-    double bytes = cb[1];
+    double bytes = cb[1] * dt->msg / 4.0;
     double calls = n_l * (1.0 + refwd) * 2.0 * (cfg->cp - 1);
     double t = bytes / link_bw(p, inside) + calls * link_lat(p, inside);
+    double hidden = n_l * ((1.0 + refwd) * att + att_b);
     int ring = mt_cp_mode_parse(cfg->cp_mode) == MT_CP_RING;
-    c.cp = ring ? (t > 3.0 * n_l * att ? t - 3.0 * n_l * att : 0.0) : t;
+    c.cp = ring ? (t > hidden ? t - hidden : 0.0) : t;
   }
   /* expert parallelism: the dispatch and combine all-to-alls (and the etp
    * gathers), as a balanced routing implies, never hidden */
   if (n_moe > 0 && (m->moe.ep_size > 1 || m->moe.etp_size > 1)) {
     int ep_inside = cfg->tp * cfg->cp * cfg->dp <= p->devices_per_node ||
                     m->moe.ep_size * m->moe.etp_size <= p->devices_per_node;
-    c.ep = (cb[2] + cb[3]) / link_bw(p, ep_inside) + n_moe * 4.0 * link_lat(p, ep_inside);
+    c.ep = (cb[2] + cb[3]) * dt->msg / 4.0 / link_bw(p, ep_inside) +
+           n_moe * 4.0 * link_lat(p, ep_inside);
   }
   if (head) {
-    double h = gemm_s(p, BT, Vl, C, 1);
-    double logits = p->act_bytes * BT * Vl * 2.0 / (p->elementwise_gbs * 1e9);
+    double h = gemm_s(p, BT, ds.Vl, C, 1);
+    double logits = dt->acts * BT * ds.Vl * 2.0 / (p->elementwise_gbs * 1e9);
     c.fwd += h + logits;
     c.bwd += 2.0 * h + logits;
     c.bwd_input += h + logits;
   }
-  if (embed) c.fwd += p->act_bytes * BT * C / (p->elementwise_gbs * 1e9);
+  if (embed) c.fwd += dt->acts * BT * C / (p->elementwise_gbs * 1e9);
   /* tensor parallelism: this chunk's bytes (as comm counts them) and calls */
   if (tp > 1) {
-    double bytes = cb[0];
+    double bytes = cb[0] * dt->msg / 4.0;
     double calls = n_l * ((cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0)) +
                    embed * (cfg->sp ? 2.0 : 1.0) + head * ((cfg->sp ? 3.0 : 1.0) + 2.0);
     int inside = cfg->tp <= p->devices_per_node;
@@ -282,73 +459,248 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
 }
 
 /* ------------------------------------------------------------------ */
+/* bounds for the search                                               */
+
+void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const mt_model_shape *sh,
+                         double *layer_s, double *embed_s, double *head_s) {
+  dense_shape d = shape_of(cfg, sh, cfg->micro_batch);
+  double lin, att;
+  dense_layer(p, &d, p->act_bytes, &lin, &att);
+  const double refwd = cfg->recompute ? 1.0 : 0.0, BT = d.B * d.T;
+  *layer_s = (1.0 + refwd) * (lin + att) + 2.0 * lin + 2.5 * att;
+  *embed_s = 3.0 * 2.0 * BT * d.C / (p->elementwise_gbs * 1e9);
+  *head_s = 3.0 * gemm_s(p, BT, d.Vl, d.C, 1) + 3.0 * 2.0 * BT * d.Vl / (p->elementwise_gbs * 1e9);
+}
+
+double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
+                                const mt_model_shape *sh, double act_bytes_lb, int l_first,
+                                int l_mid, int l_last) {
+  /* the exact price runs the same matmuls and attention at the same shapes
+   * (plus MoE experts, elementwise work, communication, dp and AdamW), so
+   * this never exceeds it: a stage runs its micro-batches' forwards and
+   * backwards one after another (the last stage with the LM head), and
+   * the last stage cannot start before the first micro-batch's forward has
+   * passed the pp - 1 stages before it (the pipeline's fill) */
+  dense_shape d = shape_of(cfg, sh, cfg->micro_batch);
+  double lin, att;
+  dense_layer(p, &d, 0.0, &lin, &att); /* 0: no memory traffic, a bound for any dtype */
+  if (sh->moe_experts > 0) /* the attention's matmuls only: experts vary with routing */
+    lin = gemm_s(p, d.B * d.T, 3 * d.Cl, d.C, 1) + gemm_s(p, d.B * d.T, d.C, d.Cl, 1);
+  const double refwd = cfg->recompute ? 1.0 : 0.0;
+  const int accum = cfg->global_batch / (cfg->dp * cfg->micro_batch), pp = cfg->pp;
+  /* elementwise: at least the activation buffers every block keeps (see
+   * mt_cost_mem_lower_bound), moved 2 + 3 times (and 2 more recomputed) */
+  const double s = cfg->sp ? cfg->tp : 1.0;
+  const double kept = d.B * d.T * (sh->moe_experts > 0 ? 4.0 * d.C / s + 4.0 * d.C / cfg->tp
+                                                        : 6.0 * d.C / s + 12.0 * d.C / cfg->tp);
+  const double elem = act_bytes_lb * kept / (p->elementwise_gbs * 1e9);
+  const double fb = (1.0 + refwd) * (lin + att + 2.0 * elem) + 2.0 * lin + 2.5 * att + 3.0 * elem;
+  const double f = lin + att + 2.0 * elem;
+  const double head = 3.0 * gemm_s(p, d.B * d.T, d.Vl, d.C, 1);
+  if (pp == 1) return accum * (l_mid * fb + head);
+  double worst = l_first * fb, last = l_last * fb + head;
+  if (last > worst) worst = last;
+  if (pp > 2 && l_mid * fb > worst) worst = l_mid * fb;
+  int l_min = l_first < l_last ? l_first : l_last;
+  if (pp > 2 && l_mid < l_min) l_min = l_mid;
+  return accum * worst + (pp - 1) * f * l_min / cfg->virtual_stages;
+}
+
+/* the state of the matrices of n_l blocks (no biases, norms, embeddings or
+ * buffers): each element's weights, gradient, master and moments as the
+ * ZeRO level shards them */
+static double state_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
+                                const mt_model_shape *sh, int n_l) {
+  const double C = sh->n_embd, tp = cfg->tp, ndp = (double)cfg->dp * cfg->cp;
+  double per_layer = 12.0 * C * C / tp;
+  if (sh->moe_experts > 0) {
+    double F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
+    double experts = (double)sh->moe_experts / cfg->ep * 2.0 * C * F / cfg->etp;
+    double moe = 4.0 * C * C / tp + experts, dense = per_layer;
+    per_layer = moe < dense ? moe : dense; /* which blocks are MoE depends on the stage */
+  }
+  const double n = n_l * per_layer;
+  const double w = dt->weights, g = dt->grads, st = dt->master + 2.0 * dt->moments;
+  switch (cfg->zero) {
+  case 0: return n * (w + g + st);
+  case 1: return n * (w + g + st / ndp);
+  case 2: return n * (w + (g + st) / ndp);
+  default: return n * (w + g + st) / ndp;
+  }
+}
+
+double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
+                               const mt_model_shape *sh, int l_first, int l_most) {
+  /* the largest stage's state, or the first stage's state and the
+   * activation sets it holds: as many micro-batches as stages in flight
+   * (1F1B and ZB-H1; interleaved and GPipe hold more), each with every
+   * layer's kept activations: under recompute the layer's input alone;
+   * without, at least the buffers of model.h's mt_gpt_acts that every
+   * block keeps (the norms', residuals' and projections' C channels a
+   * position, sp cuts them over tp; q, k, v, attention out and the MLP's
+   * 2 x 4C over tp; MoE blocks without their MLP) */
+  const double C = sh->n_embd, tp = cfg->tp, s = cfg->sp ? tp : 1.0;
+  const double tokens = (double)cfg->micro_batch * sh->seq_len / cfg->cp;
+  const int m = cfg->global_batch / (cfg->dp * cfg->micro_batch);
+  const int inflight = cfg->pp == 1 ? 1 : (m < cfg->pp ? m : cfg->pp);
+  double per_layer = cfg->recompute ? C / s
+                     : sh->moe_experts > 0 ? 4.0 * C / s + 4.0 * C / tp
+                                           : 6.0 * C / s + 12.0 * C / tp;
+  double act = inflight * l_first * tokens * per_layer * dt->acts;
+  double a = state_lower_bound(cfg, dt, sh, l_most), b = state_lower_bound(cfg, dt, sh, l_first);
+  return a > b + act ? a : b + act;
+}
+
+/* ------------------------------------------------------------------ */
 /* a step                                                              */
 
+/* the plan's bytes per category (fp32, as the run counts them today) in
+ * the dtypes dt: the weights' copy of the parameters held and the master of
+ * the elements this rank updates; gradients, moments, gathered weights,
+ * activations and comm buffers rescaled */
+static void scale_mem(const mt_plan_rank *pr, const mt_cost_dtypes *dt, double *mem) {
+  const double held = pr->mem[MT_MEM_PARAMS] / 4.0, updated = pr->mem[MT_MEM_OPTIM] / 8.0;
+  for (int c = 0; c < MT_MEM_NCAT; c++) mem[c] = pr->mem[c];
+  mem[MT_MEM_PARAMS] = held * dt->weights + updated * dt->master;
+  mem[MT_MEM_GRADS] = pr->mem[MT_MEM_GRADS] * dt->grads / 4.0;
+  mem[MT_MEM_OPTIM] = pr->mem[MT_MEM_OPTIM] * dt->moments / 4.0;
+  mem[MT_MEM_GATHER] = pr->mem[MT_MEM_GATHER] * dt->weights / 4.0;
+  mem[MT_MEM_ACTIV] = pr->mem[MT_MEM_ACTIV] * dt->acts / 4.0;
+  mem[MT_MEM_COMM] = pr->mem[MT_MEM_COMM] * dt->msg / 4.0;
+}
+
+/* A stage's chunks, as a key: stages with the same chunks (layer counts,
+ * MoE blocks, embedding, head) cost the same and hold the same state; the
+ * first of them holds the most activation sets (every schedule's in-flight
+ * count falls along the pipeline), so it stands for the others. */
+static void stage_key(const mt_config *cfg, const mt_layout *lay, int st, int *key) {
+  const int pp = cfg->pp, v = cfg->virtual_stages;
+  for (int k = 0; k < v; k++) {
+    int vs = st + k * pp, a, b;
+    mt_layout_stage_layers(cfg, lay, vs, &a, &b);
+    key[2 * k] = (b - a) * 4 + (vs == 0) * 2 + (vs == pp * v - 1);
+    key[2 * k + 1] = mt_model_moe_before(&lay->shape, b) - mt_model_moe_before(&lay->shape, a);
+  }
+}
+
 int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *out, mt_err *e) {
+  return mt_cost_estimate_dt(cfg, p, NULL, out, e);
+}
+
+int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt_cost_dtypes *dt_in,
+                        mt_cost *out, mt_err *e) {
   memset(out, 0, sizeof *out);
+  mt_cost_dtypes dt;
+  if (dt_in) dt = *dt_in;
+  else mt_cost_dtypes_default(p, &dt);
   mt_layout lay;
   if (mt_layout_validate(cfg, 0, &lay, e) != 0) {
     mt_layout_free(&lay);
     return -1;
   }
   const int pp = cfg->pp, v = cfg->virtual_stages, accum = lay.accum, B = cfg->micro_batch;
-  const int dpn = p->devices_per_node, world = lay.world;
+  const int dpn = p->devices_per_node, world = lay.world, ndp = cfg->dp * cfg->cp;
   /* groups inside a node? (rank order tp, cp, dp, pp) */
   const int dp_inside = cfg->tp * cfg->cp * cfg->dp <= dpn, pp_inside = world <= dpn;
   /* per pp stage: the plan of its first rank and its chunks' costs; the
-   * slowest chunk sets the per-op times of the schedule's simulation */
+   * slowest stage's mean chunk sets the per-op times of the schedule's
+   * simulation (a stage runs each of its chunks once per micro-batch: with
+   * interleaving, pricing every chunk as the slowest one, the LM head's,
+   * overstated a 1.3B's pp 4 x 2 step by 17% against the emulation) */
   chunk_cost worst = {0, 0, 0, 0, 0, 0};
-  int rc = 0, n_buckets = 1;
+  int rc = 0, n_buckets = 1, stage_buckets[64] = {0};
+  double reduce_b = 0.0, gather_b = 0.0; /* dp bytes per step of the stage that sends most */
+  int *keys = mt_calloc((size_t)pp * 2 * v, sizeof(int));
   for (int st = 0; st < pp && rc == 0; st++) {
+    stage_key(cfg, &lay, st, keys + (size_t)st * 2 * v);
+    int seen = -1; /* an earlier stage of the same kind: its figures are this one's */
+    for (int o = 0; o < st && seen < 0; o++)
+      if (!memcmp(keys + (size_t)o * 2 * v, keys + (size_t)st * 2 * v, 2 * v * sizeof(int)))
+        seen = o;
+    if (seen >= 0) {
+      if (st < 64) {
+        out->stage_dp_s[st] = out->stage_dp_s[seen];
+        stage_buckets[st] = stage_buckets[seen];
+      }
+      continue;
+    }
     mt_plan_rank pr;
     mt_plan_world w;
     if (mt_plan_rank_world(cfg, &lay, st, 0, 0, 0, &pr, &w, e) != 0) {
       rc = -1;
       break;
     }
-    double mem = mt_plan_rank_total(&pr);
-    if (mem > out->mem_bytes) out->mem_bytes = mem;
-    for (int c = 0; c < MT_MEM_NCAT; c++)
-      if (pr.mem[c] > out->mem[c]) out->mem[c] = pr.mem[c];
+    double mem[MT_MEM_NCAT], total = 0.0;
+    scale_mem(&pr, &dt, mem);
+    for (int c = 0; c < MT_MEM_NCAT; c++) {
+      total += mem[c];
+      if (mem[c] > out->mem[c]) out->mem[c] = mem[c];
+    }
+    if (total > out->mem_bytes) out->mem_bytes = total;
     if (pr.dp_bytes > out->dp_bytes) out->dp_bytes = pr.dp_bytes;
     if (pr.tp_bytes > out->tp_bytes) out->tp_bytes = pr.tp_bytes;
     if (pr.pp_bytes > out->pp_bytes) out->pp_bytes = pr.pp_bytes;
+    chunk_cost mean = {0, 0, 0, 0, 0, 0};
     for (int vs = st; vs < pp * v; vs += pp) {
       int a, b;
       mt_layout_stage_layers(cfg, &lay, vs, &a, &b);
       double cb[4]; /* the chunk's bytes per micro-batch */
       for (int k = 0; k < 4; k++) cb[k] = w.step.exec.chunk_bytes[vs / pp][k] / accum;
-      chunk_cost c = chunk(p, cfg, &w.step.model, a, b, vs == 0, vs == pp * v - 1, B, cb);
+      chunk_cost c = chunk(p, cfg, &dt, &w.step.model, a, b, vs == 0, vs == pp * v - 1, B, cb);
       /* the collectives of cp and ep ride on the ops like tp's */
       c.tp += c.cp + c.ep;
-      if (c.fwd + c.bwd + c.tp > worst.fwd + worst.bwd + worst.tp) worst = c;
+      mean.fwd += c.fwd / v;
+      mean.bwd += c.bwd / v;
+      mean.bwd_input += c.bwd_input / v;
+      mean.tp += c.tp / v;
+      mean.cp += c.cp / v;
+      mean.ep += c.ep / v;
     }
-    /* dp: this stage's gradient and parameter bytes over its link, a latency
-     * per bucket collective (per micro-batch under ZeRO-2/3) */
-    double dp_s = pr.dp_state_bytes / link_bw(p, dp_inside) +
-                  2.0 * pr.n_buckets * link_lat(p, dp_inside) * (cfg->zero >= 2 ? accum : 1);
-    if (cfg->dp * cfg->cp == 1) dp_s = 0.0;
-    dp_s += pr.edp_bytes / link_bw(p, dp_inside); /* the experts' gradients over edp */
-    if (dp_s >= out->dp_total_s) {
-      out->dp_total_s = dp_s;
+    if (mean.fwd + mean.bwd + mean.tp > worst.fwd + worst.bwd + worst.tp) worst = mean;
+    /* dp: the stage's gradient and parameter bytes per step, split as the
+     * ZeRO level sends them (a reduce-scatter and an all-gather of a tensor
+     * count the same bytes): ZeRO-0 reduces everything; ZeRO-1 a
+     * reduce-scatter and a gather per step; ZeRO-2 a reduce-scatter per
+     * micro-batch and a gather per step; ZeRO-3 per micro-batch a gather
+     * for forward, one for backward and a reduce-scatter */
+    double sb = ndp > 1 ? pr.dp_state_bytes : 0.0, r, g;
+    switch (cfg->zero) {
+    case 0: r = sb, g = 0.0; break;
+    case 1: r = g = 0.5 * sb; break;
+    case 2: r = sb * accum / (accum + 1.0), g = sb / (accum + 1.0); break;
+    default: r = sb / 3.0, g = 2.0 * sb / 3.0;
+    }
+    r = r * dt.grad_reduce / 4.0 + pr.edp_bytes * dt.grad_reduce / 4.0;
+    g = g * dt.weights / 4.0;
+    if (r + g >= reduce_b + gather_b) {
+      reduce_b = r, gather_b = g;
       n_buckets = pr.n_buckets > 0 ? pr.n_buckets : 1;
     }
-    /* AdamW on the elements this rank updates: read parameter, gradient and
-     * both moments, write three, fp32 */
-    double updated = cfg->zero == 3 ? pr.params_numel
-                                    : pr.params_numel / (cfg->zero >= 1 ? cfg->dp : 1);
-    double optim = 7.0 * 4.0 * updated / (p->elementwise_gbs * 1e9);
+    /* this stage's dp bytes over its link (latencies added for the step) */
+    if (st < 64) {
+      out->stage_dp_s[st] = (r + g) / link_bw(p, dp_inside);
+      stage_buckets[st] = pr.n_buckets > 0 ? pr.n_buckets : 1;
+    }
+    /* AdamW on the elements this rank updates: the gradient read, both
+     * moments and the master read and written, the weights' copy written */
+    double updated = pr.mem[MT_MEM_OPTIM] / 8.0;
+    double bytes = dt.grads + 4.0 * dt.moments +
+                   (dt.master > 0 ? 2.0 * dt.master + dt.weights : 2.0 * dt.weights);
+    double optim = updated * bytes / (p->elementwise_gbs * 1e9);
     if (optim > out->optim_s) out->optim_s = optim;
     mt_plan_world_destroy(&w);
   }
+  free(keys);
   if (rc == 0) {
     /* the pipeline: the simulator with the slowest chunk's per-op costs, the
-     * point-to-point messages riding on each op */
-    double msg = p->act_bytes * (double)B * lay.shape.seq_len * lay.shape.n_embd /
+     * point-to-point messages and the per-op stage overhead riding on each
+     * op */
+    double msg = dt.msg * (double)B * (lay.shape.seq_len / cfg->cp) * lay.shape.n_embd /
                  (cfg->sp ? cfg->tp : 1);
     double p2p = pp > 1 ? msg / link_bw(p, pp_inside) + link_lat(p, pp_inside) : 0.0;
-    double tf = worst.fwd + 0.5 * worst.tp + p2p, tb = worst.bwd + 0.5 * worst.tp + p2p;
-    double tbi = worst.bwd_input + 0.5 * worst.tp + p2p, tbw = worst.bwd - worst.bwd_input;
+    double so = pp > 1 ? p->stage_us * 1e-6 : 0.0;
+    double tf = worst.fwd + 0.5 * worst.tp + p2p + so, tb = worst.bwd + 0.5 * worst.tp + p2p + so;
+    double tbi = worst.bwd_input + 0.5 * worst.tp + p2p + so, tbw = worst.bwd - worst.bwd_input;
     mt_pp_schedule s;
     mt_pp_schedule_build(&s, lay.sched, pp, accum, v);
     mt_pp_sim sim;
@@ -359,17 +711,54 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
     out->cp_s = accum * v * worst.cp;
     out->ep_s = accum * v * worst.ep;
     out->tp_s = accum * v * worst.tp - out->cp_s - out->ep_s;
-    out->pp_p2p_s = accum * v * 2.0 * p2p;
+    out->pp_p2p_s = accum * v * 2.0 * (p2p + so);
     out->pp_bubble_s = sim.makespan - out->compute_s - out->tp_s - out->cp_s - out->ep_s -
                        out->pp_p2p_s;
     if (out->pp_bubble_s < 0) out->pp_bubble_s = 0.0;
-    /* dp hides behind backward where the schedule overlaps it (one stage: the
-     * last micro-batch's backward, every micro-batch's under ZeRO-2/3; with
-     * pipeline stages it runs after the schedule), never the last bucket */
-    double hide = pp == 1 ? p->overlap * (cfg->zero >= 2 ? accum : 1) * v * worst.bwd : 0.0;
-    double last_bucket = out->dp_total_s / n_buckets;
-    out->dp_exposed_s = out->dp_total_s - hide;
-    if (out->dp_exposed_s < last_bucket) out->dp_exposed_s = last_bucket;
+    /* dp: what the compute beside it does not hide (the profile's overlap
+     * share of that compute), never less than one bucket or unit's worth.
+     * One stage: ZeRO-0/1 reduce behind the last micro-batch's backward,
+     * ZeRO-2 behind every backward, ZeRO-3's prefetched gathers behind every
+     * forward and backward; the gathers after the optimizer step (ZeRO-1, 2)
+     * are exposed. With pipeline stages the reduction follows the schedule. */
+    const double bw = link_bw(p, dp_inside), lat = link_lat(p, dp_inside), ov = p->overlap;
+    const double f_mb = v * worst.fwd, b_mb = v * worst.bwd;
+    double t_r = reduce_b / bw, t_g = gather_b / bw, exposed;
+    double calls = 2.0 * n_buckets * (cfg->zero >= 2 ? accum : 1);
+    out->dp_total_s = t_r + t_g + (ndp > 1 ? calls * lat : 0.0);
+#define EXPOSED(t, hide) ((t) - (hide) > (t) / n_buckets ? (t) - (hide) : (t) / n_buckets)
+    if (ndp <= 1 && t_r == 0.0) exposed = 0.0;
+    else if (pp > 1) {
+      /* dp hides behind backward where the schedule overlaps it: a stage's
+       * reductions start during its last backward of each chunk (under
+       * ZeRO-2/3 during every micro-batch's) and go on through the
+       * cool-down of the stages below it, until the schedule ends; never
+       * the last bucket. Without overlap (parallel.overlap_dp = false, ZeRO
+       * 0-1) they all run after the schedule. The step waits for the
+       * slowest stage. */
+      const int overlaps = cfg->zero >= 2 || cfg->overlap_dp;
+      double hide = overlaps ? ov * (cfg->zero >= 2 ? accum : 1) * b_mb : 0.0;
+      exposed = 0.0;
+      for (int st = 0; st < pp && st < 64; st++) {
+        double cool = overlaps ? sim.makespan - sim.rank_grads_end[st] : 0.0;
+        double last_bucket = out->stage_dp_s[st] / stage_buckets[st];
+        double x = out->stage_dp_s[st] - hide - cool;
+        if (x < last_bucket) x = last_bucket;
+        out->stage_dp_exposed_s[st] = x;
+        if (x > exposed) exposed = x;
+      }
+      if (pp > 64) { /* beyond the per-stage figures: the largest stage's, no cool-down */
+        double x = EXPOSED(t_r + t_g, hide);
+        if (x > exposed) exposed = x;
+      }
+    }
+    else if (cfg->zero <= 1) exposed = EXPOSED(t_r, ov * b_mb) + t_g;
+    else if (cfg->zero == 2) exposed = accum * EXPOSED(t_r / accum, ov * b_mb) + t_g;
+    else
+      exposed = accum * (EXPOSED(0.5 * t_g / accum, ov * f_mb) +
+                         EXPOSED((0.5 * t_g + t_r) / accum, ov * b_mb));
+#undef EXPOSED
+    out->dp_exposed_s = exposed + (ndp > 1 ? calls * lat : 0.0);
     out->step_s = sim.makespan + out->dp_exposed_s + out->optim_s;
     double tokens = (double)cfg->global_batch * lay.shape.seq_len;
     out->tokens_per_s = tokens / out->step_s;
@@ -381,7 +770,8 @@ int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *ou
              : mt_train_flops_per_token(sh->n_layer, sh->n_embd, sh->seq_len, sh->vocab)) *
         tokens;
     out->mfu = out->model_flops / (out->step_s * world * p->peak_gflops * 1e9);
-    out->fits = out->mem_bytes <= p->mem_bytes;
+    out->headroom = mt_cost_headroom(cfg, p);
+    out->fits = out->mem_bytes + out->headroom <= p->mem_bytes;
     out->world = world;
   }
   mt_layout_free(&lay);

@@ -17,6 +17,11 @@ static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_
   while (*p) {
     char *end;
     long x = strtol(p, &end, 10);
+    if (end != p && x == 0 && n < pp) {
+      mt_err_set(e, "parallel.pp_split = '%s': stage %d has no layers (give every stage at "
+                    "least one, or lower parallel.pp)", text, n);
+      return -1;
+    }
     if (end == p || x < 1 || n == pp) {
       mt_err_set(e, "parallel.pp_split = '%s': expected %d comma-separated layer counts >= 1 "
                     "(one per stage)", text, pp);
@@ -39,6 +44,51 @@ static int parse_pp_split(const char *text, int pp, int n_layer, int *split, mt_
                n_layer);
     return -1;
   }
+  return 0;
+}
+
+/* parallel.pp_first_layers / pp_last_layers -> layers per stage: the first
+ * and last stages as given (0: not given), the other stages an equal share
+ * of the rest (Megatron's --decoder-first/last-pipeline-num-layers); 0, or
+ * -1 with e naming the keys to change */
+static int first_last_split(const mt_config *cfg, int n_layer, int *split, mt_err *e) {
+  const int pp = cfg->pp, F = cfg->pp_first_layers, L = cfg->pp_last_layers;
+  if (pp < 2) {
+    mt_err_set(e, "parallel.pp_first_layers / pp_last_layers need parallel.pp >= 2 (got %d)", pp);
+    return -1;
+  }
+  int rest = n_layer - F - L, others = pp - (F > 0) - (L > 0);
+  if (rest < 0 || (others == 0 && rest != 0)) {
+    mt_err_set(e, "parallel.pp_first_layers = %d + parallel.pp_last_layers = %d %s model.n_layer "
+                  "= %d over parallel.pp = %d stages (change them so the stages hold every "
+                  "layer)", F, L, rest < 0 ? "exceed" : "leave layers of", n_layer, pp);
+    return -1;
+  }
+  if (others > 0 && (rest < others || rest % others != 0)) {
+    mt_err_set(e, "parallel.pp_first_layers = %d, parallel.pp_last_layers = %d leave %d of "
+                  "model.n_layer = %d layers for the other %d stages: %s (change the two keys, "
+                  "or give every stage in parallel.pp_split)", F, L, rest, n_layer, others,
+               rest < others ? "a stage would be empty" : "they do not share them equally");
+    return -1;
+  }
+  for (int s = 0; s < pp; s++) split[s] = others ? rest / others : 0;
+  if (F > 0) split[0] = F;
+  if (L > 0) split[pp - 1] = L;
+  return 0;
+}
+
+/* An explicit split (pp_split or first/last) under interleaving: every
+ * stage's layers must cut into virtual_stages equal chunks. */
+static int check_split_chunks(const mt_config *cfg, const int *split, mt_err *e) {
+  const int v = cfg->virtual_stages;
+  for (int s = 0; s < cfg->pp; s++)
+    if (split[s] % v != 0) {
+      mt_err_set(e, "parallel.virtual_stages = %d does not divide the %d layers of pipeline "
+                    "stage %d (set by parallel.%s): give each stage a multiple of %d layers",
+                 v, split[s], s, cfg->pp_split[0] ? "pp_split" : "pp_first_layers/pp_last_layers",
+                 v);
+      return -1;
+    }
   return 0;
 }
 
@@ -67,11 +117,6 @@ static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e)
   else if (cfg->ckpt_async && strcmp(cfg->ckpt_mode, "per-writer") != 0)
     mt_err_set(e, "ckpt.async = true needs ckpt.mode = per-writer (each rank writes its own "
                   "file in the background; ckpt.mode is %s)", cfg->ckpt_mode);
-  else if (cfg->zero >= 2 && cfg->pp > 1)
-    mt_err_set(e, "parallel.zero = %d needs parallel.pp = 1: ZeRO-%d reduces each "
-                  "micro-batch's gradients as its backward ends, and pipeline stages interleave "
-                  "micro-batches (use parallel.zero = 1 with pipeline parallelism)",
-               cfg->zero, cfg->zero);
   else if (cfg->moe_experts > 0 && (cfg->tp * cfg->cp * cfg->dp) % (cfg->etp * cfg->ep) != 0)
     mt_err_set(e, "parallel.etp x parallel.ep = %d x %d does not divide the %d ranks of a "
                   "pipeline stage (tp x cp x dp = %d x %d x %d)",
@@ -129,7 +174,8 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   /* pipeline: micro-batches, stage split, schedule */
   int m = lay->accum, kind = mt_pp_sched_parse(cfg->pp_schedule);
   if (kind < 0) {
-    mt_err_set(e, "parallel.schedule = '%s': unknown (gpipe|1f1b|interleaved|zb-h1)",
+    mt_err_set(e,
+               "parallel.schedule = '%s': unknown (gpipe|1f1b|interleaved|zb-h1|breadth-first|zb-v)",
                cfg->pp_schedule);
     return -1;
   }
@@ -143,14 +189,21 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   else if (cfg->pp > MT_PP_MAX_CHUNKS || cfg->virtual_stages > MT_PP_MAX_CHUNKS)
     mt_err_set(e, "parallel.pp = %d, parallel.virtual_stages = %d: at most %d each", cfg->pp,
                cfg->virtual_stages, MT_PP_MAX_CHUNKS);
-  else if (cfg->pp_split[0] && cfg->virtual_stages > 1)
-    mt_err_set(e, "parallel.pp_split needs parallel.virtual_stages = 1");
+  else if (cfg->pp_split[0] && (cfg->pp_first_layers || cfg->pp_last_layers))
+    mt_err_set(e, "parallel.pp_split and parallel.pp_first_layers / pp_last_layers both set: "
+                  "give one of them");
   else if (cfg->pp_split[0]) {
-    if (parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) == 0)
+    if (parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) == 0 &&
+        check_split_chunks(cfg, lay->split, e) == 0)
+      lay->has_split = 1;
+  } else if (cfg->pp_first_layers || cfg->pp_last_layers) {
+    if (first_last_split(cfg, s->n_layer, lay->split, e) == 0 &&
+        check_split_chunks(cfg, lay->split, e) == 0)
       lay->has_split = 1;
   } else if (s->n_layer % cfg->pp != 0)
     mt_err_set(e, "parallel.pp = %d does not divide model.n_layer = %d (or give "
-                  "parallel.pp_split)", cfg->pp, s->n_layer);
+                  "parallel.pp_split, or parallel.pp_first_layers / pp_last_layers)", cfg->pp,
+               s->n_layer);
   else if ((s->n_layer / cfg->pp) % cfg->virtual_stages != 0)
     mt_err_set(e, "parallel.virtual_stages = %d does not divide the %d layers per stage "
                   "(model.n_layer = %d over parallel.pp = %d)",
@@ -166,6 +219,14 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   mt_pp_schedule_free(&sched);
   if (bad) {
     mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", cfg->pp_schedule, why.msg);
+    return -1;
+  }
+  /* ZB-V is data (its op lists, the validator, --print-schedule); the
+   * executor, the stage map and the checkpoints place virtual stages in a
+   * loop only, so a run or a plan of it is refused */
+  if (kind == MT_SCHED_ZBV && cfg->pp > 1 && !cfg->print_schedule) {
+    mt_err_set(e, "parallel.schedule = zb-v: training and planning do not place virtual stages "
+                  "in a V yet (meshtrain --print-schedule shows its op lists)");
     return -1;
   }
   /* one stage runs its micro-batches one after the other (1F1B of one stage) */
@@ -200,6 +261,39 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     mt_err_set(e, "output.save_params = true needs parallel.zero = 0 under train.precision = "
                   "bf16 (from ZeRO-1 on a rank holds only its shard of the fp32 master)");
     return -1;
+  }
+  /* the virtual device: a profile that prices (its [cost] section), and
+   * no checkpoint (a virtual run holds no values) */
+  if (strcmp(cfg->device, "virtual") == 0) {
+    /* the emulation prices activations by the profile's act_bytes and
+     * computes no values, so bf16 storage would change nothing it measures */
+    if (prec == MT_PRECISION_BF16) {
+      mt_err_set(e, "train.precision = bf16: train.device = virtual emulates fp32 storage only "
+                    "(its profile's act_bytes prices the activations); set train.precision = "
+                    "fp32");
+      return -1;
+    }
+    mt_cost_profile vp;
+    mt_err vwhy = {0};
+    if (!cfg->virtual_hw[0]) {
+      mt_err_set(e, "train.device = virtual needs train.virtual_hw = PROFILE (a hardware "
+                    "profile with a [cost] section, e.g. h200)");
+      return -1;
+    }
+    if (mt_cost_profile_load(&vp, cfg->virtual_hw, &vwhy) != 0) {
+      mt_err_set(e, "train.virtual_hw = %s: %s", cfg->virtual_hw, vwhy.msg);
+      return -1;
+    }
+    if (strcmp(cfg->ckpt_mode, "none") != 0) {
+      mt_err_set(e, "train.device = virtual computes no values to checkpoint: set ckpt.mode = "
+                    "none (it is %s)", cfg->ckpt_mode);
+      return -1;
+    }
+    if (cfg->resume[0] || cfg->init_from[0]) {
+      mt_err_set(e, "train.device = virtual cannot load a checkpoint (train.resume and "
+                    "train.init_from must be empty)");
+      return -1;
+    }
   }
   mt_hw_profile hw;
   if (mt_hw_profile_load(&hw, cfg->hw_profile, e) != 0) return -1;
@@ -241,7 +335,8 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,
       .virtual_stages = cfg->virtual_stages, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs,
-      .dtypes = lay->dtypes};
+      .dtypes = lay->dtypes,
+      .overlap_dp = cfg->overlap_dp};
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
     o->par.stage_of_layer = lay->stage_of_layer;
     o->par.pp_rank = mesh->pp_rank;

@@ -47,6 +47,7 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   memset(w, 0, sizeof *w);
   if (count_mesh(&w->mesh, cfg, lay, world_rank, e) != 0) return -1;
   mt_mem_account *prev = mt_mem_account_use(&w->acct);
+  int traced = mt_trace_set(0); /* (a run's timeline holds its own steps only) */
   mt_ops_null_reset();
   int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
   mt_step_opts o;
@@ -68,6 +69,7 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
     mt_step_update(&w->step, (float)cfg->lr, (float)cfg->grad_clip, &loss);
   }
   mt_mem_account_use(prev);
+  mt_trace_set(traced);
   if (rc != 0) mt_plan_world_destroy(w);
   return rc;
 }
@@ -87,6 +89,14 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
   out->etp_rank = m->etp_rank;
   out->edp_rank = m->edp_rank;
   for (int c = 0; c < MT_MEM_NCAT; c++) out->mem[c] = (double)w->acct.peak[c];
+  /* NCCL's buffers: the communicators a run on GPUs makes, one GPU per rank
+   * (comm's estimate; a train.device = cuda run reserves the same) */
+  if (!strcmp(cfg->device, "cuda")) {
+    unsigned nccl_groups, nccl_p2p;
+    mt_comm_nccl_needs(cfg, &nccl_groups, &nccl_p2p);
+    mt_mesh_dims dims = mt_mesh_dims_of(m);
+    out->mem[MT_MEM_COMM] += mt_comm_nccl_bytes(&dims, out->world_rank, nccl_groups, nccl_p2p);
+  }
   out->comm_exact = cfg->pp == 1;
   out->dp_bytes = m->dpcp_g.bytes;
   out->tp_bytes = m->tp_g.bytes;

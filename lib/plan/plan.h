@@ -141,7 +141,7 @@ int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e);
 /* ------------------------------------------------------------------ */
 /* the cost model: a layout's step time on a machine (cost.c, meshplan) */
 
-#define MT_COST_MAX_GEMM 32
+#define MT_COST_MAX_GEMM MT_PRICE_MAX_GEMM
 
 /* A hardware profile's [cost] section (inputs/hw/<name>.ini), per device
  * (= rank): what the cost model needs to price a layout. */
@@ -157,9 +157,26 @@ typedef struct {
   double elementwise_gbs;    /* memory bandwidth for elementwise work, GB/s */
   double intra_gbs, intra_us; /* collective bus bandwidth per rank and latency inside a node */
   double inter_gbs, inter_us; /* ... across nodes */
-  double overlap;            /* share of a backward that dp communication may hide behind */
+  double overlap;            /* share of the compute a collective issued beside it may hide
+                                behind (dp buckets in backward, ZeRO-3's prefetched gathers) */
   double act_bytes;          /* bytes of an activation element (act_bytes, optional: 4 fp32,
-                                2 bf16/fp16) */
+                                2 bf16: the runs priced on this profile train in bf16) */
+  /* block attention (optional keys): attn_block = BR:BC, query rows and keys of one
+   * tile (default 64:256, the CPU backend's blocks); attn_gflops, the fused kernel's
+   * FLOP/s on whole tiles (0, the default: each tile's two products priced on the
+   * matmul curve at their size, as the CPU backend calls them) */
+  int attn_br, attn_bc;
+  double attn_gflops;
+  /* the attention kernel priced: 0 block attention (what meshtrain's
+   * backends run), 1 materialized (another stack's batched QK^T and PV
+   * GEMMs over the whole T x T square, a fused scale-mask-softmax and
+   * attention dropout through memory: Megatron-LM before FlashAttention);
+   * key attention = block | materialized, meshplan --attention */
+  int attn_materialized;
+  /* stage_us (optional, default 0): seconds x 1e6 each pipeline op (one micro-batch's
+   * forward or backward of a chunk) costs beyond its compute: the p2p hand-over's
+   * synchronisation and the launches of a short op sequence */
+  double stage_us;
 } mt_cost_profile;
 
 /* Loads the [cost] section; a missing or bad key is one line naming it. */
@@ -167,27 +184,81 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
 /* A profile file (an [hw] and a [cost] section) that loads back to p. */
 void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f);
 double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops);
+/* The profile's prices as core's mt_price (what the virtual device and
+ * the cost model price with). */
+void mt_cost_price(const mt_cost_profile *p, mt_price *out);
+
+/* Bytes per element of each category of state and traffic: the run's
+ * dtypes. The plan counts what the run allocates and sends today (fp32); the
+ * cost model rescales its categories by these. Defaults
+ * (mt_cost_dtypes_default): fp32 everywhere (weights = master), or, on a
+ * profile with act_bytes = 2, mixed bf16 as Megatron-LM trains: bf16
+ * weights copy, activations and tp/sp/cp/pp/ep messages, fp32 master
+ * weights, gradients, moments and gradient reductions. When the run trains
+ * in bf16 (train.precision) the defaults follow the configuration. */
+typedef struct {
+  double weights;     /* the compute copy of the parameters (ZeRO-3 gathers it) */
+  double master;      /* separate master weights, sharded like the moments (0: none) */
+  double grads;       /* gradient accumulation buffers */
+  double moments;     /* each of AdamW's two moments */
+  double acts;        /* activations kept for backward and their gradients */
+  double grad_reduce; /* gradient reductions over dp x cp (and edp) */
+  double msg;         /* tp, sp, cp, pp and ep messages */
+} mt_cost_dtypes;
+void mt_cost_dtypes_default(const mt_cost_profile *p, mt_cost_dtypes *d);
+/* "category=bytes" (weights, master, grads, moments, acts, grad_reduce, msg;
+ * bytes 0, 1, 2 or 4; master also 0): 0, or -1 with one line in e */
+int mt_cost_dtypes_set(mt_cost_dtypes *d, const char *assignment, mt_err *e);
+void mt_cost_dtypes_text(const mt_cost_dtypes *d, char *buf, size_t len);
+/* Bytes per device the planner keeps free (plan.headroom; -1: 3 GiB, or a
+ * tenth of the profile's memory when that is less). */
+double mt_cost_headroom(const mt_config *cfg, const mt_cost_profile *p);
 
 typedef struct {
   int world, fits;
   double step_s;             /* predicted step time, and its parts: */
-  double compute_s;          /*   matmuls and elementwise work of every micro-batch */
+  double compute_s;          /*   matmuls, block attention and elementwise work */
   double tp_s;               /*   tensor-parallel collectives */
   double cp_s, ep_s;         /*   context-parallel exchanges beyond what attention hides; MoE
                                   all-to-alls (balanced routing) */
   double pp_bubble_s;        /*   the schedule's idle time */
-  double pp_p2p_s;           /*   pipeline messages */
-  double dp_total_s, dp_exposed_s; /* dp collectives, and what backward does not hide */
+  double pp_p2p_s;           /*   pipeline messages and the per-op stage overhead */
+  double dp_total_s, dp_exposed_s; /* dp collectives, and what compute does not hide */
+  /* per pipeline stage (first 64): its dp bytes over the link, and the part
+   * beyond its last backward and the cool-down after it (pp > 1; the
+   * step's dp_exposed_s is the largest, plus the calls' latencies) */
+  double stage_dp_s[64], stage_dp_exposed_s[64];
   double optim_s;            /*   AdamW */
   double tokens_per_s, mfu, model_flops;
-  /* the plan's figures, the largest rank's of any stage */
+  /* the plan's figures in the run's dtypes, the largest rank's of any stage */
   double mem_bytes, mem[MT_MEM_NCAT];
+  double headroom;           /* bytes kept free: fits = mem_bytes + headroom <= the device */
   double dp_bytes, tp_bytes, pp_bytes;
 } mt_cost;
 
-/* The predicted step of cfg's layout on profile p. Returns 0, or -1 with e
- * set (the configuration's validation errors). */
+/* The predicted step of cfg's layout on profile p, in dtypes dt (NULL: the
+ * defaults). Returns 0, or -1 with e set (the configuration's validation
+ * errors). */
 int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *out, mt_err *e);
+int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt_cost_dtypes *dt,
+                        mt_cost *out, mt_err *e);
+/* Without the plan, from the shape alone: a lower bound of cfg's step time
+ * (the slowest stage's matmuls and attention, every micro-batch, and the
+ * pipeline's fill; l_first, l_mid, l_last: the layers of the first, a
+ * middle and the last stage; act_bytes_lb: at most the activations' bytes
+ * per element) and of its memory per device (the state of
+ * the stage with the most layers, no activations) in dtypes dt. The search
+ * prunes with them. */
+double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
+                                const mt_model_shape *sh, double act_bytes_lb, int l_first,
+                                int l_mid, int l_last);
+double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
+                               const mt_model_shape *sh, int l_first, int l_most);
+/* one layer's forward + backward seconds and the embedding's and the LM
+ * head's (a micro-batch of cfg's layout, compute only): the search balances
+ * the first and last pipeline stages with them */
+void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const mt_model_shape *sh,
+                         double *layer_s, double *embed_s, double *head_s);
 
 /* What a calibration reads: meshbench JSON lines of gemm (at the shapes of
  * the ranks' threads), of a collective (allreduce, 2 or more ranks; rows with
@@ -202,29 +273,66 @@ typedef struct {
 } mt_calibration_input;
 int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err *e);
 
-/* Every layout of base's model and batch on `nodes` nodes of p, priced and
- * sorted (those that fit first, fastest first). */
+/* Every layout of base's model and batch on a number of ranks, priced and
+ * sorted (fastest first). */
 typedef struct {
   int tp, pp, dp, cp, ep, zero, micro_batch, sp, recompute, virtual_stages;
+  int pp_first, pp_last;     /* uneven first/last stages (0: an even split) */
   char schedule[MT_CFG_STR_MAX];
   mt_cost cost;
 } mt_search_row;
 
 typedef struct {
-  mt_search_row *r;
+  mt_search_row *r;          /* the layouts priced that fit, fastest first */
   int n, cap;
-  int tried, valid, fitting;
-  double smallest_mem;       /* bytes per device of the leanest valid layout */
+  int tried;                 /* layouts enumerated */
+  int valid;                 /* of them, the run would accept (checked when priced) */
+  int fitting;               /* priced and fit */
+  int pruned_mem;            /* certain not to fit by the memory lower bound */
+  int pruned_time;           /* slower by the step-time lower bound than the kept rows */
+  double smallest_mem;       /* bytes per device of the leanest layout (lower bound where
+                                none was priced) */
   double seconds;            /* time the search took */
 } mt_search;
 
-/* Returns 0, or -1 with one line in e: no valid layout, or none fits (how
+typedef struct {
+  int world;                 /* ranks (devices) */
+  int keep;                  /* price until this many fitting layouts are certain to be
+                                the fastest (0: price every layout that may fit) */
+  const mt_cost_dtypes *dt;  /* NULL: the profile's defaults */
+} mt_search_opts;
+
+/* The rules (stated in the README): tp a power of two inside a node
+ * dividing the heads; pp dividing the layers evenly, or with the first and
+ * last stages balanced against the embedding and the LM head
+ * (parallel.pp_first_layers / pp_last_layers); cp (ring) only when a rank
+ * would otherwise hold more than plan.cp_min_tokens tokens of a sequence
+ * and keeps at least 1024; ep a power of two dividing the experts; dp the
+ * rest; ZeRO 0-3 (2 and 3 with one stage); micro-batches of powers of two;
+ * the schedules 1F1B, interleaved (2, 4 chunks) and ZB-H1; recompute off
+ * and on; sp with tp. A layout the run would refuse, or whose memory in the
+ * run's dtypes plus plan.headroom exceeds the device, is never ranked.
+ * Returns 0, or -1 with one line in e: no valid layout, or none fits (how
  * much memory the leanest needs and how short the profile is). */
+int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_search_opts *o,
+                  mt_search *s, mt_err *e);
+/* mt_search_run on nodes x devices_per_node ranks, every layout priced */
 int mt_search_layouts(const mt_config *base, const mt_cost_profile *p, int nodes, mt_search *s,
                       mt_err *e);
 void mt_search_free(mt_search *s);
 /* the row as a campaign layout: "tp=..,pp=..,cp=..,dp=..,zero=..,mb=..,..." */
 void mt_search_layout_text(const mt_search_row *r, char *buf, size_t len);
+/* the row's settings applied to cfg (the mesh, ZeRO, micro-batch, schedule,
+ * split, recompute, sp, ep) */
+void mt_search_row_apply(const mt_search_row *r, mt_config *cfg);
+
+/* parallel.layout = auto: the fastest layout of cfg's model and batch on
+ * `world` ranks of the profile plan.hw (else metrics.hw), written into cfg;
+ * best and (if any) second receive the two fastest rows. Pure: every rank
+ * gets the same answer. Returns 0, or -1 with one line in e naming what to
+ * change (no cost profile, no layout that fits). */
+int mt_plan_auto(mt_config *cfg, int world, mt_search_row *best, mt_search_row *second,
+                 int *n_ranked, mt_err *e);
 
 /* ------------------------------------------------------------------ */
 /* JSON pieces the plan and the run's summary share                    */

@@ -2,6 +2,8 @@
  * a world size, the plan, and the pipeline schedule. No MPI. */
 #include "plan/plan.h"
 
+#include <string.h>
+
 #include <cjson/cJSON.h>
 
 int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) {
@@ -62,6 +64,15 @@ cJSON *mt_plan_json_layout(cJSON *parent, const char *key, const mt_config *cfg,
   if (cfg->cp > 1) cJSON_AddStringToObject(lay, "cp_mode", cfg->cp_mode);
   cJSON_AddNumberToObject(lay, "zero", cfg->zero);
   cJSON_AddBoolToObject(lay, "sp", cfg->sp);
+  if (!strcmp(cfg->layout, "auto")) { /* chosen by the planner at start: say what it chose */
+    cJSON_AddStringToObject(lay, "planned", "parallel.layout=auto");
+    cJSON_AddNumberToObject(lay, "micro_batch", cfg->micro_batch);
+    cJSON_AddBoolToObject(lay, "recompute", cfg->recompute);
+    cJSON_AddStringToObject(lay, "schedule", cfg->pp_schedule);
+    cJSON_AddNumberToObject(lay, "virtual_stages", cfg->virtual_stages);
+    cJSON_AddNumberToObject(lay, "pp_first_layers", cfg->pp_first_layers);
+    cJSON_AddNumberToObject(lay, "pp_last_layers", cfg->pp_last_layers);
+  }
   if (cfg->moe_experts > 0) { /* the folded mesh of the MoE blocks */
     cJSON_AddNumberToObject(lay, "ep", cfg->ep);
     cJSON_AddNumberToObject(lay, "etp", cfg->etp);

@@ -107,6 +107,14 @@ int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *s) {
   return r->n++;
 }
 
+void mt_registry_set_axes(mt_registry *r, int i, const char *axes) {
+  if (i >= 0 && i < r->n) snprintf(r->t[i].axes, sizeof r->t[i].axes, "%s", axes ? axes : "");
+}
+
+int mt_tensor_is_positional(const mt_tensor *t) {
+  return strncmp(t->axes, "position", 8) == 0 && (t->axes[8] == ',' || t->axes[8] == '\0');
+}
+
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay) {
   mt_tensor_spec s = {.name = name, .ndim = ndim, .shape = shape, .padded = padded, .tp = tp,
@@ -275,11 +283,11 @@ int mt_registry_unit_of(const mt_registry *r, int layer, mt_grad_group g) {
 
 void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0,
                               int *l1) {
-  if (split && v == 1) {
+  if (split) { /* virtual stage u holds split[u % pp] / v layers */
     int a = 0;
-    for (int s = 0; s < vs; s++) a += split[s];
+    for (int u = 0; u < vs; u++) a += split[u % pp] / v;
     *l0 = a;
-    *l1 = a + split[vs];
+    *l1 = a + split[vs % pp] / v;
     return;
   }
   int n = pp * v, base = n_layer / n, extra = n_layer % n;
@@ -307,6 +315,14 @@ static void bucket_add(mt_registry *r, size_t begin, size_t end, mt_grad_group g
   b->group = g;
 }
 
+int mt_registry_unit_tied(const mt_registry *r, int u) {
+  for (int i = r->units[u].t0; i < r->units[u].t1; i++) {
+    const mt_tensor *t = &r->t[i];
+    if (t->numel_local && t->pp_copy >= 0 && t->pp_copy != t->pp_stage) return 1;
+  }
+  return 0;
+}
+
 int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes) {
   free_buckets(r);
   r->zero = zero;
@@ -318,32 +334,52 @@ int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes) {
   if (zero <= 1) {
     /* from the last tensor backwards, cut at tensor boundaries once a bucket
      * holds max_elems, and where the reduction group changes (held
-     * tensors only: another stage's take no room) */
+     * tensors only: another stage's take no room); under pipeline
+     * parallelism also where a tied unit (mt_registry_unit_tied) begins or
+     * ends, so the reduction of the rest need not wait for the sum across
+     * stages */
     int gi = -1; /* the group of the bucket being filled */
     for (int i = r->n - 1; i >= 0; i--) {
       size_t begin = r->t[i].offset;
       if (r->t[i].numel_local) gi = (int)r->t[i].group;
-      int next_g = -1; /* the group of the next held tensor below i */
+      int next_g = -1, next_i = -1; /* the group of the next held tensor below i */
       for (int j = i - 1; j >= 0 && next_g < 0; j--)
-        if (r->t[j].numel_local) next_g = (int)r->t[j].group;
+        if (r->t[j].numel_local) {
+          next_g = (int)r->t[j].group;
+          next_i = j;
+        }
       int group_ends = next_g >= 0 && next_g != gi;
-      if ((end - begin >= max_elems || i == 0 || group_ends) && end > begin) {
+      int tied_edge = next_i >= 0 && mt_registry_unit_tied(r, r->t[i].unit) !=
+                                         mt_registry_unit_tied(r, r->t[next_i].unit);
+      if ((end - begin >= max_elems || i == 0 || group_ends || tied_edge) && end > begin) {
         bucket_add(r, begin, end, gi < 0 ? MT_GROUP_DP : (mt_grad_group)gi);
         end = begin;
       }
     }
   } else {
     /* whole units: zero 3 one each, zero 2 merged up to max_elems (units of
-     * one reduction group only) */
+     * one reduction group only). Under pipeline parallelism a bucket also
+     * never spans two virtual stages (an empty unit, another stage's, lies
+     * between them: each backward pass then completes whole buckets, and
+     * interleaved chunks never share one), and a unit holding a tied tensor
+     * kept equal across stages is a bucket of its own (its gradients are
+     * summed across stages before dp reduces them, so it waits for the end
+     * of the step and should hold nothing else) */
     int gu = -1; /* the group of the bucket being filled */
     for (int u = r->n_units - 1; u >= 0; u--) {
       size_t begin = r->units[u].begin;
       if (r->units[u].end > begin) gu = (int)r->units[u].group;
-      int next_g = -1;
+      int next_g = -1, next_u = -1;
       for (int v = u - 1; v >= 0 && next_g < 0; v--)
-        if (r->units[v].end > r->units[v].begin) next_g = (int)r->units[v].group;
+        if (r->units[v].end > r->units[v].begin) {
+          next_g = (int)r->units[v].group;
+          next_u = v;
+        }
       int group_ends = next_g >= 0 && next_g != gu;
-      if ((zero == 3 || end - begin >= max_elems || u == 0 || group_ends) && end > begin) {
+      int gap = next_u >= 0 && next_u < u - 1;
+      int tied = next_u >= 0 && (mt_registry_unit_tied(r, u) || mt_registry_unit_tied(r, next_u));
+      if ((zero == 3 || end - begin >= max_elems || u == 0 || group_ends || gap || tied) &&
+          end > begin) {
         bucket_add(r, begin, end, gu < 0 ? MT_GROUP_DP : (mt_grad_group)gu);
         end = begin;
       }

@@ -35,6 +35,7 @@
 #include "core/core.h"
 
 #define MT_NAME_MAX 96
+#define MT_AXES_MAX 48
 #define MT_MAX_DIMS 4
 
 typedef enum {
@@ -104,6 +105,9 @@ typedef struct {
   int tp_partial_grad;          /* replicated over tp, yet each tp rank computes only a partial
                                    gradient (sequence parallelism: from its slice of the
                                    sequence): the tp ranks' gradients are summed before use */
+  char axes[MT_AXES_MAX];       /* "" or comma-separated labels of its axes ("vocab,embd";
+                                   "position,embd": dim 0 indexes sequence positions, so a run
+                                   at a shorter context takes the first rows) */
   /* derived by mt_registry_finalize; local_shape and local_start are the
    * tp/ep shard even where this pipeline stage does not hold the tensor
    * (then numel_local = 0 and offset is where it would start) */
@@ -185,6 +189,12 @@ int mt_registry_add_spec(mt_registry *r, const mt_tensor_spec *spec);
  * registry from a checkpoint's attributes. padded may be NULL. */
 int mt_registry_add(mt_registry *r, const char *name, int ndim, const int64_t *shape,
                     const int64_t *padded, mt_placement tp, int weight_decay);
+/* Label tensor i's axes (see mt_tensor.axes; the model labels those whose
+ * meaning its shape does not tell: vocabulary, positions). */
+void mt_registry_set_axes(mt_registry *r, int i, const char *axes);
+/* Does t's dim 0 index sequence positions (its first axis label is
+ * "position")? */
+int mt_tensor_is_positional(const mt_tensor *t);
 /* Index of the tensor named name, or -1. */
 int mt_registry_find(const mt_registry *r, const char *name);
 /* Index of the tensor whose name is printf(fmt, ...), or -1. */
@@ -207,8 +217,11 @@ size_t mt_tensor_numel_padded(const mt_tensor *t); /* global as stored */
 /* The pipeline placement (the stage map), the same for every registry of
  * a layout: layers [*l0, *l1) of virtual stage vs (0..pp*v-1), balanced:
  * the first n_layer % (pp*v) virtual stages get one more; split (NULL or pp
- * entries summing to n_layer, v = 1 only) gives the layers of each stage
- * explicitly. Virtual stage vs lives on pp rank vs % pp. */
+ * entries summing to n_layer, each a multiple of v) gives the layers of each
+ * stage explicitly: stage s's v chunks get split[s] / v layers each, the
+ * virtual stages in order vs = chunk * pp + stage along the model (as
+ * Megatron's uneven first/last stages with interleaving). Virtual stage vs
+ * lives on pp rank vs % pp. */
 void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0,
                               int *l1);
 /* every block's pp rank, stage_of_layer[n_layer] */
@@ -224,10 +237,16 @@ void mt_registry_stage_map(int n_layer, int pp, int v, const int *split, int *st
  *              (the ZeRO-1 moments; every rank holds the whole bucket of
  *              parameters and gradients);
  *   zero 2:    buckets of whole units, so the gradients of a bucket are
- *              complete when its last unit's backward is done;
+ *              complete when its last unit's backward is done; never two
+ *              virtual stages' units in one, and a tied unit
+ *              (mt_registry_unit_tied) alone;
  *   zero 3:    one bucket per unit: a unit's parameters are gathered whole.
  * Returns 0 (no failure mode besides allocation). */
 int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes);
+/* Does unit u hold (on this stage) a tensor that another stage keeps a
+ * copy of (pp_copy: the tied embeddings under pipeline parallelism)? Its
+ * gradients are summed across the two stages before dp reduces them. */
+int mt_registry_unit_tied(const mt_registry *r, int u);
 /* The bucket holding flat offset off (-1 if none). */
 int mt_registry_bucket_of(const mt_registry *r, size_t off);
 

@@ -1,31 +1,75 @@
 /* The device a run computes on: train.device and train.precision resolved
- * on every rank, one GPU per rank picked by node-local rank, the CUDA
- * backend started, comm told how device buffers travel (NCCL where each
- * rank of a group has its own GPU, host staging elsewhere), the memory
- * check against the GPU, and checkpoint state moved through host
- * snapshots (the checkpoint format never sees where the state lived). */
+ * on every rank (with what the GPU backend cannot serve: a head size its
+ * attention kernels do not take, MT_CUDA_* and MT_COMM_* variables with bad
+ * values), one GPU per rank picked by node-local rank, the CUDA backend
+ * started, comm told how device buffers travel (NCCL for every group and
+ * point-to-point link that carries device traffic where each rank has its
+ * own GPU, by UUID; host staging elsewhere), the memory check against the
+ * GPU, and checkpoint state moved through host snapshots (the checkpoint
+ * format never sees where the state lived). */
 #include "train/train_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static const char *PROG = "meshtrain";
+static size_t g_nccl_reserved; /* NCCL's buffers (mt_comm_nccl_bytes) */
+static int g_nccl_counted;     /* ... counted under MT_MEM_COMM (the plan has them) */
 
-/* MT_COMM_HOST_WAIT=0: device collectives only order compute after them
- * (the group timers then count launches, not transfers) */
+/* MT_COMM_HOST_WAIT=1: device collectives block the host until their data
+ * is there (0, the default: they only order later compute after them, so
+ * compute and communication overlap; the group timers count device time
+ * from event pairs either way). mt_device_env_check has validated it. */
 static int comm_host_wait(void) {
   const char *v = getenv("MT_COMM_HOST_WAIT");
-  return !(v && strcmp(v, "0") == 0);
+  return v && strcmp(v, "1") == 0;
 }
 
-/* "nccl" when every group of this axis goes direct, "staged" when none,
- * "mixed" otherwise (agreed over the world); "-" for an axis of one rank */
-static const char *axis_path(const mt_group *g, int axis_size) {
-  int direct = g->direct != 0, lo = direct, hi = direct;
-  MPI_Allreduce(&direct, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(&direct, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (axis_size < 2) return "-";
-  return lo ? "nccl" : hi ? "mixed" : "staged";
+/* Per group of the mesh's table: whether it has an NCCL communicator on
+ * every rank ("nccl"), on none ("staged"), on some ("mixed"), or carries no
+ * device traffic in this run ("-"), agreed over the world at set-up. */
+static const char *g_comm_of[MT_G_N];
+
+static void agree_communicators(mt_trainer *t, unsigned groups, unsigned p2p) {
+  int n;
+  const mt_group_desc *d = mt_mesh_groups(&n);
+  for (int i = 0; i < n; i++) {
+    mt_group *g = mt_mesh_group(&t->mesh, &d[i]);
+    int peers[8], tags[8];
+    int coll = g && g->size > 1 && (groups & (1u << d[i].id)) != 0;
+    int links = g && g->size > 1 ? mt_comm_p2p_links(g->name, g->size, g->rank, p2p, peers, tags)
+                                 : 0;
+    int used = coll || links > 0;
+    /* direct: its collectives on a communicator, every link on its own */
+    int direct = !coll || g->direct;
+    for (int k = 0; k < links; k++) direct &= mt_group_p2p_direct(g, peers[k], tags[k]);
+    int v[2] = {used ? direct : 1, used ? direct : 0}, any_used = used;
+    MPI_Allreduce(MPI_IN_PLACE, &v[0], 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &v[1], 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &any_used, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    g_comm_of[d[i].id] = !any_used ? "-" : v[0] ? "nccl" : v[1] ? "mixed" : "staged";
+  }
+}
+
+/* Ranks of this node on the same GPU (by its UUID, not its index: with one
+ * visible GPU per rank every rank sees index 0): *sharing = how many, and
+ * *first = the lowest node rank among them (a colour for them). */
+static void same_gpu(mt_trainer *t, const char *uuid, int *sharing, int *first) {
+  enum { ID = 48 };
+  const mt_group *node = &t->mesh.node;
+  char mine[ID];
+  memset(mine, 0, sizeof mine);
+  snprintf(mine, sizeof mine, "%s", uuid);
+  char *all = mt_malloc((size_t)node->size * ID);
+  MT_MPI_CHECK(MPI_Allgather(mine, ID, MPI_CHAR, all, ID, MPI_CHAR, node->comm));
+  *sharing = 0;
+  *first = -1;
+  for (int r = 0; r < node->size; r++)
+    if (!strncmp(all + (size_t)r * ID, mine, ID)) {
+      (*sharing)++;
+      if (*first < 0) *first = r;
+    }
+  free(all);
 }
 
 /* a profile for this GPU when the configured one gives no peak for it */
@@ -54,8 +98,36 @@ static void to_device(void *dst, const void *src, size_t bytes) {
   mt_ops_cuda()->upload(dst, src, bytes);
 }
 
+/* train.device = virtual: the time-warp emulation. Every rank loads the
+ * profile (the same file: every rank fails the same way, exit 2), its
+ * clock starts at 0, every group of the mesh but the node's goes on the
+ * virtual backend, and setup picks the virtual op table. A virtual run
+ * holds no values, so it writes no checkpoint and loads none (validation,
+ * plan/layout.c, refuses the keys that would). */
+static void virtual_setup(mt_trainer *t) {
+  const mt_config *cfg = &t->cfg;
+  mt_err err = {0};
+  /* (the plan's validation accepted the profile and the checkpoint keys) */
+  mt_cost_profile_load(&t->vprof, cfg->virtual_hw, &err);
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  mt_price price;
+  mt_cost_price(&t->vprof, &price);
+  mt_vclock_start(&price);
+  mt_mesh_set_virtual(&t->mesh);
+  t->device = MT_DEVICE_VIRTUAL;
+  t->precision = MT_PRECISION_FP32;
+  t->gpu = -1;
+  mt_info0("meshtrain: device virtual: %d ranks emulated as %s devices (%d per node), ops and "
+           "messages priced by its [cost] section; times are virtual",
+           t->world_size, t->vprof.name, t->vprof.devices_per_node);
+}
+
 void mt_train_device_setup(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
+  if (strcmp(cfg->device, "virtual") == 0) {
+    virtual_setup(t);
+    return;
+  }
   mt_err err = {0};
   char why[256] = "";
   char msg[512];
@@ -66,6 +138,17 @@ void mt_train_device_setup(mt_trainer *t) {
   int kind = mt_device_resolve(cfg->device, cfg->precision, mt_cuda_built(), n_visible, why,
                                &t->precision, msg, sizeof msg);
   if (kind < 0) mt_err_set(&err, "%s", msg);
+  /* what only the GPU backend's kernels cannot serve, and its environment */
+  if (kind == MT_DEVICE_CUDA) {
+    const mt_model_shape *s = &t->lay.shape;
+    int hs = s->n_head > 0 ? s->n_embd / s->n_head : 0;
+    if (hs < 1 || hs > MT_CUDA_MAX_HEAD_SIZE)
+      mt_err_set(&err, "model.n_embd / model.n_head = %d / %d = %d channels per head: the CUDA "
+                       "attention kernels take 1 .. %d (change model.n_head, or set "
+                       "train.device = cpu)", s->n_embd, s->n_head, hs, MT_CUDA_MAX_HEAD_SIZE);
+    else if (mt_device_env_check(msg, sizeof msg) != 0)
+      mt_err_set(&err, "%s", msg);
+  }
   /* every rank must compute on the same kind of device (auto could differ
    * between nodes) */
   int lo = kind, hi = kind;
@@ -86,31 +169,54 @@ void mt_train_device_setup(mt_trainer *t) {
     return;
   }
 
-  int shared = 0;
-  t->gpu = mt_device_for_local_rank(t->mesh.node.rank, t->mesh.node.size, n_visible, &shared);
+  t->gpu = mt_device_for_local_rank(t->mesh.node.rank, t->mesh.node.size, n_visible, NULL);
   mt_cuda_init(t->gpu, t->precision, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_cuda_info info;
   mt_cuda_get_info(&info);
   snprintf(t->gpu_name, sizeof t->gpu_name, "%s", info.name);
-  int any_shared = shared;
+  int sharing, first;
+  same_gpu(t, info.uuid, &sharing, &first);
+  int shared = sharing > 1, any_shared = shared;
   MPI_Allreduce(&shared, &any_shared, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   t->gpu_shared = any_shared;
 
-  /* comm: staging copies for every device buffer, NCCL where it can serve */
+  /* comm: staging copies for every device buffer, NCCL where it can serve
+   * (the groups and point-to-point sets this run's device traffic takes) */
   mt_comm_device_copy copy = {to_host, to_device};
   mt_comm_set_device_copy(&copy);
-  mt_comm_nccl_opts no = {info.uuid, mt_cuda_stream(), comm_host_wait()};
+  unsigned groups, p2p;
+  mt_comm_nccl_needs(cfg, &groups, &p2p);
+  mt_comm_nccl_opts no = {.device_id = info.uuid,
+                          .compute_stream = mt_cuda_stream(),
+                          .host_wait = comm_host_wait(),
+                          .groups = groups,
+                          .p2p = p2p};
   mt_comm_nccl_init(&t->mesh, &no, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
-  const char *tp = axis_path(&t->mesh.tp_g, cfg->tp), *dp = axis_path(&t->mesh.dp_g, cfg->dp);
-  const char *pp = axis_path(&t->mesh.pp_g, cfg->pp);
+  agree_communicators(t, groups, p2p);
+  /* NCCL's buffers, as the plan counts them in its comm category (for
+   * train.device = cuda; under auto the plan cannot know of a GPU, and the
+   * memory check adds them) */
+  mt_mesh_dims dims = mt_mesh_dims_of(&t->mesh);
+  g_nccl_reserved = (size_t)mt_comm_nccl_bytes(&dims, t->world_rank, groups, p2p);
+  g_nccl_counted = !strcmp(cfg->device, "cuda");
+  if (g_nccl_counted) mt_mem_count(MT_MEM_COMM, g_nccl_reserved);
+  char paths[256] = "";
+  int n;
+  const mt_group_desc *d = mt_mesh_groups(&n);
+  for (int i = 0; i < n; i++)
+    if (strcmp(g_comm_of[d[i].id], "-") != 0) {
+      size_t used = strlen(paths);
+      snprintf(paths + used, sizeof paths - used, "%s%s %s", used ? ", " : "", d[i].name,
+               g_comm_of[d[i].id]);
+    }
   mt_info0("meshtrain: device cuda: %s (%d.%d, %.0f GiB), %s, precision %s (matmuls %s); "
-           "device buffers over tp %s, dp %s, pp %s%s",
+           "device traffic over %s%s",
            info.name, info.sm_major, info.sm_minor, info.total_bytes / 1073741824.0,
            any_shared ? "ranks share GPUs" : "one GPU per rank",
-           t->precision == MT_PRECISION_BF16 ? "bf16" : "fp32", info.gemm_path, tp, dp, pp,
-           mt_comm_nccl_built() ? "" : " (built without NCCL)");
+           t->precision == MT_PRECISION_BF16 ? "bf16" : "fp32", info.gemm_path,
+           paths[0] ? paths : "no group", mt_comm_nccl_built() ? "" : " (built without NCCL)");
   if (any_shared && t->world_rank == 0)
     fprintf(stderr, "%s: warning: %d ranks on a node with %d visible GPU(s): ranks share GPUs, "
                     "and groups whose ranks share one go through host MPI\n",
@@ -124,6 +230,9 @@ void mt_train_device_destroy(mt_trainer *t) {
   t->ckpt_host = NULL;
   t->ckpt_host_n = 0;
   mt_comm_nccl_destroy(&t->mesh);
+  if (g_nccl_counted) mt_mem_uncount(MT_MEM_COMM, g_nccl_reserved);
+  g_nccl_reserved = 0;
+  g_nccl_counted = 0;
   mt_comm_set_device_copy(NULL);
   mt_cuda_shutdown();
 }
@@ -132,17 +241,22 @@ void mt_train_device_destroy(mt_trainer *t) {
 /* memory                                                              */
 
 /* kept free beside the tensors for what allocates later and is not
- * planned: NCCL's buffers (made at a group's first call), its staging
- * workspace, the embedding backward's sort buffers, fragmentation (bytes
- * per rank) */
-#define MT_GPU_RESERVE_BYTES (512.0 * 1048576.0)
+ * planned: NCCL's staging workspace, the embedding backward's sort buffers,
+ * fragmentation (bytes per rank; NCCL's own buffers are in the plan's comm
+ * category) */
+#define MT_GPU_RESERVE_BYTES (256.0 * 1048576.0)
 
 void mt_train_device_check_memory(mt_trainer *t, double need, mt_err *e) {
-  /* the ranks of this node that share this GPU */
+  /* the ranks of this node on this GPU (by UUID) */
+  mt_cuda_info self;
+  mt_cuda_get_info(&self);
+  int sharing_n, first;
+  same_gpu(t, self.uuid, &sharing_n, &first);
   MPI_Comm same;
-  MT_MPI_CHECK(MPI_Comm_split(t->mesh.node.comm, t->gpu, t->mesh.node.rank, &same));
+  MT_MPI_CHECK(MPI_Comm_split(t->mesh.node.comm, first, t->mesh.node.rank, &same));
   int sharing = 1;
   MPI_Comm_size(same, &sharing);
+  if (!g_nccl_counted) need += (double)g_nccl_reserved;
   double total = need;
   MPI_Allreduce(&need, &total, 1, MPI_DOUBLE, MPI_SUM, same);
   MPI_Comm_free(&same);
@@ -218,8 +332,15 @@ void mt_train_state_upload(mt_trainer *t, mt_flat_range *const *host, mt_flat_ra
 
 void mt_train_device_json(const mt_trainer *t, cJSON *parent) {
   cJSON *d = cJSON_AddObjectToObject(parent, "device");
-  cJSON_AddStringToObject(d, "kind", t->device == MT_DEVICE_CUDA ? "cuda" : "cpu");
+  cJSON_AddStringToObject(d, "kind", t->device == MT_DEVICE_CUDA      ? "cuda"
+                                     : t->device == MT_DEVICE_VIRTUAL ? "virtual"
+                                                                      : "cpu");
   cJSON_AddStringToObject(d, "precision", t->precision == MT_PRECISION_BF16 ? "bf16" : "fp32");
+  if (t->device == MT_DEVICE_VIRTUAL) {
+    cJSON_AddStringToObject(d, "virtual_hw", t->vprof.name);
+    cJSON_AddNumberToObject(d, "devices_per_node", t->vprof.devices_per_node);
+    return;
+  }
   if (t->device != MT_DEVICE_CUDA) return;
   mt_cuda_info info;
   if (mt_cuda_get_info(&info) != 0) return;
@@ -230,9 +351,32 @@ void mt_train_device_json(const mt_trainer *t, cJSON *parent) {
   cJSON_AddNumberToObject(d, "backend_scratch_bytes", (double)info.workspace_bytes);
   cJSON_AddNumberToObject(d, "nccl_workspace_bytes_peak", (double)mt_comm_nccl_workspace_peak());
   cJSON_AddNumberToObject(d, "memory_total_bytes", (double)info.total_bytes);
-  cJSON_AddStringToObject(d, "tp", mt_group_device_path(&t->mesh.tp_g));
-  cJSON_AddStringToObject(d, "dp", mt_group_device_path(&t->mesh.dp_g));
-  cJSON_AddStringToObject(d, "pp", mt_group_device_path(&t->mesh.pp_g));
+  cJSON_AddNumberToObject(d, "nccl_reserved_bytes", (double)g_nccl_reserved);
+  cJSON_AddStringToObject(d, "host_wait", comm_host_wait() ? "1" : "0");
+  /* how each group's device traffic travelled (rank 0's groups; the
+   * communicators agreed over every rank): "nccl" when it all went direct
+   * over communicators every rank has, "staged" through host MPI, "mixed",
+   * "none" without device traffic. "dp" is the dp x cp group, which carries
+   * the gradients. */
+  int n_groups;
+  const mt_group_desc *gd = mt_mesh_groups(&n_groups);
+  cJSON *groups = cJSON_AddObjectToObject(d, "groups");
+  mt_mesh *mesh = (mt_mesh *)&t->mesh;
+  for (int i = 0; i < n_groups; i++) {
+    const mt_group *g = mt_mesh_group(mesh, &gd[i]);
+    if (!g) continue;
+    const char *path = mt_group_device_traffic(g);
+    if (!strcmp(path, "nccl") && strcmp(g_comm_of[gd[i].id], "nccl") != 0)
+      path = "mixed"; /* direct here, staged on some other rank */
+    cJSON *o = cJSON_AddObjectToObject(groups, gd[i].name);
+    cJSON_AddNumberToObject(o, "size", g->size);
+    cJSON_AddStringToObject(o, "path", path);
+    cJSON_AddStringToObject(o, "communicator", g_comm_of[gd[i].id]);
+    cJSON_AddNumberToObject(o, "direct_calls", (double)g->device_direct);
+    cJSON_AddNumberToObject(o, "staged_calls", (double)g->device_staged);
+    const char *key = gd[i].id == MT_G_DP ? "dp_only" : gd[i].id == MT_G_DP_CP ? "dp" : gd[i].name;
+    cJSON_AddStringToObject(d, key, path);
+  }
   /* MT_CUDA_OP_TIMES=1: GPU seconds per op of the table (this rank) */
   mt_cuda_op_time ot[64];
   int n = mt_cuda_op_times(ot, 64);

@@ -76,6 +76,22 @@ static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
   }
 }
 
+/* The token files must be what was mapped (size, time, no fault while
+ * reading): else every rank stops here, before a step trains on what the
+ * files hold now, with one line naming the file and exit 3. A save in
+ * flight is committed first: the newest checkpoint is the last one made. */
+static void check_data(mt_trainer *t, mt_ckpt_async **inflight) {
+  mt_err e = {0};
+  mt_dataset_check(&t->train_ds, &e);
+  if (t->have_val_file) mt_dataset_check(&t->val_ds, &e);
+  if (!mt_err_agree(&e, MPI_COMM_WORLD)) return;
+  double ignored = 0.0;
+  poll_async(inflight, 1, &ignored);
+  mt_err_report(&e, "meshtrain");
+  MPI_Finalize();
+  exit(mt_err_exit_code(&e));
+}
+
 /* the micro-batches of step `step` that this dp rank trains on, from the
  * global sample sequence (the same global batch for any layout); under
  * context parallelism this rank's tokens of each sequence */
@@ -109,7 +125,7 @@ static const char *stop_reason(int stop) {
 int mt_train_loop(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
   mt_mesh *mesh = &t->mesh;
-  double t_train0 = mt_now();
+  double t_train0 = mt_now(), wall0 = mt_wall_now();
   int exit_code = MT_EXIT_OK, stop = 0;
   /* a checkpoint's blocking and write times show in the next step's record */
   double pending_ckpt_s = 0.0, pending_write_s = 0.0;
@@ -138,9 +154,11 @@ int mt_train_loop(mt_trainer *t) {
     double ep_s0 = mesh->ep_g.seconds, ep_b0 = mesh->ep_g.bytes;
     double etp_s0 = mesh->etp_g.seconds, etp_b0 = mesh->etp_g.bytes;
     double edp_s0 = mesh->edp_g.seconds, edp_b0 = mesh->edp_g.bytes;
-    double pp_stats[3] = {0.0, 0.0, 0.0}; /* this stage: wait s, bubble fraction, act bytes */
+    /* this stage: wait s, bubble fraction, act bytes, dp exposed s, dp overlapped fraction */
+    double pp_stats[MT_PP_STAT_N] = {0.0, 0.0, 0.0, 0.0, 0.0};
     double td = mt_now();
     load_batch(t, step);
+    check_data(t, &inflight);
     double data_s = mt_now() - td;
     mt_gpt *model = &t->step.model;
     const mt_pp_exec *exec = &t->step.exec;
@@ -168,6 +186,15 @@ int mt_train_loop(mt_trainer *t) {
     double pp_fb = mesh->pp_g.seconds - pp_s0, cp_fb = mesh->cp_g.seconds - cp_s0;
     double moe_fb = (mesh->ep_g.seconds - ep_s0) + (mesh->etp_g.seconds - etp_s0) +
                     (mesh->edp_g.seconds - edp_s0);
+    if (cfg->pp > 1) {
+      /* dp on this stage's critical path: the time blocked in the dp x cp
+       * group's calls while the schedule ran and the gradients were synced
+       * (the rest of the reductions ran behind backward), and the part of
+       * the gradient bytes launched during the schedule */
+      const mt_dp *dpe = &t->step.dp;
+      pp_stats[3] = comm_fb;
+      pp_stats[4] = dpe->grad_bytes > 0 ? dpe->grad_bytes_early / dpe->grad_bytes : 0.0;
+    }
     float lr = mt_lr_at(step, cfg->steps, cfg->warmup_steps, (float)cfg->lr,
                         (float)cfg->min_lr_ratio);
     double norm = mt_step_update(&t->step, lr, (float)cfg->grad_clip, &loss_sum);
@@ -229,8 +256,8 @@ int mt_train_loop(mt_trainer *t) {
       t->timed_steps++;
     }
     /* per stage pipeline figures, gathered to pp rank 0 of this (dp, tp) position */
-    double pp_all[3 * MT_PP_MAX_CHUNKS] = {0};
-    if (cfg->pp > 1) mt_train_gather_f64(&mesh->pp_g, pp_stats, 3, pp_all);
+    double pp_all[MT_PP_STAT_N * MT_PP_MAX_CHUNKS] = {0};
+    if (cfg->pp > 1) mt_train_gather_f64(&mesh->pp_g, pp_stats, MT_PP_STAT_N, pp_all);
     rec.tp_comm_s = tp_comm_s;
     rec.tp_bytes = tp_bytes;
     rec.cp_comm_s = cp_fb;
@@ -289,7 +316,7 @@ int mt_train_loop(mt_trainer *t) {
     /* ---- checkpoint at the step boundary: periodic, final, asked for ---- */
     double any_signal = mt_train_signalled();
     mt_allreduce_max_f64(&mesh->world, &any_signal, 1, MT_LOC_HOST);
-    const int signalled = any_signal > 0;
+    const int signalled = (int)any_signal; /* MT_STOP_*: the largest asked for on any rank */
     long long done = step + 1;
     t->last_step_done = done;
     int stop_after = cfg->stop_after > 0 && done - t->start_step >= cfg->stop_after;
@@ -334,6 +361,7 @@ int mt_train_loop(mt_trainer *t) {
   }
   poll_async(&inflight, 1, &pending_write_s);
   t->wall_s = mt_now() - t_train0;
+  t->emul_wall_s = mt_wall_now() - wall0;
   t->exit_code = exit_code;
   return exit_code;
 }

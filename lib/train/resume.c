@@ -35,7 +35,7 @@ static int truncate_metrics(const char *dir, long long last_step, mt_err *e) {
   if (!in) return 0;
   FILE *out = fopen(tmp, "w");
   if (!out) {
-    mt_err_set(e, "cannot rewrite %s: %s: %s", path, tmp, strerror(errno));
+    mt_err_runtime(e, "cannot rewrite %s: %s: %s", path, tmp, strerror(errno));
     fclose(in);
     return -1;
   }
@@ -56,7 +56,7 @@ static int truncate_metrics(const char *dir, long long last_step, mt_err *e) {
   if (!bad && rename(tmp, path) != 0) bad = errno ? errno : EIO;
   if (bad) {
     unlink(tmp);
-    mt_err_set(e, "cannot rewrite %s for the resumed run (left as it was): %s", path,
+    mt_err_runtime(e, "cannot rewrite %s for the resumed run (left as it was): %s", path,
                strerror(bad));
     return -1;
   }
@@ -169,13 +169,19 @@ static void init_from_checkpoint(mt_trainer *t, mt_err *err) {
   }
   mt_ckpt_meta want = model_meta(shape), got;
   double tl = mt_now();
-  if (mt_ckpt_load_params(dir, &t->step.model.reg, &t->mesh, &st, &want, cfg->ckpt_verify_on_load,
-                          &got, err) == 0) {
+  /* a run at a shorter context takes the first rows of the position table */
+  mt_ckpt_load_opts lo = {.verify = cfg->ckpt_verify_on_load, .params_only = 1,
+                          .shorter_positions = 1};
+  if (mt_ckpt_load_with(dir, &t->step.model.reg, &t->mesh, &st, &want, &lo, &got, err) == 0) {
     if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
     mt_dp_master_changed(&t->step.dp);
     mt_info0("meshtrain: parameters from %s (step %lld of the run that wrote it) in %.2f s; "
              "training from step 0 with fresh optimizer state", dir, (long long)got.step,
              mt_now() - tl);
+    if (got.seq_len > shape->seq_len)
+      mt_info0("meshtrain: train.init_from: model.seq_len = %d, the checkpoint's position table "
+               "has %lld rows: fine-tuning at the shorter context with its first %d",
+               shape->seq_len, (long long)got.seq_len, shape->seq_len);
   }
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]), free(hr[g]);
   if (host_state) mt_cuda_host_free(host_state);
@@ -197,8 +203,17 @@ void mt_train_resume(mt_trainer *t) {
   }
   t->resume_s = mt_now() - t0;
   /* ---- outputs (only now: a run refused above leaves earlier results alone) ---- */
-  if (t->world_rank == 0 && mkdir_p(cfg->output_dir) != 0)
-    mt_err_set(&err, "output.dir: cannot create '%s': %s", cfg->output_dir, strerror(errno));
+  if (t->world_rank == 0 && mkdir_p(cfg->output_dir) != 0) {
+    /* a path that cannot be (permissions, a file in the way) is bad input;
+     * a full disk or an I/O error a runtime condition */
+    int err_no = errno;
+    if (err_no == EACCES || err_no == EPERM || err_no == ENOTDIR || err_no == EROFS ||
+        err_no == ENAMETOOLONG || err_no == EEXIST)
+      mt_err_set(&err, "output.dir: cannot create '%s': %s", cfg->output_dir, strerror(err_no));
+    else
+      mt_err_runtime(&err, "output.dir: cannot create '%s': %s", cfg->output_dir,
+                     strerror(err_no));
+  }
   if (t->world_rank == 0 && !err.failed && t->resumed_from[0])
     truncate_metrics(cfg->output_dir, t->start_step, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
@@ -225,5 +240,74 @@ void mt_train_resume(mt_trainer *t) {
              cfg->global_batch, s->seq_len, cfg->micro_batch, t->lay.accum,
              t->step.model.reg.n_buckets, t->peak_per_rank, t->peak_source, mt_kernels_blas_core());
   }
-  t->setup_s = mt_now() - t->t_start;
+  t->setup_s = mt_wall_now() - t->t_start;
+}
+
+/* train.init_from: the model's shape comes from the checkpoint. A shape
+ * key given (a non-zero value, a preset other than the default, a MoE key
+ * off its default) must agree with it, but model.seq_len may be shorter
+ * (fine-tuning at a shorter context reads the first rows of the position
+ * table); the others are set from the checkpoint, so config.ini says what
+ * ran. Collective (rank 0 reads the checkpoint's root attributes). */
+int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
+  char dir[2 * MT_CFG_STR_MAX];
+  mt_ckpt_meta m;
+  mt_err local = {0};
+  if (mt_ckpt_read_meta_of(cfg->init_from, dir, sizeof dir, &m, &local) != 0) {
+    *e = local;
+    char msg[sizeof e->msg];
+    snprintf(msg, sizeof msg, "%s", local.msg);
+    snprintf(e->msg, sizeof e->msg, "train.init_from: %.*s", (int)sizeof msg - 20, msg);
+    return -1;
+  }
+  mt_config defaults;
+  mt_config_defaults(&defaults);
+  mt_model_shape preset;
+  int from_preset = strcmp(cfg->model_preset, defaults.model_preset) != 0 &&
+                    strcmp(cfg->model_preset, "custom") != 0 &&
+                    mt_model_preset(cfg->model_preset, &preset) == 0;
+  struct {
+    const char *key;
+    int *v, given, from_preset;
+    int64_t ckpt;
+  } k[] = {
+      {"model.n_layer", &cfg->n_layer, cfg->n_layer > 0, from_preset ? preset.n_layer : 0, m.n_layer},
+      {"model.n_embd", &cfg->n_embd, cfg->n_embd > 0, from_preset ? preset.n_embd : 0, m.n_embd},
+      {"model.n_head", &cfg->n_head, cfg->n_head > 0, from_preset ? preset.n_head : 0, m.n_head},
+      {"model.vocab_size", &cfg->vocab_size, cfg->vocab_size > 0, from_preset ? preset.vocab : 0,
+       m.vocab},
+      {"model.moe_experts", &cfg->moe_experts, cfg->moe_experts != defaults.moe_experts, 0,
+       m.moe_experts},
+      {"model.moe_topk", &cfg->moe_topk, cfg->moe_topk != defaults.moe_topk, 0, m.moe_topk},
+      {"model.moe_every", &cfg->moe_every, cfg->moe_every != defaults.moe_every, 0, m.moe_every},
+      {"model.moe_ffn", &cfg->moe_ffn, cfg->moe_ffn != defaults.moe_ffn, 0, m.moe_ffn},
+      {"model.moe_shared", &cfg->moe_shared, cfg->moe_shared != defaults.moe_shared, 0,
+       m.moe_shared}};
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    if (m.moe_experts == 0 && i >= 5) continue; /* a dense checkpoint: MoE keys do not count */
+    int64_t have = k[i].given ? *k[i].v : k[i].from_preset;
+    if ((k[i].given || k[i].from_preset) && have != k[i].ckpt) {
+      mt_err_set(e, "train.init_from: %s = %lld (%s), but %s holds a model with %lld: leave it "
+                    "out (the checkpoint says the shape)", k[i].key, (long long)have,
+                 k[i].given ? "given" : cfg->model_preset, dir, (long long)k[i].ckpt);
+      return -1;
+    }
+  }
+  int seq = cfg->seq_len > 0 ? cfg->seq_len : from_preset ? preset.seq_len : 0;
+  if (seq > m.seq_len) {
+    mt_err_set(e, "train.init_from: model.seq_len = %d is longer than the %lld positions %s was "
+                  "trained with (its position table has no rows beyond)", seq,
+               (long long)m.seq_len, dir);
+    return -1;
+  }
+  if (m.n_layer > INT32_MAX || m.n_embd > INT32_MAX || m.n_head > INT32_MAX ||
+      m.vocab > INT32_MAX || m.seq_len > INT32_MAX) {
+    mt_err_set(e, "train.init_from: %s holds a model larger than meshtrain builds", dir);
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (m.moe_experts > 0 || i < 5) *k[i].v = (int)k[i].ckpt;
+  cfg->seq_len = seq > 0 ? seq : (int)m.seq_len;
+  snprintf(cfg->model_preset, sizeof cfg->model_preset, "custom");
+  return 0;
 }

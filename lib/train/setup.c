@@ -44,6 +44,15 @@ static void check_memory(mt_trainer *t, mt_err *e) {
     mt_train_device_check_memory(t, need, e);
     return;
   }
+  if (t->device == MT_DEVICE_VIRTUAL) { /* nothing is backed: the emulated device's memory */
+    if (!e->failed && need > t->vprof.mem_bytes)
+      mt_err_set(e, "model %s with train.micro_batch = %d needs %.2f GiB per rank, more than "
+                    "the %.2f GiB of a %s device (train.virtual_hw): lower train.micro_batch "
+                    "or model size, raise parallel.zero or parallel.tp, or use more ranks",
+                 t->cfg.model_preset, t->cfg.micro_batch, need / 1073741824.0,
+                 t->vprof.mem_bytes / 1073741824.0, t->vprof.name);
+    return;
+  }
   double node_need = need;
   mt_allreduce_sum_f64(&t->mesh.node, &node_need, 1, MT_LOC_HOST);
   mt_mem_limit avail; /* the smallest of MemAvailable, the cgroup and Slurm limits */
@@ -98,7 +107,9 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   const mt_config *cfg = &t->cfg;
   mt_mesh *mesh = &t->mesh;
   if (cfg->threads > 0) mt_kernels_set_threads(cfg->threads);
-  t->ops = t->device == MT_DEVICE_CUDA ? mt_ops_cuda() : mt_ops_cpu();
+  t->ops = t->device == MT_DEVICE_CUDA      ? mt_ops_cuda()
+           : t->device == MT_DEVICE_VIRTUAL ? mt_ops_virtual()
+                                            : mt_ops_cpu();
   int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
   mt_step_opts o;
   mt_step_groups g;
@@ -107,7 +118,8 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   free(l0l1);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
   mt_gpt_set_moe_loss(&t->step.model, (float)cfg->moe_aux_coef, (float)cfg->moe_z_coef);
-  mt_dp_init_params(&t->step.dp, (uint64_t)cfg->seed);
+  /* the virtual device holds no values: nothing to initialise */
+  if (t->device != MT_DEVICE_VIRTUAL) mt_dp_init_params(&t->step.dp, (uint64_t)cfg->seed);
   size_t n = (size_t)(t->lay.accum > 1 ? t->lay.accum : 1) * cfg->micro_batch * t->step.model.T;
   t->inp = mt_calloc(n, sizeof(int));
   t->tgt = mt_calloc(n, sizeof(int));
@@ -119,6 +131,7 @@ static void setup_peak(mt_trainer *t) {
   const mt_model_shape *s = &t->lay.shape;
   double profile_peak = t->precision == MT_PRECISION_BF16 ? t->hw.peak_gflops_bf16
                                                           : t->hw.peak_gflops_fp32;
+  if (t->device == MT_DEVICE_VIRTUAL) profile_peak = t->vprof.peak_gflops; /* the emulated one */
   t->peak_per_rank = cfg->peak_gflops > 0 ? cfg->peak_gflops : profile_peak;
   t->peak_source = cfg->peak_gflops > 0 ? "metrics.peak_gflops" : "profile";
   if (t->peak_per_rank <= 0 && t->device == MT_DEVICE_CUDA) {
@@ -150,7 +163,7 @@ static void test_setup_sleep(void) {
 
 void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   memset(t, 0, sizeof *t);
-  t->t_start = mt_now();
+  t->t_start = mt_wall_now(); /* (a virtual run's clock starts later, at 0) */
   mt_train_install_signals(); /* again: main installs them before MPI_Init */
   test_setup_sleep();
   t->cfg = *cfg;
@@ -158,6 +171,7 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &t->world_rank));
   MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &t->world_size));
   mt_err err = {0};
+  double w[6]; /* wall clock at each phase's end (the start-up's figures on the virtual device) */
   mt_layout_validate(&t->cfg, t->world_size, &t->lay, &err);
   if (!err.failed) mt_hw_profile_load(&t->hw, t->cfg.hw_profile, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
@@ -166,21 +180,33 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   mt_mesh_fold(&t->mesh, t->cfg.moe_experts > 0 ? t->cfg.etp : 1,
                t->cfg.moe_experts > 0 ? t->cfg.ep : 1, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  w[0] = mt_wall_now();
   mt_train_device_setup(t); /* exits 2 on every rank when no device can be had */
+  if (t->cfg.trace) mt_trace_start(t->world_rank); /* (after a virtual clock started) */
   /* thread placement: rank 0 warns once per node whose ranks have more
    * compute threads than CPUs in their affinity masks */
-  {
+  if (t->device != MT_DEVICE_VIRTUAL) { /* (a virtual rank computes nothing) */
     char placement[4096];
     if (t->cfg.threads > 0) mt_kernels_set_threads(t->cfg.threads);
     mt_affinity_check(MPI_COMM_WORLD, mt_kernels_threads(), NULL, PROG, placement,
                       sizeof placement);
     if (t->world_rank == 0) fputs(placement, stderr);
   }
+  w[1] = mt_wall_now();
   check_memory(t, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+  w[2] = mt_wall_now();
   setup_data(t, &err);
+  w[3] = mt_wall_now();
   setup_compute(t, &err);
+  w[4] = mt_wall_now();
   setup_peak(t);
+  w[5] = mt_wall_now();
+  if (t->device == MT_DEVICE_VIRTUAL)
+    mt_info0("meshtrain: set-up of %d virtual ranks, wall seconds on rank 0: mesh %.2f, device "
+             "%.2f, memory plan %.2f, data %.2f, model %.2f, peak %.2f",
+             t->world_size, w[0] - t->t_start, w[1] - w[0], w[2] - w[1], w[3] - w[2],
+             w[4] - w[3], w[5] - w[4]);
 }
 
 void mt_train_destroy(mt_trainer *t) {

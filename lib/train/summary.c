@@ -234,8 +234,10 @@ void mt_train_summary(mt_trainer *t) {
   mine[RANK_COORDS + MT_MEM_NCAT + 4] = t->last_ep_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 5] = t->last_etp_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 6] = t->last_edp_bytes;
-  all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
-  mt_train_gather_f64(&t->mesh.world, mine, RANK_FIELDS, all);
+  /* to rank 0 only: a sum of vectors over the world was O(ranks) memory and
+   * traffic on every rank (O(ranks^2) for the job) */
+  if (t->world_rank == 0) all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
+  mt_gather_f64(&t->mesh.world, mine, RANK_FIELDS, all, 0);
   /* the plan of this rank: what summary.json states per step */
   mt_plan_rank plan;
   mt_err e = {0};
@@ -245,6 +247,23 @@ void mt_train_summary(mt_trainer *t) {
   double stage_bytes[2 * MT_PP_MAX_CHUNKS] = {0};
   double my_bytes[2] = {plan.params_numel * sizeof(float), plan.dp_state_bytes};
   if (cfg->pp > 1) mt_train_gather_f64(&t->mesh.pp_g, my_bytes, 2, stage_bytes);
+  /* the virtual device: causality checks and violations summed over the
+   * ranks; the most memory (resident) any rank of the emulation held */
+  double virt[3] = {(double)mt_vclock_checks(), (double)mt_vclock_violations(), 0.0};
+  double rss_most = (double)mt_mem_peak_rss();
+  if (t->device == MT_DEVICE_VIRTUAL) {
+    mt_allreduce_sum_f64(&t->mesh.world, virt, 2, MT_LOC_HOST);
+    mt_allreduce_max_f64(&t->mesh.world, &rss_most, 1, MT_LOC_HOST);
+  }
+  if (cfg->trace) { /* every rank its own timeline */
+    char dir[2 * MT_CFG_STR_MAX], path[2 * MT_CFG_STR_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/trace", cfg->output_dir);
+    mkdir(dir, 0755); /* (every rank: one of them makes it) */
+    snprintf(path, sizeof path, "%s/rank%d.json", dir, t->world_rank);
+    mt_err te = {0};
+    mt_trace_write(path, &te);
+    mt_err_check_all(&te, MPI_COMM_WORLD, "meshtrain");
+  }
   if (t->world_rank != 0) {
     free(all);
     return;
@@ -273,6 +292,15 @@ void mt_train_summary(mt_trainer *t) {
   cJSON_AddStringToObject(o, "hw_profile", t->hw.name);
   cJSON_AddStringToObject(o, "blas_core", mt_kernels_blas_core());
   mt_train_device_json(t, o);
+  if (t->device == MT_DEVICE_VIRTUAL) { /* the emulation itself, in wall time */
+    cJSON *v = cJSON_AddObjectToObject(o, "virtual");
+    cJSON_AddStringToObject(v, "hw", t->vprof.name);
+    cJSON_AddNumberToObject(v, "causality_checks", virt[0]);
+    cJSON_AddNumberToObject(v, "causality_violations", virt[1]);
+    cJSON_AddNumberToObject(v, "setup_wall_s", t->setup_s);
+    cJSON_AddNumberToObject(v, "loop_wall_s", t->emul_wall_s);
+    cJSON_AddNumberToObject(v, "rss_peak_bytes_most", rss_most);
+  }
   cJSON_AddNumberToObject(o, "mfu",
                           t->peak_flops > 0 ? tok_s * t->flops_per_token / t->peak_flops : 0);
   /* rank 0's plan: dp bytes of gradients and parameters, tp and pp bytes

@@ -50,6 +50,8 @@ typedef struct {
   mt_precision precision;
   int gpu, gpu_shared;
   char gpu_name[256];
+  mt_cost_profile vprof; /* train.device = virtual: the profile that prices it */
+  double emul_wall_s;    /* virtual: the wall seconds the step loop took to emulate */
   float *ckpt_host;      /* page-locked snapshot of device state for checkpoints */
   size_t ckpt_host_n;
   /* compute: the model, the dp engine, the schedule and its executor */
@@ -82,6 +84,10 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg);
 /* Collective: train.resume (a checkpoint under any layout), then the
  * outputs (config.ini, metrics.jsonl continued). */
 void mt_train_resume(mt_trainer *t);
+/* train.init_from: the model's shape read from the checkpoint into cfg (a
+ * shape key given that disagrees: an error; a shorter model.seq_len: kept,
+ * the position table sliced at load). Collective. 0, or -1 with e set. */
+int mt_train_init_from_shape(mt_config *cfg, mt_err *e);
 /* Collective: the step loop; returns the exit code (0; 75 when SIGUSR1
  * stopped it after a checkpoint; 76 when SIGTERM did). */
 int mt_train_loop(mt_trainer *t);

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/core/ckpt_core.h"
 
 static int fail(const char *what) {
   fprintf(stderr, "ckpt_edit: %s\n", what);

@@ -48,7 +48,7 @@ python3 "$CMP" "$WORK/ref" "$WORK/bf_resumed" --subset --rtol 1e-2
 conv params 2 "$SRC" --params-only --mode per-writer
 grep -q "parameters only" "$WORK/params.verify" || fail "verify does not say parameters only"
 set +e
-timeout 60 "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
+mt_guard "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
   --set train.resume="$WORK/params/step_4" --set output.dir="$WORK/out_params" > /dev/null 2> "$WORK/params.err"
 rc=$?; set -e
 [ $rc -eq 2 ] && [ "$(grep -c '^meshtrain: error:.*parameters only.*train.init_from' "$WORK/params.err")" -eq 1 ] \
@@ -65,12 +65,22 @@ same "$SRC" "$WORK/tgt_sh/step_4"
 train tgt_resumed 4 --set train.steps=8 --set parallel.tp=2 --set parallel.pp=2 --set train.micro_batch=4 \
   --set train.resume="$WORK/tgt/step_4" --set output.dir="$WORK/tgt_resumed"
 python3 "$CMP" "$WORK/ref" "$WORK/tgt_resumed" --subset --rtol 1e-5
+# tp=N or pp=M alone (issue 27): the other as the checkpoint is laid out; the
+# input named by its `latest` file; inspect says the layout it was laid out for
+conv tgt_tp 1 "$WORK/src/checkpoints/latest" --target tp=2 --mode per-writer
+[ "$(ls "$WORK/tgt_tp/step_4" | grep -c '^shard-')" -eq 2 ] || fail "--target tp=2: want 2 shards (pp=1 as written)"
+"$M" inspect "$WORK/tgt_tp/latest" > "$WORK/tgt_tp.inspect" || fail "inspect latest"
+grep -q "laid out for    tp=2 pp=1" "$WORK/tgt_tp.inspect" || { cat "$WORK/tgt_tp.inspect"; fail "inspect: no target layout"; }
+conv tgt_pp 1 "$WORK/tgt_tp/latest" --target pp=2 --mode per-writer
+[ "$(ls "$WORK/tgt_pp/step_4" | grep -c '^shard-')" -eq 4 ] || fail "--target pp=2 of a tp=2 layout: want 4 shards"
+"$M" inspect "$WORK/tgt_pp" | grep -q "laid out for    tp=2 pp=2" || fail "inspect: pp=2 alone did not keep tp=2"
+same "$SRC" "$WORK/tgt_pp/latest"
 
 # killed halfway (rank 0 kills itself in the middle of its boxes): nothing
 # complete-looking is left; the next convert into the same place commits
 for mode in shared per-writer; do
   set +e
-  timeout 60 "$MT_MPIEXEC" --oversubscribe -n 2 "$M" convert "$SRC" "$WORK/killed_$mode" --mode "$mode" \
+  mt_guard "$MT_MPIEXEC" --oversubscribe -n 2 "$M" convert "$SRC" "$WORK/killed_$mode" --mode "$mode" \
     --test-crash write > "$WORK/killed_$mode.log" 2>&1
   rc=$?
   set -e
@@ -95,7 +105,7 @@ bad() {
   [ ! -e "$WORK/bad" ] || fail "convert $* wrote something"
 }
 bad "--dtype: 'fp16' is not fp32 or bf16" --dtype fp16
-bad "--target: 'tp=2' is not tp=N,pp=M" --target tp=2
+bad "--target: 'tp=2,tp=3' is not tp=N, pp=M or tp=N,pp=M" --target tp=2,tp=3
 bad "--target tp=3,pp=1 does not fit the model" --target tp=3,pp=1
 bad "--mode: 'both' is not shared or per-writer" --mode both
 bad "--buffer-mb: '0' is not a number >= 1" --buffer-mb 0

@@ -10,7 +10,7 @@ mt_mpirun 2 "$MT_BIN/meshckpt" verify "$G" --deep || fail "verify of a good chec
 expect_resume_fail() {
   local name=$1 ck=$2 re=$3; shift 3
   set +e
-  timeout 60 "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.steps=6 \
+  mt_guard "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.steps=6 \
     --set train.resume="$ck" --set output.dir="$WORK/out_$name" "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"
   local rc=$?
   set -e

@@ -52,11 +52,11 @@ PY
 refused() {
   local name=$1 ck=$2 re=$3 vre=$4; shift 4
   set +e
-  timeout 60 "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
+  mt_guard "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
     --set train.steps=6 --set train.resume="$ck" --set output.dir="$WORK/out_$name" "$@" \
     > "$WORK/$name.out" 2> "$WORK/$name.err"
   local rc=$?
-  timeout 60 "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshckpt" verify "$ck" --deep \
+  mt_guard "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshckpt" verify "$ck" --deep \
     > "$WORK/$name.verify" 2>&1
   local vrc=$?
   set -e

@@ -30,7 +30,7 @@ python3 "$CMP" "$WORK/ref" "$WORK/resumed" --subset --rtol 1e-5
 rm -rf "$WORK/broken"; cp -r "$PW" "$WORK/broken"; rm "$WORK/broken/shard-00001.h5"
 set +e
 "$MT_BIN/meshckpt" verify "$WORK/broken" > "$WORK/verify.log" 2>&1; rc=$?
-timeout 60 "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
+mt_guard "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
   --set train.resume="$WORK/broken" --set output.dir="$WORK/out_broken" > /dev/null 2> "$WORK/load.err"; rc2=$?
 set -e
 [ $rc -ne 0 ] && grep -q "shard-00001.h5" "$WORK/verify.log" || { cat "$WORK/verify.log"; fail "verify did not name the missing shard"; }

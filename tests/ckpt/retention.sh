@@ -12,7 +12,7 @@ touch "$CK/.trash-step_1-999/ckpt.h5" "$CK/step_1.tmp-1-2/ckpt.h5"
 if command -v strace >/dev/null && [ -z "${ASAN_OPTIONS:-}" ]; then
   set +e
   strace -f -qq -o "$WORK/trace" -e trace=rename,renameat,renameat2,unlink,unlinkat,rmdir \
-    timeout 300 "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
+    "${MT_GUARD[@]}" "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
     --set output.dir="$WORK/run" > "$WORK/run.log" 2>&1
   rc=$?
   set -e

@@ -5,11 +5,12 @@ source "$(dirname "$0")/common_ckpt.sh"
 S=(--set train.steps=150 --set parallel.dp=2 --set train.micro_batch=8 --set model.seq_len=128
    --set train.global_batch=16)
 train ref 2 "${S[@]}" --set output.dir="$WORK/ref"
-"$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
+"${MT_GUARD[@]}" "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
   --set output.dir="$WORK/run" > "$WORK/run.log" 2>&1 &
 launcher=$!
 trap 'kill "$launcher" 2>/dev/null || true' EXIT
-for _ in $(seq 1 300); do
+# three steps done (for as long as the run lives: no guessed delay)
+while kill -0 "$launcher" 2>/dev/null; do
   [ -f "$WORK/run/metrics.jsonl" ] && [ "$(wc -l < "$WORK/run/metrics.jsonl")" -ge 3 ] && break
   sleep 0.1
 done

@@ -13,12 +13,17 @@ mt_script_test(resume_bf16 ckpt resume_bf16.sh)
 # damages a checkpoint for the tests below (not installed, not for users)
 add_executable(ckpt_edit ${CMAKE_CURRENT_LIST_DIR}/ckpt_edit.c)
 target_link_libraries(ckpt_edit PRIVATE ${MT_ALL_LIBS})
+# these two test the internals: the private header of lib/ckpt/core, with HDF5
+target_include_directories(ckpt_edit PRIVATE ${HDF5_INCLUDE_DIRS})
+target_compile_definitions(ckpt_edit PRIVATE ${HDF5_DEFINITIONS})
 set_target_properties(ckpt_edit PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
 # shape-only: gpt2-124m's padded vocabulary across tp and the coverage check
 # (also a unit test, so the ASan build runs it)
 add_executable(ckpt_layout ${CMAKE_CURRENT_LIST_DIR}/ckpt_layout.c)
 target_link_libraries(ckpt_layout PRIVATE ${MT_ALL_LIBS})
+target_include_directories(ckpt_layout PRIVATE ${HDF5_INCLUDE_DIRS})
+target_compile_definitions(ckpt_layout PRIVATE ${HDF5_DEFINITIONS})
 set_target_properties(ckpt_layout PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 add_test(NAME ckpt.layout COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 --oversubscribe
   $<TARGET_FILE:ckpt_layout>)
@@ -51,3 +56,24 @@ mt_script_test(load_opens ckpt load_opens.sh)
 mt_script_test(hf ckpt hf.sh)
 mt_script_test(hf_transformers ckpt hf_transformers.sh)
 mt_script_test(ckpt_convert sanitize sanitize.sh)
+# issue 23: saves on a real, nearly full file system, at sizes found by
+# bisection (a tmpfs; skipped where none can be mounted), per mode; and a
+# real file-size limit (ulimit -f) on one rank, in every save mode and in
+# meshckpt convert
+foreach(mode shared per-writer async)
+  mt_script_test(near_full_${mode} ckpt near_full.sh ${mode})
+endforeach()
+mt_script_test(fsize_limit ckpt fsize_limit.sh)
+# issue 20: lib/ckpt's layers (core <- tools, core <- interop) hold
+mt_script_test(layers ckpt layers.sh)
+# issue 23: import validates like a save (sharded safetensors, NaN, offsets
+# that do not tile, wrong weight_map, PyTorch .bin only)
+mt_script_test(hf_validate ckpt hf_validate.sh)
+# issue 23 items 7-8, issue 27: init_from takes the shape from the
+# checkpoint, a shorter context slices the position table, `latest`
+# everywhere, inspect's stored types, meshckpt's exit codes, small files
+mt_script_test(new_user ckpt new_user.sh)
+# issue 23 item 5: resume into a full disk exits 3 (a runtime condition)
+mt_script_test(resume_full ckpt resume_full.sh)
+# issue 23 item 1: the fault switch's file-system failures through convert
+mt_script_test(convert_faults ckpt convert_faults.sh)

@@ -12,7 +12,10 @@
  *   - non-blocking requests finish through mt_wait and through mt_progress;
  *     the backend's quiesce runs before every timed wait;
  *   - point-to-point goes direct only for the (peer, tag) channels the
- *     backend has (here: the pipeline's tags), others are staged.
+ *     backend has (here: the pipeline's tags), others are staged;
+ *   - the all-to-alls (along a dim, of variable parts) and the all-gather of
+ *     variable parts go direct too, and each group counts how its device
+ *     calls travelled.
  * Values are small multiples of 1/4, so every sum is exact in any order. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +120,32 @@ static void *sa_reduce_scatter_dim(mt_group *g, const float *send, float *recv, 
   return finished();
 }
 
+static void *sa_alltoallv(mt_group *g, const float *send, const size_t *send_counts, float *recv,
+                          const size_t *recv_counts) {
+  int n = g->size, *c = calloc(4 * (size_t)n, sizeof(int)), *sd = c + n, *rc = c + 2 * n,
+      *rd = c + 3 * n;
+  for (int q = 0, a = 0, b = 0; q < n; q++) {
+    c[q] = (int)send_counts[q], sd[q] = a, a += c[q];
+    rc[q] = (int)recv_counts[q], rd[q] = b, b += rc[q];
+  }
+  MPI_Alltoallv(send, c, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, g->comm);
+  free(c);
+  return finished();
+}
+
+/* as nccl.c: blocks made rank-major, exchanged, laid out again */
+static void *sa_alltoall_dim(mt_group *g, const float *send, float *recv, size_t s_outer,
+                             size_t s_inner, size_t r_outer, size_t r_inner) {
+  int n = g->size;
+  size_t blk = s_outer * s_inner;
+  float *ws = calloc(2 * (size_t)n * blk, sizeof(float)), *wr = ws + (size_t)n * blk;
+  mt_permute_dim((float *)send, ws, s_outer, s_inner, n, 1, copy2d, NULL);
+  MPI_Alltoall(ws, (int)blk, MPI_FLOAT, wr, (int)blk, MPI_FLOAT, g->comm);
+  mt_permute_dim(recv, wr, r_outer, r_inner, n, 0, copy2d, NULL);
+  free(ws);
+  return finished();
+}
+
 static void *sa_send(mt_group *g, const float *buf, size_t n, int peer, int tag) {
   handle *h = calloc(1, sizeof *h);
   MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, g->comm, &h->req);
@@ -152,9 +181,26 @@ static void sa_wait(void *hv) {
 
 static void sa_quiesce(void) { g_quiesce++; }
 
+static long g_flushes;
+static void sa_flush(void) { g_flushes++; }
+
 static const mt_comm_direct g_standin = {
-    "stand-in", sa_allreduce, sa_reduce_scatter, sa_allgatherv, sa_allgather_dim,
-    sa_reduce_scatter_dim, sa_send, sa_recv, sa_p2p_ok, sa_done, sa_wait, sa_quiesce};
+    .name = "stand-in",
+    .allreduce = sa_allreduce,
+    .reduce_scatter = sa_reduce_scatter,
+    .allgatherv = sa_allgatherv,
+    .allgather_dim = sa_allgather_dim,
+    .reduce_scatter_dim = sa_reduce_scatter_dim,
+    .alltoallv = sa_alltoallv,
+    .alltoall_dim = sa_alltoall_dim,
+    .send = sa_send,
+    .recv = sa_recv,
+    .p2p_ok = sa_p2p_ok,
+    .done = sa_done,
+    .wait = sa_wait,
+    .quiesce = sa_quiesce,
+    .flush = sa_flush,
+    .idle = NULL};
 
 /* ------------------------------------------------------------------ */
 
@@ -310,6 +356,50 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
     mt_allgather_dim_f32(g, d2, d, outer, inner, MT_LOC_DEVICE);
     MT_CHECK(same(h, d, outer * inner * n), "allgather_dim outer=%zu: device result differs", outer);
     free(scratch);
+  }
+
+  /* all-to-all along a dim (Ulysses): (outer, size, inner) both ways */
+  for (size_t outer = 1; outer <= 3; outer += 2) {
+    const size_t inner = 12, blk = outer * inner, tot = blk * (size_t)n;
+    fill(h, tot, r, salt + 9);
+    memcpy(d, h, tot * sizeof(float));
+    mt_alltoall_dim_f32(g, h, h2, outer, inner, 2 * outer, inner / 2, MT_LOC_HOST);
+    long dev0 = g->device_direct + g->device_staged;
+    s = take(g);
+    mt_alltoall_dim_f32(g, d, d2, outer, inner, 2 * outer, inner / 2, MT_LOC_DEVICE);
+    snprintf(what, sizeof what, "alltoall_dim outer=%zu", outer);
+    expect_path(what, g, s, expect_direct, 1);
+    MT_CHECK(same(h2, d2, tot), "%s: device result differs", what);
+    MT_CHECK(g->device_direct + g->device_staged == dev0 + 1 &&
+                 (expect_direct ? g->device_staged : g->device_direct) == 0,
+             "%s: the group counted %ld direct, %ld staged device calls", what, g->device_direct,
+             g->device_staged);
+  }
+  /* all-to-all and all-gather of variable parts (MoE dispatch, etp) */
+  {
+    size_t *sc = calloc(3 * (size_t)n, sizeof(size_t)), *rc = sc + n, *gc = sc + 2 * n;
+    size_t st = 0, rt = 0, gt = 0;
+    for (int q = 0; q < n; q++) {
+      sc[q] = (size_t)((r + 2 * q) % 5) * 3; /* what r sends q; q sends r (q + 2r) % 5 * 3 */
+      rc[q] = (size_t)((q + 2 * r) % 5) * 3;
+      gc[q] = (size_t)(q + 1) * 7;
+      st += sc[q], rt += rc[q], gt += gc[q];
+    }
+    fill(h, st, r, salt + 10);
+    memcpy(d, h, st * sizeof(float));
+    mt_alltoallv_f32(g, h, sc, h2, rc, MT_LOC_HOST);
+    s = take(g);
+    mt_alltoallv_f32(g, d, sc, d2, rc, MT_LOC_DEVICE);
+    expect_path("alltoallv", g, s, expect_direct, 1);
+    MT_CHECK(same(h2, d2, rt), "alltoallv: device result differs");
+    fill(h, gc[r], r, salt + 11);
+    memcpy(d, h, gc[r] * sizeof(float));
+    mt_allgatherv_f32(g, h, h2, gc, MT_LOC_HOST);
+    s = take(g);
+    mt_allgatherv_f32(g, d, d2, gc, MT_LOC_DEVICE);
+    expect_path("allgatherv (variable parts)", g, s, expect_direct, 1);
+    MT_CHECK(same(h2, d2, gt), "allgatherv (variable parts): device result differs");
+    free(sc);
   }
   free(h), free(d), free(h2), free(d2), free(counts), free(displs);
 }

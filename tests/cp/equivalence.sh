@@ -40,7 +40,9 @@ python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "${runs[@]}" "$WORK/
   "$WORK/ulysses_pp2_zb" "$WORK/ring_recompute" --rtol 1e-5 --steps 20
 # validation losses (steps 10 and 20) within the same tolerance
 python3 - "$WORK/ref" "${runs[@]}" "$WORK/ring_pp2" <<'PY'
-import json, sys
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["MT_SRC"], "tests/scripts"))
+from mt_numbers import within
 def val(run):
     return [json.loads(l)["val_loss"] for l in open(run + "/metrics.jsonl") if '"val_loss"' in l]
 ref = val(sys.argv[1])
@@ -48,8 +50,7 @@ if len(ref) != 2:
     sys.exit("FAIL: the reference has %d validation losses, expected 2" % len(ref))
 for run in sys.argv[2:]:
     got = val(run)
-    rel = [abs(a - b) / abs(b) for a, b in zip(got, ref)]
-    if len(got) != len(ref) or not all(r <= 1e-5 for r in rel):
+    if len(got) != len(ref) or not all(within(a, b, 1e-5) for a, b in zip(got, ref)):
         sys.exit("FAIL: %s validation losses %s vs %s" % (run, got, ref))
 print("ok   validation losses of %d runs within 1e-5 of one rank's" % (len(sys.argv) - 2))
 PY

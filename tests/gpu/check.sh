@@ -3,9 +3,11 @@
 #   1. checks what the build needs, and says what is missing;
 #   2. builds meshtrain with CUDA for this GPU's architecture (build-gpu/);
 #   3. runs the GPU tests: ctest -L gpu (every op against the CPU backend,
-#      fp32 and bf16; tiny CPU vs GPU; bf16 vs fp32; dp/tp+sp/pp/ZeRO-3 on
-#      one GPU through staging; checkpoints GPU <-> CPU; memory = plan; a
-#      layout that does not fit);
+#      fp32 and bf16, and at the edges of their shapes; tiny CPU vs GPU;
+#      bf16 vs fp32; dp/tp+sp/pp/ZeRO-3 on one GPU through staging;
+#      checkpoints GPU <-> CPU; memory = plan; a layout that does not fit);
+#      with two GPUs or more, dp 2, tp 2 and pp 2 over NCCL (device path
+#      nccl, the staged run's losses);
 #   4. meshbench gemm on the GPU at gpt2-124m's shapes (fp32, bf16,
 #      bf16-fast) and meshbench devices;
 #   5. the benchmark: gpt2-124m, T = 1024, bf16, one GPU, the largest
@@ -182,6 +184,48 @@ print("gpu_tests_skipped=%d" % sum(v["status"] == "skipped" for v in res.values(
 print("gpu_tests_failed=%d" % sum(v["status"] == "failed" for v in res.values()))
 PY
 
+# ---------------------------------------------------------------- 3b
+# Two GPUs or more: the NCCL paths themselves (the tests above share one
+# GPU, which stages every multi-rank layout through host MPI): dp 2, tp 2
+# (with sequence parallelism) and pp 2 on two ranks with a GPU each must
+# report device path nccl for their group and follow, step by step within
+# 1e-4, the same layout staged on one GPU.
+n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+two_ok=1
+if [ "${n_gpus:-0}" -ge 2 ]; then
+  phase "two GPUs: dp 2, tp 2, pp 2 over NCCL against the same layouts staged on one GPU"
+  "$BUILD/bin/meshdata" corpus "$WORK/corpus2.txt" --bytes 400000 > /dev/null
+  C2=(--set model.preset=tiny --set train.steps=10 --set train.global_batch=8
+      --set data.train="$WORK/corpus2.txt" --set train.eval_every=0 --set ckpt.mode=none
+      --set train.device=cuda)
+  declare -A L2=([dp]="--set parallel.dp=2 --set train.micro_batch=2"
+                 [tp]="--set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=4"
+                 [pp]="--set parallel.pp=2 --set train.micro_batch=2")
+  for axis in dp tp pp; do
+    # shellcheck disable=SC2086
+    timeout 120 mpirun -n 2 "$BUILD/bin/meshtrain" "${C2[@]}" ${L2[$axis]} \
+      --set output.dir="$WORK/two_$axis" > "$WORK/two_$axis.log" 2>&1 || two_ok=0
+    # shellcheck disable=SC2086
+    CUDA_VISIBLE_DEVICES=0 timeout 120 mpirun -n 2 -x CUDA_VISIBLE_DEVICES "$BUILD/bin/meshtrain" \
+      "${C2[@]}" ${L2[$axis]} --set output.dir="$WORK/one_$axis" > "$WORK/one_$axis.log" 2>&1 ||
+      two_ok=0
+    python3 tests/scripts/compare_runs.py "$WORK/one_$axis" "$WORK/two_$axis" --rtol 1e-4 \
+      --steps 10 || two_ok=0
+    python3 - "$WORK" "$axis" <<'PY' || two_ok=0
+import json, sys
+w, axis = sys.argv[1], sys.argv[2]
+two = json.load(open("%s/two_%s/summary.json" % (w, axis)))["device"]
+one = json.load(open("%s/one_%s/summary.json" % (w, axis)))["device"]
+print("%s 2: two GPUs %s (shared %d), one GPU %s (shared %d)" %
+      (axis, two[axis], two["gpus_shared"], one[axis], one["gpus_shared"]))
+if two[axis] != "nccl" or one[axis] != "staged": sys.exit("FAIL: device paths")
+PY
+  done
+  put two_gpu "$([ $two_ok = 1 ] && echo '"pass"' || echo '"fail"')"
+else
+  put two_gpu '"skipped: fewer than two GPUs visible"'
+fi
+
 # ---------------------------------------------------------------- 4
 phase "meshbench gemm on the GPU (gpt2-124m shapes, 16384 tokens)"
 : > "$OUTDIR/gemm.jsonl"
@@ -228,7 +272,7 @@ MT_CUDA_OP_TIMES=1 timeout 120 mpirun -n 1 "$BUILD/bin/meshtrain" "${bench[@]}" 
 cp "$WORK/ops/summary.json" "$OUTDIR/ops_summary.json" 2>/dev/null
 
 skipped=$(sed -n 's/^gpu_tests_skipped=//p' "$RES")
-if [ "$ctest_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "${skipped:-1}" -eq 0 ]; then
+if [ "$ctest_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "${skipped:-1}" -eq 0 ] && [ "$two_ok" = 1 ]; then
   put status '"pass"'; finish 0
 fi
 put status '"fail"'

@@ -1,7 +1,7 @@
 # Shared by the GPU tests (label gpu). Without a visible GPU (or without
 # CUDA in this build) a test prints "SKIP: <reason>" and exits 77: CTest
 # counts it as skipped and tests/run.sh lists the reason.
-source "$(dirname "$0")/../scripts/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh" || exit 1
 CMP="$MT_SRC/tests/scripts/compare_runs.py"
 
 needs_gpu() {

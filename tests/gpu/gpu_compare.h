@@ -15,7 +15,6 @@
 #include <string.h>
 
 static const mt_ops *cpu, *gpu;
-static int g_failures;
 static uint64_t g_rng; /* the program seeds it */
 
 static float urand(float lo, float hi) {
@@ -41,15 +40,6 @@ static int *devi(const int *h, size_t n) {
 }
 static void dfree(void *d, size_t bytes) { gpu->free(MT_MEM_OTHER, d, bytes ? bytes : 1); }
 
-static void report(const char *what, double err, double tol) {
-  int ok = err <= tol;
-  printf("  %-62s err %.2e  tol %.0e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
-  if (!ok) {
-    fprintf(stderr, "FAIL: %s: error %.3e exceeds %.1e\n", what, err, tol);
-    g_failures++;
-  }
-}
-
 /* max |gpu - ref| / max |ref| with the GPU tensor downloaded (NaN stays) */
 static double err_of(const float *ref, const float *d, size_t n) {
   float *h = malloc((n ? n : 1) * sizeof(float));
@@ -62,7 +52,7 @@ static double err_of(const float *ref, const float *d, size_t n) {
   free(h);
   return diff / (scale > 0 ? scale : 1.0);
 }
-#define CMP(what, ref, d, n, tol) report(what, err_of(ref, d, n), tol)
+#define CMP(what, ref, d, n, tol) mt_check_err(what, err_of(ref, d, n), tol)
 
 /* The CUDA backend for program `prog` at the precision argv[1] names
  * (fp32 | bf16): 0, gpu set; 77 (print "SKIP: ...") where no GPU is

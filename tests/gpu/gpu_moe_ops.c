@@ -88,7 +88,7 @@ static void test_router(int N, int E, int k, int rows_per_seq) {
   CMP("moe_router_forward probs", probs, d_probs, ne, TOL_EW);
   CMP("moe_router_forward lse", lse, d_lse, N, TOL_EW);
   snprintf(what, sizeof what, "moe_router_forward top_idx (exact; of %zu)", nk);
-  report(what, int_mismatches(top, d_top, nk), 0);
+  mt_check_err(what, int_mismatches(top, d_top, nk), 0);
   CMP("moe_router_forward top_w", topw, d_topw, nk, TOL_EW);
 
   /* backward from the CPU's forward results on both sides */
@@ -270,7 +270,7 @@ static void test_empty(void) {
   double e = err_of(h, a, n);
   e = mt_worst(e, err_of(h, b, n));
   e = mt_worst(e, err_of(h, c, n));
-  report("every MoE op with no rows leaves its outputs alone", e, 0.0);
+  mt_check_err("every MoE op with no rows leaves its outputs alone", e, 0.0);
   dfree(a, n * 4), dfree(b, n * 4), dfree(c, n * 4), dfree(d, n * 4), dfree(ia, 5 * 4);
   free(h);
 }
@@ -318,8 +318,8 @@ static void test_determinism(void) {
     dfree(d_topw, nk * 4), dfree(d_dcw, nk * 4), dfree(d_dy, (size_t)R * C * 4);
     dfree(d_dx, (size_t)R * C * 4), dfree(d_dw, (size_t)G * C * C * 4), dfree(d_top, nk * 4);
   }
-  report("router, combine and grouped backward twice: same bits",
-         memcmp(res[0], res[1], nres * sizeof(float)) ? 1 : 0, 0);
+  mt_check_err("router, combine and grouped backward twice: same bits",
+               memcmp(res[0], res[1], nres * sizeof(float)) ? 1 : 0, 0);
   free(logits), free(dtw), free(aux), free(dout), free(y), free(w), free(slot);
   free(res[0]), free(res[1]);
 }
@@ -356,8 +356,8 @@ int main(int argc, char **argv) {
   test_determinism();
   if (!cpu_only) mt_cuda_shutdown();
   MPI_Finalize();
-  if (g_failures) {
-    fprintf(stderr, "gpu_moe_ops: %d check(s) failed\n", g_failures);
+  if (*mt_check_failures()) {
+    fprintf(stderr, "gpu_moe_ops: %d check(s) failed\n", *mt_check_failures());
     return 1;
   }
   printf("gpu_moe_ops: all checks passed\n");

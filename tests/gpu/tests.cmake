@@ -17,6 +17,11 @@ target_link_libraries(gpu_moe_ops PRIVATE ${MT_ALL_LIBS})
 set_target_properties(gpu_moe_ops PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 mt_script_test(moe_ops gpu ops.sh gpu_moe_ops)
 mt_script_test(train_moe gpu train_moe.sh)
+# the ops at the edges of their shapes (C 1..33, every head size, V = 1)
+add_executable(gpu_edges ${CMAKE_CURRENT_LIST_DIR}/gpu_edges.c)
+target_link_libraries(gpu_edges PRIVATE ${MT_ALL_LIBS})
+set_target_properties(gpu_edges PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+mt_script_test(edges gpu ops.sh gpu_edges)
 
 # bad input about devices, on any machine (badinput: also under ASan)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
@@ -26,8 +31,15 @@ mt_script_test(bf16_ulysses_refused badinput ../scripts/expect_fail.sh bf16_ulys
   "train.precision = bf16 on the CPU is implemented for dense models with ring context parallelism or none. parallel.cp = 2 with cp_mode = ulysses" ${T} --set train.precision=bf16 --set parallel.cp=2 --set parallel.cp_mode=ulysses)
 mt_script_test(grad_dtype_bf16_refused badinput ../scripts/expect_fail.sh grad_dtype_bf16_refused 2
   "train.grad_dtype = bf16: not implemented yet" ${T} --set train.precision=bf16 --set train.grad_dtype=bf16)
+# the virtual device computes no values and prices activations by its
+# profile's act_bytes: bf16 storage is refused there rather than ignored
+mt_script_test(bf16_virtual_refused badinput ../scripts/expect_fail.sh bf16_virtual_refused 2
+  "train.precision = bf16: train.device = virtual emulates fp32 storage only" ${T} --set train.device=virtual --set train.virtual_hw=h200 --set ckpt.mode=none --set train.precision=bf16)
 mt_script_test(grad_dtype_unknown badinput ../scripts/expect_fail.sh grad_dtype_unknown 2
   "train.grad_dtype: 'fp8' is not one of fp32.bf16" ${T} --set train.grad_dtype=fp8)
 mt_script_test(bad_device badinput ../scripts/expect_fail.sh bad_device 1
   "train.device: 'gpu' is not one of cpu.cuda.auto" ${T} --set train.device=gpu)
 mt_script_test(cuda_without_gpu badinput no_gpu.sh)
+
+# the same GPU tests on the host execution model of CUDA (-DMT_CUDA_EMU=ON)
+include(${CMAKE_CURRENT_LIST_DIR}/emu/tests.cmake)

@@ -42,12 +42,14 @@ read -r first np args <<< "${layouts[0]}"
 run "${first}_again" "$np" $args
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/$first" "$WORK/${first}_again" --bitwise
 python3 - "$WORK/ref" "$WORK/$first" "$WORK/${first}_again" "${names[@]}" <<'PY'
-import json, sys
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["MT_SRC"], "tests/scripts"))
+from mt_numbers import same_bits, within
 def recs(d): return [json.loads(l) for l in open(d + "/metrics.jsonl")]
 ref, first, again = recs(sys.argv[1]), recs(sys.argv[2]), recs(sys.argv[3])
 for a, b in zip(first, again):  # the same layout twice: the same bits everywhere
     for k in ("grad_norm",):
-        if a[k] != b[k]:
+        if not same_bits(a[k], b[k]):  # a null (NaN) norm is never the same
             sys.exit("FAIL: step %d: %s %r then %r" % (a["step"], k, a[k], b[k]))
     if a["moe"]["tokens_per_expert"] != b["moe"]["tokens_per_expert"]:
         sys.exit("FAIL: step %d: expert loads differ between two runs of one layout" % a["step"])
@@ -56,7 +58,7 @@ for d in sys.argv[4:]:
         for k in ("grad_norm", "val_loss"):
             if (k in a) != (k in b):
                 sys.exit("FAIL: %s step %d: %s only in one run" % (d, a["step"], k))
-            if k in a and not abs(a[k] - b[k]) <= 1e-5 * abs(a[k]):  # NaN fails
+            if k in a and not within(b[k], a[k], 1e-5):  # NaN or null fails
                 sys.exit("FAIL: %s step %d %s %r vs %r" % (d, a["step"], k, b[k], a[k]))
         m = b["moe"]
         if not (len(m["tokens_per_expert"]) == len(ref[0]["moe"]["tokens_per_expert"]) and

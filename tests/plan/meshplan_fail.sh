@@ -1,7 +1,8 @@
 # meshplan_fail.sh NAME REGEX CASE: bad input to meshplan gives exactly one
-# error line matching REGEX and exit 2, within seconds.
+# error line matching REGEX and exit 2 (no hang).
 #   profile-missing-key: a cost profile without inter_us
 #   no-fit: gpt2-124m on 1 node of a profile with too little memory
+#   bad-dtype: --dtype with a size no dtype has
 MT_SUFFIX=$1; REGEX=$2; CASE=$3
 source "$(dirname "$0")/../scripts/common.sh"
 prof="$WORK/profile.ini"
@@ -10,10 +11,12 @@ case $CASE in
     args=(--set model.preset=tiny --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
   no-fit) cp "$MT_SRC/tests/plan/cost-test.ini" "$prof"
     args=(--set model.preset=gpt2-124m --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
+  bad-dtype) args=(--set model.preset=tiny --hw "$MT_SRC/tests/plan/cost-test.ini" --nodes 1
+                  --dtype weights=3) ;;
   *) fail "unknown case $CASE" ;;
 esac
 set +e
-timeout 60 "$MT_BIN/meshplan" "${args[@]}" > "$WORK/out" 2> "$WORK/err"
+mt_guard "$MT_BIN/meshplan" "${args[@]}" > "$WORK/out" 2> "$WORK/err"
 rc=$?
 set -e
 cat "$WORK/err"

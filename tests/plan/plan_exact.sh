@@ -14,7 +14,8 @@ if [ "$preset" = tiny_moe ]; then preset=tiny; extra=(--set model.moe_experts=4 
 prof="$MT_SRC/tests/plan/cost-test.ini"
 for nodes in 1 2; do
   "$MT_BIN/meshplan" --set model.preset="$preset" "${extra[@]}" --set train.global_batch=16 --hw "$prof" \
-    --nodes $nodes --top 5 --json "$WORK/n$nodes.json" > "$WORK/n$nodes.txt" 2>&1 \
+    --set plan.cp_min_tokens=0 --nodes $nodes --top 5 --all --json "$WORK/n$nodes.json" \
+    > "$WORK/n$nodes.txt" 2>&1 \
     || { cat "$WORK/n$nodes.txt"; fail "meshplan $preset on $nodes nodes"; }
   head -8 "$WORK/n$nodes.txt"
 done
@@ -31,7 +32,8 @@ for nodes in (1, 2):
     # processes), and the first 10 context-parallel ones
     step = max(1, len(rows) // 60)
     cps = [i for i, r in enumerate(rows) if r["cp"] > 1][:10] + \
-          [i for i, r in enumerate(rows) if r["ep"] > 1][:10]
+          [i for i, r in enumerate(rows) if r["ep"] > 1][:10] + \
+          [i for i, r in enumerate(rows) if r["pp_first_layers"] > 0][:10]
     sample = [r for i, r in enumerate(rows) if i % step == 0 or i in cps]
     for r in sample:
         sets = ["model.preset=%s" % preset, "train.global_batch=16", "parallel.tp=%d" % r["tp"],
@@ -40,7 +42,8 @@ for nodes in (1, 2):
                 "parallel.sp=%s" % ("true" if r["sp"] else "false"),
                 "train.recompute=%s" % ("true" if r["recompute"] else "false"),
                 "parallel.schedule=%s" % r["schedule"], "parallel.virtual_stages=%d" % r["virtual_stages"],
-                "parallel.ep=%d" % r["ep"]] + extra
+                "parallel.ep=%d" % r["ep"], "parallel.pp_first_layers=%d" % r["pp_first_layers"],
+                "parallel.pp_last_layers=%d" % r["pp_last_layers"]] + extra
         args = sum((["--set", s] for s in sets), [])
         world = r["tp"] * r["pp"] * r["dp"] * r["cp"]
         chk = subprocess.run([bindir + "/meshtrain", "--check", "--ranks", str(world)] + args,

@@ -6,5 +6,28 @@ mt_script_test(calibrated plan calibrated.sh)
 mt_script_test(calibrate_roundtrip plan calibrate_roundtrip.sh)
 mt_script_test(emit_sweep plan emit_sweep.sh)
 mt_script_test(bad_profile badinput meshplan_fail.sh bad_profile "key 'inter_us' missing" profile-missing-key)
-mt_script_test(no_fit badinput meshplan_fail.sh no_fit "does not fit on 1 node.*GiB short" no-fit)
-set_tests_properties(plan.calibrated PROPERTIES RUN_SERIAL TRUE)
+mt_script_test(no_fit badinput meshplan_fail.sh no_fit "does not fit on 4 ranks.*GiB short" no-fit)
+# uneven pipeline stages (parallel.pp_first_layers / pp_last_layers): losses of
+# 2, 3 and interleaved stages; plan = run; an even checkpoint resumed unevenly
+mt_script_test(uneven_equiv plan uneven.sh equiv)
+mt_script_test(uneven_ckpt plan uneven.sh ckpt)
+# bad splits: one line naming the keys, every rank exits 2
+set(UNEVEN --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=1 --set model.n_layer=6)
+mt_script_test(uneven_sum badinput ../scripts/expect_fail.sh uneven_sum 3
+  "parallel.pp_first_layers = 4 \\+ parallel.pp_last_layers = 3 exceed model.n_layer = 6" ${UNEVEN} --set parallel.pp=3 --set parallel.pp_first_layers=4 --set parallel.pp_last_layers=3)
+mt_script_test(uneven_empty badinput ../scripts/expect_fail.sh uneven_empty 3
+  "parallel.pp_split = '3,0,3': stage 1 has no layers" ${UNEVEN} --set parallel.pp=3 --set parallel.pp_split=3,0,3)
+mt_script_test(uneven_chunks badinput ../scripts/expect_fail.sh uneven_chunks 2
+  "parallel.virtual_stages = 2 does not divide the 3 layers of pipeline stage 0" ${UNEVEN} --set parallel.pp=2 --set parallel.pp_last_layers=3 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.micro_batch=2)
+# parallel.layout = auto: planned on 1, 2, 4 ranks and trained; a requeue from
+# 4 ranks to 2 re-plans and continues the curve; bad input
+mt_script_test(auto_ranks plan auto.sh ranks)
+mt_script_test(auto_requeue plan auto.sh requeue)
+set(AUTO --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set parallel.layout=auto)
+mt_script_test(auto_no_fit badinput ../scripts/expect_fail.sh auto_no_fit 2
+  "parallel.layout = auto on 2 ranks: gpt2-124m does not fit on 2 ranks of cost-test.*GiB short \\(launch more ranks" ${AUTO} --set model.preset=gpt2-124m --set plan.hw=tests/plan/cost-test.ini)
+mt_script_test(auto_no_cost badinput ../scripts/expect_fail.sh auto_no_cost 2
+  "parallel.layout = auto needs a cost profile \\(a \\[cost\\] section\\).*key 'devices_per_node' missing.*set plan.hw" ${AUTO} --set plan.hw=a100-sxm)
+# memory in the run's dtypes (bf16 profile) against the fp32 plan, --dtype, plan.headroom
+mt_script_test(dtypes plan dtypes.sh)
+mt_script_test(bad_dtype badinput meshplan_fail.sh bad_dtype "--dtype 'weights=3': expected CATEGORY=BYTES" bad-dtype)

@@ -25,14 +25,16 @@ run split $((PP * DP * TP)) --set parallel.pp="$PP" --set parallel.dp="$DP" \
 grep -q "mesh dp=$DP tp=$TP pp=$PP" "$WORK/split.log" || fail "run did not use pp=$PP dp=$DP tp=$TP"
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/split" --rtol 1e-5 --steps 10
 python3 - "$WORK/ref" "$WORK/split" "$PP" <<'PY'
-import json, sys
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["MT_SRC"], "tests/scripts"))
+from mt_numbers import within
 def recs(d): return [json.loads(l) for l in open(d + "/metrics.jsonl")]
 ref, cur, pp = recs(sys.argv[1]), recs(sys.argv[2]), int(sys.argv[3])
 for a, b in zip(ref, cur):
     for k in ("grad_norm", "val_loss"):
         if (k in a) != (k in b):
             sys.exit("FAIL: step %d: %s only in one run" % (a["step"], k))
-        if k in a and not abs(a[k] - b[k]) <= 1e-5 * abs(a[k]):  # NaN (or null) fails
+        if k in a and not within(b[k], a[k], 1e-5):  # NaN (or null) fails
             sys.exit("FAIL: step %d %s %r vs %r" % (a["step"], k, b[k], a[k]))
     p = b["pp"]
     assert len(p["wait_s"]) == pp and len(p["bubble"]) == pp and len(p["act_peak_bytes"]) == pp, p

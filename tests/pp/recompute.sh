@@ -21,18 +21,17 @@ run stored false
 run recomputed true
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/stored" "$WORK/recomputed" --bitwise --steps 10
 python3 - "$WORK/stored" "$WORK/recomputed" "$PP" <<'PY'
-import json, re, sys
-def lines(d): return open(d + "/metrics.jsonl").read().splitlines()
-def field(line, k):
-    m = re.search('"%s":([^,}]*)' % k, line)
-    return m and m.group(1)
-ref, cur, pp = lines(sys.argv[1]), lines(sys.argv[2]), int(sys.argv[3])
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["MT_SRC"], "tests/scripts"))
+from mt_numbers import records, same_bits
+ref, cur, pp = records(sys.argv[1]), records(sys.argv[2]), int(sys.argv[3])
+if len(ref) != len(cur):
+    sys.exit("FAIL: %d steps stored, %d recomputed" % (len(ref), len(cur)))
 for a, b in zip(ref, cur):
     for k in ("grad_norm", "val_loss"):
-        if field(a, k) != field(b, k):
-            sys.exit("FAIL: %s differs: %s vs %s" % (k, field(b, k), field(a, k)))
-def mem(line):
-    r = json.loads(line)
+        if (k in a) != (k in b) or (k in a and not same_bits(a[k], b[k])):  # null never equal
+            sys.exit("FAIL: step %d %s differs: %r vs %r" % (a["step"], k, b.get(k), a.get(k)))
+def mem(r):
     return r["pp"]["act_peak_bytes"] if pp > 1 else [r["mem_peak_bytes"]["activations"]]
 m0, m1 = mem(ref[-1]), mem(cur[-1])
 print("peak activation bytes per stage: stored %s, recomputed %s" % (m0, m1))

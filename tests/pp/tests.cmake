@@ -26,6 +26,31 @@ mt_script_test(recompute_pp1 pp recompute.sh 1 1f1b 2)
 mt_script_test(recompute_pp2_1f1b pp recompute.sh 2 1f1b 2)
 mt_script_test(recompute_pp2_zb-h1 pp recompute.sh 2 zb-h1 2)
 
+# ZeRO 2 and 3 under every schedule at pp 2 x dp 2 (gpipe and 1f1b one
+# level each: the same dp paths as the others; ZeRO 0-1 of the other
+# schedules are the equivalence tests above, breadth-first's ZeRO-0 here)
+# on tiny with 8 layers: the single-rank losses and norms over 20 steps,
+# the plan equal to the counters, bitwise repeatable (zero.sh STEPS CASE...)
+set(Z2 "--set parallel.pp=2 --set parallel.dp=2 --set train.micro_batch=1")
+set(ZV "--set parallel.virtual_stages=2")
+mt_script_test(zero_pp2 pp zero.sh 20
+  "zbz3 4 ${Z2} --set parallel.zero=3 --set parallel.schedule=zb-h1"
+  "zbz2 4 ${Z2} --set parallel.zero=2 --set parallel.schedule=zb-h1"
+  "gpz2 4 ${Z2} --set parallel.zero=2 --set parallel.schedule=gpipe"
+  "1f1bz3 4 ${Z2} --set parallel.zero=3 --set parallel.schedule=1f1b"
+  "ilvz2 4 ${Z2} --set parallel.zero=2 --set parallel.schedule=interleaved ${ZV}"
+  "ilvz3 4 ${Z2} --set parallel.zero=3 --set parallel.schedule=interleaved ${ZV}"
+  "bfz0 4 ${Z2} --set parallel.zero=0 --set parallel.schedule=breadth-first ${ZV}"
+  "bfz2 4 ${Z2} --set parallel.zero=2 --set parallel.schedule=breadth-first ${ZV}"
+  "bfz3 4 ${Z2} --set parallel.zero=3 --set parallel.schedule=breadth-first ${ZV}"
+  "1f1bz1off 4 ${Z2} --set parallel.zero=1 --set parallel.schedule=1f1b --set parallel.overlap_dp=false")
+# interleaved at pp 4 x dp 2 (8 ranks: fewer steps)
+set(Z4 "--set parallel.pp=4 --set parallel.dp=2 --set train.micro_batch=1 ${ZV}")
+mt_script_test(zero_pp4 pp zero.sh 4
+  "ilv4z3 8 ${Z4} --set parallel.zero=3 --set parallel.schedule=interleaved")
+# checkpoints saved under one schedule and ZeRO level, resumed under another
+mt_script_test(zero_resume pp zero_resume.sh)
+
 mt_script_test(print_schedule pp print_schedule.sh)
 
 # each stage holds, reduces over dp and updates only its own tensors
@@ -49,6 +74,14 @@ mt_script_test(pp_micro_batches_mismatch badinput ../scripts/expect_fail.sh pp_m
   "train.micro_batches = 3 does not match" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set train.micro_batches=3)
 mt_script_test(pp_save_params badinput ../scripts/expect_fail.sh pp_save_params 2
   "output.save_params = true needs parallel.pp = 1" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set output.save_params=true)
+mt_script_test(pp_bf_virtual_not_dividing badinput ../scripts/expect_fail.sh pp_bf_virtual_not_dividing 2
+  "parallel.virtual_stages = 3 does not divide the 2 layers per stage" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=breadth-first --set parallel.virtual_stages=3)
+mt_script_test(pp_zbv_virtual_not_dividing badinput ../scripts/expect_fail.sh pp_zbv_virtual_not_dividing 2
+  "parallel.virtual_stages = 2 does not divide the 3 layers per stage" ${PPT} --set model.n_layer=6 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=2)
+mt_script_test(pp_zbv_one_chunk badinput ../scripts/expect_fail.sh pp_zbv_one_chunk 2
+  "parallel.schedule = zb-v needs parallel.virtual_stages = 2 .got 1." ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=zb-v)
+mt_script_test(pp_zbv_run badinput ../scripts/expect_fail.sh pp_zbv_run 2
+  "parallel.schedule = zb-v: training and planning do not place virtual stages in a V yet" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=2)
 mt_script_test(pp_bad_schedule badinput ../scripts/expect_fail.sh pp_bad_schedule 2
   "parallel.schedule: 'pipedream' is not one of gpipe.1f1b.interleaved.zb-h1" ${PPT} --set parallel.pp=2 --set parallel.schedule=pipedream)
 

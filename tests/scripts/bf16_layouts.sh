@@ -3,7 +3,8 @@
 # ZeRO-3 (the bf16 copy's shards gathered), pp = 2 zb-h1 with recompute
 # (bf16 messages, split backward), tp = 2 with sp, dp = 2 x tp = 2 with
 # sp at ZeRO-3 (bf16 all-gathers and reduce-scatters over tp) and ring
-# context parallelism cp = 2 (bf16 K/V and dK/dV round the ring): losses within
+# context parallelism cp = 2 (bf16 K/V and dK/dV round the ring), dp = 2 x
+# pp = 2 at ZeRO-2 (zb-h1) and ZeRO-3 (breadth-first): losses within
 # rtol 1e-3 of the one-rank run at each of 20 steps (NaN fails).
 # Why 1e-3: layouts sum the fp32 gradients in different orders (relative
 # 1e-7), so a master weight close to the midpoint of two bf16 values rounds
@@ -34,6 +35,13 @@ run tp2sp 2 --set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=2
 run dp2tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true \
   --set parallel.zero=3 --set train.micro_batch=2
 run cp2 2 --set parallel.cp=2 --set train.micro_batch=2
+# ZeRO-2/3 under pipeline parallelism: zb-h1's open gradient buffers at
+# ZeRO-2, breadth-first's per-unit bf16 gather buffers at ZeRO-3
+run dp2pp2z2zb 4 --set parallel.dp=2 --set parallel.pp=2 --set parallel.zero=2 \
+  --set parallel.schedule=zb-h1 --set train.micro_batch=2
+run dp2pp2z3bfs 4 --set parallel.dp=2 --set parallel.pp=2 --set parallel.zero=3 \
+  --set parallel.schedule=breadth-first --set train.micro_batch=2
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/dp2z1" "$WORK/dp2z3" \
-  "$WORK/pp2zbrc" "$WORK/tp2sp" "$WORK/dp2tp2spz3" "$WORK/cp2" --rtol 1e-3 --steps 20
+  "$WORK/pp2zbrc" "$WORK/tp2sp" "$WORK/dp2tp2spz3" "$WORK/cp2" "$WORK/dp2pp2z2zb" \
+  "$WORK/dp2pp2z3bfs" --rtol 1e-3 --steps 20
 echo PASS

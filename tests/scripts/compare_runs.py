@@ -4,34 +4,24 @@
 compare_runs.py REF RUN [RUN ...] [--rtol R] [--bitwise] [--param-atol A] [--steps N]
 
 Exits non-zero, naming the run, step and values, when any run differs from
-REF by more than the tolerance at any step.
+REF by more than the tolerance at any step. Losses are compared as numbers:
+--bitwise wants the same float64 bits, and a NaN or null loss (cJSON writes
+NaN and infinities as null) equals nothing, itself included.
 """
 import argparse
-import json
 import math
 import os
 import struct
 import sys
 
-
-def worst_of(a, b):
-    """The larger error; NaN once either is NaN (max() would drop it). Every
-    tolerance test below is written `not err <= tol`, so NaN fails it."""
-    if math.isnan(a) or math.isnan(b):
-        return float("nan")
-    return max(a, b)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mt_numbers import records, rel_err, same_bits, value, worst  # noqa: E402
 
 
 def losses(run):
-    path = os.path.join(run, "metrics.jsonl")
-    out = []
-    with open(path) as f:
-        for line in f:
-            rec = json.loads(line)
-            # cJSON writes a NaN or infinite loss as null: keep it as NaN, which fails below
-            loss = float("nan") if rec["loss"] is None else rec["loss"]
-            out.append((rec["step"], loss, line.split('"loss":')[1].split(",")[0]))
-    return out
+    """(step, loss) per record; a null loss (cJSON's NaN or infinity) is NaN,
+    which fails every comparison below, bitwise ones included"""
+    return [(rec["step"], value(rec.get("loss"))) for rec in records(run)]
 
 
 def params(run):
@@ -40,7 +30,9 @@ def params(run):
     return struct.unpack("<%df" % (len(data) // 4), data)
 
 
-def main():
+def main(argv=None, out=None):
+    """the command with arguments argv; prints to out; returns the exit status"""
+    out = out or sys.stdout
     ap = argparse.ArgumentParser()
     ap.add_argument("ref")
     ap.add_argument("runs", nargs="+")
@@ -50,54 +42,63 @@ def main():
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--subset", action="store_true",
                     help="RUN may hold only some of REF's steps (a resumed run); compare those")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     ref = losses(a.ref)
     if a.steps is not None and len(ref) != a.steps:
-        sys.exit("FAIL: %s has %d steps, expected %d" % (a.ref, len(ref), a.steps))
+        print("FAIL: %s has %d steps, expected %d" % (a.ref, len(ref), a.steps), file=out)
+        return 1
     bad = 0
     for run in a.runs:
         cur = losses(run)
+        if not cur:
+            print("FAIL: %s has no steps" % run, file=out)
+            bad += 1
+            continue
         if a.subset:
-            by_step = {s: (s, l, t) for s, l, t in ref}
-            if not cur or any(s not in by_step for s, _, _ in cur):
+            by_step = {s: (s, l) for s, l in ref}
+            if not cur or any(s not in by_step for s, _ in cur):
                 print("FAIL: %s steps %s are not a non-empty subset of %s's"
-                      % (run, [s for s, _, _ in cur], a.ref))
+                      % (run, [s for s, _ in cur], a.ref), file=out)
                 bad += 1
                 continue
-            pairs = [(by_step[s], (s, l, t)) for s, l, t in cur]
+            pairs = [(by_step[s], (s, l)) for s, l in cur]
         elif len(cur) != len(ref):
-            print("FAIL: %s has %d steps, %s has %d" % (run, len(cur), a.ref, len(ref)))
+            print("FAIL: %s has %d steps, %s has %d" % (run, len(cur), a.ref, len(ref)), file=out)
             bad += 1
             continue
         else:
             pairs = list(zip(ref, cur))
-        worst, failed = 0.0, False
-        for (s, l0, t0), (_, l1, t1) in pairs:
-            rel = abs(l1 - l0) / max(abs(l0), 1e-30)
-            worst = worst_of(worst, rel)
-            if (a.bitwise and t0 != t1) or (not a.bitwise and not rel <= a.rtol):
-                print("FAIL: %s step %d loss %s vs %s (rel %.3g)" % (run, s, t1, t0, rel))
+        worst_rel, failed = 0.0, False
+        for (s, l0), (s1, l1) in pairs:
+            rel = rel_err(l1, l0)
+            worst_rel = worst(worst_rel, rel)
+            ok = same_bits(l1, l0) if a.bitwise else rel <= a.rtol  # NaN fails both
+            if s1 != s or not ok:
+                print("FAIL: %s step %d loss %r vs %r at step %d (rel %.3g)"
+                      % (run, s1, l1, l0, s, rel), file=out)
                 bad += 1
                 failed = True
                 break
         if failed:
             continue  # no "ok" line for a run that failed
-        msg = "%s: %d steps, max relative loss difference %.3g" % (run, len(cur), worst)
+        msg = "%s: %d steps, max relative loss difference %.3g" % (run, len(cur), worst_rel)
         if a.param_atol is not None:
             p0, p1 = params(a.ref), params(run)
             if len(p0) != len(p1):
-                print("FAIL: %s has %d parameters, %s has %d" % (run, len(p1), a.ref, len(p0)))
+                print("FAIL: %s has %d parameters, %s has %d" % (run, len(p1), a.ref, len(p0)),
+                      file=out)
                 bad += 1
                 continue
             diffs = [abs(x - y) for x, y in zip(p0, p1)]
             d = float("nan") if any(math.isnan(x) for x in diffs) else max(diffs, default=0.0)
             msg += ", max parameter difference %.3g (bound %.3g)" % (d, a.param_atol)
             if not d <= a.param_atol:
-                print("FAIL: " + msg)
+                print("FAIL: " + msg, file=out)
                 bad += 1
                 continue
-        print("ok   " + msg)
-    sys.exit(1 if bad else 0)
+        print("ok   " + msg, file=out)
+    return 1 if bad else 0
 
 
-main()
+if __name__ == "__main__":
+    sys.exit(main())

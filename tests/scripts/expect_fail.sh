@@ -1,6 +1,6 @@
 # expect_fail.sh NAME NP REGEX [meshtrain args...]
-# Bad input must give: a non-zero exit, within seconds, exactly one error
-# line (from rank 0) that matches REGEX, and nothing written to output.dir.
+# Bad input must give: a non-zero exit (no hang), exactly one error line
+# (from rank 0) that matches REGEX, and nothing written to output.dir.
 # Placeholders in the arguments become files made here:
 #   @CORPUS@       the default corpus (text, 200 kB, bytes 10..121)
 #   @CORPUS_LLMC@  the corpus as an llm.c .bin (uint16 ids)
@@ -39,16 +39,12 @@ for a in "$@"; do
   args+=("$a")
 done
 set +e
-start=$(date +%s)
-timeout --kill-after=5 60 "$MT_MPIEXEC" --oversubscribe -n "$NP" "$MT_BIN/meshtrain" \
-  "${args[@]}" --set "output.dir=$out" > "$WORK/stdout" 2> "$WORK/stderr"
+mt_mpirun "$NP" "$MT_BIN/meshtrain" "${args[@]}" --set "output.dir=$out" > "$WORK/stdout" 2> "$WORK/stderr"
 rc=$?
 set -e
-elapsed=$(( $(date +%s) - start ))
 cat "$WORK/stderr"
 [ $rc -ne 0 ] || fail "exit code 0 for bad input"
-[ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "timed out (hang) after ${elapsed}s"
-[ $elapsed -le 30 ] || fail "took ${elapsed}s"
+[ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "hung: stopped by the hang guard"
 n=$(grep -c "^meshtrain: error:" "$WORK/stderr" || true)
 [ "$n" -eq 1 ] || fail "expected exactly one error line, got $n"
 grep "^meshtrain: error:" "$WORK/stderr" | grep -Eq -- "$REGEX" || fail "error line does not match /$REGEX/"
@@ -56,4 +52,4 @@ grep "^meshtrain: error:" "$WORK/stderr" | grep -Eq -- "$REGEX" || fail "error l
 ! grep -Eq "ERROR: (Address|Leak)Sanitizer|runtime error:" "$WORK/stderr" || fail "sanitizer report"
 [ "$(cat "$out/metrics.jsonl")" = "earlier result" ] || fail "earlier output was damaged"
 [ ! -f "$out/config.ini" ] || fail "config.ini written for a refused run"
-echo "PASS: rc=$rc in ${elapsed}s: $(grep '^meshtrain: error:' "$WORK/stderr")"
+echo "PASS: rc=$rc: $(grep '^meshtrain: error:' "$WORK/stderr")"

@@ -1,6 +1,8 @@
 # Script tests (included from tests/CMakeLists.txt).
 set(S ${CMAKE_CURRENT_SOURCE_DIR})
 
+# the loss comparison every equivalence test relies on: numbers, NaN and null fail
+mt_script_test(compare_runs unit compare_runs_check.sh)
 mt_script_test(dp_equivalence mpi dp_equivalence.sh)
 mt_script_test(determinism mpi determinism.sh)
 mt_script_test(loss_falls mpi loss_falls.sh)

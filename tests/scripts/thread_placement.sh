@@ -6,7 +6,7 @@ source "$(dirname "$0")/common.sh"
 command -v taskset >/dev/null || { echo "SKIP: taskset (util-linux) is not installed"; exit 77; }
 corpus=$(mt_corpus 100000)
 run() { # NAME NP THREADS
-  taskset -c 0 timeout --kill-after=10 120 "$MT_MPIEXEC" --oversubscribe --bind-to none -n "$2" \
+  taskset -c 0 "${MT_GUARD[@]}" "$MT_MPIEXEC" --oversubscribe --bind-to none -n "$2" \
     "$MT_BIN/meshtrain" --set model.preset=tiny --set train.steps=1 --set train.threads="$3" \
     --set parallel.dp="$2" --set train.global_batch=4 --set train.micro_batch=1 \
     --set train.eval_every=0 --set ckpt.mode=none --set data.train="$corpus" \

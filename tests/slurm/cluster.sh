@@ -51,9 +51,11 @@ cluster_state() {
     awk -F= '$1=="JobState"{s=$2} $1=="ExitCode"{e=$2} $1=="Restarts"{r=$2} END{print s, e, r}'
 }
 
-# cluster_wait JOBID SECONDS: waits until the job ended; prints "STATE EXITCODE RESTARTS"
+# cluster_wait JOBID SECONDS: waits until the job ended; prints "STATE EXITCODE RESTARTS".
+# SECONDS is a hang guard, never below the suite's (MT_TIMEOUT): a slow job is not a failed one.
 cluster_wait() {
   local jid=$1 limit=$2 t=0 st
+  [ "$limit" -ge "${MT_TIMEOUT:-300}" ] || limit=${MT_TIMEOUT:-300}
   while :; do
     st=$(cluster_state "$jid")
     case "${st%% *}" in

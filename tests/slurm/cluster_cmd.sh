@@ -26,7 +26,7 @@ if command -v strace > /dev/null; then
     "${CLUSTER[0]}" -i /bin/sh -c '"$0" "$@"; echo "start exit $?"' "$PY" "$MT_SRC/slurm/meshslurm.py" cluster start --dir "$C" \
     > "$WORK/start.out" 2>&1 &
   STRACE_PID=$!
-  for _ in $(seq 1 120); do
+  for _ in $(seq 1 $((2 * ${MT_TIMEOUT:-300}))); do  # the hang guard: 0.5 s a turn
     grep -q '^start exit' "$WORK/start.out" && break
     kill -0 "$STRACE_PID" 2>/dev/null || break
     sleep 0.5

@@ -18,9 +18,9 @@ jid=$(cluster_submit "$WORK/run/job.sh")
 echo "submitted job $jid"
 
 # wait until it trains, then preempt it
-for i in $(seq 1 120); do
+for i in $(seq 1 $((2 * ${MT_TIMEOUT:-300}))); do  # the hang guard: 0.5 s a turn
   [ -f "$WORK/run/metrics.jsonl" ] && [ "$(wc -l < "$WORK/run/metrics.jsonl")" -ge "$min_lines" ] && break
-  [ "$(cluster_state "$jid" | cut -d' ' -f1)" = RUNNING ] || [ "$i" -lt 60 ] || break
+  [ "$(cluster_state "$jid" | cut -d' ' -f1)" = RUNNING ] || [ "$i" -lt $((2 * ${MT_TIMEOUT:-300})) ] || break
   sleep 0.5
 done
 [ -f "$WORK/run/metrics.jsonl" ] || { cat "$WORK"/run/slurm-*.out; fail "the job never started training"; }

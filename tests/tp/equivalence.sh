@@ -24,7 +24,9 @@ run split $((DP * TP)) --set parallel.dp="$DP" --set parallel.tp="$TP" --set par
 grep -q "mesh dp=$DP tp=$TP" "$WORK/split.log" || fail "run did not use dp=$DP tp=$TP"
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/split" --rtol 1e-5 --steps 20
 python3 - "$WORK/ref" "$WORK/split" <<'PY'
-import json, math, sys
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["MT_SRC"], "tests/scripts"))
+from mt_numbers import rel_err, worst as worse
 def recs(d): return [json.loads(l) for l in open(d + "/metrics.jsonl")]
 ref, cur = recs(sys.argv[1]), recs(sys.argv[2])
 worst = {"grad_norm": 0.0, "val_loss": 0.0}
@@ -33,8 +35,8 @@ for a, b in zip(ref, cur):
         if (k in a) != (k in b):
             sys.exit("FAIL: step %d: %s only in one run" % (a["step"], k))
         if k in a:
-            rel = abs(a[k] - b[k]) / abs(a[k])
-            worst[k] = float("nan") if math.isnan(rel) or math.isnan(worst[k]) else max(worst[k], rel)
+            rel = rel_err(b[k], a[k])  # NaN for a NaN or null
+            worst[k] = worse(worst[k], rel)
             if not rel <= 1e-5:  # NaN fails
                 sys.exit("FAIL: step %d %s %r vs %r (rel %.3g)" % (a["step"], k, b[k], a[k], rel))
 assert sum("val_loss" in r for r in cur) == 2, "expected 2 validation losses"

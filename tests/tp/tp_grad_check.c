@@ -35,15 +35,7 @@
 #define TOL_LOSS 1e-5
 #define TOL_GRAD 1e-4
 
-static int g_failures = 0, g_rank = 0;
-
-#define FAIL(...)                                \
-  do {                                           \
-    fprintf(stderr, "[rank %d] FAIL: ", g_rank); \
-    fprintf(stderr, __VA_ARGS__);                \
-    fputc('\n', stderr);                         \
-    g_failures++;                                \
-  } while (0)
+static int g_rank = 0;
 
 static uint64_t mix(uint64_t x) { /* splitmix64 */
   x += 0x9E3779B97F4A7C15ULL;
@@ -96,8 +88,8 @@ static void check_init(const char *tag, const mt_gpt *m, const mt_gpt *ref) {
       long long li = logical_index(t, g);
       float want = li < 0 ? 0.0f : ref->params[rt->offset + (size_t)li];
       if (m->params[t->offset + j] != want) {
-        FAIL("%s: init of %s local %zu (global %zu) is %g, unsplit %g", tag, t->name, j, g,
-             m->params[t->offset + j], want);
+        MT_FAIL("%s: init of %s local %zu (global %zu) is %g, unsplit %g", tag, t->name, j, g,
+                m->params[t->offset + j], want);
         break;
       }
     }
@@ -124,10 +116,11 @@ static void check_grads(const char *tag, const mt_gpt *m, const mt_gpt *ref) {
     double rel = gmax > 0 ? emax / gmax : emax;
     worst = mt_worst(worst, rel);
     if (!(rel <= TOL_GRAD))
-      FAIL("%s: gradient of %s differs from the unsplit model: max err %.3e, %.3e of its max "
-           "|grad| %.3e",
-           tag, t->name, emax, rel, gmax);
-    if (pad_bad) FAIL("%s: padding rows of %s got a non-zero gradient", tag, t->name);
+      MT_FAIL(
+          "%s: gradient of %s differs from the unsplit model: max err %.3e, %.3e of its max "
+          "|grad| %.3e",
+          tag, t->name, emax, rel, gmax);
+    if (pad_bad) MT_FAIL("%s: padding rows of %s got a non-zero gradient", tag, t->name);
   }
   if (g_rank == 0) printf("  %s: worst gradient error %.2e of the tensor's max\n", tag, worst);
 }
@@ -144,7 +137,7 @@ static void check_replicated_identical(const char *tag, const mt_gpt *m, MPI_Com
     hv[1] = ~h;
     MPI_Allreduce(MPI_IN_PLACE, hv, 2, MPI_UINT64_T, MPI_MAX, comm);
     if (hv[0] != h || hv[1] != ~h)
-      FAIL("%s: replicated tensor %s has different gradients on the tp ranks", tag, t->name);
+      MT_FAIL("%s: replicated tensor %s has different gradients on the tp ranks", tag, t->name);
   }
 }
 
@@ -172,7 +165,7 @@ static void run(mt_mesh *mesh, int sp) {
   mt_gpt_parallel par = {&mesh->tp_g, sp, 0, 0, NULL, 0, 0, 0, NULL, MT_CP_RING, NULL, NULL, NULL};
   if (mt_gpt_create(&ref, &s1, mt_ops_cpu(), B, &e) != 0 ||
       mt_gpt_create_parallel(&m, &sn, mt_ops_cpu(), B, &par, &e) != 0) {
-    FAIL("%s: create: %s", tag, e.msg);
+    MT_FAIL("%s: create: %s", tag, e.msg);
     return;
   }
   mt_gpt_init_params(&ref, 7);
@@ -196,7 +189,8 @@ static void run(mt_mesh *mesh, int sp) {
     float lm = mt_gpt_forward(&m, inp + mb * BT, tgt + mb * BT, B);
     double rel = fabs((double)lm - lr) / fabs((double)lr);
     if (g_rank == 0) printf("  %s: micro-batch %d loss %.7f, unsplit %.7f, rel %.2e\n", tag, mb, lm, lr, rel);
-    if (!(rel <= TOL_LOSS)) FAIL("%s: micro-batch %d loss %.8g vs unsplit %.8g", tag, mb, lm, lr);
+    if (!(rel <= TOL_LOSS))
+      MT_FAIL("%s: micro-batch %d loss %.8g vs unsplit %.8g", tag, mb, lm, lr);
     mt_gpt_backward(&ref, dloss, NULL, NULL);
     mt_gpt_backward(&m, dloss, mb == 1 ? hook : NULL, &hc);
   }
@@ -205,7 +199,7 @@ static void run(mt_mesh *mesh, int sp) {
   /* a shorter batch than the buffers hold, as evaluation's last one */
   float lr = mt_gpt_forward(&ref, inp + 5, tgt + 5, 1), lm = mt_gpt_forward(&m, inp + 5, tgt + 5, 1);
   if (!(fabs((double)lm - lr) <= TOL_LOSS * fabs((double)lr)))
-    FAIL("%s: B = 1 loss %.8g vs unsplit %.8g", tag, lm, lr);
+    MT_FAIL("%s: B = 1 loss %.8g vs unsplit %.8g", tag, lm, lr);
   free(inp);
   free(tgt);
   mt_gpt_destroy(&ref);
@@ -216,6 +210,7 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  mt_check_set_rank(g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   mt_log_init(g_rank);
   mt_kernels_set_threads(1);
@@ -228,7 +223,7 @@ int main(int argc, char **argv) {
   }
   run(&mesh, 0);
   run(&mesh, 1);
-  int bad = g_failures;
+  int bad = *mt_check_failures();
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (g_rank == 0) printf("tp_grad_check: tp=%d: %s\n", world, bad ? "FAILED" : "all checks passed");
   mt_mesh_destroy(&mesh);

@@ -36,7 +36,6 @@
 #define FD_TOL 5e-3
 
 static const mt_ops *ops;
-static int g_failures = 0;
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 
 static float rng_uniform(float lo, float hi) {
@@ -62,23 +61,6 @@ static double *dzeros(size_t n) {
   double *x = calloc(n ? n : 1, sizeof(double));
   if (!x) exit(1);
   return x;
-}
-
-static void check(const char *what, double err, double tol) {
-  int ok = err <= tol;
-  printf("  %-62s err %.2e  tol %.0e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
-  if (!ok) {
-    fprintf(stderr, "FAIL: %s: error %.3e exceeds tolerance %.1e\n", what, err, tol);
-    g_failures++;
-  }
-}
-
-static void check_true(const char *what, int ok) {
-  printf("  %-62s %s\n", what, ok ? "ok" : "FAIL");
-  if (!ok) {
-    fprintf(stderr, "FAIL: %s\n", what);
-    g_failures++;
-  }
 }
 
 /* ------------------------------------------------------------------ */
@@ -244,9 +226,9 @@ static void run_case(const char *name, int B, int NH, int hs, int Tq, int Tk, in
   char what[160];
   int inf_ok;
   snprintf(what, sizeof what, "%s out", name);
-  check(what, view_err(c.out, out, a->o_bs, a->o_rs, B, Tq, NH, hs), REF_TOL);
+  mt_check_err(what, view_err(c.out, out, a->o_bs, a->o_rs, B, Tq, NH, hs), REF_TOL);
   snprintf(what, sizeof what, "%s lse", name);
-  check(what, lse_err(c.lse, lse, c.n_lse, &inf_ok), REF_TOL);
+  mt_check_err(what, lse_err(c.lse, lse, c.n_lse, &inf_ok), REF_TOL);
   snprintf(what, sizeof what, "%s: rows without keys: lse -inf, out 0", name);
   int zero_ok = inf_ok;
   for (size_t i = 0; i < c.n_lse; i++)
@@ -254,13 +236,13 @@ static void run_case(const char *name, int B, int NH, int hs, int Tq, int Tk, in
       int b = (int)(i / a->l_bs), h = (int)(i % a->l_bs / a->l_hs), r = (int)(i % a->l_hs);
       for (int d = 0; d < hs; d++) zero_ok &= (&AT(c.out, a->o_bs, a->o_rs, b, r, h, hs))[d] == 0.0f;
     }
-  check_true(what, zero_ok);
+  mt_check_true(what, zero_ok);
   snprintf(what, sizeof what, "%s dq", name);
-  check(what, view_err(c.dq, dq, a->q_bs, a->q_rs, B, Tq, NH, hs), REF_TOL);
+  mt_check_err(what, view_err(c.dq, dq, a->q_bs, a->q_rs, B, Tq, NH, hs), REF_TOL);
   snprintf(what, sizeof what, "%s dk", name);
-  check(what, view_err(c.dk, dk, a->k_bs, a->k_rs, B, Tk, NH, hs), REF_TOL);
+  mt_check_err(what, view_err(c.dk, dk, a->k_bs, a->k_rs, B, Tk, NH, hs), REF_TOL);
   snprintf(what, sizeof what, "%s dv", name);
-  check(what, view_err(c.dv, dv, a->v_bs, a->v_rs, B, Tk, NH, hs), REF_TOL);
+  mt_check_err(what, view_err(c.dv, dv, a->v_bs, a->v_rs, B, Tk, NH, hs), REF_TOL);
   free(dout), free(out), free(lse), free(dqb), free(dkvb);
   case_free(&c);
 }
@@ -296,11 +278,11 @@ static void test_against_old_kernel(void) {
   ops->attn_backward(&c.a, c.dq, c.dk, c.dv, dout, c.out, c.lse, c.q, c.k, c.v);
   double *ref = dzeros(c.n_q);
   for (size_t i = 0; i < c.n_out; i++) ref[i] = out[i];
-  check("out vs attention_forward", view_err(c.out, ref, c.a.o_bs, c.a.o_rs, B, T, NH, hs),
-        REF_TOL);
+  mt_check_err("out vs attention_forward", view_err(c.out, ref, c.a.o_bs, c.a.o_rs, B, T, NH, hs),
+               REF_TOL);
   for (size_t i = 0; i < c.n_q; i++) ref[i] = dqkv[i];
-  check("dqkv vs attention_backward",
-        view_err(c.dqkv, ref, (size_t)T * 3 * C, 3 * (size_t)C, B, T, 3 * NH, hs), REF_TOL);
+  mt_check_err("dqkv vs attention_backward",
+               view_err(c.dqkv, ref, (size_t)T * 3 * C, 3 * (size_t)C, B, T, 3 * NH, hs), REF_TOL);
   free(out), free(att), free(datt), free(dqkv), free(dout), free(ref);
   case_free(&c);
 }
@@ -335,8 +317,8 @@ static void test_merge(int causal) {
   }
   double *ref = dzeros(whole.n_kv > whole.n_out ? whole.n_kv : whole.n_out);
   for (size_t i = 0; i < whole.n_out; i++) ref[i] = whole.out[i];
-  check("merged out vs one call", view_err(out, ref, whole.a.o_bs, whole.a.o_rs, B, Tq, NH, hs),
-        REF_TOL);
+  mt_check_err("merged out vs one call",
+               view_err(out, ref, whole.a.o_bs, whole.a.o_rs, B, Tq, NH, hs), REF_TOL);
   double lerr = 0.0;
   int same_inf = 1;
   for (size_t i = 0; i < whole.n_lse; i++) {
@@ -346,8 +328,8 @@ static void test_merge(int causal) {
     }
     lerr = mt_worst(lerr, fabs((double)lse[i] - whole.lse[i]) / fmax(1.0, fabs(whole.lse[i])));
   }
-  check("merged lse vs one call", lerr, REF_TOL);
-  check_true("merged lse -inf where one call's is", same_inf);
+  mt_check_err("merged lse vs one call", lerr, REF_TOL);
+  mt_check_true("merged lse -inf where one call's is", same_inf);
   /* backward per block from the final (one call's) out and lse */
   for (int blk = 0; blk < n_blocks; blk++) {
     mt_attn_block a = whole.a;
@@ -358,11 +340,11 @@ static void test_merge(int causal) {
                        whole.k + koff, whole.v + koff);
   }
   for (size_t i = 0; i < whole.n_q; i++) ref[i] = whole.dq[i];
-  check("dq summed over key blocks vs one backward",
-        view_err(dq, ref, whole.a.q_bs, whole.a.q_rs, B, Tq, NH, hs), REF_TOL);
+  mt_check_err("dq summed over key blocks vs one backward",
+               view_err(dq, ref, whole.a.q_bs, whole.a.q_rs, B, Tq, NH, hs), REF_TOL);
   for (size_t i = 0; i < whole.n_kv; i++) ref[i] = whole.dkv[i];
-  check("dk|dv per key block vs one backward",
-        view_err(dkv, ref, whole.a.k_bs, whole.a.k_rs, B, Tk, 2 * NH, hs), REF_TOL);
+  mt_check_err("dk|dv per key block vs one backward",
+               view_err(dkv, ref, whole.a.k_bs, whole.a.k_rs, B, Tk, 2 * NH, hs), REF_TOL);
   free(dout), free(out), free(lse), free(part), free(part_lse), free(dq), free(dkv), free(ref);
   case_free(&whole);
 }
@@ -407,8 +389,8 @@ static void test_finite_differences(void) {
   fd_ctx f = {&c, R};
   fd_loss(&f);
   ops->attn_backward(&c.a, c.dq, c.dk, c.dv, R, c.out, c.lse, c.q, c.k, c.v);
-  check("attn_backward dq vs finite diff", gradcheck(&f, c.qkv, c.dqkv, c.n_q), FD_TOL);
-  check("attn_backward dk|dv vs finite diff", gradcheck(&f, c.kv, c.dkv, c.n_kv), FD_TOL);
+  mt_check_err("attn_backward dq vs finite diff", gradcheck(&f, c.qkv, c.dqkv, c.n_q), FD_TOL);
+  mt_check_err("attn_backward dk|dv vs finite diff", gradcheck(&f, c.kv, c.dkv, c.n_kv), FD_TOL);
   /* a second call adds the same again */
   fd_loss(&f);
   float *dq1 = malloc(c.n_q * sizeof(float));
@@ -419,7 +401,7 @@ static void test_finite_differences(void) {
     err = mt_worst(err, fabs((double)c.dqkv[i] - 2.0 * dq1[i]));
     scale = fmax(scale, fabs(dq1[i]));
   }
-  check("attn_backward accumulates (dq x2)", scale > 0 ? err / (2 * scale) : INFINITY, 1e-6);
+  mt_check_err("attn_backward accumulates (dq x2)", scale > 0 ? err / (2 * scale) : INFINITY, 1e-6);
   free(R), free(dq1);
   case_free(&c);
 }
@@ -449,8 +431,8 @@ static void test_determinism(void) {
     same_threads &= memcmp(res[0][k], res[1][k], n[k] * sizeof(float)) == 0;
     same_runs &= memcmp(res[1][k], res[2][k], n[k] * sizeof(float)) == 0;
   }
-  check_true("out, lse, dqkv: same bits at 1 and 2 threads", same_threads);
-  check_true("out, lse, dqkv: same bits twice at 2 threads", same_runs);
+  mt_check_true("out, lse, dqkv: same bits at 1 and 2 threads", same_threads);
+  mt_check_true("out, lse, dqkv: same bits twice at 2 threads", same_runs);
   for (int run = 0; run < 3; run++)
     for (int k = 0; k < 3; k++) free(res[run][k]);
   free(dout);
@@ -468,14 +450,14 @@ static void test_copy_2d(void) {
   for (int r = 0; r < 7; r++)
     for (int c = 0; c < 5; c++)
       ok &= dst[r * 5 + c] == (c < 3 ? src[r * 12 + 4 + c] : before[r * 5 + c]);
-  check_true("copy_2d writes the columns asked for, nothing else", ok);
+  mt_check_true("copy_2d writes the columns asked for, nothing else", ok);
   memcpy(before, dst, 7 * 5 * sizeof(float));
   ops->add_2d(dst + 1, 5, src, 12, 7, 4);
   ok = 1;
   for (int r = 0; r < 7; r++)
     for (int c = 0; c < 5; c++)
       ok &= dst[r * 5 + c] == (c >= 1 ? before[r * 5 + c] + src[r * 12 + c - 1] : before[r * 5 + c]);
-  check_true("add_2d adds the columns asked for, nothing else", ok);
+  mt_check_true("add_2d adds the columns asked for, nothing else", ok);
   free(src), free(dst), free(before);
 }
 
@@ -490,8 +472,9 @@ int main(int argc, char **argv) {
   test_finite_differences();
   test_determinism();
   test_copy_2d();
-  if (g_failures) fprintf(stderr, "test_attention: %d failure(s)\n", g_failures);
+  if (*mt_check_failures())
+    fprintf(stderr, "test_attention: %d failure(s)\n", *mt_check_failures());
   else printf("test_attention: all passed\n");
   MPI_Finalize();
-  return g_failures ? 1 : 0;
+  return *mt_check_failures() ? 1 : 0;
 }

@@ -2,8 +2,6 @@
  * user sees for bad input (each must name the key, the bad value and where it
  * came from), the write_ini -> load round trip, and --help coverage.
  * MT_TEST_PRINT_HELP=1 also prints the --help text on stdout. */
-#include "core/core.h"
-
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -11,26 +9,12 @@
 #include <string.h>
 #include <unistd.h>
 
-static int g_failures = 0;
+#include "../check.h"
+#include "core/core.h"
+
 static char g_dir[256];
 static char g_files[64][320];
 static int g_nfiles = 0;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "FAIL: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  g_failures++;
-}
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (!(cond)) fail(__VA_ARGS__);                                          \
-  } while (0)
 
 /* Write text to a new file in the temp dir; returns its path. */
 static const char *write_file(const char *name, const char *text) {
@@ -53,7 +37,7 @@ static int load_ok(mt_config *cfg, const char *path, int n, char *const *over, c
   mt_err e = {0};
   int rc = mt_config_load(cfg, path, n, over, &e);
   if (rc != 0 || e.failed) {
-    fail("%s: expected success, got rc=%d: %s", what, rc, e.msg);
+    MT_FAIL("%s: expected success, got rc=%d: %s", what, rc, e.msg);
     return 1;
   }
   return 0;
@@ -65,14 +49,14 @@ static void load_err(const char *path, int n, char *const *over, const char *wha
   mt_err e = {0};
   int rc = mt_config_load(&cfg, path, n, over, &e);
   if (rc == 0 || !e.failed) {
-    fail("%s: expected an error, got success", what);
+    MT_FAIL("%s: expected an error, got success", what);
     return;
   }
-  if (strchr(e.msg, '\n')) fail("%s: message is not one line: %s", what, e.msg);
+  if (strchr(e.msg, '\n')) MT_FAIL("%s: message is not one line: %s", what, e.msg);
   va_list ap;
   va_start(ap, what);
   for (const char *frag; (frag = va_arg(ap, const char *));)
-    if (!strstr(e.msg, frag)) fail("%s: message lacks \"%s\": %s", what, frag, e.msg);
+    if (!strstr(e.msg, frag)) MT_FAIL("%s: message lacks \"%s\": %s", what, frag, e.msg);
   va_end(ap);
 }
 
@@ -95,23 +79,23 @@ static void err_set(const char *over, const char *what, const char *frag1, const
 static void test_table(void) {
   int n = 0;
   const mt_cfg_key *keys = mt_config_keys(&n);
-  CHECK(n > 30, "only %d keys", n);
+  MT_CHECK(n > 30, "only %d keys", n);
   /* one row per field: fields do not overlap and cover the struct */
   static unsigned char covered[sizeof(mt_config)];
   for (int i = 0; i < n; i++) {
     size_t size = keys[i].type == MT_CFG_STRING ? MT_CFG_STR_MAX
                   : keys[i].type == MT_CFG_DOUBLE ? sizeof(double)
                                                   : sizeof(int);
-    CHECK(keys[i].offset + size <= sizeof(mt_config), "%s: offset out of the struct",
-          keys[i].name);
+    MT_CHECK(keys[i].offset + size <= sizeof(mt_config), "%s: offset out of the struct",
+             keys[i].name);
     for (size_t b = keys[i].offset; b < keys[i].offset + size && b < sizeof covered; b++) {
-      CHECK(!covered[b], "%s overlaps another key's field", keys[i].name);
+      MT_CHECK(!covered[b], "%s overlaps another key's field", keys[i].name);
       covered[b] = 1;
     }
-    CHECK(strchr(keys[i].name, '.') != NULL, "%s: not section.key", keys[i].name);
-    CHECK(keys[i].help && keys[i].help[0], "%s: no help", keys[i].name);
+    MT_CHECK(strchr(keys[i].name, '.') != NULL, "%s: not section.key", keys[i].name);
+    MT_CHECK(keys[i].help && keys[i].help[0], "%s: no help", keys[i].name);
     for (int j = 0; j < i; j++)
-      CHECK(strcmp(keys[i].name, keys[j].name) != 0, "%s listed twice", keys[i].name);
+      MT_CHECK(strcmp(keys[i].name, keys[j].name) != 0, "%s listed twice", keys[i].name);
   }
   /* what no key covers must look like padding: runs shorter than a double's
    * alignment that end where a double (or the struct) starts */
@@ -123,41 +107,41 @@ static void test_table(void) {
     }
     size_t start = b;
     while (b < sizeof covered && !covered[b]) b++;
-    CHECK(b - start < align && b % align == 0,
-          "mt_config bytes %zu..%zu are not covered by any key (a field without a key?)", start,
-          b - 1);
+    MT_CHECK(b - start < align && b % align == 0,
+             "mt_config bytes %zu..%zu are not covered by any key (a field without a key?)", start,
+             b - 1);
   }
 }
 
 static void test_defaults(void) {
   mt_config cfg;
   mt_config_defaults(&cfg);
-  CHECK(strcmp(cfg.model_preset, "small") == 0, "preset default '%s'", cfg.model_preset);
-  CHECK(cfg.n_layer == 0 && cfg.n_embd == 0 && cfg.n_head == 0 && cfg.seq_len == 0 &&
-            cfg.vocab_size == 0,
-        "shape defaults not 0");
-  CHECK(cfg.steps == 100 && cfg.seed == 1337 && cfg.global_batch == 32 && cfg.micro_batch == 4,
-        "train int defaults");
-  CHECK(cfg.lr == 1e-3 && cfg.min_lr_ratio == 0.1 && cfg.warmup_steps == 10 &&
-            cfg.weight_decay == 0.1 && cfg.beta1 == 0.9 && cfg.beta2 == 0.95 && cfg.eps == 1e-8 &&
-            cfg.grad_clip == 1.0,
-        "optimizer defaults");
-  CHECK(cfg.eval_every == 25 && cfg.eval_batches == 4 && cfg.threads == 0 && cfg.log_every == 1,
-        "eval/log defaults");
-  CHECK(cfg.dp == 1 && cfg.tp == 1 && cfg.pp == 1 && cfg.cp == 1 && cfg.zero == 0 &&
-            cfg.bucket_mb == 25,
-        "parallel defaults");
-  CHECK(strcmp(cfg.data_train, "inputs/data/corpus.txt") == 0 && cfg.data_val[0] == '\0' &&
-            strcmp(cfg.data_format, "auto") == 0 && cfg.val_fraction == 0.05,
-        "data defaults");
-  CHECK(strcmp(cfg.output_dir, "outputs/run") == 0 && cfg.save_params == 0, "output defaults");
-  CHECK(strcmp(cfg.hw_profile, "cpu-generic") == 0 && cfg.peak_gflops == 0, "metrics defaults");
+  MT_CHECK(strcmp(cfg.model_preset, "small") == 0, "preset default '%s'", cfg.model_preset);
+  MT_CHECK(cfg.n_layer == 0 && cfg.n_embd == 0 && cfg.n_head == 0 && cfg.seq_len == 0 &&
+               cfg.vocab_size == 0,
+           "shape defaults not 0");
+  MT_CHECK(cfg.steps == 100 && cfg.seed == 1337 && cfg.global_batch == 32 && cfg.micro_batch == 4,
+           "train int defaults");
+  MT_CHECK(cfg.lr == 1e-3 && cfg.min_lr_ratio == 0.1 && cfg.warmup_steps == 10 &&
+               cfg.weight_decay == 0.1 && cfg.beta1 == 0.9 && cfg.beta2 == 0.95 &&
+               cfg.eps == 1e-8 && cfg.grad_clip == 1.0,
+           "optimizer defaults");
+  MT_CHECK(cfg.eval_every == 25 && cfg.eval_batches == 4 && cfg.threads == 0 && cfg.log_every == 1,
+           "eval/log defaults");
+  MT_CHECK(cfg.dp == 1 && cfg.tp == 1 && cfg.pp == 1 && cfg.cp == 1 && cfg.zero == 0 &&
+               cfg.bucket_mb == 25,
+           "parallel defaults");
+  MT_CHECK(strcmp(cfg.data_train, "inputs/data/corpus.txt") == 0 && cfg.data_val[0] == '\0' &&
+               strcmp(cfg.data_format, "auto") == 0 && cfg.val_fraction == 0.05,
+           "data defaults");
+  MT_CHECK(strcmp(cfg.output_dir, "outputs/run") == 0 && cfg.save_params == 0, "output defaults");
+  MT_CHECK(strcmp(cfg.hw_profile, "cpu-generic") == 0 && cfg.peak_gflops == 0, "metrics defaults");
 
   /* no file, no overrides: the defaults, byte for byte */
   mt_config loaded;
   memset(&loaded, 0x5a, sizeof loaded);
   if (!load_ok(&loaded, NULL, 0, NULL, "defaults"))
-    CHECK(memcmp(&cfg, &loaded, sizeof cfg) == 0, "load(NULL) differs from defaults");
+    MT_CHECK(memcmp(&cfg, &loaded, sizeof cfg) == 0, "load(NULL) differs from defaults");
 }
 
 static void test_file_and_overrides(void) {
@@ -189,29 +173,29 @@ static void test_file_and_overrides(void) {
                                 "hw = h200\n");
   mt_config cfg;
   if (load_ok(&cfg, path, 0, NULL, "good.ini")) return;
-  CHECK(strcmp(cfg.model_preset, "custom") == 0, "preset '%s'", cfg.model_preset);
-  CHECK(cfg.n_layer == 6 && cfg.n_embd == 384 && cfg.n_head == 6, "shape %d %d %d", cfg.n_layer,
-        cfg.n_embd, cfg.n_head);
-  CHECK(cfg.steps == 250 && cfg.lr == 6e-4 && cfg.beta1 == 0 && cfg.seed == 7,
-        "train values %d %g %g %d", cfg.steps, cfg.lr, cfg.beta1, cfg.seed);
-  CHECK(cfg.dp == 2 && cfg.tp == 2 && cfg.pp == 1, "parallel values");
-  CHECK(strcmp(cfg.data_train, "my data/corpus.bin") == 0, "quoted string '%s'", cfg.data_train);
-  CHECK(cfg.data_val[0] == '\0' && cfg.val_fraction == 0.25, "val values");
-  CHECK(strcmp(cfg.data_format, "llmc") == 0, "format '%s'", cfg.data_format);
-  CHECK(cfg.save_params == 1, "save_params %d", cfg.save_params);
-  CHECK(strcmp(cfg.hw_profile, "h200") == 0, "hw '%s'", cfg.hw_profile);
-  CHECK(cfg.warmup_steps == 10 && cfg.grad_clip == 1.0, "unset keys keep defaults");
+  MT_CHECK(strcmp(cfg.model_preset, "custom") == 0, "preset '%s'", cfg.model_preset);
+  MT_CHECK(cfg.n_layer == 6 && cfg.n_embd == 384 && cfg.n_head == 6, "shape %d %d %d", cfg.n_layer,
+           cfg.n_embd, cfg.n_head);
+  MT_CHECK(cfg.steps == 250 && cfg.lr == 6e-4 && cfg.beta1 == 0 && cfg.seed == 7,
+           "train values %d %g %g %d", cfg.steps, cfg.lr, cfg.beta1, cfg.seed);
+  MT_CHECK(cfg.dp == 2 && cfg.tp == 2 && cfg.pp == 1, "parallel values");
+  MT_CHECK(strcmp(cfg.data_train, "my data/corpus.bin") == 0, "quoted string '%s'", cfg.data_train);
+  MT_CHECK(cfg.data_val[0] == '\0' && cfg.val_fraction == 0.25, "val values");
+  MT_CHECK(strcmp(cfg.data_format, "llmc") == 0, "format '%s'", cfg.data_format);
+  MT_CHECK(cfg.save_params == 1, "save_params %d", cfg.save_params);
+  MT_CHECK(strcmp(cfg.hw_profile, "h200") == 0, "hw '%s'", cfg.hw_profile);
+  MT_CHECK(cfg.warmup_steps == 10 && cfg.grad_clip == 1.0, "unset keys keep defaults");
 
   /* overrides beat the file, apply in order, and are trimmed like INI values */
   char *over[] = {"train.steps=300", "train.lr = 1e-2", "train.steps=400", "output.save_params=off",
                   "model.preset=tiny", "data.val=val.bin"};
   if (load_ok(&cfg, path, 6, over, "good.ini + overrides")) return;
-  CHECK(cfg.steps == 400, "last override wins: steps %d", cfg.steps);
-  CHECK(cfg.lr == 1e-2, "override lr %g", cfg.lr);
-  CHECK(cfg.save_params == 0, "override bool");
-  CHECK(strcmp(cfg.model_preset, "tiny") == 0, "override preset '%s'", cfg.model_preset);
-  CHECK(strcmp(cfg.data_val, "val.bin") == 0, "override string '%s'", cfg.data_val);
-  CHECK(cfg.n_layer == 6, "file values not overridden stay");
+  MT_CHECK(cfg.steps == 400, "last override wins: steps %d", cfg.steps);
+  MT_CHECK(cfg.lr == 1e-2, "override lr %g", cfg.lr);
+  MT_CHECK(cfg.save_params == 0, "override bool");
+  MT_CHECK(strcmp(cfg.model_preset, "tiny") == 0, "override preset '%s'", cfg.model_preset);
+  MT_CHECK(strcmp(cfg.data_val, "val.bin") == 0, "override string '%s'", cfg.data_val);
+  MT_CHECK(cfg.n_layer == 6, "file values not overridden stay");
 
   /* bool spellings */
   const char *yes[] = {"true", "TRUE", "1", "yes", "On"}, *no[] = {"false", "0", "No", "OFF"};
@@ -219,13 +203,13 @@ static void test_file_and_overrides(void) {
     char text[64];
     snprintf(text, sizeof text, "output.save_params=%s", yes[i]);
     char *o[] = {text};
-    if (!load_ok(&cfg, NULL, 1, o, text)) CHECK(cfg.save_params == 1, "%s gave 0", text);
+    if (!load_ok(&cfg, NULL, 1, o, text)) MT_CHECK(cfg.save_params == 1, "%s gave 0", text);
   }
   for (int i = 0; i < 4; i++) {
     char text[64];
     snprintf(text, sizeof text, "output.save_params=%s", no[i]);
     char *o[] = {"output.save_params=1", text};
-    if (!load_ok(&cfg, NULL, 2, o, text)) CHECK(cfg.save_params == 0, "%s gave 1", text);
+    if (!load_ok(&cfg, NULL, 2, o, text)) MT_CHECK(cfg.save_params == 0, "%s gave 1", text);
   }
 
   /* range edges that must be accepted */
@@ -270,14 +254,14 @@ static void test_errors(void) {
   err_set("train.lr=0x1p-10", "hex float", "train.lr", "'0x1p-10' is not a decimal number", NULL);
   err_file("[train]\nsteps = 0x10\n", "hex int", ":2:", "train.steps", "'0x10' is not an integer");
   {
-    const char *fine[] = {"train.lr=.5", "train.lr=5.", "train.lr=+1.5e+2", "train.lr=3E-4",
-                          "train.lr=007"};
+    const char *fine[] = {"train.grad_clip=.5", "train.grad_clip=5.", "train.grad_clip=+1.5e+2",
+                          "train.grad_clip=3E-4", "train.grad_clip=007"};
     const double want[] = {0.5, 5.0, 150.0, 3e-4, 7.0};
     for (int i = 0; i < 5; i++) {
       mt_config cfg;
       char *o[1] = {(char *)fine[i]};
       if (load_ok(&cfg, NULL, 1, o, fine[i]) == 0)
-        CHECK(cfg.lr == want[i], "%s gave %.17g", fine[i], cfg.lr);
+        MT_CHECK(cfg.grad_clip == want[i], "%s gave %.17g", fine[i], cfg.grad_clip);
     }
   }
   /* a NUL byte would truncate the C string: the value (or line) is refused */
@@ -300,7 +284,7 @@ static void test_errors(void) {
       FILE *f = fopen(path, "wb");
       if (!f || fwrite(nul_cases[i].text, 1, nul_cases[i].len, f) != nul_cases[i].len ||
           fclose(f) != 0) {
-        fail("cannot write %s", path);
+        MT_FAIL("cannot write %s", path);
         continue;
       }
       load_err(path, 0, NULL, nul_cases[i].name, path, nul_cases[i].frag1, nul_cases[i].frag2,
@@ -314,6 +298,22 @@ static void test_errors(void) {
            "model.n_layer must be between 0 and 1000000", "(got -1)");
   err_set("train.lr=-1", "negative lr", "--set train.lr=-1:", "train.lr must be > 0", "(got -1)");
   err_set("train.lr=0", "zero lr", "train.lr must be > 0", "(got 0)", NULL);
+  /* values checked for sense, not only for type (issue 23) */
+  err_set("train.lr=9.2e18", "lr beyond sense", "train.lr must be > 0 and <= 1", "(got 9.2e18)",
+          NULL);
+  err_set("train.weight_decay=3", "decay beyond 1", "train.weight_decay must be between 0 and 1",
+          NULL, NULL);
+  err_set("train.eps=2", "eps beyond 1", "train.eps must be > 0 and <= 1", NULL, NULL);
+  err_set("model.moe_capacity=1000", "capacity factor", "model.moe_capacity must be between 0 "
+          "and 64", NULL, NULL);
+  {
+    char *o[] = {"train.steps=10", "train.warmup_steps=101"};
+    mt_config cfg;
+    mt_err e = {0};
+    MT_CHECK(mt_config_load(&cfg, NULL, 2, o, &e) != 0 &&
+              strstr(e.msg, "train.warmup_steps = 101 is more than 10 x train.steps = 10"),
+          "warmup against steps: %s", e.msg);
+  }
   err_set("train.beta1=1", "beta1 = 1", "train.beta1 must be >= 0 and < 1", "(got 1)", NULL);
   err_set("train.min_lr_ratio=1.5", "ratio > 1", "train.min_lr_ratio must be between 0 and 1",
           "(got 1.5)", NULL);
@@ -380,7 +380,7 @@ static int round_trip(const mt_config *cfg, const char *name) {
   if (g_nfiles < 64) snprintf(g_files[g_nfiles++], sizeof g_files[0], "%s", path);
   FILE *f = fopen(path, "w");
   if (!f) {
-    fail("cannot write %s", path);
+    MT_FAIL("cannot write %s", path);
     return 1;
   }
   mt_config_write_ini(cfg, f);
@@ -396,9 +396,9 @@ static int round_trip(const mt_config *cfg, const char *name) {
                     : keys[i].type == MT_CFG_DOUBLE ? sizeof(double)
                                                     : sizeof(int);
       if (memcmp((const char *)cfg + keys[i].offset, (const char *)&back + keys[i].offset, size))
-        fail("%s: round trip changed %s", name, keys[i].name);
+        MT_FAIL("%s: round trip changed %s", name, keys[i].name);
     }
-    fail("%s: round trip is not byte-identical", name);
+    MT_FAIL("%s: round trip is not byte-identical", name);
     return 1;
   }
   return 0;
@@ -426,14 +426,20 @@ static void test_round_trip(void) {
                   "train.resume=auto", "train.micro_batches=16", "train.recompute=true",
                   "parallel.sp=true", "parallel.schedule=interleaved",
                   "parallel.virtual_stages=2", "parallel.pp_split=5,7",
-                  "parallel.print_schedule=true", "ckpt.every=50", "ckpt.keep=0",
+                  "parallel.print_schedule=true", "parallel.overlap_dp=false",
+                  "ckpt.every=50", "ckpt.keep=0",
                   "ckpt.mode=per-writer", "ckpt.async=true", "ckpt.verify_on_load=false",
-                  "ckpt.test_crash=rename", "train.device=auto", "train.precision=bf16", "train.grad_dtype=bf16", "parallel.grad_reduce_dtype=bf16",
+                  "ckpt.test_crash=rename", "train.device=auto", "train.precision=bf16",
+                  "train.grad_dtype=bf16", "parallel.grad_reduce_dtype=bf16",
+                  "train.virtual_hw=h200", "metrics.trace=true",
                   "model.moe_experts=64", "model.moe_topk=6",
                   "model.moe_every=2", "model.moe_ffn=1408", "model.moe_shared=2",
                   "model.moe_capacity=1.25", "train.moe_aux_coef=0.001", "train.moe_z_coef=0.0001",
                   "parallel.ep=8", "parallel.etp=2", "train.init_from=imported/step_0",
-                  "ckpt.io_hints=striping_factor=4,cb_nodes=2"};
+                  "ckpt.io_hints=striping_factor=4,cb_nodes=2",
+                  "parallel.pp_first_layers=3", "parallel.pp_last_layers=2",
+                  "parallel.layout=auto", "plan.hw=h200", "plan.headroom=2.5",
+                  "plan.cp_min_tokens=8192"};
   int n = (int)(sizeof over / sizeof over[0]);
   /* preset was "gpt2-124m" on the way: a shorter final value must not leave
    * bytes of it behind, or memcmp would fail */
@@ -442,7 +448,7 @@ static void test_round_trip(void) {
   over2[n] = "model.preset=tiny";
   if (load_ok(&cfg, NULL, n + 1, over2, "round-trip overrides")) return;
   fill_strings(&cfg);
-  CHECK(cfg.beta1 < 1 && cfg.beta1 > 0.9999, "beta1 %.17g", cfg.beta1);
+  MT_CHECK(cfg.beta1 < 1 && cfg.beta1 > 0.9999, "beta1 %.17g", cfg.beta1);
   /* "every key": derived from the key table, so a new key cannot be left out */
   {
     mt_config def;
@@ -455,8 +461,8 @@ static void test_round_trip(void) {
                                                     : sizeof(int);
       if (memcmp((const char *)&cfg + keys[i].offset, (const char *)&def + keys[i].offset,
                  size) == 0)
-        fail("round trip: %s is still at its default %s: give it a value in the overrides",
-             keys[i].name, keys[i].def);
+        MT_FAIL("round trip: %s is still at its default %s: give it a value in the overrides",
+                keys[i].name, keys[i].def);
     }
   }
   round_trip(&cfg, "rt_all.ini");
@@ -472,8 +478,8 @@ static void test_round_trip(void) {
     if (strcmp(line, "[parallel]\n") == 0) saw_section = 1;
   }
   if (f) fclose(f);
-  CHECK(saw_lr, "write_ini did not write 'lr = 0.001'");
-  CHECK(saw_section, "write_ini did not write '[parallel]'");
+  MT_CHECK(saw_lr, "write_ini did not write 'lr = 0.001'");
+  MT_CHECK(saw_section, "write_ini did not write '[parallel]'");
 }
 
 static void test_help(void) {
@@ -481,7 +487,7 @@ static void test_help(void) {
   size_t size = 0;
   FILE *f = open_memstream(&text, &size);
   if (!f) {
-    fail("open_memstream failed");
+    MT_FAIL("open_memstream failed");
     return;
   }
   mt_config_print_help(f);
@@ -489,20 +495,20 @@ static void test_help(void) {
   int n = 0;
   const mt_cfg_key *keys = mt_config_keys(&n);
   for (int i = 0; i < n; i++) {
-    CHECK(strstr(text, keys[i].name) != NULL, "help lacks %s", keys[i].name);
-    CHECK(strstr(text, keys[i].help) != NULL, "help lacks the help of %s", keys[i].name);
+    MT_CHECK(strstr(text, keys[i].name) != NULL, "help lacks %s", keys[i].name);
+    MT_CHECK(strstr(text, keys[i].help) != NULL, "help lacks the help of %s", keys[i].name);
   }
   const char *sections[] = {"[model]", "[train]", "[parallel]", "[data]", "[output]", "[metrics]"};
-  for (int i = 0; i < 6; i++) CHECK(strstr(text, sections[i]), "help lacks %s", sections[i]);
-  CHECK(strstr(text, "tiny|small|gpt2-124m|custom"), "help lacks the preset choices");
-  CHECK(strstr(text, "> 0"), "help lacks the '> 0' range of train.lr");
+  for (int i = 0; i < 6; i++) MT_CHECK(strstr(text, sections[i]), "help lacks %s", sections[i]);
+  MT_CHECK(strstr(text, "tiny|small|gpt2-124m|custom"), "help lacks the preset choices");
+  MT_CHECK(strstr(text, "> 0"), "help lacks the '> 0' range of train.lr");
   size_t width = 0;
   for (char *p = text; *p;) {
     size_t w = strcspn(p, "\n");
     if (w > width) width = w;
     p += w + (p[w] == '\n');
   }
-  CHECK(width <= 100, "help has a line of %zu columns", width);
+  MT_CHECK(width <= 100, "help has a line of %zu columns", width);
   if (getenv("MT_TEST_PRINT_HELP")) fputs(text, stdout);
   free(text);
 }
@@ -523,8 +529,8 @@ int main(void) {
 
   for (int i = 0; i < g_nfiles; i++) unlink(g_files[i]);
   if (rmdir(g_dir) != 0) fprintf(stderr, "test_config: note: could not remove %s\n", g_dir);
-  if (g_failures) {
-    fprintf(stderr, "test_config: %d check(s) failed\n", g_failures);
+  if (*mt_check_failures()) {
+    fprintf(stderr, "test_config: %d check(s) failed\n", *mt_check_failures());
     return 1;
   }
   printf("test_config: all checks passed\n");

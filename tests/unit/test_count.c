@@ -11,7 +11,13 @@
  *   integers come back as if every rank had sent this one's.
  * - The plan counts one rank per class of equal figures: for a 64-rank
  *   mesh with ZeRO-1 fewer ranks are built than planned, and the ranks of
- *   a class agree with a plan of that rank alone. No MPI. */
+ *   a class agree with a plan of that rank alone.
+ * - The virtual device's op table is complete, counts memory as the null
+ *   one, and moves the virtual clock (mt_now once started) by the shared
+ *   prices: a matmul by mt_price_gemm_s of its shape, a causal diagonal
+ *   block of attention by the share of visible pairs, an elementwise op by
+ *   its bytes over the bandwidth; the cost model's matmul curve is the same
+ *   function. No MPI. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -136,11 +142,59 @@ static void plan_classes(void) {
   mt_plan_free(&p);
 }
 
+static int near(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(b); }
+
+/* (last: the virtual clock, once started, is what mt_now reads) */
+static void virtual_backend(void) {
+  const mt_ops *o = mt_ops_virtual();
+  char names[512];
+  MT_CHECK(mt_ops_missing(o, names, sizeof names) == 0, "virtual op table: missing %s", names);
+  mt_price p = {.n_gemm = 3, .gemm_flops = {1e6, 1e8, 1e10}, .gemm_gflops = {10, 50, 100},
+                .elementwise_gbs = 20, .act_bytes = 2, .devices_per_node = 4, .intra_gbs = 5,
+                .intra_us = 10, .inter_gbs = 1, .inter_us = 30};
+  mt_cost_profile cp;
+  memset(&cp, 0, sizeof cp);
+  cp.n_gemm = 3;
+  for (int i = 0; i < 3; i++) cp.gemm_flops[i] = p.gemm_flops[i], cp.gemm_gflops[i] = p.gemm_gflops[i];
+  const double fl[] = {5e5, 1e6, 3e7, 1e8, 4e9, 1e11};
+  for (int i = 0; i < 6; i++)
+    MT_CHECK(mt_cost_gemm_gflops(&cp, fl[i]) == mt_price_gemm_gflops(&p, fl[i]),
+             "the cost model's curve at %g FLOPs: %g, the virtual device's %g", fl[i],
+             mt_cost_gemm_gflops(&cp, fl[i]), mt_price_gemm_gflops(&p, fl[i]));
+  mt_vclock_start(&p);
+  mt_mem_account acct;
+  memset(&acct, 0, sizeof acct);
+  mt_mem_account *prev = mt_mem_account_use(&acct);
+  float *a = o->alloc(MT_MEM_ACTIV, 4096);
+  MT_CHECK(mt_mem_current(MT_MEM_ACTIV) == 4096, "virtual alloc counted %zu bytes",
+           mt_mem_current(MT_MEM_ACTIV));
+  double t0 = mt_now();
+  o->matmul_forward(a, a, a, NULL, 64, 128, 256); /* 2 x 64 x 256 x 128 FLOPs */
+  double want = 2.0 * 64 * 256 * 128 / (mt_price_gemm_gflops(&p, 2.0 * 64 * 256 * 128) * 1e9);
+  MT_CHECK(near(mt_now() - t0, want), "matmul moved the clock %.9g s, priced %.9g s",
+           mt_now() - t0, want);
+  /* a diagonal causal block of 4 x 4 rows: 10 of the 16 pairs visible */
+  mt_attn_block blk = {.B = 2, .NH = 3, .hs = 8, .Tq = 4, .Tk = 4, .causal = 1};
+  t0 = mt_now();
+  o->attn_forward(&blk, a, a, a, a, a);
+  want = mt_price_gemm_s(&p, 4, 4, 8, 2.0 * 2 * 3 * 10.0 / 16.0);
+  MT_CHECK(near(mt_now() - t0, want), "causal block moved the clock %.9g s, priced %.9g s",
+           mt_now() - t0, want);
+  t0 = mt_now();
+  o->layernorm_forward(a, a, a, a, a, a, 10, 100); /* reads and writes 10 x 100 elements */
+  want = 2.0 * 2 * 10 * 100 / 20e9;
+  MT_CHECK(near(mt_now() - t0, want), "layernorm moved the clock %.9g s, priced %.9g s",
+           mt_now() - t0, want);
+  o->free(MT_MEM_ACTIV, a, 4096);
+  mt_mem_account_use(prev);
+}
+
 int main(void) {
   mt_log_init(0);
   null_backend();
   count_mesh();
   plan_classes();
+  virtual_backend();
   if (*mt_check_failures()) return 1;
   printf("test_count: all checks passed\n");
   return 0;

@@ -13,23 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../check.h"
 #include "core/core.h"
 #include "data/data.h"
 
-static int g_failures = 0, g_checks = 0, g_rank = 0;
-
-static void check_at(int ok, const char *file, int line, const char *fmt, ...) {
-  g_checks++;
-  if (ok) return;
-  g_failures++;
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, file, line);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-}
-#define CHECK(cond, ...) check_at((cond) ? 1 : 0, __FILE__, __LINE__, __VA_ARGS__)
+static int g_rank = 0;
 
 /* ------------------------------------------------------------------ */
 /* temp files                                                          */
@@ -73,12 +61,12 @@ static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
 /* The error must be one line that names the file and contains what. */
 static void check_error(int rc, const mt_err *e, const char *path, const char *what,
                         const char *label) {
-  CHECK(rc != 0, "%s: open succeeded, expected an error", label);
-  CHECK(e->failed, "%s: mt_err not set", label);
-  CHECK(strstr(e->msg, path) == e->msg, "%s: message does not start with the path: '%s'", label,
-        e->msg);
-  CHECK(strstr(e->msg, what) != NULL, "%s: message lacks '%s': '%s'", label, what, e->msg);
-  CHECK(strchr(e->msg, '\n') == NULL, "%s: message is not one line: '%s'", label, e->msg);
+  MT_CHECK(rc != 0, "%s: open succeeded, expected an error", label);
+  MT_CHECK(e->failed, "%s: mt_err not set", label);
+  MT_CHECK(strstr(e->msg, path) == e->msg, "%s: message does not start with the path: '%s'", label,
+           e->msg);
+  MT_CHECK(strstr(e->msg, what) != NULL, "%s: message lacks '%s': '%s'", label, what, e->msg);
+  MT_CHECK(strchr(e->msg, '\n') == NULL, "%s: message is not one line: '%s'", label, e->msg);
 }
 
 /* ------------------------------------------------------------------ */
@@ -104,20 +92,20 @@ static void test_round_trip(void) {
     snprintf(path, sizeof path, "%s/%s", g_dir, cases[c].name);
     mt_err e = {0};
     int rc = mt_tokens_write(path, cases[c].write_fmt, tok, N, &e);
-    CHECK(rc == 0, "write %s: %s", cases[c].name, e.msg);
+    MT_CHECK(rc == 0, "write %s: %s", cases[c].name, e.msg);
     mt_dataset ds;
     rc = mt_dataset_open(&ds, path, cases[c].read_fmt, &e);
-    CHECK(rc == 0, "open %s as %s: %s", cases[c].name, cases[c].read_fmt, e.msg);
+    MT_CHECK(rc == 0, "open %s as %s: %s", cases[c].name, cases[c].read_fmt, e.msg);
     if (rc) continue;
-    CHECK(strcmp(ds.format, cases[c].expect_fmt) == 0, "%s read as %s: format %s, expected %s",
-          cases[c].name, cases[c].read_fmt, ds.format, cases[c].expect_fmt);
-    CHECK(mt_dataset_ntokens(&ds) == N, "%s: %zu tokens, expected %d", cases[c].name,
-          mt_dataset_ntokens(&ds), N);
-    CHECK(ds.owns_map == 1, "opened dataset must own its map");
+    MT_CHECK(strcmp(ds.format, cases[c].expect_fmt) == 0, "%s read as %s: format %s, expected %s",
+             cases[c].name, cases[c].read_fmt, ds.format, cases[c].expect_fmt);
+    MT_CHECK(mt_dataset_ntokens(&ds) == N, "%s: %zu tokens, expected %d", cases[c].name,
+             mt_dataset_ntokens(&ds), N);
+    MT_CHECK(ds.owns_map == 1, "opened dataset must own its map");
     int mism = -1;
     for (int i = 0; i < N && mism < 0; i++)
       if (mt_dataset_token(&ds, (size_t)i) != (int)tok[i]) mism = i;
-    CHECK(mism < 0, "%s: token %d differs", cases[c].name, mism);
+    MT_CHECK(mism < 0, "%s: token %d differs", cases[c].name, mism);
     mt_dataset_close(&ds);
   }
   tmp_path("rt_llmc.bin");
@@ -132,21 +120,21 @@ static void test_round_trip(void) {
   write_bytes(raw, tok16, sizeof tok16);
   mt_dataset ds;
   mt_err e = {0};
-  CHECK(mt_dataset_open(&ds, raw, "auto", &e) == 0, "open %s: %s", raw, e.msg);
-  CHECK(strcmp(ds.format, "text") == 0 && mt_dataset_ntokens(&ds) == 2 * N,
-        "auto on *.dat: %s with %zu tokens, expected text with %d", ds.format,
-        mt_dataset_ntokens(&ds), 2 * N);
+  MT_CHECK(mt_dataset_open(&ds, raw, "auto", &e) == 0, "open %s: %s", raw, e.msg);
+  MT_CHECK(strcmp(ds.format, "text") == 0 && mt_dataset_ntokens(&ds) == 2 * N,
+           "auto on *.dat: %s with %zu tokens, expected text with %d", ds.format,
+           mt_dataset_ntokens(&ds), 2 * N);
   mt_dataset_close(&ds);
 
   /* writing refuses an unknown format and zero tokens, and leaves no file */
   const char *nowrite = tmp_path("nowrite.bin");
   e = (mt_err){0};
-  CHECK(mt_tokens_write(nowrite, "text", tok, N, &e) != 0 && strstr(e.msg, nowrite),
-        "writing format text should fail naming the file: '%s'", e.msg);
+  MT_CHECK(mt_tokens_write(nowrite, "text", tok, N, &e) != 0 && strstr(e.msg, nowrite),
+           "writing format text should fail naming the file: '%s'", e.msg);
   e = (mt_err){0};
-  CHECK(mt_tokens_write(nowrite, "llmc", tok, 0, &e) != 0 && strstr(e.msg, "no tokens"),
-        "writing 0 tokens should fail: '%s'", e.msg);
-  CHECK(access(nowrite, F_OK) != 0, "a failed write left %s behind", nowrite);
+  MT_CHECK(mt_tokens_write(nowrite, "llmc", tok, 0, &e) != 0 && strstr(e.msg, "no tokens"),
+           "writing 0 tokens should fail: '%s'", e.msg);
+  MT_CHECK(access(nowrite, F_OK) != 0, "a failed write left %s behind", nowrite);
 }
 
 static void test_text(void) {
@@ -158,14 +146,14 @@ static void test_text(void) {
     mt_dataset ds;
     mt_err e = {0};
     int rc = mt_dataset_open(&ds, path, fmt, &e);
-    CHECK(rc == 0, "open %s as %s: %s", path, fmt, e.msg);
+    MT_CHECK(rc == 0, "open %s as %s: %s", path, fmt, e.msg);
     if (rc) continue;
-    CHECK(strcmp(ds.format, "text") == 0, "%s as %s: format %s", path, fmt, ds.format);
-    CHECK(mt_dataset_ntokens(&ds) == sizeof text, "text: %zu tokens, expected %zu",
-          mt_dataset_ntokens(&ds), sizeof text);
+    MT_CHECK(strcmp(ds.format, "text") == 0, "%s as %s: format %s", path, fmt, ds.format);
+    MT_CHECK(mt_dataset_ntokens(&ds) == sizeof text, "text: %zu tokens, expected %zu",
+             mt_dataset_ntokens(&ds), sizeof text);
     for (size_t i = 0; i < sizeof text; i++)
-      CHECK(mt_dataset_token(&ds, i) == text[i], "text token %zu = %d, expected %d", i,
-            mt_dataset_token(&ds, i), text[i]);
+      MT_CHECK(mt_dataset_token(&ds, i) == text[i], "text token %zu = %d, expected %d", i,
+               mt_dataset_token(&ds, i), text[i]);
     mt_dataset_close(&ds);
   }
   /* a file named .bin is text when asked for text */
@@ -173,8 +161,8 @@ static void test_text(void) {
   write_bytes(bin, "abc", 3);
   mt_dataset ds;
   mt_err e = {0};
-  CHECK(mt_dataset_open(&ds, bin, "text", &e) == 0 && mt_dataset_ntokens(&ds) == 3,
-        "odd.bin as text: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds, bin, "text", &e) == 0 && mt_dataset_ntokens(&ds) == 3,
+           "odd.bin as text: %s", e.msg);
   mt_dataset_close(&ds);
 }
 
@@ -193,7 +181,7 @@ static void test_errors(void) {
   write_bytes(p, buf, sizeof buf);
   e = (mt_err){0};
   check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "bad llm.c header", "bad magic");
-  CHECK(strstr(e.msg, "magic") != NULL, "bad magic message lacks 'magic': '%s'", e.msg);
+  MT_CHECK(strstr(e.msg, "magic") != NULL, "bad magic message lacks 'magic': '%s'", e.msg);
   mt_dataset_close(&ds); /* closing a dataset that failed to open is harmless */
 
   /* bad version */
@@ -212,8 +200,8 @@ static void test_errors(void) {
   write_bytes(p, buf, sizeof header + 50 * sizeof(uint16_t));
   e = (mt_err){0};
   check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "bad llm.c header", "truncated llmc");
-  CHECK(strstr(e.msg, "100 tokens") && strstr(e.msg, "truncated"),
-        "truncated message should give the header count and say truncated: '%s'", e.msg);
+  MT_CHECK(strstr(e.msg, "100 tokens") && strstr(e.msg, "truncated"),
+           "truncated message should give the header count and say truncated: '%s'", e.msg);
 
   /* trailing bytes beyond the header count */
   p = tmp_path("trailing.bin");
@@ -243,7 +231,7 @@ static void test_errors(void) {
   check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "cannot open", "missing file");
   char expect[600];
   snprintf(expect, sizeof expect, "%s: cannot open: No such file or directory", p);
-  CHECK(strcmp(e.msg, expect) == 0, "missing file: '%s', expected '%s'", e.msg, expect);
+  MT_CHECK(strcmp(e.msg, expect) == 0, "missing file: '%s', expected '%s'", e.msg, expect);
 
   /* empty file */
   p = tmp_path("empty.txt");
@@ -276,40 +264,40 @@ static void test_wide_and_guarded(void) {
 
   /* u32: ids above 65535 survive write -> open -> sampler, and the vocab check */
   const char *p = tmp_path("wide.bin");
-  CHECK(mt_tokens_write(p, "u32", tok, N, &e) == 0, "write u32: %s", e.msg);
+  MT_CHECK(mt_tokens_write(p, "u32", tok, N, &e) == 0, "write u32: %s", e.msg);
   if (mt_dataset_open(&ds, p, "u32", &e) == 0) {
-    CHECK(mt_dataset_ntokens(&ds) == N && strcmp(ds.format, "u32") == 0, "u32: %zu tokens, %s",
-          mt_dataset_ntokens(&ds), ds.format);
-    CHECK(mt_dataset_token(&ds, 0) == 65536 && mt_dataset_token(&ds, 1) == 128255,
-          "u32 tokens 0, 1: %d %d", mt_dataset_token(&ds, 0), mt_dataset_token(&ds, 1));
-    CHECK(mt_dataset_validate(&ds, 128256, MPI_COMM_SELF, &e) == 0, "vocab 128256: %s", e.msg);
+    MT_CHECK(mt_dataset_ntokens(&ds) == N && strcmp(ds.format, "u32") == 0, "u32: %zu tokens, %s",
+             mt_dataset_ntokens(&ds), ds.format);
+    MT_CHECK(mt_dataset_token(&ds, 0) == 65536 && mt_dataset_token(&ds, 1) == 128255,
+             "u32 tokens 0, 1: %d %d", mt_dataset_token(&ds, 0), mt_dataset_token(&ds, 1));
+    MT_CHECK(mt_dataset_validate(&ds, 128256, MPI_COMM_SELF, &e) == 0, "vocab 128256: %s", e.msg);
     e = (mt_err){0};
-    CHECK(mt_dataset_validate(&ds, 128255, MPI_COMM_SELF, &e) != 0 &&
-              strstr(e.msg, "token id 128255 at offset 1 is >= vocab size 128255"),
-          "vocab 128255 must name id 128255: '%s'", e.msg);
+    MT_CHECK(mt_dataset_validate(&ds, 128255, MPI_COMM_SELF, &e) != 0 &&
+                 strstr(e.msg, "token id 128255 at offset 1 is >= vocab size 128255"),
+             "vocab 128255 must name id 128255: '%s'", e.msg);
     mt_sampler s;
     e = (mt_err){0};
     int inp[4], tgt[4];
     if (mt_sampler_init(&s, &ds, 4, 1, &e) == 0) {
       mt_sampler_get_window(&s, 0, inp, tgt);
-      CHECK(inp[0] == 65536 && inp[1] == 128255 && tgt[0] == 128255 && tgt[3] == (int)tok[4],
-            "u32 window 0: %d %d / %d %d", inp[0], inp[1], tgt[0], tgt[3]);
+      MT_CHECK(inp[0] == 65536 && inp[1] == 128255 && tgt[0] == 128255 && tgt[3] == (int)tok[4],
+               "u32 window 0: %d %d / %d %d", inp[0], inp[1], tgt[0], tgt[3]);
     } else {
-      CHECK(0, "sampler on u32: %s", e.msg);
+      MT_CHECK(0, "sampler on u32: %s", e.msg);
     }
     mt_dataset_close(&ds);
   } else {
-    CHECK(0, "open u32: %s", e.msg);
+    MT_CHECK(0, "open u32: %s", e.msg);
   }
   /* a u32 id above INT_MAX is reported with its true value, not wrapped */
   uint32_t huge[4] = {1, 2, 3000000000u, 4};
   p = tmp_path("huge.bin");
   e = (mt_err){0};
-  CHECK(mt_tokens_write(p, "u32", huge, 4, &e) == 0, "write huge: %s", e.msg);
+  MT_CHECK(mt_tokens_write(p, "u32", huge, 4, &e) == 0, "write huge: %s", e.msg);
   if (mt_dataset_open(&ds, p, "u32", &e) == 0) {
-    CHECK(mt_dataset_validate(&ds, 1000, MPI_COMM_SELF, &e) != 0 &&
-              strstr(e.msg, "token id 3000000000 at offset 2 "),
-          "id 3e9 must be reported as such: '%s'", e.msg);
+    MT_CHECK(mt_dataset_validate(&ds, 1000, MPI_COMM_SELF, &e) != 0 &&
+                 strstr(e.msg, "token id 3000000000 at offset 2 "),
+             "id 3e9 must be reported as such: '%s'", e.msg);
     mt_dataset_close(&ds);
   }
 
@@ -319,24 +307,28 @@ static void test_wide_and_guarded(void) {
     p = tmp_path(f ? "narrow.u16.bin" : "narrow.llmc.bin");
     e = (mt_err){0};
     int rc = mt_tokens_write(p, fmts[f], tok, N, &e);
-    CHECK(rc != 0 && strstr(e.msg, "token id 65536 (token 0) does not fit format") &&
-              strstr(e.msg, fmts[f]) && strstr(e.msg, "u32") && !strchr(e.msg, '\n'),
-          "%s with id 65536: rc %d '%s'", fmts[f], rc, e.msg);
-    CHECK(access(p, F_OK) != 0, "a refused %s write left %s behind", fmts[f], p);
+    MT_CHECK(rc != 0 && strstr(e.msg, "token id 65536 (token 0) does not fit format") &&
+                 strstr(e.msg, fmts[f]) && strstr(e.msg, "u32") && !strchr(e.msg, '\n'),
+             "%s with id 65536: rc %d '%s'", fmts[f], rc, e.msg);
+    MT_CHECK(access(p, F_OK) != 0, "a refused %s write left %s behind", fmts[f], p);
   }
   /* ... and a vocabulary they cannot hold, even when every id in the file fits */
   p = tmp_path("small_ids.bin");
   uint32_t small[100];
   for (int i = 0; i < 100; i++) small[i] = (uint32_t)i;
   e = (mt_err){0};
-  CHECK(mt_tokens_write(p, "llmc", small, 100, &e) == 0, "write: %s", e.msg);
+  MT_CHECK(mt_tokens_write(p, "llmc", small, 100, &e) == 0, "write: %s", e.msg);
   if (mt_dataset_open(&ds, p, "auto", &e) == 0) {
-    CHECK(mt_dataset_validate(&ds, 65536, MPI_COMM_SELF, &e) == 0, "vocab 65536 fits: %s", e.msg);
+    MT_CHECK(mt_dataset_validate(&ds, 65536, MPI_COMM_SELF, &e) == 0, "vocab 65536 fits: %s",
+             e.msg);
     e = (mt_err){0};
     int rc = mt_dataset_validate(&ds, 70000, MPI_COMM_SELF, &e);
-    CHECK(rc != 0 && strstr(e.msg, "format llmc holds token ids up to 65535, too few for vocab "
-                                   "size 70000") && strstr(e.msg, "data.format = u32"),
-          "llmc with vocab 70000: rc %d '%s'", rc, e.msg);
+    MT_CHECK(rc != 0 &&
+                 strstr(e.msg,
+                        "format llmc holds token ids up to 65535, too few for vocab "
+                        "size 70000") &&
+                 strstr(e.msg, "data.format = u32"),
+             "llmc with vocab 70000: rc %d '%s'", rc, e.msg);
     mt_dataset_close(&ds);
   }
   /* text holds bytes: any vocab of 256 or more is fine */
@@ -344,7 +336,8 @@ static void test_wide_and_guarded(void) {
   write_bytes(p, "hello", 5);
   e = (mt_err){0};
   if (mt_dataset_open(&ds, p, "auto", &e) == 0) {
-    CHECK(mt_dataset_validate(&ds, 70000, MPI_COMM_SELF, &e) == 0, "text, vocab 70000: %s", e.msg);
+    MT_CHECK(mt_dataset_validate(&ds, 70000, MPI_COMM_SELF, &e) == 0, "text, vocab 70000: %s",
+             e.msg);
     mt_dataset_close(&ds);
   }
 
@@ -357,12 +350,12 @@ static void test_wide_and_guarded(void) {
   /* auto on a *.bin of uint32 tokens below 65536: refused, data.format decides */
   p = tmp_path("small_u32.bin");
   e = (mt_err){0};
-  CHECK(mt_tokens_write(p, "u32", small, 100, &e) == 0, "write: %s", e.msg);
+  MT_CHECK(mt_tokens_write(p, "u32", small, 100, &e) == 0, "write: %s", e.msg);
   e = (mt_err){0};
   check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "set data.format = u32", "u32 as auto");
   e = (mt_err){0};
-  CHECK(mt_dataset_open(&ds, p, "u16", &e) == 0 && mt_dataset_ntokens(&ds) == 200,
-        "an explicit u16 reads it anyway: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds, p, "u16", &e) == 0 && mt_dataset_ntokens(&ds) == 200,
+           "an explicit u16 reads it anyway: %s", e.msg);
   mt_dataset_close(&ds);
 
   /* llm.c file with a damaged magic: refused under llmc and under auto */
@@ -376,7 +369,7 @@ static void test_wide_and_guarded(void) {
   check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "magic 20240521", "damaged magic llmc");
   e = (mt_err){0};
   check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "magic 20240521", "damaged magic auto");
-  CHECK(strstr(e.msg, "data.format = u16"), "damaged magic: no way out named: '%s'", e.msg);
+  MT_CHECK(strstr(e.msg, "data.format = u16"), "damaged magic: no way out named: '%s'", e.msg);
   /* the count alone gives it away too (a header tail that is not zero) */
   header[5] = 9;
   header[0] = 0;
@@ -390,8 +383,8 @@ static void test_wide_and_guarded(void) {
   p = tmp_path("raw_zeros.bin");
   write_bytes(p, raw16, sizeof raw16);
   e = (mt_err){0};
-  CHECK(mt_dataset_open(&ds, p, "auto", &e) == 0 && strcmp(ds.format, "u16") == 0,
-        "raw u16 starting with zeros: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds, p, "auto", &e) == 0 && strcmp(ds.format, "u16") == 0,
+           "raw u16 starting with zeros: %s", e.msg);
   mt_dataset_close(&ds);
 
   /* a FIFO is refused at once, not opened (which would block for a writer) */
@@ -400,7 +393,7 @@ static void test_wide_and_guarded(void) {
     e = (mt_err){0};
     check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "named pipe", "fifo");
   } else {
-    CHECK(0, "mkfifo %s failed", p);
+    MT_CHECK(0, "mkfifo %s failed", p);
   }
 }
 
@@ -413,41 +406,41 @@ static void test_split(void) {
   for (int i = 0; i < N; i++) tok[i] = (uint32_t)i;
   const char *p = tmp_path("split.bin");
   mt_err e = {0};
-  CHECK(mt_tokens_write(p, "llmc", tok, N, &e) == 0, "write: %s", e.msg);
+  MT_CHECK(mt_tokens_write(p, "llmc", tok, N, &e) == 0, "write: %s", e.msg);
   mt_dataset ds, train, val;
   if (mt_dataset_open(&ds, p, "auto", &e) != 0) {
-    CHECK(0, "open split.bin: %s", e.msg);
+    MT_CHECK(0, "open split.bin: %s", e.msg);
     return;
   }
   mt_dataset_split(&ds, 0.1, &train, &val);
-  CHECK(mt_dataset_ntokens(&train) == 900 && mt_dataset_ntokens(&val) == 100,
-        "split 0.1 of 1000: train %zu val %zu, expected 900 and 100",
-        mt_dataset_ntokens(&train), mt_dataset_ntokens(&val));
-  CHECK(mt_dataset_token(&train, 0) == 0 && mt_dataset_token(&train, 899) == 899,
-        "train is not the first 900 tokens");
-  CHECK(mt_dataset_token(&val, 0) == 900 && mt_dataset_token(&val, 99) == 999,
-        "val is not the last 100 tokens");
-  CHECK(train.owns_map == 0 && val.owns_map == 0 && train.map == ds.map && val.map == ds.map,
-        "views must share the mapping and not own it");
+  MT_CHECK(mt_dataset_ntokens(&train) == 900 && mt_dataset_ntokens(&val) == 100,
+           "split 0.1 of 1000: train %zu val %zu, expected 900 and 100", mt_dataset_ntokens(&train),
+           mt_dataset_ntokens(&val));
+  MT_CHECK(mt_dataset_token(&train, 0) == 0 && mt_dataset_token(&train, 899) == 899,
+           "train is not the first 900 tokens");
+  MT_CHECK(mt_dataset_token(&val, 0) == 900 && mt_dataset_token(&val, 99) == 999,
+           "val is not the last 100 tokens");
+  MT_CHECK(train.owns_map == 0 && val.owns_map == 0 && train.map == ds.map && val.map == ds.map,
+           "views must share the mapping and not own it");
   mt_dataset_close(&train); /* closing views must not unmap the parent */
   mt_dataset_close(&val);
-  CHECK(mt_dataset_token(&ds, 999) == 999, "parent unreadable after closing its views");
+  MT_CHECK(mt_dataset_token(&ds, 999) == 999, "parent unreadable after closing its views");
 
   mt_dataset_split(&ds, 0.0, &train, &val);
-  CHECK(mt_dataset_ntokens(&train) == N && mt_dataset_ntokens(&val) == 0,
-        "split 0: train %zu val %zu", mt_dataset_ntokens(&train), mt_dataset_ntokens(&val));
+  MT_CHECK(mt_dataset_ntokens(&train) == N && mt_dataset_ntokens(&val) == 0,
+           "split 0: train %zu val %zu", mt_dataset_ntokens(&train), mt_dataset_ntokens(&val));
   mt_dataset_split(&ds, 0.25, &train, &val);
-  CHECK(mt_dataset_ntokens(&train) + mt_dataset_ntokens(&val) == N &&
-            mt_dataset_ntokens(&val) == 250,
-        "split 0.25: train %zu val %zu", mt_dataset_ntokens(&train), mt_dataset_ntokens(&val));
+  MT_CHECK(
+      mt_dataset_ntokens(&train) + mt_dataset_ntokens(&val) == N && mt_dataset_ntokens(&val) == 250,
+      "split 0.25: train %zu val %zu", mt_dataset_ntokens(&train), mt_dataset_ntokens(&val));
 
   /* a split of a split: val of train covers tokens [675, 900) */
   mt_dataset inner_train, inner_val;
   mt_dataset_split(&ds, 0.1, &train, &val);
   mt_dataset_split(&train, 0.25, &inner_train, &inner_val);
-  CHECK(mt_dataset_ntokens(&inner_val) == 225 && mt_dataset_token(&inner_val, 0) == 675,
-        "nested split: %zu tokens starting at %d", mt_dataset_ntokens(&inner_val),
-        mt_dataset_token(&inner_val, 0));
+  MT_CHECK(mt_dataset_ntokens(&inner_val) == 225 && mt_dataset_token(&inner_val, 0) == 675,
+           "nested split: %zu tokens starting at %d", mt_dataset_ntokens(&inner_val),
+           mt_dataset_token(&inner_val, 0));
   mt_dataset_close(&ds);
 }
 
@@ -465,18 +458,18 @@ static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
   snprintf(name, sizeof name, "sampler_%zu_%d.bin", ntok, T);
   const char *p = tmp_path(name);
   mt_err e = {0};
-  CHECK(mt_tokens_write(p, "llmc", tok, ntok, &e) == 0, "write: %s", e.msg);
+  MT_CHECK(mt_tokens_write(p, "llmc", tok, ntok, &e) == 0, "write: %s", e.msg);
   mt_dataset ds;
   if (mt_dataset_open(&ds, p, "llmc", &e) != 0) {
-    CHECK(0, "open %s: %s", p, e.msg);
+    MT_CHECK(0, "open %s: %s", p, e.msg);
     free(tok);
     return;
   }
   mt_sampler s;
-  CHECK(mt_sampler_init(&s, &ds, T, seed, &e) == 0, "sampler init: %s", e.msg);
+  MT_CHECK(mt_sampler_init(&s, &ds, T, seed, &e) == 0, "sampler init: %s", e.msg);
   uint64_t n = s.n_windows;
-  CHECK(n == (ntok - 1) / (size_t)T, "ntok %zu T %d: %llu windows, expected %zu", ntok, T,
-        (unsigned long long)n, (ntok - 1) / (size_t)T);
+  MT_CHECK(n == (ntok - 1) / (size_t)T, "ntok %zu T %d: %llu windows, expected %zu", ntok, T,
+           (unsigned long long)n, (ntok - 1) / (size_t)T);
 
   /* every epoch visits every window exactly once */
   enum { EPOCHS = 3 };
@@ -494,26 +487,27 @@ static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
         seen[w] = 1;
       }
     }
-    CHECK(bad == UINT64_MAX,
-          "ntok %zu T %d seed %llu epoch %d: position %llu repeats or leaves [0,%llu)", ntok, T,
-          (unsigned long long)seed, ep, (unsigned long long)bad, (unsigned long long)n);
+    MT_CHECK(bad == UINT64_MAX,
+             "ntok %zu T %d seed %llu epoch %d: position %llu repeats or leaves [0,%llu)", ntok, T,
+             (unsigned long long)seed, ep, (unsigned long long)bad, (unsigned long long)n);
   }
   if (n >= 8) {
     /* epochs differ from each other and are not the identity */
-    CHECK(memcmp(order, order + n, n * sizeof *order) != 0, "epochs 0 and 1 have the same order");
-    CHECK(memcmp(order + n, order + 2 * n, n * sizeof *order) != 0,
-          "epochs 1 and 2 have the same order");
+    MT_CHECK(memcmp(order, order + n, n * sizeof *order) != 0,
+             "epochs 0 and 1 have the same order");
+    MT_CHECK(memcmp(order + n, order + 2 * n, n * sizeof *order) != 0,
+             "epochs 1 and 2 have the same order");
     uint64_t fixed = 0;
     for (uint64_t i = 0; i < n; i++) fixed += order[i] == i;
-    CHECK(fixed < n / 2 + 2, "epoch 0 leaves %llu of %llu windows in place",
-          (unsigned long long)fixed, (unsigned long long)n);
+    MT_CHECK(fixed < n / 2 + 2, "epoch 0 leaves %llu of %llu windows in place",
+             (unsigned long long)fixed, (unsigned long long)n);
     /* another seed gives another order */
     mt_sampler s2;
     mt_sampler_init(&s2, &ds, T, seed + 1, &e);
     uint64_t same = 0;
     for (uint64_t i = 0; i < n; i++) same += mt_sampler_window(&s2, i) == order[i];
-    CHECK(same < n, "seed %llu and %llu give the same epoch", (unsigned long long)seed,
-          (unsigned long long)seed + 1);
+    MT_CHECK(same < n, "seed %llu and %llu give the same epoch", (unsigned long long)seed,
+             (unsigned long long)seed + 1);
   }
 
   /* inputs/targets: the window's tokens, targets shifted by one */
@@ -521,9 +515,9 @@ static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
   int *in2 = mt_malloc((size_t)T * sizeof(int)), *tg2 = mt_malloc((size_t)T * sizeof(int));
   const uint64_t gs[] = {0, 1, n - 1, n, 2 * n + n / 2, 1000003};
   mt_dataset ds2;
-  CHECK(mt_dataset_open(&ds2, p, "auto", &e) == 0, "reopen: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds2, p, "auto", &e) == 0, "reopen: %s", e.msg);
   mt_sampler fresh;
-  CHECK(mt_sampler_init(&fresh, &ds2, T, seed, &e) == 0, "fresh sampler: %s", e.msg);
+  MT_CHECK(mt_sampler_init(&fresh, &ds2, T, seed, &e) == 0, "fresh sampler: %s", e.msg);
   for (size_t k = 0; k < sizeof gs / sizeof gs[0]; k++) {
     uint64_t g = gs[k];
     uint64_t w = mt_sampler_window(&s, g);
@@ -534,20 +528,20 @@ static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
       ok &= tg[t] == (int)tok[w * (uint64_t)T + (uint64_t)t + 1];
       if (t + 1 < T) ok &= tg[t] == in[t + 1];
     }
-    CHECK(ok, "sample %llu (window %llu) does not match the file", (unsigned long long)g,
-          (unsigned long long)w);
+    MT_CHECK(ok, "sample %llu (window %llu) does not match the file", (unsigned long long)g,
+             (unsigned long long)w);
     mt_sampler_get_window(&s, w, in2, tg2);
-    CHECK(same_ints(in, in2, T) && same_ints(tg, tg2, T),
-          "get_window(%llu) differs from get of its sample", (unsigned long long)w);
+    MT_CHECK(same_ints(in, in2, T) && same_ints(tg, tg2, T),
+             "get_window(%llu) differs from get of its sample", (unsigned long long)w);
     /* a fresh sampler on a fresh mapping: same g, same sample */
     mt_sampler_get(&fresh, g, in2, tg2);
-    CHECK(mt_sampler_window(&fresh, g) == w && same_ints(in, in2, T) && same_ints(tg, tg2, T),
-          "sample %llu differs in a fresh sampler", (unsigned long long)g);
+    MT_CHECK(mt_sampler_window(&fresh, g) == w && same_ints(in, in2, T) && same_ints(tg, tg2, T),
+             "sample %llu differs in a fresh sampler", (unsigned long long)g);
   }
   /* the last window ends exactly at or before the last token */
   mt_sampler_get_window(&s, n - 1, in, tg);
-  CHECK(tg[T - 1] == (int)tok[n * (uint64_t)T], "last window's last target is not token %llu",
-        (unsigned long long)(n * (uint64_t)T));
+  MT_CHECK(tg[T - 1] == (int)tok[n * (uint64_t)T], "last window's last target is not token %llu",
+           (unsigned long long)(n * (uint64_t)T));
 
   mt_dataset_close(&ds2);
   mt_dataset_close(&ds);
@@ -578,22 +572,22 @@ static void test_sampler(void) {
   mt_err e = {0};
   mt_tokens_write(p, "u16", tok, 8, &e);
   mt_dataset ds;
-  CHECK(mt_dataset_open(&ds, p, "auto", &e) == 0, "open: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds, p, "auto", &e) == 0, "open: %s", e.msg);
   mt_sampler s;
   int rc = mt_sampler_init(&s, &ds, 8, 1, &e);
-  CHECK(rc != 0 && strstr(e.msg, p) && strstr(e.msg, "shorter than one sequence"),
-        "8 tokens with T=8 should fail naming the file: '%s'", e.msg);
+  MT_CHECK(rc != 0 && strstr(e.msg, p) && strstr(e.msg, "shorter than one sequence"),
+           "8 tokens with T=8 should fail naming the file: '%s'", e.msg);
   e = (mt_err){0};
-  CHECK(mt_sampler_init(&s, &ds, 7, 1, &e) == 0 && s.n_windows == 1,
-        "8 tokens with T=7 is one window: %s", e.msg);
+  MT_CHECK(mt_sampler_init(&s, &ds, 7, 1, &e) == 0 && s.n_windows == 1,
+           "8 tokens with T=7 is one window: %s", e.msg);
 
   /* a sampler over a view reads the view's tokens */
   mt_dataset train, val;
   mt_dataset_split(&ds, 0.5, &train, &val);
-  CHECK(mt_sampler_init(&s, &val, 3, 1, &e) == 0 && s.n_windows == 1, "val sampler: %s", e.msg);
+  MT_CHECK(mt_sampler_init(&s, &val, 3, 1, &e) == 0 && s.n_windows == 1, "val sampler: %s", e.msg);
   int in[3], tg[3];
   mt_sampler_get_window(&s, 0, in, tg);
-  CHECK(in[0] == 5 && in[2] == 7 && tg[2] == 8, "val window starts at %d, expected 5", in[0]);
+  MT_CHECK(in[0] == 5 && in[2] == 7 && tg[2] == 8, "val window starts at %d, expected 5", in[0]);
   mt_dataset_close(&ds);
 }
 
@@ -614,26 +608,26 @@ static void test_validate(MPI_Comm comm) {
     tok[bad2] = 999;
     snprintf(path, sizeof path, "%s", tmp_path("validate.bin"));
     mt_err e = {0};
-    CHECK(mt_tokens_write(path, "llmc", tok, N, &e) == 0, "write: %s", e.msg);
+    MT_CHECK(mt_tokens_write(path, "llmc", tok, N, &e) == 0, "write: %s", e.msg);
     free(tok);
   }
   MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, comm);
 
   mt_dataset ds;
   mt_err e = {0};
-  CHECK(mt_dataset_open(&ds, path, "auto", &e) == 0, "open: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds, path, "auto", &e) == 0, "open: %s", e.msg);
   char expect[600];
   snprintf(expect, sizeof expect, "%s: token id 300 at offset %zu is >= vocab size 256", path,
            bad1);
   int rc = mt_dataset_validate(&ds, 256, comm, &e);
-  CHECK(rc != 0 && strcmp(e.msg, expect) == 0, "validate 256: rc %d '%s', expected '%s'", rc,
-        e.msg, expect);
+  MT_CHECK(rc != 0 && strcmp(e.msg, expect) == 0, "validate 256: rc %d '%s', expected '%s'", rc,
+           e.msg, expect);
   e = (mt_err){0};
   snprintf(expect, sizeof expect, "%s: token id 999 at offset %zu is >= vocab size 512", path,
            bad2);
   rc = mt_dataset_validate(&ds, 512, comm, &e);
-  CHECK(rc != 0 && strcmp(e.msg, expect) == 0, "validate 512: rc %d '%s', expected '%s'", rc,
-        e.msg, expect);
+  MT_CHECK(rc != 0 && strcmp(e.msg, expect) == 0, "validate 512: rc %d '%s', expected '%s'", rc,
+           e.msg, expect);
   /* vocab 128: about half the tokens are out of range, so every rank finds
    * some; all must report the first in the file, found here by a serial scan */
   size_t first = 0;
@@ -642,24 +636,25 @@ static void test_validate(MPI_Comm comm) {
            mt_dataset_token(&ds, first), first);
   e = (mt_err){0};
   rc = mt_dataset_validate(&ds, 128, comm, &e);
-  CHECK(rc != 0 && strcmp(e.msg, expect) == 0, "validate 128: rc %d '%s', expected '%s'", rc,
-        e.msg, expect);
+  MT_CHECK(rc != 0 && strcmp(e.msg, expect) == 0, "validate 128: rc %d '%s', expected '%s'", rc,
+           e.msg, expect);
   e = (mt_err){0};
-  CHECK(mt_dataset_validate(&ds, 0, comm, &e) != 0 && strstr(e.msg, "vocab size 0"),
-        "vocab 0 must be rejected: '%s'", e.msg);
+  MT_CHECK(mt_dataset_validate(&ds, 0, comm, &e) != 0 && strstr(e.msg, "vocab size 0"),
+           "vocab 0 must be rejected: '%s'", e.msg);
   e = (mt_err){0};
-  CHECK(mt_dataset_validate(&ds, 1000, comm, &e) == 0, "validate 1000 failed: %s", e.msg);
-  CHECK(mt_dataset_validate(&ds, 65536, comm, &e) == 0, "validate 65536 failed: %s", e.msg);
+  MT_CHECK(mt_dataset_validate(&ds, 1000, comm, &e) == 0, "validate 1000 failed: %s", e.msg);
+  MT_CHECK(mt_dataset_validate(&ds, 65536, comm, &e) == 0, "validate 65536 failed: %s", e.msg);
 
   /* on a view the offset is the token's place in the file */
   mt_dataset train, val;
   mt_dataset_split(&ds, 0.1, &train, &val);
   e = (mt_err){0};
   rc = mt_dataset_validate(&val, 512, comm, &e);
-  CHECK(rc != 0 && strstr(e.msg, "token id 999 at offset 3900 "),
-        "validate of val view: rc %d '%s'", rc, e.msg);
+  MT_CHECK(rc != 0 && strstr(e.msg, "token id 999 at offset 3900 "),
+           "validate of val view: rc %d '%s'", rc, e.msg);
   e = (mt_err){0};
-  CHECK(mt_dataset_validate(&train, 256, comm, &e) == 0, "train view (tokens [0,3690)) is clean: %s", e.msg);
+  MT_CHECK(mt_dataset_validate(&train, 256, comm, &e) == 0,
+           "train view (tokens [0,3690)) is clean: %s", e.msg);
   mt_dataset_close(&ds);
 
   /* a text file: bytes >= vocab */
@@ -669,11 +664,11 @@ static void test_validate(MPI_Comm comm) {
   }
   MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, comm);
   e = (mt_err){0};
-  CHECK(mt_dataset_open(&ds, path, "auto", &e) == 0, "open: %s", e.msg);
-  CHECK(mt_dataset_validate(&ds, 256, comm, &e) == 0, "text with vocab 256: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds, path, "auto", &e) == 0, "open: %s", e.msg);
+  MT_CHECK(mt_dataset_validate(&ds, 256, comm, &e) == 0, "text with vocab 256: %s", e.msg);
   rc = mt_dataset_validate(&ds, 100, comm, &e);
-  CHECK(rc != 0 && strstr(e.msg, "token id 126 at offset 3 is >= vocab size 100"),
-        "text with vocab 100: '%s'", e.msg);
+  MT_CHECK(rc != 0 && strstr(e.msg, "token id 126 at offset 3 is >= vocab size 100"),
+           "text with vocab 100: '%s'", e.msg);
   mt_dataset_close(&ds);
   MPI_Barrier(comm); /* rank 0 removes the files after everyone closed them */
 }
@@ -716,21 +711,21 @@ static void test_corpus(void) {
   const char *a = tmp_path("corpus_a.txt"), *b = tmp_path("corpus_b.txt"),
              *c = tmp_path("corpus_c.txt");
   mt_err e = {0};
-  CHECK(mt_corpus_generate(a, N, 1, &e) == 0, "corpus a: %s", e.msg);
-  CHECK(mt_corpus_generate(b, N, 1, &e) == 0, "corpus b: %s", e.msg);
-  CHECK(mt_corpus_generate(c, N, 2, &e) == 0, "corpus c: %s", e.msg);
+  MT_CHECK(mt_corpus_generate(a, N, 1, &e) == 0, "corpus a: %s", e.msg);
+  MT_CHECK(mt_corpus_generate(b, N, 1, &e) == 0, "corpus b: %s", e.msg);
+  MT_CHECK(mt_corpus_generate(c, N, 2, &e) == 0, "corpus c: %s", e.msg);
   size_t na = 0, nb = 0, nc = 0;
   unsigned char *pa = read_file(a, &na), *pb = read_file(b, &nb), *pc = read_file(c, &nc);
   if (!pa || !pb || !pc) {
-    CHECK(0, "cannot read back the corpus files");
+    MT_CHECK(0, "cannot read back the corpus files");
     free(pa);
     free(pb);
     free(pc);
     return;
   }
-  CHECK(na == N && nb == N && nc == N, "corpus sizes %zu %zu %zu, expected %zu", na, nb, nc, N);
-  CHECK(na == nb && memcmp(pa, pb, na) == 0, "same seed gave different bytes");
-  CHECK(nc != na || memcmp(pa, pc, na) != 0, "seeds 1 and 2 gave the same bytes");
+  MT_CHECK(na == N && nb == N && nc == N, "corpus sizes %zu %zu %zu, expected %zu", na, nb, nc, N);
+  MT_CHECK(na == nb && memcmp(pa, pb, na) == 0, "same seed gave different bytes");
+  MT_CHECK(nc != na || memcmp(pa, pc, na) != 0, "seeds 1 and 2 gave the same bytes");
 
   size_t bad = SIZE_MAX, newlines = 0, spaces = 0;
   for (size_t i = 0; i < na; i++) {
@@ -741,11 +736,11 @@ static void test_corpus(void) {
       spaces++;
     if (!(ch == '\n' || (ch >= 0x20 && ch <= 0x7e)) && bad == SIZE_MAX) bad = i;
   }
-  CHECK(bad == SIZE_MAX, "byte %zu of the corpus is 0x%02x, not printable ASCII or newline",
-        bad, bad == SIZE_MAX ? 0 : pa[bad]);
-  CHECK(pa[na - 1] == '\n', "corpus does not end in a newline");
-  CHECK(newlines > N / 2000 && newlines < N / 100, "%zu paragraphs in %zu bytes", newlines, N);
-  CHECK(spaces > N / 10, "only %zu spaces: not word-like", spaces);
+  MT_CHECK(bad == SIZE_MAX, "byte %zu of the corpus is 0x%02x, not printable ASCII or newline", bad,
+           bad == SIZE_MAX ? 0 : pa[bad]);
+  MT_CHECK(pa[na - 1] == '\n', "corpus does not end in a newline");
+  MT_CHECK(newlines > N / 2000 && newlines < N / 100, "%zu paragraphs in %zu bytes", newlines, N);
+  MT_CHECK(spaces > N / 10, "only %zu spaces: not word-like", spaces);
 
   /* not periodic: no shift up to 64 KiB maps the text onto itself */
   size_t period = 0;
@@ -754,17 +749,17 @@ static void test_corpus(void) {
     while (i + shift < na && pa[i] == pa[i + shift]) i++;
     if (i + shift == na) period = shift;
   }
-  CHECK(period == 0, "corpus repeats with period %zu", period);
+  MT_CHECK(period == 0, "corpus repeats with period %zu", period);
 
   /* learnable: strong local structure (a bigram model already does much
    * better than bytes drawn by frequency), yet not trivial */
   double h0 = cond_entropy(pa, na, 0), h1 = cond_entropy(pa, na, 1);
-  CHECK(h0 > 2.0 && h0 < 3.5, "unigram entropy %.3f nats outside (2.0, 3.5)", h0);
-  CHECK(h1 < 2.3 && h1 > 0.8, "bigram entropy %.3f nats outside (0.8, 2.3)", h1);
+  MT_CHECK(h0 > 2.0 && h0 < 3.5, "unigram entropy %.3f nats outside (2.0, 3.5)", h0);
+  MT_CHECK(h1 < 2.3 && h1 > 0.8, "bigram entropy %.3f nats outside (0.8, 2.3)", h1);
   if (g_rank == 0) printf("corpus: unigram %.3f nats/byte, bigram %.3f nats/byte\n", h0, h1);
 
   e = (mt_err){0};
-  CHECK(mt_corpus_generate(a, 0, 1, &e) != 0 && strstr(e.msg, a), "0-byte corpus: '%s'", e.msg);
+  MT_CHECK(mt_corpus_generate(a, 0, 1, &e) != 0 && strstr(e.msg, a), "0-byte corpus: '%s'", e.msg);
   free(pa);
   free(pb);
   free(pc);
@@ -774,6 +769,7 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   mt_log_init(g_rank);
+  mt_check_set_rank(g_rank);
   snprintf(g_dir, sizeof g_dir, "/tmp/mt_test_data_XXXXXX");
   if (!mkdtemp(g_dir)) {
     fprintf(stderr, "test_data: mkdtemp failed\n");
@@ -792,12 +788,12 @@ int main(int argc, char **argv) {
 
   cleanup();
   int fails = 0;
-  MPI_Allreduce(&g_failures, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(mt_check_failures(), &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (g_rank == 0) {
     if (fails)
       fprintf(stderr, "test_data: %d check(s) FAILED\n", fails);
     else
-      printf("test_data: all %d checks passed\n", g_checks);
+      printf("test_data: all %d checks passed\n", *mt_check_count());
   }
   MPI_Finalize();
   return fails ? 1 : 0;

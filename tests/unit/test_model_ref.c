@@ -61,19 +61,6 @@
 #define TOL_FD 1e-6
 #define FD_PER_TENSOR 4
 
-static int g_failures = 0;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "FAIL: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  g_failures++;
-}
-
 static double *dalloc(size_t n) {
   double *p = calloc(n ? n : 1, sizeof(double));
   if (!p) {
@@ -180,9 +167,9 @@ static void check_views(const mt_gpt *m, const ref_model *r, const char *tag) {
                     o->ln2_w, o->ln2_b, o->fc_w,  o->fc_b,  o->fc_proj_w, o->fc_proj_b};
     for (int j = 0; j < 12; j++)
       if (pv[j] != m->params + off[j] || gv[j] != m->grads + off[j])
-        fail("%s: view %d of block %d does not point at its registry tensor", tag, j, l);
+        MT_FAIL("%s: view %d of block %d does not point at its registry tensor", tag, j, l);
   }
-  if (bad) fail("%s: embedding or final-LN views do not point at their registry tensors", tag);
+  if (bad) MT_FAIL("%s: embedding or final-LN views do not point at their registry tensors", tag);
 }
 
 /* ------------------------------------------------------------------ */
@@ -510,8 +497,9 @@ static void check_act(const char *tag, const char *what, const float *got, const
   double rmax, e = rel_err_f(got, ref, n, &rmax);
   int ok = e <= TOL_ACT;
   printf("  act  %-22s max|ref| %.3e  rel err %.2e %s\n", what, rmax, e, ok ? "ok" : "FAIL");
-  if (!ok) fail("%s: activation %s differs from the reference: rel err %.3e > %.0e", tag, what, e,
-                TOL_ACT);
+  if (!ok)
+    MT_FAIL("%s: activation %s differs from the reference: rel err %.3e > %.0e", tag, what, e,
+            TOL_ACT);
 }
 
 /* Leading elements of tensor i that hold real values: all but the wte
@@ -552,7 +540,7 @@ static void perturb_params(mt_gpt *m, const test_case *tc) {
 static void run_case(const test_case *tc) {
   mt_model_shape s;
   if (mt_model_preset("tiny", &s) != 0) {
-    fail("%s: preset tiny is unknown", tc->tag);
+    MT_FAIL("%s: preset tiny is unknown", tc->tag);
     return;
   }
   s.seq_len = 8;
@@ -569,7 +557,7 @@ static void run_case(const test_case *tc) {
   mt_gpt m;
   mt_err e = {0};
   if (mt_gpt_create(&m, &s, mt_ops_cpu(), B, &e) != 0) {
-    fail("%s: mt_gpt_create: %s", tc->tag, e.msg);
+    MT_FAIL("%s: mt_gpt_create: %s", tc->tag, e.msg);
     return;
   }
   mt_gpt_init_params(&m, 1234);
@@ -603,8 +591,8 @@ static void run_case(const test_case *tc) {
   printf("  loss model %.8f  reference %.8f  rel err %.2e %s\n", (double)loss, ref_loss, loss_err,
          loss_err <= TOL_LOSS ? "ok" : "FAIL");
   if (!(loss_err <= TOL_LOSS))
-    fail("%s: loss %.8f differs from the reference %.8f (rel %.3e > %.0e)", tc->tag, (double)loss,
-         ref_loss, loss_err, TOL_LOSS);
+    MT_FAIL("%s: loss %.8f differs from the reference %.8f (rel %.3e > %.0e)", tc->tag,
+            (double)loss, ref_loss, loss_err, TOL_LOSS);
 
   /* activations, before backward overwrites the probabilities */
   const size_t btc = (size_t)BT * C;
@@ -640,8 +628,9 @@ static void run_case(const test_case *tc) {
     printf("  act  %-22s max abs err %.2e, padding max %.1e %s\n", "probs", emax, pad_max,
            ok ? "ok" : "FAIL");
     if (!ok)
-      fail("%s: probabilities: max abs err %.3e (tol %.0e), padding columns max %.3e (must be 0)",
-           tc->tag, emax, TOL_ACT, pad_max);
+      MT_FAIL(
+          "%s: probabilities: max abs err %.3e (tol %.0e), padding columns max %.3e (must be 0)",
+          tc->tag, emax, TOL_ACT, pad_max);
   }
 
   mt_gpt_backward(&m, 1.0f / (float)BT, NULL, NULL);
@@ -672,8 +661,10 @@ static void run_case(const test_case *tc) {
           worst_name = t->name;
         }
         if (!(err <= TOL_FD))
-          fail("%s: reference gradient of %s[%zu] = %.6e but finite differences give %.6e "
-               "(the reference itself is wrong)", tc->tag, t->name, j - t->offset, G[j], fd);
+          MT_FAIL(
+              "%s: reference gradient of %s[%zu] = %.6e but finite differences give %.6e "
+              "(the reference itself is wrong)",
+              tc->tag, t->name, j - t->offset, G[j], fd);
       }
     }
     printf("  reference vs finite differences (%d elements per tensor): worst rel err %.2e (%s) %s\n",
@@ -691,16 +682,16 @@ static void run_case(const test_case *tc) {
     worst = mt_worst(worst, err);
     printf("  grad %-26s max|ref| %.3e  rel err %.2e %s\n", t->name, gmax, err, ok ? "ok" : "FAIL");
     if (!ok)
-      fail("%s: gradient of %s differs from the reference: rel err %.3e > %.0e", tc->tag, t->name,
-           err, TOL_GRAD);
+      MT_FAIL("%s: gradient of %s differs from the reference: rel err %.3e > %.0e", tc->tag,
+              t->name, err, TOL_GRAD);
     if (t->numel_local > n) { /* padding (wte rows >= V): must be exactly zero */
       size_t nonzero = 0;
       for (size_t j = n; j < t->numel_local; j++) nonzero += m.grads[t->offset + j] != 0.0f;
       printf("  grad %-26s padding rows %d..%d: %zu non-zero of %zu %s\n", t->name, V, Vp - 1,
              nonzero, t->numel_local - n, nonzero ? "FAIL" : "ok");
       if (nonzero)
-        fail("%s: %zu elements of the padding rows (>= %d) of %s have a non-zero gradient",
-             tc->tag, nonzero, V, t->name);
+        MT_FAIL("%s: %zu elements of the padding rows (>= %d) of %s have a non-zero gradient",
+                tc->tag, nonzero, V, t->name);
     }
   }
   printf("  worst parameter gradient rel err %.2e (tolerance %.0e)\n", worst, TOL_GRAD);
@@ -734,14 +725,15 @@ static void run_case(const test_case *tc) {
         gworst_name = t->name;
       }
       if (!(err <= TOL_SPLIT))
-        fail("%s: gradient of %s from 2 micro-batches of B=1 differs from B=2: rel err %.3e > %.0e",
-             tc->tag, t->name, err, TOL_SPLIT);
+        MT_FAIL(
+            "%s: gradient of %s from 2 micro-batches of B=1 differs from B=2: rel err %.3e > %.0e",
+            tc->tag, t->name, err, TOL_SPLIT);
     }
     printf("  batch split 2x(B=1) vs B=2: loss rel err %.2e, worst grad rel err %.2e (%s) %s\n",
            lerr, gworst, gworst_name, lerr <= TOL_SPLIT && gworst <= TOL_SPLIT ? "ok" : "FAIL");
     if (!(lerr <= TOL_SPLIT))
-      fail("%s: mean loss of 2 micro-batches %.8f differs from B=2 loss %.8f", tc->tag, lsplit,
-           (double)loss);
+      MT_FAIL("%s: mean loss of 2 micro-batches %.8f differs from B=2 loss %.8f", tc->tag, lsplit,
+              (double)loss);
     free(g2);
   }
 
@@ -764,8 +756,8 @@ int main(void) {
       {"padded-vocab", 2, 24, 3, 100, 1, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
-  if (g_failures) {
-    fprintf(stderr, "test_model_ref: %d failure(s)\n", g_failures);
+  if (*mt_check_failures()) {
+    fprintf(stderr, "test_model_ref: %d failure(s)\n", *mt_check_failures());
     return 1;
   }
   printf("test_model_ref: all checks passed\n");

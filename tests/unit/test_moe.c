@@ -42,7 +42,6 @@
 #define MODEL_TOL 2e-2
 
 static const mt_ops *ops;
-static int g_failures = 0;
 static uint64_t g_rng = 0x2545F4914F6CDD1DULL;
 
 static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
@@ -63,22 +62,6 @@ static double dot(const float *a, const float *b, size_t n) {
   double s = 0.0;
   for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
   return s;
-}
-
-static void check(const char *what, double err, double tol) {
-  int ok = err <= tol; /* NaN fails */
-  printf("  %-52s err %.2e  tol %.0e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
-  if (!ok) {
-    fprintf(stderr, "FAIL: %s: error %.3e exceeds tolerance %.1e\n", what, err, tol);
-    g_failures++;
-  }
-}
-static void check_true(const char *what, int ok) {
-  printf("  %-52s %s\n", what, ok ? "ok" : "FAIL");
-  if (!ok) {
-    fprintf(stderr, "FAIL: %s\n", what);
-    g_failures++;
-  }
 }
 
 typedef double (*loss_fn)(void *ctx);
@@ -156,28 +139,28 @@ static void test_router(void) {
     for (int j = 0; j < k; j++)
       worst = mt_worst(worst, fabs(p[t[j]] / chosen - c.topw[(size_t)n * k + j]));
   }
-  check("router forward vs double reference", worst, 1e-6);
-  check_true("top-k: the k most probable, most probable first", order_ok);
+  mt_check_err("router forward vs double reference", worst, 1e-6);
+  mt_check_true("top-k: the k most probable, most probable first", order_ok);
   /* ties: the lower index first */
   float tie[4] = {1.0f, 2.0f, 2.0f, 0.5f}, tp[4], tl, tw[2];
   int tt[2];
   ops->moe_router_forward(tp, &tl, tt, tw, tie, 1, 4, 2);
-  check_true("ties: the lower index first", tt[0] == 1 && tt[1] == 2);
+  mt_check_true("ties: the lower index first", tt[0] == 1 && tt[1] == 2);
   /* backward against finite differences */
   float *dlogits = zeros((size_t)N * E);
   router_loss(&c);
   ops->moe_router_backward(dlogits, c.probs, c.lse, c.top, c.topw, c.R, c.A, Ts, 2.0f * c.zc, N,
                            E, k);
-  check("router backward (combine + aux + z) vs FD",
-        gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
+  mt_check_err("router backward (combine + aux + z) vs FD",
+               gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
   /* without the aux term */
   const float *A = c.A;
   c.A = zeros((size_t)(N / Ts) * E);
   router_loss(&c);
   ops->moe_router_backward(dlogits, c.probs, c.lse, c.top, c.topw, c.R, NULL, Ts, 2.0f * c.zc, N,
                            E, k);
-  check("router backward, aux_grad NULL vs FD",
-        gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
+  mt_check_err("router backward, aux_grad NULL vs FD",
+               gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
   free((void *)c.A);
   /* prob sums per sequence slice */
   float *sums = zeros((size_t)(N / Ts) * E);
@@ -189,7 +172,7 @@ static void test_router(void) {
       for (int r = 0; r < Ts; r++) ref += c.probs[((size_t)s * Ts + r) * E + e];
       sw = mt_worst(sw, fabs(ref - sums[(size_t)s * E + e]));
     }
-  check("prob sums per sequence", sw, 1e-6);
+  mt_check_err("prob sums per sequence", sw, 1e-6);
   free(sums), free(dlogits), free(logits), free(c.probs), free(c.lse), free(c.topw), free(c.top);
   free((void *)c.R), free((void *)A);
 }
@@ -221,11 +204,11 @@ static void test_combine(void) {
   float *dy = zeros((size_t)S * C), *dw = zeros((size_t)N * k);
   combine_loss(&c);
   ops->moe_combine_backward(dy, dw, c.R, c.y, slot, c.w, N, C, k);
-  check("combine backward dy vs FD", gradcheck(combine_loss, &c, c.y, dy, (size_t)S * C, 1),
-        FD_TOL);
-  check("combine backward dw vs FD", gradcheck(combine_loss, &c, c.w, dw, (size_t)N * k, 1),
-        FD_TOL);
-  check_true("a dropped slot's weight gets gradient 0", dw[3] == 0.0f && dw[8] == 0.0f);
+  mt_check_err("combine backward dy vs FD", gradcheck(combine_loss, &c, c.y, dy, (size_t)S * C, 1),
+               FD_TOL);
+  mt_check_err("combine backward dw vs FD", gradcheck(combine_loss, &c, c.w, dw, (size_t)N * k, 1),
+               FD_TOL);
+  mt_check_true("a dropped slot's weight gets gradient 0", dw[3] == 0.0f && dw[8] == 0.0f);
   /* gather-sum: dx[n] += sum of src rows of its kept slots */
   float *dx = rand_tensor((size_t)N * C, -1, 1), *dx0 = malloc((size_t)N * C * sizeof(float));
   memcpy(dx0, dx, (size_t)N * C * sizeof(float));
@@ -238,14 +221,14 @@ static void test_combine(void) {
         if (slot[n * k + j] >= 0) ref += c.y[(size_t)slot[n * k + j] * C + ch];
       worst = mt_worst(worst, fabs(ref - dx[(size_t)n * C + ch]));
     }
-  check("gather-sum vs reference", worst, 1e-6);
+  mt_check_err("gather-sum vs reference", worst, 1e-6);
   /* gather rows */
   int idx[4] = {3, 0, 3, 1};
   float *g = zeros(4 * (size_t)C);
   ops->gather_rows(g, c.y, idx, 4, C);
   int same = 1;
   for (int i = 0; i < 4; i++) same &= !memcmp(g + i * C, c.y + idx[i] * C, (size_t)C * sizeof(float));
-  check_true("gather_rows copies the named rows", same);
+  mt_check_true("gather_rows copies the named rows", same);
   free(g), free(dx), free(dx0), free(dy), free(dw), free(slot), free(c.y), free(c.w), free(c.out);
   free((void *)c.R);
 }
@@ -284,17 +267,18 @@ static void test_grouped_gemm(void) {
           ref += (double)c.inp[(size_t)r * C + i] * c.w[((size_t)g * OC + o) * C + i];
         worst = mt_worst(worst, fabs(ref - c.out[(size_t)r * OC + o]));
       }
-  check("grouped forward vs double reference", worst, 1e-5);
+  mt_check_err("grouped forward vs double reference", worst, 1e-5);
   float *dinp = zeros((size_t)rows * C), *dw = zeros((size_t)G * OC * C), *db = zeros((size_t)G * OC);
   ops->grouped_matmul_backward(dinp, dw, db, c.R, c.inp, c.w, off, G, C, OC);
-  check("grouped backward dinp vs FD", gradcheck(gg_loss, &c, c.inp, dinp, (size_t)rows * C, 1),
-        FD_TOL);
-  check("grouped backward dw vs FD", gradcheck(gg_loss, &c, c.w, dw, (size_t)G * OC * C, 1),
-        FD_TOL);
-  check("grouped backward dbias vs FD", gradcheck(gg_loss, &c, c.b, db, (size_t)G * OC, 1), FD_TOL);
+  mt_check_err("grouped backward dinp vs FD",
+               gradcheck(gg_loss, &c, c.inp, dinp, (size_t)rows * C, 1), FD_TOL);
+  mt_check_err("grouped backward dw vs FD", gradcheck(gg_loss, &c, c.w, dw, (size_t)G * OC * C, 1),
+               FD_TOL);
+  mt_check_err("grouped backward dbias vs FD", gradcheck(gg_loss, &c, c.b, db, (size_t)G * OC, 1),
+               FD_TOL);
   int empty_zero = 1;
   for (int i = 0; i < OC * C; i++) empty_zero &= dw[(size_t)1 * OC * C + i] == 0.0f;
-  check_true("an empty group's weight gradient stays 0", empty_zero);
+  mt_check_true("an empty group's weight gradient stays 0", empty_zero);
   /* the same bits at 1 and 2 threads (3 non-empty groups: groups on threads) */
   float *o1 = zeros((size_t)rows * OC), *o2 = zeros((size_t)rows * OC);
   float *w1 = zeros((size_t)G * OC * C), *w2 = zeros((size_t)G * OC * C);
@@ -305,9 +289,9 @@ static void test_grouped_gemm(void) {
   ops->grouped_matmul_forward(o2, c.inp, c.w, c.b, off, G, C, OC);
   ops->grouped_matmul_backward(NULL, w2, NULL, c.R, c.inp, c.w, off, G, C, OC);
   mt_kernels_set_threads(1);
-  check_true("1 and 2 threads: the same bits",
-             !memcmp(o1, o2, (size_t)rows * OC * sizeof(float)) &&
-                 !memcmp(w1, w2, (size_t)G * OC * C * sizeof(float)));
+  mt_check_true("1 and 2 threads: the same bits",
+                !memcmp(o1, o2, (size_t)rows * OC * sizeof(float)) &&
+                    !memcmp(w1, w2, (size_t)G * OC * C * sizeof(float)));
   free(o1), free(o2), free(w1), free(w2), free(dinp), free(dw), free(db);
   free(c.inp), free(c.w), free(c.b), free(c.out), free((void *)c.R);
 }
@@ -344,8 +328,7 @@ static double model_gradcheck(model_ctx *c, const char *name, int samples, int *
   mt_gpt *m = c->m;
   int i = mt_registry_find(&m->reg, name);
   if (i < 0) {
-    fprintf(stderr, "FAIL: %s not registered\n", name);
-    g_failures++;
+    MT_FAIL("%s not registered", name);
     return NAN;
   }
   const mt_tensor *t = &m->reg.t[i];
@@ -393,8 +376,7 @@ static void test_model_fd(double capacity) {
   mt_gpt m;
   mt_err e = {0};
   if (mt_gpt_create(&m, &s, ops, B, &e) != 0) {
-    fprintf(stderr, "FAIL: create: %s\n", e.msg);
-    g_failures++;
+    MT_FAIL("create: %s", e.msg);
     return;
   }
   mt_gpt_init_params(&m, 7);
@@ -414,8 +396,8 @@ static void test_model_fd(double capacity) {
   memcpy(c.top0, m.a.moe_top, n * sizeof(int));
   double dropped = 0.0;
   for (int b = 0; b < m.moe.n_blocks; b++) dropped += m.moe.dropped[b];
-  if (capacity > 0) check_true("capacity 1.0 drops some slots here", dropped > 0);
-  else check_true("dropless drops nothing", dropped == 0);
+  if (capacity > 0) mt_check_true("capacity 1.0 drops some slots here", dropped > 0);
+  else mt_check_true("dropless drops nothing", dropped == 0);
   mt_gpt_zero_grad(&m);
   mt_gpt_forward(&m, inp, tgt, B);
   mt_gpt_backward(&m, 1.0f / (float)(B * s.seq_len), NULL, NULL);
@@ -429,10 +411,9 @@ static void test_model_fd(double capacity) {
     double err = model_gradcheck(&c, names[q], 24, &kept);
     char what[128];
     snprintf(what, sizeof what, "%s (%d samples)", names[q], kept);
-    check(what, err, MODEL_TOL);
+    mt_check_err(what, err, MODEL_TOL);
     if (kept < 8) {
-      fprintf(stderr, "FAIL: %s: only %d samples kept routing\n", names[q], kept);
-      g_failures++;
+      MT_FAIL("%s: only %d samples kept routing", names[q], kept);
     }
   }
   free(c.top0);
@@ -445,8 +426,7 @@ static void test_model_fd(double capacity) {
 static void copy_tensor(mt_gpt *dst, const char *dname, const mt_gpt *src, const char *sname) {
   int i = mt_registry_find(&dst->reg, dname), j = mt_registry_find(&src->reg, sname);
   if (i < 0 || j < 0 || dst->reg.t[i].numel_local != src->reg.t[j].numel_local) {
-    fprintf(stderr, "FAIL: cannot copy %s into %s\n", sname, dname);
-    g_failures++;
+    MT_FAIL("cannot copy %s into %s", sname, dname);
     return;
   }
   memcpy(dst->params + dst->reg.t[i].offset, src->params + src->reg.t[j].offset,
@@ -478,8 +458,7 @@ static void test_one_expert_is_dense(void) {
   mt_gpt dense, moe;
   mt_err e = {0};
   if (mt_gpt_create(&dense, &d, ops, B, &e) != 0 || mt_gpt_create(&moe, &s, ops, B, &e) != 0) {
-    fprintf(stderr, "FAIL: create: %s\n", e.msg);
-    g_failures++;
+    MT_FAIL("create: %s", e.msg);
     return;
   }
   mt_gpt_init_params(&dense, 11);
@@ -507,7 +486,7 @@ static void test_one_expert_is_dense(void) {
   float ld = mt_gpt_forward(&dense, inp, tgt, B), lm = mt_gpt_forward(&moe, inp, tgt, B);
   mt_gpt_backward(&dense, 1.0f / (float)(B * T), NULL, NULL);
   mt_gpt_backward(&moe, 1.0f / (float)(B * T), NULL, NULL);
-  check("loss", fabs((double)ld - lm) / fabs((double)ld), 1e-6);
+  mt_check_err("loss", fabs((double)ld - lm) / fabs((double)ld), 1e-6);
   double worst = 0.0;
   for (int i = 0; i < dense.reg.n; i++) {
     char mname[MT_NAME_MAX];
@@ -521,13 +500,13 @@ static void test_one_expert_is_dense(void) {
     }
     worst = mt_worst(worst, grad_diff(&moe, mname, &dense, dn));
   }
-  check("every gradient (relative to its tensor's largest)", worst, 1e-6);
+  mt_check_err("every gradient (relative to its tensor's largest)", worst, 1e-6);
   double rg = 0.0;
   for (int l = 0; l < d.n_layer; l++) {
     int i = mt_registry_findf(&moe.reg, "blocks.%d.moe.router.weight", l);
     rg += ops->sumsq(moe.grads + moe.reg.t[i].offset, moe.reg.t[i].numel_local);
   }
-  check("the router of one expert gets no gradient", sqrt(rg), 0.0);
+  mt_check_err("the router of one expert gets no gradient", sqrt(rg), 0.0);
   free(inp), free(tgt);
   mt_gpt_destroy(&dense);
   mt_gpt_destroy(&moe);
@@ -545,8 +524,8 @@ int main(int argc, char **argv) {
   test_model_fd(1.0);
   test_one_expert_is_dense();
   MPI_Finalize();
-  if (g_failures) {
-    fprintf(stderr, "test_moe: %d check(s) failed\n", g_failures);
+  if (*mt_check_failures()) {
+    fprintf(stderr, "test_moe: %d mt_check_err(s) failed\n", *mt_check_failures());
     return 1;
   }
   printf("test_moe: ok\n");

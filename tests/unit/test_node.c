@@ -8,8 +8,6 @@
  *     and v1's "unlimited" ignored), SLURM_MEM_PER_NODE and
  *     SLURM_MEM_PER_CPU x SLURM_CPUS_ON_NODE: the smallest wins and is named.
  * The /proc and /sys files live under a temp directory given as the root. */
-#include "core/core.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,17 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int g_failures = 0, g_checks = 0;
-
-#define CHECK(cond, ...)                     \
-  do {                                       \
-    g_checks++;                              \
-    if (!(cond)) {                           \
-      g_failures++;                          \
-      fprintf(stderr, "FAIL: " __VA_ARGS__); \
-      fputc('\n', stderr);                   \
-    }                                        \
-  } while (0)
+#include "../check.h"
+#include "core/core.h"
 
 /* ------------------------------------------------------------------ */
 /* CPU placement                                                       */
@@ -35,39 +24,39 @@ static int g_failures = 0, g_checks = 0;
 static void test_masks(void) {
   mt_cpu_mask m;
   char buf[64];
-  CHECK(mt_cpu_mask_parse("0-3,8", &m) == 0 && mt_cpu_mask_count(&m) == 5, "parse 0-3,8");
+  MT_CHECK(mt_cpu_mask_parse("0-3,8", &m) == 0 && mt_cpu_mask_count(&m) == 5, "parse 0-3,8");
   mt_cpu_mask_format(&m, buf, sizeof buf);
-  CHECK(strcmp(buf, "0-3,8") == 0, "format: '%s'", buf);
-  CHECK(mt_cpu_mask_parse("4095", &m) == 0 && mt_cpu_mask_count(&m) == 1, "parse 4095");
+  MT_CHECK(strcmp(buf, "0-3,8") == 0, "format: '%s'", buf);
+  MT_CHECK(mt_cpu_mask_parse("4095", &m) == 0 && mt_cpu_mask_count(&m) == 1, "parse 4095");
   const char *bad[] = {"", "x", "3-1", "0,", "4096", "-1", "1-", "0 1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-    CHECK(mt_cpu_mask_parse(bad[i], &m) != 0, "parse '%s' should fail", bad[i]);
+    MT_CHECK(mt_cpu_mask_parse(bad[i], &m) != 0, "parse '%s' should fail", bad[i]);
   /* every other CPU of 0..199: the text is cut with "...", never overflows */
   memset(&m, 0, sizeof m);
   for (int c = 0; c < 200; c += 2) m.bits[c / 64] |= 1ull << (c % 64);
   mt_cpu_mask_format(&m, buf, 16);
-  CHECK(strlen(buf) < 16 && strstr(buf, "..."), "cut format: '%s'", buf);
+  MT_CHECK(strlen(buf) < 16 && strstr(buf, "..."), "cut format: '%s'", buf);
   mt_cpu_mask self;
-  CHECK(mt_cpu_mask_self(&self) == 0 && mt_cpu_mask_count(&self) >= 1,
-        "this process's own mask is readable and not empty");
+  MT_CHECK(mt_cpu_mask_self(&self) == 0 && mt_cpu_mask_count(&self) >= 1,
+           "this process's own mask is readable and not empty");
 }
 
 static void test_verdict(void) {
   char msg[400];
-  CHECK(mt_affinity_verdict(2, 1, msg, sizeof msg) == 1, "2 threads on 1 CPU");
+  MT_CHECK(mt_affinity_verdict(2, 1, msg, sizeof msg) == 1, "2 threads on 1 CPU");
   const char *want[] = {"2 compute threads", "affinity mask of 1 CPU", "1-thread speed",
                         "mpirun --bind-to none", "--map-by slot:PE=2", "--cpus-per-task=2",
                         "train.threads = 1"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-    CHECK(strstr(msg, want[i]), "verdict lacks '%s': %s", want[i], msg);
-  CHECK(!strchr(msg, '\n'), "verdict is not one line: %s", msg);
-  CHECK(mt_affinity_verdict(8, 4, msg, sizeof msg) == 1 && strstr(msg, "4-thread speed") &&
-            strstr(msg, "slot:PE=8"),
-        "8 on 4: %s", msg);
-  CHECK(mt_affinity_verdict(1, 1, msg, sizeof msg) == 0 && msg[0] == '\0', "1 on 1: '%s'", msg);
-  CHECK(mt_affinity_verdict(4, 16, msg, sizeof msg) == 0 && msg[0] == '\0', "4 on 16");
-  CHECK(mt_affinity_verdict(4, 0, msg, sizeof msg) == 0, "unknown mask: no verdict");
-  CHECK(mt_affinity_verdict(4, 1, NULL, 0) == 1, "verdict without a message buffer");
+    MT_CHECK(strstr(msg, want[i]), "verdict lacks '%s': %s", want[i], msg);
+  MT_CHECK(!strchr(msg, '\n'), "verdict is not one line: %s", msg);
+  MT_CHECK(mt_affinity_verdict(8, 4, msg, sizeof msg) == 1 && strstr(msg, "4-thread speed") &&
+               strstr(msg, "slot:PE=8"),
+           "8 on 4: %s", msg);
+  MT_CHECK(mt_affinity_verdict(1, 1, msg, sizeof msg) == 0 && msg[0] == '\0', "1 on 1: '%s'", msg);
+  MT_CHECK(mt_affinity_verdict(4, 16, msg, sizeof msg) == 0 && msg[0] == '\0', "4 on 16");
+  MT_CHECK(mt_affinity_verdict(4, 0, msg, sizeof msg) == 0, "unknown mask: no verdict");
+  MT_CHECK(mt_affinity_verdict(4, 1, NULL, 0) == 1, "verdict without a message buffer");
 }
 
 /* the collective check, on the ranks of this test (one node) */
@@ -82,47 +71,47 @@ static void test_check(MPI_Comm comm) {
 
   /* every rank bound to one CPU with 2 threads: one line for the node */
   int n = mt_affinity_check(comm, 2, &one, "prog", lines, sizeof lines);
-  CHECK(n == 1, "1 CPU x 2 threads: %d nodes flagged", n);
+  MT_CHECK(n == 1, "1 CPU x 2 threads: %d nodes flagged", n);
   if (rank == 0) {
     char want[128];
     snprintf(want, sizeof want, "rank 0 (CPUs 0; %d of the node's %d ranks alike) has 2 compute "
                                 "threads but an affinity mask of 1 CPU", size, size);
-    CHECK(strncmp(lines, "prog: warning: node ", 20) == 0 && strstr(lines, want) &&
-              strstr(lines, "--bind-to none"),
-          "1 CPU x 2 threads: '%s'", lines);
+    MT_CHECK(strncmp(lines, "prog: warning: node ", 20) == 0 && strstr(lines, want) &&
+                 strstr(lines, "--bind-to none"),
+             "1 CPU x 2 threads: '%s'", lines);
     int nl = 0;
     for (char *p = lines; *p; p++) nl += *p == '\n';
-    CHECK(nl == 1 && lines[strlen(lines) - 1] == '\n', "expected one line, got %d: '%s'", nl,
-          lines);
+    MT_CHECK(nl == 1 && lines[strlen(lines) - 1] == '\n', "expected one line, got %d: '%s'", nl,
+             lines);
   } else {
-    CHECK(lines[0] == '\0', "rank %d got lines: '%s'", rank, lines);
+    MT_CHECK(lines[0] == '\0', "rank %d got lines: '%s'", rank, lines);
   }
 
   /* enough CPUs for each rank and for all of them together: silence */
   n = mt_affinity_check(comm, 1, &one, "prog", lines, sizeof lines);
-  CHECK(n == (size > 1), "1 CPU x 1 thread on %d ranks: %d flagged", size, n);
-  if (size == 1) CHECK(lines[0] == '\0', "1 CPU x 1 thread: '%s'", lines);
+  MT_CHECK(n == (size > 1), "1 CPU x 1 thread on %d ranks: %d flagged", size, n);
+  if (size == 1) MT_CHECK(lines[0] == '\0', "1 CPU x 1 thread: '%s'", lines);
   n = mt_affinity_check(comm, 4, &four, "prog", lines, sizeof lines);
-  CHECK(n == (size > 1), "4 CPUs x 4 threads on %d ranks: %d flagged", size, n);
-  if (size == 1) CHECK(lines[0] == '\0', "4 CPUs x 4 threads: '%s'", lines);
+  MT_CHECK(n == (size > 1), "4 CPUs x 4 threads on %d ranks: %d flagged", size, n);
+  if (size == 1) MT_CHECK(lines[0] == '\0', "4 CPUs x 4 threads: '%s'", lines);
   /* four CPUs, eight threads */
   n = mt_affinity_check(comm, 8, &four, "prog", lines, sizeof lines);
-  CHECK(n == 1 && (rank != 0 || strstr(lines, "affinity mask of 4 CPUs")), "4 x 8: %d '%s'", n,
-        lines);
+  MT_CHECK(n == 1 && (rank != 0 || strstr(lines, "affinity mask of 4 CPUs")), "4 x 8: %d '%s'", n,
+           lines);
   /* an unreadable (empty) mask gives no verdict */
   mt_cpu_mask none;
   memset(&none, 0, sizeof none);
-  CHECK(mt_affinity_check(comm, 8, &none, "prog", lines, sizeof lines) == 0 && lines[0] == '\0',
-        "empty mask: '%s'", lines);
+  MT_CHECK(mt_affinity_check(comm, 8, &none, "prog", lines, sizeof lines) == 0 && lines[0] == '\0',
+           "empty mask: '%s'", lines);
   /* a small buffer holds whole lines only */
   n = mt_affinity_check(comm, 2, &one, "prog", lines, 40);
-  CHECK(n == 1 && (rank != 0 || lines[0] == '\0'), "40-byte buffer: '%s'", lines);
+  MT_CHECK(n == 1 && (rank != 0 || lines[0] == '\0'), "40-byte buffer: '%s'", lines);
   /* with the process's own mask: runs, and agrees with the verdict of one rank */
   mt_cpu_mask self;
   mt_cpu_mask_self(&self);
   int cpus = mt_cpu_mask_count(&self);
   n = mt_affinity_check(comm, 2 * cpus, NULL, "prog", lines, sizeof lines);
-  CHECK(n == 1, "own mask, 2x its %d CPUs as threads: %d flagged", cpus, n);
+  MT_CHECK(n == 1, "own mask, 2x its %d CPUs as threads: %d flagged", cpus, n);
 }
 
 /* the node's ranks together (run with 2+ ranks: mpi.node_check): ranks with
@@ -140,7 +129,7 @@ static void test_check_shared_cpu(MPI_Comm comm) {
   char want[256];
   snprintf(want, sizeof want, "%d ranks run %d compute threads together on 1 CPU: more ranks "
            "than CPUs, they take turns; launch at most 1 rank on this node", size, size);
-  CHECK(n == 1 && (rank != 0 || strstr(lines, want)), "%d ranks on CPU 0: '%s'", size, lines);
+  MT_CHECK(n == 1 && (rank != 0 || strstr(lines, want)), "%d ranks on CPU 0: '%s'", size, lines);
   /* each rank alone fits its 2*size CPUs, all together do not: fewer threads */
   mt_cpu_mask wide;
   char list[16];
@@ -150,8 +139,8 @@ static void test_check_shared_cpu(MPI_Comm comm) {
   snprintf(want, sizeof want, "%d ranks run %d compute threads together on %d CPUs: threads "
            "share cores; use at most 2 threads per rank (train.threads = 2)", size,
            2 * size * size, 2 * size);
-  CHECK(n == 1 && (rank != 0 || strstr(lines, want)), "%d ranks x %d threads on %d CPUs: '%s'",
-        size, 2 * size, 2 * size, lines);
+  MT_CHECK(n == 1 && (rank != 0 || strstr(lines, want)), "%d ranks x %d threads on %d CPUs: '%s'",
+           size, 2 * size, 2 * size, lines);
 }
 
 /* ------------------------------------------------------------------ */
@@ -179,9 +168,9 @@ static void put(const char *rel, const char *text) {
 static void expect_limit(const char *what, double bytes, const char *source) {
   mt_mem_limit m;
   int rc = mt_mem_limit_node(g_root, &m);
-  CHECK(rc == 0 && m.bytes == bytes && strcmp(m.source, source) == 0,
-        "%s: rc %d, %.0f bytes from '%s', expected %.0f from '%s'", what, rc, m.bytes, m.source,
-        bytes, source);
+  MT_CHECK(rc == 0 && m.bytes == bytes && strcmp(m.source, source) == 0,
+           "%s: rc %d, %.0f bytes from '%s', expected %.0f from '%s'", what, rc, m.bytes, m.source,
+           bytes, source);
 }
 
 static void test_mem_limit(void) {
@@ -191,8 +180,8 @@ static void test_mem_limit(void) {
   unsetenv("SLURM_CPUS_ON_NODE");
 
   mt_mem_limit m;
-  CHECK(mt_mem_limit_node(g_root, &m) != 0 && m.bytes == 0 && m.source[0] == '\0',
-        "nothing readable: %.0f '%s'", m.bytes, m.source);
+  MT_CHECK(mt_mem_limit_node(g_root, &m) != 0 && m.bytes == 0 && m.source[0] == '\0',
+           "nothing readable: %.0f '%s'", m.bytes, m.source);
 
   put("proc/meminfo", "MemTotal:       16000000 kB\nMemFree:         9000000 kB\n"
                       "MemAvailable:    8388608 kB\n");
@@ -236,8 +225,8 @@ static void test_mem_limit(void) {
   unsetenv("SLURM_CPUS_ON_NODE");
 
   /* this machine: some figure, from some source */
-  CHECK(mt_mem_limit_node("", &m) == 0 && m.bytes > 0 && m.source[0], "this machine: %.0f '%s'",
-        m.bytes, m.source);
+  MT_CHECK(mt_mem_limit_node("", &m) == 0 && m.bytes > 0 && m.source[0], "this machine: %.0f '%s'",
+           m.bytes, m.source);
 }
 
 int main(int argc, char **argv) {
@@ -262,12 +251,12 @@ int main(int argc, char **argv) {
     if (system(cmd) != 0) fprintf(stderr, "test_node: note: could not remove %s\n", g_root);
   }
   int fails = 0;
-  MPI_Allreduce(&g_failures, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(mt_check_failures(), &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) {
     if (fails)
       fprintf(stderr, "test_node: %d check(s) failed\n", fails);
     else
-      printf("test_node: all %d checks passed\n", g_checks);
+      printf("test_node: all %d checks passed\n", *mt_check_count());
   }
   MPI_Finalize();
   return fails ? 1 : 0;

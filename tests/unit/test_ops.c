@@ -38,7 +38,6 @@
 #define ACCUM_TOL 1e-6
 
 static const mt_ops *ops;
-static int g_failures = 0;
 
 /* ------------------------------------------------------------------ */
 /* helpers                                                             */
@@ -92,24 +91,6 @@ static double dot(const float *a, const float *b, size_t n) {
   double s = 0.0;
   for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
   return s;
-}
-
-/* records one comparison; a NaN error fails too */
-static void check(const char *what, double err, double tol) {
-  int ok = err <= tol;
-  printf("  %-46s err %.2e  tol %.0e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
-  if (!ok) {
-    fprintf(stderr, "FAIL: %s: error %.3e exceeds tolerance %.1e\n", what, err, tol);
-    g_failures++;
-  }
-}
-
-static void check_true(const char *what, int ok) {
-  printf("  %-46s %s\n", what, ok ? "ok" : "FAIL");
-  if (!ok) {
-    fprintf(stderr, "FAIL: %s\n", what);
-    g_failures++;
-  }
 }
 
 /* max_i |a_i - ref_i| / max_i |ref_i| */
@@ -184,24 +165,24 @@ static void test_encoder(void) {
     for (int c = 0; c < C; c++)
       exact &= out[(size_t)bt * C + c] ==
                wte[(size_t)inp[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
-  check_true("encoder_forward == wte[token] + wpe[t]", exact);
+  mt_check_true("encoder_forward == wte[token] + wpe[t]", exact);
 
   float *dwte = zeros((size_t)Vp * C), *dwpe = zeros((size_t)T * C);
   ops->encoder_backward(dwte, dwpe, R, inp, B, T, C);
   int pad_rows_zero = 1; /* token ids are < V: padding rows V..Vp-1 get nothing */
   for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) pad_rows_zero &= dwte[i] == 0.0f;
-  check_true("encoder_backward leaves padding rows at 0", pad_rows_zero);
-  check("encoder_backward dwte vs finite diff",
-        gradcheck(encoder_loss, &ctx, wte, dwte, (size_t)Vp * C, 1), FD_TOL);
-  check("encoder_backward dwpe vs finite diff",
-        gradcheck(encoder_loss, &ctx, wpe, dwpe, (size_t)T * C, 1), FD_TOL);
+  mt_check_true("encoder_backward leaves padding rows at 0", pad_rows_zero);
+  mt_check_err("encoder_backward dwte vs finite diff",
+               gradcheck(encoder_loss, &ctx, wte, dwte, (size_t)Vp * C, 1), FD_TOL);
+  mt_check_err("encoder_backward dwpe vs finite diff",
+               gradcheck(encoder_loss, &ctx, wpe, dwpe, (size_t)T * C, 1), FD_TOL);
 
   float *dwte1 = copy_of(dwte, (size_t)Vp * C), *dwpe1 = copy_of(dwpe, (size_t)T * C);
   ops->encoder_backward(dwte, dwpe, R, inp, B, T, C);
-  check("encoder_backward accumulates (dwte x2)", accum_err(dwte1, dwte, (size_t)Vp * C),
-        ACCUM_TOL);
-  check("encoder_backward accumulates (dwpe x2)", accum_err(dwpe1, dwpe, (size_t)T * C),
-        ACCUM_TOL);
+  mt_check_err("encoder_backward accumulates (dwte x2)", accum_err(dwte1, dwte, (size_t)Vp * C),
+               ACCUM_TOL);
+  mt_check_err("encoder_backward accumulates (dwpe x2)", accum_err(dwpe1, dwpe, (size_t)T * C),
+               ACCUM_TOL);
   free(wte), free(wpe), free(out), free(R), free(dwte), free(dwpe), free(dwte1), free(dwpe1);
 }
 
@@ -239,24 +220,24 @@ static void test_layernorm(void) {
     for (int c = 0; c < C; c++)
       ref[i * C + c] = (inp[i * C + c] - m) / sqrt(v + 1e-5) * w[c] + b[c];
   }
-  check("layernorm_forward vs double reference", rel_err_max(out, ref, n), REF_TOL);
+  mt_check_err("layernorm_forward vs double reference", rel_err_max(out, ref, n), REF_TOL);
   free(ref);
 
   float *dinp = zeros(n), *dw = zeros(C), *db = zeros(C);
   ops->layernorm_backward(dinp, dw, db, R, inp, w, mean, rstd, N, C);
-  check("layernorm_backward dinp vs finite diff", gradcheck(layernorm_loss, &ctx, inp, dinp, n, 1),
-        FD_TOL);
-  check("layernorm_backward dw vs finite diff", gradcheck(layernorm_loss, &ctx, w, dw, C, 1),
-        FD_TOL);
-  check("layernorm_backward db vs finite diff", gradcheck(layernorm_loss, &ctx, b, db, C, 1),
-        FD_TOL);
+  mt_check_err("layernorm_backward dinp vs finite diff",
+               gradcheck(layernorm_loss, &ctx, inp, dinp, n, 1), FD_TOL);
+  mt_check_err("layernorm_backward dw vs finite diff", gradcheck(layernorm_loss, &ctx, w, dw, C, 1),
+               FD_TOL);
+  mt_check_err("layernorm_backward db vs finite diff", gradcheck(layernorm_loss, &ctx, b, db, C, 1),
+               FD_TOL);
 
   layernorm_loss(&ctx); /* mean/rstd of the unperturbed input */
   float *dinp1 = copy_of(dinp, n), *dw1 = copy_of(dw, C), *db1 = copy_of(db, C);
   ops->layernorm_backward(dinp, dw, db, R, inp, w, mean, rstd, N, C);
-  check("layernorm_backward accumulates (dinp x2)", accum_err(dinp1, dinp, n), ACCUM_TOL);
-  check("layernorm_backward accumulates (dw x2)", accum_err(dw1, dw, C), ACCUM_TOL);
-  check("layernorm_backward accumulates (db x2)", accum_err(db1, db, C), ACCUM_TOL);
+  mt_check_err("layernorm_backward accumulates (dinp x2)", accum_err(dinp1, dinp, n), ACCUM_TOL);
+  mt_check_err("layernorm_backward accumulates (dw x2)", accum_err(dw1, dw, C), ACCUM_TOL);
+  mt_check_err("layernorm_backward accumulates (db x2)", accum_err(db1, db, C), ACCUM_TOL);
   free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(R);
   free(dinp), free(dw), free(db), free(dinp1), free(dw1), free(db1);
 }
@@ -297,11 +278,12 @@ static void test_matmul(void) {
     double *ref = malloc((size_t)N * OC * sizeof(double));
     ops->matmul_forward(out, inp, w, bias, N, C, OC);
     matmul_reference(ref, inp, w, bias, N, C, OC);
-    check("matmul_forward vs naive loops (bias)", rel_err_max(out, ref, (size_t)N * OC), REF_TOL);
+    mt_check_err("matmul_forward vs naive loops (bias)", rel_err_max(out, ref, (size_t)N * OC),
+                 REF_TOL);
     ops->matmul_forward(out, inp, w, NULL, N, C, OC);
     matmul_reference(ref, inp, w, NULL, N, C, OC);
-    check("matmul_forward vs naive loops (no bias)", rel_err_max(out, ref, (size_t)N * OC),
-          REF_TOL);
+    mt_check_err("matmul_forward vs naive loops (no bias)", rel_err_max(out, ref, (size_t)N * OC),
+                 REF_TOL);
     free(inp), free(w), free(bias), free(out), free(ref);
   }
   int N = 10, C = 8, OC = 12;
@@ -311,20 +293,21 @@ static void test_matmul(void) {
   matmul_ctx ctx = {N, C, OC, inp, w, bias, out, R};
   float *dinp = zeros((size_t)N * C), *dw = zeros((size_t)OC * C), *dbias = zeros(OC);
   ops->matmul_backward(dinp, dw, dbias, R, inp, w, N, C, OC);
-  check("matmul_backward dinp vs finite diff",
-        gradcheck(matmul_loss, &ctx, inp, dinp, (size_t)N * C, 1), FD_TOL);
-  check("matmul_backward dw vs finite diff",
-        gradcheck(matmul_loss, &ctx, w, dw, (size_t)OC * C, 1), FD_TOL);
-  check("matmul_backward dbias vs finite diff",
-        gradcheck(matmul_loss, &ctx, bias, dbias, OC, 1), FD_TOL);
+  mt_check_err("matmul_backward dinp vs finite diff",
+               gradcheck(matmul_loss, &ctx, inp, dinp, (size_t)N * C, 1), FD_TOL);
+  mt_check_err("matmul_backward dw vs finite diff",
+               gradcheck(matmul_loss, &ctx, w, dw, (size_t)OC * C, 1), FD_TOL);
+  mt_check_err("matmul_backward dbias vs finite diff",
+               gradcheck(matmul_loss, &ctx, bias, dbias, OC, 1), FD_TOL);
 
   float *dinp1 = copy_of(dinp, (size_t)N * C), *dw1 = copy_of(dw, (size_t)OC * C);
   float *dbias1 = copy_of(dbias, OC);
   ops->matmul_backward(dinp, dw, dbias, R, inp, w, N, C, OC);
-  check("matmul_backward accumulates (dinp x2)", accum_err(dinp1, dinp, (size_t)N * C),
-        ACCUM_TOL);
-  check("matmul_backward accumulates (dw x2)", accum_err(dw1, dw, (size_t)OC * C), ACCUM_TOL);
-  check("matmul_backward accumulates (dbias x2)", accum_err(dbias1, dbias, OC), ACCUM_TOL);
+  mt_check_err("matmul_backward accumulates (dinp x2)", accum_err(dinp1, dinp, (size_t)N * C),
+               ACCUM_TOL);
+  mt_check_err("matmul_backward accumulates (dw x2)", accum_err(dw1, dw, (size_t)OC * C),
+               ACCUM_TOL);
+  mt_check_err("matmul_backward accumulates (dbias x2)", accum_err(dbias1, dbias, OC), ACCUM_TOL);
   free(inp), free(w), free(bias), free(out), free(R);
   free(dinp), free(dw), free(dbias), free(dinp1), free(dw1), free(dbias1);
 }
@@ -414,12 +397,13 @@ static void test_attention(void) {
     attention_ctx ctx = {B, T, C, NH, qkv, out, att, R};
     attention_loss(&ctx);
     ops->attention_backward(dqkv, datt, R, qkv, att, B, T, C, NH);
-    check("attention_backward dqkv vs finite diff (T=5)",
-          gradcheck(attention_loss, &ctx, qkv, dqkv, n_qkv, 1), FD_TOL);
+    mt_check_err("attention_backward dqkv vs finite diff (T=5)",
+                 gradcheck(attention_loss, &ctx, qkv, dqkv, n_qkv, 1), FD_TOL);
     attention_loss(&ctx);
     float *dqkv1 = copy_of(dqkv, n_qkv);
     ops->attention_backward(dqkv, datt, R, qkv, att, B, T, C, NH);
-    check("attention_backward accumulates (dqkv x2)", accum_err(dqkv1, dqkv, n_qkv), ACCUM_TOL);
+    mt_check_err("attention_backward accumulates (dqkv x2)", accum_err(dqkv1, dqkv, n_qkv),
+                 ACCUM_TOL);
     free(qkv), free(out), free(att), free(R), free(dqkv), free(datt), free(dqkv1);
   }
   /* T = 130: three 64-row blocks, the last partial; naive double reference */
@@ -433,17 +417,17 @@ static void test_attention(void) {
     ops->attention_forward(out, att, qkv, B, T, C, NH);
     ops->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
     attention_reference(out_ref, att_ref, dqkv_ref, qkv, dout, B, T, C, NH);
-    check("attention_forward out vs naive loops (T=130)", rel_err_max(out, out_ref, n_out),
-          REF_TOL);
-    check("attention_forward att vs naive loops (T=130)", rel_err_max(att, att_ref, n_att),
-          REF_TOL);
+    mt_check_err("attention_forward out vs naive loops (T=130)", rel_err_max(out, out_ref, n_out),
+                 REF_TOL);
+    mt_check_err("attention_forward att vs naive loops (T=130)", rel_err_max(att, att_ref, n_att),
+                 REF_TOL);
     int upper_zero = 1;
     for (int bh = 0; bh < B * NH; bh++)
       for (int t = 0; t < T; t++)
         for (int j = t + 1; j < T; j++) upper_zero &= att[((size_t)bh * T + t) * T + j] == 0.0f;
-    check_true("attention_forward att is exactly 0 above diagonal", upper_zero);
-    check("attention_backward dqkv vs naive double (T=130)", rel_err_max(dqkv, dqkv_ref, n_qkv),
-          REF_TOL);
+    mt_check_true("attention_forward att is exactly 0 above diagonal", upper_zero);
+    mt_check_err("attention_backward dqkv vs naive double (T=130)",
+                 rel_err_max(dqkv, dqkv_ref, n_qkv), REF_TOL);
     free(qkv), free(out), free(att), free(dout), free(dqkv), free(datt);
     free(out_ref), free(att_ref), free(dqkv_ref);
   }
@@ -464,12 +448,12 @@ static void test_determinism(void) {
     ops->attention_forward(out[run], att[run], qkv, B, T, C, NH);
     ops->attention_backward(dqkv[run], datt[run], dout, qkv, att[run], B, T, C, NH);
   }
-  check_true("attention_forward out identical across runs",
-             memcmp(out[0], out[1], n_out * sizeof(float)) == 0);
-  check_true("attention_forward att identical across runs",
-             memcmp(att[0], att[1], n_att * sizeof(float)) == 0);
-  check_true("attention_backward dqkv identical across runs",
-             memcmp(dqkv[0], dqkv[1], n_qkv * sizeof(float)) == 0);
+  mt_check_true("attention_forward out identical across runs",
+                memcmp(out[0], out[1], n_out * sizeof(float)) == 0);
+  mt_check_true("attention_forward att identical across runs",
+                memcmp(att[0], att[1], n_att * sizeof(float)) == 0);
+  mt_check_true("attention_backward dqkv identical across runs",
+                memcmp(dqkv[0], dqkv[1], n_qkv * sizeof(float)) == 0);
   for (int run = 0; run < 2; run++)
     free(out[run]), free(att[run]), free(dqkv[run]), free(datt[run]);
 
@@ -480,7 +464,7 @@ static void test_determinism(void) {
   double s2 = ops->sumsq(x, n);
   mt_kernels_set_threads(1);
   double s1 = ops->sumsq(x, n);
-  check_true("sumsq identical at 1 and 2 threads", memcmp(&s1, &s2, sizeof s1) == 0);
+  mt_check_true("sumsq identical at 1 and 2 threads", memcmp(&s1, &s2, sizeof s1) == 0);
   free(x), free(qkv), free(dout);
   mt_kernels_set_threads(saved);
 }
@@ -512,19 +496,20 @@ static void test_gelu_residual(void) {
     double u = sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
     ref[i] = 0.5 * x * (1.0 + tanh(u));
   }
-  check("gelu_forward vs double tanh formula", rel_err_max(out, ref, n), REF_TOL);
+  mt_check_err("gelu_forward vs double tanh formula", rel_err_max(out, ref, n), REF_TOL);
   float *dinp = zeros(n);
   ops->gelu_backward(dinp, inp, R, n);
-  check("gelu_backward dinp vs finite diff", gradcheck(gelu_loss, &ctx, inp, dinp, n, 1), FD_TOL);
+  mt_check_err("gelu_backward dinp vs finite diff", gradcheck(gelu_loss, &ctx, inp, dinp, n, 1),
+               FD_TOL);
   float *dinp1 = copy_of(dinp, n);
   ops->gelu_backward(dinp, inp, R, n);
-  check("gelu_backward accumulates (dinp x2)", accum_err(dinp1, dinp, n), ACCUM_TOL);
+  mt_check_err("gelu_backward accumulates (dinp x2)", accum_err(dinp1, dinp, n), ACCUM_TOL);
 
   float *a = rand_tensor(n, -1, 1), *b = rand_tensor(n, -1, 1), *sum = zeros(n);
   ops->residual_forward(sum, a, b, n);
   int exact = 1;
   for (size_t i = 0; i < n; i++) exact &= sum[i] == a[i] + b[i];
-  check_true("residual_forward == a + b", exact);
+  mt_check_true("residual_forward == a + b", exact);
   free(inp), free(out), free(R), free(ref), free(dinp), free(dinp1), free(a), free(b), free(sum);
 }
 
@@ -572,37 +557,37 @@ static void test_softmax_xent(void) {
     double want = -log((double)probs[(size_t)i * Vp + targets[i]]);
     loss_err = mt_worst(loss_err, fabs(losses[i] - want) / fmax(fabs(want), 1.0));
   }
-  check_true("softmax_xent_forward padded probs exactly 0", pad_zero);
-  check("softmax_xent_forward rows sum to 1", sum_err, REF_TOL);
-  check("softmax_xent_forward loss == -log p[target]", loss_err, REF_TOL);
+  mt_check_true("softmax_xent_forward padded probs exactly 0", pad_zero);
+  mt_check_err("softmax_xent_forward rows sum to 1", sum_err, REF_TOL);
+  mt_check_err("softmax_xent_forward loss == -log p[target]", loss_err, REF_TOL);
 
   float *dlogits = filled(n, 7.0f); /* stale values must not survive on the padding */
   ops->softmax_xent_backward(dlogits, probs, targets, ctx.dloss, N, V, Vp);
   int dpad_zero = 1;
   for (int i = 0; i < N; i++)
     for (int j = V; j < Vp; j++) dpad_zero &= dlogits[(size_t)i * Vp + j] == 0.0f;
-  check_true("softmax_xent_backward padded grads exactly 0", dpad_zero);
-  check("softmax_xent_backward dlogits vs finite diff",
-        gradcheck(xent_loss, &ctx, logits, dlogits, n, 1), FD_TOL);
+  mt_check_true("softmax_xent_backward padded grads exactly 0", dpad_zero);
+  mt_check_err("softmax_xent_backward dlogits vs finite diff",
+               gradcheck(xent_loss, &ctx, logits, dlogits, n, 1), FD_TOL);
 
   /* in place, as the model calls it: probs over logits, dlogits over probs */
   xent_loss(&ctx);
   float *inplace = copy_of(logits, n), *losses2 = zeros(N);
   ops->softmax_xent_forward(losses2, inplace, inplace, targets, N, V, Vp);
-  check_true("softmax_xent_forward in place == out of place",
-             memcmp(inplace, probs, n * sizeof(float)) == 0 &&
-                 memcmp(losses2, losses, N * sizeof(float)) == 0);
+  mt_check_true("softmax_xent_forward in place == out of place",
+                memcmp(inplace, probs, n * sizeof(float)) == 0 &&
+                    memcmp(losses2, losses, N * sizeof(float)) == 0);
   ops->softmax_xent_backward(inplace, inplace, targets, ctx.dloss, N, V, Vp);
-  check_true("softmax_xent_backward in place == out of place",
-             memcmp(inplace, dlogits, n * sizeof(float)) == 0);
+  mt_check_true("softmax_xent_backward in place == out of place",
+                memcmp(inplace, dlogits, n * sizeof(float)) == 0);
 
   /* stability: logits of 1e4 and a target with p ~ e^-2000 stay finite */
   for (size_t i = 0; i < n; i++) logits[i] = 0.0f;
   logits[0] = 10000.0f, logits[1] = 8000.0f;
   int target1[1] = {1};
   ops->softmax_xent_forward(losses, probs, logits, target1, 1, V, Vp);
-  check("softmax_xent_forward large logits (loss 2000)", fabs(losses[0] - 2000.0) / 2000.0,
-        REF_TOL);
+  mt_check_err("softmax_xent_forward large logits (loss 2000)", fabs(losses[0] - 2000.0) / 2000.0,
+               REF_TOL);
   free(logits), free(probs), free(losses), free(dlogits), free(inplace), free(losses2);
 }
 
@@ -632,22 +617,22 @@ static void test_adamw(void) {
   /* the update is ~lr per step: compare the change p - p0 relative to lr */
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) worst = mt_worst(worst, fabs(param[i] - p_ref[i]) / lr);
-  check("adamw_update 3 steps vs double reference (/lr)", worst, 1e-3);
-  check("adamw_update m vs double reference", rel_err_max(m, m_ref, n), REF_TOL);
-  check("adamw_update v vs double reference", rel_err_max(v, v_ref, n), REF_TOL);
+  mt_check_err("adamw_update 3 steps vs double reference (/lr)", worst, 1e-3);
+  mt_check_err("adamw_update m vs double reference", rel_err_max(m, m_ref, n), REF_TOL);
+  mt_check_err("adamw_update v vs double reference", rel_err_max(v, v_ref, n), REF_TOL);
   free(param), free(m), free(v), free(p_ref), free(m_ref), free(v_ref);
 
   size_t big = 100003;
   float *x = rand_tensor(big, -2, 2);
   double want = 0.0;
   for (size_t i = 0; i < big; i++) want += (double)x[i] * x[i];
-  check("sumsq vs sequential double sum", fabs(ops->sumsq(x, big) - want) / want, 1e-12);
-  check_true("sumsq of nothing is 0", ops->sumsq(x, 0) == 0.0);
+  mt_check_err("sumsq vs sequential double sum", fabs(ops->sumsq(x, big) - want) / want, 1e-12);
+  mt_check_true("sumsq of nothing is 0", ops->sumsq(x, 0) == 0.0);
   float *y = copy_of(x, big);
   ops->scale(y, 0.37f, big);
   int exact = 1;
   for (size_t i = 0; i < big; i++) exact &= y[i] == x[i] * 0.37f;
-  check_true("scale == x * s", exact);
+  mt_check_true("scale == x * s", exact);
   free(x), free(y);
 }
 
@@ -655,14 +640,14 @@ int main(void) {
   ops = mt_ops_cpu();
   mt_kernels_set_threads(2);
   if (mt_kernels_threads() != 2) {
-    fprintf(stderr, "FAIL: mt_kernels_set_threads(2) left %d threads\n", mt_kernels_threads());
-    g_failures++;
+    MT_FAIL("mt_kernels_set_threads(2) left %d threads", mt_kernels_threads());
   }
   printf("test_ops: backend %s, %d threads, finite differences eps %.0e, tol %.0e\n", ops->name,
          mt_kernels_threads(), (double)FD_EPS, FD_TOL);
   /* the comparisons themselves: a NaN error is the worst error, and fails */
-  check_true("NaN is the worst error (mt_worst)",
-             isnan(mt_worst(0.0, NAN)) && isnan(mt_worst(NAN, 1.0)) && mt_worst(1.0, 2.0) == 2.0);
+  mt_check_true("NaN is the worst error (mt_worst)", isnan(mt_worst(0.0, NAN)) &&
+                                                         isnan(mt_worst(NAN, 1.0)) &&
+                                                         mt_worst(1.0, 2.0) == 2.0);
   test_encoder();
   test_layernorm();
   test_matmul();
@@ -671,8 +656,8 @@ int main(void) {
   test_softmax_xent();
   test_adamw();
   test_determinism();
-  if (g_failures) {
-    fprintf(stderr, "test_ops: %d check(s) failed\n", g_failures);
+  if (*mt_check_failures()) {
+    fprintf(stderr, "test_ops: %d mt_check_err(s) failed\n", *mt_check_failures());
     return 1;
   }
   printf("test_ops: all checks passed\n");

@@ -1,7 +1,8 @@
 /* test_pp_schedule: pipeline schedules as data, checked by simulation (no MPI).
  *
- * For every schedule (gpipe, 1f1b, interleaved, zb-h1), pp = 1..8,
- * m = pp..4pp (interleaved: multiples of pp, v = 2..4; gpipe also m < pp):
+ * For every schedule (gpipe, 1f1b, interleaved, zb-h1, breadth-first),
+ * pp = 1..8, m = pp..4pp (interleaved: multiples of pp, v = 2..4;
+ * breadth-first: v = 1..4, any m; gpipe and breadth-first also m < pp):
  *   - the validator accepts the op lists: each (micro-batch, chunk) forwarded
  *     once and backed once, F before B before W, data dependencies across
  *     stages, every send received in the same order on the peer, no wait
@@ -10,7 +11,9 @@
  *     gpipe: m), and the promise is reached on rank 0;
  *   - the simulated bubble (F = 1, B = 2 per stage; a chunk's ops 1/v of
  *     that) equals theory within 1e-9: (p-1)/(m+p-1) for gpipe and 1f1b,
- *     (p-1)/(v*m+p-1) for interleaved;
+ *     (p-1)/(v*m+p-1) for interleaved, and for breadth-first when m >= p
+ *     (its forwards of a chunk never wait for the previous chunk then:
+ *     makespan 3m + 3(p-1)/v);
  *   - zb-h1 (F = B = W = 1) has a smaller bubble than 1f1b for pp > 1, and
  *     equals its theory (p-1)(F+B-W) = p-1 idle units per stage;
  *   - a broken list is refused, and for the reason expected: a dropped
@@ -22,46 +25,39 @@
  *     interleaved m % pp, pp*v > layers);
  *   - balanced stage layers cover the model in order.
  * Exits 1 naming every failing check. */
-#include "parallel/parallel.h"
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int g_failures = 0, g_checks = 0;
-
-#define CHECK(cond, ...)                    \
-  do {                                      \
-    g_checks++;                             \
-    if (!(cond)) {                          \
-      g_failures++;                         \
-      fprintf(stderr, "FAIL: " __VA_ARGS__); \
-      fprintf(stderr, "\n");                \
-    }                                       \
-  } while (0)
+#include "../check.h"
+#include "parallel/parallel.h"
 
 static double simulate(mt_pp_sched kind, int pp, int m, int v, mt_pp_sim *sim) {
   mt_pp_schedule s;
   mt_pp_schedule_build(&s, kind, pp, m, v);
   mt_err err = {0};
   const char *msg = err.msg;
-  int rc = kind == MT_SCHED_ZBH1
-               ? mt_pp_schedule_validate(&s, 1.0, 2.0, 1.0, 1.0, sim, &err)
+  int rc = kind == MT_SCHED_ZBH1 ? mt_pp_schedule_validate(&s, 1.0, 2.0, 1.0, 1.0, sim, &err)
+           : kind == MT_SCHED_ZBV /* F = B = W per stage, a chunk half a stage */
+               ? mt_pp_schedule_validate(&s, 0.5, 1.0, 0.5, 0.5, sim, &err)
                : mt_pp_schedule_validate(&s, 1.0 / v, 2.0 / v, 1.0 / v, 1.0 / v, sim, &err);
-  CHECK(rc == 0, "%s pp=%d m=%d v=%d: %s", mt_pp_sched_name(kind), pp, m, v, msg);
+  MT_CHECK(rc == 0, "%s pp=%d m=%d v=%d: %s", mt_pp_sched_name(kind), pp, m, v, msg);
   if (rc == 0)
     for (int r = 0; r < pp && r < 64; r++)
-      CHECK(sim->peak_inflight[r] <= s.max_inflight[r],
+      MT_CHECK(sim->peak_inflight[r] <= s.max_inflight[r],
             "%s pp=%d m=%d v=%d rank %d: peak %d > promise %d", mt_pp_sched_name(kind), pp, m,
             v, r, sim->peak_inflight[r], s.max_inflight[r]);
-  if (rc == 0 && kind != MT_SCHED_INTERLEAVED)
-    CHECK(sim->peak_inflight[0] == s.max_inflight[0], "%s pp=%d m=%d: rank 0 peak %d, promise %d",
+  if (rc == 0 && kind != MT_SCHED_INTERLEAVED && kind != MT_SCHED_ZBV)
+    MT_CHECK(sim->peak_inflight[0] == s.max_inflight[0], "%s pp=%d m=%d: rank 0 peak %d, promise %d",
           mt_pp_sched_name(kind), pp, m, sim->peak_inflight[0], s.max_inflight[0]);
   for (int r = 0; r < pp; r++) {
     int lim = kind == MT_SCHED_1F1B ? pp - r : kind == MT_SCHED_ZBH1 ? pp : m * v;
-    if (kind != MT_SCHED_INTERLEAVED)
-      CHECK(s.max_inflight[r] == (m < lim ? m : lim), "%s: promise of rank %d is %d",
+    if (kind == MT_SCHED_ZBV) /* at most 1F1B's peak: pp whole-stage sets, 2pp chunk sets */
+      MT_CHECK(s.max_inflight[r] <= 2 * pp, "zb-v pp=%d m=%d: promise of rank %d is %d", pp, m, r,
+            s.max_inflight[r]);
+    else if (kind != MT_SCHED_INTERLEAVED)
+      MT_CHECK(s.max_inflight[r] == (m * v < lim ? m * v : lim), "%s: promise of rank %d is %d",
             mt_pp_sched_name(kind), r, s.max_inflight[r]);
   }
   mt_pp_schedule_free(&s);
@@ -77,7 +73,7 @@ static void expect_refused(const char *what, mt_pp_sched kind, int pp, int m, in
   mt_err err = {0};
   const char *msg = err.msg;
   int rc = mt_pp_schedule_validate(&s, 1, 2, 1, 1, NULL, &err);
-  CHECK(rc != 0 && strstr(msg, needle), "%s: expected a refusal with '%s', got rc=%d '%s'", what,
+  MT_CHECK(rc != 0 && strstr(msg, needle), "%s: expected a refusal with '%s', got rc=%d '%s'", what,
         needle, rc, msg);
   mt_pp_schedule_free(&s);
 }
@@ -125,6 +121,31 @@ static void sends_last(mt_pp_schedule *s, int r) {
   memcpy(&s->ops[r][k], held, (size_t)j * sizeof *held);
   free(held);
 }
+static void zbv_turn_reversed(mt_pp_schedule *s, int r) {
+  /* the first forward of chunk 1 swapped with the first forward of chunk 0 */
+  int a = -1, b = -1;
+  for (int i = 0; i < s->n_ops[r]; i++) {
+    const mt_pp_op *o = &s->ops[r][i];
+    if (o->kind != MT_PP_FWD || o->mb != 0) continue;
+    if (o->chunk == 0 && a < 0) a = i;
+    if (o->chunk == 1 && b < 0) b = i;
+  }
+  mt_pp_op t = s->ops[r][a];
+  s->ops[r][a] = s->ops[r][b];
+  s->ops[r][b] = t;
+}
+static void w_first(mt_pp_schedule *s, int r) {
+  /* the first W moved right before its B */
+  int w = find(s, r, MT_PP_BWD_WEIGHT, 0);
+  int b = -1;
+  for (int i = 0; i < w; i++)
+    if (s->ops[r][i].kind == MT_PP_BWD_INPUT && s->ops[r][i].mb == s->ops[r][w].mb &&
+        s->ops[r][i].chunk == s->ops[r][w].chunk)
+      b = i;
+  mt_pp_op t = s->ops[r][w];
+  memmove(&s->ops[r][b + 1], &s->ops[r][b], (size_t)(w - b) * sizeof(mt_pp_op));
+  s->ops[r][b] = t;
+}
 static void circular_wait(mt_pp_schedule *s, int r) {
   /* rank 0 receives mb 0's gradient before it sends mb 0 on */
   int send = find(s, r, MT_PP_SEND_ACT, 0), recv = find(s, r, MT_PP_RECV_GRAD, 0);
@@ -141,26 +162,50 @@ int main(void) {
     for (int m = 1; m <= 4 * pp; m++) {
       double th = (double)(pp - 1) / (m + pp - 1);
       double g = simulate(MT_SCHED_GPIPE, pp, m, 1, &sim);
-      CHECK(fabs(g - th) < 1e-9, "gpipe pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, g, th);
+      MT_CHECK(fabs(g - th) < 1e-9, "gpipe pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, g, th);
       cases++;
+      for (int v = 1; m < pp && v <= 2; v++) { /* breadth-first below pp micro-batches: valid */
+        simulate(MT_SCHED_BFS, pp, m, v, &sim);
+        cases++;
+      }
       if (m < pp) continue;
       double f = simulate(MT_SCHED_1F1B, pp, m, 1, &sim);
-      CHECK(fabs(f - th) < 1e-9, "1f1b pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, f, th);
+      MT_CHECK(fabs(f - th) < 1e-9, "1f1b pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, f, th);
       double z = simulate(MT_SCHED_ZBH1, pp, m, 1, &sim);
-      if (pp > 1) CHECK(z < f - 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f not below 1f1b %.6f", pp, m, z, f);
+      if (pp > 1)
+        MT_CHECK(z < f - 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f not below 1f1b %.6f", pp, m, z, f);
       /* ZB-H1's bubble in theory: (p-1)(F+B-W) = p-1 units of 3m+p-1 */
       double zth = (double)(pp - 1) / (3 * m + pp - 1);
-      CHECK(fabs(z - zth) < 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, z, zth);
+      MT_CHECK(fabs(z - zth) < 1e-9, "zb-h1 pp=%d m=%d: bubble %.6f, theory %.6f", pp, m, z, zth);
       if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16))
         printf("%-12s %3d %3d %2d %10.4f %10.4f\n%-12s %3d %3d %2d %10.4f %10.4f (zb-h1 ideal)\n",
                "1f1b", pp, m, 1, f, th, "zb-h1", pp, m, 1, z, zth);
       cases += 2;
+      /* ZB-V with F = B = W = 1 per stage: below ZB-H1's bubble (the same
+       * op times) once every rank has work beyond the warm-up */
+      double zh = (double)(pp - 1) / (3 * m + pp - 1);
+      double zv = simulate(MT_SCHED_ZBV, pp, m, 2, &sim);
+      if (pp > 1 && m >= 2 * pp)
+        MT_CHECK(zv < zh - 1e-9, "zb-v pp=%d m=%d: bubble %.6f not below zb-h1's %.6f", pp, m, zv, zh);
+      if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16))
+        printf("%-12s %3d %3d %2d %10.4f %10.4f (zb-h1 at F=B=W)\n", "zb-v", pp, m, 2, zv, zh);
+      cases++;
+      for (int v = 1; v <= 4; v++) {
+        if (pp * v > 32) continue;
+        double bth = (double)(pp - 1) / (v * m + pp - 1);
+        double bf = simulate(MT_SCHED_BFS, pp, m, v, &sim);
+        MT_CHECK(fabs(bf - bth) < 1e-9, "breadth-first pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
+              m, v, bf, bth);
+        if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
+          printf("%-12s %3d %3d %2d %10.4f %10.4f\n", "breadth-first", pp, m, v, bf, bth);
+        cases++;
+      }
       for (int v = 2; v <= 4; v++) {
         if (m % pp != 0) continue;
         double ith = (double)(pp - 1) / (v * m + pp - 1);
         double in = simulate(MT_SCHED_INTERLEAVED, pp, m, v, &sim);
-        CHECK(fabs(in - ith) < 1e-9, "interleaved pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
-              m, v, in, ith);
+        MT_CHECK(fabs(in - ith) < 1e-9, "interleaved pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
+                 m, v, in, ith);
         if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
           printf("%-12s %3d %3d %2d %10.4f %10.4f\n", "interleaved", pp, m, v, in, ith);
         cases++;
@@ -176,25 +221,54 @@ int main(void) {
                  "deadlock: rank 0 waits forever at op");
   expect_refused("sends held back", MT_SCHED_GPIPE, 4, 4, 1, 1, sends_last,
                  "deadlock: rank 0 waits forever at op");
+  /* a corrupted ZB-V list: the bottom of the V (rank pp-1) forwards chunk 1
+   * (virtual stage pp) of mb 0 before chunk 0 made its input; a W moved
+   * before its B */
+  expect_refused("zb-v turn reversed", MT_SCHED_ZBV, 4, 8, 2, 3, zbv_turn_reversed,
+                 "F mb 0 chunk 1 before its input activation arrived");
+  expect_refused("zb-v W before B", MT_SCHED_ZBV, 4, 8, 2, 1, w_first, "without its B first");
+  {
+    mt_pp_schedule s;
+    mt_pp_schedule_build(&s, MT_SCHED_ZBV, 4, 8, 2);
+    MT_CHECK(mt_pp_vs_of(&s, 0, 0) == 0 && mt_pp_vs_of(&s, 0, 1) == 7 && mt_pp_vs_of(&s, 3, 1) == 4 &&
+              mt_pp_vs_rank(&s, 4) == 3 && mt_pp_vs_rank(&s, 7) == 0,
+          "zb-v placement: a V (rank r holds r and 2pp-1-r)");
+    /* the turn needs no message: rank 3 never sends an activation of chunk 0 */
+    int turn_msgs = 0;
+    for (int i = 0; i < s.n_ops[3]; i++)
+      turn_msgs += s.ops[3][i].kind == MT_PP_SEND_ACT && s.ops[3][i].chunk == 0;
+    MT_CHECK(turn_msgs == 0, "zb-v: %d activation messages at the turn of the V", turn_msgs);
+    mt_pp_schedule_free(&s);
+  }
 
   /* config checks name the keys */
   mt_err e = {0};
-  CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 4, 2, 1, 8, &e) != 0 &&
-            strstr(e.msg, "train.micro_batches = 2 is smaller than parallel.pp = 4"),
-        "m < pp: %s", e.msg);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 4, 2, 1, 8, &e) != 0 &&
+               strstr(e.msg, "train.micro_batches = 2 is smaller than parallel.pp = 4"),
+           "m < pp: %s", e.msg);
   memset(&e, 0, sizeof e);
-  CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 2, 4, 2, 8, &e) != 0 &&
-            strstr(e.msg, "parallel.virtual_stages = 2 needs parallel.schedule = interleaved"),
-        "v without interleaved: %s", e.msg);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 2, 4, 2, 8, &e) != 0 &&
+               strstr(e.msg, "parallel.virtual_stages = 2 needs parallel.schedule = interleaved"),
+           "v without interleaved: %s", e.msg);
   memset(&e, 0, sizeof e);
-  CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 2, 5, 2, 8, &e) != 0 &&
-            strstr(e.msg, "multiple of parallel.pp = 2"), "interleaved m %% pp: %s", e.msg);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 2, 5, 2, 8, &e) != 0 &&
+               strstr(e.msg, "multiple of parallel.pp = 2"),
+           "interleaved m %% pp: %s", e.msg);
   memset(&e, 0, sizeof e);
-  CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 4, 4, 2, 4, &e) != 0 &&
-            strstr(e.msg, "exceeds model.n_layer = 4"), "pp*v > L: %s", e.msg);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 4, 4, 2, 4, &e) != 0 &&
+               strstr(e.msg, "exceeds model.n_layer = 4"),
+           "pp*v > L: %s", e.msg);
   memset(&e, 0, sizeof e);
-  CHECK(mt_pp_sched_check(MT_SCHED_GPIPE, 4, 2, 1, 4, &e) == 0, "gpipe m < pp refused: %s", e.msg);
-  CHECK(mt_pp_sched_parse("zb-h1") == MT_SCHED_ZBH1 && mt_pp_sched_parse("zb") == -1, "parse");
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_GPIPE, 4, 2, 1, 4, &e) == 0, "gpipe m < pp refused: %s", e.msg);
+  MT_CHECK(mt_pp_sched_parse("zb-h1") == MT_SCHED_ZBH1 && mt_pp_sched_parse("zb") == -1, "parse");
+  MT_CHECK(mt_pp_sched_parse("breadth-first") == MT_SCHED_BFS, "parse breadth-first");
+  MT_CHECK(mt_pp_sched_parse("zb-v") == MT_SCHED_ZBV, "parse zb-v");
+  memset(&e, 0, sizeof e);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_ZBV, 2, 4, 1, 8, &e) != 0 &&
+            strstr(e.msg, "parallel.schedule = zb-v needs parallel.virtual_stages = 2"),
+        "zb-v v = 1: %s", e.msg);
+  memset(&e, 0, sizeof e);
+  MT_CHECK(mt_pp_sched_check(MT_SCHED_BFS, 4, 2, 3, 12, &e) == 0, "breadth-first v=3 m<pp: %s", e.msg);
 
   /* balanced layers: contiguous, in order, sizes differ by at most one */
   for (int L = 1; L <= 13; L++)
@@ -203,17 +277,27 @@ int main(void) {
       for (int s = 0; s < n; s++) {
         int a, b;
         mt_registry_stage_layers(L, n, 1, NULL, s, &a, &b);
-        CHECK(a == prev && b > a, "layers L=%d n=%d stage %d: [%d,%d)", L, n, s, a, b);
+        MT_CHECK(a == prev && b > a, "layers L=%d n=%d stage %d: [%d,%d)", L, n, s, a, b);
         prev = b;
         lo = b - a < lo ? b - a : lo;
         hi = b - a > hi ? b - a : hi;
       }
-      CHECK(prev == L && hi - lo <= 1, "layers L=%d n=%d: end %d, sizes %d..%d", L, n, prev, lo, hi);
+      MT_CHECK(prev == L && hi - lo <= 1, "layers L=%d n=%d: end %d, sizes %d..%d", L, n, prev, lo,
+               hi);
     }
   int split[3] = {1, 3, 2}, a, b;
   mt_registry_stage_layers(6, 3, 1, split, 1, &a, &b);
-  CHECK(a == 1 && b == 4, "explicit split: [%d,%d)", a, b);
+  MT_CHECK(a == 1 && b == 4, "explicit split: [%d,%d)", a, b);
+  /* an explicit split under interleaving: stage s's chunks get split[s] / v
+   * layers, virtual stages vs = chunk * pp + s in model order (2 + 4 over 2
+   * stages of 2 chunks: [0,1) [1,3) [3,4) [4,6)) */
+  int split2[2] = {2, 4}, want[5] = {0, 1, 3, 4, 6};
+  for (int vs = 0; vs < 4; vs++) {
+    mt_registry_stage_layers(6, 2, 2, split2, vs, &a, &b);
+    MT_CHECK(a == want[vs] && b == want[vs + 1], "split 2,4 v=2, virtual stage %d: [%d,%d)", vs, a, b);
+  }
 
-  printf("%d schedules simulated, %d checks, %d failures\n", cases, g_checks, g_failures);
-  return g_failures ? 1 : 0;
+  printf("%d schedules simulated, %d checks, %d failures\n", cases, *mt_check_count(),
+         *mt_check_failures());
+  return *mt_check_failures() ? 1 : 0;
 }

@@ -18,23 +18,12 @@
  *     element a pure function of its global index (tp = 1 and tp = 2 give
  *     bitwise the same logical tensor).
  * Exits 1 naming every failing check. */
-#include "model/model.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int g_failures = 0;
-
-#define CHECK(cond, ...)                     \
-  do {                                       \
-    if (!(cond)) {                           \
-      fprintf(stderr, "FAIL: ");             \
-      fprintf(stderr, __VA_ARGS__);          \
-      fputc('\n', stderr);                   \
-      g_failures++;                          \
-    }                                        \
-  } while (0)
+#include "../check.h"
+#include "model/model.h"
 
 static void test_expert_tensor(void) {
   const int ep = 2, tp = 3;
@@ -52,12 +41,12 @@ static void test_expert_tensor(void) {
       mt_tensor_spec s = {"experts.0.fc.weight", 3, shape, NULL, mt_sharded(1, 1), mt_sharded(0, 1),
                           0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
       mt_registry_add_spec(&r, &s);
-      CHECK(mt_registry_finalize(&r, &err) == 0, "expert tensor: %s", msg);
+      MT_CHECK(mt_registry_finalize(&r, &err) == 0, "expert tensor: %s", msg);
       const mt_tensor *t = &r.t[0];
-      CHECK(t->local_shape[0] == 2 && t->local_shape[1] == 2 && t->local_shape[2] == 8 &&
-                t->numel_local == 32,
-            "ep %d tp %d: local shape %lld x %lld x %lld", er, trk, (long long)t->local_shape[0],
-            (long long)t->local_shape[1], (long long)t->local_shape[2]);
+      MT_CHECK(t->local_shape[0] == 2 && t->local_shape[1] == 2 && t->local_shape[2] == 8 &&
+                   t->numel_local == 32,
+               "ep %d tp %d: local shape %lld x %lld x %lld", er, trk, (long long)t->local_shape[0],
+               (long long)t->local_shape[1], (long long)t->local_shape[2]);
       for (size_t j = 0; j < t->numel_local; j++) {
         size_t g = mt_tensor_global_index(t, j, tp);
         if (g >= total) bad_index = 1;
@@ -67,7 +56,7 @@ static void test_expert_tensor(void) {
     }
   int once = !bad_index;
   for (size_t g = 0; g < total; g++) once &= seen[g] == 1;
-  CHECK(once, "expert tensor: the 6 ranks do not cover each element exactly once");
+  MT_CHECK(once, "expert tensor: the 6 ranks do not cover each element exactly once");
   free(seen);
   /* both axes on one dim; a dim that does not divide */
   mt_registry r;
@@ -78,7 +67,7 @@ static void test_expert_tensor(void) {
   mt_tensor_spec both = {"experts.0.proj.weight", 3, shape, NULL, mt_sharded(0, 1),
                          mt_sharded(0, 1), 0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &both);
-  CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.proj.weight") &&
+  MT_CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.proj.weight") &&
             strstr(msg, "two axes"),
         "a dim sharded over tp and ep: '%s'", msg);
   mt_registry_free(&r);
@@ -88,7 +77,7 @@ static void test_expert_tensor(void) {
                         0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &odd);
   err = (mt_err){0};
-  CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.up.weight") &&
+  MT_CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.up.weight") &&
             strstr(msg, "ep = 3"),
         "4 experts over ep = 3: '%s'", msg);
   mt_registry_free(&r);
@@ -100,18 +89,18 @@ static void test_units(void) {
   mt_registry r;
   mt_err err = {0};
   const char *msg = err.msg;
-  CHECK(mt_gpt_register(&r, &s, 1, 0, 0, &err) == 0, "register: %s", msg);
-  CHECK(r.n_units == s.n_layer + 2, "%d units, expected %d", r.n_units, s.n_layer + 2);
+  MT_CHECK(mt_gpt_register(&r, &s, 1, 0, 0, &err) == 0, "register: %s", msg);
+  MT_CHECK(r.n_units == s.n_layer + 2, "%d units, expected %d", r.n_units, s.n_layer + 2);
   size_t off = 0;
   for (int u = 0; u < r.n_units; u++) {
-    CHECK(r.units[u].layer == u - 1 && r.units[u].begin == off,
-          "unit %d: layer %d from %zu (expected layer %d from %zu)", u, r.units[u].layer,
-          r.units[u].begin, u - 1, off);
+    MT_CHECK(r.units[u].layer == u - 1 && r.units[u].begin == off,
+             "unit %d: layer %d from %zu (expected layer %d from %zu)", u, r.units[u].layer,
+             r.units[u].begin, u - 1, off);
     for (int i = r.units[u].t0; i < r.units[u].t1; i++)
-      CHECK(r.t[i].unit == u && r.t[i].layer == u - 1, "%s: unit %d", r.t[i].name, r.t[i].unit);
+      MT_CHECK(r.t[i].unit == u && r.t[i].layer == u - 1, "%s: unit %d", r.t[i].name, r.t[i].unit);
     off = r.units[u].end;
   }
-  CHECK(off == r.numel_local, "units end at %zu of %zu", off, r.numel_local);
+  MT_CHECK(off == r.numel_local, "units end at %zu of %zu", off, r.numel_local);
   mt_registry_free(&r);
   /* layer 0, 1, then 0 again: refused */
   int64_t c = 4;
@@ -125,7 +114,7 @@ static void test_units(void) {
     mt_registry_add_spec(&r, &sp);
   }
   err = (mt_err){0};
-  CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "c.weight") &&
+  MT_CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "c.weight") &&
             strstr(msg, "not registered together"),
         "a layer registered apart: '%s'", msg);
   mt_registry_free(&r);
@@ -150,21 +139,21 @@ static void test_dp_placement(void) {
       unsigned char *owned = calloc(r.numel_local, 1);
       for (int k = 0; k < r.n_buckets; k++) {
         const mt_bucket_plan *b = &r.buckets[k];
-        CHECK(b->end == end && b->begin < b->end, "zero %d bucket %d: [%zu, %zu) after %zu", z, k,
-              b->begin, b->end, end);
+        MT_CHECK(b->end == end && b->begin < b->end, "zero %d bucket %d: [%zu, %zu) after %zu", z,
+                 k, b->begin, b->end, end);
         end = b->begin;
         size_t sum = 0;
         for (int q = 0; q < dp; q++) {
-          CHECK(b->displs[q] == (int)sum, "zero %d bucket %d: rank %d part starts at %d", z, k, q,
-                b->displs[q]);
+          MT_CHECK(b->displs[q] == (int)sum, "zero %d bucket %d: rank %d part starts at %d", z, k,
+                   q, b->displs[q]);
           sum += (size_t)b->counts[q];
         }
-        CHECK(sum == b->end - b->begin, "zero %d bucket %d: parts sum to %zu of %zu", z, k, sum,
-              b->end - b->begin);
+        MT_CHECK(sum == b->end - b->begin, "zero %d bucket %d: parts sum to %zu of %zu", z, k, sum,
+                 b->end - b->begin);
         for (int q = 0; q < dp; q++)
           for (int i = 0; i < b->counts[q]; i++) owned[b->begin + (size_t)b->displs[q] + i]++;
-        CHECK(b->shard_off == shard, "zero %d bucket %d: shard offset %zu, expected %zu", z, k,
-              b->shard_off, shard);
+        MT_CHECK(b->shard_off == shard, "zero %d bucket %d: shard offset %zu, expected %zu", z, k,
+                 b->shard_off, shard);
         shard += z ? (size_t)b->counts[rank] : b->end - b->begin;
         int unit_begin = 0, unit_end = 0;
         for (int u = 0; u < r.n_units; u++) {
@@ -172,21 +161,22 @@ static void test_dp_placement(void) {
           unit_end |= r.units[u].end == b->end;
         }
         if (z >= 2)
-          CHECK(unit_begin && unit_end, "zero %d bucket %d [%zu, %zu) cuts a unit", z, k, b->begin,
-                b->end);
+          MT_CHECK(unit_begin && unit_end, "zero %d bucket %d [%zu, %zu) cuts a unit", z, k,
+                   b->begin, b->end);
         if (z == 3)
-          CHECK(b->u1 - b->u0 == 1, "zero 3 bucket %d holds units [%d, %d)", k, b->u0, b->u1);
+          MT_CHECK(b->u1 - b->u0 == 1, "zero 3 bucket %d holds units [%d, %d)", k, b->u0, b->u1);
         if (z == 0 && rank == 0 && k < 64) z0_begin[z0_n++] = b->begin;
         if (z == 1 && rank == 0)
-          CHECK(k < z0_n && z0_begin[k] == b->begin, "zero 1 bucket %d differs from zero 0's", k);
+          MT_CHECK(k < z0_n && z0_begin[k] == b->begin, "zero 1 bucket %d differs from zero 0's",
+                   k);
       }
-      CHECK(end == 0, "zero %d: buckets stop at %zu", z, end);
+      MT_CHECK(end == 0, "zero %d: buckets stop at %zu", z, end);
       int once = 1;
       for (size_t i = 0; i < r.numel_local; i++) once &= owned[i] == 1;
-      CHECK(once, "zero %d rank %d: the dp parts do not tile the flat buffer", z, rank);
-      CHECK(r.shard_numel == shard, "zero %d rank %d: shard_numel %zu, parts %zu", z, rank,
-            r.shard_numel, shard);
-      if (z == 2 || z == 3) CHECK(r.n_buckets >= 2, "zero %d: %d buckets", z, r.n_buckets);
+      MT_CHECK(once, "zero %d rank %d: the dp parts do not tile the flat buffer", z, rank);
+      MT_CHECK(r.shard_numel == shard, "zero %d rank %d: shard_numel %zu, parts %zu", z, rank,
+               r.shard_numel, shard);
+      if (z == 2 || z == 3) MT_CHECK(r.n_buckets >= 2, "zero %d: %d buckets", z, r.n_buckets);
       free(owned);
       mt_registry_free(&r);
     }
@@ -212,7 +202,7 @@ static void test_init_values(void) {
       float want = t->init == MT_INIT_ONES ? 1.0f : 0.0f;
       int ok = 1;
       for (size_t j = 0; j < t->numel_local; j++) ok &= v1[j] == want;
-      CHECK(ok, "%s: not all %g", t->name, want);
+      MT_CHECK(ok, "%s: not all %g", t->name, want);
     }
     for (int q = 0; q < 2; q++) {
       const mt_tensor *t2 = &r2[q].t[i];
@@ -230,8 +220,8 @@ static void test_init_values(void) {
         size_t g1 = t2->ndim == 2 ? row * (size_t)t->padded[1] + g % (size_t)t2->padded[1] : g;
         ok &= v2[j] == v1[g1];
       }
-      CHECK(ok, "%s tp rank %d: initial values differ from tp = 1's", t->name, q);
-      CHECK(pad_ok, "%s tp rank %d: padding rows are not 0", t->name, q);
+      MT_CHECK(ok, "%s tp rank %d: initial values differ from tp = 1's", t->name, q);
+      MT_CHECK(pad_ok, "%s tp rank %d: padding rows are not 0", t->name, q);
       free(v2);
     }
     free(v1);
@@ -245,8 +235,8 @@ int main(void) {
   test_units();
   test_dp_placement();
   test_init_values();
-  if (g_failures) {
-    fprintf(stderr, "test_registry: %d check(s) failed\n", g_failures);
+  if (*mt_check_failures()) {
+    fprintf(stderr, "test_registry: %d check(s) failed\n", *mt_check_failures());
     return 1;
   }
   printf("test_registry: ok\n");

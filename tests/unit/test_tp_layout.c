@@ -44,18 +44,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_failures = 0;
-
-#define CHECK(cond, ...)                     \
-  do {                                       \
-    if (!(cond)) {                           \
-      fprintf(stderr, "FAIL: ");             \
-      fprintf(stderr, __VA_ARGS__);          \
-      fputc('\n', stderr);                   \
-      g_failures++;                          \
-    }                                        \
-  } while (0)
-
 static uint64_t g_rng = 0x3243F6A8885A308Dull;
 static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
   uint64_t z = mt_splitmix64(g_rng);
@@ -80,15 +68,15 @@ static size_t numel_formula(const mt_model_shape *s, int tp) {
 static void test_layout(const char *tag, mt_model_shape s, int tp, int sp) {
   s.vocab_padded = mt_model_pad_vocab(s.vocab, tp);
   const int C = s.n_embd;
-  CHECK(s.vocab_padded % (64 * tp) == 0 && s.vocab_padded >= s.vocab &&
-            s.vocab_padded - s.vocab < 64 * tp,
-        "%s tp=%d: vocab %d padded to %d", tag, tp, s.vocab, s.vocab_padded);
+  MT_CHECK(s.vocab_padded % (64 * tp) == 0 && s.vocab_padded >= s.vocab &&
+               s.vocab_padded - s.vocab < 64 * tp,
+           "%s tp=%d: vocab %d padded to %d", tag, tp, s.vocab, s.vocab_padded);
   mt_registry reg[4];
   mt_err err = {0};
   const char *msg = err.msg;
   for (int r = 0; r < tp; r++)
     if (mt_gpt_register(&reg[r], &s, tp, r, sp, &err) != 0) {
-      CHECK(0, "%s tp=%d rank %d: register: %s", tag, tp, r, msg);
+      MT_CHECK(0, "%s tp=%d rank %d: register: %s", tag, tp, r, msg);
       return;
     }
   for (int r = 0; r < tp; r++) {
@@ -102,14 +90,14 @@ static void test_layout(const char *tag, mt_model_shape s, int tp, int sp) {
       n_partial += t->tp_partial_grad;
       if (is_ln) ln_partial &= t->tp_partial_grad == (sp && tp > 1);
     }
-    CHECK(reg[r].numel_local == sharded / (size_t)tp + replicated,
-          "%s tp=%d rank %d: numel_local %zu != sharded %zu / tp + replicated %zu", tag, tp, r,
-          reg[r].numel_local, sharded, replicated);
-    CHECK(reg[r].numel_local == numel_formula(&s, tp),
-          "%s tp=%d rank %d: numel_local %zu != formula %zu", tag, tp, r, reg[r].numel_local,
-          numel_formula(&s, tp));
-    CHECK(ln_partial && n_partial == (sp && tp > 1 ? 4 * s.n_layer + 2 : 0),
-          "%s tp=%d sp=%d: %d tensors tp_partial_grad", tag, tp, sp, n_partial);
+    MT_CHECK(reg[r].numel_local == sharded / (size_t)tp + replicated,
+             "%s tp=%d rank %d: numel_local %zu != sharded %zu / tp + replicated %zu", tag, tp, r,
+             reg[r].numel_local, sharded, replicated);
+    MT_CHECK(reg[r].numel_local == numel_formula(&s, tp),
+             "%s tp=%d rank %d: numel_local %zu != formula %zu", tag, tp, r, reg[r].numel_local,
+             numel_formula(&s, tp));
+    MT_CHECK(ln_partial && n_partial == (sp && tp > 1 ? 4 * s.n_layer + 2 : 0),
+             "%s tp=%d sp=%d: %d tensors tp_partial_grad", tag, tp, sp, n_partial);
   }
   /* coverage: each global element of a sharded tensor exactly once */
   for (int i = 0; i < reg[0].n; i++) {
@@ -127,8 +115,8 @@ static void test_layout(const char *tag, mt_model_shape s, int tp, int sp) {
     }
     int want = t0->tp.kind == MT_PLACE_SHARDED ? 1 : tp, ok = !bad_index;
     for (size_t g = 0; g < n; g++) ok &= seen[g] == want;
-    CHECK(ok, "%s tp=%d: %s: global elements not covered %d time(s) each", tag, tp, t0->name,
-          want);
+    MT_CHECK(ok, "%s tp=%d: %s: global elements not covered %d time(s) each", tag, tp, t0->name,
+             want);
     free(seen);
   }
   /* QKV rows by fused block, projection columns, vocabulary rows */
@@ -148,18 +136,19 @@ static void test_layout(const char *tag, mt_model_shape s, int tp, int sp) {
         ok &= mt_tensor_global_index(qkv, local_row * C, tp) / (size_t)C == want;
         ok &= mt_tensor_global_index(qkvb, local_row, tp) == want;
       }
-    CHECK(ok, "%s tp=%d rank %d: QKV rows are not q|k|v blocks of C/tp rows each", tag, tp, r);
-    CHECK(proj->local_shape[0] == C && proj->local_shape[1] == Cl &&
-              mt_tensor_global_index(proj, 1, tp) == (size_t)(r * Cl + 1) &&
-              mproj->local_shape[1] == 4 * Cl &&
-              mt_tensor_global_index(mproj, (size_t)(4 * Cl), tp) == (size_t)(4 * C + r * 4 * Cl),
-          "%s tp=%d rank %d: row-parallel weights do not split their columns", tag, tp, r);
-    CHECK(fc->local_shape[0] == 4 * Cl && fc->local_start[0] == 4 * Cl * r,
-          "%s tp=%d rank %d: mlp.fc rows", tag, tp, r);
-    CHECK(wte->local_shape[0] == s.vocab_padded / tp &&
-              wte->local_start[0] == (int64_t)r * (s.vocab_padded / tp),
-          "%s tp=%d rank %d: wte holds rows from %lld, %lld of them", tag, tp, r,
-          (long long)wte->local_start[0], (long long)wte->local_shape[0]);
+    MT_CHECK(ok, "%s tp=%d rank %d: QKV rows are not q|k|v blocks of C/tp rows each", tag, tp, r);
+    MT_CHECK(
+        proj->local_shape[0] == C && proj->local_shape[1] == Cl &&
+            mt_tensor_global_index(proj, 1, tp) == (size_t)(r * Cl + 1) &&
+            mproj->local_shape[1] == 4 * Cl &&
+            mt_tensor_global_index(mproj, (size_t)(4 * Cl), tp) == (size_t)(4 * C + r * 4 * Cl),
+        "%s tp=%d rank %d: row-parallel weights do not split their columns", tag, tp, r);
+    MT_CHECK(fc->local_shape[0] == 4 * Cl && fc->local_start[0] == 4 * Cl * r,
+             "%s tp=%d rank %d: mlp.fc rows", tag, tp, r);
+    MT_CHECK(wte->local_shape[0] == s.vocab_padded / tp &&
+                 wte->local_start[0] == (int64_t)r * (s.vocab_padded / tp),
+             "%s tp=%d rank %d: wte holds rows from %lld, %lld of them", tag, tp, r,
+             (long long)wte->local_start[0], (long long)wte->local_shape[0]);
   }
   for (int r = 0; r < tp; r++) mt_registry_free(&reg[r]);
 }
@@ -174,7 +163,7 @@ static void test_stage_layout(const char *tag, mt_model_shape s, int tp, int pp)
   const char *msg = err.msg;
   mt_registry whole, reg;
   if (mt_gpt_register(&whole, &s, tp, 0, 0, &err) != 0) {
-    CHECK(0, "%s: register: %s", tag, msg);
+    MT_CHECK(0, "%s: register: %s", tag, msg);
     return;
   }
   int *stage_of_layer = calloc((size_t)s.n_layer, sizeof(int));
@@ -187,7 +176,7 @@ static void test_stage_layout(const char *tag, mt_model_shape s, int tp, int pp)
   for (int st = 0; st < pp; st++) {
     if (mt_gpt_register(&reg, &s, tp, 0, 0, &err) != 0 ||
         mt_gpt_register_stages(&reg, stage_of_layer, pp - 1, st, &err) != 0) {
-      CHECK(0, "%s pp=%d stage %d: %s", tag, pp, st, msg);
+      MT_CHECK(0, "%s pp=%d stage %d: %s", tag, pp, st, msg);
       break;
     }
     size_t off = 0;
@@ -199,21 +188,21 @@ static void test_stage_layout(const char *tag, mt_model_shape s, int tp, int pp)
       else if (strcmp(t->name, "wte.weight") == 0) want = st == 0 || st == pp - 1;
       else want = st == 0;
       int owner = strcmp(t->name, "wte.weight") == 0 ? t->pp_stage == 0 : 1;
-      CHECK(mt_registry_holds(&reg, t) == want && owner &&
-                t->numel_local == (want ? whole.t[i].numel_local : 0) && t->offset == off,
-            "%s tp=%d pp=%d stage %d: %s held %d (want %d), numel %zu, offset %zu (want %zu)",
-            tag, tp, pp, st, t->name, mt_registry_holds(&reg, t), want, t->numel_local,
-            t->offset, off);
+      MT_CHECK(mt_registry_holds(&reg, t) == want && owner &&
+                   t->numel_local == (want ? whole.t[i].numel_local : 0) && t->offset == off,
+               "%s tp=%d pp=%d stage %d: %s held %d (want %d), numel %zu, offset %zu (want %zu)",
+               tag, tp, pp, st, t->name, mt_registry_holds(&reg, t), want, t->numel_local,
+               t->offset, off);
       off += t->numel_local;
     }
-    CHECK(reg.numel_local == off, "%s pp=%d stage %d: numel_local %zu, tensors %zu", tag, pp, st,
-          reg.numel_local, off);
+    MT_CHECK(reg.numel_local == off, "%s pp=%d stage %d: numel_local %zu, tensors %zu", tag, pp, st,
+             reg.numel_local, off);
     total += reg.numel_local;
     mt_registry_free(&reg);
   }
-  CHECK(total == whole.numel_local + wte_local,
-        "%s tp=%d pp=%d: stages hold %zu elements, the model %zu + wte %zu", tag, tp, pp, total,
-        whole.numel_local, wte_local);
+  MT_CHECK(total == whole.numel_local + wte_local,
+           "%s tp=%d pp=%d: stages hold %zu elements, the model %zu + wte %zu", tag, tp, pp, total,
+           whole.numel_local, wte_local);
   free(stage_of_layer);
   mt_registry_free(&whole);
 }
@@ -243,8 +232,8 @@ static void test_encoder_vp(const mt_ops *ops, int shards) {
     ops->encoder_vp_forward(part, inp, wte + (size_t)v0 * C, v0, Vl, r == 0 ? wpe : NULL, B, T, C);
     for (size_t i = 0; i < no; i++) sum[i] += part[i];
   }
-  CHECK(memcmp(sum, ref, no * sizeof(float)) == 0,
-        "encoder_vp_forward over %d shards: the sum differs from encoder_forward", shards);
+  MT_CHECK(memcmp(sum, ref, no * sizeof(float)) == 0,
+           "encoder_vp_forward over %d shards: the sum differs from encoder_forward", shards);
   for (size_t i = 0; i < no; i++) dout[i] = rng_uniform(-1, 1);
   float *dwte = calloc(nw, sizeof(float)), *dwpe = calloc(np, sizeof(float));
   float *dwte_vp = calloc(nw, sizeof(float)), *dwpe_vp = calloc(np, sizeof(float));
@@ -255,8 +244,9 @@ static void test_encoder_vp(const mt_ops *ops, int shards) {
     ops->encoder_vp_backward(dwte_vp + (size_t)v0 * C, r == 0 ? dwpe_vp : NULL, dout, inp, v0, Vl,
                              B, T, C);
   }
-  CHECK(memcmp(dwte, dwte_vp, nw * sizeof(float)) == 0 && memcmp(dwpe, dwpe_vp, np * sizeof(float)) == 0,
-        "encoder_vp_backward over %d shards differs from encoder_backward", shards);
+  MT_CHECK(memcmp(dwte, dwte_vp, nw * sizeof(float)) == 0 &&
+               memcmp(dwpe, dwpe_vp, np * sizeof(float)) == 0,
+           "encoder_vp_backward over %d shards differs from encoder_backward", shards);
   free(wte), free(wpe), free(ref), free(sum), free(part), free(dout);
   free(dwte), free(dwpe), free(dwte_vp), free(dwpe_vp);
 }
@@ -324,10 +314,10 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
   }
   printf("xent_vp over %d shards: loss rel err %.2e, prob rel err %.2e, grad err %.2e%s\n", shards,
          loss_err, prob_err, grad_err, bitwise ? " (bitwise)" : "");
-  CHECK(pad_zero, "xent_vp over %d shards: padding columns got probability or gradient", shards);
-  CHECK(loss_err <= 1e-6 && prob_err <= 1e-6 && grad_err <= 1e-6,
-        "xent_vp over %d shards differs from softmax_xent", shards);
-  CHECK(shards > 1 || bitwise, "xent_vp on one shard is not softmax_xent bit for bit");
+  MT_CHECK(pad_zero, "xent_vp over %d shards: padding columns got probability or gradient", shards);
+  MT_CHECK(loss_err <= 1e-6 && prob_err <= 1e-6 && grad_err <= 1e-6,
+           "xent_vp over %d shards differs from softmax_xent", shards);
+  MT_CHECK(shards > 1 || bitwise, "xent_vp on one shard is not softmax_xent bit for bit");
   for (int r = 0; r < shards; r++) free(sl[r]);
   free(sl), free(logits), free(probs), free(dref);
 }
@@ -353,8 +343,8 @@ int main(void) {
     test_encoder_vp(ops, shards[k]);
     test_xent_vp(ops, shards[k]);
   }
-  if (g_failures) {
-    fprintf(stderr, "test_tp_layout: %d check(s) failed\n", g_failures);
+  if (*mt_check_failures()) {
+    fprintf(stderr, "test_tp_layout: %d check(s) failed\n", *mt_check_failures());
     return 1;
   }
   printf("test_tp_layout: all checks passed\n");

@@ -10,10 +10,6 @@ mt_script_test(no_lookup_by_position zero no_lookup_by_position.sh)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
 mt_script_test(zero_out_of_range badinput ../scripts/expect_fail.sh zero_out_of_range 2
   "parallel.zero must be between 0 and 3" ${T} --set parallel.dp=2 --set parallel.zero=4)
-mt_script_test(zero3_with_pp badinput ../scripts/expect_fail.sh zero3_with_pp 2
-  "parallel.zero = 3 needs parallel.pp = 1" ${T} --set parallel.pp=2 --set parallel.zero=3)
-mt_script_test(zero2_with_pp badinput ../scripts/expect_fail.sh zero2_with_pp 2
-  "parallel.zero = 2 needs parallel.pp = 1" ${T} --set parallel.pp=2 --set parallel.zero=2)
 mt_script_test(zero3_save_params badinput ../scripts/expect_fail.sh zero3_save_params 2
   "output.save_params = true needs parallel.zero <= 2" ${T} --set parallel.dp=2 --set parallel.zero=3 --set output.save_params=true)
 mt_script_test(resume zero resume.sh)

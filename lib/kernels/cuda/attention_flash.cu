@@ -450,8 +450,10 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 /* ------------------------------------------------------------------ */
 /* launches                                                            */
 
-/* The largest head size the kernels take (16 channels per thread) */
-#define ATTN_MAX_HS 256
+/* The largest head size the kernels take (16 channels per thread, 16
+ * threads along a row); meshtrain checks it at set-up */
+#define ATTN_MAX_HS MT_CUDA_MAX_HEAD_SIZE
+static_assert(ATTN_MAX_HS <= 16 * 16, "a thread holds at most 16 channels of a row");
 
 static void attn_check(const mt_attn_block *a, const char *op) {
   if (a->hs < 1 || a->hs > ATTN_MAX_HS)

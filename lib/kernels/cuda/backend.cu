@@ -16,8 +16,9 @@ static int g_ops_built;         /* the op table is filled (once per start) */
 /* cuBLASLt's workspace (the size NVIDIA suggests for Hopper) */
 #define MT_LT_WORKSPACE_BYTES (32u << 20)
 /* scratch for bf16 operands and partial sums: MT_CUDA_SCRATCH_MB, else
- * 256 MiB under bf16 (larger products are cut into pieces that fit) and
- * 32 MiB under fp32 (partial sums only) */
+ * 256 MiB where bf16 operands are converted into it (larger products are
+ * cut into pieces that fit) and 32 MiB otherwise (partial sums only: fp32,
+ * and bf16 rounded inside cuBLASLt, MT_CUDA_BF16_GEMM=fast) */
 #define MT_SCRATCH_MB_BF16 256
 #define MT_SCRATCH_MB_FP32 32
 
@@ -46,12 +47,10 @@ extern "C" int mt_cuda_device_count(char *why, size_t why_len) {
   return n;
 }
 
+/* a variable mt_device_env_check has accepted, else def */
 static size_t env_mb(const char *name, size_t def) {
   const char *v = getenv(name);
-  if (!v || !*v) return def;
-  char *end = NULL;
-  long x = strtol(v, &end, 10);
-  return end != v && *end == '\0' && x > 0 && x < (1L << 20) ? (size_t)x : def;
+  return v && *v ? (size_t)strtol(v, NULL, 10) : def;
 }
 
 extern "C" int mt_cuda_init(int device, mt_precision prec, mt_err *e) {
@@ -60,6 +59,10 @@ extern "C" int mt_cuda_init(int device, mt_precision prec, mt_err *e) {
     mt_cuda_shutdown();
   }
   char why[256];
+  if (mt_device_env_check(why, sizeof why) != 0) {
+    mt_err_set(e, "%s", why);
+    return -1;
+  }
   int n = mt_cuda_device_count(why, sizeof why);
   if (n < 1) {
     mt_err_set(e, "no GPU is usable: %s", why);
@@ -94,7 +97,7 @@ extern "C" int mt_cuda_init(int device, mt_precision prec, mt_err *e) {
   g_cu.lt_workspace_bytes = MT_LT_WORKSPACE_BYTES;
   CUDA_CHECK(cudaMalloc(&g_cu.lt_workspace, g_cu.lt_workspace_bytes));
   g_cu.scratch_bytes =
-      env_mb("MT_CUDA_SCRATCH_MB", prec == MT_PRECISION_BF16 ? MT_SCRATCH_MB_BF16
+      env_mb("MT_CUDA_SCRATCH_MB", g_cu.gemm == MT_GEMM_BF16 ? MT_SCRATCH_MB_BF16
                                                              : MT_SCRATCH_MB_FP32) << 20;
   CUDA_CHECK(cudaMalloc(&g_cu.scratch, g_cu.scratch_bytes));
   CUDA_CHECK(cudaMalloc(&g_cu.red_dev, (MT_RED_BLOCKS + 1) * sizeof(double)));

@@ -1,6 +1,8 @@
 /* cuBLASLt, opened when the CUDA backend starts (see cuda_common.cuh):
  * first by its soname through the usual search (LD_LIBRARY_PATH, the
- * cluster's CUDA module), then at the path it had at build time. */
+ * cluster's CUDA module), then at the path it had at build time; a build
+ * that defines MT_CUBLASLT_SONAME opens that one only (the emulated build
+ * of tests/gpu/emu: its cuBLASLt reference, never NVIDIA's library). */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <dlfcn.h>
@@ -14,11 +16,15 @@ mt_cublaslt_api g_lt_api;
 int mt_cublaslt_load(mt_err *e) {
   static void *lib;
   if (lib) return 0;
+#ifdef MT_CUBLASLT_SONAME /* a build that names its own (the emulated build: its reference) */
+  const char *names[] = {MT_CUBLASLT_SONAME};
+#else
   const char *names[] = {"libcublasLt.so." MT_STR(CUBLAS_VER_MAJOR),
 #ifdef MT_CUBLASLT_PATH
                          MT_CUBLASLT_PATH,
 #endif
                          "libcublasLt.so"};
+#endif
   char tried[1024] = "";
   for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) {
     lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);

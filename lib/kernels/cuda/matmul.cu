@@ -6,8 +6,10 @@
  *   dinp     dinp^T (C x N) += op_N(w^T: C x OC) op_N(dout^T: OC x N)
  *   dw       dw^T (C x OC)  += op_N(inp^T: C x N) op_T(dout^T: OC x N)
  * Plans (descriptors, layouts and the heuristic's algorithm) are kept per
- * shape, leading dimensions, strides and pointer alignment: a training step
- * repeats a handful of shapes.
+ * shape, leading dimensions, strides and pointer alignment (the bias's
+ * too: the bias epilogue only for a 16-byte-aligned bias, else the bias is
+ * written first and the product added onto it): a training step repeats a
+ * handful of shapes.
  *
  * Under bf16 the operands are rounded to bf16 into the backend's scratch
  * (MT_GEMM_BF16) and the product accumulates in fp32 into the fp32 output;
@@ -24,7 +26,8 @@ typedef struct {
   int ab; /* cudaDataType_t of A and B */
   int compute;
   int bias; /* bias epilogue wanted */
-  int align_a, align_b, align_c, align_bias;
+  int align_a, align_b, align_c;
+  int align_bias; /* the bias pointer's: the epilogue is asked for only when enough */
 } gemm_key;
 
 typedef struct {
@@ -69,6 +72,12 @@ static cublasLtMatrixLayout_t layout(cudaDataType_t t, int rows, int cols, int l
   }
   return l;
 }
+
+/* The bias epilogue reads the bias in vectors: cuBLASLt users report
+ * failures below 8 to 16 bytes of alignment (a bias at bias + o0 of a bf16
+ * piece, or bias + g * OC of a grouped GEMM, can be 4-byte aligned). Below
+ * this the bias is written first and the product accumulated onto it. */
+#define MT_BIAS_EPILOGUE_ALIGN 16
 
 /* a plan for key: the heuristic's best algorithm; with a bias epilogue when
  * one is wanted and the library has one for these types, else without */
@@ -122,7 +131,8 @@ static gemm_plan *plan_for(const gemm_key *key) {
     }
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cu.lt, p->op, p->a, p->b, p->c, p->c,
                                                        pref, 1, &res, &found);
-    if (st != CUBLAS_STATUS_SUCCESS) found = 0;
+    /* a result's fields hold only when its state says so */
+    if (st != CUBLAS_STATUS_SUCCESS || (found && res.state != CUBLAS_STATUS_SUCCESS)) found = 0;
     if (found && attempt == 0) p->bias_epilogue = 1;
   }
   cublasLtMatmulPreferenceDestroy(pref);
@@ -145,20 +155,31 @@ __global__ void bias_fill_kernel(float *out, const float *bias, int rows, int co
   }
 }
 
+/* A product without terms (k <= 0), for each of the batch's matrices C
+ * (rows x cols, ld, stride apart): C = beta C (+ bias per row); C is not
+ * read when beta is 0 (it may hold NaN, as cuBLAS allows) */
+__global__ void gemm_no_terms_kernel(float *C, const float *bias, float beta, int rows, int cols,
+                                     int ld, long long stride, int batch) {
+  size_t per = (size_t)rows * cols, n = per * (size_t)batch;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t b = i / per, e = i % per, c = e / (size_t)rows, r = e % (size_t)rows;
+    float *x = C + (long long)b * stride + c * (size_t)ld + r;
+    float v = beta == 0.0f ? 0.0f : beta * *x;
+    *x = bias ? v + bias[r] : v;
+  }
+}
+
 void mt_cuda_gemm(int transa, int transb, int m, int n, int k, float alpha, const void *A,
                   int lda, long long strideA, const void *B, int ldb, long long strideB,
                   float beta, float *C, int ldc, long long strideC, int batch,
                   cudaDataType_t ab, const float *bias) {
   if (m <= 0 || n <= 0 || batch <= 0) return;
   if (k <= 0) { /* no terms: C = beta C (+ bias) */
-    if (beta == 0.0f)
-      for (int i = 0; i < batch; i++)
-        CUDA_CHECK(cudaMemset2DAsync(C + (size_t)i * strideC, (size_t)ldc * sizeof(float), 0,
-                                     (size_t)m * sizeof(float), (size_t)n, g_cu.stream));
-    if (bias) {
-      bias_fill_kernel<<<mt_blocks((size_t)m * n, 256), 256, 0, g_cu.stream>>>(C, bias, m, n, ldc);
-      CUDA_LAUNCH_CHECK();
-    }
+    if (beta == 1.0f && !bias) return;
+    gemm_no_terms_kernel<<<mt_blocks((size_t)m * n * batch, 256), 256, 0, g_cu.stream>>>(
+        C, bias, beta, m, n, ldc, batch > 1 ? strideC : 0, batch);
+    CUDA_LAUNCH_CHECK();
     return;
   }
   gemm_key key;
@@ -171,8 +192,9 @@ void mt_cuda_gemm(int transa, int transb, int m, int n, int k, float alpha, cons
   key.compute = ab == CUDA_R_32F && g_cu.gemm == MT_GEMM_BF16_FAST
                     ? (int)CUBLAS_COMPUTE_32F_FAST_16BF
                     : (int)CUBLAS_COMPUTE_32F;
-  key.bias = bias != NULL && beta == 0.0f;
   key.align_a = alignment(A), key.align_b = alignment(B), key.align_c = alignment(C);
+  key.align_bias = bias ? alignment(bias) : 0;
+  key.bias = bias != NULL && beta == 0.0f && key.align_bias >= MT_BIAS_EPILOGUE_ALIGN;
   /* strided batches: every matrix of the batch must be as aligned */
   if (batch > 1) {
     size_t es = ab == CUDA_R_16BF ? 2 : 4;

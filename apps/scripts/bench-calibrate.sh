@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# How well the cost model prices this machine's layouts (a benchmark: it
+# times things, so it is not a test). A profile is calibrated here by
+# meshbench (gemm at the shapes of 128-512 tokens on one thread, allreduce on
+# 2 ranks, stream on one thread); then 8 layouts of `small` on 2 ranks x 1
+# thread (dp with ZeRO-1 and -3, tp with sp, recompute, pp 1F1B at 8 and 2
+# micro-batches, GPipe, pp with recompute) run ROUNDS times, interleaved, and
+# each layout's fastest round (the machine's own speed, less what other jobs
+# took) is set against meshplan's prediction from that profile. Prints per
+# layout the measured and predicted step and their ratio, then the Spearman
+# rank correlation of the two orders, the median and worst relative error,
+# and the load average before and after (a busy machine moves the figures).
+#   apps/scripts/bench-calibrate.sh [BUILD_DIR] [ROUNDS]
+# The behaviour of calibration (the profile holds what was measured, loads
+# back, and drives the prediction) is the test plan.calibrated.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build}; ROUNDS=${2:-2}
+[ -x "$BUILD/bin/meshtrain" ] || bash apps/scripts/setup.sh "$BUILD"
+source apps/scripts/env.sh "$BUILD"
+OUT=outputs/bench-calibrate
+rm -rf "$OUT"; mkdir -p "$OUT" inputs/data
+[ -f inputs/data/corpus.txt ] || "$BUILD"/bin/meshdata corpus inputs/data/corpus.txt
+launcher=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+
+for tok in 128 256 512; do
+  "$BUILD"/bin/meshbench gemm --model small --threads 1 --tokens $tok --reps 3 \
+    --json "$OUT/gemm.jsonl" > /dev/null
+done
+"${launcher[@]}" -n 2 "$BUILD"/bin/meshbench allreduce --min-bytes 1K --max-bytes 16M \
+  --json "$OUT/coll.jsonl" > /dev/null
+"$BUILD"/bin/meshbench stream --mib 32 --threads 1 --json "$OUT/stream.jsonl" > /dev/null
+"$BUILD"/bin/meshplan calibrate --gemm "$OUT/gemm.jsonl" --coll "$OUT/coll.jsonl" \
+  --stream "$OUT/stream.jsonl" --name here --devices-per-node 2 --mem-gib 8 --out "$OUT/here.ini"
+
+common=(--set model.preset=small --set model.seq_len=128 --set train.global_batch=8
+        --set train.steps=5 --set train.eval_every=0 --set ckpt.mode=none
+        --set data.train=inputs/data/corpus.txt --set train.log_every=100)
+layouts=("dp_z1 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=4"
+         "dp_z3 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=4"
+         "tp_sp --set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=4"
+         "dp_recompute --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=4 --set train.recompute=true"
+         "pp_m8 --set parallel.pp=2 --set train.micro_batch=1"
+         "pp_m2 --set parallel.pp=2 --set train.micro_batch=4"
+         "pp_gpipe --set parallel.pp=2 --set train.micro_batch=2 --set parallel.schedule=gpipe"
+         "pp_m2_recompute --set parallel.pp=2 --set train.micro_batch=4 --set train.recompute=true")
+for round in $(seq 1 "$ROUNDS"); do
+  for l in "${layouts[@]}"; do
+    read -r name args <<< "$l"
+    # shellcheck disable=SC2086
+    "${launcher[@]}" -n 2 "$BUILD"/bin/meshtrain "${common[@]}" $args \
+      --set output.dir="$OUT/$name-$round" > "$OUT/$name-$round.log" 2>&1 < /dev/null \
+      || { cat "$OUT/$name-$round.log"; exit 1; }
+    # shellcheck disable=SC2086
+    [ "$round" = 1 ] && "$BUILD"/bin/meshplan "${common[@]}" $args --hw "$OUT/here.ini" --only \
+      > "$OUT/$name.pred.json" < /dev/null
+  done
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+python3 - "$OUT" "$ROUNDS" "$load_before" "$load_after" "${layouts[@]}" <<'PY'
+import json, os, statistics, sys
+out, rounds, before, after = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+names = [l.split()[0] for l in sys.argv[5:]]
+rows = []
+for n in names:
+    meas = min(json.load(open("%s/%s-%d/summary.json" % (out, n, r)))["mean_step_s"]
+               for r in range(1, rounds + 1))
+    pred = json.load(open("%s/%s.pred.json" % (out, n)))
+    rows.append((n, meas, pred["step_s"], pred))
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    r = [0] * len(v)
+    for k, i in enumerate(order):
+        r[i] = k
+    return r
+a, b = ranks([r[1] for r in rows]), ranks([r[2] for r in rows])
+n = len(rows)
+rho = 1 - 6 * sum((x - y) ** 2 for x, y in zip(a, b)) / (n * (n * n - 1))
+errs = [abs(r[2] / r[1] - 1) for r in rows]
+print("small (T=128), 2 ranks x 1 thread, global batch 8, 5 steps; fastest of %d rounds" % rounds)
+print("%-16s %10s %10s %7s | %s" % ("layout", "measured", "predicted", "pred/meas",
+                                    "predicted parts (s)"))
+for name, m, p, d in rows:
+    print("%-16s %10.3f %10.3f %7.2f | compute %.3f tp %.3f bubble %.3f p2p %.3f dp %.3f optim %.3f"
+          % (name, m, p, p / m, d["compute_s"], d["tp_s"], d["pp_bubble_s"], d["pp_p2p_s"],
+             d["dp_exposed_s"], d["optim_s"]))
+print("Spearman %.3f, median relative error %.3f, worst %.3f" % (rho, statistics.median(errs),
+                                                                  max(errs)))
+print("load average before %s, after %s, on %d CPUs" % (before, after, os.cpu_count()))
+PY

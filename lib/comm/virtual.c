@@ -1,0 +1,183 @@
+/* The virtual backend: communication in virtual time. A group on it runs
+ * over its real MPI communicator, but a device buffer's call sends
+ * timestamps instead of the payload (the virtual device's tensors hold no
+ * values); a host buffer's call (losses, norms, the MoE counts, the
+ * records' figures: values the control flow reads) is timed here and then
+ * moves for real over MPI. Times come from the rank's virtual clock
+ * (core's mt_vclock) and the profile's links (mt_price_link_s): a group or
+ * a pair of ranks inside one node (devices_per_node consecutive world
+ * ranks) uses the intra-node link, else the inter-node one. Bytes are
+ * those every backend counts (collectives.c), so a virtual run's bytes
+ * per group equal the plan's.
+ *
+ *   collective   completes at max(latest arrival in the group, when the
+ *                group's channel is free) + the link's time for the most
+ *                bytes any rank puts on the wire (the ring figures comm
+ *                counts) plus one latency; the channel is then busy until
+ *                then. A non-blocking one (dp buckets, ZeRO gathers) is
+ *                issued at the rank's clock and the rank only waits for it
+ *                in mt_wait: what backward hides is decided by the real
+ *                issue order.
+ *   send         leaves when its link (towards the next rank, or the
+ *                others) is free and not before its issue time, arrives
+ *                bytes / bandwidth + latency later; the message carries
+ *                (arrival, issue time, bytes).
+ *   receive      completes at max(the receiver's clock when it waits, the
+ *                arrival): a causality check (mt_vclock_check) holds it
+ *                against the send's issue time. */
+#include "comm/comm_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { V_COLL = 1, V_SEND = 2, V_RECV = 3 };
+/* the timestamp messages use tags apart from the payload tags, so a host
+ * buffer's real message never pairs with one */
+enum { V_TAG_BASE = 1 << 14 };
+
+static int node_of(int world_rank) {
+  int dpn = mt_vclock_price()->devices_per_node;
+  return dpn > 0 ? world_rank / dpn : 0;
+}
+
+/* every rank of g inside one node? */
+static int group_inside(const mt_group *g) {
+  return node_of(g->world0) == node_of(g->world0 + (g->size - 1) * g->stride);
+}
+
+static int pair_inside(const mt_group *g, int peer) {
+  return node_of(g->world0 + g->rank * g->stride) == node_of(g->world0 + peer * g->stride);
+}
+
+static void count_bytes(mt_group *g, const mt_coll *c) {
+  g->bytes += c->bytes;
+  g->calls++;
+}
+
+/* the clock waits until t; the wait counts as the group's seconds */
+static void wait_until(mt_group *g, double t) {
+  double now = mt_now();
+  if (t > now) {
+    g->seconds += t - now;
+    mt_vclock_wait_until(t);
+  }
+}
+
+/* a collective whose latest arrival and most bytes are a[0], a[1]; its
+ * span on the timeline is the channel's busy time */
+static double coll_end(mt_group *g, const double *a) {
+  double start = a[0] > g->vchan ? a[0] : g->vchan;
+  double end = start + mt_price_link_s(mt_vclock_price(), group_inside(g), a[1]);
+  g->vchan = end;
+  if (mt_trace_on()) mt_trace_span(g->name, "collective", MT_TRACK_COLL, start, end, -1, -1);
+  return end;
+}
+
+/* a send of bytes to peer issued now: (arrival, issue, bytes) */
+static void send_stamp(mt_group *g, int peer, double bytes, double *out) {
+  const mt_price *p = mt_vclock_price();
+  int inside = pair_inside(g, peer), link = peer == (g->rank + 1) % g->size ? 0 : 1;
+  double now = mt_now(), start = g->vsend[link] > now ? g->vsend[link] : now;
+  double lat = (inside ? p->intra_us : p->inter_us) * 1e-6;
+  double xfer = mt_price_link_s(p, inside, bytes) - lat;
+  g->vsend[link] = start + xfer;
+  out[0] = start + xfer + lat;
+  if (mt_trace_on()) mt_trace_span(g->name, "send", MT_TRACK_P2P, start, out[0], peer, -1);
+  out[1] = now;
+  out[2] = bytes;
+}
+
+static double *vbuf(void) { return mt_calloc(3, sizeof(double)); }
+
+static void finish(mt_request *r) {
+  free(r->vbuf);
+  r->vbuf = NULL;
+  r->active = 0;
+}
+
+int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
+  const int p2p = c->kind == MT_COLL_SEND || c->kind == MT_COLL_RECV ||
+                  c->kind == MT_COLL_SENDRECV;
+  const int host = c->loc == MT_LOC_HOST;
+  if (!p2p && g->size == 1) return host ? 0 : 1;
+  if (c->req) { /* non-blocking */
+    if (host) return 0; /* (none in meshtrain: moves untimed) */
+    mt_request *r = c->req;
+    r->g = g;
+    r->active = 1;
+    r->vbuf = vbuf();
+    count_bytes(g, c);
+    if (c->kind == MT_COLL_SEND) {
+      r->vkind = V_SEND;
+      send_stamp(g, c->peer, c->bytes, r->vbuf);
+      r->vend = r->vbuf[0];
+      MT_MPI_CHECK(MPI_Isend(r->vbuf, 3, MPI_DOUBLE, c->peer, V_TAG_BASE + c->tag, g->comm,
+                             &r->req));
+    } else if (c->kind == MT_COLL_RECV) {
+      r->vkind = V_RECV;
+      MT_MPI_CHECK(MPI_Irecv(r->vbuf, 3, MPI_DOUBLE, c->peer, V_TAG_BASE + c->tag, g->comm,
+                             &r->req));
+    } else {
+      r->vkind = V_COLL;
+      r->vbuf[0] = mt_now();
+      r->vbuf[1] = c->bytes;
+      MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->vbuf, 2, MPI_DOUBLE, MPI_MAX, g->comm,
+                                  &r->req));
+    }
+    return 1;
+  }
+  if (c->kind == MT_COLL_SENDRECV) { /* both ways at once: done when both are */
+    if (host) return 0;
+    double out[3], in[3];
+    send_stamp(g, c->peer, c->bytes, out);
+    MT_MPI_CHECK(MPI_Sendrecv(out, 3, MPI_DOUBLE, c->peer, V_TAG_BASE + c->tag, in, 3,
+                              MPI_DOUBLE, c->peer, V_TAG_BASE + c->tag, g->comm,
+                              MPI_STATUS_IGNORE));
+    count_bytes(g, c);
+    double end = out[0] > in[0] ? out[0] : in[0];
+    wait_until(g, end);
+    mt_vclock_check(mt_now(), in[1], "a point-to-point exchange");
+    return 1;
+  }
+  /* a blocking collective: every rank's arrival and bytes, the largest */
+  double a[2] = {mt_now(), c->bytes};
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a, 2, MPI_DOUBLE, MPI_MAX, g->comm));
+  double end = coll_end(g, a);
+  wait_until(g, end);
+  mt_vclock_check(end, a[0], "a collective");
+  if (host) return 0; /* the values move over MPI now (counted there) */
+  count_bytes(g, c);
+  return 1;
+}
+
+void mt_comm_virtual_wait(mt_request *r) {
+  mt_group *g = r->g;
+  MT_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
+  if (r->vkind == V_COLL) {
+    double end = coll_end(g, r->vbuf);
+    wait_until(g, end);
+    mt_vclock_check(end, r->vbuf[0], "a collective");
+  } else if (r->vkind == V_SEND) {
+    wait_until(g, r->vend);
+  } else {
+    wait_until(g, r->vbuf[0]);
+    mt_vclock_check(mt_now(), r->vbuf[1], "a receive");
+  }
+  finish(r);
+}
+
+/* Finishes a request early only when that leaves the clock as mt_wait
+ * would (what it waits for is already past): a send once its arrival is
+ * past, a receive once it is in and its arrival past. A collective only
+ * progresses: its channel is taken in the order of the waits, the same on
+ * every run. */
+void mt_comm_virtual_progress(mt_request *r) {
+  int done = 0;
+  if (r->vkind == V_SEND) {
+    if (r->vend <= mt_now()) mt_comm_virtual_wait(r); /* (3 doubles: MPI sent them eagerly) */
+    return;
+  }
+  if (r->req == MPI_REQUEST_NULL) done = 1;
+  else MT_MPI_CHECK(MPI_Test(&r->req, &done, MPI_STATUS_IGNORE));
+  if (done && r->vkind == V_RECV && r->vbuf[0] <= mt_now()) mt_comm_virtual_wait(r);
+}

@@ -1,0 +1,76 @@
+/* Virtual time: the rank's clock on the virtual device and the prices the
+ * cost model and the emulation share (see core.h). */
+#include "core/core.h"
+
+#include <math.h>
+#include <stdio.h>
+
+double mt_price_gemm_gflops(const mt_price *p, double flops) {
+  if (p->n_gemm < 1) return 1.0; /* no curve: a loaded profile always has one */
+  if (flops <= p->gemm_flops[0]) return p->gemm_gflops[0];
+  for (int i = 1; i < p->n_gemm; i++)
+    if (flops <= p->gemm_flops[i]) {
+      double t = (log(flops) - log(p->gemm_flops[i - 1])) /
+                 (log(p->gemm_flops[i]) - log(p->gemm_flops[i - 1]));
+      return exp(log(p->gemm_gflops[i - 1]) +
+                 t * (log(p->gemm_gflops[i]) - log(p->gemm_gflops[i - 1])));
+    }
+  return p->gemm_gflops[p->n_gemm - 1];
+}
+
+double mt_price_gemm_s(const mt_price *p, double m, double n, double k, double calls) {
+  double flops = 2.0 * m * n * k;
+  if (!(flops > 0) || !(calls > 0)) return 0.0;
+  return calls * flops / (mt_price_gemm_gflops(p, flops) * 1e9);
+}
+
+double mt_price_elem_s(const mt_price *p, double bytes) {
+  return bytes > 0 ? bytes / (p->elementwise_gbs * 1e9) : 0.0;
+}
+
+double mt_price_link_s(const mt_price *p, int inside, double bytes) {
+  double bw = (inside ? p->intra_gbs : p->inter_gbs) * 1e9;
+  double lat = (inside ? p->intra_us : p->inter_us) * 1e-6;
+  return (bytes > 0 ? bytes / bw : 0.0) + lat;
+}
+
+/* ------------------------------------------------------------------ */
+/* the clock                                                           */
+
+static struct {
+  int on;
+  double now; /* seconds since mt_vclock_start */
+  mt_price price;
+  long checks, violations;
+} g_v;
+
+void mt_vclock_start(const mt_price *p) {
+  g_v.price = *p;
+  g_v.now = 0.0;
+  g_v.checks = g_v.violations = 0;
+  g_v.on = 1;
+}
+
+int mt_vclock_on(void) { return g_v.on; }
+const mt_price *mt_vclock_price(void) { return &g_v.price; }
+
+void mt_vclock_advance(double s) {
+  if (s > 0) g_v.now += s;
+}
+
+void mt_vclock_wait_until(double t) {
+  if (t > g_v.now) g_v.now = t;
+}
+
+void mt_vclock_check(double complete, double issued, const char *what) {
+  g_v.checks++;
+  if (complete >= issued) return;
+  if (g_v.violations++ == 0)
+    fprintf(stderr, "meshtrain: causality violated: %s completed at %.9f s, before its send was "
+                    "issued at %.9f s (virtual time)\n", what, complete, issued);
+}
+
+long mt_vclock_checks(void) { return g_v.checks; }
+long mt_vclock_violations(void) { return g_v.violations; }
+
+double mt_now(void) { return g_v.on ? g_v.now : mt_wall_now(); }

@@ -1,0 +1,15 @@
+/* Shared by the files of lib/data (not part of its API). */
+#ifndef MT_DATA_INTERNAL_H
+#define MT_DATA_INTERNAL_H
+
+#include "data/data.h"
+
+/* guard.c: reads of a token file's mapping that survive the file being cut
+ * short under the run. install: the SIGBUS handler (once; a SIGBUS outside
+ * a guarded read goes on to the handler that was there before). guarded:
+ * fn(arg) under the guard: 0, or -1 when reading ds's mapping faulted (the
+ * mapping is then marked, and mt_dataset_check reports it). */
+void mt_data_guard_install(void);
+int mt_data_guarded(const mt_dataset *ds, void (*fn)(void *), void *arg);
+
+#endif

@@ -1,0 +1,97 @@
+/* gpu-emu: shared by the runtime's sources (not used by device code). */
+#ifndef MT_EMU_RUNTIME_H
+#define MT_EMU_RUNTIME_H
+
+#include "mt_emu.h"
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace mt_emu {
+
+/* ---- configuration (MT_EMU_* in the environment, read once) ---- */
+enum order_kind { ORDER_FORWARD = 0, ORDER_REVERSE = 1, ORDER_RANDOM = 2 };
+struct config {
+  int gpus;              /* MT_EMU_GPUS: GPUs of this node (0: none) */
+  int arch;              /* MT_EMU_ARCH: 80, 86 or 90 (the limits of that GPU) */
+  size_t memory_bytes;   /* MT_EMU_MEMORY_MB: memory of each GPU */
+  order_kind order;      /* MT_EMU_ORDER: forward | reverse | random */
+  uint64_t seed;         /* MT_EMU_SEED: the random order's seed */
+  double watchdog_s;     /* MT_EMU_WATCHDOG_S: a wait without progress this long is a hang */
+  int nccl_inflight;     /* MT_EMU_NCCL_INFLIGHT: NCCL operations running at once (0: any) */
+  std::string stats;     /* MT_EMU_STATS: file that gets one JSON line per process */
+  std::vector<int> visible; /* CUDA_VISIBLE_DEVICES applied: physical index per device */
+};
+const config &cfg();
+
+/* the bound device's properties and physical index */
+const cudaDeviceProp &props();
+int physical_device();
+
+/* ---- counters (written to MT_EMU_STATS at exit) ---- */
+struct counters {
+  long launches, blocks, threads, switches, barriers, warp_ops;
+  long nccl_ops, host_ops, copies;
+  unsigned long long d2h_digest; /* FNV-1a over every byte copied device -> host */
+  unsigned long long d2h_bytes;
+};
+extern counters stats;
+void digest_d2h(const void *p, size_t bytes);
+
+/* the caller's line of the runtime or NCCL call being served (set by the
+ * mt_emu_api.h macros; file NULL when the caller has none); taking it
+ * clears it */
+struct call_site {
+  const char *file;
+  int line;
+};
+call_site take_site();
+
+/* an API call's error: remembered for cudaGetLastError, returned */
+cudaError_t set_error(cudaError_t e);
+
+/* ---- memory ---- */
+enum alloc_kind { ALLOC_DEVICE = 1, ALLOC_HOST = 2 };
+/* the kind of allocation p lies in (0: none), its base and size */
+int find_alloc(const void *p, const void **base, size_t *size);
+size_t device_bytes_in_use();
+
+/* ---- streams and the progress engine ---- */
+struct event;
+struct stream;
+struct op {
+  enum kind_t { WORK, RECORD, WAIT, ASYNC } kind;
+  const char *what;
+  std::function<void()> run;   /* WORK */
+  event *ev;                   /* RECORD, WAIT */
+  uint64_t seq;                /* RECORD: the record's number; WAIT: the one waited for */
+  /* ASYNC (NCCL): at the head of the stream, start() until it returns true
+   * (it may wait for other streams' parts of one group, or for room), then
+   * done() until true; describe() for hang reports */
+  std::function<bool()> start;
+  std::function<bool()> done;
+  std::function<std::string()> describe;
+  bool started;
+  uint64_t id; /* set by enqueue: issue order, over every stream */
+};
+stream *stream_of(cudaStream_t s);
+/* queues o on s; returns its id */
+uint64_t enqueue(cudaStream_t s, op &&o);
+/* the id of the operation at the head of s (0: s is empty) */
+uint64_t head_id(cudaStream_t s);
+/* runs what can run on every stream; returns whether anything moved */
+bool progress();
+/* progress until pred() holds; a hang (no movement for the watchdog's
+ * time) is reported with what every stream waits for */
+void wait_until(const char *what, const std::function<bool()> &pred);
+/* every stream drained (device-wide synchronisation) */
+void drain_all(const char *what);
+std::string describe_streams();
+
+} // namespace mt_emu
+
+#endif

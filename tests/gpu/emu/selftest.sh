@@ -1,0 +1,61 @@
+# gpu-emu finds what it is there to find: every defect planted in
+# selftest.cu is reported as an error naming its source line (the case's
+# "// MARK" line), the process ends non-zero, and the clean cases give the
+# right numbers whatever the resume order of a block's threads. Also: a
+# race between barriers shows as a result that changes with MT_EMU_ORDER,
+# memory nothing wrote reads as NaN, and an NCCL receive that no send
+# matches is reported as a hang (the watchdog) with what each stream waits
+# for.
+source "$MT_SRC/tests/scripts/common.sh"
+P="$MT_TESTBIN/gpu_emu_selftest"
+SRC="tests/gpu/emu/selftest.cu"
+export MT_EMU_GPUS=2
+line_of() { grep -nE "// MARK $1( |\$)" "$MT_SRC/$SRC" | cut -d: -f1; }
+# expect CASE REGEX [NP]: fails, with one gpu-emu error matching REGEX
+expect() {
+  local name=$1 regex=$2 np=${3:-1}
+  set +e
+  MT_EMU_WATCHDOG_S=3 mt_mpirun "$np" "$P" "$name" > "$WORK/$name.log" 2>&1
+  local rc=$?
+  set -e
+  [ $rc -ne 0 ] || { cat "$WORK/$name.log"; fail "$name: exit 0 for a planted defect"; }
+  grep -q "gpu-emu: error: .*$regex" "$WORK/$name.log" ||
+    { cat "$WORK/$name.log"; fail "$name: no report matching /$regex/"; }
+  echo "ok   $name: $(grep -m1 'gpu-emu: error' "$WORK/$name.log" | cut -c1-200)"
+}
+at() { echo "$MT_SRC/$SRC:$(line_of "$1"): "; }
+expect barriers "$(at barriers)threads of one block wait at different barriers"
+expect exited "$(at exited)__syncthreads reached by 63 of the block's 64 threads"
+expect shfl_exited "$(at shfl_exited)__shfl_xor_sync with mask ffffffff: lane 17 of warp 0 has exited"
+expect shfl_barrier "$(at shfl_barrier)__shfl_down_sync with mask ffffffff: lane 16 of warp 0 waits at __syncthreads"
+expect block "$(at block)kernel noop: a block of (1025,1,1)"
+expect grid_y "$(at grid_y)kernel noop: a grid of (1,65536,1) blocks exceeds"
+expect smem "$(at smem)kernel noop: 65536 bytes of dynamic shared memory, above the default"
+expect smem_optin "$(at smem_optin)kernel noop: .* bytes of dynamic shared memory exceed the device's"
+expect pointer "$(at pointer)kernel noop: pointer argument 1 .* lies outside every device allocation"
+expect copy "$(at copy)cudaMemcpyAsync destination: 800 bytes at offset 16000 of a 16384-byte device allocation run 416 bytes past its end"
+expect memset "$(at memset)cudaMemsetAsync destination: 16384 bytes at offset 4 .* run 4 bytes past its end"
+expect dynamic_overflow "$(at dynamic_overflow)a read or write past the end of the block's dynamic shared memory .* kernel write_past_dynamic"
+expect static_overflow "$(at static_overflow)a read or write past the end of a static __shared__ variable .* kernel write_past_static"
+expect nccl_size "$(at nccl)ncclRecv of 12 elements .*the matching ncclSend carried 40 bytes" 2
+expect nccl_hang "no operation moved for 3 s .* a hang.*" 2
+grep -q "ncclRecv of 12 elements" "$WORK/nccl_hang.log" || fail "nccl_hang: the report does not name the waiting receive"
+# clean: the same bits in every order
+for order in forward reverse random; do
+  MT_EMU_ORDER=$order mt_mpirun 1 "$P" ok_sum > "$WORK/ok_$order.log" 2>&1 ||
+    { cat "$WORK/ok_$order.log"; fail "ok_sum ($order)"; }
+done
+[ "$(cat "$WORK/ok_forward.log")" = "$(cat "$WORK/ok_reverse.log")" ] &&
+  [ "$(cat "$WORK/ok_forward.log")" = "$(cat "$WORK/ok_random.log")" ] ||
+  fail "ok_sum differs between resume orders"
+echo "ok   ok_sum: the right sums, the same bits forward, reverse and random"
+# a race: the result depends on the order (and reads NaN when thread 0 is late)
+MT_EMU_ORDER=forward mt_mpirun 1 "$P" race > "$WORK/race_f.log" 2>&1 || fail "race (forward)"
+MT_EMU_ORDER=reverse mt_mpirun 1 "$P" race > "$WORK/race_r.log" 2>&1 || fail "race (reverse)"
+grep -q "^nan 0$" "$WORK/race_f.log" && grep -q "^nan 63$" "$WORK/race_r.log" ||
+  { cat "$WORK/race_f.log" "$WORK/race_r.log"; fail "race: expected no NaN forward, 63 reverse"; }
+echo "ok   race: forward and reverse resume orders give different results"
+mt_mpirun 1 "$P" fresh > "$WORK/fresh.log" 2>&1 || fail "fresh"
+grep -q "^nan 64$" "$WORK/fresh.log" || { cat "$WORK/fresh.log"; fail "fresh memory did not read as NaN"; }
+echo "ok   fresh: device memory nothing wrote reads as NaN"
+echo PASS

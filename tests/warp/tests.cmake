@@ -1,0 +1,13 @@
+# The virtual device: time-warp emulation (issue: time-warp emulation).
+mt_script_test(virtual16 warp virtual.sh 16)
+mt_script_test(virtual64 warp virtual.sh 64)
+set_tests_properties(warp.virtual64 PROPERTIES RUN_SERIAL TRUE)
+
+set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2 --set parallel.dp=4 --set train.device=virtual)
+mt_script_test(virtual_no_cost badinput ../scripts/expect_fail.sh virtual_no_cost 4
+  "train.virtual_hw = a100-sxm: .*\\[cost\\] key 'devices_per_node' missing" ${T} --set train.virtual_hw=a100-sxm --set ckpt.mode=none)
+mt_script_test(virtual_no_profile badinput ../scripts/expect_fail.sh virtual_no_profile 4
+  "train.device = virtual needs train.virtual_hw" ${T} --set ckpt.mode=none)
+mt_script_test(virtual_ckpt badinput ../scripts/expect_fail.sh virtual_ckpt 4
+  "train.device = virtual computes no values to checkpoint: set ckpt.mode = none" ${T} --set train.virtual_hw=h200)
+mt_script_test(trace warp trace.sh)
