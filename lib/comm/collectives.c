@@ -730,6 +730,130 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
   r->active = 1;
 }
 
+/* 16-bit elements: host memory and the MPI path only */
+static void u16_host_only(const mt_group *g, mt_loc loc, const char *what) {
+  if (loc != MT_LOC_HOST)
+    mt_die("%s on %s: 16-bit collectives move host memory only (a device buffer was given)",
+           what, g->name);
+}
+
+void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, const int *displs,
+                               mt_loc loc) {
+  size_t total = sum_counts(counts, g->size);
+  const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes) || g->size == 1) return;
+  u16_host_only(g, loc, "all-gather");
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
+                              MPI_UINT16_T, g->comm));
+  count(g, t0, bytes);
+}
+
+void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const int *counts,
+                        const int *displs, mt_loc loc, mt_request *r) {
+  req_init(r, g);
+  size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
+  const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  u16_host_only(g, loc, "all-gather");
+  if (g->size == 1) {
+    memcpy(recv + displs[0], send, mine * sizeof(uint16_t));
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Iallgatherv(send, as_count(mine), MPI_UINT16_T, recv, counts, displs,
+                               MPI_UINT16_T, g->comm, &r->req));
+  count(g, t0, bytes);
+  r->active = 1;
+}
+
+/* The bf16 sum as an MPI reduction: inout[i] = round(in[i] + inout[i]) */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const mt_bf16 *a = in;
+  mt_bf16 *b = inout;
+  for (int i = 0; i < *len; i++)
+    b[i] = mt_bf16_from_f32(mt_bf16_to_f32(a[i]) + mt_bf16_to_f32(b[i]));
+}
+
+static MPI_Op bf16_sum_op(void) {
+  static MPI_Op op = MPI_OP_NULL;
+  if (op == MPI_OP_NULL) MT_MPI_CHECK(MPI_Op_create(bf16_sum, 1, &op));
+  return op;
+}
+
+void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc) {
+  const double bytes = mt_bytes_allreduce(n * sizeof(mt_bf16), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
+  u16_host_only(g, loc, "all-reduce");
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_UINT16_T, bf16_sum_op(), g->comm));
+  count(g, t0, bytes);
+}
+
+void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t outer,
+                          size_t inner, mt_loc loc) {
+  size_t n = outer * inner, size = (size_t)g->size;
+  const double bytes = mt_bytes_allgather(size * n * sizeof(uint16_t), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  u16_host_only(g, loc, "all-gather");
+  if (g->size == 1) {
+    if (recv != send) memcpy(recv, send, n * sizeof(uint16_t));
+    return;
+  }
+  double t0 = mt_now();
+  /* one rank's slice inside recv, as allgather_dim_host lays it out */
+  MPI_Datatype strided, slice;
+  MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
+                               MPI_UINT16_T, &strided));
+  MT_MPI_CHECK(MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(uint16_t)), &slice));
+  MT_MPI_CHECK(MPI_Type_commit(&slice));
+  MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_UINT16_T, recv, 1, slice, g->comm));
+  MPI_Type_free(&slice);
+  MPI_Type_free(&strided);
+  count(g, t0, bytes);
+}
+
+/* the ring of reduce_scatter_dim_host on bf16: each addition rounded */
+void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv, size_t outer,
+                                size_t inner, mt_bf16 *scratch, mt_loc loc) {
+  size_t n = outer * inner, size = (size_t)g->size;
+  const double bytes = mt_bytes_reduce_scatter(size * n * sizeof(mt_bf16), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  u16_host_only(g, loc, "reduce-scatter");
+  if (g->size == 1) {
+    if (recv != send) memcpy(recv, send, n * sizeof(mt_bf16));
+    return;
+  }
+  double t0 = mt_now();
+  int r = g->rank, next = (r + 1) % g->size, prev = (r + g->size - 1) % g->size;
+  MPI_Datatype block;
+  MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
+                               MPI_UINT16_T, &block));
+  MT_MPI_CHECK(MPI_Type_commit(&block));
+  mt_bf16 *sum_out = scratch, *sum_in = scratch + n;
+  for (int s = 0; s < g->size - 1; s++) {
+    size_t b_recv = (size_t)((r - s - 2 + 2 * g->size) % g->size);
+    if (s == 0) {
+      size_t b_send = (size_t)((r - 1 + g->size) % g->size);
+      MT_MPI_CHECK(MPI_Sendrecv(send + b_send * inner, 1, block, next, 0, sum_in, as_count(n),
+                                MPI_UINT16_T, prev, 0, g->comm, MPI_STATUS_IGNORE));
+    } else {
+      MT_MPI_CHECK(MPI_Sendrecv(sum_out, as_count(n), MPI_UINT16_T, next, 0, sum_in, as_count(n),
+                                MPI_UINT16_T, prev, 0, g->comm, MPI_STATUS_IGNORE));
+    }
+    mt_bf16 *dst = s == g->size - 2 ? recv : sum_out; /* the last step: b_recv == r */
+    for (size_t o = 0; o < outer; o++) {
+      const mt_bf16 *x = sum_in + o * inner, *y = send + (o * size + b_recv) * inner;
+      mt_bf16 *d = dst + o * inner;
+      for (size_t i = 0; i < inner; i++)
+        d[i] = mt_bf16_from_f32(mt_bf16_to_f32(x[i]) + mt_bf16_to_f32(y[i]));
+    }
+  }
+  MPI_Type_free(&block);
+  count(g, t0, bytes);
+}
+
 void mt_wait(mt_request *r) {
   if (!r->active) return;
   if (r->vbuf) {

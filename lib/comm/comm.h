@@ -433,6 +433,24 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
 /* every rank's send (counts[rank] floats) -> recv (counts[r] at displs[r]) */
 void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *counts,
                         const int *displs, mt_loc loc, mt_request *r);
+/* The same two all-gathers on 16-bit elements (bf16 values, moved as
+ * bits: half the bytes of fp32), counts and displs in elements. Host
+ * memory only (the bf16 state lives on the CPU; a device buffer is a bug:
+ * mt_die); count-only groups count them as any other call. */
+void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, const int *displs,
+                               mt_loc loc);
+void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const int *counts,
+                        const int *displs, mt_loc loc, mt_request *r);
+/* bf16 activations over tp (sums rounded to bf16 after each addition of
+ * two ranks' parts, as a bf16 all-reduce on GPUs does; host memory only):
+ * the all-reduce, and sequence parallelism's all-gather and reduce-scatter
+ * along a dimension (as mt_allgather_dim_f32, mt_reduce_scatter_dim_f32;
+ * scratch holds 2 outer x inner bf16). */
+void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc);
+void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t outer,
+                          size_t inner, mt_loc loc);
+void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv, size_t outer,
+                                size_t inner, mt_bf16 *scratch, mt_loc loc);
 void mt_wait(mt_request *r);
 /* give MPI a chance to progress outstanding requests (cheap) */
 void mt_progress(mt_request *r);

@@ -133,9 +133,13 @@ typedef struct {
   /* [train] */
   int steps, seed, global_batch, micro_batch, warmup_steps, eval_every, eval_batches;
   int threads, log_every;
-  /* [train] device: cpu | cuda | auto | virtual; precision: fp32 | bf16 (cuda only) */
+  /* [train] device: cpu | cuda | auto | virtual; precision: fp32 | bf16 (fp16 is
+   * refused); grad_dtype: fp32 | bf16, the dtype gradients accumulate in;
+   * [parallel] grad_reduce_dtype: fp32 | bf16, the dtype of the dp x cp
+   * reduction (see mt_dtypes_resolve) */
   char device[MT_CFG_STR_MAX], precision[MT_CFG_STR_MAX];
-  /* [train] virtual_hw: the profile the virtual device prices with */
+  char grad_dtype[MT_CFG_STR_MAX], grad_reduce_dtype[MT_CFG_STR_MAX];
+  /* [train] virtual_hw: the profile the virtual device prices with (device = virtual) */
   char virtual_hw[MT_CFG_STR_MAX];
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
   /* [parallel] */
@@ -392,5 +396,32 @@ void mt_trace_span(const char *name, const char *cat, int track, double t0, doub
                    int a1);
 /* every span so far as Chrome trace-event JSON (Perfetto, chrome://tracing) */
 int mt_trace_write(const char *path, mt_err *e);
+
+/* bf16: the upper 16 bits of an IEEE fp32 (8 significant bits). The
+ * scalar conversions live here so that every module may use them (comm sums
+ * bf16 messages; kernels has the vectorised ones). */
+typedef uint16_t mt_bf16;
+/* fp32 -> bf16, round to nearest, ties to even; NaN stays NaN (quieted,
+ * sign kept), +-inf stays, values beyond the largest bf16 round to +-inf,
+ * subnormals are rounded like any other value (no flush to zero). */
+static inline mt_bf16 mt_bf16_from_f32(float f) {
+  union {
+    float f;
+    uint32_t u;
+  } x;
+  x.f = f;
+  if ((x.u & 0x7fffffffu) > 0x7f800000u) return (mt_bf16)((x.u >> 16) | 0x0040u); /* NaN */
+  x.u += 0x7fffu + ((x.u >> 16) & 1u);
+  return (mt_bf16)(x.u >> 16);
+}
+/* bf16 -> fp32, exact */
+static inline float mt_bf16_to_f32(mt_bf16 b) {
+  union {
+    uint32_t u;
+    float f;
+  } x;
+  x.u = (uint32_t)b << 16;
+  return x.f;
+}
 
 #endif

@@ -11,6 +11,12 @@ int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, i
                       const char *no_gpu_why, mt_precision *prec, char *msg, size_t len) {
   const char *why = no_gpu_why && no_gpu_why[0] ? no_gpu_why : "no GPU is visible";
   int bf16 = strcmp(prec_name, "bf16") == 0;
+  if (strcmp(prec_name, "fp16") == 0) {
+    snprintf(msg, len, "train.precision = fp16: fp16 needs dynamic loss scaling, which meshtrain "
+                       "does not implement; use train.precision = bf16 (fp32's exponent range, "
+                       "no loss scaling)");
+    return -1;
+  }
   if (!bf16 && strcmp(prec_name, "fp32") != 0) {
     snprintf(msg, len, "train.precision = '%s': unknown (fp32|bf16)", prec_name);
     return -1;
@@ -39,19 +45,42 @@ int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, i
     snprintf(msg, len, "train.device = '%s': unknown (cpu|cuda|auto|virtual)", want);
     return -1;
   }
-  if (bf16 && kind == MT_DEVICE_CPU) {
-    if (strcmp(want, "auto") == 0)
-      snprintf(msg, len, "train.precision = bf16 needs a GPU, and train.device = auto found "
-                         "none (%s); the CPU backend computes in fp32 (set train.precision = "
-                         "fp32)", cuda_built ? why : "this meshtrain was built without CUDA");
-    else
-      snprintf(msg, len, "train.precision = bf16 needs train.device = cuda: the CPU backend "
-                         "computes in fp32");
-    return -1;
-  }
   *prec = bf16 ? MT_PRECISION_BF16 : MT_PRECISION_FP32;
   if (len) msg[0] = '\0';
   return kind;
+}
+
+const char *mt_float_type_name(mt_float_type t) { return t == MT_FLOAT_BF16 ? "bf16" : "fp32"; }
+
+static int parse_dtype(const char *key, const char *v, mt_float_type *t, char *msg, size_t len) {
+  if (strcmp(v, "fp32") == 0 || strcmp(v, "bf16") == 0) {
+    *t = strcmp(v, "bf16") == 0 ? MT_FLOAT_BF16 : MT_FLOAT_FP32;
+    return 0;
+  }
+  snprintf(msg, len, "%s = '%s': unknown (fp32|bf16)", key, v);
+  return -1;
+}
+
+int mt_dtypes_resolve(mt_precision prec, mt_device_kind dev, const char *grad_dtype,
+                      const char *grad_reduce_dtype, mt_dtypes *out, char *msg, size_t len) {
+  mt_float_type g, r;
+  if (parse_dtype("train.grad_dtype", grad_dtype, &g, msg, len) != 0 ||
+      parse_dtype("parallel.grad_reduce_dtype", grad_reduce_dtype, &r, msg, len) != 0)
+    return -1;
+  /* bf16 gradients need a bf16 accumulation in every backward op and a bf16
+   * reduction in comm: neither exists yet, so say so rather than run fp32 */
+  if (g == MT_FLOAT_BF16 || r == MT_FLOAT_BF16) {
+    snprintf(msg, len, "%s = bf16: not implemented yet (gradients accumulate and reduce in "
+                       "fp32; set it to fp32)",
+             g == MT_FLOAT_BF16 ? "train.grad_dtype" : "parallel.grad_reduce_dtype");
+    return -1;
+  }
+  mt_float_type store = prec == MT_PRECISION_BF16 && dev == MT_DEVICE_CPU ? MT_FLOAT_BF16
+                                                                           : MT_FLOAT_FP32;
+  *out = (mt_dtypes){.master = MT_FLOAT_FP32, .weights = store, .acts = store, .msgs = store,
+                     .grads = g, .grad_reduce = r};
+  if (len) msg[0] = '\0';
+  return 0;
 }
 
 int mt_device_for_local_rank(int local_rank, int local_size, int n_visible, int *shared) {

@@ -3,7 +3,9 @@
  * it, so a new backend slots in without touching model code. Knows nothing
  * of MPI. All tensors are fp32, row-major, contiguous unless a stride is
  * given (under train.precision = bf16 the CUDA backend multiplies in bf16
- * with fp32 accumulation, but stores every tensor in fp32: see cuda/). B = batch, T = sequence, C = channels, NH = heads,
+ * with fp32 accumulation, but stores every tensor in fp32: see cuda/; the
+ * CPU stores bf16 tensors and computes on them with mt_ops_bf16).
+ * B = batch, T = sequence, C = channels, NH = heads,
  * OC = output channels, V = true vocab, Vp = padded vocab (Vp >= V).
  * Backward ops ACCUMULATE (+=) into parameter gradients and into input
  * gradients, so gradient accumulation over micro-batches is free. */
@@ -305,34 +307,12 @@ int mt_ops_missing(const mt_ops *ops, char *names, size_t len);
  * mt_bf16_gemm_path); the elementwise ops and attention give the same bits
  * at any thread count. */
 
-typedef uint16_t mt_bf16;
 typedef enum { MT_FLOAT_FP32 = 0, MT_FLOAT_BF16 = 1 } mt_float_type;
 
 /* bytes per element (4 or 2). (Not comm.h's mt_dtype, which names the
  * element types of a reduction; the two may merge when comm sends bf16.) */
 size_t mt_float_type_size(mt_float_type t);
-/* fp32 -> bf16, round to nearest, ties to even; NaN stays NaN (quieted,
- * sign kept), +-inf stays, values beyond the largest bf16 round to +-inf,
- * subnormals are rounded like any other value (no flush to zero). */
-static inline mt_bf16 mt_bf16_from_f32(float f) {
-  union {
-    float f;
-    uint32_t u;
-  } x;
-  x.f = f;
-  if ((x.u & 0x7fffffffu) > 0x7f800000u) return (mt_bf16)((x.u >> 16) | 0x0040u); /* NaN */
-  x.u += 0x7fffu + ((x.u >> 16) & 1u);
-  return (mt_bf16)(x.u >> 16);
-}
-/* bf16 -> fp32, exact */
-static inline float mt_bf16_to_f32(mt_bf16 b) {
-  union {
-    uint32_t u;
-    float f;
-  } x;
-  x.u = (uint32_t)b << 16;
-  return x.f;
-}
+/* the scalar conversions mt_bf16_from_f32 / mt_bf16_to_f32: core.h */
 /* n elements, vectorised, split over the threads (no overlap) */
 void mt_bf16_from_f32_n(mt_bf16 *dst, const float *src, size_t n);
 void mt_bf16_to_f32_n(float *dst, const mt_bf16 *src, size_t n);
@@ -459,6 +439,11 @@ typedef struct mt_ops_bf16 {
 
 /* the CPU's bf16 op table (every member filled) */
 const mt_ops_bf16 *mt_ops_bf16_cpu(void);
+/* The null backend's (see mt_ops_null): every op empty, for the plan. */
+const mt_ops_bf16 *mt_ops_bf16_null(void);
+/* The bf16 table that computes on ops' tensors: the CPU's for mt_ops_cpu,
+ * the null one for mt_ops_null, NULL for any other backend (CUDA). */
+const mt_ops_bf16 *mt_ops_bf16_of(const mt_ops *ops);
 
 /* ------------------------------------------------------------------ */
 /* devices: which backend a rank computes on                          */
@@ -469,12 +454,42 @@ typedef enum { MT_PRECISION_FP32 = 0, MT_PRECISION_BF16 = 1 } mt_precision;
 
 /* train.device and train.precision resolved (pure; device.c): want is "cpu",
  * "cuda" or "auto" (auto: cuda when cuda_built and n_visible > 0), prec_name
- * "fp32" or "bf16" (bf16 needs cuda: the CPU backend computes in fp32).
- * no_gpu_why says why n_visible is 0 (e.g. "no CUDA-capable device is
- * detected"). Returns the device kind and sets *prec, or -1 with one line
- * in msg naming the key, the value and the reason. */
+ * "fp32" or "bf16" (on the CPU: bf16 storage and the bf16 ops of
+ * mt_ops_bf16; on CUDA: bf16 matmul operands over fp32 tensors); "fp16" is
+ * refused (it needs dynamic loss scaling, which meshtrain does not do: use
+ * bf16). no_gpu_why says why n_visible is 0 (e.g. "no CUDA-capable device
+ * is detected"). Returns the device kind and sets *prec, or -1 with one
+ * line in msg naming the key, the value and the reason. */
 int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, int n_visible,
                       const char *no_gpu_why, mt_precision *prec, char *msg, size_t len);
+
+/* The dtype of every role of the training state, decided once per run
+ * (mt_dtypes_resolve, called by the layout: plan/layout.c) and handed to
+ * the model and the dp engine, which only read it:
+ *   master       fp32 weights and AdamW moments (what checkpoints hold);
+ *   weights      the copy the forward and backward read (bf16: refreshed
+ *                from the master by every AdamW update);
+ *   acts         activations saved for backward and their gradients
+ *                (LayerNorm statistics, attention's LSE, the softmax of the
+ *                cross-entropy's statistics and the losses stay fp32);
+ *   msgs         activations and their gradients sent between ranks (tp,
+ *                sp, cp, pp, ep);
+ *   grads        weight gradients as they accumulate (train.grad_dtype);
+ *   grad_reduce  their reduction over dp x cp (parallel.grad_reduce_dtype). */
+typedef struct {
+  mt_float_type master, weights, acts, msgs, grads, grad_reduce;
+} mt_dtypes;
+
+/* The roles for precision prec on device dev, gradients in grad_dtype and
+ * reduced in grad_reduce_dtype ("fp32" | "bf16"). fp32: every role fp32.
+ * bf16 on the CPU: weights' copy, activations and messages bf16. bf16 on
+ * CUDA: the backend multiplies bf16 operands but stores fp32 (every role
+ * fp32). 0, or -1 with one line in msg naming the key and value (a dtype
+ * outside fp32|bf16; bf16 gradients or reduction, not implemented yet). */
+int mt_dtypes_resolve(mt_precision prec, mt_device_kind dev, const char *grad_dtype,
+                      const char *grad_reduce_dtype, mt_dtypes *out, char *msg, size_t len);
+/* "fp32" | "bf16" */
+const char *mt_float_type_name(mt_float_type t);
 
 /* The GPU of one rank: an index among the n_visible GPUs it sees
  * (CUDA_VISIBLE_DEVICES applied by the runtime), from its rank among the

@@ -33,3 +33,9 @@ int mt_ops_missing(const mt_ops *ops, char *names, size_t len) {
 #undef MT_OPS_CHECK_ONE
   return n;
 }
+
+const mt_ops_bf16 *mt_ops_bf16_of(const mt_ops *ops) {
+  if (ops == mt_ops_cpu()) return mt_ops_bf16_cpu();
+  if (ops == mt_ops_null()) return mt_ops_bf16_null();
+  return NULL;
+}

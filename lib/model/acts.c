@@ -11,9 +11,10 @@
  * The whole model's m->a is the set of [0, n_layer) with the head. */
 
 typedef struct {
-  size_t n;
-  float **dst;
-  int **idst; /* an int piece (4 bytes an element, like a float) */
+  size_t n, es;  /* elements, bytes of one */
+  mt_act **adst; /* a piece in the activations' dtype (m->es bytes an element) */
+  float **dst;   /* fp32 always (statistics, losses, MoE) */
+  int **idst;    /* an int piece (4 bytes an element, like a float) */
 } act_piece;
 
 /* the pieces of a set, in one order for numel and bind */
@@ -25,42 +26,43 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
   /* under recompute a kept set holds each layer's output (the next one's input) only */
   int inner = kind == MT_SET_WORKSPACE || !m->recompute;
   int k = 0;
-#define PIECE(field, count) p[k++] = (act_piece){.n = (count), .dst = &a->field}
-#define IPIECE(field, count) p[k++] = (act_piece){.n = (count), .idst = &a->field}
-  PIECE(encoded, BTs * C);
+#define APIECE(field, count) p[k++] = (act_piece){.n = (count), .es = m->es, .adst = &a->field}
+#define PIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .dst = &a->field}
+#define IPIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .idst = &a->field}
+  APIECE(encoded, BTs * C);
   if (inner) {
-    PIECE(ln1, L * BTs * C);
+    APIECE(ln1, L * BTs * C);
     PIECE(ln1_mean, L * BTs);
     PIECE(ln1_rstd, L * BTs);
-    PIECE(qkv, L * BT * 3 * Cl);
-    PIECE(atty, L * BT * Cl);
+    APIECE(qkv, L * BT * 3 * Cl);
+    APIECE(atty, L * BT * Cl);
     PIECE(lse, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 0));
     if (mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1)) { /* Ulysses */
       PIECE(att_qkv, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1));
       PIECE(att_out, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 2));
     }
-    PIECE(attproj, L * BTs * C);
-    PIECE(residual2, L * BTs * C);
-    PIECE(ln2, L * BTs * C);
+    APIECE(attproj, L * BTs * C);
+    APIECE(residual2, L * BTs * C);
+    APIECE(ln2, L * BTs * C);
     PIECE(ln2_mean, L * BTs);
     PIECE(ln2_rstd, L * BTs);
-    PIECE(fch, L * BT * Fl);
-    PIECE(fch_gelu, L * BT * Fl);
-    PIECE(fcproj, L * BTs * C);
+    APIECE(fch, L * BT * Fl);
+    APIECE(fch_gelu, L * BT * Fl);
+    APIECE(fcproj, L * BTs * C);
   }
-  PIECE(residual3, L * BTs * C);
+  APIECE(residual3, L * BTs * C);
   if (with_head) {
-    PIECE(lnf, BTs * C);
+    APIECE(lnf, BTs * C);
     PIECE(lnf_mean, BTs);
     PIECE(lnf_rstd, BTs);
-    PIECE(logits, BT * (size_t)m->V_local);
+    APIECE(logits, BT * (size_t)m->V_local);
     PIECE(losses, BT);
   }
   if (kind == MT_SET_KEPT && m->split_backward) {
-    PIECE(dy_qkv, L * BT * 3 * Cl);
-    PIECE(dy_attproj, L * BT * C);
-    PIECE(dy_fc, L * BT * Fl);
-    PIECE(dy_fcproj, L * BT * C);
+    APIECE(dy_qkv, L * BT * 3 * Cl);
+    APIECE(dy_attproj, L * BT * C);
+    APIECE(dy_fc, L * BT * Fl);
+    APIECE(dy_fcproj, L * BT * C);
   }
   /* MoE blocks: slot m of the set for its m-th MoE block (a set of n blocks
    * holds the most any n consecutive blocks have) */
@@ -98,31 +100,35 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     PIECE(moe_dy, Ld * rows * C);
     PIECE(moe_dh, Ld * rows * (size_t)m->moe.Fe_local);
   }
+#undef APIECE
 #undef PIECE
 #undef IPIECE
   return k;
 }
 
-static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+/* a piece's bytes, rounded up to 64 (every piece 64-byte aligned) */
+static size_t piece_bytes(const act_piece *p) { return (p->n * p->es + 63) / 64 * 64; }
 
 size_t mt_act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head, mt_act_set_kind k) {
   mt_gpt_acts a;
   act_piece p[48];
   int n_p = act_pieces(m, &a, n_layers, B, with_head, k, p);
-  size_t n = 0;
-  for (int i = 0; i < n_p; i++) n += round16(p[i].n);
-  return n;
+  size_t bytes = 0;
+  for (int i = 0; i < n_p; i++) bytes += piece_bytes(&p[i]);
+  return bytes / sizeof(float);
 }
 
-void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, int B,
                      int with_head, mt_act_set_kind k) {
   memset(a, 0, sizeof *a);
   act_piece p[48];
   int n_p = act_pieces(m, a, n_layers, B, with_head, k, p);
+  char *at = mem;
   for (int i = 0; i < n_p; i++) {
-    if (p[i].dst) *p[i].dst = mem;
-    else *p[i].idst = (int *)mem;
-    mem += round16(p[i].n);
+    if (p[i].adst) *p[i].adst = at;
+    else if (p[i].dst) *p[i].dst = (float *)at;
+    else *p[i].idst = (int *)at;
+    at += piece_bytes(&p[i]);
   }
 }
 
@@ -130,13 +136,13 @@ size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head) {
   return mt_act_set_numel(m, n_layers, B, with_head, MT_SET_KEPT);
 }
 
-void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, int B,
                       int with_head) {
   mt_act_set_bind(m, a, mem, n_layers, B, with_head, MT_SET_KEPT);
 }
 
-float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B) {
-  return a->residual3 + (size_t)(n_layers - 1) * B * m->T_sp * m->shape.n_embd;
+mt_act *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B) {
+  return mt_act_at(m->es, a->residual3, (size_t)(n_layers - 1) * B * m->T_sp * m->shape.n_embd);
 }
 
 /* layer l of a set holding the range that starts at l0 */
@@ -147,23 +153,29 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
   const size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
   const mt_gpt_acts *w = m->recompute ? &m->ws : a;
   const size_t i = m->recompute ? 0 : j;
-  mt_layer_acts x = {.ln1 = w->ln1 + i * btc, .ln1_mean = w->ln1_mean + i * BTs,
-                     .ln1_rstd = w->ln1_rstd + i * BTs, .qkv = w->qkv + 3 * i * BT * Cl,
-                     .atty = w->atty + i * BT * Cl, .attproj = w->attproj + i * btc,
-                     .res2 = w->residual2 + i * btc, .ln2 = w->ln2 + i * btc,
+  const size_t es = m->es;
+  mt_layer_acts x = {.ln1 = mt_act_at(es, w->ln1, i * btc), .ln1_mean = w->ln1_mean + i * BTs,
+                     .ln1_rstd = w->ln1_rstd + i * BTs,
+                     .qkv = mt_act_at(es, w->qkv, 3 * i * BT * Cl),
+                     .atty = mt_act_at(es, w->atty, i * BT * Cl),
+                     .attproj = mt_act_at(es, w->attproj, i * btc),
+                     .res2 = mt_act_at(es, w->residual2, i * btc),
+                     .ln2 = mt_act_at(es, w->ln2, i * btc),
                      .ln2_mean = w->ln2_mean + i * BTs, .ln2_rstd = w->ln2_rstd + i * BTs,
-                     .fch = w->fch + i * BT * Fl, .fchg = w->fch_gelu + i * BT * Fl,
-                     .fcproj = w->fcproj + i * btc, .res3 = a->residual3 + j * btc,
+                     .fch = mt_act_at(es, w->fch, i * BT * Fl),
+                     .fchg = mt_act_at(es, w->fch_gelu, i * BT * Fl),
+                     .fcproj = mt_act_at(es, w->fcproj, i * btc),
+                     .res3 = mt_act_at(es, a->residual3, j * btc),
                      .att = {.lse = w->lse + i * (size_t)B * NHl * T}};
   if (w->att_qkv) { /* Ulysses */
     x.att.qkv_h = w->att_qkv + 3 * i * BT * Cl;
     x.att.out_h = w->att_out + i * BT * Cl;
   }
   if (m->split_backward && a->dy_qkv) {
-    x.dy_qkv = a->dy_qkv + 3 * j * BT * Cl;
-    x.dy_attproj = a->dy_attproj + j * BT * C;
-    x.dy_fc = a->dy_fc + j * BT * Fl;
-    x.dy_fcproj = a->dy_fcproj + j * BT * C;
+    x.dy_qkv = mt_act_at(es, a->dy_qkv, 3 * j * BT * Cl);
+    x.dy_attproj = mt_act_at(es, a->dy_attproj, j * BT * C);
+    x.dy_fc = mt_act_at(es, a->dy_fc, j * BT * Fl);
+    x.dy_fcproj = mt_act_at(es, a->dy_fcproj, j * BT * C);
   }
   if (mt_model_is_moe(&m->shape, l)) {
     const size_t mi = m->recompute ? 0
@@ -200,6 +212,7 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
 }
 
 /* the input hidden state (BTs,C) of slot j: the range's input or slot j-1's output */
-const float *mt_layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B) {
-  return j == 0 ? a->encoded : a->residual3 + (j - 1) * (size_t)B * m->T_sp * m->shape.n_embd;
+const mt_act *mt_layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B) {
+  return j == 0 ? a->encoded
+                : mt_act_at(m->es, a->residual3, (j - 1) * (size_t)B * m->T_sp * m->shape.n_embd);
 }

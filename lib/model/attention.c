@@ -65,8 +65,11 @@ size_t mt_cp_saved_numel(const mt_cp_layout *l, int B, int C, int NH, int what) 
   }
 }
 
+/* the bytes of an element of q|k|v and out */
+static size_t elem(const mt_attention *at) { return at->bf ? sizeof(mt_bf16) : sizeof(float); }
+
 void mt_attention_create(mt_attention *at, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
-                         int NH, const mt_ops *ops) {
+                         int NH, const mt_ops *ops, const mt_ops_bf16 *bf) {
   memset(at, 0, sizeof *at);
   at->lay = *lay;
   at->g = g && g->size > 1 ? g : NULL;
@@ -74,26 +77,28 @@ void mt_attention_create(mt_attention *at, mt_group *g, const mt_cp_layout *lay,
     mt_die("context parallelism: the layout has %d ranks, the cp group %d", lay->size,
            at->g ? at->g->size : 1);
   at->ops = ops;
+  at->bf = bf;
   at->max_B = max_B;
   at->C = C;
   at->NH = NH;
   at->hs = C / NH;
   if (ring(lay)) {
     at->kv_numel = (size_t)max_B * lay->T_local * 2 * (size_t)C;
-    for (int i = 0; i < 2; i++) at->kv[i] = ops->alloc(MT_MEM_COMM, at->kv_numel * sizeof(float));
-    for (int i = 0; i < 3; i++) at->dkv[i] = ops->alloc(MT_MEM_COMM, at->kv_numel * sizeof(float));
+    const size_t es = elem(at);
+    for (int i = 0; i < 2; i++) at->kv[i] = ops->alloc(MT_MEM_COMM, at->kv_numel * es);
+    for (int i = 0; i < 3; i++) at->dkv[i] = ops->alloc(MT_MEM_COMM, at->kv_numel * es);
   }
 }
 
 void mt_attention_destroy(mt_attention *at) {
   for (int i = 0; i < 2; i++)
-    if (at->kv[i]) at->ops->free(MT_MEM_COMM, at->kv[i], at->kv_numel * sizeof(float));
+    if (at->kv[i]) at->ops->free(MT_MEM_COMM, at->kv[i], at->kv_numel * elem(at));
   for (int i = 0; i < 3; i++)
-    if (at->dkv[i]) at->ops->free(MT_MEM_COMM, at->dkv[i], at->kv_numel * sizeof(float));
+    if (at->dkv[i]) at->ops->free(MT_MEM_COMM, at->dkv[i], at->kv_numel * elem(at));
   memset(at, 0, sizeof *at);
 }
 
-void mt_attention_set_scratch(mt_attention *at, float *part, float *part_lse, float *dout_h,
+void mt_attention_set_scratch(mt_attention *at, mt_act *part, float *part_lse, float *dout_h,
                               float *dqkv_h) {
   at->part = part;
   at->part_lse = part_lse;
@@ -117,37 +122,40 @@ mt_attn_block mt_attention_block(const mt_attention *at, int B, int rows, int Tq
   return a;
 }
 
-static void local_forward(mt_attention *at, float *out, const float *qkv, float *lse, int B) {
+static void local_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse, int B) {
   const mt_cp_layout *l = &at->lay;
-  const size_t C = (size_t)at->C;
+  const size_t C = (size_t)at->C, es = elem(at);
   mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
                           l->chunk_pos[0], 3 * C, l->T_local);
-  at->ops->attn_forward(&a, out, lse, qkv, qkv + C, qkv + 2 * C);
+  MT_ACT_OP(at->bf, at->ops, attn_forward, &a, out, lse, qkv, mt_act_at(es, qkv, C),
+            mt_act_at(es, qkv, 2 * C));
 }
 
-static void local_backward(mt_attention *at, float *dqkv, const float *dout, const float *out,
-                           const float *qkv, const float *lse, int B) {
+static void local_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, const mt_act *out,
+                           const mt_act *qkv, const float *lse, int B) {
   const mt_cp_layout *l = &at->lay;
-  const size_t C = (size_t)at->C;
+  const size_t C = (size_t)at->C, es = elem(at);
   mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
                           l->chunk_pos[0], 3 * C, l->T_local);
-  at->ops->zero(dqkv, (size_t)B * l->T_local * 3 * C);
-  at->ops->attn_backward(&a, dqkv, dqkv + C, dqkv + 2 * C, dout, out, lse, qkv, qkv + C,
-                         qkv + 2 * C);
+  MT_ACT_OP(at->bf, at->ops, zero, dqkv, (size_t)B * l->T_local * 3 * C);
+  MT_ACT_OP(at->bf, at->ops, attn_backward, &a, dqkv, mt_act_at(es, dqkv, C),
+            mt_act_at(es, dqkv, 2 * C), dout, out, lse, qkv, mt_act_at(es, qkv, C),
+            mt_act_at(es, qkv, 2 * C));
 }
 
 /* ------------------------------------------------------------------ */
-/* the layer's attention: cp = 1 here, ring or Ulysses in attention_cp.c */
+/* the layer's attention: cp = 1 here, ring or Ulysses in attention_cp.c
+ * (Ulysses fp32 only: the layout refuses it under bf16) */
 
-void mt_attention_forward(mt_attention *at, float *out, const float *qkv, const mt_cp_saved *s,
+void mt_attention_forward(mt_attention *at, mt_act *out, const mt_act *qkv, const mt_cp_saved *s,
                           int B) {
   if (ring(&at->lay)) mt_attention_ring_forward(at, out, qkv, s->lse, B);
   else if (ulysses(&at->lay)) mt_attention_ulysses_forward(at, out, qkv, s, B);
   else local_forward(at, out, qkv, s->lse, B);
 }
 
-void mt_attention_backward(mt_attention *at, float *dqkv, const float *dout, const float *out,
-                           const float *qkv, const mt_cp_saved *s, int B) {
+void mt_attention_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, const mt_act *out,
+                           const mt_act *qkv, const mt_cp_saved *s, int B) {
   if (ring(&at->lay)) mt_attention_ring_backward(at, dqkv, dout, out, qkv, s->lse, B);
   else if (ulysses(&at->lay)) mt_attention_ulysses_backward(at, dqkv, dout, s, B);
   else local_backward(at, dqkv, dout, out, qkv, s->lse, B);

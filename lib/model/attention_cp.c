@@ -35,18 +35,28 @@ static int chunk_pos(const mt_cp_layout *l, int r, int c) {
   return (c == 0 ? r : 2 * l->size - 1 - r) * l->chunk_len;
 }
 
+/* the bytes of an element of q|k|v, K|V and out (the activations' dtype) */
+static size_t es_of(const mt_attention *at) {
+  return at->bf ? sizeof(mt_bf16) : sizeof(float);
+}
+/* messages of n such elements go as 4-byte words (n is even: 2C columns) */
+static size_t words(const mt_attention *at, size_t n) { return n * es_of(at) / sizeof(float); }
+
 /* this rank's K|V rows (columns C..3C of qkv) into a (B, T_local, 2C) buffer */
-static void pack_kv(mt_attention *at, float *kv, const float *qkv, int B) {
+static void pack_kv(mt_attention *at, mt_act *kv, const mt_act *qkv, int B) {
   const size_t C = (size_t)at->C;
-  at->ops->copy_2d(kv, 2 * C, qkv + C, 3 * C, (size_t)B * at->lay.T_local, 2 * C);
+  MT_ACT_OP(at->bf, at->ops, copy_2d, kv, 2 * C, mt_act_at(es_of(at), qkv, C), 3 * C,
+            (size_t)B * at->lay.T_local, 2 * C);
 }
 
-void mt_attention_ring_forward(mt_attention *at, float *out, const float *qkv, float *lse, int B) {
+void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse,
+                               int B) {
   const mt_cp_layout *l = &at->lay;
   const mt_ops *o = at->ops;
+  const mt_ops_bf16 *bf = at->bf;
   const int N = l->size, r = l->rank, Tc = l->chunk_len, Tl = l->T_local;
   const int next = (r + 1) % N, prev = (r + N - 1) % N;
-  const size_t C = (size_t)at->C, n = (size_t)B * Tl * 2 * C;
+  const size_t C = (size_t)at->C, n = (size_t)B * Tl * 2 * C, es = es_of(at);
   mt_request send, recv;
   memset(&send, 0, sizeof send);
   memset(&recv, 0, sizeof recv);
@@ -54,25 +64,28 @@ void mt_attention_ring_forward(mt_attention *at, float *out, const float *qkv, f
   int written[2] = {0, 0}; /* has query chunk c a partial result yet */
   for (int s = 0; s < N; s++) {
     const int src = (r - s + N) % N; /* whose K/V this step sees */
-    float *kv = at->kv[s % 2];
+    mt_act *kv = at->kv[s % 2];
     if (s < N - 1) { /* the next K/V arrives while this one is used and passed on */
-      mt_irecv_f32(at->g, at->kv[(s + 1) % 2], n, prev, TAG_KV, o->loc, &recv);
-      mt_isend_f32(at->g, kv, n, next, TAG_KV, o->loc, &send);
+      mt_irecv_f32(at->g, at->kv[(s + 1) % 2], words(at, n), prev, TAG_KV, o->loc, &recv);
+      mt_isend_f32(at->g, kv, words(at, n), next, TAG_KV, o->loc, &send);
     }
     for (int qc = 0; qc < 2; qc++)
       for (int kc = 0; kc < 2; kc++) {
         int qpos = chunk_pos(l, r, qc), kpos = chunk_pos(l, src, kc);
         if (kpos > qpos) continue; /* a later chunk: nothing visible */
         mt_attn_block a = mt_attention_block(at, B, Tl, Tc, Tc, qpos, kpos, 2 * C, Tl);
-        const float *q = qkv + (size_t)qc * Tc * 3 * C, *k = kv + (size_t)kc * Tc * 2 * C;
-        float *oq = out + (size_t)qc * Tc * C, *lq = lse + (size_t)qc * Tc;
+        const mt_act *q = mt_act_at(es, qkv, (size_t)qc * Tc * 3 * C);
+        const mt_act *k = mt_act_at(es, kv, (size_t)kc * Tc * 2 * C), *v = mt_act_at(es, k, C);
+        mt_act *oq = mt_act_at(es, out, (size_t)qc * Tc * C);
+        float *lq = lse + (size_t)qc * Tc;
         if (!written[qc]) {
-          o->attn_forward(&a, oq, lq, q, k, k + C);
+          MT_ACT_OP(bf, o, attn_forward, &a, oq, lq, q, k, v);
           written[qc] = 1;
         } else {
-          float *po = at->part + (size_t)qc * Tc * C, *pl = at->part_lse + (size_t)qc * Tc;
-          o->attn_forward(&a, po, pl, q, k, k + C);
-          o->attn_merge(&a, oq, lq, po, pl);
+          mt_act *po = mt_act_at(es, at->part, (size_t)qc * Tc * C);
+          float *pl = at->part_lse + (size_t)qc * Tc;
+          MT_ACT_OP(bf, o, attn_forward, &a, po, pl, q, k, v);
+          MT_ACT_OP(bf, o, attn_merge, &a, oq, lq, po, pl);
         }
         mt_progress(&recv);
         mt_progress(&send);
@@ -82,56 +95,60 @@ void mt_attention_ring_forward(mt_attention *at, float *out, const float *qkv, f
   }
 }
 
-void mt_attention_ring_backward(mt_attention *at, float *dqkv, const float *dout, const float *out,
-                                const float *qkv, const float *lse, int B) {
+void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout,
+                                const mt_act *out, const mt_act *qkv, const float *lse, int B) {
   const mt_cp_layout *l = &at->lay;
   const mt_ops *o = at->ops;
+  const mt_ops_bf16 *bf = at->bf;
   const int N = l->size, r = l->rank, Tc = l->chunk_len, Tl = l->T_local;
   const int next = (r + 1) % N, prev = (r + N - 1) % N;
-  const size_t C = (size_t)at->C, rows = (size_t)B * Tl, n = rows * 2 * C;
+  const size_t C = (size_t)at->C, rows = (size_t)B * Tl, n = rows * 2 * C, es = es_of(at);
+  const size_t nw = words(at, n);
   mt_request ks, kr, ds, dr;
   memset(&ks, 0, sizeof ks), memset(&kr, 0, sizeof kr);
   memset(&ds, 0, sizeof ds), memset(&dr, 0, sizeof dr);
   /* this step's part of a dK|dV, the accumulator arriving, the one leaving */
-  float *part = at->dkv[0], *in = at->dkv[1], *leaving = at->dkv[2];
-  o->zero(dqkv, rows * 3 * C);
+  mt_act *part = at->dkv[0], *in = at->dkv[1], *leaving = at->dkv[2];
+  MT_ACT_OP(bf, o, zero, dqkv, rows * 3 * C);
   pack_kv(at, at->kv[0], qkv, B);
   for (int s = 0; s < N; s++) {
     const int src = (r - s + N) % N;
-    float *kv = at->kv[s % 2];
+    mt_act *kv = at->kv[s % 2];
     if (s < N - 1) {
-      mt_irecv_f32(at->g, at->kv[(s + 1) % 2], n, prev, TAG_KV, o->loc, &kr);
-      mt_isend_f32(at->g, kv, n, next, TAG_KV, o->loc, &ks);
+      mt_irecv_f32(at->g, at->kv[(s + 1) % 2], nw, prev, TAG_KV, o->loc, &kr);
+      mt_isend_f32(at->g, kv, nw, next, TAG_KV, o->loc, &ks);
     }
     /* src's dK|dV so far: summed by ranks src .. r-1 */
-    if (s > 0) mt_irecv_f32(at->g, in, n, prev, TAG_DKV, o->loc, &dr);
-    o->zero(part, n);
+    if (s > 0) mt_irecv_f32(at->g, in, nw, prev, TAG_DKV, o->loc, &dr);
+    MT_ACT_OP(bf, o, zero, part, n);
     for (int qc = 0; qc < 2; qc++)
       for (int kc = 0; kc < 2; kc++) {
         int qpos = chunk_pos(l, r, qc), kpos = chunk_pos(l, src, kc);
         if (kpos > qpos) continue;
         mt_attn_block a = mt_attention_block(at, B, Tl, Tc, Tc, qpos, kpos, 2 * C, Tl);
         size_t qo = (size_t)qc * Tc * 3 * C, oo = (size_t)qc * Tc * C, ko = (size_t)kc * Tc * 2 * C;
-        o->attn_backward(&a, dqkv + qo, part + ko, part + ko + C, dout + oo, out + oo,
-                         lse + (size_t)qc * Tc, qkv + qo, kv + ko, kv + ko + C);
+        MT_ACT_OP(bf, o, attn_backward, &a, mt_act_at(es, dqkv, qo), mt_act_at(es, part, ko),
+                  mt_act_at(es, part, ko + C), mt_act_at(es, dout, oo), mt_act_at(es, out, oo),
+                  lse + (size_t)qc * Tc, mt_act_at(es, qkv, qo), mt_act_at(es, kv, ko),
+                  mt_act_at(es, kv, ko + C));
         mt_progress(&kr), mt_progress(&ks), mt_progress(&dr), mt_progress(&ds);
       }
     if (s > 0) {
       mt_wait(&dr);
-      o->axpy(part, 1.0f, in, n);
+      MT_ACT_OP(bf, o, axpy, part, 1.0f, in, n);
     }
     mt_wait(&ds); /* the previous accumulator has left: its buffer is free */
-    float *t = leaving;
+    mt_act *t = leaving;
     leaving = part;
     part = t;
-    mt_isend_f32(at->g, leaving, n, next, TAG_DKV, o->loc, &ds);
+    mt_isend_f32(at->g, leaving, nw, next, TAG_DKV, o->loc, &ds);
     mt_wait(&kr);
     mt_wait(&ks);
   }
   /* this rank's own K|V gradient, complete after its trip round the ring */
-  mt_irecv_f32(at->g, in, n, prev, TAG_DKV, o->loc, &dr);
+  mt_irecv_f32(at->g, in, nw, prev, TAG_DKV, o->loc, &dr);
   mt_wait(&dr);
-  o->add_2d(dqkv + C, 3 * C, in, 2 * C, rows, 2 * C);
+  MT_ACT_OP(bf, o, add_2d, mt_act_at(es, dqkv, C), 3 * C, in, 2 * C, rows, 2 * C);
   mt_wait(&ds);
 }
 

@@ -6,33 +6,35 @@
  * and recompute. */
 #include "model/model_internal.h"
 
-void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const float *x0,
+void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
                       const mt_layer_acts *x, int B) {
   const mt_ops *o = m->ops;
   const mt_tp *tp = &m->tp;
   const int C = m->shape.n_embd, BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
   const size_t btc = (size_t)BTs * C;
   /* attention: LN, column-parallel QKV (local heads), row-parallel proj */
-  o->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs, C);
+  MT_ACT_OP(m->bf, o, layernorm_forward, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w,
+            w->ln1_b, BTs, C);
   mt_linear_col_forward(tp, x->qkv, x->ln1, w->qkv_w, w->qkv_b, B, 3 * Cl);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
   mt_linear_row_forward(tp, x->attproj, x->atty, w->attn_proj_w, w->attn_proj_b, B, Cl);
-  o->residual_forward(x->res2, x0, x->attproj, btc);
+  MT_ACT_OP(m->bf, o, residual_forward, x->res2, x0, x->attproj, btc);
   /* MLP (a MoE block: its shared experts, if any): LN, column-parallel fc +
    * GELU, row-parallel proj; then a MoE block's routed experts */
-  o->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w, w->ln2_b, BTs, C);
+  MT_ACT_OP(m->bf, o, layernorm_forward, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w,
+            w->ln2_b, BTs, C);
   if (Fl > 0) {
     mt_linear_col_forward(tp, x->fch, x->ln2, w->fc_w, w->fc_b, B, Fl);
-    o->gelu_forward(x->fchg, x->fch, (size_t)B * m->T * Fl);
+    MT_ACT_OP(m->bf, o, gelu_forward, x->fchg, x->fch, (size_t)B * m->T * Fl);
     mt_linear_row_forward(tp, x->fcproj, x->fchg, w->fc_proj_w, w->fc_proj_b, B, Fl);
   }
   if (x->is_moe) mt_moe_block_forward(m, l, w, x, B);
-  o->residual_forward(x->res3, x->res2, x->fcproj, btc);
+  MT_ACT_OP(m->bf, o, residual_forward, x->res3, x->res2, x->fcproj, btc);
 }
 
 /* The same kernels on the same input give the stored values bit for bit
  * (the output goes to the workspace, the set's copy stays). */
-void mt_block_recompute(mt_gpt *m, int l, const float *x0, const mt_layer_acts *x, int B) {
+void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, int B) {
   mt_layer_acts r = *x;
   r.res3 = m->ws.residual3;
   /* a MoE block routes again as it did (same input, same bias: the same
@@ -47,19 +49,19 @@ void mt_block_recompute(mt_gpt *m, int l, const float *x0, const mt_layer_acts *
  * gradient dres: g's backward (the full output gradient), kept in keep for
  * the weight pass when input_only, then the input gradient into dx and,
  * unless input_only, the weight gradients into dw, db. */
-static void row_backward(mt_gpt *m, const float *dres, float *keep, float *dx, float *dw,
-                         float *db, const float *x, const float *w, int IC, int input_only,
+static void row_backward(mt_gpt *m, const mt_act *dres, mt_act *keep, mt_act *dx, float *dw,
+                         float *db, const mt_act *x, const mt_act *w, int IC, int input_only,
                          int B) {
   const mt_tp *tp = &m->tp;
-  const float *dy = mt_linear_row_dout(tp, dres, B);
+  const mt_act *dy = mt_linear_row_dout(tp, dres, B);
   if (input_only) {
-    m->ops->copy(keep, dy, (size_t)B * m->T * tp->C);
+    MT_ACT_OP(m->bf, m->ops, copy, keep, dy, (size_t)B * m->T * tp->C);
     dy = keep;
   }
   mt_linear_row_backward(tp, dx, input_only ? NULL : dw, input_only ? NULL : db, dy, x, w, B, IC);
 }
 
-void mt_block_backward(mt_gpt *m, int l, const float *x0, const mt_layer_acts *x, float *dres,
+void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, mt_act *dres,
                        int input_only, float dloss, int B) {
   const mt_ops *o = m->ops;
   const mt_tp *tp = &m->tp;
@@ -68,30 +70,30 @@ void mt_block_backward(mt_gpt *m, int l, const float *x0, const mt_layer_acts *x
   const mt_block_tensors *w = &m->p.blocks[l];
   mt_block_tensors *g = &m->g.blocks[l];
   mt_gpt_acts *d = &m->d;
-  float *dpart = d->ln1;
-  const float *dln = NULL;
+  mt_act *dpart = d->ln1;
+  const mt_act *dln = NULL;
   /* MLP: dres is d(residual3) = d(fcproj) and flows on to d(residual2) */
   if (Fl > 0) {
     row_backward(m, dres, x->dy_fcproj, d->fch_gelu, g->fc_proj_w, g->fc_proj_b, x->fchg,
                  w->fc_proj_w, Fl, input_only, B);
-    float *dfch = input_only ? x->dy_fc : d->fch;
-    o->zero(dfch, bt * Fl);
-    o->gelu_backward(dfch, x->fch, d->fch_gelu, bt * Fl);
+    mt_act *dfch = input_only ? x->dy_fc : d->fch;
+    MT_ACT_OP(m->bf, o, zero, dfch, bt * Fl);
+    MT_ACT_OP(m->bf, o, gelu_backward, dfch, x->fch, d->fch_gelu, bt * Fl);
     dln = mt_linear_col_backward(tp, dpart, g->fc_w, g->fc_b, dfch, input_only ? NULL : x->ln2,
                                  w->fc_w, B, Fl);
   }
   if (x->is_moe) dln = mt_moe_block_backward(m, l, x, dres, dln, dpart, dloss, input_only, B);
-  o->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w, x->ln2_mean,
-                        x->ln2_rstd, BTs, C);
+  MT_ACT_OP(m->bf, o, layernorm_backward, dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w,
+            x->ln2_mean, x->ln2_rstd, BTs, C);
   /* attention: dres is now d(residual2) = d(attproj) and flows on to d(input) */
   row_backward(m, dres, x->dy_attproj, d->atty, g->attn_proj_w, g->attn_proj_b, x->atty,
                w->attn_proj_w, Cl, input_only, B);
-  float *dqkv = input_only ? x->dy_qkv : d->qkv;
+  mt_act *dqkv = input_only ? x->dy_qkv : d->qkv;
   mt_attention_backward(&m->attn, dqkv, d->atty, x->atty, x->qkv, &x->att, B);
   dln = mt_linear_col_backward(tp, dpart, g->qkv_w, g->qkv_b, dqkv, input_only ? NULL : x->ln1,
                                w->qkv_w, B, 3 * Cl);
-  o->layernorm_backward(dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w, x->ln1_mean, x->ln1_rstd,
-                        BTs, C);
+  MT_ACT_OP(m->bf, o, layernorm_backward, dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w,
+            x->ln1_mean, x->ln1_rstd, BTs, C);
 }
 
 void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B) {

@@ -13,8 +13,8 @@
  * model does not read it). */
 static void find_views(mt_gpt *m) {
   const mt_registry *r = &m->reg;
-  m->pview = mt_calloc((size_t)r->n, sizeof(float **));
-  m->gview = mt_calloc((size_t)r->n, sizeof(float **));
+  m->pview = mt_calloc((size_t)r->n, sizeof(mt_act **));
+  m->gview = mt_calloc((size_t)r->n, sizeof(mt_act **));
 #define VIEW(field, idx)                                                      \
   do {                                                                        \
     int i_ = (idx);                                                           \
@@ -67,18 +67,22 @@ static void find_views(mt_gpt *m) {
 }
 
 /* Point the views of unit u's tensors at base, the memory of the unit's
- * first element (NULL base or a tensor this stage does not hold: NULL). */
-static void bind_unit(mt_gpt *m, int u, float ***views, float *base) {
+ * first element, es bytes an element (NULL base or a tensor this stage does
+ * not hold: NULL). */
+static void bind_unit(mt_gpt *m, int u, mt_act ***views, mt_act *base, size_t es) {
   const mt_unit *un = &m->reg.units[u];
   for (int i = un->t0; i < un->t1; i++) {
     const mt_tensor *t = &m->reg.t[i];
     if (!views[i]) continue;
-    *views[i] = base && t->numel_local ? base + (t->offset - un->begin) : NULL;
+    *views[i] = base && t->numel_local ? mt_act_at(es, base, t->offset - un->begin) : NULL;
   }
 }
 
-void mt_gpt_bind_params(mt_gpt *m, int u, float *mem) { bind_unit(m, u, m->pview, mem); }
-void mt_gpt_bind_grads(mt_gpt *m, int u, float *mem) { bind_unit(m, u, m->gview, mem); }
+/* the parameters in the weights' dtype (the compute copy), the gradients fp32 */
+void mt_gpt_bind_params(mt_gpt *m, int u, mt_act *mem) { bind_unit(m, u, m->pview, mem, m->es); }
+void mt_gpt_bind_grads(mt_gpt *m, int u, float *mem) {
+  bind_unit(m, u, m->gview, mem, sizeof(float));
+}
 
 size_t mt_gpt_layer_offset(const mt_gpt *m, int layer) {
   if (layer < MT_LAYER_EMBED) layer = MT_LAYER_EMBED;
@@ -90,7 +94,7 @@ size_t mt_gpt_layer_offset(const mt_gpt *m, int layer) {
 /* ------------------------------------------------------------------ */
 /* life cycle                                                          */
 
-/* an activation buffer of n floats */
+/* an activation buffer of n floats (fp32 always) */
 static float *act(mt_gpt *m, size_t n) {
   m->act_bytes += n * sizeof(float);
   if (m->n_act == MT_GPT_MAX_ACT_BUFFERS) mt_die("too many activation buffers");
@@ -98,6 +102,11 @@ static float *act(mt_gpt *m, size_t n) {
   m->act_ptr[m->n_act] = p;
   m->act_size[m->n_act++] = n * sizeof(float);
   return p;
+}
+
+/* an activation buffer of n elements of the activations' dtype */
+static mt_act *act_elems(mt_gpt *m, size_t n) {
+  return act(m, (n * m->es + sizeof(float) - 1) / sizeof(float));
 }
 
 mt_gpt_layout mt_gpt_layout_of(const mt_model_shape *shape, const mt_gpt_parallel *par) {
@@ -137,6 +146,14 @@ static int check_split(const mt_model_shape *shape, const mt_gpt_parallel *par, 
   }
   if (shape->n_head % tp_size != 0) {
     mt_err_set(e, "tp = %d does not divide n_head = %d", tp_size, shape->n_head);
+    return -1;
+  }
+  if (par && par->bf16 &&
+      ((cp_size > 1 && cp_mode == MT_CP_ULYSSES) || shape->moe_experts > 0 ||
+       !par->external_state)) {
+    mt_err_set(e, "bf16 activations are implemented for dense models without Ulysses context "
+                  "parallelism (cp = %d, %d experts) whose state the dp engine holds",
+               cp_size, shape->moe_experts);
     return -1;
   }
   return 0;
@@ -189,6 +206,8 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   memset(m, 0, sizeof *m);
   m->shape = *shape;
   m->ops = ops;
+  m->bf = par ? par->bf16 : NULL;
+  m->es = m->bf ? sizeof(mt_bf16) : sizeof(float);
   m->max_B = max_B;
   mt_gpt_layout lay = mt_gpt_layout_of(shape, par);
   mt_group *tp_g = lay.tp_size > 1 ? par->tp : NULL;
@@ -251,26 +270,26 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   }
   /* backward scratch: one layer's worth, reused layer after layer */
   mt_gpt_acts *d = &m->d;
-  d->residual3 = act(m, BTs * C); /* the gradient of the residual stream */
-  d->ln1 = act(m, BT * C); /* d of a column-parallel input (ln1, ln2, lnf), partial over tp */
-  d->qkv = act(m, BT * 3 * Cl);
-  d->atty = act(m, BT * Cl);
-  d->fch = act(m, BT * Fl);
-  d->fch_gelu = act(m, BT * Fl);
+  d->residual3 = act_elems(m, BTs * C); /* the gradient of the residual stream */
+  d->ln1 = act_elems(m, BT * C); /* d of a column-parallel input (ln1, ln2, lnf), partial over tp */
+  d->qkv = act_elems(m, BT * 3 * Cl);
+  d->atty = act_elems(m, BT * Cl);
+  d->fch = act_elems(m, BT * Fl);
+  d->fch_gelu = act_elems(m, BT * Fl);
   /* attention's scratch under context parallelism (ring: a block's partial
    * result before its merge; Ulysses: gradients in the head layout) */
-  float *cp_scratch[4];
-  for (int w = 0; w < 4; w++) {
+  void *cp_scratch[4];
+  for (int w = 0; w < 4; w++) { /* part in the activations' dtype, part_lse fp32 */
     size_t n = mt_cp_scratch_numel(&cpl, max_B, (int)Cl, (int)NHl, w);
-    cp_scratch[w] = n ? act(m, n) : NULL;
+    cp_scratch[w] = !n ? NULL : w == 0 ? act_elems(m, n) : (void *)act(m, n);
   }
   /* the linears' tp scratch under sp: a gathered input, a partial output,
    * an input gradient after its reduce-scatter */
-  float *full_in = NULL, *full_out = NULL, *dx_local = NULL;
+  mt_act *full_in = NULL, *full_out = NULL, *dx_local = NULL;
   if (sp) {
-    full_in = act(m, BT * C);
-    full_out = act(m, BT * C);
-    dx_local = act(m, BTs * C);
+    full_in = act_elems(m, BT * C);
+    full_out = act_elems(m, BT * C);
+    dx_local = act_elems(m, BTs * C);
   }
   m->rowmax = act(m, BT);
   m->xent_stats = (double *)act(m, 2 * BT * sizeof(double) / sizeof(float));
@@ -280,11 +299,11 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   mt_moe_create(&m->moe, m, par, tp_g, act);
   const mt_registry *r = &m->reg;
   size_t partial = mt_tp_partial_numel(r, 0, r->numel_local);
-  mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops);
+  mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops, m->bf);
   mt_attention_set_scratch(&m->attn, cp_scratch[0], cp_scratch[1], cp_scratch[2], cp_scratch[3]);
   m->inputs = mt_calloc(BT, sizeof(int));
   m->targets = mt_calloc(BT, sizeof(int));
-  mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops);
+  mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops, m->bf);
   mt_tp_set_linear(&m->tp, m->T, (int)C, full_in, full_out, dx_local);
   return 0;
 }
@@ -413,28 +432,29 @@ void mt_gpt_zero_grad(mt_gpt *m) {
  * positions of this rank's chunks: out (BT,C) = wte[token] (rows held here)
  * + wpe[position] (wpe NULL: none). One call for one chunk (cp = 1: the
  * whole sequence from position 0), else one per sequence and chunk. */
-static void embed_forward(mt_gpt *m, float *out, const float *wpe, int B) {
+static void embed_forward(mt_gpt *m, mt_act *out, const mt_act *wpe, int B) {
   const mt_cp_layout *l = &m->attn.lay;
   const int C = m->shape.n_embd, T = m->T, len = l->chunk_len;
   for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
     for (int c = 0; c < l->n_chunks; c++) {
       size_t r0 = (size_t)b * T + (size_t)c * len;
-      m->ops->encoder_vp_forward(out + r0 * C, m->tok_in + r0, m->p.wte, m->v_start, m->V_local,
-                                 wpe ? wpe + (size_t)l->chunk_pos[c] * C : NULL,
-                                 l->n_chunks == 1 ? B : 1, len, C);
+      MT_ACT_OP(m->bf, m->ops, encoder_vp_forward, mt_act_at(m->es, out, r0 * C), m->tok_in + r0,
+                m->p.wte, m->v_start, m->V_local,
+                mt_act_at(m->es, wpe, (size_t)l->chunk_pos[c] * C), l->n_chunks == 1 ? B : 1,
+                len, C);
     }
 }
 
 /* Its backward: dwte[token] += dout (rows held here), dwpe[position] += dout. */
-static void embed_backward(mt_gpt *m, const float *dout, int B) {
+static void embed_backward(mt_gpt *m, const mt_act *dout, int B) {
   const mt_cp_layout *l = &m->attn.lay;
   const int C = m->shape.n_embd, T = m->T, len = l->chunk_len;
   for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
     for (int c = 0; c < l->n_chunks; c++) {
       size_t r0 = (size_t)b * T + (size_t)c * len;
-      m->ops->encoder_vp_backward(m->g.wte, m->g.wpe + (size_t)l->chunk_pos[c] * C,
-                                  dout + r0 * C, m->tok_in + r0, m->v_start, m->V_local,
-                                  l->n_chunks == 1 ? B : 1, len, C);
+      MT_ACT_OP(m->bf, m->ops, encoder_vp_backward, m->g.wte,
+                (float *)m->g.wpe + (size_t)l->chunk_pos[c] * C, mt_act_at(m->es, dout, r0 * C),
+                m->tok_in + r0, m->v_start, m->V_local, l->n_chunks == 1 ? B : 1, len, C);
     }
 }
 
@@ -467,14 +487,24 @@ static double head_forward(mt_gpt *m, const mt_pass_args *x) {
   const int Vl = m->V_local, v0 = m->v_start, nreal = m->v_real;
   const size_t bt = (size_t)BT;
   stage_tokens(m, NULL, x->targets, B);
-  const float *last = mt_gpt_range_output(m, a, x->l1 - x->l0, B);
-  o->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs, C);
+  const mt_act *last = mt_gpt_range_output(m, a, x->l1 - x->l0, B);
+  MT_ACT_OP(m->bf, o, layernorm_forward, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w,
+            m->p.lnf_b, BTs, C);
   mt_linear_col_forward(&m->tp, a->logits, a->lnf, m->p.wte, NULL, B, Vl);
-  o->xent_vp_max(m->rowmax, a->logits, BT, Vl, nreal);
+  MT_ACT_OP(m->bf, o, xent_vp_max, m->rowmax, a->logits, BT, Vl, nreal);
   mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
-  o->xent_vp_exp(m->xent_stats, a->logits, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
+  /* bf16: the exps are only summed here, and the probabilities formed from
+   * the logits in finish (one rounding each) */
+  if (m->bf)
+    m->bf->xent_vp_exp(m->xent_stats, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
+  else
+    o->xent_vp_exp(m->xent_stats, a->logits, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl,
+                   nreal);
   mt_tp_allreduce_f64(&m->tp, m->xent_stats, 2 * bt);
-  o->xent_vp_finish(a->losses, a->logits, m->xent_stats, m->rowmax, BT, Vl, nreal);
+  if (m->bf)
+    m->bf->xent_vp_finish(a->losses, a->logits, a->logits, m->xent_stats, m->rowmax, BT, Vl,
+                          nreal);
+  else o->xent_vp_finish(a->losses, a->logits, m->xent_stats, m->rowmax, BT, Vl, nreal);
   return o->sum(a->losses, bt);
 }
 
@@ -486,13 +516,14 @@ static void head_backward(mt_gpt *m, const mt_pass_args *x) {
   const int B = x->B, C = m->shape.n_embd, BT = B * m->T, BTs = B * m->T_sp;
   const int Vl = m->V_local;
   stage_tokens(m, NULL, x->targets, B);
-  o->xent_vp_backward(a->logits, a->logits, m->tok_tgt, m->v_start, x->dloss, BT, Vl, m->v_real);
-  const float *dln = mt_linear_col_backward(&m->tp, m->d.ln1, m->g.wte, NULL, a->logits,
-                                            x->input_only ? NULL : a->lnf, m->p.wte, B, Vl);
-  o->zero(m->d.residual3, (size_t)BTs * C);
-  o->layernorm_backward(m->d.residual3, m->g.lnf_w, m->g.lnf_b, dln,
-                        mt_gpt_range_output(m, a, x->l1 - x->l0, B), m->p.lnf_w, a->lnf_mean,
-                        a->lnf_rstd, BTs, C);
+  MT_ACT_OP(m->bf, o, xent_vp_backward, a->logits, a->logits, m->tok_tgt, m->v_start, x->dloss,
+            BT, Vl, m->v_real);
+  const mt_act *dln = mt_linear_col_backward(&m->tp, m->d.ln1, m->g.wte, NULL, a->logits,
+                                             x->input_only ? NULL : a->lnf, m->p.wte, B, Vl);
+  MT_ACT_OP(m->bf, o, zero, m->d.residual3, (size_t)BTs * C);
+  MT_ACT_OP(m->bf, o, layernorm_backward, m->d.residual3, m->g.lnf_w, m->g.lnf_b, dln,
+            mt_gpt_range_output(m, a, x->l1 - x->l0, B), m->p.lnf_w, a->lnf_mean, a->lnf_rstd,
+            BTs, C);
 }
 
 /* ------------------------------------------------------------------ */
@@ -587,12 +618,12 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
 double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pass_args *x) {
   mt_gpt_acts *a = x->a;
   const int B = x->B;
-  float *dres = m->d.residual3;
+  mt_act *dres = m->d.residual3;
   if (p->kind == MT_PIECE_BLOCK) {
     const int l = p->layer;
     const size_t j = (size_t)(l - x->l0);
     mt_layer_acts la = mt_layer_at(m, a, l, x->l0, B);
-    const float *x0 = mt_layer_input(m, a, j, B);
+    const mt_act *x0 = mt_layer_input(m, a, j, B);
     if (pass == MT_PASS_FORWARD) {
       mt_block_forward(m, l, &m->p.blocks[l], x0, &la, B);
       return 0.0;
@@ -622,14 +653,14 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
     }
     return 0.0;
   case MT_PIECE_DOUT:
-    m->ops->copy(dres, x->dout, (size_t)B * m->T_sp * m->shape.n_embd);
+    MT_ACT_OP(m->bf, m->ops, copy, dres, x->dout, (size_t)B * m->T_sp * m->shape.n_embd);
     return 0.0;
   default:
     return 0.0;
   }
 }
 
-const float *mt_gpt_input_grad(const mt_gpt *m) { return m->d.residual3; }
+const mt_act *mt_gpt_input_grad(const mt_gpt *m) { return m->d.residual3; }
 
 /* ------------------------------------------------------------------ */
 /* a model that owns its buffers: whole passes                         */
@@ -659,9 +690,9 @@ double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed
   return run_pass(m, MT_PASS_FORWARD, &x, embed, head, NULL, NULL);
 }
 
-const float *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
-                                   const int *inputs, const int *targets, const float *dout,
-                                   float dloss, int B) {
+const mt_act *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed,
+                                    int head, const int *inputs, const int *targets,
+                                    const mt_act *dout, float dloss, int B) {
   mt_pass_args x = {.a = a, .l0 = l0, .l1 = l1, .B = B, .inputs = inputs, .targets = targets,
                     .dout = dout, .dloss = dloss};
   run_pass(m, MT_PASS_BACKWARD, &x, embed, head, NULL, NULL);

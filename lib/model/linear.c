@@ -11,21 +11,23 @@
  * transposes in backward); the replicated tensors used inside the
  * sequence-sliced region then hold partial gradients, summed here once per
  * step. */
-#include "model/model.h"
+#include "model/model_internal.h"
 
 #include <string.h>
 
 void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
-                  const mt_ops *ops) {
+                  const mt_ops *ops, const mt_ops_bf16 *bf) {
   memset(tp, 0, sizeof *tp);
   tp->ops = ops;
+  tp->bf = bf;
+  tp->es = bf ? sizeof(mt_bf16) : sizeof(float);
   tp->g = g && g->size > 1 ? g : NULL;
   tp->size = tp->g ? g->size : 1;
   tp->rank = tp->g ? g->rank : 0;
   tp->sp = tp->g ? sp : 0;
   if (tp->sp) { /* two of a rank's slices of the largest activation */
     tp->scratch_n = 2 * (max_act / (size_t)tp->size);
-    tp->scratch = ops->alloc(MT_MEM_COMM, tp->scratch_n * sizeof(float));
+    tp->scratch = ops->alloc(MT_MEM_COMM, tp->scratch_n * tp->es);
   }
   if (tp->g && max_partial_grads > 0) { /* sp's norms, a MoE router */
     tp->grad_buf_n = max_partial_grads;
@@ -34,13 +36,15 @@ void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_par
 }
 
 void mt_tp_destroy(mt_tp *tp) {
-  if (tp->scratch) tp->ops->free(MT_MEM_COMM, tp->scratch, tp->scratch_n * sizeof(float));
+  if (tp->scratch) tp->ops->free(MT_MEM_COMM, tp->scratch, tp->scratch_n * tp->es);
   if (tp->grad_buf) tp->ops->free(MT_MEM_COMM, tp->grad_buf, tp->grad_buf_n * sizeof(float));
   memset(tp, 0, sizeof *tp);
 }
 
-void mt_tp_allreduce(const mt_tp *tp, float *x, size_t n) {
-  if (tp->g) mt_allreduce_sum_f32(tp->g, x, n, tp->ops->loc);
+void mt_tp_allreduce(const mt_tp *tp, mt_act *x, size_t n) {
+  if (!tp->g) return;
+  if (tp->bf) mt_allreduce_sum_bf16(tp->g, x, n, tp->ops->loc);
+  else mt_allreduce_sum_f32(tp->g, x, n, tp->ops->loc);
 }
 
 void mt_tp_allreduce_max(const mt_tp *tp, float *x, size_t n) {
@@ -51,26 +55,30 @@ void mt_tp_allreduce_f64(const mt_tp *tp, double *x, size_t n) {
   if (tp->g) mt_allreduce_sum_f64(tp->g, x, n, tp->ops->loc);
 }
 
-void mt_tp_gather_seq(const mt_tp *tp, const float *local, float *full, int B, int T, int C) {
+void mt_tp_gather_seq(const mt_tp *tp, const mt_act *local, mt_act *full, int B, int T, int C) {
   size_t inner = (size_t)(T / tp->size) * (size_t)C;
   if (!tp->g) {
-    if (full != local) tp->ops->copy(full, local, (size_t)B * inner);
+    if (full != local) MT_ACT_OP(tp->bf, tp->ops, copy, full, local, (size_t)B * inner);
     return;
   }
-  mt_allgather_dim_f32(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
+  if (tp->bf) mt_allgather_dim_u16(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
+  else mt_allgather_dim_f32(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
 }
 
-void mt_tp_reduce_scatter_seq(const mt_tp *tp, const float *full, float *local, int B, int T,
+void mt_tp_reduce_scatter_seq(const mt_tp *tp, const mt_act *full, mt_act *local, int B, int T,
                               int C) {
   size_t inner = (size_t)(T / tp->size) * (size_t)C;
   if (!tp->g) {
-    if (full != local) tp->ops->copy(local, full, (size_t)B * inner);
+    if (full != local) MT_ACT_OP(tp->bf, tp->ops, copy, local, full, (size_t)B * inner);
     return;
   }
   if (2 * (size_t)B * inner > tp->scratch_n)
     mt_die("tp reduce-scatter of %d x %d x %d exceeds the %zu-element scratch", B, T, C,
            tp->scratch_n);
-  mt_reduce_scatter_dim_f32(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
+  if (tp->bf)
+    mt_reduce_scatter_dim_bf16(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
+  else
+    mt_reduce_scatter_dim_f32(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
 }
 
 size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end) {
@@ -111,7 +119,8 @@ void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *
   mt_tp_reduce_partial_grads_at(tp, reg, grads, 0, begin, end);
 }
 
-void mt_tp_set_linear(mt_tp *tp, int T, int C, float *full_in, float *full_out, float *dx_local) {
+void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,
+                      mt_act *dx_local) {
   tp->T = T;
   tp->C = C;
   tp->full_in = full_in;
@@ -126,21 +135,22 @@ void mt_tp_set_linear(mt_tp *tp, int T, int C, float *full_in, float *full_out, 
  * identity forward); under sp x is this rank's (BTs,C) slice, gathered
  * along T. Backward calls it again for the weight gradient (Megatron
  * re-gathers rather than keep the full input). */
-const float *mt_linear_col_input(const mt_tp *tp, const float *x, int B) {
+const mt_act *mt_linear_col_input(const mt_tp *tp, const mt_act *x, int B) {
   if (!tp->sp) return x;
   mt_tp_gather_seq(tp, x, tp->full_in, B, tp->T, tp->C);
   return tp->full_in;
 }
 
-void mt_linear_col_forward(const mt_tp *tp, float *y, const float *x, const float *w,
-                           const float *b, int B, int OC) {
-  tp->ops->matmul_forward(y, mt_linear_col_input(tp, x, B), w, b, B * tp->T, tp->C, OC);
+void mt_linear_col_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                           const mt_act *b, int B, int OC) {
+  MT_ACT_OP(tp->bf, tp->ops, matmul_forward, y, mt_linear_col_input(tp, x, B), w, b, B * tp->T,
+            tp->C, OC);
 }
 
 /* f's backward: dpart (BT,C) holds this rank's share of the input gradient;
  * returns the sum over tp for this rank's rows (all-reduce in place, or
  * reduce-scatter along T into dx_local) */
-static const float *col_dinput(const mt_tp *tp, float *dpart, int B) {
+static const mt_act *col_dinput(const mt_tp *tp, mt_act *dpart, int B) {
   if (!tp->sp) {
     mt_tp_allreduce(tp, dpart, (size_t)B * tp->T * tp->C);
     return dpart;
@@ -149,55 +159,55 @@ static const float *col_dinput(const mt_tp *tp, float *dpart, int B) {
   return tp->dx_local;
 }
 
-const float *mt_linear_col_backward(const mt_tp *tp, float *dpart, float *dw, float *db,
-                                    const float *dy, const float *x, const float *w, int B,
-                                    int OC) {
+const mt_act *mt_linear_col_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
+                                     const mt_act *dy, const mt_act *x, const mt_act *w, int B,
+                                     int OC) {
   const int BT = B * tp->T, C = tp->C;
-  tp->ops->zero(dpart, (size_t)BT * C);
-  tp->ops->matmul_backward(dpart, x ? dw : NULL, x ? db : NULL, dy,
-                           x ? mt_linear_col_input(tp, x, B) : NULL, w, BT, C, OC);
+  MT_ACT_OP(tp->bf, tp->ops, zero, dpart, (size_t)BT * C);
+  MT_ACT_OP(tp->bf, tp->ops, matmul_backward, dpart, x ? dw : NULL, x ? db : NULL, dy,
+            x ? mt_linear_col_input(tp, x, B) : NULL, w, BT, C, OC);
   return col_dinput(tp, dpart, B);
 }
 
-void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const float *dy,
-                                   const float *x, int B, int OC) {
-  tp->ops->matmul_backward(NULL, dw, db, dy, mt_linear_col_input(tp, x, B), NULL, B * tp->T,
-                           tp->C, OC);
+void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
+                                   const mt_act *x, int B, int OC) {
+  MT_ACT_OP(tp->bf, tp->ops, matmul_backward, NULL, dw, db, dy, mt_linear_col_input(tp, x, B),
+            NULL, B * tp->T, tp->C, OC);
 }
 
 /* ------------------------------------------------------------------ */
 /* row-parallel: the weight's columns split, g after                   */
 
-float *mt_linear_row_partial(const mt_tp *tp, float *y) { return tp->sp ? tp->full_out : y; }
+mt_act *mt_linear_row_partial(const mt_tp *tp, mt_act *y) { return tp->sp ? tp->full_out : y; }
 
 /* Sum the partial outputs over tp ("g"): all-reduce, or reduce-scatter along T. */
-void mt_linear_row_reduce(const mt_tp *tp, float *y, int B) {
+void mt_linear_row_reduce(const mt_tp *tp, mt_act *y, int B) {
   if (tp->sp) mt_tp_reduce_scatter_seq(tp, tp->full_out, y, B, tp->T, tp->C);
   else mt_tp_allreduce(tp, y, (size_t)B * tp->T * tp->C);
 }
 
-void mt_linear_row_forward(const mt_tp *tp, float *y, const float *x, const float *w,
-                           const float *b, int B, int IC) {
+void mt_linear_row_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                           const mt_act *b, int B, int IC) {
   /* the bias once, by tp rank 0, before the sum over tp */
-  tp->ops->matmul_forward(mt_linear_row_partial(tp, y), x, w, tp->rank == 0 ? b : NULL,
-                          B * tp->T, IC, tp->C);
+  MT_ACT_OP(tp->bf, tp->ops, matmul_forward, mt_linear_row_partial(tp, y), x, w,
+            tp->rank == 0 ? b : NULL, B * tp->T, IC, tp->C);
   mt_linear_row_reduce(tp, y, B);
 }
 
-const float *mt_linear_row_dout(const mt_tp *tp, const float *dy, int B) {
+const mt_act *mt_linear_row_dout(const mt_tp *tp, const mt_act *dy, int B) {
   if (!tp->sp) return dy;
   mt_tp_gather_seq(tp, dy, tp->full_out, B, tp->T, tp->C);
   return tp->full_out;
 }
 
-void mt_linear_row_backward(const mt_tp *tp, float *dx, float *dw, float *db, const float *dy,
-                            const float *x, const float *w, int B, int IC) {
+void mt_linear_row_backward(const mt_tp *tp, mt_act *dx, float *dw, float *db,
+                            const mt_act *dy, const mt_act *x, const mt_act *w, int B, int IC) {
   const int BT = B * tp->T;
-  tp->ops->zero(dx, (size_t)BT * IC);
-  tp->ops->matmul_backward(dx, dw, db, dy, x, w, BT, IC, tp->C);
+  MT_ACT_OP(tp->bf, tp->ops, zero, dx, (size_t)BT * IC);
+  MT_ACT_OP(tp->bf, tp->ops, matmul_backward, dx, dw, db, dy, x, w, BT, IC, tp->C);
 }
 
-void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const float *dy,
-                                   const float *x, int B, int IC) {
-  tp->ops->matmul_backward(NULL, dw, db, dy, x, NULL, B * tp->T, IC, tp->C);
+void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
+                                   const mt_act *x, int B, int IC) {
+  MT_ACT_OP(tp->bf, tp->ops, matmul_backward, NULL, dw, db, dy, x, NULL, B * tp->T, IC, tp->C);
 }

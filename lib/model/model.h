@@ -53,6 +53,13 @@
 #include "kernels/kernels.h"
 #include "registry/registry.h"
 
+/* An element of the model's weights' compute copy or of its activations,
+ * in the dtype of their role (mt_dtypes; bf16: mt_bf16, fp32: float): only
+ * ever passed to the ops, or moved by mt_act_at (model_internal.h), never
+ * indexed directly (the build warns on arithmetic with it). */
+typedef void mt_act;
+
+
 /* ------------------------------------------------------------------ */
 /* shapes (shape.c)                                                    */
 
@@ -141,10 +148,15 @@ int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_s
 typedef struct mt_tp {
   mt_group *g;
   const mt_ops *ops;
+  /* bf16 activations and weights' copy (mt_gpt_parallel bf16): their ops,
+   * and the bytes of an activation element (4 or 2); the activations'
+   * collectives are then bf16's (half the bytes, sums rounded per addition) */
+  const mt_ops_bf16 *bf;
+  size_t es;
   int size, rank;
   int sp;
-  float *scratch;   /* the reduce-scatter's running sums, 2 slices (MT_MEM_COMM) */
-  size_t scratch_n;
+  mt_act *scratch;  /* the reduce-scatter's running sums, 2 slices (MT_MEM_COMM) */
+  size_t scratch_n; /* elements */
   float *grad_buf;  /* packs the partial gradients of one layer (MT_MEM_COMM) */
   size_t grad_buf_n;
   /* the linears' shape and scratch (mt_tp_set_linear): T tokens of a
@@ -154,27 +166,28 @@ typedef struct mt_tp {
    * gradient) full_out, (BT,C) each, and an input gradient after its
    * reduce-scatter dx_local (BTs,C) */
   int T, C;
-  float *full_in, *full_out, *dx_local;
+  mt_act *full_in, *full_out, *dx_local;
 } mt_tp;
 
 /* max_act: the largest (B,T,C) activation, in elements, that will be
  * reduce-scattered; max_partial_grads: the most elements of tp_partial_grad
  * tensors in one range handed to mt_tp_reduce_partial_grads. */
 void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
-                  const mt_ops *ops);
+                  const mt_ops *ops, const mt_ops_bf16 *bf);
 void mt_tp_destroy(mt_tp *tp);
-void mt_tp_set_linear(mt_tp *tp, int T, int C, float *full_in, float *full_out, float *dx_local);
+void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,
+                      mt_act *dx_local);
 
 /* Sum (in place) of the ranks' partial results: the forward of a
  * row-parallel layer ("g") or the backward of a column-parallel one ("f"). */
-void mt_tp_allreduce(const mt_tp *tp, float *x, size_t n);
+void mt_tp_allreduce(const mt_tp *tp, mt_act *x, size_t n);
 void mt_tp_allreduce_max(const mt_tp *tp, float *x, size_t n);
 void mt_tp_allreduce_f64(const mt_tp *tp, double *x, size_t n);
 /* Sequence parallelism: the slices (B,T/size,C) of every rank -> full
  * (B,T,C) on every rank ... */
-void mt_tp_gather_seq(const mt_tp *tp, const float *local, float *full, int B, int T, int C);
+void mt_tp_gather_seq(const mt_tp *tp, const mt_act *local, mt_act *full, int B, int T, int C);
 /* ... and partial sums (B,T,C) -> this rank's slice (B,T/size,C) of the sum. */
-void mt_tp_reduce_scatter_seq(const mt_tp *tp, const float *full, float *local, int B, int T,
+void mt_tp_reduce_scatter_seq(const mt_tp *tp, const mt_act *full, mt_act *local, int B, int T,
                               int C);
 /* Sum over the group, in one all-reduce, the gradients of every tensor in
  * the flat range [begin, end) that the registry marks tp_partial_grad. Once
@@ -192,42 +205,42 @@ size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end);
  * f is the identity forward without sp (x is the (BT,C) copy every tp rank
  * holds) and an all-gather along T under sp (x is this rank's (BTs,C)
  * slice); f(x) is what mt_linear_col_input returns. */
-const float *mt_linear_col_input(const mt_tp *tp, const float *x, int B);
-void mt_linear_col_forward(const mt_tp *tp, float *y, const float *x, const float *w,
-                           const float *b, int B, int OC);
+const mt_act *mt_linear_col_input(const mt_tp *tp, const mt_act *x, int B);
+void mt_linear_col_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                           const mt_act *b, int B, int OC);
 /* Its backward from dy (BT, OC): dw += dy^T f(x) and db += sum dy (f(x)
  * gathered again under sp; x NULL: no weight gradient, dw and db unused),
  * and the input gradient dy W formed in dpart (BT,C) and summed over tp
  * (f's backward: an all-reduce in place, or a reduce-scatter along T into
  * this rank's (BTs,C) slice). Returns the summed input gradient. */
-const float *mt_linear_col_backward(const mt_tp *tp, float *dpart, float *dw, float *db,
-                                    const float *dy, const float *x, const float *w, int B,
-                                    int OC);
+const mt_act *mt_linear_col_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
+                                     const mt_act *dy, const mt_act *x, const mt_act *w, int B,
+                                     int OC);
 /* The weight gradients alone (a split backward's weight pass). */
-void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const float *dy,
-                                   const float *x, int B, int OC);
+void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
+                                   const mt_act *x, int B, int OC);
 /* Row-parallel linear (Megatron's RowParallelLinear): y = g(x W^T + b)
  * with x (BT, IC) this rank's IC input channels, W (C, IC), b (C) added by
  * tp rank 0 only (before the sum); g sums the partial outputs over tp: an
  * all-reduce into y (BT,C), or under sp a reduce-scatter along T into y
  * (BTs,C). */
-void mt_linear_row_forward(const mt_tp *tp, float *y, const float *x, const float *w,
-                           const float *b, int B, int IC);
+void mt_linear_row_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                           const mt_act *b, int B, int IC);
 /* g in two halves, for a row-parallel layer that is not a matmul (the
  * vocabulary-parallel embedding): where the partial (BT,C) output goes (y
  * itself, or under sp a scratch), then the sum over tp into y. */
-float *mt_linear_row_partial(const mt_tp *tp, float *y);
-void mt_linear_row_reduce(const mt_tp *tp, float *y, int B);
+mt_act *mt_linear_row_partial(const mt_tp *tp, mt_act *y);
+void mt_linear_row_reduce(const mt_tp *tp, mt_act *y, int B);
 /* g's backward: the full (BT,C) output gradient from this rank's part dy
  * (identity without sp, all-gather along T with). */
-const float *mt_linear_row_dout(const mt_tp *tp, const float *dy, int B);
+const mt_act *mt_linear_row_dout(const mt_tp *tp, const mt_act *dy, int B);
 /* dx (BT, IC) = dy W (written), dw += dy^T x, db += sum dy (dw, db NULL:
  * skipped); dy is g's backward's full output gradient. */
-void mt_linear_row_backward(const mt_tp *tp, float *dx, float *dw, float *db, const float *dy,
-                            const float *x, const float *w, int B, int IC);
+void mt_linear_row_backward(const mt_tp *tp, mt_act *dx, float *dw, float *db,
+                            const mt_act *dy, const mt_act *x, const mt_act *w, int B, int IC);
 /* The weight gradients alone (a split backward's weight pass). */
-void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const float *dy,
-                                   const float *x, int B, int IC);
+void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
+                                   const mt_act *x, int B, int IC);
 
 /* ------------------------------------------------------------------ */
 /* attention (attention.c; context parallelism: attention_cp.c)        */
@@ -282,28 +295,31 @@ typedef struct {
   mt_cp_layout lay;
   mt_group *g;          /* NULL at cp = 1 */
   const mt_ops *ops;
+  const mt_ops_bf16 *bf; /* bf16 activations (cp = 1 or ring): their ops */
   int max_B, C, NH, hs;
   /* ring: K|V (max_B, T_local, 2C) buffers, two for K/V in flight and three
    * for dK/dV (this step's part, the one arriving, the one leaving);
    * MT_MEM_COMM */
-  size_t kv_numel;
-  float *kv[2], *dkv[3];
+  size_t kv_numel;       /* elements (of the activations' dtype) */
+  mt_act *kv[2], *dkv[3];
   /* the model's scratch (activations), set with mt_attention_set_scratch:
    * ring: part (max_B, T_local, C) and part_lse (max_B, NH, T_local), a
    * block's partial result before its merge; ulysses: dout_h (max_B,
    * T_local, C) and dqkv_h (max_B, T_local, 3C), gradients in the head
    * layout */
-  float *part, *part_lse, *dout_h, *dqkv_h;
+  mt_act *part;
+  float *part_lse;
+  float *dout_h, *dqkv_h;
 } mt_attention;
 
 /* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
 void mt_attention_create(mt_attention *a, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
-                         int NH, const mt_ops *ops);
+                         int NH, const mt_ops *ops, const mt_ops_bf16 *bf);
 void mt_attention_destroy(mt_attention *a);
 /* Floats of the scratch the model provides: what (0 part, 1 part_lse, 2
  * dout_h, 3 dqkv_h) for this layout (0 where the mode needs none). */
 size_t mt_cp_scratch_numel(const mt_cp_layout *lay, int max_B, int C, int NH, int what);
-void mt_attention_set_scratch(mt_attention *a, float *part, float *part_lse, float *dout_h,
+void mt_attention_set_scratch(mt_attention *a, mt_act *part, float *part_lse, float *dout_h,
                               float *dqkv_h);
 /* Floats of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
 size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);
@@ -311,12 +327,12 @@ size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what
 /* out (B, T_local, C) = causal attention of the local queries over the
  * whole sequence, from qkv (B, T_local, 3C) (this rank's q|k|v); keeps s.
  * Collective over the cp group. */
-void mt_attention_forward(mt_attention *a, float *out, const float *qkv, const mt_cp_saved *s,
+void mt_attention_forward(mt_attention *a, mt_act *out, const mt_act *qkv, const mt_cp_saved *s,
                           int B);
 /* WRITES dqkv (B, T_local, 3C), the gradient of this rank's q|k|v, from
  * dout (B, T_local, C) and the forward's out, qkv and s. Collective. */
-void mt_attention_backward(mt_attention *a, float *dqkv, const float *dout, const float *out,
-                           const float *qkv, const mt_cp_saved *s, int B);
+void mt_attention_backward(mt_attention *a, mt_act *dqkv, const mt_act *dout,
+                           const mt_act *out, const mt_act *qkv, const mt_cp_saved *s, int B);
 
 /* ------------------------------------------------------------------ */
 /* expert parallelism: MoE token dispatch on the folded mesh (moe_dispatch.c) */
@@ -417,53 +433,60 @@ void mt_ep_combine(const mt_ep *x, const int *meta, const float *rows, float *re
 /* ------------------------------------------------------------------ */
 /* tensors and activations                                             */
 
-/* per-layer tensors; weights are (out, in) row-major */
+/* per-layer tensors; weights are (out, in) row-major. In the parameter
+ * views (m->p) the dense tensors are the weights' compute copy (mt_act); in
+ * the gradient views (m->g) fp32. The MoE tensors are fp32 in both (a MoE
+ * model trains in fp32). */
 typedef struct {
-  float *ln1_w, *ln1_b;         /* (C) */
-  float *qkv_w, *qkv_b;         /* (3C, C), (3C) */
-  float *attn_proj_w, *attn_proj_b; /* (C, C), (C) */
-  float *ln2_w, *ln2_b;         /* (C) */
-  float *fc_w, *fc_b;           /* (4C, C), (4C); a MoE block: its shared experts' */
-  float *fc_proj_w, *fc_proj_b; /* (C, 4C), (C); a MoE block: its shared experts' */
+  mt_act *ln1_w, *ln1_b;         /* (C) */
+  mt_act *qkv_w, *qkv_b;         /* (3C, C), (3C) */
+  mt_act *attn_proj_w, *attn_proj_b; /* (C, C), (C) */
+  mt_act *ln2_w, *ln2_b;         /* (C) */
+  mt_act *fc_w, *fc_b;           /* (4C, C), (4C); a MoE block: its shared experts' */
+  mt_act *fc_proj_w, *fc_proj_b; /* (C, 4C), (C); a MoE block: its shared experts' */
   /* a MoE block: the router and this rank's experts (E_l = E/ep of them,
    * F_l = moe_ffn/etp hidden units of each) */
-  float *router_w;              /* (E, C) */
-  float *e_fc_w, *e_fc_b;       /* (E_l, F_l, C), (E_l, F_l) */
-  float *e_proj_w, *e_proj_b;   /* (E_l, C, F_l), (E_l, C) */
+  mt_act *router_w;              /* (E, C) */
+  mt_act *e_fc_w, *e_fc_b;       /* (E_l, F_l, C), (E_l, F_l) */
+  mt_act *e_proj_w, *e_proj_b;   /* (E_l, C, F_l), (E_l, C) */
 } mt_block_tensors;
 
 /* a tensor this pipeline stage does not hold is NULL */
 typedef struct {
-  float *wte;  /* (Vp, C), also the LM head */
-  float *wpe;  /* (T, C) */
+  mt_act *wte;  /* (Vp, C), also the LM head */
+  mt_act *wpe;  /* (T, C) */
   mt_block_tensors *blocks; /* n_layer */
-  float *lnf_w, *lnf_b;     /* (C) */
+  mt_act *lnf_w, *lnf_b;     /* (C) */
 } mt_gpt_tensors;
 
 /* activations kept for backward, for one micro-batch of B x T (shapes in
- * rows x channels, see the top of this file) */
+ * rows x channels, see the top of this file); mt_act: the activations'
+ * dtype (mt_dtypes acts), float: fp32 always (statistics, losses) */
 typedef struct {
-  float *encoded;              /* (BTs,C) */
-  float *ln1, *ln1_mean, *ln1_rstd; /* (L,BTs,C), (L,BTs) x2 */
-  float *qkv;                  /* (L,BT,3Cl): local q|k|v */
-  float *atty;                 /* (L,BT,Cl) */
+  mt_act *encoded;             /* (BTs,C) */
+  mt_act *ln1;                 /* (L,BTs,C) */
+  float *ln1_mean, *ln1_rstd;  /* (L,BTs) x2 */
+  mt_act *qkv;                 /* (L,BT,3Cl): local q|k|v */
+  mt_act *atty;                /* (L,BT,Cl) */
   float *lse;                  /* (L,B,NHl,T): attention rows' log-sum-exp */
   float *att_qkv, *att_out;    /* Ulysses only: (L,BT,3Cl), (L,BT,Cl) in the head layout */
-  float *attproj;              /* (L,BTs,C) */
-  float *residual2;            /* (L,BTs,C) */
-  float *ln2, *ln2_mean, *ln2_rstd;
-  float *fch, *fch_gelu;       /* (L,BT,Fl) */
-  float *fcproj;               /* (L,BTs,C) */
-  float *residual3;            /* (L,BTs,C) */
-  float *lnf, *lnf_mean, *lnf_rstd; /* (BTs,C), (BTs) x2 */
-  float *logits;               /* (BT,Vl): probabilities after forward */
+  mt_act *attproj;             /* (L,BTs,C) */
+  mt_act *residual2;           /* (L,BTs,C) */
+  mt_act *ln2;
+  float *ln2_mean, *ln2_rstd;
+  mt_act *fch, *fch_gelu;      /* (L,BT,Fl) */
+  mt_act *fcproj;              /* (L,BTs,C) */
+  mt_act *residual3;           /* (L,BTs,C) */
+  mt_act *lnf;                 /* (BTs,C) */
+  float *lnf_mean, *lnf_rstd;  /* (BTs) x2 */
+  mt_act *logits;              /* (BT,Vl): probabilities after forward */
   float *losses;               /* (BT) */
   /* split backward only: the output gradients of each layer's four linears,
    * kept from the input-gradient pass for the weight-gradient pass */
-  float *dy_qkv;               /* (L,BT,3Cl) */
-  float *dy_attproj;           /* (L,BT,C) */
-  float *dy_fc;                /* (L,BT,Fl) */
-  float *dy_fcproj;            /* (L,BT,C) */
+  mt_act *dy_qkv;              /* (L,BT,3Cl) */
+  mt_act *dy_attproj;          /* (L,BT,C) */
+  mt_act *dy_fc;               /* (L,BT,Fl) */
+  mt_act *dy_fcproj;           /* (L,BT,C) */
   /* MoE blocks, Lm of them in a set (slot m = the m-th MoE block of the
    * range), per local token (N = B x Ts, Ts = T/tp under tensor
    * parallelism, else T): router probabilities, log-sum-exp, choices and
@@ -562,11 +585,19 @@ typedef struct {
    * tp_rank + tp x cp_rank; NULL: tp), over which the router's
    * per-sequence counts go */
   mt_group *ep, *etp, *seq;
+  /* the weights' compute copy and the activations in bf16 (mt_dtypes
+   * weights = acts = bf16) through these ops; NULL: fp32. Dense models
+   * only, with ring cp or none (the layout refuses Ulysses and MoE). */
+  const mt_ops_bf16 *bf16;
 } mt_gpt_parallel;
 
 typedef struct mt_gpt {
   mt_model_shape shape;
   const mt_ops *ops;
+  /* bf16 weights' copy and activations (mt_gpt_parallel bf16): their ops,
+   * NULL for fp32; es the bytes of an element of either (4 or 2) */
+  const mt_ops_bf16 *bf;
+  size_t es;
   mt_registry reg;
   /* this rank's share of the split dims, read from the registry */
   struct {
@@ -578,7 +609,7 @@ typedef struct mt_gpt {
   };
   /* the state: views named per tensor, bound unit by unit */
   mt_gpt_tensors p, g;
-  float ***pview, ***gview; /* per registry tensor: the view it binds (looked up by name) */
+  mt_act ***pview, ***gview; /* per registry tensor: the view it binds (looked up by name) */
   int unit_embed, unit_final; /* registry units of the embeddings and the final LN */
   int *unit_block;       /* per block */
   int *unit_experts;     /* per block: the unit of its experts (MoE blocks), else -1 */
@@ -703,14 +734,14 @@ typedef struct {
   mt_gpt_acts *a;
   int l0, l1, B;
   const int *inputs, *targets;
-  const float *dout;
+  const mt_act *dout;
   float dloss;
   int input_only;
 } mt_pass_args;
 
 /* Point unit u's parameter (gradient) views at mem, the memory of the
  * unit's first element (NULL: unbound). */
-void mt_gpt_bind_params(mt_gpt *m, int u, float *mem);
+void mt_gpt_bind_params(mt_gpt *m, int u, mt_act *mem);
 void mt_gpt_bind_grads(mt_gpt *m, int u, float *mem);
 /* Runs one piece of a pass (its units bound). A forward's HEAD returns the
  * sum of the B*T position losses; 0 otherwise. After a backward the
@@ -718,7 +749,7 @@ void mt_gpt_bind_grads(mt_gpt *m, int u, float *mem);
  * valid until the next backward; with the embedding it has gone into wte
  * and wpe. */
 double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pass_args *x);
-const float *mt_gpt_input_grad(const mt_gpt *m);
+const mt_act *mt_gpt_input_grad(const mt_gpt *m);
 
 /* Called after the gradients of layer `layer` are final in this backward
  * pass (layers count down from n_layer-1; -1 means embeddings, the last). */
@@ -734,9 +765,9 @@ double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed
  * gradient of the range's output. Returns the gradient of the range's input
  * (BTs,C, in scratch valid until the next backward); with embed it has gone
  * into wte and wpe. */
-const float *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
-                                   const int *inputs, const int *targets, const float *dout,
-                                   float dloss, int B);
+const mt_act *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
+                                    const int *inputs, const int *targets, const mt_act *dout,
+                                    float dloss, int B);
 /* Forward on inputs/targets (B,T) (T = m->T, this rank's tokens); returns
  * the mean loss over the B*T positions; keeps activations for backward.
  * Under tensor parallelism every rank of the tp group calls it with the
@@ -751,16 +782,17 @@ void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx);
 /* ------------------------------------------------------------------ */
 /* activation sets (acts.c)                                            */
 
-/* Floats of one activation set for n_layers layers of a micro-batch of B
- * sequences (with_head: the final LN, logits and losses too); bind carves
- * the set out of mem (64-byte aligned pieces). In a set, layer l0 + j of a
+/* Floats (4-byte units: the set's bytes / 4) of one activation set for
+ * n_layers layers of a micro-batch of B sequences (with_head: the final
+ * LN, logits and losses too); bind carves the set out of mem (64-byte
+ * aligned pieces). In a set, layer l0 + j of a
  * range [l0, l1) uses slot j; a->encoded is the range's input hidden state
  * (BTs,C) (the embedding's output, or what the previous stage sent) and
  * slot n_layers-1 of a->residual3 its output. */
 size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head);
-void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, int B,
                       int with_head);
 /* The range's output hidden state (BTs,C) in a. */
-float *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
+mt_act *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
 
 #endif

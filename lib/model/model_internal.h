@@ -24,9 +24,9 @@ typedef struct {
  * output res3 (always slot j of the set: the next layer's input). A MoE
  * block also has its slot among the set's MoE blocks (moe). */
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *attproj, *res2;
-  float *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *fcproj, *res3;
-  float *dy_qkv, *dy_attproj, *dy_fc, *dy_fcproj; /* split backward only */
+  mt_act *ln1, *qkv, *atty, *attproj, *res2, *ln2, *fch, *fchg, *fcproj, *res3;
+  float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+  mt_act *dy_qkv, *dy_attproj, *dy_fc, *dy_fcproj; /* split backward only */
   mt_cp_saved att;  /* what attention keeps: the rows' LSE (Ulysses: head-layout q|k|v, out) */
   int is_moe;
   mt_moe_acts moe;
@@ -37,27 +37,41 @@ typedef struct {
  * (recompute's one-layer workspace). */
 typedef enum { MT_SET_KEPT, MT_SET_WORKSPACE } mt_act_set_kind;
 size_t mt_act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head, mt_act_set_kind k);
-void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, float *mem, int n_layers, int B,
+void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, int B,
                      int with_head, mt_act_set_kind k);
 /* layer l of a set holding the range that starts at l0 */
 mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, int B);
 /* the input hidden state (BTs,C) of slot j: the range's input or slot j-1's output */
-const float *mt_layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B);
+const mt_act *mt_layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B);
+
+/* ------------------------------------------------------------------ */
+/* the activations' dtype                                              */
+
+/* element i of an activation or weight array of the model's dtype (es
+ * bytes an element); NULL stays NULL */
+static inline mt_act *mt_act_at(size_t es, const mt_act *p, size_t i) {
+  return p ? (mt_act *)((const char *)p + i * es) : NULL;
+}
+/* An op on activations of the model's dtype: the bf16 table's member when
+ * the model computes in bf16 (bf non-NULL), else mt_ops'. The arguments
+ * are the same for both (mt_act converts to either element type). */
+#define MT_ACT_OP(bf, ops, member, ...) \
+  ((bf) ? (bf)->member(__VA_ARGS__) : (ops)->member(__VA_ARGS__))
 
 /* ------------------------------------------------------------------ */
 /* a transformer block (block.c)                                       */
 
 /* Forward of block l from its input x0 (BTs,C) into x. */
-void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const float *x0,
+void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
                       const mt_layer_acts *x, int B);
 /* Recompute: layer l's activations into the workspace again, from its
  * input (bitwise the stored values). */
-void mt_block_recompute(mt_gpt *m, int l, const float *x0, const mt_layer_acts *x, int B);
+void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, int B);
 /* Backward of block l: dres (BTs,C) holds d(output) and becomes d(input).
  * input_only: no linear's weight or bias gradient; their output gradients
  * go to x->dy_* for mt_block_backward_weight (LayerNorm gradients stay
  * here). */
-void mt_block_backward(mt_gpt *m, int l, const float *x0, const mt_layer_acts *x, float *dres,
+void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, mt_act *dres,
                        int input_only, float dloss, int B);
 /* The weight pass of block l: dW += dY^T X, db += sum dY for each linear,
  * from the output gradients the input pass kept (dense blocks only). */
@@ -102,9 +116,10 @@ void mt_moe_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x);
 mt_attn_block mt_attention_block(const mt_attention *a, int B, int rows, int Tq, int Tk,
                                  int q_pos0, int k_pos0, size_t kv_rs, int rows_kv);
 /* context parallelism: ring and Ulysses (attention_cp.c) */
-void mt_attention_ring_forward(mt_attention *a, float *out, const float *qkv, float *lse, int B);
-void mt_attention_ring_backward(mt_attention *a, float *dqkv, const float *dout, const float *out,
-                                const float *qkv, const float *lse, int B);
+void mt_attention_ring_forward(mt_attention *a, mt_act *out, const mt_act *qkv, float *lse,
+                               int B);
+void mt_attention_ring_backward(mt_attention *a, mt_act *dqkv, const mt_act *dout,
+                                const mt_act *out, const mt_act *qkv, const float *lse, int B);
 void mt_attention_ulysses_forward(mt_attention *a, float *out, const float *qkv,
                                   const mt_cp_saved *s, int B);
 void mt_attention_ulysses_backward(mt_attention *a, float *dqkv, const float *dout,

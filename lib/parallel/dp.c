@@ -51,21 +51,23 @@ static size_t part_len(const mt_dp *d, int k) {
 /* ------------------------------------------------------------------ */
 /* buffer pools (ZeRO-2/3)                                             */
 
+/* a buffer of numel elements of es bytes (and part_numel floats) */
 static void pool_add(const mt_ops *ops, mt_pool_buf **pool, int *n, mt_mem_cat cat, size_t numel,
-                     size_t part_numel) {
+                     size_t part_numel, size_t es) {
   *pool = realloc(*pool, (size_t)(*n + 1) * sizeof **pool);
   if (!*pool) mt_die("out of memory (buffer pool)");
   mt_pool_buf *b = &(*pool)[(*n)++];
   b->numel = numel;
   b->part_numel = part_numel;
-  b->mem = ops->alloc(cat, numel * sizeof(float));
+  b->es = es;
+  b->mem = ops->alloc(cat, numel * es);
   b->part = part_numel ? ops->alloc(cat, part_numel * sizeof(float)) : NULL;
   b->owner = -1;
 }
 
 static void pool_free(const mt_ops *ops, mt_pool_buf *pool, int n, mt_mem_cat cat) {
   for (int i = 0; i < n; i++) {
-    ops->free(cat, pool[i].mem, pool[i].numel * sizeof(float));
+    ops->free(cat, pool[i].mem, pool[i].numel * pool[i].es);
     if (pool[i].part) ops->free(cat, pool[i].part, pool[i].part_numel * sizeof(float));
   }
   free(pool);
@@ -110,10 +112,18 @@ static mt_group *axis(mt_group *g) { return g && g->size > 1 ? g : NULL; }
 void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, const mt_ops *ops,
                   const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay,
                   int flags) {
+  mt_dp_create_bf16(d, groups, reg, ops, NULL, tp, beta1, beta2, eps, weight_decay, flags);
+}
+
+void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg,
+                       const mt_ops *ops, const mt_ops_bf16 *bf, const mt_tp *tp, float beta1,
+                       float beta2, float eps, float weight_decay, int flags) {
   memset(d, 0, sizeof *d);
   d->open_fills = (flags & (MT_DP_OPEN_FILLS | MT_DP_RUNS)) != 0;
   d->unit_bufs = (flags & MT_DP_RUNS) != 0;
   d->zero = reg->zero;
+  d->bf = bf;
+  d->master_sharded = d->zero == 3 || (bf && d->zero >= 1);
   d->reg = reg;
   d->ops = ops;
   d->tp = tp;
@@ -143,7 +153,8 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, 
     }
   }
   size_t n = reg->numel_local, shard = reg->shard_numel;
-  d->params = ops->alloc(MT_MEM_PARAMS, (d->zero == 3 ? shard : n) * sizeof(float));
+  d->params = ops->alloc(MT_MEM_PARAMS, (d->master_sharded ? shard : n) * sizeof(float));
+  if (bf) d->params_bf16 = ops->alloc(MT_MEM_PARAMS, (d->zero == 3 ? shard : n) * sizeof(mt_bf16));
   if (d->zero <= 1) d->grads = ops->alloc(MT_MEM_GRADS, n * sizeof(float));
   if (d->zero >= 1) d->grad_shard = ops->alloc(MT_MEM_GRADS, shard * sizeof(float));
   mt_adamw_create(&d->opt, ops, shard, beta1, beta2, eps, weight_decay);
@@ -165,7 +176,7 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, 
     /* the last bucket's buffer, then the largest of the others, twice */
     const mt_bucket_plan *lastb = plan_of(d, nb - 1);
     pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, lastb->end - lastb->begin,
-             part_len(d, nb - 1));
+             part_len(d, nb - 1), sizeof(float));
     size_t most = 0, most_part = 0;
     for (int k = 0; k < nb - 1; k++) {
       size_t len = plan_of(d, k)->end - plan_of(d, k)->begin;
@@ -175,10 +186,10 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, 
     if (d->open_fills) /* a buffer per bucket, each its own size */
       for (int k = 0; k < nb - 1; k++)
         pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS,
-                 plan_of(d, k)->end - plan_of(d, k)->begin, part_len(d, k));
+                 plan_of(d, k)->end - plan_of(d, k)->begin, part_len(d, k), sizeof(float));
     else
       for (int i = 0; i < (nb - 1 < 2 ? nb - 1 : 2); i++)
-        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part);
+        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part, sizeof(float));
   }
   if (d->zero == 3) {
     int U = reg->n_units;
@@ -186,8 +197,10 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, 
     for (int u = 0; u < U; u++) d->gather[u].buf = -1;
     size_t first = reg->units[0].end - reg->units[0].begin;
     size_t last = U > 1 ? reg->units[U - 1].end - reg->units[U - 1].begin : 0;
-    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, first, 0);
-    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, last, 0);
+    /* the gathered units are the copy's (bf16) or the master's */
+    const size_t es = bf ? sizeof(mt_bf16) : sizeof(float);
+    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, first, 0, es);
+    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, last, 0, es);
     size_t most = 0;
     for (int u = 1; u < U - 1; u++)
       if (reg->units[u].end - reg->units[u].begin > most)
@@ -199,22 +212,25 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, 
         if (reg->units[u].end == reg->units[u].begin) continue;
         d->unit_buf[u] = d->n_pbufs;
         pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER,
-                 reg->units[u].end - reg->units[u].begin, 0);
+                 reg->units[u].end - reg->units[u].begin, 0, es);
       }
     } else {
       for (int i = 0; i < (U - 2 < 2 ? U - 2 : 2); i++)
-        pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, most, 0);
+        pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, most, 0, es);
     }
   }
 }
 
 void mt_dp_destroy(mt_dp *d) {
   const mt_ops *o = d->ops;
+  if (d->params_bf16)
+    o->free(MT_MEM_PARAMS, d->params_bf16,
+            (d->zero == 3 ? d->reg->shard_numel : d->reg->numel_local) * sizeof(mt_bf16));
   for (int k = 0; k < d->reg->n_buckets; k++) mt_wait(&d->buckets[k].req);
   if (d->gather)
     for (int u = 0; u < d->reg->n_units; u++) mt_wait(&d->gather[u].req);
   size_t n = d->reg->numel_local, shard = d->reg->shard_numel;
-  o->free(MT_MEM_PARAMS, d->params, (d->zero == 3 ? shard : n) * sizeof(float));
+  o->free(MT_MEM_PARAMS, d->params, (d->master_sharded ? shard : n) * sizeof(float));
   if (d->grads) o->free(MT_MEM_GRADS, d->grads, n * sizeof(float));
   if (d->grad_shard) o->free(MT_MEM_GRADS, d->grad_shard, shard * sizeof(float));
   mt_adamw_destroy(&d->opt);
@@ -246,7 +262,7 @@ void mt_dp_init_params(mt_dp *d, uint64_t seed) {
   for (int i = 0; i < r->n; i++)
     if (r->t[i].numel_local > most) most = r->t[i].numel_local;
   float *host = mt_malloc((most ? most : 1) * sizeof(float));
-  if (d->zero < 3) {
+  if (!d->master_sharded) {
     for (int i = 0; i < r->n; i++) {
       const mt_tensor *t = &r->t[i];
       if (t->numel_local)
@@ -266,6 +282,25 @@ void mt_dp_init_params(mt_dp *d, uint64_t seed) {
     }
   }
   free(host);
+  mt_dp_master_changed(d);
+}
+
+/* The bf16 copy from the master: zero 0 and 3 convert what they hold (the
+ * whole, the shard); zero 1 and 2 convert this rank's part of each bucket
+ * and all-gather the copy in bf16. */
+void mt_dp_master_changed(mt_dp *d) {
+  const mt_registry *r = d->reg;
+  if (!d->bf) return;
+  if (!d->master_sharded || d->zero == 3) {
+    d->bf->from_f32(d->params_bf16, d->params, d->zero == 3 ? r->shard_numel : r->numel_local);
+    return;
+  }
+  for (int k = 0; k < r->n_buckets; k++) {
+    const mt_bucket_plan *p = plan_of(d, k);
+    d->bf->from_f32(d->params_bf16 + part_begin(d, k), d->params + p->shard_off, part_len(d, k));
+    mt_allgatherv_inplace_u16(group_of(d, k), d->params_bf16 + p->begin, p->counts, p->displs,
+                              d->ops->loc);
+  }
 }
 
 /* ------------------------------------------------------------------ */
@@ -452,8 +487,12 @@ static void gather_start(mt_dp *d, int u) {
   pb->owner = u;
   ug->buf = i;
   ug->state = 1;
-  STATE_CALL(d, k, mt_iallgatherv_f32(group_of(d, k), d->params + p->shard_off, pb->mem,
-                                      p->counts, p->displs, d->ops->loc, &ug->req));
+  if (d->bf) /* the copy's shards, half the bytes of the master's */
+    STATE_CALL(d, k, mt_iallgatherv_u16(group_of(d, k), d->params_bf16 + p->shard_off, pb->mem,
+                                        p->counts, p->displs, d->ops->loc, &ug->req));
+  else
+    STATE_CALL(d, k, mt_iallgatherv_f32(group_of(d, k), d->params + p->shard_off, pb->mem,
+                                        p->counts, p->displs, d->ops->loc, &ug->req));
 }
 
 /* can unit u's gather start now without taking a buffer in use? */
@@ -462,9 +501,9 @@ static int gather_buf_free(const mt_dp *d, int u) {
   return pb->owner < 0 || pb->owner == u;
 }
 
-float *mt_dp_params(mt_dp *d, int u, mt_pass pass) {
+mt_act *mt_dp_params(mt_dp *d, int u, mt_pass pass) {
   const mt_unit *un = &d->reg->units[u];
-  if (d->zero < 3) return d->params + un->begin;
+  if (d->zero < 3) return d->bf ? (mt_act *)(d->params_bf16 + un->begin) : d->params + un->begin;
   mt_unit_gather *ug = &d->gather[u];
   if (un->end == un->begin) return NULL;
   int fresh = ug->state != 2;
@@ -588,20 +627,31 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
   mt_adamw_step_begin(&d->opt, lr);
   for (int k = 0; k < r->n_buckets; k++) {
     const mt_bucket_plan *p = plan_of(d, k);
+    /* the bf16 copy (if any) refreshed in the same pass as the master */
     if (d->zero) {
       size_t pb = part_begin(d, k);
-      float *param = d->zero == 3 ? d->params + p->shard_off : d->params + pb;
-      mt_adamw_update_range(&d->opt, r, param, g + p->shard_off, pb, part_len(d, k), p->shard_off);
+      float *param = d->master_sharded ? d->params + p->shard_off : d->params + pb;
+      mt_bf16 *copy = !d->bf ? NULL : d->zero == 3 ? d->params_bf16 + p->shard_off
+                                                   : d->params_bf16 + pb;
+      mt_adamw_update_range_bf16(&d->opt, r, param, copy, d->bf, g + p->shard_off, pb,
+                                 part_len(d, k), p->shard_off);
     } else {
-      mt_adamw_update_range(&d->opt, r, d->params + p->begin, g + p->begin, p->begin,
-                            p->end - p->begin, p->shard_off);
+      mt_adamw_update_range_bf16(&d->opt, r, d->params + p->begin,
+                                 d->bf ? d->params_bf16 + p->begin : NULL, d->bf, g + p->begin,
+                                 p->begin, p->end - p->begin, p->shard_off);
     }
   }
+  /* zero 1, 2: every rank's updated part to every rank: the bf16 copy's
+   * (half the bytes; the master stays sharded), else the parameters */
   if (d->zero == 1 || d->zero == 2)
     for (int k = 0; k < r->n_buckets; k++) {
       const mt_bucket_plan *p = plan_of(d, k);
-      STATE_CALL(d, k, mt_allgatherv_inplace_f32(group_of(d, k), d->params + p->begin, p->counts,
-                                                 p->displs, d->ops->loc));
+      if (d->bf)
+        STATE_CALL(d, k, mt_allgatherv_inplace_u16(group_of(d, k), d->params_bf16 + p->begin,
+                                                   p->counts, p->displs, d->ops->loc));
+      else
+        STATE_CALL(d, k, mt_allgatherv_inplace_f32(group_of(d, k), d->params + p->begin,
+                                                   p->counts, p->displs, d->ops->loc));
     }
   return norm;
 }
@@ -617,11 +667,11 @@ int mt_dp_state_ranges(const mt_dp *d, int which, int for_save, mt_flat_range **
     const mt_bucket_plan *p = plan_of(d, k);
     size_t pb = part_begin(d, k), pl = part_len(d, k);
     /* this rank's part, or the whole bucket where it holds the whole */
-    int part = for_save || (which == 0 ? d->zero == 3 : d->zero > 0);
+    int part = for_save || (which == 0 ? d->master_sharded : d->zero > 0);
     size_t begin = part ? pb : p->begin, len = part ? pl : p->end - p->begin;
     float *mem;
     if (which == 0) {
-      mem = d->zero == 3 ? d->params + p->shard_off : d->params + begin;
+      mem = d->master_sharded ? d->params + p->shard_off : d->params + begin;
     } else {
       float *moments = which == 1 ? d->opt.m : d->opt.v;
       /* ZeRO: the shard holds only this rank's parts; otherwise whole buckets */

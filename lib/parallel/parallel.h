@@ -47,9 +47,9 @@ typedef struct {
 
 /* A buffer of a pool (ZeRO-2/3 gradients, ZeRO-3 gathered parameters). */
 typedef struct {
-  float *mem;           /* its elements */
+  void *mem;            /* its elements (fp32; a bf16 copy's gathered unit: bf16) */
   float *part;          /* gradient buffers: this rank's part of the reduce-scatter */
-  size_t numel, part_numel;
+  size_t numel, part_numel, es; /* elements of mem and part; bytes of one of mem's */
   int owner;            /* bucket or unit using it, -1 free */
 } mt_pool_buf;
 
@@ -110,6 +110,16 @@ typedef struct {
   int n_pbufs;
   mt_unit_gather *gather;
   double last_grad_norm;
+  /* the weights' compute copy in bf16 (mt_dp_create_bf16; bf NULL: the
+   * model reads the fp32 parameters): params_bf16 holds reg->numel_local
+   * elements (zero <= 2) or the shard (zero 3, whose gather buffers pbufs
+   * are then bf16); master_sharded: params holds the shard (zero 3, or
+   * zero >= 1 with the copy). copy_fresh: the copy equals the master (0
+   * after the master was written other than by an update: initial values,
+   * a checkpoint) */
+  const mt_ops_bf16 *bf;
+  mt_bf16 *params_bf16;
+  int master_sharded;
   /* this step's bytes of the state's collectives (gradients, parameters),
    * per reduction group, as comm counted them (the rest of the group's
    * bytes are scalar sums: the norm, the loss) */
@@ -142,7 +152,23 @@ enum {
 void mt_dp_create(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg, const mt_ops *ops,
                   const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay,
                   int flags);
+/* The same with a bf16 compute copy of the weights (bf: the bf16 ops; NULL:
+ * mt_dp_create). The copy is what mt_dp_params returns, refreshed from the
+ * fp32 master by every update (AdamW writes both in one pass). With it the
+ * master is sharded from ZeRO-1 on, as the ZeRO paper's 2 + 2 + 12 bytes
+ * per parameter has it: zero 0, master and copy whole; zero 1 and 2, the
+ * master is this rank's shard (reg->shard_numel, like ZeRO-3's) and the
+ * copy whole, all-gathered in bf16 after the update; zero 3, both the
+ * shard, and a unit's copy is gathered in bf16 into bf16 buffers. Copy
+ * memory counted as MT_MEM_PARAMS, its gather buffers as MT_MEM_GATHER. */
+void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg,
+                       const mt_ops *ops, const mt_ops_bf16 *bf, const mt_tp *tp, float beta1,
+                       float beta2, float eps, float weight_decay, int flags);
 void mt_dp_destroy(mt_dp *d);
+/* The fp32 master was written other than by mt_dp_optimizer_step (a
+ * checkpoint loaded into mt_dp_state_ranges): the bf16 copy made from it
+ * again (collective over dp under ZeRO-1/2: the copy is all-gathered). */
+void mt_dp_master_changed(mt_dp *d);
 /* The state unit by unit (see mt_registry units), as a pass uses it:
  *   mt_dp_params(u, pass):   the unit's whole parameters (the memory of its
  *                            first element), valid until mt_dp_params_done
@@ -157,7 +183,7 @@ void mt_dp_destroy(mt_dp *d);
  * The units used at both ends of a pass (the embeddings, the final
  * LayerNorm) are released only after their last use in backward; after a
  * forward-only pass mt_dp_release_params lets every unit go. */
-float *mt_dp_params(mt_dp *d, int u, mt_pass pass);
+mt_act *mt_dp_params(mt_dp *d, int u, mt_pass pass);
 void mt_dp_params_done(mt_dp *d, int u, mt_pass pass);
 float *mt_dp_grads(mt_dp *d, int u);
 void mt_dp_grads_done(mt_dp *d, int u);
@@ -319,8 +345,8 @@ typedef struct {
   mt_gpt_acts *acts;        /* per slot */
   int *slot_busy;
   int *slot_of;             /* this run: (mb * v + chunk) -> slot, -1 none */
-  float **dout;             /* per slot: received output gradient */
-  float **out;              /* per slot: the forward's output hidden state (in the set) */
+  mt_act **dout;            /* per slot: received output gradient */
+  mt_act **out;             /* per slot: the forward's output hidden state (in the set) */
   size_t max_msg;           /* floats of the largest hidden state */
   mt_piece *pieces;         /* room for one pass's pieces */
   /* send buffers: a message is copied into a free one and sent; a buffer is
@@ -331,7 +357,7 @@ typedef struct {
   mt_request *send_req;
   int n_send, cap_send;
   mt_request recv;
-  const float *din;         /* the last backward's input gradient (the model's scratch) */
+  const mt_act *din;        /* the last backward's input gradient (the model's scratch) */
   /* the last run, this rank */
   double wall_s, wait_s, compute_s; /* wait: in receives and sends; compute: in the model */
   int peak_slots;           /* most activation sets held at once */
@@ -390,6 +416,9 @@ typedef struct {
   mt_pp_sched sched;
   int accum, virtual_stages;
   const int *stage_l0, *stage_l1;
+  /* the dtype of every role (mt_dtypes_resolve); bf16 weights' copy and
+   * activations need a backend with bf16 ops (mt_ops_bf16_of) */
+  mt_dtypes dtypes;
   int overlap_dp; /* zero <= 1: reduce during each chunk's last backward */
 } mt_step_opts;
 

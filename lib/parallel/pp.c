@@ -17,6 +17,9 @@
 /* comm's point-to-point tags (NCCL gives each its own channel) */
 enum { TAG_ACT = MT_TAG_PP_ACT, TAG_GRAD = MT_TAG_PP_GRAD };
 
+/* the 4-byte words of n activation elements of the model's dtype */
+static size_t msg_words(const mt_gpt *m, size_t n) { return (n * m->es + 3) / 4; }
+
 void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *s, mt_gpt *model,
                        mt_dp *dp, const int *l0, const int *l1) {
   memset(x, 0, sizeof *x);
@@ -38,21 +41,23 @@ void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *
     if (l1[c] - l0[c] > most) most = l1[c] - l0[c];
   }
   x->n_slots = s->max_inflight[x->rank];
+  /* messages are the model's activations (mt_dtypes msgs = acts), sent as
+   * 4-byte words: bf16 ones in half as many */
   x->overlap_dp = 1;
-  x->max_msg = (size_t)model->max_B * model->T_sp * model->shape.n_embd;
+  x->max_msg = msg_words(model, (size_t)model->max_B * model->T_sp * model->shape.n_embd);
   x->slot_mem = mt_calloc((size_t)x->n_slots, sizeof(float *));
   x->acts = mt_calloc((size_t)x->n_slots, sizeof(mt_gpt_acts));
   x->slot_busy = mt_calloc((size_t)x->n_slots, sizeof(int));
-  x->dout = mt_calloc((size_t)x->n_slots, sizeof(float *));
+  x->dout = mt_calloc((size_t)x->n_slots, sizeof(mt_act *));
   if (pp_group->size > 1)
     for (int i = 0; i < x->n_slots; i++)
       x->dout[i] = x->ops->alloc(MT_MEM_COMM, x->max_msg * sizeof(float));
-  x->out = mt_calloc((size_t)x->n_slots, sizeof(float *));
+  x->out = mt_calloc((size_t)x->n_slots, sizeof(mt_act *));
   x->pieces = mt_calloc((size_t)most + 3, sizeof(mt_piece));
 }
 
-/* send n floats of data to peer from a pool buffer */
-static void send_copy(mt_pp_exec *x, const float *data, size_t n, int peer, int tag) {
+/* send n 4-byte words of data to peer from a pool buffer */
+static void send_copy(mt_pp_exec *x, const mt_act *data, size_t n, int peer, int tag) {
   int k = 0;
   for (; k < x->n_send; k++) {
     mt_progress(&x->send_req[k]);
@@ -129,7 +134,7 @@ static void release_slot(mt_pp_exec *x, int cell) { x->slot_busy[x->slot_of[cell
  * complete reported and those it no longer reads released. Returns the
  * forward's loss sum (0 but on the last virtual stage). */
 static double run_pass(mt_pp_exec *x, mt_pass pass, int slot, int chunk, const mt_pp_batch *b,
-                       int mb, const float *dout, int input_only, int keep) {
+                       int mb, const mt_act *dout, int input_only, int keep) {
   mt_gpt *m = x->model;
   const int vs = chunk * x->pp + x->rank;
   const int embed = vs == 0, head = vs == x->last_vs;
@@ -179,8 +184,8 @@ static void add_chunk_bytes(mt_pp_exec *x, int chunk, const double before[4]) {
  * micro-batch's mean loss as the model reports it (fp32), weighted by its
  * tokens in training and by its sequences in evaluation. Returns the output
  * hidden state to send (NULL on the last virtual stage). */
-static float *forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_pp_batch *b,
-                         int keep) {
+static mt_act *forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_pp_batch *b,
+                          int keep) {
   const int last = chunk * x->pp + x->rank == x->last_vs, rows = b->rows[mb];
   double sum = run_pass(x, MT_PASS_FORWARD, slot, chunk, b, mb, NULL, 0, keep);
   if (last && rows > 0) {
@@ -231,7 +236,8 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   for (int i = 0; i < s->n_ops[r]; i++) {
     const mt_pp_op *o = &s->ops[r][i];
     const int cell = o->mb * v + o->chunk;
-    const size_t n = (size_t)b->rows[o->mb] * x->model->T_sp * x->model->shape.n_embd;
+    const size_t n =
+        msg_words(x->model, (size_t)b->rows[o->mb] * x->model->T_sp * x->model->shape.n_embd);
     double t0;
     int k;
     switch (o->kind) {

@@ -12,6 +12,9 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   s->groups = *g;
   mt_gpt_parallel par = o->par;
   par.external_state = 1; /* the dp engine holds the state */
+  /* bf16 storage where the roles say so and the backend has the ops (the
+   * CUDA backend multiplies in bf16 over fp32 tensors instead) */
+  par.bf16 = o->dtypes.acts == MT_FLOAT_BF16 ? mt_ops_bf16_of(ops) : NULL;
   if (mt_gpt_create_stage(&s->model, o->shape, ops, o->micro_batch, &par, e) != 0) return -1;
   /* cp ranks hold the same parameters (each sees other tokens): gradients
    * and ZeRO shards go over dp x cp (at cp = 1, the dp group, rank for
@@ -24,10 +27,10 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   mt_dp_groups dg = {.reduce = {[MT_GROUP_DP] = g->dpcp, [MT_GROUP_EDP] = g->edp},
                      .tp = g->tp, .pp = g->pp, .ep = g->ep, .etp = g->etp};
   const int pp = g->pp->size;
-  mt_dp_create(&s->dp, &dg, reg, ops, &s->model.tp, o->beta1, o->beta2, o->eps,
-               o->weight_decay,
-               (s->model.split_backward ? MT_DP_OPEN_FILLS : 0) |
-                   (pp > 1 && o->sched == MT_SCHED_BFS ? MT_DP_RUNS : 0));
+  mt_dp_create_bf16(&s->dp, &dg, reg, ops, par.bf16, &s->model.tp, o->beta1, o->beta2, o->eps,
+                    o->weight_decay,
+                    (s->model.split_backward ? MT_DP_OPEN_FILLS : 0) |
+                        (pp > 1 && o->sched == MT_SCHED_BFS ? MT_DP_RUNS : 0));
   if (pp > 1) {
     s->tied_numel = mt_pp_tied_numel(reg);
     if (s->tied_numel) s->tied_scratch = ops->alloc(MT_MEM_COMM, s->tied_numel * sizeof(float));

@@ -232,14 +232,44 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
    * the GPU (setup asks it: mt_train_device_setup) */
   char dmsg[512];
   mt_precision prec;
-  if (mt_device_resolve(cfg->device, cfg->precision, mt_cuda_built(), 1, "", &prec, dmsg,
-                        sizeof dmsg) < 0) {
+  int dev = mt_device_resolve(cfg->device, cfg->precision, mt_cuda_built(), 1, "", &prec, dmsg,
+                               sizeof dmsg);
+  if (dev < 0) {
     mt_err_set(e, "%s", dmsg);
+    return -1;
+  }
+  /* the dtype of every role, decided here once (the plan and the run read
+   * lay->dtypes; train.device = auto counts as cuda where CUDA is built);
+   * bf16 storage covers dense models without tp, cp or ep */
+  if (mt_dtypes_resolve(prec, (mt_device_kind)dev, cfg->grad_dtype, cfg->grad_reduce_dtype,
+                        &lay->dtypes, dmsg, sizeof dmsg) != 0) {
+    mt_err_set(e, "%s", dmsg);
+    return -1;
+  }
+  if (lay->dtypes.acts == MT_FLOAT_BF16 &&
+      ((cfg->cp > 1 && strcmp(cfg->cp_mode, "ulysses") == 0) || lay->shape.moe_experts > 0)) {
+    mt_err_set(e, "train.precision = bf16 on the CPU is implemented for dense models with ring "
+                  "context parallelism or none; parallel.cp = %d with cp_mode = %s, "
+                  "model.moe_experts = %d (set train.precision = fp32)",
+               cfg->cp, cfg->cp_mode, lay->shape.moe_experts);
+    return -1;
+  }
+  if (lay->dtypes.weights == MT_FLOAT_BF16 && cfg->zero >= 1 && cfg->save_params) {
+    mt_err_set(e, "output.save_params = true needs parallel.zero = 0 under train.precision = "
+                  "bf16 (from ZeRO-1 on a rank holds only its shard of the fp32 master)");
     return -1;
   }
   /* the virtual device: a profile that prices (its [cost] section), and
    * no checkpoint (a virtual run holds no values) */
   if (strcmp(cfg->device, "virtual") == 0) {
+    /* the emulation prices activations by the profile's act_bytes and
+     * computes no values, so bf16 storage would change nothing it measures */
+    if (prec == MT_PRECISION_BF16) {
+      mt_err_set(e, "train.precision = bf16: train.device = virtual emulates fp32 storage only "
+                    "(its profile's act_bytes prices the activations); set train.precision = "
+                    "fp32");
+      return -1;
+    }
     mt_cost_profile vp;
     mt_err vwhy = {0};
     if (!cfg->virtual_hw[0]) {
@@ -302,6 +332,7 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,
       .virtual_stages = cfg->virtual_stages, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs,
+      .dtypes = lay->dtypes,
       .overlap_dp = cfg->overlap_dp};
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
     o->par.stage_of_layer = lay->stage_of_layer;

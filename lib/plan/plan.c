@@ -244,8 +244,14 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
             s->moe_capacity > 0 ? "capacity" : "dropless", mt_model_moe_before(s, s->n_layer),
             s->n_layer, mt_model_active_params(s), cfg->etp, cfg->ep,
             cfg->tp * cfg->cp * cfg->dp / (cfg->etp * cfg->ep));
-  fprintf(f, "# per rank, the largest of each stage: memory in MiB by category (fp32), bytes "
-             "sent per training step in MB%s\n",
+  const mt_dtypes *dt = &p->lay.dtypes;
+  fprintf(f, "# dtypes: master %s, weights' copy %s, activations %s, messages %s, gradients %s, "
+             "dp reduction %s\n",
+          mt_float_type_name(dt->master), mt_float_type_name(dt->weights),
+          mt_float_type_name(dt->acts), mt_float_type_name(dt->msgs),
+          mt_float_type_name(dt->grads), mt_float_type_name(dt->grad_reduce));
+  fprintf(f, "# per rank, the largest of each stage: memory in MiB by category (in those "
+             "dtypes), bytes sent per training step in MB%s\n",
           moe ? " (ep: as a balanced routing implies)" : "");
   fprintf(f, "%-5s %10s %10s %10s %10s %10s %10s %10s | %10s %10s %10s %10s", "stage", "params",
           "grads", "optimizer", "gathered", "activ", "comm", "total", "dp", "tp", "pp", "cp");
@@ -296,6 +302,13 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
     cJSON_AddNumberToObject(o, "active_params", (double)mt_model_active_params(&p->lay.shape));
   cJSON *lay = mt_plan_json_layout(o, "layout", cfg, p->n);
   cJSON_AddNumberToObject(lay, "accum", p->lay.accum);
+  cJSON *dt = cJSON_AddObjectToObject(o, "dtypes");
+  cJSON_AddStringToObject(dt, "master", mt_float_type_name(p->lay.dtypes.master));
+  cJSON_AddStringToObject(dt, "weights", mt_float_type_name(p->lay.dtypes.weights));
+  cJSON_AddStringToObject(dt, "acts", mt_float_type_name(p->lay.dtypes.acts));
+  cJSON_AddStringToObject(dt, "msgs", mt_float_type_name(p->lay.dtypes.msgs));
+  cJSON_AddStringToObject(dt, "grads", mt_float_type_name(p->lay.dtypes.grads));
+  cJSON_AddStringToObject(dt, "grad_reduce", mt_float_type_name(p->lay.dtypes.grad_reduce));
   cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
   for (int i = 0; i < p->n; i++) {
     const mt_plan_rank *r = &p->r[i];

@@ -36,6 +36,7 @@ typedef struct {
   mt_pp_sched sched;     /* pipeline schedule (pp = 1: 1f1b, one stage) */
   int split[MT_PP_MAX_CHUNKS], has_split; /* parallel.pp_split */
   int *stage_of_layer;   /* per block: its pp rank (NULL when pp = 1) */
+  mt_dtypes dtypes;      /* the dtype of every role of the state (train.precision, ...) */
 } mt_layout;
 
 /* Every check of the configuration that needs no data and no MPI: keys,

@@ -160,7 +160,14 @@ void mt_train_device_setup(mt_trainer *t) {
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   t->device = (mt_device_kind)kind;
   t->gpu = -1;
-  if (t->device == MT_DEVICE_CPU) return;
+  if (t->device == MT_DEVICE_CPU) {
+    /* one line on how the CPU computes in bf16 (the matmul path and why:
+     * with or without bf16 instructions, AMX, oneDNN) */
+    if (t->precision == MT_PRECISION_BF16)
+      mt_info0("meshtrain: precision bf16 on the CPU: bf16 weights' copy and activations over "
+               "fp32 master weights and moments; %s", mt_bf16_gemm_note());
+    return;
+  }
 
   t->gpu = mt_device_for_local_rank(t->mesh.node.rank, t->mesh.node.size, n_visible, NULL);
   mt_cuda_init(t->gpu, t->precision, &err);

@@ -134,6 +134,7 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
                    cfg->ckpt_verify_on_load, &got, err) == 0) {
     if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
     load_moe_bias(t, err);
+    mt_dp_master_changed(&t->step.dp); /* a bf16 compute copy follows the loaded master */
     t->start_step = got.step;
     t->samples_done = got.samples;
     t->step.dp.opt.t = (int)got.optimizer_step;
@@ -192,6 +193,7 @@ static void init_from_checkpoint(mt_trainer *t, mt_err *err) {
                           .shorter_positions = 1};
   if (mt_ckpt_load_with(dir, &t->step.model.reg, &t->mesh, &st, &want, &lo, &got, err) == 0) {
     if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
+    mt_dp_master_changed(&t->step.dp);
     mt_info0("meshtrain: parameters from %s (step %lld of the run that wrote it) in %.2f s; "
              "training from step 0 with fresh optimizer state", dir, (long long)got.step,
              mt_now() - tl);

@@ -8,6 +8,7 @@ endforeach()
 mt_script_test(modes ckpt modes.sh)
 mt_script_test(resume_tp ckpt resume_tp.sh)
 mt_script_test(resume_pp ckpt resume_pp.sh)
+mt_script_test(resume_bf16 ckpt resume_bf16.sh)
 
 # damages a checkpoint for the tests below (not installed, not for users)
 add_executable(ckpt_edit ${CMAKE_CURRENT_LIST_DIR}/ckpt_edit.c)

@@ -25,8 +25,18 @@ mt_script_test(edges gpu ops.sh gpu_edges)
 
 # bad input about devices, on any machine (badinput: also under ASan)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
-mt_script_test(bf16_on_cpu badinput ../scripts/expect_fail.sh bf16_on_cpu 2
-  "train.precision = bf16 needs train.device = cuda" ${T} --set train.precision=bf16)
+mt_script_test(fp16_refused badinput ../scripts/expect_fail.sh fp16_refused 2
+  "train.precision = fp16: fp16 needs dynamic loss scaling" ${T} --set train.precision=fp16)
+mt_script_test(bf16_ulysses_refused badinput ../scripts/expect_fail.sh bf16_ulysses_refused 2
+  "train.precision = bf16 on the CPU is implemented for dense models with ring context parallelism or none. parallel.cp = 2 with cp_mode = ulysses" ${T} --set train.precision=bf16 --set parallel.cp=2 --set parallel.cp_mode=ulysses)
+mt_script_test(grad_dtype_bf16_refused badinput ../scripts/expect_fail.sh grad_dtype_bf16_refused 2
+  "train.grad_dtype = bf16: not implemented yet" ${T} --set train.precision=bf16 --set train.grad_dtype=bf16)
+# the virtual device computes no values and prices activations by its
+# profile's act_bytes: bf16 storage is refused there rather than ignored
+mt_script_test(bf16_virtual_refused badinput ../scripts/expect_fail.sh bf16_virtual_refused 2
+  "train.precision = bf16: train.device = virtual emulates fp32 storage only" ${T} --set train.device=virtual --set train.virtual_hw=h200 --set ckpt.mode=none --set train.precision=bf16)
+mt_script_test(grad_dtype_unknown badinput ../scripts/expect_fail.sh grad_dtype_unknown 2
+  "train.grad_dtype: 'fp8' is not one of fp32.bf16" ${T} --set train.grad_dtype=fp8)
 mt_script_test(bad_device badinput ../scripts/expect_fail.sh bad_device 1
   "train.device: 'gpu' is not one of cpu.cuda.auto" ${T} --set train.device=gpu)
 mt_script_test(cuda_without_gpu badinput no_gpu.sh)

@@ -162,7 +162,7 @@ static void run(mt_mesh *mesh, int sp) {
   const int B = 2, T = s.seq_len, BT = B * T;
   mt_err e = {0};
   mt_gpt ref, m;
-  mt_gpt_parallel par = {&mesh->tp_g, sp, 0, 0, NULL, 0, 0, 0, NULL, MT_CP_RING, NULL, NULL, NULL};
+  mt_gpt_parallel par = {.tp = &mesh->tp_g, .sp = sp, .cp_mode = MT_CP_RING};
   if (mt_gpt_create(&ref, &s1, mt_ops_cpu(), B, &e) != 0 ||
       mt_gpt_create_parallel(&m, &sn, mt_ops_cpu(), B, &par, &e) != 0) {
     MT_FAIL("%s: create: %s", tag, e.msg);

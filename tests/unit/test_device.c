@@ -36,25 +36,60 @@ static void expect(const char *dev, const char *prec, int built, int n, int want
 }
 
 int main(void) {
-  /* cpu: always, fp32 only */
+  /* cpu: always, fp32 or bf16 */
   expect("cpu", "fp32", 0, 0, MT_DEVICE_CPU, MT_PRECISION_FP32, NULL, NULL);
   expect("cpu", "fp32", 1, 4, MT_DEVICE_CPU, MT_PRECISION_FP32, NULL, NULL);
-  expect("cpu", "bf16", 1, 4, -1, 0, "train.precision = bf16", "train.device = cuda");
+  expect("cpu", "bf16", 1, 4, MT_DEVICE_CPU, MT_PRECISION_BF16, NULL, NULL);
+  expect("cpu", "bf16", 0, 0, MT_DEVICE_CPU, MT_PRECISION_BF16, NULL, NULL);
   /* cuda: needs the build and a GPU */
   expect("cuda", "fp32", 1, 1, MT_DEVICE_CUDA, MT_PRECISION_FP32, NULL, NULL);
   expect("cuda", "bf16", 1, 8, MT_DEVICE_CUDA, MT_PRECISION_BF16, NULL, NULL);
   expect("cuda", "fp32", 0, 0, -1, 0, "train.device = cuda", "built without CUDA");
   expect("cuda", "bf16", 1, 0, -1, 0, "train.device = cuda", "no CUDA-capable device");
-  /* auto: cuda when it can, else the CPU in fp32; bf16 then refused */
+  /* auto: cuda when it can, else the CPU (bf16 too) */
   expect("auto", "fp32", 1, 2, MT_DEVICE_CUDA, MT_PRECISION_FP32, NULL, NULL);
   expect("auto", "fp32", 1, 0, MT_DEVICE_CPU, MT_PRECISION_FP32, NULL, NULL);
   expect("auto", "fp32", 0, 0, MT_DEVICE_CPU, MT_PRECISION_FP32, NULL, NULL);
   expect("auto", "bf16", 1, 1, MT_DEVICE_CUDA, MT_PRECISION_BF16, NULL, NULL);
-  expect("auto", "bf16", 1, 0, -1, 0, "train.precision = bf16", "no CUDA-capable device");
-  expect("auto", "bf16", 0, 0, -1, 0, "train.precision = bf16", "built without CUDA");
+  expect("auto", "bf16", 1, 0, MT_DEVICE_CPU, MT_PRECISION_BF16, NULL, NULL);
+  expect("auto", "bf16", 0, 0, MT_DEVICE_CPU, MT_PRECISION_BF16, NULL, NULL);
+  /* fp16: refused everywhere, pointing at bf16 */
+  expect("cpu", "fp16", 1, 1, -1, 0, "train.precision = fp16", "use train.precision = bf16");
+  expect("cuda", "fp16", 1, 1, -1, 0, "loss scaling", "use train.precision = bf16");
   /* unknown values */
   expect("gpu", "fp32", 1, 1, -1, 0, "train.device = 'gpu'", "cpu|cuda|auto");
-  expect("cuda", "fp16", 1, 1, -1, 0, "train.precision = 'fp16'", "fp32|bf16");
+  expect("cuda", "fp8", 1, 1, -1, 0, "train.precision = 'fp8'", "fp32|bf16");
+
+  /* the dtype of each role, decided once */
+  {
+    char msg[256];
+    mt_dtypes d;
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_FP32, MT_DEVICE_CPU, "fp32", "fp32", &d, msg,
+                               sizeof msg) == 0 &&
+                 d.weights == MT_FLOAT_FP32 && d.acts == MT_FLOAT_FP32 && d.msgs == MT_FLOAT_FP32,
+             "fp32 on the CPU: %s", msg);
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, MT_DEVICE_CPU, "fp32", "fp32", &d, msg,
+                               sizeof msg) == 0 &&
+                 d.master == MT_FLOAT_FP32 && d.weights == MT_FLOAT_BF16 &&
+                 d.acts == MT_FLOAT_BF16 && d.msgs == MT_FLOAT_BF16 && d.grads == MT_FLOAT_FP32 &&
+                 d.grad_reduce == MT_FLOAT_FP32,
+             "bf16 on the CPU: %s", msg);
+    /* CUDA multiplies bf16 operands over fp32 tensors: every role fp32 */
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, MT_DEVICE_CUDA, "fp32", "fp32", &d, msg,
+                               sizeof msg) == 0 &&
+                 d.weights == MT_FLOAT_FP32 && d.acts == MT_FLOAT_FP32,
+             "bf16 on CUDA: %s", msg);
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, MT_DEVICE_CPU, "fp16", "fp32", &d, msg,
+                               sizeof msg) != 0 && strstr(msg, "train.grad_dtype = 'fp16'"),
+             "grad_dtype fp16: '%s'", msg);
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, MT_DEVICE_CPU, "bf16", "fp32", &d, msg,
+                               sizeof msg) != 0 && strstr(msg, "train.grad_dtype = bf16") &&
+                 strstr(msg, "not implemented"),
+             "grad_dtype bf16: '%s'", msg);
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_FP32, MT_DEVICE_CPU, "fp32", "bf16", &d, msg,
+                               sizeof msg) != 0 && strstr(msg, "parallel.grad_reduce_dtype = bf16"),
+             "grad_reduce_dtype bf16: '%s'", msg);
+  }
 
   /* GPU per node-local rank */
   int shared = -1;

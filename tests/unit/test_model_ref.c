@@ -601,14 +601,14 @@ static void run_case(const test_case *tc) {
   for (int l = 0; l < s.n_layer; l++) {
 #define ACT(name, got, ref, n) \
   (snprintf(what, sizeof what, "%d.%s", l, name), check_act(tc->tag, what, got, ref, n))
-    ACT("ln1", m.a.ln1 + l * btc, a.ln1 + l * btc, btc);
-    ACT("qkv", m.a.qkv + 3 * l * btc, a.qkv + 3 * l * btc, 3 * btc);
+    ACT("ln1", (float *)m.a.ln1 + l * btc, a.ln1 + l * btc, btc);
+    ACT("qkv", (float *)m.a.qkv + 3 * l * btc, a.qkv + 3 * l * btc, 3 * btc);
     ACT("lse", m.a.lse + (size_t)l * B * s.n_head * T, a.lse + (size_t)l * B * s.n_head * T,
         (size_t)B * s.n_head * T);
-    ACT("atty", m.a.atty + l * btc, a.atty + l * btc, btc);
-    ACT("residual2", m.a.residual2 + l * btc, a.res2 + l * btc, btc);
-    ACT("fch_gelu", m.a.fch_gelu + 4 * l * btc, a.fcg + 4 * l * btc, 4 * btc);
-    ACT("residual3", m.a.residual3 + l * btc, a.x + (l + 1) * btc, btc);
+    ACT("atty", (float *)m.a.atty + l * btc, a.atty + l * btc, btc);
+    ACT("residual2", (float *)m.a.residual2 + l * btc, a.res2 + l * btc, btc);
+    ACT("fch_gelu", (float *)m.a.fch_gelu + 4 * l * btc, a.fcg + 4 * l * btc, 4 * btc);
+    ACT("residual3", (float *)m.a.residual3 + l * btc, a.x + (l + 1) * btc, btc);
 #undef ACT
   }
   check_act(tc->tag, "lnf", m.a.lnf, a.lnf, btc);
@@ -616,11 +616,11 @@ static void run_case(const test_case *tc) {
     double emax = 0.0, pad_max = 0.0;
     for (int bt = 0; bt < BT; bt++) {
       for (int v = 0; v < V; v++) {
-        double d = fabs((double)m.a.logits[(size_t)bt * Vp + v] - a.probs[(size_t)bt * V + v]);
+        double d = fabs((double)((float *)m.a.logits)[(size_t)bt * Vp + v] - a.probs[(size_t)bt * V + v]);
         if (!(d <= emax)) emax = d;
       }
       for (int v = V; v < Vp; v++) {
-        double d = fabs((double)m.a.logits[(size_t)bt * Vp + v]);
+        double d = fabs((double)((float *)m.a.logits)[(size_t)bt * Vp + v]);
         if (!(d <= pad_max)) pad_max = d;
       }
     }

@@ -11,18 +11,31 @@
 # counters (ranks[].last_step_bytes) must equal them. Prints the table.
 # Arguments after PRESET are added to every run (tests/gpu/memory.sh: the
 # same on a GPU).
+# tiny_bf16: tiny under train.precision = bf16 (the bf16 weights' copy,
+# activations, pipeline and tp messages): dp = 2 at every zero, dp = 4 at
+# zero 3, pp = 2 (1f1b, and zb-h1 with recompute), tp = 2 (with sp at
+# zero 3, dp = 2), ring cp = 2.
 MT_SUFFIX=$1
 source "$(dirname "$0")/../scripts/common.sh"
-preset=$1
+preset=$1 bf16=0
+if [ "$preset" = tiny_bf16 ]; then preset=tiny bf16=1; fi
 corpus=$(mt_corpus 400000)
 common=(--set model.preset="$preset" --set train.steps=2 --set train.global_batch=8
         --set data.train="$corpus" --set train.eval_every=0 --set ckpt.mode=none "${@:2}")
+[ $bf16 = 1 ] && common+=(--set train.precision=bf16)
 [ "$preset" = small ] && common+=(--set model.seq_len=128)
 cases=("dp2z0 2 --set parallel.dp=2 --set parallel.zero=0 --set train.micro_batch=2"
        "dp2z1 2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2"
        "dp2z2 2 --set parallel.dp=2 --set parallel.zero=2 --set train.micro_batch=1"
        "dp2z3 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=2")
-if [ "$preset" = tiny ]; then
+if [ $bf16 = 1 ]; then
+  cases+=("dp4z3 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1"
+          "pp2z1 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2"
+          "pp2zbrc 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompute=true --set train.micro_batch=2"
+          "tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3 --set train.micro_batch=2"
+          "tp2z1 2 --set parallel.tp=2 --set parallel.zero=1 --set train.micro_batch=4"
+          "cp2ring 2 --set parallel.cp=2 --set parallel.zero=1 --set train.micro_batch=2")
+elif [ "$preset" = tiny ]; then
   cases+=("dp4z3 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1"
           "dp4z2b 4 --set parallel.dp=4 --set parallel.zero=2 --set train.micro_batch=1 --set parallel.bucket_mb=0.02"
           "tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3 --set train.micro_batch=2"

@@ -3,6 +3,7 @@ set(S ${CMAKE_CURRENT_SOURCE_DIR})
 mt_script_test(equivalence zero equivalence.sh)
 mt_script_test(plan_tiny zero plan_accounting.sh tiny)
 mt_script_test(plan_small zero plan_accounting.sh small)
+mt_script_test(plan_tiny_bf16 zero plan_accounting.sh tiny_bf16)
 mt_script_test(plan_offline zero plan_offline.sh)
 mt_script_test(no_lookup_by_position zero no_lookup_by_position.sh)
 

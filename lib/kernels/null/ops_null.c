@@ -222,3 +222,94 @@ static const mt_ops g_ops_null = {
 #undef NULL_OP
 
 const mt_ops *mt_ops_null(void) { return &g_ops_null; }
+
+/* ------------------------------------------------------------------ */
+/* the bf16 ops: empty (nothing the host reads comes from them: the losses
+ * are summed by mt_ops' sum, the norms by mt_ops' sumsq over fp32 grads) */
+
+typedef mt_bf16 bf;
+static void nb_matmul_forward(bf *out, const bf *inp, const bf *w, const bf *bias, int N, int C,
+                              int OC) {}
+static void nb_matmul_backward(bf *dinp, float *dw, float *dbias, const bf *dout, const bf *inp,
+                               const bf *w, int N, int C, int OC) {}
+static void nb_grouped_matmul_forward(bf *out, const bf *inp, const bf *w, const bf *bias,
+                                      const int *off, int G, int C, int OC) {}
+static void nb_grouped_matmul_backward(bf *dinp, float *dw, float *dbias, const bf *dout,
+                                       const bf *inp, const bf *w, const int *off, int G, int C,
+                                       int OC) {}
+static void nb_gather_rows(bf *out, const bf *inp, const int *idx, int n, int C) {}
+static void nb_moe_combine(bf *out, const bf *y, const int *slot, const float *w, int N, int C,
+                           int k) {}
+static void nb_moe_combine_backward(bf *dy, float *dw, const bf *dout, const bf *y,
+                                    const int *slot, const float *w, int N, int C, int k) {}
+static void nb_moe_gather_sum(bf *dx, const bf *src, const int *slot, int N, int C, int k) {}
+static void nb_encoder_forward(bf *out, const int *inp, const bf *wte, const bf *wpe, int B, int T,
+                               int C) {}
+static void nb_encoder_backward(float *dwte, float *dwpe, const bf *dout, const int *inp, int B,
+                                int T, int C) {}
+static void nb_encoder_vp_forward(bf *out, const int *inp, const bf *wte, int v0, int Vl,
+                                  const bf *wpe, int B, int T, int C) {}
+static void nb_encoder_vp_backward(float *dwte, float *dwpe, const bf *dout, const int *inp,
+                                   int v0, int Vl, int B, int T, int C) {}
+static void nb_layernorm_forward(bf *out, float *mean, float *rstd, const bf *inp, const bf *w,
+                                 const bf *b, int N, int C) {}
+static void nb_layernorm_backward(bf *dinp, float *dw, float *db, const bf *dout, const bf *inp,
+                                  const bf *w, const float *mean, const float *rstd, int N,
+                                  int C) {}
+static void nb_gelu_forward(bf *out, const bf *inp, size_t n) {}
+static void nb_gelu_backward(bf *dinp, const bf *inp, const bf *dout, size_t n) {}
+static void nb_residual_forward(bf *out, const bf *a, const bf *b, size_t n) {}
+static void nb_attn_forward(const mt_attn_block *a, bf *out, float *lse, const bf *q, const bf *k,
+                            const bf *v) {}
+static void nb_attn_merge(const mt_attn_block *a, bf *out, float *lse, const bf *part,
+                          const float *part_lse) {}
+static void nb_attn_backward(const mt_attn_block *a, bf *dq, bf *dk, bf *dv, const bf *dout,
+                             const bf *out, const float *lse, const bf *q, const bf *k,
+                             const bf *v) {}
+static void nb_softmax_xent_forward(float *losses, bf *probs, const bf *logits, const int *targets,
+                                    int N, int V, int Vp) {}
+static void nb_softmax_xent_backward(bf *dlogits, const bf *probs, const int *targets, float dloss,
+                                     int N, int V, int Vp) {}
+static void nb_xent_vp_max(float *rowmax, const bf *logits, int N, int Vl, int nvalid) {}
+static void nb_xent_vp_exp(double *stats, const bf *logits, const float *rowmax,
+                           const int *targets, int v0, int N, int Vl, int nvalid) {}
+static void nb_xent_vp_finish(float *losses, bf *probs, const bf *logits, const double *stats,
+                              const float *rowmax, int N, int Vl, int nvalid) {}
+static void nb_xent_vp_backward(bf *dlogits, const bf *probs, const int *targets, int v0,
+                                float dloss, int N, int Vl, int nvalid) {}
+static void nb_adamw_update(float *param, bf *param_bf16, const float *grad, float *m, float *v,
+                            size_t n, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, int t) {}
+static void nb_zero(bf *x, size_t n) {}
+static void nb_copy(bf *dst, const bf *src, size_t n) {}
+static void nb_axpy(bf *y, float a, const bf *x, size_t n) {}
+static void nb_scale(bf *x, float s, size_t n) {}
+static double nb_sum(const bf *x, size_t n) { return 0.0; }
+static double nb_sumsq(const bf *x, size_t n) { return 0.0; }
+static void nb_copy_2d(bf *dst, size_t ld_dst, const bf *src, size_t ld_src, size_t rows,
+                       size_t cols) {}
+static void nb_add_2d(bf *dst, size_t ld_dst, const bf *src, size_t ld_src, size_t rows,
+                      size_t cols) {}
+static void nb_from_f32(bf *dst, const float *src, size_t n) {}
+static void nb_to_f32(float *dst, const bf *src, size_t n) {}
+
+static const mt_ops_bf16 g_ops_bf16_null = {
+    .name = "null-bf16",
+    .matmul_forward = nb_matmul_forward, .matmul_backward = nb_matmul_backward,
+    .grouped_matmul_forward = nb_grouped_matmul_forward,
+    .grouped_matmul_backward = nb_grouped_matmul_backward, .gather_rows = nb_gather_rows,
+    .moe_combine = nb_moe_combine, .moe_combine_backward = nb_moe_combine_backward,
+    .moe_gather_sum = nb_moe_gather_sum, .encoder_forward = nb_encoder_forward,
+    .encoder_backward = nb_encoder_backward, .encoder_vp_forward = nb_encoder_vp_forward,
+    .encoder_vp_backward = nb_encoder_vp_backward, .layernorm_forward = nb_layernorm_forward,
+    .layernorm_backward = nb_layernorm_backward, .gelu_forward = nb_gelu_forward,
+    .gelu_backward = nb_gelu_backward, .residual_forward = nb_residual_forward,
+    .attn_forward = nb_attn_forward, .attn_merge = nb_attn_merge,
+    .attn_backward = nb_attn_backward, .softmax_xent_forward = nb_softmax_xent_forward,
+    .softmax_xent_backward = nb_softmax_xent_backward, .xent_vp_max = nb_xent_vp_max,
+    .xent_vp_exp = nb_xent_vp_exp, .xent_vp_finish = nb_xent_vp_finish,
+    .xent_vp_backward = nb_xent_vp_backward, .adamw_update = nb_adamw_update, .zero = nb_zero,
+    .copy = nb_copy, .axpy = nb_axpy, .scale = nb_scale, .sum = nb_sum, .sumsq = nb_sumsq,
+    .copy_2d = nb_copy_2d, .add_2d = nb_add_2d, .from_f32 = nb_from_f32, .to_f32 = nb_to_f32};
+
+const mt_ops_bf16 *mt_ops_bf16_null(void) { return &g_ops_bf16_null; }

@@ -1,0 +1,47 @@
+# bf16 under other layouts: the same global batch on one rank (micro-batch
+# 2), dp = 2 with ZeRO-1 (micro-batch 4: accumulation differs), dp = 2 with
+# ZeRO-3 (the bf16 copy's shards gathered), pp = 2 zb-h1 with recompute
+# (bf16 messages, split backward), tp = 2 with sp, dp = 2 x tp = 2 with
+# sp at ZeRO-3 (bf16 all-gathers and reduce-scatters over tp) and ring
+# context parallelism cp = 2 (bf16 K/V and dK/dV round the ring), dp = 2 x
+# pp = 2 at ZeRO-2 (zb-h1) and ZeRO-3 (breadth-first): losses within
+# rtol 1e-3 of the one-rank run at each of 20 steps (NaN fails).
+# Why 1e-3: layouts sum the fp32 gradients in different orders (relative
+# 1e-7), so a master weight close to the midpoint of two bf16 values rounds
+# to the other one on one layout; each such flip moves a weight of the copy
+# by one bf16 unit, 2^-8 relative (u = 3.9e-3). tp adds one rounding to
+# every output of a row-parallel layer (the bf16 sum of the ranks' bf16
+# partial outputs: at most u/2 relative each). Were every weight and
+# activation off by a unit the loss could move by about u; these errors are
+# unbiased and uncorrelated, so the bound is u/4 = 1e-3, 9x what was
+# measured (dp 4.9e-5, tp 1.1e-4, cp 5.8e-5 at most; pp and recompute are bitwise
+# equal: they cut no sum).
+source "$(dirname "$0")/common.sh"
+corpus=$(mt_corpus 300000)
+common=(--set model.preset=tiny --set train.steps=20 --set train.global_batch=8
+        --set data.train="$corpus" --set train.eval_every=0 --set train.warmup_steps=5
+        --set train.lr=3e-3 --set train.precision=bf16)
+run() { # NAME NP ARGS...
+  local name=$1 np=$2; shift 2
+  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" --set output.dir="$WORK/$name" "$@" \
+    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
+}
+run ref 1 --set train.micro_batch=2
+run dp2z1 2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=4
+run dp2z3 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=2
+run pp2zbrc 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompute=true \
+  --set train.micro_batch=2
+run tp2sp 2 --set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=2
+run dp2tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true \
+  --set parallel.zero=3 --set train.micro_batch=2
+run cp2 2 --set parallel.cp=2 --set train.micro_batch=2
+# ZeRO-2/3 under pipeline parallelism: zb-h1's open gradient buffers at
+# ZeRO-2, breadth-first's per-unit bf16 gather buffers at ZeRO-3
+run dp2pp2z2zb 4 --set parallel.dp=2 --set parallel.pp=2 --set parallel.zero=2 \
+  --set parallel.schedule=zb-h1 --set train.micro_batch=2
+run dp2pp2z3bfs 4 --set parallel.dp=2 --set parallel.pp=2 --set parallel.zero=3 \
+  --set parallel.schedule=breadth-first --set train.micro_batch=2
+python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/dp2z1" "$WORK/dp2z3" \
+  "$WORK/pp2zbrc" "$WORK/tp2sp" "$WORK/dp2tp2spz3" "$WORK/cp2" "$WORK/dp2pp2z2zb" \
+  "$WORK/dp2pp2z3bfs" --rtol 1e-3 --steps 20
+echo PASS
