@@ -36,7 +36,8 @@ void mt_cpu_moe_router_forward(float *probs, float *lse, int *top_idx, float *to
       for (int e = 0; e < E; e++) {
         int taken = 0;
         for (int i = 0; i < j; i++) taken |= idx[i] == e;
-        float v = bias ? p[e] + bias[e] : p[e];
+        /* a masked expert (probability 0: a -inf logit) never wins by its bias */
+        float v = bias ? (p[e] > 0.0f ? p[e] + bias[e] : -INFINITY) : p[e];
         if (!taken && (best < 0 || v > best_v)) best = e, best_v = v;
       }
       idx[j] = best;

@@ -110,7 +110,8 @@ __global__ void moe_router_forward_kernel(float *probs, float *lse, int *top_idx
       int taken = 0;
       for (int i = 0; i < j; i++) taken |= idx[i] == e;
       if (taken) continue;
-      float v = bias ? p[e] + bias[e] : p[e];
+      /* a masked expert (probability 0: a -inf logit) never wins by its bias */
+      float v = bias ? (p[e] > 0.0f ? p[e] + bias[e] : -INFINITY) : p[e];
       if (bi < 0 || v > bv) bv = v, bi = e, bp = p[e];
     }
     /* the warp's best into lane 0 (higher score, then lower index), then to
