@@ -35,6 +35,14 @@ ALLOWED = {
     ("routed_forward", "psum"): "the load-balancing loss figure: S x E downloaded sums",
     ("routed_forward", "frac"): "the load-balancing loss figure: S x E downloaded fractions",
     ("mt_ep_route", "host"): "routing fractions from the host-side integer routing, uploaded",
+    # the aux-loss-free routing bias: E floats per MoE block, a controller
+    # stepped on the host from the integer token counts, then uploaded; its
+    # host copy is what checkpoints save and load
+    ("mt_moe_create", "bias_host"): "the routing bias's host copy (E floats a block)",
+    ("mt_gpt_moe_bias_update", "bias"): "the routing bias stepped on the host",
+    ("mt_gpt_moe_bias_update", "bias_host"): "the routing bias stepped on the host",
+    ("mt_gpt_moe_set_bias", None): "a loaded routing bias into its host copy, then uploaded",
+    ("load_moe_bias", "bias"): "the routing bias read from the checkpoint on the host",
 }
 
 HOST_SINKS = {"upload", "download", "mt_registry_init_values", "fwrite", "fread", "free"}
@@ -294,12 +302,14 @@ def check(root, dirs):
                 lhs = re.search(r"(?:(?<![\w.>])(\w+)|((?:->|\.)\s*\w+))\s*=\s*"
                                 r"(?:\(\s*(?:const\s+)?float\s*\*\s*\)\s*)?$", body[:m.start()])
                 target = lhs.group(1) if lhs else None
+                if lhs and lhs.group(2):  # kept in a member: the entry names the member
+                    target = re.sub(r"\W", "", lhs.group(2))
                 if target in ptrs:
                     hosts.append(target)
                 elif re.search(r"sizeof\s*\(\s*float\s*\)", call) or \
                         (lhs and lhs.group(2) and re.sub(r"\W", "", lhs.group(2)) in members):
                     breach(m.start(), target, "host: a host float buffer kept in %s"
-                           % (target or (lhs.group(2) if lhs else "no local")))
+                           % ((lhs.group(2) or target) if lhs else "no local"))
             seen = set()
             while hosts:
                 v = hosts.pop()
