@@ -319,6 +319,7 @@ int mt_train_loop(mt_trainer *t) {
       }
     }
     free(moe_all);
+    mt_train_test_sleep("MT_TEST_STEP_SLEEP_S");
 
     /* ---- checkpoint at the step boundary: periodic, final, asked for ---- */
     double any_signal = mt_train_signalled();

@@ -1,6 +1,6 @@
 /* The run's first phase: validation (pure), then mesh, memory check, data,
  * and this rank's step (model, dp/ZeRO state, schedule and executor). */
-#include "train/train.h"
+#include "train/train_internal.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -156,10 +156,12 @@ static void setup_peak(mt_trainer *t) {
   t->tokens_per_step = (long long)cfg->global_batch * s->seq_len;
 }
 
-/* MT_TEST_SETUP_SLEEP_S (tests only): a slow start-up, so a test can stop a
- * run before its first step; a stop signal ends the wait */
-static void test_setup_sleep(void) {
-  const char *v = getenv("MT_TEST_SETUP_SLEEP_S");
+/* a test's slow-down (tests only): MT_TEST_SETUP_SLEEP_S, a slow start-up so
+ * a test can stop a run before its first step; MT_TEST_STEP_SLEEP_S, a pause
+ * after each step so a test can signal a run at a step it chose, however fast
+ * the machine. A stop signal ends the wait. */
+void mt_train_test_sleep(const char *env) {
+  const char *v = getenv(env);
   double until = v ? mt_now() + atof(v) : 0.0;
   struct timespec ts = {0, 10 * 1000 * 1000};
   while (v && mt_now() < until && !mt_train_signalled()) nanosleep(&ts, NULL);
@@ -169,7 +171,7 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   memset(t, 0, sizeof *t);
   t->t_start = mt_wall_now(); /* (a virtual run's clock starts later, at 0) */
   mt_train_install_signals(); /* again: main installs them before MPI_Init */
-  test_setup_sleep();
+  mt_train_test_sleep("MT_TEST_SETUP_SLEEP_S");
   t->cfg = *cfg;
   t->last_val = -1.0;
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &t->world_rank));

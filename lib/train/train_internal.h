@@ -15,5 +15,8 @@ void mt_train_gather_f64(mt_group *g, const double *mine, size_t n, double *all)
 FILE *mt_train_open_out(const char *dir, const char *name, const char *mode);
 /* {"device": kind, precision, GPU, memory, comm paths} added to parent */
 void mt_train_device_json(const mt_trainer *t, cJSON *parent);
+/* tests only: sleep the seconds the environment variable env names (unset:
+ * no sleep); a stop signal ends the wait */
+void mt_train_test_sleep(const char *env);
 
 #endif

@@ -5,20 +5,11 @@ source "$(dirname "$0")/common_ckpt.sh"
 S=(--set train.steps=150 --set parallel.dp=2 --set train.micro_batch=8 --set model.seq_len=128
    --set train.global_batch=16)
 train ref 2 "${S[@]}" --set output.dir="$WORK/ref"
-"${MT_GUARD[@]}" "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" \
-  --set output.dir="$WORK/run" > "$WORK/run.log" 2>&1 &
+MT_TEST_STEP_SLEEP_S=0.02 "${MT_GUARD[@]}" "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" \
+  "${base[@]}" "${S[@]}" --set output.dir="$WORK/run" > "$WORK/run.log" 2>&1 &
 launcher=$!
 trap 'kill "$launcher" 2>/dev/null || true' EXIT
-# three steps done (for as long as the run lives: no guessed delay)
-while kill -0 "$launcher" 2>/dev/null; do
-  [ -f "$WORK/run/metrics.jsonl" ] && [ "$(wc -l < "$WORK/run/metrics.jsonl")" -ge 3 ] && break
-  sleep 0.1
-done
-# one rank only (not the launcher): the others learn of it at the step boundary
-rank_pid=$(pgrep -f "output.dir=$WORK/run" | while read -r p; do
-  if [ "$(cat /proc/"$p"/comm 2>/dev/null)" = meshtrain ]; then echo "$p"; fi; done | head -1 || true)
-[ -n "$rank_pid" ] || fail "no rank process found (the run ended too early?)"
-kill -USR1 "$rank_pid"
+mt_signal_rank USR1 "$WORK/run" "$launcher"
 set +e; wait "$launcher"; rc=$?; set -e
 cat "$WORK/run.log" | tail -3
 [ $rc -eq 75 ] || fail "exit code $rc, expected 75"

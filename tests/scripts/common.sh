@@ -31,3 +31,44 @@ mt_corpus() {
   [ -f "$out" ] || "$MT_BIN/meshdata" corpus "$out" --bytes "${1:-1000000}" >/dev/null
   echo "$out"
 }
+
+# mt_rank_pids DIR: the PIDs of the meshtrain ranks of the run with
+# output.dir=DIR (the ranks, not the launcher)
+mt_rank_pids() {
+  pgrep -f "output.dir=$1" | while read -r p; do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = meshtrain ] && echo "$p"; done || true
+}
+
+# mt_signal_rank SIG DIR LAUNCHER [STEPS]: once DIR/metrics.jsonl has STEPS
+# lines (3 by default; waited for as long as the LAUNCHER process lives, no
+# guessed delay), SIG to one rank of that run: the others learn of it at the
+# step boundary. A run meant to be signalled mid-way pauses after each step
+# (MT_TEST_STEP_SLEEP_S) so it cannot end first on a fast machine.
+mt_signal_rank() {
+  local sig=$1 dir=$2 launcher=$3 want=${4:-3} pid
+  while kill -0 "$launcher" 2>/dev/null; do
+    [ -f "$dir/metrics.jsonl" ] && [ "$(wc -l < "$dir/metrics.jsonl")" -ge "$want" ] && break
+    sleep 0.1
+  done
+  pid=$(mt_rank_pids "$dir" | head -1)
+  [ -n "$pid" ] || fail "no rank process of $dir found (the run ended too early?)"
+  kill -"$sig" "$pid"
+}
+
+# mt_mpirun_each NP EXITS PROGRAM ARGS...: mt_mpirun, except that mpirun
+# does not kill the other ranks when one exits non-zero: each must exit by
+# itself (and in the ASan build runs its leak check first), and appends
+# "CODE TIME" (its exit code, seconds since the epoch) to the file EXITS.
+# Returns mpirun's status: 124 or 137 from the hang guard, else 0 (mpirun
+# then says 0 whatever the ranks did: read EXITS).
+mt_mpirun_each() {
+  local np=$1 exits=$2; shift 2
+  rm -f "$exits"
+  env OMPI_MCA_orte_abort_on_non_zero_status=0 MT_EXITS="$exits" \
+    "${MT_GUARD[@]}" "$MT_MPIEXEC" --oversubscribe -n "$np" \
+    sh -c '"$0" "$@"; rc=$?; echo "$rc $(date +%s.%N)" >> "$MT_EXITS"; exit $rc' "$@"
+}
+# mt_each_exited EXITS NP CODE: every one of the NP ranks exited with CODE
+mt_each_exited() { [ "$(awk -v c="$3" '$1 == c' "$1" 2>/dev/null | wc -l)" -eq "$2" ]; }
+# mt_each_failed EXITS NP: NP ranks exited, each non-zero and not by a signal
+mt_each_failed() { awk -v np="$2" '$1 == 0 || $1 > 125 { bad = 1 } END { exit bad || NR != np }' "$1" 2>/dev/null; }

@@ -28,8 +28,7 @@ for sig in USR1 TERM; do
   # wait (for as long as the launcher lives) for both ranks to catch the signals
   pids=""
   while kill -0 "$launcher" 2>/dev/null; do
-    pids=$(pgrep -f "output.dir=$WORK/run" | while read -r p; do
-      [ "$(cat /proc/"$p"/comm 2>/dev/null)" = meshtrain ] && echo "$p"; done || true)
+    pids=$(mt_rank_pids "$WORK/run")
     # shellcheck disable=SC2086
     [ "$(echo "$pids" | grep -c .)" -eq 2 ] && catching $pids && break
     sleep 0.1

@@ -33,8 +33,10 @@ data.train = $corpus
 # signal -> checkpoint -> requeue -> resume, and the report of it
 ckpt.mode = per-writer
 INI
-python3 "$MT_SRC/slurm/meshslurm.py" campaign "$WORK/sweep.ini" --out "$WORK/camp" --bin "$MT_BIN" --submit \
-  > "$WORK/submit.log" 2>&1 || { cat "$WORK/submit.log"; fail "campaign --submit failed"; }
+# a 50 ms pause after each step (the job inherits it from sbatch): each signal
+# lands at the step this script chose on a machine of any speed
+MT_TEST_STEP_SLEEP_S=0.05 python3 "$MT_SRC/slurm/meshslurm.py" campaign "$WORK/sweep.ini" --out "$WORK/camp" \
+  --bin "$MT_BIN" --submit > "$WORK/submit.log" 2>&1 || { cat "$WORK/submit.log"; fail "campaign --submit failed"; }
 run="$WORK/camp/points/n2-r4-dp4-tp1-pp1-cp1-rep0"
 jid=$(awk '$2 != "report" {print $1}' "$WORK/camp/jobs.txt")
 rid=$(awk '$2 == "report" {print $1}' "$WORK/camp/jobs.txt")

@@ -3,20 +3,13 @@
 # good), not 75 (requeue), and says so; USR1 keeps 75 (tests/ckpt/signal.sh).
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 200000)
-"$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" --set model.preset=tiny --set train.steps=100000 \
+"${MT_GUARD[@]}" "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" --set model.preset=tiny \
+  --set train.steps=100000 \
   --set train.global_batch=8 --set train.micro_batch=2 --set train.eval_every=0 --set train.threads=1 \
   --set parallel.dp=2 --set data.train="$corpus" --set output.dir="$WORK/run" > "$WORK/run.log" 2>&1 &
 launcher=$!
 trap 'kill "$launcher" 2>/dev/null || true' EXIT
-for _ in $(seq 1 300); do
-  [ -f "$WORK/run/metrics.jsonl" ] && [ "$(wc -l < "$WORK/run/metrics.jsonl")" -ge 3 ] && break
-  sleep 0.1
-done
-# one rank only: the other learns of it at the step boundary
-rank_pid=$(pgrep -f "output.dir=$WORK/run" | while read -r p; do
-  if [ "$(cat /proc/"$p"/comm 2>/dev/null)" = meshtrain ]; then echo "$p"; fi; done | head -1 || true)
-[ -n "$rank_pid" ] || fail "no rank process found"
-kill -TERM "$rank_pid"
+mt_signal_rank TERM "$WORK/run" "$launcher"
 set +e; wait "$launcher"; rc=$?; set -e
 tail -3 "$WORK/run.log"
 [ $rc -eq 76 ] || fail "SIGTERM: exit code $rc, expected 76"

@@ -28,8 +28,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-# cred_expire also sets how long a requeued job waits before it starts again
-AuthInfo=socket={dir}/munge/socket,cred_expire=10
+# cred_expire also sets how long a requeued job waits before it becomes
+# eligible again (5: the least Slurm takes)
+AuthInfo=socket={dir}/munge/socket,cred_expire=5
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -37,6 +38,8 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
+# a requeued job starts once eligible, not at the next 30 s backfill pass
+SchedulerParameters=sched_interval=2,bf_interval=2
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
