@@ -11,16 +11,13 @@ train src $NP --set train.steps=2 --set parallel.dp=2 --set train.micro_batch=4 
 SRC="$WORK/src/checkpoints/latest"
 failing() { # NAME MODE REGEX FAULT
   local name=$1 mode=$2 re=$3 fault=$4 out="$WORK/out_$1"
-  rm -f "$WORK/$name.exits"
   set +e
-  env OMPI_MCA_orte_abort_on_non_zero_status=0 MT_EXITS="$WORK/$name.exits" MT_CKPT_FAULT="$fault" \
-    timeout --kill-after=10 120 "$MT_MPIEXEC" --oversubscribe -n $NP \
-    sh -c '"$0" "$@"; rc=$?; echo "$rc" >> "$MT_EXITS"; exit $rc' \
+  MT_CKPT_FAULT="$fault" mt_mpirun_each $NP "$WORK/$name.exits" \
     "$M" convert "$SRC" "$out" --mode "$mode" > "$WORK/$name.log" 2>&1
   local rc=$?
   set -e
   [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$WORK/$name.log"; fail "$name: hung"; }
-  [ "$(grep -c '^3$' "$WORK/$name.exits")" -eq $NP ] \
+  mt_each_exited "$WORK/$name.exits" $NP 3 \
     || { cat "$WORK/$name.log" "$WORK/$name.exits"; fail "$name: not every rank exited with 3"; }
   [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] && grep "error:" "$WORK/$name.log" | grep -Eq -- "$re" \
     || { cat "$WORK/$name.log"; fail "$name: want one error line matching /$re/"; }

@@ -10,11 +10,13 @@ mt_mpirun 2 "$MT_BIN/meshckpt" verify "$G" --deep || fail "verify of a good chec
 expect_resume_fail() {
   local name=$1 ck=$2 re=$3; shift 3
   set +e
-  mt_guard "$MT_MPIEXEC" --oversubscribe -n 2 "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.steps=6 \
+  mt_mpirun_each 2 "$WORK/$name.exits" "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.steps=6 \
     --set train.resume="$ck" --set output.dir="$WORK/out_$name" "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"
   local rc=$?
   set -e
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat "$WORK/$name.err"; fail "$name: rc $rc"; }
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "$name: hung"
+  mt_each_failed "$WORK/$name.exits" 2 ||
+    { cat "$WORK/$name.err" "$WORK/$name.exits"; fail "$name: a rank exited with 0, or not by itself"; }
   local n; n=$(grep -c "^meshtrain: error:" "$WORK/$name.err" || true)
   [ "$n" -eq 1 ] || { cat "$WORK/$name.err"; fail "$name: $n error lines"; }
   grep "^meshtrain: error:" "$WORK/$name.err" | grep -Eq -- "$re" || { cat "$WORK/$name.err"; fail "$name: message does not match /$re/"; }

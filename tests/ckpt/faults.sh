@@ -25,16 +25,16 @@ LAST=$((NP - 1))
 S=(--set train.steps=12 --set ckpt.every=4 --set ckpt.keep=0 --set parallel.dp="$NP"
    --set train.micro_batch=$((8 / NP)) "${M[@]}")
 
-# failing NAME OUT REGEX [VAR=VALUE...]: a run whose save of step 8 fails.
+# failing NAME REGEX FAULT: a run (output in NAME/) whose save of step 8
+# fails, the fault switch set to FAULT (it stamps NAME.stamp when it fires).
 # Every rank's exit code and exit time go to NAME.exits; mpirun is asked not
 # to kill the other ranks when the first one exits, so each must exit by itself.
 # (The times are printed, not judged: the hang guard alone decides "no hang".)
 failing() {
-  local name=$1 out=$2 re=$3; shift 3
-  rm -f "$WORK/$name.exits" "$WORK/$name.stamp"
+  local name=$1 re=$2 fault=$3 out="$WORK/$1"
+  rm -f "$WORK/$name.stamp"
   set +e
-  env OMPI_MCA_orte_abort_on_non_zero_status=0 "$@" "${MT_GUARD[@]}" "$MT_MPIEXEC" --oversubscribe -n "$NP" \
-    sh -c '"$0" "$@"; rc=$?; echo "$rc $(date +%s.%N)" >> "$MT_EXITS"; exit $rc' \
+  MT_CKPT_FAULT="$fault,step=8,stamp=$WORK/$name.stamp" mt_mpirun_each "$NP" "$WORK/$name.exits" \
     "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set output.dir="$out" \
     > "$WORK/$name.out" 2> "$WORK/$name.err"
   local rc=$?
@@ -42,7 +42,7 @@ failing() {
   cat "$WORK/$name.out" "$WORK/$name.err" > "$WORK/$name.log"
   [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$WORK/$name.log"; fail "$name: hung (rc $rc)"; }
   # every rank exited, with 3 (mpirun itself then says 0: it was told not to abort)
-  [ "$(awk '$1 == 3' "$WORK/$name.exits" | wc -l)" -eq "$NP" ] \
+  mt_each_exited "$WORK/$name.exits" "$NP" 3 \
     || { cat "$WORK/$name.exits"; fail "$name: not every rank exited with 3"; }
   [ "$(grep -c "^meshtrain: error:" "$WORK/$name.log")" -eq 1 ] &&
     [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] \
@@ -71,41 +71,32 @@ failing() {
 }
 
 # a full disk on the last rank only
-failing disk_full "$WORK/disk_full" \
-  "checkpoint step 8: rank $LAST cannot write .*: No space left on device" \
-  MT_EXITS="$WORK/disk_full.exits" \
-  MT_CKPT_FAULT="rank=$LAST,op=write,errno=ENOSPC,step=8,stamp=$WORK/disk_full.stamp"
+failing disk_full "checkpoint step 8: rank $LAST cannot write .*: No space left on device" \
+  "rank=$LAST,op=write,errno=ENOSPC"
 # the last rank cannot create or open its file
-failing no_create "$WORK/no_create" "rank $LAST cannot write .*: Permission denied" \
-  MT_EXITS="$WORK/no_create.exits" \
-  MT_CKPT_FAULT="rank=$LAST,op=create,errno=EACCES,step=8,stamp=$WORK/no_create.stamp"
+failing no_create "rank $LAST cannot write .*: Permission denied" \
+  "rank=$LAST,op=create,errno=EACCES"
 # the failures of a real file system, at 2 ranks (the 4-rank runs keep to
 # the three above)
 if [ "$NP" -eq 2 ]; then
 # a short write (half the bytes), then ENOSPC on the next call
-failing short_write "$WORK/short_write" "rank $LAST cannot write .*: No space left on device" \
-  MT_EXITS="$WORK/short_write.exits" \
-  MT_CKPT_FAULT="rank=$LAST,op=write,errno=ENOSPC,short=1,after=2,step=8,stamp=$WORK/short_write.stamp"
+failing short_write "rank $LAST cannot write .*: No space left on device" \
+  "rank=$LAST,op=write,errno=ENOSPC,short=1,after=2"
 # EFBIG in the middle of a file (the third write of the last rank)
-failing efbig "$WORK/efbig" "rank $LAST cannot write .*: File too large" \
-  MT_EXITS="$WORK/efbig.exits" \
-  MT_CKPT_FAULT="rank=$LAST,op=write,errno=EFBIG,after=2,step=8,stamp=$WORK/efbig.stamp"
+failing efbig "rank $LAST cannot write .*: File too large" \
+  "rank=$LAST,op=write,errno=EFBIG,after=2"
 # fsync fails (NFS and Lustre report write-back errors there), close fails
-failing sync_eio "$WORK/sync_eio" "rank $LAST cannot write .*: Input/output error" \
-  MT_EXITS="$WORK/sync_eio.exits" \
-  MT_CKPT_FAULT="rank=$LAST,op=sync,errno=EIO,step=8,stamp=$WORK/sync_eio.stamp"
-failing close_eio "$WORK/close_eio" "rank $LAST cannot write .*: Input/output error" \
-  MT_EXITS="$WORK/close_eio.exits" \
-  MT_CKPT_FAULT="rank=$LAST,op=close,errno=EIO,step=8,stamp=$WORK/close_eio.stamp"
+failing sync_eio "rank $LAST cannot write .*: Input/output error" \
+  "rank=$LAST,op=sync,errno=EIO"
+failing close_eio "rank $LAST cannot write .*: Input/output error" \
+  "rank=$LAST,op=close,errno=EIO"
 # ENOSPC on the index, after every rank's data is written
-failing index_full "$WORK/index_full" "rank 0 cannot write .*(ckpt|index)\.h5: No space left on device" \
-  MT_EXITS="$WORK/index_full.exits" \
-  MT_CKPT_FAULT="rank=0,op=index,errno=ENOSPC,step=8,stamp=$WORK/index_full.stamp"
+failing index_full "rank 0 cannot write .*(ckpt|index)\.h5: No space left on device" \
+  "rank=0,op=index,errno=ENOSPC"
 fi
 # the checkpoints directory has become read-only
-failing read_only "$WORK/read_only" "rank 0 cannot create .*step_8\.tmp-.*: Read-only file system" \
-  MT_EXITS="$WORK/read_only.exits" \
-  MT_CKPT_FAULT="rank=0,op=create,errno=EROFS,step=8,stamp=$WORK/read_only.stamp"
+failing read_only "rank 0 cannot create .*step_8\.tmp-.*: Read-only file system" \
+  "rank=0,op=create,errno=EROFS"
 # (a real full disk, at every size near the edge: near_full.sh; a real
 # file-size limit: fsize_limit.sh)
 
@@ -115,17 +106,14 @@ failing read_only "$WORK/read_only" "rank 0 cannot create .*step_8\.tmp-.*: Read
 # failing_load NAME CODE REGEX FAULT [meshtrain args]
 failing_load() {
   local name=$1 code=$2 re=$3 fault=$4; shift 4
-  rm -f "$WORK/$name.exits"
   set +e
-  OMPI_MCA_orte_abort_on_non_zero_status=0 MT_EXITS="$WORK/$name.exits" MT_CKPT_FAULT="$fault" \
-    "${MT_GUARD[@]}" "$MT_MPIEXEC" --oversubscribe -n "$NP" \
-    sh -c '"$0" "$@"; rc=$?; echo "$rc $(date +%s.%N)" >> "$MT_EXITS"; exit $rc' \
+  MT_CKPT_FAULT="$fault" mt_mpirun_each "$NP" "$WORK/$name.exits" \
     "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.resume=auto \
     --set output.dir="$WORK/disk_full" "$@" > "$WORK/$name.log" 2>&1
   local rc=$?
   set -e
   [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$WORK/$name.log"; fail "$name: hung"; }
-  [ "$(awk -v c="$code" '$1 == c' "$WORK/$name.exits" | wc -l)" -eq "$NP" ] \
+  mt_each_exited "$WORK/$name.exits" "$NP" "$code" \
     || { cat "$WORK/$name.log" "$WORK/$name.exits"; fail "$name: not every rank exited with $code"; }
   [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] && grep "^meshtrain: error:" "$WORK/$name.log" | grep -Eq -- "$re" \
     || { cat "$WORK/$name.log"; fail "$name: want one error line matching /$re/"; }

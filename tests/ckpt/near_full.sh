@@ -43,14 +43,12 @@ PAGE=4096
 try() {
   local bytes=$1 name="size_$1" out="$WORK/run_$1"
 
-  rm -rf "$out" "$WORK/$name.exits"
+  rm -rf "$out"
   mkdir -p "$out"
   mount -t tmpfs -o size="$bytes" tmpfs "$MNT" || fail "mount a tmpfs of $bytes bytes"
   ln -s "$MNT" "$out/checkpoints" # the run's other outputs stay on disk
   set +e
-  env OMPI_MCA_orte_abort_on_non_zero_status=0 MT_EXITS="$WORK/$name.exits" \
-    timeout --kill-after=10 120 "$MT_MPIEXEC" --oversubscribe -n "$NP" \
-    sh -c '"$0" "$@"; rc=$?; echo "$rc" >> "$MT_EXITS"; exit $rc' \
+  mt_mpirun_each "$NP" "$WORK/$name.exits" \
     "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set output.dir="$out" > "$WORK/$name.log" 2>&1
   local rc=$?
   set -e
@@ -58,7 +56,7 @@ try() {
   [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$WORK/$name.log"; fail "$name: hung"; }
   ! grep -Eqi "segmentation|signal|core dumped|HDF5-DIAG" "$WORK/$name.log" \
     || { cat "$WORK/$name.log"; fail "$name: a crash or HDF5's own error output"; }
-  if [ "$(grep -c '^0$' "$WORK/$name.exits")" -eq "$NP" ]; then
+  if mt_each_exited "$WORK/$name.exits" "$NP" 0; then
     verdict=ok
     [ "$(cat "$MNT/latest")" = step_4 ] && [ ! -e "$MNT/step_2" ] \
       || { ls -la "$MNT"; fail "$name: finished, but latest is not step_4 alone"; }
@@ -66,7 +64,7 @@ try() {
       || { cat "$WORK/$name.verify"; fail "$name: exit 0, but step_4 does not verify"; }
   else
     verdict=full
-    [ "$(grep -c '^3$' "$WORK/$name.exits")" -eq "$NP" ] \
+    mt_each_exited "$WORK/$name.exits" "$NP" 3 \
       || { cat "$WORK/$name.log" "$WORK/$name.exits"; fail "$name: not every rank exited with 3"; }
     [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] &&
       grep "^meshtrain: error:" "$WORK/$name.log" | grep -Eq "checkpoint step [24]: .*: No space left on device" \

@@ -21,12 +21,10 @@ train first 2 "${S[@]}" --set train.steps=2
 cp "$MNT/run/metrics.jsonl" "$WORK/metrics.before"
 dd if=/dev/zero of="$MNT/filler" bs=64k 2>/dev/null || true # until the disk is full
 set +e
-env OMPI_MCA_orte_abort_on_non_zero_status=0 MT_EXITS="$WORK/exits" timeout --kill-after=10 120 \
-  "$MT_MPIEXEC" --oversubscribe -n 2 sh -c '"$0" "$@"; rc=$?; echo "$rc" >> "$MT_EXITS"; exit $rc' \
-  "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.steps=4 --set train.resume=auto \
-  > "$WORK/full.log" 2>&1
+mt_mpirun_each 2 "$WORK/exits" "$MT_BIN/meshtrain" "${base[@]}" "${S[@]}" --set train.steps=4 \
+  --set train.resume=auto > "$WORK/full.log" 2>&1
 set -e
-[ "$(grep -c '^3$' "$WORK/exits")" -eq 2 ] || { cat "$WORK/full.log" "$WORK/exits"; fail "not every rank exited with 3"; }
+mt_each_exited "$WORK/exits" 2 3 || { cat "$WORK/full.log" "$WORK/exits"; fail "not every rank exited with 3"; }
 [ "$(grep -c "error:" "$WORK/full.log")" -eq 1 ] && grep "^meshtrain: error:" "$WORK/full.log" | grep -q "metrics.jsonl.*No space left on device" \
   || { cat "$WORK/full.log"; fail "want one line naming the file and the full disk"; }
 cmp -s "$MNT/run/metrics.jsonl" "$WORK/metrics.before" || fail "the metrics changed"

@@ -12,26 +12,20 @@ NP=2
 run() {
   local name=$1 change=$2 out="$WORK/$1" F="$WORK/$1.txt"
   cp "$corpus" "$F"
-  rm -f "$WORK/$name.exits"
   set +e
-  env OMPI_MCA_orte_abort_on_non_zero_status=0 MT_EXITS="$WORK/$name.exits" \
-    timeout --kill-after=10 300 "$MT_MPIEXEC" --oversubscribe -n $NP \
-    sh -c '"$0" "$@"; rc=$?; echo "$rc" >> "$MT_EXITS"; exit $rc' \
-    "$MT_BIN/meshtrain" --set model.preset=tiny --set train.steps=100000 --set parallel.dp=$NP \
+  mt_mpirun_each $NP "$WORK/$name.exits" "$MT_BIN/meshtrain" --set model.preset=tiny --set train.steps=100000 --set parallel.dp=$NP \
     --set train.global_batch=8 --set train.micro_batch=4 --set train.eval_every=0 \
     --set data.train="$F" --set ckpt.every=2 --set ckpt.keep=2 --set output.dir="$out" \
     > "$WORK/$name.log" 2>&1 &
   local pid=$!
   set -e
-  for _ in $(seq 600); do
-    [ -f "$out/checkpoints/step_4/MANIFEST.json" ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -f "$out/checkpoints/step_4/MANIFEST.json" ] || { cat "$WORK/$name.log"; fail "$name: no second checkpoint"; }
+  # (by `latest`: with ckpt.keep = 2, step_4 itself is gone by step 8)
+  saved() { local n; n=$(sed -n 's/^step_//p' "$out/checkpoints/latest" 2>/dev/null || true); [ "${n:-0}" -ge 4 ]; }
+  while kill -0 $pid 2>/dev/null && ! saved; do sleep 0.1; done
+  saved || { cat "$WORK/$name.log"; fail "$name: no second checkpoint"; }
   eval "$change"
   set +e; wait $pid; set -e
-  [ "$(grep -c '^3$' "$WORK/$name.exits")" -eq $NP ] \
+  mt_each_exited "$WORK/$name.exits" $NP 3 \
     || { tail -5 "$WORK/$name.log"; cat "$WORK/$name.exits"; fail "$name: not every rank exited with 3"; }
   [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] &&
     grep "^meshtrain: error:" "$WORK/$name.log" | grep -q "$F" \

@@ -1,5 +1,6 @@
 # expect_fail.sh NAME NP REGEX [meshtrain args...]
-# Bad input must give: a non-zero exit (no hang), exactly one error line
+# Bad input must give: a non-zero exit on every rank, each by itself (mpirun
+# is told not to kill the others; no hang, no signal), exactly one error line
 # (from rank 0) that matches REGEX, and nothing written to output.dir.
 # Placeholders in the arguments become files made here:
 #   @CORPUS@       the default corpus (text, 200 kB, bytes 10..121)
@@ -39,12 +40,17 @@ for a in "$@"; do
   args+=("$a")
 done
 set +e
-mt_mpirun "$NP" "$MT_BIN/meshtrain" "${args[@]}" --set "output.dir=$out" > "$WORK/stdout" 2> "$WORK/stderr"
+mt_mpirun_each "$NP" "$WORK/exits" "$MT_BIN/meshtrain" "${args[@]}" --set "output.dir=$out" \
+  > "$WORK/stdout" 2> "$WORK/stderr"
 rc=$?
 set -e
 cat "$WORK/stderr"
-[ $rc -ne 0 ] || fail "exit code 0 for bad input"
 [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "hung: stopped by the hang guard"
+# every rank exits by itself, non-zero, not killed by a signal
+codes=$(awk '{print $1}' "$WORK/exits" 2>/dev/null | sort | uniq -c | xargs)
+mt_each_failed "$WORK/exits" "$NP" \
+  || fail "not every rank exited non-zero by itself for bad input (exit codes, counted: $codes)"
+rc=$(awk 'NR == 1 {print $1}' "$WORK/exits")
 n=$(grep -c "^meshtrain: error:" "$WORK/stderr" || true)
 [ "$n" -eq 1 ] || fail "expected exactly one error line, got $n"
 grep "^meshtrain: error:" "$WORK/stderr" | grep -Eq -- "$REGEX" || fail "error line does not match /$REGEX/"
