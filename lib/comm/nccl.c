@@ -222,6 +222,12 @@ static group_state *state(const mt_group *g) { return g->direct_state; }
 
 /* The held-back point-to-point calls of every group, all as one NCCL group
  * call, each on its link's stream for its direction. */
+/* the channel a pending send or receive goes over */
+static channel *pending_channel(group_state *st, const pending *q) {
+  link *l = &st->links[q->link];
+  return q->send ? l->out : l->in;
+}
+
 static void nc_flush(void) {
   int any = 0;
   for (int i = 0; i < g_nc.n_states; i++) any |= g_nc.states[i]->n_pending > 0;
@@ -232,8 +238,7 @@ static void nc_flush(void) {
     group_state *st = g_nc.states[i];
     for (int k = 0; k < st->n_pending; k++) {
       pending *q = &st->pending[k];
-      link *l = &st->links[q->link];
-      cudaStream_t s = (q->send ? l->out : l->in)->stream;
+      cudaStream_t s = pending_channel(st, q)->stream;
       after_compute(s);
       q->t = timing_begin(st->g, s);
     }
@@ -243,9 +248,9 @@ static void nc_flush(void) {
     group_state *st = g_nc.states[i];
     for (int k = 0; k < st->n_pending; k++) {
       pending *q = &st->pending[k];
-      link *l = &st->links[q->link];
-      if (q->send) NC(ncclSend(q->buf, q->n, ncclFloat, 1, l->out->comm, l->out->stream));
-      else NC(ncclRecv(q->buf, q->n, ncclFloat, 0, l->in->comm, l->in->stream));
+      channel *c = pending_channel(st, q);
+      if (q->send) NC(ncclSend(q->buf, q->n, ncclFloat, 1, c->comm, c->stream));
+      else NC(ncclRecv(q->buf, q->n, ncclFloat, 0, c->comm, c->stream));
     }
   }
   NC(ncclGroupEnd());
@@ -253,8 +258,7 @@ static void nc_flush(void) {
     group_state *st = g_nc.states[i];
     for (int k = 0; k < st->n_pending; k++) {
       pending *q = &st->pending[k];
-      link *l = &st->links[q->link];
-      cudaStream_t s = (q->send ? l->out : l->in)->stream;
+      cudaStream_t s = pending_channel(st, q)->stream;
       timing_end(q->t, s);
       CU(cudaEventRecord(q->h->done, s));
       q->h->held = 0;

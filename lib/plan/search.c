@@ -27,26 +27,15 @@ typedef struct {
 enum { SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1 };
 static const char *g_sched_names[] = {"1f1b", "interleaved", "zb-h1"};
 
+/* the candidate's layout over base: as a row of the table is applied */
 static void apply(const cand *c, const mt_config *base, mt_config *cfg) {
+  mt_search_row r = {.tp = c->tp, .pp = c->pp, .dp = c->dp, .cp = c->cp, .ep = c->ep,
+                     .zero = c->zero, .micro_batch = c->mb, .sp = c->sp, .recompute = c->rc,
+                     .virtual_stages = c->v, .pp_first = c->first, .pp_last = c->last};
+  snprintf(r.schedule, sizeof r.schedule, "%s", g_sched_names[c->sched]);
   *cfg = *base;
-  cfg->tp = c->tp;
-  cfg->pp = c->pp;
-  cfg->dp = c->dp;
-  cfg->cp = c->cp;
-  cfg->ep = c->ep;
-  cfg->etp = 1;
-  snprintf(cfg->cp_mode, sizeof cfg->cp_mode, "ring");
-  cfg->zero = c->zero;
-  cfg->micro_batch = c->mb;
-  cfg->micro_batches = 0;
-  cfg->recompute = c->rc;
-  cfg->sp = c->sp;
-  cfg->virtual_stages = c->v;
-  cfg->pp_split[0] = '\0';
-  cfg->pp_first_layers = c->first;
-  cfg->pp_last_layers = c->last;
+  mt_search_row_apply(&r, cfg);
   cfg->save_params = 0;
-  snprintf(cfg->pp_schedule, sizeof cfg->pp_schedule, "%s", g_sched_names[c->sched]);
 }
 
 static void add_row(mt_search *s, const mt_config *cfg, const mt_cost *c) {

@@ -12,6 +12,12 @@
 
 #include "ckpt/ckpt.h"
 
+/* Checkpoints hold floats (and bf16) in little-endian byte order, written
+ * and read as they lie in memory, checksums over those bytes */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "meshtrain checkpoints are written from little-endian memory: a big-endian "
+               "build is not supported");
+
 /* A tensor seen as 2-D: rows = every dim but the last flattened (a vector
  * is one row; an E x out x in expert tensor E*out rows of in), columns =
  * the last dim. Any dim may be split (tp, ep, etp); the view maps this
@@ -445,6 +451,9 @@ typedef struct {
   int groups;
 } mt_ckpt_written;
 void mt_ckpt_written_free(mt_ckpt_written *w);
+/* a written save's index (*rows, owned: taken, *rows left NULL) kept in w */
+void mt_ckpt_written_keep(mt_ckpt_written *w, int64_t **rows, int64_t n_rows,
+                          const mt_registry *reg, const mt_ckpt_file_opts *fo);
 
 /* Data in pieces of at most this many bytes: each hashed (and scanned for
  * values that are not finite) while in cache, then written, its writeback

@@ -42,6 +42,15 @@ void mt_ckpt_written_free(mt_ckpt_written *w) {
   memset(w, 0, sizeof *w);
 }
 
+void mt_ckpt_written_keep(mt_ckpt_written *w, int64_t **rows, int64_t n_rows,
+                          const mt_registry *reg, const mt_ckpt_file_opts *fo) {
+  w->rows = *rows;
+  w->n_rows = n_rows;
+  w->reg = reg;
+  w->groups = fo ? fo->groups : MT_CKPT_NGROUPS;
+  *rows = NULL;
+}
+
 int mt_ckpt_save_begin(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
                        mt_mesh *mesh, const mt_ckpt_save_opts *opts, char *tmpdir, size_t len,
                        mt_err *e) {

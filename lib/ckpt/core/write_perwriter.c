@@ -23,13 +23,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int little_endian(void) {
-  const uint32_t one = 1;
-  unsigned char b;
-  memcpy(&b, &one, 1);
-  return b == 1;
-}
-
 /* The bytes of one shard dataset, written front to back: contiguous memory
  * straight from the state, rows of a strided box gathered into a buffer
  * first (one write per buffer, not per row). */
@@ -106,11 +99,6 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
   snprintf(where, sizeof where, "checkpoint step %lld: rank %d cannot write %s", (long long)step,
            mesh->world_rank, path);
   rows->n = 0;
-  if (!little_endian()) {
-    mt_err_set(e, "checkpoint: checkpoints hold little-endian floats as they are in memory; "
-                  "this machine is big-endian");
-    return -1;
-  }
   /* the datasets this rank writes: one per (group, tensor) it holds a part of */
   int n_sets = 0, cap = 0;
   char (*paths)[256] = NULL;
@@ -233,13 +221,8 @@ int mt_ckpt_finish_per_writer(const char *tmpdir, const mt_ckpt_meta *meta,
         mt_ckpt_main_put_index(&m, all, e);
       mt_ckpt_main_finish(&m, !e->failed, e);
     }
-    if (!e->failed) {
-      w->rows = all;
-      w->n_rows = n_all;
-      w->reg = reg;
-      w->groups = fo ? fo->groups : MT_CKPT_NGROUPS;
-      all = NULL;
-    }
+    if (!e->failed)
+      mt_ckpt_written_keep(w, &all, n_all, reg, fo);
   }
   free(all);
   free(layout);

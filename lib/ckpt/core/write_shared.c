@@ -31,13 +31,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int little_endian(void) {
-  const uint32_t one = 1;
-  unsigned char b;
-  memcpy(&b, &one, 1);
-  return b == 1;
-}
-
 static atomic_llong g_check_ns; /* see mt_ckpt_last_check_seconds */
 
 void mt_ckpt_check_time_reset(void) { atomic_store(&g_check_ns, 0); }
@@ -152,11 +145,8 @@ int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_r
   char path[1100];
   snprintf(path, sizeof path, "%s/%s", tmpdir, MT_CKPT_SHARED_FILE);
   mt_err local = {0};
-  if (!little_endian())
-    mt_err_set(&local, "checkpoint: checkpoints hold little-endian floats as they are in "
-                       "memory; this machine is big-endian");
   mt_ckpt_rows mine = {0};
-  if (!local.failed) mt_ckpt_plan_rows(reg, mesh, st, 0, &mine, &local);
+  mt_ckpt_plan_rows(reg, mesh, st, 0, &mine, &local);
   if (mt_ckpt_agree(&local)) {
     free(mine.rows);
     *e = local;
@@ -219,13 +209,8 @@ int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_r
                       (long long)meta->step, rank, path);
   }
   if (have_main) mt_ckpt_main_finish(&m, !failed && !local.failed, &local);
-  if (rank == 0 && !failed && !local.failed) {
-    w->rows = all;
-    w->n_rows = n_all;
-    w->reg = reg;
-    w->groups = fo ? fo->groups : MT_CKPT_NGROUPS;
-    all = NULL;
-  }
+  if (rank == 0 && !failed && !local.failed)
+    mt_ckpt_written_keep(w, &all, n_all, reg, fo);
   free(all);
   free(offsets);
   free(mine.rows);
