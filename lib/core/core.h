@@ -141,6 +141,8 @@ typedef struct {
   char grad_dtype[MT_CFG_STR_MAX], grad_reduce_dtype[MT_CFG_STR_MAX];
   /* [train] virtual_hw: the profile the virtual device prices with (device = virtual) */
   char virtual_hw[MT_CFG_STR_MAX];
+  /* [virtual] moe_skew: the synthetic routing's Zipf exponent (0 = balanced) */
+  double virtual_moe_skew;
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
   /* [parallel] */
   int dp, tp, pp, cp, zero;
