@@ -2,6 +2,7 @@
  *
  *   meshreport CAMPAIGN_DIR [--out DIR]           (a dir with manifest.json)
  *   meshreport RUN_DIR... --out DIR [--scaling strong|weak]
+ *   meshreport timeline RUN_DIR [--out DIR] [--step N]   (report/timeline.c)
  *
  * Reads each run's summary.json and metrics.jsonl (training) or bench.jsonl
  * (meshbench collectives), groups repeats of the same point (nodes, ranks,
@@ -28,9 +29,8 @@
  * A run that failed, never ran or left unreadable files is listed, never fatal.
  * Exit codes: 0 report written, 2 bad input (options, unreadable manifest),
  * 3 cannot write the output. */
-#include "core/core.h"
+#include "report/report.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -41,9 +41,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
-
-#define PROG "meshreport"
-#define PATH_LEN 4096
 
 /* step-time components, as metrics.jsonl names them, plus what is left */
 static const char *g_parts[] = {"compute", "dp_comm", "optimizer", "data", "eval", "other"};
@@ -70,6 +67,8 @@ typedef struct {
   int n_attempts;
   char resumed_from[PATH_LEN / 4]; /* the other run's checkpoint it began from, or "" */
   long long start_step;            /* the step it began at (0, or that checkpoint's) */
+  int has_pred; /* predicted/summary.json (meshslurm.py campaign --emulate): */
+  double pred_tps, pred_step_s, pred_mfu; /* the virtual device's figures */
 } run_rec;
 
 typedef struct {
@@ -78,6 +77,8 @@ typedef struct {
   double tps_mean, tps_std, tps_min, tps_max, tps_per_rank, step_s, mfu, speedup, efficiency;
   double part_s[N_PARTS];
   int restarts, oversubscribed; /* over its runs: requeues, runs with ranks > cores */
+  int n_pred;                   /* runs with a prediction, and their mean figures */
+  double pred_tps, pred_step_s, pred_mfu;
 } point_rec;
 
 typedef struct {
@@ -93,75 +94,6 @@ typedef struct {
   int n_bench, cap_bench;
   char name[256], scaling[16];
 } report;
-
-/* one error line, then exit with code (bad input or runtime failure) */
-static void __attribute__((format(printf, 2, 3), noreturn)) die_with(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "%s: error: ", PROG);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  exit(code);
-}
-#define die_input(...) die_with(MT_EXIT_BADINPUT, __VA_ARGS__)
-#define die_runtime(...) die_with(MT_EXIT_RUNTIME, __VA_ARGS__)
-
-/* the whole file as a NUL-terminated string, or NULL */
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  size_t got;
-  while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += got;
-    if (n + 1 == cap) {
-      char *bigger = realloc(buf, cap * 2);
-      if (!bigger) free(buf);
-      buf = bigger, cap *= 2;
-    }
-  }
-  fclose(f);
-  if (buf) buf[n] = '\0';
-  return buf;
-}
-
-static cJSON *read_json(const char *path) {
-  char *text = read_text(path);
-  if (!text) return NULL;
-  cJSON *j = cJSON_Parse(text);
-  free(text);
-  return j;
-}
-
-static double num_or(const cJSON *o, const char *key, double fallback) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsNumber(v) ? v->valuedouble : fallback;
-}
-
-/* snprintf that truncates silently (labels, statuses) */
-static void __attribute__((format(printf, 3, 4))) fmt_into(char *dst, size_t cap, const char *fmt,
-                                                           ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(dst, cap, fmt, ap);
-  va_end(ap);
-}
-
-static void copy_str(char *dst, size_t cap, const char *src) { fmt_into(dst, cap, "%s", src ? src : ""); }
-
-/* a/b (b alone when absolute); a path that does not fit is bad input */
-static void path_join(char *out, const char *a, const char *b) {
-  int n = b[0] == '/' || !a[0] ? snprintf(out, PATH_LEN, "%s", b)
-                               : snprintf(out, PATH_LEN, "%s/%s", a, b);
-  if (n < 0 || n >= PATH_LEN) die_input("path too long: %s/%s", a, b);
-}
-
-static int is_dir(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 static run_rec *add_run(report *r) {
   if (r->n_runs == r->cap_runs) {
@@ -334,6 +266,18 @@ static void read_host_load(run_rec *x, int threads) {
   note_load(x, ranks, threads, cpus);
 }
 
+/* the virtual device's prediction of the run (campaign --emulate), if any */
+static void read_predicted(run_rec *x) {
+  char p[PATH_LEN];
+  path_join(p, x->dir, "predicted/summary.json");
+  cJSON *s = read_json(p);
+  x->pred_tps = num_or(s, "tokens_per_s", NAN);
+  x->pred_step_s = num_or(s, "mean_step_s", NAN);
+  x->pred_mfu = num_or(s, "mfu", NAN);
+  x->has_pred = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(s, "virtual")) && x->pred_tps > 0;
+  cJSON_Delete(s);
+}
+
 /* one run directory; plan (a manifest entry or point.json) may be NULL */
 static void load_run(report *r, const char *dir, const cJSON *plan) {
   run_rec *x = add_run(r);
@@ -357,6 +301,7 @@ static void load_run(report *r, const char *dir, const cJSON *plan) {
   }
   cJSON_Delete(point);
   read_status(dir, x->status, sizeof x->status);
+  read_predicted(x);
   if (!is_dir(dir)) {
     copy_str(x->status, sizeof x->status, "missing: no run directory");
     return;
@@ -456,6 +401,12 @@ static int make_points(const report *r, point_rec **out) {
       copy_str(pts[k].layout, sizeof pts[k].layout, x->layout);
     }
     pts[k].n_total++;
+    if (x->has_pred) {
+      pts[k].n_pred++;
+      pts[k].pred_tps += x->pred_tps;
+      pts[k].pred_step_s += x->pred_step_s;
+      pts[k].pred_mfu += x->pred_mfu;
+    }
     if (!x->ok) continue;
     point_rec *p = &pts[k];
     p->restarts += x->restarts;
@@ -472,6 +423,7 @@ static int make_points(const report *r, point_rec **out) {
   }
   for (int k = 0; k < n; k++) {
     point_rec *p = &pts[k];
+    if (p->n_pred) p->pred_tps /= p->n_pred, p->pred_step_s /= p->n_pred, p->pred_mfu /= p->n_pred;
     if (!p->n_ok) continue;
     double m = p->n_ok;
     p->tps_mean /= m, p->step_s /= m, p->mfu /= m, p->tps_per_rank /= m;
@@ -509,17 +461,6 @@ static int make_points(const report *r, point_rec **out) {
 
 /* ------------------------------------------------------------------ */
 /* output                                                              */
-
-static FILE *open_out(const char *dir, const char *name, char *path) {
-  path_join(path, dir, name);
-  FILE *f = fopen(path, "w");
-  if (!f) die_runtime("cannot write %s: %s", path, strerror(errno));
-  return f;
-}
-
-static void close_out(FILE *f, const char *path) {
-  if (ferror(f) || fclose(f) != 0) die_runtime("writing %s failed", path);
-}
 
 /* a CSV field: numbers as %.9g, NaN as empty */
 static void csv_num(FILE *f, double v) {
@@ -563,7 +504,7 @@ static void write_csvs(const char *out, const report *r, const point_rec *pts, i
   fprintf(f, "nodes,ranks,layout,runs_ok,runs,tokens_per_s_mean,tokens_per_s_std,tokens_per_s_min,"
              "tokens_per_s_max,tokens_per_s_per_rank,step_s_mean,speedup,efficiency,mfu_mean");
   for (int c = 0; c < N_PARTS; c++) fprintf(f, ",%s_s", g_parts[c]);
-  fputc('\n', f);
+  fprintf(f, ",predicted_tokens_per_s,predicted_step_s,predicted_mfu,measured_over_predicted\n");
   for (int k = 0; k < n_pts; k++) {
     const point_rec *p = &pts[k];
     fprintf(f, "%d,%d,%s,%d,%d", p->nodes, p->ranks, p->layout, p->n_ok, p->n_total);
@@ -575,6 +516,9 @@ static void write_csvs(const char *out, const report *r, const point_rec *pts, i
     } else {
       for (int c = 0; c < 9 + N_PARTS; c++) fputc(',', f);
     }
+    csv_num(f, p->n_pred ? p->pred_tps : NAN), csv_num(f, p->n_pred ? p->pred_step_s : NAN);
+    csv_num(f, p->n_pred ? p->pred_mfu : NAN);
+    csv_num(f, p->n_pred && p->n_ok ? p->tps_mean / p->pred_tps : NAN);
     fputc('\n', f);
   }
   close_out(f, path);
@@ -608,10 +552,13 @@ static int n_ok_points(const point_rec *pts, int n_pts) {
 /* the main Markdown table, to the report and to stdout; speedup and
  * efficiency only where two points compare */
 static void markdown_table(FILE *f, const report *r, const point_rec *pts, int n_pts) {
-  int scaling = n_ok_points(pts, n_pts) > 1;
+  int scaling = n_ok_points(pts, n_pts) > 1, pred = 0;
+  for (int k = 0; k < n_pts; k++) pred |= pts[k].n_pred > 0;
   fprintf(f, "| nodes | ranks | layout | runs | tokens/s | ± (std) | tokens/s/rank | step (s) | "
-             "%sMFU | notes |\n", scaling ? "speedup | efficiency | " : "");
-  fprintf(f, "|---:|---:|---|---:|---:|---:|---:|---:|%s---:|---|\n", scaling ? "---:|---:|" : "");
+             "%sMFU | %snotes |\n", scaling ? "speedup | efficiency | " : "",
+          pred ? "predicted tokens/s | measured/predicted | " : "");
+  fprintf(f, "|---:|---:|---|---:|---:|---:|---:|---:|%s---:|%s---|\n", scaling ? "---:|---:|" : "",
+          pred ? "---:|---:|" : "");
   for (int k = 0; k < n_pts; k++) {
     const point_rec *p = &pts[k];
     char tps[32], sd[32], tpr[32], st[32], sp[32], ef[32], mfu[32];
@@ -629,10 +576,13 @@ static void markdown_table(FILE *f, const report *r, const point_rec *pts, int n
     if (p->oversubscribed)
       fmt_into(notes + strlen(notes), sizeof notes - strlen(notes), "%sranks > cores",
                notes[0] ? "; " : "");
-    char scale[80] = "";
+    char scale[80] = "", predicted[80] = "", ptps[32], ratio[32];
     if (scaling) fmt_into(scale, sizeof scale, "%s | %s | ", sp, ef);
-    fprintf(f, "| %d | %d | %s | %d/%d | %s | %s | %s | %s | %s%s | %s |\n", p->nodes, p->ranks,
-            p->layout, p->n_ok, p->n_total, tps, sd, tpr, st, scale, mfu, notes);
+    fmt_num(ptps, sizeof ptps, p->n_pred ? p->pred_tps : NAN, "%.1f");
+    fmt_num(ratio, sizeof ratio, p->n_pred && p->n_ok ? mean / p->pred_tps : NAN, "%.3f");
+    if (pred) fmt_into(predicted, sizeof predicted, "%s | %s | ", ptps, ratio);
+    fprintf(f, "| %d | %d | %s | %d/%d | %s | %s | %s | %s | %s%s | %s%s |\n", p->nodes, p->ranks,
+            p->layout, p->n_ok, p->n_total, tps, sd, tpr, st, scale, mfu, predicted, notes);
   }
   (void)r;
 }
@@ -838,16 +788,6 @@ static const int g_marker[] = {6, 4, 8, 10, 12, 14}; /* open circle, square, tri
 #define N_COLORS 8
 #define N_MARKERS 6
 
-/* how to draw the plots here when gnuplot is missing: one line */
-static void gnuplot_hint(const char *out, char *buf, size_t cap) {
-  const char *get = getenv("MODULEPATH") || getenv("MODULESHOME") || getenv("LMOD_CMD")
-                        ? "module load gnuplot"
-                    : access("/etc/debian_version", F_OK) == 0 ? "apt-get install gnuplot-nox"
-                                                               : "install gnuplot";
-  snprintf(buf, cap, "gnuplot not found: the plot script and its data are written; to draw "
-                     "them: %s, then cd %s && gnuplot plots.gp", get, out);
-}
-
 /* x ticks at the given rank counts ("set xtics (...)") */
 static void rank_tics(FILE *g, const point_rec *pts, int n_pts) {
   fprintf(g, "set xtics (");
@@ -999,6 +939,18 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
     fputc('\n', d);
   }
   close_out(d, path);
+  int n_pred = 0; /* points with a prediction (campaign --emulate): tokens/s beside the measured */
+  for (int k = 0; k < n_pts; k++) n_pred += pts[k].n_pred > 0;
+  if (n_pred) {
+    d = open_out(out, "predicted.dat", path);
+    fprintf(d, "# label measured_tokens_per_s predicted_tokens_per_s\n");
+    for (int k = 0; k < n_pts; k++) {
+      const point_rec *p = &pts[k];
+      fprintf(d, "\"%dn/%dr %s\" %.9g %.9g\n", p->nodes, p->ranks, p->layout,
+              p->n_ok ? p->tps_mean : NAN, p->n_pred ? p->pred_tps : NAN);
+    }
+    close_out(d, path);
+  }
   if (r->n_bench) {
     d = open_out(out, "busbw.dat", path);
     /* one gnuplot data block per (op, ranks, nodes), separated by two blank lines */
@@ -1043,6 +995,16 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
     for (int c = 1; c < N_PARTS; c++) fprintf(g, ", '' using %d title '%s'", 6 + c, g_parts[c]);
     fprintf(g, "\nset xtics norotate\nset yrange [*:*]\nset key default\nset style data lines\n");
   }
+  if (n_pred) {
+    fprintf(g, "set output 'predicted.png'\nset title name.': measured and predicted (virtual "
+               "device) tokens/s'\nset style data histograms\nset style histogram clustered gap 1\n"
+               "set style fill solid 0.8 border -1\nset boxwidth 0.9\nset key inside top right\n"
+               "set xlabel 'point (nodes/ranks layout)'\nset ylabel 'tokens/s'\n"
+               "set xtics rotate by -30\nset yrange [0:*]\n"
+               "plot 'predicted.dat' using 2:xtic(1) title 'measured' lc rgb '#0072B2', "
+               "'' using 3 title 'predicted' lc rgb '#D55E00'\n"
+               "set xtics norotate\nset yrange [*:*]\nset key default\nset style data lines\n");
+  }
   if (r->n_bench) {
     fprintf(g, "set output 'busbw.png'\nset title name.': bus bandwidth'\nset style data linespoints\n"
                "set logscale x 2\nset format x '%%.0b%%BB'\nset xlabel 'message size'\n"
@@ -1052,17 +1014,7 @@ static int make_plots(const char *out, const report *r, const point_rec *pts, in
                "title columnheader(1)\n");
   }
   close_out(g, gp_path);
-  if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    gnuplot_hint(out, why, why_cap);
-    return -1;
-  }
-  char cmd[PATH_LEN * 2 + 64];
-  snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot plots.gp > gnuplot.log 2>&1", out);
-  if (system(cmd) != 0) {
-    snprintf(why, why_cap, "gnuplot failed (see %s/gnuplot.log)", out);
-    return -1;
-  }
-  return 0;
+  return run_gnuplot(out, "plots.gp", why, why_cap);
 }
 
 /* report.md (and steps.csv, the plots); returns 0 when the PNGs were drawn,
@@ -1230,6 +1182,7 @@ static void help(FILE *f) {
   fprintf(f,
           "usage: %s CAMPAIGN_DIR [--out DIR]\n"
           "       %s RUN_DIR... --out DIR [--scaling strong|weak] [--name TITLE]\n"
+          "       %s timeline RUN_DIR [--out DIR] [--step N]   (see %s timeline --help)\n"
           "Reads a campaign (manifest.json from slurm/meshslurm.py campaign) or run directories\n"
           "(summary.json + metrics.jsonl of meshtrain, bench.jsonl of meshbench) and writes\n"
           "summary.csv, runs.csv, steps.csv, bench.csv, report.md and PNG plots (gnuplot:\n"
@@ -1239,10 +1192,11 @@ static void help(FILE *f) {
           "time listed). Speedup and efficiency are against the point with the fewest\n"
           "ranks: strong S = T/T0, E = S*N0/N; weak E = t0/t (step times), S = E*N/N0.\n"
           "Failed or missing runs are listed.\n",
-          PROG, PROG);
+          PROG, PROG, PROG, PROG);
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "timeline")) return mt_report_timeline(argc, argv);
   const char *out = NULL;
   report r = {0};
   const char **paths = calloc((size_t)argc + 1, sizeof(char *));

@@ -8,7 +8,9 @@
 # loop, the peak resident memory of all ranks together (sampled every 0.5 s
 # from /proc) and of the largest rank, and the virtual step time, tokens/s
 # and MFU of the emulated run next to meshplan's analytic figures for the
-# same layout. Not a test (timings): figures for the note.
+# same layout. With MT_TIMELINE=1 the run is traced (metrics.trace = true)
+# and meshreport timeline draws its last step per pipeline stage
+# ($OUT/run/timeline/timeline.png). Not a test (timings): figures for the note.
 #   apps/scripts/bench-warp.sh [RANKS=512] [TP=8] [PP=8] [MODEL=7b] [PROFILE=h200] [GLOBAL_BATCH=64]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +33,7 @@ args=(--set model.preset=custom "${shape[@]}" --set model.seq_len=2048 --set mod
       --set train.virtual_hw="$PROFILE" --set parallel.tp="$TP" --set parallel.pp="$PP"
       --set parallel.dp="$DP" --set parallel.zero=1 --set parallel.schedule=interleaved
       --set parallel.virtual_stages=2 --set output.dir="$OUT/run")
+[ "${MT_TIMELINE:-0}" = 0 ] || args+=(--set metrics.trace=true)
 # the ranks' memory, summed, every 0.5 s while the run lasts: proportional
 # set size (shared pages split between the processes that map them: the
 # libraries, the corpus, MPI's shared-memory segments) and the largest
@@ -81,3 +84,4 @@ a = json.load(open(out + "/meshplan.json"))
 print("  meshplan (analytic): step %.3f s, %.0f tokens/s, MFU %.3f (virtual/analytic %.3f)" % (
     a["step_s"], a["tokens_per_s"], a["mfu"], last["step_s"] / a["step_s"]))
 PY
+[ "${MT_TIMELINE:-0}" = 0 ] || "$BIN/meshreport" timeline "$OUT/run"

@@ -86,11 +86,22 @@ static void local_copy(float *dst, const float *src, size_t n, mt_loc loc) {
   unstage(loc, dst, h, n * sizeof(float), 1);
 }
 
-static void count(mt_group *g, double t0, double bytes) {
-  if (mt_trace_on()) mt_trace_span(g->name, "collective", MT_TRACK_COLL, t0, mt_now(), -1, -1);
+static void tally(mt_group *g, double t0, double bytes) {
   g->seconds += mt_now() - t0;
   g->bytes += bytes;
   g->calls++;
+}
+
+/* a collective's time, bytes and call (and its span in the timeline) */
+static void count(mt_group *g, double t0, double bytes) {
+  if (mt_trace_on()) mt_trace_span(g->name, "collective", MT_TRACK_COLL, t0, mt_now(), -1, -1);
+  tally(g, t0, bytes);
+}
+
+/* a point-to-point call's: a send's span on the point-to-point track */
+static void count_p2p(mt_group *g, double t0, double bytes) {
+  if (mt_trace_on() && bytes > 0) mt_trace_span(g->name, "send", MT_TRACK_P2P, t0, mt_now(), -1, -1);
+  tally(g, t0, bytes);
 }
 
 /* ------------------------------------------------------------------ */
@@ -921,7 +932,7 @@ void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt
   MT_MPI_CHECK(MPI_Isend(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
   req_stage(r, loc, h, NULL, NULL, 0); /* freed at the wait, nothing goes back */
   r->active = 1;
-  count(g, t0, bytes);
+  count_p2p(g, t0, bytes);
 }
 
 void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
@@ -940,7 +951,7 @@ void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc l
   MT_MPI_CHECK(MPI_Irecv(h, as_count(n), MPI_FLOAT, peer, tag, g->comm, &r->req));
   req_stage(r, loc, h, h, buf, n * sizeof(float));
   r->active = 1;
-  count(g, t0, 0.0);
+  count_p2p(g, t0, 0.0);
 }
 
 void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
@@ -972,5 +983,5 @@ void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int 
   MT_MPI_CHECK(wait_request(&q[1], MPI_STATUS_IGNORE));
   unstage(loc, (void *)send, hs, 0, 0);
   unstage(loc, recv, hr, n * sizeof(float), 1);
-  count(g, t0, bytes);
+  count_p2p(g, t0, bytes);
 }

@@ -141,6 +141,8 @@ typedef struct {
   char grad_dtype[MT_CFG_STR_MAX], grad_reduce_dtype[MT_CFG_STR_MAX];
   /* [train] virtual_hw: the profile the virtual device prices with (device = virtual) */
   char virtual_hw[MT_CFG_STR_MAX];
+  /* [virtual] moe_skew: the synthetic routing's Zipf exponent (0 = balanced) */
+  double virtual_moe_skew;
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
   /* [parallel] */
   int dp, tp, pp, cp, zero;
@@ -381,9 +383,11 @@ long mt_vclock_violations(void);
 
 /* tracks (Chrome's threads) of a rank's timeline */
 enum { MT_TRACK_COMPUTE = 0, MT_TRACK_PIPELINE = 1, MT_TRACK_COLL = 2, MT_TRACK_P2P = 3,
-       MT_TRACK_N = 4 };
-/* start recording this rank's spans (off until called) */
-void mt_trace_start(int rank);
+       MT_TRACK_STEP = 4, MT_TRACK_N = 5 };
+/* start recording this rank's spans (off until called); the rank's name in
+ * the timeline says its place on the mesh (e.g. "rank 5: pp 1 tp 1 dp 0
+ * cp 0"), and viewers list the ranks by sort (the pipeline stage first) */
+void mt_trace_start(int rank, int sort, const char *name);
 int mt_trace_on(void);
 /* recording on (1) or off (0) from now on, as long as started; returns the
  * previous state (the plan counts a step of the real code in the process:
@@ -391,7 +395,8 @@ int mt_trace_on(void);
 int mt_trace_set(int on);
 /* a span from t0 to t1 (mt_now() seconds) on a track; name and cat must
  * outlive the run (string literals); a0, a1: the micro-batch and chunk of
- * a pipeline span (-1 where none) */
+ * a pipeline span (-1 where none); of a step (MT_TRACK_STEP), a0 is its
+ * number (from 1) */
 void mt_trace_span(const char *name, const char *cat, int track, double t0, double t1, int a0,
                    int a1);
 /* every span so far as Chrome trace-event JSON (Perfetto, chrome://tracing) */

@@ -18,17 +18,20 @@ typedef struct {
 } span;
 
 static struct {
-  int on, paused, rank;
+  int on, paused, rank, sort;
+  char name[128];
   span *s;
   size_t n, cap;
 } g_t;
 
 static const char *g_tracks[MT_TRACK_N] = {"compute", "pipeline", "collectives",
-                                           "point-to-point"};
+                                           "point-to-point", "step"};
 
-void mt_trace_start(int rank) {
+void mt_trace_start(int rank, int sort, const char *name) {
   g_t.on = 1;
   g_t.rank = rank;
+  g_t.sort = sort;
+  snprintf(g_t.name, sizeof g_t.name, "%s", name);
   g_t.n = 0;
 }
 
@@ -62,16 +65,18 @@ int mt_trace_write(const char *path, mt_err *e) {
   }
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   fprintf(f, "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": {\"name\": "
-             "\"rank %d\"}}", g_t.rank, g_t.rank);
+             "\"%s\"}},\n{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, "
+             "\"args\": {\"sort_index\": %d}}", g_t.rank, g_t.name, g_t.rank, g_t.sort);
   for (int k = 0; k < MT_TRACK_N; k++)
     fprintf(f, ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": %d, "
                "\"args\": {\"name\": \"%s\"}}", g_t.rank, k, g_tracks[k]);
   for (size_t i = 0; i < g_t.n; i++) {
     const span *s = &g_t.s[i];
     fprintf(f, ",\n{\"ph\": \"X\", \"name\": \"%s\", \"cat\": \"%s\", \"pid\": %d, \"tid\": %d, "
-               "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"mb\": %d, \"chunk\": %d}}",
-            s->name, s->cat, g_t.rank, s->track, s->t0 * 1e6, (s->t1 - s->t0) * 1e6, s->a0,
-            s->a1);
+               "\"ts\": %.3f, \"dur\": %.3f, ",
+            s->name, s->cat, g_t.rank, s->track, s->t0 * 1e6, (s->t1 - s->t0) * 1e6);
+    if (s->track == MT_TRACK_STEP) fprintf(f, "\"args\": {\"step\": %d}}", s->a0);
+    else fprintf(f, "\"args\": {\"mb\": %d, \"chunk\": %d}}", s->a0, s->a1);
   }
   fprintf(f, "\n]}\n");
   int bad = ferror(f);

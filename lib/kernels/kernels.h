@@ -275,6 +275,12 @@ void mt_ops_null_reset(void);
  * every op moves the rank's virtual clock (core's mt_vclock) on by its
  * price from mt_vclock_price(); start the clock before the first op. */
 const mt_ops *mt_ops_virtual(void);
+/* The synthetic routing of the null and virtual tables: skew 0 is the
+ * balanced round-robin; skew s > 0 draws each token's experts from a Zipf
+ * law over the experts (expert e's share proportional to 1 / (e + 1)^s,
+ * deterministic: a low-discrepancy sequence over the tokens, a token's k
+ * experts distinct). virtual.moe_skew sets it for a virtual run. */
+void mt_ops_null_moe_skew(double skew);
 
 /* The members of ops that are NULL although every backend must fill them
  * (only the reference attention_forward/backward may be NULL): their names,

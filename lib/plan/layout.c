@@ -259,6 +259,16 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
                   "bf16 (from ZeRO-1 on a rank holds only its shard of the fp32 master)");
     return -1;
   }
+  if (cfg->virtual_moe_skew > 0.0 && strcmp(cfg->device, "virtual") != 0) {
+    mt_err_set(e, "virtual.moe_skew = %g needs train.device = virtual (a real run's router "
+                  "decides its load)", cfg->virtual_moe_skew);
+    return -1;
+  }
+  if (cfg->virtual_moe_skew > 0.0 && cfg->moe_experts == 0) {
+    mt_err_set(e, "virtual.moe_skew = %g: the model has no experts (model.moe_experts = 0)",
+               cfg->virtual_moe_skew);
+    return -1;
+  }
   /* the virtual device: a profile that prices (its [cost] section), and
    * no checkpoint (a virtual run holds no values) */
   if (strcmp(cfg->device, "virtual") == 0) {

@@ -113,6 +113,7 @@ static void virtual_setup(mt_trainer *t) {
   mt_price price;
   mt_cost_price(&t->vprof, &price);
   mt_vclock_start(&price);
+  mt_ops_null_moe_skew(cfg->virtual_moe_skew);
   mt_mesh_set_virtual(&t->mesh);
   t->device = MT_DEVICE_VIRTUAL;
   t->precision = MT_PRECISION_FP32;

@@ -227,6 +227,7 @@ int mt_train_loop(mt_trainer *t) {
       t->last_val = val;
     }
     double step_s = t_opt - t0;
+    mt_trace_span("step", "step", MT_TRACK_STEP, t0, t_opt, step + 1, -1);
     mt_step_record rec;
     memset(&rec, 0, sizeof rec);
     rec.step = step + 1;

@@ -188,7 +188,13 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   w[0] = mt_wall_now();
   mt_train_device_setup(t); /* exits 2 on every rank when no device can be had */
-  if (t->cfg.trace) mt_trace_start(t->world_rank); /* (after a virtual clock started) */
+  if (t->cfg.trace) { /* (after a virtual clock started) */
+    const mt_mesh *ms = &t->mesh;
+    char name[128];
+    snprintf(name, sizeof name, "rank %d: pp %d tp %d dp %d cp %d", t->world_rank, ms->pp_rank,
+             ms->tp_rank, ms->dp_rank, ms->cp_rank);
+    mt_trace_start(t->world_rank, ms->pp_rank * t->world_size + t->world_rank, name);
+  }
   /* thread placement: rank 0 warns once per node whose ranks have more
    * compute threads than CPUs in their affinity masks */
   if (t->device != MT_DEVICE_VIRTUAL) { /* (a virtual rank computes nothing) */

@@ -1,7 +1,9 @@
 # A 2-point strong-scaling campaign on a real Slurm, end to end: sweep spec ->
-# point directories -> submit.sh (a chain, then the report job afterany) ->
-# meshreport in its own job, which prints its table once. The report's numbers
-# are checked against the runs' own summary.json and metrics.jsonl.
+# point directories -> each point emulated here first (--emulate: the virtual
+# device) -> submit.sh (a chain, then the report job afterany) -> meshreport
+# in its own job, which prints its table once. The report's numbers are
+# checked against the runs' own summary.json and metrics.jsonl, its
+# predicted ones against the emulated runs' summary.json.
 source "$(dirname "$0")/../scripts/common.sh"
 source "$(dirname "$0")/cluster.sh"
 cluster_start
@@ -28,8 +30,10 @@ data.train = $corpus
 # the final checkpoint is not what this test measures
 ckpt.mode = none
 INI
+# --emulate first: each point on the virtual device here (its system's
+# cpu-generic profile), then the jobs: the report sets them side by side
 python3 "$MT_SRC/slurm/meshslurm.py" campaign "$WORK/sweep.ini" --out "$WORK/camp" --bin "$MT_BIN" --submit \
-  > "$WORK/submit.log" 2>&1 || { cat "$WORK/submit.log"; fail "campaign --submit failed"; }
+  --emulate --emulate-steps 2 > "$WORK/submit.log" 2>&1 || { cat "$WORK/submit.log"; fail "campaign --submit failed"; }
 cat "$WORK/submit.log"
 [ "$(wc -l < "$WORK/camp/jobs.txt")" = 3 ] || fail "jobs.txt: expected 2 points + report"
 rid=$(awk '$2 == "report" {print $1}' "$WORK/camp/jobs.txt")
@@ -76,7 +80,17 @@ m = [json.loads(l) for l in open(os.path.join(p4, "metrics.jsonl"))][1:]
 close(rows[4]["compute_s"], sum(x["time_s"]["compute"] for x in m) / len(m), "compute breakdown")
 close(rows[4]["dp_comm_s"], sum(x["time_s"]["dp_comm"] for x in m) / len(m), "dp_comm breakdown")
 assert rows[2]["nodes"] == "1" and rows[4]["nodes"] == "2"
-for png in ("speedup.png", "efficiency.png", "breakdown.png", "loss.png", "tokens_per_s.png"):
+# predicted (campaign --emulate) beside measured
+for n, p, s in ((2, p2, s2), (4, p4, s4)):
+    v = json.load(open(os.path.join(p, "predicted", "summary.json")))
+    assert v["virtual"]["hw"] == "cpu-generic" and v["steps"] == 2 and v["layout"]["world"] == n, v["layout"]
+    close(rows[n]["predicted_tokens_per_s"], v["tokens_per_s"], "predicted tokens/s at %d ranks" % n)
+    close(rows[n]["measured_over_predicted"], s["run"]["tokens_per_s"] / v["tokens_per_s"],
+          "measured/predicted at %d ranks" % n)
+pred = list(csv.DictReader(open(os.path.join(camp, "predicted.csv"))))
+assert [r["status"] for r in pred] == ["done", "done"], pred
+assert "| predicted tokens/s | measured/predicted |" in open(os.path.join(camp, "report", "report.md")).read()
+for png in ("speedup.png", "efficiency.png", "breakdown.png", "loss.png", "tokens_per_s.png", "predicted.png"):
     assert open(os.path.join(camp, "report", png), "rb").read(4) == b"\x89PNG", png
 # one loss line per layout: both points' losses (equal across layouts) in steps.csv
 steps = list(csv.DictReader(open(os.path.join(camp, "report", "steps.csv"))))

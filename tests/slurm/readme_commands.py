@@ -18,7 +18,8 @@ Every command of every ```sh block is classified, first rule first:
            written (`meshtrain --check ... --ranks N`), then run with a tiny
            model for 3 steps (same options, overrides appended); a campaign
            --submit: checked as written (--dry-run: meshtrain --check of every
-           point), then submitted with a tiny model for 3 steps (--set);
+           point), then submitted with a tiny model for 3 steps (--set); a
+           campaign --emulate: as written, its points up to 8 ranks, 1 step;
   run      everything else: as written (a `cat` of a report "when the report
            job is done" first waits for the queue to empty).
 
@@ -35,7 +36,7 @@ SKIP = [
      "tests/slurm/default_report.sh plays its shape in small)",
      "[ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt"),
     (r"^bash tests/run\.sh", "the test suite itself", None),
-    (r"^bash apps/scripts/bench-", "a benchmark script (timings over minutes)", None),
+    (r"^(\w+=\S* )*bash apps/scripts/bench-", "a benchmark script (timings over minutes)", None),
     (r"^bash apps/scripts/fuzz-", "a fuzzing run (libFuzzer for minutes; not part of the suite)", None),
     (r"meshbench (gemm --model small --threads|attention|ckpt|collectives)", "a benchmark (timings)", None),
     (r"meshbench allreduce --min-bytes 1K --max-bytes 256M", "a benchmark (allreduces up to 256 MiB)", None),
@@ -138,6 +139,11 @@ def main(readme):
                 dry = cmd.replace("--submit", "--dry-run")
                 emit(n, cmd, "tiny", "run %d %s\nrun %d %s" % (
                     n, q(dry), n, q(cmd + " " + " ".join(TINY[:4]))), cluster_block)
+                continue
+            if re.search(r"meshslurm\.py campaign .*--emulate", cmd):
+                # as written, but the points up to 8 ranks, 1 step each
+                emit(n, cmd, "tiny", "run %d %s" % (n, q(cmd + " --emulate-max-ranks 8 --emulate-steps 1")),
+                     cluster_block)
                 continue
             body = "run %d %s" % (n, q(cmd))
             if "when the report job is done" in raw:

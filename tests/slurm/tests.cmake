@@ -36,6 +36,8 @@ mt_slurm_test(default_report report default_report.sh)
 # (meshreport's C also runs under the sanitizers: tests/run.sh runs -L sanitize there)
 set_property(TEST report.meshreport APPEND PROPERTY LABELS sanitize)
 
+# campaign --emulate: the points on the virtual device here, no Slurm
+mt_slurm_test(campaign_emulate slurm campaign_emulate.sh)
 # rendering and campaign planning (no Slurm needed: always runs)
 mt_slurm_test(render_leonardo slurm render_leonardo.sh)
 # configurations checked at submit time (meshtrain --check), no Slurm needed

@@ -11,3 +11,7 @@ mt_script_test(virtual_no_profile badinput ../scripts/expect_fail.sh virtual_no_
 mt_script_test(virtual_ckpt badinput ../scripts/expect_fail.sh virtual_ckpt 4
   "train.device = virtual computes no values to checkpoint: set ckpt.mode = none" ${T} --set train.virtual_hw=h200)
 mt_script_test(trace warp trace.sh)
+# meshreport timeline over a virtual and a real traced pp 2 run
+mt_script_test(timeline warp timeline.sh)
+# virtual.moe_skew: a Zipf load over the experts on the virtual device
+mt_script_test(moe_skew warp moe_skew.sh)

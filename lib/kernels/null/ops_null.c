@@ -10,13 +10,15 @@
  * Values the control flow reads on the host are synthetic and
  * deterministic: the losses and norms are 0, and the router picks experts
  * round-robin (token n's j-th choice is expert (n k + j) mod E: a balanced
- * routing; every expert when k = E). Those choices, and the small records
+ * routing; every expert when k = E), or, with a skew (mt_ops_null_moe_skew),
+ * from a Zipf law. Those choices, and the small records
  * the host uploads and downloads again (a MoE block's routing record), are
  * kept in a little store keyed by address: the only memory behind the
  * addresses. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include "kernels/kernels.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,13 +185,59 @@ static void null_adamw_update(float *param, const float *grad, float *m, float *
                               int t) {}
 
 /* the router's choices, round-robin over the experts (the host reads them) */
+static double g_skew; /* the routing's Zipf exponent; 0: round-robin */
+static double *g_cdf;  /* its cumulative shares over g_cdf_E experts */
+static int g_cdf_E;
+
+void mt_ops_null_moe_skew(double skew) {
+  g_skew = skew;
+  g_cdf_E = 0; /* made again for the next router */
+}
+
+/* expert e with probability (e + 1)^-s / H: the first e whose cumulative
+ * share exceeds u in [0, 1) */
+static int zipf_expert(double u, int E) {
+  if (g_cdf_E != E) {
+    free(g_cdf);
+    g_cdf = mt_malloc((size_t)E * sizeof(double));
+    double h = 0.0, c = 0.0;
+    for (int e = 0; e < E; e++) h += g_cdf[e] = pow(e + 1.0, -g_skew);
+    for (int e = 0; e < E; e++) g_cdf[e] = c += g_cdf[e] / h;
+    g_cdf[E - 1] = 1.0; /* (rounding) */
+    g_cdf_E = E;
+  }
+  int lo = 0, hi = E - 1; /* the first e with u < cdf[e] */
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (u < g_cdf[mid]) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
 static void null_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
                                     const float *logits, const float *bias, int N, int E,
                                     int k) {
   size_t n = (size_t)N * (size_t)k;
   keep(top_idx, NULL, n * sizeof(int));
   int *choice = find(top_idx, 0)->data;
-  for (size_t i = 0; i < n; i++) choice[i] = (int)(i % (size_t)E);
+  if (g_skew <= 0.0) {
+    for (size_t i = 0; i < n; i++) choice[i] = (int)(i % (size_t)E);
+    return;
+  }
+  /* token t's j-th choice: the Zipf quantile of the golden-ratio sequence
+   * at t k + j, moved on to the next expert the token has not chosen */
+  for (size_t t = 0; t < (size_t)N; t++)
+    for (int j = 0; j < k; j++) {
+      double x = ((double)(t * (size_t)k + (size_t)j) + 0.5) * 0.6180339887498949;
+      int e = zipf_expert(x - floor(x), E);
+      for (int taken = 1; taken;) {
+        taken = 0;
+        for (int i = 0; i < j; i++) taken |= choice[t * (size_t)k + (size_t)i] == e;
+        if (taken) e = (e + 1) % E;
+      }
+      choice[t * (size_t)k + (size_t)j] = e;
+    }
 }
 
 static void null_moe_router_backward(float *dlogits, const float *probs, const float *lse,

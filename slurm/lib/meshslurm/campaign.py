@@ -11,6 +11,7 @@ import sys
 from .common import (EXIT_RUNTIME, SRC, BadInput, absdir, layout_name, parse_assignment,
                      parse_int_list, parse_layout, q, write_executable)
 from .checks import Checker
+from .emulate import emulate
 from .render import data_values, say_data, train_sets, warn_if_home, write_run_dir
 from .script import bench_body, render_script, resources, train_body
 from .system import System
@@ -202,6 +203,12 @@ def report_script(plan, bin_dir, workdir):
 
 
 def cmd_campaign(a):
+    if a.emulate and a.dry_run:
+        raise BadInput("--emulate writes predicted results into the campaign's points: not with --dry-run")
+    for opt, v in (("--emulate-steps", a.emulate_steps), ("--emulate-max-ranks", a.emulate_max_ranks),
+                   ("--emulate-timeout", a.emulate_timeout)):
+        if v < 1:
+            raise BadInput("%s %d: 1 or more" % (opt, v))
     plan = plan_campaign(a.sweep, a.out, a.account, [parse_assignment(s, "--profile-set") for s in a.profile_set],
                          a.set)
     system = plan["system"]
@@ -268,6 +275,9 @@ def cmd_campaign(a):
         json.dump(manifest, f, indent=1)
         f.write("\n")
     print("wrote %s/{manifest.json,submit.sh,report.sh,points/*/job.sh}" % plan["out"])
+    if a.emulate and emulate(plan, bin_dir, a.emulate_hw, a.emulate_steps, a.emulate_max_ranks,
+                             a.emulate_timeout) and not a.submit:
+        return EXIT_RUNTIME
     if a.submit:
         r = subprocess.run(["bash", os.path.join(plan["out"], "submit.sh")])
         return 0 if r.returncode == 0 else EXIT_RUNTIME

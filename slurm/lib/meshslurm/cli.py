@@ -125,6 +125,17 @@ def main(argv):
     c.add_argument("--force", action="store_true", help="overwrite an existing campaign directory")
     c.add_argument("--set", action="append", default=[], metavar="section.key=value",
                    help="a meshtrain key for every point, after the sweep's [set] (wins)")
+    c.add_argument("--emulate", action="store_true",
+                   help="run every point here on meshtrain's virtual device (train.device = "
+                        "virtual): predicted results in points/*/predicted/ and predicted.csv")
+    c.add_argument("--emulate-hw", metavar="PROFILE",
+                   help="the hardware profile emulated (default: the system's hw)")
+    c.add_argument("--emulate-steps", type=int, default=3, metavar="N",
+                   help="steps of each emulated point (default 3)")
+    c.add_argument("--emulate-max-ranks", type=int, default=512, metavar="N",
+                   help="points with more ranks are skipped, and listed (default 512)")
+    c.add_argument("--emulate-timeout", type=int, default=1800, metavar="S",
+                   help="seconds an emulated point may take (default 1800)")
     add_common(c)
     sub.add_parser("systems", help="list the system profiles")
     m = sub.add_parser("modules", help="print shell code that loads the profile's modules "
