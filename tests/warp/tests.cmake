@@ -13,5 +13,7 @@ mt_script_test(virtual_ckpt badinput ../scripts/expect_fail.sh virtual_ckpt 4
 mt_script_test(trace warp trace.sh)
 # meshreport timeline over a virtual and a real traced pp 2 run
 mt_script_test(timeline warp timeline.sh)
+# (meshreport timeline's C and the trace writer under the sanitizers too)
+set_property(TEST warp.timeline APPEND PROPERTY LABELS sanitize)
 # virtual.moe_skew: a Zipf load over the experts on the virtual device
 mt_script_test(moe_skew warp moe_skew.sh)
