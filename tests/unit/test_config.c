@@ -431,7 +431,7 @@ static void test_round_trip(void) {
                   "ckpt.mode=per-writer", "ckpt.async=true", "ckpt.verify_on_load=false",
                   "ckpt.test_crash=rename", "train.device=auto", "train.precision=bf16",
                   "train.grad_dtype=bf16", "parallel.grad_reduce_dtype=bf16",
-                  "train.virtual_hw=h200", "metrics.trace=true",
+                  "train.virtual_hw=h200", "metrics.trace=true", "virtual.moe_skew=1.25",
                   "model.moe_experts=64", "model.moe_topk=6",
                   "model.moe_every=2", "model.moe_ffn=1408", "model.moe_shared=2",
                   "model.moe_capacity=1.25", "train.moe_aux_coef=0.001", "train.moe_z_coef=0.0001",
