@@ -189,11 +189,15 @@ typedef struct {
    * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless);
    * [train] moe_aux_coef, moe_z_coef, moe_balance (aux | bias | none: how the
    * experts' load is balanced), moe_bias_rate (the bias step of aux-loss-free
-   * balancing); [parallel] ep, etp (the folded mesh) */
+   * balancing), moe_bias_init (expert 0's starting bias: a forced skew);
+   * [parallel] ep, etp (the folded mesh), ep_balance (none | least-loaded)
+   * and ep_balance_alpha (least-loaded: the load a rank keeps, x the mean) */
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
-  double moe_capacity, moe_aux_coef, moe_z_coef, moe_bias_rate;
+  double moe_capacity, moe_aux_coef, moe_z_coef, moe_bias_rate, moe_bias_init;
   char moe_balance[MT_CFG_STR_MAX];
   int ep, etp;
+  char ep_balance[MT_CFG_STR_MAX];
+  double ep_balance_alpha;
 } mt_config;
 
 typedef struct {

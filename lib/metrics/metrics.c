@@ -169,6 +169,16 @@ char *mt_step_record_json(const mt_step_record *r) {
       cJSON_AddItemToArray(load, cJSON_CreateNumber(sum > 0 ? most * r->moe_experts / sum : 0.0));
       cJSON_AddItemToArray(drop, cJSON_CreateNumber(sum > 0 ? r->moe_dropped[b] / sum : 0.0));
     }
+    if (r->moe_rows_sum) { /* the busiest rank's expert rows over the stage's mean */
+      cJSON *bus = cJSON_AddArrayToObject(moe, "rows_max_over_mean");
+      cJSON *mv = cJSON_AddArrayToObject(moe, "moved_frac");
+      for (int b = 0; b < r->moe_blocks; b++) {
+        double mean = r->moe_rows_sum[b] / (r->moe_stage_ranks > 0 ? r->moe_stage_ranks : 1);
+        cJSON_AddItemToArray(bus, cJSON_CreateNumber(mean > 0 ? r->moe_rows_max[b] / mean : 0.0));
+        cJSON_AddItemToArray(mv, cJSON_CreateNumber(
+            r->moe_rows_sum[b] > 0 ? r->moe_moved[b] / r->moe_rows_sum[b] : 0.0));
+      }
+    }
     cJSON_AddNumberToObject(moe, "ep_bytes", r->ep_bytes);
     cJSON_AddNumberToObject(moe, "ep_comm_s", r->ep_comm_s);
     cJSON_AddNumberToObject(moe, "etp_bytes", r->etp_bytes);

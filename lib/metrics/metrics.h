@@ -63,6 +63,10 @@ typedef struct {
   int moe_blocks, moe_experts;
   const double *moe_tokens, *moe_dropped;
   const double *moe_aux_block; /* per block: its load-balancing loss */
+  /* per block: expert rows computed, summed over ranks and the most on one
+   * rank; rows moved by least-loaded expert parallelism; ranks of a stage */
+  const double *moe_rows_sum, *moe_rows_max, *moe_moved;
+  int moe_stage_ranks;
   double moe_aux_loss, moe_z_loss;
   double ep_comm_s, ep_bytes, etp_comm_s, etp_bytes, edp_comm_s, edp_bytes;
   double model_flops;    /* whole job, this step */

@@ -240,6 +240,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->attn.NH = m->NH_local;
   m->recompute = par && par->recompute;
   m->split_backward = par && par->split_backward;
+  m->moe.llep_alpha = par ? par->ep_balance_alpha : 0.0;
   mt_moe_size(&m->moe, m);
 
   m->p.blocks = mt_calloc((size_t)shape->n_layer, sizeof(mt_block_tensors));
@@ -356,9 +357,13 @@ int mt_moe_balance_parse(const char *s) {
          : !strcmp(s, "none") ? MT_MOE_BALANCE_NONE : -1;
 }
 
-void mt_gpt_set_moe_balance(mt_gpt *m, int balance, float bias_rate) {
-  m->moe.balance = balance;
-  m->moe.bias_rate = bias_rate;
+void mt_gpt_set_moe_balance(mt_gpt *m, int balance, float bias_rate, float bias_init) {
+  mt_moe *x = &m->moe;
+  x->balance = balance;
+  x->bias_rate = bias_rate;
+  if (x->n_blocks == 0 || bias_init == 0.0f) return;
+  for (int b = 0; b < x->n_blocks; b++) x->bias_host[(size_t)b * x->E] = bias_init;
+  m->ops->upload(x->bias, x->bias_host, (size_t)x->n_blocks * x->E * sizeof(float));
 }
 
 void mt_gpt_moe_bias_update(mt_gpt *m, const double *tokens) {
@@ -401,6 +406,7 @@ void mt_gpt_moe_stats_reset(mt_gpt *m) {
   memset(x->dropped, 0, n * sizeof(double));
   memset(x->aux, 0, n * sizeof(double));
   memset(x->z, 0, n * sizeof(double));
+  memset(x->rows_done, 0, 2 * n * sizeof(double));
 }
 
 /* ------------------------------------------------------------------ */

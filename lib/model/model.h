@@ -371,17 +371,38 @@ typedef struct {
   int *owner, *order;             /* per expert its ep rank; the experts by owner, then index */
   int *h;                         /* host scratch (routing decisions) */
   size_t h_n;
+  /* least-loaded expert parallelism (parallel.ep_balance): alpha the load a
+   * rank may keep, x the ep group's mean (0: off); H the most experts a rank
+   * helps with, and lends, per block (E_l under LLEP, else 0) */
+  double alpha;
+  int H, L; /* the most experts a rank helps with, and (expert, helper) pairs it lends */
 } mt_ep;
+/* LLEP's bounds for E_l experts a rank on ep ranks: a rank helps with at
+ * most as many experts as it holds (H = E_l: twice its experts' weights at
+ * most), and lends at most max(E_l, ep - 1) pairs (L; so one hot expert can
+ * spread over every other rank) */
+void mt_ep_llep_caps(int E_l, int ep, int *H, int *L);
 
 /* What routing decided, as ints (host; the model keeps a copy with the
  * micro-batch's activations): MT_EP_N_SEND slots sent, MT_EP_N_RECV rows
  * received over ep, MT_EP_N_ROWS rows after the etp gather, MT_EP_DROPPED
  * local slots dropped, then send_counts[ep], recv_counts[ep] (rows to and
  * from each ep rank), etp_rows[etp] (rows received by each etp rank) and
- * expert_off[E_l + 1] (the experts' offsets in expert-major rows). */
+ * expert_off[E_l + H + 1] (the offsets in expert-major rows of the rank's
+ * experts, then of the experts it helps with under LLEP); under LLEP then
+ * the record of mt_ep_llep. */
 enum { MT_EP_N_SEND, MT_EP_N_RECV, MT_EP_N_ROWS, MT_EP_DROPPED, MT_EP_HEAD };
-/* ints of a routing record for these axes (E_l experts per ep rank) */
-int mt_ep_meta_ints(int ep, int etp, int E_l);
+/* ints of a routing record for these axes (E_l experts per ep rank; llep:
+ * least-loaded expert parallelism on) */
+int mt_ep_meta_ints(int ep, int etp, int E_l, int llep);
+/* Under LLEP, what a rank exchanges for a block (every rank of the ep group
+ * computes the whole plan from the same counts): MT_LLEP_N_HELP experts it
+ * computes for their owners, MT_LLEP_N_LEND (expert, helper) pairs it lends,
+ * MT_LLEP_PAIRS the pairs of the whole group (0: no weights move), then
+ * help_e[H] (ordered by owner, then expert: the order their weights
+ * arrive), lend_e[L] and lend_q[L] (ordered by helper, then expert). */
+enum { MT_LLEP_N_HELP, MT_LLEP_N_LEND, MT_LLEP_PAIRS, MT_LLEP_HEAD };
+const int *mt_ep_llep(const mt_ep *x, const int *meta);
 const int *mt_ep_send_counts(const mt_ep *x, const int *meta);
 const int *mt_ep_recv_counts(const mt_ep *x, const int *meta);
 const int *mt_ep_etp_rows(const mt_ep *x, const int *meta);
@@ -401,12 +422,22 @@ int mt_ep_capacity(double c, int T, int k, int E);
  * mt_registry_ep_owner; NULL: E/ep consecutive experts per rank). */
 void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, const mt_ops *ops,
                   int E, int k, int T, double capacity, int max_seqs, int ts, const int *owner);
+/* Least-loaded expert parallelism from now on (alpha >= 1; needs ep > 1 and
+ * etp = 1). Each block, after dropping: a rank whose rows exceed
+ * ceil(alpha x the group's mean) keeps that many; the rest of its heaviest
+ * experts' rows (the last in source order) go to the least-loaded ranks, each
+ * filled up to the same bound (within mt_ep_llep_caps). Every row still meets the same weights, so outputs are those without
+ * it; the helpers receive the experts' weights and send back their
+ * gradients (moe.c). */
+void mt_ep_set_balance(mt_ep *x, double alpha);
 void mt_ep_destroy(mt_ep *x);
 
 /* Routing statistics of one call, for the metrics (host). */
 typedef struct {
   double *tokens;   /* E: slots this rank routed to each expert (before dropping), added */
   double dropped;   /* slots dropped, added */
+  double rows;      /* expert rows this rank computed (after LLEP), added */
+  double moved;     /* rows LLEP moved in the whole ep group (counted by ep rank 0), added */
 } mt_ep_stats;
 
 /* Decide and lay out the dispatch of N = S * Ts local tokens from the
@@ -549,7 +580,15 @@ typedef struct {
    * the z-loss x tokens) */
   int stats_on;
   double *tokens, *dropped, *aux, *z;
+  double *rows_done, *moved; /* per MoE block: mt_ep_stats rows and moved */
+  /* least-loaded expert parallelism (mt_gpt_parallel ep_balance_alpha; 0:
+   * off): one block's weights of the experts this rank helps with, their
+   * gradients, and the pairs it lends (moe_llep.c; activation memory) */
+  double llep_alpha;
+  float *llep;
 } mt_moe;
+/* floats of x->llep: 3 regions of H experts' four tensors each */
+size_t mt_moe_llep_floats(const mt_moe *x);
 
 /* ------------------------------------------------------------------ */
 /* the model (gpt.c)                                                   */
@@ -585,6 +624,9 @@ typedef struct {
    * tp_rank + tp x cp_rank; NULL: tp), over which the router's
    * per-sequence counts go */
   mt_group *ep, *etp, *seq;
+  /* least-loaded expert parallelism (parallel.ep_balance = least-loaded):
+   * the load a rank keeps, x the ep group's mean (mt_ep_set_balance); 0: off */
+  double ep_balance_alpha;
   /* the weights' compute copy and the activations in bf16 (mt_dtypes
    * weights = acts = bf16) through these ops; NULL: fp32. Dense models
    * only, with ring cp or none (the layout refuses Ulysses and MoE). */
@@ -671,7 +713,9 @@ void mt_gpt_set_moe_loss(mt_gpt *m, float aux_coef, float z_coef);
 typedef enum { MT_MOE_BALANCE_AUX = 0, MT_MOE_BALANCE_BIAS = 1, MT_MOE_BALANCE_NONE = 2 } mt_moe_balance;
 /* "aux" | "bias" | "none" -> mt_moe_balance (-1: none of them) */
 int mt_moe_balance_parse(const char *s);
-void mt_gpt_set_moe_balance(mt_gpt *m, int balance, float bias_rate);
+/* bias_init: what expert 0's routing bias starts from in every MoE block (a
+ * forced skew; a checkpoint's bias replaces it) */
+void mt_gpt_set_moe_balance(mt_gpt *m, int balance, float bias_rate, float bias_init);
 /* Aux-loss-free balancing, after an optimizer step: tokens (n_blocks, E),
  * the slots the step routed to each expert over the whole global batch
  * (every rank's statistics summed: the same on every rank and for every

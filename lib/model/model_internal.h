@@ -107,6 +107,22 @@ const float *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x, con
  * with the input pass's kept gradients x->moe.dy, x->moe.dh). */
 void mt_moe_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x);
 
+/* least-loaded expert parallelism (moe_llep.c) */
+/* steps 4-6 of mt_ep_route under LLEP: from every source's kept slots per
+ * expert, the plan, the send positions, the received rows' order and the
+ * exchange record (meta); returns the rows the plan moves (whole group) */
+int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h_slot,
+                     int *h_send, int *h_perm, int *h_inv, int *meta);
+/* x->llep's regions: helped experts' weights, their gradients, lent pairs */
+enum { MT_LLEP_HELP_W, MT_LLEP_HELP_G, MT_LLEP_LEND };
+float *mt_moe_llep_region(const mt_moe *x, int r, int t);
+/* block weights w out to the helpers of the routing record meta (collective
+ * over ep where any pair exists) */
+void mt_moe_llep_weights(mt_moe *x, const mt_block_tensors *w, const int *meta);
+/* the helped experts' gradients to 0; and back to their owners, added to g */
+void mt_moe_llep_zero_grads(mt_moe *x, const int *meta);
+void mt_moe_llep_grads(mt_moe *x, mt_block_tensors *g, const int *meta);
+
 /* ------------------------------------------------------------------ */
 /* attention (attention.c, attention_cp.c)                             */
 

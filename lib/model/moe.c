@@ -42,7 +42,7 @@ void mt_moe_size(mt_moe *x, const mt_gpt *m) {
   if (x->n_blocks == 0) return;
   mt_ep_bounds(x->E, x->k, x->ep_size, x->etp_size, m->T, s->moe_capacity, m->max_B, x->Ts,
                &x->send, &x->recv, &x->rows);
-  x->meta_n = mt_ep_meta_ints(x->ep_size, x->etp_size, x->E_local);
+  x->meta_n = mt_ep_meta_ints(x->ep_size, x->etp_size, x->E_local, x->llep_alpha > 0.0);
 }
 
 void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *tp_g,
@@ -79,11 +79,17 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   mt_ep_create(&x->ep, par ? par->ep : NULL, par ? par->etp : NULL, seq_g, m->ops, x->E, x->k,
                m->T, s->moe_capacity, m->max_B, x->Ts, owner);
   free(owner);
+  if (x->llep_alpha > 0.0) { /* least-loaded: the lent and helped experts' buffers */
+    mt_ep_set_balance(&x->ep, x->llep_alpha);
+    x->llep = act(m, mt_moe_llep_floats(x));
+  }
   x->meta_host = mt_calloc((size_t)x->meta_n, sizeof(int));
   x->tokens = mt_calloc((size_t)x->n_blocks * E + 1, sizeof(double));
   x->dropped = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
   x->aux = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
   x->z = mt_calloc((size_t)x->n_blocks + 1, sizeof(double));
+  x->rows_done = mt_calloc(2 * (size_t)x->n_blocks + 1, sizeof(double));
+  x->moved = x->rows_done + x->n_blocks;
   /* the balancing bias: zeros until a step or a checkpoint sets it */
   x->bias_host = mt_calloc((size_t)x->n_blocks * E + 1, sizeof(float));
   x->bias = act(m, (size_t)x->n_blocks * E);
@@ -98,6 +104,7 @@ void mt_moe_destroy(mt_moe *x) {
     free(x->dropped);
     free(x->aux);
     free(x->z);
+    free(x->rows_done);
     free(x->bias_host);
   }
   memset(x, 0, sizeof *x);
@@ -105,6 +112,15 @@ void mt_moe_destroy(mt_moe *x) {
 
 /* ------------------------------------------------------------------ */
 /* the routed experts on this rank's local tokens                      */
+
+/* least-loaded: experts this rank helps with in the block of routing record
+ * meta (0 without LLEP), and their weights (HW) and gradients (HG), tensor t
+ * of fc weight, fc bias, proj weight, proj bias */
+static int helped(const mt_moe *moe, const int *meta) {
+  return moe->ep.H > 0 ? mt_ep_llep(&moe->ep, meta)[MT_LLEP_N_HELP] : 0;
+}
+#define HW(moe, t) mt_moe_llep_region(moe, MT_LLEP_HELP_W, t)
+#define HG(moe, t) mt_moe_llep_region(moe, MT_LLEP_HELP_G, t)
 
 /* The routed experts of block l on this rank's local tokens x (N = S x Ts
  * rows, S sequences' slices of Ts tokens): router, routing, dispatch,
@@ -124,7 +140,7 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
   o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, bias, N, E, k);
   /* routing decisions, then the rows out to the experts */
   int *meta = moe->meta_host;
-  mt_ep_stats st = {.tokens = moe->tokens + (size_t)mi * E, .dropped = 0.0};
+  mt_ep_stats st = {.tokens = moe->tokens + (size_t)mi * E};
   mt_ep_route(ep, a->top, S, Ts, a->slot, moe->send_tok, a->perm, a->inv, a->frac, meta,
               moe->stats_on ? &st : NULL);
   o->upload(a->meta, meta, (size_t)moe->meta_n * sizeof(int));
@@ -135,17 +151,25 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
   /* the experts on expert-major rows: fc, GELU, proj (the proj bias once,
    * by etp rank 0: the etp ranks' outputs are summed on the way back) */
   const int *off = mt_ep_expert_off(ep, meta);
+  const int nh = helped(moe, meta); /* least-loaded: other ranks' experts, rows after ours */
+  if (ep->H > 0) mt_moe_llep_weights(moe, w, meta);
   o->gather_rows(a->xe, rows, a->perm, n_rows, C);
   o->grouped_matmul_forward(a->h, a->xe, w->e_fc_w, w->e_fc_b, off, El, C, Fe);
+  if (nh > 0)
+    o->grouped_matmul_forward(a->h, a->xe, HW(moe, 0), HW(moe, 1), off + El, nh, C, Fe);
   o->gelu_forward(a->g, a->h, (size_t)n_rows * Fe);
   o->grouped_matmul_forward(moe->rows2_buf, a->g, w->e_proj_w,
                             ep->etp_rank == 0 ? w->e_proj_b : NULL, off, El, Fe, C);
+  if (nh > 0)
+    o->grouped_matmul_forward(moe->rows2_buf, a->g, HW(moe, 2), HW(moe, 3), off + El, nh, Fe, C);
   o->gather_rows(rows, moe->rows2_buf, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, a->ys, C);
   o->moe_combine(out, a->ys, a->slot, a->topw, N, C, k);
   if (!moe->stats_on) return;
   /* this rank's shares of the two losses (x the step's tokens) */
   moe->dropped[mi] += st.dropped;
+  moe->rows_done[mi] += st.rows;
+  moe->moved[mi] += st.moved;
   if (moe->z_coef > 0.0f) moe->z[mi] += moe->z_coef * o->sumsq(a->lse, (size_t)N);
   if (moe->aux_coef > 0.0f && N > 0) {
     o->moe_prob_sums(moe->seq_buf, a->probs, N, E, Ts);
@@ -187,6 +211,13 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   float *dgelu = moe->hid_buf, *dh = input_only ? a->dh : moe->hid2_buf;
   float *dw_proj = input_only ? NULL : g->e_proj_w, *db_proj = input_only ? NULL : g->e_proj_b;
   float *dw_fc = input_only ? NULL : g->e_fc_w, *db_fc = input_only ? NULL : g->e_fc_b;
+  /* least-loaded: the helped experts' weights again, their gradients here */
+  const int nh = helped(moe, meta);
+  if (ep->H > 0) mt_moe_llep_weights(moe, w, meta);
+  if (ep->H > 0 && !input_only) mt_moe_llep_zero_grads(moe, meta);
+  float *hg[4] = {NULL, NULL, NULL, NULL};
+  if (!input_only)
+    for (int t = 0; t < 4 && nh > 0; t++) hg[t] = HG(moe, t);
   /* the combine: each slot's output gradient, and the router weights' */
   o->moe_combine_backward(moe->send_buf, moe->dtw, dout, a->ys, a->slot, a->topw, N, C, k);
   /* the slots' gradients out to the experts, as the rows went */
@@ -194,10 +225,15 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   o->gather_rows(dy, rows, a->perm, n_rows, C);
   o->zero(dgelu, (size_t)n_rows * Fe);
   o->grouped_matmul_backward(dgelu, dw_proj, db_proj, dy, a->g, w->e_proj_w, off, El, Fe, C);
+  if (nh > 0)
+    o->grouped_matmul_backward(dgelu, hg[2], hg[3], dy, a->g, HW(moe, 2), off + El, nh, Fe, C);
   o->zero(dh, (size_t)n_rows * Fe);
   o->gelu_backward(dh, a->h, dgelu, (size_t)n_rows * Fe);
   o->zero(dxe, (size_t)n_rows * C); /* the experts' input gradients, partial over etp */
   o->grouped_matmul_backward(dxe, dw_fc, db_fc, dh, a->xe, w->e_fc_w, off, El, C, Fe);
+  if (nh > 0)
+    o->grouped_matmul_backward(dxe, hg[0], hg[1], dh, a->xe, HW(moe, 0), off + El, nh, C, Fe);
+  if (ep->H > 0 && !input_only) mt_moe_llep_grads(moe, g, meta);
   o->gather_rows(rows, dxe, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, moe->send_buf, C);
   o->moe_gather_sum(dx, moe->send_buf, a->slot, N, C, k);
@@ -229,6 +265,17 @@ static void routed_backward_weight(mt_gpt *m, const mt_block_tensors *w, mt_bloc
   o->grouped_matmul_backward(NULL, g->e_proj_w, g->e_proj_b, a->dy, a->g, w->e_proj_w, off, El,
                              Fe, C);
   o->grouped_matmul_backward(NULL, g->e_fc_w, g->e_fc_b, a->dh, a->xe, w->e_fc_w, off, El, C, Fe);
+  if (moe->ep.H == 0) return;
+  /* least-loaded: the helped experts' gradients (no weights needed), back */
+  const int nh = helped(moe, meta);
+  mt_moe_llep_zero_grads(moe, meta);
+  if (nh > 0) {
+    o->grouped_matmul_backward(NULL, HG(moe, 2), HG(moe, 3), a->dy, a->g, NULL, off + El, nh, Fe,
+                               C);
+    o->grouped_matmul_backward(NULL, HG(moe, 0), HG(moe, 1), a->dh, a->xe, NULL, off + El, nh, C,
+                               Fe);
+  }
+  mt_moe_llep_grads(moe, g, meta);
 }
 
 /* ------------------------------------------------------------------ */

@@ -3,7 +3,7 @@
  * layer's token rows. The decisions are integer bookkeeping on the host
  * (the router's choices are downloaded); the rows move through comm in the
  * backend's memory and are reordered by the backend's gather op. */
-#include "model/model.h"
+#include "model/model_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -73,7 +73,7 @@ void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, co
   size_t cnt = (size_t)max_seqs * k * E;
   x->h_n = 3 * (size_t)x->max_tokens * k + (size_t)(x->seq_size + 2) * cnt + 3 * (size_t)E +
            (size_t)x->etp * x->ep * x->E_l + 2 * x->max_rows +
-           (size_t)mt_ep_meta_ints(x->ep, x->etp, x->E_l) + 16;
+           16;
   x->h = mt_calloc(x->h_n, sizeof(int));
 }
 
@@ -83,7 +83,11 @@ void mt_ep_destroy(mt_ep *x) {
   memset(x, 0, sizeof *x);
 }
 
-int mt_ep_meta_ints(int ep, int etp, int E_l) { return MT_EP_HEAD + 2 * ep + etp + E_l + 1; }
+int mt_ep_meta_ints(int ep, int etp, int E_l, int llep) {
+  int H = 0, L = 0;
+  if (llep) mt_ep_llep_caps(E_l, ep, &H, &L);
+  return MT_EP_HEAD + 2 * ep + etp + E_l + H + 1 + (llep ? MT_LLEP_HEAD + H + 2 * L : 0);
+}
 const int *mt_ep_send_counts(const mt_ep *x, const int *meta) {
   (void)x;
   return meta + MT_EP_HEAD;
@@ -94,6 +98,19 @@ const int *mt_ep_etp_rows(const mt_ep *x, const int *meta) {
 }
 const int *mt_ep_expert_off(const mt_ep *x, const int *meta) {
   return meta + MT_EP_HEAD + 2 * x->ep + x->etp;
+}
+
+/* the routing decisions to backend memory */
+static void upload_route(const mt_ep *x, const int *meta, int N, int *slot, const int *h_slot,
+                         int *send_tok, const int *h_send, int *perm, const int *h_perm, int *inv,
+                         const int *h_inv) {
+  const int n_send = meta[MT_EP_N_SEND], n_rows = meta[MT_EP_N_ROWS];
+  if (N > 0) x->ops->upload(slot, h_slot, (size_t)N * x->k * sizeof(int));
+  if (n_send > 0) x->ops->upload(send_tok, h_send, (size_t)n_send * sizeof(int));
+  if (n_rows > 0) {
+    x->ops->upload(perm, h_perm, (size_t)n_rows * sizeof(int));
+    x->ops->upload(inv, h_inv, (size_t)n_rows * sizeof(int));
+  }
 }
 
 void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok, int *perm,
@@ -172,6 +189,13 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
     }
   }
   if (st) st->dropped += dropped;
+  meta[MT_EP_DROPPED] = dropped;
+  if (x->H > 0) { /* least-loaded: the plan decides where rows go (moe_llep.c) */
+    int moved = mt_ep_route_llep(x, choice, N, kept, h_slot, h_send, h_perm, h_inv, meta);
+    if (st) st->rows += meta[MT_EP_N_ROWS], st->moved += x->ep_rank == 0 ? moved : 0;
+    upload_route(x, meta, N, slot, h_slot, send_tok, h_send, perm, h_perm, inv, h_inv);
+    return;
+  }
 
   /* 4. the send order: by the experts' ranks, expert-major within each,
    * tokens in order (a token sends at most one slot to an expert) */
@@ -244,13 +268,8 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   meta[MT_EP_N_SEND] = n_send;
   meta[MT_EP_N_RECV] = n_recv;
   meta[MT_EP_N_ROWS] = n_rows;
-  meta[MT_EP_DROPPED] = dropped;
-  if (N > 0) x->ops->upload(slot, h_slot, (size_t)N * k * sizeof(int));
-  if (n_send > 0) x->ops->upload(send_tok, h_send, (size_t)n_send * sizeof(int));
-  if (n_rows > 0) {
-    x->ops->upload(perm, h_perm, (size_t)n_rows * sizeof(int));
-    x->ops->upload(inv, h_inv, (size_t)n_rows * sizeof(int));
-  }
+  if (st) st->rows += n_rows;
+  upload_route(x, meta, N, slot, h_slot, send_tok, h_send, perm, h_perm, inv, h_inv);
 }
 
 /* parts in floats (rows x C) */

@@ -127,6 +127,15 @@ static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e)
                   "ulysses: the capacity keeps a sequence's slots in position order, and ring's "
                   "zigzag chunks are not in rank order (use model.moe_capacity = 0, dropless)",
                cfg->moe_capacity, cfg->cp);
+  else if (!strcmp(cfg->ep_balance, "least-loaded") && cfg->etp > 1)
+    mt_err_set(e, "parallel.ep_balance = least-loaded needs parallel.etp = 1 (an expert's "
+                  "rows move with its whole weights; parallel.etp is %d)", cfg->etp);
+  else if (!strcmp(cfg->ep_balance, "least-loaded") && cfg->ep < 2)
+    mt_err_set(e, "parallel.ep_balance = least-loaded needs parallel.ep > 1 (it moves rows "
+                  "between expert-parallel ranks; parallel.ep is %d)", cfg->ep);
+  else if (cfg->moe_bias_init != 0.0 && strcmp(cfg->moe_balance, "bias") != 0)
+    mt_err_set(e, "train.moe_bias_init = %g needs train.moe_balance = bias (it is the routing "
+                  "bias's start; train.moe_balance is %s)", cfg->moe_bias_init, cfg->moe_balance);
   else if (cfg->zero == 3 && cfg->save_params)
     mt_err_set(e, "output.save_params = true needs parallel.zero <= 2 (under ZeRO-3 a rank "
                   "holds only its shard of the parameters; checkpoints hold them whole)");
@@ -337,7 +346,9 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
               .split_backward = cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1,
               .stage_of_layer = NULL, .pp_rank = 0, .pp_last = 0, .external_state = 1,
               .cp = &mesh->cp_g, .cp_mode = mt_cp_mode_parse(cfg->cp_mode), .ep = &mesh->ep_g,
-              .etp = &mesh->etp_g, .seq = &mesh->tpcp_g},
+              .etp = &mesh->etp_g, .seq = &mesh->tpcp_g,
+              .ep_balance_alpha = strcmp(cfg->ep_balance, "least-loaded") ? 0.0
+                                                                           : cfg->ep_balance_alpha},
       .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,

@@ -60,7 +60,8 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
     mt_gpt_set_moe_loss(&w->step.model,
                         balance == MT_MOE_BALANCE_AUX ? (float)cfg->moe_aux_coef : 0.0f,
                         (float)cfg->moe_z_coef);
-    mt_gpt_set_moe_balance(&w->step.model, balance, (float)cfg->moe_bias_rate);
+    mt_gpt_set_moe_balance(&w->step.model, balance, (float)cfg->moe_bias_rate,
+                         (float)cfg->moe_bias_init);
     const int n_mb = lay->accum, B = cfg->micro_batch, T = w->step.model.T;
     w->tokens = mt_calloc((size_t)B * T + 1, sizeof(int));
     w->rows = mt_calloc((size_t)n_mb, sizeof(int));
@@ -113,6 +114,21 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
   out->params_numel = (double)(cfg->zero == 3 ? r->shard_numel : r->numel_local);
   out->n_buckets = r->n_buckets;
   for (int c = 0; c < s->exec.v; c++) out->layers += s->exec.l1[c] - s->exec.l0[c];
+  /* least-loaded: per MoE block of the stage and micro-batch, the weights
+   * go out in the forward (again under recompute) and in the backward, at
+   * most L experts' from a rank each time, and the gradients come back, at
+   * most H experts' */
+  const mt_moe *moe = &s->model.moe;
+  if (moe->ep.H > 0) {
+    int blocks = 0;
+    for (int c = 0; c < s->exec.v; c++)
+      for (int l = s->exec.l0[c]; l < s->exec.l1[c]; l++)
+        blocks += mt_model_is_moe(&s->model.shape, l);
+    const int H = moe->ep.H, L = moe->ep.L;
+    const double expert = (double)mt_moe_llep_floats(moe) / (2 * H + L) * sizeof(float);
+    const double experts = (2.0 + (cfg->recompute ? 1.0 : 0.0)) * L + H;
+    out->ep_llep_bytes = experts * expert * blocks * w->batch.n_mb;
+  }
 }
 
 int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
@@ -286,6 +302,14 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
                      mx.edp_bytes / MB);
     fputc('\n', f);
   }
+  double llep = 0.0;
+  for (int i = 0; i < p->n; i++)
+    if (p->r[i].ep_llep_bytes > llep) llep = p->r[i].ep_llep_bytes;
+  if (llep > 0.0)
+    fprintf(f, "# ep, least-loaded (alpha %g): at most %.2f MB more per step and rank (expert "
+               "weights out to helpers in each forward and backward, their gradients back); "
+               "the copies' buffers are in activ\n",
+            cfg->ep_balance_alpha, llep / MB);
   if (cfg->pp > 1)
     fprintf(f, "# +: plus more of the pipeline's send buffers, one message each while several "
                "are in flight\n");
@@ -331,6 +355,8 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
     cJSON_AddNumberToObject(b, "ep", r->ep_bytes);
     cJSON_AddNumberToObject(b, "etp", r->etp_bytes);
     cJSON_AddNumberToObject(b, "edp", r->edp_bytes);
+    if (r->ep_llep_bytes > 0.0) /* least-loaded: ep at its worst */
+      cJSON_AddNumberToObject(b, "ep_worst", r->ep_bytes + r->ep_llep_bytes);
     cJSON_AddNumberToObject(x, "dp_state_bytes", r->dp_state_bytes);
     cJSON_AddNumberToObject(x, "params_numel", r->params_numel);
     cJSON_AddItemToArray(ranks, x);

@@ -91,6 +91,10 @@ typedef struct {
    * (gathers and reduce-scatters inside experts) and edp (the experts'
    * gradients) */
   double ep_bytes, etp_bytes, edp_bytes;
+  /* parallel.ep_balance = least-loaded: the most the exchange of expert
+   * weights and gradients adds to ep_bytes in a step (the plan's routing is
+   * balanced, so ep_bytes holds none of it) */
+  double ep_llep_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
   int n_buckets;         /* dp buckets (reductions per step) */

@@ -278,13 +278,16 @@ int mt_train_loop(mt_trainer *t) {
     double *moe_all = NULL;
     if (moe->n_blocks > 0) {
       size_t E = (size_t)moe->E, nb = (size_t)moe->n_blocks;
-      size_t n = nb * E + 3 * nb;
-      double *mine = mt_calloc(n, sizeof(double));
+      size_t n = nb * E + 5 * nb;
+      double *mine = mt_calloc(n + nb, sizeof(double));
       memcpy(mine, moe->tokens, nb * E * sizeof(double));
       memcpy(mine + nb * E, moe->dropped, nb * sizeof(double));
       memcpy(mine + nb * E + nb, moe->aux, nb * sizeof(double));
       memcpy(mine + nb * E + 2 * nb, moe->z, nb * sizeof(double));
+      memcpy(mine + nb * E + 3 * nb, moe->rows_done, 2 * nb * sizeof(double)); /* rows, moved */
+      memcpy(mine + n, moe->rows_done, nb * sizeof(double));
       mt_allreduce_sum_f64(&mesh->world, mine, n, MT_LOC_HOST);
+      mt_allreduce_max_f64(&mesh->world, mine + n, nb, MT_LOC_HOST);
       /* aux-loss-free balancing: the step's loads over the global batch */
       mt_gpt_moe_bias_update(model, mine);
       moe_all = t->world_rank == 0 ? mine : NULL;
@@ -301,6 +304,10 @@ int mt_train_loop(mt_trainer *t) {
           rec.moe_z_loss += moe_all[nb * E + 2 * nb + b];
         }
         rec.moe_aux_block = moe_all + nb * E + nb;
+        rec.moe_rows_sum = moe_all + nb * E + 3 * nb;
+        rec.moe_moved = moe_all + nb * E + 4 * nb;
+        rec.moe_rows_max = moe_all + n;
+        rec.moe_stage_ranks = mesh->world.size / cfg->pp;
       }
       rec.ep_bytes = t->last_ep_bytes;
       rec.ep_comm_s = ep_s;

@@ -121,7 +121,8 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   int balance = mt_moe_balance_parse(cfg->moe_balance);
   mt_gpt_set_moe_loss(&t->step.model, balance == MT_MOE_BALANCE_AUX ? (float)cfg->moe_aux_coef : 0.0f,
                       (float)cfg->moe_z_coef);
-  mt_gpt_set_moe_balance(&t->step.model, balance, (float)cfg->moe_bias_rate);
+  mt_gpt_set_moe_balance(&t->step.model, balance, (float)cfg->moe_bias_rate,
+                         (float)cfg->moe_bias_init);
   /* the virtual device holds no values: nothing to initialise */
   if (t->device != MT_DEVICE_VIRTUAL) mt_dp_init_params(&t->step.dp, (uint64_t)cfg->seed);
   size_t n = (size_t)(t->lay.accum > 1 ? t->lay.accum : 1) * cfg->micro_batch * t->step.model.T;

@@ -6,7 +6,9 @@
 # activations with the dispatch's buffers, comm buffers) and the bytes it
 # sends per step over dp, tp, pp, ep, etp and edp; the run's allocator and
 # comm counters (summary.json ranks[]) must equal them. Also with capacity
-# (the buffers sized by it) and shared experts. Prints the plan of one case.
+# (the buffers sized by it), shared experts, and least-loaded expert
+# parallelism (its buffers; a balanced routing moves no rows). Prints the
+# plan of one case.
 MT_NAME=moe_plan
 source "$(dirname "$0")/common_moe.sh"
 MOE+=(--set train.steps=2 --set train.eval_every=0 --set model.moe_topk=4)
@@ -17,7 +19,8 @@ cases=("dp2ep2z0 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=0
        "tp2etp2 2 --set parallel.tp=2 --set parallel.etp=2 --set train.micro_batch=4 --set model.moe_shared=1"
        "tp2ep2 2 --set parallel.tp=2 --set parallel.ep=2 --set train.micro_batch=4 --set model.moe_capacity=1.5"
        "tp2dp2sp 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.sp=true --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=2"
-       "pp2dp2 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=1")
+       "pp2dp2 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=1"
+       "dp2ep2llep 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=2 --set parallel.ep_balance=least-loaded")
 for c in "${cases[@]}"; do
   read -r name np args <<< "$c"
   # shellcheck disable=SC2086

@@ -5,12 +5,16 @@
 # at dp = 2, ep = 2, micro-batch 1: dp rank 1 has one sequence to rank 0's
 # two, and runs an empty micro-batch so the all-to-alls of rank 0's second
 # one have their partner (no hang); the validation loss equals one rank's.
+# Least-loaded expert parallelism under a forced skew in the first run and
+# in the uneven evaluation (an empty micro-batch still takes part in the
+# plan's all-gather).
 MT_NAME=moe_smoke
 source "$(dirname "$0")/common_moe.sh"
 MOE+=(--set train.steps=4 --set train.eval_every=2 --set train.eval_batches=1
       --set model.moe_capacity=1.25 --set model.moe_shared=1 --set ckpt.mode=per-writer)
+SKEW=(--set train.moe_balance=bias --set train.moe_bias_rate=0 --set train.moe_bias_init=0.5)
 run a 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=3 --set train.micro_batch=2 \
-  --set train.stop_after=2 --set output.dir="$WORK/run"
+  --set parallel.ep_balance=least-loaded "${SKEW[@]}" --set train.stop_after=2 --set output.dir="$WORK/run"
 run b 2 --set parallel.tp=2 --set parallel.etp=2 --set parallel.sp=true --set train.micro_batch=4 \
   --set train.resume=auto --set output.dir="$WORK/run"
 grep -q "resumed from .*step_2" "$WORK/b.log" || fail "no resume"
@@ -18,10 +22,11 @@ mt_mpirun 2 "$MT_BIN/meshckpt" verify "$WORK/run/checkpoints" --deep > "$WORK/ve
   || { cat "$WORK/verify.txt"; fail "verify"; }
 printf 'The quick brown fox jumps over the lazy dog again and again until the end of this short validation file.' \
   > "$WORK/val3.txt" # 104 bytes: 3 windows of 32 + 1 tokens
-V=(--set data.val="$WORK/val3.txt" --set train.steps=1 --set train.eval_every=1 --set ckpt.mode=none)
+V=(--set data.val="$WORK/val3.txt" --set train.steps=1 --set train.eval_every=1 --set ckpt.mode=none
+   "${SKEW[@]}")
 run val1 1 "${V[@]}" --set train.micro_batch=8 --set output.dir="$WORK/val1"
 run val2 2 "${V[@]}" --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=1 \
-  --set output.dir="$WORK/val2"
+  --set parallel.ep_balance=least-loaded --set output.dir="$WORK/val2"
 python3 - "$WORK" <<'PY'
 import json, os, sys
 sys.path.insert(0, os.path.join(os.environ["MT_SRC"], "tests/scripts"))

@@ -12,6 +12,7 @@ mt_script_test(capacity moe capacity.sh)
 mt_script_test(reshard moe reshard.sh)
 mt_script_test(plan moe plan_accounting.sh)
 mt_script_test(balance moe balance.sh)
+mt_script_test(llep moe llep.sh)
 mt_script_test(moe_smoke sanitize smoke.sh)
 
 set(M --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8
@@ -39,3 +40,18 @@ mt_script_test(moe_cp_capacity_ring badinput ../scripts/expect_fail.sh moe_cp_ca
 mt_script_test(moe_bias_rate_range badinput ../scripts/expect_fail.sh moe_bias_rate 2
   "train.moe_bias_rate must be between 0 and 1 \\(got 1.5\\)" ${M} --set parallel.dp=2
   --set train.moe_balance=bias --set train.moe_bias_rate=1.5)
+mt_script_test(moe_llep_without_ep badinput ../scripts/expect_fail.sh moe_llep_ep 2
+  "parallel.ep_balance = least-loaded needs parallel.ep > 1" ${M} --set parallel.dp=2
+  --set parallel.ep_balance=least-loaded)
+mt_script_test(moe_llep_etp badinput ../scripts/expect_fail.sh moe_llep_etp 2
+  "parallel.ep_balance = least-loaded needs parallel.etp = 1" ${M} --set parallel.tp=2
+  --set parallel.etp=2 --set parallel.ep_balance=least-loaded)
+mt_script_test(moe_llep_alpha_range badinput ../scripts/expect_fail.sh moe_llep_alpha 2
+  "parallel.ep_balance_alpha must be between 1 and 64 \\(got 0.5\\)" ${M} --set parallel.dp=2
+  --set parallel.ep=2 --set parallel.ep_balance=least-loaded --set parallel.ep_balance_alpha=0.5)
+mt_script_test(moe_llep_unknown badinput ../scripts/expect_fail.sh moe_llep_unknown 2
+  "parallel.ep_balance" ${M} --set parallel.dp=2 --set parallel.ep=2
+  --set parallel.ep_balance=busiest)
+mt_script_test(moe_bias_init_without_bias badinput ../scripts/expect_fail.sh moe_bias_init 2
+  "train.moe_bias_init = 0.5 needs train.moe_balance = bias" ${M} --set parallel.dp=2
+  --set train.moe_bias_init=0.5)

@@ -41,6 +41,7 @@ ALLOWED = {
     ("mt_moe_create", "bias_host"): "the routing bias's host copy (E floats a block)",
     ("mt_gpt_moe_bias_update", "bias"): "the routing bias stepped on the host",
     ("mt_gpt_moe_bias_update", "bias_host"): "the routing bias stepped on the host",
+    ("mt_gpt_set_moe_balance", "bias_host"): "the routing bias's start (a forced skew) set on the host",
     ("mt_gpt_moe_set_bias", None): "a loaded routing bias into its host copy, then uploaded",
     ("load_moe_bias", "bias"): "the routing bias read from the checkpoint on the host",
 }
