@@ -12,9 +12,11 @@
 # 2. Skew at ep = 2 (dp = 2, 2 ranks x 1 thread, the same model): tokens/s
 #    (median over the last half) with balance none (the router collapses
 #    onto a few experts) against bias (balanced), measured in the same run,
-#    and the busiest ep rank's share of the slots (0.5 = even). The
-#    least-loaded expert parallelism of issue 26 (parallel.ep_balance) is
-#    not built yet: this is the baseline it would be measured against.
+#    and the busiest ep rank's share of the slots (0.5 = even). Then a
+#    forced skew (expert 0's routing bias held at 0.5: every token's first
+#    choice) with and without least-loaded expert parallelism
+#    (parallel.ep_balance = least-loaded, alpha 1.1): tokens/s, the busiest
+#    rank's expert rows over the mean, the rows moved, the final losses.
 # 3. meshtrain --plan on 64 LEONARDO nodes (256 GPUs) of a Mixtral-8x7B
 #    shape (L=32, C=4096, 32 heads, T=4096, V=32000, 8 experts top-2, expert
 #    hidden 21504: our experts are 2-matrix GELU MLPs, Mixtral's 3-matrix
@@ -25,7 +27,12 @@
 #    allowed, so tp=4 x dp=8 x pp=8, sp, ZeRO-1, ep=32 folded over
 #    tp x dp), dropless (the dispatch buffers sized for the worst case a
 #    rank can receive) and with a capacity factor of 1.25 (buffers bounded
-#    by the capacity).
+#    by the capacity). Each also with least-loaded expert parallelism: the
+#    copies' memory and the most it can add to the ep bytes.
+# 4. The virtual device (LEONARDO profile), gpt2-124m with 8 experts top-2,
+#    virtual.moe_skew = 1 (Zipf), 3 steps, without and with least-loaded:
+#    ep = 4 on 4 ranks (one node), T = 2048, micro-batch 8; ep = 8 on 8
+#    ranks (two nodes), T = 1024, micro-batch 4.
 # Reports the load (uptime) it ran under: throughput here is noisy.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,6 +62,13 @@ for bal in bias none; do
   "${launcher[@]}" -n 2 build/bin/meshtrain "${moe[@]}" --set parallel.dp=2 --set parallel.ep=2 \
     --set train.micro_batch=4 --set train.moe_balance="$bal" --set output.dir="$dir" \
     > "$dir.log" 2>&1 || { echo "failed: $dir (see $dir.log)"; exit 1; }
+done
+skew=(--set train.moe_balance=bias --set train.moe_bias_rate=0 --set train.moe_bias_init=0.5)
+for ll in none least-loaded; do
+  dir="$OUT/forced_$ll"
+  "${launcher[@]}" -n 2 build/bin/meshtrain "${moe[@]}" "${skew[@]}" --set parallel.dp=2 \
+    --set parallel.ep=2 --set train.micro_batch=4 --set parallel.ep_balance="$ll" \
+    --set output.dir="$dir" > "$dir.log" 2>&1 || { echo "failed: $dir (see $dir.log)"; exit 1; }
 done
 echo "load after:  $(uptime) ($(( $(date +%s) - t0 )) s)"
 python3 - "$OUT" <<'PY'
@@ -86,6 +100,17 @@ for bal in ("bias", "none"):
     base = base or tps
     print("balance %-5s %9.0f tokens/s (%.2fx of bias)  busiest ep rank's share %.3f  final loss %.4f"
           % (bal, tps, tps / base, share, rs[-1]["loss"]))
+print("   forced skew (expert 0 first for every token), the same 2 ranks:")
+base = None
+for ll in ("none", "least-loaded"):
+    rs = recs("forced_" + ll)
+    h = rs[len(rs) // 2:]
+    tps = statistics.median(r["tokens_per_s"] for r in h)
+    base = base or tps
+    busy = statistics.mean(statistics.mean(r["moe"]["rows_max_over_mean"]) for r in h)
+    moved = statistics.mean(statistics.mean(r["moe"]["moved_frac"]) for r in h)
+    print("   ep_balance %-12s %9.0f tokens/s (%.2fx)  busiest rank's rows / mean %.3f  moved %.3f"
+          "  final loss %.6f" % (ll, tps, tps / base, busy, moved, rs[-1]["loss"]))
 PY
 echo
 echo "3. meshtrain --plan, 64 LEONARDO nodes (256 GPUs of 64 GB), per rank, the largest stage"
@@ -98,16 +123,18 @@ mixtral=(--set model.n_layer=32 --set model.n_embd=4096 --set model.n_head=32
 dsv3=(--set model.n_layer=64 --set model.n_embd=7168 --set model.n_head=128
       --set model.vocab_size=129280 --set model.moe_experts=256 --set model.moe_topk=8
       --set model.moe_ffn=2048 --set model.moe_shared=1 --set parallel.ep=32)
-for m in mixtral dsv3 dsv3_cap; do
+for m in mixtral dsv3 dsv3_cap mixtral_llep dsv3_cap_llep; do
   case $m in
     mixtral) args=("${mixtral[@]}") ;;
     dsv3) args=("${dsv3[@]}") ;;
     dsv3_cap) args=("${dsv3[@]}" --set model.moe_capacity=1.25) ;;
+    mixtral_llep) args=("${mixtral[@]}" --set parallel.ep_balance=least-loaded) ;;
+    dsv3_cap_llep) args=("${dsv3[@]}" --set model.moe_capacity=1.25 --set parallel.ep_balance=least-loaded) ;;
   esac
   build/bin/meshtrain "${common[@]}" "${args[@]}" --plan --ranks 256 --plan-json "$OUT/plan_$m.json" \
     > "$OUT/plan_$m.txt" 2>&1 || { cat "$OUT/plan_$m.txt"; exit 1; }
   echo "-- $m"
-  grep -E "^# (meshtrain plan|MoE)" "$OUT/plan_$m.txt"
+  grep -E "^# (meshtrain plan|MoE|ep, least)" "$OUT/plan_$m.txt"
   python3 - "$OUT/plan_$m.txt" <<'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1]) if l[:1].isdigit()]
@@ -118,5 +145,30 @@ print("   largest stage %s: %.1f GiB per GPU (params %.1f, grads %.1f, optimizer
       % (worst[0], float(worst[7].rstrip("+")) / 1024, float(worst[1]) / 1024, float(worst[2]) / 1024,
          float(worst[3]) / 1024, float(worst[5]) / 1024, float(worst[13]) / 1e3, float(worst[15]) / 1e3,
          float(worst[10]) / 1e3))
+PY
+done
+echo
+echo "4. the virtual device (leonardo-booster), gpt2-124m, 8 experts top-2, virtual.moe_skew = 1"
+virt=(--set model.preset=gpt2-124m --set data.train=inputs/data/corpus.txt --set model.moe_experts=8
+      --set model.moe_topk=2 --set train.steps=3 --set train.eval_every=0 --set ckpt.mode=none
+      --set train.device=virtual --set train.virtual_hw=leonardo-booster --set virtual.moe_skew=1)
+for c in "node 4 --set model.seq_len=2048 --set train.micro_batch=8 --set train.global_batch=32" \
+         "nodes2 8 --set model.seq_len=1024 --set train.micro_batch=4 --set train.global_batch=64"; do
+  read -r name np args <<< "$c"
+  for ll in none least-loaded; do
+    # shellcheck disable=SC2086
+    "${launcher[@]}" -n "$np" build/bin/meshtrain "${virt[@]}" $args --set parallel.dp="$np" \
+      --set parallel.ep="$np" --set parallel.ep_balance="$ll" --set output.dir="$OUT/virt_${name}_$ll" \
+      > "$OUT/virt_${name}_$ll.log" 2>&1 || { echo "failed: $OUT/virt_${name}_$ll.log"; exit 1; }
+  done
+  python3 - "$OUT" "$name" "$np" <<'PY'
+import json, sys
+out, name, np = sys.argv[1:]
+r = {ll: [json.loads(l) for l in open("%s/virt_%s_%s/metrics.jsonl" % (out, name, ll))][-1]
+     for ll in ("none", "least-loaded")}
+for ll, x in r.items():
+    print("   ep %s (%s) %-12s step %.4f s  %9.0f tokens/s (%.2fx)  busiest/mean %.3f  compute %.4f s  ep %.2f GB"
+          % (np, name, ll, x["step_s"], x["tokens_per_s"], x["tokens_per_s"] / r["none"]["tokens_per_s"],
+             x["moe"]["rows_max_over_mean"][0], x["time_s"]["compute"], x["moe"]["ep_bytes"] / 1e9))
 PY
 done

@@ -60,8 +60,9 @@ typedef struct {
   const float *moe_bias;
   int64_t moe_bias_rows;
   /* format 1.3, informative (not in meta_xxh64): the layout a conversion
-   * laid the boxes out for (meshckpt convert --target), 0 when none */
-  int64_t target_tp, target_pp;
+   * laid the boxes out for (meshckpt convert --target), 0 when none; of a
+   * MoE checkpoint also its folded mesh (0 when not recorded) */
+  int64_t target_tp, target_pp, target_ep, target_etp;
 } mt_ckpt_meta;
 
 /* What to write or read, per group: flat ranges of the registry's local index

@@ -306,10 +306,10 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
   for (int i = 0; i < p->n; i++)
     if (p->r[i].ep_llep_bytes > llep) llep = p->r[i].ep_llep_bytes;
   if (llep > 0.0)
-    fprintf(f, "# ep, least-loaded (alpha %g): at most %.2f MB more per step and rank (expert "
+    fprintf(f, "# ep, least-loaded (alpha %g): at most %.3f GB more per step and rank (expert "
                "weights out to helpers in each forward and backward, their gradients back); "
                "the copies' buffers are in activ\n",
-            cfg->ep_balance_alpha, llep / MB);
+            cfg->ep_balance_alpha, llep / 1e9);
   if (cfg->pp > 1)
     fprintf(f, "# +: plus more of the pipeline's send buffers, one message each while several "
                "are in flight\n");

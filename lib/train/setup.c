@@ -119,6 +119,9 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
   /* the load-balancing loss only where it balances (train.moe_balance = aux) */
   int balance = mt_moe_balance_parse(cfg->moe_balance);
+  if (t->lay.shape.moe_experts == 0 && balance != MT_MOE_BALANCE_AUX)
+    mt_info0("meshtrain: note: train.moe_balance = %s has no effect: the model is dense "
+             "(model.moe_experts = 0)", cfg->moe_balance);
   mt_gpt_set_moe_loss(&t->step.model, balance == MT_MOE_BALANCE_AUX ? (float)cfg->moe_aux_coef : 0.0f,
                       (float)cfg->moe_z_coef);
   mt_gpt_set_moe_balance(&t->step.model, balance, (float)cfg->moe_bias_rate,

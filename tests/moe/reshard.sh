@@ -38,6 +38,10 @@ mt_mpirun 2 "$MT_BIN/meshckpt" convert "$WORK/ep4/checkpoints" "$WORK/tgtconv" -
   --target tp=2,pp=2,ep=2 > "$WORK/tgtconv.txt" 2>&1 || { cat "$WORK/tgtconv.txt"; fail "convert --target"; }
 [ "$(ls "$WORK/tgtconv/step_6" | grep -c '^shard-0000[0-3].h5$')" -eq 4 ] || fail "convert --target: not 4 shard files"
 "$MT_BIN/meshckpt" verify "$WORK/tgtconv" > "$WORK/verifyt.txt" || { cat "$WORK/verifyt.txt"; fail "verify --target"; }
+# the converted checkpoint records the experts' target mesh beside tp and pp
+"$MT_BIN/meshckpt" inspect "$WORK/tgtconv" > "$WORK/inspectt.txt"
+grep -q "laid out for    tp=2 pp=2 ep=2 etp=1" "$WORK/inspectt.txt" \
+  || { cat "$WORK/inspectt.txt"; fail "inspect: the target's ep, etp not recorded"; }
 # experts split inside (etp = 2): the down projection's bias, replicated
 # over etp, is written once (by etp rank 0), so the converted checkpoint
 # passes the overlap check before the commit and verifies; pp as written

@@ -410,6 +410,8 @@ typedef struct {
                                  (NULL: group by group, registry order) */
   int target_tp, target_pp;   /* > 0: the layout a conversion laid the boxes out for (root
                                  attributes target_tp, target_pp; informative) */
+  int target_ep, target_etp;  /* > 0 (MoE, with target_tp): its folded mesh (target_ep,
+                                 target_etp) */
 } mt_ckpt_file_opts;
 typedef struct {
   mt_ckpt_h5out out;

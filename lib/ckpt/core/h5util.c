@@ -353,6 +353,12 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
       mt_ckpt_attr_i64(file, "target_pp", &m->target_pp) != 0 || m->target_tp < 1 ||
       m->target_pp < 1 || m->target_tp > 1 << 20 || m->target_pp > 1 << 20)
     m->target_tp = m->target_pp = 0;
+  m->target_ep = m->target_etp = 0;
+  if (m->target_tp > 0 && (mt_ckpt_attr_i64(file, "target_ep", &m->target_ep) != 0 ||
+                           mt_ckpt_attr_i64(file, "target_etp", &m->target_etp) != 0 ||
+                           m->target_ep < 1 || m->target_etp < 1 || m->target_ep > 1 << 20 ||
+                           m->target_etp > 1 << 20))
+    m->target_ep = m->target_etp = 0;
   return found == 0 ? 0 : found == (int)(sizeof f12 / sizeof f12[0]) ? 1 : -2;
 }
 

@@ -360,6 +360,9 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
       (fo->target_tp <= 0 ||
        (mt_ckpt_put_attr_i64(m->out.file, "target_tp", fo->target_tp, where, e) == 0 &&
         mt_ckpt_put_attr_i64(m->out.file, "target_pp", fo->target_pp, where, e) == 0)) &&
+      (fo->target_tp <= 0 || fo->target_ep <= 0 ||
+       (mt_ckpt_put_attr_i64(m->out.file, "target_ep", fo->target_ep, where, e) == 0 &&
+        mt_ckpt_put_attr_i64(m->out.file, "target_etp", fo->target_etp, where, e) == 0)) &&
       create_datasets(m, reg, rows, n_rows, shared, fo, where, e) == 0 &&
       (d[0] = table_i64(m, "index", n_rows, MT_CKPT_INDEX_COLS, &m->table_off[0], where, e)) >= 0 &&
       (d[1] = table_i64(m, "layout", world, 5, &m->table_off[1], where, e)) >= 0 &&

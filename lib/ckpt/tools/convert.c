@@ -469,6 +469,16 @@ static void convert_per_writer(streamer *st, const char *tmpdir, out_plan *plan,
   free(byb);
 }
 
+/* a MoE output's folded mesh beside target_tp, target_pp: the one --target
+ * gave, or the source's when it had one and --target is not given */
+static void target_mesh(const mt_ckpt_convert_opts *o, const mt_ckpt_meta *meta,
+                        mt_ckpt_file_opts *fo) {
+  if (meta->moe_experts <= 0) return;
+  fo->target_ep = o->target_tp > 0 ? (o->target_ep > 0 ? o->target_ep : 1) : (int)meta->target_ep;
+  fo->target_etp = o->target_tp > 0 ? (o->target_etp > 0 ? o->target_etp : 1)
+                                    : (int)meta->target_etp;
+}
+
 /* shared output: rank 0 lays out ckpt.h5; each rank writes a byte-balanced
  * slice of the boxes; rank 0 writes the index last */
 static void convert_shared(streamer *st, const char *tmpdir, out_plan *plan, const int *dtype,
@@ -486,6 +496,7 @@ static void convert_shared(streamer *st, const char *tmpdir, out_plan *plan, con
                           .order = NULL,
                           .target_tp = o->target_tp > 0 ? o->target_tp : (int)meta->target_tp,
                           .target_pp = o->target_tp > 0 ? o->target_pp : (int)meta->target_pp};
+  target_mesh(o, meta, &fo);
   if (o->target_pp > 1) {
     /* a stage's datasets together, stage by stage: each stage reads one extent */
     order = mt_calloc((size_t)(groups * reg->n) + 1, sizeof(int));
@@ -642,6 +653,7 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
           .groups = groups, .dtype = {dtype[0], dtype[1], dtype[2]}, .order = NULL,
           .target_tp = o->target_tp > 0 ? o->target_tp : (int)src.meta.target_tp,
           .target_pp = o->target_tp > 0 ? o->target_pp : (int)src.meta.target_pp};
+      target_mesh(o, &src.meta, &fo);
       mt_ckpt_main m;
       if (mt_ckpt_main_create(&m, path, &dst_meta, &reg, rows, n_rows, plan.world, config, 0, &fo,
                               &local) == 0) {

@@ -134,10 +134,15 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
   fprintf(f, "  written by      dp=%lld tp=%lld pp=%lld cp=%lld zero=%lld on %lld ranks\n",
           (long long)m->dp, (long long)m->tp, (long long)m->pp, (long long)m->cp,
           (long long)m->zero, (long long)m->world);
-  if (m->target_tp > 0)
-    fprintf(f, "  laid out for    tp=%lld pp=%lld (meshckpt convert --target: one box per tp "
+  if (m->target_tp > 0) {
+    char moe[64] = "";
+    if (m->target_ep > 0)
+      snprintf(moe, sizeof moe, " ep=%lld etp=%lld", (long long)m->target_ep,
+               (long long)m->target_etp);
+    fprintf(f, "  laid out for    tp=%lld pp=%lld%s (meshckpt convert --target: one box per tp "
                "shard, written by the rank that loads it)\n",
-            (long long)m->target_tp, (long long)m->target_pp);
+            (long long)m->target_tp, (long long)m->target_pp, moe);
+  }
   if (m->moe_experts > 0) {
     /* the MoE layout: which blocks, how the experts are stored and split */
     int moe_blocks = 0, moe_tensors = 0;
