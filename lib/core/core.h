@@ -191,13 +191,15 @@ typedef struct {
    * experts' load is balanced), moe_bias_rate (the bias step of aux-loss-free
    * balancing), moe_bias_init (expert 0's starting bias: a forced skew);
    * [parallel] ep, etp (the folded mesh), ep_balance (none | least-loaded)
-   * and ep_balance_alpha (least-loaded: the load a rank keeps, x the mean) */
+   * ep_balance_alpha (least-loaded: the load a rank keeps, x the mean) and
+   * ep_balance_min_rows (least-loaded: the fewest rows a moved expert carries) */
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   double moe_capacity, moe_aux_coef, moe_z_coef, moe_bias_rate, moe_bias_init;
   char moe_balance[MT_CFG_STR_MAX];
   int ep, etp;
   char ep_balance[MT_CFG_STR_MAX];
   double ep_balance_alpha;
+  int ep_balance_min_rows;
 } mt_config;
 
 typedef struct {

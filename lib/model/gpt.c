@@ -241,6 +241,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->recompute = par && par->recompute;
   m->split_backward = par && par->split_backward;
   m->moe.llep_alpha = par ? par->ep_balance_alpha : 0.0;
+  m->moe.llep_min_rows = par ? par->ep_balance_min_rows : 0;
   mt_moe_size(&m->moe, m);
 
   m->p.blocks = mt_calloc((size_t)shape->n_layer, sizeof(mt_block_tensors));

@@ -375,6 +375,7 @@ typedef struct {
    * rank may keep, x the ep group's mean (0: off); H the most experts a rank
    * helps with, and lends, per block (E_l under LLEP, else 0) */
   double alpha;
+  int min_rows; /* the fewest rows a piece carries (0: any) */
   int H, L; /* the most experts a rank helps with, and (expert, helper) pairs it lends */
 } mt_ep;
 /* LLEP's bounds for E_l experts a rank on ep ranks: a rank helps with at
@@ -426,10 +427,12 @@ void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, co
  * etp = 1). Each block, after dropping: a rank whose rows exceed
  * ceil(alpha x the group's mean) keeps that many; the rest of its heaviest
  * experts' rows (the last in source order) go to the least-loaded ranks, each
- * filled up to the same bound (within mt_ep_llep_caps). Every row still meets the same weights, so outputs are those without
+ * filled up to the same bound (within mt_ep_llep_caps), in pieces of at
+ * least min_rows rows (a smaller piece would cost more in weights moved
+ * than it saves). Every row still meets the same weights, so outputs are those without
  * it; the helpers receive the experts' weights and send back their
  * gradients (moe.c). */
-void mt_ep_set_balance(mt_ep *x, double alpha);
+void mt_ep_set_balance(mt_ep *x, double alpha, int min_rows);
 void mt_ep_destroy(mt_ep *x);
 
 /* Routing statistics of one call, for the metrics (host). */
@@ -585,6 +588,7 @@ typedef struct {
    * off): one block's weights of the experts this rank helps with, their
    * gradients, and the pairs it lends (moe_llep.c; activation memory) */
   double llep_alpha;
+  int llep_min_rows;
   float *llep;
 } mt_moe;
 /* floats of x->llep: 3 regions of H experts' four tensors each */
@@ -627,6 +631,7 @@ typedef struct {
   /* least-loaded expert parallelism (parallel.ep_balance = least-loaded):
    * the load a rank keeps, x the ep group's mean (mt_ep_set_balance); 0: off */
   double ep_balance_alpha;
+  int ep_balance_min_rows; /* a piece of fewer rows is not moved (0: any) */
   /* the weights' compute copy and the activations in bf16 (mt_dtypes
    * weights = acts = bf16) through these ops; NULL: fp32. Dense models
    * only, with ring cp or none (the layout refuses Ulysses and MoE). */

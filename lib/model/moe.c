@@ -80,7 +80,7 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
                m->T, s->moe_capacity, m->max_B, x->Ts, owner);
   free(owner);
   if (x->llep_alpha > 0.0) { /* least-loaded: the lent and helped experts' buffers */
-    mt_ep_set_balance(&x->ep, x->llep_alpha);
+    mt_ep_set_balance(&x->ep, x->llep_alpha, x->llep_min_rows);
     x->llep = act(m, mt_moe_llep_floats(x));
   }
   x->meta_host = mt_calloc((size_t)x->meta_n, sizeof(int));

@@ -19,11 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-void mt_ep_set_balance(mt_ep *x, double alpha) {
+void mt_ep_set_balance(mt_ep *x, double alpha, int min_rows) {
   if (alpha < 1.0 || x->ep < 2 || x->etp > 1)
     mt_die("least-loaded expert parallelism needs alpha >= 1, ep > 1 and etp = 1 (alpha %g, ep "
            "%d, etp %d)", alpha, x->ep, x->etp);
   x->alpha = alpha;
+  x->min_rows = min_rows;
   mt_ep_llep_caps(x->E_l, x->ep, &x->H, &x->L);
 }
 
@@ -89,6 +90,7 @@ static int plan_pieces(const mt_ep *x, const int *K, int *keep, piece *pc, int *
         long give = load[r] - cap;
         if (keep[e] < give) give = keep[e];
         if (cap - load[q] < give) give = cap - load[q];
+        if (give < x->min_rows) break; /* not worth an expert's weights: the next expert */
         keep[e] -= (int)give;
         pc[n++] = (piece){.e = e, .q = q, .start = keep[e], .n = (int)give};
         made++;

@@ -348,7 +348,8 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
               .cp = &mesh->cp_g, .cp_mode = mt_cp_mode_parse(cfg->cp_mode), .ep = &mesh->ep_g,
               .etp = &mesh->etp_g, .seq = &mesh->tpcp_g,
               .ep_balance_alpha = strcmp(cfg->ep_balance, "least-loaded") ? 0.0
-                                                                           : cfg->ep_balance_alpha},
+                                                                           : cfg->ep_balance_alpha,
+              .ep_balance_min_rows = cfg->ep_balance_min_rows},
       .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,
