@@ -133,7 +133,7 @@ static int target_registries(const mt_ckpt_meta *m, int tp, int pp, int ep, int 
   int *stage_of_layer = mt_calloc((size_t)shape.n_layer + 1, sizeof(int));
   for (int s = 0; s < pp; s++) {
     int l0, l1;
-    mt_registry_stage_layers(shape.n_layer, pp, 1, NULL, s, &l0, &l1);
+    mt_registry_stage_layers(shape.n_layer, pp, 1, NULL, 0, s, &l0, &l1);
     for (int l = l0; l < l1; l++) stage_of_layer[l] = s;
   }
   const int n = mt_ckpt_target_stage_ranks(tp, ep, etp), world = n * pp;

@@ -571,11 +571,15 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
    * input pass wrote (the LayerNorms, the embeddings) or it writes (the
    * linears); the weight pass reads no parameters and releases nothing */
   const int report = pass == MT_PASS_BACKWARD && !m->split_backward;
+  /* the embeddings complete here: not in the head's pass where the
+   * embedding's own pass follows on this rank */
+  const int ue_done = m->embed_head_apart && !embed ? -1 : ue;
   if (pass == MT_PASS_WEIGHT) {
     if (head) {
       out[n] = piece(MT_PIECE_HEAD, -1);
       out[n].use[0] = out[n].done[0] = uf;
-      out[n].use[1] = out[n].done[1] = ue;
+      out[n].use[1] = ue;
+      out[n].done[1] = ue_done;
       n++;
     }
     for (int l = l1 - 1; l >= l0; l--) {
@@ -616,8 +620,8 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
     mt_piece *p = &out[n++];
     *p = piece(embed ? MT_PIECE_EMBED : MT_PIECE_END, -1);
     if (embed) p->use[0] = ue;
-    p->release[0] = ue;
-    if (report) p->done[0] = ue;
+    p->release[0] = ue_done;
+    if (report) p->done[0] = ue_done;
   }
   return n;
 }

@@ -669,6 +669,11 @@ typedef struct mt_gpt {
   /* activations */
   int max_B, cur_B;      /* largest micro-batch; the micro-batch of the last mt_gpt_forward */
   int recompute, split_backward; /* see mt_gpt_parallel */
+  /* the embeddings and the head in different chunks of this rank (zb-v's
+   * V: rank 0 holds the first and the last virtual stage): the tied
+   * embeddings' gradients complete in the embedding's pass only, and stay
+   * in use between the two (set by the pipeline executor) */
+  int embed_head_apart;
   mt_gpt_acts a;         /* the whole model's set (mt_gpt_create_parallel only) */
   mt_gpt_acts d;         /* scratch gradients of activations, one layer's */
   mt_gpt_acts ws;        /* recompute: one layer's activations (slot 0), rebuilt per layer */

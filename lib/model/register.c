@@ -13,6 +13,13 @@ typedef struct {
   int layer;
 } reg_ctx;
 
+/* a block on a stage other than 0 */
+static int has_later_stage(const mt_gpt_layout *lay) {
+  for (int l = 0; l < lay->n_layer; l++)
+    if (lay->stage_of_layer[l] != 0) return 1;
+  return 0;
+}
+
 static int stage_of(const reg_ctx *c, int layer) {
   const mt_gpt_layout *lay = c->lay;
   if (!lay || !lay->stage_of_layer) return -1; /* every stage */
@@ -95,6 +102,10 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *s, const mt_gpt
                         .etp = mt_replicated(), .group = MT_GROUP_DP};
   /* the LM head reads wte on the last stage: a copy kept equal there */
   if (lay->stage_of_layer && lay->pp_last != 0) wte.pp_copy = lay->pp_last;
+  /* ... or, in a V (the head on stage 0 too), no copy: one tensor that two
+   * chunks of stage 0 use, held for the whole step */
+  r->tied_here = lay->stage_of_layer && lay->pp_last == 0 && lay->pp_rank == 0 &&
+                 has_later_stage(lay);
   mt_registry_set_axes(r, mt_registry_add_spec(r, &wte), "vocab,embd");
   /* the position table: a run at a shorter context reads its first rows */
   mt_registry_set_axes(r, reg2(&c, "wpe.weight", s->seq_len, C, mt_replicated(), std),

@@ -411,19 +411,34 @@ static void launch_fill(mt_dp *d, int k) {
   for (int j = 0; j < d->reg->n_buckets; j++) mt_progress(&d->buckets[j].req);
 }
 
+/* zero <= 1: the lowest offset from which every unit this stage holds up
+ * to the top of the buffer has completed its gradients (the tied unit,
+ * which waits for the stages' sum, never counts as complete here) */
+static size_t complete_from(const mt_dp *d) {
+  size_t from = d->reg->numel_local;
+  for (int v = d->reg->n_units - 1; v >= 0; v--) {
+    const mt_unit *x = &d->reg->units[v];
+    if (x->end == x->begin) continue;
+    if (!d->unit_done[v] || (d->pp_g && mt_registry_unit_tied(d->reg, v))) break;
+    from = x->begin;
+  }
+  return from;
+}
+
 static void unit_grads_done(mt_dp *d, int u) {
   const mt_unit *un = &d->reg->units[u];
-  d->unit_done[u] = 1;
   if (d->zero <= 1) {
     if (!d->reduce_now) return;
+    d->unit_done[u] = 1; /* in its chunk's last op: complete for the step */
     /* sequence parallelism: sum the unit's partial gradients over tp (once
      * per step, accumulation included) before dp reduces them */
     sum_partials(d, d->grads, 0, un->begin, un->end);
     d->partial_done = 1;
     /* a tied unit (pipeline parallelism: the embeddings, the first unit of
-     * the flat buffer) waits for the sum across stages; everything above
-     * it goes now */
-    if (!(d->pp_g && mt_registry_unit_tied(d->reg, u))) grads_ready(d, un->begin);
+     * the flat buffer) waits for the sum across stages; above it, what is
+     * complete from the top of the buffer down goes now (in a V the chunk
+     * of the lower layers may finish first) */
+    if (!(d->pp_g && mt_registry_unit_tied(d->reg, u))) grads_ready(d, complete_from(d));
     return;
   }
   int k = bucket_of_unit(d, u);

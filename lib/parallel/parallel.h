@@ -96,7 +96,8 @@ typedef struct {
   mt_bucket *buckets;    /* as reg->buckets */
   int next_bucket;
   int reduce_now;        /* zero <= 1: the backward under way is the step's last: launch */
-  int *unit_done;        /* per unit: gradients complete in this micro-batch */
+  int *unit_done;        /* zero <= 1: per unit, gradients complete for the step (reported in
+                            its chunk's last op) */
   int open_fills;        /* zero >= 2: a gradient buffer per bucket (MT_DP_OPEN_FILLS,
                             MT_DP_RUNS) */
   int unit_bufs;         /* zero 3: a gather buffer per unit of the stage (MT_DP_RUNS) */
@@ -279,6 +280,11 @@ int mt_pp_vs_of(const mt_pp_schedule *s, int r, int c);
 int mt_pp_vs_rank(const mt_pp_schedule *s, int vs);
 /* Builds the op lists of every pp rank (call mt_pp_sched_check first). */
 void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v);
+/* ... with the virtual stages placed in a V (vshape 1, v = 2) or a loop
+ * whatever the kind: gpipe in zb-v's placement is its evaluation order (each
+ * micro-batch down the V and back) */
+void mt_pp_schedule_build_placed(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v,
+                                 int vshape);
 void mt_pp_schedule_free(mt_pp_schedule *s);
 /* "rank R: F0.0 SA0.0 ..." one op a line, for --print-schedule */
 void mt_pp_schedule_print(const mt_pp_schedule *s, int rank, FILE *f);
@@ -339,6 +345,7 @@ typedef struct {
   const mt_ops *ops;        /* the backend: buffers, copies, and where they live */
   int rank, pp, v, last_vs;
   int l0[MT_PP_MAX_CHUNKS], l1[MT_PP_MAX_CHUNKS]; /* the layers of each chunk */
+  int vs[MT_PP_MAX_CHUNKS];  /* each chunk's virtual stage (the schedule's placement) */
   int n_slots, next_free_hint;
   size_t set_numel;         /* floats of one activation set (the largest chunk's) */
   float **slot_mem;         /* allocated at first use, kept */

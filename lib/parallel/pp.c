@@ -33,14 +33,21 @@ void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *
   x->last_vs = s->pp * s->v - 1;
   int most = 0;
   for (int c = 0; c < s->v; c++) {
-    int vs = c * s->pp + x->rank;
+    int vs = x->vs[c] = mt_pp_vs_of(s, x->rank, c);
     x->l0[c] = l0[c];
     x->l1[c] = l1[c];
     size_t n = mt_gpt_acts_numel(model, l1[c] - l0[c], model->max_B, vs == x->last_vs);
     if (n > x->set_numel) x->set_numel = n;
     if (l1[c] - l0[c] > most) most = l1[c] - l0[c];
   }
-  x->n_slots = s->max_inflight[x->rank];
+  /* a V's turn takes the next chunk's slot at the forward that feeds it,
+   * maybe an op before the schedule counts it held: one spare */
+  x->n_slots = s->max_inflight[x->rank] + (s->vshape ? 1 : 0);
+  /* the V: this rank may run the head (last virtual stage) before the
+   * embedding (the first) in another chunk */
+  int has_first = 0, has_last = 0;
+  for (int c = 0; c < s->v; c++) has_first |= x->vs[c] == 0, has_last |= x->vs[c] == x->last_vs;
+  model->embed_head_apart = s->v > 1 && has_first && has_last;
   /* messages are the model's activations (mt_dtypes msgs = acts), sent as
    * 4-byte words: bf16 ones in half as many */
   x->overlap_dp = 1;
@@ -116,7 +123,7 @@ static int take_slot(mt_pp_exec *x, int cell, int chunk) {
     if (held > x->peak_slots) x->peak_slots = held;
     if (!x->slot_mem[i])
       x->slot_mem[i] = x->ops->alloc(MT_MEM_ACTIV, x->set_numel * sizeof(float));
-    int vs = chunk * x->pp + x->rank;
+    int vs = x->vs[chunk];
     mt_gpt_acts_bind(x->model, &x->acts[i], x->slot_mem[i], x->l1[chunk] - x->l0[chunk],
                      x->model->max_B, vs == x->last_vs);
     return i;
@@ -136,7 +143,7 @@ static void release_slot(mt_pp_exec *x, int cell) { x->slot_busy[x->slot_of[cell
 static double run_pass(mt_pp_exec *x, mt_pass pass, int slot, int chunk, const mt_pp_batch *b,
                        int mb, const mt_act *dout, int input_only, int keep) {
   mt_gpt *m = x->model;
-  const int vs = chunk * x->pp + x->rank;
+  const int vs = x->vs[chunk];
   const int embed = vs == 0, head = vs == x->last_vs;
   const size_t off = b->same_tokens ? 0 : (size_t)mb * b->B * b->T;
   const mt_pass dp_pass = pass == MT_PASS_FORWARD ? MT_PASS_FORWARD : MT_PASS_BACKWARD;
@@ -186,7 +193,7 @@ static void add_chunk_bytes(mt_pp_exec *x, int chunk, const double before[4]) {
  * hidden state to send (NULL on the last virtual stage). */
 static mt_act *forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_pp_batch *b,
                           int keep) {
-  const int last = chunk * x->pp + x->rank == x->last_vs, rows = b->rows[mb];
+  const int last = x->vs[chunk] == x->last_vs, rows = b->rows[mb];
   double sum = run_pass(x, MT_PASS_FORWARD, slot, chunk, b, mb, NULL, 0, keep);
   if (last && rows > 0) {
     float mean = (float)(sum / ((double)rows * b->T));
@@ -196,10 +203,27 @@ static mt_act *forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_p
               : mt_gpt_range_output(x->model, &x->acts[slot], x->l1[chunk] - x->l0[chunk], rows);
 }
 
+/* The V's turn (zb-v): where the next virtual stage (forward) or the
+ * previous one (backward) is on this rank, the hidden state or its gradient
+ * goes to that chunk's slot by copy, not by message. */
+static void turn(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_op *o, int forward,
+                 size_t n) {
+  const int vs = x->vs[o->chunk], to = forward ? vs + 1 : vs - 1;
+  if (to < 0 || to > x->last_vs || mt_pp_vs_rank(s, to) != x->rank) return;
+  int c = 0;
+  while (c < x->v && x->vs[c] != to) c++;
+  const int cell = o->mb * x->v + c, k_from = x->slot_of[o->mb * x->v + o->chunk];
+  if (forward) {
+    int k = take_slot(x, cell, c);
+    x->ops->copy(x->acts[k].encoded, x->out[k_from], n);
+  } else if (x->din) {
+    x->ops->copy(x->dout[x->slot_of[cell]], x->din, n);
+  }
+}
+
 double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch *b,
                       int forward_only) {
-  const int pp = s->pp, v = s->v, r = x->rank;
-  const int next = (r + 1) % pp, prev = (r + pp - 1) % pp;
+  const int v = s->v, r = x->rank;
   const double t_run = mt_now();
   x->wait_s = x->compute_s = 0.0;
   x->peak_slots = 0;
@@ -232,7 +256,10 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
         in_run[lc] = 1;
       lc = i;
     }
+  /* every run takes the slots in the same order, so the slots a run
+   * touches (allocated at first use) are those of the plan's one step */
   for (int i = 0; i < x->n_slots; i++) x->slot_busy[i] = 0;
+  x->next_free_hint = 0;
   for (int i = 0; i < s->n_ops[r]; i++) {
     const mt_pp_op *o = &s->ops[r][i];
     const int cell = o->mb * v + o->chunk;
@@ -243,7 +270,8 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
     switch (o->kind) {
     case MT_PP_RECV_ACT:
       k = take_slot(x, cell, o->chunk);
-      mt_irecv_f32(x->g, x->acts[k].encoded, n, prev, TAG_ACT, x->ops->loc, &x->recv);
+      mt_irecv_f32(x->g, x->acts[k].encoded, n, mt_pp_vs_rank(s, x->vs[o->chunk] - 1), TAG_ACT,
+                   x->ops->loc, &x->recv);
       wait_req(x, &x->recv);
       break;
     case MT_PP_FWD:
@@ -254,25 +282,27 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       add_chunk_bytes(x, o->chunk, b0);
       x->compute_s += mt_now() - t0;
       mt_trace_span("forward", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb, o->chunk);
+      turn(x, s, o, 1, n);
       if (forward_only) release_slot(x, cell);
       break;
     case MT_PP_SEND_ACT:
       k = x->slot_of[cell];
       t0 = mt_now();
-      send_copy(x, x->out[k], n, next, TAG_ACT);
+      send_copy(x, x->out[k], n, mt_pp_vs_rank(s, x->vs[o->chunk] + 1), TAG_ACT);
       x->wait_s += mt_now() - t0;
       break;
     case MT_PP_RECV_GRAD:
       if (forward_only) break;
       k = x->slot_of[cell];
-      mt_irecv_f32(x->g, x->dout[k], n, next, TAG_GRAD, x->ops->loc, &x->recv);
+      mt_irecv_f32(x->g, x->dout[k], n, mt_pp_vs_rank(s, x->vs[o->chunk] + 1), TAG_GRAD,
+                   x->ops->loc, &x->recv);
       wait_req(x, &x->recv);
       break;
     case MT_PP_BWD:
     case MT_PP_BWD_INPUT: {
       if (forward_only) break;
       k = x->slot_of[cell];
-      const int last_vs = o->chunk * pp + r == x->last_vs, first_vs = o->chunk * pp + r == 0;
+      const int last_vs = x->vs[o->chunk] == x->last_vs, first_vs = x->vs[o->chunk] == 0;
       mt_dp_reduce_during_backward(x->dp, x->overlap_dp && i == last_done[o->chunk]);
       t0 = mt_now();
       model_bytes(x, b0);
@@ -287,6 +317,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       x->compute_s += mt_now() - t0;
       mt_trace_span(input_only ? "backward-input" : "backward", "pipeline", MT_TRACK_PIPELINE,
                     t0, mt_now(), o->mb, o->chunk);
+      turn(x, s, o, 0, n);
       if (o->kind == MT_PP_BWD) release_slot(x, cell);
       break;
     }
@@ -311,7 +342,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       if (forward_only) break;
       /* right after its backward: the input gradient is still in the model's scratch */
       t0 = mt_now();
-      send_copy(x, x->din, n, prev, TAG_GRAD);
+      send_copy(x, x->din, n, mt_pp_vs_rank(s, x->vs[o->chunk] - 1), TAG_GRAD);
       x->wait_s += mt_now() - t0;
       break;
     case MT_PP_NKINDS:

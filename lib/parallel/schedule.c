@@ -130,7 +130,7 @@ int mt_pp_vs_of(const mt_pp_schedule *s, int r, int c) {
 }
 
 int mt_pp_vs_rank(const mt_pp_schedule *s, int vs) {
-  return s->vshape && vs >= s->pp ? 2 * s->pp - 1 - vs : vs % s->pp;
+  return mt_registry_vs_rank(s->pp, s->vshape, vs);
 }
 
 /* A compute op with the receive it needs before and the send it makes after
@@ -268,6 +268,11 @@ static void build_zbh1(op_list *l, int r, const mt_pp_schedule *s) {
 }
 
 void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v) {
+  mt_pp_schedule_build_placed(s, kind, pp, m, v, kind == MT_SCHED_ZBV);
+}
+
+void mt_pp_schedule_build_placed(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v,
+                                 int vshape) {
   memset(s, 0, sizeof *s);
   s->kind = kind;
   s->pp = pp;
@@ -276,7 +281,7 @@ void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, in
   s->n_ops = mt_calloc((size_t)pp, sizeof(int));
   s->ops = mt_calloc((size_t)pp, sizeof(mt_pp_op *));
   s->max_inflight = mt_calloc((size_t)pp, sizeof(int));
-  s->vshape = kind == MT_SCHED_ZBV;
+  s->vshape = vshape;
   op_list *lists = mt_calloc((size_t)pp, sizeof(op_list));
   int zbv_peak = kind == MT_SCHED_ZBV ? build_zbv(lists, s) : 0;
   for (int r = 0; r < pp; r++) {

@@ -22,6 +22,15 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   mt_registry *reg = &s->model.reg;
   mt_registry_set_dp(reg, g->dp->size, g->dp->rank, g->cp->size, g->cp->rank);
   mt_registry_set_edp(reg, g->edp->size, g->edp->rank);
+  mt_pp_schedule_build(&s->sched, o->sched, g->pp->size, o->accum, o->virtual_stages);
+  /* this rank's chunks: virtual stages rank, rank + pp, ... (in a V: rank,
+   * 2pp - 1 - rank); buckets are cut between them */
+  int l0[MT_PP_MAX_CHUNKS], l1[MT_PP_MAX_CHUNKS];
+  for (int c = 0; c < o->virtual_stages; c++) {
+    l0[c] = o->stage_l0[mt_pp_vs_of(&s->sched, g->pp->rank, c)];
+    l1[c] = o->stage_l1[mt_pp_vs_of(&s->sched, g->pp->rank, c)];
+  }
+  if (g->pp->size > 1) mt_registry_set_chunks(reg, o->virtual_stages, l0, l1);
   mt_registry_shard(reg, o->zero, o->bucket_bytes);
   /* the registry's reduction groups, as the mesh has them */
   mt_dp_groups dg = {.reduce = {[MT_GROUP_DP] = g->dpcp, [MT_GROUP_EDP] = g->edp},
@@ -34,13 +43,6 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   if (pp > 1) {
     s->tied_numel = mt_pp_tied_numel(reg);
     if (s->tied_numel) s->tied_scratch = ops->alloc(MT_MEM_COMM, s->tied_numel * sizeof(float));
-  }
-  mt_pp_schedule_build(&s->sched, o->sched, pp, o->accum, o->virtual_stages);
-  /* this rank's chunks: virtual stages rank, rank + pp, ... */
-  int l0[MT_PP_MAX_CHUNKS], l1[MT_PP_MAX_CHUNKS];
-  for (int c = 0; c < o->virtual_stages; c++) {
-    l0[c] = o->stage_l0[c * pp + g->pp->rank];
-    l1[c] = o->stage_l1[c * pp + g->pp->rank];
   }
   mt_pp_exec_create(&s->exec, g->pp, &s->sched, &s->model, &s->dp, l0, l1);
   s->exec.overlap_dp = o->overlap_dp;
@@ -84,7 +86,8 @@ double mt_step_evaluate(mt_step *s, const mt_pp_batch *b) {
   if (b->n_mb > 0) {
     /* forward only: one activation set at a time (released after each forward) */
     mt_pp_schedule sched;
-    mt_pp_schedule_build(&sched, MT_SCHED_GPIPE, s->sched.pp, b->n_mb, s->sched.v);
+    mt_pp_schedule_build_placed(&sched, MT_SCHED_GPIPE, s->sched.pp, b->n_mb, s->sched.v,
+                                s->sched.vshape);
     loss = mt_pp_exec_run(&s->exec, &sched, b, 1);
     mt_pp_schedule_free(&sched);
   }

@@ -95,7 +95,8 @@ static int check_split_chunks(const mt_config *cfg, const int *split, mt_err *e)
 void mt_layout_stage_layers(const mt_config *cfg, const mt_layout *lay, int vs, int *l0,
                            int *l1) {
   mt_registry_stage_layers(lay->shape.n_layer, cfg->pp, cfg->virtual_stages,
-                     lay->has_split ? lay->split : NULL, vs, l0, l1);
+                           lay->has_split ? lay->split : NULL, lay->sched == MT_SCHED_ZBV, vs,
+                           l0, l1);
 }
 
 static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e) {
@@ -227,14 +228,6 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", cfg->pp_schedule, why.msg);
     return -1;
   }
-  /* ZB-V is data (its op lists, the validator, --print-schedule); the
-   * executor, the stage map and the checkpoints place virtual stages in a
-   * loop only, so a run or a plan of it is refused */
-  if (kind == MT_SCHED_ZBV && cfg->pp > 1 && !cfg->print_schedule) {
-    mt_err_set(e, "parallel.schedule = zb-v: training and planning do not place virtual stages "
-                  "in a V yet (meshtrain --print-schedule shows its op lists)");
-    return -1;
-  }
   /* one stage runs its micro-batches one after the other (1F1B of one stage) */
   lay->sched = cfg->pp > 1 ? (mt_pp_sched)kind : MT_SCHED_1F1B;
   /* train.device / precision as far as they can be judged without asking
@@ -322,7 +315,8 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   if (cfg->pp > 1) {
     lay->stage_of_layer = mt_calloc((size_t)s->n_layer, sizeof(int));
     mt_registry_stage_map(s->n_layer, cfg->pp, cfg->virtual_stages,
-                          lay->has_split ? lay->split : NULL, lay->stage_of_layer);
+                          lay->has_split ? lay->split : NULL, lay->sched == MT_SCHED_ZBV,
+                          lay->stage_of_layer);
   }
   return 0;
 }
@@ -338,12 +332,13 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
   const int n_vs = cfg->pp * cfg->virtual_stages;
   for (int vs = 0; vs < n_vs; vs++)
     mt_layout_stage_layers(cfg, lay, vs, &l0l1[vs], &l0l1[n_vs + vs]);
-  /* zb-h1 splits each backward into input and weight passes (the sets keep
+  /* zb-h1 and zb-v split each backward into input and weight passes (the sets keep
    * the linears' output gradients in between) */
   *o = (mt_step_opts){
       .shape = &lay->shape, .micro_batch = cfg->micro_batch,
       .par = {.tp = &mesh->tp_g, .sp = cfg->sp, .recompute = cfg->recompute,
-              .split_backward = cfg->pp > 1 && lay->sched == MT_SCHED_ZBH1,
+              .split_backward =
+                  cfg->pp > 1 && (lay->sched == MT_SCHED_ZBH1 || lay->sched == MT_SCHED_ZBV),
               .stage_of_layer = NULL, .pp_rank = 0, .pp_last = 0, .external_state = 1,
               .cp = &mesh->cp_g, .cp_mode = mt_cp_mode_parse(cfg->cp_mode), .ep = &mesh->ep_g,
               .etp = &mesh->etp_g, .seq = &mesh->tpcp_g,
@@ -359,7 +354,9 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
     o->par.stage_of_layer = lay->stage_of_layer;
     o->par.pp_rank = mesh->pp_rank;
-    o->par.pp_last = cfg->pp - 1;
+    /* the stage holding the last virtual stage (the head): 0 in a V */
+    o->par.pp_last = mt_registry_vs_rank(cfg->pp, lay->sched == MT_SCHED_ZBV,
+                                         cfg->pp * cfg->virtual_stages - 1);
   }
   *g = (mt_step_groups){.tp = &mesh->tp_g, .cp = &mesh->cp_g, .dp = &mesh->dp_g,
                         .pp = &mesh->pp_g, .dpcp = &mesh->dpcp_g, .ep = &mesh->ep_g,

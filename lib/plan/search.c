@@ -24,8 +24,12 @@ typedef struct {
   double step_lb, mem_lb;
 } cand;
 
-enum { SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1 };
-static const char *g_sched_names[] = {"1f1b", "interleaved", "zb-h1"};
+enum { SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_BFS, SCHED_ZBV, N_SCHED };
+static const char *g_sched_names[] = {"1f1b", "interleaved", "zb-h1", "breadth-first", "zb-v"};
+/* the virtual stages tried per schedule: interleaved and breadth-first 2
+ * and 4, zb-v 2 (its V), the others 1 */
+static int v_lo(int si) { return si == SCHED_INTERLEAVED || si == SCHED_BFS || si == SCHED_ZBV ? 2 : 1; }
+static int v_hi(int si) { return si == SCHED_INTERLEAVED || si == SCHED_BFS ? 4 : v_lo(si); }
 
 /* the candidate's layout over base: as a row of the table is applied */
 static void apply(const cand *c, const mt_config *base, mt_config *cfg) {
@@ -154,7 +158,6 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
         /* context parallelism only where a rank would otherwise hold more
          * than plan.cp_min_tokens tokens of a sequence, and each keeps 1024 */
         if (cp > 1 && (sh.seq_len <= base->plan_cp_min_tokens || sh.seq_len / cp < 1024)) continue;
-        if (cp > 1 && moe) continue; /* refused by the run */
         const int dp = world / (tp * pp * cp);
         if (base->global_batch % dp) continue;
         const int per_rank = base->global_batch / dp;
@@ -164,20 +167,23 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
             if (per_rank % mb) continue;
             const int m = per_rank / mb;
             for (int rc = 0; rc <= 1; rc++) {
-              if (rc && moe) continue; /* refused by the run */
               mt_config probe;
               cand c0 = {.tp = (short)tp, .pp = (short)pp, .cp = (short)cp, .ep = (short)ep,
                          .mb = (short)mb, .rc = (short)rc, .v = 1, .dp = dp};
               apply(&c0, base, &probe);
               double layer_s, embed_s, head_s;
               mt_cost_layer_times(&probe, p, &sh, &layer_s, &embed_s, &head_s);
-              for (int si = 0; si < (pp > 1 ? 3 : 1); si++) {
-                if (moe && si == SCHED_ZBH1) continue; /* refused by the run */
+              for (int si = 0; si < (pp > 1 ? N_SCHED : 1); si++) {
                 if (pp > 1 && m < pp) continue; /* a micro-batch per stage at least */
-                for (int v = si == SCHED_INTERLEAVED ? 2 : 1; v <= (si == SCHED_INTERLEAVED ? 4 : 1);
-                     v *= 2) {
-                  if (v > 1 && (m % pp || pp * v > L)) continue;
-                  for (int split = 0; split <= (pp > 1); split++) {
+                for (int v = v_lo(si); v <= v_hi(si); v *= 2) {
+                  mt_err se = {0};
+                  if (v > 1 && (pp * v > L ||
+                                mt_pp_sched_check((mt_pp_sched)mt_pp_sched_parse(g_sched_names[si]),
+                                                  pp, m, v, L, &se) != 0))
+                    continue;
+                  /* the balancing split puts the embedding and the head on
+                   * the first and the last rank: not zb-v's V (both on rank 0) */
+                  for (int split = 0; split <= (pp > 1 && si != SCHED_ZBV); split++) {
                     int first = 0, last = 0;
                     if (split == 0 && (L % pp || (L / pp) % v)) continue;
                     if (split == 1 &&
@@ -185,7 +191,6 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
                       continue;
                     const int l_most = most_layers(L, pp, first, last);
                     for (int zero = 0; zero <= 3; zero++) {
-                      if (zero >= 2 && pp > 1) continue;
                       if (zero >= 1 && dp * cp == 1) continue;
                       for (int sp = 0; sp <= (tp > 1); sp++) {
                         if (sp && (sh.seq_len / cp) % tp) continue;

@@ -281,13 +281,17 @@ int mt_registry_unit_of(const mt_registry *r, int layer, mt_grad_group g) {
 /* ------------------------------------------------------------------ */
 /* the pipeline placement                                              */
 
-void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0,
-                              int *l1) {
-  if (split) { /* virtual stage u holds split[u % pp] / v layers */
+int mt_registry_vs_rank(int pp, int vshape, int vs) {
+  return vshape && vs >= pp ? 2 * pp - 1 - vs : vs % pp;
+}
+
+void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vshape, int vs,
+                              int *l0, int *l1) {
+  if (split) { /* virtual stage u holds its rank's split / v layers */
     int a = 0;
-    for (int u = 0; u < vs; u++) a += split[u % pp] / v;
+    for (int u = 0; u < vs; u++) a += split[mt_registry_vs_rank(pp, vshape, u)] / v;
     *l0 = a;
-    *l1 = a + split[vs % pp] / v;
+    *l1 = a + split[mt_registry_vs_rank(pp, vshape, vs)] / v;
     return;
   }
   int n = pp * v, base = n_layer / n, extra = n_layer % n;
@@ -295,11 +299,12 @@ void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int 
   *l1 = *l0 + base + (vs < extra ? 1 : 0);
 }
 
-void mt_registry_stage_map(int n_layer, int pp, int v, const int *split, int *stage_of_layer) {
+void mt_registry_stage_map(int n_layer, int pp, int v, const int *split, int vshape,
+                           int *stage_of_layer) {
   for (int vs = 0; vs < pp * v; vs++) {
     int a, b;
-    mt_registry_stage_layers(n_layer, pp, v, split, vs, &a, &b);
-    for (int l = a; l < b; l++) stage_of_layer[l] = vs % pp;
+    mt_registry_stage_layers(n_layer, pp, v, split, vshape, vs, &a, &b);
+    for (int l = a; l < b; l++) stage_of_layer[l] = mt_registry_vs_rank(pp, vshape, vs);
   }
 }
 
@@ -319,8 +324,27 @@ int mt_registry_unit_tied(const mt_registry *r, int u) {
   for (int i = r->units[u].t0; i < r->units[u].t1; i++) {
     const mt_tensor *t = &r->t[i];
     if (t->numel_local && t->pp_copy >= 0 && t->pp_copy != t->pp_stage) return 1;
+    if (t->numel_local && r->tied_here && t->tied_to[0]) return 1;
   }
   return 0;
+}
+
+void mt_registry_set_chunks(mt_registry *r, int n, const int *l0, const int *l1) {
+  if (n > MT_REG_MAX_CHUNKS) n = MT_REG_MAX_CHUNKS;
+  r->n_chunks = n;
+  for (int c = 0; c < n; c++) r->chunk_l0[c] = l0[c], r->chunk_l1[c] = l1[c];
+}
+
+/* the chunk of this stage holding a layer (the embeddings: the chunk of
+ * block 0; the final LN: the chunk of the last block; -1 without chunks) */
+static int chunk_of(const mt_registry *r, int layer) {
+  int first = -1, last = -1;
+  for (int c = 0; c < r->n_chunks; c++) {
+    if (layer >= r->chunk_l0[c] && layer < r->chunk_l1[c]) return c;
+    if (first < 0 || r->chunk_l0[c] < r->chunk_l0[first]) first = c;
+    if (last < 0 || r->chunk_l1[c] > r->chunk_l1[last]) last = c;
+  }
+  return layer < 0 ? first : last;
 }
 
 int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes) {
@@ -360,8 +384,9 @@ int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes) {
     /* whole units: zero 3 one each, zero 2 merged up to max_elems (units of
      * one reduction group only). Under pipeline parallelism a bucket also
      * never spans two virtual stages (an empty unit, another stage's, lies
-     * between them: each backward pass then completes whole buckets, and
-     * interleaved chunks never share one), and a unit holding a tied tensor
+     * between them, or, at a V's turn, the chunks say so: each backward
+     * pass then completes whole buckets, and chunks never share one), and a
+     * unit holding a tied tensor
      * kept equal across stages is a bucket of its own (its gradients are
      * summed across stages before dp reduces them, so it waits for the end
      * of the step and should hold nothing else) */
@@ -376,7 +401,8 @@ int mt_registry_shard(mt_registry *r, int zero, size_t bucket_bytes) {
           next_u = v;
         }
       int group_ends = next_g >= 0 && next_g != gu;
-      int gap = next_u >= 0 && next_u < u - 1;
+      int gap = next_u >= 0 && (next_u < u - 1 || chunk_of(r, r->units[u].layer) !=
+                                                      chunk_of(r, r->units[next_u].layer));
       int tied = next_u >= 0 && (mt_registry_unit_tied(r, u) || mt_registry_unit_tied(r, next_u));
       if ((zero == 3 || end - begin >= max_elems || u == 0 || group_ends || gap || tied) &&
           end > begin) {

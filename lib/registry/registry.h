@@ -141,6 +141,8 @@ typedef struct {
   size_t shard_off;  /* where this rank's part sits in its shard buffers */
 } mt_bucket_plan;
 
+#define MT_REG_MAX_CHUNKS 64
+
 typedef struct {
   mt_tensor *t;
   int n, cap;
@@ -166,7 +168,17 @@ typedef struct {
   size_t shard_numel;      /* elements of this rank's shard (all it holds without ZeRO) */
   int *by_name;            /* finalized: open-addressed table of tensor index + 1 by name */
   int by_name_cap;
+  /* pipeline chunks of this stage (mt_registry_set_chunks): blocks [l0, l1)
+   * of each; a ZeRO-2/3 bucket never spans two (0: none given) */
+  int n_chunks;
+  int chunk_l0[MT_REG_MAX_CHUNKS], chunk_l1[MT_REG_MAX_CHUNKS];
+  /* the tied embeddings are used by two chunks of this stage (zb-v's V puts
+   * the embedding and the head on stage 0): their unit is held for the
+   * whole step, as a tied unit (mt_registry_unit_tied) */
+  int tied_here;
 } mt_registry;
+/* this stage's chunks, before mt_registry_shard (n <= MT_REG_MAX_CHUNKS) */
+void mt_registry_set_chunks(mt_registry *r, int n, const int *l0, const int *l1);
 
 void mt_registry_init(mt_registry *r, int tp_size, int tp_rank);
 /* the expert axis (call before adding tensors sharded over it) */
@@ -221,11 +233,15 @@ size_t mt_tensor_numel_padded(const mt_tensor *t); /* global as stored */
  * stage explicitly: stage s's v chunks get split[s] / v layers each, the
  * virtual stages in order vs = chunk * pp + stage along the model (as
  * Megatron's uneven first/last stages with interleaving). Virtual stage vs
- * lives on pp rank vs % pp. */
-void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vs, int *l0,
-                              int *l1);
+ * lives on pp rank vs % pp (vshape 0: looping), or with vshape (v = 2, the
+ * V of zb-v) on rank vs for vs < pp and 2pp - 1 - vs after. */
+void mt_registry_stage_layers(int n_layer, int pp, int v, const int *split, int vshape, int vs,
+                              int *l0, int *l1);
+/* the pp rank of virtual stage vs under that placement */
+int mt_registry_vs_rank(int pp, int vshape, int vs);
 /* every block's pp rank, stage_of_layer[n_layer] */
-void mt_registry_stage_map(int n_layer, int pp, int v, const int *split, int *stage_of_layer);
+void mt_registry_stage_map(int n_layer, int pp, int v, const int *split, int vshape,
+                           int *stage_of_layer);
 
 /* The ZeRO shard, after finalize and the dp axes: buckets of about
  * bucket_bytes built from the end of the flat buffer, and this rank's part

@@ -46,8 +46,19 @@ mt_script_test(zero_pp2 pp zero.sh 20
   "1f1bz1off 4 ${Z2} --set parallel.zero=1 --set parallel.schedule=1f1b --set parallel.overlap_dp=false")
 # interleaved at pp 4 x dp 2 (8 ranks: fewer steps)
 set(Z4 "--set parallel.pp=4 --set parallel.dp=2 --set train.micro_batch=1 ${ZV}")
+# ZB-V (two virtual stages a rank in a V, the zb-h1 B/W split) at ZeRO 0-3
+mt_script_test(zero_pp2_zbv pp zero.sh 20
+  "zbvz3 4 ${Z2} --set parallel.zero=3 --set parallel.schedule=zb-v ${ZV}"
+  "zbvz0 4 ${Z2} --set parallel.zero=0 --set parallel.schedule=zb-v ${ZV}"
+  "zbvz1 4 ${Z2} --set parallel.zero=1 --set parallel.schedule=zb-v ${ZV}"
+  "zbvz2 4 ${Z2} --set parallel.zero=2 --set parallel.schedule=zb-v ${ZV}")
 mt_script_test(zero_pp4 pp zero.sh 4
   "ilv4z3 8 ${Z4} --set parallel.zero=3 --set parallel.schedule=interleaved")
+# zb-v at pp 4: the V's turn on rank 3 (two chunks of adjacent blocks: a
+# ZeRO-2 bucket must not join them), the embedding and the head on rank 0
+mt_script_test(zero_pp4_zbv pp zero.sh 4
+  "zbv4z2 8 ${Z4} --set parallel.zero=2 --set parallel.schedule=zb-v"
+  "zbv4z1 8 ${Z4} --set parallel.zero=1 --set parallel.schedule=zb-v")
 # checkpoints saved under one schedule and ZeRO level, resumed under another
 mt_script_test(zero_resume pp zero_resume.sh)
 
@@ -80,8 +91,6 @@ mt_script_test(pp_zbv_virtual_not_dividing badinput ../scripts/expect_fail.sh pp
   "parallel.virtual_stages = 2 does not divide the 3 layers per stage" ${PPT} --set model.n_layer=6 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=2)
 mt_script_test(pp_zbv_one_chunk badinput ../scripts/expect_fail.sh pp_zbv_one_chunk 2
   "parallel.schedule = zb-v needs parallel.virtual_stages = 2 .got 1." ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=zb-v)
-mt_script_test(pp_zbv_run badinput ../scripts/expect_fail.sh pp_zbv_run 2
-  "parallel.schedule = zb-v: training and planning do not place virtual stages in a V yet" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=2)
 mt_script_test(pp_bad_schedule badinput ../scripts/expect_fail.sh pp_bad_schedule 2
   "parallel.schedule: 'pipedream' is not one of gpipe.1f1b.interleaved.zb-h1" ${PPT} --set parallel.pp=2 --set parallel.schedule=pipedream)
 

@@ -276,7 +276,7 @@ int main(void) {
       int prev = 0, lo = L, hi = 0;
       for (int s = 0; s < n; s++) {
         int a, b;
-        mt_registry_stage_layers(L, n, 1, NULL, s, &a, &b);
+        mt_registry_stage_layers(L, n, 1, NULL, 0, s, &a, &b);
         MT_CHECK(a == prev && b > a, "layers L=%d n=%d stage %d: [%d,%d)", L, n, s, a, b);
         prev = b;
         lo = b - a < lo ? b - a : lo;
@@ -286,15 +286,30 @@ int main(void) {
                hi);
     }
   int split[3] = {1, 3, 2}, a, b;
-  mt_registry_stage_layers(6, 3, 1, split, 1, &a, &b);
+  mt_registry_stage_layers(6, 3, 1, split, 0, 1, &a, &b);
   MT_CHECK(a == 1 && b == 4, "explicit split: [%d,%d)", a, b);
   /* an explicit split under interleaving: stage s's chunks get split[s] / v
    * layers, virtual stages vs = chunk * pp + s in model order (2 + 4 over 2
    * stages of 2 chunks: [0,1) [1,3) [3,4) [4,6)) */
   int split2[2] = {2, 4}, want[5] = {0, 1, 3, 4, 6};
   for (int vs = 0; vs < 4; vs++) {
-    mt_registry_stage_layers(6, 2, 2, split2, vs, &a, &b);
+    mt_registry_stage_layers(6, 2, 2, split2, 0, vs, &a, &b);
     MT_CHECK(a == want[vs] && b == want[vs + 1], "split 2,4 v=2, virtual stage %d: [%d,%d)", vs, a, b);
+  }
+
+  /* ZB-V's V: virtual stage vs on rank vs, then 2pp - 1 - vs (pp 4, 8
+   * layers: rank 0 holds blocks 0 and 7, rank 3 blocks 3 and 4, the turn);
+   * with a split, each virtual stage takes its rank's share / v */
+  int map[8], want_v[8] = {0, 1, 2, 3, 3, 2, 1, 0};
+  mt_registry_stage_map(8, 4, 2, NULL, 1, map);
+  for (int l = 0; l < 8; l++)
+    MT_CHECK(map[l] == want_v[l], "V map: block %d on rank %d, want %d", l, map[l], want_v[l]);
+  int split_v[2] = {2, 6}, want_sv[5] = {0, 1, 4, 7, 8};
+  for (int vs = 0; vs < 4; vs++) {
+    mt_registry_stage_layers(8, 2, 2, split_v, 1, vs, &a, &b);
+    MT_CHECK(a == want_sv[vs] && b == want_sv[vs + 1], "V split 2,6, virtual stage %d: [%d,%d)", vs,
+             a, b);
+    MT_CHECK(mt_registry_vs_rank(2, 1, vs) == (vs < 2 ? vs : 3 - vs), "V rank of stage %d", vs);
   }
 
   printf("%d schedules simulated, %d checks, %d failures\n", cases, *mt_check_count(),

@@ -169,7 +169,7 @@ static void test_stage_layout(const char *tag, mt_model_shape s, int tp, int pp)
   int *stage_of_layer = calloc((size_t)s.n_layer, sizeof(int));
   for (int st = 0; st < pp; st++) {
     int a, b;
-    mt_registry_stage_layers(s.n_layer, pp, 1, NULL, st, &a, &b);
+    mt_registry_stage_layers(s.n_layer, pp, 1, NULL, 0, st, &a, &b);
     for (int l = a; l < b; l++) stage_of_layer[l] = st;
   }
   size_t total = 0, wte_local = whole.t[mt_registry_find(&whole, "wte.weight")].numel_local;
