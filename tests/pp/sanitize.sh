@@ -1,8 +1,9 @@
 # The pipeline executor under AddressSanitizer/UBSan (label "sanitize": the
 # test command runs it in the ASan build too): tiny with 4 layers, 3 steps, on
 # 2 stages with the split backward of zb-h1 plus recomputation, and with the
-# interleaved schedule (2 chunks per rank) plus dp = 2; both give the
-# single-rank losses (relative 1e-5) and validation loss.
+# interleaved schedule (2 chunks per rank) plus dp = 2, and zb-v (the V's
+# turn, the embedding and the head on rank 0, its evaluation);
+# all give the single-rank losses (relative 1e-5) and validation loss.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 100000)
 common=(--set model.preset=tiny --set model.n_layer=4 --set train.steps=3
@@ -20,6 +21,8 @@ run zbh1 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompu
   --set train.micro_batch=2
 run interleaved 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 \
   --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.micro_batch=1
+run zbv 2 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=2 \
+  --set train.micro_batch=2
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/zbh1" "$WORK/interleaved" \
-  --rtol 1e-5 --steps 3
-echo "PASS: pp = 2 (zb-h1 + recompute; interleaved x dp 2) gives the single-rank losses"
+  "$WORK/zbv" --rtol 1e-5 --steps 3
+echo "PASS: pp = 2 (zb-h1 + recompute; interleaved x dp 2; zb-v) gives the single-rank losses"
