@@ -609,6 +609,7 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
    * overstated a 1.3B's pp 4 x 2 step by 17% against the emulation) */
   chunk_cost worst = {0, 0, 0, 0, 0, 0};
   int rc = 0, n_buckets = 1, stage_buckets[64] = {0};
+  double stage_gather_s[64] = {0}; /* of stage_dp_s: the parameter gathers */
   double reduce_b = 0.0, gather_b = 0.0; /* dp bytes per step of the stage that sends most */
   int *keys = mt_calloc((size_t)pp * 2 * v, sizeof(int));
   for (int st = 0; st < pp && rc == 0; st++) {
@@ -621,6 +622,7 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
       if (st < 64) {
         out->stage_dp_s[st] = out->stage_dp_s[seen];
         stage_buckets[st] = stage_buckets[seen];
+        stage_gather_s[st] = stage_gather_s[seen];
       }
       continue;
     }
@@ -679,6 +681,7 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     /* this stage's dp bytes over its link (latencies added for the step) */
     if (st < 64) {
       out->stage_dp_s[st] = (r + g) / link_bw(p, dp_inside);
+      stage_gather_s[st] = g / link_bw(p, dp_inside);
       stage_buckets[st] = pr.n_buckets > 0 ? pr.n_buckets : 1;
     }
     /* AdamW on the elements this rank updates: the gradient read, both
@@ -738,15 +741,25 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
        * slowest stage. */
       const int overlaps = cfg->zero >= 2 || cfg->overlap_dp;
       double hide = overlaps ? ov * (cfg->zero >= 2 ? accum : 1) * b_mb : 0.0;
+      /* breadth-first at ZeRO-3 gathers a chunk's layers when its run of
+       * micro-batches begins, after the run's first input arrived: nothing
+       * of the stage hides it, and the next stage's run waits for this
+       * one's first output, so the stages' gathers add up along the
+       * pipeline (forward and backward runs alike) */
+      const int run_gathers = cfg->zero == 3 && lay.sched == MT_SCHED_BFS;
+      double serial = 0.0;
       exposed = 0.0;
       for (int st = 0; st < pp && st < 64; st++) {
         double cool = overlaps ? sim.makespan - sim.rank_grads_end[st] : 0.0;
-        double last_bucket = out->stage_dp_s[st] / stage_buckets[st];
-        double x = out->stage_dp_s[st] - hide - cool;
+        double g_st = run_gathers ? stage_gather_s[st] : 0.0;
+        double last_bucket = (out->stage_dp_s[st] - g_st) / stage_buckets[st];
+        double x = out->stage_dp_s[st] - g_st - hide - cool;
         if (x < last_bucket) x = last_bucket;
-        out->stage_dp_exposed_s[st] = x;
+        out->stage_dp_exposed_s[st] = x + g_st;
+        serial += g_st;
         if (x > exposed) exposed = x;
       }
+      exposed += serial;
       if (pp > 64) { /* beyond the per-stage figures: the largest stage's, no cool-down */
         double x = EXPOSED(t_r + t_g, hide);
         if (x > exposed) exposed = x;
