@@ -369,6 +369,7 @@ typedef struct {
   int max_seqs, max_tokens;       /* S and N of the largest micro-batch */
   size_t max_send, max_recv, max_rows; /* bounds of n_send, n_recv, n_rows */
   int *owner, *order;             /* per expert its ep rank; the experts by owner, then index */
+  int *local;                     /* per expert its index among its owner's E_l */
   int *h;                         /* host scratch (routing decisions) */
   size_t h_n;
   /* least-loaded expert parallelism (parallel.ep_balance): alpha the load a
@@ -591,7 +592,9 @@ typedef struct {
   int llep_min_rows;
   float *llep;
 } mt_moe;
-/* floats of x->llep: 3 regions of H experts' four tensors each */
+/* floats of one expert's four tensors on this rank (fc and proj weights
+ * and biases), and of x->llep: 2 regions of H experts and one of L */
+size_t mt_moe_expert_floats(const mt_moe *x);
 size_t mt_moe_llep_floats(const mt_moe *x);
 
 /* ------------------------------------------------------------------ */

@@ -50,14 +50,15 @@ void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, co
   x->E_l = E / x->ep;
   /* each expert's ep rank, and the experts in send order: by owner, then
    * index (each owner holds E_l of them) */
-  x->owner = mt_calloc(2 * (size_t)E, sizeof(int));
+  x->owner = mt_calloc(3 * (size_t)E, sizeof(int));
   x->order = x->owner + E;
+  x->local = x->order + E;
   int i = 0;
   for (int p = 0; p < x->ep; p++) {
     int held = 0;
     for (int e = 0; e < E; e++) {
       x->owner[e] = owner ? owner[e] : e / x->E_l;
-      if (x->owner[e] == p) x->order[i++] = e, held++;
+      if (x->owner[e] == p) x->local[e] = held++, x->order[i++] = e;
     }
     if (held != x->E_l)
       mt_die("expert parallelism: ep rank %d owns %d experts, not E/ep = %d", p, held, x->E_l);

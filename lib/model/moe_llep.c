@@ -129,12 +129,13 @@ int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h
   const int E = x->E, k = x->k, E_l = x->E_l, ep = x->ep, H = x->H, me = x->ep_rank;
   const int S_max = E_l + H; /* slots of a destination: its experts, then helped ones */
   const size_t epE = (size_t)ep * E;
-  int *K = mt_malloc((2 * epE + 5 * (size_t)E + 3 * (size_t)ep + 2 * (size_t)ep * H +
+  int *K = mt_malloc((2 * epE + 4 * (size_t)E + 3 * (size_t)ep + 2 * (size_t)ep * H +
                       2 * (size_t)ep * S_max + 1) * sizeof(int));
   int *pre = K + epE;                  /* [p][e]: rows of e from sources before p */
   int *keep = pre + epE;               /* [e]: the prefix of e's rows its owner keeps */
-  int *pfirst = keep + E, *pn = pfirst + E, *idx = pn + E, *el_of = idx + E;
-  int *nhelp = el_of + E, *nlend = nhelp + ep, *nslot = nlend + ep;
+  int *pfirst = keep + E, *pn = pfirst + E, *idx = pn + E;
+  const int *el_of = x->local;
+  int *nhelp = idx + E, *nlend = nhelp + ep, *nslot = nlend + ep;
   int *help = nslot + ep;              /* [d][H]: pieces helped by d, arrival order */
   int *slot_of = help + (size_t)ep * H; /* [piece]: its slot at its helper */
   int *sendc = slot_of + (size_t)ep * H; /* [d][slot]: my rows to d */
@@ -149,8 +150,6 @@ int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h
     for (int p = 0; p < ep; p++) pre[(size_t)p * E + e] = s, s += K[(size_t)p * E + e];
   }
   const int n_pc = plan_pieces(x, K, keep, pc, pfirst, pn, load, nhelp, nlend);
-  for (int p = 0; p < ep; p++)
-    for (int i = 0; i < E_l; i++) el_of[x->order[(size_t)p * E_l + i]] = i;
   for (int d = 0; d < ep; d++) {
     nslot[d] = E_l + helped_by(x, pc, n_pc, d, help + (size_t)d * H);
     for (int j = 0; j < nslot[d] - E_l; j++) slot_of[help[(size_t)d * H + j]] = E_l + j;
@@ -276,30 +275,25 @@ static void expert_sizes(const mt_moe *x, size_t sz[4]) {
   sz[3] = C;
 }
 
-size_t mt_moe_llep_floats(const mt_moe *x) {
+size_t mt_moe_expert_floats(const mt_moe *x) {
   size_t sz[4];
   expert_sizes(x, sz);
-  return (2 * (size_t)x->ep.H + (size_t)x->ep.L) * (sz[0] + sz[1] + sz[2] + sz[3]);
+  return sz[0] + sz[1] + sz[2] + sz[3];
+}
+
+size_t mt_moe_llep_floats(const mt_moe *x) {
+  return (2 * (size_t)x->ep.H + (size_t)x->ep.L) * mt_moe_expert_floats(x);
 }
 
 /* region r of x->llep, tensor t of it: H experts' (MT_LLEP_HELP_W, _HELP_G),
  * L experts' (MT_LLEP_LEND, after the other two) */
 float *mt_moe_llep_region(const mt_moe *x, int r, int t) {
-  size_t sz[4], at = 0;
+  size_t sz[4];
   expert_sizes(x, sz);
   const size_t n = r == MT_LLEP_LEND ? (size_t)x->ep.L : (size_t)x->ep.H; /* experts */
-  at = (size_t)r * (size_t)x->ep.H * (sz[0] + sz[1] + sz[2] + sz[3]);
+  size_t at = (size_t)r * (size_t)x->ep.H * mt_moe_expert_floats(x);
   for (int i = 0; i < t; i++) at += n * sz[i];
   return x->llep + at;
-}
-
-/* expert e's index among its owner's experts */
-static int local_index(const mt_ep *ep, int e) {
-  const int *mine = ep->order + (size_t)ep->owner[e] * ep->E_l;
-  for (int i = 0; i < ep->E_l; i++)
-    if (mine[i] == e) return i;
-  mt_die("expert %d is not among its owner's", e);
-  return -1;
 }
 
 /* per ep rank, the floats of one tensor t going to (lend) or coming from
@@ -322,7 +316,7 @@ void mt_moe_llep_weights(mt_moe *x, const mt_block_tensors *w, const int *meta) 
   for (int t = 0; t < 4; t++) {
     float *lend = mt_moe_llep_region(x, MT_LLEP_LEND, t);
     for (int i = 0; i < rec[MT_LLEP_N_LEND]; i++)
-      x->ep.ops->copy(lend + (size_t)i * sz[t], src[t] + (size_t)local_index(ep, lend_e[i]) * sz[t],
+      x->ep.ops->copy(lend + (size_t)i * sz[t], src[t] + (size_t)ep->local[lend_e[i]] * sz[t],
                    sz[t]);
     pair_counts(ep, rec, sz[t], cnt, cnt + ep->ep);
     mt_alltoallv_f32(ep->ep_g, lend, cnt, mt_moe_llep_region(x, MT_LLEP_HELP_W, t),
@@ -353,7 +347,7 @@ void mt_moe_llep_grads(mt_moe *x, mt_block_tensors *g, const int *meta) {
     mt_alltoallv_f32(ep->ep_g, mt_moe_llep_region(x, MT_LLEP_HELP_G, t), cnt + ep->ep, lend, cnt,
                      x->ep.ops->loc);
     for (int i = 0; i < rec[MT_LLEP_N_LEND]; i++)
-      x->ep.ops->axpy(dst[t] + (size_t)local_index(ep, lend_e[i]) * sz[t], 1.0f,
+      x->ep.ops->axpy(dst[t] + (size_t)ep->local[lend_e[i]] * sz[t], 1.0f,
                    lend + (size_t)i * sz[t], sz[t]);
   }
   free(cnt);

@@ -125,7 +125,7 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
       for (int l = s->exec.l0[c]; l < s->exec.l1[c]; l++)
         blocks += mt_model_is_moe(&s->model.shape, l);
     const int H = moe->ep.H, L = moe->ep.L;
-    const double expert = (double)mt_moe_llep_floats(moe) / (2 * H + L) * sizeof(float);
+    const double expert = (double)mt_moe_expert_floats(moe) * sizeof(float);
     const double experts = (2.0 + (cfg->recompute ? 1.0 : 0.0)) * L + H;
     out->ep_llep_bytes = experts * expert * blocks * w->batch.n_mb;
   }

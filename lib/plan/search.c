@@ -26,6 +26,8 @@ typedef struct {
 
 enum { SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_BFS, SCHED_ZBV, N_SCHED };
 static const char *g_sched_names[] = {"1f1b", "interleaved", "zb-h1", "breadth-first", "zb-v"};
+static const mt_pp_sched g_sched_kinds[] = {MT_SCHED_1F1B, MT_SCHED_INTERLEAVED, MT_SCHED_ZBH1,
+                                            MT_SCHED_BFS, MT_SCHED_ZBV};
 /* the virtual stages tried per schedule: interleaved and breadth-first 2
  * and 4, zb-v 2 (its V), the others 1 */
 static int v_lo(int si) { return si == SCHED_INTERLEAVED || si == SCHED_BFS || si == SCHED_ZBV ? 2 : 1; }
@@ -178,8 +180,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
                 for (int v = v_lo(si); v <= v_hi(si); v *= 2) {
                   mt_err se = {0};
                   if (v > 1 && (pp * v > L ||
-                                mt_pp_sched_check((mt_pp_sched)mt_pp_sched_parse(g_sched_names[si]),
-                                                  pp, m, v, L, &se) != 0))
+                                mt_pp_sched_check(g_sched_kinds[si], pp, m, v, L, &se) != 0))
                     continue;
                   /* the balancing split puts the embedding and the head on
                    * the first and the last rank: not zb-v's V (both on rank 0) */

@@ -10,7 +10,8 @@
 # steps (NaN fails); LLEP moved rows in every LLEP run and kept the busiest
 # rank's rows within alpha x the mean (+ a row per micro-batch of rounding),
 # where without it the busiest rank holds more than 1.15 x the mean on
-# average; the first LLEP layout twice gives the same bits.
+# average; the first LLEP layout twice gives the same bits; its ep bytes
+# lie between the plan's balanced figure and the plan's worst case.
 MT_NAME=moe_llep
 source "$(dirname "$0")/common_moe.sh"
 MOE+=(--set train.steps=20 --set train.eval_every=10 --set train.eval_batches=1
@@ -31,6 +32,26 @@ run minrows 2 --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=2 
 run recompute 2 --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=2 \
   --set train.recompute=true --set parallel.ep_balance_alpha=1 "${LL[@]}"
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/dp2ep2" "$WORK/dp2ep2_again" --bitwise
+# the plan's worst case bounds what the skewed run sends: rank 0's ep bytes
+# in every step without evaluation lie above the plan's balanced figure (the
+# weights moved) and within its worst case
+"$MT_BIN/meshtrain" "${MOE[@]}" --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=2 \
+  "${LL[@]}" --set output.dir="$WORK/plan" --plan-json "$WORK/dp2ep2.plan.json" \
+  > "$WORK/plan.txt" || fail "plan dp2ep2"
+grep -q "^# ep, least-loaded (alpha 1.1): at most .* GB more per step" "$WORK/plan.txt" \
+  || { cat "$WORK/plan.txt"; fail "the plan states no least-loaded worst case"; }
+python3 - "$WORK" <<'PY' || fail "the plan's least-loaded worst case"
+import json, sys
+work = sys.argv[1]
+plan = json.load(open(work + "/dp2ep2.plan.json"))
+b = next(r for r in plan["ranks"] if r["rank"] == 0)["step_bytes"]
+steps = [json.loads(l) for l in open(work + "/dp2ep2/metrics.jsonl")]
+got = [r["moe"]["ep_bytes"] for r in steps if "val_loss" not in r]
+if not got or not all(b["ep"] < x <= b["ep_worst"] for x in got):
+    sys.exit("FAIL: ep bytes per step %s, plan balanced %d, worst %d" % (got, b["ep"], b["ep_worst"]))
+print("ok   ep bytes per step %d..%d: above the balanced plan's %d, within its worst case %d"
+      % (min(got), max(got), b["ep"], b["ep_worst"]))
+PY
 python3 - "$WORK" <<'PY'
 import json, math, os, sys
 sys.path.insert(0, os.path.join(os.environ["MT_SRC"], "tests/scripts"))
