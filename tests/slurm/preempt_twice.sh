@@ -71,7 +71,9 @@ st=$(cluster_state "$jid")
 [ "${st% *}" = "COMPLETED 0:0" ] && [ "${st##* }" = 2 ] || fail "point job: '$st', expected COMPLETED 0:0 after 2 restarts"
 [ "$(grep -c 'requeued: checkpointed (exit 75)' "$run/jobs.log")" = 2 ] || fail "jobs.log lacks two requeues"
 grep -q 'restart=2 done' "$run/jobs.log" || fail "jobs.log lacks the finished second restart"
-[ "$(grep -Ec 'the application wrote a checkpoint at step [0-9]+ and stopped \(exit 75' "$run"/slurm-*.out)" = 2 ] ||
+# (summed over the job's logs: where scontrol requeue loses a race on a busy
+# machine the wrapper also resubmits, and that job writes a log of its own)
+[ "$(cat "$run"/slurm-*.out | grep -Ec 'the application wrote a checkpoint at step [0-9]+ and stopped \(exit 75')" = 2 ] ||
   fail "the job log does not explain exit 75 twice"
 
 # the same run without interruption ends with the same losses
