@@ -568,6 +568,11 @@ void mt_cuda_host_free(void *p);
 /* Set the number of compute threads for OpenMP loops and BLAS (<=0: leave). */
 void mt_kernels_set_threads(int n);
 int mt_kernels_threads(void);
+/* The CPUs this rank's compute threads may run on, for the placement check
+ * (core's mt_affinity_check): its affinity mask, or with OpenMP binding on
+ * (OMP_PROC_BIND, OMP_PLACES) the union of OpenMP's places, since the
+ * runtime has then bound the calling thread to one place. 0 when known. */
+int mt_kernels_cpu_mask(mt_cpu_mask *m);
 /* the BLAS library's name for the kernels it selected (e.g. "Haswell") */
 const char *mt_kernels_blas_core(void);
 

@@ -204,8 +204,10 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   if (t->device != MT_DEVICE_VIRTUAL) { /* (a virtual rank computes nothing) */
     char placement[4096];
     if (t->cfg.threads > 0) mt_kernels_set_threads(t->cfg.threads);
-    mt_affinity_check(MPI_COMM_WORLD, mt_kernels_threads(), NULL, PROG, placement,
-                      sizeof placement);
+    mt_cpu_mask cpus;
+    int known = mt_kernels_cpu_mask(&cpus) == 0;
+    mt_affinity_check(MPI_COMM_WORLD, mt_kernels_threads(), known ? &cpus : NULL, PROG,
+                      placement, sizeof placement);
     if (t->world_rank == 0) fputs(placement, stderr);
   }
   w[1] = mt_wall_now();
