@@ -4,7 +4,7 @@
  *            [--all] [--dtype CATEGORY=BYTES ...] [--json FILE]
  *            [--emit-sweep FILE.ini [--system NAME]]
  *   meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME
- *            [--devices-per-node N] [--mem-gib X] [--peak-gflops X] [--overlap X] --out FILE
+ *            [--attn A.jsonl] [--devices-per-node N] [--mem-gib X] [--peak-gflops X] [--overlap X] --out FILE
  *
  * Enumerates the layouts of the model and batch on N nodes, prices each with
  * the cost model (lib/plan/cost.c: memory and bytes from meshtrain --plan's
@@ -25,8 +25,8 @@ static void usage(FILE *f) {
           "                [--json FILE] [--emit-sweep FILE.ini [--system NAME]]\n"
           "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--dtype ...]\n"
           "       meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME\n"
-          "                [--devices-per-node N] [--mem-gib X] [--peak-gflops X]\n"
-          "                [--overlap X] --out FILE.ini\n\n"
+          "                [--attn A.jsonl] [--devices-per-node N] [--mem-gib X]\n"
+          "                [--peak-gflops X] [--overlap X] --out FILE.ini\n\n"
           "Ranks every layout (tp inside a node, pp, dp, ZeRO, micro-batch, schedule,\n"
           "recompute, sp) of the configured model and global batch on N nodes by predicted\n"
           "tokens/s: memory per device by category (as meshtrain --plan), step time =\n"
@@ -45,7 +45,7 @@ static void usage(FILE *f) {
 
 static int calibrate(int argc, char **argv) {
   mt_calibration_input in = {.name = "calibrated", .gemm_json = NULL, .coll_json = NULL,
-                            .stream_json = NULL, .devices_per_node = 0, .mem_gib = 16.0,
+                            .stream_json = NULL, .attn_json = NULL, .devices_per_node = 0, .mem_gib = 16.0,
                             .peak_gflops = 0.0, .overlap = 0.0};
   const char *out = NULL;
   mt_err e = {0};
@@ -61,6 +61,7 @@ static int calibrate(int argc, char **argv) {
     if (!strcmp(a, "--gemm")) in.gemm_json = v;
     else if (!strcmp(a, "--coll")) in.coll_json = v;
     else if (!strcmp(a, "--stream")) in.stream_json = v;
+    else if (!strcmp(a, "--attn")) in.attn_json = v;
     else if (!strcmp(a, "--name")) in.name = v;
     else if (!strcmp(a, "--out")) out = v;
     else if (!strcmp(a, "--devices-per-node") && is_num && x >= 1) in.devices_per_node = (int)x;
@@ -91,9 +92,12 @@ static int calibrate(int argc, char **argv) {
       mt_cost_profile_write(&p, desc, f);
       fclose(f);
       printf("meshplan: wrote %s: %d matmul sizes (%.1f-%.1f GFLOP/s), memory %.2f GB/s, "
-             "inside a node %.2f GB/s + %.1f us, across %.2f GB/s + %.1f us, %d devices per node\n",
+             "inside a node %.2f GB/s + %.1f us, across %.2f GB/s + %.1f us, %d devices per node",
              out, p.n_gemm, p.gemm_gflops[0], p.gemm_gflops[p.n_gemm - 1], p.elementwise_gbs,
              p.intra_gbs, p.intra_us, p.inter_gbs, p.inter_us, p.devices_per_node);
+      if (p.attn_gflops > 0) printf(", attention %.1f GFLOP/s on %d:%d tiles", p.attn_gflops,
+                                    p.attn_br, p.attn_bc);
+      putchar('\n');
     }
   }
   if (e.failed) fprintf(stderr, "meshplan: error: %s\n", e.msg);

@@ -210,6 +210,8 @@ int mt_bench_attention(int argc, char **argv) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "attention");
     cJSON_AddStringToObject(root, "model", model);
+    cJSON_AddNumberToObject(root, "n_embd", C);
+    cJSON_AddNumberToObject(root, "n_head", NH);
     cJSON_AddNumberToObject(root, "threads", mt_kernels_threads());
     cJSON_AddNumberToObject(root, "tokens", tokens);
     cJSON_AddStringToObject(root, "blas_core", mt_kernels_blas_core());

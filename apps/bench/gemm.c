@@ -143,6 +143,22 @@ static int compare_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* --cold: before each call the caches are flushed by reading a buffer
+ * larger than any last-level cache, so the operands come from memory as a
+ * training step's weights and most activations do (the previous ops
+ * evicted them); without it every call after the warm-up finds them in
+ * cache */
+static const float *g_flush;
+static size_t g_flush_n;
+static void flush_caches(void) {
+  if (!g_flush) return;
+  volatile float sink = 0.0f;
+  float s = 0.0f;
+  for (size_t i = 0; i < g_flush_n; i += 16) s += g_flush[i]; /* a float per 64-byte line */
+  sink = s;
+  (void)sink;
+}
+
 /* Times reps calls (after one warm-up) and keeps the median; then one call
  * with beta = 0 is checked at 16 sampled entries against a double dot
  * product, error relative to sum |a*b| (fp32 rounding: ~1e-7 to 1e-6). */
@@ -150,6 +166,7 @@ static void gemm_measure(gemm_case *g, const float *A, const float *B, float *Cm
   double *times = mt_malloc((size_t)reps * sizeof(double));
   gemm_run(g, A, B, Cm, g->beta);
   for (int r = 0; r < reps; r++) {
+    flush_caches();
     double t0 = mt_now();
     gemm_run(g, A, B, Cm, g->beta);
     times[r] = mt_now() - t0;
@@ -225,6 +242,8 @@ static void gemm_help(FILE *f) {
           "  --tokens N      rows per gemm, i.e. tokens per micro-batch (default 2048)\n"
           "  --threads N     BLAS/OpenMP threads (default: as the environment sets)\n"
           "  --reps N        timed calls per shape (default 5)\n"
+          "  --cold          cpu: flush the caches before every timed call (operands from\n"
+          "                  memory, as in a training step; default: warm, in cache)\n"
           "  --device D      cpu (cblas_sgemm, default) or cuda (the CUDA backend's\n"
           "                  cuBLASLt products; MT_CUDA_BF16_GEMM=fast for the\n"
           "                  in-library bf16 rounding)\n"
@@ -277,6 +296,7 @@ static cJSON *gemm_json(const char *model, const char *blas_core, int threads, i
 int mt_bench_gemm(int argc, char **argv) {
   const char *model = "small", *json_path = NULL, *device = "cpu", *precision = "fp32";
   int tokens = 2048, threads = 0, reps = 5, gpu = 0, n_layer = 0, n_embd = 0, vocab = 0;
+  int cold = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -298,6 +318,8 @@ int mt_bench_gemm(int argc, char **argv) {
       reps = parse_positive_int(a, option_value(argc, argv, &i));
     } else if (!strcmp(a, "--json")) {
       json_path = option_value(argc, argv, &i);
+    } else if (!strcmp(a, "--cold")) {
+      cold = 1;
     } else if (!strcmp(a, "--device")) {
       device = option_value(argc, argv, &i);
       if (strcmp(device, "cpu") && strcmp(device, "cuda"))
@@ -389,7 +411,17 @@ int mt_bench_gemm(int argc, char **argv) {
            "threads %d, reps %d (median), OpenBLAS core %s\n",
            model, shape.n_layer, shape.n_embd, shape.vocab, shape.vocab_padded, tokens,
            blas_threads, reps, blas_core);
+    float *flush = NULL;
+    if (cold) { /* 256 MiB: beyond the last-level cache of any CPU this runs on */
+      g_flush_n = (size_t)64 << 20;
+      flush = mt_malloc(g_flush_n * sizeof(float));
+      for (size_t i = 0; i < g_flush_n; i++) flush[i] = (float)(i & 7);
+      g_flush = flush;
+      printf("# cold: the caches are flushed (256 MiB read) before every timed call\n");
+    }
     for (int i = 0; i < n; i++) gemm_measure(&cases[i], A, B, Cm, reps);
+    g_flush = NULL;
+    free(flush);
   }
 
   const gemm_case *peak = &cases[0];
@@ -421,6 +453,7 @@ int mt_bench_gemm(int argc, char **argv) {
                             step_time, peak);
     cJSON_AddStringToObject(root, "device", device);
     cJSON_AddStringToObject(root, "precision", precision);
+    cJSON_AddBoolToObject(root, "cold", cold && !on_gpu);
     cJSON_AddNumberToObject(root, "tolerance", tol);
     if (on_gpu) {
       cJSON_AddStringToObject(root, "gpu", ginfo.name);

@@ -9,6 +9,8 @@
  *   timeline.csv   one row per stage: its rank, the step's time on it and
  *                  the time in forward, backward (input, weight), waiting,
  *                  collectives and sends, and the idle share of the step
+ *   ops.csv        per stage, each op's calls and time in the step (the
+ *                  virtual device's ops; a CPU run's with metrics.trace)
  *   timeline.dat, timeline.gp, timeline.png
  *                  the step drawn per stage (the lowest rank of each stage):
  *                  forward, backward and weight-gradient spans on one row,
@@ -163,13 +165,52 @@ static void write_merged(const char *out, const rank_trace *t, int n) {
   free(text);
 }
 
+/* ops.csv: per stage (its drawn rank), each op's calls and time in the
+ * step (the compute track's "op" spans: every op of the virtual device, of
+ * a CPU run with metrics.trace = true), so that a real and an emulated run
+ * of one layout compare op by op */
+static void write_ops(const char *out, const rank_trace *t, const int *rep, const double *w0,
+                      const double *w1, int n_stages, int step) {
+  char path[PATH_LEN];
+  FILE *f = open_out(out, "ops.csv", path);
+  fprintf(f, "stage,rank,step,op,calls,ms\n");
+  enum { MAX_OPS = 128 };
+  const char *name[MAX_OPS];
+  double ms[MAX_OPS];
+  int calls[MAX_OPS];
+  for (int s = 0; s < n_stages; s++) {
+    int n_ops = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, events(&t[rep[s]])) {
+      const cJSON *cat = cJSON_GetObjectItemCaseSensitive(e, "cat");
+      const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+      if (!cJSON_IsString(cat) || strcmp(cat->valuestring, "op") || !cJSON_IsString(nm)) continue;
+      double a = num_or(e, "ts", NAN), b = a + num_or(e, "dur", NAN);
+      if (!(a >= w0[s] && b <= w1[s])) continue;
+      int i = 0;
+      while (i < n_ops && strcmp(name[i], nm->valuestring)) i++;
+      if (i == n_ops) {
+        if (n_ops == MAX_OPS) continue; /* (the op table has fewer members) */
+        name[n_ops] = nm->valuestring, ms[n_ops] = 0.0, calls[n_ops] = 0;
+        n_ops++;
+      }
+      ms[i] += (b - a) / 1e3;
+      calls[i]++;
+    }
+    for (int i = 0; i < n_ops; i++)
+      fprintf(f, "%d,%d,%d,%s,%d,%.6f\n", s, t[rep[s]].rank, step, name[i], calls[i], ms[i]);
+  }
+  close_out(f, path);
+}
+
 static void help(FILE *f) {
   fprintf(f,
           "usage: %s timeline RUN_DIR [--out DIR] [--step N]\n"
           "One training step of a run made with metrics.trace = true, every pipeline stage on\n"
           "one time axis: timeline.json (every rank's trace merged; Perfetto opens it),\n"
           "timeline.csv (per stage: forward, backward, weight gradients, waits, collectives,\n"
-          "sends, idle share of the step), timeline.png (gnuplot; timeline.gp and .dat always)\n"
+          "sends, idle share of the step), ops.csv (per stage, each op's calls and time in the\n"
+          "step), timeline.png (gnuplot; timeline.gp and .dat always)\n"
           "into DIR (default RUN_DIR/timeline). The step is N, by default the last one every\n"
           "rank recorded. Real and virtual (train.device = virtual) runs alike.\n",
           PROG);
@@ -291,6 +332,7 @@ int mt_report_timeline(int argc, char **argv) {
   }
   close_out(dat, path);
   close_out(csv, csv_path);
+  write_ops(out, t, rep, w0, w1, n_stages, step);
 
   FILE *g = open_out(out, "timeline.gp", path);
   fprintf(g, "# written by meshreport timeline; draw with: gnuplot timeline.gp (in this directory)\n"
@@ -312,7 +354,8 @@ int mt_report_timeline(int argc, char **argv) {
   char why[2 * PATH_LEN];
   if (run_gnuplot(out, "timeline.gp", why, sizeof why) == 0) printf("\ntimeline: %s/timeline.png\n", out);
   else printf("\nplot: %s\n", why);
-  printf("merged trace: %s/timeline.json; per stage: %s/timeline.csv\n", out, out);
+  printf("merged trace: %s/timeline.json; per stage: %s/timeline.csv; per op: %s/ops.csv\n", out,
+         out, out);
   for (int i = 0; i < n; i++) cJSON_Delete(t[i].doc);
   free(t), free(rep), free(w0), free(w1);
   return MT_EXIT_OK;

@@ -356,12 +356,26 @@ typedef struct {
   int devices_per_node;        /* ranks 0..n-1 form node 0, and so on */
   double intra_gbs, intra_us;  /* a link inside a node: bandwidth per rank, latency */
   double inter_gbs, inter_us;  /* ... across nodes */
+  int attn_br, attn_bc;        /* block attention's tile: query rows x keys */
+  double attn_gflops;          /* a fused kernel's rate on whole tiles (0: the matmul curve) */
 } mt_price;
 /* achievable GFLOP/s of a matmul of `flops`: log-log interpolation between
  * the profile's points, flat beyond them */
 double mt_price_gemm_gflops(const mt_price *p, double flops);
 /* seconds of `calls` matmuls of m x n x k (2 m n k FLOPs each) */
 double mt_price_gemm_s(const mt_price *p, double m, double n, double k, double calls);
+/* Seconds of block attention's forward for `heads` heads (B x NH) of hs
+ * channels: queries at positions [q0, q0 + Tq) against keys at [k0, k0 +
+ * Tk), causal or not, cut in blocks of attn_br query rows, each block
+ * against the keys up to its last row (causal) in tiles of attn_bc keys,
+ * two products a tile (S = Q K^T, P V: 4 hs FLOPs per query-key pair).
+ * With attn_gflops (a fused kernel) every touched tile is computed whole,
+ * at that rate; without, each product covers the block's visible keys at
+ * the matmul curve's rate for its size (the CPU backend). The backward is
+ * 2.5 times this (it recomputes S and forms dP, dS, dQ, dK, dV: 5
+ * products for 2). meshplan and the virtual device both price with it. */
+double mt_price_attn_fwd_s(const mt_price *p, double heads, long q0, int Tq, long k0, int Tk,
+                           int causal, double hs);
 /* seconds to move `bytes` through memory (elementwise work) */
 double mt_price_elem_s(const mt_price *p, double bytes);
 /* seconds to put `bytes` on a link inside a node (inside = 1) or across

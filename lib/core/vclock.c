@@ -24,6 +24,25 @@ double mt_price_gemm_s(const mt_price *p, double m, double n, double k, double c
   return calls * flops / (mt_price_gemm_gflops(p, flops) * 1e9);
 }
 
+double mt_price_attn_fwd_s(const mt_price *p, double heads, long q0, int Tq, long k0, int Tk,
+                           int causal, double hs) {
+  const int br = p->attn_br > 0 ? p->attn_br : 64, bc = p->attn_bc > 0 ? p->attn_bc : 256;
+  double visible = 0.0, whole = 0.0, calls = 0.0; /* per head */
+  for (int r0 = 0; r0 < Tq; r0 += br) {
+    int rows = Tq - r0 < br ? Tq - r0 : br;
+    long keys = causal ? q0 + r0 + rows - k0 : Tk; /* up to the block's last row */
+    if (keys <= 0) continue;
+    if (keys > Tk) keys = Tk;
+    long tiles = (keys + bc - 1) / bc;
+    visible += 4.0 * rows * (double)keys * hs;
+    whole += 4.0 * br * (double)tiles * bc * hs;
+    calls += 2.0 * (double)tiles;
+  }
+  if (!(heads > 0) || calls == 0) return 0.0;
+  if (p->attn_gflops > 0) return heads * whole / (p->attn_gflops * 1e9);
+  return heads * visible / (mt_price_gemm_gflops(p, visible / calls) * 1e9);
+}
+
 double mt_price_elem_s(const mt_price *p, double bytes) {
   return bytes > 0 ? bytes / (p->elementwise_gbs * 1e9) : 0.0;
 }

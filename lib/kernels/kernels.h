@@ -263,6 +263,10 @@ typedef struct mt_ops {
 
 
 const mt_ops *mt_ops_cpu(void);
+/* The CPU table with each compute op's wall span on the timeline under its
+ * member name (ops_traced.c; the device's table when metrics.trace = true
+ * on the CPU): real and emulated traces compare op by op. */
+const mt_ops *mt_ops_cpu_traced(void);
 /* The null backend (null/): every op does nothing, alloc counts bytes per
  * category and hands out addresses with no memory behind them; the values
  * the host reads back are synthetic (losses and norms 0, a balanced

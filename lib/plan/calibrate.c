@@ -118,6 +118,35 @@ static void on_stream(const cJSON *o, void *ctx) {
   if (is_bench(o, "stream") && x > *gbs) *gbs = x;
 }
 
+/* ---- attention: the block kernels' rate on whole tiles ---- */
+typedef struct {
+  mt_price tiles; /* the tile the rate is for (the CPU backend's blocks) */
+  double rate_sum;
+  int n;
+} attn_points;
+
+/* Each row's fused rate: the FLOPs mt_price_attn_fwd_s counts for a fused
+ * kernel (whole tiles) times 3.5 (forward and its 2.5 x backward) over the
+ * time measured, so that the cost model, priced at that rate, gives back
+ * the measured time at these shapes; the rows' mean */
+static void on_attn(const cJSON *o, void *ctx) {
+  attn_points *a = ctx;
+  if (!is_bench(o, "attention")) return;
+  double C = num(o, "n_embd"), NH = num(o, "n_head");
+  if (!(C > 0) || !(NH > 0)) return;
+  const cJSON *row;
+  cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(o, "rows")) {
+    double T = num(row, "T"), B = num(row, "B");
+    double t = num(cJSON_GetObjectItemCaseSensitive(row, "blocks"), "time_s");
+    if (!(T > 0) || !(B > 0) || !(t > 0)) continue;
+    mt_price unit = a->tiles;
+    unit.attn_gflops = 1.0; /* then the price is whole-tile GFLOPs */
+    double gflop = mt_price_attn_fwd_s(&unit, B * NH, 0, (int)T, 0, (int)T, 1, C / NH);
+    a->rate_sum += 3.5 * gflop / t;
+    a->n++;
+  }
+}
+
 static int cmp_pair(const void *a, const void *b) {
   const double *x = a, *y = b;
   return (x[0] > y[0]) - (x[0] < y[0]);
@@ -173,6 +202,17 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
   p->mem_bytes = in->mem_gib * 1073741824.0;
   p->overlap = in->overlap;
   p->act_bytes = 4; /* the CPU trains in fp32 */
+  p->attn_br = 64, p->attn_bc = 256; /* the CPU backend's blocks */
+  if (in->attn_json) {
+    attn_points a = {.tiles = {.attn_br = p->attn_br, .attn_bc = p->attn_bc}};
+    if (each_line(in->attn_json, on_attn, &a, e) != 0) goto done;
+    if (a.n == 0) {
+      mt_err_set(e, "%s: no meshbench attention rows with the block kernels timed (and the "
+                 "model's n_embd, n_head)", in->attn_json);
+      goto done;
+    }
+    p->attn_gflops = a.rate_sum / a.n;
+  }
   rc = 0;
 done:
   free(g);

@@ -206,6 +206,9 @@ void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
   out->intra_us = p->intra_us;
   out->inter_gbs = p->inter_gbs;
   out->inter_us = p->inter_us;
+  out->attn_br = p->attn_br;
+  out->attn_bc = p->attn_bc;
+  out->attn_gflops = p->attn_gflops;
 }
 
 /* the matmul curve is core's (mt_price_gemm_gflops): the virtual device
@@ -316,18 +319,9 @@ static double attn_fwd_s(const mt_cost_profile *p, double B, double NHl, int T_f
     return flops / (mt_cost_gemm_gflops(p, flops / 2) * 1e9) +
            4.5 * act_bytes * sq / (p->elementwise_gbs * 1e9);
   }
-  const int br = p->attn_br, bc = p->attn_bc;
-  double visible = 0.0, whole = 0.0, calls = 0.0; /* per head and sequence */
-  for (int r0 = 0; r0 < T_full; r0 += br) {
-    int rows = T_full - r0 < br ? T_full - r0 : br, keys = r0 + rows;
-    int tiles = (keys + bc - 1) / bc;
-    visible += 4.0 * rows * keys * hs;
-    whole += 4.0 * br * (double)tiles * bc * hs;
-    calls += 2.0 * tiles;
-  }
-  double heads = B * NHl / cp;
-  if (p->attn_gflops > 0) return heads * whole / (p->attn_gflops * 1e9);
-  return heads * visible / (mt_cost_gemm_gflops(p, visible / calls) * 1e9);
+  mt_price q; /* core's: the virtual device prices each block pair with it */
+  mt_cost_price(p, &q);
+  return mt_price_attn_fwd_s(&q, B * NHl / cp, 0, T_full, 0, T_full, 1, hs);
 }
 
 /* the local shapes of a dense block on one rank (see model.h) */

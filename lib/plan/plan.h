@@ -266,10 +266,13 @@ void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const m
 
 /* What a calibration reads: meshbench JSON lines of gemm (at the shapes of
  * the ranks' threads), of a collective (allreduce, 2 or more ranks; rows with
- * nodes > 1 give the network, the others the inside of a node) and of
- * stream; and what meshbench cannot measure. */
+ * nodes > 1 give the network, the others the inside of a node), of stream
+ * and, optionally, of attention (the block kernels' forward + backward: the
+ * profile's attn_gflops, which prices them as timed at those shapes); and
+ * what meshbench cannot measure. */
 typedef struct {
   const char *name, *gemm_json, *coll_json, *stream_json;
+  const char *attn_json; /* NULL: attention at the matmul curve */
   int devices_per_node;      /* 0: the collective rows' ranks per node */
   double mem_gib;            /* memory per device */
   double peak_gflops;        /* 0: the fastest matmul measured */

@@ -109,6 +109,7 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   if (cfg->threads > 0) mt_kernels_set_threads(cfg->threads);
   t->ops = t->device == MT_DEVICE_CUDA      ? mt_ops_cuda()
            : t->device == MT_DEVICE_VIRTUAL ? mt_ops_virtual()
+           : cfg->trace                     ? mt_ops_cpu_traced()
                                             : mt_ops_cpu();
   int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
   mt_step_opts o;

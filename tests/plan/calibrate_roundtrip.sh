@@ -1,6 +1,7 @@
 # meshplan calibrate with the most matmul sizes a profile holds (32, at
 # awkward values) writes a profile whose every line fits inih's 198
-# characters, holds all 32 points, and loads back into meshplan.
+# characters, holds all 32 points, and loads back into meshplan; --attn
+# naming a file without attention rows is refused.
 source "$(dirname "$0")/../scripts/common.sh"
 python3 - "$WORK" <<'PY'
 import json, sys
@@ -27,4 +28,16 @@ points=$(grep '^gemm =' "$WORK/rt.ini" | tr ' ' '\n' | grep -c ':')
 "$MT_BIN/meshplan" --set model.preset=tiny --set train.global_batch=16 --hw "$WORK/rt.ini" \
   --nodes 1 --top 1 > "$WORK/plan.out" 2> "$WORK/plan.err" \
   || { cat "$WORK/plan.err"; fail "meshplan does not load the profile it wrote"; }
+# --attn with no attention rows in it (the stream file): one line naming the
+# file, exit 2, and no profile written
+set +e
+"$MT_BIN/meshplan" calibrate --gemm "$WORK/gemm.jsonl" --coll "$WORK/coll.jsonl" \
+  --stream "$WORK/stream.jsonl" --attn "$WORK/stream.jsonl" --name roundtrip \
+  --out "$WORK/attn.ini" > "$WORK/attn.out" 2> "$WORK/attn.err"
+rc=$?
+set -e
+[ $rc -eq 2 ] && [ "$(grep -c . "$WORK/attn.err")" -eq 1 ] && [ ! -e "$WORK/attn.ini" ] &&
+  grep -q "stream.jsonl: no meshbench attention rows" "$WORK/attn.err" ||
+  { cat "$WORK/attn.err"; fail "--attn without attention rows: rc $rc"; }
+echo "ok   $(cat "$WORK/attn.err")"
 echo PASS

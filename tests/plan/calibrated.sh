@@ -1,16 +1,18 @@
 # Calibration on this machine, as behaviour (nothing here depends on how
 # fast the machine is, or how busy): meshbench measures gemm (small at 128
-# and 256 tokens, one thread), allreduce on 2 ranks and stream; meshplan
+# and 256 tokens, one thread), allreduce on 2 ranks, stream and attention; meshplan
 # calibrate turns that into a profile which
 #  1. holds what was measured: each matmul point is the mean of the
 #     measured GFLOP/s of its size (sizes in order), the peak the fastest;
+#     the block attention kernels' rate (meshbench attention at T = 64 and
+#     128) on whole 64:256 tiles, as the cost model counts them;
 #     the link's latency the smallest message's time and its bandwidth the
 #     best bus bandwidth among the three largest sizes (across nodes = inside
 #     on one node); the memory bandwidth the stream figure; the given devices
 #     and memory;
 #  2. loads back into meshplan, which prices layouts of small from it;
-#  3. drives those prices: the same profile with every matmul and memory
-#     figure doubled halves each layout's predicted compute and optimizer
+#  3. drives those prices: the same profile with every matmul, attention and
+#     memory figure doubled halves each layout's predicted compute and optimizer
 #     time and leaves its tp time; with the link twice as fast (bandwidth x2,
 #     latency / 2) the tp and dp times halve and compute stays.
 # How well the prices match measured step times is a benchmark, not a test:
@@ -22,8 +24,10 @@ for tok in 128 256; do
 done
 mt_mpirun 2 "$MT_BIN/meshbench" allreduce --min-bytes 1K --max-bytes 1M --json "$WORK/coll.jsonl" > /dev/null
 "$MT_BIN/meshbench" stream --mib 8 --threads 1 --json "$WORK/stream.jsonl" > /dev/null
+"$MT_BIN/meshbench" attention --model small --seq 64,128 --tokens 256 --threads 1 --reps 1 \
+  --kernels new --json "$WORK/attn.jsonl" > /dev/null
 "$MT_BIN/meshplan" calibrate --gemm "$WORK/gemm.jsonl" --coll "$WORK/coll.jsonl" \
-  --stream "$WORK/stream.jsonl" --name here --devices-per-node 2 --mem-gib 8 --out "$WORK/here.ini" \
+  --stream "$WORK/stream.jsonl" --attn "$WORK/attn.jsonl" --name here --devices-per-node 2 --mem-gib 8 --out "$WORK/here.ini" \
   || fail "calibrate"
 cat "$WORK/here.ini"
 
@@ -70,6 +74,22 @@ for k in ("intra", "inter"):
     want(k + "_us", float(c[k + "_us"]), lat, 1e-5)
     want(k + "_gbs", float(c[k + "_gbs"]), bw, 1e-5)
 want("elementwise_gbs", float(c["elementwise_gbs"]), max(r["gbs"] for r in lines("stream.jsonl", "stream")), 1e-5)
+# attention: the block kernels' rate on the CPU backend's 64:256 tiles, the
+# mean over the rows of 3.5 x (forward and its 2.5 x backward) the whole
+# tiles' FLOPs (4 hs a query-key pair) over the time measured
+def whole_tiles(T, hs, br=64, bc=256):
+    f = 0.0
+    for r0 in range(0, T, br):
+        rows = min(br, T - r0)
+        f += 4.0 * br * (-(-(r0 + rows) // bc)) * bc * hs
+    return f
+ar = [(r, a) for a in lines("attn.jsonl", "attention") for r in a["rows"]]
+rates = [3.5 * r["B"] * a["n_head"] * whole_tiles(r["T"], a["n_embd"] // a["n_head"]) /
+         r["blocks"]["time_s"] / 1e9 for r, a in ar]
+if len(ar) != 2 or c.get("attn_block") != "64:256":
+    bad.append("attention: %d rows measured, attn_block %r" % (len(ar), c.get("attn_block")))
+else:
+    want("attn_gflops", float(c["attn_gflops"]), sum(rates) / len(rates), 1e-5)
 if int(c["devices_per_node"]) != 2 or not within(float(c["mem_gib"]), 8.0, 1e-9):
     bad.append("devices_per_node %s, mem_gib %s: want 2 and 8" % (c["devices_per_node"], c["mem_gib"]))
 if bad:
@@ -84,7 +104,7 @@ def edited(name, change):  # change: key -> new value text from the old one
             f.write("%s = %s\n" % (k, change[k](v)) if eq and k in change else line + "\n")
 twice = lambda v: repr(2 * float(v))  # noqa: E731
 half = lambda v: repr(float(v) / 2)  # noqa: E731
-edited("compute2.ini", {"elementwise_gbs": twice,
+edited("compute2.ini", {"elementwise_gbs": twice, "attn_gflops": twice,
                         "gemm": lambda v: " ".join("%s:%r" % (q.split(":")[0], 2 * float(q.split(":")[1]))
                                                    for q in v.split())})
 edited("link2.ini", {"intra_gbs": twice, "inter_gbs": twice, "intra_us": half, "inter_us": half})

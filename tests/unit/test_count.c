@@ -14,8 +14,10 @@
  *   a class agree with a plan of that rank alone.
  * - The virtual device's op table is complete, counts memory as the null
  *   one, and moves the virtual clock (mt_now once started) by the shared
- *   prices: a matmul by mt_price_gemm_s of its shape, a causal diagonal
- *   block of attention by the share of visible pairs, an elementwise op by
+ *   prices: a matmul by mt_price_gemm_s of its shape, a block of
+ *   attention as the cost model prices block attention (the visible keys of
+ *   each row block on the matmul curve, or a fused rate on whole tiles;
+ *   backward 2.5 x), an elementwise op by
  *   its bytes over the bandwidth; the cost model's matmul curve is the same
  *   function. No MPI. */
 #include <math.h>
@@ -173,13 +175,32 @@ static void virtual_backend(void) {
   double want = 2.0 * 64 * 256 * 128 / (mt_price_gemm_gflops(&p, 2.0 * 64 * 256 * 128) * 1e9);
   MT_CHECK(near(mt_now() - t0, want), "matmul moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);
-  /* a diagonal causal block of 4 x 4 rows: 10 of the 16 pairs visible */
+  /* a diagonal causal block of 4 x 4 rows, B x NH = 6 heads of 8: in one
+   * block of (default) 64 rows, its 4 keys, two products of 4 x 4 x 8 on
+   * the matmul curve (4 hs FLOPs a pair, 16 pairs: the CPU backend computes
+   * the block's visible keys whole); the backward 2.5 times that */
   mt_attn_block blk = {.B = 2, .NH = 3, .hs = 8, .Tq = 4, .Tk = 4, .causal = 1};
   t0 = mt_now();
   o->attn_forward(&blk, a, a, a, a, a);
-  want = mt_price_gemm_s(&p, 4, 4, 8, 2.0 * 2 * 3 * 10.0 / 16.0);
+  want = 6.0 * 4 * 16 * 8 / (mt_price_gemm_gflops(&p, 2.0 * 4 * 4 * 8) * 1e9);
   MT_CHECK(near(mt_now() - t0, want), "causal block moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);
+  t0 = mt_now();
+  o->attn_backward(&blk, a, a, a, a, a, a, a, a, a);
+  MT_CHECK(near(mt_now() - t0, 2.5 * want), "its backward moved the clock %.9g s, priced %.9g s",
+           mt_now() - t0, 2.5 * want);
+  /* a fused kernel's rate on whole 2 x 2 tiles: the diagonal block's row
+   * blocks see 2 and 4 keys, 1 and 2 tiles: 3 tiles of 4 pairs; a block
+   * below the diagonal (queries at 4..7, keys 0..3) sees every key: 4 tiles */
+  mt_price fused = p;
+  fused.attn_br = 2, fused.attn_bc = 2, fused.attn_gflops = 1000;
+  MT_CHECK(near(mt_price_attn_fwd_s(&fused, 6, 0, 4, 0, 4, 1, 8), 6.0 * 3 * 4 * 4 * 8 / 1e12),
+           "fused price of a diagonal block: %.9g s", mt_price_attn_fwd_s(&fused, 6, 0, 4, 0, 4, 1, 8));
+  MT_CHECK(near(mt_price_attn_fwd_s(&fused, 6, 4, 4, 0, 4, 1, 8), 6.0 * 4 * 4 * 4 * 8 / 1e12),
+           "fused price of a block below the diagonal: %.9g s",
+           mt_price_attn_fwd_s(&fused, 6, 4, 4, 0, 4, 1, 8));
+  MT_CHECK(mt_price_attn_fwd_s(&fused, 6, 0, 4, 4, 4, 1, 8) == 0.0,
+           "a block above the diagonal (keys after every query) costs nothing");
   t0 = mt_now();
   o->layernorm_forward(a, a, a, a, a, a, 10, 100); /* reads and writes 10 x 100 elements */
   want = 2.0 * 2 * 10 * 100 / 20e9;

@@ -8,7 +8,10 @@
 # the step (forward, backward and sends never none: real runs trace their
 # sends on the point-to-point track as virtual ones do); the
 # idle share is 1 - (forward + backward) / step; timeline.dat draws exactly
-# those spans; the PNG is drawn where gnuplot runs (else one line says how).
+# those spans; ops.csv gives each op's calls and time in the step, the
+# sums of its "op" spans (the virtual device's ops, and the real CPU run's:
+# metrics.trace times every op of the CPU's table), matmuls, attention,
+# layernorm and GELU among them; the PNG is drawn where gnuplot runs (else one line says how).
 # Bad input: a run without a trace, a step the trace does not hold: one
 # line, exit 2.
 source "$(dirname "$0")/../scripts/common.sh"
@@ -73,6 +76,29 @@ for s, row in enumerate(rows):
     print("stage %d (rank %d): step %.4f ms, busy %.4f ms, idle %.1f%%" % (s, rep, w["dur"] / 1e3, busy, 100 * idle))
 dat = [l for l in open(os.path.join(out, "timeline.dat")) if not l.startswith("#")]
 assert len(dat) == drawn, "timeline.dat: %d spans drawn, %d in the step" % (len(dat), drawn)
+# ops.csv: per stage, each op's calls and time in the step, from the "op"
+# spans (the virtual device's ops; the CPU's own under metrics.trace)
+ops = list(csv.DictReader(open(os.path.join(out, "ops.csv"))))
+for s in range(n_stages):
+    rep = min(r for r in tr if stage_of[r] == s)
+    w = steps(rep)[want_step]
+    t0, t1 = w["ts"], w["ts"] + w["dur"]
+    want = {}
+    for e in tr[rep]:
+        if e["ph"] == "X" and e["cat"] == "op" and t0 <= e["ts"] and e["ts"] + e["dur"] <= t1:
+            c = want.setdefault(e["name"], [0, 0.0])
+            c[0] += 1
+            c[1] += e["dur"] / 1e3
+    got = {r["op"]: (int(r["calls"]), float(r["ms"])) for r in ops if int(r["stage"]) == s}
+    assert all(int(r["rank"]) == rep and int(r["step"]) == want_step for r in ops if int(r["stage"]) == s)
+    assert set(got) == set(want), (s, sorted(got), sorted(want))
+    for op, (n, ms) in want.items():
+        assert got[op][0] == n and abs(got[op][1] - ms) <= 1e-5 + 1e-6 * ms, (s, op, got[op], n, ms)
+    for op in ("matmul_forward", "matmul_backward", "attn_forward", "attn_backward",
+               "layernorm_forward", "gelu_backward"):
+        assert op in got and got[op][0] > 0, "stage %d: no %s op in the step" % (s, op)
+    print("stage %d: %d ops in ops.csv, matmul_forward %d calls %.4f ms" % (
+        s, len(got), got["matmul_forward"][0], got["matmul_forward"][1]))
 PY
   if command -v gnuplot > /dev/null; then
     [ "$(head -c 4 "$WORK/tl_$run/timeline.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "$run: no PNG"

@@ -9,10 +9,10 @@
  *                  backward: the input-gradient and the weight-gradient
  *                  matmul each where asked for (dbias: free)
  *   grouped        the same per non-empty group (rows from the host offsets)
- *   attention      QK^T and PV of the visible part of a block pair (causal:
- *                  the key positions <= the query's), priced at the whole
- *                  block's matmul size; backward twice the forward (as the
- *                  cost model)
+ *   attention      a block pair as the cost model prices block attention
+ *                  (core's mt_price_attn_fwd_s: the profile's tiles, its
+ *                  fused rate attn_gflops or the matmul curve on the
+ *                  visible keys); backward 2.5 times the forward
  *   elementwise    the bytes the op reads and writes over the memory
  *                  bandwidth (an accumulation reads and writes)
  *   AdamW          7 fp32 streams (read param, grad, m, v; write three)
@@ -89,19 +89,13 @@ static void v_attention_backward(float *dqkv, float *datt, const float *dout, co
                                  const float *att, int B, int T, int C, int NH) {
   GEMM(T, T, (double)C / NH, 2.0 * B * NH);
 }
-/* the share of a block pair's (query, key) pairs a causal mask leaves */
-static double visible(const mt_attn_block *a) {
-  if (!a->causal) return 1.0;
-  double n = 0.0;
-  for (int i = 0; i < a->Tq; i++) {
-    long v = (long)a->q_pos0 + i - a->k_pos0 + 1; /* keys at positions <= the query's */
-    n += v <= 0 ? 0.0 : v >= a->Tk ? a->Tk : (double)v;
-  }
-  return a->Tq > 0 && a->Tk > 0 ? n / ((double)a->Tq * a->Tk) : 0.0;
+static double attn_fwd_s(const mt_attn_block *a) {
+  return mt_price_attn_fwd_s(P, (double)a->B * a->NH, a->q_pos0, a->Tq, a->k_pos0, a->Tk,
+                             a->causal, a->hs);
 }
 static void v_attn_forward(const mt_attn_block *a, float *out, float *lse, const float *q,
                            const float *k, const float *v) {
-  GEMM(a->Tq, a->Tk, a->hs, 2.0 * a->B * a->NH * visible(a));
+  advance("attn_forward", attn_fwd_s(a));
 }
 static void v_attn_merge(const mt_attn_block *a, float *out, float *lse, const float *part,
                          const float *part_lse) {
@@ -110,7 +104,7 @@ static void v_attn_merge(const mt_attn_block *a, float *out, float *lse, const f
 static void v_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *dv,
                             const float *dout, const float *out, const float *lse,
                             const float *q, const float *k, const float *v) {
-  GEMM(a->Tq, a->Tk, a->hs, 4.0 * a->B * a->NH * visible(a));
+  advance("attn_backward", 2.5 * attn_fwd_s(a));
 }
 static void v_copy_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
                       size_t cols) {
