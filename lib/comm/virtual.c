@@ -8,7 +8,9 @@
  * a pair of ranks inside one node (devices_per_node consecutive world
  * ranks) uses the intra-node link, else the inter-node one. Bytes are
  * those every backend counts (collectives.c), so a virtual run's bytes
- * per group equal the plan's.
+ * per group equal the plan's; their time is priced in the profile's dtypes
+ * (priced_bytes: a bf16 profile's activation messages and weight gathers
+ * at 2 bytes an element, as meshplan prices them).
  *
  *   collective   completes at max(latest arrival in the group, when the
  *                group's channel is free) + the link's time for the most
@@ -47,6 +49,19 @@ static int group_inside(const mt_group *g) {
 
 static int pair_inside(const mt_group *g, int peer) {
   return node_of(g->world0 + g->rank * g->stride) == node_of(g->world0 + peer * g->stride);
+}
+
+/* The bytes a call's time is priced for. The code's messages are fp32 and
+ * are counted so (the plan's figures); a profile of a mixed-precision
+ * device (act_bytes 2) trains as meshplan's default dtypes for it say:
+ * activations' messages (tp, sp, cp, pp, ep) and the weights' gathers in
+ * bf16, the gradients' reductions (dp_cp, dp, edp) in fp32. */
+static double priced_bytes(const mt_group *g, const mt_coll *c) {
+  const double ab = mt_vclock_price()->act_bytes;
+  if (!(ab > 0) || ab >= 4) return c->bytes;
+  int grads = (c->kind == MT_COLL_REDUCE || c->kind == MT_COLL_SCATTER) && /* sum, sum-scatter */
+              (!strcmp(g->name, "dp_cp") || !strcmp(g->name, "dp") || !strcmp(g->name, "edp"));
+  return grads ? c->bytes : c->bytes * ab / 4.0;
 }
 
 static void count_bytes(mt_group *g, const mt_coll *c) {
@@ -109,7 +124,7 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
     count_bytes(g, c);
     if (c->kind == MT_COLL_SEND) {
       r->vkind = V_SEND;
-      send_stamp(g, c->peer, c->bytes, r->vbuf);
+      send_stamp(g, c->peer, priced_bytes(g, c), r->vbuf);
       r->vend = r->vbuf[0];
       MT_MPI_CHECK(MPI_Isend(r->vbuf, 3, MPI_DOUBLE, c->peer, V_TAG_BASE + c->tag, g->comm,
                              &r->req));
@@ -120,7 +135,7 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
     } else {
       r->vkind = V_COLL;
       r->vbuf[0] = mt_now();
-      r->vbuf[1] = c->bytes;
+      r->vbuf[1] = priced_bytes(g, c);
       MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->vbuf, 2, MPI_DOUBLE, MPI_MAX, g->comm,
                                   &r->req));
     }
@@ -129,7 +144,7 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
   if (c->kind == MT_COLL_SENDRECV) { /* both ways at once: done when both are */
     if (host) return 0;
     double out[3], in[3];
-    send_stamp(g, c->peer, c->bytes, out);
+    send_stamp(g, c->peer, priced_bytes(g, c), out);
     MT_MPI_CHECK(MPI_Sendrecv(out, 3, MPI_DOUBLE, c->peer, V_TAG_BASE + c->tag, in, 3,
                               MPI_DOUBLE, c->peer, V_TAG_BASE + c->tag, g->comm,
                               MPI_STATUS_IGNORE));
@@ -140,7 +155,7 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
     return 1;
   }
   /* a blocking collective: every rank's arrival and bytes, the largest */
-  double a[2] = {mt_now(), c->bytes};
+  double a[2] = {mt_now(), priced_bytes(g, c)};
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a, 2, MPI_DOUBLE, MPI_MAX, g->comm));
   double end = coll_end(g, a);
   wait_until(g, end);
