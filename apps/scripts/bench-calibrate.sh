@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How well the cost model prices this machine's layouts (a benchmark: it
 # times things, so it is not a test). A profile is calibrated here by
-# meshbench (gemm at the shapes of 128-512 tokens on one thread, allreduce on
+# meshbench (gemm at the shapes of 128-512 tokens on one thread with cold
+# caches, as a training step finds its operands, allreduce on
 # 2 ranks, stream on one thread, the block attention kernels at T = 128 on
 # one thread); then 8 layouts of `small` on 2 ranks x 1
 # thread (dp with ZeRO-1 and -3, tp with sp, recompute, pp 1F1B at 8 and 2
