@@ -38,7 +38,7 @@ SKIP = [
     (r"^bash tests/run\.sh", "the test suite itself", None),
     (r"^(\w+=\S* )*bash apps/scripts/bench-", "a benchmark script (timings over minutes)", None),
     (r"^bash apps/scripts/fuzz-", "a fuzzing run (libFuzzer for minutes; not part of the suite)", None),
-    (r"meshbench (gemm --model small --threads|attention|ckpt|collectives)", "a benchmark (timings)", None),
+    (r"meshbench (gemm --model small --threads|attention --threads|ckpt|collectives)", "a benchmark (timings)", None),
     (r"meshbench allreduce --min-bytes 1K --max-bytes 256M", "a benchmark (allreduces up to 256 MiB)", None),
     (r"^source slurm/leonardo/env\.sh", "LEONARDO's module system (slurm.render_leonardo runs "
      "it against a stand-in module command)", None),
