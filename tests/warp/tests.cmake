@@ -17,3 +17,5 @@ mt_script_test(timeline warp timeline.sh)
 set_property(TEST warp.timeline APPEND PROPERTY LABELS sanitize)
 # virtual.moe_skew: a Zipf load over the experts on the virtual device
 mt_script_test(moe_skew warp moe_skew.sh)
+# the virtual device prices messages in its profile's dtypes (bytes counted as sent)
+mt_script_test(dtypes warp dtypes.sh)
