@@ -13,10 +13,13 @@
  * at 2 bytes an element, as meshplan prices them).
  *
  *   collective   completes at max(latest arrival in the group, when the
- *                group's channel is free) + the link's time for the most
- *                bytes any rank puts on the wire (the ring figures comm
- *                counts) plus one latency; the channel is then busy until
- *                then. A non-blocking one (dp buckets, ZeRO gathers) is
+ *                group's channel is free) + its price for the most bytes
+ *                any rank puts on the wire (the ring figures comm counts):
+ *                inside a node the intra-node link, across nodes
+ *                hierarchical (mt_price_coll_s: the ring's part inside
+ *                each node, 1/k of a flat ring's bytes on every rank's
+ *                network link, k ranks a node); the channel is then busy
+ *                until then. A non-blocking one (dp buckets, ZeRO gathers) is
  *                issued at the rank's clock and the rank only waits for it
  *                in mt_wait: what backward hides is decided by the real
  *                issue order.
@@ -42,9 +45,11 @@ static int node_of(int world_rank) {
   return dpn > 0 ? world_rank / dpn : 0;
 }
 
-/* every rank of g inside one node? */
-static int group_inside(const mt_group *g) {
-  return node_of(g->world0) == node_of(g->world0 + (g->size - 1) * g->stride);
+/* ranks of g in its first rank's node (all of them: g is inside one) */
+static int group_per_node(const mt_group *g) {
+  int k = 1, n0 = node_of(g->world0);
+  while (k < g->size && node_of(g->world0 + k * g->stride) == n0) k++;
+  return k;
 }
 
 static int pair_inside(const mt_group *g, int peer) {
@@ -64,6 +69,10 @@ static double priced_bytes(const mt_group *g, const mt_coll *c) {
   return grads ? c->bytes : c->bytes * ab / 4.0;
 }
 
+static int is_alltoall(const mt_coll *c) {
+  return c->kind == MT_COLL_ALLTOALL || c->kind == MT_COLL_ALLTOALL_I32;
+}
+
 static void count_bytes(mt_group *g, const mt_coll *c) {
   g->bytes += c->bytes;
   g->calls++;
@@ -78,11 +87,24 @@ static void wait_until(mt_group *g, double t) {
   }
 }
 
-/* a collective whose latest arrival and most bytes are a[0], a[1]; its
- * span on the timeline is the channel's busy time */
-static double coll_end(mt_group *g, const double *a) {
+/* A collective (an all-to-all or not) whose latest arrival and most bytes
+ * are a[0], a[1], finished now. A non-blocking one (busy0: the rank's ops'
+ * seconds when it was issued, else < 0) ran beside the ops since: there it
+ * kept the profile's overlap share of its rate (the share of the compute
+ * it hides in meshplan: a GPU's collective kernels take SMs, a CPU's copies
+ * take the cores), the full rate while the rank waited. Its span on the
+ * timeline is the channel's busy time. */
+static double coll_end(mt_group *g, const double *a, int alltoall, double busy0) {
+  const mt_price *p = mt_vclock_price();
   double start = a[0] > g->vchan ? a[0] : g->vchan;
-  double end = start + mt_price_link_s(mt_vclock_price(), group_inside(g), a[1]);
+  double d = mt_price_coll_s(p, a[1], g->size, group_per_node(g), alltoall), end = start + d;
+  const double now = mt_now(), ov = p->overlap;
+  if (busy0 >= 0 && ov < 1 && now > start) {
+    double beside = now - start, ops = mt_vclock_busy() - busy0;
+    if (ops > beside) ops = beside;
+    double done = ov * ops + (beside - ops); /* its seconds of work by now */
+    end = done >= d ? start + beside * d / done : now + (d - done);
+  }
   g->vchan = end;
   if (mt_trace_on()) mt_trace_span(g->name, "collective", MT_TRACK_COLL, start, end, -1, -1);
   return end;
@@ -102,7 +124,7 @@ static void send_stamp(mt_group *g, int peer, double bytes, double *out) {
   out[2] = bytes;
 }
 
-static double *vbuf(void) { return mt_calloc(3, sizeof(double)); }
+static double *vbuf(void) { return mt_calloc(4, sizeof(double)); }
 
 static void finish(mt_request *r) {
   free(r->vbuf);
@@ -136,6 +158,8 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
       r->vkind = V_COLL;
       r->vbuf[0] = mt_now();
       r->vbuf[1] = priced_bytes(g, c);
+      r->vbuf[2] = is_alltoall(c); /* (not reduced: this rank's notes) */
+      r->vbuf[3] = mt_vclock_busy();
       MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->vbuf, 2, MPI_DOUBLE, MPI_MAX, g->comm,
                                   &r->req));
     }
@@ -157,7 +181,7 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
   /* a blocking collective: every rank's arrival and bytes, the largest */
   double a[2] = {mt_now(), priced_bytes(g, c)};
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a, 2, MPI_DOUBLE, MPI_MAX, g->comm));
-  double end = coll_end(g, a);
+  double end = coll_end(g, a, is_alltoall(c), -1.0);
   wait_until(g, end);
   mt_vclock_check(end, a[0], "a collective");
   if (host) return 0; /* the values move over MPI now (counted there) */
@@ -169,7 +193,7 @@ void mt_comm_virtual_wait(mt_request *r) {
   mt_group *g = r->g;
   MT_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
   if (r->vkind == V_COLL) {
-    double end = coll_end(g, r->vbuf);
+    double end = coll_end(g, r->vbuf, r->vbuf[2] != 0, r->vbuf[3]);
     wait_until(g, end);
     mt_vclock_check(end, r->vbuf[0], "a collective");
   } else if (r->vkind == V_SEND) {

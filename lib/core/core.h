@@ -358,6 +358,8 @@ typedef struct {
   double inter_gbs, inter_us;  /* ... across nodes */
   int attn_br, attn_bc;        /* block attention's tile: query rows x keys */
   double attn_gflops;          /* a fused kernel's rate on whole tiles (0: the matmul curve) */
+  double overlap;              /* share of its rate a collective keeps beside compute */
+  double stage_us;             /* a pipeline op's overhead beyond its compute */
 } mt_price;
 /* achievable GFLOP/s of a matmul of `flops`: log-log interpolation between
  * the profile's points, flat beyond them */
@@ -381,6 +383,24 @@ double mt_price_elem_s(const mt_price *p, double bytes);
 /* seconds to put `bytes` on a link inside a node (inside = 1) or across
  * nodes, one latency included */
 double mt_price_link_s(const mt_price *p, int inside, double bytes);
+/* Ranks of a group in one node: a group of `size` ranks `stride` apart
+ * in world order, starting at a node's first rank (devices_per_node
+ * consecutive ranks a node; none: one node). */
+int mt_price_per_node(const mt_price *p, int stride, int size);
+/* Seconds of a collective over n ranks, k of them in each node (k >= n:
+ * one node), that puts `bytes` on each rank's wire as comm counts them (a
+ * ring's figures: 2 (n-1)/n of the tensor for an all-reduce, (n-1)/n for
+ * the others). Across nodes it is priced hierarchically, as NCCL's rings
+ * and trees run on nodes of k GPUs with a network link each: the part of
+ * the ring inside a node over the intra-node link, the rest, 1/k of what a
+ * flat ring would send, over every rank's own network link at once (of the
+ * tensor's (n-1)/n: (k-1)/k inside, (N-1)/(N k) across N = n/k nodes); one
+ * latency a level. An all-to-all (alltoall = 1) sends the share bound for
+ * other nodes over the network link while the rest crosses the node beside
+ * it. k = 1 is a flat ring across nodes, k >= n one inside a node. */
+double mt_price_coll_s(const mt_price *p, double bytes, int n, int k, int alltoall);
+/* its latency alone (a collective's calls beyond the first) */
+double mt_price_coll_lat_s(const mt_price *p, int n, int k);
 
 /* The rank's virtual clock: mt_vclock_start turns it on at 0 with the
  * prices (copied); from then on mt_now() reads it. */
@@ -389,6 +409,8 @@ int mt_vclock_on(void);
 const mt_price *mt_vclock_price(void);
 /* the compute stream ran s seconds of ops */
 void mt_vclock_advance(double s);
+/* the seconds of ops run so far (the clock less its waits) */
+double mt_vclock_busy(void);
 /* the stream waited for an event at virtual time t (no effect when the
  * clock is already past it) */
 void mt_vclock_wait_until(double t);

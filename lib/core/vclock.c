@@ -53,19 +53,47 @@ double mt_price_link_s(const mt_price *p, int inside, double bytes) {
   return (bytes > 0 ? bytes / bw : 0.0) + lat;
 }
 
+int mt_price_per_node(const mt_price *p, int stride, int size) {
+  const int dpn = p->devices_per_node;
+  if (dpn <= 0 || size <= 1) return size > 1 ? size : 1;
+  if (stride >= dpn) return 1;
+  int k = dpn / (stride > 0 ? stride : 1);
+  return k < size ? k : size;
+}
+
+double mt_price_coll_lat_s(const mt_price *p, int n, int k) {
+  if (k >= n) return p->intra_us * 1e-6;
+  return (k > 1 ? p->intra_us * 1e-6 : 0.0) + p->inter_us * 1e-6;
+}
+
+double mt_price_coll_s(const mt_price *p, double bytes, int n, int k, int alltoall) {
+  if (k >= n || n <= 1) return mt_price_link_s(p, 1, bytes);
+  if (k <= 1) return mt_price_link_s(p, 0, bytes);
+  const double lat = mt_price_coll_lat_s(p, n, k);
+  if (!(bytes > 0)) return lat;
+  const double ibw = p->intra_gbs * 1e9, ebw = p->inter_gbs * 1e9;
+  if (alltoall) {
+    double across = bytes * (n - k) / (n - 1), inside = bytes * (k - 1) / (n - 1);
+    return (across / ebw > inside / ibw ? across / ebw : inside / ibw) + lat;
+  }
+  const double whole = bytes * n / (n - 1), N = (double)n / k; /* per (n-1)/n of the tensor */
+  return whole * (k - 1) / k / ibw + whole * (N - 1) / (N * k) / ebw + lat;
+}
+
 /* ------------------------------------------------------------------ */
 /* the clock                                                           */
 
 static struct {
   int on;
-  double now; /* seconds since mt_vclock_start */
+  double now;  /* seconds since mt_vclock_start */
+  double busy; /* of them, the ops' */
   mt_price price;
   long checks, violations;
 } g_v;
 
 void mt_vclock_start(const mt_price *p) {
   g_v.price = *p;
-  g_v.now = 0.0;
+  g_v.now = g_v.busy = 0.0;
   g_v.checks = g_v.violations = 0;
   g_v.on = 1;
 }
@@ -74,8 +102,10 @@ int mt_vclock_on(void) { return g_v.on; }
 const mt_price *mt_vclock_price(void) { return &g_v.price; }
 
 void mt_vclock_advance(double s) {
-  if (s > 0) g_v.now += s;
+  if (s > 0) g_v.now += s, g_v.busy += s;
 }
+
+double mt_vclock_busy(void) { return g_v.busy; }
 
 void mt_vclock_wait_until(double t) {
   if (t > g_v.now) g_v.now = t;

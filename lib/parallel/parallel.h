@@ -311,6 +311,16 @@ typedef struct {
  * of one chunk. Returns 0, or -1 with the first violation in e. */
 int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
                             double t_bw, mt_pp_sim *out, mt_err *e);
+/* The same with messages that take time, as the executor sends them (non-
+ * blocking: the sender goes on): links[2 r + d] is rank r's link towards
+ * r + 1 (d = 0) or r - 1 (d = 1, mod pp), both kinds of message on it; a
+ * message leaves when the link is free, holds it for xfer and arrives lat
+ * after that. links NULL: messages take no time (validate). */
+typedef struct {
+  double xfer, lat;
+} mt_pp_link;
+int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
+                            double t_bw, const mt_pp_link *links, mt_pp_sim *out, mt_err *e);
 
 /* ------------------------------------------------------------------ */
 /* pipeline executor (pp.c)                                            */

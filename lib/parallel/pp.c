@@ -99,6 +99,14 @@ void mt_pp_exec_destroy(mt_pp_exec *x) {
   memset(x, 0, sizeof *x);
 }
 
+/* On the virtual device, a forward or backward op of a pipeline also costs
+ * the profile's per-op overhead (stage_us: the op's dispatch and the send
+ * and receive handshake beyond compute and message), as meshplan adds it
+ * to each op of its schedule simulation. */
+static void stage_overhead(const mt_pp_exec *x) {
+  if (mt_vclock_on() && x->g->size > 1) mt_vclock_advance(mt_vclock_price()->stage_us * 1e-6);
+}
+
 /* wait for a request, counting the time as pipeline wait */
 static void wait_req(mt_pp_exec *x, mt_request *r) {
   if (!r->active) return;
@@ -279,6 +287,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       t0 = mt_now();
       model_bytes(x, b0);
       x->out[k] = forward_op(x, k, o->mb, o->chunk, b, in_run[i]);
+      stage_overhead(x);
       add_chunk_bytes(x, o->chunk, b0);
       x->compute_s += mt_now() - t0;
       mt_trace_span("forward", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb, o->chunk);
@@ -312,6 +321,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       run_pass(x, MT_PASS_BACKWARD, k, o->chunk, b, o->mb, last_vs ? NULL : x->dout[k],
                input_only, in_run[i]);
       mt_dp_defer_reduce(x->dp, 0);
+      stage_overhead(x);
       add_chunk_bytes(x, o->chunk, b0);
       x->din = first_vs ? NULL : mt_gpt_input_grad(x->model);
       x->compute_s += mt_now() - t0;

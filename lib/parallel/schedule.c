@@ -361,6 +361,11 @@ static int chan(int src, int dst, int is_act, int pp) {
 
 int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
                             double t_bw, mt_pp_sim *out, mt_err *e) {
+  return mt_pp_schedule_simulate(s, t_f, t_b, t_bi, t_bw, NULL, out, e);
+}
+
+int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
+                            double t_bw, const mt_pp_link *links, mt_pp_sim *out, mt_err *e) {
   const int pp = s->pp, m = s->m, v = s->v, nvs = pp * v;
   int rc = -1;
   /* per virtual stage and micro-batch: what has happened */
@@ -380,6 +385,7 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
   double *clock = mt_calloc((size_t)pp, sizeof(double)), *busy = mt_calloc((size_t)pp,
                                                                             sizeof(double));
   double *grads_end = mt_calloc((size_t)pp, sizeof(double));
+  double *link_free = mt_calloc((size_t)2 * pp, sizeof(double));
 #define FAIL(...)                                   \
   do {                                              \
     mt_err_set(e, __VA_ARGS__);                     \
@@ -430,7 +436,14 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
             FAIL("rank %d op %d: %s mb %d from virtual stage %d to its own rank", r, pc[r], nm,
                  o->mb, vs);
           channel *c = &ch[chan(r, dst, is_act, pp)];
-          c->q[c->n++] = (msg){.mb = o->mb, .vs = vs, .t = clock[r]};
+          double t = clock[r];
+          if (links) {
+            int l = 2 * r + (dst == (r + 1) % pp ? 0 : 1);
+            if (link_free[l] > t) t = link_free[l];
+            link_free[l] = t + links[l].xfer;
+            t = link_free[l] + links[l].lat;
+          }
+          c->q[c->n++] = (msg){.mb = o->mb, .vs = vs, .t = t};
         } else {
           double dt = 0;
           if (o->kind == MT_PP_FWD) {
@@ -531,7 +544,7 @@ done:
 #undef FAIL
   for (int i = 0; i < nch; i++) free(ch[i].q);
   free(ch); free(pc); free(inflight); free(peak); free(clock); free(busy);
-  free(grads_end);
+  free(grads_end); free(link_free);
   free(f_done); free(b_done); free(bi_done); free(w_done); free(have_act); free(have_grad);
   free(sent_act); free(sent_grad);
   return rc;

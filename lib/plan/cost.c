@@ -209,6 +209,8 @@ void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
   out->attn_br = p->attn_br;
   out->attn_bc = p->attn_bc;
   out->attn_gflops = p->attn_gflops;
+  out->overlap = p->overlap;
+  out->stage_us = p->stage_us;
 }
 
 /* the matmul curve is core's (mt_price_gemm_gflops): the virtual device
@@ -362,6 +364,22 @@ static double link_bw(const mt_cost_profile *p, int inside) {
 static double link_lat(const mt_cost_profile *p, int inside) {
   return (inside ? p->intra_us : p->inter_us) * 1e-6;
 }
+/* A collective over n ranks `stride` apart (rank order tp, cp, dp, pp on
+ * nodes of devices_per_node ranks), priced as the virtual device prices
+ * it (core's mt_price_coll_s: hierarchical across nodes): the seconds of
+ * `bytes` (comm's count, the sum of many calls') without the latency, and
+ * the latency of one call. */
+static double coll_xfer_s(const mt_cost_profile *p, double bytes, int n, int stride, int a2a) {
+  mt_price q;
+  mt_cost_price(p, &q);
+  int k = mt_price_per_node(&q, stride, n);
+  return mt_price_coll_s(&q, bytes, n, k, a2a) - mt_price_coll_lat_s(&q, n, k);
+}
+static double coll_lat(const mt_cost_profile *p, int n, int stride) {
+  mt_price q;
+  mt_cost_price(p, &q);
+  return mt_price_coll_lat_s(&q, n, mt_price_per_node(&q, stride, n));
+}
 
 /* the chunk's layers [l0, l1) (embed, head: it holds them) of a micro-batch
  * of B, which sends cb[0..3] bytes over tp, cp, ep and etp (the plan's
@@ -420,18 +438,22 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
     int inside = cfg->tp * cfg->cp <= p->devices_per_node;
     double bytes = cb[1] * dt->msg / 4.0;
     double calls = n_l * (1.0 + refwd) * 2.0 * (cfg->cp - 1);
-    double t = bytes / link_bw(p, inside) + calls * link_lat(p, inside);
     double hidden = n_l * ((1.0 + refwd) * att + att_b);
-    int ring = mt_cp_mode_parse(cfg->cp_mode) == MT_CP_RING;
-    c.cp = ring ? (t > hidden ? t - hidden : 0.0) : t;
+    if (mt_cp_mode_parse(cfg->cp_mode) == MT_CP_RING) { /* the ring's slowest pair sets its pace */
+      double t = bytes / link_bw(p, inside) + calls * link_lat(p, inside);
+      c.cp = t > hidden ? t - hidden : 0.0;
+    } else {
+      c.cp = coll_xfer_s(p, bytes, cfg->cp, cfg->tp, 1) + calls * coll_lat(p, cfg->cp, cfg->tp);
+    }
   }
   /* expert parallelism: the dispatch and combine all-to-alls (and the etp
    * gathers), as a balanced routing implies, never hidden */
   if (n_moe > 0 && (m->moe.ep_size > 1 || m->moe.etp_size > 1)) {
-    int ep_inside = cfg->tp * cfg->cp * cfg->dp <= p->devices_per_node ||
-                    m->moe.ep_size * m->moe.etp_size <= p->devices_per_node;
-    c.ep = (cb[2] + cb[3]) * dt->msg / 4.0 / link_bw(p, ep_inside) +
-           n_moe * 4.0 * link_lat(p, ep_inside);
+    /* (the folded mesh of a stage: etp innermost, then ep) */
+    const int ep = m->moe.ep_size, etp = m->moe.etp_size;
+    c.ep = coll_xfer_s(p, cb[2] * dt->msg / 4.0, ep, etp, 1) +
+           coll_xfer_s(p, cb[3] * dt->msg / 4.0, etp, 1, 0) +
+           n_moe * 4.0 * coll_lat(p, ep > 1 ? ep : etp, ep > 1 ? etp : 1);
   }
   if (head) {
     double h = gemm_s(p, BT, ds.Vl, C, 1);
@@ -446,8 +468,7 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
     double bytes = cb[0] * dt->msg / 4.0;
     double calls = n_l * ((cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0)) +
                    embed * (cfg->sp ? 2.0 : 1.0) + head * ((cfg->sp ? 3.0 : 1.0) + 2.0);
-    int inside = cfg->tp <= p->devices_per_node;
-    c.tp = bytes / link_bw(p, inside) + calls * link_lat(p, inside);
+    c.tp = coll_xfer_s(p, bytes, cfg->tp, 1, 0) + calls * coll_lat(p, cfg->tp, 1);
   }
   return c;
 }
@@ -594,8 +615,8 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
   }
   const int pp = cfg->pp, v = cfg->virtual_stages, accum = lay.accum, B = cfg->micro_batch;
   const int dpn = p->devices_per_node, world = lay.world, ndp = cfg->dp * cfg->cp;
-  /* groups inside a node? (rank order tp, cp, dp, pp) */
-  const int dp_inside = cfg->tp * cfg->cp * cfg->dp <= dpn, pp_inside = world <= dpn;
+  /* the dp x cp group: ndp ranks tp apart (rank order tp, cp, dp, pp) */
+  const double dp_s_per_byte = ndp > 1 ? coll_xfer_s(p, 1.0, ndp, cfg->tp, 0) : 0.0;
   /* per pp stage: the plan of its first rank and its chunks' costs; the
    * slowest stage's mean chunk sets the per-op times of the schedule's
    * simulation (a stage runs each of its chunks once per micro-batch: with
@@ -674,8 +695,8 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     }
     /* this stage's dp bytes over its link (latencies added for the step) */
     if (st < 64) {
-      out->stage_dp_s[st] = (r + g) / link_bw(p, dp_inside);
-      stage_gather_s[st] = g / link_bw(p, dp_inside);
+      out->stage_dp_s[st] = (r + g) * dp_s_per_byte;
+      stage_gather_s[st] = g * dp_s_per_byte;
       stage_buckets[st] = pr.n_buckets > 0 ? pr.n_buckets : 1;
     }
     /* AdamW on the elements this rank updates: the gradient read, both
@@ -689,26 +710,41 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
   }
   free(keys);
   if (rc == 0) {
-    /* the pipeline: the simulator with the slowest chunk's per-op costs, the
-     * point-to-point messages and the per-op stage overhead riding on each
-     * op */
+    /* the pipeline: the simulator with the slowest chunk's per-op costs (the
+     * per-op stage overhead riding on each op) and the point-to-point
+     * messages as the executor sends them: non-blocking, each on its link
+     * (a stage boundary inside a node or across nodes), so that only what
+     * the schedule cannot hide of them is exposed (summing every message
+     * into the ops overstated a pp 8 interleaved step by 23% against the
+     * emulation) */
     double msg = dt.msg * (double)B * (lay.shape.seq_len / cfg->cp) * lay.shape.n_embd /
                  (cfg->sp ? cfg->tp : 1);
-    double p2p = pp > 1 ? msg / link_bw(p, pp_inside) + link_lat(p, pp_inside) : 0.0;
+    const int stage_ranks = world / pp;
+    mt_pp_link *links = mt_calloc((size_t)2 * pp, sizeof(mt_pp_link));
+    for (int r = 0; r < 2 * pp && pp > 1; r++) {
+      int src = r / 2, dst = (src + (r % 2 ? pp - 1 : 1)) % pp;
+      int inside = dpn <= 0 || src * stage_ranks / dpn == dst * stage_ranks / dpn;
+      links[r].lat = link_lat(p, inside);
+      links[r].xfer = msg / link_bw(p, inside);
+    }
     double so = pp > 1 ? p->stage_us * 1e-6 : 0.0;
-    double tf = worst.fwd + 0.5 * worst.tp + p2p + so, tb = worst.bwd + 0.5 * worst.tp + p2p + so;
-    double tbi = worst.bwd_input + 0.5 * worst.tp + p2p + so, tbw = worst.bwd - worst.bwd_input;
+    double tf = worst.fwd + 0.5 * worst.tp + so, tb = worst.bwd + 0.5 * worst.tp + so;
+    double tbi = worst.bwd_input + 0.5 * worst.tp + so, tbw = worst.bwd - worst.bwd_input;
     mt_pp_schedule s;
     mt_pp_schedule_build(&s, lay.sched, pp, accum, v);
-    mt_pp_sim sim;
+    mt_pp_sim sim, sim0;
     mt_err why = {0}; /* validation already accepted the schedule */
-    mt_pp_schedule_validate(&s, tf, tb, tbi, tbw, &sim, &why);
+    mt_pp_schedule_simulate(&s, tf, tb, tbi, tbw, NULL, &sim0, &why);
+    mt_pp_schedule_simulate(&s, tf, tb, tbi, tbw, links, &sim, &why);
     mt_pp_schedule_free(&s);
+    free(links);
     out->compute_s = accum * v * (worst.fwd + worst.bwd);
     out->cp_s = accum * v * worst.cp;
     out->ep_s = accum * v * worst.ep;
     out->tp_s = accum * v * worst.tp - out->cp_s - out->ep_s;
-    out->pp_p2p_s = accum * v * 2.0 * (p2p + so);
+    /* the messages' exposed part (what they add to the schedule) and the
+     * ops' stage overhead */
+    out->pp_p2p_s = sim.makespan - sim0.makespan + accum * v * 2.0 * so;
     out->pp_bubble_s = sim.makespan - out->compute_s - out->tp_s - out->cp_s - out->ep_s -
                        out->pp_p2p_s;
     if (out->pp_bubble_s < 0) out->pp_bubble_s = 0.0;
@@ -718,9 +754,9 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
      * ZeRO-2 behind every backward, ZeRO-3's prefetched gathers behind every
      * forward and backward; the gathers after the optimizer step (ZeRO-1, 2)
      * are exposed. With pipeline stages the reduction follows the schedule. */
-    const double bw = link_bw(p, dp_inside), lat = link_lat(p, dp_inside), ov = p->overlap;
+    const double lat = ndp > 1 ? coll_lat(p, ndp, cfg->tp) : 0.0, ov = p->overlap;
     const double f_mb = v * worst.fwd, b_mb = v * worst.bwd;
-    double t_r = reduce_b / bw, t_g = gather_b / bw, exposed;
+    double t_r = reduce_b * dp_s_per_byte, t_g = gather_b * dp_s_per_byte, exposed;
     double calls = 2.0 * n_buckets * (cfg->zero >= 2 ? accum : 1);
     out->dp_total_s = t_r + t_g + (ndp > 1 ? calls * lat : 0.0);
 #define EXPOSED(t, hide) ((t) - (hide) > (t) / n_buckets ? (t) - (hide) : (t) / n_buckets)

@@ -226,7 +226,7 @@ typedef struct {
   double cp_s, ep_s;         /*   context-parallel exchanges beyond what attention hides; MoE
                                   all-to-alls (balanced routing) */
   double pp_bubble_s;        /*   the schedule's idle time */
-  double pp_p2p_s;           /*   pipeline messages and the per-op stage overhead */
+  double pp_p2p_s;           /*   what the pipeline messages add to the schedule (their exposed part) and the per-op stage overhead */
   double dp_total_s, dp_exposed_s; /* dp collectives, and what compute does not hide */
   /* per pipeline stage (first 64): its dp bytes over the link, and the part
    * beyond its last backward and the cool-down after it (pp > 1; the

@@ -210,12 +210,46 @@ static void virtual_backend(void) {
   mt_mem_account_use(prev);
 }
 
+/* collectives priced hierarchically across nodes (mt_price_coll_s) */
+static void coll_prices(void) {
+  mt_price p = {.devices_per_node = 4, .intra_gbs = 100, .intra_us = 2, .inter_gbs = 10,
+                .inter_us = 20};
+  const double S = 1e9; /* the tensor's bytes */
+  /* ranks of a group in one node: by stride */
+  MT_CHECK(mt_price_per_node(&p, 1, 8) == 4 && mt_price_per_node(&p, 2, 8) == 2 &&
+               mt_price_per_node(&p, 4, 8) == 1 && mt_price_per_node(&p, 1, 2) == 2,
+           "ranks a node: %d %d %d %d", mt_price_per_node(&p, 1, 8), mt_price_per_node(&p, 2, 8),
+           mt_price_per_node(&p, 4, 8), mt_price_per_node(&p, 1, 2));
+  /* inside a node and a flat ring across nodes: the link's alpha-beta */
+  double ar4 = 2.0 * 3 / 4 * S, ar16 = 2.0 * 15 / 16 * S;
+  MT_CHECK(near(mt_price_coll_s(&p, ar4, 4, 4, 0), ar4 / 100e9 + 2e-6), "inside: %.9g",
+           mt_price_coll_s(&p, ar4, 4, 4, 0));
+  MT_CHECK(near(mt_price_coll_s(&p, ar16, 16, 1, 0), ar16 / 10e9 + 20e-6), "flat: %.9g",
+           mt_price_coll_s(&p, ar16, 16, 1, 0));
+  /* 16 ranks, 4 a node (N = 4 nodes): 2 x 3/4 S inside, 2 x 3/16 S on every
+   * rank's network link, one latency a level */
+  double h = 2.0 * 0.75 * S / 100e9 + 2.0 * 3.0 / 16 * S / 10e9 + 22e-6;
+  MT_CHECK(near(mt_price_coll_s(&p, ar16, 16, 4, 0), h), "hierarchical all-reduce %.9g, want %.9g",
+           mt_price_coll_s(&p, ar16, 16, 4, 0), h);
+  MT_CHECK(near(mt_price_coll_lat_s(&p, 16, 4), 22e-6) && near(mt_price_coll_lat_s(&p, 4, 4), 2e-6),
+           "latencies");
+  /* an all-to-all: 12/16 of the tensor leaves the node over the network link,
+   * 3/16 crosses it beside that */
+  double a2a = 15.0 / 16 * S;
+  MT_CHECK(near(mt_price_coll_s(&p, a2a, 16, 4, 1), 0.75 * S / 10e9 + 22e-6),
+           "hierarchical all-to-all %.9g", mt_price_coll_s(&p, a2a, 16, 4, 1));
+  /* the hierarchy never costs more than the flat ring */
+  MT_CHECK(mt_price_coll_s(&p, ar16, 16, 4, 0) < mt_price_coll_s(&p, ar16, 16, 1, 0),
+           "hierarchical above flat");
+}
+
 int main(void) {
   mt_log_init(0);
   null_backend();
   count_mesh();
   plan_classes();
   virtual_backend();
+  coll_prices();
   if (*mt_check_failures()) return 1;
   printf("test_count: all checks passed\n");
   return 0;
