@@ -411,6 +411,16 @@ const mt_price *mt_vclock_price(void);
 void mt_vclock_advance(double s);
 /* the seconds of ops run so far (the clock less its waits) */
 double mt_vclock_busy(void);
+/* the clock's whole state, to run another clock for a while (the cost
+ * model prices a plan's ops on one) and put this one back */
+typedef struct {
+  int on;
+  double now, busy; /* seconds since mt_vclock_start; of them, the ops' */
+  mt_price price;
+  long checks, violations;
+} mt_vclock_state;
+void mt_vclock_save(mt_vclock_state *s);
+void mt_vclock_restore(const mt_vclock_state *s);
 /* the stream waited for an event at virtual time t (no effect when the
  * clock is already past it) */
 void mt_vclock_wait_until(double t);

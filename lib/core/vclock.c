@@ -83,13 +83,10 @@ double mt_price_coll_s(const mt_price *p, double bytes, int n, int k, int alltoa
 /* ------------------------------------------------------------------ */
 /* the clock                                                           */
 
-static struct {
-  int on;
-  double now;  /* seconds since mt_vclock_start */
-  double busy; /* of them, the ops' */
-  mt_price price;
-  long checks, violations;
-} g_v;
+static mt_vclock_state g_v;
+
+void mt_vclock_save(mt_vclock_state *s) { *s = g_v; }
+void mt_vclock_restore(const mt_vclock_state *s) { g_v = *s; }
 
 void mt_vclock_start(const mt_price *p) {
   g_v.price = *p;

@@ -381,6 +381,10 @@ typedef struct {
   /* bytes the model's compute ops counted per chunk on its groups, [tp, cp,
    * ep, etp] (the cost model prices a chunk with them) */
   double chunk_bytes[MT_PP_MAX_CHUNKS][4];
+  /* per chunk, this run's seconds in its forward ops, backward ops (the
+   * input pass of a split one) and weight passes (the cost model's op
+   * times, priced on a virtual clock) */
+  double chunk_s[MT_PP_MAX_CHUNKS][3];
   double loss_sum;          /* last virtual stage: the micro-batches' losses (mean x tokens;
                                eval: mean x sequences) */
   int overlap_dp;           /* zero <= 1: reduce over dp during each chunk's last backward

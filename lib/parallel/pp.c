@@ -237,6 +237,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   x->peak_slots = 0;
   x->loss_sum = 0.0;
   memset(x->chunk_bytes, 0, sizeof x->chunk_bytes);
+  memset(x->chunk_s, 0, sizeof x->chunk_s);
   double b0[4];
   x->slot_of = mt_malloc((size_t)(s->m * v + 1) * sizeof(int));
   for (int i = 0; i < s->m * v; i++) x->slot_of[i] = -1;
@@ -290,6 +291,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       stage_overhead(x);
       add_chunk_bytes(x, o->chunk, b0);
       x->compute_s += mt_now() - t0;
+      x->chunk_s[o->chunk][0] += mt_now() - t0;
       mt_trace_span("forward", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb, o->chunk);
       turn(x, s, o, 1, n);
       if (forward_only) release_slot(x, cell);
@@ -325,6 +327,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       add_chunk_bytes(x, o->chunk, b0);
       x->din = first_vs ? NULL : mt_gpt_input_grad(x->model);
       x->compute_s += mt_now() - t0;
+      x->chunk_s[o->chunk][1] += mt_now() - t0;
       mt_trace_span(input_only ? "backward-input" : "backward", "pipeline", MT_TRACK_PIPELINE,
                     t0, mt_now(), o->mb, o->chunk);
       turn(x, s, o, 0, n);
@@ -343,6 +346,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
         run_pass(x, MT_PASS_WEIGHT, k, o->chunk, b, o->mb, NULL, 0, 0);
         add_chunk_bytes(x, o->chunk, b0);
         x->compute_s += mt_now() - t0;
+        x->chunk_s[o->chunk][2] += mt_now() - t0;
         mt_trace_span("backward-weight", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb,
                       o->chunk);
       }

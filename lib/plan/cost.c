@@ -384,10 +384,15 @@ static double coll_lat(const mt_cost_profile *p, int n, int stride) {
 /* the chunk's layers [l0, l1) (embed, head: it holds them) of a micro-batch
  * of B, which sends cb[0..3] bytes over tp, cp, ep and etp (the plan's
  * count of the chunk's forward and backward, in the fp32 messages the code
- * sends today: priced at dt->msg / 4 of them for the run's dtype) */
+ * sends today: priced at dt->msg / 4 of them for the run's dtype). ops_s:
+ * the seconds of the chunk's forward, backward (input pass) and weight
+ * pass ops per micro-batch, as the virtual device prices the ops the code
+ * runs (the plan's step on a clock), which replace the compute priced
+ * here from the shapes; NULL: from the shapes (attention = materialized,
+ * another stack's, has no ops of ours) */
 static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt_cost_dtypes *dt,
                         const mt_gpt *m, int l0, int l1, int embed, int head, int B,
-                        const double cb[4]) {
+                        const double cb[4], const double *ops_s) {
   const int n_l = l1 - l0;
   const double C = m->shape.n_embd, BT = (double)B * m->T, tp = cfg->tp;
   const dense_shape ds = {.B = B, .T = m->T, .C = C, .Cl = m->C_local, .Fl = m->F_local,
@@ -463,6 +468,11 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
     c.bwd_input += h + logits;
   }
   if (embed) c.fwd += dt->acts * BT * C / (p->elementwise_gbs * 1e9);
+  if (ops_s) {
+    c.fwd = ops_s[0];
+    c.bwd = ops_s[1] + ops_s[2];
+    c.bwd_input = ops_s[1];
+  }
   /* tensor parallelism: this chunk's bytes (as comm counts them) and calls */
   if (tp > 1) {
     double bytes = cb[0] * dt->msg / 4.0;
@@ -615,6 +625,12 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
   }
   const int pp = cfg->pp, v = cfg->virtual_stages, accum = lay.accum, B = cfg->micro_batch;
   const int dpn = p->devices_per_node, world = lay.world, ndp = cfg->dp * cfg->cp;
+  /* the ops' prices: the virtual device's, in the run's activation dtype;
+   * the pipeline's per-op overhead is added to the schedule's ops below */
+  mt_price ops_price;
+  mt_cost_price(p, &ops_price);
+  ops_price.act_bytes = dt.acts;
+  ops_price.stage_us = 0.0;
   /* the dp x cp group: ndp ranks tp apart (rank order tp, cp, dp, pp) */
   const double dp_s_per_byte = ndp > 1 ? coll_xfer_s(p, 1.0, ndp, cfg->tp, 0) : 0.0;
   /* per pp stage: the plan of its first rank and its chunks' costs; the
@@ -643,7 +659,8 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     }
     mt_plan_rank pr;
     mt_plan_world w;
-    if (mt_plan_rank_world(cfg, &lay, st, 0, 0, 0, &pr, &w, e) != 0) {
+    if (mt_plan_rank_world(cfg, &lay, st, 0, 0, 0, p->attn_materialized ? NULL : &ops_price, &pr,
+                           &w, e) != 0) {
       rc = -1;
       break;
     }
@@ -661,9 +678,11 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     for (int vs = st; vs < pp * v; vs += pp) {
       int a, b;
       mt_layout_stage_layers(cfg, &lay, vs, &a, &b);
-      double cb[4]; /* the chunk's bytes per micro-batch */
+      double cb[4], ops_s[3]; /* the chunk's bytes and op seconds per micro-batch */
       for (int k = 0; k < 4; k++) cb[k] = w.step.exec.chunk_bytes[vs / pp][k] / accum;
-      chunk_cost c = chunk(p, cfg, &dt, &w.step.model, a, b, vs == 0, vs == pp * v - 1, B, cb);
+      for (int k = 0; k < 3; k++) ops_s[k] = w.step.exec.chunk_s[vs / pp][k] / accum;
+      chunk_cost c = chunk(p, cfg, &dt, &w.step.model, a, b, vs == 0, vs == pp * v - 1, B, cb,
+                           p->attn_materialized ? NULL : ops_s);
       /* the collectives of cp and ep ride on the ops like tp's */
       c.tp += c.cp + c.ep;
       mean.fwd += c.fwd / v;

@@ -43,17 +43,20 @@ void mt_plan_world_destroy(mt_plan_world *w) {
 /* Builds world_rank's state and runs one training step (every micro-batch
  * of the schedule, the gradient sync, the optimizer), counted. */
 static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *lay,
-                     int world_rank, mt_err *e) {
+                     int world_rank, const mt_price *price, mt_err *e) {
   memset(w, 0, sizeof *w);
   if (count_mesh(&w->mesh, cfg, lay, world_rank, e) != 0) return -1;
   mt_mem_account *prev = mt_mem_account_use(&w->acct);
   int traced = mt_trace_set(0); /* (a run's timeline holds its own steps only) */
+  mt_vclock_state clock;
+  mt_vclock_save(&clock);
+  if (price) mt_vclock_start(price);
   mt_ops_null_reset();
   int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
   mt_step_opts o;
   mt_step_groups g;
   mt_layout_step_opts(cfg, lay, &w->mesh, l0l1, &o, &g);
-  int rc = mt_step_create(&w->step, &o, &g, mt_ops_null(), e);
+  int rc = mt_step_create(&w->step, &o, &g, price ? mt_ops_virtual() : mt_ops_null(), e);
   free(l0l1);
   if (rc == 0) {
     int balance = mt_moe_balance_parse(cfg->moe_balance);
@@ -75,6 +78,7 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   }
   mt_mem_account_use(prev);
   mt_trace_set(traced);
+  mt_vclock_restore(&clock);
   if (rc != 0) mt_plan_world_destroy(w);
   return rc;
 }
@@ -132,10 +136,11 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
 }
 
 int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
-                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_plan_world *keep,
-                       mt_err *e) {
+                       int cp_rank, int tp_rank, const mt_price *price, mt_plan_rank *out,
+                       mt_plan_world *keep, mt_err *e) {
   mt_plan_world w;
-  if (world_run(&w, cfg, lay, world_rank_of(cfg, pp_rank, dp_rank, cp_rank, tp_rank), e) != 0)
+  if (world_run(&w, cfg, lay, world_rank_of(cfg, pp_rank, dp_rank, cp_rank, tp_rank), price,
+                e) != 0)
     return -1;
   figures(&w, cfg, out);
   if (keep) *keep = w;
@@ -145,7 +150,7 @@ int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
 
 int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
                        int cp_rank, int tp_rank, mt_plan_rank *out, mt_err *e) {
-  return mt_plan_rank_world(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, out, NULL, e);
+  return mt_plan_rank_world(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, NULL, out, NULL, e);
 }
 
 /* ------------------------------------------------------------------ */
@@ -201,7 +206,7 @@ int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e) {
       c++;
     if (c == n_classes) { /* a new class: count this rank */
       mt_plan_world world;
-      if ((rc = world_run(&world, cfg, &p->lay, w, e)) != 0) {
+      if ((rc = world_run(&world, cfg, &p->lay, w, NULL, e)) != 0) {
         free(sig);
         break;
       }

@@ -120,10 +120,13 @@ int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
 void mt_plan_free(mt_plan *p);
 /* mt_plan_rank_build that also hands back the rank it counted (keep it:
  * free it with mt_plan_world_destroy). Its executor's chunk_bytes are the
- * step's bytes per chunk on tp, cp, ep and etp (the cost model's). */
+ * step's bytes per chunk on tp, cp, ep and etp (the cost model's). With
+ * price, the step runs on the virtual device's op table over a clock of
+ * its own (the caller's clock is put back after): the executor's chunk_s
+ * are then the step's op seconds per chunk at those prices. */
 int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
-                       int cp_rank, int tp_rank, mt_plan_rank *out, mt_plan_world *keep,
-                       mt_err *e);
+                       int cp_rank, int tp_rank, const mt_price *price, mt_plan_rank *out,
+                       mt_plan_world *keep, mt_err *e);
 void mt_plan_world_destroy(mt_plan_world *w);
 /* The table meshtrain --plan prints: per pipeline stage, memory by category
  * and bytes per group per step (the largest rank of the stage). */

@@ -19,7 +19,7 @@ set_property(TEST warp.timeline APPEND PROPERTY LABELS sanitize)
 mt_script_test(moe_skew warp moe_skew.sh)
 # the virtual device prices messages in its profile's dtypes (bytes counted as sent)
 mt_script_test(dtypes warp dtypes.sh)
-# one cost model: the virtual device's step time within 10% of meshplan's
+# one cost model: the virtual device's step time within 5% of meshplan's
 # on 16 ranks across nodes (hierarchical collectives, overlap, pipelines)
 mt_script_test(vs_plan warp vs_plan.sh)
 set_tests_properties(warp.vs_plan PROPERTIES RUN_SERIAL TRUE)

@@ -4,11 +4,12 @@
 # are priced hierarchically), collectives keeping half their rate beside
 # compute (overlap 0.5), a per-op pipeline overhead (stage_us): dp 16 at
 # ZeRO-1 and ZeRO-3, tp 4 x dp 4, pp 4 x dp 4 (1F1B) and pp 4 x tp 2 x dp 2
-# interleaved. Each virtual step (the last of 3) lies within 10% of
-# meshplan --only's step_s. The model is large enough (C = 1024, T = 1024)
-# that bytes and matmuls, not latencies, set the times; the tolerance is
-# the elementwise work, which meshplan prices as passes over the
-# activation buffers and the virtual device op by op.
+# interleaved. Each virtual step (the last of 3) lies within 5% of
+# meshplan --only's step_s. Both price the same ops (meshplan runs the
+# plan's step on the virtual device's op table) and collectives; the
+# tolerance is what meshplan sums instead of running: every stage priced
+# as the slowest one in the schedule simulation, dp exposure by formula
+# rather than by issue order (1.3-3.5% here).
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 400000)
 cat > "$WORK/hw.ini" <<EOF
@@ -53,7 +54,7 @@ a = json.load(open("%s/%s.plan.json" % (w, name)))["step_s"]
 v = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (w, name))][-1]["step_s"]
 r = v / a
 print("%-12s virtual %.6f s, meshplan %.6f s, ratio %.3f" % (name, v, a, r))
-sys.exit(0 if abs(r - 1) <= 0.10 else 1)
+sys.exit(0 if abs(r - 1) <= 0.05 else 1)
 PY
 done
 echo PASS
