@@ -513,14 +513,14 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
     lin = gemm_s(p, d.B * d.T, 3 * d.Cl, d.C, 1) + gemm_s(p, d.B * d.T, d.C, d.Cl, 1);
   const double refwd = cfg->recompute ? 1.0 : 0.0;
   const int accum = cfg->global_batch / (cfg->dp * cfg->micro_batch), pp = cfg->pp;
-  /* elementwise: at least the activation buffers every block keeps (see
-   * mt_cost_mem_lower_bound), moved 2 + 3 times (and 2 more recomputed) */
+  /* elementwise: at least the block's two layernorms (on the rows of the
+   * sequence shard under sp), as the virtual op table prices them (which
+   * the exact price runs): ln is one forward (2 passes over N x C; again
+   * when recomputed), a backward costs twice that */
   const double s = cfg->sp ? cfg->tp : 1.0;
-  const double kept = d.B * d.T * (sh->moe_experts > 0 ? 4.0 * d.C / s + 4.0 * d.C / cfg->tp
-                                                        : 6.0 * d.C / s + 12.0 * d.C / cfg->tp);
-  const double elem = act_bytes_lb * kept / (p->elementwise_gbs * 1e9);
-  const double fb = (1.0 + refwd) * (lin + att + 2.0 * elem) + 2.0 * lin + 2.5 * att + 3.0 * elem;
-  const double f = lin + att + 2.0 * elem;
+  const double ln = 2.0 * act_bytes_lb * d.B * d.T / s * d.C / (p->elementwise_gbs * 1e9);
+  const double fb = (1.0 + refwd) * (lin + att + 2.0 * ln) + 2.0 * lin + 2.5 * att + 4.0 * ln;
+  const double f = lin + att + 2.0 * ln;
   const double head = 3.0 * gemm_s(p, d.B * d.T, d.Vl, d.C, 1);
   if (pp == 1) return accum * (l_mid * fb + head);
   double worst = l_first * fb, last = l_last * fb + head;
