@@ -21,7 +21,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: meshplan CONFIG.ini [--set section.key=value ...] --hw PROFILE\n"
           "                --nodes N | --ranks N [--top K] [--all] [--dtype CATEGORY=BYTES ...]\n"
-          "                [--attention block|materialized]\n"
+          "                [--attention block|materialized] [--collectives hierarchical|flat]\n"
           "                [--json FILE] [--emit-sweep FILE.ini [--system NAME]]\n"
           "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--dtype ...]\n"
           "       meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME\n"
@@ -40,7 +40,9 @@ static void usage(FILE *f) {
           "master, grads, moments, acts, grad_reduce, msg), e.g. grad_reduce=2 for a stack\n"
           "that reduces gradients in bf16. --attention materialized prices another stack's\n"
           "attention (batched GEMMs over the T x T scores, softmax and dropout through memory)\n"
-          "instead of meshtrain's block attention.\n");
+          "instead of meshtrain's block attention. --collectives flat prices every collective\n"
+          "across nodes as one flat ring on each rank's network link (default hierarchical:\n"
+          "the ring's part inside each node, 1/k of it on the network, k ranks a node).\n");
 }
 
 static int calibrate(int argc, char **argv) {
@@ -223,7 +225,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "calibrate")) return calibrate(argc - 1, argv + 1);
   const char *ini = NULL, *hw = NULL, *json = NULL, *sweep = NULL, *system = "leonardo-booster";
   int nodes = 0, ranks = 0, top = 10, n_over = 0, only = 0, all = 0, n_dt = 0;
-  const char *attention = NULL;
+  const char *attention = NULL, *collectives = NULL;
   char **over = mt_calloc((size_t)argc + 1, sizeof(char *));
   const char **dts = mt_calloc((size_t)argc + 1, sizeof(char *));
   mt_err e = {0};
@@ -259,6 +261,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--dtype")) dts[n_dt++] = v;
     else if (!strcmp(a, "--attention") && (!strcmp(v, "block") || !strcmp(v, "materialized")))
       attention = v;
+    else if (!strcmp(a, "--collectives") && (!strcmp(v, "hierarchical") || !strcmp(v, "flat")))
+      collectives = v;
     else if (!strcmp(a, "--nodes") && is_int) nodes = (int)x;
     else if (!strcmp(a, "--ranks") && is_int) ranks = (int)x;
     else if (!strcmp(a, "--top") && is_int) top = (int)x;
@@ -277,6 +281,7 @@ int main(int argc, char **argv) {
   if (!e.failed) mt_config_load(&cfg, ini, n_over, over, &e);
   if (!e.failed) mt_cost_profile_load(&p, hw, &e);
   if (!e.failed && attention) p.attn_materialized = attention[0] == 'm';
+  if (!e.failed && collectives) p.coll_flat = collectives[0] == 'f';
   if (!e.failed) mt_cost_dtypes_default(&p, &dt);
   for (int i = 0; i < n_dt && !e.failed; i++) mt_cost_dtypes_set(&dt, dts[i], &e);
   if (!e.failed && only) { /* the configured layout alone */

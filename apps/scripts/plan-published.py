@@ -126,8 +126,8 @@ def meshplan(binary, r, sets, extra):
         args += ["--set", "%s=%s" % (k, v)]
     for d in filter(None, r["dtypes"].split(";")):
         args += ["--dtype", d]
-    if r["attention"]:
-        args += ["--attention", r["attention"]]
+    for o in filter(None, r["attention"].split(";")):  # the stack's kernels and collectives
+        args += ["--collectives" if o in ("flat", "hierarchical") else "--attention", o]
     return subprocess.run(args, capture_output=True, text=True, cwd=SRC)
 
 

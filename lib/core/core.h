@@ -360,6 +360,7 @@ typedef struct {
   double attn_gflops;          /* a fused kernel's rate on whole tiles (0: the matmul curve) */
   double overlap;              /* share of its rate a collective keeps beside compute */
   double stage_us;             /* a pipeline op's overhead beyond its compute */
+  int coll_flat;               /* collectives across nodes flat, not hierarchical */
 } mt_price;
 /* achievable GFLOP/s of a matmul of `flops`: log-log interpolation between
  * the profile's points, flat beyond them */
@@ -397,7 +398,8 @@ int mt_price_per_node(const mt_price *p, int stride, int size);
  * tensor's (n-1)/n: (k-1)/k inside, (N-1)/(N k) across N = n/k nodes); one
  * latency a level. An all-to-all (alltoall = 1) sends the share bound for
  * other nodes over the network link while the rest crosses the node beside
- * it. k = 1 is a flat ring across nodes, k >= n one inside a node. */
+ * it. k = 1 is a flat ring across nodes, k >= n one inside a node; a
+ * profile with coll_flat prices every group across nodes so. */
 double mt_price_coll_s(const mt_price *p, double bytes, int n, int k, int alltoall);
 /* its latency alone (a collective's calls beyond the first) */
 double mt_price_coll_lat_s(const mt_price *p, int n, int k);

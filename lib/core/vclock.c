@@ -63,12 +63,13 @@ int mt_price_per_node(const mt_price *p, int stride, int size) {
 
 double mt_price_coll_lat_s(const mt_price *p, int n, int k) {
   if (k >= n) return p->intra_us * 1e-6;
+  if (p->coll_flat) return p->inter_us * 1e-6;
   return (k > 1 ? p->intra_us * 1e-6 : 0.0) + p->inter_us * 1e-6;
 }
 
 double mt_price_coll_s(const mt_price *p, double bytes, int n, int k, int alltoall) {
   if (k >= n || n <= 1) return mt_price_link_s(p, 1, bytes);
-  if (k <= 1) return mt_price_link_s(p, 0, bytes);
+  if (k <= 1 || p->coll_flat) return mt_price_link_s(p, 0, bytes);
   const double lat = mt_price_coll_lat_s(p, n, k);
   if (!(bytes > 0)) return lat;
   const double ibw = p->intra_gbs * 1e9, ebw = p->inter_gbs * 1e9;

@@ -106,6 +106,15 @@ static int cost_handler(void *user, const char *section, const char *name, const
     p->attn_materialized = value[0] == 'm';
     return 1;
   }
+  if (strcmp(name, "collectives") == 0) { /* optional: how collectives cross nodes */
+    if (strcmp(value, "hierarchical") && strcmp(value, "flat")) {
+      snprintf(c->bad, sizeof c->bad, "[cost] collectives = '%s' is not hierarchical or flat",
+               value);
+      return 0;
+    }
+    p->coll_flat = value[0] == 'f';
+    return 1;
+  }
   if (strcmp(name, "attn_gflops") == 0 || strcmp(name, "stage_us") == 0) { /* optional */
     if (parse_number(value, 0, &x)) {
       snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not a number >= 0", name, value);
@@ -192,6 +201,7 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
   if (p->attn_br > 0) fprintf(f, "attn_block = %d:%d\n", p->attn_br, p->attn_bc);
   if (p->attn_gflops > 0) fprintf(f, "attn_gflops = %.6g\n", p->attn_gflops);
   if (p->stage_us > 0) fprintf(f, "stage_us = %.6g\n", p->stage_us);
+  if (p->coll_flat) fprintf(f, "collectives = flat\n");
 }
 
 void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
@@ -211,6 +221,7 @@ void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
   out->attn_gflops = p->attn_gflops;
   out->overlap = p->overlap;
   out->stage_us = p->stage_us;
+  out->coll_flat = p->coll_flat;
 }
 
 /* the matmul curve is core's (mt_price_gemm_gflops): the virtual device

@@ -180,6 +180,12 @@ typedef struct {
    * attention dropout through memory: Megatron-LM before FlashAttention);
    * key attention = block | materialized, meshplan --attention */
   int attn_materialized;
+  /* collectives across nodes: 0 hierarchical (NCCL's rings on nodes with a
+   * network link a GPU: core's mt_price_coll_s), 1 flat (every rank's
+   * whole ring volume on its own network link: a stack or fabric whose
+   * collectives gain nothing from the node); key collectives =
+   * hierarchical | flat, meshplan --collectives */
+  int coll_flat;
   /* stage_us (optional, default 0): seconds x 1e6 each pipeline op (one micro-batch's
    * forward or backward of a chunk) costs beyond its compute: the p2p hand-over's
    * synchronisation and the launches of a short op sequence */

@@ -3,6 +3,7 @@
 #   profile-missing-key: a cost profile without inter_us
 #   no-fit: gpt2-124m on 1 node of a profile with too little memory
 #   bad-dtype: --dtype with a size no dtype has
+#   bad-collectives: a profile's collectives = neither hierarchical nor flat
 MT_SUFFIX=$1; REGEX=$2; CASE=$3
 source "$(dirname "$0")/../scripts/common.sh"
 prof="$WORK/profile.ini"
@@ -13,6 +14,8 @@ case $CASE in
     args=(--set model.preset=gpt2-124m --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
   bad-dtype) args=(--set model.preset=tiny --hw "$MT_SRC/tests/plan/cost-test.ini" --nodes 1
                   --dtype weights=3) ;;
+  bad-collectives) { cat "$MT_SRC/tests/plan/cost-test.ini"; echo "collectives = tree"; } > "$prof"
+    args=(--set model.preset=tiny --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
   *) fail "unknown case $CASE" ;;
 esac
 set +e

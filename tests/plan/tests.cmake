@@ -31,3 +31,4 @@ mt_script_test(auto_no_cost badinput ../scripts/expect_fail.sh auto_no_cost 2
 # memory in the run's dtypes (bf16 profile) against the fp32 plan, --dtype, plan.headroom
 mt_script_test(dtypes plan dtypes.sh)
 mt_script_test(bad_dtype badinput meshplan_fail.sh bad_dtype "--dtype 'weights=3': expected CATEGORY=BYTES" bad-dtype)
+mt_script_test(bad_collectives badinput meshplan_fail.sh bad_collectives "collectives = 'tree' is not hierarchical or flat" bad-collectives)

@@ -238,6 +238,13 @@ static void coll_prices(void) {
   double a2a = 15.0 / 16 * S;
   MT_CHECK(near(mt_price_coll_s(&p, a2a, 16, 4, 1), 0.75 * S / 10e9 + 22e-6),
            "hierarchical all-to-all %.9g", mt_price_coll_s(&p, a2a, 16, 4, 1));
+  /* a profile whose collectives are flat (collectives = flat) prices
+   * every group across nodes as the flat ring, one network latency */
+  mt_price flat = p;
+  flat.coll_flat = 1;
+  MT_CHECK(mt_price_coll_s(&flat, ar16, 16, 4, 0) == mt_price_coll_s(&p, ar16, 16, 1, 0) &&
+               mt_price_coll_s(&flat, ar4, 4, 4, 0) == mt_price_coll_s(&p, ar4, 4, 4, 0),
+           "flat collectives: %.9g", mt_price_coll_s(&flat, ar16, 16, 4, 0));
   /* the hierarchy never costs more than the flat ring */
   MT_CHECK(mt_price_coll_s(&p, ar16, 16, 4, 0) < mt_price_coll_s(&p, ar16, 16, 1, 0),
            "hierarchical above flat");
