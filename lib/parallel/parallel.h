@@ -297,6 +297,8 @@ typedef struct {
   double bubble;        /* mean over ranks of idle / makespan */
   double rank_bubble[64]; /* per rank (first 64) */
   int peak_inflight[64];  /* per rank (first 64): most activation sets held at once */
+  double chunk_grads_end[64][8]; /* per rank and chunk (first 64, 8): when the chunk's last
+                                    backward (or weight pass) ends */
   double rank_grads_end[64]; /* per rank (first 64): when its last backward (or weight pass)
                                 ends, the last of its gradients complete */
 } mt_pp_sim;

@@ -385,6 +385,7 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
   double *clock = mt_calloc((size_t)pp, sizeof(double)), *busy = mt_calloc((size_t)pp,
                                                                             sizeof(double));
   double *grads_end = mt_calloc((size_t)pp, sizeof(double));
+  double *chunk_end = mt_calloc((size_t)pp * v, sizeof(double));
   double *link_free = mt_calloc((size_t)2 * pp, sizeof(double));
 #define FAIL(...)                                   \
   do {                                              \
@@ -494,7 +495,8 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
           }
           clock[r] += dt;
           busy[r] += dt;
-          if (o->kind == MT_PP_BWD || o->kind == MT_PP_BWD_WEIGHT) grads_end[r] = clock[r];
+          if (o->kind == MT_PP_BWD || o->kind == MT_PP_BWD_WEIGHT)
+            grads_end[r] = chunk_end[(size_t)r * v + o->chunk] = clock[r];
         }
         pc[r]++;
         progress = 1;
@@ -535,6 +537,7 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
         out->rank_bubble[r] = b;
         out->peak_inflight[r] = peak[r];
         out->rank_grads_end[r] = grads_end[r];
+        for (int c = 0; c < v && c < 8; c++) out->chunk_grads_end[r][c] = chunk_end[(size_t)r * v + c];
       }
     }
     out->bubble = acc / pp;
@@ -544,7 +547,7 @@ done:
 #undef FAIL
   for (int i = 0; i < nch; i++) free(ch[i].q);
   free(ch); free(pc); free(inflight); free(peak); free(clock); free(busy);
-  free(grads_end); free(link_free);
+  free(grads_end); free(link_free); free(chunk_end);
   free(f_done); free(b_done); free(bi_done); free(w_done); free(have_act); free(have_grad);
   free(sent_act); free(sent_grad);
   return rc;

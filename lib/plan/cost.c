@@ -494,6 +494,42 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
   return c;
 }
 
+/* When a stage's dp reduction ends (ZeRO-0/1, overlapped with the
+ * schedule): R seconds of it at the link's full rate, an equal share a
+ * chunk, each issued during its chunk's last backward op (t_op long, ending
+ * at chunk_end[c]) and run one after another on the link, beside the
+ * rank's ops until its last backward ends (t_end) at the overlap share ov
+ * of the rate, then at the full rate (as the virtual device runs them:
+ * with interleaving a later chunk's gradients are complete several ops
+ * before the first chunk's). */
+static double chunked_reduce_end(const double *chunk_end, int v, double t_op, double t_end,
+                                 double R, double ov) {
+  double at[8] = {0};
+  for (int c = 0; c < v; c++) at[c] = chunk_end[c] - t_op;
+  for (int i = 1; i < v; i++) /* in the order the chunks complete */
+    for (int j = i; j > 0 && at[j - 1] > at[j]; j--) {
+      double t = at[j];
+      at[j] = at[j - 1];
+      at[j - 1] = t;
+    }
+  double cur = at[0];
+  for (int c = 0; c < v; c++) {
+    double left = R / v;
+    if (cur < at[c]) cur = at[c];
+    if (cur < t_end) {
+      double can = (t_end - cur) * ov;
+      if (ov > 0 && can >= left) {
+        cur += left / ov;
+        continue;
+      }
+      left -= can;
+      cur = t_end;
+    }
+    cur += left;
+  }
+  return cur;
+}
+
 /* ------------------------------------------------------------------ */
 /* bounds for the search                                               */
 
@@ -813,8 +849,18 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
         double cool = overlaps ? sim.makespan - sim.rank_grads_end[st] : 0.0;
         double g_st = run_gathers ? stage_gather_s[st] : 0.0;
         double last_bucket = (out->stage_dp_s[st] - g_st) / stage_buckets[st];
-        double x = out->stage_dp_s[st] - g_st - hide - cool;
+        double x = out->stage_dp_s[st] - g_st - hide - cool, after = 0.0;
+        if (overlaps && cfg->zero <= 1 && v <= 8) {
+          /* the reduction chunk by chunk in the schedule's order; ZeRO-1's
+           * gather of the updated shards follows the optimizer step, with
+           * nothing beside it */
+          after = stage_gather_s[st];
+          x = chunked_reduce_end(sim.chunk_grads_end[st], v, tb, sim.rank_grads_end[st],
+                                 out->stage_dp_s[st] - after, ov) - sim.makespan;
+          last_bucket = (out->stage_dp_s[st] - after) / stage_buckets[st];
+        }
         if (x < last_bucket) x = last_bucket;
+        x += after;
         out->stage_dp_exposed_s[st] = x + g_st;
         serial += g_st;
         if (x > exposed) exposed = x;
