@@ -537,7 +537,8 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
         out->rank_bubble[r] = b;
         out->peak_inflight[r] = peak[r];
         out->rank_grads_end[r] = grads_end[r];
-        for (int c = 0; c < v && c < 8; c++) out->chunk_grads_end[r][c] = chunk_end[(size_t)r * v + c];
+        for (int c = 0; c < v && c < 8; c++)
+          out->chunk_grads_end[r][c] = chunk_end[(size_t)r * v + c];
       }
     }
     out->bubble = acc / pp;
