@@ -380,16 +380,12 @@ static double link_lat(const mt_cost_profile *p, int inside) {
  * it (core's mt_price_coll_s: hierarchical across nodes): the seconds of
  * `bytes` (comm's count, the sum of many calls') without the latency, and
  * the latency of one call. */
-static double coll_xfer_s(const mt_cost_profile *p, double bytes, int n, int stride, int a2a) {
-  mt_price q;
-  mt_cost_price(p, &q);
-  int k = mt_price_per_node(&q, stride, n);
-  return mt_price_coll_s(&q, bytes, n, k, a2a) - mt_price_coll_lat_s(&q, n, k);
+static double coll_xfer_s(const mt_price *q, double bytes, int n, int stride, int a2a) {
+  int k = mt_price_per_node(q, stride, n);
+  return mt_price_coll_s(q, bytes, n, k, a2a) - mt_price_coll_lat_s(q, n, k);
 }
-static double coll_lat(const mt_cost_profile *p, int n, int stride) {
-  mt_price q;
-  mt_cost_price(p, &q);
-  return mt_price_coll_lat_s(&q, n, mt_price_per_node(&q, stride, n));
+static double coll_lat(const mt_price *q, int n, int stride) {
+  return mt_price_coll_lat_s(q, n, mt_price_per_node(q, stride, n));
 }
 
 /* the chunk's layers [l0, l1) (embed, head: it holds them) of a micro-batch
@@ -400,10 +396,11 @@ static double coll_lat(const mt_cost_profile *p, int n, int stride) {
  * pass ops per micro-batch, as the virtual device prices the ops the code
  * runs (the plan's step on a clock), which replace the compute priced
  * here from the shapes; NULL: from the shapes (attention = materialized,
- * another stack's, has no ops of ours) */
-static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt_cost_dtypes *dt,
-                        const mt_gpt *m, int l0, int l1, int embed, int head, int B,
-                        const double cb[4], const double *ops_s) {
+ * another stack's, has no ops of ours). q: the profile's prices, for the
+ * collectives. */
+static chunk_cost chunk(const mt_cost_profile *p, const mt_price *q, const mt_config *cfg,
+                        const mt_cost_dtypes *dt, const mt_gpt *m, int l0, int l1, int embed,
+                        int head, int B, const double cb[4], const double *ops_s) {
   const int n_l = l1 - l0;
   const double C = m->shape.n_embd, BT = (double)B * m->T, tp = cfg->tp;
   const dense_shape ds = {.B = B, .T = m->T, .C = C, .Cl = m->C_local, .Fl = m->F_local,
@@ -413,40 +410,54 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
   double lin, att;
   dense_layer(p, &ds, dt->acts, &lin, &att);
   const double att_b = 2.5 * att;
-  /* MoE blocks: the router, and the routed experts' matmuls over this rank's
-   * share of the slots (balanced routing: N k slots per ep rank, its E/ep
-   * experts each N k / E_l rows) in place of the dense MLP (the shared
-   * experts stay in mlp_local) */
   int n_moe = 0;
-  double moe_lin = 0.0;
   for (int l = l0; l < l1; l++) n_moe += mt_model_is_moe(&m->shape, l);
-  if (n_moe > 0) {
-    const double E = m->shape.moe_experts, k = m->shape.moe_topk, El = m->moe.E_local;
-    const double Fe = m->moe.Fe_local, Fs = m->mlp_local[l0] > 0 ? m->mlp_local[l0] : 0.0;
-    const double N = (double)B * m->moe.Ts;
-    const double rows = N * k * (m->moe.etp_size > 1 ? m->moe.etp_size : 1) / El;
-    const double Cl = m->C_local;
-    moe_lin = gemm_s(p, BT, 3 * Cl, C, 1) + gemm_s(p, BT, C, Cl, 1) + gemm_s(p, N, E, C, 1) +
-              gemm_s(p, rows, Fe, C, El) + gemm_s(p, rows, C, Fe, El) +
-              (Fs > 0 ? gemm_s(p, BT, Fs, C, 1) + gemm_s(p, BT, C, Fs, 1) : 0.0);
+  const double refwd = cfg->recompute ? 1.0 : 0.0;
+  if (ops_s) {
+    c.fwd = ops_s[0];
+    c.bwd = ops_s[1] + ops_s[2];
+    c.bwd_input = ops_s[1];
+  } else {
+    /* MoE blocks: the router, and the routed experts' matmuls over this rank's
+     * share of the slots (balanced routing: N k slots per ep rank, its E/ep
+     * experts each N k / E_l rows) in place of the dense MLP (the shared
+     * experts stay in mlp_local) */
+    double moe_lin = 0.0;
+    if (n_moe > 0) {
+      const double E = m->shape.moe_experts, k = m->shape.moe_topk, El = m->moe.E_local;
+      const double Fe = m->moe.Fe_local, Fs = m->mlp_local[l0] > 0 ? m->mlp_local[l0] : 0.0;
+      const double N = (double)B * m->moe.Ts;
+      const double rows = N * k * (m->moe.etp_size > 1 ? m->moe.etp_size : 1) / El;
+      const double Cl = m->C_local;
+      moe_lin = gemm_s(p, BT, 3 * Cl, C, 1) + gemm_s(p, BT, C, Cl, 1) + gemm_s(p, N, E, C, 1) +
+                gemm_s(p, rows, Fe, C, El) + gemm_s(p, rows, C, Fe, El) +
+                (Fs > 0 ? gemm_s(p, BT, Fs, C, 1) + gemm_s(p, BT, C, Fs, 1) : 0.0);
+    }
+    /* elementwise: the layer's activations (the buffers the model allocates:
+     * under recompute its one-layer workspace), in the activations' dtype,
+     * as the kernels move them: forward, each kernel reads its input and
+     * writes its output (2 passes over the set); backward, each reads the
+     * kept activation and the incoming gradient and writes its gradient (3) */
+    double set_bytes = cfg->recompute ? (double)m->ws_bytes
+                                      : 4.0 * (double)mt_gpt_acts_numel(m, 1, B, 0);
+    double elem = set_bytes * (dt->acts / 4.0) / (p->elementwise_gbs * 1e9);
+    double f_dense = lin + att + 2.0 * elem, f_moe = moe_lin + att + 2.0 * elem;
+    c.fwd = (n_l - n_moe) * f_dense + n_moe * f_moe;
+    c.bwd = (n_l - n_moe) * (2.0 * lin + att_b + 3.0 * elem + refwd * f_dense) +
+            n_moe * (2.0 * moe_lin + att_b + 3.0 * elem + refwd * f_moe);
+    /* the split backward's first pass: input gradients (the linears' half,
+     * all of attention, the elementwise work); the second the weights' */
+    c.bwd_input = (n_l - n_moe) * (lin + att_b + 3.0 * elem + refwd * f_dense) +
+                  n_moe * (moe_lin + att_b + 3.0 * elem + refwd * f_moe);
+    if (head) {
+      double h = gemm_s(p, BT, ds.Vl, C, 1);
+      double logits = dt->acts * BT * ds.Vl * 2.0 / (p->elementwise_gbs * 1e9);
+      c.fwd += h + logits;
+      c.bwd += 2.0 * h + logits;
+      c.bwd_input += h + logits;
+    }
+    if (embed) c.fwd += dt->acts * BT * C / (p->elementwise_gbs * 1e9);
   }
-  /* elementwise: the layer's activations (the buffers the model allocates:
-   * under recompute its one-layer workspace), in the activations' dtype,
-   * as the kernels move them: forward, each kernel reads its input and
-   * writes its output (2 passes over the set); backward, each reads the
-   * kept activation and the incoming gradient and writes its gradient (3) */
-  double set_bytes = cfg->recompute ? (double)m->ws_bytes
-                                    : 4.0 * (double)mt_gpt_acts_numel(m, 1, B, 0);
-  double elem = set_bytes * (dt->acts / 4.0) / (p->elementwise_gbs * 1e9);
-  double refwd = cfg->recompute ? 1.0 : 0.0;
-  double f_dense = lin + att + 2.0 * elem, f_moe = moe_lin + att + 2.0 * elem;
-  c.fwd = (n_l - n_moe) * f_dense + n_moe * f_moe;
-  c.bwd = (n_l - n_moe) * (2.0 * lin + att_b + 3.0 * elem + refwd * f_dense) +
-          n_moe * (2.0 * moe_lin + att_b + 3.0 * elem + refwd * f_moe);
-  /* the split backward's first pass: input gradients (the linears' half,
-   * all of attention, the elementwise work); the second the weights' */
-  c.bwd_input = (n_l - n_moe) * (lin + att_b + 3.0 * elem + refwd * f_dense) +
-                n_moe * (moe_lin + att_b + 3.0 * elem + refwd * f_moe);
   /* context parallelism: the ring passes K/V while the blocks compute (the
    * part beyond the attention's compute is exposed); Ulysses' all-to-alls
    * are not hidden */
@@ -459,7 +470,7 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
       double t = bytes / link_bw(p, inside) + calls * link_lat(p, inside);
       c.cp = t > hidden ? t - hidden : 0.0;
     } else {
-      c.cp = coll_xfer_s(p, bytes, cfg->cp, cfg->tp, 1) + calls * coll_lat(p, cfg->cp, cfg->tp);
+      c.cp = coll_xfer_s(q, bytes, cfg->cp, cfg->tp, 1) + calls * coll_lat(q, cfg->cp, cfg->tp);
     }
   }
   /* expert parallelism: the dispatch and combine all-to-alls (and the etp
@@ -467,29 +478,16 @@ static chunk_cost chunk(const mt_cost_profile *p, const mt_config *cfg, const mt
   if (n_moe > 0 && (m->moe.ep_size > 1 || m->moe.etp_size > 1)) {
     /* (the folded mesh of a stage: etp innermost, then ep) */
     const int ep = m->moe.ep_size, etp = m->moe.etp_size;
-    c.ep = coll_xfer_s(p, cb[2] * dt->msg / 4.0, ep, etp, 1) +
-           coll_xfer_s(p, cb[3] * dt->msg / 4.0, etp, 1, 0) +
-           n_moe * 4.0 * coll_lat(p, ep > 1 ? ep : etp, ep > 1 ? etp : 1);
-  }
-  if (head) {
-    double h = gemm_s(p, BT, ds.Vl, C, 1);
-    double logits = dt->acts * BT * ds.Vl * 2.0 / (p->elementwise_gbs * 1e9);
-    c.fwd += h + logits;
-    c.bwd += 2.0 * h + logits;
-    c.bwd_input += h + logits;
-  }
-  if (embed) c.fwd += dt->acts * BT * C / (p->elementwise_gbs * 1e9);
-  if (ops_s) {
-    c.fwd = ops_s[0];
-    c.bwd = ops_s[1] + ops_s[2];
-    c.bwd_input = ops_s[1];
+    c.ep = coll_xfer_s(q, cb[2] * dt->msg / 4.0, ep, etp, 1) +
+           coll_xfer_s(q, cb[3] * dt->msg / 4.0, etp, 1, 0) +
+           n_moe * 4.0 * coll_lat(q, ep > 1 ? ep : etp, ep > 1 ? etp : 1);
   }
   /* tensor parallelism: this chunk's bytes (as comm counts them) and calls */
   if (tp > 1) {
     double bytes = cb[0] * dt->msg / 4.0;
     double calls = n_l * ((cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0)) +
                    embed * (cfg->sp ? 2.0 : 1.0) + head * ((cfg->sp ? 3.0 : 1.0) + 2.0);
-    c.tp = coll_xfer_s(p, bytes, cfg->tp, 1, 0) + calls * coll_lat(p, cfg->tp, 1);
+    c.tp = coll_xfer_s(q, bytes, cfg->tp, 1, 0) + calls * coll_lat(q, cfg->tp, 1);
   }
   return c;
 }
@@ -673,13 +671,14 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
   const int pp = cfg->pp, v = cfg->virtual_stages, accum = lay.accum, B = cfg->micro_batch;
   const int dpn = p->devices_per_node, world = lay.world, ndp = cfg->dp * cfg->cp;
   /* the ops' prices: the virtual device's, in the run's activation dtype;
-   * the pipeline's per-op overhead is added to the schedule's ops below */
+   * the pipeline's per-op overhead is added to the schedule's ops below
+   * (the collectives are priced from them too) */
   mt_price ops_price;
   mt_cost_price(p, &ops_price);
   ops_price.act_bytes = dt.acts;
   ops_price.stage_us = 0.0;
   /* the dp x cp group: ndp ranks tp apart (rank order tp, cp, dp, pp) */
-  const double dp_s_per_byte = ndp > 1 ? coll_xfer_s(p, 1.0, ndp, cfg->tp, 0) : 0.0;
+  const double dp_s_per_byte = ndp > 1 ? coll_xfer_s(&ops_price, 1.0, ndp, cfg->tp, 0) : 0.0;
   /* per pp stage: the plan of its first rank and its chunks' costs; the
    * slowest stage's mean chunk sets the per-op times of the schedule's
    * simulation (a stage runs each of its chunks once per micro-batch: with
@@ -728,8 +727,8 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
       double cb[4], ops_s[3]; /* the chunk's bytes and op seconds per micro-batch */
       for (int k = 0; k < 4; k++) cb[k] = w.step.exec.chunk_bytes[vs / pp][k] / accum;
       for (int k = 0; k < 3; k++) ops_s[k] = w.step.exec.chunk_s[vs / pp][k] / accum;
-      chunk_cost c = chunk(p, cfg, &dt, &w.step.model, a, b, vs == 0, vs == pp * v - 1, B, cb,
-                           p->attn_materialized ? NULL : ops_s);
+      chunk_cost c = chunk(p, &ops_price, cfg, &dt, &w.step.model, a, b, vs == 0,
+                           vs == pp * v - 1, B, cb, p->attn_materialized ? NULL : ops_s);
       /* the collectives of cp and ep ride on the ops like tp's */
       c.tp += c.cp + c.ep;
       mean.fwd += c.fwd / v;
@@ -820,7 +819,7 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
      * ZeRO-2 behind every backward, ZeRO-3's prefetched gathers behind every
      * forward and backward; the gathers after the optimizer step (ZeRO-1, 2)
      * are exposed. With pipeline stages the reduction follows the schedule. */
-    const double lat = ndp > 1 ? coll_lat(p, ndp, cfg->tp) : 0.0, ov = p->overlap;
+    const double lat = ndp > 1 ? coll_lat(&ops_price, ndp, cfg->tp) : 0.0, ov = p->overlap;
     const double f_mb = v * worst.fwd, b_mb = v * worst.bwd;
     double t_r = reduce_b * dp_s_per_byte, t_g = gather_b * dp_s_per_byte, exposed;
     double calls = 2.0 * n_buckets * (cfg->zero >= 2 ? accum : 1);
