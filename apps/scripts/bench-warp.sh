@@ -34,6 +34,9 @@ args=(--set model.preset=custom "${shape[@]}" --set model.seq_len=2048 --set mod
       --set parallel.dp="$DP" --set parallel.zero=1 --set parallel.schedule=interleaved
       --set parallel.virtual_stages=2 --set output.dir="$OUT/run")
 [ "${MT_TIMELINE:-0}" = 0 ] || args+=(--set metrics.trace=true)
+# the layout and whether this machine can start the ranks, before minutes of
+# start-up (one line and exit 2 when not)
+"$BIN/meshtrain" --check --ranks "$RANKS" "${args[@]}"
 # the ranks' memory, summed, every 0.5 s while the run lasts: proportional
 # set size (shared pages split between the processes that map them: the
 # libraries, the corpus, MPI's shared-memory segments) and the largest

@@ -313,6 +313,40 @@ typedef struct {
  * when some source was read. */
 int mt_mem_limit_node(const char *root, mt_mem_limit *out);
 
+/* Whether this machine can start N ranks at once (lib/core/hostfit.c): what a
+ * rank costs the host, measured here (the defaults), against the limits the
+ * host sets. */
+typedef struct {
+  double rank_bytes;     /* host memory of one rank (proportional set size) */
+  double peer_bytes;     /* and for each other rank it knows (MPI's per-peer state) */
+  double launcher_bytes; /* mpirun's own */
+  int threads;           /* threads a rank runs */
+  int launcher_fds;      /* open files mpirun holds a rank */
+  double shm_bytes;      /* /dev/shm a rank's shared-memory transport touches */
+} mt_host_rank_cost;
+void mt_host_rank_cost_default(mt_host_rank_cost *c);
+typedef struct {
+  mt_mem_limit mem;   /* mt_mem_limit_node */
+  double threads_now; /* threads running on the machine (loadavg) */
+  double threads_max; /* kernel.threads-max; 0: unknown */
+  double nproc;       /* ulimit -u (soft); 0: unlimited */
+  double nofile;      /* ulimit -n (soft); 0: unlimited */
+  double shm_free;    /* free bytes in /dev/shm; 0: none or unknown */
+} mt_host_limits;
+/* the host memory n ranks take together, with the launcher */
+double mt_host_ranks_bytes(int n, const mt_host_rank_cost *c);
+/* root as for mt_mem_limit_node (proc/loadavg, proc/sys/kernel/threads-max,
+ * dev/shm under it); the rlimits are this process's. Returns 0 when the
+ * memory limit could be read. */
+int mt_host_limits_read(const char *root, mt_host_limits *out);
+/* 0 when `ranks` ranks fit every limit; else -1 and one line in why that
+ * names the limit, the figures and the most ranks that fit. */
+int mt_host_fit(int ranks, const mt_host_rank_cost *c, const mt_host_limits *l, char *why,
+                size_t size);
+/* this process's host memory now: Pss from /proc/self/smaps_rollup, else
+ * VmRSS; 0 when neither can be read */
+double mt_host_self_bytes(void);
+
 /* ------------------------------------------------------------------ */
 /* counter-based randomness                                            */
 

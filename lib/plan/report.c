@@ -15,6 +15,22 @@ int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) 
             ranks, cfg->model_preset, mt_model_num_params(&lay.shape), cfg->pp, cfg->dp, cfg->cp,
             cfg->tp, cfg->zero, cfg->global_batch, cfg->steps);
   mt_layout_free(&lay);
+  /* the virtual device starts every rank on this machine: whether it can */
+  if (rc == 0 && strcmp(cfg->device, "virtual") == 0) {
+    mt_host_rank_cost c;
+    mt_host_limits l;
+    char why[512];
+    mt_host_rank_cost_default(&c);
+    mt_host_limits_read("", &l);
+    if (mt_host_fit(ranks, &c, &l, why, sizeof why) != 0) {
+      mt_err_set(e, "train.device = virtual: %s", why);
+      return -1;
+    }
+    fprintf(out, "meshtrain: check: this machine can start %d virtual ranks: about %.2f GiB of "
+                 "host memory of %.2f GiB usable (%s), %d threads, ulimit -n and /dev/shm "
+                 "suffice\n", ranks, mt_host_ranks_bytes(ranks, &c) / 1073741824.0,
+            l.mem.bytes / 1073741824.0, l.mem.source, ranks * c.threads);
+  }
   return rc;
 }
 

@@ -32,6 +32,29 @@ int mt_train_signalled(void) { return g_stop; }
 /* ------------------------------------------------------------------ */
 /* setup                                                               */
 
+/* The virtual device's ranks share this machine: whether the node's ranks
+ * fit its memory with what a rank takes at its peak here (measured:
+ * mt_host_rank_cost_default, or this rank now if more). A rank count the
+ * launcher could start may still run the machine out of memory during
+ * set-up; `meshtrain --check --ranks N` asks before the launch. */
+static void check_host(mt_trainer *t, mt_err *e) {
+  mt_host_rank_cost c;
+  mt_host_limits l;
+  mt_host_rank_cost_default(&c);
+  double mine = mt_host_self_bytes(), now[2]; /* the node's ranks now: in all, the largest */
+  MPI_Allreduce(&mine, &now[0], 1, MPI_DOUBLE, MPI_SUM, t->mesh.node.comm);
+  MPI_Allreduce(&mine, &now[1], 1, MPI_DOUBLE, MPI_MAX, t->mesh.node.comm);
+  if (now[1] > c.rank_bytes) c.rank_bytes = now[1];
+  char why[512];
+  if (e->failed || mt_host_limits_read("", &l) != 0) return;
+  /* already started: only memory is left to run out of; MemAvailable no
+   * longer counts what the ranks hold now, a cgroup's or Slurm's limit does */
+  l.nproc = l.threads_max = l.nofile = l.shm_free = 0;
+  if (strcmp(l.mem.source, "MemAvailable") == 0) l.mem.bytes += now[0];
+  if (mt_host_fit(t->mesh.node.size, &c, &l, why, sizeof why) != 0)
+    mt_err_set(e, "train.device = virtual: %s", why);
+}
+
 /* Refuse what cannot fit before allocating it: this rank's plan (every
  * category, exactly what it will allocate) summed over the node's ranks. */
 static void check_memory(mt_trainer *t, mt_err *e) {
@@ -45,6 +68,7 @@ static void check_memory(mt_trainer *t, mt_err *e) {
     return;
   }
   if (t->device == MT_DEVICE_VIRTUAL) { /* nothing is backed: the emulated device's memory */
+    check_host(t, e);
     if (!e->failed && need > t->vprof.mem_bytes)
       mt_err_set(e, "model %s with train.micro_batch = %d needs %.2f GiB per rank, more than "
                     "the %.2f GiB of a %s device (train.virtual_hw): lower train.micro_batch "

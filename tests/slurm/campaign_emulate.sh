@@ -1,6 +1,7 @@
 # meshslurm.py campaign --emulate without Slurm: each training point runs
 # here on the virtual device (a given profile, h200), the points beyond
-# --emulate-max-ranks are listed as skipped, predicted.csv and each point's
+# --emulate-max-ranks are listed as skipped, and so are those this machine
+# cannot start (meshtrain --check --ranks N says why), predicted.csv and each point's
 # predicted/summary.json agree, and meshreport on the campaign (nothing
 # measured yet) reports the predictions alone. Bad input, one line and exit
 # 2: --emulate with --dry-run, with a meshbench campaign, --emulate-steps 0.
@@ -67,6 +68,24 @@ PY
 if command -v gnuplot > /dev/null; then
   [ "$(head -c 4 "$WORK/camp/report/predicted.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "no predicted.png"
 fi
+
+# a point this machine cannot start is skipped with the reason (here the
+# launcher's open files: 4 ranks need more than ulimit -n 78 allows), not
+# launched; the 2-rank point still runs
+sed -e 's/^name = emu/name = fit/' -e 's/^layouts = .*/layouts = tp=2/' "$WORK/emu.ini" > "$WORK/fit.ini"
+(ulimit -n 78; mt_guard python3 "$S" campaign "$WORK/fit.ini" --out "$WORK/cfit" --bin "$MT_BIN" \
+  --emulate --emulate-hw h200 --emulate-steps 1 > "$WORK/fit.log" 2>&1) ||
+  { cat "$WORK/fit.log"; fail "campaign --emulate under ulimit -n 78"; }
+cat "$WORK/fit.log"
+python3 - "$WORK/cfit" <<'PY' || fail "a point that does not fit is skipped with the reason"
+import csv, os, sys
+rows = {r["ranks"]: r for r in csv.DictReader(open(os.path.join(sys.argv[1], "predicted.csv")))}
+assert rows["2"]["status"] == "done", rows["2"]
+st = rows["4"]["status"]
+assert st.startswith("skipped: train.device = virtual: 4 ranks do not fit this machine: ") and \
+    "ulimit -n 78" in st, st
+assert not os.path.exists(os.path.join(sys.argv[1], "points", rows["4"]["point"], "predicted")), st
+PY
 
 bad() { # NAME REGEX ARGS...
   local name=$1 re=$2; shift 2

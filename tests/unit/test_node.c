@@ -229,6 +229,62 @@ static void test_mem_limit(void) {
            m.bytes, m.source);
 }
 
+/* mt_host_fit: each limit refuses in one line naming it, with the most ranks
+ * that fit, and that many do fit */
+static void test_host_fit(void) {
+  const double MiB = 1048576.0, GiB = 1073741824.0;
+  mt_host_rank_cost c = {.rank_bytes = 8 * MiB, .peer_bytes = 4096, .launcher_bytes = 64 * MiB,
+                         .threads = 3, .launcher_fds = 4, .shm_bytes = 256 * 1024};
+  mt_host_limits l = {.threads_now = 1000, .threads_max = 100000, .nproc = 50000,
+                      .nofile = 20000, .shm_free = 8 * GiB};
+  l.mem.bytes = 16 * GiB;
+  snprintf(l.mem.source, sizeof l.mem.source, "MemAvailable");
+  char why[512];
+  /* 512 ranks: 64 MiB + 512 x (8 MiB + 2 MiB) = 5.06 GiB */
+  MT_CHECK(mt_host_ranks_bytes(512, &c) == 64 * MiB + 512 * (8 * MiB + 512 * 4096.0), "bytes");
+  MT_CHECK(mt_host_fit(512, &c, &l, why, sizeof why) == 0 && why[0] == '\0', "512 fit: %s", why);
+  struct {
+    const char *what;
+    int ranks;
+    mt_host_limits lim;
+    const char *needle;
+  } cases[] = {
+      {"memory", 2048, l, "of host memory"},
+      {"ulimit -u", 512, l, "ulimit -u 1500"},
+      {"threads-max", 512, l, "threads-max 2000"},
+      {"ulimit -n", 512, l, "ulimit -n 1000"},
+      {"/dev/shm", 512, l, "/dev/shm"},
+  };
+  cases[1].lim.nproc = 1500;
+  cases[2].lim.threads_max = 2000;
+  cases[3].lim.nofile = 1000;
+  cases[4].lim.shm_free = 64 * MiB;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = mt_host_fit(cases[i].ranks, &c, &cases[i].lim, why, sizeof why);
+    MT_CHECK(rc != 0 && strstr(why, "ranks do not fit this machine") && strstr(why, cases[i].needle) &&
+                 !strchr(why, '\n'),
+             "%s: rc %d, '%s'", cases[i].what, rc, why);
+    const char *at = strstr(why, "at most ");
+    int most = at ? atoi(at + 8) : -1;
+    MT_CHECK(most > 0 && most < cases[i].ranks &&
+                 mt_host_fit(most, &c, &cases[i].lim, NULL, 0) == 0 &&
+                 mt_host_fit(most + 1, &c, &cases[i].lim, NULL, 0) != 0,
+             "%s: the offered %d ranks fit and one more does not", cases[i].what, most);
+  }
+  /* no figure: no refusal on that account */
+  mt_host_limits none;
+  memset(&none, 0, sizeof none);
+  MT_CHECK(mt_host_fit(100000, &c, &none, why, sizeof why) == 0, "no limits known: %s", why);
+  /* the fake root: loadavg's running/total, threads-max, meminfo */
+  put("proc/loadavg", "0.50 0.40 0.30 2/345 6789\n");
+  put("proc/sys/kernel/threads-max", "4096\n");
+  mt_host_limits r;
+  mt_host_limits_read(g_root, &r);
+  MT_CHECK(r.threads_now == 345 && r.threads_max == 4096 && r.mem.bytes > 0, "read: %.0f %.0f %.0f",
+           r.threads_now, r.threads_max, r.mem.bytes);
+  MT_CHECK(mt_host_self_bytes() > 1 * MiB, "this process: %.0f bytes", mt_host_self_bytes());
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank;
@@ -246,6 +302,7 @@ int main(int argc, char **argv) {
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     test_mem_limit();
+    test_host_fit();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd) != 0) fprintf(stderr, "test_node: note: could not remove %s\n", g_root);

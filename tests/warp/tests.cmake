@@ -23,3 +23,9 @@ mt_script_test(dtypes warp dtypes.sh)
 # on 16 ranks across nodes (hierarchical collectives, overlap, pipelines)
 mt_script_test(vs_plan warp vs_plan.sh)
 set_tests_properties(warp.vs_plan PROPERTIES RUN_SERIAL TRUE)
+# whether this machine can start N virtual ranks (meshtrain --check), and a
+# run launched anyway that the node's memory cannot hold: one line, exit 2
+mt_script_test(host_fit warp host_fit.sh)
+mt_script_test(virtual_host_memory badinput ../scripts/expect_fail.sh virtual_host_memory 4
+  "train.device = virtual: 4 ranks do not fit this machine: they need about [0-9]+ MiB of host memory .*\\(SLURM_MEM_PER_NODE\\)" ${T} --set train.virtual_hw=h200 --set ckpt.mode=none)
+set_property(TEST badinput.virtual_host_memory APPEND PROPERTY ENVIRONMENT SLURM_MEM_PER_NODE=60)

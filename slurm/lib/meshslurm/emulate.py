@@ -23,6 +23,9 @@ def emulation_sets(hw, steps, corpus, out):
             "output.dir=%s" % out]
 
 
+PROG_TRAIN = "meshtrain"
+
+
 def launcher():
     exe = os.environ.get("MT_MPIEXEC") or shutil.which("mpirun") or shutil.which("mpiexec")
     if not exe:
@@ -67,15 +70,29 @@ def emulate(plan, bin_dir, hw, steps, max_ranks, timeout_s):
             row["status"] = "skipped: %d ranks, more than --emulate-max-ranks %d" % (p["ranks"], max_ranks)
             print("  %-28s %s" % (p["id"], row["status"]))
             continue
-        shutil.rmtree(out, ignore_errors=True)
-        os.makedirs(out)
         sets = [s for s in p["_train_sets"]
                 if parse_assignment(s, "--set")[0] not in ("output.dir", "train.resume")]
         sets += emulation_sets(hw, steps, corpus, out)
-        cmd = [mpirun, "--oversubscribe", "-n", str(p["ranks"]), exe,
-               os.path.join(p["_run_dir"], "input.ini")]
+        cmd = [exe, os.path.join(p["_run_dir"], "input.ini")]
         for s in sets:
             cmd += ["--set", s]
+        # whether this machine can start the point's ranks (memory, threads,
+        # open files, /dev/shm), before minutes of start-up find out
+        chk = subprocess.run(cmd + ["--check", "--ranks", str(p["ranks"])], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, universal_newlines=True, env=env)
+        if chk.returncode != 0:
+            line = (chk.stderr.strip().splitlines() or ["exit %d" % chk.returncode])[-1]
+            line = line.replace(PROG_TRAIN + ": error: ", "")
+            if "do not fit this machine" in line:
+                row["status"] = "skipped: %s" % line
+            else:
+                failed += 1
+                row["status"] = "failed (exit %d): %s" % (chk.returncode, line)
+            print("  %-28s %s" % (p["id"], row["status"]))
+            continue
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        cmd = [mpirun, "--oversubscribe", "-n", str(p["ranks"])] + cmd
         with open(os.path.join(out, "emulate.log"), "w") as log:
             try:
                 rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
