@@ -802,6 +802,40 @@ void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc) {
   count(g, t0, bytes);
 }
 
+/* the dp engine's gradient reductions in bf16 (parallel.grad_reduce_dtype):
+ * non-blocking, each addition of two ranks' parts rounded to bf16 */
+void mt_iallreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc, mt_request *r) {
+  req_init(r, g);
+  const double bytes = mt_bytes_allreduce(n * sizeof(mt_bf16), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc, .req = r) ||
+      g->size == 1)
+    return;
+  u16_host_only(g, loc, "all-reduce");
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, as_count(n), MPI_UINT16_T, bf16_sum_op(),
+                              g->comm, &r->req));
+  count(g, t0, bytes);
+  r->active = 1;
+}
+
+void mt_ireduce_scatter_sum_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv,
+                                 const int *counts, mt_loc loc, mt_request *r) {
+  req_init(r, g);
+  size_t total = sum_counts(counts, g->size);
+  const double bytes = mt_bytes_reduce_scatter(total * sizeof(mt_bf16), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc, .req = r)) return;
+  u16_host_only(g, loc, "reduce-scatter");
+  if (g->size == 1) {
+    if (recv != send) memcpy(recv, send, (size_t)counts[0] * sizeof(mt_bf16));
+    return;
+  }
+  double t0 = mt_now();
+  MT_MPI_CHECK(MPI_Ireduce_scatter(send, recv, counts, MPI_UINT16_T, bf16_sum_op(), g->comm,
+                                   &r->req));
+  count(g, t0, bytes);
+  r->active = 1;
+}
+
 void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t outer,
                           size_t inner, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;

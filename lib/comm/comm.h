@@ -447,6 +447,12 @@ void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const
  * along a dimension (as mt_allgather_dim_f32, mt_reduce_scatter_dim_f32;
  * scratch holds 2 outer x inner bf16). */
 void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc);
+/* The dp engine's gradient reductions in bf16 (parallel.grad_reduce_dtype =
+ * bf16), non-blocking, as mt_iallreduce_sum_f32 and
+ * mt_ireduce_scatter_sum_f32 (counts in elements); host memory only. */
+void mt_iallreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc, mt_request *r);
+void mt_ireduce_scatter_sum_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv,
+                                 const int *counts, mt_loc loc, mt_request *r);
 void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t outer,
                           size_t inner, mt_loc loc);
 void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv, size_t outer,

@@ -166,7 +166,7 @@ static const mt_cfg_key g_keys[] = {
      "sequence parallelism: norm/residual regions hold seq_len/tp positions (tp > 1)", 0, 1,
      NULL},
     {"parallel.grad_reduce_dtype", MT_CFG_STRING, F(grad_reduce_dtype), "fp32",
-     "dtype of the dp x cp gradient reduction (bf16: not yet)", 0, 0, "fp32|bf16"},
+     "dtype of the dp x cp gradient reduction (bf16: needs train.precision = bf16)", 0, 0, "fp32|bf16"},
     {"parallel.zero", MT_CFG_INT, F(zero), "0",
      "ZeRO over dp: 1 shards AdamW moments, 2 also gradients, 3 also parameters", 0, 3, NULL},
     {"parallel.overlap_dp", MT_CFG_BOOL, F(overlap_dp), "true",

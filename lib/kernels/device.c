@@ -67,16 +67,22 @@ int mt_dtypes_resolve(mt_precision prec, mt_device_kind dev, const char *grad_dt
   if (parse_dtype("train.grad_dtype", grad_dtype, &g, msg, len) != 0 ||
       parse_dtype("parallel.grad_reduce_dtype", grad_reduce_dtype, &r, msg, len) != 0)
     return -1;
-  /* bf16 gradients need a bf16 accumulation in every backward op and a bf16
-   * reduction in comm: neither exists yet, so say so rather than run fp32 */
-  if (g == MT_FLOAT_BF16 || r == MT_FLOAT_BF16) {
-    snprintf(msg, len, "%s = bf16: not implemented yet (gradients accumulate and reduce in "
-                       "fp32; set it to fp32)",
-             g == MT_FLOAT_BF16 ? "train.grad_dtype" : "parallel.grad_reduce_dtype");
+  /* bf16 gradient accumulation needs a bf16 accumulation in every backward
+   * op: not built, so say so rather than run fp32 */
+  if (g == MT_FLOAT_BF16) {
+    snprintf(msg, len, "train.grad_dtype = bf16: not implemented yet (gradients accumulate in "
+                       "fp32, as Megatron-LM's and DeepSpeed's defaults; set it to fp32)");
     return -1;
   }
   mt_float_type store = prec == MT_PRECISION_BF16 && dev == MT_DEVICE_CPU ? MT_FLOAT_BF16
                                                                            : MT_FLOAT_FP32;
+  /* the bf16 reduction narrows and widens with the bf16 ops of the CPU's
+   * mixed precision */
+  if (r == MT_FLOAT_BF16 && store != MT_FLOAT_BF16) {
+    snprintf(msg, len, "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16 on the "
+                       "CPU (train.device = cpu); set it to fp32");
+    return -1;
+  }
   *out = (mt_dtypes){.master = MT_FLOAT_FP32, .weights = store, .acts = store, .msgs = store,
                      .grads = g, .grad_reduce = r};
   if (len) msg[0] = '\0';

@@ -191,6 +191,16 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
       for (int i = 0; i < (nb - 1 < 2 ? nb - 1 : 2); i++)
         pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part, sizeof(float));
   }
+  d->reduce16 = (flags & MT_DP_REDUCE_BF16) && bf;
+  if (d->reduce16) {
+    if (d->zero <= 1) d->grads16 = ops->alloc(MT_MEM_COMM, n * sizeof(mt_bf16));
+    if (d->zero == 1) d->shard16 = ops->alloc(MT_MEM_COMM, shard * sizeof(mt_bf16));
+    for (int i = 0; i < d->n_gbufs; i++) {
+      mt_pool_buf *pb = &d->gbufs[i];
+      pb->mem16 = ops->alloc(MT_MEM_COMM, pb->numel * sizeof(mt_bf16));
+      pb->part16 = ops->alloc(MT_MEM_COMM, pb->part_numel * sizeof(mt_bf16));
+    }
+  }
   if (d->zero == 3) {
     int U = reg->n_units;
     d->gather = mt_calloc((size_t)U, sizeof(mt_unit_gather));
@@ -227,6 +237,12 @@ void mt_dp_destroy(mt_dp *d) {
     o->free(MT_MEM_PARAMS, d->params_bf16,
             (d->zero == 3 ? d->reg->shard_numel : d->reg->numel_local) * sizeof(mt_bf16));
   for (int k = 0; k < d->reg->n_buckets; k++) mt_wait(&d->buckets[k].req);
+  if (d->grads16) o->free(MT_MEM_COMM, d->grads16, d->reg->numel_local * sizeof(mt_bf16));
+  if (d->shard16) o->free(MT_MEM_COMM, d->shard16, d->reg->shard_numel * sizeof(mt_bf16));
+  for (int i = 0; d->reduce16 && i < d->n_gbufs; i++) {
+    o->free(MT_MEM_COMM, d->gbufs[i].mem16, d->gbufs[i].numel * sizeof(mt_bf16));
+    o->free(MT_MEM_COMM, d->gbufs[i].part16, d->gbufs[i].part_numel * sizeof(mt_bf16));
+  }
   if (d->gather)
     for (int u = 0; u < d->reg->n_units; u++) mt_wait(&d->gather[u].req);
   size_t n = d->reg->numel_local, shard = d->reg->shard_numel;
@@ -326,13 +342,37 @@ static void launch(mt_dp *d, int k) {
   const mt_bucket_plan *p = plan_of(d, k);
   mt_bucket *b = &d->buckets[k];
   float *g = d->grads + p->begin;
-  if (d->zero)
+  if (d->reduce16) { /* narrowed, reduced in bf16; widened in bucket_wait */
+    mt_bf16 *h = d->grads16 + p->begin;
+    d->bf->from_f32(h, g, p->end - p->begin);
+    if (d->zero)
+      GRAD_CALL(d, k, mt_ireduce_scatter_sum_bf16(group_of(d, k), h, d->shard16 + p->shard_off,
+                                                  p->counts, d->ops->loc, &b->req));
+    else
+      GRAD_CALL(d, k, mt_iallreduce_sum_bf16(group_of(d, k), h, p->end - p->begin, d->ops->loc,
+                                             &b->req));
+    b->pending16 = 1;
+  } else if (d->zero)
     GRAD_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), g, d->grad_shard + p->shard_off,
                                                p->counts, d->ops->loc, &b->req));
   else
     GRAD_CALL(d, k, mt_iallreduce_sum_f32(group_of(d, k), g, p->end - p->begin, d->ops->loc,
                                           &b->req));
   b->launched = 1;
+}
+
+/* zero <= 1: bucket k's reduction done; one in bf16 widened into the fp32
+ * gradients (zero 0) or this rank's shard of them (zero 1) */
+static void bucket_wait(mt_dp *d, int k) {
+  mt_bucket *b = &d->buckets[k];
+  const mt_bucket_plan *p = plan_of(d, k);
+  mt_wait(&b->req);
+  if (!b->pending16) return;
+  b->pending16 = 0;
+  if (d->zero)
+    d->bf->to_f32(d->grad_shard + p->shard_off, d->shard16 + p->shard_off, part_len(d, k));
+  else
+    d->bf->to_f32(d->grads + p->begin, d->grads16 + p->begin, p->end - p->begin);
 }
 
 /* zero <= 1: every gradient at flat offset >= ready_from is final: launch
@@ -352,6 +392,7 @@ static void retire_bucket(mt_dp *d, int k) {
   mt_pool_buf *pb = &d->gbufs[b->buf];
   if (b->launched) {
     mt_wait(&b->req);
+    if (d->reduce16) d->bf->to_f32(pb->part, pb->part16, part_len(d, k));
     d->ops->axpy(d->grad_shard + plan_of(d, k)->shard_off, 1.0f, pb->part, part_len(d, k));
     b->launched = 0;
   }
@@ -405,8 +446,14 @@ static void launch_fill(mt_dp *d, int k) {
   const mt_bucket_plan *p = plan_of(d, k);
   mt_pool_buf *pb = &d->gbufs[b->buf];
   sum_partials(d, pb->mem, p->begin, p->begin, p->end);
-  GRAD_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), pb->mem, pb->part, p->counts,
-                                             d->ops->loc, &b->req));
+  if (d->reduce16) { /* narrowed, reduced in bf16; widened in retire_bucket */
+    d->bf->from_f32(pb->mem16, pb->mem, p->end - p->begin);
+    GRAD_CALL(d, k, mt_ireduce_scatter_sum_bf16(group_of(d, k), pb->mem16, pb->part16, p->counts,
+                                                d->ops->loc, &b->req));
+  } else {
+    GRAD_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), pb->mem, pb->part, p->counts,
+                                               d->ops->loc, &b->req));
+  }
   b->launched = 1;
   for (int j = 0; j < d->reg->n_buckets; j++) mt_progress(&d->buckets[j].req);
 }
@@ -460,7 +507,7 @@ void mt_dp_finish_sync(mt_dp *d) {
     if (!d->partial_done) sum_partials(d, d->grads, 0, 0, d->reg->numel_local);
     d->partial_done = 1;
     grads_ready(d, 0);
-    for (int k = 0; k < d->reg->n_buckets; k++) mt_wait(&d->buckets[k].req);
+    for (int k = 0; k < d->reg->n_buckets; k++) bucket_wait(d, k);
     return;
   }
   for (int k = 0; k < d->reg->n_buckets; k++) {

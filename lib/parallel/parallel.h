@@ -36,6 +36,7 @@ typedef struct {
   int buf;              /* zero >= 2: the gradient buffer it holds, -1 none */
   int hold;             /* pp: holds a tied tensor: reduced only at the end of the step,
                            after the stages summed it */
+  int pending16;        /* its bf16 reduction is in flight: widened into fp32 on completion */
 } mt_bucket;
 
 /* A unit's gathered parameters (ZeRO-3). */
@@ -50,6 +51,7 @@ typedef struct {
   void *mem;            /* its elements (fp32; a bf16 copy's gathered unit: bf16) */
   float *part;          /* gradient buffers: this rank's part of the reduce-scatter */
   size_t numel, part_numel, es; /* elements of mem and part; bytes of one of mem's */
+  mt_bf16 *mem16, *part16; /* gradient buffers reduced in bf16: mem and part narrowed */
   int owner;            /* bucket or unit using it, -1 free */
 } mt_pool_buf;
 
@@ -130,6 +132,13 @@ typedef struct {
    * mt_dp_finish_sync after it */
   double grad_bytes, grad_bytes_early;
   int in_finish;
+  /* gradient reductions in bf16 (MT_DP_REDUCE_BF16): the gradients are
+   * narrowed into these before the reduction and widened back after it
+   * (accumulation stays fp32): zero <= 1 grads16 (reg->numel_local) and,
+   * zero 1, shard16 (the shard); zero >= 2 each gradient buffer's mem16 and
+   * part16. Comm buffers (MT_MEM_COMM). */
+  int reduce16;
+  mt_bf16 *grads16, *shard16;
 } mt_dp;
 
 /* Allocates the state and builds the buckets' run-time state from reg's
@@ -148,7 +157,11 @@ enum {
    * accumulate over the run before one reduction (ZeRO-2/3: a gradient
    * buffer per bucket, the stage's gradients whole, as ZeRO-1 holds them);
    * the shards of the optimizer state stay as they are */
-  MT_DP_RUNS = 2
+  MT_DP_RUNS = 2,
+  /* gradients reduced in bf16 over dp x cp (parallel.grad_reduce_dtype =
+   * bf16; needs the bf16 ops, mt_dp_create_bf16): half the bytes, each
+   * addition of two ranks' parts rounded to bf16; they accumulate in fp32 */
+  MT_DP_REDUCE_BF16 = 4
 };
 void mt_dp_create(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg, const mt_ops *ops,
                   const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay,

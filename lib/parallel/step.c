@@ -39,7 +39,8 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   mt_dp_create_bf16(&s->dp, &dg, reg, ops, par.bf16, &s->model.tp, o->beta1, o->beta2, o->eps,
                     o->weight_decay,
                     (s->model.split_backward ? MT_DP_OPEN_FILLS : 0) |
-                        (pp > 1 && o->sched == MT_SCHED_BFS ? MT_DP_RUNS : 0));
+                        (pp > 1 && o->sched == MT_SCHED_BFS ? MT_DP_RUNS : 0) |
+                        (o->dtypes.grad_reduce == MT_FLOAT_BF16 ? MT_DP_REDUCE_BF16 : 0));
   if (pp > 1) {
     s->tied_numel = mt_pp_tied_numel(reg);
     if (s->tied_numel) s->tied_scratch = ops->alloc(MT_MEM_COMM, s->tied_numel * sizeof(float));

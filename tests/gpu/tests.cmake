@@ -31,6 +31,9 @@ mt_script_test(bf16_ulysses_refused badinput ../scripts/expect_fail.sh bf16_ulys
   "train.precision = bf16 on the CPU is implemented for dense models with ring context parallelism or none. parallel.cp = 2 with cp_mode = ulysses" ${T} --set train.precision=bf16 --set parallel.cp=2 --set parallel.cp_mode=ulysses)
 mt_script_test(grad_dtype_bf16_refused badinput ../scripts/expect_fail.sh grad_dtype_bf16_refused 2
   "train.grad_dtype = bf16: not implemented yet" ${T} --set train.precision=bf16 --set train.grad_dtype=bf16)
+# the bf16 gradient reduction narrows with the CPU's bf16 ops: fp32 runs refuse it
+mt_script_test(grad_reduce_bf16_fp32 badinput ../scripts/expect_fail.sh grad_reduce_bf16_fp32 2
+  "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16 on the CPU" ${T} --set parallel.dp=2 --set parallel.grad_reduce_dtype=bf16)
 # the virtual device computes no values and prices activations by its
 # profile's act_bytes: bf16 storage is refused there rather than ignored
 mt_script_test(bf16_virtual_refused badinput ../scripts/expect_fail.sh bf16_virtual_refused 2

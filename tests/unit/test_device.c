@@ -89,6 +89,13 @@ int main(void) {
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_FP32, MT_DEVICE_CPU, "fp32", "bf16", &d, msg,
                                sizeof msg) != 0 && strstr(msg, "parallel.grad_reduce_dtype = bf16"),
              "grad_reduce_dtype bf16: '%s'", msg);
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, MT_DEVICE_CPU, "fp32", "bf16", &d, msg,
+                               sizeof msg) == 0 &&
+                 d.grad_reduce == MT_FLOAT_BF16 && d.grads == MT_FLOAT_FP32,
+             "bf16 reduction under bf16 on the CPU: %s", msg);
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, MT_DEVICE_CUDA, "fp32", "bf16", &d, msg,
+                               sizeof msg) != 0 && strstr(msg, "parallel.grad_reduce_dtype = bf16"),
+             "grad_reduce_dtype bf16 on CUDA: '%s'", msg);
   }
 
   /* GPU per node-local rank */
