@@ -752,7 +752,7 @@ void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, co
                                mt_loc loc) {
   size_t total = sum_counts(counts, g->size);
   const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc) || g->size == 1) return;
   u16_host_only(g, loc, "all-gather");
   double t0 = mt_now();
   MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
@@ -765,7 +765,7 @@ void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const
   req_init(r, g);
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc, .req = r)) return;
   u16_host_only(g, loc, "all-gather");
   if (g->size == 1) {
     memcpy(recv + displs[0], send, mine * sizeof(uint16_t));
@@ -795,7 +795,7 @@ static MPI_Op bf16_sum_op(void) {
 
 void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc) {
   const double bytes = mt_bytes_allreduce(n * sizeof(mt_bf16), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes) || g->size == 1) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc) || g->size == 1) return;
   u16_host_only(g, loc, "all-reduce");
   double t0 = mt_now();
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_UINT16_T, bf16_sum_op(), g->comm));
@@ -840,7 +840,7 @@ void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, siz
                           size_t inner, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_allgather(size * n * sizeof(uint16_t), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc)) return;
   u16_host_only(g, loc, "all-gather");
   if (g->size == 1) {
     if (recv != send) memcpy(recv, send, n * sizeof(uint16_t));
@@ -864,7 +864,7 @@ void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv,
                                 size_t inner, mt_bf16 *scratch, mt_loc loc) {
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_reduce_scatter(size * n * sizeof(mt_bf16), g->size);
-  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes)) return;
+  if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc)) return;
   u16_host_only(g, loc, "reduce-scatter");
   if (g->size == 1) {
     if (recv != send) memcpy(recv, send, n * sizeof(mt_bf16));

@@ -56,14 +56,15 @@ static int pair_inside(const mt_group *g, int peer) {
   return node_of(g->world0 + g->rank * g->stride) == node_of(g->world0 + peer * g->stride);
 }
 
-/* The bytes a call's time is priced for. The code's messages are fp32 and
- * are counted so (the plan's figures); a profile of a mixed-precision
+/* The bytes a call's time is priced for. An fp32 run's messages are fp32
+ * and are counted so (the plan's figures); a profile of a mixed-precision
  * device (act_bytes 2) trains as meshplan's default dtypes for it say:
  * activations' messages (tp, sp, cp, pp, ep) and the weights' gathers in
- * bf16, the gradients' reductions (dp_cp, dp, edp) in fp32. */
+ * bf16, the gradients' reductions (dp_cp, dp, edp) in fp32. A bf16 run
+ * (train.precision = bf16) sends each in its own dtype: priced as counted. */
 static double priced_bytes(const mt_group *g, const mt_coll *c) {
   const double ab = mt_vclock_price()->act_bytes;
-  if (!(ab > 0) || ab >= 4) return c->bytes;
+  if (!(ab > 0) || ab >= 4 || mt_vclock_price()->bytes_as_sent) return c->bytes;
   int grads = (c->kind == MT_COLL_REDUCE || c->kind == MT_COLL_SCATTER) && /* sum, sum-scatter */
               (!strcmp(g->name, "dp_cp") || !strcmp(g->name, "dp") || !strcmp(g->name, "edp"));
   return grads ? c->bytes : c->bytes * ab / 4.0;

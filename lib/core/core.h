@@ -395,6 +395,8 @@ typedef struct {
   double overlap;              /* share of its rate a collective keeps beside compute */
   double stage_us;             /* a pipeline op's overhead beyond its compute */
   int coll_flat;               /* collectives across nodes flat, not hierarchical */
+  int bytes_as_sent;           /* the run sends each message in its own dtype (a bf16 run):
+                                  priced as counted, not rescaled by act_bytes */
 } mt_price;
 /* achievable GFLOP/s of a matmul of `flops`: log-log interpolation between
  * the profile's points, flat beyond them */

@@ -74,13 +74,16 @@ int mt_dtypes_resolve(mt_precision prec, mt_device_kind dev, const char *grad_dt
                        "fp32, as Megatron-LM's and DeepSpeed's defaults; set it to fp32)");
     return -1;
   }
-  mt_float_type store = prec == MT_PRECISION_BF16 && dev == MT_DEVICE_CPU ? MT_FLOAT_BF16
-                                                                           : MT_FLOAT_FP32;
+  /* (the virtual device emulates the CPU's bf16 state: the same tensors) */
+  mt_float_type store =
+      prec == MT_PRECISION_BF16 && (dev == MT_DEVICE_CPU || dev == MT_DEVICE_VIRTUAL)
+          ? MT_FLOAT_BF16
+          : MT_FLOAT_FP32;
   /* the bf16 reduction narrows and widens with the bf16 ops of the CPU's
    * mixed precision */
   if (r == MT_FLOAT_BF16 && store != MT_FLOAT_BF16) {
     snprintf(msg, len, "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16 on the "
-                       "CPU (train.device = cpu); set it to fp32");
+                       "CPU (or train.device = virtual); set it to fp32");
     return -1;
   }
   *out = (mt_dtypes){.master = MT_FLOAT_FP32, .weights = store, .acts = store, .msgs = store,

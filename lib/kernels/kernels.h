@@ -451,8 +451,12 @@ typedef struct mt_ops_bf16 {
 const mt_ops_bf16 *mt_ops_bf16_cpu(void);
 /* The null backend's (see mt_ops_null): every op empty, for the plan. */
 const mt_ops_bf16 *mt_ops_bf16_null(void);
+/* The virtual device's (mt_ops_virtual): each op priced as its fp32 form
+ * at the price's act_bytes, every member filled. */
+const mt_ops_bf16 *mt_ops_bf16_virtual(void);
 /* The bf16 table that computes on ops' tensors: the CPU's for mt_ops_cpu,
- * the null one for mt_ops_null, NULL for any other backend (CUDA). */
+ * the null one for mt_ops_null, the virtual one for mt_ops_virtual, NULL for
+ * any other backend (CUDA). */
 const mt_ops_bf16 *mt_ops_bf16_of(const mt_ops *ops);
 
 /* ------------------------------------------------------------------ */

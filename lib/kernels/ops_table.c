@@ -37,5 +37,6 @@ int mt_ops_missing(const mt_ops *ops, char *names, size_t len) {
 const mt_ops_bf16 *mt_ops_bf16_of(const mt_ops *ops) {
   if (ops == mt_ops_cpu() || ops == mt_ops_cpu_traced()) return mt_ops_bf16_cpu();
   if (ops == mt_ops_null()) return mt_ops_bf16_null();
+  if (ops == mt_ops_virtual()) return mt_ops_bf16_virtual();
   return NULL;
 }

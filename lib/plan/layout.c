@@ -274,14 +274,6 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   /* the virtual device: a profile that prices (its [cost] section), and
    * no checkpoint (a virtual run holds no values) */
   if (strcmp(cfg->device, "virtual") == 0) {
-    /* the emulation prices activations by the profile's act_bytes and
-     * computes no values, so bf16 storage would change nothing it measures */
-    if (prec == MT_PRECISION_BF16) {
-      mt_err_set(e, "train.precision = bf16: train.device = virtual emulates fp32 storage only "
-                    "(its profile's act_bytes prices the activations); set train.precision = "
-                    "fp32");
-      return -1;
-    }
     mt_cost_profile vp;
     mt_err vwhy = {0};
     if (!cfg->virtual_hw[0]) {

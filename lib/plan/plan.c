@@ -56,6 +56,11 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   mt_step_opts o;
   mt_step_groups g;
   mt_layout_step_opts(cfg, lay, &w->mesh, l0l1, &o, &g);
+  /* priced (meshplan): the step as the run counts it in fp32, which the
+   * cost model rescales by the dtypes it prices (mt_cost_dtypes) */
+  if (price) o.dtypes = (mt_dtypes){.master = MT_FLOAT_FP32, .weights = MT_FLOAT_FP32,
+                                    .acts = MT_FLOAT_FP32, .msgs = MT_FLOAT_FP32,
+                                    .grads = MT_FLOAT_FP32, .grad_reduce = MT_FLOAT_FP32};
   int rc = mt_step_create(&w->step, &o, &g, price ? mt_ops_virtual() : mt_ops_null(), e);
   free(l0l1);
   if (rc == 0) {

@@ -112,11 +112,19 @@ static void virtual_setup(mt_trainer *t) {
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_price price;
   mt_cost_price(&t->vprof, &price);
+  /* a bf16 run (train.precision = bf16): its activations are 2 bytes
+   * whatever the profile's act_bytes, and its messages are counted in the
+   * dtypes they are sent in */
+  const int bf16 = t->lay.dtypes.acts == MT_FLOAT_BF16;
+  if (bf16) {
+    price.act_bytes = 2.0;
+    price.bytes_as_sent = 1;
+  }
   mt_vclock_start(&price);
   mt_ops_null_moe_skew(cfg->virtual_moe_skew);
   mt_mesh_set_virtual(&t->mesh);
   t->device = MT_DEVICE_VIRTUAL;
-  t->precision = MT_PRECISION_FP32;
+  t->precision = bf16 ? MT_PRECISION_BF16 : MT_PRECISION_FP32;
   t->gpu = -1;
   mt_info0("meshtrain: device virtual: %d ranks emulated as %s devices (%d per node), ops and "
            "messages priced by its [cost] section; times are virtual",

@@ -34,10 +34,6 @@ mt_script_test(grad_dtype_bf16_refused badinput ../scripts/expect_fail.sh grad_d
 # the bf16 gradient reduction narrows with the CPU's bf16 ops: fp32 runs refuse it
 mt_script_test(grad_reduce_bf16_fp32 badinput ../scripts/expect_fail.sh grad_reduce_bf16_fp32 2
   "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16 on the CPU" ${T} --set parallel.dp=2 --set parallel.grad_reduce_dtype=bf16)
-# the virtual device computes no values and prices activations by its
-# profile's act_bytes: bf16 storage is refused there rather than ignored
-mt_script_test(bf16_virtual_refused badinput ../scripts/expect_fail.sh bf16_virtual_refused 2
-  "train.precision = bf16: train.device = virtual emulates fp32 storage only" ${T} --set train.device=virtual --set train.virtual_hw=h200 --set ckpt.mode=none --set train.precision=bf16)
 mt_script_test(grad_dtype_unknown badinput ../scripts/expect_fail.sh grad_dtype_unknown 2
   "train.grad_dtype: 'fp8' is not one of fp32.bf16" ${T} --set train.grad_dtype=fp8)
 mt_script_test(bad_device badinput ../scripts/expect_fail.sh bad_device 1

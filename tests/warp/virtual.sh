@@ -2,7 +2,8 @@
 # real multi-rank runs whose ops compute nothing and move a virtual clock,
 # and whose messages carry timestamps over MPI. For RANKS = 16: a tp x pp x
 # dp layout with interleaving and ZeRO-1 (run twice), tp x cp (ring) x pp x
-# dp with sequence parallelism, and MoE with ep over a tp x pp x dp mesh;
+# dp with sequence parallelism, MoE with ep over a tp x pp x dp mesh, and
+# the first layout in bf16 (train.precision, grad_reduce_dtype);
 # for RANKS = 64 an interleaved tp 2 x pp 4 x dp 8. Each run's memory per
 # category and bytes per group (summary.json) equal `meshtrain --plan`
 # exactly (plan_vs_run.py); the causality checks ran (a receive never
@@ -21,7 +22,8 @@ if [ "$1" = 16 ]; then
   cases=("dtp 16 --set train.global_batch=32 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"
          "dtp_again 16 --set train.global_batch=32 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"
          "cpring 16 --set train.global_batch=32 --set parallel.tp=2 --set parallel.cp=2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.sp=true --set parallel.zero=1"
-         "moe_ep 16 --set train.global_batch=32 --set model.moe_experts=8 --set model.moe_topk=2 --set parallel.ep=4 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1")
+         "moe_ep 16 --set train.global_batch=32 --set model.moe_experts=8 --set model.moe_topk=2 --set parallel.ep=4 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1"
+         "dtp_bf16 16 --set train.global_batch=32 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.precision=bf16 --set parallel.grad_reduce_dtype=bf16")
 else
   cases=("r64 64 --set train.global_batch=64 --set parallel.tp=2 --set parallel.pp=4 --set parallel.dp=8 --set parallel.zero=1 --set parallel.schedule=interleaved --set parallel.virtual_stages=2")
 fi
@@ -63,6 +65,23 @@ if "dtp" in names:  # the same run twice: the same virtual times, every field
     b = [{k: r[k] for k in keep} for r in lines("dtp_again")]
     if a != b:
         print("FAIL: the same virtual run twice gave different times:\n%s\n%s" % (a, b)); bad += 1
+if "dtp_bf16" in names:
+    # bf16 on a bf16 profile (h200, act_bytes 2): the profile already priced
+    # the fp32 run's activation messages and gathers in bf16, so the run that
+    # sends them in bf16 costs the same but for its casts and the gradient
+    # reduction, now bf16 too; activations half of fp32's
+    f, h = lines("dtp")[-1], lines("dtp_bf16")[-1]
+    ratio = h["step_s"] / f["step_s"]
+    act = h["mem_peak_bytes"]["activations"] / f["mem_peak_bytes"]["activations"]
+    print("bf16/fp32 on h200: virtual step %.4f, activations %.3f, dp bytes %d / %d"
+          % (ratio, act, h["dp_bytes"], f["dp_bytes"]))
+    if not (0.9 <= ratio <= 1.02):
+        print("FAIL: bf16 virtual step %.4f of fp32's, expected 0.9-1.02" % ratio); bad += 1
+    if not (0.45 <= act <= 0.55):
+        print("FAIL: bf16 activations %.3f of fp32's, expected about 0.5" % act); bad += 1
+    if not h["dp_bytes"] < 0.8 * f["dp_bytes"]:
+        print("FAIL: the bf16 reduction sent %d dp bytes against fp32's %d"
+              % (h["dp_bytes"], f["dp_bytes"])); bad += 1
 sys.exit(1 if bad else 0)
 PY
 echo PASS

@@ -197,6 +197,167 @@ static double v_sumsq(const float *x, size_t n) {
 }
 static void v_scale(float *x, float s, size_t n) { ELEM(8.0 * n); }
 
+/* ---- the bf16 table (train.precision = bf16): each op priced as its fp32
+ * form (the operands' dtype is the price's act_bytes, the run's: 2), which
+ * reads no operand, so the bf16 pointers go through as they are ---- */
+typedef mt_bf16 bf;
+#define F(x) ((float *)(void *)(x))
+#define CF(x) ((const float *)(const void *)(x))
+static mt_ops_bf16 g_virt_bf16;
+
+static void vb_matmul_forward(bf *out, const bf *inp, const bf *w, const bf *bias, int N, int C,
+                              int OC) {
+  g_virt.matmul_forward(F(out), CF(inp), CF(w), CF(bias), N, C, OC);
+}
+static void vb_matmul_backward(bf *dinp, float *dw, float *dbias, const bf *dout, const bf *inp,
+                               const bf *w, int N, int C, int OC) {
+  g_virt.matmul_backward(F(dinp), dw, dbias, CF(dout), CF(inp), CF(w), N, C, OC);
+}
+static void vb_grouped_matmul_forward(bf *out, const bf *inp, const bf *w, const bf *bias,
+                                      const int *off, int G, int C, int OC) {
+  g_virt.grouped_matmul_forward(F(out), CF(inp), CF(w), CF(bias), off, G, C, OC);
+}
+static void vb_grouped_matmul_backward(bf *dinp, float *dw, float *dbias, const bf *dout,
+                                       const bf *inp, const bf *w, const int *off, int G, int C,
+                                       int OC) {
+  g_virt.grouped_matmul_backward(F(dinp), dw, dbias, CF(dout), CF(inp), CF(w), off, G, C, OC);
+}
+static void vb_gather_rows(bf *out, const bf *inp, const int *idx, int n, int C) {
+  g_virt.gather_rows(F(out), CF(inp), idx, n, C);
+}
+static void vb_moe_combine(bf *out, const bf *y, const int *slot, const float *w, int N, int C,
+                           int k) {
+  g_virt.moe_combine(F(out), CF(y), slot, w, N, C, k);
+}
+static void vb_moe_combine_backward(bf *dy, float *dw, const bf *dout, const bf *y,
+                                    const int *slot, const float *w, int N, int C, int k) {
+  g_virt.moe_combine_backward(F(dy), dw, CF(dout), CF(y), slot, w, N, C, k);
+}
+static void vb_moe_gather_sum(bf *dx, const bf *src, const int *slot, int N, int C, int k) {
+  g_virt.moe_gather_sum(F(dx), CF(src), slot, N, C, k);
+}
+static void vb_encoder_forward(bf *out, const int *inp, const bf *wte, const bf *wpe, int B,
+                               int T, int C) {
+  g_virt.encoder_forward(F(out), inp, CF(wte), CF(wpe), B, T, C);
+}
+static void vb_encoder_backward(float *dwte, float *dwpe, const bf *dout, const int *inp, int B,
+                                int T, int C) {
+  g_virt.encoder_backward(dwte, dwpe, CF(dout), inp, B, T, C);
+}
+static void vb_encoder_vp_forward(bf *out, const int *inp, const bf *wte, int v0, int Vl,
+                                  const bf *wpe, int B, int T, int C) {
+  g_virt.encoder_vp_forward(F(out), inp, CF(wte), v0, Vl, CF(wpe), B, T, C);
+}
+static void vb_encoder_vp_backward(float *dwte, float *dwpe, const bf *dout, const int *inp,
+                                   int v0, int Vl, int B, int T, int C) {
+  g_virt.encoder_vp_backward(dwte, dwpe, CF(dout), inp, v0, Vl, B, T, C);
+}
+static void vb_layernorm_forward(bf *out, float *mean, float *rstd, const bf *inp, const bf *w,
+                                 const bf *b, int N, int C) {
+  g_virt.layernorm_forward(F(out), mean, rstd, CF(inp), CF(w), CF(b), N, C);
+}
+static void vb_layernorm_backward(bf *dinp, float *dw, float *db, const bf *dout, const bf *inp,
+                                  const bf *w, const float *mean, const float *rstd, int N,
+                                  int C) {
+  g_virt.layernorm_backward(F(dinp), dw, db, CF(dout), CF(inp), CF(w), mean, rstd, N, C);
+}
+static void vb_gelu_forward(bf *out, const bf *inp, size_t n) {
+  g_virt.gelu_forward(F(out), CF(inp), n);
+}
+static void vb_gelu_backward(bf *dinp, const bf *inp, const bf *dout, size_t n) {
+  g_virt.gelu_backward(F(dinp), CF(inp), CF(dout), n);
+}
+static void vb_residual_forward(bf *out, const bf *a, const bf *b, size_t n) {
+  g_virt.residual_forward(F(out), CF(a), CF(b), n);
+}
+static void vb_attn_forward(const mt_attn_block *a, bf *out, float *lse, const bf *q,
+                            const bf *k, const bf *v) {
+  g_virt.attn_forward(a, F(out), lse, CF(q), CF(k), CF(v));
+}
+static void vb_attn_merge(const mt_attn_block *a, bf *out, float *lse, const bf *part,
+                          const float *part_lse) {
+  g_virt.attn_merge(a, F(out), lse, CF(part), part_lse);
+}
+static void vb_attn_backward(const mt_attn_block *a, bf *dq, bf *dk, bf *dv, const bf *dout,
+                             const bf *out, const float *lse, const bf *q, const bf *k,
+                             const bf *v) {
+  g_virt.attn_backward(a, F(dq), F(dk), F(dv), CF(dout), CF(out), lse, CF(q), CF(k), CF(v));
+}
+static void vb_softmax_xent_forward(float *losses, bf *probs, const bf *logits,
+                                    const int *targets, int N, int V, int Vp) {
+  g_virt.softmax_xent_forward(losses, F(probs), CF(logits), targets, N, V, Vp);
+}
+static void vb_softmax_xent_backward(bf *dlogits, const bf *probs, const int *targets,
+                                     float dloss, int N, int V, int Vp) {
+  g_virt.softmax_xent_backward(F(dlogits), CF(probs), targets, dloss, N, V, Vp);
+}
+static void vb_xent_vp_max(float *rowmax, const bf *logits, int N, int Vl, int nvalid) {
+  g_virt.xent_vp_max(rowmax, CF(logits), N, Vl, nvalid);
+}
+static void vb_xent_vp_exp(double *stats, const bf *logits, const float *rowmax,
+                           const int *targets, int v0, int N, int Vl, int nvalid) {
+  g_virt.xent_vp_exp(stats, NULL, CF(logits), rowmax, targets, v0, N, Vl, nvalid);
+}
+static void vb_xent_vp_finish(float *losses, bf *probs, const bf *logits, const double *stats,
+                              const float *rowmax, int N, int Vl, int nvalid) {
+  g_virt.xent_vp_finish(losses, F(probs), stats, rowmax, N, Vl, nvalid);
+}
+static void vb_xent_vp_backward(bf *dlogits, const bf *probs, const int *targets, int v0,
+                                float dloss, int N, int Vl, int nvalid) {
+  g_virt.xent_vp_backward(F(dlogits), CF(probs), targets, v0, dloss, N, Vl, nvalid);
+}
+static void vb_adamw_update(float *param, bf *param_bf16, const float *grad, float *m, float *v,
+                            size_t n, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, int t) {
+  /* the fp32 update and, in the same pass, the copy written */
+  advance("adamw_update",
+          mt_price_elem_s(P, 7.0 * 4.0 * n + (param_bf16 ? sizeof(bf) * (double)n : 0.0)));
+}
+static void vb_zero(bf *x, size_t n) { ELEM(sizeof(bf) * (double)n); }
+static void vb_copy(bf *dst, const bf *src, size_t n) { g_virt.copy(F(dst), CF(src), n); }
+static void vb_axpy(bf *y, float a, const bf *x, size_t n) { ELEM(3.0 * sizeof(bf) * n); }
+static void vb_scale(bf *x, float s, size_t n) { ELEM(2.0 * sizeof(bf) * n); }
+static double vb_sum(const bf *x, size_t n) {
+  ELEM(sizeof(bf) * (double)n);
+  return 0.0;
+}
+static double vb_sumsq(const bf *x, size_t n) {
+  ELEM(sizeof(bf) * (double)n);
+  return 0.0;
+}
+static void vb_copy_2d(bf *dst, size_t ld_dst, const bf *src, size_t ld_src, size_t rows,
+                       size_t cols) {
+  g_virt.copy_2d(F(dst), ld_dst, CF(src), ld_src, rows, cols);
+}
+static void vb_add_2d(bf *dst, size_t ld_dst, const bf *src, size_t ld_src, size_t rows,
+                      size_t cols) {
+  g_virt.add_2d(F(dst), ld_dst, CF(src), ld_src, rows, cols);
+}
+/* the casts read 4 + write 2 bytes an element or the reverse */
+static void vb_from_f32(bf *dst, const float *src, size_t n) { ELEM(6.0 * n); }
+static void vb_to_f32(float *dst, const bf *src, size_t n) { ELEM(6.0 * n); }
+#undef F
+#undef CF
+
+const mt_ops_bf16 *mt_ops_bf16_virtual(void) {
+  mt_ops_virtual();
+  if (g_virt_bf16.name) return &g_virt_bf16;
+  g_virt_bf16.name = "virtual-bf16";
+#define PRICED(m) g_virt_bf16.m = vb_##m;
+  PRICED(matmul_forward) PRICED(matmul_backward) PRICED(grouped_matmul_forward)
+  PRICED(grouped_matmul_backward) PRICED(gather_rows) PRICED(moe_combine)
+  PRICED(moe_combine_backward) PRICED(moe_gather_sum) PRICED(encoder_forward)
+  PRICED(encoder_backward) PRICED(encoder_vp_forward) PRICED(encoder_vp_backward)
+  PRICED(layernorm_forward) PRICED(layernorm_backward) PRICED(gelu_forward)
+  PRICED(gelu_backward) PRICED(residual_forward) PRICED(attn_forward) PRICED(attn_merge)
+  PRICED(attn_backward) PRICED(softmax_xent_forward) PRICED(softmax_xent_backward)
+  PRICED(xent_vp_max) PRICED(xent_vp_exp) PRICED(xent_vp_finish) PRICED(xent_vp_backward)
+  PRICED(adamw_update) PRICED(zero) PRICED(copy) PRICED(axpy) PRICED(scale) PRICED(sum)
+  PRICED(sumsq) PRICED(copy_2d) PRICED(add_2d) PRICED(from_f32) PRICED(to_f32)
+#undef PRICED
+  return &g_virt_bf16;
+}
+
 const mt_ops *mt_ops_virtual(void) {
   if (g_null) return &g_virt;
   g_null = mt_ops_null();

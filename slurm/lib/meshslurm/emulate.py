@@ -15,10 +15,9 @@ from .common import BadInput, PROG, parse_assignment
 
 # the keys the emulation sets over a point's own (they win)
 def emulation_sets(hw, steps, corpus, out):
+    # (a bf16 job emulates its bf16 state: memory and messages as it runs)
     return ["train.device=virtual", "train.virtual_hw=%s" % hw,
-            # the virtual device stores fp32 and prices activations by the
-            # profile's act_bytes: a bf16 job is priced as bf16 all the same
-            "train.precision=fp32", "ckpt.mode=none", "train.steps=%d" % steps,
+            "ckpt.mode=none", "train.steps=%d" % steps,
             "train.eval_every=0", "data.train=%s" % corpus, "data.val=",
             "output.dir=%s" % out]
 
