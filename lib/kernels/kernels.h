@@ -279,6 +279,12 @@ void mt_ops_null_reset(void);
  * every op moves the rank's virtual clock (core's mt_vclock) on by its
  * price from mt_vclock_price(); start the clock before the first op. */
 const mt_ops *mt_ops_virtual(void);
+/* The compute members of ops that are still base's (a priced table built
+ * over the null one: an op the cost model has no price for), as
+ * "a, b, ..." in names; returns how many. alloc, free, upload, download
+ * and sync are not priced. MT_TEST_VIRTUAL_UNPRICED=member (tests only)
+ * leaves that member of mt_ops_virtual unpriced. */
+int mt_ops_unpriced(const mt_ops *ops, const mt_ops *base, char *names, size_t len);
 /* The synthetic routing of the null and virtual tables: skew 0 is the
  * balanced round-robin; skew s > 0 draws each token's experts from a Zipf
  * law over the experts (expert e's share proportional to 1 / (e + 1)^s,

@@ -34,6 +34,24 @@ int mt_ops_missing(const mt_ops *ops, char *names, size_t len) {
   return n;
 }
 
+int mt_ops_unpriced(const mt_ops *ops, const mt_ops *base, char *names, size_t len) {
+  int n = 0;
+  if (names && len) names[0] = '\0';
+  /* memory and its moves take no time on a priced table: the base's */
+  static const char *const free_ops[] = {"alloc", "free", "upload", "download", "sync"};
+#define MT_OPS_PRICED_ONE(member, optional)                                                \
+  {                                                                                        \
+    int exempt = 0;                                                                        \
+    for (size_t i = 0; i < sizeof free_ops / sizeof free_ops[0]; i++)                      \
+      exempt |= strcmp(free_ops[i], #member) == 0;                                         \
+    if (!exempt && (void (*)(void))ops->member == (void (*)(void))base->member)            \
+      append_name(names, len, n++, #member);                                               \
+  }
+  MT_OPS_MEMBERS(MT_OPS_PRICED_ONE)
+#undef MT_OPS_PRICED_ONE
+  return n;
+}
+
 const mt_ops_bf16 *mt_ops_bf16_of(const mt_ops *ops) {
   if (ops == mt_ops_cpu() || ops == mt_ops_cpu_traced()) return mt_ops_bf16_cpu();
   if (ops == mt_ops_null()) return mt_ops_bf16_null();

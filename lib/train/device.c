@@ -109,6 +109,13 @@ static void virtual_setup(mt_trainer *t) {
   mt_err err = {0};
   /* (the plan's validation accepted the profile and the checkpoint keys) */
   mt_cost_profile_load(&t->vprof, cfg->virtual_hw, &err);
+  /* every op the model may call has a price (a new op added to the table
+   * without one would run free, and every time with it would be wrong) */
+  char unpriced[512];
+  if (!err.failed && mt_ops_unpriced(mt_ops_virtual(), mt_ops_null(), unpriced,
+                                     sizeof unpriced) > 0)
+    mt_err_set(&err, "train.device = virtual: the cost model has no price for op %s (each op "
+                     "of the op table needs one on the virtual device)", unpriced);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_price price;
   mt_cost_price(&t->vprof, &price);

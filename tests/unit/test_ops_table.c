@@ -1,4 +1,5 @@
-/* test_ops_table: the op tables are complete (mt_ops_missing).
+/* test_ops_table: the op tables are complete (mt_ops_missing), and the
+ * virtual device's prices every compute op (mt_ops_unpriced).
  * - The CPU backend fills every member: none missing, empty list.
  * - The check finds what it should: with members cleared from a copy of the
  *   CPU table, it counts them and names them in table order (the block
@@ -47,6 +48,21 @@ int main(void) {
   only.copy_2d = NULL;
   n = mt_ops_missing(&only, names, sizeof names);
   MT_CHECK(n == 1 && strcmp(names, "copy_2d") == 0, "copy_2d cleared: %d, '%s'", n, names);
+
+  /* the virtual device's table prices every compute op of the null one it
+   * is built on; the null table against itself: every compute op reported,
+   * memory and its moves (alloc, free, upload, download, sync) never */
+  n = mt_ops_unpriced(mt_ops_virtual(), mt_ops_null(), names, sizeof names);
+  MT_CHECK(n == 0 && names[0] == '\0', "virtual op table: %d op(s) unpriced: %s", n, names);
+  n = mt_ops_unpriced(mt_ops_null(), mt_ops_null(), names, sizeof names);
+  MT_CHECK(n > 30 && strncmp(names, "zero, copy, axpy, sum, encoder_forward", 38) == 0 &&
+               !strstr(names, "alloc") && !strstr(names, "sync") && !strstr(names, "upload"),
+           "null against itself: %d, '%.60s'", n, names);
+  mt_ops v = *mt_ops_virtual();
+  v.attn_backward = mt_ops_null()->attn_backward;
+  n = mt_ops_unpriced(&v, mt_ops_null(), names, sizeof names);
+  MT_CHECK(n == 1 && strcmp(names, "attn_backward") == 0, "attn_backward unpriced: %d, '%s'", n,
+           names);
 
   if (*mt_check_failures()) return 1;
   printf("test_ops_table: all checks passed\n");

@@ -8,6 +8,11 @@ mt_script_test(virtual_no_cost badinput ../scripts/expect_fail.sh virtual_no_cos
   "train.virtual_hw = a100-sxm: .*\\[cost\\] key 'devices_per_node' missing" ${T} --set train.virtual_hw=a100-sxm --set ckpt.mode=none)
 mt_script_test(virtual_no_profile badinput ../scripts/expect_fail.sh virtual_no_profile 4
   "train.device = virtual needs train.virtual_hw" ${T} --set ckpt.mode=none)
+# an op of the op table without a price on the virtual device (a test hook
+# leaves gelu_forward unpriced, as a newly added op would be)
+mt_script_test(virtual_unpriced badinput ../scripts/expect_fail.sh virtual_unpriced 4
+  "train.device = virtual: the cost model has no price for op gelu_forward" ${T} --set train.virtual_hw=h200 --set ckpt.mode=none)
+set_property(TEST badinput.virtual_unpriced APPEND PROPERTY ENVIRONMENT MT_TEST_VIRTUAL_UNPRICED=gelu_forward)
 mt_script_test(virtual_ckpt badinput ../scripts/expect_fail.sh virtual_ckpt 4
   "train.device = virtual computes no values to checkpoint: set ckpt.mode = none" ${T} --set train.virtual_hw=h200)
 mt_script_test(trace warp trace.sh)
