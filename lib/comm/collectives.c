@@ -859,6 +859,41 @@ void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, siz
   count(g, t0, bytes);
 }
 
+/* One block of the middle dim of an (outer, size, inner) view of 16-bit
+ * elements, as block_type lays it out for floats. */
+static MPI_Datatype block_type_u16(size_t outer, size_t inner, size_t size) {
+  MPI_Datatype strided, block;
+  MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
+                               MPI_UINT16_T, &strided));
+  MT_MPI_CHECK(
+      MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(uint16_t)), &block));
+  MT_MPI_CHECK(MPI_Type_commit(&block));
+  MPI_Type_free(&strided);
+  return block;
+}
+
+void mt_alltoall_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t s_outer,
+                         size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc) {
+  size_t size = (size_t)g->size, n = size * s_outer * s_inner;
+  if (s_outer * s_inner != r_outer * r_inner)
+    mt_die("mt_alltoall_dim_u16: blocks of %zu x %zu and %zu x %zu elements differ", s_outer,
+           s_inner, r_outer, r_inner);
+  const double bytes = mt_bytes_alltoall(n * sizeof(uint16_t), g->size);
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
+  u16_host_only(g, loc, "all-to-all");
+  if (g->size == 1) { /* one block: the views are the same buffer layout */
+    if (recv != send) memcpy(recv, send, n * sizeof(uint16_t));
+    return;
+  }
+  double t0 = mt_now();
+  MPI_Datatype st = block_type_u16(s_outer, s_inner, size);
+  MPI_Datatype rt = block_type_u16(r_outer, r_inner, size);
+  MT_MPI_CHECK(MPI_Alltoall(send, 1, st, recv, 1, rt, g->comm));
+  MPI_Type_free(&st);
+  MPI_Type_free(&rt);
+  count(g, t0, bytes);
+}
+
 /* the ring of reduce_scatter_dim_host on bf16: each addition rounded */
 void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv, size_t outer,
                                 size_t inner, mt_bf16 *scratch, mt_loc loc) {

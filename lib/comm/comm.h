@@ -455,6 +455,10 @@ void mt_ireduce_scatter_sum_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv
                                  const int *counts, mt_loc loc, mt_request *r);
 void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t outer,
                           size_t inner, mt_loc loc);
+/* Ulysses' all-to-all on bf16 activations: mt_alltoall_dim_f32's layout
+ * and byte count on 16-bit elements (moved as bits; host memory only). */
+void mt_alltoall_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t s_outer,
+                         size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
 void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv, size_t outer,
                                 size_t inner, mt_bf16 *scratch, mt_loc loc);
 void mt_wait(mt_request *r);

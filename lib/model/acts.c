@@ -38,8 +38,8 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     APIECE(atty, L * BT * Cl);
     PIECE(lse, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 0));
     if (mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1)) { /* Ulysses */
-      PIECE(att_qkv, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1));
-      PIECE(att_out, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 2));
+      APIECE(att_qkv, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1));
+      APIECE(att_out, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 2));
     }
     APIECE(attproj, L * BTs * C);
     APIECE(residual2, L * BTs * C);
@@ -168,8 +168,8 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
                      .res3 = mt_act_at(es, a->residual3, j * btc),
                      .att = {.lse = w->lse + i * (size_t)B * NHl * T}};
   if (w->att_qkv) { /* Ulysses */
-    x.att.qkv_h = w->att_qkv + 3 * i * BT * Cl;
-    x.att.out_h = w->att_out + i * BT * Cl;
+    x.att.qkv_h = mt_act_at(es, w->att_qkv, 3 * i * BT * Cl);
+    x.att.out_h = mt_act_at(es, w->att_out, i * BT * Cl);
   }
   if (m->split_backward && a->dy_qkv) {
     x.dy_qkv = mt_act_at(es, a->dy_qkv, 3 * j * BT * Cl);

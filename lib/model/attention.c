@@ -98,8 +98,8 @@ void mt_attention_destroy(mt_attention *at) {
   memset(at, 0, sizeof *at);
 }
 
-void mt_attention_set_scratch(mt_attention *at, mt_act *part, float *part_lse, float *dout_h,
-                              float *dqkv_h) {
+void mt_attention_set_scratch(mt_attention *at, mt_act *part, float *part_lse, mt_act *dout_h,
+                              mt_act *dqkv_h) {
   at->part = part;
   at->part_lse = part_lse;
   at->dout_h = dout_h;
@@ -144,8 +144,7 @@ static void local_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, c
 }
 
 /* ------------------------------------------------------------------ */
-/* the layer's attention: cp = 1 here, ring or Ulysses in attention_cp.c
- * (Ulysses fp32 only: the layout refuses it under bf16) */
+/* the layer's attention: cp = 1 here, ring or Ulysses in attention_cp.c */
 
 void mt_attention_forward(mt_attention *at, mt_act *out, const mt_act *qkv, const mt_cp_saved *s,
                           int B) {

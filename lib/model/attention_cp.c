@@ -169,29 +169,41 @@ static mt_attn_block heads_block(const mt_attention *at, int B) {
   return a;
 }
 
-void mt_attention_ulysses_forward(mt_attention *at, float *out, const float *qkv,
-                                  const mt_cp_saved *s, int B) {
-  const int N = at->lay.size, Tl = at->lay.T_local;
-  const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl;
-  const mt_loc loc = at->ops->loc;
-  /* (B, Tl, 3, N, Ch): head group j of every q, k, v row to rank j;
-   * arriving: (B, N, Tl, 3Ch), rank j's positions in order */
-  mt_alltoall_dim_f32(at->g, qkv, s->qkv_h, rows * 3, Ch, (size_t)B, (size_t)Tl * 3 * Ch, loc);
-  mt_attn_block a = heads_block(at, B);
-  at->ops->attn_forward(&a, s->out_h, s->lse, s->qkv_h, s->qkv_h + Ch, s->qkv_h + 2 * Ch);
-  /* (B, N, Tl, Ch): rank j's positions back to it; arriving: (B, Tl, N, Ch) */
-  mt_alltoall_dim_f32(at->g, s->out_h, out, (size_t)B, (size_t)Tl * Ch, rows, Ch, loc);
+/* An all-to-all of mt_alltoall_dim_f32's layout on the activations'
+ * dtype (bf16 moved as bits, half the bytes); counts in elements */
+static void alltoall_act(const mt_attention *at, const mt_act *send, mt_act *recv,
+                         size_t s_outer, size_t s_inner, size_t r_outer, size_t r_inner) {
+  if (at->bf)
+    mt_alltoall_dim_u16(at->g, send, recv, s_outer, s_inner, r_outer, r_inner, at->ops->loc);
+  else
+    mt_alltoall_dim_f32(at->g, send, recv, s_outer, s_inner, r_outer, r_inner, at->ops->loc);
 }
 
-void mt_attention_ulysses_backward(mt_attention *at, float *dqkv, const float *dout,
+void mt_attention_ulysses_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
+                                  const mt_cp_saved *s, int B) {
+  const int N = at->lay.size, Tl = at->lay.T_local;
+  const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl, es = es_of(at);
+  /* (B, Tl, 3, N, Ch): head group j of every q, k, v row to rank j;
+   * arriving: (B, N, Tl, 3Ch), rank j's positions in order */
+  alltoall_act(at, qkv, s->qkv_h, rows * 3, Ch, (size_t)B, (size_t)Tl * 3 * Ch);
+  mt_attn_block a = heads_block(at, B);
+  MT_ACT_OP(at->bf, at->ops, attn_forward, &a, s->out_h, s->lse, s->qkv_h,
+            mt_act_at(es, s->qkv_h, Ch), mt_act_at(es, s->qkv_h, 2 * Ch));
+  /* (B, N, Tl, Ch): rank j's positions back to it; arriving: (B, Tl, N, Ch) */
+  alltoall_act(at, s->out_h, out, (size_t)B, (size_t)Tl * Ch, rows, Ch);
+}
+
+/* dqkv is written (not accumulated), as by the other modes */
+void mt_attention_ulysses_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout,
                                    const mt_cp_saved *s, int B) {
   const int N = at->lay.size, Tl = at->lay.T_local;
-  const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl;
-  const mt_loc loc = at->ops->loc;
-  mt_alltoall_dim_f32(at->g, dout, at->dout_h, rows, Ch, (size_t)B, (size_t)Tl * Ch, loc);
+  const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl, es = es_of(at);
+  mt_act *dh = at->dqkv_h; /* dq|dk|dv in the head layout */
+  alltoall_act(at, dout, at->dout_h, rows, Ch, (size_t)B, (size_t)Tl * Ch);
   mt_attn_block a = heads_block(at, B);
-  at->ops->zero(at->dqkv_h, rows * 3 * at->C);
-  at->ops->attn_backward(&a, at->dqkv_h, at->dqkv_h + Ch, at->dqkv_h + 2 * Ch, at->dout_h,
-                         s->out_h, s->lse, s->qkv_h, s->qkv_h + Ch, s->qkv_h + 2 * Ch);
-  mt_alltoall_dim_f32(at->g, at->dqkv_h, dqkv, (size_t)B, (size_t)Tl * 3 * Ch, rows * 3, Ch, loc);
+  MT_ACT_OP(at->bf, at->ops, zero, dh, rows * 3 * at->C);
+  MT_ACT_OP(at->bf, at->ops, attn_backward, &a, dh, mt_act_at(es, dh, Ch),
+            mt_act_at(es, dh, 2 * Ch), at->dout_h, s->out_h, s->lse, s->qkv_h,
+            mt_act_at(es, s->qkv_h, Ch), mt_act_at(es, s->qkv_h, 2 * Ch));
+  alltoall_act(at, dh, dqkv, (size_t)B, (size_t)Tl * 3 * Ch, rows * 3, Ch);
 }

@@ -148,12 +148,9 @@ static int check_split(const mt_model_shape *shape, const mt_gpt_parallel *par, 
     mt_err_set(e, "tp = %d does not divide n_head = %d", tp_size, shape->n_head);
     return -1;
   }
-  if (par && par->bf16 &&
-      ((cp_size > 1 && cp_mode == MT_CP_ULYSSES) || shape->moe_experts > 0 ||
-       !par->external_state)) {
-    mt_err_set(e, "bf16 activations are implemented for dense models without Ulysses context "
-                  "parallelism (cp = %d, %d experts) whose state the dp engine holds",
-               cp_size, shape->moe_experts);
+  if (par && par->bf16 && (shape->moe_experts > 0 || !par->external_state)) {
+    mt_err_set(e, "bf16 activations are implemented for dense models (%d experts) whose state "
+                  "the dp engine holds", shape->moe_experts);
     return -1;
   }
   return 0;
@@ -281,9 +278,9 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   /* attention's scratch under context parallelism (ring: a block's partial
    * result before its merge; Ulysses: gradients in the head layout) */
   void *cp_scratch[4];
-  for (int w = 0; w < 4; w++) { /* part in the activations' dtype, part_lse fp32 */
+  for (int w = 0; w < 4; w++) { /* part_lse fp32, the rest in the activations' dtype */
     size_t n = mt_cp_scratch_numel(&cpl, max_B, (int)Cl, (int)NHl, w);
-    cp_scratch[w] = !n ? NULL : w == 0 ? act_elems(m, n) : (void *)act(m, n);
+    cp_scratch[w] = !n ? NULL : w != 1 ? act_elems(m, n) : (void *)act(m, n);
   }
   /* the linears' tp scratch under sp: a gathered input, a partial output,
    * an input gradient after its reduce-scatter */

@@ -280,10 +280,11 @@ void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local);
 /* What attention keeps for backward, per layer and micro-batch (pieces of
  * the model's activation sets): lse (B, NH, T_local) floats, the rows' LSE
  * (under ulysses in the head layout (B, NH/N, T), as many floats); ulysses
- * only, the head layout's q|k|v (B, T, 3C/N) and output (B, T, C/N), as
- * many floats as the local qkv and output. */
+ * only, the head layout's q|k|v (B, T, 3C/N) and output (B, T, C/N) in the
+ * activations' dtype, as many elements as the local qkv and output. */
 typedef struct {
-  float *lse, *qkv_h, *out_h;
+  float *lse;
+  mt_act *qkv_h, *out_h;
 } mt_cp_saved;
 
 /* Causal self-attention of one tensor-parallel rank's heads, computed by
@@ -295,7 +296,7 @@ typedef struct {
   mt_cp_layout lay;
   mt_group *g;          /* NULL at cp = 1 */
   const mt_ops *ops;
-  const mt_ops_bf16 *bf; /* bf16 activations (cp = 1 or ring): their ops */
+  const mt_ops_bf16 *bf; /* bf16 activations: their ops (NULL: fp32) */
   int max_B, C, NH, hs;
   /* ring: K|V (max_B, T_local, 2C) buffers, two for K/V in flight and three
    * for dK/dV (this step's part, the one arriving, the one leaving);
@@ -306,22 +307,22 @@ typedef struct {
    * ring: part (max_B, T_local, C) and part_lse (max_B, NH, T_local), a
    * block's partial result before its merge; ulysses: dout_h (max_B,
    * T_local, C) and dqkv_h (max_B, T_local, 3C), gradients in the head
-   * layout */
+   * layout; all but part_lse in the activations' dtype */
   mt_act *part;
   float *part_lse;
-  float *dout_h, *dqkv_h;
+  mt_act *dout_h, *dqkv_h;
 } mt_attention;
 
 /* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
 void mt_attention_create(mt_attention *a, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
                          int NH, const mt_ops *ops, const mt_ops_bf16 *bf);
 void mt_attention_destroy(mt_attention *a);
-/* Floats of the scratch the model provides: what (0 part, 1 part_lse, 2
+/* Elements of the scratch the model provides: what (0 part, 1 part_lse, 2
  * dout_h, 3 dqkv_h) for this layout (0 where the mode needs none). */
 size_t mt_cp_scratch_numel(const mt_cp_layout *lay, int max_B, int C, int NH, int what);
-void mt_attention_set_scratch(mt_attention *a, mt_act *part, float *part_lse, float *dout_h,
-                              float *dqkv_h);
-/* Floats of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
+void mt_attention_set_scratch(mt_attention *a, mt_act *part, float *part_lse, mt_act *dout_h,
+                              mt_act *dqkv_h);
+/* Elements of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
 size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);
 
 /* out (B, T_local, C) = causal attention of the local queries over the
@@ -504,7 +505,7 @@ typedef struct {
   mt_act *qkv;                 /* (L,BT,3Cl): local q|k|v */
   mt_act *atty;                /* (L,BT,Cl) */
   float *lse;                  /* (L,B,NHl,T): attention rows' log-sum-exp */
-  float *att_qkv, *att_out;    /* Ulysses only: (L,BT,3Cl), (L,BT,Cl) in the head layout */
+  mt_act *att_qkv, *att_out;   /* Ulysses only: (L,BT,3Cl), (L,BT,Cl) in the head layout */
   mt_act *attproj;             /* (L,BTs,C) */
   mt_act *residual2;           /* (L,BTs,C) */
   mt_act *ln2;

@@ -136,9 +136,9 @@ void mt_attention_ring_forward(mt_attention *a, mt_act *out, const mt_act *qkv, 
                                int B);
 void mt_attention_ring_backward(mt_attention *a, mt_act *dqkv, const mt_act *dout,
                                 const mt_act *out, const mt_act *qkv, const float *lse, int B);
-void mt_attention_ulysses_forward(mt_attention *a, float *out, const float *qkv,
+void mt_attention_ulysses_forward(mt_attention *a, mt_act *out, const mt_act *qkv,
                                   const mt_cp_saved *s, int B);
-void mt_attention_ulysses_backward(mt_attention *a, float *dqkv, const float *dout,
+void mt_attention_ulysses_backward(mt_attention *a, mt_act *dqkv, const mt_act *dout,
                                    const mt_cp_saved *s, int B);
 
 #endif

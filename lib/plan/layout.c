@@ -242,18 +242,16 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   }
   /* the dtype of every role, decided here once (the plan and the run read
    * lay->dtypes; train.device = auto counts as cuda where CUDA is built);
-   * bf16 storage covers dense models without tp, cp or ep */
+   * bf16 storage on the CPU covers dense models (MoE refused below) */
   if (mt_dtypes_resolve(prec, (mt_device_kind)dev, cfg->grad_dtype, cfg->grad_reduce_dtype,
                         &lay->dtypes, dmsg, sizeof dmsg) != 0) {
     mt_err_set(e, "%s", dmsg);
     return -1;
   }
-  if (lay->dtypes.acts == MT_FLOAT_BF16 &&
-      ((cfg->cp > 1 && strcmp(cfg->cp_mode, "ulysses") == 0) || lay->shape.moe_experts > 0)) {
-    mt_err_set(e, "train.precision = bf16 on the CPU is implemented for dense models with ring "
-                  "context parallelism or none; parallel.cp = %d with cp_mode = %s, "
+  if (lay->dtypes.acts == MT_FLOAT_BF16 && lay->shape.moe_experts > 0) {
+    mt_err_set(e, "train.precision = bf16 on the CPU is implemented for dense models; "
                   "model.moe_experts = %d (set train.precision = fp32)",
-               cfg->cp, cfg->cp_mode, lay->shape.moe_experts);
+               lay->shape.moe_experts);
     return -1;
   }
   if (lay->dtypes.weights == MT_FLOAT_BF16 && cfg->zero >= 1 && cfg->save_params) {

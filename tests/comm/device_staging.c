@@ -6,8 +6,10 @@
  * through those functions, and count the same bytes on the group. A call
  * that read device memory directly would still work here, so the test also
  * checks that each device call made copies in both directions it needs.
+ * Also the 16-bit all-to-all (host buffers) against the f32 one.
  * Run on 2 and 4 ranks (device_staging.sh). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +129,26 @@ int main(int argc, char **argv) {
   mt_allgather_dim_f32(g, h2, h, outer, inner, MT_LOC_HOST);
   mt_allgather_dim_f32(g, d2, d, outer, inner, MT_LOC_DEVICE);
   MT_CHECK(same(h, d, outer * inner * n), "allgather_dim: device result differs");
+  /* Ulysses' all-to-all on 16-bit elements (bf16 as bits; host memory
+   * only): the elements the f32 form moves, half its bytes counted */
+  {
+    const size_t ao = 3, ai = 12, tot = ao * ai * (size_t)n;
+    uint16_t *us = calloc(2 * tot, sizeof(uint16_t)), *ur = us + tot;
+    for (size_t i = 0; i < tot; i++) {
+      us[i] = (uint16_t)(r * 4096 + (int)i);
+      h2[i] = (float)us[i];
+    }
+    double f0 = g->bytes;
+    mt_alltoall_dim_f32(g, h2, h, ao, ai, 2 * ao, ai / 2, MT_LOC_HOST);
+    double u0 = g->bytes;
+    mt_alltoall_dim_u16(g, us, ur, ao, ai, 2 * ao, ai / 2, MT_LOC_HOST);
+    int ok = 1;
+    for (size_t i = 0; i < tot; i++) ok &= (float)ur[i] == h[i];
+    MT_CHECK(ok, "alltoall_dim_u16: the elements differ from the f32 all-to-all's");
+    MT_CHECK(2 * (g->bytes - u0) == u0 - f0, "alltoall_dim_u16: bytes %g, f32 %g", g->bytes - u0,
+             u0 - f0);
+    free(us);
+  }
 
   /* point-to-point ring: send to the next, receive from the previous */
   int next = (r + 1) % n, prev = (r + n - 1) % n;

@@ -2,8 +2,9 @@
 # 2), dp = 2 with ZeRO-1 (micro-batch 4: accumulation differs), dp = 2 with
 # ZeRO-3 (the bf16 copy's shards gathered), pp = 2 zb-h1 with recompute
 # (bf16 messages, split backward), tp = 2 with sp, dp = 2 x tp = 2 with
-# sp at ZeRO-3 (bf16 all-gathers and reduce-scatters over tp) and ring
-# context parallelism cp = 2 (bf16 K/V and dK/dV round the ring), dp = 2 x
+# sp at ZeRO-3 (bf16 all-gathers and reduce-scatters over tp), ring
+# context parallelism cp = 2 (bf16 K/V and dK/dV round the ring), Ulysses
+# cp = 2 (bf16 all-to-alls of q|k|v, the output and their gradients), dp = 2 x
 # pp = 2 at ZeRO-2 (zb-h1) and ZeRO-3 (breadth-first): losses within
 # rtol 1e-3 of the one-rank run at each of 20 steps (NaN fails).
 # Why 1e-3: layouts sum the fp32 gradients in different orders (relative
@@ -14,8 +15,8 @@
 # partial outputs: at most u/2 relative each). Were every weight and
 # activation off by a unit the loss could move by about u; these errors are
 # unbiased and uncorrelated, so the bound is u/4 = 1e-3, 9x what was
-# measured (dp 4.9e-5, tp 1.1e-4, cp 5.8e-5 at most; pp and recompute are bitwise
-# equal: they cut no sum).
+# measured (dp 4.9e-5, tp 1.1e-4, cp 5.8e-5 ring, 2.0e-5 Ulysses at most; pp and
+# recompute are bitwise equal: they cut no sum).
 # Reducing the gradients in bf16 rounds each rank's gradient and each
 # partial sum to bf16 (at most u/2 relative, unbiased): AdamW divides the
 # first moment by the root of the second, so the update moves by about
@@ -41,6 +42,7 @@ run tp2sp 2 --set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=2
 run dp2tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true \
   --set parallel.zero=3 --set train.micro_batch=2
 run cp2 2 --set parallel.cp=2 --set train.micro_batch=2
+run cp2uly 2 --set parallel.cp=2 --set parallel.cp_mode=ulysses --set train.micro_batch=2
 # ZeRO-2/3 under pipeline parallelism: zb-h1's open gradient buffers at
 # ZeRO-2, breadth-first's per-unit bf16 gather buffers at ZeRO-3
 run dp2pp2z2zb 4 --set parallel.dp=2 --set parallel.pp=2 --set parallel.zero=2 \
@@ -56,6 +58,7 @@ run dp2z3r16 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch
 run cp2dp2z1r16 4 --set parallel.cp=2 --set parallel.dp=2 --set parallel.zero=1 \
   --set train.micro_batch=1 --set parallel.grad_reduce_dtype=bf16
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/dp2z1" "$WORK/dp2z3" \
-  "$WORK/pp2zbrc" "$WORK/tp2sp" "$WORK/dp2tp2spz3" "$WORK/cp2" "$WORK/dp2pp2z2zb" \
-  "$WORK/dp2pp2z3bfs" "$WORK/dp2z0r16" "$WORK/dp2z3r16" "$WORK/cp2dp2z1r16" --rtol 1e-3 --steps 20
+  "$WORK/pp2zbrc" "$WORK/tp2sp" "$WORK/dp2tp2spz3" "$WORK/cp2" "$WORK/cp2uly" \
+  "$WORK/dp2pp2z2zb" "$WORK/dp2pp2z3bfs" "$WORK/dp2z0r16" "$WORK/dp2z3r16" "$WORK/cp2dp2z1r16" \
+  --rtol 1e-3 --steps 20
 echo PASS

@@ -14,7 +14,9 @@
 # tiny_bf16: tiny under train.precision = bf16 (the bf16 weights' copy,
 # activations, pipeline and tp messages): dp = 2 at every zero, dp = 4 at
 # zero 3, pp = 2 (1f1b, and zb-h1 with recompute), tp = 2 (with sp at
-# zero 3, dp = 2), ring cp = 2; and the gradients reduced in bf16
+# zero 3, dp = 2), ring cp = 2, Ulysses cp = 2 (bf16 all-to-alls, the
+# head-layout pieces and scratch in bf16) alone and with dp = 2 at zero 3;
+# and the gradients reduced in bf16
 # (parallel.grad_reduce_dtype = bf16: half the dp x cp bytes, the bf16
 # staging buffers as comm buffers) at dp = 2 zero 0-2, dp = 4 zero 3,
 # dp 2 x cp 2 at zero 1, dp 2 x pp 2 at zero 2 under zb-h1.
@@ -38,6 +40,8 @@ if [ $bf16 = 1 ]; then
           "tp2spz3 4 --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3 --set train.micro_batch=2"
           "tp2z1 2 --set parallel.tp=2 --set parallel.zero=1 --set train.micro_batch=4"
           "cp2ring 2 --set parallel.cp=2 --set parallel.zero=1 --set train.micro_batch=2"
+          "cp2uly 2 --set parallel.cp=2 --set parallel.cp_mode=ulysses --set train.micro_batch=4"
+          "cp2dp2z3uly 4 --set parallel.cp=2 --set parallel.dp=2 --set parallel.zero=3 --set parallel.cp_mode=ulysses --set train.micro_batch=1"
           "dp2z0r16 2 --set parallel.dp=2 --set parallel.zero=0 --set train.micro_batch=2 --set parallel.grad_reduce_dtype=bf16"
           "dp2z1r16 2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2 --set parallel.grad_reduce_dtype=bf16"
           "dp2z2r16 2 --set parallel.dp=2 --set parallel.zero=2 --set train.micro_batch=1 --set parallel.grad_reduce_dtype=bf16"
