@@ -34,24 +34,28 @@ int mt_train_signalled(void) { return g_stop; }
 
 /* The virtual device's ranks share this machine: whether the node's ranks
  * fit its memory with what a rank takes at its peak here (measured:
- * mt_host_rank_cost_default, or this rank now if more). A rank count the
- * launcher could start may still run the machine out of memory during
- * set-up; `meshtrain --check --ranks N` asks before the launch. */
+ * mt_host_rank_cost_default, or the node's ranks' mean size now if more:
+ * another MPI, a sanitizer). A rank count the launcher could start may
+ * still run the machine out of memory during set-up; `meshtrain --check
+ * --ranks N` asks before the launch. */
 static void check_host(mt_trainer *t, mt_err *e) {
   mt_host_rank_cost c;
   mt_host_limits l;
   mt_host_rank_cost_default(&c);
-  double mine = mt_host_self_bytes(), now[2]; /* the node's ranks now: in all, the largest */
-  MPI_Allreduce(&mine, &now[0], 1, MPI_DOUBLE, MPI_SUM, t->mesh.node.comm);
-  MPI_Allreduce(&mine, &now[1], 1, MPI_DOUBLE, MPI_MAX, t->mesh.node.comm);
-  if (now[1] > c.rank_bytes) c.rank_bytes = now[1];
+  const int n = t->mesh.node.size;
+  double mine = mt_host_self_bytes(), now = 0; /* the node's ranks now, in all */
+  MPI_Allreduce(&mine, &now, 1, MPI_DOUBLE, MPI_SUM, t->mesh.node.comm);
+  if (now / n > c.rank_bytes + c.peer_bytes * n) { /* (its peers' state already in it) */
+    c.rank_bytes = now / n;
+    c.peer_bytes = 0;
+  }
   char why[512];
   if (e->failed || mt_host_limits_read("", &l) != 0) return;
   /* already started: only memory is left to run out of; MemAvailable no
    * longer counts what the ranks hold now, a cgroup's or Slurm's limit does */
   l.nproc = l.threads_max = l.nofile = l.shm_free = 0;
-  if (strcmp(l.mem.source, "MemAvailable") == 0) l.mem.bytes += now[0];
-  if (mt_host_fit(t->mesh.node.size, &c, &l, why, sizeof why) != 0)
+  if (strcmp(l.mem.source, "MemAvailable") == 0) l.mem.bytes += now;
+  if (mt_host_fit(n, &c, &l, why, sizeof why) != 0)
     mt_err_set(e, "train.device = virtual: %s", why);
 }
 
