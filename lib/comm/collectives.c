@@ -778,6 +778,27 @@ void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const
   r->active = 1;
 }
 
+void mt_alltoallv_u16(mt_group *g, const uint16_t *send, const size_t *send_counts,
+                      uint16_t *recv, const size_t *recv_counts, mt_loc loc) {
+  int n = g->size;
+  const double bytes = mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(uint16_t));
+  if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
+  u16_host_only(g, loc, "all-to-all");
+  if (n == 1) {
+    if (recv != send) memcpy(recv, send, send_counts[0] * sizeof(uint16_t));
+    return;
+  }
+  double t0 = mt_now();
+  int *sc = mt_malloc(4 * (size_t)n * sizeof(int)), *sd = sc + n, *rc = sc + 2 * n;
+  int *rd = sc + 3 * n;
+  size_t st, rt;
+  int_parts(send_counts, n, sc, sd, &st);
+  int_parts(recv_counts, n, rc, rd, &rt);
+  MT_MPI_CHECK(MPI_Alltoallv(send, sc, sd, MPI_UINT16_T, recv, rc, rd, MPI_UINT16_T, g->comm));
+  free(sc);
+  count(g, t0, bytes);
+}
+
 /* The bf16 sum as an MPI reduction: inout[i] = round(in[i] + inout[i]) */
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
   (void)type;

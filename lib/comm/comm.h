@@ -447,6 +447,11 @@ void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const
  * along a dimension (as mt_allgather_dim_f32, mt_reduce_scatter_dim_f32;
  * scratch holds 2 outer x inner bf16). */
 void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc);
+/* MoE dispatch and combine on bf16 rows: mt_alltoallv_f32's parts and byte
+ * count on 16-bit elements (counts in elements; moved as bits, host memory
+ * only); count-only groups count it as any other call. */
+void mt_alltoallv_u16(mt_group *g, const uint16_t *send, const size_t *send_counts,
+                      uint16_t *recv, const size_t *recv_counts, mt_loc loc);
 /* The dp engine's gradient reductions in bf16 (parallel.grad_reduce_dtype =
  * bf16), non-blocking, as mt_iallreduce_sum_f32 and
  * mt_ireduce_scatter_sum_f32 (counts in elements); host memory only. */

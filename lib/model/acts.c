@@ -13,7 +13,7 @@
 typedef struct {
   size_t n, es;  /* elements, bytes of one */
   mt_act **adst; /* a piece in the activations' dtype (m->es bytes an element) */
-  float **dst;   /* fp32 always (statistics, losses, MoE) */
+  float **dst;   /* fp32 always (statistics, losses, the MoE router's) */
   int **idst;    /* an int piece (4 bytes an element, like a float) */
 } act_piece;
 
@@ -84,10 +84,10 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     IPIECE(moe_meta, Lm * (size_t)m->moe.meta_n);
     IPIECE(moe_perm, Lm * rows);
     IPIECE(moe_inv, Lm * rows);
-    PIECE(moe_xe, Lm * rows * C);
-    PIECE(moe_h, Lm * rows * Fe);
-    PIECE(moe_g, Lm * rows * Fe);
-    PIECE(moe_ys, Lm * send * C);
+    APIECE(moe_xe, Lm * rows * C);
+    APIECE(moe_h, Lm * rows * Fe);
+    APIECE(moe_g, Lm * rows * Fe);
+    APIECE(moe_ys, Lm * send * C);
   }
   /* a split backward's expert gradients, kept from the input pass to the
    * weight pass (under recompute too: the weight pass recomputes the rest) */
@@ -97,8 +97,8 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     size_t send, recv, rows;
     mt_ep_bounds(m->moe.E, m->moe.k, m->moe.ep_size, m->moe.etp_size, m->T,
                  m->shape.moe_capacity, B, m->moe.Ts, &send, &recv, &rows);
-    PIECE(moe_dy, Ld * rows * C);
-    PIECE(moe_dh, Ld * rows * (size_t)m->moe.Fe_local);
+    APIECE(moe_dy, Ld * rows * C);
+    APIECE(moe_dh, Ld * rows * (size_t)m->moe.Fe_local);
   }
 #undef APIECE
 #undef PIECE
@@ -197,15 +197,15 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
     o->meta = w->moe_meta + mi * (size_t)m->moe.meta_n;
     o->perm = w->moe_perm + mi * rows;
     o->inv = w->moe_inv + mi * rows;
-    o->xe = w->moe_xe + mi * rows * C;
-    o->h = w->moe_h + mi * rows * Fe;
-    o->g = w->moe_g + mi * rows * Fe;
-    o->ys = w->moe_ys + mi * send * C;
+    o->xe = mt_act_at(es, w->moe_xe, mi * rows * C);
+    o->h = mt_act_at(es, w->moe_h, mi * rows * Fe);
+    o->g = mt_act_at(es, w->moe_g, mi * rows * Fe);
+    o->ys = mt_act_at(es, w->moe_ys, mi * send * C);
     if (m->split_backward && a->moe_dy) { /* the kept set's slot, also under recompute */
       const size_t mk = (size_t)(mt_model_moe_before(&m->shape, l) -
                                  mt_model_moe_before(&m->shape, l0));
-      o->dy = a->moe_dy + mk * rows * C;
-      o->dh = a->moe_dh + mk * rows * Fe;
+      o->dy = mt_act_at(es, a->moe_dy, mk * rows * C);
+      o->dh = mt_act_at(es, a->moe_dh, mk * rows * Fe);
     }
   }
   return x;

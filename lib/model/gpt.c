@@ -148,9 +148,12 @@ static int check_split(const mt_model_shape *shape, const mt_gpt_parallel *par, 
     mt_err_set(e, "tp = %d does not divide n_head = %d", tp_size, shape->n_head);
     return -1;
   }
-  if (par && par->bf16 && (shape->moe_experts > 0 || !par->external_state)) {
-    mt_err_set(e, "bf16 activations are implemented for dense models (%d experts) whose state "
-                  "the dp engine holds", shape->moe_experts);
+  if (par && par->bf16 && !par->external_state) {
+    mt_err_set(e, "bf16 activations are implemented for models whose state the dp engine holds");
+    return -1;
+  }
+  if (par && par->bf16 && shape->moe_experts > 0 && par->ep_balance_alpha > 0.0) {
+    mt_err_set(e, "bf16 activations: least-loaded expert placement is not implemented");
     return -1;
   }
   return 0;

@@ -363,6 +363,7 @@ void mt_attention_backward(mt_attention *a, mt_act *dqkv, const mt_act *dout,
 typedef struct {
   mt_group *ep_g, *etp_g, *seq_g; /* NULL or size 1: that axis is absent */
   const mt_ops *ops;
+  const mt_ops_bf16 *bf;          /* bf16 rows (moved as 16-bit bits); NULL: fp32 */
   int E, k, E_l;                  /* experts, choices per token, experts per ep rank */
   int ep, ep_rank, etp, etp_rank, seq_size, seq_rank;
   int T;                          /* tokens of a whole sequence */
@@ -458,21 +459,21 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
 /* send (n_send, C), expert-major per ep rank -> all-to-all-v over ep ->
  * recv (n_recv, C) -> all-gather-v over etp -> rows (n_rows, C), gathered
  * order (without etp, rows may be recv). */
-void mt_ep_dispatch(const mt_ep *x, const int *meta, const float *send, float *recv, float *rows,
-                    int C);
+void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act *recv,
+                    mt_act *rows, int C);
 /* rows (n_rows, C), gathered order, this etp rank's partial sums ->
  * reduce-scatter-v over etp -> recv (n_recv, C) -> all-to-all-v over ep
  * back -> send (n_send, C), in send order (without etp, recv may be rows). */
-void mt_ep_combine(const mt_ep *x, const int *meta, const float *rows, float *recv, float *send,
-                   int C);
+void mt_ep_combine(const mt_ep *x, const int *meta, const mt_act *rows, mt_act *recv,
+                   mt_act *send, int C);
 
 /* ------------------------------------------------------------------ */
 /* tensors and activations                                             */
 
 /* per-layer tensors; weights are (out, in) row-major. In the parameter
  * views (m->p) the dense tensors are the weights' compute copy (mt_act); in
- * the gradient views (m->g) fp32. The MoE tensors are fp32 in both (a MoE
- * model trains in fp32). */
+ * the gradient views (m->g) fp32; the MoE tensors likewise (the router's
+ * compute copy is widened to fp32 for its matmul under bf16, moe.c). */
 typedef struct {
   mt_act *ln1_w, *ln1_b;         /* (C) */
   mt_act *qkv_w, *qkv_b;         /* (3C, C), (3C) */
@@ -537,13 +538,13 @@ typedef struct {
   float *moe_frac;             /* (Lm,B,E) */
   int *moe_meta;               /* (Lm,mt_ep_meta_ints) */
   int *moe_perm, *moe_inv;     /* (Lm,R) */
-  float *moe_xe;               /* (Lm,R,C) */
-  float *moe_h, *moe_g;        /* (Lm,R,Fe) */
-  float *moe_ys;               /* (Lm,Ss,C) */
+  mt_act *moe_xe;              /* (Lm,R,C) */
+  mt_act *moe_h, *moe_g;       /* (Lm,R,Fe) */
+  mt_act *moe_ys;              /* (Lm,Ss,C) */
   /* split backward: the experts' output and hidden gradients of the input
    * pass, for the weight pass (kept even under recompute) */
-  float *moe_dy;               /* (Lm,R,C) */
-  float *moe_dh;               /* (Lm,R,Fe) */
+  mt_act *moe_dy;              /* (Lm,R,C) */
+  mt_act *moe_dh;              /* (Lm,R,Fe) */
 } mt_gpt_acts;
 
 #define MT_GPT_MAX_ACT_BUFFERS 48
@@ -574,9 +575,15 @@ typedef struct {
   int balance;
   float bias_rate;
   float *bias_host, *bias;
-  /* one block's scratch (activation memory) */
-  float *logits, *dtw, *xloc, *out, *send_buf, *recv_buf;
-  float *rows_buf, *rows2_buf, *hid_buf, *hid2_buf, *full, *dxl;
+  /* one block's scratch (activation memory): the router's fp32 logits and
+   * combine-weight gradients; the rows in the activations' dtype */
+  float *logits, *dtw;
+  mt_act *xloc, *out, *send_buf, *recv_buf;
+  mt_act *rows_buf, *rows2_buf, *hid_buf, *hid2_buf, *full, *dxl;
+  /* bf16: the router's input and weight widened to fp32 (the router's
+   * matmul, softmax and top-k in fp32), its input gradient before it is
+   * narrowed into the block's; NULL under fp32 */
+  float *router_x, *router_w, *router_dx;
   float *seq_buf;        /* (B,E): per-sequence probability sums, or the load-balancing gradient */
   int *send_tok, *meta_host;
   /* routing statistics of training forwards since mt_gpt_moe_stats_reset
@@ -637,8 +644,8 @@ typedef struct {
   double ep_balance_alpha;
   int ep_balance_min_rows; /* a piece of fewer rows is not moved (0: any) */
   /* the weights' compute copy and the activations in bf16 (mt_dtypes
-   * weights = acts = bf16) through these ops; NULL: fp32. Dense models
-   * only, with ring cp or none (the layout refuses Ulysses and MoE). */
+   * weights = acts = bf16) through these ops; NULL: fp32. MoE models
+   * without least-loaded placement (the layout refuses it). */
   const mt_ops_bf16 *bf16;
 } mt_gpt_parallel;
 

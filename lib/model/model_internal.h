@@ -11,12 +11,13 @@
 
 /* One MoE block's slot of an activation set (shapes in mt_gpt_acts). */
 typedef struct {
-  float *probs, *lse, *topw, *frac, *xe, *h, *g, *ys;
+  float *probs, *lse, *topw, *frac;   /* the router's: fp32 always */
+  mt_act *xe, *h, *g, *ys;            /* rows: the activations' dtype */
   int *top, *slot, *meta, *perm, *inv;
   /* split backward only (in the kept set, also under recompute): the
    * experts' output and hidden gradients (R,C), (R,Fe) in expert-major
    * rows, from the input pass for the weight pass */
-  float *dy, *dh;
+  mt_act *dy, *dh;
 } mt_moe_acts;
 
 /* Where one layer's activations are (shapes as in mt_gpt_acts, one layer):
@@ -99,9 +100,9 @@ void mt_moe_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_
  * the routed experts' input gradient, added to the shared experts' dln
  * (BTs,C) or, without shared experts, written into spare (BT,C). Returns the
  * gradient of the ln2 output. */
-const float *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x, const float *dres,
-                                   const float *dln, float *spare, float dloss, int input_only,
-                                   int B);
+const mt_act *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x,
+                                    const mt_act *dres, const mt_act *dln, mt_act *spare,
+                                    float dloss, int input_only, int B);
 /* A split backward (input_only above): the routed experts' weight
  * gradients, in the weight pass (x as the forward or its recompute left it,
  * with the input pass's kept gradients x->moe.dy, x->moe.dh). */

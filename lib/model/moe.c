@@ -22,11 +22,27 @@
  *
  * Buffers: the micro-batch's activations in its set (see mt_gpt_acts), one
  * block's scratch in the mt_moe (sized here from the dispatch's row bounds,
- * reused block after block). */
+ * reused block after block).
+ *
+ * Under train.precision = bf16 (m->bf) the rows (the block's input and
+ * output, the dispatched and combined rows, the experts' inputs, hidden
+ * units and their gradients) are bf16 and move over ep and etp as 16-bit
+ * bits; the experts run on the bf16 op table with fp32 weight gradients.
+ * The router stays fp32: its bf16 input and weight copy are widened (exact)
+ * for an fp32 matmul, so the logits, softmax, top-k choices, combine
+ * weights and the two losses are those fp32 gives on the same bf16 values
+ * (bf16 logits would round scores 2^-8 apart into ties); its input gradient
+ * is computed in fp32 and added to the block's bf16 one with one rounding.
+ * Least-loaded placement is refused under bf16 (the layout). */
 #include "model/model_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* an activation buffer of n elements of the activations' dtype */
+static mt_act *act_rows(mt_gpt *m, mt_act_alloc_fn act, size_t n) {
+  return act(m, (n * m->es + sizeof(float) - 1) / sizeof(float));
+}
 
 /* ------------------------------------------------------------------ */
 /* life cycle                                                          */
@@ -55,19 +71,24 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   const size_t BT = B * (size_t)m->T;
   x->logits = act(m, N * E);
   x->dtw = act(m, N * k);
-  x->out = act(m, N * C);
+  x->out = act_rows(m, act, N * C);
   x->seq_buf = act(m, B * E);
-  x->send_buf = act(m, x->send * C);
+  x->send_buf = act_rows(m, act, x->send * C);
   x->send_tok = (int *)act(m, x->send);
-  x->recv_buf = act(m, x->recv * C);
-  if (x->etp_size > 1) x->rows_buf = act(m, x->rows * C);
-  x->rows2_buf = act(m, x->rows * C);
-  x->hid_buf = act(m, x->rows * Fe);
-  x->hid2_buf = act(m, x->rows * Fe);
+  x->recv_buf = act_rows(m, act, x->recv * C);
+  if (x->etp_size > 1) x->rows_buf = act_rows(m, act, x->rows * C);
+  x->rows2_buf = act_rows(m, act, x->rows * C);
+  x->hid_buf = act_rows(m, act, x->rows * Fe);
+  x->hid2_buf = act_rows(m, act, x->rows * Fe);
   if (x->slice) { /* the rank's slice of each sequence, and back */
-    x->xloc = act(m, N * C);
-    x->dxl = act(m, N * C);
-    x->full = act(m, BT * C);
+    x->xloc = act_rows(m, act, N * C);
+    x->dxl = act_rows(m, act, N * C);
+    x->full = act_rows(m, act, BT * C);
+  }
+  if (m->bf) { /* the fp32 router's widened input, weight and input gradient */
+    x->router_x = act(m, N * C);
+    x->router_w = act(m, E * C);
+    x->router_dx = act(m, N * C);
   }
   /* which ep rank holds each expert: the registry's placement */
   int *owner = mt_calloc((size_t)x->E, sizeof(int));
@@ -78,6 +99,7 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   mt_group *seq_g = par && par->seq && par->seq->size > 1 ? par->seq : tp_g;
   mt_ep_create(&x->ep, par ? par->ep : NULL, par ? par->etp : NULL, seq_g, m->ops, x->E, x->k,
                m->T, s->moe_capacity, m->max_B, x->Ts, owner);
+  x->ep.bf = m->bf;
   free(owner);
   if (x->llep_alpha > 0.0) { /* least-loaded: the lent and helped experts' buffers */
     mt_ep_set_balance(&x->ep, x->llep_alpha, x->llep_min_rows);
@@ -122,20 +144,34 @@ static int helped(const mt_moe *moe, const int *meta) {
 #define HW(moe, t) mt_moe_llep_region(moe, MT_LLEP_HELP_W, t)
 #define HG(moe, t) mt_moe_llep_region(moe, MT_LLEP_HELP_G, t)
 
+/* The router's input (N, C) and weight (E, C) as fp32: themselves under
+ * fp32, widened into the mt_moe's buffers under bf16 (exact) */
+static const float *router_input(mt_gpt *m, const mt_act *x, int N) {
+  if (!m->bf) return x;
+  m->bf->to_f32(m->moe.router_x, x, (size_t)N * m->moe.C);
+  return m->moe.router_x;
+}
+static const float *router_weight(mt_gpt *m, const mt_block_tensors *w) {
+  if (!m->bf) return w->router_w;
+  m->bf->to_f32(m->moe.router_w, w->router_w, (size_t)m->moe.E * m->moe.C);
+  return m->moe.router_w;
+}
+
 /* The routed experts of block l on this rank's local tokens x (N = S x Ts
  * rows, S sequences' slices of Ts tokens): router, routing, dispatch,
  * experts, combine into out (N, C). Collective over the ep, etp and (tokens
  * split over tp) tp groups. */
 static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_moe_acts *a,
-                           const float *x, float *out, int S, int Ts) {
+                           const mt_act *x, mt_act *out, int S, int Ts) {
   mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
+  const mt_ops_bf16 *bf = m->bf;
   const int C = moe->C, E = moe->E, k = moe->k;
   const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local;
   const int mi = mt_model_moe_before(&m->shape, l);
   mt_ep *ep = &moe->ep;
-  /* router */
-  o->matmul_forward(moe->logits, x, w->router_w, NULL, N, C, E);
+  /* router (fp32: under bf16 on its widened input and weight) */
+  o->matmul_forward(moe->logits, router_input(m, x, N), router_weight(m, w), NULL, N, C, E);
   const float *bias = moe->balance == MT_MOE_BALANCE_BIAS ? moe->bias + (size_t)mi * E : NULL;
   o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, bias, N, E, k);
   /* routing decisions, then the rows out to the experts */
@@ -145,26 +181,26 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
               moe->stats_on ? &st : NULL);
   o->upload(a->meta, meta, (size_t)moe->meta_n * sizeof(int));
   const int n_send = meta[MT_EP_N_SEND], n_rows = meta[MT_EP_N_ROWS];
-  float *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
-  o->gather_rows(moe->send_buf, x, moe->send_tok, n_send, C);
+  mt_act *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
+  MT_ACT_OP(bf, o, gather_rows, moe->send_buf, x, moe->send_tok, n_send, C);
   mt_ep_dispatch(ep, meta, moe->send_buf, recv, rows, C);
   /* the experts on expert-major rows: fc, GELU, proj (the proj bias once,
    * by etp rank 0: the etp ranks' outputs are summed on the way back) */
   const int *off = mt_ep_expert_off(ep, meta);
   const int nh = helped(moe, meta); /* least-loaded: other ranks' experts, rows after ours */
   if (ep->H > 0) mt_moe_llep_weights(moe, w, meta);
-  o->gather_rows(a->xe, rows, a->perm, n_rows, C);
-  o->grouped_matmul_forward(a->h, a->xe, w->e_fc_w, w->e_fc_b, off, El, C, Fe);
-  if (nh > 0)
+  MT_ACT_OP(bf, o, gather_rows, a->xe, rows, a->perm, n_rows, C);
+  MT_ACT_OP(bf, o, grouped_matmul_forward, a->h, a->xe, w->e_fc_w, w->e_fc_b, off, El, C, Fe);
+  if (nh > 0) /* (least-loaded: fp32 only) */
     o->grouped_matmul_forward(a->h, a->xe, HW(moe, 0), HW(moe, 1), off + El, nh, C, Fe);
-  o->gelu_forward(a->g, a->h, (size_t)n_rows * Fe);
-  o->grouped_matmul_forward(moe->rows2_buf, a->g, w->e_proj_w,
-                            ep->etp_rank == 0 ? w->e_proj_b : NULL, off, El, Fe, C);
+  MT_ACT_OP(bf, o, gelu_forward, a->g, a->h, (size_t)n_rows * Fe);
+  MT_ACT_OP(bf, o, grouped_matmul_forward, moe->rows2_buf, a->g, w->e_proj_w,
+            ep->etp_rank == 0 ? w->e_proj_b : NULL, off, El, Fe, C);
   if (nh > 0)
     o->grouped_matmul_forward(moe->rows2_buf, a->g, HW(moe, 2), HW(moe, 3), off + El, nh, Fe, C);
-  o->gather_rows(rows, moe->rows2_buf, a->inv, n_rows, C);
+  MT_ACT_OP(bf, o, gather_rows, rows, moe->rows2_buf, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, a->ys, C);
-  o->moe_combine(out, a->ys, a->slot, a->topw, N, C, k);
+  MT_ACT_OP(bf, o, moe_combine, out, a->ys, a->slot, a->topw, N, C, k);
   if (!moe->stats_on) return;
   /* this rank's shares of the two losses (x the step's tokens) */
   moe->dropped[mi] += st.dropped;
@@ -193,10 +229,11 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
  * gradients kept in a->dy, a->dh (the router's weight gradient, one small
  * GEMM, is taken here). */
 static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tensors *g,
-                            const mt_moe_acts *a, const float *x, const float *dout, float *dx,
-                            int S, int Ts, float dloss, int input_only) {
+                            const mt_moe_acts *a, const mt_act *x, const mt_act *dout,
+                            mt_act *dx, int S, int Ts, float dloss, int input_only) {
   mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
+  const mt_ops_bf16 *bf = m->bf;
   const int C = moe->C, E = moe->E, k = moe->k;
   const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local;
   mt_ep *ep = &moe->ep;
@@ -204,11 +241,11 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   o->download(meta, a->meta, (size_t)moe->meta_n * sizeof(int));
   const int n_rows = meta[MT_EP_N_ROWS];
   const int *off = mt_ep_expert_off(ep, meta);
-  float *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
+  mt_act *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
   /* dy the experts' output gradients, dxe their input gradients (one
    * buffer unless dy is kept for the weight pass) */
-  float *dy = input_only ? a->dy : moe->rows2_buf, *dxe = moe->rows2_buf;
-  float *dgelu = moe->hid_buf, *dh = input_only ? a->dh : moe->hid2_buf;
+  mt_act *dy = input_only ? a->dy : moe->rows2_buf, *dxe = moe->rows2_buf;
+  mt_act *dgelu = moe->hid_buf, *dh = input_only ? a->dh : moe->hid2_buf;
   float *dw_proj = input_only ? NULL : g->e_proj_w, *db_proj = input_only ? NULL : g->e_proj_b;
   float *dw_fc = input_only ? NULL : g->e_fc_w, *db_fc = input_only ? NULL : g->e_fc_b;
   /* least-loaded: the helped experts' weights again, their gradients here */
@@ -219,24 +256,28 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   if (!input_only)
     for (int t = 0; t < 4 && nh > 0; t++) hg[t] = HG(moe, t);
   /* the combine: each slot's output gradient, and the router weights' */
-  o->moe_combine_backward(moe->send_buf, moe->dtw, dout, a->ys, a->slot, a->topw, N, C, k);
+  MT_ACT_OP(bf, o, moe_combine_backward, moe->send_buf, moe->dtw, dout, a->ys, a->slot, a->topw,
+            N, C, k);
   /* the slots' gradients out to the experts, as the rows went */
   mt_ep_dispatch(ep, meta, moe->send_buf, recv, rows, C);
-  o->gather_rows(dy, rows, a->perm, n_rows, C);
-  o->zero(dgelu, (size_t)n_rows * Fe);
-  o->grouped_matmul_backward(dgelu, dw_proj, db_proj, dy, a->g, w->e_proj_w, off, El, Fe, C);
-  if (nh > 0)
+  MT_ACT_OP(bf, o, gather_rows, dy, rows, a->perm, n_rows, C);
+  MT_ACT_OP(bf, o, zero, dgelu, (size_t)n_rows * Fe);
+  MT_ACT_OP(bf, o, grouped_matmul_backward, dgelu, dw_proj, db_proj, dy, a->g, w->e_proj_w, off,
+            El, Fe, C);
+  if (nh > 0) /* (least-loaded: fp32 only) */
     o->grouped_matmul_backward(dgelu, hg[2], hg[3], dy, a->g, HW(moe, 2), off + El, nh, Fe, C);
-  o->zero(dh, (size_t)n_rows * Fe);
-  o->gelu_backward(dh, a->h, dgelu, (size_t)n_rows * Fe);
-  o->zero(dxe, (size_t)n_rows * C); /* the experts' input gradients, partial over etp */
-  o->grouped_matmul_backward(dxe, dw_fc, db_fc, dh, a->xe, w->e_fc_w, off, El, C, Fe);
+  MT_ACT_OP(bf, o, zero, dh, (size_t)n_rows * Fe);
+  MT_ACT_OP(bf, o, gelu_backward, dh, a->h, dgelu, (size_t)n_rows * Fe);
+  /* the experts' input gradients, partial over etp */
+  MT_ACT_OP(bf, o, zero, dxe, (size_t)n_rows * C);
+  MT_ACT_OP(bf, o, grouped_matmul_backward, dxe, dw_fc, db_fc, dh, a->xe, w->e_fc_w, off, El, C,
+            Fe);
   if (nh > 0)
     o->grouped_matmul_backward(dxe, hg[0], hg[1], dh, a->xe, HW(moe, 0), off + El, nh, C, Fe);
   if (ep->H > 0 && !input_only) mt_moe_llep_grads(moe, g, meta);
-  o->gather_rows(rows, dxe, a->inv, n_rows, C);
+  MT_ACT_OP(bf, o, gather_rows, rows, dxe, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, moe->send_buf, C);
-  o->moe_gather_sum(dx, moe->send_buf, a->slot, N, C, k);
+  MT_ACT_OP(bf, o, moe_gather_sum, dx, moe->send_buf, a->slot, N, C, k);
   /* the router: the combine weights' gradient, the load-balancing term
    * (aux_coef * E * f[s][e] * dloss for each token of sequence s) and the
    * z-loss's (2 z_coef dloss lse p) */
@@ -248,7 +289,19 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   }
   o->moe_router_backward(moe->logits, a->probs, a->lse, a->top, a->topw, moe->dtw, aux, Ts,
                          2.0f * moe->z_coef * dloss, N, E, k);
-  o->matmul_backward(dx, g->router_w, NULL, moe->logits, x, w->router_w, N, C, E);
+  if (!bf) {
+    o->matmul_backward(dx, g->router_w, NULL, moe->logits, x, w->router_w, N, C, E);
+    return;
+  }
+  /* bf16: the fp32 matmul on the widened input and weight (the same bits
+   * as the forward's), its input gradient narrowed (send_buf is free now)
+   * and added to dx with one rounding */
+  const size_t nc = (size_t)N * C;
+  o->zero(moe->router_dx, nc);
+  o->matmul_backward(moe->router_dx, g->router_w, NULL, moe->logits, router_input(m, x, N),
+                     router_weight(m, w), N, C, E);
+  bf->from_f32(moe->send_buf, moe->router_dx, nc);
+  bf->axpy(dx, 1.0f, moe->send_buf, nc);
 }
 
 /* The weight pass of a split backward: the experts' weight gradients from
@@ -262,9 +315,10 @@ static void routed_backward_weight(mt_gpt *m, const mt_block_tensors *w, mt_bloc
   int *meta = moe->meta_host;
   o->download(meta, a->meta, (size_t)moe->meta_n * sizeof(int));
   const int *off = mt_ep_expert_off(&moe->ep, meta);
-  o->grouped_matmul_backward(NULL, g->e_proj_w, g->e_proj_b, a->dy, a->g, w->e_proj_w, off, El,
-                             Fe, C);
-  o->grouped_matmul_backward(NULL, g->e_fc_w, g->e_fc_b, a->dh, a->xe, w->e_fc_w, off, El, C, Fe);
+  MT_ACT_OP(m->bf, o, grouped_matmul_backward, NULL, g->e_proj_w, g->e_proj_b, a->dy, a->g,
+            w->e_proj_w, off, El, Fe, C);
+  MT_ACT_OP(m->bf, o, grouped_matmul_backward, NULL, g->e_fc_w, g->e_fc_b, a->dh, a->xe,
+            w->e_fc_w, off, El, C, Fe);
   if (moe->ep.H == 0) return;
   /* least-loaded: the helped experts' gradients (no weights needed), back */
   const int nh = helped(moe, meta);
@@ -285,12 +339,12 @@ static void routed_backward_weight(mt_gpt *m, const mt_block_tensors *w, mt_bloc
  * sequences, or this rank's sp slice), or without sp under tensor
  * parallelism this rank's 1/tp slice of each sequence of the (BT,C) copy
  * every tp rank holds. */
-static const float *local_tokens(mt_gpt *m, const float *full, float *slice, int B) {
+static const mt_act *local_tokens(mt_gpt *m, const mt_act *full, mt_act *slice, int B) {
   if (!m->moe.slice) return full;
-  const size_t C = (size_t)m->moe.C, Ts = (size_t)m->moe.Ts;
+  const size_t C = (size_t)m->moe.C, Ts = (size_t)m->moe.Ts, es = m->es;
   for (int b = 0; b < B; b++)
-    m->ops->copy(slice + (size_t)b * Ts * C,
-                 full + ((size_t)b * m->T + (size_t)m->tp.rank * Ts) * C, Ts * C);
+    MT_ACT_OP(m->bf, m->ops, copy, mt_act_at(es, slice, (size_t)b * Ts * C),
+              mt_act_at(es, full, ((size_t)b * m->T + (size_t)m->tp.rank * Ts) * C), Ts * C);
   return slice;
 }
 
@@ -301,40 +355,40 @@ void mt_moe_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_
   const int C = moe->C;
   const size_t BT = (size_t)B * m->T, N = (size_t)B * moe->Ts;
   const int shared = m->mlp_local[l] > 0;
-  const float *xl = local_tokens(m, x->ln2, moe->xloc, B);
+  const mt_act *xl = local_tokens(m, x->ln2, moe->xloc, B);
   routed_forward(m, l, w, &x->moe, xl, moe->out, B, moe->Ts);
   if (moe->slice) { /* every tp rank's slices back into the whole (BT,C) */
-    float *full = shared ? moe->full : x->fcproj;
+    mt_act *full = shared ? moe->full : x->fcproj;
     mt_tp_gather_seq(&m->tp, moe->out, full, B, m->T, C);
-    if (shared) o->axpy(x->fcproj, 1.0f, full, BT * C);
+    if (shared) MT_ACT_OP(m->bf, o, axpy, x->fcproj, 1.0f, full, BT * C);
   } else if (shared) {
-    o->axpy(x->fcproj, 1.0f, moe->out, N * C);
+    MT_ACT_OP(m->bf, o, axpy, x->fcproj, 1.0f, moe->out, N * C);
   } else {
-    o->copy(x->fcproj, moe->out, N * C);
+    MT_ACT_OP(m->bf, o, copy, x->fcproj, moe->out, N * C);
   }
 }
 
-const float *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x, const float *dres,
-                                   const float *dln, float *spare, float dloss, int input_only,
-                                   int B) {
+const mt_act *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x,
+                                    const mt_act *dres, const mt_act *dln, mt_act *spare,
+                                    float dloss, int input_only, int B) {
   mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
   const int C = moe->C;
   const size_t BT = (size_t)B * m->T, N = (size_t)B * moe->Ts;
   const int shared = dln != NULL;
-  const float *xl = local_tokens(m, x->ln2, moe->xloc, B);
-  const float *dl = local_tokens(m, dres, moe->out, B);
+  const mt_act *xl = local_tokens(m, x->ln2, moe->xloc, B);
+  const mt_act *dl = local_tokens(m, dres, moe->out, B);
   /* where the local tokens' input gradient accumulates */
-  float *dx = moe->slice ? moe->dxl : shared ? (float *)dln : spare;
-  if (moe->slice || !shared) o->zero(dx, N * C);
+  mt_act *dx = moe->slice ? moe->dxl : shared ? (mt_act *)dln : spare;
+  if (moe->slice || !shared) MT_ACT_OP(m->bf, o, zero, dx, N * C);
   routed_backward(m, &m->p.blocks[l], &m->g.blocks[l], &x->moe, xl, dl, dx, B, moe->Ts, dloss,
                   input_only);
   if (!moe->slice) return shared ? dln : spare;
   /* each tp rank's tokens' gradients, gathered into the whole (BT,C) */
-  float *full = shared ? moe->full : spare;
+  mt_act *full = shared ? moe->full : spare;
   mt_tp_gather_seq(&m->tp, dx, full, B, m->T, C);
   if (!shared) return full;
-  o->axpy((float *)dln, 1.0f, full, BT * C);
+  MT_ACT_OP(m->bf, o, axpy, (mt_act *)dln, 1.0f, full, BT * C);
   return dln;
 }
 

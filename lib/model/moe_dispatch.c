@@ -273,41 +273,75 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   upload_route(x, meta, N, slot, h_slot, send_tok, h_send, perm, h_perm, inv, h_inv);
 }
 
-/* parts in floats (rows x C) */
+/* parts in elements (rows x C) */
 static void parts(const int *rows, int n, int C, size_t *out) {
   for (int i = 0; i < n; i++) out[i] = (size_t)rows[i] * (size_t)C;
 }
 
-void mt_ep_dispatch(const mt_ep *x, const int *meta, const float *send, float *recv, float *rows,
-                    int C) {
+/* bf16 rows (x->bf) move as 16-bit bits: half fp32's bytes */
+static void rows_copy(const mt_ep *x, mt_act *dst, const mt_act *src, size_t n) {
+  MT_ACT_OP(x->bf, x->ops, copy, dst, src, n);
+}
+
+static void rows_alltoallv(const mt_ep *x, const mt_act *send, const size_t *a, mt_act *recv,
+                           const size_t *b) {
+  if (x->bf) mt_alltoallv_u16(x->ep_g, send, a, recv, b, x->ops->loc);
+  else mt_alltoallv_f32(x->ep_g, send, a, recv, b, x->ops->loc);
+}
+
+void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act *recv,
+                    mt_act *rows, int C) {
   size_t *a = mt_malloc((2 * (size_t)x->ep + (size_t)x->etp) * sizeof(size_t));
   size_t *b = a + x->ep, *c = b + x->ep;
   parts(mt_ep_send_counts(x, meta), x->ep, C, a);
   parts(mt_ep_recv_counts(x, meta), x->ep, C, b);
-  if (x->ep_g) mt_alltoallv_f32(x->ep_g, send, a, recv, b, x->ops->loc);
-  else if (recv != send) x->ops->copy(recv, send, a[0]);
+  if (x->ep_g) rows_alltoallv(x, send, a, recv, b);
+  else if (recv != send) rows_copy(x, recv, send, a[0]);
   if (x->etp_g) {
     parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    mt_allgatherv_f32(x->etp_g, recv, rows, c, x->ops->loc);
+    if (x->bf) { /* the 16-bit all-gather of variable parts, waited for */
+      int *ic = mt_malloc(2 * (size_t)x->etp * sizeof(int)), *id = ic + x->etp;
+      size_t off = 0;
+      for (int t = 0; t < x->etp; t++) {
+        ic[t] = (int)c[t];
+        id[t] = (int)off;
+        off += c[t];
+      }
+      mt_request q;
+      mt_iallgatherv_u16(x->etp_g, recv, rows, ic, id, x->ops->loc, &q);
+      mt_wait(&q);
+      free(ic);
+    } else {
+      mt_allgatherv_f32(x->etp_g, recv, rows, c, x->ops->loc);
+    }
   } else if (rows != recv) {
-    x->ops->copy(rows, recv, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
+    rows_copy(x, rows, recv, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
   }
   free(a);
 }
 
-void mt_ep_combine(const mt_ep *x, const int *meta, const float *rows, float *recv, float *send,
-                   int C) {
+void mt_ep_combine(const mt_ep *x, const int *meta, const mt_act *rows, mt_act *recv,
+                   mt_act *send, int C) {
   size_t *a = mt_malloc((2 * (size_t)x->ep + (size_t)x->etp) * sizeof(size_t));
   size_t *b = a + x->ep, *c = b + x->ep;
   parts(mt_ep_send_counts(x, meta), x->ep, C, a);
   parts(mt_ep_recv_counts(x, meta), x->ep, C, b);
   if (x->etp_g) {
     parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    mt_reduce_scatterv_f32(x->etp_g, rows, recv, c, x->ops->loc);
+    if (x->bf) { /* the bf16 reduce-scatter (each addition rounded), waited for */
+      int *ic = mt_malloc((size_t)x->etp * sizeof(int));
+      for (int t = 0; t < x->etp; t++) ic[t] = (int)c[t];
+      mt_request q;
+      mt_ireduce_scatter_sum_bf16(x->etp_g, rows, recv, ic, x->ops->loc, &q);
+      mt_wait(&q);
+      free(ic);
+    } else {
+      mt_reduce_scatterv_f32(x->etp_g, rows, recv, c, x->ops->loc);
+    }
   } else if (recv != rows) {
-    x->ops->copy(recv, rows, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
+    rows_copy(x, recv, rows, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
   }
-  if (x->ep_g) mt_alltoallv_f32(x->ep_g, recv, b, send, a, x->ops->loc);
-  else if (send != recv) x->ops->copy(send, recv, b[0]);
+  if (x->ep_g) rows_alltoallv(x, recv, b, send, a);
+  else if (send != recv) rows_copy(x, send, recv, b[0]);
   free(a);
 }

@@ -8,7 +8,9 @@
 # comm counters (summary.json ranks[]) must equal them. Also with capacity
 # (the buffers sized by it), shared experts, and least-loaded expert
 # parallelism (its buffers; a balanced routing moves no rows). Prints the
-# plan of one case.
+# plan of one case. And under train.precision = bf16 (bf16 rows over ep and
+# etp, the bf16 weights' copy, the fp32 router's widened buffers), at ZeRO-1
+# and 3, tp x etp with shared experts, tp x dp x sp, pp zb-h1 + recompute.
 MT_NAME=moe_plan
 source "$(dirname "$0")/common_moe.sh"
 MOE+=(--set train.steps=2 --set train.eval_every=0 --set model.moe_topk=4)
@@ -20,7 +22,12 @@ cases=("dp2ep2z0 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=0
        "tp2ep2 2 --set parallel.tp=2 --set parallel.ep=2 --set train.micro_batch=4 --set model.moe_capacity=1.5"
        "tp2dp2sp 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.sp=true --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=2"
        "pp2dp2 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=1"
-       "dp2ep2llep 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=2 --set parallel.ep_balance=least-loaded")
+       "dp2ep2llep 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=2 --set parallel.ep_balance=least-loaded"
+       "dp2ep2z1bf 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=2 --set train.precision=bf16"
+       "dp4ep2z3bf 4 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set train.micro_batch=2 --set train.precision=bf16"
+       "tp2etp2bf 2 --set parallel.tp=2 --set parallel.etp=2 --set train.micro_batch=4 --set model.moe_shared=1 --set train.precision=bf16"
+       "tp2dp2spbf 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.sp=true --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=2 --set train.precision=bf16"
+       "pp2dp2bf 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=1 --set parallel.schedule=zb-h1 --set train.recompute=true --set train.precision=bf16")
 for c in "${cases[@]}"; do
   read -r name np args <<< "$c"
   # shellcheck disable=SC2086
