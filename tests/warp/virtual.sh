@@ -3,7 +3,8 @@
 # and whose messages carry timestamps over MPI. For RANKS = 16: a tp x pp x
 # dp layout with interleaving and ZeRO-1 (run twice), tp x cp (ring) x pp x
 # dp with sequence parallelism, MoE with ep over a tp x pp x dp mesh, and
-# the first layout in bf16 (train.precision, grad_reduce_dtype);
+# the first layout and the MoE one in bf16 (train.precision, the first
+# with grad_reduce_dtype = bf16);
 # for RANKS = 64 an interleaved tp 2 x pp 4 x dp 8. Each run's memory per
 # category and bytes per group (summary.json) equal `meshtrain --plan`
 # exactly (plan_vs_run.py); the causality checks ran (a receive never
@@ -23,6 +24,7 @@ if [ "$1" = 16 ]; then
          "dtp_again 16 --set train.global_batch=32 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"
          "cpring 16 --set train.global_batch=32 --set parallel.tp=2 --set parallel.cp=2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.sp=true --set parallel.zero=1"
          "moe_ep 16 --set train.global_batch=32 --set model.moe_experts=8 --set model.moe_topk=2 --set parallel.ep=4 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1"
+         "moe_ep_bf16 16 --set train.global_batch=32 --set model.moe_experts=8 --set model.moe_topk=2 --set parallel.ep=4 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1 --set train.precision=bf16"
          "dtp_bf16 16 --set train.global_batch=32 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.precision=bf16 --set parallel.grad_reduce_dtype=bf16")
 else
   cases=("r64 64 --set train.global_batch=64 --set parallel.tp=2 --set parallel.pp=4 --set parallel.dp=8 --set parallel.zero=1 --set parallel.schedule=interleaved --set parallel.virtual_stages=2")
