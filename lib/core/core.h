@@ -329,7 +329,7 @@ typedef struct {
   mt_mem_limit mem;   /* mt_mem_limit_node */
   double threads_now; /* threads running on the machine (loadavg) */
   double threads_max; /* kernel.threads-max; 0: unknown */
-  double nproc;       /* ulimit -u (soft); 0: unlimited */
+  double nproc;       /* ulimit -u (soft); 0: unlimited, or root (not held to it) */
   double nofile;      /* ulimit -n (soft); 0: unlimited */
   double shm_free;    /* free bytes in /dev/shm; 0: none or unknown */
 } mt_host_limits;

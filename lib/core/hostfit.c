@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 void mt_host_rank_cost_default(mt_host_rank_cost *c) {
   c->rank_bytes = 7.0 * 1048576.0;
@@ -60,7 +61,8 @@ int mt_host_limits_read(const char *root, mt_host_limits *out) {
   }
   snprintf(path, sizeof path, "%s/proc/sys/kernel/threads-max", root);
   out->threads_max = file_key(path, "%lf");
-  out->nproc = rlimit_soft(RLIMIT_NPROC);
+  /* (the kernel does not hold root to ulimit -u) */
+  out->nproc = geteuid() == 0 ? 0 : rlimit_soft(RLIMIT_NPROC);
   out->nofile = rlimit_soft(RLIMIT_NOFILE);
   snprintf(path, sizeof path, "%s/dev/shm", root);
   struct statvfs s;
@@ -72,12 +74,23 @@ double mt_host_ranks_bytes(int n, const mt_host_rank_cost *c) {
   return c->launcher_bytes + (double)n * (c->rank_bytes + c->peer_bytes * (double)n);
 }
 
-/* the most ranks for which fits(n) holds, by bisection (fits is monotone) */
+/* each limit's figures for n ranks, against it: 1 when n fits them all */
+static int fits(int n, const mt_host_rank_cost *c, const mt_host_limits *l, double margin) {
+  const double threads = (double)n * c->threads;
+  return !(l->mem.bytes > 0 && mt_host_ranks_bytes(n, c) > margin * l->mem.bytes) &&
+         !(l->nproc > 0 && threads > l->nproc - l->threads_now) &&
+         !(l->threads_max > 0 && threads > l->threads_max - l->threads_now) &&
+         !(l->nofile > 0 && (double)n * c->launcher_fds + 64 > l->nofile) &&
+         !(l->shm_free > 0 && (double)n * c->shm_bytes > l->shm_free);
+}
+
+/* the most ranks below n that fit every limit, by bisection (each limit's
+ * need grows with the ranks) */
 static int most_ranks(int n, const mt_host_rank_cost *c, const mt_host_limits *l, double margin) {
   int lo = 0, hi = n;
   while (lo < hi) {
     int mid = lo + (hi - lo + 1) / 2;
-    if (mt_host_ranks_bytes(mid, c) <= margin * l->mem.bytes) lo = mid;
+    if (fits(mid, c, l, margin)) lo = mid;
     else hi = mid - 1;
   }
   return lo;
@@ -116,7 +129,7 @@ int mt_host_fit(int ranks, const mt_host_rank_cost *c, const mt_host_limits *l, 
                "and the process limit (ulimit -u %.0f) leaves %.0f with %.0f running; at most %d "
                "ranks fit here",
                ranks, threads, c->threads, l->nproc, l->nproc - l->threads_now, l->threads_now,
-               (int)((l->nproc - l->threads_now) / c->threads));
+               most_ranks(ranks, c, l, margin));
     return -1;
   }
   if (l->threads_max > 0 && threads > l->threads_max - l->threads_now) {
@@ -125,7 +138,7 @@ int mt_host_fit(int ranks, const mt_host_rank_cost *c, const mt_host_limits *l, 
                "%d ranks do not fit this machine: they run about %.0f threads (%d a rank), "
                "and the kernel's threads-max %.0f leaves %.0f; at most %d ranks fit here",
                ranks, threads, c->threads, l->threads_max, l->threads_max - l->threads_now,
-               (int)((l->threads_max - l->threads_now) / c->threads));
+               most_ranks(ranks, c, l, margin));
     return -1;
   }
   double fds = (double)ranks * c->launcher_fds + 64;
@@ -135,7 +148,7 @@ int mt_host_fit(int ranks, const mt_host_rank_cost *c, const mt_host_limits *l, 
                "%d ranks do not fit this machine: the launcher holds about %d open files a "
                "rank (%.0f), more than ulimit -n %.0f (raise it with ulimit -n); at most %d ranks "
                "fit here",
-               ranks, c->launcher_fds, fds, l->nofile, (int)((l->nofile - 64) / c->launcher_fds));
+               ranks, c->launcher_fds, fds, l->nofile, most_ranks(ranks, c, l, margin));
     return -1;
   }
   double shm = (double)ranks * c->shm_bytes;
@@ -146,7 +159,7 @@ int mt_host_fit(int ranks, const mt_host_rank_cost *c, const mt_host_limits *l, 
                "%.0f MiB of /dev/shm (%.0f KiB a rank) and %.0f MiB is free (a container's "
                "default is 64 MiB: docker run --shm-size); at most %d ranks fit here",
                ranks, shm / MiB, c->shm_bytes / 1024, l->shm_free / MiB,
-               (int)(l->shm_free / c->shm_bytes));
+               most_ranks(ranks, c, l, margin));
     return -1;
   }
   return 0;
