@@ -375,13 +375,15 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
 }
 
 /* One block of the middle dim of an (outer, size, inner) view: outer runs of
- * inner floats, size*inner apart, resized so that block r starts r*inner
- * floats in (one element of this type per peer in MPI_Alltoall). */
-static MPI_Datatype block_type(size_t outer, size_t inner, size_t size) {
+ * inner elements (elem, es bytes each), size*inner apart, resized so that
+ * block r starts r*inner elements in (one element of this type per peer in
+ * MPI_Alltoall and MPI_Allgather). */
+static MPI_Datatype block_type(size_t outer, size_t inner, size_t size, MPI_Datatype elem,
+                               size_t es) {
   MPI_Datatype strided, block;
-  MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
-                               MPI_FLOAT, &strided));
-  MT_MPI_CHECK(MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(float)), &block));
+  MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner), elem,
+                               &strided));
+  MT_MPI_CHECK(MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * es), &block));
   MT_MPI_CHECK(MPI_Type_commit(&block));
   MPI_Type_free(&strided);
   return block;
@@ -408,7 +410,8 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
   staged_call(g, loc);
   float *hs = stage(loc, send, n * sizeof(float), 1);
   float *hr = stage(loc, recv, n * sizeof(float), 0);
-  MPI_Datatype st = block_type(s_outer, s_inner, size), rt = block_type(r_outer, r_inner, size);
+  MPI_Datatype st = block_type(s_outer, s_inner, size, MPI_FLOAT, sizeof(float));
+  MPI_Datatype rt = block_type(r_outer, r_inner, size, MPI_FLOAT, sizeof(float));
   MPI_Request q;
   MT_MPI_CHECK(polling() ? blocking(MPI_Ialltoall(hs, 1, st, hr, 1, rt, g->comm, &q), &q)
                          : MPI_Alltoall(hs, 1, st, hr, 1, rt, g->comm));
@@ -869,28 +872,10 @@ void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, siz
   }
   double t0 = mt_now();
   /* one rank's slice inside recv, as allgather_dim_host lays it out */
-  MPI_Datatype strided, slice;
-  MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
-                               MPI_UINT16_T, &strided));
-  MT_MPI_CHECK(MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(uint16_t)), &slice));
-  MT_MPI_CHECK(MPI_Type_commit(&slice));
+  MPI_Datatype slice = block_type(outer, inner, size, MPI_UINT16_T, sizeof(uint16_t));
   MT_MPI_CHECK(MPI_Allgather(send, as_count(n), MPI_UINT16_T, recv, 1, slice, g->comm));
   MPI_Type_free(&slice);
-  MPI_Type_free(&strided);
   count(g, t0, bytes);
-}
-
-/* One block of the middle dim of an (outer, size, inner) view of 16-bit
- * elements, as block_type lays it out for floats. */
-static MPI_Datatype block_type_u16(size_t outer, size_t inner, size_t size) {
-  MPI_Datatype strided, block;
-  MT_MPI_CHECK(MPI_Type_vector(as_count(outer), as_count(inner), as_count(size * inner),
-                               MPI_UINT16_T, &strided));
-  MT_MPI_CHECK(
-      MPI_Type_create_resized(strided, 0, (MPI_Aint)(inner * sizeof(uint16_t)), &block));
-  MT_MPI_CHECK(MPI_Type_commit(&block));
-  MPI_Type_free(&strided);
-  return block;
 }
 
 void mt_alltoall_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t s_outer,
@@ -907,8 +892,8 @@ void mt_alltoall_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size
     return;
   }
   double t0 = mt_now();
-  MPI_Datatype st = block_type_u16(s_outer, s_inner, size);
-  MPI_Datatype rt = block_type_u16(r_outer, r_inner, size);
+  MPI_Datatype st = block_type(s_outer, s_inner, size, MPI_UINT16_T, sizeof(uint16_t));
+  MPI_Datatype rt = block_type(r_outer, r_inner, size, MPI_UINT16_T, sizeof(uint16_t));
   MT_MPI_CHECK(MPI_Alltoall(send, 1, st, recv, 1, rt, g->comm));
   MPI_Type_free(&st);
   MPI_Type_free(&rt);

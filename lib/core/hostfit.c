@@ -74,23 +74,27 @@ double mt_host_ranks_bytes(int n, const mt_host_rank_cost *c) {
   return c->launcher_bytes + (double)n * (c->rank_bytes + c->peer_bytes * (double)n);
 }
 
-/* each limit's figures for n ranks, against it: 1 when n fits them all */
-static int fits(int n, const mt_host_rank_cost *c, const mt_host_limits *l, double margin) {
+#define MARGIN 0.9 /* of the memory: a tenth for what else runs here */
+
+/* The first limit n ranks exceed, in the order the messages name them */
+enum { FIT, MEM, NPROC, THREADS_MAX, NOFILE, SHM };
+static int exceeded(int n, const mt_host_rank_cost *c, const mt_host_limits *l) {
   const double threads = (double)n * c->threads;
-  return !(l->mem.bytes > 0 && mt_host_ranks_bytes(n, c) > margin * l->mem.bytes) &&
-         !(l->nproc > 0 && threads > l->nproc - l->threads_now) &&
-         !(l->threads_max > 0 && threads > l->threads_max - l->threads_now) &&
-         !(l->nofile > 0 && (double)n * c->launcher_fds + 64 > l->nofile) &&
-         !(l->shm_free > 0 && (double)n * c->shm_bytes > l->shm_free);
+  if (l->mem.bytes > 0 && mt_host_ranks_bytes(n, c) > MARGIN * l->mem.bytes) return MEM;
+  if (l->nproc > 0 && threads > l->nproc - l->threads_now) return NPROC;
+  if (l->threads_max > 0 && threads > l->threads_max - l->threads_now) return THREADS_MAX;
+  if (l->nofile > 0 && (double)n * c->launcher_fds + 64 > l->nofile) return NOFILE;
+  if (l->shm_free > 0 && (double)n * c->shm_bytes > l->shm_free) return SHM;
+  return FIT;
 }
 
 /* the most ranks below n that fit every limit, by bisection (each limit's
  * need grows with the ranks) */
-static int most_ranks(int n, const mt_host_rank_cost *c, const mt_host_limits *l, double margin) {
+static int most_ranks(int n, const mt_host_rank_cost *c, const mt_host_limits *l) {
   int lo = 0, hi = n;
   while (lo < hi) {
     int mid = lo + (hi - lo + 1) / 2;
-    if (fits(mid, c, l, margin)) lo = mid;
+    if (exceeded(mid, c, l) == FIT) lo = mid;
     else hi = mid - 1;
   }
   return lo;
@@ -105,64 +109,48 @@ static const char *human(double b, char *buf) {
 
 int mt_host_fit(int ranks, const mt_host_rank_cost *c, const mt_host_limits *l, char *why,
                 size_t size) {
-  const double MiB = 1048576.0;
-  char b1[32], b2[32], b3[32];
-  const double margin = 0.9; /* a tenth for what else runs here */
-  double need = mt_host_ranks_bytes(ranks, c);
-  double threads = (double)ranks * c->threads;
+  const double MiB = 1048576.0, threads = (double)ranks * c->threads;
+  int limit = exceeded(ranks, c, l);
   if (why && size) why[0] = '\0';
-  if (l->mem.bytes > 0 && need > margin * l->mem.bytes) {
-    if (why)
-      snprintf(why, size,
-               "%d ranks do not fit this machine: they need about %s of host memory "
-               "(%.1f MiB a rank with %d peers, and the launcher), %.0f%% of the %s usable "
-               "(%s) is %s; at most %d ranks fit here",
-               ranks, human(need, b1), (c->rank_bytes + c->peer_bytes * ranks) / MiB, ranks - 1,
-               100 * margin, human(l->mem.bytes, b2), l->mem.source,
-               human(margin * l->mem.bytes, b3), most_ranks(ranks, c, l, margin));
-    return -1;
+  if (limit == FIT) return 0;
+  if (!why || !size) return -1;
+  char what[320], b1[32], b2[32], b3[32];
+  switch (limit) {
+  case MEM:
+    snprintf(what, sizeof what,
+             "they need about %s of host memory (%.1f MiB a rank with %d peers, and the "
+             "launcher), %.0f%% of the %s usable (%s) is %s",
+             human(mt_host_ranks_bytes(ranks, c), b1),
+             (c->rank_bytes + c->peer_bytes * ranks) / MiB, ranks - 1, 100 * MARGIN,
+             human(l->mem.bytes, b2), l->mem.source, human(MARGIN * l->mem.bytes, b3));
+    break;
+  case NPROC:
+    snprintf(what, sizeof what,
+             "they run about %.0f threads (%d a rank), and the process limit (ulimit -u %.0f) "
+             "leaves %.0f with %.0f running",
+             threads, c->threads, l->nproc, l->nproc - l->threads_now, l->threads_now);
+    break;
+  case THREADS_MAX:
+    snprintf(what, sizeof what,
+             "they run about %.0f threads (%d a rank), and the kernel's threads-max %.0f "
+             "leaves %.0f",
+             threads, c->threads, l->threads_max, l->threads_max - l->threads_now);
+    break;
+  case NOFILE:
+    snprintf(what, sizeof what,
+             "the launcher holds about %d open files a rank (%.0f), more than ulimit -n %.0f "
+             "(raise it with ulimit -n)",
+             c->launcher_fds, (double)ranks * c->launcher_fds + 64, l->nofile);
+    break;
+  default: /* SHM */
+    snprintf(what, sizeof what,
+             "MPI's shared-memory segments need about %.0f MiB of /dev/shm (%.0f KiB a rank) "
+             "and %.0f MiB is free (a container's default is 64 MiB: docker run --shm-size)",
+             (double)ranks * c->shm_bytes / MiB, c->shm_bytes / 1024, l->shm_free / MiB);
   }
-  if (l->nproc > 0 && threads > l->nproc - l->threads_now) {
-    if (why)
-      snprintf(why, size,
-               "%d ranks do not fit this machine: they run about %.0f threads (%d a rank), "
-               "and the process limit (ulimit -u %.0f) leaves %.0f with %.0f running; at most %d "
-               "ranks fit here",
-               ranks, threads, c->threads, l->nproc, l->nproc - l->threads_now, l->threads_now,
-               most_ranks(ranks, c, l, margin));
-    return -1;
-  }
-  if (l->threads_max > 0 && threads > l->threads_max - l->threads_now) {
-    if (why)
-      snprintf(why, size,
-               "%d ranks do not fit this machine: they run about %.0f threads (%d a rank), "
-               "and the kernel's threads-max %.0f leaves %.0f; at most %d ranks fit here",
-               ranks, threads, c->threads, l->threads_max, l->threads_max - l->threads_now,
-               most_ranks(ranks, c, l, margin));
-    return -1;
-  }
-  double fds = (double)ranks * c->launcher_fds + 64;
-  if (l->nofile > 0 && fds > l->nofile) {
-    if (why)
-      snprintf(why, size,
-               "%d ranks do not fit this machine: the launcher holds about %d open files a "
-               "rank (%.0f), more than ulimit -n %.0f (raise it with ulimit -n); at most %d ranks "
-               "fit here",
-               ranks, c->launcher_fds, fds, l->nofile, most_ranks(ranks, c, l, margin));
-    return -1;
-  }
-  double shm = (double)ranks * c->shm_bytes;
-  if (l->shm_free > 0 && shm > l->shm_free) {
-    if (why)
-      snprintf(why, size,
-               "%d ranks do not fit this machine: MPI's shared-memory segments need about "
-               "%.0f MiB of /dev/shm (%.0f KiB a rank) and %.0f MiB is free (a container's "
-               "default is 64 MiB: docker run --shm-size); at most %d ranks fit here",
-               ranks, shm / MiB, c->shm_bytes / 1024, l->shm_free / MiB,
-               most_ranks(ranks, c, l, margin));
-    return -1;
-  }
-  return 0;
+  snprintf(why, size, "%d ranks do not fit this machine: %s; at most %d ranks fit here", ranks,
+           what, most_ranks(ranks, c, l));
+  return -1;
 }
 
 double mt_host_self_bytes(void) {
