@@ -744,11 +744,39 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
   r->active = 1;
 }
 
-/* 16-bit elements: host memory and the MPI path only */
-static void u16_host_only(const mt_group *g, mt_loc loc, const char *what) {
-  if (loc != MT_LOC_HOST)
-    mt_die("%s on %s: 16-bit collectives move host memory only (a device buffer was given)",
-           what, g->name);
+/* 16-bit elements (bf16 moved as bits, or summed with each addition
+ * rounded): the MPI path on host memory. Device buffers go through one host
+ * block that holds the send side (copied from the device) and the receive
+ * side (copied from the device too where the call reads it: in place), the
+ * host form runs on it, and the receive side goes back. A non-blocking call
+ * copies back in mt_wait. */
+typedef struct {
+  uint16_t *block, *send, *recv;
+} u16_staged;
+
+static u16_staged u16_stage(mt_group *g, const void *send, size_t send_n, const void *recv,
+                            size_t recv_n, size_t extra_n) {
+  staged_call(g, MT_LOC_DEVICE);
+  u16_staged x;
+  int in_place = send == recv;
+  x.block = stage(MT_LOC_DEVICE, NULL, (send_n + (in_place ? 0 : recv_n) + extra_n) * 2, 0);
+  x.send = x.block;
+  x.recv = in_place ? x.block : x.block + send_n;
+  if (send_n) g_dev.to_host(x.send, send, send_n * 2);
+  return x;
+}
+
+/* blocking: the receive side back to the device, the block freed */
+static void u16_unstage(const u16_staged *x, void *recv, size_t recv_n) {
+  if (recv_n) g_dev.to_device(recv, x->recv, recv_n * 2);
+  free(x->block);
+}
+
+/* non-blocking: the same when the request finishes (at once for a call the
+ * host form completed, a group of one) */
+static void u16_unstage_later(const u16_staged *x, mt_request *r, void *recv, size_t recv_n) {
+  req_stage(r, MT_LOC_DEVICE, x->block, x->recv, recv, recv_n * 2);
+  if (!r->active) req_finish(r);
 }
 
 void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, const int *displs,
@@ -756,7 +784,12 @@ void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, co
   size_t total = sum_counts(counts, g->size);
   const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc) || g->size == 1) return;
-  u16_host_only(g, loc, "all-gather");
+  if (loc == MT_LOC_DEVICE) {
+    u16_staged x = u16_stage(g, buf, total, buf, total, 0);
+    mt_allgatherv_inplace_u16(g, x.recv, counts, displs, MT_LOC_HOST);
+    u16_unstage(&x, buf, total);
+    return;
+  }
   double t0 = mt_now();
   MT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
                               MPI_UINT16_T, g->comm));
@@ -769,7 +802,12 @@ void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc, .req = r)) return;
-  u16_host_only(g, loc, "all-gather");
+  if (loc == MT_LOC_DEVICE) {
+    u16_staged x = u16_stage(g, send, mine, recv, total, 0);
+    mt_iallgatherv_u16(g, x.send, x.recv, counts, displs, MT_LOC_HOST, r);
+    u16_unstage_later(&x, r, recv, total);
+    return;
+  }
   if (g->size == 1) {
     memcpy(recv + displs[0], send, mine * sizeof(uint16_t));
     return;
@@ -786,7 +824,17 @@ void mt_alltoallv_u16(mt_group *g, const uint16_t *send, const size_t *send_coun
   int n = g->size;
   const double bytes = mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(uint16_t));
   if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
-  u16_host_only(g, loc, "all-to-all");
+  if (loc == MT_LOC_DEVICE) {
+    size_t st = 0, rt = 0;
+    for (int q = 0; q < n; q++) {
+      st += send_counts[q];
+      rt += recv_counts[q];
+    }
+    u16_staged x = u16_stage(g, send, st, recv, rt, 0);
+    mt_alltoallv_u16(g, x.send, send_counts, x.recv, recv_counts, MT_LOC_HOST);
+    u16_unstage(&x, recv, rt);
+    return;
+  }
   if (n == 1) {
     if (recv != send) memcpy(recv, send, send_counts[0] * sizeof(uint16_t));
     return;
@@ -820,7 +868,12 @@ static MPI_Op bf16_sum_op(void) {
 void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc) {
   const double bytes = mt_bytes_allreduce(n * sizeof(mt_bf16), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc) || g->size == 1) return;
-  u16_host_only(g, loc, "all-reduce");
+  if (loc == MT_LOC_DEVICE) {
+    u16_staged x = u16_stage(g, buf, n, buf, n, 0);
+    mt_allreduce_sum_bf16(g, x.recv, n, MT_LOC_HOST);
+    u16_unstage(&x, buf, n);
+    return;
+  }
   double t0 = mt_now();
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_UINT16_T, bf16_sum_op(), g->comm));
   count(g, t0, bytes);
@@ -834,7 +887,12 @@ void mt_iallreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc, mt_
   if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc, .req = r) ||
       g->size == 1)
     return;
-  u16_host_only(g, loc, "all-reduce");
+  if (loc == MT_LOC_DEVICE) {
+    u16_staged x = u16_stage(g, buf, n, buf, n, 0);
+    mt_iallreduce_sum_bf16(g, x.recv, n, MT_LOC_HOST, r);
+    u16_unstage_later(&x, r, buf, n);
+    return;
+  }
   double t0 = mt_now();
   MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, as_count(n), MPI_UINT16_T, bf16_sum_op(),
                               g->comm, &r->req));
@@ -848,7 +906,13 @@ void mt_ireduce_scatter_sum_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv
   size_t total = sum_counts(counts, g->size);
   const double bytes = mt_bytes_reduce_scatter(total * sizeof(mt_bf16), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc, .req = r)) return;
-  u16_host_only(g, loc, "reduce-scatter");
+  if (loc == MT_LOC_DEVICE) {
+    size_t mine = (size_t)counts[g->rank];
+    u16_staged x = u16_stage(g, send, total, recv, mine, 0);
+    mt_ireduce_scatter_sum_bf16(g, x.send, x.recv, counts, MT_LOC_HOST, r);
+    u16_unstage_later(&x, r, recv, mine);
+    return;
+  }
   if (g->size == 1) {
     if (recv != send) memcpy(recv, send, (size_t)counts[0] * sizeof(mt_bf16));
     return;
@@ -865,7 +929,12 @@ void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, siz
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_allgather(size * n * sizeof(uint16_t), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc)) return;
-  u16_host_only(g, loc, "all-gather");
+  if (loc == MT_LOC_DEVICE) {
+    u16_staged x = u16_stage(g, send, n, recv, size * n, 0);
+    mt_allgather_dim_u16(g, x.send, x.recv, outer, inner, MT_LOC_HOST);
+    u16_unstage(&x, recv, size * n);
+    return;
+  }
   if (g->size == 1) {
     if (recv != send) memcpy(recv, send, n * sizeof(uint16_t));
     return;
@@ -886,7 +955,12 @@ void mt_alltoall_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size
            s_inner, r_outer, r_inner);
   const double bytes = mt_bytes_alltoall(n * sizeof(uint16_t), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
-  u16_host_only(g, loc, "all-to-all");
+  if (loc == MT_LOC_DEVICE) {
+    u16_staged x = u16_stage(g, send, n, recv, n, 0);
+    mt_alltoall_dim_u16(g, x.send, x.recv, s_outer, s_inner, r_outer, r_inner, MT_LOC_HOST);
+    u16_unstage(&x, recv, n);
+    return;
+  }
   if (g->size == 1) { /* one block: the views are the same buffer layout */
     if (recv != send) memcpy(recv, send, n * sizeof(uint16_t));
     return;
@@ -906,7 +980,12 @@ void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv,
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_reduce_scatter(size * n * sizeof(mt_bf16), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc)) return;
-  u16_host_only(g, loc, "reduce-scatter");
+  if (loc == MT_LOC_DEVICE) { /* the ring's scratch on the host too */
+    u16_staged x = u16_stage(g, send, size * n, recv, n, 2 * n);
+    mt_reduce_scatter_dim_bf16(g, x.send, x.recv, outer, inner, x.recv + n, MT_LOC_HOST);
+    u16_unstage(&x, recv, n);
+    return;
+  }
   if (g->size == 1) {
     if (recv != send) memcpy(recv, send, n * sizeof(mt_bf16));
     return;

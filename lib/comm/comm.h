@@ -433,35 +433,37 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
 /* every rank's send (counts[rank] floats) -> recv (counts[r] at displs[r]) */
 void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *counts,
                         const int *displs, mt_loc loc, mt_request *r);
-/* The same two all-gathers on 16-bit elements (bf16 values, moved as
- * bits: half the bytes of fp32), counts and displs in elements. Host
- * memory only (the bf16 state lives on the CPU; a device buffer is a bug:
- * mt_die); count-only groups count them as any other call. */
+/* The 16-bit calls below (bf16 values moved as bits, or summed with each
+ * addition rounded): half the bytes of fp32, counts and displs in
+ * elements. Host memory goes to MPI; device buffers are staged through
+ * host copies as the fp32 calls' are (not to the direct backend yet), with
+ * the scratch of mt_reduce_scatter_dim_bf16 on the host. Count-only groups
+ * count them as any other call.
+ * The two all-gathers: */
 void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, const int *displs,
                                mt_loc loc);
 void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const int *counts,
                         const int *displs, mt_loc loc, mt_request *r);
 /* bf16 activations over tp (sums rounded to bf16 after each addition of
- * two ranks' parts, as a bf16 all-reduce on GPUs does; host memory only):
+ * two ranks' parts, as a bf16 all-reduce on GPUs does):
  * the all-reduce, and sequence parallelism's all-gather and reduce-scatter
  * along a dimension (as mt_allgather_dim_f32, mt_reduce_scatter_dim_f32;
  * scratch holds 2 outer x inner bf16). */
 void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc);
 /* MoE dispatch and combine on bf16 rows: mt_alltoallv_f32's parts and byte
- * count on 16-bit elements (counts in elements; moved as bits, host memory
- * only); count-only groups count it as any other call. */
+ * count on 16-bit elements (counts in elements; moved as bits). */
 void mt_alltoallv_u16(mt_group *g, const uint16_t *send, const size_t *send_counts,
                       uint16_t *recv, const size_t *recv_counts, mt_loc loc);
 /* The dp engine's gradient reductions in bf16 (parallel.grad_reduce_dtype =
  * bf16), non-blocking, as mt_iallreduce_sum_f32 and
- * mt_ireduce_scatter_sum_f32 (counts in elements); host memory only. */
+ * mt_ireduce_scatter_sum_f32 (counts in elements). */
 void mt_iallreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc, mt_request *r);
 void mt_ireduce_scatter_sum_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv,
                                  const int *counts, mt_loc loc, mt_request *r);
 void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t outer,
                           size_t inner, mt_loc loc);
 /* Ulysses' all-to-all on bf16 activations: mt_alltoall_dim_f32's layout
- * and byte count on 16-bit elements (moved as bits; host memory only). */
+ * and byte count on 16-bit elements (moved as bits). */
 void mt_alltoall_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t s_outer,
                          size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
 void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv, size_t outer,

@@ -6,7 +6,8 @@
  * through those functions, and count the same bytes on the group. A call
  * that read device memory directly would still work here, so the test also
  * checks that each device call made copies in both directions it needs.
- * Also the 16-bit all-to-all (host buffers) against the f32 one.
+ * Also the 16-bit all-to-all (host buffers) against the f32 one, and every
+ * 16-bit call on device buffers against its host form.
  * Run on 2 and 4 ranks (device_staging.sh). */
 #include <math.h>
 #include <stdint.h>
@@ -148,6 +149,70 @@ int main(int argc, char **argv) {
     MT_CHECK(2 * (g->bytes - u0) == u0 - f0, "alltoall_dim_u16: bytes %g, f32 %g", g->bytes - u0,
              u0 - f0);
     free(us);
+  }
+
+  /* every 16-bit call on device buffers: the host result bit for bit, the
+   * same bytes counted, and copies made both ways */
+  {
+    const size_t outer16 = 3, inner16 = 10, M = N * (size_t)n;
+    uint16_t *hs = calloc(4 * M, sizeof(uint16_t)), *hr = hs + M, *ds = hs + 2 * M, *dr = hs + 3 * M;
+    mt_bf16 *scr = calloc(2 * outer16 * inner16, sizeof(mt_bf16));
+    size_t *sc = calloc(2 * (size_t)n, sizeof(size_t)), *rc = sc + n;
+    for (int q = 0; q < n; q++) { /* rank a sends (a + b) % 3 + 1 elements to rank b */
+      sc[q] = (size_t)((r + q) % 3 + 1);
+      rc[q] = sc[q];
+    }
+    for (int call = 0; call < 9; call++) {
+      for (size_t i = 0; i < M; i++) { /* bf16 values (sums stay finite), recv poisoned */
+        hs[i] = ds[i] = mt_bf16_from_f32((float)(0.37 * (r + 1) + 0.011 * (double)i));
+        hr[i] = dr[i] = 0x7fc1;
+      }
+      memcpy(hr + displs[r], hs, (size_t)counts[r] * sizeof(uint16_t)); /* in place: own part */
+      memcpy(dr + displs[r], ds, (size_t)counts[r] * sizeof(uint16_t));
+      double c0 = g->bytes;
+      long ch = 0, cd = 0, dbytes = 0;
+      for (int dev_side = 0; dev_side < 2; dev_side++) {
+        uint16_t *s = dev_side ? ds : hs, *o = dev_side ? dr : hr;
+        mt_loc loc = dev_side ? MT_LOC_DEVICE : MT_LOC_HOST;
+        if (dev_side) {
+          dbytes = (long)(g->bytes - c0);
+          ch = g_to_host;
+          cd = g_to_device;
+        }
+        mt_request q16;
+        switch (call) {
+        case 0: mt_allgatherv_inplace_u16(g, o, counts, displs, loc); break;
+        case 1:
+          mt_iallgatherv_u16(g, s, o, counts, displs, loc, &q16);
+          mt_wait(&q16);
+          break;
+        case 2: mt_alltoallv_u16(g, s, sc, o, rc, loc); break;
+        case 3: mt_allreduce_sum_bf16(g, s, N, loc); o = s; break;
+        case 4:
+          mt_iallreduce_sum_bf16(g, s, N, loc, &q16);
+          mt_wait(&q16);
+          o = s;
+          break;
+        case 5:
+          mt_ireduce_scatter_sum_bf16(g, s, o, counts, loc, &q16);
+          mt_wait(&q16);
+          break;
+        case 6: mt_allgather_dim_u16(g, s, o, outer16, inner16, loc); break;
+        case 7: mt_alltoall_dim_u16(g, s, o, outer16, inner16 * n, outer16 * n, inner16, loc); break;
+        case 8: mt_reduce_scatter_dim_bf16(g, s, o, outer16, inner16, scr, loc); break;
+        }
+      }
+      const uint16_t *hres = call == 3 || call == 4 ? hs : hr, *dres = call == 3 || call == 4 ? ds : dr;
+      MT_CHECK(memcmp(hres, dres, M * sizeof(uint16_t)) == 0, "16-bit call %d: device result differs",
+               call);
+      MT_CHECK(g->bytes - c0 == 2 * (double)dbytes, "16-bit call %d: bytes %g, host %ld", call,
+               g->bytes - c0 - (double)dbytes, dbytes);
+      MT_CHECK(n == 1 || (g_to_host > ch && g_to_device > cd), "16-bit call %d: no staging copies",
+               call);
+    }
+    free(hs);
+    free(scr);
+    free(sc);
   }
 
   /* point-to-point ring: send to the next, receive from the previous */
