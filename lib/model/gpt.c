@@ -152,10 +152,6 @@ static int check_split(const mt_model_shape *shape, const mt_gpt_parallel *par, 
     mt_err_set(e, "bf16 activations are implemented for models whose state the dp engine holds");
     return -1;
   }
-  if (par && par->bf16 && shape->moe_experts > 0 && par->ep_balance_alpha > 0.0) {
-    mt_err_set(e, "bf16 activations: least-loaded expert placement is not implemented");
-    return -1;
-  }
   return 0;
 }
 

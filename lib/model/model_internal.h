@@ -118,8 +118,11 @@ int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h
 enum { MT_LLEP_HELP_W, MT_LLEP_HELP_G, MT_LLEP_LEND };
 float *mt_moe_llep_region(const mt_moe *x, int r, int t);
 /* block weights w out to the helpers of the routing record meta (collective
- * over ep where any pair exists) */
-void mt_moe_llep_weights(mt_moe *x, const mt_block_tensors *w, const int *meta);
+ * over ep where any pair exists): the weights' copy as it is stored, bf16
+ * under bf (half the bytes; in the regions' first half), else fp32. The
+ * gradients stay fp32 either way. */
+void mt_moe_llep_weights(mt_moe *x, const mt_ops_bf16 *bf, const mt_block_tensors *w,
+                         const int *meta);
 /* the helped experts' gradients to 0; and back to their owners, added to g */
 void mt_moe_llep_zero_grads(mt_moe *x, const int *meta);
 void mt_moe_llep_grads(mt_moe *x, mt_block_tensors *g, const int *meta);

@@ -141,7 +141,7 @@ void mt_moe_destroy(mt_moe *x) {
 static int helped(const mt_moe *moe, const int *meta) {
   return moe->ep.H > 0 ? mt_ep_llep(&moe->ep, meta)[MT_LLEP_N_HELP] : 0;
 }
-#define HW(moe, t) mt_moe_llep_region(moe, MT_LLEP_HELP_W, t)
+#define HW(moe, t) ((mt_act *)mt_moe_llep_region(moe, MT_LLEP_HELP_W, t)) /* weights' dtype */
 #define HG(moe, t) mt_moe_llep_region(moe, MT_LLEP_HELP_G, t)
 
 /* The router's input (N, C) and weight (E, C) as fp32: themselves under
@@ -188,16 +188,18 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
    * by etp rank 0: the etp ranks' outputs are summed on the way back) */
   const int *off = mt_ep_expert_off(ep, meta);
   const int nh = helped(moe, meta); /* least-loaded: other ranks' experts, rows after ours */
-  if (ep->H > 0) mt_moe_llep_weights(moe, w, meta);
+  if (ep->H > 0) mt_moe_llep_weights(moe, bf, w, meta);
   MT_ACT_OP(bf, o, gather_rows, a->xe, rows, a->perm, n_rows, C);
   MT_ACT_OP(bf, o, grouped_matmul_forward, a->h, a->xe, w->e_fc_w, w->e_fc_b, off, El, C, Fe);
-  if (nh > 0) /* (least-loaded: fp32 only) */
-    o->grouped_matmul_forward(a->h, a->xe, HW(moe, 0), HW(moe, 1), off + El, nh, C, Fe);
+  if (nh > 0)
+    MT_ACT_OP(bf, o, grouped_matmul_forward, a->h, a->xe, HW(moe, 0), HW(moe, 1), off + El, nh,
+              C, Fe);
   MT_ACT_OP(bf, o, gelu_forward, a->g, a->h, (size_t)n_rows * Fe);
   MT_ACT_OP(bf, o, grouped_matmul_forward, moe->rows2_buf, a->g, w->e_proj_w,
             ep->etp_rank == 0 ? w->e_proj_b : NULL, off, El, Fe, C);
   if (nh > 0)
-    o->grouped_matmul_forward(moe->rows2_buf, a->g, HW(moe, 2), HW(moe, 3), off + El, nh, Fe, C);
+    MT_ACT_OP(bf, o, grouped_matmul_forward, moe->rows2_buf, a->g, HW(moe, 2), HW(moe, 3),
+              off + El, nh, Fe, C);
   MT_ACT_OP(bf, o, gather_rows, rows, moe->rows2_buf, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, a->ys, C);
   MT_ACT_OP(bf, o, moe_combine, out, a->ys, a->slot, a->topw, N, C, k);
@@ -250,7 +252,7 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   float *dw_fc = input_only ? NULL : g->e_fc_w, *db_fc = input_only ? NULL : g->e_fc_b;
   /* least-loaded: the helped experts' weights again, their gradients here */
   const int nh = helped(moe, meta);
-  if (ep->H > 0) mt_moe_llep_weights(moe, w, meta);
+  if (ep->H > 0) mt_moe_llep_weights(moe, bf, w, meta);
   if (ep->H > 0 && !input_only) mt_moe_llep_zero_grads(moe, meta);
   float *hg[4] = {NULL, NULL, NULL, NULL};
   if (!input_only)
@@ -264,8 +266,9 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   MT_ACT_OP(bf, o, zero, dgelu, (size_t)n_rows * Fe);
   MT_ACT_OP(bf, o, grouped_matmul_backward, dgelu, dw_proj, db_proj, dy, a->g, w->e_proj_w, off,
             El, Fe, C);
-  if (nh > 0) /* (least-loaded: fp32 only) */
-    o->grouped_matmul_backward(dgelu, hg[2], hg[3], dy, a->g, HW(moe, 2), off + El, nh, Fe, C);
+  if (nh > 0)
+    MT_ACT_OP(bf, o, grouped_matmul_backward, dgelu, hg[2], hg[3], dy, a->g, HW(moe, 2),
+              off + El, nh, Fe, C);
   MT_ACT_OP(bf, o, zero, dh, (size_t)n_rows * Fe);
   MT_ACT_OP(bf, o, gelu_backward, dh, a->h, dgelu, (size_t)n_rows * Fe);
   /* the experts' input gradients, partial over etp */
@@ -273,7 +276,8 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   MT_ACT_OP(bf, o, grouped_matmul_backward, dxe, dw_fc, db_fc, dh, a->xe, w->e_fc_w, off, El, C,
             Fe);
   if (nh > 0)
-    o->grouped_matmul_backward(dxe, hg[0], hg[1], dh, a->xe, HW(moe, 0), off + El, nh, C, Fe);
+    MT_ACT_OP(bf, o, grouped_matmul_backward, dxe, hg[0], hg[1], dh, a->xe, HW(moe, 0),
+              off + El, nh, C, Fe);
   if (ep->H > 0 && !input_only) mt_moe_llep_grads(moe, g, meta);
   MT_ACT_OP(bf, o, gather_rows, rows, dxe, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, moe->send_buf, C);
@@ -324,10 +328,10 @@ static void routed_backward_weight(mt_gpt *m, const mt_block_tensors *w, mt_bloc
   const int nh = helped(moe, meta);
   mt_moe_llep_zero_grads(moe, meta);
   if (nh > 0) {
-    o->grouped_matmul_backward(NULL, HG(moe, 2), HG(moe, 3), a->dy, a->g, NULL, off + El, nh, Fe,
-                               C);
-    o->grouped_matmul_backward(NULL, HG(moe, 0), HG(moe, 1), a->dh, a->xe, NULL, off + El, nh, C,
-                               Fe);
+    MT_ACT_OP(m->bf, o, grouped_matmul_backward, NULL, HG(moe, 2), HG(moe, 3), a->dy, a->g, NULL,
+              off + El, nh, Fe, C);
+    MT_ACT_OP(m->bf, o, grouped_matmul_backward, NULL, HG(moe, 0), HG(moe, 1), a->dh, a->xe, NULL,
+              off + El, nh, C, Fe);
   }
   mt_moe_llep_grads(moe, g, meta);
 }

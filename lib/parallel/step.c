@@ -15,7 +15,10 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   /* bf16 storage where the roles say so and the backend has the ops (the
    * CUDA backend multiplies in bf16 over fp32 tensors instead) */
   par.bf16 = o->dtypes.acts == MT_FLOAT_BF16 ? mt_ops_bf16_of(ops) : NULL;
-  if (mt_gpt_create_stage(&s->model, o->shape, ops, o->micro_batch, &par, e) != 0) return -1;
+  if (mt_gpt_create_stage(&s->model, o->shape, ops, o->micro_batch, &par, e) != 0) {
+    memset(s, 0, sizeof *s); /* mt_step_destroy must not take a half-made model for a step */
+    return -1;
+  }
   /* cp ranks hold the same parameters (each sees other tokens): gradients
    * and ZeRO shards go over dp x cp (at cp = 1, the dp group, rank for
    * rank); experts' over edp of the folded mesh */

@@ -242,18 +242,11 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   }
   /* the dtype of every role, decided here once (the plan and the run read
    * lay->dtypes; train.device = auto counts as cuda where CUDA is built);
-   * bf16 storage on the CPU covers dense and MoE models (least-loaded expert
-   * placement refused below) */
+   * bf16 storage on the CPU covers dense and MoE models, least-loaded expert
+   * placement included) */
   if (mt_dtypes_resolve(prec, (mt_device_kind)dev, cfg->grad_dtype, cfg->grad_reduce_dtype,
                         &lay->dtypes, dmsg, sizeof dmsg) != 0) {
     mt_err_set(e, "%s", dmsg);
-    return -1;
-  }
-  if (lay->dtypes.acts == MT_FLOAT_BF16 && lay->shape.moe_experts > 0 &&
-      !strcmp(cfg->ep_balance, "least-loaded")) {
-    mt_err_set(e, "parallel.ep_balance = least-loaded is not implemented under "
-                  "train.precision = bf16 on the CPU (set parallel.ep_balance = none or "
-                  "train.precision = fp32)");
     return -1;
   }
   if (lay->dtypes.weights == MT_FLOAT_BF16 && cfg->zero >= 1 && cfg->save_params) {

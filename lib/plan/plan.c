@@ -125,8 +125,8 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
   for (int c = 0; c < s->exec.v; c++) out->layers += s->exec.l1[c] - s->exec.l0[c];
   /* least-loaded: per MoE block of the stage and micro-batch, the weights
    * go out in the forward (again under recompute) and in the backward, at
-   * most L experts' from a rank each time, and the gradients come back, at
-   * most H experts' */
+   * most L experts' from a rank each time (in the weights' dtype), and the
+   * gradients come back, at most H experts' (fp32) */
   const mt_moe *moe = &s->model.moe;
   if (moe->ep.H > 0) {
     int blocks = 0;
@@ -134,9 +134,11 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
       for (int l = s->exec.l0[c]; l < s->exec.l1[c]; l++)
         blocks += mt_model_is_moe(&s->model.shape, l);
     const int H = moe->ep.H, L = moe->ep.L;
-    const double expert = (double)mt_moe_expert_floats(moe) * sizeof(float);
-    const double experts = (2.0 + (cfg->recompute ? 1.0 : 0.0)) * L + H;
-    out->ep_llep_bytes = experts * expert * blocks * w->batch.n_mb;
+    const double expert = (double)mt_moe_expert_floats(moe);
+    const double wbytes = s->model.bf ? sizeof(mt_bf16) : sizeof(float);
+    const double per_mb = (2.0 + (cfg->recompute ? 1.0 : 0.0)) * L * expert * wbytes +
+                          H * expert * sizeof(float);
+    out->ep_llep_bytes = per_mb * blocks * w->batch.n_mb;
   }
 }
 

@@ -27,10 +27,6 @@ mt_script_test(edges gpu ops.sh gpu_edges)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
 mt_script_test(fp16_refused badinput ../scripts/expect_fail.sh fp16_refused 2
   "train.precision = fp16: fp16 needs dynamic loss scaling" ${T} --set train.precision=fp16)
-# bf16 on the CPU covers dense and MoE models under every layout: least-loaded
-# expert placement (its weights and gradients moved over ep) is refused
-mt_script_test(bf16_llep_refused badinput ../scripts/expect_fail.sh bf16_llep_refused 2
-  "parallel.ep_balance = least-loaded is not implemented under train.precision = bf16 on the CPU" ${T} --set train.precision=bf16 --set model.moe_experts=4 --set parallel.dp=2 --set parallel.ep=2 --set parallel.ep_balance=least-loaded)
 mt_script_test(grad_dtype_bf16_refused badinput ../scripts/expect_fail.sh grad_dtype_bf16_refused 2
   "train.grad_dtype = bf16: not implemented yet" ${T} --set train.precision=bf16 --set train.grad_dtype=bf16)
 # the bf16 gradient reduction narrows with the CPU's bf16 ops: fp32 runs refuse it
