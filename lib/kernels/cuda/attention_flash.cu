@@ -1,8 +1,10 @@
 /* Attention by blocks on the GPU (FlashAttention-2, Dao 2023): the op
  * table's attn_forward, attn_merge and attn_backward over one pair (query
  * block, key block) with strides, global positions and the per-row
- * log-sum-exp (LSE), as kernels.h states them; copy_2d and add_2d. The CPU
- * twin is cpu/attention_flash.c; tests/gpu/gpu_ops.c holds the two equal.
+ * log-sum-exp (LSE), as kernels.h states them, for the fp32 op table and
+ * the bf16 one (mt_ops_bf16); copy_2d and add_2d. The CPU twins are
+ * cpu/attention_flash.c and cpu/attention_bf16.c; tests/gpu/gpu_ops.c and
+ * gpu_attn_bf16.c hold each pair equal.
  *
  * Tiles. A thread block of 256 threads owns a tile of rows of one (batch,
  * head) and walks the tiles of the other side through shared memory:
@@ -30,10 +32,14 @@
  * one block, which sums over the other side's tiles in a fixed order; D =
  * rowsum(dout * out) is a fixed warp reduction. The same bits every run.
  *
- * Precision: fp32 throughout, under train.precision = bf16 too. bf16 here
- * would round q, k, v (and dout, P, dS) to bf16 for tensor-core products;
- * these kernels use CUDA cores in fp32, so bf16 runs get fp32 attention
- * (more accurate, slower than a tensor-core kernel would be). */
+ * Precision: fp32 arithmetic throughout. The kernels are templated on the
+ * element type T of q, k, v, out, dout, dq, dk, dv: float for mt_ops (fp32
+ * tensors, under train.precision = bf16 too), __nv_bfloat16 for mt_ops_bf16.
+ * bf16 elements are widened exactly into the fp32 tiles in shared memory
+ * and rounded once when stored (out; dq, dk, dv = round(d + the call's fp32
+ * sum)); P, dS, D and the LSE stay fp32, as on the CPU (attention_bf16.c).
+ * Tensor-core products would also round P and dS to bf16; these kernels use
+ * CUDA cores (more accurate, slower than a tensor-core kernel would be). */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <math.h>
@@ -59,14 +65,16 @@ __device__ static inline bool attn_visible(const mt_attn_block &a, int i, int j)
   return !a.causal || (long long)a.k_pos0 + j <= (long long)a.q_pos0 + i;
 }
 
-/* dst (nrows x hs, row stride P) = rows [0, valid) of src (row stride rs),
- * zeros for rows [valid, nrows). A warp per row, lanes along the channels
- * (coalesced). */
-__device__ static void load_rows(float *dst, int P, const float *src, size_t rs, int valid,
-                                 int nrows, int hs) {
+/* dst (nrows x hs, row stride P; fp32) = rows [0, valid) of src (row
+ * stride rs; elements T, widened), zeros for rows [valid, nrows). A warp per
+ * row, lanes along the channels (coalesced). */
+template <typename T>
+__device__ static void load_rows(float *dst, int P, const T *src, size_t rs, int valid, int nrows,
+                                 int hs) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int r = warp; r < nrows; r += ATTN_THREADS / 32)
-    for (int d = lane; d < hs; d += 32) dst[r * P + d] = r < valid ? src[(size_t)r * rs + d] : 0.0f;
+    for (int d = lane; d < hs; d += 32)
+      dst[r * P + d] = r < valid ? mt_elem_ld(src[(size_t)r * rs + d]) : 0.0f;
 }
 
 /* s[i][c] = sum_d A[ty*R + i][d] * Bm[tx + 16c][d]: this thread's entries of
@@ -126,10 +134,10 @@ static size_t fwd_smem_floats(int BR, int BC, int hs) {
  * -INFINITY), then V replaces K in shared memory while TPR threads per row
  * update the row's running maximum m and sum l and turn S into P =
  * exp(S - m), then acc = acc * exp(m_old - m) + P V. */
-template <int BR, int BC, int DPT>
+template <typename T, int BR, int BC, int DPT>
 __global__ void __launch_bounds__(ATTN_THREADS)
-    attn_forward_kernel(const mt_attn_block a, float *out, float *lse, const float *q,
-                        const float *k, const float *v, float scale) {
+    attn_forward_kernel(const mt_attn_block a, T *out, float *lse, const T *q, const T *k,
+                        const T *v, float scale) {
   constexpr int R = BR / 16, CC = BC / 16, TPR = ATTN_THREADS / BR, SP = BC + 1;
   static_assert(BR % 16 == 0 && BC % 16 == 0 && TPR * BR == ATTN_THREADS && TPR <= 32 &&
                     (TPR & (TPR - 1)) == 0,
@@ -141,7 +149,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
   const int rows = min(BR, a.Tq - i0);
   const size_t hoff = (size_t)h * hs;
-  const float *kb = k + (size_t)b * a.k_bs + hoff, *vb = v + (size_t)b * a.v_bs + hoff;
+  const T *kb = k + (size_t)b * a.k_bs + hoff, *vb = v + (size_t)b * a.v_bs + hoff;
   load_rows(Qs, P, q + (size_t)b * a.q_bs + (size_t)i0 * a.q_rs + hoff, a.q_rs, rows, BR, hs);
 
   /* the softmax's view: row sr, part sp of its TPR threads (TPR consecutive
@@ -218,11 +226,12 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   for (int i = 0; i < R; i++) {
     int r = ty * R + i;
     if (r >= rows) continue;
-    float inv = rowf[r], *o = out + (size_t)b * a.o_bs + (size_t)(i0 + r) * a.o_rs + hoff;
+    float inv = rowf[r];
+    T *o = out + (size_t)b * a.o_bs + (size_t)(i0 + r) * a.o_rs + hoff;
 #pragma unroll
     for (int j = 0; j < DPT; j++) {
       int d = tx + 16 * j;
-      if (d < hs) o[d] = acc[i][j] * inv; /* no visible key: acc = 0, inv = 0 */
+      if (d < hs) mt_elem_st(&o[d], acc[i][j] * inv); /* no visible key: acc = 0, inv = 0 */
     }
   }
 }
@@ -231,8 +240,10 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 /* merge                                                               */
 
 /* One warp per (batch, query row, head), lanes along the channels; the
- * weights in double, as the CPU computes them. */
-__global__ void attn_merge_kernel(const mt_attn_block a, float *out, float *lse, const float *part,
+ * weights in double, as the CPU computes them; out rounded once (a side
+ * that saw no key: the other side's elements, copied exactly). */
+template <typename T>
+__global__ void attn_merge_kernel(const mt_attn_block a, T *out, float *lse, const T *part,
                                   const float *part_lse) {
   const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
@@ -242,8 +253,8 @@ __global__ void attn_merge_kernel(const mt_attn_block a, float *out, float *lse,
   const size_t oo = (size_t)b * a.o_bs + (size_t)i * a.o_rs + (size_t)h * a.hs;
   const float l1 = lse[lo], l2 = part_lse[lo];
   if (l2 == -INFINITY) return; /* the part saw no key: out, lse stay */
-  float *o = out + oo;
-  const float *p = part + oo;
+  T *o = out + oo;
+  const T *p = part + oo;
   float c1 = 0.0f, c2 = 1.0f, merged = l2; /* out saw no key: take the part */
   if (l1 != -INFINITY) {
     double mx = l1 > l2 ? l1 : l2;
@@ -252,7 +263,9 @@ __global__ void attn_merge_kernel(const mt_attn_block a, float *out, float *lse,
     c2 = (float)(w2 / s);
     merged = (float)(mx + log(s));
   }
-  for (int d = lane; d < a.hs; d += 32) o[d] = l1 == -INFINITY ? p[d] : c1 * o[d] + c2 * p[d];
+  for (int d = lane; d < a.hs; d += 32)
+    mt_elem_st(&o[d], l1 == -INFINITY ? mt_elem_ld(p[d])
+                                      : c1 * mt_elem_ld(o[d]) + c2 * mt_elem_ld(p[d]));
   __syncwarp(); /* every lane has read lse[lo] */
   if (lane == 0) lse[lo] = merged;
 }
@@ -262,8 +275,9 @@ __global__ void attn_merge_kernel(const mt_attn_block a, float *out, float *lse,
 
 /* D[g * Tq + i] = sum_d dout * out of row i of (batch, head) bh0 + g, for
  * the nbh pairs of this group: one warp per row */
-__global__ void attn_rowdot_kernel(float *D, const mt_attn_block a, const float *dout,
-                                   const float *out, int bh0, int nbh) {
+template <typename T>
+__global__ void attn_rowdot_kernel(float *D, const mt_attn_block a, const T *dout, const T *out,
+                                   int bh0, int nbh) {
   const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (w >= (size_t)nbh * a.Tq) return;
@@ -271,7 +285,8 @@ __global__ void attn_rowdot_kernel(float *D, const mt_attn_block a, const float 
   const int b = bh / a.NH, h = bh % a.NH;
   const size_t oo = (size_t)b * a.o_bs + (size_t)i * a.o_rs + (size_t)h * a.hs;
   float dot = 0.0f;
-  for (int d = lane; d < a.hs; d += 32) dot = fmaf(out[oo + d], dout[oo + d], dot);
+  for (int d = lane; d < a.hs; d += 32)
+    dot = fmaf(mt_elem_ld(out[oo + d]), mt_elem_ld(dout[oo + d]), dot);
   for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
   if (lane == 0) D[w] = dot;
 }
@@ -290,11 +305,11 @@ static size_t dq_smem_floats(int BR, int BC, int hs) {
  * BR) += scale sum over the visible keys of dS K. Per key tile: V, then
  * dP = dO V^T (registers); K replaces V, S = Q K^T, dS = P (dP - D) into
  * shared memory, acc += dS K. */
-template <int BR, int BC, int DPT>
+template <typename T, int BR, int BC, int DPT>
 __global__ void __launch_bounds__(ATTN_THREADS)
-    attn_backward_dq_kernel(const mt_attn_block a, float *dq, const float *dout,
-                            const float *lse, const float *D, int bh0, const float *q,
-                            const float *k, const float *v, float scale) {
+    attn_backward_dq_kernel(const mt_attn_block a, T *dq, const T *dout, const float *lse,
+                            const float *D, int bh0, const T *q, const T *k, const T *v,
+                            float scale) {
   constexpr int R = BR / 16, CC = BC / 16, SP = BC + 1;
   static_assert(BR % 16 == 0 && BC % 16 == 0, "tiles of 16-row steps");
   extern __shared__ float smem[];
@@ -309,7 +324,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   if (kend == 0) return; /* no key of the block is visible to these rows */
   const size_t hoff = (size_t)h * hs;
   const size_t qoff = (size_t)b * a.q_bs + (size_t)i0 * a.q_rs + hoff;
-  const float *kb = k + (size_t)b * a.k_bs + hoff, *vb = v + (size_t)b * a.v_bs + hoff;
+  const T *kb = k + (size_t)b * a.k_bs + hoff, *vb = v + (size_t)b * a.v_bs + hoff;
   load_rows(Qs, P, q + qoff, a.q_rs, rows, BR, hs);
   load_rows(dOs, P, dout + (size_t)b * a.o_bs + (size_t)i0 * a.o_rs + hoff, a.o_rs, rows, BR, hs);
   for (int r = t; r < BR; r += ATTN_THREADS) {
@@ -350,11 +365,11 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   for (int i = 0; i < R; i++) {
     int r = ty * R + i;
     if (r >= rows) continue;
-    float *o = dq + qoff + (size_t)r * a.q_rs;
+    T *o = dq + qoff + (size_t)r * a.q_rs;
 #pragma unroll
     for (int j = 0; j < DPT; j++) {
       int d = tx + 16 * j;
-      if (d < hs) o[d] += scale * acc[i][j];
+      if (d < hs) mt_elem_st(&o[d], mt_elem_ld(o[d]) + scale * acc[i][j]);
     }
   }
 }
@@ -368,11 +383,11 @@ static size_t dkv_smem_floats(int BR, int BC, int hs) {
  * rows, query columns): S^T = K Q^T, dP^T = V dO^T (registers), P^T into
  * shared memory, dv += P^T dO; then dS^T = P^T (dP^T - D) replaces it and
  * dk += scale dS^T Q. */
-template <int BR, int BC, int DPT>
+template <typename T, int BR, int BC, int DPT>
 __global__ void __launch_bounds__(ATTN_THREADS)
-    attn_backward_dkv_kernel(const mt_attn_block a, float *dk, float *dv, const float *dout,
-                             const float *lse, const float *D, int bh0, const float *q,
-                             const float *k, const float *v, float scale) {
+    attn_backward_dkv_kernel(const mt_attn_block a, T *dk, T *dv, const T *dout,
+                             const float *lse, const float *D, int bh0, const T *q, const T *k,
+                             const T *v, float scale) {
   constexpr int R = BC / 16, CC = BR / 16, SP = BR + 1;
   static_assert(BR % 16 == 0 && BC % 16 == 0, "tiles of 16-row steps");
   extern __shared__ float smem[];
@@ -388,7 +403,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   const size_t hoff = (size_t)h * hs;
   const size_t koff = (size_t)b * a.k_bs + (size_t)j0 * a.k_rs + hoff;
   const size_t voff = (size_t)b * a.v_bs + (size_t)j0 * a.v_rs + hoff;
-  const float *qb = q + (size_t)b * a.q_bs + hoff, *dob = dout + (size_t)b * a.o_bs + hoff;
+  const T *qb = q + (size_t)b * a.q_bs + hoff, *dob = dout + (size_t)b * a.o_bs + hoff;
   const float *lb = lse + (size_t)b * a.l_bs + (size_t)h * a.l_hs, *Db = D + (size_t)g * a.Tq;
   load_rows(Ks, P, k + koff, a.k_rs, cols, BC, hs);
   load_rows(Vs, P, v + voff, a.v_rs, cols, BC, hs);
@@ -435,13 +450,13 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   for (int i = 0; i < R; i++) {
     int j = ty * R + i;
     if (j >= cols) continue;
-    float *ok = dk + koff + (size_t)j * a.k_rs, *ov = dv + voff + (size_t)j * a.v_rs;
+    T *ok = dk + koff + (size_t)j * a.k_rs, *ov = dv + voff + (size_t)j * a.v_rs;
 #pragma unroll
     for (int jj = 0; jj < DPT; jj++) {
       int d = tx + 16 * jj;
       if (d < hs) {
-        ok[d] += scale * dk_acc[i][jj];
-        ov[d] += dv_acc[i][jj];
+        mt_elem_st(&ok[d], mt_elem_ld(ok[d]) + scale * dk_acc[i][jj]);
+        mt_elem_st(&ov[d], dv_acc[i][jj] + mt_elem_ld(ov[d])); /* fp32: the code of ov[d] += */
       }
     }
   }
@@ -474,52 +489,54 @@ template <typename K> static void smem_allow(K kernel, size_t bytes, const char 
                                   (int)bytes));
 }
 
-template <int BR, int BC, int DPT>
-static void forward_launch(const mt_attn_block *a, float *out, float *lse, const float *q,
-                           const float *k, const float *v, float scale) {
+template <typename T, int BR, int BC, int DPT>
+static void forward_launch(const mt_attn_block *a, T *out, float *lse, const T *q, const T *k,
+                           const T *v, float scale) {
   size_t bytes = fwd_smem_floats(BR, BC, a->hs) * sizeof(float);
-  smem_allow(attn_forward_kernel<BR, BC, DPT>, bytes, "attn_forward");
+  smem_allow(attn_forward_kernel<T, BR, BC, DPT>, bytes, "attn_forward");
   dim3 grid((unsigned)((a->Tq + BR - 1) / BR), (unsigned)a->NH, (unsigned)a->B);
-  attn_forward_kernel<BR, BC, DPT><<<grid, ATTN_THREADS, bytes, g_cu.stream>>>(*a, out, lse, q, k,
-                                                                                v, scale);
+  attn_forward_kernel<T, BR, BC, DPT><<<grid, ATTN_THREADS, bytes, g_cu.stream>>>(*a, out, lse, q,
+                                                                                   k, v, scale);
   CUDA_LAUNCH_CHECK();
 }
 
-void mt_cuda_attn_forward(const mt_attn_block *a, float *out, float *lse, const float *q,
-                          const float *k, const float *v) {
+/* The three ops for elements T (float: mt_ops; __nv_bfloat16: mt_ops_bf16) */
+template <typename T>
+static void attn_forward(const mt_attn_block *a, T *out, float *lse, const T *q, const T *k,
+                         const T *v) {
   if (a->B <= 0 || a->NH <= 0 || a->Tq <= 0) return;
   attn_check(a, "attn_forward");
   const float scale = 1.0f / sqrtf((float)a->hs);
   /* (Tk = 0: every row gets out 0, lse -INFINITY, as on the CPU) */
-  if (a->hs <= 64) forward_launch<64, 64, 4>(a, out, lse, q, k, v, scale);
-  else if (a->hs <= 128) forward_launch<64, 64, 8>(a, out, lse, q, k, v, scale);
-  else forward_launch<32, 32, 16>(a, out, lse, q, k, v, scale);
+  if (a->hs <= 64) forward_launch<T, 64, 64, 4>(a, out, lse, q, k, v, scale);
+  else if (a->hs <= 128) forward_launch<T, 64, 64, 8>(a, out, lse, q, k, v, scale);
+  else forward_launch<T, 32, 32, 16>(a, out, lse, q, k, v, scale);
 }
 
-void mt_cuda_attn_merge(const mt_attn_block *a, float *out, float *lse, const float *part,
-                        const float *part_lse) {
+template <typename T>
+static void attn_merge(const mt_attn_block *a, T *out, float *lse, const T *part,
+                       const float *part_lse) {
   if (a->B <= 0 || a->NH <= 0 || a->Tq <= 0 || a->hs <= 0) return;
   size_t warps = (size_t)a->B * a->Tq * a->NH;
-  attn_merge_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, g_cu.stream>>>(*a, out, lse, part,
-                                                                          part_lse);
+  attn_merge_kernel<T><<<(unsigned)((warps + 7) / 8), 256, 0, g_cu.stream>>>(*a, out, lse, part,
+                                                                             part_lse);
   CUDA_LAUNCH_CHECK();
 }
 
-template <int BR, int BC, int DPT>
-static void backward_launch(const mt_attn_block *a, float *dq, float *dk, float *dv,
-                            const float *dout, const float *lse, const float *D, int bh0,
-                            int nbh, const float *q, const float *k, const float *v,
-                            float scale) {
+template <typename T, int BR, int BC, int DPT>
+static void backward_launch(const mt_attn_block *a, T *dq, T *dk, T *dv, const T *dout,
+                            const float *lse, const float *D, int bh0, int nbh, const T *q,
+                            const T *k, const T *v, float scale) {
   size_t bytes = dq_smem_floats(BR, BC, a->hs) * sizeof(float);
-  smem_allow(attn_backward_dq_kernel<BR, BC, DPT>, bytes, "attn_backward (dq)");
+  smem_allow(attn_backward_dq_kernel<T, BR, BC, DPT>, bytes, "attn_backward (dq)");
   dim3 gq((unsigned)((a->Tq + BR - 1) / BR), (unsigned)nbh);
-  attn_backward_dq_kernel<BR, BC, DPT><<<gq, ATTN_THREADS, bytes, g_cu.stream>>>(
+  attn_backward_dq_kernel<T, BR, BC, DPT><<<gq, ATTN_THREADS, bytes, g_cu.stream>>>(
       *a, dq, dout, lse, D, bh0, q, k, v, scale);
   CUDA_LAUNCH_CHECK();
   bytes = dkv_smem_floats(BR, BC, a->hs) * sizeof(float);
-  smem_allow(attn_backward_dkv_kernel<BR, BC, DPT>, bytes, "attn_backward (dk, dv)");
+  smem_allow(attn_backward_dkv_kernel<T, BR, BC, DPT>, bytes, "attn_backward (dk, dv)");
   dim3 gk((unsigned)((a->Tk + BC - 1) / BC), (unsigned)nbh);
-  attn_backward_dkv_kernel<BR, BC, DPT><<<gk, ATTN_THREADS, bytes, g_cu.stream>>>(
+  attn_backward_dkv_kernel<T, BR, BC, DPT><<<gk, ATTN_THREADS, bytes, g_cu.stream>>>(
       *a, dk, dv, dout, lse, D, bh0, q, k, v, scale);
   CUDA_LAUNCH_CHECK();
 }
@@ -527,9 +544,9 @@ static void backward_launch(const mt_attn_block *a, float *dq, float *dk, float 
 /* D = rowsum(dout * out) goes to the backend's scratch, for as many (batch,
  * head) pairs at a time as it holds (all of them, unless the block is very
  * long); each group then runs the dq and the dk, dv kernels. */
-void mt_cuda_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *dv,
-                           const float *dout, const float *out, const float *lse, const float *q,
-                           const float *k, const float *v) {
+template <typename T>
+static void attn_backward(const mt_attn_block *a, T *dq, T *dk, T *dv, const T *dout,
+                          const T *out, const float *lse, const T *q, const T *k, const T *v) {
   if (a->B <= 0 || a->NH <= 0 || a->Tq <= 0 || a->Tk <= 0) return;
   attn_check(a, "attn_backward");
   const float scale = 1.0f / sqrtf((float)a->hs);
@@ -544,16 +561,60 @@ void mt_cuda_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *
     int nbh = nbh_all - bh0 < (int)cap ? nbh_all - bh0 : (int)cap;
     float *D = (float *)mt_cuda_scratch((size_t)nbh * a->Tq * sizeof(float), "attn_backward");
     size_t warps = (size_t)nbh * a->Tq;
-    attn_rowdot_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, g_cu.stream>>>(D, *a, dout, out,
-                                                                             bh0, nbh);
+    attn_rowdot_kernel<T><<<(unsigned)((warps + 7) / 8), 256, 0, g_cu.stream>>>(D, *a, dout, out,
+                                                                                bh0, nbh);
     CUDA_LAUNCH_CHECK();
     if (a->hs <= 64)
-      backward_launch<64, 64, 4>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
+      backward_launch<T, 64, 64, 4>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
     else if (a->hs <= 128)
-      backward_launch<32, 32, 8>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
+      backward_launch<T, 32, 32, 8>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
     else
-      backward_launch<16, 16, 16>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
+      backward_launch<T, 16, 16, 16>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
   }
+}
+
+/* mt_ops' members */
+void mt_cuda_attn_forward(const mt_attn_block *a, float *out, float *lse, const float *q,
+                          const float *k, const float *v) {
+  attn_forward<float>(a, out, lse, q, k, v);
+}
+
+void mt_cuda_attn_merge(const mt_attn_block *a, float *out, float *lse, const float *part,
+                        const float *part_lse) {
+  attn_merge<float>(a, out, lse, part, part_lse);
+}
+
+void mt_cuda_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *dv,
+                           const float *dout, const float *out, const float *lse, const float *q,
+                           const float *k, const float *v) {
+  attn_backward<float>(a, dq, dk, dv, dout, out, lse, q, k, v);
+}
+
+/* mt_ops_bf16's: bf16 q, k, v, out, dout, dq, dk, dv (one rounding per
+ * stored element: out = round(softmax(scale q k^T) v), dq = round(dq + this
+ * call's fp32 sum over its keys), dk, dv alike over its queries), the LSE
+ * and the internal P, dS and D in fp32, as cpu/attention_bf16.c */
+static void attn_forward_bf16(const mt_attn_block *a, mt_bf16 *out, float *lse, const mt_bf16 *q,
+                              const mt_bf16 *k, const mt_bf16 *v) {
+  attn_forward(a, mt_nv_bf16(out), lse, mt_nv_bf16(q), mt_nv_bf16(k), mt_nv_bf16(v));
+}
+
+static void attn_merge_bf16(const mt_attn_block *a, mt_bf16 *out, float *lse,
+                            const mt_bf16 *part, const float *part_lse) {
+  attn_merge(a, mt_nv_bf16(out), lse, mt_nv_bf16(part), part_lse);
+}
+
+static void attn_backward_bf16(const mt_attn_block *a, mt_bf16 *dq, mt_bf16 *dk, mt_bf16 *dv,
+                               const mt_bf16 *dout, const mt_bf16 *out, const float *lse,
+                               const mt_bf16 *q, const mt_bf16 *k, const mt_bf16 *v) {
+  attn_backward(a, mt_nv_bf16(dq), mt_nv_bf16(dk), mt_nv_bf16(dv), mt_nv_bf16(dout),
+                mt_nv_bf16(out), lse, mt_nv_bf16(q), mt_nv_bf16(k), mt_nv_bf16(v));
+}
+
+void mt_cuda_fill_bf16_attn(mt_ops_bf16 *o) {
+  o->attn_forward = attn_forward_bf16;
+  o->attn_merge = attn_merge_bf16;
+  o->attn_backward = attn_backward_bf16;
 }
 
 /* ------------------------------------------------------------------ */

@@ -134,6 +134,22 @@ static inline unsigned mt_blocks(size_t n, unsigned threads) {
   return (unsigned)(b ? b : 1);
 }
 
+/* Kernels templated on the element type T of the tensors they read and
+ * write (float, or __nv_bfloat16 for the bf16 op table, mt_ops_bf16): an
+ * element is widened to fp32 exactly when loaded (mt_elem_ld) and rounded to
+ * nearest even when stored (mt_elem_st); the math between stays in fp32.
+ * For T = float these are the plain load and store, so an fp32 op keeps its
+ * bits when its kernel becomes a template. */
+__device__ static inline float mt_elem_ld(float x) { return x; }
+__device__ static inline float mt_elem_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ static inline void mt_elem_st(float *p, float v) { *p = v; }
+__device__ static inline void mt_elem_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+/* mt_ops_bf16's tensors (mt_bf16: the same 16 bits) as CUDA's type */
+static inline __nv_bfloat16 *mt_nv_bf16(mt_bf16 *p) { return reinterpret_cast<__nv_bfloat16 *>(p); }
+static inline const __nv_bfloat16 *mt_nv_bf16(const mt_bf16 *p) {
+  return reinterpret_cast<const __nv_bfloat16 *>(p);
+}
+
 /* the backend's scratch, checked for size (one op uses it at a time, in
  * stream order) */
 void *mt_cuda_scratch(size_t bytes, const char *what);
@@ -180,6 +196,9 @@ void mt_cuda_copy_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src,
                      size_t cols);
 void mt_cuda_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
                     size_t cols);
+/* the bf16 op table's attn_forward, attn_merge, attn_backward (the same
+ * kernels on bf16 tensors) */
+void mt_cuda_fill_bf16_attn(mt_ops_bf16 *o);
 
 /* embedding backward (ops.cu) keeps sort buffers between calls */
 void mt_cuda_ops_shutdown(void);
