@@ -200,6 +200,15 @@ void mt_cuda_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, 
  * kernels on bf16 tensors) */
 void mt_cuda_fill_bf16_attn(mt_ops_bf16 *o);
 
+/* xent.cu: the cross-entropy members of the fp32 op table */
+void mt_cuda_fill_xent_ops(mt_ops *o);
+/* The members of the bf16 op table (mt_ops_bf16, kernels.h) that share
+ * their kernels with the fp32 ones: attn_forward, attn_merge, attn_backward
+ * (attention_flash.cu) and softmax_xent_forward, softmax_xent_backward,
+ * xent_vp_max, xent_vp_exp, xent_vp_finish, xent_vp_backward (xent.cu);
+ * sets those nine and nothing else. */
+extern "C" void mt_cuda_fill_bf16_attn_xent(mt_ops_bf16 *o);
+
 /* embedding backward (ops.cu) keeps sort buffers between calls */
 void mt_cuda_ops_shutdown(void);
 

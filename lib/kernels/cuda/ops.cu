@@ -1,38 +1,16 @@
-/* The CUDA backend's elementwise, normalisation, embedding, loss and
- * optimizer kernels: one kernel (or a short fixed sequence) per op and
- * direction, shapes as kernels.h states them. Rows are spread over blocks
- * or warps; sums over rows (weight and bias gradients) go through per-chunk
- * partial sums added in chunk order, never atomics, so results repeat bit
- * for bit. */
+/* The CUDA backend's elementwise, normalisation, embedding and optimizer
+ * kernels (the loss: xent.cu): one kernel (or a short fixed sequence) per
+ * op and direction, shapes as kernels.h states them. Rows are spread over
+ * blocks or warps; sums over rows (weight and bias gradients) go through
+ * per-chunk partial sums added in chunk order, never atomics, so results
+ * repeat bit for bit. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <cub/cub.cuh>
 #include <math.h>
 #include <string.h>
 
-/* ------------------------------------------------------------------ */
-/* reductions inside a block (blockDim.x a power of two <= 1024)        */
-
-template <typename T> struct SumOp {
-  __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
-/* every thread gets the block's reduction of v; sh holds blockDim.x values */
-template <typename T, typename Op> __device__ T block_reduce(T v, Op op, T *sh) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) sh[threadIdx.x] = op(sh[threadIdx.x], sh[threadIdx.x + s]);
-    __syncthreads();
-  }
-  T r = sh[0];
-  __syncthreads();
-  return r;
-}
-
+/* the sum over a warp's lanes, in every lane */
 __device__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -423,123 +401,6 @@ static void residual_forward(float *out, const float *a, const float *b, size_t 
 }
 
 /* ------------------------------------------------------------------ */
-/* cross-entropy: one block per row                                     */
-
-#define XENT_THREADS 512
-
-/* row max over the first nvalid columns (-inf when none) */
-__global__ void xent_max_kernel(float *rowmax, const float *logits, int Vl, int nvalid) {
-  __shared__ float sh[XENT_THREADS];
-  const float *l = logits + (size_t)blockIdx.x * Vl;
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < nvalid; j += blockDim.x) m = fmaxf(m, l[j]);
-  m = block_reduce(m, MaxOp(), sh);
-  if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
-}
-
-/* probs = exp(logits - M) on real columns, 0 on padding; stats (sum, the
- * target's logit held here or 0). The target logit is read before any
- * thread overwrites it (probs may alias logits). */
-__global__ void xent_exp_kernel(double *stats, float *probs, const float *logits,
-                                const float *rowmax, const int *targets, int v0, int Vl,
-                                int nvalid) {
-  __shared__ double sh[XENT_THREADS];
-  __shared__ double target_logit;
-  size_t row = blockIdx.x;
-  const float *l = logits + row * Vl;
-  float *p = probs + row * Vl;
-  int col = targets[row] - v0;
-  if (threadIdx.x == 0) target_logit = col >= 0 && col < nvalid ? (double)l[col] : 0.0;
-  __syncthreads();
-  float M = rowmax[row];
-  double s = 0.0;
-  for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
-    if (j < nvalid) {
-      float e = expf(l[j] - M);
-      p[j] = e;
-      s += e;
-    } else {
-      p[j] = 0.0f;
-    }
-  }
-  s = block_reduce(s, SumOp<double>(), sh);
-  if (threadIdx.x == 0) {
-    stats[2 * row] = s;
-    stats[2 * row + 1] = target_logit;
-  }
-}
-
-/* probs /= sum; losses = log(sum) + M - target logit */
-__global__ void xent_finish_kernel(float *losses, float *probs, const double *stats,
-                                   const float *rowmax, int Vl, int nvalid) {
-  size_t row = blockIdx.x;
-  double sum = stats[2 * row];
-  float inv = (float)(1.0 / sum);
-  float *p = probs + row * Vl;
-  for (int j = threadIdx.x; j < nvalid; j += blockDim.x) p[j] *= inv;
-  if (threadIdx.x == 0) losses[row] = (float)(log(sum) + (double)rowmax[row] - stats[2 * row + 1]);
-}
-
-/* dlogits = (probs - onehot(target - v0)) * dloss on real columns, 0 on padding */
-__global__ void xent_backward_kernel(float *dlogits, const float *probs, const int *targets,
-                                     int v0, float dloss, int Vl, int nvalid) {
-  size_t row = blockIdx.x;
-  int col = targets[row] - v0;
-  const float *p = probs + row * Vl;
-  float *d = dlogits + row * Vl;
-  for (int j = threadIdx.x; j < Vl; j += blockDim.x)
-    d[j] = j < nvalid ? (p[j] - (j == col ? 1.0f : 0.0f)) * dloss : 0.0f;
-}
-
-static void xent_vp_max(float *rowmax, const float *logits, int N, int Vl, int nvalid) {
-  if (N <= 0) return;
-  xent_max_kernel<<<N, XENT_THREADS, 0, g_cu.stream>>>(rowmax, logits, Vl, nvalid);
-  CUDA_LAUNCH_CHECK();
-}
-
-static void xent_vp_exp(double *stats, float *probs, const float *logits, const float *rowmax,
-                        const int *targets, int v0, int N, int Vl, int nvalid) {
-  if (N <= 0) return;
-  xent_exp_kernel<<<N, XENT_THREADS, 0, g_cu.stream>>>(stats, probs, logits, rowmax, targets, v0,
-                                                       Vl, nvalid);
-  CUDA_LAUNCH_CHECK();
-}
-
-static void xent_vp_finish(float *losses, float *probs, const double *stats, const float *rowmax,
-                           int N, int Vl, int nvalid) {
-  if (N <= 0) return;
-  xent_finish_kernel<<<N, XENT_THREADS, 0, g_cu.stream>>>(losses, probs, stats, rowmax, Vl,
-                                                          nvalid);
-  CUDA_LAUNCH_CHECK();
-}
-
-static void xent_vp_backward(float *dlogits, const float *probs, const int *targets, int v0,
-                             float dloss, int N, int Vl, int nvalid) {
-  if (N <= 0) return;
-  xent_backward_kernel<<<N, XENT_THREADS, 0, g_cu.stream>>>(dlogits, probs, targets, v0, dloss,
-                                                            Vl, nvalid);
-  CUDA_LAUNCH_CHECK();
-}
-
-/* The whole-vocabulary loss: the same pieces on one rank (stats in the
- * backend's scratch). */
-static void softmax_xent_forward(float *losses, float *probs, const float *logits,
-                                 const int *targets, int N, int V, int Vp) {
-  if (N <= 0) return;
-  float *rowmax = (float *)mt_cuda_scratch((size_t)N * (sizeof(float) + 2 * sizeof(double)),
-                                           "cross-entropy row statistics");
-  double *stats = (double *)(rowmax + ((size_t)N + 1) / 2 * 2);
-  xent_vp_max(rowmax, logits, N, Vp, V);
-  xent_vp_exp(stats, probs, logits, rowmax, targets, 0, N, Vp, V);
-  xent_vp_finish(losses, probs, stats, rowmax, N, Vp, V);
-}
-
-static void softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
-                                  float dloss, int N, int V, int Vp) {
-  xent_vp_backward(dlogits, probs, targets, 0, dloss, N, Vp, V);
-}
-
-/* ------------------------------------------------------------------ */
 /* AdamW (the CPU's arithmetic, per element)                            */
 
 __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
@@ -579,11 +440,6 @@ void mt_cuda_fill_ops(mt_ops *o) {
   o->gelu_forward = gelu_forward;
   o->gelu_backward = gelu_backward;
   o->residual_forward = residual_forward;
-  o->softmax_xent_forward = softmax_xent_forward;
-  o->softmax_xent_backward = softmax_xent_backward;
-  o->xent_vp_max = xent_vp_max;
-  o->xent_vp_exp = xent_vp_exp;
-  o->xent_vp_finish = xent_vp_finish;
-  o->xent_vp_backward = xent_vp_backward;
+  mt_cuda_fill_xent_ops(o); /* xent.cu */
   o->adamw_update = adamw_update;
 }
