@@ -1,6 +1,6 @@
-/* What gpu_ops and gpu_moe_ops share: the two op tables, a seeded
- * generator, device copies, and the comparison that reports one line per
- * check (max |gpu - cpu| / max |cpu|; NaN fails) and counts failures.
+/* What gpu_ops, gpu_moe_ops and gpu_attn_bf16 share: the two op tables, a
+ * seeded generator, device copies, and the comparison that reports one line
+ * per check (max |gpu - cpu| / max |cpu|; NaN fails) and counts failures.
  * Include once, from the program's one source file. */
 #ifndef MT_TESTS_GPU_COMPARE_H
 #define MT_TESTS_GPU_COMPARE_H
@@ -53,6 +53,67 @@ static double err_of(const float *ref, const float *d, size_t n) {
   return diff / (scale > 0 ? scale : 1.0);
 }
 #define CMP(what, ref, d, n, tol) mt_check_err(what, err_of(ref, d, n), tol)
+
+/* an attention LSE (device d against host ref): finite rows relative to
+ * max(1, |ref|), -inf rows must be -inf on both sides */
+static inline double lse_err_of(const float *ref, const float *d, size_t n) {
+  float *h = malloc((n ? n : 1) * sizeof(float));
+  gpu->download(h, d, n * sizeof(float));
+  double diff = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    if (isinf(ref[i]) || isinf(h[i])) {
+      if (!(ref[i] == h[i])) diff = mt_worst(diff, INFINITY);
+      continue;
+    }
+    diff = mt_worst(diff, fabs((double)h[i] - (double)ref[i]) / fmax(1.0, fabs(ref[i])));
+  }
+  free(h);
+  return diff;
+}
+
+/* One pair (query block, key block) of block attention. Queries: Tq rows
+ * from row qrow of a (B, Tl, 3C) q|k|v buffer. Keys and values: Tk rows from
+ * row krow of the same buffer (Tkv = 0, as the model's own block) or of a
+ * (B, Tkv, 2C) k|v buffer (as the ring passes them). out (B, Tl, C), lse
+ * (B, NH, Tl) at row qrow, as context parallelism lays them out. */
+typedef struct {
+  const char *name;
+  int B, NH, hs;
+  int Tl, Tkv;
+  int qrow, Tq, q_pos0;
+  int krow, Tk, k_pos0;
+  int causal;
+} attn_pair;
+
+/* a pair's block and buffers, in elements */
+typedef struct {
+  mt_attn_block a;
+  int fused;                        /* keys and values in the q|k|v buffer */
+  size_t C, krs;                    /* channels; row stride of the keys' buffer */
+  size_t n_qkv, n_kv, n_out, n_lse; /* buffer sizes (n_kv = 0 when fused) */
+  size_t qo, oo, lo, ko, vo;        /* the block's first element of q, out, lse, k, v */
+} attn_layout;
+
+/* the layout of pair p (printed as one line) */
+static inline attn_layout attn_layout_of(const attn_pair *p) {
+  attn_layout L;
+  const int B = p->B, NH = p->NH, hs = p->hs, Tl = p->Tl;
+  L.fused = p->Tkv == 0;
+  const int Tkv = L.fused ? Tl : p->Tkv;
+  const size_t C = (size_t)NH * hs, krs = L.fused ? 3 * C : 2 * C;
+  printf("attn %s: B=%d NH=%d hs=%d Tq=%d Tk=%d q_pos0=%d k_pos0=%d %s, %s\n", p->name, B, NH,
+         hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0, p->causal ? "causal" : "not causal",
+         L.fused ? "fused q|k|v" : "k|v buffer");
+  L.C = C, L.krs = krs;
+  L.n_qkv = (size_t)B * Tl * 3 * C, L.n_kv = L.fused ? 0 : (size_t)B * Tkv * 2 * C;
+  L.n_out = (size_t)B * Tl * C, L.n_lse = (size_t)B * NH * Tl;
+  L.a = (mt_attn_block){B, NH, hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0, p->causal,
+                        (size_t)Tl * 3 * C, 3 * C, (size_t)Tkv * krs, krs, (size_t)Tkv * krs, krs,
+                        (size_t)Tl * C, C, (size_t)NH * Tl, (size_t)Tl};
+  L.qo = (size_t)p->qrow * 3 * C, L.oo = (size_t)p->qrow * C, L.lo = (size_t)p->qrow;
+  L.ko = (size_t)p->krow * krs + (L.fused ? C : 0), L.vo = L.ko + C;
+  return L;
+}
 
 /* The CUDA backend for program `prog` at the precision argv[1] names
  * (fp32 | bf16): 0, gpu set; 77 (print "SKIP: ...") where no GPU is

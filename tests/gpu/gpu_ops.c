@@ -299,36 +299,6 @@ static void test_xent(int N, int V, int Vp) {
 /* ------------------------------------------------------------------ */
 /* block attention                                                     */
 
-/* the LSE: finite rows relative to max(1, |ref|), -inf rows must be -inf */
-static double lse_err_of(const float *ref, const float *d, size_t n) {
-  float *h = malloc((n ? n : 1) * sizeof(float));
-  gpu->download(h, d, n * sizeof(float));
-  double diff = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    if (isinf(ref[i]) || isinf(h[i])) {
-      if (!(ref[i] == h[i])) diff = mt_worst(diff, INFINITY);
-      continue;
-    }
-    diff = mt_worst(diff, fabs((double)h[i] - (double)ref[i]) / fmax(1.0, fabs(ref[i])));
-  }
-  free(h);
-  return diff;
-}
-
-/* One pair (query block, key block). Queries: Tq rows from row qrow of a
- * (B, Tl, 3C) q|k|v buffer. Keys and values: Tk rows from row krow of the
- * same buffer (Tkv = 0, as the model's own block) or of a (B, Tkv, 2C) k|v
- * buffer (as the ring passes them). out (B, Tl, C), lse (B, NH, Tl) at row
- * qrow, as context parallelism lays them out. */
-typedef struct {
-  const char *name;
-  int B, NH, hs;
-  int Tl, Tkv;
-  int qrow, Tq, q_pos0;
-  int krow, Tk, k_pos0;
-  int causal;
-} attn_pair;
-
 /* the host and device copies of one case's buffers */
 typedef struct {
   float *qkv, *kv, *out, *lse, *dqkv, *dkv, *dout, *out2, *lse2, *part, *part_lse;
@@ -336,14 +306,10 @@ typedef struct {
 #define ATTN_NBUF 11
 
 static void attn_pair_run(const attn_pair *p) {
-  const int fused = p->Tkv == 0, B = p->B, NH = p->NH, hs = p->hs, Tl = p->Tl;
-  const int Tkv = fused ? Tl : p->Tkv;
-  const size_t C = (size_t)NH * hs, krs = fused ? 3 * C : 2 * C;
-  printf("attn %s: B=%d NH=%d hs=%d Tq=%d Tk=%d q_pos0=%d k_pos0=%d %s, %s\n", p->name, B, NH,
-         hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0, p->causal ? "causal" : "not causal",
-         fused ? "fused q|k|v" : "k|v buffer");
-  size_t n_qkv = (size_t)B * Tl * 3 * C, n_kv = fused ? 0 : (size_t)B * Tkv * 2 * C;
-  size_t n_out = (size_t)B * Tl * C, n_lse = (size_t)B * NH * Tl;
+  const attn_layout L = attn_layout_of(p);
+  const int fused = L.fused, B = p->B, NH = p->NH, hs = p->hs;
+  const size_t C = L.C, krs = L.krs;
+  const size_t n_qkv = L.n_qkv, n_kv = L.n_kv, n_out = L.n_out, n_lse = L.n_lse;
   size_t ns[ATTN_NBUF] = {n_qkv, n_kv, n_out, n_lse, n_qkv, n_kv, n_out,
                           n_out, n_lse, n_out, n_lse};
   /* every buffer random, outputs too: rows outside the block must stay */
@@ -353,12 +319,8 @@ static void attn_pair_run(const attn_pair *p) {
     hp[i] = rnd(ns[i], i < 2 ? -2 : -1, i < 2 ? 2 : 1);
     dp[i] = dev(hp[i], ns[i]);
   }
-  mt_attn_block a = {B, NH, hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0, p->causal,
-                     (size_t)Tl * 3 * C, 3 * C, (size_t)Tkv * krs, krs, (size_t)Tkv * krs, krs,
-                     (size_t)Tl * C, C, (size_t)NH * Tl, (size_t)Tl};
-  /* offsets of the block's first rows */
-  const size_t qo = (size_t)p->qrow * 3 * C, oo = (size_t)p->qrow * C, lo = (size_t)p->qrow;
-  const size_t ko = (size_t)p->krow * krs + (fused ? C : 0), vo = ko + C;
+  const mt_attn_block a = L.a;
+  const size_t qo = L.qo, oo = L.oo, lo = L.lo, ko = L.ko, vo = L.vo;
 #define KV(s) ((fused ? (s).qkv : (s).kv))
 #define DKV(s) ((fused ? (s).dqkv : (s).dkv))
   char what[128];
