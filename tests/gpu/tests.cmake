@@ -22,6 +22,11 @@ add_executable(gpu_edges ${CMAKE_CURRENT_LIST_DIR}/gpu_edges.c)
 target_link_libraries(gpu_edges PRIVATE ${MT_ALL_LIBS})
 set_target_properties(gpu_edges PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 mt_script_test(edges gpu ops.sh gpu_edges)
+# the bf16 op table's attention and cross-entropy against the CPU's bf16 ones
+add_executable(gpu_attn_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bf16.c)
+target_link_libraries(gpu_attn_bf16 PRIVATE ${MT_ALL_LIBS})
+set_target_properties(gpu_attn_bf16 PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+mt_script_test(attn_bf16 gpu ops.sh gpu_attn_bf16)
 
 # bad input about devices, on any machine (badinput: also under ASan)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)

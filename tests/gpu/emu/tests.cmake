@@ -8,7 +8,7 @@ endif()
 # what the gpu-emu tests run (tests/run.sh builds this target only)
 add_custom_target(gpu_emu_all)
 add_dependencies(gpu_emu_all meshtrain meshdata meshbench gpu_ops gpu_moe_ops gpu_edges
-                 gpu_emu_selftest)
+                 gpu_attn_bf16 gpu_emu_selftest)
 
 # the emulator's own defects-found test (a .cu program of planted bugs)
 mt_emu_program(gpu_emu_selftest ${CMAKE_CURRENT_LIST_DIR}/selftest.cu)
@@ -60,6 +60,7 @@ mt_emu_test(selftest gpu-emu emu/selftest.sh)
 mt_emu_test(ops gpu-emu ops.sh gpu_ops)
 mt_emu_test(moe_ops gpu-emu ops.sh gpu_moe_ops)
 mt_emu_test(edges gpu-emu ops.sh gpu_edges)
+mt_emu_test(attn_bf16 gpu-emu ops.sh gpu_attn_bf16)
 # the same bytes whatever the order a block's threads resume in
 mt_emu_test(orders gpu-emu emu/orders.sh)
 # meshtrain on emulated GPUs
