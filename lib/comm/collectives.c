@@ -288,7 +288,7 @@ void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t ou
   }
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, bytes,
-                    g_direct->allgather_dim(g, send, recv, outer, inner));
+                    g_direct->allgather_dim(g, send, recv, outer, inner, MT_DT_F32));
     return;
   }
   double t0 = mt_now();
@@ -359,7 +359,7 @@ void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size
   if (!scratch) mt_die("mt_reduce_scatter_dim_f32 needs a scratch buffer");
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, bytes,
-                    g_direct->reduce_scatter_dim(g, send, recv, outer, inner));
+                    g_direct->reduce_scatter_dim(g, send, recv, outer, inner, MT_DT_F32));
     return;
   }
   double t0 = mt_now();
@@ -403,7 +403,8 @@ void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_o
   }
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, mt_bytes_alltoall(n * sizeof(float), g->size),
-                    g_direct->alltoall_dim(g, send, recv, s_outer, s_inner, r_outer, r_inner));
+                    g_direct->alltoall_dim(g, send, recv, s_outer, s_inner, r_outer, r_inner,
+                                            MT_DT_F32));
     return;
   }
   double t0 = mt_now();
@@ -435,7 +436,7 @@ void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, cons
     return;
   }
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, bytes, g_direct->reduce_scatter(g, send, recv, counts));
+    DIRECT_BLOCKING(g, bytes, g_direct->reduce_scatter(g, send, recv, counts, MT_DT_F32));
     return;
   }
   double t0 = mt_now();
@@ -457,7 +458,7 @@ void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const
   const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc) || g->size == 1) return;
   if (direct(g, loc)) {
-    DIRECT_BLOCKING(g, bytes, g_direct->allgatherv(g, NULL, buf, counts, displs));
+    DIRECT_BLOCKING(g, bytes, g_direct->allgatherv(g, NULL, buf, counts, displs, MT_DT_F32));
     return;
   }
   double t0 = mt_now();
@@ -561,7 +562,7 @@ void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts,
   }
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(float)),
-                    g_direct->alltoallv(g, send, send_counts, recv, recv_counts));
+                    g_direct->alltoallv(g, send, send_counts, recv, recv_counts, MT_DT_F32));
     return;
   }
   double t0 = mt_now();
@@ -598,7 +599,7 @@ void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t
   int_parts(counts, n, c, d, &total);
   if (direct(g, loc)) {
     DIRECT_BLOCKING(g, mt_bytes_allgather(total * sizeof(float), n),
-                    g_direct->allgatherv(g, send, recv, c, d));
+                    g_direct->allgatherv(g, send, recv, c, d, MT_DT_F32));
     free(c);
     return;
   }
@@ -691,7 +692,7 @@ void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
   const double bytes = mt_bytes_reduce_scatter(total * sizeof(float), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc, .req = r)) return;
   if (direct(g, loc)) {
-    DIRECT_START(g, r, bytes, g_direct->reduce_scatter(g, send, recv, counts));
+    DIRECT_START(g, r, bytes, g_direct->reduce_scatter(g, send, recv, counts, MT_DT_F32));
     return;
   }
   double t0 = mt_now();
@@ -717,7 +718,7 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
   const double bytes = mt_bytes_allgather(total * sizeof(float), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc, .req = r)) return;
   if (g->size > 1 && direct(g, loc)) {
-    DIRECT_START(g, r, bytes, g_direct->allgatherv(g, send, recv, counts, displs));
+    DIRECT_START(g, r, bytes, g_direct->allgatherv(g, send, recv, counts, displs, MT_DT_F32));
     return;
   }
   double t0 = mt_now();

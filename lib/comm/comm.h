@@ -184,26 +184,33 @@ long mt_comm_staged_calls(void);
  * where they block the host). idle() lets the device progress
  * while the host waits in MPI (a GPU needs nothing; an emulated one runs
  * its queued work then). flush and idle may be NULL.
- * Element counts and parts as in the host calls below; allgatherv's send is
- * NULL for the in-place form (this rank's part already at displs[rank]). */
-typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1 } mt_dtype;
+ * Element counts and parts as in the host calls below, of elements of type
+ * t: the fp32 calls pass MT_DT_F32, the 16-bit ones MT_DT_BF16 (the bf16
+ * sums add in fp32 and round each partial sum to bf16, as the host bf16
+ * sum does; the moves carry any 16-bit element as bf16 bits); allgatherv's
+ * send is NULL for the in-place form (this rank's part already at
+ * displs[rank]). Point-to-point moves floats. */
+typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1, MT_DT_BF16 = 2 } mt_dtype;
 typedef enum { MT_RED_SUM = 0, MT_RED_MAX = 1 } mt_redop;
+/* bytes of one element of t */
+size_t mt_dtype_bytes(mt_dtype t);
 typedef struct {
   const char *name;
   void *(*allreduce)(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op);
-  void *(*reduce_scatter)(mt_group *g, const float *send, float *recv, const int *counts);
-  void *(*allgatherv)(mt_group *g, const float *send, float *recv, const int *counts,
-                      const int *displs);
-  void *(*allgather_dim)(mt_group *g, const float *send, float *recv, size_t outer,
-                         size_t inner);
-  void *(*reduce_scatter_dim)(mt_group *g, const float *send, float *recv, size_t outer,
-                              size_t inner);
+  void *(*reduce_scatter)(mt_group *g, const void *send, void *recv, const int *counts,
+                          mt_dtype t);
+  void *(*allgatherv)(mt_group *g, const void *send, void *recv, const int *counts,
+                      const int *displs, mt_dtype t);
+  void *(*allgather_dim)(mt_group *g, const void *send, void *recv, size_t outer, size_t inner,
+                         mt_dtype t);
+  void *(*reduce_scatter_dim)(mt_group *g, const void *send, void *recv, size_t outer,
+                              size_t inner, mt_dtype t);
   /* all-to-all of variable parts, as mt_alltoallv_f32 */
-  void *(*alltoallv)(mt_group *g, const float *send, const size_t *send_counts, float *recv,
-                     const size_t *recv_counts);
+  void *(*alltoallv)(mt_group *g, const void *send, const size_t *send_counts, void *recv,
+                     const size_t *recv_counts, mt_dtype t);
   /* all-to-all along one dim, as mt_alltoall_dim_f32 */
-  void *(*alltoall_dim)(mt_group *g, const float *send, float *recv, size_t s_outer,
-                        size_t s_inner, size_t r_outer, size_t r_inner);
+  void *(*alltoall_dim)(mt_group *g, const void *send, void *recv, size_t s_outer,
+                        size_t s_inner, size_t r_outer, size_t r_inner, mt_dtype t);
   void *(*send)(mt_group *g, const float *buf, size_t n, int peer, int tag);
   void *(*recv)(mt_group *g, float *buf, size_t n, int peer, int tag);
   /* 1 when point-to-point with peer under tag goes direct in g */
@@ -294,23 +301,24 @@ void mt_comm_nccl_destroy(mt_mesh *m);
  * strided layouts), most at once, bytes */
 size_t mt_comm_nccl_workspace_peak(void);
 
-/* Layouts NCCL has no call for, built with copies (layout.c). A 2D copy
- * moves `rows` rows of `width` floats from src (rows `spitch` floats apart)
- * to dst (rows `dpitch` apart). */
-typedef void (*mt_copy2d_fn)(void *ctx, float *dst, size_t dpitch, const float *src,
-                             size_t spitch, size_t width, size_t rows);
+/* Layouts NCCL has no call for, built with copies (layout.c), on elements
+ * of elem bytes. A 2D copy moves `rows` rows of `width` bytes from src
+ * (rows `spitch` bytes apart) to dst (rows `dpitch` bytes apart). */
+typedef void (*mt_copy2d_fn)(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
+                             size_t width, size_t rows);
 /* the parts' common size when every part has it and (displs given) part q
  * starts at q times it; else 0 */
 size_t mt_parts_equal(const int *counts, const int *displs, int n);
 size_t mt_parts_largest(const int *counts, int n);
-/* parts (counts[q] floats at displs[q]) <-> padded rank-major (part q at
- * q * pitch): to_padded 1 copies parts into padded, 0 back */
-void mt_copy_parts(float *parts, float *padded, size_t pitch, const int *counts,
-                   const int *displs, int n, int to_padded, mt_copy2d_fn copy2d, void *ctx);
-/* (outer, size, inner) <-> (size, outer, inner): to_rank_major 1 reads
- * strided and writes rank_major, 0 the other way */
-void mt_permute_dim(float *strided, float *rank_major, size_t outer, size_t inner, int size,
-                    int to_rank_major, mt_copy2d_fn copy2d, void *ctx);
+/* parts (counts[q] elements at displs[q]) <-> padded rank-major (part q at
+ * q * pitch elements): to_padded 1 copies parts into padded, 0 back */
+void mt_copy_parts(void *parts, void *padded, size_t pitch, const int *counts,
+                   const int *displs, int n, size_t elem, int to_padded, mt_copy2d_fn copy2d,
+                   void *ctx);
+/* (outer, size, inner) <-> (size, outer, inner) elements: to_rank_major 1
+ * reads strided and writes rank_major, 0 the other way */
+void mt_permute_dim(void *strided, void *rank_major, size_t outer, size_t inner, int size,
+                    size_t elem, int to_rank_major, mt_copy2d_fn copy2d, void *ctx);
 
 /* Distinct devices: 1 when the n identifiers (each id_len bytes, NUL
  * padded) are pairwise different. */

@@ -39,7 +39,9 @@
  * calls): parts of unequal size padded to the largest (the registry's dp
  * buckets differ by at most one element), the (outer, size, inner) layouts
  * of sequence parallelism and Ulysses made rank-major and back, and the
- * all-to-alls as grouped sends and receives. */
+ * all-to-alls as grouped sends and receives. Collectives take comm's element
+ * type (fp32, fp64, bf16: ncclFloat, ncclDouble, ncclBfloat16), so workspace
+ * and offsets are counted in bytes; point-to-point moves floats. */
 #include "comm/comm.h"
 
 #include <cuda_runtime_api.h>
@@ -298,18 +300,18 @@ static void nc_idle(void) {
   if (e != cudaErrorNotReady) CU(e);
 }
 
-/* stream-ordered device workspace of n floats on s */
-static float *ws_get(size_t n, cudaStream_t s) {
+/* stream-ordered device workspace of `bytes` on s */
+static char *ws_get(size_t bytes, cudaStream_t s) {
   void *p = NULL;
-  CU(cudaMallocAsync(&p, (n ? n : 1) * sizeof(float), s));
-  g_nc.ws_cur += n * sizeof(float);
+  CU(cudaMallocAsync(&p, bytes ? bytes : 1, s));
+  g_nc.ws_cur += bytes;
   if (g_nc.ws_cur > g_nc.ws_peak) g_nc.ws_peak = g_nc.ws_cur;
   return p;
 }
 
-static void ws_put(float *p, size_t n, cudaStream_t s) {
+static void ws_put(char *p, size_t bytes, cudaStream_t s) {
   CU(cudaFreeAsync(p, s));
-  g_nc.ws_cur -= n * sizeof(float);
+  g_nc.ws_cur -= bytes;
 }
 
 /* a collective's channel, its stream made to wait for compute and its
@@ -330,125 +332,142 @@ static handle *coll_end(channel *c, timing *t) {
 /* ------------------------------------------------------------------ */
 /* collectives                                                         */
 
+/* NCCL's element type for comm's (bf16 sums add in fp32 and round each
+ * partial sum to bf16: the host bf16 sum's meaning) */
+static ncclDataType_t nc_type(mt_dtype t) {
+  switch (t) {
+  case MT_DT_F32: return ncclFloat;
+  case MT_DT_F64: return ncclDouble;
+  case MT_DT_BF16: return ncclBfloat16;
+  }
+  mt_die("NCCL: element type %d unknown", (int)t);
+}
+
 static void *nc_allreduce(mt_group *g, void *buf, size_t n, mt_dtype dt, mt_redop op) {
   timing *t;
   channel *c = coll_begin(g, &t);
-  NC(ncclAllReduce(buf, buf, n, dt == MT_DT_F64 ? ncclDouble : ncclFloat,
-                   op == MT_RED_MAX ? ncclMax : ncclSum, c->comm, c->stream));
+  NC(ncclAllReduce(buf, buf, n, nc_type(dt), op == MT_RED_MAX ? ncclMax : ncclSum, c->comm,
+                   c->stream));
   return coll_end(c, t);
 }
 
-/* device-to-device 2D copy on the stream ctx (floats) */
-static void copy2d(void *ctx, float *dst, size_t dpitch, const float *src, size_t spitch,
+/* device-to-device 2D copy on the stream ctx (bytes) */
+static void copy2d(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
                    size_t width, size_t rows) {
-  CU(cudaMemcpy2DAsync(dst, dpitch * sizeof(float), src, spitch * sizeof(float),
-                       width * sizeof(float), rows, cudaMemcpyDeviceToDevice,
+  CU(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice,
                        (cudaStream_t)ctx));
 }
 
-static void *nc_reduce_scatter(mt_group *g, const float *send, float *recv, const int *counts) {
+/* device-to-device copy of `bytes` on s (none for 0) */
+static void copy(void *dst, const void *src, size_t bytes, cudaStream_t s) {
+  if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+}
+
+static void *nc_reduce_scatter(mt_group *g, const void *send, void *recv, const int *counts,
+                               mt_dtype dt) {
   timing *t;
   channel *c = coll_begin(g, &t);
   int n = g->size;
-  size_t eq = mt_parts_equal(counts, NULL, n);
+  size_t eq = mt_parts_equal(counts, NULL, n), es = mt_dtype_bytes(dt);
   if (eq) {
-    NC(ncclReduceScatter(send, recv, eq, ncclFloat, ncclSum, c->comm, c->stream));
+    NC(ncclReduceScatter(send, recv, eq, nc_type(dt), ncclSum, c->comm, c->stream));
     return coll_end(c, t);
   }
-  /* unequal parts: padded to the largest, zeros in the padding */
-  size_t pitch = mt_parts_largest(counts, n);
+  /* unequal parts: padded to the largest, zeros in the padding; the sum of
+   * this rank's padded part after them (bytes: n pitches and one) */
+  size_t pitch = mt_parts_largest(counts, n), ws_bytes = ((size_t)n + 1) * pitch * es;
   int *displs = mt_malloc((size_t)n * sizeof(int));
   for (int q = 0, off = 0; q < n; q++) displs[q] = off, off += counts[q];
-  float *ws = ws_get((size_t)n * pitch + pitch, c->stream);
-  CU(cudaMemsetAsync(ws, 0, (size_t)n * pitch * sizeof(float), c->stream));
-  mt_copy_parts((float *)send, ws, pitch, counts, displs, n, 1, copy2d, c->stream);
-  NC(ncclReduceScatter(ws, ws + (size_t)n * pitch, pitch, ncclFloat, ncclSum, c->comm,
-                       c->stream));
-  if (counts[g->rank])
-    CU(cudaMemcpyAsync(recv, ws + (size_t)n * pitch, (size_t)counts[g->rank] * sizeof(float),
-                       cudaMemcpyDeviceToDevice, c->stream));
-  ws_put(ws, (size_t)n * pitch + pitch, c->stream);
+  char *ws = ws_get(ws_bytes, c->stream), *sum = ws + (size_t)n * pitch * es;
+  CU(cudaMemsetAsync(ws, 0, (size_t)n * pitch * es, c->stream));
+  mt_copy_parts((void *)send, ws, pitch, counts, displs, n, es, 1, copy2d, c->stream);
+  NC(ncclReduceScatter(ws, sum, pitch, nc_type(dt), ncclSum, c->comm, c->stream));
+  copy(recv, sum, (size_t)counts[g->rank] * es, c->stream);
+  ws_put(ws, ws_bytes, c->stream);
   free(displs);
   return coll_end(c, t);
 }
 
-static void *nc_allgatherv(mt_group *g, const float *send, float *recv, const int *counts,
-                           const int *displs) {
+static void *nc_allgatherv(mt_group *g, const void *send, void *recv, const int *counts,
+                           const int *displs, mt_dtype dt) {
   timing *t;
   channel *c = coll_begin(g, &t);
   int n = g->size, r = g->rank;
-  size_t eq = mt_parts_equal(counts, displs, n);
+  size_t eq = mt_parts_equal(counts, displs, n), es = mt_dtype_bytes(dt);
   if (eq) {
     /* in place: this rank's part already sits at r * eq */
-    NC(ncclAllGather(send ? send : recv + (size_t)r * eq, recv, eq, ncclFloat, c->comm,
-                     c->stream));
+    NC(ncclAllGather(send ? send : (char *)recv + (size_t)r * eq * es, recv, eq, nc_type(dt),
+                     c->comm, c->stream));
     return coll_end(c, t);
   }
-  size_t pitch = mt_parts_largest(counts, n);
-  float *ws = ws_get((size_t)n * pitch, c->stream);
-  const float *mine = send ? send : recv + displs[r];
-  if (counts[r])
-    CU(cudaMemcpyAsync(ws + (size_t)r * pitch, mine, (size_t)counts[r] * sizeof(float),
-                       cudaMemcpyDeviceToDevice, c->stream));
-  NC(ncclAllGather(ws + (size_t)r * pitch, ws, pitch, ncclFloat, c->comm, c->stream));
-  mt_copy_parts(recv, ws, pitch, counts, displs, n, 0, copy2d, c->stream);
-  ws_put(ws, (size_t)n * pitch, c->stream);
+  size_t pitch = mt_parts_largest(counts, n), ws_bytes = (size_t)n * pitch * es;
+  char *ws = ws_get(ws_bytes, c->stream), *slot = ws + (size_t)r * pitch * es;
+  const void *mine = send ? send : (char *)recv + (size_t)displs[r] * es;
+  copy(slot, mine, (size_t)counts[r] * es, c->stream);
+  NC(ncclAllGather(slot, ws, pitch, nc_type(dt), c->comm, c->stream));
+  mt_copy_parts(recv, ws, pitch, counts, displs, n, es, 0, copy2d, c->stream);
+  ws_put(ws, ws_bytes, c->stream);
   return coll_end(c, t);
 }
 
-static void *nc_allgather_dim(mt_group *g, const float *send, float *recv, size_t outer,
-                              size_t inner) {
+static void *nc_allgather_dim(mt_group *g, const void *send, void *recv, size_t outer,
+                              size_t inner, mt_dtype dt) {
   timing *t;
   channel *c = coll_begin(g, &t);
-  size_t n = outer * inner;
+  size_t n = outer * inner, es = mt_dtype_bytes(dt);
   if (outer == 1) {
-    NC(ncclAllGather(send, recv, n, ncclFloat, c->comm, c->stream));
+    NC(ncclAllGather(send, recv, n, nc_type(dt), c->comm, c->stream));
     return coll_end(c, t);
   }
-  float *ws = ws_get((size_t)g->size * n, c->stream);
-  NC(ncclAllGather(send, ws, n, ncclFloat, c->comm, c->stream));
-  mt_permute_dim(recv, ws, outer, inner, g->size, 0, copy2d, c->stream);
-  ws_put(ws, (size_t)g->size * n, c->stream);
+  size_t ws_bytes = (size_t)g->size * n * es;
+  char *ws = ws_get(ws_bytes, c->stream);
+  NC(ncclAllGather(send, ws, n, nc_type(dt), c->comm, c->stream));
+  mt_permute_dim(recv, ws, outer, inner, g->size, es, 0, copy2d, c->stream);
+  ws_put(ws, ws_bytes, c->stream);
   return coll_end(c, t);
 }
 
-static void *nc_reduce_scatter_dim(mt_group *g, const float *send, float *recv, size_t outer,
-                                   size_t inner) {
+static void *nc_reduce_scatter_dim(mt_group *g, const void *send, void *recv, size_t outer,
+                                   size_t inner, mt_dtype dt) {
   timing *t;
   channel *c = coll_begin(g, &t);
-  size_t n = outer * inner;
+  size_t n = outer * inner, es = mt_dtype_bytes(dt);
   if (outer == 1) {
-    NC(ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, c->comm, c->stream));
+    NC(ncclReduceScatter(send, recv, n, nc_type(dt), ncclSum, c->comm, c->stream));
     return coll_end(c, t);
   }
-  float *ws = ws_get((size_t)g->size * n, c->stream);
-  mt_permute_dim((float *)send, ws, outer, inner, g->size, 1, copy2d, c->stream);
-  NC(ncclReduceScatter(ws, recv, n, ncclFloat, ncclSum, c->comm, c->stream));
-  ws_put(ws, (size_t)g->size * n, c->stream);
+  size_t ws_bytes = (size_t)g->size * n * es;
+  char *ws = ws_get(ws_bytes, c->stream);
+  mt_permute_dim((void *)send, ws, outer, inner, g->size, es, 1, copy2d, c->stream);
+  NC(ncclReduceScatter(ws, recv, n, nc_type(dt), ncclSum, c->comm, c->stream));
+  ws_put(ws, ws_bytes, c->stream);
   return coll_end(c, t);
 }
 
-/* parts laid end to end: send part q to rank q, receive part q from it
- * (own part copied), as one NCCL group on the group's channel */
-static void exchange(mt_group *g, channel *c, const float *send, const size_t *scount,
-                     const size_t *soff, float *recv, const size_t *rcount, const size_t *roff) {
+/* parts laid end to end (counts and offsets in elements of es bytes): send
+ * part q to rank q, receive part q from it (own part copied), as one NCCL
+ * group on the group's channel */
+static void exchange(mt_group *g, channel *c, const void *send, const size_t *scount,
+                     const size_t *soff, void *recv, const size_t *rcount, const size_t *roff,
+                     mt_dtype dt) {
   const int n = g->size, me = g->rank;
+  const size_t es = mt_dtype_bytes(dt);
+  const char *s = send;
+  char *r = recv;
   if (scount[me] != rcount[me])
-    mt_die("an all-to-all's own part: %zu floats sent, %zu received", scount[me], rcount[me]);
-  if (scount[me])
-    CU(cudaMemcpyAsync(recv + roff[me], send + soff[me], scount[me] * sizeof(float),
-                       cudaMemcpyDeviceToDevice, c->stream));
+    mt_die("an all-to-all's own part: %zu elements sent, %zu received", scount[me], rcount[me]);
+  copy(r + roff[me] * es, s + soff[me] * es, scount[me] * es, c->stream);
   NC(ncclGroupStart());
   for (int q = 0; q < n; q++) {
     if (q == me) continue;
-    if (scount[q]) NC(ncclSend(send + soff[q], scount[q], ncclFloat, q, c->comm, c->stream));
-    if (rcount[q]) NC(ncclRecv(recv + roff[q], rcount[q], ncclFloat, q, c->comm, c->stream));
+    if (scount[q]) NC(ncclSend(s + soff[q] * es, scount[q], nc_type(dt), q, c->comm, c->stream));
+    if (rcount[q]) NC(ncclRecv(r + roff[q] * es, rcount[q], nc_type(dt), q, c->comm, c->stream));
   }
   NC(ncclGroupEnd());
 }
 
-static void *nc_alltoallv(mt_group *g, const float *send, const size_t *send_counts, float *recv,
-                          const size_t *recv_counts) {
+static void *nc_alltoallv(mt_group *g, const void *send, const size_t *send_counts, void *recv,
+                          const size_t *recv_counts, mt_dtype dt) {
   timing *t;
   channel *c = coll_begin(g, &t);
   const int n = g->size;
@@ -457,37 +476,37 @@ static void *nc_alltoallv(mt_group *g, const float *send, const size_t *send_cou
     so[q] = (size_t)a, ro[q] = (size_t)b;
     a += (int)send_counts[q], b += (int)recv_counts[q];
   }
-  exchange(g, c, send, send_counts, so, recv, recv_counts, ro);
+  exchange(g, c, send, send_counts, so, recv, recv_counts, ro, dt);
   free(so);
   return coll_end(c, t);
 }
 
 /* send viewed (s_outer, size, s_inner), recv (r_outer, size, r_inner):
  * blocks made rank-major, exchanged, and laid out again */
-static void *nc_alltoall_dim(mt_group *g, const float *send, float *recv, size_t s_outer,
-                             size_t s_inner, size_t r_outer, size_t r_inner) {
+static void *nc_alltoall_dim(mt_group *g, const void *send, void *recv, size_t s_outer,
+                             size_t s_inner, size_t r_outer, size_t r_inner, mt_dtype dt) {
   timing *t;
   channel *c = coll_begin(g, &t);
   const int n = g->size;
-  const size_t blk = s_outer * s_inner, total = (size_t)n * blk;
-  float *ws_s = NULL, *ws_r = NULL;
-  const float *s = send;
-  float *r = recv;
+  const size_t es = mt_dtype_bytes(dt), blk = s_outer * s_inner, ws_bytes = (size_t)n * blk * es;
+  char *ws_s = NULL, *ws_r = NULL;
+  const void *s = send;
+  void *r = recv;
   if (s_outer > 1) {
-    ws_s = ws_get(total, c->stream);
-    mt_permute_dim((float *)send, ws_s, s_outer, s_inner, n, 1, copy2d, c->stream);
+    ws_s = ws_get(ws_bytes, c->stream);
+    mt_permute_dim((void *)send, ws_s, s_outer, s_inner, n, es, 1, copy2d, c->stream);
     s = ws_s;
   }
-  if (r_outer > 1) r = ws_r = ws_get(total, c->stream);
+  if (r_outer > 1) r = ws_r = ws_get(ws_bytes, c->stream);
   size_t *cnt = mt_malloc(2 * (size_t)n * sizeof(size_t)), *off = cnt + n;
   for (int q = 0; q < n; q++) cnt[q] = blk, off[q] = (size_t)q * blk;
-  exchange(g, c, s, cnt, off, r, cnt, off);
+  exchange(g, c, s, cnt, off, r, cnt, off, dt);
   free(cnt);
   if (ws_r) {
-    mt_permute_dim(recv, ws_r, r_outer, r_inner, n, 0, copy2d, c->stream);
-    ws_put(ws_r, total, c->stream);
+    mt_permute_dim(recv, ws_r, r_outer, r_inner, n, es, 0, copy2d, c->stream);
+    ws_put(ws_r, ws_bytes, c->stream);
   }
-  if (ws_s) ws_put(ws_s, total, c->stream);
+  if (ws_s) ws_put(ws_s, ws_bytes, c->stream);
   return coll_end(c, t);
 }
 

@@ -31,10 +31,11 @@
 static void to_host(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void to_device(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
-static void copy2d(void *ctx, float *dst, size_t dpitch, const float *src, size_t spitch,
+static void copy2d(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
                    size_t width, size_t rows) {
   (void)ctx;
-  for (size_t r = 0; r < rows; r++) memcpy(dst + r * dpitch, src + r * spitch, width * sizeof(float));
+  for (size_t r = 0; r < rows; r++)
+    memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
 }
 
 typedef struct {
@@ -49,99 +50,123 @@ static void *finished(void) {
   return h;
 }
 
+/* NCCL's bf16 sum as the stand-in's MPI reduction: each addition in fp32,
+ * rounded to bf16 (as comm's host bf16 sum) */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const mt_bf16 *a = in;
+  mt_bf16 *b = inout;
+  for (int i = 0; i < *len; i++)
+    b[i] = mt_bf16_from_f32(mt_bf16_to_f32(a[i]) + mt_bf16_to_f32(b[i]));
+}
+
+/* the element type's MPI type (bf16 moves as 16-bit words) and its sum */
+static MPI_Datatype mpi_type(mt_dtype t) {
+  return t == MT_DT_F64 ? MPI_DOUBLE : t == MT_DT_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+}
+static MPI_Op mpi_sum(mt_dtype t) {
+  static MPI_Op bf16 = MPI_OP_NULL;
+  if (t != MT_DT_BF16) return MPI_SUM;
+  if (bf16 == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &bf16);
+  return bf16;
+}
+
 static void *sa_allreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op) {
-  MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, t == MT_DT_F64 ? MPI_DOUBLE : MPI_FLOAT,
-                op == MT_RED_MAX ? MPI_MAX : MPI_SUM, g->comm);
+  MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), op == MT_RED_MAX ? MPI_MAX : mpi_sum(t),
+                g->comm);
   return finished();
 }
 
-static void *sa_reduce_scatter(mt_group *g, const float *send, float *recv, const int *counts) {
+static void *sa_reduce_scatter(mt_group *g, const void *send, void *recv, const int *counts,
+                               mt_dtype t) {
   int n = g->size;
-  size_t eq = mt_parts_equal(counts, NULL, n);
+  size_t eq = mt_parts_equal(counts, NULL, n), es = mt_dtype_bytes(t);
   if (eq) {
-    MPI_Reduce_scatter_block(send, recv, (int)eq, MPI_FLOAT, MPI_SUM, g->comm);
+    MPI_Reduce_scatter_block(send, recv, (int)eq, mpi_type(t), mpi_sum(t), g->comm);
     return finished();
   }
   size_t pitch = mt_parts_largest(counts, n);
   int *displs = malloc((size_t)n * sizeof(int));
   for (int q = 0, off = 0; q < n; q++) displs[q] = off, off += counts[q];
-  float *ws = calloc((size_t)n * pitch + pitch, sizeof(float));
-  mt_copy_parts((float *)send, ws, pitch, counts, displs, n, 1, copy2d, NULL);
-  MPI_Reduce_scatter_block(ws, ws + (size_t)n * pitch, (int)pitch, MPI_FLOAT, MPI_SUM, g->comm);
-  memcpy(recv, ws + (size_t)n * pitch, (size_t)counts[g->rank] * sizeof(float));
+  char *ws = calloc((size_t)n * pitch + pitch, es), *sum = ws + (size_t)n * pitch * es;
+  mt_copy_parts((void *)send, ws, pitch, counts, displs, n, es, 1, copy2d, NULL);
+  MPI_Reduce_scatter_block(ws, sum, (int)pitch, mpi_type(t), mpi_sum(t), g->comm);
+  memcpy(recv, sum, (size_t)counts[g->rank] * es);
   free(ws);
   free(displs);
   return finished();
 }
 
-static void *sa_allgatherv(mt_group *g, const float *send, float *recv, const int *counts,
-                           const int *displs) {
+static void *sa_allgatherv(mt_group *g, const void *send, void *recv, const int *counts,
+                           const int *displs, mt_dtype t) {
   int n = g->size, r = g->rank;
-  size_t eq = mt_parts_equal(counts, displs, n);
+  size_t eq = mt_parts_equal(counts, displs, n), es = mt_dtype_bytes(t);
+  MPI_Datatype mt = mpi_type(t);
   if (eq) {
-    if (send) MPI_Allgather(send, (int)eq, MPI_FLOAT, recv, (int)eq, MPI_FLOAT, g->comm);
-    else MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, recv, (int)eq, MPI_FLOAT, g->comm);
+    if (send) MPI_Allgather(send, (int)eq, mt, recv, (int)eq, mt, g->comm);
+    else MPI_Allgather(MPI_IN_PLACE, 0, mt, recv, (int)eq, mt, g->comm);
     return finished();
   }
   size_t pitch = mt_parts_largest(counts, n);
-  float *ws = calloc((size_t)n * pitch, sizeof(float));
-  memcpy(ws + (size_t)r * pitch, send ? send : recv + displs[r], (size_t)counts[r] * sizeof(float));
-  MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, ws, (int)pitch, MPI_FLOAT, g->comm);
-  mt_copy_parts(recv, ws, pitch, counts, displs, n, 0, copy2d, NULL);
+  char *ws = calloc((size_t)n * pitch, es);
+  memcpy(ws + (size_t)r * pitch * es, send ? send : (const char *)recv + (size_t)displs[r] * es,
+         (size_t)counts[r] * es);
+  MPI_Allgather(MPI_IN_PLACE, 0, mt, ws, (int)pitch, mt, g->comm);
+  mt_copy_parts(recv, ws, pitch, counts, displs, n, es, 0, copy2d, NULL);
   free(ws);
   return finished();
 }
 
-static void *sa_allgather_dim(mt_group *g, const float *send, float *recv, size_t outer,
-                              size_t inner) {
-  size_t n = outer * inner;
+static void *sa_allgather_dim(mt_group *g, const void *send, void *recv, size_t outer,
+                              size_t inner, mt_dtype t) {
+  size_t n = outer * inner, es = mt_dtype_bytes(t);
   if (outer == 1) {
-    MPI_Allgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, g->comm);
+    MPI_Allgather(send, (int)n, mpi_type(t), recv, (int)n, mpi_type(t), g->comm);
     return finished();
   }
-  float *ws = calloc((size_t)g->size * n, sizeof(float));
-  MPI_Allgather(send, (int)n, MPI_FLOAT, ws, (int)n, MPI_FLOAT, g->comm);
-  mt_permute_dim(recv, ws, outer, inner, g->size, 0, copy2d, NULL);
+  void *ws = calloc((size_t)g->size * n, es);
+  MPI_Allgather(send, (int)n, mpi_type(t), ws, (int)n, mpi_type(t), g->comm);
+  mt_permute_dim(recv, ws, outer, inner, g->size, es, 0, copy2d, NULL);
   free(ws);
   return finished();
 }
 
-static void *sa_reduce_scatter_dim(mt_group *g, const float *send, float *recv, size_t outer,
-                                   size_t inner) {
-  size_t n = outer * inner;
+static void *sa_reduce_scatter_dim(mt_group *g, const void *send, void *recv, size_t outer,
+                                   size_t inner, mt_dtype t) {
+  size_t n = outer * inner, es = mt_dtype_bytes(t);
   if (outer == 1) {
-    MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, g->comm);
+    MPI_Reduce_scatter_block(send, recv, (int)n, mpi_type(t), mpi_sum(t), g->comm);
     return finished();
   }
-  float *ws = calloc((size_t)g->size * n, sizeof(float));
-  mt_permute_dim((float *)send, ws, outer, inner, g->size, 1, copy2d, NULL);
-  MPI_Reduce_scatter_block(ws, recv, (int)n, MPI_FLOAT, MPI_SUM, g->comm);
+  void *ws = calloc((size_t)g->size * n, es);
+  mt_permute_dim((void *)send, ws, outer, inner, g->size, es, 1, copy2d, NULL);
+  MPI_Reduce_scatter_block(ws, recv, (int)n, mpi_type(t), mpi_sum(t), g->comm);
   free(ws);
   return finished();
 }
 
-static void *sa_alltoallv(mt_group *g, const float *send, const size_t *send_counts, float *recv,
-                          const size_t *recv_counts) {
+static void *sa_alltoallv(mt_group *g, const void *send, const size_t *send_counts, void *recv,
+                          const size_t *recv_counts, mt_dtype t) {
   int n = g->size, *c = calloc(4 * (size_t)n, sizeof(int)), *sd = c + n, *rc = c + 2 * n,
       *rd = c + 3 * n;
   for (int q = 0, a = 0, b = 0; q < n; q++) {
     c[q] = (int)send_counts[q], sd[q] = a, a += c[q];
     rc[q] = (int)recv_counts[q], rd[q] = b, b += rc[q];
   }
-  MPI_Alltoallv(send, c, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, g->comm);
+  MPI_Alltoallv(send, c, sd, mpi_type(t), recv, rc, rd, mpi_type(t), g->comm);
   free(c);
   return finished();
 }
 
 /* as nccl.c: blocks made rank-major, exchanged, laid out again */
-static void *sa_alltoall_dim(mt_group *g, const float *send, float *recv, size_t s_outer,
-                             size_t s_inner, size_t r_outer, size_t r_inner) {
+static void *sa_alltoall_dim(mt_group *g, const void *send, void *recv, size_t s_outer,
+                             size_t s_inner, size_t r_outer, size_t r_inner, mt_dtype t) {
   int n = g->size;
-  size_t blk = s_outer * s_inner;
-  float *ws = calloc(2 * (size_t)n * blk, sizeof(float)), *wr = ws + (size_t)n * blk;
-  mt_permute_dim((float *)send, ws, s_outer, s_inner, n, 1, copy2d, NULL);
-  MPI_Alltoall(ws, (int)blk, MPI_FLOAT, wr, (int)blk, MPI_FLOAT, g->comm);
-  mt_permute_dim(recv, wr, r_outer, r_inner, n, 0, copy2d, NULL);
+  size_t blk = s_outer * s_inner, es = mt_dtype_bytes(t);
+  char *ws = calloc(2 * (size_t)n * blk, es), *wr = ws + (size_t)n * blk * es;
+  mt_permute_dim((void *)send, ws, s_outer, s_inner, n, es, 1, copy2d, NULL);
+  MPI_Alltoall(ws, (int)blk, mpi_type(t), wr, (int)blk, mpi_type(t), g->comm);
+  mt_permute_dim(recv, wr, r_outer, r_inner, n, es, 0, copy2d, NULL);
   free(ws);
   return finished();
 }
