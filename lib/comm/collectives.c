@@ -746,11 +746,13 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
 }
 
 /* 16-bit elements (bf16 moved as bits, or summed with each addition
- * rounded): the MPI path on host memory. Device buffers go through one host
- * block that holds the send side (copied from the device) and the receive
- * side (copied from the device too where the call reads it: in place), the
- * host form runs on it, and the receive side goes back. A non-blocking call
- * copies back in mt_wait. */
+ * rounded): the MPI path on host memory. Device buffers of a group the
+ * direct backend serves go to it (elements MT_DT_BF16), as the fp32 calls'
+ * do; on other groups they go through one host block that holds the send
+ * side (copied from the device) and the receive side (copied from the
+ * device too where the call reads it: in place), the host form runs on it,
+ * and the receive side goes back. A non-blocking call copies back in
+ * mt_wait. */
 typedef struct {
   uint16_t *block, *send, *recv;
 } u16_staged;
@@ -785,6 +787,10 @@ void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, co
   size_t total = sum_counts(counts, g->size);
   const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc) || g->size == 1) return;
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, bytes, g_direct->allgatherv(g, NULL, buf, counts, displs, MT_DT_BF16));
+    return;
+  }
   if (loc == MT_LOC_DEVICE) {
     u16_staged x = u16_stage(g, buf, total, buf, total, 0);
     mt_allgatherv_inplace_u16(g, x.recv, counts, displs, MT_LOC_HOST);
@@ -803,6 +809,10 @@ void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const
   size_t total = sum_counts(counts, g->size), mine = (size_t)counts[g->rank];
   const double bytes = mt_bytes_allgather(total * sizeof(uint16_t), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc, .req = r)) return;
+  if (g->size > 1 && direct(g, loc)) {
+    DIRECT_START(g, r, bytes, g_direct->allgatherv(g, send, recv, counts, displs, MT_DT_BF16));
+    return;
+  }
   if (loc == MT_LOC_DEVICE) {
     u16_staged x = u16_stage(g, send, mine, recv, total, 0);
     mt_iallgatherv_u16(g, x.send, x.recv, counts, displs, MT_LOC_HOST, r);
@@ -825,6 +835,11 @@ void mt_alltoallv_u16(mt_group *g, const uint16_t *send, const size_t *send_coun
   int n = g->size;
   const double bytes = mt_bytes_alltoallv(send_counts, n, g->rank, sizeof(uint16_t));
   if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
+  if (n > 1 && direct(g, loc)) {
+    DIRECT_BLOCKING(g, bytes,
+                    g_direct->alltoallv(g, send, send_counts, recv, recv_counts, MT_DT_BF16));
+    return;
+  }
   if (loc == MT_LOC_DEVICE) {
     size_t st = 0, rt = 0;
     for (int q = 0; q < n; q++) {
@@ -869,6 +884,10 @@ static MPI_Op bf16_sum_op(void) {
 void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc) {
   const double bytes = mt_bytes_allreduce(n * sizeof(mt_bf16), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc) || g->size == 1) return;
+  if (direct(g, loc)) {
+    DIRECT_BLOCKING(g, bytes, g_direct->allreduce(g, buf, n, MT_DT_BF16, MT_RED_SUM));
+    return;
+  }
   if (loc == MT_LOC_DEVICE) {
     u16_staged x = u16_stage(g, buf, n, buf, n, 0);
     mt_allreduce_sum_bf16(g, x.recv, n, MT_LOC_HOST);
@@ -888,6 +907,10 @@ void mt_iallreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc, mt_
   if (OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc, .req = r) ||
       g->size == 1)
     return;
+  if (direct(g, loc)) {
+    DIRECT_START(g, r, bytes, g_direct->allreduce(g, buf, n, MT_DT_BF16, MT_RED_SUM));
+    return;
+  }
   if (loc == MT_LOC_DEVICE) {
     u16_staged x = u16_stage(g, buf, n, buf, n, 0);
     mt_iallreduce_sum_bf16(g, x.recv, n, MT_LOC_HOST, r);
@@ -907,6 +930,10 @@ void mt_ireduce_scatter_sum_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv
   size_t total = sum_counts(counts, g->size);
   const double bytes = mt_bytes_reduce_scatter(total * sizeof(mt_bf16), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc, .req = r)) return;
+  if (g->size > 1 && direct(g, loc)) {
+    DIRECT_START(g, r, bytes, g_direct->reduce_scatter(g, send, recv, counts, MT_DT_BF16));
+    return;
+  }
   if (loc == MT_LOC_DEVICE) {
     size_t mine = (size_t)counts[g->rank];
     u16_staged x = u16_stage(g, send, total, recv, mine, 0);
@@ -930,6 +957,10 @@ void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, siz
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_allgather(size * n * sizeof(uint16_t), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_GATHER, .bytes = bytes, .loc = loc)) return;
+  if (g->size > 1 && direct(g, loc)) {
+    DIRECT_BLOCKING(g, bytes, g_direct->allgather_dim(g, send, recv, outer, inner, MT_DT_BF16));
+    return;
+  }
   if (loc == MT_LOC_DEVICE) {
     u16_staged x = u16_stage(g, send, n, recv, size * n, 0);
     mt_allgather_dim_u16(g, x.send, x.recv, outer, inner, MT_LOC_HOST);
@@ -956,6 +987,11 @@ void mt_alltoall_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size
            s_inner, r_outer, r_inner);
   const double bytes = mt_bytes_alltoall(n * sizeof(uint16_t), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_ALLTOALL, .bytes = bytes, .loc = loc)) return;
+  if (g->size > 1 && direct(g, loc)) {
+    DIRECT_BLOCKING(g, bytes, g_direct->alltoall_dim(g, send, recv, s_outer, s_inner, r_outer,
+                                                     r_inner, MT_DT_BF16));
+    return;
+  }
   if (loc == MT_LOC_DEVICE) {
     u16_staged x = u16_stage(g, send, n, recv, n, 0);
     mt_alltoall_dim_u16(g, x.send, x.recv, s_outer, s_inner, r_outer, r_inner, MT_LOC_HOST);
@@ -981,6 +1017,11 @@ void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv,
   size_t n = outer * inner, size = (size_t)g->size;
   const double bytes = mt_bytes_reduce_scatter(size * n * sizeof(mt_bf16), g->size);
   if (OTHER_BACKEND(g, .kind = MT_COLL_SCATTER, .bytes = bytes, .loc = loc)) return;
+  if (g->size > 1 && direct(g, loc)) { /* no scratch: the backend reduces */
+    DIRECT_BLOCKING(g, bytes,
+                    g_direct->reduce_scatter_dim(g, send, recv, outer, inner, MT_DT_BF16));
+    return;
+  }
   if (loc == MT_LOC_DEVICE) { /* the ring's scratch on the host too */
     u16_staged x = u16_stage(g, send, size * n, recv, n, 2 * n);
     mt_reduce_scatter_dim_bf16(g, x.send, x.recv, outer, inner, x.recv + n, MT_LOC_HOST);

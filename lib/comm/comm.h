@@ -443,10 +443,12 @@ void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *
                         const int *displs, mt_loc loc, mt_request *r);
 /* The 16-bit calls below (bf16 values moved as bits, or summed with each
  * addition rounded): half the bytes of fp32, counts and displs in
- * elements. Host memory goes to MPI; device buffers are staged through
- * host copies as the fp32 calls' are (not to the direct backend yet), with
- * the scratch of mt_reduce_scatter_dim_bf16 on the host. Count-only groups
- * count them as any other call.
+ * elements. Host memory goes to MPI; device buffers go to the direct
+ * backend (NCCL) on the groups it serves, as the fp32 calls' do (elements
+ * MT_DT_BF16, the same bytes counted), and are otherwise staged through
+ * host copies, with the scratch of mt_reduce_scatter_dim_bf16 on the host
+ * (the direct backend needs none). Count-only groups count them as any
+ * other call.
  * The two all-gathers: */
 void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, const int *displs,
                                mt_loc loc);

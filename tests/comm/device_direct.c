@@ -15,7 +15,9 @@
  *     backend has (here: the pipeline's tags), others are staged;
  *   - the all-to-alls (along a dim, of variable parts) and the all-gather of
  *     variable parts go direct too, and each group counts how its device
- *     calls travelled.
+ *     calls travelled;
+ *   - the nine 16-bit calls (bf16 on the backend's element type MT_DT_BF16)
+ *     the same way: see run_group16.
  * Values are small multiples of 1/4, so every sum is exact in any order. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,6 +431,180 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   free(h), free(d), free(h2), free(d2), free(counts), free(displs);
 }
 
+/* ---- the 16-bit calls (bf16 activations, bf16 gradient reductions) ----
+ * Each of the nine on "device" buffers against the same call on host
+ * buffers: the path (direct on a direct group, never staged; staged
+ * elsewhere), the bytes and calls counted, and the result compared bit for
+ * bit. Moves carry bits, so their bits must agree. The sums add values
+ * k/4 below 16 (fill16): over at most 4 ranks every partial sum is a
+ * multiple of 1/4 below 64, 8 significant bits, exact in bf16, so the
+ * stand-in's reduction order (MPI_Reduce_scatter_block over padded or
+ * rank-major blocks, as nccl.c's NCCL calls) cannot change a bit of what
+ * the host path's (MPI_Reduce_scatter, the ring of the dim form) gives.
+ * The all-reduce also runs on values whose sums round (fill16_rounded):
+ * there the stand-in reduces as the host path does (MPI_Allreduce with the
+ * same bf16 sum), so the bits must still agree, and a backend that summed
+ * anything but bf16 (fp32 words, no rounding) would not. */
+
+static void fill16(uint16_t *x, size_t n, int rank, int salt) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = mt_bf16_from_f32((float)((rank + 1) * 0.5 + (double)((i * 7 + (size_t)salt) % 41) * 0.25));
+}
+
+/* 8 significant bits each, whose sums need more: rounded in every order */
+static void fill16_rounded(uint16_t *x, size_t n, int rank) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = mt_bf16_from_f32((float)(1.0 + (double)((i + 3 * (size_t)rank) % 127 + 1) / 128.0) *
+                            (float)(1 << (i % 3)));
+}
+
+/* the device call after snapshot s against the host call (its result and
+ * the bytes it counted, hb) */
+static void check16(const char *what, const mt_group *g, snap s, double hb, int expect_direct,
+                    const uint16_t *host, const uint16_t *dev, size_t n) {
+  expect_path(what, g, s, expect_direct, 1);
+  MT_CHECK(!memcmp(host, dev, n * sizeof(uint16_t)), "%s: device result differs", what);
+  MT_CHECK(g->bytes - s.bytes == hb && g->calls - s.calls == 1,
+           "%s: bytes %g (host %g), calls %ld", what, g->bytes - s.bytes, hb, g->calls - s.calls);
+}
+
+static void run_group16(mt_group *g, int expect_direct, size_t N, int salt) {
+  const int r = g->rank, n = g->size;
+  const size_t cap = N * (size_t)n;
+  uint16_t *h = calloc(cap, 2), *d = calloc(cap, 2), *h2 = calloc(cap, 2), *d2 = calloc(cap, 2);
+  int *counts = calloc((size_t)n, sizeof(int)), *displs = calloc((size_t)n, sizeof(int));
+  parts(N, n, counts, displs);
+  const char *shape = N % (size_t)n ? "uneven" : "equal";
+  char what[96];
+  snap s;
+  double hb;
+  mt_request rq;
+
+  /* all-reduce: exact sums, then rounded ones */
+  for (int exact = 1; exact >= 0; exact--) {
+    if (exact) fill16(h, N, r, salt);
+    else fill16_rounded(h, N, r);
+    memcpy(d, h, N * 2);
+    s = take(g);
+    mt_allreduce_sum_bf16(g, h, N, MT_LOC_HOST);
+    hb = g->bytes - s.bytes;
+    s = take(g);
+    mt_allreduce_sum_bf16(g, d, N, MT_LOC_DEVICE);
+    snprintf(what, sizeof what, "allreduce bf16 N=%zu (%s sums)", N, exact ? "exact" : "rounded");
+    check16(what, g, s, hb, expect_direct, h, d, N);
+  }
+
+  /* non-blocking all-reduce and reduce-scatter (the dp engine's), by mt_wait */
+  fill16(h, N, r, salt + 1);
+  memcpy(d, h, N * 2);
+  s = take(g);
+  mt_iallreduce_sum_bf16(g, h, N, MT_LOC_HOST, &rq);
+  mt_wait(&rq);
+  hb = g->bytes - s.bytes;
+  long q0 = g_quiesce, w0 = g_waits;
+  s = take(g);
+  mt_iallreduce_sum_bf16(g, d, N, MT_LOC_DEVICE, &rq);
+  mt_wait(&rq);
+  snprintf(what, sizeof what, "iallreduce bf16 N=%zu", N);
+  check16(what, g, s, hb, expect_direct, h, d, N);
+  MT_CHECK(!rq.active, "%s: request still active after mt_wait", what);
+  if (expect_direct)
+    MT_CHECK(g_quiesce > q0 && g_waits == w0 + 1, "%s: quiesce %ld, waits %ld", what,
+             g_quiesce - q0, g_waits - w0);
+  fill16(h, N, r, salt + 2);
+  memcpy(d, h, N * 2);
+  s = take(g);
+  mt_ireduce_scatter_sum_bf16(g, h, h2, counts, MT_LOC_HOST, &rq);
+  mt_wait(&rq);
+  hb = g->bytes - s.bytes;
+  s = take(g);
+  mt_ireduce_scatter_sum_bf16(g, d, d2, counts, MT_LOC_DEVICE, &rq);
+  mt_wait(&rq);
+  snprintf(what, sizeof what, "ireduce_scatter bf16 N=%zu (%s parts)", N, shape);
+  check16(what, g, s, hb, expect_direct, h2, d2, (size_t)counts[r]);
+
+  /* all-gathers of the registry's parts: in place, and non-blocking
+   * finished by mt_progress */
+  fill16(h, N, r, salt + 3);
+  memcpy(d, h, N * 2);
+  s = take(g);
+  mt_allgatherv_inplace_u16(g, h, counts, displs, MT_LOC_HOST);
+  hb = g->bytes - s.bytes;
+  s = take(g);
+  mt_allgatherv_inplace_u16(g, d, counts, displs, MT_LOC_DEVICE);
+  snprintf(what, sizeof what, "allgatherv in place u16 N=%zu (%s parts)", N, shape);
+  check16(what, g, s, hb, expect_direct, h, d, N);
+  fill16(h2, (size_t)counts[r], r, salt + 4);
+  memcpy(d2, h2, (size_t)counts[r] * 2);
+  s = take(g);
+  mt_iallgatherv_u16(g, h2, h, counts, displs, MT_LOC_HOST, &rq);
+  mt_wait(&rq);
+  hb = g->bytes - s.bytes;
+  s = take(g);
+  mt_iallgatherv_u16(g, d2, d, counts, displs, MT_LOC_DEVICE, &rq);
+  for (int spin = 0; rq.active && spin < 1000000; spin++) mt_progress(&rq);
+  snprintf(what, sizeof what, "iallgatherv u16 N=%zu (%s parts)", N, shape);
+  MT_CHECK(!rq.active, "%s: mt_progress never finished the request", what);
+  check16(what, g, s, hb, expect_direct, h, d, N);
+
+  /* along a dim (sequence parallelism): outer 1 (contiguous), 4 (strided) */
+  for (size_t outer = 1; outer <= 4; outer += 3) {
+    const size_t inner = 25, part = outer * inner;
+    uint16_t *scratch = calloc(2 * part, 2);
+    fill16(h, part * n, r, salt + 5);
+    memcpy(d, h, part * n * 2);
+    s = take(g);
+    mt_reduce_scatter_dim_bf16(g, h, h2, outer, inner, scratch, MT_LOC_HOST);
+    hb = g->bytes - s.bytes;
+    s = take(g);
+    mt_reduce_scatter_dim_bf16(g, d, d2, outer, inner, scratch, MT_LOC_DEVICE);
+    snprintf(what, sizeof what, "reduce_scatter_dim bf16 outer=%zu", outer);
+    check16(what, g, s, hb, expect_direct, h2, d2, part);
+    fill16(h2, part, r, salt + 6);
+    memcpy(d2, h2, part * 2);
+    s = take(g);
+    mt_allgather_dim_u16(g, h2, h, outer, inner, MT_LOC_HOST);
+    hb = g->bytes - s.bytes;
+    s = take(g);
+    mt_allgather_dim_u16(g, d2, d, outer, inner, MT_LOC_DEVICE);
+    snprintf(what, sizeof what, "allgather_dim u16 outer=%zu", outer);
+    check16(what, g, s, hb, expect_direct, h, d, part * n);
+    free(scratch);
+  }
+
+  /* all-to-all along a dim (Ulysses): (outer, size, inner) both ways */
+  for (size_t outer = 1; outer <= 3; outer += 2) {
+    const size_t inner = 12, tot = outer * inner * (size_t)n;
+    fill16(h, tot, r, salt + 7);
+    memcpy(d, h, tot * 2);
+    s = take(g);
+    mt_alltoall_dim_u16(g, h, h2, outer, inner, 2 * outer, inner / 2, MT_LOC_HOST);
+    hb = g->bytes - s.bytes;
+    s = take(g);
+    mt_alltoall_dim_u16(g, d, d2, outer, inner, 2 * outer, inner / 2, MT_LOC_DEVICE);
+    snprintf(what, sizeof what, "alltoall_dim u16 outer=%zu", outer);
+    check16(what, g, s, hb, expect_direct, h2, d2, tot);
+  }
+
+  /* all-to-all of variable parts (MoE dispatch), some of them empty */
+  size_t *sc = calloc(2 * (size_t)n, sizeof(size_t)), *rc = sc + n, st = 0, rt = 0;
+  for (int q = 0; q < n; q++) {
+    sc[q] = (size_t)((r + 2 * q) % 5) * 3; /* what r sends q; q sends r (q + 2r) % 5 * 3 */
+    rc[q] = (size_t)((q + 2 * r) % 5) * 3;
+    st += sc[q], rt += rc[q];
+  }
+  fill16(h, st, r, salt + 8);
+  memcpy(d, h, st * 2);
+  s = take(g);
+  mt_alltoallv_u16(g, h, sc, h2, rc, MT_LOC_HOST);
+  hb = g->bytes - s.bytes;
+  s = take(g);
+  mt_alltoallv_u16(g, d, sc, d2, rc, MT_LOC_DEVICE);
+  check16("alltoallv u16", g, s, hb, expect_direct, h2, d2, rt);
+  free(sc);
+  free(h), free(d), free(h2), free(d2), free(counts), free(displs);
+}
+
 /* point-to-point on g: pipeline tags direct when g has backend state,
  * another tag always staged */
 static void run_p2p(mt_group *g, int has_channels) {
@@ -498,6 +674,8 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 2; k++) {
     run_group(&mesh.dp_g, 1, sizes[k], 10 * k);
     run_group(&mesh.world, 0, sizes[k], 10 * k + 3);
+    run_group16(&mesh.dp_g, 1, sizes[k], 10 * k);
+    run_group16(&mesh.world, 0, sizes[k], 10 * k + 3);
   }
   run_p2p(&mesh.dp_g, 1);
   run_p2p(&mesh.world, 0);
