@@ -19,8 +19,12 @@
  * gives NCCL's: collectives in call order per communicator, point-to-point
  * in call order per peer and direction; a receive of another size than the
  * send it matches is an error. Buffers must be device ranges of the sizes
- * the call implies. MT_EMU_NCCL_INFLIGHT=n lets only n groups run at once
- * on the device, started in the order they were issued (real NCCL kernels
+ * the call implies. Reductions over bf16 (sum, prod, max, min) are MPI
+ * user operations on 16-bit words: each operation of two values in fp32,
+ * rounded to bf16 (to nearest even), as NCCL's bf16 kernels round each
+ * partial result; the order of the additions is MPI's, not NCCL's.
+ * MT_EMU_NCCL_INFLIGHT=n lets only n groups run at once on the device,
+ * started in the order they were issued (real NCCL kernels
  * occupy the GPU while they wait for their peers: more of them than fit
  * can deadlock, and the order they were issued in then matters).
  * Not modelled: NCCL's algorithms, channels and their memory, timing. */
@@ -28,6 +32,7 @@
 
 #include <mpi.h>
 #include <nccl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,11 +135,53 @@ MPI_Datatype mpi_type(ncclDataType_t t, const call_site &at) {
   case ncclUint64: return MPI_UINT64_T;
   case ncclFloat32: return MPI_FLOAT;
   case ncclFloat64: return MPI_DOUBLE;
+  case ncclBfloat16: return MPI_UINT16_T; /* with the bf16 operations below */
   default: fatal_at(at.file, at.line, "gpu-emu NCCL: reductions over data type %d are not modelled", (int)t);
   }
 }
 
-MPI_Op mpi_op(ncclRedOp_t op, const call_site &at) {
+/* bf16 as the upper half of an fp32; fp32 to bf16 rounded to nearest even
+ * (a NaN stays a quiet NaN) */
+float bf16_to_f32(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+uint16_t bf16_from_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+/* inout[i] = round(in[i] op inout[i]), the operation in fp32 */
+template <ncclRedOp_t OP>
+void bf16_reduce(void *in, void *inout, int *len, MPI_Datatype *) {
+  const uint16_t *a = (const uint16_t *)in;
+  uint16_t *b = (uint16_t *)inout;
+  for (int i = 0; i < *len; i++) {
+    float x = bf16_to_f32(a[i]), y = bf16_to_f32(b[i]);
+    float r = OP == ncclSum ? x + y : OP == ncclProd ? x * y : OP == ncclMax ? std::max(x, y)
+                                                                            : std::min(x, y);
+    b[i] = bf16_from_f32(r);
+  }
+}
+
+/* the bf16 form of op: an MPI user operation, made once */
+MPI_Op bf16_op(ncclRedOp_t op, const call_site &at) {
+  static MPI_Op ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  MPI_User_function *fns[4] = {bf16_reduce<ncclSum>, bf16_reduce<ncclProd>, bf16_reduce<ncclMax>,
+                               bf16_reduce<ncclMin>};
+  int k = op == ncclSum ? 0 : op == ncclProd ? 1 : op == ncclMax ? 2 : op == ncclMin ? 3 : -1;
+  if (k < 0) fatal_at(at.file, at.line, "gpu-emu NCCL: reduction %d is not modelled", (int)op);
+  if (ops[k] == MPI_OP_NULL) check_mpi(MPI_Op_create(fns[k], 1, &ops[k]), "MPI_Op_create", at);
+  return ops[k];
+}
+
+MPI_Op mpi_op(ncclRedOp_t op, ncclDataType_t t, const call_site &at) {
+  if (t == ncclBfloat16) return bf16_op(op, at);
   switch (op) {
   case ncclSum: return MPI_SUM;
   case ncclProd: return MPI_PROD;
@@ -196,7 +243,7 @@ void start(group_op &g) {
     switch (t.kind) {
     case T_ALLREDUCE:
       check_mpi(MPI_Iallreduce(t.send == t.recv ? MPI_IN_PLACE : t.send, t.recv, cnt,
-                               mpi_type(t.type, at), mpi_op(t.op, at), c, &r),
+                               mpi_type(t.type, at), mpi_op(t.op, t.type, at), c, &r),
                 "MPI_Iallreduce", at);
       break;
     case T_ALLGATHER: {
@@ -211,7 +258,7 @@ void start(group_op &g) {
       size_t N = n * (size_t)t.comm->nranks;
       g.temps.emplace_back((const char *)t.send, (const char *)t.send + N);
       check_mpi(MPI_Ireduce_scatter_block(g.temps.back().data(), t.recv, cnt, mpi_type(t.type, at),
-                                          mpi_op(t.op, at), c, &r),
+                                          mpi_op(t.op, t.type, at), c, &r),
                 "MPI_Ireduce_scatter_block", at);
       break;
     }
