@@ -8,7 +8,13 @@ endif()
 # what the gpu-emu tests run (tests/run.sh builds this target only)
 add_custom_target(gpu_emu_all)
 add_dependencies(gpu_emu_all meshtrain meshdata meshbench gpu_ops gpu_moe_ops gpu_edges
-                 gpu_attn_bf16 gpu_emu_selftest)
+                 gpu_attn_bf16 gpu_emu_selftest gpu_emu_nccl16)
+
+# comm's 16-bit calls over NCCL (bf16 sums rounded as NCCL's) against the
+# host path, on 2 and 4 ranks
+add_executable(gpu_emu_nccl16 ${CMAKE_CURRENT_LIST_DIR}/nccl16.c)
+target_link_libraries(gpu_emu_nccl16 PRIVATE ${MT_ALL_LIBS})
+set_target_properties(gpu_emu_nccl16 PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
 # the emulator's own defects-found test (a .cu program of planted bugs)
 mt_emu_program(gpu_emu_selftest ${CMAKE_CURRENT_LIST_DIR}/selftest.cu)
@@ -56,6 +62,8 @@ if(MT_SANITIZE)
   return()
 endif()
 mt_emu_test(selftest gpu-emu emu/selftest.sh)
+# comm's 16-bit calls over the emulated NCCL (a few seconds)
+mt_emu_test(nccl16 gpu-emu emu/nccl16.sh)
 # every op against the CPU backend: fp32, bf16, bf16 in pieces, bf16-fast
 mt_emu_test(ops gpu-emu ops.sh gpu_ops)
 mt_emu_test(moe_ops gpu-emu ops.sh gpu_moe_ops)

@@ -1,0 +1,12 @@
+# comm's nine 16-bit calls on device buffers over the emulated NCCL (bf16
+# sums in fp32, each partial sum rounded to bf16) against the host path:
+# all over NCCL, none staged, the host's bytes and bits (nccl16.c says
+# why bits). 2 and 4 ranks: equal and uneven parts, the layouts along a dim.
+source "$(dirname "$0")/../common_gpu.sh"
+needs_gpu
+for np in 2 4; do
+  mt_mpirun "$np" "$MT_TESTBIN/gpu_emu_nccl16" > "$WORK/np$np.log" 2>&1 ||
+    { cat "$WORK/np$np.log"; fail "16-bit calls over NCCL on $np ranks"; }
+  cat "$WORK/np$np.log"
+done
+echo PASS
