@@ -8,10 +8,17 @@
  *     D are m x n, and every leading dimension is >= the stored rows;
  *   - strided batches: equal batch counts, strides that keep the matrices
  *     of a batch apart, every matrix inside its allocation;
- *   - types: A and B fp32 or bf16 (the same), C and D fp32, scale fp32,
+ *   - types: A and B fp32 or bf16 (the same); C and D of one type, fp32, or
+ *     bf16 with bf16 A and B under CUBLAS_COMPUTE_32F (cuBLASLt's
+ *     BF16/BF16/BF16 row: fp32 sums, rounded once into D); scale fp32;
  *     compute CUBLAS_COMPUTE_32F or CUBLAS_COMPUTE_32F_FAST_16BF;
- *   - the bias epilogue: a bias of fp32 (BIAS_DATA_TYPE) and m elements,
- *     set before the call;
+ *   - the bias epilogue: a bias of D's type (BIAS_DATA_TYPE unset, or set
+ *     to D's type; another type has no algorithm) and m elements, set
+ *     before the call;
+ *   - a bf16 D: the preference's REDUCTION_SCHEME_MASK must exclude the
+ *     split-K reductions that round partial sums into the output type
+ *     (INPLACE, OUTPUT_TYPE), else the one rounding modelled here would
+ *     not be what the GPU's algorithm may do;
  *   - alignment: the heuristic's answer holds for the minimum alignments
  *     the preference promised (A, B, C, D); a pointer less aligned at the
  *     call is an error, and so is a bias pointer less than 16-byte aligned
@@ -19,10 +26,11 @@
  *   - an algorithm is used only with the descriptors it was chosen for, and
  *     the workspace is a device range of the size passed.
  * It computes D = alpha op(A) op(B) + beta C (+ bias per row) in fp32, each
- * element's products added in k order from 0 (bf16 operands converted
- * exactly; CUBLAS_COMPUTE_32F_FAST_16BF rounds fp32 operands to bf16
- * first); C is not read when beta is 0. Which algorithms exist for a shape
- * and their summation orders are not modelled. */
+ * element's products added in k order from 0 (bf16 operands, C and bias
+ * converted exactly; CUBLAS_COMPUTE_32F_FAST_16BF rounds fp32 operands to
+ * bf16 first), and rounds it once to nearest even into a bf16 D; C is not
+ * read when beta is 0. Which algorithms exist for a shape and their
+ * summation orders are not modelled. */
 #include "mt_emu.h"
 
 #include <cublasLt.h>
@@ -59,6 +67,7 @@ struct desc {
 struct pref {
   uint64_t max_workspace;
   uint32_t align[4]; /* A, B, C, D */
+  uint32_t reductions; /* REDUCTION_SCHEME_MASK */
 };
 
 struct handle {
@@ -109,9 +118,13 @@ bool check_problem(const desc *d, const layout *a, const layout *b, const layout
   if (a->type != b->type || (a->type != CUDA_R_32F && a->type != CUDA_R_16BF))
     return snprintf(why, len, "A and B of types %d and %d (fp32 or bf16, the same)", (int)a->type,
                     (int)b->type), false;
-  if (c->type != CUDA_R_32F || dd->type != CUDA_R_32F)
-    return snprintf(why, len, "C and D of types %d and %d (fp32)", (int)c->type, (int)dd->type),
-           false;
+  if (c->type != dd->type || (c->type != CUDA_R_32F && c->type != CUDA_R_16BF))
+    return snprintf(why, len, "C and D of types %d and %d (fp32 or bf16, the same)",
+                    (int)c->type, (int)dd->type), false;
+  if (dd->type == CUDA_R_16BF && (a->type != CUDA_R_16BF || d->compute != CUBLAS_COMPUTE_32F))
+    return snprintf(why, len, "a bf16 D with A and B of type %d under compute type %d (gpu-emu "
+                    "models bf16 D for bf16 A and B under CUBLAS_COMPUTE_32F)", (int)a->type,
+                    (int)d->compute), false;
   for (const layout *l : {a, b, c, dd})
     if (l->order != CUBLASLT_ORDER_COL)
       return snprintf(why, len, "a layout of order %d (column-major only)", l->order), false;
@@ -157,6 +170,10 @@ bool check_problem(const desc *d, const layout *a, const layout *b, const layout
   s->m = m, s->n = n, s->k = k, s->batch = a->batch;
   return true;
 }
+
+/* the split-K reductions that keep partial sums in the compute type */
+const uint32_t FP32_REDUCTIONS =
+    CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
 
 float load(const void *p, cudaDataType t, size_t i, bool round_bf16) {
   if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
@@ -279,7 +296,7 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
-  pref *x = new pref{0, {256, 256, 256, 256}};
+  pref *x = new pref{0, {256, 256, 256, 256}, CUBLASLT_REDUCTION_SCHEME_MASK};
   *p = reinterpret_cast<cublasLtMatmulPreference_t>(x);
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -298,6 +315,10 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
     if (size != 8) mt_emu::fatal("MAX_WORKSPACE_BYTES: %zu bytes passed, 8 expected", size);
     memcpy(&x->max_workspace, buf, 8);
+    return CUBLAS_STATUS_SUCCESS;
+  case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+    if (size != 4) mt_emu::fatal("REDUCTION_SCHEME_MASK: %zu bytes passed, 4 expected", size);
+    memcpy(&x->reductions, buf, 4);
     return CUBLAS_STATUS_SUCCESS;
   case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: slot = 0; break;
   case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: slot = 1; break;
@@ -326,11 +347,16 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   char why[256];
   if (!check_problem(D(d), L(a), L(b), L(c), L(dd), &s, why, sizeof why))
     mt_emu::fatal("cublasLtMatmulAlgoGetHeuristic: %s", why);
-  /* the bias epilogue adds an fp32 bias to the fp32 output; another bias
-   * type has no algorithm here (the caller falls back) */
+  /* the bias epilogue adds a bias of D's type (the documented default);
+   * another bias type has no algorithm here (the caller falls back) */
   if (D(d)->epilogue == CUBLASLT_EPILOGUE_BIAS && D(d)->bias_type_set &&
-      D(d)->bias_type != CUDA_R_32F)
+      D(d)->bias_type != (int32_t)L(dd)->type)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (L(dd)->type == CUDA_R_16BF && (P(p)->reductions & ~FP32_REDUCTIONS))
+    mt_emu::fatal("cublasLtMatmulAlgoGetHeuristic: a bf16 D with REDUCTION_SCHEME_MASK %#x: a "
+                  "split-K algorithm may then round partial sums into bf16 (INPLACE or "
+                  "OUTPUT_TYPE); allow only NONE and COMPUTE_TYPE for one rounding",
+                  P(p)->reductions);
   for (int i = 0; i < 4; i++) {
     uint32_t al = P(p)->align[i];
     if (!al || (al & (al - 1)) || al > 256)
@@ -380,7 +406,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
       mt_emu::fatal("cublasLtMatmul: the bias epilogue's bias = %p is %d-byte aligned; gpu-emu "
                     "asks 16 (the vector width NVIDIA's epilogues read)",
                     x->bias, alignment(x->bias));
-    mt_emu::check_device_range(nullptr, 0, "cublasLtMatmul bias (m elements)", x->bias, s.m * 4);
+    mt_emu::check_device_range(nullptr, 0, "cublasLtMatmul bias (m elements)", x->bias,
+                               s.m * type_size(ld->type));
   }
   if (workspace_bytes) mt_emu::check_device_range(nullptr, 0, "cublasLtMatmul workspace", workspace, workspace_bytes);
   const float al = *(const float *)alpha, be = *(const float *)beta; /* host scalars, read now */
@@ -400,7 +427,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   }
   const bool fast = x->compute == CUBLAS_COMPUTE_32F_FAST_16BF && la->type == CUDA_R_32F;
   const int ta = x->transa, tb = x->transb;
-  const float *biasp = (const float *)x->bias;
+  const void *biasp = x->bias;
   const layout A_ = *la, B_ = *lb, C_ = *lc, D_ = *ld;
   mt_emu::enqueue_host(stream, "cublasLtMatmul", [=]() {
     const uint64_t m = s.m, n = s.n, k = s.k;
@@ -410,8 +437,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     for (int bt = 0; bt < s.batch; bt++) {
       const char *Ab = (const char *)A + (int64_t)bt * A_.stride * (int64_t)type_size(A_.type);
       const char *Bb = (const char *)B + (int64_t)bt * B_.stride * (int64_t)type_size(B_.type);
-      const float *Cb = (const float *)C + (int64_t)bt * C_.stride;
-      float *Db = (float *)Dp + (int64_t)bt * D_.stride;
+      const char *Cb = (const char *)C + (int64_t)bt * C_.stride * (int64_t)type_size(C_.type);
+      char *Db = (char *)Dp + (int64_t)bt * D_.stride * (int64_t)type_size(D_.type);
       for (uint64_t p = 0; p < k; p++)
         for (uint64_t i = 0; i < m; i++)
           ap[p * m + i] = load(Ab, A_.type, ta ? i * A_.ld + p : p * A_.ld + i, fast);
@@ -435,9 +462,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         }
         for (uint64_t i = 0; i < m; i++) {
           float v = al * out[i];
-          if (be != 0.0f) v += be * Cb[j * C_.ld + i];
-          if (bias) v += biasp[i];
-          Db[j * D_.ld + i] = v;
+          if (be != 0.0f) v += be * load(Cb, C_.type, j * C_.ld + i, false);
+          if (bias) v += load(biasp, D_.type, i, false);
+          if (D_.type == CUDA_R_16BF) /* the one rounding */
+            ((__nv_bfloat16 *)Db)[j * D_.ld + i] = __float2bfloat16_rn(v);
+          else
+            ((float *)Db)[j * D_.ld + i] = v;
         }
       }
     }
