@@ -22,6 +22,7 @@ int mt_cuda_init(int device, mt_precision prec, mt_err *e) {
 
 void mt_cuda_shutdown(void) {}
 const mt_ops *mt_ops_cuda(void) { return NULL; }
+const mt_ops_bf16 *mt_ops_bf16_cuda(void) { return NULL; }
 int mt_cuda_get_info(mt_cuda_info *info) {
   (void)info;
   return -1;

@@ -453,6 +453,22 @@ typedef struct mt_ops_bf16 {
   void (*to_f32)(float *dst, const mt_bf16 *src, size_t n);
 } mt_ops_bf16;
 
+/* Every member of mt_ops_bf16 after `name`, in its order (ops_table.c
+ * checks the list against the struct). */
+#define MT_OPS_BF16_MEMBERS(X)                                                             \
+  X(matmul_forward) X(matmul_backward) X(grouped_matmul_forward)                           \
+  X(grouped_matmul_backward) X(gather_rows) X(moe_combine) X(moe_combine_backward)         \
+  X(moe_gather_sum) X(encoder_forward) X(encoder_backward) X(encoder_vp_forward)           \
+  X(encoder_vp_backward) X(layernorm_forward) X(layernorm_backward) X(gelu_forward)        \
+  X(gelu_backward) X(residual_forward) X(attn_forward) X(attn_merge) X(attn_backward)      \
+  X(softmax_xent_forward) X(softmax_xent_backward) X(xent_vp_max) X(xent_vp_exp)           \
+  X(xent_vp_finish) X(xent_vp_backward) X(adamw_update) X(zero) X(copy) X(axpy) X(scale)   \
+  X(sum) X(sumsq) X(copy_2d) X(add_2d) X(from_f32) X(to_f32)
+
+/* The members of ops that are NULL, ", "-separated in names (cut at len
+ * bytes; names may be NULL); returns how many. */
+int mt_ops_bf16_missing(const mt_ops_bf16 *ops, char *names, size_t len);
+
 /* the CPU's bf16 op table (every member filled) */
 const mt_ops_bf16 *mt_ops_bf16_cpu(void);
 /* The null backend's (see mt_ops_null): every op empty, for the plan. */
@@ -547,6 +563,12 @@ int mt_cuda_init(int device, mt_precision prec, mt_err *e);
 void mt_cuda_shutdown(void);
 /* the op table (after mt_cuda_init; NULL before, or without CUDA) */
 const mt_ops *mt_ops_cuda(void);
+/* The bf16 op table (kernels.h's mt_ops_bf16: bf16 tensors on the GPU, fp32
+ * math) on the same GPU, stream and scratch, after mt_cuda_init at either
+ * precision; NULL before, or without CUDA. Its block attention and
+ * cross-entropy members are still NULL (mt_ops_bf16_of does not hand it
+ * out yet). */
+const mt_ops_bf16 *mt_ops_bf16_cuda(void);
 
 typedef struct {
   int device;              /* index among the visible GPUs */

@@ -52,6 +52,22 @@ int mt_ops_unpriced(const mt_ops *ops, const mt_ops *base, char *names, size_t l
   return n;
 }
 
+#define MT_OPS_BF16_COUNT_ONE(member) +1
+_Static_assert(sizeof(mt_ops_bf16) ==
+                   offsetof(mt_ops_bf16, matmul_forward) +
+                       (0 MT_OPS_BF16_MEMBERS(MT_OPS_BF16_COUNT_ONE)) * sizeof(void (*)(void)),
+               "mt_ops_bf16 has a member that MT_OPS_BF16_MEMBERS in kernels.h does not list");
+
+int mt_ops_bf16_missing(const mt_ops_bf16 *ops, char *names, size_t len) {
+  int n = 0;
+  if (names && len) names[0] = '\0';
+#define MT_OPS_BF16_CHECK_ONE(member)                                                      \
+  if (!ops->member) append_name(names, len, n++, #member);
+  MT_OPS_BF16_MEMBERS(MT_OPS_BF16_CHECK_ONE)
+#undef MT_OPS_BF16_CHECK_ONE
+  return n;
+}
+
 const mt_ops_bf16 *mt_ops_bf16_of(const mt_ops *ops) {
   if (ops == mt_ops_cpu() || ops == mt_ops_cpu_traced()) return mt_ops_bf16_cpu();
   if (ops == mt_ops_null()) return mt_ops_bf16_null();

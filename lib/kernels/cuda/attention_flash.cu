@@ -34,7 +34,7 @@
  *
  * Precision: fp32 arithmetic throughout. The kernels are templated on the
  * element type T of q, k, v, out, dout, dq, dk, dv: float for mt_ops (fp32
- * tensors, under train.precision = bf16 too), __nv_bfloat16 for mt_ops_bf16.
+ * tensors, under train.precision = bf16 too), mt_bf16 for mt_ops_bf16.
  * bf16 elements are widened exactly into the fp32 tiles in shared memory
  * and rounded once when stored (out; dq, dk, dv = round(d + the call's fp32
  * sum)); P, dS, D and the LSE stay fp32, as on the CPU (attention_bf16.c).
@@ -74,7 +74,7 @@ __device__ static void load_rows(float *dst, int P, const T *src, size_t rs, int
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int r = warp; r < nrows; r += ATTN_THREADS / 32)
     for (int d = lane; d < hs; d += 32)
-      dst[r * P + d] = r < valid ? mt_elem_ld(src[(size_t)r * rs + d]) : 0.0f;
+      dst[r * P + d] = r < valid ? mt_ld(src[(size_t)r * rs + d]) : 0.0f;
 }
 
 /* s[i][c] = sum_d A[ty*R + i][d] * Bm[tx + 16c][d]: this thread's entries of
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
     for (int j = 0; j < DPT; j++) {
       int d = tx + 16 * j;
-      if (d < hs) mt_elem_st(&o[d], acc[i][j] * inv); /* no visible key: acc = 0, inv = 0 */
+      if (d < hs) o[d] = mt_st<T>(acc[i][j] * inv); /* no visible key: acc = 0, inv = 0 */
     }
   }
 }
@@ -264,8 +264,8 @@ __global__ void attn_merge_kernel(const mt_attn_block a, T *out, float *lse, con
     merged = (float)(mx + log(s));
   }
   for (int d = lane; d < a.hs; d += 32)
-    mt_elem_st(&o[d], l1 == -INFINITY ? mt_elem_ld(p[d])
-                                      : c1 * mt_elem_ld(o[d]) + c2 * mt_elem_ld(p[d]));
+    o[d] = mt_st<T>(l1 == -INFINITY ? mt_ld(p[d])
+                                      : c1 * mt_ld(o[d]) + c2 * mt_ld(p[d]));
   __syncwarp(); /* every lane has read lse[lo] */
   if (lane == 0) lse[lo] = merged;
 }
@@ -286,7 +286,7 @@ __global__ void attn_rowdot_kernel(float *D, const mt_attn_block a, const T *dou
   const size_t oo = (size_t)b * a.o_bs + (size_t)i * a.o_rs + (size_t)h * a.hs;
   float dot = 0.0f;
   for (int d = lane; d < a.hs; d += 32)
-    dot = fmaf(mt_elem_ld(out[oo + d]), mt_elem_ld(dout[oo + d]), dot);
+    dot = fmaf(mt_ld(out[oo + d]), mt_ld(dout[oo + d]), dot);
   for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
   if (lane == 0) D[w] = dot;
 }
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
     for (int j = 0; j < DPT; j++) {
       int d = tx + 16 * j;
-      if (d < hs) mt_elem_st(&o[d], mt_elem_ld(o[d]) + scale * acc[i][j]);
+      if (d < hs) o[d] = mt_st<T>(mt_ld(o[d]) + scale * acc[i][j]);
     }
   }
 }
@@ -455,8 +455,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     for (int jj = 0; jj < DPT; jj++) {
       int d = tx + 16 * jj;
       if (d < hs) {
-        mt_elem_st(&ok[d], mt_elem_ld(ok[d]) + scale * dk_acc[i][jj]);
-        mt_elem_st(&ov[d], dv_acc[i][jj] + mt_elem_ld(ov[d])); /* fp32: the code of ov[d] += */
+        ok[d] = mt_st<T>(mt_ld(ok[d]) + scale * dk_acc[i][jj]);
+        ov[d] = mt_st<T>(dv_acc[i][jj] + mt_ld(ov[d])); /* fp32: the code of ov[d] += */
       }
     }
   }
@@ -500,7 +500,7 @@ static void forward_launch(const mt_attn_block *a, T *out, float *lse, const T *
   CUDA_LAUNCH_CHECK();
 }
 
-/* The three ops for elements T (float: mt_ops; __nv_bfloat16: mt_ops_bf16) */
+/* The three ops for elements T (float: mt_ops; mt_bf16: mt_ops_bf16) */
 template <typename T>
 static void attn_forward(const mt_attn_block *a, T *out, float *lse, const T *q, const T *k,
                          const T *v) {
@@ -594,27 +594,10 @@ void mt_cuda_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *
  * stored element: out = round(softmax(scale q k^T) v), dq = round(dq + this
  * call's fp32 sum over its keys), dk, dv alike over its queries), the LSE
  * and the internal P, dS and D in fp32, as cpu/attention_bf16.c */
-static void attn_forward_bf16(const mt_attn_block *a, mt_bf16 *out, float *lse, const mt_bf16 *q,
-                              const mt_bf16 *k, const mt_bf16 *v) {
-  attn_forward(a, mt_nv_bf16(out), lse, mt_nv_bf16(q), mt_nv_bf16(k), mt_nv_bf16(v));
-}
-
-static void attn_merge_bf16(const mt_attn_block *a, mt_bf16 *out, float *lse,
-                            const mt_bf16 *part, const float *part_lse) {
-  attn_merge(a, mt_nv_bf16(out), lse, mt_nv_bf16(part), part_lse);
-}
-
-static void attn_backward_bf16(const mt_attn_block *a, mt_bf16 *dq, mt_bf16 *dk, mt_bf16 *dv,
-                               const mt_bf16 *dout, const mt_bf16 *out, const float *lse,
-                               const mt_bf16 *q, const mt_bf16 *k, const mt_bf16 *v) {
-  attn_backward(a, mt_nv_bf16(dq), mt_nv_bf16(dk), mt_nv_bf16(dv), mt_nv_bf16(dout),
-                mt_nv_bf16(out), lse, mt_nv_bf16(q), mt_nv_bf16(k), mt_nv_bf16(v));
-}
-
 void mt_cuda_fill_bf16_attn(mt_ops_bf16 *o) {
-  o->attn_forward = attn_forward_bf16;
-  o->attn_merge = attn_merge_bf16;
-  o->attn_backward = attn_backward_bf16;
+  o->attn_forward = attn_forward<mt_bf16>;
+  o->attn_merge = attn_merge<mt_bf16>;
+  o->attn_backward = attn_backward<mt_bf16>;
 }
 
 /* ------------------------------------------------------------------ */

@@ -230,39 +230,41 @@ static void cuda_download(void *host_dst, const void *src, size_t bytes) {
 static void cuda_sync(void) { CUDA_CHECK(cudaStreamSynchronize(g_cu.stream)); }
 
 /* ------------------------------------------------------------------ */
-/* elementwise helpers                                                 */
+/* elementwise helpers, on storage type S (float, or mt_bf16 for the bf16
+ * table: fp32 math, one rounding per stored value; cuda_common.cuh)      */
 
-static void cuda_zero(float *x, size_t n) {
-  if (n) CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), g_cu.stream));
+template <typename S> static void cuda_zero(S *x, size_t n) {
+  if (n) CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(S), g_cu.stream));
 }
 
-static void cuda_copy(float *dst, const float *src, size_t n) {
+template <typename S> static void cuda_copy(S *dst, const S *src, size_t n) {
   if (n && dst != src)
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                               g_cu.stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(S), cudaMemcpyDeviceToDevice, g_cu.stream));
 }
 
-__global__ void axpy_kernel(float *y, float a, const float *x, size_t n) {
+/* y += a x (bf16: y = round(y + a x)) */
+template <typename S> __global__ void axpy_kernel(S *y, float a, const S *x, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
-    y[i] += a * x[i];
+    y[i] = mt_st<S>(mt_ld(y[i]) + a * mt_ld(x[i]));
 }
 
-static void cuda_axpy(float *y, float a, const float *x, size_t n) {
+template <typename S> static void cuda_axpy(S *y, float a, const S *x, size_t n) {
   if (!n) return;
-  axpy_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(y, a, x, n);
+  axpy_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(y, a, x, n);
   CUDA_LAUNCH_CHECK();
 }
 
-__global__ void scale_kernel(float *x, float s, size_t n) {
+/* x *= s (bf16: x = round(x s)) */
+template <typename S> __global__ void scale_kernel(S *x, float s, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
-    x[i] *= s;
+    x[i] = mt_st<S>(mt_ld(x[i]) * s);
 }
 
-static void cuda_scale(float *x, float s, size_t n) {
+template <typename S> static void cuda_scale(S *x, float s, size_t n) {
   if (!n) return;
-  scale_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(x, s, n);
+  scale_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(x, s, n);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -270,12 +272,13 @@ static void cuda_scale(float *x, float s, size_t n) {
  * i of the grid sums elements i, i + G, i + 2G, ... (G = the grid's
  * threads), each block adds its threads' sums as a tree, and one thread adds
  * the block sums in order: the same order for a given n on every run. */
-__global__ void reduce_partial_kernel(const float *x, size_t n, int square, double *partial) {
+template <typename S>
+__global__ void reduce_partial_kernel(const S *x, size_t n, int square, double *partial) {
   __shared__ double sh[MT_RED_THREADS];
   double acc = 0.0;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    double v = (double)x[i];
+    double v = (double)mt_ld(x[i]);
     acc += square ? v * v : v;
   }
   sh[threadIdx.x] = acc;
@@ -293,10 +296,10 @@ __global__ void reduce_final_kernel(double *partial, int n) {
   partial[n] = s;
 }
 
-static double reduce(const float *x, size_t n, int square) {
+template <typename S> static double reduce(const S *x, size_t n, int square) {
   if (!n) return 0.0;
-  reduce_partial_kernel<<<MT_RED_BLOCKS, MT_RED_THREADS, 0, g_cu.stream>>>(x, n, square,
-                                                                           g_cu.red_dev);
+  reduce_partial_kernel<S><<<MT_RED_BLOCKS, MT_RED_THREADS, 0, g_cu.stream>>>(x, n, square,
+                                                                              g_cu.red_dev);
   CUDA_LAUNCH_CHECK();
   reduce_final_kernel<<<1, 1, 0, g_cu.stream>>>(g_cu.red_dev, MT_RED_BLOCKS);
   CUDA_LAUNCH_CHECK();
@@ -306,8 +309,8 @@ static double reduce(const float *x, size_t n, int square) {
   return *g_cu.red_host;
 }
 
-static double cuda_sum(const float *x, size_t n) { return reduce(x, n, 0); }
-static double cuda_sumsq(const float *x, size_t n) { return reduce(x, n, 1); }
+template <typename S> static double cuda_sum(const S *x, size_t n) { return reduce(x, n, 0); }
+template <typename S> static double cuda_sumsq(const S *x, size_t n) { return reduce(x, n, 1); }
 
 /* ------------------------------------------------------------------ */
 /* per-op GPU time (MT_CUDA_OP_TIMES=1)                                 */
@@ -454,6 +457,19 @@ extern "C" int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
 
 static mt_ops g_ops_cuda;
 
+/* the helpers and matmuls of both tables, on storage type S (the matmuls:
+ * matmul.cu's overload for S) */
+template <typename S, typename Ops> static void fill_helpers(Ops *o) {
+  o->zero = cuda_zero<S>;
+  o->copy = cuda_copy<S>;
+  o->axpy = cuda_axpy<S>;
+  o->scale = cuda_scale<S>;
+  o->sum = cuda_sum<S>;
+  o->sumsq = cuda_sumsq<S>;
+  o->matmul_forward = mt_cuda_matmul_forward;
+  o->matmul_backward = mt_cuda_matmul_backward;
+}
+
 extern "C" const mt_ops *mt_ops_cuda(void) {
   if (!g_cu.up) return NULL;
   mt_ops *o = &g_ops_cuda;
@@ -466,15 +482,8 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
   o->free = cuda_free;
   o->upload = cuda_upload;
   o->download = cuda_download;
-  o->zero = cuda_zero;
-  o->copy = cuda_copy;
-  o->axpy = cuda_axpy;
-  o->sum = cuda_sum;
   o->sync = cuda_sync;
-  o->sumsq = cuda_sumsq;
-  o->scale = cuda_scale;
-  o->matmul_forward = mt_cuda_matmul_forward;
-  o->matmul_backward = mt_cuda_matmul_backward;
+  fill_helpers<float>(o);
   o->attention_forward = mt_cuda_attention_forward;
   o->attention_backward = mt_cuda_attention_backward;
   o->attn_forward = mt_cuda_attn_forward;
@@ -492,5 +501,24 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
   const char *t = getenv("MT_CUDA_OP_TIMES");
   g_t.on = t && *t && strcmp(t, "0") != 0;
   if (g_t.on) timers_install(o);
+  return o;
+}
+
+/* The bf16 table: bf16 storage, fp32 math (kernels.h's mt_ops_bf16), on
+ * the same stream and scratch as mt_ops_cuda's; either table may be used
+ * after mt_cuda_init, whatever the precision it was started for. Its block
+ * attention and cross-entropy (attn_forward, attn_merge, attn_backward,
+ * softmax_xent_forward/backward, xent_vp_max/exp/finish/backward) are NULL
+ * until their fill function joins the ones below. */
+static mt_ops_bf16 g_ops_bf16_cuda;
+
+extern "C" const mt_ops_bf16 *mt_ops_bf16_cuda(void) {
+  if (!g_cu.up) return NULL;
+  mt_ops_bf16 *o = &g_ops_bf16_cuda;
+  if (o->name) return o;
+  o->name = "cuda-bf16";
+  fill_helpers<mt_bf16>(o);
+  mt_cuda_fill_ops_bf16(o);
+  mt_cuda_fill_moe_ops_bf16(o);
   return o;
 }

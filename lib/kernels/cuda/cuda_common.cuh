@@ -14,9 +14,12 @@
  *         into the backend's scratch ("bf16", the default) or inside cuBLASLt
  *         (CUBLAS_COMPUTE_32F_FAST_16BF, "bf16-fast"; MT_CUDA_BF16_GEMM=fast).
  *         So bf16 saves tensor-core time, not memory: the op table hands the
- *         backend fp32 buffers whose sizes the model and the plan count, and
- *         storing activations in bf16 would change that table for every
- *         backend (a later step).
+ *         backend fp32 buffers whose sizes the model and the plan count.
+ *   The bf16 table (mt_ops_bf16_cuda, kernels.h's mt_ops_bf16) stores bf16
+ *         tensors instead, as the CPU's: the same kernels templated on the
+ *         storage type (mt_ld / mt_st below), fp32 math, one rounding per
+ *         stored value; its matmuls hand bf16 tensors to cuBLASLt as they
+ *         are (matmul.cu). The model does not use it yet.
  * Determinism: no atomics. Every reduction (sums over rows, the scalars)
  * has a shape fixed by the sizes alone, so a run gives the same bits each
  * time on the same GPU. */
@@ -134,20 +137,19 @@ static inline unsigned mt_blocks(size_t n, unsigned threads) {
   return (unsigned)(b ? b : 1);
 }
 
-/* Kernels templated on the element type T of the tensors they read and
- * write (float, or __nv_bfloat16 for the bf16 op table, mt_ops_bf16): an
- * element is widened to fp32 exactly when loaded (mt_elem_ld) and rounded to
- * nearest even when stored (mt_elem_st); the math between stays in fp32.
- * For T = float these are the plain load and store, so an fp32 op keeps its
- * bits when its kernel becomes a template. */
-__device__ static inline float mt_elem_ld(float x) { return x; }
-__device__ static inline float mt_elem_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ static inline void mt_elem_st(float *p, float v) { *p = v; }
-__device__ static inline void mt_elem_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-/* mt_ops_bf16's tensors (mt_bf16: the same 16 bits) as CUDA's type */
-static inline __nv_bfloat16 *mt_nv_bf16(mt_bf16 *p) { return reinterpret_cast<__nv_bfloat16 *>(p); }
-static inline const __nv_bfloat16 *mt_nv_bf16(const mt_bf16 *p) {
-  return reinterpret_cast<const __nv_bfloat16 *>(p);
+/* Storage types of the op kernels: float (mt_ops) or mt_bf16 (mt_ops_bf16:
+ * the bits of a __nv_bfloat16). A kernel templated on the type S it reads
+ * and writes does its math in fp32: mt_ld widens exactly, mt_st<S> rounds
+ * to nearest even. Both are the identity on float, so the fp32 table's
+ * kernels keep their arithmetic (and their bits). */
+static __device__ __forceinline__ float mt_ld(float x) { return x; }
+static __device__ __forceinline__ float mt_ld(mt_bf16 x) {
+  return __bfloat162float(__ushort_as_bfloat16(x));
+}
+template <typename S> __device__ __forceinline__ S mt_st(float x);
+template <> __device__ __forceinline__ float mt_st<float>(float x) { return x; }
+template <> __device__ __forceinline__ mt_bf16 mt_st<mt_bf16>(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
 /* the backend's scratch, checked for size (one op uses it at a time, in
@@ -156,8 +158,10 @@ void *mt_cuda_scratch(size_t bytes, const char *what);
 
 /* ops.cu */
 void mt_cuda_fill_ops(mt_ops *o);
-/* out[c] += sum over rows n of x (N, ld) column c, c < cols, deterministic */
-void mt_cuda_colsum_add(float *out, const float *x, int N, int cols, int ld);
+void mt_cuda_fill_ops_bf16(mt_ops_bf16 *o);
+/* out[c] += sum over rows n of x (N, ld) column c, c < cols, in fp32,
+ * deterministic; x of storage type S (float or mt_bf16) */
+template <typename S> void mt_cuda_colsum_add(float *out, const S *x, int N, int cols, int ld);
 /* bf16 copies of fp32 data (round to nearest even): n contiguous, or rows x
  * cols taken from a matrix with leading dimension ld */
 void mt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
@@ -168,13 +172,25 @@ void mt_cuda_matmul_forward(float *out, const float *inp, const float *w, const 
                             int N, int C, int OC);
 void mt_cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                              const float *inp, const float *w, int N, int C, int OC);
-/* C (m x n, column-major, ldc) = alpha op(A) op(B) + beta C, batched with
- * strides (elements); A and B of type ab (fp32 or bf16), C fp32, computed
- * along the backend's gemm path for that operand type. */
+/* C (m x n, column-major, ldc) = alpha op(A) op(B) + beta C (+ bias per
+ * row), batched with strides (elements); A and B of type ab (fp32 or bf16),
+ * C and the bias of type cd (fp32; or bf16 with bf16 operands: the sum in
+ * fp32, rounded once), computed along the backend's gemm path for that
+ * operand type. mt_cuda_gemm: cd fp32. */
+void mt_cuda_gemm_ex(int transa, int transb, int m, int n, int k, float alpha, const void *A,
+                     int lda, long long strideA, const void *B, int ldb, long long strideB,
+                     float beta, void *C, int ldc, long long strideC, int batch,
+                     cudaDataType_t ab, cudaDataType_t cd, const void *bias);
 void mt_cuda_gemm(int transa, int transb, int m, int n, int k, float alpha, const void *A,
                   int lda, long long strideA, const void *B, int ldb, long long strideB,
                   float beta, float *C, int ldc, long long strideC, int batch,
                   cudaDataType_t ab, const float *bias);
+/* the bf16 table's matmuls (kernels.h's mt_ops_bf16: bf16 out and dinp,
+ * fp32 dw and dbias); moe.cu calls both overloads per group */
+void mt_cuda_matmul_forward(mt_bf16 *out, const mt_bf16 *inp, const mt_bf16 *w,
+                            const mt_bf16 *bias, int N, int C, int OC);
+void mt_cuda_matmul_backward(mt_bf16 *dinp, float *dw, float *dbias, const mt_bf16 *dout,
+                             const mt_bf16 *inp, const mt_bf16 *w, int N, int C, int OC);
 void mt_cuda_matmul_shutdown(void);
 
 /* attention.cu */
@@ -212,7 +228,8 @@ extern "C" void mt_cuda_fill_bf16_attn_xent(mt_ops_bf16 *o);
 /* embedding backward (ops.cu) keeps sort buffers between calls */
 void mt_cuda_ops_shutdown(void);
 
-/* moe.cu: the Mixture-of-Experts members of the op table */
+/* moe.cu: the Mixture-of-Experts members of the op tables */
 void mt_cuda_fill_moe_ops(mt_ops *o);
+void mt_cuda_fill_moe_ops_bf16(mt_ops_bf16 *o);
 
 #endif

@@ -14,7 +14,14 @@
  * Under bf16 the operands are rounded to bf16 into the backend's scratch
  * (MT_GEMM_BF16) and the product accumulates in fp32 into the fp32 output;
  * a product whose operands do not fit the scratch runs in pieces (blocks of
- * output channels and of rows), each piece accumulating into the output. */
+ * output channels and of rows), each piece accumulating into the output.
+ *
+ * The bf16 table (mt_ops_bf16) hands bf16 tensors: out and dinp are bf16 C
+ * and D (and the bias bf16, cuBLASLt's bias type for a bf16 D), dw fp32.
+ * cuBLASLt sums in fp32 (CUBLAS_COMPUTE_32F), adds beta C and the bias in
+ * fp32 and rounds once into D; split-K algorithms that would reduce in the
+ * output type (INPLACE, OUTPUT_TYPE) are excluded for a bf16 D, so that the
+ * one rounding holds whatever algorithm the heuristic picks. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <stdint.h>
@@ -24,6 +31,7 @@ typedef struct {
   int transa, transb, m, n, k, lda, ldb, ldc, batch;
   long long sa, sb, sc;
   int ab; /* cudaDataType_t of A and B */
+  int cd; /* cudaDataType_t of C, D and the bias */
   int compute;
   int bias; /* bias epilogue wanted */
   int align_a, align_b, align_c;
@@ -90,7 +98,7 @@ static gemm_plan *plan_for(const gemm_key *key) {
   gemm_plan *p = &g_plans[g_n_plans];
   memset(p, 0, sizeof *p);
   p->key = *key;
-  cudaDataType_t ab = (cudaDataType_t)key->ab;
+  cudaDataType_t ab = (cudaDataType_t)key->ab, cd = (cudaDataType_t)key->cd;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, (cublasComputeType_t)key->compute, CUDA_R_32F));
   cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -100,7 +108,7 @@ static gemm_plan *plan_for(const gemm_key *key) {
                      : layout(ab, key->m, key->k, key->lda, key->batch, key->sa);
   p->b = key->transb ? layout(ab, key->n, key->k, key->ldb, key->batch, key->sb)
                      : layout(ab, key->k, key->n, key->ldb, key->batch, key->sb);
-  p->c = layout(CUDA_R_32F, key->m, key->n, key->ldc, key->batch, key->sc);
+  p->c = layout(cd, key->m, key->n, key->ldc, key->batch, key->sc);
 
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -117,6 +125,11 @@ static gemm_plan *plan_for(const gemm_key *key) {
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], sizeof al[3]));
+  if (cd != CUDA_R_32F) { /* partial sums kept in fp32: one rounding into D */
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
+  }
 
   cublasLtMatmulHeuristicResult_t res;
   int found = 0;
@@ -124,11 +137,9 @@ static gemm_plan *plan_for(const gemm_key *key) {
     cublasLtEpilogue_t epi = attempt == 0 ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                 sizeof epi));
-    if (attempt == 0) {
-      cudaDataType_t bt = CUDA_R_32F;
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                                  sizeof bt));
-    }
+    if (attempt == 0) /* the bias of D's type */
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &cd,
+                                                  sizeof cd));
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cu.lt, p->op, p->a, p->b, p->c, p->c,
                                                        pref, 1, &res, &found);
     /* a result's fields hold only when its state says so */
@@ -137,16 +148,19 @@ static gemm_plan *plan_for(const gemm_key *key) {
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (!found)
-    mt_die("cuBLASLt has no algorithm for a %s product m=%d n=%d k=%d (trans %d%d, ld %d %d %d, "
-           "batch %d)", ab == CUDA_R_16BF ? "bf16" : "fp32", key->m, key->n, key->k, key->transa,
-           key->transb, key->lda, key->ldb, key->ldc, key->batch);
+    mt_die("cuBLASLt has no algorithm for a %s product into %s m=%d n=%d k=%d (trans %d%d, ld "
+           "%d %d %d, batch %d)", ab == CUDA_R_16BF ? "bf16" : "fp32",
+           cd == CUDA_R_16BF ? "bf16" : "fp32", key->m, key->n, key->k, key->transa, key->transb,
+           key->lda, key->ldb, key->ldc, key->batch);
   p->algo = res.algo;
   g_n_plans++;
   return p;
 }
 
-/* out (rows x cols column-major, ld) = bias broadcast along columns */
-__global__ void bias_fill_kernel(float *out, const float *bias, int rows, int cols, int ld) {
+/* out (rows x cols column-major, ld) = bias broadcast along columns (out
+ * and bias of storage type S: bits copied) */
+template <typename S>
+__global__ void bias_fill_kernel(S *out, const S *bias, int rows, int cols, int ld) {
   size_t n = (size_t)rows * cols;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
@@ -156,30 +170,65 @@ __global__ void bias_fill_kernel(float *out, const float *bias, int rows, int co
 }
 
 /* A product without terms (k <= 0), for each of the batch's matrices C
- * (rows x cols, ld, stride apart): C = beta C (+ bias per row); C is not
- * read when beta is 0 (it may hold NaN, as cuBLAS allows) */
-__global__ void gemm_no_terms_kernel(float *C, const float *bias, float beta, int rows, int cols,
-                                     int ld, long long stride, int batch) {
+ * (rows x cols, ld, stride apart): C = beta C (+ bias per row), in fp32,
+ * stored as S; C is not read when beta is 0 (it may hold NaN, as cuBLAS
+ * allows) */
+template <typename S>
+__global__ void gemm_no_terms_kernel(S *C, const S *bias, float beta, int rows, int cols, int ld,
+                                     long long stride, int batch) {
   size_t per = (size_t)rows * cols, n = per * (size_t)batch;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     size_t b = i / per, e = i % per, c = e / (size_t)rows, r = e % (size_t)rows;
-    float *x = C + (long long)b * stride + c * (size_t)ld + r;
-    float v = beta == 0.0f ? 0.0f : beta * *x;
-    *x = bias ? v + bias[r] : v;
+    S *x = C + (long long)b * stride + c * (size_t)ld + r;
+    float v = beta == 0.0f ? 0.0f : beta * mt_ld(*x);
+    *x = mt_st<S>(bias ? v + mt_ld(bias[r]) : v);
   }
+}
+
+/* the two kernels above on C's storage type cd */
+static void gemm_no_terms(void *C, const void *bias, float beta, int rows, int cols, int ld,
+                          long long stride, int batch, cudaDataType_t cd) {
+  unsigned blocks = mt_blocks((size_t)rows * cols * batch, 256);
+  if (cd == CUDA_R_16BF)
+    gemm_no_terms_kernel<mt_bf16><<<blocks, 256, 0, g_cu.stream>>>(
+        (mt_bf16 *)C, (const mt_bf16 *)bias, beta, rows, cols, ld, stride, batch);
+  else
+    gemm_no_terms_kernel<float><<<blocks, 256, 0, g_cu.stream>>>(
+        (float *)C, (const float *)bias, beta, rows, cols, ld, stride, batch);
+  CUDA_LAUNCH_CHECK();
+}
+
+static void bias_fill(void *C, const void *bias, int rows, int cols, int ld, cudaDataType_t cd) {
+  unsigned blocks = mt_blocks((size_t)rows * cols, 256);
+  if (cd == CUDA_R_16BF)
+    bias_fill_kernel<mt_bf16><<<blocks, 256, 0, g_cu.stream>>>((mt_bf16 *)C,
+                                                               (const mt_bf16 *)bias, rows, cols,
+                                                               ld);
+  else
+    bias_fill_kernel<float><<<blocks, 256, 0, g_cu.stream>>>((float *)C, (const float *)bias,
+                                                             rows, cols, ld);
+  CUDA_LAUNCH_CHECK();
 }
 
 void mt_cuda_gemm(int transa, int transb, int m, int n, int k, float alpha, const void *A,
                   int lda, long long strideA, const void *B, int ldb, long long strideB,
                   float beta, float *C, int ldc, long long strideC, int batch,
                   cudaDataType_t ab, const float *bias) {
+  mt_cuda_gemm_ex(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
+                  strideC, batch, ab, CUDA_R_32F, bias);
+}
+
+void mt_cuda_gemm_ex(int transa, int transb, int m, int n, int k, float alpha, const void *A,
+                     int lda, long long strideA, const void *B, int ldb, long long strideB,
+                     float beta, void *C, int ldc, long long strideC, int batch,
+                     cudaDataType_t ab, cudaDataType_t cd, const void *bias) {
   if (m <= 0 || n <= 0 || batch <= 0) return;
+  if (cd != CUDA_R_32F && ab != CUDA_R_16BF)
+    mt_die("mt_cuda_gemm: a bf16 output takes bf16 operands");
   if (k <= 0) { /* no terms: C = beta C (+ bias) */
     if (beta == 1.0f && !bias) return;
-    gemm_no_terms_kernel<<<mt_blocks((size_t)m * n * batch, 256), 256, 0, g_cu.stream>>>(
-        C, bias, beta, m, n, ldc, batch > 1 ? strideC : 0, batch);
-    CUDA_LAUNCH_CHECK();
+    gemm_no_terms(C, bias, beta, m, n, ldc, batch > 1 ? strideC : 0, batch, cd);
     return;
   }
   gemm_key key;
@@ -189,6 +238,7 @@ void mt_cuda_gemm(int transa, int transb, int m, int n, int k, float alpha, cons
   key.sa = batch > 1 ? strideA : 0, key.sb = batch > 1 ? strideB : 0;
   key.sc = batch > 1 ? strideC : 0;
   key.ab = (int)ab;
+  key.cd = (int)cd;
   key.compute = ab == CUDA_R_32F && g_cu.gemm == MT_GEMM_BF16_FAST
                     ? (int)CUBLAS_COMPUTE_32F_FAST_16BF
                     : (int)CUBLAS_COMPUTE_32F;
@@ -200,7 +250,7 @@ void mt_cuda_gemm(int transa, int transb, int m, int n, int k, float alpha, cons
     size_t es = ab == CUDA_R_16BF ? 2 : 4;
     int sa = alignment((const void *)(uintptr_t)(strideA * (long long)es));
     int sb = alignment((const void *)(uintptr_t)(strideB * (long long)es));
-    int sc = alignment((const void *)(uintptr_t)(strideC * 4));
+    int sc = alignment((const void *)(uintptr_t)(strideC * (cd == CUDA_R_16BF ? 2 : 4)));
     key.align_a = key.align_a < sa ? key.align_a : sa;
     key.align_b = key.align_b < sb ? key.align_b : sb;
     key.align_c = key.align_c < sc ? key.align_c : sc;
@@ -209,8 +259,7 @@ void mt_cuda_gemm(int transa, int transb, int m, int n, int k, float alpha, cons
   if (bias && !p->bias_epilogue) {
     /* the bias written first, then accumulated onto */
     if (beta != 0.0f) mt_die("mt_cuda_gemm: a bias with beta != 0");
-    bias_fill_kernel<<<mt_blocks((size_t)m * n, 256), 256, 0, g_cu.stream>>>(C, bias, m, n, ldc);
-    CUDA_LAUNCH_CHECK();
+    bias_fill(C, bias, m, n, ldc, cd);
     beta = 1.0f;
   } else if (p->bias_epilogue) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -241,12 +290,31 @@ static void bf16_blocks(int N, int OC, size_t per_oc, size_t per_row, size_t per
   }
 }
 
+/* The three products on operands of type ab as they are: out (N,OC) = inp
+ * (N,C) @ w^T (+ bias), out and bias of type od */
+static void forward_product(void *out, const void *inp, const void *w, const void *bias, int N,
+                            int C, int OC, cudaDataType_t ab, cudaDataType_t od) {
+  mt_cuda_gemm_ex(1, 0, OC, N, C, 1.0f, w, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1, ab, od, bias);
+}
+
+/* dinp (N,C) += dout (N,OC) @ w, dinp of type od; dw (OC,C) += dout^T @ inp
+ * in fp32; either NULL: skipped */
+static void backward_products(void *dinp, float *dw, const void *dout, const void *inp,
+                              const void *w, int N, int C, int OC, cudaDataType_t ab,
+                              cudaDataType_t od) {
+  if (dinp)
+    mt_cuda_gemm_ex(0, 0, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1, ab, od, NULL);
+  if (dw)
+    mt_cuda_gemm_ex(0, 1, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1, ab,
+                    CUDA_R_32F, NULL);
+}
+
 /* out (N,OC) = inp (N,C) @ w^T (+ bias) */
 void mt_cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
                             int N, int C, int OC) {
   if (N <= 0 || OC <= 0) return;
   if (g_cu.gemm != MT_GEMM_BF16) {
-    mt_cuda_gemm(1, 0, OC, N, C, 1.0f, w, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1, CUDA_R_32F, bias);
+    forward_product(out, inp, w, bias, N, C, OC, CUDA_R_32F, CUDA_R_32F);
     return;
   }
   int ocb, nb;
@@ -274,12 +342,7 @@ void mt_cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *
   if (dbias) mt_cuda_colsum_add(dbias, dout, N, OC, OC);
   if (!dinp && !dw) return;
   if (g_cu.gemm != MT_GEMM_BF16) {
-    if (dinp)
-      mt_cuda_gemm(0, 0, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1, CUDA_R_32F,
-                   NULL);
-    if (dw)
-      mt_cuda_gemm(0, 1, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1, CUDA_R_32F,
-                   NULL);
+    backward_products(dinp, dw, dout, inp, w, N, C, OC, CUDA_R_32F, CUDA_R_32F);
     return;
   }
   int ocb, nb;
@@ -302,4 +365,23 @@ void mt_cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *
                      CUDA_R_16BF, NULL);
     }
   }
+}
+
+/* ------------------------------------------------------------------ */
+/* the bf16 table's matmuls: bf16 tensors straight into cuBLASLt        */
+
+/* out (N,OC) = round(inp (N,C) @ w^T + bias), the bias added in fp32 */
+void mt_cuda_matmul_forward(mt_bf16 *out, const mt_bf16 *inp, const mt_bf16 *w,
+                            const mt_bf16 *bias, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  forward_product(out, inp, w, bias, N, C, OC, CUDA_R_16BF, CUDA_R_16BF);
+}
+
+/* dinp = round(dinp + dout @ w) (beta 1 on a bf16 C); dw += dout^T @ inp
+ * and dbias += column sums of dout in fp32; any of the three may be NULL */
+void mt_cuda_matmul_backward(mt_bf16 *dinp, float *dw, float *dbias, const mt_bf16 *dout,
+                             const mt_bf16 *inp, const mt_bf16 *w, int N, int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  if (dbias) mt_cuda_colsum_add(dbias, dout, N, OC, OC);
+  backward_products(dinp, dw, dout, inp, w, N, C, OC, CUDA_R_16BF, CUDA_R_16BF);
 }

@@ -18,7 +18,12 @@
  * The grouped GEMM runs one cuBLASLt product per non-empty group through the
  * backend's matmul (matmul.cu): the same fp32, bf16 and bf16-fast paths,
  * bf16 operands in the scratch and products cut into pieces when they do
- * not fit, exactly as the dense layers. */
+ * not fit, exactly as the dense layers.
+ *
+ * The row ops and the grouped GEMM are templated on the storage type S of
+ * the rows: float for mt_ops, mt_bf16 for mt_ops_bf16 (fp32 sums in the
+ * same order, one rounding per stored bf16 value; the combine weights and
+ * their gradient dw stay fp32). The router is fp32 only. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <math.h>
@@ -222,7 +227,8 @@ static void moe_prob_sums(float *sums, const float *probs, int N, int E, int row
 /* ------------------------------------------------------------------ */
 /* row gathers and the combine: one block per row, threads over channels */
 
-/* out row i = inp row idx[i]; V = float4 when C and both pointers allow */
+/* out row i = inp row idx[i], bits copied in units V (float4 when the
+ * row's bytes and both pointers allow) */
 template <typename V>
 __global__ void moe_gather_rows_kernel(V *out, const V *inp, const int *idx, int n, int Cv) {
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
@@ -232,43 +238,46 @@ __global__ void moe_gather_rows_kernel(V *out, const V *inp, const int *idx, int
   }
 }
 
-static void moe_gather_rows(float *out, const float *inp, const int *idx, int n, int C) {
+template <typename S>
+static void moe_gather_rows(S *out, const S *inp, const int *idx, int n, int C) {
   if (n <= 0 || C <= 0) return;
-  const int vec = C % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)inp % 16 == 0;
-  const int Cv = vec ? C / 4 : C;
+  const size_t row_bytes = (size_t)C * sizeof(S);
+  const int vec = row_bytes % 16 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)inp % 16 == 0;
+  const int Cv = vec ? (int)(row_bytes / 16) : C;
   if (vec)
     moe_gather_rows_kernel<float4><<<row_blocks(n), row_threads(Cv), 0, g_cu.stream>>>(
         (float4 *)out, (const float4 *)inp, idx, n, Cv);
   else
-    moe_gather_rows_kernel<float><<<row_blocks(n), row_threads(Cv), 0, g_cu.stream>>>(
+    moe_gather_rows_kernel<S><<<row_blocks(n), row_threads(Cv), 0, g_cu.stream>>>(
         out, inp, idx, n, Cv);
   CUDA_LAUNCH_CHECK();
 }
 
 /* out row n = sum over j of w[n,j] * y row slot[n,j] (slots >= 0), j in
- * order from 0 (the CPU's order) */
-__global__ void moe_combine_kernel(float *out, const float *y, const int *slot, const float *w,
-                                   int N, int C, int k) {
+ * order from 0 (the CPU's order), in fp32 */
+template <typename S>
+__global__ void moe_combine_kernel(S *out, const S *y, const int *slot, const float *w, int N,
+                                   int C, int k) {
   for (int n = blockIdx.x; n < N; n += gridDim.x) {
     const int *sl = slot + (size_t)n * k;
     const float *wn = w + (size_t)n * k;
-    float *o = out + (size_t)n * C;
+    S *o = out + (size_t)n * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
       float acc = 0.0f;
       for (int j = 0; j < k; j++) {
         const int s = sl[j];
-        if (s >= 0) acc += wn[j] * y[(size_t)s * C + c];
+        if (s >= 0) acc += wn[j] * mt_ld(y[(size_t)s * C + c]);
       }
-      o[c] = acc;
+      o[c] = mt_st<S>(acc);
     }
   }
 }
 
-static void moe_combine(float *out, const float *y, const int *slot, const float *w, int N, int C,
-                        int k) {
+template <typename S>
+static void moe_combine(S *out, const S *y, const int *slot, const float *w, int N, int C, int k) {
   if (N <= 0 || C <= 0) return;
-  moe_combine_kernel<<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(out, y, slot, w, N, C,
-                                                                        k);
+  moe_combine_kernel<S><<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(out, y, slot, w, N, C,
+                                                                           k);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -276,12 +285,12 @@ static void moe_combine(float *out, const float *y, const int *slot, const float
  * dw[n,j] = the block's sum of dout row n * y row slot (0 for a dropped
  * slot). A slot is the same for every thread of the block, so the block
  * sum (which synchronises) is reached by all of them or by none. */
-__global__ void moe_combine_backward_kernel(float *dy, float *dw, const float *dout,
-                                            const float *y, const int *slot, const float *w,
-                                            int N, int C, int k) {
+template <typename S>
+__global__ void moe_combine_backward_kernel(S *dy, float *dw, const S *dout, const S *y,
+                                            const int *slot, const float *w, int N, int C, int k) {
   __shared__ float sh[32];
   for (int n = blockIdx.x; n < N; n += gridDim.x) {
-    const float *g = dout + (size_t)n * C;
+    const S *g = dout + (size_t)n * C;
     for (int j = 0; j < k; j++) {
       const size_t nj = (size_t)n * k + j;
       const int s = slot[nj];
@@ -289,13 +298,13 @@ __global__ void moe_combine_backward_kernel(float *dy, float *dw, const float *d
         if (threadIdx.x == 0) dw[nj] = 0.0f;
         continue;
       }
-      const float *yr = y + (size_t)s * C;
-      float *dyr = dy + (size_t)s * C;
+      const S *yr = y + (size_t)s * C;
+      S *dyr = dy + (size_t)s * C;
       const float wj = w[nj];
       float acc = 0.0f;
       for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float gc = g[c], yc = yr[c];
-        dyr[c] = wj * gc;
+        const float gc = mt_ld(g[c]), yc = mt_ld(yr[c]);
+        dyr[c] = mt_st<S>(wj * gc);
         acc += gc * yc;
       }
       acc = moe_block_sum(acc, sh);
@@ -304,36 +313,39 @@ __global__ void moe_combine_backward_kernel(float *dy, float *dw, const float *d
   }
 }
 
-static void moe_combine_backward(float *dy, float *dw, const float *dout, const float *y,
-                                 const int *slot, const float *w, int N, int C, int k) {
+template <typename S>
+static void moe_combine_backward(S *dy, float *dw, const S *dout, const S *y, const int *slot,
+                                 const float *w, int N, int C, int k) {
   if (N <= 0 || k <= 0) return;
-  moe_combine_backward_kernel<<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(
+  moe_combine_backward_kernel<S><<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(
       dy, dw, dout, y, slot, w, N, C, k);
   CUDA_LAUNCH_CHECK();
 }
 
 /* dx row n += src rows slot[n,j] (slots >= 0), added one after the other in
- * j order onto dx, as the CPU adds them (the same bits) */
-__global__ void moe_gather_sum_kernel(float *dx, const float *src, const int *slot, int N, int C,
-                                      int k) {
+ * j order onto dx, as the CPU adds them (the same bits; bf16: in fp32,
+ * rounded once) */
+template <typename S>
+__global__ void moe_gather_sum_kernel(S *dx, const S *src, const int *slot, int N, int C, int k) {
   for (int n = blockIdx.x; n < N; n += gridDim.x) {
     const int *sl = slot + (size_t)n * k;
-    float *d = dx + (size_t)n * C;
+    S *d = dx + (size_t)n * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      float acc = d[c];
+      float acc = mt_ld(d[c]);
       for (int j = 0; j < k; j++) {
         const int s = sl[j];
-        if (s >= 0) acc += src[(size_t)s * C + c];
+        if (s >= 0) acc += mt_ld(src[(size_t)s * C + c]);
       }
-      d[c] = acc;
+      d[c] = mt_st<S>(acc);
     }
   }
 }
 
-static void moe_gather_sum(float *dx, const float *src, const int *slot, int N, int C, int k) {
+template <typename S>
+static void moe_gather_sum(S *dx, const S *src, const int *slot, int N, int C, int k) {
   if (N <= 0 || C <= 0) return;
-  moe_gather_sum_kernel<<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(dx, src, slot, N, C,
-                                                                           k);
+  moe_gather_sum_kernel<S><<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(dx, src, slot, N,
+                                                                              C, k);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -345,8 +357,9 @@ static void moe_gather_sum(float *dx, const float *src, const int *slot, int N, 
  * host, lib/model/moe.c), so they are read here directly, without a
  * download. Each non-empty group is one matmul_forward on its rows: out
  * rows WRITTEN, bias[g] added when given. */
-static void grouped_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                                   const int *off, int G, int C, int OC) {
+template <typename S>
+static void grouped_matmul_forward(S *out, const S *inp, const S *w, const S *bias, const int *off,
+                                   int G, int C, int OC) {
   for (int g = 0; g < G; g++) {
     const int rows = off[g + 1] - off[g];
     if (rows <= 0) continue;
@@ -359,9 +372,9 @@ static void grouped_matmul_forward(float *out, const float *inp, const float *w,
 /* per non-empty group, matmul_backward: dinp += dout @ w[g], dw[g] += dout^T
  * @ inp, dbias[g] += column sums of dout (each skipped when NULL); off in
  * host memory as above */
-static void grouped_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                                    const float *inp, const float *w, const int *off, int G, int C,
-                                    int OC) {
+template <typename S>
+static void grouped_matmul_backward(S *dinp, float *dw, float *dbias, const S *dout, const S *inp,
+                                    const S *w, const int *off, int G, int C, int OC) {
   for (int g = 0; g < G; g++) {
     const int rows = off[g + 1] - off[g];
     if (rows <= 0) continue;
@@ -374,14 +387,21 @@ static void grouped_matmul_backward(float *dinp, float *dw, float *dbias, const 
 
 /* ------------------------------------------------------------------ */
 
+/* the row ops and the grouped GEMM of both tables, on storage type S */
+template <typename S, typename Ops> static void fill_row_ops(Ops *o) {
+  o->gather_rows = moe_gather_rows<S>;
+  o->moe_combine = moe_combine<S>;
+  o->moe_combine_backward = moe_combine_backward<S>;
+  o->moe_gather_sum = moe_gather_sum<S>;
+  o->grouped_matmul_forward = grouped_matmul_forward<S>;
+  o->grouped_matmul_backward = grouped_matmul_backward<S>;
+}
+
 void mt_cuda_fill_moe_ops(mt_ops *o) {
   o->moe_router_forward = moe_router_forward;
   o->moe_router_backward = moe_router_backward;
   o->moe_prob_sums = moe_prob_sums;
-  o->gather_rows = moe_gather_rows;
-  o->moe_combine = moe_combine;
-  o->moe_combine_backward = moe_combine_backward;
-  o->moe_gather_sum = moe_gather_sum;
-  o->grouped_matmul_forward = grouped_matmul_forward;
-  o->grouped_matmul_backward = grouped_matmul_backward;
+  fill_row_ops<float>(o);
 }
+
+void mt_cuda_fill_moe_ops_bf16(mt_ops_bf16 *o) { fill_row_ops<mt_bf16>(o); }

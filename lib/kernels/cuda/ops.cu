@@ -3,7 +3,10 @@
  * op and direction, shapes as kernels.h states them. Rows are spread over
  * blocks or warps; sums over rows (weight and bias gradients) go through
  * per-chunk partial sums added in chunk order, never atomics, so results
- * repeat bit for bit. */
+ * repeat bit for bit. The kernels of ops that mt_ops_bf16 has too are
+ * templated on the storage type S (float or mt_bf16, cuda_common.cuh's
+ * mt_ld / mt_st): fp32 math either way, one rounding per stored bf16
+ * value, fp32 weight gradients and LayerNorm statistics. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <cub/cub.cuh>
@@ -32,18 +35,19 @@ static int colsum_chunks(int N, int cols, int arrays) {
 }
 
 /* mode 0: x; mode 1 (LayerNorm dw, db): (inp - mean) * rstd * x into partial,
- * x into partial2 */
-__global__ void colsum_partial_kernel(float *partial, float *partial2, const float *x,
-                                      const float *inp, const float *mean, const float *rstd,
-                                      int N, int cols, int ld, int rows_per_chunk, int mode) {
+ * x into partial2 (x and inp of storage type S, the sums fp32) */
+template <typename S>
+__global__ void colsum_partial_kernel(float *partial, float *partial2, const S *x, const S *inp,
+                                      const float *mean, const float *rstd, int N, int cols,
+                                      int ld, int rows_per_chunk, int mode) {
   int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
   if (c >= cols) return;
   int n0 = k * rows_per_chunk, n1 = min(N, n0 + rows_per_chunk);
   float acc = 0.0f, acc2 = 0.0f;
   for (int n = n0; n < n1; n++) {
-    float v = x[(size_t)n * ld + c];
+    float v = mt_ld(x[(size_t)n * ld + c]);
     if (mode == 1) {
-      acc += (inp[(size_t)n * ld + c] - mean[n]) * rstd[n] * v;
+      acc += (mt_ld(inp[(size_t)n * ld + c]) - mean[n]) * rstd[n] * v;
       acc2 += v;
     } else {
       acc += v;
@@ -61,92 +65,121 @@ __global__ void colsum_finish_kernel(float *out, const float *partial, int chunk
   out[c] += acc;
 }
 
-void mt_cuda_colsum_add(float *out, const float *x, int N, int cols, int ld) {
+template <typename S> void mt_cuda_colsum_add(float *out, const S *x, int N, int cols, int ld) {
   if (N <= 0 || cols <= 0) return;
   int chunks = colsum_chunks(N, cols, 1), rows = (N + chunks - 1) / chunks;
   float *partial = (float *)mt_cuda_scratch((size_t)chunks * cols * sizeof(float), "a sum over rows");
   dim3 grid((unsigned)((cols + 255) / 256), (unsigned)chunks);
-  colsum_partial_kernel<<<grid, 256, 0, g_cu.stream>>>(partial, NULL, x, NULL, NULL, NULL, N,
-                                                       cols, ld, rows, 0);
+  colsum_partial_kernel<S><<<grid, 256, 0, g_cu.stream>>>(partial, NULL, x, NULL, NULL, NULL, N,
+                                                          cols, ld, rows, 0);
   CUDA_LAUNCH_CHECK();
   colsum_finish_kernel<<<(cols + 255) / 256, 256, 0, g_cu.stream>>>(out, partial, chunks, cols);
   CUDA_LAUNCH_CHECK();
 }
+template void mt_cuda_colsum_add<float>(float *, const float *, int, int, int);
+template void mt_cuda_colsum_add<mt_bf16>(float *, const mt_bf16 *, int, int, int);
 
 /* ------------------------------------------------------------------ */
-/* bf16 operands                                                        */
+/* casts between storage types, and strided row sums                   */
 
-__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    dst[i] = __float2bfloat16_rn(src[i]);
-}
-
-__global__ void to_bf16_2d_kernel(__nv_bfloat16 *dst, const float *src, int rows, int cols,
-                                  int ld) {
-  size_t n = (size_t)rows * cols;
+/* dst (rows x cols, leading dimension ld_dst) = src (rows x cols, ld_src)
+ * converted from From to To (exact, or rounded to nearest even), or with ADD
+ * dst = dst + src in fp32, rounded once. One flat index over the elements
+ * (a single row when both are contiguous), so short rows keep every thread
+ * busy. */
+template <typename From, typename To, int ADD>
+__global__ void rows_cast_kernel(To *dst, size_t ld_dst, const From *src, size_t ld_src,
+                                 size_t rows, size_t cols) {
+  size_t n = rows * cols;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    size_t r = i / (size_t)cols, c = i % (size_t)cols;
-    dst[i] = __float2bfloat16_rn(src[r * (size_t)ld + c]);
+    size_t r = rows == 1 ? 0 : i / cols, c = rows == 1 ? i : i % cols;
+    To *y = dst + r * ld_dst + c;
+    float v = mt_ld(src[r * ld_src + c]);
+    *y = mt_st<To>(ADD ? mt_ld(*y) + v : v);
   }
+}
+
+template <typename From, typename To, int ADD>
+static void rows_cast(To *dst, size_t ld_dst, const From *src, size_t ld_src, size_t rows,
+                      size_t cols) {
+  size_t n = rows * cols;
+  if (!n) return;
+  if (ld_dst == cols && ld_src == cols) rows = 1, cols = ld_dst = ld_src = n;
+  rows_cast_kernel<From, To, ADD><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
+      dst, ld_dst, src, ld_src, rows, cols);
+  CUDA_LAUNCH_CHECK();
+}
+
+/* n contiguous elements */
+template <typename From, typename To> static void cast_n(To *dst, const From *src, size_t n) {
+  rows_cast<From, To, 0>(dst, n, src, n, 1, n);
+}
+
+/* the bf16 table's copy_2d: the bits as they are */
+static void copy_2d_bf16(mt_bf16 *dst, size_t ld_dst, const mt_bf16 *src, size_t ld_src,
+                         size_t rows, size_t cols) {
+  if (!rows || !cols) return;
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(mt_bf16), src, ld_src * sizeof(mt_bf16),
+                               cols * sizeof(mt_bf16), rows, cudaMemcpyDeviceToDevice,
+                               g_cu.stream));
 }
 
 void mt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
-  if (!n) return;
-  to_bf16_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dst, src, n);
-  CUDA_LAUNCH_CHECK();
+  cast_n<float, mt_bf16>((mt_bf16 *)dst, src, n);
 }
 
 void mt_cuda_to_bf16_2d(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld) {
-  size_t n = (size_t)rows * cols;
-  if (!n) return;
-  if (ld == cols) {
-    mt_cuda_to_bf16(dst, src, n);
-    return;
-  }
-  to_bf16_2d_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dst, src, rows, cols, ld);
-  CUDA_LAUNCH_CHECK();
+  rows_cast<float, mt_bf16, 0>((mt_bf16 *)dst, (size_t)cols, src, (size_t)ld, (size_t)rows,
+                               (size_t)cols);
 }
 
 /* ------------------------------------------------------------------ */
 /* encoder                                                             */
 
 /* out (B,T,C) = (wte row inp - v0 when in [0, Vl), else 0) + (wpe[t] when
- * wpe is given); the plain encoder is v0 = 0, Vl = every row */
-__global__ void encoder_forward_kernel(float *out, const int *inp, const float *wte, int v0,
-                                       int Vl, const float *wpe, int BT, int T, int C) {
+ * wpe is given); the plain encoder is v0 = 0, Vl = every row. A lone term
+ * is stored as it is (exact in bf16 too). */
+template <typename S>
+__global__ void encoder_forward_kernel(S *out, const int *inp, const S *wte, int v0, int Vl,
+                                       const S *wpe, int BT, int T, int C) {
   size_t n = (size_t)BT * C;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     int bt = (int)(i / (size_t)C), c = (int)(i % (size_t)C), t = bt % T;
     int row = inp[bt] - v0;
-    float v = row >= 0 && row < Vl ? wte[(size_t)row * C + c] : 0.0f;
-    if (wpe) v = row >= 0 && row < Vl ? v + wpe[(size_t)t * C + c] : wpe[(size_t)t * C + c];
-    out[i] = v;
+    float v = row >= 0 && row < Vl ? mt_ld(wte[(size_t)row * C + c]) : 0.0f;
+    if (wpe) {
+      float p = mt_ld(wpe[(size_t)t * C + c]);
+      v = row >= 0 && row < Vl ? v + p : p;
+    }
+    out[i] = mt_st<S>(v);
   }
 }
 
-static void encoder_vp_forward(float *out, const int *inp, const float *wte, int v0, int Vl,
-                               const float *wpe, int B, int T, int C) {
+template <typename S>
+static void encoder_vp_forward(S *out, const int *inp, const S *wte, int v0, int Vl, const S *wpe,
+                               int B, int T, int C) {
   size_t n = (size_t)B * T * C;
-  encoder_forward_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, inp, wte, v0, Vl, wpe,
-                                                                     B * T, T, C);
+  encoder_forward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, inp, wte, v0, Vl,
+                                                                        wpe, B * T, T, C);
   CUDA_LAUNCH_CHECK();
 }
 
-static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
-                            int B, int T, int C) {
-  encoder_vp_forward(out, inp, wte, 0, 0x7fffffff, wpe, B, T, C);
+template <typename S>
+static void encoder_forward(S *out, const int *inp, const S *wte, const S *wpe, int B, int T,
+                            int C) {
+  encoder_vp_forward<S>(out, inp, wte, 0, 0x7fffffff, wpe, B, T, C);
 }
 
-/* dwpe[t, c] += dout[b, t, c] for b in order (the CPU's order) */
-__global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+/* dwpe[t, c] += dout[b, t, c] for b in order (the CPU's order), in fp32 */
+template <typename S>
+__global__ void encoder_dwpe_kernel(float *dwpe, const S *dout, int B, int T, int C) {
   size_t n = (size_t)T * C;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float acc = dwpe[i];
-    for (int b = 0; b < B; b++) acc += dout[(size_t)b * n + i];
+    for (int b = 0; b < B; b++) acc += mt_ld(dout[(size_t)b * n + i]);
     dwpe[i] = acc;
   }
 }
@@ -164,15 +197,16 @@ __global__ void encoder_keys_kernel(int *keys, int *vals, const int *inp, int v0
 /* Block (k, cy): when sorted position k starts a run of one row, that row's
  * gradient columns of block cy get the run's positions added in position
  * order (the sort is stable): the order the CPU adds them in. */
-__global__ void encoder_dwte_kernel(float *dwte, const float *dout, const int *keys,
-                                    const int *vals, int BT, int C, int Vl) {
+template <typename S>
+__global__ void encoder_dwte_kernel(float *dwte, const S *dout, const int *keys, const int *vals,
+                                    int BT, int C, int Vl) {
   int k = blockIdx.x;
   int row = keys[k];
   if (row >= Vl || (k > 0 && keys[k - 1] == row)) return;
   int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float acc = dwte[(size_t)row * C + c];
-  for (int j = k; j < BT && keys[j] == row; j++) acc += dout[(size_t)vals[j] * C + c];
+  for (int j = k; j < BT && keys[j] == row; j++) acc += mt_ld(dout[(size_t)vals[j] * C + c]);
   dwte[(size_t)row * C + c] = acc;
 }
 
@@ -216,12 +250,13 @@ static void sort_reserve(int BT, int Vl) {
  * The positions are sorted by row on the GPU (stable radix sort), so each
  * row's gradient is summed by one thread per column, positions in order:
  * no atomics, and the CPU's bits. */
-static void encoder_vp_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
-                                int v0, int Vl, int B, int T, int C) {
+template <typename S>
+static void encoder_vp_backward(float *dwte, float *dwpe, const S *dout, const int *inp, int v0,
+                                int Vl, int B, int T, int C) {
   const int BT = B * T;
   if (dwpe) {
     size_t n = (size_t)T * C;
-    encoder_dwpe_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dwpe, dout, B, T, C);
+    encoder_dwpe_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dwpe, dout, B, T, C);
     CUDA_LAUNCH_CHECK();
   }
   if (!dwte || BT == 0 || Vl <= 0) return;
@@ -236,8 +271,8 @@ static void encoder_vp_backward(float *dwte, float *dwpe, const float *dout, con
                                              g_sort.vals_in, g_sort.vals_out, BT, 0, end_bit,
                                              g_cu.stream));
   dim3 grid((unsigned)BT, (unsigned)((C + 255) / 256));
-  encoder_dwte_kernel<<<grid, 256, 0, g_cu.stream>>>(dwte, dout, g_sort.keys_out, g_sort.vals_out,
-                                                     BT, C, Vl);
+  encoder_dwte_kernel<S><<<grid, 256, 0, g_cu.stream>>>(dwte, dout, g_sort.keys_out,
+                                                        g_sort.vals_out, BT, C, Vl);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -259,7 +294,8 @@ __global__ void max_token_kernel(int *out, const int *inp, int n) {
  * of the largest token id in the batch (ceil(log2 V) at most), not 31: one
  * small reduction and a 4-byte read back, on a path only tests and
  * benchmarks take (the model calls encoder_vp_backward with its Vl). */
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+template <typename S>
+static void encoder_backward(float *dwte, float *dwpe, const S *dout, const int *inp, int B,
                              int T, int C) {
   const int BT = B * T;
   int top = 0;
@@ -272,78 +308,84 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
     CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
     memcpy(&top, g_cu.red_host, sizeof(int));
   }
-  encoder_vp_backward(dwte, dwpe, dout, inp, 0, top + 1, B, T, C);
+  encoder_vp_backward<S>(dwte, dwpe, dout, inp, 0, top + 1, B, T, C);
 }
 
 /* ------------------------------------------------------------------ */
 /* layernorm: one warp per row                                          */
 
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *w, const float *b, int N, int C) {
+template <typename S>
+__global__ void layernorm_forward_kernel(S *out, float *mean, float *rstd, const S *inp,
+                                         const S *w, const S *b, int N, int C) {
   int lane = threadIdx.x % 32;
   int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (n >= N) return;
-  const float *x = inp + (size_t)n * C;
+  const S *x = inp + (size_t)n * C;
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += x[c];
+  for (int c = lane; c < C; c += 32) s += mt_ld(x[c]);
   float m = warp_sum(s) / C;
   float v = 0.0f;
   for (int c = lane; c < C; c += 32) {
-    float d = x[c] - m;
+    float d = mt_ld(x[c]) - m;
     v += d * d;
   }
   float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
-  float *y = out + (size_t)n * C;
-  for (int c = lane; c < C; c += 32) y[c] = (x[c] - m) * r * w[c] + b[c];
+  S *y = out + (size_t)n * C;
+  for (int c = lane; c < C; c += 32)
+    y[c] = mt_st<S>((mt_ld(x[c]) - m) * r * mt_ld(w[c]) + mt_ld(b[c]));
   if (lane == 0) {
     mean[n] = m;
     rstd[n] = r;
   }
 }
 
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C) {
+template <typename S>
+static void layernorm_forward(S *out, float *mean, float *rstd, const S *inp, const S *w,
+                              const S *b, int N, int C) {
   if (N <= 0) return;
-  layernorm_forward_kernel<<<(N + 7) / 8, 256, 0, g_cu.stream>>>(out, mean, rstd, inp, w, b, N, C);
+  layernorm_forward_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>(out, mean, rstd, inp, w, b,
+                                                                    N, C);
   CUDA_LAUNCH_CHECK();
 }
 
-/* dinp += (g - mean_c(g) - norm * mean_c(g * norm)) * rstd, g = w * dout */
-__global__ void layernorm_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                      const float *w, const float *mean, const float *rstd, int N,
-                                      int C) {
+/* dinp += (g - mean_c(g) - norm * mean_c(g * norm)) * rstd, g = w * dout
+ * (bf16: dinp = round(dinp + that)) */
+template <typename S>
+__global__ void layernorm_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *w,
+                                      const float *mean, const float *rstd, int N, int C) {
   int lane = threadIdx.x % 32;
   int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (n >= N) return;
-  const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+  const S *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
   float m = mean[n], s = rstd[n];
   float g_sum = 0.0f, gn_sum = 0.0f;
   for (int c = lane; c < C; c += 32) {
-    float norm = (x[c] - m) * s, g = w[c] * dy[c];
+    float norm = (mt_ld(x[c]) - m) * s, g = mt_ld(w[c]) * mt_ld(dy[c]);
     g_sum += g;
     gn_sum += g * norm;
   }
   float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
-  float *dx = dinp + (size_t)n * C;
+  S *dx = dinp + (size_t)n * C;
   for (int c = lane; c < C; c += 32) {
-    float norm = (x[c] - m) * s, g = w[c] * dy[c];
-    dx[c] += (g - g_mean - norm * gn_mean) * s;
+    float norm = (mt_ld(x[c]) - m) * s, g = mt_ld(w[c]) * mt_ld(dy[c]);
+    dx[c] = mt_st<S>(mt_ld(dx[c]) + (g - g_mean - norm * gn_mean) * s);
   }
 }
 
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C) {
+template <typename S>
+static void layernorm_backward(S *dinp, float *dw, float *db, const S *dout, const S *inp,
+                               const S *w, const float *mean, const float *rstd, int N, int C) {
   if (N <= 0) return;
-  layernorm_dinp_kernel<<<(N + 7) / 8, 256, 0, g_cu.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  layernorm_dinp_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>(dinp, dout, inp, w, mean, rstd,
+                                                                 N, C);
   CUDA_LAUNCH_CHECK();
   int chunks = colsum_chunks(N, C, 2), rows = (N + chunks - 1) / chunks;
   float *partial = (float *)mt_cuda_scratch(2 * (size_t)chunks * C * sizeof(float),
                                             "layernorm weight gradients");
   float *partial2 = partial + (size_t)chunks * C;
   dim3 grid((unsigned)((C + 255) / 256), (unsigned)chunks);
-  colsum_partial_kernel<<<grid, 256, 0, g_cu.stream>>>(partial, partial2, dout, inp, mean, rstd,
-                                                       N, C, C, rows, 1);
+  colsum_partial_kernel<S><<<grid, 256, 0, g_cu.stream>>>(partial, partial2, dout, inp, mean,
+                                                          rstd, N, C, C, rows, 1);
   CUDA_LAUNCH_CHECK();
   colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g_cu.stream>>>(dw, partial, chunks, C);
   CUDA_LAUNCH_CHECK();
@@ -357,55 +399,60 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_CUBIC 0.044715f
 
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+template <typename S> __global__ void gelu_forward_kernel(S *out, const S *inp, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
+    float x = mt_ld(inp[i]);
+    out[i] = mt_st<S>(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x))));
   }
 }
 
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+/* dinp += gelu'(inp) dout (bf16: dinp = round(dinp + that)) */
+template <typename S>
+__global__ void gelu_backward_kernel(S *dinp, const S *inp, const S *dout, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float x = inp[i];
+    float x = mt_ld(inp[i]);
     float th = tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
     float local = 0.5f * (1.0f + th) +
                   0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-    dinp[i] += local * dout[i];
+    dinp[i] = mt_st<S>(mt_ld(dinp[i]) + local * mt_ld(dout[i]));
   }
 }
 
-static void gelu_forward(float *out, const float *inp, size_t n) {
+template <typename S> static void gelu_forward(S *out, const S *inp, size_t n) {
   if (!n) return;
-  gelu_forward_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, inp, n);
+  gelu_forward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, inp, n);
   CUDA_LAUNCH_CHECK();
 }
 
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+template <typename S> static void gelu_backward(S *dinp, const S *inp, const S *dout, size_t n) {
   if (!n) return;
-  gelu_backward_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dinp, inp, dout, n);
+  gelu_backward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dinp, inp, dout, n);
   CUDA_LAUNCH_CHECK();
 }
 
-__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n) {
+template <typename S>
+__global__ void residual_kernel(S *out, const S *a, const S *b, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
-    out[i] = a[i] + b[i];
+    out[i] = mt_st<S>(mt_ld(a[i]) + mt_ld(b[i]));
 }
 
-static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+template <typename S> static void residual_forward(S *out, const S *a, const S *b, size_t n) {
   if (!n) return;
-  residual_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, a, b, n);
+  residual_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, a, b, n);
   CUDA_LAUNCH_CHECK();
 }
 
 /* ------------------------------------------------------------------ */
-/* AdamW (the CPU's arithmetic, per element)                            */
+/* AdamW (the CPU's arithmetic, per element); the bf16 table's also
+ * writes param_bf16 = round(param) from the new master in the same pass
+ * (NULL: not refreshed; the fp32 table passes NULL) */
 
-__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
-                             float lr, float beta1, float beta2, float eps, float wd, float bc1,
-                             float bc2) {
+__global__ void adamw_kernel(float *param, mt_bf16 *param_bf16, const float *grad, float *m,
+                             float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                             float wd, float bc1, float bc2) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float g = grad[i];
@@ -414,32 +461,57 @@ __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v
     m[i] = mi;
     v[i] = vi;
     float mhat = mi / bc1, vhat = vi / bc2;
-    param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+    float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+    param[i] = p;
+    if (param_bf16) param_bf16[i] = mt_st<mt_bf16>(p);
   }
+}
+
+static void adamw_update_bf16(float *param, mt_bf16 *param_bf16, const float *grad, float *m,
+                              float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                              float weight_decay, int t) {
+  if (!n) return;
+  float bc1 = (float)(1.0 - pow((double)beta1, t));
+  float bc2 = (float)(1.0 - pow((double)beta2, t));
+  adamw_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(param, param_bf16, grad, m, v, n, lr,
+                                                           beta1, beta2, eps, weight_decay, bc1,
+                                                           bc2);
+  CUDA_LAUNCH_CHECK();
 }
 
 static void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t) {
-  if (!n) return;
-  float bc1 = (float)(1.0 - pow((double)beta1, t));
-  float bc2 = (float)(1.0 - pow((double)beta2, t));
-  adamw_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(param, grad, m, v, n, lr, beta1, beta2,
-                                                           eps, weight_decay, bc1, bc2);
-  CUDA_LAUNCH_CHECK();
+  adamw_update_bf16(param, NULL, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
 }
 
 /* ------------------------------------------------------------------ */
 
+/* the members of this file that both tables have (mt_ops and mt_ops_bf16
+ * name them alike), on storage type S */
+template <typename S, typename Ops> static void fill_storage_ops(Ops *o) {
+  o->encoder_forward = encoder_forward<S>;
+  o->encoder_backward = encoder_backward<S>;
+  o->encoder_vp_forward = encoder_vp_forward<S>;
+  o->encoder_vp_backward = encoder_vp_backward<S>;
+  o->layernorm_forward = layernorm_forward<S>;
+  o->layernorm_backward = layernorm_backward<S>;
+  o->gelu_forward = gelu_forward<S>;
+  o->gelu_backward = gelu_backward<S>;
+  o->residual_forward = residual_forward<S>;
+}
+
 void mt_cuda_fill_ops(mt_ops *o) {
-  o->encoder_forward = encoder_forward;
-  o->encoder_backward = encoder_backward;
-  o->encoder_vp_forward = encoder_vp_forward;
-  o->encoder_vp_backward = encoder_vp_backward;
-  o->layernorm_forward = layernorm_forward;
-  o->layernorm_backward = layernorm_backward;
-  o->gelu_forward = gelu_forward;
-  o->gelu_backward = gelu_backward;
-  o->residual_forward = residual_forward;
+  fill_storage_ops<float>(o);
   mt_cuda_fill_xent_ops(o); /* xent.cu */
   o->adamw_update = adamw_update;
+}
+
+/* the bf16 table's members of this file (kernels.h's mt_ops_bf16) */
+void mt_cuda_fill_ops_bf16(mt_ops_bf16 *o) {
+  fill_storage_ops<mt_bf16>(o);
+  o->adamw_update = adamw_update_bf16;
+  o->copy_2d = copy_2d_bf16;
+  o->add_2d = rows_cast<mt_bf16, mt_bf16, 1>;
+  o->from_f32 = cast_n<float, mt_bf16>;
+  o->to_f32 = cast_n<mt_bf16, float>;
 }

@@ -4,7 +4,7 @@
  * and the bf16 one (mt_ops_bf16). One block per row.
  *
  * The kernels are templated on the element type T of the logits, the
- * probabilities and their gradient (float, or __nv_bfloat16): elements are
+ * probabilities and their gradient (float, or mt_bf16): elements are
  * widened exactly, the math is fp32 (the row sums double), and a bf16 result
  * is rounded once. The two tables differ in where a probability is formed:
  *   fp32  xent_vp_exp writes exp(logit - M) over the probabilities (which
@@ -55,7 +55,7 @@ __global__ void xent_max_kernel(float *rowmax, const T *logits, int Vl, int nval
   __shared__ float sh[XENT_THREADS];
   const T *l = logits + (size_t)blockIdx.x * Vl;
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < nvalid; j += blockDim.x) m = fmaxf(m, mt_elem_ld(l[j]));
+  for (int j = threadIdx.x; j < nvalid; j += blockDim.x) m = fmaxf(m, mt_ld(l[j]));
   m = block_reduce(m, MaxOp(), sh);
   if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
 }
@@ -75,13 +75,13 @@ __global__ void xent_exp_kernel(double *stats, float *probs, const T *logits,
   float *p = PROBS ? probs + row * Vl : NULL;
   int col = targets[row] - v0;
   if (threadIdx.x == 0)
-    target_logit = col >= 0 && col < nvalid ? (double)mt_elem_ld(l[col]) : 0.0;
+    target_logit = col >= 0 && col < nvalid ? (double)mt_ld(l[col]) : 0.0;
   __syncthreads();
   float M = rowmax[row];
   double s = 0.0;
   for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
     if (j < nvalid) {
-      float e = expf(mt_elem_ld(l[j]) - M);
+      float e = expf(mt_ld(l[j]) - M);
       if (PROBS) p[j] = e;
       s += e;
     } else if (PROBS) {
@@ -111,10 +111,10 @@ __global__ void xent_finish_kernel(float *losses, T *probs, const T *src, const 
     const T *x = src + row * Vl;
     float M = rowmax[row];
     for (int j = threadIdx.x; j < Vl; j += blockDim.x)
-      mt_elem_st(&p[j], j < nvalid ? expf(mt_elem_ld(x[j]) - M) * inv : 0.0f);
+      p[j] = mt_st<T>(j < nvalid ? expf(mt_ld(x[j]) - M) * inv : 0.0f);
   } else {
     for (int j = threadIdx.x; j < nvalid; j += blockDim.x)
-      mt_elem_st(&p[j], mt_elem_ld(p[j]) * inv);
+      p[j] = mt_st<T>(mt_ld(p[j]) * inv);
   }
   if (threadIdx.x == 0) losses[row] = (float)(log(sum) + (double)rowmax[row] - stats[2 * row + 1]);
 }
@@ -128,7 +128,7 @@ __global__ void xent_backward_kernel(T *dlogits, const T *probs, const int *targ
   const T *p = probs + row * Vl;
   T *d = dlogits + row * Vl;
   for (int j = threadIdx.x; j < Vl; j += blockDim.x)
-    mt_elem_st(&d[j], j < nvalid ? (mt_elem_ld(p[j]) - (j == col ? 1.0f : 0.0f)) * dloss : 0.0f);
+    d[j] = mt_st<T>(j < nvalid ? (mt_ld(p[j]) - (j == col ? 1.0f : 0.0f)) * dloss : 0.0f);
 }
 
 /* ------------------------------------------------------------------ */
@@ -232,45 +232,34 @@ void mt_cuda_fill_xent_ops(mt_ops *o) {
 /* mt_ops_bf16's members: bf16 logits, probabilities and gradients, fp32
  * losses, row maxima and double statistics                             */
 
-static void softmax_xent_forward_bf16(float *losses, mt_bf16 *probs, const mt_bf16 *logits,
-                                      const int *targets, int N, int V, int Vp) {
-  xent_forward(losses, mt_nv_bf16(probs), mt_nv_bf16(logits), targets, N, V, Vp);
-}
-
 static void softmax_xent_backward_bf16(mt_bf16 *dlogits, const mt_bf16 *probs, const int *targets,
                                        float dloss, int N, int V, int Vp) {
-  vp_backward(mt_nv_bf16(dlogits), mt_nv_bf16(probs), targets, 0, dloss, N, Vp, V);
-}
-
-static void xent_vp_max_bf16(float *rowmax, const mt_bf16 *logits, int N, int Vl, int nvalid) {
-  vp_max(rowmax, mt_nv_bf16(logits), N, Vl, nvalid);
+  vp_backward(dlogits, probs, targets, 0, dloss, N, Vp, V);
 }
 
 static void xent_vp_exp_bf16(double *stats, const mt_bf16 *logits, const float *rowmax,
                              const int *targets, int v0, int N, int Vl, int nvalid) {
-  vp_exp<__nv_bfloat16, false>(stats, NULL, mt_nv_bf16(logits), rowmax, targets, v0, N, Vl,
-                               nvalid);
+  vp_exp<mt_bf16, false>(stats, NULL, logits, rowmax, targets, v0, N, Vl, nvalid);
 }
 
 static void xent_vp_finish_bf16(float *losses, mt_bf16 *probs, const mt_bf16 *logits,
                                 const double *stats, const float *rowmax, int N, int Vl,
                                 int nvalid) {
-  vp_finish<__nv_bfloat16, true>(losses, mt_nv_bf16(probs), mt_nv_bf16(logits), stats, rowmax, N,
-                                 Vl, nvalid);
+  vp_finish<mt_bf16, true>(losses, probs, logits, stats, rowmax, N, Vl, nvalid);
 }
 
 static void xent_vp_backward_bf16(mt_bf16 *dlogits, const mt_bf16 *probs, const int *targets,
                                   int v0, float dloss, int N, int Vl, int nvalid) {
-  vp_backward(mt_nv_bf16(dlogits), mt_nv_bf16(probs), targets, v0, dloss, N, Vl, nvalid);
+  vp_backward(dlogits, probs, targets, v0, dloss, N, Vl, nvalid);
 }
 
 /* the nine bf16 members that share kernels with the fp32 table (the
  * attention's three from attention_flash.cu) */
 extern "C" void mt_cuda_fill_bf16_attn_xent(mt_ops_bf16 *o) {
   mt_cuda_fill_bf16_attn(o);
-  o->softmax_xent_forward = softmax_xent_forward_bf16;
+  o->softmax_xent_forward = xent_forward<mt_bf16>;
   o->softmax_xent_backward = softmax_xent_backward_bf16;
-  o->xent_vp_max = xent_vp_max_bf16;
+  o->xent_vp_max = vp_max<mt_bf16>;
   o->xent_vp_exp = xent_vp_exp_bf16;
   o->xent_vp_finish = xent_vp_finish_bf16;
   o->xent_vp_backward = xent_vp_backward_bf16;
