@@ -27,6 +27,12 @@ add_executable(gpu_attn_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bf16.c)
 target_link_libraries(gpu_attn_bf16 PRIVATE ${MT_ALL_LIBS})
 set_target_properties(gpu_attn_bf16 PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 mt_script_test(attn_bf16 gpu ops.sh gpu_attn_bf16)
+# the bf16 op table against the CPU's (the table is the same at either
+# precision: a run started at fp32 and one at bf16 with 1 MiB of scratch)
+add_executable(gpu_ops_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_ops_bf16.c)
+target_link_libraries(gpu_ops_bf16 PRIVATE ${MT_ALL_LIBS})
+set_target_properties(gpu_ops_bf16 PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+mt_script_test(ops_bf16 gpu ops.sh gpu_ops_bf16 fp32 bf16_small_scratch)
 
 # bad input about devices, on any machine (badinput: also under ASan)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)

@@ -1,15 +1,16 @@
 # The kernels' results do not depend on the order in which the emulator
 # resumes the runnable threads of a block (MT_EMU_ORDER forward, reverse,
-# random): every byte gpu_ops, gpu_moe_ops and gpu_edges copy back from the
-# GPU (fp32), digested by the emulator (MT_EMU_STATS: d2h_digest), is the
-# same in each order. A result that changes with the order is a race between
-# barriers (tests/gpu/emu/selftest.sh shows one being caught). gpu_ops, ten
-# times the others' work, runs forward and reverse (the two extremes: a
-# reader that overtakes its writer in one is behind it in the other); the
-# others all three. Prints the launches, blocks and threads each program ran.
+# random): every byte gpu_ops, gpu_moe_ops, gpu_edges and gpu_ops_bf16 copy
+# back from the GPU (started at fp32), digested by the emulator
+# (MT_EMU_STATS: d2h_digest), is the same in each order. A result that
+# changes with the order is a race between barriers
+# (tests/gpu/emu/selftest.sh shows one being caught). gpu_ops, ten times the
+# others' work, runs forward and reverse (the two extremes: a reader that
+# overtakes its writer in one is behind it in the other); the others all
+# three. Prints the launches, blocks and threads each program ran.
 source "$(dirname "$0")/../common_gpu.sh"
 needs_gpu
-for prog in gpu_edges gpu_moe_ops gpu_ops; do
+for prog in gpu_edges gpu_moe_ops gpu_ops_bf16 gpu_ops; do
   orders="forward reverse random"
   [ "$prog" != gpu_ops ] || orders="forward reverse"
   for order in $orders; do
