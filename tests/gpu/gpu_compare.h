@@ -27,17 +27,14 @@ static float *rnd(size_t n, float lo, float hi) {
   return x;
 }
 
-/* device copies */
-static float *dev(const float *h, size_t n) {
-  float *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * sizeof(float));
-  gpu->upload(d, h, n * sizeof(float));
+/* device copies of n elements of `size` bytes */
+static void *dev_copy(const void *h, size_t n, size_t size) {
+  void *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * size);
+  gpu->upload(d, h, n * size);
   return d;
 }
-static int *devi(const int *h, size_t n) {
-  int *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * sizeof(int));
-  gpu->upload(d, h, n * sizeof(int));
-  return d;
-}
+static float *dev(const float *h, size_t n) { return dev_copy(h, n, sizeof(float)); }
+static int *devi(const int *h, size_t n) { return dev_copy(h, n, sizeof(int)); }
 static void dfree(void *d, size_t bytes) { gpu->free(MT_MEM_OTHER, d, bytes ? bytes : 1); }
 
 /* max |gpu - ref| / max |ref| with the GPU tensor downloaded (NaN stays) */

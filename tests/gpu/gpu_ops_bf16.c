@@ -71,11 +71,7 @@ static mt_bf16 *brnd(size_t n, float lo, float hi) {
   free(f);
   return x;
 }
-static mt_bf16 *devb(const mt_bf16 *h, size_t n) {
-  mt_bf16 *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * sizeof(mt_bf16));
-  gpu->upload(d, h, n * sizeof(mt_bf16));
-  return d;
-}
+static mt_bf16 *devb(const mt_bf16 *h, size_t n) { return dev_copy(h, n, sizeof(mt_bf16)); }
 static mt_bf16 *downb(const mt_bf16 *d, size_t n) {
   mt_bf16 *h = malloc((n ? n : 1) * sizeof(mt_bf16));
   gpu->download(h, d, n * sizeof(mt_bf16));
