@@ -61,8 +61,8 @@ static int parse_dtype(const char *key, const char *v, mt_float_type *t, char *m
   return -1;
 }
 
-int mt_dtypes_resolve(mt_precision prec, mt_device_kind dev, const char *grad_dtype,
-                      const char *grad_reduce_dtype, mt_dtypes *out, char *msg, size_t len) {
+int mt_dtypes_resolve(mt_precision prec, const char *grad_dtype, const char *grad_reduce_dtype,
+                      mt_dtypes *out, char *msg, size_t len) {
   mt_float_type g, r;
   if (parse_dtype("train.grad_dtype", grad_dtype, &g, msg, len) != 0 ||
       parse_dtype("parallel.grad_reduce_dtype", grad_reduce_dtype, &r, msg, len) != 0)
@@ -74,16 +74,13 @@ int mt_dtypes_resolve(mt_precision prec, mt_device_kind dev, const char *grad_dt
                        "fp32, as Megatron-LM's and DeepSpeed's defaults; set it to fp32)");
     return -1;
   }
-  /* (the virtual device emulates the CPU's bf16 state: the same tensors) */
-  mt_float_type store =
-      prec == MT_PRECISION_BF16 && (dev == MT_DEVICE_CPU || dev == MT_DEVICE_VIRTUAL)
-          ? MT_FLOAT_BF16
-          : MT_FLOAT_FP32;
-  /* the bf16 reduction narrows and widens with the bf16 ops of the CPU's
-   * mixed precision */
+  /* the same tensors on every device (the virtual device emulates them) */
+  mt_float_type store = prec == MT_PRECISION_BF16 ? MT_FLOAT_BF16 : MT_FLOAT_FP32;
+  /* the bf16 reduction narrows and widens with the bf16 ops of the mixed
+   * precision */
   if (r == MT_FLOAT_BF16 && store != MT_FLOAT_BF16) {
-    snprintf(msg, len, "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16 on the "
-                       "CPU (or train.device = virtual); set it to fp32");
+    snprintf(msg, len, "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16; set it "
+                       "to fp32");
     return -1;
   }
   *out = (mt_dtypes){.master = MT_FLOAT_FP32, .weights = store, .acts = store, .msgs = store,

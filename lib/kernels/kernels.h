@@ -477,8 +477,8 @@ const mt_ops_bf16 *mt_ops_bf16_null(void);
  * at the price's act_bytes, every member filled. */
 const mt_ops_bf16 *mt_ops_bf16_virtual(void);
 /* The bf16 table that computes on ops' tensors: the CPU's for mt_ops_cpu,
- * the null one for mt_ops_null, the virtual one for mt_ops_virtual, NULL for
- * any other backend (CUDA). */
+ * the null one for mt_ops_null, the virtual one for mt_ops_virtual, the
+ * CUDA backend's for mt_ops_cuda (timed or not), NULL for any other. */
 const mt_ops_bf16 *mt_ops_bf16_of(const mt_ops *ops);
 
 /* ------------------------------------------------------------------ */
@@ -490,8 +490,8 @@ typedef enum { MT_PRECISION_FP32 = 0, MT_PRECISION_BF16 = 1 } mt_precision;
 
 /* train.device and train.precision resolved (pure; device.c): want is "cpu",
  * "cuda" or "auto" (auto: cuda when cuda_built and n_visible > 0), prec_name
- * "fp32" or "bf16" (on the CPU: bf16 storage and the bf16 ops of
- * mt_ops_bf16; on CUDA: bf16 matmul operands over fp32 tensors); "fp16" is
+ * "fp32" or "bf16" (bf16 storage and the bf16 ops of mt_ops_bf16, on the
+ * CPU, on CUDA and on the virtual device alike); "fp16" is
  * refused (it needs dynamic loss scaling, which meshtrain does not do: use
  * bf16). no_gpu_why says why n_visible is 0 (e.g. "no CUDA-capable device
  * is detected"). Returns the device kind and sets *prec, or -1 with one
@@ -516,14 +516,15 @@ typedef struct {
   mt_float_type master, weights, acts, msgs, grads, grad_reduce;
 } mt_dtypes;
 
-/* The roles for precision prec on device dev, gradients in grad_dtype and
- * reduced in grad_reduce_dtype ("fp32" | "bf16"). fp32: every role fp32.
- * bf16 on the CPU: weights' copy, activations and messages bf16. bf16 on
- * CUDA: the backend multiplies bf16 operands but stores fp32 (every role
- * fp32). 0, or -1 with one line in msg naming the key and value (a dtype
- * outside fp32|bf16; bf16 gradients or reduction, not implemented yet). */
-int mt_dtypes_resolve(mt_precision prec, mt_device_kind dev, const char *grad_dtype,
-                      const char *grad_reduce_dtype, mt_dtypes *out, char *msg, size_t len);
+/* The roles for precision prec, gradients in grad_dtype and reduced in
+ * grad_reduce_dtype ("fp32" | "bf16"), the same on every device: fp32,
+ * every role fp32; bf16, the weights' copy, activations and messages bf16
+ * (the CPU's, the CUDA backend's and the virtual device's mt_ops_bf16).
+ * 0, or -1 with one line in msg naming the key and value (a dtype outside
+ * fp32|bf16; bf16 gradients, not implemented; a bf16 reduction of fp32
+ * gradients under fp32 precision). */
+int mt_dtypes_resolve(mt_precision prec, const char *grad_dtype, const char *grad_reduce_dtype,
+                      mt_dtypes *out, char *msg, size_t len);
 /* "fp32" | "bf16" */
 const char *mt_float_type_name(mt_float_type t);
 
@@ -564,10 +565,8 @@ void mt_cuda_shutdown(void);
 /* the op table (after mt_cuda_init; NULL before, or without CUDA) */
 const mt_ops *mt_ops_cuda(void);
 /* The bf16 op table (kernels.h's mt_ops_bf16: bf16 tensors on the GPU, fp32
- * math) on the same GPU, stream and scratch, after mt_cuda_init at either
- * precision; NULL before, or without CUDA. Its block attention and
- * cross-entropy members are still NULL (mt_ops_bf16_of does not hand it
- * out yet). */
+ * math; every member filled) on the same GPU, stream and scratch, after
+ * mt_cuda_init at either precision; NULL before, or without CUDA. */
 const mt_ops_bf16 *mt_ops_bf16_cuda(void);
 
 typedef struct {

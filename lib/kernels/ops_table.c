@@ -72,5 +72,6 @@ const mt_ops_bf16 *mt_ops_bf16_of(const mt_ops *ops) {
   if (ops == mt_ops_cpu() || ops == mt_ops_cpu_traced()) return mt_ops_bf16_cpu();
   if (ops == mt_ops_null()) return mt_ops_bf16_null();
   if (ops == mt_ops_virtual()) return mt_ops_bf16_virtual();
+  if (ops && ops == mt_ops_cuda()) return mt_ops_bf16_cuda();
   return NULL;
 }

@@ -12,9 +12,12 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   s->groups = *g;
   mt_gpt_parallel par = o->par;
   par.external_state = 1; /* the dp engine holds the state */
-  /* bf16 storage where the roles say so and the backend has the ops (the
-   * CUDA backend multiplies in bf16 over fp32 tensors instead) */
+  /* bf16 storage where the roles say so, on the backend's bf16 op table */
   par.bf16 = o->dtypes.acts == MT_FLOAT_BF16 ? mt_ops_bf16_of(ops) : NULL;
+  if (o->dtypes.acts == MT_FLOAT_BF16 && !par.bf16) {
+    mt_err_set(e, "train.precision = bf16: the %s backend has no bf16 op table", ops->name);
+    return -1;
+  }
   if (mt_gpt_create_stage(&s->model, o->shape, ops, o->micro_batch, &par, e) != 0) {
     memset(s, 0, sizeof *s); /* mt_step_destroy must not take a half-made model for a step */
     return -1;

@@ -241,11 +241,9 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     return -1;
   }
   /* the dtype of every role, decided here once (the plan and the run read
-   * lay->dtypes; train.device = auto counts as cuda where CUDA is built);
-   * bf16 storage on the CPU covers dense and MoE models, least-loaded expert
-   * placement included) */
-  if (mt_dtypes_resolve(prec, (mt_device_kind)dev, cfg->grad_dtype, cfg->grad_reduce_dtype,
-                        &lay->dtypes, dmsg, sizeof dmsg) != 0) {
+   * lay->dtypes), the same on every device */
+  if (mt_dtypes_resolve(prec, cfg->grad_dtype, cfg->grad_reduce_dtype, &lay->dtypes, dmsg,
+                        sizeof dmsg) != 0) {
     mt_err_set(e, "%s", dmsg);
     return -1;
   }

@@ -186,7 +186,10 @@ void mt_train_device_setup(mt_trainer *t) {
   }
 
   t->gpu = mt_device_for_local_rank(t->mesh.node.rank, t->mesh.node.size, n_visible, NULL);
-  mt_cuda_init(t->gpu, t->precision, &err);
+  /* under bf16 the model's bf16 tensors go to the backend's bf16 op table;
+   * its fp32 table (the MoE router, the fp32 master's ops) computes in fp32,
+   * as the CPU's does */
+  mt_cuda_init(t->gpu, MT_PRECISION_FP32, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   mt_cuda_info info;
   mt_cuda_get_info(&info);
@@ -227,11 +230,14 @@ void mt_train_device_setup(mt_trainer *t) {
       snprintf(paths + used, sizeof paths - used, "%s%s %s", used ? ", " : "", d[i].name,
                g_comm_of[d[i].id]);
     }
-  mt_info0("meshtrain: device cuda: %s (%d.%d, %.0f GiB), %s, precision %s (matmuls %s); "
+  mt_info0("meshtrain: device cuda: %s (%d.%d, %.0f GiB), %s, precision %s; "
            "device traffic over %s%s",
            info.name, info.sm_major, info.sm_minor, info.total_bytes / 1073741824.0,
            any_shared ? "ranks share GPUs" : "one GPU per rank",
-           t->precision == MT_PRECISION_BF16 ? "bf16" : "fp32", info.gemm_path,
+           t->precision == MT_PRECISION_BF16
+               ? "bf16 (bf16 weights' copy and activations over fp32 master weights and "
+                 "moments; matmuls on bf16 tensors, fp32 accumulation)"
+               : "fp32 (matmuls fp32)",
            paths[0] ? paths : "no group", mt_comm_nccl_built() ? "" : " (built without NCCL)");
   if (any_shared && t->world_rank == 0)
     fprintf(stderr, "%s: warning: %d ranks on a node with %d visible GPU(s): ranks share GPUs, "
@@ -361,7 +367,8 @@ void mt_train_device_json(const mt_trainer *t, cJSON *parent) {
   mt_cuda_info info;
   if (mt_cuda_get_info(&info) != 0) return;
   cJSON_AddStringToObject(d, "gpu", info.name);
-  cJSON_AddStringToObject(d, "gemm", info.gemm_path);
+  /* the model's matmuls: on bf16 tensors under bf16, else the fp32 table's */
+  cJSON_AddStringToObject(d, "gemm", t->precision == MT_PRECISION_BF16 ? "bf16" : info.gemm_path);
   cJSON_AddNumberToObject(d, "gpus_shared", t->gpu_shared);
   cJSON_AddNumberToObject(d, "tensor_bytes_peak", (double)info.peak_bytes);
   cJSON_AddNumberToObject(d, "backend_scratch_bytes", (double)info.workspace_bytes);

@@ -39,20 +39,12 @@
  *     adamw_update on the same inputs, param_bf16 = round(param) bit for bit;
  *     against the CPU's bf16 adamw within 1e-5 (FMA contraction).
  * NaN fails every check (err <= tol is false for NaN). Also: the table has no
- * NULL member but the 9 that the attention and cross-entropy fill sets
- * (listed below), and the same inputs twice give the same bits.
+ * NULL member (the block attention and cross-entropy, which gpu_attn_bf16
+ * checks, included), and the same inputs twice give the same bits.
  * No GPU: prints "SKIP: <reason>" and exits 77. */
 #include "gpu_compare.h"
 
 static const mt_ops_bf16 *bcpu, *bgpu;
-
-/* filled by the attention and cross-entropy fill function (attention_flash.cu
- * and the cross-entropy file), not by this table's yet */
-static const char *const NOT_YET[] = {"attn_forward",         "attn_merge",
-                                      "attn_backward",        "softmax_xent_forward",
-                                      "softmax_xent_backward", "xent_vp_max",
-                                      "xent_vp_exp",          "xent_vp_finish",
-                                      "xent_vp_backward"};
 
 #define TOL_SUM_F32 1e-5 /* fp32 results of sums in other orders */
 #define TOL_ORDER 2e-5   /* fp32 order error beyond one bf16 ulp, of max |out| */
@@ -127,20 +119,10 @@ static void same_bits(const char *what, const void *host, const void *d, size_t 
 /* ------------------------------------------------------------------ */
 
 static void test_table(void) {
-  int missing = 0;
-#define MT_CHECK_MEMBER(member)                                                            \
-  {                                                                                        \
-    int skipped = 0;                                                                       \
-    for (size_t i = 0; i < sizeof NOT_YET / sizeof NOT_YET[0]; i++)                        \
-      skipped |= !strcmp(NOT_YET[i], #member);                                             \
-    if (!skipped && !bgpu->member) {                                                       \
-      printf("  the CUDA bf16 table lacks %s\n", #member);                                 \
-      missing++;                                                                           \
-    }                                                                                      \
-  }
-  MT_OPS_BF16_MEMBERS(MT_CHECK_MEMBER)
-#undef MT_CHECK_MEMBER
-  mt_check_err("CUDA bf16 table complete but the 9 attention/xent members", missing, 0);
+  char missing[512];
+  int n = mt_ops_bf16_missing(bgpu, missing, sizeof missing);
+  if (n) printf("  the CUDA bf16 table lacks %s\n", missing);
+  mt_check_err("CUDA bf16 table: members missing", n, 0);
 }
 
 static void test_matmul(int N, int C, int OC) {

@@ -40,9 +40,9 @@ mt_script_test(fp16_refused badinput ../scripts/expect_fail.sh fp16_refused 2
   "train.precision = fp16: fp16 needs dynamic loss scaling" ${T} --set train.precision=fp16)
 mt_script_test(grad_dtype_bf16_refused badinput ../scripts/expect_fail.sh grad_dtype_bf16_refused 2
   "train.grad_dtype = bf16: not implemented yet" ${T} --set train.precision=bf16 --set train.grad_dtype=bf16)
-# the bf16 gradient reduction narrows with the CPU's bf16 ops: fp32 runs refuse it
+# the bf16 gradient reduction narrows fp32 gradients with the bf16 ops: fp32 runs refuse it
 mt_script_test(grad_reduce_bf16_fp32 badinput ../scripts/expect_fail.sh grad_reduce_bf16_fp32 2
-  "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16 on the CPU" ${T} --set parallel.dp=2 --set parallel.grad_reduce_dtype=bf16)
+  "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16" ${T} --set parallel.dp=2 --set parallel.grad_reduce_dtype=bf16)
 mt_script_test(grad_dtype_unknown badinput ../scripts/expect_fail.sh grad_dtype_unknown 2
   "train.grad_dtype: 'fp8' is not one of fp32.bf16" ${T} --set train.grad_dtype=fp8)
 mt_script_test(bad_device badinput ../scripts/expect_fail.sh bad_device 1

@@ -506,10 +506,7 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
 
 /* The bf16 table: bf16 storage, fp32 math (kernels.h's mt_ops_bf16), on
  * the same stream and scratch as mt_ops_cuda's; either table may be used
- * after mt_cuda_init, whatever the precision it was started for. Its block
- * attention and cross-entropy (attn_forward, attn_merge, attn_backward,
- * softmax_xent_forward/backward, xent_vp_max/exp/finish/backward) are NULL
- * until their fill function joins the ones below. */
+ * after mt_cuda_init, whatever the precision it was started for. */
 static mt_ops_bf16 g_ops_bf16_cuda;
 
 extern "C" const mt_ops_bf16 *mt_ops_bf16_cuda(void) {
@@ -520,5 +517,9 @@ extern "C" const mt_ops_bf16 *mt_ops_bf16_cuda(void) {
   fill_helpers<mt_bf16>(o);
   mt_cuda_fill_ops_bf16(o);
   mt_cuda_fill_moe_ops_bf16(o);
+  mt_cuda_fill_bf16_attn_xent(o); /* attention_flash.cu, xent.cu */
+  char missing[512];
+  if (mt_ops_bf16_missing(o, missing, sizeof missing) > 0)
+    mt_die("CUDA backend: the bf16 op table lacks %s", missing);
   return o;
 }
