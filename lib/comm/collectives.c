@@ -875,7 +875,7 @@ static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
     b[i] = mt_bf16_from_f32(mt_bf16_to_f32(a[i]) + mt_bf16_to_f32(b[i]));
 }
 
-static MPI_Op bf16_sum_op(void) {
+MPI_Op mt_comm_bf16_sum_op(void) {
   static MPI_Op op = MPI_OP_NULL;
   if (op == MPI_OP_NULL) MT_MPI_CHECK(MPI_Op_create(bf16_sum, 1, &op));
   return op;
@@ -895,7 +895,7 @@ void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc) {
     return;
   }
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_UINT16_T, bf16_sum_op(), g->comm));
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_UINT16_T, mt_comm_bf16_sum_op(), g->comm));
   count(g, t0, bytes);
 }
 
@@ -918,7 +918,7 @@ void mt_iallreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc, mt_
     return;
   }
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, as_count(n), MPI_UINT16_T, bf16_sum_op(),
+  MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, as_count(n), MPI_UINT16_T, mt_comm_bf16_sum_op(),
                               g->comm, &r->req));
   count(g, t0, bytes);
   r->active = 1;
@@ -946,7 +946,7 @@ void mt_ireduce_scatter_sum_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv
     return;
   }
   double t0 = mt_now();
-  MT_MPI_CHECK(MPI_Ireduce_scatter(send, recv, counts, MPI_UINT16_T, bf16_sum_op(), g->comm,
+  MT_MPI_CHECK(MPI_Ireduce_scatter(send, recv, counts, MPI_UINT16_T, mt_comm_bf16_sum_op(), g->comm,
                                    &r->req));
   count(g, t0, bytes);
   r->active = 1;

@@ -478,6 +478,10 @@ void mt_alltoall_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size
                          size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
 void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv, size_t outer,
                                 size_t inner, mt_bf16 *scratch, mt_loc loc);
+/* The bf16 sum as an MPI reduction on 16-bit words (inout = round(in +
+ * inout), in fp32, to nearest even): what the 16-bit sums above reduce with,
+ * for a stand-in backend to reduce alike. */
+MPI_Op mt_comm_bf16_sum_op(void);
 void mt_wait(mt_request *r);
 /* give MPI a chance to progress outstanding requests (cheap) */
 void mt_progress(mt_request *r);

@@ -52,25 +52,12 @@ static void *finished(void) {
   return h;
 }
 
-/* NCCL's bf16 sum as the stand-in's MPI reduction: each addition in fp32,
- * rounded to bf16 (as comm's host bf16 sum) */
-static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
-  (void)type;
-  const mt_bf16 *a = in;
-  mt_bf16 *b = inout;
-  for (int i = 0; i < *len; i++)
-    b[i] = mt_bf16_from_f32(mt_bf16_to_f32(a[i]) + mt_bf16_to_f32(b[i]));
-}
-
 /* the element type's MPI type (bf16 moves as 16-bit words) and its sum */
 static MPI_Datatype mpi_type(mt_dtype t) {
   return t == MT_DT_F64 ? MPI_DOUBLE : t == MT_DT_BF16 ? MPI_UINT16_T : MPI_FLOAT;
 }
-static MPI_Op mpi_sum(mt_dtype t) {
-  static MPI_Op bf16 = MPI_OP_NULL;
-  if (t != MT_DT_BF16) return MPI_SUM;
-  if (bf16 == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &bf16);
-  return bf16;
+static MPI_Op mpi_sum(mt_dtype t) { /* NCCL's bf16 sum: comm's host one */
+  return t == MT_DT_BF16 ? mt_comm_bf16_sum_op() : MPI_SUM;
 }
 
 static void *sa_allreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op) {
