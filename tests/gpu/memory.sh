@@ -3,6 +3,15 @@
 # plan accounting test (tests/zero/plan_accounting.sh) runs unchanged on
 # the GPU: every rank's bytes by category and per-step bytes per group
 # equal meshtrain --plan-json's.
+#   memory.sh [PRESET ...]: tiny and tiny_bf16 (train.precision = bf16: the
+#   bf16 tensors on the GPU, the bf16 messages and gradient reductions over
+#   NCCL) unless told which
 source "$(dirname "$0")/common_gpu.sh"
 needs_gpu
-MT_NAME=memory_plan bash "$MT_SRC/tests/zero/plan_accounting.sh" tiny --set train.device=cuda
+presets=("$@")
+[ ${#presets[@]} -gt 0 ] || presets=(tiny tiny_bf16)
+for p in "${presets[@]}"; do
+  MT_NAME=memory_plan bash "$MT_SRC/tests/zero/plan_accounting.sh" "$p" --set train.device=cuda ||
+    fail "plan accounting on the GPU: $p"
+done
+echo PASS
