@@ -92,10 +92,12 @@ if o and "op_seconds" in o.get("device", {}):
     ops = o["device"]["op_seconds"]; tot = sum(ops.values())
     r["gpu_time_by_op"] = {k: {"s": v, "share": v / tot if tot else 0} for k, v in
                            sorted(ops.items(), key=lambda kv: -kv[1])}
-    # the model's block attention (attn_*), and the T x T reference if a run used it
-    att = sum(ops.get(k, 0) for k in ("attn_forward", "attn_merge", "attn_backward",
-                                      "attention_forward", "attention_backward"))
-    mm = ops.get("matmul_forward", 0) + ops.get("matmul_backward", 0)
+    # the model's block attention (attn_*), and the T x T reference if a run
+    # used it; the bf16 table's ops are named "bf16 <op>"
+    def share(*names): return sum(ops.get(p + k, 0) for k in names for p in ("", "bf16 "))
+    att = share("attn_forward", "attn_merge", "attn_backward", "attention_forward",
+                "attention_backward")
+    mm = share("matmul_forward", "matmul_backward")
     r.setdefault("bench", {})["attention_share_of_gpu_time"] = att / tot if tot else None
     r["bench"]["matmul_share_of_gpu_time"] = mm / tot if tot else None
 json.dump(r, open(os.path.join(outdir, "results.json"), "w"), indent=2, sort_keys=True)

@@ -12,6 +12,7 @@ mt_cuda_state g_cu;
 
 static void timers_reset(void); /* per-op GPU time, below */
 static int g_ops_built;         /* the op table is filled (once per start) */
+static int g_ops16_built;       /* the bf16 op table likewise */
 
 /* cuBLASLt's workspace (the size NVIDIA suggests for Hopper) */
 #define MT_LT_WORKSPACE_BYTES (32u << 20)
@@ -111,7 +112,7 @@ extern "C" void mt_cuda_shutdown(void) {
   if (!g_cu.up) return;
   cudaStreamSynchronize(g_cu.stream);
   timers_reset();
-  g_ops_built = 0;
+  g_ops_built = g_ops16_built = 0;
   mt_cuda_matmul_shutdown();
   mt_cuda_ops_shutdown();
   cudaFree(g_cu.lt_workspace);
@@ -318,7 +319,7 @@ template <typename S> static double cuda_sumsq(const S *x, size_t n) { return re
 /* Each timed op is bracketed by two events on the stream; the pairs are
  * read back (cudaEventElapsedTime) in batches, so timing adds two event
  * records per op and no synchronisation of its own. */
-enum { MT_OP_MAX = 64, MT_OP_PENDING = 2048 };
+enum { MT_OP_MAX = 96, MT_OP_PENDING = 2048 };
 static struct {
   int on;
   const char *name[MT_OP_MAX];
@@ -391,13 +392,17 @@ template <int ID, typename... A> struct timed<ID, double (*)(A...)> {
 };
 template <int ID, typename... A> double (*timed<ID, double (*)(A...)>::raw)(A...);
 
-#define MT_TIME(o, member, id)                                  \
+/* member of table o timed as op id, reported as label */
+#define MT_TIME_AS(o, member, id, label)                        \
   do {                                                          \
     timed<id, decltype((o)->member)>::raw = (o)->member;        \
     (o)->member = timed<id, decltype((o)->member)>::call;       \
-    g_t.name[id] = #member;                                     \
+    g_t.name[id] = label;                                       \
     if (id + 1 > g_t.n_ops) g_t.n_ops = id + 1;                 \
   } while (0)
+#define MT_TIME(o, member, id) MT_TIME_AS(o, member, id, #member)
+/* the bf16 table's, reported with a "bf16 " before the member's name */
+#define MT_TIME16(o, member, id) MT_TIME_AS(o, member, id, "bf16 " #member)
 
 static void timers_install(mt_ops *o) {
   MT_TIME(o, zero, 0);
@@ -441,6 +446,53 @@ static void timers_install(mt_ops *o) {
   MT_TIME(o, moe_gather_sum, 37);
   MT_TIME(o, grouped_matmul_forward, 38);
   MT_TIME(o, grouped_matmul_backward, 39);
+}
+
+static void timers_install_bf16(mt_ops_bf16 *o) {
+  MT_TIME16(o, matmul_forward, 40);
+  MT_TIME16(o, matmul_backward, 41);
+  MT_TIME16(o, grouped_matmul_forward, 42);
+  MT_TIME16(o, grouped_matmul_backward, 43);
+  MT_TIME16(o, gather_rows, 44);
+  MT_TIME16(o, moe_combine, 45);
+  MT_TIME16(o, moe_combine_backward, 46);
+  MT_TIME16(o, moe_gather_sum, 47);
+  MT_TIME16(o, encoder_forward, 48);
+  MT_TIME16(o, encoder_backward, 49);
+  MT_TIME16(o, encoder_vp_forward, 50);
+  MT_TIME16(o, encoder_vp_backward, 51);
+  MT_TIME16(o, layernorm_forward, 52);
+  MT_TIME16(o, layernorm_backward, 53);
+  MT_TIME16(o, gelu_forward, 54);
+  MT_TIME16(o, gelu_backward, 55);
+  MT_TIME16(o, residual_forward, 56);
+  MT_TIME16(o, attn_forward, 57);
+  MT_TIME16(o, attn_merge, 58);
+  MT_TIME16(o, attn_backward, 59);
+  MT_TIME16(o, softmax_xent_forward, 60);
+  MT_TIME16(o, softmax_xent_backward, 61);
+  MT_TIME16(o, xent_vp_max, 62);
+  MT_TIME16(o, xent_vp_exp, 63);
+  MT_TIME16(o, xent_vp_finish, 64);
+  MT_TIME16(o, xent_vp_backward, 65);
+  MT_TIME16(o, adamw_update, 66);
+  MT_TIME16(o, zero, 67);
+  MT_TIME16(o, copy, 68);
+  MT_TIME16(o, axpy, 69);
+  MT_TIME16(o, scale, 70);
+  MT_TIME16(o, sum, 71);
+  MT_TIME16(o, sumsq, 72);
+  MT_TIME16(o, copy_2d, 73);
+  MT_TIME16(o, add_2d, 74);
+  MT_TIME16(o, from_f32, 75);
+  MT_TIME16(o, to_f32, 76);
+}
+
+/* MT_CUDA_OP_TIMES=1: each table built from now on is timed */
+static int timing_wanted(void) {
+  const char *t = getenv("MT_CUDA_OP_TIMES");
+  g_t.on = t && *t && strcmp(t, "0") != 0;
+  return g_t.on;
 }
 
 extern "C" int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
@@ -498,9 +550,7 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
   char missing[512];
   if (mt_ops_missing(o, missing, sizeof missing) > 0)
     mt_die("CUDA backend: the op table lacks %s", missing);
-  const char *t = getenv("MT_CUDA_OP_TIMES");
-  g_t.on = t && *t && strcmp(t, "0") != 0;
-  if (g_t.on) timers_install(o);
+  if (timing_wanted()) timers_install(o);
   return o;
 }
 
@@ -512,7 +562,9 @@ static mt_ops_bf16 g_ops_bf16_cuda;
 extern "C" const mt_ops_bf16 *mt_ops_bf16_cuda(void) {
   if (!g_cu.up) return NULL;
   mt_ops_bf16 *o = &g_ops_bf16_cuda;
-  if (o->name) return o;
+  if (g_ops16_built) return o;
+  g_ops16_built = 1;
+  memset(o, 0, sizeof *o);
   o->name = "cuda-bf16";
   fill_helpers<mt_bf16>(o);
   mt_cuda_fill_ops_bf16(o);
@@ -521,5 +573,6 @@ extern "C" const mt_ops_bf16 *mt_ops_bf16_cuda(void) {
   char missing[512];
   if (mt_ops_bf16_missing(o, missing, sizeof missing) > 0)
     mt_die("CUDA backend: the bf16 op table lacks %s", missing);
+  if (timing_wanted()) timers_install_bf16(o);
   return o;
 }

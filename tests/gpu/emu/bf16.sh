@@ -12,7 +12,8 @@
 #     activations) the CPU bf16 run's bytes exactly (the same tensors, so
 #     the plan the CPU's bf16 runs are held to holds here too), and the
 #     activations at most 0.55 of fp32's on the same GPU;
-#   - summary.json names precision bf16 and gemm bf16;
+#   - summary.json names precision bf16 and gemm bf16, and with
+#     MT_CUDA_OP_TIMES=1 its op_seconds time the bf16 table's ops;
 #   - dp 2 reducing gradients in bf16 (parallel.grad_reduce_dtype = bf16)
 #     and tp 2 with sequence parallelism, one emulated GPU a rank: within
 #     1e-3 of the same layout on the CPU, and the dp and tp groups' device
@@ -25,7 +26,8 @@ C=(--set model.preset=tiny --set train.steps=10 --set train.global_batch=8
    --set ckpt.mode=none)
 B=(--set train.precision=bf16)
 train fp32 1 "${C[@]}" --set train.device=cuda --set train.precision=fp32 --set output.dir="$WORK/fp32"
-train bf16 1 "${C[@]}" "${B[@]}" --set train.device=cuda --set output.dir="$WORK/bf16"
+MT_CUDA_OP_TIMES=1 train bf16 1 "${C[@]}" "${B[@]}" --set train.device=cuda \
+  --set output.dir="$WORK/bf16"
 train cpu16 1 "${C[@]}" "${B[@]}" --set train.device=cpu --set output.dir="$WORK/cpu16"
 DP=(--set parallel.dp=2 --set parallel.grad_reduce_dtype=bf16 --set train.micro_batch=2)
 TP=(--set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=2)
@@ -53,6 +55,12 @@ worst("dp2cpu", "dp2", 1e-3, "dp 2, bf16 reduction, GPU vs CPU")
 worst("tp2cpu", "tp2", 1e-3, "tp 2 + sp, GPU vs CPU")
 d = summary("bf16")["device"]
 if d["precision"] != "bf16" or d["gemm"] != "bf16": sys.exit("FAIL: device %s" % d)
+calls = d.get("op_calls", {})
+timed = sorted(k for k in calls if k.startswith("bf16 "))
+print("MT_CUDA_OP_TIMES: %d bf16 ops timed, bf16 matmul_forward %d calls"
+      % (len(timed), calls.get("bf16 matmul_forward", 0)))
+if not calls.get("bf16 matmul_forward", 0) > 0 or not calls.get("bf16 attn_forward", 0) > 0:
+    sys.exit("FAIL: the bf16 table's ops are not timed: %s" % sorted(calls))
 g16, c16, g32 = (summary(r)["mem_peak_bytes_rank0"] for r in ("bf16", "cpu16", "fp32"))
 for k in ("params", "grads", "optimizer", "activations"):
     if g16[k] != c16[k]: sys.exit("FAIL: %s: %d bytes on the GPU, %d on the CPU" % (k, g16[k], c16[k]))
