@@ -1,6 +1,8 @@
-# small, 50 steps: bf16 (bf16 operands, fp32 accumulation, fp32 master
-# weights, gradients and moments) against fp32 on the same GPU: the loss at
-# step 50 within 2%, every step's loss finite, and the curve falling.
+# small, 50 steps: bf16 (the bf16 weights' copy and activations of mixed
+# precision, fp32 accumulation, fp32 master weights, gradients and moments)
+# against fp32 on the same GPU: the loss at step 50 within 2%, every step's
+# loss finite, the curve falling, and the activations at most 0.55 of
+# fp32's bytes.
 source "$(dirname "$0")/common_gpu.sh"
 needs_gpu
 corpus=$(mt_corpus 2000000)
@@ -22,5 +24,9 @@ if not rel <= 0.02: sys.exit("FAIL: bf16 loss at step 50 is %.2f%% off fp32's" %
 if not b[-1] < b[0] - 0.5: sys.exit("FAIL: the bf16 loss did not fall")
 s = json.load(open(sys.argv[2] + "/summary.json"))["device"]
 if s["precision"] != "bf16" or not s["gemm"].startswith("bf16"): sys.exit("FAIL: %s" % s)
+m32, m16 = (json.load(open(d + "/summary.json"))["mem_peak_bytes_rank0"]["activations"]
+            for d in sys.argv[1:3])
+print("activations: bf16 %d bytes, %.3f of fp32's" % (m16, m16 / m32))
+if not m16 <= 0.55 * m32: sys.exit("FAIL: bf16 activations %.3f of fp32's" % (m16 / m32))
 PY
 echo PASS
