@@ -325,8 +325,8 @@ int mt_ops_missing(const mt_ops *ops, char *names, size_t len);
 
 typedef enum { MT_FLOAT_FP32 = 0, MT_FLOAT_BF16 = 1 } mt_float_type;
 
-/* bytes per element (4 or 2). (Not comm.h's mt_dtype, which names the
- * element types of a reduction; the two may merge when comm sends bf16.) */
+/* bytes per element (4 or 2). (comm.h's mt_dtype names the element types
+ * a collective moves: fp32, fp64 and bf16.) */
 size_t mt_float_type_size(mt_float_type t);
 /* the scalar conversions mt_bf16_from_f32 / mt_bf16_to_f32: core.h */
 /* n elements, vectorised, split over the threads (no overlap) */

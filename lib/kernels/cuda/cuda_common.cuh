@@ -199,8 +199,8 @@ void mt_cuda_attention_forward(float *out, float *att, const float *qkv, int B, 
 void mt_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
                                 const float *att, int B, int T, int C, int NH);
 
-/* attention_flash.cu: the block attention ops and strided row copies of
- * the op table (kernels.h states them) */
+/* attention_flash.cu: the block attention ops of the op table (kernels.h
+ * states them) */
 void mt_cuda_attn_forward(const mt_attn_block *a, float *out, float *lse, const float *q,
                           const float *k, const float *v);
 void mt_cuda_attn_merge(const mt_attn_block *a, float *out, float *lse, const float *part,
@@ -208,6 +208,8 @@ void mt_cuda_attn_merge(const mt_attn_block *a, float *out, float *lse, const fl
 void mt_cuda_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *dv,
                            const float *dout, const float *out, const float *lse, const float *q,
                            const float *k, const float *v);
+/* ops.cu: the op table's strided row copies (a 2D copy; the sum through
+ * the cast kernel the bf16 table's add_2d uses) */
 void mt_cuda_copy_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
                      size_t cols);
 void mt_cuda_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,

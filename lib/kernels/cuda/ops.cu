@@ -116,13 +116,23 @@ template <typename From, typename To> static void cast_n(To *dst, const From *sr
   rows_cast<From, To, 0>(dst, n, src, n, 1, n);
 }
 
-/* the bf16 table's copy_2d: the bits as they are */
-static void copy_2d_bf16(mt_bf16 *dst, size_t ld_dst, const mt_bf16 *src, size_t ld_src,
-                         size_t rows, size_t cols) {
+/* copy_2d of both tables: the bits as they are (a 2D copy) */
+template <typename S>
+static void copy_2d(S *dst, size_t ld_dst, const S *src, size_t ld_src, size_t rows,
+                    size_t cols) {
   if (!rows || !cols) return;
-  CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(mt_bf16), src, ld_src * sizeof(mt_bf16),
-                               cols * sizeof(mt_bf16), rows, cudaMemcpyDeviceToDevice,
-                               g_cu.stream));
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(S), src, ld_src * sizeof(S),
+                               cols * sizeof(S), rows, cudaMemcpyDeviceToDevice, g_cu.stream));
+}
+
+void mt_cuda_copy_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                     size_t cols) {
+  copy_2d<float>(dst, ld_dst, src, ld_src, rows, cols);
+}
+
+void mt_cuda_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                    size_t cols) {
+  rows_cast<float, float, 1>(dst, ld_dst, src, ld_src, rows, cols);
 }
 
 void mt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
@@ -510,7 +520,7 @@ void mt_cuda_fill_ops(mt_ops *o) {
 void mt_cuda_fill_ops_bf16(mt_ops_bf16 *o) {
   fill_storage_ops<mt_bf16>(o);
   o->adamw_update = adamw_update_bf16;
-  o->copy_2d = copy_2d_bf16;
+  o->copy_2d = copy_2d<mt_bf16>;
   o->add_2d = rows_cast<mt_bf16, mt_bf16, 1>;
   o->from_f32 = cast_n<float, mt_bf16>;
   o->to_f32 = cast_n<mt_bf16, float>;
