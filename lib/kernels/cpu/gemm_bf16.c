@@ -171,7 +171,10 @@ int mt_bf16_gemm_select(const char *name) {
  * depends only on the depth blocks (fixed by k), not on which tile or
  * thread computed it: the same bits at any thread count (test_bf16 checks
  * 1 thread against 2). With fewer tiles than threads the rows are cut
- * finer; failing that, the tiles run in turn, each sgemm on every thread.
+ * finer; failing that (a small product), the tiles run in turn on one
+ * thread: OpenBLAS's own threads do not keep the bits of one thread (seen
+ * with its Haswell kernels on an AMD EPYC with AVX512-BF16, OpenBLAS
+ * 0.3.21: test_bf16's 64 x 48 x 96 product differed at 2 threads).
  *
  * Why tiles this size: sgemm packs its operands on every call, B's block
  * once per call and A's once per call, so a call must be large in m and n
@@ -288,10 +291,13 @@ static void sgemm_path(const gemm_args *g) {
     }
     mt_cpu_blas_serial_end(blas);
   } else {
+    int blas;
+    mt_cpu_blas_serial_begin(&blas);
     for (int t = 0; t < tiles; t++) {
       int i0 = (t / nt) * MB, j0 = (t % nt) * NB;
       sgemm_tile(g, i0, g->m - i0 < MB ? g->m - i0 : MB, j0, g->n - j0 < NB ? g->n - j0 : NB);
     }
+    mt_cpu_blas_serial_end(blas);
   }
 }
 
