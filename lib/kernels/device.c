@@ -67,15 +67,18 @@ int mt_dtypes_resolve(mt_precision prec, const char *grad_dtype, const char *gra
   if (parse_dtype("train.grad_dtype", grad_dtype, &g, msg, len) != 0 ||
       parse_dtype("parallel.grad_reduce_dtype", grad_reduce_dtype, &r, msg, len) != 0)
     return -1;
-  /* bf16 gradient accumulation needs a bf16 accumulation in every backward
-   * op: not built, so say so rather than run fp32 */
-  if (g == MT_FLOAT_BF16) {
-    snprintf(msg, len, "train.grad_dtype = bf16: not implemented yet (gradients accumulate in "
-                       "fp32, as Megatron-LM's and DeepSpeed's defaults; set it to fp32)");
-    return -1;
-  }
   /* the same tensors on every device (the virtual device emulates them) */
   mt_float_type store = prec == MT_PRECISION_BF16 ? MT_FLOAT_BF16 : MT_FLOAT_FP32;
+  /* bf16 gradients are the bf16 ops' too, and are reduced where they are */
+  if (g == MT_FLOAT_BF16 && store != MT_FLOAT_BF16) {
+    snprintf(msg, len, "train.grad_dtype = bf16 needs train.precision = bf16; set it to fp32");
+    return -1;
+  }
+  if (g == MT_FLOAT_BF16 && r != MT_FLOAT_BF16) {
+    snprintf(msg, len, "train.grad_dtype = bf16 with parallel.grad_reduce_dtype = fp32: bf16 "
+                       "gradients are reduced in bf16 (set parallel.grad_reduce_dtype = bf16)");
+    return -1;
+  }
   /* the bf16 reduction narrows and widens with the bf16 ops of the mixed
    * precision */
   if (r == MT_FLOAT_BF16 && store != MT_FLOAT_BF16) {

@@ -521,8 +521,8 @@ typedef struct {
  * every role fp32; bf16, the weights' copy, activations and messages bf16
  * (the CPU's, the CUDA backend's and the virtual device's mt_ops_bf16).
  * 0, or -1 with one line in msg naming the key and value (a dtype outside
- * fp32|bf16; bf16 gradients, not implemented; a bf16 reduction of fp32
- * gradients under fp32 precision). */
+ * fp32|bf16; bf16 gradients or a bf16 reduction under fp32 precision; bf16
+ * gradients reduced in fp32: they are reduced where they are, in bf16). */
 int mt_dtypes_resolve(mt_precision prec, const char *grad_dtype, const char *grad_reduce_dtype,
                       mt_dtypes *out, char *msg, size_t len);
 /* "fp32" | "bf16" */

@@ -91,8 +91,11 @@ size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end) {
   return n;
 }
 
-void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, float *buf,
-                                   size_t buf_begin, size_t begin, size_t end) {
+/* buf holds fp32 gradients, or bf16 ones where bf is given (packed
+ * widened, summed in fp32, each sum rounded once on the way back) */
+static void reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, void *buf,
+                                 const mt_ops_bf16 *bf, size_t buf_begin, size_t begin,
+                                 size_t end) {
   if (!tp->g) return;
   size_t n = 0;
   for (int pass = 0; pass < 2; pass++) { /* 0: pack, 1: unpack the sums */
@@ -104,14 +107,33 @@ void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, floa
       if (n + t->numel_local > tp->grad_buf_n)
         mt_die("tp partial gradients in [%zu, %zu) exceed the %zu-element buffer", begin, end,
                tp->grad_buf_n);
-      float *g = buf + (t->offset - buf_begin), *packed = tp->grad_buf + n;
-      if (pass == 0) tp->ops->copy(packed, g, t->numel_local);
-      else tp->ops->copy(g, packed, t->numel_local);
+      size_t at = t->offset - buf_begin;
+      float *packed = tp->grad_buf + n;
+      if (bf) {
+        mt_bf16 *g = (mt_bf16 *)buf + at;
+        if (pass == 0) bf->to_f32(packed, g, t->numel_local);
+        else bf->from_f32(g, packed, t->numel_local);
+      } else {
+        float *g = (float *)buf + at;
+        if (pass == 0) tp->ops->copy(packed, g, t->numel_local);
+        else tp->ops->copy(g, packed, t->numel_local);
+      }
       n += t->numel_local;
     }
     if (pass == 0 && n == 0) return;
     if (pass == 0) mt_allreduce_sum_f32(tp->g, tp->grad_buf, n, tp->ops->loc);
   }
+}
+
+void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, float *buf,
+                                   size_t buf_begin, size_t begin, size_t end) {
+  reduce_partial_grads(tp, reg, buf, NULL, buf_begin, begin, end);
+}
+
+void mt_tp_reduce_partial_grads16_at(const mt_tp *tp, const mt_registry *reg,
+                                     const mt_ops_bf16 *bf, mt_bf16 *buf, size_t buf_begin,
+                                     size_t begin, size_t end) {
+  reduce_partial_grads(tp, reg, buf, bf, buf_begin, begin, end);
 }
 
 void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *grads,

@@ -197,6 +197,11 @@ void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, floa
                                    size_t buf_begin, size_t begin, size_t end);
 void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *grads,
                                 size_t begin, size_t end);
+/* The same on bf16 gradients (train.grad_dtype = bf16): widened, summed
+ * over the group in fp32 and each sum rounded once. */
+void mt_tp_reduce_partial_grads16_at(const mt_tp *tp, const mt_registry *reg,
+                                     const mt_ops_bf16 *bf, mt_bf16 *buf, size_t buf_begin,
+                                     size_t begin, size_t end);
 /* Elements of tp_partial_grad tensors this rank holds in [begin, end). */
 size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end);
 

@@ -51,9 +51,11 @@ static size_t part_len(const mt_dp *d, int k) {
 /* ------------------------------------------------------------------ */
 /* buffer pools (ZeRO-2/3)                                             */
 
-/* a buffer of numel elements of es bytes (and part_numel floats) */
+/* a buffer of numel elements of es bytes (and part_numel floats unless
+ * the gradients are bf16: their parts are reduced in bf16 and added to the
+ * bf16 shard, so the fp32 part is never used) */
 static void pool_add(const mt_ops *ops, mt_pool_buf **pool, int *n, mt_mem_cat cat, size_t numel,
-                     size_t part_numel, size_t es) {
+                     size_t part_numel, size_t es, int no_part) {
   *pool = realloc(*pool, (size_t)(*n + 1) * sizeof **pool);
   if (!*pool) mt_die("out of memory (buffer pool)");
   mt_pool_buf *b = &(*pool)[(*n)++];
@@ -61,7 +63,7 @@ static void pool_add(const mt_ops *ops, mt_pool_buf **pool, int *n, mt_mem_cat c
   b->part_numel = part_numel;
   b->es = es;
   b->mem = ops->alloc(cat, numel * es);
-  b->part = part_numel ? ops->alloc(cat, part_numel * sizeof(float)) : NULL;
+  b->part = part_numel && !no_part ? ops->alloc(cat, part_numel * sizeof(float)) : NULL;
   b->owner = -1;
 }
 
@@ -69,6 +71,7 @@ static void pool_free(const mt_ops *ops, mt_pool_buf *pool, int n, mt_mem_cat ca
   for (int i = 0; i < n; i++) {
     ops->free(cat, pool[i].mem, pool[i].numel * pool[i].es);
     if (pool[i].part) ops->free(cat, pool[i].part, pool[i].part_numel * sizeof(float));
+    pool[i].part = NULL;
   }
   free(pool);
 }
@@ -123,6 +126,9 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
   d->unit_bufs = (flags & MT_DP_RUNS) != 0;
   d->zero = reg->zero;
   d->bf = bf;
+  if ((flags & MT_DP_GRADS_BF16) && !bf) mt_die("dp: bf16 gradients need the bf16 ops");
+  d->grads16_acc = (flags & MT_DP_GRADS_BF16) != 0;
+  if (d->grads16_acc) flags |= MT_DP_REDUCE_BF16; /* bf16 gradients reduce in bf16 */
   d->master_sharded = d->zero == 3 || (bf && d->zero >= 1);
   d->reg = reg;
   d->ops = ops;
@@ -155,8 +161,14 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
   size_t n = reg->numel_local, shard = reg->shard_numel;
   d->params = ops->alloc(MT_MEM_PARAMS, (d->master_sharded ? shard : n) * sizeof(float));
   if (bf) d->params_bf16 = ops->alloc(MT_MEM_PARAMS, (d->zero == 3 ? shard : n) * sizeof(mt_bf16));
-  if (d->zero <= 1) d->grads = ops->alloc(MT_MEM_GRADS, n * sizeof(float));
-  if (d->zero >= 1) d->grad_shard = ops->alloc(MT_MEM_GRADS, shard * sizeof(float));
+  /* the gradients: fp32, or bf16 (grads16, shard16 below) */
+  const int acc = d->grads16_acc;
+  if (d->zero <= 1 && !acc) d->grads = ops->alloc(MT_MEM_GRADS, n * sizeof(float));
+  if (d->zero >= 1 && !acc) d->grad_shard = ops->alloc(MT_MEM_GRADS, shard * sizeof(float));
+  if (acc && d->zero <= 1) {
+    d->unit_slot = mt_calloc((size_t)reg->n_units + 1, sizeof(int));
+    for (int u = 0; u < reg->n_units; u++) d->unit_slot[u] = -1;
+  }
   mt_adamw_create(&d->opt, ops, shard, beta1, beta2, eps, weight_decay);
   d->buckets = mt_calloc((size_t)reg->n_buckets + 1, sizeof(mt_bucket));
   for (int k = 0; k < reg->n_buckets; k++) {
@@ -176,7 +188,7 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
     /* the last bucket's buffer, then the largest of the others, twice */
     const mt_bucket_plan *lastb = plan_of(d, nb - 1);
     pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, lastb->end - lastb->begin,
-             part_len(d, nb - 1), sizeof(float));
+             part_len(d, nb - 1), sizeof(float), acc);
     size_t most = 0, most_part = 0;
     for (int k = 0; k < nb - 1; k++) {
       size_t len = plan_of(d, k)->end - plan_of(d, k)->begin;
@@ -186,15 +198,19 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
     if (d->open_fills) /* a buffer per bucket, each its own size */
       for (int k = 0; k < nb - 1; k++)
         pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS,
-                 plan_of(d, k)->end - plan_of(d, k)->begin, part_len(d, k), sizeof(float));
+                 plan_of(d, k)->end - plan_of(d, k)->begin, part_len(d, k), sizeof(float), acc);
     else
       for (int i = 0; i < (nb - 1 < 2 ? nb - 1 : 2); i++)
-        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part, sizeof(float));
+        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part, sizeof(float), acc);
   }
   d->reduce16 = (flags & MT_DP_REDUCE_BF16) && bf;
   if (d->reduce16) {
-    if (d->zero <= 1) d->grads16 = ops->alloc(MT_MEM_COMM, n * sizeof(mt_bf16));
-    if (d->zero == 1) d->shard16 = ops->alloc(MT_MEM_COMM, shard * sizeof(mt_bf16));
+    /* the narrowed copies for the reduction (comm buffers), or, with bf16
+     * gradients, the gradients themselves */
+    const mt_mem_cat c16 = acc ? MT_MEM_GRADS : MT_MEM_COMM;
+    if (d->zero <= 1) d->grads16 = ops->alloc(c16, n * sizeof(mt_bf16));
+    if (d->zero == 1 || (acc && d->zero >= 2))
+      d->shard16 = ops->alloc(c16, shard * sizeof(mt_bf16));
     for (int i = 0; i < d->n_gbufs; i++) {
       mt_pool_buf *pb = &d->gbufs[i];
       pb->mem16 = ops->alloc(MT_MEM_COMM, pb->numel * sizeof(mt_bf16));
@@ -209,8 +225,8 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
     size_t last = U > 1 ? reg->units[U - 1].end - reg->units[U - 1].begin : 0;
     /* the gathered units are the copy's (bf16) or the master's */
     const size_t es = bf ? sizeof(mt_bf16) : sizeof(float);
-    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, first, 0, es);
-    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, last, 0, es);
+    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, first, 0, es, 0);
+    pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, last, 0, es, 0);
     size_t most = 0;
     for (int u = 1; u < U - 1; u++)
       if (reg->units[u].end - reg->units[u].begin > most)
@@ -222,11 +238,11 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
         if (reg->units[u].end == reg->units[u].begin) continue;
         d->unit_buf[u] = d->n_pbufs;
         pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER,
-                 reg->units[u].end - reg->units[u].begin, 0, es);
+                 reg->units[u].end - reg->units[u].begin, 0, es, 0);
       }
     } else {
       for (int i = 0; i < (U - 2 < 2 ? U - 2 : 2); i++)
-        pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, most, 0, es);
+        pool_add(ops, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, most, 0, es, 0);
     }
   }
 }
@@ -237,8 +253,13 @@ void mt_dp_destroy(mt_dp *d) {
     o->free(MT_MEM_PARAMS, d->params_bf16,
             (d->zero == 3 ? d->reg->shard_numel : d->reg->numel_local) * sizeof(mt_bf16));
   for (int k = 0; k < d->reg->n_buckets; k++) mt_wait(&d->buckets[k].req);
-  if (d->grads16) o->free(MT_MEM_COMM, d->grads16, d->reg->numel_local * sizeof(mt_bf16));
-  if (d->shard16) o->free(MT_MEM_COMM, d->shard16, d->reg->shard_numel * sizeof(mt_bf16));
+  const mt_mem_cat c16 = d->grads16_acc ? MT_MEM_GRADS : MT_MEM_COMM;
+  if (d->grads16) o->free(c16, d->grads16, d->reg->numel_local * sizeof(mt_bf16));
+  if (d->shard16) o->free(c16, d->shard16, d->reg->shard_numel * sizeof(mt_bf16));
+  for (int i = 0; i < d->n_slots; i++)
+    o->free(MT_MEM_GRADS, d->slots[i].mem, d->slots[i].cap * sizeof(float));
+  free(d->slots);
+  free(d->unit_slot);
   for (int i = 0; d->reduce16 && i < d->n_gbufs; i++) {
     o->free(MT_MEM_COMM, d->gbufs[i].mem16, d->gbufs[i].numel * sizeof(mt_bf16));
     o->free(MT_MEM_COMM, d->gbufs[i].part16, d->gbufs[i].part_numel * sizeof(mt_bf16));
@@ -325,6 +346,8 @@ void mt_dp_master_changed(mt_dp *d) {
 void mt_dp_begin_step(mt_dp *d) {
   if (d->grads) d->ops->zero(d->grads, d->reg->numel_local);
   if (d->grad_shard) d->ops->zero(d->grad_shard, d->reg->shard_numel);
+  if (d->grads16_acc && d->grads16) d->bf->zero(d->grads16, d->reg->numel_local);
+  if (d->grads16_acc && d->shard16) d->bf->zero(d->shard16, d->reg->shard_numel);
   d->next_bucket = 0;
   d->reduce_now = 0;
   for (int g = 0; g < MT_NGROUPS; g++) d->state_bytes[g] = 0.0;
@@ -341,17 +364,18 @@ void mt_dp_reduce_during_backward(mt_dp *d, int on) { d->reduce_now = on; }
 static void launch(mt_dp *d, int k) {
   const mt_bucket_plan *p = plan_of(d, k);
   mt_bucket *b = &d->buckets[k];
-  float *g = d->grads + p->begin;
-  if (d->reduce16) { /* narrowed, reduced in bf16; widened in bucket_wait */
+  float *g = d->grads ? d->grads + p->begin : NULL;
+  if (d->reduce16) { /* narrowed, reduced in bf16; widened in bucket_wait
+                      * (bf16 gradients: reduced where they are) */
     mt_bf16 *h = d->grads16 + p->begin;
-    d->bf->from_f32(h, g, p->end - p->begin);
+    if (!d->grads16_acc) d->bf->from_f32(h, g, p->end - p->begin);
     if (d->zero)
       GRAD_CALL(d, k, mt_ireduce_scatter_sum_bf16(group_of(d, k), h, d->shard16 + p->shard_off,
                                                   p->counts, d->ops->loc, &b->req));
     else
       GRAD_CALL(d, k, mt_iallreduce_sum_bf16(group_of(d, k), h, p->end - p->begin, d->ops->loc,
                                              &b->req));
-    b->pending16 = 1;
+    b->pending16 = !d->grads16_acc;
   } else if (d->zero)
     GRAD_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), g, d->grad_shard + p->shard_off,
                                                p->counts, d->ops->loc, &b->req));
@@ -392,8 +416,12 @@ static void retire_bucket(mt_dp *d, int k) {
   mt_pool_buf *pb = &d->gbufs[b->buf];
   if (b->launched) {
     mt_wait(&b->req);
-    if (d->reduce16) d->bf->to_f32(pb->part, pb->part16, part_len(d, k));
-    d->ops->axpy(d->grad_shard + plan_of(d, k)->shard_off, 1.0f, pb->part, part_len(d, k));
+    if (d->grads16_acc) { /* the bf16 shard += this part, one rounding */
+      d->bf->axpy(d->shard16 + plan_of(d, k)->shard_off, 1.0f, pb->part16, part_len(d, k));
+    } else {
+      if (d->reduce16) d->bf->to_f32(pb->part, pb->part16, part_len(d, k));
+      d->ops->axpy(d->grad_shard + plan_of(d, k)->shard_off, 1.0f, pb->part, part_len(d, k));
+    }
     b->launched = 0;
   }
   pb->owner = -1;
@@ -439,6 +467,16 @@ static void sum_partials(mt_dp *d, float *buf, size_t buf_begin, size_t begin, s
     mt_tp_reduce_partial_grads_at(d->tp, d->reg, buf, buf_begin, begin, end);
 }
 
+/* zero <= 1: the same on the held gradients, fp32 or bf16 */
+static void sum_held_partials(mt_dp *d, size_t begin, size_t end) {
+  if (!d->grads16_acc) {
+    sum_partials(d, d->grads, 0, begin, end);
+    return;
+  }
+  if (d->tp && d->tp->grad_buf)
+    mt_tp_reduce_partial_grads16_at(d->tp, d->reg, d->bf, d->grads16, 0, begin, end);
+}
+
 /* zero >= 2: reduce-scatter bucket k's buffer (its gradients of this
  * micro-batch, or of the step for a held bucket) */
 static void launch_fill(mt_dp *d, int k) {
@@ -479,7 +517,7 @@ static void unit_grads_done(mt_dp *d, int u) {
     d->unit_done[u] = 1; /* in its chunk's last op: complete for the step */
     /* sequence parallelism: sum the unit's partial gradients over tp (once
      * per step, accumulation included) before dp reduces them */
-    sum_partials(d, d->grads, 0, un->begin, un->end);
+    sum_held_partials(d, un->begin, un->end);
     d->partial_done = 1;
     /* a tied unit (pipeline parallelism: the embeddings, the first unit of
      * the flat buffer) waits for the sum across stages; above it, what is
@@ -504,7 +542,10 @@ void mt_dp_defer_reduce(mt_dp *d, int on) { d->defer = on; }
 void mt_dp_finish_sync(mt_dp *d) {
   d->in_finish = 1;
   if (d->zero <= 1) {
-    if (!d->partial_done) sum_partials(d, d->grads, 0, 0, d->reg->numel_local);
+    for (int u = 0; d->unit_slot && u < d->reg->n_units; u++)
+      if (d->unit_slot[u] >= 0)
+        mt_die("dp: unit %d's bf16 gradients are incomplete at the end of the step", u);
+    if (!d->partial_done) sum_held_partials(d, 0, d->reg->numel_local);
     d->partial_done = 1;
     grads_ready(d, 0);
     for (int k = 0; k < d->reg->n_buckets; k++) bucket_wait(d, k);
@@ -521,11 +562,17 @@ void mt_dp_finish_sync(mt_dp *d) {
 }
 
 float *mt_dp_grads_at(mt_dp *d, size_t off) {
+  if (d->zero <= 1 && d->grads16_acc)
+    mt_die("dp: the gradients are bf16 (mt_dp_grads16_at), flat offset %zu", off);
   if (d->zero <= 1) return d->grads + off;
   int k = mt_registry_bucket_of(d->reg, off);
   if (k < 0 || !d->buckets[k].hold)
     mt_die("ZeRO-%d: flat offset %zu is in no held bucket", d->zero, off);
   return bucket_buffer(d, k) + (off - plan_of(d, k)->begin);
+}
+
+mt_bf16 *mt_dp_grads16_at(mt_dp *d, size_t off) {
+  return d->zero <= 1 && d->grads16_acc ? d->grads16 + off : NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -602,26 +649,80 @@ void mt_dp_release_params(mt_dp *d) {
     for (int u = 0; u < d->reg->n_units; u++) release_unit(d, u);
 }
 
+/* zero <= 1, bf16 gradients: unit u's fp32 slot for this micro-batch, its
+ * bf16 gradients widened (the smallest free slot that holds it, else a new
+ * one its size) */
+static float *slot_open(mt_dp *d, int u) {
+  if (d->unit_slot[u] >= 0) return d->slots[d->unit_slot[u]].mem;
+  const mt_unit *un = &d->reg->units[u];
+  size_t len = un->end - un->begin;
+  int best = -1;
+  for (int i = 0; i < d->n_slots; i++)
+    if (d->slots[i].owner < 0 && d->slots[i].cap >= len &&
+        (best < 0 || d->slots[i].cap < d->slots[best].cap))
+      best = i;
+  if (best < 0) {
+    d->slots = realloc(d->slots, (size_t)(d->n_slots + 1) * sizeof *d->slots);
+    if (!d->slots) mt_die("out of memory (gradient slots)");
+    best = d->n_slots++;
+    d->slots[best] = (mt_grad_slot){.mem = d->ops->alloc(MT_MEM_GRADS, len * sizeof(float)),
+                                    .cap = len, .owner = -1};
+  }
+  mt_grad_slot *sl = &d->slots[best];
+  sl->owner = u;
+  d->unit_slot[u] = best;
+  d->bf->to_f32(sl->mem, d->grads16 + un->begin, len);
+  return sl->mem;
+}
+
+/* ... rounded back into the bf16 gradients, the slot freed */
+static void slot_fold(mt_dp *d, int u) {
+  int i = d->unit_slot[u];
+  if (i < 0) return;
+  const mt_unit *un = &d->reg->units[u];
+  d->bf->from_f32(d->grads16 + un->begin, d->slots[i].mem, un->end - un->begin);
+  d->slots[i].owner = -1;
+  d->unit_slot[u] = -1;
+}
+
 float *mt_dp_grads(mt_dp *d, int u) {
   const mt_unit *un = &d->reg->units[u];
+  if (d->zero <= 1 && d->grads16_acc) return un->end == un->begin ? NULL : slot_open(d, u);
   if (d->zero <= 1) return d->grads + un->begin;
   if (un->end == un->begin) return NULL;
   int k = bucket_of_unit(d, u);
   return bucket_buffer(d, k) + (un->begin - plan_of(d, k)->begin);
 }
 
+void mt_dp_grads_pause(mt_dp *d, int u) {
+  if (d->zero <= 1 && d->grads16_acc) slot_fold(d, u);
+}
+
 void mt_dp_grads_done(mt_dp *d, int u) {
   if (d->reg->units[u].end == d->reg->units[u].begin) return;
+  if (d->zero <= 1 && d->grads16_acc) slot_fold(d, u);
   unit_grads_done(d, u);
 }
 
 /* ------------------------------------------------------------------ */
 /* norm, clip, AdamW                                                   */
 
-/* Sums of squares of grad, which holds the flat range [begin, begin+len), split
- * by the tensors' placement: [0] tp-sharded, [1] replicated over tp; experts
- * (MoE) [2] etp-sharded, [3] replicated over etp. */
-static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, size_t len,
+/* The reduced gradients: this rank's shard (zero >= 1) or the whole
+ * buffer, fp32 or bf16 (MT_DP_GRADS_BF16); elements [i, i+n) of them. */
+static const void *reduced_grads(const mt_dp *d) {
+  if (d->grads16_acc) return d->zero ? (const void *)d->shard16 : (const void *)d->grads16;
+  return d->zero ? (const void *)d->grad_shard : (const void *)d->grads;
+}
+static double grads_sumsq(const mt_dp *d, const void *g, size_t i, size_t n) {
+  if (d->grads16_acc) return d->bf->sumsq((const mt_bf16 *)g + i, n);
+  return d->ops->sumsq((const float *)g + i, n);
+}
+
+/* Sums of squares of grad (reduced_grads' kind), whose element 0 is flat
+ * element begin, over [begin, begin+len), split by the tensors' placement:
+ * [0] tp-sharded, [1] replicated over tp; experts (MoE) [2] etp-sharded,
+ * [3] replicated over etp. */
+static void sumsq_by_placement(const mt_dp *d, const void *grad, size_t begin, size_t len,
                                double acc[4]) {
   size_t end = begin + len;
   for (int i = 0; i < d->reg->n; i++) {
@@ -632,7 +733,7 @@ static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, 
     if (d->pp_g && a >= d->norm_skip_begin && b <= d->norm_skip_end) continue;
     int slot = t->group == MT_GROUP_EDP ? (t->etp.kind == MT_PLACE_SHARDED ? 2 : 3)
                                         : (t->tp.kind == MT_PLACE_SHARDED ? 0 : 1);
-    acc[slot] += d->ops->sumsq(grad + (a - begin), b - a);
+    acc[slot] += grads_sumsq(d, grad, a - begin, b - a);
   }
 }
 
@@ -647,14 +748,16 @@ static void sumsq_by_placement(const mt_dp *d, const float *grad, size_t begin, 
 static double placed_sumsq(mt_dp *d, int experts) {
   const mt_registry *r = d->reg;
   double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  const size_t es = d->grads16_acc ? sizeof(mt_bf16) : sizeof(float);
+  const char *g = reduced_grads(d);
   if (d->zero) {
     for (int k = 0; k < r->n_buckets; k++)
-      sumsq_by_placement(d, d->grad_shard + plan_of(d, k)->shard_off, part_begin(d, k),
-                         part_len(d, k), acc);
+      sumsq_by_placement(d, g + plan_of(d, k)->shard_off * es, part_begin(d, k), part_len(d, k),
+                         acc);
     mt_allreduce_sum_f64(d->groups[MT_GROUP_DP], acc, 2, MT_LOC_HOST);
     if (experts) mt_allreduce_sum_f64(d->groups[MT_GROUP_EDP], acc + 2, 2, MT_LOC_HOST);
   } else {
-    sumsq_by_placement(d, d->grads, 0, r->numel_local, acc);
+    sumsq_by_placement(d, g, 0, r->numel_local, acc);
   }
   if (d->tp_g) mt_allreduce_sum_f64(d->tp_g, acc, 1, MT_LOC_HOST);
   if (experts && d->ep_g) mt_allreduce_sum_f64(d->ep_g, acc + 2, 2, MT_LOC_HOST);
@@ -671,12 +774,39 @@ static double global_sumsq(mt_dp *d) {
   if (d->tp_g || d->pp_g) return placed_sumsq(d, 0);
   double sumsq = 0.0;
   if (d->zero) {
-    sumsq = d->ops->sumsq(d->grad_shard, r->shard_numel);
+    sumsq = grads_sumsq(d, reduced_grads(d), 0, r->shard_numel);
     mt_allreduce_sum_f64(d->groups[MT_GROUP_DP], &sumsq, 1, MT_LOC_HOST);
   } else {
-    sumsq = d->ops->sumsq(d->grads, r->numel_local);
+    sumsq = grads_sumsq(d, reduced_grads(d), 0, r->numel_local);
   }
   return sumsq;
+}
+
+/* The largest fp32 gradient buffer, free between steps (bf16 gradients:
+ * AdamW reads them widened through it); its elements in *cap. */
+static float *free_f32_buffer(const mt_dp *d, size_t *cap) {
+  float *best = NULL;
+  *cap = 0;
+  for (int i = 0; i < d->n_slots; i++)
+    if (d->slots[i].cap > *cap) *cap = d->slots[i].cap, best = d->slots[i].mem;
+  for (int i = 0; i < d->n_gbufs; i++)
+    if (d->gbufs[i].numel > *cap) *cap = d->gbufs[i].numel, best = d->gbufs[i].mem;
+  return best;
+}
+
+/* AdamW over flat elements [begin, begin+len) whose master starts at param,
+ * copy (or NULL) at copy, moments at moff, from the bf16 gradients g16,
+ * widened and scaled piece by piece in buf (cap elements) */
+static void update_from_bf16(mt_dp *d, float *param, mt_bf16 *copy, const mt_bf16 *g16,
+                             size_t begin, size_t len, size_t moff, float scale, float *buf,
+                             size_t cap) {
+  for (size_t i = 0; i < len; i += cap) {
+    size_t n = len - i < cap ? len - i : cap;
+    d->bf->to_f32(buf, g16 + i, n);
+    if (scale != 1.0f) d->ops->scale(buf, scale, n);
+    mt_adamw_update_range_bf16(&d->opt, d->reg, param + i, copy ? copy + i : NULL, d->bf, buf,
+                               begin + i, n, moff + i);
+  }
 }
 
 double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
@@ -685,7 +815,11 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
   d->last_grad_norm = norm;
   float scale = mt_clip_scale(norm, grad_clip);
   float *g = d->zero ? d->grad_shard : d->grads;
-  if (scale != 1.0f) d->ops->scale(g, scale, r->shard_numel);
+  if (scale != 1.0f && !d->grads16_acc) d->ops->scale(g, scale, r->shard_numel);
+  size_t cap = 0;
+  float *buf = d->grads16_acc ? free_f32_buffer(d, &cap) : NULL;
+  if (d->grads16_acc && !buf && r->shard_numel)
+    mt_die("dp: no gradient buffer to widen the bf16 gradients in (no backward this step?)");
   mt_adamw_step_begin(&d->opt, lr);
   for (int k = 0; k < r->n_buckets; k++) {
     const mt_bucket_plan *p = plan_of(d, k);
@@ -695,8 +829,16 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
       float *param = d->master_sharded ? d->params + p->shard_off : d->params + pb;
       mt_bf16 *copy = !d->bf ? NULL : d->zero == 3 ? d->params_bf16 + p->shard_off
                                                    : d->params_bf16 + pb;
-      mt_adamw_update_range_bf16(&d->opt, r, param, copy, d->bf, g + p->shard_off, pb,
-                                 part_len(d, k), p->shard_off);
+      if (d->grads16_acc)
+        update_from_bf16(d, param, copy, d->shard16 + p->shard_off, pb, part_len(d, k),
+                         p->shard_off, scale, buf, cap);
+      else
+        mt_adamw_update_range_bf16(&d->opt, r, param, copy, d->bf, g + p->shard_off, pb,
+                                   part_len(d, k), p->shard_off);
+    } else if (d->grads16_acc) {
+      update_from_bf16(d, d->params + p->begin, d->params_bf16 + p->begin,
+                       d->grads16 + p->begin, p->begin, p->end - p->begin, p->shard_off, scale,
+                       buf, cap);
     } else {
       mt_adamw_update_range_bf16(&d->opt, r, d->params + p->begin,
                                  d->bf ? d->params_bf16 + p->begin : NULL, d->bf, g + p->begin,

@@ -55,6 +55,12 @@ typedef struct {
   int owner;            /* bucket or unit using it, -1 free */
 } mt_pool_buf;
 
+/* An fp32 slot of bf16 gradient accumulation (zero <= 1, MT_DP_GRADS_BF16). */
+typedef struct {
+  float *mem;
+  size_t cap;           /* elements */
+  int owner;            /* unit, -1 free */
+} mt_grad_slot;
 /* The groups the dp engine works over: per reduction group of the
  * registry (mt_grad_group: [MT_GROUP_DP] the dp x cp ranks of the dense
  * tensors, [MT_GROUP_EDP] the edp ranks of the experts; NULL where the
@@ -139,6 +145,25 @@ typedef struct {
    * part16. Comm buffers (MT_MEM_COMM). */
   int reduce16;
   mt_bf16 *grads16, *shard16;
+  /* gradients accumulated in bf16 (MT_DP_GRADS_BF16, train.grad_dtype =
+   * bf16; reduced in bf16): grads16 (zero <= 1) and shard16 (zero >= 1)
+   * are then the gradients themselves (MT_MEM_GRADS), and d->grads,
+   * d->grad_shard and the gradient buffers' fp32 parts are not held.
+   * zero <= 1: each piece of a backward pass accumulates a unit's
+   * gradients into an fp32 slot that starts as its bf16 gradients widened
+   * (exact) and is rounded back into them when the piece ends
+   * (mt_dp_grads_pause): one rounding per micro-batch for a block, two
+   * for the embeddings (the LM head's, the embedding's), as a bf16
+   * gradient buffer takes each weight-gradient GEMM on GPUs. Slots are made
+   * when first needed, each the size of the unit that needed it, and reused
+   * by any unit they hold (the smallest free one that fits): the units of
+   * one piece (the LM head: the embeddings and the final LayerNorm).
+   * zero >= 2: each micro-batch's fp32 gradient buffer is reduce-scattered
+   * in bf16 and added to shard16 with one rounding. */
+  int grads16_acc;
+  mt_grad_slot *slots;
+  int n_slots;
+  int *unit_slot;        /* per unit, the slot it holds, -1 none */
 } mt_dp;
 
 /* Allocates the state and builds the buckets' run-time state from reg's
@@ -161,7 +186,12 @@ enum {
   /* gradients reduced in bf16 over dp x cp (parallel.grad_reduce_dtype =
    * bf16; needs the bf16 ops, mt_dp_create_bf16): half the bytes, each
    * addition of two ranks' parts rounded to bf16; they accumulate in fp32 */
-  MT_DP_REDUCE_BF16 = 4
+  MT_DP_REDUCE_BF16 = 4,
+  /* gradients accumulated in bf16 (train.grad_dtype = bf16; needs the bf16
+   * ops, and reduces in bf16 as MT_DP_REDUCE_BF16 does): half the bytes of
+   * the held gradients, each unit's gradients of a micro-batch added to
+   * them with one rounding (see mt_dp.grads16_acc) */
+  MT_DP_GRADS_BF16 = 8
 };
 void mt_dp_create(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg, const mt_ops *ops,
                   const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay,
@@ -201,6 +231,12 @@ mt_act *mt_dp_params(mt_dp *d, int u, mt_pass pass);
 void mt_dp_params_done(mt_dp *d, int u, mt_pass pass);
 float *mt_dp_grads(mt_dp *d, int u);
 void mt_dp_grads_done(mt_dp *d, int u);
+/* The piece of the pass that wrote into mt_dp_grads(u) has ended; the unit
+ * may be written again before mt_dp_grads_done (the embeddings: the LM
+ * head first, the embedding's backward last). bf16 gradients (zero <= 1):
+ * the unit's slot is rounded into them and freed, so only the units of one
+ * piece hold a slot at a time. */
+void mt_dp_grads_pause(mt_dp *d, int u);
 /* zero >= 2, MT_DP_RUNS: while on, a bucket whose units are all complete
  * keeps accumulating (the next micro-batch of the run adds to it) instead
  * of being reduced; the pass run with it off reduces it. */
@@ -225,6 +261,10 @@ float *mt_dp_full_grads(mt_dp *d);
  * tensor (zero <= 1: in the whole buffer; zero >= 2: in its held bucket's
  * buffer), for the sum across stages before mt_dp_finish_sync. */
 float *mt_dp_grads_at(mt_dp *d, size_t off);
+/* The same for bf16 gradients held whole (zero <= 1 with
+ * MT_DP_GRADS_BF16): the bf16 gradient at flat element off; NULL where
+ * mt_dp_grads_at applies. */
+mt_bf16 *mt_dp_grads16_at(mt_dp *d, size_t off);
 
 /* Global gradient norm over the reduced gradients, then clip, AdamW on this
  * rank's share, and (zero 1, 2) all-gather the updated parameters. Returns
@@ -426,8 +466,9 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
  * copy on another stage (pp_copy), owner and copy exchange their gradients
  * (this rank's unreduced gradients, mt_dp_grads_at) and each adds the other's, so the two
  * stay bitwise equal (a + b == b + a) and so do their updates. scratch
- * holds the largest such tensor. Collective over the stages that hold
- * one. */
+ * holds the largest such tensor (twice over where the gradients are bf16
+ * held whole, mt_dp_grads16_at: both widened, the sum rounded once).
+ * Collective over the stages that hold one. */
 void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_ops *ops,
                           mt_dp *dp, float *scratch);
 /* Floats of the largest tied tensor this stage holds (0: none). */

@@ -171,6 +171,8 @@ static double run_pass(mt_pp_exec *x, mt_pass pass, int slot, int chunk, const m
       if (pass != MT_PASS_FORWARD) mt_gpt_bind_grads(m, p->use[k], mt_dp_grads(x->dp, p->use[k]));
     }
     loss += mt_gpt_run_piece(m, pass, p, &args);
+    for (int k = 0; k < 2 && pass != MT_PASS_FORWARD; k++)
+      if (p->use[k] >= 0) mt_dp_grads_pause(x->dp, p->use[k]);
     for (int k = 0; k < 2; k++)
       if (p->done[k] >= 0) mt_dp_grads_done(x->dp, p->done[k]);
     /* keep: the next op runs this chunk again (a run of micro-batches):
@@ -392,6 +394,16 @@ void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_o
     const mt_tensor *t = &reg->t[i];
     if (t->pp_copy < 0 || t->pp_copy == t->pp_stage || t->numel_local == 0) continue;
     int peer = reg->pp_rank == t->pp_stage ? t->pp_copy : t->pp_stage;
+    mt_bf16 *g16 = mt_dp_grads16_at(dp, t->offset);
+    if (g16) { /* bf16 gradients: both widened, added in fp32, rounded once
+                * (the same bits at both ends: fp32 addition commutes) */
+      float *mine = scratch + t->numel_local;
+      dp->bf->to_f32(mine, g16, t->numel_local);
+      mt_sendrecv_f32(pp_group, mine, scratch, t->numel_local, peer, TAG_TIED, ops->loc);
+      ops->axpy(mine, 1.0f, scratch, t->numel_local);
+      dp->bf->from_f32(g16, mine, t->numel_local);
+      continue;
+    }
     float *g = mt_dp_grads_at(dp, t->offset);
     mt_sendrecv_f32(pp_group, g, scratch, t->numel_local, peer, TAG_TIED, ops->loc);
     ops->axpy(g, 1.0f, scratch, t->numel_local);

@@ -181,7 +181,8 @@ void mt_train_device_setup(mt_trainer *t) {
      * with or without bf16 instructions, AMX, oneDNN) */
     if (t->precision == MT_PRECISION_BF16)
       mt_info0("meshtrain: precision bf16 on the CPU: bf16 weights' copy and activations over "
-               "fp32 master weights and moments; %s", mt_bf16_gemm_note());
+               "fp32 master weights and moments, gradients %s (reduced in %s); %s",
+               t->cfg.grad_dtype, t->cfg.grad_reduce_dtype, mt_bf16_gemm_note());
     return;
   }
 
@@ -230,14 +231,18 @@ void mt_train_device_setup(mt_trainer *t) {
       snprintf(paths + used, sizeof paths - used, "%s%s %s", used ? ", " : "", d[i].name,
                g_comm_of[d[i].id]);
     }
+  char prec[256];
+  if (t->precision == MT_PRECISION_BF16)
+    snprintf(prec, sizeof prec,
+             "bf16 (bf16 weights' copy and activations over fp32 master weights and moments, "
+             "gradients %.8s (reduced in %.8s); matmuls on bf16 tensors, fp32 accumulation)",
+             t->cfg.grad_dtype, t->cfg.grad_reduce_dtype);
+  else
+    snprintf(prec, sizeof prec, "fp32 (matmuls fp32)");
   mt_info0("meshtrain: device cuda: %s (%d.%d, %.0f GiB), %s, precision %s; "
            "device traffic over %s%s",
            info.name, info.sm_major, info.sm_minor, info.total_bytes / 1073741824.0,
-           any_shared ? "ranks share GPUs" : "one GPU per rank",
-           t->precision == MT_PRECISION_BF16
-               ? "bf16 (bf16 weights' copy and activations over fp32 master weights and "
-                 "moments; matmuls on bf16 tensors, fp32 accumulation)"
-               : "fp32 (matmuls fp32)",
+           any_shared ? "ranks share GPUs" : "one GPU per rank", prec,
            paths[0] ? paths : "no group", mt_comm_nccl_built() ? "" : " (built without NCCL)");
   if (any_shared && t->world_rank == 0)
     fprintf(stderr, "%s: warning: %d ranks on a node with %d visible GPU(s): ranks share GPUs, "

@@ -38,8 +38,11 @@ mt_script_test(ops_bf16 gpu ops.sh gpu_ops_bf16 fp32 bf16_small_scratch)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
 mt_script_test(fp16_refused badinput ../scripts/expect_fail.sh fp16_refused 2
   "train.precision = fp16: fp16 needs dynamic loss scaling" ${T} --set train.precision=fp16)
-mt_script_test(grad_dtype_bf16_refused badinput ../scripts/expect_fail.sh grad_dtype_bf16_refused 2
-  "train.grad_dtype = bf16: not implemented yet" ${T} --set train.precision=bf16 --set train.grad_dtype=bf16)
+# bf16 gradients are reduced in bf16, and need the bf16 precision's ops
+mt_script_test(grad_dtype_bf16_fp32_reduce badinput ../scripts/expect_fail.sh grad_dtype_bf16_fp32_reduce 2
+  "train.grad_dtype = bf16 with parallel.grad_reduce_dtype = fp32" ${T} --set train.precision=bf16 --set train.grad_dtype=bf16)
+mt_script_test(grad_dtype_bf16_fp32 badinput ../scripts/expect_fail.sh grad_dtype_bf16_fp32 2
+  "train.grad_dtype = bf16 needs train.precision = bf16" ${T} --set train.grad_dtype=bf16 --set parallel.grad_reduce_dtype=bf16)
 # the bf16 gradient reduction narrows fp32 gradients with the bf16 ops: fp32 runs refuse it
 mt_script_test(grad_reduce_bf16_fp32 badinput ../scripts/expect_fail.sh grad_reduce_bf16_fp32 2
   "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16" ${T} --set parallel.dp=2 --set parallel.grad_reduce_dtype=bf16)

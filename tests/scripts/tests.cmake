@@ -8,6 +8,7 @@ mt_script_test(determinism mpi determinism.sh)
 mt_script_test(loss_falls mpi loss_falls.sh)
 mt_script_test(bf16_train mpi bf16_train.sh)
 mt_script_test(bf16_layouts mpi bf16_layouts.sh)
+mt_script_test(bf16_grads mpi bf16_grads.sh)
 
 # Bad input: name, ranks, regex the one error line must match, arguments.
 set(T --set model.preset=tiny --set parallel.dp=2 --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)

@@ -75,9 +75,17 @@ int main(void) {
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "fp16", "fp32", &d, msg, sizeof msg) != 0 &&
                  strstr(msg, "train.grad_dtype = 'fp16'"),
              "grad_dtype fp16: '%s'", msg);
+    /* bf16 gradients: under bf16 precision, reduced in bf16 */
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "bf16", "bf16", &d, msg, sizeof msg) == 0 &&
+                 d.grads == MT_FLOAT_BF16 && d.grad_reduce == MT_FLOAT_BF16 &&
+                 d.master == MT_FLOAT_FP32 && d.weights == MT_FLOAT_BF16,
+             "grad_dtype bf16: %s", msg);
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "bf16", "fp32", &d, msg, sizeof msg) != 0 &&
-                 strstr(msg, "train.grad_dtype = bf16") && strstr(msg, "not implemented"),
-             "grad_dtype bf16: '%s'", msg);
+                 strstr(msg, "train.grad_dtype = bf16 with parallel.grad_reduce_dtype = fp32"),
+             "grad_dtype bf16, fp32 reduction: '%s'", msg);
+    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_FP32, "bf16", "bf16", &d, msg, sizeof msg) != 0 &&
+                 strstr(msg, "train.grad_dtype = bf16 needs train.precision = bf16"),
+             "grad_dtype bf16 under fp32: '%s'", msg);
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_FP32, "fp32", "bf16", &d, msg, sizeof msg) != 0 &&
                  strstr(msg, "parallel.grad_reduce_dtype = bf16"),
              "grad_reduce_dtype bf16: '%s'", msg);

@@ -19,7 +19,11 @@
 # and the gradients reduced in bf16
 # (parallel.grad_reduce_dtype = bf16: half the dp x cp bytes, the bf16
 # staging buffers as comm buffers) at dp = 2 zero 0-2, dp = 4 zero 3,
-# dp 2 x cp 2 at zero 1, dp 2 x pp 2 at zero 2 under zb-h1.
+# dp 2 x cp 2 at zero 1, dp 2 x pp 2 at zero 2 under zb-h1; and the
+# gradients held in bf16 (train.grad_dtype = bf16: the bf16 gradients and
+# the fp32 slots a piece of backward writes in) at dp = 2 zero 0-2, dp = 4
+# zero 3, pp 2 x dp 2 at zero 1 (the tied sum), pp = 2 zb-h1 with
+# recompute, tp = 2 + sp at zero 1 (partial gradients summed over tp).
 MT_SUFFIX=$1
 source "$(dirname "$0")/../scripts/common.sh"
 preset=$1 bf16=0
@@ -33,6 +37,9 @@ cases=("dp2z0 2 --set parallel.dp=2 --set parallel.zero=0 --set train.micro_batc
        "dp2z1 2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2"
        "dp2z2 2 --set parallel.dp=2 --set parallel.zero=2 --set train.micro_batch=1"
        "dp2z3 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=2")
+# bf16 gradients (train.grad_dtype = bf16, reduced in bf16): the bf16
+# gradients and the fp32 slots of the units a piece of backward writes
+g16=(--set train.grad_dtype=bf16 --set parallel.grad_reduce_dtype=bf16)
 if [ $bf16 = 1 ]; then
   cases+=("dp4z3 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1"
           "pp2z1 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2"
@@ -47,7 +54,14 @@ if [ $bf16 = 1 ]; then
           "dp2z2r16 2 --set parallel.dp=2 --set parallel.zero=2 --set train.micro_batch=1 --set parallel.grad_reduce_dtype=bf16"
           "dp4z3r16 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1 --set parallel.grad_reduce_dtype=bf16"
           "cp2dp2z1r16 4 --set parallel.cp=2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=1 --set parallel.grad_reduce_dtype=bf16"
-          "pp2dp2z2zbr16 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2 --set parallel.schedule=zb-h1 --set train.micro_batch=2 --set parallel.grad_reduce_dtype=bf16")
+          "pp2dp2z2zbr16 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2 --set parallel.schedule=zb-h1 --set train.micro_batch=2 --set parallel.grad_reduce_dtype=bf16"
+          "dp2z0g16 2 --set parallel.dp=2 --set parallel.zero=0 --set train.micro_batch=2 ${g16[*]}"
+          "dp2z1g16 2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2 ${g16[*]}"
+          "dp2z2g16 2 --set parallel.dp=2 --set parallel.zero=2 --set train.micro_batch=1 ${g16[*]}"
+          "dp4z3g16 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1 ${g16[*]}"
+          "pp2dp2z1g16 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2 ${g16[*]}"
+          "pp2zbrcg16 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompute=true --set train.micro_batch=2 ${g16[*]}"
+          "tp2spz1g16 2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=1 --set train.micro_batch=4 ${g16[*]}")
 elif [ "$preset" = tiny ]; then
   cases+=("dp4z3 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1"
           "dp4z2b 4 --set parallel.dp=4 --set parallel.zero=2 --set train.micro_batch=1 --set parallel.bucket_mb=0.02"
