@@ -81,62 +81,14 @@ static int parse_int(const char *opt, const char *text) {
 
 static int g_cpu_clock = 0;
 
-/* ---- --peak: instruction throughput on one core ----
- * 24 independent accumulators (enough to cover either instruction's
- * latency), 20M iterations, this thread's CPU time: zmm vfmadd231ps (16
- * multiply-adds = 32 flops each) against zmm vdpbf16ps (32 bf16 products
- * summed pairwise into 16 fp32 = 64 flops each). Whether a hand-written
- * vdpbf16ps GEMM could beat sgemm on this CPU follows from the two peaks. */
-static double thread_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define PEAK_ITERS 20000000L
-#define PEAK_REGS ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23\n"
-#define PEAK_CLOBBER                                                                        \
-  "rcx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",     \
-      "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",      \
-      "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm30", "xmm31"
-
-/* target attributes: the registers zmm16-31 exist only for AVX-512 code; a build
-   without -march=native (the sanitizer build) still compiles these two. */
-__attribute__((target("avx512f"))) static double peak_fma_gflops(void) {
-  double t0 = thread_seconds();
-  __asm__ volatile("mov %0, %%rcx\n vxorps %%zmm30, %%zmm30, %%zmm30\n"
-                   "vxorps %%zmm31, %%zmm31, %%zmm31\n"
-                   "1:\n" PEAK_REGS "vfmadd231ps %%zmm30, %%zmm31, %%zmm\\r\n .endr\n"
-                   "dec %%rcx\n jnz 1b\n"
-                   :
-                   : "r"(PEAK_ITERS)
-                   : PEAK_CLOBBER);
-  return PEAK_ITERS * 24.0 * 32 / (thread_seconds() - t0) * 1e-9;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16_gflops(void) {
-  double t0 = thread_seconds();
-  __asm__ volatile("mov %0, %%rcx\n vxorps %%zmm30, %%zmm30, %%zmm30\n"
-                   "vxorps %%zmm31, %%zmm31, %%zmm31\n"
-                   "1:\n" PEAK_REGS "vdpbf16ps %%zmm30, %%zmm31, %%zmm\\r\n .endr\n"
-                   "dec %%rcx\n jnz 1b\n"
-                   :
-                   : "r"(PEAK_ITERS)
-                   : PEAK_CLOBBER);
-  return PEAK_ITERS * 24.0 * 64 / (thread_seconds() - t0) * 1e-9;
-}
-
+/* ---- --peak: instruction throughput on one core (mt_cpu_bf16_peaks) ---- */
 static void print_peaks(void) {
   if (!__builtin_cpu_supports("avx512f")) {
     printf("# peak: no AVX-512 on this CPU, nothing to compare\n");
     return;
   }
   double fma = 0, dp = 0;
-  for (int r = 0; r < 3; r++) { /* the best of three: another job may share the core */
-    double f = peak_fma_gflops(), d = mt_cpu_bf16_level() >= 1 ? peak_dpbf16_gflops() : 0.0;
-    fma = f > fma ? f : fma;
-    dp = d > dp ? d : dp;
-  }
+  mt_cpu_bf16_peaks(&fma, &dp, 20000000L);
   printf("# peak on one core (thread CPU time): zmm fp32 FMA %.1f GFLOP/s", fma);
   if (mt_cpu_bf16_level() >= 1)
     printf(", zmm vdpbf16ps %.1f GFLOP/s (%.2fx the FMA peak)", dp, dp / fma);

@@ -8,7 +8,8 @@
 #    shape (L=96, C=12288, T=2048) at ZeRO 0-3 over dp = 64, fp32 and bf16,
 #    beside the ZeRO paper's 2 + 2 + 12 (fp16 weights and gradients, fp32
 #    master and Adam moments; K = 12): 16, 4 + 12/N, 2 + 14/N, 16/N.
-#    Activations are per token, not per parameter: left out.
+#    Activations are per token, not per parameter: left out. bf16g: bf16
+#    with the gradients held in bf16 (train.grad_dtype = bf16).
 # 2. One rank, 2 threads, each pinned to its own core: small at T=256 and
 #    gpt2-124m at T=1024, micro-batch 4, fp32 then bf16: tokens/s (median
 #    of steps 2..), bf16/fp32; training FLOP/s (metrics' flops_per_s, the
@@ -54,10 +55,11 @@ print("%-9s %4s %5s | %7s %7s %7s %8s %7s | %7s | %7s" % ("model", "zero", "prec
                                                            "ZeRO pp"))
 for name, sets in models.items():
     for zero in range(4):
-        for prec in ("fp32", "bf16"):
-            args = sum((["--set", s] for s in sets + [
+        for prec in ("fp32", "bf16", "bf16g"):
+            g16 = ["train.grad_dtype=bf16", "parallel.grad_reduce_dtype=bf16"] if prec == "bf16g" else []
+            args = sum((["--set", s] for s in sets + g16 + [
                 "parallel.dp=%d" % N, "parallel.zero=%d" % zero, "train.global_batch=%d" % N,
-                "train.micro_batch=1", "train.precision=%s" % prec]), [])
+                "train.micro_batch=1", "train.precision=%s" % prec[:4]]), [])
             pj = "%s/plan-%s-z%d-%s.json" % (out, name, zero, prec)
             subprocess.run([bindir + "/meshtrain", "--plan", "--plan-json", pj] + args, check=True,
                            capture_output=True)
@@ -72,7 +74,7 @@ for name, sets in models.items():
                 name, zero, prec, *[b[c] for c in cats], tot, paper[zero]))
 json.dump(rows, open(out + "/bytes.json", "w"), indent=1)
 print("(bytes this rank holds per model parameter, rank 0 of %d; ZeRO pp: the ZeRO paper's "
-      "2+2+12 at the same stage)" % N)
+      "2+2+12 at the same stage; bf16g: bf16 with train.grad_dtype = bf16)" % N)
 PY
 fi
 [[ $PARTS == *2* ]] || exit 0

@@ -335,10 +335,12 @@ void mt_bf16_to_f32_n(float *dst, const mt_bf16 *src, size_t n);
 
 /* How the bf16 matmuls run in this process, decided at the first call:
  *   "onednn"  oneDNN matmul, bf16 operands, fp32 accumulation (built with
- *             oneDNN and the CPU has AMX-BF16, or MT_BF16_GEMM=onednn);
+ *             oneDNN, and the CPU has AMX-BF16, or AVX512-BF16 whose
+ *             vdpbf16ps runs at 1.5x the fp32 FMA flops or more, measured
+ *             at the first call: AMD Zen 4, 2.0x; or MT_BF16_GEMM=onednn);
  *   "sgemm"   operands converted to fp32 in blocks, OpenBLAS sgemm, fp32
- *             results rounded once (every other CPU: on AVX512-BF16 without
- *             AMX, vdpbf16ps has half the throughput of fp32 FMA and
+ *             results rounded once (every other CPU: on an AVX512-BF16
+ *             Xeon without AMX, vdpbf16ps ran at 1.0x the FMA flops and
  *             oneDNN's bf16 matmul measured 0.55-0.7x of fp32 sgemm per
  *             core, this path 0.85-0.9x at 1 thread; see gemm_bf16.c).
  * The environment's MT_BF16_GEMM=auto|onednn|sgemm overrides (onednn in a
@@ -350,6 +352,10 @@ const char *mt_bf16_gemm_note(void);
 /* 1 when the CPU has AVX512-BF16, 2 when it also has AMX-BF16 usable by
  * this process, 0 otherwise */
 int mt_cpu_bf16_level(void);
+/* The zmm fp32 FMA and vdpbf16ps peaks of one core in GFLOP/s (the best of
+ * three runs of iters iterations each, this thread's CPU time); 0 where the
+ * CPU lacks the instruction. */
+void mt_cpu_bf16_peaks(double *fma, double *dp, long iters);
 /* Force a path: "onednn" or "sgemm", or "auto" for the process's default
  * (tests and benchmarks; call outside any op). 0, or -1 when name is none
  * of these or oneDNN is not in this build (then nothing changes). */

@@ -5,20 +5,24 @@
  *            += of a backward product is its "sum" post-op, applied in fp32
  *            before the one rounding). Built when CMake finds oneDNN
  *            (MT_HAVE_DNNL); chosen when the CPU has AMX-BF16, where it runs
- *            on the tile units.
+ *            on the tile units, or AVX512-BF16 with a full-rate vdpbf16ps
+ *            (measured at start: at least 1.5x the fp32 FMA flops).
  *  "sgemm"   the operands converted to fp32 in blocks of rows and multiplied
  *            by OpenBLAS sgemm; each fp32 result rounded once. A bf16 x bf16
  *            product is exact in fp32 (8 + 8 significant bits), so this path
  *            computes exactly what a bf16 GEMM with fp32 accumulation does;
  *            only the order of the fp32 additions is sgemm's.
  *
- * Why sgemm on AVX512-BF16 CPUs without AMX: measured on a Xeon (family 6
- * model 207) with avx512_bf16 and no AMX exposed, vdpbf16ps retires one
+ * Why the rate decides on AVX512-BF16 CPUs without AMX: measured on a Xeon
+ * (family 6 model 207) with avx512_bf16 and no AMX exposed, vdpbf16ps retires one
  * every two cycles (zmm: 64 flops per two cycles) against two fp32 FMAs
  * per cycle (zmm: 64 flops per cycle), so a bf16 dot-product GEMM peaks at
  * half of sgemm; oneDNN 2.6's bf16 matmul reached 75-85 GFLOP/s per core
  * against sgemm's 135-145 and this path's 110-130 at the model's shapes
- * (apps/scripts/bench-bf16.sh prints them side by side).
+ * (apps/scripts/bench-bf16.sh prints them side by side). On an AMD EPYC
+ * (Zen 4) vdpbf16ps ran at 2.02x the zmm FMA flops, and at gpt2-124m's
+ * shapes on 2 threads oneDNN's bf16 matmul reached 690 GFLOP/s against
+ * OpenBLAS's sgemm at 204 (its Haswell kernels there) and this path's 178.
  *
  * Forms (row-major; the three products of a linear layer):
  *   NT  out  (M=N,  N=OC) = inp  (N,C)  w^T, w stored (OC,C)       K = C
@@ -41,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -76,14 +81,76 @@ static int detect_bf16_level(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* instruction throughput on one core                                  */
+
+/* 24 independent accumulators (enough to cover either instruction's
+ * latency), iters iterations, this thread's CPU time (another job on the
+ * machine takes cores, not this thread's cycles): zmm vfmadd231ps (16
+ * multiply-adds = 32 flops each) against zmm vdpbf16ps (32 bf16 products
+ * summed pairwise into 16 fp32 = 64 flops each). */
+static double thread_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define PEAK_REGS ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23\n"
+#define PEAK_CLOBBER                                                                        \
+  "rcx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",     \
+      "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",      \
+      "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm30", "xmm31"
+
+/* target attributes: the registers zmm16-31 exist only for AVX-512 code; a
+ * build without -march=native (the sanitizer build) still compiles these */
+__attribute__((target("avx512f"))) static double peak_fma_gflops(long iters) {
+  double t0 = thread_seconds();
+  __asm__ volatile("mov %0, %%rcx\n vxorps %%zmm30, %%zmm30, %%zmm30\n"
+                   "vxorps %%zmm31, %%zmm31, %%zmm31\n"
+                   "1:\n" PEAK_REGS "vfmadd231ps %%zmm30, %%zmm31, %%zmm\\r\n .endr\n"
+                   "dec %%rcx\n jnz 1b\n"
+                   :
+                   : "r"(iters)
+                   : PEAK_CLOBBER);
+  return iters * 24.0 * 32 / (thread_seconds() - t0) * 1e-9;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16_gflops(long iters) {
+  double t0 = thread_seconds();
+  __asm__ volatile("mov %0, %%rcx\n vxorps %%zmm30, %%zmm30, %%zmm30\n"
+                   "vxorps %%zmm31, %%zmm31, %%zmm31\n"
+                   "1:\n" PEAK_REGS "vdpbf16ps %%zmm30, %%zmm31, %%zmm\\r\n .endr\n"
+                   "dec %%rcx\n jnz 1b\n"
+                   :
+                   : "r"(iters)
+                   : PEAK_CLOBBER);
+  return iters * 24.0 * 64 / (thread_seconds() - t0) * 1e-9;
+}
+
+void mt_cpu_bf16_peaks(double *fma, double *dp, long iters) {
+  *fma = *dp = 0.0;
+  if (!__builtin_cpu_supports("avx512f")) return;
+  int bf16 = detect_bf16_level() >= 1;
+  for (int r = 0; r < 3; r++) { /* the best of three */
+    double f = peak_fma_gflops(iters), d = bf16 ? peak_dpbf16_gflops(iters) : 0.0;
+    *fma = f > *fma ? f : *fma;
+    *dp = d > *dp ? d : *dp;
+  }
+}
+
+/* ------------------------------------------------------------------ */
 /* the path                                                            */
 
 typedef enum { PATH_SGEMM = 0, PATH_ONEDNN = 1 } gemm_path;
 
+/* vdpbf16ps flops over FMA flops from which oneDNN is the default (the
+ * two CPUs measured: 1.0 and 2.0) */
+#define MT_BF16_DP_FULL_RATE 1.5
+
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_level;
+static double g_dp_ratio; /* vdpbf16ps flops over zmm FMA flops, one core (level 1) */
 static gemm_path g_path;
-static char g_note[256];
+static char g_note[384];
 
 static int dnnl_built(void) {
 #ifdef MT_HAVE_DNNL
@@ -111,8 +178,20 @@ static gemm_path choose(const char *want) {
     snprintf(g_note, sizeof g_note, "bf16 matmuls: oneDNN on AMX-BF16");
     return PATH_ONEDNN;
   }
+  if (g_level == 1 && dnnl_built() && g_dp_ratio >= MT_BF16_DP_FULL_RATE) {
+    snprintf(g_note, sizeof g_note,
+             "bf16 matmuls: oneDNN on AVX512-BF16 (vdpbf16ps at %.2fx the fp32 FMA rate of "
+             "this core)", g_dp_ratio);
+    return PATH_ONEDNN;
+  }
+  char l1[128];
+  snprintf(l1, sizeof l1,
+           dnnl_built() ? "this CPU has AVX512-BF16 without AMX, vdpbf16ps at %.2fx the fp32 FMA "
+                          "rate: sgemm is faster"
+                        : "this CPU has AVX512-BF16 but this build has no oneDNN",
+           g_dp_ratio);
   const char *why = g_level == 2   ? "this build has no oneDNN"
-                    : g_level == 1 ? "this CPU has AVX512-BF16 without AMX, where sgemm is faster"
+                    : g_level == 1 ? l1
                                    : "this CPU has no bf16 instructions";
   /* a request that could not be honoured says so */
   const char *ignored = !want || !*want || !strcasecmp(want, "auto") ? NULL
@@ -129,6 +208,15 @@ static gemm_path choose(const char *want) {
 
 static void init_once(void) {
   g_level = detect_bf16_level();
+  /* AVX512-BF16 without AMX: the dot product's rate decides (measured, a
+   * few ms). Full rate (AMD Zen 4: 2.0x the FMA flops) makes oneDNN's bf16
+   * matmul 3.4x OpenBLAS's sgemm; half rate (the Xeon above: 1.0x) makes it
+   * slower than sgemm */
+  if (g_level == 1 && dnnl_built()) {
+    double fma, dp;
+    mt_cpu_bf16_peaks(&fma, &dp, 200000L);
+    g_dp_ratio = fma > 0 ? dp / fma : 0.0;
+  }
   g_path = choose(getenv("MT_BF16_GEMM"));
 }
 
