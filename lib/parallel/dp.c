@@ -165,7 +165,7 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
   const int acc = d->grads16_acc;
   if (d->zero <= 1 && !acc) d->grads = ops->alloc(MT_MEM_GRADS, n * sizeof(float));
   if (d->zero >= 1 && !acc) d->grad_shard = ops->alloc(MT_MEM_GRADS, shard * sizeof(float));
-  if (acc && d->zero <= 1) {
+  if (acc) {
     d->unit_slot = mt_calloc((size_t)reg->n_units + 1, sizeof(int));
     for (int u = 0; u < reg->n_units; u++) d->unit_slot[u] = -1;
   }
@@ -187,8 +187,10 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
   if (d->zero >= 2 && nb > 0) {
     /* the last bucket's buffer, then the largest of the others, twice */
     const mt_bucket_plan *lastb = plan_of(d, nb - 1);
+    /* bf16 gradients: the buffers are bf16 (a piece's slots are fp32) */
+    const size_t ges = acc ? sizeof(mt_bf16) : sizeof(float);
     pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, lastb->end - lastb->begin,
-             part_len(d, nb - 1), sizeof(float), acc);
+             part_len(d, nb - 1), ges, acc);
     size_t most = 0, most_part = 0;
     for (int k = 0; k < nb - 1; k++) {
       size_t len = plan_of(d, k)->end - plan_of(d, k)->begin;
@@ -198,10 +200,10 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
     if (d->open_fills) /* a buffer per bucket, each its own size */
       for (int k = 0; k < nb - 1; k++)
         pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS,
-                 plan_of(d, k)->end - plan_of(d, k)->begin, part_len(d, k), sizeof(float), acc);
+                 plan_of(d, k)->end - plan_of(d, k)->begin, part_len(d, k), ges, acc);
     else
       for (int i = 0; i < (nb - 1 < 2 ? nb - 1 : 2); i++)
-        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part, sizeof(float), acc);
+        pool_add(ops, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part, ges, acc);
   }
   d->reduce16 = (flags & MT_DP_REDUCE_BF16) && bf;
   if (d->reduce16) {
@@ -213,7 +215,7 @@ void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *
       d->shard16 = ops->alloc(c16, shard * sizeof(mt_bf16));
     for (int i = 0; i < d->n_gbufs; i++) {
       mt_pool_buf *pb = &d->gbufs[i];
-      pb->mem16 = ops->alloc(MT_MEM_COMM, pb->numel * sizeof(mt_bf16));
+      pb->mem16 = acc ? pb->mem : ops->alloc(MT_MEM_COMM, pb->numel * sizeof(mt_bf16));
       pb->part16 = ops->alloc(MT_MEM_COMM, pb->part_numel * sizeof(mt_bf16));
     }
   }
@@ -261,7 +263,8 @@ void mt_dp_destroy(mt_dp *d) {
   free(d->slots);
   free(d->unit_slot);
   for (int i = 0; d->reduce16 && i < d->n_gbufs; i++) {
-    o->free(MT_MEM_COMM, d->gbufs[i].mem16, d->gbufs[i].numel * sizeof(mt_bf16));
+    if (!d->grads16_acc)
+      o->free(MT_MEM_COMM, d->gbufs[i].mem16, d->gbufs[i].numel * sizeof(mt_bf16));
     o->free(MT_MEM_COMM, d->gbufs[i].part16, d->gbufs[i].part_numel * sizeof(mt_bf16));
   }
   if (d->gather)
@@ -436,11 +439,11 @@ static int units_of_bucket(const mt_dp *d, int k) {
   return n;
 }
 
-/* zero >= 2: bucket k's gradient buffer for this micro-batch: the one it
- * holds while its units' backward goes on, else a zeroed one (after the
- * previous micro-batch's reduce-scatter from it has been added to the
- * shard) */
-static float *bucket_buffer(mt_dp *d, int k) {
+/* zero >= 2: bucket k's gradient buffer for this micro-batch (fp32, or
+ * bf16 gradients' bf16): the one it holds while its units' backward goes
+ * on, else a zeroed one (after the previous micro-batch's reduce-scatter
+ * from it has been added to the shard) */
+static void *bucket_buffer(mt_dp *d, int k) {
   mt_bucket *b = &d->buckets[k];
   if (b->buf >= 0 && !b->launched) return d->gbufs[b->buf].mem;
   retire_bucket(d, k);
@@ -456,7 +459,8 @@ static float *bucket_buffer(mt_dp *d, int k) {
   b->launched = 0;
   b->units_left = units_of_bucket(d, k);
   (void)p;
-  d->ops->zero(pb->mem, p->end - p->begin);
+  if (d->grads16_acc) d->bf->zero(pb->mem16, p->end - p->begin);
+  else d->ops->zero(pb->mem, p->end - p->begin);
   return pb->mem;
 }
 
@@ -483,9 +487,16 @@ static void launch_fill(mt_dp *d, int k) {
   mt_bucket *b = &d->buckets[k];
   const mt_bucket_plan *p = plan_of(d, k);
   mt_pool_buf *pb = &d->gbufs[b->buf];
-  sum_partials(d, pb->mem, p->begin, p->begin, p->end);
-  if (d->reduce16) { /* narrowed, reduced in bf16; widened in retire_bucket */
-    d->bf->from_f32(pb->mem16, pb->mem, p->end - p->begin);
+  if (d->grads16_acc) {
+    if (d->tp && d->tp->grad_buf)
+      mt_tp_reduce_partial_grads16_at(d->tp, d->reg, d->bf, pb->mem16, p->begin, p->begin,
+                                      p->end);
+  } else {
+    sum_partials(d, pb->mem, p->begin, p->begin, p->end);
+  }
+  if (d->reduce16) { /* narrowed, reduced in bf16; widened in retire_bucket
+                      * (bf16 gradients: reduced where they are) */
+    if (!d->grads16_acc) d->bf->from_f32(pb->mem16, pb->mem, p->end - p->begin);
     GRAD_CALL(d, k, mt_ireduce_scatter_sum_bf16(group_of(d, k), pb->mem16, pb->part16, p->counts,
                                                 d->ops->loc, &b->req));
   } else {
@@ -541,10 +552,10 @@ void mt_dp_defer_reduce(mt_dp *d, int on) { d->defer = on; }
 
 void mt_dp_finish_sync(mt_dp *d) {
   d->in_finish = 1;
+  for (int u = 0; d->unit_slot && u < d->reg->n_units; u++)
+    if (d->unit_slot[u] >= 0)
+      mt_die("dp: unit %d's bf16 gradients are incomplete at the end of the step", u);
   if (d->zero <= 1) {
-    for (int u = 0; d->unit_slot && u < d->reg->n_units; u++)
-      if (d->unit_slot[u] >= 0)
-        mt_die("dp: unit %d's bf16 gradients are incomplete at the end of the step", u);
     if (!d->partial_done) sum_held_partials(d, 0, d->reg->numel_local);
     d->partial_done = 1;
     grads_ready(d, 0);
@@ -561,18 +572,24 @@ void mt_dp_finish_sync(mt_dp *d) {
   for (int k = 0; k < d->reg->n_buckets; k++) retire_bucket(d, k);
 }
 
-float *mt_dp_grads_at(mt_dp *d, size_t off) {
-  if (d->zero <= 1 && d->grads16_acc)
-    mt_die("dp: the gradients are bf16 (mt_dp_grads16_at), flat offset %zu", off);
-  if (d->zero <= 1) return d->grads + off;
+/* zero >= 2: the held bucket's buffer at flat offset off */
+static void *held_at(mt_dp *d, size_t off, size_t es) {
   int k = mt_registry_bucket_of(d->reg, off);
   if (k < 0 || !d->buckets[k].hold)
     mt_die("ZeRO-%d: flat offset %zu is in no held bucket", d->zero, off);
-  return bucket_buffer(d, k) + (off - plan_of(d, k)->begin);
+  return (char *)bucket_buffer(d, k) + (off - plan_of(d, k)->begin) * es;
+}
+
+float *mt_dp_grads_at(mt_dp *d, size_t off) {
+  if (d->grads16_acc) mt_die("dp: the gradients are bf16 (mt_dp_grads16_at), flat offset %zu", off);
+  if (d->zero <= 1) return d->grads + off;
+  return held_at(d, off, sizeof(float));
 }
 
 mt_bf16 *mt_dp_grads16_at(mt_dp *d, size_t off) {
-  return d->zero <= 1 && d->grads16_acc ? d->grads16 + off : NULL;
+  if (!d->grads16_acc) return NULL;
+  if (d->zero <= 1) return d->grads16 + off;
+  return held_at(d, off, sizeof(mt_bf16));
 }
 
 /* ------------------------------------------------------------------ */
@@ -649,13 +666,11 @@ void mt_dp_release_params(mt_dp *d) {
     for (int u = 0; u < d->reg->n_units; u++) release_unit(d, u);
 }
 
-/* zero <= 1, bf16 gradients: unit u's fp32 slot for this micro-batch, its
- * bf16 gradients widened (the smallest free slot that holds it, else a new
- * one its size) */
-static float *slot_open(mt_dp *d, int u) {
+/* bf16 gradients: unit u's fp32 slot for this piece, its bf16 gradients
+ * (len elements at home: in the whole buffer, or in its bucket's) widened
+ * (the smallest free slot that holds it, else a new one its size) */
+static float *slot_open(mt_dp *d, int u, mt_bf16 *home, size_t len) {
   if (d->unit_slot[u] >= 0) return d->slots[d->unit_slot[u]].mem;
-  const mt_unit *un = &d->reg->units[u];
-  size_t len = un->end - un->begin;
   int best = -1;
   for (int i = 0; i < d->n_slots; i++)
     if (d->slots[i].owner < 0 && d->slots[i].cap >= len &&
@@ -670,37 +685,40 @@ static float *slot_open(mt_dp *d, int u) {
   }
   mt_grad_slot *sl = &d->slots[best];
   sl->owner = u;
+  sl->home = home;
+  sl->len = len;
   d->unit_slot[u] = best;
-  d->bf->to_f32(sl->mem, d->grads16 + un->begin, len);
+  d->bf->to_f32(sl->mem, home, len);
   return sl->mem;
 }
 
 /* ... rounded back into the bf16 gradients, the slot freed */
 static void slot_fold(mt_dp *d, int u) {
+  if (!d->grads16_acc) return;
   int i = d->unit_slot[u];
   if (i < 0) return;
-  const mt_unit *un = &d->reg->units[u];
-  d->bf->from_f32(d->grads16 + un->begin, d->slots[i].mem, un->end - un->begin);
+  d->bf->from_f32(d->slots[i].home, d->slots[i].mem, d->slots[i].len);
   d->slots[i].owner = -1;
   d->unit_slot[u] = -1;
 }
 
 float *mt_dp_grads(mt_dp *d, int u) {
   const mt_unit *un = &d->reg->units[u];
-  if (d->zero <= 1 && d->grads16_acc) return un->end == un->begin ? NULL : slot_open(d, u);
+  const size_t len = un->end - un->begin;
+  if (d->zero <= 1 && d->grads16_acc) return len ? slot_open(d, u, d->grads16 + un->begin, len) : NULL;
   if (d->zero <= 1) return d->grads + un->begin;
   if (un->end == un->begin) return NULL;
   int k = bucket_of_unit(d, u);
-  return bucket_buffer(d, k) + (un->begin - plan_of(d, k)->begin);
+  size_t at = un->begin - plan_of(d, k)->begin;
+  if (d->grads16_acc) return slot_open(d, u, (mt_bf16 *)bucket_buffer(d, k) + at, len);
+  return (float *)bucket_buffer(d, k) + at;
 }
 
-void mt_dp_grads_pause(mt_dp *d, int u) {
-  if (d->zero <= 1 && d->grads16_acc) slot_fold(d, u);
-}
+void mt_dp_grads_pause(mt_dp *d, int u) { slot_fold(d, u); }
 
 void mt_dp_grads_done(mt_dp *d, int u) {
   if (d->reg->units[u].end == d->reg->units[u].begin) return;
-  if (d->zero <= 1 && d->grads16_acc) slot_fold(d, u);
+  slot_fold(d, u);
   unit_grads_done(d, u);
 }
 
@@ -789,7 +807,7 @@ static float *free_f32_buffer(const mt_dp *d, size_t *cap) {
   *cap = 0;
   for (int i = 0; i < d->n_slots; i++)
     if (d->slots[i].cap > *cap) *cap = d->slots[i].cap, best = d->slots[i].mem;
-  for (int i = 0; i < d->n_gbufs; i++)
+  for (int i = 0; !d->grads16_acc && i < d->n_gbufs; i++)
     if (d->gbufs[i].numel > *cap) *cap = d->gbufs[i].numel, best = d->gbufs[i].mem;
   return best;
 }

@@ -48,18 +48,22 @@ typedef struct {
 
 /* A buffer of a pool (ZeRO-2/3 gradients, ZeRO-3 gathered parameters). */
 typedef struct {
-  void *mem;            /* its elements (fp32; a bf16 copy's gathered unit: bf16) */
+  void *mem;            /* its elements (fp32; a bf16 copy's gathered unit and bf16
+                           gradients: bf16) */
   float *part;          /* gradient buffers: this rank's part of the reduce-scatter */
   size_t numel, part_numel, es; /* elements of mem and part; bytes of one of mem's */
-  mt_bf16 *mem16, *part16; /* gradient buffers reduced in bf16: mem and part narrowed */
+  mt_bf16 *mem16, *part16; /* gradient buffers reduced in bf16: mem and part narrowed
+                              (bf16 gradients: mem16 is mem) */
   int owner;            /* bucket or unit using it, -1 free */
 } mt_pool_buf;
 
-/* An fp32 slot of bf16 gradient accumulation (zero <= 1, MT_DP_GRADS_BF16). */
+/* An fp32 slot of bf16 gradient accumulation (MT_DP_GRADS_BF16). */
 typedef struct {
   float *mem;
   size_t cap;           /* elements */
   int owner;            /* unit, -1 free */
+  mt_bf16 *home;        /* the owner's bf16 gradients (len elements) it rounds into */
+  size_t len;
 } mt_grad_slot;
 /* The groups the dp engine works over: per reduction group of the
  * registry (mt_grad_group: [MT_GROUP_DP] the dp x cp ranks of the dense
@@ -149,16 +153,17 @@ typedef struct {
    * bf16; reduced in bf16): grads16 (zero <= 1) and shard16 (zero >= 1)
    * are then the gradients themselves (MT_MEM_GRADS), and d->grads,
    * d->grad_shard and the gradient buffers' fp32 parts are not held.
-   * zero <= 1: each piece of a backward pass accumulates a unit's
-   * gradients into an fp32 slot that starts as its bf16 gradients widened
-   * (exact) and is rounded back into them when the piece ends
+   * Each piece of a backward pass accumulates a unit's gradients into an
+   * fp32 slot that starts as its bf16 gradients (zero <= 1: in grads16;
+   * zero >= 2: in its bucket's buffer, then bf16) widened (exact) and is
+   * rounded back into them when the piece ends
    * (mt_dp_grads_pause): one rounding per micro-batch for a block, two
    * for the embeddings (the LM head's, the embedding's), as a bf16
    * gradient buffer takes each weight-gradient GEMM on GPUs. Slots are made
    * when first needed, each the size of the unit that needed it, and reused
    * by any unit they hold (the smallest free one that fits): the units of
    * one piece (the LM head: the embeddings and the final LayerNorm).
-   * zero >= 2: each micro-batch's fp32 gradient buffer is reduce-scattered
+   * zero >= 2: each micro-batch's bf16 gradient buffer is reduce-scattered
    * in bf16 and added to shard16 with one rounding. */
   int grads16_acc;
   mt_grad_slot *slots;
@@ -233,9 +238,9 @@ float *mt_dp_grads(mt_dp *d, int u);
 void mt_dp_grads_done(mt_dp *d, int u);
 /* The piece of the pass that wrote into mt_dp_grads(u) has ended; the unit
  * may be written again before mt_dp_grads_done (the embeddings: the LM
- * head first, the embedding's backward last). bf16 gradients (zero <= 1):
- * the unit's slot is rounded into them and freed, so only the units of one
- * piece hold a slot at a time. */
+ * head first, the embedding's backward last). bf16 gradients: the unit's
+ * slot is rounded into them and freed, so only the units of one piece
+ * hold a slot at a time. */
 void mt_dp_grads_pause(mt_dp *d, int u);
 /* zero >= 2, MT_DP_RUNS: while on, a bucket whose units are all complete
  * keeps accumulating (the next micro-batch of the run adds to it) instead
@@ -261,9 +266,9 @@ float *mt_dp_full_grads(mt_dp *d);
  * tensor (zero <= 1: in the whole buffer; zero >= 2: in its held bucket's
  * buffer), for the sum across stages before mt_dp_finish_sync. */
 float *mt_dp_grads_at(mt_dp *d, size_t off);
-/* The same for bf16 gradients held whole (zero <= 1 with
- * MT_DP_GRADS_BF16): the bf16 gradient at flat element off; NULL where
- * mt_dp_grads_at applies. */
+/* The same for bf16 gradients (MT_DP_GRADS_BF16): the bf16 gradient at
+ * flat element off (zero >= 2: in its held bucket's buffer); NULL where
+ * the gradients are fp32 (mt_dp_grads_at applies). */
 mt_bf16 *mt_dp_grads16_at(mt_dp *d, size_t off);
 
 /* Global gradient norm over the reduced gradients, then clip, AdamW on this
@@ -466,8 +471,8 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
  * copy on another stage (pp_copy), owner and copy exchange their gradients
  * (this rank's unreduced gradients, mt_dp_grads_at) and each adds the other's, so the two
  * stay bitwise equal (a + b == b + a) and so do their updates. scratch
- * holds the largest such tensor (twice over where the gradients are bf16
- * held whole, mt_dp_grads16_at: both widened, the sum rounded once).
+ * holds the largest such tensor (twice over where the gradients are bf16,
+ * mt_dp_grads16_at: both widened, the sum rounded once).
  * Collective over the stages that hold one. */
 void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_ops *ops,
                           mt_dp *dp, float *scratch);

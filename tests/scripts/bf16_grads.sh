@@ -3,10 +3,12 @@
 # - one rank with 4 micro-batches (each added to the bf16 gradients with
 #   one rounding), dp = 2 at ZeRO-1 (the bf16 gradients reduce-scattered
 #   into a bf16 shard, AdamW reading it widened) and ZeRO-3 (each
-#   micro-batch's fp32 buffer reduce-scattered in bf16 and added to the
-#   bf16 shard), pp = 2 (the tied embeddings' bf16 gradients summed across
-#   the stages), tp = 2 with sp at ZeRO-1 (sp's partial gradients summed
-#   over tp from bf16): losses within rtol 1e-3 of the same global batch
+#   micro-batch's bf16 bucket buffer reduce-scattered in bf16 and added to
+#   the bf16 shard), pp = 2 (the tied embeddings' bf16 gradients summed
+#   across the stages) with 1F1B and with zb-h1 (a block's gradients
+#   written by two pieces: the input pass's LayerNorms, the weight pass's
+#   matmuls), tp = 2 with sp at ZeRO-1 (sp's partial gradients summed over
+#   tp from bf16): losses within rtol 1e-3 of the same global batch
 #   on one rank with fp32 gradients. Why 1e-3: bf16_layouts.sh's bound
 #   (u/4, u = 2^-8) for the layouts' weight-copy flips and tp roundings;
 #   holding the gradients in bf16 adds one rounding per micro-batch to each
@@ -35,11 +37,12 @@ run again 1 --set train.micro_batch=2 "${g16[@]}"
 run dp2z1 2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2 "${g16[@]}"
 run dp2z3 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=2 "${g16[@]}"
 run pp2 2 --set parallel.pp=2 --set train.micro_batch=2 "${g16[@]}"
+run pp2zb 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.micro_batch=2 "${g16[@]}"
 run tp2spz1 2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=1 \
   --set train.micro_batch=2 "${g16[@]}"
 grep -q "gradients bf16" "$WORK/one.log" || { cat "$WORK/one.log"; fail "the start line does not say the gradients are bf16"; }
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/one" "$WORK/dp2z1" \
-  "$WORK/dp2z3" "$WORK/pp2" "$WORK/tp2spz1" --rtol 1e-3 --steps 20
+  "$WORK/dp2z3" "$WORK/pp2" "$WORK/pp2zb" "$WORK/tp2spz1" --rtol 1e-3 --steps 20
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/one" "$WORK/again" --bitwise --steps 20
 if python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/one" --bitwise --steps 20 \
   > "$WORK/same.txt"; then
