@@ -15,7 +15,10 @@
 #   - summary.json names precision bf16 and gemm bf16, and with
 #     MT_CUDA_OP_TIMES=1 its op_seconds time the bf16 table's ops;
 #   - dp 2 reducing gradients in bf16 (parallel.grad_reduce_dtype = bf16)
-#     and tp 2 with sequence parallelism, one emulated GPU a rank: within
+#     and tp 2 with sequence parallelism holding the gradients in bf16
+#     (train.grad_dtype = bf16: the fp32 slots of each piece rounded into
+#     bf16 gradients in GPU memory, sp's partial gradients summed over tp
+#     from bf16), one emulated GPU a rank: within
 #     1e-3 of the same layout on the CPU, and the dp and tp groups' device
 #     traffic went over NCCL, none of it staged through host MPI.
 source "$(dirname "$0")/../common_gpu.sh"
@@ -30,7 +33,8 @@ MT_CUDA_OP_TIMES=1 train bf16 1 "${C[@]}" "${B[@]}" --set train.device=cuda \
   --set output.dir="$WORK/bf16"
 train cpu16 1 "${C[@]}" "${B[@]}" --set train.device=cpu --set output.dir="$WORK/cpu16"
 DP=(--set parallel.dp=2 --set parallel.grad_reduce_dtype=bf16 --set train.micro_batch=2)
-TP=(--set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=2)
+TP=(--set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=2
+    --set train.grad_dtype=bf16 --set parallel.grad_reduce_dtype=bf16)
 train dp2 2 "${C[@]}" "${B[@]}" "${DP[@]}" --set train.device=cuda --set output.dir="$WORK/dp2"
 train dp2cpu 2 "${C[@]}" "${B[@]}" "${DP[@]}" --set train.device=cpu --set output.dir="$WORK/dp2cpu"
 train tp2 2 "${C[@]}" "${B[@]}" "${TP[@]}" --set train.device=cuda --set output.dir="$WORK/tp2"
@@ -52,7 +56,7 @@ worst("cpu16", "bf16", 1e-3, "bf16 GPU against bf16 CPU")
 if worst("fp32", "bf16", 2e-3, "bf16 GPU against fp32 GPU"):
     sys.exit("FAIL: bf16 gives fp32's losses bit for bit: the bf16 path did not run")
 worst("dp2cpu", "dp2", 1e-3, "dp 2, bf16 reduction, GPU vs CPU")
-worst("tp2cpu", "tp2", 1e-3, "tp 2 + sp, GPU vs CPU")
+worst("tp2cpu", "tp2", 1e-3, "tp 2 + sp, bf16 grads, GPU vs CPU")
 d = summary("bf16")["device"]
 if d["precision"] != "bf16" or d["gemm"] != "bf16": sys.exit("FAIL: device %s" % d)
 calls = d.get("op_calls", {})
