@@ -219,6 +219,21 @@ static void test_matmul(void) {
   const char *note = mt_bf16_gemm_note();
   MT_CHECK(note && strstr(note, "bf16 matmuls"), "the path's note is '%s'", note ? note : "");
   printf("test_bf16: %s (CPU bf16 level %d)\n", note, mt_cpu_bf16_level());
+  /* the default on AVX512-BF16 without AMX follows vdpbf16ps's rate: oneDNN
+   * from 1.5x the FMA flops (the CPUs measured: 1.0x and 2.0x, far from
+   * the line), where oneDNN is built and nothing overrides the choice */
+  const char *env = getenv("MT_BF16_GEMM");
+  if (mt_cpu_bf16_level() == 1 && (!env || !*env || !strcmp(env, "auto")) &&
+      mt_bf16_gemm_select("onednn") == 0) {
+    mt_bf16_gemm_select("auto");
+    double fma, dp;
+    mt_cpu_bf16_peaks(&fma, &dp, 200000L);
+    const char *want = fma > 0 && dp / fma >= 1.5 ? "onednn" : "sgemm";
+    printf("test_bf16: vdpbf16ps %.1f GFLOP/s, FMA %.1f (%.2fx): %s\n", dp, fma, dp / fma, want);
+    MT_CHECK(!strcmp(mt_bf16_gemm_path(), want),
+             "vdpbf16ps at %.2fx the FMA flops, but the default path is %s", dp / fma,
+             mt_bf16_gemm_path());
+  }
 }
 
 /* grouped GEMM: groups of 9, 0, 31 and 1 rows; as the fp32 op per group */
