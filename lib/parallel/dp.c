@@ -71,7 +71,6 @@ static void pool_free(const mt_ops *ops, mt_pool_buf *pool, int n, mt_mem_cat ca
   for (int i = 0; i < n; i++) {
     ops->free(cat, pool[i].mem, pool[i].numel * pool[i].es);
     if (pool[i].part) ops->free(cat, pool[i].part, pool[i].part_numel * sizeof(float));
-    pool[i].part = NULL;
   }
   free(pool);
 }
@@ -705,7 +704,8 @@ static void slot_fold(mt_dp *d, int u) {
 float *mt_dp_grads(mt_dp *d, int u) {
   const mt_unit *un = &d->reg->units[u];
   const size_t len = un->end - un->begin;
-  if (d->zero <= 1 && d->grads16_acc) return len ? slot_open(d, u, d->grads16 + un->begin, len) : NULL;
+  if (d->zero <= 1 && d->grads16_acc)
+    return len ? slot_open(d, u, d->grads16 + un->begin, len) : NULL;
   if (d->zero <= 1) return d->grads + un->begin;
   if (un->end == un->begin) return NULL;
   int k = bucket_of_unit(d, u);
@@ -800,15 +800,13 @@ static double global_sumsq(mt_dp *d) {
   return sumsq;
 }
 
-/* The largest fp32 gradient buffer, free between steps (bf16 gradients:
- * AdamW reads them widened through it); its elements in *cap. */
+/* bf16 gradients: the largest fp32 slot, free between steps (AdamW reads
+ * the gradients widened through it); its elements in *cap. */
 static float *free_f32_buffer(const mt_dp *d, size_t *cap) {
   float *best = NULL;
   *cap = 0;
   for (int i = 0; i < d->n_slots; i++)
     if (d->slots[i].cap > *cap) *cap = d->slots[i].cap, best = d->slots[i].mem;
-  for (int i = 0; !d->grads16_acc && i < d->n_gbufs; i++)
-    if (d->gbufs[i].numel > *cap) *cap = d->gbufs[i].numel, best = d->gbufs[i].mem;
   return best;
 }
 
