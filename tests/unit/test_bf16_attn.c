@@ -8,7 +8,12 @@
  *   (query rows 64.. against keys 16..55; rows that see no key: out 0,
  *   LSE -inf); attn_merge of two key halves against the fp32 merge;
  *   attn_backward (dq, dk, dv accumulated onto non-zero values) from the
- *   same out and LSE; the same bits twice and at 1 and 2 threads.
+ *   same out and LSE; the same bits twice and at 1 and 2 threads. All of
+ *   it at hs = 16, 64 and 15 (odd: always sgemm), and at T = 300 (two key
+ *   blocks) at hs = 64, on both matmul paths:
+ *   "sgemm" (every product on sgemm of converted rows) and, where oneDNN
+ *   is built and the CPU has AVX512-BF16, "onednn" (q k^T and dout v^T on
+ *   vdpbf16ps dot products straight from the bf16 rows).
  * - softmax_xent forward (also in place) and backward; the vocabulary-
  *   parallel pieces on one rank give softmax_xent's bits, on two column
  *   ranges combined by hand the same losses and probabilities. */
@@ -84,8 +89,8 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   free(outb_f), free(dqkv_f);
 }
 
-static void test_attention(void) {
-  const int B = 2, NH = 2, hs = 16, C = NH * hs, T = 70;
+static void test_attention(const char *path, int hs) {
+  const int B = 2, NH = 2, C = NH * hs, T = 70;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
   mt_bf16 *qkv = test_alloc(nqkv * 2), *dout = test_alloc(nout * 2), *d0 = test_alloc(nqkv * 2);
   float *qkv_f = test_alloc(nqkv * 4), *dout_f = test_alloc(nout * 4), *d0_f = test_alloc(nqkv * 4);
@@ -93,13 +98,18 @@ static void test_attention(void) {
   test_rand_pair(dout, dout_f, nout, -1, 1);
   test_rand_pair(d0, d0_f, nqkv, -0.1, 0.1);
   mt_attn_block full = fused_block(B, NH, hs, T, T, T, 0, 0, 1);
-  check_pair("attention causal T=70", &full, 0, 0, qkv, qkv_f, dout, dout_f, d0, T);
+  char name[128];
+  snprintf(name, sizeof name, "%s hs=%d: attention causal T=70", path, hs);
+  check_pair(name, &full, 0, 0, qkv, qkv_f, dout, dout_f, d0, T);
   mt_attn_block nc = fused_block(B, NH, hs, T, T, T, 0, 0, 0);
-  check_pair("attention non-causal T=70", &nc, 0, 0, qkv, qkv_f, dout, dout_f, d0, T);
+  snprintf(name, sizeof name, "%s hs=%d: attention non-causal T=70", path, hs);
+  check_pair(name, &nc, 0, 0, qkv, qkv_f, dout, dout_f, d0, T);
   mt_attn_block pair = fused_block(B, NH, hs, T, 6, 40, 64, 16, 1);
-  check_pair("attention pair q 64..69 k 16..55", &pair, 64, 16, qkv, qkv_f, dout, dout_f, d0, T);
+  snprintf(name, sizeof name, "%s hs=%d: attention pair q 64..69 k 16..55", path, hs);
+  check_pair(name, &pair, 64, 16, qkv, qkv_f, dout, dout_f, d0, T);
   mt_attn_block blind = fused_block(B, NH, hs, T, 20, 20, 0, 50, 1);
-  check_pair("attention pair that sees no key", &blind, 0, 50, qkv, qkv_f, dout, dout_f, d0, T);
+  snprintf(name, sizeof name, "%s hs=%d: attention pair that sees no key", path, hs);
+  check_pair(name, &blind, 0, 50, qkv, qkv_f, dout, dout_f, d0, T);
 
   /* merge: the keys in two halves, merged, against the fp32 merge of the
    * same (bf16) partial results */
@@ -116,10 +126,31 @@ static void test_attention(void) {
   memcpy(l1_f, l1, nlse * 4);
   bops->attn_merge(&full, o1, l1, o2, l2);
   f32ops->attn_merge(&full, o1_f, l1_f, o2_f, l2);
-  TEST_WITHIN("attn_merge out", test_worst_bf16(o1, o1_f, NULL, nout, 0.0));
-  MT_CHECK(!memcmp(l1, l1_f, nlse * 4), "attn_merge: the LSE differs from the fp32 merge's");
+  snprintf(name, sizeof name, "%s hs=%d: attn_merge out", path, hs);
+  TEST_WITHIN(name, test_worst_bf16(o1, o1_f, NULL, nout, 0.0));
+  MT_CHECK(!memcmp(l1, l1_f, nlse * 4),
+           "%s hs=%d: attn_merge: the LSE differs from the fp32 merge's", path, hs);
   free(qkv), free(dout), free(d0), free(qkv_f), free(dout_f), free(d0_f);
   free(o1), free(o2), free(l1), free(l2), free(o1_f), free(o2_f), free(l1_f);
+}
+
+/* several key blocks (ATT_BC = 256 keys): causal and non-causal at T = 300 */
+static void test_attention_long(const char *path, int hs) {
+  const int B = 1, NH = 2, C = NH * hs, T = 300;
+  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+  mt_bf16 *qkv = test_alloc(nqkv * 2), *dout = test_alloc(nout * 2), *d0 = test_alloc(nqkv * 2);
+  float *qkv_f = test_alloc(nqkv * 4), *dout_f = test_alloc(nout * 4), *d0_f = test_alloc(nqkv * 4);
+  test_rand_pair(qkv, qkv_f, nqkv, -2, 2);
+  test_rand_pair(dout, dout_f, nout, -1, 1);
+  test_rand_pair(d0, d0_f, nqkv, -0.1, 0.1);
+  char name[128];
+  for (int causal = 0; causal < 2; causal++) {
+    mt_attn_block blk = fused_block(B, NH, hs, T, T, T, 0, 0, causal);
+    snprintf(name, sizeof name, "%s hs=%d: attention %s T=300", path, hs,
+             causal ? "causal" : "non-causal");
+    check_pair(name, &blk, 0, 0, qkv, qkv_f, dout, dout_f, d0, T);
+  }
+  free(qkv), free(dout), free(d0), free(qkv_f), free(dout_f), free(d0_f);
 }
 
 /* ------------------------------------------------------------------ */
@@ -207,7 +238,20 @@ int main(void) {
   mt_kernels_set_threads(2);
   printf("test_bf16_attn: %s against %s, %d threads\n", bops->name, f32ops->name,
          mt_kernels_threads());
-  test_attention();
+  const char *paths[] = {"sgemm", "onednn"};
+  for (int p = 0; p < 2; p++) {
+    if (mt_bf16_gemm_select(paths[p]) != 0) {
+      printf("test_bf16_attn: matmul path %s not in this build, skipped\n", paths[p]);
+      continue;
+    }
+    printf("test_bf16_attn: path %s: q k^T and dout v^T on %s\n", paths[p],
+           p == 1 && mt_cpu_bf16_level() >= 1 ? "vdpbf16ps (hs even)" : "sgemm");
+    test_attention(paths[p], 16);
+    test_attention(paths[p], 64);
+    test_attention(paths[p], 15);
+    test_attention_long(paths[p], 64);
+  }
+  mt_bf16_gemm_select("auto");
   test_xent();
   if (*mt_check_failures()) {
     fprintf(stderr, "test_bf16_attn: %d check(s) failed\n", *mt_check_failures());

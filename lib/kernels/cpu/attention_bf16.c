@@ -3,20 +3,42 @@
  * blocks of ATT_BR rows, key blocks of ATT_BC, online softmax, the LSE kept
  * in fp32, the backward recomputing probabilities from it). Each task
  * converts the bf16 rows it needs into fp32 blocks of its own and runs the
- * fp32 algorithm on them with cblas_sgemm (on CPUs without AMX, sgemm on
- * converted operands is faster than bf16 dot products: see gemm_bf16.c);
- * out, dq, dk, dv are rounded to bf16 once per call:
+ * fp32 algorithm on them with cblas_sgemm (where vdpbf16ps runs at half
+ * rate, sgemm on converted operands is faster than bf16 dot products: see
+ * gemm_bf16.c; the exception, below); out, dq, dk, dv are rounded to bf16 once per call:
  *   out       = round(softmax(scale q k^T) v)          (fp32 until stored)
  *   dq, dk, dv = round(d + the fp32 sum of this call's key or query blocks)
  * Threading as attention_flash.c: forward one task per (batch, head, query
  * block), backward one per (batch, head) owning that head's dq, dk, dv
- * columns; the same bits at any thread count. */
+ * columns; the same bits at any thread count.
+ *
+ * The two products whose operands are both bf16, S = scale q k^T (forward
+ * and backward) and dP = dout v^T (backward), run on AVX512-BF16 dot
+ * products (vdpbf16ps, dot_nt_bf16 below) straight from the bf16 rows when
+ * the process's bf16 matmuls run on oneDNN on a CPU with AVX512-BF16
+ * (mt_bf16_gemm_path: vdpbf16ps at full rate, e.g. AMD Zen 4 at 2.0x the
+ * fp32 FMA flops) and hs is even; the products with an fp32 operand (P v,
+ * P^T dout, dS k, dS^T q) stay on sgemm. Elsewhere (vdpbf16ps at half rate,
+ * or absent) all of them run on sgemm of converted rows as before.
+ * vdpbf16ps treats denormal inputs as zero and flushes denormal results to
+ * zero; bf16 q, k, v, dout and the scores come nowhere near fp32's
+ * denormals (below 1.2e-38), so this costs nothing in practice. Each (row,
+ * column) of S or dP is one accumulator's sum over hs in a fixed order:
+ * the same bits at any thread count on either path.
+ *
+ * Scratch is per thread, grows to the largest request and is kept between
+ * calls (freed at thread exit): at T = 1024, hs = 64 about 1.3 MiB a
+ * thread; a fresh malloc of the key blocks per call (above glibc's mmap
+ * threshold) faulted their pages in on every call. */
 #include "kernels/cpu/bf16_internal.h"
 #include "kernels/cpu/cpu_internal.h"
 
 #include <cblas.h>
 #include <float.h>
+#include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,10 +67,138 @@ static float exp_row(float *s, int n, int cols, float shift) {
   return sum;
 }
 
-static float *scratch(size_t n) {
-  float *p = malloc((n ? n : 1) * sizeof(float));
-  if (!p) mt_die("bf16 attention: out of memory for %zu floats of scratch", n);
-  return p;
+/* ------------------------------------------------------------------ */
+/* per-thread scratch                                                  */
+
+/* Slots of per-thread scratch, grown to the largest request and kept (as
+ * gemm_bf16.c's); a pthread key's destructor frees them when the thread
+ * exits (an OpenMP team that shrinks ends threads), the main thread's stay
+ * reachable through its thread-locals until the process exits. */
+enum {
+  SC_S, SC_DP, SC_ACC, SC_M, SC_L, SC_Q, SC_O, SC_DO, SC_K, SC_V, SC_DK, SC_DV, SC_KP, SC_VP,
+  SC_SLOTS
+};
+static _Thread_local void *g_buf[SC_SLOTS];
+static _Thread_local size_t g_buf_n[SC_SLOTS];
+static pthread_key_t g_buf_key;
+static pthread_once_t g_buf_once = PTHREAD_ONCE_INIT;
+
+static void free_bufs(void *unused) {
+  for (int i = 0; i < SC_SLOTS; i++) {
+    free(g_buf[i]);
+    g_buf[i] = NULL;
+    g_buf_n[i] = 0;
+  }
+}
+
+static void make_buf_key(void) {
+  if (pthread_key_create(&g_buf_key, free_bufs) != 0)
+    mt_die("bf16 attention: no thread-specific key for the scratch");
+}
+
+/* n bytes (64-byte aligned) of this thread's slot; contents undefined */
+static void *scratch_bytes(int slot, size_t n) {
+  if (n > g_buf_n[slot]) {
+    pthread_once(&g_buf_once, make_buf_key);
+    pthread_setspecific(g_buf_key, g_buf); /* non-NULL: the destructor runs */
+    free(g_buf[slot]);
+    size_t sz = (n + 63) & ~(size_t)63;
+    g_buf[slot] = aligned_alloc(64, sz);
+    if (!g_buf[slot]) mt_die("bf16 attention: out of memory for %zu bytes of scratch", n);
+    g_buf_n[slot] = sz;
+  }
+  return g_buf[slot];
+}
+
+static float *scratch(int slot, size_t n) {
+  return scratch_bytes(slot, (n ? n : 1) * sizeof(float));
+}
+
+/* ------------------------------------------------------------------ */
+/* bf16 dot products (AVX512-BF16)                                     */
+
+/* the dot-product path: the process's bf16 matmuls run on oneDNN because
+ * the CPU has AVX512-BF16 at full rate (or AMX), and hs is even */
+static int use_dp(int hs) {
+  return hs > 0 && hs % 2 == 0 && !strcmp(mt_bf16_gemm_path(), "onednn") &&
+         mt_cpu_bf16_level() >= 1;
+}
+
+#define DP_NR 8  /* rows of a microkernel tile */
+#define DP_NC 32 /* columns of a microkernel tile: two zmm */
+
+static inline int round_nc(int n) { return (n + DP_NC - 1) / DP_NC * DP_NC; }
+
+/* Bp (np x ldp words) = the bf16 rows B (cols x 2 np, row stride ldb) in
+ * pair-major order: Bp[p][c] = the 32-bit word of B[c][2p], B[c][2p+1];
+ * columns cols .. round_nc(cols) - 1 are zero. */
+static void pack_pairs(uint32_t *Bp, size_t ldp, const mt_bf16 *B, size_t ldb, int cols, int np) {
+  const int cend = round_nc(cols);
+  for (int c = 0; c < cols; c++) {
+    const mt_bf16 *b = B + (size_t)c * ldb;
+    for (int p = 0; p < np; p++) memcpy(Bp + (size_t)p * ldp + c, b + 2 * p, 4);
+  }
+  if (cend > cols)
+    for (int p = 0; p < np; p++) memset(Bp + (size_t)p * ldp + cols, 0, (size_t)(cend - cols) * 4);
+}
+
+/* one tile: nr (<= DP_NR) rows of A against DP_NC packed columns; columns
+ * stored where the masks say. Inlined with nr constant (unrolled, the
+ * accumulators in registers). */
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+dot_tile(float *S, int lds, const mt_bf16 *A, size_t lda, const uint32_t *Bp, size_t ldp, int np,
+         int nr, __mmask16 m0, __mmask16 m1, float alpha) {
+  __m512 acc[DP_NR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < nr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int p = 0; p < np; p++) {
+    const __m512i b0 = _mm512_loadu_si512(Bp + (size_t)p * ldp);
+    const __m512i b1 = _mm512_loadu_si512(Bp + (size_t)p * ldp + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+      uint32_t w;
+      memcpy(&w, A + (size_t)r * lda + 2 * (size_t)p, 4);
+      const __m512i av = _mm512_set1_epi32((int)w);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)av, (__m512bh)b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)av, (__m512bh)b1);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int r = 0; r < nr; r++) {
+    _mm512_mask_storeu_ps(S + (size_t)r * lds, m0, _mm512_mul_ps(acc[r][0], va));
+    _mm512_mask_storeu_ps(S + (size_t)r * lds + 16, m1, _mm512_mul_ps(acc[r][1], va));
+  }
+}
+
+/* S[r][c] = alpha sum_d A[r][d] B[c][d] (r < rows, c < cols, d < 2 np) for
+ * bf16 rows A (row stride lda) and B packed by pack_pairs (Bp, ldp >=
+ * round_nc(cols)); fp32 S (row stride lds). */
+__attribute__((target("avx512f,avx512bf16"))) static void
+dot_nt_bf16(float *S, int lds, const mt_bf16 *A, size_t lda, int rows, const uint32_t *Bp,
+            size_t ldp, int cols, int np, float alpha) {
+  for (int c0 = 0; c0 < cols; c0 += DP_NC) {
+    const int nc = min_int(DP_NC, cols - c0);
+    const __mmask16 m0 = (__mmask16)(nc >= 16 ? 0xFFFFu : (1u << nc) - 1u);
+    const __mmask16 m1 = (__mmask16)(nc >= 32 ? 0xFFFFu : nc > 16 ? (1u << (nc - 16)) - 1u : 0u);
+    const uint32_t *bp = Bp + c0;
+    int r0 = 0;
+    for (; r0 + DP_NR <= rows; r0 += DP_NR)
+      dot_tile(S + (size_t)r0 * lds + c0, lds, A + (size_t)r0 * lda, lda, bp, ldp, np, DP_NR, m0,
+               m1, alpha);
+    float *s = S + (size_t)r0 * lds + c0;
+    const mt_bf16 *a = A + (size_t)r0 * lda;
+    switch (rows - r0) {
+    case 7: dot_tile(s, lds, a, lda, bp, ldp, np, 7, m0, m1, alpha); break;
+    case 6: dot_tile(s, lds, a, lda, bp, ldp, np, 6, m0, m1, alpha); break;
+    case 5: dot_tile(s, lds, a, lda, bp, ldp, np, 5, m0, m1, alpha); break;
+    case 4: dot_tile(s, lds, a, lda, bp, ldp, np, 4, m0, m1, alpha); break;
+    case 3: dot_tile(s, lds, a, lda, bp, ldp, np, 3, m0, m1, alpha); break;
+    case 2: dot_tile(s, lds, a, lda, bp, ldp, np, 2, m0, m1, alpha); break;
+    case 1: dot_tile(s, lds, a, lda, bp, ldp, np, 1, m0, m1, alpha); break;
+    default: break;
+    }
+  }
 }
 
 /* rows x hs bf16 rows with stride rs -> contiguous fp32 (ld hs) */
@@ -69,7 +219,9 @@ static void add_rows(mt_bf16 *dst, size_t rs, const float *add, int rows, int hs
 /* forward                                                             */
 
 typedef struct {
-  float *S, *acc, *m, *l, *Q, *K, *V;
+  float *S, *acc, *m, *l, *Q, *K, *V; /* Q, K: the sgemm path only */
+  uint32_t *Kp;                       /* the dot-product path: a key block packed */
+  int dp;                             /* S on bf16 dot products (use_dp) */
 } fwd_scratch;
 
 static void forward_task(const mt_attn_block *a, mt_bf16 *out, float *lse, const mt_bf16 *q,
@@ -79,8 +231,8 @@ static void forward_task(const mt_attn_block *a, mt_bf16 *out, float *lse, const
   const float scale = 1.0f / sqrtf((float)hs);
   const mt_bf16 *kb = k + (size_t)b * a->k_bs + (size_t)h * hs;
   const mt_bf16 *vb = v + (size_t)b * a->v_bs + (size_t)h * hs;
-  load_rows(w->Q, q + (size_t)b * a->q_bs + (size_t)i0 * a->q_rs + (size_t)h * hs, a->q_rs, rows,
-            hs);
+  const mt_bf16 *qb = q + (size_t)b * a->q_bs + (size_t)i0 * a->q_rs + (size_t)h * hs;
+  if (!w->dp) load_rows(w->Q, qb, a->q_rs, rows, hs);
   for (int r = 0; r < rows; r++) {
     w->m[r] = -FLT_MAX;
     w->l[r] = 0.0f;
@@ -89,10 +241,15 @@ static void forward_task(const mt_attn_block *a, mt_bf16 *out, float *lse, const
   const int kend = keys_end(a, i1);
   for (int j0 = 0; j0 < kend; j0 += ATT_BC) {
     const int cols = min_int(ATT_BC, kend - j0);
-    load_rows(w->K, kb + (size_t)j0 * a->k_rs, a->k_rs, cols, hs);
+    if (w->dp) {
+      pack_pairs(w->Kp, ATT_BC, kb + (size_t)j0 * a->k_rs, a->k_rs, cols, hs / 2);
+      dot_nt_bf16(w->S, ATT_BC, qb, a->q_rs, rows, w->Kp, ATT_BC, cols, hs / 2, scale);
+    } else {
+      load_rows(w->K, kb + (size_t)j0 * a->k_rs, a->k_rs, cols, hs);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, w->Q, hs, w->K,
+                  hs, 0.0f, w->S, ATT_BC);
+    }
     load_rows(w->V, vb + (size_t)j0 * a->v_rs, a->v_rs, cols, hs);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, w->Q, hs, w->K,
-                hs, 0.0f, w->S, ATT_BC);
     for (int r = 0; r < rows; r++) {
       float *s = w->S + (size_t)r * ATT_BC;
       const int vis = keys_visible(a, i0 + r, j0, cols);
@@ -132,18 +289,22 @@ void mt_cpu_attn_forward_bf16(const mt_attn_block *a, mt_bf16 *out, float *lse, 
   const int nqb = (a->Tq + ATT_BR - 1) / ATT_BR, ntask = a->B * a->NH * nqb;
   if (ntask == 0) return;
   const size_t hs = (size_t)a->hs;
+  const int dp = use_dp(a->hs); /* once per call, the same for every task */
   int blas_threads, team = mt_cpu_blas_serial_begin(&blas_threads);
 #pragma omp parallel num_threads(team)
   {
-    fwd_scratch w = {.S = scratch((size_t)ATT_BR * ATT_BC), .acc = scratch(ATT_BR * hs),
-                     .m = scratch(ATT_BR), .l = scratch(ATT_BR), .Q = scratch(ATT_BR * hs),
-                     .K = scratch(ATT_BC * hs), .V = scratch(ATT_BC * hs)};
+    fwd_scratch w = {.S = scratch(SC_S, (size_t)ATT_BR * ATT_BC),
+                     .acc = scratch(SC_ACC, ATT_BR * hs), .m = scratch(SC_M, ATT_BR),
+                     .l = scratch(SC_L, ATT_BR), .V = scratch(SC_V, ATT_BC * hs), .dp = dp};
+    if (dp)
+      w.Kp = scratch_bytes(SC_KP, (size_t)ATT_BC * (hs / 2) * sizeof(uint32_t));
+    else
+      w.Q = scratch(SC_Q, ATT_BR * hs), w.K = scratch(SC_K, ATT_BC * hs);
 #pragma omp for schedule(dynamic, 1)
     for (int task = 0; task < ntask; task++) {
       int qb = task % nqb, bh = task / nqb;
       forward_task(a, out, lse, q, k, v, bh / a->NH, bh % a->NH, qb * ATT_BR, &w);
     }
-    free(w.S), free(w.acc), free(w.m), free(w.l), free(w.Q), free(w.K), free(w.V);
   }
   mt_cpu_blas_serial_end(blas_threads);
 }
@@ -185,7 +346,9 @@ void mt_cpu_attn_merge_bf16(const mt_attn_block *a, mt_bf16 *out, float *lse,
 typedef struct {
   float *S, *dP, *D, *L;     /* ATT_BR x ATT_BC, ATT_BR */
   float *Q, *O, *dO, *dQ;    /* ATT_BR x hs */
-  float *K, *V, *dK, *dV;    /* Tk x hs (the head's visible keys) */
+  float *K, *V, *dK, *dV;    /* Tk x hs (the head's visible keys); V: sgemm path only */
+  uint32_t *Kp, *Vp;         /* dot-product path: hs / 2 x round_nc(Tk), pair-major */
+  int dp;                    /* S and dP on bf16 dot products (use_dp) */
 } bwd_scratch;
 
 static void backward_head(const mt_attn_block *a, mt_bf16 *dq, mt_bf16 *dk, mt_bf16 *dv,
@@ -197,8 +360,14 @@ static void backward_head(const mt_attn_block *a, mt_bf16 *dq, mt_bf16 *dk, mt_b
   const size_t hoff = (size_t)h * hs;
   const int kall = keys_end(a, a->Tq); /* every key a row of this call sees */
   if (kall == 0) return;
+  const size_t ldp = (size_t)round_nc(kall); /* Kp, Vp: all the head's keys packed once */
   load_rows(w->K, k + (size_t)b * a->k_bs + hoff, a->k_rs, kall, hs);
-  load_rows(w->V, v + (size_t)b * a->v_bs + hoff, a->v_rs, kall, hs);
+  if (w->dp) {
+    pack_pairs(w->Kp, ldp, k + (size_t)b * a->k_bs + hoff, a->k_rs, kall, hs / 2);
+    pack_pairs(w->Vp, ldp, v + (size_t)b * a->v_bs + hoff, a->v_rs, kall, hs / 2);
+  } else {
+    load_rows(w->V, v + (size_t)b * a->v_bs + hoff, a->v_rs, kall, hs);
+  }
   memset(w->dK, 0, (size_t)kall * hs * sizeof(float));
   memset(w->dV, 0, (size_t)kall * hs * sizeof(float));
   for (int i0 = 0; i0 < a->Tq; i0 += ATT_BR) {
@@ -221,9 +390,12 @@ static void backward_head(const mt_attn_block *a, mt_bf16 *dq, mt_bf16 *dk, mt_b
     }
     for (int j0 = 0; j0 < kend; j0 += ATT_BC) {
       const int cols = min_int(ATT_BC, kend - j0);
-      const float *Kj = w->K + (size_t)j0 * hs, *Vj = w->V + (size_t)j0 * hs;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, w->Q, hs, Kj,
-                  hs, 0.0f, w->S, ATT_BC);
+      const float *Kj = w->K + (size_t)j0 * hs;
+      if (w->dp)
+        dot_nt_bf16(w->S, ATT_BC, q + qoff, a->q_rs, rows, w->Kp + j0, ldp, cols, hs / 2, scale);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, w->Q, hs, Kj,
+                    hs, 0.0f, w->S, ATT_BC);
       for (int r = 0; r < rows; r++) {
         float *s = w->S + (size_t)r * ATT_BC;
         int vis = w->L[r] == -INFINITY ? 0 : keys_visible(a, i0 + r, j0, cols);
@@ -231,8 +403,12 @@ static void backward_head(const mt_attn_block *a, mt_bf16 *dq, mt_bf16 *dk, mt_b
       }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, w->S, ATT_BC,
                   w->dO, hs, 1.0f, w->dV + (size_t)j0 * hs, hs);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, w->dO, hs, Vj,
-                  hs, 0.0f, w->dP, ATT_BC);
+      if (w->dp)
+        dot_nt_bf16(w->dP, ATT_BC, dout + ooff, a->o_rs, rows, w->Vp + j0, ldp, cols, hs / 2,
+                    1.0f);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, w->dO, hs,
+                    w->V + (size_t)j0 * hs, hs, 0.0f, w->dP, ATT_BC);
       for (int r = 0; r < rows; r++) {
         const float *p = w->S + (size_t)r * ATT_BC;
         float *ds = w->dP + (size_t)r * ATT_BC, Dr = w->D[r];
@@ -256,19 +432,26 @@ void mt_cpu_attn_backward_bf16(const mt_attn_block *a, mt_bf16 *dq, mt_bf16 *dk,
   const int nhead = a->B * a->NH;
   if (nhead == 0 || a->Tq == 0 || a->Tk == 0) return;
   const size_t hs = (size_t)a->hs, tk = (size_t)a->Tk;
+  const int dp = use_dp(a->hs); /* once per call, the same for every task */
   int blas_threads, team = mt_cpu_blas_serial_begin(&blas_threads);
 #pragma omp parallel num_threads(team)
   {
-    bwd_scratch w = {.S = scratch((size_t)ATT_BR * ATT_BC), .dP = scratch((size_t)ATT_BR * ATT_BC),
-                     .D = scratch(ATT_BR), .L = scratch(ATT_BR), .Q = scratch(ATT_BR * hs),
-                     .O = scratch(ATT_BR * hs), .dO = scratch(ATT_BR * hs),
-                     .dQ = scratch(ATT_BR * hs), .K = scratch(tk * hs), .V = scratch(tk * hs),
-                     .dK = scratch(tk * hs), .dV = scratch(tk * hs)};
+    bwd_scratch w = {.S = scratch(SC_S, (size_t)ATT_BR * ATT_BC),
+                     .dP = scratch(SC_DP, (size_t)ATT_BR * ATT_BC), .D = scratch(SC_M, ATT_BR),
+                     .L = scratch(SC_L, ATT_BR), .Q = scratch(SC_Q, ATT_BR * hs),
+                     .O = scratch(SC_O, ATT_BR * hs), .dO = scratch(SC_DO, ATT_BR * hs),
+                     .dQ = scratch(SC_ACC, ATT_BR * hs), .K = scratch(SC_K, tk * hs),
+                     .dK = scratch(SC_DK, tk * hs), .dV = scratch(SC_DV, tk * hs), .dp = dp};
+    if (dp) {
+      size_t np = hs / 2, ldp = (size_t)round_nc(a->Tk);
+      w.Kp = scratch_bytes(SC_KP, np * ldp * sizeof(uint32_t));
+      w.Vp = scratch_bytes(SC_VP, np * ldp * sizeof(uint32_t));
+    } else {
+      w.V = scratch(SC_V, tk * hs);
+    }
 #pragma omp for schedule(static)
     for (int bh = 0; bh < nhead; bh++)
       backward_head(a, dq, dk, dv, dout, out, lse, q, k, v, bh / a->NH, bh % a->NH, &w);
-    free(w.S), free(w.dP), free(w.D), free(w.L), free(w.Q), free(w.O), free(w.dO), free(w.dQ);
-    free(w.K), free(w.V), free(w.dK), free(w.dV);
   }
   mt_cpu_blas_serial_end(blas_threads);
 }
