@@ -89,14 +89,35 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   free(outb_f), free(dqkv_f);
 }
 
+/* random fused q|k|v (B, T, 3C), an output gradient (B, T, C) and initial
+ * dq|dk|dv, each in bf16 and as the same values in fp32 */
+typedef struct {
+  size_t nqkv, nout;
+  mt_bf16 *qkv, *dout, *d0;
+  float *qkv_f, *dout_f, *d0_f;
+} attn_inputs;
+
+static attn_inputs inputs_make(int B, int T, int C) {
+  attn_inputs x = {.nqkv = (size_t)B * T * 3 * C, .nout = (size_t)B * T * C};
+  x.qkv = test_alloc(x.nqkv * 2), x.dout = test_alloc(x.nout * 2), x.d0 = test_alloc(x.nqkv * 2);
+  x.qkv_f = test_alloc(x.nqkv * 4), x.dout_f = test_alloc(x.nout * 4);
+  x.d0_f = test_alloc(x.nqkv * 4);
+  test_rand_pair(x.qkv, x.qkv_f, x.nqkv, -2, 2);
+  test_rand_pair(x.dout, x.dout_f, x.nout, -1, 1);
+  test_rand_pair(x.d0, x.d0_f, x.nqkv, -0.1, 0.1);
+  return x;
+}
+
+static void inputs_free(attn_inputs *x) {
+  free(x->qkv), free(x->dout), free(x->d0), free(x->qkv_f), free(x->dout_f), free(x->d0_f);
+}
+
 static void test_attention(const char *path, int hs) {
   const int B = 2, NH = 2, C = NH * hs, T = 70;
-  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-  mt_bf16 *qkv = test_alloc(nqkv * 2), *dout = test_alloc(nout * 2), *d0 = test_alloc(nqkv * 2);
-  float *qkv_f = test_alloc(nqkv * 4), *dout_f = test_alloc(nout * 4), *d0_f = test_alloc(nqkv * 4);
-  test_rand_pair(qkv, qkv_f, nqkv, -2, 2);
-  test_rand_pair(dout, dout_f, nout, -1, 1);
-  test_rand_pair(d0, d0_f, nqkv, -0.1, 0.1);
+  attn_inputs in = inputs_make(B, T, C);
+  const size_t nout = in.nout;
+  mt_bf16 *qkv = in.qkv, *dout = in.dout, *d0 = in.d0;
+  float *qkv_f = in.qkv_f, *dout_f = in.dout_f;
   mt_attn_block full = fused_block(B, NH, hs, T, T, T, 0, 0, 1);
   char name[128];
   snprintf(name, sizeof name, "%s hs=%d: attention causal T=70", path, hs);
@@ -130,27 +151,22 @@ static void test_attention(const char *path, int hs) {
   TEST_WITHIN(name, test_worst_bf16(o1, o1_f, NULL, nout, 0.0));
   MT_CHECK(!memcmp(l1, l1_f, nlse * 4),
            "%s hs=%d: attn_merge: the LSE differs from the fp32 merge's", path, hs);
-  free(qkv), free(dout), free(d0), free(qkv_f), free(dout_f), free(d0_f);
+  inputs_free(&in);
   free(o1), free(o2), free(l1), free(l2), free(o1_f), free(o2_f), free(l1_f);
 }
 
 /* several key blocks (ATT_BC = 256 keys): causal and non-causal at T = 300 */
 static void test_attention_long(const char *path, int hs) {
   const int B = 1, NH = 2, C = NH * hs, T = 300;
-  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-  mt_bf16 *qkv = test_alloc(nqkv * 2), *dout = test_alloc(nout * 2), *d0 = test_alloc(nqkv * 2);
-  float *qkv_f = test_alloc(nqkv * 4), *dout_f = test_alloc(nout * 4), *d0_f = test_alloc(nqkv * 4);
-  test_rand_pair(qkv, qkv_f, nqkv, -2, 2);
-  test_rand_pair(dout, dout_f, nout, -1, 1);
-  test_rand_pair(d0, d0_f, nqkv, -0.1, 0.1);
+  attn_inputs in = inputs_make(B, T, C);
   char name[128];
   for (int causal = 0; causal < 2; causal++) {
     mt_attn_block blk = fused_block(B, NH, hs, T, T, T, 0, 0, causal);
     snprintf(name, sizeof name, "%s hs=%d: attention %s T=300", path, hs,
              causal ? "causal" : "non-causal");
-    check_pair(name, &blk, 0, 0, qkv, qkv_f, dout, dout_f, d0, T);
+    check_pair(name, &blk, 0, 0, in.qkv, in.qkv_f, in.dout, in.dout_f, in.d0, T);
   }
-  free(qkv), free(dout), free(d0), free(qkv_f), free(dout_f), free(d0_f);
+  inputs_free(&in);
 }
 
 /* ------------------------------------------------------------------ */
