@@ -95,36 +95,29 @@ static double thread_seconds(void) {
 }
 
 #define PEAK_REGS ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23\n"
-#define PEAK_CLOBBER                                                                        \
-  "rcx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",     \
-      "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",      \
+#define PEAK_CLOBBER                                                                              \
+  "rcx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",          \
+      "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",            \
       "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm30", "xmm31"
 
-/* target attributes: the registers zmm16-31 exist only for AVX-512 code; a
- * build without -march=native (the sanitizer build) still compiles these */
-__attribute__((target("avx512f"))) static double peak_fma_gflops(long iters) {
-  double t0 = thread_seconds();
-  __asm__ volatile("mov %0, %%rcx\n vxorps %%zmm30, %%zmm30, %%zmm30\n"
-                   "vxorps %%zmm31, %%zmm31, %%zmm31\n"
-                   "1:\n" PEAK_REGS "vfmadd231ps %%zmm30, %%zmm31, %%zmm\\r\n .endr\n"
-                   "dec %%rcx\n jnz 1b\n"
-                   :
-                   : "r"(iters)
-                   : PEAK_CLOBBER);
-  return iters * 24.0 * 32 / (thread_seconds() - t0) * 1e-9;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16_gflops(long iters) {
-  double t0 = thread_seconds();
-  __asm__ volatile("mov %0, %%rcx\n vxorps %%zmm30, %%zmm30, %%zmm30\n"
-                   "vxorps %%zmm31, %%zmm31, %%zmm31\n"
-                   "1:\n" PEAK_REGS "vdpbf16ps %%zmm30, %%zmm31, %%zmm\\r\n .endr\n"
-                   "dec %%rcx\n jnz 1b\n"
-                   :
-                   : "r"(iters)
-                   : PEAK_CLOBBER);
-  return iters * 24.0 * 64 / (thread_seconds() - t0) * 1e-9;
-}
+/* One probe: 24 x iters of INSN on zmm0-23 (FLOPS each), GFLOP/s. Target
+ * attributes: the registers zmm16-31 exist only for AVX-512 code; a build
+ * without -march=native (the sanitizer build) still compiles these. */
+#define PEAK_PROBE(name, tgt, insn, flops)                                                        \
+  __attribute__((target(tgt))) static double name(long iters) {                                   \
+    double t0 = thread_seconds();                                                                 \
+    __asm__ volatile("mov %0, %%rcx\n vxorps %%zmm30, %%zmm30, %%zmm30\n"                         \
+                     "vxorps %%zmm31, %%zmm31, %%zmm31\n"                                         \
+                     "1:\n" PEAK_REGS insn " %%zmm30, %%zmm31, %%zmm\\r\n .endr\n"                \
+                     "dec %%rcx\n jnz 1b\n"                                                       \
+                     :                                                                            \
+                     : "r"(iters)                                                                 \
+                     : PEAK_CLOBBER);                                                             \
+    return iters * 24.0 * (flops) / (thread_seconds() - t0) * 1e-9;                               \
+  }
+/* zmm vfmadd231ps: 16 multiply-adds; vdpbf16ps: 32 bf16 products summed pairwise */
+PEAK_PROBE(peak_fma_gflops, "avx512f", "vfmadd231ps", 32)
+PEAK_PROBE(peak_dpbf16_gflops, "avx512f,avx512bf16", "vdpbf16ps", 64)
 
 void mt_cpu_bf16_peaks(double *fma, double *dp, long iters) {
   *fma = *dp = 0.0;
@@ -411,7 +404,7 @@ static dnnl_engine_t g_engine;
 #define DNNL_TRY(call)                                                                   \
   do {                                                                                   \
     dnnl_status_t st_ = (call);                                                          \
-    if (st_ != dnnl_success) mt_die("oneDNN: %s failed (status %d)", #call, (int)st_); \
+    if (st_ != dnnl_success) mt_die("oneDNN: %s failed (status %d)", #call, (int)st_);            \
   } while (0)
 
 /* the three memory descriptors of a product; m may be DNNL_RUNTIME_DIM_VAL */
