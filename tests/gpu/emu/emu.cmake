@@ -28,10 +28,10 @@ set(MT_EMU_CXX_FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -g
 if(MT_WERROR)
   list(APPEND MT_EMU_CXX_FLAGS -Werror)
 endif()
-# the build machine's instructions (fmaf inline, vectorised tiles) unless
+# the build machine's instructions, or MT_ARCH's (fmaf inline, vectorised tiles) unless
 # sanitised; ISO C++ still never contracts an expression into an FMA
 if(MT_NATIVE AND NOT MT_SANITIZE)
-  list(APPEND MT_EMU_CXX_FLAGS -march=native)
+  list(APPEND MT_EMU_CXX_FLAGS -march=${MT_ARCH})
 endif()
 if(MT_SANITIZE)
   # -O1 even in the Debug build the sanitizers use: every thread of every
