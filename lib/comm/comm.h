@@ -190,10 +190,7 @@ long mt_comm_staged_calls(void);
  * sum does; the moves carry any 16-bit element as bf16 bits); allgatherv's
  * send is NULL for the in-place form (this rank's part already at
  * displs[rank]). Point-to-point moves floats. */
-typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1, MT_DT_BF16 = 2 } mt_dtype;
 typedef enum { MT_RED_SUM = 0, MT_RED_MAX = 1 } mt_redop;
-/* bytes of one element of t */
-size_t mt_dtype_bytes(mt_dtype t);
 typedef struct {
   const char *name;
   void *(*allreduce)(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op);

@@ -7,15 +7,6 @@
  * the 2D copy. */
 #include "comm/comm.h"
 
-size_t mt_dtype_bytes(mt_dtype t) {
-  switch (t) {
-  case MT_DT_F32: return 4;
-  case MT_DT_F64: return 8;
-  case MT_DT_BF16: return 2;
-  }
-  mt_die("comm: element type %d unknown", (int)t);
-}
-
 size_t mt_parts_equal(const int *counts, const int *displs, int n) {
   for (int q = 0; q < n; q++)
     if (counts[q] != counts[0] || (displs && displs[q] != q * counts[0])) return 0;

@@ -492,6 +492,16 @@ void mt_trace_span(const char *name, const char *cat, int track, double t0, doub
 /* every span so far as Chrome trace-event JSON (Perfetto, chrome://tracing) */
 int mt_trace_write(const char *path, mt_err *e);
 
+/* The element type of a tensor or a message, one enum for the whole code
+ * base: what an op of the op table computes on (kernels), what a
+ * collective moves (comm), what a role of the training state is held in
+ * (kernels.h's mt_dtypes). */
+typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1, MT_DT_BF16 = 2 } mt_dtype;
+/* bytes of one element of t */
+size_t mt_dtype_bytes(mt_dtype t);
+/* "fp32", "fp64" or "bf16" */
+const char *mt_dtype_name(mt_dtype t);
+
 /* bf16: the upper 16 bits of an IEEE fp32 (8 significant bits). The
  * scalar conversions live here so that every module may use them (comm sums
  * bf16 messages; kernels has the vectorised ones). */

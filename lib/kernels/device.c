@@ -50,11 +50,9 @@ int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, i
   return kind;
 }
 
-const char *mt_float_type_name(mt_float_type t) { return t == MT_FLOAT_BF16 ? "bf16" : "fp32"; }
-
-static int parse_dtype(const char *key, const char *v, mt_float_type *t, char *msg, size_t len) {
+static int parse_dtype(const char *key, const char *v, mt_dtype *t, char *msg, size_t len) {
   if (strcmp(v, "fp32") == 0 || strcmp(v, "bf16") == 0) {
-    *t = strcmp(v, "bf16") == 0 ? MT_FLOAT_BF16 : MT_FLOAT_FP32;
+    *t = strcmp(v, "bf16") == 0 ? MT_DT_BF16 : MT_DT_F32;
     return 0;
   }
   snprintf(msg, len, "%s = '%s': unknown (fp32|bf16)", key, v);
@@ -63,30 +61,30 @@ static int parse_dtype(const char *key, const char *v, mt_float_type *t, char *m
 
 int mt_dtypes_resolve(mt_precision prec, const char *grad_dtype, const char *grad_reduce_dtype,
                       mt_dtypes *out, char *msg, size_t len) {
-  mt_float_type g, r;
+  mt_dtype g, r;
   if (parse_dtype("train.grad_dtype", grad_dtype, &g, msg, len) != 0 ||
       parse_dtype("parallel.grad_reduce_dtype", grad_reduce_dtype, &r, msg, len) != 0)
     return -1;
   /* the same tensors on every device (the virtual device emulates them) */
-  mt_float_type store = prec == MT_PRECISION_BF16 ? MT_FLOAT_BF16 : MT_FLOAT_FP32;
+  mt_dtype store = prec == MT_PRECISION_BF16 ? MT_DT_BF16 : MT_DT_F32;
   /* bf16 gradients are the bf16 ops' too, and are reduced where they are */
-  if (g == MT_FLOAT_BF16 && store != MT_FLOAT_BF16) {
+  if (g == MT_DT_BF16 && store != MT_DT_BF16) {
     snprintf(msg, len, "train.grad_dtype = bf16 needs train.precision = bf16; set it to fp32");
     return -1;
   }
-  if (g == MT_FLOAT_BF16 && r != MT_FLOAT_BF16) {
+  if (g == MT_DT_BF16 && r != MT_DT_BF16) {
     snprintf(msg, len, "train.grad_dtype = bf16 with parallel.grad_reduce_dtype = fp32: bf16 "
                        "gradients are reduced in bf16 (set parallel.grad_reduce_dtype = bf16)");
     return -1;
   }
   /* the bf16 reduction narrows and widens with the bf16 ops of the mixed
    * precision */
-  if (r == MT_FLOAT_BF16 && store != MT_FLOAT_BF16) {
+  if (r == MT_DT_BF16 && store != MT_DT_BF16) {
     snprintf(msg, len, "parallel.grad_reduce_dtype = bf16 needs train.precision = bf16; set it "
                        "to fp32");
     return -1;
   }
-  *out = (mt_dtypes){.master = MT_FLOAT_FP32, .weights = store, .acts = store, .msgs = store,
+  *out = (mt_dtypes){.master = MT_DT_F32, .weights = store, .acts = store, .msgs = store,
                      .grads = g, .grad_reduce = r};
   if (len) msg[0] = '\0';
   return 0;

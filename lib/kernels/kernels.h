@@ -323,12 +323,7 @@ int mt_ops_missing(const mt_ops *ops, char *names, size_t len);
  * mt_bf16_gemm_path); the elementwise ops and attention give the same bits
  * at any thread count. */
 
-typedef enum { MT_FLOAT_FP32 = 0, MT_FLOAT_BF16 = 1 } mt_float_type;
-
-/* bytes per element (4 or 2). (comm.h's mt_dtype names the element types
- * a collective moves: fp32, fp64 and bf16.) */
-size_t mt_float_type_size(mt_float_type t);
-/* the scalar conversions mt_bf16_from_f32 / mt_bf16_to_f32: core.h */
+/* the element types (mt_dtype, mt_dtype_bytes) and the scalar conversions mt_bf16_from_f32 / mt_bf16_to_f32: core.h */
 /* n elements, vectorised, split over the threads (no overlap) */
 void mt_bf16_from_f32_n(mt_bf16 *dst, const float *src, size_t n);
 void mt_bf16_to_f32_n(float *dst, const mt_bf16 *src, size_t n);
@@ -519,7 +514,7 @@ int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, i
  *   grads        weight gradients as they accumulate (train.grad_dtype);
  *   grad_reduce  their reduction over dp x cp (parallel.grad_reduce_dtype). */
 typedef struct {
-  mt_float_type master, weights, acts, msgs, grads, grad_reduce;
+  mt_dtype master, weights, acts, msgs, grads, grad_reduce;
 } mt_dtypes;
 
 /* The roles for precision prec, gradients in grad_dtype and reduced in
@@ -531,8 +526,6 @@ typedef struct {
  * gradients reduced in fp32: they are reduced where they are, in bf16). */
 int mt_dtypes_resolve(mt_precision prec, const char *grad_dtype, const char *grad_reduce_dtype,
                       mt_dtypes *out, char *msg, size_t len);
-/* "fp32" | "bf16" */
-const char *mt_float_type_name(mt_float_type t);
 
 /* The GPU of one rank: an index among the n_visible GPUs it sees
  * (CUDA_VISIBLE_DEVICES applied by the runtime), from its rank among the

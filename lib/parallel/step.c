@@ -13,8 +13,8 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   mt_gpt_parallel par = o->par;
   par.external_state = 1; /* the dp engine holds the state */
   /* bf16 storage where the roles say so, on the backend's bf16 op table */
-  par.bf16 = o->dtypes.acts == MT_FLOAT_BF16 ? mt_ops_bf16_of(ops) : NULL;
-  if (o->dtypes.acts == MT_FLOAT_BF16 && !par.bf16) {
+  par.bf16 = o->dtypes.acts == MT_DT_BF16 ? mt_ops_bf16_of(ops) : NULL;
+  if (o->dtypes.acts == MT_DT_BF16 && !par.bf16) {
     mt_err_set(e, "train.precision = bf16: the %s backend has no bf16 op table", ops->name);
     return -1;
   }
@@ -46,8 +46,8 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
                     o->weight_decay,
                     (s->model.split_backward ? MT_DP_OPEN_FILLS : 0) |
                         (pp > 1 && o->sched == MT_SCHED_BFS ? MT_DP_RUNS : 0) |
-                        (o->dtypes.grad_reduce == MT_FLOAT_BF16 ? MT_DP_REDUCE_BF16 : 0) |
-                        (o->dtypes.grads == MT_FLOAT_BF16 ? MT_DP_GRADS_BF16 : 0));
+                        (o->dtypes.grad_reduce == MT_DT_BF16 ? MT_DP_REDUCE_BF16 : 0) |
+                        (o->dtypes.grads == MT_DT_BF16 ? MT_DP_GRADS_BF16 : 0));
   if (pp > 1) {
     /* the other stage's gradient of a tied tensor (bf16 gradients: and
      * this stage's, widened) */

@@ -247,7 +247,7 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     mt_err_set(e, "%s", dmsg);
     return -1;
   }
-  if (lay->dtypes.weights == MT_FLOAT_BF16 && cfg->zero >= 1 && cfg->save_params) {
+  if (lay->dtypes.weights == MT_DT_BF16 && cfg->zero >= 1 && cfg->save_params) {
     mt_err_set(e, "output.save_params = true needs parallel.zero = 0 under train.precision = "
                   "bf16 (from ZeRO-1 on a rank holds only its shard of the fp32 master)");
     return -1;

@@ -58,9 +58,9 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   mt_layout_step_opts(cfg, lay, &w->mesh, l0l1, &o, &g);
   /* priced (meshplan): the step as the run counts it in fp32, which the
    * cost model rescales by the dtypes it prices (mt_cost_dtypes) */
-  if (price) o.dtypes = (mt_dtypes){.master = MT_FLOAT_FP32, .weights = MT_FLOAT_FP32,
-                                    .acts = MT_FLOAT_FP32, .msgs = MT_FLOAT_FP32,
-                                    .grads = MT_FLOAT_FP32, .grad_reduce = MT_FLOAT_FP32};
+  if (price) o.dtypes = (mt_dtypes){.master = MT_DT_F32, .weights = MT_DT_F32,
+                                    .acts = MT_DT_F32, .msgs = MT_DT_F32,
+                                    .grads = MT_DT_F32, .grad_reduce = MT_DT_F32};
   int rc = mt_step_create(&w->step, &o, &g, price ? mt_ops_virtual() : mt_ops_null(), e);
   free(l0l1);
   if (rc == 0) {
@@ -275,9 +275,9 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
   const mt_dtypes *dt = &p->lay.dtypes;
   fprintf(f, "# dtypes: master %s, weights' copy %s, activations %s, messages %s, gradients %s, "
              "dp reduction %s\n",
-          mt_float_type_name(dt->master), mt_float_type_name(dt->weights),
-          mt_float_type_name(dt->acts), mt_float_type_name(dt->msgs),
-          mt_float_type_name(dt->grads), mt_float_type_name(dt->grad_reduce));
+          mt_dtype_name(dt->master), mt_dtype_name(dt->weights),
+          mt_dtype_name(dt->acts), mt_dtype_name(dt->msgs),
+          mt_dtype_name(dt->grads), mt_dtype_name(dt->grad_reduce));
   fprintf(f, "# per rank, the largest of each stage: memory in MiB by category (in those "
              "dtypes), bytes sent per training step in MB%s\n",
           moe ? " (ep: as a balanced routing implies)" : "");
@@ -339,12 +339,12 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
   cJSON *lay = mt_plan_json_layout(o, "layout", cfg, p->n);
   cJSON_AddNumberToObject(lay, "accum", p->lay.accum);
   cJSON *dt = cJSON_AddObjectToObject(o, "dtypes");
-  cJSON_AddStringToObject(dt, "master", mt_float_type_name(p->lay.dtypes.master));
-  cJSON_AddStringToObject(dt, "weights", mt_float_type_name(p->lay.dtypes.weights));
-  cJSON_AddStringToObject(dt, "acts", mt_float_type_name(p->lay.dtypes.acts));
-  cJSON_AddStringToObject(dt, "msgs", mt_float_type_name(p->lay.dtypes.msgs));
-  cJSON_AddStringToObject(dt, "grads", mt_float_type_name(p->lay.dtypes.grads));
-  cJSON_AddStringToObject(dt, "grad_reduce", mt_float_type_name(p->lay.dtypes.grad_reduce));
+  cJSON_AddStringToObject(dt, "master", mt_dtype_name(p->lay.dtypes.master));
+  cJSON_AddStringToObject(dt, "weights", mt_dtype_name(p->lay.dtypes.weights));
+  cJSON_AddStringToObject(dt, "acts", mt_dtype_name(p->lay.dtypes.acts));
+  cJSON_AddStringToObject(dt, "msgs", mt_dtype_name(p->lay.dtypes.msgs));
+  cJSON_AddStringToObject(dt, "grads", mt_dtype_name(p->lay.dtypes.grads));
+  cJSON_AddStringToObject(dt, "grad_reduce", mt_dtype_name(p->lay.dtypes.grad_reduce));
   cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
   for (int i = 0; i < p->n; i++) {
     const mt_plan_rank *r = &p->r[i];

@@ -122,7 +122,7 @@ static void virtual_setup(mt_trainer *t) {
   /* a bf16 run (train.precision = bf16): its activations are 2 bytes
    * whatever the profile's act_bytes, and its messages are counted in the
    * dtypes they are sent in */
-  const int bf16 = t->lay.dtypes.acts == MT_FLOAT_BF16;
+  const int bf16 = t->lay.dtypes.acts == MT_DT_BF16;
   if (bf16) {
     price.act_bytes = 2.0;
     price.bytes_as_sent = 1;

@@ -65,20 +65,20 @@ int main(void) {
     char msg[256];
     mt_dtypes d;
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_FP32, "fp32", "fp32", &d, msg, sizeof msg) == 0 &&
-                 d.weights == MT_FLOAT_FP32 && d.acts == MT_FLOAT_FP32 && d.msgs == MT_FLOAT_FP32,
+                 d.weights == MT_DT_F32 && d.acts == MT_DT_F32 && d.msgs == MT_DT_F32,
              "fp32: %s", msg);
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "fp32", "fp32", &d, msg, sizeof msg) == 0 &&
-                 d.master == MT_FLOAT_FP32 && d.weights == MT_FLOAT_BF16 &&
-                 d.acts == MT_FLOAT_BF16 && d.msgs == MT_FLOAT_BF16 && d.grads == MT_FLOAT_FP32 &&
-                 d.grad_reduce == MT_FLOAT_FP32,
+                 d.master == MT_DT_F32 && d.weights == MT_DT_BF16 &&
+                 d.acts == MT_DT_BF16 && d.msgs == MT_DT_BF16 && d.grads == MT_DT_F32 &&
+                 d.grad_reduce == MT_DT_F32,
              "bf16: %s", msg);
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "fp16", "fp32", &d, msg, sizeof msg) != 0 &&
                  strstr(msg, "train.grad_dtype = 'fp16'"),
              "grad_dtype fp16: '%s'", msg);
     /* bf16 gradients: under bf16 precision, reduced in bf16 */
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "bf16", "bf16", &d, msg, sizeof msg) == 0 &&
-                 d.grads == MT_FLOAT_BF16 && d.grad_reduce == MT_FLOAT_BF16 &&
-                 d.master == MT_FLOAT_FP32 && d.weights == MT_FLOAT_BF16,
+                 d.grads == MT_DT_BF16 && d.grad_reduce == MT_DT_BF16 &&
+                 d.master == MT_DT_F32 && d.weights == MT_DT_BF16,
              "grad_dtype bf16: %s", msg);
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "bf16", "fp32", &d, msg, sizeof msg) != 0 &&
                  strstr(msg, "train.grad_dtype = bf16 with parallel.grad_reduce_dtype = fp32"),
@@ -90,7 +90,7 @@ int main(void) {
                  strstr(msg, "parallel.grad_reduce_dtype = bf16"),
              "grad_reduce_dtype bf16: '%s'", msg);
     MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "fp32", "bf16", &d, msg, sizeof msg) == 0 &&
-                 d.grad_reduce == MT_FLOAT_BF16 && d.grads == MT_FLOAT_FP32,
+                 d.grad_reduce == MT_DT_BF16 && d.grads == MT_DT_F32,
              "bf16 reduction under bf16: %s", msg);
   }
 

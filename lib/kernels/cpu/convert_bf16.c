@@ -14,8 +14,6 @@
  * contiguous pieces (one core does not saturate memory bandwidth) */
 #define MT_CVT_PAR_MIN ((size_t)1 << 15)
 
-size_t mt_float_type_size(mt_float_type t) { return t == MT_FLOAT_BF16 ? 2 : 4; }
-
 void mt_bf16_from_f32_serial(mt_bf16 *dst, const float *src, size_t n) {
 #pragma omp simd
   for (size_t i = 0; i < n; i++) dst[i] = mt_bf16_from_f32(src[i]);
