@@ -3,6 +3,13 @@ set(S ${CMAKE_CURRENT_SOURCE_DIR})
 
 # the loss comparison every equivalence test relies on: numbers, NaN and null fail
 mt_script_test(compare_runs unit compare_runs_check.sh)
+
+# No MPI return code dropped in lib/ or apps/ but those on the allow-list
+# (mpi_unchecked_allow.txt, which may only shrink); and the scan itself on
+# planted drops (multi-line calls, macros, if bodies, (void) casts)
+add_test(NAME unit.mpi_checked COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/mpi_checked.py --root ${CMAKE_SOURCE_DIR})
+add_test(NAME unit.mpi_checked_planted COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/mpi_checked.py --self-test)
+set_tests_properties(unit.mpi_checked unit.mpi_checked_planted PROPERTIES LABELS unit TIMEOUT 60)
 mt_script_test(dp_equivalence mpi dp_equivalence.sh)
 mt_script_test(determinism mpi determinism.sh)
 mt_script_test(loss_falls mpi loss_falls.sh)
