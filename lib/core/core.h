@@ -69,9 +69,9 @@ void *mt_calloc_at(size_t n, size_t size, const char *file, int line);
  *     mt_err_pass(e) is the one form for a failure passed up after cleanup:
  *     `rc = mt_err_pass(e); goto done;` in a function that ends at a
  *     cleanup label, `return rc == 0 ? 0 : mt_err_pass(e);` for a result
- *     kept across the cleanup; a function that returns a pointer calls
- *     mt_err_pass_at(e, __FILE__, __LINE__) before its `return NULL`. A
- *     bare `return -1` after a failed call loses the frame;
+ *     kept across the cleanup; a function that returns a pointer (or
+ *     nothing) calls mt_err_pass_at(e, __FILE__, __LINE__) before it
+ *     returns. A bare `return -1` after a failed call loses the frame;
  *   - where the error can be reported once (after mt_err_agree), rank 0
  *     prints the message as one line; with MT_ERR_TRACE=1 in the
  *     environment a second line gives the chain, innermost first ("at
