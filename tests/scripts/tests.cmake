@@ -69,6 +69,10 @@ mt_script_test(ini_nul_byte badinput expect_fail.sh ini_nul_byte 2
 mt_script_test(hex_for_decimal badinput expect_fail.sh hex_for_decimal 2
   "parallel.bucket_mb: '0x10' is not a decimal number" ${T} --set parallel.bucket_mb=0x10)
 
+# An error found several calls deep carries its chain (MT_ERR_TRACE=1): the
+# file:line where it was set, then every caller that passed it up
+mt_script_test(err_chain badinput err_chain.sh)
+
 # token ids above 65,535: uint32 files train a model with that vocabulary
 mt_script_test(u32_vocab mpi u32_vocab.sh)
 
