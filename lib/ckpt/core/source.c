@@ -73,7 +73,8 @@ MPI_Info mt_ckpt_io_info(void) {
   MPI_Info info;
   MT_MPI_CHECK(MPI_Info_create(&info));
   /* keys and values were checked against MPI's limits when they were set */
-  for (int i = 0; i < g_n_hints; i++) MT_MPI_CHECK(MPI_Info_set(info, g_hint_key[i], g_hint_val[i]));
+  for (int i = 0; i < g_n_hints; i++)
+    MT_MPI_CHECK(MPI_Info_set(info, g_hint_key[i], g_hint_val[i]));
   return info;
 }
 
