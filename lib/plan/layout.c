@@ -171,9 +171,9 @@ static int check_cp(const mt_config *cfg, const mt_model_shape *s, mt_err *e) {
 int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_err *e) {
   memset(lay, 0, sizeof *lay);
   lay->sched = MT_SCHED_1F1B;
-  if (mt_model_shape_from_config(cfg, &lay->shape, e) != 0) return -1;
-  if (check_mesh_and_batch(cfg, world_size, e) != 0) return -1;
-  if (check_cp(cfg, &lay->shape, e) != 0) return -1;
+  MT_TRY(e, mt_model_shape_from_config(cfg, &lay->shape, e));
+  MT_TRY(e, check_mesh_and_batch(cfg, world_size, e));
+  MT_TRY(e, check_cp(cfg, &lay->shape, e));
   const mt_model_shape *s = &lay->shape;
   lay->world = cfg->pp * cfg->dp * cfg->cp * cfg->tp;
   lay->per_rank = cfg->global_batch / cfg->dp;
@@ -200,13 +200,13 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     mt_err_set(e, "parallel.pp_split and parallel.pp_first_layers / pp_last_layers both set: "
                   "give one of them");
   else if (cfg->pp_split[0]) {
-    if (parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) == 0 &&
-        check_split_chunks(cfg, lay->split, e) == 0)
-      lay->has_split = 1;
+    MT_TRY(e, parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) != 0 ||
+                  check_split_chunks(cfg, lay->split, e) != 0);
+    lay->has_split = 1;
   } else if (cfg->pp_first_layers || cfg->pp_last_layers) {
-    if (first_last_split(cfg, s->n_layer, lay->split, e) == 0 &&
-        check_split_chunks(cfg, lay->split, e) == 0)
-      lay->has_split = 1;
+    MT_TRY(e, first_last_split(cfg, s->n_layer, lay->split, e) != 0 ||
+                  check_split_chunks(cfg, lay->split, e) != 0);
+    lay->has_split = 1;
   } else if (s->n_layer % cfg->pp != 0)
     mt_err_set(e, "parallel.pp = %d does not divide model.n_layer = %d (or give "
                   "parallel.pp_split, or parallel.pp_first_layers / pp_last_layers)", cfg->pp,
@@ -216,8 +216,7 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
                   "(model.n_layer = %d over parallel.pp = %d)",
                cfg->virtual_stages, s->n_layer / cfg->pp, s->n_layer, cfg->pp);
   if (e->failed) return -1;
-  if (mt_pp_sched_check((mt_pp_sched)kind, cfg->pp, m, cfg->virtual_stages, s->n_layer, e) != 0)
-    return -1;
+  MT_TRY(e, mt_pp_sched_check((mt_pp_sched)kind, cfg->pp, m, cfg->virtual_stages, s->n_layer, e));
   mt_pp_schedule sched;
   mt_pp_schedule_build(&sched, (mt_pp_sched)kind, cfg->pp, m, cfg->virtual_stages);
   mt_err why = {0};
@@ -288,7 +287,7 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     }
   }
   mt_hw_profile hw;
-  if (mt_hw_profile_load(&hw, cfg->hw_profile, e) != 0) return -1;
+  MT_TRY(e, mt_hw_profile_load(&hw, cfg->hw_profile, e));
   if (world_size > 0 && lay->world != world_size) {
     mt_err_set(e, "the mesh pp x dp x cp x tp = %d x %d x %d x %d = %d ranks does not match "
                   "the %d MPI ranks launched (set parallel.dp/tp/pp/cp or the rank count)",
