@@ -253,6 +253,9 @@ void mt_config_defaults(mt_config *cfg);
 void mt_config_write_ini(const mt_config *cfg, FILE *f);
 /* every key with its default and meaning */
 void mt_config_print_help(FILE *f);
+/* The same as a Markdown reference (docs/config.md): a table per section of
+ * every key, its type, default, allowed values and meaning (config_doc.c). */
+void mt_config_write_markdown(FILE *f);
 
 /* ------------------------------------------------------------------ */
 /* memory accounting (bytes per category, current and peak)            */
