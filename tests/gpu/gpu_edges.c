@@ -335,10 +335,5 @@ int main(int argc, char **argv) {
   test_merge();
   mt_cuda_shutdown();
   MPI_Finalize();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "gpu_edges: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("gpu_edges: all checks passed\n");
-  return 0;
+  return mt_check_summary("gpu_edges");
 }

@@ -47,12 +47,6 @@ static double TOL_MM; /* matmul and attention outputs and gradients */
  * place of the largest |y|, relative to it */
 #define TOL_FMA 2.4e-7
 
-static float *dup(const float *x, size_t n) {
-  float *y = malloc((n ? n : 1) * sizeof(float));
-  memcpy(y, x, n * sizeof(float));
-  return y;
-}
-
 /* ------------------------------------------------------------------ */
 
 static void test_encoder(int B, int T, int C, int V, int Vp) {
@@ -238,7 +232,7 @@ static void test_xent(int N, int V, int Vp) {
   gpu->softmax_xent_backward(d_probs, d_probs, d_tgt, 0.01f, N, V, Vp);
   CMP("softmax_xent_backward (in place)", probs, d_probs, n, TOL_EW);
   /* in place forward: probs aliases logits */
-  float *l2 = dup(logits, n), *d_l2 = dev(l2, n);
+  float *l2 = dup_bytes(logits, n * sizeof(float)), *d_l2 = dev(l2, n);
   cpu->softmax_xent_forward(losses, l2, l2, tgt, N, V, Vp);
   gpu->softmax_xent_forward(d_losses, d_l2, d_l2, d_tgt, N, V, Vp);
   CMP("softmax_xent_forward in place", l2, d_l2, n, TOL_EW);
@@ -561,10 +555,5 @@ int main(int argc, char **argv) {
   test_attn_determinism();
   mt_cuda_shutdown();
   MPI_Finalize();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "gpu_ops: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("gpu_ops: all checks passed\n");
-  return 0;
+  return mt_check_summary("gpu_ops");
 }
