@@ -31,8 +31,7 @@ cases=("dp2ep2z0 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=0
 for c in "${cases[@]}"; do
   read -r name np args <<< "$c"
   # shellcheck disable=SC2086
-  "$MT_BIN/meshtrain" "${MOE[@]}" $args --set output.dir="$WORK/$name" \
-    --plan-json "$WORK/$name.plan.json" > "$WORK/$name.plan.txt" || fail "plan $name"
+  mt_plan "$name" "${MOE[@]}" $args --set output.dir="$WORK/$name"
   # shellcheck disable=SC2086
   run "$name" "$np" $args
 done

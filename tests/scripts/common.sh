@@ -25,6 +25,34 @@ mt_mpirun() {
   mt_guard "$MT_MPIEXEC" --oversubscribe -n "$np" "$@"
 }
 
+# mt_test_program PROGRAM NP...: the test program $MT_TESTBIN/PROGRAM on
+# each NP ranks in turn, its output printed (and in $WORK/PROGRAM.npN.log);
+# one that fails fails the test
+mt_test_program() {
+  local prog=$1 np log; shift
+  for np in "$@"; do
+    log="$WORK/$prog.np$np.log"
+    mt_mpirun "$np" "$MT_TESTBIN/$prog" > "$log" 2>&1 || { cat "$log"; fail "$prog on $np ranks"; }
+    cat "$log"
+  done
+}
+
+# mt_train NAME NP ARGS...: meshtrain ARGS on NP ranks, its output in
+# $WORK/NAME.log; a run that fails prints that log and fails the test
+mt_train() {
+  local name=$1 np=$2; shift 2
+  mt_mpirun "$np" "$MT_BIN/meshtrain" "$@" > "$WORK/$name.log" 2>&1 \
+    || { cat "$WORK/$name.log"; fail "run $name failed"; }
+}
+
+# mt_plan NAME ARGS...: meshtrain --plan-json for ARGS (no run): the plan in
+# $WORK/NAME.plan.json, its text in $WORK/NAME.plan.txt
+mt_plan() {
+  local name=$1; shift
+  "$MT_BIN/meshtrain" "$@" --plan-json "$WORK/$name.plan.json" > "$WORK/$name.plan.txt" \
+    || fail "plan $name"
+}
+
 # the default corpus, generated once per test directory
 mt_corpus() {
   local out="$WORK/corpus.txt"

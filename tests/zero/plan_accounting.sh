@@ -76,11 +76,9 @@ fi
 for c in "${cases[@]}"; do
   read -r name np args <<< "$c"
   # shellcheck disable=SC2086
-  "$MT_BIN/meshtrain" "${common[@]}" $args --set output.dir="$WORK/$name" \
-    --plan-json "$WORK/$name.plan.json" > "$WORK/$name.plan.txt" || fail "plan $name"
+  mt_plan "$name" "${common[@]}" $args --set output.dir="$WORK/$name"
   # shellcheck disable=SC2086
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" $args --set output.dir="$WORK/$name" \
-    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
+  mt_train "$name" "$np" "${common[@]}" $args --set output.dir="$WORK/$name"
 done
 python3 "$MT_SRC/tests/scripts/plan_vs_run.py" "$WORK" dp,tp,pp,cp "${cases[@]}" || fail "plan and run differ"
 echo PASS
