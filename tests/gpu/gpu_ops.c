@@ -254,8 +254,7 @@ static void test_xent(int N, int V, int Vp) {
       snprintf(what, sizeof what, "xent_vp_max v0=%d Vl=%d nvalid=%d", v0, Vl, nvalid);
       CMP(what, rmax, d_rmax, N, 0.0);
     } else {
-      float *h = malloc((size_t)N * sizeof(float));
-      gpu->download(h, d_rmax, (size_t)N * sizeof(float));
+      float *h = host_bytes(d_rmax, (size_t)N * sizeof(float));
       int all_inf = 1;
       for (int i = 0; i < N; i++) all_inf &= isinf(h[i]) && h[i] < 0;
       mt_check_err("xent_vp_max of a slice without real columns is -inf", all_inf ? 0 : 1, 0);
@@ -325,8 +324,7 @@ static void attn_pair_run(const attn_pair *p) {
   CMP("attn_forward out", h.out, d.out, n_out, TOL_ATTN);
   mt_check_err("attn_forward lse (-inf rows exactly)", lse_err_of(h.lse, d.lse, n_lse), TOL_ATTN);
   {
-    float *go = malloc(n_out * sizeof(float));
-    gpu->download(go, d.out, n_out * sizeof(float));
+    float *go = host_bytes(d.out, n_out * sizeof(float));
     long no_key = 0, nonzero = 0;
     for (int b = 0; b < B; b++)
       for (int hh = 0; hh < NH; hh++)
@@ -363,9 +361,8 @@ static void attn_pair_run(const attn_pair *p) {
     /* the GPU's merged halves against one CPU call over the whole block,
      * on the block's rows (outside them out and out2 hold different
      * random values) */
-    float *g2 = malloc(n_out * sizeof(float)), *l2 = malloc(n_lse * sizeof(float));
-    gpu->download(g2, d.out2, n_out * sizeof(float));
-    gpu->download(l2, d.lse2, n_lse * sizeof(float));
+    float *g2 = host_bytes(d.out2, n_out * sizeof(float));
+    float *l2 = host_bytes(d.lse2, n_lse * sizeof(float));
     double e = 0.0, sc = 0.0, el = 0.0;
     for (int b = 0; b < B; b++)
       for (int i = 0; i < p->Tq; i++)

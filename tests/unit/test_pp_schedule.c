@@ -64,6 +64,19 @@ static double simulate(mt_pp_sched kind, int pp, int m, int v, mt_pp_sim *sim) {
   return rc == 0 ? sim->bubble : -1.0;
 }
 
+/* The bubble of a schedule of v chunks a rank (breadth-first, interleaved)
+ * equals its theory, (pp - 1) / (v m + pp - 1); a row of the table printed
+ * for v = 2 at the usual sizes. */
+static void check_v_bubble(mt_pp_sched kind, int pp, int m, int v, mt_pp_sim *sim) {
+  const char *name = mt_pp_sched_name(kind);
+  double theory = (double)(pp - 1) / (v * m + pp - 1);
+  double bubble = simulate(kind, pp, m, v, sim);
+  MT_CHECK(fabs(bubble - theory) < 1e-9, "%s pp=%d m=%d v=%d: bubble %.6f, theory %.6f", name, pp,
+           m, v, bubble, theory);
+  if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
+    printf("%-12s %3d %3d %2d %10.4f %10.4f\n", name, pp, m, v, bubble, theory);
+}
+
 /* Mutate rank r's list with f and expect the validator to refuse it. */
 static void expect_refused(const char *what, mt_pp_sched kind, int pp, int m, int v, int r,
                            void (*f)(mt_pp_schedule *, int), const char *needle) {
@@ -204,22 +217,12 @@ int main(void) {
       cases++;
       for (int v = 1; v <= 4; v++) {
         if (pp * v > 32) continue;
-        double bth = (double)(pp - 1) / (v * m + pp - 1);
-        double bf = simulate(MT_SCHED_BFS, pp, m, v, &sim);
-        MT_CHECK(fabs(bf - bth) < 1e-9, "breadth-first pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
-              m, v, bf, bth);
-        if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
-          printf("%-12s %3d %3d %2d %10.4f %10.4f\n", "breadth-first", pp, m, v, bf, bth);
+        check_v_bubble(MT_SCHED_BFS, pp, m, v, &sim);
         cases++;
       }
       for (int v = 2; v <= 4; v++) {
         if (m % pp != 0) continue;
-        double ith = (double)(pp - 1) / (v * m + pp - 1);
-        double in = simulate(MT_SCHED_INTERLEAVED, pp, m, v, &sim);
-        MT_CHECK(fabs(in - ith) < 1e-9, "interleaved pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
-                 m, v, in, ith);
-        if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
-          printf("%-12s %3d %3d %2d %10.4f %10.4f\n", "interleaved", pp, m, v, in, ith);
+        check_v_bubble(MT_SCHED_INTERLEAVED, pp, m, v, &sim);
         cases++;
       }
     }
