@@ -16,3 +16,15 @@ ckpt_mode() {
     *) fail "unknown mode $1" ;;
   esac
 }
+# hf_refused NP NAME REGEX: meshckpt import of the Hugging Face directory
+# $WORK/NAME on NP ranks is refused: exit 2, one error line, matching REGEX,
+# and no checkpoint written
+hf_refused() {
+  local np=$1 name=$2 re=$3 rc=0
+  mt_mpirun "$np" "$MT_BIN/meshckpt" import "$WORK/$name" "$WORK/out_$name" --format hf \
+    > "$WORK/$name.log" 2>&1 || rc=$?
+  [ $rc -eq 2 ] && [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] && grep -Eq -- "$re" "$WORK/$name.log" \
+    || { cat "$WORK/$name.log"; fail "$name: rc $rc, want one line matching /$re/"; }
+  [ ! -e "$WORK/out_$name/step_0" ] || fail "$name: a checkpoint was written"
+  echo "ok   $name: $(grep error: "$WORK/$name.log")"
+}

@@ -53,6 +53,18 @@ mt_plan() {
     || fail "plan $name"
 }
 
+# mt_plan_and_train CASE ARGS...: CASE is "NAME NP SETTINGS" (the
+# settings split on blanks): the plan (mt_plan), then the run on NP ranks
+# (mt_train), of ARGS SETTINGS with output.dir $WORK/NAME
+mt_plan_and_train() {
+  local name np settings
+  read -r name np settings <<< "$1"; shift
+  # shellcheck disable=SC2086
+  mt_plan "$name" "$@" $settings --set output.dir="$WORK/$name"
+  # shellcheck disable=SC2086
+  mt_train "$name" "$np" "$@" $settings --set output.dir="$WORK/$name"
+}
+
 # the default corpus, generated once per test directory
 mt_corpus() {
   local out="$WORK/corpus.txt"
