@@ -23,9 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
-
-#include "../check.h"
+#include "comm_check.h"
 
 /* ------------------------------------------------------------------ */
 /* the stand-in device backend                                         */
@@ -220,12 +218,6 @@ static const mt_comm_direct g_standin = {
 
 static void fill(float *x, size_t n, int rank, int salt) {
   for (size_t i = 0; i < n; i++) x[i] = (float)((rank + 1) * 0.5 + (double)(i % 97) * 0.25 + salt);
-}
-
-static int same(const float *a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!(a[i] == b[i])) return 0;
-  return 1;
 }
 
 /* parts of N over n ranks as the registry cuts a bucket: the first N % n
@@ -635,16 +627,8 @@ static void run_p2p(mt_group *g, int has_channels) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
   mt_mesh mesh;
-  mt_err e = {0};
-  int world;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (mt_mesh_create(&mesh, 1, 1, world, 1, &e) != 0) {
-    fprintf(stderr, "%s\n", e.msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  int world = comm_test_start(&argc, &argv, &mesh);
   mt_comm_device_copy dev = {to_host, to_device};
   mt_comm_set_device_copy(&dev);
   mt_comm_set_direct(&g_standin);

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "comm_check.h"
 
 static long g_to_host, g_to_device;
 static void to_host(void *dst, const void *src, size_t bytes) {
@@ -27,30 +27,13 @@ static void to_device(void *dst, const void *src, size_t bytes) {
   g_to_device++;
 }
 
-#include "../check.h"
-
 static void fill(float *x, size_t n, int rank, int salt) {
   for (size_t i = 0; i < n; i++) x[i] = (float)((rank + 1) * 0.5 + (double)i * 0.25 + salt);
 }
 
-/* same floats, NaN-aware */
-static int same(const float *a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!(a[i] == b[i])) return 0;
-  return 1;
-}
-
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
   mt_mesh mesh;
-  mt_err e = {0};
-  int world;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (mt_mesh_create(&mesh, 1, 1, world, 1, &e) != 0) {
-    fprintf(stderr, "%s\n", e.msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  comm_test_start(&argc, &argv, &mesh);
   mt_group *g = &mesh.dp_g;
   const int r = g->rank, n = g->size;
   const size_t N = 1000;

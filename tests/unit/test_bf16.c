@@ -20,9 +20,6 @@
 #include "test_bf16.h"
 #include "kernels/cpu/bf16_internal.h"
 
-static const mt_ops *f32ops;
-static const mt_ops_bf16 *bops;
-
 /* ------------------------------------------------------------------ */
 /* conversion                                                          */
 
@@ -117,8 +114,8 @@ static void check_matmul(const char *path, int N, int C, int OC, int with_bias) 
   test_rand_pair(dout, dout_f, nout, -1, 1);
   test_rand_pair(dinp0, dinp_f, nin, -1, 1);
   float *dw0 = test_alloc(nw * 4), *db0 = test_alloc(OC * 4);
-  for (size_t i = 0; i < nw; i++) dw0[i] = (float)test_uniform(-1, 1);
-  for (int i = 0; i < OC; i++) db0[i] = (float)test_uniform(-1, 1);
+  for (size_t i = 0; i < nw; i++) dw0[i] = (float)rng_uniform_f64(-1, 1);
+  for (int i = 0; i < OC; i++) db0[i] = (float)rng_uniform_f64(-1, 1);
 
   /* fp32 references */
   float *out_ref = test_alloc(nout * 4), *dw_ref = test_alloc(nw * 4), *db_ref = test_alloc(OC * 4);
@@ -277,7 +274,7 @@ static void test_moe_rows(void) {
   const int slot[12] = {0, 5, 1, -1, 7, 2, -1, -1, 3, 11, 10, 4};
   const int idx[12] = {0, 2, 4, 5, 1, 3, 5, 0, 2, 4, 1, 3};
   float w[12];
-  for (int i = 0; i < N * k; i++) w[i] = (float)test_uniform(0, 1);
+  for (int i = 0; i < N * k; i++) w[i] = (float)rng_uniform_f64(0, 1);
   size_t nr = (size_t)R * C, nt = (size_t)N * C;
   mt_bf16 *y = test_alloc(nr * 2), *x = test_alloc(nt * 2), *out = test_alloc(nr * 2),
           *dy = test_alloc(nr * 2), *dx = test_alloc(nt * 2);
@@ -412,8 +409,8 @@ static void test_adamw_helpers(void) {
         *v_f = test_alloc(n * 4);
   mt_bf16 *pb = test_alloc(n * 2);
   for (size_t i = 0; i < n; i++) {
-    p[i] = p_f[i] = (float)test_uniform(-1, 1);
-    g[i] = (float)test_uniform(-0.1, 0.1);
+    p[i] = p_f[i] = (float)rng_uniform_f64(-1, 1);
+    g[i] = (float)rng_uniform_f64(-0.1, 0.1);
   }
   for (int t = 1; t <= 3; t++) {
     f32ops->adamw_update(p_f, g, m_f, v_f, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
@@ -463,11 +460,7 @@ static void test_adamw_helpers(void) {
 }
 
 int main(void) {
-  f32ops = mt_ops_cpu();
-  bops = mt_ops_bf16_cpu();
-  mt_kernels_set_threads(2);
-  printf("test_bf16: %s against %s, %d threads\n", bops->name, f32ops->name,
-         mt_kernels_threads());
+  test_bf16_start("test_bf16");
   MT_CHECK(isnan(mt_worst(0.0, NAN)), "NaN is not the worst error");
   test_conversion();
   test_matmul();
@@ -478,10 +471,5 @@ int main(void) {
   test_layernorm();
   test_gelu_residual();
   test_adamw_helpers();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_bf16: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_bf16: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_bf16");
 }

@@ -19,9 +19,6 @@
  *   ranges combined by hand the same losses and probabilities. */
 #include "test_bf16.h"
 
-static const mt_ops *f32ops;
-static const mt_ops_bf16 *bops;
-
 /* tolerance floor: a few hundred fp32 roundings of the largest value (sums
  * over up to 70 keys or rows, split into blocks in another order) */
 #define ORDER_FLOOR (256 * FP32_U)
@@ -249,11 +246,7 @@ static void test_xent(void) {
 }
 
 int main(void) {
-  f32ops = mt_ops_cpu();
-  bops = mt_ops_bf16_cpu();
-  mt_kernels_set_threads(2);
-  printf("test_bf16_attn: %s against %s, %d threads\n", bops->name, f32ops->name,
-         mt_kernels_threads());
+  test_bf16_start("test_bf16_attn");
   const char *paths[] = {"sgemm", "onednn"};
   for (int p = 0; p < 2; p++) {
     if (mt_bf16_gemm_select(paths[p]) != 0) {
@@ -269,10 +262,5 @@ int main(void) {
   }
   mt_bf16_gemm_select("auto");
   test_xent();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_bf16_attn: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_bf16_attn: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_bf16_attn");
 }

@@ -76,6 +76,13 @@ static void err_set(const char *over, const char *what, const char *frag1, const
 
 /* ------------------------------------------------------------------ */
 
+/* the bytes of a key's field in mt_config */
+static size_t field_size(const mt_cfg_key *k) {
+  return k->type == MT_CFG_STRING ? MT_CFG_STR_MAX
+         : k->type == MT_CFG_DOUBLE ? sizeof(double)
+                                    : sizeof(int);
+}
+
 static void test_table(void) {
   int n = 0;
   const mt_cfg_key *keys = mt_config_keys(&n);
@@ -83,9 +90,7 @@ static void test_table(void) {
   /* one row per field: fields do not overlap and cover the struct */
   static unsigned char covered[sizeof(mt_config)];
   for (int i = 0; i < n; i++) {
-    size_t size = keys[i].type == MT_CFG_STRING ? MT_CFG_STR_MAX
-                  : keys[i].type == MT_CFG_DOUBLE ? sizeof(double)
-                                                  : sizeof(int);
+    size_t size = field_size(&keys[i]);
     MT_CHECK(keys[i].offset + size <= sizeof(mt_config), "%s: offset out of the struct",
              keys[i].name);
     for (size_t b = keys[i].offset; b < keys[i].offset + size && b < sizeof covered; b++) {
@@ -392,9 +397,7 @@ static int round_trip(const mt_config *cfg, const char *name) {
     int n = 0;
     const mt_cfg_key *keys = mt_config_keys(&n);
     for (int i = 0; i < n; i++) {
-      size_t size = keys[i].type == MT_CFG_STRING ? MT_CFG_STR_MAX
-                    : keys[i].type == MT_CFG_DOUBLE ? sizeof(double)
-                                                    : sizeof(int);
+      size_t size = field_size(&keys[i]);
       if (memcmp((const char *)cfg + keys[i].offset, (const char *)&back + keys[i].offset, size))
         MT_FAIL("%s: round trip changed %s", name, keys[i].name);
     }
@@ -459,9 +462,7 @@ static void test_round_trip(void) {
     int nk = 0;
     const mt_cfg_key *keys = mt_config_keys(&nk);
     for (int i = 0; i < nk; i++) {
-      size_t size = keys[i].type == MT_CFG_STRING ? MT_CFG_STR_MAX
-                    : keys[i].type == MT_CFG_DOUBLE ? sizeof(double)
-                                                    : sizeof(int);
+      size_t size = field_size(&keys[i]);
       if (memcmp((const char *)&cfg + keys[i].offset, (const char *)&def + keys[i].offset,
                  size) == 0)
         MT_FAIL("round trip: %s is still at its default %s: give it a value in the overrides",
@@ -532,10 +533,5 @@ int main(void) {
 
   for (int i = 0; i < g_nfiles; i++) unlink(g_files[i]);
   if (rmdir(g_dir) != 0) fprintf(stderr, "test_config: note: could not remove %s\n", g_dir);
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_config: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_config: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_config");
 }

@@ -26,6 +26,7 @@
  * NaN fails every comparison. Exits 1 naming each failure. */
 #include "model/model.h"
 #include "../check.h"
+#include "../test_rng.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -33,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FD_EPS 1e-2f
 #define FD_TOL 5e-3
 /* the whole model: fp32 activations put ~1e-7 relative noise on its loss
  * (summed in double); with eps = 1e-2 the worst errors observed are ~1.5e-2
@@ -42,47 +42,6 @@
 #define MODEL_TOL 2e-2
 
 static const mt_ops *ops;
-static uint64_t g_rng = 0x2545F4914F6CDD1DULL;
-
-static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
-  uint64_t z = mt_splitmix64(g_rng);
-  g_rng += 0x9E3779B97F4A7C15ULL;
-  return z;
-}
-static float rng_uniform(float lo, float hi) {
-  return (float)(lo + (hi - lo) * ((double)(rng_next() >> 11) / 9007199254740992.0));
-}
-static float *rand_tensor(size_t n, float lo, float hi) {
-  float *x = malloc((n ? n : 1) * sizeof(float));
-  for (size_t i = 0; i < n; i++) x[i] = rng_uniform(lo, hi);
-  return x;
-}
-static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-static double dot(const float *a, const float *b, size_t n) {
-  double s = 0.0;
-  for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
-  return s;
-}
-
-typedef double (*loss_fn)(void *ctx);
-
-/* max over sampled i of |analytic - numeric| / max(|analytic|, |numeric|, 1e-2) */
-static double gradcheck(loss_fn loss, void *ctx, float *x, const float *grad, size_t n,
-                        size_t stride) {
-  double worst = 0.0;
-  for (size_t i = 0; i < n; i += stride) {
-    float x0 = x[i], xp = x0 + FD_EPS, xm = x0 - FD_EPS;
-    x[i] = xp;
-    double lp = loss(ctx);
-    x[i] = xm;
-    double lm = loss(ctx);
-    x[i] = x0;
-    double numeric = (lp - lm) / ((double)xp - (double)xm);
-    double denom = fmax(fmax(fabs((double)grad[i]), fabs(numeric)), 1e-2);
-    worst = mt_worst(worst, fabs((double)grad[i] - numeric) / denom);
-  }
-  return worst;
-}
 
 /* ------------------------------------------------------------------ */
 /* 1. router                                                           */
@@ -445,13 +404,8 @@ static void copy_tensor(mt_gpt *dst, const char *dname, const mt_gpt *src, const
 static double grad_diff(const mt_gpt *a, const char *an, const mt_gpt *b, const char *bn) {
   int i = mt_registry_find(&a->reg, an), j = mt_registry_find(&b->reg, bn);
   if (i < 0 || j < 0) return NAN;
-  const float *x = a->grads + a->reg.t[i].offset, *y = b->grads + b->reg.t[j].offset;
-  double diff = 0.0, scale = 0.0;
-  for (size_t k = 0; k < a->reg.t[i].numel_local; k++) {
-    diff = mt_worst(diff, fabs((double)x[k] - (double)y[k]));
-    scale = fmax(scale, fabs((double)y[k]));
-  }
-  return diff / (scale > 0 ? scale : 1.0);
+  return mt_max_rel_err(a->grads + a->reg.t[i].offset, b->grads + b->reg.t[j].offset,
+                        a->reg.t[i].numel_local);
 }
 
 static void test_one_expert_is_dense(void) {
@@ -525,6 +479,7 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mt_log_init(0);
   mt_kernels_set_threads(1);
+  g_rng = 0x2545F4914F6CDD1DULL; /* this test's inputs */
   ops = mt_ops_cpu();
   test_router();
   test_combine();
@@ -533,10 +488,5 @@ int main(int argc, char **argv) {
   test_model_fd(1.0);
   test_one_expert_is_dense();
   MPI_Finalize();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_moe: %d mt_check_err(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_moe: ok\n");
-  return 0;
+  return mt_check_summary("test_moe");
 }

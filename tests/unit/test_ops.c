@@ -21,6 +21,7 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "../check.h"
+#include "../test_rng.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -28,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FD_EPS 1e-2f
 #define FD_TOL 5e-3
 /* naive double references vs fp32 kernels: error relative to the largest
  * reference magnitude of the tensor */
@@ -42,39 +42,6 @@ static const mt_ops *ops;
 /* ------------------------------------------------------------------ */
 /* helpers                                                             */
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-
-/* splitmix64: a fixed sequence on every machine */
-static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
-  uint64_t z = mt_splitmix64(g_rng);
-  g_rng += 0x9E3779B97F4A7C15ULL;
-  return z;
-}
-
-static float rng_uniform(float lo, float hi) {
-  double u = (double)(rng_next() >> 11) / 9007199254740992.0; /* [0,1) */
-  return (float)(lo + (hi - lo) * u);
-}
-
-static float *rand_tensor(size_t n, float lo, float hi) {
-  float *x = malloc(n * sizeof(float));
-  if (!x) {
-    fprintf(stderr, "test_ops: out of memory\n");
-    exit(1);
-  }
-  for (size_t i = 0; i < n; i++) x[i] = rng_uniform(lo, hi);
-  return x;
-}
-
-static float *zeros(size_t n) {
-  float *x = calloc(n ? n : 1, sizeof(float));
-  if (!x) {
-    fprintf(stderr, "test_ops: out of memory\n");
-    exit(1);
-  }
-  return x;
-}
-
 static float *filled(size_t n, float value) {
   float *x = zeros(n);
   for (size_t i = 0; i < n; i++) x[i] = value;
@@ -85,12 +52,6 @@ static float *copy_of(const float *x, size_t n) {
   float *y = zeros(n);
   memcpy(y, x, n * sizeof(float));
   return y;
-}
-
-static double dot(const float *a, const float *b, size_t n) {
-  double s = 0.0;
-  for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
-  return s;
 }
 
 /* max_i |a_i - ref_i| / max_i |ref_i| */
@@ -111,28 +72,6 @@ static double accum_err(const float *g1, const float *g2, size_t n) {
     if (fabs(g1[i]) > scale) scale = fabs(g1[i]);
   }
   return scale > 0.0 ? diff / (2.0 * scale) : (diff == 0.0 ? 0.0 : INFINITY); /* NaN: fails */
-}
-
-typedef double (*loss_fn)(void *ctx);
-
-/* Central differences of loss(ctx) with respect to x[i] for i = 0, stride,
- * 2*stride, ... < n; returns the max elementwise error against grad. */
-static double gradcheck(loss_fn loss, void *ctx, float *x, const float *grad, size_t n,
-                        size_t stride) {
-  double worst = 0.0;
-  for (size_t i = 0; i < n; i += stride) {
-    float x0 = x[i], xp = x0 + FD_EPS, xm = x0 - FD_EPS;
-    x[i] = xp;
-    double lp = loss(ctx);
-    x[i] = xm;
-    double lm = loss(ctx);
-    x[i] = x0;
-    double numeric = (lp - lm) / ((double)xp - (double)xm);
-    double analytic = grad[i];
-    double denom = fmax(fmax(fabs(analytic), fabs(numeric)), 1e-2);
-    worst = mt_worst(worst, fabs(analytic - numeric) / denom);
-  }
-  return worst;
 }
 
 /* ------------------------------------------------------------------ */
@@ -637,6 +576,7 @@ static void test_adamw(void) {
 }
 
 int main(void) {
+  g_rng = 0x9E3779B97F4A7C15ull; /* this test's inputs */
   ops = mt_ops_cpu();
   mt_kernels_set_threads(2);
   if (mt_kernels_threads() != 2) {
@@ -656,10 +596,5 @@ int main(void) {
   test_softmax_xent();
   test_adamw();
   test_determinism();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_ops: %d mt_check_err(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_ops: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_ops");
 }

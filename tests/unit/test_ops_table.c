@@ -64,7 +64,5 @@ int main(void) {
   MT_CHECK(n == 1 && strcmp(names, "attn_backward") == 0, "attn_backward unpriced: %d, '%s'", n,
            names);
 
-  if (*mt_check_failures()) return 1;
-  printf("test_ops_table: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_ops_table");
 }

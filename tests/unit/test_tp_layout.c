@@ -37,22 +37,13 @@
  * Exits 1 naming every failing check. */
 #include "model/model.h"
 #include "../check.h"
+#include "../test_rng.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t g_rng = 0x3243F6A8885A308Dull;
-static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
-  uint64_t z = mt_splitmix64(g_rng);
-  g_rng += 0x9E3779B97F4A7C15ULL;
-  return z;
-}
-static float rng_uniform(float lo, float hi) {
-  return (float)(lo + (hi - lo) * ((double)(rng_next() >> 11) / 9007199254740992.0));
-}
 
 /* ------------------------------------------------------------------ */
 /* layout                                                              */
@@ -323,6 +314,7 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
 }
 
 int main(void) {
+  g_rng = 0x3243F6A8885A308Dull; /* this test's inputs */
   mt_kernels_set_threads(1);
   mt_model_shape tiny, wide = {3, 48, 4, 16, 130, 0, 0, 0, 0, 0, 0, 0.0};
   if (mt_model_preset("tiny", &tiny) != 0) return 1;
@@ -343,10 +335,5 @@ int main(void) {
     test_encoder_vp(ops, shards[k]);
     test_xent_vp(ops, shards[k]);
   }
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_tp_layout: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_tp_layout: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_tp_layout");
 }
