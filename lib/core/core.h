@@ -524,11 +524,12 @@ int mt_trace_write(const char *path, mt_err *e);
 /* The element type of a tensor or a message, one enum for the whole code
  * base: what an op of the op table computes on (kernels), what a
  * collective moves (comm), what a role of the training state is held in
- * (kernels.h's mt_dtypes). */
-typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1, MT_DT_BF16 = 2 } mt_dtype;
+ * (kernels.h's mt_dtypes). MT_DT_I32 (int) is a message's only: the
+ * integers comm exchanges (MoE routing counts). */
+typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1, MT_DT_BF16 = 2, MT_DT_I32 = 3 } mt_dtype;
 /* bytes of one element of t */
 size_t mt_dtype_bytes(mt_dtype t);
-/* "fp32", "fp64" or "bf16" */
+/* "fp32", "fp64", "bf16" or "i32" */
 const char *mt_dtype_name(mt_dtype t);
 
 /* bf16: the upper 16 bits of an IEEE fp32 (8 significant bits). The

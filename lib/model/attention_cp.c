@@ -66,8 +66,8 @@ void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
     const int src = (r - s + N) % N; /* whose K/V this step sees */
     mt_act *kv = at->kv[s % 2];
     if (s < N - 1) { /* the next K/V arrives while this one is used and passed on */
-      mt_irecv_f32(at->g, at->kv[(s + 1) % 2], words(at, n), prev, TAG_KV, o->loc, &recv);
-      mt_isend_f32(at->g, kv, words(at, n), next, TAG_KV, o->loc, &send);
+      mt_irecv(at->g, at->kv[(s + 1) % 2], words(at, n), MT_DT_F32, prev, TAG_KV, o->loc, &recv);
+      mt_isend(at->g, kv, words(at, n), MT_DT_F32, next, TAG_KV, o->loc, &send);
     }
     for (int qc = 0; qc < 2; qc++)
       for (int kc = 0; kc < 2; kc++) {
@@ -115,11 +115,11 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
     const int src = (r - s + N) % N;
     mt_act *kv = at->kv[s % 2];
     if (s < N - 1) {
-      mt_irecv_f32(at->g, at->kv[(s + 1) % 2], nw, prev, TAG_KV, o->loc, &kr);
-      mt_isend_f32(at->g, kv, nw, next, TAG_KV, o->loc, &ks);
+      mt_irecv(at->g, at->kv[(s + 1) % 2], nw, MT_DT_F32, prev, TAG_KV, o->loc, &kr);
+      mt_isend(at->g, kv, nw, MT_DT_F32, next, TAG_KV, o->loc, &ks);
     }
     /* src's dK|dV so far: summed by ranks src .. r-1 */
-    if (s > 0) mt_irecv_f32(at->g, in, nw, prev, TAG_DKV, o->loc, &dr);
+    if (s > 0) mt_irecv(at->g, in, nw, MT_DT_F32, prev, TAG_DKV, o->loc, &dr);
     MT_ACT_OP(bf, o, zero, part, n);
     for (int qc = 0; qc < 2; qc++)
       for (int kc = 0; kc < 2; kc++) {
@@ -141,12 +141,12 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
     mt_act *t = leaving;
     leaving = part;
     part = t;
-    mt_isend_f32(at->g, leaving, nw, next, TAG_DKV, o->loc, &ds);
+    mt_isend(at->g, leaving, nw, MT_DT_F32, next, TAG_DKV, o->loc, &ds);
     mt_wait(&kr);
     mt_wait(&ks);
   }
   /* this rank's own K|V gradient, complete after its trip round the ring */
-  mt_irecv_f32(at->g, in, nw, prev, TAG_DKV, o->loc, &dr);
+  mt_irecv(at->g, in, nw, MT_DT_F32, prev, TAG_DKV, o->loc, &dr);
   mt_wait(&dr);
   MT_ACT_OP(bf, o, add_2d, mt_act_at(es, dqkv, C), 3 * C, in, 2 * C, rows, 2 * C);
   mt_wait(&ds);
@@ -169,14 +169,15 @@ static mt_attn_block heads_block(const mt_attention *at, int B) {
   return a;
 }
 
-/* An all-to-all of mt_alltoall_dim_f32's layout on the activations'
+/* An all-to-all of mt_alltoall_dim's layout on the activations'
  * dtype (bf16 moved as bits, half the bytes); counts in elements */
 static void alltoall_act(const mt_attention *at, const mt_act *send, mt_act *recv,
                          size_t s_outer, size_t s_inner, size_t r_outer, size_t r_inner) {
   if (at->bf)
-    mt_alltoall_dim_u16(at->g, send, recv, s_outer, s_inner, r_outer, r_inner, at->ops->loc);
+    mt_alltoall_dim(at->g, send, recv, s_outer, s_inner, r_outer, r_inner, MT_DT_BF16,
+                    at->ops->loc);
   else
-    mt_alltoall_dim_f32(at->g, send, recv, s_outer, s_inner, r_outer, r_inner, at->ops->loc);
+    mt_alltoall_dim(at->g, send, recv, s_outer, s_inner, r_outer, r_inner, MT_DT_F32, at->ops->loc);
 }
 
 void mt_attention_ulysses_forward(mt_attention *at, mt_act *out, const mt_act *qkv,

@@ -43,16 +43,16 @@ void mt_tp_destroy(mt_tp *tp) {
 
 void mt_tp_allreduce(const mt_tp *tp, mt_act *x, size_t n) {
   if (!tp->g) return;
-  if (tp->bf) mt_allreduce_sum_bf16(tp->g, x, n, tp->ops->loc);
-  else mt_allreduce_sum_f32(tp->g, x, n, tp->ops->loc);
+  if (tp->bf) mt_allreduce(tp->g, x, n, MT_DT_BF16, MT_RED_SUM, tp->ops->loc);
+  else mt_allreduce(tp->g, x, n, MT_DT_F32, MT_RED_SUM, tp->ops->loc);
 }
 
 void mt_tp_allreduce_max(const mt_tp *tp, float *x, size_t n) {
-  if (tp->g) mt_allreduce_max_f32(tp->g, x, n, tp->ops->loc);
+  if (tp->g) mt_allreduce(tp->g, x, n, MT_DT_F32, MT_RED_MAX, tp->ops->loc);
 }
 
 void mt_tp_allreduce_f64(const mt_tp *tp, double *x, size_t n) {
-  if (tp->g) mt_allreduce_sum_f64(tp->g, x, n, tp->ops->loc);
+  if (tp->g) mt_allreduce(tp->g, x, n, MT_DT_F64, MT_RED_SUM, tp->ops->loc);
 }
 
 void mt_tp_gather_seq(const mt_tp *tp, const mt_act *local, mt_act *full, int B, int T, int C) {
@@ -61,8 +61,8 @@ void mt_tp_gather_seq(const mt_tp *tp, const mt_act *local, mt_act *full, int B,
     if (full != local) MT_ACT_OP(tp->bf, tp->ops, copy, full, local, (size_t)B * inner);
     return;
   }
-  if (tp->bf) mt_allgather_dim_u16(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
-  else mt_allgather_dim_f32(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
+  if (tp->bf) mt_allgather_dim(tp->g, local, full, (size_t)B, inner, MT_DT_BF16, tp->ops->loc);
+  else mt_allgather_dim(tp->g, local, full, (size_t)B, inner, MT_DT_F32, tp->ops->loc);
 }
 
 void mt_tp_reduce_scatter_seq(const mt_tp *tp, const mt_act *full, mt_act *local, int B, int T,
@@ -76,9 +76,11 @@ void mt_tp_reduce_scatter_seq(const mt_tp *tp, const mt_act *full, mt_act *local
     mt_die("tp reduce-scatter of %d x %d x %d exceeds the %zu-element scratch", B, T, C,
            tp->scratch_n);
   if (tp->bf)
-    mt_reduce_scatter_dim_bf16(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
+    mt_reduce_scatter_dim(tp->g, full, local, (size_t)B, inner, tp->scratch, MT_DT_BF16,
+                          tp->ops->loc);
   else
-    mt_reduce_scatter_dim_f32(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
+    mt_reduce_scatter_dim(tp->g, full, local, (size_t)B, inner, tp->scratch, MT_DT_F32,
+                          tp->ops->loc);
 }
 
 size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end) {
@@ -121,7 +123,7 @@ static void reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, void *
       n += t->numel_local;
     }
     if (pass == 0 && n == 0) return;
-    if (pass == 0) mt_allreduce_sum_f32(tp->g, tp->grad_buf, n, tp->ops->loc);
+    if (pass == 0) mt_allreduce(tp->g, tp->grad_buf, n, MT_DT_F32, MT_RED_SUM, tp->ops->loc);
   }
 }
 

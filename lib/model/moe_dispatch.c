@@ -145,7 +145,7 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
     for (int j = 0; j < k; j++) local[((size_t)(n / Ts) * k + j) * E + choice[(size_t)n * k + j]]++;
   if (st)
     for (size_t i = 0; i < cnt_n; i++) st->tokens[i % (size_t)E] += local[i];
-  if (x->seq_g) mt_allgather_i32(x->seq_g, local, all, cnt_n);
+  if (x->seq_g) mt_allgather(x->seq_g, local, all, cnt_n, MT_DT_I32, MT_LOC_HOST);
   else memcpy(all, local, cnt_n * sizeof(int));
   memset(total, 0, cnt_n * sizeof(int));
   for (int r = 0; r < x->seq_size; r++)
@@ -221,12 +221,12 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
 
   /* 5. counts over ep (each peer's slots for each of my experts), then over etp */
   int *recv_mine = recv_all + (size_t)x->etp_rank * ep * E_l; /* [p][e_l] */
-  if (x->ep_g) mt_alltoall_i32(x->ep_g, packed, recv_mine, (size_t)E_l);
+  if (x->ep_g) mt_alltoall(x->ep_g, packed, recv_mine, (size_t)E_l, MT_DT_I32, MT_LOC_HOST);
   else memcpy(recv_mine, packed, (size_t)E_l * sizeof(int));
   if (x->etp_g) {
     int *mine = mt_malloc((size_t)ep * E_l * sizeof(int) + 16);
     memcpy(mine, recv_mine, (size_t)ep * E_l * sizeof(int));
-    mt_allgather_i32(x->etp_g, mine, recv_all, (size_t)ep * E_l);
+    mt_allgather(x->etp_g, mine, recv_all, (size_t)ep * E_l, MT_DT_I32, MT_LOC_HOST);
     free(mine);
   }
   int n_recv = 0, n_rows = 0;
@@ -285,8 +285,8 @@ static void rows_copy(const mt_ep *x, mt_act *dst, const mt_act *src, size_t n) 
 
 static void rows_alltoallv(const mt_ep *x, const mt_act *send, const size_t *a, mt_act *recv,
                            const size_t *b) {
-  if (x->bf) mt_alltoallv_u16(x->ep_g, send, a, recv, b, x->ops->loc);
-  else mt_alltoallv_f32(x->ep_g, send, a, recv, b, x->ops->loc);
+  if (x->bf) mt_alltoallv(x->ep_g, send, a, recv, b, MT_DT_BF16, x->ops->loc);
+  else mt_alltoallv(x->ep_g, send, a, recv, b, MT_DT_F32, x->ops->loc);
 }
 
 void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act *recv,
@@ -308,11 +308,11 @@ void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act 
         off += c[t];
       }
       mt_request q;
-      mt_iallgatherv_u16(x->etp_g, recv, rows, ic, id, x->ops->loc, &q);
+      mt_iallgatherv(x->etp_g, recv, rows, ic, id, MT_DT_BF16, x->ops->loc, &q);
       mt_wait(&q);
       free(ic);
     } else {
-      mt_allgatherv_f32(x->etp_g, recv, rows, c, x->ops->loc);
+      mt_allgatherv_packed(x->etp_g, recv, rows, c, MT_DT_F32, x->ops->loc);
     }
   } else if (rows != recv) {
     rows_copy(x, rows, recv, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
@@ -332,11 +332,11 @@ void mt_ep_combine(const mt_ep *x, const int *meta, const mt_act *rows, mt_act *
       int *ic = mt_malloc((size_t)x->etp * sizeof(int));
       for (int t = 0; t < x->etp; t++) ic[t] = (int)c[t];
       mt_request q;
-      mt_ireduce_scatter_sum_bf16(x->etp_g, rows, recv, ic, x->ops->loc, &q);
+      mt_ireduce_scatter(x->etp_g, rows, recv, ic, MT_DT_BF16, x->ops->loc, &q);
       mt_wait(&q);
       free(ic);
     } else {
-      mt_reduce_scatterv_f32(x->etp_g, rows, recv, c, x->ops->loc);
+      mt_reduce_scatter_packed(x->etp_g, rows, recv, c, MT_DT_F32, x->ops->loc);
     }
   } else if (recv != rows) {
     rows_copy(x, recv, rows, (size_t)meta[MT_EP_N_RECV] * (size_t)C);

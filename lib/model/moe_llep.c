@@ -144,7 +144,7 @@ int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h
   long *load = mt_malloc((size_t)ep * sizeof(long));
 
   /* 1. every source's kept slots per expert, and the plan */
-  mt_allgather_i32(x->ep_g, kept, K, (size_t)E);
+  mt_allgather(x->ep_g, kept, K, (size_t)E, MT_DT_I32, MT_LOC_HOST);
   for (int e = 0; e < E; e++) {
     int s = 0;
     for (int p = 0; p < ep; p++) pre[(size_t)p * E + e] = s, s += K[(size_t)p * E + e];
@@ -325,9 +325,11 @@ void mt_moe_llep_weights(mt_moe *x, const mt_ops_bf16 *bf, const mt_block_tensor
     }
     pair_counts(ep, rec, sz[t], cnt, cnt + ep->ep);
     if (bf)
-      mt_alltoallv_u16(ep->ep_g, (const uint16_t *)lend, cnt, help, cnt + ep->ep, x->ep.ops->loc);
+      mt_alltoallv(ep->ep_g, (const uint16_t *)lend, cnt, help, cnt + ep->ep, MT_DT_BF16,
+                   x->ep.ops->loc);
     else
-      mt_alltoallv_f32(ep->ep_g, (const float *)lend, cnt, help, cnt + ep->ep, x->ep.ops->loc);
+      mt_alltoallv(ep->ep_g, (const float *)lend, cnt, help, cnt + ep->ep, MT_DT_F32,
+                   x->ep.ops->loc);
   }
   free(cnt);
 }
@@ -351,8 +353,8 @@ void mt_moe_llep_grads(mt_moe *x, mt_block_tensors *g, const int *meta) {
   for (int t = 0; t < 4; t++) {
     float *lend = mt_moe_llep_region(x, MT_LLEP_LEND, t);
     pair_counts(ep, rec, sz[t], cnt, cnt + ep->ep);
-    mt_alltoallv_f32(ep->ep_g, mt_moe_llep_region(x, MT_LLEP_HELP_G, t), cnt + ep->ep, lend, cnt,
-                     x->ep.ops->loc);
+    mt_alltoallv(ep->ep_g, mt_moe_llep_region(x, MT_LLEP_HELP_G, t), cnt + ep->ep, lend, cnt,
+                 MT_DT_F32, x->ep.ops->loc);
     for (int i = 0; i < rec[MT_LLEP_N_LEND]; i++)
       x->ep.ops->axpy(dst[t] + (size_t)ep->local[lend_e[i]] * sz[t], 1.0f,
                    lend + (size_t)i * sz[t], sz[t]);

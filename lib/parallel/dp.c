@@ -337,8 +337,8 @@ void mt_dp_master_changed(mt_dp *d) {
   for (int k = 0; k < r->n_buckets; k++) {
     const mt_bucket_plan *p = plan_of(d, k);
     d->bf->from_f32(d->params_bf16 + part_begin(d, k), d->params + p->shard_off, part_len(d, k));
-    mt_allgatherv_inplace_u16(group_of(d, k), d->params_bf16 + p->begin, p->counts, p->displs,
-                              d->ops->loc);
+    mt_allgatherv(group_of(d, k), NULL, d->params_bf16 + p->begin, p->counts, p->displs, MT_DT_BF16,
+                  d->ops->loc);
   }
 }
 
@@ -372,18 +372,18 @@ static void launch(mt_dp *d, int k) {
     mt_bf16 *h = d->grads16 + p->begin;
     if (!d->grads16_acc) d->bf->from_f32(h, g, p->end - p->begin);
     if (d->zero)
-      GRAD_CALL(d, k, mt_ireduce_scatter_sum_bf16(group_of(d, k), h, d->shard16 + p->shard_off,
-                                                  p->counts, d->ops->loc, &b->req));
+      GRAD_CALL(d, k, mt_ireduce_scatter(group_of(d, k), h, d->shard16 + p->shard_off, p->counts,
+                                         MT_DT_BF16, d->ops->loc, &b->req));
     else
-      GRAD_CALL(d, k, mt_iallreduce_sum_bf16(group_of(d, k), h, p->end - p->begin, d->ops->loc,
-                                             &b->req));
+      GRAD_CALL(d, k, mt_iallreduce(group_of(d, k), h, p->end - p->begin, MT_DT_BF16, MT_RED_SUM,
+                                    d->ops->loc, &b->req));
     b->pending16 = !d->grads16_acc;
   } else if (d->zero)
-    GRAD_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), g, d->grad_shard + p->shard_off,
-                                               p->counts, d->ops->loc, &b->req));
+    GRAD_CALL(d, k, mt_ireduce_scatter(group_of(d, k), g, d->grad_shard + p->shard_off, p->counts,
+                                       MT_DT_F32, d->ops->loc, &b->req));
   else
-    GRAD_CALL(d, k, mt_iallreduce_sum_f32(group_of(d, k), g, p->end - p->begin, d->ops->loc,
-                                          &b->req));
+    GRAD_CALL(d, k, mt_iallreduce(group_of(d, k), g, p->end - p->begin, MT_DT_F32, MT_RED_SUM,
+                                  d->ops->loc, &b->req));
   b->launched = 1;
 }
 
@@ -496,11 +496,11 @@ static void launch_fill(mt_dp *d, int k) {
   if (d->reduce16) { /* narrowed, reduced in bf16; widened in retire_bucket
                       * (bf16 gradients: reduced where they are) */
     if (!d->grads16_acc) d->bf->from_f32(pb->mem16, pb->mem, p->end - p->begin);
-    GRAD_CALL(d, k, mt_ireduce_scatter_sum_bf16(group_of(d, k), pb->mem16, pb->part16, p->counts,
-                                                d->ops->loc, &b->req));
+    GRAD_CALL(d, k, mt_ireduce_scatter(group_of(d, k), pb->mem16, pb->part16, p->counts, MT_DT_BF16,
+                                       d->ops->loc, &b->req));
   } else {
-    GRAD_CALL(d, k, mt_ireduce_scatter_sum_f32(group_of(d, k), pb->mem, pb->part, p->counts,
-                                               d->ops->loc, &b->req));
+    GRAD_CALL(d, k, mt_ireduce_scatter(group_of(d, k), pb->mem, pb->part, p->counts, MT_DT_F32,
+                                       d->ops->loc, &b->req));
   }
   b->launched = 1;
   for (int j = 0; j < d->reg->n_buckets; j++) mt_progress(&d->buckets[j].req);
@@ -613,11 +613,11 @@ static void gather_start(mt_dp *d, int u) {
   ug->buf = i;
   ug->state = 1;
   if (d->bf) /* the copy's shards, half the bytes of the master's */
-    STATE_CALL(d, k, mt_iallgatherv_u16(group_of(d, k), d->params_bf16 + p->shard_off, pb->mem,
-                                        p->counts, p->displs, d->ops->loc, &ug->req));
+    STATE_CALL(d, k, mt_iallgatherv(group_of(d, k), d->params_bf16 + p->shard_off, pb->mem,
+                                    p->counts, p->displs, MT_DT_BF16, d->ops->loc, &ug->req));
   else
-    STATE_CALL(d, k, mt_iallgatherv_f32(group_of(d, k), d->params + p->shard_off, pb->mem,
-                                        p->counts, p->displs, d->ops->loc, &ug->req));
+    STATE_CALL(d, k, mt_iallgatherv(group_of(d, k), d->params + p->shard_off, pb->mem, p->counts,
+                                    p->displs, MT_DT_F32, d->ops->loc, &ug->req));
 }
 
 /* can unit u's gather start now without taking a buffer in use? */
@@ -772,15 +772,16 @@ static double placed_sumsq(mt_dp *d, int experts) {
     for (int k = 0; k < r->n_buckets; k++)
       sumsq_by_placement(d, g + plan_of(d, k)->shard_off * es, part_begin(d, k), part_len(d, k),
                          acc);
-    mt_allreduce_sum_f64(d->groups[MT_GROUP_DP], acc, 2, MT_LOC_HOST);
-    if (experts) mt_allreduce_sum_f64(d->groups[MT_GROUP_EDP], acc + 2, 2, MT_LOC_HOST);
+    mt_allreduce(d->groups[MT_GROUP_DP], acc, 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+    if (experts)
+      mt_allreduce(d->groups[MT_GROUP_EDP], acc + 2, 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
   } else {
     sumsq_by_placement(d, g, 0, r->numel_local, acc);
   }
-  if (d->tp_g) mt_allreduce_sum_f64(d->tp_g, acc, 1, MT_LOC_HOST);
-  if (experts && d->ep_g) mt_allreduce_sum_f64(d->ep_g, acc + 2, 2, MT_LOC_HOST);
-  if (experts && d->etp_g) mt_allreduce_sum_f64(d->etp_g, acc + 2, 1, MT_LOC_HOST);
-  if (d->pp_g) mt_allreduce_sum_f64(d->pp_g, acc, experts ? 4 : 2, MT_LOC_HOST);
+  if (d->tp_g) mt_allreduce(d->tp_g, acc, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  if (experts && d->ep_g) mt_allreduce(d->ep_g, acc + 2, 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  if (experts && d->etp_g) mt_allreduce(d->etp_g, acc + 2, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  if (d->pp_g) mt_allreduce(d->pp_g, acc, experts ? 4 : 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
   return experts ? acc[0] + acc[1] + acc[2] + acc[3] : acc[0] + acc[1];
 }
 
@@ -793,7 +794,7 @@ static double global_sumsq(mt_dp *d) {
   double sumsq = 0.0;
   if (d->zero) {
     sumsq = grads_sumsq(d, reduced_grads(d), 0, r->shard_numel);
-    mt_allreduce_sum_f64(d->groups[MT_GROUP_DP], &sumsq, 1, MT_LOC_HOST);
+    mt_allreduce(d->groups[MT_GROUP_DP], &sumsq, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
   } else {
     sumsq = grads_sumsq(d, reduced_grads(d), 0, r->numel_local);
   }
@@ -867,11 +868,11 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
     for (int k = 0; k < r->n_buckets; k++) {
       const mt_bucket_plan *p = plan_of(d, k);
       if (d->bf)
-        STATE_CALL(d, k, mt_allgatherv_inplace_u16(group_of(d, k), d->params_bf16 + p->begin,
-                                                   p->counts, p->displs, d->ops->loc));
+        STATE_CALL(d, k, mt_allgatherv(group_of(d, k), NULL, d->params_bf16 + p->begin, p->counts,
+                                       p->displs, MT_DT_BF16, d->ops->loc));
       else
-        STATE_CALL(d, k, mt_allgatherv_inplace_f32(group_of(d, k), d->params + p->begin,
-                                                   p->counts, p->displs, d->ops->loc));
+        STATE_CALL(d, k, mt_allgatherv(group_of(d, k), NULL, d->params + p->begin, p->counts,
+                                       p->displs, MT_DT_F32, d->ops->loc));
     }
   return norm;
 }

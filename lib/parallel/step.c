@@ -78,7 +78,7 @@ double mt_step_gradients(mt_step *s, const mt_pp_batch *b) {
     /* tied tensors: both ends add the other's gradient, so they stay equal */
     if (s->tied_numel)
       mt_pp_sum_tied_grads(s->groups.pp, &s->model.reg, s->model.ops, &s->dp, s->tied_scratch);
-    mt_allreduce_sum_f64(s->groups.pp, &loss, 1, MT_LOC_HOST); /* the last stage's */
+    mt_allreduce(s->groups.pp, &loss, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST); /* the last stage's */
   }
   mt_dp_finish_sync(&s->dp);
   return loss;
@@ -87,7 +87,7 @@ double mt_step_gradients(mt_step *s, const mt_pp_batch *b) {
 double mt_step_update(mt_step *s, float lr, float grad_clip, double *loss_sum) {
   double norm = mt_dp_optimizer_step(&s->dp, lr, grad_clip);
   /* the global loss: sum over dp x cp of each rank's token losses */
-  mt_allreduce_sum_f64(s->groups.dpcp, loss_sum, 1, MT_LOC_HOST);
+  mt_allreduce(s->groups.dpcp, loss_sum, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
   return norm;
 }
 
@@ -102,6 +102,6 @@ double mt_step_evaluate(mt_step *s, const mt_pp_batch *b) {
     mt_pp_schedule_free(&sched);
   }
   mt_dp_release_params(&s->dp);
-  mt_allreduce_sum_f64(s->groups.pp, &loss, 1, MT_LOC_HOST); /* the last stage's */
+  mt_allreduce(s->groups.pp, &loss, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST); /* the last stage's */
   return loss;
 }

@@ -102,21 +102,22 @@ static void count_mesh(void) {
   e = (mt_err){0};
   mt_mesh_count(&m, 4, 1, 2, 1, 5, 1, 1, &e);
   float *nowhere = (float *)(uintptr_t)64; /* never read: the call moves nothing */
-  mt_allreduce_sum_f32(&m.tp_g, nowhere, 1000, MT_LOC_DEVICE);
+  mt_allreduce(&m.tp_g, nowhere, 1000, MT_DT_F32, MT_RED_SUM, MT_LOC_DEVICE);
   MT_CHECK(m.tp_g.bytes == mt_bytes_allreduce(4000, 4) && m.tp_g.calls == 1,
            "allreduce over 4 ranks counted %g bytes", m.tp_g.bytes);
   mt_request r;
-  mt_isend_f32(&m.tp_g, nowhere, 10, 1, MT_TAG_PP_ACT, MT_LOC_DEVICE, &r);
+  mt_isend(&m.tp_g, nowhere, 10, MT_DT_F32, 1, MT_TAG_PP_ACT, MT_LOC_DEVICE, &r);
   mt_wait(&r);
   MT_CHECK(m.tp_g.bytes == mt_bytes_allreduce(4000, 4) + 40, "a send counts its 40 bytes");
-  mt_allreduce_sum_f32(&m.pp_g, nowhere, 1000, MT_LOC_DEVICE); /* one rank: nothing */
+  mt_allreduce(&m.pp_g, nowhere, 1000, MT_DT_F32, MT_RED_SUM,
+               MT_LOC_DEVICE); /* one rank: nothing */
   MT_CHECK(m.pp_g.bytes == 0 && m.pp_g.calls == 0, "a group of one counts nothing");
   int mine[2] = {3, 5}, all[8];
-  mt_allgather_i32(&m.tp_g, mine, all, 2);
+  mt_allgather(&m.tp_g, mine, all, 2, MT_DT_I32, MT_LOC_HOST);
   MT_CHECK(all[0] == 3 && all[1] == 5 && all[6] == 3 && all[7] == 5,
            "integers gathered as this rank's");
   int to[8] = {0, 1, 2, 3, 4, 5, 6, 7}, from[8];
-  mt_alltoall_i32(&m.tp_g, to, from, 2); /* tp rank 1 sends {2,3} to itself */
+  mt_alltoall(&m.tp_g, to, from, 2, MT_DT_I32, MT_LOC_HOST); /* tp rank 1 sends {2,3} to itself */
   MT_CHECK(from[0] == 2 && from[1] == 3 && from[4] == 2 && from[7] == 3,
            "all-to-all as every rank sending this one's block to it");
   mt_mesh_destroy(&m);
