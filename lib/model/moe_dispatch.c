@@ -278,15 +278,14 @@ static void parts(const int *rows, int n, int C, size_t *out) {
   for (int i = 0; i < n; i++) out[i] = (size_t)rows[i] * (size_t)C;
 }
 
-/* bf16 rows (x->bf) move as 16-bit bits: half fp32's bytes */
+/* bf16 rows (x->dt) move as 16-bit bits: half fp32's bytes */
 static void rows_copy(const mt_ep *x, mt_act *dst, const mt_act *src, size_t n) {
-  MT_ACT_OP(x->bf, x->ops, copy, dst, src, n);
+  x->ops->copy(x->dt, dst, src, n);
 }
 
 static void rows_alltoallv(const mt_ep *x, const mt_act *send, const size_t *a, mt_act *recv,
                            const size_t *b) {
-  if (x->bf) mt_alltoallv(x->ep_g, send, a, recv, b, MT_DT_BF16, x->ops->loc);
-  else mt_alltoallv(x->ep_g, send, a, recv, b, MT_DT_F32, x->ops->loc);
+  mt_alltoallv(x->ep_g, send, a, recv, b, x->dt, x->ops->loc);
 }
 
 void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act *recv,
@@ -299,21 +298,7 @@ void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act 
   else if (recv != send) rows_copy(x, recv, send, a[0]);
   if (x->etp_g) {
     parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    if (x->bf) { /* the 16-bit all-gather of variable parts, waited for */
-      int *ic = mt_malloc(2 * (size_t)x->etp * sizeof(int)), *id = ic + x->etp;
-      size_t off = 0;
-      for (int t = 0; t < x->etp; t++) {
-        ic[t] = (int)c[t];
-        id[t] = (int)off;
-        off += c[t];
-      }
-      mt_request q;
-      mt_iallgatherv(x->etp_g, recv, rows, ic, id, MT_DT_BF16, x->ops->loc, &q);
-      mt_wait(&q);
-      free(ic);
-    } else {
-      mt_allgatherv_packed(x->etp_g, recv, rows, c, MT_DT_F32, x->ops->loc);
-    }
+    mt_allgatherv_packed(x->etp_g, recv, rows, c, x->dt, x->ops->loc);
   } else if (rows != recv) {
     rows_copy(x, rows, recv, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
   }
@@ -328,16 +313,8 @@ void mt_ep_combine(const mt_ep *x, const int *meta, const mt_act *rows, mt_act *
   parts(mt_ep_recv_counts(x, meta), x->ep, C, b);
   if (x->etp_g) {
     parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    if (x->bf) { /* the bf16 reduce-scatter (each addition rounded), waited for */
-      int *ic = mt_malloc((size_t)x->etp * sizeof(int));
-      for (int t = 0; t < x->etp; t++) ic[t] = (int)c[t];
-      mt_request q;
-      mt_ireduce_scatter(x->etp_g, rows, recv, ic, MT_DT_BF16, x->ops->loc, &q);
-      mt_wait(&q);
-      free(ic);
-    } else {
-      mt_reduce_scatter_packed(x->etp_g, rows, recv, c, MT_DT_F32, x->ops->loc);
-    }
+    /* bf16: each addition of two ranks' parts rounded */
+    mt_reduce_scatter_packed(x->etp_g, rows, recv, c, x->dt, x->ops->loc);
   } else if (recv != rows) {
     rows_copy(x, recv, rows, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
   }

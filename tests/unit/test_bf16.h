@@ -1,5 +1,5 @@
 /* Shared by the bf16 unit tests (test_bf16.c, test_bf16_attn.c; include
- * once, from the program's source file): the two op tables compared and
+ * once, from the program's source file): the op table on bf16 and on fp32 and
  * main's first step (test_bf16_start), inputs that bf16 represents exactly,
  * and the comparison of a bf16 op's result with the fp32 op's on the same
  * inputs.
@@ -33,16 +33,16 @@
 #define FP32_U (1.0 / 16777216.0) /* of fp32, 2^-24 */
 
 static const mt_ops *f32ops;     /* the reference: the fp32 CPU table */
-static const mt_ops_bf16 *bops; /* under test: the bf16 CPU table */
+static const mt_ops *bops;      /* under test: the same table on bf16 (MT_DT_BF16) */
 
 /* main's first step: the tables, 2 threads, the seed of the inputs; prints
- * "prog: <bf16 table> against <fp32 table>, 2 threads" */
+ * "prog: <table> on bf16 against <table> on fp32, 2 threads" */
 static inline void test_bf16_start(const char *prog) {
   g_rng = 0x2545F4914F6CDD1Dull;
   f32ops = mt_ops_cpu();
-  bops = mt_ops_bf16_cpu();
+  bops = mt_ops_cpu();
   mt_kernels_set_threads(2);
-  printf("%s: %s against %s, %d threads\n", prog, bops->name, f32ops->name,
+  printf("%s: %s on bf16 against %s on fp32, %d threads\n", prog, bops->name, f32ops->name,
          mt_kernels_threads());
 }
 
