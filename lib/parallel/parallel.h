@@ -1,8 +1,10 @@
 /* parallel: data and pipeline parallelism over the model.
  *
  *   dp.c        the dp/ZeRO engine: the training state as the registry
- *               places it over dp x cp, bucketed gradient reduction
- *               overlapped with backward, ZeRO 1-3, clipping and AdamW
+ *               places it over dp x cp (its buffers, initial values and
+ *               checkpoint ranges); dp_reduce.c the bucketed gradient
+ *               reduction overlapped with backward; dp_gather.c ZeRO-3's
+ *               gathers; dp_update.c the norm, clipping and AdamW
  *   schedule.c  pipeline schedules as data (per rank, the op list) and
  *               their validator
  *   pp.c        the pipeline executor: runs this rank's op list, driving
@@ -36,7 +38,8 @@ typedef struct {
   int buf;              /* zero >= 2: the gradient buffer it holds, -1 none */
   int hold;             /* pp: holds a tied tensor: reduced only at the end of the step,
                            after the stages summed it */
-  int pending16;        /* its bf16 reduction is in flight: widened into fp32 on completion */
+  int narrowed;         /* zero <= 1: its reduction in flight is in the narrower reduction
+                           type: widened into the gradients on completion */
 } mt_bucket;
 
 /* A unit's gathered parameters (ZeRO-3). */
@@ -48,12 +51,15 @@ typedef struct {
 
 /* A buffer of a pool (ZeRO-2/3 gradients, ZeRO-3 gathered parameters). */
 typedef struct {
-  void *mem;            /* its elements (fp32; a bf16 copy's gathered unit and bf16
-                           gradients: bf16) */
-  float *part;          /* gradient buffers: this rank's part of the reduce-scatter */
-  size_t numel, part_numel, es; /* elements of mem and part; bytes of one of mem's */
-  mt_bf16 *mem16, *part16; /* gradient buffers reduced in bf16: mem and part narrowed
-                              (bf16 gradients: mem16 is mem) */
+  void *mem;            /* numel elements: the gradients' type (mt_dp gdt), or the weights'
+                           (wdt) for a gathered unit */
+  /* gradient buffers: mem in the reduction's type (rdt: mem itself where the
+   * types agree, else a narrowed copy), this rank's part of the
+   * reduce-scatter (part_numel elements of rdt), and fp32 gradients' part
+   * in fp32 (part itself when reduced in fp32, else part widened) */
+  void *red, *part;
+  float *wide;
+  size_t numel, part_numel;
   int owner;            /* bucket or unit using it, -1 free */
 } mt_pool_buf;
 
@@ -62,7 +68,7 @@ typedef struct {
   float *mem;
   size_t cap;           /* elements */
   int owner;            /* unit, -1 free */
-  mt_bf16 *home;        /* the owner's bf16 gradients (len elements) it rounds into */
+  void *home;           /* the owner's bf16 gradients (len elements) it rounds into */
   size_t len;
 } mt_grad_slot;
 /* The groups the dp engine works over: per reduction group of the
@@ -100,10 +106,22 @@ typedef struct {
   mt_group *tp_g;        /* NULL: no tensor parallelism */
   mt_group *pp_g;        /* NULL: no pipeline parallelism */
   size_t norm_skip_begin, norm_skip_end; /* flat range left out of the norm here */
+  /* the element type of each role: the weights' compute copy (fp32: the
+   * master itself), the gradients as they accumulate (train.grad_dtype),
+   * their reduction over dp x cp (parallel.grad_reduce_dtype) */
+  mt_dtype wdt, gdt, rdt;
   /* state */
-  float *params;         /* zero <= 2: reg->numel_local; zero 3: the shard, reg->shard_numel */
-  float *grads;          /* zero <= 1: reg->numel_local; else NULL */
-  float *grad_shard;     /* zero >= 1: reduced gradient of this rank's shard */
+  float *params;         /* the fp32 master: reg->numel_local, or the shard
+                            (reg->shard_numel) where master_sharded */
+  void *copy;            /* the weights' compute copy (wdt bf16; NULL under fp32):
+                            reg->numel_local elements, or the shard at zero 3 */
+  int master_sharded;    /* zero 3, or zero >= 1 with a compute copy */
+  void *grads;           /* zero <= 1: the gradients (gdt), reg->numel_local */
+  void *shard;           /* zero >= 1: this rank's shard of the reduced gradients (gdt) */
+  /* fp32 gradients reduced in bf16 (rdt != gdt), zero <= 1: narrowed into
+   * red before the reduction (reg->numel_local) and, zero 1, reduced into
+   * red_shard, then widened back (accumulation stays fp32). Comm buffers. */
+  void *red, *red_shard;
   mt_adamw opt;          /* moments over reg->shard_numel */
   mt_bucket *buckets;    /* as reg->buckets */
   int next_bucket;
@@ -123,16 +141,6 @@ typedef struct {
   int n_pbufs;
   mt_unit_gather *gather;
   double last_grad_norm;
-  /* the weights' compute copy in bf16 (mt_dp_create with bf16 weights; bf
-   * 0: the model reads the fp32 parameters): params_bf16 holds reg->numel_local
-   * elements (zero <= 2) or the shard (zero 3, whose gather buffers pbufs
-   * are then bf16); master_sharded: params holds the shard (zero 3, or
-   * zero >= 1 with the copy). copy_fresh: the copy equals the master (0
-   * after the master was written other than by an update: initial values,
-   * a checkpoint) */
-  int bf;
-  mt_bf16 *params_bf16;
-  int master_sharded;
   /* this step's bytes of the state's collectives (gradients, parameters),
    * per reduction group, as comm counted them (the rest of the group's
    * bytes are scalar sums: the norm, the loss) */
@@ -142,30 +150,19 @@ typedef struct {
    * mt_dp_finish_sync after it */
   double grad_bytes, grad_bytes_early;
   int in_finish;
-  /* gradient reductions in bf16 (MT_DP_REDUCE_BF16): the gradients are
-   * narrowed into these before the reduction and widened back after it
-   * (accumulation stays fp32): zero <= 1 grads16 (reg->numel_local) and,
-   * zero 1, shard16 (the shard); zero >= 2 each gradient buffer's mem16 and
-   * part16. Comm buffers (MT_MEM_COMM). */
-  int reduce16;
-  mt_bf16 *grads16, *shard16;
-  /* gradients accumulated in bf16 (MT_DP_GRADS_BF16, train.grad_dtype =
-   * bf16; reduced in bf16): grads16 (zero <= 1) and shard16 (zero >= 1)
-   * are then the gradients themselves (MT_MEM_GRADS), and d->grads,
-   * d->grad_shard and the gradient buffers' fp32 parts are not held.
-   * Each piece of a backward pass accumulates a unit's gradients into an
-   * fp32 slot that starts as its bf16 gradients (zero <= 1: in grads16;
-   * zero >= 2: in its bucket's buffer, then bf16) widened (exact) and is
-   * rounded back into them when the piece ends
-   * (mt_dp_grads_pause): one rounding per micro-batch for a block, two
-   * for the embeddings (the LM head's, the embedding's), as a bf16
-   * gradient buffer takes each weight-gradient GEMM on GPUs. Slots are made
-   * when first needed, each the size of the unit that needed it, and reused
-   * by any unit they hold (the smallest free one that fits): the units of
-   * one piece (the LM head: the embeddings and the final LayerNorm).
-   * zero >= 2: each micro-batch's bf16 gradient buffer is reduce-scattered
-   * in bf16 and added to shard16 with one rounding. */
-  int grads16_acc;
+  /* gradients accumulated in bf16 (gdt bf16: MT_DP_GRADS_BF16,
+   * train.grad_dtype = bf16; reduced in bf16): each piece of a backward
+   * pass accumulates a unit's gradients into an fp32 slot that starts as its
+   * bf16 gradients (zero <= 1: in grads; zero >= 2: in its bucket's
+   * buffer) widened (exact) and is rounded back into them when the piece
+   * ends (mt_dp_grads_pause): one rounding per micro-batch for a block, two
+   * for the embeddings (the LM head's, the embedding's), as a bf16 gradient
+   * buffer takes each weight-gradient GEMM on GPUs. Slots are made when
+   * first needed, each the size of the unit that needed it, and reused by
+   * any unit they hold (the smallest free one that fits): the units of one
+   * piece (the LM head: the embeddings and the final LayerNorm). zero >= 2:
+   * each micro-batch's bf16 gradient buffer is reduce-scattered in bf16
+   * and added to the shard with one rounding. */
   mt_grad_slot *slots;
   int n_slots;
   int *unit_slot;        /* per unit, the slot it holds, -1 none */
@@ -195,7 +192,7 @@ enum {
   /* gradients accumulated in bf16 (train.grad_dtype = bf16; needs bf16
    * weights, and reduces in bf16 as MT_DP_REDUCE_BF16 does): half the bytes of
    * the held gradients, each unit's gradients of a micro-batch added to
-   * them with one rounding (see mt_dp.grads16_acc) */
+   * them with one rounding (see mt_dp.slots) */
   MT_DP_GRADS_BF16 = 8
 };
 /* weights: the storage type of the weights' compute copy, what
@@ -258,16 +255,11 @@ void mt_dp_reduce_during_backward(mt_dp *d, int on);
 void mt_dp_finish_sync(mt_dp *d);
 /* ZeRO-3: let every gathered unit go (after a forward-only pass). */
 void mt_dp_release_params(mt_dp *d);
-/* Gradients of the whole flat buffer (zero <= 1; NULL otherwise). */
-float *mt_dp_full_grads(mt_dp *d);
 /* This rank's (not yet reduced) gradient of flat element off of a tied
- * tensor (zero <= 1: in the whole buffer; zero >= 2: in its held bucket's
- * buffer), for the sum across stages before mt_dp_finish_sync. */
-float *mt_dp_grads_at(mt_dp *d, size_t off);
-/* The same for bf16 gradients (MT_DP_GRADS_BF16): the bf16 gradient at
- * flat element off (zero >= 2: in its held bucket's buffer); NULL where
- * the gradients are fp32 (mt_dp_grads_at applies). */
-mt_bf16 *mt_dp_grads16_at(mt_dp *d, size_t off);
+ * tensor, of type d->gdt (zero <= 1: in the whole buffer; zero >= 2: in
+ * its held bucket's buffer), for the sum across stages before
+ * mt_dp_finish_sync. */
+void *mt_dp_grads_at(mt_dp *d, size_t off);
 
 /* Global gradient norm over the reduced gradients, then clip, AdamW on this
  * rank's share, and (zero 1, 2) all-gather the updated parameters. Returns
@@ -467,10 +459,10 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
 
 /* Tied tensors across stages: for every tensor this stage holds that has a
  * copy on another stage (pp_copy), owner and copy exchange their gradients
- * (this rank's unreduced gradients, mt_dp_grads_at) and each adds the other's, so the two
- * stay bitwise equal (a + b == b + a) and so do their updates. scratch
- * holds the largest such tensor (twice over where the gradients are bf16,
- * mt_dp_grads16_at: both widened, the sum rounded once).
+ * (this rank's unreduced gradients, mt_dp_grads_at) and each adds the
+ * other's, so the two stay bitwise equal (a + b == b + a) and so do their
+ * updates. scratch holds the largest such tensor (twice over where the
+ * gradients are bf16: both widened, the sum rounded once).
  * Collective over the stages that hold one. */
 void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_ops *ops,
                           mt_dp *dp, float *scratch);

@@ -394,17 +394,16 @@ void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_o
     const mt_tensor *t = &reg->t[i];
     if (t->pp_copy < 0 || t->pp_copy == t->pp_stage || t->numel_local == 0) continue;
     int peer = reg->pp_rank == t->pp_stage ? t->pp_copy : t->pp_stage;
-    mt_bf16 *g16 = mt_dp_grads16_at(dp, t->offset);
-    if (g16) { /* bf16 gradients: both widened, added in fp32, rounded once
-                * (the same bits at both ends: fp32 addition commutes) */
+    void *g = mt_dp_grads_at(dp, t->offset);
+    if (dp->gdt != MT_DT_F32) { /* bf16 gradients: both widened, added in fp32, rounded
+                                 * once (the same bits at both ends: fp32 addition commutes) */
       float *mine = scratch + t->numel_local;
-      ops->convert(mine, MT_DT_F32, g16, MT_DT_BF16, t->numel_local);
+      ops->convert(mine, MT_DT_F32, g, dp->gdt, t->numel_local);
       mt_sendrecv(pp_group, mine, scratch, t->numel_local, MT_DT_F32, peer, TAG_TIED, ops->loc);
       ops->axpy(MT_DT_F32, mine, 1.0f, scratch, t->numel_local);
-      ops->convert(g16, MT_DT_BF16, mine, MT_DT_F32, t->numel_local);
+      ops->convert(g, dp->gdt, mine, MT_DT_F32, t->numel_local);
       continue;
     }
-    float *g = mt_dp_grads_at(dp, t->offset);
     mt_sendrecv(pp_group, g, scratch, t->numel_local, MT_DT_F32, peer, TAG_TIED, ops->loc);
     ops->axpy(MT_DT_F32, g, 1.0f, scratch, t->numel_local);
   }

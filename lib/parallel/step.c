@@ -47,7 +47,7 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   if (pp > 1) {
     /* the other stage's gradient of a tied tensor (bf16 gradients: and
      * this stage's, widened) */
-    s->tied_numel = mt_pp_tied_numel(reg) * (s->dp.grads16_acc ? 2 : 1);
+    s->tied_numel = mt_pp_tied_numel(reg) * (s->dp.gdt != MT_DT_F32 ? 2 : 1);
     if (s->tied_numel) s->tied_scratch = ops->alloc(MT_MEM_COMM, s->tied_numel * sizeof(float));
   }
   mt_pp_exec_create(&s->exec, g->pp, &s->sched, &s->model, &s->dp, l0, l1);

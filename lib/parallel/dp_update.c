@@ -1,0 +1,128 @@
+/* The dp engine's optimizer step: the global gradient norm over the reduced
+ * gradients (summed by placement over tp, pp, ep and etp), clipping, AdamW
+ * on this rank's share writing the weights' compute copy in the same pass,
+ * and (ZeRO 1, 2) the updated parts all-gathered. */
+#include "parallel/dp_internal.h"
+
+#include <math.h>
+
+static double sqrt_safe(double x) { return x > 0.0 ? sqrt(x) : 0.0; }
+
+/* The reduced gradients (of type gdt): this rank's shard (zero >= 1) or
+ * the whole buffer */
+static void *reduced_grads(const mt_dp *d) { return d->zero ? d->shard : d->grads; }
+
+/* Sums of squares of the reduced gradients, whose element 0 is flat
+ * element begin, over [begin, begin+len), split by the tensors' placement:
+ * [0] tp-sharded, [1] replicated over tp; experts (MoE) [2] etp-sharded,
+ * [3] replicated over etp. */
+static void sumsq_by_placement(const mt_dp *d, void *grad, size_t begin, size_t len,
+                               double acc[4]) {
+  size_t end = begin + len;
+  for (int i = 0; i < d->reg->n; i++) {
+    const mt_tensor *t = &d->reg->t[i];
+    size_t tb = t->offset, te = t->offset + t->numel_local;
+    if (te <= begin || tb >= end) continue;
+    size_t a = tb > begin ? tb : begin, b = te < end ? te : end;
+    if (d->pp_g && a >= d->norm_skip_begin && b <= d->norm_skip_end) continue;
+    int slot = t->group == MT_GROUP_EDP ? (t->etp.kind == MT_PLACE_SHARDED ? 2 : 3)
+                                        : (t->tp.kind == MT_PLACE_SHARDED ? 0 : 1);
+    acc[slot] += d->ops->sumsq(d->gdt, dp_at(grad, d->gdt, a - begin), b - a);
+  }
+}
+
+/* The squared norm summed by placement (tensor or pipeline parallelism, or
+ * a MoE model): the ranks of a tp group hold different shards of the
+ * sharded tensors and identical copies of the replicated ones, so [0] (tp-
+ * sharded) is summed over tp and [1] (replicated) counted once; with
+ * experts, their tensors are split over ep and etp (one expert-tensor shard
+ * per (ep, etp) rank, its ZeRO parts over edp): [2] etp-sharded, [3]
+ * replicated over etp, counted once. Under ZeRO each part is first summed
+ * over its reduction group; pipeline stages add their tensors over pp. */
+static double placed_sumsq(mt_dp *d, int experts) {
+  const mt_registry *r = d->reg;
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  void *g = reduced_grads(d);
+  if (d->zero) {
+    for (int k = 0; k < r->n_buckets; k++)
+      sumsq_by_placement(d, dp_at(g, d->gdt, dp_plan(d, k)->shard_off), dp_part_begin(d, k),
+                         dp_part_len(d, k), acc);
+    mt_allreduce(d->groups[MT_GROUP_DP], acc, 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+    if (experts)
+      mt_allreduce(d->groups[MT_GROUP_EDP], acc + 2, 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  } else {
+    sumsq_by_placement(d, g, 0, r->numel_local, acc);
+  }
+  if (d->tp_g) mt_allreduce(d->tp_g, acc, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  if (experts && d->ep_g) mt_allreduce(d->ep_g, acc + 2, 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  if (experts && d->etp_g) mt_allreduce(d->etp_g, acc + 2, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  if (d->pp_g) mt_allreduce(d->pp_g, acc, experts ? 4 : 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  return experts ? acc[0] + acc[1] + acc[2] + acc[3] : acc[0] + acc[1];
+}
+
+/* Squared global gradient norm. Without tp or pp: one sum over this rank's
+ * buffer (summed over dp x cp under ZeRO); otherwise by placement. */
+static double global_sumsq(mt_dp *d) {
+  const mt_registry *r = d->reg;
+  if (r->n_group_tensors[MT_GROUP_EDP] > 0) return placed_sumsq(d, 1);
+  if (d->tp_g || d->pp_g) return placed_sumsq(d, 0);
+  double sumsq = d->ops->sumsq(d->gdt, reduced_grads(d), d->zero ? r->shard_numel : r->numel_local);
+  if (d->zero) mt_allreduce(d->groups[MT_GROUP_DP], &sumsq, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  return sumsq;
+}
+
+/* AdamW over flat elements [begin, begin+len) whose master starts at
+ * param, compute copy (or NULL) at copy, moments at moff, from gradients g
+ * of type gdt: fp32 ones where they are; bf16 ones widened and scaled
+ * piece by piece in buf (cap elements: a free fp32 slot) */
+static void update(mt_dp *d, float *param, void *copy, void *g, size_t begin, size_t len,
+                   size_t moff, float scale, float *buf, size_t cap) {
+  if (d->gdt == MT_DT_F32) {
+    mt_adamw_update_range(&d->opt, d->reg, param, copy, d->wdt, g, begin, len, moff);
+    return;
+  }
+  for (size_t i = 0; i < len; i += cap) {
+    size_t n = len - i < cap ? len - i : cap;
+    d->ops->convert(buf, MT_DT_F32, dp_at(g, d->gdt, i), d->gdt, n);
+    if (scale != 1.0f) d->ops->scale(MT_DT_F32, buf, scale, n);
+    mt_adamw_update_range(&d->opt, d->reg, param + i, dp_at(copy, d->wdt, i), d->wdt, buf,
+                          begin + i, n, moff + i);
+  }
+}
+
+double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
+  const mt_registry *r = d->reg;
+  double norm = sqrt_safe(global_sumsq(d));
+  d->last_grad_norm = norm;
+  float scale = mt_clip_scale(norm, grad_clip);
+  /* fp32 gradients are scaled where they are; bf16 ones as they are widened */
+  if (scale != 1.0f && d->gdt == MT_DT_F32)
+    d->ops->scale(MT_DT_F32, reduced_grads(d), scale, r->shard_numel);
+  size_t cap = 0;
+  float *buf = d->gdt != MT_DT_F32 ? mt_dp_free_slot(d, &cap) : NULL;
+  if (d->gdt != MT_DT_F32 && !buf && r->shard_numel)
+    mt_die("dp: no gradient buffer to widen the bf16 gradients in (no backward this step?)");
+  mt_adamw_step_begin(&d->opt, lr);
+  for (int k = 0; k < r->n_buckets; k++) {
+    const mt_bucket_plan *p = dp_plan(d, k);
+    /* this rank's part (ZeRO), or the whole bucket; the compute copy (if
+     * any) refreshed in the same pass as the master */
+    const size_t begin = d->zero ? dp_part_begin(d, k) : p->begin;
+    const size_t len = d->zero ? dp_part_len(d, k) : p->end - p->begin;
+    float *param = d->master_sharded ? d->params + p->shard_off : d->params + begin;
+    void *copy = dp_at(d->copy, d->wdt, d->zero == 3 ? p->shard_off : begin);
+    void *g = d->zero ? dp_at(d->shard, d->gdt, p->shard_off) : dp_at(d->grads, d->gdt, begin);
+    update(d, param, copy, g, begin, len, p->shard_off, scale, buf, cap);
+  }
+  /* zero 1, 2: every rank's updated part to every rank: the compute copy's
+   * (a bf16 copy: half the bytes; the master stays sharded), else the
+   * parameters */
+  if (d->zero == 1 || d->zero == 2)
+    for (int k = 0; k < r->n_buckets; k++) {
+      const mt_bucket_plan *p = dp_plan(d, k);
+      void *w = d->copy ? d->copy : (void *)d->params;
+      DP_STATE_CALL(d, k, mt_allgatherv(dp_group(d, k), NULL, dp_at(w, d->wdt, p->begin), p->counts,
+                                        p->displs, d->wdt, d->ops->loc));
+    }
+  return norm;
+}
