@@ -65,6 +65,7 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       help(stdout);
+      free(paths);
       return MT_EXIT_OK;
     } else if (!strcmp(a, "--out") || !strcmp(a, "--scaling") || !strcmp(a, "--name")) {
       if (i + 1 >= argc) die_input("%s needs a value (see %s --help)", a, PROG);
