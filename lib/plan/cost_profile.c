@@ -55,6 +55,19 @@ static int parse_gemm(const char *v, mt_cost_profile *p) {
   return p->n_gemm > 0 ? 0 : -1;
 }
 
+/* a key whose value is one of two words: *is_second says which (1: the
+ * inih handler's "go on"), or 0 with the line naming the bad value */
+static int one_of_two(cost_parse *c, const char *name, const char *value, const char *first,
+                      const char *second, int *is_second) {
+  if (strcmp(value, first) && strcmp(value, second)) {
+    snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not %s or %s", name, value, first,
+             second);
+    return 0;
+  }
+  *is_second = strcmp(value, second) == 0;
+  return 1;
+}
+
 static int cost_handler(void *user, const char *section, const char *name, const char *value) {
   cost_parse *c = user;
   mt_cost_profile *p = c->p;
@@ -80,24 +93,10 @@ static int cost_handler(void *user, const char *section, const char *name, const
     p->attn_bc = bc;
     return 1;
   }
-  if (strcmp(name, "attention") == 0) { /* optional: the attention kernel priced */
-    if (strcmp(value, "block") && strcmp(value, "materialized")) {
-      snprintf(c->bad, sizeof c->bad, "[cost] attention = '%s' is not block or materialized",
-               value);
-      return 0;
-    }
-    p->attn_materialized = value[0] == 'm';
-    return 1;
-  }
-  if (strcmp(name, "collectives") == 0) { /* optional: how collectives cross nodes */
-    if (strcmp(value, "hierarchical") && strcmp(value, "flat")) {
-      snprintf(c->bad, sizeof c->bad, "[cost] collectives = '%s' is not hierarchical or flat",
-               value);
-      return 0;
-    }
-    p->coll_flat = value[0] == 'f';
-    return 1;
-  }
+  if (strcmp(name, "attention") == 0) /* optional: the attention kernel priced */
+    return one_of_two(c, name, value, "block", "materialized", &p->attn_materialized);
+  if (strcmp(name, "collectives") == 0) /* optional: how collectives cross nodes */
+    return one_of_two(c, name, value, "hierarchical", "flat", &p->coll_flat);
   if (strcmp(name, "attn_gflops") == 0 || strcmp(name, "stage_us") == 0) { /* optional */
     if (parse_number(value, 0, &x)) {
       snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not a number >= 0", name, value);
