@@ -2,6 +2,7 @@
 #include "report/report.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,24 @@ void fmt_into(char *dst, size_t cap, const char *fmt, ...) {
 }
 
 void copy_str(char *dst, size_t cap, const char *src) { fmt_into(dst, cap, "%s", src ? src : ""); }
+
+void fmt_num(char *buf, size_t cap, double v, const char *fmt) {
+  if (isnan(v))
+    snprintf(buf, cap, "-");
+  else
+    snprintf(buf, cap, fmt, v);
+}
+
+void plural(char *buf, size_t cap, int n, const char *what) {
+  fmt_into(buf, cap, "%d %s%s", n, what, n == 1 ? "" : "s");
+}
+
+void csv_num(FILE *f, double v) {
+  if (isnan(v))
+    fputs(",", f);
+  else
+    fprintf(f, ",%.9g", v);
+}
 
 void path_join(char *out, const char *a, const char *b) {
   int n = b[0] == '/' || !a[0] ? snprintf(out, PATH_LEN, "%s", b)

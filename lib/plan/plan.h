@@ -6,8 +6,9 @@
  *                       step: the real model, dp engine and pipeline of a
  *                       rank run on the null backend over a count-only
  *                       mesh, counted (plan.c)
- *   mt_cost_*           a layout's step time on a hardware profile (cost.c),
- *                       profiles fitted from meshbench (calibrate.c)
+ *   mt_cost_*           a layout's step time on a hardware profile (cost.c,
+ *                       its pieces in cost_*.c: cost_internal.h), profiles
+ *                       fitted from meshbench (calibrate.c)
  *   mt_search_*         every layout of a model on N nodes, priced (search.c)
  *   reports             what meshtrain --check/--plan/--print-schedule print
  *                       (report.c)
@@ -146,7 +147,7 @@ int mt_plan_report(const mt_config *cfg, int ranks, const char *json_path, FILE 
 int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e);
 
 /* ------------------------------------------------------------------ */
-/* the cost model: a layout's step time on a machine (cost.c, meshplan) */
+/* the cost model: a layout's step time on a machine (cost*.c, meshplan) */
 
 #define MT_COST_MAX_GEMM MT_PRICE_MAX_GEMM
 

@@ -4,6 +4,7 @@
 #include "train/train_internal.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,20 +128,340 @@ static const char *stop_reason(int stop) {
   return stop == MT_STOP_CANCEL ? "cancelled by SIGTERM" : "stop requested by SIGUSR1";
 }
 
+/* ------------------------------------------------------------------ */
+/* the communication groups a step accounts for                        */
+
+/* until when a group's seconds count in the step record: the forward and
+ * backward (the schedule and the gradient sync), the update (clip and the
+ * optimizer) too, or the evaluation too */
+typedef enum { UNTIL_BACKWARD, UNTIL_UPDATE, UNTIL_EVAL } comm_until;
+
+/* A group: where comm counts its bytes and seconds (the mesh's group),
+ * where the step's bytes are kept (the trainer's, for summary.json), the
+ * step record's fields for its bytes and seconds, and until when its
+ * seconds count. A group's seconds in the forward and backward come out
+ * of the compute time, those after it out of the optimizer's. */
+typedef struct {
+  size_t group;            /* offsetof(mt_mesh, ...): an mt_group */
+  size_t last_bytes;       /* offsetof(mt_trainer, ...) */
+  size_t rec_bytes, rec_s; /* offsetof(mt_step_record, ...) */
+  comm_until until;
+} comm_row;
+
+#define COMM_ROW(mesh_group, name, until)                                        \
+  {offsetof(mt_mesh, mesh_group), offsetof(mt_trainer, last_##name##_bytes),    \
+   offsetof(mt_step_record, name##_bytes), offsetof(mt_step_record, name##_comm_s), until}
+
+enum { COMM_DP, COMM_TP, COMM_PP, COMM_CP, COMM_EP, COMM_ETP, COMM_EDP, N_COMM };
+static const comm_row g_comm[N_COMM] = {
+    /* dp: the dp x cp group of the gradients (the dp group at cp = 1); its
+     * seconds are read after the evaluation, which sums the validation
+     * loss over it */
+    [COMM_DP] = COMM_ROW(dpcp_g, dp, UNTIL_EVAL),
+    [COMM_TP] = COMM_ROW(tp_g, tp, UNTIL_UPDATE),
+    /* pp and cp: the schedule's messages and attention's exchanges; what
+     * the update sends on them (the gradient norm summed over pp) stays
+     * in the optimizer's time */
+    [COMM_PP] = COMM_ROW(pp_g, pp, UNTIL_BACKWARD),
+    [COMM_CP] = COMM_ROW(cp_g, cp, UNTIL_BACKWARD),
+    /* MoE: the folded mesh's groups */
+    [COMM_EP] = COMM_ROW(ep_g, ep, UNTIL_UPDATE),
+    [COMM_ETP] = COMM_ROW(etp_g, etp, UNTIL_UPDATE),
+    [COMM_EDP] = COMM_ROW(edp_g, edp, UNTIL_UPDATE),
+};
+
+/* a step's readings of every group's counters (seconds, bytes) */
+typedef struct {
+  double s0[N_COMM], bytes0[N_COMM]; /* at the step's start */
+  double fb_s[N_COMM];               /* in the forward and backward */
+  double s[N_COMM];                  /* until the row's `until` */
+  double bytes[N_COMM];              /* sent in the step (evaluation's not counted) */
+} comm_marks;
+
+static const mt_group *comm_group(const mt_mesh *mesh, int k) {
+  return (const mt_group *)((const char *)mesh + g_comm[k].group);
+}
+static double *field_at(void *base, size_t offset) { return (double *)((char *)base + offset); }
+
+static void comm_start(comm_marks *c, const mt_mesh *mesh) {
+  for (int k = 0; k < N_COMM; k++) {
+    c->s0[k] = comm_group(mesh, k)->seconds;
+    c->bytes0[k] = comm_group(mesh, k)->bytes;
+  }
+}
+
+/* at the end of a phase: each group's seconds of the forward and backward
+ * (UNTIL_BACKWARD), its bytes of the step (UNTIL_UPDATE), and the seconds
+ * of the groups whose time counts until this phase */
+static void comm_read(comm_marks *c, const mt_mesh *mesh, comm_until phase) {
+  for (int k = 0; k < N_COMM; k++) {
+    const mt_group *g = comm_group(mesh, k);
+    double s = g->seconds - c->s0[k];
+    if (phase == UNTIL_BACKWARD) c->fb_s[k] = s;
+    if (phase == UNTIL_UPDATE) c->bytes[k] = g->bytes - c->bytes0[k];
+    if (g_comm[k].until == phase) c->s[k] = s;
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* a step                                                              */
+
+/* what a checkpoint carries into the next step */
+typedef struct {
+  mt_ckpt_async *inflight; /* a background save not committed yet */
+  double pending_ckpt_s;   /* blocking seconds, shown in the next step's record */
+  double pending_write_s;  /* write seconds, likewise */
+} ckpt_carry;
+
+/* what a step measured (seconds: mt_now) */
+typedef struct {
+  double t0, t_fb, t_opt; /* the start, forward and backward done, the update done */
+  double data_s, fence_s, eval_s;
+  double loss, norm, val; /* val: the validation loss, -1 where none */
+  float lr;
+  /* this stage: wait s, bubble fraction, act bytes, dp exposed s, dp overlapped fraction */
+  double pp_stats[MT_PP_STAT_N];
+  comm_marks comm;
+} step_result;
+
+/* data -> the schedule's forward and backward (and the gradient sync) ->
+ * the update -> maybe the evaluation, each group's counters read between */
+static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
+  const mt_config *cfg = &t->cfg;
+  const mt_mesh *mesh = &t->mesh;
+  mt_gpt *model = &t->step.model;
+  const mt_pp_exec *exec = &t->step.exec;
+  memset(r, 0, sizeof *r);
+  r->t0 = mt_now();
+  comm_start(&r->comm, mesh);
+  double td = mt_now();
+  load_batch(t, step);
+  check_data(t, &ck->inflight);
+  r->data_s = mt_now() - td;
+  mt_gpt_moe_stats_reset(model);
+  mt_gpt_moe_stats(model, 1); /* the step's routing; evaluation's is not counted */
+  mt_pp_batch batch = {.n_mb = t->lay.accum, .B = cfg->micro_batch, .T = model->T,
+                       .inputs = t->inp, .targets = t->tgt, .rows = t->rows,
+                       .dloss = 1.0f / (float)t->tokens_per_step, .eval = 0,
+                       .same_tokens = 0};
+  double loss_sum = mt_step_gradients(&t->step, &batch);
+  mt_gpt_moe_stats(model, 0);
+  if (cfg->pp > 1) {
+    r->pp_stats[0] = exec->wait_s;
+    r->pp_stats[1] = exec->wall_s > 0 ? 1.0 - exec->compute_s / exec->wall_s : 0.0;
+    /* the sets held at once, and recompute's one-layer workspace */
+    r->pp_stats[2] = (double)exec->peak_slots * (double)exec->set_numel * sizeof(float) +
+                     (double)model->ws_bytes;
+  }
+  /* a background checkpoint copies the state while forward and backward
+   * run: it must be complete before the optimizer changes the state */
+  r->fence_s = mt_ckpt_async_fence(ck->inflight);
+  ck->pending_ckpt_s += r->fence_s;
+  r->t_fb = mt_now();
+  comm_read(&r->comm, mesh, UNTIL_BACKWARD);
+  if (cfg->pp > 1) {
+    /* dp on this stage's critical path: the time blocked in the dp x cp
+     * group's calls while the schedule ran and the gradients were synced
+     * (the rest of the reductions ran behind backward), and the part of
+     * the gradient bytes launched during the schedule */
+    const mt_dp *dpe = &t->step.dp;
+    r->pp_stats[3] = r->comm.fb_s[COMM_DP];
+    r->pp_stats[4] = dpe->grad_bytes > 0 ? dpe->grad_bytes_early / dpe->grad_bytes : 0.0;
+  }
+  r->lr = mt_lr_at(step, cfg->steps, cfg->warmup_steps, (float)cfg->lr, (float)cfg->min_lr_ratio);
+  r->norm = mt_step_update(&t->step, r->lr, (float)cfg->grad_clip, &loss_sum);
+  r->t_opt = mt_now();
+  comm_read(&r->comm, mesh, UNTIL_UPDATE);
+  r->loss = loss_sum / (double)t->tokens_per_step;
+  if (!isfinite(r->loss)) mt_die("loss is %f at step %d", r->loss, step + 1);
+  r->val = -1.0;
+  if (cfg->eval_every > 0 && t->n_val_seq > 0 &&
+      ((step + 1) % cfg->eval_every == 0 || step + 1 == cfg->steps)) {
+    double te = mt_now();
+    r->val = mt_train_evaluate(t);
+    r->eval_s = mt_now() - te;
+    t->last_val = r->val;
+  }
+  comm_read(&r->comm, mesh, UNTIL_EVAL);
+}
+
+/* The step's record (but its pipeline and MoE figures): its times split
+ * into compute, communication per group, optimizer, data and evaluation;
+ * the checkpoint time carried in; memory peaks. Also the run's totals. */
+static void fill_record(mt_trainer *t, int step, const step_result *r, ckpt_carry *ck,
+                        mt_step_record *rec) {
+  const mt_config *cfg = &t->cfg;
+  double step_s = r->t_opt - r->t0;
+  mt_trace_span("step", "step", MT_TRACK_STEP, r->t0, r->t_opt, step + 1, -1);
+  memset(rec, 0, sizeof *rec);
+  rec->step = step + 1;
+  rec->steps = cfg->steps;
+  rec->loss = r->loss;
+  rec->val_loss = r->val;
+  rec->lr = r->lr;
+  rec->grad_norm = r->norm;
+  rec->tokens = t->tokens_per_step;
+  rec->step_s = step_s;
+  rec->data_s = r->data_s;
+  double compute_s = (r->t_fb - r->t0) - r->data_s - r->fence_s, optim_s = r->t_opt - r->t_fb;
+  for (int k = 0; k < N_COMM; k++) {
+    const comm_row *row = &g_comm[k];
+    compute_s -= r->comm.fb_s[k];
+    if (row->until != UNTIL_BACKWARD) optim_s -= r->comm.s[k] - r->comm.fb_s[k];
+    *field_at(t, row->last_bytes) = r->comm.bytes[k];
+    *field_at(rec, row->rec_bytes) = r->comm.bytes[k];
+    *field_at(rec, row->rec_s) = r->comm.s[k];
+  }
+  rec->compute_s = compute_s;
+  rec->optim_s = optim_s;
+  rec->eval_s = r->eval_s;
+  rec->ckpt_s = ck->pending_ckpt_s;
+  rec->ckpt_write_s = ck->pending_write_s;
+  ck->pending_ckpt_s = ck->pending_write_s = 0.0;
+  rec->model_flops = t->flops_per_token * (double)t->tokens_per_step;
+  rec->flops_per_s = step_s > 0 ? rec->model_flops / step_s : 0.0;
+  rec->peak_flops = t->peak_flops;
+  for (int c = 0; c < MT_MEM_NCAT; c++) rec->mem_peak[c] = mt_mem_peak((mt_mem_cat)c);
+  rec->rss_peak = mt_mem_peak_rss();
+  rec->pp = cfg->pp;
+  if (step == (int)t->start_step) t->first_loss = r->loss;
+  t->last_loss = r->loss;
+  /* the first step carries warm-up */
+  if (step > (int)t->start_step || cfg->steps - t->start_step == 1) {
+    t->total_step_s += step_s;
+    t->sum_tok_s += t->tokens_per_step / step_s;
+    t->timed_steps++;
+  }
+}
+
+/* MoE: every rank's routing statistics summed on rank 0 (the blocks of
+ * other stages are zeros here) into rec; returns the buffer rec points
+ * into (rank 0; free it after writing), else NULL */
+static double *moe_record(mt_trainer *t, mt_step_record *rec) {
+  const mt_moe *moe = &t->step.model.moe;
+  if (moe->n_blocks <= 0) return NULL;
+  size_t E = (size_t)moe->E, nb = (size_t)moe->n_blocks;
+  size_t n = nb * E + 5 * nb;
+  double *mine = mt_calloc(n + nb, sizeof(double));
+  memcpy(mine, moe->tokens, nb * E * sizeof(double));
+  memcpy(mine + nb * E, moe->dropped, nb * sizeof(double));
+  memcpy(mine + nb * E + nb, moe->aux, nb * sizeof(double));
+  memcpy(mine + nb * E + 2 * nb, moe->z, nb * sizeof(double));
+  memcpy(mine + nb * E + 3 * nb, moe->rows_done, 2 * nb * sizeof(double)); /* rows, moved */
+  memcpy(mine + n, moe->rows_done, nb * sizeof(double));
+  mt_allreduce(&t->mesh.world, mine, n, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  mt_allreduce(&t->mesh.world, mine + n, nb, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
+  /* aux-loss-free balancing: the step's loads over the global batch */
+  mt_gpt_moe_bias_update(&t->step.model, mine);
+  if (t->world_rank != 0) {
+    free(mine);
+    return NULL;
+  }
+  double *moe_all = mine;
+  rec->moe_blocks = (int)nb;
+  rec->moe_experts = (int)E;
+  rec->moe_tokens = moe_all;
+  rec->moe_dropped = moe_all + nb * E;
+  for (size_t b = 0; b < nb; b++) { /* in the units of the loss: per token */
+    moe_all[nb * E + nb + b] /= (double)t->tokens_per_step;
+    moe_all[nb * E + 2 * nb + b] /= (double)t->tokens_per_step;
+    rec->moe_aux_loss += moe_all[nb * E + nb + b];
+    rec->moe_z_loss += moe_all[nb * E + 2 * nb + b];
+  }
+  rec->moe_aux_block = moe_all + nb * E + nb;
+  rec->moe_rows_sum = moe_all + nb * E + 3 * nb;
+  rec->moe_moved = moe_all + nb * E + 4 * nb;
+  rec->moe_rows_max = moe_all + n;
+  rec->moe_stage_ranks = t->mesh.world.size / t->cfg.pp;
+  return moe_all;
+}
+
+/* one training step; rank 0 writes its record to metrics.jsonl and, every
+ * log_every steps, a progress line */
+static void train_step(mt_trainer *t, int step, ckpt_carry *ck) {
+  const mt_config *cfg = &t->cfg;
+  step_result r;
+  run_step(t, step, ck, &r);
+  mt_step_record rec;
+  fill_record(t, step, &r, ck, &rec);
+  /* per stage pipeline figures, gathered to pp rank 0 of this (dp, tp) position */
+  double pp_all[MT_PP_STAT_N * MT_PP_MAX_CHUNKS] = {0};
+  if (cfg->pp > 1) mt_train_gather_f64(&t->mesh.pp_g, r.pp_stats, MT_PP_STAT_N, pp_all);
+  rec.pp_stage = pp_all;
+  double *moe_all = moe_record(t, &rec);
+  if (t->world_rank == 0) {
+    char *line = mt_step_record_json(&rec);
+    fprintf(t->metrics_f, "%s\n", line);
+    fflush(t->metrics_f);
+    free(line);
+    if ((step + 1) % cfg->log_every == 0 || step == 0 || step + 1 == cfg->steps) {
+      double avg = t->timed_steps ? t->total_step_s / t->timed_steps : rec.step_s;
+      mt_step_record_progress(&rec, avg * (cfg->steps - step - 1), stdout);
+    }
+  }
+  free(moe_all);
+  mt_train_test_sleep("MT_TEST_STEP_SLEEP_S");
+}
+
+/* The checkpoint at the step boundary: periodic, final, asked for (a stop
+ * signal on any rank, train.stop_after). Returns 1 when the run stops
+ * here, its exit code in *exit_code. */
+static int step_boundary(mt_trainer *t, int step, ckpt_carry *ck, int *exit_code) {
+  const mt_config *cfg = &t->cfg;
+  double any_signal = mt_train_signalled();
+  mt_allreduce(&t->mesh.world, &any_signal, 1, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
+  const int signalled = (int)any_signal; /* MT_STOP_*: the largest asked for on any rank */
+  long long done = step + 1;
+  t->last_step_done = done;
+  int stop_after = cfg->stop_after > 0 && done - t->start_step >= cfg->stop_after;
+  int is_final = done == cfg->steps;
+  int want_save = (cfg->ckpt_every > 0 && done % cfg->ckpt_every == 0) || is_final ||
+                  signalled || stop_after;
+  /* at most one background save in flight; the last one and a stop are blocking */
+  int must_block = is_final || signalled || stop_after || !cfg->ckpt_async;
+  double t_poll = mt_now();
+  poll_async(&ck->inflight, want_save, &ck->pending_write_s);
+  ck->pending_ckpt_s += mt_now() - t_poll;
+  if (want_save && strcmp(cfg->ckpt_mode, "none") != 0) {
+    long long samples = t->samples_done + (done - t->start_step) * cfg->global_batch;
+    double blocking = mt_train_save(t, done, samples, is_final, must_block ? NULL : &ck->inflight);
+    ck->pending_ckpt_s += blocking;
+    t->last_saved = done;
+    if (must_block) {
+      ck->pending_write_s += blocking;
+      mt_info0("meshtrain: checkpoint step_%lld written in %.2f s", done, blocking);
+    } else {
+      mt_info0("meshtrain: checkpoint step_%lld snapshot in %.3f s, writing in the background",
+               done, blocking);
+    }
+  }
+  t->total_ckpt_s += ck->pending_ckpt_s;
+  if (signalled) {
+    *exit_code = stop_exit_code(signalled);
+    mt_info0("meshtrain: %s after step %lld%s; exiting with code %d (%s)", stop_reason(signalled),
+             done, strcmp(cfg->ckpt_mode, "none") ? " (checkpointed)" : "", *exit_code,
+             *exit_code == MT_EXIT_CANCELLED ? "stopped for good: the job scripts do not requeue"
+                                             : "requeue and resume with train.resume=auto");
+    return 1;
+  }
+  if (stop_after && !is_final) {
+    mt_info0("meshtrain: train.stop_after = %d reached at step %lld", cfg->stop_after, done);
+    return 1;
+  }
+  return 0;
+}
+
 int mt_train_loop(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
-  mt_mesh *mesh = &t->mesh;
   double t_train0 = mt_now(), wall0 = mt_wall_now();
   int exit_code = MT_EXIT_OK, stop = 0;
-  /* a checkpoint's blocking and write times show in the next step's record */
-  double pending_ckpt_s = 0.0, pending_write_s = 0.0;
-  mt_ckpt_async *inflight = NULL;
+  ckpt_carry ck = {0};
   t->last_step_done = t->start_step;
   t->last_saved = t->start_step;
   /* a stop asked for during start-up or a long resume: nothing new was
    * trained, so nothing to save; exit as a preempted or cancelled run does */
   double early = mt_train_signalled();
-  mt_allreduce(&mesh->world, &early, 1, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
+  mt_allreduce(&t->mesh.world, &early, 1, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
   if (early > 0 && t->start_step < cfg->steps) {
     int code = stop_exit_code((int)early);
     mt_info0("meshtrain: %s before the first step; nothing new to checkpoint, exiting with "
@@ -150,232 +471,15 @@ int mt_train_loop(mt_trainer *t) {
     return code;
   }
   for (int step = (int)t->start_step; step < cfg->steps && !stop; step++) {
-    /* dp: the dp x cp group of the gradients (the dp group at cp = 1) */
-    double t0 = mt_now(), comm0 = mesh->dpcp_g.seconds, bytes0 = mesh->dpcp_g.bytes;
-    double tp_s0 = mesh->tp_g.seconds, tp_bytes0 = mesh->tp_g.bytes;
-    double cp_s0 = mesh->cp_g.seconds, cp_bytes0 = mesh->cp_g.bytes;
-    double pp_s0 = mesh->pp_g.seconds, pp_bytes0 = mesh->pp_g.bytes;
-    /* MoE: the folded mesh's groups */
-    double ep_s0 = mesh->ep_g.seconds, ep_b0 = mesh->ep_g.bytes;
-    double etp_s0 = mesh->etp_g.seconds, etp_b0 = mesh->etp_g.bytes;
-    double edp_s0 = mesh->edp_g.seconds, edp_b0 = mesh->edp_g.bytes;
-    /* this stage: wait s, bubble fraction, act bytes, dp exposed s, dp overlapped fraction */
-    double pp_stats[MT_PP_STAT_N] = {0.0, 0.0, 0.0, 0.0, 0.0};
-    double td = mt_now();
-    load_batch(t, step);
-    check_data(t, &inflight);
-    double data_s = mt_now() - td;
-    mt_gpt *model = &t->step.model;
-    const mt_pp_exec *exec = &t->step.exec;
-    mt_gpt_moe_stats_reset(model);
-    mt_gpt_moe_stats(model, 1); /* the step's routing; evaluation's is not counted */
-    mt_pp_batch batch = {.n_mb = t->lay.accum, .B = cfg->micro_batch, .T = model->T,
-                         .inputs = t->inp, .targets = t->tgt, .rows = t->rows,
-                         .dloss = 1.0f / (float)t->tokens_per_step, .eval = 0,
-                         .same_tokens = 0};
-    double loss_sum = mt_step_gradients(&t->step, &batch);
-    mt_gpt_moe_stats(model, 0);
-    if (cfg->pp > 1) {
-      pp_stats[0] = exec->wait_s;
-      pp_stats[1] = exec->wall_s > 0 ? 1.0 - exec->compute_s / exec->wall_s : 0.0;
-      /* the sets held at once, and recompute's one-layer workspace */
-      pp_stats[2] = (double)exec->peak_slots * (double)exec->set_numel * sizeof(float) +
-                    (double)model->ws_bytes;
-    }
-    /* a background checkpoint copies the state while forward and backward
-     * run: it must be complete before the optimizer changes the state */
-    double fence_s = mt_ckpt_async_fence(inflight);
-    pending_ckpt_s += fence_s;
-    double t_fb = mt_now();
-    double comm_fb = mesh->dpcp_g.seconds - comm0, tp_fb = mesh->tp_g.seconds - tp_s0;
-    double pp_fb = mesh->pp_g.seconds - pp_s0, cp_fb = mesh->cp_g.seconds - cp_s0;
-    double moe_fb = (mesh->ep_g.seconds - ep_s0) + (mesh->etp_g.seconds - etp_s0) +
-                    (mesh->edp_g.seconds - edp_s0);
-    if (cfg->pp > 1) {
-      /* dp on this stage's critical path: the time blocked in the dp x cp
-       * group's calls while the schedule ran and the gradients were synced
-       * (the rest of the reductions ran behind backward), and the part of
-       * the gradient bytes launched during the schedule */
-      const mt_dp *dpe = &t->step.dp;
-      pp_stats[3] = comm_fb;
-      pp_stats[4] = dpe->grad_bytes > 0 ? dpe->grad_bytes_early / dpe->grad_bytes : 0.0;
-    }
-    float lr = mt_lr_at(step, cfg->steps, cfg->warmup_steps, (float)cfg->lr,
-                        (float)cfg->min_lr_ratio);
-    double norm = mt_step_update(&t->step, lr, (float)cfg->grad_clip, &loss_sum);
-    double t_opt = mt_now();
-    /* tp figures of the training step; evaluation's stay in eval_s */
-    double tp_comm_s = mesh->tp_g.seconds - tp_s0, tp_bytes = mesh->tp_g.bytes - tp_bytes0;
-    double loss = loss_sum / (double)t->tokens_per_step;
-    if (!isfinite(loss)) mt_die("loss is %f at step %d", loss, step + 1);
-    t->last_dp_bytes = mesh->dpcp_g.bytes - bytes0;
-    t->last_cp_bytes = mesh->cp_g.bytes - cp_bytes0;
-    t->last_tp_bytes = tp_bytes;
-    t->last_pp_bytes = mesh->pp_g.bytes - pp_bytes0;
-    t->last_ep_bytes = mesh->ep_g.bytes - ep_b0;
-    t->last_etp_bytes = mesh->etp_g.bytes - etp_b0;
-    t->last_edp_bytes = mesh->edp_g.bytes - edp_b0;
-    double ep_s = mesh->ep_g.seconds - ep_s0, etp_s = mesh->etp_g.seconds - etp_s0;
-    double edp_s = mesh->edp_g.seconds - edp_s0;
-
-    double val = -1.0, t_eval = 0.0;
-    if (cfg->eval_every > 0 && t->n_val_seq > 0 &&
-        ((step + 1) % cfg->eval_every == 0 || step + 1 == cfg->steps)) {
-      double te = mt_now();
-      val = mt_train_evaluate(t);
-      t_eval = mt_now() - te;
-      t->last_val = val;
-    }
-    double step_s = t_opt - t0;
-    mt_trace_span("step", "step", MT_TRACK_STEP, t0, t_opt, step + 1, -1);
-    mt_step_record rec;
-    memset(&rec, 0, sizeof rec);
-    rec.step = step + 1;
-    rec.steps = cfg->steps;
-    rec.loss = loss;
-    rec.val_loss = val;
-    rec.lr = lr;
-    rec.grad_norm = norm;
-    rec.tokens = t->tokens_per_step;
-    rec.step_s = step_s;
-    rec.dp_comm_s = mesh->dpcp_g.seconds - comm0;
-    rec.data_s = data_s;
-    rec.compute_s = (t_fb - t0) - comm_fb - data_s - tp_fb - pp_fb - cp_fb - moe_fb - fence_s;
-    rec.optim_s = (t_opt - t_fb) - (rec.dp_comm_s - comm_fb) - (tp_comm_s - tp_fb) -
-                  ((ep_s + etp_s + edp_s) - moe_fb);
-    rec.eval_s = t_eval;
-    rec.ckpt_s = pending_ckpt_s;
-    rec.ckpt_write_s = pending_write_s;
-    pending_ckpt_s = pending_write_s = 0.0;
-    rec.dp_bytes = t->last_dp_bytes;
-    rec.model_flops = t->flops_per_token * (double)t->tokens_per_step;
-    rec.flops_per_s = step_s > 0 ? rec.model_flops / step_s : 0.0;
-    rec.peak_flops = t->peak_flops;
-    for (int c = 0; c < MT_MEM_NCAT; c++) rec.mem_peak[c] = mt_mem_peak((mt_mem_cat)c);
-    rec.rss_peak = mt_mem_peak_rss();
-    if (step == (int)t->start_step) t->first_loss = loss;
-    t->last_loss = loss;
-    /* the first step carries warm-up */
-    if (step > (int)t->start_step || cfg->steps - t->start_step == 1) {
-      t->total_step_s += step_s;
-      t->sum_tok_s += t->tokens_per_step / step_s;
-      t->timed_steps++;
-    }
-    /* per stage pipeline figures, gathered to pp rank 0 of this (dp, tp) position */
-    double pp_all[MT_PP_STAT_N * MT_PP_MAX_CHUNKS] = {0};
-    if (cfg->pp > 1) mt_train_gather_f64(&mesh->pp_g, pp_stats, MT_PP_STAT_N, pp_all);
-    rec.tp_comm_s = tp_comm_s;
-    rec.tp_bytes = tp_bytes;
-    rec.cp_comm_s = cp_fb;
-    rec.cp_bytes = t->last_cp_bytes;
-    rec.pp = cfg->pp;
-    rec.pp_stage = pp_all;
-    rec.pp_comm_s = pp_fb;
-    rec.pp_bytes = t->last_pp_bytes;
-    /* MoE: every rank's routing statistics summed on rank 0 (the blocks of
-     * other stages are zeros here) */
-    const mt_moe *moe = &model->moe;
-    double *moe_all = NULL;
-    if (moe->n_blocks > 0) {
-      size_t E = (size_t)moe->E, nb = (size_t)moe->n_blocks;
-      size_t n = nb * E + 5 * nb;
-      double *mine = mt_calloc(n + nb, sizeof(double));
-      memcpy(mine, moe->tokens, nb * E * sizeof(double));
-      memcpy(mine + nb * E, moe->dropped, nb * sizeof(double));
-      memcpy(mine + nb * E + nb, moe->aux, nb * sizeof(double));
-      memcpy(mine + nb * E + 2 * nb, moe->z, nb * sizeof(double));
-      memcpy(mine + nb * E + 3 * nb, moe->rows_done, 2 * nb * sizeof(double)); /* rows, moved */
-      memcpy(mine + n, moe->rows_done, nb * sizeof(double));
-      mt_allreduce(&mesh->world, mine, n, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
-      mt_allreduce(&mesh->world, mine + n, nb, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
-      /* aux-loss-free balancing: the step's loads over the global batch */
-      mt_gpt_moe_bias_update(model, mine);
-      moe_all = t->world_rank == 0 ? mine : NULL;
-      if (!moe_all) free(mine);
-      if (moe_all) {
-        rec.moe_blocks = (int)nb;
-        rec.moe_experts = (int)E;
-        rec.moe_tokens = moe_all;
-        rec.moe_dropped = moe_all + nb * E;
-        for (size_t b = 0; b < nb; b++) { /* in the units of the loss: per token */
-          moe_all[nb * E + nb + b] /= (double)t->tokens_per_step;
-          moe_all[nb * E + 2 * nb + b] /= (double)t->tokens_per_step;
-          rec.moe_aux_loss += moe_all[nb * E + nb + b];
-          rec.moe_z_loss += moe_all[nb * E + 2 * nb + b];
-        }
-        rec.moe_aux_block = moe_all + nb * E + nb;
-        rec.moe_rows_sum = moe_all + nb * E + 3 * nb;
-        rec.moe_moved = moe_all + nb * E + 4 * nb;
-        rec.moe_rows_max = moe_all + n;
-        rec.moe_stage_ranks = mesh->world.size / cfg->pp;
-      }
-      rec.ep_bytes = t->last_ep_bytes;
-      rec.ep_comm_s = ep_s;
-      rec.etp_bytes = t->last_etp_bytes;
-      rec.etp_comm_s = etp_s;
-      rec.edp_bytes = t->last_edp_bytes;
-      rec.edp_comm_s = edp_s;
-    }
-    if (t->world_rank == 0) {
-      char *line = mt_step_record_json(&rec);
-      fprintf(t->metrics_f, "%s\n", line);
-      fflush(t->metrics_f);
-      free(line);
-      if ((step + 1) % cfg->log_every == 0 || step == 0 || step + 1 == cfg->steps) {
-        double avg = t->timed_steps ? t->total_step_s / t->timed_steps : step_s;
-        mt_step_record_progress(&rec, avg * (cfg->steps - step - 1), stdout);
-      }
-    }
-    free(moe_all);
-    mt_train_test_sleep("MT_TEST_STEP_SLEEP_S");
-
-    /* ---- checkpoint at the step boundary: periodic, final, asked for ---- */
-    double any_signal = mt_train_signalled();
-    mt_allreduce(&mesh->world, &any_signal, 1, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
-    const int signalled = (int)any_signal; /* MT_STOP_*: the largest asked for on any rank */
-    long long done = step + 1;
-    t->last_step_done = done;
-    int stop_after = cfg->stop_after > 0 && done - t->start_step >= cfg->stop_after;
-    int is_final = done == cfg->steps;
-    int want_save = (cfg->ckpt_every > 0 && done % cfg->ckpt_every == 0) || is_final ||
-                    signalled || stop_after;
-    /* at most one background save in flight; the last one and a stop are blocking */
-    int must_block = is_final || signalled || stop_after || !cfg->ckpt_async;
-    double t_poll = mt_now();
-    poll_async(&inflight, want_save, &pending_write_s);
-    pending_ckpt_s += mt_now() - t_poll;
-    if (want_save && strcmp(cfg->ckpt_mode, "none") != 0) {
-      long long samples = t->samples_done + (done - t->start_step) * cfg->global_batch;
-      double blocking = mt_train_save(t, done, samples, is_final, must_block ? NULL : &inflight);
-      pending_ckpt_s += blocking;
-      t->last_saved = done;
-      if (must_block) {
-        pending_write_s += blocking;
-        mt_info0("meshtrain: checkpoint step_%lld written in %.2f s", done, blocking);
-      } else {
-        mt_info0("meshtrain: checkpoint step_%lld snapshot in %.3f s, writing in the background",
-                 done, blocking);
-      }
-    }
-    t->total_ckpt_s += pending_ckpt_s;
-    if (signalled) {
-      exit_code = stop_exit_code(signalled);
-      mt_info0("meshtrain: %s after step %lld%s; exiting with code %d (%s)", stop_reason(signalled),
-               done, strcmp(cfg->ckpt_mode, "none") ? " (checkpointed)" : "", exit_code,
-               exit_code == MT_EXIT_CANCELLED ? "stopped for good: the job scripts do not requeue"
-                                              : "requeue and resume with train.resume=auto");
-      stop = 1;
-    } else if (stop_after && !is_final) {
-      mt_info0("meshtrain: train.stop_after = %d reached at step %lld", cfg->stop_after, done);
-      stop = 1;
-    }
+    train_step(t, step, &ck);
+    stop = step_boundary(t, step, &ck, &exit_code);
   }
   if (t->start_step == cfg->steps && t->resumed_from[0] && strcmp(cfg->ckpt_mode, "none") != 0) {
     /* nothing left to train: write the loaded state again under this layout */
     t->total_ckpt_s += mt_train_save(t, t->start_step, t->samples_done, 0, NULL);
     mt_info0("meshtrain: step %lld re-saved under this layout", t->start_step);
   }
-  poll_async(&inflight, 1, &pending_write_s);
+  poll_async(&ck.inflight, 1, &ck.pending_write_s);
   t->wall_s = mt_now() - t_train0;
   t->emul_wall_s = mt_wall_now() - wall0;
   t->exit_code = exit_code;

@@ -1,0 +1,61 @@
+/* The cost model's communication (cost_internal.h): the links a group's
+ * messages take (inside a node: the intra-node bandwidth, else the
+ * network), collectives priced as the virtual device prices them, and a
+ * chunk's tp, cp and ep seconds per micro-batch: its bytes over the link
+ * plus a latency per call. */
+#include "plan/cost_internal.h"
+
+double mt_cost_link_bw(const mt_cost_profile *p, int inside) {
+  return (inside ? p->intra_gbs : p->inter_gbs) * 1e9;
+}
+double mt_cost_link_lat(const mt_cost_profile *p, int inside) {
+  return (inside ? p->intra_us : p->inter_us) * 1e-6;
+}
+
+double mt_cost_coll_xfer_s(const mt_price *q, double bytes, int n, int stride, int a2a) {
+  int k = mt_price_per_node(q, stride, n);
+  return mt_price_coll_s(q, bytes, n, k, a2a) - mt_price_coll_lat_s(q, n, k);
+}
+double mt_cost_coll_lat(const mt_price *q, int n, int stride) {
+  return mt_price_coll_lat_s(q, n, mt_price_per_node(q, stride, n));
+}
+
+void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_config *cfg,
+                        const mt_cost_dtypes *dt, const mt_chunk_desc *k, double att,
+                        const double cb[4], mt_chunk_cost *c) {
+  const mt_gpt *m = k->m;
+  const int n_l = k->l1 - k->l0, n_moe = k->n_moe;
+  const double att_b = 2.5 * att, refwd = cfg->recompute ? 1.0 : 0.0;
+  /* context parallelism: the ring passes K/V while the blocks compute (the
+   * part beyond the attention's compute is exposed); Ulysses' all-to-alls
+   * are not hidden */
+  if (cfg->cp > 1) {
+    int inside = cfg->tp * cfg->cp <= p->devices_per_node;
+    double bytes = cb[1] * dt->msg / 4.0;
+    double calls = n_l * (1.0 + refwd) * 2.0 * (cfg->cp - 1);
+    double hidden = n_l * ((1.0 + refwd) * att + att_b);
+    if (mt_cp_mode_parse(cfg->cp_mode) == MT_CP_RING) { /* the ring's slowest pair sets its pace */
+      double t = bytes / mt_cost_link_bw(p, inside) + calls * mt_cost_link_lat(p, inside);
+      c->cp = t > hidden ? t - hidden : 0.0;
+    } else {
+      c->cp = mt_cost_coll_xfer_s(q, bytes, cfg->cp, cfg->tp, 1) +
+              calls * mt_cost_coll_lat(q, cfg->cp, cfg->tp);
+    }
+  }
+  /* expert parallelism: the dispatch and combine all-to-alls (and the etp
+   * gathers), as a balanced routing implies, never hidden */
+  if (n_moe > 0 && (m->moe.ep_size > 1 || m->moe.etp_size > 1)) {
+    /* (the folded mesh of a stage: etp innermost, then ep) */
+    const int ep = m->moe.ep_size, etp = m->moe.etp_size;
+    c->ep = mt_cost_coll_xfer_s(q, cb[2] * dt->msg / 4.0, ep, etp, 1) +
+            mt_cost_coll_xfer_s(q, cb[3] * dt->msg / 4.0, etp, 1, 0) +
+            n_moe * 4.0 * mt_cost_coll_lat(q, ep > 1 ? ep : etp, ep > 1 ? etp : 1);
+  }
+  /* tensor parallelism: this chunk's bytes (as comm counts them) and calls */
+  if (cfg->tp > 1) {
+    double bytes = cb[0] * dt->msg / 4.0;
+    double calls = n_l * ((cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0)) +
+                   k->embed * (cfg->sp ? 2.0 : 1.0) + k->head * ((cfg->sp ? 3.0 : 1.0) + 2.0);
+    c->tp = mt_cost_coll_xfer_s(q, bytes, cfg->tp, 1, 0) + calls * mt_cost_coll_lat(q, cfg->tp, 1);
+  }
+}

@@ -1,0 +1,225 @@
+/* The cost model's hardware profile (plan.h): a profile's [cost] section
+ * (inputs/hw/<name>.ini) read and checked, written back (meshplan
+ * calibrate), turned into core's prices (what the virtual device and the
+ * cost model price with), and the memory headroom a device keeps. */
+#include "plan/cost_internal.h"
+
+#include <ini.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  mt_cost_profile *p;
+  unsigned seen;
+  char bad[200];
+} cost_parse;
+
+enum {
+  SEEN_DPN = 1, SEEN_MEM = 2, SEEN_PEAK = 4, SEEN_GEMM = 8, SEEN_ELEM = 16, SEEN_INTRA_BW = 32,
+  SEEN_INTRA_LAT = 64, SEEN_INTER_BW = 128, SEEN_INTER_LAT = 256, SEEN_OVERLAP = 512,
+  SEEN_ALL = 1023
+};
+
+static const char *g_cost_keys[] = {"devices_per_node", "mem_gib", "peak_gflops", "gemm",
+                                    "elementwise_gbs", "intra_gbs", "intra_us", "inter_gbs",
+                                    "inter_us", "overlap"};
+#define N_REQUIRED ((int)(sizeof g_cost_keys / sizeof g_cost_keys[0]))
+
+static int parse_number(const char *v, double lo, double *out) {
+  char *end = NULL;
+  double x = strtod(v, &end);
+  if (end == v || *end || !(x >= lo) || isinf(x)) return -1;
+  *out = x;
+  return 0;
+}
+
+/* "flops:gflops flops:gflops ..." sorted by flops; the key may repeat, each
+ * line adding points (a line holds at most 198 characters) */
+static int parse_gemm(const char *v, mt_cost_profile *p) {
+  const char *s = v;
+  while (*s) {
+    while (*s == ' ' || *s == ',' || *s == '\t') s++;
+    if (!*s) break;
+    char *end;
+    double f = strtod(s, &end);
+    if (end == s || *end != ':' || !(f > 0)) return -1;
+    s = end + 1;
+    double g = strtod(s, &end);
+    if (end == s || !(g > 0) || p->n_gemm == MT_COST_MAX_GEMM) return -1;
+    if (p->n_gemm && !(f > p->gemm_flops[p->n_gemm - 1])) return -1;
+    p->gemm_flops[p->n_gemm] = f;
+    p->gemm_gflops[p->n_gemm++] = g;
+    s = end;
+  }
+  return p->n_gemm > 0 ? 0 : -1;
+}
+
+/* a key whose value is one of two words: *is_second says which (1: the
+ * inih handler's "go on"), or 0 with the line naming the bad value */
+static int one_of_two(cost_parse *c, const char *name, const char *value, const char *first,
+                      const char *second, int *is_second) {
+  if (strcmp(value, first) && strcmp(value, second)) {
+    snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not %s or %s", name, value, first,
+             second);
+    return 0;
+  }
+  *is_second = strcmp(value, second) == 0;
+  return 1;
+}
+
+static int cost_handler(void *user, const char *section, const char *name, const char *value) {
+  cost_parse *c = user;
+  mt_cost_profile *p = c->p;
+  if (strcmp(section, "hw") == 0) {
+    if (strcmp(name, "name") == 0) snprintf(p->name, sizeof p->name, "%s", value);
+    return 1;
+  }
+  if (strcmp(section, "cost") != 0) return 1; /* other sections belong to others */
+  int k = -1;
+  for (int i = 0; i < N_REQUIRED; i++)
+    if (strcmp(name, g_cost_keys[i]) == 0) k = i;
+  double x = 0.0;
+  if (strcmp(name, "attn_block") == 0) { /* optional: "BR:BC" rows and keys of a tile */
+    int br = 0, bc = 0;
+    char tail = 0;
+    if (sscanf(value, "%d:%d%c", &br, &bc, &tail) != 2 || br < 1 || bc < 1 || br > 4096 ||
+        bc > 4096) {
+      snprintf(c->bad, sizeof c->bad, "[cost] attn_block = '%s' is not ROWS:KEYS (e.g. 128:128)",
+               value);
+      return 0;
+    }
+    p->attn_br = br;
+    p->attn_bc = bc;
+    return 1;
+  }
+  if (strcmp(name, "attention") == 0) /* optional: the attention kernel priced */
+    return one_of_two(c, name, value, "block", "materialized", &p->attn_materialized);
+  if (strcmp(name, "collectives") == 0) /* optional: how collectives cross nodes */
+    return one_of_two(c, name, value, "hierarchical", "flat", &p->coll_flat);
+  if (strcmp(name, "attn_gflops") == 0 || strcmp(name, "stage_us") == 0) { /* optional */
+    if (parse_number(value, 0, &x)) {
+      snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not a number >= 0", name, value);
+      return 0;
+    }
+    *(name[0] == 'a' ? &p->attn_gflops : &p->stage_us) = x;
+    return 1;
+  }
+  if (strcmp(name, "act_bytes") == 0) { /* optional: bytes an activation element takes */
+    if (parse_number(value, 1, &x) || (x != 2 && x != 4)) {
+      snprintf(c->bad, sizeof c->bad, "[cost] act_bytes = '%s' is not 2 or 4", value);
+      return 0;
+    }
+    p->act_bytes = x;
+    return 1;
+  }
+  int bad = 0;
+  switch (k) {
+  case 0: bad = parse_number(value, 1, &x) || x != floor(x); p->devices_per_node = (int)x; break;
+  case 1: bad = parse_number(value, 0, &x); p->mem_bytes = x * 1073741824.0; break;
+  case 2: bad = parse_number(value, 0, &x) || x == 0; p->peak_gflops = x; break;
+  case 3: bad = parse_gemm(value, p); break;
+  case 4: bad = parse_number(value, 0, &x) || x == 0; p->elementwise_gbs = x; break;
+  case 5: bad = parse_number(value, 0, &x) || x == 0; p->intra_gbs = x; break;
+  case 6: bad = parse_number(value, 0, &x); p->intra_us = x; break;
+  case 7: bad = parse_number(value, 0, &x) || x == 0; p->inter_gbs = x; break;
+  case 8: bad = parse_number(value, 0, &x); p->inter_us = x; break;
+  case 9: bad = parse_number(value, 0, &x) || x > 1; p->overlap = x; break;
+  default:
+    snprintf(c->bad, sizeof c->bad, "[cost] unknown key '%s'", name);
+    return 0;
+  }
+  if (bad) {
+    snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not valid", name, value);
+    return 0;
+  }
+  c->seen |= 1u << k;
+  return 1;
+}
+
+int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e) {
+  memset(p, 0, sizeof *p);
+  char path[MT_CFG_STR_MAX + 1200];
+  FILE *f = mt_hw_profile_open(name_or_path, path, sizeof path);
+  if (!f) {
+    mt_err_set(e, "hardware profile '%s': cannot open (looked for %s)", name_or_path, path);
+    return -1;
+  }
+  cost_parse c = {p, 0, ""};
+  int rc = ini_parse_file(f, cost_handler, &c);
+  fclose(f);
+  if (rc != 0) {
+    mt_err_set(e, "%s:%d: %s", path, rc, c.bad[0] ? c.bad : "syntax error (or a line over 198 characters)");
+    return -1;
+  }
+  if (p->act_bytes == 0) p->act_bytes = 4;
+  if (p->attn_br == 0) p->attn_br = 64, p->attn_bc = 256; /* the CPU backend's blocks */
+  for (int i = 0; i < N_REQUIRED; i++)
+    if (!(c.seen & (1u << i))) {
+      mt_err_set(e, "%s: [cost] key '%s' missing (a cost profile needs %s)", path,
+                 g_cost_keys[i], "devices_per_node, mem_gib, peak_gflops, gemm, "
+                 "elementwise_gbs, intra_gbs, intra_us, inter_gbs, inter_us, overlap");
+      return -1;
+    }
+  if (!p->name[0]) snprintf(p->name, sizeof p->name, "%s", name_or_path);
+  return 0;
+}
+
+void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f) {
+  fprintf(f, "# %.180s\n[hw]\nname = %.180s\ndescription = %.180s\npeak_gflops_fp32 = %.6g\n"
+             "peak_gflops_bf16 = %.6g\nranks_per_node = %d\n\n[cost]\n",
+          description, p->name, description, p->peak_gflops, p->peak_gflops,
+          p->devices_per_node);
+  fprintf(f, "devices_per_node = %d\nmem_gib = %.6g\npeak_gflops = %.6g\n",
+          p->devices_per_node, p->mem_bytes / 1073741824.0, p->peak_gflops);
+  /* four points a line keeps every line far below inih's 198 characters */
+  for (int i = 0; i < p->n_gemm; i++)
+    fprintf(f, "%s %.4g:%.5g%s", i % 4 ? "" : "gemm =", p->gemm_flops[i], p->gemm_gflops[i],
+            i % 4 == 3 || i == p->n_gemm - 1 ? "\n" : "");
+  fprintf(f, "elementwise_gbs = %.6g\nintra_gbs = %.6g\nintra_us = %.6g\ninter_gbs = %.6g\n"
+             "inter_us = %.6g\noverlap = %.3g\n",
+          p->elementwise_gbs, p->intra_gbs, p->intra_us, p->inter_gbs, p->inter_us, p->overlap);
+  if (p->act_bytes && p->act_bytes != 4) fprintf(f, "act_bytes = %.0f\n", p->act_bytes);
+  if (p->attn_br > 0) fprintf(f, "attn_block = %d:%d\n", p->attn_br, p->attn_bc);
+  if (p->attn_gflops > 0) fprintf(f, "attn_gflops = %.6g\n", p->attn_gflops);
+  if (p->stage_us > 0) fprintf(f, "stage_us = %.6g\n", p->stage_us);
+  if (p->coll_flat) fprintf(f, "collectives = flat\n");
+}
+
+void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
+  memset(out, 0, sizeof *out);
+  out->n_gemm = p->n_gemm < MT_PRICE_MAX_GEMM ? p->n_gemm : MT_PRICE_MAX_GEMM;
+  memcpy(out->gemm_flops, p->gemm_flops, (size_t)out->n_gemm * sizeof(double));
+  memcpy(out->gemm_gflops, p->gemm_gflops, (size_t)out->n_gemm * sizeof(double));
+  out->elementwise_gbs = p->elementwise_gbs;
+  out->act_bytes = p->act_bytes > 0 ? p->act_bytes : 4;
+  out->devices_per_node = p->devices_per_node;
+  out->intra_gbs = p->intra_gbs;
+  out->intra_us = p->intra_us;
+  out->inter_gbs = p->inter_gbs;
+  out->inter_us = p->inter_us;
+  out->attn_br = p->attn_br;
+  out->attn_bc = p->attn_bc;
+  out->attn_gflops = p->attn_gflops;
+  out->overlap = p->overlap;
+  out->stage_us = p->stage_us;
+  out->coll_flat = p->coll_flat;
+}
+
+/* the matmul curve is core's (mt_price_gemm_gflops): the virtual device
+ * prices each matmul it emulates with the same function */
+double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops) {
+  mt_price q;
+  mt_cost_price(p, &q);
+  return mt_price_gemm_gflops(&q, flops);
+}
+
+double mt_cost_headroom(const mt_config *cfg, const mt_cost_profile *p) {
+  const double GiB = 1073741824.0;
+  if (cfg->plan_headroom >= 0) return cfg->plan_headroom * GiB;
+  /* fragmentation of the caching allocator and the collectives' buffers
+   * (NCCL's channels, the pipeline's receive buffers) take about 2-3 GiB of
+   * an 80 GB GPU in practice; a small test profile keeps a tenth */
+  double h = 3.0 * GiB;
+  return h < 0.1 * p->mem_bytes ? h : 0.1 * p->mem_bytes;
+}
