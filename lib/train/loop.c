@@ -13,7 +13,7 @@
  * and the previous checkpoint stays the newest complete one. */
 static void exit_checkpoint_failed(const mt_err *e) {
   mt_err_report(e, "meshtrain");
-  MPI_Finalize();
+  MT_MPI_CHECK(MPI_Finalize());
   exit(MT_EXIT_RUNTIME);
 }
 
@@ -94,7 +94,7 @@ static void check_data(mt_trainer *t, mt_ckpt_async **inflight) {
   double ignored = 0.0;
   poll_async(inflight, 1, &ignored);
   mt_err_report(&e, "meshtrain");
-  MPI_Finalize();
+  MT_MPI_CHECK(MPI_Finalize());
   exit(mt_err_exit_code(&e));
 }
 

@@ -16,10 +16,10 @@ function-like macro whose body is one MPI call returns its code: its
 invocations are checked like the call. Not seen: a code dropped by a
 ternary or comma expression that is a statement of its own (none in lib/).
 
-Sites the integrator still has to fix are listed in an allow-list, one
-`path: function: MPI_Call` a line (a function with two such calls is listed
-twice). The check fails on a dropped code that is not listed, and on a listed
-entry that no longer matches a site: the list can only shrink.
+An allow-list (mpi_unchecked_allow.txt, empty: none is allowed) may name a
+site, one `path: function: MPI_Call` a line (a function with two such calls
+listed twice). The check fails on a dropped code that is not listed, and on
+a listed entry that no longer matches a site: the list can only shrink.
 
   mpi_checked.py [--root DIR] [--allow FILE]   check DIR/lib and DIR/apps (default: the
                                                repository this script is in)

@@ -83,4 +83,5 @@ mt_emu_test(layouts gpu-emu emu/layouts.sh)
 # MoE ep 2; pp 2 under zb-h1 in fp32
 mt_emu_test(reference_losses gpu-emu ../reference/losses.sh
             "^(fp32.r1|bf16.r1|bf16.dp2z1|bf16.dp2z3g16|bf16.tp2sp|bf16.cp2ring|bf16.ep2|fp32.pp2zbh1)$")
-set_property(TEST gpu-emu.reference_losses APPEND PROPERTY ENVIRONMENT MT_REF_DEVICE=cuda)
+set_property(TEST gpu-emu.reference_losses APPEND PROPERTY ENVIRONMENT MT_REF_DEVICE=cuda
+             MT_BUILD_ARCH=${MT_EFFECTIVE_ARCH})
