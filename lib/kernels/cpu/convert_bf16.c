@@ -24,30 +24,31 @@ void mt_bf16_to_f32_serial(float *dst, const mt_bf16 *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = mt_bf16_to_f32(src[i]);
 }
 
-void mt_bf16_from_f32_n(mt_bf16 *dst, const float *src, size_t n) {
+/* n elements converted by serial, split over the threads in contiguous
+ * pieces above MT_CVT_PAR_MIN (dst and src elements of ds and ss bytes) */
+typedef void (*convert_fn)(void *dst, const void *src, size_t n);
+static void narrow(void *dst, const void *src, size_t n) { mt_bf16_from_f32_serial(dst, src, n); }
+static void widen(void *dst, const void *src, size_t n) { mt_bf16_to_f32_serial(dst, src, n); }
+
+static void split(convert_fn serial, void *dst, size_t ds, const void *src, size_t ss, size_t n) {
   if (n < MT_CVT_PAR_MIN || omp_in_parallel()) {
-    mt_bf16_from_f32_serial(dst, src, n);
+    serial(dst, src, n);
     return;
   }
 #pragma omp parallel
   {
     size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
     size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
-    mt_bf16_from_f32_serial(dst + i0, src + i0, i1 - i0);
+    serial((char *)dst + i0 * ds, (const char *)src + i0 * ss, i1 - i0);
   }
 }
 
+void mt_bf16_from_f32_n(mt_bf16 *dst, const float *src, size_t n) {
+  split(narrow, dst, sizeof *dst, src, sizeof *src, n);
+}
+
 void mt_bf16_to_f32_n(float *dst, const mt_bf16 *src, size_t n) {
-  if (n < MT_CVT_PAR_MIN || omp_in_parallel()) {
-    mt_bf16_to_f32_serial(dst, src, n);
-    return;
-  }
-#pragma omp parallel
-  {
-    size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-    size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
-    mt_bf16_to_f32_serial(dst + i0, src + i0, i1 - i0);
-  }
+  split(widen, dst, sizeof *dst, src, sizeof *src, n);
 }
 
 /* the op table's convert: widened, rounded, or copied */

@@ -44,18 +44,9 @@ void FN(softmax_xent_forward)(float *losses, void *probs_, const void *logits_,
 /* dlogits (N,Vp) = (probs - onehot(target)) * dloss on columns < V, 0 on the
  * padding. WRITES (=) rather than accumulates: dlogits may alias probs, and
  * the logits are an activation, not a parameter. */
-void FN(softmax_xent_backward)(void *dlogits_, const void *probs_, const int *targets,
+void FN(softmax_xent_backward)(void *dlogits, const void *probs, const int *targets,
                                float dloss, int N, int V, int Vp) {
-  T *dlogits = dlogits_;
-  const T *probs = probs_;
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const T *p = probs + (size_t)n * Vp;
-    T *d = dlogits + (size_t)n * Vp;
-    int target = targets[n];
-    for (int j = 0; j < V; j++) d[j] = ST((LD(p[j]) - (j == target ? 1.0f : 0.0f)) * dloss);
-    for (int j = V; j < Vp; j++) d[j] = ST(0.0f);
-  }
+  FN(xent_vp_backward)(dlogits, probs, targets, 0, dloss, N, Vp, V);
 }
 
 /* Vocabulary-parallel cross-entropy: softmax_xent_forward's three passes
