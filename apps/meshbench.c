@@ -38,7 +38,7 @@ static int bench_ckpt(int argc, char **argv) {
   int init = 0, fin = 0;
   MT_MPI_CHECK(MPI_Initialized(&init));
   MT_MPI_CHECK(MPI_Finalized(&fin));
-  if (init && !fin) MPI_Finalize();
+  if (init && !fin) MT_MPI_CHECK(MPI_Finalize());
   return rc;
 }
 

@@ -185,7 +185,7 @@ static int failed(const mt_err *e) {
 
 static int ranks(void) {
   int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &n));
   return n;
 }
 
@@ -449,9 +449,8 @@ static void parse(int argc, char **argv, args *a, mt_err *e) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-  mt_log_init(g_rank);
+  mt_mpi_init(&argc, &argv, MPI_THREAD_SINGLE);
+  g_rank = mt_log_rank();
   mt_err err = {0};
   args a;
   parse(argc, argv, &a, &err);
@@ -464,6 +463,6 @@ int main(int argc, char **argv) {
   } else {
     rc = a.check ? check_only(&a) : run(&a);
   }
-  MPI_Finalize();
+  MT_MPI_CHECK(MPI_Finalize());
   return rc;
 }

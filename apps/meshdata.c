@@ -343,17 +343,15 @@ static int run(int argc, char **argv, mt_err *e) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  mt_log_init(rank);
+  mt_mpi_init(&argc, &argv, MPI_THREAD_SINGLE);
+  int rank = mt_log_rank();
   mt_err e = {0};
   int rc = 0;
   if (rank == 0) {
     rc = run(argc, argv, &e) ? MT_EXIT_BADINPUT : MT_EXIT_OK;
     if (rc) mt_err_report(&e, PROG);
   }
-  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  MPI_Finalize();
+  MT_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  MT_MPI_CHECK(MPI_Finalize());
   return rc;
 }

@@ -136,15 +136,12 @@ int main(int argc, char **argv) {
   mt_train_install_signals();
   /* FUNNELED: the asynchronous checkpoint writer runs a thread that makes no
    * MPI call while the main thread goes on with MPI */
-  int thread_level = MPI_THREAD_SINGLE;
-  MT_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level));
-  int world_rank = 0;
-  MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-  mt_log_init(world_rank);
+  int thread_level = mt_mpi_init(&argc, &argv, MPI_THREAD_FUNNELED);
+  int world_rank = mt_log_rank();
   if (a.help) {
     if (world_rank == 0) usage(stdout);
     free(a.over);
-    MPI_Finalize();
+    MT_MPI_CHECK(MPI_Finalize());
     return 0;
   }
   if (!err.failed) mt_config_load(&cfg, a.ini, a.n_over, a.over, &err);
@@ -152,7 +149,7 @@ int main(int argc, char **argv) {
   if (!err.failed && cfg.print_schedule) { /* every pp rank's op list, on one process */
     mt_plan_print_schedule(&cfg, world_rank == 0 ? stdout : NULL, &err);
     mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
-    MPI_Finalize();
+    MT_MPI_CHECK(MPI_Finalize());
     return 0;
   }
   /* a run started from another's parameters takes the model's shape from them */
@@ -164,10 +161,10 @@ int main(int argc, char **argv) {
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   if (cfg.layout == MT_LAYOUT_AUTO) { /* rank 0 plans for the ranks launched; all take it */
     int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
     if (world_rank == 0) plan_auto(&cfg, world, 1, &err);
     mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
-    MPI_Bcast(&cfg, (int)sizeof cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
+    MT_MPI_CHECK(MPI_Bcast(&cfg, (int)sizeof cfg, MPI_BYTE, 0, MPI_COMM_WORLD));
   }
 
   static mt_trainer t;
@@ -176,6 +173,6 @@ int main(int argc, char **argv) {
   int code = mt_train_loop(&t);
   mt_train_summary(&t);
   mt_train_destroy(&t);
-  MPI_Finalize();
+  MT_MPI_CHECK(MPI_Finalize());
   return code;
 }

@@ -117,8 +117,8 @@ int mt_bench_ckpt(int argc, char **argv) {
   }
   int init = 0;
   MT_MPI_CHECK(MPI_Initialized(&init));
-  int thread_level = MPI_THREAD_SINGLE; /* FUNNELED: the asynchronous save's writer thread */
-  if (!init) MT_MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &thread_level));
+  /* FUNNELED: the asynchronous save's writer thread */
+  if (!init) mt_mpi_init(NULL, NULL, MPI_THREAD_FUNNELED);
   int rank, world;
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));

@@ -68,7 +68,7 @@ static void __attribute__((format(printf, 1, 2), noreturn)) coll_usage_error(con
     va_end(ap);
     fprintf(stderr, " (see %s allreduce --help)\n", g_prog);
   }
-  MPI_Finalize();
+  MT_MPI_CHECK(MPI_Finalize());
   exit(MT_EXIT_BADINPUT);
 }
 
@@ -448,7 +448,7 @@ static long long coll_run(coll_kind k, const coll_opts *o, mt_group *g, FILE *js
 int mt_bench_collectives(int argc, char **argv) {
   int initialized = 0;
   MT_MPI_CHECK(MPI_Initialized(&initialized));
-  if (!initialized) MT_MPI_CHECK(MPI_Init(&argc, &argv));
+  if (!initialized) mt_mpi_init(&argc, &argv, MPI_THREAD_SINGLE);
   int world_rank = 0, world_size = 1;
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
   MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
@@ -458,7 +458,7 @@ int mt_bench_collectives(int argc, char **argv) {
   int help = 0;
   coll_parse(argc, argv, &o, &help);
   if (help) {
-    MPI_Finalize();
+    MT_MPI_CHECK(MPI_Finalize());
     return MT_EXIT_OK;
   }
   o.world_rank = world_rank;
@@ -533,7 +533,7 @@ int mt_bench_collectives(int argc, char **argv) {
     mt_cuda_shutdown();
   }
   mt_mesh_destroy(&mesh);
-  MPI_Finalize();
+  MT_MPI_CHECK(MPI_Finalize());
   return rc;
 }
 

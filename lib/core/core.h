@@ -14,7 +14,8 @@
 /* ------------------------------------------------------------------ */
 /* logging and errors                                                  */
 
-/* Call once after MPI_Init so every message carries the world rank. */
+/* Call once after MPI_Init so every message carries the world rank
+ * (mt_mpi_init does). */
 void mt_log_init(int world_rank);
 int mt_log_rank(void);
 /* rank 0 only: a line on stdout */
@@ -27,14 +28,23 @@ void mt_die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 #define mt_die(...) mt_die_at(__FILE__, __LINE__, __VA_ARGS__)
 
+/* MPI_Init_thread (required: MPI_THREAD_SINGLE, ..._FUNNELED, ...), then
+ * MPI_ERRORS_RETURN on MPI_COMM_WORLD, so that every checked MPI call sees
+ * its failure (the communicators made from it inherit the handler), and
+ * mt_log_init with the world rank. Returns the thread level MPI provides.
+ * Each executable that uses MPI starts it this way. */
+int mt_mpi_init(int *argc, char ***argv, int required);
+/* MPI's text for the error code rc, in buf (MPI_MAX_ERROR_STRING bytes) */
+const char *mt_mpi_strerror(int rc, char *buf);
+
+/* An MPI call whose failure ends the job: a rank-tagged message naming the
+ * call, then MPI_Abort (mt_die). For calls where no caller could go on. */
 #define MT_MPI_CHECK(call)                                                   \
   do {                                                                       \
     int mt_rc_ = (call);                                                     \
     if (mt_rc_ != MPI_SUCCESS) {                                             \
       char mt_s_[MPI_MAX_ERROR_STRING];                                      \
-      int mt_n_ = 0;                                                         \
-      MPI_Error_string(mt_rc_, mt_s_, &mt_n_);                               \
-      mt_die("%s failed: %s", #call, mt_s_);                                 \
+      mt_die("%s failed: %s", #call, mt_mpi_strerror(mt_rc_, mt_s_));        \
     }                                                                        \
   } while (0)
 
@@ -47,17 +57,32 @@ void *mt_calloc_at(size_t n, size_t size, const char *file, int line);
  *   - a function that can fail returns int, 0 = success, -1 = failure, and
  *     takes an `mt_err *e` that receives one message (first one wins);
  *   - the place that detects the failure calls mt_err_set (bad input, exit
- *     2) or mt_err_runtime (a runtime condition: I/O, a full disk, exit 3);
- *     both record file:line;
- *   - a caller that passes a failure up writes MT_TRY(e, call): on a
- *     non-zero return it adds its own file:line to e's chain and returns -1;
+ *     2) or mt_err_runtime (a runtime condition: I/O, a full disk, exit 3),
+ *     then returns -1; both record file:line (so do the module setters
+ *     built on them, e.g. mt_ckpt_err_sys);
+ *   - a caller that passes a failure up adds its own file:line to e's chain:
+ *       MT_TRY(e, f(..., e));              nothing to undo: returns -1
+ *       if (f(..., e) != 0) {              something to undo first:
+ *         free(buf);
+ *         return mt_err_pass(e);           the frame, then -1
+ *       }
+ *     mt_err_pass(e) is the one form for a failure passed up after cleanup:
+ *     `rc = mt_err_pass(e); goto done;` in a function that ends at a
+ *     cleanup label, `return rc == 0 ? 0 : mt_err_pass(e);` for a result
+ *     kept across the cleanup; a function that returns a pointer (or
+ *     nothing) calls mt_err_pass_at(e, __FILE__, __LINE__) before it
+ *     returns. A bare `return -1` after a failed call loses the frame;
  *   - where the error can be reported once (after mt_err_agree), rank 0
  *     prints the message as one line; with MT_ERR_TRACE=1 in the
- *     environment a second line gives the chain ("at a.c:12 <- b.c:40").
- * MPI calls go through MT_MPI_TRY (the mesh communicators return errors
- * instead of aborting, so the check can fire); mt_die stays for failures
- * inside a collective region that cannot be agreed on. */
-enum { MT_ERR_TRACE_MAX = 8 };
+ *     environment a second line gives the chain, innermost first ("at
+ *     a.c:12 <- b.c:40": set at a.c:12, passed up at b.c:40). After an
+ *     agreement only the lowest failing rank keeps its chain; the others
+ *     start a new one at the agreement.
+ * MPI calls go through MT_MPI_TRY (MPI_COMM_WORLD and every communicator
+ * made from it return errors instead of aborting, see mt_mpi_init, so the
+ * check can fire); MT_MPI_CHECK and mt_die stay for failures inside a
+ * collective region that cannot be agreed on. */
+enum { MT_ERR_TRACE_MAX = 16 };
 typedef struct {
   int failed;
   int code; /* the exit code it maps to: MT_EXIT_BADINPUT or MT_EXIT_RUNTIME */
@@ -76,6 +101,8 @@ void mt_err_runtime_at(mt_err *e, const char *file, int line, const char *fmt, .
 #define mt_err_runtime(e, ...) mt_err_runtime_at((e), __FILE__, __LINE__, __VA_ARGS__)
 /* add a caller's frame to e's chain (no-op when e has no error) */
 void mt_err_pass_at(mt_err *e, const char *file, int line);
+/* this caller's frame, then -1: `return mt_err_pass(e);` after a cleanup */
+#define mt_err_pass(e) (mt_err_pass_at((e), __FILE__, __LINE__), -1)
 /* e's chain as "a.c:12 <- b.c:40" into buf */
 void mt_err_trace_format(const mt_err *e, char *buf, size_t size);
 /* the exit code for e: 0 when it holds no error */
@@ -90,15 +117,14 @@ int mt_err_exit_code(const mt_err *e);
   } while (0)
 
 /* An MPI call whose failure becomes a runtime error in e (return -1). Needs
- * MPI_ERRORS_RETURN on the communicator (mt_mesh sets it on every group). */
+ * MPI_ERRORS_RETURN on the communicator (mt_mpi_init sets it on
+ * MPI_COMM_WORLD, mt_mesh again on every group). */
 #define MT_MPI_TRY(e, call)                                                  \
   do {                                                                       \
     int mt_rc_ = (call);                                                     \
     if (mt_rc_ != MPI_SUCCESS) {                                             \
       char mt_s_[MPI_MAX_ERROR_STRING];                                      \
-      int mt_n_ = 0;                                                         \
-      MPI_Error_string(mt_rc_, mt_s_, &mt_n_);                               \
-      mt_err_runtime((e), "%s failed: %s", #call, mt_s_);                    \
+      mt_err_runtime((e), "%s failed: %s", #call, mt_mpi_strerror(mt_rc_, mt_s_)); \
       return -1;                                                             \
     }                                                                        \
   } while (0)

@@ -11,6 +11,23 @@ static int g_rank = 0;
 void mt_log_init(int world_rank) { g_rank = world_rank; }
 int mt_log_rank(void) { return g_rank; }
 
+int mt_mpi_init(int *argc, char ***argv, int required) {
+  int provided = MPI_THREAD_SINGLE, rank = 0;
+  /* before this call MPI's default handler aborts on a failed MPI_Init */
+  MT_MPI_CHECK(MPI_Init_thread(argc, argv, required, &provided));
+  MT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  mt_log_init(rank);
+  return provided;
+}
+
+const char *mt_mpi_strerror(int rc, char *buf) {
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS)
+    snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error code %d", rc);
+  return buf;
+}
+
 void mt_info0(const char *fmt, ...) {
   if (g_rank != 0) return;
   va_list ap;
@@ -39,9 +56,10 @@ void mt_die_at(const char *file, int line, const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, " (%s:%d)\n", file, line);
   fflush(stderr);
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
+  /* an MPI that cannot say counts as not running: exit alone */
+  int init = 0, fin = 1;
+  if (MPI_Initialized(&init) != MPI_SUCCESS) init = 0;
+  if (MPI_Finalized(&fin) != MPI_SUCCESS) fin = 1;
   if (init && !fin) MPI_Abort(MPI_COMM_WORLD, MT_EXIT_RUNTIME);
   exit(MT_EXIT_RUNTIME);
 }
@@ -108,8 +126,8 @@ int mt_err_exit_code(const mt_err *e) {
 
 int mt_err_agree(mt_err *e, MPI_Comm comm) {
   int rank, size;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  MT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MT_MPI_CHECK(MPI_Comm_size(comm, &size));
   int mine = e->failed ? rank : size, first = size;
   MT_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
   if (first == size) return 0;
@@ -139,7 +157,7 @@ void mt_err_report(const mt_err *e, const char *prog) {
 void mt_err_check_all(mt_err *e, MPI_Comm comm, const char *prog) {
   if (!mt_err_agree(e, comm)) return;
   mt_err_report(e, prog);
-  MPI_Finalize();
+  MT_MPI_CHECK(MPI_Finalize());
   exit(mt_err_exit_code(e));
 }
 

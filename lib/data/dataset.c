@@ -197,7 +197,7 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
     ntok = llmc_check_header(path, map, bytes, e);
     if (ntok == 0) {
       munmap(map, bytes);
-      return -1;
+      return mt_err_pass(e);
     }
     ds->u16 = (const uint16_t *)((const char *)map + LLMC_HEADER_BYTES);
   } else if (strcmp(fmt, "u16") == 0 || strcmp(fmt, "u32") == 0) {
@@ -343,10 +343,9 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
   int64_t any_fault = faulted, fault_seen = 0;
   MT_MPI_TRY(e, MPI_Allreduce(&any_fault, &fault_seen, 1, MPI_INT64_T, MPI_MAX, comm));
   if (fault_seen) {
-    mt_dataset_check(ds, e);
-    if (!e->failed)
-      mt_err_runtime(e, "%s: changed under the run (reading its mapping failed on some rank)",
-                     ds->path);
+    MT_TRY(e, mt_dataset_check(ds, e));
+    mt_err_runtime(e, "%s: changed under the run (reading its mapping failed on some rank)",
+                   ds->path);
     return -1;
   }
   MT_MPI_TRY(e, MPI_Allreduce(&mine, &first, 1, MPI_UINT64_T, MPI_MIN, comm));
@@ -504,7 +503,8 @@ void mt_token_writer_abort(mt_token_writer *w) {
 int mt_tokens_write(const char *path, const char *format, const uint32_t *tok, size_t n,
                     mt_err *e) {
   mt_token_writer w;
-  if (mt_token_writer_open(&w, path, format, e)) return -1;
-  if (mt_token_writer_put(&w, tok, n, e)) return -1;
-  return mt_token_writer_close(&w, e);
+  MT_TRY(e, mt_token_writer_open(&w, path, format, e));
+  MT_TRY(e, mt_token_writer_put(&w, tok, n, e));
+  MT_TRY(e, mt_token_writer_close(&w, e));
+  return 0;
 }

@@ -160,8 +160,10 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
   double stream = 0.0;
   int rc = -1;
   if (each_line(in->gemm_json, on_gemm, g, e) != 0 || each_line(in->coll_json, on_coll, c, e) != 0 ||
-      each_line(in->stream_json, on_stream, &stream, e) != 0)
+      each_line(in->stream_json, on_stream, &stream, e) != 0) {
+    rc = mt_err_pass(e);
     goto done;
+  }
   if (g->n == 0) {
     mt_err_set(e, "%s: no meshbench gemm shapes", in->gemm_json);
     goto done;
@@ -205,7 +207,10 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
   p->attn_br = 64, p->attn_bc = 256; /* the CPU backend's blocks */
   if (in->attn_json) {
     attn_points a = {.tiles = {.attn_br = p->attn_br, .attn_bc = p->attn_bc}};
-    if (each_line(in->attn_json, on_attn, &a, e) != 0) goto done;
+    if (each_line(in->attn_json, on_attn, &a, e) != 0) {
+      rc = mt_err_pass(e);
+      goto done;
+    }
     if (a.n == 0) {
       mt_err_set(e, "%s: no meshbench attention rows with the block kernels timed (and the "
                  "model's n_embd, n_head)", in->attn_json);

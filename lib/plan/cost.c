@@ -654,7 +654,8 @@ static void stage_key(const mt_config *cfg, const mt_layout *lay, int st, int *k
 }
 
 int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *out, mt_err *e) {
-  return mt_cost_estimate_dt(cfg, p, NULL, out, e);
+  MT_TRY(e, mt_cost_estimate_dt(cfg, p, NULL, out, e));
+  return 0;
 }
 
 int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt_cost_dtypes *dt_in,
@@ -666,7 +667,7 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
   mt_layout lay;
   if (mt_layout_validate(cfg, 0, &lay, e) != 0) {
     mt_layout_free(&lay);
-    return -1;
+    return mt_err_pass(e);
   }
   const int pp = cfg->pp, v = cfg->virtual_stages, accum = lay.accum, B = cfg->micro_batch;
   const int dpn = p->devices_per_node, world = lay.world, ndp = cfg->dp * cfg->cp;
@@ -707,7 +708,7 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     mt_plan_world w;
     if (mt_plan_rank_world(cfg, &lay, st, 0, 0, 0, p->attn_materialized ? NULL : &ops_price, &pr,
                            &w, e) != 0) {
-      rc = -1;
+      rc = mt_err_pass(e);
       break;
     }
     double mem[MT_MEM_NCAT], total = 0.0;

@@ -127,7 +127,7 @@ static int check_cp(const mt_config *cfg, const mt_model_shape *s, mt_err *e) {
 int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_err *e) {
   memset(lay, 0, sizeof *lay);
   lay->sched = MT_SCHED_1F1B;
-  if (mt_model_shape_from_config(cfg, &lay->shape, e) != 0) return -1;
+  MT_TRY(e, mt_model_shape_from_config(cfg, &lay->shape, e));
   /* every check across keys that the configuration alone decides */
   MT_TRY(e, mt_config_check(cfg, world_size, e));
   MT_TRY(e, check_cp(cfg, &lay->shape, e));
@@ -142,13 +142,13 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     mt_err_set(e, "parallel.pp = %d, parallel.virtual_stages = %d: at most %d each", cfg->pp,
                cfg->virtual_stages, MT_PP_MAX_CHUNKS);
   else if (cfg->pp_split[0]) {
-    if (parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) == 0 &&
-        check_split_chunks(cfg, lay->split, e) == 0)
-      lay->has_split = 1;
+    MT_TRY(e, parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) != 0 ||
+                  check_split_chunks(cfg, lay->split, e) != 0);
+    lay->has_split = 1;
   } else if (cfg->pp_first_layers || cfg->pp_last_layers) {
-    if (first_last_split(cfg, s->n_layer, lay->split, e) == 0 &&
-        check_split_chunks(cfg, lay->split, e) == 0)
-      lay->has_split = 1;
+    MT_TRY(e, first_last_split(cfg, s->n_layer, lay->split, e) != 0 ||
+                  check_split_chunks(cfg, lay->split, e) != 0);
+    lay->has_split = 1;
   } else if (s->n_layer % cfg->pp != 0)
     mt_err_set(e, "parallel.pp = %d does not divide model.n_layer = %d (or give "
                   "parallel.pp_split, or parallel.pp_first_layers / pp_last_layers)", cfg->pp,
@@ -158,8 +158,7 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
                   "(model.n_layer = %d over parallel.pp = %d)",
                cfg->virtual_stages, s->n_layer / cfg->pp, s->n_layer, cfg->pp);
   if (e->failed) return -1;
-  if (mt_pp_sched_check(kind, cfg->pp, m, cfg->virtual_stages, s->n_layer, e) != 0)
-    return -1;
+  MT_TRY(e, mt_pp_sched_check(kind, cfg->pp, m, cfg->virtual_stages, s->n_layer, e));
   mt_pp_schedule sched;
   mt_pp_schedule_build(&sched, kind, cfg->pp, m, cfg->virtual_stages);
   mt_err why = {0};
@@ -193,7 +192,7 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
     }
   }
   mt_hw_profile hw;
-  if (mt_hw_profile_load(&hw, cfg->hw_profile, e) != 0) return -1;
+  MT_TRY(e, mt_hw_profile_load(&hw, cfg->hw_profile, e));
   if (cfg->pp > 1) {
     lay->stage_of_layer = mt_calloc((size_t)s->n_layer, sizeof(int));
     mt_registry_stage_map(s->n_layer, cfg->pp, cfg->virtual_stages,

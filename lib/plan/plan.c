@@ -26,8 +26,9 @@ static int world_rank_of(const mt_config *cfg, int pp_rank, int dp_rank, int cp_
 static int count_mesh(mt_mesh *m, const mt_config *cfg, const mt_layout *lay, int world_rank,
                       mt_err *e) {
   const int moe = lay->shape.moe_experts > 0;
-  return mt_mesh_count(m, cfg->tp, cfg->cp, cfg->dp, cfg->pp, world_rank, moe ? cfg->etp : 1,
-                       moe ? cfg->ep : 1, e);
+  MT_TRY(e, mt_mesh_count(m, cfg->tp, cfg->cp, cfg->dp, cfg->pp, world_rank, moe ? cfg->etp : 1,
+                          moe ? cfg->ep : 1, e));
+  return 0;
 }
 
 void mt_plan_world_destroy(mt_plan_world *w) {
@@ -45,7 +46,7 @@ void mt_plan_world_destroy(mt_plan_world *w) {
 static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *lay,
                      int world_rank, const mt_price *price, mt_err *e) {
   memset(w, 0, sizeof *w);
-  if (count_mesh(&w->mesh, cfg, lay, world_rank, e) != 0) return -1;
+  MT_TRY(e, count_mesh(&w->mesh, cfg, lay, world_rank, e));
   mt_mem_account *prev = mt_mem_account_use(&w->acct);
   int traced = mt_trace_set(0); /* (a run's timeline holds its own steps only) */
   mt_vclock_state clock;
@@ -84,8 +85,11 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   mt_mem_account_use(prev);
   mt_trace_set(traced);
   mt_vclock_restore(&clock);
-  if (rc != 0) mt_plan_world_destroy(w);
-  return rc;
+  if (rc != 0) {
+    mt_plan_world_destroy(w);
+    return mt_err_pass(e);
+  }
+  return 0;
 }
 
 /* the counted rank's figures */
@@ -146,9 +150,8 @@ int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
                        int cp_rank, int tp_rank, const mt_price *price, mt_plan_rank *out,
                        mt_plan_world *keep, mt_err *e) {
   mt_plan_world w;
-  if (world_run(&w, cfg, lay, world_rank_of(cfg, pp_rank, dp_rank, cp_rank, tp_rank), price,
-                e) != 0)
-    return -1;
+  MT_TRY(e, world_run(&w, cfg, lay, world_rank_of(cfg, pp_rank, dp_rank, cp_rank, tp_rank),
+                      price, e));
   figures(&w, cfg, out);
   if (keep) *keep = w;
   else mt_plan_world_destroy(&w);
@@ -157,7 +160,8 @@ int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
 
 int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
                        int cp_rank, int tp_rank, mt_plan_rank *out, mt_err *e) {
-  return mt_plan_rank_world(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, NULL, out, NULL, e);
+  MT_TRY(e, mt_plan_rank_world(cfg, lay, pp_rank, dp_rank, cp_rank, tp_rank, NULL, out, NULL, e));
+  return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -170,7 +174,7 @@ int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
 static int signature(const mt_config *cfg, const mt_layout *lay, int world_rank, int **sig,
                      mt_err *e) {
   mt_mesh m;
-  if (count_mesh(&m, cfg, lay, world_rank, e) != 0) return -1;
+  MT_TRY(e, count_mesh(&m, cfg, lay, world_rank, e));
   int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
   mt_step_opts o;
   mt_step_groups g;
@@ -181,7 +185,7 @@ static int signature(const mt_config *cfg, const mt_layout *lay, int world_rank,
   free(l0l1);
   if (rc != 0) {
     mt_registry_free(&r);
-    return -1;
+    return mt_err_pass(e);
   }
   mt_registry_set_dp(&r, g.dp->size, g.dp->rank, g.cp->size, g.cp->rank);
   mt_registry_set_edp(&r, g.edp->size, g.edp->rank);
@@ -198,7 +202,7 @@ static int signature(const mt_config *cfg, const mt_layout *lay, int world_rank,
 
 int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e) {
   memset(p, 0, sizeof *p);
-  if (mt_layout_validate(cfg, world_size, &p->lay, e) != 0) return -1;
+  MT_TRY(e, mt_layout_validate(cfg, world_size, &p->lay, e));
   p->n = p->lay.world;
   p->r = mt_calloc((size_t)p->n, sizeof *p->r);
   int **sigs = mt_calloc((size_t)p->n, sizeof(int *)); /* per class: its signature */
@@ -206,15 +210,19 @@ int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e) {
   int n_classes = 0, rc = 0;
   for (int w = 0; w < p->n && rc == 0; w++) {
     int *sig = NULL;
-    if ((rc = signature(cfg, &p->lay, w, &sig, e)) != 0) break;
+    if (signature(cfg, &p->lay, w, &sig, e) != 0) {
+      rc = mt_err_pass(e);
+      break;
+    }
     int c = 0;
     while (c < n_classes && !(sigs[c][0] == sig[0] &&
                               memcmp(sigs[c], sig, (size_t)sig[0] * sizeof(int)) == 0))
       c++;
     if (c == n_classes) { /* a new class: count this rank */
       mt_plan_world world;
-      if ((rc = world_run(&world, cfg, &p->lay, w, NULL, e)) != 0) {
+      if (world_run(&world, cfg, &p->lay, w, NULL, e) != 0) {
         free(sig);
+        rc = mt_err_pass(e);
         break;
       }
       figures(&world, cfg, &p->r[w]);
@@ -224,7 +232,10 @@ int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e) {
     } else { /* its class's figures, its own coordinates */
       free(sig);
       mt_mesh m;
-      count_mesh(&m, cfg, &p->lay, w, e);
+      if (count_mesh(&m, cfg, &p->lay, w, e) != 0) {
+        rc = mt_err_pass(e);
+        break;
+      }
       mt_plan_rank *r = &p->r[w];
       *r = p->r[rep[c]];
       r->world_rank = w;

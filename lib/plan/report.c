@@ -6,7 +6,7 @@
 
 int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) {
   mt_layout lay;
-  int rc = mt_layout_validate(cfg, ranks, &lay, e);
+  int rc = mt_layout_validate(cfg, ranks, &lay, e) == 0 ? 0 : mt_err_pass(e);
   if (rc == 0)
     fprintf(out, "meshtrain: check: OK for %d ranks: model %s (%zu parameters), mesh pp=%d dp=%d "
                  "cp=%d tp=%d, zero %d, global batch %d, %d steps\n",
@@ -35,7 +35,7 @@ int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) 
 int mt_plan_report(const mt_config *cfg, int ranks, const char *json_path, FILE *out,
                    mt_err *e) {
   mt_plan p;
-  if (mt_plan_build(cfg, ranks, &p, e) != 0) return -1;
+  MT_TRY(e, mt_plan_build(cfg, ranks, &p, e));
   mt_plan_print(&p, cfg, out);
   if (json_path) {
     FILE *f = fopen(json_path, "w");
@@ -52,7 +52,7 @@ int mt_plan_report(const mt_config *cfg, int ranks, const char *json_path, FILE 
 
 int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e) {
   mt_layout lay; /* on one process: the mesh as configured */
-  if (mt_layout_validate(cfg, 0, &lay, e) != 0) return -1;
+  MT_TRY(e, mt_layout_validate(cfg, 0, &lay, e));
   mt_pp_schedule s;
   mt_pp_sim sim;
   mt_err why = {0}; /* validation already accepted the schedule */

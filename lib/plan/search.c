@@ -135,7 +135,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
   neutral.tp = neutral.pp = neutral.dp = neutral.cp = neutral.ep = neutral.etp = 1;
   neutral.sp = 0;
   mt_model_shape sh;
-  if (mt_model_shape_from_config(&neutral, &sh, e) != 0) return -1;
+  MT_TRY(e, mt_model_shape_from_config(&neutral, &sh, e));
   mt_cost_dtypes dt;
   if (o->dt) dt = *o->dt;
   else mt_cost_dtypes_default(p, &dt);
@@ -290,7 +290,8 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
 int mt_search_layouts(const mt_config *base, const mt_cost_profile *p, int nodes, mt_search *s,
                       mt_err *e) {
   mt_search_opts o = {.world = nodes * p->devices_per_node, .keep = 0, .dt = NULL};
-  return mt_search_run(base, p, &o, s, e);
+  MT_TRY(e, mt_search_run(base, p, &o, s, e));
+  return 0;
 }
 
 void mt_search_free(mt_search *s) {

@@ -229,10 +229,9 @@ int mt_registry_finalize(mt_registry *r, mt_err *e) {
       return -1;
     }
     r->n_group_tensors[t->group]++;
-    if (shard_dim(t, t->tp, r->tp_size, r->tp_rank, "tp", e) != 0 ||
-        shard_dim(t, t->ep, r->ep_size, r->ep_rank, "ep", e) != 0 ||
-        shard_dim(t, t->etp, r->etp_size, r->etp_rank, "etp", e) != 0)
-      return -1;
+    MT_TRY(e, shard_dim(t, t->tp, r->tp_size, r->tp_rank, "tp", e) != 0 ||
+                  shard_dim(t, t->ep, r->ep_size, r->ep_rank, "ep", e) != 0 ||
+                  shard_dim(t, t->etp, r->etp_size, r->etp_rank, "etp", e) != 0);
     size_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= (size_t)t->local_shape[d];
     t->numel_local = mt_registry_holds(r, t) ? n : 0;

@@ -44,9 +44,9 @@ static void agree_communicators(mt_trainer *t, unsigned groups, unsigned p2p) {
     int direct = !coll || g->direct;
     for (int k = 0; k < links; k++) direct &= mt_group_p2p_direct(g, peers[k], tags[k]);
     int v[2] = {used ? direct : 1, used ? direct : 0}, any_used = used;
-    MPI_Allreduce(MPI_IN_PLACE, &v[0], 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &v[1], 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &any_used, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v[0], 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v[1], 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &any_used, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     g_comm_of[d[i].id] = !any_used ? "-" : v[0] ? "nccl" : v[1] ? "mixed" : "staged";
   }
 }
@@ -168,8 +168,8 @@ void mt_train_device_setup(mt_trainer *t) {
   /* every rank must compute on the same kind of device (auto could differ
    * between nodes) */
   int lo = kind, hi = kind;
-  MPI_Allreduce(&kind, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(&kind, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MT_MPI_CHECK(MPI_Allreduce(&kind, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  MT_MPI_CHECK(MPI_Allreduce(&kind, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   if (!err.failed && lo != hi)
     mt_err_set(&err, "train.device = auto: some ranks see a GPU and others none; set "
                      "train.device = cuda or cpu");
@@ -199,7 +199,7 @@ void mt_train_device_setup(mt_trainer *t) {
   int sharing, first;
   same_gpu(t, info.uuid, &sharing, &first);
   int shared = sharing > 1, any_shared = shared;
-  MPI_Allreduce(&shared, &any_shared, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MT_MPI_CHECK(MPI_Allreduce(&shared, &any_shared, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   t->gpu_shared = any_shared;
 
   /* comm: staging copies for every device buffer, NCCL where it can serve
@@ -283,11 +283,11 @@ void mt_train_device_check_memory(mt_trainer *t, double need, mt_err *e) {
   MPI_Comm same;
   MT_MPI_CHECK(MPI_Comm_split(t->mesh.node.comm, first, t->mesh.node.rank, &same));
   int sharing = 1;
-  MPI_Comm_size(same, &sharing);
+  MT_MPI_CHECK(MPI_Comm_size(same, &sharing));
   if (!g_nccl_counted) need += (double)g_nccl_reserved;
   double total = need;
-  MPI_Allreduce(&need, &total, 1, MPI_DOUBLE, MPI_SUM, same);
-  MPI_Comm_free(&same);
+  MT_MPI_CHECK(MPI_Allreduce(&need, &total, 1, MPI_DOUBLE, MPI_SUM, same));
+  MT_MPI_CHECK(MPI_Comm_free(&same));
   /* every rank on this GPU has started its backend by now (setup agreed on
    * it): free memory is what the tensors can have */
   mt_cuda_info info;

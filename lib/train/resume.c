@@ -81,24 +81,27 @@ static mt_ckpt_meta model_meta(const mt_model_shape *shape) {
 
 /* aux-loss-free MoE balancing: the bias the checkpoint's run routed with
  * (a checkpoint without one, e.g. of a run balanced by the aux loss, leaves
- * it at zero). Collective. */
-static void load_moe_bias(mt_trainer *t, mt_err *err) {
+ * it at zero). Collective. Returns 0, or -1 with err set. */
+static int load_moe_bias(mt_trainer *t, mt_err *err) {
   mt_gpt *m = &t->step.model;
-  if (m->moe.n_blocks == 0 || m->moe.balance != MT_MOE_BALANCE_BIAS) return;
+  if (m->moe.n_blocks == 0 || m->moe.balance != MT_MOE_BALANCE_BIAS) return 0;
   size_t n = (size_t)m->moe.n_blocks * (size_t)m->moe.E;
   float *bias = mt_calloc(n + 1, sizeof(float));
   int found = 0;
-  if (mt_ckpt_load_moe_bias(t->resumed_from, bias, m->moe.n_blocks, m->moe.E, &found, err) == 0) {
-    mt_gpt_moe_set_bias(m, bias);
-    if (!found)
-      mt_info0("meshtrain: %s holds no MoE routing bias: train.moe_balance = bias starts from "
-               "zeros", t->resumed_from);
+  if (mt_ckpt_load_moe_bias(t->resumed_from, bias, m->moe.n_blocks, m->moe.E, &found, err) != 0) {
+    free(bias);
+    return mt_err_pass(err);
   }
+  mt_gpt_moe_set_bias(m, bias);
+  if (!found)
+    mt_info0("meshtrain: %s holds no MoE routing bias: train.moe_balance = bias starts from "
+             "zeros", t->resumed_from);
   free(bias);
+  return 0;
 }
 
-/* the resume itself: collective */
-static void load_checkpoint(mt_trainer *t, mt_err *err) {
+/* the resume itself: collective. Returns 0, or -1 with err set. */
+static int load_checkpoint(mt_trainer *t, mt_err *err) {
   mt_config *cfg = &t->cfg;
   const mt_model_shape *shape = &t->lay.shape;
   char root[2 * MT_CFG_STR_MAX];
@@ -109,12 +112,12 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
     char msg[sizeof err->msg];
     snprintf(msg, sizeof msg, "%s", err->msg);
     snprintf(err->msg, sizeof err->msg, "train.resume: %.*s", (int)sizeof msg - 16, msg);
-    return;
+    return mt_err_pass(err);
   }
   if (!found) {
     mt_info0("meshtrain: train.resume = auto: no checkpoint in %s, starting fresh", root);
     t->resumed_from[0] = '\0';
-    return;
+    return 0;
   }
   mt_flat_range *r[MT_CKPT_NGROUPS], *hr[MT_CKPT_NGROUPS] = {NULL};
   mt_ckpt_state st;
@@ -130,10 +133,13 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   }
   mt_ckpt_meta want = model_meta(shape), got;
   double tl = mt_now();
+  int rc = 0;
   if (mt_ckpt_load(t->resumed_from, &t->step.model.reg, &t->mesh, &st, &want,
-                   cfg->ckpt_verify_on_load, &got, err) == 0) {
+                   cfg->ckpt_verify_on_load, &got, err) != 0) {
+    rc = mt_err_pass(err);
+  } else {
     if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
-    load_moe_bias(t, err);
+    if (load_moe_bias(t, err) != 0) rc = mt_err_pass(err);
     mt_dp_master_changed(&t->step.dp); /* a bf16 compute copy follows the loaded master */
     t->start_step = got.step;
     t->samples_done = got.samples;
@@ -143,11 +149,15 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
       mt_info0("meshtrain: train.seed %d differs from the checkpoint's %lld; continuing the "
                "checkpoint's data order", cfg->seed, (long long)got.seed);
       cfg->seed = (int)got.seed;
-      mt_sampler_init(&t->sampler, &t->train_ds, shape->seq_len, (uint64_t)cfg->seed, err);
+      if (mt_sampler_init(&t->sampler, &t->train_ds, shape->seq_len, (uint64_t)cfg->seed, err) !=
+          0)
+        rc = mt_err_pass(err);
     }
-    if (t->start_step > cfg->steps)
+    if (t->start_step > cfg->steps) {
       mt_err_set(err, "train.resume: checkpoint %s is at step %lld, beyond train.steps = %d",
                  t->resumed_from, t->start_step, cfg->steps);
+      rc = -1;
+    }
     char folded[64] = "";
     if (got.moe_experts > 0)
       snprintf(folded, sizeof folded, " ep=%lld etp=%lld", (long long)got.ep, (long long)got.etp);
@@ -159,21 +169,26 @@ static void load_checkpoint(mt_trainer *t, mt_err *err) {
   }
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]), free(hr[g]);
   if (host_state) mt_cuda_host_free(host_state);
+  return rc;
 }
 
 /* train.init_from: another run's parameters (any layout, e.g. an imported
- * Hugging Face GPT-2), then step 0 with fresh optimizer state. Collective. */
-static void init_from_checkpoint(mt_trainer *t, mt_err *err) {
+ * Hugging Face GPT-2), then step 0 with fresh optimizer state. Collective.
+ * Returns 0, or -1 with err set. */
+static int init_from_checkpoint(mt_trainer *t, mt_err *err) {
   mt_config *cfg = &t->cfg;
   const mt_model_shape *shape = &t->lay.shape;
   char dir[2 * MT_CFG_STR_MAX];
   int found = 0;
-  if (mt_ckpt_resolve(cfg->init_from, cfg->init_from, dir, sizeof dir, &found, err) != 0 || !found) {
+  if (mt_ckpt_resolve(cfg->init_from, cfg->init_from, dir, sizeof dir, &found, err) != 0) {
     char msg[sizeof err->msg];
-    snprintf(msg, sizeof msg, "%s", err->failed ? err->msg : "no complete checkpoint");
-    err->failed = 1;
+    snprintf(msg, sizeof msg, "%s", err->msg);
     snprintf(err->msg, sizeof err->msg, "train.init_from: %.*s", (int)sizeof msg - 20, msg);
-    return;
+    return mt_err_pass(err);
+  }
+  if (!found) {
+    mt_err_set(err, "train.init_from: no complete checkpoint");
+    return -1;
   }
   mt_flat_range *r[MT_CKPT_NGROUPS] = {NULL}, *hr[MT_CKPT_NGROUPS] = {NULL};
   mt_ckpt_state st;
@@ -191,7 +206,10 @@ static void init_from_checkpoint(mt_trainer *t, mt_err *err) {
   /* a run at a shorter context takes the first rows of the position table */
   mt_ckpt_load_opts lo = {.verify = cfg->ckpt_verify_on_load, .params_only = 1,
                           .shorter_positions = 1};
-  if (mt_ckpt_load_with(dir, &t->step.model.reg, &t->mesh, &st, &want, &lo, &got, err) == 0) {
+  int rc = 0;
+  if (mt_ckpt_load_with(dir, &t->step.model.reg, &t->mesh, &st, &want, &lo, &got, err) != 0) {
+    rc = mt_err_pass(err);
+  } else {
     if (host_state) mt_train_state_upload(t, hr, r, st.n_ranges);
     mt_dp_master_changed(&t->step.dp);
     mt_info0("meshtrain: parameters from %s (step %lld of the run that wrote it) in %.2f s; "
@@ -204,6 +222,7 @@ static void init_from_checkpoint(mt_trainer *t, mt_err *err) {
   }
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]), free(hr[g]);
   if (host_state) mt_cuda_host_free(host_state);
+  return rc;
 }
 
 void mt_train_resume(mt_trainer *t) {
@@ -212,12 +231,12 @@ void mt_train_resume(mt_trainer *t) {
   double t0 = mt_now();
   mt_ckpt_set_io_hints(cfg->ckpt_io_hints, &err); /* checked when the configuration was read */
   if (cfg->resume[0]) {
-    load_checkpoint(t, &err);
+    if (load_checkpoint(t, &err) != 0) mt_err_pass_at(&err, __FILE__, __LINE__);
     mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   }
   /* a checkpoint of this run (train.resume) wins: a requeued job goes on */
   if (cfg->init_from[0] && !t->resumed_from[0]) {
-    init_from_checkpoint(t, &err);
+    if (init_from_checkpoint(t, &err) != 0) mt_err_pass_at(&err, __FILE__, __LINE__);
     mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   }
   t->resume_s = mt_now() - t0;
@@ -277,7 +296,7 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
     char msg[sizeof e->msg];
     snprintf(msg, sizeof msg, "%s", local.msg);
     snprintf(e->msg, sizeof e->msg, "train.init_from: %.*s", (int)sizeof msg - 20, msg);
-    return -1;
+    return mt_err_pass(e);
   }
   mt_config defaults;
   mt_config_defaults(&defaults);

@@ -44,7 +44,7 @@ static void check_host(mt_trainer *t, mt_err *e) {
   mt_host_rank_cost_default(&c);
   const int n = t->mesh.node.size;
   double mine = mt_host_self_bytes(), now = 0; /* the node's ranks now, in all */
-  MPI_Allreduce(&mine, &now, 1, MPI_DOUBLE, MPI_SUM, t->mesh.node.comm);
+  MT_MPI_CHECK(MPI_Allreduce(&mine, &now, 1, MPI_DOUBLE, MPI_SUM, t->mesh.node.comm));
   if (now / n > c.rank_bytes + c.peer_bytes * n) { /* (its peers' state already in it) */
     c.rank_bytes = now / n;
     c.peer_bytes = 0;

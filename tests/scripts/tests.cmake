@@ -3,6 +3,13 @@ set(S ${CMAKE_CURRENT_SOURCE_DIR})
 
 # the loss comparison every equivalence test relies on: numbers, NaN and null fail
 mt_script_test(compare_runs unit compare_runs_check.sh)
+
+# No MPI return code dropped in lib/ or apps/ but those on the allow-list
+# (mpi_unchecked_allow.txt, which may only shrink); and the scan itself on
+# planted drops (multi-line calls, macros, if bodies, (void) casts)
+add_test(NAME unit.mpi_checked COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/mpi_checked.py --root ${CMAKE_SOURCE_DIR})
+add_test(NAME unit.mpi_checked_planted COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/mpi_checked.py --self-test)
+set_tests_properties(unit.mpi_checked unit.mpi_checked_planted PROPERTIES LABELS unit TIMEOUT 60)
 mt_script_test(dp_equivalence mpi dp_equivalence.sh)
 mt_script_test(determinism mpi determinism.sh)
 mt_script_test(loss_falls mpi loss_falls.sh)
@@ -61,6 +68,10 @@ mt_script_test(ini_nul_byte badinput expect_fail.sh ini_nul_byte 2
   "nul.ini:2: data.train: value contains a NUL byte" @NUL_INI@ ${T})
 mt_script_test(hex_for_decimal badinput expect_fail.sh hex_for_decimal 2
   "parallel.bucket_mb: '0x10' is not a decimal number" ${T} --set parallel.bucket_mb=0x10)
+
+# An error found several calls deep carries its chain (MT_ERR_TRACE=1): the
+# file:line where it was set, then every caller that passed it up
+mt_script_test(err_chain badinput err_chain.sh)
 
 # token ids above 65,535: uint32 files train a model with that vocabulary
 mt_script_test(u32_vocab mpi u32_vocab.sh)

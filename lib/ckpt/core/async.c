@@ -111,13 +111,14 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
                                    mt_err *e) {
   mt_err local = {0};
   int provided = MPI_THREAD_SINGLE;
-  MPI_Query_thread(&provided);
+  MT_MPI_CHECK(MPI_Query_thread(&provided));
   if (provided < MPI_THREAD_FUNNELED)
     mt_err_set(&local, "ckpt.async needs MPI initialised with MPI_THREAD_FUNNELED or more "
                        "(MPI_Init_thread); this process has level %d", provided);
   if (g_inflight) mt_err_set(&local, "checkpoint: an asynchronous save is still in flight");
   if (mt_ckpt_agree(&local)) {
     *e = local;
+    mt_err_pass_at(e, __FILE__, __LINE__);
     return NULL;
   }
   mt_ckpt_async *a = mt_calloc(1, sizeof *a);
@@ -128,6 +129,7 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
   mt_ckpt_h5_scope_end(&scope);
   if (begun != 0) {
     free(a);
+    mt_err_pass_at(e, __FILE__, __LINE__);
     return NULL;
   }
   snprintf(a->root, sizeof a->root, "%s", root);
@@ -200,10 +202,10 @@ int mt_ckpt_async_poll(mt_ckpt_async **ap, int wait, double *write_s, int64_t *s
   int rc = 0;
   if (mt_ckpt_agree(&local)) {
     mt_ckpt_save_abandon(a->tmpdir, a->mesh);
-    rc = -1;
-  } else {
-    rc = mt_ckpt_save_end(a->root, a->tmpdir, a->meta.step, a->mode, a->crash, a->keep, a->mesh,
-                          &w, &local);
+    rc = mt_err_pass(&local);
+  } else if (mt_ckpt_save_end(a->root, a->tmpdir, a->meta.step, a->mode, a->crash, a->keep,
+                              a->mesh, &w, &local) != 0) {
+    rc = mt_err_pass(&local);
   }
   mt_ckpt_written_free(&w);
   mt_ckpt_h5_scope_end(&scope);

@@ -372,6 +372,7 @@ int mt_ckpt_check_manifest(const char *dir, mt_ckpt_manifest *m, mt_err *e) {
   } else if (!cJSON_IsString(ver)) {
     mt_err_set(e, "%s: manifest has no format version", path);
   } else if (mt_ckpt_check_version(dir, ver->valuestring, e) != 0) {
+    rc = mt_err_pass(e);
   } else if (st->valuedouble < 0 || st->valuedouble > 9e15 ||
              st->valuedouble != (double)(int64_t)st->valuedouble) {
     mt_err_set(e, "%s: step %g is not a step number", path, st->valuedouble);

@@ -40,7 +40,7 @@ int mt_ckpt_put_attr_i64(hid_t obj, const char *name, int64_t v, const char *whe
   hid_t s = H5Screate(H5S_SCALAR);
   int rc = put_attr(obj, name, H5T_NATIVE_INT64, s, &v, where, e);
   if (s >= 0) H5Sclose(s);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 int mt_ckpt_put_attr_i64v(hid_t obj, const char *name, const int64_t *v, int n, const char *where,
@@ -49,7 +49,7 @@ int mt_ckpt_put_attr_i64v(hid_t obj, const char *name, const int64_t *v, int n, 
   hid_t s = H5Screate_simple(1, dims, NULL);
   int rc = put_attr(obj, name, H5T_NATIVE_INT64, s, v, where, e);
   if (s >= 0) H5Sclose(s);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 int mt_ckpt_put_attr_str(hid_t obj, const char *name, const char *v, const char *where,
@@ -63,7 +63,7 @@ int mt_ckpt_put_attr_str(hid_t obj, const char *name, const char *v, const char 
   int rc = put_attr(obj, name, t, s, v, where, e);
   if (s >= 0) H5Sclose(s);
   if (t >= 0) H5Tclose(t);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 int mt_ckpt_attr_i64(hid_t obj, const char *name, int64_t *v) {
@@ -248,7 +248,8 @@ done:
 
 int mt_ckpt_write_text(hid_t file, const char *name, const char *text, const char *where,
                        mt_err *e) {
-  return mt_ckpt_write_strings(file, name, text, strlen(text) + 1, 1, where, e);
+  MT_TRY(e, mt_ckpt_write_strings(file, name, text, strlen(text) + 1, 1, where, e));
+  return 0;
 }
 
 int mt_ckpt_write_names(hid_t file, const mt_registry *reg, const char *where, mt_err *e) {
@@ -261,7 +262,7 @@ int mt_ckpt_write_names(hid_t file, const mt_registry *reg, const char *where, m
     snprintf(buf + (size_t)i * MT_NAME_MAX, MT_NAME_MAX, "%s", reg->t[i].name);
   int rc = mt_ckpt_write_strings(file, "tensors", buf, MT_NAME_MAX, (size_t)reg->n, where, e);
   free(buf);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 /* The root attributes as integers, in SCHEMA.md's order. */
@@ -321,20 +322,20 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, cons
            MT_CKPT_VERSION_PATCH);
   mt_ckpt_meta copy = *m;
   meta_field f[] = {META_FIELDS(&copy)};
-  if (mt_ckpt_put_attr_str(file, "format", MT_CKPT_FORMAT, where, e) != 0 ||
-      mt_ckpt_put_attr_str(file, "version", version, where, e) != 0 ||
-      mt_ckpt_put_attr_str(file, "index_columns", MT_CKPT_INDEX_COLUMNS, where, e) != 0)
-    return -1;
+  MT_TRY(e, mt_ckpt_put_attr_str(file, "format", MT_CKPT_FORMAT, where, e));
+  MT_TRY(e, mt_ckpt_put_attr_str(file, "version", version, where, e));
+  MT_TRY(e, mt_ckpt_put_attr_str(file, "index_columns", MT_CKPT_INDEX_COLUMNS, where, e));
   meta_field f12[] = {META_FIELDS_1_2(&copy)};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    if (mt_ckpt_put_attr_i64(file, f[i].name, *f[i].v, where, e) != 0) return -1;
+    MT_TRY(e, mt_ckpt_put_attr_i64(file, f[i].name, *f[i].v, where, e));
   for (size_t i = 0; i < sizeof f12 / sizeof f12[0]; i++)
-    if (mt_ckpt_put_attr_i64(file, f12[i].name, *f12[i].v, where, e) != 0) return -1;
-  if (mt_ckpt_put_attr_i64(file, "groups", groups, where, e) != 0) return -1;
+    MT_TRY(e, mt_ckpt_put_attr_i64(file, f12[i].name, *f12[i].v, where, e));
+  MT_TRY(e, mt_ckpt_put_attr_i64(file, "groups", groups, where, e));
   uint64_t h = mt_ckpt_meta_hash(m, version, groups);
   int64_t hv;
   memcpy(&hv, &h, sizeof hv);
-  return mt_ckpt_put_attr_i64(file, "meta_xxh64", hv, where, e);
+  MT_TRY(e, mt_ckpt_put_attr_i64(file, "meta_xxh64", hv, where, e));
+  return 0;
 }
 
 int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {

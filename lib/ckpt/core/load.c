@@ -94,7 +94,7 @@ int mt_ckpt_resolve(const char *spec, const char *root, char *dir, size_t dir_le
   *found = (int)have;
   if (mt_ckpt_agree(&local)) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   return 0;
 }
@@ -116,7 +116,7 @@ int mt_ckpt_find(const char *spec, char *dir, size_t len, mt_err *e) {
   }
   if (mt_ckpt_bcast(dir, (int64_t)len, &local) != 0 || mt_ckpt_agree(&local)) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   return 0;
 }
@@ -422,7 +422,7 @@ static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg
             cap = grown_cap;
           }
           MPI_Aint addr;
-          MPI_Get_address(dst + k * L1, &addr);
+          MT_MPI_CHECK(MPI_Get_address(dst + k * L1, &addr));
           runs[n++] = (run){
               .file = (MPI_Aint)(src->tt.offset[slot] + 4 * ((p.r0 + k) * C + p.c0)),
               .mem = addr, .bytes = (int)(4 * p.nc)};
@@ -446,11 +446,11 @@ static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg
       foff[k] = runs[k].file;
       moff[k] = runs[k].mem;
     }
-    if (n) {
-      MPI_Type_create_hindexed((int)n, lens, foff, MPI_BYTE, &ftype);
-      MPI_Type_create_hindexed((int)n, lens, moff, MPI_BYTE, &mtype);
-      MPI_Type_commit(&ftype);
-      MPI_Type_commit(&mtype);
+    if (n) { /* local calls inside the collective read: a failure aborts */
+      MT_MPI_CHECK(MPI_Type_create_hindexed((int)n, lens, foff, MPI_BYTE, &ftype));
+      MT_MPI_CHECK(MPI_Type_create_hindexed((int)n, lens, moff, MPI_BYTE, &mtype));
+      MT_MPI_CHECK(MPI_Type_commit(&ftype));
+      MT_MPI_CHECK(MPI_Type_commit(&mtype));
     }
     int rc = MPI_File_set_view(rd->fh, 0, MPI_BYTE, ftype, "native", MPI_INFO_NULL);
     MPI_Status status;
@@ -458,14 +458,12 @@ static void read_selection_collective(mt_ckpt_reader *rd, const mt_registry *reg
       rc = MPI_File_read_all(rd->fh, n ? MPI_BOTTOM : NULL, n ? 1 : 0, mtype, &status);
     if (rc != MPI_SUCCESS && !e->failed) {
       char msg[MPI_MAX_ERROR_STRING];
-      int len = 0;
-      MPI_Error_string(rc, msg, &len);
       mt_err_runtime(e, "%s: rank %d cannot read %s (collective MPI-IO): %s", src->dir,
-                 mesh->world_rank, w.t->name, msg);
+                 mesh->world_rank, w.t->name, mt_mpi_strerror(rc, msg));
     }
     if (n) {
-      MPI_Type_free(&ftype);
-      MPI_Type_free(&mtype);
+      MT_MPI_CHECK(MPI_Type_free(&ftype));
+      MT_MPI_CHECK(MPI_Type_free(&mtype));
     }
     free(lens);
     free(foff);
@@ -500,7 +498,7 @@ static int load_scoped(const char *dir, const mt_registry *reg, mt_mesh *mesh,
   mt_ckpt_fault_init(rank, -1, &local);
   if (mt_ckpt_agree(&local)) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   /* 1. rank 0 reads the manifest and the main file and checks them (root
    * attributes, tensors, index and coverage, shard files named); every rank
@@ -509,7 +507,7 @@ static int load_scoped(const char *dir, const mt_registry *reg, mt_mesh *mesh,
   load_report rep = {.dir = dir, .e = &local};
   if (mt_ckpt_source_open(dir, &src, report_problem, &rep, &local) != 0) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   /* 2. the model (the same check on every rank, from the same data) */
   int *ck = mt_calloc((size_t)reg->n + 1, sizeof(int)); /* registry tensor -> checkpoint's */
@@ -522,14 +520,14 @@ static int load_scoped(const char *dir, const mt_registry *reg, mt_mesh *mesh,
     mt_ckpt_source_close(&src);
     free(ck);
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   mt_ckpt_reader rd;
   if (mt_ckpt_reader_open(&rd, &src, &local) != 0) {
     mt_ckpt_source_close(&src);
     free(ck);
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   /* 3. the checksum of every stored box this run reads, each checked by one
    * of the ranks that read it, before any value is used */
@@ -564,7 +562,7 @@ static int load_scoped(const char *dir, const mt_registry *reg, mt_mesh *mesh,
   mt_ckpt_source_close(&src);
   if (mt_ckpt_agree(&local)) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   if (meta_out) *meta_out = m;
   return 0;
@@ -577,20 +575,22 @@ int mt_ckpt_load_with(const char *dir, const mt_registry *reg, mt_mesh *mesh,
   mt_ckpt_h5_scope_begin(&scope);
   int rc = load_scoped(dir, reg, mesh, st, expect, o, meta_out, e);
   mt_ckpt_h5_scope_end(&scope);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,
                  const mt_ckpt_meta *expect, int verify, mt_ckpt_meta *meta_out, mt_err *e) {
   mt_ckpt_load_opts o = {.verify = verify};
-  return mt_ckpt_load_with(dir, reg, mesh, st, expect, &o, meta_out, e);
+  MT_TRY(e, mt_ckpt_load_with(dir, reg, mesh, st, expect, &o, meta_out, e));
+  return 0;
 }
 
 int mt_ckpt_load_params(const char *dir, const mt_registry *reg, mt_mesh *mesh,
                         const mt_ckpt_state *st, const mt_ckpt_meta *expect, int verify,
                         mt_ckpt_meta *meta_out, mt_err *e) {
   mt_ckpt_load_opts o = {.verify = verify, .params_only = 1};
-  return mt_ckpt_load_with(dir, reg, mesh, st, expect, &o, meta_out, e);
+  MT_TRY(e, mt_ckpt_load_with(dir, reg, mesh, st, expect, &o, meta_out, e));
+  return 0;
 }
 
 int mt_ckpt_load_moe_bias(const char *dir, float *bias, int64_t rows, int64_t E, int *found,
@@ -622,16 +622,19 @@ int mt_ckpt_load_moe_bias(const char *dir, float *bias, int64_t rows, int64_t E,
       }
     }
   }
-  MPI_Bcast(head, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  mt_ckpt_bcast(head, sizeof head, &local);
   if (mt_err_agree(&local, MPI_COMM_WORLD)) {
     free(stored);
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   *found = (int)head[0];
   if (*found) {
     if (stored) memcpy(bias, stored, (size_t)(rows * E) * sizeof(float));
-    MPI_Bcast(bias, (int)(rows * E), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if (mt_ckpt_bcast(bias, rows * E * (int64_t)sizeof(float), e) != 0) {
+      free(stored);
+      return mt_err_pass(e);
+    }
   }
   free(stored);
   return 0;

@@ -21,31 +21,32 @@ static int free_at_finalize(MPI_Comm comm, int key, void *value, void *extra) {
   (void)key;
   (void)value;
   (void)extra;
-  if (g_comm != MPI_COMM_NULL && g_comm != MPI_COMM_WORLD) MPI_Comm_free(&g_comm);
+  int rc = MPI_SUCCESS; /* a failure here makes MPI_Finalize fail */
+  if (g_comm != MPI_COMM_NULL && g_comm != MPI_COMM_WORLD) rc = MPI_Comm_free(&g_comm);
   g_comm = MPI_COMM_NULL;
-  return MPI_SUCCESS;
+  return rc;
 }
 
 MPI_Comm mt_ckpt_comm(void) {
   if (g_comm == MPI_COMM_NULL) {
     if (MPI_Comm_dup(MPI_COMM_WORLD, &g_comm) != MPI_SUCCESS) g_comm = MPI_COMM_WORLD;
-    MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN);
+    MT_MPI_CHECK(MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN));
     int key;
     if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_at_finalize, &key, NULL) == MPI_SUCCESS)
-      MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
+      MT_MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL));
   }
   return g_comm;
 }
 
 int mt_ckpt_rank(void) {
   int r = 0;
-  MPI_Comm_rank(mt_ckpt_comm(), &r);
+  MT_MPI_CHECK(MPI_Comm_rank(mt_ckpt_comm(), &r));
   return r;
 }
 
 int mt_ckpt_size(void) {
   int n = 1;
-  MPI_Comm_size(mt_ckpt_comm(), &n);
+  MT_MPI_CHECK(MPI_Comm_size(mt_ckpt_comm(), &n));
   return n;
 }
 
@@ -104,9 +105,8 @@ int mt_ckpt_gather_i64(const int64_t *mine, int64_t n, int64_t **all, int64_t *n
   free(displs);
   if (rc != MPI_SUCCESS) {
     char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, s, &len);
-    mt_err_runtime(e, "checkpoint: gathering the index on rank 0 failed: %s", s);
+    mt_err_runtime(e, "checkpoint: gathering the index on rank 0 failed: %s",
+                   mt_mpi_strerror(rc, s));
   } else if (too_many) {
     mt_err_runtime(e, "checkpoint: the index has more than %d entries", INT_MAX);
   }

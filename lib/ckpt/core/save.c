@@ -80,7 +80,7 @@ int mt_ckpt_save_begin(const char *root, const mt_ckpt_meta *meta, const mt_regi
   mt_ckpt_bcast(tmpdir, (int64_t)len, &local);
   if (mt_ckpt_agree(&local)) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   mt_ckpt_test_crash_point(opts->test_crash, "create", rank);
   return 0;
@@ -139,7 +139,7 @@ static int commit(const char *root, const char *tmpdir, const char *final_dir, i
   double t0 = mt_now();
   int checked = check_written(tmpdir, step, w, e);
   mt_ckpt_check_time_add(mt_now() - t0);
-  if (checked != 0) return -1;
+  if (checked != 0) return mt_err_pass(e);
   if (mt_ckpt_fsync_path(tmpdir) != 0) {
     mt_ckpt_err_sys(e, errno, "checkpoint step %lld: cannot sync %s", (long long)step, tmpdir);
     return -1;
@@ -182,7 +182,7 @@ int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, const c
   if (mt_ckpt_agree(&local)) {
     mt_ckpt_save_abandon(tmpdir, mesh); /* gone already if the rename happened */
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   return 0;
 }
@@ -191,7 +191,7 @@ int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, const c
 static int save_scoped(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
                        mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                        const mt_ckpt_file_opts *fo, char *tmpdir, size_t len, mt_err *e) {
-  if (mt_ckpt_save_begin(root, meta, reg, mesh, opts, tmpdir, len, e) != 0) return -1;
+  MT_TRY(e, mt_ckpt_save_begin(root, meta, reg, mesh, opts, tmpdir, len, e));
   mt_err local = {0};
   mt_ckpt_written w = {0};
   if (strcmp(opts->mode, "per-writer") == 0)
@@ -202,10 +202,10 @@ static int save_scoped(const char *root, const mt_ckpt_meta *meta, const mt_regi
   if (mt_ckpt_agree(&local)) {
     mt_ckpt_save_abandon(tmpdir, mesh);
     *e = local;
-    rc = -1;
-  } else {
-    rc = mt_ckpt_save_end(root, tmpdir, meta->step, opts->mode, opts->test_crash, opts->keep,
-                          mesh, &w, e);
+    rc = mt_err_pass(e);
+  } else if (mt_ckpt_save_end(root, tmpdir, meta->step, opts->mode, opts->test_crash, opts->keep,
+                              mesh, &w, e) != 0) {
+    rc = mt_err_pass(e);
   }
   mt_ckpt_written_free(&w);
   return rc;
@@ -220,12 +220,14 @@ int mt_ckpt_save_with(const char *root, const mt_ckpt_meta *meta, const mt_regis
   mt_ckpt_h5_scope_begin(&scope);
   int rc = save_scoped(root, meta, reg, mesh, st, opts, fo, tmpdir, sizeof tmpdir, e);
   mt_ckpt_h5_scope_end(&scope);
-  if (rc == 0 && write_s) *write_s = mt_now() - t0;
-  return rc;
+  if (rc != 0) return mt_err_pass(e);
+  if (write_s) *write_s = mt_now() - t0;
+  return 0;
 }
 
 int mt_ckpt_save(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
                  mt_mesh *mesh, const mt_ckpt_state *st, const mt_ckpt_save_opts *opts,
                  double *write_s, mt_err *e) {
-  return mt_ckpt_save_with(root, meta, reg, mesh, st, opts, NULL, write_s, e);
+  MT_TRY(e, mt_ckpt_save_with(root, meta, reg, mesh, st, opts, NULL, write_s, e));
+  return 0;
 }

@@ -71,8 +71,10 @@ int mt_ckpt_set_io_hints(const char *spec, mt_err *e) {
 MPI_Info mt_ckpt_io_info(void) {
   if (g_n_hints == 0) return MPI_INFO_NULL;
   MPI_Info info;
-  MPI_Info_create(&info);
-  for (int i = 0; i < g_n_hints; i++) MPI_Info_set(info, g_hint_key[i], g_hint_val[i]);
+  MT_MPI_CHECK(MPI_Info_create(&info));
+  /* keys and values were checked against MPI's limits when they were set */
+  for (int i = 0; i < g_n_hints; i++)
+    MT_MPI_CHECK(MPI_Info_set(info, g_hint_key[i], g_hint_val[i]));
   return info;
 }
 
@@ -151,11 +153,13 @@ static int source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn rep
 
 int mt_ckpt_source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
                         mt_err *e) {
-  return source_read(dir, s, report, ctx, 1, e);
+  MT_TRY(e, source_read(dir, s, report, ctx, 1, e));
+  return 0;
 }
 
 int mt_ckpt_source_read_light(const char *dir, mt_ckpt_source *s, mt_err *e) {
-  return source_read(dir, s, NULL, NULL, 0, e);
+  MT_TRY(e, source_read(dir, s, NULL, NULL, 0, e));
+  return 0;
 }
 
 static int source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn report, void *ctx,
@@ -228,7 +232,7 @@ int mt_ckpt_source_open(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn re
   if (mt_ckpt_agree(&local)) {
     *e = local;
     mt_ckpt_source_close(s);
-    return -1;
+    return mt_err_pass(e);
   }
   s->per_writer = (int)head[1];
   s->problems = head[5];
@@ -260,7 +264,7 @@ int mt_ckpt_source_open(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn re
                     &local) != 0) {
     *e = local;
     mt_ckpt_source_close(s);
-    return -1;
+    return mt_err_pass(e);
   }
   s->shard_off = mt_ckpt_shard_offsets(s->rows, s->n_rows);
   sort_rows(s);
@@ -297,27 +301,27 @@ int mt_ckpt_reader_open(mt_ckpt_reader *r, mt_ckpt_source *s, mt_err *e) {
   if (err) mt_ckpt_err_read_sys(&local, err, "%s: rank %d cannot open %s", s->dir, r->rank, path);
   if (mt_ckpt_agree(&local)) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   MPI_Info info = mt_ckpt_io_info();
   mt_ckpt_trace_open(r->rank, path);
   int rc = MPI_File_open(mt_ckpt_comm(), path, MPI_MODE_RDONLY, info, &r->fh);
-  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  if (info != MPI_INFO_NULL) MT_MPI_CHECK(MPI_Info_free(&info));
   if (rc != MPI_SUCCESS) {
     char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
     mt_err_runtime(&local, "%s: rank %d cannot open %s with MPI-IO: %s", s->dir, r->rank, path,
-                   msg);
+                   mt_mpi_strerror(rc, msg));
   } else {
     r->fh_open = 1;
     r->opens++;
   }
   if (mt_ckpt_agree(&local)) {
-    if (r->fh_open) MPI_File_close(&r->fh); /* after a failure: its own result does not matter */
+    /* after a failure: the close's own result changes nothing but a line */
+    if (r->fh_open && MPI_File_close(&r->fh) != MPI_SUCCESS)
+      mt_warn("%s: cannot close %s after the failed open", s->dir, path);
     r->fh_open = 0;
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   return 0;
 }
@@ -393,10 +397,8 @@ static void *staging(mt_ckpt_reader *r, size_t bytes) {
 }
 
 static void mpi_cause(int rc, char *out, size_t len) {
-  int n = 0;
   char msg[MPI_MAX_ERROR_STRING];
-  MPI_Error_string(rc, msg, &n);
-  snprintf(out, len, "%s", msg);
+  snprintf(out, len, "%s", mt_mpi_strerror(rc, msg));
 }
 
 /* bytes at off of the shared file into buf, all of them */
@@ -412,7 +414,7 @@ static int read_at(mt_ckpt_reader *r, int64_t off, void *buf, int64_t bytes, con
     int n = bytes > (1 << 30) ? (1 << 30) : (int)bytes, got = 0;
     MPI_Status st;
     int rc = MPI_File_read_at(r->fh, (MPI_Offset)off, p, n, MPI_BYTE, &st);
-    if (rc == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
+    if (rc == MPI_SUCCESS) rc = MPI_Get_count(&st, MPI_BYTE, &got);
     if (rc != MPI_SUCCESS || got != n) {
       char cause[MPI_MAX_ERROR_STRING];
       if (rc != MPI_SUCCESS) mpi_cause(rc, cause, sizeof cause);
@@ -453,7 +455,7 @@ int mt_ckpt_reader_read(mt_ckpt_reader *r, int64_t j, int64_t r0, int64_t nr, in
   void *raw = direct || !as_float ? dst : staging(r, (size_t)(nr * nc) * es);
   if (s->per_writer) {
     hid_t f = shard_file(r, row[MT_IX_WRITER], what, e);
-    if (f < 0) return -1;
+    if (f < 0) return mt_err_pass(e);
     char path[256];
     mt_ckpt_dataset_path(path, sizeof path, g, s->tt.names[t]);
     hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
@@ -503,12 +505,11 @@ int mt_ckpt_reader_read(mt_ckpt_reader *r, int64_t j, int64_t r0, int64_t nr, in
     int64_t base = s->tt.offset[slot] +
                    (int64_t)es * ((row[MT_IX_START0] + r0) * C + row[MT_IX_START1] + c0);
     if (nc == C && (raw != dst || stride == nc)) { /* whole rows of the dataset: one run */
-      if (read_at(r, base, raw, nr * nc * (int64_t)es, what, e) != 0) return -1;
+      MT_TRY(e, read_at(r, base, raw, nr * nc * (int64_t)es, what, e));
     } else {
       for (int64_t k = 0; k < nr; k++) {
         char *into = (char *)raw + (size_t)(k * (raw == dst ? stride : nc)) * es;
-        if (read_at(r, base + k * C * (int64_t)es, into, nc * (int64_t)es, what, e) != 0)
-          return -1;
+        MT_TRY(e, read_at(r, base + k * C * (int64_t)es, into, nc * (int64_t)es, what, e));
       }
     }
   }
@@ -535,9 +536,8 @@ int mt_ckpt_read_region(mt_ckpt_reader *rd, int g, int ti, int64_t r0, int64_t n
     snprintf(what, sizeof what, "%s: rank %d cannot read /%s/%s", s->dir, rd->rank,
              mt_ckpt_group_path(g), s->tt.names[ti]);
     float *dst = out + (a0 - r0) * nc + (b0 - c0);
-    if (mt_ckpt_reader_read(rd, j, a0 - row[MT_IX_START0], a1 - a0, b0 - row[MT_IX_START1],
-                            b1 - b0, dst, nc, 1, what, e) != 0)
-      return -1;
+    MT_TRY(e, mt_ckpt_reader_read(rd, j, a0 - row[MT_IX_START0], a1 - a0,
+                                  b0 - row[MT_IX_START1], b1 - b0, dst, nc, 1, what, e));
     covered += (a1 - a0) * (b1 - b0);
     if (bytes_read)
       *bytes_read += (double)((a1 - a0) * (b1 - b0)) * (double)mt_ckpt_dtype_size(s->tt.dtype[slot]);

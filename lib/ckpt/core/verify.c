@@ -58,7 +58,7 @@ int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man,
     mt_err_set(e, "%s: no format version attribute", dir);
     return -1;
   }
-  if (mt_ckpt_check_version(dir, version, e) != 0) return -1;
+  MT_TRY(e, mt_ckpt_check_version(dir, version, e));
   if (strcmp(version, man->version) != 0) {
     mt_err_set(e, "%s: the file says format version %s, the manifest %s", dir, version,
                man->version);

@@ -59,13 +59,14 @@ int mt_ckpt_gather_rows(const mt_ckpt_rows *mine, int64_t **all, int64_t *n_all,
   int64_t n = 0;
   int rc = mt_ckpt_gather_i64(mine->rows, (int64_t)mine->n * MT_CKPT_INDEX_COLS, all, &n, e);
   *n_all = n / MT_CKPT_INDEX_COLS;
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 int mt_ckpt_gather_layout(const mt_mesh *mesh, int64_t **all, mt_err *e) {
   int64_t mine[5] = {mesh->world_rank, mesh->tp_rank, mesh->cp_rank, mesh->dp_rank, mesh->pp_rank};
   int64_t n = 0;
-  return mt_ckpt_gather_i64(mine, 5, all, &n, e);
+  MT_TRY(e, mt_ckpt_gather_i64(mine, 5, all, &n, e));
+  return 0;
 }
 
 int64_t *mt_ckpt_shard_offsets(const int64_t *rows, int64_t n) {
@@ -142,11 +143,10 @@ static const char *split_name(mt_placement p) {
 /* experts: how the folded mesh splits them (global expert ids along dim 0) */
 static int expert_attrs(hid_t d, const mt_tensor *t, const char *where, mt_err *e) {
   const char *replicated_over = t->etp.kind == MT_PLACE_SHARDED ? "edp" : "edp,etp";
-  return mt_ckpt_put_attr_str(d, "ep_split", split_name(t->ep), where, e) != 0 ||
-                 mt_ckpt_put_attr_str(d, "etp_split", split_name(t->etp), where, e) != 0 ||
-                 mt_ckpt_put_attr_str(d, "replicated_over", replicated_over, where, e) != 0
-             ? -1
-             : 0;
+  MT_TRY(e, mt_ckpt_put_attr_str(d, "ep_split", split_name(t->ep), where, e));
+  MT_TRY(e, mt_ckpt_put_attr_str(d, "etp_split", split_name(t->etp), where, e));
+  MT_TRY(e, mt_ckpt_put_attr_str(d, "replicated_over", replicated_over, where, e));
+  return 0;
 }
 
 /* the labels of t's axes: the registry's (the model names them where they
@@ -164,15 +164,16 @@ static int tensor_attrs(hid_t d, const mt_tensor *t, const char *where, mt_err *
   int expert = t->group == MT_GROUP_EDP;
   const char *split = expert ? "replicated" : split_name(t->tp);
   const char *replicated_over = t->tp.kind == MT_PLACE_SHARDED ? "dp,cp" : "dp,cp,tp";
-  if (mt_ckpt_put_attr_str(d, "tp_split", split, where, e) != 0 ||
-      mt_ckpt_put_attr_i64(d, "fused_blocks", expert ? 1 : t->tp.fused_blocks, where, e) != 0 ||
-      mt_ckpt_put_attr_i64v(d, "padded_shape", padded, t->ndim, where, e) != 0 ||
-      mt_ckpt_put_attr_str(d, "axes", axes_of(t), where, e) != 0 ||
-      (!expert && mt_ckpt_put_attr_str(d, "replicated_over", replicated_over, where, e) != 0) ||
-      mt_ckpt_put_attr_i64(d, "weight_decay", t->weight_decay, where, e) != 0)
-    return -1;
-  if (expert) return expert_attrs(d, t, where, e);
-  if (t->tied_to[0]) return mt_ckpt_put_attr_str(d, "tied_to", t->tied_to, where, e);
+  MT_TRY(e, mt_ckpt_put_attr_str(d, "tp_split", split, where, e) != 0 ||
+                mt_ckpt_put_attr_i64(d, "fused_blocks", expert ? 1 : t->tp.fused_blocks, where,
+                                     e) != 0 ||
+                mt_ckpt_put_attr_i64v(d, "padded_shape", padded, t->ndim, where, e) != 0 ||
+                mt_ckpt_put_attr_str(d, "axes", axes_of(t), where, e) != 0 ||
+                (!expert &&
+                 mt_ckpt_put_attr_str(d, "replicated_over", replicated_over, where, e) != 0) ||
+                mt_ckpt_put_attr_i64(d, "weight_decay", t->weight_decay, where, e) != 0);
+  if (expert) MT_TRY(e, expert_attrs(d, t, where, e));
+  else if (t->tied_to[0]) MT_TRY(e, mt_ckpt_put_attr_str(d, "tied_to", t->tied_to, where, e));
   return 0;
 }
 
@@ -247,7 +248,10 @@ static int create_datasets(mt_ckpt_main *m, const mt_registry *reg, const int64_
       mt_ckpt_err_h5(e, "%s", where);
       ok = 0;
     }
-    if (!ok) goto done;
+    if (!ok) {
+      rc = mt_err_pass(e);
+      goto done;
+    }
   }
   rc = 0;
 done:
@@ -265,7 +269,8 @@ static long long hinted_stripe(MPI_Info info) {
   if (info == MPI_INFO_NULL) return 0;
   char unit[64];
   int found = 0;
-  MPI_Info_get(info, "striping_unit", (int)sizeof unit - 1, unit, &found);
+  if (MPI_Info_get(info, "striping_unit", (int)sizeof unit - 1, unit, &found) != MPI_SUCCESS)
+    found = 0;
   long long su = found ? atoll(unit) : 0;
   return su >= 65536 && su <= (1LL << 30) ? su : 0;
 }
@@ -328,7 +333,8 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
                  : MPI_File_open(MPI_COMM_SELF, path,
                                  MPI_MODE_CREATE | MPI_MODE_EXCL | MPI_MODE_WRONLY, info, &fh);
     if (!err && rc == MPI_SUCCESS) rc = MPI_File_close(&fh);
-    MPI_Info_free(&info);
+    int freed = MPI_Info_free(&info);
+    if (rc == MPI_SUCCESS) rc = freed;
     if (err) {
       mt_ckpt_err_sys(e, err, "%s", where);
       free(m->moe_bias);
@@ -337,9 +343,7 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
     }
     if (rc != MPI_SUCCESS) {
       char msg[MPI_MAX_ERROR_STRING];
-      int len = 0;
-      MPI_Error_string(rc, msg, &len);
-      mt_err_runtime(e, "%s: %s (MPI-IO, with ckpt.io_hints)", where, msg);
+      mt_err_runtime(e, "%s: %s (MPI-IO, with ckpt.io_hints)", where, mt_mpi_strerror(rc, msg));
       free(m->moe_bias);
       m->moe_bias = NULL;
       return -1;
@@ -353,7 +357,7 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
   if (rc != 0) {
     free(m->moe_bias);
     m->moe_bias = NULL;
-    return -1;
+    return mt_err_pass(e);
   }
   hid_t d[5] = {-1, -1, -1, -1, -1};
   if (mt_ckpt_write_meta_attrs(m->out.file, meta, fo->groups, where, e) == 0 &&
@@ -380,7 +384,7 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
     mt_ckpt_h5out_finish(&m->out, 0, where, e);
     free(m->moe_bias);
     m->moe_bias = NULL;
-    return -1;
+    return mt_err_pass(e);
   }
   return 0;
 }
@@ -423,5 +427,5 @@ int mt_ckpt_main_finish(mt_ckpt_main *m, int sync, mt_err *e) {
   m->offsets = NULL;
   free(m->moe_bias);
   m->moe_bias = NULL;
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }

@@ -142,7 +142,10 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
   hid_t fapl = mt_ckpt_fapl_serial();
   int created = mt_ckpt_h5out_create(&o, path, data + metadata, metadata, fapl, 0, where, e);
   H5Pclose(fapl);
-  if (created != 0) goto done;
+  if (created != 0) {
+    rc = mt_err_pass(e);
+    goto done;
+  }
   hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
   if (lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0) mt_ckpt_err_h5(e, "%s", where);
   for (int k = 0; k < n_sets && !e->failed; k++) {
@@ -237,5 +240,5 @@ int mt_ckpt_save_per_writer(const char *tmpdir, const mt_ckpt_meta *meta, const 
   mt_ckpt_write_shard(tmpdir, reg, mesh, st, opts->test_crash, meta->step, &rows, e);
   int rc = mt_ckpt_finish_per_writer(tmpdir, meta, reg, mesh, opts->config_ini, &rows, fo, w, e);
   free(rows.rows);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }

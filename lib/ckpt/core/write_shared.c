@@ -150,7 +150,7 @@ int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_r
   if (mt_ckpt_agree(&local)) {
     free(mine.rows);
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   /* 2. rank 0 lays the file out and writes the tables but the index */
   int64_t *all = NULL, n_all = 0, *layout = NULL;
@@ -175,7 +175,7 @@ int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_r
     free(offsets);
     free(mine.rows);
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   /* 4. the tensor data. The ranks agree once more before the index and the
    * fsync, so that after an error on one rank the others do not wait for
@@ -214,6 +214,9 @@ int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_r
   free(all);
   free(offsets);
   free(mine.rows);
-  if (local.failed) *e = local;
-  return local.failed ? -1 : 0;
+  if (local.failed) {
+    *e = local;
+    return mt_err_pass(e);
+  }
+  return 0;
 }

@@ -113,7 +113,7 @@ int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_gpt2_config *c, mt_err *e) {
   snprintf(path, sizeof path, "%s/config.json", dir);
   memset(c, 0, sizeof *c);
   char *text = read_text(path, 1 << 20, e);
-  if (!text) return -1;
+  if (!text) return mt_err_pass(e);
   cJSON *o = cJSON_Parse(text);
   free(text);
   int rc = -1;
@@ -287,20 +287,20 @@ static int export_scoped(const char *ckpt_dir, const char *out_dir, int dtype, m
   mt_ckpt_source src;
   if (mt_ckpt_source_open(ckpt_dir, &src, NULL, NULL, &local) != 0) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   mt_ckpt_reader rd;
   if (mt_ckpt_reader_open(&rd, &src, &local) != 0) {
     mt_ckpt_source_close(&src);
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   if (rank == 0) export_rank0(&rd, out_dir, dtype, &local);
   mt_ckpt_reader_close(&rd);
   mt_ckpt_source_close(&src);
   if (mt_ckpt_agree(&local)) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   return 0;
 }
@@ -310,7 +310,7 @@ int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_e
   mt_ckpt_h5_scope_begin(&scope);
   int rc = export_scoped(ckpt_dir, out_dir, dtype, e);
   mt_ckpt_h5_scope_end(&scope);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 /* ------------------------------------------------------------------ */
@@ -353,7 +353,7 @@ static char *read_bytes(const mt_st_file *f, const mt_st_tensor *t, mt_err *e) {
 static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, float *mem,
                         mt_err *e) {
   mt_st_set set;
-  if (mt_st_open_dir(dir, &set, e) != 0) return -1;
+  MT_TRY(e, mt_st_open_dir(dir, &set, e));
   int n_map = 0;
   hf_entry *map = hf_map(n_layer, &n_map);
   /* every tensor of the files is GPT-2's (or a buffer transformers keeps) */
@@ -480,7 +480,7 @@ int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_re
   free(mem);
   if (local.failed) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   return 0;
 }

@@ -72,7 +72,7 @@ int mt_st_write_header(int fd, const mt_st_tensor *t, int n, const char *metadat
   int rc = mt_st_write_all(fd, buf, 8 + padded, 0, path, e);
   free(buf);
   *data_start = (int64_t)(8 + padded);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 int mt_st_write_all(int fd, const void *buf, size_t bytes, int64_t off, const char *path,
@@ -251,7 +251,7 @@ int mt_st_open(const char *path, mt_st_file *f, mt_err *e) {
     f->n++;
   }
   cJSON_Delete(o);
-  if (rc == 0 && check_tiling(f, data_size, e) != 0) rc = -1;
+  if (rc == 0 && check_tiling(f, data_size, e) != 0) rc = mt_err_pass(e);
   if (rc != 0) {
     mt_st_close(f);
     return -1;
@@ -350,7 +350,7 @@ static int add_file(mt_st_set *s, const char *dir, const char *name, mt_err *e) 
     return -1;
   }
   s->files = grown;
-  if (mt_st_open(p, &s->files[s->n_files], e) != 0) return -1;
+  MT_TRY(e, mt_st_open(p, &s->files[s->n_files], e));
   s->n_files++;
   return 0;
 }
@@ -398,7 +398,7 @@ static int open_index(mt_st_set *s, const char *dir, mt_err *e) {
       const char *base = strrchr(s->files[i].path, '/');
       have = !strcmp(base ? base + 1 : s->files[i].path, file);
     }
-    if (!have && add_file(s, dir, file, e) != 0) rc = -1;
+    if (!have && add_file(s, dir, file, e) != 0) rc = mt_err_pass(e);
   }
   /* the map and the shards agree */
   cJSON_ArrayForEach(it, map) {
@@ -439,9 +439,9 @@ int mt_st_open_dir(const char *dir, mt_st_set *s, mt_err *e) {
   memset(s, 0, sizeof *s);
   int rc;
   if (file_exists(dir, "model.safetensors")) {
-    rc = add_file(s, dir, "model.safetensors", e);
+    rc = add_file(s, dir, "model.safetensors", e) == 0 ? 0 : mt_err_pass(e);
   } else if (file_exists(dir, "model.safetensors.index.json")) {
-    rc = open_index(s, dir, e);
+    rc = open_index(s, dir, e) == 0 ? 0 : mt_err_pass(e);
   } else if (file_exists(dir, "pytorch_model.bin") ||
              file_exists(dir, "pytorch_model.bin.index.json")) {
     mt_err_set(e, "%s holds PyTorch weights only (pytorch_model.bin, a pickle, which meshckpt "

@@ -243,9 +243,8 @@ static int convert_box(streamer *st, const int64_t *row, int out_dtype, sink *sk
     int64_t step = per > 0 ? C : (int64_t)st->elems;
     for (int64_t c0 = 0; c0 < C; c0 += step) {
       int64_t nc = per > 0 ? C : (C - c0 < step ? C - c0 : step);
-      if (mt_ckpt_read_region(st->rd, g, ti, row[MT_IX_START0] + r0, nr, row[MT_IX_START1] + c0,
-                              nc, st->in, &st->bytes_read, e) != 0)
-        return -1;
+      MT_TRY(e, mt_ckpt_read_region(st->rd, g, ti, row[MT_IX_START0] + r0, nr,
+                                    row[MT_IX_START1] + c0, nc, st->in, &st->bytes_read, e));
       size_t n = (size_t)(nr * nc);
       const void *data = st->in;
       st->nonfinite += mt_ckpt_count_nonfinite(st->in, n);
@@ -398,15 +397,15 @@ static int source_extras(const mt_ckpt_source *s, char **config, int64_t **layou
     if (f >= 0) H5Fclose(f);
     H5Eclear2(H5E_DEFAULT);
   }
-  if (mt_ckpt_bcast(sizes, sizeof sizes, e) != 0) return -1;
+  MT_TRY(e, mt_ckpt_bcast(sizes, sizeof sizes, e));
   if (mt_ckpt_rank() != 0) {
     *config = sizes[0] ? mt_calloc((size_t)sizes[0], 1) : NULL;
     *layout = mt_calloc((size_t)sizes[1] * 5 + 1, sizeof(int64_t));
   }
   if (!*layout) *layout = mt_calloc(1, sizeof(int64_t));
   *world = (int)sizes[1];
-  if (sizes[0] && mt_ckpt_bcast(*config, sizes[0], e) != 0) return -1;
-  if (sizes[1] && mt_ckpt_bcast(*layout, sizes[1] * 5 * (int64_t)sizeof(int64_t), e) != 0) return -1;
+  if (sizes[0]) MT_TRY(e, mt_ckpt_bcast(*config, sizes[0], e));
+  if (sizes[1]) MT_TRY(e, mt_ckpt_bcast(*layout, sizes[1] * 5 * (int64_t)sizeof(int64_t), e));
   return 0;
 }
 
@@ -423,7 +422,7 @@ static int share_hashes(int64_t *rows, int64_t n_rows, mt_err *e) {
   int rc = mt_ckpt_allreduce_i64(hashes, n_rows, MPI_BXOR, e);
   for (int64_t j = 0; j < n_rows; j++) rows[j * MT_CKPT_INDEX_COLS + MT_IX_XXH64] = hashes[j];
   free(hashes);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 /* per-writer output: whole shard files to ranks, largest first onto the
@@ -572,12 +571,12 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
   mt_ckpt_fault_init(rank, -1, &local);
   if (mt_ckpt_agree(&local)) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   mt_ckpt_source src;
   if (mt_ckpt_source_open(src_dir, &src, NULL, NULL, &local) != 0) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   if (src.problems)
     mt_err_set(&local, "%s: %ld problem(s) in its index (meshckpt verify names them)", src_dir,
@@ -670,19 +669,20 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
   if (begun) {
     if (mt_ckpt_agree(&local)) {
       mt_ckpt_save_abandon(tmpdir, &mesh);
-      rc = -1;
+      rc = mt_err_pass(&local);
     } else {
       mt_ckpt_written w = {.rows = NULL, .n_rows = n_rows, .reg = &reg, .groups = groups};
       if (rank == 0) {
         w.rows = mt_malloc((size_t)n_rows * MT_CKPT_INDEX_COLS * sizeof(int64_t) + 8);
         memcpy(w.rows, rows, (size_t)n_rows * MT_CKPT_INDEX_COLS * sizeof(int64_t));
       }
-      rc = mt_ckpt_save_end(dst_root, tmpdir, src.meta.step, o->mode, sopts.test_crash, 0, &mesh,
-                            &w, &local);
+      if (mt_ckpt_save_end(dst_root, tmpdir, src.meta.step, o->mode, sopts.test_crash, 0, &mesh,
+                           &w, &local) != 0)
+        rc = mt_err_pass(&local);
       mt_ckpt_written_free(&w);
     }
-  } else {
-    rc = -1;
+  } else { /* the save never began: local says why */
+    rc = mt_err_pass(&local);
   }
   if (rc != 0) *e = local;
   if (stats) {
@@ -719,5 +719,5 @@ int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_con
   mt_ckpt_h5_scope_begin(&scope);
   int rc = convert_scoped(src_dir, dst_root, o, stats, e);
   mt_ckpt_h5_scope_end(&scope);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }

@@ -89,6 +89,8 @@ int mt_ckpt_read_meta_of(const char *spec, char *dir, size_t len, mt_ckpt_meta *
     *m = s.meta;
     mt_ckpt_source_close(&s);
     rc = 0;
+  } else {
+    rc = mt_err_pass(e);
   }
   mt_ckpt_h5_scope_end(&scope);
   return rc;
@@ -205,6 +207,8 @@ int mt_ckpt_inspect(const char *spec, int list_tensors, FILE *out, mt_err *e) {
     if (mt_ckpt_rank() == 0) print_inspect(&s, list_tensors, out);
     mt_ckpt_source_close(&s);
     rc = 0;
+  } else {
+    rc = mt_err_pass(e);
   }
   mt_ckpt_h5_scope_end(&scope);
   return rc;
@@ -351,7 +355,7 @@ static int verify_scoped(const char *spec, const mt_ckpt_verify_opts *o, FILE *o
   int rank = mt_ckpt_rank();
   *problems = 0;
   char dir[1024];
-  if (mt_ckpt_find(spec, dir, sizeof dir, e) != 0) return -1;
+  MT_TRY(e, mt_ckpt_find(spec, dir, sizeof dir, e));
   lines l = {0};
   mt_err local = {0};
   mt_ckpt_fault_init(rank, -1, &local);
@@ -362,7 +366,7 @@ static int verify_scoped(const char *spec, const mt_ckpt_verify_opts *o, FILE *o
     free(l.text);
     if (local.code == MT_EXIT_RUNTIME) { /* an I/O failure: no verdict */
       *e = local;
-      return -1;
+      return mt_err_pass(e);
     }
     /* a checkpoint the loader refuses before reading any data: a problem */
     if (rank == 0) fprintf(out, "%s\nverify: %s: 1 problem(s)\n", local.msg, spec);
@@ -398,7 +402,7 @@ static int verify_scoped(const char *spec, const mt_ckpt_verify_opts *o, FILE *o
   if (mt_ckpt_agree(e)) {
     free(l.text);
     mt_ckpt_source_close(&s);
-    return -1;
+    return mt_err_pass(e);
   }
   mt_ckpt_allreduce_f64(&checked, 1, MPI_SUM, e);
   *problems = lines_flush(&l, out, e);
@@ -419,7 +423,7 @@ int mt_ckpt_verify(const char *spec, const mt_ckpt_verify_opts *o, FILE *out, lo
   mt_ckpt_h5_scope_begin(&scope);
   int rc = verify_scoped(spec, o, out, problems, e);
   mt_ckpt_h5_scope_end(&scope);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 /* ------------------------------------------------------------------ */
@@ -431,17 +435,23 @@ static int diff_scoped(const char *spec_a, const char *spec_b, double rtol, size
   *differ = 0;
   char da[1024], db[1024];
   mt_ckpt_source a, b;
-  if (mt_ckpt_find(spec_a, da, sizeof da, e) != 0 || mt_ckpt_find(spec_b, db, sizeof db, e) != 0 ||
-      mt_ckpt_source_open(da, &a, NULL, NULL, e) != 0)
-    return -1;
+  MT_TRY(e, mt_ckpt_find(spec_a, da, sizeof da, e) != 0 ||
+                mt_ckpt_find(spec_b, db, sizeof db, e) != 0 ||
+                mt_ckpt_source_open(da, &a, NULL, NULL, e) != 0);
   if (mt_ckpt_source_open(db, &b, NULL, NULL, e) != 0) {
     mt_ckpt_source_close(&a);
-    return -1;
+    return mt_err_pass(e);
   }
   mt_ckpt_reader ra, rb;
   int rc = -1;
-  if (mt_ckpt_reader_open(&ra, &a, e) != 0) goto close_sources;
-  if (mt_ckpt_reader_open(&rb, &b, e) != 0) goto close_a;
+  if (mt_ckpt_reader_open(&ra, &a, e) != 0) {
+    rc = mt_err_pass(e);
+    goto close_sources;
+  }
+  if (mt_ckpt_reader_open(&rb, &b, e) != 0) {
+    rc = mt_err_pass(e);
+    goto close_a;
+  }
   lines l = {0};
   int groups = a.tt.groups < b.tt.groups ? a.tt.groups : b.tt.groups;
   if (a.tt.groups != b.tt.groups && rank == 0)
@@ -541,7 +551,7 @@ int mt_ckpt_diff(const char *a, const char *b, double rtol, size_t chunk_bytes, 
   mt_ckpt_h5_scope_begin(&scope);
   int rc = diff_scoped(a, b, rtol, chunk_bytes, out, differ, e);
   mt_ckpt_h5_scope_end(&scope);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
 
 /* ------------------------------------------------------------------ */
@@ -564,7 +574,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *path, int dtype, size_t 
   unlink(path); /* an export replaces the file */
   int rc = mt_ckpt_h5out_create(&o, path, data + metadata, metadata, fapl, 0, where, e);
   H5Pclose(fapl);
-  if (rc != 0) return -1;
+  if (rc != 0) return mt_err_pass(e);
   int64_t *off = mt_calloc((size_t)s->tt.n + 1, sizeof(int64_t));
   struct {
     const char *name;
@@ -624,10 +634,9 @@ static int export_rank0(mt_ckpt_reader *rd, const char *path, int dtype, size_t 
 static int export_scoped(const char *spec, const char *path, int dtype, size_t chunk, mt_err *e) {
   char dir[1024];
   mt_ckpt_source s;
-  if (mt_ckpt_fault_init(mt_ckpt_rank(), -1, e) != 0 || mt_ckpt_agree(e) ||
-      mt_ckpt_find(spec, dir, sizeof dir, e) != 0 ||
-      mt_ckpt_source_open(dir, &s, NULL, NULL, e) != 0)
-    return -1;
+  MT_TRY(e, mt_ckpt_fault_init(mt_ckpt_rank(), -1, e) != 0 || mt_ckpt_agree(e) ||
+                mt_ckpt_find(spec, dir, sizeof dir, e) != 0 ||
+                mt_ckpt_source_open(dir, &s, NULL, NULL, e) != 0);
   mt_err local = {0};
   mt_ckpt_reader rd;
   if (mt_ckpt_reader_open(&rd, &s, &local) == 0) {
@@ -637,7 +646,7 @@ static int export_scoped(const char *spec, const char *path, int dtype, size_t c
   mt_ckpt_source_close(&s);
   if (mt_ckpt_agree(&local)) {
     *e = local;
-    return -1;
+    return mt_err_pass(e);
   }
   return 0;
 }
@@ -648,5 +657,5 @@ int mt_ckpt_export_h5(const char *spec, const char *path, int dtype, size_t chun
   mt_ckpt_h5_scope_begin(&scope);
   int rc = export_scoped(spec, path, dtype, chunk_bytes, e);
   mt_ckpt_h5_scope_end(&scope);
-  return rc;
+  return rc == 0 ? 0 : mt_err_pass(e);
 }
