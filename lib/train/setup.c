@@ -98,12 +98,11 @@ static void check_memory(mt_trainer *t, mt_err *e) {
 static void setup_data(mt_trainer *t, mt_err *e) {
   const mt_config *cfg = &t->cfg;
   t->have_val_file = cfg->data_val[0] != '\0';
-  const char *format = mt_data_format_name(cfg->data_format);
-  if (mt_dataset_open(&t->train_file, cfg->data_train, format, e) == 0) {
+  if (mt_dataset_open(&t->train_file, cfg->data_train, cfg->data_format, e) == 0) {
     if (t->have_val_file) {
       t->train_ds = t->train_file;
       t->train_ds.owns_map = 0;
-      if (mt_dataset_open(&t->val_file, cfg->data_val, format, e) == 0) {
+      if (mt_dataset_open(&t->val_file, cfg->data_val, cfg->data_format, e) == 0) {
         t->val_ds = t->val_file;
         t->val_ds.owns_map = 0;
       }
