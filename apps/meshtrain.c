@@ -22,7 +22,7 @@ static void usage(FILE *f) {
           "       meshtrain CONFIG.ini --check --ranks N [--set ...]\n"
           "       meshtrain CONFIG.ini --plan [--ranks N] [--plan-json FILE] [--set ...]\n"
           "       meshtrain CONFIG.ini --print-schedule [--set ...]\n"
-          "       meshtrain --help\n\n"
+          "       meshtrain --help | --help-markdown\n\n"
           "Trains a GPT on pp x dp x cp x tp MPI ranks (launch with mpirun/srun).\n"
           "Writes <output.dir>/metrics.jsonl (one line per step), summary.json and\n"
           "config.ini (the resolved configuration).\n"
@@ -32,7 +32,8 @@ static void usage(FILE *f) {
           "per step per group, from the configuration alone (no MPI, any mesh size).\n"
           "Exit codes: 0 done, 2 bad input, 3 runtime failure, 75 stopped by SIGUSR1 after a\n"
           "checkpoint (requeue; resume with train.resume=auto), 76 stopped for good by SIGTERM\n"
-          "after a checkpoint (scancel; not requeued).\n\n"
+          "after a checkpoint (scancel; not requeued).\n"
+          "--help-markdown writes the keys below as a Markdown reference (docs/config.md).\n\n"
           "Keys (section.key, type, default):\n");
   mt_config_print_help(f);
 }
@@ -41,7 +42,7 @@ typedef struct {
   const char *ini;
   char **over;
   int n_over;
-  int help, check, plan, ranks;
+  int help, help_markdown, check, plan, ranks;
   const char *plan_json;
 } args;
 
@@ -75,6 +76,8 @@ static void parse_args(int argc, char **argv, args *a, mt_err *e) {
     const char *s = argv[i];
     if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
       a->help = 1;
+    } else if (strcmp(s, "--help-markdown") == 0) {
+      a->help_markdown = 1;
     } else if (strcmp(s, "--set") == 0) {
       if (i + 1 >= argc) mt_err_set(e, "--set needs section.key=value");
       else a->over[a->n_over++] = argv[++i];
@@ -118,6 +121,11 @@ int main(int argc, char **argv) {
   args a;
   parse_args(argc, argv, &a, &err);
   mt_config cfg;
+  if (a.help_markdown && !err.failed) { /* the key table as docs/config.md, no MPI */
+    free(a.over);
+    mt_config_write_markdown(stdout);
+    return fflush(stdout) == 0 && !ferror(stdout) ? MT_EXIT_OK : MT_EXIT_RUNTIME;
+  }
   if (a.check || a.plan) { /* no MPI: one line on error, exit 2 */
     mt_log_init(0);
     if (!err.failed) mt_config_load(&cfg, a.ini, a.n_over, a.over, &err);

@@ -228,13 +228,13 @@ static void coll_call(coll_kind k, coll_bufs *b, size_t count) {
   for (int i = 0; i < n; i++) b->counts[i] = (int)chunk, b->displs[i] = (int)(chunk * (size_t)i);
   switch (k) {
   case COLL_ALLREDUCE:
-    mt_allreduce_sum_f32(b->g, b->recv, count, loc);
+    mt_allreduce(b->g, b->recv, count, MT_DT_F32, MT_RED_SUM, loc);
     break;
   case COLL_ALLGATHER:
-    mt_allgatherv_inplace_f32(b->g, b->recv, b->counts, b->displs, loc);
+    mt_allgatherv(b->g, NULL, b->recv, b->counts, b->displs, MT_DT_F32, loc);
     break;
   case COLL_REDUCE_SCATTER:
-    mt_reduce_scatter_sum_f32(b->g, b->send, b->recv, b->counts, loc);
+    mt_reduce_scatter(b->g, b->send, b->recv, b->counts, MT_DT_F32, loc);
     break;
   case COLL_ALLTOALL:
     MT_MPI_CHECK(MPI_Alltoall(b->send, (int)chunk, MPI_FLOAT, b->recv, (int)chunk, MPI_FLOAT,
@@ -243,8 +243,8 @@ static void coll_call(coll_kind k, coll_bufs *b, size_t count) {
   case COLL_SENDRECV:
     if (b->dev) { /* the pipeline's point-to-point path (NCCL channels in a pp group) */
       mt_request rs, rr;
-      mt_irecv_f32(b->g, b->recv, count, (r + n - 1) % n, MT_TAG_PP_ACT, loc, &rr);
-      mt_isend_f32(b->g, b->send, count, (r + 1) % n, MT_TAG_PP_ACT, loc, &rs);
+      mt_irecv(b->g, b->recv, count, MT_DT_F32, (r + n - 1) % n, MT_TAG_PP_ACT, loc, &rr);
+      mt_isend(b->g, b->send, count, MT_DT_F32, (r + 1) % n, MT_TAG_PP_ACT, loc, &rs);
       mt_wait(&rr);
       mt_wait(&rs);
       break;
@@ -386,7 +386,7 @@ static long long coll_run(coll_kind k, const coll_opts *o, mt_group *g, FILE *js
         printf("  %12lld %12s  (skipped: smaller than one float per rank)\n", sizes[s], "-");
       continue;
     }
-    if (b.dev) b.dev->zero(b.recv, count); /* zeros: in-place sums stay finite */
+    if (b.dev) b.dev->zero(MT_DT_F32, b.recv, count); /* zeros: in-place sums stay finite */
     else memset(b.recv, 0, count * sizeof(float));
     for (int it = 0; it < o->warmup; it++) coll_call(k, &b, count);
     MT_MPI_CHECK(MPI_Barrier(g->comm));

@@ -20,8 +20,6 @@
 #include "core/core.h"
 
 /* How a group's calls are carried out: over MPI (and NCCL for device
- * buffers), or only counted (count.c: no MPI, nothing moves; the plan). */
-/* How a group's calls are carried out: over MPI (and NCCL for device
  * buffers), only counted (count.c: no MPI, nothing moves; the plan), or
  * virtually (virtual.c: the virtual device; device buffers carry virtual
  * timestamps over MPI instead of their payload, host buffers move for real
@@ -150,13 +148,161 @@ mt_mesh_dims mt_mesh_dims_of(const mt_mesh *m);
  * world size, which members must hold). */
 int mt_mesh_group_members(const mt_mesh_dims *dims, const mt_group_desc *d, int r, int *members);
 
-/* Every collective takes the buffers and where they live (mt_loc): host
- * buffers go to MPI as they are; device buffers go to NCCL where a backend
- * provides it, and are otherwise staged through host copies made with the
- * device backend's copy functions (mt_comm_set_device_copy). Bytes and time
- * are counted on the group either way. */
+/* ---- The collectives: one function per operation ----
+ * Every call is written once over the element type t (core.h's mt_dtype):
+ * MT_DT_F32, MT_DT_F64, MT_DT_BF16 (any 16-bit element: a move carries its
+ * bits) and MT_DT_I32. Arguments come in one order: the group; the buffers
+ * (send before recv; one buf where the call works in place); the element
+ * counts and the layout; t; the reduction (mt_redop) of a reduction that
+ * offers more than a sum; a point-to-point call's peer and tag, a
+ * gather's root; where the buffers live (loc); a non-blocking call's
+ * request last. Counts, displacements and sizes are in elements; bytes
+ * counted on the group are those elements times mt_dtype_bytes(t).
+ *
+ * Sums add in t: fp32, fp64 and int32 as MPI_SUM does; MT_DT_BF16 adds
+ * each pair in fp32 and rounds the partial sum to bf16 (to nearest even:
+ * mt_comm_bf16_sum_op, NCCL's bf16 sum alike), as a bf16 all-reduce on
+ * GPUs does. Maxima: fp32, fp64, int32.
+ *
+ * Host buffers go to MPI as they are. Device buffers go to the direct
+ * backend (NCCL, below) on the groups it serves, and are otherwise staged
+ * through host copies made with the device backend's copy functions
+ * (mt_comm_set_device_copy): one host block for the send side, the receive
+ * side and any scratch, copied back at the end of the call (of a
+ * non-blocking one, in mt_wait). Groups of another backend (count.c: only
+ * counted; virtual.c: timed) take every call as an mt_coll. Bytes and
+ * time are counted on the group whatever the path. */
+typedef enum { MT_RED_SUM = 0, MT_RED_MAX = 1 } mt_redop;
 
-/* How a device backend copies its memory to and from the host (bytes). */
+/* A non-blocking call's request, finished by mt_wait (which counts the
+ * time spent waiting as communication time) or mt_progress. */
+typedef struct mt_request {
+  MPI_Request req;
+  mt_group *g;
+  int active;
+  /* virtual backend: the timestamps in flight (heap: a request may move
+   * while MPI holds them), what kind of call, and a send's completion */
+  double *vbuf;
+  int vkind;
+  double vend;
+  void *host;     /* staging block of a device buffer (freed in mt_wait), or NULL */
+  void *back;     /* the part of it that goes back to the device, or NULL */
+  void *dev_dst;  /* ... and where to */
+  size_t bytes;
+  void *direct;   /* the direct backend's handle, or NULL */
+} mt_request;
+
+/* All-reduce in place: n elements of buf, reduced by op over the group. */
+void mt_allreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op, mt_loc loc);
+void mt_iallreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op, mt_loc loc,
+                   mt_request *r);
+
+/* Reduce-scatter (sum) of parts laid end to end in rank order: send holds
+ * the whole (counts[q] elements for rank q), recv this rank's counts[rank]
+ * elements of the sum. Bytes counted: mt_bytes_reduce_scatter of the
+ * whole. */
+void mt_reduce_scatter(mt_group *g, const void *send, void *recv, const int *counts, mt_dtype t,
+                       mt_loc loc);
+void mt_ireduce_scatter(mt_group *g, const void *send, void *recv, const int *counts,
+                        mt_dtype t, mt_loc loc, mt_request *r);
+/* All-gather of parts: every rank's send (counts[rank] elements) ->
+ * recv (part q, counts[q] elements, at displs[q]). send NULL: in place,
+ * this rank's part already at displs[rank] of recv. Bytes counted:
+ * mt_bytes_allgather of the whole. */
+void mt_allgatherv(mt_group *g, const void *send, void *recv, const int *counts,
+                   const int *displs, mt_dtype t, mt_loc loc);
+void mt_iallgatherv(mt_group *g, const void *send, void *recv, const int *counts,
+                    const int *displs, mt_dtype t, mt_loc loc, mt_request *r);
+/* The packed forms of the two above, with size_t counts: parts laid end to
+ * end in rank order (MoE's etp rows); each part and the whole must still
+ * fit MPI's int count. Counted as the int forms are. */
+void mt_reduce_scatter_packed(mt_group *g, const void *send, void *recv, const size_t *counts,
+                              mt_dtype t, mt_loc loc);
+void mt_allgatherv_packed(mt_group *g, const void *send, void *recv, const size_t *counts,
+                          mt_dtype t, mt_loc loc);
+
+/* Fixed blocks of n elements per rank. Gather to one rank: every rank's
+ * send -> recv (size x n, rank order) on group rank root (recv may be NULL
+ * elsewhere): O(n) on every rank but the root, where an all-gather or a sum
+ * of vectors is O(size x n) on every rank; bytes counted: what leaves a
+ * rank (none on the root). All-gather: every rank's send -> recv (size x
+ * n, rank order); counted as mt_bytes_allgather of recv. All-to-all: send
+ * (size x n, block q goes to rank q) -> recv (size x n, block q from rank
+ * q); counted: the blocks sent to the other ranks. A count-only group
+ * fills host recv buffers as if every rank had sent what this one sends (a
+ * balanced run: the MoE counts the host reads). */
+void mt_gather(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t, int root,
+               mt_loc loc);
+void mt_allgather(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t, mt_loc loc);
+void mt_alltoall(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t, mt_loc loc);
+/* All-to-all of variable parts (MoE dispatch and combine): send holds
+ * send_counts[q] elements for rank q, one part after the other in rank
+ * order; recv receives recv_counts[q] elements from rank q the same way.
+ * Bytes counted: what goes to the other ranks (mt_bytes_alltoallv). */
+void mt_alltoallv(mt_group *g, const void *send, const size_t *send_counts, void *recv,
+                  const size_t *recv_counts, mt_dtype t, mt_loc loc);
+
+/* Collectives along one dim of a row-major tensor, e.g. the sequence dim T
+ * of (B,T,C) activations under sequence parallelism. The full tensor is
+ * viewed as (outer, size, inner): rank r holds the slice (outer, inner) at
+ * index r of the middle dim (for (B,T,C) split along T: outer = B, inner =
+ * T/size * C).
+ * all-gather: send (outer, inner) of this rank -> recv (outer, size, inner).
+ * reduce-scatter (sum): send (outer, size, inner) -> recv (outer, inner),
+ * this rank's slice of the sum, by a ring of size-1 send/receive steps;
+ * scratch holds 2 x outer x inner elements for host buffers (device ones
+ * are summed in host scratch comm makes, or by the direct backend, which
+ * needs none: scratch may be NULL there).
+ * Bytes counted as for the plain collectives over the full tensor of
+ * size x outer x inner elements (what the ring sends). */
+void mt_allgather_dim(mt_group *g, const void *send, void *recv, size_t outer, size_t inner,
+                      mt_dtype t, mt_loc loc);
+void mt_reduce_scatter_dim(mt_group *g, const void *send, void *recv, size_t outer,
+                           size_t inner, void *scratch, mt_dtype t, mt_loc loc);
+/* All-to-all along one dim (Ulysses context parallelism: sequence shards to
+ * head shards and back). send is viewed as (s_outer, size, s_inner): block
+ * r of the middle dim goes to rank r; recv as (r_outer, size, r_inner):
+ * block j comes from rank j. Each block holds s_outer x s_inner = r_outer x
+ * r_inner elements. Bytes counted: what leaves this rank, (size-1)/size of
+ * its send buffer (mt_bytes_alltoall). */
+void mt_alltoall_dim(mt_group *g, const void *send, void *recv, size_t s_outer, size_t s_inner,
+                     size_t r_outer, size_t r_inner, mt_dtype t, mt_loc loc);
+
+/* Point-to-point between ranks of a group (pipeline stages, the context-
+ * parallel ring): non-blocking send and receive of n elements to or from
+ * group rank peer under tag, finished by mt_wait (time waiting counts on
+ * the group); bytes counted on the send side. mt_sendrecv exchanges n
+ * elements with peer, blocking. */
+void mt_isend(mt_group *g, const void *buf, size_t n, mt_dtype t, int peer, int tag, mt_loc loc,
+              mt_request *r);
+void mt_irecv(mt_group *g, void *buf, size_t n, mt_dtype t, int peer, int tag, mt_loc loc,
+              mt_request *r);
+void mt_sendrecv(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t, int peer,
+                 int tag, mt_loc loc);
+
+void mt_wait(mt_request *r);
+/* give MPI a chance to progress outstanding requests (cheap) */
+void mt_progress(mt_request *r);
+
+/* The bf16 sum as an MPI reduction on 16-bit words (inout = round(in +
+ * inout), in fp32, to nearest even): what the bf16 sums above reduce with,
+ * for a stand-in backend to reduce alike. */
+MPI_Op mt_comm_bf16_sum_op(void);
+
+/* Bytes one rank sends for each collective with the ring algorithms the
+ * bus-bandwidth figures assume: allreduce 2(n-1)/n * S, reduce-scatter and
+ * all-gather (n-1)/n * S, where S is the full buffer in bytes. */
+double mt_bytes_allreduce(size_t total_bytes, int n);
+double mt_bytes_reduce_scatter(size_t total_bytes, int n);
+double mt_bytes_allgather(size_t total_bytes, int n);
+/* all-to-all of a total_bytes buffer per rank: (n-1)/n of it leaves the rank */
+double mt_bytes_alltoall(size_t total_bytes, int n);
+/* Bytes an all-to-all of these per-rank parts sends (rank's own part
+ * excluded), elem_bytes each: what mt_alltoallv counts. */
+double mt_bytes_alltoallv(const size_t *send_counts, int n, int rank, size_t elem_bytes);
+
+/* ---- device buffers ----
+ * How a device backend copies its memory to and from the host (bytes). */
 typedef struct {
   void (*to_host)(void *host_dst, const void *dev_src, size_t bytes);
   void (*to_device)(void *dev_dst, const void *host_src, size_t bytes);
@@ -184,13 +330,10 @@ long mt_comm_staged_calls(void);
  * where they block the host). idle() lets the device progress
  * while the host waits in MPI (a GPU needs nothing; an emulated one runs
  * its queued work then). flush and idle may be NULL.
- * Element counts and parts as in the host calls below, of elements of type
- * t: the fp32 calls pass MT_DT_F32, the 16-bit ones MT_DT_BF16 (the bf16
- * sums add in fp32 and round each partial sum to bf16, as the host bf16
- * sum does; the moves carry any 16-bit element as bf16 bits); allgatherv's
- * send is NULL for the in-place form (this rank's part already at
- * displs[rank]). Point-to-point moves floats. */
-typedef enum { MT_RED_SUM = 0, MT_RED_MAX = 1 } mt_redop;
+ * Arguments as in the calls above, with t passed on (bf16 sums add in fp32
+ * and round each partial sum to bf16, as the host bf16 sum does; the moves
+ * carry any 16-bit element as bf16 bits); allgatherv's send is NULL for
+ * the in-place form; reduce_scatter and reduce_scatter_dim sum. */
 typedef struct {
   const char *name;
   void *(*allreduce)(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op);
@@ -202,14 +345,12 @@ typedef struct {
                          mt_dtype t);
   void *(*reduce_scatter_dim)(mt_group *g, const void *send, void *recv, size_t outer,
                               size_t inner, mt_dtype t);
-  /* all-to-all of variable parts, as mt_alltoallv_f32 */
   void *(*alltoallv)(mt_group *g, const void *send, const size_t *send_counts, void *recv,
                      const size_t *recv_counts, mt_dtype t);
-  /* all-to-all along one dim, as mt_alltoall_dim_f32 */
   void *(*alltoall_dim)(mt_group *g, const void *send, void *recv, size_t s_outer,
                         size_t s_inner, size_t r_outer, size_t r_inner, mt_dtype t);
-  void *(*send)(mt_group *g, const float *buf, size_t n, int peer, int tag);
-  void *(*recv)(mt_group *g, float *buf, size_t n, int peer, int tag);
+  void *(*send)(mt_group *g, const void *buf, size_t n, mt_dtype t, int peer, int tag);
+  void *(*recv)(mt_group *g, void *buf, size_t n, mt_dtype t, int peer, int tag);
   /* 1 when point-to-point with peer under tag goes direct in g */
   int (*p2p_ok)(const mt_group *g, int peer, int tag);
   int (*done)(void *handle);
@@ -321,24 +462,26 @@ void mt_permute_dim(void *strided, void *rank_major, size_t outer, size_t inner,
  * padded) are pairwise different. */
 int mt_comm_ids_distinct(const char *ids, int n, size_t id_len);
 
-/* A call as a backend other than MPI sees it (count.c): its kind, the
+/* ---- other backends ----
+ * A call as a backend other than MPI sees it (count.c): its kind, the
  * bytes this rank puts on the wire (the figure every backend counts on the
- * group, computed once per call), and for integer exchanges n ints per
- * rank from send to recv. */
+ * group, computed once per call), and for an exchange of fixed blocks
+ * whose values the host reads (mt_gather, mt_allgather, mt_alltoall on
+ * host memory) n elements of elem bytes per rank from send to recv (recv
+ * NULL where nothing comes back: a gather's other ranks). */
 typedef enum {
-  MT_COLL_REDUCE, MT_COLL_GATHER, MT_COLL_SCATTER, MT_COLL_ALLTOALL, MT_COLL_GATHER_I32,
-  MT_COLL_ALLTOALL_I32, MT_COLL_SEND, MT_COLL_RECV, MT_COLL_SENDRECV
+  MT_COLL_REDUCE, MT_COLL_GATHER, MT_COLL_SCATTER, MT_COLL_ALLTOALL, MT_COLL_SEND, MT_COLL_RECV,
+  MT_COLL_SENDRECV
 } mt_coll_kind;
-struct mt_request;
 typedef struct {
   mt_coll_kind kind;
   double bytes;
-  const int *send;
-  int *recv;
-  size_t n;
-  mt_loc loc;               /* where the buffers live (MT_LOC_HOST for integers) */
+  const void *send;
+  void *recv;
+  size_t n, elem;
+  mt_loc loc;               /* where the buffers live */
   int peer, tag;            /* point-to-point: the group rank and the tag */
-  struct mt_request *req;   /* a non-blocking call's request, else NULL */
+  mt_request *req;          /* a non-blocking call's request, else NULL */
 } mt_coll;
 /* Carries out c when g's backend is not MPI and returns 1 (the caller is
  * done); 0 when the caller goes on over MPI (an MPI group; on the virtual
@@ -347,160 +490,5 @@ int mt_comm_backend_call(mt_group *g, const mt_coll *c);
 /* Every group of m but the node's on the virtual backend (after
  * mt_mesh_create and mt_mesh_fold). */
 void mt_mesh_set_virtual(mt_mesh *m);
-
-/* Blocking collectives on float buffers (sum). n = elements. */
-void mt_allreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc);
-void mt_allreduce_sum_f64(mt_group *g, double *buf, size_t n, mt_loc loc);
-void mt_allreduce_max_f64(mt_group *g, double *buf, size_t n, mt_loc loc);
-void mt_allreduce_max_f32(mt_group *g, float *buf, size_t n, mt_loc loc);
-/* counts[r] elements go to rank r; recv has counts[rank] elements */
-void mt_reduce_scatter_sum_f32(mt_group *g, const float *send, float *recv, const int *counts,
-                               mt_loc loc);
-/* in place: every rank's part (counts[r] at displs[r]) is gathered into buf */
-void mt_allgatherv_inplace_f32(mt_group *g, float *buf, const int *counts, const int *displs,
-                               mt_loc loc);
-
-/* Collectives along one dim of a row-major tensor, e.g. the sequence dim T of
- * (B,T,C) activations under sequence parallelism. The full tensor is viewed as
- * (outer, size, inner): rank r holds the slice (outer, inner) at index r of
- * the middle dim (for (B,T,C) split along T: outer = B, inner = T/size * C).
- * all-gather: send (outer, inner) of this rank -> recv (outer, size, inner).
- * reduce-scatter (sum): send (outer, size, inner) -> recv (outer, inner), this
- * rank's slice of the sum, by a ring of size-1 send/receive steps; scratch
- * holds 2*outer*inner floats (host memory for host buffers). Bytes counted as
- * for the plain collectives over the full tensor of size*outer*inner floats
- * (what the ring sends). */
-void mt_allgather_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
-                          size_t inner, mt_loc loc);
-void mt_reduce_scatter_dim_f32(mt_group *g, const float *send, float *recv, size_t outer,
-                               size_t inner, float *scratch, mt_loc loc);
-
-/* All-to-all along one dim (Ulysses context parallelism: sequence shards to
- * head shards and back). send is viewed as (s_outer, size, s_inner): block r
- * of the middle dim goes to rank r; recv as (r_outer, size, r_inner): block
- * j comes from rank j. Each block holds s_outer * s_inner = r_outer *
- * r_inner floats. Bytes counted: what leaves this rank, (size-1)/size of
- * its send buffer (mt_bytes_alltoall). */
-void mt_alltoall_dim_f32(mt_group *g, const float *send, float *recv, size_t s_outer,
-                         size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
-/* Gather to one rank: every rank's n doubles (host) -> all (size x n, rank
- * order) on group rank root (all may be NULL elsewhere): O(n) on every rank
- * but the root, where an all-gather or a sum of vectors is O(size x n) on
- * every rank. Bytes counted: what leaves a rank (none on the root). */
-void mt_gather_f64(mt_group *g, const double *mine, size_t n, double *all, int root);
-/* Integer all-gather: every rank's n ints -> recv (size x n), rank order. */
-void mt_allgather_i32(mt_group *g, const int *send, int *recv, size_t n);
-/* Integer all-to-all: n ints to every rank (send: size x n, block r goes to
- * rank r) -> recv (size x n, block r from rank r); host memory. Bytes
- * counted: the blocks sent to the other ranks. */
-void mt_alltoall_i32(mt_group *g, const int *send, int *recv, size_t n);
-/* All-to-all of variable parts (MoE dispatch and combine): send holds
- * send_counts[r] floats for rank r, one part after the other in rank order;
- * recv receives recv_counts[r] floats from rank r the same way. Bytes
- * counted: what goes to the other ranks (own part excluded). */
-void mt_alltoallv_f32(mt_group *g, const float *send, const size_t *send_counts, float *recv,
-                      const size_t *recv_counts, mt_loc loc);
-/* Blocking all-gather of variable parts: rank r's counts[r] floats (send)
- * -> recv, parts in rank order; bytes counted as mt_bytes_allgather of the
- * whole. */
-void mt_allgatherv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
-                       mt_loc loc);
-/* Reduce-scatter (sum) of variable parts: send holds the whole (parts in
- * rank order), recv this rank's counts[rank] floats of the sum; bytes counted
- * as mt_bytes_reduce_scatter of the whole. */
-void mt_reduce_scatterv_f32(mt_group *g, const float *send, float *recv, const size_t *counts,
-                            mt_loc loc);
-/* Bytes an all-to-all of these per-rank parts sends (rank's own part
- * excluded), bytes each: what mt_alltoallv_f32 counts. */
-double mt_bytes_alltoallv(const size_t *send_counts, int n, int rank, size_t elem_bytes);
-
-/* Non-blocking forms; a request is finished by mt_wait (which counts the time
- * spent waiting as communication time). A device buffer's host staging copy
- * goes back to the device in mt_wait. */
-typedef struct mt_request {
-  MPI_Request req;
-  mt_group *g;
-  int active;
-  /* virtual backend: the timestamps in flight (heap: a request may move
-   * while MPI holds them), what kind of call, and a send's completion */
-  double *vbuf;
-  int vkind;
-  double vend;
-  void *host;     /* staging block of a device buffer (freed in mt_wait), or NULL */
-  void *back;     /* the part of it that goes back to the device, or NULL */
-  void *dev_dst;  /* ... and where to */
-  size_t bytes;
-  void *direct;   /* the direct backend's handle, or NULL */
-} mt_request;
-void mt_iallreduce_sum_f32(mt_group *g, float *buf, size_t n, mt_loc loc, mt_request *r);
-void mt_ireduce_scatter_sum_f32(mt_group *g, const float *send, float *recv,
-                                const int *counts, mt_loc loc, mt_request *r);
-/* every rank's send (counts[rank] floats) -> recv (counts[r] at displs[r]) */
-void mt_iallgatherv_f32(mt_group *g, const float *send, float *recv, const int *counts,
-                        const int *displs, mt_loc loc, mt_request *r);
-/* The 16-bit calls below (bf16 values moved as bits, or summed with each
- * addition rounded): half the bytes of fp32, counts and displs in
- * elements. Host memory goes to MPI; device buffers go to the direct
- * backend (NCCL) on the groups it serves, as the fp32 calls' do (elements
- * MT_DT_BF16, the same bytes counted), and are otherwise staged through
- * host copies, with the scratch of mt_reduce_scatter_dim_bf16 on the host
- * (the direct backend needs none). Count-only groups count them as any
- * other call.
- * The two all-gathers: */
-void mt_allgatherv_inplace_u16(mt_group *g, uint16_t *buf, const int *counts, const int *displs,
-                               mt_loc loc);
-void mt_iallgatherv_u16(mt_group *g, const uint16_t *send, uint16_t *recv, const int *counts,
-                        const int *displs, mt_loc loc, mt_request *r);
-/* bf16 activations over tp (sums rounded to bf16 after each addition of
- * two ranks' parts, as a bf16 all-reduce on GPUs does):
- * the all-reduce, and sequence parallelism's all-gather and reduce-scatter
- * along a dimension (as mt_allgather_dim_f32, mt_reduce_scatter_dim_f32;
- * scratch holds 2 outer x inner bf16). */
-void mt_allreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc);
-/* MoE dispatch and combine on bf16 rows: mt_alltoallv_f32's parts and byte
- * count on 16-bit elements (counts in elements; moved as bits). */
-void mt_alltoallv_u16(mt_group *g, const uint16_t *send, const size_t *send_counts,
-                      uint16_t *recv, const size_t *recv_counts, mt_loc loc);
-/* The dp engine's gradient reductions in bf16 (parallel.grad_reduce_dtype =
- * bf16), non-blocking, as mt_iallreduce_sum_f32 and
- * mt_ireduce_scatter_sum_f32 (counts in elements). */
-void mt_iallreduce_sum_bf16(mt_group *g, mt_bf16 *buf, size_t n, mt_loc loc, mt_request *r);
-void mt_ireduce_scatter_sum_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv,
-                                 const int *counts, mt_loc loc, mt_request *r);
-void mt_allgather_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t outer,
-                          size_t inner, mt_loc loc);
-/* Ulysses' all-to-all on bf16 activations: mt_alltoall_dim_f32's layout
- * and byte count on 16-bit elements (moved as bits). */
-void mt_alltoall_dim_u16(mt_group *g, const uint16_t *send, uint16_t *recv, size_t s_outer,
-                         size_t s_inner, size_t r_outer, size_t r_inner, mt_loc loc);
-void mt_reduce_scatter_dim_bf16(mt_group *g, const mt_bf16 *send, mt_bf16 *recv, size_t outer,
-                                size_t inner, mt_bf16 *scratch, mt_loc loc);
-/* The bf16 sum as an MPI reduction on 16-bit words (inout = round(in +
- * inout), in fp32, to nearest even): what the 16-bit sums above reduce with,
- * for a stand-in backend to reduce alike. */
-MPI_Op mt_comm_bf16_sum_op(void);
-void mt_wait(mt_request *r);
-/* give MPI a chance to progress outstanding requests (cheap) */
-void mt_progress(mt_request *r);
-
-/* Bytes one rank sends for each collective with the ring algorithms the
- * bus-bandwidth figures assume: allreduce 2(n-1)/n * S, reduce-scatter and
- * all-gather (n-1)/n * S, where S is the full buffer in bytes. */
-double mt_bytes_allreduce(size_t total_bytes, int n);
-double mt_bytes_reduce_scatter(size_t total_bytes, int n);
-double mt_bytes_allgather(size_t total_bytes, int n);
-/* all-to-all of a total_bytes buffer per rank: (n-1)/n of it leaves the rank */
-double mt_bytes_alltoall(size_t total_bytes, int n);
-
-/* Point-to-point between ranks of a group (pipeline stages): non-blocking
- * send and receive of n floats to or from group rank peer, finished by
- * mt_wait (time waiting counts on the group); bytes counted on the send
- * side. mt_sendrecv_f32 exchanges n floats with peer, blocking. */
-void mt_isend_f32(mt_group *g, const float *buf, size_t n, int peer, int tag, mt_loc loc,
-                  mt_request *r);
-void mt_irecv_f32(mt_group *g, float *buf, size_t n, int peer, int tag, mt_loc loc,
-                  mt_request *r);
-void mt_sendrecv_f32(mt_group *g, const float *send, float *recv, size_t n, int peer, int tag,
-                     mt_loc loc);
 
 #endif

@@ -1,9 +1,10 @@
 /* The count-only comm backend: a group whose backend is MT_COMM_COUNT
  * moves nothing and needs no MPI; each call counts on the group the bytes
  * it would put on the wire (the figure every backend counts, computed once
- * by the call in collectives.c) and its call. Integer exchanges (the MoE
- * dispatch's counts, which the host reads) come back as if every rank had
- * sent what this one sends, as a symmetric (balanced) run does. A
+ * by the call in lib/comm) and its call. Exchanges of fixed blocks the
+ * host reads (the MoE dispatch's counts, the summary's gather) come back as
+ * if every rank had sent what this one sends, as a symmetric (balanced)
+ * run does. A
  * count-only mesh holds one rank's coordinates and every group of a real
  * mesh, sizes and ranks as mt_mesh_create and mt_mesh_fold would make
  * them, so the real model and dp engine run on one rank of any mesh in one
@@ -16,12 +17,15 @@
 int mt_comm_backend_call(mt_group *g, const mt_coll *c) {
   if (g->backend == MT_COMM_MPI) return 0;
   if (g->backend == MT_COMM_VIRTUAL) return mt_comm_virtual_call(g, c);
-  /* integers: every rank's block as this rank's own (n ints per rank) */
-  if (c->kind == MT_COLL_GATHER_I32 || c->kind == MT_COLL_ALLTOALL_I32) {
-    const int *mine = c->kind == MT_COLL_GATHER_I32 ? c->send : c->send + (size_t)g->rank * c->n;
-    int *block = c->recv;
-    for (int r = 0; r < g->size; r++, block += c->n)
-      if (block != mine) memmove(block, mine, c->n * sizeof(int));
+  /* blocks the host reads: every rank's block as this rank's own (n
+   * elements per rank) */
+  if (c->recv && c->loc == MT_LOC_HOST) {
+    const size_t block_bytes = c->n * c->elem;
+    const char *mine = (const char *)c->send;
+    if (c->kind == MT_COLL_ALLTOALL) mine += (size_t)g->rank * block_bytes;
+    char *block = c->recv;
+    for (int r = 0; r < g->size; r++, block += block_bytes)
+      if (block != mine) memmove(block, mine, block_bytes);
   }
   /* what the MPI path counts: collectives of more than one rank, and every
    * point-to-point call */

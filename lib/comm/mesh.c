@@ -11,6 +11,7 @@
 #include "comm/comm.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,35 +128,40 @@ static int group_make(mt_group *g, const char *name, MPI_Comm comm, mt_err *e) {
   return 0;
 }
 
-/* The groups of the table on one mesh (dense or folded): colour = the
- * group's first world rank, key = this rank's place in it. */
+/* The communicator of the n world ranks in members (group-rank order),
+ * made with tag (one per group, so that the creation of groups that share
+ * ranks never pairs up). Returns the first failing call's MPI code. */
+static int comm_of(const int *members, int n, int tag, MPI_Comm *c) {
+  MPI_Group world, grp;
+  int rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
+  if (rc != MPI_SUCCESS) return rc;
+  rc = MPI_Group_incl(world, n, members, &grp);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, tag, c);
+    int freed = MPI_Group_free(&grp);
+    if (rc == MPI_SUCCESS) rc = freed;
+  }
+  int freed = MPI_Group_free(&world);
+  return rc != MPI_SUCCESS ? rc : freed;
+}
+
+/* The groups of the table on one mesh (dense or folded), each made from
+ * its members' world ranks. */
 static int make_groups(mt_mesh *m, int folded, mt_err *e) {
   mt_mesh_dims dims = mt_mesh_dims_of(m);
   int *members = mt_malloc((size_t)m->world_size * sizeof(int));
   for (int i = 0; i < N_GROUPS; i++) {
     const mt_group_desc *d = &g_groups[i];
     if (((d->axes & MT_AX_FOLDED) != 0) != folded) continue;
-    int n = mt_mesh_group_members(&dims, d, m->world_rank, members), key = 0;
-    while (key < n && members[key] != m->world_rank) key++;
-    (void)key; /* members are in group-rank order: this rank's place is its rank */
+    /* members are in group-rank order: this rank's place is its rank */
+    int n = mt_mesh_group_members(&dims, d, m->world_rank, members);
     MPI_Comm c;
-    MPI_Group world, grp;
-    /* tag: one per group, so that the creation of groups that share ranks
-     * never pairs up */
-    int rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
-    if (rc == MPI_SUCCESS) {
-      rc = MPI_Group_incl(world, n, members, &grp);
-      if (rc == MPI_SUCCESS) {
-        rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, 301 + i, &c);
-        MPI_Group_free(&grp);
-      }
-      MPI_Group_free(&world);
-    }
+    int rc = comm_of(members, n, 301 + i, &c);
     if (rc != MPI_SUCCESS) {
       free(members);
       char s[MPI_MAX_ERROR_STRING];
       int len = 0;
-      MPI_Error_string(rc, s, &len);
+      if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
       mt_err_runtime(e, "MPI_Comm_create_group for the %s group failed: %s", d->name, s);
       return -1;
     }
@@ -174,8 +180,8 @@ static int make_groups(mt_mesh *m, int folded, mt_err *e) {
 
 int mt_mesh_create(mt_mesh *m, int tp, int cp, int dp, int pp, mt_err *e) {
   memset(m, 0, sizeof *m);
-  MPI_Comm_size(MPI_COMM_WORLD, &m->world_size);
-  MPI_Comm_rank(MPI_COMM_WORLD, &m->world_rank);
+  MT_MPI_TRY(e, MPI_Comm_size(MPI_COMM_WORLD, &m->world_size));
+  MT_MPI_TRY(e, MPI_Comm_rank(MPI_COMM_WORLD, &m->world_rank));
   long prod = (long)tp * cp * dp * pp;
   if (tp < 1 || cp < 1 || dp < 1 || pp < 1 || prod != m->world_size) {
     mt_err_set(e,
@@ -227,7 +233,7 @@ void mt_mesh_destroy(mt_mesh *m) {
   mt_group *gs[] = {&m->tp_g,  &m->cp_g, &m->dp_g,  &m->pp_g, &m->dpcp_g, &m->tpcp_g,
                     &m->world, &m->node, &m->etp_g, &m->ep_g, &m->edp_g};
   for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
-    if (gs[i]->comm != MPI_COMM_NULL && gs[i]->comm != 0) MPI_Comm_free(&gs[i]->comm);
+    if (gs[i]->comm != MPI_COMM_NULL && gs[i]->comm != 0) MT_MPI_CHECK(MPI_Comm_free(&gs[i]->comm));
 }
 
 void mt_group_reset_counters(mt_group *g) {

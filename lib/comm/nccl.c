@@ -1,4 +1,4 @@
-/* NCCL for device buffers: the direct backend of collectives.c.
+/* NCCL for device buffers: comm's direct backend (path.c).
  *
  * Communicators. Every group of the mesh's table (mesh.c: tp, cp, dp, pp,
  * dp_cp, and after the fold etp, ep, edp) with more than one rank and a
@@ -40,8 +40,9 @@
  * buckets differ by at most one element), the (outer, size, inner) layouts
  * of sequence parallelism and Ulysses made rank-major and back, and the
  * all-to-alls as grouped sends and receives. Collectives take comm's element
- * type (fp32, fp64, bf16: ncclFloat, ncclDouble, ncclBfloat16), so workspace
- * and offsets are counted in bytes; point-to-point moves floats. */
+ * type (fp32, fp64, bf16, int32: ncclFloat, ncclDouble, ncclBfloat16,
+ * ncclInt32), so workspace and offsets are counted in bytes; point-to-point
+ * too. */
 #include "comm/comm.h"
 
 #include <cuda_runtime_api.h>
@@ -123,8 +124,9 @@ typedef struct timing {
 
 typedef struct pending {
   int send, link;
-  float *buf;
+  void *buf;
   size_t n;
+  mt_dtype dt;
   handle *h;
   struct timing *t;
 } pending;
@@ -222,6 +224,18 @@ static void release(handle *h) {
 
 static group_state *state(const mt_group *g) { return g->direct_state; }
 
+/* NCCL's element type for comm's (bf16 sums add in fp32 and round each
+ * partial sum to bf16: the host bf16 sum's meaning) */
+static ncclDataType_t nc_type(mt_dtype t) {
+  switch (t) {
+  case MT_DT_F32: return ncclFloat;
+  case MT_DT_F64: return ncclDouble;
+  case MT_DT_BF16: return ncclBfloat16;
+  case MT_DT_I32: return ncclInt32;
+  }
+  mt_die("NCCL: element type %d unknown", (int)t);
+}
+
 /* The held-back point-to-point calls of every group, all as one NCCL group
  * call, each on its link's stream for its direction. */
 /* the channel a pending send or receive goes over */
@@ -251,8 +265,8 @@ static void nc_flush(void) {
     for (int k = 0; k < st->n_pending; k++) {
       pending *q = &st->pending[k];
       channel *c = pending_channel(st, q);
-      if (q->send) NC(ncclSend(q->buf, q->n, ncclFloat, 1, c->comm, c->stream));
-      else NC(ncclRecv(q->buf, q->n, ncclFloat, 0, c->comm, c->stream));
+      if (q->send) NC(ncclSend(q->buf, q->n, nc_type(q->dt), 1, c->comm, c->stream));
+      else NC(ncclRecv(q->buf, q->n, nc_type(q->dt), 0, c->comm, c->stream));
     }
   }
   NC(ncclGroupEnd());
@@ -332,16 +346,6 @@ static handle *coll_end(channel *c, timing *t) {
 /* ------------------------------------------------------------------ */
 /* collectives                                                         */
 
-/* NCCL's element type for comm's (bf16 sums add in fp32 and round each
- * partial sum to bf16: the host bf16 sum's meaning) */
-static ncclDataType_t nc_type(mt_dtype t) {
-  switch (t) {
-  case MT_DT_F32: return ncclFloat;
-  case MT_DT_F64: return ncclDouble;
-  case MT_DT_BF16: return ncclBfloat16;
-  }
-  mt_die("NCCL: element type %d unknown", (int)t);
-}
 
 static void *nc_allreduce(mt_group *g, void *buf, size_t n, mt_dtype dt, mt_redop op) {
   timing *t;
@@ -524,7 +528,7 @@ static int nc_p2p_ok(const mt_group *g, int peer, int tag) {
   return st && link_index(st, peer, tag) >= 0;
 }
 
-static void *hold(mt_group *g, int send, float *buf, size_t n, int peer, int tag) {
+static void *hold(mt_group *g, int send, void *buf, size_t n, mt_dtype t, int peer, int tag) {
   harvest();
   group_state *st = state(g);
   if (st->n_pending == st->cap_pending) {
@@ -534,16 +538,16 @@ static void *hold(mt_group *g, int send, float *buf, size_t n, int peer, int tag
   }
   handle *h = handle_new();
   h->held = 1;
-  st->pending[st->n_pending++] = (pending){send, link_index(st, peer, tag), buf, n, h, NULL};
+  st->pending[st->n_pending++] = (pending){send, link_index(st, peer, tag), buf, n, t, h, NULL};
   return h;
 }
 
-static void *nc_send(mt_group *g, const float *buf, size_t n, int peer, int tag) {
-  return hold(g, 1, (float *)buf, n, peer, tag);
+static void *nc_send(mt_group *g, const void *buf, size_t n, mt_dtype t, int peer, int tag) {
+  return hold(g, 1, (void *)buf, n, t, peer, tag);
 }
 
-static void *nc_recv(mt_group *g, float *buf, size_t n, int peer, int tag) {
-  return hold(g, 0, buf, n, peer, tag);
+static void *nc_recv(mt_group *g, void *buf, size_t n, mt_dtype t, int peer, int tag) {
+  return hold(g, 0, buf, n, t, peer, tag);
 }
 
 static const mt_comm_direct g_nccl_direct = {

@@ -1,5 +1,5 @@
 /* A build without NCCL: device buffers always travel staged through host
- * MPI (collectives.c); nothing to set up. */
+ * MPI (staging.c); nothing to set up. */
 #include "comm/comm.h"
 
 int mt_comm_nccl_built(void) { return 0; }

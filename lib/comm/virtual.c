@@ -7,7 +7,7 @@
  * (core's mt_vclock) and the profile's links (mt_price_link_s): a group or
  * a pair of ranks inside one node (devices_per_node consecutive world
  * ranks) uses the intra-node link, else the inter-node one. Bytes are
- * those every backend counts (collectives.c), so a virtual run's bytes
+ * those every backend counts (lib/comm's calls), so a virtual run's bytes
  * per group equal the plan's; their time is priced in the profile's dtypes
  * (priced_bytes: a bf16 profile's activation messages and weight gathers
  * at 2 bytes an element, as meshplan prices them).
@@ -70,9 +70,7 @@ static double priced_bytes(const mt_group *g, const mt_coll *c) {
   return grads ? c->bytes : c->bytes * ab / 4.0;
 }
 
-static int is_alltoall(const mt_coll *c) {
-  return c->kind == MT_COLL_ALLTOALL || c->kind == MT_COLL_ALLTOALL_I32;
-}
+static int is_alltoall(const mt_coll *c) { return c->kind == MT_COLL_ALLTOALL; }
 
 static void count_bytes(mt_group *g, const mt_coll *c) {
   g->bytes += c->bytes;

@@ -4,8 +4,8 @@
  * and `-n 2` bind each rank to one core, Slurm to the CPUs of its task. The
  * OpenMP and BLAS thread pools do not look at the mask when OMP_NUM_THREADS
  * or train.threads asks for more, so T threads squeezed onto C < T CPUs run
- * at C-thread speed (measured in the README: 2 threads bound to one core are
- * no faster than 1). Nothing fails; the run is just slow. So at start each
+ * at C-thread speed (measured in docs/parallelism.md: 2 threads bound to one
+ * core are no faster than 1). Nothing fails; the run is just slow. So at start each
  * rank compares its mask with its threads, the ranks of a node agree on one
  * verdict, and rank 0 prints one line per node that is short of CPUs. */
 #define _GNU_SOURCE

@@ -149,11 +149,12 @@ enum { MT_EXIT_OK = 0, MT_EXIT_BADINPUT = 2, MT_EXIT_RUNTIME = 3 };
 /* The element type of a tensor or a message, one enum for the whole code
  * base: what an op of the op table computes on (kernels), what a
  * collective moves (comm), what a role of the training state is held in
- * (kernels.h's mt_dtypes). */
-typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1, MT_DT_BF16 = 2 } mt_dtype;
+ * (kernels.h's mt_dtypes). MT_DT_I32 (int) is a message's only: the
+ * integers comm exchanges (MoE routing counts). */
+typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1, MT_DT_BF16 = 2, MT_DT_I32 = 3 } mt_dtype;
 /* bytes of one element of t */
 size_t mt_dtype_bytes(mt_dtype t);
-/* "fp32", "fp64" or "bf16" */
+/* "fp32", "fp64", "bf16" or "i32" */
 const char *mt_dtype_name(mt_dtype t);
 
 /* ------------------------------------------------------------------ */
@@ -359,6 +360,9 @@ void mt_config_defaults(mt_config *cfg);
 void mt_config_write_ini(const mt_config *cfg, FILE *f);
 /* every key with its default and meaning */
 void mt_config_print_help(FILE *f);
+/* The same as a Markdown reference (docs/config.md): a table per section of
+ * every key, its type, default, allowed values and meaning (config_doc.c). */
+void mt_config_write_markdown(FILE *f);
 
 /* Every check that involves more than one key and can be judged from the
  * configuration alone (config_check.c), in one place, for world_size ranks

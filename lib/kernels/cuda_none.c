@@ -22,7 +22,6 @@ int mt_cuda_init(int device, mt_precision prec, mt_err *e) {
 
 void mt_cuda_shutdown(void) {}
 const mt_ops *mt_ops_cuda(void) { return NULL; }
-const mt_ops_bf16 *mt_ops_bf16_cuda(void) { return NULL; }
 int mt_cuda_get_info(mt_cuda_info *info) {
   (void)info;
   return -1;
@@ -34,6 +33,3 @@ int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
 }
 void *mt_cuda_host_alloc(size_t bytes) { return mt_malloc(bytes ? bytes : 1); }
 void mt_cuda_host_free(void *p) { free(p); }
-/* the bf16 table's members that share the fp32 kernels (cuda/xent.cu): none
- * here, the table stays as it is */
-void mt_cuda_fill_bf16_attn_xent(mt_ops_bf16 *o) { (void)o; }

@@ -145,7 +145,7 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
     for (int j = 0; j < k; j++) local[((size_t)(n / Ts) * k + j) * E + choice[(size_t)n * k + j]]++;
   if (st)
     for (size_t i = 0; i < cnt_n; i++) st->tokens[i % (size_t)E] += local[i];
-  if (x->seq_g) mt_allgather_i32(x->seq_g, local, all, cnt_n);
+  if (x->seq_g) mt_allgather(x->seq_g, local, all, cnt_n, MT_DT_I32, MT_LOC_HOST);
   else memcpy(all, local, cnt_n * sizeof(int));
   memset(total, 0, cnt_n * sizeof(int));
   for (int r = 0; r < x->seq_size; r++)
@@ -221,12 +221,12 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
 
   /* 5. counts over ep (each peer's slots for each of my experts), then over etp */
   int *recv_mine = recv_all + (size_t)x->etp_rank * ep * E_l; /* [p][e_l] */
-  if (x->ep_g) mt_alltoall_i32(x->ep_g, packed, recv_mine, (size_t)E_l);
+  if (x->ep_g) mt_alltoall(x->ep_g, packed, recv_mine, (size_t)E_l, MT_DT_I32, MT_LOC_HOST);
   else memcpy(recv_mine, packed, (size_t)E_l * sizeof(int));
   if (x->etp_g) {
     int *mine = mt_malloc((size_t)ep * E_l * sizeof(int) + 16);
     memcpy(mine, recv_mine, (size_t)ep * E_l * sizeof(int));
-    mt_allgather_i32(x->etp_g, mine, recv_all, (size_t)ep * E_l);
+    mt_allgather(x->etp_g, mine, recv_all, (size_t)ep * E_l, MT_DT_I32, MT_LOC_HOST);
     free(mine);
   }
   int n_recv = 0, n_rows = 0;
@@ -278,15 +278,14 @@ static void parts(const int *rows, int n, int C, size_t *out) {
   for (int i = 0; i < n; i++) out[i] = (size_t)rows[i] * (size_t)C;
 }
 
-/* bf16 rows (x->bf) move as 16-bit bits: half fp32's bytes */
+/* bf16 rows (x->dt) move as 16-bit bits: half fp32's bytes */
 static void rows_copy(const mt_ep *x, mt_act *dst, const mt_act *src, size_t n) {
-  MT_ACT_OP(x->bf, x->ops, copy, dst, src, n);
+  x->ops->copy(x->dt, dst, src, n);
 }
 
 static void rows_alltoallv(const mt_ep *x, const mt_act *send, const size_t *a, mt_act *recv,
                            const size_t *b) {
-  if (x->bf) mt_alltoallv_u16(x->ep_g, send, a, recv, b, x->ops->loc);
-  else mt_alltoallv_f32(x->ep_g, send, a, recv, b, x->ops->loc);
+  mt_alltoallv(x->ep_g, send, a, recv, b, x->dt, x->ops->loc);
 }
 
 void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act *recv,
@@ -299,21 +298,7 @@ void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act 
   else if (recv != send) rows_copy(x, recv, send, a[0]);
   if (x->etp_g) {
     parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    if (x->bf) { /* the 16-bit all-gather of variable parts, waited for */
-      int *ic = mt_malloc(2 * (size_t)x->etp * sizeof(int)), *id = ic + x->etp;
-      size_t off = 0;
-      for (int t = 0; t < x->etp; t++) {
-        ic[t] = (int)c[t];
-        id[t] = (int)off;
-        off += c[t];
-      }
-      mt_request q;
-      mt_iallgatherv_u16(x->etp_g, recv, rows, ic, id, x->ops->loc, &q);
-      mt_wait(&q);
-      free(ic);
-    } else {
-      mt_allgatherv_f32(x->etp_g, recv, rows, c, x->ops->loc);
-    }
+    mt_allgatherv_packed(x->etp_g, recv, rows, c, x->dt, x->ops->loc);
   } else if (rows != recv) {
     rows_copy(x, rows, recv, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
   }
@@ -328,16 +313,8 @@ void mt_ep_combine(const mt_ep *x, const int *meta, const mt_act *rows, mt_act *
   parts(mt_ep_recv_counts(x, meta), x->ep, C, b);
   if (x->etp_g) {
     parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    if (x->bf) { /* the bf16 reduce-scatter (each addition rounded), waited for */
-      int *ic = mt_malloc((size_t)x->etp * sizeof(int));
-      for (int t = 0; t < x->etp; t++) ic[t] = (int)c[t];
-      mt_request q;
-      mt_ireduce_scatter_sum_bf16(x->etp_g, rows, recv, ic, x->ops->loc, &q);
-      mt_wait(&q);
-      free(ic);
-    } else {
-      mt_reduce_scatterv_f32(x->etp_g, rows, recv, c, x->ops->loc);
-    }
+    /* bf16: each addition of two ranks' parts rounded */
+    mt_reduce_scatter_packed(x->etp_g, rows, recv, c, x->dt, x->ops->loc);
   } else if (recv != rows) {
     rows_copy(x, recv, rows, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
   }

@@ -318,7 +318,7 @@ typedef struct {
   const mt_cost_dtypes *dt;  /* NULL: the profile's defaults */
 } mt_search_opts;
 
-/* The rules (stated in the README): tp a power of two inside a node
+/* The rules (stated in docs/planner.md): tp a power of two inside a node
  * dividing the heads; pp dividing the layers evenly, or with the first and
  * last stages balanced against the embedding and the LM head
  * (parallel.pp_first_layers / pp_last_layers); cp (ring) only when a rank

@@ -44,6 +44,6 @@ double mt_train_evaluate(mt_trainer *t) {
   free(rows);
   /* every cp rank adds its tokens' mean for each of its sequences: equal
    * shares, so the mean over dp x cp is the mean over the sequences */
-  mt_allreduce_sum_f64(&t->mesh.dpcp_g, acc, 2, MT_LOC_HOST);
+  mt_allreduce(&t->mesh.dpcp_g, acc, 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
   return acc[1] > 0 ? acc[0] / acc[1] : 0.0;
 }

@@ -141,7 +141,7 @@ int mt_train_loop(mt_trainer *t) {
   /* a stop asked for during start-up or a long resume: nothing new was
    * trained, so nothing to save; exit as a preempted or cancelled run does */
   double early = mt_train_signalled();
-  mt_allreduce_max_f64(&mesh->world, &early, 1, MT_LOC_HOST);
+  mt_allreduce(&mesh->world, &early, 1, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
   if (early > 0 && t->start_step < cfg->steps) {
     int code = stop_exit_code((int)early);
     mt_info0("meshtrain: %s before the first step; nothing new to checkpoint, exiting with "
@@ -287,8 +287,8 @@ int mt_train_loop(mt_trainer *t) {
       memcpy(mine + nb * E + 2 * nb, moe->z, nb * sizeof(double));
       memcpy(mine + nb * E + 3 * nb, moe->rows_done, 2 * nb * sizeof(double)); /* rows, moved */
       memcpy(mine + n, moe->rows_done, nb * sizeof(double));
-      mt_allreduce_sum_f64(&mesh->world, mine, n, MT_LOC_HOST);
-      mt_allreduce_max_f64(&mesh->world, mine + n, nb, MT_LOC_HOST);
+      mt_allreduce(&mesh->world, mine, n, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+      mt_allreduce(&mesh->world, mine + n, nb, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
       /* aux-loss-free balancing: the step's loads over the global batch */
       mt_gpt_moe_bias_update(model, mine);
       moe_all = t->world_rank == 0 ? mine : NULL;
@@ -332,7 +332,7 @@ int mt_train_loop(mt_trainer *t) {
 
     /* ---- checkpoint at the step boundary: periodic, final, asked for ---- */
     double any_signal = mt_train_signalled();
-    mt_allreduce_max_f64(&mesh->world, &any_signal, 1, MT_LOC_HOST);
+    mt_allreduce(&mesh->world, &any_signal, 1, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
     const int signalled = (int)any_signal; /* MT_STOP_*: the largest asked for on any rank */
     long long done = step + 1;
     t->last_step_done = done;

@@ -82,7 +82,7 @@ static void check_memory(mt_trainer *t, mt_err *e) {
     return;
   }
   double node_need = need;
-  mt_allreduce_sum_f64(&t->mesh.node, &node_need, 1, MT_LOC_HOST);
+  mt_allreduce(&t->mesh.node, &node_need, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
   mt_mem_limit avail; /* the smallest of MemAvailable, the cgroup and Slurm limits */
   int local_ranks = t->mesh.node.size;
   if (!e->failed && mt_mem_limit_node("", &avail) == 0 && node_need > avail.bytes)
@@ -177,7 +177,7 @@ static void setup_peak(mt_trainer *t) {
   } else if (t->peak_per_rank <= 0) {
     /* measured on every rank at once, so shared cores show up as they will in training */
     double pk = mt_cpu_sgemm_gflops(1024, 0.5);
-    mt_allreduce_sum_f64(&t->mesh.world, &pk, 1, MT_LOC_HOST);
+    mt_allreduce(&t->mesh.world, &pk, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
     t->peak_per_rank = pk / t->world_size;
     t->peak_source = "measured-sgemm";
   }

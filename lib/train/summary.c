@@ -237,7 +237,7 @@ void mt_train_summary(mt_trainer *t) {
   /* to rank 0 only: a sum of vectors over the world was O(ranks) memory and
    * traffic on every rank (O(ranks^2) for the job) */
   if (t->world_rank == 0) all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
-  mt_gather_f64(&t->mesh.world, mine, RANK_FIELDS, all, 0);
+  mt_gather(&t->mesh.world, mine, all, RANK_FIELDS, MT_DT_F64, 0, MT_LOC_HOST);
   /* the plan of this rank: what summary.json states per step */
   mt_plan_rank plan;
   mt_err e = {0};
@@ -252,8 +252,8 @@ void mt_train_summary(mt_trainer *t) {
   double virt[3] = {(double)mt_vclock_checks(), (double)mt_vclock_violations(), 0.0};
   double rss_most = (double)mt_mem_peak_rss();
   if (t->device == MT_DEVICE_VIRTUAL) {
-    mt_allreduce_sum_f64(&t->mesh.world, virt, 2, MT_LOC_HOST);
-    mt_allreduce_max_f64(&t->mesh.world, &rss_most, 1, MT_LOC_HOST);
+    mt_allreduce(&t->mesh.world, virt, 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+    mt_allreduce(&t->mesh.world, &rss_most, 1, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
   }
   if (cfg->trace) { /* every rank its own timeline */
     char dir[2 * MT_CFG_STR_MAX], path[2 * MT_CFG_STR_MAX + 32];

@@ -7,7 +7,7 @@
 void mt_train_gather_f64(mt_group *g, const double *mine, size_t n, double *all) {
   memset(all, 0, (size_t)g->size * n * sizeof(double));
   memcpy(all + (size_t)g->rank * n, mine, n * sizeof(double));
-  mt_allreduce_sum_f64(g, all, (size_t)g->size * n, MT_LOC_HOST);
+  mt_allreduce(g, all, (size_t)g->size * n, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
 }
 
 FILE *mt_train_open_out(const char *dir, const char *name, const char *mode) {

@@ -37,6 +37,24 @@ static void collect(void *ctx, const char *path, const char *problem, const int6
   (void)row;
 }
 
+/* the canonical tensors of reg, as a checkpoint stores them: each a (rows,
+ * cols) table, rows the product of the leading dimensions */
+static void canonical_tensors(mt_ckpt_tensors *tt, const mt_registry *reg) {
+  tt->n = reg->n;
+  tt->groups = MT_CKPT_NGROUPS;
+  tt->names = calloc((size_t)reg->n, MT_NAME_MAX);
+  tt->ext = calloc((size_t)reg->n * MT_CKPT_NGROUPS, 2 * sizeof(int64_t));
+  for (int g = 0; g < MT_CKPT_NGROUPS; g++)
+    for (int i = 0; i < reg->n; i++) {
+      const mt_tensor *t = &reg->t[i];
+      snprintf(tt->names[i], MT_NAME_MAX, "%s", t->name);
+      int64_t r0 = 1;
+      for (int d = 0; d < t->ndim - 1; d++) r0 *= t->shape[d];
+      tt->ext[g * reg->n + i][0] = r0;
+      tt->ext[g * reg->n + i][1] = t->shape[t->ndim - 1];
+    }
+}
+
 /* every tp rank's boxes of every tensor of gpt2-124m, then the coverage check */
 static void gpt2_at_tp(int tp, int64_t want_padded) {
   mt_model_shape shape;
@@ -57,19 +75,7 @@ static void gpt2_at_tp(int tp, int64_t want_padded) {
              (long long)reg.t[w].shape[0], (long long)reg.t[w].padded[0],
              (long long)reg.t[w].local_shape[0], (long long)want_padded,
              (long long)(want_padded / tp));
-    if (r == 0) { /* the canonical tensors, as a checkpoint stores them */
-      tt.n = reg.n;
-      tt.groups = MT_CKPT_NGROUPS;
-      tt.names = calloc((size_t)reg.n, MT_NAME_MAX);
-      tt.ext = calloc((size_t)reg.n * MT_CKPT_NGROUPS, 2 * sizeof(int64_t));
-      for (int g = 0; g < MT_CKPT_NGROUPS; g++)
-        for (int i = 0; i < reg.n; i++) {
-          const mt_tensor *t = &reg.t[i];
-          snprintf(tt.names[i], MT_NAME_MAX, "%s", t->name);
-          tt.ext[g * reg.n + i][0] = t->ndim == 2 ? t->shape[0] : 1;
-          tt.ext[g * reg.n + i][1] = t->shape[t->ndim - 1];
-        }
-    }
+    if (r == 0) canonical_tensors(&tt, &reg); /* gpt2's tensors: 1-D and 2-D */
     /* this rank's whole local shard of each tensor; replicated ones once (tp rank 0) */
     for (int g = 0; g < MT_CKPT_NGROUPS; g++)
       for (int i = 0; i < reg.n; i++) {
@@ -213,21 +219,7 @@ static void moe_at(int ep, int etp) {
       mt_err err = {0};
       mt_gpt_layout lay = {1, 0, 0, s.n_layer, NULL, 0, 0, ep, er, etp, tr};
       MT_CHECK(mt_gpt_register_layout(&reg, &s, &lay, &err) == 0, "register: %s", err.msg);
-      if (er == 0 && tr == 0) {
-        tt.n = reg.n;
-        tt.groups = MT_CKPT_NGROUPS;
-        tt.names = calloc((size_t)reg.n, MT_NAME_MAX);
-        tt.ext = calloc((size_t)reg.n * MT_CKPT_NGROUPS, 2 * sizeof(int64_t));
-        for (int g = 0; g < MT_CKPT_NGROUPS; g++)
-          for (int i = 0; i < reg.n; i++) {
-            const mt_tensor *t = &reg.t[i];
-            snprintf(tt.names[i], MT_NAME_MAX, "%s", t->name);
-            int64_t r0 = 1;
-            for (int d = 0; d < t->ndim - 1; d++) r0 *= t->shape[d];
-            tt.ext[g * reg.n + i][0] = r0;
-            tt.ext[g * reg.n + i][1] = t->shape[t->ndim - 1];
-          }
-      }
+      if (er == 0 && tr == 0) canonical_tensors(&tt, &reg);
       mt_mesh mesh; /* only the folded coordinates matter here */
       memset(&mesh, 0, sizeof mesh);
       mesh.tp = mesh.cp = mesh.dp = mesh.pp = 1;
@@ -319,7 +311,5 @@ int main(int argc, char **argv) {
   const int folds[][2] = {{1, 1}, {2, 1}, {4, 1}, {2, 2}, {1, 4}, {4, 2}};
   for (size_t i = 0; i < sizeof folds / sizeof folds[0]; i++) moe_at(folds[i][0], folds[i][1]);
   MPI_Finalize();
-  if (*mt_check_failures()) return 1;
-  printf("PASS\n");
-  return 0;
+  return mt_check_summary("ckpt_layout");
 }

@@ -14,12 +14,7 @@ MT_SUFFIX=$1-$2
 MODE=$1
 NP=$2
 source "$(dirname "$0")/common_ckpt.sh"
-case $MODE in
-  shared) M=(--set ckpt.mode=shared) ;;
-  per-writer) M=(--set ckpt.mode=per-writer) ;;
-  async) M=(--set ckpt.mode=per-writer --set ckpt.async=true) ;;
-  *) fail "unknown mode $MODE" ;;
-esac
+ckpt_mode "$MODE"
 LAST=$((NP - 1))
 # steps 4 and 8 are periodic saves (asynchronous in async mode); 12 is the end
 S=(--set train.steps=12 --set ckpt.every=4 --set ckpt.keep=0 --set parallel.dp="$NP"

@@ -63,15 +63,8 @@ ref16=$(python3 "$REF" "$WORK/hf16" "$WORK/seqs.txt" 32)
 python3 -c "import sys; d = abs(float(sys.argv[1]) - float(sys.argv[2])); print(f'bf16 export: loss {sys.argv[2]} ({d:.1e} from fp32)'); sys.exit(0 if 0 < d < 2e-2 else 1)" "$ref" "$ref16" \
   || fail "the bf16 export is not the model within bf16 rounding"
 
-# bad input: one line each, exit 2, nothing written
-bad() {
-  local name=$1 re=$2
-  set +e; mt_mpirun 2 "$M" import "$WORK/$name" "$WORK/out_$name" --format hf > "$WORK/$name.log" 2>&1; local rc=$?; set -e
-  [ $rc -eq 2 ] && [ "$(grep -c "error:" "$WORK/$name.log")" -eq 1 ] && grep -Eq -- "$re" "$WORK/$name.log" \
-    || { cat "$WORK/$name.log"; fail "$name: rc $rc, want one line matching /$re/"; }
-  [ ! -e "$WORK/out_$name/step_0" ] || fail "$name: a checkpoint was written"
-  echo "ok   $name: $(grep error: "$WORK/$name.log")"
-}
+# bad input: one line each, exit 2, nothing written (on 2 ranks)
+bad() { hf_refused 2 "$@"; } # NAME REGEX
 # rewrite NAME PYTHON: a copy of the export whose tensors (dict name -> [dtype,
 # shape, bytes]) and config (cfg) PYTHON edits; the file is written again
 rewrite() {

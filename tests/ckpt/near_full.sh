@@ -22,12 +22,7 @@ if [ -z "${MT_NEAR_FULL_NS:-}" ]; then
 fi
 MODE=$1
 source "$(dirname "$0")/common_ckpt.sh"
-case $MODE in
-  shared) M=(--set ckpt.mode=shared) ;;
-  per-writer) M=(--set ckpt.mode=per-writer) ;;
-  async) M=(--set ckpt.mode=per-writer --set ckpt.async=true) ;;
-  *) fail "unknown mode $MODE" ;;
-esac
+ckpt_mode "$MODE"
 NP=2
 MNT="$WORK/mnt"
 mkdir -p "$MNT"

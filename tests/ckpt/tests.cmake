@@ -11,20 +11,16 @@ mt_script_test(resume_pp ckpt resume_pp.sh)
 mt_script_test(resume_bf16 ckpt resume_bf16.sh)
 
 # damages a checkpoint for the tests below (not installed, not for users)
-add_executable(ckpt_edit ${CMAKE_CURRENT_LIST_DIR}/ckpt_edit.c)
-target_link_libraries(ckpt_edit PRIVATE ${MT_ALL_LIBS})
+mt_test_program(ckpt_edit ${CMAKE_CURRENT_LIST_DIR}/ckpt_edit.c)
 # these two test the internals: the private header of lib/ckpt/core, with HDF5
 target_include_directories(ckpt_edit PRIVATE ${HDF5_INCLUDE_DIRS})
 target_compile_definitions(ckpt_edit PRIVATE ${HDF5_DEFINITIONS})
-set_target_properties(ckpt_edit PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
 # shape-only: gpt2-124m's padded vocabulary across tp and the coverage check
 # (also a unit test, so the ASan build runs it)
-add_executable(ckpt_layout ${CMAKE_CURRENT_LIST_DIR}/ckpt_layout.c)
-target_link_libraries(ckpt_layout PRIVATE ${MT_ALL_LIBS})
+mt_test_program(ckpt_layout ${CMAKE_CURRENT_LIST_DIR}/ckpt_layout.c)
 target_include_directories(ckpt_layout PRIVATE ${HDF5_INCLUDE_DIRS})
 target_compile_definitions(ckpt_layout PRIVATE ${HDF5_DEFINITIONS})
-set_target_properties(ckpt_layout PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 add_test(NAME ckpt.layout COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 --oversubscribe
   $<TARGET_FILE:ckpt_layout>)
 set_tests_properties(ckpt.layout PROPERTIES LABELS "ckpt;unit" TIMEOUT 120

@@ -23,9 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
-
-#include "../check.h"
+#include "comm_check.h"
 
 /* ------------------------------------------------------------------ */
 /* the stand-in device backend                                         */
@@ -160,15 +158,15 @@ static void *sa_alltoall_dim(mt_group *g, const void *send, void *recv, size_t s
   return finished();
 }
 
-static void *sa_send(mt_group *g, const float *buf, size_t n, int peer, int tag) {
+static void *sa_send(mt_group *g, const void *buf, size_t n, mt_dtype t, int peer, int tag) {
   handle *h = calloc(1, sizeof *h);
-  MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, g->comm, &h->req);
+  MPI_Isend(buf, (int)n, mpi_type(t), peer, tag, g->comm, &h->req);
   return h;
 }
 
-static void *sa_recv(mt_group *g, float *buf, size_t n, int peer, int tag) {
+static void *sa_recv(mt_group *g, void *buf, size_t n, mt_dtype t, int peer, int tag) {
   handle *h = calloc(1, sizeof *h);
-  MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, g->comm, &h->req);
+  MPI_Irecv(buf, (int)n, mpi_type(t), peer, tag, g->comm, &h->req);
   return h;
 }
 
@@ -222,12 +220,6 @@ static void fill(float *x, size_t n, int rank, int salt) {
   for (size_t i = 0; i < n; i++) x[i] = (float)((rank + 1) * 0.5 + (double)(i % 97) * 0.25 + salt);
 }
 
-static int same(const float *a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!(a[i] == b[i])) return 0;
-  return 1;
-}
-
 /* parts of N over n ranks as the registry cuts a bucket: the first N % n
  * ranks one element more */
 static void parts(size_t N, int n, int *counts, int *displs) {
@@ -275,10 +267,10 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   fill(h, N, r, salt);
   memcpy(d, h, N * sizeof(float));
   s = take(g);
-  mt_allreduce_sum_f32(g, h, N, MT_LOC_HOST);
+  mt_allreduce(g, h, N, MT_DT_F32, MT_RED_SUM, MT_LOC_HOST);
   hb = g->bytes - s.bytes;
   s = take(g);
-  mt_allreduce_sum_f32(g, d, N, MT_LOC_DEVICE);
+  mt_allreduce(g, d, N, MT_DT_F32, MT_RED_SUM, MT_LOC_DEVICE);
   snprintf(what, sizeof what, "allreduce sum N=%zu", N);
   expect_path(what, g, s, expect_direct, 1);
   MT_CHECK(same(h, d, N), "%s: device result differs", what);
@@ -286,23 +278,23 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
         what, g->bytes - s.bytes, hb, g->calls - s.calls);
   fill(h, N, r, salt + 1);
   memcpy(d, h, N * sizeof(float));
-  mt_allreduce_max_f32(g, h, N, MT_LOC_HOST);
-  mt_allreduce_max_f32(g, d, N, MT_LOC_DEVICE);
+  mt_allreduce(g, h, N, MT_DT_F32, MT_RED_MAX, MT_LOC_HOST);
+  mt_allreduce(g, d, N, MT_DT_F32, MT_RED_MAX, MT_LOC_DEVICE);
   MT_CHECK(same(h, d, N), "allreduce max: device result differs");
   double hd[3] = {r + 0.25, 2.0 * r, -1.0}, dd[3];
   memcpy(dd, hd, sizeof hd);
-  mt_allreduce_sum_f64(g, hd, 3, MT_LOC_HOST);
-  mt_allreduce_sum_f64(g, dd, 3, MT_LOC_DEVICE);
+  mt_allreduce(g, hd, 3, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  mt_allreduce(g, dd, 3, MT_DT_F64, MT_RED_SUM, MT_LOC_DEVICE);
   MT_CHECK(!memcmp(hd, dd, sizeof hd), "allreduce f64: device result differs");
 
   /* reduce-scatter and in-place all-gather over the registry's parts */
   fill(h, N, r, salt + 2);
   memcpy(d, h, N * sizeof(float));
   s = take(g);
-  mt_reduce_scatter_sum_f32(g, h, h2, counts, MT_LOC_HOST);
+  mt_reduce_scatter(g, h, h2, counts, MT_DT_F32, MT_LOC_HOST);
   hb = g->bytes - s.bytes;
   s = take(g);
-  mt_reduce_scatter_sum_f32(g, d, d2, counts, MT_LOC_DEVICE);
+  mt_reduce_scatter(g, d, d2, counts, MT_DT_F32, MT_LOC_DEVICE);
   snprintf(what, sizeof what, "reduce-scatter N=%zu (%s parts)", N,
            N % (size_t)n ? "uneven" : "equal");
   expect_path(what, g, s, expect_direct, 1);
@@ -311,8 +303,8 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   fill(h, N, r, salt + 3);
   memcpy(d, h, N * sizeof(float));
   s = take(g);
-  mt_allgatherv_inplace_f32(g, h, counts, displs, MT_LOC_HOST);
-  mt_allgatherv_inplace_f32(g, d, counts, displs, MT_LOC_DEVICE);
+  mt_allgatherv(g, NULL, h, counts, displs, MT_DT_F32, MT_LOC_HOST);
+  mt_allgatherv(g, NULL, d, counts, displs, MT_DT_F32, MT_LOC_DEVICE);
   snprintf(what, sizeof what, "allgatherv in place N=%zu", N);
   MT_CHECK(same(h, d, N), "%s: device result differs", what);
 
@@ -321,11 +313,11 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   mt_request rq;
   fill(h, N, r, salt + 4);
   memcpy(d, h, N * sizeof(float));
-  mt_iallreduce_sum_f32(g, h, N, MT_LOC_HOST, &rq);
+  mt_iallreduce(g, h, N, MT_DT_F32, MT_RED_SUM, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   long q0 = g_quiesce, w0 = g_waits;
   s = take(g);
-  mt_iallreduce_sum_f32(g, d, N, MT_LOC_DEVICE, &rq);
+  mt_iallreduce(g, d, N, MT_DT_F32, MT_RED_SUM, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   expect_path("iallreduce", g, s, expect_direct, 1);
   MT_CHECK(same(h, d, N), "iallreduce: device result differs");
@@ -335,16 +327,16 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   MT_CHECK(!rq.active, "iallreduce: request still active after mt_wait");
   fill(h, N, r, salt + 5);
   memcpy(d, h, N * sizeof(float));
-  mt_ireduce_scatter_sum_f32(g, h, h2, counts, MT_LOC_HOST, &rq);
+  mt_ireduce_scatter(g, h, h2, counts, MT_DT_F32, MT_LOC_HOST, &rq);
   mt_wait(&rq);
-  mt_ireduce_scatter_sum_f32(g, d, d2, counts, MT_LOC_DEVICE, &rq);
+  mt_ireduce_scatter(g, d, d2, counts, MT_DT_F32, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   MT_CHECK(same(h2, d2, (size_t)counts[r]), "ireduce_scatter: device result differs");
   fill(h2, (size_t)counts[r], r, salt + 6);
   memcpy(d2, h2, (size_t)counts[r] * sizeof(float));
-  mt_iallgatherv_f32(g, h2, h, counts, displs, MT_LOC_HOST, &rq);
+  mt_iallgatherv(g, h2, h, counts, displs, MT_DT_F32, MT_LOC_HOST, &rq);
   mt_wait(&rq);
-  mt_iallgatherv_f32(g, d2, d, counts, displs, MT_LOC_DEVICE, &rq);
+  mt_iallgatherv(g, d2, d, counts, displs, MT_DT_F32, MT_LOC_DEVICE, &rq);
   for (int spin = 0; rq.active && spin < 1000000; spin++) mt_progress(&rq);
   MT_CHECK(!rq.active, "iallgatherv: mt_progress never finished the request");
   MT_CHECK(same(h, d, N), "iallgatherv: device result differs");
@@ -356,18 +348,18 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
     fill(h, outer * inner * n, r, salt + 7);
     memcpy(d, h, outer * inner * n * sizeof(float));
     s = take(g);
-    mt_reduce_scatter_dim_f32(g, h, h2, outer, inner, scratch, MT_LOC_HOST);
+    mt_reduce_scatter_dim(g, h, h2, outer, inner, scratch, MT_DT_F32, MT_LOC_HOST);
     hb = g->bytes - s.bytes;
     s = take(g);
-    mt_reduce_scatter_dim_f32(g, d, d2, outer, inner, scratch, MT_LOC_DEVICE);
+    mt_reduce_scatter_dim(g, d, d2, outer, inner, scratch, MT_DT_F32, MT_LOC_DEVICE);
     snprintf(what, sizeof what, "reduce_scatter_dim outer=%zu", outer);
     expect_path(what, g, s, expect_direct, 1);
     MT_CHECK(same(h2, d2, outer * inner), "%s: device result differs", what);
     MT_CHECK(g->bytes - s.bytes == hb, "%s: bytes %g, host %g", what, g->bytes - s.bytes, hb);
     fill(h2, outer * inner, r, salt + 8);
     memcpy(d2, h2, outer * inner * sizeof(float));
-    mt_allgather_dim_f32(g, h2, h, outer, inner, MT_LOC_HOST);
-    mt_allgather_dim_f32(g, d2, d, outer, inner, MT_LOC_DEVICE);
+    mt_allgather_dim(g, h2, h, outer, inner, MT_DT_F32, MT_LOC_HOST);
+    mt_allgather_dim(g, d2, d, outer, inner, MT_DT_F32, MT_LOC_DEVICE);
     MT_CHECK(same(h, d, outer * inner * n), "allgather_dim outer=%zu: device result differs", outer);
     free(scratch);
   }
@@ -377,10 +369,10 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
     const size_t inner = 12, blk = outer * inner, tot = blk * (size_t)n;
     fill(h, tot, r, salt + 9);
     memcpy(d, h, tot * sizeof(float));
-    mt_alltoall_dim_f32(g, h, h2, outer, inner, 2 * outer, inner / 2, MT_LOC_HOST);
+    mt_alltoall_dim(g, h, h2, outer, inner, 2 * outer, inner / 2, MT_DT_F32, MT_LOC_HOST);
     long dev0 = g->device_direct + g->device_staged;
     s = take(g);
-    mt_alltoall_dim_f32(g, d, d2, outer, inner, 2 * outer, inner / 2, MT_LOC_DEVICE);
+    mt_alltoall_dim(g, d, d2, outer, inner, 2 * outer, inner / 2, MT_DT_F32, MT_LOC_DEVICE);
     snprintf(what, sizeof what, "alltoall_dim outer=%zu", outer);
     expect_path(what, g, s, expect_direct, 1);
     MT_CHECK(same(h2, d2, tot), "%s: device result differs", what);
@@ -401,16 +393,16 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
     }
     fill(h, st, r, salt + 10);
     memcpy(d, h, st * sizeof(float));
-    mt_alltoallv_f32(g, h, sc, h2, rc, MT_LOC_HOST);
+    mt_alltoallv(g, h, sc, h2, rc, MT_DT_F32, MT_LOC_HOST);
     s = take(g);
-    mt_alltoallv_f32(g, d, sc, d2, rc, MT_LOC_DEVICE);
+    mt_alltoallv(g, d, sc, d2, rc, MT_DT_F32, MT_LOC_DEVICE);
     expect_path("alltoallv", g, s, expect_direct, 1);
     MT_CHECK(same(h2, d2, rt), "alltoallv: device result differs");
     fill(h, gc[r], r, salt + 11);
     memcpy(d, h, gc[r] * sizeof(float));
-    mt_allgatherv_f32(g, h, h2, gc, MT_LOC_HOST);
+    mt_allgatherv_packed(g, h, h2, gc, MT_DT_F32, MT_LOC_HOST);
     s = take(g);
-    mt_allgatherv_f32(g, d, d2, gc, MT_LOC_DEVICE);
+    mt_allgatherv_packed(g, d, d2, gc, MT_DT_F32, MT_LOC_DEVICE);
     expect_path("allgatherv (variable parts)", g, s, expect_direct, 1);
     MT_CHECK(same(h2, d2, gt), "allgatherv (variable parts): device result differs");
     free(sc);
@@ -473,10 +465,10 @@ static void run_group16(mt_group *g, int expect_direct, size_t N, int salt) {
     else fill16_rounded(h, N, r);
     memcpy(d, h, N * 2);
     s = take(g);
-    mt_allreduce_sum_bf16(g, h, N, MT_LOC_HOST);
+    mt_allreduce(g, h, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_HOST);
     hb = g->bytes - s.bytes;
     s = take(g);
-    mt_allreduce_sum_bf16(g, d, N, MT_LOC_DEVICE);
+    mt_allreduce(g, d, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_DEVICE);
     snprintf(what, sizeof what, "allreduce bf16 N=%zu (%s sums)", N, exact ? "exact" : "rounded");
     check16(what, g, s, hb, expect_direct, h, d, N);
   }
@@ -485,12 +477,12 @@ static void run_group16(mt_group *g, int expect_direct, size_t N, int salt) {
   fill16(h, N, r, salt + 1);
   memcpy(d, h, N * 2);
   s = take(g);
-  mt_iallreduce_sum_bf16(g, h, N, MT_LOC_HOST, &rq);
+  mt_iallreduce(g, h, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   hb = g->bytes - s.bytes;
   long q0 = g_quiesce, w0 = g_waits;
   s = take(g);
-  mt_iallreduce_sum_bf16(g, d, N, MT_LOC_DEVICE, &rq);
+  mt_iallreduce(g, d, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   snprintf(what, sizeof what, "iallreduce bf16 N=%zu", N);
   check16(what, g, s, hb, expect_direct, h, d, N);
@@ -501,11 +493,11 @@ static void run_group16(mt_group *g, int expect_direct, size_t N, int salt) {
   fill16(h, N, r, salt + 2);
   memcpy(d, h, N * 2);
   s = take(g);
-  mt_ireduce_scatter_sum_bf16(g, h, h2, counts, MT_LOC_HOST, &rq);
+  mt_ireduce_scatter(g, h, h2, counts, MT_DT_BF16, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   hb = g->bytes - s.bytes;
   s = take(g);
-  mt_ireduce_scatter_sum_bf16(g, d, d2, counts, MT_LOC_DEVICE, &rq);
+  mt_ireduce_scatter(g, d, d2, counts, MT_DT_BF16, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   snprintf(what, sizeof what, "ireduce_scatter bf16 N=%zu (%s parts)", N, shape);
   check16(what, g, s, hb, expect_direct, h2, d2, (size_t)counts[r]);
@@ -515,20 +507,20 @@ static void run_group16(mt_group *g, int expect_direct, size_t N, int salt) {
   fill16(h, N, r, salt + 3);
   memcpy(d, h, N * 2);
   s = take(g);
-  mt_allgatherv_inplace_u16(g, h, counts, displs, MT_LOC_HOST);
+  mt_allgatherv(g, NULL, h, counts, displs, MT_DT_BF16, MT_LOC_HOST);
   hb = g->bytes - s.bytes;
   s = take(g);
-  mt_allgatherv_inplace_u16(g, d, counts, displs, MT_LOC_DEVICE);
+  mt_allgatherv(g, NULL, d, counts, displs, MT_DT_BF16, MT_LOC_DEVICE);
   snprintf(what, sizeof what, "allgatherv in place u16 N=%zu (%s parts)", N, shape);
   check16(what, g, s, hb, expect_direct, h, d, N);
   fill16(h2, (size_t)counts[r], r, salt + 4);
   memcpy(d2, h2, (size_t)counts[r] * 2);
   s = take(g);
-  mt_iallgatherv_u16(g, h2, h, counts, displs, MT_LOC_HOST, &rq);
+  mt_iallgatherv(g, h2, h, counts, displs, MT_DT_BF16, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   hb = g->bytes - s.bytes;
   s = take(g);
-  mt_iallgatherv_u16(g, d2, d, counts, displs, MT_LOC_DEVICE, &rq);
+  mt_iallgatherv(g, d2, d, counts, displs, MT_DT_BF16, MT_LOC_DEVICE, &rq);
   for (int spin = 0; rq.active && spin < 1000000; spin++) mt_progress(&rq);
   snprintf(what, sizeof what, "iallgatherv u16 N=%zu (%s parts)", N, shape);
   MT_CHECK(!rq.active, "%s: mt_progress never finished the request", what);
@@ -541,19 +533,19 @@ static void run_group16(mt_group *g, int expect_direct, size_t N, int salt) {
     fill16(h, part * n, r, salt + 5);
     memcpy(d, h, part * n * 2);
     s = take(g);
-    mt_reduce_scatter_dim_bf16(g, h, h2, outer, inner, scratch, MT_LOC_HOST);
+    mt_reduce_scatter_dim(g, h, h2, outer, inner, scratch, MT_DT_BF16, MT_LOC_HOST);
     hb = g->bytes - s.bytes;
     s = take(g);
-    mt_reduce_scatter_dim_bf16(g, d, d2, outer, inner, scratch, MT_LOC_DEVICE);
+    mt_reduce_scatter_dim(g, d, d2, outer, inner, scratch, MT_DT_BF16, MT_LOC_DEVICE);
     snprintf(what, sizeof what, "reduce_scatter_dim bf16 outer=%zu", outer);
     check16(what, g, s, hb, expect_direct, h2, d2, part);
     fill16(h2, part, r, salt + 6);
     memcpy(d2, h2, part * 2);
     s = take(g);
-    mt_allgather_dim_u16(g, h2, h, outer, inner, MT_LOC_HOST);
+    mt_allgather_dim(g, h2, h, outer, inner, MT_DT_BF16, MT_LOC_HOST);
     hb = g->bytes - s.bytes;
     s = take(g);
-    mt_allgather_dim_u16(g, d2, d, outer, inner, MT_LOC_DEVICE);
+    mt_allgather_dim(g, d2, d, outer, inner, MT_DT_BF16, MT_LOC_DEVICE);
     snprintf(what, sizeof what, "allgather_dim u16 outer=%zu", outer);
     check16(what, g, s, hb, expect_direct, h, d, part * n);
     free(scratch);
@@ -565,10 +557,10 @@ static void run_group16(mt_group *g, int expect_direct, size_t N, int salt) {
     fill16(h, tot, r, salt + 7);
     memcpy(d, h, tot * 2);
     s = take(g);
-    mt_alltoall_dim_u16(g, h, h2, outer, inner, 2 * outer, inner / 2, MT_LOC_HOST);
+    mt_alltoall_dim(g, h, h2, outer, inner, 2 * outer, inner / 2, MT_DT_BF16, MT_LOC_HOST);
     hb = g->bytes - s.bytes;
     s = take(g);
-    mt_alltoall_dim_u16(g, d, d2, outer, inner, 2 * outer, inner / 2, MT_LOC_DEVICE);
+    mt_alltoall_dim(g, d, d2, outer, inner, 2 * outer, inner / 2, MT_DT_BF16, MT_LOC_DEVICE);
     snprintf(what, sizeof what, "alltoall_dim u16 outer=%zu", outer);
     check16(what, g, s, hb, expect_direct, h2, d2, tot);
   }
@@ -583,10 +575,10 @@ static void run_group16(mt_group *g, int expect_direct, size_t N, int salt) {
   fill16(h, st, r, salt + 8);
   memcpy(d, h, st * 2);
   s = take(g);
-  mt_alltoallv_u16(g, h, sc, h2, rc, MT_LOC_HOST);
+  mt_alltoallv(g, h, sc, h2, rc, MT_DT_BF16, MT_LOC_HOST);
   hb = g->bytes - s.bytes;
   s = take(g);
-  mt_alltoallv_u16(g, d, sc, d2, rc, MT_LOC_DEVICE);
+  mt_alltoallv(g, d, sc, d2, rc, MT_DT_BF16, MT_LOC_DEVICE);
   check16("alltoallv u16", g, s, hb, expect_direct, h2, d2, rt);
   free(sc);
   free(h), free(d), free(h2), free(d2), free(counts), free(displs);
@@ -605,13 +597,13 @@ static void run_p2p(mt_group *g, int has_channels) {
     mt_request s1, r1;
     fill(h2, N, r, 20 + k);
     memcpy(d2, h2, N * sizeof(float));
-    mt_irecv_f32(g, h, N, prev, tags[k], MT_LOC_HOST, &r1);
-    mt_isend_f32(g, h2, N, next, tags[k], MT_LOC_HOST, &s1);
+    mt_irecv(g, h, N, MT_DT_F32, prev, tags[k], MT_LOC_HOST, &r1);
+    mt_isend(g, h2, N, MT_DT_F32, next, tags[k], MT_LOC_HOST, &s1);
     mt_wait(&r1);
     mt_wait(&s1);
     snap s = take(g);
-    mt_irecv_f32(g, d, N, prev, tags[k], MT_LOC_DEVICE, &r1);
-    mt_isend_f32(g, d2, N, next, tags[k], MT_LOC_DEVICE, &s1);
+    mt_irecv(g, d, N, MT_DT_F32, prev, tags[k], MT_LOC_DEVICE, &r1);
+    mt_isend(g, d2, N, MT_DT_F32, next, tags[k], MT_LOC_DEVICE, &s1);
     for (int spin = 0; r1.active && spin < 1000000; spin++) mt_progress(&r1);
     mt_wait(&r1);
     mt_wait(&s1);
@@ -626,25 +618,17 @@ static void run_p2p(mt_group *g, int has_channels) {
   int partner = n == 1 ? 0 : (r ^ 1) < n ? r ^ 1 : r;
   fill(h2, N, r, 30);
   memcpy(d2, h2, N * sizeof(float));
-  mt_sendrecv_f32(g, h2, h, N, partner, MT_TAG_PP_TIED, MT_LOC_HOST);
+  mt_sendrecv(g, h2, h, N, MT_DT_F32, partner, MT_TAG_PP_TIED, MT_LOC_HOST);
   snap s = take(g);
-  mt_sendrecv_f32(g, d2, d, N, partner, MT_TAG_PP_TIED, MT_LOC_DEVICE);
+  mt_sendrecv(g, d2, d, N, MT_DT_F32, partner, MT_TAG_PP_TIED, MT_LOC_DEVICE);
   expect_path("sendrecv", g, s, has_channels, 2);
   MT_CHECK(same(h, d, N), "sendrecv: device result differs");
   free(h), free(d), free(h2), free(d2);
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
   mt_mesh mesh;
-  mt_err e = {0};
-  int world;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (mt_mesh_create(&mesh, 1, 1, world, 1, &e) != 0) {
-    fprintf(stderr, "%s\n", e.msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  int world = comm_test_start(&argc, &argv, &mesh);
   mt_comm_device_copy dev = {to_host, to_device};
   mt_comm_set_device_copy(&dev);
   mt_comm_set_direct(&g_standin);

@@ -6,8 +6,9 @@
  * through those functions, and count the same bytes on the group. A call
  * that read device memory directly would still work here, so the test also
  * checks that each device call made copies in both directions it needs.
- * Also the 16-bit all-to-all (host buffers) against the f32 one, and every
- * 16-bit call on device buffers against its host form.
+ * Also the 16-bit all-to-all (host buffers) against the f32 one, every
+ * 16-bit call on device buffers against its host form, and the exchanges
+ * of fixed blocks (int32 all-gather and all-to-all, fp64 gather).
  * Run on 2 and 4 ranks (device_staging.sh). */
 #include <math.h>
 #include <stdint.h>
@@ -15,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "comm_check.h"
 
 static long g_to_host, g_to_device;
 static void to_host(void *dst, const void *src, size_t bytes) {
@@ -27,30 +28,13 @@ static void to_device(void *dst, const void *src, size_t bytes) {
   g_to_device++;
 }
 
-#include "../check.h"
-
 static void fill(float *x, size_t n, int rank, int salt) {
   for (size_t i = 0; i < n; i++) x[i] = (float)((rank + 1) * 0.5 + (double)i * 0.25 + salt);
 }
 
-/* same floats, NaN-aware */
-static int same(const float *a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!(a[i] == b[i])) return 0;
-  return 1;
-}
-
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
   mt_mesh mesh;
-  mt_err e = {0};
-  int world;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (mt_mesh_create(&mesh, 1, 1, world, 1, &e) != 0) {
-    fprintf(stderr, "%s\n", e.msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  comm_test_start(&argc, &argv, &mesh);
   mt_group *g = &mesh.dp_g;
   const int r = g->rank, n = g->size;
   const size_t N = 1000;
@@ -70,10 +54,10 @@ int main(int argc, char **argv) {
   fill(h, N, r, 0);
   memcpy(d, h, N * sizeof(float));
   double b0 = g->bytes;
-  mt_allreduce_sum_f32(g, h, N, MT_LOC_HOST);
+  mt_allreduce(g, h, N, MT_DT_F32, MT_RED_SUM, MT_LOC_HOST);
   double host_bytes = g->bytes - b0;
   long th = g_to_host, td = g_to_device;
-  mt_allreduce_sum_f32(g, d, N, MT_LOC_DEVICE);
+  mt_allreduce(g, d, N, MT_DT_F32, MT_RED_SUM, MT_LOC_DEVICE);
   MT_CHECK(same(h, d, N), "allreduce: device result differs");
   MT_CHECK(g->bytes - b0 == 2 * host_bytes, "allreduce: bytes %g, host %g", g->bytes - b0 - host_bytes,
         host_bytes);
@@ -82,38 +66,38 @@ int main(int argc, char **argv) {
   /* reduce-scatter */
   fill(h, N, r, 1);
   memcpy(d, h, N * sizeof(float));
-  mt_reduce_scatter_sum_f32(g, h, h2, counts, MT_LOC_HOST);
-  mt_reduce_scatter_sum_f32(g, d, d2, counts, MT_LOC_DEVICE);
+  mt_reduce_scatter(g, h, h2, counts, MT_DT_F32, MT_LOC_HOST);
+  mt_reduce_scatter(g, d, d2, counts, MT_DT_F32, MT_LOC_DEVICE);
   MT_CHECK(same(h2, d2, (size_t)counts[r]), "reduce-scatter: device result differs");
 
   /* all-gather in place */
   fill(h, N, r, 2);
   memcpy(d, h, N * sizeof(float));
-  mt_allgatherv_inplace_f32(g, h, counts, displs, MT_LOC_HOST);
-  mt_allgatherv_inplace_f32(g, d, counts, displs, MT_LOC_DEVICE);
+  mt_allgatherv(g, NULL, h, counts, displs, MT_DT_F32, MT_LOC_HOST);
+  mt_allgatherv(g, NULL, d, counts, displs, MT_DT_F32, MT_LOC_DEVICE);
   MT_CHECK(same(h, d, N), "allgatherv: device result differs");
 
   /* non-blocking: all-reduce, reduce-scatter, all-gather */
   mt_request rq;
   fill(h, N, r, 3);
   memcpy(d, h, N * sizeof(float));
-  mt_iallreduce_sum_f32(g, h, N, MT_LOC_HOST, &rq);
+  mt_iallreduce(g, h, N, MT_DT_F32, MT_RED_SUM, MT_LOC_HOST, &rq);
   mt_wait(&rq);
-  mt_iallreduce_sum_f32(g, d, N, MT_LOC_DEVICE, &rq);
+  mt_iallreduce(g, d, N, MT_DT_F32, MT_RED_SUM, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   MT_CHECK(same(h, d, N), "iallreduce: device result differs");
   fill(h, N, r, 4);
   memcpy(d, h, N * sizeof(float));
-  mt_ireduce_scatter_sum_f32(g, h, h2, counts, MT_LOC_HOST, &rq);
+  mt_ireduce_scatter(g, h, h2, counts, MT_DT_F32, MT_LOC_HOST, &rq);
   mt_wait(&rq);
-  mt_ireduce_scatter_sum_f32(g, d, d2, counts, MT_LOC_DEVICE, &rq);
+  mt_ireduce_scatter(g, d, d2, counts, MT_DT_F32, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   MT_CHECK(same(h2, d2, (size_t)counts[r]), "ireduce_scatter: device result differs");
   fill(h2, (size_t)counts[r], r, 5);
   memcpy(d2, h2, (size_t)counts[r] * sizeof(float));
-  mt_iallgatherv_f32(g, h2, h, counts, displs, MT_LOC_HOST, &rq);
+  mt_iallgatherv(g, h2, h, counts, displs, MT_DT_F32, MT_LOC_HOST, &rq);
   mt_wait(&rq);
-  mt_iallgatherv_f32(g, d2, d, counts, displs, MT_LOC_DEVICE, &rq);
+  mt_iallgatherv(g, d2, d, counts, displs, MT_DT_F32, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   MT_CHECK(same(h, d, N), "iallgatherv: device result differs");
 
@@ -122,13 +106,13 @@ int main(int argc, char **argv) {
   float *scratch = calloc(2 * outer * inner, sizeof(float));
   fill(h, outer * inner * n, r, 6);
   memcpy(d, h, outer * inner * n * sizeof(float));
-  mt_reduce_scatter_dim_f32(g, h, h2, outer, inner, scratch, MT_LOC_HOST);
-  mt_reduce_scatter_dim_f32(g, d, d2, outer, inner, scratch, MT_LOC_DEVICE);
+  mt_reduce_scatter_dim(g, h, h2, outer, inner, scratch, MT_DT_F32, MT_LOC_HOST);
+  mt_reduce_scatter_dim(g, d, d2, outer, inner, scratch, MT_DT_F32, MT_LOC_DEVICE);
   MT_CHECK(same(h2, d2, outer * inner), "reduce_scatter_dim: device result differs");
   fill(h2, outer * inner, r, 7);
   memcpy(d2, h2, outer * inner * sizeof(float));
-  mt_allgather_dim_f32(g, h2, h, outer, inner, MT_LOC_HOST);
-  mt_allgather_dim_f32(g, d2, d, outer, inner, MT_LOC_DEVICE);
+  mt_allgather_dim(g, h2, h, outer, inner, MT_DT_F32, MT_LOC_HOST);
+  mt_allgather_dim(g, d2, d, outer, inner, MT_DT_F32, MT_LOC_DEVICE);
   MT_CHECK(same(h, d, outer * inner * n), "allgather_dim: device result differs");
   /* Ulysses' all-to-all on 16-bit elements (bf16 as bits; host memory
    * only): the elements the f32 form moves, half its bytes counted */
@@ -140,13 +124,13 @@ int main(int argc, char **argv) {
       h2[i] = (float)us[i];
     }
     double f0 = g->bytes;
-    mt_alltoall_dim_f32(g, h2, h, ao, ai, 2 * ao, ai / 2, MT_LOC_HOST);
+    mt_alltoall_dim(g, h2, h, ao, ai, 2 * ao, ai / 2, MT_DT_F32, MT_LOC_HOST);
     double u0 = g->bytes;
-    mt_alltoall_dim_u16(g, us, ur, ao, ai, 2 * ao, ai / 2, MT_LOC_HOST);
+    mt_alltoall_dim(g, us, ur, ao, ai, 2 * ao, ai / 2, MT_DT_BF16, MT_LOC_HOST);
     int ok = 1;
     for (size_t i = 0; i < tot; i++) ok &= (float)ur[i] == h[i];
-    MT_CHECK(ok, "alltoall_dim_u16: the elements differ from the f32 all-to-all's");
-    MT_CHECK(2 * (g->bytes - u0) == u0 - f0, "alltoall_dim_u16: bytes %g, f32 %g", g->bytes - u0,
+    MT_CHECK(ok, "alltoall_dim bf16: the elements differ from the f32 all-to-all's");
+    MT_CHECK(2 * (g->bytes - u0) == u0 - f0, "alltoall_dim bf16: bytes %g, f32 %g", g->bytes - u0,
              u0 - f0);
     free(us);
   }
@@ -181,25 +165,26 @@ int main(int argc, char **argv) {
         }
         mt_request q16;
         switch (call) {
-        case 0: mt_allgatherv_inplace_u16(g, o, counts, displs, loc); break;
+        case 0: mt_allgatherv(g, NULL, o, counts, displs, MT_DT_BF16, loc); break;
         case 1:
-          mt_iallgatherv_u16(g, s, o, counts, displs, loc, &q16);
+          mt_iallgatherv(g, s, o, counts, displs, MT_DT_BF16, loc, &q16);
           mt_wait(&q16);
           break;
-        case 2: mt_alltoallv_u16(g, s, sc, o, rc, loc); break;
-        case 3: mt_allreduce_sum_bf16(g, s, N, loc); o = s; break;
+        case 2: mt_alltoallv(g, s, sc, o, rc, MT_DT_BF16, loc); break;
+        case 3: mt_allreduce(g, s, N, MT_DT_BF16, MT_RED_SUM, loc); o = s; break;
         case 4:
-          mt_iallreduce_sum_bf16(g, s, N, loc, &q16);
+          mt_iallreduce(g, s, N, MT_DT_BF16, MT_RED_SUM, loc, &q16);
           mt_wait(&q16);
           o = s;
           break;
         case 5:
-          mt_ireduce_scatter_sum_bf16(g, s, o, counts, loc, &q16);
+          mt_ireduce_scatter(g, s, o, counts, MT_DT_BF16, loc, &q16);
           mt_wait(&q16);
           break;
-        case 6: mt_allgather_dim_u16(g, s, o, outer16, inner16, loc); break;
-        case 7: mt_alltoall_dim_u16(g, s, o, outer16, inner16 * n, outer16 * n, inner16, loc); break;
-        case 8: mt_reduce_scatter_dim_bf16(g, s, o, outer16, inner16, scr, loc); break;
+        case 6: mt_allgather_dim(g, s, o, outer16, inner16, MT_DT_BF16, loc); break;
+        case 7: mt_alltoall_dim(g, s, o, outer16, inner16 * n, outer16 * n, inner16, MT_DT_BF16,
+                                loc); break;
+        case 8: mt_reduce_scatter_dim(g, s, o, outer16, inner16, scr, MT_DT_BF16, loc); break;
         }
       }
       const uint16_t *hres = call == 3 || call == 4 ? hs : hr, *dres = call == 3 || call == 4 ? ds : dr;
@@ -215,24 +200,67 @@ int main(int argc, char **argv) {
     free(sc);
   }
 
+  /* fixed blocks of int32 (MoE routing counts) and of fp64 (the summary's
+   * gather): host values against the expected ones, device buffers against
+   * the host call, the same bytes counted */
+  {
+    const size_t k = 3, M = k * (size_t)n;
+    int *hs = calloc(4 * M, sizeof(int)), *hr = hs + M, *ds = hs + 2 * M, *dr = hs + 3 * M;
+    for (int call = 0; call < 2; call++) {
+      for (size_t i = 0; i < M; i++) hs[i] = ds[i] = 1000 * r + (int)i, hr[i] = dr[i] = -1;
+      double c0 = g->bytes;
+      if (call == 0) mt_allgather(g, hs, hr, k, MT_DT_I32, MT_LOC_HOST);
+      else mt_alltoall(g, hs, hr, k, MT_DT_I32, MT_LOC_HOST);
+      double hb = g->bytes - c0;
+      long h0 = g_to_host, d0 = g_to_device;
+      if (call == 0) mt_allgather(g, ds, dr, k, MT_DT_I32, MT_LOC_DEVICE);
+      else mt_alltoall(g, ds, dr, k, MT_DT_I32, MT_LOC_DEVICE);
+      int ok = 1; /* block q of recv: rank q's block (all-gather: 0, all-to-all: r) */
+      for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < k; i++)
+          ok &= hr[(size_t)q * k + i] == 1000 * q + (int)((call ? (size_t)r * k : 0) + i);
+      const char *name = call ? "alltoall i32" : "allgather i32";
+      MT_CHECK(ok, "%s: wrong values", name);
+      MT_CHECK(!memcmp(hr, dr, M * sizeof(int)), "%s: device result differs", name);
+      const double want = call ? (double)(n - 1) * (double)(k * sizeof(int))
+                               : mt_bytes_allgather(M * sizeof(int), n);
+      MT_CHECK(hb == want && g->bytes - c0 == 2 * hb, "%s: bytes %g (want %g), device %g", name,
+               hb, want, g->bytes - c0 - hb);
+      MT_CHECK(n == 1 || (g_to_host > h0 && g_to_device > d0), "%s: no staging copies", name);
+    }
+    double mine[2] = {r + 0.5, -r}, *all_h = calloc(4 * (size_t)n, sizeof(double));
+    double *all_d = all_h + 2 * n;
+    mt_gather(g, mine, all_h, 2, MT_DT_F64, 0, MT_LOC_HOST);
+    mt_gather(g, mine, all_d, 2, MT_DT_F64, 0, MT_LOC_DEVICE);
+    if (r == 0) {
+      int ok = 1;
+      for (int q = 0; q < n; q++) ok &= all_h[2 * q] == q + 0.5 && all_h[2 * q + 1] == -q;
+      MT_CHECK(ok, "gather f64: wrong values");
+      MT_CHECK(!memcmp(all_h, all_d, (size_t)n * 2 * sizeof(double)),
+               "gather f64: device result differs");
+    }
+    free(all_h);
+    free(hs);
+  }
+
   /* point-to-point ring: send to the next, receive from the previous */
   int next = (r + 1) % n, prev = (r + n - 1) % n;
   fill(h2, N, r, 8);
   memcpy(d2, h2, N * sizeof(float));
   mt_request s1, r1;
-  mt_irecv_f32(g, h, N, prev, 5, MT_LOC_HOST, &r1);
-  mt_isend_f32(g, h2, N, next, 5, MT_LOC_HOST, &s1);
+  mt_irecv(g, h, N, MT_DT_F32, prev, 5, MT_LOC_HOST, &r1);
+  mt_isend(g, h2, N, MT_DT_F32, next, 5, MT_LOC_HOST, &s1);
   mt_wait(&r1);
   mt_wait(&s1);
-  mt_irecv_f32(g, d, N, prev, 6, MT_LOC_DEVICE, &r1);
-  mt_isend_f32(g, d2, N, next, 6, MT_LOC_DEVICE, &s1);
+  mt_irecv(g, d, N, MT_DT_F32, prev, 6, MT_LOC_DEVICE, &r1);
+  mt_isend(g, d2, N, MT_DT_F32, next, 6, MT_LOC_DEVICE, &s1);
   mt_wait(&r1);
   mt_wait(&s1);
   MT_CHECK(same(h, d, N), "isend/irecv: device result differs");
   /* exchange with a partner (ranks in pairs) */
   int partner = n == 1 ? 0 : (r ^ 1) < n ? r ^ 1 : r;
-  mt_sendrecv_f32(g, h2, h, N, partner, 7, MT_LOC_HOST);
-  mt_sendrecv_f32(g, d2, d, N, partner, 7, MT_LOC_DEVICE);
+  mt_sendrecv(g, h2, h, N, MT_DT_F32, partner, 7, MT_LOC_HOST);
+  mt_sendrecv(g, d2, d, N, MT_DT_F32, partner, 7, MT_LOC_DEVICE);
   MT_CHECK(same(h, d, N), "sendrecv: device result differs");
 
   MT_CHECK(mt_comm_staged_calls() > 0, "no call was staged");

@@ -3,9 +3,5 @@
 # copy functions, with the same bytes counted (and the 16-bit all-to-all
 # against the f32 one on host buffers). 2 and 4 ranks.
 source "$(dirname "$0")/../scripts/common.sh"
-for np in 2 4; do
-  mt_mpirun "$np" "$MT_TESTBIN/comm_device_staging" > "$WORK/np$np.log" 2>&1 \
-    || { cat "$WORK/np$np.log"; fail "device staging on $np ranks"; }
-  cat "$WORK/np$np.log"
-done
+mt_test_program comm_device_staging 2 4
 echo PASS

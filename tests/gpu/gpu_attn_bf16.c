@@ -69,28 +69,7 @@ static const mt_ops_bf16 *ref; /* the CPU's bf16 table */
 static mt_ops_bf16 g;          /* the nine members under test; the rest NULL */
 
 /* ------------------------------------------------------------------ */
-/* bf16 buffers                                                        */
-
-static mt_bf16 *rnd_bf16(size_t n, float lo, float hi) {
-  mt_bf16 *x = malloc((n ? n : 1) * sizeof(mt_bf16));
-  for (size_t i = 0; i < n; i++) x[i] = mt_bf16_from_f32(urand(lo, hi));
-  return x;
-}
-static void *dup_bytes(const void *x, size_t bytes) {
-  void *y = malloc(bytes ? bytes : 1);
-  memcpy(y, x, bytes);
-  return y;
-}
-static void *dev_bytes(const void *h, size_t bytes) {
-  void *d = gpu->alloc(MT_MEM_OTHER, bytes ? bytes : 1);
-  gpu->upload(d, h, bytes);
-  return d;
-}
-static void *host_bytes(const void *d, size_t bytes) {
-  void *h = malloc(bytes ? bytes : 1);
-  gpu->download(h, d, bytes);
-  return h;
-}
+/* bf16 comparisons                                                    */
 
 /* A bf16 tensor (device d) against the CPU's (host r): max |gpu - ref| /
  * max |ref| within tol and, where share_tol >= 0, the share of elements
@@ -118,13 +97,6 @@ static void cmp_bf16(const char *what, const mt_bf16 *r, const mt_bf16 *d, size_
 #define CMPB1(what, r, d, n) cmp_bf16(what, r, d, n, TOL_BF16, TOL_SHARE)
 #define CMPB(what, r, d, n, tol) cmp_bf16(what, r, d, n, tol, -1.0)
 
-/* 1 when device d holds the bytes of host h */
-static int same_bytes(const void *h, const void *d, size_t bytes) {
-  void *x = host_bytes(d, bytes);
-  int same = !memcmp(h, x, bytes);
-  free(x);
-  return same;
-}
 /* 1 when the two device buffers hold the same bytes */
 static int same_dev_bytes(const void *d1, const void *d2, size_t bytes) {
   void *x = host_bytes(d1, bytes);
@@ -471,10 +443,5 @@ int main(int argc, char **argv) {
   }
   mt_cuda_shutdown();
   MPI_Finalize();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "gpu_attn_bf16: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("gpu_attn_bf16: all checks passed\n");
-  return 0;
+  return mt_check_summary("gpu_attn_bf16");
 }

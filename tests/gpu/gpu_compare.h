@@ -1,5 +1,7 @@
-/* What gpu_ops, gpu_moe_ops and gpu_attn_bf16 share: the two op tables, a
- * seeded generator, device copies, and the comparison that reports one line
+/* What the GPU comparisons (gpu_ops, gpu_ops_bf16, gpu_moe_ops, gpu_edges,
+ * gpu_attn_bf16) share: the two op tables, their random inputs (urand, rnd,
+ * rnd_bf16 over tests/test_rng.h's generator, which each program seeds),
+ * copies between host and device, and the comparison that reports one line
  * per check (max |gpu - cpu| / max |cpu|; NaN fails) and counts failures.
  * Include once, from the program's one source file. */
 #ifndef MT_TESTS_GPU_COMPARE_H
@@ -8,6 +10,7 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "../check.h"
+#include "../test_rng.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,39 +18,52 @@
 #include <string.h>
 
 static const mt_ops *cpu, *gpu;
-static uint64_t g_rng; /* the program seeds it */
 
-static float urand(float lo, float hi) {
-  g_rng = mt_splitmix64(g_rng);
-  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
-}
-static float *rnd(size_t n, float lo, float hi) {
-  float *x = malloc((n ? n : 1) * sizeof(float));
-  for (size_t i = 0; i < n; i++) x[i] = urand(lo, hi);
+/* n uniform values in [lo, hi) (urand's), rounded to bf16 */
+static inline mt_bf16 *rnd_bf16(size_t n, float lo, float hi) {
+  mt_bf16 *x = malloc((n ? n : 1) * sizeof(mt_bf16));
+  for (size_t i = 0; i < n; i++) x[i] = mt_bf16_from_f32(urand(lo, hi));
   return x;
 }
 
 /* device copies of n elements of `size` bytes */
-static void *dev_copy(const void *h, size_t n, size_t size) {
+static inline void *dev_copy(const void *h, size_t n, size_t size) {
   void *d = gpu->alloc(MT_MEM_OTHER, (n ? n : 1) * size);
   gpu->upload(d, h, n * size);
   return d;
 }
-static float *dev(const float *h, size_t n) { return dev_copy(h, n, sizeof(float)); }
-static int *devi(const int *h, size_t n) { return dev_copy(h, n, sizeof(int)); }
-static void dfree(void *d, size_t bytes) { gpu->free(MT_MEM_OTHER, d, bytes ? bytes : 1); }
+static inline void *dev_bytes(const void *h, size_t bytes) { return dev_copy(h, bytes, 1); }
+static inline float *dev(const float *h, size_t n) { return dev_copy(h, n, sizeof(float)); }
+static inline int *devi(const int *h, size_t n) { return dev_copy(h, n, sizeof(int)); }
+static inline mt_bf16 *devb(const mt_bf16 *h, size_t n) { return dev_copy(h, n, sizeof(mt_bf16)); }
+static inline void dfree(void *d, size_t bytes) { gpu->free(MT_MEM_OTHER, d, bytes ? bytes : 1); }
+
+/* host copies (free them): of device d, and of host x */
+static inline void *host_bytes(const void *d, size_t bytes) {
+  void *h = malloc(bytes ? bytes : 1);
+  gpu->download(h, d, bytes);
+  return h;
+}
+static inline void *dup_bytes(const void *x, size_t bytes) {
+  void *y = malloc(bytes ? bytes : 1);
+  memcpy(y, x, bytes);
+  return y;
+}
+
+/* 1 when device d holds the bytes of host h */
+static inline int same_bytes(const void *h, const void *d, size_t bytes) {
+  void *x = host_bytes(d, bytes);
+  int same = !memcmp(h, x, bytes);
+  free(x);
+  return same;
+}
 
 /* max |gpu - ref| / max |ref| with the GPU tensor downloaded (NaN stays) */
-static double err_of(const float *ref, const float *d, size_t n) {
-  float *h = malloc((n ? n : 1) * sizeof(float));
-  gpu->download(h, d, n * sizeof(float));
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    diff = mt_worst(diff, fabs((double)h[i] - (double)ref[i]));
-    if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-  }
+static inline double err_of(const float *ref, const float *d, size_t n) {
+  float *h = host_bytes(d, n * sizeof(float));
+  double err = mt_max_rel_err(h, ref, n);
   free(h);
-  return diff / (scale > 0 ? scale : 1.0);
+  return err;
 }
 #define CMP(what, ref, d, n, tol) mt_check_err(what, err_of(ref, d, n), tol)
 
@@ -115,7 +131,7 @@ static inline attn_layout attn_layout_of(const attn_pair *p) {
 /* The CUDA backend for program `prog` at the precision argv[1] names
  * (fp32 | bf16): 0, gpu set; 77 (print "SKIP: ...") where no GPU is
  * visible; 1 when it cannot start. */
-static int gpu_compare_open(const char *prog, int bf16) {
+static inline int gpu_compare_open(const char *prog, int bf16) {
   char why[256];
   if (mt_cuda_device_count(why, sizeof why) < 1) {
     printf("SKIP: no GPU visible: %s\n", why);

@@ -47,12 +47,6 @@ static double TOL_MM; /* matmul and attention outputs and gradients */
  * place of the largest |y|, relative to it */
 #define TOL_FMA 2.4e-7
 
-static float *dup(const float *x, size_t n) {
-  float *y = malloc((n ? n : 1) * sizeof(float));
-  memcpy(y, x, n * sizeof(float));
-  return y;
-}
-
 /* ------------------------------------------------------------------ */
 
 static void test_encoder(int B, int T, int C, int V, int Vp) {
@@ -238,7 +232,7 @@ static void test_xent(int N, int V, int Vp) {
   gpu->softmax_xent_backward(d_probs, d_probs, d_tgt, 0.01f, N, V, Vp);
   CMP("softmax_xent_backward (in place)", probs, d_probs, n, TOL_EW);
   /* in place forward: probs aliases logits */
-  float *l2 = dup(logits, n), *d_l2 = dev(l2, n);
+  float *l2 = dup_bytes(logits, n * sizeof(float)), *d_l2 = dev(l2, n);
   cpu->softmax_xent_forward(losses, l2, l2, tgt, N, V, Vp);
   gpu->softmax_xent_forward(d_losses, d_l2, d_l2, d_tgt, N, V, Vp);
   CMP("softmax_xent_forward in place", l2, d_l2, n, TOL_EW);
@@ -260,8 +254,7 @@ static void test_xent(int N, int V, int Vp) {
       snprintf(what, sizeof what, "xent_vp_max v0=%d Vl=%d nvalid=%d", v0, Vl, nvalid);
       CMP(what, rmax, d_rmax, N, 0.0);
     } else {
-      float *h = malloc((size_t)N * sizeof(float));
-      gpu->download(h, d_rmax, (size_t)N * sizeof(float));
+      float *h = host_bytes(d_rmax, (size_t)N * sizeof(float));
       int all_inf = 1;
       for (int i = 0; i < N; i++) all_inf &= isinf(h[i]) && h[i] < 0;
       mt_check_err("xent_vp_max of a slice without real columns is -inf", all_inf ? 0 : 1, 0);
@@ -331,8 +324,7 @@ static void attn_pair_run(const attn_pair *p) {
   CMP("attn_forward out", h.out, d.out, n_out, TOL_ATTN);
   mt_check_err("attn_forward lse (-inf rows exactly)", lse_err_of(h.lse, d.lse, n_lse), TOL_ATTN);
   {
-    float *go = malloc(n_out * sizeof(float));
-    gpu->download(go, d.out, n_out * sizeof(float));
+    float *go = host_bytes(d.out, n_out * sizeof(float));
     long no_key = 0, nonzero = 0;
     for (int b = 0; b < B; b++)
       for (int hh = 0; hh < NH; hh++)
@@ -369,9 +361,8 @@ static void attn_pair_run(const attn_pair *p) {
     /* the GPU's merged halves against one CPU call over the whole block,
      * on the block's rows (outside them out and out2 hold different
      * random values) */
-    float *g2 = malloc(n_out * sizeof(float)), *l2 = malloc(n_lse * sizeof(float));
-    gpu->download(g2, d.out2, n_out * sizeof(float));
-    gpu->download(l2, d.lse2, n_lse * sizeof(float));
+    float *g2 = host_bytes(d.out2, n_out * sizeof(float));
+    float *l2 = host_bytes(d.lse2, n_lse * sizeof(float));
     double e = 0.0, sc = 0.0, el = 0.0;
     for (int b = 0; b < B; b++)
       for (int i = 0; i < p->Tq; i++)
@@ -561,10 +552,5 @@ int main(int argc, char **argv) {
   test_attn_determinism();
   mt_cuda_shutdown();
   MPI_Finalize();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "gpu_ops: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("gpu_ops: all checks passed\n");
-  return 0;
+  return mt_check_summary("gpu_ops");
 }

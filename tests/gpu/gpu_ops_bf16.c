@@ -55,21 +55,6 @@ static const mt_ops_bf16 *bcpu, *bgpu;
 
 static float f32(mt_bf16 b) { return mt_bf16_to_f32(b); }
 
-/* n uniform values in [lo, hi), rounded to bf16 */
-static mt_bf16 *brnd(size_t n, float lo, float hi) {
-  float *f = rnd(n, lo, hi);
-  mt_bf16 *x = malloc((n ? n : 1) * sizeof(mt_bf16));
-  mt_bf16_from_f32_n(x, f, n);
-  free(f);
-  return x;
-}
-static mt_bf16 *devb(const mt_bf16 *h, size_t n) { return dev_copy(h, n, sizeof(mt_bf16)); }
-static mt_bf16 *downb(const mt_bf16 *d, size_t n) {
-  mt_bf16 *h = malloc((n ? n : 1) * sizeof(mt_bf16));
-  gpu->download(h, d, n * sizeof(mt_bf16));
-  return h;
-}
-
 static int bf16_isnan(mt_bf16 b) { return (b & 0x7fff) > 0x7f80; }
 /* the bf16 values in order as integers: ulps apart = difference */
 static long ordinal(mt_bf16 b) { return b & 0x8000 ? -(long)(b & 0x7fff) : (long)b; }
@@ -84,7 +69,7 @@ static double ulp_of(mt_bf16 b) {
  * either side: NaN); prints the row with the largest ulp distance seen. */
 static void cmp_bf16(const char *what, const mt_bf16 *ref, const mt_bf16 *d, size_t n, int ulps,
                      double tol) {
-  mt_bf16 *h = downb(d, n);
+  mt_bf16 *h = host_bytes(d, n * sizeof(mt_bf16));
   double beyond = 0.0, scale = 0.0;
   long most = 0, differ = 0;
   for (size_t i = 0; i < n; i++) {
@@ -110,10 +95,7 @@ static void cmp_bf16(const char *what, const mt_bf16 *ref, const mt_bf16 *d, siz
 
 /* every byte of the device buffer equals the host one's */
 static void same_bits(const char *what, const void *host, const void *d, size_t bytes) {
-  void *h = malloc(bytes ? bytes : 1);
-  gpu->download(h, d, bytes);
-  mt_check_err(what, memcmp(h, host, bytes) ? 1 : 0, 0);
-  free(h);
+  mt_check_err(what, same_bytes(host, d, bytes) ? 0 : 1, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -128,8 +110,8 @@ static void test_table(void) {
 static void test_matmul(int N, int C, int OC) {
   printf("matmul N=%d C=%d OC=%d\n", N, C, OC);
   size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
-  mt_bf16 *inp = brnd(ni, -1, 1), *w = brnd(nw, -1, 1), *bias = brnd(OC + 1, -1, 1);
-  mt_bf16 *out = brnd(no, -1, 1), *dout = brnd(no, -1, 1), *dinp = brnd(ni, -1, 1);
+  mt_bf16 *inp = rnd_bf16(ni, -1, 1), *w = rnd_bf16(nw, -1, 1), *bias = rnd_bf16(OC + 1, -1, 1);
+  mt_bf16 *out = rnd_bf16(no, -1, 1), *dout = rnd_bf16(no, -1, 1), *dinp = rnd_bf16(ni, -1, 1);
   float *dw = rnd(nw, -1, 1), *dbias = rnd(OC, -1, 1);
   mt_bf16 *d_inp = devb(inp, ni), *d_w = devb(w, nw), *d_bias = devb(bias, OC + 1);
   mt_bf16 *d_out = devb(out, no), *d_dout = devb(dout, no), *d_dinp = devb(dinp, ni);
@@ -167,8 +149,8 @@ static void test_grouped_matmul(void) {
   const int G = 4, C = 72, OC = 53, off[5] = {0, 30, 30, 95, 140}, N = off[G];
   printf("grouped matmul G=%d rows=%d C=%d OC=%d\n", G, N, C, OC);
   size_t ni = (size_t)N * C, nw = (size_t)G * OC * C, no = (size_t)N * OC, nb = (size_t)G * OC;
-  mt_bf16 *inp = brnd(ni, -1, 1), *w = brnd(nw, -1, 1), *bias = brnd(nb, -1, 1);
-  mt_bf16 *out = brnd(no, -1, 1), *dout = brnd(no, -1, 1), *dinp = brnd(ni, -1, 1);
+  mt_bf16 *inp = rnd_bf16(ni, -1, 1), *w = rnd_bf16(nw, -1, 1), *bias = rnd_bf16(nb, -1, 1);
+  mt_bf16 *out = rnd_bf16(no, -1, 1), *dout = rnd_bf16(no, -1, 1), *dinp = rnd_bf16(ni, -1, 1);
   float *dw = rnd(nw, -1, 1), *dbias = rnd(nb, -1, 1);
   mt_bf16 *d_inp = devb(inp, ni), *d_w = devb(w, nw), *d_bias = devb(bias, nb);
   mt_bf16 *d_out = devb(out, no), *d_dout = devb(dout, no), *d_dinp = devb(dinp, ni);
@@ -197,8 +179,9 @@ static void test_moe_rows(void) {
   for (size_t i = 0; i < nk; i++) slot[i] = i % 7 == 3 ? -1 : (int)((i * 41) % nk);
   for (int i = 0; i < rows; i++) idx[i] = (i * 53) % N;
   float *w = rnd(nk, 0, 1), *dw = rnd(nk, -1, 1);
-  mt_bf16 *y = brnd(ny, -1, 1), *x = brnd(nx, -1, 1), *g = brnd(ng, -1, 1), *o = brnd(nx, -1, 1);
-  mt_bf16 *dy = brnd(ny, -1, 1);
+  mt_bf16 *y = rnd_bf16(ny, -1, 1), *x = rnd_bf16(nx, -1, 1), *g = rnd_bf16(ng, -1, 1);
+  mt_bf16 *o = rnd_bf16(nx, -1, 1);
+  mt_bf16 *dy = rnd_bf16(ny, -1, 1);
   int *d_slot = devi(slot, nk), *d_idx = devi(idx, rows);
   float *d_w = dev(w, nk), *d_dw = dev(dw, nk);
   mt_bf16 *d_y = devb(y, ny), *d_x = devb(x, nx), *d_g = devb(g, ng), *d_o = devb(o, nx);
@@ -230,8 +213,8 @@ static void test_encoder(int B, int T, int C, int V, int Vp) {
   size_t BT = (size_t)B * T, n = BT * C, nte = (size_t)Vp * C, npe = (size_t)T * C;
   int *inp = malloc(BT * sizeof(int));
   for (size_t i = 0; i < BT; i++) inp[i] = (int)(urand(0, 1) * (V / 3)); /* many repeats */
-  mt_bf16 *wte = brnd(nte, -1, 1), *wpe = brnd(npe, -1, 1), *out = brnd(n, -1, 1);
-  mt_bf16 *dout = brnd(n, -1, 1);
+  mt_bf16 *wte = rnd_bf16(nte, -1, 1), *wpe = rnd_bf16(npe, -1, 1), *out = rnd_bf16(n, -1, 1);
+  mt_bf16 *dout = rnd_bf16(n, -1, 1);
   float *dwte = rnd(nte, -1, 1), *dwpe = rnd(npe, -1, 1);
   int *d_inp = devi(inp, BT);
   mt_bf16 *d_wte = devb(wte, nte), *d_wpe = devb(wpe, npe), *d_out = devb(out, n);
@@ -267,8 +250,8 @@ static void test_encoder(int B, int T, int C, int V, int Vp) {
 static void test_layernorm(int N, int C) {
   printf("layernorm N=%d C=%d\n", N, C);
   size_t n = (size_t)N * C;
-  mt_bf16 *inp = brnd(n, -2, 2), *w = brnd(C, 0.5f, 1.5f), *b = brnd(C, -0.5f, 0.5f);
-  mt_bf16 *out = brnd(n, -1, 1), *dout = brnd(n, -1, 1), *dinp = brnd(n, -1, 1);
+  mt_bf16 *inp = rnd_bf16(n, -2, 2), *w = rnd_bf16(C, 0.5f, 1.5f), *b = rnd_bf16(C, -0.5f, 0.5f);
+  mt_bf16 *out = rnd_bf16(n, -1, 1), *dout = rnd_bf16(n, -1, 1), *dinp = rnd_bf16(n, -1, 1);
   float *mean = rnd(N, 0, 1), *rstd = rnd(N, 0, 1), *dw = rnd(C, -1, 1), *db = rnd(C, -1, 1);
   mt_bf16 *d_inp = devb(inp, n), *d_w = devb(w, C), *d_b = devb(b, C), *d_out = devb(out, n);
   mt_bf16 *d_dout = devb(dout, n), *d_dinp = devb(dinp, n);
@@ -292,7 +275,8 @@ static void test_layernorm(int N, int C) {
 
 static void test_elementwise(size_t n) {
   printf("elementwise n=%zu\n", n);
-  mt_bf16 *x = brnd(n, -4, 4), *y = brnd(n, -1, 1), *o = brnd(n, -1, 1), *g = brnd(n, -1, 1);
+  mt_bf16 *x = rnd_bf16(n, -4, 4), *y = rnd_bf16(n, -1, 1), *o = rnd_bf16(n, -1, 1);
+  mt_bf16 *g = rnd_bf16(n, -1, 1);
   mt_bf16 *d_x = devb(x, n), *d_y = devb(y, n), *d_o = devb(o, n), *d_g = devb(g, n);
   bcpu->gelu_forward(o, x, n);
   bgpu->gelu_forward(d_o, d_x, n);
@@ -335,7 +319,7 @@ static void test_elementwise(size_t n) {
   float *d_f = dev(f, n), *d_back = dev(back, n);
   bcpu->from_f32(fb, f, n);
   bgpu->from_f32(d_o, d_f, n);
-  mt_bf16 *h = downb(d_o, n);
+  mt_bf16 *h = host_bytes(d_o, n * sizeof(mt_bf16));
   mt_check_true("from_f32: NaN stays NaN", bf16_isnan(h[5]) && bf16_isnan(fb[5]));
   h[5] = fb[5] = 0;
   gpu->upload(d_o, h, n * sizeof(mt_bf16));
@@ -353,7 +337,7 @@ static void test_copy_2d(void) {
   /* columns C..3C of a (rows, 3C) buffer into (rows, 2C) and added back;
    * then a ragged range at odd offsets */
   const size_t C = 72, rows = 333, nsrc = rows * 3 * C, ndst = rows * 2 * C;
-  mt_bf16 *src = brnd(nsrc, -1, 1), *dst = brnd(ndst, -1, 1);
+  mt_bf16 *src = rnd_bf16(nsrc, -1, 1), *dst = rnd_bf16(ndst, -1, 1);
   mt_bf16 *d_src = devb(src, nsrc), *d_dst = devb(dst, ndst);
   bcpu->copy_2d(dst, 2 * C, src + C, 3 * C, rows, 2 * C);
   bgpu->copy_2d(d_dst, 2 * C, d_src + C, 3 * C, rows, 2 * C);
@@ -374,7 +358,7 @@ static void test_adamw(size_t n) {
   printf("adamw n=%zu\n", n);
   float *p = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
   float *grad = rnd(n, -1, 1);
-  mt_bf16 *pb = brnd(n, -1, 1);
+  mt_bf16 *pb = rnd_bf16(n, -1, 1);
   float *d_grad = dev(grad, n);
   float *d_p = dev(p, n), *d_m = dev(m, n), *d_v = dev(v, n); /* bf16 table */
   float *d_p2 = dev(p, n), *d_m2 = dev(m, n), *d_v2 = dev(v, n); /* fp32 table */
@@ -415,8 +399,8 @@ static void test_determinism(void) {
   /* the combine: N / k tokens, N expert rows */
   const int N = 150, C = 96, OC = 130, k = 2;
   size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC, nk = (size_t)N;
-  mt_bf16 *inp = brnd(ni, -1, 1), *w = brnd(nw, -1, 1), *dout = brnd(no, -1, 1);
-  mt_bf16 *lw = brnd(C, 0.5f, 1.5f), *lb = brnd(C, -0.5f, 0.5f);
+  mt_bf16 *inp = rnd_bf16(ni, -1, 1), *w = rnd_bf16(nw, -1, 1), *dout = rnd_bf16(no, -1, 1);
+  mt_bf16 *lw = rnd_bf16(C, 0.5f, 1.5f), *lb = rnd_bf16(C, -0.5f, 0.5f);
   float *cw = rnd(nk, 0, 1);
   int *slot = malloc(nk * sizeof(int));
   for (size_t i = 0; i < nk; i++) slot[i] = (int)((i * 7) % nk); /* 7 prime to 150 */
@@ -481,10 +465,5 @@ int main(int argc, char **argv) {
   test_determinism();
   mt_cuda_shutdown();
   MPI_Finalize();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "gpu_ops_bf16: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("gpu_ops_bf16: all checks passed\n");
-  return 0;
+  return mt_check_summary("gpu_ops_bf16");
 }

@@ -7,8 +7,4 @@ MOE=(--set model.preset=tiny --set model.moe_experts=4 --set model.moe_topk=2
      --set train.global_batch=8 --set data.train="$corpus" --set train.warmup_steps=5
      --set train.lr=3e-3 --set ckpt.mode=none)
 # run NAME NP ARGS...: meshtrain into $WORK/NAME (log $WORK/NAME.log)
-run() {
-  local name=$1 np=$2; shift 2
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${MOE[@]}" --set output.dir="$WORK/$name" "$@" \
-    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
-}
+run() { mt_train "$1" "$2" "${MOE[@]}" --set output.dir="$WORK/$1" "${@:3}"; }

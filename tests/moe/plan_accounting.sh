@@ -28,14 +28,7 @@ cases=("dp2ep2z0 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=0
        "tp2etp2bf 2 --set parallel.tp=2 --set parallel.etp=2 --set train.micro_batch=4 --set model.moe_shared=1 --set train.precision=bf16"
        "tp2dp2spbf 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.sp=true --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=2 --set train.precision=bf16"
        "pp2dp2bf 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set train.micro_batch=1 --set parallel.schedule=zb-h1 --set train.recompute=true --set train.precision=bf16")
-for c in "${cases[@]}"; do
-  read -r name np args <<< "$c"
-  # shellcheck disable=SC2086
-  "$MT_BIN/meshtrain" "${MOE[@]}" $args --set output.dir="$WORK/$name" \
-    --plan-json "$WORK/$name.plan.json" > "$WORK/$name.plan.txt" || fail "plan $name"
-  # shellcheck disable=SC2086
-  run "$name" "$np" $args
-done
+for c in "${cases[@]}"; do mt_plan_and_train "$c" "${MOE[@]}"; done
 cat "$WORK/tp2dp2sp.plan.txt"
 python3 - "$MT_SRC/tests/scripts" "$WORK" "${cases[@]}" <<'PY' || fail "plan and run differ"
 import sys

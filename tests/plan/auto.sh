@@ -16,11 +16,8 @@ CMP="$MT_SRC/tests/scripts/compare_runs.py"
 common=(--set model.preset=tiny --set model.n_layer=4 --set train.steps=10
         --set train.global_batch=8 --set data.train="$corpus" --set train.eval_every=0
         --set train.warmup_steps=3 --set train.lr=3e-3 --set metrics.hw=cpu-generic)
-run() { # NAME NP ARGS...
-  local name=$1 np=$2; shift 2
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" "$@" > "$WORK/$name.log" 2>&1 \
-    || { cat "$WORK/$name.log"; fail "run $name failed"; }
-}
+# run NAME NP ARGS...
+run() { mt_train "$1" "$2" "${common[@]}" "${@:3}"; }
 run ref 1 --set train.micro_batch=8 --set ckpt.mode=none --set output.dir="$WORK/ref"
 if [ "$MODE" = ranks ]; then
   for n in 1 2 4; do

@@ -16,17 +16,13 @@ CMP="$MT_SRC/tests/scripts/compare_runs.py"
 common=(--set model.preset=tiny --set model.n_layer=6 --set train.steps=10
         --set train.global_batch=8 --set data.train="$corpus" --set train.eval_every=0
         --set train.warmup_steps=3 --set train.lr=3e-3)
-run() { # NAME NP ARGS...
-  local name=$1 np=$2; shift 2
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" --set output.dir="$WORK/$name" "$@" \
-    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
-}
+# run NAME NP ARGS...
+run() { mt_train "$1" "$2" "${common[@]}" --set output.dir="$WORK/$1" "${@:3}"; }
 run ref 1 --set train.micro_batch=8 --set ckpt.mode=none
 if [ "$MODE" = equiv ]; then
   u2=(--set parallel.pp=2 --set parallel.pp_first_layers=2 --set train.micro_batch=2
       --set ckpt.mode=none)
-  "$MT_BIN/meshtrain" "${common[@]}" "${u2[@]}" --set output.dir="$WORK/u2" \
-    --plan-json "$WORK/u2.plan.json" > "$WORK/u2.plan.txt" || fail "plan u2"
+  mt_plan u2 "${common[@]}" "${u2[@]}" --set output.dir="$WORK/u2"
   run u2 2 "${u2[@]}"
   run u3 3 --set parallel.pp=3 --set parallel.pp_first_layers=1 --set parallel.pp_last_layers=1 \
     --set train.micro_batch=1 --set ckpt.mode=none

@@ -12,11 +12,8 @@ common=(--set model.preset=tiny --set model.n_layer=4 --set train.steps=10
         --set train.global_batch=8 --set data.train="$corpus" --set train.eval_every=5
         --set train.eval_batches=1 --set train.warmup_steps=5 --set train.lr=3e-3
         --set ckpt.mode=none)
-run() { # NAME NP ARGS...
-  local name=$1 np=$2; shift 2
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" --set output.dir="$WORK/$name" "$@" \
-    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
-}
+# run NAME NP ARGS...
+run() { mt_train "$1" "$2" "${common[@]}" --set output.dir="$WORK/$1" "${@:3}"; }
 run ref 1 --set train.micro_batch=8
 zero=0; [ "$DP" -gt 1 ] && zero=1
 run split $((PP * DP * TP)) --set parallel.pp="$PP" --set parallel.dp="$DP" \

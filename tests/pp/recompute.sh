@@ -13,10 +13,8 @@ common=(--set model.preset=tiny --set model.n_layer=4 --set train.steps=10
         --set train.eval_batches=1 --set train.warmup_steps=5 --set train.lr=3e-3
         --set ckpt.mode=none --set parallel.pp="$PP" --set parallel.schedule="$SCHED"
         --set train.micro_batch="$MB")
-run() { # NAME RECOMPUTE
-  mt_mpirun "$PP" "$MT_BIN/meshtrain" "${common[@]}" --set output.dir="$WORK/$1" \
-    --set train.recompute="$2" > "$WORK/$1.log" 2>&1 || { cat "$WORK/$1.log"; fail "run $1 failed"; }
-}
+# run NAME RECOMPUTE
+run() { mt_train "$1" "$PP" "${common[@]}" --set output.dir="$WORK/$1" --set train.recompute="$2"; }
 run stored false
 run recomputed true
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/stored" "$WORK/recomputed" --bitwise --steps 10

@@ -10,9 +10,8 @@ common=(--set model.preset=tiny --set model.n_layer=4 --set train.steps=3
         --set train.global_batch=8 --set data.train="$corpus" --set train.eval_every=3
         --set train.eval_batches=1 --set ckpt.mode=none)
 run() { # NAME NP ARGS...
-  local name=$1 np=$2; shift 2
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" --set output.dir="$WORK/$name" "$@" \
-    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
+  local name=$1
+  mt_train "$name" "$2" "${common[@]}" --set output.dir="$WORK/$name" "${@:3}"
   ! grep -Eq "ERROR: (Address|Leak)Sanitizer|runtime error:" "$WORK/$name.log" \
     || { cat "$WORK/$name.log"; fail "$name: sanitizer report"; }
 }

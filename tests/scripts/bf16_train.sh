@@ -10,11 +10,8 @@ source "$(dirname "$0")/common.sh"
 corpus=$(mt_corpus 300000)
 common=(--set model.preset=tiny --set train.steps=200 --set train.global_batch=8
         --set train.micro_batch=4 --set data.train="$corpus" --set train.eval_every=0)
-run() { # NAME ARGS...
-  local name=$1; shift
-  mt_mpirun 1 "$MT_BIN/meshtrain" "${common[@]}" --set output.dir="$WORK/$name" "$@" \
-    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
-}
+# run NAME ARGS...
+run() { mt_train "$1" 1 "${common[@]}" --set output.dir="$WORK/$1" "${@:2}"; }
 run fp32 --set train.precision=fp32
 run bf16 --set train.precision=bf16
 run bf16_again --set train.precision=bf16 --set train.stop_after=40

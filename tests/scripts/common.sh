@@ -25,6 +25,46 @@ mt_mpirun() {
   mt_guard "$MT_MPIEXEC" --oversubscribe -n "$np" "$@"
 }
 
+# mt_test_program PROGRAM NP...: the test program $MT_TESTBIN/PROGRAM on
+# each NP ranks in turn, its output printed (and in $WORK/PROGRAM.npN.log);
+# one that fails fails the test
+mt_test_program() {
+  local prog=$1 np log; shift
+  for np in "$@"; do
+    log="$WORK/$prog.np$np.log"
+    mt_mpirun "$np" "$MT_TESTBIN/$prog" > "$log" 2>&1 || { cat "$log"; fail "$prog on $np ranks"; }
+    cat "$log"
+  done
+}
+
+# mt_train NAME NP ARGS...: meshtrain ARGS on NP ranks, its output in
+# $WORK/NAME.log; a run that fails prints that log and fails the test
+mt_train() {
+  local name=$1 np=$2; shift 2
+  mt_mpirun "$np" "$MT_BIN/meshtrain" "$@" > "$WORK/$name.log" 2>&1 \
+    || { cat "$WORK/$name.log"; fail "run $name failed"; }
+}
+
+# mt_plan NAME ARGS...: meshtrain --plan-json for ARGS (no run): the plan in
+# $WORK/NAME.plan.json, its text in $WORK/NAME.plan.txt
+mt_plan() {
+  local name=$1; shift
+  "$MT_BIN/meshtrain" "$@" --plan-json "$WORK/$name.plan.json" > "$WORK/$name.plan.txt" \
+    || fail "plan $name"
+}
+
+# mt_plan_and_train CASE ARGS...: CASE is "NAME NP SETTINGS" (the
+# settings split on blanks): the plan (mt_plan), then the run on NP ranks
+# (mt_train), of ARGS SETTINGS with output.dir $WORK/NAME
+mt_plan_and_train() {
+  local name np settings
+  read -r name np settings <<< "$1"; shift
+  # shellcheck disable=SC2086
+  mt_plan "$name" "$@" $settings --set output.dir="$WORK/$name"
+  # shellcheck disable=SC2086
+  mt_train "$name" "$np" "$@" $settings --set output.dir="$WORK/$name"
+}
+
 # the default corpus, generated once per test directory
 mt_corpus() {
   local out="$WORK/corpus.txt"

@@ -7,11 +7,8 @@ corpus=$(mt_corpus 300000)
 common=(--set model.preset=tiny --set train.steps=20 --set train.global_batch=8
         --set data.train="$corpus" --set train.eval_every=0 --set output.save_params=true
         --set train.warmup_steps=5 --set train.lr=3e-3)
-run() { # NAME NP ARGS...
-  local name=$1 np=$2; shift 2
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" --set output.dir="$WORK/$name" "$@" \
-    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
-}
+# run NAME NP ARGS...
+run() { mt_train "$1" "$2" "${common[@]}" --set output.dir="$WORK/$1" "${@:3}"; }
 run dp1 1 --set parallel.dp=1 --set train.micro_batch=2
 run dp2 2 --set parallel.dp=2 --set train.micro_batch=2
 run dp4 4 --set parallel.dp=4 --set train.micro_batch=1

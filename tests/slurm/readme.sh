@@ -1,5 +1,6 @@
-# Every command in the README runs as written: its ```sh blocks, in order, in
-# one shell, from a copy of the source tree (its own inputs/ and outputs/,
+# Every command the docs show runs as written: the ```sh blocks of README.md,
+# then of docs/*.md (file by file, each in order), in one shell, from a copy
+# of the source tree (its own inputs/ and outputs/,
 # slurm/ and apps/ linked, build/bin the build under test), with $WORK a
 # directory of the test as a LEONARDO login shell has it. What runs how
 # (tests/slurm/readme_commands.py): the local cluster and its jobs for real;
@@ -8,7 +9,9 @@
 # stood in by a 2-step tiny run); meshtrain training commands checked as
 # written, then run on a tiny model for 3 steps; meshckpt, meshplan and
 # meshreport as written; the build, the suite and minutes-long benchmarks
-# skipped with the reason. Ends with the count of each and every failure.
+# skipped with the reason, and so is a block marked `<!-- not run: REASON -->`
+# (what CI lacks: a GPU, a real cluster). Ends with the count of each, every
+# command skipped and why, and every failure.
 source "$(dirname "$0")/../scripts/common.sh"
 # a short path: the local cluster's sockets live under its directory
 T=$(mktemp -d /tmp/mt-readme.XXXXXX)
@@ -24,8 +27,12 @@ ln -s "$MT_BIN" "$T/build/bin"
 # inputs/ of its own (commands write the corpus and sweeps into it)
 (cd "$MT_SRC" && find inputs -type f ! -path 'inputs/data/*.txt' ! -path 'inputs/data/*.bin' -print0 |
   xargs -0 cp --parents -t "$T")
-python3 "$(dirname "$0")/readme_commands.py" "$MT_SRC/README.md" > "$WORK/commands.sh" ||
-  fail "cannot read the README's commands"
+DOCS=(README.md)
+for f in "$MT_SRC"/docs/*.md; do DOCS+=("docs/$(basename "$f")"); done
+[ "${#DOCS[@]}" -gt 1 ] || fail "no docs/*.md pages found"
+HERE=$(cd "$(dirname "$0")" && pwd)
+(cd "$MT_SRC" && python3 "$HERE/readme_commands.py" "${DOCS[@]}") > "$WORK/commands.sh" ||
+  fail "cannot read the commands of the docs (readme_commands.py above says why)"
 NODEV=0
 "$MT_BIN/meshbench" devices | grep -q "^cuda_built 0" && NODEV=1
 
@@ -45,9 +52,9 @@ FAILED=() SKIPPED=()
 # checks a job: there its device keys are taken off (render_leonardo does too)
 extra() { case "$1" in *"meshslurm.py render "*|*"meshslurm.py campaign "*)
   [ "$NODEV" = 1 ] && echo " --profile-set device= --profile-set precision=" ;; esac; }
-begin() { CUR="line $1 ($2): $3"; echo; echo "== README line $1 [$2] \$ $3"; }
-run() {  # run LINE CMD: in this shell (an export carries on)
-  local log="$LOGS/$1.$RANDOM.log" rc=0 cmd="$2$(extra "$2")" t0=$SECONDS
+begin() { CUR="$1 ($2): $3"; echo; echo "== $1 [$2] \$ $3"; }
+run() {  # run WHERE CMD: in this shell (an export carries on); WHERE is FILE:LINE
+  local log="$LOGS/${1//\//_}.$RANDOM.log" rc=0 cmd="$2$(extra "$2")" t0=$SECONDS
   eval "$cmd" > "$log" 2>&1 < /dev/null || rc=$?
   tail -4 "$log" | sed 's/^/   | /'
   echo "   ($((SECONDS - t0)) s)"
@@ -56,11 +63,11 @@ run() {  # run LINE CMD: in this shell (an export carries on)
     NOSLURM=1; echo "   (no local cluster here: $(tail -1 "$log"))"; return 0
   fi
   if [ "$rc" != 0 ]; then
-    N_FAIL=$((N_FAIL + 1)); FAILED+=("README line $1: $cmd (exit $rc)")
+    N_FAIL=$((N_FAIL + 1)); FAILED+=("$1: $cmd (exit $rc)")
     echo "   FAILED (exit $rc); its output:"; sed 's/^/   ! /' "$log" | tail -25
   fi
 }
-skip() { N_SKIP=$((N_SKIP + 1)); SKIPPED+=("line $1: $2"); echo "   skipped: $2"; }
+skip() { N_SKIP=$((N_SKIP + 1)); SKIPPED+=("$1: $2"); echo "   skipped: $2"; }
 skip_noslurm() { N_NOSLURM=$((N_NOSLURM + 1)); echo "   skipped: no local cluster here"; }
 standin() { echo "   stand-in: $2"; run "$1" "$2"; }
 # render_everywhere LINE CMD: a LEONARDO render, with --stdout for every profile
@@ -100,14 +107,14 @@ wait_queue() {
 }
 finish() {
   echo
-  echo "README commands: $N_RUN runs as written (checks and tiny runs included), $N_RENDERED LEONARDO" \
+  echo "Doc commands: $N_RUN runs as written (checks and tiny runs included), $N_RENDERED LEONARDO" \
     "jobs rendered and not run, $N_SKIP skipped, $N_FAIL failed"
   local s
   for s in "${SKIPPED[@]}"; do echo "  skipped $s"; done
   for s in "${FAILED[@]}"; do echo "  FAILED $s"; done
   if [ "$N_FAIL" != 0 ]; then exit 1; fi
   if [ "$N_NOSLURM" != 0 ]; then echo "SKIP: $N_NOSLURM commands need the local cluster, which cannot run here"; exit 77; fi
-  echo "PASS: every README command that applies here runs as written"
+  echo "PASS: every command of README.md and docs/*.md that applies here runs as written"
   exit 0
 }
 EOF
@@ -116,4 +123,4 @@ rc=0
 T="$T" NODEV="$NODEV" LOGS="$WORK/logs" bash -c 'source "$0"; source "$1"' "$WORK/prelude.sh" "$WORK/commands.sh" || rc=$?
 [ "$rc" = 0 ] || KEEP=1
 [ "$rc" = 77 ] && exit 77
-[ "$rc" = 0 ] || fail "README commands failed (tree kept in $T)"
+[ "$rc" = 0 ] || fail "commands of the docs failed (tree kept in $T)"

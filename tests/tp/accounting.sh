@@ -14,9 +14,9 @@ common=(--set train.steps=2 --set train.global_batch=8 --set data.train="$corpus
 runs=()
 run() { # NAME NP DP TP SP MICRO_BATCH ZERO
   local name=$1 np=$2 dp=$3 tp=$4 sp=$5 mb=$6 zero=$7
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" --set parallel.dp="$dp" --set parallel.tp="$tp" \
+  mt_train "$name" "$np" "${common[@]}" --set parallel.dp="$dp" --set parallel.tp="$tp" \
     --set parallel.sp="$sp" --set train.micro_batch="$mb" --set parallel.zero="$zero" \
-    --set output.dir="$WORK/$name" > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
+    --set output.dir="$WORK/$name"
   grep -q "L=$L C=$C H=$NH T=$T V=$V)" "$WORK/$name.log" || fail "run $name: not the shape L=$L C=$C H=$NH T=$T V=$V"
   runs+=("$WORK/$name:$dp:$tp:$sp:$mb:$zero")
 }

@@ -4,9 +4,7 @@
 # short tp + sp run the "sanitize" label (both also run in the ASan build).
 
 # run under mpirun by grad_check.sh (not a unit test: it needs 2+ ranks)
-add_executable(tp_grad_check ${CMAKE_CURRENT_LIST_DIR}/tp_grad_check.c)
-target_link_libraries(tp_grad_check PRIVATE ${MT_ALL_LIBS})
-set_target_properties(tp_grad_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+mt_test_program(tp_grad_check ${CMAKE_CURRENT_LIST_DIR}/tp_grad_check.c)
 
 # every parameter gradient of the split model against the unsplit one, tp = 2 and 4
 mt_script_test(grad_check tp grad_check.sh)

@@ -31,26 +31,17 @@
 #include "comm/comm.h"
 #include "model/model.h"
 #include "../check.h"
+#include "../test_rng.h"
 
 #define TOL_LOSS 1e-5
 #define TOL_GRAD 1e-4
 
 static int g_rank = 0;
 
-static uint64_t mix(uint64_t x) { /* splitmix64 */
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;
   for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
   return h;
-}
-/* uniform in [-1, 1), a pure function of (key, i) */
-static double noise(uint64_t key, uint64_t i) {
-  return (double)(mix(key ^ mix(i)) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
 
 /* Logical (unpadded) flat index of global element g of t, or -1 for padding. */
@@ -71,7 +62,7 @@ static void perturb(mt_gpt *m) {
     for (size_t j = 0; j < t->numel_local; j++) {
       size_t g = mt_tensor_global_index(t, j, m->reg.tp_size);
       long long li = logical_index(t, g);
-      double u = noise(key, li < 0 ? g + (1ULL << 40) : (uint64_t)li);
+      double u = rng_hash_sym(key, li < 0 ? g + (1ULL << 40) : (uint64_t)li);
       float *p = m->params + t->offset + j;
       if (li < 0) *p = (float)(0.5 * u); /* garbage in the padding */
       else *p = (float)(is_ln ? (is_bias ? 0.1 * u : 1.0 + 0.2 * u) : is_bias ? 0.05 * u : 0.15 * u);
@@ -176,8 +167,8 @@ static void run(mt_mesh *mesh, int sp) {
 
   int *inp = malloc(2 * BT * sizeof(int)), *tgt = malloc(2 * BT * sizeof(int));
   for (int i = 0; i < 2 * BT; i++) {
-    inp[i] = (int)(mix(1000 + i) % (uint64_t)s.vocab);
-    tgt[i] = (int)(mix(5000 + i) % (uint64_t)s.vocab);
+    inp[i] = (int)(mt_splitmix64(1000 + i) % (uint64_t)s.vocab);
+    tgt[i] = (int)(mt_splitmix64(5000 + i) % (uint64_t)s.vocab);
   }
   tgt[3] = s.vocab - 1; /* the highest real column, on the last rank holding real rows */
   const float dloss = 1.0f / (float)(2 * BT);

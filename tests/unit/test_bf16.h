@@ -1,6 +1,8 @@
-/* Shared by the bf16 unit tests (test_bf16.c, test_bf16_attn.c): inputs
- * that bf16 represents exactly, and the comparison of a bf16 op's result
- * with the fp32 op's on the same inputs.
+/* Shared by the bf16 unit tests (test_bf16.c, test_bf16_attn.c; include
+ * once, from the program's source file): the op table on bf16 and on fp32 and
+ * main's first step (test_bf16_start), inputs that bf16 represents exactly,
+ * and the comparison of a bf16 op's result with the fp32 op's on the same
+ * inputs.
  *
  * Tolerance. bf16 keeps 8 significant bits: rounding to nearest even moves
  * a value by at most u = 2^-8 of itself (half of the 2^-7 spacing in
@@ -19,6 +21,7 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "../check.h"
+#include "../test_rng.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -29,29 +32,26 @@
 #define BF16_U (1.0 / 256.0)   /* unit roundoff of bf16, 2^-8 */
 #define FP32_U (1.0 / 16777216.0) /* of fp32, 2^-24 */
 
-static uint64_t g_bf16_rng = 0x2545F4914F6CDD1Dull;
+static const mt_ops *f32ops;     /* the reference: the fp32 CPU table */
+static const mt_ops *bops;      /* under test: the same table on bf16 (MT_DT_BF16) */
 
-static inline double test_uniform(double lo, double hi) {
-  uint64_t z = mt_splitmix64(g_bf16_rng);
-  g_bf16_rng += 0x9E3779B97F4A7C15ull;
-  return lo + (hi - lo) * ((double)(z >> 11) / 9007199254740992.0);
+/* main's first step: the tables, 2 threads, the seed of the inputs; prints
+ * "prog: <table> on bf16 against <table> on fp32, 2 threads" */
+static inline void test_bf16_start(const char *prog) {
+  g_rng = 0x2545F4914F6CDD1Dull;
+  f32ops = mt_ops_cpu();
+  bops = mt_ops_cpu();
+  mt_kernels_set_threads(2);
+  printf("%s: %s on bf16 against %s on fp32, %d threads\n", prog, bops->name, f32ops->name,
+         mt_kernels_threads());
 }
 
 /* n values in [lo, hi) that bf16 holds exactly: bf16 copy b, fp32 copy f */
 static inline void test_rand_pair(mt_bf16 *b, float *f, size_t n, double lo, double hi) {
   for (size_t i = 0; i < n; i++) {
-    b[i] = mt_bf16_from_f32((float)test_uniform(lo, hi));
+    b[i] = mt_bf16_from_f32((float)rng_uniform_f64(lo, hi));
     f[i] = mt_bf16_to_f32(b[i]);
   }
-}
-
-static inline void *test_alloc(size_t bytes) {
-  void *p = calloc(bytes ? bytes : 1, 1);
-  if (!p) {
-    fprintf(stderr, "test_bf16: out of memory\n");
-    exit(1);
-  }
-  return p;
 }
 
 /* worst of |got - ref| / tol_i over n elements, tol_i = 2^-8 |ref| (when

@@ -802,10 +802,5 @@ int main(void) {
 
   for (int i = 0; i < g_nfiles; i++) unlink(g_files[i]);
   if (rmdir(g_dir) != 0) fprintf(stderr, "test_config: note: could not remove %s\n", g_dir);
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_config: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_config: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_config");
 }

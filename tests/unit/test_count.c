@@ -50,9 +50,9 @@ static void null_backend(void) {
            "after a free: %zu now, peak %zu", mt_mem_current(MT_MEM_ACTIV),
            mt_mem_peak(MT_MEM_ACTIV));
   /* ops do nothing (a touch of these addresses would fault) */
-  o->matmul_forward(a, a, a, NULL, 4, 4, 4);
-  o->zero(g, 1024);
-  MT_CHECK(o->sum(a, 250) == 0.0 && o->sumsq(g, 1024) == 0.0, "null sum and sumsq are 0");
+  o->matmul_forward(MT_DT_F32, a, a, a, NULL, 4, 4, 4);
+  o->zero(MT_DT_F32, g, 1024);
+  MT_CHECK(o->sum(MT_DT_F32, a, 250) == 0.0 && o->sumsq(MT_DT_F32, g, 1024) == 0.0, "null sum and sumsq are 0");
   /* the host's records come back; other memory reads as zeros */
   int rec[5] = {7, 1, 2, 3, 4}, back[5], zeros[3] = {9, 9, 9};
   o->upload(g, rec, sizeof rec);
@@ -102,21 +102,22 @@ static void count_mesh(void) {
   e = (mt_err){0};
   mt_mesh_count(&m, 4, 1, 2, 1, 5, 1, 1, &e);
   float *nowhere = (float *)(uintptr_t)64; /* never read: the call moves nothing */
-  mt_allreduce_sum_f32(&m.tp_g, nowhere, 1000, MT_LOC_DEVICE);
+  mt_allreduce(&m.tp_g, nowhere, 1000, MT_DT_F32, MT_RED_SUM, MT_LOC_DEVICE);
   MT_CHECK(m.tp_g.bytes == mt_bytes_allreduce(4000, 4) && m.tp_g.calls == 1,
            "allreduce over 4 ranks counted %g bytes", m.tp_g.bytes);
   mt_request r;
-  mt_isend_f32(&m.tp_g, nowhere, 10, 1, MT_TAG_PP_ACT, MT_LOC_DEVICE, &r);
+  mt_isend(&m.tp_g, nowhere, 10, MT_DT_F32, 1, MT_TAG_PP_ACT, MT_LOC_DEVICE, &r);
   mt_wait(&r);
   MT_CHECK(m.tp_g.bytes == mt_bytes_allreduce(4000, 4) + 40, "a send counts its 40 bytes");
-  mt_allreduce_sum_f32(&m.pp_g, nowhere, 1000, MT_LOC_DEVICE); /* one rank: nothing */
+  mt_allreduce(&m.pp_g, nowhere, 1000, MT_DT_F32, MT_RED_SUM,
+               MT_LOC_DEVICE); /* one rank: nothing */
   MT_CHECK(m.pp_g.bytes == 0 && m.pp_g.calls == 0, "a group of one counts nothing");
   int mine[2] = {3, 5}, all[8];
-  mt_allgather_i32(&m.tp_g, mine, all, 2);
+  mt_allgather(&m.tp_g, mine, all, 2, MT_DT_I32, MT_LOC_HOST);
   MT_CHECK(all[0] == 3 && all[1] == 5 && all[6] == 3 && all[7] == 5,
            "integers gathered as this rank's");
   int to[8] = {0, 1, 2, 3, 4, 5, 6, 7}, from[8];
-  mt_alltoall_i32(&m.tp_g, to, from, 2); /* tp rank 1 sends {2,3} to itself */
+  mt_alltoall(&m.tp_g, to, from, 2, MT_DT_I32, MT_LOC_HOST); /* tp rank 1 sends {2,3} to itself */
   MT_CHECK(from[0] == 2 && from[1] == 3 && from[4] == 2 && from[7] == 3,
            "all-to-all as every rank sending this one's block to it");
   mt_mesh_destroy(&m);
@@ -171,7 +172,7 @@ static void virtual_backend(void) {
   MT_CHECK(mt_mem_current(MT_MEM_ACTIV) == 4096, "virtual alloc counted %zu bytes",
            mt_mem_current(MT_MEM_ACTIV));
   double t0 = mt_now();
-  o->matmul_forward(a, a, a, NULL, 64, 128, 256); /* 2 x 64 x 256 x 128 FLOPs */
+  o->matmul_forward(MT_DT_F32, a, a, a, NULL, 64, 128, 256); /* 2 x 64 x 256 x 128 FLOPs */
   double want = 2.0 * 64 * 256 * 128 / (mt_price_gemm_gflops(&p, 2.0 * 64 * 256 * 128) * 1e9);
   MT_CHECK(near(mt_now() - t0, want), "matmul moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);
@@ -181,12 +182,12 @@ static void virtual_backend(void) {
    * the block's visible keys whole); the backward 2.5 times that */
   mt_attn_block blk = {.B = 2, .NH = 3, .hs = 8, .Tq = 4, .Tk = 4, .causal = 1};
   t0 = mt_now();
-  o->attn_forward(&blk, a, a, a, a, a);
+  o->attn_forward(MT_DT_F32, &blk, a, a, a, a, a);
   want = 6.0 * 4 * 16 * 8 / (mt_price_gemm_gflops(&p, 2.0 * 4 * 4 * 8) * 1e9);
   MT_CHECK(near(mt_now() - t0, want), "causal block moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);
   t0 = mt_now();
-  o->attn_backward(&blk, a, a, a, a, a, a, a, a, a);
+  o->attn_backward(MT_DT_F32, &blk, a, a, a, a, a, a, a, a, a);
   MT_CHECK(near(mt_now() - t0, 2.5 * want), "its backward moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, 2.5 * want);
   /* a fused kernel's rate on whole 2 x 2 tiles: the diagonal block's row
@@ -202,7 +203,7 @@ static void virtual_backend(void) {
   MT_CHECK(mt_price_attn_fwd_s(&fused, 6, 0, 4, 4, 4, 1, 8) == 0.0,
            "a block above the diagonal (keys after every query) costs nothing");
   t0 = mt_now();
-  o->layernorm_forward(a, a, a, a, a, a, 10, 100); /* reads and writes 10 x 100 elements */
+  o->layernorm_forward(MT_DT_F32, a, a, a, a, a, a, 10, 100); /* reads and writes 10 x 100 elements */
   want = 2.0 * 2 * 10 * 100 / 20e9;
   MT_CHECK(near(mt_now() - t0, want), "layernorm moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);
@@ -257,7 +258,5 @@ int main(void) {
   plan_classes();
   virtual_backend();
   coll_prices();
-  if (*mt_check_failures()) return 1;
-  printf("test_count: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_count");
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../check.h"
+#include "../test_rng.h"
 #include "core/core.h"
 #include "data/data.h"
 
@@ -54,13 +55,6 @@ static void cleanup(void) {
   for (int i = 0; i < g_nfiles; i++) unlink(g_files[i]);
   if (g_dir[0] && rmdir(g_dir) != 0)
     fprintf(stderr, "[rank %d] warning: temp dir %s not empty\n", g_rank, g_dir);
-}
-
-static uint64_t rng_state = 12345;
-static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
-  uint64_t z = mt_splitmix64(rng_state);
-  rng_state += 0x9E3779B97F4A7C15ULL;
-  return z;
 }
 
 /* The error must be one line that names the file and contains what. */
@@ -790,7 +784,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "test_data: mkdtemp failed\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  rng_state += (uint64_t)g_rank;
+  g_rng = 12345 + (uint64_t)g_rank; /* this test's inputs: the ranks' differ */
 
   test_round_trip();
   test_text();
@@ -804,12 +798,7 @@ int main(int argc, char **argv) {
   cleanup();
   int fails = 0;
   MPI_Allreduce(mt_check_failures(), &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (g_rank == 0) {
-    if (fails)
-      fprintf(stderr, "test_data: %d check(s) FAILED\n", fails);
-    else
-      printf("test_data: all %d checks passed\n", *mt_check_count());
-  }
+  int rc = mt_check_report("test_data", fails, g_rank == 0);
   MPI_Finalize();
-  return fails ? 1 : 0;
+  return rc;
 }

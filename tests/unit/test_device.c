@@ -121,10 +121,5 @@ int main(void) {
   for (int i = 0; i < 1000; i++) h[i] = (float)i;
   MT_CHECK(h[999] == 999.0f, "host memory");
   mt_cuda_host_free(h);
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_device: failures\n");
-    return 1;
-  }
-  printf("test_device: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_device");
 }

@@ -47,6 +47,7 @@
  * Runs in about half a second. Exits 1 naming every failing tensor. */
 #include "model/model.h"
 #include "../check.h"
+#include "../test_rng.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -69,18 +70,6 @@ static double *dalloc(size_t n) {
   }
   return p;
 }
-
-/* ------------------------------------------------------------------ */
-/* deterministic noise for tokens and parameter perturbations          */
-
-static uint64_t g_rng = 0x243F6A8885A308D3ULL;
-static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
-  uint64_t z = mt_splitmix64(g_rng);
-  g_rng += 0x9E3779B97F4A7C15ULL;
-  return z;
-}
-/* uniform in [-1, 1) */
-static double rng_sym(void) { return (double)(rng_next() >> 11) * (2.0 / 9007199254740992.0) - 1.0; }
 
 /* ------------------------------------------------------------------ */
 /* where the reference finds each tensor in the flat buffer (by name)   */
@@ -527,14 +516,15 @@ static void perturb_params(mt_gpt *m, const test_case *tc) {
     int is_ln = strstr(t->name, "ln") == t->name || strstr(t->name, ".ln") != NULL;
     int is_bias = strstr(t->name, ".bias") != NULL;
     for (size_t j = 0; j < t->numel_local; j++) {
-      double u = rng_sym();
+      double u = rng_uniform_f64(-1, 1);
       p[j] = (float)(is_ln ? (is_bias ? 0.1 * u : 1.0 + 0.2 * u) : is_bias ? 0.05 * u : 0.15 * u);
     }
   }
   int wte = mt_registry_find(&m->reg, "wte.weight");
   size_t C = (size_t)m->shape.n_embd;
   for (size_t j = (size_t)m->shape.vocab * C; j < (size_t)m->shape.vocab_padded * C; j++)
-    m->params[m->reg.t[wte].offset + j] = tc->garbage_padding ? (float)(0.5 * rng_sym()) : 0.0f;
+    m->params[m->reg.t[wte].offset + j] =
+        tc->garbage_padding ? (float)(0.5 * rng_uniform_f64(-1, 1)) : 0.0f;
 }
 
 static void run_case(const test_case *tc) {
@@ -747,6 +737,7 @@ static void run_case(const test_case *tc) {
 }
 
 int main(void) {
+  g_rng = 0x243F6A8885A308D3ULL; /* this test's inputs */
   const char *threads = getenv("MT_TEST_THREADS");
   mt_kernels_set_threads(threads ? atoi(threads) : 1);
   printf("test_model_ref: %d compute thread(s)\n", mt_kernels_threads());
@@ -756,10 +747,5 @@ int main(void) {
       {"padded-vocab", 2, 24, 3, 100, 1, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_model_ref: %d failure(s)\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_model_ref: all checks passed\n");
-  return 0;
+  return mt_check_summary("test_model_ref");
 }

@@ -26,6 +26,7 @@
  * NaN fails every comparison. Exits 1 naming each failure. */
 #include "model/model.h"
 #include "../check.h"
+#include "../test_rng.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -33,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FD_EPS 1e-2f
 #define FD_TOL 5e-3
 /* the whole model: fp32 activations put ~1e-7 relative noise on its loss
  * (summed in double); with eps = 1e-2 the worst errors observed are ~1.5e-2
@@ -42,47 +42,6 @@
 #define MODEL_TOL 2e-2
 
 static const mt_ops *ops;
-static uint64_t g_rng = 0x2545F4914F6CDD1DULL;
-
-static uint64_t rng_next(void) { /* splitmix64, the project's one copy */
-  uint64_t z = mt_splitmix64(g_rng);
-  g_rng += 0x9E3779B97F4A7C15ULL;
-  return z;
-}
-static float rng_uniform(float lo, float hi) {
-  return (float)(lo + (hi - lo) * ((double)(rng_next() >> 11) / 9007199254740992.0));
-}
-static float *rand_tensor(size_t n, float lo, float hi) {
-  float *x = malloc((n ? n : 1) * sizeof(float));
-  for (size_t i = 0; i < n; i++) x[i] = rng_uniform(lo, hi);
-  return x;
-}
-static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-static double dot(const float *a, const float *b, size_t n) {
-  double s = 0.0;
-  for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
-  return s;
-}
-
-typedef double (*loss_fn)(void *ctx);
-
-/* max over sampled i of |analytic - numeric| / max(|analytic|, |numeric|, 1e-2) */
-static double gradcheck(loss_fn loss, void *ctx, float *x, const float *grad, size_t n,
-                        size_t stride) {
-  double worst = 0.0;
-  for (size_t i = 0; i < n; i += stride) {
-    float x0 = x[i], xp = x0 + FD_EPS, xm = x0 - FD_EPS;
-    x[i] = xp;
-    double lp = loss(ctx);
-    x[i] = xm;
-    double lm = loss(ctx);
-    x[i] = x0;
-    double numeric = (lp - lm) / ((double)xp - (double)xm);
-    double denom = fmax(fmax(fabs((double)grad[i]), fabs(numeric)), 1e-2);
-    worst = mt_worst(worst, fabs((double)grad[i] - numeric) / denom);
-  }
-  return worst;
-}
 
 /* ------------------------------------------------------------------ */
 /* 1. router                                                           */
@@ -198,7 +157,7 @@ typedef struct {
 
 static double combine_loss(void *p) {
   combine_ctx *c = p;
-  ops->moe_combine(c->out, c->y, c->slot, c->w, c->N, c->C, c->k);
+  ops->moe_combine(MT_DT_F32, c->out, c->y, c->slot, c->w, c->N, c->C, c->k);
   return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -212,7 +171,7 @@ static void test_combine(void) {
                    zeros((size_t)N * C), slot, rand_tensor((size_t)N * C, -1, 1)};
   float *dy = zeros((size_t)S * C), *dw = zeros((size_t)N * k);
   combine_loss(&c);
-  ops->moe_combine_backward(dy, dw, c.R, c.y, slot, c.w, N, C, k);
+  ops->moe_combine_backward(MT_DT_F32, dy, dw, c.R, c.y, slot, c.w, N, C, k);
   mt_check_err("combine backward dy vs FD", gradcheck(combine_loss, &c, c.y, dy, (size_t)S * C, 1),
                FD_TOL);
   mt_check_err("combine backward dw vs FD", gradcheck(combine_loss, &c, c.w, dw, (size_t)N * k, 1),
@@ -221,7 +180,7 @@ static void test_combine(void) {
   /* gather-sum: dx[n] += sum of src rows of its kept slots */
   float *dx = rand_tensor((size_t)N * C, -1, 1), *dx0 = malloc((size_t)N * C * sizeof(float));
   memcpy(dx0, dx, (size_t)N * C * sizeof(float));
-  ops->moe_gather_sum(dx, c.y, slot, N, C, k);
+  ops->moe_gather_sum(MT_DT_F32, dx, c.y, slot, N, C, k);
   double worst = 0.0;
   for (int n = 0; n < N; n++)
     for (int ch = 0; ch < C; ch++) {
@@ -234,7 +193,7 @@ static void test_combine(void) {
   /* gather rows */
   int idx[4] = {3, 0, 3, 1};
   float *g = zeros(4 * (size_t)C);
-  ops->gather_rows(g, c.y, idx, 4, C);
+  ops->gather_rows(MT_DT_F32, g, c.y, idx, 4, C);
   int same = 1;
   for (int i = 0; i < 4; i++) same &= !memcmp(g + i * C, c.y + idx[i] * C, (size_t)C * sizeof(float));
   mt_check_true("gather_rows copies the named rows", same);
@@ -254,7 +213,7 @@ typedef struct {
 
 static double gg_loss(void *p) {
   gg_ctx *c = p;
-  ops->grouped_matmul_forward(c->out, c->inp, c->w, c->b, c->off, c->G, c->C, c->OC);
+  ops->grouped_matmul_forward(MT_DT_F32, c->out, c->inp, c->w, c->b, c->off, c->G, c->C, c->OC);
   return dot(c->out, c->R, (size_t)c->off[c->G] * c->OC);
 }
 
@@ -278,7 +237,7 @@ static void test_grouped_gemm(void) {
       }
   mt_check_err("grouped forward vs double reference", worst, 1e-5);
   float *dinp = zeros((size_t)rows * C), *dw = zeros((size_t)G * OC * C), *db = zeros((size_t)G * OC);
-  ops->grouped_matmul_backward(dinp, dw, db, c.R, c.inp, c.w, off, G, C, OC);
+  ops->grouped_matmul_backward(MT_DT_F32, dinp, dw, db, c.R, c.inp, c.w, off, G, C, OC);
   mt_check_err("grouped backward dinp vs FD",
                gradcheck(gg_loss, &c, c.inp, dinp, (size_t)rows * C, 1), FD_TOL);
   mt_check_err("grouped backward dw vs FD", gradcheck(gg_loss, &c, c.w, dw, (size_t)G * OC * C, 1),
@@ -292,11 +251,11 @@ static void test_grouped_gemm(void) {
   float *o1 = zeros((size_t)rows * OC), *o2 = zeros((size_t)rows * OC);
   float *w1 = zeros((size_t)G * OC * C), *w2 = zeros((size_t)G * OC * C);
   mt_kernels_set_threads(1);
-  ops->grouped_matmul_forward(o1, c.inp, c.w, c.b, off, G, C, OC);
-  ops->grouped_matmul_backward(NULL, w1, NULL, c.R, c.inp, c.w, off, G, C, OC);
+  ops->grouped_matmul_forward(MT_DT_F32, o1, c.inp, c.w, c.b, off, G, C, OC);
+  ops->grouped_matmul_backward(MT_DT_F32, NULL, w1, NULL, c.R, c.inp, c.w, off, G, C, OC);
   mt_kernels_set_threads(2);
-  ops->grouped_matmul_forward(o2, c.inp, c.w, c.b, off, G, C, OC);
-  ops->grouped_matmul_backward(NULL, w2, NULL, c.R, c.inp, c.w, off, G, C, OC);
+  ops->grouped_matmul_forward(MT_DT_F32, o2, c.inp, c.w, c.b, off, G, C, OC);
+  ops->grouped_matmul_backward(MT_DT_F32, NULL, w2, NULL, c.R, c.inp, c.w, off, G, C, OC);
   mt_kernels_set_threads(1);
   mt_check_true("1 and 2 threads: the same bits",
                 !memcmp(o1, o2, (size_t)rows * OC * sizeof(float)) &&
@@ -445,13 +404,8 @@ static void copy_tensor(mt_gpt *dst, const char *dname, const mt_gpt *src, const
 static double grad_diff(const mt_gpt *a, const char *an, const mt_gpt *b, const char *bn) {
   int i = mt_registry_find(&a->reg, an), j = mt_registry_find(&b->reg, bn);
   if (i < 0 || j < 0) return NAN;
-  const float *x = a->grads + a->reg.t[i].offset, *y = b->grads + b->reg.t[j].offset;
-  double diff = 0.0, scale = 0.0;
-  for (size_t k = 0; k < a->reg.t[i].numel_local; k++) {
-    diff = mt_worst(diff, fabs((double)x[k] - (double)y[k]));
-    scale = fmax(scale, fabs((double)y[k]));
-  }
-  return diff / (scale > 0 ? scale : 1.0);
+  return mt_max_rel_err(a->grads + a->reg.t[i].offset, b->grads + b->reg.t[j].offset,
+                        a->reg.t[i].numel_local);
 }
 
 static void test_one_expert_is_dense(void) {
@@ -513,7 +467,7 @@ static void test_one_expert_is_dense(void) {
   double rg = 0.0;
   for (int l = 0; l < d.n_layer; l++) {
     int i = mt_registry_findf(&moe.reg, "blocks.%d.moe.router.weight", l);
-    rg += ops->sumsq(moe.grads + moe.reg.t[i].offset, moe.reg.t[i].numel_local);
+    rg += ops->sumsq(MT_DT_F32, moe.grads + moe.reg.t[i].offset, moe.reg.t[i].numel_local);
   }
   mt_check_err("the router of one expert gets no gradient", sqrt(rg), 0.0);
   free(inp), free(tgt);
@@ -525,6 +479,7 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mt_log_init(0);
   mt_kernels_set_threads(1);
+  g_rng = 0x2545F4914F6CDD1DULL; /* this test's inputs */
   ops = mt_ops_cpu();
   test_router();
   test_combine();
@@ -533,10 +488,5 @@ int main(int argc, char **argv) {
   test_model_fd(1.0);
   test_one_expert_is_dense();
   MPI_Finalize();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_moe: %d mt_check_err(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_moe: ok\n");
-  return 0;
+  return mt_check_summary("test_moe");
 }

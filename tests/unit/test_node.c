@@ -309,12 +309,7 @@ int main(int argc, char **argv) {
   }
   int fails = 0;
   MPI_Allreduce(mt_check_failures(), &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) {
-    if (fails)
-      fprintf(stderr, "test_node: %d check(s) failed\n", fails);
-    else
-      printf("test_node: all %d checks passed\n", *mt_check_count());
-  }
+  int rc = mt_check_report("test_node", fails, rank == 0);
   MPI_Finalize();
-  return fails ? 1 : 0;
+  return rc;
 }

@@ -64,6 +64,19 @@ static double simulate(mt_pp_sched kind, int pp, int m, int v, mt_pp_sim *sim) {
   return rc == 0 ? sim->bubble : -1.0;
 }
 
+/* The bubble of a schedule of v chunks a rank (breadth-first, interleaved)
+ * equals its theory, (pp - 1) / (v m + pp - 1); a row of the table printed
+ * for v = 2 at the usual sizes. */
+static void check_v_bubble(mt_pp_sched kind, int pp, int m, int v, mt_pp_sim *sim) {
+  const char *name = mt_pp_sched_name(kind);
+  double theory = (double)(pp - 1) / (v * m + pp - 1);
+  double bubble = simulate(kind, pp, m, v, sim);
+  MT_CHECK(fabs(bubble - theory) < 1e-9, "%s pp=%d m=%d v=%d: bubble %.6f, theory %.6f", name, pp,
+           m, v, bubble, theory);
+  if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
+    printf("%-12s %3d %3d %2d %10.4f %10.4f\n", name, pp, m, v, bubble, theory);
+}
+
 /* Mutate rank r's list with f and expect the validator to refuse it. */
 static void expect_refused(const char *what, mt_pp_sched kind, int pp, int m, int v, int r,
                            void (*f)(mt_pp_schedule *, int), const char *needle) {
@@ -76,6 +89,18 @@ static void expect_refused(const char *what, mt_pp_sched kind, int pp, int m, in
   MT_CHECK(rc != 0 && strstr(msg, needle), "%s: expected a refusal with '%s', got rc=%d '%s'", what,
         needle, rc, msg);
   mt_pp_schedule_free(&s);
+}
+
+/* mt_pp_sched_check(kind, pp, m, v, n_layer): accepted where needle is
+ * NULL, else refused with a message containing needle */
+static void expect_config(const char *what, mt_pp_sched kind, int pp, int m, int v, int n_layer,
+                          const char *needle) {
+  mt_err e = {0};
+  int rc = mt_pp_sched_check(kind, pp, m, v, n_layer, &e);
+  if (needle)
+    MT_CHECK(rc != 0 && strstr(e.msg, needle), "%s: %s", what, e.msg);
+  else
+    MT_CHECK(rc == 0, "%s: %s", what, e.msg);
 }
 
 static int find(const mt_pp_schedule *s, int r, mt_pp_op_kind k, int nth) {
@@ -192,22 +217,12 @@ int main(void) {
       cases++;
       for (int v = 1; v <= 4; v++) {
         if (pp * v > 32) continue;
-        double bth = (double)(pp - 1) / (v * m + pp - 1);
-        double bf = simulate(MT_SCHED_BFS, pp, m, v, &sim);
-        MT_CHECK(fabs(bf - bth) < 1e-9, "breadth-first pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
-              m, v, bf, bth);
-        if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
-          printf("%-12s %3d %3d %2d %10.4f %10.4f\n", "breadth-first", pp, m, v, bf, bth);
+        check_v_bubble(MT_SCHED_BFS, pp, m, v, &sim);
         cases++;
       }
       for (int v = 2; v <= 4; v++) {
         if (m % pp != 0) continue;
-        double ith = (double)(pp - 1) / (v * m + pp - 1);
-        double in = simulate(MT_SCHED_INTERLEAVED, pp, m, v, &sim);
-        MT_CHECK(fabs(in - ith) < 1e-9, "interleaved pp=%d m=%d v=%d: bubble %.6f, theory %.6f", pp,
-                 m, v, in, ith);
-        if ((pp == 2 || pp == 4) && (m == 4 || m == 8 || m == 16) && v == 2)
-          printf("%-12s %3d %3d %2d %10.4f %10.4f\n", "interleaved", pp, m, v, in, ith);
+        check_v_bubble(MT_SCHED_INTERLEAVED, pp, m, v, &sim);
         cases++;
       }
     }
@@ -292,35 +307,22 @@ int main(void) {
   }
 
   /* config checks name the keys */
-  mt_err e = {0};
-  MT_CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 4, 2, 1, 8, &e) != 0 &&
-               strstr(e.msg, "train.micro_batches = 2 is smaller than parallel.pp = 4"),
-           "m < pp: %s", e.msg);
-  memset(&e, 0, sizeof e);
-  MT_CHECK(mt_pp_sched_check(MT_SCHED_1F1B, 2, 4, 2, 8, &e) != 0 &&
-               strstr(e.msg, "parallel.virtual_stages = 2 needs parallel.schedule = interleaved"),
-           "v without interleaved: %s", e.msg);
-  memset(&e, 0, sizeof e);
-  MT_CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 2, 5, 2, 8, &e) != 0 &&
-               strstr(e.msg, "multiple of parallel.pp = 2"),
-           "interleaved m %% pp: %s", e.msg);
-  memset(&e, 0, sizeof e);
-  MT_CHECK(mt_pp_sched_check(MT_SCHED_INTERLEAVED, 4, 4, 2, 4, &e) != 0 &&
-               strstr(e.msg, "exceeds model.n_layer = 4"),
-           "pp*v > L: %s", e.msg);
-  memset(&e, 0, sizeof e);
-  MT_CHECK(mt_pp_sched_check(MT_SCHED_GPIPE, 4, 2, 1, 4, &e) == 0, "gpipe m < pp refused: %s", e.msg);
+  expect_config("m < pp", MT_SCHED_1F1B, 4, 2, 1, 8,
+                "train.micro_batches = 2 is smaller than parallel.pp = 4");
+  expect_config("v without interleaved", MT_SCHED_1F1B, 2, 4, 2, 8,
+                "parallel.virtual_stages = 2 needs parallel.schedule = interleaved");
+  expect_config("interleaved m % pp", MT_SCHED_INTERLEAVED, 2, 5, 2, 8,
+                "multiple of parallel.pp = 2");
+  expect_config("pp*v > L", MT_SCHED_INTERLEAVED, 4, 4, 2, 4, "exceeds model.n_layer = 4");
+  expect_config("gpipe m < pp refused", MT_SCHED_GPIPE, 4, 2, 1, 4, NULL);
   /* parallel.schedule's names (the configuration parses them: test_config) */
   MT_CHECK(!strcmp(mt_pp_sched_name(MT_SCHED_ZBH1), "zb-h1") &&
                !strcmp(mt_pp_sched_name(MT_SCHED_BFS), "breadth-first") &&
                !strcmp(mt_pp_sched_name(MT_SCHED_ZBV), "zb-v"),
            "schedule names");
-  memset(&e, 0, sizeof e);
-  MT_CHECK(mt_pp_sched_check(MT_SCHED_ZBV, 2, 4, 1, 8, &e) != 0 &&
-            strstr(e.msg, "parallel.schedule = zb-v needs parallel.virtual_stages = 2"),
-        "zb-v v = 1: %s", e.msg);
-  memset(&e, 0, sizeof e);
-  MT_CHECK(mt_pp_sched_check(MT_SCHED_BFS, 4, 2, 3, 12, &e) == 0, "breadth-first v=3 m<pp: %s", e.msg);
+  expect_config("zb-v v = 1", MT_SCHED_ZBV, 2, 4, 1, 8,
+                "parallel.schedule = zb-v needs parallel.virtual_stages = 2");
+  expect_config("breadth-first v=3 m<pp", MT_SCHED_BFS, 4, 2, 3, 12, NULL);
 
   /* balanced layers: contiguous, in order, sizes differ by at most one */
   for (int L = 1; L <= 13; L++)

@@ -235,10 +235,5 @@ int main(void) {
   test_units();
   test_dp_placement();
   test_init_values();
-  if (*mt_check_failures()) {
-    fprintf(stderr, "test_registry: %d check(s) failed\n", *mt_check_failures());
-    return 1;
-  }
-  printf("test_registry: ok\n");
-  return 0;
+  return mt_check_summary("test_registry");
 }

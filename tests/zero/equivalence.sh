@@ -9,11 +9,8 @@ corpus=$(mt_corpus 300000)
 common=(--set model.preset=tiny --set train.steps=20 --set train.global_batch=8
         --set data.train="$corpus" --set train.eval_every=0 --set ckpt.mode=none
         --set train.warmup_steps=5 --set train.lr=3e-3)
-run() { # NAME NP ARGS...
-  local name=$1 np=$2; shift 2
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" --set output.dir="$WORK/$name" "$@" \
-    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
-}
+# run NAME NP ARGS...
+run() { mt_train "$1" "$2" "${common[@]}" --set output.dir="$WORK/$1" "${@:3}"; }
 run ref 1 --set train.micro_batch=2
 runs=()
 for z in 0 1 2 3; do

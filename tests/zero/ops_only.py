@@ -72,18 +72,26 @@ def declared_float_ptrs(text):
     return ptrs, arrays
 
 
-def struct_members(code):
-    """(float * members, members of any other type) of the structs in code"""
-    floats, others = set(), set()
-    for m in re.finditer(r"\bstruct\b[^{;()]*\{", code):
+def struct_bodies(code, opening):
+    """the structs of code whose opening (a pattern ending at the "{")
+    matches: yields (match, body, end), the body without function pointers'
+    parameters and nested structs and unions (each is its own match), end
+    the index just past the closing "}" """
+    for m in re.finditer(opening, code):
         depth, i = 1, m.end()
         while depth and i < len(code):
             depth += {"{": 1, "}": -1}.get(code[i], 0)
             i += 1
         body = code[m.end():i - 1]
-        while re.search(r"\([^()]*\)", body):  # function pointers' parameters out
+        while re.search(r"\([^()]*\)", body):
             body = re.sub(r"\([^()]*\)", " ", body)
-        body = re.sub(r"\{[^{}]*\}", " ", body)  # nested structs and unions: their own match
+        yield m, re.sub(r"\{[^{}]*\}", " ", body), i
+
+
+def struct_members(code):
+    """(float * members, members of any other type) of the structs in code"""
+    floats, others = set(), set()
+    for _, body, _ in struct_bodies(code, r"\bstruct\b[^{;()]*\{"):
         for decl in body.split(";"):
             names = re.findall(r"(\w+)\s*(?:\[[^\]]*\])*\s*(?:,|$)", decl.strip())
             if re.match(r"\s*(?:const\s+)?float\s*\*\s*\w", decl):
@@ -99,15 +107,7 @@ def struct_members(code):
 def struct_types(code):
     """typedef'd and tagged structs of code: {type name: {member: (base, stars, array)}}"""
     types = {}
-    for m in re.finditer(r"\b(?:typedef\s+)?struct\s*(\w*)\s*\{", code):
-        depth, i = 1, m.end()
-        while depth and i < len(code):
-            depth += {"{": 1, "}": -1}.get(code[i], 0)
-            i += 1
-        body = code[m.end():i - 1]
-        while re.search(r"\([^()]*\)", body):
-            body = re.sub(r"\([^()]*\)", " ", body)
-        body = re.sub(r"\{[^{}]*\}", " ", body)
+    for m, body, i in struct_bodies(code, r"\b(?:typedef\s+)?struct\s*(\w*)\s*\{"):
         members = {}
         for decl in body.split(";"):
             d = re.match(r"\s*(?:const\s+|volatile\s+|unsigned\s+|signed\s+|struct\s+)*(\w+)(.*)$",

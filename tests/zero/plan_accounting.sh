@@ -73,14 +73,6 @@ elif [ "$preset" = tiny ]; then
           "cp2tp2sp 4 --set parallel.cp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=2 --set train.micro_batch=2"
           "cp2pp2rc 4 --set parallel.cp=2 --set parallel.pp=2 --set train.recompute=true --set train.micro_batch=2")
 fi
-for c in "${cases[@]}"; do
-  read -r name np args <<< "$c"
-  # shellcheck disable=SC2086
-  "$MT_BIN/meshtrain" "${common[@]}" $args --set output.dir="$WORK/$name" \
-    --plan-json "$WORK/$name.plan.json" > "$WORK/$name.plan.txt" || fail "plan $name"
-  # shellcheck disable=SC2086
-  mt_mpirun "$np" "$MT_BIN/meshtrain" "${common[@]}" $args --set output.dir="$WORK/$name" \
-    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
-done
+for c in "${cases[@]}"; do mt_plan_and_train "$c" "${common[@]}"; done
 python3 "$MT_SRC/tests/scripts/plan_vs_run.py" "$WORK" dp,tp,pp,cp "${cases[@]}" || fail "plan and run differ"
 echo PASS

@@ -5,7 +5,7 @@
  * inputs as zero and flushes subnormal results, so it would not round like
  * the scalar definition (and it exists only on AVX512-BF16 CPUs). Memory
  * bound either way. */
-#include "kernels/cpu/bf16_internal.h"
+#include "kernels/cpu/cpu_internal.h"
 
 #include <omp.h>
 #include <string.h>
@@ -50,8 +50,17 @@ void mt_bf16_to_f32_n(float *dst, const mt_bf16 *src, size_t n) {
   }
 }
 
-void mt_bf16_rows_to_f32(float *dst, const mt_bf16 *src, int rows, int n) {
-  if (rows <= 0) return;
-  mt_bf16_to_f32_serial(dst, src, (size_t)n);
-  for (int r = 1; r < rows; r++) memcpy(dst + (size_t)r * n, dst, (size_t)n * sizeof(float));
+/* the op table's convert: widened, rounded, or copied */
+void mt_cpu_convert(void *dst, mt_dtype dst_t, const void *src, mt_dtype src_t, size_t n) {
+  if (dst_t == MT_DT_BF16 && src_t == MT_DT_F32)
+    mt_bf16_from_f32_n(dst, src, n);
+  else if (dst_t == MT_DT_F32 && src_t == MT_DT_BF16)
+    mt_bf16_to_f32_n(dst, src, n);
+  else if (dst_t == src_t && dst_t == MT_DT_F32)
+    mt_cpu_copy_f32(dst, src, n);
+  else if (dst_t == src_t && dst_t == MT_DT_BF16)
+    mt_cpu_copy_bf16(dst, src, n);
+  else
+    mt_die("convert: %s to %s is not a conversion of the op table", mt_dtype_name(src_t),
+           mt_dtype_name(dst_t));
 }

@@ -6,21 +6,38 @@
 
 #include "kernels/kernels.h"
 
-void mt_cpu_gelu_forward(float *out, const float *inp, size_t n);
-void mt_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* The per-type bodies of every op over the storage type (typed.h): for
+ * each op of MT_OPS_TYPED (and _SUMS), mt_cpu_<op>_f32 and mt_cpu_<op>_bf16
+ * with the table's parameters after t. ops_cpu.c puts one member in front
+ * of each pair that picks by t. */
+#define MT_CPU_DECLARE_TYPED_(name, params, args)                                          \
+  void mt_cpu_##name##_f32(MT_OPS_UNPAREN params);                                         \
+  void mt_cpu_##name##_bf16(MT_OPS_UNPAREN params);
+#define MT_CPU_DECLARE_SUMS_(name, params, args)                                           \
+  double mt_cpu_##name##_f32(MT_OPS_UNPAREN params);                                       \
+  double mt_cpu_##name##_bf16(MT_OPS_UNPAREN params);
+MT_OPS_TYPED(MT_CPU_DECLARE_TYPED_)
+MT_OPS_TYPED_SUMS(MT_CPU_DECLARE_SUMS_)
+#undef MT_CPU_DECLARE_TYPED_
+#undef MT_CPU_DECLARE_SUMS_
 
-/* attention by blocks and strided copies (attention_flash.c; see kernels.h) */
-void mt_cpu_attn_forward(const mt_attn_block *a, float *out, float *lse, const float *q,
-                         const float *k, const float *v);
-void mt_cpu_attn_merge(const mt_attn_block *a, float *out, float *lse, const float *part,
-                       const float *part_lse);
-void mt_cpu_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *dv,
-                          const float *dout, const float *out, const float *lse, const float *q,
-                          const float *k, const float *v);
-void mt_cpu_copy_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
-                    size_t cols);
-void mt_cpu_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
-                   size_t cols);
+/* The ops of fixed types (MT_OPS_FIXED): mt_cpu_<op> */
+#define MT_CPU_DECLARE_FIXED_(name, optional, params, args) void mt_cpu_##name params;
+MT_OPS_FIXED(MT_CPU_DECLARE_FIXED_)
+#undef MT_CPU_DECLARE_FIXED_
+
+/* Columns (channels) per task when a sum over rows is split by column: wide
+ * enough for contiguous, vectorised rows, narrow enough to spread over
+ * threads; each column owned by one thread, rows in order (the same bits at
+ * any thread count). */
+#define MT_COL_BLOCK 64
+
+/* Clears and copies of more than MT_PAR_MIN elements are split over the
+ * threads in contiguous pieces: one core does not saturate the memory
+ * bandwidth, and a serial memset left the other threads idle. */
+#define MT_PAR_MIN ((size_t)1 << 16)
+
+static inline int mt_min_int(int a, int b) { return a < b ? a : b; }
 
 /* The OpenBLAS pool size is global: set it to 1 for a parallel region whose
  * threads each call sgemm (*blas_threads: the size to restore), and back.
@@ -38,25 +55,55 @@ float mt_cpu_row_max(const float *x, int n);           /* max of x[0..n), n >= 1
 float mt_cpu_row_exp(float *y, const float *x, int n, float shift);
 double mt_cpu_row_exp_f64(float *y, const float *x, int n, float shift);
 
-/* Mixture-of-Experts ops (moe_cpu.c) and the grouped GEMM (grouped_gemm.c),
- * as in kernels.h. */
-void mt_cpu_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                               const float *logits, const float *bias, int N, int E, int k);
-void mt_cpu_moe_router_backward(float *dlogits, const float *probs, const float *lse,
-                                const int *top_idx, const float *top_w, const float *dtop_w,
-                                const float *aux_grad, int rows_per_seq, float z_grad, int N,
-                                int E, int k);
-void mt_cpu_moe_prob_sums(float *sums, const float *probs, int N, int E, int rows_per_seq);
-void mt_cpu_gather_rows(float *out, const float *inp, const int *idx, int n, int C);
-void mt_cpu_moe_combine(float *out, const float *y, const int *slot, const float *w, int N, int C,
-                        int k);
-void mt_cpu_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y,
-                                 const int *slot, const float *w, int N, int C, int k);
-void mt_cpu_moe_gather_sum(float *dx, const float *src, const int *slot, int N, int C, int k);
-void mt_cpu_grouped_matmul_forward(float *out, const float *inp, const float *w,
-                                   const float *bias, const int *off, int G, int C, int OC);
-void mt_cpu_grouped_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                                    const float *inp, const float *w, const int *off, int G,
-                                    int C, int OC);
+/* ---- the bf16 GEMM engine (gemm_bf16.c) ---- */
+
+/* The three products of a linear layer (gemm_bf16.c says which is which) */
+enum { MT_GEMM_NT = 0, MT_GEMM_NN = 1, MT_GEMM_TN = 2 };
+
+/* C (m,n) = op(A) op(B) on bf16 A, B with fp32 accumulation.
+ * NT, NN: into bf16 Cb (Cf NULL): Cb = round(product + bias) (bias (n) or
+ * NULL), or with accumulate Cb = round(Cb + product) (bias unused).
+ * TN: into fp32 Cf (Cb NULL, bias NULL): Cf = product, or Cf += product.
+ * runtime_m: the row count changes from call to call (grouped GEMM), so a
+ * cached oneDNN primitive should not be specialised to it. */
+void mt_cpu_gemm_bf16(int form, int m, int n, int k, const mt_bf16 *A, const mt_bf16 *B,
+                      const mt_bf16 *bias, mt_bf16 *Cb, float *Cf, int accumulate,
+                      int runtime_m);
+
+/* The sgemm path's tile: rows, columns and depth block (0: the default,
+ * 1024). Tests make them small to run several tiles on small shapes. */
+void mt_cpu_gemm_bf16_set_block(int mb, int nb, int kb);
+
+/* Conversions of n elements on the calling thread alone (inside parallel
+ * regions); the same bits as the scalar mt_bf16_from_f32 / _to_f32. */
+void mt_bf16_from_f32_serial(mt_bf16 *dst, const float *src, size_t n);
+void mt_bf16_to_f32_serial(float *dst, const mt_bf16 *src, size_t n);
+
+/* ---- bf16 dot products on AVX512-BF16 (dot_bf16.c), for attention's
+ * products whose operands are both bf16 ---- */
+
+/* the dot-product path for a head size: the process's bf16 matmuls run on
+ * oneDNN because the CPU has AVX512-BF16 at full rate (or AMX), and hs is
+ * even */
+int mt_cpu_dot_bf16_usable(int hs);
+/* columns of a microkernel tile; packed rows are padded to a multiple */
+#define MT_DOT_NC 32
+static inline int mt_dot_round_nc(int n) { return (n + MT_DOT_NC - 1) / MT_DOT_NC * MT_DOT_NC; }
+/* Bp (np x ldp words) = the bf16 rows B (cols x 2 np, row stride ldb) in
+ * pair-major order: Bp[p][c] = the 32-bit word of B[c][2p], B[c][2p+1];
+ * columns cols .. mt_dot_round_nc(cols) - 1 are zero. */
+void mt_cpu_dot_pack_pairs(uint32_t *Bp, size_t ldp, const mt_bf16 *B, size_t ldb, int cols,
+                           int np);
+/* S[r][c] = alpha sum_d A[r][d] B[c][d] (r < rows, c < cols, d < 2 np) for
+ * bf16 rows A (row stride lda) and B packed by mt_cpu_dot_pack_pairs (Bp,
+ * ldp >= mt_dot_round_nc(cols)); fp32 S (row stride lds). */
+void mt_cpu_dot_nt_bf16(float *S, int lds, const mt_bf16 *A, size_t lda, int rows,
+                        const uint32_t *Bp, size_t ldp, int cols, int np, float alpha);
+
+/* n bytes (64-byte aligned) of this thread's scratch slot `slot` (0 ..
+ * MT_CPU_SCRATCH_SLOTS-1), grown to the largest request and kept between
+ * calls (freed when the thread exits); contents undefined */
+#define MT_CPU_SCRATCH_SLOTS 16
+void *mt_cpu_scratch(int slot, size_t bytes);
 
 #endif

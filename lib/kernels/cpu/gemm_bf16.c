@@ -33,8 +33,6 @@
  * and OpenBLAS split work by thread count, never by timing; the tiles of
  * the sgemm path are fixed by the shape, see sgemm_path). */
 #define _DEFAULT_SOURCE /* syscall() for arch_prctl */
-#include "kernels/kernels.h"
-#include "kernels/cpu/bf16_internal.h"
 #include "kernels/cpu/cpu_internal.h"
 
 #include <cblas.h>
@@ -291,6 +289,13 @@ static float *scratch(int slot, size_t n) {
   return g_scratch[slot];
 }
 
+/* dst (rows, n) = each row the bf16 row src (n), in fp32 */
+static void rows_to_f32(float *dst, const mt_bf16 *src, int rows, int n) {
+  if (rows <= 0) return;
+  mt_bf16_to_f32_serial(dst, src, (size_t)n);
+  for (int r = 1; r < rows; r++) memcpy(dst + (size_t)r * n, dst, (size_t)n * sizeof(float));
+}
+
 /* dst (rows, cols) fp32 contiguous = src rows of ld elements, bf16 */
 static void load_block(float *dst, const mt_bf16 *src, size_t ld, int rows, int cols) {
   for (int r = 0; r < rows; r++)
@@ -317,7 +322,7 @@ static void sgemm_tile(const gemm_args *g, int i0, int rows, int j0, int cols) {
   if (Cbt && g->accumulate) {
     load_block(Ct, Cbt, (size_t)n, rows, cols);
   } else if (Cbt && g->bias) { /* as matmul_forward: the bias first, then the product */
-    mt_bf16_rows_to_f32(Ct, g->bias + j0, rows, cols);
+    rows_to_f32(Ct, g->bias + j0, rows, cols);
     has_c = 1;
   }
   for (int p0 = 0; p0 < k; p0 += KB) {

@@ -19,6 +19,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,65 +125,17 @@ void mt_ops_null_reset(void) {
 /* ------------------------------------------------------------------ */
 /* ops: none of them computes                                          */
 
-static void null_zero(float *x, size_t n) { (void)x, (void)n; }
-static void null_copy(float *dst, const float *src, size_t n) { (void)dst, (void)src, (void)n; }
-static void null_axpy(float *y, float a, const float *x, size_t n) {
-  (void)y, (void)a, (void)x, (void)n;
-}
-static double null_sum(const float *x, size_t n) {
-  (void)x, (void)n;
-  return 0.0;
-}
+/* every op of the lists, empty; the sums 0 (the losses and norms the host
+ * reads) */
+#define NULL_TYPED_(name, params, args)                                                     \
+  static void null_##name(mt_dtype t, MT_OPS_UNPAREN params) {}
+#define NULL_SUMS_(name, params, args)                                                      \
+  static double null_##name(mt_dtype t, MT_OPS_UNPAREN params) { return 0.0; }
+#define NULL_FIXED_(name, optional, params, args) static void null_##name params {}
+MT_OPS_TYPED(NULL_TYPED_)
+MT_OPS_TYPED_SUMS(NULL_SUMS_)
+MT_OPS_FIXED(NULL_FIXED_)
 static void null_sync(void) {}
-static void null_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
-                                 int B, int T, int C) {}
-static void null_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
-                                  int B, int T, int C) {}
-static void null_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                   const float *w, const float *b, int N, int C) {}
-static void null_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                                    const float *inp, const float *w, const float *mean,
-                                    const float *rstd, int N, int C) {}
-static void null_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                                int N, int C, int OC) {}
-static void null_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                                 const float *inp, const float *w, int N, int C, int OC) {}
-static void null_encoder_vp_forward(float *out, const int *inp, const float *wte, int v0, int Vl,
-                                    const float *wpe, int B, int T, int C) {}
-static void null_encoder_vp_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
-                                     int v0, int Vl, int B, int T, int C) {}
-static void null_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                                   int NH) {}
-static void null_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                                    const float *att, int B, int T, int C, int NH) {}
-static void null_attn_forward(const mt_attn_block *a, float *out, float *lse, const float *q,
-                              const float *k, const float *v) {}
-static void null_attn_merge(const mt_attn_block *a, float *out, float *lse, const float *part,
-                            const float *part_lse) {}
-static void null_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *dv,
-                               const float *dout, const float *out, const float *lse,
-                               const float *q, const float *k, const float *v) {}
-static void null_copy_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
-                         size_t cols) {}
-static void null_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
-                        size_t cols) {}
-static void null_gelu_forward(float *out, const float *inp, size_t n) {}
-static void null_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {}
-static void null_residual_forward(float *out, const float *a, const float *b, size_t n) {}
-static void null_softmax_xent_forward(float *losses, float *probs, const float *logits,
-                                      const int *targets, int N, int V, int Vp) {}
-static void null_softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
-                                       float dloss, int N, int V, int Vp) {}
-static void null_xent_vp_max(float *rowmax, const float *logits, int N, int Vl, int nvalid) {}
-static void null_xent_vp_exp(double *stats, float *probs, const float *logits, const float *rowmax,
-                             const int *targets, int v0, int N, int Vl, int nvalid) {}
-static void null_xent_vp_finish(float *losses, float *probs, const double *stats,
-                                const float *rowmax, int N, int Vl, int nvalid) {}
-static void null_xent_vp_backward(float *dlogits, const float *probs, const int *targets, int v0,
-                                  float dloss, int N, int Vl, int nvalid) {}
-static void null_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
-                              float lr, float beta1, float beta2, float eps, float weight_decay,
-                              int t) {}
 
 /* the router's choices, round-robin over the experts (the host reads them) */
 static double g_skew; /* the routing's Zipf exponent; 0: round-robin */
@@ -215,9 +168,8 @@ static int zipf_expert(double u, int E) {
   return lo;
 }
 
-static void null_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                                    const float *logits, const float *bias, int N, int E,
-                                    int k) {
+static void router_forward(float *probs, float *lse, int *top_idx, float *top_w,
+                           const float *logits, const float *bias, int N, int E, int k) {
   size_t n = (size_t)N * (size_t)k;
   keep(top_idx, NULL, n * sizeof(int));
   int *choice = find(top_idx, 0)->data;
@@ -240,124 +192,29 @@ static void null_moe_router_forward(float *probs, float *lse, int *top_idx, floa
     }
 }
 
-static void null_moe_router_backward(float *dlogits, const float *probs, const float *lse,
-                                     const int *top_idx, const float *top_w, const float *dtop_w,
-                                     const float *aux_grad, int rows_per_seq, float z_grad, int N,
-                                     int E, int k) {}
-static void null_moe_prob_sums(float *sums, const float *probs, int N, int E, int rows_per_seq) {}
-static void null_gather_rows(float *out, const float *inp, const int *idx, int n, int C) {}
-static void null_moe_combine(float *out, const float *y, const int *slot, const float *w, int N,
-                             int C, int k) {}
-static void null_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y,
-                                      const int *slot, const float *w, int N, int C, int k) {}
-static void null_moe_gather_sum(float *dx, const float *src, const int *slot, int N, int C, int k) {
+
+static mt_ops g_ops_null;
+static pthread_once_t g_ops_null_once = PTHREAD_ONCE_INIT;
+
+static void ops_null_build(void) {
+  mt_ops *o = &g_ops_null;
+  o->name = "null";
+  o->loc = MT_LOC_DEVICE; /* not host memory: nothing may read it */
+  o->alloc = null_alloc;
+  o->free = null_free;
+  o->upload = null_upload;
+  o->download = null_download;
+  o->sync = null_sync;
+#define NULL_MEMBER_(name, params, args) o->name = null_##name;
+#define NULL_FIXED_MEMBER_(name, optional, params, args) o->name = null_##name;
+  MT_OPS_TYPED(NULL_MEMBER_)
+  MT_OPS_TYPED_SUMS(NULL_MEMBER_)
+  MT_OPS_FIXED(NULL_FIXED_MEMBER_)
+  /* the one op whose results the host reads: the routing */
+  o->moe_router_forward = router_forward;
 }
-static void null_grouped_matmul_forward(float *out, const float *inp, const float *w,
-                                        const float *bias, const int *off, int G, int C, int OC) {}
-static void null_grouped_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                                         const float *inp, const float *w, const int *off, int G,
-                                         int C, int OC) {}
-static double null_sumsq(const float *x, size_t n) {
-  (void)x, (void)n;
-  return 0.0;
+
+const mt_ops *mt_ops_null(void) {
+  pthread_once(&g_ops_null_once, ops_null_build);
+  return &g_ops_null;
 }
-static void null_scale(float *x, float s, size_t n) { (void)x, (void)s, (void)n; }
-#define NULL_OP(member, optional) .member = null_##member,
-static const mt_ops g_ops_null = {
-    .name = "null",
-    .loc = MT_LOC_DEVICE, /* not host memory: nothing may read it */
-    MT_OPS_MEMBERS(NULL_OP)};
-#undef NULL_OP
-
-const mt_ops *mt_ops_null(void) { return &g_ops_null; }
-
-/* ------------------------------------------------------------------ */
-/* the bf16 ops: empty (nothing the host reads comes from them: the losses
- * are summed by mt_ops' sum, the norms by mt_ops' sumsq over fp32 grads) */
-
-typedef mt_bf16 bf;
-static void nb_matmul_forward(bf *out, const bf *inp, const bf *w, const bf *bias, int N, int C,
-                              int OC) {}
-static void nb_matmul_backward(bf *dinp, float *dw, float *dbias, const bf *dout, const bf *inp,
-                               const bf *w, int N, int C, int OC) {}
-static void nb_grouped_matmul_forward(bf *out, const bf *inp, const bf *w, const bf *bias,
-                                      const int *off, int G, int C, int OC) {}
-static void nb_grouped_matmul_backward(bf *dinp, float *dw, float *dbias, const bf *dout,
-                                       const bf *inp, const bf *w, const int *off, int G, int C,
-                                       int OC) {}
-static void nb_gather_rows(bf *out, const bf *inp, const int *idx, int n, int C) {}
-static void nb_moe_combine(bf *out, const bf *y, const int *slot, const float *w, int N, int C,
-                           int k) {}
-static void nb_moe_combine_backward(bf *dy, float *dw, const bf *dout, const bf *y,
-                                    const int *slot, const float *w, int N, int C, int k) {}
-static void nb_moe_gather_sum(bf *dx, const bf *src, const int *slot, int N, int C, int k) {}
-static void nb_encoder_forward(bf *out, const int *inp, const bf *wte, const bf *wpe, int B, int T,
-                               int C) {}
-static void nb_encoder_backward(float *dwte, float *dwpe, const bf *dout, const int *inp, int B,
-                                int T, int C) {}
-static void nb_encoder_vp_forward(bf *out, const int *inp, const bf *wte, int v0, int Vl,
-                                  const bf *wpe, int B, int T, int C) {}
-static void nb_encoder_vp_backward(float *dwte, float *dwpe, const bf *dout, const int *inp,
-                                   int v0, int Vl, int B, int T, int C) {}
-static void nb_layernorm_forward(bf *out, float *mean, float *rstd, const bf *inp, const bf *w,
-                                 const bf *b, int N, int C) {}
-static void nb_layernorm_backward(bf *dinp, float *dw, float *db, const bf *dout, const bf *inp,
-                                  const bf *w, const float *mean, const float *rstd, int N,
-                                  int C) {}
-static void nb_gelu_forward(bf *out, const bf *inp, size_t n) {}
-static void nb_gelu_backward(bf *dinp, const bf *inp, const bf *dout, size_t n) {}
-static void nb_residual_forward(bf *out, const bf *a, const bf *b, size_t n) {}
-static void nb_attn_forward(const mt_attn_block *a, bf *out, float *lse, const bf *q, const bf *k,
-                            const bf *v) {}
-static void nb_attn_merge(const mt_attn_block *a, bf *out, float *lse, const bf *part,
-                          const float *part_lse) {}
-static void nb_attn_backward(const mt_attn_block *a, bf *dq, bf *dk, bf *dv, const bf *dout,
-                             const bf *out, const float *lse, const bf *q, const bf *k,
-                             const bf *v) {}
-static void nb_softmax_xent_forward(float *losses, bf *probs, const bf *logits, const int *targets,
-                                    int N, int V, int Vp) {}
-static void nb_softmax_xent_backward(bf *dlogits, const bf *probs, const int *targets, float dloss,
-                                     int N, int V, int Vp) {}
-static void nb_xent_vp_max(float *rowmax, const bf *logits, int N, int Vl, int nvalid) {}
-static void nb_xent_vp_exp(double *stats, const bf *logits, const float *rowmax,
-                           const int *targets, int v0, int N, int Vl, int nvalid) {}
-static void nb_xent_vp_finish(float *losses, bf *probs, const bf *logits, const double *stats,
-                              const float *rowmax, int N, int Vl, int nvalid) {}
-static void nb_xent_vp_backward(bf *dlogits, const bf *probs, const int *targets, int v0,
-                                float dloss, int N, int Vl, int nvalid) {}
-static void nb_adamw_update(float *param, bf *param_bf16, const float *grad, float *m, float *v,
-                            size_t n, float lr, float beta1, float beta2, float eps,
-                            float weight_decay, int t) {}
-static void nb_zero(bf *x, size_t n) {}
-static void nb_copy(bf *dst, const bf *src, size_t n) {}
-static void nb_axpy(bf *y, float a, const bf *x, size_t n) {}
-static void nb_scale(bf *x, float s, size_t n) {}
-static double nb_sum(const bf *x, size_t n) { return 0.0; }
-static double nb_sumsq(const bf *x, size_t n) { return 0.0; }
-static void nb_copy_2d(bf *dst, size_t ld_dst, const bf *src, size_t ld_src, size_t rows,
-                       size_t cols) {}
-static void nb_add_2d(bf *dst, size_t ld_dst, const bf *src, size_t ld_src, size_t rows,
-                      size_t cols) {}
-static void nb_from_f32(bf *dst, const float *src, size_t n) {}
-static void nb_to_f32(float *dst, const bf *src, size_t n) {}
-
-static const mt_ops_bf16 g_ops_bf16_null = {
-    .name = "null-bf16",
-    .matmul_forward = nb_matmul_forward, .matmul_backward = nb_matmul_backward,
-    .grouped_matmul_forward = nb_grouped_matmul_forward,
-    .grouped_matmul_backward = nb_grouped_matmul_backward, .gather_rows = nb_gather_rows,
-    .moe_combine = nb_moe_combine, .moe_combine_backward = nb_moe_combine_backward,
-    .moe_gather_sum = nb_moe_gather_sum, .encoder_forward = nb_encoder_forward,
-    .encoder_backward = nb_encoder_backward, .encoder_vp_forward = nb_encoder_vp_forward,
-    .encoder_vp_backward = nb_encoder_vp_backward, .layernorm_forward = nb_layernorm_forward,
-    .layernorm_backward = nb_layernorm_backward, .gelu_forward = nb_gelu_forward,
-    .gelu_backward = nb_gelu_backward, .residual_forward = nb_residual_forward,
-    .attn_forward = nb_attn_forward, .attn_merge = nb_attn_merge,
-    .attn_backward = nb_attn_backward, .softmax_xent_forward = nb_softmax_xent_forward,
-    .softmax_xent_backward = nb_softmax_xent_backward, .xent_vp_max = nb_xent_vp_max,
-    .xent_vp_exp = nb_xent_vp_exp, .xent_vp_finish = nb_xent_vp_finish,
-    .xent_vp_backward = nb_xent_vp_backward, .adamw_update = nb_adamw_update, .zero = nb_zero,
-    .copy = nb_copy, .axpy = nb_axpy, .scale = nb_scale, .sum = nb_sum, .sumsq = nb_sumsq,
-    .copy_2d = nb_copy_2d, .add_2d = nb_add_2d, .from_f32 = nb_from_f32, .to_f32 = nb_to_f32};
-
-const mt_ops_bf16 *mt_ops_bf16_null(void) { return &g_ops_bf16_null; }

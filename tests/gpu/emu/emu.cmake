@@ -1,5 +1,5 @@
 # gpu-emu: the CUDA backend built for the host execution model
-# (-DMT_CUDA_EMU=ON; a test configuration, see tests/gpu/emu/README.md).
+# (-DMT_CUDA_EMU=ON; a test configuration, see docs/cuda.md).
 # Included by the top-level CMakeLists in place of the CUDA toolchain:
 #   - lib/kernels/cuda/*.cu are rewritten line for line (rewrite_cu.py:
 #     launches and __shared__ declarations) and compiled as C++ by the host

@@ -98,37 +98,37 @@ static void run(size_t N, int salt) {
 
   fill16(h, N, r, salt);
   d = up(h, N);
-  HOST(mt_allreduce_sum_bf16(G, h, N, MT_LOC_HOST));
-  DEV(mt_allreduce_sum_bf16(G, d, N, MT_LOC_DEVICE));
+  HOST(mt_allreduce(G, h, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_HOST));
+  DEV(mt_allreduce(G, d, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_DEVICE));
   snprintf(what, sizeof what, "allreduce bf16 N=%zu", N);
   check(what, h, d, N, N);
 
   fill16(h, N, r, salt + 1);
   d = up(h, N);
-  HOST(mt_iallreduce_sum_bf16(G, h, N, MT_LOC_HOST, &rq); mt_wait(&rq));
-  DEV(mt_iallreduce_sum_bf16(G, d, N, MT_LOC_DEVICE, &rq); mt_wait(&rq));
+  HOST(mt_iallreduce(G, h, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_HOST, &rq); mt_wait(&rq));
+  DEV(mt_iallreduce(G, d, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_DEVICE, &rq); mt_wait(&rq));
   snprintf(what, sizeof what, "iallreduce bf16 N=%zu", N);
   check(what, h, d, N, N);
 
   fill16(h, N, r, salt + 2);
   d = up(h, N), d2 = up(h2, (size_t)counts[r]);
-  HOST(mt_ireduce_scatter_sum_bf16(G, h, h2, counts, MT_LOC_HOST, &rq); mt_wait(&rq));
-  DEV(mt_ireduce_scatter_sum_bf16(G, d, d2, counts, MT_LOC_DEVICE, &rq); mt_wait(&rq));
+  HOST(mt_ireduce_scatter(G, h, h2, counts, MT_DT_BF16, MT_LOC_HOST, &rq); mt_wait(&rq));
+  DEV(mt_ireduce_scatter(G, d, d2, counts, MT_DT_BF16, MT_LOC_DEVICE, &rq); mt_wait(&rq));
   snprintf(what, sizeof what, "ireduce_scatter bf16 N=%zu", N);
   down_free(x, d, 0, N);
   check(what, h2, d2, (size_t)counts[r], (size_t)counts[r]);
 
   fill16(h, N, r, salt + 3);
   d = up(h, N);
-  HOST(mt_allgatherv_inplace_u16(G, h, counts, displs, MT_LOC_HOST));
-  DEV(mt_allgatherv_inplace_u16(G, d, counts, displs, MT_LOC_DEVICE));
+  HOST(mt_allgatherv(G, NULL, h, counts, displs, MT_DT_BF16, MT_LOC_HOST));
+  DEV(mt_allgatherv(G, NULL, d, counts, displs, MT_DT_BF16, MT_LOC_DEVICE));
   snprintf(what, sizeof what, "allgatherv in place u16 N=%zu", N);
   check(what, h, d, N, N);
 
   fill16(h2, (size_t)counts[r], r, salt + 4);
   d2 = up(h2, (size_t)counts[r]), d = up(h, N);
-  HOST(mt_iallgatherv_u16(G, h2, h, counts, displs, MT_LOC_HOST, &rq); mt_wait(&rq));
-  DEV(mt_iallgatherv_u16(G, d2, d, counts, displs, MT_LOC_DEVICE, &rq); mt_wait(&rq));
+  HOST(mt_iallgatherv(G, h2, h, counts, displs, MT_DT_BF16, MT_LOC_HOST, &rq); mt_wait(&rq));
+  DEV(mt_iallgatherv(G, d2, d, counts, displs, MT_DT_BF16, MT_LOC_DEVICE, &rq); mt_wait(&rq));
   snprintf(what, sizeof what, "iallgatherv u16 N=%zu", N);
   down_free(x, d2, 0, (size_t)counts[r]);
   check(what, h, d, N, N);
@@ -138,15 +138,15 @@ static void run(size_t N, int salt) {
     uint16_t *scratch = calloc(2 * part, 2);
     fill16(h, all, r, salt + 5);
     d = up(h, all), d2 = up(h2, part);
-    HOST(mt_reduce_scatter_dim_bf16(G, h, h2, outer, inner, scratch, MT_LOC_HOST));
-    DEV(mt_reduce_scatter_dim_bf16(G, d, d2, outer, inner, NULL, MT_LOC_DEVICE));
+    HOST(mt_reduce_scatter_dim(G, h, h2, outer, inner, scratch, MT_DT_BF16, MT_LOC_HOST));
+    DEV(mt_reduce_scatter_dim(G, d, d2, outer, inner, NULL, MT_DT_BF16, MT_LOC_DEVICE));
     snprintf(what, sizeof what, "reduce_scatter_dim bf16 outer=%zu", outer);
     down_free(x, d, 0, all);
     check(what, h2, d2, part, part);
     fill16(h2, part, r, salt + 6);
     d2 = up(h2, part), d = up(h, all);
-    HOST(mt_allgather_dim_u16(G, h2, h, outer, inner, MT_LOC_HOST));
-    DEV(mt_allgather_dim_u16(G, d2, d, outer, inner, MT_LOC_DEVICE));
+    HOST(mt_allgather_dim(G, h2, h, outer, inner, MT_DT_BF16, MT_LOC_HOST));
+    DEV(mt_allgather_dim(G, d2, d, outer, inner, MT_DT_BF16, MT_LOC_DEVICE));
     snprintf(what, sizeof what, "allgather_dim u16 outer=%zu", outer);
     down_free(x, d2, 0, part);
     check(what, h, d, all, all);
@@ -157,8 +157,8 @@ static void run(size_t N, int salt) {
     const size_t inner = 12, all = outer * inner * (size_t)n;
     fill16(h, all, r, salt + 7);
     d = up(h, all), d2 = up(h2, all);
-    HOST(mt_alltoall_dim_u16(G, h, h2, outer, inner, 2 * outer, inner / 2, MT_LOC_HOST));
-    DEV(mt_alltoall_dim_u16(G, d, d2, outer, inner, 2 * outer, inner / 2, MT_LOC_DEVICE));
+    HOST(mt_alltoall_dim(G, h, h2, outer, inner, 2 * outer, inner / 2, MT_DT_BF16, MT_LOC_HOST));
+    DEV(mt_alltoall_dim(G, d, d2, outer, inner, 2 * outer, inner / 2, MT_DT_BF16, MT_LOC_DEVICE));
     snprintf(what, sizeof what, "alltoall_dim u16 outer=%zu", outer);
     down_free(x, d, 0, all);
     check(what, h2, d2, all, all);
@@ -173,8 +173,8 @@ static void run(size_t N, int salt) {
   }
   fill16(h, st, r, salt + 8);
   d = up(h, st), d2 = up(h2, rt);
-  HOST(mt_alltoallv_u16(G, h, sc, h2, rc, MT_LOC_HOST));
-  DEV(mt_alltoallv_u16(G, d, sc, d2, rc, MT_LOC_DEVICE));
+  HOST(mt_alltoallv(G, h, sc, h2, rc, MT_DT_BF16, MT_LOC_HOST));
+  DEV(mt_alltoallv(G, d, sc, d2, rc, MT_DT_BF16, MT_LOC_DEVICE));
   down_free(x, d, 0, st);
   check("alltoallv u16", h2, d2, rt, rt);
   free(sc);
@@ -184,8 +184,8 @@ static void run(size_t N, int salt) {
     for (size_t i = 0; i < N; i++)
       h[i] = mt_bf16_from_f32((float)(1.0 + (double)((i + 3 * (size_t)r) % 127 + 1) / 128.0));
     d = up(h, N);
-    HOST(mt_allreduce_sum_bf16(G, h, N, MT_LOC_HOST));
-    DEV(mt_allreduce_sum_bf16(G, d, N, MT_LOC_DEVICE));
+    HOST(mt_allreduce(G, h, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_HOST));
+    DEV(mt_allreduce(G, d, N, MT_DT_BF16, MT_RED_SUM, MT_LOC_DEVICE));
     snprintf(what, sizeof what, "allreduce bf16 N=%zu, sums rounded", N);
     check(what, h, d, N, N);
   }

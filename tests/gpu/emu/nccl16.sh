@@ -4,9 +4,5 @@
 # why bits). 2 and 4 ranks: equal and uneven parts, the layouts along a dim.
 source "$(dirname "$0")/../common_gpu.sh"
 needs_gpu
-for np in 2 4; do
-  mt_mpirun "$np" "$MT_TESTBIN/gpu_emu_nccl16" > "$WORK/np$np.log" 2>&1 ||
-    { cat "$WORK/np$np.log"; fail "16-bit calls over NCCL on $np ranks"; }
-  cat "$WORK/np$np.log"
-done
+mt_test_program gpu_emu_nccl16 2 4
 echo PASS

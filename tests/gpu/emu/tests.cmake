@@ -12,9 +12,7 @@ add_dependencies(gpu_emu_all meshtrain meshdata meshbench gpu_ops gpu_moe_ops gp
 
 # comm's 16-bit calls over NCCL (bf16 sums rounded as NCCL's) against the
 # host path, on 2 and 4 ranks
-add_executable(gpu_emu_nccl16 ${CMAKE_CURRENT_LIST_DIR}/nccl16.c)
-target_link_libraries(gpu_emu_nccl16 PRIVATE ${MT_ALL_LIBS})
-set_target_properties(gpu_emu_nccl16 PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+mt_test_program(gpu_emu_nccl16 ${CMAKE_CURRENT_LIST_DIR}/nccl16.c)
 
 # the emulator's own defects-found test (a .cu program of planted bugs)
 mt_emu_program(gpu_emu_selftest ${CMAKE_CURRENT_LIST_DIR}/selftest.cu)

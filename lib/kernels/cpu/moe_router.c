@@ -1,6 +1,8 @@
-/* CPU ops of the Mixture-of-Experts layer: the router (softmax, top-k,
- * renormalised weights, and its backward with the load-balancing and z-loss
- * terms), row gathers and the weighted combine of the experts' outputs.
+/* The Mixture-of-Experts router on the CPU, in fp32 whatever the storage
+ * type (kernels.h's MT_OPS_FIXED): softmax, top-k, renormalised weights,
+ * and its backward with the load-balancing and z-loss terms; the sums of
+ * the probabilities per sequence. (The token movement over the storage
+ * type: moe.c.)
  *
  * Determinism: every loop is split by rows (tokens) with schedule(static),
  * each row computed by one thread in a fixed order (experts, then the k
@@ -92,63 +94,6 @@ void mt_cpu_moe_prob_sums(float *sums, const float *probs, int N, int E, int row
     for (int r = 0; r < rows_per_seq; r++) {
       const float *p = probs + ((size_t)s * rows_per_seq + r) * E;
       for (int e = 0; e < E; e++) out[e] += p[e];
-    }
-  }
-}
-
-void mt_cpu_gather_rows(float *out, const float *inp, const int *idx, int n, int C) {
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < n; i++)
-    memcpy(out + (size_t)i * C, inp + (size_t)idx[i] * C, (size_t)C * sizeof(float));
-}
-
-void mt_cpu_moe_combine(float *out, const float *y, const int *slot, const float *w, int N, int C,
-                        int k) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    float *o = out + (size_t)n * C;
-    for (int c = 0; c < C; c++) o[c] = 0.0f;
-    for (int j = 0; j < k; j++) {
-      int s = slot[(size_t)n * k + j];
-      if (s < 0) continue;
-      const float *yr = y + (size_t)s * C;
-      float wj = w[(size_t)n * k + j];
-      for (int c = 0; c < C; c++) o[c] += wj * yr[c];
-    }
-  }
-}
-
-void mt_cpu_moe_combine_backward(float *dy, float *dw, const float *dout, const float *y,
-                                 const int *slot, const float *w, int N, int C, int k) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float *g = dout + (size_t)n * C;
-    for (int j = 0; j < k; j++) {
-      int s = slot[(size_t)n * k + j];
-      if (s < 0) {
-        dw[(size_t)n * k + j] = 0.0f;
-        continue;
-      }
-      const float *yr = y + (size_t)s * C;
-      float *dyr = dy + (size_t)s * C, wj = w[(size_t)n * k + j], dot = 0.0f;
-      for (int c = 0; c < C; c++) {
-        dyr[c] = wj * g[c];
-        dot += g[c] * yr[c];
-      }
-      dw[(size_t)n * k + j] = dot;
-    }
-  }
-}
-
-void mt_cpu_moe_gather_sum(float *dx, const float *src, const int *slot, int N, int C, int k) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    float *d = dx + (size_t)n * C;
-    for (int j = 0; j < k; j++) {
-      int s = slot[(size_t)n * k + j];
-      if (s < 0) continue;
-      const float *r = src + (size_t)s * C;
-      for (int c = 0; c < C; c++) d[c] += r[c];
     }
   }
 }

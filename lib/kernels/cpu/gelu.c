@@ -1,10 +1,12 @@
-/* GELU (tanh approximation) on CPU, vectorised.
+/* GELU (tanh approximation) on the CPU, over the storage type (bodies in
+ * gelu_t.h, instantiated for float and bf16 by typed.h), vectorised.
  * libm's tanhf is a scalar call and was a quarter of a training step; here
  * tanh comes from a polynomial exp that the compiler turns into AVX
  * instructions. This file is compiled with -ffinite-math-only and
  * -fno-trapping-math (see CMakeLists.txt) so that the clamps (fminf/fmaxf)
  * vectorise; it never sees infinities or NaNs from a healthy model, and the
- * results are the same bits on every run. */
+ * results are the same bits on every run (the rounding to bf16 is integer
+ * arithmetic and keeps NaN whatever the flags). */
 #include <math.h>
 #include <stdint.h>
 
@@ -41,24 +43,5 @@ static inline float fast_tanhf(float u) {
   return (e - 1.0f) / (e + 1.0f);
 }
 
-/* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2; n elements */
-void mt_cpu_gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
-  }
-}
-
-/* dinp += gelu'(inp) * dout, with u = sqrt(2/pi)(x + 0.044715 x^3):
- * gelu'(x) = 0.5 (1 + tanh u) + 0.5 x sech^2(u) sqrt(2/pi) (1 + 3*0.044715 x^2) */
-void mt_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float th = fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
-    float local = 0.5f * (1.0f + th) +
-                  0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-    dinp[i] += local * dout[i];
-  }
-}
+#define MT_TYPED_BODY "kernels/cpu/gelu_t.h"
+#include "kernels/cpu/typed.h"

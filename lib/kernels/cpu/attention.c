@@ -1,0 +1,92 @@
+/* Attention by blocks on the CPU (FlashAttention-2, Dao 2023), over the
+ * storage type of q, k, v and out (bodies in attention_t.h, instantiated
+ * for float and bf16 by typed.h): queries in blocks of ATT_BR rows, keys in
+ * blocks of ATT_BC, an online softmax per query row, and only the output
+ * and the row's log-sum-exp (LSE, fp32) kept; the backward recomputes the
+ * probabilities from the LSE. Memory: O(rows) per call plus per-thread
+ * scratch, never T x T.
+ *
+ * Products on blocks go to cblas_sgemm (single-threaded inside a parallel
+ * region, see mt_cpu_blas_serial_begin) on fp32 rows: an fp32 tensor's rows
+ * where they are (through their strides), a bf16 tensor's widened into
+ * blocks of the task's own. The two products whose operands are both bf16
+ * (S = scale q k^T, dP = dout v^T) run instead on AVX512-BF16 dot products
+ * straight from the bf16 rows where the process's bf16 matmuls run on
+ * oneDNN (dot_bf16.c). The row maximum and the exp-and-sum loops are
+ * rows_cpu.c's vectorised ones. Results are accumulated in fp32 and stored
+ * once per call: fp32 outputs accumulate in place, bf16 ones are rounded
+ * once per call (dq, dk, dv = round(d + this call's fp32 sum)).
+ *
+ * Threading and determinism: the forward runs one task per (batch, head,
+ * query block), each writing only its own rows; the backward one task per
+ * (batch, head), which owns that head's columns of dq, dk and dv (every
+ * query block of a head adds into the same dk, dv rows, so splitting a head
+ * would race or need a reduction). Either way a result does not depend on
+ * which thread ran a task: the same bits at any thread count. */
+#include "kernels/cpu/cpu_internal.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Query rows per task and keys per block. The S block (ATT_BR x ATT_BC
+ * floats, 64 KiB) and the task's q, k, v rows stay in L2. Causality costs
+ * no extra work for wide key blocks (a block's columns end at the last
+ * query row's position), and each sgemm call re-packs its operands, so
+ * fewer, longer calls are cheaper: 64 x 256 took 3% fewer instructions than
+ * 64 x 128 at T = 1024 (callgrind) and was as fast or faster in timings. */
+#define ATT_BR 64
+#define ATT_BC 256
+
+/* the per-thread scratch slots (mt_cpu_scratch) */
+enum { SC_S, SC_DP, SC_ACC, SC_M, SC_L, SC_Q, SC_O, SC_DO, SC_K, SC_V, SC_DK, SC_DV, SC_KP, SC_VP };
+
+static float *scratch(int slot, size_t n) { return mt_cpu_scratch(slot, n * sizeof(float)); }
+
+/* Keys [0, end) of the block that some query row below i1 can see (a
+ * prefix: under causality row i sees keys at positions <= its own). */
+static int keys_end(const mt_attn_block *a, int i1) {
+  if (!a->causal) return a->Tk;
+  long end = (long)a->q_pos0 + i1 - a->k_pos0; /* keys with position <= that of row i1-1 */
+  return end < 0 ? 0 : end > a->Tk ? a->Tk : (int)end;
+}
+
+/* How many of the keys [j0, j0 + cols) query row i sees (a prefix). */
+static int keys_visible(const mt_attn_block *a, int i, int j0, int cols) {
+  if (!a->causal) return cols;
+  long n = (long)a->q_pos0 + i - a->k_pos0 - j0 + 1;
+  return n < 0 ? 0 : n > cols ? cols : (int)n;
+}
+
+/* s[c] = exp(s[c] - shift) for c < n, zero for n <= c < cols; returns the sum */
+static float exp_row(float *s, int n, int cols, float shift) {
+  float sum = n > 0 ? mt_cpu_row_exp(s, s, n, shift) : 0.0f;
+  if (cols > n) memset(s + n, 0, (size_t)(cols - n) * sizeof(float));
+  return sum;
+}
+
+/* what a forward task works in: S (ATT_BR x ATT_BC), acc (ATT_BR x hs), m
+ * and l (ATT_BR); for bf16 also the widened rows Q (ATT_BR x hs), K and V
+ * (ATT_BC x hs), or on the dot-product path a key block packed (Kp) */
+typedef struct {
+  float *S, *acc, *m, *l, *Q, *K, *V;
+  uint32_t *Kp;
+  int dp; /* S on bf16 dot products (mt_cpu_dot_bf16_usable) */
+} fwd_scratch;
+
+/* what a backward task works in: S and dP (ATT_BR x ATT_BC), D and L
+ * (ATT_BR); for bf16 also the widened rows Q, O, dO and the accumulator dQ
+ * (ATT_BR x hs), the head's visible keys K, V and accumulators dK, dV (Tk
+ * x hs), or on the dot-product path K and V packed once (Kp, Vp) */
+typedef struct {
+  float *S, *dP, *D, *L;
+  float *Q, *O, *dO, *dQ;
+  float *K, *V, *dK, *dV;
+  uint32_t *Kp, *Vp;
+  int dp; /* S and dP on bf16 dot products */
+} bwd_scratch;
+
+#define MT_TYPED_BODY "kernels/cpu/attention_t.h"
+#include "kernels/cpu/typed.h"

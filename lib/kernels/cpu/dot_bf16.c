@@ -1,0 +1,91 @@
+/* bf16 dot products on AVX512-BF16 (vdpbf16ps) straight from bf16 rows:
+ * the products of attention whose operands are both bf16 (S = scale q k^T,
+ * dP = dout v^T), used where the process's bf16 matmuls run on oneDNN on a
+ * CPU with AVX512-BF16 (mt_bf16_gemm_path: vdpbf16ps at full rate, e.g. AMD
+ * Zen 4 at 2.0x the fp32 FMA flops) and the head size is even.
+ * vdpbf16ps treats denormal inputs as zero and flushes denormal results to
+ * zero; bf16 q, k, v, dout and the scores come nowhere near fp32's
+ * denormals (below 1.2e-38), so this costs nothing in practice. Each (row,
+ * column) of the result is one accumulator's sum over the depth in a fixed
+ * order: the same bits at any thread count. */
+#include "kernels/cpu/cpu_internal.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+int mt_cpu_dot_bf16_usable(int hs) {
+  return hs > 0 && hs % 2 == 0 && !strcmp(mt_bf16_gemm_path(), "onednn") &&
+         mt_cpu_bf16_level() >= 1;
+}
+
+#define DP_NR 8         /* rows of a microkernel tile */
+#define DP_NC MT_DOT_NC /* columns of a microkernel tile: two zmm */
+
+void mt_cpu_dot_pack_pairs(uint32_t *Bp, size_t ldp, const mt_bf16 *B, size_t ldb, int cols,
+                           int np) {
+  const int cend = mt_dot_round_nc(cols);
+  for (int c = 0; c < cols; c++) {
+    const mt_bf16 *b = B + (size_t)c * ldb;
+    for (int p = 0; p < np; p++) memcpy(Bp + (size_t)p * ldp + c, b + 2 * p, 4);
+  }
+  if (cend > cols)
+    for (int p = 0; p < np; p++) memset(Bp + (size_t)p * ldp + cols, 0, (size_t)(cend - cols) * 4);
+}
+
+/* one tile: nr (<= DP_NR) rows of A against DP_NC packed columns; columns
+ * stored where the masks say. Inlined with nr constant (unrolled, the
+ * accumulators in registers). */
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+dot_tile(float *S, int lds, const mt_bf16 *A, size_t lda, const uint32_t *Bp, size_t ldp, int np,
+         int nr, __mmask16 m0, __mmask16 m1, float alpha) {
+  __m512 acc[DP_NR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < nr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int p = 0; p < np; p++) {
+    const __m512i b0 = _mm512_loadu_si512(Bp + (size_t)p * ldp);
+    const __m512i b1 = _mm512_loadu_si512(Bp + (size_t)p * ldp + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+      uint32_t w;
+      memcpy(&w, A + (size_t)r * lda + 2 * (size_t)p, 4);
+      const __m512i av = _mm512_set1_epi32((int)w);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)av, (__m512bh)b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)av, (__m512bh)b1);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int r = 0; r < nr; r++) {
+    _mm512_mask_storeu_ps(S + (size_t)r * lds, m0, _mm512_mul_ps(acc[r][0], va));
+    _mm512_mask_storeu_ps(S + (size_t)r * lds + 16, m1, _mm512_mul_ps(acc[r][1], va));
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void
+mt_cpu_dot_nt_bf16(float *S, int lds, const mt_bf16 *A, size_t lda, int rows,
+                   const uint32_t *Bp, size_t ldp, int cols, int np, float alpha) {
+  for (int c0 = 0; c0 < cols; c0 += DP_NC) {
+    const int nc = mt_min_int(DP_NC, cols - c0);
+    const __mmask16 m0 = (__mmask16)(nc >= 16 ? 0xFFFFu : (1u << nc) - 1u);
+    const __mmask16 m1 = (__mmask16)(nc >= 32 ? 0xFFFFu : nc > 16 ? (1u << (nc - 16)) - 1u : 0u);
+    const uint32_t *bp = Bp + c0;
+    int r0 = 0;
+    for (; r0 + DP_NR <= rows; r0 += DP_NR)
+      dot_tile(S + (size_t)r0 * lds + c0, lds, A + (size_t)r0 * lda, lda, bp, ldp, np, DP_NR, m0,
+               m1, alpha);
+    float *s = S + (size_t)r0 * lds + c0;
+    const mt_bf16 *a = A + (size_t)r0 * lda;
+    switch (rows - r0) {
+    case 7: dot_tile(s, lds, a, lda, bp, ldp, np, 7, m0, m1, alpha); break;
+    case 6: dot_tile(s, lds, a, lda, bp, ldp, np, 6, m0, m1, alpha); break;
+    case 5: dot_tile(s, lds, a, lda, bp, ldp, np, 5, m0, m1, alpha); break;
+    case 4: dot_tile(s, lds, a, lda, bp, ldp, np, 4, m0, m1, alpha); break;
+    case 3: dot_tile(s, lds, a, lda, bp, ldp, np, 3, m0, m1, alpha); break;
+    case 2: dot_tile(s, lds, a, lda, bp, ldp, np, 2, m0, m1, alpha); break;
+    case 1: dot_tile(s, lds, a, lda, bp, ldp, np, 1, m0, m1, alpha); break;
+    default: break;
+    }
+  }
+}
+

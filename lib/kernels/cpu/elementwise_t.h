@@ -1,0 +1,139 @@
+/* Bodies of elementwise.c, over the storage type T (typed.h). */
+
+/* x = 0 (n elements): large ones split over the threads in contiguous pieces */
+void FN(zero)(void *x_, size_t n) {
+  T *x = x_;
+  if (n < MT_PAR_MIN) {
+    if (n) memset(x, 0, n * sizeof(T));
+    return;
+  }
+#pragma omp parallel
+  {
+    size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+    memset(x + i0, 0, (i1 - i0) * sizeof(T));
+  }
+}
+
+void FN(copy)(void *dst_, const void *src_, size_t n) {
+  T *dst = dst_;
+  const T *src = src_;
+  if (n < MT_PAR_MIN) {
+    if (n) memcpy(dst, src, n * sizeof(T));
+    return;
+  }
+#pragma omp parallel
+  {
+    size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+    memcpy(dst + i0, src + i0, (i1 - i0) * sizeof(T));
+  }
+}
+
+/* y = y + a x */
+void FN(axpy)(void *y_, float a, const void *x_, size_t n) {
+  T *y = y_;
+  const T *x = x_;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) y[i] = ST(LD(y[i]) + a * LD(x[i]));
+}
+
+/* x = s x */
+void FN(scale)(void *x_, float s, size_t n) {
+  T *x = x_;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] = ST(LD(x[i]) * s);
+}
+
+void FN(copy_2d)(void *dst_, size_t ld_dst, const void *src_, size_t ld_src, size_t rows,
+                 size_t cols) {
+  T *dst = dst_;
+  const T *src = src_;
+#pragma omp parallel for schedule(static)
+  for (size_t r = 0; r < rows; r++) memcpy(dst + r * ld_dst, src + r * ld_src, cols * sizeof(T));
+}
+
+void FN(add_2d)(void *dst_, size_t ld_dst, const void *src_, size_t ld_src, size_t rows,
+                size_t cols) {
+  T *dst = dst_;
+  const T *src = src_;
+#pragma omp parallel for schedule(static)
+  for (size_t r = 0; r < rows; r++) {
+    T *y = dst + r * ld_dst;
+    const T *x = src + r * ld_src;
+    for (size_t c = 0; c < cols; c++) y[c] = ST(LD(y[c]) + LD(x[c]));
+  }
+}
+
+/* out = a + b; out may alias a or b */
+void FN(residual_forward)(void *out_, const void *a_, const void *b_, size_t n) {
+  T *out = out_;
+  const T *a = a_, *b = b_;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = ST(LD(a[i]) + LD(b[i]));
+}
+
+/* in index order, one thread: the same bits for any thread count */
+double FN(sum)(const void *x_, size_t n) {
+  const T *x = x_;
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += LD(x[i]);
+  return s;
+}
+
+double FN(sumsq)(const void *x_, size_t n) {
+  const T *x = x_;
+  size_t nchunks = (n + MT_SUMSQ_MIN_CHUNK - 1) / MT_SUMSQ_MIN_CHUNK;
+  if (nchunks > MT_SUMSQ_MAX_CHUNKS) nchunks = MT_SUMSQ_MAX_CHUNKS;
+  if (nchunks == 0) return 0.0;
+  size_t chunk = (n + nchunks - 1) / nchunks;
+  double partial[MT_SUMSQ_MAX_CHUNKS];
+#pragma omp parallel for schedule(static)
+  for (size_t ci = 0; ci < nchunks; ci++) {
+    size_t i0 = ci * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+    double acc = 0.0;
+    for (size_t i = i0; i < i1; i++) acc += (double)LD(x[i]) * (double)LD(x[i]);
+    partial[ci] = acc;
+  }
+  double total = 0.0;
+  for (size_t ci = 0; ci < nchunks; ci++) total += partial[ci];
+  return total;
+}
+
+/* AdamW, decoupled weight decay, step >= 1 (after this update):
+ *   m = b1 m + (1-b1) g          v = b2 v + (1-b2) g^2
+ *   mhat = m / (1 - b1^step)     vhat = v / (1 - b2^step)
+ *   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
+ * and the compute copy (T) of the new p in the same pass when asked for.
+ * Two loops, so that the one without a copy vectorises as plain fp32. */
+static inline __attribute__((always_inline)) float FN(adamw_one)(
+    float *param, const float *grad, float *m, float *v, size_t i, float lr, float beta1,
+    float beta2, float eps, float weight_decay, float bc1, float bc2) {
+  float g = grad[i];
+  float mi = beta1 * m[i] + (1.0f - beta1) * g;
+  float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  float mhat = mi / bc1, vhat = vi / bc2;
+  float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
+  param[i] = p;
+  return p;
+}
+
+void FN(adamw_update)(float *param, void *param_copy, const float *grad, float *m, float *v,
+                      size_t n, float lr, float beta1, float beta2, float eps,
+                      float weight_decay, int step) {
+  T *copy = param_copy;
+  float bc1 = (float)(1.0 - pow((double)beta1, step));
+  float bc2 = (float)(1.0 - pow((double)beta2, step));
+  if (copy) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+      copy[i] = ST(FN(adamw_one)(param, grad, m, v, i, lr, beta1, beta2, eps, weight_decay, bc1,
+                                 bc2));
+  } else {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+      FN(adamw_one)(param, grad, m, v, i, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+  }
+}

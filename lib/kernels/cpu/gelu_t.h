@@ -1,0 +1,27 @@
+/* Bodies of gelu.c, over the storage type T (typed.h). */
+
+/* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2; n elements */
+void FN(gelu_forward)(void *out_, const void *inp_, size_t n) {
+  T *out = out_;
+  const T *inp = inp_;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = LD(inp[i]);
+    out[i] = ST(0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x))));
+  }
+}
+
+/* dinp += gelu'(inp) * dout, with u = sqrt(2/pi)(x + 0.044715 x^3):
+ * gelu'(x) = 0.5 (1 + tanh u) + 0.5 x sech^2(u) sqrt(2/pi) (1 + 3*0.044715 x^2) */
+void FN(gelu_backward)(void *dinp_, const void *inp_, const void *dout_, size_t n) {
+  T *dinp = dinp_;
+  const T *inp = inp_, *dout = dout_;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = LD(inp[i]);
+    float th = fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
+    float local = 0.5f * (1.0f + th) +
+                  0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
+    dinp[i] = ST(LD(dinp[i]) + local * LD(dout[i]));
+  }
+}

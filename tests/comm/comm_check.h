@@ -1,0 +1,34 @@
+/* What the comm tests with a stand-in device backend (device_staging.c,
+ * device_direct.c) share: MPI and a mesh whose dp group is every rank, and
+ * the comparison of results. Include once, from the program's source file. */
+#ifndef MT_TESTS_COMM_CHECK_H
+#define MT_TESTS_COMM_CHECK_H
+
+#include "comm/comm.h"
+#include "../check.h"
+
+#include <stdio.h>
+
+/* main's first step: MPI, the log, and a mesh of dp = all ranks (an error
+ * ends the run); returns the number of ranks */
+static inline int comm_test_start(int *argc, char ***argv, mt_mesh *mesh) {
+  MPI_Init(argc, argv);
+  mt_log_init(0);
+  mt_err e = {0};
+  int world;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (mt_mesh_create(mesh, 1, 1, world, 1, &e) != 0) {
+    fprintf(stderr, "%s\n", e.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return world;
+}
+
+/* the same floats, NaN-aware (a NaN is never the same) */
+static inline int same(const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(a[i] == b[i])) return 0;
+  return 1;
+}
+
+#endif
