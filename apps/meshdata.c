@@ -247,7 +247,7 @@ static int cmd_encode(int argc, char **argv, mt_err *e) {
     return 1;
   }
   mt_dataset in;
-  if (mt_dataset_open(&in, a.pos[0], "text", e)) return 1;
+  if (mt_dataset_open(&in, a.pos[0], MT_DATA_TEXT, e)) return 1;
   mt_token_writer w;
   if (mt_token_writer_open(&w, a.pos[1], fmt, e)) {
     mt_dataset_close(&in);
@@ -290,7 +290,14 @@ static int cmd_info(int argc, char **argv, mt_err *e) {
   }
   if (need_positionals("info", &a, 1, "FILE", e)) return 1;
   mt_dataset ds;
-  if (mt_dataset_open(&ds, a.pos[0], opt(&a, "format", "auto"), e)) return 1;
+  const char *fmt = opt(&a, "format", "auto");
+  const int format = mt_config_enum_parse("data.format", fmt);
+  if (format < 0) {
+    mt_err_set(e, "%s: unknown data format '%s' (expected auto|llmc|u16|u32|text)", a.pos[0],
+               fmt);
+    return 1;
+  }
+  if (mt_dataset_open(&ds, a.pos[0], (mt_data_format)format, e)) return 1;
   size_t n = mt_dataset_ntokens(&ds);
   uint32_t lo = UINT32_MAX, hi = 0;
   if (ds.bytes) {
@@ -313,7 +320,7 @@ static int cmd_info(int argc, char **argv, mt_err *e) {
     }
   }
   printf("file:         %s\n", ds.path);
-  printf("format:       %s\n", ds.format);
+  printf("format:       %s\n", mt_data_format_name(ds.format));
   printf("bytes:        %zu\n", ds.map_bytes);
   printf("tokens:       %zu\n", n);
   printf("min token id: %lu\n", (unsigned long)lo);

@@ -121,7 +121,7 @@ static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes,
     const mt_search_row *r = &s->r[i];
     const mt_cost *c = &r->cost;
     char sched[MT_CFG_STR_MAX + 16], split[32];
-    snprintf(sched, sizeof sched, "%s", r->pp > 1 ? r->schedule : "-");
+    snprintf(sched, sizeof sched, "%s", r->pp > 1 ? mt_pp_sched_name(r->schedule) : "-");
     if (r->virtual_stages > 1)
       snprintf(sched + strlen(sched), sizeof sched - strlen(sched), "/%d", r->virtual_stages);
     if (r->pp_first) snprintf(split, sizeof split, "%d..%d", r->pp_first, r->pp_last);
@@ -151,7 +151,7 @@ static void row_json(FILE *f, const mt_search_row *r) {
              "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"model_flops\": %.17g, "
              "\"mem_bytes\": %.17g, \"mem\": {",
           r->tp, r->pp, r->dp, r->cp, r->ep, r->zero, r->micro_batch, r->sp, r->recompute,
-          r->schedule, r->virtual_stages, r->pp_first, r->pp_last, c->headroom, c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s,
+          mt_pp_sched_name(r->schedule), r->virtual_stages, r->pp_first, r->pp_last, c->headroom, c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s,
           c->tp_s, c->cp_s, c->ep_s, c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->model_flops,
           c->mem_bytes);
   for (int k = 0; k < MT_MEM_NCAT; k++)
@@ -292,7 +292,7 @@ int main(int argc, char **argv) {
       r.ep = cfg.ep, r.micro_batch = cfg.micro_batch, r.sp = cfg.sp, r.recompute = cfg.recompute;
       r.virtual_stages = cfg.virtual_stages;
       r.pp_first = cfg.pp_first_layers, r.pp_last = cfg.pp_last_layers;
-      snprintf(r.schedule, sizeof r.schedule, "%s", cfg.pp_schedule);
+      r.schedule = cfg.pp_schedule;
       row_json(stdout, &r);
       fputc('\n', stdout);
     }
@@ -310,8 +310,8 @@ int main(int argc, char **argv) {
       mt_cost_dtypes_text(&dt, dtext, sizeof dtext);
       printf("# meshplan: %s (%zu parameters, L=%d C=%d T=%d), global batch %d, on %d ranks "
              "(%d devices a node) of %s\n",
-             cfg.model_preset, mt_model_num_params(&shape), shape.n_layer, shape.n_embd,
-             shape.seq_len, cfg.global_batch, o.world, p.devices_per_node, p.name);
+             mt_preset_name(cfg.model_preset), mt_model_num_params(&shape), shape.n_layer,
+             shape.n_embd, shape.seq_len, cfg.global_batch, o.world, p.devices_per_node, p.name);
       printf("# bytes per element: %s; headroom %.2f GiB per device\n", dtext,
              mt_cost_headroom(&cfg, &p) / 1073741824.0);
       print_table(&s, &p, nodes, top);

@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
     mt_log_init(0);
     if (!err.failed) mt_config_load(&cfg, a.ini, a.n_over, a.over, &err);
     free(a.over);
-    if (!err.failed && !strcmp(cfg.layout, "auto")) { /* planned for --ranks */
+    if (!err.failed && cfg.layout == MT_LAYOUT_AUTO) { /* planned for --ranks */
       if (!a.ranks) mt_err_set(&err, "parallel.layout = auto needs --ranks N (the ranks to plan for)");
       else plan_auto(&cfg, a.ranks, 1, &err);
     }
@@ -167,7 +167,7 @@ int main(int argc, char **argv) {
     mt_err_set(&err, "ckpt.async = true needs MPI_THREAD_FUNNELED, and this MPI provides "
                      "thread level %d (set ckpt.async = false)", thread_level);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
-  if (!strcmp(cfg.layout, "auto")) { /* rank 0 plans for the ranks launched; all take it */
+  if (cfg.layout == MT_LAYOUT_AUTO) { /* rank 0 plans for the ranks launched; all take it */
     int world = 1;
     MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
     if (world_rank == 0) plan_auto(&cfg, world, 1, &err);

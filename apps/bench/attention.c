@@ -112,7 +112,8 @@ int mt_bench_attention(int argc, char **argv) {
     i++;
   }
   mt_model_shape shape;
-  if (strcmp(model, "custom") == 0 || mt_model_preset(model, &shape) != 0)
+  const int preset = mt_config_enum_parse("model.preset", model);
+  if (preset < 0 || preset == MT_PRESET_CUSTOM || mt_model_preset((mt_preset)preset, &shape) != 0)
     bad("--model: unknown model", model);
   int want[2] = {strstr(kernels, "old") != NULL, strstr(kernels, "new") != NULL};
   mt_kernels_set_threads(threads);

@@ -124,7 +124,8 @@ int mt_bench_ckpt(int argc, char **argv) {
   MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
   mt_log_init(rank);
   mt_model_shape shape;
-  if (mt_model_preset(model_name, &shape) != 0 || reps < 1) {
+  const int preset = mt_config_enum_parse("model.preset", model_name);
+  if (preset < 0 || mt_model_preset((mt_preset)preset, &shape) != 0 || reps < 1) {
     if (rank == 0) fprintf(stderr, "meshbench ckpt: unknown model '%s' or bad --reps\n", model_name);
     return MT_EXIT_BADINPUT;
   }

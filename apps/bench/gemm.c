@@ -354,7 +354,8 @@ int mt_bench_gemm(int argc, char **argv) {
   }
   const double tol = on_gpu && !strcmp(precision, "bf16") ? 1e-2 : 1e-5;
   mt_model_shape shape;
-  if (strcmp(model, "custom") == 0 || mt_model_preset(model, &shape) != 0)
+  const int preset = mt_config_enum_parse("model.preset", model);
+  if (preset < 0 || preset == MT_PRESET_CUSTOM || mt_model_preset((mt_preset)preset, &shape) != 0)
     usage_error("--model: unknown model '%s' (tiny|small|gpt2-124m)", model);
   if (n_layer) shape.n_layer = n_layer;
   if (n_embd) shape.n_embd = n_embd;

@@ -197,7 +197,8 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
     else bad("unknown option", a);
   }
   mt_model_shape s;
-  if (!strcmp(model, "custom") || mt_model_preset(model, &s) != 0)
+  const int preset = mt_config_enum_parse("model.preset", model);
+  if (preset < 0 || preset == MT_PRESET_CUSTOM || mt_model_preset((mt_preset)preset, &s) != 0)
     bad("--model: unknown model (tiny|small|gpt2-124m)", model);
   mt_kernels_set_threads(threads);
   int use[N_PATHS] = {1, 0, 0};

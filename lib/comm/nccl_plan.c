@@ -16,12 +16,12 @@ void mt_comm_nccl_needs(const mt_config *cfg, unsigned *groups, unsigned *p2p) {
   unsigned g = 0, p = 0;
   if (cfg->tp > 1) g |= 1u << MT_G_TP;
   if (cfg->dp * cfg->cp > 1) g |= 1u << MT_G_DP_CP;
-  if (cfg->cp > 1 && !strcmp(cfg->cp_mode, "ulysses")) g |= 1u << MT_G_CP;
+  if (cfg->cp > 1 && cfg->cp_mode == MT_CP_ULYSSES) g |= 1u << MT_G_CP;
   if (cfg->moe_experts > 0) g |= 1u << MT_G_ETP | 1u << MT_G_EP | 1u << MT_G_EDP;
   /* the MoE router's per-sequence counts with cp > 1 */
   if (cfg->moe_experts > 0 && cfg->cp > 1) g |= 1u << MT_G_TP_CP;
   if (cfg->pp > 1) p |= MT_P2P_PP | MT_P2P_PP_TIED;
-  if (cfg->cp > 1 && !strcmp(cfg->cp_mode, "ring")) p |= MT_P2P_CP_RING;
+  if (cfg->cp > 1 && cfg->cp_mode == MT_CP_RING) p |= MT_P2P_CP_RING;
   *groups = g;
   *p2p = p;
 }

@@ -1,7 +1,9 @@
-/* Configuration: one table of keys (name, type, field, default, help, range),
- * filled from the defaults, then an INI file (read with inih), then
- * "section.key=value" overrides in order. Every value goes through the same
- * parser, so a file and --set accept and reject the same text.
+/* Configuration: the parser and writer. A configuration is filled from the
+ * key table's defaults (config_keys.c), then an INI file (read with inih),
+ * then "section.key=value" overrides in order. Every value goes through the
+ * same parser, so a file and --set accept and reject the same text; an
+ * enumerated key's text becomes its enum here, once. The checks across
+ * keys are config_check.c's.
  *
  * INI rules (inih, plus what this file adds):
  *   - "[section]" then "key = value" (or "key: value"); '#' or ';' starts a
@@ -17,7 +19,7 @@
  *     never silently truncated or split. Longer values can be given with --set.
  * No MPI here: the result is a pure function of the inputs, so every rank
  * that loads the same file and overrides gets the same mt_config. */
-#include "core/core.h"
+#include "core/config_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -29,232 +31,10 @@
 #include <stdint.h>
 #include <strings.h>
 
-/* Exclusive bounds, stored as the nearest inclusive double so the public
- * [min, max] stays exact: "> 0" is ">= DBL_TRUE_MIN", "< 1" is
- * "<= 1 - 2^-53". describe_range prints them back as "> 0" and "< 1". */
-#define GT0 DBL_TRUE_MIN
-#define LT1 (1.0 - DBL_EPSILON / 2)
-#define NOMAX INFINITY
-#define NOMIN (-INFINITY)
-#define SHAPE_MAX 1000000.0
-
-#define F(field) offsetof(mt_config, field)
-
-static const mt_cfg_key g_keys[] = {
-    /* [model] */
-    {"model.preset", MT_CFG_STRING, F(model_preset), "small",
-     "model size preset; shape keys of 0 take their value from it", 0, 0,
-     "tiny|small|gpt2-124m|custom"},
-    {"model.n_layer", MT_CFG_INT, F(n_layer), "0",
-     "transformer blocks (0 = from the preset)", 0, SHAPE_MAX, NULL},
-    {"model.n_embd", MT_CFG_INT, F(n_embd), "0",
-     "embedding width, channels (0 = from the preset)", 0, SHAPE_MAX, NULL},
-    {"model.n_head", MT_CFG_INT, F(n_head), "0",
-     "attention heads per block (0 = from the preset)", 0, SHAPE_MAX, NULL},
-    {"model.seq_len", MT_CFG_INT, F(seq_len), "0",
-     "context length, tokens (0 = from the preset)", 0, SHAPE_MAX, NULL},
-    {"model.vocab_size", MT_CFG_INT, F(vocab_size), "0",
-     "vocabulary size, tokens (0 = from the preset)", 0, SHAPE_MAX, NULL},
-    {"model.moe_experts", MT_CFG_INT, F(moe_experts), "0",
-     "Mixture-of-Experts: experts per MoE block (0 = a dense model)", 0, 4096, NULL},
-    {"model.moe_topk", MT_CFG_INT, F(moe_topk), "2",
-     "MoE: experts each token uses (top-k of the router, weights renormalised)", 1, 4096, NULL},
-    {"model.moe_every", MT_CFG_INT, F(moe_every), "1",
-     "MoE: every n-th block is a MoE block (blocks n-1, 2n-1, ...; 1 = all)", 1, SHAPE_MAX,
-     NULL},
-    {"model.moe_ffn", MT_CFG_INT, F(moe_ffn), "0",
-     "MoE: hidden units of each expert (0 = 4 x n_embd)", 0, SHAPE_MAX, NULL},
-    {"model.moe_shared", MT_CFG_INT, F(moe_shared), "0",
-     "MoE: shared experts every token uses, DeepSeek style (0 = none)", 0, 64, NULL},
-    {"model.moe_capacity", MT_CFG_DOUBLE, F(moe_capacity), "0",
-     "MoE: capacity factor f: an expert takes ceil(f T k / E) slots per sequence (0 = dropless)",
-     0, 64, NULL},
-    /* [train] */
-    {"train.moe_aux_coef", MT_CFG_DOUBLE, F(moe_aux_coef), "0.01",
-     "MoE: coefficient of the Switch load-balancing loss (0 = off; used by moe_balance = aux)",
-     0, 1, NULL},
-    {"train.moe_z_coef", MT_CFG_DOUBLE, F(moe_z_coef), "0",
-     "MoE: coefficient of the router z-loss (0 = off)", 0, 1, NULL},
-    {"train.moe_balance", MT_CFG_STRING, F(moe_balance), "aux",
-     "MoE balancing: aux (the loss), bias (a per-expert routing bias, no aux loss) or none", 0,
-     0, "aux|bias|none"},
-    {"train.moe_bias_rate", MT_CFG_DOUBLE, F(moe_bias_rate), "0.001",
-     "MoE, moe_balance = bias: the bias step per optimizer step towards equal load", 0, 1,
-     NULL},
-    {"train.moe_bias_init", MT_CFG_DOUBLE, F(moe_bias_init), "0",
-     "MoE, moe_balance = bias: expert 0's starting routing bias (a forced skew for tests)", 0,
-     1, NULL},
-    {"train.steps", MT_CFG_INT, F(steps), "100", "optimizer steps to run", 1, NOMAX, NULL},
-    {"train.seed", MT_CFG_INT, F(seed), "1337",
-     "random seed for initialisation and data order", 0, NOMAX, NULL},
-    {"train.global_batch", MT_CFG_INT, F(global_batch), "32",
-     "sequences per optimizer step, all ranks together", 1, 1 << 24, NULL},
-    {"train.micro_batch", MT_CFG_INT, F(micro_batch), "4",
-     "sequences per forward/backward on one rank", 1, 1 << 20, NULL},
-    {"train.lr", MT_CFG_DOUBLE, F(lr), "1e-3",
-     "peak learning rate of AdamW, reached after warmup (1e-5 to 1e-2 is usual)", GT0, 1, NULL},
-    {"train.min_lr_ratio", MT_CFG_DOUBLE, F(min_lr_ratio), "0.1",
-     "final LR of the cosine decay, as a fraction of train.lr", 0, 1, NULL},
-    {"train.warmup_steps", MT_CFG_INT, F(warmup_steps), "10",
-     "steps of linear LR warmup (at most 10 x train.steps)", 0, NOMAX, NULL},
-    {"train.weight_decay", MT_CFG_DOUBLE, F(weight_decay), "0.1",
-     "AdamW decoupled weight decay (0.01 to 0.1 is usual)", 0, 1, NULL},
-    {"train.beta1", MT_CFG_DOUBLE, F(beta1), "0.9", "AdamW first-moment decay", 0, LT1, NULL},
-    {"train.beta2", MT_CFG_DOUBLE, F(beta2), "0.95", "AdamW second-moment decay", 0, LT1, NULL},
-    {"train.eps", MT_CFG_DOUBLE, F(eps), "1e-8", "AdamW denominator epsilon", GT0, 1, NULL},
-    {"train.grad_clip", MT_CFG_DOUBLE, F(grad_clip), "1.0",
-     "clip the global gradient L2 norm to this (0 = off)", 0, 1e6, NULL},
-    {"train.eval_every", MT_CFG_INT, F(eval_every), "25",
-     "steps between validation losses (0 = never)", 0, NOMAX, NULL},
-    {"train.eval_batches", MT_CFG_INT, F(eval_batches), "4",
-     "global batches of validation sequences per validation loss", 1, 1 << 20, NULL},
-    {"train.threads", MT_CFG_INT, F(threads), "0",
-     "compute threads per rank (0 = OMP_NUM_THREADS or the library default)", 0, 4096, NULL},
-    {"train.device", MT_CFG_STRING, F(device), "cpu",
-     "cpu, cuda (a GPU per rank), auto (cuda if visible), virtual (emulated: train.virtual_hw)",
-     0, 0, "cpu|cuda|auto|virtual"},
-    {"train.virtual_hw", MT_CFG_STRING, F(virtual_hw), "",
-     "device = virtual: the profile whose [cost] section prices ops and messages", 0, 0, NULL},
-    {"virtual.moe_skew", MT_CFG_DOUBLE, F(virtual_moe_skew), "0",
-     "device = virtual: MoE load skew, a Zipf exponent over the experts (0 = balanced routing)",
-     0, 8, NULL},
-    {"train.precision", MT_CFG_STRING, F(precision), "fp32",
-     "bf16: bf16 weights' copy and activations over fp32 master and moments (fp16: refused)",
-     0, 0, "fp32|bf16|fp16"},
-    {"train.grad_dtype", MT_CFG_STRING, F(grad_dtype), "fp32",
-     "dtype gradients are held in (bf16: under train.precision = bf16, reduced in bf16)", 0,
-     0, "fp32|bf16"},
-    {"train.log_every", MT_CFG_INT, F(log_every), "1", "steps between log lines", 1, NOMAX,
-     NULL},
-    {"train.stop_after", MT_CFG_INT, F(stop_after), "0",
-     "stop after this many steps of this run, checkpoint, exit 0 (0 = run to train.steps)", 0,
-     NOMAX, NULL},
-    {"train.resume", MT_CFG_STRING, F(resume), "",
-     "auto (newest complete checkpoint in output.dir) or a step directory; empty: fresh", 0, 0,
-     NULL},
-    {"train.init_from", MT_CFG_STRING, F(init_from), "",
-     "checkpoint whose parameters start this run (step 0, fresh optimizer state)", 0, 0, NULL},
-    {"train.micro_batches", MT_CFG_INT, F(micro_batches), "0",
-     "micro-batches per step through the pipeline (0 = global_batch / (micro_batch x dp))", 0,
-     1 << 20, NULL},
-    {"train.recompute", MT_CFG_BOOL, F(recompute), "false",
-     "pipeline: keep only each layer's input and recompute the rest in backward", 0, 1, NULL},
-    /* [parallel] */
-    {"parallel.dp", MT_CFG_INT, F(dp), "1", "data-parallel ranks", 1, 1 << 24, NULL},
-    {"parallel.tp", MT_CFG_INT, F(tp), "1", "tensor-parallel ranks", 1, 1 << 16, NULL},
-    {"parallel.pp", MT_CFG_INT, F(pp), "1", "pipeline stages", 1, 1 << 16, NULL},
-    {"parallel.cp", MT_CFG_INT, F(cp), "1",
-     "context-parallel ranks (each sequence split over them)", 1, 1 << 16, NULL},
-    {"parallel.cp_mode", MT_CFG_STRING, F(cp_mode), "ring",
-     "context parallelism: ring (K/V passed round) or ulysses (all-to-all)", 0, 0,
-     "ring|ulysses"},
-    {"parallel.ep", MT_CFG_INT, F(ep), "1",
-     "MoE: expert-parallel ranks (experts split over them; folded over tp x cp x dp)", 1, 4096,
-     NULL},
-    {"parallel.etp", MT_CFG_INT, F(etp), "1",
-     "MoE: tensor-parallel ranks inside an expert (folded mesh etp x ep x edp = tp x cp x dp)",
-     1, 1 << 16, NULL},
-    {"parallel.ep_balance", MT_CFG_STRING, F(ep_balance), "none",
-     "MoE: least-loaded sends rows over a rank's bound, and their experts, to idle ep ranks",
-     0, 0, "none|least-loaded"},
-    {"parallel.ep_balance_min_rows", MT_CFG_INT, F(ep_balance_min_rows), "0",
-     "MoE, ep_balance = least-loaded: the fewest rows worth moving an expert (0: any)", 0,
-     NOMAX, NULL},
-    {"parallel.ep_balance_alpha", MT_CFG_DOUBLE, F(ep_balance_alpha), "1.1",
-     "MoE, ep_balance = least-loaded: the rows a rank keeps, x the ep group's mean", 1, 64,
-     NULL},
-    {"parallel.sp", MT_CFG_BOOL, F(sp), "false",
-     "sequence parallelism: norm/residual regions hold seq_len/tp positions (tp > 1)", 0, 1,
-     NULL},
-    {"parallel.grad_reduce_dtype", MT_CFG_STRING, F(grad_reduce_dtype), "fp32",
-     "dtype of the dp x cp gradient reduction (bf16: needs train.precision = bf16)", 0, 0, "fp32|bf16"},
-    {"parallel.zero", MT_CFG_INT, F(zero), "0",
-     "ZeRO over dp: 1 shards AdamW moments, 2 also gradients, 3 also parameters", 0, 3, NULL},
-    {"parallel.overlap_dp", MT_CFG_BOOL, F(overlap_dp), "true",
-     "ZeRO 0-1: reduce gradients over dp during each stage's last backward", 0, 1, NULL},
-    {"parallel.bucket_mb", MT_CFG_DOUBLE, F(bucket_mb), "25",
-     "gradient all-reduce bucket size, MiB", GT0, 65536, NULL},
-    {"parallel.schedule", MT_CFG_STRING, F(pp_schedule), "1f1b",
-     "pipeline schedule (pp > 1)", 0, 0, "gpipe|1f1b|interleaved|zb-h1|breadth-first|zb-v"},
-    {"parallel.virtual_stages", MT_CFG_INT, F(virtual_stages), "1",
-     "model chunks per pipeline rank (interleaved schedule)", 1, 1024, NULL},
-    {"parallel.pp_split", MT_CFG_STRING, F(pp_split), "",
-     "layers per pipeline stage, comma-separated (empty: balanced)", 0, 0, NULL},
-    {"parallel.pp_first_layers", MT_CFG_INT, F(pp_first_layers), "0",
-     "layers of the first pipeline stage (0 = an equal share)", 0, SHAPE_MAX, NULL},
-    {"parallel.pp_last_layers", MT_CFG_INT, F(pp_last_layers), "0",
-     "layers of the last pipeline stage (0 = an equal share)", 0, SHAPE_MAX, NULL},
-    {"parallel.layout", MT_CFG_STRING, F(layout), "manual",
-     "manual: the mesh as set; auto: planned for the ranks launched, at every start", 0, 0,
-     "manual|auto"},
-    {"parallel.print_schedule", MT_CFG_BOOL, F(print_schedule), "false",
-     "print each pipeline rank's schedule and exit (also: meshtrain --print-schedule)", 0, 1,
-     NULL},
-    /* [plan]: what the planner (meshplan, parallel.layout = auto) assumes */
-    {"plan.hw", MT_CFG_STRING, F(plan_hw), "",
-     "the planner's cost profile (inputs/hw name or path; empty: metrics.hw)", 0, 0, NULL},
-    {"plan.headroom", MT_CFG_DOUBLE, F(plan_headroom), "-1",
-     "GiB a device keeps free in the plan (-1: 3, or a tenth of the device if less)", -1,
-     NOMAX, NULL},
-    {"plan.cp_min_tokens", MT_CFG_INT, F(plan_cp_min_tokens), "4096",
-     "the planner uses cp only beyond this many tokens of a sequence a rank", 0, NOMAX, NULL},
-    /* [data] */
-    {"data.train", MT_CFG_STRING, F(data_train), "inputs/data/corpus.txt",
-     "path of the training tokens", 0, 0, NULL},
-    {"data.val", MT_CFG_STRING, F(data_val), "",
-     "path of the validation tokens (empty: split off the end of data.train)", 0, 0, NULL},
-    {"data.format", MT_CFG_STRING, F(data_format), "auto",
-     "token file format (auto: llm.c magic, else u16 for *.bin, else text; u32 for vocab > 65536)",
-     0, 0, "auto|llmc|u16|u32|text"},
-    {"data.val_fraction", MT_CFG_DOUBLE, F(val_fraction), "0.05",
-     "fraction of data.train held out for validation when data.val is empty", 0, LT1, NULL},
-    /* [output] */
-    {"output.dir", MT_CFG_STRING, F(output_dir), "outputs/run",
-     "directory for metrics.jsonl, summary.json and config.ini", 0, 0, NULL},
-    {"output.save_params", MT_CFG_BOOL, F(save_params), "false",
-     "write the final parameters as raw fp32, for comparisons", 0, 1, NULL},
-    /* [metrics] */
-    {"metrics.hw", MT_CFG_STRING, F(hw_profile), "cpu-generic",
-     "hardware profile: a name in inputs/hw/ or the path of an INI profile", 0, 0, NULL},
-    {"metrics.trace", MT_CFG_BOOL, F(trace), "false",
-     "write each rank's timeline as Chrome trace events: output.dir/trace/rank<N>.json", 0, 1,
-     NULL},
-    {"metrics.peak_gflops", MT_CFG_DOUBLE, F(peak_gflops), "0",
-     "peak compute per rank, GFLOP/s (0 = from the hardware profile)", 0, 1e9, NULL},
-    /* [ckpt] */
-    {"ckpt.every", MT_CFG_INT, F(ckpt_every), "0",
-     "steps between checkpoints (0 = only at the end and on a signal)", 0, NOMAX, NULL},
-    {"ckpt.keep", MT_CFG_INT, F(ckpt_keep), "2",
-     "complete checkpoints kept; older ones go once a new one is durable and checked (0 = all)",
-     0, NOMAX, NULL},
-    {"ckpt.mode", MT_CFG_STRING, F(ckpt_mode), "shared",
-     "one shared HDF5 file, or one file per writer plus a virtual index", 0, 0,
-     "shared|per-writer|none"},
-    {"ckpt.async", MT_CFG_BOOL, F(ckpt_async), "false",
-     "snapshot to host memory and write in the background (per-writer mode)", 0, 1, NULL},
-    {"ckpt.verify_on_load", MT_CFG_BOOL, F(ckpt_verify_on_load), "true",
-     "check every written box's xxh64 checksum when resuming", 0, 1, NULL},
-    {"ckpt.io_hints", MT_CFG_STRING, F(ckpt_io_hints), "",
-     "MPI-IO hints for the shared file: key=value,... (e.g. cb_nodes=8)", 0, 0, NULL},
-    {"ckpt.test_crash", MT_CFG_STRING, F(ckpt_test_crash), "none",
-     "TEST ONLY: kill rank 0 at this phase of the save at step train.steps", 0, 0,
-     "none|create|write|rename|latest"},
-};
-
-#undef F
-
-enum { N_KEYS = (int)(sizeof g_keys / sizeof g_keys[0]) };
-
-const mt_cfg_key *mt_config_keys(int *n) {
-  if (n) *n = N_KEYS;
-  return g_keys;
-}
-
-static const mt_cfg_key *find_key(const char *name) {
-  for (int i = 0; i < N_KEYS; i++)
-    if (strcmp(g_keys[i].name, name) == 0) return &g_keys[i];
-  return NULL;
-}
+#define GT0 MT_CFG_GT0
+#define LT1 MT_CFG_LT1
+#define NOMAX MT_CFG_NOMAX
+#define NOMIN MT_CFG_NOMIN
 
 static const char *type_name(mt_cfg_type t) {
   switch (t) {
@@ -311,18 +91,6 @@ static clipped clip(const char *text) {
   for (char *p = c.s; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
   return c;
-}
-
-static int in_choices(const char *choices, const char *value) {
-  size_t n = strlen(value);
-  for (const char *p = choices; *p;) {
-    const char *bar = strchr(p, '|');
-    size_t len = bar ? (size_t)(bar - p) : strlen(p);
-    if (len == n && strncmp(p, value, n) == 0) return 1;
-    if (!bar) break;
-    p = bar + 1;
-  }
-  return 0;
 }
 
 static int parse_int(const mt_cfg_key *k, const char *text, int *out, char *why, size_t wsize) {
@@ -399,7 +167,9 @@ static int parse_bool(const mt_cfg_key *k, const char *text, int *out, char *why
 
 /* Strings must survive mt_config_write_ini -> load: no control characters
  * (a line break would end the value) and no ';' after whitespace (inih reads
- * it as the start of a comment). */
+ * it as the start of a comment). An enumerated key (k->choices) takes one of
+ * its choices and stores its enum value in the int at out; any other string
+ * is stored as text in the MT_CFG_STR_MAX bytes at out. */
 static int parse_string(const mt_cfg_key *k, const char *text, char *out, char *why,
                         size_t wsize) {
   size_t len = strlen(text);
@@ -431,9 +201,14 @@ static int parse_string(const mt_cfg_key *k, const char *text, char *out, char *
   char value[MT_CFG_STR_MAX];
   memcpy(value, text, len);
   value[len] = '\0';
-  if (k->choices && !in_choices(k->choices, value)) {
-    snprintf(why, wsize, "%s: '%s' is not one of %s", k->name, clip(value).s, k->choices);
-    return 1;
+  if (k->choices) {
+    int choice = mt_cfg_choice_value(k, value, len);
+    if (choice < 0) {
+      snprintf(why, wsize, "%s: '%s' is not one of %s", k->name, clip(value).s, k->choices);
+      return 1;
+    }
+    *(int *)(void *)out = choice;
+    return 0;
   }
   /* zero the whole field so two configs with equal values compare equal */
   memset(out, 0, MT_CFG_STR_MAX);
@@ -479,9 +254,10 @@ static const char *suggest_key(const char *name) {
   size_t n = strlen(name);
   if (n >= L) return NULL;
   const char *best = NULL;
-  int best_d = 3;
-  for (int k = 0; k < N_KEYS; k++) {
-    const char *cand = g_keys[k].name;
+  int best_d = 3, n_keys = 0;
+  const mt_cfg_key *keys = mt_config_keys(&n_keys);
+  for (int k = 0; k < n_keys; k++) {
+    const char *cand = keys[k].name;
     size_t m = strlen(cand);
     int prev[L], cur[L];
     for (size_t j = 0; j <= m; j++) prev[j] = (int)j;
@@ -513,9 +289,14 @@ static void unknown_key(char *why, size_t wsize, const char *name) {
 void mt_config_defaults(mt_config *cfg) {
   memset(cfg, 0, sizeof *cfg); /* padding too: configs compare with memcmp */
   char why[256];
-  for (int i = 0; i < N_KEYS; i++)
-    if (set_value(cfg, &g_keys[i], g_keys[i].def, why, sizeof why))
+  int n_keys = 0;
+  const mt_cfg_key *keys = mt_config_keys(&n_keys);
+  for (int i = 0; i < n_keys; i++) {
+    if (keys[i].choices && !mt_cfg_choices_agree(&keys[i], why, sizeof why))
+      mt_die("config key table: %s", why);
+    if (set_value(cfg, &keys[i], keys[i].def, why, sizeof why))
       mt_die("config key table: bad default: %s", why);
+  }
 }
 
 /* ------------------------------------------------------------------ */
@@ -531,7 +312,8 @@ typedef struct {
   int err_line;      /* line of the first error found by the handler */
   int nul_line;      /* first line holding a NUL byte, 0 if none */
   char err[400];
-  int first_line[N_KEYS]; /* where each key was set in this file, 0 = not yet */
+  const mt_cfg_key *keys; /* the key table (mt_config_keys) */
+  int *first_line;        /* where each key was set in this file, 0 = not yet */
 } ini_ctx;
 
 /* fgets for inih that counts lines, refuses (rather than splits) lines longer
@@ -590,8 +372,8 @@ static int ini_on_value(void *user, const char *section, const char *name, const
   } else if ((size_t)snprintf(full, sizeof full, "%s.%s", section, name) >= sizeof full) {
     snprintf(why, sizeof why, "unknown key '%.60s...'", full);
   } else {
-    const mt_cfg_key *k = find_key(full);
-    int idx = k ? (int)(k - g_keys) : -1;
+    const mt_cfg_key *k = mt_cfg_find_key(full);
+    int idx = k ? (int)(k - c->keys) : -1;
     if (!k)
       unknown_key(why, sizeof why, full);
     else if (c->first_line[idx])
@@ -624,14 +406,17 @@ static int load_ini(mt_config *cfg, const char *path, mt_err *e) {
   FILE *f = fopen(path, "r");
   if (!f) {
     mt_err_set(e, "%s: cannot open config file: %s", path, strerror(errno));
-    return 1;
+    return -1;
   }
   ini_ctx *c = mt_calloc(1, sizeof *c);
   c->f = f;
   c->path = path;
   c->cfg = cfg;
+  int n_keys = 0;
+  c->keys = mt_config_keys(&n_keys);
+  c->first_line = mt_calloc((size_t)n_keys, sizeof(int));
   int rc = ini_parse_stream(ini_read_line, c, ini_on_value, c);
-  int failed = 1;
+  int failed = -1;
   if (ferror(f)) {
     mt_err_set(e, "%s: cannot read config file: %s", path, strerror(errno));
   } else if (rc > 0 && rc == c->err_line) {
@@ -657,6 +442,7 @@ static int load_ini(mt_config *cfg, const char *path, mt_err *e) {
   } else {
     failed = 0;
   }
+  free(c->first_line);
   free(c);
   fclose(f);
   return failed;
@@ -676,7 +462,7 @@ static int apply_override(mt_config *cfg, const char *text, mt_err *e) {
   const char *eq = strchr(text, '=');
   if (!eq) {
     mt_err_set(e, "--set %s: expected section.key=value", clip(text).s);
-    return 1;
+    return -1;
   }
   char name[128], value[MT_CFG_STR_MAX + 16], why[400];
   size_t name_len = (size_t)(eq - text), value_len = strlen(eq + 1);
@@ -686,22 +472,22 @@ static int apply_override(mt_config *cfg, const char *text, mt_err *e) {
     else
       mt_err_set(e, "--set %.*s=...: value is %zu characters, longer than the limit of %d",
                  (int)name_len, text, value_len, MT_CFG_STR_MAX - 1);
-    return 1;
+    return -1;
   }
   memcpy(name, text, name_len);
   name[name_len] = '\0';
   memcpy(value, eq + 1, value_len + 1);
   trim(name);
   trim(value);
-  const mt_cfg_key *k = find_key(name);
+  const mt_cfg_key *k = mt_cfg_find_key(name);
   if (!k) {
     unknown_key(why, sizeof why, name);
     mt_err_set(e, "--set %s: %s", clip(text).s, why);
-    return 1;
+    return -1;
   }
   if (set_value(cfg, k, value, why, sizeof why)) {
     mt_err_set(e, "--set %s: %s", clip(text).s, why);
-    return 1;
+    return -1;
   }
   return 0;
 }
@@ -720,30 +506,9 @@ static int check_io_hints(const char *v, mt_err *e) {
     if (bad) {
       mt_err_set(e, "ckpt.io_hints: '%.*s' is not key=value (e.g. "
                     "striping_factor=16,cb_nodes=8)", (int)(end - p), p);
-      return 1;
+      return -1;
     }
     p = *end ? end + 1 : end;
-  }
-  return 0;
-}
-
-/* Ranges that depend on another key (each key's own range is checked as
- * it is read). */
-static int check_across(const mt_config *cfg, mt_err *e) {
-  if ((double)cfg->warmup_steps > 10.0 * (double)cfg->steps) {
-    mt_err_set(e, "train.warmup_steps = %d is more than 10 x train.steps = %d: the run would "
-                  "never get above a tenth of train.lr", cfg->warmup_steps, cfg->steps);
-    return -1;
-  }
-  if (cfg->micro_batch > cfg->global_batch) {
-    mt_err_set(e, "train.micro_batch = %d is more than train.global_batch = %d", cfg->micro_batch,
-               cfg->global_batch);
-    return -1;
-  }
-  if (cfg->lr * cfg->weight_decay >= 1.0) {
-    mt_err_set(e, "train.lr x train.weight_decay = %g: decoupled decay would take all of every "
-                  "weight each step (it must be below 1)", cfg->lr * cfg->weight_decay);
-    return -1;
   }
   return 0;
 }
@@ -751,11 +516,10 @@ static int check_across(const mt_config *cfg, mt_err *e) {
 int mt_config_load(mt_config *cfg, const char *ini_path, int n_over, char *const *overrides,
                    mt_err *e) {
   mt_config_defaults(cfg);
-  if (ini_path && load_ini(cfg, ini_path, e)) return -1;
-  for (int i = 0; i < n_over; i++)
-    if (apply_override(cfg, overrides[i], e)) return -1;
-  if (check_io_hints(cfg->ckpt_io_hints, e) != 0) return -1;
-  return check_across(cfg, e);
+  if (ini_path) MT_TRY(e, load_ini(cfg, ini_path, e));
+  for (int i = 0; i < n_over; i++) MT_TRY(e, apply_override(cfg, overrides[i], e));
+  MT_TRY(e, check_io_hints(cfg->ckpt_io_hints, e));
+  return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -780,6 +544,11 @@ static void format_value(const mt_config *cfg, const mt_cfg_key *k, char *buf, s
     break;
   case MT_CFG_DOUBLE: format_double(*(const double *)(const void *)field, buf, size); break;
   case MT_CFG_STRING: {
+    if (k->choices) { /* an enumerated key: its choice's text */
+      const char *name = mt_cfg_choice_name(k, *(const int *)(const void *)field);
+      snprintf(buf, size, "%s", name ? name : "?");
+      break;
+    }
     /* quote what inih would otherwise change: outer whitespace (stripped), a
      * leading ';' (a comment) or outer quotes (removed on load) */
     size_t n = strnlen(field, MT_CFG_STR_MAX);
@@ -797,13 +566,15 @@ static size_t section_len(const char *name) { return (size_t)(strchr(name, '.') 
 void mt_config_write_ini(const mt_config *cfg, FILE *f) {
   fprintf(f, "# meshtrain configuration: every key, as used by this run\n");
   char value[MT_CFG_STR_MAX + 8];
-  for (int i = 0; i < N_KEYS; i++) {
-    const char *name = g_keys[i].name;
+  int n_keys = 0;
+  const mt_cfg_key *keys = mt_config_keys(&n_keys);
+  for (int i = 0; i < n_keys; i++) {
+    const char *name = keys[i].name;
     size_t sl = section_len(name);
-    if (i == 0 || sl != section_len(g_keys[i - 1].name) ||
-        strncmp(name, g_keys[i - 1].name, sl) != 0)
+    if (i == 0 || sl != section_len(keys[i - 1].name) ||
+        strncmp(name, keys[i - 1].name, sl) != 0)
       fprintf(f, "\n[%.*s]\n", (int)sl, name);
-    format_value(cfg, &g_keys[i], value, sizeof value);
+    format_value(cfg, &keys[i], value, sizeof value);
     fprintf(f, "%s = %s\n", name + sl + 1, value);
   }
 }
@@ -811,11 +582,13 @@ void mt_config_write_ini(const mt_config *cfg, FILE *f) {
 void mt_config_print_help(FILE *f) {
   fprintf(f, "Configuration keys. Set them in an INI file ([section] then key = value)\n"
              "or with --set section.key=value; --set is applied after the file.\n");
-  for (int i = 0; i < N_KEYS; i++) {
-    const mt_cfg_key *k = &g_keys[i];
+  int n_keys = 0;
+  const mt_cfg_key *keys = mt_config_keys(&n_keys);
+  for (int i = 0; i < n_keys; i++) {
+    const mt_cfg_key *k = &keys[i];
     size_t sl = section_len(k->name);
-    if (i == 0 || sl != section_len(g_keys[i - 1].name) ||
-        strncmp(k->name, g_keys[i - 1].name, sl) != 0)
+    if (i == 0 || sl != section_len(keys[i - 1].name) ||
+        strncmp(k->name, keys[i - 1].name, sl) != 0)
       fprintf(f, "\n[%.*s]\n", (int)sl, k->name);
     char allowed[128] = "";
     if (k->choices)

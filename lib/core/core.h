@@ -144,6 +144,97 @@ void mt_err_check_all(mt_err *e, MPI_Comm comm, const char *prog);
 enum { MT_EXIT_OK = 0, MT_EXIT_BADINPUT = 2, MT_EXIT_RUNTIME = 3 };
 
 /* ------------------------------------------------------------------ */
+/* element types                                                       */
+
+/* The element type of a tensor or a message, one enum for the whole code
+ * base: what an op of the op table computes on (kernels), what a
+ * collective moves (comm), what a role of the training state is held in
+ * (kernels.h's mt_dtypes). MT_DT_I32 (int) is a message's only: the
+ * integers comm exchanges (MoE routing counts). */
+typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1, MT_DT_BF16 = 2, MT_DT_I32 = 3 } mt_dtype;
+/* bytes of one element of t */
+size_t mt_dtype_bytes(mt_dtype t);
+/* "fp32", "fp64", "bf16" or "i32" */
+const char *mt_dtype_name(mt_dtype t);
+
+/* ------------------------------------------------------------------ */
+/* configuration: the enumerated keys                                  */
+/*
+ * A string key with a fixed set of choices (mt_cfg_key.choices) is parsed
+ * once, when the configuration is loaded, into one of the enums below: its
+ * field in mt_config holds the enum, and a value outside the choices is
+ * refused there, naming the key. The consumers switch on the enum; the
+ * mt_<enum>_name functions give the choice's text back for printing (what
+ * an INI file or --set would say). Each enum is declared here, where the
+ * configuration can produce it, and used by the module that owns the
+ * concept. */
+
+/* model.preset: the model's size (custom: every shape key given) */
+typedef enum {
+  MT_PRESET_TINY = 0, MT_PRESET_SMALL = 1, MT_PRESET_GPT2_124M = 2, MT_PRESET_CUSTOM = 3
+} mt_preset;
+/* train.device: the backend a rank computes on. auto is a request only
+ * (cuda where a GPU is usable, else cpu: mt_device_resolve decides); the
+ * virtual device is the time-warp emulation (null/ops_virtual.c,
+ * train/device.c). */
+typedef enum {
+  MT_DEVICE_CPU = 0, MT_DEVICE_CUDA = 1, MT_DEVICE_VIRTUAL = 2, MT_DEVICE_AUTO = 3
+} mt_device_kind;
+/* train.precision: fp32, or bf16 mixed precision (bf16 weights' copy,
+ * activations and messages over fp32 master weights and moments). fp16 is
+ * a choice only so that mt_config_check can say why it is refused. */
+typedef enum { MT_PRECISION_FP32 = 0, MT_PRECISION_BF16 = 1, MT_PRECISION_FP16 = 2 } mt_precision;
+/* train.grad_dtype and parallel.grad_reduce_dtype are mt_dtype (fp32 | bf16). */
+/* parallel.cp_mode: how context parallelism splits a sequence (model.h's
+ * mt_cp_layout_make): ring (2 x cp zigzag chunks, K and V passed round) or
+ * ulysses (cp contiguous chunks, all-to-all to head shards) */
+typedef enum { MT_CP_RING = 0, MT_CP_ULYSSES = 1 } mt_cp_mode;
+/* parallel.schedule: the pipeline schedule (parallel.h's mt_pp_schedule) */
+typedef enum {
+  MT_SCHED_GPIPE, MT_SCHED_1F1B, MT_SCHED_INTERLEAVED, MT_SCHED_ZBH1, MT_SCHED_BFS, MT_SCHED_ZBV
+} mt_pp_sched;
+/* train.moe_balance: MoE load balancing by the Switch loss (its coefficient
+ * train.moe_aux_coef), aux-loss-free (a per-expert bias added to the routing
+ * scores for the top-k choice only, DeepSeek-V3), or none */
+typedef enum {
+  MT_MOE_BALANCE_AUX = 0, MT_MOE_BALANCE_BIAS = 1, MT_MOE_BALANCE_NONE = 2
+} mt_moe_balance;
+/* parallel.ep_balance: least-loaded expert parallelism moves rows over a
+ * rank's bound, and their experts, to idle ep ranks */
+typedef enum { MT_EP_BALANCE_NONE = 0, MT_EP_BALANCE_LEAST_LOADED = 1 } mt_ep_balance;
+/* parallel.layout: the mesh as set, or planned at every start */
+typedef enum { MT_LAYOUT_MANUAL = 0, MT_LAYOUT_AUTO = 1 } mt_layout_mode;
+/* data.format: how token files are read (auto: the llm.c magic, else u16
+ * for *.bin, else text) */
+typedef enum {
+  MT_DATA_AUTO = 0, MT_DATA_LLMC = 1, MT_DATA_U16 = 2, MT_DATA_U32 = 3, MT_DATA_TEXT = 4
+} mt_data_format;
+/* ckpt.mode: one shared HDF5 file, one file per writer, or no checkpoints */
+typedef enum {
+  MT_CKPT_MODE_SHARED = 0, MT_CKPT_MODE_PER_WRITER = 1, MT_CKPT_MODE_NONE = 2
+} mt_ckpt_mode;
+/* ckpt.test_crash (tests only): the phase of the final save at which rank 0
+ * kills itself */
+typedef enum {
+  MT_CKPT_CRASH_NONE = 0, MT_CKPT_CRASH_CREATE = 1, MT_CKPT_CRASH_WRITE = 2,
+  MT_CKPT_CRASH_RENAME = 3, MT_CKPT_CRASH_LATEST = 4
+} mt_ckpt_crash;
+
+/* each value's text, as the key's choices spell it ("?" for a value that is
+ * none of them) */
+const char *mt_preset_name(mt_preset v);
+const char *mt_device_kind_name(mt_device_kind v);
+const char *mt_precision_name(mt_precision v);
+const char *mt_cp_mode_name(mt_cp_mode v);
+const char *mt_pp_sched_name(mt_pp_sched v);
+const char *mt_moe_balance_name(mt_moe_balance v);
+const char *mt_ep_balance_name(mt_ep_balance v);
+const char *mt_layout_mode_name(mt_layout_mode v);
+const char *mt_data_format_name(mt_data_format v);
+const char *mt_ckpt_mode_name(mt_ckpt_mode v);
+const char *mt_ckpt_crash_name(mt_ckpt_crash v);
+
+/* ------------------------------------------------------------------ */
 /* configuration                                                       */
 
 typedef enum { MT_CFG_INT, MT_CFG_DOUBLE, MT_CFG_BOOL, MT_CFG_STRING } mt_cfg_type;
@@ -151,20 +242,22 @@ typedef enum { MT_CFG_INT, MT_CFG_DOUBLE, MT_CFG_BOOL, MT_CFG_STRING } mt_cfg_ty
 #define MT_CFG_STR_MAX 512
 
 /* Every key meshtrain knows, as one struct; defaults come from the key table
- * (mt_config_keys). Model shape keys of 0 mean "take from model.preset". */
+ * (mt_config_keys). Model shape keys of 0 mean "take from model.preset".
+ * The enumerated keys (a string key with choices) are held as their enums
+ * (above). */
 typedef struct {
   /* [model] */
-  char model_preset[MT_CFG_STR_MAX]; /* tiny | small | gpt2-124m | custom */
+  mt_preset model_preset;
   int n_layer, n_embd, n_head, seq_len, vocab_size;
   /* [train] */
   int steps, seed, global_batch, micro_batch, warmup_steps, eval_every, eval_batches;
   int threads, log_every;
-  /* [train] device: cpu | cuda | auto | virtual; precision: fp32 | bf16 (fp16 is
-   * refused); grad_dtype: fp32 | bf16, the dtype gradients accumulate in;
-   * [parallel] grad_reduce_dtype: fp32 | bf16, the dtype of the dp x cp
-   * reduction (see mt_dtypes_resolve) */
-  char device[MT_CFG_STR_MAX], precision[MT_CFG_STR_MAX];
-  char grad_dtype[MT_CFG_STR_MAX], grad_reduce_dtype[MT_CFG_STR_MAX];
+  /* [train] device, precision; grad_dtype: the dtype gradients accumulate in;
+   * [parallel] grad_reduce_dtype: the dtype of the dp x cp reduction (see
+   * mt_dtypes_resolve) */
+  mt_device_kind device;
+  mt_precision precision;
+  mt_dtype grad_dtype, grad_reduce_dtype;
   /* [train] virtual_hw: the profile the virtual device prices with (device = virtual) */
   char virtual_hw[MT_CFG_STR_MAX];
   /* [virtual] moe_skew: the synthetic routing's Zipf exponent (0 = balanced) */
@@ -174,9 +267,10 @@ typedef struct {
   int dp, tp, pp, cp, zero;
   int sp; /* sequence parallelism over the tp group (bool) */
   double bucket_mb;
-  char cp_mode[MT_CFG_STR_MAX]; /* context parallelism: ring | ulysses */
+  mt_cp_mode cp_mode; /* context parallelism */
   /* [data] */
-  char data_train[MT_CFG_STR_MAX], data_val[MT_CFG_STR_MAX], data_format[MT_CFG_STR_MAX];
+  char data_train[MT_CFG_STR_MAX], data_val[MT_CFG_STR_MAX];
+  mt_data_format data_format;
   double val_fraction;
   /* [output] */
   char output_dir[MT_CFG_STR_MAX];
@@ -187,7 +281,8 @@ typedef struct {
   int trace; /* metrics.trace: each rank's timeline (bool) */
   /* [ckpt] */
   int ckpt_every, ckpt_keep, ckpt_async, ckpt_verify_on_load;
-  char ckpt_mode[MT_CFG_STR_MAX], ckpt_test_crash[MT_CFG_STR_MAX];
+  mt_ckpt_mode ckpt_mode;
+  mt_ckpt_crash ckpt_test_crash;
   char ckpt_io_hints[MT_CFG_STR_MAX]; /* MPI-IO hints for the shared file, "k=v,k=v" */
   /* [train] resume: "" (fresh), "auto" (<output.dir>/checkpoints, newest complete) or a path */
   char resume[MT_CFG_STR_MAX];
@@ -197,14 +292,15 @@ typedef struct {
    * recompute (bool); [parallel] schedule, virtual_stages, pp_split ("" = balanced, else
    * comma-separated layers per stage), print_schedule (bool: print and exit) */
   int micro_batches, recompute;
-  char pp_schedule[MT_CFG_STR_MAX], pp_split[MT_CFG_STR_MAX];
+  mt_pp_sched pp_schedule;
+  char pp_split[MT_CFG_STR_MAX];
   int virtual_stages, print_schedule;
   /* [parallel] pp_first_layers, pp_last_layers: layers of the first and last pipeline
    * stages, the middle ones sharing the rest equally (0 = an equal share; Megatron's
    * --decoder-first/last-pipeline-num-layers) */
   int pp_first_layers, pp_last_layers;
-  /* [parallel] layout: manual | auto (the planner picks the layout at start) */
-  char layout[MT_CFG_STR_MAX];
+  /* [parallel] layout: the planner picks the layout at start (auto) or not */
+  mt_layout_mode layout;
   /* [plan] hw: the cost profile of parallel.layout = auto ("" = metrics.hw); headroom: GiB
    * per device kept free (-1 = auto); cp_min_tokens: cp only beyond this many tokens a rank */
   char plan_hw[MT_CFG_STR_MAX];
@@ -213,17 +309,17 @@ typedef struct {
   int overlap_dp; /* [parallel] overlap_dp (bool): dp reduction during the last backward */
   /* Mixture-of-Experts: [model] moe_experts (0 = dense), moe_topk, moe_every,
    * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless);
-   * [train] moe_aux_coef, moe_z_coef, moe_balance (aux | bias | none: how the
-   * experts' load is balanced), moe_bias_rate (the bias step of aux-loss-free
-   * balancing), moe_bias_init (expert 0's starting bias: a forced skew);
-   * [parallel] ep, etp (the folded mesh), ep_balance (none | least-loaded)
-   * ep_balance_alpha (least-loaded: the load a rank keeps, x the mean) and
-   * ep_balance_min_rows (least-loaded: the fewest rows a moved expert carries) */
+   * [train] moe_aux_coef, moe_z_coef, moe_balance (how the experts' load is
+   * balanced), moe_bias_rate (the bias step of aux-loss-free balancing),
+   * moe_bias_init (expert 0's starting bias: a forced skew); [parallel] ep,
+   * etp (the folded mesh), ep_balance, ep_balance_alpha (least-loaded: the
+   * load a rank keeps, x the mean) and ep_balance_min_rows (least-loaded: the
+   * fewest rows a moved expert carries) */
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   double moe_capacity, moe_aux_coef, moe_z_coef, moe_bias_rate, moe_bias_init;
-  char moe_balance[MT_CFG_STR_MAX];
+  mt_moe_balance moe_balance;
   int ep, etp;
-  char ep_balance[MT_CFG_STR_MAX];
+  mt_ep_balance ep_balance;
   double ep_balance_alpha;
   int ep_balance_min_rows;
 } mt_config;
@@ -235,16 +331,27 @@ typedef struct {
   const char *def;     /* default, as text */
   const char *help;    /* one line */
   double min, max;     /* valid range for numbers (inclusive) */
-  const char *choices; /* "a|b|c" for strings with a fixed set, else NULL */
+  const char *choices; /* "a|b|c" for strings with a fixed set, else NULL; such a key
+                          (MT_CFG_STRING) is held in mt_config as its enum, an int-sized
+                          field: the value of the choice */
 } mt_cfg_key;
 
 const mt_cfg_key *mt_config_keys(int *n);
 
+/* An enumerated key (a string key with choices): the enum value text
+ * stands for, as the configuration parses it, or -1 when text is not one of
+ * the key's choices (or key is not an enumerated key). For tests and tools
+ * that take a choice by name. */
+int mt_config_enum_parse(const char *key, const char *text);
+/* the text of value as key's value; NULL when it is none of its choices */
+const char *mt_config_enum_name(const char *key, int value);
+
 /* Fill cfg with defaults, then the INI file (path may be NULL), then each
  * "section.key=value" override in order. Unknown keys, malformed values, out
- * of range numbers: returns non-zero and a one-line message in e naming the
- * key (and file:line for INI errors). Pure function of its inputs, so every
- * rank computes the same result. */
+ * of range numbers, a value outside an enumerated key's choices: returns
+ * non-zero and a one-line message in e naming the key (and file:line for INI
+ * errors). Pure function of its inputs, so every rank computes the same
+ * result. Checks that involve several keys are mt_config_check's. */
 int mt_config_load(mt_config *cfg, const char *ini_path, int n_over,
                    char *const *overrides, mt_err *e);
 void mt_config_defaults(mt_config *cfg);
@@ -256,6 +363,16 @@ void mt_config_print_help(FILE *f);
 /* The same as a Markdown reference (docs/config.md): a table per section of
  * every key, its type, default, allowed values and meaning (config_doc.c). */
 void mt_config_write_markdown(FILE *f);
+
+/* Every check that involves more than one key and can be judged from the
+ * configuration alone (config_check.c), in one place, for world_size ranks
+ * (0: not known; the checks that need it are skipped). 0, or -1 with one
+ * line in e naming the keys. Every path reaches it through
+ * mt_layout_validate (training, meshtrain --check, --plan,
+ * --print-schedule, meshplan and parallel.layout = auto); config_check.c
+ * lists the checks that need more than the configuration and where they
+ * live. Pure: every rank decides alike. */
+int mt_config_check(const mt_config *cfg, int world_size, mt_err *e);
 
 /* ------------------------------------------------------------------ */
 /* memory accounting (bytes per category, current and peak)            */
@@ -520,17 +637,6 @@ void mt_trace_span(const char *name, const char *cat, int track, double t0, doub
                    int a1);
 /* every span so far as Chrome trace-event JSON (Perfetto, chrome://tracing) */
 int mt_trace_write(const char *path, mt_err *e);
-
-/* The element type of a tensor or a message, one enum for the whole code
- * base: what an op of the op table computes on (kernels), what a
- * collective moves (comm), what a role of the training state is held in
- * (kernels.h's mt_dtypes). MT_DT_I32 (int) is a message's only: the
- * integers comm exchanges (MoE routing counts). */
-typedef enum { MT_DT_F32 = 0, MT_DT_F64 = 1, MT_DT_BF16 = 2, MT_DT_I32 = 3 } mt_dtype;
-/* bytes of one element of t */
-size_t mt_dtype_bytes(mt_dtype t);
-/* "fp32", "fp64", "bf16" or "i32" */
-const char *mt_dtype_name(mt_dtype t);
 
 /* bf16: the upper 16 bits of an IEEE fp32 (8 significant bits). The
  * scalar conversions live here so that every module may use them (comm sums

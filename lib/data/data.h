@@ -22,7 +22,7 @@
 
 typedef struct {
   char path[MT_CFG_STR_MAX];
-  char format[16];      /* resolved format: llmc | u16 | u32 | text */
+  mt_data_format format; /* resolved format: llmc | u16 | u32 | text (never auto) */
   void *map;            /* mmap of the whole file */
   size_t map_bytes;
   const uint8_t *bytes; /* text: tokens are bytes */
@@ -36,11 +36,12 @@ typedef struct {
   uint64_t dev, ino;
 } mt_dataset;
 
-/* Open path in the given format (auto|llmc|u16|u32|text). On failure returns
- * non-zero with a one-line message naming the file and what is wrong
+/* Open path in the given format (data.format: auto|llmc|u16|u32|text; a name
+ * from a command line: mt_config_enum_parse("data.format", name)). On failure
+ * returns non-zero with a one-line message naming the file and what is wrong
  * (missing, not a regular file, bad header, size not a multiple of the token
  * width, ...). Never blocks: a FIFO is refused before it is opened. */
-int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err *e);
+int mt_dataset_open(mt_dataset *ds, const char *path, mt_data_format format, mt_err *e);
 /* Split ds into train = first (1-val_fraction) and val = the rest (views that
  * share ds's mapping; ds keeps owning it). */
 void mt_dataset_split(const mt_dataset *ds, double val_fraction, mt_dataset *train,

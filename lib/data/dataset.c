@@ -30,16 +30,13 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static int known_format(const char *f) {
-  return strcmp(f, "auto") == 0 || strcmp(f, "llmc") == 0 || strcmp(f, "u16") == 0 ||
-         strcmp(f, "u32") == 0 || strcmp(f, "text") == 0;
-}
-
 /* Largest token id a format can hold: 255 (text), 65535 (llmc, u16), 2^32-1 (u32). */
-static uint64_t format_max_id(const char *f) {
-  if (strcmp(f, "text") == 0) return 255;
-  if (strcmp(f, "u32") == 0) return UINT32_MAX;
-  return UINT16_MAX;
+static uint64_t format_max_id(mt_data_format f) {
+  switch (f) {
+  case MT_DATA_TEXT: return 255;
+  case MT_DATA_U32: return UINT32_MAX;
+  default: return UINT16_MAX;
+  }
 }
 
 /* auto, a *.bin without the llm.c magic: is it an llm.c file whose header was
@@ -106,15 +103,14 @@ static size_t llmc_check_header(const char *path, const void *map, size_t file_b
   return ntok;
 }
 
-int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err *e) {
+int mt_dataset_open(mt_dataset *ds, const char *path, mt_data_format format, mt_err *e) {
   memset(ds, 0, sizeof *ds);
   if (!path || !*path) {
     mt_err_set(e, "data file path is empty");
     return -1;
   }
-  if (!format || !*format) format = "auto";
-  if (!known_format(format)) {
-    mt_err_set(e, "%s: unknown data format '%s' (expected auto|llmc|u16|text)", path, format);
+  if ((unsigned)format > MT_DATA_TEXT) {
+    mt_err_set(e, "%s: unknown data format %d", path, (int)format);
     return -1;
   }
   if (strlen(path) >= sizeof ds->path) {
@@ -170,13 +166,13 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
     return -1;
   }
 
-  const char *fmt = format;
+  mt_data_format fmt = format;
   int auto_bin = 0; /* auto chose u16 from the name alone */
-  if (strcmp(fmt, "auto") == 0) {
+  if (fmt == MT_DATA_AUTO) {
     int32_t magic = 0;
     if (bytes >= LLMC_HEADER_BYTES) memcpy(&magic, map, sizeof magic);
     if (magic == LLMC_MAGIC) {
-      fmt = "llmc";
+      fmt = MT_DATA_LLMC;
     } else if (ends_with(path, ".bin") && looks_like_llmc(map, bytes)) {
       mt_err_set(e,
                  "%s: bad llm.c header: magic %d, expected %d, but the rest of the header is "
@@ -185,26 +181,26 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
       munmap(map, bytes);
       return -1;
     } else if (ends_with(path, ".bin")) {
-      fmt = "u16";
+      fmt = MT_DATA_U16;
       auto_bin = 1;
     } else {
-      fmt = "text";
+      fmt = MT_DATA_TEXT;
     }
   }
 
   size_t ntok = 0;
-  if (strcmp(fmt, "llmc") == 0) {
+  if (fmt == MT_DATA_LLMC) {
     ntok = llmc_check_header(path, map, bytes, e);
     if (ntok == 0) {
       munmap(map, bytes);
       return mt_err_pass(e);
     }
     ds->u16 = (const uint16_t *)((const char *)map + LLMC_HEADER_BYTES);
-  } else if (strcmp(fmt, "u16") == 0 || strcmp(fmt, "u32") == 0) {
-    size_t width = fmt[1] == '1' ? sizeof(uint16_t) : sizeof(uint32_t);
+  } else if (fmt == MT_DATA_U16 || fmt == MT_DATA_U32) {
+    size_t width = fmt == MT_DATA_U16 ? sizeof(uint16_t) : sizeof(uint32_t);
     if (bytes % width != 0) {
       mt_err_set(e, "%s: %s token file is %zu bytes, not a multiple of %zu (odd size)", path,
-                 fmt, bytes, width);
+                 mt_data_format_name(fmt), bytes, width);
       munmap(map, bytes);
       return -1;
     }
@@ -228,7 +224,7 @@ int mt_dataset_open(mt_dataset *ds, const char *path, const char *format, mt_err
   }
 
   snprintf(ds->path, sizeof ds->path, "%s", path);
-  snprintf(ds->format, sizeof ds->format, "%s", fmt);
+  ds->format = fmt;
   /* what the file was when mapped: a change under the run is seen
    * (mt_dataset_check) */
   ds->file_bytes = (int64_t)st.st_size;
@@ -334,7 +330,7 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
    * vocabulary has lost the high bits of its ids when it was written. Decided
    * from (format, vocab) alone, so every rank fails alike, after the
    * collectives below. */
-  int too_wide = vocab > 0 && strcmp(ds->format, "text") != 0 &&
+  int too_wide = vocab > 0 && ds->format != MT_DATA_TEXT &&
                  (uint64_t)vocab > format_max_id(ds->format) + 1;
   if (vocab <= 0 || too_wide) lo = hi = ds->begin; /* reported below on every rank */
   size_t bad = SIZE_MAX;
@@ -357,7 +353,8 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
     mt_err_set(e,
                "%s: format %s holds token ids up to %llu, too few for vocab size %d: write "
                "the tokens as uint32 (data.format = u32; meshdata encode --format u32)",
-               ds->path, ds->format, (unsigned long long)format_max_id(ds->format), vocab);
+               ds->path, mt_data_format_name(ds->format),
+               (unsigned long long)format_max_id(ds->format), vocab);
     return -1;
   }
   if (first == UINT64_MAX) return 0;

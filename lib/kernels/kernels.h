@@ -420,20 +420,18 @@ int mt_bf16_gemm_select(const char *name);
 /* ------------------------------------------------------------------ */
 /* devices: which backend a rank computes on                          */
 
-/* virtual: the time-warp emulation (null/ops_virtual.c; train/device.c) */
-typedef enum { MT_DEVICE_CPU = 0, MT_DEVICE_CUDA = 1, MT_DEVICE_VIRTUAL = 2 } mt_device_kind;
-typedef enum { MT_PRECISION_FP32 = 0, MT_PRECISION_BF16 = 1 } mt_precision;
+/* (mt_device_kind and mt_precision, train.device's and train.precision's
+ * enums, are core.h's: the configuration produces them.) */
 
-/* train.device and train.precision resolved (pure; device.c): want is "cpu",
- * "cuda" or "auto" (auto: cuda when cuda_built and n_visible > 0), prec_name
- * "fp32" or "bf16" (bf16 storage for the compute tensors, on the CPU, on
- * CUDA and on the virtual device alike); "fp16" is
- * refused (it needs dynamic loss scaling, which meshtrain does not do: use
- * bf16). no_gpu_why says why n_visible is 0 (e.g. "no CUDA-capable device
- * is detected"). Returns the device kind and sets *prec, or -1 with one
- * line in msg naming the key, the value and the reason. */
-int mt_device_resolve(const char *want, const char *prec_name, int cuda_built, int n_visible,
-                      const char *no_gpu_why, mt_precision *prec, char *msg, size_t len);
+/* train.device resolved (pure; device.c): want (auto: cuda when cuda_built
+ * and n_visible > 0, else cpu) against what this process has. no_gpu_why
+ * says why n_visible is 0 (e.g. "no CUDA-capable device is detected").
+ * Returns the device kind (never MT_DEVICE_AUTO), or -1 with one line in
+ * msg naming the key, the value and the reason. train.precision is the
+ * configuration's (mt_config_check refuses fp16): bf16 storage for the
+ * compute tensors, on the CPU, on CUDA and on the virtual device alike. */
+int mt_device_resolve(mt_device_kind want, int cuda_built, int n_visible, const char *no_gpu_why,
+                      char *msg, size_t len);
 
 /* The dtype of every role of the training state, decided once per run
  * (mt_dtypes_resolve, called by the layout: plan/layout.c) and handed to
@@ -452,15 +450,14 @@ typedef struct {
   mt_dtype master, weights, acts, msgs, grads, grad_reduce;
 } mt_dtypes;
 
-/* The roles for precision prec, gradients in grad_dtype and reduced in
- * grad_reduce_dtype ("fp32" | "bf16"), the same on every device: fp32,
+/* The roles for precision prec, gradients in grads and reduced in
+ * grad_reduce (MT_DT_F32 | MT_DT_BF16), the same on every device: fp32,
  * every role fp32; bf16, the weights' copy, activations and messages bf16
- * (every backend's ops take either).
- * 0, or -1 with one line in msg naming the key and value (a dtype outside
- * fp32|bf16; bf16 gradients or a bf16 reduction under fp32 precision; bf16
- * gradients reduced in fp32: they are reduced where they are, in bf16). */
-int mt_dtypes_resolve(mt_precision prec, const char *grad_dtype, const char *grad_reduce_dtype,
-                      mt_dtypes *out, char *msg, size_t len);
+ * (every backend's ops take either). The combinations that cannot run
+ * (bf16 gradients or a bf16 reduction under fp32 precision; bf16 gradients
+ * reduced in fp32: they are reduced where they are, in bf16) are
+ * mt_config_check's to refuse. */
+void mt_dtypes_resolve(mt_precision prec, mt_dtype grads, mt_dtype grad_reduce, mt_dtypes *out);
 
 /* The GPU of one rank: an index among the n_visible GPUs it sees
  * (CUDA_VISIBLE_DEVICES applied by the runtime), from its rank among the

@@ -10,14 +10,6 @@
 
 #include <string.h>
 
-int mt_cp_mode_parse(const char *name) {
-  if (strcmp(name, "ring") == 0) return MT_CP_RING;
-  if (strcmp(name, "ulysses") == 0) return MT_CP_ULYSSES;
-  return -1;
-}
-
-const char *mt_cp_mode_name(mt_cp_mode mode) { return mode == MT_CP_ULYSSES ? "ulysses" : "ring"; }
-
 void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T) {
   memset(l, 0, sizeof *l);
   l->size = size > 1 ? size : 1;

@@ -348,12 +348,6 @@ void mt_gpt_set_moe_loss(mt_gpt *m, float aux_coef, float z_coef) {
   m->moe.z_coef = z_coef;
 }
 
-int mt_moe_balance_parse(const char *s) {
-  return !strcmp(s, "aux") ? MT_MOE_BALANCE_AUX
-         : !strcmp(s, "bias") ? MT_MOE_BALANCE_BIAS
-         : !strcmp(s, "none") ? MT_MOE_BALANCE_NONE : -1;
-}
-
 void mt_gpt_set_moe_balance(mt_gpt *m, int balance, float bias_rate, float bias_init) {
   mt_moe *x = &m->moe;
   x->balance = balance;

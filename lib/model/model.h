@@ -90,9 +90,11 @@ double mt_model_active_matmul_weights(const mt_model_shape *s);
 
 /* rows of the embedding as stored: vocab rounded up to a multiple of 64*tp */
 int mt_model_pad_vocab(int vocab, int tp);
-/* Known presets: tiny, small, gpt2-124m (vocab padded for tp = 1). Returns 0,
- * or -1 for an unknown name. */
-int mt_model_preset(const char *name, mt_model_shape *s);
+/* The shape of a preset (model.preset's enum, core.h): tiny, small,
+ * gpt2-124m (vocab padded for tp = 1), custom (no shape: the model.* keys
+ * give it). Returns 0, or -1 for a value that is none of them. A name from
+ * a command line: mt_config_enum_parse("model.preset", name). */
+int mt_model_preset(mt_preset preset, mt_model_shape *s);
 /* Preset, then any non-zero model.* keys of cfg; vocab padded for
  * parallel.tp. Validates (heads divide width, positive sizes, tp divides the
  * width and the heads, and the sequence under parallel.sp; MoE: k <= E,
@@ -262,10 +264,7 @@ void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const 
  * j*len + i of a sequence is position chunk_pos[j] + i. Every other layer
  * works on local rows as they are (the rows of a sequence need not be
  * contiguous positions); the embedding adds the positions' wpe rows. */
-typedef enum { MT_CP_RING = 0, MT_CP_ULYSSES = 1 } mt_cp_mode;
-/* "ring" | "ulysses" -> mode; -1 if unknown */
-int mt_cp_mode_parse(const char *name);
-const char *mt_cp_mode_name(mt_cp_mode mode);
+/* (mt_cp_mode and mt_cp_mode_name, parallel.cp_mode's enum: core.h) */
 
 typedef struct {
   int size, rank;
@@ -736,9 +735,7 @@ void mt_gpt_set_moe_loss(mt_gpt *m, float aux_coef, float z_coef);
 /* MoE load balancing (train.moe_balance): the Switch loss (its coefficient
  * from mt_gpt_set_moe_loss), aux-loss-free (a per-expert bias added to the
  * routing scores for the top-k choice only, DeepSeek-V3), or none */
-typedef enum { MT_MOE_BALANCE_AUX = 0, MT_MOE_BALANCE_BIAS = 1, MT_MOE_BALANCE_NONE = 2 } mt_moe_balance;
-/* "aux" | "bias" | "none" -> mt_moe_balance (-1: none of them) */
-int mt_moe_balance_parse(const char *s);
+/* (mt_moe_balance, its enum: core.h) */
 /* bias_init: what expert 0's routing bias starts from in every MoE block (a
  * forced skew; a checkpoint's bias replaces it) */
 void mt_gpt_set_moe_balance(mt_gpt *m, int balance, float bias_rate, float bias_init);

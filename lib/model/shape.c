@@ -9,19 +9,23 @@ int mt_model_pad_vocab(int vocab, int tp) {
   return (vocab + m - 1) / m * m;
 }
 
-int mt_model_preset(const char *name, mt_model_shape *s) {
+int mt_model_preset(mt_preset preset, mt_model_shape *s) {
   memset(s, 0, sizeof *s);
-  if (strcmp(name, "tiny") == 0) {
+  switch (preset) {
+  case MT_PRESET_TINY:
     *s = (mt_model_shape){.n_layer = 2, .n_embd = 32, .n_head = 4, .seq_len = 32, .vocab = 256};
-  } else if (strcmp(name, "small") == 0) {
+    break;
+  case MT_PRESET_SMALL:
     *s = (mt_model_shape){.n_layer = 6, .n_embd = 384, .n_head = 6, .seq_len = 256, .vocab = 256};
-  } else if (strcmp(name, "gpt2-124m") == 0) {
+    break;
+  case MT_PRESET_GPT2_124M:
     *s = (mt_model_shape){.n_layer = 12, .n_embd = 768, .n_head = 12, .seq_len = 1024,
                           .vocab = 50257};
-  } else if (strcmp(name, "custom") == 0) {
+    break;
+  case MT_PRESET_CUSTOM:
     *s = (mt_model_shape){.vocab = 256}; /* the shape comes from the model.* keys */
-  } else {
-    return -1;
+    break;
+  default: return -1;
   }
   s->vocab_padded = mt_model_pad_vocab(s->vocab, 1);
   return 0;
@@ -80,7 +84,7 @@ static int moe_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err
 int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e) {
   if (mt_model_preset(cfg->model_preset, s) != 0) {
     mt_err_set(e, "model.preset: unknown preset '%s' (tiny|small|gpt2-124m|custom)",
-               cfg->model_preset);
+               mt_preset_name(cfg->model_preset));
     return -1;
   }
   if (cfg->n_layer > 0) s->n_layer = cfg->n_layer;
@@ -93,7 +97,8 @@ int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *
                         : s->n_head <= 0 ? "model.n_head" : s->seq_len <= 0 ? "model.seq_len"
                         : NULL;
   if (missing) {
-    mt_err_set(e, "%s must be set (> 0) for model.preset = %s", missing, cfg->model_preset);
+    mt_err_set(e, "%s must be set (> 0) for model.preset = %s", missing,
+               mt_preset_name(cfg->model_preset));
     return -1;
   }
   if (s->n_embd % s->n_head != 0) {

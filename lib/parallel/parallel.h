@@ -295,9 +295,7 @@ typedef struct {
   int chunk; /* virtual stage index on this rank, 0..v-1 */
 } mt_pp_op;
 
-typedef enum {
-  MT_SCHED_GPIPE, MT_SCHED_1F1B, MT_SCHED_INTERLEAVED, MT_SCHED_ZBH1, MT_SCHED_BFS, MT_SCHED_ZBV
-} mt_pp_sched;
+/* (mt_pp_sched and mt_pp_sched_name, parallel.schedule's enum: core.h) */
 
 typedef struct {
   mt_pp_sched kind;
@@ -310,10 +308,6 @@ typedef struct {
                         schedule promises to hold at once (1F1B: min(m, pp - rank)) */
 } mt_pp_schedule;
 
-/* "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "breadth-first" | "zb-v" -> kind; -1 if
- * unknown. */
-int mt_pp_sched_parse(const char *name);
-const char *mt_pp_sched_name(mt_pp_sched kind);
 const char *mt_pp_op_name(mt_pp_op_kind kind);
 
 /* Checks (pp, m, v, layers) for the schedule: m >= pp for 1f1b, interleaved

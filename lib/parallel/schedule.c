@@ -49,20 +49,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *g_sched_names[] = {"gpipe",         "1f1b", "interleaved", "zb-h1",
-                                      "breadth-first", "zb-v"};
-#define N_SCHEDS ((int)(sizeof g_sched_names / sizeof g_sched_names[0]))
-
-int mt_pp_sched_parse(const char *name) {
-  for (int i = 0; i < N_SCHEDS; i++)
-    if (strcmp(name, g_sched_names[i]) == 0) return i;
-  return -1;
-}
-
-const char *mt_pp_sched_name(mt_pp_sched kind) {
-  return (int)kind >= 0 && (int)kind < N_SCHEDS ? g_sched_names[kind] : "?";
-}
-
 const char *mt_pp_op_name(mt_pp_op_kind kind) {
   static const char *n[] = {"F", "B", "BI", "BW", "SA", "RA", "SG", "RG"};
   return (unsigned)kind < MT_PP_NKINDS ? n[kind] : "?";

@@ -34,7 +34,7 @@ void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_co
     double bytes = cb[1] * dt->msg / 4.0;
     double calls = n_l * (1.0 + refwd) * 2.0 * (cfg->cp - 1);
     double hidden = n_l * ((1.0 + refwd) * att + att_b);
-    if (mt_cp_mode_parse(cfg->cp_mode) == MT_CP_RING) { /* the ring's slowest pair sets its pace */
+    if (cfg->cp_mode == MT_CP_RING) { /* the ring's slowest pair sets its pace */
       double t = bytes / mt_cost_link_bw(p, inside) + calls * mt_cost_link_lat(p, inside);
       c->cp = t > hidden ? t - hidden : 0.0;
     } else {

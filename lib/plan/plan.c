@@ -65,7 +65,7 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   int rc = mt_step_create(&w->step, &o, &g, price ? mt_ops_virtual() : mt_ops_null(), e);
   free(l0l1);
   if (rc == 0) {
-    int balance = mt_moe_balance_parse(cfg->moe_balance);
+    const mt_moe_balance balance = cfg->moe_balance;
     mt_gpt_set_moe_loss(&w->step.model,
                         balance == MT_MOE_BALANCE_AUX ? (float)cfg->moe_aux_coef : 0.0f,
                         (float)cfg->moe_z_coef);
@@ -109,7 +109,7 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
   for (int c = 0; c < MT_MEM_NCAT; c++) out->mem[c] = (double)w->acct.peak[c];
   /* NCCL's buffers: the communicators a run on GPUs makes, one GPU per rank
    * (comm's estimate; a train.device = cuda run reserves the same) */
-  if (!strcmp(cfg->device, "cuda")) {
+  if (cfg->device == MT_DEVICE_CUDA) {
     unsigned nccl_groups, nccl_p2p;
     mt_comm_nccl_needs(cfg, &nccl_groups, &nccl_p2p);
     mt_mesh_dims dims = mt_mesh_dims_of(m);
@@ -272,9 +272,9 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
   const double MiB = 1048576.0, MB = 1e6;
   fprintf(f, "# meshtrain plan: %s (%zu parameters, L=%d C=%d T=%d V=%d), mesh pp=%d dp=%d cp=%d "
              "tp=%d (%d ranks), zero=%d%s, micro-batch %d x %d accumulation steps\n",
-          cfg->model_preset, mt_model_num_params(s), s->n_layer, s->n_embd, s->seq_len, s->vocab,
-          cfg->pp, cfg->dp, cfg->cp, cfg->tp, p->n, cfg->zero, cfg->sp ? ", sp" : "",
-          cfg->micro_batch, p->lay.accum);
+          mt_preset_name(cfg->model_preset), mt_model_num_params(s), s->n_layer, s->n_embd,
+          s->seq_len, s->vocab, cfg->pp, cfg->dp, cfg->cp, cfg->tp, p->n, cfg->zero,
+          cfg->sp ? ", sp" : "", cfg->micro_batch, p->lay.accum);
   const int moe = s->moe_experts > 0;
   if (moe)
     fprintf(f, "# MoE: %d experts (top-%d, hidden %d, %d shared, %s) in %d of %d blocks, %zu "
@@ -338,12 +338,12 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
                "are in flight\n");
   if (cfg->cp > 1)
     fprintf(f, "# dp: the dp x cp group (gradients, ZeRO shards); cp: %s attention\n",
-            cfg->cp_mode);
+            mt_cp_mode_name(cfg->cp_mode));
 }
 
 void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "model", cfg->model_preset);
+  cJSON_AddStringToObject(o, "model", mt_preset_name(cfg->model_preset));
   cJSON_AddNumberToObject(o, "params", (double)mt_model_num_params(&p->lay.shape));
   if (p->lay.shape.moe_experts > 0)
     cJSON_AddNumberToObject(o, "active_params", (double)mt_model_active_params(&p->lay.shape));

@@ -295,7 +295,7 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
 typedef struct {
   int tp, pp, dp, cp, ep, zero, micro_batch, sp, recompute, virtual_stages;
   int pp_first, pp_last;     /* uneven first/last stages (0: an even split) */
-  char schedule[MT_CFG_STR_MAX];
+  mt_pp_sched schedule;
   mt_cost cost;
 } mt_search_row;
 

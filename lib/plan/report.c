@@ -2,8 +2,6 @@
  * a world size, the plan, and the pipeline schedule. No MPI. */
 #include "plan/plan.h"
 
-#include <string.h>
-
 #include <cjson/cJSON.h>
 
 int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) {
@@ -12,11 +10,11 @@ int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) 
   if (rc == 0)
     fprintf(out, "meshtrain: check: OK for %d ranks: model %s (%zu parameters), mesh pp=%d dp=%d "
                  "cp=%d tp=%d, zero %d, global batch %d, %d steps\n",
-            ranks, cfg->model_preset, mt_model_num_params(&lay.shape), cfg->pp, cfg->dp, cfg->cp,
-            cfg->tp, cfg->zero, cfg->global_batch, cfg->steps);
+            ranks, mt_preset_name(cfg->model_preset), mt_model_num_params(&lay.shape), cfg->pp,
+            cfg->dp, cfg->cp, cfg->tp, cfg->zero, cfg->global_batch, cfg->steps);
   mt_layout_free(&lay);
   /* the virtual device starts every rank on this machine: whether it can */
-  if (rc == 0 && strcmp(cfg->device, "virtual") == 0) {
+  if (rc == 0 && cfg->device == MT_DEVICE_VIRTUAL) {
     mt_host_rank_cost c;
     mt_host_limits l;
     char why[512];
@@ -58,8 +56,7 @@ int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e) {
   mt_pp_schedule s;
   mt_pp_sim sim;
   mt_err why = {0}; /* validation already accepted the schedule */
-  mt_pp_schedule_build(&s, (mt_pp_sched)mt_pp_sched_parse(cfg->pp_schedule), cfg->pp, lay.accum,
-                       cfg->virtual_stages);
+  mt_pp_schedule_build(&s, cfg->pp_schedule, cfg->pp, lay.accum, cfg->virtual_stages);
   mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, &why);
   if (out) {
     for (int r = 0; r < cfg->pp; r++) mt_pp_schedule_print(&s, r, out);
@@ -77,14 +74,14 @@ cJSON *mt_plan_json_layout(cJSON *parent, const char *key, const mt_config *cfg,
   cJSON_AddNumberToObject(lay, "tp", cfg->tp);
   cJSON_AddNumberToObject(lay, "pp", cfg->pp);
   cJSON_AddNumberToObject(lay, "cp", cfg->cp);
-  if (cfg->cp > 1) cJSON_AddStringToObject(lay, "cp_mode", cfg->cp_mode);
+  if (cfg->cp > 1) cJSON_AddStringToObject(lay, "cp_mode", mt_cp_mode_name(cfg->cp_mode));
   cJSON_AddNumberToObject(lay, "zero", cfg->zero);
   cJSON_AddBoolToObject(lay, "sp", cfg->sp);
-  if (!strcmp(cfg->layout, "auto")) { /* chosen by the planner at start: say what it chose */
+  if (cfg->layout == MT_LAYOUT_AUTO) { /* chosen by the planner at start: say what it chose */
     cJSON_AddStringToObject(lay, "planned", "parallel.layout=auto");
     cJSON_AddNumberToObject(lay, "micro_batch", cfg->micro_batch);
     cJSON_AddBoolToObject(lay, "recompute", cfg->recompute);
-    cJSON_AddStringToObject(lay, "schedule", cfg->pp_schedule);
+    cJSON_AddStringToObject(lay, "schedule", mt_pp_sched_name(cfg->pp_schedule));
     cJSON_AddNumberToObject(lay, "virtual_stages", cfg->virtual_stages);
     cJSON_AddNumberToObject(lay, "pp_first_layers", cfg->pp_first_layers);
     cJSON_AddNumberToObject(lay, "pp_last_layers", cfg->pp_last_layers);

@@ -25,7 +25,6 @@ typedef struct {
 } cand;
 
 enum { SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1, SCHED_BFS, SCHED_ZBV, N_SCHED };
-static const char *g_sched_names[] = {"1f1b", "interleaved", "zb-h1", "breadth-first", "zb-v"};
 static const mt_pp_sched g_sched_kinds[] = {MT_SCHED_1F1B, MT_SCHED_INTERLEAVED, MT_SCHED_ZBH1,
                                             MT_SCHED_BFS, MT_SCHED_ZBV};
 /* the virtual stages tried per schedule: interleaved and breadth-first 2
@@ -37,8 +36,8 @@ static int v_hi(int si) { return si == SCHED_INTERLEAVED || si == SCHED_BFS ? 4 
 static void apply(const cand *c, const mt_config *base, mt_config *cfg) {
   mt_search_row r = {.tp = c->tp, .pp = c->pp, .dp = c->dp, .cp = c->cp, .ep = c->ep,
                      .zero = c->zero, .micro_batch = c->mb, .sp = c->sp, .recompute = c->rc,
-                     .virtual_stages = c->v, .pp_first = c->first, .pp_last = c->last};
-  snprintf(r.schedule, sizeof r.schedule, "%s", g_sched_names[c->sched]);
+                     .virtual_stages = c->v, .pp_first = c->first, .pp_last = c->last,
+                     .schedule = g_sched_kinds[c->sched]};
   *cfg = *base;
   mt_search_row_apply(&r, cfg);
   cfg->save_params = 0;
@@ -65,7 +64,7 @@ static void add_row(mt_search *s, const mt_config *cfg, const mt_cost *c) {
   row->virtual_stages = cfg->virtual_stages;
   row->pp_first = cfg->pp_first_layers;
   row->pp_last = cfg->pp_last_layers;
-  snprintf(row->schedule, sizeof row->schedule, "%s", cfg->pp_schedule);
+  row->schedule = cfg->pp_schedule;
 }
 
 static int by_speed(const void *a, const void *b) {
@@ -272,7 +271,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
   if (s->n) qsort(s->r, (size_t)s->n, sizeof *s->r, by_speed);
   if (s->tried == 0 || (s->valid == 0 && s->pruned_mem == 0)) {
     mt_err_set(e, "no valid layout of %s on %d ranks (%d devices a node): the mesh, batch or "
-                  "layers do not divide", base->model_preset, world, dpn);
+                  "layers do not divide", mt_preset_name(base->model_preset), world, dpn);
     return -1;
   }
   if (s->fitting == 0) {
@@ -280,7 +279,8 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
     mt_err_set(e, "%s does not fit on %d ranks of %s at any layout: the leanest needs at least %.2f GiB "
                   "per device, the profile has %.2f GiB less %.2f GiB of headroom (plan.headroom): "
                   "%.2f GiB short",
-               base->model_preset, world, p->name, s->smallest_mem / GiB, p->mem_bytes / GiB,
+               mt_preset_name(base->model_preset), world, p->name, s->smallest_mem / GiB,
+               p->mem_bytes / GiB,
                mt_cost_headroom(base, p) / GiB, (s->smallest_mem - cap) / GiB);
     return -1;
   }
@@ -303,7 +303,7 @@ void mt_search_free(mt_search *s) {
 void mt_search_layout_text(const mt_search_row *r, char *buf, size_t len) {
   int n = snprintf(buf, len, "tp=%d,pp=%d,cp=%d,dp=%d,zero=%d,mb=%d,sp=%d,recompute=%d,schedule=%s,v=%d",
                    r->tp, r->pp, r->cp, r->dp, r->zero, r->micro_batch, r->sp, r->recompute,
-                   r->schedule, r->virtual_stages);
+                   mt_pp_sched_name(r->schedule), r->virtual_stages);
   if (r->ep > 1 && n > 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ",ep=%d", r->ep);
   if (r->pp_first && n > 0 && (size_t)n < len)
     snprintf(buf + n, len - (size_t)n, ",pp_first=%d,pp_last=%d", r->pp_first, r->pp_last);
@@ -316,7 +316,7 @@ void mt_search_row_apply(const mt_search_row *r, mt_config *cfg) {
   cfg->cp = r->cp;
   cfg->ep = r->ep > 0 ? r->ep : 1;
   cfg->etp = 1;
-  if (r->cp > 1) snprintf(cfg->cp_mode, sizeof cfg->cp_mode, "ring");
+  if (r->cp > 1) cfg->cp_mode = MT_CP_RING;
   cfg->zero = r->zero;
   cfg->micro_batch = r->micro_batch;
   cfg->micro_batches = 0;
@@ -326,5 +326,5 @@ void mt_search_row_apply(const mt_search_row *r, mt_config *cfg) {
   cfg->pp_split[0] = '\0';
   cfg->pp_first_layers = r->pp_first;
   cfg->pp_last_layers = r->pp_last;
-  snprintf(cfg->pp_schedule, sizeof cfg->pp_schedule, "%s", r->schedule);
+  cfg->pp_schedule = r->schedule;
 }

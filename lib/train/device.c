@@ -140,7 +140,7 @@ static void virtual_setup(mt_trainer *t) {
 
 void mt_train_device_setup(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
-  if (strcmp(cfg->device, "virtual") == 0) {
+  if (cfg->device == MT_DEVICE_VIRTUAL) {
     virtual_setup(t);
     return;
   }
@@ -148,12 +148,12 @@ void mt_train_device_setup(mt_trainer *t) {
   char why[256] = "";
   char msg[512];
   /* only a run that may use a GPU asks the CUDA runtime anything */
-  int n_visible = strcmp(cfg->device, "cpu") != 0 && mt_cuda_built()
+  int n_visible = cfg->device != MT_DEVICE_CPU && mt_cuda_built()
                       ? mt_cuda_device_count(why, sizeof why)
                       : 0;
-  int kind = mt_device_resolve(cfg->device, cfg->precision, mt_cuda_built(), n_visible, why,
-                               &t->precision, msg, sizeof msg);
+  int kind = mt_device_resolve(cfg->device, mt_cuda_built(), n_visible, why, msg, sizeof msg);
   if (kind < 0) mt_err_set(&err, "%s", msg);
+  t->precision = cfg->precision; /* fp32 or bf16 (mt_config_check refused fp16) */
   /* what only the GPU backend's kernels cannot serve, and its environment */
   if (kind == MT_DEVICE_CUDA) {
     const mt_model_shape *s = &t->lay.shape;
@@ -182,7 +182,8 @@ void mt_train_device_setup(mt_trainer *t) {
     if (t->precision == MT_PRECISION_BF16)
       mt_info0("meshtrain: precision bf16 on the CPU: bf16 weights' copy and activations over "
                "fp32 master weights and moments, gradients %s (reduced in %s); %s",
-               t->cfg.grad_dtype, t->cfg.grad_reduce_dtype, mt_bf16_gemm_note());
+               mt_dtype_name(t->cfg.grad_dtype), mt_dtype_name(t->cfg.grad_reduce_dtype),
+               mt_bf16_gemm_note());
     return;
   }
 
@@ -220,7 +221,7 @@ void mt_train_device_setup(mt_trainer *t) {
    * memory check adds them) */
   mt_mesh_dims dims = mt_mesh_dims_of(&t->mesh);
   g_nccl_reserved = (size_t)mt_comm_nccl_bytes(&dims, t->world_rank, groups, p2p);
-  g_nccl_counted = !strcmp(cfg->device, "cuda");
+  g_nccl_counted = cfg->device == MT_DEVICE_CUDA;
   if (g_nccl_counted) mt_mem_count(MT_MEM_COMM, g_nccl_reserved);
   char paths[256] = "";
   int n;
@@ -236,7 +237,7 @@ void mt_train_device_setup(mt_trainer *t) {
     snprintf(prec, sizeof prec,
              "bf16 (bf16 weights' copy and activations over fp32 master weights and moments, "
              "gradients %.8s (reduced in %.8s); matmuls on bf16 tensors, fp32 accumulation)",
-             t->cfg.grad_dtype, t->cfg.grad_reduce_dtype);
+             mt_dtype_name(t->cfg.grad_dtype), mt_dtype_name(t->cfg.grad_reduce_dtype));
   else
     snprintf(prec, sizeof prec, "fp32 (matmuls fp32)");
   mt_info0("meshtrain: device cuda: %s (%d.%d, %.0f GiB), %s, precision %s; "
@@ -300,7 +301,8 @@ void mt_train_device_check_memory(mt_trainer *t, double need, mt_err *e) {
                "free (after the CUDA context, %.2f GiB of backend scratch per rank, and a %.2f "
                "GiB reserve for NCCL): lower train.micro_batch or model size, raise "
                "parallel.zero or parallel.tp, or use more GPUs",
-               t->cfg.model_preset, t->cfg.micro_batch, need / 1073741824.0, sharing, t->gpu,
+               mt_preset_name(t->cfg.model_preset), t->cfg.micro_batch, need / 1073741824.0,
+               sharing, t->gpu,
                info.name, info.total_bytes / 1073741824.0, total / 1073741824.0,
                avail / 1073741824.0, info.workspace_bytes / 1073741824.0, reserve / 1073741824.0);
 }

@@ -50,8 +50,9 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
   FILE *mf = open_memstream(&ini, &ini_len);
   mt_config_write_ini(cfg, mf);
   fclose(mf);
-  mt_ckpt_save_opts opts = {.mode = cfg->ckpt_mode, .keep = cfg->ckpt_keep,
-                            .test_crash = is_final ? cfg->ckpt_test_crash : "none",
+  mt_ckpt_save_opts opts = {.mode = mt_ckpt_mode_name(cfg->ckpt_mode), .keep = cfg->ckpt_keep,
+                            .test_crash = is_final ? mt_ckpt_crash_name(cfg->ckpt_test_crash)
+                                                   : "none",
                             .config_ini = ini};
   char root[2 * MT_CFG_STR_MAX];
   snprintf(root, sizeof root, "%s/checkpoints", cfg->output_dir);
@@ -422,7 +423,7 @@ static int step_boundary(mt_trainer *t, int step, ckpt_carry *ck, int *exit_code
   double t_poll = mt_now();
   poll_async(&ck->inflight, want_save, &ck->pending_write_s);
   ck->pending_ckpt_s += mt_now() - t_poll;
-  if (want_save && strcmp(cfg->ckpt_mode, "none") != 0) {
+  if (want_save && cfg->ckpt_mode != MT_CKPT_MODE_NONE) {
     long long samples = t->samples_done + (done - t->start_step) * cfg->global_batch;
     double blocking = mt_train_save(t, done, samples, is_final, must_block ? NULL : &ck->inflight);
     ck->pending_ckpt_s += blocking;
@@ -439,7 +440,7 @@ static int step_boundary(mt_trainer *t, int step, ckpt_carry *ck, int *exit_code
   if (signalled) {
     *exit_code = stop_exit_code(signalled);
     mt_info0("meshtrain: %s after step %lld%s; exiting with code %d (%s)", stop_reason(signalled),
-             done, strcmp(cfg->ckpt_mode, "none") ? " (checkpointed)" : "", *exit_code,
+             done, cfg->ckpt_mode != MT_CKPT_MODE_NONE ? " (checkpointed)" : "", *exit_code,
              *exit_code == MT_EXIT_CANCELLED ? "stopped for good: the job scripts do not requeue"
                                              : "requeue and resume with train.resume=auto");
     return 1;
@@ -474,7 +475,7 @@ int mt_train_loop(mt_trainer *t) {
     train_step(t, step, &ck);
     stop = step_boundary(t, step, &ck, &exit_code);
   }
-  if (t->start_step == cfg->steps && t->resumed_from[0] && strcmp(cfg->ckpt_mode, "none") != 0) {
+  if (t->start_step == cfg->steps && t->resumed_from[0] && cfg->ckpt_mode != MT_CKPT_MODE_NONE) {
     /* nothing left to train: write the loaded state again under this layout */
     t->total_ckpt_s += mt_train_save(t, t->start_step, t->samples_done, 0, NULL);
     mt_info0("meshtrain: step %lld re-saved under this layout", t->start_step);

@@ -263,9 +263,9 @@ void mt_train_resume(mt_trainer *t) {
     t->metrics_f = mt_train_open_out(cfg->output_dir, "metrics.jsonl", t->resumed_from[0] ? "a" : "w");
     mt_info0("meshtrain: %s, %zu parameters (L=%d C=%d H=%d T=%d V=%d), mesh dp=%d tp=%d "
              "pp=%d cp=%d, zero=%d, %d ranks x %d threads",
-             cfg->model_preset, mt_model_num_params(s), s->n_layer, s->n_embd, s->n_head,
-             s->seq_len, s->vocab, cfg->dp, cfg->tp, cfg->pp, cfg->cp, cfg->zero, t->world_size,
-             mt_kernels_threads());
+             mt_preset_name(cfg->model_preset), mt_model_num_params(s), s->n_layer, s->n_embd,
+             s->n_head, s->seq_len, s->vocab, cfg->dp, cfg->tp, cfg->pp, cfg->cp, cfg->zero,
+             t->world_size, mt_kernels_threads());
     if (s->moe_experts > 0)
       mt_info0("meshtrain: MoE: %d experts (top-%d, hidden %d, %d shared, %s) in %d of %d blocks, "
                "%zu parameters active per token; folded mesh etp=%d ep=%d edp=%d",
@@ -301,8 +301,8 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
   mt_config defaults;
   mt_config_defaults(&defaults);
   mt_model_shape preset;
-  int from_preset = strcmp(cfg->model_preset, defaults.model_preset) != 0 &&
-                    strcmp(cfg->model_preset, "custom") != 0 &&
+  int from_preset = cfg->model_preset != defaults.model_preset &&
+                    cfg->model_preset != MT_PRESET_CUSTOM &&
                     mt_model_preset(cfg->model_preset, &preset) == 0;
   struct {
     const char *key;
@@ -327,7 +327,8 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
     if ((k[i].given || k[i].from_preset) && have != k[i].ckpt) {
       mt_err_set(e, "train.init_from: %s = %lld (%s), but %s holds a model with %lld: leave it "
                     "out (the checkpoint says the shape)", k[i].key, (long long)have,
-                 k[i].given ? "given" : cfg->model_preset, dir, (long long)k[i].ckpt);
+                 k[i].given ? "given" : mt_preset_name(cfg->model_preset), dir,
+                 (long long)k[i].ckpt);
       return -1;
     }
   }
@@ -346,6 +347,6 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
     if (m.moe_experts > 0 || i < 5) *k[i].v = (int)k[i].ckpt;
   cfg->seq_len = seq > 0 ? seq : (int)m.seq_len;
-  snprintf(cfg->model_preset, sizeof cfg->model_preset, "custom");
+  cfg->model_preset = MT_PRESET_CUSTOM;
   return 0;
 }

@@ -77,7 +77,7 @@ static void check_memory(mt_trainer *t, mt_err *e) {
       mt_err_set(e, "model %s with train.micro_batch = %d needs %.2f GiB per rank, more than "
                     "the %.2f GiB of a %s device (train.virtual_hw): lower train.micro_batch "
                     "or model size, raise parallel.zero or parallel.tp, or use more ranks",
-                 t->cfg.model_preset, t->cfg.micro_batch, need / 1073741824.0,
+                 mt_preset_name(t->cfg.model_preset), t->cfg.micro_batch, need / 1073741824.0,
                  t->vprof.mem_bytes / 1073741824.0, t->vprof.name);
     return;
   }
@@ -90,7 +90,8 @@ static void check_memory(mt_trainer *t, mt_err *e) {
                "model %s with train.micro_batch = %d needs about %.2f GiB per rank; %d ranks "
                "on this node need %.2f GiB but only %.2f GiB is usable (%s): lower "
                "train.micro_batch or model size, raise parallel.zero, or use more nodes",
-               t->cfg.model_preset, t->cfg.micro_batch, need / 1073741824.0, local_ranks,
+               mt_preset_name(t->cfg.model_preset), t->cfg.micro_batch, need / 1073741824.0,
+               local_ranks,
                node_need / 1073741824.0, avail.bytes / 1073741824.0, avail.source);
 }
 
@@ -147,10 +148,10 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   free(l0l1);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
   /* the load-balancing loss only where it balances (train.moe_balance = aux) */
-  int balance = mt_moe_balance_parse(cfg->moe_balance);
+  const mt_moe_balance balance = cfg->moe_balance;
   if (t->lay.shape.moe_experts == 0 && balance != MT_MOE_BALANCE_AUX)
     mt_info0("meshtrain: note: train.moe_balance = %s has no effect: the model is dense "
-             "(model.moe_experts = 0)", cfg->moe_balance);
+             "(model.moe_experts = 0)", mt_moe_balance_name(balance));
   mt_gpt_set_moe_loss(&t->step.model, balance == MT_MOE_BALANCE_AUX ? (float)cfg->moe_aux_coef : 0.0f,
                       (float)cfg->moe_z_coef);
   mt_gpt_set_moe_balance(&t->step.model, balance, (float)cfg->moe_bias_rate,

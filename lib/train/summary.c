@@ -273,7 +273,7 @@ void mt_train_summary(mt_trainer *t) {
   double avg_step = t->timed_steps ? t->total_step_s / t->timed_steps : 0.0;
   double tok_s = avg_step > 0 ? t->tokens_per_step / avg_step : 0.0;
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "model", cfg->model_preset);
+  cJSON_AddStringToObject(o, "model", mt_preset_name(cfg->model_preset));
   cJSON_AddNumberToObject(o, "params", (double)mt_model_num_params(shape));
   cJSON *lay = mt_plan_json_layout(o, "layout", cfg, t->world_size);
   cJSON_AddNumberToObject(lay, "threads_per_rank", mt_kernels_threads());

@@ -58,7 +58,7 @@ static void canonical_tensors(mt_ckpt_tensors *tt, const mt_registry *reg) {
 /* every tp rank's boxes of every tensor of gpt2-124m, then the coverage check */
 static void gpt2_at_tp(int tp, int64_t want_padded) {
   mt_model_shape shape;
-  mt_model_preset("gpt2-124m", &shape);
+  mt_model_preset(MT_PRESET_GPT2_124M, &shape);
   mt_ckpt_rows rows = {0};
   mt_ckpt_tensors tt = {0};
   for (int r = 0; r < tp; r++) {
@@ -208,7 +208,7 @@ static void coverage_cases(void) {
 /* every (ep, etp) rank's boxes of a MoE model's tensors, then the coverage check */
 static void moe_at(int ep, int etp) {
   mt_model_shape s;
-  mt_model_preset("tiny", &s);
+  mt_model_preset(MT_PRESET_TINY, &s);
   s.moe_experts = 8, s.moe_topk = 2, s.moe_every = 1, s.moe_ffn = 24, s.moe_shared = 0;
   mt_ckpt_rows rows = {0};
   mt_ckpt_tensors tt = {0};

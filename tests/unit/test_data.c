@@ -29,6 +29,11 @@ static char g_files[MAX_FILES][320];
 static int g_nfiles = 0;
 
 /* path of a file in this rank's temp dir, remembered for cleanup */
+/* data.format's value for a name, as the configuration parses it */
+static mt_data_format fmt_of(const char *name) {
+  return (mt_data_format)mt_config_enum_parse("data.format", name);
+}
+
 static const char *tmp_path(const char *name) {
   if (g_nfiles == MAX_FILES) {
     fprintf(stderr, "test_data: too many temp files\n");
@@ -88,11 +93,12 @@ static void test_round_trip(void) {
     int rc = mt_tokens_write(path, cases[c].write_fmt, tok, N, &e);
     MT_CHECK(rc == 0, "write %s: %s", cases[c].name, e.msg);
     mt_dataset ds;
-    rc = mt_dataset_open(&ds, path, cases[c].read_fmt, &e);
+    rc = mt_dataset_open(&ds, path, fmt_of(cases[c].read_fmt), &e);
     MT_CHECK(rc == 0, "open %s as %s: %s", cases[c].name, cases[c].read_fmt, e.msg);
     if (rc) continue;
-    MT_CHECK(strcmp(ds.format, cases[c].expect_fmt) == 0, "%s read as %s: format %s, expected %s",
-             cases[c].name, cases[c].read_fmt, ds.format, cases[c].expect_fmt);
+    MT_CHECK(ds.format == fmt_of(cases[c].expect_fmt), "%s read as %s: format %s, expected %s",
+             cases[c].name, cases[c].read_fmt, mt_data_format_name(ds.format),
+             cases[c].expect_fmt);
     MT_CHECK(mt_dataset_ntokens(&ds) == N, "%s: %zu tokens, expected %d", cases[c].name,
              mt_dataset_ntokens(&ds), N);
     MT_CHECK(ds.owns_map == 1, "opened dataset must own its map");
@@ -114,9 +120,10 @@ static void test_round_trip(void) {
   write_bytes(raw, tok16, sizeof tok16);
   mt_dataset ds;
   mt_err e = {0};
-  MT_CHECK(mt_dataset_open(&ds, raw, "auto", &e) == 0, "open %s: %s", raw, e.msg);
-  MT_CHECK(strcmp(ds.format, "text") == 0 && mt_dataset_ntokens(&ds) == 2 * N,
-           "auto on *.dat: %s with %zu tokens, expected text with %d", ds.format,
+  MT_CHECK(mt_dataset_open(&ds, raw, MT_DATA_AUTO, &e) == 0, "open %s: %s", raw, e.msg);
+  MT_CHECK(ds.format == MT_DATA_TEXT && mt_dataset_ntokens(&ds) == 2 * N,
+           "auto on *.dat: %s with %zu tokens, expected text with %d",
+           mt_data_format_name(ds.format),
            mt_dataset_ntokens(&ds), 2 * N);
   mt_dataset_close(&ds);
 
@@ -139,10 +146,11 @@ static void test_text(void) {
     const char *fmt = f ? "text" : "auto";
     mt_dataset ds;
     mt_err e = {0};
-    int rc = mt_dataset_open(&ds, path, fmt, &e);
+    int rc = mt_dataset_open(&ds, path, fmt_of(fmt), &e);
     MT_CHECK(rc == 0, "open %s as %s: %s", path, fmt, e.msg);
     if (rc) continue;
-    MT_CHECK(strcmp(ds.format, "text") == 0, "%s as %s: format %s", path, fmt, ds.format);
+    MT_CHECK(ds.format == MT_DATA_TEXT, "%s as %s: format %s", path, fmt,
+             mt_data_format_name(ds.format));
     MT_CHECK(mt_dataset_ntokens(&ds) == sizeof text, "text: %zu tokens, expected %zu",
              mt_dataset_ntokens(&ds), sizeof text);
     for (size_t i = 0; i < sizeof text; i++)
@@ -155,7 +163,7 @@ static void test_text(void) {
   write_bytes(bin, "abc", 3);
   mt_dataset ds;
   mt_err e = {0};
-  MT_CHECK(mt_dataset_open(&ds, bin, "text", &e) == 0 && mt_dataset_ntokens(&ds) == 3,
+  MT_CHECK(mt_dataset_open(&ds, bin, MT_DATA_TEXT, &e) == 0 && mt_dataset_ntokens(&ds) == 3,
            "odd.bin as text: %s", e.msg);
   mt_dataset_close(&ds);
 }
@@ -174,7 +182,7 @@ static void test_errors(void) {
   memcpy(buf + sizeof header, body, sizeof body);
   write_bytes(p, buf, sizeof buf);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "bad llm.c header", "bad magic");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_LLMC, &e), &e, p, "bad llm.c header", "bad magic");
   MT_CHECK(strstr(e.msg, "magic") != NULL, "bad magic message lacks 'magic': '%s'", e.msg);
   mt_dataset_close(&ds); /* closing a dataset that failed to open is harmless */
 
@@ -185,7 +193,7 @@ static void test_errors(void) {
   memcpy(buf, header, sizeof header);
   write_bytes(p, buf, sizeof buf);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "version", "bad version");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "version", "bad version");
 
   /* truncated: the header promises 100 tokens, the file holds 50 */
   p = tmp_path("truncated.bin");
@@ -193,7 +201,8 @@ static void test_errors(void) {
   memcpy(buf, header, sizeof header);
   write_bytes(p, buf, sizeof header + 50 * sizeof(uint16_t));
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "bad llm.c header", "truncated llmc");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p,
+              "bad llm.c header", "truncated llmc");
   MT_CHECK(strstr(e.msg, "100 tokens") && strstr(e.msg, "truncated"),
            "truncated message should give the header count and say truncated: '%s'", e.msg);
 
@@ -203,26 +212,27 @@ static void test_errors(void) {
   memcpy(buf, header, sizeof header);
   write_bytes(p, buf, sizeof buf);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "bad llm.c header", "llmc too long");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_LLMC, &e), &e, p,
+              "bad llm.c header", "llmc too long");
 
   /* shorter than the header */
   p = tmp_path("short.bin");
   write_bytes(p, header, 100);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "bad llm.c header", "short llmc");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_LLMC, &e), &e, p, "bad llm.c header", "short llmc");
 
   /* odd-size u16, given explicitly and found by auto (*.bin without magic) */
   p = tmp_path("odd_u16.bin");
   write_bytes(p, "1234567", 7);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "u16", &e), &e, p, "multiple of 2", "odd u16");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_U16, &e), &e, p, "multiple of 2", "odd u16");
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "multiple of 2", "odd u16 auto");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "multiple of 2", "odd u16 auto");
 
   /* missing file: exactly the system's words */
   p = tmp_path("does_not_exist.bin");
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "cannot open", "missing file");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "cannot open", "missing file");
   char expect[600];
   snprintf(expect, sizeof expect, "%s: cannot open: No such file or directory", p);
   MT_CHECK(strcmp(e.msg, expect) == 0, "missing file: '%s', expected '%s'", e.msg, expect);
@@ -231,17 +241,18 @@ static void test_errors(void) {
   p = tmp_path("empty.txt");
   write_bytes(p, "", 0);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "empty", "empty file");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "empty", "empty file");
 
   /* a directory */
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, g_dir, "auto", &e), &e, g_dir, "directory", "directory");
+  check_error(mt_dataset_open(&ds, g_dir, MT_DATA_AUTO, &e), &e, g_dir, "directory", "directory");
 
   /* unknown format */
   p = tmp_path("hello2.txt");
   write_bytes(p, "hi", 2);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "utf8", &e), &e, p, "unknown data format", "format");
+  check_error(mt_dataset_open(&ds, p, (mt_data_format)99, &e), &e, p, "unknown data format",
+              "format");
 }
 
 /* ------------------------------------------------------------------ */
@@ -259,9 +270,9 @@ static void test_wide_and_guarded(void) {
   /* u32: ids above 65535 survive write -> open -> sampler, and the vocab check */
   const char *p = tmp_path("wide.bin");
   MT_CHECK(mt_tokens_write(p, "u32", tok, N, &e) == 0, "write u32: %s", e.msg);
-  if (mt_dataset_open(&ds, p, "u32", &e) == 0) {
-    MT_CHECK(mt_dataset_ntokens(&ds) == N && strcmp(ds.format, "u32") == 0, "u32: %zu tokens, %s",
-             mt_dataset_ntokens(&ds), ds.format);
+  if (mt_dataset_open(&ds, p, MT_DATA_U32, &e) == 0) {
+    MT_CHECK(mt_dataset_ntokens(&ds) == N && ds.format == MT_DATA_U32, "u32: %zu tokens, %s",
+             mt_dataset_ntokens(&ds), mt_data_format_name(ds.format));
     MT_CHECK(mt_dataset_token(&ds, 0) == 65536 && mt_dataset_token(&ds, 1) == 128255,
              "u32 tokens 0, 1: %d %d", mt_dataset_token(&ds, 0), mt_dataset_token(&ds, 1));
     MT_CHECK(mt_dataset_validate(&ds, 128256, MPI_COMM_SELF, &e) == 0, "vocab 128256: %s", e.msg);
@@ -288,7 +299,7 @@ static void test_wide_and_guarded(void) {
   p = tmp_path("huge.bin");
   e = (mt_err){0};
   MT_CHECK(mt_tokens_write(p, "u32", huge, 4, &e) == 0, "write huge: %s", e.msg);
-  if (mt_dataset_open(&ds, p, "u32", &e) == 0) {
+  if (mt_dataset_open(&ds, p, MT_DATA_U32, &e) == 0) {
     MT_CHECK(mt_dataset_validate(&ds, 1000, MPI_COMM_SELF, &e) != 0 &&
                  strstr(e.msg, "token id 3000000000 at offset 2 "),
              "id 3e9 must be reported as such: '%s'", e.msg);
@@ -312,7 +323,7 @@ static void test_wide_and_guarded(void) {
   for (int i = 0; i < 100; i++) small[i] = (uint32_t)i;
   e = (mt_err){0};
   MT_CHECK(mt_tokens_write(p, "llmc", small, 100, &e) == 0, "write: %s", e.msg);
-  if (mt_dataset_open(&ds, p, "auto", &e) == 0) {
+  if (mt_dataset_open(&ds, p, MT_DATA_AUTO, &e) == 0) {
     MT_CHECK(mt_dataset_validate(&ds, 65536, MPI_COMM_SELF, &e) == 0, "vocab 65536 fits: %s",
              e.msg);
     e = (mt_err){0};
@@ -329,7 +340,7 @@ static void test_wide_and_guarded(void) {
   p = tmp_path("bytes.txt");
   write_bytes(p, "hello", 5);
   e = (mt_err){0};
-  if (mt_dataset_open(&ds, p, "auto", &e) == 0) {
+  if (mt_dataset_open(&ds, p, MT_DATA_AUTO, &e) == 0) {
     MT_CHECK(mt_dataset_validate(&ds, 70000, MPI_COMM_SELF, &e) == 0, "text, vocab 70000: %s",
              e.msg);
     mt_dataset_close(&ds);
@@ -339,16 +350,17 @@ static void test_wide_and_guarded(void) {
   p = tmp_path("odd.u32");
   write_bytes(p, "123456", 6);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "u32", &e), &e, p, "not a multiple of 4", "odd u32");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_U32, &e), &e, p, "not a multiple of 4", "odd u32");
 
   /* auto on a *.bin of uint32 tokens below 65536: refused, data.format decides */
   p = tmp_path("small_u32.bin");
   e = (mt_err){0};
   MT_CHECK(mt_tokens_write(p, "u32", small, 100, &e) == 0, "write: %s", e.msg);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "set data.format = u32", "u32 as auto");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p,
+              "set data.format = u32", "u32 as auto");
   e = (mt_err){0};
-  MT_CHECK(mt_dataset_open(&ds, p, "u16", &e) == 0 && mt_dataset_ntokens(&ds) == 200,
+  MT_CHECK(mt_dataset_open(&ds, p, MT_DATA_U16, &e) == 0 && mt_dataset_ntokens(&ds) == 200,
            "an explicit u16 reads it anyway: %s", e.msg);
   mt_dataset_close(&ds);
 
@@ -360,9 +372,11 @@ static void test_wide_and_guarded(void) {
   p = tmp_path("damaged_magic.bin");
   write_bytes(p, buf, sizeof buf);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "llmc", &e), &e, p, "magic 20240521", "damaged magic llmc");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_LLMC, &e), &e, p,
+              "magic 20240521", "damaged magic llmc");
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "magic 20240521", "damaged magic auto");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p,
+              "magic 20240521", "damaged magic auto");
   MT_CHECK(strstr(e.msg, "data.format = u16"), "damaged magic: no way out named: '%s'", e.msg);
   /* the count alone gives it away too (a header tail that is not zero) */
   header[5] = 9;
@@ -370,14 +384,15 @@ static void test_wide_and_guarded(void) {
   memcpy(buf, header, sizeof header);
   write_bytes(p, buf, sizeof buf);
   e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "bad llm.c header", "damaged, count");
+  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p,
+              "bad llm.c header", "damaged, count");
   /* raw uint16 tokens that merely start with zeros are not mistaken for one */
   uint16_t raw16[1024];
   for (int i = 0; i < 1024; i++) raw16[i] = (uint16_t)(i < 8 ? 0 : 1 + i % 300);
   p = tmp_path("raw_zeros.bin");
   write_bytes(p, raw16, sizeof raw16);
   e = (mt_err){0};
-  MT_CHECK(mt_dataset_open(&ds, p, "auto", &e) == 0 && strcmp(ds.format, "u16") == 0,
+  MT_CHECK(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e) == 0 && ds.format == MT_DATA_U16,
            "raw u16 starting with zeros: %s", e.msg);
   mt_dataset_close(&ds);
 
@@ -385,7 +400,7 @@ static void test_wide_and_guarded(void) {
   p = tmp_path("tokens.fifo");
   if (mkfifo(p, 0600) == 0) {
     e = (mt_err){0};
-    check_error(mt_dataset_open(&ds, p, "auto", &e), &e, p, "named pipe", "fifo");
+    check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "named pipe", "fifo");
   } else {
     MT_CHECK(0, "mkfifo %s failed", p);
   }
@@ -402,7 +417,7 @@ static void test_split(void) {
   mt_err e = {0};
   MT_CHECK(mt_tokens_write(p, "llmc", tok, N, &e) == 0, "write: %s", e.msg);
   mt_dataset ds, train, val;
-  if (mt_dataset_open(&ds, p, "auto", &e) != 0) {
+  if (mt_dataset_open(&ds, p, MT_DATA_AUTO, &e) != 0) {
     MT_CHECK(0, "open split.bin: %s", e.msg);
     return;
   }
@@ -454,7 +469,7 @@ static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
   mt_err e = {0};
   MT_CHECK(mt_tokens_write(p, "llmc", tok, ntok, &e) == 0, "write: %s", e.msg);
   mt_dataset ds;
-  if (mt_dataset_open(&ds, p, "llmc", &e) != 0) {
+  if (mt_dataset_open(&ds, p, MT_DATA_LLMC, &e) != 0) {
     MT_CHECK(0, "open %s: %s", p, e.msg);
     free(tok);
     return;
@@ -509,7 +524,7 @@ static void test_sampler_case(size_t ntok, int T, uint64_t seed) {
   int *in2 = mt_malloc((size_t)T * sizeof(int)), *tg2 = mt_malloc((size_t)T * sizeof(int));
   const uint64_t gs[] = {0, 1, n - 1, n, 2 * n + n / 2, 1000003};
   mt_dataset ds2;
-  MT_CHECK(mt_dataset_open(&ds2, p, "auto", &e) == 0, "reopen: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds2, p, MT_DATA_AUTO, &e) == 0, "reopen: %s", e.msg);
   mt_sampler fresh;
   MT_CHECK(mt_sampler_init(&fresh, &ds2, T, seed, &e) == 0, "fresh sampler: %s", e.msg);
   for (size_t k = 0; k < sizeof gs / sizeof gs[0]; k++) {
@@ -566,7 +581,7 @@ static void test_sampler(void) {
   mt_err e = {0};
   mt_tokens_write(p, "u16", tok, 8, &e);
   mt_dataset ds;
-  MT_CHECK(mt_dataset_open(&ds, p, "auto", &e) == 0, "open: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e) == 0, "open: %s", e.msg);
   mt_sampler s;
   int rc = mt_sampler_init(&s, &ds, 8, 1, &e);
   MT_CHECK(rc != 0 && strstr(e.msg, p) && strstr(e.msg, "shorter than one sequence"),
@@ -609,7 +624,7 @@ static void test_validate(MPI_Comm comm) {
 
   mt_dataset ds;
   mt_err e = {0};
-  MT_CHECK(mt_dataset_open(&ds, path, "auto", &e) == 0, "open: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds, path, MT_DATA_AUTO, &e) == 0, "open: %s", e.msg);
   char expect[600];
   snprintf(expect, sizeof expect, "%s: token id 300 at offset %zu is >= vocab size 256", path,
            bad1);
@@ -658,7 +673,7 @@ static void test_validate(MPI_Comm comm) {
   }
   MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, comm);
   e = (mt_err){0};
-  MT_CHECK(mt_dataset_open(&ds, path, "auto", &e) == 0, "open: %s", e.msg);
+  MT_CHECK(mt_dataset_open(&ds, path, MT_DATA_AUTO, &e) == 0, "open: %s", e.msg);
   MT_CHECK(mt_dataset_validate(&ds, 256, comm, &e) == 0, "text with vocab 256: %s", e.msg);
   rc = mt_dataset_validate(&ds, 100, comm, &e);
   MT_CHECK(rc != 0 && strstr(e.msg, "token id 126 at offset 3 is >= vocab size 100"),

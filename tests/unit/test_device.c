@@ -1,7 +1,9 @@
 /* test_device: which backend and which GPU a rank gets, without a GPU.
- * - mt_device_resolve: cpu / cuda / auto against builds with and without
- *   CUDA and 0 or more visible GPUs; bf16 only on cuda; unknown values;
- *   each refusal names the key and the cause.
+ * - mt_device_resolve: cpu / cuda / auto / virtual against builds with and
+ *   without CUDA and 0 or more visible GPUs; each refusal names the key and
+ *   the cause.
+ * - mt_dtypes_resolve: the dtype of every role from the precision and the
+ *   gradients' dtypes.
  * - mt_device_for_local_rank: one GPU per rank by node-local rank; Slurm's
  *   one-visible-GPU-per-task case; more ranks than GPUs share round-robin
  *   and say so; no GPU gives -1.
@@ -16,82 +18,59 @@
 #include "../check.h"
 
 /* resolve and check the kind (or -1) and, on refusal, words of the message */
-static void expect(const char *dev, const char *prec, int built, int n, int want_kind,
-                   mt_precision want_prec, const char *w1, const char *w2) {
+static void expect(mt_device_kind dev, int built, int n, int want_kind, const char *w1,
+                   const char *w2) {
   char msg[512] = "untouched";
-  mt_precision p = (mt_precision)-1;
-  int k = mt_device_resolve(dev, prec, built, n, "no CUDA-capable device is detected", &p, msg,
-                            sizeof msg);
-  MT_CHECK(k == want_kind, "resolve(%s, %s, built %d, %d GPUs) = %d, want %d (%s)", dev, prec, built,
-        n, k, want_kind, msg);
+  const char *name = mt_device_kind_name(dev);
+  int k = mt_device_resolve(dev, built, n, "no CUDA-capable device is detected", msg, sizeof msg);
+  MT_CHECK(k == want_kind, "resolve(%s, built %d, %d GPUs) = %d, want %d (%s)", name, built, n,
+           k, want_kind, msg);
   if (k >= 0 && want_kind >= 0)
-    MT_CHECK(p == want_prec && msg[0] == '\0', "resolve(%s, %s): precision %d, message '%s'", dev,
-          prec, (int)p, msg);
+    MT_CHECK(msg[0] == '\0', "resolve(%s): message '%s'", name, msg);
   if (want_kind < 0) {
-    MT_CHECK(w1 && strstr(msg, w1), "resolve(%s, %s, built %d, %d GPUs): '%s' lacks '%s'", dev,
-          prec, built, n, msg, w1);
-    MT_CHECK(!w2 || strstr(msg, w2), "resolve(%s, %s, built %d, %d GPUs): '%s' lacks '%s'", dev,
-          prec, built, n, msg, w2);
+    MT_CHECK(w1 && strstr(msg, w1), "resolve(%s, built %d, %d GPUs): '%s' lacks '%s'", name,
+             built, n, msg, w1);
+    MT_CHECK(!w2 || strstr(msg, w2), "resolve(%s, built %d, %d GPUs): '%s' lacks '%s'", name,
+             built, n, msg, w2);
   }
 }
 
 int main(void) {
-  /* cpu: always, fp32 or bf16 */
-  expect("cpu", "fp32", 0, 0, MT_DEVICE_CPU, MT_PRECISION_FP32, NULL, NULL);
-  expect("cpu", "fp32", 1, 4, MT_DEVICE_CPU, MT_PRECISION_FP32, NULL, NULL);
-  expect("cpu", "bf16", 1, 4, MT_DEVICE_CPU, MT_PRECISION_BF16, NULL, NULL);
-  expect("cpu", "bf16", 0, 0, MT_DEVICE_CPU, MT_PRECISION_BF16, NULL, NULL);
+  /* cpu: always */
+  expect(MT_DEVICE_CPU, 0, 0, MT_DEVICE_CPU, NULL, NULL);
+  expect(MT_DEVICE_CPU, 1, 4, MT_DEVICE_CPU, NULL, NULL);
   /* cuda: needs the build and a GPU */
-  expect("cuda", "fp32", 1, 1, MT_DEVICE_CUDA, MT_PRECISION_FP32, NULL, NULL);
-  expect("cuda", "bf16", 1, 8, MT_DEVICE_CUDA, MT_PRECISION_BF16, NULL, NULL);
-  expect("cuda", "fp32", 0, 0, -1, 0, "train.device = cuda", "built without CUDA");
-  expect("cuda", "bf16", 1, 0, -1, 0, "train.device = cuda", "no CUDA-capable device");
-  /* auto: cuda when it can, else the CPU (bf16 too) */
-  expect("auto", "fp32", 1, 2, MT_DEVICE_CUDA, MT_PRECISION_FP32, NULL, NULL);
-  expect("auto", "fp32", 1, 0, MT_DEVICE_CPU, MT_PRECISION_FP32, NULL, NULL);
-  expect("auto", "fp32", 0, 0, MT_DEVICE_CPU, MT_PRECISION_FP32, NULL, NULL);
-  expect("auto", "bf16", 1, 1, MT_DEVICE_CUDA, MT_PRECISION_BF16, NULL, NULL);
-  expect("auto", "bf16", 1, 0, MT_DEVICE_CPU, MT_PRECISION_BF16, NULL, NULL);
-  expect("auto", "bf16", 0, 0, MT_DEVICE_CPU, MT_PRECISION_BF16, NULL, NULL);
-  /* fp16: refused everywhere, pointing at bf16 */
-  expect("cpu", "fp16", 1, 1, -1, 0, "train.precision = fp16", "use train.precision = bf16");
-  expect("cuda", "fp16", 1, 1, -1, 0, "loss scaling", "use train.precision = bf16");
-  /* unknown values */
-  expect("gpu", "fp32", 1, 1, -1, 0, "train.device = 'gpu'", "cpu|cuda|auto");
-  expect("cuda", "fp8", 1, 1, -1, 0, "train.precision = 'fp8'", "fp32|bf16");
+  expect(MT_DEVICE_CUDA, 1, 1, MT_DEVICE_CUDA, NULL, NULL);
+  expect(MT_DEVICE_CUDA, 1, 8, MT_DEVICE_CUDA, NULL, NULL);
+  expect(MT_DEVICE_CUDA, 0, 0, -1, "train.device = cuda", "built without CUDA");
+  expect(MT_DEVICE_CUDA, 1, 0, -1, "train.device = cuda", "no CUDA-capable device");
+  /* auto: cuda when it can, else the CPU */
+  expect(MT_DEVICE_AUTO, 1, 2, MT_DEVICE_CUDA, NULL, NULL);
+  expect(MT_DEVICE_AUTO, 1, 0, MT_DEVICE_CPU, NULL, NULL);
+  expect(MT_DEVICE_AUTO, 0, 0, MT_DEVICE_CPU, NULL, NULL);
+  /* virtual: whatever this process has */
+  expect(MT_DEVICE_VIRTUAL, 0, 0, MT_DEVICE_VIRTUAL, NULL, NULL);
+  /* (train.precision = fp16 and the gradients' dtypes against the precision
+   * are mt_config_check's: test_config) */
 
   /* the dtype of each role, decided once */
   {
-    char msg[256];
     mt_dtypes d;
-    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_FP32, "fp32", "fp32", &d, msg, sizeof msg) == 0 &&
-                 d.weights == MT_DT_F32 && d.acts == MT_DT_F32 && d.msgs == MT_DT_F32,
-             "fp32: %s", msg);
-    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "fp32", "fp32", &d, msg, sizeof msg) == 0 &&
-                 d.master == MT_DT_F32 && d.weights == MT_DT_BF16 &&
-                 d.acts == MT_DT_BF16 && d.msgs == MT_DT_BF16 && d.grads == MT_DT_F32 &&
-                 d.grad_reduce == MT_DT_F32,
-             "bf16: %s", msg);
-    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "fp16", "fp32", &d, msg, sizeof msg) != 0 &&
-                 strstr(msg, "train.grad_dtype = 'fp16'"),
-             "grad_dtype fp16: '%s'", msg);
+    mt_dtypes_resolve(MT_PRECISION_FP32, MT_DT_F32, MT_DT_F32, &d);
+    MT_CHECK(d.master == MT_DT_F32 && d.weights == MT_DT_F32 && d.acts == MT_DT_F32 &&
+                 d.msgs == MT_DT_F32 && d.grads == MT_DT_F32 && d.grad_reduce == MT_DT_F32,
+             "fp32: every role fp32");
+    mt_dtypes_resolve(MT_PRECISION_BF16, MT_DT_F32, MT_DT_F32, &d);
+    MT_CHECK(d.master == MT_DT_F32 && d.weights == MT_DT_BF16 && d.acts == MT_DT_BF16 &&
+                 d.msgs == MT_DT_BF16 && d.grads == MT_DT_F32 && d.grad_reduce == MT_DT_F32,
+             "bf16: weights' copy, activations and messages bf16");
     /* bf16 gradients: under bf16 precision, reduced in bf16 */
-    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "bf16", "bf16", &d, msg, sizeof msg) == 0 &&
-                 d.grads == MT_DT_BF16 && d.grad_reduce == MT_DT_BF16 &&
-                 d.master == MT_DT_F32 && d.weights == MT_DT_BF16,
-             "grad_dtype bf16: %s", msg);
-    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "bf16", "fp32", &d, msg, sizeof msg) != 0 &&
-                 strstr(msg, "train.grad_dtype = bf16 with parallel.grad_reduce_dtype = fp32"),
-             "grad_dtype bf16, fp32 reduction: '%s'", msg);
-    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_FP32, "bf16", "bf16", &d, msg, sizeof msg) != 0 &&
-                 strstr(msg, "train.grad_dtype = bf16 needs train.precision = bf16"),
-             "grad_dtype bf16 under fp32: '%s'", msg);
-    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_FP32, "fp32", "bf16", &d, msg, sizeof msg) != 0 &&
-                 strstr(msg, "parallel.grad_reduce_dtype = bf16"),
-             "grad_reduce_dtype bf16: '%s'", msg);
-    MT_CHECK(mt_dtypes_resolve(MT_PRECISION_BF16, "fp32", "bf16", &d, msg, sizeof msg) == 0 &&
-                 d.grad_reduce == MT_DT_BF16 && d.grads == MT_DT_F32,
-             "bf16 reduction under bf16: %s", msg);
+    mt_dtypes_resolve(MT_PRECISION_BF16, MT_DT_BF16, MT_DT_BF16, &d);
+    MT_CHECK(d.grads == MT_DT_BF16 && d.grad_reduce == MT_DT_BF16 && d.master == MT_DT_F32 &&
+                 d.weights == MT_DT_BF16,
+             "grad_dtype bf16");
+    mt_dtypes_resolve(MT_PRECISION_BF16, MT_DT_F32, MT_DT_BF16, &d);
+    MT_CHECK(d.grad_reduce == MT_DT_BF16 && d.grads == MT_DT_F32, "bf16 reduction under bf16");
   }
 
   /* GPU per node-local rank */

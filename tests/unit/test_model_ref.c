@@ -529,7 +529,7 @@ static void perturb_params(mt_gpt *m, const test_case *tc) {
 
 static void run_case(const test_case *tc) {
   mt_model_shape s;
-  if (mt_model_preset("tiny", &s) != 0) {
+  if (mt_model_preset(MT_PRESET_TINY, &s) != 0) {
     MT_FAIL("%s: preset tiny is unknown", tc->tag);
     return;
   }

@@ -329,7 +329,7 @@ static double model_gradcheck(model_ctx *c, const char *name, int samples, int *
 static void test_model_fd(double capacity) {
   printf("MoE model vs finite differences (%s)\n", capacity > 0 ? "capacity 1.0" : "dropless");
   mt_model_shape s;
-  mt_model_preset("tiny", &s);
+  mt_model_preset(MT_PRESET_TINY, &s);
   s.n_layer = 2;
   s.seq_len = 8;
   s.vocab = 64;
@@ -411,7 +411,7 @@ static double grad_diff(const mt_gpt *a, const char *an, const mt_gpt *b, const 
 static void test_one_expert_is_dense(void) {
   printf("E = 1, k = 1 equals the dense model\n");
   mt_model_shape d, s;
-  mt_model_preset("tiny", &d);
+  mt_model_preset(MT_PRESET_TINY, &d);
   s = d;
   s.moe_experts = 1;
   s.moe_topk = 1;

@@ -85,7 +85,7 @@ static void test_expert_tensor(void) {
 
 static void test_units(void) {
   mt_model_shape s;
-  mt_model_preset("tiny", &s);
+  mt_model_preset(MT_PRESET_TINY, &s);
   mt_registry r;
   mt_err err = {0};
   const char *msg = err.msg;
@@ -122,7 +122,7 @@ static void test_units(void) {
 
 static void test_dp_placement(void) {
   mt_model_shape s;
-  mt_model_preset("tiny", &s);
+  mt_model_preset(MT_PRESET_TINY, &s);
   s.n_layer = 4;
   const int dp = 3;
   const size_t bucket_bytes = 8192; /* several buckets, some inside a layer */
@@ -185,7 +185,7 @@ static void test_dp_placement(void) {
 
 static void test_init_values(void) {
   mt_model_shape s;
-  mt_model_preset("tiny", &s);
+  mt_model_preset(MT_PRESET_TINY, &s);
   s.vocab = 250;
   mt_registry r1, r2[2];
   mt_err err = {0};
