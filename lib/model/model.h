@@ -147,6 +147,7 @@ int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_s
  * rank's slice of the sequence is (B,T/size,C), positions [rank*T/size,
  * (rank+1)*T/size). Buffers live where the backend (ops) keeps its
  * tensors. */
+/* (its life cycle, collectives and linears: model_internal.h) */
 typedef struct mt_tp {
   mt_group *g;
   const mt_ops *ops;
@@ -172,26 +173,6 @@ typedef struct mt_tp {
   mt_act *full_in, *full_out, *dx_local;
 } mt_tp;
 
-/* max_act: the largest (B,T,C) activation, in elements, that will be
- * reduce-scattered; max_partial_grads: the most elements of tp_partial_grad
- * tensors in one range handed to mt_tp_reduce_partial_grads. */
-void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
-                  const mt_ops *ops, mt_dtype dt);
-void mt_tp_destroy(mt_tp *tp);
-void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,
-                      mt_act *dx_local);
-
-/* Sum (in place) of the ranks' partial results: the forward of a
- * row-parallel layer ("g") or the backward of a column-parallel one ("f"). */
-void mt_tp_allreduce(const mt_tp *tp, mt_act *x, size_t n);
-void mt_tp_allreduce_max(const mt_tp *tp, float *x, size_t n);
-void mt_tp_allreduce_f64(const mt_tp *tp, double *x, size_t n);
-/* Sequence parallelism: the slices (B,T/size,C) of every rank -> full
- * (B,T,C) on every rank ... */
-void mt_tp_gather_seq(const mt_tp *tp, const mt_act *local, mt_act *full, int B, int T, int C);
-/* ... and partial sums (B,T,C) -> this rank's slice (B,T/size,C) of the sum. */
-void mt_tp_reduce_scatter_seq(const mt_tp *tp, const mt_act *full, mt_act *local, int B, int T,
-                              int C);
 /* Sum over the group, in one all-reduce, the gradients of every tensor in
  * the flat range [begin, end) that the registry marks tp_partial_grad. Once
  * per reduction of those gradients over dp, before it. buf holds flat
@@ -205,50 +186,6 @@ void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *
 void mt_tp_reduce_partial_grads16_at(const mt_tp *tp, const mt_registry *reg,
                                      mt_bf16 *buf, size_t buf_begin,
                                      size_t begin, size_t end);
-/* Elements of tp_partial_grad tensors this rank holds in [begin, end). */
-size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end);
-
-/* Column-parallel linear (Megatron's ColumnParallelLinear): y (BT, OC) =
- * f(x) W^T + b with this rank's OC rows of W (OC, C) and b (OC, or NULL).
- * f is the identity forward without sp (x is the (BT,C) copy every tp rank
- * holds) and an all-gather along T under sp (x is this rank's (BTs,C)
- * slice); f(x) is what mt_linear_col_input returns. */
-const mt_act *mt_linear_col_input(const mt_tp *tp, const mt_act *x, int B);
-void mt_linear_col_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
-                           const mt_act *b, int B, int OC);
-/* Its backward from dy (BT, OC): dw += dy^T f(x) and db += sum dy (f(x)
- * gathered again under sp; x NULL: no weight gradient, dw and db unused),
- * and the input gradient dy W formed in dpart (BT,C) and summed over tp
- * (f's backward: an all-reduce in place, or a reduce-scatter along T into
- * this rank's (BTs,C) slice). Returns the summed input gradient. */
-const mt_act *mt_linear_col_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
-                                     const mt_act *dy, const mt_act *x, const mt_act *w, int B,
-                                     int OC);
-/* The weight gradients alone (a split backward's weight pass). */
-void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
-                                   const mt_act *x, int B, int OC);
-/* Row-parallel linear (Megatron's RowParallelLinear): y = g(x W^T + b)
- * with x (BT, IC) this rank's IC input channels, W (C, IC), b (C) added by
- * tp rank 0 only (before the sum); g sums the partial outputs over tp: an
- * all-reduce into y (BT,C), or under sp a reduce-scatter along T into y
- * (BTs,C). */
-void mt_linear_row_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
-                           const mt_act *b, int B, int IC);
-/* g in two halves, for a row-parallel layer that is not a matmul (the
- * vocabulary-parallel embedding): where the partial (BT,C) output goes (y
- * itself, or under sp a scratch), then the sum over tp into y. */
-mt_act *mt_linear_row_partial(const mt_tp *tp, mt_act *y);
-void mt_linear_row_reduce(const mt_tp *tp, mt_act *y, int B);
-/* g's backward: the full (BT,C) output gradient from this rank's part dy
- * (identity without sp, all-gather along T with). */
-const mt_act *mt_linear_row_dout(const mt_tp *tp, const mt_act *dy, int B);
-/* dx (BT, IC) = dy W (written), dw += dy^T x, db += sum dy (dw, db NULL:
- * skipped); dy is g's backward's full output gradient. */
-void mt_linear_row_backward(const mt_tp *tp, mt_act *dx, float *dw, float *db,
-                            const mt_act *dy, const mt_act *x, const mt_act *w, int B, int IC);
-/* The weight gradients alone (a split backward's weight pass). */
-void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
-                                   const mt_act *x, int B, int IC);
 
 /* ------------------------------------------------------------------ */
 /* attention (attention.c; context parallelism: attention_cp.c)        */
@@ -276,9 +213,6 @@ typedef struct {
   int chunk_pos[2];    /* global position of each chunk's first token */
 } mt_cp_layout;
 
-/* The layout of rank `rank` of `size` (the caller checked that T splits:
- * T % (2 size) == 0 for ring, T % size == 0 for ulysses). */
-void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T);
 /* seq (T tokens of one sequence) -> this rank's local tokens (T_local) */
 void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local);
 
@@ -317,28 +251,8 @@ typedef struct {
   float *part_lse;
   mt_act *dout_h, *dqkv_h;
 } mt_attention;
+/* (its life cycle, forward and backward: model_internal.h) */
 
-/* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
-void mt_attention_create(mt_attention *a, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
-                         int NH, const mt_ops *ops, mt_dtype dt);
-void mt_attention_destroy(mt_attention *a);
-/* Elements of the scratch the model provides: what (0 part, 1 part_lse, 2
- * dout_h, 3 dqkv_h) for this layout (0 where the mode needs none). */
-size_t mt_cp_scratch_numel(const mt_cp_layout *lay, int max_B, int C, int NH, int what);
-void mt_attention_set_scratch(mt_attention *a, mt_act *part, float *part_lse, mt_act *dout_h,
-                              mt_act *dqkv_h);
-/* Elements of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
-size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);
-
-/* out (B, T_local, C) = causal attention of the local queries over the
- * whole sequence, from qkv (B, T_local, 3C) (this rank's q|k|v); keeps s.
- * Collective over the cp group. */
-void mt_attention_forward(mt_attention *a, mt_act *out, const mt_act *qkv, const mt_cp_saved *s,
-                          int B);
-/* WRITES dqkv (B, T_local, 3C), the gradient of this rank's q|k|v, from
- * dout (B, T_local, C) and the forward's out, qkv and s. Collective. */
-void mt_attention_backward(mt_attention *a, mt_act *dqkv, const mt_act *dout,
-                           const mt_act *out, const mt_act *qkv, const mt_cp_saved *s, int B);
 
 /* ------------------------------------------------------------------ */
 /* expert parallelism: MoE token dispatch on the folded mesh (moe_dispatch.c) */
@@ -386,91 +300,7 @@ typedef struct {
   int min_rows; /* the fewest rows a piece carries (0: any) */
   int H, L; /* the most experts a rank helps with, and (expert, helper) pairs it lends */
 } mt_ep;
-/* LLEP's bounds for E_l experts a rank on ep ranks: a rank helps with at
- * most as many experts as it holds (H = E_l: twice its experts' weights at
- * most), and lends at most max(E_l, ep - 1) pairs (L; so one hot expert can
- * spread over every other rank) */
-void mt_ep_llep_caps(int E_l, int ep, int *H, int *L);
-
-/* What routing decided, as ints (host; the model keeps a copy with the
- * micro-batch's activations): MT_EP_N_SEND slots sent, MT_EP_N_RECV rows
- * received over ep, MT_EP_N_ROWS rows after the etp gather, MT_EP_DROPPED
- * local slots dropped, then send_counts[ep], recv_counts[ep] (rows to and
- * from each ep rank), etp_rows[etp] (rows received by each etp rank) and
- * expert_off[E_l + H + 1] (the offsets in expert-major rows of the rank's
- * experts, then of the experts it helps with under LLEP); under LLEP then
- * the record of mt_ep_llep. */
-enum { MT_EP_N_SEND, MT_EP_N_RECV, MT_EP_N_ROWS, MT_EP_DROPPED, MT_EP_HEAD };
-/* ints of a routing record for these axes (E_l experts per ep rank; llep:
- * least-loaded expert parallelism on) */
-int mt_ep_meta_ints(int ep, int etp, int E_l, int llep);
-/* Under LLEP, what a rank exchanges for a block (every rank of the ep group
- * computes the whole plan from the same counts): MT_LLEP_N_HELP experts it
- * computes for their owners, MT_LLEP_N_LEND (expert, helper) pairs it lends,
- * MT_LLEP_PAIRS the pairs of the whole group (0: no weights move), then
- * help_e[H] (ordered by owner, then expert: the order their weights
- * arrive), lend_e[L] and lend_q[L] (ordered by helper, then expert). */
-enum { MT_LLEP_N_HELP, MT_LLEP_N_LEND, MT_LLEP_PAIRS, MT_LLEP_HEAD };
-const int *mt_ep_llep(const mt_ep *x, const int *meta);
-const int *mt_ep_send_counts(const mt_ep *x, const int *meta);
-const int *mt_ep_recv_counts(const mt_ep *x, const int *meta);
-const int *mt_ep_etp_rows(const mt_ep *x, const int *meta);
-const int *mt_ep_expert_off(const mt_ep *x, const int *meta);
-
-/* Row bounds for micro-batches of S sequence slices of Ts tokens: slots a
- * rank sends, rows it receives over ep, rows after the etp gather (what the
- * buffers are sized for: every source rank's tokens could choose this rank's
- * experts; under capacity, at most the capacity of each). */
-void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, int S, int Ts,
-                  size_t *max_send, size_t *max_recv, size_t *max_rows);
-/* slots an expert takes per sequence of T tokens at capacity factor c (0: 0, dropless) */
-int mt_ep_capacity(double c, int T, int k, int E);
-
-/* Groups (NULL: absent), the routing shape, the largest micro-batch, and
- * which ep rank owns each of the E experts (the registry's placement,
- * mt_registry_ep_owner; NULL: E/ep consecutive experts per rank). */
-void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, const mt_ops *ops,
-                  int E, int k, int T, double capacity, int max_seqs, int ts, const int *owner);
-/* Least-loaded expert parallelism from now on (alpha >= 1; needs ep > 1 and
- * etp = 1). Each block, after dropping: a rank whose rows exceed
- * ceil(alpha x the group's mean) keeps that many; the rest of its heaviest
- * experts' rows (the last in source order) go to the least-loaded ranks, each
- * filled up to the same bound (within mt_ep_llep_caps), in pieces of at
- * least min_rows rows (a smaller piece would cost more in weights moved
- * than it saves). Every row still meets the same weights, so outputs are those without
- * it; the helpers receive the experts' weights and send back their
- * gradients (moe.c). */
-void mt_ep_set_balance(mt_ep *x, double alpha, int min_rows);
-void mt_ep_destroy(mt_ep *x);
-
-/* Routing statistics of one call, for the metrics (host). */
-typedef struct {
-  double *tokens;   /* E: slots this rank routed to each expert (before dropping), added */
-  double dropped;   /* slots dropped, added */
-  double rows;      /* expert rows this rank computed (after LLEP), added */
-  double moved;     /* rows LLEP moved in the whole ep group (counted by ep rank 0), added */
-} mt_ep_stats;
-
-/* Decide and lay out the dispatch of N = S * Ts local tokens from the
- * router's choices top_idx (N,k, backend memory). Collective over seq_g
- * (the per-sequence counts), ep and etp (the counts). Writes (backend
- * memory): slot (N,k) the send position of each choice or -1 (dropped);
- * send_tok (n_send) the token of each sent slot; perm (n_rows): row i of
- * expert-major order is row perm[i] of gathered order, inv its inverse;
- * seq_frac (S,E) the fraction of each sequence's slots (all slices, before
- * dropping) routed to each expert. meta (host) as above; st may be NULL. */
-void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok, int *perm,
-                 int *inv, float *seq_frac, int *meta, mt_ep_stats *st);
-/* send (n_send, C), expert-major per ep rank -> all-to-all-v over ep ->
- * recv (n_recv, C) -> all-gather-v over etp -> rows (n_rows, C), gathered
- * order (without etp, rows may be recv). */
-void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act *recv,
-                    mt_act *rows, int C);
-/* rows (n_rows, C), gathered order, this etp rank's partial sums ->
- * reduce-scatter-v over etp -> recv (n_recv, C) -> all-to-all-v over ep
- * back -> send (n_send, C), in send order (without etp, recv may be rows). */
-void mt_ep_combine(const mt_ep *x, const int *meta, const mt_act *rows, mt_act *recv,
-                   mt_act *send, int C);
+/* (routing, dispatch and combine: model_internal.h) */
 
 /* ------------------------------------------------------------------ */
 /* tensors and activations                                             */
