@@ -246,7 +246,7 @@ static int cmd_convert(const args *a) {
     else if (o.target_tp > 0)
       snprintf(layout, sizeof layout, ", laid out for tp=%d pp=%d", o.target_tp, o.target_pp);
     printf("convert: %s -> %s/step_%lld (%s, parameters %s, %s, %lld boxes%s)\n", dir,
-           a->pos[1], (long long)st.step, o.mode, st.param_dtype == MT_CKPT_BF16 ? "bf16" : "fp32",
+           a->pos[1], (long long)st.step, mt_ckpt_mode_name(o.mode), st.param_dtype == MT_CKPT_BF16 ? "bf16" : "fp32",
            st.groups == 1 ? "no optimizer state"
            : st.optim_dtype == MT_CKPT_BF16 ? "optimizer state bf16"
                                             : "optimizer state fp32",
@@ -285,7 +285,7 @@ static int cmd_import_hf(const args *a) {
   if (rc != 0) return failed(&err);
   if (g_rank == 0)
     printf("import: %s -> %s/step_0 (%s, parameters only: L=%d C=%d H=%d T=%d V=%d) in %.2f s\n",
-           a->pos[0], a->pos[1], a->convert.mode, hc.n_layer, hc.n_embd, hc.n_head,
+           a->pos[0], a->pos[1], mt_ckpt_mode_name(a->convert.mode), hc.n_layer, hc.n_embd, hc.n_head,
            hc.n_positions, hc.vocab, mt_now() - t0);
   return 0;
 }
@@ -370,8 +370,8 @@ static int run(const args *a) {
 
 static void parse(int argc, char **argv, args *a, mt_err *e) {
   *a = (args){.cmd = argc > 1 ? argv[1] : NULL, .dtype = "fp32", .chunk_mb = 64,
-              .convert = {.mode = "shared", .param_dtype = -1, .optim_dtype = -1,
-                          .buffer_bytes = (size_t)64 << 20, .test_crash = "none"}};
+              .convert = {.mode = MT_CKPT_MODE_SHARED, .param_dtype = -1, .optim_dtype = -1,
+                          .buffer_bytes = (size_t)64 << 20, .test_crash = MT_CKPT_CRASH_NONE}};
   for (int i = 2; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(arg, "--deep")) a->deep = 1;
@@ -379,9 +379,11 @@ static void parse(int argc, char **argv, args *a, mt_err *e) {
     else if (!strcmp(arg, "--tensors")) a->list = 1;
     else if (!strcmp(arg, "--params-only")) a->convert.params_only = 1;
     else if (!strcmp(arg, "--mode") && val) {
-      a->convert.mode = argv[++i];
-      if (strcmp(val, "shared") && strcmp(val, "per-writer"))
+      /* ckpt.mode's choices but none: a conversion writes a checkpoint */
+      int mode = mt_config_enum_parse("ckpt.mode", argv[++i]);
+      if (mode != MT_CKPT_MODE_SHARED && mode != MT_CKPT_MODE_PER_WRITER)
         mt_err_set(e, "--mode: '%s' is not shared or per-writer", val);
+      else a->convert.mode = (mt_ckpt_mode)mode;
     } else if ((!strcmp(arg, "--dtype") || !strcmp(arg, "--optim-dtype")) && val) {
       i++;
       if (strcmp(val, "fp32") && strcmp(val, "bf16"))
@@ -415,7 +417,10 @@ static void parse(int argc, char **argv, args *a, mt_err *e) {
     } else if (!strcmp(arg, "--hints") && val) {
       a->hints = argv[++i];
     } else if (!strcmp(arg, "--test-crash") && val) {
-      a->convert.test_crash = argv[++i];
+      int phase = mt_config_enum_parse("ckpt.test_crash", argv[++i]);
+      if (phase != MT_CKPT_CRASH_NONE && phase != MT_CKPT_CRASH_WRITE)
+        mt_err_set(e, "--test-crash: '%s' is not none or write", val);
+      else a->convert.test_crash = (mt_ckpt_crash)phase;
     } else if (!strcmp(arg, "--chunk-mb") && val) {
       a->chunk_mb = atof(argv[++i]);
       if (!(a->chunk_mb > 0)) mt_err_set(e, "--chunk-mb: '%s' is not a positive number", val);

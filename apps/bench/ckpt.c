@@ -153,7 +153,11 @@ int mt_bench_ckpt(int argc, char **argv) {
                        .seq_len = shape.seq_len, .vocab = shape.vocab, .dp = world, .tp = 1,
                        .pp = 1, .cp = 1, .zero = 1, .world = world, .ep = 1, .etp = 1};
   if (save_to) {
-    mt_ckpt_save_opts opts = {.mode = save_mode, .keep = 0, .test_crash = "none", .config_ini = ""};
+    int mode = mt_config_enum_parse("ckpt.mode", save_mode);
+    if (mode != MT_CKPT_MODE_SHARED && mode != MT_CKPT_MODE_PER_WRITER)
+      mt_die("meshbench ckpt: --mode '%s' is not shared or per-writer", save_mode);
+    mt_ckpt_save_opts opts = {.mode = (mt_ckpt_mode)mode, .keep = 0,
+                              .test_crash = MT_CKPT_CRASH_NONE, .config_ini = ""};
     if (mt_ckpt_save(save_to, &meta, &reg, &mesh, &st, &opts, NULL, &err) != 0) mt_die("%s", err.msg);
     if (rank == 0) printf("meshbench ckpt: %s state (%.3f GB) saved as %s/step_1 (%s)\n", model_name,
                           total_bytes / 1e9, save_to, save_mode);
@@ -198,8 +202,8 @@ int mt_bench_ckpt(int argc, char **argv) {
       char mroot[1200], step_dir[1300];
       snprintf(mroot, sizeof mroot, "%s/%s", root, modes[m]);
       snprintf(step_dir, sizeof step_dir, "%s/step_1", mroot);
-      mt_ckpt_save_opts opts = {.mode = modes[m], .keep = 1, .test_crash = "none",
-                                .config_ini = ""};
+      mt_ckpt_save_opts opts = {.mode = m ? MT_CKPT_MODE_PER_WRITER : MT_CKPT_MODE_SHARED,
+                                .keep = 1, .test_crash = MT_CKPT_CRASH_NONE, .config_ini = ""};
       MT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
       t0 = mt_now();
       if (mt_ckpt_save(mroot, &meta, &reg, &mesh, &st, &opts, NULL, &err) != 0) mt_die("%s", err.msg);

@@ -73,9 +73,9 @@ typedef struct {
 } mt_ckpt_state;
 
 typedef struct {
-  const char *mode;       /* "shared" | "per-writer" */
+  mt_ckpt_mode mode;      /* shared or per-writer (core.h, ckpt.mode's enum) */
   int keep;               /* complete checkpoints to keep (0 = all) */
-  const char *test_crash; /* "none" | "create" | "write" | "rename" | "latest" */
+  mt_ckpt_crash test_crash; /* tests: the phase rank 0 kills itself at (ckpt.test_crash) */
   const char *config_ini; /* the resolved configuration, stored as text */
 } mt_ckpt_save_opts;
 
@@ -175,7 +175,7 @@ int mt_ckpt_target_ranks(int tp, int pp, int ep, int etp);
  * any number of ranks: each converts its share of the boxes, streaming, with
  * at most buffer_bytes of tensor data in memory per rank. */
 typedef struct {
-  const char *mode;   /* "shared" | "per-writer" */
+  mt_ckpt_mode mode;  /* shared or per-writer */
   int param_dtype;    /* MT_CKPT_F32 or MT_CKPT_BF16; -1: as stored */
   int optim_dtype;    /* the same for the AdamW moments (-1: as stored, float32 from training) */
   int params_only;    /* drop the optimizer state (for inference) */
@@ -193,7 +193,7 @@ typedef struct {
   int target_tp, target_pp, target_ep, target_etp;
   const mt_registry *targets;
   size_t buffer_bytes;    /* per rank; at least 1 MiB */
-  const char *test_crash; /* "none" | "write": rank 0 kills itself halfway (tests) */
+  mt_ckpt_crash test_crash; /* none or write: rank 0 kills itself halfway (tests) */
 } mt_ckpt_convert_opts;
 
 typedef struct {
@@ -262,6 +262,6 @@ int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_e
  * state) in <out_root>/step_0 from dir's model.safetensors; reg: the GPT of
  * config c at tp = 1 (the caller registers it). */
 int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_registry *reg,
-                      const char *out_root, const char *mode, mt_err *e);
+                      const char *out_root, mt_ckpt_mode mode, mt_err *e);
 
 #endif

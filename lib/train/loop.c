@@ -50,9 +50,8 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
   FILE *mf = open_memstream(&ini, &ini_len);
   mt_config_write_ini(cfg, mf);
   fclose(mf);
-  mt_ckpt_save_opts opts = {.mode = mt_ckpt_mode_name(cfg->ckpt_mode), .keep = cfg->ckpt_keep,
-                            .test_crash = is_final ? mt_ckpt_crash_name(cfg->ckpt_test_crash)
-                                                   : "none",
+  mt_ckpt_save_opts opts = {.mode = cfg->ckpt_mode, .keep = cfg->ckpt_keep,
+                            .test_crash = is_final ? cfg->ckpt_test_crash : MT_CKPT_CRASH_NONE,
                             .config_ini = ini};
   char root[2 * MT_CFG_STR_MAX];
   snprintf(root, sizeof root, "%s/checkpoints", cfg->output_dir);

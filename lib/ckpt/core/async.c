@@ -23,7 +23,9 @@
 #include <string.h>
 
 struct mt_ckpt_async {
-  char root[1024], tmpdir[1024], mode[32], crash[32];
+  char root[1024], tmpdir[1024];
+  mt_ckpt_mode mode;
+  mt_ckpt_crash crash;
   char *config_ini;
   int keep;
   mt_ckpt_meta meta;
@@ -133,8 +135,8 @@ mt_ckpt_async *mt_ckpt_async_begin(const char *root, const mt_ckpt_meta *meta,
     return NULL;
   }
   snprintf(a->root, sizeof a->root, "%s", root);
-  snprintf(a->mode, sizeof a->mode, "per-writer");
-  snprintf(a->crash, sizeof a->crash, "%s", opts->test_crash ? opts->test_crash : "none");
+  a->mode = MT_CKPT_MODE_PER_WRITER;
+  a->crash = opts->test_crash;
   a->config_ini = strdup(opts->config_ini ? opts->config_ini : "");
   a->keep = opts->keep;
   a->meta = *meta;

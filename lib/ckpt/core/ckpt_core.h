@@ -201,12 +201,12 @@ long long mt_ckpt_metadata_bytes(long long datasets, long long boxes, long long 
 /* parse "step_<N>" (and nothing else) */
 int mt_ckpt_parse_step_dir(const char *name, int64_t *step);
 /* ckpt.test_crash: rank 0 kills itself when opt names this phase */
-void mt_ckpt_test_crash_point(const char *opt, const char *phase, int rank);
+void mt_ckpt_test_crash_point(mt_ckpt_crash opt, mt_ckpt_crash phase, int rank);
 /* The steps of a commit (rank 0; save.c runs them in order): the manifest
  * of every file in tmpdir (written durably); tmpdir renamed to final_dir,
  * replacing an older one of that step; older checkpoints beyond keep and
  * leftovers of crashed saves removed. 0, or -1 with errno set. */
-int mt_ckpt_write_manifest(const char *tmpdir, int64_t step, const char *mode);
+int mt_ckpt_write_manifest(const char *tmpdir, int64_t step, mt_ckpt_mode mode);
 int mt_ckpt_install(const char *root, const char *tmpdir, const char *final_dir);
 void mt_ckpt_retention(const char *root, int keep);
 
@@ -242,7 +242,7 @@ int mt_ckpt_h5out_finish(mt_ckpt_h5out *o, int sync, const char *where, mt_err *
 
 /* What a checked manifest says. */
 typedef struct {
-  char mode[32];    /* "shared" | "per-writer" */
+  mt_ckpt_mode mode; /* shared or per-writer */
   char version[32]; /* MAJOR.MINOR.PATCH */
   int64_t step;
   int64_t total_bytes; /* of every listed file: the bound for sizes read from them */
@@ -486,7 +486,7 @@ int mt_ckpt_save_shared(const char *tmpdir, const mt_ckpt_meta *meta, const mt_r
  * this rank's shard file, laid out by HDF5, filled with pwrite, checked by
  * opening it again */
 int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mesh,
-                        const mt_ckpt_state *st, const char *crash, int64_t step,
+                        const mt_ckpt_state *st, mt_ckpt_crash crash, int64_t step,
                         mt_ckpt_rows *rows, mt_err *e);
 /* A shard just written, opened again: every dataset path[k] a 1-D array of
  * n[k] elements of dtype[k] (0 / -1 with e set). */
@@ -514,8 +514,8 @@ int mt_ckpt_save_with(const char *root, const mt_ckpt_meta *meta, const mt_regis
 int mt_ckpt_save_begin(const char *root, const mt_ckpt_meta *meta, const mt_registry *reg,
                        mt_mesh *mesh, const mt_ckpt_save_opts *opts, char *tmpdir, size_t len,
                        mt_err *e);
-int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, const char *mode,
-                     const char *crash, int keep, mt_mesh *mesh, const mt_ckpt_written *w,
+int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, mt_ckpt_mode mode,
+                     mt_ckpt_crash crash, int keep, mt_mesh *mesh, const mt_ckpt_written *w,
                      mt_err *e);
 void mt_ckpt_save_abandon(const char *tmpdir, mt_mesh *mesh);
 

@@ -187,9 +187,10 @@ int mt_ckpt_parse_step_dir(const char *name, int64_t *step) {
   return 1;
 }
 
-void mt_ckpt_test_crash_point(const char *opt, const char *phase, int rank) {
-  if (rank == 0 && opt && strcmp(opt, phase) == 0) {
-    fprintf(stderr, "[rank 0] ckpt.test_crash: killing rank 0 at phase '%s'\n", phase);
+void mt_ckpt_test_crash_point(mt_ckpt_crash opt, mt_ckpt_crash phase, int rank) {
+  if (rank == 0 && opt != MT_CKPT_CRASH_NONE && opt == phase) {
+    fprintf(stderr, "[rank 0] ckpt.test_crash: killing rank 0 at phase '%s'\n",
+            mt_ckpt_crash_name(phase));
     fflush(stderr);
     raise(SIGKILL);
   }
@@ -274,7 +275,7 @@ void mt_ckpt_retention(const char *root, int keep) {
   free(steps);
 }
 
-int mt_ckpt_write_manifest(const char *tmpdir, int64_t step, const char *mode) {
+int mt_ckpt_write_manifest(const char *tmpdir, int64_t step, mt_ckpt_mode mode) {
   cJSON *o = cJSON_CreateObject();
   char version[32];
   snprintf(version, sizeof version, "%d.%d.%d", MT_CKPT_VERSION_MAJOR, MT_CKPT_VERSION_MINOR,
@@ -282,7 +283,7 @@ int mt_ckpt_write_manifest(const char *tmpdir, int64_t step, const char *mode) {
   cJSON_AddStringToObject(o, "format", MT_CKPT_FORMAT);
   cJSON_AddStringToObject(o, "version", version);
   cJSON_AddNumberToObject(o, "step", (double)step);
-  cJSON_AddStringToObject(o, "mode", mode);
+  cJSON_AddStringToObject(o, "mode", mt_ckpt_mode_name(mode));
   cJSON_AddNumberToObject(o, "created_unix", (double)time(NULL));
   cJSON *files = cJSON_AddArrayToObject(o, "files");
   DIR *d = opendir(tmpdir);
@@ -389,9 +390,9 @@ int mt_ckpt_check_manifest(const char *dir, mt_ckpt_manifest *m, mt_err *e) {
     return -1;
   }
   m->step = (int64_t)st->valuedouble;
-  snprintf(m->mode, sizeof m->mode, "%s", md->valuestring);
+  m->mode = strcmp(md->valuestring, "shared") == 0 ? MT_CKPT_MODE_SHARED : MT_CKPT_MODE_PER_WRITER;
   snprintf(m->version, sizeof m->version, "%s", ver->valuestring);
-  const char *main_file = strcmp(m->mode, "shared") == 0 ? MT_CKPT_SHARED_FILE : MT_CKPT_INDEX_FILE;
+  const char *main_file = m->mode == MT_CKPT_MODE_SHARED ? MT_CKPT_SHARED_FILE : MT_CKPT_INDEX_FILE;
   int has_main = 0;
   cJSON *it;
   cJSON_ArrayForEach(it, files) {
@@ -421,7 +422,8 @@ int mt_ckpt_check_manifest(const char *dir, mt_ckpt_manifest *m, mt_err *e) {
     m->n_files++;
   }
   if (rc == 0 && !has_main) {
-    mt_err_set(e, "%s: the manifest of a %s checkpoint does not list %s", dir, m->mode, main_file);
+    mt_err_set(e, "%s: the manifest of a %s checkpoint does not list %s", dir,
+               mt_ckpt_mode_name(m->mode), main_file);
     rc = -1;
   }
   cJSON_Delete(o);

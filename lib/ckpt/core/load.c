@@ -603,7 +603,7 @@ int mt_ckpt_load_moe_bias(const char *dir, float *bias, int64_t rows, int64_t E,
     if (mt_ckpt_check_manifest(dir, &man, &local) == 0) {
       char path[1100];
       snprintf(path, sizeof path, "%s/%s", dir,
-               strcmp(man.mode, "per-writer") == 0 ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
+               man.mode == MT_CKPT_MODE_PER_WRITER ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
       hid_t fapl = mt_ckpt_fapl_serial();
       hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
       H5Pclose(fapl);

@@ -66,8 +66,9 @@ int mt_ckpt_save_begin(const char *root, const mt_ckpt_meta *meta, const mt_regi
   mt_ckpt_allreduce_i64(hv, 2, MPI_MIN, &local);
   if (!local.failed && hv[0] != ~hv[1])
     mt_err_set(&local, "checkpoint: ranks disagree on the tensor schema; nothing written");
-  if (strcmp(opts->mode, "shared") != 0 && strcmp(opts->mode, "per-writer") != 0)
-    mt_err_set(&local, "checkpoint: mode '%s' is not shared or per-writer", opts->mode);
+  if (opts->mode != MT_CKPT_MODE_SHARED && opts->mode != MT_CKPT_MODE_PER_WRITER)
+    mt_err_set(&local, "checkpoint: mode '%s' is not shared or per-writer",
+               mt_ckpt_mode_name(opts->mode));
   memset(tmpdir, 0, len);
   if (rank == 0 && !local.failed) {
     snprintf(tmpdir, len, "%s/step_%lld.tmp-%ld-%d", root, (long long)meta->step,
@@ -82,7 +83,7 @@ int mt_ckpt_save_begin(const char *root, const mt_ckpt_meta *meta, const mt_regi
     *e = local;
     return mt_err_pass(e);
   }
-  mt_ckpt_test_crash_point(opts->test_crash, "create", rank);
+  mt_ckpt_test_crash_point(opts->test_crash, MT_CKPT_CRASH_CREATE, rank);
   return 0;
 }
 
@@ -128,7 +129,7 @@ static int check_written(const char *dir, int64_t step, const mt_ckpt_written *w
 /* rank 0: manifest, check, fsync, rename tmpdir to final_dir, `latest`,
  * the manifest checked again, retention */
 static int commit(const char *root, const char *tmpdir, const char *final_dir, int64_t step,
-                  const char *mode, const char *crash, int keep, const mt_ckpt_written *w,
+                  mt_ckpt_mode mode, mt_ckpt_crash crash, int keep, const mt_ckpt_written *w,
                   mt_err *e) {
   char path[1100];
   snprintf(path, sizeof path, "%s/%s", tmpdir, MT_CKPT_MANIFEST);
@@ -144,13 +145,13 @@ static int commit(const char *root, const char *tmpdir, const char *final_dir, i
     mt_ckpt_err_sys(e, errno, "checkpoint step %lld: cannot sync %s", (long long)step, tmpdir);
     return -1;
   }
-  mt_ckpt_test_crash_point(crash, "rename", 0);
+  mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_RENAME, 0);
   if (mt_ckpt_install(root, tmpdir, final_dir) != 0 || mt_ckpt_fsync_path(root) != 0) {
     mt_ckpt_err_sys(e, errno, "checkpoint step %lld: cannot rename %s to %s", (long long)step,
                     tmpdir, final_dir);
     return -1;
   }
-  mt_ckpt_test_crash_point(crash, "latest", 0);
+  mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_LATEST, 0);
   char latest[1100], target[64];
   snprintf(latest, sizeof latest, "%s/latest", root);
   snprintf(target, sizeof target, "step_%lld\n", (long long)step);
@@ -172,8 +173,8 @@ static int commit(const char *root, const char *tmpdir, const char *final_dir, i
   return 0;
 }
 
-int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, const char *mode,
-                     const char *crash, int keep, mt_mesh *mesh, const mt_ckpt_written *w,
+int mt_ckpt_save_end(const char *root, const char *tmpdir, int64_t step, mt_ckpt_mode mode,
+                     mt_ckpt_crash crash, int keep, mt_mesh *mesh, const mt_ckpt_written *w,
                      mt_err *e) {
   mt_err local = {0};
   char final_dir[1100];
@@ -194,7 +195,7 @@ static int save_scoped(const char *root, const mt_ckpt_meta *meta, const mt_regi
   MT_TRY(e, mt_ckpt_save_begin(root, meta, reg, mesh, opts, tmpdir, len, e));
   mt_err local = {0};
   mt_ckpt_written w = {0};
-  if (strcmp(opts->mode, "per-writer") == 0)
+  if (opts->mode == MT_CKPT_MODE_PER_WRITER)
     mt_ckpt_save_per_writer(tmpdir, meta, reg, mesh, st, opts, fo, &w, &local);
   else
     mt_ckpt_save_shared(tmpdir, meta, reg, mesh, st, opts, fo, &w, &local);

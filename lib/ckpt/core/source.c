@@ -173,7 +173,7 @@ static int source_read(const char *dir, mt_ckpt_source *s, mt_ckpt_report_fn rep
   hid_t file = -1;
   mt_ckpt_trace_open(0, MT_CKPT_MANIFEST);
   if (mt_ckpt_check_manifest(dir, &s->man, e) == 0) {
-    s->per_writer = strcmp(s->man.mode, "per-writer") == 0;
+    s->per_writer = s->man.mode == MT_CKPT_MODE_PER_WRITER;
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", dir,
              s->per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);

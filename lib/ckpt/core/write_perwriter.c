@@ -92,7 +92,7 @@ int mt_ckpt_check_shard(const char *path, int n_sets, char (*paths)[256], const 
 }
 
 int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mesh,
-                        const mt_ckpt_state *st, const char *crash, int64_t step,
+                        const mt_ckpt_state *st, mt_ckpt_crash crash, int64_t step,
                         mt_ckpt_rows *rows, mt_err *e) {
   char path[1100], where[1300];
   snprintf(path, sizeof path, "%s/shard-%05d.h5", tmpdir, mesh->world_rank);
@@ -164,7 +164,7 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
     int k = 0;
     while (!e->failed && (more = mt_ckpt_walk_next(&w)) == 1) {
       if (w.sel.volume == 0) continue;
-      if (w.g == 0 && w.i >= reg->n / 2) mt_ckpt_test_crash_point(crash, "write", mesh->world_rank);
+      if (w.g == 0 && w.i >= reg->n / 2) mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_WRITE, mesh->world_rank);
       s.pos = off[k];
       s.nonfinite = 0;
       int64_t L1 = w.v.local_ext[1];

@@ -86,7 +86,7 @@ void mt_ckpt_err_nonfinite(mt_err *e, int64_t step, int rank, size_t count, cons
  * and in the file), each box's checksum into its index row. */
 static int write_boxes(int fd, const char *path, const mt_registry *reg, mt_mesh *mesh,
                        const mt_ckpt_state *st, const int64_t *offsets, int64_t step,
-                       const char *crash, mt_ckpt_rows *rows, mt_err *e) {
+                       mt_ckpt_crash crash, mt_ckpt_rows *rows, mt_err *e) {
   mt_ckpt_walk w;
   mt_ckpt_walk_begin(&w, reg, mesh, st, 1);
   int rc = 0, more, k = 0;
@@ -98,7 +98,7 @@ static int write_boxes(int fd, const char *path, const mt_registry *reg, mt_mesh
       rc = -1;
       break;
     }
-    if (w.g == 0 && w.i == reg->n / 2) mt_ckpt_test_crash_point(crash, "write", mesh->world_rank);
+    if (w.g == 0 && w.i == reg->n / 2) mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_WRITE, mesh->world_rank);
     int64_t base = offsets[(size_t)w.g * (size_t)reg->n + (size_t)w.i];
     int64_t cols = w.v.true_ext[1], L1 = w.v.local_ext[1];
     size_t nonfinite = 0;

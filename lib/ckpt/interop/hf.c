@@ -445,7 +445,7 @@ static int import_rank0(const char *dir, int n_layer, const mt_registry *reg, fl
 }
 
 int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_registry *reg,
-                      const char *out_root, const char *mode, mt_err *e) {
+                      const char *out_root, mt_ckpt_mode mode, mt_err *e) {
   int rank = mt_ckpt_rank(), size = mt_ckpt_size();
   mt_err local = {0};
   float *mem = NULL;
@@ -473,7 +473,8 @@ int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_re
              "# imported from a Hugging Face GPT-2 (%s)\n[model]\npreset = custom\n"
              "n_layer = %d\nn_embd = %d\nn_head = %d\nseq_len = %d\nvocab_size = %d\n",
              dir, c->n_layer, c->n_embd, c->n_head, c->n_positions, c->vocab);
-    mt_ckpt_save_opts opts = {.mode = mode, .keep = 0, .test_crash = "none", .config_ini = ini};
+    mt_ckpt_save_opts opts = {.mode = mode, .keep = 0, .test_crash = MT_CKPT_CRASH_NONE,
+                              .config_ini = ini};
     mt_ckpt_file_opts fo = {.groups = 1, .dtype = {MT_CKPT_F32, MT_CKPT_F32, MT_CKPT_F32}};
     mt_ckpt_save_with(out_root, &m, reg, &mesh, &st, &opts, &fo, NULL, &local);
   }

@@ -270,7 +270,7 @@ static int convert_box(streamer *st, const int64_t *row, int out_dtype, sink *sk
  * HDF5 and filled with pwrite (h5file.c), then opened again to check it.
  * Fills in the rows' checksums. */
 static int write_shard(streamer *st, const char *tmpdir, out_plan *p, int64_t j0, int64_t j1,
-                       const int *dtype, const char *crash, int rank, mt_err *e) {
+                       const int *dtype, mt_ckpt_crash crash, int rank, mt_err *e) {
   int64_t *rows = p->rows.rows;
   int w = (int)rows[j0 * MT_CKPT_INDEX_COLS + MT_IX_WRITER];
   char path[1100], where[1300];
@@ -334,7 +334,7 @@ static int write_shard(streamer *st, const char *tmpdir, out_plan *p, int64_t j0
           }
           memcpy(&row[MT_IX_XXH64], &h, sizeof h);
           sk.first += row[MT_IX_COUNT0] * row[MT_IX_COUNT1];
-          if (j == (j0 + j1) / 2) mt_ckpt_test_crash_point(crash, "write", rank);
+          if (j == (j0 + j1) / 2) mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_WRITE, rank);
         }
       }
     }
@@ -428,7 +428,7 @@ static int share_hashes(int64_t *rows, int64_t n_rows, mt_err *e) {
 /* per-writer output: whole shard files to ranks, largest first onto the
  * least loaded rank, so each file has one writer */
 static void convert_per_writer(streamer *st, const char *tmpdir, out_plan *plan, const int *dtype,
-                               const char *crash, mt_err *e) {
+                               mt_ckpt_crash crash, mt_err *e) {
   int rank = mt_ckpt_rank(), size = mt_ckpt_size();
   int64_t n_rows = plan->rows.n, *rows = plan->rows.rows;
   int W = plan->world;
@@ -482,7 +482,7 @@ static void target_mesh(const mt_ckpt_convert_opts *o, const mt_ckpt_meta *meta,
  * slice of the boxes; rank 0 writes the index last */
 static void convert_shared(streamer *st, const char *tmpdir, out_plan *plan, const int *dtype,
                            int groups, const mt_ckpt_convert_opts *o, const mt_registry *reg,
-                           const mt_ckpt_meta *meta, const char *config, const char *crash,
+                           const mt_ckpt_meta *meta, const char *config, mt_ckpt_crash crash,
                            mt_err *e) {
   int rank = mt_ckpt_rank(), size = mt_ckpt_size();
   int64_t n_rows = plan->rows.n, *rows = plan->rows.rows;
@@ -549,7 +549,7 @@ static void convert_shared(streamer *st, const char *tmpdir, out_plan *plan, con
         continue;
       }
       memcpy(&row[MT_IX_XXH64], &h, sizeof h);
-      if (++done == mine / 2 + 1) mt_ckpt_test_crash_point(crash, "write", rank);
+      if (++done == mine / 2 + 1) mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_WRITE, rank);
     }
     if (!err && fd >= 0 && !e->failed && (err = mt_ckpt_fault("sync")) == 0 && fsync(fd) != 0)
       err = errno;
@@ -619,7 +619,7 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
   mesh.world_size = size;
   char tmpdir[1024] = "";
   mt_ckpt_save_opts sopts = {.mode = o->mode, .keep = 0,
-                             .test_crash = o->test_crash ? o->test_crash : "none",
+                             .test_crash = o->test_crash,
                              .config_ini = config};
   int begun = 0;
   if (!mt_ckpt_agree(&local))
@@ -630,7 +630,7 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
   streamer st = {.rd = &rd, .src = &src};
   size_t budget = o->buffer_bytes > (1u << 20) ? o->buffer_bytes : (1u << 20);
   st.elems = budget / 10; /* 4 (float) + 4 (output) + 2 (reader staging) bytes per element */
-  int per_writer = strcmp(o->mode, "per-writer") == 0;
+  int per_writer = o->mode == MT_CKPT_MODE_PER_WRITER;
   int64_t n_rows = plan.rows.n, *rows = plan.rows.rows;
   if (begun) {
     st.in = mt_malloc(st.elems * sizeof(float));

@@ -123,7 +123,7 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
   const mt_ckpt_meta *m = &s->meta;
   const mt_ckpt_tensors *tt = &s->tt;
   fprintf(f, "checkpoint %s\n  format %s %s, mode %s\n", s->dir, MT_CKPT_FORMAT, s->man.version,
-          s->man.mode);
+          mt_ckpt_mode_name(s->man.mode));
   struct {
     const char *name;
     int64_t v;
