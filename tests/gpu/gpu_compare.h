@@ -1,6 +1,8 @@
-/* What gpu_ops, gpu_moe_ops and gpu_attn_bf16 share: the two op tables, a
- * seeded generator, device copies, and the comparison that reports one line
- * per check (max |gpu - cpu| / max |cpu|; NaN fails) and counts failures.
+/* What gpu_ops, gpu_moe_ops, gpu_edges, gpu_ops_bf16 and gpu_attn_bf16
+ * share: the two op tables (the CPU's and the CUDA backend's; each op takes
+ * the storage type, F32 or BF16 below, of its operands), a seeded
+ * generator, device copies, and the comparison that reports one line per
+ * check (max |gpu - cpu| / max |cpu|; NaN fails) and counts failures.
  * Include once, from the program's one source file. */
 #ifndef MT_TESTS_GPU_COMPARE_H
 #define MT_TESTS_GPU_COMPARE_H
@@ -15,6 +17,9 @@
 #include <string.h>
 
 static const mt_ops *cpu, *gpu;
+/* the storage types of the ops' operands */
+#define F32 MT_DT_F32
+#define BF16 MT_DT_BF16
 static uint64_t g_rng; /* the program seeds it */
 
 static float urand(float lo, float hi) {

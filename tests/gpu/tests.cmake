@@ -22,13 +22,13 @@ add_executable(gpu_edges ${CMAKE_CURRENT_LIST_DIR}/gpu_edges.c)
 target_link_libraries(gpu_edges PRIVATE ${MT_ALL_LIBS})
 set_target_properties(gpu_edges PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 mt_script_test(edges gpu ops.sh gpu_edges)
-# the bf16 op table's attention and cross-entropy against the CPU's bf16 ones
+# the block attention and cross-entropy on bf16 storage against the CPU's
 add_executable(gpu_attn_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bf16.c)
 target_link_libraries(gpu_attn_bf16 PRIVATE ${MT_ALL_LIBS})
 set_target_properties(gpu_attn_bf16 PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 mt_script_test(attn_bf16 gpu ops.sh gpu_attn_bf16)
-# the bf16 op table against the CPU's (the table is the same at either
-# precision: a run started at fp32 and one at bf16 with 1 MiB of scratch)
+# every op on bf16 storage against the CPU's (the same at either precision:
+# a run started at fp32 and one at bf16 with 1 MiB of scratch)
 add_executable(gpu_ops_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_ops_bf16.c)
 target_link_libraries(gpu_ops_bf16 PRIVATE ${MT_ALL_LIBS})
 set_target_properties(gpu_ops_bf16 PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
