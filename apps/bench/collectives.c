@@ -386,7 +386,7 @@ static long long coll_run(coll_kind k, const coll_opts *o, mt_group *g, FILE *js
         printf("  %12lld %12s  (skipped: smaller than one float per rank)\n", sizes[s], "-");
       continue;
     }
-    if (b.dev) b.dev->zero(b.recv, count); /* zeros: in-place sums stay finite */
+    if (b.dev) b.dev->zero(MT_DT_F32, b.recv, count); /* zeros: in-place sums stay finite */
     else memset(b.recv, 0, count * sizeof(float));
     for (int it = 0; it < o->warmup; it++) coll_call(k, &b, count);
     MT_MPI_CHECK(MPI_Barrier(g->comm));

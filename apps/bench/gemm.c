@@ -195,9 +195,11 @@ static void gemm_measure(gemm_case *g, const float *A, const float *B, float *Cm
 static void gemm_run_gpu(const mt_ops *o, const gemm_case *g, const float *A, const float *B,
                          float *Cm, const float *bias) {
   switch (g->form) {
-  case GEMM_NT: o->matmul_forward(Cm, A, B, g->beta != 0.0f ? bias : NULL, g->m, g->k, g->n); break;
-  case GEMM_NN: o->matmul_backward(Cm, NULL, NULL, A, NULL, B, g->m, g->n, g->k); break;
-  case GEMM_TN: o->matmul_backward(NULL, Cm, NULL, A, B, NULL, g->k, g->n, g->m); break;
+  case GEMM_NT:
+    o->matmul_forward(MT_DT_F32, Cm, A, B, g->beta != 0.0f ? bias : NULL, g->m, g->k, g->n);
+    break;
+  case GEMM_NN: o->matmul_backward(MT_DT_F32, Cm, NULL, NULL, A, NULL, B, g->m, g->n, g->k); break;
+  case GEMM_TN: o->matmul_backward(MT_DT_F32, NULL, Cm, NULL, A, B, NULL, g->k, g->n, g->m); break;
   }
 }
 
@@ -217,7 +219,7 @@ static void gemm_measure_gpu(const mt_ops *o, gemm_case *g, const float *dA, con
   g->time_s = times[1];
   g->gflops = 2.0 * g->m * (double)g->n * g->k / g->time_s * 1e-9;
   /* the check: C zeroed, one call (forward without bias), 16 entries */
-  o->zero(dC, (size_t)g->m * g->n);
+  o->zero(MT_DT_F32, dC, (size_t)g->m * g->n);
   gemm_case plain = *g;
   plain.beta = 0.0f;
   gemm_run_gpu(o, &plain, dA, dB, dC, NULL);

@@ -1,4 +1,4 @@
-/* meshbench gemm-bf16: the bf16 matmuls of mt_ops_bf16 beside fp32 sgemm at
+/* meshbench gemm-bf16: the op table's bf16 matmuls beside fp32 sgemm at
  * the shapes of one GPT training step, in the same run.
  *
  *   meshbench gemm-bf16 [--model small] [--tokens 1024] [--threads N]
@@ -54,7 +54,7 @@ typedef struct {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: meshbench gemm-bf16 [options]\n"
-          "bf16 matmuls (mt_ops_bf16) beside fp32 sgemm at the shapes of one GPT step.\n"
+          "bf16 matmuls (the op table on bf16) beside fp32 sgemm at the shapes of one GPT step.\n"
           "  --model NAME    tiny | small | gpt2-124m (default small)\n"
           "  --tokens N      rows per product: micro-batch x sequence (default 1024)\n"
           "  --threads N     OpenMP/BLAS threads (default: as the environment sets)\n"
@@ -131,18 +131,18 @@ static void run_fp32(const bcase *g, operands *o) {
 
 /* the bf16 op as the model calls it: forward (N=m, C=k, OC=n), backward
  * dinp (N=m, C=n, OC=k), backward dw (N=k, C=n, OC=m) */
-static void run_bf16(const mt_ops_bf16 *ops, const bcase *g, operands *o) {
+static void run_bf16(const mt_ops *ops, const bcase *g, operands *o) {
   if (g->form == FORM_NT)
-    ops->matmul_forward(o->Cb, o->Ab, o->Bb, g->bias ? o->biasb : NULL, g->m, g->k, g->n);
+    ops->matmul_forward(MT_DT_BF16, o->Cb, o->Ab, o->Bb, g->bias ? o->biasb : NULL, g->m, g->k, g->n);
   else if (g->form == FORM_NN)
-    ops->matmul_backward(o->Cb, NULL, NULL, o->Ab, NULL, o->Bb, g->m, g->n, g->k);
+    ops->matmul_backward(MT_DT_BF16, o->Cb, NULL, NULL, o->Ab, NULL, o->Bb, g->m, g->n, g->k);
   else
-    ops->matmul_backward(NULL, o->Cf, NULL, o->Ab, o->Bb, NULL, g->k, g->n, g->m);
+    ops->matmul_backward(MT_DT_BF16, NULL, o->Cf, NULL, o->Ab, o->Bb, NULL, g->k, g->n, g->m);
 }
 
 /* error of 16 entries of a fresh bf16 result (C zeroed, no bias) against a
  * double product of the same bf16 values, relative to sum |a b| */
-static double check_bf16(const mt_ops_bf16 *ops, const bcase *g, operands *o) {
+static double check_bf16(const mt_ops *ops, const bcase *g, operands *o) {
   bcase plain = *g;
   plain.bias = 0;
   size_t mn = (size_t)g->m * g->n;
@@ -215,7 +215,7 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
   }
   mt_bf16_gemm_select("auto");
   const char *auto_path = mt_bf16_gemm_path();
-  const mt_ops_bf16 *ops = mt_ops_bf16_cpu();
+  const mt_ops *ops = mt_ops_cpu();
 
   const int C = s.n_embd, L = s.n_layer;
   struct {

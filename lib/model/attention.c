@@ -66,10 +66,10 @@ size_t mt_cp_saved_numel(const mt_cp_layout *l, int B, int C, int NH, int what) 
 }
 
 /* the bytes of an element of q|k|v and out */
-static size_t elem(const mt_attention *at) { return at->bf ? sizeof(mt_bf16) : sizeof(float); }
+static size_t elem(const mt_attention *at) { return mt_dtype_bytes(at->dt); }
 
 void mt_attention_create(mt_attention *at, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
-                         int NH, const mt_ops *ops, const mt_ops_bf16 *bf) {
+                         int NH, const mt_ops *ops, mt_dtype dt) {
   memset(at, 0, sizeof *at);
   at->lay = *lay;
   at->g = g && g->size > 1 ? g : NULL;
@@ -77,7 +77,7 @@ void mt_attention_create(mt_attention *at, mt_group *g, const mt_cp_layout *lay,
     mt_die("context parallelism: the layout has %d ranks, the cp group %d", lay->size,
            at->g ? at->g->size : 1);
   at->ops = ops;
-  at->bf = bf;
+  at->dt = dt;
   at->max_B = max_B;
   at->C = C;
   at->NH = NH;
@@ -127,7 +127,7 @@ static void local_forward(mt_attention *at, mt_act *out, const mt_act *qkv, floa
   const size_t C = (size_t)at->C, es = elem(at);
   mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
                           l->chunk_pos[0], 3 * C, l->T_local);
-  MT_ACT_OP(at->bf, at->ops, attn_forward, &a, out, lse, qkv, mt_act_at(es, qkv, C),
+  at->ops->attn_forward(at->dt, &a, out, lse, qkv, mt_act_at(es, qkv, C),
             mt_act_at(es, qkv, 2 * C));
 }
 
@@ -137,8 +137,8 @@ static void local_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, c
   const size_t C = (size_t)at->C, es = elem(at);
   mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
                           l->chunk_pos[0], 3 * C, l->T_local);
-  MT_ACT_OP(at->bf, at->ops, zero, dqkv, (size_t)B * l->T_local * 3 * C);
-  MT_ACT_OP(at->bf, at->ops, attn_backward, &a, dqkv, mt_act_at(es, dqkv, C),
+  at->ops->zero(at->dt, dqkv, (size_t)B * l->T_local * 3 * C);
+  at->ops->attn_backward(at->dt, &a, dqkv, mt_act_at(es, dqkv, C),
             mt_act_at(es, dqkv, 2 * C), dout, out, lse, qkv, mt_act_at(es, qkv, C),
             mt_act_at(es, qkv, 2 * C));
 }

@@ -37,7 +37,7 @@ static int chunk_pos(const mt_cp_layout *l, int r, int c) {
 
 /* the bytes of an element of q|k|v, K|V and out (the activations' dtype) */
 static size_t es_of(const mt_attention *at) {
-  return at->bf ? sizeof(mt_bf16) : sizeof(float);
+  return mt_dtype_bytes(at->dt);
 }
 /* messages of n such elements go as 4-byte words (n is even: 2C columns) */
 static size_t words(const mt_attention *at, size_t n) { return n * es_of(at) / sizeof(float); }
@@ -45,7 +45,7 @@ static size_t words(const mt_attention *at, size_t n) { return n * es_of(at) / s
 /* this rank's K|V rows (columns C..3C of qkv) into a (B, T_local, 2C) buffer */
 static void pack_kv(mt_attention *at, mt_act *kv, const mt_act *qkv, int B) {
   const size_t C = (size_t)at->C;
-  MT_ACT_OP(at->bf, at->ops, copy_2d, kv, 2 * C, mt_act_at(es_of(at), qkv, C), 3 * C,
+  at->ops->copy_2d(at->dt, kv, 2 * C, mt_act_at(es_of(at), qkv, C), 3 * C,
             (size_t)B * at->lay.T_local, 2 * C);
 }
 
@@ -53,7 +53,7 @@ void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
                                int B) {
   const mt_cp_layout *l = &at->lay;
   const mt_ops *o = at->ops;
-  const mt_ops_bf16 *bf = at->bf;
+  const mt_dtype dt = at->dt;
   const int N = l->size, r = l->rank, Tc = l->chunk_len, Tl = l->T_local;
   const int next = (r + 1) % N, prev = (r + N - 1) % N;
   const size_t C = (size_t)at->C, n = (size_t)B * Tl * 2 * C, es = es_of(at);
@@ -79,13 +79,13 @@ void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
         mt_act *oq = mt_act_at(es, out, (size_t)qc * Tc * C);
         float *lq = lse + (size_t)qc * Tc;
         if (!written[qc]) {
-          MT_ACT_OP(bf, o, attn_forward, &a, oq, lq, q, k, v);
+          o->attn_forward(dt, &a, oq, lq, q, k, v);
           written[qc] = 1;
         } else {
           mt_act *po = mt_act_at(es, at->part, (size_t)qc * Tc * C);
           float *pl = at->part_lse + (size_t)qc * Tc;
-          MT_ACT_OP(bf, o, attn_forward, &a, po, pl, q, k, v);
-          MT_ACT_OP(bf, o, attn_merge, &a, oq, lq, po, pl);
+          o->attn_forward(dt, &a, po, pl, q, k, v);
+          o->attn_merge(dt, &a, oq, lq, po, pl);
         }
         mt_progress(&recv);
         mt_progress(&send);
@@ -99,7 +99,7 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
                                 const mt_act *out, const mt_act *qkv, const float *lse, int B) {
   const mt_cp_layout *l = &at->lay;
   const mt_ops *o = at->ops;
-  const mt_ops_bf16 *bf = at->bf;
+  const mt_dtype dt = at->dt;
   const int N = l->size, r = l->rank, Tc = l->chunk_len, Tl = l->T_local;
   const int next = (r + 1) % N, prev = (r + N - 1) % N;
   const size_t C = (size_t)at->C, rows = (size_t)B * Tl, n = rows * 2 * C, es = es_of(at);
@@ -109,7 +109,7 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
   memset(&ds, 0, sizeof ds), memset(&dr, 0, sizeof dr);
   /* this step's part of a dK|dV, the accumulator arriving, the one leaving */
   mt_act *part = at->dkv[0], *in = at->dkv[1], *leaving = at->dkv[2];
-  MT_ACT_OP(bf, o, zero, dqkv, rows * 3 * C);
+  o->zero(dt, dqkv, rows * 3 * C);
   pack_kv(at, at->kv[0], qkv, B);
   for (int s = 0; s < N; s++) {
     const int src = (r - s + N) % N;
@@ -120,14 +120,14 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
     }
     /* src's dK|dV so far: summed by ranks src .. r-1 */
     if (s > 0) mt_irecv_f32(at->g, in, nw, prev, TAG_DKV, o->loc, &dr);
-    MT_ACT_OP(bf, o, zero, part, n);
+    o->zero(dt, part, n);
     for (int qc = 0; qc < 2; qc++)
       for (int kc = 0; kc < 2; kc++) {
         int qpos = chunk_pos(l, r, qc), kpos = chunk_pos(l, src, kc);
         if (kpos > qpos) continue;
         mt_attn_block a = mt_attention_block(at, B, Tl, Tc, Tc, qpos, kpos, 2 * C, Tl);
         size_t qo = (size_t)qc * Tc * 3 * C, oo = (size_t)qc * Tc * C, ko = (size_t)kc * Tc * 2 * C;
-        MT_ACT_OP(bf, o, attn_backward, &a, mt_act_at(es, dqkv, qo), mt_act_at(es, part, ko),
+        o->attn_backward(dt, &a, mt_act_at(es, dqkv, qo), mt_act_at(es, part, ko),
                   mt_act_at(es, part, ko + C), mt_act_at(es, dout, oo), mt_act_at(es, out, oo),
                   lse + (size_t)qc * Tc, mt_act_at(es, qkv, qo), mt_act_at(es, kv, ko),
                   mt_act_at(es, kv, ko + C));
@@ -135,7 +135,7 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
       }
     if (s > 0) {
       mt_wait(&dr);
-      MT_ACT_OP(bf, o, axpy, part, 1.0f, in, n);
+      o->axpy(dt, part, 1.0f, in, n);
     }
     mt_wait(&ds); /* the previous accumulator has left: its buffer is free */
     mt_act *t = leaving;
@@ -148,7 +148,7 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
   /* this rank's own K|V gradient, complete after its trip round the ring */
   mt_irecv_f32(at->g, in, nw, prev, TAG_DKV, o->loc, &dr);
   mt_wait(&dr);
-  MT_ACT_OP(bf, o, add_2d, mt_act_at(es, dqkv, C), 3 * C, in, 2 * C, rows, 2 * C);
+  o->add_2d(dt, mt_act_at(es, dqkv, C), 3 * C, in, 2 * C, rows, 2 * C);
   mt_wait(&ds);
 }
 
@@ -173,7 +173,7 @@ static mt_attn_block heads_block(const mt_attention *at, int B) {
  * dtype (bf16 moved as bits, half the bytes); counts in elements */
 static void alltoall_act(const mt_attention *at, const mt_act *send, mt_act *recv,
                          size_t s_outer, size_t s_inner, size_t r_outer, size_t r_inner) {
-  if (at->bf)
+  if (at->dt == MT_DT_BF16)
     mt_alltoall_dim_u16(at->g, send, recv, s_outer, s_inner, r_outer, r_inner, at->ops->loc);
   else
     mt_alltoall_dim_f32(at->g, send, recv, s_outer, s_inner, r_outer, r_inner, at->ops->loc);
@@ -187,7 +187,7 @@ void mt_attention_ulysses_forward(mt_attention *at, mt_act *out, const mt_act *q
    * arriving: (B, N, Tl, 3Ch), rank j's positions in order */
   alltoall_act(at, qkv, s->qkv_h, rows * 3, Ch, (size_t)B, (size_t)Tl * 3 * Ch);
   mt_attn_block a = heads_block(at, B);
-  MT_ACT_OP(at->bf, at->ops, attn_forward, &a, s->out_h, s->lse, s->qkv_h,
+  at->ops->attn_forward(at->dt, &a, s->out_h, s->lse, s->qkv_h,
             mt_act_at(es, s->qkv_h, Ch), mt_act_at(es, s->qkv_h, 2 * Ch));
   /* (B, N, Tl, Ch): rank j's positions back to it; arriving: (B, Tl, N, Ch) */
   alltoall_act(at, s->out_h, out, (size_t)B, (size_t)Tl * Ch, rows, Ch);
@@ -201,8 +201,8 @@ void mt_attention_ulysses_backward(mt_attention *at, mt_act *dqkv, const mt_act 
   mt_act *dh = at->dqkv_h; /* dq|dk|dv in the head layout */
   alltoall_act(at, dout, at->dout_h, rows, Ch, (size_t)B, (size_t)Tl * Ch);
   mt_attn_block a = heads_block(at, B);
-  MT_ACT_OP(at->bf, at->ops, zero, dh, rows * 3 * at->C);
-  MT_ACT_OP(at->bf, at->ops, attn_backward, &a, dh, mt_act_at(es, dh, Ch),
+  at->ops->zero(at->dt, dh, rows * 3 * at->C);
+  at->ops->attn_backward(at->dt, &a, dh, mt_act_at(es, dh, Ch),
             mt_act_at(es, dh, 2 * Ch), at->dout_h, s->out_h, s->lse, s->qkv_h,
             mt_act_at(es, s->qkv_h, Ch), mt_act_at(es, s->qkv_h, 2 * Ch));
   alltoall_act(at, dh, dqkv, (size_t)B, (size_t)Tl * 3 * Ch, rows * 3, Ch);

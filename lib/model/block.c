@@ -13,23 +13,23 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   const int C = m->shape.n_embd, BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
   const size_t btc = (size_t)BTs * C;
   /* attention: LN, column-parallel QKV (local heads), row-parallel proj */
-  MT_ACT_OP(m->bf, o, layernorm_forward, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w,
+  o->layernorm_forward(m->dt, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w,
             w->ln1_b, BTs, C);
   mt_linear_col_forward(tp, x->qkv, x->ln1, w->qkv_w, w->qkv_b, B, 3 * Cl);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
   mt_linear_row_forward(tp, x->attproj, x->atty, w->attn_proj_w, w->attn_proj_b, B, Cl);
-  MT_ACT_OP(m->bf, o, residual_forward, x->res2, x0, x->attproj, btc);
+  o->residual_forward(m->dt, x->res2, x0, x->attproj, btc);
   /* MLP (a MoE block: its shared experts, if any): LN, column-parallel fc +
    * GELU, row-parallel proj; then a MoE block's routed experts */
-  MT_ACT_OP(m->bf, o, layernorm_forward, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w,
+  o->layernorm_forward(m->dt, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w,
             w->ln2_b, BTs, C);
   if (Fl > 0) {
     mt_linear_col_forward(tp, x->fch, x->ln2, w->fc_w, w->fc_b, B, Fl);
-    MT_ACT_OP(m->bf, o, gelu_forward, x->fchg, x->fch, (size_t)B * m->T * Fl);
+    o->gelu_forward(m->dt, x->fchg, x->fch, (size_t)B * m->T * Fl);
     mt_linear_row_forward(tp, x->fcproj, x->fchg, w->fc_proj_w, w->fc_proj_b, B, Fl);
   }
   if (x->is_moe) mt_moe_block_forward(m, l, w, x, B);
-  MT_ACT_OP(m->bf, o, residual_forward, x->res3, x->res2, x->fcproj, btc);
+  o->residual_forward(m->dt, x->res3, x->res2, x->fcproj, btc);
 }
 
 /* The same kernels on the same input give the stored values bit for bit
@@ -55,7 +55,7 @@ static void row_backward(mt_gpt *m, const mt_act *dres, mt_act *keep, mt_act *dx
   const mt_tp *tp = &m->tp;
   const mt_act *dy = mt_linear_row_dout(tp, dres, B);
   if (input_only) {
-    MT_ACT_OP(m->bf, m->ops, copy, keep, dy, (size_t)B * m->T * tp->C);
+    m->ops->copy(m->dt, keep, dy, (size_t)B * m->T * tp->C);
     dy = keep;
   }
   mt_linear_row_backward(tp, dx, input_only ? NULL : dw, input_only ? NULL : db, dy, x, w, B, IC);
@@ -77,13 +77,13 @@ void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *
     row_backward(m, dres, x->dy_fcproj, d->fch_gelu, g->fc_proj_w, g->fc_proj_b, x->fchg,
                  w->fc_proj_w, Fl, input_only, B);
     mt_act *dfch = input_only ? x->dy_fc : d->fch;
-    MT_ACT_OP(m->bf, o, zero, dfch, bt * Fl);
-    MT_ACT_OP(m->bf, o, gelu_backward, dfch, x->fch, d->fch_gelu, bt * Fl);
+    o->zero(m->dt, dfch, bt * Fl);
+    o->gelu_backward(m->dt, dfch, x->fch, d->fch_gelu, bt * Fl);
     dln = mt_linear_col_backward(tp, dpart, g->fc_w, g->fc_b, dfch, input_only ? NULL : x->ln2,
                                  w->fc_w, B, Fl);
   }
   if (x->is_moe) dln = mt_moe_block_backward(m, l, x, dres, dln, dpart, dloss, input_only, B);
-  MT_ACT_OP(m->bf, o, layernorm_backward, dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w,
+  o->layernorm_backward(m->dt, dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w,
             x->ln2_mean, x->ln2_rstd, BTs, C);
   /* attention: dres is now d(residual2) = d(attproj) and flows on to d(input) */
   row_backward(m, dres, x->dy_attproj, d->atty, g->attn_proj_w, g->attn_proj_b, x->atty,
@@ -92,7 +92,7 @@ void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *
   mt_attention_backward(&m->attn, dqkv, d->atty, x->atty, x->qkv, &x->att, B);
   dln = mt_linear_col_backward(tp, dpart, g->qkv_w, g->qkv_b, dqkv, input_only ? NULL : x->ln1,
                                w->qkv_w, B, 3 * Cl);
-  MT_ACT_OP(m->bf, o, layernorm_backward, dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w,
+  o->layernorm_backward(m->dt, dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w,
             x->ln1_mean, x->ln1_rstd, BTs, C);
 }
 

@@ -148,7 +148,7 @@ static int check_split(const mt_model_shape *shape, const mt_gpt_parallel *par, 
     mt_err_set(e, "tp = %d does not divide n_head = %d", tp_size, shape->n_head);
     return -1;
   }
-  if (par && par->bf16 && !par->external_state) {
+  if (par && par->dt != MT_DT_F32 && !par->external_state) {
     mt_err_set(e, "bf16 activations are implemented for models whose state the dp engine holds");
     return -1;
   }
@@ -202,8 +202,8 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   memset(m, 0, sizeof *m);
   m->shape = *shape;
   m->ops = ops;
-  m->bf = par ? par->bf16 : NULL;
-  m->es = m->bf ? sizeof(mt_bf16) : sizeof(float);
+  m->dt = par ? par->dt : MT_DT_F32;
+  m->es = mt_dtype_bytes(m->dt);
   m->max_B = max_B;
   mt_gpt_layout lay = mt_gpt_layout_of(shape, par);
   mt_group *tp_g = lay.tp_size > 1 ? par->tp : NULL;
@@ -297,11 +297,11 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   mt_moe_create(&m->moe, m, par, tp_g, act);
   const mt_registry *r = &m->reg;
   size_t partial = mt_tp_partial_numel(r, 0, r->numel_local);
-  mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops, m->bf);
+  mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops, m->dt);
   mt_attention_set_scratch(&m->attn, cp_scratch[0], cp_scratch[1], cp_scratch[2], cp_scratch[3]);
   m->inputs = mt_calloc(BT, sizeof(int));
   m->targets = mt_calloc(BT, sizeof(int));
-  mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops, m->bf);
+  mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops, m->dt);
   mt_tp_set_linear(&m->tp, m->T, (int)C, full_in, full_out, dx_local);
   return 0;
 }
@@ -425,7 +425,7 @@ void mt_gpt_init_params(mt_gpt *m, uint64_t seed) {
 }
 
 void mt_gpt_zero_grad(mt_gpt *m) {
-  if (m->grads) m->ops->zero(m->grads, m->reg.numel_local);
+  if (m->grads) m->ops->zero(MT_DT_F32, m->grads, m->reg.numel_local);
 }
 
 /* ------------------------------------------------------------------ */
@@ -441,7 +441,7 @@ static void embed_forward(mt_gpt *m, mt_act *out, const mt_act *wpe, int B) {
   for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
     for (int c = 0; c < l->n_chunks; c++) {
       size_t r0 = (size_t)b * T + (size_t)c * len;
-      MT_ACT_OP(m->bf, m->ops, encoder_vp_forward, mt_act_at(m->es, out, r0 * C), m->tok_in + r0,
+      m->ops->encoder_vp_forward(m->dt, mt_act_at(m->es, out, r0 * C), m->tok_in + r0,
                 m->p.wte, m->v_start, m->V_local,
                 mt_act_at(m->es, wpe, (size_t)l->chunk_pos[c] * C), l->n_chunks == 1 ? B : 1,
                 len, C);
@@ -455,7 +455,7 @@ static void embed_backward(mt_gpt *m, const mt_act *dout, int B) {
   for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
     for (int c = 0; c < l->n_chunks; c++) {
       size_t r0 = (size_t)b * T + (size_t)c * len;
-      MT_ACT_OP(m->bf, m->ops, encoder_vp_backward, m->g.wte,
+      m->ops->encoder_vp_backward(m->dt, m->g.wte,
                 (float *)m->g.wpe + (size_t)l->chunk_pos[c] * C, mt_act_at(m->es, dout, r0 * C),
                 m->tok_in + r0, m->v_start, m->V_local, l->n_chunks == 1 ? B : 1, len, C);
     }
@@ -491,24 +491,18 @@ static double head_forward(mt_gpt *m, const mt_pass_args *x) {
   const size_t bt = (size_t)BT;
   stage_tokens(m, NULL, x->targets, B);
   const mt_act *last = mt_gpt_range_output(m, a, x->l1 - x->l0, B);
-  MT_ACT_OP(m->bf, o, layernorm_forward, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w,
+  o->layernorm_forward(m->dt, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w,
             m->p.lnf_b, BTs, C);
   mt_linear_col_forward(&m->tp, a->logits, a->lnf, m->p.wte, NULL, B, Vl);
-  MT_ACT_OP(m->bf, o, xent_vp_max, m->rowmax, a->logits, BT, Vl, nreal);
+  o->xent_vp_max(m->dt, m->rowmax, a->logits, BT, Vl, nreal);
   mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
-  /* bf16: the exps are only summed here, and the probabilities formed from
-   * the logits in finish (one rounding each) */
-  if (m->bf)
-    m->bf->xent_vp_exp(m->xent_stats, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
-  else
-    o->xent_vp_exp(m->xent_stats, a->logits, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl,
-                   nreal);
+  /* the exps are only summed here, and the probabilities formed from the
+   * logits in finish, in place */
+  o->xent_vp_exp(m->dt, m->xent_stats, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
   mt_tp_allreduce_f64(&m->tp, m->xent_stats, 2 * bt);
-  if (m->bf)
-    m->bf->xent_vp_finish(a->losses, a->logits, a->logits, m->xent_stats, m->rowmax, BT, Vl,
-                          nreal);
-  else o->xent_vp_finish(a->losses, a->logits, m->xent_stats, m->rowmax, BT, Vl, nreal);
-  return o->sum(a->losses, bt);
+  o->xent_vp_finish(m->dt, a->losses, a->logits, a->logits, m->xent_stats, m->rowmax, BT, Vl,
+                    nreal);
+  return o->sum(MT_DT_F32, a->losses, bt);
 }
 
 /* loss -> logits (in place over the probabilities, kept there for the
@@ -519,12 +513,12 @@ static void head_backward(mt_gpt *m, const mt_pass_args *x) {
   const int B = x->B, C = m->shape.n_embd, BT = B * m->T, BTs = B * m->T_sp;
   const int Vl = m->V_local;
   stage_tokens(m, NULL, x->targets, B);
-  MT_ACT_OP(m->bf, o, xent_vp_backward, a->logits, a->logits, m->tok_tgt, m->v_start, x->dloss,
+  o->xent_vp_backward(m->dt, a->logits, a->logits, m->tok_tgt, m->v_start, x->dloss,
             BT, Vl, m->v_real);
   const mt_act *dln = mt_linear_col_backward(&m->tp, m->d.ln1, m->g.wte, NULL, a->logits,
                                              x->input_only ? NULL : a->lnf, m->p.wte, B, Vl);
-  MT_ACT_OP(m->bf, o, zero, m->d.residual3, (size_t)BTs * C);
-  MT_ACT_OP(m->bf, o, layernorm_backward, m->d.residual3, m->g.lnf_w, m->g.lnf_b, dln,
+  o->zero(m->dt, m->d.residual3, (size_t)BTs * C);
+  o->layernorm_backward(m->dt, m->d.residual3, m->g.lnf_w, m->g.lnf_b, dln,
             mt_gpt_range_output(m, a, x->l1 - x->l0, B), m->p.lnf_w, a->lnf_mean, a->lnf_rstd,
             BTs, C);
 }
@@ -660,7 +654,7 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
     }
     return 0.0;
   case MT_PIECE_DOUT:
-    MT_ACT_OP(m->bf, m->ops, copy, dres, x->dout, (size_t)B * m->T_sp * m->shape.n_embd);
+    m->ops->copy(m->dt, dres, x->dout, (size_t)B * m->T_sp * m->shape.n_embd);
     return 0.0;
   default:
     return 0.0;

@@ -16,11 +16,11 @@
 #include <string.h>
 
 void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
-                  const mt_ops *ops, const mt_ops_bf16 *bf) {
+                  const mt_ops *ops, mt_dtype dt) {
   memset(tp, 0, sizeof *tp);
   tp->ops = ops;
-  tp->bf = bf;
-  tp->es = bf ? sizeof(mt_bf16) : sizeof(float);
+  tp->dt = dt;
+  tp->es = mt_dtype_bytes(dt);
   tp->g = g && g->size > 1 ? g : NULL;
   tp->size = tp->g ? g->size : 1;
   tp->rank = tp->g ? g->rank : 0;
@@ -43,7 +43,7 @@ void mt_tp_destroy(mt_tp *tp) {
 
 void mt_tp_allreduce(const mt_tp *tp, mt_act *x, size_t n) {
   if (!tp->g) return;
-  if (tp->bf) mt_allreduce_sum_bf16(tp->g, x, n, tp->ops->loc);
+  if (tp->dt == MT_DT_BF16) mt_allreduce_sum_bf16(tp->g, x, n, tp->ops->loc);
   else mt_allreduce_sum_f32(tp->g, x, n, tp->ops->loc);
 }
 
@@ -58,10 +58,10 @@ void mt_tp_allreduce_f64(const mt_tp *tp, double *x, size_t n) {
 void mt_tp_gather_seq(const mt_tp *tp, const mt_act *local, mt_act *full, int B, int T, int C) {
   size_t inner = (size_t)(T / tp->size) * (size_t)C;
   if (!tp->g) {
-    if (full != local) MT_ACT_OP(tp->bf, tp->ops, copy, full, local, (size_t)B * inner);
+    if (full != local) tp->ops->copy(tp->dt, full, local, (size_t)B * inner);
     return;
   }
-  if (tp->bf) mt_allgather_dim_u16(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
+  if (tp->dt == MT_DT_BF16) mt_allgather_dim_u16(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
   else mt_allgather_dim_f32(tp->g, local, full, (size_t)B, inner, tp->ops->loc);
 }
 
@@ -69,13 +69,13 @@ void mt_tp_reduce_scatter_seq(const mt_tp *tp, const mt_act *full, mt_act *local
                               int C) {
   size_t inner = (size_t)(T / tp->size) * (size_t)C;
   if (!tp->g) {
-    if (full != local) MT_ACT_OP(tp->bf, tp->ops, copy, local, full, (size_t)B * inner);
+    if (full != local) tp->ops->copy(tp->dt, local, full, (size_t)B * inner);
     return;
   }
   if (2 * (size_t)B * inner > tp->scratch_n)
     mt_die("tp reduce-scatter of %d x %d x %d exceeds the %zu-element scratch", B, T, C,
            tp->scratch_n);
-  if (tp->bf)
+  if (tp->dt == MT_DT_BF16)
     mt_reduce_scatter_dim_bf16(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
   else
     mt_reduce_scatter_dim_f32(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->ops->loc);
@@ -91,11 +91,10 @@ size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end) {
   return n;
 }
 
-/* buf holds fp32 gradients, or bf16 ones where bf is given (packed
- * widened, summed in fp32, each sum rounded once on the way back) */
-static void reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, void *buf,
-                                 const mt_ops_bf16 *bf, size_t buf_begin, size_t begin,
-                                 size_t end) {
+/* buf holds gradients of type gt: fp32, or bf16 (packed widened, summed
+ * in fp32, each sum rounded once on the way back) */
+static void reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, void *buf, mt_dtype gt,
+                                 size_t buf_begin, size_t begin, size_t end) {
   if (!tp->g) return;
   size_t n = 0;
   for (int pass = 0; pass < 2; pass++) { /* 0: pack, 1: unpack the sums */
@@ -109,15 +108,9 @@ static void reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, void *
                tp->grad_buf_n);
       size_t at = t->offset - buf_begin;
       float *packed = tp->grad_buf + n;
-      if (bf) {
-        mt_bf16 *g = (mt_bf16 *)buf + at;
-        if (pass == 0) bf->to_f32(packed, g, t->numel_local);
-        else bf->from_f32(g, packed, t->numel_local);
-      } else {
-        float *g = (float *)buf + at;
-        if (pass == 0) tp->ops->copy(packed, g, t->numel_local);
-        else tp->ops->copy(g, packed, t->numel_local);
-      }
+      void *g = (char *)buf + at * mt_dtype_bytes(gt);
+      if (pass == 0) tp->ops->convert(packed, MT_DT_F32, g, gt, t->numel_local);
+      else tp->ops->convert(g, gt, packed, MT_DT_F32, t->numel_local);
       n += t->numel_local;
     }
     if (pass == 0 && n == 0) return;
@@ -127,13 +120,12 @@ static void reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, void *
 
 void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, float *buf,
                                    size_t buf_begin, size_t begin, size_t end) {
-  reduce_partial_grads(tp, reg, buf, NULL, buf_begin, begin, end);
+  reduce_partial_grads(tp, reg, buf, MT_DT_F32, buf_begin, begin, end);
 }
 
-void mt_tp_reduce_partial_grads16_at(const mt_tp *tp, const mt_registry *reg,
-                                     const mt_ops_bf16 *bf, mt_bf16 *buf, size_t buf_begin,
-                                     size_t begin, size_t end) {
-  reduce_partial_grads(tp, reg, buf, bf, buf_begin, begin, end);
+void mt_tp_reduce_partial_grads16_at(const mt_tp *tp, const mt_registry *reg, mt_bf16 *buf,
+                                     size_t buf_begin, size_t begin, size_t end) {
+  reduce_partial_grads(tp, reg, buf, MT_DT_BF16, buf_begin, begin, end);
 }
 
 void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *grads,
@@ -165,7 +157,7 @@ const mt_act *mt_linear_col_input(const mt_tp *tp, const mt_act *x, int B) {
 
 void mt_linear_col_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
                            const mt_act *b, int B, int OC) {
-  MT_ACT_OP(tp->bf, tp->ops, matmul_forward, y, mt_linear_col_input(tp, x, B), w, b, B * tp->T,
+  tp->ops->matmul_forward(tp->dt, y, mt_linear_col_input(tp, x, B), w, b, B * tp->T,
             tp->C, OC);
 }
 
@@ -185,15 +177,15 @@ const mt_act *mt_linear_col_backward(const mt_tp *tp, mt_act *dpart, float *dw, 
                                      const mt_act *dy, const mt_act *x, const mt_act *w, int B,
                                      int OC) {
   const int BT = B * tp->T, C = tp->C;
-  MT_ACT_OP(tp->bf, tp->ops, zero, dpart, (size_t)BT * C);
-  MT_ACT_OP(tp->bf, tp->ops, matmul_backward, dpart, x ? dw : NULL, x ? db : NULL, dy,
+  tp->ops->zero(tp->dt, dpart, (size_t)BT * C);
+  tp->ops->matmul_backward(tp->dt, dpart, x ? dw : NULL, x ? db : NULL, dy,
             x ? mt_linear_col_input(tp, x, B) : NULL, w, BT, C, OC);
   return col_dinput(tp, dpart, B);
 }
 
 void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
                                    const mt_act *x, int B, int OC) {
-  MT_ACT_OP(tp->bf, tp->ops, matmul_backward, NULL, dw, db, dy, mt_linear_col_input(tp, x, B),
+  tp->ops->matmul_backward(tp->dt, NULL, dw, db, dy, mt_linear_col_input(tp, x, B),
             NULL, B * tp->T, tp->C, OC);
 }
 
@@ -211,7 +203,7 @@ void mt_linear_row_reduce(const mt_tp *tp, mt_act *y, int B) {
 void mt_linear_row_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
                            const mt_act *b, int B, int IC) {
   /* the bias once, by tp rank 0, before the sum over tp */
-  MT_ACT_OP(tp->bf, tp->ops, matmul_forward, mt_linear_row_partial(tp, y), x, w,
+  tp->ops->matmul_forward(tp->dt, mt_linear_row_partial(tp, y), x, w,
             tp->rank == 0 ? b : NULL, B * tp->T, IC, tp->C);
   mt_linear_row_reduce(tp, y, B);
 }
@@ -225,11 +217,11 @@ const mt_act *mt_linear_row_dout(const mt_tp *tp, const mt_act *dy, int B) {
 void mt_linear_row_backward(const mt_tp *tp, mt_act *dx, float *dw, float *db,
                             const mt_act *dy, const mt_act *x, const mt_act *w, int B, int IC) {
   const int BT = B * tp->T;
-  MT_ACT_OP(tp->bf, tp->ops, zero, dx, (size_t)BT * IC);
-  MT_ACT_OP(tp->bf, tp->ops, matmul_backward, dx, dw, db, dy, x, w, BT, IC, tp->C);
+  tp->ops->zero(tp->dt, dx, (size_t)BT * IC);
+  tp->ops->matmul_backward(tp->dt, dx, dw, db, dy, x, w, BT, IC, tp->C);
 }
 
 void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
                                    const mt_act *x, int B, int IC) {
-  MT_ACT_OP(tp->bf, tp->ops, matmul_backward, NULL, dw, db, dy, x, NULL, B * tp->T, IC, tp->C);
+  tp->ops->matmul_backward(tp->dt, NULL, dw, db, dy, x, NULL, B * tp->T, IC, tp->C);
 }

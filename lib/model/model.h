@@ -148,10 +148,11 @@ int mt_gpt_register_stages(mt_registry *r, const int *stage_of_layer, int last_s
 typedef struct mt_tp {
   mt_group *g;
   const mt_ops *ops;
-  /* bf16 activations and weights' copy (mt_gpt_parallel bf16): their ops,
-   * and the bytes of an activation element (4 or 2); the activations'
-   * collectives are then bf16's (half the bytes, sums rounded per addition) */
-  const mt_ops_bf16 *bf;
+  /* the storage type of the activations and the weights' copy
+   * (mt_gpt_parallel dt), and the bytes of an element (4 or 2); the
+   * activations' collectives move that type (bf16: half the bytes, sums
+   * rounded per addition) */
+  mt_dtype dt;
   size_t es;
   int size, rank;
   int sp;
@@ -173,7 +174,7 @@ typedef struct mt_tp {
  * reduce-scattered; max_partial_grads: the most elements of tp_partial_grad
  * tensors in one range handed to mt_tp_reduce_partial_grads. */
 void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
-                  const mt_ops *ops, const mt_ops_bf16 *bf);
+                  const mt_ops *ops, mt_dtype dt);
 void mt_tp_destroy(mt_tp *tp);
 void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,
                       mt_act *dx_local);
@@ -200,7 +201,7 @@ void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *
 /* The same on bf16 gradients (train.grad_dtype = bf16): widened, summed
  * over the group in fp32 and each sum rounded once. */
 void mt_tp_reduce_partial_grads16_at(const mt_tp *tp, const mt_registry *reg,
-                                     const mt_ops_bf16 *bf, mt_bf16 *buf, size_t buf_begin,
+                                     mt_bf16 *buf, size_t buf_begin,
                                      size_t begin, size_t end);
 /* Elements of tp_partial_grad tensors this rank holds in [begin, end). */
 size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end);
@@ -301,7 +302,7 @@ typedef struct {
   mt_cp_layout lay;
   mt_group *g;          /* NULL at cp = 1 */
   const mt_ops *ops;
-  const mt_ops_bf16 *bf; /* bf16 activations: their ops (NULL: fp32) */
+  mt_dtype dt;           /* the activations' storage type */
   int max_B, C, NH, hs;
   /* ring: K|V (max_B, T_local, 2C) buffers, two for K/V in flight and three
    * for dK/dV (this step's part, the one arriving, the one leaving);
@@ -320,7 +321,7 @@ typedef struct {
 
 /* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
 void mt_attention_create(mt_attention *a, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
-                         int NH, const mt_ops *ops, const mt_ops_bf16 *bf);
+                         int NH, const mt_ops *ops, mt_dtype dt);
 void mt_attention_destroy(mt_attention *a);
 /* Elements of the scratch the model provides: what (0 part, 1 part_lse, 2
  * dout_h, 3 dqkv_h) for this layout (0 where the mode needs none). */
@@ -368,7 +369,7 @@ void mt_attention_backward(mt_attention *a, mt_act *dqkv, const mt_act *dout,
 typedef struct {
   mt_group *ep_g, *etp_g, *seq_g; /* NULL or size 1: that axis is absent */
   const mt_ops *ops;
-  const mt_ops_bf16 *bf;          /* bf16 rows (moved as 16-bit bits); NULL: fp32 */
+  mt_dtype dt;                    /* the rows' storage type (bf16: moved as 16-bit bits) */
   int E, k, E_l;                  /* experts, choices per token, experts per ep rank */
   int ep, ep_rank, etp, etp_rank, seq_size, seq_rank;
   int T;                          /* tokens of a whole sequence */
@@ -648,18 +649,17 @@ typedef struct {
    * the load a rank keeps, x the ep group's mean (mt_ep_set_balance); 0: off */
   double ep_balance_alpha;
   int ep_balance_min_rows; /* a piece of fewer rows is not moved (0: any) */
-  /* the weights' compute copy and the activations in bf16 (mt_dtypes
-   * weights = acts = bf16) through these ops; NULL: fp32. MoE models
-   * without least-loaded placement (the layout refuses it). */
-  const mt_ops_bf16 *bf16;
+  /* the storage type of the weights' compute copy and the activations
+   * (mt_dtypes weights = acts): MT_DT_F32 (0, the default) or MT_DT_BF16 */
+  mt_dtype dt;
 } mt_gpt_parallel;
 
 typedef struct mt_gpt {
   mt_model_shape shape;
   const mt_ops *ops;
-  /* bf16 weights' copy and activations (mt_gpt_parallel bf16): their ops,
-   * NULL for fp32; es the bytes of an element of either (4 or 2) */
-  const mt_ops_bf16 *bf;
+  /* the storage type of the weights' copy and the activations
+   * (mt_gpt_parallel dt); es the bytes of an element of either (4 or 2) */
+  mt_dtype dt;
   size_t es;
   mt_registry reg;
   /* this rank's share of the split dims, read from the registry */

@@ -53,11 +53,6 @@ const mt_act *mt_layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j, in
 static inline mt_act *mt_act_at(size_t es, const mt_act *p, size_t i) {
   return p ? (mt_act *)((const char *)p + i * es) : NULL;
 }
-/* An op on activations of the model's dtype: the bf16 table's member when
- * the model computes in bf16 (bf non-NULL), else mt_ops'. The arguments
- * are the same for both (mt_act converts to either element type). */
-#define MT_ACT_OP(bf, ops, member, ...) \
-  ((bf) ? (bf)->member(__VA_ARGS__) : (ops)->member(__VA_ARGS__))
 
 /* ------------------------------------------------------------------ */
 /* a transformer block (block.c)                                       */
@@ -118,11 +113,10 @@ int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h
 enum { MT_LLEP_HELP_W, MT_LLEP_HELP_G, MT_LLEP_LEND };
 float *mt_moe_llep_region(const mt_moe *x, int r, int t);
 /* block weights w out to the helpers of the routing record meta (collective
- * over ep where any pair exists): the weights' copy as it is stored, bf16
- * under bf (half the bytes; in the regions' first half), else fp32. The
+ * over ep where any pair exists): the weights' copy as it is stored, of
+ * type dt (bf16: half the bytes, in the regions' first half). The
  * gradients stay fp32 either way. */
-void mt_moe_llep_weights(mt_moe *x, const mt_ops_bf16 *bf, const mt_block_tensors *w,
-                         const int *meta);
+void mt_moe_llep_weights(mt_moe *x, mt_dtype dt, const mt_block_tensors *w, const int *meta);
 /* the helped experts' gradients to 0; and back to their owners, added to g */
 void mt_moe_llep_zero_grads(mt_moe *x, const int *meta);
 void mt_moe_llep_grads(mt_moe *x, mt_block_tensors *g, const int *meta);

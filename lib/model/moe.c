@@ -24,10 +24,10 @@
  * block's scratch in the mt_moe (sized here from the dispatch's row bounds,
  * reused block after block).
  *
- * Under train.precision = bf16 (m->bf) the rows (the block's input and
+ * Under train.precision = bf16 (m->dt) the rows (the block's input and
  * output, the dispatched and combined rows, the experts' inputs, hidden
  * units and their gradients) are bf16 and move over ep and etp as 16-bit
- * bits; the experts run on the bf16 op table with fp32 weight gradients.
+ * bits; the experts run on bf16 rows with fp32 weight gradients.
  * The router stays fp32: its bf16 input and weight copy are widened (exact)
  * for an fp32 matmul, so the logits, softmax, top-k choices, combine
  * weights and the two losses are those fp32 gives on the same bf16 values
@@ -85,7 +85,7 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
     x->dxl = act_rows(m, act, N * C);
     x->full = act_rows(m, act, BT * C);
   }
-  if (m->bf) { /* the fp32 router's widened input, weight and input gradient */
+  if (m->dt != MT_DT_F32) { /* the fp32 router's widened input, weight and input gradient */
     x->router_x = act(m, N * C);
     x->router_w = act(m, E * C);
     x->router_dx = act(m, N * C);
@@ -99,7 +99,7 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   mt_group *seq_g = par && par->seq && par->seq->size > 1 ? par->seq : tp_g;
   mt_ep_create(&x->ep, par ? par->ep : NULL, par ? par->etp : NULL, seq_g, m->ops, x->E, x->k,
                m->T, s->moe_capacity, m->max_B, x->Ts, owner);
-  x->ep.bf = m->bf;
+  x->ep.dt = m->dt;
   free(owner);
   if (x->llep_alpha > 0.0) { /* least-loaded: the lent and helped experts' buffers */
     mt_ep_set_balance(&x->ep, x->llep_alpha, x->llep_min_rows);
@@ -147,13 +147,13 @@ static int helped(const mt_moe *moe, const int *meta) {
 /* The router's input (N, C) and weight (E, C) as fp32: themselves under
  * fp32, widened into the mt_moe's buffers under bf16 (exact) */
 static const float *router_input(mt_gpt *m, const mt_act *x, int N) {
-  if (!m->bf) return x;
-  m->bf->to_f32(m->moe.router_x, x, (size_t)N * m->moe.C);
+  if (m->dt == MT_DT_F32) return x;
+  m->ops->convert(m->moe.router_x, MT_DT_F32, x, m->dt, (size_t)N * m->moe.C);
   return m->moe.router_x;
 }
 static const float *router_weight(mt_gpt *m, const mt_block_tensors *w) {
-  if (!m->bf) return w->router_w;
-  m->bf->to_f32(m->moe.router_w, w->router_w, (size_t)m->moe.E * m->moe.C);
+  if (m->dt == MT_DT_F32) return w->router_w;
+  m->ops->convert(m->moe.router_w, MT_DT_F32, w->router_w, m->dt, (size_t)m->moe.E * m->moe.C);
   return m->moe.router_w;
 }
 
@@ -165,13 +165,14 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
                            const mt_act *x, mt_act *out, int S, int Ts) {
   mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
-  const mt_ops_bf16 *bf = m->bf;
+  const mt_dtype dt = m->dt;
   const int C = moe->C, E = moe->E, k = moe->k;
   const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local;
   const int mi = mt_model_moe_before(&m->shape, l);
   mt_ep *ep = &moe->ep;
   /* router (fp32: under bf16 on its widened input and weight) */
-  o->matmul_forward(moe->logits, router_input(m, x, N), router_weight(m, w), NULL, N, C, E);
+  o->matmul_forward(MT_DT_F32, moe->logits, router_input(m, x, N), router_weight(m, w), NULL,
+                    N, C, E);
   const float *bias = moe->balance == MT_MOE_BALANCE_BIAS ? moe->bias + (size_t)mi * E : NULL;
   o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, bias, N, E, k);
   /* routing decisions, then the rows out to the experts */
@@ -182,33 +183,33 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
   o->upload(a->meta, meta, (size_t)moe->meta_n * sizeof(int));
   const int n_send = meta[MT_EP_N_SEND], n_rows = meta[MT_EP_N_ROWS];
   mt_act *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
-  MT_ACT_OP(bf, o, gather_rows, moe->send_buf, x, moe->send_tok, n_send, C);
+  o->gather_rows(dt, moe->send_buf, x, moe->send_tok, n_send, C);
   mt_ep_dispatch(ep, meta, moe->send_buf, recv, rows, C);
   /* the experts on expert-major rows: fc, GELU, proj (the proj bias once,
    * by etp rank 0: the etp ranks' outputs are summed on the way back) */
   const int *off = mt_ep_expert_off(ep, meta);
   const int nh = helped(moe, meta); /* least-loaded: other ranks' experts, rows after ours */
-  if (ep->H > 0) mt_moe_llep_weights(moe, bf, w, meta);
-  MT_ACT_OP(bf, o, gather_rows, a->xe, rows, a->perm, n_rows, C);
-  MT_ACT_OP(bf, o, grouped_matmul_forward, a->h, a->xe, w->e_fc_w, w->e_fc_b, off, El, C, Fe);
+  if (ep->H > 0) mt_moe_llep_weights(moe, dt, w, meta);
+  o->gather_rows(dt, a->xe, rows, a->perm, n_rows, C);
+  o->grouped_matmul_forward(dt, a->h, a->xe, w->e_fc_w, w->e_fc_b, off, El, C, Fe);
   if (nh > 0)
-    MT_ACT_OP(bf, o, grouped_matmul_forward, a->h, a->xe, HW(moe, 0), HW(moe, 1), off + El, nh,
+    o->grouped_matmul_forward(dt, a->h, a->xe, HW(moe, 0), HW(moe, 1), off + El, nh,
               C, Fe);
-  MT_ACT_OP(bf, o, gelu_forward, a->g, a->h, (size_t)n_rows * Fe);
-  MT_ACT_OP(bf, o, grouped_matmul_forward, moe->rows2_buf, a->g, w->e_proj_w,
+  o->gelu_forward(dt, a->g, a->h, (size_t)n_rows * Fe);
+  o->grouped_matmul_forward(dt, moe->rows2_buf, a->g, w->e_proj_w,
             ep->etp_rank == 0 ? w->e_proj_b : NULL, off, El, Fe, C);
   if (nh > 0)
-    MT_ACT_OP(bf, o, grouped_matmul_forward, moe->rows2_buf, a->g, HW(moe, 2), HW(moe, 3),
+    o->grouped_matmul_forward(dt, moe->rows2_buf, a->g, HW(moe, 2), HW(moe, 3),
               off + El, nh, Fe, C);
-  MT_ACT_OP(bf, o, gather_rows, rows, moe->rows2_buf, a->inv, n_rows, C);
+  o->gather_rows(dt, rows, moe->rows2_buf, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, a->ys, C);
-  MT_ACT_OP(bf, o, moe_combine, out, a->ys, a->slot, a->topw, N, C, k);
+  o->moe_combine(dt, out, a->ys, a->slot, a->topw, N, C, k);
   if (!moe->stats_on) return;
   /* this rank's shares of the two losses (x the step's tokens) */
   moe->dropped[mi] += st.dropped;
   moe->rows_done[mi] += st.rows;
   moe->moved[mi] += st.moved;
-  if (moe->z_coef > 0.0f) moe->z[mi] += moe->z_coef * o->sumsq(a->lse, (size_t)N);
+  if (moe->z_coef > 0.0f) moe->z[mi] += moe->z_coef * o->sumsq(MT_DT_F32, a->lse, (size_t)N);
   if (moe->aux_coef > 0.0f && N > 0) {
     o->moe_prob_sums(moe->seq_buf, a->probs, N, E, Ts);
     /* the sums and fractions to the host, for a figure (no tensor math) */
@@ -235,7 +236,7 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
                             mt_act *dx, int S, int Ts, float dloss, int input_only) {
   mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
-  const mt_ops_bf16 *bf = m->bf;
+  const mt_dtype dt = m->dt;
   const int C = moe->C, E = moe->E, k = moe->k;
   const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local;
   mt_ep *ep = &moe->ep;
@@ -252,60 +253,60 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   float *dw_fc = input_only ? NULL : g->e_fc_w, *db_fc = input_only ? NULL : g->e_fc_b;
   /* least-loaded: the helped experts' weights again, their gradients here */
   const int nh = helped(moe, meta);
-  if (ep->H > 0) mt_moe_llep_weights(moe, bf, w, meta);
+  if (ep->H > 0) mt_moe_llep_weights(moe, dt, w, meta);
   if (ep->H > 0 && !input_only) mt_moe_llep_zero_grads(moe, meta);
   float *hg[4] = {NULL, NULL, NULL, NULL};
   if (!input_only)
     for (int t = 0; t < 4 && nh > 0; t++) hg[t] = HG(moe, t);
   /* the combine: each slot's output gradient, and the router weights' */
-  MT_ACT_OP(bf, o, moe_combine_backward, moe->send_buf, moe->dtw, dout, a->ys, a->slot, a->topw,
+  o->moe_combine_backward(dt, moe->send_buf, moe->dtw, dout, a->ys, a->slot, a->topw,
             N, C, k);
   /* the slots' gradients out to the experts, as the rows went */
   mt_ep_dispatch(ep, meta, moe->send_buf, recv, rows, C);
-  MT_ACT_OP(bf, o, gather_rows, dy, rows, a->perm, n_rows, C);
-  MT_ACT_OP(bf, o, zero, dgelu, (size_t)n_rows * Fe);
-  MT_ACT_OP(bf, o, grouped_matmul_backward, dgelu, dw_proj, db_proj, dy, a->g, w->e_proj_w, off,
+  o->gather_rows(dt, dy, rows, a->perm, n_rows, C);
+  o->zero(dt, dgelu, (size_t)n_rows * Fe);
+  o->grouped_matmul_backward(dt, dgelu, dw_proj, db_proj, dy, a->g, w->e_proj_w, off,
             El, Fe, C);
   if (nh > 0)
-    MT_ACT_OP(bf, o, grouped_matmul_backward, dgelu, hg[2], hg[3], dy, a->g, HW(moe, 2),
+    o->grouped_matmul_backward(dt, dgelu, hg[2], hg[3], dy, a->g, HW(moe, 2),
               off + El, nh, Fe, C);
-  MT_ACT_OP(bf, o, zero, dh, (size_t)n_rows * Fe);
-  MT_ACT_OP(bf, o, gelu_backward, dh, a->h, dgelu, (size_t)n_rows * Fe);
+  o->zero(dt, dh, (size_t)n_rows * Fe);
+  o->gelu_backward(dt, dh, a->h, dgelu, (size_t)n_rows * Fe);
   /* the experts' input gradients, partial over etp */
-  MT_ACT_OP(bf, o, zero, dxe, (size_t)n_rows * C);
-  MT_ACT_OP(bf, o, grouped_matmul_backward, dxe, dw_fc, db_fc, dh, a->xe, w->e_fc_w, off, El, C,
+  o->zero(dt, dxe, (size_t)n_rows * C);
+  o->grouped_matmul_backward(dt, dxe, dw_fc, db_fc, dh, a->xe, w->e_fc_w, off, El, C,
             Fe);
   if (nh > 0)
-    MT_ACT_OP(bf, o, grouped_matmul_backward, dxe, hg[0], hg[1], dh, a->xe, HW(moe, 0),
+    o->grouped_matmul_backward(dt, dxe, hg[0], hg[1], dh, a->xe, HW(moe, 0),
               off + El, nh, C, Fe);
   if (ep->H > 0 && !input_only) mt_moe_llep_grads(moe, g, meta);
-  MT_ACT_OP(bf, o, gather_rows, rows, dxe, a->inv, n_rows, C);
+  o->gather_rows(dt, rows, dxe, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, moe->send_buf, C);
-  MT_ACT_OP(bf, o, moe_gather_sum, dx, moe->send_buf, a->slot, N, C, k);
+  o->moe_gather_sum(dt, dx, moe->send_buf, a->slot, N, C, k);
   /* the router: the combine weights' gradient, the load-balancing term
    * (aux_coef * E * f[s][e] * dloss for each token of sequence s) and the
    * z-loss's (2 z_coef dloss lse p) */
   const float *aux = NULL;
   if (moe->aux_coef > 0.0f && S > 0) {
-    o->copy(moe->seq_buf, a->frac, (size_t)S * E);
-    o->scale(moe->seq_buf, moe->aux_coef * (float)E * dloss, (size_t)S * E);
+    o->copy(MT_DT_F32, moe->seq_buf, a->frac, (size_t)S * E);
+    o->scale(MT_DT_F32, moe->seq_buf, moe->aux_coef * (float)E * dloss, (size_t)S * E);
     aux = moe->seq_buf;
   }
   o->moe_router_backward(moe->logits, a->probs, a->lse, a->top, a->topw, moe->dtw, aux, Ts,
                          2.0f * moe->z_coef * dloss, N, E, k);
-  if (!bf) {
-    o->matmul_backward(dx, g->router_w, NULL, moe->logits, x, w->router_w, N, C, E);
+  if (dt == MT_DT_F32) {
+    o->matmul_backward(MT_DT_F32, dx, g->router_w, NULL, moe->logits, x, w->router_w, N, C, E);
     return;
   }
   /* bf16: the fp32 matmul on the widened input and weight (the same bits
    * as the forward's), its input gradient narrowed (send_buf is free now)
    * and added to dx with one rounding */
   const size_t nc = (size_t)N * C;
-  o->zero(moe->router_dx, nc);
-  o->matmul_backward(moe->router_dx, g->router_w, NULL, moe->logits, router_input(m, x, N),
-                     router_weight(m, w), N, C, E);
-  bf->from_f32(moe->send_buf, moe->router_dx, nc);
-  bf->axpy(dx, 1.0f, moe->send_buf, nc);
+  o->zero(MT_DT_F32, moe->router_dx, nc);
+  o->matmul_backward(MT_DT_F32, moe->router_dx, g->router_w, NULL, moe->logits,
+                     router_input(m, x, N), router_weight(m, w), N, C, E);
+  o->convert(moe->send_buf, dt, moe->router_dx, MT_DT_F32, nc);
+  o->axpy(dt, dx, 1.0f, moe->send_buf, nc);
 }
 
 /* The weight pass of a split backward: the experts' weight gradients from
@@ -319,18 +320,18 @@ static void routed_backward_weight(mt_gpt *m, const mt_block_tensors *w, mt_bloc
   int *meta = moe->meta_host;
   o->download(meta, a->meta, (size_t)moe->meta_n * sizeof(int));
   const int *off = mt_ep_expert_off(&moe->ep, meta);
-  MT_ACT_OP(m->bf, o, grouped_matmul_backward, NULL, g->e_proj_w, g->e_proj_b, a->dy, a->g,
+  o->grouped_matmul_backward(m->dt, NULL, g->e_proj_w, g->e_proj_b, a->dy, a->g,
             w->e_proj_w, off, El, Fe, C);
-  MT_ACT_OP(m->bf, o, grouped_matmul_backward, NULL, g->e_fc_w, g->e_fc_b, a->dh, a->xe,
+  o->grouped_matmul_backward(m->dt, NULL, g->e_fc_w, g->e_fc_b, a->dh, a->xe,
             w->e_fc_w, off, El, C, Fe);
   if (moe->ep.H == 0) return;
   /* least-loaded: the helped experts' gradients (no weights needed), back */
   const int nh = helped(moe, meta);
   mt_moe_llep_zero_grads(moe, meta);
   if (nh > 0) {
-    MT_ACT_OP(m->bf, o, grouped_matmul_backward, NULL, HG(moe, 2), HG(moe, 3), a->dy, a->g, NULL,
+    o->grouped_matmul_backward(m->dt, NULL, HG(moe, 2), HG(moe, 3), a->dy, a->g, NULL,
               off + El, nh, Fe, C);
-    MT_ACT_OP(m->bf, o, grouped_matmul_backward, NULL, HG(moe, 0), HG(moe, 1), a->dh, a->xe, NULL,
+    o->grouped_matmul_backward(m->dt, NULL, HG(moe, 0), HG(moe, 1), a->dh, a->xe, NULL,
               off + El, nh, C, Fe);
   }
   mt_moe_llep_grads(moe, g, meta);
@@ -347,7 +348,7 @@ static const mt_act *local_tokens(mt_gpt *m, const mt_act *full, mt_act *slice, 
   if (!m->moe.slice) return full;
   const size_t C = (size_t)m->moe.C, Ts = (size_t)m->moe.Ts, es = m->es;
   for (int b = 0; b < B; b++)
-    MT_ACT_OP(m->bf, m->ops, copy, mt_act_at(es, slice, (size_t)b * Ts * C),
+    m->ops->copy(m->dt, mt_act_at(es, slice, (size_t)b * Ts * C),
               mt_act_at(es, full, ((size_t)b * m->T + (size_t)m->tp.rank * Ts) * C), Ts * C);
   return slice;
 }
@@ -364,11 +365,11 @@ void mt_moe_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_
   if (moe->slice) { /* every tp rank's slices back into the whole (BT,C) */
     mt_act *full = shared ? moe->full : x->fcproj;
     mt_tp_gather_seq(&m->tp, moe->out, full, B, m->T, C);
-    if (shared) MT_ACT_OP(m->bf, o, axpy, x->fcproj, 1.0f, full, BT * C);
+    if (shared) o->axpy(m->dt, x->fcproj, 1.0f, full, BT * C);
   } else if (shared) {
-    MT_ACT_OP(m->bf, o, axpy, x->fcproj, 1.0f, moe->out, N * C);
+    o->axpy(m->dt, x->fcproj, 1.0f, moe->out, N * C);
   } else {
-    MT_ACT_OP(m->bf, o, copy, x->fcproj, moe->out, N * C);
+    o->copy(m->dt, x->fcproj, moe->out, N * C);
   }
 }
 
@@ -384,7 +385,7 @@ const mt_act *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x,
   const mt_act *dl = local_tokens(m, dres, moe->out, B);
   /* where the local tokens' input gradient accumulates */
   mt_act *dx = moe->slice ? moe->dxl : shared ? (mt_act *)dln : spare;
-  if (moe->slice || !shared) MT_ACT_OP(m->bf, o, zero, dx, N * C);
+  if (moe->slice || !shared) o->zero(m->dt, dx, N * C);
   routed_backward(m, &m->p.blocks[l], &m->g.blocks[l], &x->moe, xl, dl, dx, B, moe->Ts, dloss,
                   input_only);
   if (!moe->slice) return shared ? dln : spare;
@@ -392,7 +393,7 @@ const mt_act *mt_moe_block_backward(mt_gpt *m, int l, const mt_layer_acts *x,
   mt_act *full = shared ? moe->full : spare;
   mt_tp_gather_seq(&m->tp, dx, full, B, m->T, C);
   if (!shared) return full;
-  MT_ACT_OP(m->bf, o, axpy, (mt_act *)dln, 1.0f, full, BT * C);
+  o->axpy(m->dt, (mt_act *)dln, 1.0f, full, BT * C);
   return dln;
 }
 

@@ -278,14 +278,14 @@ static void parts(const int *rows, int n, int C, size_t *out) {
   for (int i = 0; i < n; i++) out[i] = (size_t)rows[i] * (size_t)C;
 }
 
-/* bf16 rows (x->bf) move as 16-bit bits: half fp32's bytes */
+/* bf16 rows (x->dt) move as 16-bit bits: half fp32's bytes */
 static void rows_copy(const mt_ep *x, mt_act *dst, const mt_act *src, size_t n) {
-  MT_ACT_OP(x->bf, x->ops, copy, dst, src, n);
+  x->ops->copy(x->dt, dst, src, n);
 }
 
 static void rows_alltoallv(const mt_ep *x, const mt_act *send, const size_t *a, mt_act *recv,
                            const size_t *b) {
-  if (x->bf) mt_alltoallv_u16(x->ep_g, send, a, recv, b, x->ops->loc);
+  if (x->dt == MT_DT_BF16) mt_alltoallv_u16(x->ep_g, send, a, recv, b, x->ops->loc);
   else mt_alltoallv_f32(x->ep_g, send, a, recv, b, x->ops->loc);
 }
 
@@ -299,7 +299,7 @@ void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act 
   else if (recv != send) rows_copy(x, recv, send, a[0]);
   if (x->etp_g) {
     parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    if (x->bf) { /* the 16-bit all-gather of variable parts, waited for */
+    if (x->dt == MT_DT_BF16) { /* the 16-bit all-gather of variable parts, waited for */
       int *ic = mt_malloc(2 * (size_t)x->etp * sizeof(int)), *id = ic + x->etp;
       size_t off = 0;
       for (int t = 0; t < x->etp; t++) {
@@ -328,7 +328,7 @@ void mt_ep_combine(const mt_ep *x, const int *meta, const mt_act *rows, mt_act *
   parts(mt_ep_recv_counts(x, meta), x->ep, C, b);
   if (x->etp_g) {
     parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    if (x->bf) { /* the bf16 reduce-scatter (each addition rounded), waited for */
+    if (x->dt == MT_DT_BF16) { /* the bf16 reduce-scatter (each addition rounded), waited for */
       int *ic = mt_malloc((size_t)x->etp * sizeof(int));
       for (int t = 0; t < x->etp; t++) ic[t] = (int)c[t];
       mt_request q;

@@ -305,13 +305,12 @@ static void pair_counts(const mt_ep *ep, const int *rec, size_t per, size_t *to,
   for (int i = 0; i < rec[MT_LLEP_N_HELP]; i++) from[ep->owner[help_e[i]]] += per;
 }
 
-void mt_moe_llep_weights(mt_moe *x, const mt_ops_bf16 *bf, const mt_block_tensors *w,
-                         const int *meta) {
+void mt_moe_llep_weights(mt_moe *x, mt_dtype dt, const mt_block_tensors *w, const int *meta) {
   const mt_ep *ep = &x->ep;
   const int *rec = mt_ep_llep(ep, meta);
   if (rec[MT_LLEP_PAIRS] == 0) return; /* the same on every rank of the group */
   const int *lend_e = rec + MT_LLEP_HEAD + ep->H;
-  const size_t es = bf ? sizeof(mt_bf16) : sizeof(float); /* bytes of an element */
+  const size_t es = mt_dtype_bytes(dt); /* bytes of an element */
   const char *src[4] = {w->e_fc_w, w->e_fc_b, w->e_proj_w, w->e_proj_b};
   size_t sz[4], *cnt = mt_malloc(2 * (size_t)ep->ep * sizeof(size_t));
   expert_sizes(x, sz);
@@ -321,10 +320,10 @@ void mt_moe_llep_weights(mt_moe *x, const mt_ops_bf16 *bf, const mt_block_tensor
     for (int i = 0; i < rec[MT_LLEP_N_LEND]; i++) {
       void *to = lend + (size_t)i * sz[t] * es;
       const void *from = src[t] + (size_t)ep->local[lend_e[i]] * sz[t] * es;
-      MT_ACT_OP(bf, x->ep.ops, copy, to, from, sz[t]);
+      x->ep.ops->copy(dt, to, from, sz[t]);
     }
     pair_counts(ep, rec, sz[t], cnt, cnt + ep->ep);
-    if (bf)
+    if (dt == MT_DT_BF16)
       mt_alltoallv_u16(ep->ep_g, (const uint16_t *)lend, cnt, help, cnt + ep->ep, x->ep.ops->loc);
     else
       mt_alltoallv_f32(ep->ep_g, (const float *)lend, cnt, help, cnt + ep->ep, x->ep.ops->loc);
@@ -337,7 +336,8 @@ void mt_moe_llep_zero_grads(mt_moe *x, const int *meta) {
   size_t sz[4];
   expert_sizes(x, sz);
   for (int t = 0; t < 4; t++)
-    x->ep.ops->zero(mt_moe_llep_region(x, MT_LLEP_HELP_G, t), (size_t)rec[MT_LLEP_N_HELP] * sz[t]);
+    x->ep.ops->zero(MT_DT_F32, mt_moe_llep_region(x, MT_LLEP_HELP_G, t),
+                    (size_t)rec[MT_LLEP_N_HELP] * sz[t]);
 }
 
 void mt_moe_llep_grads(mt_moe *x, mt_block_tensors *g, const int *meta) {
@@ -354,8 +354,8 @@ void mt_moe_llep_grads(mt_moe *x, mt_block_tensors *g, const int *meta) {
     mt_alltoallv_f32(ep->ep_g, mt_moe_llep_region(x, MT_LLEP_HELP_G, t), cnt + ep->ep, lend, cnt,
                      x->ep.ops->loc);
     for (int i = 0; i < rec[MT_LLEP_N_LEND]; i++)
-      x->ep.ops->axpy(dst[t] + (size_t)ep->local[lend_e[i]] * sz[t], 1.0f,
-                   lend + (size_t)i * sz[t], sz[t]);
+      x->ep.ops->axpy(MT_DT_F32, dst[t] + (size_t)ep->local[lend_e[i]] * sz[t], 1.0f,
+                      lend + (size_t)i * sz[t], sz[t]);
   }
   free(cnt);
 }

@@ -30,9 +30,10 @@ void mt_adamw_step_begin(mt_adamw *o, float lr) {
   o->lr = lr;
 }
 
-void mt_adamw_update_range_bf16(mt_adamw *o, const mt_registry *reg, float *param,
-                                mt_bf16 *param_bf16, const mt_ops_bf16 *bf, const float *grad,
-                                size_t begin, size_t len, size_t moff) {
+void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, void *copy,
+                           mt_dtype copy_t, const float *grad, size_t begin, size_t len,
+                           size_t moff) {
+  const size_t es = mt_dtype_bytes(copy_t);
   size_t end = begin + len;
   for (int i = 0; i < reg->n && begin < end; i++) {
     const mt_tensor *t = &reg->t[i];
@@ -41,18 +42,10 @@ void mt_adamw_update_range_bf16(mt_adamw *o, const mt_registry *reg, float *para
     size_t a = tb > begin ? tb : begin, b = te < end ? te : end;
     size_t k = a - begin;
     float wd = t->weight_decay ? o->weight_decay : 0.0f;
-    if (bf && param_bf16)
-      bf->adamw_update(param + k, param_bf16 + k, grad + k, o->m + moff + k, o->v + moff + k,
-                       b - a, o->lr, o->beta1, o->beta2, o->eps, wd, o->t);
-    else
-      o->ops->adamw_update(param + k, grad + k, o->m + moff + k, o->v + moff + k, b - a, o->lr,
-                           o->beta1, o->beta2, o->eps, wd, o->t);
+    o->ops->adamw_update(copy_t, param + k, copy ? (char *)copy + k * es : NULL, grad + k,
+                         o->m + moff + k, o->v + moff + k, b - a, o->lr, o->beta1, o->beta2,
+                         o->eps, wd, o->t);
   }
-}
-
-void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, const float *grad,
-                           size_t begin, size_t len, size_t moff) {
-  mt_adamw_update_range_bf16(o, reg, param, NULL, NULL, grad, begin, len, moff);
 }
 
 float mt_lr_at(int step, int steps, int warmup, float lr, float min_ratio) {

@@ -25,15 +25,11 @@ void mt_adamw_destroy(mt_adamw *o);
  * weight_decay. Call mt_adamw_step_begin once per optimizer step before the
  * ranges. */
 void mt_adamw_step_begin(mt_adamw *o, float lr);
-void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, const float *grad,
-                           size_t begin, size_t len, size_t moff);
-/* The same, and param_bf16 (len values) = the updated parameters rounded to
- * bf16 in the same pass (the weights' compute copy) through bf's AdamW,
- * whose fp32 results are mt_ops' bit for bit; param_bf16 or bf NULL: as
- * mt_adamw_update_range. */
-void mt_adamw_update_range_bf16(mt_adamw *o, const mt_registry *reg, float *param,
-                                mt_bf16 *param_bf16, const mt_ops_bf16 *bf, const float *grad,
-                                size_t begin, size_t len, size_t moff);
+/* copy (len values of type copy_t, or NULL) = the updated parameters in
+ * the same pass: the weights' compute copy (bf16: rounded). */
+void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, void *copy,
+                           mt_dtype copy_t, const float *grad, size_t begin, size_t len,
+                           size_t moff);
 
 /* Linear warmup over warmup steps to lr, then cosine decay to lr*min_ratio at
  * the last step. step is 0-based. */

@@ -108,24 +108,22 @@ static int bucket_of_unit(const mt_dp *d, int u) {
   return -1;
 }
 
+/* the storage type of the weights' compute copy (fp32: none, the master) */
+static mt_dtype copy_type(const mt_dp *d) { return d->bf ? MT_DT_BF16 : MT_DT_F32; }
+
 /* an axis the norm sums over: NULL where absent (size 1) */
 static mt_group *axis(mt_group *g) { return g && g->size > 1 ? g : NULL; }
 
 void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, const mt_ops *ops,
-                  const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay,
-                  int flags) {
-  mt_dp_create_bf16(d, groups, reg, ops, NULL, tp, beta1, beta2, eps, weight_decay, flags);
-}
-
-void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg,
-                       const mt_ops *ops, const mt_ops_bf16 *bf, const mt_tp *tp, float beta1,
-                       float beta2, float eps, float weight_decay, int flags) {
+                  mt_dtype weights, const mt_tp *tp, float beta1, float beta2, float eps,
+                  float weight_decay, int flags) {
   memset(d, 0, sizeof *d);
+  const int bf = weights == MT_DT_BF16; /* a bf16 compute copy of the weights */
   d->open_fills = (flags & (MT_DP_OPEN_FILLS | MT_DP_RUNS)) != 0;
   d->unit_bufs = (flags & MT_DP_RUNS) != 0;
   d->zero = reg->zero;
   d->bf = bf;
-  if ((flags & MT_DP_GRADS_BF16) && !bf) mt_die("dp: bf16 gradients need the bf16 ops");
+  if ((flags & MT_DP_GRADS_BF16) && !bf) mt_die("dp: bf16 gradients need bf16 weights");
   d->grads16_acc = (flags & MT_DP_GRADS_BF16) != 0;
   if (d->grads16_acc) flags |= MT_DP_REDUCE_BF16; /* bf16 gradients reduce in bf16 */
   d->master_sharded = d->zero == 3 || (bf && d->zero >= 1);
@@ -331,12 +329,14 @@ void mt_dp_master_changed(mt_dp *d) {
   const mt_registry *r = d->reg;
   if (!d->bf) return;
   if (!d->master_sharded || d->zero == 3) {
-    d->bf->from_f32(d->params_bf16, d->params, d->zero == 3 ? r->shard_numel : r->numel_local);
+    d->ops->convert(d->params_bf16, MT_DT_BF16, d->params, MT_DT_F32,
+                    d->zero == 3 ? r->shard_numel : r->numel_local);
     return;
   }
   for (int k = 0; k < r->n_buckets; k++) {
     const mt_bucket_plan *p = plan_of(d, k);
-    d->bf->from_f32(d->params_bf16 + part_begin(d, k), d->params + p->shard_off, part_len(d, k));
+    d->ops->convert(d->params_bf16 + part_begin(d, k), MT_DT_BF16, d->params + p->shard_off,
+                    MT_DT_F32, part_len(d, k));
     mt_allgatherv_inplace_u16(group_of(d, k), d->params_bf16 + p->begin, p->counts, p->displs,
                               d->ops->loc);
   }
@@ -346,10 +346,10 @@ void mt_dp_master_changed(mt_dp *d) {
 /* gradient reduction                                                  */
 
 void mt_dp_begin_step(mt_dp *d) {
-  if (d->grads) d->ops->zero(d->grads, d->reg->numel_local);
-  if (d->grad_shard) d->ops->zero(d->grad_shard, d->reg->shard_numel);
-  if (d->grads16_acc && d->grads16) d->bf->zero(d->grads16, d->reg->numel_local);
-  if (d->grads16_acc && d->shard16) d->bf->zero(d->shard16, d->reg->shard_numel);
+  if (d->grads) d->ops->zero(MT_DT_F32, d->grads, d->reg->numel_local);
+  if (d->grad_shard) d->ops->zero(MT_DT_F32, d->grad_shard, d->reg->shard_numel);
+  if (d->grads16_acc && d->grads16) d->ops->zero(MT_DT_BF16, d->grads16, d->reg->numel_local);
+  if (d->grads16_acc && d->shard16) d->ops->zero(MT_DT_BF16, d->shard16, d->reg->shard_numel);
   d->next_bucket = 0;
   d->reduce_now = 0;
   for (int g = 0; g < MT_NGROUPS; g++) d->state_bytes[g] = 0.0;
@@ -370,7 +370,7 @@ static void launch(mt_dp *d, int k) {
   if (d->reduce16) { /* narrowed, reduced in bf16; widened in bucket_wait
                       * (bf16 gradients: reduced where they are) */
     mt_bf16 *h = d->grads16 + p->begin;
-    if (!d->grads16_acc) d->bf->from_f32(h, g, p->end - p->begin);
+    if (!d->grads16_acc) d->ops->convert(h, MT_DT_BF16, g, MT_DT_F32, p->end - p->begin);
     if (d->zero)
       GRAD_CALL(d, k, mt_ireduce_scatter_sum_bf16(group_of(d, k), h, d->shard16 + p->shard_off,
                                                   p->counts, d->ops->loc, &b->req));
@@ -396,9 +396,9 @@ static void bucket_wait(mt_dp *d, int k) {
   if (!b->pending16) return;
   b->pending16 = 0;
   if (d->zero)
-    d->bf->to_f32(d->grad_shard + p->shard_off, d->shard16 + p->shard_off, part_len(d, k));
+    d->ops->convert(d->grad_shard + p->shard_off, MT_DT_F32, d->shard16 + p->shard_off, MT_DT_BF16, part_len(d, k));
   else
-    d->bf->to_f32(d->grads + p->begin, d->grads16 + p->begin, p->end - p->begin);
+    d->ops->convert(d->grads + p->begin, MT_DT_F32, d->grads16 + p->begin, MT_DT_BF16, p->end - p->begin);
 }
 
 /* zero <= 1: every gradient at flat offset >= ready_from is final: launch
@@ -419,10 +419,10 @@ static void retire_bucket(mt_dp *d, int k) {
   if (b->launched) {
     mt_wait(&b->req);
     if (d->grads16_acc) { /* the bf16 shard += this part, one rounding */
-      d->bf->axpy(d->shard16 + plan_of(d, k)->shard_off, 1.0f, pb->part16, part_len(d, k));
+      d->ops->axpy(MT_DT_BF16, d->shard16 + plan_of(d, k)->shard_off, 1.0f, pb->part16, part_len(d, k));
     } else {
-      if (d->reduce16) d->bf->to_f32(pb->part, pb->part16, part_len(d, k));
-      d->ops->axpy(d->grad_shard + plan_of(d, k)->shard_off, 1.0f, pb->part, part_len(d, k));
+      if (d->reduce16) d->ops->convert(pb->part, MT_DT_F32, pb->part16, MT_DT_BF16, part_len(d, k));
+      d->ops->axpy(MT_DT_F32, d->grad_shard + plan_of(d, k)->shard_off, 1.0f, pb->part, part_len(d, k));
     }
     b->launched = 0;
   }
@@ -458,8 +458,8 @@ static void *bucket_buffer(mt_dp *d, int k) {
   b->launched = 0;
   b->units_left = units_of_bucket(d, k);
   (void)p;
-  if (d->grads16_acc) d->bf->zero(pb->mem16, p->end - p->begin);
-  else d->ops->zero(pb->mem, p->end - p->begin);
+  if (d->grads16_acc) d->ops->zero(MT_DT_BF16, pb->mem16, p->end - p->begin);
+  else d->ops->zero(MT_DT_F32, pb->mem, p->end - p->begin);
   return pb->mem;
 }
 
@@ -477,7 +477,7 @@ static void sum_held_partials(mt_dp *d, size_t begin, size_t end) {
     return;
   }
   if (d->tp && d->tp->grad_buf)
-    mt_tp_reduce_partial_grads16_at(d->tp, d->reg, d->bf, d->grads16, 0, begin, end);
+    mt_tp_reduce_partial_grads16_at(d->tp, d->reg, d->grads16, 0, begin, end);
 }
 
 /* zero >= 2: reduce-scatter bucket k's buffer (its gradients of this
@@ -488,14 +488,14 @@ static void launch_fill(mt_dp *d, int k) {
   mt_pool_buf *pb = &d->gbufs[b->buf];
   if (d->grads16_acc) {
     if (d->tp && d->tp->grad_buf)
-      mt_tp_reduce_partial_grads16_at(d->tp, d->reg, d->bf, pb->mem16, p->begin, p->begin,
+      mt_tp_reduce_partial_grads16_at(d->tp, d->reg, pb->mem16, p->begin, p->begin,
                                       p->end);
   } else {
     sum_partials(d, pb->mem, p->begin, p->begin, p->end);
   }
   if (d->reduce16) { /* narrowed, reduced in bf16; widened in retire_bucket
                       * (bf16 gradients: reduced where they are) */
-    if (!d->grads16_acc) d->bf->from_f32(pb->mem16, pb->mem, p->end - p->begin);
+    if (!d->grads16_acc) d->ops->convert(pb->mem16, MT_DT_BF16, pb->mem, MT_DT_F32, p->end - p->begin);
     GRAD_CALL(d, k, mt_ireduce_scatter_sum_bf16(group_of(d, k), pb->mem16, pb->part16, p->counts,
                                                 d->ops->loc, &b->req));
   } else {
@@ -687,7 +687,7 @@ static float *slot_open(mt_dp *d, int u, mt_bf16 *home, size_t len) {
   sl->home = home;
   sl->len = len;
   d->unit_slot[u] = best;
-  d->bf->to_f32(sl->mem, home, len);
+  d->ops->convert(sl->mem, MT_DT_F32, home, MT_DT_BF16, len);
   return sl->mem;
 }
 
@@ -696,7 +696,7 @@ static void slot_fold(mt_dp *d, int u) {
   if (!d->grads16_acc) return;
   int i = d->unit_slot[u];
   if (i < 0) return;
-  d->bf->from_f32(d->slots[i].home, d->slots[i].mem, d->slots[i].len);
+  d->ops->convert(d->slots[i].home, MT_DT_BF16, d->slots[i].mem, MT_DT_F32, d->slots[i].len);
   d->slots[i].owner = -1;
   d->unit_slot[u] = -1;
 }
@@ -732,8 +732,8 @@ static const void *reduced_grads(const mt_dp *d) {
   return d->zero ? (const void *)d->grad_shard : (const void *)d->grads;
 }
 static double grads_sumsq(const mt_dp *d, const void *g, size_t i, size_t n) {
-  if (d->grads16_acc) return d->bf->sumsq((const mt_bf16 *)g + i, n);
-  return d->ops->sumsq((const float *)g + i, n);
+  if (d->grads16_acc) return d->ops->sumsq(MT_DT_BF16, (const mt_bf16 *)g + i, n);
+  return d->ops->sumsq(MT_DT_F32, (const float *)g + i, n);
 }
 
 /* Sums of squares of grad (reduced_grads' kind), whose element 0 is flat
@@ -818,9 +818,9 @@ static void update_from_bf16(mt_dp *d, float *param, mt_bf16 *copy, const mt_bf1
                              size_t cap) {
   for (size_t i = 0; i < len; i += cap) {
     size_t n = len - i < cap ? len - i : cap;
-    d->bf->to_f32(buf, g16 + i, n);
-    if (scale != 1.0f) d->ops->scale(buf, scale, n);
-    mt_adamw_update_range_bf16(&d->opt, d->reg, param + i, copy ? copy + i : NULL, d->bf, buf,
+    d->ops->convert(buf, MT_DT_F32, g16 + i, MT_DT_BF16, n);
+    if (scale != 1.0f) d->ops->scale(MT_DT_F32, buf, scale, n);
+    mt_adamw_update_range(&d->opt, d->reg, param + i, copy ? copy + i : NULL, MT_DT_BF16, buf,
                                begin + i, n, moff + i);
   }
 }
@@ -831,7 +831,7 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
   d->last_grad_norm = norm;
   float scale = mt_clip_scale(norm, grad_clip);
   float *g = d->zero ? d->grad_shard : d->grads;
-  if (scale != 1.0f && !d->grads16_acc) d->ops->scale(g, scale, r->shard_numel);
+  if (scale != 1.0f && !d->grads16_acc) d->ops->scale(MT_DT_F32, g, scale, r->shard_numel);
   size_t cap = 0;
   float *buf = d->grads16_acc ? free_f32_buffer(d, &cap) : NULL;
   if (d->grads16_acc && !buf && r->shard_numel)
@@ -849,16 +849,16 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
         update_from_bf16(d, param, copy, d->shard16 + p->shard_off, pb, part_len(d, k),
                          p->shard_off, scale, buf, cap);
       else
-        mt_adamw_update_range_bf16(&d->opt, r, param, copy, d->bf, g + p->shard_off, pb,
-                                   part_len(d, k), p->shard_off);
+        mt_adamw_update_range(&d->opt, r, param, copy, copy_type(d), g + p->shard_off, pb,
+                              part_len(d, k), p->shard_off);
     } else if (d->grads16_acc) {
       update_from_bf16(d, d->params + p->begin, d->params_bf16 + p->begin,
                        d->grads16 + p->begin, p->begin, p->end - p->begin, p->shard_off, scale,
                        buf, cap);
     } else {
-      mt_adamw_update_range_bf16(&d->opt, r, d->params + p->begin,
-                                 d->bf ? d->params_bf16 + p->begin : NULL, d->bf, g + p->begin,
-                                 p->begin, p->end - p->begin, p->shard_off);
+      mt_adamw_update_range(&d->opt, r, d->params + p->begin,
+                            d->bf ? d->params_bf16 + p->begin : NULL, copy_type(d), g + p->begin,
+                            p->begin, p->end - p->begin, p->shard_off);
     }
   }
   /* zero 1, 2: every rank's updated part to every rank: the bf16 copy's

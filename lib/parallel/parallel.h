@@ -123,14 +123,14 @@ typedef struct {
   int n_pbufs;
   mt_unit_gather *gather;
   double last_grad_norm;
-  /* the weights' compute copy in bf16 (mt_dp_create_bf16; bf NULL: the
-   * model reads the fp32 parameters): params_bf16 holds reg->numel_local
+  /* the weights' compute copy in bf16 (mt_dp_create with bf16 weights; bf
+   * 0: the model reads the fp32 parameters): params_bf16 holds reg->numel_local
    * elements (zero <= 2) or the shard (zero 3, whose gather buffers pbufs
    * are then bf16); master_sharded: params holds the shard (zero 3, or
    * zero >= 1 with the copy). copy_fresh: the copy equals the master (0
    * after the master was written other than by an update: initial values,
    * a checkpoint) */
-  const mt_ops_bf16 *bf;
+  int bf;
   mt_bf16 *params_bf16;
   int master_sharded;
   /* this step's bytes of the state's collectives (gradients, parameters),
@@ -189,30 +189,28 @@ enum {
    * the shards of the optimizer state stay as they are */
   MT_DP_RUNS = 2,
   /* gradients reduced in bf16 over dp x cp (parallel.grad_reduce_dtype =
-   * bf16; needs the bf16 ops, mt_dp_create_bf16): half the bytes, each
+   * bf16; needs bf16 weights): half the bytes, each
    * addition of two ranks' parts rounded to bf16; they accumulate in fp32 */
   MT_DP_REDUCE_BF16 = 4,
-  /* gradients accumulated in bf16 (train.grad_dtype = bf16; needs the bf16
-   * ops, and reduces in bf16 as MT_DP_REDUCE_BF16 does): half the bytes of
+  /* gradients accumulated in bf16 (train.grad_dtype = bf16; needs bf16
+   * weights, and reduces in bf16 as MT_DP_REDUCE_BF16 does): half the bytes of
    * the held gradients, each unit's gradients of a micro-batch added to
    * them with one rounding (see mt_dp.grads16_acc) */
   MT_DP_GRADS_BF16 = 8
 };
+/* weights: the storage type of the weights' compute copy, what
+ * mt_dp_params returns. MT_DT_F32: the fp32 parameters themselves.
+ * MT_DT_BF16: a bf16 copy refreshed from the fp32 master by every update
+ * (AdamW writes both in one pass); with it the master is sharded from ZeRO-1
+ * on, as the ZeRO paper's 2 + 2 + 12 bytes per parameter has it: zero 0,
+ * master and copy whole; zero 1 and 2, the master is this rank's shard
+ * (reg->shard_numel, like ZeRO-3's) and the copy whole, all-gathered in
+ * bf16 after the update; zero 3, both the shard, and a unit's copy is
+ * gathered in bf16 into bf16 buffers. Copy memory counted as
+ * MT_MEM_PARAMS, its gather buffers as MT_MEM_GATHER. */
 void mt_dp_create(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg, const mt_ops *ops,
-                  const mt_tp *tp, float beta1, float beta2, float eps, float weight_decay,
-                  int flags);
-/* The same with a bf16 compute copy of the weights (bf: the bf16 ops; NULL:
- * mt_dp_create). The copy is what mt_dp_params returns, refreshed from the
- * fp32 master by every update (AdamW writes both in one pass). With it the
- * master is sharded from ZeRO-1 on, as the ZeRO paper's 2 + 2 + 12 bytes
- * per parameter has it: zero 0, master and copy whole; zero 1 and 2, the
- * master is this rank's shard (reg->shard_numel, like ZeRO-3's) and the
- * copy whole, all-gathered in bf16 after the update; zero 3, both the
- * shard, and a unit's copy is gathered in bf16 into bf16 buffers. Copy
- * memory counted as MT_MEM_PARAMS, its gather buffers as MT_MEM_GATHER. */
-void mt_dp_create_bf16(mt_dp *d, const mt_dp_groups *g, const mt_registry *reg,
-                       const mt_ops *ops, const mt_ops_bf16 *bf, const mt_tp *tp, float beta1,
-                       float beta2, float eps, float weight_decay, int flags);
+                  mt_dtype weights, const mt_tp *tp, float beta1, float beta2, float eps,
+                  float weight_decay, int flags);
 void mt_dp_destroy(mt_dp *d);
 /* The fp32 master was written other than by mt_dp_optimizer_step (a
  * checkpoint loaded into mt_dp_state_ranges): the bf16 copy made from it
@@ -498,8 +496,7 @@ typedef struct {
   mt_pp_sched sched;
   int accum, virtual_stages;
   const int *stage_l0, *stage_l1;
-  /* the dtype of every role (mt_dtypes_resolve); bf16 weights' copy and
-   * activations need a backend with bf16 ops (mt_ops_bf16_of) */
+  /* the dtype of every role (mt_dtypes_resolve) */
   mt_dtypes dtypes;
   int overlap_dp; /* zero <= 1: reduce during each chunk's last backward */
 } mt_step_opts;

@@ -81,7 +81,7 @@ static void send_copy(mt_pp_exec *x, const mt_act *data, size_t n, int peer, int
     memset(&x->send_req[k], 0, sizeof(mt_request));
     x->n_send++;
   }
-  x->ops->copy(x->send_buf[k], data, n);
+  x->ops->copy(MT_DT_F32, x->send_buf[k], data, n); /* n 4-byte words, moved as they are */
   mt_isend_f32(x->g, x->send_buf[k], n, peer, tag, x->ops->loc, &x->send_req[k]);
 }
 
@@ -225,9 +225,9 @@ static void turn(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_op *o, int 
   const int cell = o->mb * x->v + c, k_from = x->slot_of[o->mb * x->v + o->chunk];
   if (forward) {
     int k = take_slot(x, cell, c);
-    x->ops->copy(x->acts[k].encoded, x->out[k_from], n);
+    x->ops->copy(MT_DT_F32, x->acts[k].encoded, x->out[k_from], n);
   } else if (x->din) {
-    x->ops->copy(x->dout[x->slot_of[cell]], x->din, n);
+    x->ops->copy(MT_DT_F32, x->dout[x->slot_of[cell]], x->din, n);
   }
 }
 
@@ -398,14 +398,14 @@ void mt_pp_sum_tied_grads(mt_group *pp_group, const mt_registry *reg, const mt_o
     if (g16) { /* bf16 gradients: both widened, added in fp32, rounded once
                 * (the same bits at both ends: fp32 addition commutes) */
       float *mine = scratch + t->numel_local;
-      dp->bf->to_f32(mine, g16, t->numel_local);
+      ops->convert(mine, MT_DT_F32, g16, MT_DT_BF16, t->numel_local);
       mt_sendrecv_f32(pp_group, mine, scratch, t->numel_local, peer, TAG_TIED, ops->loc);
-      ops->axpy(mine, 1.0f, scratch, t->numel_local);
-      dp->bf->from_f32(g16, mine, t->numel_local);
+      ops->axpy(MT_DT_F32, mine, 1.0f, scratch, t->numel_local);
+      ops->convert(g16, MT_DT_BF16, mine, MT_DT_F32, t->numel_local);
       continue;
     }
     float *g = mt_dp_grads_at(dp, t->offset);
     mt_sendrecv_f32(pp_group, g, scratch, t->numel_local, peer, TAG_TIED, ops->loc);
-    ops->axpy(g, 1.0f, scratch, t->numel_local);
+    ops->axpy(MT_DT_F32, g, 1.0f, scratch, t->numel_local);
   }
 }

@@ -12,12 +12,8 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   s->groups = *g;
   mt_gpt_parallel par = o->par;
   par.external_state = 1; /* the dp engine holds the state */
-  /* bf16 storage where the roles say so, on the backend's bf16 op table */
-  par.bf16 = o->dtypes.acts == MT_DT_BF16 ? mt_ops_bf16_of(ops) : NULL;
-  if (o->dtypes.acts == MT_DT_BF16 && !par.bf16) {
-    mt_err_set(e, "train.precision = bf16: the %s backend has no bf16 op table", ops->name);
-    return -1;
-  }
+  /* the activations' and the weights' copy's storage, as the roles say */
+  par.dt = o->dtypes.acts;
   if (mt_gpt_create_stage(&s->model, o->shape, ops, o->micro_batch, &par, e) != 0) {
     memset(s, 0, sizeof *s); /* mt_step_destroy must not take a half-made model for a step */
     return -1;
@@ -42,12 +38,12 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   mt_dp_groups dg = {.reduce = {[MT_GROUP_DP] = g->dpcp, [MT_GROUP_EDP] = g->edp},
                      .tp = g->tp, .pp = g->pp, .ep = g->ep, .etp = g->etp};
   const int pp = g->pp->size;
-  mt_dp_create_bf16(&s->dp, &dg, reg, ops, par.bf16, &s->model.tp, o->beta1, o->beta2, o->eps,
-                    o->weight_decay,
-                    (s->model.split_backward ? MT_DP_OPEN_FILLS : 0) |
-                        (pp > 1 && o->sched == MT_SCHED_BFS ? MT_DP_RUNS : 0) |
-                        (o->dtypes.grad_reduce == MT_DT_BF16 ? MT_DP_REDUCE_BF16 : 0) |
-                        (o->dtypes.grads == MT_DT_BF16 ? MT_DP_GRADS_BF16 : 0));
+  mt_dp_create(&s->dp, &dg, reg, ops, o->dtypes.weights, &s->model.tp, o->beta1, o->beta2,
+               o->eps, o->weight_decay,
+               (s->model.split_backward ? MT_DP_OPEN_FILLS : 0) |
+                   (pp > 1 && o->sched == MT_SCHED_BFS ? MT_DP_RUNS : 0) |
+                   (o->dtypes.grad_reduce == MT_DT_BF16 ? MT_DP_REDUCE_BF16 : 0) |
+                   (o->dtypes.grads == MT_DT_BF16 ? MT_DP_GRADS_BF16 : 0));
   if (pp > 1) {
     /* the other stage's gradient of a tied tensor (bf16 gradients: and
      * this stage's, widened) */

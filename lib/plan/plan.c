@@ -135,7 +135,7 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
         blocks += mt_model_is_moe(&s->model.shape, l);
     const int H = moe->ep.H, L = moe->ep.L;
     const double expert = (double)mt_moe_expert_floats(moe);
-    const double wbytes = s->model.bf ? sizeof(mt_bf16) : sizeof(float);
+    const double wbytes = (double)mt_dtype_bytes(s->model.dt);
     const double per_mb = (2.0 + (cfg->recompute ? 1.0 : 0.0)) * L * expert * wbytes +
                           H * expert * sizeof(float);
     out->ep_llep_bytes = per_mb * blocks * w->batch.n_mb;

@@ -221,8 +221,8 @@ static void run_case(const char *name, int B, int NH, int hs, int Tq, int Tk, in
   double *dqb = dzeros(span(&c, 0)), *dkvb = dzeros(span(&c, 1));
   double *dq = dqb, *dk = fused ? dqb + NH * hs : dkvb, *dv = dk + NH * hs;
   reference(&c, dout, out, lse, dq, dk, dv);
-  ops->attn_forward(a, c.out, c.lse, c.q, c.k, c.v);
-  ops->attn_backward(a, c.dq, c.dk, c.dv, dout, c.out, c.lse, c.q, c.k, c.v);
+  ops->attn_forward(MT_DT_F32, a, c.out, c.lse, c.q, c.k, c.v);
+  ops->attn_backward(MT_DT_F32, a, c.dq, c.dk, c.dv, dout, c.out, c.lse, c.q, c.k, c.v);
   char what[160];
   int inf_ok;
   snprintf(what, sizeof what, "%s out", name);
@@ -274,8 +274,8 @@ static void test_against_old_kernel(void) {
   float *dqkv = zeros(c.n_q), *dout = rand_tensor(c.n_out, -1, 1);
   ops->attention_forward(out, att, c.qkv, B, T, C, NH);
   ops->attention_backward(dqkv, datt, dout, c.qkv, att, B, T, C, NH);
-  ops->attn_forward(&c.a, c.out, c.lse, c.q, c.k, c.v);
-  ops->attn_backward(&c.a, c.dq, c.dk, c.dv, dout, c.out, c.lse, c.q, c.k, c.v);
+  ops->attn_forward(MT_DT_F32, &c.a, c.out, c.lse, c.q, c.k, c.v);
+  ops->attn_backward(MT_DT_F32, &c.a, c.dq, c.dk, c.dv, dout, c.out, c.lse, c.q, c.k, c.v);
   double *ref = dzeros(c.n_q);
   for (size_t i = 0; i < c.n_out; i++) ref[i] = out[i];
   mt_check_err("out vs attention_forward", view_err(c.out, ref, c.a.o_bs, c.a.o_rs, B, T, NH, hs),
@@ -297,8 +297,8 @@ static void test_merge(int causal) {
   attn_case whole;
   case_make(&whole, B, NH, hs, Tq, Tk, q_pos0, k_pos0, causal, 0);
   float *dout = rand_tensor(whole.n_out, -1, 1);
-  ops->attn_forward(&whole.a, whole.out, whole.lse, whole.q, whole.k, whole.v);
-  ops->attn_backward(&whole.a, whole.dq, whole.dk, whole.dv, dout, whole.out, whole.lse, whole.q,
+  ops->attn_forward(MT_DT_F32, &whole.a, whole.out, whole.lse, whole.q, whole.k, whole.v);
+  ops->attn_backward(MT_DT_F32, &whole.a, whole.dq, whole.dk, whole.dv, dout, whole.out, whole.lse, whole.q,
                      whole.k, whole.v);
   float *out = zeros(whole.n_out), *lse = zeros(whole.n_lse);
   float *part = zeros(whole.n_out), *part_lse = zeros(whole.n_lse);
@@ -309,10 +309,10 @@ static void test_merge(int causal) {
     a.k_pos0 = k_pos0 + cuts[blk];
     size_t koff = (size_t)cuts[blk] * a.k_rs;
     if (blk == 0)
-      ops->attn_forward(&a, out, lse, whole.q, whole.k + koff, whole.v + koff);
+      ops->attn_forward(MT_DT_F32, &a, out, lse, whole.q, whole.k + koff, whole.v + koff);
     else {
-      ops->attn_forward(&a, part, part_lse, whole.q, whole.k + koff, whole.v + koff);
-      ops->attn_merge(&a, out, lse, part, part_lse);
+      ops->attn_forward(MT_DT_F32, &a, part, part_lse, whole.q, whole.k + koff, whole.v + koff);
+      ops->attn_merge(MT_DT_F32, &a, out, lse, part, part_lse);
     }
   }
   double *ref = dzeros(whole.n_kv > whole.n_out ? whole.n_kv : whole.n_out);
@@ -336,7 +336,7 @@ static void test_merge(int causal) {
     a.Tk = cuts[blk + 1] - cuts[blk];
     a.k_pos0 = k_pos0 + cuts[blk];
     size_t koff = (size_t)cuts[blk] * a.k_rs;
-    ops->attn_backward(&a, dq, dkv + koff, dkv + C + koff, dout, whole.out, whole.lse, whole.q,
+    ops->attn_backward(MT_DT_F32, &a, dq, dkv + koff, dkv + C + koff, dout, whole.out, whole.lse, whole.q,
                        whole.k + koff, whole.v + koff);
   }
   for (size_t i = 0; i < whole.n_q; i++) ref[i] = whole.dq[i];
@@ -359,7 +359,7 @@ typedef struct {
 
 static double fd_loss(fd_ctx *f) {
   attn_case *c = f->c;
-  ops->attn_forward(&c->a, c->out, c->lse, c->q, c->k, c->v);
+  ops->attn_forward(MT_DT_F32, &c->a, c->out, c->lse, c->q, c->k, c->v);
   double s = 0.0;
   for (size_t i = 0; i < c->n_out; i++) s += (double)c->out[i] * f->R[i];
   return s;
@@ -388,14 +388,14 @@ static void test_finite_differences(void) {
   float *R = rand_tensor(c.n_out, -1, 1);
   fd_ctx f = {&c, R};
   fd_loss(&f);
-  ops->attn_backward(&c.a, c.dq, c.dk, c.dv, R, c.out, c.lse, c.q, c.k, c.v);
+  ops->attn_backward(MT_DT_F32, &c.a, c.dq, c.dk, c.dv, R, c.out, c.lse, c.q, c.k, c.v);
   mt_check_err("attn_backward dq vs finite diff", gradcheck(&f, c.qkv, c.dqkv, c.n_q), FD_TOL);
   mt_check_err("attn_backward dk|dv vs finite diff", gradcheck(&f, c.kv, c.dkv, c.n_kv), FD_TOL);
   /* a second call adds the same again */
   fd_loss(&f);
   float *dq1 = malloc(c.n_q * sizeof(float));
   memcpy(dq1, c.dqkv, c.n_q * sizeof(float));
-  ops->attn_backward(&c.a, c.dq, c.dk, c.dv, R, c.out, c.lse, c.q, c.k, c.v);
+  ops->attn_backward(MT_DT_F32, &c.a, c.dq, c.dk, c.dv, R, c.out, c.lse, c.q, c.k, c.v);
   double err = 0.0, scale = 0.0;
   for (size_t i = 0; i < c.n_q; i++) {
     err = mt_worst(err, fabs((double)c.dqkv[i] - 2.0 * dq1[i]));
@@ -416,8 +416,8 @@ static void test_determinism(void) {
   for (int run = 0; run < 3; run++) {
     mt_kernels_set_threads(run == 0 ? 1 : 2);
     memset(c.dqkv, 0, c.n_q * sizeof(float));
-    ops->attn_forward(&c.a, c.out, c.lse, c.q, c.k, c.v);
-    ops->attn_backward(&c.a, c.dq, c.dk, c.dv, dout, c.out, c.lse, c.q, c.k, c.v);
+    ops->attn_forward(MT_DT_F32, &c.a, c.out, c.lse, c.q, c.k, c.v);
+    ops->attn_backward(MT_DT_F32, &c.a, c.dq, c.dk, c.dv, dout, c.out, c.lse, c.q, c.k, c.v);
     res[run][0] = malloc(c.n_out * sizeof(float));
     res[run][1] = malloc(c.n_lse * sizeof(float));
     res[run][2] = malloc(c.n_q * sizeof(float));
@@ -445,14 +445,14 @@ static void test_copy_2d(void) {
   float *src = rand_tensor(7 * 12, -1, 1), *dst = rand_tensor(7 * 5, -1, 1);
   float *before = malloc(7 * 5 * sizeof(float));
   memcpy(before, dst, 7 * 5 * sizeof(float));
-  ops->copy_2d(dst, 5, src + 4, 12, 7, 3);
+  ops->copy_2d(MT_DT_F32, dst, 5, src + 4, 12, 7, 3);
   int ok = 1;
   for (int r = 0; r < 7; r++)
     for (int c = 0; c < 5; c++)
       ok &= dst[r * 5 + c] == (c < 3 ? src[r * 12 + 4 + c] : before[r * 5 + c]);
   mt_check_true("copy_2d writes the columns asked for, nothing else", ok);
   memcpy(before, dst, 7 * 5 * sizeof(float));
-  ops->add_2d(dst + 1, 5, src, 12, 7, 4);
+  ops->add_2d(MT_DT_F32, dst + 1, 5, src, 12, 7, 4);
   ok = 1;
   for (int r = 0; r < 7; r++)
     for (int c = 0; c < 5; c++)

@@ -18,10 +18,10 @@
  *   rounding), axpy, scale, sum, sumsq, copy_2d, add_2d, zero, copy.
  * Any failure prints "FAIL: ..." and the test exits 1. */
 #include "test_bf16.h"
-#include "kernels/cpu/bf16_internal.h"
+#include "kernels/cpu/cpu_internal.h"
 
 static const mt_ops *f32ops;
-static const mt_ops_bf16 *bops;
+static const mt_ops *bops;
 
 /* ------------------------------------------------------------------ */
 /* conversion                                                          */
@@ -123,8 +123,8 @@ static void check_matmul(const char *path, int N, int C, int OC, int with_bias) 
   /* fp32 references */
   float *out_ref = test_alloc(nout * 4), *dw_ref = test_alloc(nw * 4), *db_ref = test_alloc(OC * 4);
   memcpy(dw_ref, dw0, nw * 4), memcpy(db_ref, db0, OC * 4);
-  f32ops->matmul_forward(out_ref, inp_f, w_f, with_bias ? bias_f : NULL, N, C, OC);
-  f32ops->matmul_backward(dinp_f, dw_ref, db_ref, dout_f, inp_f, w_f, N, C, OC);
+  f32ops->matmul_forward(MT_DT_F32, out_ref, inp_f, w_f, with_bias ? bias_f : NULL, N, C, OC);
+  f32ops->matmul_backward(MT_DT_F32, dinp_f, dw_ref, db_ref, dout_f, inp_f, w_f, N, C, OC);
 
   /* bf16, twice (the same bits) */
   mt_bf16 *out[2], *dinp[2];
@@ -137,8 +137,8 @@ static void check_matmul(const char *path, int N, int C, int OC, int with_bias) 
     dw[rep] = test_alloc(nw * 4), db[rep] = test_alloc(OC * 4);
     memcpy(dinp[rep], dinp0, nin * 2), memcpy(dw[rep], dw0, nw * 4), memcpy(db[rep], db0, OC * 4);
     mt_kernels_set_threads(rep ? threads2 : 2);
-    bops->matmul_forward(out[rep], inp, w, with_bias ? bias : NULL, N, C, OC);
-    bops->matmul_backward(dinp[rep], dw[rep], db[rep], dout, inp, w, N, C, OC);
+    bops->matmul_forward(MT_DT_BF16, out[rep], inp, w, with_bias ? bias : NULL, N, C, OC);
+    bops->matmul_backward(MT_DT_BF16, dinp[rep], dw[rep], db[rep], dout, inp, w, N, C, OC);
   }
   mt_kernels_set_threads(2);
   MT_CHECK(!memcmp(out[0], out[1], nout * 2) && !memcmp(dinp[0], dinp[1], nin * 2) &&
@@ -183,7 +183,7 @@ static void check_matmul(const char *path, int N, int C, int OC, int with_bias) 
 
   /* NULL outputs are skipped: dinp alone leaves nothing else touched */
   memcpy(dinp[1], dinp0, nin * 2);
-  bops->matmul_backward(dinp[1], NULL, NULL, dout, NULL, w, N, C, OC);
+  bops->matmul_backward(MT_DT_BF16, dinp[1], NULL, NULL, dout, NULL, w, N, C, OC);
   MT_CHECK(!memcmp(dinp[0], dinp[1], nin * 2), "matmul_backward %s: dinp alone differs", path);
 
   for (int rep = 0; rep < 2; rep++) free(out[rep]), free(dinp[rep]), free(dw[rep]), free(db[rep]);
@@ -251,10 +251,10 @@ static void test_grouped(int threads) {
   test_rand_pair(bias, bias_f, (size_t)G * OC, -1, 1);
   test_rand_pair(dout, dout_f, nout, -1, 1);
   mt_kernels_set_threads(threads);
-  f32ops->grouped_matmul_forward(out_f, inp_f, w_f, bias_f, off, G, C, OC);
-  f32ops->grouped_matmul_backward(dinp_f, dw_f, db_f, dout_f, inp_f, w_f, off, G, C, OC);
-  bops->grouped_matmul_forward(out, inp, w, bias, off, G, C, OC);
-  bops->grouped_matmul_backward(dinp, dw, db, dout, inp, w, off, G, C, OC);
+  f32ops->grouped_matmul_forward(MT_DT_F32, out_f, inp_f, w_f, bias_f, off, G, C, OC);
+  f32ops->grouped_matmul_backward(MT_DT_F32, dinp_f, dw_f, db_f, dout_f, inp_f, w_f, off, G, C, OC);
+  bops->grouped_matmul_forward(MT_DT_BF16, out, inp, w, bias, off, G, C, OC);
+  bops->grouped_matmul_backward(MT_DT_BF16, dinp, dw, db, dout, inp, w, off, G, C, OC);
   mt_kernels_set_threads(2);
   /* |values| <= 1: sum |a b| <= k, so the fp32 drift is at most 2 (k+2)^2 2^-24 */
   char what[96];
@@ -286,20 +286,20 @@ static void test_moe_rows(void) {
   float dw[12], dw_f[12];
   test_rand_pair(y, y_f, nr, -1, 1);
   test_rand_pair(x, x_f, nt, -1, 1);
-  bops->gather_rows(out, x, idx, R, C);
-  f32ops->gather_rows(out_f, x_f, idx, R, C);
+  bops->gather_rows(MT_DT_BF16, out, x, idx, R, C);
+  f32ops->gather_rows(MT_DT_F32, out_f, x_f, idx, R, C);
   TEST_WITHIN("gather_rows", test_worst_bf16(out, out_f, NULL, nr, 0.0));
-  bops->moe_combine(out, y, slot, w, N, C, k);
-  f32ops->moe_combine(out_f, y_f, slot, w, N, C, k);
+  bops->moe_combine(MT_DT_BF16, out, y, slot, w, N, C, k);
+  f32ops->moe_combine(MT_DT_F32, out_f, y_f, slot, w, N, C, k);
   TEST_WITHIN("moe_combine", test_worst_bf16(out, out_f, NULL, nt, 0.0));
   memset(dy, 0, nr * 2), memset(dy_f, 0, nr * 4);
-  bops->moe_combine_backward(dy, dw, x, y, slot, w, N, C, k);
-  f32ops->moe_combine_backward(dy_f, dw_f, x_f, y_f, slot, w, N, C, k);
+  bops->moe_combine_backward(MT_DT_BF16, dy, dw, x, y, slot, w, N, C, k);
+  f32ops->moe_combine_backward(MT_DT_F32, dy_f, dw_f, x_f, y_f, slot, w, N, C, k);
   TEST_WITHIN("moe_combine_backward dy", test_worst_bf16(dy, dy_f, NULL, nr, 0.0));
   TEST_WITHIN("moe_combine_backward dw", test_worst_f32(dw, dw_f, NULL, 12, 2.0 * (C + 2) * C * FP32_U));
   test_rand_pair(dx, dx_f, nt, -1, 1);
-  bops->moe_gather_sum(dx, y, slot, N, C, k);
-  f32ops->moe_gather_sum(dx_f, y_f, slot, N, C, k);
+  bops->moe_gather_sum(MT_DT_BF16, dx, y, slot, N, C, k);
+  f32ops->moe_gather_sum(MT_DT_F32, dx_f, y_f, slot, N, C, k);
   TEST_WITHIN("moe_gather_sum", test_worst_bf16(dx, dx_f, NULL, nt, 0.0));
   free(y), free(x), free(out), free(dy), free(dx), free(y_f), free(x_f), free(out_f), free(dy_f);
   free(dx_f);
@@ -323,21 +323,21 @@ static void test_encoder(void) {
   test_rand_pair(wte, wte_f, nte, -1, 1);
   test_rand_pair(wpe, wpe_f, npe, -1, 1);
   test_rand_pair(dout, dout_f, nout, -1, 1);
-  f32ops->encoder_forward(out_f, inp, wte_f, wpe_f, B, T, C);
-  bops->encoder_forward(out, inp, wte, wpe, B, T, C);
+  f32ops->encoder_forward(MT_DT_F32, out_f, inp, wte_f, wpe_f, B, T, C);
+  bops->encoder_forward(MT_DT_BF16, out, inp, wte, wpe, B, T, C);
   TEST_WITHIN("encoder_forward", test_worst_bf16(out, out_f, NULL, nout, 0.0));
   /* the same additions in the same order: the same fp32 bits */
-  f32ops->encoder_backward(dwte_f, dwpe_f, dout_f, inp, B, T, C);
-  bops->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  f32ops->encoder_backward(MT_DT_F32, dwte_f, dwpe_f, dout_f, inp, B, T, C);
+  bops->encoder_backward(MT_DT_BF16, dwte, dwpe, dout, inp, B, T, C);
   TEST_WITHIN("encoder_backward dwte", test_worst_f32(dwte, dwte_f, NULL, nte, 0.0));
   TEST_WITHIN("encoder_backward dwpe", test_worst_f32(dwpe, dwpe_f, NULL, npe, 0.0));
   /* vocabulary-parallel: rows [3, 8) here, with and without wpe */
   for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
-    f32ops->encoder_vp_forward(out_f, inp, wte_f + 3 * C, 3, 5, with_wpe ? wpe_f : NULL, B, T, C);
-    bops->encoder_vp_forward(out, inp, wte + 3 * C, 3, 5, with_wpe ? wpe : NULL, B, T, C);
+    f32ops->encoder_vp_forward(MT_DT_F32, out_f, inp, wte_f + 3 * C, 3, 5, with_wpe ? wpe_f : NULL, B, T, C);
+    bops->encoder_vp_forward(MT_DT_BF16, out, inp, wte + 3 * C, 3, 5, with_wpe ? wpe : NULL, B, T, C);
     TEST_WITHIN("encoder_vp_forward", test_worst_bf16(out, out_f, NULL, nout, 0.0));
-    f32ops->encoder_vp_backward(dwte_f, with_wpe ? dwpe_f : NULL, dout_f, inp, 3, 5, B, T, C);
-    bops->encoder_vp_backward(dwte, with_wpe ? dwpe : NULL, dout, inp, 3, 5, B, T, C);
+    f32ops->encoder_vp_backward(MT_DT_F32, dwte_f, with_wpe ? dwpe_f : NULL, dout_f, inp, 3, 5, B, T, C);
+    bops->encoder_vp_backward(MT_DT_BF16, dwte, with_wpe ? dwpe : NULL, dout, inp, 3, 5, B, T, C);
     TEST_WITHIN("encoder_vp_backward dwte", test_worst_f32(dwte, dwte_f, NULL, nte, 0.0));
     TEST_WITHIN("encoder_vp_backward dwpe", test_worst_f32(dwpe, dwpe_f, NULL, npe, 0.0));
   }
@@ -360,8 +360,8 @@ static void test_layernorm(void) {
   test_rand_pair(b, b_f, C, -0.5, 0.5);
   test_rand_pair(dout, dout_f, n, -1, 1);
   test_rand_pair(dinp, dinp_f, n, -1, 1);
-  f32ops->layernorm_forward(out_f, mean_f, rstd_f, inp_f, w_f, b_f, N, C);
-  bops->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  f32ops->layernorm_forward(MT_DT_F32, out_f, mean_f, rstd_f, inp_f, w_f, b_f, N, C);
+  bops->layernorm_forward(MT_DT_BF16, out, mean, rstd, inp, w, b, N, C);
   /* fp32 sums over C in a possibly different vector order: a few fp32
    * roundings of values of size ~ max|out| */
   double fl = 8 * C * FP32_U * test_max_abs(out_f, n);
@@ -369,8 +369,8 @@ static void test_layernorm(void) {
   TEST_WITHIN("layernorm_forward mean", test_worst_f32(mean, mean_f, NULL, N, 8 * C * FP32_U * 5));
   TEST_WITHIN("layernorm_forward rstd",
               test_worst_f32(rstd, rstd_f, NULL, N, 8 * C * FP32_U * test_max_abs(rstd_f, N)));
-  f32ops->layernorm_backward(dinp_f, dw_f, db_f, dout_f, inp_f, w_f, mean_f, rstd_f, N, C);
-  bops->layernorm_backward(dinp, dw, db, dout, inp, w, mean_f, rstd_f, N, C);
+  f32ops->layernorm_backward(MT_DT_F32, dinp_f, dw_f, db_f, dout_f, inp_f, w_f, mean_f, rstd_f, N, C);
+  bops->layernorm_backward(MT_DT_BF16, dinp, dw, db, dout, inp, w, mean_f, rstd_f, N, C);
   fl = 8 * C * FP32_U * test_max_abs(dinp_f, n);
   TEST_WITHIN("layernorm_backward dinp", test_worst_bf16(dinp, dinp_f, NULL, n, fl));
   TEST_WITHIN("layernorm_backward dw",
@@ -390,14 +390,14 @@ static void test_gelu_residual(void) {
   test_rand_pair(y, y_f, n, -1, 1);
   test_rand_pair(d, d_f, n, -1, 1);
   /* the same fp32 arithmetic: the fp32 result, rounded */
-  f32ops->gelu_forward(out_f, x_f, n);
-  bops->gelu_forward(out, x, n);
+  f32ops->gelu_forward(MT_DT_F32, out_f, x_f, n);
+  bops->gelu_forward(MT_DT_BF16, out, x, n);
   TEST_WITHIN("gelu_forward", test_worst_bf16(out, out_f, NULL, n, 0.0));
-  f32ops->gelu_backward(d_f, x_f, y_f, n);
-  bops->gelu_backward(d, x, y, n);
+  f32ops->gelu_backward(MT_DT_F32, d_f, x_f, y_f, n);
+  bops->gelu_backward(MT_DT_BF16, d, x, y, n);
   TEST_WITHIN("gelu_backward", test_worst_bf16(d, d_f, NULL, n, 0.0));
-  f32ops->residual_forward(out_f, x_f, y_f, n);
-  bops->residual_forward(out, x, y, n);
+  f32ops->residual_forward(MT_DT_F32, out_f, x_f, y_f, n);
+  bops->residual_forward(MT_DT_BF16, out, x, y, n);
   TEST_WITHIN("residual_forward", test_worst_bf16(out, out_f, NULL, n, 0.0));
   free(x), free(y), free(out), free(d), free(x_f), free(y_f), free(out_f), free(d_f);
 }
@@ -416,8 +416,8 @@ static void test_adamw_helpers(void) {
     g[i] = (float)test_uniform(-0.1, 0.1);
   }
   for (int t = 1; t <= 3; t++) {
-    f32ops->adamw_update(p_f, g, m_f, v_f, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    bops->adamw_update(p, pb, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    f32ops->adamw_update(MT_DT_F32, p_f, NULL, g, m_f, v_f, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    bops->adamw_update(MT_DT_BF16, p, pb, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
   }
   MT_CHECK(!memcmp(p, p_f, n * 4) && !memcmp(m, m_f, n * 4) && !memcmp(v, v_f, n * 4),
            "adamw_update: the fp32 master or moments differ from the fp32 op's");
@@ -429,30 +429,30 @@ static void test_adamw_helpers(void) {
   float *x_f = test_alloc(n * 4), *y_f = test_alloc(n * 4);
   test_rand_pair(x, x_f, n, -2, 2);
   test_rand_pair(y, y_f, n, -2, 2);
-  f32ops->axpy(y_f, 0.37f, x_f, n);
-  bops->axpy(y, 0.37f, x, n);
+  f32ops->axpy(MT_DT_F32, y_f, 0.37f, x_f, n);
+  bops->axpy(MT_DT_BF16, y, 0.37f, x, n);
   TEST_WITHIN("axpy", test_worst_bf16(y, y_f, NULL, n, 0.0));
-  f32ops->scale(y_f, -1.7f, n);
-  bops->scale(y, -1.7f, n);
+  f32ops->scale(MT_DT_F32, y_f, -1.7f, n);
+  bops->scale(MT_DT_BF16, y, -1.7f, n);
   /* y_f kept fp32 between the two ops, y rounded after axpy: relative 2u */
   double *ex = test_alloc(n * 8);
   for (size_t i = 0; i < n; i++) ex[i] = 1.01 * BF16_U * fabs(y_f[i]);
   TEST_WITHIN("scale", test_worst_bf16(y, y_f, ex, n, 0.0));
   test_rand_pair(x, x_f, n, -2, 2);
-  double s = bops->sum(x, n), s_f = f32ops->sum(x_f, n);
-  double q = bops->sumsq(x, n), q_f = f32ops->sumsq(x_f, n);
+  double s = bops->sum(MT_DT_BF16, x, n), s_f = f32ops->sum(MT_DT_F32, x_f, n);
+  double q = bops->sumsq(MT_DT_BF16, x, n), q_f = f32ops->sumsq(MT_DT_F32, x_f, n);
   MT_CHECK(s == s_f && q == q_f, "sum %.17g vs %.17g, sumsq %.17g vs %.17g", s, s_f, q, q_f);
-  MT_CHECK(bops->sumsq(x, 0) == 0.0 && bops->sum(x, 0) == 0.0, "sums of nothing are not 0");
-  bops->copy(z, x, n);
+  MT_CHECK(bops->sumsq(MT_DT_BF16, x, 0) == 0.0 && bops->sum(MT_DT_BF16, x, 0) == 0.0, "sums of nothing are not 0");
+  bops->copy(MT_DT_BF16, z, x, n);
   MT_CHECK(!memcmp(z, x, n * 2), "copy");
-  bops->zero(z, n);
+  bops->zero(MT_DT_BF16, z, n);
   size_t nz = 0;
   for (size_t i = 0; i < n; i++) nz += z[i] != 0;
   MT_CHECK(nz == 0, "zero left %zu non-zero", nz);
   /* 2-D: a (5 x 7) block between leading dimensions 33 and 9 */
   test_rand_pair(y, y_f, n, -2, 2);
-  bops->copy_2d(z, 9, x, 33, 5, 7);
-  bops->add_2d(z, 9, y, 33, 5, 7);
+  bops->copy_2d(MT_DT_BF16, z, 9, x, 33, 5, 7);
+  bops->add_2d(MT_DT_BF16, z, 9, y, 33, 5, 7);
   size_t wrong = 0;
   for (int r = 0; r < 5; r++)
     for (int c = 0; c < 7; c++)
@@ -464,7 +464,7 @@ static void test_adamw_helpers(void) {
 
 int main(void) {
   f32ops = mt_ops_cpu();
-  bops = mt_ops_bf16_cpu();
+  bops = mt_ops_cpu();
   mt_kernels_set_threads(2);
   printf("test_bf16: %s against %s, %d threads\n", bops->name, f32ops->name,
          mt_kernels_threads());

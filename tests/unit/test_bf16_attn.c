@@ -20,7 +20,7 @@
 #include "test_bf16.h"
 
 static const mt_ops *f32ops;
-static const mt_ops_bf16 *bops;
+static const mt_ops *bops;
 
 /* tolerance floor: a few hundred fp32 roundings of the largest value (sums
  * over up to 70 keys or rows, split into blocks in another order) */
@@ -48,8 +48,8 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   float *out_f = test_alloc(nout * 4), *lse = test_alloc(nlse * 4), *lse_f = test_alloc(nlse * 4),
         *lse2 = test_alloc(nlse * 4), *outb_f = test_alloc(nout * 4), *dqkv_f = test_alloc(nqkv * 4);
   size_t qo = (size_t)q0 * 3 * C, ko = (size_t)k0 * 3 * C, oo = (size_t)q0 * C;
-  bops->attn_forward(a, out + oo, lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
-  f32ops->attn_forward(a, out_f + oo, lse_f + q0, qkv_f + qo, qkv_f + ko + C, qkv_f + ko + 2 * C);
+  bops->attn_forward(MT_DT_BF16, a, out + oo, lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
+  f32ops->attn_forward(MT_DT_F32, a, out_f + oo, lse_f + q0, qkv_f + qo, qkv_f + ko + C, qkv_f + ko + 2 * C);
   char msg[160];
   snprintf(msg, sizeof msg, "%s forward out", what);
   TEST_WITHIN(msg, test_worst_bf16(out, out_f, NULL, nout, ORDER_FLOOR * test_max_abs(out_f, nout)));
@@ -65,9 +65,9 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   for (size_t i = 0; i < nout; i++) outb_f[i] = mt_bf16_to_f32(out[i]);
   memcpy(dqkv, d0, nqkv * 2);
   for (size_t i = 0; i < nqkv; i++) dqkv_f[i] = mt_bf16_to_f32(d0[i]);
-  bops->attn_backward(a, dqkv + qo, dqkv + ko + C, dqkv + ko + 2 * C, dout + oo, out + oo, lse + q0,
+  bops->attn_backward(MT_DT_BF16, a, dqkv + qo, dqkv + ko + C, dqkv + ko + 2 * C, dout + oo, out + oo, lse + q0,
                       qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
-  f32ops->attn_backward(a, dqkv_f + qo, dqkv_f + ko + C, dqkv_f + ko + 2 * C, dout_f + oo,
+  f32ops->attn_backward(MT_DT_F32, a, dqkv_f + qo, dqkv_f + ko + C, dqkv_f + ko + 2 * C, dout_f + oo,
                         outb_f + oo, lse + q0, qkv_f + qo, qkv_f + ko + C, qkv_f + ko + 2 * C);
   snprintf(msg, sizeof msg, "%s backward dq|dk|dv", what);
   TEST_WITHIN(msg, test_worst_bf16(dqkv, dqkv_f, NULL, nqkv, ORDER_FLOOR * test_max_abs(dqkv_f, nqkv)));
@@ -78,8 +78,8 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   memcpy(out2, out, nout * 2);
   memcpy(lse2, lse, nlse * 4);
   memcpy(dqkv2, d0, nqkv * 2);
-  bops->attn_forward(a, out2 + oo, lse2 + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
-  bops->attn_backward(a, dqkv2 + qo, dqkv2 + ko + C, dqkv2 + ko + 2 * C, dout + oo, out + oo,
+  bops->attn_forward(MT_DT_BF16, a, out2 + oo, lse2 + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
+  bops->attn_backward(MT_DT_BF16, a, dqkv2 + qo, dqkv2 + ko + C, dqkv2 + ko + 2 * C, dout + oo, out + oo,
                       lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
   mt_kernels_set_threads(threads);
   MT_CHECK(!memcmp(out, out2, nout * 2) && !memcmp(lse, lse2, nlse * 4) &&
@@ -140,13 +140,13 @@ static void test_attention(const char *path, int hs) {
         *o2_f = test_alloc(nout * 4), *l1_f = test_alloc(nlse * 4);
   mt_attn_block h1 = fused_block(B, NH, hs, T, T, 35, 0, 0, 1);
   mt_attn_block h2 = fused_block(B, NH, hs, T, T, 35, 0, 35, 1);
-  bops->attn_forward(&h1, o1, l1, qkv, qkv + C, qkv + 2 * C);
-  bops->attn_forward(&h2, o2, l2, qkv, qkv + (size_t)35 * 3 * C + C,
+  bops->attn_forward(MT_DT_BF16, &h1, o1, l1, qkv, qkv + C, qkv + 2 * C);
+  bops->attn_forward(MT_DT_BF16, &h2, o2, l2, qkv, qkv + (size_t)35 * 3 * C + C,
                      qkv + (size_t)35 * 3 * C + 2 * C);
   for (size_t i = 0; i < nout; i++) o1_f[i] = mt_bf16_to_f32(o1[i]), o2_f[i] = mt_bf16_to_f32(o2[i]);
   memcpy(l1_f, l1, nlse * 4);
-  bops->attn_merge(&full, o1, l1, o2, l2);
-  f32ops->attn_merge(&full, o1_f, l1_f, o2_f, l2);
+  bops->attn_merge(MT_DT_BF16, &full, o1, l1, o2, l2);
+  f32ops->attn_merge(MT_DT_F32, &full, o1_f, l1_f, o2_f, l2);
   snprintf(name, sizeof name, "%s hs=%d: attn_merge out", path, hs);
   TEST_WITHIN(name, test_worst_bf16(o1, o1_f, NULL, nout, 0.0));
   MT_CHECK(!memcmp(l1, l1_f, nlse * 4),
@@ -182,8 +182,8 @@ static void test_xent(void) {
         *dl_f = test_alloc(n * 4);
   float losses[5], losses_f[5], losses2[5];
   test_rand_pair(logits, logits_f, n, -4, 4);
-  f32ops->softmax_xent_forward(losses_f, probs_f, logits_f, targets, N, V, Vp);
-  bops->softmax_xent_forward(losses, probs, logits, targets, N, V, Vp);
+  f32ops->softmax_xent_forward(MT_DT_F32, losses_f, probs_f, logits_f, targets, N, V, Vp);
+  bops->softmax_xent_forward(MT_DT_BF16, losses, probs, logits, targets, N, V, Vp);
   /* the same fp32 arithmetic: the losses equal, the probabilities rounded */
   double lw = 0.0;
   for (int i = 0; i < N; i++)
@@ -195,22 +195,22 @@ static void test_xent(void) {
     for (int j = V; j < Vp; j++) pad += probs[(size_t)r * Vp + j] != 0;
   MT_CHECK(pad == 0, "softmax_xent_forward: %zu padding probabilities are not 0", pad);
   memcpy(inplace, logits, n * 2);
-  bops->softmax_xent_forward(losses2, inplace, inplace, targets, N, V, Vp);
+  bops->softmax_xent_forward(MT_DT_BF16, losses2, inplace, inplace, targets, N, V, Vp);
   MT_CHECK(!memcmp(inplace, probs, n * 2) && !memcmp(losses2, losses, sizeof losses),
            "softmax_xent_forward in place differs");
   /* backward from the same (bf16) probabilities */
   for (size_t i = 0; i < n; i++) pb_f[i] = mt_bf16_to_f32(probs[i]);
-  f32ops->softmax_xent_backward(dl_f, pb_f, targets, 0.01f, N, V, Vp);
-  bops->softmax_xent_backward(dl, probs, targets, 0.01f, N, V, Vp);
+  f32ops->softmax_xent_backward(MT_DT_F32, dl_f, pb_f, targets, 0.01f, N, V, Vp);
+  bops->softmax_xent_backward(MT_DT_BF16, dl, probs, targets, 0.01f, N, V, Vp);
   TEST_WITHIN("softmax_xent_backward", test_worst_bf16(dl, dl_f, NULL, n, 0.0));
 
   /* vocabulary-parallel, one rank: softmax_xent's bits */
   float rowmax[5], rowmax2[5];
   double stats[10], stats2[10];
-  bops->xent_vp_max(rowmax, logits, N, Vp, V);
-  bops->xent_vp_exp(stats, logits, rowmax, targets, 0, N, Vp, V);
-  bops->xent_vp_finish(losses2, p2, logits, stats, rowmax, N, Vp, V);
-  bops->xent_vp_backward(dl2, p2, targets, 0, 0.01f, N, Vp, V);
+  bops->xent_vp_max(MT_DT_BF16, rowmax, logits, N, Vp, V);
+  bops->xent_vp_exp(MT_DT_BF16, stats, logits, rowmax, targets, 0, N, Vp, V);
+  bops->xent_vp_finish(MT_DT_BF16, losses2, p2, logits, stats, rowmax, N, Vp, V);
+  bops->xent_vp_backward(MT_DT_BF16, dl2, p2, targets, 0, 0.01f, N, Vp, V);
   MT_CHECK(!memcmp(losses2, losses, sizeof losses) && !memcmp(p2, probs, n * 2) &&
                !memcmp(dl2, dl, n * 2),
            "xent_vp on one rank differs from softmax_xent");
@@ -221,14 +221,14 @@ static void test_xent(void) {
     memcpy(lr0 + r * 20, logits + (size_t)r * Vp, 40);
     memcpy(lr1 + r * 20, logits + (size_t)r * Vp + 20, 40);
   }
-  bops->xent_vp_max(rowmax, lr0, N, 20, 20);
-  bops->xent_vp_max(rowmax2, lr1, N, 20, 17);
+  bops->xent_vp_max(MT_DT_BF16, rowmax, lr0, N, 20, 20);
+  bops->xent_vp_max(MT_DT_BF16, rowmax2, lr1, N, 20, 17);
   for (int r = 0; r < N; r++) rowmax[r] = rowmax2[r] = rowmax[r] > rowmax2[r] ? rowmax[r] : rowmax2[r];
-  bops->xent_vp_exp(stats, lr0, rowmax, targets, 0, N, 20, 20);
-  bops->xent_vp_exp(stats2, lr1, rowmax, targets, 20, N, 20, 17);
+  bops->xent_vp_exp(MT_DT_BF16, stats, lr0, rowmax, targets, 0, N, 20, 20);
+  bops->xent_vp_exp(MT_DT_BF16, stats2, lr1, rowmax, targets, 20, N, 20, 17);
   for (int i = 0; i < 2 * N; i++) stats[i] = stats2[i] = stats[i] + stats2[i];
-  bops->xent_vp_finish(losses2, pr0, lr0, stats, rowmax, N, 20, 20);
-  bops->xent_vp_finish(losses2, pr1, lr1, stats2, rowmax2, N, 20, 17);
+  bops->xent_vp_finish(MT_DT_BF16, losses2, pr0, lr0, stats, rowmax, N, 20, 20);
+  bops->xent_vp_finish(MT_DT_BF16, losses2, pr1, lr1, stats2, rowmax2, N, 20, 17);
   lw = 0.0;
   for (int i = 0; i < N; i++)
     lw = mt_worst(lw, fabs(losses2[i] - losses[i]) / (16 * FP32_U * (1 + fabs(losses[i]))));
@@ -250,7 +250,7 @@ static void test_xent(void) {
 
 int main(void) {
   f32ops = mt_ops_cpu();
-  bops = mt_ops_bf16_cpu();
+  bops = mt_ops_cpu();
   mt_kernels_set_threads(2);
   printf("test_bf16_attn: %s against %s, %d threads\n", bops->name, f32ops->name,
          mt_kernels_threads());

@@ -50,9 +50,9 @@ static void null_backend(void) {
            "after a free: %zu now, peak %zu", mt_mem_current(MT_MEM_ACTIV),
            mt_mem_peak(MT_MEM_ACTIV));
   /* ops do nothing (a touch of these addresses would fault) */
-  o->matmul_forward(a, a, a, NULL, 4, 4, 4);
-  o->zero(g, 1024);
-  MT_CHECK(o->sum(a, 250) == 0.0 && o->sumsq(g, 1024) == 0.0, "null sum and sumsq are 0");
+  o->matmul_forward(MT_DT_F32, a, a, a, NULL, 4, 4, 4);
+  o->zero(MT_DT_F32, g, 1024);
+  MT_CHECK(o->sum(MT_DT_F32, a, 250) == 0.0 && o->sumsq(MT_DT_F32, g, 1024) == 0.0, "null sum and sumsq are 0");
   /* the host's records come back; other memory reads as zeros */
   int rec[5] = {7, 1, 2, 3, 4}, back[5], zeros[3] = {9, 9, 9};
   o->upload(g, rec, sizeof rec);
@@ -171,7 +171,7 @@ static void virtual_backend(void) {
   MT_CHECK(mt_mem_current(MT_MEM_ACTIV) == 4096, "virtual alloc counted %zu bytes",
            mt_mem_current(MT_MEM_ACTIV));
   double t0 = mt_now();
-  o->matmul_forward(a, a, a, NULL, 64, 128, 256); /* 2 x 64 x 256 x 128 FLOPs */
+  o->matmul_forward(MT_DT_F32, a, a, a, NULL, 64, 128, 256); /* 2 x 64 x 256 x 128 FLOPs */
   double want = 2.0 * 64 * 256 * 128 / (mt_price_gemm_gflops(&p, 2.0 * 64 * 256 * 128) * 1e9);
   MT_CHECK(near(mt_now() - t0, want), "matmul moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);
@@ -181,12 +181,12 @@ static void virtual_backend(void) {
    * the block's visible keys whole); the backward 2.5 times that */
   mt_attn_block blk = {.B = 2, .NH = 3, .hs = 8, .Tq = 4, .Tk = 4, .causal = 1};
   t0 = mt_now();
-  o->attn_forward(&blk, a, a, a, a, a);
+  o->attn_forward(MT_DT_F32, &blk, a, a, a, a, a);
   want = 6.0 * 4 * 16 * 8 / (mt_price_gemm_gflops(&p, 2.0 * 4 * 4 * 8) * 1e9);
   MT_CHECK(near(mt_now() - t0, want), "causal block moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);
   t0 = mt_now();
-  o->attn_backward(&blk, a, a, a, a, a, a, a, a, a);
+  o->attn_backward(MT_DT_F32, &blk, a, a, a, a, a, a, a, a, a);
   MT_CHECK(near(mt_now() - t0, 2.5 * want), "its backward moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, 2.5 * want);
   /* a fused kernel's rate on whole 2 x 2 tiles: the diagonal block's row
@@ -202,7 +202,7 @@ static void virtual_backend(void) {
   MT_CHECK(mt_price_attn_fwd_s(&fused, 6, 0, 4, 4, 4, 1, 8) == 0.0,
            "a block above the diagonal (keys after every query) costs nothing");
   t0 = mt_now();
-  o->layernorm_forward(a, a, a, a, a, a, 10, 100); /* reads and writes 10 x 100 elements */
+  o->layernorm_forward(MT_DT_F32, a, a, a, a, a, a, 10, 100); /* reads and writes 10 x 100 elements */
   want = 2.0 * 2 * 10 * 100 / 20e9;
   MT_CHECK(near(mt_now() - t0, want), "layernorm moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);

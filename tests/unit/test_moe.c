@@ -198,7 +198,7 @@ typedef struct {
 
 static double combine_loss(void *p) {
   combine_ctx *c = p;
-  ops->moe_combine(c->out, c->y, c->slot, c->w, c->N, c->C, c->k);
+  ops->moe_combine(MT_DT_F32, c->out, c->y, c->slot, c->w, c->N, c->C, c->k);
   return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -212,7 +212,7 @@ static void test_combine(void) {
                    zeros((size_t)N * C), slot, rand_tensor((size_t)N * C, -1, 1)};
   float *dy = zeros((size_t)S * C), *dw = zeros((size_t)N * k);
   combine_loss(&c);
-  ops->moe_combine_backward(dy, dw, c.R, c.y, slot, c.w, N, C, k);
+  ops->moe_combine_backward(MT_DT_F32, dy, dw, c.R, c.y, slot, c.w, N, C, k);
   mt_check_err("combine backward dy vs FD", gradcheck(combine_loss, &c, c.y, dy, (size_t)S * C, 1),
                FD_TOL);
   mt_check_err("combine backward dw vs FD", gradcheck(combine_loss, &c, c.w, dw, (size_t)N * k, 1),
@@ -221,7 +221,7 @@ static void test_combine(void) {
   /* gather-sum: dx[n] += sum of src rows of its kept slots */
   float *dx = rand_tensor((size_t)N * C, -1, 1), *dx0 = malloc((size_t)N * C * sizeof(float));
   memcpy(dx0, dx, (size_t)N * C * sizeof(float));
-  ops->moe_gather_sum(dx, c.y, slot, N, C, k);
+  ops->moe_gather_sum(MT_DT_F32, dx, c.y, slot, N, C, k);
   double worst = 0.0;
   for (int n = 0; n < N; n++)
     for (int ch = 0; ch < C; ch++) {
@@ -234,7 +234,7 @@ static void test_combine(void) {
   /* gather rows */
   int idx[4] = {3, 0, 3, 1};
   float *g = zeros(4 * (size_t)C);
-  ops->gather_rows(g, c.y, idx, 4, C);
+  ops->gather_rows(MT_DT_F32, g, c.y, idx, 4, C);
   int same = 1;
   for (int i = 0; i < 4; i++) same &= !memcmp(g + i * C, c.y + idx[i] * C, (size_t)C * sizeof(float));
   mt_check_true("gather_rows copies the named rows", same);
@@ -254,7 +254,7 @@ typedef struct {
 
 static double gg_loss(void *p) {
   gg_ctx *c = p;
-  ops->grouped_matmul_forward(c->out, c->inp, c->w, c->b, c->off, c->G, c->C, c->OC);
+  ops->grouped_matmul_forward(MT_DT_F32, c->out, c->inp, c->w, c->b, c->off, c->G, c->C, c->OC);
   return dot(c->out, c->R, (size_t)c->off[c->G] * c->OC);
 }
 
@@ -278,7 +278,7 @@ static void test_grouped_gemm(void) {
       }
   mt_check_err("grouped forward vs double reference", worst, 1e-5);
   float *dinp = zeros((size_t)rows * C), *dw = zeros((size_t)G * OC * C), *db = zeros((size_t)G * OC);
-  ops->grouped_matmul_backward(dinp, dw, db, c.R, c.inp, c.w, off, G, C, OC);
+  ops->grouped_matmul_backward(MT_DT_F32, dinp, dw, db, c.R, c.inp, c.w, off, G, C, OC);
   mt_check_err("grouped backward dinp vs FD",
                gradcheck(gg_loss, &c, c.inp, dinp, (size_t)rows * C, 1), FD_TOL);
   mt_check_err("grouped backward dw vs FD", gradcheck(gg_loss, &c, c.w, dw, (size_t)G * OC * C, 1),
@@ -292,11 +292,11 @@ static void test_grouped_gemm(void) {
   float *o1 = zeros((size_t)rows * OC), *o2 = zeros((size_t)rows * OC);
   float *w1 = zeros((size_t)G * OC * C), *w2 = zeros((size_t)G * OC * C);
   mt_kernels_set_threads(1);
-  ops->grouped_matmul_forward(o1, c.inp, c.w, c.b, off, G, C, OC);
-  ops->grouped_matmul_backward(NULL, w1, NULL, c.R, c.inp, c.w, off, G, C, OC);
+  ops->grouped_matmul_forward(MT_DT_F32, o1, c.inp, c.w, c.b, off, G, C, OC);
+  ops->grouped_matmul_backward(MT_DT_F32, NULL, w1, NULL, c.R, c.inp, c.w, off, G, C, OC);
   mt_kernels_set_threads(2);
-  ops->grouped_matmul_forward(o2, c.inp, c.w, c.b, off, G, C, OC);
-  ops->grouped_matmul_backward(NULL, w2, NULL, c.R, c.inp, c.w, off, G, C, OC);
+  ops->grouped_matmul_forward(MT_DT_F32, o2, c.inp, c.w, c.b, off, G, C, OC);
+  ops->grouped_matmul_backward(MT_DT_F32, NULL, w2, NULL, c.R, c.inp, c.w, off, G, C, OC);
   mt_kernels_set_threads(1);
   mt_check_true("1 and 2 threads: the same bits",
                 !memcmp(o1, o2, (size_t)rows * OC * sizeof(float)) &&
@@ -513,7 +513,7 @@ static void test_one_expert_is_dense(void) {
   double rg = 0.0;
   for (int l = 0; l < d.n_layer; l++) {
     int i = mt_registry_findf(&moe.reg, "blocks.%d.moe.router.weight", l);
-    rg += ops->sumsq(moe.grads + moe.reg.t[i].offset, moe.reg.t[i].numel_local);
+    rg += ops->sumsq(MT_DT_F32, moe.grads + moe.reg.t[i].offset, moe.reg.t[i].numel_local);
   }
   mt_check_err("the router of one expert gets no gradient", sqrt(rg), 0.0);
   free(inp), free(tgt);

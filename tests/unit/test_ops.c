@@ -147,7 +147,7 @@ typedef struct {
 
 static double encoder_loss(void *p) {
   encoder_ctx *c = p;
-  ops->encoder_forward(c->out, c->inp, c->wte, c->wpe, c->B, c->T, c->C);
+  ops->encoder_forward(MT_DT_F32, c->out, c->inp, c->wte, c->wpe, c->B, c->T, c->C);
   return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
@@ -168,7 +168,7 @@ static void test_encoder(void) {
   mt_check_true("encoder_forward == wte[token] + wpe[t]", exact);
 
   float *dwte = zeros((size_t)Vp * C), *dwpe = zeros((size_t)T * C);
-  ops->encoder_backward(dwte, dwpe, R, inp, B, T, C);
+  ops->encoder_backward(MT_DT_F32, dwte, dwpe, R, inp, B, T, C);
   int pad_rows_zero = 1; /* token ids are < V: padding rows V..Vp-1 get nothing */
   for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) pad_rows_zero &= dwte[i] == 0.0f;
   mt_check_true("encoder_backward leaves padding rows at 0", pad_rows_zero);
@@ -178,7 +178,7 @@ static void test_encoder(void) {
                gradcheck(encoder_loss, &ctx, wpe, dwpe, (size_t)T * C, 1), FD_TOL);
 
   float *dwte1 = copy_of(dwte, (size_t)Vp * C), *dwpe1 = copy_of(dwpe, (size_t)T * C);
-  ops->encoder_backward(dwte, dwpe, R, inp, B, T, C);
+  ops->encoder_backward(MT_DT_F32, dwte, dwpe, R, inp, B, T, C);
   mt_check_err("encoder_backward accumulates (dwte x2)", accum_err(dwte1, dwte, (size_t)Vp * C),
                ACCUM_TOL);
   mt_check_err("encoder_backward accumulates (dwpe x2)", accum_err(dwpe1, dwpe, (size_t)T * C),
@@ -197,7 +197,7 @@ typedef struct {
 
 static double layernorm_loss(void *p) {
   layernorm_ctx *c = p;
-  ops->layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
+  ops->layernorm_forward(MT_DT_F32, c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
   return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -224,7 +224,7 @@ static void test_layernorm(void) {
   free(ref);
 
   float *dinp = zeros(n), *dw = zeros(C), *db = zeros(C);
-  ops->layernorm_backward(dinp, dw, db, R, inp, w, mean, rstd, N, C);
+  ops->layernorm_backward(MT_DT_F32, dinp, dw, db, R, inp, w, mean, rstd, N, C);
   mt_check_err("layernorm_backward dinp vs finite diff",
                gradcheck(layernorm_loss, &ctx, inp, dinp, n, 1), FD_TOL);
   mt_check_err("layernorm_backward dw vs finite diff", gradcheck(layernorm_loss, &ctx, w, dw, C, 1),
@@ -234,7 +234,7 @@ static void test_layernorm(void) {
 
   layernorm_loss(&ctx); /* mean/rstd of the unperturbed input */
   float *dinp1 = copy_of(dinp, n), *dw1 = copy_of(dw, C), *db1 = copy_of(db, C);
-  ops->layernorm_backward(dinp, dw, db, R, inp, w, mean, rstd, N, C);
+  ops->layernorm_backward(MT_DT_F32, dinp, dw, db, R, inp, w, mean, rstd, N, C);
   mt_check_err("layernorm_backward accumulates (dinp x2)", accum_err(dinp1, dinp, n), ACCUM_TOL);
   mt_check_err("layernorm_backward accumulates (dw x2)", accum_err(dw1, dw, C), ACCUM_TOL);
   mt_check_err("layernorm_backward accumulates (db x2)", accum_err(db1, db, C), ACCUM_TOL);
@@ -253,7 +253,7 @@ typedef struct {
 
 static double matmul_loss(void *p) {
   matmul_ctx *c = p;
-  ops->matmul_forward(c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+  ops->matmul_forward(MT_DT_F32, c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
   return dot(c->out, c->R, (size_t)c->N * c->OC);
 }
 
@@ -276,11 +276,11 @@ static void test_matmul(void) {
     float *inp = rand_tensor((size_t)N * C, -1, 1), *w = rand_tensor((size_t)OC * C, -1, 1);
     float *bias = rand_tensor(OC, -1, 1), *out = zeros((size_t)N * OC);
     double *ref = malloc((size_t)N * OC * sizeof(double));
-    ops->matmul_forward(out, inp, w, bias, N, C, OC);
+    ops->matmul_forward(MT_DT_F32, out, inp, w, bias, N, C, OC);
     matmul_reference(ref, inp, w, bias, N, C, OC);
     mt_check_err("matmul_forward vs naive loops (bias)", rel_err_max(out, ref, (size_t)N * OC),
                  REF_TOL);
-    ops->matmul_forward(out, inp, w, NULL, N, C, OC);
+    ops->matmul_forward(MT_DT_F32, out, inp, w, NULL, N, C, OC);
     matmul_reference(ref, inp, w, NULL, N, C, OC);
     mt_check_err("matmul_forward vs naive loops (no bias)", rel_err_max(out, ref, (size_t)N * OC),
                  REF_TOL);
@@ -292,7 +292,7 @@ static void test_matmul(void) {
   float *R = rand_tensor((size_t)N * OC, -1, 1);
   matmul_ctx ctx = {N, C, OC, inp, w, bias, out, R};
   float *dinp = zeros((size_t)N * C), *dw = zeros((size_t)OC * C), *dbias = zeros(OC);
-  ops->matmul_backward(dinp, dw, dbias, R, inp, w, N, C, OC);
+  ops->matmul_backward(MT_DT_F32, dinp, dw, dbias, R, inp, w, N, C, OC);
   mt_check_err("matmul_backward dinp vs finite diff",
                gradcheck(matmul_loss, &ctx, inp, dinp, (size_t)N * C, 1), FD_TOL);
   mt_check_err("matmul_backward dw vs finite diff",
@@ -302,7 +302,7 @@ static void test_matmul(void) {
 
   float *dinp1 = copy_of(dinp, (size_t)N * C), *dw1 = copy_of(dw, (size_t)OC * C);
   float *dbias1 = copy_of(dbias, OC);
-  ops->matmul_backward(dinp, dw, dbias, R, inp, w, N, C, OC);
+  ops->matmul_backward(MT_DT_F32, dinp, dw, dbias, R, inp, w, N, C, OC);
   mt_check_err("matmul_backward accumulates (dinp x2)", accum_err(dinp1, dinp, (size_t)N * C),
                ACCUM_TOL);
   mt_check_err("matmul_backward accumulates (dw x2)", accum_err(dw1, dw, (size_t)OC * C),
@@ -461,9 +461,9 @@ static void test_determinism(void) {
    * thread counts */
   size_t n = 1000003;
   float *x = rand_tensor(n, -1, 1);
-  double s2 = ops->sumsq(x, n);
+  double s2 = ops->sumsq(MT_DT_F32, x, n);
   mt_kernels_set_threads(1);
-  double s1 = ops->sumsq(x, n);
+  double s1 = ops->sumsq(MT_DT_F32, x, n);
   mt_check_true("sumsq identical at 1 and 2 threads", memcmp(&s1, &s2, sizeof s1) == 0);
   free(x), free(qkv), free(dout);
   mt_kernels_set_threads(saved);
@@ -480,7 +480,7 @@ typedef struct {
 
 static double gelu_loss(void *p) {
   gelu_ctx *c = p;
-  ops->gelu_forward(c->out, c->inp, c->n);
+  ops->gelu_forward(MT_DT_F32, c->out, c->inp, c->n);
   return dot(c->out, c->R, c->n);
 }
 
@@ -498,15 +498,15 @@ static void test_gelu_residual(void) {
   }
   mt_check_err("gelu_forward vs double tanh formula", rel_err_max(out, ref, n), REF_TOL);
   float *dinp = zeros(n);
-  ops->gelu_backward(dinp, inp, R, n);
+  ops->gelu_backward(MT_DT_F32, dinp, inp, R, n);
   mt_check_err("gelu_backward dinp vs finite diff", gradcheck(gelu_loss, &ctx, inp, dinp, n, 1),
                FD_TOL);
   float *dinp1 = copy_of(dinp, n);
-  ops->gelu_backward(dinp, inp, R, n);
+  ops->gelu_backward(MT_DT_F32, dinp, inp, R, n);
   mt_check_err("gelu_backward accumulates (dinp x2)", accum_err(dinp1, dinp, n), ACCUM_TOL);
 
   float *a = rand_tensor(n, -1, 1), *b = rand_tensor(n, -1, 1), *sum = zeros(n);
-  ops->residual_forward(sum, a, b, n);
+  ops->residual_forward(MT_DT_F32, sum, a, b, n);
   int exact = 1;
   for (size_t i = 0; i < n; i++) exact &= sum[i] == a[i] + b[i];
   mt_check_true("residual_forward == a + b", exact);
@@ -526,7 +526,7 @@ typedef struct {
 /* L = sum_n losses[n] * dloss, the loss whose gradient the backward returns */
 static double xent_loss(void *p) {
   xent_ctx *c = p;
-  ops->softmax_xent_forward(c->losses, c->probs, c->logits, c->targets, c->N, c->V, c->Vp);
+  ops->softmax_xent_forward(MT_DT_F32, c->losses, c->probs, c->logits, c->targets, c->N, c->V, c->Vp);
   double s = 0.0;
   for (int i = 0; i < c->N; i++) s += (double)c->losses[i] * c->dloss;
   return s;
@@ -562,7 +562,7 @@ static void test_softmax_xent(void) {
   mt_check_err("softmax_xent_forward loss == -log p[target]", loss_err, REF_TOL);
 
   float *dlogits = filled(n, 7.0f); /* stale values must not survive on the padding */
-  ops->softmax_xent_backward(dlogits, probs, targets, ctx.dloss, N, V, Vp);
+  ops->softmax_xent_backward(MT_DT_F32, dlogits, probs, targets, ctx.dloss, N, V, Vp);
   int dpad_zero = 1;
   for (int i = 0; i < N; i++)
     for (int j = V; j < Vp; j++) dpad_zero &= dlogits[(size_t)i * Vp + j] == 0.0f;
@@ -573,11 +573,11 @@ static void test_softmax_xent(void) {
   /* in place, as the model calls it: probs over logits, dlogits over probs */
   xent_loss(&ctx);
   float *inplace = copy_of(logits, n), *losses2 = zeros(N);
-  ops->softmax_xent_forward(losses2, inplace, inplace, targets, N, V, Vp);
+  ops->softmax_xent_forward(MT_DT_F32, losses2, inplace, inplace, targets, N, V, Vp);
   mt_check_true("softmax_xent_forward in place == out of place",
                 memcmp(inplace, probs, n * sizeof(float)) == 0 &&
                     memcmp(losses2, losses, N * sizeof(float)) == 0);
-  ops->softmax_xent_backward(inplace, inplace, targets, ctx.dloss, N, V, Vp);
+  ops->softmax_xent_backward(MT_DT_F32, inplace, inplace, targets, ctx.dloss, N, V, Vp);
   mt_check_true("softmax_xent_backward in place == out of place",
                 memcmp(inplace, dlogits, n * sizeof(float)) == 0);
 
@@ -585,7 +585,7 @@ static void test_softmax_xent(void) {
   for (size_t i = 0; i < n; i++) logits[i] = 0.0f;
   logits[0] = 10000.0f, logits[1] = 8000.0f;
   int target1[1] = {1};
-  ops->softmax_xent_forward(losses, probs, logits, target1, 1, V, Vp);
+  ops->softmax_xent_forward(MT_DT_F32, losses, probs, logits, target1, 1, V, Vp);
   mt_check_err("softmax_xent_forward large logits (loss 2000)", fabs(losses[0] - 2000.0) / 2000.0,
                REF_TOL);
   free(logits), free(probs), free(losses), free(dlogits), free(inplace), free(losses2);
@@ -604,7 +604,7 @@ static void test_adamw(void) {
   for (size_t i = 0; i < n; i++) p_ref[i] = param[i];
   for (int t = 1; t <= 3; t++) {
     float *grad = rand_tensor(n, -1, 1);
-    ops->adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, wd, t);
+    ops->adamw_update(MT_DT_F32, param, NULL, grad, m, v, n, lr, beta1, beta2, eps, wd, t);
     for (size_t i = 0; i < n; i++) {
       double g = grad[i];
       m_ref[i] = beta1 * m_ref[i] + (1.0 - beta1) * g;
@@ -626,10 +626,10 @@ static void test_adamw(void) {
   float *x = rand_tensor(big, -2, 2);
   double want = 0.0;
   for (size_t i = 0; i < big; i++) want += (double)x[i] * x[i];
-  mt_check_err("sumsq vs sequential double sum", fabs(ops->sumsq(x, big) - want) / want, 1e-12);
-  mt_check_true("sumsq of nothing is 0", ops->sumsq(x, 0) == 0.0);
+  mt_check_err("sumsq vs sequential double sum", fabs(ops->sumsq(MT_DT_F32, x, big) - want) / want, 1e-12);
+  mt_check_true("sumsq of nothing is 0", ops->sumsq(MT_DT_F32, x, 0) == 0.0);
   float *y = copy_of(x, big);
-  ops->scale(y, 0.37f, big);
+  ops->scale(MT_DT_F32, y, 0.37f, big);
   int exact = 1;
   for (size_t i = 0; i < big; i++) exact &= y[i] == x[i] * 0.37f;
   mt_check_true("scale == x * s", exact);

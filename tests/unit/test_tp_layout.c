@@ -225,11 +225,11 @@ static void test_encoder_vp(const mt_ops *ops, int shards) {
   for (size_t i = 0; i < np; i++) wpe[i] = rng_uniform(-1, 1);
   float *ref = calloc(no, sizeof(float)), *sum = calloc(no, sizeof(float));
   float *part = calloc(no, sizeof(float)), *dout = malloc(no * sizeof(float));
-  ops->encoder_forward(ref, inp, wte, wpe, B, T, C);
+  ops->encoder_forward(MT_DT_F32, ref, inp, wte, wpe, B, T, C);
   for (int r = 0; r < shards; r++) {
     int v0, Vl, nreal;
     shard_of(r, shards, V, Vp, &v0, &Vl, &nreal);
-    ops->encoder_vp_forward(part, inp, wte + (size_t)v0 * C, v0, Vl, r == 0 ? wpe : NULL, B, T, C);
+    ops->encoder_vp_forward(MT_DT_F32, part, inp, wte + (size_t)v0 * C, v0, Vl, r == 0 ? wpe : NULL, B, T, C);
     for (size_t i = 0; i < no; i++) sum[i] += part[i];
   }
   MT_CHECK(memcmp(sum, ref, no * sizeof(float)) == 0,
@@ -237,11 +237,11 @@ static void test_encoder_vp(const mt_ops *ops, int shards) {
   for (size_t i = 0; i < no; i++) dout[i] = rng_uniform(-1, 1);
   float *dwte = calloc(nw, sizeof(float)), *dwpe = calloc(np, sizeof(float));
   float *dwte_vp = calloc(nw, sizeof(float)), *dwpe_vp = calloc(np, sizeof(float));
-  ops->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  ops->encoder_backward(MT_DT_F32, dwte, dwpe, dout, inp, B, T, C);
   for (int r = 0; r < shards; r++) {
     int v0, Vl, nreal;
     shard_of(r, shards, V, Vp, &v0, &Vl, &nreal);
-    ops->encoder_vp_backward(dwte_vp + (size_t)v0 * C, r == 0 ? dwpe_vp : NULL, dout, inp, v0, Vl,
+    ops->encoder_vp_backward(MT_DT_F32, dwte_vp + (size_t)v0 * C, r == 0 ? dwpe_vp : NULL, dout, inp, v0, Vl,
                              B, T, C);
   }
   MT_CHECK(memcmp(dwte, dwte_vp, nw * sizeof(float)) == 0 &&
@@ -261,9 +261,9 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
     for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = 1000.0f; /* padding must not leak */
   float losses[9], losses_vp[9], rowmax[9], part_max[9];
   double stats[18], part_stats[18];
-  ops->softmax_xent_forward(losses, probs, logits, targets, N, V, Vp);
+  ops->softmax_xent_forward(MT_DT_F32, losses, probs, logits, targets, N, V, Vp);
   float *dref = malloc(n * sizeof(float));
-  ops->softmax_xent_backward(dref, probs, targets, 0.25f, N, V, Vp);
+  ops->softmax_xent_backward(MT_DT_F32, dref, probs, targets, 0.25f, N, V, Vp);
 
   /* per shard: its columns, contiguous (N, Vl), as the LM head writes them */
   int Vl = Vp / shards;
@@ -277,14 +277,14 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
   for (int r = 0; r < shards; r++) { /* all-reduce max (a NaN partial max stays NaN) */
     int v0, vl, nreal;
     shard_of(r, shards, V, Vp, &v0, &vl, &nreal);
-    ops->xent_vp_max(part_max, sl[r], N, vl, nreal);
+    ops->xent_vp_max(MT_DT_F32, part_max, sl[r], N, vl, nreal);
     for (int i = 0; i < N; i++) rowmax[i] = (float)mt_worst(rowmax[i], part_max[i]);
   }
   memset(stats, 0, sizeof stats);
   for (int r = 0; r < shards; r++) { /* all-reduce sum */
     int v0, vl, nreal;
     shard_of(r, shards, V, Vp, &v0, &vl, &nreal);
-    ops->xent_vp_exp(part_stats, sl[r], sl[r], rowmax, targets, v0, N, vl, nreal);
+    ops->xent_vp_exp(MT_DT_F32, part_stats, sl[r], rowmax, targets, v0, N, vl, nreal);
     for (int i = 0; i < 2 * N; i++) stats[i] += part_stats[i];
   }
   double loss_err = 0.0, prob_err = 0.0, grad_err = 0.0;
@@ -292,7 +292,7 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
   for (int r = 0; r < shards; r++) {
     int v0, vl, nreal;
     shard_of(r, shards, V, Vp, &v0, &vl, &nreal);
-    ops->xent_vp_finish(losses_vp, sl[r], stats, rowmax, N, vl, nreal);
+    ops->xent_vp_finish(MT_DT_F32, losses_vp, sl[r], sl[r], stats, rowmax, N, vl, nreal);
     for (int i = 0; i < N; i++) {
       loss_err = mt_worst(loss_err, fabs(losses_vp[i] - losses[i]) / fabs(losses[i]));
       bitwise &= losses_vp[i] == losses[i];
@@ -303,7 +303,7 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
         bitwise &= p == want;
       }
     }
-    ops->xent_vp_backward(sl[r], sl[r], targets, v0, 0.25f, N, vl, nreal);
+    ops->xent_vp_backward(MT_DT_F32, sl[r], sl[r], targets, v0, 0.25f, N, vl, nreal);
     for (int i = 0; i < N; i++)
       for (int j = 0; j < vl; j++) {
         float d = sl[r][(size_t)i * vl + j], want = dref[(size_t)i * Vp + v0 + j];
