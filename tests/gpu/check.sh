@@ -93,7 +93,7 @@ if o and "op_seconds" in o.get("device", {}):
     r["gpu_time_by_op"] = {k: {"s": v, "share": v / tot if tot else 0} for k, v in
                            sorted(ops.items(), key=lambda kv: -kv[1])}
     # the model's block attention (attn_*), and the T x T reference if a run
-    # used it; the bf16 table's ops are named "bf16 <op>"
+    # used it; an op's bf16 calls are named "bf16 <op>"
     def share(*names): return sum(ops.get(p + k, 0) for k in names for p in ("", "bf16 "))
     att = share("attn_forward", "attn_merge", "attn_backward", "attention_forward",
                 "attention_backward")

@@ -1,8 +1,10 @@
 /* What the GPU comparisons (gpu_ops, gpu_ops_bf16, gpu_moe_ops, gpu_edges,
- * gpu_attn_bf16) share: the two op tables, their random inputs (urand, rnd,
- * rnd_bf16 over tests/test_rng.h's generator, which each program seeds),
- * copies between host and device, and the comparison that reports one line
- * per check (max |gpu - cpu| / max |cpu|; NaN fails) and counts failures.
+ * gpu_attn_bf16) share: the two op tables (the CPU's and the CUDA backend's;
+ * each op takes the storage type, F32 or BF16 below, of its operands),
+ * their random inputs (urand, rnd, rnd_bf16 over tests/test_rng.h's
+ * generator, which each program seeds), copies between host and device,
+ * and the comparison that reports one line per check (max |gpu - cpu| /
+ * max |cpu|; NaN fails) and counts failures.
  * Include once, from the program's one source file. */
 #ifndef MT_TESTS_GPU_COMPARE_H
 #define MT_TESTS_GPU_COMPARE_H
@@ -18,6 +20,9 @@
 #include <string.h>
 
 static const mt_ops *cpu, *gpu;
+/* the storage types of the ops' operands */
+#define F32 MT_DT_F32
+#define BF16 MT_DT_BF16
 
 /* n uniform values in [lo, hi) (urand's), rounded to bf16 */
 static inline mt_bf16 *rnd_bf16(size_t n, float lo, float hi) {

@@ -43,12 +43,12 @@ static void test_layernorm(int N, int C) {
   size_t ns[K] = {n, (size_t)C, (size_t)C, n, (size_t)N, (size_t)N, n, n, (size_t)C, (size_t)C};
   float *h[K], *d[K];
   for (int i = 0; i < K; i++) h[i] = rnd(ns[i], -1, 1), d[i] = dev(h[i], ns[i]);
-  cpu->layernorm_forward(h[OUT], h[MEAN], h[RSTD], h[X], h[WT], h[BS], N, C);
-  gpu->layernorm_forward(d[OUT], d[MEAN], d[RSTD], d[X], d[WT], d[BS], N, C);
+  cpu->layernorm_forward(F32, h[OUT], h[MEAN], h[RSTD], h[X], h[WT], h[BS], N, C);
+  gpu->layernorm_forward(F32, d[OUT], d[MEAN], d[RSTD], d[X], d[WT], d[BS], N, C);
   snprintf(w, sizeof w, "layernorm_forward N=%d C=%d", N, C);
   CMP(w, h[OUT], d[OUT], n, TOL);
-  cpu->layernorm_backward(h[DINP], h[DW], h[DB], h[DOUT], h[X], h[WT], h[MEAN], h[RSTD], N, C);
-  gpu->layernorm_backward(d[DINP], d[DW], d[DB], d[DOUT], d[X], d[WT], d[MEAN], d[RSTD], N, C);
+  cpu->layernorm_backward(F32, h[DINP], h[DW], h[DB], h[DOUT], h[X], h[WT], h[MEAN], h[RSTD], N, C);
+  gpu->layernorm_backward(F32, d[DINP], d[DW], d[DB], d[DOUT], d[X], d[WT], d[MEAN], d[RSTD], N, C);
   snprintf(w, sizeof w, "layernorm_backward dinp, dw, db N=%d C=%d", N, C);
   mt_check_err(w, mt_worst(mt_worst(err_of(h[DINP], d[DINP], n), err_of(h[DW], d[DW], (size_t)C)),
                      err_of(h[DB], d[DB], (size_t)C)),
@@ -65,14 +65,14 @@ static void test_matmul(int N, int C, int OC) {
   float *h[K], *d[K];
   for (int i = 0; i < K; i++) h[i] = rnd(ns[i], -1, 1), d[i] = dev(h[i], ns[i]);
   for (int b = 0; b < 2; b++) {
-    cpu->matmul_forward(h[OUT], h[IN], h[WT], b ? h[BIAS] + 1 : NULL, N, C, OC);
-    gpu->matmul_forward(d[OUT], d[IN], d[WT], b ? d[BIAS] + 1 : NULL, N, C, OC);
+    cpu->matmul_forward(F32, h[OUT], h[IN], h[WT], b ? h[BIAS] + 1 : NULL, N, C, OC);
+    gpu->matmul_forward(F32, d[OUT], d[IN], d[WT], b ? d[BIAS] + 1 : NULL, N, C, OC);
     snprintf(w, sizeof w, "matmul_forward N=%d C=%d OC=%d%s", N, C, OC,
              b ? " (bias 4-byte aligned)" : "");
     CMP(w, h[OUT], d[OUT], no, TOL_MM);
   }
-  cpu->matmul_backward(h[DINP], h[DW], h[DBIAS], h[DOUT], h[IN], h[WT], N, C, OC);
-  gpu->matmul_backward(d[DINP], d[DW], d[DBIAS], d[DOUT], d[IN], d[WT], N, C, OC);
+  cpu->matmul_backward(F32, h[DINP], h[DW], h[DBIAS], h[DOUT], h[IN], h[WT], N, C, OC);
+  gpu->matmul_backward(F32, d[DINP], d[DW], d[DBIAS], d[DOUT], d[IN], d[WT], N, C, OC);
   snprintf(w, sizeof w, "matmul_backward dinp, dw N=%d C=%d OC=%d", N, C, OC);
   mt_check_err(w, mt_worst(err_of(h[DINP], d[DINP], ni), err_of(h[DW], d[DW], nw)), TOL_MM);
   snprintf(w, sizeof w, "matmul_backward dbias N=%d OC=%d", N, OC);
@@ -90,7 +90,7 @@ static void test_matmul_no_terms(void) {
     /* the expectation written out (the CPU's sgemm refuses lda = 0) */
     for (int n = 0; n < N; n++)
       for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = b ? bias[o] : 0.0f;
-    gpu->matmul_forward(d_out, d_bias, d_w, b ? d_bias : NULL, N, 0, OC);
+    gpu->matmul_forward(F32, d_out, d_bias, d_w, b ? d_bias : NULL, N, 0, OC);
     CMP(b ? "matmul_forward C=0: out = bias" : "matmul_forward C=0: out = 0", out, d_out,
         (size_t)N * OC, 0.0);
   }
@@ -108,35 +108,35 @@ static void test_encoder_and_rows(int C) {
                   (size_t)Vp * C, (size_t)T * C, (size_t)C, (size_t)C};
   float *h[K], *d[K];
   for (int i = 0; i < K; i++) h[i] = rnd(ns[i], -1, 1), d[i] = dev(h[i], ns[i]);
-  cpu->encoder_forward(h[OUT], inp, h[WTE], h[WPE], B, T, C);
-  gpu->encoder_forward(d[OUT], d_inp, d[WTE], d[WPE], B, T, C);
+  cpu->encoder_forward(F32, h[OUT], inp, h[WTE], h[WPE], B, T, C);
+  gpu->encoder_forward(F32, d[OUT], d_inp, d[WTE], d[WPE], B, T, C);
   snprintf(w, sizeof w, "encoder_forward C=%d (exact)", C);
   CMP(w, h[OUT], d[OUT], ns[OUT], 0.0);
-  cpu->encoder_backward(h[DWTE], h[DWPE], h[DOUT], inp, B, T, C);
-  gpu->encoder_backward(d[DWTE], d[DWPE], d[DOUT], d_inp, B, T, C);
+  cpu->encoder_backward(F32, h[DWTE], h[DWPE], h[DOUT], inp, B, T, C);
+  gpu->encoder_backward(F32, d[DWTE], d[DWPE], d[DOUT], d_inp, B, T, C);
   snprintf(w, sizeof w, "encoder_backward C=%d (the CPU's order: exact)", C);
   mt_check_err(w, mt_worst(err_of(h[DWTE], d[DWTE], ns[DWTE]), err_of(h[DWPE], d[DWPE], ns[DWPE])), 0);
   (void)V;
   /* elementwise over C elements */
-  cpu->gelu_forward(h[Y], h[X], (size_t)C);
-  gpu->gelu_forward(d[Y], d[X], (size_t)C);
+  cpu->gelu_forward(F32, h[Y], h[X], (size_t)C);
+  gpu->gelu_forward(F32, d[Y], d[X], (size_t)C);
   snprintf(w, sizeof w, "gelu_forward n=%d", C);
   CMP(w, h[Y], d[Y], (size_t)C, TOL);
-  cpu->residual_forward(h[Y], h[X], h[Y], (size_t)C);
-  gpu->residual_forward(d[Y], d[X], d[Y], (size_t)C);
+  cpu->residual_forward(F32, h[Y], h[X], h[Y], (size_t)C);
+  gpu->residual_forward(F32, d[Y], d[X], d[Y], (size_t)C);
   snprintf(w, sizeof w, "residual_forward n=%d", C);
   CMP(w, h[Y], d[Y], (size_t)C, TOL);
   /* rows: gather, 2D copy of one column and of every column */
   int idx[3] = {5, 0, 5};
   int *d_idx = devi(idx, 3);
-  cpu->gather_rows(h[DOUT], h[OUT], idx, 3, C);
-  gpu->gather_rows(d[DOUT], d[OUT], d_idx, 3, C);
+  cpu->gather_rows(F32, h[DOUT], h[OUT], idx, 3, C);
+  gpu->gather_rows(F32, d[DOUT], d[OUT], d_idx, 3, C);
   snprintf(w, sizeof w, "gather_rows C=%d (exact)", C);
   CMP(w, h[DOUT], d[DOUT], (size_t)3 * C, 0.0);
-  cpu->copy_2d(h[DOUT], (size_t)C, h[OUT] + C - 1, (size_t)C, (size_t)BT, 1);
-  gpu->copy_2d(d[DOUT], (size_t)C, d[OUT] + C - 1, (size_t)C, (size_t)BT, 1);
-  cpu->add_2d(h[DOUT], (size_t)C, h[OUT], (size_t)C, 1, (size_t)C);
-  gpu->add_2d(d[DOUT], (size_t)C, d[OUT], (size_t)C, 1, (size_t)C);
+  cpu->copy_2d(F32, h[DOUT], (size_t)C, h[OUT] + C - 1, (size_t)C, (size_t)BT, 1);
+  gpu->copy_2d(F32, d[DOUT], (size_t)C, d[OUT] + C - 1, (size_t)C, (size_t)BT, 1);
+  cpu->add_2d(F32, h[DOUT], (size_t)C, h[OUT], (size_t)C, 1, (size_t)C);
+  gpu->add_2d(F32, d[DOUT], (size_t)C, d[OUT], (size_t)C, 1, (size_t)C);
   snprintf(w, sizeof w, "copy_2d one column, add_2d one row C=%d (exact)", C);
   CMP(w, h[DOUT], d[DOUT], ns[DOUT], 0.0);
   dfree(d_inp, (size_t)BT * sizeof(int));
@@ -155,20 +155,20 @@ static void test_vocab_of_one(int N) {
   size_t ns[K] = {n, n, (size_t)N};
   float *h[K], *d[K];
   for (int i = 0; i < K; i++) h[i] = rnd(ns[i], -3, 3), d[i] = dev(h[i], ns[i]);
-  cpu->softmax_xent_forward(h[LS], h[PR], h[LG], tgt, N, V, Vp);
-  gpu->softmax_xent_forward(d[LS], d[PR], d[LG], d_tgt, N, V, Vp);
+  cpu->softmax_xent_forward(F32, h[LS], h[PR], h[LG], tgt, N, V, Vp);
+  gpu->softmax_xent_forward(F32, d[LS], d[PR], d[LG], d_tgt, N, V, Vp);
   snprintf(w, sizeof w, "softmax_xent_forward V=1 N=%d: losses", N);
   CMP(w, h[LS], d[LS], (size_t)N, TOL);
   snprintf(w, sizeof w, "softmax_xent_forward V=1 N=%d: probs (1, then 0 on padding)", N);
   CMP(w, h[PR], d[PR], n, TOL);
-  cpu->softmax_xent_backward(h[PR], h[PR], tgt, 0.5f, N, V, Vp);
-  gpu->softmax_xent_backward(d[PR], d[PR], d_tgt, 0.5f, N, V, Vp);
+  cpu->softmax_xent_backward(F32, h[PR], h[PR], tgt, 0.5f, N, V, Vp);
+  gpu->softmax_xent_backward(F32, d[PR], d[PR], d_tgt, 0.5f, N, V, Vp);
   snprintf(w, sizeof w, "softmax_xent_backward V=1 N=%d", N);
   CMP(w, h[PR], d[PR], n, TOL);
   /* the pieces on the slice that holds the one real column, nvalid = 1 */
   float *rmax = rnd((size_t)N, 0, 1), *d_rmax = dev(rmax, (size_t)N);
-  cpu->xent_vp_max(rmax, h[LG], N, Vp, 1);
-  gpu->xent_vp_max(d_rmax, d[LG], N, Vp, 1);
+  cpu->xent_vp_max(F32, rmax, h[LG], N, Vp, 1);
+  gpu->xent_vp_max(F32, d_rmax, d[LG], N, Vp, 1);
   snprintf(w, sizeof w, "xent_vp_max nvalid=1 N=%d (exact)", N);
   CMP(w, rmax, d_rmax, (size_t)N, 0.0);
   dfree(d_tgt, (size_t)N * sizeof(int));
@@ -199,11 +199,11 @@ static void test_moe_small(void) {
   CMP("moe_router_backward E=1 k=1", h[DLOG], d[DLOG], ns[DLOG], TOL);
   int slot[7] = {0, -1, 2, 3, -1, 5, 6};
   int *d_slot = devi(slot, (size_t)N * k);
-  cpu->moe_combine(h[OUT], h[Y], slot, h[WK], N, C, k);
-  gpu->moe_combine(d[OUT], d[Y], d_slot, d[WK], N, C, k);
+  cpu->moe_combine(F32, h[OUT], h[Y], slot, h[WK], N, C, k);
+  gpu->moe_combine(F32, d[OUT], d[Y], d_slot, d[WK], N, C, k);
   CMP("moe_combine C=1 k=1 (dropped slots)", h[OUT], d[OUT], ns[OUT], TOL);
-  cpu->moe_combine_backward(h[DY], h[DW], h[OUT], h[Y], slot, h[WK], N, C, k);
-  gpu->moe_combine_backward(d[DY], d[DW], d[OUT], d[Y], d_slot, d[WK], N, C, k);
+  cpu->moe_combine_backward(F32, h[DY], h[DW], h[OUT], h[Y], slot, h[WK], N, C, k);
+  gpu->moe_combine_backward(F32, d[DY], d[DW], d[OUT], d[Y], d_slot, d[WK], N, C, k);
   mt_check_err("moe_combine_backward C=1 k=1",
          mt_worst(err_of(h[DY], d[DY], ns[DY]), err_of(h[DW], d[DW], ns[DW])), TOL);
   dfree(d_ti, (size_t)N * k * sizeof(int));
@@ -225,14 +225,14 @@ static double attn_case(int B, int NH, int hs, int Tq, int Tk, int q_pos0, int k
   size_t ns[NB] = {nq, nk, nk, nq, nl, nq, nq, nk, nk};
   float *h[NB], *d[NB];
   for (int i = 0; i < NB; i++) h[i] = rnd(ns[i], -1.5f, 1.5f), d[i] = dev(h[i], ns[i]);
-  cpu->attn_forward(&a, h[OUT], h[LSE], h[Q], h[KK], h[VV]);
-  gpu->attn_forward(&a, d[OUT], d[LSE], d[Q], d[KK], d[VV]);
+  cpu->attn_forward(F32, &a, h[OUT], h[LSE], h[Q], h[KK], h[VV]);
+  gpu->attn_forward(F32, &a, d[OUT], d[LSE], d[Q], d[KK], d[VV]);
   double e = err_of(h[OUT], d[OUT], nq);
   /* the LSE: -inf rows exactly -inf, finite ones relative to max(1, |ref|) */
   e = mt_worst(e, lse_err_of(h[LSE], d[LSE], nl));
   for (size_t i = 0; i < nl; i++) *no_key_rows += isinf(h[LSE][i]) != 0;
-  cpu->attn_backward(&a, h[DQ], h[DK], h[DV], h[DOUT], h[OUT], h[LSE], h[Q], h[KK], h[VV]);
-  gpu->attn_backward(&a, d[DQ], d[DK], d[DV], d[DOUT], d[OUT], d[LSE], d[Q], d[KK], d[VV]);
+  cpu->attn_backward(F32, &a, h[DQ], h[DK], h[DV], h[DOUT], h[OUT], h[LSE], h[Q], h[KK], h[VV]);
+  gpu->attn_backward(F32, &a, d[DQ], d[DK], d[DV], d[DOUT], d[OUT], d[LSE], d[Q], d[KK], d[VV]);
   e = mt_worst(e, err_of(h[DQ], d[DQ], nq));
   e = mt_worst(e, err_of(h[DK], d[DK], nk));
   e = mt_worst(e, err_of(h[DV], d[DV], nk));
@@ -283,8 +283,8 @@ static void test_merge(void) {
   for (size_t i = 1; i < nl; i += 4) pl[i] = -INFINITY;
   pl[0] = -INFINITY; /* both sides without a key */
   float *d_o = dev(o, no), *d_p = dev(p, no), *d_l = dev(l, nl), *d_pl = dev(pl, nl);
-  cpu->attn_merge(&a, o, l, p, pl);
-  gpu->attn_merge(&a, d_o, d_l, d_p, d_pl);
+  cpu->attn_merge(F32, &a, o, l, p, pl);
+  gpu->attn_merge(F32, &a, d_o, d_l, d_p, d_pl);
   mt_check_err("attn_merge with -inf on either side or both: out", err_of(o, d_o, no), TOL);
   float *gl = host_bytes(d_l, nl * sizeof(float));
   double e = 0.0;

@@ -173,8 +173,8 @@ static void test_rows(int N, int C, int k) {
   float *d_inp = dev(inp, nc), *d_out = dev(out, (size_t)n * C + 1);
   int *d_idx = devi(idx, n);
   for (int shift = 0; shift < 2; shift++) {
-    cpu->gather_rows(out + shift, inp, idx, n, C);
-    gpu->gather_rows(d_out + shift, d_inp, d_idx, n, C);
+    cpu->gather_rows(F32, out + shift, inp, idx, n, C);
+    gpu->gather_rows(F32, d_out + shift, d_inp, d_idx, n, C);
     snprintf(what, sizeof what, "gather_rows n=%d%s (exact)", n,
              shift ? ", output one float off" : "");
     CMP(what, out, d_out, (size_t)n * C + 1, 0.0);
@@ -187,21 +187,21 @@ static void test_rows(int N, int C, int k) {
   float *y = rnd(nyc, -1, 1), *w = rnd(nk, 0, 1), *comb = rnd(nc, -9, 9);
   float *d_y = dev(y, nyc), *d_w = dev(w, nk), *d_comb = dev(comb, nc);
   int *d_slot = devi(slot, nk);
-  cpu->moe_combine(comb, y, slot, w, N, C, k);
-  gpu->moe_combine(d_comb, d_y, d_slot, d_w, N, C, k);
+  cpu->moe_combine(F32, comb, y, slot, w, N, C, k);
+  gpu->moe_combine(F32, d_comb, d_y, d_slot, d_w, N, C, k);
   snprintf(what, sizeof what, "moe_combine (%d of %zu slots kept)", kept, nk);
   CMP(what, comb, d_comb, nc, TOL_EW);
 
   float *dout = rnd(nc, -1, 1), *dy = rnd(nyc, -9, 9), *dw = rnd(nk, -9, 9);
   float *d_dout = dev(dout, nc), *d_dy = dev(dy, nyc), *d_dw = dev(dw, nk);
-  cpu->moe_combine_backward(dy, dw, dout, y, slot, w, N, C, k);
-  gpu->moe_combine_backward(d_dy, d_dw, d_dout, d_y, d_slot, d_w, N, C, k);
+  cpu->moe_combine_backward(F32, dy, dw, dout, y, slot, w, N, C, k);
+  gpu->moe_combine_backward(F32, d_dy, d_dw, d_dout, d_y, d_slot, d_w, N, C, k);
   CMP("moe_combine_backward dy (rows not named unchanged; exact)", dy, d_dy, nyc, 0.0);
   CMP("moe_combine_backward dw (0 for dropped slots)", dw, d_dw, nk, TOL_EW);
 
   float *dx = rnd(nc, -1, 1), *d_dx = dev(dx, nc);
-  cpu->moe_gather_sum(dx, y, slot, N, C, k);
-  gpu->moe_gather_sum(d_dx, d_y, d_slot, N, C, k);
+  cpu->moe_gather_sum(F32, dx, y, slot, N, C, k);
+  gpu->moe_gather_sum(F32, d_dx, d_y, d_slot, N, C, k);
   CMP("moe_gather_sum (accumulates; the CPU's order: exact)", dx, d_dx, nc, 0.0);
 
   dfree(d_inp, nc * 4), dfree(d_out, ((size_t)n * C + 1) * 4), dfree(d_idx, (size_t)n * 4);
@@ -231,21 +231,21 @@ static void test_grouped(const int *sizes, int G, int C, int OC) {
   float *d_dout = dev(dout, no), *d_dinp = dev(dinp, ni), *d_dw = dev(dw, nw);
   float *d_dbias = dev(dbias, nb);
   for (int with_bias = 1; with_bias >= 0; with_bias--) {
-    cpu->grouped_matmul_forward(out, inp, w, with_bias ? bias : NULL, off, G, C, OC);
-    gpu->grouped_matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, off, G, C, OC);
+    cpu->grouped_matmul_forward(F32, out, inp, w, with_bias ? bias : NULL, off, G, C, OC);
+    gpu->grouped_matmul_forward(F32, d_out, d_inp, d_w, with_bias ? d_bias : NULL, off, G, C, OC);
     CMP(with_bias ? "grouped_matmul_forward with bias" : "grouped_matmul_forward", out, d_out, no,
         TOL_MM);
   }
-  cpu->grouped_matmul_backward(dinp, dw, dbias, dout, inp, w, off, G, C, OC);
-  gpu->grouped_matmul_backward(d_dinp, d_dw, d_dbias, d_dout, d_inp, d_w, off, G, C, OC);
+  cpu->grouped_matmul_backward(F32, dinp, dw, dbias, dout, inp, w, off, G, C, OC);
+  gpu->grouped_matmul_backward(F32, d_dinp, d_dw, d_dbias, d_dout, d_inp, d_w, off, G, C, OC);
   CMP("grouped_matmul_backward dinp", dinp, d_dinp, ni, TOL_MM);
   CMP("grouped_matmul_backward dw (empty groups' unchanged)", dw, d_dw, nw, TOL_MM);
   CMP("grouped_matmul_backward dbias (fp32 sums)", dbias, d_dbias, nb, TOL_EW);
-  cpu->grouped_matmul_backward(dinp, NULL, NULL, dout, NULL, w, off, G, C, OC);
-  gpu->grouped_matmul_backward(d_dinp, NULL, NULL, d_dout, NULL, d_w, off, G, C, OC);
+  cpu->grouped_matmul_backward(F32, dinp, NULL, NULL, dout, NULL, w, off, G, C, OC);
+  gpu->grouped_matmul_backward(F32, d_dinp, NULL, NULL, d_dout, NULL, d_w, off, G, C, OC);
   CMP("grouped_matmul_backward dinp only", dinp, d_dinp, ni, TOL_MM);
-  cpu->grouped_matmul_backward(NULL, dw, dbias, dout, inp, NULL, off, G, C, OC);
-  gpu->grouped_matmul_backward(NULL, d_dw, d_dbias, d_dout, d_inp, NULL, off, G, C, OC);
+  cpu->grouped_matmul_backward(F32, NULL, dw, dbias, dout, inp, NULL, off, G, C, OC);
+  gpu->grouped_matmul_backward(F32, NULL, d_dw, d_dbias, d_dout, d_inp, NULL, off, G, C, OC);
   CMP("grouped_matmul_backward dw, dbias only", dw, d_dw, nw, TOL_MM);
   CMP("grouped_matmul_backward dbias only pass", dbias, d_dbias, nb, TOL_EW);
   float *ds[] = {d_inp, d_w, d_bias, d_out, d_dout, d_dinp, d_dw, d_dbias};
@@ -268,12 +268,12 @@ static void test_empty(void) {
   gpu->moe_router_forward(a, b, ia, c, d, NULL, 0, E, k);
   gpu->moe_router_backward(a, b, c, ia, d, d, d, 16, 0.5f, 0, E, k);
   gpu->moe_prob_sums(a, b, 0, E, 16);
-  gpu->gather_rows(a, b, ia, 0, C);
-  gpu->moe_combine(a, b, ia, c, 0, C, k);
-  gpu->moe_combine_backward(a, b, c, d, ia, d, 0, C, k);
-  gpu->moe_gather_sum(a, b, ia, 0, C, k);
-  gpu->grouped_matmul_forward(a, b, c, d, zeros, 4, 2, 2);
-  gpu->grouped_matmul_backward(a, b, c, d, d, d, zeros, 4, 2, 2);
+  gpu->gather_rows(F32, a, b, ia, 0, C);
+  gpu->moe_combine(F32, a, b, ia, c, 0, C, k);
+  gpu->moe_combine_backward(F32, a, b, c, d, ia, d, 0, C, k);
+  gpu->moe_gather_sum(F32, a, b, ia, 0, C, k);
+  gpu->grouped_matmul_forward(F32, a, b, c, d, zeros, 4, 2, 2);
+  gpu->grouped_matmul_backward(F32, a, b, c, d, d, d, zeros, 4, 2, 2);
   gpu->sync();
   double e = err_of(h, a, n);
   e = mt_worst(e, err_of(h, b, n));
@@ -313,8 +313,8 @@ static void test_determinism(void) {
     gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, NULL, N, E, k);
     gpu->moe_router_backward(d_logits, d_probs, d_lse, d_top, d_topw, d_dtw, d_aux, rps, 0.1f, N,
                              E, k);
-    gpu->moe_combine_backward(d_dy, d_dcw, d_dout, d_y, d_slot, d_topw, N, C, k);
-    gpu->grouped_matmul_backward(d_dx, d_dw, NULL, d_y, d_y, d_w, off, G, C, C);
+    gpu->moe_combine_backward(F32, d_dy, d_dcw, d_dout, d_y, d_slot, d_topw, N, C, k);
+    gpu->grouped_matmul_backward(F32, d_dx, d_dw, NULL, d_y, d_y, d_w, off, G, C, C);
     float *r = res[run];
     gpu->download(r, d_logits, ne * 4);
     gpu->download(r + ne, d_dcw, nk * 4);

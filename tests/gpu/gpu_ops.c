@@ -60,24 +60,25 @@ static void test_encoder(int B, int T, int C, int V, int Vp) {
   int *d_inp = devi(inp, BT);
   float *d_wte = dev(wte, (size_t)Vp * C), *d_wpe = dev(wpe, (size_t)T * C), *d_out = dev(out, n);
   float *d_dout = dev(dout, n), *d_dwte = dev(dwte, (size_t)Vp * C), *d_dwpe = dev(dwpe, (size_t)T * C);
-  cpu->encoder_forward(out, inp, wte, wpe, B, T, C);
-  gpu->encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
+  cpu->encoder_forward(F32, out, inp, wte, wpe, B, T, C);
+  gpu->encoder_forward(F32, d_out, d_inp, d_wte, d_wpe, B, T, C);
   CMP("encoder_forward", out, d_out, n, 0.0);
-  cpu->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
-  gpu->encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+  cpu->encoder_backward(F32, dwte, dwpe, dout, inp, B, T, C);
+  gpu->encoder_backward(F32, d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
   CMP("encoder_backward dwte (the CPU's order: exact)", dwte, d_dwte, (size_t)Vp * C, 0.0);
   CMP("encoder_backward dwpe (exact)", dwpe, d_dwpe, (size_t)T * C, 0.0);
   /* vocabulary-parallel: rows [v0, v0 + Vl), with and without positions */
   int v0 = V / 4, Vl = V / 3;
   for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
     char what[96];
-    cpu->encoder_vp_forward(out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, B, T, C);
-    gpu->encoder_vp_forward(d_out, d_inp, d_wte + (size_t)v0 * C, v0, Vl, with_wpe ? d_wpe : NULL,
-                            B, T, C);
+    cpu->encoder_vp_forward(F32, out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, B,
+                            T, C);
+    gpu->encoder_vp_forward(F32, d_out, d_inp, d_wte + (size_t)v0 * C, v0, Vl,
+                            with_wpe ? d_wpe : NULL, B, T, C);
     snprintf(what, sizeof what, "encoder_vp_forward v0=%d Vl=%d wpe %d", v0, Vl, with_wpe);
     CMP(what, out, d_out, n, 0.0);
-    cpu->encoder_vp_backward(dwte, with_wpe ? dwpe : NULL, dout, inp, v0, Vl, B, T, C);
-    gpu->encoder_vp_backward(d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, v0, Vl, B, T, C);
+    cpu->encoder_vp_backward(F32, dwte, with_wpe ? dwpe : NULL, dout, inp, v0, Vl, B, T, C);
+    gpu->encoder_vp_backward(F32, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, v0, Vl, B, T, C);
     snprintf(what, sizeof what, "encoder_vp_backward dwte wpe %d", with_wpe);
     CMP(what, dwte, d_dwte, (size_t)Vp * C, 0.0);
     CMP("encoder_vp_backward dwpe", dwpe, d_dwpe, (size_t)T * C, 0.0);
@@ -97,13 +98,13 @@ static void test_layernorm(int N, int C) {
   float *d_inp = dev(inp, n), *d_w = dev(w, C), *d_b = dev(b, C), *d_out = dev(out, n);
   float *d_mean = dev(mean, N), *d_rstd = dev(rstd, N), *d_dout = dev(dout, n);
   float *d_dinp = dev(dinp, n), *d_dw = dev(dw, C), *d_db = dev(db, C);
-  cpu->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-  gpu->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+  cpu->layernorm_forward(F32, out, mean, rstd, inp, w, b, N, C);
+  gpu->layernorm_forward(F32, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
   CMP("layernorm_forward out", out, d_out, n, TOL_EW);
   CMP("layernorm_forward mean", mean, d_mean, N, TOL_EW);
   CMP("layernorm_forward rstd", rstd, d_rstd, N, TOL_EW);
-  cpu->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-  gpu->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+  cpu->layernorm_backward(F32, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  gpu->layernorm_backward(F32, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
   CMP("layernorm_backward dinp", dinp, d_dinp, n, TOL_EW);
   CMP("layernorm_backward dw", dw, d_dw, C, TOL_EW);
   CMP("layernorm_backward db", db, d_db, C, TOL_EW);
@@ -122,24 +123,24 @@ static void test_matmul(int N, int C, int OC, int check_rounding) {
   float *d_inp = dev(inp, ni), *d_w = dev(w, nw), *d_bias = dev(bias, OC), *d_out = dev(out, no);
   float *d_dout = dev(dout, no), *d_dinp = dev(dinp, ni), *d_dw = dev(dw, nw), *d_dbias = dev(dbias, OC);
   for (int with_bias = 1; with_bias >= 0; with_bias--) {
-    cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC);
-    gpu->matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+    cpu->matmul_forward(F32, out, inp, w, with_bias ? bias : NULL, N, C, OC);
+    gpu->matmul_forward(F32, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
     double e = err_of(out, d_out, no);
     mt_check_err(with_bias ? "matmul_forward with bias" : "matmul_forward", e, TOL_MM);
     if (check_rounding && g_bf16 && !with_bias)
       mt_check_err("matmul_forward under bf16 is not fp32", e > 1e-6 ? 0 : 1, 0);
   }
-  cpu->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-  gpu->matmul_backward(d_dinp, d_dw, d_dbias, d_dout, d_inp, d_w, N, C, OC);
+  cpu->matmul_backward(F32, dinp, dw, dbias, dout, inp, w, N, C, OC);
+  gpu->matmul_backward(F32, d_dinp, d_dw, d_dbias, d_dout, d_inp, d_w, N, C, OC);
   CMP("matmul_backward dinp", dinp, d_dinp, ni, TOL_MM);
   CMP("matmul_backward dw", dw, d_dw, nw, TOL_MM);
   CMP("matmul_backward dbias (fp32 sums)", dbias, d_dbias, OC, TOL_EW);
   /* the halves of a split backward */
-  cpu->matmul_backward(dinp, NULL, NULL, dout, NULL, w, N, C, OC);
-  gpu->matmul_backward(d_dinp, NULL, NULL, d_dout, NULL, d_w, N, C, OC);
+  cpu->matmul_backward(F32, dinp, NULL, NULL, dout, NULL, w, N, C, OC);
+  gpu->matmul_backward(F32, d_dinp, NULL, NULL, d_dout, NULL, d_w, N, C, OC);
   CMP("matmul_backward dinp only", dinp, d_dinp, ni, TOL_MM);
-  cpu->matmul_backward(NULL, dw, dbias, dout, inp, NULL, N, C, OC);
-  gpu->matmul_backward(NULL, d_dw, d_dbias, d_dout, d_inp, NULL, N, C, OC);
+  cpu->matmul_backward(F32, NULL, dw, dbias, dout, inp, NULL, N, C, OC);
+  gpu->matmul_backward(F32, NULL, d_dw, d_dbias, d_dout, d_inp, NULL, N, C, OC);
   CMP("matmul_backward dw, dbias only", dw, d_dw, nw, TOL_MM);
   float *ds[] = {d_inp, d_w, d_bias, d_out, d_dout, d_dinp, d_dw, d_dbias};
   size_t ns[] = {ni, nw, OC, no, no, ni, nw, OC};
@@ -171,42 +172,42 @@ static void test_elementwise(size_t n) {
   printf("elementwise n=%zu\n", n);
   float *x = rnd(n, -4, 4), *y = rnd(n, -1, 1), *o = rnd(n, -1, 1), *g = rnd(n, -1, 1);
   float *d_x = dev(x, n), *d_y = dev(y, n), *d_o = dev(o, n), *d_g = dev(g, n);
-  cpu->gelu_forward(o, x, n);
-  gpu->gelu_forward(d_o, d_x, n);
+  cpu->gelu_forward(F32, o, x, n);
+  gpu->gelu_forward(F32, d_o, d_x, n);
   CMP("gelu_forward (tanhf vs the CPU's polynomial)", o, d_o, n, TOL_EW);
-  cpu->gelu_backward(g, x, y, n);
-  gpu->gelu_backward(d_g, d_x, d_y, n);
+  cpu->gelu_backward(F32, g, x, y, n);
+  gpu->gelu_backward(F32, d_g, d_x, d_y, n);
   CMP("gelu_backward", g, d_g, n, TOL_EW);
-  cpu->residual_forward(o, x, y, n);
-  gpu->residual_forward(d_o, d_x, d_y, n);
+  cpu->residual_forward(F32, o, x, y, n);
+  gpu->residual_forward(F32, d_o, d_x, d_y, n);
   CMP("residual_forward", o, d_o, n, 0.0);
   /* from the same inputs (gelu_backward left g and d_g within TOL_EW, not
    * equal): axpy within one rounding of an FMA (nvcc contracts y + a*x, the
    * CPU build does not), scale exactly */
   gpu->upload(d_g, g, n * sizeof(float));
-  cpu->axpy(g, -0.75f, x, n);
-  gpu->axpy(d_g, -0.75f, d_x, n);
+  cpu->axpy(F32, g, -0.75f, x, n);
+  gpu->axpy(F32, d_g, -0.75f, d_x, n);
   CMP("axpy (one FMA's rounding apart at most)", g, d_g, n, TOL_FMA);
   gpu->upload(d_g, g, n * sizeof(float));
-  cpu->scale(g, 0.3f, n);
-  gpu->scale(d_g, 0.3f, n);
+  cpu->scale(F32, g, 0.3f, n);
+  gpu->scale(F32, d_g, 0.3f, n);
   CMP("scale (exact)", g, d_g, n, 0.0);
-  double sc = cpu->sumsq(x, n), sg = gpu->sumsq(d_x, n);
+  double sc = cpu->sumsq(F32, x, n), sg = gpu->sumsq(F32, d_x, n);
   mt_check_err("sumsq (double)", fabs(sc - sg) / sc, TOL_SUM);
-  double uc = cpu->sum(y, n), ug = gpu->sum(d_y, n);
+  double uc = cpu->sum(F32, y, n), ug = gpu->sum(F32, d_y, n);
   mt_check_err("sum (double)", fabs(uc - ug) / fmax(fabs(uc), 1.0), TOL_SUM);
-  cpu->copy(o, x, n);
-  gpu->copy(d_o, d_x, n);
+  cpu->copy(F32, o, x, n);
+  gpu->copy(F32, d_o, d_x, n);
   CMP("copy", o, d_o, n, 0.0);
-  cpu->zero(o, n / 2);
-  gpu->zero(d_o, n / 2);
+  cpu->zero(F32, o, n / 2);
+  gpu->zero(F32, d_o, n / 2);
   CMP("zero (half)", o, d_o, n, 0.0);
   /* AdamW, 3 steps, weight decay on */
   float *p = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
   float *d_p = dev(p, n), *d_m = dev(m, n), *d_v = dev(v, n);
   for (int t = 1; t <= 3; t++) {
-    cpu->adamw_update(p, y, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    gpu->adamw_update(d_p, d_y, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    cpu->adamw_update(F32, p, NULL, y, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    gpu->adamw_update(F32, d_p, NULL, d_y, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
   }
   CMP("adamw_update param (3 steps)", p, d_p, n, TOL_EW);
   CMP("adamw_update m", m, d_m, n, TOL_EW);
@@ -224,17 +225,17 @@ static void test_xent(int N, int V, int Vp) {
   for (int i = 0; i < N; i++) tgt[i] = (int)(urand(0, 1) * (V - 1));
   float *d_logits = dev(logits, n), *d_probs = dev(probs, n), *d_losses = dev(losses, N);
   int *d_tgt = devi(tgt, N);
-  cpu->softmax_xent_forward(losses, probs, logits, tgt, N, V, Vp);
-  gpu->softmax_xent_forward(d_losses, d_probs, d_logits, d_tgt, N, V, Vp);
+  cpu->softmax_xent_forward(F32, losses, probs, logits, tgt, N, V, Vp);
+  gpu->softmax_xent_forward(F32, d_losses, d_probs, d_logits, d_tgt, N, V, Vp);
   CMP("softmax_xent_forward losses", losses, d_losses, N, TOL_EW);
   CMP("softmax_xent_forward probs (0 on padding)", probs, d_probs, n, TOL_EW);
-  cpu->softmax_xent_backward(probs, probs, tgt, 0.01f, N, V, Vp); /* in place */
-  gpu->softmax_xent_backward(d_probs, d_probs, d_tgt, 0.01f, N, V, Vp);
+  cpu->softmax_xent_backward(F32, probs, probs, tgt, 0.01f, N, V, Vp); /* in place */
+  gpu->softmax_xent_backward(F32, d_probs, d_probs, d_tgt, 0.01f, N, V, Vp);
   CMP("softmax_xent_backward (in place)", probs, d_probs, n, TOL_EW);
   /* in place forward: probs aliases logits */
   float *l2 = dup_bytes(logits, n * sizeof(float)), *d_l2 = dev(l2, n);
-  cpu->softmax_xent_forward(losses, l2, l2, tgt, N, V, Vp);
-  gpu->softmax_xent_forward(d_losses, d_l2, d_l2, d_tgt, N, V, Vp);
+  cpu->softmax_xent_forward(F32, losses, l2, l2, tgt, N, V, Vp);
+  gpu->softmax_xent_forward(F32, d_losses, d_l2, d_l2, d_tgt, N, V, Vp);
   CMP("softmax_xent_forward in place", l2, d_l2, n, TOL_EW);
   CMP("softmax_xent_forward in place losses", losses, d_losses, N, TOL_EW);
   /* the vocabulary-parallel pieces on one slice, and on a slice beyond V */
@@ -248,8 +249,8 @@ static void test_xent(int N, int V, int Vp) {
     float *d_lg = dev(lg, nl), *d_rmax = dev(rmax, N), *d_ls = dev(ls, N);
     double *d_st = gpu->alloc(MT_MEM_OTHER, 2 * (size_t)N * sizeof(double));
     char what[96];
-    cpu->xent_vp_max(rmax, lg, N, Vl, nvalid);
-    gpu->xent_vp_max(d_rmax, d_lg, N, Vl, nvalid);
+    cpu->xent_vp_max(F32, rmax, lg, N, Vl, nvalid);
+    gpu->xent_vp_max(F32, d_rmax, d_lg, N, Vl, nvalid);
     if (nvalid > 0) {
       snprintf(what, sizeof what, "xent_vp_max v0=%d Vl=%d nvalid=%d", v0, Vl, nvalid);
       CMP(what, rmax, d_rmax, N, 0.0);
@@ -262,23 +263,23 @@ static void test_xent(int N, int V, int Vp) {
       for (int i = 0; i < N; i++) rmax[i] = 0.0f; /* a global max from elsewhere */
       gpu->upload(d_rmax, rmax, (size_t)N * sizeof(float));
     }
-    cpu->xent_vp_exp(st, lg, lg, rmax, tgt, v0, N, Vl, nvalid);
-    gpu->xent_vp_exp(d_st, d_lg, d_lg, d_rmax, d_tgt, v0, N, Vl, nvalid);
+    cpu->xent_vp_exp(F32, st, lg, rmax, tgt, v0, N, Vl, nvalid);
+    gpu->xent_vp_exp(F32, d_st, d_lg, d_rmax, d_tgt, v0, N, Vl, nvalid);
     double *hst = malloc(2 * (size_t)N * sizeof(double));
     gpu->download(hst, d_st, 2 * (size_t)N * sizeof(double));
     double se = 0.0;
     for (int i = 0; i < 2 * N; i++) se = mt_worst(se, fabs(hst[i] - st[i]) / fmax(fabs(st[i]), 1.0));
     snprintf(what, sizeof what, "xent_vp_exp stats (sum, target logit) v0=%d", v0);
     mt_check_err(what, se, TOL_EW);
-    CMP("xent_vp_exp probs", lg, d_lg, nl, TOL_EW);
+    CMP("xent_vp_exp leaves the logits", lg, d_lg, nl, TOL_EW);
     for (int i = 0; i < N; i++) st[2 * i] += 1.0, hst[2 * i] += 1.0; /* other ranks' sums */
     gpu->upload(d_st, hst, 2 * (size_t)N * sizeof(double));
-    cpu->xent_vp_finish(ls, lg, st, rmax, N, Vl, nvalid);
-    gpu->xent_vp_finish(d_ls, d_lg, d_st, d_rmax, N, Vl, nvalid);
+    cpu->xent_vp_finish(F32, ls, lg, lg, st, rmax, N, Vl, nvalid); /* probs over the logits */
+    gpu->xent_vp_finish(F32, d_ls, d_lg, d_lg, d_st, d_rmax, N, Vl, nvalid);
     CMP("xent_vp_finish losses", ls, d_ls, N, TOL_EW);
     CMP("xent_vp_finish probs", lg, d_lg, nl, TOL_EW);
-    cpu->xent_vp_backward(lg, lg, tgt, v0, 0.5f, N, Vl, nvalid);
-    gpu->xent_vp_backward(d_lg, d_lg, d_tgt, v0, 0.5f, N, Vl, nvalid);
+    cpu->xent_vp_backward(F32, lg, lg, tgt, v0, 0.5f, N, Vl, nvalid);
+    gpu->xent_vp_backward(F32, d_lg, d_lg, d_tgt, v0, 0.5f, N, Vl, nvalid);
     CMP("xent_vp_backward (in place)", lg, d_lg, nl, TOL_EW);
     dfree(d_lg, nl * 4), dfree(d_rmax, (size_t)N * 4), dfree(d_ls, (size_t)N * 4);
     dfree(d_st, 2 * (size_t)N * 8);
@@ -319,8 +320,8 @@ static void attn_pair_run(const attn_pair *p) {
   char what[128];
 
   /* forward over the whole key block */
-  cpu->attn_forward(&a, h.out + oo, h.lse + lo, h.qkv + qo, KV(h) + ko, KV(h) + vo);
-  gpu->attn_forward(&a, d.out + oo, d.lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
+  cpu->attn_forward(F32, &a, h.out + oo, h.lse + lo, h.qkv + qo, KV(h) + ko, KV(h) + vo);
+  gpu->attn_forward(F32, &a, d.out + oo, d.lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
   CMP("attn_forward out", h.out, d.out, n_out, TOL_ATTN);
   mt_check_err("attn_forward lse (-inf rows exactly)", lse_err_of(h.lse, d.lse, n_lse), TOL_ATTN);
   {
@@ -348,14 +349,16 @@ static void attn_pair_run(const attn_pair *p) {
     second.Tk = p->Tk - half;
     second.k_pos0 = p->k_pos0 + half;
     const size_t hk = (size_t)half * krs;
-    cpu->attn_forward(&second, h.out2 + oo, h.lse2 + lo, h.qkv + qo, KV(h) + ko + hk,
+    cpu->attn_forward(F32, &second, h.out2 + oo, h.lse2 + lo, h.qkv + qo, KV(h) + ko + hk,
                       KV(h) + vo + hk);
-    gpu->attn_forward(&second, d.out2 + oo, d.lse2 + lo, d.qkv + qo, KV(d) + ko + hk,
+    gpu->attn_forward(F32, &second, d.out2 + oo, d.lse2 + lo, d.qkv + qo, KV(d) + ko + hk,
                       KV(d) + vo + hk);
-    cpu->attn_forward(&first, h.part + oo, h.part_lse + lo, h.qkv + qo, KV(h) + ko, KV(h) + vo);
-    gpu->attn_forward(&first, d.part + oo, d.part_lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
-    cpu->attn_merge(&a, h.out2 + oo, h.lse2 + lo, h.part + oo, h.part_lse + lo);
-    gpu->attn_merge(&a, d.out2 + oo, d.lse2 + lo, d.part + oo, d.part_lse + lo);
+    cpu->attn_forward(F32, &first, h.part + oo, h.part_lse + lo, h.qkv + qo, KV(h) + ko,
+                      KV(h) + vo);
+    gpu->attn_forward(F32, &first, d.part + oo, d.part_lse + lo, d.qkv + qo, KV(d) + ko,
+                      KV(d) + vo);
+    cpu->attn_merge(F32, &a, h.out2 + oo, h.lse2 + lo, h.part + oo, h.part_lse + lo);
+    gpu->attn_merge(F32, &a, d.out2 + oo, d.lse2 + lo, d.part + oo, d.part_lse + lo);
     CMP("attn_merge out (halves of the key block)", h.out2, d.out2, n_out, TOL_ATTN);
     mt_check_err("attn_merge lse", lse_err_of(h.lse2, d.lse2, n_lse), TOL_ATTN);
     /* the GPU's merged halves against one CPU call over the whole block,
@@ -388,9 +391,9 @@ static void attn_pair_run(const attn_pair *p) {
 
   /* backward from the whole block's forward (each side's own out, lse),
    * accumulating into random gradients */
-  cpu->attn_backward(&a, h.dqkv + qo, DKV(h) + ko, DKV(h) + vo, h.dout + oo, h.out + oo,
+  cpu->attn_backward(F32, &a, h.dqkv + qo, DKV(h) + ko, DKV(h) + vo, h.dout + oo, h.out + oo,
                      h.lse + lo, h.qkv + qo, KV(h) + ko, KV(h) + vo);
-  gpu->attn_backward(&a, d.dqkv + qo, DKV(d) + ko, DKV(d) + vo, d.dout + oo, d.out + oo,
+  gpu->attn_backward(F32, &a, d.dqkv + qo, DKV(d) + ko, DKV(d) + vo, d.dout + oo, d.out + oo,
                      d.lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
   CMP(fused ? "attn_backward dq|dk|dv (one buffer)" : "attn_backward dq", h.dqkv, d.dqkv, n_qkv,
       TOL_ATTN);
@@ -444,21 +447,21 @@ static void test_copy_2d(void) {
   const size_t C = 72, rows = 333, nsrc = rows * 3 * C, ndst = rows * 2 * C;
   float *src = rnd(nsrc, -1, 1), *dst = rnd(ndst, -1, 1);
   float *d_src = dev(src, nsrc), *d_dst = dev(dst, ndst);
-  cpu->copy_2d(dst, 2 * C, src + C, 3 * C, rows, 2 * C);
-  gpu->copy_2d(d_dst, 2 * C, d_src + C, 3 * C, rows, 2 * C);
+  cpu->copy_2d(F32, dst, 2 * C, src + C, 3 * C, rows, 2 * C);
+  gpu->copy_2d(F32, d_dst, 2 * C, d_src + C, 3 * C, rows, 2 * C);
   CMP("copy_2d (rows, 2C) from (rows, 3C) at column C", dst, d_dst, ndst, 0.0);
-  cpu->add_2d(src + C, 3 * C, dst, 2 * C, rows, 2 * C);
-  gpu->add_2d(d_src + C, 3 * C, d_dst, 2 * C, rows, 2 * C);
+  cpu->add_2d(F32, src + C, 3 * C, dst, 2 * C, rows, 2 * C);
+  gpu->add_2d(F32, d_src + C, 3 * C, d_dst, 2 * C, rows, 2 * C);
   CMP("add_2d back (columns 0..C untouched)", src, d_src, nsrc, 0.0);
   /* ragged: a column range inside both rows, wider than one block of threads */
   const size_t ld_s = 1000, ld_d = 700, r2 = 37, c2 = 611, ns2 = r2 * ld_s, nd2 = r2 * ld_d;
   float *s2 = rnd(ns2, -1, 1), *t2 = rnd(nd2, -1, 1);
   float *d_s2 = dev(s2, ns2), *d_t2 = dev(t2, nd2);
-  cpu->copy_2d(t2 + 5, ld_d, s2 + 7, ld_s, r2, c2);
-  gpu->copy_2d(d_t2 + 5, ld_d, d_s2 + 7, ld_s, r2, c2);
+  cpu->copy_2d(F32, t2 + 5, ld_d, s2 + 7, ld_s, r2, c2);
+  gpu->copy_2d(F32, d_t2 + 5, ld_d, d_s2 + 7, ld_s, r2, c2);
   CMP("copy_2d ragged (37 x 611, ld 1000 -> 700)", t2, d_t2, nd2, 0.0);
-  cpu->add_2d(t2 + 80, ld_d, s2 + 300, ld_s, r2, c2 - 1);
-  gpu->add_2d(d_t2 + 80, ld_d, d_s2 + 300, ld_s, r2, c2 - 1);
+  cpu->add_2d(F32, t2 + 80, ld_d, s2 + 300, ld_s, r2, c2 - 1);
+  gpu->add_2d(F32, d_t2 + 80, ld_d, d_s2 + 300, ld_s, r2, c2 - 1);
   CMP("add_2d ragged", t2, d_t2, nd2, 0.0);
   dfree(d_src, nsrc * 4), dfree(d_dst, ndst * 4), dfree(d_s2, ns2 * 4), dfree(d_t2, nd2 * 4);
   free(src), free(dst), free(s2), free(t2);
@@ -479,8 +482,8 @@ static void test_attn_determinism(void) {
     float *d_qkv = dev(qkv, nq), *d_dout = dev(dout, no);
     float *d_out = gpu->alloc(MT_MEM_OTHER, no * 4), *d_lse = gpu->alloc(MT_MEM_OTHER, nl * 4);
     float *d_dqkv = gpu->alloc(MT_MEM_OTHER, nq * 4);
-    gpu->attn_forward(&a, d_out, d_lse, d_qkv, d_qkv + C, d_qkv + 2 * C);
-    gpu->attn_backward(&a, d_dqkv, d_dqkv + C, d_dqkv + 2 * C, d_dout, d_out, d_lse, d_qkv,
+    gpu->attn_forward(F32, &a, d_out, d_lse, d_qkv, d_qkv + C, d_qkv + 2 * C);
+    gpu->attn_backward(F32, &a, d_dqkv, d_dqkv + C, d_dqkv + 2 * C, d_dout, d_out, d_lse, d_qkv,
                        d_qkv + C, d_qkv + 2 * C);
     g[run] = malloc(nq * sizeof(float));
     o[run] = malloc(no * sizeof(float));
@@ -509,7 +512,7 @@ static void test_determinism(void) {
     float *d_dw = gpu->alloc(MT_MEM_OTHER, (size_t)C * C * 4);
     gpu->attention_forward(d_out, d_att, d_qkv, B, T, C, NH);
     gpu->attention_backward(d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH);
-    gpu->matmul_backward(d_dqkv, d_dw, NULL, d_dout, d_out, d_w, N, C, C);
+    gpu->matmul_backward(F32, d_dqkv, d_dw, NULL, d_dout, d_out, d_w, N, C, C);
     gpu->download(run ? h2 : h1, d_dqkv, nq * sizeof(float));
     dfree(d_qkv, nq * 4), dfree(d_dout, no * 4), dfree(d_w, (size_t)C * C * 4);
     dfree(d_att, na * 4), dfree(d_datt, na * 4), dfree(d_out, no * 4), dfree(d_dqkv, nq * 4);

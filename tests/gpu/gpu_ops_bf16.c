@@ -1,8 +1,8 @@
-/* gpu_ops_bf16: every op of the CUDA bf16 table (mt_ops_bf16_cuda) against
- * the CPU's bf16 table (mt_ops_bf16_cpu) on the same bf16 inputs.
+/* gpu_ops_bf16: every op of the CUDA table (mt_ops_cuda) on bf16 storage
+ * against the CPU's (mt_ops_cpu) on the same bf16 inputs.
  *
- *   gpu_ops_bf16 fp32|bf16   (the precision the backend starts at; the bf16
- *                             table is the same at either)
+ *   gpu_ops_bf16 fp32|bf16   (the precision the backend starts at; the ops
+ *                             on bf16 are the same at either)
  *
  * Shapes are not multiples of any tile (N = 111 rows, C = 72, OC = 197, T =
  * 37, n = 100003 elements, groups of 30, 0, 65 and 45 rows); backward ops
@@ -13,8 +13,9 @@
  *     the same order on both sides: encoder forward (one add), residual (one
  *     add), scale (one multiply), moe_combine_backward's dy (one multiply),
  *     moe_gather_sum (adds in j order), gather_rows, copy, zero, copy_2d,
- *     add_2d (one add), from_f32 (round to nearest even; a NaN stays NaN,
- *     payload and sign aside), to_f32 (exact); the embedding's fp32 weight
+ *     add_2d (one add), convert fp32 -> bf16 (round to nearest even; a NaN
+ *     stays NaN, payload and sign aside), bf16 -> fp32 (exact); the
+ *     embedding's fp32 weight
  *     gradients (positions added in the CPU's order).
  *   - within 1 bf16 ulp: axpy (nvcc contracts y + a x into an FMA, one fp32
  *     rounding instead of two; the bf16 rounding of two fp32 values one
@@ -35,16 +36,14 @@
  *   - fp32 outputs (dw, dbias, LayerNorm mean/rstd/dw/db, combine dw): max
  *     |gpu - cpu| / max |cpu| <= 1e-5 (fp32 sums in other orders), as in
  *     gpu_ops; scalar sums (double) 1e-9.
- *   - adamw_update: param, m and v bit for bit the fp32 CUDA table's
- *     adamw_update on the same inputs, param_bf16 = round(param) bit for bit;
- *     against the CPU's bf16 adamw within 1e-5 (FMA contraction).
+ *   - adamw_update: param, m and v bit for bit the CUDA adamw_update on fp32
+ *     (no copy) on the same inputs, the bf16 copy = round(param) bit for
+ *     bit; against the CPU's bf16 adamw within 1e-5 (FMA contraction).
  * NaN fails every check (err <= tol is false for NaN). Also: the table has no
  * NULL member (the block attention and cross-entropy, which gpu_attn_bf16
  * checks, included), and the same inputs twice give the same bits.
  * No GPU: prints "SKIP: <reason>" and exits 77. */
 #include "gpu_compare.h"
-
-static const mt_ops_bf16 *bcpu, *bgpu;
 
 #define TOL_SUM_F32 1e-5 /* fp32 results of sums in other orders */
 #define TOL_ORDER 2e-5   /* fp32 order error beyond one bf16 ulp, of max |out| */
@@ -102,9 +101,9 @@ static void same_bits(const char *what, const void *host, const void *d, size_t 
 
 static void test_table(void) {
   char missing[512];
-  int n = mt_ops_bf16_missing(bgpu, missing, sizeof missing);
-  if (n) printf("  the CUDA bf16 table lacks %s\n", missing);
-  mt_check_err("CUDA bf16 table: members missing", n, 0);
+  int n = mt_ops_missing(gpu, missing, sizeof missing);
+  if (n) printf("  the CUDA table lacks %s\n", missing);
+  mt_check_err("CUDA table: members missing", n, 0);
 }
 
 static void test_matmul(int N, int C, int OC) {
@@ -122,20 +121,20 @@ static void test_matmul(int N, int C, int OC) {
     const size_t bo = b == 2 ? 1 : 0;
     const char *what[3] = {"matmul_forward + bias (epilogue)", "matmul_forward, no bias",
                            "matmul_forward + bias at +2 bytes (no epilogue)"};
-    bcpu->matmul_forward(out, inp, w, b == 1 ? NULL : bias + bo, N, C, OC);
-    bgpu->matmul_forward(d_out, d_inp, d_w, b == 1 ? NULL : d_bias + bo, N, C, OC);
+    cpu->matmul_forward(BF16, out, inp, w, b == 1 ? NULL : bias + bo, N, C, OC);
+    gpu->matmul_forward(BF16, d_out, d_inp, d_w, b == 1 ? NULL : d_bias + bo, N, C, OC);
     SUMS(what[b], out, d_out, no);
   }
-  bcpu->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-  bgpu->matmul_backward(d_dinp, d_dw, d_dbias, d_dout, d_inp, d_w, N, C, OC);
+  cpu->matmul_backward(BF16, dinp, dw, dbias, dout, inp, w, N, C, OC);
+  gpu->matmul_backward(BF16, d_dinp, d_dw, d_dbias, d_dout, d_inp, d_w, N, C, OC);
   SUMS("matmul_backward dinp = round(dinp + dout w)", dinp, d_dinp, ni);
   CMP("matmul_backward dw (fp32)", dw, d_dw, nw, TOL_SUM_F32);
   CMP("matmul_backward dbias (fp32 chunked sums)", dbias, d_dbias, OC, TOL_SUM_F32);
-  bcpu->matmul_backward(dinp, NULL, NULL, dout, NULL, w, N, C, OC);
-  bgpu->matmul_backward(d_dinp, NULL, NULL, d_dout, NULL, d_w, N, C, OC);
+  cpu->matmul_backward(BF16, dinp, NULL, NULL, dout, NULL, w, N, C, OC);
+  gpu->matmul_backward(BF16, d_dinp, NULL, NULL, d_dout, NULL, d_w, N, C, OC);
   SUMS("matmul_backward dinp only", dinp, d_dinp, ni);
-  bcpu->matmul_backward(NULL, dw, dbias, dout, inp, NULL, N, C, OC);
-  bgpu->matmul_backward(NULL, d_dw, d_dbias, d_dout, d_inp, NULL, N, C, OC);
+  cpu->matmul_backward(BF16, NULL, dw, dbias, dout, inp, NULL, N, C, OC);
+  gpu->matmul_backward(BF16, NULL, d_dw, d_dbias, d_dout, d_inp, NULL, N, C, OC);
   CMP("matmul_backward dw, dbias only: dw", dw, d_dw, nw, TOL_SUM_F32);
   CMP("matmul_backward dw, dbias only: dbias", dbias, d_dbias, OC, TOL_SUM_F32);
   dfree(d_inp, ni * 2), dfree(d_w, nw * 2), dfree(d_bias, (OC + 1) * 2), dfree(d_out, no * 2);
@@ -155,11 +154,11 @@ static void test_grouped_matmul(void) {
   mt_bf16 *d_inp = devb(inp, ni), *d_w = devb(w, nw), *d_bias = devb(bias, nb);
   mt_bf16 *d_out = devb(out, no), *d_dout = devb(dout, no), *d_dinp = devb(dinp, ni);
   float *d_dw = dev(dw, nw), *d_dbias = dev(dbias, nb);
-  bcpu->grouped_matmul_forward(out, inp, w, bias, off, G, C, OC);
-  bgpu->grouped_matmul_forward(d_out, d_inp, d_w, d_bias, off, G, C, OC);
+  cpu->grouped_matmul_forward(BF16, out, inp, w, bias, off, G, C, OC);
+  gpu->grouped_matmul_forward(BF16, d_out, d_inp, d_w, d_bias, off, G, C, OC);
   SUMS("grouped_matmul_forward + bias", out, d_out, no);
-  bcpu->grouped_matmul_backward(dinp, dw, dbias, dout, inp, w, off, G, C, OC);
-  bgpu->grouped_matmul_backward(d_dinp, d_dw, d_dbias, d_dout, d_inp, d_w, off, G, C, OC);
+  cpu->grouped_matmul_backward(BF16, dinp, dw, dbias, dout, inp, w, off, G, C, OC);
+  gpu->grouped_matmul_backward(BF16, d_dinp, d_dw, d_dbias, d_dout, d_inp, d_w, off, G, C, OC);
   SUMS("grouped_matmul_backward dinp", dinp, d_dinp, ni);
   CMP("grouped_matmul_backward dw (fp32)", dw, d_dw, nw, TOL_SUM_F32);
   CMP("grouped_matmul_backward dbias (fp32)", dbias, d_dbias, nb, TOL_SUM_F32);
@@ -186,21 +185,21 @@ static void test_moe_rows(void) {
   float *d_w = dev(w, nk), *d_dw = dev(dw, nk);
   mt_bf16 *d_y = devb(y, ny), *d_x = devb(x, nx), *d_g = devb(g, ng), *d_o = devb(o, nx);
   mt_bf16 *d_dy = devb(dy, ny);
-  bcpu->gather_rows(g, x, idx, rows, C);
-  bgpu->gather_rows(d_g, d_x, d_idx, rows, C);
+  cpu->gather_rows(BF16, g, x, idx, rows, C);
+  gpu->gather_rows(BF16, d_g, d_x, d_idx, rows, C);
   EXACT("gather_rows", g, d_g, ng);
-  bcpu->gather_rows(g, x, idx, rows, C - 3); /* rows of 69: not whole 16-byte vectors */
-  bgpu->gather_rows(d_g, d_x, d_idx, rows, C - 3);
+  cpu->gather_rows(BF16, g, x, idx, rows, C - 3); /* rows of 69: not whole 16-byte vectors */
+  gpu->gather_rows(BF16, d_g, d_x, d_idx, rows, C - 3);
   EXACT("gather_rows, rows of 69", g, d_g, ng);
-  bcpu->moe_combine(o, y, slot, w, N, C, k);
-  bgpu->moe_combine(d_o, d_y, d_slot, d_w, N, C, k);
+  cpu->moe_combine(BF16, o, y, slot, w, N, C, k);
+  gpu->moe_combine(BF16, d_o, d_y, d_slot, d_w, N, C, k);
   ULP1("moe_combine (FMA or not)", o, d_o, nx);
-  bcpu->moe_combine_backward(dy, dw, o, y, slot, w, N, C, k);
-  bgpu->moe_combine_backward(d_dy, d_dw, d_o, d_y, d_slot, d_w, N, C, k);
+  cpu->moe_combine_backward(BF16, dy, dw, o, y, slot, w, N, C, k);
+  gpu->moe_combine_backward(BF16, d_dy, d_dw, d_o, d_y, d_slot, d_w, N, C, k);
   EXACT("moe_combine_backward dy = round(w dout)", dy, d_dy, ny);
   CMP("moe_combine_backward dw (fp32 dots)", dw, d_dw, nk, TOL_SUM_F32);
-  bcpu->moe_gather_sum(x, y, slot, N, C, k);
-  bgpu->moe_gather_sum(d_x, d_y, d_slot, N, C, k);
+  cpu->moe_gather_sum(BF16, x, y, slot, N, C, k);
+  gpu->moe_gather_sum(BF16, d_x, d_y, d_slot, N, C, k);
   EXACT("moe_gather_sum (j order)", x, d_x, nx);
   dfree(d_slot, nk * 4), dfree(d_idx, rows * 4), dfree(d_w, nk * 4), dfree(d_dw, nk * 4);
   dfree(d_y, ny * 2), dfree(d_x, nx * 2), dfree(d_g, ng * 2), dfree(d_o, nx * 2);
@@ -220,24 +219,25 @@ static void test_encoder(int B, int T, int C, int V, int Vp) {
   mt_bf16 *d_wte = devb(wte, nte), *d_wpe = devb(wpe, npe), *d_out = devb(out, n);
   mt_bf16 *d_dout = devb(dout, n);
   float *d_dwte = dev(dwte, nte), *d_dwpe = dev(dwpe, npe);
-  bcpu->encoder_forward(out, inp, wte, wpe, B, T, C);
-  bgpu->encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
+  cpu->encoder_forward(BF16, out, inp, wte, wpe, B, T, C);
+  gpu->encoder_forward(BF16, d_out, d_inp, d_wte, d_wpe, B, T, C);
   EXACT("encoder_forward", out, d_out, n);
-  bcpu->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
-  bgpu->encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+  cpu->encoder_backward(BF16, dwte, dwpe, dout, inp, B, T, C);
+  gpu->encoder_backward(BF16, d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
   CMP("encoder_backward dwte (the CPU's order: exact)", dwte, d_dwte, nte, 0.0);
   CMP("encoder_backward dwpe (exact)", dwpe, d_dwpe, npe, 0.0);
   int v0 = V / 4, Vl = V / 3;
   for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
     char what[96];
-    bcpu->encoder_vp_forward(out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, B, T,
-                             C);
-    bgpu->encoder_vp_forward(d_out, d_inp, d_wte + (size_t)v0 * C, v0, Vl,
-                             with_wpe ? d_wpe : NULL, B, T, C);
+    cpu->encoder_vp_forward(BF16, out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, B,
+                            T, C);
+    gpu->encoder_vp_forward(BF16, d_out, d_inp, d_wte + (size_t)v0 * C, v0, Vl,
+                            with_wpe ? d_wpe : NULL, B, T, C);
     snprintf(what, sizeof what, "encoder_vp_forward v0=%d Vl=%d wpe %d", v0, Vl, with_wpe);
     EXACT(what, out, d_out, n);
-    bcpu->encoder_vp_backward(dwte, with_wpe ? dwpe : NULL, dout, inp, v0, Vl, B, T, C);
-    bgpu->encoder_vp_backward(d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, v0, Vl, B, T, C);
+    cpu->encoder_vp_backward(BF16, dwte, with_wpe ? dwpe : NULL, dout, inp, v0, Vl, B, T, C);
+    gpu->encoder_vp_backward(BF16, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, v0, Vl, B, T,
+                             C);
     snprintf(what, sizeof what, "encoder_vp_backward dwte wpe %d (exact)", with_wpe);
     CMP(what, dwte, d_dwte, nte, 0.0);
     CMP("encoder_vp_backward dwpe (exact)", dwpe, d_dwpe, npe, 0.0);
@@ -256,13 +256,13 @@ static void test_layernorm(int N, int C) {
   mt_bf16 *d_inp = devb(inp, n), *d_w = devb(w, C), *d_b = devb(b, C), *d_out = devb(out, n);
   mt_bf16 *d_dout = devb(dout, n), *d_dinp = devb(dinp, n);
   float *d_mean = dev(mean, N), *d_rstd = dev(rstd, N), *d_dw = dev(dw, C), *d_db = dev(db, C);
-  bcpu->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-  bgpu->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+  cpu->layernorm_forward(BF16, out, mean, rstd, inp, w, b, N, C);
+  gpu->layernorm_forward(BF16, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
   SUMS("layernorm_forward out", out, d_out, n);
   CMP("layernorm_forward mean (fp32)", mean, d_mean, N, TOL_SUM_F32);
   CMP("layernorm_forward rstd (fp32)", rstd, d_rstd, N, TOL_SUM_F32);
-  bcpu->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-  bgpu->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+  cpu->layernorm_backward(BF16, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  gpu->layernorm_backward(BF16, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
   SUMS("layernorm_backward dinp", dinp, d_dinp, n);
   CMP("layernorm_backward dw (fp32)", dw, d_dw, C, TOL_SUM_F32);
   CMP("layernorm_backward db (fp32)", db, d_db, C, TOL_SUM_F32);
@@ -278,37 +278,37 @@ static void test_elementwise(size_t n) {
   mt_bf16 *x = rnd_bf16(n, -4, 4), *y = rnd_bf16(n, -1, 1), *o = rnd_bf16(n, -1, 1);
   mt_bf16 *g = rnd_bf16(n, -1, 1);
   mt_bf16 *d_x = devb(x, n), *d_y = devb(y, n), *d_o = devb(o, n), *d_g = devb(g, n);
-  bcpu->gelu_forward(o, x, n);
-  bgpu->gelu_forward(d_o, d_x, n);
+  cpu->gelu_forward(BF16, o, x, n);
+  gpu->gelu_forward(BF16, d_o, d_x, n);
   ULP1("gelu_forward (tanhf vs the CPU's polynomial)", o, d_o, n);
-  bcpu->gelu_backward(g, x, y, n);
-  bgpu->gelu_backward(d_g, d_x, d_y, n);
+  cpu->gelu_backward(BF16, g, x, y, n);
+  gpu->gelu_backward(BF16, d_g, d_x, d_y, n);
   ULP1("gelu_backward", g, d_g, n);
-  bcpu->residual_forward(o, x, y, n);
-  bgpu->residual_forward(d_o, d_x, d_y, n);
+  cpu->residual_forward(BF16, o, x, y, n);
+  gpu->residual_forward(BF16, d_o, d_x, d_y, n);
   EXACT("residual_forward", o, d_o, n);
   /* from the same inputs: gelu_backward left g and d_g apart by an ulp */
   gpu->upload(d_g, g, n * sizeof(mt_bf16));
-  bcpu->axpy(g, -0.75f, x, n);
-  bgpu->axpy(d_g, -0.75f, d_x, n);
+  cpu->axpy(BF16, g, -0.75f, x, n);
+  gpu->axpy(BF16, d_g, -0.75f, d_x, n);
   ULP1("axpy (an FMA or not)", g, d_g, n);
   gpu->upload(d_g, g, n * sizeof(mt_bf16));
-  bcpu->scale(g, 0.3f, n);
-  bgpu->scale(d_g, 0.3f, n);
+  cpu->scale(BF16, g, 0.3f, n);
+  gpu->scale(BF16, d_g, 0.3f, n);
   EXACT("scale", g, d_g, n);
-  double sc = bcpu->sumsq(x, n), sg = bgpu->sumsq(d_x, n);
+  double sc = cpu->sumsq(BF16, x, n), sg = gpu->sumsq(BF16, d_x, n);
   mt_check_err("sumsq (double)", fabs(sc - sg) / sc, TOL_SUM);
-  double uc = bcpu->sum(y, n), ug = bgpu->sum(d_y, n);
+  double uc = cpu->sum(BF16, y, n), ug = gpu->sum(BF16, d_y, n);
   mt_check_err("sum (double)", fabs(uc - ug) / fmax(fabs(uc), 1.0), TOL_SUM);
-  bcpu->copy(o, x, n);
-  bgpu->copy(d_o, d_x, n);
+  cpu->copy(BF16, o, x, n);
+  gpu->copy(BF16, d_o, d_x, n);
   EXACT("copy", o, d_o, n);
-  bcpu->zero(o, n / 2);
-  bgpu->zero(d_o, n / 2);
+  cpu->zero(BF16, o, n / 2);
+  gpu->zero(BF16, d_o, n / 2);
   EXACT("zero (half)", o, d_o, n);
   free(o), free(g);
-  /* from_f32 / to_f32 on random values and on the edges of the rounding:
-   * ties (to even), subnormals, overflow to inf, inf, -0 */
+  /* convert fp32 -> bf16 and back on random values and on the edges of the
+   * rounding: ties (to even), subnormals, overflow to inf, inf, -0 */
   float *f = rnd(n, -3, 3), *back = malloc(n * sizeof(float));
   const float edges[] = {1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -1.0f - 0x1p-8f, 0x1p-130f,
                          0x1.81p-128f, -0x1p-149f, 3.4e38f, -3.4e38f, INFINITY, -0.0f,
@@ -317,16 +317,16 @@ static void test_elementwise(size_t n) {
   f[5] = NAN;
   mt_bf16 *fb = malloc(n * sizeof(mt_bf16));
   float *d_f = dev(f, n), *d_back = dev(back, n);
-  bcpu->from_f32(fb, f, n);
-  bgpu->from_f32(d_o, d_f, n);
+  cpu->convert(fb, BF16, f, F32, n);
+  gpu->convert(d_o, BF16, d_f, F32, n);
   mt_bf16 *h = host_bytes(d_o, n * sizeof(mt_bf16));
-  mt_check_true("from_f32: NaN stays NaN", bf16_isnan(h[5]) && bf16_isnan(fb[5]));
+  mt_check_true("convert to bf16: NaN stays NaN", bf16_isnan(h[5]) && bf16_isnan(fb[5]));
   h[5] = fb[5] = 0;
   gpu->upload(d_o, h, n * sizeof(mt_bf16));
-  EXACT("from_f32 (nearest even; NaN aside)", fb, d_o, n);
-  bcpu->to_f32(back, fb, n);
-  bgpu->to_f32(d_back, d_o, n);
-  same_bits("to_f32 (exact)", back, d_back, n * sizeof(float));
+  EXACT("convert to bf16 (nearest even; NaN aside)", fb, d_o, n);
+  cpu->convert(back, F32, fb, BF16, n);
+  gpu->convert(d_back, F32, d_o, BF16, n);
+  same_bits("convert to fp32 (exact)", back, d_back, n * sizeof(float));
   dfree(d_x, n * 2), dfree(d_y, n * 2), dfree(d_o, n * 2), dfree(d_g, n * 2);
   dfree(d_f, n * 4), dfree(d_back, n * 4);
   free(x), free(y), free(f), free(back), free(fb), free(h);
@@ -339,41 +339,43 @@ static void test_copy_2d(void) {
   const size_t C = 72, rows = 333, nsrc = rows * 3 * C, ndst = rows * 2 * C;
   mt_bf16 *src = rnd_bf16(nsrc, -1, 1), *dst = rnd_bf16(ndst, -1, 1);
   mt_bf16 *d_src = devb(src, nsrc), *d_dst = devb(dst, ndst);
-  bcpu->copy_2d(dst, 2 * C, src + C, 3 * C, rows, 2 * C);
-  bgpu->copy_2d(d_dst, 2 * C, d_src + C, 3 * C, rows, 2 * C);
+  cpu->copy_2d(BF16, dst, 2 * C, src + C, 3 * C, rows, 2 * C);
+  gpu->copy_2d(BF16, d_dst, 2 * C, d_src + C, 3 * C, rows, 2 * C);
   EXACT("copy_2d (rows, 2C) from (rows, 3C) at column C", dst, d_dst, ndst);
-  bcpu->add_2d(src + C, 3 * C, dst, 2 * C, rows, 2 * C);
-  bgpu->add_2d(d_src + C, 3 * C, d_dst, 2 * C, rows, 2 * C);
+  cpu->add_2d(BF16, src + C, 3 * C, dst, 2 * C, rows, 2 * C);
+  gpu->add_2d(BF16, d_src + C, 3 * C, d_dst, 2 * C, rows, 2 * C);
   EXACT("add_2d back (columns 0..C untouched)", src, d_src, nsrc);
-  bcpu->add_2d(dst + 5, 2 * C, src + 7, 3 * C, rows - 1, C + 3);
-  bgpu->add_2d(d_dst + 5, 2 * C, d_src + 7, 3 * C, rows - 1, C + 3);
+  cpu->add_2d(BF16, dst + 5, 2 * C, src + 7, 3 * C, rows - 1, C + 3);
+  gpu->add_2d(BF16, d_dst + 5, 2 * C, d_src + 7, 3 * C, rows - 1, C + 3);
   EXACT("add_2d ragged", dst, d_dst, ndst);
   dfree(d_src, nsrc * 2), dfree(d_dst, ndst * 2);
   free(src), free(dst);
 }
 
-/* the bf16 table's AdamW against the fp32 CUDA table's (the same bits for
- * the master, m and v) and the CPU's bf16 one; param_bf16 = round(param) */
+/* AdamW with a bf16 copy against the CUDA one without (the same bits for
+ * the master, m and v) and the CPU's with a bf16 copy; the copy =
+ * round(param) */
 static void test_adamw(size_t n) {
   printf("adamw n=%zu\n", n);
   float *p = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
   float *grad = rnd(n, -1, 1);
   mt_bf16 *pb = rnd_bf16(n, -1, 1);
   float *d_grad = dev(grad, n);
-  float *d_p = dev(p, n), *d_m = dev(m, n), *d_v = dev(v, n); /* bf16 table */
-  float *d_p2 = dev(p, n), *d_m2 = dev(m, n), *d_v2 = dev(v, n); /* fp32 table */
+  float *d_p = dev(p, n), *d_m = dev(m, n), *d_v = dev(v, n);    /* with the bf16 copy */
+  float *d_p2 = dev(p, n), *d_m2 = dev(m, n), *d_v2 = dev(v, n); /* fp32, no copy */
   mt_bf16 *d_pb = devb(pb, n);
   for (int t = 1; t <= 3; t++) {
     /* the copy refreshed on the last step only (NULL: not refreshed) */
-    bcpu->adamw_update(p, t == 3 ? pb : NULL, grad, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    bgpu->adamw_update(d_p, t == 3 ? d_pb : NULL, d_grad, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                       0.1f, t);
-    gpu->adamw_update(d_p2, d_grad, d_m2, d_v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    if (t == 2) same_bits("adamw_update, param_bf16 NULL: the copy untouched", pb, d_pb, n * 2);
+    cpu->adamw_update(BF16, p, t == 3 ? pb : NULL, grad, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                      t);
+    gpu->adamw_update(BF16, d_p, t == 3 ? d_pb : NULL, d_grad, d_m, d_v, n, 1e-3f, 0.9f, 0.95f,
+                      1e-8f, 0.1f, t);
+    gpu->adamw_update(F32, d_p2, NULL, d_grad, d_m2, d_v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    if (t == 2) same_bits("adamw_update, param_copy NULL: the copy untouched", pb, d_pb, n * 2);
   }
   float *h = malloc(n * sizeof(float));
   const float *pairs[3][2] = {{d_p, d_p2}, {d_m, d_m2}, {d_v, d_v2}};
-  const char *names[3] = {"adamw_update param = the fp32 table's (bits)", "adamw_update m (bits)",
+  const char *names[3] = {"adamw_update param = fp32's (bits)", "adamw_update m (bits)",
                           "adamw_update v (bits)"};
   for (int i = 0; i < 3; i++) {
     gpu->download(h, pairs[i][1], n * sizeof(float));
@@ -382,7 +384,7 @@ static void test_adamw(size_t n) {
   gpu->download(h, d_p, n * sizeof(float));
   mt_bf16 *rounded = malloc(n * sizeof(mt_bf16));
   mt_bf16_from_f32_n(rounded, h, n);
-  same_bits("adamw_update param_bf16 = round(param) (bits)", rounded, d_pb, n * sizeof(mt_bf16));
+  same_bits("adamw_update param_copy = round(param) (bits)", rounded, d_pb, n * sizeof(mt_bf16));
   CMP("adamw_update param against the CPU's", p, d_p, n, TOL_SUM_F32);
   CMP("adamw_update m against the CPU's", m, d_m, n, TOL_SUM_F32);
   CMP("adamw_update v against the CPU's", v, d_v, n, TOL_SUM_F32);
@@ -415,11 +417,11 @@ static void test_determinism(void) {
     float *d_lwg = gpu->alloc(MT_MEM_OTHER, C * 8), *d_cw = dev(cw, nk);
     float *d_cdw = gpu->alloc(MT_MEM_OTHER, nk * 4);
     int *d_slot = devi(slot, nk);
-    bgpu->matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
-    bgpu->layernorm_forward(d_ln, d_stats, d_stats + N, d_inp, d_lw, d_lb, N, C);
-    bgpu->layernorm_backward(d_dln, d_lwg, d_lwg + C, d_dinp, d_inp, d_lw, d_stats, d_stats + N,
-                             N, C);
-    bgpu->moe_combine_backward(d_dy, d_cdw, d_dinp, d_ln, d_slot, d_cw, N / k, C, k);
+    gpu->matmul_backward(BF16, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+    gpu->layernorm_forward(BF16, d_ln, d_stats, d_stats + N, d_inp, d_lw, d_lb, N, C);
+    gpu->layernorm_backward(BF16, d_dln, d_lwg, d_lwg + C, d_dinp, d_inp, d_lw, d_stats,
+                            d_stats + N, N, C);
+    gpu->moe_combine_backward(BF16, d_dy, d_cdw, d_dinp, d_ln, d_slot, d_cw, N / k, C, k);
     char *h = res[run] = malloc(bytes);
     size_t at = 0;
     const void *parts[] = {d_dinp, d_dw, d_db, d_dln, d_lwg, d_dy, d_cdw};
@@ -445,13 +447,11 @@ int main(int argc, char **argv) {
   int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
   g_rng = 4242;
   cpu = mt_ops_cpu();
-  bcpu = mt_ops_bf16_cpu();
   int rc = gpu_compare_open("gpu_ops_bf16", bf16);
   if (rc != 0) {
     MPI_Finalize();
     return rc;
   }
-  bgpu = mt_ops_bf16_cuda();
   printf("CPU bf16 matmuls: %s\n", mt_bf16_gemm_path());
   test_table();
   test_matmul(111, 72, 197);

@@ -1,6 +1,6 @@
 # The ops of the CUDA backend against the CPU backend, PROGRAM = gpu_ops
 # (every op, gpu_ops.c), gpu_moe_ops (the Mixture-of-Experts ops,
-# gpu_moe_ops.c), gpu_edges or gpu_ops_bf16 (the bf16 op table): fp32,
+# gpu_moe_ops.c), gpu_edges or gpu_ops_bf16 (the ops on bf16 storage): fp32,
 # bf16, bf16 with 1 MiB of scratch (products and attention in pieces), and
 # bf16 rounded inside cuBLASLt (MT_CUDA_BF16_GEMM=fast); or only the runs
 # named after PROGRAM (fp32 bf16 bf16_small_scratch bf16_fast).

@@ -16,11 +16,11 @@ mt_script_test(train_moe gpu train_moe.sh)
 # the ops at the edges of their shapes (C 1..33, every head size, V = 1)
 mt_test_program(gpu_edges ${CMAKE_CURRENT_LIST_DIR}/gpu_edges.c)
 mt_script_test(edges gpu ops.sh gpu_edges)
-# the bf16 op table's attention and cross-entropy against the CPU's bf16 ones
+# the block attention and cross-entropy on bf16 storage against the CPU's
 mt_test_program(gpu_attn_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bf16.c)
 mt_script_test(attn_bf16 gpu ops.sh gpu_attn_bf16)
-# the bf16 op table against the CPU's (the table is the same at either
-# precision: a run started at fp32 and one at bf16 with 1 MiB of scratch)
+# every op on bf16 storage against the CPU's (the same at either precision:
+# a run started at fp32 and one at bf16 with 1 MiB of scratch)
 mt_test_program(gpu_ops_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_ops_bf16.c)
 mt_script_test(ops_bf16 gpu ops.sh gpu_ops_bf16 fp32 bf16_small_scratch)
 

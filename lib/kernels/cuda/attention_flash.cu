@@ -1,10 +1,9 @@
 /* Attention by blocks on the GPU (FlashAttention-2, Dao 2023): the op
  * table's attn_forward, attn_merge and attn_backward over one pair (query
  * block, key block) with strides, global positions and the per-row
- * log-sum-exp (LSE), as kernels.h states them, for the fp32 op table and
- * the bf16 one (mt_ops_bf16); copy_2d and add_2d. The CPU twins are
- * cpu/attention_flash.c and cpu/attention_bf16.c; tests/gpu/gpu_ops.c and
- * gpu_attn_bf16.c hold each pair equal.
+ * log-sum-exp (LSE), as kernels.h states them, for either storage type.
+ * The CPU twins are in cpu/attention_t.h; tests/gpu/gpu_ops.c (fp32) and
+ * gpu_attn_bf16.c (bf16) hold each pair equal.
  *
  * Tiles. A thread block of 256 threads owns a tile of rows of one (batch,
  * head) and walks the tiles of the other side through shared memory:
@@ -32,12 +31,11 @@
  * one block, which sums over the other side's tiles in a fixed order; D =
  * rowsum(dout * out) is a fixed warp reduction. The same bits every run.
  *
- * Precision: fp32 arithmetic throughout. The kernels are templated on the
- * element type T of q, k, v, out, dout, dq, dk, dv: float for mt_ops (fp32
- * tensors, under train.precision = bf16 too), mt_bf16 for mt_ops_bf16.
+ * Precision: fp32 arithmetic throughout. The ops are templated on the
+ * storage type T of q, k, v, out, dout, dq, dk, dv (float or mt_bf16).
  * bf16 elements are widened exactly into the fp32 tiles in shared memory
  * and rounded once when stored (out; dq, dk, dv = round(d + the call's fp32
- * sum)); P, dS, D and the LSE stay fp32, as on the CPU (attention_bf16.c).
+ * sum)); P, dS, D and the LSE stay fp32, as on the CPU (attention_t.h).
  * Tensor-core products would also round P and dS to bf16; these kernels use
  * CUDA cores (more accurate, slower than a tensor-core kernel would be). */
 #include "kernels/cuda/cuda_common.cuh"
@@ -500,11 +498,13 @@ static void forward_launch(const mt_attn_block *a, T *out, float *lse, const T *
   CUDA_LAUNCH_CHECK();
 }
 
-/* The three ops for elements T (float: mt_ops; mt_bf16: mt_ops_bf16) */
+/* The three ops of the table for storage type T */
 template <typename T>
-static void attn_forward(const mt_attn_block *a, T *out, float *lse, const T *q, const T *k,
-                         const T *v) {
+void mt_cuda_attn_forward(const mt_attn_block *a, void *out_, float *lse, const void *q_,
+                          const void *k_, const void *v_) {
   if (a->B <= 0 || a->NH <= 0 || a->Tq <= 0) return;
+  T *out = (T *)out_;
+  const T *q = (const T *)q_, *k = (const T *)k_, *v = (const T *)v_;
   attn_check(a, "attn_forward");
   const float scale = 1.0f / sqrtf((float)a->hs);
   /* (Tk = 0: every row gets out 0, lse -INFINITY, as on the CPU) */
@@ -512,16 +512,18 @@ static void attn_forward(const mt_attn_block *a, T *out, float *lse, const T *q,
   else if (a->hs <= 128) forward_launch<T, 64, 64, 8>(a, out, lse, q, k, v, scale);
   else forward_launch<T, 32, 32, 16>(a, out, lse, q, k, v, scale);
 }
+MT_CUDA_INSTANTIATE(attn_forward)
 
 template <typename T>
-static void attn_merge(const mt_attn_block *a, T *out, float *lse, const T *part,
-                       const float *part_lse) {
+void mt_cuda_attn_merge(const mt_attn_block *a, void *out, float *lse, const void *part,
+                        const float *part_lse) {
   if (a->B <= 0 || a->NH <= 0 || a->Tq <= 0 || a->hs <= 0) return;
   size_t warps = (size_t)a->B * a->Tq * a->NH;
-  attn_merge_kernel<T><<<(unsigned)((warps + 7) / 8), 256, 0, g_cu.stream>>>(*a, out, lse, part,
-                                                                             part_lse);
+  attn_merge_kernel<T><<<(unsigned)((warps + 7) / 8), 256, 0, g_cu.stream>>>(
+      *a, (T *)out, lse, (const T *)part, part_lse);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(attn_merge)
 
 template <typename T, int BR, int BC, int DPT>
 static void backward_launch(const mt_attn_block *a, T *dq, T *dk, T *dv, const T *dout,
@@ -545,9 +547,13 @@ static void backward_launch(const mt_attn_block *a, T *dq, T *dk, T *dv, const T
  * head) pairs at a time as it holds (all of them, unless the block is very
  * long); each group then runs the dq and the dk, dv kernels. */
 template <typename T>
-static void attn_backward(const mt_attn_block *a, T *dq, T *dk, T *dv, const T *dout,
-                          const T *out, const float *lse, const T *q, const T *k, const T *v) {
+void mt_cuda_attn_backward(const mt_attn_block *a, void *dq_, void *dk_, void *dv_,
+                           const void *dout_, const void *out_, const float *lse, const void *q_,
+                           const void *k_, const void *v_) {
   if (a->B <= 0 || a->NH <= 0 || a->Tq <= 0 || a->Tk <= 0) return;
+  T *dq = (T *)dq_, *dk = (T *)dk_, *dv = (T *)dv_;
+  const T *dout = (const T *)dout_, *out = (const T *)out_;
+  const T *q = (const T *)q_, *k = (const T *)k_, *v = (const T *)v_;
   attn_check(a, "attn_backward");
   const float scale = 1.0f / sqrtf((float)a->hs);
   const int nbh_all = a->B * a->NH;
@@ -572,30 +578,4 @@ static void attn_backward(const mt_attn_block *a, T *dq, T *dk, T *dv, const T *
       backward_launch<T, 16, 16, 16>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
   }
 }
-
-/* mt_ops' members */
-void mt_cuda_attn_forward(const mt_attn_block *a, float *out, float *lse, const float *q,
-                          const float *k, const float *v) {
-  attn_forward<float>(a, out, lse, q, k, v);
-}
-
-void mt_cuda_attn_merge(const mt_attn_block *a, float *out, float *lse, const float *part,
-                        const float *part_lse) {
-  attn_merge<float>(a, out, lse, part, part_lse);
-}
-
-void mt_cuda_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *dv,
-                           const float *dout, const float *out, const float *lse, const float *q,
-                           const float *k, const float *v) {
-  attn_backward<float>(a, dq, dk, dv, dout, out, lse, q, k, v);
-}
-
-/* mt_ops_bf16's: bf16 q, k, v, out, dout, dq, dk, dv (one rounding per
- * stored element: out = round(softmax(scale q k^T) v), dq = round(dq + this
- * call's fp32 sum over its keys), dk, dv alike over its queries), the LSE
- * and the internal P, dS and D in fp32, as cpu/attention_bf16.c */
-void mt_cuda_fill_bf16_attn(mt_ops_bf16 *o) {
-  o->attn_forward = attn_forward<mt_bf16>;
-  o->attn_merge = attn_merge<mt_bf16>;
-  o->attn_backward = attn_backward<mt_bf16>;
-}
+MT_CUDA_INSTANTIATE(attn_backward)

@@ -1,6 +1,8 @@
 /* The CUDA backend: one GPU per process, one compute stream every op is
- * queued on, memory counted by category like the CPU backend's, and the
- * elementwise helpers and scalar reductions of the op table. */
+ * queued on, memory counted by category like the CPU backend's, the
+ * elementwise helpers and scalar reductions of the op table, and the table
+ * itself: one member per op of kernels.h's lists, generated from them, that
+ * runs the op's body for the storage type it is given (cuda_common.cuh). */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <dlfcn.h>
@@ -12,7 +14,6 @@ mt_cuda_state g_cu;
 
 static void timers_reset(void); /* per-op GPU time, below */
 static int g_ops_built;         /* the op table is filled (once per start) */
-static int g_ops16_built;       /* the bf16 op table likewise */
 
 /* cuBLASLt's workspace (the size NVIDIA suggests for Hopper) */
 #define MT_LT_WORKSPACE_BYTES (32u << 20)
@@ -112,7 +113,7 @@ extern "C" void mt_cuda_shutdown(void) {
   if (!g_cu.up) return;
   cudaStreamSynchronize(g_cu.stream);
   timers_reset();
-  g_ops_built = g_ops16_built = 0;
+  g_ops_built = 0;
   mt_cuda_matmul_shutdown();
   mt_cuda_ops_shutdown();
   cudaFree(g_cu.lt_workspace);
@@ -231,17 +232,19 @@ static void cuda_download(void *host_dst, const void *src, size_t bytes) {
 static void cuda_sync(void) { CUDA_CHECK(cudaStreamSynchronize(g_cu.stream)); }
 
 /* ------------------------------------------------------------------ */
-/* elementwise helpers, on storage type S (float, or mt_bf16 for the bf16
- * table: fp32 math, one rounding per stored value; cuda_common.cuh)      */
+/* elementwise helpers, on storage type S (fp32 math, one rounding per
+ * stored value; cuda_common.cuh)                                      */
 
-template <typename S> static void cuda_zero(S *x, size_t n) {
+template <typename S> void mt_cuda_zero(void *x, size_t n) {
   if (n) CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(S), g_cu.stream));
 }
+MT_CUDA_INSTANTIATE(zero)
 
-template <typename S> static void cuda_copy(S *dst, const S *src, size_t n) {
+template <typename S> void mt_cuda_copy(void *dst, const void *src, size_t n) {
   if (n && dst != src)
     CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(S), cudaMemcpyDeviceToDevice, g_cu.stream));
 }
+MT_CUDA_INSTANTIATE(copy)
 
 /* y += a x (bf16: y = round(y + a x)) */
 template <typename S> __global__ void axpy_kernel(S *y, float a, const S *x, size_t n) {
@@ -250,11 +253,12 @@ template <typename S> __global__ void axpy_kernel(S *y, float a, const S *x, siz
     y[i] = mt_st<S>(mt_ld(y[i]) + a * mt_ld(x[i]));
 }
 
-template <typename S> static void cuda_axpy(S *y, float a, const S *x, size_t n) {
+template <typename S> void mt_cuda_axpy(void *y, float a, const void *x, size_t n) {
   if (!n) return;
-  axpy_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(y, a, x, n);
+  axpy_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)y, a, (const S *)x, n);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(axpy)
 
 /* x *= s (bf16: x = round(x s)) */
 template <typename S> __global__ void scale_kernel(S *x, float s, size_t n) {
@@ -263,11 +267,12 @@ template <typename S> __global__ void scale_kernel(S *x, float s, size_t n) {
     x[i] = mt_st<S>(mt_ld(x[i]) * s);
 }
 
-template <typename S> static void cuda_scale(S *x, float s, size_t n) {
+template <typename S> void mt_cuda_scale(void *x, float s, size_t n) {
   if (!n) return;
-  scale_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(x, s, n);
+  scale_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)x, s, n);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(scale)
 
 /* Scalar reductions in double. A fixed grid of MT_RED_BLOCKS blocks: thread
  * i of the grid sums elements i, i + G, i + 2G, ... (G = the grid's
@@ -310,24 +315,69 @@ template <typename S> static double reduce(const S *x, size_t n, int square) {
   return *g_cu.red_host;
 }
 
-template <typename S> static double cuda_sum(const S *x, size_t n) { return reduce(x, n, 0); }
-template <typename S> static double cuda_sumsq(const S *x, size_t n) { return reduce(x, n, 1); }
+template <typename S> double mt_cuda_sum(const void *x, size_t n) {
+  return reduce((const S *)x, n, 0);
+}
+MT_CUDA_INSTANTIATE(sum)
+template <typename S> double mt_cuda_sumsq(const void *x, size_t n) {
+  return reduce((const S *)x, n, 1);
+}
+MT_CUDA_INSTANTIATE(sumsq)
+
+/* ------------------------------------------------------------------ */
+/* the op table's members, from kernels.h's lists                      */
+
+/* cuda_<op>(t, ...): the op's body for storage type t (anything but bf16
+ * is fp32, as the CPU's members read it) */
+#define MT_CUDA_MEMBER_TYPED_(name, params, args)                                           \
+  static void cuda_##name(mt_dtype t, MT_OPS_UNPAREN params) {                              \
+    if (t == MT_DT_BF16)                                                                    \
+      mt_cuda_##name<mt_bf16> args;                                                         \
+    else                                                                                    \
+      mt_cuda_##name<float> args;                                                           \
+  }
+#define MT_CUDA_MEMBER_SUMS_(name, params, args)                                            \
+  static double cuda_##name(mt_dtype t, MT_OPS_UNPAREN params) {                            \
+    return t == MT_DT_BF16 ? mt_cuda_##name<mt_bf16> args : mt_cuda_##name<float> args;     \
+  }
+MT_OPS_TYPED(MT_CUDA_MEMBER_TYPED_)
+MT_OPS_TYPED_SUMS(MT_CUDA_MEMBER_SUMS_)
 
 /* ------------------------------------------------------------------ */
 /* per-op GPU time (MT_CUDA_OP_TIMES=1)                                 */
 
 /* Each timed op is bracketed by two events on the stream; the pairs are
  * read back (cudaEventElapsedTime) in batches, so timing adds two event
- * records per op and no synchronisation of its own. */
-enum { MT_OP_MAX = 96, MT_OP_PENDING = 2048 };
+ * records per op and no synchronisation of its own. An op of the lists is
+ * counted in slot 2 id (fp32, or a fixed-type op) or 2 id + 1 (bf16), its
+ * id its place in the lists. */
+enum {
+#define MT_CUDA_OP_ID_(name, params, args) MT_CUDA_OP_ID_##name,
+#define MT_CUDA_OP_ID_FIXED_(name, optional, params, args) MT_CUDA_OP_ID_##name,
+  MT_OPS_TYPED(MT_CUDA_OP_ID_) MT_OPS_TYPED_SUMS(MT_CUDA_OP_ID_)
+      MT_OPS_FIXED(MT_CUDA_OP_ID_FIXED_) MT_CUDA_N_OPS
+#undef MT_CUDA_OP_ID_
+#undef MT_CUDA_OP_ID_FIXED_
+};
+enum { MT_OP_SLOTS = 2 * MT_CUDA_N_OPS, MT_OP_PENDING = 2048 };
+
+/* what mt_cuda_op_times reports for each slot: the member's name, with
+ * "bf16 " in front for a bf16 call (NULL: no such slot) */
+static const char *const g_op_label[MT_OP_SLOTS] = {
+#define MT_CUDA_OP_LABEL_(name, params, args) #name, "bf16 " #name,
+#define MT_CUDA_OP_LABEL_FIXED_(name, optional, params, args) #name, NULL,
+    MT_OPS_TYPED(MT_CUDA_OP_LABEL_) MT_OPS_TYPED_SUMS(MT_CUDA_OP_LABEL_)
+        MT_OPS_FIXED(MT_CUDA_OP_LABEL_FIXED_)
+#undef MT_CUDA_OP_LABEL_
+#undef MT_CUDA_OP_LABEL_FIXED_
+};
+
 static struct {
   int on;
-  const char *name[MT_OP_MAX];
-  double seconds[MT_OP_MAX];
-  long calls[MT_OP_MAX];
-  int n_ops;
+  double seconds[MT_OP_SLOTS];
+  long calls[MT_OP_SLOTS];
   cudaEvent_t start[MT_OP_PENDING], end[MT_OP_PENDING];
-  int id[MT_OP_PENDING];
+  int slot[MT_OP_PENDING];
   int n_pending, n_events;
   int depth; /* an op called from a timed op is not timed again */
 } g_t;
@@ -346,13 +396,13 @@ static void timers_harvest(void) {
   for (int i = 0; i < g_t.n_pending; i++) {
     float ms = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&ms, g_t.start[i], g_t.end[i]));
-    g_t.seconds[g_t.id[i]] += ms * 1e-3;
-    g_t.calls[g_t.id[i]]++;
+    g_t.seconds[g_t.slot[i]] += ms * 1e-3;
+    g_t.calls[g_t.slot[i]]++;
   }
   g_t.n_pending = 0;
 }
 
-static void op_begin(int id) {
+static void op_begin(int slot) {
   if (g_t.depth++) return;
   if (g_t.n_pending == MT_OP_PENDING) timers_harvest();
   int k = g_t.n_pending;
@@ -361,7 +411,7 @@ static void op_begin(int id) {
     CUDA_CHECK(cudaEventCreate(&g_t.end[k]));
     g_t.n_events++;
   }
-  g_t.id[k] = id;
+  g_t.slot[k] = slot;
   CUDA_CHECK(cudaEventRecord(g_t.start[k], g_cu.stream));
 }
 
@@ -371,124 +421,32 @@ static void op_end(void) {
   g_t.n_pending++;
 }
 
-template <int ID, typename F> struct timed;
-template <int ID, typename... A> struct timed<ID, void (*)(A...)> {
-  static void (*raw)(A...);
-  static void call(A... a) {
-    op_begin(ID);
-    raw(a...);
-    op_end();
+/* timed_<op>: the member between two events, in the slot of its id and
+ * type */
+#define MT_CUDA_TIMED_TYPED_(name, params, args)                                            \
+  static void timed_##name(mt_dtype t, MT_OPS_UNPAREN params) {                             \
+    op_begin(2 * MT_CUDA_OP_ID_##name + (t == MT_DT_BF16));                                 \
+    cuda_##name(t, MT_OPS_UNPAREN args);                                                    \
+    op_end();                                                                               \
   }
-};
-template <int ID, typename... A> void (*timed<ID, void (*)(A...)>::raw)(A...);
-template <int ID, typename... A> struct timed<ID, double (*)(A...)> {
-  static double (*raw)(A...);
-  static double call(A... a) {
-    op_begin(ID);
-    double r = raw(a...);
-    op_end();
-    return r;
+#define MT_CUDA_TIMED_SUMS_(name, params, args)                                             \
+  static double timed_##name(mt_dtype t, MT_OPS_UNPAREN params) {                           \
+    op_begin(2 * MT_CUDA_OP_ID_##name + (t == MT_DT_BF16));                                 \
+    double r = cuda_##name(t, MT_OPS_UNPAREN args);                                         \
+    op_end();                                                                               \
+    return r;                                                                               \
   }
-};
-template <int ID, typename... A> double (*timed<ID, double (*)(A...)>::raw)(A...);
+#define MT_CUDA_TIMED_FIXED_(name, optional, params, args)                                  \
+  static void timed_##name params {                                                         \
+    op_begin(2 * MT_CUDA_OP_ID_##name);                                                     \
+    mt_cuda_##name args;                                                                    \
+    op_end();                                                                               \
+  }
+MT_OPS_TYPED(MT_CUDA_TIMED_TYPED_)
+MT_OPS_TYPED_SUMS(MT_CUDA_TIMED_SUMS_)
+MT_OPS_FIXED(MT_CUDA_TIMED_FIXED_)
 
-/* member of table o timed as op id, reported as label */
-#define MT_TIME_AS(o, member, id, label)                        \
-  do {                                                          \
-    timed<id, decltype((o)->member)>::raw = (o)->member;        \
-    (o)->member = timed<id, decltype((o)->member)>::call;       \
-    g_t.name[id] = label;                                       \
-    if (id + 1 > g_t.n_ops) g_t.n_ops = id + 1;                 \
-  } while (0)
-#define MT_TIME(o, member, id) MT_TIME_AS(o, member, id, #member)
-/* the bf16 table's, reported with a "bf16 " before the member's name */
-#define MT_TIME16(o, member, id) MT_TIME_AS(o, member, id, "bf16 " #member)
-
-static void timers_install(mt_ops *o) {
-  MT_TIME(o, zero, 0);
-  MT_TIME(o, copy, 1);
-  MT_TIME(o, axpy, 2);
-  MT_TIME(o, sum, 3);
-  MT_TIME(o, encoder_forward, 4);
-  MT_TIME(o, encoder_backward, 5);
-  MT_TIME(o, layernorm_forward, 6);
-  MT_TIME(o, layernorm_backward, 7);
-  MT_TIME(o, matmul_forward, 8);
-  MT_TIME(o, matmul_backward, 9);
-  MT_TIME(o, encoder_vp_forward, 10);
-  MT_TIME(o, encoder_vp_backward, 11);
-  MT_TIME(o, attention_forward, 12);
-  MT_TIME(o, attention_backward, 13);
-  MT_TIME(o, gelu_forward, 14);
-  MT_TIME(o, gelu_backward, 15);
-  MT_TIME(o, residual_forward, 16);
-  MT_TIME(o, softmax_xent_forward, 17);
-  MT_TIME(o, softmax_xent_backward, 18);
-  MT_TIME(o, xent_vp_max, 19);
-  MT_TIME(o, xent_vp_exp, 20);
-  MT_TIME(o, xent_vp_finish, 21);
-  MT_TIME(o, xent_vp_backward, 22);
-  MT_TIME(o, adamw_update, 23);
-  MT_TIME(o, sumsq, 24);
-  MT_TIME(o, scale, 25);
-  MT_TIME(o, attn_forward, 26);
-  MT_TIME(o, attn_merge, 27);
-  MT_TIME(o, attn_backward, 28);
-  MT_TIME(o, copy_2d, 29);
-  MT_TIME(o, add_2d, 30);
-  /* Mixture-of-Experts (moe.cu) */
-  MT_TIME(o, moe_router_forward, 31);
-  MT_TIME(o, moe_router_backward, 32);
-  MT_TIME(o, moe_prob_sums, 33);
-  MT_TIME(o, gather_rows, 34);
-  MT_TIME(o, moe_combine, 35);
-  MT_TIME(o, moe_combine_backward, 36);
-  MT_TIME(o, moe_gather_sum, 37);
-  MT_TIME(o, grouped_matmul_forward, 38);
-  MT_TIME(o, grouped_matmul_backward, 39);
-}
-
-static void timers_install_bf16(mt_ops_bf16 *o) {
-  MT_TIME16(o, matmul_forward, 40);
-  MT_TIME16(o, matmul_backward, 41);
-  MT_TIME16(o, grouped_matmul_forward, 42);
-  MT_TIME16(o, grouped_matmul_backward, 43);
-  MT_TIME16(o, gather_rows, 44);
-  MT_TIME16(o, moe_combine, 45);
-  MT_TIME16(o, moe_combine_backward, 46);
-  MT_TIME16(o, moe_gather_sum, 47);
-  MT_TIME16(o, encoder_forward, 48);
-  MT_TIME16(o, encoder_backward, 49);
-  MT_TIME16(o, encoder_vp_forward, 50);
-  MT_TIME16(o, encoder_vp_backward, 51);
-  MT_TIME16(o, layernorm_forward, 52);
-  MT_TIME16(o, layernorm_backward, 53);
-  MT_TIME16(o, gelu_forward, 54);
-  MT_TIME16(o, gelu_backward, 55);
-  MT_TIME16(o, residual_forward, 56);
-  MT_TIME16(o, attn_forward, 57);
-  MT_TIME16(o, attn_merge, 58);
-  MT_TIME16(o, attn_backward, 59);
-  MT_TIME16(o, softmax_xent_forward, 60);
-  MT_TIME16(o, softmax_xent_backward, 61);
-  MT_TIME16(o, xent_vp_max, 62);
-  MT_TIME16(o, xent_vp_exp, 63);
-  MT_TIME16(o, xent_vp_finish, 64);
-  MT_TIME16(o, xent_vp_backward, 65);
-  MT_TIME16(o, adamw_update, 66);
-  MT_TIME16(o, zero, 67);
-  MT_TIME16(o, copy, 68);
-  MT_TIME16(o, axpy, 69);
-  MT_TIME16(o, scale, 70);
-  MT_TIME16(o, sum, 71);
-  MT_TIME16(o, sumsq, 72);
-  MT_TIME16(o, copy_2d, 73);
-  MT_TIME16(o, add_2d, 74);
-  MT_TIME16(o, from_f32, 75);
-  MT_TIME16(o, to_f32, 76);
-}
-
-/* MT_CUDA_OP_TIMES=1: each table built from now on is timed */
+/* MT_CUDA_OP_TIMES=1: the table built from now on is timed */
 static int timing_wanted(void) {
   const char *t = getenv("MT_CUDA_OP_TIMES");
   g_t.on = t && *t && strcmp(t, "0") != 0;
@@ -499,8 +457,8 @@ extern "C" int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
   if (!g_cu.up || !g_t.on) return 0;
   timers_harvest();
   int n = 0;
-  for (int i = 0; i < g_t.n_ops && n < max; i++)
-    if (g_t.calls[i]) out[n++] = (mt_cuda_op_time){g_t.name[i], g_t.seconds[i], g_t.calls[i]};
+  for (int i = 0; i < MT_OP_SLOTS && n < max; i++)
+    if (g_t.calls[i]) out[n++] = (mt_cuda_op_time){g_op_label[i], g_t.seconds[i], g_t.calls[i]};
   return n;
 }
 
@@ -508,19 +466,6 @@ extern "C" int mt_cuda_op_times(mt_cuda_op_time *out, int max) {
 /* the op table                                                        */
 
 static mt_ops g_ops_cuda;
-
-/* the helpers and matmuls of both tables, on storage type S (the matmuls:
- * matmul.cu's overload for S) */
-template <typename S, typename Ops> static void fill_helpers(Ops *o) {
-  o->zero = cuda_zero<S>;
-  o->copy = cuda_copy<S>;
-  o->axpy = cuda_axpy<S>;
-  o->scale = cuda_scale<S>;
-  o->sum = cuda_sum<S>;
-  o->sumsq = cuda_sumsq<S>;
-  o->matmul_forward = mt_cuda_matmul_forward;
-  o->matmul_backward = mt_cuda_matmul_backward;
-}
 
 extern "C" const mt_ops *mt_ops_cuda(void) {
   if (!g_cu.up) return NULL;
@@ -535,44 +480,20 @@ extern "C" const mt_ops *mt_ops_cuda(void) {
   o->upload = cuda_upload;
   o->download = cuda_download;
   o->sync = cuda_sync;
-  fill_helpers<float>(o);
-  o->attention_forward = mt_cuda_attention_forward;
-  o->attention_backward = mt_cuda_attention_backward;
-  o->attn_forward = mt_cuda_attn_forward;
-  o->attn_merge = mt_cuda_attn_merge;
-  o->attn_backward = mt_cuda_attn_backward;
-  o->copy_2d = mt_cuda_copy_2d;
-  o->add_2d = mt_cuda_add_2d;
-  mt_cuda_fill_ops(o);
-  mt_cuda_fill_moe_ops(o);
-  /* a member left NULL would crash where the model first calls it (and the
-   * timers below would wrap the NULL): name it here instead */
+  /* every member of the lists, timed (MT_CUDA_OP_TIMES=1) or not */
+  const int timed = timing_wanted();
+#define MT_CUDA_SET_(name, params, args) o->name = timed ? timed_##name : cuda_##name;
+#define MT_CUDA_SET_FIXED_(name, optional, params, args)                                    \
+  o->name = timed ? timed_##name : mt_cuda_##name;
+  MT_OPS_TYPED(MT_CUDA_SET_)
+  MT_OPS_TYPED_SUMS(MT_CUDA_SET_)
+  MT_OPS_FIXED(MT_CUDA_SET_FIXED_)
+#undef MT_CUDA_SET_
+#undef MT_CUDA_SET_FIXED_
+  /* a member left NULL would crash where the model first calls it: name it
+   * here instead */
   char missing[512];
   if (mt_ops_missing(o, missing, sizeof missing) > 0)
     mt_die("CUDA backend: the op table lacks %s", missing);
-  if (timing_wanted()) timers_install(o);
-  return o;
-}
-
-/* The bf16 table: bf16 storage, fp32 math (kernels.h's mt_ops_bf16), on
- * the same stream and scratch as mt_ops_cuda's; either table may be used
- * after mt_cuda_init, whatever the precision it was started for. */
-static mt_ops_bf16 g_ops_bf16_cuda;
-
-extern "C" const mt_ops_bf16 *mt_ops_bf16_cuda(void) {
-  if (!g_cu.up) return NULL;
-  mt_ops_bf16 *o = &g_ops_bf16_cuda;
-  if (g_ops16_built) return o;
-  g_ops16_built = 1;
-  memset(o, 0, sizeof *o);
-  o->name = "cuda-bf16";
-  fill_helpers<mt_bf16>(o);
-  mt_cuda_fill_ops_bf16(o);
-  mt_cuda_fill_moe_ops_bf16(o);
-  mt_cuda_fill_bf16_attn_xent(o); /* attention_flash.cu, xent.cu */
-  char missing[512];
-  if (mt_ops_bf16_missing(o, missing, sizeof missing) > 0)
-    mt_die("CUDA backend: the bf16 op table lacks %s", missing);
-  if (timing_wanted()) timers_install_bf16(o);
   return o;
 }

@@ -1,25 +1,31 @@
 /* Shared by the CUDA backend's files (not public): checked calls, the
- * backend's state, launch helpers and the entry points of each file.
+ * backend's state, launch helpers, the op table's per-type bodies and the
+ * other entry points of each file.
  *
- * Precision (train.precision):
- *   fp32  every op in fp32; matmuls through cuBLASLt with CUBLAS_COMPUTE_32F
- *         (no TF32), so a GPU run follows the CPU one within fp32 rounding.
- *   bf16  matmuls (the linear layers and the reference T x T attention's two
- *         products) take bf16 operands on the tensor cores and accumulate
- *         and write fp32; the block attention the model uses
- *         (attention_flash.cu) stays in fp32 on the CUDA cores. Every
- *         tensor is still stored in fp32: parameters (the master weights),
- *         gradients (reduced over dp in fp32), AdamW moments and activations.
- *         The operands are rounded to bf16 on the fly, by a conversion pass
- *         into the backend's scratch ("bf16", the default) or inside cuBLASLt
- *         (CUBLAS_COMPUTE_32F_FAST_16BF, "bf16-fast"; MT_CUDA_BF16_GEMM=fast).
- *         So bf16 saves tensor-core time, not memory: the op table hands the
- *         backend fp32 buffers whose sizes the model and the plan count.
- *   The bf16 table (mt_ops_bf16_cuda, kernels.h's mt_ops_bf16) stores bf16
- *         tensors instead, as the CPU's: the same kernels templated on the
- *         storage type (mt_ld / mt_st below), fp32 math, one rounding per
- *         stored value; its matmuls hand bf16 tensors to cuBLASLt as they
- *         are (matmul.cu). The model does not use it yet.
+ * One op table (kernels.h): every compute op takes the storage type t of
+ * its `void *` operands, fp32 (float) or bf16 (mt_bf16, the bits of a
+ * __nv_bfloat16). Each op is written once, as a host function template
+ * over the storage type S, mt_cuda_<op><S>, with the table's parameters
+ * after t (below, declared from kernels.h's lists): it casts its `void *`
+ * operands to S once and launches kernels templated on S, which do their
+ * math in fp32 (mt_ld widens exactly, mt_st<S> rounds to nearest even;
+ * both the identity on float, so an fp32 kernel computes what the same
+ * expression written for float does). The file that defines a body
+ * instantiates it for both types (MT_CUDA_INSTANTIATE, one line); the
+ * table's member, which runs the instantiation of type t, and the per-op
+ * timers are generated from the lists in backend.cu.
+ *
+ * Precision (train.precision) picks the matmuls' path for fp32 operands:
+ *   fp32  cuBLASLt with CUBLAS_COMPUTE_32F (no TF32), so a GPU run follows
+ *         the CPU one within fp32 rounding.
+ *   bf16  fp32 operands are rounded to bf16 on the fly, by a conversion pass
+ *         into the backend's scratch ("bf16", the default) or inside
+ *         cuBLASLt (CUBLAS_COMPUTE_32F_FAST_16BF, "bf16-fast";
+ *         MT_CUDA_BF16_GEMM=fast), and the products accumulate and write
+ *         fp32; the reference T x T attention's two products likewise.
+ *   bf16 operands (t = MT_DT_BF16) go to cuBLASLt as they are, at either
+ *   precision (matmul.cu); the block attention (attention_flash.cu) runs on
+ *   the CUDA cores in fp32 for either type.
  * Determinism: no atomics. Every reduction (sums over rows, the scalars)
  * has a shape fixed by the sizes alone, so a run gives the same bits each
  * time on the same GPU. */
@@ -137,11 +143,11 @@ static inline unsigned mt_blocks(size_t n, unsigned threads) {
   return (unsigned)(b ? b : 1);
 }
 
-/* Storage types of the op kernels: float (mt_ops) or mt_bf16 (mt_ops_bf16:
- * the bits of a __nv_bfloat16). A kernel templated on the type S it reads
- * and writes does its math in fp32: mt_ld widens exactly, mt_st<S> rounds
- * to nearest even. Both are the identity on float, so the fp32 table's
- * kernels keep their arithmetic (and their bits). */
+/* Storage types of the op kernels: float or mt_bf16 (the bits of a
+ * __nv_bfloat16). A kernel templated on the type S it reads and writes does
+ * its math in fp32: mt_ld widens exactly, mt_st<S> rounds to nearest even.
+ * Both are the identity on float, so the fp32 kernels keep their
+ * arithmetic (and their bits). */
 static __device__ __forceinline__ float mt_ld(float x) { return x; }
 static __device__ __forceinline__ float mt_ld(mt_bf16 x) {
   return __bfloat162float(__ushort_as_bfloat16(x));
@@ -152,13 +158,42 @@ template <> __device__ __forceinline__ mt_bf16 mt_st<mt_bf16>(float x) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
+/* ------------------------------------------------------------------ */
+/* the op table's bodies                                               */
+
+/* mt_cuda_<op><S> for every op of MT_OPS_TYPED and MT_OPS_TYPED_SUMS: the
+ * table's parameters after t, operands of storage type S (float or
+ * mt_bf16) behind the `void *`. backend.cu's member <op>(t, ...) runs
+ * mt_cuda_<op><float> or mt_cuda_<op><mt_bf16>. */
+#define MT_CUDA_DECLARE_TYPED_(name, params, args)                                          \
+  template <typename S> void mt_cuda_##name(MT_OPS_UNPAREN params);
+#define MT_CUDA_DECLARE_SUMS_(name, params, args)                                           \
+  template <typename S> double mt_cuda_##name(MT_OPS_UNPAREN params);
+MT_OPS_TYPED(MT_CUDA_DECLARE_TYPED_)
+MT_OPS_TYPED_SUMS(MT_CUDA_DECLARE_SUMS_)
+#undef MT_CUDA_DECLARE_TYPED_
+#undef MT_CUDA_DECLARE_SUMS_
+
+/* mt_cuda_<op> for every op of MT_OPS_FIXED, with the member's parameters */
+#define MT_CUDA_DECLARE_FIXED_(name, optional, params, args) void mt_cuda_##name params;
+MT_OPS_FIXED(MT_CUDA_DECLARE_FIXED_)
+#undef MT_CUDA_DECLARE_FIXED_
+
+/* After the body of mt_cuda_<op> in the file that defines it: its two
+ * instantiations, float and mt_bf16 (the signature is the declaration's
+ * above, so a body whose parameters differ from the list's fails here) */
+#define MT_CUDA_INSTANTIATE(name)                                                            \
+  template decltype(mt_cuda_##name<float>) mt_cuda_##name<float>;                            \
+  template decltype(mt_cuda_##name<mt_bf16>) mt_cuda_##name<mt_bf16>;
+
+/* ------------------------------------------------------------------ */
+/* helpers shared between the files                                    */
+
 /* the backend's scratch, checked for size (one op uses it at a time, in
  * stream order) */
 void *mt_cuda_scratch(size_t bytes, const char *what);
 
 /* ops.cu */
-void mt_cuda_fill_ops(mt_ops *o);
-void mt_cuda_fill_ops_bf16(mt_ops_bf16 *o);
 /* out[c] += sum over rows n of x (N, ld) column c, c < cols, in fp32,
  * deterministic; x of storage type S (float or mt_bf16) */
 template <typename S> void mt_cuda_colsum_add(float *out, const S *x, int N, int cols, int ld);
@@ -166,12 +201,10 @@ template <typename S> void mt_cuda_colsum_add(float *out, const S *x, int N, int
  * cols taken from a matrix with leading dimension ld */
 void mt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
 void mt_cuda_to_bf16_2d(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld);
+/* embedding backward keeps sort buffers between calls */
+void mt_cuda_ops_shutdown(void);
 
 /* matmul.cu */
-void mt_cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                            int N, int C, int OC);
-void mt_cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                             const float *inp, const float *w, int N, int C, int OC);
 /* C (m x n, column-major, ldc) = alpha op(A) op(B) + beta C (+ bias per
  * row), batched with strides (elements); A and B of type ab (fp32 or bf16),
  * C and the bias of type cd (fp32; or bf16 with bf16 operands: the sum in
@@ -185,53 +218,6 @@ void mt_cuda_gemm(int transa, int transb, int m, int n, int k, float alpha, cons
                   int lda, long long strideA, const void *B, int ldb, long long strideB,
                   float beta, float *C, int ldc, long long strideC, int batch,
                   cudaDataType_t ab, const float *bias);
-/* the bf16 table's matmuls (kernels.h's mt_ops_bf16: bf16 out and dinp,
- * fp32 dw and dbias); moe.cu calls both overloads per group */
-void mt_cuda_matmul_forward(mt_bf16 *out, const mt_bf16 *inp, const mt_bf16 *w,
-                            const mt_bf16 *bias, int N, int C, int OC);
-void mt_cuda_matmul_backward(mt_bf16 *dinp, float *dw, float *dbias, const mt_bf16 *dout,
-                             const mt_bf16 *inp, const mt_bf16 *w, int N, int C, int OC);
 void mt_cuda_matmul_shutdown(void);
-
-/* attention.cu */
-void mt_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                               int NH);
-void mt_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                                const float *att, int B, int T, int C, int NH);
-
-/* attention_flash.cu: the block attention ops of the op table (kernels.h
- * states them) */
-void mt_cuda_attn_forward(const mt_attn_block *a, float *out, float *lse, const float *q,
-                          const float *k, const float *v);
-void mt_cuda_attn_merge(const mt_attn_block *a, float *out, float *lse, const float *part,
-                        const float *part_lse);
-void mt_cuda_attn_backward(const mt_attn_block *a, float *dq, float *dk, float *dv,
-                           const float *dout, const float *out, const float *lse, const float *q,
-                           const float *k, const float *v);
-/* ops.cu: the op table's strided row copies (a 2D copy; the sum through
- * the cast kernel the bf16 table's add_2d uses) */
-void mt_cuda_copy_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
-                     size_t cols);
-void mt_cuda_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
-                    size_t cols);
-/* the bf16 op table's attn_forward, attn_merge, attn_backward (the same
- * kernels on bf16 tensors) */
-void mt_cuda_fill_bf16_attn(mt_ops_bf16 *o);
-
-/* xent.cu: the cross-entropy members of the fp32 op table */
-void mt_cuda_fill_xent_ops(mt_ops *o);
-/* The members of the bf16 op table (mt_ops_bf16, kernels.h) that share
- * their kernels with the fp32 ones: attn_forward, attn_merge, attn_backward
- * (attention_flash.cu) and softmax_xent_forward, softmax_xent_backward,
- * xent_vp_max, xent_vp_exp, xent_vp_finish, xent_vp_backward (xent.cu);
- * sets those nine and nothing else. */
-extern "C" void mt_cuda_fill_bf16_attn_xent(mt_ops_bf16 *o);
-
-/* embedding backward (ops.cu) keeps sort buffers between calls */
-void mt_cuda_ops_shutdown(void);
-
-/* moe.cu: the Mixture-of-Experts members of the op tables */
-void mt_cuda_fill_moe_ops(mt_ops *o);
-void mt_cuda_fill_moe_ops_bf16(mt_ops_bf16 *o);
 
 #endif

@@ -11,13 +11,15 @@
  * written first and the product added onto it): a training step repeats a
  * handful of shapes.
  *
- * Under bf16 the operands are rounded to bf16 into the backend's scratch
- * (MT_GEMM_BF16) and the product accumulates in fp32 into the fp32 output;
- * a product whose operands do not fit the scratch runs in pieces (blocks of
- * output channels and of rows), each piece accumulating into the output.
+ * fp32 operands under train.precision = bf16 are rounded to bf16 into the
+ * backend's scratch (MT_GEMM_BF16) and the product accumulates in fp32
+ * into the fp32 output; a product whose operands do not fit the scratch
+ * runs in pieces (blocks of output channels and of rows), each piece
+ * accumulating into the output.
  *
- * The bf16 table (mt_ops_bf16) hands bf16 tensors: out and dinp are bf16 C
- * and D (and the bias bf16, cuBLASLt's bias type for a bf16 D), dw fp32.
+ * bf16 operands (t = MT_DT_BF16) go to cuBLASLt as they are: out and dinp
+ * are bf16 C and D (and the bias bf16, cuBLASLt's bias type for a bf16 D),
+ * dw fp32.
  * cuBLASLt sums in fp32 (CUBLAS_COMPUTE_32F), adds beta C and the bias in
  * fp32 and rounds once into D; split-K algorithms that would reduce in the
  * output type (INPLACE, OUTPUT_TYPE) are excluded for a bf16 D, so that the
@@ -270,7 +272,7 @@ void mt_cuda_gemm_ex(int transa, int transb, int m, int n, int k, float alpha, c
 }
 
 /* ------------------------------------------------------------------ */
-/* the op table's matmuls                                               */
+/* the op table's matmuls, per storage type                             */
 
 /* Blocks for a bf16 product in pieces: ocb output channels and nb rows, so
  * that the operands of one piece fit the scratch (elements: fixed + per
@@ -309,9 +311,9 @@ static void backward_products(void *dinp, float *dw, const void *dout, const voi
                     CUDA_R_32F, NULL);
 }
 
-/* out (N,OC) = inp (N,C) @ w^T (+ bias) */
-void mt_cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                            int N, int C, int OC) {
+/* fp32: out (N,OC) = inp (N,C) @ w^T (+ bias) */
+static void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int C, int OC) {
   if (N <= 0 || OC <= 0) return;
   if (g_cu.gemm != MT_GEMM_BF16) {
     forward_product(out, inp, w, bias, N, C, OC, CUDA_R_32F, CUDA_R_32F);
@@ -334,10 +336,10 @@ void mt_cuda_matmul_forward(float *out, const float *inp, const float *w, const 
   }
 }
 
-/* dinp (N,C) += dout (N,OC) @ w; dw (OC,C) += dout^T @ inp; dbias (OC) +=
- * column sums of dout; any of the three may be NULL */
-void mt_cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                             const float *inp, const float *w, int N, int C, int OC) {
+/* fp32: dinp (N,C) += dout (N,OC) @ w; dw (OC,C) += dout^T @ inp; dbias
+ * (OC) += column sums of dout; any of the three may be NULL */
+static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC) {
   if (N <= 0 || OC <= 0) return;
   if (dbias) mt_cuda_colsum_add(dbias, dout, N, OC, OC);
   if (!dinp && !dw) return;
@@ -367,21 +369,35 @@ void mt_cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *
   }
 }
 
-/* ------------------------------------------------------------------ */
-/* the bf16 table's matmuls: bf16 tensors straight into cuBLASLt        */
-
-/* out (N,OC) = round(inp (N,C) @ w^T + bias), the bias added in fp32 */
-void mt_cuda_matmul_forward(mt_bf16 *out, const mt_bf16 *inp, const mt_bf16 *w,
-                            const mt_bf16 *bias, int N, int C, int OC) {
+/* bf16 tensors straight into cuBLASLt: out (N,OC) = round(inp (N,C) @ w^T
+ * + bias), the bias added in fp32 */
+static void matmul_forward(mt_bf16 *out, const mt_bf16 *inp, const mt_bf16 *w,
+                           const mt_bf16 *bias, int N, int C, int OC) {
   if (N <= 0 || OC <= 0) return;
   forward_product(out, inp, w, bias, N, C, OC, CUDA_R_16BF, CUDA_R_16BF);
 }
 
 /* dinp = round(dinp + dout @ w) (beta 1 on a bf16 C); dw += dout^T @ inp
  * and dbias += column sums of dout in fp32; any of the three may be NULL */
-void mt_cuda_matmul_backward(mt_bf16 *dinp, float *dw, float *dbias, const mt_bf16 *dout,
-                             const mt_bf16 *inp, const mt_bf16 *w, int N, int C, int OC) {
+static void matmul_backward(mt_bf16 *dinp, float *dw, float *dbias, const mt_bf16 *dout,
+                            const mt_bf16 *inp, const mt_bf16 *w, int N, int C, int OC) {
   if (N <= 0 || OC <= 0) return;
   if (dbias) mt_cuda_colsum_add(dbias, dout, N, OC, OC);
   backward_products(dinp, dw, dout, inp, w, N, C, OC, CUDA_R_16BF, CUDA_R_16BF);
 }
+
+/* the op table's bodies: the overload above for storage type S (moe.cu's
+ * grouped GEMM calls them per group) */
+template <typename S>
+void mt_cuda_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N,
+                            int C, int OC) {
+  matmul_forward((S *)out, (const S *)inp, (const S *)w, (const S *)bias, N, C, OC);
+}
+MT_CUDA_INSTANTIATE(matmul_forward)
+
+template <typename S>
+void mt_cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
+                             const void *inp, const void *w, int N, int C, int OC) {
+  matmul_backward((S *)dinp, dw, dbias, (const S *)dout, (const S *)inp, (const S *)w, N, C, OC);
+}
+MT_CUDA_INSTANTIATE(matmul_backward)

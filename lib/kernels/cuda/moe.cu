@@ -1,5 +1,5 @@
 /* The Mixture-of-Experts ops of the op table on the GPU (kernels.h states
- * each contract; the CPU versions are cpu/moe_cpu.c and cpu/grouped_gemm.c):
+ * each contract; the CPU versions are cpu/moe_router.c and cpu/moe_t.h):
  * the router (softmax, top-k, renormalised weights, log-sum-exp and the
  * backward), the per-sequence sums of the probabilities, the row gathers,
  * the weighted combine and its backward, and the grouped GEMM of the
@@ -21,9 +21,9 @@
  * not fit, exactly as the dense layers.
  *
  * The row ops and the grouped GEMM are templated on the storage type S of
- * the rows: float for mt_ops, mt_bf16 for mt_ops_bf16 (fp32 sums in the
- * same order, one rounding per stored bf16 value; the combine weights and
- * their gradient dw stay fp32). The router is fp32 only. */
+ * the rows, float or mt_bf16 (fp32 sums in the same order, one rounding per
+ * stored bf16 value; the combine weights and their gradient dw stay fp32).
+ * The router is fp32 whatever the storage type (kernels.h's MT_OPS_FIXED). */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <math.h>
@@ -141,8 +141,8 @@ __global__ void moe_router_forward_kernel(float *probs, float *lse, int *top_idx
   for (int j = lane; j < k; j += 32) w[j] *= inv_chosen; /* after the last __syncwarp */
 }
 
-static void moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                               const float *logits, const float *bias, int N, int E, int k) {
+void mt_cuda_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
+                                const float *logits, const float *bias, int N, int E, int k) {
   if (N <= 0 || E <= 0) return;
   unsigned blocks = (unsigned)((N + MOE_WARP_ROWS - 1) / MOE_WARP_ROWS);
   moe_router_forward_kernel<<<blocks, 32 * MOE_WARP_ROWS, 0, g_cu.stream>>>(
@@ -183,10 +183,10 @@ __global__ void moe_router_backward_kernel(float *dlogits, const float *probs, c
   for (int e = lane; e < E; e += 32) d[e] = p[e] * (d[e] - dot) + z * p[e]; /* own d[e] */
 }
 
-static void moe_router_backward(float *dlogits, const float *probs, const float *lse,
-                                const int *top_idx, const float *top_w, const float *dtop_w,
-                                const float *aux_grad, int rows_per_seq, float z_grad, int N, int E,
-                                int k) {
+void mt_cuda_moe_router_backward(float *dlogits, const float *probs, const float *lse,
+                                 const int *top_idx, const float *top_w, const float *dtop_w,
+                                 const float *aux_grad, int rows_per_seq, float z_grad, int N,
+                                 int E, int k) {
   if (N <= 0 || E <= 0) return;
   if (aux_grad && rows_per_seq <= 0)
     mt_die("moe_router_backward: rows_per_seq = %d with a load-balancing gradient", rows_per_seq);
@@ -214,7 +214,7 @@ __global__ void moe_prob_sums_kernel(float *sums, const float *probs, int S, int
   }
 }
 
-static void moe_prob_sums(float *sums, const float *probs, int N, int E, int rows_per_seq) {
+void mt_cuda_moe_prob_sums(float *sums, const float *probs, int N, int E, int rows_per_seq) {
   if (N <= 0 || E <= 0 || rows_per_seq <= 0) return;
   const int S = N / rows_per_seq; /* as the CPU: rows past the last whole sequence unused */
   const size_t n = (size_t)S * E;
@@ -239,8 +239,10 @@ __global__ void moe_gather_rows_kernel(V *out, const V *inp, const int *idx, int
 }
 
 template <typename S>
-static void moe_gather_rows(S *out, const S *inp, const int *idx, int n, int C) {
+void mt_cuda_gather_rows(void *out_, const void *inp_, const int *idx, int n, int C) {
   if (n <= 0 || C <= 0) return;
+  S *out = (S *)out_;
+  const S *inp = (const S *)inp_;
   const size_t row_bytes = (size_t)C * sizeof(S);
   const int vec = row_bytes % 16 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)inp % 16 == 0;
   const int Cv = vec ? (int)(row_bytes / 16) : C;
@@ -252,6 +254,7 @@ static void moe_gather_rows(S *out, const S *inp, const int *idx, int n, int C) 
         out, inp, idx, n, Cv);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(gather_rows)
 
 /* out row n = sum over j of w[n,j] * y row slot[n,j] (slots >= 0), j in
  * order from 0 (the CPU's order), in fp32 */
@@ -274,12 +277,14 @@ __global__ void moe_combine_kernel(S *out, const S *y, const int *slot, const fl
 }
 
 template <typename S>
-static void moe_combine(S *out, const S *y, const int *slot, const float *w, int N, int C, int k) {
+void mt_cuda_moe_combine(void *out, const void *y, const int *slot, const float *w, int N, int C,
+                         int k) {
   if (N <= 0 || C <= 0) return;
-  moe_combine_kernel<S><<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(out, y, slot, w, N, C,
-                                                                           k);
+  moe_combine_kernel<S><<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(
+      (S *)out, (const S *)y, slot, w, N, C, k);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(moe_combine)
 
 /* Block per row n, each slot j in turn: dy row slot = w * dout row n, and
  * dw[n,j] = the block's sum of dout row n * y row slot (0 for a dropped
@@ -314,13 +319,14 @@ __global__ void moe_combine_backward_kernel(S *dy, float *dw, const S *dout, con
 }
 
 template <typename S>
-static void moe_combine_backward(S *dy, float *dw, const S *dout, const S *y, const int *slot,
-                                 const float *w, int N, int C, int k) {
+void mt_cuda_moe_combine_backward(void *dy, float *dw, const void *dout, const void *y,
+                                  const int *slot, const float *w, int N, int C, int k) {
   if (N <= 0 || k <= 0) return;
   moe_combine_backward_kernel<S><<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(
-      dy, dw, dout, y, slot, w, N, C, k);
+      (S *)dy, dw, (const S *)dout, (const S *)y, slot, w, N, C, k);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(moe_combine_backward)
 
 /* dx row n += src rows slot[n,j] (slots >= 0), added one after the other in
  * j order onto dx, as the CPU adds them (the same bits; bf16: in fp32,
@@ -342,12 +348,13 @@ __global__ void moe_gather_sum_kernel(S *dx, const S *src, const int *slot, int 
 }
 
 template <typename S>
-static void moe_gather_sum(S *dx, const S *src, const int *slot, int N, int C, int k) {
+void mt_cuda_moe_gather_sum(void *dx, const void *src, const int *slot, int N, int C, int k) {
   if (N <= 0 || C <= 0) return;
-  moe_gather_sum_kernel<S><<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(dx, src, slot, N,
-                                                                              C, k);
+  moe_gather_sum_kernel<S><<<row_blocks(N), row_threads(C), 0, g_cu.stream>>>(
+      (S *)dx, (const S *)src, slot, N, C, k);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(moe_gather_sum)
 
 /* ------------------------------------------------------------------ */
 /* grouped GEMM                                                         */
@@ -358,50 +365,36 @@ static void moe_gather_sum(S *dx, const S *src, const int *slot, int N, int C, i
  * download. Each non-empty group is one matmul_forward on its rows: out
  * rows WRITTEN, bias[g] added when given. */
 template <typename S>
-static void grouped_matmul_forward(S *out, const S *inp, const S *w, const S *bias, const int *off,
-                                   int G, int C, int OC) {
+void mt_cuda_grouped_matmul_forward(void *out_, const void *inp_, const void *w_,
+                                    const void *bias_, const int *off, int G, int C, int OC) {
+  S *out = (S *)out_;
+  const S *inp = (const S *)inp_, *w = (const S *)w_, *bias = (const S *)bias_;
   for (int g = 0; g < G; g++) {
     const int rows = off[g + 1] - off[g];
     if (rows <= 0) continue;
     const size_t r0 = (size_t)off[g];
-    mt_cuda_matmul_forward(out + r0 * OC, inp + r0 * C, w + (size_t)g * OC * C,
-                           bias ? bias + (size_t)g * OC : NULL, rows, C, OC);
+    mt_cuda_matmul_forward<S>(out + r0 * OC, inp + r0 * C, w + (size_t)g * OC * C,
+                              bias ? bias + (size_t)g * OC : NULL, rows, C, OC);
   }
 }
+MT_CUDA_INSTANTIATE(grouped_matmul_forward)
 
 /* per non-empty group, matmul_backward: dinp += dout @ w[g], dw[g] += dout^T
  * @ inp, dbias[g] += column sums of dout (each skipped when NULL); off in
  * host memory as above */
 template <typename S>
-static void grouped_matmul_backward(S *dinp, float *dw, float *dbias, const S *dout, const S *inp,
-                                    const S *w, const int *off, int G, int C, int OC) {
+void mt_cuda_grouped_matmul_backward(void *dinp_, float *dw, float *dbias, const void *dout_,
+                                     const void *inp_, const void *w_, const int *off, int G,
+                                     int C, int OC) {
+  S *dinp = (S *)dinp_;
+  const S *dout = (const S *)dout_, *inp = (const S *)inp_, *w = (const S *)w_;
   for (int g = 0; g < G; g++) {
     const int rows = off[g + 1] - off[g];
     if (rows <= 0) continue;
     const size_t r0 = (size_t)off[g], wo = (size_t)g * OC * C;
-    mt_cuda_matmul_backward(dinp ? dinp + r0 * C : NULL, dw ? dw + wo : NULL,
-                            dbias ? dbias + (size_t)g * OC : NULL, dout + r0 * OC,
-                            inp ? inp + r0 * C : NULL, w ? w + wo : NULL, rows, C, OC);
+    mt_cuda_matmul_backward<S>(dinp ? dinp + r0 * C : NULL, dw ? dw + wo : NULL,
+                               dbias ? dbias + (size_t)g * OC : NULL, dout + r0 * OC,
+                               inp ? inp + r0 * C : NULL, w ? w + wo : NULL, rows, C, OC);
   }
 }
-
-/* ------------------------------------------------------------------ */
-
-/* the row ops and the grouped GEMM of both tables, on storage type S */
-template <typename S, typename Ops> static void fill_row_ops(Ops *o) {
-  o->gather_rows = moe_gather_rows<S>;
-  o->moe_combine = moe_combine<S>;
-  o->moe_combine_backward = moe_combine_backward<S>;
-  o->moe_gather_sum = moe_gather_sum<S>;
-  o->grouped_matmul_forward = grouped_matmul_forward<S>;
-  o->grouped_matmul_backward = grouped_matmul_backward<S>;
-}
-
-void mt_cuda_fill_moe_ops(mt_ops *o) {
-  o->moe_router_forward = moe_router_forward;
-  o->moe_router_backward = moe_router_backward;
-  o->moe_prob_sums = moe_prob_sums;
-  fill_row_ops<float>(o);
-}
-
-void mt_cuda_fill_moe_ops_bf16(mt_ops_bf16 *o) { fill_row_ops<mt_bf16>(o); }
+MT_CUDA_INSTANTIATE(grouped_matmul_backward)

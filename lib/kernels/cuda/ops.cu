@@ -1,12 +1,12 @@
-/* The CUDA backend's elementwise, normalisation, embedding and optimizer
- * kernels (the loss: xent.cu): one kernel (or a short fixed sequence) per
- * op and direction, shapes as kernels.h states them. Rows are spread over
- * blocks or warps; sums over rows (weight and bias gradients) go through
- * per-chunk partial sums added in chunk order, never atomics, so results
- * repeat bit for bit. The kernels of ops that mt_ops_bf16 has too are
- * templated on the storage type S (float or mt_bf16, cuda_common.cuh's
- * mt_ld / mt_st): fp32 math either way, one rounding per stored bf16
- * value, fp32 weight gradients and LayerNorm statistics. */
+/* The CUDA backend's elementwise, normalisation, embedding, conversion
+ * and optimizer ops (the loss: xent.cu): one kernel (or a short fixed
+ * sequence) per op and direction, shapes as kernels.h states them. Rows
+ * are spread over blocks or warps; sums over rows (weight and bias
+ * gradients) go through per-chunk partial sums added in chunk order, never
+ * atomics, so results repeat bit for bit. Each op is templated on the
+ * storage type S (float or mt_bf16, cuda_common.cuh's mt_ld / mt_st): fp32
+ * math either way, one rounding per stored bf16 value, fp32 weight
+ * gradients and LayerNorm statistics. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <cub/cub.cuh>
@@ -116,23 +116,37 @@ template <typename From, typename To> static void cast_n(To *dst, const From *sr
   rows_cast<From, To, 0>(dst, n, src, n, 1, n);
 }
 
-/* copy_2d of both tables: the bits as they are (a 2D copy) */
+/* the bits as they are (a 2D copy) */
 template <typename S>
-static void copy_2d(S *dst, size_t ld_dst, const S *src, size_t ld_src, size_t rows,
-                    size_t cols) {
+void mt_cuda_copy_2d(void *dst, size_t ld_dst, const void *src, size_t ld_src, size_t rows,
+                     size_t cols) {
   if (!rows || !cols) return;
   CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(S), src, ld_src * sizeof(S),
                                cols * sizeof(S), rows, cudaMemcpyDeviceToDevice, g_cu.stream));
 }
+MT_CUDA_INSTANTIATE(copy_2d)
 
-void mt_cuda_copy_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
-                     size_t cols) {
-  copy_2d<float>(dst, ld_dst, src, ld_src, rows, cols);
-}
-
-void mt_cuda_add_2d(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+template <typename S>
+void mt_cuda_add_2d(void *dst, size_t ld_dst, const void *src, size_t ld_src, size_t rows,
                     size_t cols) {
-  rows_cast<float, float, 1>(dst, ld_dst, src, ld_src, rows, cols);
+  rows_cast<S, S, 1>((S *)dst, ld_dst, (const S *)src, ld_src, rows, cols);
+}
+MT_CUDA_INSTANTIATE(add_2d)
+
+/* dst (n elements of dst_t) = src (of src_t): rounded to nearest even,
+ * widened exactly, or (the same type) copied */
+void mt_cuda_convert(void *dst, mt_dtype dst_t, const void *src, mt_dtype src_t, size_t n) {
+  if (dst_t == MT_DT_BF16 && src_t == MT_DT_F32)
+    cast_n<float, mt_bf16>((mt_bf16 *)dst, (const float *)src, n);
+  else if (dst_t == MT_DT_F32 && src_t == MT_DT_BF16)
+    cast_n<mt_bf16, float>((float *)dst, (const mt_bf16 *)src, n);
+  else if (dst_t == src_t && dst_t == MT_DT_F32)
+    mt_cuda_copy<float>(dst, src, n);
+  else if (dst_t == src_t && dst_t == MT_DT_BF16)
+    mt_cuda_copy<mt_bf16>(dst, src, n);
+  else
+    mt_die("convert: %s to %s is not a conversion of the op table", mt_dtype_name(src_t),
+           mt_dtype_name(dst_t));
 }
 
 void mt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
@@ -168,19 +182,21 @@ __global__ void encoder_forward_kernel(S *out, const int *inp, const S *wte, int
 }
 
 template <typename S>
-static void encoder_vp_forward(S *out, const int *inp, const S *wte, int v0, int Vl, const S *wpe,
-                               int B, int T, int C) {
+void mt_cuda_encoder_vp_forward(void *out, const int *inp, const void *wte, int v0, int Vl,
+                                const void *wpe, int B, int T, int C) {
   size_t n = (size_t)B * T * C;
-  encoder_forward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, inp, wte, v0, Vl,
-                                                                        wpe, B * T, T, C);
+  encoder_forward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
+      (S *)out, inp, (const S *)wte, v0, Vl, (const S *)wpe, B * T, T, C);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(encoder_vp_forward)
 
 template <typename S>
-static void encoder_forward(S *out, const int *inp, const S *wte, const S *wpe, int B, int T,
-                            int C) {
-  encoder_vp_forward<S>(out, inp, wte, 0, 0x7fffffff, wpe, B, T, C);
+void mt_cuda_encoder_forward(void *out, const int *inp, const void *wte, const void *wpe, int B,
+                             int T, int C) {
+  mt_cuda_encoder_vp_forward<S>(out, inp, wte, 0, 0x7fffffff, wpe, B, T, C);
 }
+MT_CUDA_INSTANTIATE(encoder_forward)
 
 /* dwpe[t, c] += dout[b, t, c] for b in order (the CPU's order), in fp32 */
 template <typename S>
@@ -261,8 +277,9 @@ static void sort_reserve(int BT, int Vl) {
  * row's gradient is summed by one thread per column, positions in order:
  * no atomics, and the CPU's bits. */
 template <typename S>
-static void encoder_vp_backward(float *dwte, float *dwpe, const S *dout, const int *inp, int v0,
-                                int Vl, int B, int T, int C) {
+void mt_cuda_encoder_vp_backward(float *dwte, float *dwpe, const void *dout_, const int *inp,
+                                 int v0, int Vl, int B, int T, int C) {
+  const S *dout = (const S *)dout_;
   const int BT = B * T;
   if (dwpe) {
     size_t n = (size_t)T * C;
@@ -285,6 +302,7 @@ static void encoder_vp_backward(float *dwte, float *dwpe, const S *dout, const i
                                                         g_sort.vals_out, BT, C, Vl);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(encoder_vp_backward)
 
 /* the largest of n token ids, in one block (into *out) */
 __global__ void max_token_kernel(int *out, const int *inp, int n) {
@@ -305,8 +323,8 @@ __global__ void max_token_kernel(int *out, const int *inp, int n) {
  * small reduction and a 4-byte read back, on a path only tests and
  * benchmarks take (the model calls encoder_vp_backward with its Vl). */
 template <typename S>
-static void encoder_backward(float *dwte, float *dwpe, const S *dout, const int *inp, int B,
-                             int T, int C) {
+void mt_cuda_encoder_backward(float *dwte, float *dwpe, const void *dout, const int *inp, int B,
+                              int T, int C) {
   const int BT = B * T;
   int top = 0;
   if (dwte && BT > 0) {
@@ -318,8 +336,9 @@ static void encoder_backward(float *dwte, float *dwpe, const S *dout, const int 
     CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
     memcpy(&top, g_cu.red_host, sizeof(int));
   }
-  encoder_vp_backward<S>(dwte, dwpe, dout, inp, 0, top + 1, B, T, C);
+  mt_cuda_encoder_vp_backward<S>(dwte, dwpe, dout, inp, 0, top + 1, B, T, C);
 }
+MT_CUDA_INSTANTIATE(encoder_backward)
 
 /* ------------------------------------------------------------------ */
 /* layernorm: one warp per row                                          */
@@ -350,13 +369,14 @@ __global__ void layernorm_forward_kernel(S *out, float *mean, float *rstd, const
 }
 
 template <typename S>
-static void layernorm_forward(S *out, float *mean, float *rstd, const S *inp, const S *w,
-                              const S *b, int N, int C) {
+void mt_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
+                               const void *w, const void *b, int N, int C) {
   if (N <= 0) return;
-  layernorm_forward_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>(out, mean, rstd, inp, w, b,
-                                                                    N, C);
+  layernorm_forward_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>(
+      (S *)out, mean, rstd, (const S *)inp, (const S *)w, (const S *)b, N, C);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(layernorm_forward)
 
 /* dinp += (g - mean_c(g) - norm * mean_c(g * norm)) * rstd, g = w * dout
  * (bf16: dinp = round(dinp + that)) */
@@ -383,11 +403,13 @@ __global__ void layernorm_dinp_kernel(S *dinp, const S *dout, const S *inp, cons
 }
 
 template <typename S>
-static void layernorm_backward(S *dinp, float *dw, float *db, const S *dout, const S *inp,
-                               const S *w, const float *mean, const float *rstd, int N, int C) {
+void mt_cuda_layernorm_backward(void *dinp, float *dw, float *db, const void *dout_,
+                                const void *inp_, const void *w, const float *mean,
+                                const float *rstd, int N, int C) {
   if (N <= 0) return;
-  layernorm_dinp_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>(dinp, dout, inp, w, mean, rstd,
-                                                                 N, C);
+  const S *dout = (const S *)dout_, *inp = (const S *)inp_;
+  layernorm_dinp_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>((S *)dinp, dout, inp,
+                                                                 (const S *)w, mean, rstd, N, C);
   CUDA_LAUNCH_CHECK();
   int chunks = colsum_chunks(N, C, 2), rows = (N + chunks - 1) / chunks;
   float *partial = (float *)mt_cuda_scratch(2 * (size_t)chunks * C * sizeof(float),
@@ -402,6 +424,7 @@ static void layernorm_backward(S *dinp, float *dw, float *db, const S *dout, con
   colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g_cu.stream>>>(db, partial2, chunks, C);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(layernorm_backward)
 
 /* ------------------------------------------------------------------ */
 /* gelu (tanh form, as GPT-2), residual                                 */
@@ -430,17 +453,21 @@ __global__ void gelu_backward_kernel(S *dinp, const S *inp, const S *dout, size_
   }
 }
 
-template <typename S> static void gelu_forward(S *out, const S *inp, size_t n) {
+template <typename S> void mt_cuda_gelu_forward(void *out, const void *inp, size_t n) {
   if (!n) return;
-  gelu_forward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, inp, n);
+  gelu_forward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)out, (const S *)inp, n);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(gelu_forward)
 
-template <typename S> static void gelu_backward(S *dinp, const S *inp, const S *dout, size_t n) {
+template <typename S>
+void mt_cuda_gelu_backward(void *dinp, const void *inp, const void *dout, size_t n) {
   if (!n) return;
-  gelu_backward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dinp, inp, dout, n);
+  gelu_backward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
+      (S *)dinp, (const S *)inp, (const S *)dout, n);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(gelu_backward)
 
 template <typename S>
 __global__ void residual_kernel(S *out, const S *a, const S *b, size_t n) {
@@ -449,20 +476,24 @@ __global__ void residual_kernel(S *out, const S *a, const S *b, size_t n) {
     out[i] = mt_st<S>(mt_ld(a[i]) + mt_ld(b[i]));
 }
 
-template <typename S> static void residual_forward(S *out, const S *a, const S *b, size_t n) {
+template <typename S>
+void mt_cuda_residual_forward(void *out, const void *a, const void *b, size_t n) {
   if (!n) return;
-  residual_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(out, a, b, n);
+  residual_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)out, (const S *)a,
+                                                                 (const S *)b, n);
   CUDA_LAUNCH_CHECK();
 }
+MT_CUDA_INSTANTIATE(residual_forward)
 
 /* ------------------------------------------------------------------ */
-/* AdamW (the CPU's arithmetic, per element); the bf16 table's also
- * writes param_bf16 = round(param) from the new master in the same pass
- * (NULL: not refreshed; the fp32 table passes NULL) */
+/* AdamW (the CPU's arithmetic, per element) on the fp32 master; with
+ * param_copy (NULL: none) also the compute copy, param_copy = the new
+ * param stored as S (bf16: rounded), in the same pass */
 
-__global__ void adamw_kernel(float *param, mt_bf16 *param_bf16, const float *grad, float *m,
-                             float *v, size_t n, float lr, float beta1, float beta2, float eps,
-                             float wd, float bc1, float bc2) {
+template <typename S>
+__global__ void adamw_kernel(float *param, S *param_copy, const float *grad, float *m, float *v,
+                             size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                             float bc1, float bc2) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float g = grad[i];
@@ -473,55 +504,20 @@ __global__ void adamw_kernel(float *param, mt_bf16 *param_bf16, const float *gra
     float mhat = mi / bc1, vhat = vi / bc2;
     float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
     param[i] = p;
-    if (param_bf16) param_bf16[i] = mt_st<mt_bf16>(p);
+    if (param_copy) param_copy[i] = mt_st<S>(p);
   }
 }
 
-static void adamw_update_bf16(float *param, mt_bf16 *param_bf16, const float *grad, float *m,
-                              float *v, size_t n, float lr, float beta1, float beta2, float eps,
-                              float weight_decay, int t) {
+template <typename S>
+void mt_cuda_adamw_update(float *param, void *param_copy, const float *grad, float *m, float *v,
+                          size_t n, float lr, float beta1, float beta2, float eps,
+                          float weight_decay, int step) {
   if (!n) return;
-  float bc1 = (float)(1.0 - pow((double)beta1, t));
-  float bc2 = (float)(1.0 - pow((double)beta2, t));
-  adamw_kernel<<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(param, param_bf16, grad, m, v, n, lr,
-                                                           beta1, beta2, eps, weight_decay, bc1,
-                                                           bc2);
+  float bc1 = (float)(1.0 - pow((double)beta1, step));
+  float bc2 = (float)(1.0 - pow((double)beta2, step));
+  adamw_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(param, (S *)param_copy, grad, m, v,
+                                                              n, lr, beta1, beta2, eps,
+                                                              weight_decay, bc1, bc2);
   CUDA_LAUNCH_CHECK();
 }
-
-static void adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                         float beta1, float beta2, float eps, float weight_decay, int t) {
-  adamw_update_bf16(param, NULL, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
-}
-
-/* ------------------------------------------------------------------ */
-
-/* the members of this file that both tables have (mt_ops and mt_ops_bf16
- * name them alike), on storage type S */
-template <typename S, typename Ops> static void fill_storage_ops(Ops *o) {
-  o->encoder_forward = encoder_forward<S>;
-  o->encoder_backward = encoder_backward<S>;
-  o->encoder_vp_forward = encoder_vp_forward<S>;
-  o->encoder_vp_backward = encoder_vp_backward<S>;
-  o->layernorm_forward = layernorm_forward<S>;
-  o->layernorm_backward = layernorm_backward<S>;
-  o->gelu_forward = gelu_forward<S>;
-  o->gelu_backward = gelu_backward<S>;
-  o->residual_forward = residual_forward<S>;
-}
-
-void mt_cuda_fill_ops(mt_ops *o) {
-  fill_storage_ops<float>(o);
-  mt_cuda_fill_xent_ops(o); /* xent.cu */
-  o->adamw_update = adamw_update;
-}
-
-/* the bf16 table's members of this file (kernels.h's mt_ops_bf16) */
-void mt_cuda_fill_ops_bf16(mt_ops_bf16 *o) {
-  fill_storage_ops<mt_bf16>(o);
-  o->adamw_update = adamw_update_bf16;
-  o->copy_2d = copy_2d<mt_bf16>;
-  o->add_2d = rows_cast<mt_bf16, mt_bf16, 1>;
-  o->from_f32 = cast_n<float, mt_bf16>;
-  o->to_f32 = cast_n<mt_bf16, float>;
-}
+MT_CUDA_INSTANTIATE(adamw_update)
