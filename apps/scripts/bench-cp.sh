@@ -6,16 +6,8 @@
 # warm-up), the ratio to cp = 1, the peak memory per rank by category (the
 # allocator's, summary.json) and the bytes a rank sends over cp per step.
 #   apps/scripts/bench-cp.sh [STEPS] [ROUNDS] [SEQ_LEN]
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-bash apps/scripts/setup.sh build
-source apps/scripts/env.sh build
+source "$(dirname "$0")/bench_common.sh" cp --bind-to none
 STEPS=${1:-3}; ROUNDS=${2:-3}; T=${3:-4096}
-OUT=outputs/bench-cp
-rm -rf "$OUT"; mkdir -p "$OUT" inputs/data
-[ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt
-launcher=(mpirun --oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 common=(inputs/default.ini --set model.preset=small --set model.seq_len="$T" --set train.steps="$STEPS"
         --set train.global_batch=2 --set train.micro_batch=1 --set parallel.dp=1
         --set train.eval_every=0 --set train.log_every=1000 --set ckpt.mode=none)

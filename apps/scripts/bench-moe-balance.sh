@@ -34,16 +34,8 @@
 #    ep = 4 on 4 ranks (one node), T = 2048, micro-batch 8; ep = 8 on 8
 #    ranks (two nodes), T = 1024, micro-batch 4.
 # Reports the load (uptime) it ran under: throughput here is noisy.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-bash apps/scripts/setup.sh build >/dev/null
-source apps/scripts/env.sh build
+source "$(dirname "$0")/bench_common.sh" moe-balance
 STEPS=${1:-200}
-OUT=outputs/bench-moe-balance
-rm -rf "$OUT"; mkdir -p "$OUT" inputs/data
-[ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt
-launcher=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 moe=(--set model.preset=tiny --set model.moe_experts=8 --set model.moe_topk=2
      --set model.moe_every=1 --set data.train=inputs/data/corpus.txt --set train.global_batch=8

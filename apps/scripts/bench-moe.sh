@@ -18,16 +18,8 @@
 #    GPUs: tp=4 x dp=8 x pp=8, sp, ZeRO-1, micro-batch 1, global batch 256)
 #    at two folded layouts: etp=1 ep=8 edp=4, and etp=4 ep=8 edp=1.
 # Reports the load (uptime) it ran under: throughput here is noisy.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-bash apps/scripts/setup.sh build
-source apps/scripts/env.sh build
+source "$(dirname "$0")/bench_common.sh" moe
 REPEATS=${1:-3}
-OUT=outputs/bench-moe
-rm -rf "$OUT"; mkdir -p "$OUT" inputs/data
-[ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt
-launcher=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 shape=(--set model.preset=custom --set model.n_layer=4 --set model.n_embd=128 --set model.n_head=4
        --set model.seq_len=128 --set train.eval_every=0 --set ckpt.mode=none --set train.threads=1)

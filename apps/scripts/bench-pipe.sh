@@ -25,16 +25,8 @@
 #    ZeRO 3.
 # Ranks beyond the machine's cores time-share, which inflates the bubble
 # (the script prints the load average before and after).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-bash apps/scripts/setup.sh build >/dev/null
-source apps/scripts/env.sh build
+source "$(dirname "$0")/bench_common.sh" pipe
 STEPS=${1:-6}
-OUT=outputs/bench-pipe
-rm -rf "$OUT"; mkdir -p "$OUT" inputs/data
-[ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt
-launcher=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc --all) cores"
 # a vocabulary of 256 so that the head weighs about a block (the schedules'

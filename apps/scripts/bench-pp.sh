@@ -7,16 +7,8 @@
 # ((p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) interleaved with v=2,
 # (p-1)/(3m+p-1) zb-h1) and the peak activation bytes per stage.
 # Ranks beyond the machine's cores time-share, which inflates the bubble.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-bash apps/scripts/setup.sh build
-source apps/scripts/env.sh build
+source "$(dirname "$0")/bench_common.sh" pp
 STEPS=${1:-5}
-OUT=outputs/bench-pp
-rm -rf "$OUT"; mkdir -p "$OUT" inputs/data
-[ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt
-launcher=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 for pp in 2 4; do
   for m in 4 8 16; do

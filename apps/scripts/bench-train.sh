@@ -11,16 +11,8 @@
 # (goal >= 1.7x), and for small at T = 256 dp = 2 x 1 thread against
 # 1 rank x 2 threads. Also the load average before and after: the machine is
 # shared, figures taken under load are lower.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-bash apps/scripts/setup.sh build
-source apps/scripts/env.sh build
+source "$(dirname "$0")/bench_common.sh" train --bind-to none
 STEPS=${1:-10}; ROUNDS=${2:-3}
-OUT=outputs/bench-train
-rm -rf "$OUT"; mkdir -p "$OUT" inputs/data
-[ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt
-launcher=(mpirun --oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 common=(inputs/default.ini --set train.steps="$STEPS" --set train.eval_every=0
         --set train.log_every=1000 --set ckpt.mode=none)
 # name | meshtrain keys | meshbench gemm shape

@@ -4,16 +4,8 @@
 # median round counted), and each level's peak memory per rank by category
 # from the allocator, beside the plan's prediction.
 #   apps/scripts/bench-zero.sh [STEPS] [ROUNDS]
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-bash apps/scripts/setup.sh build
-source apps/scripts/env.sh build
+source "$(dirname "$0")/bench_common.sh" zero
 STEPS=${1:-12}; ROUNDS=${2:-3}
-OUT=outputs/bench-zero
-rm -rf "$OUT"; mkdir -p "$OUT" inputs/data
-[ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt
-launcher=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 common=(inputs/default.ini --set model.preset=small --set train.steps="$STEPS" --set parallel.dp=2
         --set train.global_batch=16 --set train.micro_batch=4 --set train.eval_every=0

@@ -1,14 +1,16 @@
 # Checkpoint tests (issue: universal HDF5 checkpoints; issue 10: I/O faults).
-mt_script_test(resume ckpt resume.sh)
-mt_script_test(corrupt ckpt corrupt.sh)
-mt_script_test(signal ckpt signal.sh)
+mt_script_tests(ckpt
+  resume  resume.sh
+  corrupt corrupt.sh
+  signal  signal.sh)
 foreach(phase create write rename latest)
   mt_script_test(crash_${phase} ckpt crash.sh ${phase})
 endforeach()
-mt_script_test(modes ckpt modes.sh)
-mt_script_test(resume_tp ckpt resume_tp.sh)
-mt_script_test(resume_pp ckpt resume_pp.sh)
-mt_script_test(resume_bf16 ckpt resume_bf16.sh)
+mt_script_tests(ckpt
+  modes       modes.sh
+  resume_tp   resume_tp.sh
+  resume_pp   resume_pp.sh
+  resume_bf16 resume_bf16.sh)
 
 # damages a checkpoint for the tests below (not installed, not for users)
 mt_test_program(ckpt_edit ${CMAKE_CURRENT_LIST_DIR}/ckpt_edit.c)
@@ -46,11 +48,12 @@ mt_script_test(retention ckpt retention.sh)
 # gpt2-124m-shaped state; loads that open only the files they need; Hugging
 # Face GPT-2 export/import with an independent numpy forward (and
 # transformers' GPT2LMHeadModel where it is installed)
-mt_script_test(convert ckpt convert.sh)
-mt_script_test(convert_memory ckpt convert_memory.sh)
-mt_script_test(load_opens ckpt load_opens.sh)
-mt_script_test(hf ckpt hf.sh)
-mt_script_test(hf_transformers ckpt hf_transformers.sh)
+mt_script_tests(ckpt
+  convert         convert.sh
+  convert_memory  convert_memory.sh
+  load_opens      load_opens.sh
+  hf              hf.sh
+  hf_transformers hf_transformers.sh)
 mt_script_test(ckpt_convert sanitize sanitize.sh)
 # issue 23: saves on a real, nearly full file system, at sizes found by
 # bisection (a tmpfs; skipped where none can be mounted), per mode; and a

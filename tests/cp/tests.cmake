@@ -4,9 +4,10 @@
 # O(T), and checkpoints move between cp layouts. The plan's exactness for cp
 # layouts is in zero.plan_tiny (tests/zero/plan_accounting.sh). Bad input
 # joins the "badinput" label, a short run of both modes the "sanitize" label.
-mt_script_test(equivalence cp equivalence.sh)
-mt_script_test(memory cp memory.sh)
-mt_script_test(resume cp resume.sh)
+mt_script_tests(cp
+  equivalence equivalence.sh
+  memory      memory.sh
+  resume      resume.sh)
 mt_script_test(cp_smoke sanitize smoke.sh)
 
 set(CPT --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)

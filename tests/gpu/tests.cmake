@@ -4,12 +4,13 @@
 # benchmark, on a GPU machine.
 mt_test_program(gpu_ops ${CMAKE_CURRENT_LIST_DIR}/gpu_ops.c)
 mt_script_test(ops gpu ops.sh gpu_ops)
-mt_script_test(train_tiny gpu train_tiny.sh)
-mt_script_test(bf16 gpu bf16.sh)
-mt_script_test(layouts gpu layouts.sh)
-mt_script_test(ckpt gpu ckpt.sh)
-mt_script_test(memory gpu memory.sh)
-mt_script_test(no_fit gpu no_fit.sh)
+mt_script_tests(gpu
+  train_tiny train_tiny.sh
+  bf16       bf16.sh
+  layouts    layouts.sh
+  ckpt       ckpt.sh
+  memory     memory.sh
+  no_fit     no_fit.sh)
 mt_test_program(gpu_moe_ops ${CMAKE_CURRENT_LIST_DIR}/gpu_moe_ops.c)
 mt_script_test(moe_ops gpu ops.sh gpu_moe_ops)
 mt_script_test(train_moe gpu train_moe.sh)

@@ -3,16 +3,15 @@
 # experts, the exact plan, bad input (label badinput) and a short run under
 # the sanitizers (label sanitize). test_moe (tests/unit) holds the ops and
 # the finite-difference checks.
-mt_script_test(equiv_dp moe equivalence.sh dp)
-mt_script_test(equiv_tp moe equivalence.sh tp)
-mt_script_test(equiv_pp moe equivalence.sh pp)
-mt_script_test(equiv_sched moe equivalence.sh sched)
-mt_script_test(equiv_cp moe equivalence.sh cp)
-mt_script_test(capacity moe capacity.sh)
-mt_script_test(reshard moe reshard.sh)
-mt_script_test(plan moe plan_accounting.sh)
-mt_script_test(balance moe balance.sh)
-mt_script_test(llep moe llep.sh)
+foreach(kind dp tp pp sched cp)
+  mt_script_test(equiv_${kind} moe equivalence.sh ${kind})
+endforeach()
+mt_script_tests(moe
+  capacity capacity.sh
+  reshard  reshard.sh
+  plan     plan_accounting.sh
+  balance  balance.sh
+  llep     llep.sh)
 mt_script_test(moe_smoke sanitize smoke.sh)
 
 set(M --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8

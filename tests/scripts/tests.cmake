@@ -10,12 +10,13 @@ mt_script_test(compare_runs unit compare_runs_check.sh)
 add_test(NAME unit.mpi_checked COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/mpi_checked.py --root ${CMAKE_SOURCE_DIR})
 add_test(NAME unit.mpi_checked_planted COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/mpi_checked.py --self-test)
 set_tests_properties(unit.mpi_checked unit.mpi_checked_planted PROPERTIES LABELS unit TIMEOUT 60)
-mt_script_test(dp_equivalence mpi dp_equivalence.sh)
-mt_script_test(determinism mpi determinism.sh)
-mt_script_test(loss_falls mpi loss_falls.sh)
-mt_script_test(bf16_train mpi bf16_train.sh)
-mt_script_test(bf16_layouts mpi bf16_layouts.sh)
-mt_script_test(bf16_grads mpi bf16_grads.sh)
+mt_script_tests(mpi
+  dp_equivalence dp_equivalence.sh
+  determinism    determinism.sh
+  loss_falls     loss_falls.sh
+  bf16_train     bf16_train.sh
+  bf16_layouts   bf16_layouts.sh
+  bf16_grads     bf16_grads.sh)
 
 # Bad input: name, ranks, regex the one error line must match, arguments.
 set(T --set model.preset=tiny --set parallel.dp=2 --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
