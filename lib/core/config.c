@@ -36,7 +36,7 @@
 #define NOMAX MT_CFG_NOMAX
 #define NOMIN MT_CFG_NOMIN
 
-static const char *type_name(mt_cfg_type t) {
+const char *mt_config_type_name(mt_cfg_type t) {
   switch (t) {
   case MT_CFG_INT: return "int";
   case MT_CFG_DOUBLE: return "float";
@@ -50,7 +50,7 @@ static const char *type_name(mt_cfg_type t) {
 /* value parsing                                                       */
 
 /* "between 0 and 1000000", ">= 1", "> 0", ">= 0 and < 1", "" (no bound). */
-static void describe_range(const mt_cfg_key *k, char *buf, size_t size) {
+void mt_config_range_text(const mt_cfg_key *k, char *buf, size_t size) {
   const char *num = k->type == MT_CFG_INT ? "%.0f" : "%g";
   char lo[64] = "", hi[64] = "", a[32], b[32];
   int lo_incl = 0, hi_incl = 0;
@@ -237,7 +237,7 @@ static int set_value(mt_config *cfg, const mt_cfg_key *k, const char *text, char
   }
   if (!(v >= k->min && v <= k->max)) {
     char range[96];
-    describe_range(k, range, sizeof range);
+    mt_config_range_text(k, range, sizeof range);
     snprintf(why, wsize, "%s must be %s (got %s)", k->name, range, clip(text).s);
     return 1;
   }
@@ -596,12 +596,12 @@ void mt_config_print_help(FILE *f) {
     else if (k->type == MT_CFG_BOOL)
       snprintf(allowed, sizeof allowed, "true|false");
     else if (k->type != MT_CFG_STRING)
-      describe_range(k, allowed, sizeof allowed);
+      mt_config_range_text(k, allowed, sizeof allowed);
     char def[64];
     snprintf(def, sizeof def, "%s", k->def[0] ? k->def : "\"\"");
     /* a long list of choices goes after the help text, within 100 columns */
     int wide = strlen(allowed) > 38;
-    fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, type_name(k->type), def,
+    fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, mt_config_type_name(k->type), def,
             wide ? "" : allowed);
     fprintf(f, "      %s%s%s\n", k->help, wide ? "; " : "", wide ? allowed : "");
   }

@@ -6,25 +6,7 @@
  * the key table, the keys of a section in table order. */
 #include "core/core.h"
 
-#include <float.h>
-#include <math.h>
 #include <string.h>
-
-/* The key table stores exclusive bounds as the nearest inclusive double
- * ("> 0" as >= DBL_TRUE_MIN, "< 1" as <= 1 - 2^-53); they are written back
- * as the exclusive bounds they stand for. */
-#define DOC_GT0 DBL_TRUE_MIN
-#define DOC_LT1 (1.0 - DBL_EPSILON / 2)
-
-static const char *doc_type_name(mt_cfg_type t) {
-  switch (t) {
-  case MT_CFG_INT: return "int";
-  case MT_CFG_DOUBLE: return "float";
-  case MT_CFG_BOOL: return "bool";
-  case MT_CFG_STRING: return "string";
-  }
-  return "?";
-}
 
 /* Text into a table cell: '|' would end the cell and '<' before a letter
  * opens an HTML tag ("rank<N>.json"); a range's "< 1" or ">= 0" is plain text. */
@@ -36,18 +18,8 @@ static void put_cell_text(FILE *f, const char *s) {
   }
 }
 
-/* A number of the range as the key's type reads it: an int without
- * decimals, a float as the shortest %g that reads back. */
-static void format_bound(const mt_cfg_key *k, double v, char *buf, size_t size) {
-  if (k->type == MT_CFG_INT) {
-    snprintf(buf, size, "%.0f", v);
-    return;
-  }
-  snprintf(buf, size, "%g", v);
-}
-
 /* The allowed values of key k: its choices, true/false, or the range of a
- * number ("0 to 1", "> 0 and <= 1", ">= 1"); "" for a free string. */
+ * number (mt_config_range_text); "" for a free string. */
 static void allowed_text(const mt_cfg_key *k, char *buf, size_t size) {
   buf[0] = '\0';
   if (k->choices) {
@@ -66,21 +38,7 @@ static void allowed_text(const mt_cfg_key *k, char *buf, size_t size) {
     return;
   }
   if (k->type == MT_CFG_STRING) return;
-  char lo[48] = "", hi[48] = "";
-  int lo_open = k->type == MT_CFG_DOUBLE && k->min == DOC_GT0;
-  int hi_open = k->type == MT_CFG_DOUBLE && k->max == DOC_LT1;
-  if (lo_open) snprintf(lo, sizeof lo, "0");
-  else if (isfinite(k->min)) format_bound(k, k->min, lo, sizeof lo);
-  if (hi_open) snprintf(hi, sizeof hi, "1");
-  else if (isfinite(k->max)) format_bound(k, k->max, hi, sizeof hi);
-  if (lo[0] && hi[0] && !lo_open && !hi_open)
-    snprintf(buf, size, "%s to %s", lo, hi);
-  else if (lo[0] && hi[0])
-    snprintf(buf, size, "%s %s and %s %s", lo_open ? ">" : ">=", lo, hi_open ? "<" : "<=", hi);
-  else if (lo[0])
-    snprintf(buf, size, "%s %s", lo_open ? ">" : ">=", lo);
-  else if (hi[0])
-    snprintf(buf, size, "%s %s", hi_open ? "<" : "<=", hi);
+  mt_config_range_text(k, buf, size);
 }
 
 static size_t section_of(const char *name) {
@@ -128,7 +86,7 @@ void mt_config_write_markdown(FILE *f) {
       if (section_of(k->name) != sl || strncmp(k->name, keys[i].name, sl) != 0) continue;
       char allowed[256];
       allowed_text(k, allowed, sizeof allowed);
-      fprintf(f, "| `%s` | %s | ", k->name, doc_type_name(k->type));
+      fprintf(f, "| `%s` | %s | ", k->name, mt_config_type_name(k->type));
       if (k->def[0]) fprintf(f, "`%s`", k->def);
       else fputs("(empty)", f);
       fprintf(f, " | %s | ", allowed);

@@ -337,6 +337,12 @@ typedef struct {
 } mt_cfg_key;
 
 const mt_cfg_key *mt_config_keys(int *n);
+/* "int", "float", "bool" or "string", as --help and docs/config.md name it */
+const char *mt_config_type_name(mt_cfg_type t);
+/* The range a number key accepts, as the error messages, --help and
+ * docs/config.md write it: "between 0 and 8", ">= 1", "> 0 and < 1"; ""
+ * for a key without bounds. */
+void mt_config_range_text(const mt_cfg_key *k, char *buf, size_t size);
 
 /* An enumerated key (a string key with choices): the enum value text
  * stands for, as the configuration parses it, or -1 when text is not one of

@@ -16,6 +16,14 @@ static inline float *FN(row_buf)(int n) {
   return mt_cpu_scratch(MT_XENT_ROW_SLOT, (size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
+/* p[j] = e[j] / sum on the n real columns, 0 on the padding up to width;
+ * e may be p itself (float) */
+static inline void FN(row_normalise)(T *p, const float *e, double sum, int n, int width) {
+  float inv = (float)(1.0 / sum);
+  for (int j = 0; j < n; j++) p[j] = ST(e[j] * inv);
+  for (int j = n > 0 ? n : 0; j < width; j++) p[j] = ST(0.0f);
+}
+
 /* probs may alias logits: the target's logit and the maximum are read
  * before the row is overwritten, and each exp is written over its own
  * input (float: in probs; bf16: in the widened row, then rounded) */
@@ -33,9 +41,7 @@ void FN(softmax_xent_forward)(float *losses, void *probs_, const void *logits_,
       float *e = IS_BF16 ? row : (float *)p;
       float maxv = mt_cpu_row_max(l, V), l_target = l[targets[n]];
       double sum = mt_cpu_row_exp_f64(e, l, V, maxv);
-      float inv = (float)(1.0 / sum);
-      for (int j = 0; j < V; j++) p[j] = ST(e[j] * inv);
-      for (int j = V; j < Vp; j++) p[j] = ST(0.0f);
+      FN(row_normalise)(p, e, sum, V, Vp);
       losses[n] = (float)(log(sum) + (double)maxv - (double)l_target);
     }
   }
@@ -81,7 +87,8 @@ void FN(xent_vp_exp)(double *stats, const void *logits_, const float *rowmax,
       int col = targets[n] - v0;
       double l_target = col >= 0 && col < nvalid ? (double)LD(lt[col]) : 0.0;
       double sum = 0.0;
-      if (nvalid > 0) sum = mt_cpu_row_exp_f64(row, FN(row_f32)(row, lt, nvalid), nvalid, rowmax[n]);
+      if (nvalid > 0)
+        sum = mt_cpu_row_exp_f64(row, FN(row_f32)(row, lt, nvalid), nvalid, rowmax[n]);
       stats[2 * (size_t)n] = sum;
       stats[2 * (size_t)n + 1] = l_target;
     }
@@ -101,14 +108,12 @@ void FN(xent_vp_finish)(float *losses, void *probs_, const void *logits_, const 
     for (int n = 0; n < N; n++) {
       double sum = stats[2 * (size_t)n];
       T *p = probs + (size_t)n * Vl;
+      float *e = IS_BF16 ? row : (float *)p;
       if (nvalid > 0) {
         const float *l = FN(row_f32)(row, logits + (size_t)n * Vl, nvalid);
-        float *e = IS_BF16 ? row : (float *)p;
         mt_cpu_row_exp(e, l, nvalid, rowmax[n]);
-        float inv = (float)(1.0 / sum);
-        for (int j = 0; j < nvalid; j++) p[j] = ST(e[j] * inv);
       }
-      for (int j = nvalid > 0 ? nvalid : 0; j < Vl; j++) p[j] = ST(0.0f);
+      FN(row_normalise)(p, e, sum, nvalid, Vl);
       losses[n] = (float)(log(sum) + (double)rowmax[n] - stats[2 * (size_t)n + 1]);
     }
   }
