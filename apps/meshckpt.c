@@ -245,12 +245,10 @@ static int cmd_convert(const args *a) {
                o.target_pp, o.target_ep, o.target_etp);
     else if (o.target_tp > 0)
       snprintf(layout, sizeof layout, ", laid out for tp=%d pp=%d", o.target_tp, o.target_pp);
-    printf("convert: %s -> %s/step_%lld (%s, parameters %s, %s, %lld boxes%s)\n", dir,
-           a->pos[1], (long long)st.step, mt_ckpt_mode_name(o.mode), st.param_dtype == MT_CKPT_BF16 ? "bf16" : "fp32",
-           st.groups == 1 ? "no optimizer state"
-           : st.optim_dtype == MT_CKPT_BF16 ? "optimizer state bf16"
-                                            : "optimizer state fp32",
-           (long long)st.boxes, layout);
+    printf("convert: %s -> %s/step_%lld (%s, parameters %s, %s%s, %lld boxes%s)\n", dir,
+           a->pos[1], (long long)st.step, mt_ckpt_mode_name(o.mode), mt_dtype_name(st.param_dtype),
+           st.groups == 1 ? "no optimizer state" : "optimizer state ",
+           st.groups == 1 ? "" : mt_dtype_name(st.optim_dtype), (long long)st.boxes, layout);
     printf("convert: read %.3f GB, wrote %.3f GB in %.2f s on %d rank(s): %.3f GB/s read; "
            "peak RSS %.1f MiB (largest rank), buffer %.1f MiB per rank\n",
            st.bytes_read / 1e9, st.bytes_written / 1e9, st.seconds, ranks(),
@@ -355,14 +353,14 @@ static int run(const args *a) {
   if (a->format && !strcmp(a->format, "hf")) {
     char dir[1024];
     if (mt_ckpt_find(a->pos[0], dir, sizeof dir, &err) != 0 ||
-        mt_ckpt_export_hf(dir, a->pos[1], bf16 ? MT_CKPT_BF16 : MT_CKPT_F32, &err) != 0)
+        mt_ckpt_export_hf(dir, a->pos[1], bf16 ? MT_DT_BF16 : MT_DT_F32, &err) != 0)
       return failed(&err);
     if (g_rank == 0)
       printf("export: %s -> %s/model.safetensors + config.json (GPT2LMHeadModel, %s) in %.2f s\n",
              dir, a->pos[1], a->dtype, mt_now() - t0);
     return 0;
   }
-  if (mt_ckpt_export_h5(a->pos[0], a->pos[1], bf16 ? MT_CKPT_BF16 : MT_CKPT_F32, chunk, &err) != 0)
+  if (mt_ckpt_export_h5(a->pos[0], a->pos[1], bf16 ? MT_DT_BF16 : MT_DT_F32, chunk, &err) != 0)
     return failed(&err);
   if (g_rank == 0) printf("export: %s as %s -> %s\n", a->pos[0], a->dtype, a->pos[1]);
   return 0;
@@ -388,7 +386,7 @@ static void parse(int argc, char **argv, args *a, mt_err *e) {
       i++;
       if (strcmp(val, "fp32") && strcmp(val, "bf16"))
         mt_err_set(e, "%s: '%s' is not fp32 or bf16", arg, val);
-      int code = !strcmp(val, "bf16") ? MT_CKPT_BF16 : MT_CKPT_F32;
+      int code = !strcmp(val, "bf16") ? MT_DT_BF16 : MT_DT_F32;
       if (!strcmp(arg, "--dtype")) {
         a->dtype = val;
         a->convert.param_dtype = code;

@@ -161,9 +161,9 @@ int mt_ckpt_load_with(const char *dir, const mt_registry *reg, mt_mesh *mesh,
  * e naming the bad entry (no MPI call: usable before the first collective). */
 int mt_ckpt_set_io_hints(const char *spec, mt_err *e);
 
-/* Stored element types (SCHEMA.md): training writes float32; a conversion
- * may store parameters (or, when asked, everything) as bfloat16. */
-enum { MT_CKPT_F32 = 0, MT_CKPT_BF16 = 1 };
+/* Stored element types (SCHEMA.md) are core's mt_dtype: training writes
+ * MT_DT_F32; a conversion may store parameters (or, when asked, everything)
+ * as MT_DT_BF16. */
 
 /* The ranks of a pipeline stage of a target layout: tp x dp with the
  * fewest dp ranks that hold etp x ep (the least common multiple of tp and
@@ -176,7 +176,7 @@ int mt_ckpt_target_ranks(int tp, int pp, int ep, int etp);
  * at most buffer_bytes of tensor data in memory per rank. */
 typedef struct {
   mt_ckpt_mode mode;  /* shared or per-writer */
-  int param_dtype;    /* MT_CKPT_F32 or MT_CKPT_BF16; -1: as stored */
+  int param_dtype;    /* MT_DT_F32 or MT_DT_BF16; -1: as stored */
   int optim_dtype;    /* the same for the AdamW moments (-1: as stored, float32 from training) */
   int params_only;    /* drop the optimizer state (for inference) */
   /* a layout hint: the boxes become the tp shards of tp = target_tp, each
@@ -241,8 +241,8 @@ int mt_ckpt_verify(const char *spec, const mt_ckpt_verify_opts *o, FILE *out, lo
  * rtol count as equal); a summary line; *differ: 1 when they differ. */
 int mt_ckpt_diff(const char *a, const char *b, double rtol, size_t chunk_bytes, FILE *out,
                  int *differ, mt_err *e);
-/* The model's tensors whole in one plain HDF5 file (MT_CKPT_F32 or
- * MT_CKPT_BF16), written by rank 0, chunk_bytes at a time. */
+/* The model's tensors whole in one plain HDF5 file (MT_DT_F32 or
+ * MT_DT_BF16), written by rank 0, chunk_bytes at a time. */
 int mt_ckpt_export_h5(const char *spec, const char *path, int dtype, size_t chunk_bytes,
                       mt_err *e);
 
@@ -256,7 +256,7 @@ typedef struct {
  * MPI). 0, or -1 with e naming what does not fit. */
 int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_gpt2_config *c, mt_err *e);
 /* Collective: out_dir/{model.safetensors,config.json} from the parameters of
- * checkpoint dir (rank 0 writes; dtype MT_CKPT_F32 or MT_CKPT_BF16). */
+ * checkpoint dir (rank 0 writes; dtype MT_DT_F32 or MT_DT_BF16). */
 int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e);
 /* Collective: a step-0 checkpoint of the parameters alone (no optimizer
  * state) in <out_root>/step_0 from dir's model.safetensors; reg: the GPT of

@@ -88,8 +88,8 @@ size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end) {
 
 /* buf holds gradients of type gt: fp32, or bf16 (packed widened, summed
  * in fp32, each sum rounded once on the way back) */
-static void reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, void *buf, mt_dtype gt,
-                                 size_t buf_begin, size_t begin, size_t end) {
+void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, void *buf,
+                                   mt_dtype gt, size_t buf_begin, size_t begin, size_t end) {
   if (!tp->g) return;
   size_t n = 0;
   for (int pass = 0; pass < 2; pass++) { /* 0: pack, 1: unpack the sums */
@@ -113,19 +113,9 @@ static void reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, void *
   }
 }
 
-void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, float *buf,
-                                   size_t buf_begin, size_t begin, size_t end) {
-  reduce_partial_grads(tp, reg, buf, MT_DT_F32, buf_begin, begin, end);
-}
-
-void mt_tp_reduce_partial_grads16_at(const mt_tp *tp, const mt_registry *reg, mt_bf16 *buf,
-                                     size_t buf_begin, size_t begin, size_t end) {
-  reduce_partial_grads(tp, reg, buf, MT_DT_BF16, buf_begin, begin, end);
-}
-
 void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *grads,
                                 size_t begin, size_t end) {
-  mt_tp_reduce_partial_grads_at(tp, reg, grads, 0, begin, end);
+  mt_tp_reduce_partial_grads_at(tp, reg, grads, MT_DT_F32, 0, begin, end);
 }
 
 void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,

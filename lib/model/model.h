@@ -176,16 +176,13 @@ typedef struct mt_tp {
 /* Sum over the group, in one all-reduce, the gradients of every tensor in
  * the flat range [begin, end) that the registry marks tp_partial_grad. Once
  * per reduction of those gradients over dp, before it. buf holds flat
- * elements from buf_begin on (the whole flat buffer: buf_begin = 0). */
-void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, float *buf,
-                                   size_t buf_begin, size_t begin, size_t end);
+ * elements of type gt from buf_begin on (the whole flat buffer:
+ * buf_begin = 0); bf16 gradients are widened, summed over the group in fp32
+ * and each sum rounded once. */
+void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, void *buf,
+                                   mt_dtype gt, size_t buf_begin, size_t begin, size_t end);
 void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *grads,
                                 size_t begin, size_t end);
-/* The same on bf16 gradients (train.grad_dtype = bf16): widened, summed
- * over the group in fp32 and each sum rounded once. */
-void mt_tp_reduce_partial_grads16_at(const mt_tp *tp, const mt_registry *reg,
-                                     mt_bf16 *buf, size_t buf_begin,
-                                     size_t begin, size_t end);
 
 /* ------------------------------------------------------------------ */
 /* attention (attention.c; context parallelism: attention_cp.c)        */

@@ -81,8 +81,7 @@ static void grads_ready(mt_dp *d, size_t ready_from) {
  * (gradients of type gdt) starts at flat element buf_begin */
 static void sum_partials(mt_dp *d, void *buf, size_t buf_begin, size_t begin, size_t end) {
   if (!d->tp || !d->tp->grad_buf) return;
-  if (d->gdt == MT_DT_F32) mt_tp_reduce_partial_grads_at(d->tp, d->reg, buf, buf_begin, begin, end);
-  else mt_tp_reduce_partial_grads16_at(d->tp, d->reg, buf, buf_begin, begin, end);
+  mt_tp_reduce_partial_grads_at(d->tp, d->reg, buf, d->gdt, buf_begin, begin, end);
 }
 
 /* the lowest offset from which every unit this stage holds up to the top

@@ -321,16 +321,12 @@ uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version, int64_t g
 int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, const char *where,
                              mt_err *e);
 
-/* Stored element types: float32 (what training writes) and bfloat16 (a
- * conversion's choice for parameters), both little-endian. Checksums are of
- * the stored bytes. */
-size_t mt_ckpt_dtype_size(int dtype);
-/* float32 -> bfloat16, round to nearest even (NaN stays NaN) */
-uint16_t mt_ckpt_to_bf16(float f);
-const char *mt_ckpt_dtype_name(int dtype);
-/* the HDF5 file type (close it), or -1 */
+/* Stored element types (mt_dtype): MT_DT_F32 (what training writes) and
+ * MT_DT_BF16 (a conversion's choice for parameters), both little-endian.
+ * Checksums are of the stored bytes. The HDF5 file type of one (close it),
+ * or -1: */
 hid_t mt_ckpt_h5_type(int dtype);
-/* MT_CKPT_F32 or MT_CKPT_BF16 for an HDF5 type, or -1 for any other */
+/* MT_DT_F32 or MT_DT_BF16 for an HDF5 type, or -1 for any other */
 int mt_ckpt_dtype_of(hid_t type);
 
 /* ------------------------------------------------------------------ */
@@ -405,7 +401,7 @@ int mt_ckpt_gather_layout(const mt_mesh *mesh, int64_t **all, mt_err *e);
  * index [n_rows, 8], layout [world, 5], tensors [n] and config [1]. */
 typedef struct {
   int groups;                 /* 3, or 1: parameters only */
-  int dtype[MT_CKPT_NGROUPS]; /* stored type per group (MT_CKPT_F32, MT_CKPT_BF16) */
+  int dtype[MT_CKPT_NGROUPS]; /* stored type per group (MT_DT_F32, MT_DT_BF16) */
   const int *order;           /* datasets (g * n + i) in the order their data lies in the file
                                  (NULL: group by group, registry order) */
   int target_tp, target_pp;   /* > 0: the layout a conversion laid the boxes out for (root

@@ -366,20 +366,9 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
 /* ------------------------------------------------------------------ */
 /* stored element types                                                */
 
-uint16_t mt_ckpt_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-  return (uint16_t)(u >> 16);
-}
-
-size_t mt_ckpt_dtype_size(int dtype) { return dtype == MT_CKPT_BF16 ? 2 : 4; }
-const char *mt_ckpt_dtype_name(int dtype) { return dtype == MT_CKPT_BF16 ? "bf16" : "fp32"; }
-
 hid_t mt_ckpt_h5_type(int dtype) {
   hid_t t = H5Tcopy(H5T_IEEE_F32LE);
-  if (dtype == MT_CKPT_BF16 && t >= 0) {
+  if (dtype == MT_DT_BF16 && t >= 0) {
     /* bfloat16: the upper half of an IEEE float32 (1 sign, 8 exponent, 7
      * mantissa bits, bias 127), little-endian */
     if (H5Tset_fields(t, 15, 7, 8, 0, 7) < 0 || H5Tset_ebias(t, 127) < 0 ||
@@ -398,9 +387,9 @@ int mt_ckpt_dtype_of(hid_t type) {
   size_t size = H5Tget_size(type);
   if (size == 4 && spos == 31 && epos == 23 && esize == 8 && mpos == 0 && msize == 23 &&
       H5Tget_ebias(type) == 127)
-    return MT_CKPT_F32;
+    return MT_DT_F32;
   if (size == 2 && spos == 15 && epos == 7 && esize == 8 && mpos == 0 && msize == 7 &&
       H5Tget_ebias(type) == 127)
-    return MT_CKPT_BF16;
+    return MT_DT_BF16;
   return -1;
 }

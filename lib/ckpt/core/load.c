@@ -317,7 +317,7 @@ static void read_selection(mt_ckpt_reader *rd, const mt_registry *reg, mt_mesh *
         }
         int64_t key = src->per_writer
                           ? (row[MT_IX_WRITER] << 40) + src->shard_off[j] /* writers < 2^23 */
-                          : src->tt.offset[slot] + (int64_t)mt_ckpt_dtype_size(src->tt.dtype[slot]) *
+                          : src->tt.offset[slot] + (int64_t)mt_dtype_bytes(src->tt.dtype[slot]) *
                                                        (p.r0 * src->tt.ext[slot][1] + p.c0);
         jobs[n++] = (job){.j = j, .slot = slot, .key = key, .p = p,
                           .dst = w.sel.piece_mem[b] + (p.r0 - bx->start[0]) * L1 +
@@ -550,7 +550,7 @@ static int load_scoped(const char *dir, const mt_registry *reg, mt_mesh *mesh,
   /* 4. every rank reads what its layout needs */
   if (!mt_ckpt_agree(&local)) {
     int bf16 = 0; /* the collective path reads float32 datasets only */
-    for (int64_t k = 0; k < (int64_t)src.tt.n * groups; k++) bf16 |= src.tt.dtype[k] != MT_CKPT_F32;
+    for (int64_t k = 0; k < (int64_t)src.tt.n * groups; k++) bf16 |= src.tt.dtype[k] != MT_DT_F32;
     if (rd.collective && !src.per_writer && !bf16)
       read_selection_collective(&rd, reg, mesh, st, groups, ck, !o->verify, &local);
     else

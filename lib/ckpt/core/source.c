@@ -447,8 +447,8 @@ int mt_ckpt_reader_read(mt_ckpt_reader *r, int64_t j, int64_t r0, int64_t nr, in
   int g = (int)row[MT_IX_GROUP], t = (int)row[MT_IX_TENSOR];
   size_t slot = (size_t)g * (size_t)s->tt.n + (size_t)t;
   int dtype = s->tt.dtype[slot];
-  size_t es = mt_ckpt_dtype_size(dtype);
-  int direct = as_float && dtype == MT_CKPT_F32; /* the stored bytes are the floats */
+  size_t es = mt_dtype_bytes(dtype);
+  int direct = as_float && dtype == MT_DT_F32; /* the stored bytes are the floats */
   if (nr <= 0 || nc <= 0) return 0;
   if (!as_float) stride = nc;
   /* the stored bytes, contiguous rows, when they cannot go straight to dst */
@@ -540,7 +540,7 @@ int mt_ckpt_read_region(mt_ckpt_reader *rd, int g, int ti, int64_t r0, int64_t n
                                   b0 - row[MT_IX_START1], b1 - b0, dst, nc, 1, what, e));
     covered += (a1 - a0) * (b1 - b0);
     if (bytes_read)
-      *bytes_read += (double)((a1 - a0) * (b1 - b0)) * (double)mt_ckpt_dtype_size(s->tt.dtype[slot]);
+      *bytes_read += (double)((a1 - a0) * (b1 - b0)) * (double)mt_dtype_bytes(s->tt.dtype[slot]);
   }
   if (covered != nr * nc) {
     mt_err_set(e, "%s: /%s/%s rows %lld..%lld are not covered by its boxes", s->dir,
@@ -573,7 +573,7 @@ long mt_ckpt_check_rows(mt_ckpt_reader *r, const int64_t *js, int64_t n, size_t 
     mt_ckpt_dataset_path(path, sizeof path, (int)g, s->tt.names[t]);
     snprintf(what, sizeof what, "%.900s: %s: unreadable data on rank %d", s->dir, path, r->rank);
     int dtype = s->tt.dtype[slot];
-    size_t es = mt_ckpt_dtype_size(dtype);
+    size_t es = mt_dtype_bytes(dtype);
     int64_t R = row[MT_IX_COUNT0], C = row[MT_IX_COUNT1];
     /* the box's rows in chunks of at most chunk_bytes, hashed as one stream;
      * a row wider than the chunk is read in pieces */
@@ -591,7 +591,7 @@ long mt_ckpt_check_rows(mt_ckpt_reader *r, const int64_t *js, int64_t n, size_t 
         if (mt_ckpt_reader_read(r, j, r0, nr, c0, nc, buf, nc, 0, what, &why) != 0) break;
         size_t cnt = (size_t)(nr * nc);
         XXH64_update(&hs, buf, cnt * es);
-        nonfinite += (long long)(dtype == MT_CKPT_BF16
+        nonfinite += (long long)(dtype == MT_DT_BF16
                                      ? mt_ckpt_count_nonfinite_bf16((const uint16_t *)buf, cnt)
                                      : mt_ckpt_count_nonfinite((const float *)buf, cnt));
       }

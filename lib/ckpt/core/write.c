@@ -280,7 +280,7 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
                         const char *config_ini, int shared, const mt_ckpt_file_opts *fo,
                         mt_err *e) {
   static const mt_ckpt_file_opts training = {
-      .groups = MT_CKPT_NGROUPS, .dtype = {MT_CKPT_F32, MT_CKPT_F32, MT_CKPT_F32}, .order = NULL};
+      .groups = MT_CKPT_NGROUPS, .dtype = {MT_DT_F32, MT_DT_F32, MT_DT_F32}, .order = NULL};
   if (!fo) fo = &training;
   memset(m, 0, sizeof *m);
   m->out.file = -1;
@@ -315,7 +315,7 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
   }
   for (int g = 0; shared && g < fo->groups; g++)
     for (int i = 0; i < reg->n; i++) {
-      long long b = (long long)mt_tensor_numel(&reg->t[i]) * (long long)mt_ckpt_dtype_size(fo->dtype[g]);
+      long long b = (long long)mt_tensor_numel(&reg->t[i]) * (long long)mt_dtype_bytes(fo->dtype[g]);
       data += b;
       aligned += b >= ALIGN_FROM * align;
     }

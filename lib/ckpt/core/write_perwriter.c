@@ -122,7 +122,7 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
     }
     mt_ckpt_dataset_path(paths[n_sets], sizeof paths[n_sets], w.g, w.t->name);
     vol[n_sets] = (int64_t)w.sel.volume;
-    dtype[n_sets] = MT_CKPT_F32;
+    dtype[n_sets] = MT_DT_F32;
     data += 4LL * (long long)w.sel.volume;
     n_sets++;
   }

@@ -191,7 +191,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, int dtype, mt_e
     }
     transpose[i] = h->transpose;
     snprintf(t[i].name, sizeof t[i].name, HF_PREFIX "%s", h->hf);
-    t[i].dtype = dtype == MT_CKPT_BF16 ? MT_ST_BF16 : MT_ST_F32;
+    t[i].dtype = dtype == MT_DT_BF16 ? MT_ST_BF16 : MT_ST_F32;
     t[i].ndim = s->tt.nd[i];
     int64_t R = s->tt.ext[i][0], C = s->tt.ext[i][1];
     if (t[i].ndim == 1) t[i].shape[0] = C;
@@ -211,7 +211,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, int dtype, mt_e
   size_t cap = (size_t)16 << 20; /* elements per piece: 64 MiB of floats */
   float *buf = mt_malloc(cap * sizeof(float)), *tbuf = mt_malloc(cap * sizeof(float));
   uint16_t *half = mt_malloc(cap * sizeof(uint16_t));
-  size_t es = dtype == MT_CKPT_BF16 ? 2 : 4;
+  size_t es = dtype == MT_DT_BF16 ? 2 : 4;
   for (int i = 0; i < n && !e->failed; i++) {
     int64_t R = s->tt.ext[i][0], C = s->tt.ext[i][1];
     if (!transpose[i]) {
@@ -221,7 +221,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, int dtype, mt_e
         if (mt_ckpt_read_region(rd, 0, i, r0, nr, 0, C, buf, NULL, e) != 0) break;
         const void *data = buf;
         if (es == 2) {
-          for (int64_t k = 0; k < nr * C; k++) half[k] = mt_ckpt_to_bf16(buf[k]);
+          for (int64_t k = 0; k < nr * C; k++) half[k] = mt_bf16_from_f32(buf[k]);
           data = half;
         }
         mt_st_write_all(fd, data, (size_t)(nr * C) * es, off, tmp, e);
@@ -237,7 +237,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, int dtype, mt_e
           for (int64_t c = 0; c < nc; c++) tbuf[c * R + r] = buf[r * nc + c];
         const void *data = tbuf;
         if (es == 2) {
-          for (int64_t q = 0; q < nc * R; q++) half[q] = mt_ckpt_to_bf16(tbuf[q]);
+          for (int64_t q = 0; q < nc * R; q++) half[q] = mt_bf16_from_f32(tbuf[q]);
           data = half;
         }
         mt_st_write_all(fd, data, (size_t)(nc * R) * es, off, tmp, e);
@@ -475,7 +475,7 @@ int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_re
              dir, c->n_layer, c->n_embd, c->n_head, c->n_positions, c->vocab);
     mt_ckpt_save_opts opts = {.mode = mode, .keep = 0, .test_crash = MT_CKPT_CRASH_NONE,
                               .config_ini = ini};
-    mt_ckpt_file_opts fo = {.groups = 1, .dtype = {MT_CKPT_F32, MT_CKPT_F32, MT_CKPT_F32}};
+    mt_ckpt_file_opts fo = {.groups = 1, .dtype = {MT_DT_F32, MT_DT_F32, MT_DT_F32}};
     mt_ckpt_save_with(out_root, &m, reg, &mesh, &st, &opts, &fo, NULL, &local);
   }
   free(mem);

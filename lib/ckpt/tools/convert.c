@@ -235,7 +235,7 @@ static int convert_box(streamer *st, const int64_t *row, int out_dtype, sink *sk
   int g = (int)row[MT_IX_GROUP], ti = (int)row[MT_IX_TENSOR];
   int64_t R = row[MT_IX_COUNT0], C = row[MT_IX_COUNT1];
   int64_t per = (int64_t)st->elems / C; /* whole rows per piece */
-  size_t es = mt_ckpt_dtype_size(out_dtype);
+  size_t es = mt_dtype_bytes(out_dtype);
   XXH64_state_t hs;
   XXH64_reset(&hs, 0);
   for (int64_t r0 = 0; r0 < R; r0 += per > 0 ? per : 1) {
@@ -248,9 +248,9 @@ static int convert_box(streamer *st, const int64_t *row, int out_dtype, sink *sk
       size_t n = (size_t)(nr * nc);
       const void *data = st->in;
       st->nonfinite += mt_ckpt_count_nonfinite(st->in, n);
-      if (out_dtype == MT_CKPT_BF16) {
+      if (out_dtype == MT_DT_BF16) {
         uint16_t *h = st->out;
-        for (size_t k = 0; k < n; k++) h[k] = mt_ckpt_to_bf16(st->in[k]);
+        for (size_t k = 0; k < n; k++) h[k] = mt_bf16_from_f32(st->in[k]);
         data = h;
       }
       XXH64_update(&hs, data, n * es);
@@ -298,7 +298,7 @@ static int write_shard(streamer *st, const char *tmpdir, out_plan *p, int64_t j0
                          st->src->tt.names[ra[MT_IX_TENSOR]]);
     dt[n_sets] = dtype[g];
     first_row[n_sets] = a;
-    data += vol[n_sets] * (long long)mt_ckpt_dtype_size(dtype[g]);
+    data += vol[n_sets] * (long long)mt_dtype_bytes(dtype[g]);
     n_sets++;
     a = b;
   }
@@ -323,7 +323,7 @@ static int write_shard(streamer *st, const char *tmpdir, out_plan *p, int64_t j0
     if (mt_ckpt_h5out_close(&o, where, e) == 0) {
       for (int k = 0; k < n_sets && !e->failed; k++) {
         int64_t end = k + 1 < n_sets ? first_row[k + 1] : j1;
-        sink sk = {.fd = o.fd, .base = off[k], .es = mt_ckpt_dtype_size(dt[k])};
+        sink sk = {.fd = o.fd, .base = off[k], .es = mt_dtype_bytes(dt[k])};
         for (int64_t j = first_row[k]; j < end && !e->failed; j++) {
           int64_t *row = rows + j * MT_CKPT_INDEX_COLS;
           uint64_t h;
@@ -542,7 +542,7 @@ static void convert_shared(streamer *st, const char *tmpdir, out_plan *plan, con
       int g = (int)row[MT_IX_GROUP];
       sink sk = {.fd = fd, .base = offsets[(size_t)g * (size_t)reg->n + (size_t)row[MT_IX_TENSOR]],
                  .cols = st->src->tt.ext[(size_t)row[MT_IX_TENSOR]][1], .row = row,
-                 .es = mt_ckpt_dtype_size(dtype[g])};
+                 .es = mt_dtype_bytes(dtype[g])};
       uint64_t h;
       if (convert_box(st, row, dtype[g], &sk, &h, e) != 0) {
         if (sk.err) err = sk.err;
@@ -586,7 +586,7 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
   int dtype[MT_CKPT_NGROUPS];
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
     int want = g == 0 ? o->param_dtype : o->optim_dtype;
-    dtype[g] = want >= 0 ? want : g < src.tt.groups ? src.tt.dtype[(size_t)g * (size_t)src.tt.n] : MT_CKPT_F32;
+    dtype[g] = want >= 0 ? want : g < src.tt.groups ? src.tt.dtype[(size_t)g * (size_t)src.tt.n] : MT_DT_F32;
   }
   if (o->target_tp > 0 && (o->target_pp < 1 || !o->targets))
     mt_err_set(&local, "convert: a target layout needs tp, pp and their registries");

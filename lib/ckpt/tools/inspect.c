@@ -103,7 +103,7 @@ static const char *dtype_of_group(const mt_ckpt_tensors *tt, int g) {
   int d = tt->dtype[(size_t)g * (size_t)tt->n];
   for (int i = 1; i < tt->n; i++)
     if (tt->dtype[(size_t)g * (size_t)tt->n + (size_t)i] != d) return "mixed fp32/bf16";
-  return mt_ckpt_dtype_name(d);
+  return mt_dtype_name(d);
 }
 
 static void split_text(const mt_ckpt_tensor_attrs *a, int nd, char *out, size_t len) {
@@ -177,7 +177,7 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
     for (int i = 0; i < tt->n; i++) {
       long long n = tt->ext[i][0] * tt->ext[i][1];
       elems += n;
-      bytes += (double)n * (double)mt_ckpt_dtype_size(tt->dtype[(size_t)g * (size_t)tt->n + (size_t)i]);
+      bytes += (double)n * (double)mt_dtype_bytes(tt->dtype[(size_t)g * (size_t)tt->n + (size_t)i]);
     }
     fprintf(f, "  %-18s %d tensors, %lld elements, %.2f MB stored as %s\n", mt_ckpt_group_path(g),
             tt->n, elems, bytes / 1e6, dtype_of_group(tt, g));
@@ -188,7 +188,7 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
                  (long long)tt->dims[i][q]);
       split_text(&tt->attrs[i], tt->nd[i], split, sizeof split);
       fprintf(f, "    %-40s [%s]  %s  %s\n", tt->names[i], shape, split,
-              mt_ckpt_dtype_name(tt->dtype[i]));
+              mt_dtype_name(tt->dtype[i]));
     }
   }
   if (tt->groups < MT_CKPT_NGROUPS) fprintf(f, "  (parameters only: no optimizer state)\n");
@@ -565,7 +565,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *path, int dtype, size_t 
   const mt_ckpt_meta *m = &s->meta;
   char where[1200];
   snprintf(where, sizeof where, "export: cannot write %s", path);
-  size_t es = mt_ckpt_dtype_size(dtype);
+  size_t es = mt_dtype_bytes(dtype);
   long long data = 0;
   for (int i = 0; i < s->tt.n; i++) data += (long long)(s->tt.ext[i][0] * s->tt.ext[i][1]) * (long long)es;
   long long metadata = mt_ckpt_metadata_bytes(s->tt.n + 1, 0, 0);
@@ -613,8 +613,8 @@ static int export_rank0(mt_ckpt_reader *rd, const char *path, int dtype, size_t 
         int64_t nr = R - r0 < per ? R - r0 : per;
         if (mt_ckpt_read_region(rd, 0, i, r0, nr, 0, C, buf, NULL, e) != 0) break;
         const void *bytes = buf;
-        if (dtype == MT_CKPT_BF16) {
-          for (int64_t k = 0; k < nr * C; k++) half[k] = mt_ckpt_to_bf16(buf[k]);
+        if (dtype == MT_DT_BF16) {
+          for (int64_t k = 0; k < nr * C; k++) half[k] = mt_bf16_from_f32(buf[k]);
           bytes = half;
         }
         if (mt_ckpt_pwrite_full(o.fd, bytes, (size_t)(nr * C) * es,
