@@ -407,8 +407,8 @@ void mt_train_device_json(const mt_trainer *t, cJSON *parent) {
     const char *key = gd[i].id == MT_G_DP ? "dp_only" : gd[i].id == MT_G_DP_CP ? "dp" : gd[i].name;
     cJSON_AddStringToObject(d, key, path);
   }
-  /* MT_CUDA_OP_TIMES=1: GPU seconds per op of the tables (this rank; the
-   * bf16 table's as "bf16 <op>") */
+  /* MT_CUDA_OP_TIMES=1: GPU seconds per op (this rank; an op called on
+   * bf16 tensors as "bf16 <op>") */
   mt_cuda_op_time ot[128];
   int n = mt_cuda_op_times(ot, 128);
   if (n > 0) {

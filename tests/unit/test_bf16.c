@@ -1,5 +1,5 @@
-/* test_bf16: the CPU's bf16 ops (mt_ops_bf16) against the fp32 ops of
- * mt_ops_cpu on the same bf16-representable inputs (tolerances derived in
+/* test_bf16: the CPU's ops on bf16 tensors (MT_DT_BF16) against the same
+ * ops on fp32 (MT_DT_F32) on the same bf16-representable inputs (tolerances derived in
  * test_bf16.h), and the conversion itself.
  *
  * - Conversion: round to nearest even at and around ties, NaN (quiet,

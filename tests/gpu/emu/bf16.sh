@@ -1,9 +1,9 @@
 # Mixed precision on the emulated GPU (train.precision = bf16): the CUDA
-# backend's bf16 op table on bf16 tensors (the weights' compute copy,
+# backend's ops called on bf16 tensors (the weights' compute copy,
 # activations, their gradients, tp/dp messages) over fp32 master weights,
 # gradients and moments, as on the CPU. tiny, 10 steps:
 #   - on one GPU, every step's loss within 1e-3 relative of the same run on
-#     the CPU backend (bf16 both: the two op tables round the same fp32
+#     the CPU backend (bf16 both: the two backends round the same fp32
 #     values, summed in other orders, so an element now and then rounds to
 #     the neighbouring bf16; the CPU's layouts differ by up to 8.4e-5 for
 #     the same reason, tests/scripts/bf16_layouts.sh), and within 2e-3 of
@@ -13,7 +13,7 @@
 #     the plan the CPU's bf16 runs are held to holds here too), and the
 #     activations at most 0.55 of fp32's on the same GPU;
 #   - summary.json names precision bf16 and gemm bf16, and with
-#     MT_CUDA_OP_TIMES=1 its op_seconds time the bf16 table's ops;
+#     MT_CUDA_OP_TIMES=1 its op_seconds time the ops on bf16 tensors;
 #   - dp 2 reducing gradients in bf16 (parallel.grad_reduce_dtype = bf16)
 #     and tp 2 with sequence parallelism holding the gradients in bf16
 #     (train.grad_dtype = bf16: the fp32 slots of each piece rounded into
@@ -64,7 +64,7 @@ timed = sorted(k for k in calls if k.startswith("bf16 "))
 print("MT_CUDA_OP_TIMES: %d bf16 ops timed, bf16 matmul_forward %d calls"
       % (len(timed), calls.get("bf16 matmul_forward", 0)))
 if not calls.get("bf16 matmul_forward", 0) > 0 or not calls.get("bf16 attn_forward", 0) > 0:
-    sys.exit("FAIL: the bf16 table's ops are not timed: %s" % sorted(calls))
+    sys.exit("FAIL: the ops on bf16 tensors are not timed: %s" % sorted(calls))
 g16, c16, g32 = (summary(r)["mem_peak_bytes_rank0"] for r in ("bf16", "cpu16", "fp32"))
 for k in ("params", "grads", "optimizer", "activations"):
     if g16[k] != c16[k]: sys.exit("FAIL: %s: %d bytes on the GPU, %d on the CPU" % (k, g16[k], c16[k]))
