@@ -283,8 +283,8 @@ static int cmd_import_hf(const args *a) {
   if (rc != 0) return failed(&err);
   if (g_rank == 0)
     printf("import: %s -> %s/step_0 (%s, parameters only: L=%d C=%d H=%d T=%d V=%d) in %.2f s\n",
-           a->pos[0], a->pos[1], mt_ckpt_mode_name(a->convert.mode), hc.n_layer, hc.n_embd, hc.n_head,
-           hc.n_positions, hc.vocab, mt_now() - t0);
+           a->pos[0], a->pos[1], mt_ckpt_mode_name(a->convert.mode), hc.n_layer, hc.n_embd,
+           hc.n_head, hc.n_positions, hc.vocab, mt_now() - t0);
   return 0;
 }
 

@@ -141,19 +141,20 @@ static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes,
 /* one priced layout as a JSON object (no newline) */
 static void row_json(FILE *f, const mt_search_row *r) {
   const mt_cost *c = &r->cost;
-  fprintf(f, "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"ep\": %d, \"zero\": %d, "
-             "\"micro_batch\": %d, "
-             "\"sp\": %d, \"recompute\": %d, \"schedule\": \"%s\", \"virtual_stages\": %d, "
-             "\"pp_first_layers\": %d, \"pp_last_layers\": %d, \"headroom_bytes\": %.17g, "
-             "\"fits\": %d, \"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
-             "\"compute_s\": %.9g, \"tp_s\": %.9g, \"cp_s\": %.9g, \"ep_s\": %.9g, "
-             "\"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
-             "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"model_flops\": %.17g, "
-             "\"mem_bytes\": %.17g, \"mem\": {",
+  fprintf(f,
+          "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"ep\": %d, \"zero\": %d, "
+          "\"micro_batch\": %d, "
+          "\"sp\": %d, \"recompute\": %d, \"schedule\": \"%s\", \"virtual_stages\": %d, "
+          "\"pp_first_layers\": %d, \"pp_last_layers\": %d, \"headroom_bytes\": %.17g, "
+          "\"fits\": %d, \"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
+          "\"compute_s\": %.9g, \"tp_s\": %.9g, \"cp_s\": %.9g, \"ep_s\": %.9g, "
+          "\"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
+          "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"model_flops\": %.17g, "
+          "\"mem_bytes\": %.17g, \"mem\": {",
           r->tp, r->pp, r->dp, r->cp, r->ep, r->zero, r->micro_batch, r->sp, r->recompute,
-          mt_pp_sched_name(r->schedule), r->virtual_stages, r->pp_first, r->pp_last, c->headroom, c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s,
-          c->tp_s, c->cp_s, c->ep_s, c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->model_flops,
-          c->mem_bytes);
+          mt_pp_sched_name(r->schedule), r->virtual_stages, r->pp_first, r->pp_last, c->headroom,
+          c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s, c->tp_s, c->cp_s, c->ep_s,
+          c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->model_flops, c->mem_bytes);
   for (int k = 0; k < MT_MEM_NCAT; k++)
     fprintf(f, "%s\"%s\": %.17g", k ? ", " : "", mt_mem_cat_name((mt_mem_cat)k), c->mem[k]);
   fprintf(f, "}, \"step_bytes\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}", c->dp_bytes,

@@ -171,8 +171,8 @@ int mt_bench_attention(int argc, char **argv) {
           ops->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
         } else {
           ops->attn_forward(MT_DT_F32, &a, out[1], lse, qkv, qkv + C, qkv + 2 * C);
-          ops->attn_backward(MT_DT_F32, &a, dqkv, dqkv + C, dqkv + 2 * C, dout, out[1], lse, qkv, qkv + C,
-                             qkv + 2 * C);
+          ops->attn_backward(MT_DT_F32, &a, dqkv, dqkv + C, dqkv + 2 * C, dout, out[1], lse, qkv,
+                             qkv + C, qkv + 2 * C);
         }
         if (rep >= 0) times[rep] = mt_now() - t0;
       }

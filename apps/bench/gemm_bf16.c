@@ -133,7 +133,8 @@ static void run_fp32(const bcase *g, operands *o) {
  * dinp (N=m, C=n, OC=k), backward dw (N=k, C=n, OC=m) */
 static void run_bf16(const mt_ops *ops, const bcase *g, operands *o) {
   if (g->form == FORM_NT)
-    ops->matmul_forward(MT_DT_BF16, o->Cb, o->Ab, o->Bb, g->bias ? o->biasb : NULL, g->m, g->k, g->n);
+    ops->matmul_forward(MT_DT_BF16, o->Cb, o->Ab, o->Bb, g->bias ? o->biasb : NULL, g->m, g->k,
+                        g->n);
   else if (g->form == FORM_NN)
     ops->matmul_backward(MT_DT_BF16, o->Cb, NULL, NULL, o->Ab, NULL, o->Bb, g->m, g->n, g->k);
   else

@@ -247,7 +247,8 @@ void mt_report_load_run(report *r, const char *dir, const cJSON *plan) {
     fmt_into(x->layout, sizeof x->layout, "dp%d-tp%d-pp%d-cp%d", (int)num_or(lay, "dp", 1),
              (int)num_or(lay, "tp", 1), (int)num_or(lay, "pp", 1), (int)num_or(lay, "cp", 1));
   x->tokens_per_s = num_or(s, "tokens_per_s", NAN);
-  x->tokens_per_s_per_rank = num_or(s, "tokens_per_s_per_rank", x->tokens_per_s / (x->ranks ? x->ranks : 1));
+  x->tokens_per_s_per_rank =
+      num_or(s, "tokens_per_s_per_rank", x->tokens_per_s / (x->ranks ? x->ranks : 1));
   x->mean_step_s = num_or(s, "mean_step_s", NAN);
   x->mfu = num_or(s, "mfu", NAN);
   x->final_loss = num_or(s, "final_loss", NAN);

@@ -228,12 +228,13 @@ static void plot_predicted(FILE *g) {
 
 /* busbw.png from busbw.dat: a line per (op, ranks, nodes) against size */
 static void plot_busbw(FILE *g) {
-  fprintf(g, "set output 'busbw.png'\nset title name.': bus bandwidth'\nset style data linespoints\n"
-             "set logscale x 2\nset format x '%%.0b%%BB'\nset xlabel 'message size'\n"
-             "set ylabel 'busbw (GB/s)'\nset key inside top left box opaque\n"
-             "set offsets graph 0.03, graph 0.03, graph 0.06, graph 0.06\n"
-             "plot for [i=0:*] 'busbw.dat' index i using 1:2 with linespoints lw 2 pt 7 "
-             "title columnheader(1)\n");
+  fprintf(g,
+          "set output 'busbw.png'\nset title name.': bus bandwidth'\nset style data linespoints\n"
+          "set logscale x 2\nset format x '%%.0b%%BB'\nset xlabel 'message size'\n"
+          "set ylabel 'busbw (GB/s)'\nset key inside top left box opaque\n"
+          "set offsets graph 0.03, graph 0.03, graph 0.06, graph 0.06\n"
+          "plot for [i=0:*] 'busbw.dat' index i using 1:2 with linespoints lw 2 pt 7 "
+          "title columnheader(1)\n");
 }
 
 int mt_report_make_plots(const char *out, const report *r, const point_rec *pts, int n_pts,

@@ -21,8 +21,10 @@ static mt_ops g_traced;
   } while (0)
 
 /* every op of the lists, timed under its member name (t_<name>) */
-#define TRACED_TYPED_(name, params, args)                                                   \
-  static void t_##name(mt_dtype t, MT_OPS_UNPAREN params) { SPAN(g_base->name(t, MT_OPS_UNPAREN args)); }
+#define TRACED_TYPED_(name, params, args)                   \
+  static void t_##name(mt_dtype t, MT_OPS_UNPAREN params) { \
+    SPAN(g_base->name(t, MT_OPS_UNPAREN args));             \
+  }
 #define TRACED_SUMS_(name, params, args)                                                    \
   static double t_##name(mt_dtype t, MT_OPS_UNPAREN params) {                               \
     double r;                                                                               \

@@ -13,7 +13,9 @@
 
 /* where a buffer's memory is counted: the gradients and their fp32 sums
  * are gradients; copies made only for a bf16 reduction are comm buffers */
-static mt_mem_cat part_cat(const mt_dp *d) { return d->rdt == MT_DT_F32 ? MT_MEM_GRADS : MT_MEM_COMM; }
+static mt_mem_cat part_cat(const mt_dp *d) {
+  return d->rdt == MT_DT_F32 ? MT_MEM_GRADS : MT_MEM_COMM;
+}
 
 /* a buffer of numel elements of type t; grad: a gradient buffer, with its
  * part of the reduce-scatter (part_numel elements) in the reduction's type,
@@ -36,7 +38,8 @@ static void pool_add(const mt_dp *d, mt_pool_buf **pool, int *n, mt_mem_cat cat,
   if (d->rdt == d->gdt) { /* reduced where it is */
     b->red = b->mem;
     b->part = b->wide;
-    if (d->gdt != MT_DT_F32) b->part = d->ops->alloc(part_cat(d), part_numel * mt_dtype_bytes(d->rdt));
+    if (d->gdt != MT_DT_F32)
+      b->part = d->ops->alloc(part_cat(d), part_numel * mt_dtype_bytes(d->rdt));
   } else {
     b->red = d->ops->alloc(MT_MEM_COMM, numel * mt_dtype_bytes(d->rdt));
     b->part = d->ops->alloc(MT_MEM_COMM, part_numel * mt_dtype_bytes(d->rdt));

@@ -35,7 +35,8 @@ static void launch(mt_dp *d, int k) {
   const mt_bucket_plan *p = dp_plan(d, k);
   mt_bucket *b = &d->buckets[k];
   const size_t len = p->end - p->begin;
-  void *g = dp_at(d->grads, d->gdt, p->begin), *src = g, *dst = dp_at(d->shard, d->gdt, p->shard_off);
+  void *g = dp_at(d->grads, d->gdt, p->begin), *src = g,
+       *dst = dp_at(d->shard, d->gdt, p->shard_off);
   b->narrowed = d->rdt != d->gdt;
   if (b->narrowed) {
     src = dp_at(d->red, d->rdt, p->begin);

@@ -149,7 +149,8 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
   int rc = ini_parse_file(f, cost_handler, &c);
   fclose(f);
   if (rc != 0) {
-    mt_err_set(e, "%s:%d: %s", path, rc, c.bad[0] ? c.bad : "syntax error (or a line over 198 characters)");
+    mt_err_set(e, "%s:%d: %s", path, rc,
+               c.bad[0] ? c.bad : "syntax error (or a line over 198 characters)");
     return -1;
   }
   if (p->act_bytes == 0) p->act_bytes = 4;

@@ -273,8 +273,8 @@ static void test_merge(int causal) {
   case_make(&whole, B, NH, hs, Tq, Tk, q_pos0, k_pos0, causal, 0);
   float *dout = rand_tensor(whole.n_out, -1, 1);
   ops->attn_forward(MT_DT_F32, &whole.a, whole.out, whole.lse, whole.q, whole.k, whole.v);
-  ops->attn_backward(MT_DT_F32, &whole.a, whole.dq, whole.dk, whole.dv, dout, whole.out, whole.lse, whole.q,
-                     whole.k, whole.v);
+  ops->attn_backward(MT_DT_F32, &whole.a, whole.dq, whole.dk, whole.dv, dout, whole.out, whole.lse,
+                     whole.q, whole.k, whole.v);
   float *out = zeros(whole.n_out), *lse = zeros(whole.n_lse);
   float *part = zeros(whole.n_out), *part_lse = zeros(whole.n_lse);
   float *dq = zeros(whole.n_q), *dkv = zeros(whole.n_kv);
@@ -311,8 +311,8 @@ static void test_merge(int causal) {
     a.Tk = cuts[blk + 1] - cuts[blk];
     a.k_pos0 = k_pos0 + cuts[blk];
     size_t koff = (size_t)cuts[blk] * a.k_rs;
-    ops->attn_backward(MT_DT_F32, &a, dq, dkv + koff, dkv + C + koff, dout, whole.out, whole.lse, whole.q,
-                       whole.k + koff, whole.v + koff);
+    ops->attn_backward(MT_DT_F32, &a, dq, dkv + koff, dkv + C + koff, dout, whole.out, whole.lse,
+                       whole.q, whole.k + koff, whole.v + koff);
   }
   for (size_t i = 0; i < whole.n_q; i++) ref[i] = whole.dq[i];
   mt_check_err("dq summed over key blocks vs one backward",

@@ -330,10 +330,13 @@ static void test_encoder(void) {
   TEST_WITHIN("encoder_backward dwpe", test_worst_f32(dwpe, dwpe_f, NULL, npe, 0.0));
   /* vocabulary-parallel: rows [3, 8) here, with and without wpe */
   for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
-    f32ops->encoder_vp_forward(MT_DT_F32, out_f, inp, wte_f + 3 * C, 3, 5, with_wpe ? wpe_f : NULL, B, T, C);
-    bops->encoder_vp_forward(MT_DT_BF16, out, inp, wte + 3 * C, 3, 5, with_wpe ? wpe : NULL, B, T, C);
+    f32ops->encoder_vp_forward(MT_DT_F32, out_f, inp, wte_f + 3 * C, 3, 5, with_wpe ? wpe_f : NULL,
+                               B, T, C);
+    bops->encoder_vp_forward(MT_DT_BF16, out, inp, wte + 3 * C, 3, 5, with_wpe ? wpe : NULL, B, T,
+                             C);
     TEST_WITHIN("encoder_vp_forward", test_worst_bf16(out, out_f, NULL, nout, 0.0));
-    f32ops->encoder_vp_backward(MT_DT_F32, dwte_f, with_wpe ? dwpe_f : NULL, dout_f, inp, 3, 5, B, T, C);
+    f32ops->encoder_vp_backward(MT_DT_F32, dwte_f, with_wpe ? dwpe_f : NULL, dout_f, inp, 3, 5, B,
+                                T, C);
     bops->encoder_vp_backward(MT_DT_BF16, dwte, with_wpe ? dwpe : NULL, dout, inp, 3, 5, B, T, C);
     TEST_WITHIN("encoder_vp_backward dwte", test_worst_f32(dwte, dwte_f, NULL, nte, 0.0));
     TEST_WITHIN("encoder_vp_backward dwpe", test_worst_f32(dwpe, dwpe_f, NULL, npe, 0.0));
@@ -366,7 +369,8 @@ static void test_layernorm(void) {
   TEST_WITHIN("layernorm_forward mean", test_worst_f32(mean, mean_f, NULL, N, 8 * C * FP32_U * 5));
   TEST_WITHIN("layernorm_forward rstd",
               test_worst_f32(rstd, rstd_f, NULL, N, 8 * C * FP32_U * test_max_abs(rstd_f, N)));
-  f32ops->layernorm_backward(MT_DT_F32, dinp_f, dw_f, db_f, dout_f, inp_f, w_f, mean_f, rstd_f, N, C);
+  f32ops->layernorm_backward(MT_DT_F32, dinp_f, dw_f, db_f, dout_f, inp_f, w_f, mean_f, rstd_f, N,
+                             C);
   bops->layernorm_backward(MT_DT_BF16, dinp, dw, db, dout, inp, w, mean_f, rstd_f, N, C);
   fl = 8 * C * FP32_U * test_max_abs(dinp_f, n);
   TEST_WITHIN("layernorm_backward dinp", test_worst_bf16(dinp, dinp_f, NULL, n, fl));
@@ -439,7 +443,8 @@ static void test_adamw_helpers(void) {
   double s = bops->sum(MT_DT_BF16, x, n), s_f = f32ops->sum(MT_DT_F32, x_f, n);
   double q = bops->sumsq(MT_DT_BF16, x, n), q_f = f32ops->sumsq(MT_DT_F32, x_f, n);
   MT_CHECK(s == s_f && q == q_f, "sum %.17g vs %.17g, sumsq %.17g vs %.17g", s, s_f, q, q_f);
-  MT_CHECK(bops->sumsq(MT_DT_BF16, x, 0) == 0.0 && bops->sum(MT_DT_BF16, x, 0) == 0.0, "sums of nothing are not 0");
+  MT_CHECK(bops->sumsq(MT_DT_BF16, x, 0) == 0.0 && bops->sum(MT_DT_BF16, x, 0) == 0.0,
+           "sums of nothing are not 0");
   bops->copy(MT_DT_BF16, z, x, n);
   MT_CHECK(!memcmp(z, x, n * 2), "copy");
   bops->zero(MT_DT_BF16, z, n);

@@ -46,7 +46,8 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
         *lse2 = test_alloc(nlse * 4), *outb_f = test_alloc(nout * 4), *dqkv_f = test_alloc(nqkv * 4);
   size_t qo = (size_t)q0 * 3 * C, ko = (size_t)k0 * 3 * C, oo = (size_t)q0 * C;
   bops->attn_forward(MT_DT_BF16, a, out + oo, lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
-  f32ops->attn_forward(MT_DT_F32, a, out_f + oo, lse_f + q0, qkv_f + qo, qkv_f + ko + C, qkv_f + ko + 2 * C);
+  f32ops->attn_forward(MT_DT_F32, a, out_f + oo, lse_f + q0, qkv_f + qo, qkv_f + ko + C,
+                       qkv_f + ko + 2 * C);
   char msg[160];
   snprintf(msg, sizeof msg, "%s forward out", what);
   TEST_WITHIN(msg, test_worst_bf16(out, out_f, NULL, nout, ORDER_FLOOR * test_max_abs(out_f, nout)));
@@ -62,10 +63,11 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   for (size_t i = 0; i < nout; i++) outb_f[i] = mt_bf16_to_f32(out[i]);
   memcpy(dqkv, d0, nqkv * 2);
   for (size_t i = 0; i < nqkv; i++) dqkv_f[i] = mt_bf16_to_f32(d0[i]);
-  bops->attn_backward(MT_DT_BF16, a, dqkv + qo, dqkv + ko + C, dqkv + ko + 2 * C, dout + oo, out + oo, lse + q0,
-                      qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
-  f32ops->attn_backward(MT_DT_F32, a, dqkv_f + qo, dqkv_f + ko + C, dqkv_f + ko + 2 * C, dout_f + oo,
-                        outb_f + oo, lse + q0, qkv_f + qo, qkv_f + ko + C, qkv_f + ko + 2 * C);
+  bops->attn_backward(MT_DT_BF16, a, dqkv + qo, dqkv + ko + C, dqkv + ko + 2 * C, dout + oo,
+                      out + oo, lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
+  f32ops->attn_backward(MT_DT_F32, a, dqkv_f + qo, dqkv_f + ko + C, dqkv_f + ko + 2 * C,
+                        dout_f + oo, outb_f + oo, lse + q0, qkv_f + qo, qkv_f + ko + C,
+                        qkv_f + ko + 2 * C);
   snprintf(msg, sizeof msg, "%s backward dq|dk|dv", what);
   TEST_WITHIN(msg, test_worst_bf16(dqkv, dqkv_f, NULL, nqkv, ORDER_FLOOR * test_max_abs(dqkv_f, nqkv)));
 
@@ -76,8 +78,8 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   memcpy(lse2, lse, nlse * 4);
   memcpy(dqkv2, d0, nqkv * 2);
   bops->attn_forward(MT_DT_BF16, a, out2 + oo, lse2 + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
-  bops->attn_backward(MT_DT_BF16, a, dqkv2 + qo, dqkv2 + ko + C, dqkv2 + ko + 2 * C, dout + oo, out + oo,
-                      lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
+  bops->attn_backward(MT_DT_BF16, a, dqkv2 + qo, dqkv2 + ko + C, dqkv2 + ko + 2 * C, dout + oo,
+                      out + oo, lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
   mt_kernels_set_threads(threads);
   MT_CHECK(!memcmp(out, out2, nout * 2) && !memcmp(lse, lse2, nlse * 4) &&
                !memcmp(dqkv, dqkv2, nqkv * 2),

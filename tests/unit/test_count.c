@@ -52,7 +52,8 @@ static void null_backend(void) {
   /* ops do nothing (a touch of these addresses would fault) */
   o->matmul_forward(MT_DT_F32, a, a, a, NULL, 4, 4, 4);
   o->zero(MT_DT_F32, g, 1024);
-  MT_CHECK(o->sum(MT_DT_F32, a, 250) == 0.0 && o->sumsq(MT_DT_F32, g, 1024) == 0.0, "null sum and sumsq are 0");
+  MT_CHECK(o->sum(MT_DT_F32, a, 250) == 0.0 && o->sumsq(MT_DT_F32, g, 1024) == 0.0,
+           "null sum and sumsq are 0");
   /* the host's records come back; other memory reads as zeros */
   int rec[5] = {7, 1, 2, 3, 4}, back[5], zeros[3] = {9, 9, 9};
   o->upload(g, rec, sizeof rec);
@@ -203,7 +204,8 @@ static void virtual_backend(void) {
   MT_CHECK(mt_price_attn_fwd_s(&fused, 6, 0, 4, 4, 4, 1, 8) == 0.0,
            "a block above the diagonal (keys after every query) costs nothing");
   t0 = mt_now();
-  o->layernorm_forward(MT_DT_F32, a, a, a, a, a, a, 10, 100); /* reads and writes 10 x 100 elements */
+  o->layernorm_forward(MT_DT_F32, a, a, a, a, a, a, 10,
+                       100); /* reads and writes 10 x 100 elements */
   want = 2.0 * 2 * 10 * 100 / 20e9;
   MT_CHECK(near(mt_now() - t0, want), "layernorm moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);

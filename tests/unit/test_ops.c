@@ -465,7 +465,8 @@ typedef struct {
 /* L = sum_n losses[n] * dloss, the loss whose gradient the backward returns */
 static double xent_loss(void *p) {
   xent_ctx *c = p;
-  ops->softmax_xent_forward(MT_DT_F32, c->losses, c->probs, c->logits, c->targets, c->N, c->V, c->Vp);
+  ops->softmax_xent_forward(MT_DT_F32, c->losses, c->probs, c->logits, c->targets, c->N, c->V,
+                            c->Vp);
   double s = 0.0;
   for (int i = 0; i < c->N; i++) s += (double)c->losses[i] * c->dloss;
   return s;
@@ -565,7 +566,8 @@ static void test_adamw(void) {
   float *x = rand_tensor(big, -2, 2);
   double want = 0.0;
   for (size_t i = 0; i < big; i++) want += (double)x[i] * x[i];
-  mt_check_err("sumsq vs sequential double sum", fabs(ops->sumsq(MT_DT_F32, x, big) - want) / want, 1e-12);
+  mt_check_err("sumsq vs sequential double sum", fabs(ops->sumsq(MT_DT_F32, x, big) - want) / want,
+               1e-12);
   mt_check_true("sumsq of nothing is 0", ops->sumsq(MT_DT_F32, x, 0) == 0.0);
   float *y = copy_of(x, big);
   ops->scale(MT_DT_F32, y, 0.37f, big);

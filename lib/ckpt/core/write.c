@@ -315,7 +315,8 @@ int mt_ckpt_main_create(mt_ckpt_main *m, const char *path, const mt_ckpt_meta *m
   }
   for (int g = 0; shared && g < fo->groups; g++)
     for (int i = 0; i < reg->n; i++) {
-      long long b = (long long)mt_tensor_numel(&reg->t[i]) * (long long)mt_dtype_bytes(fo->dtype[g]);
+      long long b =
+          (long long)mt_tensor_numel(&reg->t[i]) * (long long)mt_dtype_bytes(fo->dtype[g]);
       data += b;
       aligned += b >= ALIGN_FROM * align;
     }

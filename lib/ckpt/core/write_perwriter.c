@@ -164,7 +164,8 @@ int mt_ckpt_write_shard(const char *tmpdir, const mt_registry *reg, mt_mesh *mes
     int k = 0;
     while (!e->failed && (more = mt_ckpt_walk_next(&w)) == 1) {
       if (w.sel.volume == 0) continue;
-      if (w.g == 0 && w.i >= reg->n / 2) mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_WRITE, mesh->world_rank);
+      if (w.g == 0 && w.i >= reg->n / 2)
+        mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_WRITE, mesh->world_rank);
       s.pos = off[k];
       s.nonfinite = 0;
       int64_t L1 = w.v.local_ext[1];

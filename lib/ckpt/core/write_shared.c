@@ -98,7 +98,8 @@ static int write_boxes(int fd, const char *path, const mt_registry *reg, mt_mesh
       rc = -1;
       break;
     }
-    if (w.g == 0 && w.i == reg->n / 2) mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_WRITE, mesh->world_rank);
+    if (w.g == 0 && w.i == reg->n / 2)
+      mt_ckpt_test_crash_point(crash, MT_CKPT_CRASH_WRITE, mesh->world_rank);
     int64_t base = offsets[(size_t)w.g * (size_t)reg->n + (size_t)w.i];
     int64_t cols = w.v.true_ext[1], L1 = w.v.local_ext[1];
     size_t nonfinite = 0;

@@ -586,7 +586,9 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
   int dtype[MT_CKPT_NGROUPS];
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) {
     int want = g == 0 ? o->param_dtype : o->optim_dtype;
-    dtype[g] = want >= 0 ? want : g < src.tt.groups ? src.tt.dtype[(size_t)g * (size_t)src.tt.n] : MT_DT_F32;
+    dtype[g] = want >= 0           ? want
+               : g < src.tt.groups ? src.tt.dtype[(size_t)g * (size_t)src.tt.n]
+                                   : MT_DT_F32;
   }
   if (o->target_tp > 0 && (o->target_pp < 1 || !o->targets))
     mt_err_set(&local, "convert: a target layout needs tp, pp and their registries");
