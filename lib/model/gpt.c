@@ -208,7 +208,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   mt_gpt_layout lay = mt_gpt_layout_of(shape, par);
   mt_group *tp_g = lay.tp_size > 1 ? par->tp : NULL;
   int tp_size = lay.tp_size, sp = lay.sp;
-  if (check_split(shape, par, tp_size, e) != 0) return -1;
+  MT_TRY(e, check_split(shape, par, tp_size, e));
   /* context parallelism: this rank's chunks of every sequence */
   mt_group *cp_g = par && par->cp && par->cp->size > 1 ? par->cp : NULL;
   mt_cp_layout cpl;

@@ -16,7 +16,7 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   par.dt = o->dtypes.acts;
   if (mt_gpt_create_stage(&s->model, o->shape, ops, o->micro_batch, &par, e) != 0) {
     memset(s, 0, sizeof *s); /* mt_step_destroy must not take a half-made model for a step */
-    return -1;
+    return mt_err_pass(e);
   }
   /* cp ranks hold the same parameters (each sees other tokens): gradients
    * and ZeRO shards go over dp x cp (at cp = 1, the dp group, rank for

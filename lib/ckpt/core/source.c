@@ -499,7 +499,7 @@ int mt_ckpt_reader_read(mt_ckpt_reader *r, int64_t j, int64_t r0, int64_t nr, in
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (d >= 0) H5Dclose(d);
-    if (!ok) return -1;
+    if (!ok) return mt_err_pass(e);
   } else {
     int64_t C = s->tt.ext[slot][1];
     int64_t base = s->tt.offset[slot] +

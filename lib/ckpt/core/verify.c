@@ -231,7 +231,7 @@ int mt_ckpt_read_tensors(const char *dir, hid_t file, int64_t limit, int groups,
   if (ft >= 0) H5Tclose(ft);
   if (s >= 0) H5Sclose(s);
   if (d >= 0) H5Dclose(d);
-  if (e->failed) return -1;
+  if (e->failed) return mt_err_pass(e);
   /* every tensor's extent in every group, the same in each group */
   size_t slots = (size_t)tt->n * MT_CKPT_NGROUPS + 1;
   tt->ext = mt_calloc(slots, 2 * sizeof(int64_t));
