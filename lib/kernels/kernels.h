@@ -116,6 +116,21 @@ typedef struct mt_attn_block {
  *
  * GELU (tanh approximation): gelu_forward out = gelu(inp); gelu_backward
  *   dinp += gelu'(inp) dout
+ * SwiGLU: swiglu_forward out (N,F) = silu(gate) * up with inp (N,2F) each row
+ *   gate (F) then up (F), silu(x) = x sigmoid(x); swiglu_backward dinp (N,2F)
+ *   += (dout up silu'(gate), dout silu(gate))
+ *
+ * RMSNorm: out (N,C) = inp rstd w with rstd = 1/sqrt(mean_c(inp^2) + eps)
+ *   saved (N) (fp32); backward: dinp += (g - norm mean_c(g norm)) rstd with
+ *   g = w dout, norm = inp rstd; dw += sum_n dout norm (fp32)
+ *
+ * rotary position embedding, in place: element (b, i, h, d) of x at
+ *   x[(b T + i) ld + h hs + d], for nh heads of hs channels; pairs (d, d +
+ *   hs/2) of each head turn by the angle of row i and pair d, whose cosine
+ *   and sine are cs[i hs + d] and cs[i hs + hs/2 + d] (fp32, (T, hs)):
+ *   x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin (the "rotate half" form of
+ *   Hugging Face's Llama); inverse = 1 turns back (sin -> -sin): the backward,
+ *   on the gradient
  *
  * cross-entropy over the true vocab V of logits (N,Vp) (fp32 math, losses
  * fp32): columns V..Vp-1 are padding and never receive probability.
@@ -203,6 +218,16 @@ typedef struct mt_attn_block {
   X(gelu_forward, (void *out, const void *inp, size_t n), (out, inp, n))                    \
   X(gelu_backward, (void *dinp, const void *inp, const void *dout, size_t n),               \
     (dinp, inp, dout, n))                                                                   \
+  X(swiglu_forward, (void *out, const void *inp, int N, int F), (out, inp, N, F))           \
+  X(swiglu_backward, (void *dinp, const void *inp, const void *dout, int N, int F),         \
+    (dinp, inp, dout, N, F))                                                                \
+  X(rmsnorm_forward, (void *out, float *rstd, const void *inp, const void *w, int N, int C, \
+                      float eps), (out, rstd, inp, w, N, C, eps))                           \
+  X(rmsnorm_backward, (void *dinp, float *dw, const void *dout, const void *inp,            \
+                       const void *w, const float *rstd, int N, int C),                     \
+    (dinp, dw, dout, inp, w, rstd, N, C))                                                   \
+  X(rope, (void *x, size_t ld, int B, int T, int nh, int hs, const float *cs, int inverse), \
+    (x, ld, B, T, nh, hs, cs, inverse))                                                     \
   X(softmax_xent_forward, (float *losses, void *probs, const void *logits,                  \
                            const int *targets, int N, int V, int Vp),                       \
     (losses, probs, logits, targets, N, V, Vp))                                             \

@@ -31,6 +31,8 @@
  * many heads makes the backward's D = rowsum(dout * out) work in groups
  * under the 1 MiB scratch run of ops.sh. copy_2d/add_2d: bit for bit, and
  * nothing outside the rows and columns asked for changes.
+ * RMSNorm, SwiGLU and rotary embedding (forward, backward; rope both ways
+ * in place at a row stride wider than its heads): fp32 1e-5.
  * The CUDA op table has no NULL member (mt_ops_missing).
  * No GPU: prints "SKIP: <reason>" and exits 77. */
 #include "gpu_compare.h"
@@ -113,6 +115,45 @@ static void test_layernorm(int N, int C) {
   for (int i = 0; i < 10; i++) dfree(ds[i], ns[i] * 4);
   free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dinp);
   free(dw), free(db);
+}
+
+/* the Llama block's ops: RMSNorm, SwiGLU, rotary embedding (a cos | sin
+ * table of T = 37 rows of 24 channels, 3 heads per row at a row stride of 80) */
+static void test_llama(int N, int C) {
+  printf("rmsnorm, swiglu, rope N=%d C=%d\n", N, C);
+  size_t n = (size_t)N * C;
+  float *inp = rnd(2 * n, -3, 3), *w = rnd(C, 0.5f, 1.5f), *out = rnd(n, -1, 1);
+  float *rstd = rnd(N, 0, 1), *dout = rnd(n, -1, 1), *dinp = rnd(2 * n, -1, 1), *dw = rnd(C, -1, 1);
+  float *d_inp = dev(inp, 2 * n), *d_w = dev(w, C), *d_out = dev(out, n), *d_rstd = dev(rstd, N);
+  float *d_dout = dev(dout, n), *d_dinp = dev(dinp, 2 * n), *d_dw = dev(dw, C);
+  cpu->rmsnorm_forward(F32, out, rstd, inp, w, N, C, 1e-5f);
+  gpu->rmsnorm_forward(F32, d_out, d_rstd, d_inp, d_w, N, C, 1e-5f);
+  CMP("rmsnorm_forward out", out, d_out, n, TOL_EW);
+  CMP("rmsnorm_forward rstd", rstd, d_rstd, N, TOL_EW);
+  cpu->rmsnorm_backward(F32, dinp, dw, dout, inp, w, rstd, N, C);
+  gpu->rmsnorm_backward(F32, d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+  CMP("rmsnorm_backward dinp", dinp, d_dinp, n, TOL_EW);
+  CMP("rmsnorm_backward dw", dw, d_dw, C, TOL_EW);
+  /* SwiGLU over rows of gate | up (C each) */
+  cpu->swiglu_forward(F32, out, inp, N, C);
+  gpu->swiglu_forward(F32, d_out, d_inp, N, C);
+  CMP("swiglu_forward (expf vs the CPU's polynomial)", out, d_out, n, TOL_EW);
+  cpu->swiglu_backward(F32, dinp, inp, dout, N, C);
+  gpu->swiglu_backward(F32, d_dinp, d_inp, d_dout, N, C);
+  CMP("swiglu_backward", dinp, d_dinp, 2 * n, TOL_EW);
+  /* rope in place on both sides' copies of the same rows */
+  const int T = 37, hs = 24, nh = 3, ld = 80, B = (int)(2 * n / ((size_t)T * ld));
+  float *cs = rnd((size_t)T * hs, -1, 1), *d_cs = dev(cs, (size_t)T * hs);
+  for (int inverse = 0; inverse < 2; inverse++) {
+    cpu->rope(F32, inp, ld, B, T, nh, hs, cs, inverse);
+    gpu->rope(F32, d_inp, ld, B, T, nh, hs, d_cs, inverse);
+    CMP(inverse ? "rope inverse" : "rope (one FMA's rounding apart at most)", inp, d_inp, 2 * n,
+        TOL_EW);
+  }
+  float *ds[] = {d_inp, d_w, d_out, d_rstd, d_dout, d_dinp, d_dw, d_cs};
+  size_t ns[] = {2 * n, C, n, N, n, 2 * n, C, (size_t)T * hs};
+  for (int i = 0; i < 8; i++) dfree(ds[i], ns[i] * 4);
+  free(inp), free(w), free(out), free(rstd), free(dout), free(dinp), free(dw), free(cs);
 }
 
 static void test_matmul(int N, int C, int OC, int check_rounding) {
@@ -543,6 +584,7 @@ int main(int argc, char **argv) {
   test_encoder(3, 37, 72, 101, 128);
   test_layernorm(111, 72);
   test_layernorm(1000, 300);
+  test_llama(111, 296);
   test_matmul(111, 72, 197, 0);
   test_matmul(1024, 256, 1000, 1);
   test_attention(3, 37, 72, 3);

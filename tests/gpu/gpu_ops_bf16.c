@@ -39,6 +39,8 @@
  *   - adamw_update: param, m and v bit for bit the CUDA adamw_update on fp32
  *     (no copy) on the same inputs, the bf16 copy = round(param) bit for
  *     bit; against the CPU's bf16 adamw within 1e-5 (FMA contraction).
+ * RMSNorm as LayerNorm; SwiGLU and rotary embedding within 1 ulp (expf
+ * against the CPU's polynomial; an FMA or not).
  * NaN fails every check (err <= tol is false for NaN). Also: the table has no
  * NULL member (the block attention and cross-entropy, which gpu_attn_bf16
  * checks, included), and the same inputs twice give the same bits.
@@ -273,6 +275,41 @@ static void test_layernorm(int N, int C) {
   free(dw), free(db);
 }
 
+/* the Llama block's ops on bf16: RMSNorm (sums: as LayerNorm), SwiGLU
+ * (expf against the CPU's polynomial: 1 ulp), rope (an FMA or not: 1 ulp) */
+static void test_llama(int N, int C) {
+  printf("rmsnorm, swiglu, rope N=%d C=%d\n", N, C);
+  size_t n = (size_t)N * C;
+  mt_bf16 *inp = rnd_bf16(2 * n, -3, 3), *w = rnd_bf16(C, 0.5f, 1.5f), *out = rnd_bf16(n, -1, 1);
+  mt_bf16 *dout = rnd_bf16(n, -1, 1), *dinp = rnd_bf16(2 * n, -1, 1);
+  float *rstd = rnd(N, 0, 1), *dw = rnd(C, -1, 1);
+  mt_bf16 *d_inp = devb(inp, 2 * n), *d_w = devb(w, C), *d_out = devb(out, n);
+  mt_bf16 *d_dout = devb(dout, n), *d_dinp = devb(dinp, 2 * n);
+  float *d_rstd = dev(rstd, N), *d_dw = dev(dw, C);
+  cpu->rmsnorm_forward(BF16, out, rstd, inp, w, N, C, 1e-5f);
+  gpu->rmsnorm_forward(BF16, d_out, d_rstd, d_inp, d_w, N, C, 1e-5f);
+  SUMS("rmsnorm_forward out", out, d_out, n);
+  CMP("rmsnorm_forward rstd (fp32)", rstd, d_rstd, N, TOL_SUM_F32);
+  cpu->rmsnorm_backward(BF16, dinp, dw, dout, inp, w, rstd, N, C);
+  gpu->rmsnorm_backward(BF16, d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+  SUMS("rmsnorm_backward dinp", dinp, d_dinp, n);
+  CMP("rmsnorm_backward dw (fp32)", dw, d_dw, C, TOL_SUM_F32);
+  cpu->swiglu_forward(BF16, out, inp, N, C);
+  gpu->swiglu_forward(BF16, d_out, d_inp, N, C);
+  ULP1("swiglu_forward", out, d_out, n);
+  cpu->swiglu_backward(BF16, dinp, inp, dout, N, C);
+  gpu->swiglu_backward(BF16, d_dinp, d_inp, d_dout, N, C);
+  ULP1("swiglu_backward", dinp, d_dinp, 2 * n);
+  const int T = 37, hs = 24, nh = 3, ld = 80, B = (int)(2 * n / ((size_t)T * ld));
+  float *cs = rnd((size_t)T * hs, -1, 1), *d_cs = dev(cs, (size_t)T * hs);
+  cpu->rope(BF16, inp, ld, B, T, nh, hs, cs, 0);
+  gpu->rope(BF16, d_inp, ld, B, T, nh, hs, d_cs, 0);
+  ULP1("rope", inp, d_inp, 2 * n);
+  dfree(d_inp, 4 * n), dfree(d_w, C * 2), dfree(d_out, n * 2), dfree(d_dout, n * 2);
+  dfree(d_dinp, 4 * n), dfree(d_rstd, N * 4), dfree(d_dw, C * 4), dfree(d_cs, (size_t)T * hs * 4);
+  free(inp), free(w), free(out), free(dout), free(dinp), free(rstd), free(dw), free(cs);
+}
+
 static void test_elementwise(size_t n) {
   printf("elementwise n=%zu\n", n);
   mt_bf16 *x = rnd_bf16(n, -4, 4), *y = rnd_bf16(n, -1, 1), *o = rnd_bf16(n, -1, 1);
@@ -459,6 +496,7 @@ int main(int argc, char **argv) {
   test_moe_rows();
   test_encoder(3, 37, 72, 101, 128);
   test_layernorm(111, 72);
+  test_llama(111, 296);
   test_elementwise(100003);
   test_copy_2d();
   test_adamw(100003);

@@ -1,5 +1,6 @@
-/* GELU (tanh approximation) on the CPU, over the storage type (bodies in
- * gelu_t.h, instantiated for float and bf16 by typed.h), vectorised.
+/* The MLP's activations on the CPU, GELU (tanh approximation) and SwiGLU,
+ * over the storage type (bodies in gelu_t.h, instantiated for float and
+ * bf16 by typed.h), vectorised.
  * libm's tanhf is a scalar call and was a quarter of a training step; here
  * tanh comes from a polynomial exp that the compiler turns into AVX
  * instructions. This file is compiled with -ffinite-math-only and

@@ -25,3 +25,37 @@ void FN(gelu_backward)(void *dinp_, const void *inp_, const void *dout_, size_t 
     dinp[i] = ST(LD(dinp[i]) + local * LD(dout[i]));
   }
 }
+
+/* SwiGLU: out (N,F) = silu(gate) * up, inp (N,2F) rows gate | up */
+void FN(swiglu_forward)(void *out_, const void *inp_, int N, int F) {
+  T *out = out_;
+  const T *inp = inp_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const T *gate = inp + (size_t)n * 2 * F, *up = gate + F;
+    T *y = out + (size_t)n * F;
+#pragma omp simd
+    for (int f = 0; f < F; f++) {
+      float g = LD(gate[f]);
+      y[f] = ST(g / (1.0f + mt_exp_poly(-g)) * LD(up[f]));
+    }
+  }
+}
+
+/* with s = sigmoid(gate): silu = gate s, silu' = s (1 + gate (1 - s));
+ * dgate += dout up silu', dup += dout silu */
+void FN(swiglu_backward)(void *dinp_, const void *inp_, const void *dout_, int N, int F) {
+  T *dinp = dinp_;
+  const T *inp = inp_, *dout = dout_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const T *gate = inp + (size_t)n * 2 * F, *up = gate + F, *dy = dout + (size_t)n * F;
+    T *dgate = dinp + (size_t)n * 2 * F, *dup = dgate + F;
+#pragma omp simd
+    for (int f = 0; f < F; f++) {
+      float g = LD(gate[f]), s = 1.0f / (1.0f + mt_exp_poly(-g)), d = LD(dy[f]);
+      dgate[f] = ST(LD(dgate[f]) + d * LD(up[f]) * s * (1.0f + g * (1.0f - s)));
+      dup[f] = ST(LD(dup[f]) + d * g * s);
+    }
+  }
+}

@@ -77,3 +77,54 @@ void FN(layernorm_backward)(void *dinp_, float *dw, float *db, const void *dout_
     }
   }
 }
+
+/* RMSNorm: out (N,C) = inp * rstd * w, rstd (N) = 1/sqrt(mean_c(inp^2) + eps) */
+void FN(rmsnorm_forward)(void *out_, float *rstd, const void *inp_, const void *w_, int N, int C,
+                         float eps) {
+  T *out = out_;
+  const T *inp = inp_, *w = w_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const T *x = inp + (size_t)n * C;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; c++) ss += LD(x[c]) * LD(x[c]);
+    float s = 1.0f / sqrtf(ss / C + eps);
+    T *y = out + (size_t)n * C;
+    for (int c = 0; c < C; c++) y[c] = ST(LD(x[c]) * s * LD(w[c]));
+    rstd[n] = s;
+  }
+}
+
+/* With norm = inp * rstd and g = w * dout (per row, over C):
+ *   dinp += (g - norm * mean_c(g * norm)) * rstd        dw += sum_n dout * norm */
+void FN(rmsnorm_backward)(void *dinp_, float *dw, const void *dout_, const void *inp_,
+                          const void *w_, const float *rstd, int N, int C) {
+  T *dinp = dinp_;
+  const T *dout = dout_, *inp = inp_, *w = w_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const T *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+    float s = rstd[n], gnorm_mean = 0.0f;
+#pragma omp simd reduction(+ : gnorm_mean)
+    for (int c = 0; c < C; c++) gnorm_mean += LD(w[c]) * LD(dy[c]) * LD(x[c]) * s;
+    gnorm_mean /= C;
+    T *dx = dinp + (size_t)n * C;
+    for (int c = 0; c < C; c++) {
+      float norm = LD(x[c]) * s, g = LD(w[c]) * LD(dy[c]);
+      dx[c] = ST(LD(dx[c]) + (g - norm * gnorm_mean) * s);
+    }
+  }
+  int nblocks = (C + MT_COL_BLOCK - 1) / MT_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int c0 = blk * MT_COL_BLOCK, c1 = mt_min_int(c0 + MT_COL_BLOCK, C);
+    float dw_acc[MT_COL_BLOCK] = {0};
+    for (int n = 0; n < N; n++) {
+      const T *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+      float s = rstd[n];
+      for (int c = c0; c < c1; c++) dw_acc[c - c0] += LD(x[c]) * s * LD(dy[c]);
+    }
+    for (int c = c0; c < c1; c++) dw[c] += dw_acc[c - c0];
+  }
+}

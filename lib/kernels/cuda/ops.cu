@@ -35,7 +35,8 @@ static int colsum_chunks(int N, int cols, int arrays) {
 }
 
 /* mode 0: x; mode 1 (LayerNorm dw, db): (inp - mean) * rstd * x into partial,
- * x into partial2 (x and inp of storage type S, the sums fp32) */
+ * x into partial2 (x and inp of storage type S, the sums fp32); RMSNorm's dw:
+ * mode 1 with mean and partial2 NULL */
 template <typename S>
 __global__ void colsum_partial_kernel(float *partial, float *partial2, const S *x, const S *inp,
                                       const float *mean, const float *rstd, int N, int cols,
@@ -47,14 +48,14 @@ __global__ void colsum_partial_kernel(float *partial, float *partial2, const S *
   for (int n = n0; n < n1; n++) {
     float v = mt_ld(x[(size_t)n * ld + c]);
     if (mode == 1) {
-      acc += (mt_ld(inp[(size_t)n * ld + c]) - mean[n]) * rstd[n] * v;
+      acc += (mt_ld(inp[(size_t)n * ld + c]) - (mean ? mean[n] : 0.0f)) * rstd[n] * v;
       acc2 += v;
     } else {
       acc += v;
     }
   }
   partial[(size_t)k * cols + c] = acc;
-  if (mode == 1) partial2[(size_t)k * cols + c] = acc2;
+  if (mode == 1 && partial2) partial2[(size_t)k * cols + c] = acc2;
 }
 
 __global__ void colsum_finish_kernel(float *out, const float *partial, int chunks, int cols) {
@@ -426,8 +427,106 @@ void mt_cuda_layernorm_backward(void *dinp, float *dw, float *db, const void *do
 }
 MT_CUDA_INSTANTIATE(layernorm_backward)
 
+/* RMSNorm: one warp per row; dw as LayerNorm's without the mean */
+
+template <typename S>
+__global__ void rmsnorm_forward_kernel(S *out, float *rstd, const S *inp, const S *w, int N,
+                                       int C, float eps) {
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (n >= N) return;
+  const S *x = inp + (size_t)n * C;
+  float ss = 0.0f;
+  for (int c = lane; c < C; c += 32) ss += mt_ld(x[c]) * mt_ld(x[c]);
+  float r = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+  S *y = out + (size_t)n * C;
+  for (int c = lane; c < C; c += 32) y[c] = mt_st<S>(mt_ld(x[c]) * r * mt_ld(w[c]));
+  if (lane == 0) rstd[n] = r;
+}
+
+template <typename S>
+void mt_cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, int N, int C,
+                             float eps) {
+  if (N <= 0) return;
+  rmsnorm_forward_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>(
+      (S *)out, rstd, (const S *)inp, (const S *)w, N, C, eps);
+  CUDA_LAUNCH_CHECK();
+}
+MT_CUDA_INSTANTIATE(rmsnorm_forward)
+
+/* dinp += (g - norm * mean_c(g * norm)) * rstd, g = w * dout, norm = inp * rstd */
+template <typename S>
+__global__ void rmsnorm_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *w,
+                                    const float *rstd, int N, int C) {
+  int lane = threadIdx.x % 32;
+  int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (n >= N) return;
+  const S *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+  float s = rstd[n], gn_sum = 0.0f;
+  for (int c = lane; c < C; c += 32) gn_sum += mt_ld(w[c]) * mt_ld(dy[c]) * mt_ld(x[c]) * s;
+  float gn_mean = warp_sum(gn_sum) / C;
+  S *dx = dinp + (size_t)n * C;
+  for (int c = lane; c < C; c += 32) {
+    float norm = mt_ld(x[c]) * s, g = mt_ld(w[c]) * mt_ld(dy[c]);
+    dx[c] = mt_st<S>(mt_ld(dx[c]) + (g - norm * gn_mean) * s);
+  }
+}
+
+template <typename S>
+void mt_cuda_rmsnorm_backward(void *dinp, float *dw, const void *dout_, const void *inp_,
+                              const void *w, const float *rstd, int N, int C) {
+  if (N <= 0) return;
+  const S *dout = (const S *)dout_, *inp = (const S *)inp_;
+  rmsnorm_dinp_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>((S *)dinp, dout, inp,
+                                                               (const S *)w, rstd, N, C);
+  CUDA_LAUNCH_CHECK();
+  int chunks = colsum_chunks(N, C, 1), rows = (N + chunks - 1) / chunks;
+  float *partial = (float *)mt_cuda_scratch((size_t)chunks * C * sizeof(float),
+                                            "rmsnorm weight gradients");
+  dim3 grid((unsigned)((C + 255) / 256), (unsigned)chunks);
+  colsum_partial_kernel<S><<<grid, 256, 0, g_cu.stream>>>(partial, NULL, dout, inp, NULL, rstd,
+                                                          N, C, C, rows, 1);
+  CUDA_LAUNCH_CHECK();
+  colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g_cu.stream>>>(dw, partial, chunks, C);
+  CUDA_LAUNCH_CHECK();
+}
+MT_CUDA_INSTANTIATE(rmsnorm_backward)
+
 /* ------------------------------------------------------------------ */
-/* gelu (tanh form, as GPT-2), residual                                 */
+/* rotary embedding: one thread per (row, head, pair), in place         */
+
+template <typename S>
+__global__ void rope_kernel(S *x, size_t ld, int B, int T, int nh, int hs, const float *cs,
+                            float sign) {
+  const int half = hs / 2;
+  size_t n = (size_t)B * T * nh * half;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    int d = (int)(i % half);
+    size_t rh = i / half;
+    int h = (int)(rh % nh);
+    size_t r = rh / nh;
+    const float *c = cs + (r % T) * hs;
+    S *a = x + r * ld + (size_t)h * hs + d, *b = a + half;
+    float x1 = mt_ld(*a), x2 = mt_ld(*b), sn = sign * c[half + d];
+    *a = mt_st<S>(x1 * c[d] - x2 * sn);
+    *b = mt_st<S>(x2 * c[d] + x1 * sn);
+  }
+}
+
+template <typename S>
+void mt_cuda_rope(void *x, size_t ld, int B, int T, int nh, int hs, const float *cs,
+                  int inverse) {
+  size_t n = (size_t)B * T * nh * (hs / 2);
+  if (!n) return;
+  rope_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)x, ld, B, T, nh, hs, cs,
+                                                              inverse ? -1.0f : 1.0f);
+  CUDA_LAUNCH_CHECK();
+}
+MT_CUDA_INSTANTIATE(rope)
+
+/* ------------------------------------------------------------------ */
+/* gelu (tanh form, as GPT-2), SwiGLU, residual                         */
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_CUBIC 0.044715f
@@ -468,6 +567,49 @@ void mt_cuda_gelu_backward(void *dinp, const void *inp, const void *dout, size_t
   CUDA_LAUNCH_CHECK();
 }
 MT_CUDA_INSTANTIATE(gelu_backward)
+
+/* out (N,F) = silu(gate) up, inp rows gate | up */
+template <typename S> __global__ void swiglu_forward_kernel(S *out, const S *inp, int N, int F) {
+  size_t n = (size_t)N * F;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / F, f = i % F;
+    float g = mt_ld(inp[r * 2 * F + f]);
+    out[i] = mt_st<S>(g / (1.0f + expf(-g)) * mt_ld(inp[r * 2 * F + F + f]));
+  }
+}
+
+/* dgate += dout up silu'(gate), dup += dout silu(gate) */
+template <typename S>
+__global__ void swiglu_backward_kernel(S *dinp, const S *inp, const S *dout, int N, int F) {
+  size_t n = (size_t)N * F;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / F, f = i % F, gi = r * 2 * F + f, ui = gi + F;
+    float g = mt_ld(inp[gi]), s = 1.0f / (1.0f + expf(-g)), d = mt_ld(dout[i]);
+    dinp[gi] = mt_st<S>(mt_ld(dinp[gi]) + d * mt_ld(inp[ui]) * s * (1.0f + g * (1.0f - s)));
+    dinp[ui] = mt_st<S>(mt_ld(dinp[ui]) + d * g * s);
+  }
+}
+
+template <typename S> void mt_cuda_swiglu_forward(void *out, const void *inp, int N, int F) {
+  size_t n = (size_t)N * F;
+  if (!n) return;
+  swiglu_forward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)out, (const S *)inp,
+                                                                        N, F);
+  CUDA_LAUNCH_CHECK();
+}
+MT_CUDA_INSTANTIATE(swiglu_forward)
+
+template <typename S>
+void mt_cuda_swiglu_backward(void *dinp, const void *inp, const void *dout, int N, int F) {
+  size_t n = (size_t)N * F;
+  if (!n) return;
+  swiglu_backward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
+      (S *)dinp, (const S *)inp, (const S *)dout, N, F);
+  CUDA_LAUNCH_CHECK();
+}
+MT_CUDA_INSTANTIATE(swiglu_backward)
 
 template <typename S>
 __global__ void residual_kernel(S *out, const S *a, const S *b, size_t n) {

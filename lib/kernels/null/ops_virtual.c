@@ -15,7 +15,8 @@
  *                  fused rate attn_gflops or the matmul curve on the
  *                  visible keys); backward 2.5 times the forward
  *   elementwise    the bytes the op reads and writes over the memory
- *                  bandwidth (an accumulation reads and writes)
+ *                  bandwidth (an accumulation reads and writes; norms,
+ *                  GELU, SwiGLU, rotary embedding alike)
  *   AdamW          7 fp32 streams (read param, grad, m, v; write three),
  *                  and the compute copy's ES when it writes one
  *   alloc, free, upload, download, sync: no time. */
@@ -132,6 +133,25 @@ static void v_gelu_forward(mt_dtype t, void *out, const void *inp, size_t n) {
 }
 static void v_gelu_backward(mt_dtype t, void *dinp, const void *inp, const void *dout, size_t n) {
   ELEM(4.0 * AB * n);
+}
+static void v_swiglu_forward(mt_dtype t, void *out, const void *inp, int N, int F) {
+  ELEM(3.0 * AB * N * F);
+}
+static void v_swiglu_backward(mt_dtype t, void *dinp, const void *inp, const void *dout, int N,
+                              int F) {
+  ELEM(7.0 * AB * N * F);
+}
+static void v_rmsnorm_forward(mt_dtype t, void *out, float *rstd, const void *inp,
+                              const void *w, int N, int C, float eps) {
+  ELEM(2.0 * AB * N * C);
+}
+static void v_rmsnorm_backward(mt_dtype t, void *dinp, float *dw, const void *dout,
+                               const void *inp, const void *w, const float *rstd, int N, int C) {
+  ELEM(4.0 * AB * N * C);
+}
+static void v_rope(mt_dtype t, void *x, size_t ld, int B, int T, int nh, int hs, const float *cs,
+                   int inverse) {
+  ELEM(2.0 * AB * B * T * nh * hs);
 }
 static void v_residual_forward(mt_dtype t, void *out, const void *a, const void *b, size_t n) {
   ELEM(3.0 * AB * n);
