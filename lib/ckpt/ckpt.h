@@ -29,7 +29,7 @@
 
 #define MT_CKPT_FORMAT "meshtrain-checkpoint"
 #define MT_CKPT_VERSION_MAJOR 1
-#define MT_CKPT_VERSION_MINOR 3
+#define MT_CKPT_VERSION_MINOR 4
 #define MT_CKPT_VERSION_PATCH 0
 
 /* exit code of a run that checkpointed because it was asked to stop
@@ -63,7 +63,15 @@ typedef struct {
    * laid the boxes out for (meshckpt convert --target), 0 when none; of a
    * MoE checkpoint also its folded mesh (0 when not recorded) */
   int64_t target_tp, target_pp, target_ep, target_etp;
+  /* format 1.4: the architecture (model.h's mt_model_shape): arch (1 gpt2,
+   * 2 llama), key/value heads, the dense MLP's hidden size, tied LM head,
+   * biases on the linears; arch 0 (or a checkpoint before 1.4): a GPT-2 of
+   * the sizes above (n_kv_head = n_head, ffn = 4 n_embd, tied, biases) */
+  int64_t arch, n_kv_head, ffn, tied, bias;
 } mt_ckpt_meta;
+
+/* arch 0 (a meta that leaves the architecture open): the GPT-2 values */
+void mt_ckpt_meta_arch_defaults(mt_ckpt_meta *m);
 
 /* What to write or read, per group: flat ranges of the registry's local index
  * space with their memory (see mt_flat_range). */

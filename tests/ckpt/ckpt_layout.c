@@ -282,7 +282,7 @@ static void error_printing_scoped(void) {
   fclose(f);
   snprintf(p, sizeof p, "%s/MANIFEST.json", dir);
   f = fopen(p, "w");
-  fprintf(f, "{\"format\": \"meshtrain-checkpoint\", \"version\": \"1.3.0\", \"step\": 1, "
+  fprintf(f, "{\"format\": \"meshtrain-checkpoint\", \"version\": \"1.4.0\", \"step\": 1, "
              "\"mode\": \"shared\", \"files\": [{\"name\": \"ckpt.h5\", \"bytes\": 8}]}\n");
   fclose(f);
   H5E_auto2_t f0 = NULL, f1 = NULL;

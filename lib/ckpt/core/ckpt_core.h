@@ -267,7 +267,7 @@ int mt_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len);
 /* The root attributes of ckpt.h5 / index.h5 into m: 0 when those of 1.0 and
  * 1.1 are there (the 1.2 ones absent: a dense model, ep = etp = 1), 1 when
  * the 1.2 ones are there too, -1 when some of 1.0 are missing, -2 when only
- * some of 1.2. */
+ * some of 1.2, or of 1.4's architecture (absent: GPT-2's, mt_ckpt_meta_arch_defaults). */
 int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m);
 /* the MoE routing bias (dataset MT_CKPT_MOE_BIAS, rows x E float32) of an
  * open main file: 0 and *bias NULL when there is none; 1 with *bias (the

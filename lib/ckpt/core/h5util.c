@@ -279,10 +279,29 @@ int mt_ckpt_write_names(hid_t file, const mt_registry *reg, const char *where, m
       {"moe_every", &(m)->moe_every}, {"moe_ffn", &(m)->moe_ffn},                                \
       {"moe_shared", &(m)->moe_shared}, {"ep", &(m)->ep}, {"etp", &(m)->etp}
 
+/* ... and those format 1.4 added: the architecture */
+#define META_FIELDS_1_4(m)                                                                       \
+  {"arch", &(m)->arch}, {"n_kv_head", &(m)->n_kv_head}, {"ffn", &(m)->ffn},                      \
+      {"tied", &(m)->tied}, {"bias", &(m)->bias}
+
 typedef struct {
   const char *name;
   int64_t *v;
 } meta_field;
+
+void mt_ckpt_meta_arch_defaults(mt_ckpt_meta *m) {
+  if (m->arch != 0) return;
+  m->arch = 1;
+  m->n_kv_head = m->n_head;
+  m->ffn = 4 * m->n_embd;
+  m->tied = m->bias = 1;
+}
+
+/* a model other than the GPT-2 its sizes describe: the 1.4 fields count */
+static int arch_counts(const mt_ckpt_meta *m) {
+  return m->arch != 1 || m->n_kv_head != m->n_head || m->ffn != 4 * m->n_embd || m->tied != 1 ||
+         m->bias != 1;
+}
 
 /* does version (MAJOR.MINOR.PATCH) carry the 1.2 root attributes? */
 static int has_1_2(const char *version) {
@@ -295,7 +314,9 @@ int mt_ckpt_meta_has_moe(const char *version) { return has_1_2(version); }
 
 uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version, int64_t groups) {
   mt_ckpt_meta copy = *m;
+  mt_ckpt_meta_arch_defaults(&copy);
   meta_field f[] = {META_FIELDS(&copy)}, f12[] = {META_FIELDS_1_2(&copy)};
+  meta_field f14[] = {META_FIELDS_1_4(&copy)};
   char text[2048];
   size_t n = (size_t)snprintf(text, sizeof text, "format=%s\nversion=%s\n", MT_CKPT_FORMAT,
                               version);
@@ -312,6 +333,10 @@ uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version, int64_t g
        i++)
     n += (size_t)snprintf(text + n, sizeof text - n, "%s=%lld\n", f12[i].name,
                           (long long)*f12[i].v);
+  /* the architecture (1.4) likewise only where it is not GPT-2's */
+  for (size_t i = 0; arch_counts(&copy) && i < sizeof f14 / sizeof f14[0] && n < sizeof text; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n, "%s=%lld\n", f14[i].name,
+                          (long long)*f14[i].v);
   return XXH64(text, n < sizeof text ? n : sizeof text - 1, 0);
 }
 
@@ -321,7 +346,8 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, cons
   snprintf(version, sizeof version, "%d.%d.%d", MT_CKPT_VERSION_MAJOR, MT_CKPT_VERSION_MINOR,
            MT_CKPT_VERSION_PATCH);
   mt_ckpt_meta copy = *m;
-  meta_field f[] = {META_FIELDS(&copy)};
+  mt_ckpt_meta_arch_defaults(&copy);
+  meta_field f[] = {META_FIELDS(&copy)}, f14[] = {META_FIELDS_1_4(&copy)};
   MT_TRY(e, mt_ckpt_put_attr_str(file, "format", MT_CKPT_FORMAT, where, e));
   MT_TRY(e, mt_ckpt_put_attr_str(file, "version", version, where, e));
   MT_TRY(e, mt_ckpt_put_attr_str(file, "index_columns", MT_CKPT_INDEX_COLUMNS, where, e));
@@ -330,8 +356,10 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, cons
     MT_TRY(e, mt_ckpt_put_attr_i64(file, f[i].name, *f[i].v, where, e));
   for (size_t i = 0; i < sizeof f12 / sizeof f12[0]; i++)
     MT_TRY(e, mt_ckpt_put_attr_i64(file, f12[i].name, *f12[i].v, where, e));
+  for (size_t i = 0; i < sizeof f14 / sizeof f14[0]; i++)
+    MT_TRY(e, mt_ckpt_put_attr_i64(file, f14[i].name, *f14[i].v, where, e));
   MT_TRY(e, mt_ckpt_put_attr_i64(file, "groups", groups, where, e));
-  uint64_t h = mt_ckpt_meta_hash(m, version, groups);
+  uint64_t h = mt_ckpt_meta_hash(&copy, version, groups);
   int64_t hv;
   memcpy(&hv, &h, sizeof hv);
   MT_TRY(e, mt_ckpt_put_attr_i64(file, "meta_xxh64", hv, where, e));
@@ -348,6 +376,15 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
   int found = 0;
   for (size_t i = 0; i < sizeof f12 / sizeof f12[0]; i++)
     found += mt_ckpt_attr_i64(file, f12[i].name, f12[i].v) == 0;
+  /* 1.4: the architecture, all of it or none (before 1.4: GPT-2's) */
+  meta_field f14[] = {META_FIELDS_1_4(m)};
+  int found14 = 0;
+  m->arch = 0;
+  for (size_t i = 0; i < sizeof f14 / sizeof f14[0]; i++)
+    found14 += mt_ckpt_attr_i64(file, f14[i].name, f14[i].v) == 0;
+  if (found14 == 0) m->arch = 0;
+  else if (found14 != (int)(sizeof f14 / sizeof f14[0]) || m->arch < 1 || m->arch > 2) return -2;
+  mt_ckpt_meta_arch_defaults(m);
   /* 1.3, optional: the layout a conversion wrote for */
   m->target_tp = m->target_pp = 0;
   if (mt_ckpt_attr_i64(file, "target_tp", &m->target_tp) != 0 ||

@@ -134,7 +134,10 @@ static int check_model(const char *dir, const mt_ckpt_meta *m, const mt_ckpt_met
                {"moe_experts", m->moe_experts, expect->moe_experts},
                {"moe_every", m->moe_every, expect->moe_every},
                {"moe_ffn", m->moe_ffn, expect->moe_ffn},
-               {"moe_shared", m->moe_shared, expect->moe_shared}};
+               {"moe_shared", m->moe_shared, expect->moe_shared},
+               {"arch", m->arch, expect->arch}, {"n_kv_head", m->n_kv_head, expect->n_kv_head},
+               {"ffn", m->ffn, expect->ffn}, {"tied", m->tied, expect->tied},
+               {"bias", m->bias, expect->bias}};
   for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
     if (shape[i].have == shape[i].want) continue;
     if (shorter && !strcmp(shape[i].name, "seq_len") && shape[i].want < shape[i].have) continue;

@@ -112,7 +112,8 @@ int mt_ckpt_check_meta(const char *dir, hid_t file, const mt_ckpt_manifest *man,
                {"moe_topk", m->moe_topk, 0, m->moe_experts},
                {"moe_every", m->moe_every, 0, m->n_layer}, {"moe_ffn", m->moe_ffn, 0, limit / 4},
                {"moe_shared", m->moe_shared, 0, limit / 4}, {"ep", m->ep, 1, INT32_MAX},
-               {"etp", m->etp, 1, INT32_MAX}};
+               {"etp", m->etp, 1, INT32_MAX}, {"n_kv_head", m->n_kv_head, 1, m->n_head},
+               {"ffn", m->ffn, 1, limit / 4}, {"tied", m->tied, 0, 1}, {"bias", m->bias, 0, 1}};
   for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
     if (range[i].v < range[i].lo || range[i].v > range[i].hi) {
       mt_err_set(e, "%s: root attribute %s = %lld is out of range", dir, range[i].name,

@@ -133,6 +133,10 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
               {"seq_len", m->seq_len}, {"vocab", m->vocab}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     fprintf(f, "  %-15s %lld\n", keys[i].name, (long long)keys[i].v);
+  fprintf(f, "  arch            %s, %lld key/value heads, MLP hidden %lld, LM head %s, %s\n",
+          m->arch == 2 ? "llama (RMSNorm, rotary, SwiGLU)" : "gpt2 (LayerNorm, learned positions, GELU)",
+          (long long)m->n_kv_head, (long long)m->ffn, m->tied ? "tied to wte" : "untied",
+          m->bias ? "biases" : "no biases");
   fprintf(f, "  written by      dp=%lld tp=%lld pp=%lld cp=%lld zero=%lld on %lld ranks\n",
           (long long)m->dp, (long long)m->tp, (long long)m->pp, (long long)m->cp,
           (long long)m->zero, (long long)m->world);
