@@ -76,13 +76,16 @@ static int shape_of(const mt_ckpt_meta *m, mt_model_shape *s, int tp) {
   if (m->n_embd > INT32_MAX || m->n_layer > INT32_MAX || m->seq_len > INT32_MAX ||
       m->vocab > INT32_MAX || m->n_head > INT32_MAX || m->moe_experts > INT32_MAX ||
       m->moe_ffn > INT32_MAX || m->moe_shared > INT32_MAX || m->moe_topk > INT32_MAX ||
-      m->moe_every > INT32_MAX)
+      m->moe_every > INT32_MAX || m->ffn > INT32_MAX || m->n_kv_head > INT32_MAX)
     return -1;
   *s = (mt_model_shape){.n_layer = (int)m->n_layer, .n_embd = (int)m->n_embd,
                         .n_head = (int)m->n_head, .seq_len = (int)m->seq_len,
                         .vocab = (int)m->vocab, .moe_experts = (int)m->moe_experts,
                         .moe_topk = (int)m->moe_topk, .moe_every = (int)m->moe_every,
-                        .moe_ffn = (int)m->moe_ffn, .moe_shared = (int)m->moe_shared};
+                        .moe_ffn = (int)m->moe_ffn, .moe_shared = (int)m->moe_shared,
+                        .arch = m->arch == 2 ? MT_ARCH_LLAMA : MT_ARCH_GPT2,
+                        .n_kv_head = (int)m->n_kv_head, .ffn = (int)m->ffn, .tied = m->tied != 0,
+                        .bias = m->bias != 0};
   s->vocab_padded = mt_model_pad_vocab(s->vocab, tp);
   return 0;
 }

@@ -590,7 +590,7 @@ void mt_config_print_help(FILE *f) {
     if (i == 0 || sl != section_len(keys[i - 1].name) ||
         strncmp(k->name, keys[i - 1].name, sl) != 0)
       fprintf(f, "\n[%.*s]\n", (int)sl, k->name);
-    char allowed[128] = "";
+    char allowed[256] = "";
     if (k->choices)
       snprintf(allowed, sizeof allowed, "one of %s", k->choices);
     else if (k->type == MT_CFG_BOOL)
@@ -599,10 +599,12 @@ void mt_config_print_help(FILE *f) {
       mt_config_range_text(k, allowed, sizeof allowed);
     char def[64];
     snprintf(def, sizeof def, "%s", k->def[0] ? k->def : "\"\"");
-    /* a long list of choices goes after the help text, within 100 columns */
-    int wide = strlen(allowed) > 38;
+    /* a long list of choices goes after the help text, within 100 columns
+     * (on a line of its own where the two together would not fit) */
+    int wide = strlen(allowed) > 38, own = wide && strlen(k->help) + strlen(allowed) > 92;
     fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, mt_config_type_name(k->type), def,
             wide ? "" : allowed);
-    fprintf(f, "      %s%s%s\n", k->help, wide ? "; " : "", wide ? allowed : "");
+    fprintf(f, "      %s%s%s\n", k->help, wide && !own ? "; " : "", wide && !own ? allowed : "");
+    if (own) fprintf(f, "      %s\n", allowed);
   }
 }

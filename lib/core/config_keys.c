@@ -19,7 +19,37 @@ static const mt_cfg_key g_keys[] = {
     /* [model] */
     {"model.preset", MT_CFG_STRING, F(model_preset), "small",
      "model size preset; shape keys of 0 take their value from it", 0, 0,
-     "tiny|small|gpt2-124m|custom"},
+     "tiny|small|gpt2-124m|custom|tiny-llama|llama-124m|llama3-8b|llama3-70b|llama3-405b"},
+    {"model.arch", MT_CFG_STRING, F(arch), "auto",
+     "block family: gpt2, or llama (RMSNorm, rotary, SwiGLU, GQA); auto = the preset's", 0, 0,
+     "auto|gpt2|llama"},
+    {"model.n_kv_head", MT_CFG_INT, F(n_kv_head), "0",
+     "key/value heads (grouped-query attention; 1 = multi-query; 0 = the preset's, or n_head)",
+     0, SHAPE_MAX, NULL},
+    {"model.ffn_size", MT_CFG_INT, F(ffn_size), "0",
+     "hidden units of the MLP (0 = the preset's, or 4 x n_embd)", 0, 16 * SHAPE_MAX, NULL},
+    {"model.norm_eps", MT_CFG_DOUBLE, F(norm_eps), "0",
+     "llama: RMSNorm's epsilon (0 = the preset's, or 1e-5)", 0, 1, NULL},
+    {"model.rope_theta", MT_CFG_DOUBLE, F(rope_theta), "0",
+     "llama: rotary embedding base (0 = the preset's, or 10000)", 0, 1e12, NULL},
+    {"model.rope_scaling", MT_CFG_STRING, F(rope_scaling), "none",
+     "llama: rotary frequency scaling: none, or llama3 (Llama 3.1's, with the rope_* keys below)",
+     0, 0, "none|llama3"},
+    {"model.rope_factor", MT_CFG_DOUBLE, F(rope_factor), "8",
+     "rope_scaling = llama3: how much slower the low frequencies turn", 1, 1024, NULL},
+    {"model.rope_low_freq_factor", MT_CFG_DOUBLE, F(rope_low_freq_factor), "1",
+     "rope_scaling = llama3: wavelengths above original_len / this are scaled fully", GT0, 1024,
+     NULL},
+    {"model.rope_high_freq_factor", MT_CFG_DOUBLE, F(rope_high_freq_factor), "4",
+     "rope_scaling = llama3: wavelengths below original_len / this are kept", GT0, 1024, NULL},
+    {"model.rope_original_len", MT_CFG_INT, F(rope_original_len), "8192",
+     "rope_scaling = llama3: the context length the frequencies were trained for", 1, SHAPE_MAX,
+     NULL},
+    {"model.tie_embeddings", MT_CFG_STRING, F(tie_embeddings), "auto",
+     "the LM head is the token embedding (auto: gpt2 true, llama false)", 0, 0,
+     "auto|true|false"},
+    {"model.bias", MT_CFG_STRING, F(bias), "auto",
+     "biases on the linears (auto: gpt2 true, llama false)", 0, 0, "auto|true|false"},
     {"model.n_layer", MT_CFG_INT, F(n_layer), "0", "transformer blocks (0 = from the preset)", 0,
      SHAPE_MAX, NULL},
     {"model.n_embd", MT_CFG_INT, F(n_embd), "0", "embedding width, channels (0 = from the preset)",
@@ -237,7 +267,18 @@ static const choice c_preset[] = {{"tiny", MT_PRESET_TINY},
                                   {"small", MT_PRESET_SMALL},
                                   {"gpt2-124m", MT_PRESET_GPT2_124M},
                                   {"custom", MT_PRESET_CUSTOM},
+                                  {"tiny-llama", MT_PRESET_TINY_LLAMA},
+                                  {"llama-124m", MT_PRESET_LLAMA_124M},
+                                  {"llama3-8b", MT_PRESET_LLAMA3_8B},
+                                  {"llama3-70b", MT_PRESET_LLAMA3_70B},
+                                  {"llama3-405b", MT_PRESET_LLAMA3_405B},
                                   {NULL, 0}};
+static const choice c_arch[] = {
+    {"auto", MT_ARCH_AUTO}, {"gpt2", MT_ARCH_GPT2}, {"llama", MT_ARCH_LLAMA}, {NULL, 0}};
+static const choice c_tri[] = {
+    {"auto", MT_TRI_AUTO}, {"true", MT_TRI_TRUE}, {"false", MT_TRI_FALSE}, {NULL, 0}};
+static const choice c_rope_scaling[] = {
+    {"none", MT_ROPE_SCALING_NONE}, {"llama3", MT_ROPE_SCALING_LLAMA3}, {NULL, 0}};
 static const choice c_device[] = {{"cpu", MT_DEVICE_CPU},
                                   {"cuda", MT_DEVICE_CUDA},
                                   {"auto", MT_DEVICE_AUTO},
@@ -285,6 +326,8 @@ static const struct {
   const choice *choices;
 } g_enum_keys[] = {
     {F(model_preset), c_preset},    {F(device), c_device},
+    {F(arch), c_arch},              {F(tie_embeddings), c_tri},
+    {F(bias), c_tri},               {F(rope_scaling), c_rope_scaling},
     {F(precision), c_precision},    {F(grad_dtype), c_dtype},
     {F(grad_reduce_dtype), c_dtype}, {F(cp_mode), c_cp_mode},
     {F(pp_schedule), c_sched},      {F(moe_balance), c_moe_balance},
@@ -297,6 +340,8 @@ static const struct {
 
 /* the enums are stored through an int (set_value in config.c) */
 _Static_assert(sizeof(mt_preset) == sizeof(int) && sizeof(mt_device_kind) == sizeof(int) &&
+                   sizeof(mt_arch) == sizeof(int) && sizeof(mt_tristate) == sizeof(int) &&
+                   sizeof(mt_rope_scaling) == sizeof(int) &&
                    sizeof(mt_precision) == sizeof(int) && sizeof(mt_dtype) == sizeof(int) &&
                    sizeof(mt_cp_mode) == sizeof(int) && sizeof(mt_pp_sched) == sizeof(int) &&
                    sizeof(mt_moe_balance) == sizeof(int) && sizeof(mt_ep_balance) == sizeof(int) &&
@@ -365,6 +410,9 @@ static const char *text_of(const choice *c, int value) {
 }
 
 const char *mt_preset_name(mt_preset v) { return text_of(c_preset, (int)v); }
+const char *mt_arch_name(mt_arch v) { return text_of(c_arch, (int)v); }
+const char *mt_tristate_name(mt_tristate v) { return text_of(c_tri, (int)v); }
+const char *mt_rope_scaling_name(mt_rope_scaling v) { return text_of(c_rope_scaling, (int)v); }
 const char *mt_device_kind_name(mt_device_kind v) { return text_of(c_device, (int)v); }
 const char *mt_precision_name(mt_precision v) { return text_of(c_precision, (int)v); }
 const char *mt_cp_mode_name(mt_cp_mode v) { return text_of(c_cp_mode, (int)v); }

@@ -171,8 +171,18 @@ const char *mt_dtype_name(mt_dtype t);
 
 /* model.preset: the model's size (custom: every shape key given) */
 typedef enum {
-  MT_PRESET_TINY = 0, MT_PRESET_SMALL = 1, MT_PRESET_GPT2_124M = 2, MT_PRESET_CUSTOM = 3
+  MT_PRESET_TINY = 0, MT_PRESET_SMALL = 1, MT_PRESET_GPT2_124M = 2, MT_PRESET_CUSTOM = 3,
+  MT_PRESET_TINY_LLAMA = 4, MT_PRESET_LLAMA_124M = 5, MT_PRESET_LLAMA3_8B = 6,
+  MT_PRESET_LLAMA3_70B = 7, MT_PRESET_LLAMA3_405B = 8
 } mt_preset;
+/* model.arch: the block's family (model.h's mt_model_shape says what each
+ * means); auto: the preset's */
+typedef enum { MT_ARCH_AUTO = 0, MT_ARCH_GPT2 = 1, MT_ARCH_LLAMA = 2 } mt_arch;
+/* a yes/no key whose default depends on the architecture (model.tie_embeddings,
+ * model.bias) */
+typedef enum { MT_TRI_AUTO = 0, MT_TRI_TRUE = 1, MT_TRI_FALSE = 2 } mt_tristate;
+/* model.rope_scaling: none, or Llama 3.1's frequency scaling */
+typedef enum { MT_ROPE_SCALING_NONE = 0, MT_ROPE_SCALING_LLAMA3 = 1 } mt_rope_scaling;
 /* train.device: the backend a rank computes on. auto is a request only
  * (cuda where a GPU is usable, else cpu: mt_device_resolve decides); the
  * virtual device is the time-warp emulation (null/ops_virtual.c,
@@ -223,6 +233,9 @@ typedef enum {
 /* each value's text, as the key's choices spell it ("?" for a value that is
  * none of them) */
 const char *mt_preset_name(mt_preset v);
+const char *mt_arch_name(mt_arch v);
+const char *mt_tristate_name(mt_tristate v);
+const char *mt_rope_scaling_name(mt_rope_scaling v);
 const char *mt_device_kind_name(mt_device_kind v);
 const char *mt_precision_name(mt_precision v);
 const char *mt_cp_mode_name(mt_cp_mode v);
@@ -249,6 +262,12 @@ typedef struct {
   /* [model] */
   mt_preset model_preset;
   int n_layer, n_embd, n_head, seq_len, vocab_size;
+  /* the architecture (0, auto: from the preset) */
+  mt_arch arch;
+  int n_kv_head, ffn_size, rope_original_len;
+  double norm_eps, rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  mt_rope_scaling rope_scaling;
+  mt_tristate tie_embeddings, bias;
   /* [train] */
   int steps, seed, global_batch, micro_batch, warmup_steps, eval_every, eval_batches;
   int threads, log_every;

@@ -8,12 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-double mt_train_flops_per_token(int n_layer, int n_embd, int seq_len, int vocab) {
-  double L = n_layer, C = n_embd, T = seq_len, V = vocab;
-  double n_mm = L * 12.0 * C * C + V * C;
-  return 6.0 * n_mm + 6.0 * L * T * C;
-}
-
 double mt_train_flops_per_token_mm(double n_mm, int n_layer, int n_embd, int seq_len) {
   return 6.0 * n_mm + 6.0 * (double)n_layer * seq_len * n_embd;
 }

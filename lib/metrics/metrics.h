@@ -7,15 +7,15 @@
 #include <stdio.h>
 #include "core/core.h"
 
-/* Training FLOPs per token of a GPT: 6 * N_mm + 6 * L * T * C, where N_mm
- * counts the weights of every matmul (L * 12 C^2 for the blocks plus V * C
- * for the LM head, true vocab) and 6 L T C is attention's QK^T and PV with
- * the causal mask halving the 12 L T C of full attention (forward 1x,
- * backward 2x). Embedding look-ups, norms and elementwise ops are not
- * counted, as in Megatron's and llm.c's MFU. */
-double mt_train_flops_per_token(int n_layer, int n_embd, int seq_len, int vocab);
-/* The same from the count of matmul weights a token uses (n_mm; a MoE
- * model: the router and the k experts it is routed to, not the others). */
+/* Training FLOPs per token: 6 * N_mm + 6 * L * T * C, where N_mm counts
+ * the weights of every matmul a token uses (model.h's
+ * mt_model_active_matmul_weights: a GPT-2's L * 12 C^2 plus V * C for the
+ * LM head, true vocab; grouped-query attention's smaller k and v, SwiGLU's
+ * three matrices; a MoE model's router and the k experts a token is routed
+ * to, not the others) and 6 L T C is attention's QK^T and PV with the
+ * causal mask halving the 12 L T C of full attention (forward 1x, backward
+ * 2x). Embedding look-ups, norms and elementwise ops are not counted, as in
+ * Megatron's and llm.c's MFU. */
 double mt_train_flops_per_token_mm(double n_mm, int n_layer, int n_embd, int seq_len);
 
 typedef struct {

@@ -23,6 +23,7 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
   size_t T = (size_t)m->T, C = (size_t)m->shape.n_embd, L = (size_t)n_layers;
   size_t BT = (size_t)B * T, BTs = (size_t)B * (size_t)m->T_sp;
   size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
+  size_t W = (size_t)m->qkv_local, Fin = (size_t)m->mlp_in;
   /* under recompute a kept set holds each layer's output (the next one's input) only */
   int inner = kind == MT_SET_WORKSPACE || !m->recompute;
   int k = 0;
@@ -46,7 +47,7 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     APIECE(ln2, L * BTs * C);
     PIECE(ln2_mean, L * BTs);
     PIECE(ln2_rstd, L * BTs);
-    APIECE(fch, L * BT * Fl);
+    APIECE(fch, L * BT * Fl * Fin);
     APIECE(fch_gelu, L * BT * Fl);
     APIECE(fcproj, L * BTs * C);
   }
@@ -59,9 +60,9 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     PIECE(losses, BT);
   }
   if (kind == MT_SET_KEPT && m->split_backward) {
-    APIECE(dy_qkv, L * BT * 3 * Cl);
+    APIECE(dy_qkv, L * BT * W);
     APIECE(dy_attproj, L * BT * C);
-    APIECE(dy_fc, L * BT * Fl);
+    APIECE(dy_fc, L * BT * Fl * Fin);
     APIECE(dy_fcproj, L * BT * C);
   }
   /* MoE blocks: slot m of the set for its m-th MoE block (a set of n blocks
@@ -151,6 +152,7 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
   const size_t T = (size_t)m->T, C = (size_t)m->shape.n_embd, BT = (size_t)B * T;
   const size_t BTs = (size_t)B * (size_t)m->T_sp, btc = BTs * C;
   const size_t Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NHl = (size_t)m->NH_local;
+  const size_t W = (size_t)m->qkv_local, Fin = (size_t)m->mlp_in;
   const mt_gpt_acts *w = m->recompute ? &m->ws : a;
   const size_t i = m->recompute ? 0 : j;
   const size_t es = m->es;
@@ -162,7 +164,7 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
                      .res2 = mt_act_at(es, w->residual2, i * btc),
                      .ln2 = mt_act_at(es, w->ln2, i * btc),
                      .ln2_mean = w->ln2_mean + i * BTs, .ln2_rstd = w->ln2_rstd + i * BTs,
-                     .fch = mt_act_at(es, w->fch, i * BT * Fl),
+                     .fch = mt_act_at(es, w->fch, i * BT * Fl * Fin),
                      .fchg = mt_act_at(es, w->fch_gelu, i * BT * Fl),
                      .fcproj = mt_act_at(es, w->fcproj, i * btc),
                      .res3 = mt_act_at(es, a->residual3, j * btc),
@@ -172,9 +174,9 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
     x.att.out_h = mt_act_at(es, w->att_out, i * BT * Cl);
   }
   if (m->split_backward && a->dy_qkv) {
-    x.dy_qkv = mt_act_at(es, a->dy_qkv, 3 * j * BT * Cl);
+    x.dy_qkv = mt_act_at(es, a->dy_qkv, j * BT * W);
     x.dy_attproj = mt_act_at(es, a->dy_attproj, j * BT * C);
-    x.dy_fc = mt_act_at(es, a->dy_fc, j * BT * Fl);
+    x.dy_fc = mt_act_at(es, a->dy_fc, j * BT * Fl * Fin);
     x.dy_fcproj = mt_act_at(es, a->dy_fcproj, j * BT * C);
   }
   if (mt_model_is_moe(&m->shape, l)) {

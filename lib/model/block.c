@@ -1,10 +1,97 @@
-/* A transformer block: LayerNorm, attention (column-parallel QKV, the
- * attention module, row-parallel projection), residual; LayerNorm, MLP
- * (column-parallel fc, GELU, row-parallel projection) or, in a MoE block,
- * its shared experts as that MLP plus the routed experts (moe.c); residual.
- * Forward, backward (whole, or split into an input pass and a weight pass)
- * and recompute. */
+/* A transformer block: a norm, attention (column-parallel QKV, rotary
+ * positions on q and k under llama, the attention module, row-parallel
+ * projection), residual; a norm, MLP (column-parallel fc, GELU or SwiGLU,
+ * row-parallel projection) or, in a MoE block, its shared experts as that
+ * MLP plus the routed experts (moe.c); residual. The norm is LayerNorm
+ * (gpt2) or RMSNorm (llama). Forward, backward (whole, or split into an
+ * input pass and a weight pass) and recompute. */
 #include "model/model_internal.h"
+
+void mt_norm_forward(const mt_gpt *m, mt_act *out, float *mean, float *rstd, const mt_act *inp,
+                     const mt_act *w, const mt_act *b, int N) {
+  const int C = m->shape.n_embd;
+  if (mt_model_llama(&m->shape))
+    m->ops->rmsnorm_forward(m->dt, out, rstd, inp, w, N, C, m->shape.norm_eps);
+  else m->ops->layernorm_forward(m->dt, out, mean, rstd, inp, w, b, N, C);
+}
+
+void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
+                      const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
+                      int N) {
+  const int C = m->shape.n_embd;
+  if (mt_model_llama(&m->shape)) m->ops->rmsnorm_backward(m->dt, dinp, dw, dout, inp, w, rstd, N, C);
+  else m->ops->layernorm_backward(m->dt, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+/* ------------------------------------------------------------------ */
+/* grouped-query attention: key/value heads spread over query heads    */
+
+/* the local key/value head that local query head h reads */
+static int kv_of(const mt_gpt *m, int h) {
+  const int hg = m->tp.rank * m->NH_local + h;
+  const int kv = hg / (m->shape.n_head / m->shape.n_kv_head);
+  return m->kv_split ? kv - m->tp.rank * m->NKV_local : kv;
+}
+
+/* qkv (BT, 3Cl) from the projection's c (BT, Cl + 2 Ckv_l): q as it is, each
+ * query head's key and value head copied beside it (add: the backward, c +=
+ * the sums of qkv's heads onto the key/value heads they came from) */
+static void kv_spread(const mt_gpt *m, mt_act *qkv, mt_act *c, int B, int add) {
+  const mt_ops *o = m->ops;
+  const size_t hs = (size_t)(m->shape.n_embd / m->shape.n_head), Cl = (size_t)m->C_local;
+  const size_t W = (size_t)m->qkv_local, rows = (size_t)B * m->T, es = m->es;
+  const size_t Ckv = (size_t)m->NKV_local * hs;
+  if (add) {
+    o->zero(m->dt, c, rows * W);
+    o->add_2d(m->dt, c, W, qkv, 3 * Cl, rows, Cl);
+  } else {
+    o->copy_2d(m->dt, qkv, 3 * Cl, c, W, rows, Cl);
+  }
+  for (int h = 0; h < m->NH_local; h++) {
+    const size_t j = (size_t)kv_of(m, h);
+    for (int kv = 0; kv < 2; kv++) { /* the key, then the value head */
+      mt_act *full = mt_act_at(es, qkv, (1 + kv) * Cl + h * hs);
+      mt_act *part = mt_act_at(es, c, Cl + kv * Ckv + j * hs);
+      if (add) o->add_2d(m->dt, part, W, full, 3 * Cl, rows, hs);
+      else o->copy_2d(m->dt, full, 3 * Cl, part, W, rows, hs);
+    }
+  }
+}
+
+/* the attention's input: the column-parallel projection, rotary positions
+ * on q and k, the key/value heads spread (x->qkv: (BT, 3Cl)) */
+static void qkv_forward(mt_gpt *m, const mt_block_tensors *w, const mt_layer_acts *x, int B) {
+  mt_act *c = m->gqa ? m->qkv_c : x->qkv;
+  mt_linear_col_forward(&m->tp, c, x->ln1, w->qkv_w, w->qkv_b, B, m->qkv_local);
+  if (mt_model_llama(&m->shape))
+    m->ops->rope(m->dt, c, (size_t)m->qkv_local, B, m->T, m->NH_local + m->NKV_local,
+                 m->shape.n_embd / m->shape.n_head, m->rope_cs, 0);
+  if (m->gqa) kv_spread(m, x->qkv, c, B, 0);
+}
+
+/* its backward to the projection's output gradient dc (BT, qkv_local) from
+ * attention's dqkv (BT, 3Cl) (the same buffer without gqa) */
+static void qkv_dout(mt_gpt *m, mt_act *dc, mt_act *dqkv, int B) {
+  if (m->gqa) kv_spread(m, dqkv, dc, B, 1);
+  if (mt_model_llama(&m->shape))
+    m->ops->rope(m->dt, dc, (size_t)m->qkv_local, B, m->T, m->NH_local + m->NKV_local,
+                 m->shape.n_embd / m->shape.n_head, m->rope_cs, 1);
+}
+
+/* the MLP's activation: GELU on (BT, Fl), or SwiGLU on (BT, 2 Fl) -> (BT, Fl) */
+static void mlp_act_forward(const mt_gpt *m, mt_act *out, const mt_act *inp, int B, int Fl) {
+  if (m->mlp_in == 2) m->ops->swiglu_forward(m->dt, out, inp, B * m->T, Fl);
+  else m->ops->gelu_forward(m->dt, out, inp, (size_t)B * m->T * Fl);
+}
+
+static void mlp_act_backward(const mt_gpt *m, mt_act *dinp, const mt_act *inp, const mt_act *dout,
+                             int B, int Fl) {
+  if (m->mlp_in == 2) m->ops->swiglu_backward(m->dt, dinp, inp, dout, B * m->T, Fl);
+  else m->ops->gelu_backward(m->dt, dinp, inp, dout, (size_t)B * m->T * Fl);
+}
+
+/* ------------------------------------------------------------------ */
+/* the block                                                          */
 
 void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
                       const mt_layer_acts *x, int B) {
@@ -12,20 +99,18 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   const mt_tp *tp = &m->tp;
   const int C = m->shape.n_embd, BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
   const size_t btc = (size_t)BTs * C;
-  /* attention: LN, column-parallel QKV (local heads), row-parallel proj */
-  o->layernorm_forward(m->dt, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w,
-            w->ln1_b, BTs, C);
-  mt_linear_col_forward(tp, x->qkv, x->ln1, w->qkv_w, w->qkv_b, B, 3 * Cl);
+  /* attention: norm, column-parallel QKV (local heads), row-parallel proj */
+  mt_norm_forward(m, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs);
+  qkv_forward(m, w, x, B);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
   mt_linear_row_forward(tp, x->attproj, x->atty, w->attn_proj_w, w->attn_proj_b, B, Cl);
   o->residual_forward(m->dt, x->res2, x0, x->attproj, btc);
-  /* MLP (a MoE block: its shared experts, if any): LN, column-parallel fc +
-   * GELU, row-parallel proj; then a MoE block's routed experts */
-  o->layernorm_forward(m->dt, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w,
-            w->ln2_b, BTs, C);
+  /* MLP (a MoE block: its shared experts, if any): norm, column-parallel fc
+   * + GELU or SwiGLU, row-parallel proj; then a MoE block's routed experts */
+  mt_norm_forward(m, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w, w->ln2_b, BTs);
   if (Fl > 0) {
-    mt_linear_col_forward(tp, x->fch, x->ln2, w->fc_w, w->fc_b, B, Fl);
-    o->gelu_forward(m->dt, x->fchg, x->fch, (size_t)B * m->T * Fl);
+    mt_linear_col_forward(tp, x->fch, x->ln2, w->fc_w, w->fc_b, B, Fl * m->mlp_in);
+    mlp_act_forward(m, x->fchg, x->fch, B, Fl);
     mt_linear_row_forward(tp, x->fcproj, x->fchg, w->fc_proj_w, w->fc_proj_b, B, Fl);
   }
   if (x->is_moe) mt_moe_block_forward(m, l, w, x, B);
@@ -65,7 +150,7 @@ void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *
                        int input_only, float dloss, int B) {
   const mt_ops *o = m->ops;
   const mt_tp *tp = &m->tp;
-  const int C = m->shape.n_embd, BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
+  const int BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
   const size_t bt = (size_t)B * m->T;
   const mt_block_tensors *w = &m->p.blocks[l];
   mt_block_tensors *g = &m->g.blocks[l];
@@ -77,23 +162,26 @@ void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *
     row_backward(m, dres, x->dy_fcproj, d->fch_gelu, g->fc_proj_w, g->fc_proj_b, x->fchg,
                  w->fc_proj_w, Fl, input_only, B);
     mt_act *dfch = input_only ? x->dy_fc : d->fch;
-    o->zero(m->dt, dfch, bt * Fl);
-    o->gelu_backward(m->dt, dfch, x->fch, d->fch_gelu, bt * Fl);
+    o->zero(m->dt, dfch, bt * Fl * m->mlp_in);
+    mlp_act_backward(m, dfch, x->fch, d->fch_gelu, B, Fl);
     dln = mt_linear_col_backward(tp, dpart, g->fc_w, g->fc_b, dfch, input_only ? NULL : x->ln2,
-                                 w->fc_w, B, Fl);
+                                 w->fc_w, B, Fl * m->mlp_in);
   }
   if (x->is_moe) dln = mt_moe_block_backward(m, l, x, dres, dln, dpart, dloss, input_only, B);
-  o->layernorm_backward(m->dt, dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w,
-            x->ln2_mean, x->ln2_rstd, BTs, C);
+  mt_norm_backward(m, dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w, x->ln2_mean, x->ln2_rstd,
+                   BTs);
   /* attention: dres is now d(residual2) = d(attproj) and flows on to d(input) */
   row_backward(m, dres, x->dy_attproj, d->atty, g->attn_proj_w, g->attn_proj_b, x->atty,
                w->attn_proj_w, Cl, input_only, B);
-  mt_act *dqkv = input_only ? x->dy_qkv : d->qkv;
+  /* the projection's output gradient (kept for the weight pass when
+   * input_only); attention's own in d->qkv where the heads were spread */
+  mt_act *dc = input_only ? x->dy_qkv : m->gqa ? m->qkv_c : d->qkv;
+  mt_act *dqkv = m->gqa ? d->qkv : dc;
   mt_attention_backward(&m->attn, dqkv, d->atty, x->atty, x->qkv, &x->att, B);
-  dln = mt_linear_col_backward(tp, dpart, g->qkv_w, g->qkv_b, dqkv, input_only ? NULL : x->ln1,
-                               w->qkv_w, B, 3 * Cl);
-  o->layernorm_backward(m->dt, dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w,
-            x->ln1_mean, x->ln1_rstd, BTs, C);
+  qkv_dout(m, dc, dqkv, B);
+  dln = mt_linear_col_backward(tp, dpart, g->qkv_w, g->qkv_b, dc, input_only ? NULL : x->ln1,
+                               w->qkv_w, B, m->qkv_local);
+  mt_norm_backward(m, dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w, x->ln1_mean, x->ln1_rstd, BTs);
 }
 
 void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B) {
@@ -103,9 +191,9 @@ void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B) {
   if (x->is_moe) mt_moe_block_backward_weight(m, l, x);
   if (Fl > 0) { /* a MoE block without shared experts has no MLP */
     mt_linear_row_backward_weight(tp, g->fc_proj_w, g->fc_proj_b, x->dy_fcproj, x->fchg, B, Fl);
-    mt_linear_col_backward_weight(tp, g->fc_w, g->fc_b, x->dy_fc, x->ln2, B, Fl);
+    mt_linear_col_backward_weight(tp, g->fc_w, g->fc_b, x->dy_fc, x->ln2, B, Fl * m->mlp_in);
   }
   mt_linear_row_backward_weight(tp, g->attn_proj_w, g->attn_proj_b, x->dy_attproj, x->atty, B,
                                 Cl);
-  mt_linear_col_backward_weight(tp, g->qkv_w, g->qkv_b, x->dy_qkv, x->ln1, B, 3 * Cl);
+  mt_linear_col_backward_weight(tp, g->qkv_w, g->qkv_b, x->dy_qkv, x->ln1, B, m->qkv_local);
 }

@@ -9,6 +9,14 @@
 /* ------------------------------------------------------------------ */
 /* views: named pointers into a unit's memory                          */
 
+/* tensor b of block l starts where a ends in this rank's flat state */
+static void follows(const mt_registry *r, int l, const char *a, const char *b) {
+  const mt_tensor *ta = &r->t[mt_registry_findf(r, "blocks.%d.%s", l, a)];
+  const mt_tensor *tb = &r->t[mt_registry_findf(r, "blocks.%d.%s", l, b)];
+  if (ta->numel_local && tb->offset != ta->offset + ta->numel_local)
+    mt_die("model: blocks.%d.%s does not follow %s in memory", l, b, a);
+}
+
 /* Looked up by name once: which view each registry tensor binds (NULL: the
  * model does not read it). */
 static void find_views(mt_gpt *m) {
@@ -22,31 +30,44 @@ static void find_views(mt_gpt *m) {
     m->pview[i_] = &m->p.field;                                               \
     m->gview[i_] = &m->g.field;                                               \
   } while (0)
+  const mt_model_shape *s = &m->shape;
+  const int llama = mt_model_llama(s);
   VIEW(wte, mt_registry_find(r, "wte.weight"));
-  VIEW(wpe, mt_registry_find(r, "wpe.weight"));
-  for (int l = 0; l < m->shape.n_layer; l++) {
+  if (!llama) VIEW(wpe, mt_registry_find(r, "wpe.weight"));
+  /* llama's q, k, v (and gate, up) sit one after another: the first one's
+   * view is the fused matrix's */
+  const char *qkv = llama ? "attn.q" : "attn.qkv", *fc = llama ? "mlp.gate" : "mlp.fc";
+  for (int l = 0; l < s->n_layer; l++) {
     VIEW(blocks[l].ln1_w, mt_registry_findf(r, "blocks.%d.ln1.weight", l));
-    VIEW(blocks[l].ln1_b, mt_registry_findf(r, "blocks.%d.ln1.bias", l));
-    VIEW(blocks[l].qkv_w, mt_registry_findf(r, "blocks.%d.attn.qkv.weight", l));
-    VIEW(blocks[l].qkv_b, mt_registry_findf(r, "blocks.%d.attn.qkv.bias", l));
+    VIEW(blocks[l].qkv_w, mt_registry_findf(r, "blocks.%d.%s.weight", l, qkv));
     VIEW(blocks[l].attn_proj_w, mt_registry_findf(r, "blocks.%d.attn.proj.weight", l));
-    VIEW(blocks[l].attn_proj_b, mt_registry_findf(r, "blocks.%d.attn.proj.bias", l));
     VIEW(blocks[l].ln2_w, mt_registry_findf(r, "blocks.%d.ln2.weight", l));
-    VIEW(blocks[l].ln2_b, mt_registry_findf(r, "blocks.%d.ln2.bias", l));
-    if (!mt_model_is_moe(&m->shape, l)) {
-      VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.mlp.fc.weight", l));
-      VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.mlp.fc.bias", l));
+    if (!llama) {
+      VIEW(blocks[l].ln1_b, mt_registry_findf(r, "blocks.%d.ln1.bias", l));
+      VIEW(blocks[l].ln2_b, mt_registry_findf(r, "blocks.%d.ln2.bias", l));
+    }
+    if (s->bias) {
+      VIEW(blocks[l].qkv_b, mt_registry_findf(r, "blocks.%d.%s.bias", l, qkv));
+      VIEW(blocks[l].attn_proj_b, mt_registry_findf(r, "blocks.%d.attn.proj.bias", l));
+    }
+    if (!mt_model_is_moe(s, l)) {
+      VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.%s.weight", l, fc));
       VIEW(blocks[l].fc_proj_w, mt_registry_findf(r, "blocks.%d.mlp.proj.weight", l));
-      VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.mlp.proj.bias", l));
+      if (s->bias) {
+        VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.%s.bias", l, fc));
+        VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.mlp.proj.bias", l));
+      }
       continue;
     }
     /* a MoE block: the shared experts run through the MLP's views */
     VIEW(blocks[l].router_w, mt_registry_findf(r, "blocks.%d.moe.router.weight", l));
-    if (m->shape.moe_shared > 0) {
+    if (s->moe_shared > 0) {
       VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.moe.shared.fc.weight", l));
-      VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.moe.shared.fc.bias", l));
       VIEW(blocks[l].fc_proj_w, mt_registry_findf(r, "blocks.%d.moe.shared.proj.weight", l));
-      VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.moe.shared.proj.bias", l));
+      if (s->bias) {
+        VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.moe.shared.fc.bias", l));
+        VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.moe.shared.proj.bias", l));
+      }
     }
     VIEW(blocks[l].e_fc_w, mt_registry_findf(r, "blocks.%d.moe.experts.fc.weight", l));
     VIEW(blocks[l].e_fc_b, mt_registry_findf(r, "blocks.%d.moe.experts.fc.bias", l));
@@ -54,7 +75,19 @@ static void find_views(mt_gpt *m) {
     VIEW(blocks[l].e_proj_b, mt_registry_findf(r, "blocks.%d.moe.experts.proj.bias", l));
   }
   VIEW(lnf_w, mt_registry_find(r, "lnf.weight"));
-  VIEW(lnf_b, mt_registry_find(r, "lnf.bias"));
+  if (!llama) VIEW(lnf_b, mt_registry_find(r, "lnf.bias"));
+  if (!s->tied) VIEW(lm_head, mt_registry_find(r, "lm_head.weight"));
+  if (llama) { /* the fused views' pieces must follow each other */
+    for (int l = 0; l < s->n_layer; l++) {
+      follows(r, l, "attn.q.weight", "attn.k.weight");
+      follows(r, l, "attn.k.weight", "attn.v.weight");
+      if (!mt_model_is_moe(s, l)) follows(r, l, "mlp.gate.weight", "mlp.up.weight");
+      if (!s->bias) continue;
+      follows(r, l, "attn.q.bias", "attn.k.bias");
+      follows(r, l, "attn.k.bias", "attn.v.bias");
+      if (!mt_model_is_moe(s, l)) follows(r, l, "mlp.gate.bias", "mlp.up.bias");
+    }
+  }
 #undef VIEW
   m->unit_embed = mt_registry_unit_of_layer(r, MT_LAYER_EMBED);
   m->unit_final = mt_registry_unit_of_layer(r, m->shape.n_layer);
@@ -160,9 +193,19 @@ static void local_dims(mt_gpt *m, const mt_gpt_layout *lay) {
   const mt_model_shape *shape = &m->shape;
   const mt_registry *r = &m->reg;
   const mt_tensor *wte = &r->t[mt_registry_find(r, "wte.weight")];
-  const mt_tensor *qkv = &r->t[mt_registry_find(r, "blocks.0.attn.qkv.weight")];
+  const int hs = shape->n_embd / shape->n_head, llama = mt_model_llama(shape);
+  const mt_tensor *qkv = &r->t[mt_registry_find(r, llama ? "blocks.0.attn.q.weight"
+                                                         : "blocks.0.attn.qkv.weight")];
   m->C_local = (int)(qkv->local_shape[0] / qkv->tp.fused_blocks);
-  m->NH_local = m->C_local / (shape->n_embd / shape->n_head);
+  m->NH_local = m->C_local / hs;
+  /* key/value heads: gpt2's are the query heads; llama's split over tp
+   * where tp divides them, else all on every rank */
+  const mt_tensor *k = llama ? &r->t[mt_registry_find(r, "blocks.0.attn.k.weight")] : NULL;
+  m->NKV_local = k ? (int)k->local_shape[0] / hs : m->NH_local;
+  m->kv_split = !k || k->tp.kind == MT_PLACE_SHARDED;
+  m->qkv_local = m->C_local + 2 * m->NKV_local * hs;
+  m->gqa = shape->n_kv_head != shape->n_head;
+  m->mlp_in = llama ? 2 : 1;
   /* per block: the hidden units of its MLP (a MoE block: of its shared
    * experts, or none); activations are laid out for the largest */
   m->mlp_local = mt_calloc((size_t)shape->n_layer + 1, sizeof(int));
@@ -171,7 +214,8 @@ static void local_dims(mt_gpt *m, const mt_gpt_layout *lay) {
   for (int l = 0; l < shape->n_layer; l++) {
     int is_moe = mt_model_is_moe(shape, l);
     int i = is_moe ? mt_registry_findf(r, "blocks.%d.moe.shared.fc.weight", l)
-                   : mt_registry_findf(r, "blocks.%d.mlp.fc.weight", l);
+                   : mt_registry_findf(r, "blocks.%d.%s.weight", l,
+                                       llama ? "mlp.gate" : "mlp.fc");
     m->mlp_local[l] = i >= 0 ? (int)r->t[i].local_shape[0] : 0;
     if (m->mlp_local[l] > m->F_local) m->F_local = m->mlp_local[l];
     if (is_moe && moe->n_blocks++ == 0) {
@@ -195,12 +239,28 @@ static void local_dims(mt_gpt *m, const mt_gpt_layout *lay) {
   m->v_real = real < 0 ? 0 : real > m->V_local ? m->V_local : real;
 }
 
+/* rotary embedding's cosine | sine table for this rank's rows (T, hs): the
+ * global positions of its chunks (ring: two zigzag chunks) */
+static void rope_table(mt_gpt *m, const mt_cp_layout *l) {
+  const int hs = m->shape.n_embd / m->shape.n_head, T = m->T;
+  int *pos = mt_malloc((size_t)T * sizeof(int));
+  for (int c = 0; c < l->n_chunks; c++)
+    for (int i = 0; i < l->chunk_len; i++) pos[c * l->chunk_len + i] = l->chunk_pos[c] + i;
+  float *cs = mt_malloc((size_t)T * hs * sizeof(float));
+  mt_model_rope_table(&m->shape, pos, T, cs);
+  m->rope_cs = act(m, (size_t)T * hs);
+  m->ops->upload(m->rope_cs, cs, (size_t)T * hs * sizeof(float));
+  free(cs);
+  free(pos);
+}
+
 /* whole_acts: allocate m->a for every layer (0: a pipeline stage binds its
  * own sets) */
 static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
                       const mt_gpt_parallel *par, int whole_acts, mt_err *e) {
   memset(m, 0, sizeof *m);
-  m->shape = *shape;
+  m->shape = mt_model_complete(shape);
+  shape = &m->shape;
   m->ops = ops;
   m->dt = par ? par->dt : MT_DT_F32;
   m->es = mt_dtype_bytes(m->dt);
@@ -271,9 +331,13 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   d->residual3 = act_elems(m, BTs * C); /* the gradient of the residual stream */
   d->ln1 = act_elems(m, BT * C); /* d of a column-parallel input (ln1, ln2, lnf), partial over tp */
   d->qkv = act_elems(m, BT * 3 * Cl);
+  /* grouped-query attention: the projection's q|k|v (BT, Cl + 2 Ckv_l),
+   * before the key/value heads are spread over the query heads */
+  if (m->gqa) m->qkv_c = act_elems(m, BT * (size_t)m->qkv_local);
   d->atty = act_elems(m, BT * Cl);
-  d->fch = act_elems(m, BT * Fl);
+  d->fch = act_elems(m, BT * Fl * (size_t)m->mlp_in);
   d->fch_gelu = act_elems(m, BT * Fl);
+  if (mt_model_llama(shape)) rope_table(m, &cpl);
   /* attention's scratch under context parallelism (ring: a block's partial
    * result before its merge; Ulysses: gradients in the head layout) */
   void *cp_scratch[4];
@@ -450,7 +514,8 @@ static void embed_backward(mt_gpt *m, const mt_act *dout, int B) {
     for (int c = 0; c < l->n_chunks; c++) {
       size_t r0 = (size_t)b * T + (size_t)c * len;
       m->ops->encoder_vp_backward(m->dt, m->g.wte,
-                (float *)m->g.wpe + (size_t)l->chunk_pos[c] * C, mt_act_at(m->es, dout, r0 * C),
+                m->g.wpe ? (float *)m->g.wpe + (size_t)l->chunk_pos[c] * C : NULL,
+                mt_act_at(m->es, dout, r0 * C),
                 m->tok_in + r0, m->v_start, m->V_local, l->n_chunks == 1 ? B : 1, len, C);
     }
 }
@@ -474,20 +539,24 @@ static void embed_piece_forward(mt_gpt *m, const mt_pass_args *x) {
   mt_linear_row_reduce(&m->tp, x->a->encoded, x->B);
 }
 
-/* The final LN and the tied LM head (wte): vocabulary-parallel logits, then
+/* the LM head's weight (or gradient) in t: wte when tied */
+static mt_act *head_w(const mt_gpt *m, const mt_gpt_tensors *t) {
+  return m->shape.tied ? t->wte : t->lm_head;
+}
+
+/* The final norm and the LM head: vocabulary-parallel logits, then
  * the cross-entropy from row statistics summed over tp (the logits never
  * move). Returns the sum of the B*T position losses. */
 static double head_forward(mt_gpt *m, const mt_pass_args *x) {
   const mt_ops *o = m->ops;
   mt_gpt_acts *a = x->a;
-  const int B = x->B, C = m->shape.n_embd, BT = B * m->T, BTs = B * m->T_sp;
+  const int B = x->B, BT = B * m->T, BTs = B * m->T_sp;
   const int Vl = m->V_local, v0 = m->v_start, nreal = m->v_real;
   const size_t bt = (size_t)BT;
   stage_tokens(m, NULL, x->targets, B);
   const mt_act *last = mt_gpt_range_output(m, a, x->l1 - x->l0, B);
-  o->layernorm_forward(m->dt, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w,
-            m->p.lnf_b, BTs, C);
-  mt_linear_col_forward(&m->tp, a->logits, a->lnf, m->p.wte, NULL, B, Vl);
+  mt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs);
+  mt_linear_col_forward(&m->tp, a->logits, a->lnf, head_w(m, &m->p), NULL, B, Vl);
   o->xent_vp_max(m->dt, m->rowmax, a->logits, BT, Vl, nreal);
   mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
   /* the exps are only summed here, and the probabilities formed from the
@@ -509,12 +578,13 @@ static void head_backward(mt_gpt *m, const mt_pass_args *x) {
   stage_tokens(m, NULL, x->targets, B);
   o->xent_vp_backward(m->dt, a->logits, a->logits, m->tok_tgt, m->v_start, x->dloss,
             BT, Vl, m->v_real);
-  const mt_act *dln = mt_linear_col_backward(&m->tp, m->d.ln1, m->g.wte, NULL, a->logits,
-                                             x->input_only ? NULL : a->lnf, m->p.wte, B, Vl);
+  const mt_act *dln = mt_linear_col_backward(&m->tp, m->d.ln1, head_w(m, &m->g), NULL,
+                                             a->logits, x->input_only ? NULL : a->lnf,
+                                             head_w(m, &m->p), B, Vl);
   o->zero(m->dt, m->d.residual3, (size_t)BTs * C);
-  o->layernorm_backward(m->dt, m->d.residual3, m->g.lnf_w, m->g.lnf_b, dln,
-            mt_gpt_range_output(m, a, x->l1 - x->l0, B), m->p.lnf_w, a->lnf_mean, a->lnf_rstd,
-            BTs, C);
+  mt_norm_backward(m, m->d.residual3, m->g.lnf_w, m->g.lnf_b, dln,
+                   mt_gpt_range_output(m, a, x->l1 - x->l0, B), m->p.lnf_w, a->lnf_mean,
+                   a->lnf_rstd, BTs);
 }
 
 /* ------------------------------------------------------------------ */
@@ -529,7 +599,9 @@ static mt_piece piece(mt_piece_kind kind, int layer) {
 int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int head,
                 mt_piece *out) {
   int n = 0;
-  const int ue = m->unit_embed, uf = m->unit_final;
+  const int ue = m->unit_embed, uf = m->unit_final, tied = m->shape.tied;
+  /* the head reads the embeddings' unit where it is tied to wte */
+  const int uh = tied ? ue : -1;
   if (pass == MT_PASS_FORWARD) {
     /* the embeddings stay in use until their backward (the LM head reads
      * wte again); so does the final LN */
@@ -546,7 +618,7 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
     if (head) {
       out[n] = piece(MT_PIECE_HEAD, -1);
       out[n].use[0] = uf;
-      out[n++].use[1] = ue;
+      out[n++].use[1] = uh;
     }
     return n;
   }
@@ -562,8 +634,8 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
     if (head) {
       out[n] = piece(MT_PIECE_HEAD, -1);
       out[n].use[0] = out[n].done[0] = uf;
-      out[n].use[1] = ue;
-      out[n].done[1] = ue_done;
+      out[n].use[1] = uh;
+      out[n].done[1] = tied ? ue_done : -1;
       n++;
     }
     for (int l = l1 - 1; l >= l0; l--) {
@@ -572,7 +644,7 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
       out[n].use[1] = out[n].done[1] = m->unit_block[l];
       n++;
     }
-    if (embed && !head) {
+    if (embed && (!head || !tied)) {
       out[n] = piece(MT_PIECE_END, -1);
       out[n++].done[0] = ue;
     }
@@ -582,7 +654,7 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
     mt_piece *p = &out[n++];
     *p = piece(MT_PIECE_HEAD, -1);
     p->use[0] = p->release[0] = uf;
-    p->use[1] = ue;
+    p->use[1] = uh;
     if (report) p->done[0] = uf;
   } else {
     out[n++] = piece(MT_PIECE_DOUT, -1);
@@ -600,7 +672,7 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
   }
   /* the embeddings' last use in this backward (a stage with the head but
    * not the embedding holds the tied LM head's copy) */
-  if (embed || head) {
+  if (embed || (head && tied)) {
     mt_piece *p = &out[n++];
     *p = piece(embed ? MT_PIECE_EMBED : MT_PIECE_END, -1);
     if (embed) p->use[0] = ue;
@@ -644,7 +716,8 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
     if (pass == MT_PASS_BACKWARD) {
       head_backward(m, x);
     } else { /* the LM head's weight gradient: a->logits holds d(logits) since the input pass */
-      mt_linear_col_backward_weight(&m->tp, m->g.wte, NULL, a->logits, a->lnf, B, m->V_local);
+      mt_linear_col_backward_weight(&m->tp, head_w(m, &m->g), NULL, a->logits, a->lnf, B,
+                                    m->V_local);
     }
     return 0.0;
   case MT_PIECE_DOUT:

@@ -67,6 +67,20 @@ typedef struct {
   int n_layer, n_embd, n_head, seq_len;
   int vocab;        /* true vocabulary size */
   int vocab_padded; /* rows of the embedding as stored (multiple of 64*tp) */
+  /* The block's family. gpt2: LayerNorm (eps 1e-5), learned positions,
+   * GELU MLP. llama: RMSNorm (norm_eps), rotary positions (rope_theta;
+   * rope_scaling llama3: Llama 3.1's frequency scaling with rope_factor,
+   * rope_low_freq_factor, rope_high_freq_factor, rope_original_len), SwiGLU
+   * MLP. Both: n_kv_head key/value heads (= n_head: multi-head; 1:
+   * multi-query), ffn hidden units of the dense MLP, the LM head tied to
+   * the token embedding or not, biases on the linears or not. */
+  mt_arch arch; /* MT_ARCH_GPT2 or MT_ARCH_LLAMA (never auto here) */
+  int n_kv_head, ffn;
+  int tied, bias;
+  float norm_eps;
+  double rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  int rope_original_len;
+  mt_rope_scaling rope_scaling;
   /* Mixture-of-Experts (moe_experts = 0: a dense model): every moe_every-th
    * block (blocks l with (l+1) % moe_every == 0) replaces its MLP by a router
    * over moe_experts experts (GELU MLPs of hidden size moe_ffn) of which each
@@ -76,6 +90,15 @@ typedef struct {
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   double moe_capacity;
 } mt_model_shape;
+
+/* the architecture's pieces */
+static inline int mt_model_llama(const mt_model_shape *s) { return s->arch == MT_ARCH_LLAMA; }
+/* The cosine | sine table of rotary embedding for rows at positions pos[0..T)
+ * with head size hs: cs (T, hs), row i = cos of its hs/2 angles, then their
+ * sines (kernels.h's rope). Angle of pair d at position p: p x inv_freq[d],
+ * inv_freq[d] = theta^(-2d/hs), rescaled as rope_scaling says (fp32, as
+ * Hugging Face's Llama computes it). */
+void mt_model_rope_table(const mt_model_shape *s, const int *pos, int T, float *cs);
 
 /* Is block l a MoE block? */
 int mt_model_is_moe(const mt_model_shape *s, int l);
@@ -95,6 +118,15 @@ int mt_model_pad_vocab(int vocab, int tp);
  * give it). Returns 0, or -1 for a value that is none of them. A name from
  * a command line: mt_config_enum_parse("model.preset", name). */
 int mt_model_preset(mt_preset preset, mt_model_shape *s);
+/* A shape as the model reads it: one built by hand with arch 0 (auto) is a
+ * GPT-2 of its sizes (tied, with biases); n_kv_head 0 = n_head, ffn 0 = 4
+ * n_embd. Every function here that takes a shape reads it through this. */
+mt_model_shape mt_model_complete(const mt_model_shape *s);
+/* What the architecture implies where the shape leaves it open (norm_eps,
+ * rope_theta of 0), and its tying and biases (gpt2: tied, biased; llama:
+ * neither). A preset's n_kv_head and ffn of 0 (GPT-2's) stay 0: multi-head
+ * and 4 x n_embd, whatever width is set (mt_model_complete). */
+void mt_model_arch_defaults(mt_model_shape *s);
 /* Preset, then any non-zero model.* keys of cfg; vocab padded for
  * parallel.tp. Validates (heads divide width, positive sizes, tp divides the
  * width and the heads, and the sequence under parallel.sp; MoE: k <= E,
@@ -307,11 +339,12 @@ typedef struct {
  * the gradient views (m->g) fp32; the MoE tensors likewise (the router's
  * compute copy is widened to fp32 for its matmul under bf16, moe.c). */
 typedef struct {
-  mt_act *ln1_w, *ln1_b;         /* (C) */
-  mt_act *qkv_w, *qkv_b;         /* (3C, C), (3C) */
+  mt_act *ln1_w, *ln1_b;         /* (C); the biases NULL under RMSNorm or without biases */
+  mt_act *qkv_w, *qkv_b;         /* (3C, C), (3C); llama: q|k|v (C + 2 Ckv, C) */
   mt_act *attn_proj_w, *attn_proj_b; /* (C, C), (C) */
   mt_act *ln2_w, *ln2_b;         /* (C) */
-  mt_act *fc_w, *fc_b;           /* (4C, C), (4C); a MoE block: its shared experts' */
+  mt_act *fc_w, *fc_b;           /* (F, C), (F); llama: gate|up (2F, C); a MoE block: its
+                                    shared experts' */
   mt_act *fc_proj_w, *fc_proj_b; /* (C, 4C), (C); a MoE block: its shared experts' */
   /* a MoE block: the router and this rank's experts (E_l = E/ep of them,
    * F_l = moe_ffn/etp hidden units of each) */
@@ -322,10 +355,11 @@ typedef struct {
 
 /* a tensor this pipeline stage does not hold is NULL */
 typedef struct {
-  mt_act *wte;  /* (Vp, C), also the LM head */
-  mt_act *wpe;  /* (T, C) */
+  mt_act *wte;  /* (Vp, C), also the LM head when tied */
+  mt_act *wpe;  /* (T, C); NULL with rotary positions */
   mt_block_tensors *blocks; /* n_layer */
-  mt_act *lnf_w, *lnf_b;     /* (C) */
+  mt_act *lnf_w, *lnf_b;     /* (C); lnf_b NULL under RMSNorm */
+  mt_act *lm_head;           /* (Vp, C) untied; NULL when tied (wte is the head) */
 } mt_gpt_tensors;
 
 /* activations kept for backward, for one micro-batch of B x T (shapes in
@@ -493,6 +527,12 @@ typedef struct mt_gpt {
     int T;                          /* tokens of a sequence on this rank (seq_len / cp) */
     int T_sp;                       /* positions per sequence in the sp region (T/tp under sp) */
     int C_local, NH_local, F_local; /* attention channels and heads, the widest MLP here */
+    /* key/value heads here (split over tp, or all of them when !kv_split);
+     * the q|k|v projection's width here (Cl + 2 NKV_local hs); gqa: fewer
+     * key/value heads than query heads, spread over them before attention;
+     * mlp_in: the MLP's input projection's outputs per hidden unit (2:
+     * SwiGLU's gate and up) */
+    int NKV_local, kv_split, qkv_local, gqa, mlp_in;
     int V_local, v_start, v_real;   /* vocab rows held, first global row, rows < vocab */
     int *mlp_local; /* per block: its MLP's (or shared experts') hidden units here, 0: none */
   };
@@ -524,6 +564,10 @@ typedef struct mt_gpt {
   /* the head's cross-entropy: row maxima (BT) and sums | target logits (BT,2) doubles */
   float *rowmax;
   double *xent_stats;
+  /* llama: rotary embedding's cos | sin of this rank's rows (T, hs), fp32;
+   * grouped-query attention's q|k|v before the spread (BT, qkv_local) */
+  float *rope_cs;
+  mt_act *qkv_c;
   int *tok_in, *tok_tgt; /* the micro-batch's tokens in backend memory, (B,T) each */
   int *inputs, *targets; /* mt_gpt_forward's tokens, kept for mt_gpt_backward (host) */
   size_t act_bytes;      /* activation bytes allocated at creation */

@@ -244,6 +244,14 @@ static inline mt_act *mt_act_at(size_t es, const mt_act *p, size_t i) {
 /* ------------------------------------------------------------------ */
 /* a transformer block (block.c)                                       */
 
+/* The model's norm over (N, C) rows: LayerNorm (mean, rstd and the bias
+ * used) or RMSNorm (rstd only; mean, b and db unused). */
+void mt_norm_forward(const mt_gpt *m, mt_act *out, float *mean, float *rstd, const mt_act *inp,
+                     const mt_act *w, const mt_act *b, int N);
+void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
+                      const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
+                      int N);
+
 /* Forward of block l from its input x0 (BTs,C) into x. */
 void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
                       const mt_layer_acts *x, int B);

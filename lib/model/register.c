@@ -73,22 +73,30 @@ static void reg_norm(const reg_ctx *c, const char *name, int64_t C, mt_init_rule
  * gradients of a layer form one contiguous range (a unit) that is final as
  * soon as the layer's backward is done (bucketed data-parallel reduction and
  * ZeRO rely on it). Placements on tp (Megatron): column-parallel weights and
- * their biases split dim 0 (QKV as 3 fused blocks, so each rank holds its
- * heads of q, k and v), row-parallel weights dim 1 with replicated biases,
- * the embedding dim 0 (vocabulary), LayerNorms and positions replicated.
+ * their biases split dim 0 (gpt2's QKV as 3 fused blocks, so each rank holds
+ * its heads of q, k and v; llama's q, k and v each, k and v replicated where
+ * tp does not divide the key/value heads), row-parallel weights dim 1 with
+ * replicated biases, the embedding and an untied LM head dim 0 (vocabulary),
+ * norms and positions replicated.
  * Init (GPT-2): weights N(0, 0.02), the residual projections N(0,
  * 0.02/sqrt(2L)), LayerNorm weights 1, biases 0. The pipeline: layer l's
  * tensors on stage_of_layer[l], the embeddings on the first stage, the
  * final LN on the last, and the tied LM head a copy of wte on the last. */
-int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *s, const mt_gpt_layout *lay,
-                           mt_err *e) {
-  int64_t C = s->n_embd;
-  /* Under sp the LayerNorms see T/tp positions on each rank: partial
-   * gradients. The row-parallel biases and wpe take theirs from a gathered
-   * (whole) output gradient, complete on every rank. */
-  int partial = lay->sp && lay->tp_size > 1;
+int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *shape,
+                           const mt_gpt_layout *lay, mt_err *e) {
+  const mt_model_shape full = mt_model_complete(shape), *s = &full;
+  int64_t C = s->n_embd, F = s->ffn, Ckv = (int64_t)s->n_kv_head * (s->n_embd / s->n_head);
+  const int llama = mt_model_llama(s), tp = lay->tp_size;
+  /* Under sp the norms see T/tp positions on each rank: partial gradients.
+   * The row-parallel biases and wpe take theirs from a gathered (whole)
+   * output gradient, complete on every rank. */
+  int partial = lay->sp && tp > 1;
+  /* key/value heads split over tp where tp divides them, else every rank
+   * holds them all and uses those of its query heads: partial gradients */
+  const int kv_split = s->n_kv_head % tp == 0;
+  const mt_placement kv_place = kv_split ? mt_sharded(0, 1) : mt_replicated();
   const float std = 0.02f, proj_std = std / sqrtf(2.0f * (float)s->n_layer);
-  mt_registry_init(r, lay->tp_size, lay->tp_rank);
+  mt_registry_init(r, tp, lay->tp_rank);
   mt_registry_set_ep(r, lay->ep_size > 0 ? lay->ep_size : 1, lay->ep_rank);
   mt_registry_set_etp(r, lay->etp_size > 0 ? lay->etp_size : 1, lay->etp_rank);
   r->pp_rank = lay->stage_of_layer ? lay->pp_rank : 0;
@@ -98,61 +106,106 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *s, const mt_gpt
                         .tp = mt_sharded(0, 1), .ep = mt_replicated(), .layer = MT_LAYER_EMBED,
                         .pp_stage = stage_of(&c, MT_LAYER_EMBED), .pp_copy = -1,
                         .init = MT_INIT_NORMAL, .init_std = std, .weight_decay = 1,
-                        .tied_to = "lm_head.weight", .tp_partial_grad = 0,
+                        .tied_to = s->tied ? "lm_head.weight" : NULL, .tp_partial_grad = 0,
                         .etp = mt_replicated(), .group = MT_GROUP_DP};
-  /* the LM head reads wte on the last stage: a copy kept equal there */
-  if (lay->stage_of_layer && lay->pp_last != 0) wte.pp_copy = lay->pp_last;
+  /* a tied LM head reads wte on the last stage: a copy kept equal there */
+  if (s->tied && lay->stage_of_layer && lay->pp_last != 0) wte.pp_copy = lay->pp_last;
   /* ... or, in a V (the head on stage 0 too), no copy: one tensor that two
    * chunks of stage 0 use, held for the whole step */
-  r->tied_here = lay->stage_of_layer && lay->pp_last == 0 && lay->pp_rank == 0 &&
+  r->tied_here = s->tied && lay->stage_of_layer && lay->pp_last == 0 && lay->pp_rank == 0 &&
                  has_later_stage(lay);
   mt_registry_set_axes(r, mt_registry_add_spec(r, &wte), "vocab,embd");
-  /* the position table: a run at a shorter context reads its first rows */
-  mt_registry_set_axes(r, reg2(&c, "wpe.weight", s->seq_len, C, mt_replicated(), std),
-                       "position,embd");
+  /* learned positions (gpt2): a run at a shorter context reads the first rows */
+  if (!llama)
+    mt_registry_set_axes(r, reg2(&c, "wpe.weight", s->seq_len, C, mt_replicated(), std),
+                         "position,embd");
   char n[MT_NAME_MAX];
   for (int l = 0; l < s->n_layer; l++) {
     c.layer = l;
 #define NAME(suffix) (snprintf(n, sizeof n, "blocks.%d.%s", l, suffix), n)
-    reg_norm(&c, NAME("ln1.weight"), C, MT_INIT_ONES, partial);
-    reg_norm(&c, NAME("ln1.bias"), C, MT_INIT_ZEROS, partial);
-    reg2(&c, NAME("attn.qkv.weight"), 3 * C, C, mt_sharded(0, 3), std);
-    reg_bias(&c, NAME("attn.qkv.bias"), 3 * C, mt_sharded(0, 3));
+    /* the norms: LayerNorm (weight, bias) or RMSNorm (weight) */
+#define NORM(ln)                                                                      \
+  do {                                                                                \
+    reg_norm(&c, NAME(ln ".weight"), C, MT_INIT_ONES, partial);                       \
+    if (!llama) reg_norm(&c, NAME(ln ".bias"), C, MT_INIT_ZEROS, partial);            \
+  } while (0)
+    NORM("ln1");
+    /* the input projections: gpt2's fused q|k|v, or q, k, v registered one
+     * after another (a rank's three shards are then one (Cl + 2 Ckv_l, C)
+     * matrix in memory, and their biases one vector) */
+    if (!llama) {
+      reg2(&c, NAME("attn.qkv.weight"), 3 * C, C, mt_sharded(0, 3), std);
+      if (s->bias) reg_bias(&c, NAME("attn.qkv.bias"), 3 * C, mt_sharded(0, 3));
+    } else {
+      int64_t kv[2] = {Ckv, C};
+      reg2(&c, NAME("attn.q.weight"), C, C, mt_sharded(0, 1), std);
+      reg_tensor(&c, NAME("attn.k.weight"), 2, kv, kv_place, MT_INIT_NORMAL, std, 1,
+                 !kv_split && tp > 1);
+      reg_tensor(&c, NAME("attn.v.weight"), 2, kv, kv_place, MT_INIT_NORMAL, std, 1,
+                 !kv_split && tp > 1);
+      if (s->bias) {
+        reg_bias(&c, NAME("attn.q.bias"), C, mt_sharded(0, 1));
+        reg_tensor(&c, NAME("attn.k.bias"), 1, &Ckv, kv_place, MT_INIT_ZEROS, 0.0f, 0,
+                   !kv_split && tp > 1);
+        reg_tensor(&c, NAME("attn.v.bias"), 1, &Ckv, kv_place, MT_INIT_ZEROS, 0.0f, 0,
+                   !kv_split && tp > 1);
+      }
+    }
     reg2(&c, NAME("attn.proj.weight"), C, C, mt_sharded(1, 1), proj_std);
-    reg_bias(&c, NAME("attn.proj.bias"), C, mt_replicated());
-    reg_norm(&c, NAME("ln2.weight"), C, MT_INIT_ONES, partial);
-    reg_norm(&c, NAME("ln2.bias"), C, MT_INIT_ZEROS, partial);
+    if (s->bias) reg_bias(&c, NAME("attn.proj.bias"), C, mt_replicated());
+    NORM("ln2");
     if (!mt_model_is_moe(s, l)) {
-      reg2(&c, NAME("mlp.fc.weight"), 4 * C, C, mt_sharded(0, 1), std);
-      reg_bias(&c, NAME("mlp.fc.bias"), 4 * C, mt_sharded(0, 1));
-      reg2(&c, NAME("mlp.proj.weight"), C, 4 * C, mt_sharded(1, 1), proj_std);
-      reg_bias(&c, NAME("mlp.proj.bias"), C, mt_replicated());
+      /* the MLP: gpt2's fc, or llama's gate and up (one after the other: a
+       * rank's (2 Fl, C) matrix), then proj */
+      if (!llama) {
+        reg2(&c, NAME("mlp.fc.weight"), F, C, mt_sharded(0, 1), std);
+        if (s->bias) reg_bias(&c, NAME("mlp.fc.bias"), F, mt_sharded(0, 1));
+      } else {
+        reg2(&c, NAME("mlp.gate.weight"), F, C, mt_sharded(0, 1), std);
+        reg2(&c, NAME("mlp.up.weight"), F, C, mt_sharded(0, 1), std);
+        if (s->bias) {
+          reg_bias(&c, NAME("mlp.gate.bias"), F, mt_sharded(0, 1));
+          reg_bias(&c, NAME("mlp.up.bias"), F, mt_sharded(0, 1));
+        }
+      }
+      reg2(&c, NAME("mlp.proj.weight"), C, F, mt_sharded(1, 1), proj_std);
+      if (s->bias) reg_bias(&c, NAME("mlp.proj.bias"), C, mt_replicated());
       continue;
     }
     /* a MoE block: the router (replicated; under tensor parallelism each tp
      * rank routes its own slice of the tokens, so its gradient is partial),
      * the shared experts (a tensor-parallel MLP), then the experts (their own
      * unit, reduced over edp) */
-    int64_t E = s->moe_experts, F = s->moe_ffn, Fs = (int64_t)s->moe_shared * F;
+    int64_t E = s->moe_experts, Fe = s->moe_ffn, Fs = (int64_t)s->moe_shared * Fe;
     int64_t router[2] = {E, C};
     reg_tensor(&c, NAME("moe.router.weight"), 2, router, mt_replicated(), MT_INIT_NORMAL, std, 1,
-               lay->tp_size > 1);
+               tp > 1);
     if (Fs > 0) {
       reg2(&c, NAME("moe.shared.fc.weight"), Fs, C, mt_sharded(0, 1), std);
-      reg_bias(&c, NAME("moe.shared.fc.bias"), Fs, mt_sharded(0, 1));
+      if (s->bias) reg_bias(&c, NAME("moe.shared.fc.bias"), Fs, mt_sharded(0, 1));
       reg2(&c, NAME("moe.shared.proj.weight"), C, Fs, mt_sharded(1, 1), proj_std);
-      reg_bias(&c, NAME("moe.shared.proj.bias"), C, mt_replicated());
+      if (s->bias) reg_bias(&c, NAME("moe.shared.proj.bias"), C, mt_replicated());
     }
-    int64_t fc[3] = {E, F, C}, fc_b[2] = {E, F}, proj[3] = {E, C, F}, proj_b[2] = {E, C};
+    int64_t fc[3] = {E, Fe, C}, fc_b[2] = {E, Fe}, proj[3] = {E, C, Fe}, proj_b[2] = {E, C};
     reg_expert(&c, NAME("moe.experts.fc.weight"), 3, fc, 1, MT_INIT_NORMAL, std, 1);
     reg_expert(&c, NAME("moe.experts.fc.bias"), 2, fc_b, 1, MT_INIT_ZEROS, 0.0f, 0);
     reg_expert(&c, NAME("moe.experts.proj.weight"), 3, proj, 2, MT_INIT_NORMAL, proj_std, 1);
     reg_expert(&c, NAME("moe.experts.proj.bias"), 2, proj_b, -1, MT_INIT_ZEROS, 0.0f, 0);
-#undef NAME
   }
   c.layer = s->n_layer;
   reg_norm(&c, "lnf.weight", C, MT_INIT_ONES, partial);
-  reg_norm(&c, "lnf.bias", C, MT_INIT_ZEROS, partial);
+  if (!llama) reg_norm(&c, "lnf.bias", C, MT_INIT_ZEROS, partial);
+#undef NORM
+#undef NAME
+  if (!s->tied) { /* the LM head of its own, vocabulary-parallel like wte, on the last stage */
+    mt_tensor_spec head = wte;
+    head.name = "lm_head.weight";
+    head.layer = s->n_layer;
+    head.pp_stage = stage_of(&c, s->n_layer);
+    head.pp_copy = -1;
+    head.tied_to = NULL;
+    mt_registry_set_axes(r, mt_registry_add_spec(r, &head), "vocab,embd");
+  }
   return mt_registry_finalize(r, e);
 }
 

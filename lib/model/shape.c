@@ -2,11 +2,20 @@
  * parameter counts. */
 #include "model/model.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 int mt_model_pad_vocab(int vocab, int tp) {
   int m = 64 * (tp > 1 ? tp : 1);
   return (vocab + m - 1) / m * m;
+}
+
+/* a Llama 3 shape (rope_theta 500000, the 128256-token vocabulary, 8 key/value heads) */
+static mt_model_shape llama3(int n_layer, int n_embd, int n_head, int ffn) {
+  return (mt_model_shape){.n_layer = n_layer, .n_embd = n_embd, .n_head = n_head,
+                          .seq_len = 8192, .vocab = 128256, .arch = MT_ARCH_LLAMA,
+                          .n_kv_head = 8, .ffn = ffn, .rope_theta = 500000.0};
 }
 
 int mt_model_preset(mt_preset preset, mt_model_shape *s) {
@@ -25,10 +34,70 @@ int mt_model_preset(mt_preset preset, mt_model_shape *s) {
   case MT_PRESET_CUSTOM:
     *s = (mt_model_shape){.vocab = 256}; /* the shape comes from the model.* keys */
     break;
+  case MT_PRESET_TINY_LLAMA:
+    *s = (mt_model_shape){.n_layer = 2, .n_embd = 32, .n_head = 4, .seq_len = 32, .vocab = 256,
+                          .arch = MT_ARCH_LLAMA, .n_kv_head = 2, .ffn = 96};
+    break;
+  case MT_PRESET_LLAMA_124M: /* GPT-2 124M's width, depth and vocabulary, Llama blocks */
+    *s = (mt_model_shape){.n_layer = 12, .n_embd = 768, .n_head = 12, .seq_len = 1024,
+                          .vocab = 50257, .arch = MT_ARCH_LLAMA, .n_kv_head = 4, .ffn = 2048};
+    break;
+  case MT_PRESET_LLAMA3_8B: *s = llama3(32, 4096, 32, 14336); break;
+  case MT_PRESET_LLAMA3_70B: *s = llama3(80, 8192, 64, 28672); break;
+  case MT_PRESET_LLAMA3_405B: *s = llama3(126, 16384, 128, 53248); break;
   default: return -1;
   }
+  if (s->arch == MT_ARCH_AUTO) s->arch = MT_ARCH_GPT2;
+  mt_model_arch_defaults(s);
   s->vocab_padded = mt_model_pad_vocab(s->vocab, 1);
   return 0;
+}
+
+mt_model_shape mt_model_complete(const mt_model_shape *in) {
+  mt_model_shape s = *in;
+  if (s.arch == MT_ARCH_AUTO) {
+    s.arch = MT_ARCH_GPT2;
+    mt_model_arch_defaults(&s);
+  }
+  /* 0: multi-head, and GPT-2's 4 x the width */
+  if (s.n_kv_head <= 0) s.n_kv_head = s.n_head;
+  if (s.ffn <= 0) s.ffn = 4 * s.n_embd;
+  return s;
+}
+
+void mt_model_arch_defaults(mt_model_shape *s) {
+  const int llama = mt_model_llama(s);
+  if (llama && s->norm_eps <= 0.0f) s->norm_eps = 1e-5f;
+  if (llama && s->rope_theta <= 0.0) s->rope_theta = 10000.0;
+  s->tied = !llama;
+  s->bias = !llama;
+}
+
+void mt_model_rope_table(const mt_model_shape *s, const int *pos, int T, float *cs) {
+  const int hs = s->n_embd / s->n_head, half = hs / 2;
+  float *inv = mt_malloc((size_t)(half > 0 ? half : 1) * sizeof(float));
+  for (int d = 0; d < half; d++) {
+    inv[d] = 1.0f / powf((float)s->rope_theta, (float)(2 * d) / (float)hs);
+    if (s->rope_scaling != MT_ROPE_SCALING_LLAMA3) continue;
+    /* Llama 3.1: long wavelengths turn rope_factor times slower, short ones
+     * as they were, those between blend smoothly */
+    const float orig = (float)s->rope_original_len, factor = (float)s->rope_factor;
+    const float lo = (float)s->rope_low_freq_factor, hi = (float)s->rope_high_freq_factor;
+    const float wavelen = 6.283185307179586f / inv[d];
+    if (wavelen > orig / lo) {
+      inv[d] /= factor;
+    } else if (!(wavelen < orig / hi)) {
+      float smooth = (orig / wavelen - lo) / (hi - lo);
+      inv[d] = (1.0f - smooth) * inv[d] / factor + smooth * inv[d];
+    }
+  }
+  for (int i = 0; i < T; i++)
+    for (int d = 0; d < half; d++) {
+      float angle = (float)pos[i] * inv[d];
+      cs[(size_t)i * hs + d] = cosf(angle);
+      cs[(size_t)i * hs + half + d] = sinf(angle);
+    }
+  free(inv);
 }
 
 int mt_model_is_moe(const mt_model_shape *s, int l) {
@@ -81,6 +150,75 @@ static int moe_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err
   return e->failed ? -1 : 0;
 }
 
+/* The architecture keys of cfg over the preset's, and what they need of
+ * each other (the width's checks follow in the caller). A preset that
+ * leaves n_kv_head or ffn at 0 (GPT-2's) follows the heads and the width
+ * set: multi-head, 4 x n_embd. */
+static int arch_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e) {
+  if (cfg->arch != MT_ARCH_AUTO && cfg->arch != s->arch) {
+    /* another family on the preset's size: that family's defaults */
+    s->arch = cfg->arch;
+    s->n_kv_head = s->ffn = 0;
+    s->norm_eps = 0.0f;
+    s->rope_theta = 0.0;
+  }
+  if (cfg->n_kv_head > 0) s->n_kv_head = cfg->n_kv_head;
+  if (cfg->ffn_size > 0) s->ffn = cfg->ffn_size;
+  if (cfg->norm_eps > 0.0) s->norm_eps = (float)cfg->norm_eps;
+  if (cfg->rope_theta > 0.0) s->rope_theta = cfg->rope_theta;
+  mt_model_arch_defaults(s);
+  /* left open (GPT-2's presets, another family): multi-head, 4 x the width */
+  if (s->n_kv_head <= 0) s->n_kv_head = s->n_head;
+  if (s->ffn <= 0) s->ffn = 4 * s->n_embd;
+  if (cfg->tie_embeddings != MT_TRI_AUTO) s->tied = cfg->tie_embeddings == MT_TRI_TRUE;
+  if (cfg->bias != MT_TRI_AUTO) s->bias = cfg->bias == MT_TRI_TRUE;
+  s->rope_scaling = cfg->rope_scaling;
+  s->rope_factor = cfg->rope_factor;
+  s->rope_low_freq_factor = cfg->rope_low_freq_factor;
+  s->rope_high_freq_factor = cfg->rope_high_freq_factor;
+  s->rope_original_len = cfg->rope_original_len;
+  const char *arch = mt_arch_name(s->arch);
+  if (!mt_model_llama(s)) {
+    /* GPT-2's positions are learned, its LayerNorm's epsilon 1e-5, its qkv one fused tensor */
+    const char *rotary = cfg->rope_theta > 0.0 ? "model.rope_theta"
+                         : cfg->rope_scaling != MT_ROPE_SCALING_NONE ? "model.rope_scaling"
+                         : cfg->norm_eps > 0.0 ? "model.norm_eps" : NULL;
+    if (rotary) {
+      mt_err_set(e, "%s is set, but model.arch = %s has learned positions and LayerNorm "
+                    "(rotary positions and RMSNorm are model.arch = llama's)", rotary, arch);
+      return -1;
+    }
+    if (s->n_kv_head != s->n_head) {
+      mt_err_set(e, "model.n_kv_head = %d with model.arch = %s: grouped-query attention is "
+                    "model.arch = llama's (gpt2 has n_head = %d key/value heads)",
+                 s->n_kv_head, arch, s->n_head);
+      return -1;
+    }
+  }
+  if (s->n_head > 0 && s->n_head % s->n_kv_head != 0) {
+    mt_err_set(e, "model.n_kv_head = %d does not divide model.n_head = %d (each key/value head "
+                  "serves n_head / n_kv_head query heads)", s->n_kv_head, s->n_head);
+    return -1;
+  }
+  if (mt_model_llama(s) && s->n_head > 0 && (s->n_embd / s->n_head) % 2 != 0) {
+    mt_err_set(e, "rotary positions turn channel pairs: the head size model.n_embd / "
+                  "model.n_head = %d must be even", s->n_embd / s->n_head);
+    return -1;
+  }
+  if (s->rope_scaling == MT_ROPE_SCALING_LLAMA3 &&
+      !(s->rope_low_freq_factor < s->rope_high_freq_factor)) {
+    mt_err_set(e, "model.rope_low_freq_factor = %g must be below model.rope_high_freq_factor "
+                  "= %g", s->rope_low_freq_factor, s->rope_high_freq_factor);
+    return -1;
+  }
+  if (mt_model_llama(s) && cfg->moe_experts > 0) {
+    mt_err_set(e, "model.moe_experts = %d with model.arch = llama: SwiGLU experts are not built "
+                  "yet (the MoE blocks are GPT-2's GELU experts)", cfg->moe_experts);
+    return -1;
+  }
+  return 0;
+}
+
 int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e) {
   if (mt_model_preset(cfg->model_preset, s) != 0) {
     mt_err_set(e, "model.preset: unknown preset '%s' (tiny|small|gpt2-124m|custom)",
@@ -93,6 +231,7 @@ int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *
   if (cfg->seq_len > 0) s->seq_len = cfg->seq_len;
   if (cfg->vocab_size > 0) s->vocab = cfg->vocab_size;
   s->vocab_padded = mt_model_pad_vocab(s->vocab, cfg->tp);
+  MT_TRY(e, arch_from_config(cfg, s, e));
   const char *missing = s->n_layer <= 0 ? "model.n_layer" : s->n_embd <= 0 ? "model.n_embd"
                         : s->n_head <= 0 ? "model.n_head" : s->seq_len <= 0 ? "model.seq_len"
                         : NULL;
@@ -126,29 +265,52 @@ int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *
   return moe_shape_from_config(cfg, s, e);
 }
 
+/* the width of the key and value projections (each) */
+static size_t kv_width(const mt_model_shape *s) {
+  return (size_t)s->n_kv_head * (size_t)(s->n_embd / s->n_head);
+}
+
+/* a norm's parameters (LayerNorm: weight and bias; RMSNorm: weight) */
+static size_t norm_params(const mt_model_shape *s) {
+  return (size_t)s->n_embd * (mt_model_llama(s) ? 1 : 2);
+}
+
+/* an MLP of F hidden units: GELU (fc, proj) or SwiGLU (gate, up, proj) */
+static size_t mlp_params(const mt_model_shape *s, size_t F) {
+  size_t C = (size_t)s->n_embd, in = mt_model_llama(s) ? 2 : 1;
+  return in * F * C + C * F + (s->bias ? in * F + C : 0);
+}
+
 /* parameters of a block: every expert (active = 0), or those a token uses */
 static size_t block_params(const mt_model_shape *s, int l, int active) {
-  size_t C = (size_t)s->n_embd;
-  size_t attn = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C; /* ln1, attention, ln2 */
-  if (!mt_model_is_moe(s, l)) return attn + 4 * C * C + 4 * C + 4 * C * C + C;
+  size_t C = (size_t)s->n_embd, Ckv = kv_width(s);
+  size_t attn = 2 * norm_params(s) + (C + 2 * Ckv) * C + C * C + (s->bias ? C + 2 * Ckv + C : 0);
+  if (!mt_model_is_moe(s, l)) return attn + mlp_params(s, (size_t)s->ffn);
   size_t F = (size_t)s->moe_ffn, Fs = (size_t)s->moe_shared * F;
   size_t expert = F * C + F + C * F + C;
   size_t used = active ? (size_t)s->moe_topk : (size_t)s->moe_experts;
-  return attn + (size_t)s->moe_experts * C + used * expert +
-         (Fs ? Fs * C + Fs + C * Fs + C : 0);
+  return attn + (size_t)s->moe_experts * C + used * expert + (Fs ? mlp_params(s, Fs) : 0);
 }
 
-size_t mt_model_num_params(const mt_model_shape *s) {
-  size_t C = (size_t)s->n_embd, n = (size_t)s->vocab * C + (size_t)s->seq_len * C + 2 * C;
+/* the embeddings (the head once more when untied), positions, final norm */
+static size_t outer_params(const mt_model_shape *s) {
+  size_t C = (size_t)s->n_embd, n = (size_t)s->vocab * C * (s->tied ? 1 : 2);
+  return n + (mt_model_llama(s) ? 0 : (size_t)s->seq_len * C) + norm_params(s);
+}
+
+size_t mt_model_num_params(const mt_model_shape *in) {
+  const mt_model_shape full = mt_model_complete(in), *s = &full;
+  size_t n = outer_params(s);
   for (int l = 0; l < s->n_layer; l++) n += block_params(s, l, 0);
   return n;
 }
 
-double mt_model_active_matmul_weights(const mt_model_shape *s) {
-  double C = s->n_embd, n = (double)s->vocab * C;
+double mt_model_active_matmul_weights(const mt_model_shape *in) {
+  const mt_model_shape full = mt_model_complete(in), *s = &full;
+  double C = s->n_embd, n = (double)s->vocab * C, mlp_in = mt_model_llama(s) ? 2.0 : 1.0;
   for (int l = 0; l < s->n_layer; l++) {
-    n += 4.0 * C * C; /* qkv, proj */
-    if (!mt_model_is_moe(s, l)) n += 8.0 * C * C;
+    n += 2.0 * C * C + 2.0 * (double)kv_width(s) * C; /* q, k, v, proj */
+    if (!mt_model_is_moe(s, l)) n += (mlp_in + 1.0) * C * s->ffn;
     else
       n += (double)s->moe_experts * C +
            2.0 * C * (double)s->moe_ffn * ((double)s->moe_topk + (double)s->moe_shared);
@@ -156,8 +318,9 @@ double mt_model_active_matmul_weights(const mt_model_shape *s) {
   return n;
 }
 
-size_t mt_model_active_params(const mt_model_shape *s) {
-  size_t C = (size_t)s->n_embd, n = (size_t)s->vocab * C + (size_t)s->seq_len * C + 2 * C;
+size_t mt_model_active_params(const mt_model_shape *in) {
+  const mt_model_shape full = mt_model_complete(in), *s = &full;
+  size_t n = outer_params(s);
   for (int l = 0; l < s->n_layer; l++) n += block_params(s, l, 1);
   return n;
 }

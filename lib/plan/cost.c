@@ -404,12 +404,9 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     const mt_model_shape *sh = &s.lay.shape; /* MoE: the weights a token uses, as the run counts */
     double tokens = (double)cfg->global_batch * sh->seq_len;
     out->tokens_per_s = tokens / out->step_s;
-    out->model_flops =
-        (sh->moe_experts > 0
-             ? mt_train_flops_per_token_mm(mt_model_active_matmul_weights(sh), sh->n_layer,
-                                           sh->n_embd, sh->seq_len)
-             : mt_train_flops_per_token(sh->n_layer, sh->n_embd, sh->seq_len, sh->vocab)) *
-        tokens;
+    out->model_flops = mt_train_flops_per_token_mm(mt_model_active_matmul_weights(sh),
+                                                   sh->n_layer, sh->n_embd, sh->seq_len) *
+                       tokens;
     out->mfu = out->model_flops / (out->step_s * s.lay.world * p->peak_gflops * 1e9);
     out->headroom = mt_cost_headroom(cfg, p);
     out->fits = out->mem_bytes + out->headroom <= p->mem_bytes;

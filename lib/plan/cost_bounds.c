@@ -56,13 +56,17 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
  * buffers): each element's weights, gradient, master and moments as the
  * ZeRO level shards them */
 static double state_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
-                                const mt_model_shape *sh, int n_l) {
+                                const mt_model_shape *shape, int n_l) {
+  const mt_model_shape full = mt_model_complete(shape), *sh = &full;
   const double C = sh->n_embd, tp = cfg->tp, ndp = (double)cfg->dp * cfg->cp;
-  double per_layer = 12.0 * C * C / tp;
+  /* q, proj; k, v (grouped-query: fewer); the MLP's two or three (SwiGLU) matrices */
+  const double attn = 2.0 * C * C + 2.0 * C * (C / sh->n_head) * sh->n_kv_head;
+  const double mlp = (mt_model_llama(sh) ? 3.0 : 2.0) * C * sh->ffn;
+  double per_layer = (attn + mlp) / tp;
   if (sh->moe_experts > 0) {
     double F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
     double experts = (double)sh->moe_experts / cfg->ep * 2.0 * C * F / cfg->etp;
-    double moe = 4.0 * C * C / tp + experts, dense = per_layer;
+    double moe = attn / tp + experts, dense = per_layer;
     per_layer = moe < dense ? moe : dense; /* which blocks are MoE depends on the stage */
   }
   const double n = n_l * per_layer;
@@ -83,15 +87,16 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
    * layer's kept activations: under recompute the layer's input alone;
    * without, at least the buffers of model.h's mt_gpt_acts that every
    * block keeps (the norms', residuals' and projections' C channels a
-   * position, sp cuts them over tp; q, k, v, attention out and the MLP's
-   * 2 x 4C over tp; MoE blocks without their MLP) */
+   * position, sp cuts them over tp; q, k, v (spread: 3C), attention out and
+   * the MLP's 2 x F (SwiGLU: 3 x F) over tp; MoE blocks without their MLP) */
   const double C = sh->n_embd, tp = cfg->tp, s = cfg->sp ? tp : 1.0;
+  const double F = sh->ffn > 0 ? sh->ffn : 4.0 * C, mlp = (mt_model_llama(sh) ? 3.0 : 2.0) * F;
   const double tokens = (double)cfg->micro_batch * sh->seq_len / cfg->cp;
   const int m = cfg->global_batch / (cfg->dp * cfg->micro_batch);
   const int inflight = cfg->pp == 1 ? 1 : (m < cfg->pp ? m : cfg->pp);
   double per_layer = cfg->recompute ? C / s
                      : sh->moe_experts > 0 ? 4.0 * C / s + 4.0 * C / tp
-                                           : 6.0 * C / s + 12.0 * C / tp;
+                                           : 6.0 * C / s + (4.0 * C + mlp) / tp;
   double act = inflight * l_first * tokens * per_layer * dt->acts;
   double a = state_lower_bound(cfg, dt, sh, l_most), b = state_lower_bound(cfg, dt, sh, l_first);
   return a > b + act ? a : b + act;

@@ -46,17 +46,23 @@ static double attn_fwd_s(const mt_cost_profile *p, double B, double NHl, int T_f
 void mt_cost_dense_layer(const mt_cost_profile *p, const mt_cost_shape *d, double act_bytes,
                          double *lin, double *att) {
   const double BT = d->B * d->T;
-  *lin = mt_cost_gemm_s(p, BT, 3 * d->Cl, d->C, 1) + mt_cost_gemm_s(p, BT, d->C, d->Cl, 1) +
-         mt_cost_gemm_s(p, BT, d->Fl, d->C, 1) + mt_cost_gemm_s(p, BT, d->C, d->Fl, 1);
+  *lin = mt_cost_gemm_s(p, BT, d->Wqkv, d->C, 1) + mt_cost_gemm_s(p, BT, d->C, d->Cl, 1) +
+         mt_cost_gemm_s(p, BT, d->Fin, d->C, 1) + mt_cost_gemm_s(p, BT, d->C, d->Fl, 1);
   *att = attn_fwd_s(p, d->B, d->NHl, d->T_full, d->cp, d->hs, act_bytes);
 }
 
-mt_cost_shape mt_cost_shape_of(const mt_config *cfg, const mt_model_shape *sh, int B) {
+mt_cost_shape mt_cost_shape_of(const mt_config *cfg, const mt_model_shape *shape, int B) {
+  const mt_model_shape full = mt_model_complete(shape), *sh = &full;
   const int tp = cfg->tp;
+  const double hs = (double)sh->n_embd / sh->n_head, Ckv = sh->n_kv_head * hs;
+  /* key/value heads split over tp where it divides them, else all on every rank */
+  const double Ckv_l = sh->n_kv_head % tp == 0 ? Ckv / tp : Ckv;
+  const double Fl = (double)sh->ffn / tp;
   mt_cost_shape d = {.B = B, .T = (double)sh->seq_len / cfg->cp, .C = sh->n_embd,
-                     .Cl = (double)sh->n_embd / tp, .Fl = 4.0 * sh->n_embd / tp,
-                     .NHl = (double)sh->n_head / tp, .hs = (double)sh->n_embd / sh->n_head,
-                     .Vl = (double)mt_model_pad_vocab(sh->vocab, tp) / tp, .T_full = sh->seq_len,
+                     .Cl = (double)sh->n_embd / tp, .Fl = Fl, .NHl = (double)sh->n_head / tp,
+                     .hs = hs, .Vl = (double)mt_model_pad_vocab(sh->vocab, tp) / tp,
+                     .Wqkv = (double)sh->n_embd / tp + 2.0 * Ckv_l,
+                     .Fin = (mt_model_llama(sh) ? 2.0 : 1.0) * Fl, .T_full = sh->seq_len,
                      .cp = cfg->cp};
   return d;
 }
@@ -70,6 +76,7 @@ mt_chunk_cost mt_cost_chunk_compute(const mt_cost_profile *p, const mt_config *c
   const double C = m->shape.n_embd, BT = (double)B * m->T;
   const mt_cost_shape ds = {.B = B, .T = m->T, .C = C, .Cl = m->C_local, .Fl = m->F_local,
                             .NHl = m->NH_local, .hs = C / m->shape.n_head, .Vl = m->V_local,
+                            .Wqkv = m->qkv_local, .Fin = (double)m->F_local * m->mlp_in,
                             .T_full = m->shape.seq_len, .cp = cfg->cp};
   mt_chunk_cost c = {0, 0, 0, 0, 0, 0};
   double lin, att;

@@ -15,6 +15,7 @@
 /* the local shapes of a dense block on one rank (see model.h) */
 typedef struct {
   double B, T, C, Cl, Fl, NHl, hs, Vl;
+  double Wqkv, Fin; /* the q|k|v projection's outputs, the MLP's input projection's (2 Fl: SwiGLU) */
   int T_full, cp;
 } mt_cost_shape;
 

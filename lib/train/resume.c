@@ -76,7 +76,16 @@ static mt_ckpt_meta model_meta(const mt_model_shape *shape) {
   m.moe_every = shape->moe_every;
   m.moe_ffn = shape->moe_ffn;
   m.moe_shared = shape->moe_shared;
+  mt_train_meta_arch(&m, shape);
   return m;
+}
+
+void mt_train_meta_arch(mt_ckpt_meta *m, const mt_model_shape *s) {
+  m->arch = s->arch;
+  m->n_kv_head = s->n_kv_head;
+  m->ffn = s->ffn;
+  m->tied = s->tied;
+  m->bias = s->bias;
 }
 
 /* aux-loss-free MoE balancing: the bias the checkpoint's run routed with
@@ -261,9 +270,10 @@ void mt_train_resume(mt_trainer *t) {
     mt_config_write_ini(cfg, f);
     fclose(f);
     t->metrics_f = mt_train_open_out(cfg->output_dir, "metrics.jsonl", t->resumed_from[0] ? "a" : "w");
-    mt_info0("meshtrain: %s, %zu parameters (L=%d C=%d H=%d T=%d V=%d), mesh dp=%d tp=%d "
-             "pp=%d cp=%d, zero=%d, %d ranks x %d threads",
-             mt_preset_name(cfg->model_preset), mt_model_num_params(s), s->n_layer, s->n_embd,
+    mt_info0("meshtrain: %s (%s: %d key/value heads, MLP %d%s), %zu parameters (L=%d C=%d H=%d "
+             "T=%d V=%d), mesh dp=%d tp=%d pp=%d cp=%d, zero=%d, %d ranks x %d threads",
+             mt_preset_name(cfg->model_preset), mt_arch_name(s->arch), s->n_kv_head, s->ffn,
+             s->tied ? ", tied head" : "", mt_model_num_params(s), s->n_layer, s->n_embd,
              s->n_head, s->seq_len, s->vocab, cfg->dp, cfg->tp, cfg->pp, cfg->cp, cfg->zero,
              t->world_size, mt_kernels_threads());
     if (s->moe_experts > 0)
@@ -304,25 +314,42 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
   int from_preset = cfg->model_preset != defaults.model_preset &&
                     cfg->model_preset != MT_PRESET_CUSTOM &&
                     mt_model_preset(cfg->model_preset, &preset) == 0;
+  /* the architecture's yes/no keys as the checkpoint's 0/1 */
+  int tied = cfg->tie_embeddings == MT_TRI_TRUE, bias = cfg->bias == MT_TRI_TRUE;
+  int arch = (int)cfg->arch;
   struct {
     const char *key;
     int *v, given, from_preset;
     int64_t ckpt;
+    int moe; /* a MoE key: counts only for a MoE checkpoint */
   } k[] = {
-      {"model.n_layer", &cfg->n_layer, cfg->n_layer > 0, from_preset ? preset.n_layer : 0, m.n_layer},
-      {"model.n_embd", &cfg->n_embd, cfg->n_embd > 0, from_preset ? preset.n_embd : 0, m.n_embd},
-      {"model.n_head", &cfg->n_head, cfg->n_head > 0, from_preset ? preset.n_head : 0, m.n_head},
+      {"model.n_layer", &cfg->n_layer, cfg->n_layer > 0, from_preset ? preset.n_layer : 0,
+       m.n_layer, 0},
+      {"model.n_embd", &cfg->n_embd, cfg->n_embd > 0, from_preset ? preset.n_embd : 0, m.n_embd,
+       0},
+      {"model.n_head", &cfg->n_head, cfg->n_head > 0, from_preset ? preset.n_head : 0, m.n_head,
+       0},
       {"model.vocab_size", &cfg->vocab_size, cfg->vocab_size > 0, from_preset ? preset.vocab : 0,
-       m.vocab},
+       m.vocab, 0},
+      {"model.arch", &arch, cfg->arch != MT_ARCH_AUTO, from_preset ? (int)preset.arch : 0, m.arch,
+       0},
+      {"model.n_kv_head", &cfg->n_kv_head, cfg->n_kv_head > 0,
+       from_preset ? preset.n_kv_head : 0, m.n_kv_head, 0},
+      {"model.ffn_size", &cfg->ffn_size, cfg->ffn_size > 0, from_preset ? preset.ffn : 0, m.ffn,
+       0},
+      /* (a preset's tying and biases follow its arch, compared above) */
+      {"model.tie_embeddings", &tied, cfg->tie_embeddings != MT_TRI_AUTO, 0, m.tied, 0},
+      {"model.bias", &bias, cfg->bias != MT_TRI_AUTO, 0, m.bias, 0},
       {"model.moe_experts", &cfg->moe_experts, cfg->moe_experts != defaults.moe_experts, 0,
-       m.moe_experts},
-      {"model.moe_topk", &cfg->moe_topk, cfg->moe_topk != defaults.moe_topk, 0, m.moe_topk},
-      {"model.moe_every", &cfg->moe_every, cfg->moe_every != defaults.moe_every, 0, m.moe_every},
-      {"model.moe_ffn", &cfg->moe_ffn, cfg->moe_ffn != defaults.moe_ffn, 0, m.moe_ffn},
+       m.moe_experts, 1},
+      {"model.moe_topk", &cfg->moe_topk, cfg->moe_topk != defaults.moe_topk, 0, m.moe_topk, 1},
+      {"model.moe_every", &cfg->moe_every, cfg->moe_every != defaults.moe_every, 0, m.moe_every,
+       1},
+      {"model.moe_ffn", &cfg->moe_ffn, cfg->moe_ffn != defaults.moe_ffn, 0, m.moe_ffn, 1},
       {"model.moe_shared", &cfg->moe_shared, cfg->moe_shared != defaults.moe_shared, 0,
-       m.moe_shared}};
+       m.moe_shared, 1}};
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-    if (m.moe_experts == 0 && i >= 5) continue; /* a dense checkpoint: MoE keys do not count */
+    if (m.moe_experts == 0 && k[i].moe) continue; /* a dense checkpoint: MoE keys do not count */
     int64_t have = k[i].given ? *k[i].v : k[i].from_preset;
     if ((k[i].given || k[i].from_preset) && have != k[i].ckpt) {
       mt_err_set(e, "train.init_from: %s = %lld (%s), but %s holds a model with %lld: leave it "
@@ -333,7 +360,7 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
     }
   }
   int seq = cfg->seq_len > 0 ? cfg->seq_len : from_preset ? preset.seq_len : 0;
-  if (seq > m.seq_len) {
+  if (seq > m.seq_len && m.arch != 2) { /* rotary positions (llama) have no table */
     mt_err_set(e, "train.init_from: model.seq_len = %d is longer than the %lld positions %s was "
                   "trained with (its position table has no rows beyond)", seq,
                (long long)m.seq_len, dir);
@@ -345,7 +372,10 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
     return -1;
   }
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-    if (m.moe_experts > 0 || i < 5) *k[i].v = (int)k[i].ckpt;
+    if (m.moe_experts > 0 || !k[i].moe) *k[i].v = (int)k[i].ckpt;
+  cfg->arch = (mt_arch)arch;
+  cfg->tie_embeddings = tied ? MT_TRI_TRUE : MT_TRI_FALSE;
+  cfg->bias = bias ? MT_TRI_TRUE : MT_TRI_FALSE;
   cfg->seq_len = seq > 0 ? seq : (int)m.seq_len;
   cfg->model_preset = MT_PRESET_CUSTOM;
   return 0;

@@ -182,11 +182,10 @@ static void setup_peak(mt_trainer *t) {
     t->peak_source = "measured-sgemm";
   }
   t->peak_flops = t->peak_per_rank * 1e9 * t->world_size;
-  t->flops_per_token = mt_train_flops_per_token(s->n_layer, s->n_embd, s->seq_len, s->vocab);
-  if (s->moe_experts > 0) /* MoE: the matmul weights a token uses (router, its k experts) */
-    t->flops_per_token =
-        mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer, s->n_embd,
-                                    s->seq_len);
+  /* the matmul weights a token uses (grouped-query attention's k and v,
+   * SwiGLU's three; MoE: the router, its k experts): GPT-2's 12 C^2 L + V C */
+  t->flops_per_token = mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer,
+                                                   s->n_embd, s->seq_len);
   t->tokens_per_step = (long long)cfg->global_batch * s->seq_len;
 }
 

@@ -18,5 +18,7 @@ void mt_train_device_json(const mt_trainer *t, cJSON *parent);
 /* tests only: sleep the seconds the environment variable env names (unset:
  * no sleep); a stop signal ends the wait */
 void mt_train_test_sleep(const char *env);
+/* the architecture of shape s into a checkpoint's metadata m (format 1.4) */
+void mt_train_meta_arch(mt_ckpt_meta *m, const mt_model_shape *s);
 
 #endif

@@ -146,7 +146,7 @@ static void hook(void *ctx, int layer) {
 static void run(mt_mesh *mesh, int sp) {
   char tag[64];
   snprintf(tag, sizeof tag, "tp=%d sp=%d", mesh->tp, sp);
-  mt_model_shape s = {3, 48, 4, 16, 100, 0, 0, 0, 0, 0, 0, 0.0};
+  mt_model_shape s = {.n_layer = 3, .n_embd = 48, .n_head = 4, .seq_len = 16, .vocab = 100};
   mt_model_shape s1 = s, sn = s;
   s1.vocab_padded = mt_model_pad_vocab(s.vocab, 1);
   sn.vocab_padded = mt_model_pad_vocab(s.vocab, mesh->tp);

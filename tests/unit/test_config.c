@@ -441,6 +441,12 @@ static void test_round_trip(void) {
                   "train.virtual_hw=h200", "metrics.trace=true", "virtual.moe_skew=1.25",
                   "model.moe_experts=64", "model.moe_topk=6",
                   "model.moe_every=2", "model.moe_ffn=1408", "model.moe_shared=2",
+                  "model.arch=llama", "model.n_kv_head=4", "model.ffn_size=2048",
+                  "model.norm_eps=1.0000000000000001e-05", "model.rope_theta=500000",
+                  "model.rope_scaling=llama3", "model.rope_factor=32",
+                  "model.rope_low_freq_factor=0.5", "model.rope_high_freq_factor=6",
+                  "model.rope_original_len=4096", "model.tie_embeddings=true",
+                  "model.bias=false",
                   "model.moe_capacity=1.25", "train.moe_aux_coef=0.001", "train.moe_z_coef=0.0001",
                   "train.moe_balance=bias", "train.moe_bias_rate=0.002", "train.moe_bias_init=0.25",
                   "parallel.ep_balance=least-loaded", "parallel.ep_balance_alpha=1.3",
@@ -504,6 +510,22 @@ static const struct {
     {"model.preset", "small", MT_PRESET_SMALL},
     {"model.preset", "gpt2-124m", MT_PRESET_GPT2_124M},
     {"model.preset", "custom", MT_PRESET_CUSTOM},
+    {"model.preset", "tiny-llama", MT_PRESET_TINY_LLAMA},
+    {"model.preset", "llama-124m", MT_PRESET_LLAMA_124M},
+    {"model.preset", "llama3-8b", MT_PRESET_LLAMA3_8B},
+    {"model.preset", "llama3-70b", MT_PRESET_LLAMA3_70B},
+    {"model.preset", "llama3-405b", MT_PRESET_LLAMA3_405B},
+    {"model.arch", "auto", MT_ARCH_AUTO},
+    {"model.arch", "gpt2", MT_ARCH_GPT2},
+    {"model.arch", "llama", MT_ARCH_LLAMA},
+    {"model.tie_embeddings", "auto", MT_TRI_AUTO},
+    {"model.tie_embeddings", "true", MT_TRI_TRUE},
+    {"model.tie_embeddings", "false", MT_TRI_FALSE},
+    {"model.bias", "auto", MT_TRI_AUTO},
+    {"model.bias", "true", MT_TRI_TRUE},
+    {"model.bias", "false", MT_TRI_FALSE},
+    {"model.rope_scaling", "none", MT_ROPE_SCALING_NONE},
+    {"model.rope_scaling", "llama3", MT_ROPE_SCALING_LLAMA3},
     {"train.moe_balance", "aux", MT_MOE_BALANCE_AUX},
     {"train.moe_balance", "bias", MT_MOE_BALANCE_BIAS},
     {"train.moe_balance", "none", MT_MOE_BALANCE_NONE},
@@ -550,6 +572,10 @@ enum { N_CHOICES = (int)(sizeof g_choices / sizeof g_choices[0]) };
  * none, a failure) */
 static const char *typed_name(const char *key, int v) {
   if (!strcmp(key, "model.preset")) return mt_preset_name((mt_preset)v);
+  if (!strcmp(key, "model.arch")) return mt_arch_name((mt_arch)v);
+  if (!strcmp(key, "model.tie_embeddings") || !strcmp(key, "model.bias"))
+    return mt_tristate_name((mt_tristate)v);
+  if (!strcmp(key, "model.rope_scaling")) return mt_rope_scaling_name((mt_rope_scaling)v);
   if (!strcmp(key, "train.moe_balance")) return mt_moe_balance_name((mt_moe_balance)v);
   if (!strcmp(key, "train.device")) return mt_device_kind_name((mt_device_kind)v);
   if (!strcmp(key, "train.precision")) return mt_precision_name((mt_precision)v);

@@ -15,11 +15,14 @@
  * - softmax_xent: padded columns get probability exactly 0 and gradient
  *   exactly 0; loss = -log p[target]; in-place (aliased) calls.
  * - adamw_update against a scalar double reference for 3 steps.
+ * - rmsnorm, swiglu and rope (the Llama block's) against double formulas and
+ *   finite differences; rope's inverse undoes it.
  * - Backward ops accumulate: a second call doubles the gradient.
  * - Determinism: attention forward+backward twice at 2 threads, same bits.
  * Any mismatch prints "FAIL: <op> ..." and the test exits 1. */
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "model/model.h"
 #include "../check.h"
 #include "../test_rng.h"
 
@@ -453,6 +456,122 @@ static void test_gelu_residual(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* the Llama block's ops: RMSNorm, SwiGLU, rotary embedding            */
+
+typedef struct {
+  int N, C, F, T, nh, hs, inverse;
+  float *inp, *w, *out, *rstd, *cs;
+  const float *R;
+} llama_ctx;
+
+static double rmsnorm_loss(void *p) {
+  llama_ctx *c = p;
+  ops->rmsnorm_forward(MT_DT_F32, c->out, c->rstd, c->inp, c->w, c->N, c->C, 1e-5f);
+  return dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static double swiglu_loss(void *p) {
+  llama_ctx *c = p;
+  ops->swiglu_forward(MT_DT_F32, c->out, c->inp, c->N, c->F);
+  return dot(c->out, c->R, (size_t)c->N * c->F);
+}
+
+/* rope in place: out = rope(copy of inp), rows (N = B T) of nh heads at ld nh hs */
+static double rope_loss(void *p) {
+  llama_ctx *c = p;
+  size_t n = (size_t)c->N * c->nh * c->hs;
+  memcpy(c->out, c->inp, n * sizeof(float));
+  ops->rope(MT_DT_F32, c->out, (size_t)c->nh * c->hs, c->N / c->T, c->T, c->nh, c->hs, c->cs,
+            c->inverse);
+  return dot(c->out, c->R, n);
+}
+
+static void test_llama_ops(void) {
+  printf("rmsnorm, swiglu, rope\n");
+  int N = 10, C = 8, F = 6;
+  size_t n = (size_t)N * C;
+  float *inp = rand_tensor(n, -2, 2), *w = rand_tensor(C, 0.5f, 1.5f), *out = zeros(n);
+  float *rstd = zeros(N), *R = rand_tensor(n, -1, 1);
+  llama_ctx ctx = {.N = N, .C = C, .inp = inp, .w = w, .out = out, .rstd = rstd, .R = R};
+  rmsnorm_loss(&ctx);
+  double *ref = malloc(n * sizeof(double));
+  for (int i = 0; i < N; i++) {
+    double ss = 0.0;
+    for (int c = 0; c < C; c++) ss += (double)inp[i * C + c] * inp[i * C + c];
+    for (int c = 0; c < C; c++) ref[i * C + c] = inp[i * C + c] / sqrt(ss / C + 1e-5) * w[c];
+  }
+  mt_check_err("rmsnorm_forward vs double reference", rel_err_max(out, ref, n), REF_TOL);
+  float *dinp = zeros(n), *dw = zeros(C);
+  ops->rmsnorm_backward(MT_DT_F32, dinp, dw, R, inp, w, rstd, N, C);
+  mt_check_err("rmsnorm_backward dinp vs finite diff",
+               gradcheck(rmsnorm_loss, &ctx, inp, dinp, n, 1), FD_TOL);
+  mt_check_err("rmsnorm_backward dw vs finite diff", gradcheck(rmsnorm_loss, &ctx, w, dw, C, 1),
+               FD_TOL);
+  rmsnorm_loss(&ctx);
+  float *dinp1 = copy_of(dinp, n), *dw1 = copy_of(dw, C);
+  ops->rmsnorm_backward(MT_DT_F32, dinp, dw, R, inp, w, rstd, N, C);
+  mt_check_err("rmsnorm_backward accumulates (dinp x2)", accum_err(dinp1, dinp, n), ACCUM_TOL);
+  mt_check_err("rmsnorm_backward accumulates (dw x2)", accum_err(dw1, dw, C), ACCUM_TOL);
+  free(inp), free(w), free(out), free(rstd), free(R), free(ref), free(dinp), free(dw);
+  free(dinp1), free(dw1);
+
+  /* SwiGLU: rows gate | up */
+  size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
+  inp = rand_tensor(ni, -4, 4), out = zeros(no), R = rand_tensor(no, -1, 1);
+  ctx = (llama_ctx){.N = N, .F = F, .inp = inp, .out = out, .R = R};
+  swiglu_loss(&ctx);
+  ref = malloc(no * sizeof(double));
+  for (int i = 0; i < N; i++)
+    for (int f = 0; f < F; f++) {
+      double g = inp[(size_t)i * 2 * F + f], u = inp[(size_t)i * 2 * F + F + f];
+      ref[(size_t)i * F + f] = g / (1.0 + exp(-g)) * u;
+    }
+  mt_check_err("swiglu_forward vs double silu(gate) up", rel_err_max(out, ref, no), REF_TOL);
+  dinp = zeros(ni);
+  ops->swiglu_backward(MT_DT_F32, dinp, inp, R, N, F);
+  mt_check_err("swiglu_backward dinp vs finite diff",
+               gradcheck(swiglu_loss, &ctx, inp, dinp, ni, 1), FD_TOL);
+  dinp1 = copy_of(dinp, ni);
+  ops->swiglu_backward(MT_DT_F32, dinp, inp, R, N, F);
+  mt_check_err("swiglu_backward accumulates (dinp x2)", accum_err(dinp1, dinp, ni), ACCUM_TOL);
+  free(inp), free(out), free(R), free(ref), free(dinp), free(dinp1);
+
+  /* rope: B = 2 sequences of T = 5 rows, 3 heads of 8; the table from the
+   * model's formula at positions 7.. (a cp chunk's) */
+  int T = 5, nh = 3, hs = 8, Nr = 2 * T;
+  size_t nr = (size_t)Nr * nh * hs;
+  mt_model_shape sh = {.n_embd = nh * hs, .n_head = nh, .arch = MT_ARCH_LLAMA,
+                       .rope_theta = 10000.0};
+  int pos[5] = {7, 8, 9, 10, 11};
+  float *cs = zeros((size_t)T * hs);
+  mt_model_rope_table(&sh, pos, T, cs);
+  inp = rand_tensor(nr, -2, 2), out = zeros(nr), R = rand_tensor(nr, -1, 1);
+  ctx = (llama_ctx){.N = Nr, .T = T, .nh = nh, .hs = hs, .inp = inp, .out = out, .cs = cs, .R = R};
+  rope_loss(&ctx);
+  ref = malloc(nr * sizeof(double));
+  for (int r = 0; r < Nr; r++)
+    for (int h = 0; h < nh; h++)
+      for (int d = 0; d < hs / 2; d++) {
+        double a = pos[r % T] * pow(10000.0, -2.0 * d / hs);
+        size_t i1 = ((size_t)r * nh + h) * hs + d, i2 = i1 + hs / 2;
+        ref[i1] = inp[i1] * cos(a) - inp[i2] * sin(a);
+        ref[i2] = inp[i2] * cos(a) + inp[i1] * sin(a);
+      }
+  mt_check_err("rope vs double rotation", rel_err_max(out, ref, nr), REF_TOL);
+  /* backward: the inverse turn of the gradient is the forward's transpose */
+  float *g = copy_of(R, nr), *x = copy_of(inp, nr);
+  ops->rope(MT_DT_F32, g, (size_t)nh * hs, 2, T, nh, hs, cs, 1);
+  mt_check_err("rope inverse (backward) vs finite diff", gradcheck(rope_loss, &ctx, inp, g, nr, 1),
+               FD_TOL);
+  ops->rope(MT_DT_F32, x, (size_t)nh * hs, 2, T, nh, hs, cs, 0);
+  ops->rope(MT_DT_F32, x, (size_t)nh * hs, 2, T, nh, hs, cs, 1);
+  double back = 0.0;
+  for (size_t i = 0; i < nr; i++) back = mt_worst(back, fabs((double)x[i] - inp[i]));
+  mt_check_err("rope then its inverse gives the input back", back, 1e-6);
+  free(inp), free(out), free(R), free(ref), free(cs), free(g), free(x);
+}
+
+/* ------------------------------------------------------------------ */
 /* softmax + cross-entropy                                             */
 
 typedef struct {
@@ -595,6 +714,7 @@ int main(void) {
   test_matmul();
   test_attention();
   test_gelu_residual();
+  test_llama_ops();
   test_softmax_xent();
   test_adamw();
   test_determinism();

@@ -317,7 +317,7 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
 int main(void) {
   g_rng = 0x3243F6A8885A308Dull; /* this test's inputs */
   mt_kernels_set_threads(1);
-  mt_model_shape tiny, wide = {3, 48, 4, 16, 130, 0, 0, 0, 0, 0, 0, 0.0};
+  mt_model_shape tiny, wide = {.n_layer = 3, .n_embd = 48, .n_head = 4, .seq_len = 16, .vocab = 130};
   if (mt_model_preset(MT_PRESET_TINY, &tiny) != 0) return 1;
   for (int tp = 1; tp <= 4; tp *= 2)
     for (int sp = 0; sp <= 1; sp++) {

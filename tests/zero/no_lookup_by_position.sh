@@ -34,7 +34,7 @@ scan() {
 }
 scan lib apps || fail "tensors found by position or by a name (see above)"
 # and the model's views are bound by name lookups
-grep -rq 'mt_registry_findf(r, "blocks.%d.attn.qkv.weight"' lib/model || fail "no name lookup in the model"
+grep -rq 'mt_registry_findf(r, "blocks.%d.attn.proj.weight"' lib/model || fail "no name lookup in the model"
 
 # planted offences: each kind, in a copy of a ckpt source file, must be found
 plant="$WORK/plant/lib/ckpt/core"

@@ -32,6 +32,8 @@ import sys
 
 # (function, variable): why it may touch float elements on the host
 ALLOWED = {
+    ("mt_model_rope_table", "inv"): "rotary frequencies: hs/2 floats computed once on the host",
+    ("mt_model_rope_table", "cs"): "rotary cos|sin table: computed once on the host, then uploaded",
     ("routed_forward", "psum"): "the load-balancing loss figure: S x E downloaded sums",
     ("routed_forward", "frac"): "the load-balancing loss figure: S x E downloaded fractions",
     ("mt_ep_route", "host"): "routing fractions from the host-side integer routing, uploaded",

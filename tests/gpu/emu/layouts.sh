@@ -1,6 +1,8 @@
 # meshtrain on emulated GPUs, one per rank, in the layouts that move device
 # buffers over every kind of group: dp 2, tp 2 with sequence parallelism,
-# pp 2 (1F1B), cp 2 (ring), ep 2 (a MoE model), dp 2 with ZeRO-3. Each:
+# pp 2 (1F1B), cp 2 (ring), ep 2 (a MoE model), dp 2 with ZeRO-3, and the
+# tiny Llama with one key/value head at tp 2 with sp (the head on both
+# ranks, its gradients summed over tp on the device). Each:
 #   - every step's loss within 1e-4 relative of the same layout on the CPU
 #     backend (fp32 both; summation orders differ);
 #   - summary.json's device.groups: every group that carries device traffic
@@ -59,6 +61,8 @@ layout pp2 2 pp --set parallel.pp=2 --set parallel.schedule=1f1b --set train.mic
 layout cp2ring 2 cp,dp_cp --set parallel.cp=2 --set parallel.cp_mode=ring --set train.micro_batch=4
 layout ep2moe 2 ep,dp_cp "${MOE[@]}" --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=4
 layout dp2z3 2 dp_cp --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=4
+layout llamatp2sp 2 tp --set model.preset=tiny-llama --set model.n_kv_head=1 --set parallel.tp=2 \
+  --set parallel.sp=true --set train.micro_batch=4
 # one visible GPU per rank, each its own (CUDA_VISIBLE_DEVICES = the local rank)
 mt_mpirun 2 bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ \
   "$MT_BIN/meshtrain" "${C[@]}" --set parallel.dp=2 --set train.micro_batch=4 \
