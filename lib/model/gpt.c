@@ -1,6 +1,6 @@
 /* The GPT model composed of its modules: life cycle, the views of its state
- * (bound unit by unit), the vocabulary-parallel embedding and LM head, and
- * the passes over layer ranges as lists of pieces. */
+ * (bound unit by unit), and the passes over layer ranges as lists of
+ * pieces (the embedding and the LM head: head.c). */
 #include "model/model_internal.h"
 
 #include <stdlib.h>
@@ -487,107 +487,6 @@ void mt_gpt_zero_grad(mt_gpt *m) {
 }
 
 /* ------------------------------------------------------------------ */
-/* the embedding and the head                                          */
-
-/* The vocabulary-parallel embedding of the micro-batch's tokens with the
- * positions of this rank's chunks: out (BT,C) = wte[token] (rows held here)
- * + wpe[position] (wpe NULL: none). One call for one chunk (cp = 1: the
- * whole sequence from position 0), else one per sequence and chunk. */
-static void embed_forward(mt_gpt *m, mt_act *out, const mt_act *wpe, int B) {
-  const mt_cp_layout *l = &m->attn.lay;
-  const int C = m->shape.n_embd, T = m->T, len = l->chunk_len;
-  for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
-    for (int c = 0; c < l->n_chunks; c++) {
-      size_t r0 = (size_t)b * T + (size_t)c * len;
-      m->ops->encoder_vp_forward(m->dt, mt_act_at(m->es, out, r0 * C), m->tok_in + r0,
-                m->p.wte, m->v_start, m->V_local,
-                mt_act_at(m->es, wpe, (size_t)l->chunk_pos[c] * C), l->n_chunks == 1 ? B : 1,
-                len, C);
-    }
-}
-
-/* Its backward: dwte[token] += dout (rows held here), dwpe[position] += dout. */
-static void embed_backward(mt_gpt *m, const mt_act *dout, int B) {
-  const mt_cp_layout *l = &m->attn.lay;
-  const int C = m->shape.n_embd, T = m->T, len = l->chunk_len;
-  for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
-    for (int c = 0; c < l->n_chunks; c++) {
-      size_t r0 = (size_t)b * T + (size_t)c * len;
-      m->ops->encoder_vp_backward(m->dt, m->g.wte,
-                m->g.wpe ? (float *)m->g.wpe + (size_t)l->chunk_pos[c] * C : NULL,
-                mt_act_at(m->es, dout, r0 * C),
-                m->tok_in + r0, m->v_start, m->V_local, l->n_chunks == 1 ? B : 1, len, C);
-    }
-}
-
-/* The micro-batch's tokens into backend memory (the kernels read them
- * there); called before each use, since pipeline stages interleave
- * micro-batches. */
-static void stage_tokens(mt_gpt *m, const int *inputs, const int *targets, int B) {
-  size_t bytes = (size_t)B * m->T * sizeof(int);
-  if (inputs) m->ops->upload(m->tok_in, inputs, bytes);
-  if (targets) m->ops->upload(m->tok_tgt, targets, bytes);
-}
-
-/* Vocabulary-parallel embedding: rows held here, zeros for the rest, and
- * the positions once (tp rank 0); summed over tp like a row-parallel
- * output. */
-static void embed_piece_forward(mt_gpt *m, const mt_pass_args *x) {
-  stage_tokens(m, x->inputs, NULL, x->B);
-  embed_forward(m, mt_linear_row_partial(&m->tp, x->a->encoded), m->tp.rank == 0 ? m->p.wpe : NULL,
-                x->B);
-  mt_linear_row_reduce(&m->tp, x->a->encoded, x->B);
-}
-
-/* the LM head's weight (or gradient) in t: wte when tied */
-static mt_act *head_w(const mt_gpt *m, const mt_gpt_tensors *t) {
-  return m->shape.tied ? t->wte : t->lm_head;
-}
-
-/* The final norm and the LM head: vocabulary-parallel logits, then
- * the cross-entropy from row statistics summed over tp (the logits never
- * move). Returns the sum of the B*T position losses. */
-static double head_forward(mt_gpt *m, const mt_pass_args *x) {
-  const mt_ops *o = m->ops;
-  mt_gpt_acts *a = x->a;
-  const int B = x->B, BT = B * m->T, BTs = B * m->T_sp;
-  const int Vl = m->V_local, v0 = m->v_start, nreal = m->v_real;
-  const size_t bt = (size_t)BT;
-  stage_tokens(m, NULL, x->targets, B);
-  const mt_act *last = mt_gpt_range_output(m, a, x->l1 - x->l0, B);
-  mt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs);
-  mt_linear_col_forward(&m->tp, a->logits, a->lnf, head_w(m, &m->p), NULL, B, Vl);
-  o->xent_vp_max(m->dt, m->rowmax, a->logits, BT, Vl, nreal);
-  mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
-  /* the exps are only summed here, and the probabilities formed from the
-   * logits in finish, in place */
-  o->xent_vp_exp(m->dt, m->xent_stats, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
-  mt_tp_allreduce_f64(&m->tp, m->xent_stats, 2 * bt);
-  o->xent_vp_finish(m->dt, a->losses, a->logits, a->logits, m->xent_stats, m->rowmax, BT, Vl,
-                    nreal);
-  return o->sum(MT_DT_F32, a->losses, bt);
-}
-
-/* loss -> logits (in place over the probabilities, kept there for the
- * weight pass) -> lnf -> the residual stream's gradient m->d.residual3 */
-static void head_backward(mt_gpt *m, const mt_pass_args *x) {
-  const mt_ops *o = m->ops;
-  mt_gpt_acts *a = x->a;
-  const int B = x->B, C = m->shape.n_embd, BT = B * m->T, BTs = B * m->T_sp;
-  const int Vl = m->V_local;
-  stage_tokens(m, NULL, x->targets, B);
-  o->xent_vp_backward(m->dt, a->logits, a->logits, m->tok_tgt, m->v_start, x->dloss,
-            BT, Vl, m->v_real);
-  const mt_act *dln = mt_linear_col_backward(&m->tp, m->d.ln1, head_w(m, &m->g), NULL,
-                                             a->logits, x->input_only ? NULL : a->lnf,
-                                             head_w(m, &m->p), B, Vl);
-  o->zero(m->dt, m->d.residual3, (size_t)BTs * C);
-  mt_norm_backward(m, m->d.residual3, m->g.lnf_w, m->g.lnf_b, dln,
-                   mt_gpt_range_output(m, a, x->l1 - x->l0, B), m->p.lnf_w, a->lnf_mean,
-                   a->lnf_rstd, BTs);
-}
-
-/* ------------------------------------------------------------------ */
 /* passes                                                              */
 
 static mt_piece piece(mt_piece_kind kind, int layer) {
@@ -702,23 +601,13 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
   }
   switch (p->kind) {
   case MT_PIECE_EMBED:
-    if (pass == MT_PASS_FORWARD) {
-      embed_piece_forward(m, x);
-    } else {
-      /* every rank sees the whole gradient of the embedding output: its wte
-       * rows and all of wpe get their full gradients, no sum over tp needed */
-      stage_tokens(m, x->inputs, NULL, B);
-      embed_backward(m, mt_linear_row_dout(&m->tp, dres, B), B);
-    }
+    if (pass == MT_PASS_FORWARD) mt_embed_forward(m, x);
+    else mt_embed_backward(m, dres, x);
     return 0.0;
   case MT_PIECE_HEAD:
-    if (pass == MT_PASS_FORWARD) return head_forward(m, x);
-    if (pass == MT_PASS_BACKWARD) {
-      head_backward(m, x);
-    } else { /* the LM head's weight gradient: a->logits holds d(logits) since the input pass */
-      mt_linear_col_backward_weight(&m->tp, head_w(m, &m->g), NULL, a->logits, a->lnf, B,
-                                    m->V_local);
-    }
+    if (pass == MT_PASS_FORWARD) return mt_head_forward(m, x);
+    if (pass == MT_PASS_BACKWARD) mt_head_backward(m, x);
+    else mt_head_backward_weight(m, x);
     return 0.0;
   case MT_PIECE_DOUT:
     m->ops->copy(m->dt, dres, x->dout, (size_t)B * m->T_sp * m->shape.n_embd);

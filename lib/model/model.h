@@ -1,6 +1,8 @@
 /* model: GPT-2 (learned positions, pre-LayerNorm, causal multi-head
  * attention, GELU MLP, tied input/output embedding, optionally
- * Mixture-of-Experts blocks) over local shards, as modules:
+ * Mixture-of-Experts blocks) and Llama (RMSNorm, rotary positions, SwiGLU,
+ * grouped-query attention, untied head: mt_model_shape's arch) over local
+ * shards, as modules:
  *
  *   shape.c        shapes and presets, parameter counts
  *   register.c     the tensors in the registry, with their placements
@@ -13,8 +15,9 @@
  *                  (moe_dispatch.c), grouped experts, combine
  *   acts.c         where a micro-batch's activations live
  *   block.c        a transformer block from the pieces above
- *   gpt.c          the model: life cycle, views of the state, embedding,
- *                  head, passes over layer ranges
+ *   head.c         the embedding and the LM head with its cross-entropy
+ *   gpt.c          the model: life cycle, views of the state, passes over
+ *                  layer ranges
  *
  * Every tensor lives in flat buffers laid out by the registry; the structs
  * below only name the pieces. All compute goes through mt_ops, all

@@ -242,6 +242,20 @@ static inline mt_act *mt_act_at(size_t es, const mt_act *p, size_t i) {
 }
 
 /* ------------------------------------------------------------------ */
+/* the embedding and the LM head (head.c)                              */
+
+/* The embedding of x's tokens into x->a->encoded (summed over tp), and its
+ * backward from the residual stream's gradient dres. */
+void mt_embed_forward(mt_gpt *m, const mt_pass_args *x);
+void mt_embed_backward(mt_gpt *m, const mt_act *dres, const mt_pass_args *x);
+/* The final norm, the logits and the cross-entropy: returns the sum of the
+ * B*T position losses. Backward: into m->d.residual3 (the LM head's weight
+ * gradient too unless x->input_only; then mt_head_backward_weight). */
+double mt_head_forward(mt_gpt *m, const mt_pass_args *x);
+void mt_head_backward(mt_gpt *m, const mt_pass_args *x);
+void mt_head_backward_weight(mt_gpt *m, const mt_pass_args *x);
+
+/* ------------------------------------------------------------------ */
 /* a transformer block (block.c)                                       */
 
 /* The model's norm over (N, C) rows: LayerNorm (mean, rstd and the bias
