@@ -93,7 +93,7 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *shape,
   int partial = lay->sp && tp > 1;
   /* key/value heads split over tp where tp divides them, else every rank
    * holds them all and uses those of its query heads: partial gradients */
-  const int kv_split = s->n_kv_head % tp == 0;
+  const int kv_split = s->n_kv_head % tp == 0, kv_partial = !kv_split && tp > 1;
   const mt_placement kv_place = kv_split ? mt_sharded(0, 1) : mt_replicated();
   const float std = 0.02f, proj_std = std / sqrtf(2.0f * (float)s->n_layer);
   mt_registry_init(r, tp, lay->tp_rank);
@@ -140,15 +140,15 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *shape,
       int64_t kv[2] = {Ckv, C};
       reg2(&c, NAME("attn.q.weight"), C, C, mt_sharded(0, 1), std);
       reg_tensor(&c, NAME("attn.k.weight"), 2, kv, kv_place, MT_INIT_NORMAL, std, 1,
-                 !kv_split && tp > 1);
+                 kv_partial);
       reg_tensor(&c, NAME("attn.v.weight"), 2, kv, kv_place, MT_INIT_NORMAL, std, 1,
-                 !kv_split && tp > 1);
+                 kv_partial);
       if (s->bias) {
         reg_bias(&c, NAME("attn.q.bias"), C, mt_sharded(0, 1));
         reg_tensor(&c, NAME("attn.k.bias"), 1, &Ckv, kv_place, MT_INIT_ZEROS, 0.0f, 0,
-                   !kv_split && tp > 1);
+                   kv_partial);
         reg_tensor(&c, NAME("attn.v.bias"), 1, &Ckv, kv_place, MT_INIT_ZEROS, 0.0f, 0,
-                   !kv_split && tp > 1);
+                   kv_partial);
       }
     }
     reg2(&c, NAME("attn.proj.weight"), C, C, mt_sharded(1, 1), proj_std);
