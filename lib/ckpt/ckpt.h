@@ -228,6 +228,10 @@ int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_con
 /* the step directory spec names, and the root attributes there */
 int mt_ckpt_find(const char *spec, char *dir, size_t len, mt_err *e);
 int mt_ckpt_read_meta_of(const char *spec, char *dir, size_t len, mt_ckpt_meta *m, mt_err *e);
+/* the configuration the checkpoint stores (the INI text of the run that
+ * wrote it, or of the import that made it): *text malloc'd on every rank,
+ * "" when it stores none */
+int mt_ckpt_read_config_of(const char *spec, char *dir, size_t len, char **text, mt_err *e);
 /* schema, layout (the one that wrote it, and the one a conversion laid it
  * out for), sizes, stored types; list_tensors: one line per tensor */
 int mt_ckpt_inspect(const char *spec, int list_tensors, FILE *out, mt_err *e);
