@@ -28,3 +28,30 @@ hf_refused() {
   [ ! -e "$WORK/out_$name/step_0" ] || fail "$name: a checkpoint was written"
   echo "ok   $name: $(grep error: "$WORK/$name.log")"
 }
+# hf_step_loss NAME NP INIT SEQS ARGS...: the loss of the first step of
+# meshtrain on NP ranks started from checkpoint INIT (train.init_from: its
+# shape) on the windows of the byte file SEQS, a global batch of 4, into
+# $loss (output.dir $WORK/NAME)
+hf_step_loss() {
+  local name=$1 np=$2 init=$3 seqs=$4; shift 4
+  mt_train "$name" "$np" --set data.train="$seqs" --set data.val="$seqs" \
+    --set train.global_batch=4 --set train.steps=1 --set train.eval_every=0 \
+    --set train.init_from="$init" --set output.dir="$WORK/$name" "$@"
+  loss=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" \
+    "$WORK/$name/metrics.jsonl")
+}
+# hf_close WHAT REF GOT RTOL: |GOT - REF| <= RTOL x |REF| (printed), else the test fails
+hf_close() {
+  python3 - "$@" <<'PY' || fail "$1: meshtrain's loss is not the reference's within $4 (relative)"
+import sys
+what, ref, got, rtol = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+d = abs(got - ref) / abs(ref)
+print(f"{what}: reference {ref:.9f}, meshtrain {got:.9f}, relative difference {d:.1e}")
+sys.exit(0 if d <= rtol else 1)
+PY
+}
+# hf_same_params A B: checkpoints A and B hold the same parameters bitwise
+hf_same_params() {
+  "$MT_BIN/meshckpt" diff "$1" "$2" > "$WORK/diff.log" && grep -q "^diff: equal (every tensor bitwise" "$WORK/diff.log" \
+    || { cat "$WORK/diff.log"; fail "$2 is not the parameters of $1 bitwise"; }
+}
