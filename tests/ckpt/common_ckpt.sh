@@ -55,3 +55,27 @@ hf_same_params() {
   "$MT_BIN/meshckpt" diff "$1" "$2" > "$WORK/diff.log" && grep -q "^diff: equal (every tensor bitwise" "$WORK/diff.log" \
     || { cat "$WORK/diff.log"; fail "$2 is not the parameters of $1 bitwise"; }
 }
+# rewrite NAME PYTHON: a copy of the Hugging Face export $WORK/hf (one
+# model.safetensors) whose tensors (dict t: name -> [dtype, shape, bytes]) and
+# config (cfg) PYTHON edits, written again as $WORK/NAME
+rewrite() {
+  rm -rf "${WORK:?}/$1"; cp -r "$WORK/hf" "$WORK/$1"
+  python3 - "$WORK/$1" "$2" <<'PY'
+import json, struct, sys
+d, edit = sys.argv[1], sys.argv[2]
+blob = open(f"{d}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+h = json.loads(blob[8:8 + n])
+meta = h.pop("__metadata__", {})
+t = {k: [v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]]] for k, v in h.items()}
+cfg = json.load(open(f"{d}/config.json"))
+exec(edit)
+out, off, data = {"__metadata__": meta}, 0, b""
+for k, (dt, shape, raw) in t.items():
+    out[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+    off += len(raw); data += raw
+hdr = json.dumps(out).encode(); hdr += b" " * (-len(hdr) % 8)
+open(f"{d}/model.safetensors", "wb").write(struct.pack("<Q", len(hdr)) + hdr + data)
+json.dump(cfg, open(f"{d}/config.json", "w"))
+PY
+}

@@ -51,29 +51,6 @@ python3 -c "import sys; d = abs(float(sys.argv[1]) - float(sys.argv[2])); print(
 
 # bad input: one line each, exit 2, nothing written (on 2 ranks)
 bad() { hf_refused 2 "$@"; } # NAME REGEX
-# rewrite NAME PYTHON: a copy of the export whose tensors (dict name -> [dtype,
-# shape, bytes]) and config (cfg) PYTHON edits; the file is written again
-rewrite() {
-  rm -rf "${WORK:?}/$1"; cp -r "$WORK/hf" "$WORK/$1"
-  python3 - "$WORK/$1" "$2" <<'PY'
-import json, struct, sys
-d, edit = sys.argv[1], sys.argv[2]
-blob = open(f"{d}/model.safetensors", "rb").read()
-n = struct.unpack("<Q", blob[:8])[0]
-h = json.loads(blob[8:8 + n])
-meta = h.pop("__metadata__", {})
-t = {k: [v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]]] for k, v in h.items()}
-cfg = json.load(open(f"{d}/config.json"))
-exec(edit)
-out, off, data = {"__metadata__": meta}, 0, b""
-for k, (dt, shape, raw) in t.items():
-    out[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
-    off += len(raw); data += raw
-hdr = json.dumps(out).encode(); hdr += b" " * (-len(hdr) % 8)
-open(f"{d}/model.safetensors", "wb").write(struct.pack("<Q", len(hdr)) + hdr + data)
-json.dump(cfg, open(f"{d}/config.json", "w"))
-PY
-}
 rm -rf "$WORK/truncated"; cp -r "$WORK/hf" "$WORK/truncated"; truncate -s 100 "$WORK/truncated/model.safetensors"
 bad truncated "model.safetensors: truncated header"
 rewrite wrong_shape 'x = t["transformer.h.1.attn.c_attn.weight"]; x[1] = [32, 64]; x[2] = x[2][:32 * 64 * 4]'

@@ -69,6 +69,7 @@ typedef struct {
   const char *path;
   const cJSON *o;
   mt_err *e;
+  const char *scope; /* of the object's keys in messages: "" or "rope_scaling." */
 } reader;
 
 /* the value of key as a message shows it: 'text', a number, or "not given" */
@@ -88,7 +89,7 @@ static const char *shown(const reader *r, const char *key, char *buf, size_t len
 /* one line: "<path>: <key> = <value> <why>" */
 static int refuse(const reader *r, const char *key, const char *why) {
   char v[64];
-  mt_err_set(r->e, "%s: %s = %s %s", r->path, key, shown(r, key, v, sizeof v), why);
+  mt_err_set(r->e, "%s: %s%s = %s %s", r->path, r->scope, key, shown(r, key, v, sizeof v), why);
   return -1;
 }
 
@@ -215,7 +216,7 @@ static int read_rope_scaling(const reader *r, mt_ckpt_hf_config *c) {
                      "none or llama3", r->path, t);
     return -1;
   }
-  reader sub = {r->path, rs, r->e};
+  reader sub = {r->path, rs, r->e, "rope_scaling."};
   c->rope_scaling = MT_ROPE_SCALING_LLAMA3;
   MT_TRY(r->e, get_num(&sub, "factor", -1, 0.999999, 1024, &c->rope_factor));
   MT_TRY(r->e, get_num(&sub, "low_freq_factor", -1, 0, 1024, &c->rope_low_freq_factor));
@@ -308,7 +309,7 @@ int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_hf_config *c, mt_err *e) {
   if (!text) return mt_err_pass(e);
   cJSON *o = cJSON_Parse(text);
   free(text);
-  reader r = {path, o, e};
+  reader r = {path, o, e, ""};
   const cJSON *mt = cJSON_GetObjectItem(o, "model_type");
   const char *type = cJSON_IsString(mt) ? mt->valuestring : "?";
   if (!cJSON_IsObject(o))
