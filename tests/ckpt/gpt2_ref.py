@@ -87,7 +87,12 @@ def loss_numpy(hfdir, windows):
 def loss_torch(hfdir, windows):
     import torch
     from transformers import GPT2LMHeadModel
-    model = GPT2LMHeadModel.from_pretrained(hfdir, torch_dtype=torch.float64).eval()
+    model, info = GPT2LMHeadModel.from_pretrained(hfdir, torch_dtype=torch.float64,
+                                                  output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v}
+    if bad:
+        raise SystemExit(f"GPT2LMHeadModel did not load the export whole: {bad}")
+    model.eval()
     with torch.no_grad():
         ids = torch.tensor([w for w in windows], dtype=torch.long)
         out = model(ids[:, :-1], labels=None)
