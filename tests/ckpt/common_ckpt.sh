@@ -79,3 +79,45 @@ open(f"{d}/model.safetensors", "wb").write(struct.pack("<Q", len(hdr)) + hdr + d
 json.dump(cfg, open(f"{d}/config.json", "w"))
 PY
 }
+# hf_expect DIR KEY=JSON...: DIR holds exactly its class's tensors and
+# config.json those values (tests/ckpt/hf_expect.py)
+hf_expect() {
+  python3 "$MT_SRC/tests/ckpt/hf_expect.py" "$@" || fail "$1: not the class's names, shapes or config"
+}
+# hf_round_trip SRC HFDIR NAME: HFDIR imported on 2 ranks into $WORK/NAME
+# verifies and holds SRC's parameters bitwise
+hf_round_trip() {
+  mt_mpirun 2 "$MT_BIN/meshckpt" import "$2" "$WORK/$3" --format hf > "$WORK/$3.log" 2>&1 \
+    || { cat "$WORK/$3.log"; fail "import of $2"; }
+  "$MT_BIN/meshckpt" verify "$WORK/$3/step_0" | grep -q "OK (step 0, .*parameters only" \
+    || fail "the import of $2 does not verify"
+  hf_same_params "$1" "$WORK/$3/step_0"
+  echo "ok   import($2) is the parameters of $1 bitwise"
+}
+# hf_against_ref LABEL REF HFDIR IMPORT: the reference REF's loss of HFDIR on
+# the 4 windows of 32 tokens of $WORK/seqs.txt (into $ref) against
+# meshtrain's first step from IMPORT at dp 1 and at tp 2, within 1e-6
+hf_against_ref() {
+  local label=$1 script=$2 hf=$3 imp=$4
+  ref=$(python3 "$script" "$hf" "$WORK/seqs.txt" 32) || fail "$label: the numpy reference failed"
+  hf_step_loss "${label}_dp1" 1 "$imp" "$WORK/seqs.txt" --set train.micro_batch=4
+  hf_close "$label, dp 1" "$ref" "$loss" 1e-6
+  hf_step_loss "${label}_tp2" 2 "$imp" "$WORK/seqs.txt" --set train.micro_batch=4 --set parallel.tp=2
+  hf_close "$label, tp 2" "$ref" "$loss" 1e-6
+}
+# hf_differs WHAT A B: the reference's losses A and B differ by more than
+# 1e-4 (relative): what WHAT changed matters to the comparison above
+hf_differs() {
+  python3 -c "import sys; a, b = map(float, sys.argv[2:]); d = abs(a - b) / a; print(f'{sys.argv[1]} moves the loss by {d:.1e} (relative)'); sys.exit(0 if d > 1e-4 else 1)" \
+    "$@" || fail "$1 changes nothing here: the test could not catch it done wrong"
+}
+# hf_bf16 SRC REF_SCRIPT: the bf16 export of SRC is the model within bf16
+# rounding: its reference loss within 5e-3 (relative), not equal, to $ref
+hf_bf16() {
+  mt_mpirun 1 "$MT_BIN/meshckpt" export "$1" "$WORK/hf16" --format hf --dtype bf16 > /dev/null || fail "bf16 export"
+  grep -q '"torch_dtype": "bfloat16"' "$WORK/hf16/config.json" || fail "bf16 export: config"
+  local ref16
+  ref16=$(python3 "$2" "$WORK/hf16" "$WORK/seqs.txt" 32)
+  python3 -c "import sys; d = abs(float(sys.argv[1]) - float(sys.argv[2])) / float(sys.argv[1]); print(f'bf16 export: loss {sys.argv[2]} ({d:.1e} relative from fp32)'); sys.exit(0 if 0 < d < 5e-3 else 1)" "$ref" "$ref16" \
+    || fail "the bf16 export is not the model within bf16 rounding"
+}

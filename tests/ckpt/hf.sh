@@ -29,25 +29,15 @@ assert h["transformer.h.0.mlp.c_proj.weight"]["shape"] == [4 * C, C], "mlp.c_pro
 assert len([k for k in h if k != "__metadata__"]) == 4 + 12 * L
 print("export: names, shapes and config are GPT2LMHeadModel's")
 PY
-mt_mpirun 2 "$M" import "$WORK/hf" "$WORK/imp" --format hf > "$WORK/import.log" || { cat "$WORK/import.log"; fail "import"; }
-"$M" verify "$WORK/imp/step_0" | grep -q "OK (step 0, .*parameters only" || fail "the import does not verify"
-hf_same_params "$SRC" "$WORK/imp/step_0"
+hf_round_trip "$SRC" "$WORK/hf" imp
 
 # the same 4 windows of 32 tokens for the reference and for meshtrain (a
 # byte file of 4 x 32 + 1 bytes has exactly those windows; a global batch
 # of 4 takes each once)
 head -c 129 "$corpus" > "$WORK/seqs.txt"
-ref=$(python3 "$REF" "$WORK/hf" "$WORK/seqs.txt" 32) || fail "the numpy reference failed"
-hf_step_loss dp1 1 "$WORK/imp" "$WORK/seqs.txt" --set train.micro_batch=4
-hf_close "loss of the 4 windows (dp 1)" "$ref" "$loss" 1e-6
-hf_step_loss tp2 2 "$WORK/imp" "$WORK/seqs.txt" --set train.micro_batch=4 --set parallel.tp=2
-hf_close "loss of the 4 windows (tp 2)" "$ref" "$loss" 1e-6
+hf_against_ref gpt2 "$REF" "$WORK/hf" "$WORK/imp"
 # bf16: the same model within bf16 rounding
-mt_mpirun 1 "$M" export "$SRC" "$WORK/hf16" --format hf --dtype bf16 > /dev/null
-grep -q '"torch_dtype": "bfloat16"' "$WORK/hf16/config.json" || fail "bf16 export: config"
-ref16=$(python3 "$REF" "$WORK/hf16" "$WORK/seqs.txt" 32)
-python3 -c "import sys; d = abs(float(sys.argv[1]) - float(sys.argv[2])); print(f'bf16 export: loss {sys.argv[2]} ({d:.1e} from fp32)'); sys.exit(0 if 0 < d < 2e-2 else 1)" "$ref" "$ref16" \
-  || fail "the bf16 export is not the model within bf16 rounding"
+hf_bf16 "$SRC" "$REF"
 
 # bad input: one line each, exit 2, nothing written (on 2 ranks)
 bad() { hf_refused 2 "$@"; } # NAME REGEX

@@ -34,7 +34,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt2_ref import read_safetensors  # noqa: E402  (the file format only)
+import gpt2_ref  # noqa: E402  (the file format, the windows, the transformers run)
+from gpt2_ref import read_safetensors  # noqa: E402
 
 
 def read_weights(hfdir):
@@ -143,30 +144,10 @@ def loss_numpy(hfdir, windows):
 
 
 def loss_torch(hfdir, windows):
-    import torch
-    from transformers import AutoModelForCausalLM
-    model, info = AutoModelForCausalLM.from_pretrained(
-        hfdir, torch_dtype=torch.float64, attn_implementation="eager", output_loading_info=True)
-    bad = {k: v for k, v in info.items() if k != "error_msgs" and v}
-    if bad or info.get("error_msgs"):
-        raise SystemExit(f"{type(model).__name__} did not load the export whole: {info}")
-    print(f"{type(model).__name__} loaded every tensor", file=sys.stderr)
-    model.eval()
-    with torch.no_grad():
-        ids = torch.tensor([w for w in windows], dtype=torch.long)
-        out = model(ids[:, :-1])
-        logp = torch.log_softmax(out.logits, -1)
-        nll = -logp.gather(-1, ids[:, 1:, None])[..., 0]
-    return float(nll.mean())
-
-
-def main():
-    hfdir, tokens, T = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    data = list(open(tokens, "rb").read())
-    windows = [data[w * T: w * T + T + 1] for w in range((len(data) - 1) // T)]
-    f = loss_torch if "--torch" in sys.argv else loss_numpy
-    print(f"{f(hfdir, windows):.10f}")
+    cls = {"llama": "LlamaForCausalLM", "mixtral": "MixtralForCausalLM"}[
+        json.load(open(f"{hfdir}/config.json"))["model_type"]]
+    return gpt2_ref.loss_torch(hfdir, windows, cls, attn_implementation="eager")
 
 
 if __name__ == "__main__":
-    main()
+    gpt2_ref.main(loss_numpy, loss_torch)
