@@ -7,7 +7,7 @@
 # meshtrain's first step from the import within 1e-6 (relative) at dp 1
 # and at tp 2. A sharded export (--max-shard-size) writes shards and
 # model.safetensors.index.json that import bitwise; bf16 is the model
-# within bf16 rounding; a Llama 3.1 rotary scaling (rope_scaling llama3)
+# within bf16 rounding; a tied Llama with biases likewise; a Llama 3.1 rotary scaling (rope_scaling llama3)
 # exports, imports, is taken by a run from the import and computes the
 # reference's loss (and the scaling matters: without it the loss differs);
 # bos/eos ids of the source (an id, a list) survive import -> a run from
@@ -57,6 +57,13 @@ hf_round_trip "$SRC" "$WORK/sharded" imp_sharded
 mt_mpirun 1 "$M" export "$SRC" "$WORK/sharded" --format hf > /dev/null || fail "export over shards"
 [ ! -e "$WORK/sharded/model.safetensors.index.json" ] || fail "a stale index beside model.safetensors"
 hf_bf16 "$SRC" "$REF"
+
+# tied embeddings and biases on every linear (attention_bias = mlp_bias = true)
+mt_train tb 1 "${llama[@]}" --set model.tie_embeddings=true --set model.bias=true --set output.dir="$WORK/tb"
+mt_mpirun 1 "$M" export "$WORK/tb/checkpoints" "$WORK/hf_tb" --format hf > /dev/null || fail "tied, biased export"
+hf_expect "$WORK/hf_tb" tie_word_embeddings=true attention_bias=true mlp_bias=true
+hf_round_trip "$WORK/tb/checkpoints/latest" "$WORK/hf_tb" imp_tb
+hf_against_ref tied_bias "$REF" "$WORK/hf_tb" "$WORK/imp_tb"
 
 # Llama 3.1's rotary scaling: wavelengths 6, 63, 628, 6283 tokens against
 # rope_original_len 64 (low 1, high 4): one kept, one blended, two scaled
