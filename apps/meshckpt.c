@@ -347,8 +347,8 @@ static int cmd_import_hf(const args *a) {
 /* The Hugging Face model of checkpoint dir: the sizes of its root
  * attributes, and from its stored configuration (as the run resolved it)
  * the norm epsilon, the rotary base and scaling, the token ids. A Mixtral
- * has experts in every block, no shared ones, and routes by the router's
- * scores alone. Collective. */
+ * has experts in every block, no shared ones, and routes by the softmax of
+ * the router's scores alone. Collective. */
 static int hf_model_of(const char *dir, mt_ckpt_hf_config *c, mt_err *e) {
   mt_ckpt_meta m;
   char again[1024];
@@ -358,6 +358,12 @@ static int hf_model_of(const char *dir, mt_ckpt_hf_config *c, mt_err *e) {
     mt_err_set(e, "%s: MixtralForCausalLM has experts in every block and no shared experts; this "
                   "model has moe_every = %lld, moe_shared = %lld: not exported", dir,
                (long long)m.moe_every, (long long)m.moe_shared);
+    return -1;
+  }
+  if (m.moe_experts > 0 && m.moe_router != MT_ROUTER_SOFTMAX) {
+    mt_err_set(e, "%s: MixtralForCausalLM's router is a softmax over the experts; this model's "
+                  "is %s (model.moe_router): not exported", dir,
+               mt_moe_router_name((mt_moe_router)m.moe_router));
     return -1;
   }
   char *text = NULL;

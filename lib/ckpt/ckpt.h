@@ -53,6 +53,9 @@ typedef struct {
    * that wrote it */
   int64_t moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   int64_t ep, etp;
+  /* the router's scores (core.h's mt_moe_router: 0 softmax, 1 sigmoid); an
+   * optional root attribute of 1.4, absent = softmax */
+  int64_t moe_router;
   /* for a save only (a load leaves it NULL; read it with
    * mt_ckpt_load_moe_bias): the routing bias of aux-loss-free MoE balancing,
    * moe_bias_rows (the MoE blocks) x moe_experts floats, the same on every

@@ -518,6 +518,38 @@ static int check_io_hints(const char *v, mt_err *e) {
   return 0;
 }
 
+/* The MoE presets' experts: the MoE keys a file or an override left at
+ * their defaults take the preset's values (as the shape keys' 0 takes the
+ * preset's dimension; model.h's presets hold the rest of the shape). */
+static void preset_moe(mt_config *cfg) {
+  static const struct {
+    mt_preset preset;
+    int experts, topk, ffn, shared;
+    mt_moe_router router;
+    mt_moe_balance balance;
+  } moe[] = {/* Mixtral 8x7B: 8 SwiGLU experts, top-2, softmax */
+             {MT_PRESET_MIXTRAL_8X7B, 8, 2, 14336, 0, MT_ROUTER_SOFTMAX, MT_MOE_BALANCE_AUX},
+             /* DeepSeek-V3: 256 fine-grained experts, top-8, one shared, sigmoid
+              * scores, aux-loss-free balancing by a routing bias */
+             {MT_PRESET_DEEPSEEK_V3_LIKE, 256, 8, 2048, 1, MT_ROUTER_SIGMOID,
+              MT_MOE_BALANCE_BIAS}};
+  mt_config *d = mt_malloc(sizeof *d);
+  mt_config_defaults(d);
+  for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
+    if (cfg->model_preset != moe[i].preset) continue;
+#define PRESET_KEY(field, v)                    \
+  if (cfg->field == d->field) cfg->field = (v)
+    PRESET_KEY(moe_experts, moe[i].experts);
+    PRESET_KEY(moe_topk, moe[i].topk);
+    PRESET_KEY(moe_ffn, moe[i].ffn);
+    PRESET_KEY(moe_shared, moe[i].shared);
+    PRESET_KEY(moe_router, moe[i].router);
+    PRESET_KEY(moe_balance, moe[i].balance);
+#undef PRESET_KEY
+  }
+  free(d);
+}
+
 int mt_config_token_ids_ok(const char *text) {
   const char *p = text;
   while (*p == ' ') p++;
@@ -558,19 +590,22 @@ int mt_config_load(mt_config *cfg, const char *ini_path, int n_over, char *const
   mt_config_defaults(cfg);
   if (ini_path) MT_TRY(e, load_ini(cfg, ini_path, e));
   for (int i = 0; i < n_over; i++) MT_TRY(e, apply_override(cfg, overrides[i], e));
+  preset_moe(cfg);
   MT_TRY(e, check_values(cfg, e));
   return 0;
 }
 
 int mt_config_load_text(mt_config *cfg, const char *text, const char *name, mt_err *e) {
   mt_config_defaults(cfg);
-  if (!text[0]) return 0; /* (fmemopen takes no empty buffer) */
-  FILE *f = fmemopen((void *)text, strlen(text), "r");
-  if (!f) {
-    mt_err_runtime(e, "%s: cannot read the configuration text: %s", name, strerror(errno));
-    return -1;
+  if (text[0]) { /* (fmemopen takes no empty buffer) */
+    FILE *f = fmemopen((void *)text, strlen(text), "r");
+    if (!f) {
+      mt_err_runtime(e, "%s: cannot read the configuration text: %s", name, strerror(errno));
+      return -1;
+    }
+    MT_TRY(e, load_ini_stream(cfg, f, name, e));
   }
-  MT_TRY(e, load_ini_stream(cfg, f, name, e));
+  preset_moe(cfg);
   MT_TRY(e, check_values(cfg, e));
   return 0;
 }
@@ -668,6 +703,14 @@ void mt_config_print_help(FILE *f) {
     fprintf(f, "  %-20s %-6s  default %-22s %s\n", k->name, mt_config_type_name(k->type), def,
             wide ? "" : allowed);
     fprintf(f, "      %s%s%s\n", k->help, wide && !own ? "; " : "", wide && !own ? allowed : "");
-    if (own) fprintf(f, "      %s\n", allowed);
+    /* on lines of their own, broken after a '|' within 100 columns */
+    for (const char *p = allowed; own && *p;) {
+      size_t n = strlen(p);
+      if (n > 94)
+        for (n = 94; n > 0 && p[n - 1] != '|'; n--) continue;
+      if (n == 0) n = strlen(p);
+      fprintf(f, "      %.*s\n", (int)n, p);
+      p += n;
+    }
   }
 }

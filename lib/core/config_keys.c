@@ -19,7 +19,8 @@ static const mt_cfg_key g_keys[] = {
     /* [model] */
     {"model.preset", MT_CFG_STRING, F(model_preset), "small",
      "model size preset; shape keys of 0 take their value from it", 0, 0,
-     "tiny|small|gpt2-124m|custom|tiny-llama|llama-124m|llama3-8b|llama3-70b|llama3-405b"},
+     "tiny|small|gpt2-124m|custom|tiny-llama|llama-124m|llama3-8b|llama3-70b|llama3-405b|"
+     "mixtral-8x7b|deepseek-v3-like"},
     {"model.arch", MT_CFG_STRING, F(arch), "auto",
      "block family: gpt2, or llama (RMSNorm, rotary, SwiGLU, GQA); auto = the preset's", 0, 0,
      "auto|gpt2|llama"},
@@ -76,6 +77,9 @@ static const mt_cfg_key g_keys[] = {
      "MoE: hidden units of each expert (0 = 4 x n_embd)", 0, SHAPE_MAX, NULL},
     {"model.moe_shared", MT_CFG_INT, F(moe_shared), "0",
      "MoE: shared experts every token uses, DeepSeek style (0 = none)", 0, 64, NULL},
+    {"model.moe_router", MT_CFG_STRING, F(moe_router), "softmax",
+     "MoE router scores: softmax (Switch, Mixtral) or sigmoid (DeepSeek-V3)", 0, 0,
+     "softmax|sigmoid"},
     {"model.moe_capacity", MT_CFG_DOUBLE, F(moe_capacity), "0",
      "MoE: capacity factor f: an expert takes ceil(f T k / E) slots per sequence (0 = dropless)", 0,
      64, NULL},
@@ -278,6 +282,8 @@ static const choice c_preset[] = {{"tiny", MT_PRESET_TINY},
                                   {"llama3-8b", MT_PRESET_LLAMA3_8B},
                                   {"llama3-70b", MT_PRESET_LLAMA3_70B},
                                   {"llama3-405b", MT_PRESET_LLAMA3_405B},
+                                  {"mixtral-8x7b", MT_PRESET_MIXTRAL_8X7B},
+                                  {"deepseek-v3-like", MT_PRESET_DEEPSEEK_V3_LIKE},
                                   {NULL, 0}};
 static const choice c_arch[] = {
     {"auto", MT_ARCH_AUTO}, {"gpt2", MT_ARCH_GPT2}, {"llama", MT_ARCH_LLAMA}, {NULL, 0}};
@@ -285,6 +291,8 @@ static const choice c_tri[] = {
     {"auto", MT_TRI_AUTO}, {"true", MT_TRI_TRUE}, {"false", MT_TRI_FALSE}, {NULL, 0}};
 static const choice c_rope_scaling[] = {
     {"none", MT_ROPE_SCALING_NONE}, {"llama3", MT_ROPE_SCALING_LLAMA3}, {NULL, 0}};
+static const choice c_moe_router[] = {
+    {"softmax", MT_ROUTER_SOFTMAX}, {"sigmoid", MT_ROUTER_SIGMOID}, {NULL, 0}};
 static const choice c_device[] = {{"cpu", MT_DEVICE_CPU},
                                   {"cuda", MT_DEVICE_CUDA},
                                   {"auto", MT_DEVICE_AUTO},
@@ -339,7 +347,7 @@ static const struct {
     {F(pp_schedule), c_sched},      {F(moe_balance), c_moe_balance},
     {F(ep_balance), c_ep_balance},  {F(layout), c_layout},
     {F(data_format), c_data_format}, {F(ckpt_mode), c_ckpt_mode},
-    {F(ckpt_test_crash), c_ckpt_crash},
+    {F(ckpt_test_crash), c_ckpt_crash}, {F(moe_router), c_moe_router},
 };
 
 #undef F
@@ -347,7 +355,7 @@ static const struct {
 /* the enums are stored through an int (set_value in config.c) */
 _Static_assert(sizeof(mt_preset) == sizeof(int) && sizeof(mt_device_kind) == sizeof(int) &&
                    sizeof(mt_arch) == sizeof(int) && sizeof(mt_tristate) == sizeof(int) &&
-                   sizeof(mt_rope_scaling) == sizeof(int) &&
+                   sizeof(mt_rope_scaling) == sizeof(int) && sizeof(mt_moe_router) == sizeof(int) &&
                    sizeof(mt_precision) == sizeof(int) && sizeof(mt_dtype) == sizeof(int) &&
                    sizeof(mt_cp_mode) == sizeof(int) && sizeof(mt_pp_sched) == sizeof(int) &&
                    sizeof(mt_moe_balance) == sizeof(int) && sizeof(mt_ep_balance) == sizeof(int) &&
@@ -419,6 +427,7 @@ const char *mt_preset_name(mt_preset v) { return text_of(c_preset, (int)v); }
 const char *mt_arch_name(mt_arch v) { return text_of(c_arch, (int)v); }
 const char *mt_tristate_name(mt_tristate v) { return text_of(c_tri, (int)v); }
 const char *mt_rope_scaling_name(mt_rope_scaling v) { return text_of(c_rope_scaling, (int)v); }
+const char *mt_moe_router_name(mt_moe_router v) { return text_of(c_moe_router, (int)v); }
 const char *mt_device_kind_name(mt_device_kind v) { return text_of(c_device, (int)v); }
 const char *mt_precision_name(mt_precision v) { return text_of(c_precision, (int)v); }
 const char *mt_cp_mode_name(mt_cp_mode v) { return text_of(c_cp_mode, (int)v); }

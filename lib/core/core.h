@@ -173,7 +173,8 @@ const char *mt_dtype_name(mt_dtype t);
 typedef enum {
   MT_PRESET_TINY = 0, MT_PRESET_SMALL = 1, MT_PRESET_GPT2_124M = 2, MT_PRESET_CUSTOM = 3,
   MT_PRESET_TINY_LLAMA = 4, MT_PRESET_LLAMA_124M = 5, MT_PRESET_LLAMA3_8B = 6,
-  MT_PRESET_LLAMA3_70B = 7, MT_PRESET_LLAMA3_405B = 8
+  MT_PRESET_LLAMA3_70B = 7, MT_PRESET_LLAMA3_405B = 8, MT_PRESET_MIXTRAL_8X7B = 9,
+  MT_PRESET_DEEPSEEK_V3_LIKE = 10
 } mt_preset;
 /* model.arch: the block's family (model.h's mt_model_shape says what each
  * means); auto: the preset's */
@@ -183,6 +184,9 @@ typedef enum { MT_ARCH_AUTO = 0, MT_ARCH_GPT2 = 1, MT_ARCH_LLAMA = 2 } mt_arch;
 typedef enum { MT_TRI_AUTO = 0, MT_TRI_TRUE = 1, MT_TRI_FALSE = 2 } mt_tristate;
 /* model.rope_scaling: none, or Llama 3.1's frequency scaling */
 typedef enum { MT_ROPE_SCALING_NONE = 0, MT_ROPE_SCALING_LLAMA3 = 1 } mt_rope_scaling;
+/* model.moe_router: a softmax over the experts (Switch, Mixtral), or each
+ * expert's sigmoid score (DeepSeek-V3); top-k renormalised either way */
+typedef enum { MT_ROUTER_SOFTMAX = 0, MT_ROUTER_SIGMOID = 1 } mt_moe_router;
 /* train.device: the backend a rank computes on. auto is a request only
  * (cuda where a GPU is usable, else cpu: mt_device_resolve decides); the
  * virtual device is the time-warp emulation (null/ops_virtual.c,
@@ -236,6 +240,7 @@ const char *mt_preset_name(mt_preset v);
 const char *mt_arch_name(mt_arch v);
 const char *mt_tristate_name(mt_tristate v);
 const char *mt_rope_scaling_name(mt_rope_scaling v);
+const char *mt_moe_router_name(mt_moe_router v);
 const char *mt_device_kind_name(mt_device_kind v);
 const char *mt_precision_name(mt_precision v);
 const char *mt_cp_mode_name(mt_cp_mode v);
@@ -332,7 +337,8 @@ typedef struct {
   int plan_cp_min_tokens;
   int overlap_dp; /* [parallel] overlap_dp (bool): dp reduction during the last backward */
   /* Mixture-of-Experts: [model] moe_experts (0 = dense), moe_topk, moe_every,
-   * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless);
+   * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless),
+   * moe_router (softmax | sigmoid);
    * [train] moe_aux_coef, moe_z_coef, moe_balance (how the experts' load is
    * balanced), moe_bias_rate (the bias step of aux-loss-free balancing),
    * moe_bias_init (expert 0's starting bias: a forced skew); [parallel] ep,
@@ -342,6 +348,7 @@ typedef struct {
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   double moe_capacity, moe_aux_coef, moe_z_coef, moe_bias_rate, moe_bias_init;
   mt_moe_balance moe_balance;
+  mt_moe_router moe_router;
   int ep, etp;
   mt_ep_balance ep_balance;
   double ep_balance_alpha;

@@ -291,13 +291,16 @@ typedef struct mt_attn_block {
  *            bias[e], largest first (ties: the lower index first); top_w (N,k) their
  *            probabilities (without the bias) divided by the sum of the k. bias (E)
  *            or NULL (zeros): the load-balancing bias of aux-loss-free routing, which
- *            moves the choice only (DeepSeek-V3)
+ *            moves the choice only (DeepSeek-V3). sigmoid: probs[e] = sigmoid(logits[e])
+ *            instead of the softmax (DeepSeek-V3's scores; lse still the logits'
+ *            log-sum-exp), chosen and renormalised the same way
  *   moe_router_backward  dlogits (N,E) WRITES the gradient of the logits from: dtop_w
  *            (N,k), the loss's gradient with respect to top_w; aux_grad
  *            (N/rows_per_seq, E) or NULL, the gradient with respect to probs of row
  *            n, aux_grad[n / rows_per_seq] (the load-balancing loss, per sequence);
  *            and the z-loss, whose gradient with respect to logits[n][e] is z_grad *
- *            lse[n] * probs[n][e]
+ *            lse[n] * probs[n][e] (softmax only: under sigmoid z_grad is not applied,
+ *            and dlogits = probs (1 - probs) dprobs)
  *   moe_prob_sums  sums (N/rows_per_seq, E) WRITES: row s = the sum of probs rows
  *            [s*rows_per_seq, (s+1)*rows_per_seq), in row order */
 #define MT_OPS_FIXED(X)                                                                     \
@@ -309,13 +312,15 @@ typedef struct mt_attn_block {
                             const float *att, int B, int T, int C, int NH),                 \
     (dqkv, datt, dout, qkv, att, B, T, C, NH))                                              \
   X(moe_router_forward, 0, (float *probs, float *lse, int *top_idx, float *top_w,           \
-                            const float *logits, const float *bias, int N, int E, int k),   \
-    (probs, lse, top_idx, top_w, logits, bias, N, E, k))                                    \
+                            const float *logits, const float *bias, int N, int E, int k,    \
+                            int sigmoid),                                                   \
+    (probs, lse, top_idx, top_w, logits, bias, N, E, k, sigmoid))                           \
   X(moe_router_backward, 0, (float *dlogits, const float *probs, const float *lse,          \
                              const int *top_idx, const float *top_w, const float *dtop_w,   \
                              const float *aux_grad, int rows_per_seq, float z_grad, int N,  \
-                             int E, int k),                                                 \
-    (dlogits, probs, lse, top_idx, top_w, dtop_w, aux_grad, rows_per_seq, z_grad, N, E, k)) \
+                             int E, int k, int sigmoid),                                    \
+    (dlogits, probs, lse, top_idx, top_w, dtop_w, aux_grad, rows_per_seq, z_grad, N, E, k,  \
+     sigmoid))                                                                              \
   X(moe_prob_sums, 0, (float *sums, const float *probs, int N, int E, int rows_per_seq),    \
     (sums, probs, N, E, rows_per_seq))
 

@@ -86,7 +86,7 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     IPIECE(moe_perm, Lm * rows);
     IPIECE(moe_inv, Lm * rows);
     APIECE(moe_xe, Lm * rows * C);
-    APIECE(moe_h, Lm * rows * Fe);
+    APIECE(moe_h, Lm * rows * Fe * Fin);
     APIECE(moe_g, Lm * rows * Fe);
     APIECE(moe_ys, Lm * send * C);
   }
@@ -99,7 +99,7 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     mt_ep_bounds(m->moe.E, m->moe.k, m->moe.ep_size, m->moe.etp_size, m->T,
                  m->shape.moe_capacity, B, m->moe.Ts, &send, &recv, &rows);
     APIECE(moe_dy, Ld * rows * C);
-    APIECE(moe_dh, Ld * rows * (size_t)m->moe.Fe_local);
+    APIECE(moe_dh, Ld * rows * (size_t)m->moe.Fe_local * Fin);
   }
 #undef APIECE
 #undef PIECE
@@ -200,14 +200,14 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
     o->perm = w->moe_perm + mi * rows;
     o->inv = w->moe_inv + mi * rows;
     o->xe = mt_act_at(es, w->moe_xe, mi * rows * C);
-    o->h = mt_act_at(es, w->moe_h, mi * rows * Fe);
+    o->h = mt_act_at(es, w->moe_h, mi * rows * Fe * Fin);
     o->g = mt_act_at(es, w->moe_g, mi * rows * Fe);
     o->ys = mt_act_at(es, w->moe_ys, mi * send * C);
     if (m->split_backward && a->moe_dy) { /* the kept set's slot, also under recompute */
       const size_t mk = (size_t)(mt_model_moe_before(&m->shape, l) -
                                  mt_model_moe_before(&m->shape, l0));
       o->dy = mt_act_at(es, a->moe_dy, mk * rows * C);
-      o->dh = mt_act_at(es, a->moe_dh, mk * rows * Fe);
+      o->dh = mt_act_at(es, a->moe_dh, mk * rows * Fe * Fin);
     }
   }
   return x;

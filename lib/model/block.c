@@ -78,16 +78,17 @@ static void qkv_dout(mt_gpt *m, mt_act *dc, mt_act *dqkv, int B) {
                  m->shape.n_embd / m->shape.n_head, m->rope_cs, 1);
 }
 
-/* the MLP's activation: GELU on (BT, Fl), or SwiGLU on (BT, 2 Fl) -> (BT, Fl) */
-static void mlp_act_forward(const mt_gpt *m, mt_act *out, const mt_act *inp, int B, int Fl) {
-  if (m->mlp_in == 2) m->ops->swiglu_forward(m->dt, out, inp, B * m->T, Fl);
-  else m->ops->gelu_forward(m->dt, out, inp, (size_t)B * m->T * Fl);
+/* the MLP's activation on N rows: GELU on (N, F), or SwiGLU on (N, 2 F)
+ * -> (N, F) (a dense MLP's, the shared experts' and the routed experts') */
+void mt_mlp_act_forward(const mt_gpt *m, mt_act *out, const mt_act *inp, int N, int F) {
+  if (m->mlp_in == 2) m->ops->swiglu_forward(m->dt, out, inp, N, F);
+  else m->ops->gelu_forward(m->dt, out, inp, (size_t)N * F);
 }
 
-static void mlp_act_backward(const mt_gpt *m, mt_act *dinp, const mt_act *inp, const mt_act *dout,
-                             int B, int Fl) {
-  if (m->mlp_in == 2) m->ops->swiglu_backward(m->dt, dinp, inp, dout, B * m->T, Fl);
-  else m->ops->gelu_backward(m->dt, dinp, inp, dout, (size_t)B * m->T * Fl);
+void mt_mlp_act_backward(const mt_gpt *m, mt_act *dinp, const mt_act *inp, const mt_act *dout,
+                         int N, int F) {
+  if (m->mlp_in == 2) m->ops->swiglu_backward(m->dt, dinp, inp, dout, N, F);
+  else m->ops->gelu_backward(m->dt, dinp, inp, dout, (size_t)N * F);
 }
 
 /* ------------------------------------------------------------------ */
@@ -110,7 +111,7 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   mt_norm_forward(m, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w, w->ln2_b, BTs);
   if (Fl > 0) {
     mt_linear_col_forward(tp, x->fch, x->ln2, w->fc_w, w->fc_b, B, Fl * m->mlp_in);
-    mlp_act_forward(m, x->fchg, x->fch, B, Fl);
+    mt_mlp_act_forward(m, x->fchg, x->fch, B * m->T, Fl);
     mt_linear_row_forward(tp, x->fcproj, x->fchg, w->fc_proj_w, w->fc_proj_b, B, Fl);
   }
   if (x->is_moe) mt_moe_block_forward(m, l, w, x, B);
@@ -163,7 +164,7 @@ void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *
                  w->fc_proj_w, Fl, input_only, B);
     mt_act *dfch = input_only ? x->dy_fc : d->fch;
     o->zero(m->dt, dfch, bt * Fl * m->mlp_in);
-    mlp_act_backward(m, dfch, x->fch, d->fch_gelu, B, Fl);
+    mt_mlp_act_backward(m, dfch, x->fch, d->fch_gelu, B * m->T, Fl);
     dln = mt_linear_col_backward(tp, dpart, g->fc_w, g->fc_b, dfch, input_only ? NULL : x->ln2,
                                  w->fc_w, B, Fl * m->mlp_in);
   }

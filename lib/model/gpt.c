@@ -36,7 +36,7 @@ static void find_views(mt_gpt *m) {
   if (!llama) VIEW(wpe, mt_registry_find(r, "wpe.weight"));
   /* llama's q, k, v (and gate, up) sit one after another: the first one's
    * view is the fused matrix's */
-  const char *qkv = llama ? "attn.q" : "attn.qkv", *fc = llama ? "mlp.gate" : "mlp.fc";
+  const char *qkv = llama ? "attn.q" : "attn.qkv", *fc = llama ? "gate" : "fc";
   for (int l = 0; l < s->n_layer; l++) {
     VIEW(blocks[l].ln1_w, mt_registry_findf(r, "blocks.%d.ln1.weight", l));
     VIEW(blocks[l].qkv_w, mt_registry_findf(r, "blocks.%d.%s.weight", l, qkv));
@@ -50,29 +50,25 @@ static void find_views(mt_gpt *m) {
       VIEW(blocks[l].qkv_b, mt_registry_findf(r, "blocks.%d.%s.bias", l, qkv));
       VIEW(blocks[l].attn_proj_b, mt_registry_findf(r, "blocks.%d.attn.proj.bias", l));
     }
-    if (!mt_model_is_moe(s, l)) {
-      VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.%s.weight", l, fc));
-      VIEW(blocks[l].fc_proj_w, mt_registry_findf(r, "blocks.%d.mlp.proj.weight", l));
+    /* the MLP, or a MoE block's shared experts through the MLP's views */
+    const int moe = mt_model_is_moe(s, l);
+    const char *mlp = moe ? "moe.shared" : "mlp";
+    if (!moe || s->moe_shared > 0) {
+      VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.%s.%s.weight", l, mlp, fc));
+      VIEW(blocks[l].fc_proj_w, mt_registry_findf(r, "blocks.%d.%s.proj.weight", l, mlp));
       if (s->bias) {
-        VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.%s.bias", l, fc));
-        VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.mlp.proj.bias", l));
+        VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.%s.%s.bias", l, mlp, fc));
+        VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.%s.proj.bias", l, mlp));
       }
-      continue;
     }
-    /* a MoE block: the shared experts run through the MLP's views */
+    if (!moe) continue;
     VIEW(blocks[l].router_w, mt_registry_findf(r, "blocks.%d.moe.router.weight", l));
-    if (s->moe_shared > 0) {
-      VIEW(blocks[l].fc_w, mt_registry_findf(r, "blocks.%d.moe.shared.fc.weight", l));
-      VIEW(blocks[l].fc_proj_w, mt_registry_findf(r, "blocks.%d.moe.shared.proj.weight", l));
-      if (s->bias) {
-        VIEW(blocks[l].fc_b, mt_registry_findf(r, "blocks.%d.moe.shared.fc.bias", l));
-        VIEW(blocks[l].fc_proj_b, mt_registry_findf(r, "blocks.%d.moe.shared.proj.bias", l));
-      }
-    }
     VIEW(blocks[l].e_fc_w, mt_registry_findf(r, "blocks.%d.moe.experts.fc.weight", l));
-    VIEW(blocks[l].e_fc_b, mt_registry_findf(r, "blocks.%d.moe.experts.fc.bias", l));
     VIEW(blocks[l].e_proj_w, mt_registry_findf(r, "blocks.%d.moe.experts.proj.weight", l));
-    VIEW(blocks[l].e_proj_b, mt_registry_findf(r, "blocks.%d.moe.experts.proj.bias", l));
+    if (!llama || s->bias) {
+      VIEW(blocks[l].e_fc_b, mt_registry_findf(r, "blocks.%d.moe.experts.fc.bias", l));
+      VIEW(blocks[l].e_proj_b, mt_registry_findf(r, "blocks.%d.moe.experts.proj.bias", l));
+    }
   }
   VIEW(lnf_w, mt_registry_find(r, "lnf.weight"));
   if (!llama) VIEW(lnf_b, mt_registry_find(r, "lnf.bias"));
@@ -81,11 +77,14 @@ static void find_views(mt_gpt *m) {
     for (int l = 0; l < s->n_layer; l++) {
       follows(r, l, "attn.q.weight", "attn.k.weight");
       follows(r, l, "attn.k.weight", "attn.v.weight");
-      if (!mt_model_is_moe(s, l)) follows(r, l, "mlp.gate.weight", "mlp.up.weight");
+      const int mlp = !mt_model_is_moe(s, l), shared = !mlp && s->moe_shared > 0;
+      if (mlp) follows(r, l, "mlp.gate.weight", "mlp.up.weight");
+      if (shared) follows(r, l, "moe.shared.gate.weight", "moe.shared.up.weight");
       if (!s->bias) continue;
       follows(r, l, "attn.q.bias", "attn.k.bias");
       follows(r, l, "attn.k.bias", "attn.v.bias");
-      if (!mt_model_is_moe(s, l)) follows(r, l, "mlp.gate.bias", "mlp.up.bias");
+      if (mlp) follows(r, l, "mlp.gate.bias", "mlp.up.bias");
+      if (shared) follows(r, l, "moe.shared.gate.bias", "moe.shared.up.bias");
     }
   }
 #undef VIEW
@@ -213,15 +212,16 @@ static void local_dims(mt_gpt *m, const mt_gpt_layout *lay) {
   mt_moe *moe = &m->moe;
   for (int l = 0; l < shape->n_layer; l++) {
     int is_moe = mt_model_is_moe(shape, l);
-    int i = is_moe ? mt_registry_findf(r, "blocks.%d.moe.shared.fc.weight", l)
-                   : mt_registry_findf(r, "blocks.%d.%s.weight", l,
-                                       llama ? "mlp.gate" : "mlp.fc");
+    int i = mt_registry_findf(r, "blocks.%d.%s.%s.weight", l, is_moe ? "moe.shared" : "mlp",
+                              llama ? "gate" : "fc");
     m->mlp_local[l] = i >= 0 ? (int)r->t[i].local_shape[0] : 0;
     if (m->mlp_local[l] > m->F_local) m->F_local = m->mlp_local[l];
     if (is_moe && moe->n_blocks++ == 0) {
       const mt_tensor *efc = &r->t[mt_registry_findf(r, "blocks.%d.moe.experts.fc.weight", l)];
       moe->E_local = (int)efc->local_shape[0];
-      moe->Fe_local = (int)efc->local_shape[1];
+      moe->Fe_local = (int)efc->local_shape[1] / m->mlp_in; /* SwiGLU's gate|up: 2 Fe_l */
+      moe->fin = m->mlp_in;
+      moe->has_bias = mt_registry_findf(r, "blocks.%d.moe.experts.fc.bias", l) >= 0;
     }
   }
   for (int n = 0; n <= shape->n_layer; n++) /* MoE blocks a set of n blocks may hold */

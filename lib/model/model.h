@@ -86,12 +86,14 @@ typedef struct {
   mt_rope_scaling rope_scaling;
   /* Mixture-of-Experts (moe_experts = 0: a dense model): every moe_every-th
    * block (blocks l with (l+1) % moe_every == 0) replaces its MLP by a router
-   * over moe_experts experts (GELU MLPs of hidden size moe_ffn) of which each
-   * token uses moe_topk, plus moe_shared shared experts every token uses (one
-   * MLP of hidden size moe_shared x moe_ffn); moe_capacity: the capacity
-   * factor (0: dropless) */
+   * over moe_experts experts (MLPs of hidden size moe_ffn: GELU, or SwiGLU
+   * under llama) of which each token uses moe_topk, plus moe_shared shared
+   * experts every token uses (one MLP of hidden size moe_shared x moe_ffn);
+   * moe_capacity: the capacity factor (0: dropless); moe_router: softmax or
+   * sigmoid scores */
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   double moe_capacity;
+  mt_moe_router moe_router;
 } mt_model_shape;
 
 /* the architecture's pieces */
@@ -432,6 +434,8 @@ typedef struct {
   int E, k, C;           /* experts, choices per token, width */
   int ep_size, ep_rank, etp_size, etp_rank;
   int E_local, Fe_local; /* experts here, hidden units of each here */
+  int fin;               /* fc outputs per hidden unit: 1 (GELU), 2 (SwiGLU's gate|up) */
+  int has_bias;          /* the experts have fc and proj biases */
   int Ts;                /* local tokens per sequence */
   int slice;             /* tokens split over tp without sp: the block slices its input */
   size_t send, recv, rows; /* row bounds of the dispatch (micro-batch max_B) */

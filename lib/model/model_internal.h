@@ -282,6 +282,12 @@ void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *
  * from the output gradients the input pass kept (dense blocks only). */
 void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B);
 
+/* the MLP's activation on N rows (block.c): GELU (N,F) -> (N,F), or SwiGLU
+ * (N,2F) -> (N,F) (m->mlp_in); the backward adds into dinp */
+void mt_mlp_act_forward(const mt_gpt *m, mt_act *out, const mt_act *inp, int N, int F);
+void mt_mlp_act_backward(const mt_gpt *m, mt_act *dinp, const mt_act *inp, const mt_act *dout,
+                         int N, int F);
+
 /* ------------------------------------------------------------------ */
 /* the MoE block (moe.c)                                               */
 

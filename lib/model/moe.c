@@ -1,7 +1,7 @@
-/* The MoE block: its MLP half is a router (linear -> softmax -> top-k,
- * weights renormalised over the k), the dispatch of each token's k slots to
+/* The MoE block: its MLP half is a router (linear -> softmax or sigmoid
+ * scores -> top-k, weights renormalised over the k), the dispatch of each token's k slots to
  * its experts' ranks (moe_dispatch.c), the experts as one grouped GEMM
- * per direction (fc, GELU, proj), the way back, and the combine weighted by
+ * per direction (fc, GELU or SwiGLU, proj), the way back, and the combine weighted by
  * the router; and their backward, with the Switch load-balancing loss and
  * the router z-loss.
  *
@@ -79,7 +79,7 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   if (x->etp_size > 1) x->rows_buf = act_rows(m, act, x->rows * C);
   x->rows2_buf = act_rows(m, act, x->rows * C);
   x->hid_buf = act_rows(m, act, x->rows * Fe);
-  x->hid2_buf = act_rows(m, act, x->rows * Fe);
+  x->hid2_buf = act_rows(m, act, x->rows * Fe * (size_t)m->mlp_in); /* dh: (rows, Fin) */
   if (x->slice) { /* the rank's slice of each sequence, and back */
     x->xloc = act_rows(m, act, N * C);
     x->dxl = act_rows(m, act, N * C);
@@ -141,8 +141,9 @@ void mt_moe_destroy(mt_moe *x) {
 static int helped(const mt_moe *moe, const int *meta) {
   return moe->ep.H > 0 ? mt_ep_llep(&moe->ep, meta)[MT_LLEP_N_HELP] : 0;
 }
-#define HW(moe, t) ((mt_act *)mt_moe_llep_region(moe, MT_LLEP_HELP_W, t)) /* weights' dtype */
-#define HG(moe, t) mt_moe_llep_region(moe, MT_LLEP_HELP_G, t)
+#define HW(moe, t) /* weights' dtype; the biases (t odd) NULL where the experts have none */ \
+  ((t) % 2 && !(moe)->has_bias ? NULL : (mt_act *)mt_moe_llep_region(moe, MT_LLEP_HELP_W, t))
+#define HG(moe, t) ((t) % 2 && !(moe)->has_bias ? NULL : mt_moe_llep_region(moe, MT_LLEP_HELP_G, t))
 
 /* The router's input (N, C) and weight (E, C) as fp32: themselves under
  * fp32, widened into the mt_moe's buffers under bf16 (exact) */
@@ -167,14 +168,15 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
   const mt_ops *o = m->ops;
   const mt_dtype dt = m->dt;
   const int C = moe->C, E = moe->E, k = moe->k;
-  const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local;
+  const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local, Fin = Fe * m->mlp_in;
   const int mi = mt_model_moe_before(&m->shape, l);
   mt_ep *ep = &moe->ep;
   /* router (fp32: under bf16 on its widened input and weight) */
   o->matmul_forward(MT_DT_F32, moe->logits, router_input(m, x, N), router_weight(m, w), NULL,
                     N, C, E);
   const float *bias = moe->balance == MT_MOE_BALANCE_BIAS ? moe->bias + (size_t)mi * E : NULL;
-  o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, bias, N, E, k);
+  const int sigmoid = m->shape.moe_router == MT_ROUTER_SIGMOID;
+  o->moe_router_forward(a->probs, a->lse, a->top, a->topw, moe->logits, bias, N, E, k, sigmoid);
   /* routing decisions, then the rows out to the experts */
   int *meta = moe->meta_host;
   mt_ep_stats st = {.tokens = moe->tokens + (size_t)mi * E};
@@ -191,11 +193,11 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
   const int nh = helped(moe, meta); /* least-loaded: other ranks' experts, rows after ours */
   if (ep->H > 0) mt_moe_llep_weights(moe, dt, w, meta);
   o->gather_rows(dt, a->xe, rows, a->perm, n_rows, C);
-  o->grouped_matmul_forward(dt, a->h, a->xe, w->e_fc_w, w->e_fc_b, off, El, C, Fe);
+  o->grouped_matmul_forward(dt, a->h, a->xe, w->e_fc_w, w->e_fc_b, off, El, C, Fin);
   if (nh > 0)
     o->grouped_matmul_forward(dt, a->h, a->xe, HW(moe, 0), HW(moe, 1), off + El, nh,
-              C, Fe);
-  o->gelu_forward(dt, a->g, a->h, (size_t)n_rows * Fe);
+              C, Fin);
+  mt_mlp_act_forward(m, a->g, a->h, n_rows, Fe);
   o->grouped_matmul_forward(dt, moe->rows2_buf, a->g, w->e_proj_w,
             ep->etp_rank == 0 ? w->e_proj_b : NULL, off, El, Fe, C);
   if (nh > 0)
@@ -238,7 +240,7 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   const mt_ops *o = m->ops;
   const mt_dtype dt = m->dt;
   const int C = moe->C, E = moe->E, k = moe->k;
-  const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local;
+  const int N = S * Ts, El = moe->E_local, Fe = moe->Fe_local, Fin = Fe * m->mlp_in;
   mt_ep *ep = &moe->ep;
   int *meta = moe->meta_host;
   o->download(meta, a->meta, (size_t)moe->meta_n * sizeof(int));
@@ -270,15 +272,15 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   if (nh > 0)
     o->grouped_matmul_backward(dt, dgelu, hg[2], hg[3], dy, a->g, HW(moe, 2),
               off + El, nh, Fe, C);
-  o->zero(dt, dh, (size_t)n_rows * Fe);
-  o->gelu_backward(dt, dh, a->h, dgelu, (size_t)n_rows * Fe);
+  o->zero(dt, dh, (size_t)n_rows * Fin);
+  mt_mlp_act_backward(m, dh, a->h, dgelu, n_rows, Fe);
   /* the experts' input gradients, partial over etp */
   o->zero(dt, dxe, (size_t)n_rows * C);
   o->grouped_matmul_backward(dt, dxe, dw_fc, db_fc, dh, a->xe, w->e_fc_w, off, El, C,
-            Fe);
+            Fin);
   if (nh > 0)
     o->grouped_matmul_backward(dt, dxe, hg[0], hg[1], dh, a->xe, HW(moe, 0),
-              off + El, nh, C, Fe);
+              off + El, nh, C, Fin);
   if (ep->H > 0 && !input_only) mt_moe_llep_grads(moe, g, meta);
   o->gather_rows(dt, rows, dxe, a->inv, n_rows, C);
   mt_ep_combine(ep, meta, rows, recv, moe->send_buf, C);
@@ -293,7 +295,8 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
     aux = moe->seq_buf;
   }
   o->moe_router_backward(moe->logits, a->probs, a->lse, a->top, a->topw, moe->dtw, aux, Ts,
-                         2.0f * moe->z_coef * dloss, N, E, k);
+                         2.0f * moe->z_coef * dloss, N, E, k,
+                         m->shape.moe_router == MT_ROUTER_SIGMOID);
   if (dt == MT_DT_F32) {
     o->matmul_backward(MT_DT_F32, dx, g->router_w, NULL, moe->logits, x, w->router_w, N, C, E);
     return;
@@ -323,7 +326,7 @@ static void routed_backward_weight(mt_gpt *m, const mt_block_tensors *w, mt_bloc
   o->grouped_matmul_backward(m->dt, NULL, g->e_proj_w, g->e_proj_b, a->dy, a->g,
             w->e_proj_w, off, El, Fe, C);
   o->grouped_matmul_backward(m->dt, NULL, g->e_fc_w, g->e_fc_b, a->dh, a->xe,
-            w->e_fc_w, off, El, C, Fe);
+            w->e_fc_w, off, El, C, Fe * m->mlp_in);
   if (moe->ep.H == 0) return;
   /* least-loaded: the helped experts' gradients (no weights needed), back */
   const int nh = helped(moe, meta);
@@ -332,7 +335,7 @@ static void routed_backward_weight(mt_gpt *m, const mt_block_tensors *w, mt_bloc
     o->grouped_matmul_backward(m->dt, NULL, HG(moe, 2), HG(moe, 3), a->dy, a->g, NULL,
               off + El, nh, Fe, C);
     o->grouped_matmul_backward(m->dt, NULL, HG(moe, 0), HG(moe, 1), a->dh, a->xe, NULL,
-              off + El, nh, C, Fe);
+              off + El, nh, C, Fe * m->mlp_in);
   }
   mt_moe_llep_grads(moe, g, meta);
 }

@@ -266,13 +266,15 @@ int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h
 /* ------------------------------------------------------------------ */
 /* the experts' weights out to their helpers, the gradients back       */
 
-/* floats of an expert's fc weight, fc bias, proj weight, proj bias */
+/* elements of an expert's fc weight, fc bias, proj weight, proj bias (the
+ * fc's Fin = Fe, or 2 Fe for SwiGLU's gate|up; no biases: 0) */
 static void expert_sizes(const mt_moe *x, size_t sz[4]) {
   const size_t C = (size_t)x->C, Fe = (size_t)x->Fe_local;
-  sz[0] = Fe * C;
-  sz[1] = Fe;
+  const size_t Fin = Fe * (size_t)x->fin;
+  sz[0] = Fin * C;
+  sz[1] = x->has_bias ? Fin : 0;
   sz[2] = C * Fe;
-  sz[3] = C;
+  sz[3] = x->has_bias ? C : 0;
 }
 
 size_t mt_moe_expert_floats(const mt_moe *x) {
@@ -315,6 +317,7 @@ void mt_moe_llep_weights(mt_moe *x, mt_dtype dt, const mt_block_tensors *w, cons
   size_t sz[4], *cnt = mt_malloc(2 * (size_t)ep->ep * sizeof(size_t));
   expert_sizes(x, sz);
   for (int t = 0; t < 4; t++) {
+    if (sz[t] == 0) continue; /* no biases */
     char *lend = (char *)mt_moe_llep_region(x, MT_LLEP_LEND, t);
     void *help = mt_moe_llep_region(x, MT_LLEP_HELP_W, t);
     for (int i = 0; i < rec[MT_LLEP_N_LEND]; i++) {
@@ -346,6 +349,7 @@ void mt_moe_llep_grads(mt_moe *x, mt_block_tensors *g, const int *meta) {
   size_t sz[4], *cnt = mt_malloc(2 * (size_t)ep->ep * sizeof(size_t));
   expert_sizes(x, sz);
   for (int t = 0; t < 4; t++) {
+    if (sz[t] == 0) continue; /* no biases */
     float *lend = mt_moe_llep_region(x, MT_LLEP_LEND, t);
     pair_counts(ep, rec, sz[t], cnt, cnt + ep->ep);
     mt_alltoallv(ep->ep_g, mt_moe_llep_region(x, MT_LLEP_HELP_G, t), cnt + ep->ep, lend, cnt,

@@ -52,13 +52,13 @@ static void reg_bias(const reg_ctx *c, const char *name, int64_t a, mt_placement
 /* an expert tensor of shape (E, a[, b]): its experts split over ep (dim 0),
  * etp_dim split over etp (-1: replicated over etp), reduced over edp */
 static void reg_expert(const reg_ctx *c, const char *name, int ndim, const int64_t *shape,
-                       int etp_dim, mt_init_rule init, float std, int decay) {
+                       int etp_dim, int fused, mt_init_rule init, float std, int decay) {
   mt_tensor_spec s = {.name = name, .ndim = ndim, .shape = shape, .padded = NULL,
                       .tp = mt_replicated(), .ep = mt_sharded(0, 1), .layer = c->layer,
                       .pp_stage = stage_of(c, c->layer), .pp_copy = -1, .init = init,
                       .init_std = std, .weight_decay = decay, .tied_to = NULL,
                       .tp_partial_grad = 0,
-                      .etp = etp_dim < 0 ? mt_replicated() : mt_sharded(etp_dim, 1),
+                      .etp = etp_dim < 0 ? mt_replicated() : mt_sharded(etp_dim, fused),
                       .group = MT_GROUP_EDP};
   mt_registry_add_spec(c->r, &s);
 }
@@ -67,6 +67,28 @@ static void reg_expert(const reg_ctx *c, const char *name, int ndim, const int64
 static void reg_norm(const reg_ctx *c, const char *name, int64_t C, mt_init_rule init,
                      int partial_grad) {
   reg_tensor(c, name, 1, &C, mt_replicated(), init, 0.0f, 0, partial_grad);
+}
+
+/* a tensor-parallel MLP of F hidden units under prefix (blocks.l.mlp or
+ * blocks.l.moe.shared): gpt2's fc, or llama's gate and up (one after the
+ * other: a rank's (2 F_l, C) matrix), then proj; biases where bias */
+static void reg_mlp(const reg_ctx *c, int l, const char *prefix, int64_t F, int64_t C, int llama,
+                    int bias, float std, float proj_std) {
+  char n[MT_NAME_MAX];
+  static const char *const in_gpt2[] = {"fc"}, *const in_llama[] = {"gate", "up"};
+  const char *const *in = llama ? in_llama : in_gpt2;
+  for (int i = 0; i < (llama ? 2 : 1); i++) {
+    snprintf(n, sizeof n, "blocks.%d.%s.%s.weight", l, prefix, in[i]);
+    reg2(c, n, F, C, mt_sharded(0, 1), std);
+  }
+  for (int i = 0; bias && i < (llama ? 2 : 1); i++) {
+    snprintf(n, sizeof n, "blocks.%d.%s.%s.bias", l, prefix, in[i]);
+    reg_bias(c, n, F, mt_sharded(0, 1));
+  }
+  snprintf(n, sizeof n, "blocks.%d.%s.proj.weight", l, prefix);
+  reg2(c, n, C, F, mt_sharded(1, 1), proj_std);
+  snprintf(n, sizeof n, "blocks.%d.%s.proj.bias", l, prefix);
+  if (bias) reg_bias(c, n, C, mt_replicated());
 }
 
 /* Registration order is forward order, one layer's tensors together, so the
@@ -155,21 +177,7 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *shape,
     if (s->bias) reg_bias(&c, NAME("attn.proj.bias"), C, mt_replicated());
     NORM("ln2");
     if (!mt_model_is_moe(s, l)) {
-      /* the MLP: gpt2's fc, or llama's gate and up (one after the other: a
-       * rank's (2 Fl, C) matrix), then proj */
-      if (!llama) {
-        reg2(&c, NAME("mlp.fc.weight"), F, C, mt_sharded(0, 1), std);
-        if (s->bias) reg_bias(&c, NAME("mlp.fc.bias"), F, mt_sharded(0, 1));
-      } else {
-        reg2(&c, NAME("mlp.gate.weight"), F, C, mt_sharded(0, 1), std);
-        reg2(&c, NAME("mlp.up.weight"), F, C, mt_sharded(0, 1), std);
-        if (s->bias) {
-          reg_bias(&c, NAME("mlp.gate.bias"), F, mt_sharded(0, 1));
-          reg_bias(&c, NAME("mlp.up.bias"), F, mt_sharded(0, 1));
-        }
-      }
-      reg2(&c, NAME("mlp.proj.weight"), C, F, mt_sharded(1, 1), proj_std);
-      if (s->bias) reg_bias(&c, NAME("mlp.proj.bias"), C, mt_replicated());
+      reg_mlp(&c, l, "mlp", F, C, llama, s->bias, std, proj_std);
       continue;
     }
     /* a MoE block: the router (replicated; under tensor parallelism each tp
@@ -180,17 +188,17 @@ int mt_gpt_register_layout(mt_registry *r, const mt_model_shape *shape,
     int64_t router[2] = {E, C};
     reg_tensor(&c, NAME("moe.router.weight"), 2, router, mt_replicated(), MT_INIT_NORMAL, std, 1,
                tp > 1);
-    if (Fs > 0) {
-      reg2(&c, NAME("moe.shared.fc.weight"), Fs, C, mt_sharded(0, 1), std);
-      if (s->bias) reg_bias(&c, NAME("moe.shared.fc.bias"), Fs, mt_sharded(0, 1));
-      reg2(&c, NAME("moe.shared.proj.weight"), C, Fs, mt_sharded(1, 1), proj_std);
-      if (s->bias) reg_bias(&c, NAME("moe.shared.proj.bias"), C, mt_replicated());
-    }
-    int64_t fc[3] = {E, Fe, C}, fc_b[2] = {E, Fe}, proj[3] = {E, C, Fe}, proj_b[2] = {E, C};
-    reg_expert(&c, NAME("moe.experts.fc.weight"), 3, fc, 1, MT_INIT_NORMAL, std, 1);
-    reg_expert(&c, NAME("moe.experts.fc.bias"), 2, fc_b, 1, MT_INIT_ZEROS, 0.0f, 0);
-    reg_expert(&c, NAME("moe.experts.proj.weight"), 3, proj, 2, MT_INIT_NORMAL, proj_std, 1);
-    reg_expert(&c, NAME("moe.experts.proj.bias"), 2, proj_b, -1, MT_INIT_ZEROS, 0.0f, 0);
+    if (Fs > 0) reg_mlp(&c, l, "moe.shared", Fs, C, llama, s->bias, std, proj_std);
+    /* the experts' input projection: gpt2's fc (E, Fe, C), or llama's gate
+     * and up of each expert fused (E, 2 Fe, C), gate rows then up rows,
+     * split over etp as two blocks (a rank's (2 Fe_l, C) per expert) */
+    const int fin = llama ? 2 : 1, eb = !llama || s->bias;
+    int64_t fc[3] = {E, fin * Fe, C}, fc_b[2] = {E, fin * Fe}, proj[3] = {E, C, Fe};
+    int64_t proj_b[2] = {E, C};
+    reg_expert(&c, NAME("moe.experts.fc.weight"), 3, fc, 1, fin, MT_INIT_NORMAL, std, 1);
+    if (eb) reg_expert(&c, NAME("moe.experts.fc.bias"), 2, fc_b, 1, fin, MT_INIT_ZEROS, 0.0f, 0);
+    reg_expert(&c, NAME("moe.experts.proj.weight"), 3, proj, 2, 1, MT_INIT_NORMAL, proj_std, 1);
+    if (eb) reg_expert(&c, NAME("moe.experts.proj.bias"), 2, proj_b, -1, 1, MT_INIT_ZEROS, 0.0f, 0);
   }
   c.layer = s->n_layer;
   reg_norm(&c, "lnf.weight", C, MT_INIT_ONES, partial);

@@ -45,6 +45,19 @@ int mt_model_preset(mt_preset preset, mt_model_shape *s) {
   case MT_PRESET_LLAMA3_8B: *s = llama3(32, 4096, 32, 14336); break;
   case MT_PRESET_LLAMA3_70B: *s = llama3(80, 8192, 64, 28672); break;
   case MT_PRESET_LLAMA3_405B: *s = llama3(126, 16384, 128, 53248); break;
+  case MT_PRESET_MIXTRAL_8X7B: /* its experts: config.c's MoE presets */
+    *s = (mt_model_shape){.n_layer = 32, .n_embd = 4096, .n_head = 32, .seq_len = 32768,
+                          .vocab = 32000, .arch = MT_ARCH_LLAMA, .n_kv_head = 8, .ffn = 14336,
+                          .rope_theta = 1e6};
+    break;
+  case MT_PRESET_DEEPSEEK_V3_LIKE:
+    /* DeepSeek-V3's width, depth, heads, vocabulary and experts, with
+     * multi-head attention standing in for its latent attention (MLA) and
+     * every block a MoE block (V3's first three are dense) */
+    *s = (mt_model_shape){.n_layer = 61, .n_embd = 7168, .n_head = 128, .seq_len = 4096,
+                          .vocab = 129280, .arch = MT_ARCH_LLAMA, .n_kv_head = 128,
+                          .ffn = 18432, .norm_eps = 1e-6};
+    break;
   default: return -1;
   }
   if (s->arch == MT_ARCH_AUTO) s->arch = MT_ARCH_GPT2;
@@ -117,6 +130,7 @@ static int moe_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err
   if (cfg->moe_experts == 0) {
     s->moe_topk = s->moe_every = s->moe_ffn = s->moe_shared = 0;
     s->moe_capacity = 0.0;
+    s->moe_router = MT_ROUTER_SOFTMAX;
     if (cfg->ep > 1 || cfg->etp > 1) {
       mt_err_set(e, "parallel.ep = %d, parallel.etp = %d: expert parallelism needs a MoE model "
                     "(model.moe_experts > 0)", cfg->ep, cfg->etp);
@@ -129,7 +143,11 @@ static int moe_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err
   s->moe_ffn = cfg->moe_ffn > 0 ? cfg->moe_ffn : 4 * s->n_embd;
   s->moe_shared = cfg->moe_shared;
   s->moe_capacity = cfg->moe_capacity;
-  if (s->moe_topk > s->moe_experts)
+  s->moe_router = cfg->moe_router;
+  if (s->moe_router == MT_ROUTER_SIGMOID && cfg->moe_z_coef > 0.0)
+    mt_err_set(e, "train.moe_z_coef = %g with model.moe_router = sigmoid: the router z-loss is "
+                  "a softmax router's (set it to 0)", cfg->moe_z_coef);
+  else if (s->moe_topk > s->moe_experts)
     mt_err_set(e, "model.moe_topk = %d is more than the model.moe_experts = %d experts",
                s->moe_topk, s->moe_experts);
   else if (s->moe_every > s->n_layer)
@@ -211,17 +229,12 @@ static int arch_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e) 
                   "= %g", s->rope_low_freq_factor, s->rope_high_freq_factor);
     return -1;
   }
-  if (mt_model_llama(s) && cfg->moe_experts > 0) {
-    mt_err_set(e, "model.moe_experts = %d with model.arch = llama: SwiGLU experts are not built "
-                  "yet (the MoE blocks are GPT-2's GELU experts)", cfg->moe_experts);
-    return -1;
-  }
   return 0;
 }
 
 int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e) {
   if (mt_model_preset(cfg->model_preset, s) != 0) {
-    mt_err_set(e, "model.preset: unknown preset '%s' (tiny|small|gpt2-124m|custom)",
+    mt_err_set(e, "model.preset: unknown preset '%s' (see meshtrain --help)",
                mt_preset_name(cfg->model_preset));
     return -1;
   }
@@ -287,7 +300,9 @@ static size_t block_params(const mt_model_shape *s, int l, int active) {
   size_t attn = 2 * norm_params(s) + (C + 2 * Ckv) * C + C * C + (s->bias ? C + 2 * Ckv + C : 0);
   if (!mt_model_is_moe(s, l)) return attn + mlp_params(s, (size_t)s->ffn);
   size_t F = (size_t)s->moe_ffn, Fs = (size_t)s->moe_shared * F;
-  size_t expert = F * C + F + C * F + C;
+  /* an expert: GELU (fc, proj, biases) or SwiGLU (gate|up, proj, biases if bias) */
+  size_t in = mt_model_llama(s) ? 2 : 1, eb = !mt_model_llama(s) || s->bias;
+  size_t expert = in * F * C + C * F + (eb ? in * F + C : 0);
   size_t used = active ? (size_t)s->moe_topk : (size_t)s->moe_experts;
   return attn + (size_t)s->moe_experts * C + used * expert + (Fs ? mlp_params(s, Fs) : 0);
 }
@@ -313,7 +328,7 @@ double mt_model_active_matmul_weights(const mt_model_shape *in) {
     if (!mt_model_is_moe(s, l)) n += (mlp_in + 1.0) * C * s->ffn;
     else
       n += (double)s->moe_experts * C +
-           2.0 * C * (double)s->moe_ffn * ((double)s->moe_topk + (double)s->moe_shared);
+           (mlp_in + 1.0) * C * (double)s->moe_ffn * ((double)s->moe_topk + (double)s->moe_shared);
   }
   return n;
 }

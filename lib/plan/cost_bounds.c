@@ -65,7 +65,8 @@ static double state_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
   double per_layer = (attn + mlp) / tp;
   if (sh->moe_experts > 0) {
     double F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
-    double experts = (double)sh->moe_experts / cfg->ep * 2.0 * C * F / cfg->etp;
+    double experts = (double)sh->moe_experts / cfg->ep * (mt_model_llama(sh) ? 3.0 : 2.0) * C *
+                     F / cfg->etp;
     double moe = attn / tp + experts, dense = per_layer;
     per_layer = moe < dense ? moe : dense; /* which blocks are MoE depends on the stage */
   }

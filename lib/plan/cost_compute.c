@@ -100,11 +100,12 @@ mt_chunk_cost mt_cost_chunk_compute(const mt_cost_profile *p, const mt_config *c
     const double Fe = m->moe.Fe_local, Fs = m->mlp_local[k->l0] > 0 ? m->mlp_local[k->l0] : 0.0;
     const double N = (double)B * m->moe.Ts;
     const double rows = N * topk * (m->moe.etp_size > 1 ? m->moe.etp_size : 1) / El;
-    const double Cl = m->C_local;
-    moe_lin = mt_cost_gemm_s(p, BT, 3 * Cl, C, 1) + mt_cost_gemm_s(p, BT, C, Cl, 1) +
-              mt_cost_gemm_s(p, N, E, C, 1) + mt_cost_gemm_s(p, rows, Fe, C, El) +
+    const double Cl = m->C_local, in = m->mlp_in; /* SwiGLU: gate|up, 2 outputs per unit */
+    moe_lin = mt_cost_gemm_s(p, BT, m->qkv_local, C, 1) + mt_cost_gemm_s(p, BT, C, Cl, 1) +
+              mt_cost_gemm_s(p, N, E, C, 1) + mt_cost_gemm_s(p, rows, in * Fe, C, El) +
               mt_cost_gemm_s(p, rows, C, Fe, El) +
-              (Fs > 0 ? mt_cost_gemm_s(p, BT, Fs, C, 1) + mt_cost_gemm_s(p, BT, C, Fs, 1) : 0.0);
+              (Fs > 0 ? mt_cost_gemm_s(p, BT, in * Fs, C, 1) + mt_cost_gemm_s(p, BT, C, Fs, 1)
+                      : 0.0);
   }
   /* elementwise: the layer's activations (the buffers the model allocates:
    * under recompute its one-layer workspace), in the activations' dtype,

@@ -39,7 +39,8 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
                        .pp = cfg->pp, .cp = cfg->cp, .zero = cfg->zero, .world = t->world_size,
                        .moe_experts = s->moe_experts, .moe_topk = s->moe_topk,
                        .moe_every = s->moe_every, .moe_ffn = s->moe_ffn,
-                       .moe_shared = s->moe_shared, .ep = t->mesh.ep, .etp = t->mesh.etp};
+                       .moe_shared = s->moe_shared, .ep = t->mesh.ep, .etp = t->mesh.etp,
+                       .moe_router = s->moe_router};
   mt_train_meta_arch(&meta, s);
   /* aux-loss-free balancing: the bias the next step routes with */
   if (t->step.model.moe.balance == MT_MOE_BALANCE_BIAS) {

@@ -76,6 +76,7 @@ static mt_ckpt_meta model_meta(const mt_model_shape *shape) {
   m.moe_every = shape->moe_every;
   m.moe_ffn = shape->moe_ffn;
   m.moe_shared = shape->moe_shared;
+  m.moe_router = shape->moe_router;
   mt_train_meta_arch(&m, shape);
   return m;
 }
@@ -350,7 +351,7 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
                     mt_model_preset(cfg->model_preset, &preset) == 0;
   /* the architecture's yes/no keys as the checkpoint's 0/1 */
   int tied = cfg->tie_embeddings == MT_TRI_TRUE, bias = cfg->bias == MT_TRI_TRUE;
-  int arch = (int)cfg->arch;
+  int arch = (int)cfg->arch, router = (int)cfg->moe_router;
   struct {
     const char *key;
     int *v, given, from_preset;
@@ -381,7 +382,8 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
        1},
       {"model.moe_ffn", &cfg->moe_ffn, cfg->moe_ffn != defaults.moe_ffn, 0, m.moe_ffn, 1},
       {"model.moe_shared", &cfg->moe_shared, cfg->moe_shared != defaults.moe_shared, 0,
-       m.moe_shared, 1}};
+       m.moe_shared, 1},
+      {"model.moe_router", &router, cfg->moe_router != defaults.moe_router, 0, m.moe_router, 1}};
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     if (m.moe_experts == 0 && k[i].moe) continue; /* a dense checkpoint: MoE keys do not count */
     int64_t have = k[i].given ? *k[i].v : k[i].from_preset;
@@ -408,6 +410,7 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
     if (m.moe_experts > 0 || !k[i].moe) *k[i].v = (int)k[i].ckpt;
   cfg->arch = (mt_arch)arch;
+  cfg->moe_router = (mt_moe_router)router;
   cfg->tie_embeddings = tied ? MT_TRI_TRUE : MT_TRI_FALSE;
   cfg->bias = bias ? MT_TRI_TRUE : MT_TRI_FALSE;
   cfg->seq_len = seq > 0 ? seq : (int)m.seq_len;

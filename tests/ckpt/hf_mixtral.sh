@@ -9,7 +9,8 @@
 # w3, or took another expert's rows, would import bitwise and fail here:
 # silu(gate) x up is not symmetric); sharded and bf16 exports;
 # refused with one line: experts every other block, shared experts, a
-# routing bias of aux-loss-free balancing (none of which Mixtral holds).
+# sigmoid router, a routing bias of aux-loss-free balancing (none of which
+# Mixtral holds).
 source "$(dirname "$0")/common_ckpt.sh"
 python3 -c "import numpy" 2> /dev/null || {
   echo "SKIP: numpy is not importable by python3 (apps/scripts/setup.sh installs it)"; exit 77; }
@@ -58,6 +59,8 @@ refused_export every2 "MixtralForCausalLM has experts in every block and no shar
   --set model.moe_every=2
 refused_export shared "MixtralForCausalLM has experts in every block and no shared experts; this model has moe_every = 1, moe_shared = 1" \
   --set model.moe_shared=1
+refused_export sigmoid "MixtralForCausalLM's router is a softmax over the experts; this model's is sigmoid" \
+  --set model.moe_router=sigmoid
 refused_export balance_bias "its experts are chosen with a balancing bias \(train.moe_balance = bias\)" \
   --set train.moe_balance=bias --set train.moe_bias_rate=0.01
 echo PASS

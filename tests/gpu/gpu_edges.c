@@ -187,15 +187,16 @@ static void test_moe_small(void) {
   float *h[K], *d[K];
   for (int i = 0; i < K; i++) h[i] = rnd(ns[i], -1, 1), d[i] = dev(h[i], ns[i]);
   int *ti = calloc((size_t)N * k, sizeof(int)), *d_ti = devi(ti, (size_t)N * k);
-  cpu->moe_router_forward(h[PROBS], h[LSE], ti, h[TW], h[LOGITS], NULL, N, E, k);
-  gpu->moe_router_forward(d[PROBS], d[LSE], d_ti, d[TW], d[LOGITS], NULL, N, E, k);
+  cpu->moe_router_forward(h[PROBS], h[LSE], ti, h[TW], h[LOGITS], NULL, N, E, k, 0);
+  gpu->moe_router_forward(d[PROBS], d[LSE], d_ti, d[TW], d[LOGITS], NULL, N, E, k, 0);
   mt_check_err("moe_router_forward E=1 k=1: probs, lse, weights",
          mt_worst(mt_worst(err_of(h[PROBS], d[PROBS], ns[PROBS]), err_of(h[LSE], d[LSE], ns[LSE])),
                   err_of(h[TW], d[TW], ns[TW])),
          TOL);
-  cpu->moe_router_backward(h[DLOG], h[PROBS], h[LSE], ti, h[TW], h[DTW], NULL, N, 0.01f, N, E, k);
+  cpu->moe_router_backward(h[DLOG], h[PROBS], h[LSE], ti, h[TW], h[DTW], NULL, N, 0.01f, N, E, k,
+                           0);
   gpu->moe_router_backward(d[DLOG], d[PROBS], d[LSE], d_ti, d[TW], d[DTW], NULL, N, 0.01f, N, E,
-                           k);
+                           k, 0);
   CMP("moe_router_backward E=1 k=1", h[DLOG], d[DLOG], ns[DLOG], TOL);
   int slot[7] = {0, -1, 2, 3, -1, 5, 6};
   int *d_slot = devi(slot, (size_t)N * k);

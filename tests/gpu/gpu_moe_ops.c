@@ -82,8 +82,8 @@ static void test_router(int N, int E, int k, int rows_per_seq) {
   float *d_logits = dev(logits, ne), *d_probs = dev(probs, ne), *d_lse = dev(lse, N);
   float *d_topw = dev(topw, nk);
   int *d_top = devi(top, nk);
-  cpu->moe_router_forward(probs, lse, top, topw, logits, NULL, N, E, k);
-  gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, NULL, N, E, k);
+  cpu->moe_router_forward(probs, lse, top, topw, logits, NULL, N, E, k, 0);
+  gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, NULL, N, E, k, 0);
   CMP("moe_router_forward probs", probs, d_probs, ne, TOL_EW);
   CMP("moe_router_forward lse", lse, d_lse, N, TOL_EW);
   snprintf(what, sizeof what, "moe_router_forward top_idx (exact; of %zu)", nk);
@@ -91,12 +91,35 @@ static void test_router(int N, int E, int k, int rows_per_seq) {
   CMP("moe_router_forward top_w", topw, d_topw, nk, TOL_EW);
   /* with a balancing bias (aux-loss-free routing): the choice moves alike */
   float *bias = rnd((size_t)E, -0.3f, 0.3f), *d_bias = dev(bias, (size_t)E);
-  cpu->moe_router_forward(probs, lse, top, topw, logits, bias, N, E, k);
-  gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, d_bias, N, E, k);
+  cpu->moe_router_forward(probs, lse, top, topw, logits, bias, N, E, k, 0);
+  gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, d_bias, N, E, k, 0);
   snprintf(what, sizeof what, "moe_router_forward + bias top_idx (exact; of %zu)", nk);
   mt_check_err(what, int_mismatches(top, d_top, nk), 0);
   CMP("moe_router_forward + bias top_w", topw, d_topw, nk, TOL_EW);
-  cpu->moe_router_forward(probs, lse, top, topw, logits, NULL, N, E, k);
+  /* sigmoid scores (DeepSeek-V3), with the bias, and their backward */
+  cpu->moe_router_forward(probs, lse, top, topw, logits, bias, N, E, k, 1);
+  gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, d_bias, N, E, k, 1);
+  CMP("moe_router_forward sigmoid probs", probs, d_probs, ne, TOL_EW);
+  snprintf(what, sizeof what, "moe_router_forward sigmoid + bias top_idx (exact; of %zu)", nk);
+  mt_check_err(what, int_mismatches(top, d_top, nk), 0);
+  CMP("moe_router_forward sigmoid + bias top_w", topw, d_topw, nk, TOL_EW);
+  {
+    float *sdtw = rnd(nk, -1, 1), *sdlog = rnd(ne, -9, 9);
+    float *d_sdtw = dev(sdtw, nk), *d_sdlog = dev(sdlog, ne);
+    gpu->upload(d_probs, probs, ne * sizeof(float));
+    gpu->upload(d_top, top, nk * sizeof(int));
+    gpu->upload(d_topw, topw, nk * sizeof(float));
+    cpu->moe_router_backward(sdlog, probs, lse, top, topw, sdtw, NULL, rows_per_seq, 0.0f, N, E,
+                             k, 1);
+    gpu->moe_router_backward(d_sdlog, d_probs, d_lse, d_top, d_topw, d_sdtw, NULL,
+                             rows_per_seq, 0.0f, N, E, k, 1);
+    CMP("moe_router_backward sigmoid dlogits", sdlog, d_sdlog, ne, TOL_EW);
+    dfree(d_sdtw, nk * 4);
+    dfree(d_sdlog, ne * 4);
+    free(sdtw);
+    free(sdlog);
+  }
+  cpu->moe_router_forward(probs, lse, top, topw, logits, NULL, N, E, k, 0);
   free(bias);
 
   /* backward from the CPU's forward results on both sides */
@@ -110,9 +133,9 @@ static void test_router(int N, int E, int k, int rows_per_seq) {
   for (int with_aux = 0; with_aux < 2; with_aux++) {
     float z = with_aux ? 0.0f : 0.3f;
     cpu->moe_router_backward(dlog, probs, lse, top, topw, dtw, with_aux ? aux : NULL,
-                             rows_per_seq, z, N, E, k);
+                             rows_per_seq, z, N, E, k, 0);
     gpu->moe_router_backward(d_dlog, d_probs, d_lse, d_top, d_topw, d_dtw,
-                             with_aux ? d_aux : NULL, rows_per_seq, z, N, E, k);
+                             with_aux ? d_aux : NULL, rows_per_seq, z, N, E, k, 0);
     snprintf(what, sizeof what, "moe_router_backward dlogits (%s)",
              with_aux ? "load-balancing term" : "z-loss term");
     CMP(what, dlog, d_dlog, ne, TOL_EW);
@@ -265,8 +288,8 @@ static void test_empty(void) {
   float *a = dev(h, n), *b = dev(h, n), *c = dev(h, n), *d = dev(h, n);
   int zeros[5] = {0, 0, 0, 0, 0};
   int *ia = devi(zeros, 5);
-  gpu->moe_router_forward(a, b, ia, c, d, NULL, 0, E, k);
-  gpu->moe_router_backward(a, b, c, ia, d, d, d, 16, 0.5f, 0, E, k);
+  gpu->moe_router_forward(a, b, ia, c, d, NULL, 0, E, k, 0);
+  gpu->moe_router_backward(a, b, c, ia, d, d, d, 16, 0.5f, 0, E, k, 0);
   gpu->moe_prob_sums(a, b, 0, E, 16);
   gpu->gather_rows(F32, a, b, ia, 0, C);
   gpu->moe_combine(F32, a, b, ia, c, 0, C, k);
@@ -310,9 +333,9 @@ static void test_determinism(void) {
     float *d_dx = gpu->alloc(MT_MEM_OTHER, (size_t)R * C * 4);
     float *d_dw = gpu->alloc(MT_MEM_OTHER, (size_t)G * C * C * 4);
     int *d_top = gpu->alloc(MT_MEM_OTHER, nk * 4);
-    gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, NULL, N, E, k);
+    gpu->moe_router_forward(d_probs, d_lse, d_top, d_topw, d_logits, NULL, N, E, k, 0);
     gpu->moe_router_backward(d_logits, d_probs, d_lse, d_top, d_topw, d_dtw, d_aux, rps, 0.1f, N,
-                             E, k);
+                             E, k, 0);
     gpu->moe_combine_backward(F32, d_dy, d_dcw, d_dout, d_y, d_slot, d_topw, N, C, k);
     gpu->grouped_matmul_backward(F32, d_dx, d_dw, NULL, d_y, d_y, d_w, off, G, C, C);
     float *r = res[run];

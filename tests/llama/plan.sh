@@ -20,4 +20,15 @@ cases=("dp2z3 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batc
 for c in "${cases[@]}"; do mt_plan_and_train "$c" "${common[@]}"; done
 python3 "$MT_SRC/tests/scripts/plan_vs_run.py" "$WORK" dp,tp,pp,cp "${cases[@]}" \
   || fail "plan and run differ"
+# Llama MoE (SwiGLU experts, gate|up fused; a SwiGLU shared expert; k = E so
+# the all-to-all volume is a balanced routing's): the dispatch's buffers,
+# the experts' 2 Fe hidden rows and their lent weights (least-loaded)
+moe=(--set model.moe_experts=4 --set model.moe_topk=4 --set model.moe_ffn=64)
+mcases=("mdp2ep2z3 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=3 --set train.micro_batch=2"
+        "mtp2etp2sh 2 --set parallel.tp=2 --set parallel.sp=true --set parallel.etp=2 --set model.moe_shared=1 --set train.micro_batch=4"
+        "mdp2ep2ll 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.ep_balance=least-loaded --set model.moe_router=sigmoid --set train.moe_balance=bias --set train.micro_batch=2"
+        "mpp2bf 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set parallel.schedule=zb-h1 --set train.recompute=true --set train.precision=bf16 --set train.micro_batch=1")
+for c in "${mcases[@]}"; do mt_plan_and_train "$c" "${common[@]}" "${moe[@]}"; done
+python3 "$MT_SRC/tests/scripts/plan_vs_run.py" "$WORK" dp,tp,pp,ep,etp,edp "${mcases[@]}" \
+  || fail "plan and run differ (Llama MoE)"
 echo "PASS: the plan of a Llama run is what it counts"

@@ -453,6 +453,7 @@ static void test_round_trip(void) {
                   "train.virtual_hw=h200", "metrics.trace=true", "virtual.moe_skew=1.25",
                   "model.moe_experts=64", "model.moe_topk=6",
                   "model.moe_every=2", "model.moe_ffn=1408", "model.moe_shared=2",
+                  "model.moe_router=sigmoid",
                   "model.arch=llama", "model.n_kv_head=4", "model.ffn_size=2048",
                   "model.norm_eps=1.0000000000000001e-05", "model.rope_theta=500000",
                   "model.rope_scaling=llama3", "model.rope_factor=32",
@@ -557,6 +558,10 @@ static const struct {
     {"model.preset", "llama3-8b", MT_PRESET_LLAMA3_8B},
     {"model.preset", "llama3-70b", MT_PRESET_LLAMA3_70B},
     {"model.preset", "llama3-405b", MT_PRESET_LLAMA3_405B},
+    {"model.preset", "mixtral-8x7b", MT_PRESET_MIXTRAL_8X7B},
+    {"model.preset", "deepseek-v3-like", MT_PRESET_DEEPSEEK_V3_LIKE},
+    {"model.moe_router", "softmax", MT_ROUTER_SOFTMAX},
+    {"model.moe_router", "sigmoid", MT_ROUTER_SIGMOID},
     {"model.arch", "auto", MT_ARCH_AUTO},
     {"model.arch", "gpt2", MT_ARCH_GPT2},
     {"model.arch", "llama", MT_ARCH_LLAMA},
@@ -618,6 +623,7 @@ static const char *typed_name(const char *key, int v) {
   if (!strcmp(key, "model.tie_embeddings") || !strcmp(key, "model.bias"))
     return mt_tristate_name((mt_tristate)v);
   if (!strcmp(key, "model.rope_scaling")) return mt_rope_scaling_name((mt_rope_scaling)v);
+  if (!strcmp(key, "model.moe_router")) return mt_moe_router_name((mt_moe_router)v);
   if (!strcmp(key, "train.moe_balance")) return mt_moe_balance_name((mt_moe_balance)v);
   if (!strcmp(key, "train.device")) return mt_device_kind_name((mt_device_kind)v);
   if (!strcmp(key, "train.precision")) return mt_precision_name((mt_precision)v);

@@ -64,7 +64,7 @@ static void null_backend(void) {
   /* balanced routing: 6 tokens, k = E = 4 */
   int top[24], hits[4] = {0, 0, 0, 0};
   int *dev_top = (int *)o->alloc(MT_MEM_ACTIV, sizeof top);
-  o->moe_router_forward(a, a, dev_top, a, a, NULL, 6, 4, 4);
+  o->moe_router_forward(a, a, dev_top, a, a, NULL, 6, 4, 4, 0);
   o->download(top, dev_top, sizeof top);
   for (int n = 0; n < 6; n++) {
     int seen = 0;

@@ -121,6 +121,20 @@ static void test_presets(void) {
     snprintf(what, sizeof what, "%s: %zu parameters", mt_preset_name(want[i].p), got);
     mt_check_true(what, got == want[i].params);
   }
+  /* Mixtral 8x7B (MixtralForCausalLM's count; 12.9B active per token):
+   * its experts come from the preset through the config */
+  mt_config cfg;
+  mt_model_shape s;
+  mt_err e = {0};
+  char *over[] = {"model.preset=mixtral-8x7b"};
+  int ok = mt_config_load(&cfg, NULL, 1, over, &e) == 0 &&
+           mt_model_shape_from_config(&cfg, &s, &e) == 0;
+  if (!ok) printf("mixtral-8x7b: %s\n", e.msg);
+  char what[96];
+  snprintf(what, sizeof what, "mixtral-8x7b: %zu parameters, %zu active",
+           ok ? mt_model_num_params(&s) : 0, ok ? mt_model_active_params(&s) : 0);
+  mt_check_true(what, ok && mt_model_num_params(&s) == 46702792704 &&
+                          mt_model_active_params(&s) == 12879925248);
 }
 
 int main(int argc, char **argv) {

@@ -1,6 +1,7 @@
 /* test_moe: the Mixture-of-Experts pieces on one rank.
  *
- * 1. Router ops: forward against a double reference (softmax, the top-k in
+ * 1. Router ops (softmax, and sigmoid scores in test_router_sigmoid):
+ *    forward against a double reference (softmax, the top-k in
  *    decreasing probability with the lower index first on ties, the chosen
  *    weights renormalised); backward against central finite differences of
  *    L = sum R * top_w + sum A[seq] * probs + zc * sum lse^2, the three terms
@@ -19,7 +20,10 @@
  *    element relative to the larger of the two and 5% of the tensor's
  *    largest gradient, tolerance 2e-2 (fp32 noise; see MODEL_TOL);
  *    perturbations that change a routing choice are skipped (counted, at
- *    least 8 of ~24 samples per tensor must remain).
+ *    least 8 of ~24 samples per tensor must remain). The same for the
+ *    Llama architecture (SwiGLU experts with gate|up fused, a SwiGLU shared
+ *    expert, rotary attention), with the softmax and with the sigmoid
+ *    router (DeepSeek-V3's scores; no z-loss), dropless.
  * 5. E = 1, k = 1, no auxiliary losses equals the dense model (the dense
  *    MLP's weights copied into the one expert) within 1e-6: loss and every
  *    gradient.
@@ -52,17 +56,82 @@ typedef struct {
   int *top;
   const float *R, *A;
   float zc;
+  int sigmoid;
 } router_ctx;
 
 static double router_loss(void *p) {
   router_ctx *c = p;
-  ops->moe_router_forward(c->probs, c->lse, c->top, c->topw, c->logits, NULL, c->N, c->E, c->k);
+  ops->moe_router_forward(c->probs, c->lse, c->top, c->topw, c->logits, NULL, c->N, c->E, c->k,
+                          c->sigmoid);
   double l = dot(c->topw, c->R, (size_t)c->N * c->k);
   for (int n = 0; n < c->N; n++) {
     l += dot(c->probs + (size_t)n * c->E, c->A + (size_t)(n / c->Ts) * c->E, (size_t)c->E);
     l += (double)c->zc * (double)c->lse[n] * (double)c->lse[n];
   }
   return l;
+}
+
+/* The sigmoid router (DeepSeek-V3): probs[e] = sigmoid(logits[e]), the k
+ * largest scores (+ bias) chosen and renormalised; backward against finite
+ * differences of the combine and load-balancing terms (no z-loss). */
+static void test_router_sigmoid(void) {
+  printf("router, sigmoid scores\n");
+  const int N = 12, E = 6, k = 3, Ts = 4;
+  float *logits = zeros((size_t)N * E);
+  for (int n = 0; n < N; n++)
+    for (int e = 0; e < E; e++)
+      logits[(size_t)n * E + e] = 0.4f * (float)((e * 5 + n * 7) % E) - 1.0f +
+                                  rng_uniform(-0.05f, 0.05f);
+  router_ctx c = {N, E, k, Ts, logits, zeros((size_t)N * E), zeros((size_t)N),
+                  zeros((size_t)N * k), calloc((size_t)N * k, sizeof(int)),
+                  rand_tensor((size_t)N * k, -1, 1), rand_tensor((size_t)(N / Ts) * E, -1, 1),
+                  0.0f, 1};
+  router_loss(&c);
+  double worst = 0.0;
+  int order_ok = 1;
+  for (int n = 0; n < N; n++) {
+    const float *x = logits + (size_t)n * E;
+    double p[16], chosen = 0.0;
+    for (int e = 0; e < E; e++) {
+      p[e] = 1.0 / (1.0 + exp(-(double)x[e]));
+      worst = mt_worst(worst, fabs(p[e] - c.probs[(size_t)n * E + e]));
+    }
+    const int *t = c.top + (size_t)n * k;
+    for (int j = 0; j < k; j++) chosen += p[t[j]];
+    for (int j = 0; j + 1 < k; j++) order_ok &= p[t[j]] >= p[t[j + 1]];
+    for (int e = 0; e < E; e++) {
+      int in = 0;
+      for (int j = 0; j < k; j++) in |= t[j] == e;
+      order_ok &= in || p[e] <= p[t[k - 1]];
+    }
+    for (int j = 0; j < k; j++)
+      worst = mt_worst(worst, fabs(p[t[j]] / chosen - c.topw[(size_t)n * k + j]));
+  }
+  mt_check_err("sigmoid router forward vs double reference", worst, 1e-6);
+  mt_check_true("sigmoid top-k: the k highest scores, highest first", order_ok);
+  /* the bias moves the choice only: expert 0 (the lowest score) lifted in */
+  float low[4] = {-2.0f, 1.0f, 0.5f, 0.0f}, bias[4] = {1.0f, 0.0f, 0.0f, 0.0f}, bp[4], bl, bw[2];
+  int bt[2];
+  ops->moe_router_forward(bp, &bl, bt, bw, low, bias, 1, 4, 2, 1);
+  double s0 = 1.0 / (1.0 + exp(2.0)), s1 = 1.0 / (1.0 + exp(-1.0));
+  /* scores 0.12 + 1, 0.73, 0.62, 0.5: expert 0 first, then 1 */
+  mt_check_true("sigmoid + bias: the choice by score + bias", bt[0] == 0 && bt[1] == 1);
+  mt_check_err("sigmoid + bias: the weights from the scores alone",
+               mt_worst(fabs(bw[0] - s0 / (s0 + s1)), fabs(bw[1] - s1 / (s0 + s1))), 1e-6);
+  float *dlogits = zeros((size_t)N * E);
+  router_loss(&c);
+  ops->moe_router_backward(dlogits, c.probs, c.lse, c.top, c.topw, c.R, c.A, Ts, 0.0f, N, E, k,
+                           1);
+  mt_check_err("sigmoid router backward (combine + aux) vs FD",
+               gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
+  free(dlogits);
+  free(logits);
+  free(c.probs);
+  free(c.lse);
+  free(c.topw);
+  free(c.top);
+  free((void *)c.R);
+  free((void *)c.A);
 }
 
 static void test_router(void) {
@@ -76,7 +145,7 @@ static void test_router(void) {
   router_ctx c = {N, E, k, Ts, logits, zeros((size_t)N * E), zeros((size_t)N),
                   zeros((size_t)N * k), calloc((size_t)N * k, sizeof(int)),
                   rand_tensor((size_t)N * k, -1, 1), rand_tensor((size_t)(N / Ts) * E, -1, 1),
-                  0.05f};
+                  0.05f, 0};
   router_loss(&c);
   /* forward against a double reference */
   double worst = 0.0;
@@ -103,13 +172,13 @@ static void test_router(void) {
   /* ties: the lower index first */
   float tie[4] = {1.0f, 2.0f, 2.0f, 0.5f}, tp[4], tl, tw[2];
   int tt[2];
-  ops->moe_router_forward(tp, &tl, tt, tw, tie, NULL, 1, 4, 2);
+  ops->moe_router_forward(tp, &tl, tt, tw, tie, NULL, 1, 4, 2, 0);
   mt_check_true("ties: the lower index first", tt[0] == 1 && tt[1] == 2);
   /* a balancing bias moves the choice, not the weights: expert 3's bias
    * lifts it over expert 2 (and 0 on the tie with 1, lower index first) */
   float bias[4] = {0.0f, 0.0f, 0.0f, 1.0f}, bw[2], bp[4], bl;
   int bt[2];
-  ops->moe_router_forward(bp, &bl, bt, bw, tie, bias, 1, 4, 2);
+  ops->moe_router_forward(bp, &bl, bt, bw, tie, bias, 1, 4, 2, 0);
   double bsum = (double)tp[3] + (double)tp[1];
   mt_check_true("bias: the choice by p + bias", bt[0] == 3 && bt[1] == 1);
   mt_check_err("bias: the weights from p alone",
@@ -118,7 +187,7 @@ static void test_router(void) {
   float *dlogits = zeros((size_t)N * E);
   router_loss(&c);
   ops->moe_router_backward(dlogits, c.probs, c.lse, c.top, c.topw, c.R, c.A, Ts, 2.0f * c.zc, N,
-                           E, k);
+                           E, k, 0);
   mt_check_err("router backward (combine + aux + z) vs FD",
                gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
   /* without the aux term */
@@ -126,7 +195,7 @@ static void test_router(void) {
   c.A = zeros((size_t)(N / Ts) * E);
   router_loss(&c);
   ops->moe_router_backward(dlogits, c.probs, c.lse, c.top, c.topw, c.R, NULL, Ts, 2.0f * c.zc, N,
-                           E, k);
+                           E, k, 0);
   mt_check_err("router backward, aux_grad NULL vs FD",
                gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
   free((void *)c.A);
@@ -326,10 +395,13 @@ static double model_gradcheck(model_ctx *c, const char *name, int samples, int *
   return worst;
 }
 
-static void test_model_fd(double capacity) {
-  printf("MoE model vs finite differences (%s)\n", capacity > 0 ? "capacity 1.0" : "dropless");
+/* llama: the Llama architecture's SwiGLU experts (gate|up fused) and
+ * shared expert; sigmoid: DeepSeek-V3's router scores (no z-loss) */
+static void test_model_fd(double capacity, int llama, int sigmoid) {
+  printf("MoE model vs finite differences (%s%s%s)\n", capacity > 0 ? "capacity 1.0" : "dropless",
+         llama ? ", llama: SwiGLU experts" : "", sigmoid ? ", sigmoid router" : "");
   mt_model_shape s;
-  mt_model_preset(MT_PRESET_TINY, &s);
+  mt_model_preset(llama ? MT_PRESET_TINY_LLAMA : MT_PRESET_TINY, &s);
   s.n_layer = 2;
   s.seq_len = 8;
   s.vocab = 64;
@@ -340,6 +412,7 @@ static void test_model_fd(double capacity) {
   s.moe_ffn = 16;
   s.moe_shared = 1;
   s.moe_capacity = capacity;
+  s.moe_router = sigmoid ? MT_ROUTER_SIGMOID : MT_ROUTER_SOFTMAX;
   const int B = 2;
   mt_gpt m;
   mt_err e = {0};
@@ -348,12 +421,18 @@ static void test_model_fd(double capacity) {
     return;
   }
   mt_gpt_init_params(&m, 7);
+  /* SwiGLU multiplies two small projections: weights of std 0.02 give
+   * gradients near the fp32 losses' noise over eps; std 0.1 lifts them */
+  for (int i = 0; llama && i < m.reg.n; i++)
+    if (m.reg.t[i].ndim > 1)
+      for (size_t j = 0; j < m.reg.t[i].numel_local; j++) m.params[m.reg.t[i].offset + j] *= 5.0f;
   /* larger router weights: decisive routing, fewer choices moved by a perturbation */
   for (int l = 0; l < s.n_layer; l++) {
     int i = mt_registry_findf(&m.reg, "blocks.%d.moe.router.weight", l);
-    for (size_t j = 0; j < m.reg.t[i].numel_local; j++) m.params[m.reg.t[i].offset + j] *= 20.0f;
+    for (size_t j = 0; j < m.reg.t[i].numel_local; j++)
+      m.params[m.reg.t[i].offset + j] *= sigmoid ? 5.0f : 20.0f;
   }
-  mt_gpt_set_moe_loss(&m, 0.1f, 0.01f);
+  mt_gpt_set_moe_loss(&m, 0.1f, sigmoid ? 0.0f : 0.01f);
   mt_gpt_moe_stats(&m, 1);
   int inp[2 * 8], tgt[2 * 8];
   for (int i = 0; i < B * s.seq_len; i++) inp[i] = (int)(rng_next() % 64), tgt[i] = (int)(rng_next() % 64);
@@ -369,12 +448,18 @@ static void test_model_fd(double capacity) {
   mt_gpt_zero_grad(&m);
   mt_gpt_forward(&m, inp, tgt, B);
   mt_gpt_backward(&m, 1.0f / (float)(B * s.seq_len), NULL, NULL);
-  const char *names[] = {"blocks.1.moe.router.weight",       "blocks.1.moe.experts.fc.weight",
-                         "blocks.1.moe.experts.fc.bias",     "blocks.1.moe.experts.proj.weight",
-                         "blocks.1.moe.experts.proj.bias",   "blocks.1.moe.shared.fc.weight",
-                         "blocks.0.moe.router.weight",       "blocks.0.moe.experts.fc.weight",
-                         "blocks.1.ln2.weight",              "blocks.0.attn.qkv.weight"};
-  for (size_t q = 0; q < sizeof names / sizeof names[0]; q++) {
+  const char *gpt2[] = {"blocks.1.moe.router.weight",       "blocks.1.moe.experts.fc.weight",
+                        "blocks.1.moe.experts.fc.bias",     "blocks.1.moe.experts.proj.weight",
+                        "blocks.1.moe.experts.proj.bias",   "blocks.1.moe.shared.fc.weight",
+                        "blocks.0.moe.router.weight",       "blocks.0.moe.experts.fc.weight",
+                        "blocks.1.ln2.weight",              "blocks.0.attn.qkv.weight"};
+  const char *swiglu[] = {"blocks.1.moe.router.weight",     "blocks.1.moe.experts.fc.weight",
+                          "blocks.1.moe.experts.proj.weight", "blocks.1.moe.shared.gate.weight",
+                          "blocks.1.moe.shared.up.weight",  "blocks.1.moe.shared.proj.weight",
+                          "blocks.0.moe.router.weight",     "blocks.0.moe.experts.fc.weight",
+                          "blocks.1.ln2.weight",            "blocks.0.attn.q.weight"};
+  const char **names = llama ? swiglu : gpt2;
+  for (size_t q = 0; q < 10; q++) {
     int kept = 0;
     double err = model_gradcheck(&c, names[q], 24, &kept);
     char what[128];
@@ -482,10 +567,13 @@ int main(int argc, char **argv) {
   g_rng = 0x2545F4914F6CDD1DULL; /* this test's inputs */
   ops = mt_ops_cpu();
   test_router();
+  test_router_sigmoid();
   test_combine();
   test_grouped_gemm();
-  test_model_fd(0.0);
-  test_model_fd(1.0);
+  test_model_fd(0.0, 0, 0);
+  test_model_fd(1.0, 0, 0);
+  test_model_fd(0.0, 1, 0);
+  test_model_fd(0.0, 1, 1);
   test_one_expert_is_dense();
   MPI_Finalize();
   return mt_check_summary("test_moe");

@@ -349,6 +349,10 @@ uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version, int64_t g
        i++)
     n += (size_t)snprintf(text + n, sizeof text - n, "%s=%lld\n", f12[i].name,
                           (long long)*f12[i].v);
+  /* the router's scores only where they are not a softmax's (1.4) */
+  if (copy.moe_router != 0 && n < sizeof text)
+    n += (size_t)snprintf(text + n, sizeof text - n, "moe_router=%lld\n",
+                          (long long)copy.moe_router);
   /* the architecture (1.4) likewise only where it is not GPT-2's */
   for (size_t i = 0; arch_counts(&copy) && i < sizeof f14 / sizeof f14[0] && n < sizeof text; i++)
     n += (size_t)snprintf(text + n, sizeof text - n, "%s=%lld\n", f14[i].name,
@@ -374,6 +378,8 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, cons
     MT_TRY(e, mt_ckpt_put_attr_i64(file, f12[i].name, *f12[i].v, where, e));
   for (size_t i = 0; i < sizeof f14 / sizeof f14[0]; i++)
     MT_TRY(e, mt_ckpt_put_attr_i64(file, f14[i].name, *f14[i].v, where, e));
+  if (copy.moe_router != 0)
+    MT_TRY(e, mt_ckpt_put_attr_i64(file, "moe_router", copy.moe_router, where, e));
   MT_TRY(e, mt_ckpt_put_attr_i64(file, "groups", groups, where, e));
   uint64_t h = mt_ckpt_meta_hash(&copy, version, groups);
   int64_t hv;
@@ -401,6 +407,11 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
   if (found14 == 0) m->arch = 0;
   else if (found14 != (int)(sizeof f14 / sizeof f14[0]) || m->arch < 1 || m->arch > 2) return -2;
   mt_ckpt_meta_arch_defaults(m);
+  /* 1.4, optional: a router other than a softmax */
+  m->moe_router = 0;
+  if (mt_ckpt_attr_i64(file, "moe_router", &m->moe_router) == 0 &&
+      (m->moe_router < 0 || m->moe_router > 1))
+    return -2;
   /* 1.3, optional: the layout a conversion wrote for */
   m->target_tp = m->target_pp = 0;
   if (mt_ckpt_attr_i64(file, "target_tp", &m->target_tp) != 0 ||

@@ -165,7 +165,8 @@ static int tensor_attrs(hid_t d, const mt_tensor *t, const char *where, mt_err *
   const char *split = expert ? "replicated" : split_name(t->tp);
   const char *replicated_over = t->tp.kind == MT_PLACE_SHARDED ? "dp,cp" : "dp,cp,tp";
   MT_TRY(e, mt_ckpt_put_attr_str(d, "tp_split", split, where, e) != 0 ||
-                mt_ckpt_put_attr_i64(d, "fused_blocks", expert ? 1 : t->tp.fused_blocks, where,
+                mt_ckpt_put_attr_i64(d, "fused_blocks",
+                                     expert ? t->etp.fused_blocks : t->tp.fused_blocks, where,
                                      e) != 0 ||
                 mt_ckpt_put_attr_i64v(d, "padded_shape", padded, t->ndim, where, e) != 0 ||
                 mt_ckpt_put_attr_str(d, "axes", axes_of(t), where, e) != 0 ||

@@ -48,7 +48,8 @@ static int source_registry(const mt_ckpt_source *s, mt_registry *reg, mt_err *e)
       shape[k] = s->tt.dims[i][k];
       padded[k] = a->padded[k] >= shape[k] ? a->padded[k] : shape[k];
     }
-    mt_placement p = a->tp_sharded ? mt_sharded(a->tp_dim, a->fused_blocks) : mt_replicated();
+    mt_placement p = a->tp_sharded && !a->expert ? mt_sharded(a->tp_dim, a->fused_blocks)
+                                                 : mt_replicated();
     int idx = mt_registry_add(reg, s->tt.names[i], nd, shape, padded, p, a->weight_decay);
     mt_tensor *t = &reg->t[idx];
     snprintf(t->tied_to, sizeof t->tied_to, "%s", a->tied_to);
@@ -61,7 +62,7 @@ static int source_registry(const mt_ckpt_source *s, mt_registry *reg, mt_err *e)
     if (a->expert) { /* its splits on the folded mesh, kept in the output */
       t->group = MT_GROUP_EDP;
       if (a->ep_dim >= 0) t->ep = mt_sharded(a->ep_dim, 1);
-      if (a->etp_dim >= 0) t->etp = mt_sharded(a->etp_dim, 1);
+      if (a->etp_dim >= 0) t->etp = mt_sharded(a->etp_dim, a->fused_blocks);
     }
   }
   mt_err why = {0};

@@ -198,11 +198,11 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
         moe_tensors++;
         expert_elems += tt->ext[i][0] * tt->ext[i][1];
       }
-    fprintf(f, "  moe             %lld experts, top-%lld, expert hidden %lld, %lld shared, in %d "
-               "of %lld blocks (%s%s)\n",
+    fprintf(f, "  moe             %lld experts, top-%lld, expert hidden %lld, %lld shared, %s "
+               "router, in %d of %lld blocks (%s%s)\n",
             (long long)m->moe_experts, (long long)m->moe_topk, (long long)m->moe_ffn,
-            (long long)m->moe_shared, moe_blocks, (long long)m->n_layer, blocks,
-            moe_blocks > 16 ? ",..." : "");
+            (long long)m->moe_shared, m->moe_router == 1 ? "sigmoid" : "softmax", moe_blocks,
+            (long long)m->n_layer, blocks, moe_blocks > 16 ? ",..." : "");
     fprintf(f, "  experts         %d tensors, %lld elements, stored whole: E x out x in (biases E "
                "x out), global expert ids on dim 0\n", moe_tensors, expert_elems);
     fprintf(f, "  written by      folded mesh ep=%lld etp=%lld edp=%lld (experts split over ep on "

@@ -13,7 +13,8 @@
 #include <string.h>
 
 void mt_cpu_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                               const float *logits, const float *bias, int N, int E, int k) {
+                               const float *logits, const float *bias, int N, int E, int k,
+                               int sigmoid) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *x = logits + (size_t)n * E;
@@ -25,8 +26,9 @@ void mt_cpu_moe_router_forward(float *probs, float *lse, int *top_idx, float *to
       p[e] = expf(x[e] - maxv);
       sum += p[e];
     }
+    /* softmax, or each expert's own sigmoid score (DeepSeek-V3) */
     float inv = 1.0f / sum;
-    for (int e = 0; e < E; e++) p[e] *= inv;
+    for (int e = 0; e < E; e++) p[e] = sigmoid ? 1.0f / (1.0f + expf(-x[e])) : p[e] * inv;
     lse[n] = maxv + logf(sum);
     /* top-k by selection on p + bias: the largest not yet taken, the lower
      * index on ties */
@@ -51,14 +53,16 @@ void mt_cpu_moe_router_forward(float *probs, float *lse, int *top_idx, float *to
   }
 }
 
-/* With S = the sum of the chosen probabilities, top_w[j] = p[i_j] / S, so
+/* With S = the sum of the chosen probabilities (or scores), top_w[j] = p[i_j] / S, so
  *   dL/dp[i_j] = (dtop_w[j] - sum_l dtop_w[l] top_w[l]) / S,
  * plus aux_grad's dL/dp; then the softmax: dlogit[e] = p[e] (dp[e] -
- * sum_e' p[e'] dp[e']); plus the z-loss's z_grad * lse * p[e]. */
+ * sum_e' p[e'] dp[e']); plus the z-loss's z_grad * lse * p[e]. The sigmoid
+ * router: dlogit[e] = p[e] (1 - p[e]) dp[e] (no z-loss: its z_grad is not
+ * applied). */
 void mt_cpu_moe_router_backward(float *dlogits, const float *probs, const float *lse,
                                 const int *top_idx, const float *top_w, const float *dtop_w,
                                 const float *aux_grad, int rows_per_seq, float z_grad, int N,
-                                int E, int k) {
+                                int E, int k, int sigmoid) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *p = probs + (size_t)n * E;
@@ -81,7 +85,10 @@ void mt_cpu_moe_router_backward(float *dlogits, const float *probs, const float 
       dot += p[e] * dp;
     }
     float z = z_grad * lse[n];
-    for (int e = 0; e < E; e++) d[e] = p[e] * (d[e] - dot) + z * p[e];
+    if (sigmoid) /* each score its own logit's: ds/dx = s (1 - s) */
+      for (int e = 0; e < E; e++) d[e] = p[e] * (1.0f - p[e]) * d[e];
+    else
+      for (int e = 0; e < E; e++) d[e] = p[e] * (d[e] - dot) + z * p[e];
   }
 }
 

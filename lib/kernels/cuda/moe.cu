@@ -82,7 +82,7 @@ static unsigned row_blocks(int rows) {
  * as on the CPU; the chosen indices are then still distinct and in [0, E). */
 __global__ void moe_router_forward_kernel(float *probs, float *lse, int *top_idx, float *top_w,
                                           const float *logits, const float *bias, int N, int E,
-                                          int k) {
+                                          int k, int sigmoid) {
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (n >= N) return; /* the whole warp: n is the warp's */
@@ -100,7 +100,7 @@ __global__ void moe_router_forward_kernel(float *probs, float *lse, int *top_idx
   s = moe_warp_sum(s);
   const float inv = 1.0f / s;
   /* from here on a lane reads back only the p[e] it wrote itself */
-  for (int e = lane; e < E; e += 32) p[e] *= inv;
+  for (int e = lane; e < E; e += 32) p[e] = sigmoid ? 1.0f / (1.0f + expf(-x[e])) : p[e] * inv;
   if (lane == 0) lse[n] = m + logf(s);
 
   int *idx = top_idx + (size_t)n * k;
@@ -142,11 +142,12 @@ __global__ void moe_router_forward_kernel(float *probs, float *lse, int *top_idx
 }
 
 void mt_cuda_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                                const float *logits, const float *bias, int N, int E, int k) {
+                                const float *logits, const float *bias, int N, int E, int k,
+                                int sigmoid) {
   if (N <= 0 || E <= 0) return;
   unsigned blocks = (unsigned)((N + MOE_WARP_ROWS - 1) / MOE_WARP_ROWS);
   moe_router_forward_kernel<<<blocks, 32 * MOE_WARP_ROWS, 0, g_cu.stream>>>(
-      probs, lse, top_idx, top_w, logits, bias, N, E, k);
+      probs, lse, top_idx, top_w, logits, bias, N, E, k, sigmoid);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -155,7 +156,8 @@ void mt_cuda_moe_router_forward(float *probs, float *lse, int *top_idx, float *t
 __global__ void moe_router_backward_kernel(float *dlogits, const float *probs, const float *lse,
                                            const int *top_idx, const float *top_w,
                                            const float *dtop_w, const float *aux_grad,
-                                           int rows_per_seq, float z_grad, int N, int E, int k) {
+                                           int rows_per_seq, float z_grad, int N, int E, int k,
+                                           int sigmoid) {
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (n >= N) return;
@@ -180,19 +182,21 @@ __global__ void moe_router_backward_kernel(float *dlogits, const float *probs, c
   }
   dot = moe_warp_sum(dot);
   const float z = z_grad * lse[n];
-  for (int e = lane; e < E; e += 32) d[e] = p[e] * (d[e] - dot) + z * p[e]; /* own d[e] */
+  for (int e = lane; e < E; e += 32) /* own d[e] */
+    d[e] = sigmoid ? p[e] * (1.0f - p[e]) * d[e] : p[e] * (d[e] - dot) + z * p[e];
 }
 
 void mt_cuda_moe_router_backward(float *dlogits, const float *probs, const float *lse,
                                  const int *top_idx, const float *top_w, const float *dtop_w,
                                  const float *aux_grad, int rows_per_seq, float z_grad, int N,
-                                 int E, int k) {
+                                 int E, int k, int sigmoid) {
   if (N <= 0 || E <= 0) return;
   if (aux_grad && rows_per_seq <= 0)
     mt_die("moe_router_backward: rows_per_seq = %d with a load-balancing gradient", rows_per_seq);
   unsigned blocks = (unsigned)((N + MOE_WARP_ROWS - 1) / MOE_WARP_ROWS);
   moe_router_backward_kernel<<<blocks, 32 * MOE_WARP_ROWS, 0, g_cu.stream>>>(
-      dlogits, probs, lse, top_idx, top_w, dtop_w, aux_grad, rows_per_seq, z_grad, N, E, k);
+      dlogits, probs, lse, top_idx, top_w, dtop_w, aux_grad, rows_per_seq, z_grad, N, E, k,
+      sigmoid);
   CUDA_LAUNCH_CHECK();
 }
 

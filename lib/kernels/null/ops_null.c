@@ -169,7 +169,8 @@ static int zipf_expert(double u, int E) {
 }
 
 static void router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                           const float *logits, const float *bias, int N, int E, int k) {
+                           const float *logits, const float *bias, int N, int E, int k,
+                           int sigmoid) {
   size_t n = (size_t)N * (size_t)k;
   keep(top_idx, NULL, n * sizeof(int));
   int *choice = find(top_idx, 0)->data;

@@ -188,14 +188,15 @@ static void v_adamw_update(mt_dtype t, float *param, void *param_copy, const flo
   ELEM(7.0 * 4.0 * n + (param_copy ? ES * n : 0.0));
 }
 static void v_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
-                                 const float *logits, const float *bias, int N, int E, int k) {
+                                 const float *logits, const float *bias, int N, int E, int k,
+                                 int sigmoid) {
   ELEM(2.0 * 4.0 * N * E);
-  g_null->moe_router_forward(probs, lse, top_idx, top_w, logits, bias, N, E, k);
+  g_null->moe_router_forward(probs, lse, top_idx, top_w, logits, bias, N, E, k, sigmoid);
 }
 static void v_moe_router_backward(float *dlogits, const float *probs, const float *lse,
                                   const int *top_idx, const float *top_w, const float *dtop_w,
                                   const float *aux_grad, int rows_per_seq, float z_grad, int N,
-                                  int E, int k) {
+                                  int E, int k, int sigmoid) {
   ELEM(2.0 * 4.0 * N * E);
 }
 static void v_moe_prob_sums(float *sums, const float *probs, int N, int E, int rows_per_seq) {
