@@ -49,14 +49,18 @@ static void usage(FILE *f) {
           "       meshckpt export DIR OUT.h5 [--dtype fp32|bf16]\n"
           "                                            the model alone, one plain HDF5 file\n"
           "       meshckpt export DIR OUTDIR --format hf [--dtype fp32|bf16]\n"
-          "                                            Hugging Face GPT-2: OUTDIR/model.safetensors\n"
-          "                                            and config.json (GPT2LMHeadModel)\n"
+          "                [--max-shard-size SIZE]     Hugging Face: OUTDIR/config.json and\n"
+          "                                            model.safetensors (GPT2LMHeadModel,\n"
+          "                                            LlamaForCausalLM, MixtralForCausalLM);\n"
+          "                                            --max-shard-size (bytes, or 500MB, 5GB,\n"
+          "                                            2GiB): shards model-0000N-of-0000M.safetensors\n"
+          "                                            and model.safetensors.index.json\n"
           "       meshckpt import HFDIR OUTROOT --format hf [--mode shared|per-writer]\n"
           "                                            a step-0 checkpoint, parameters only, from\n"
-          "                                            a Hugging Face GPT-2 (model.safetensors, or\n"
-          "                                            shards listed in model.safetensors.index.json;\n"
-          "                                            start training from it with\n"
-          "                                            train.init_from=OUTROOT/latest)\n"
+          "                                            a Hugging Face GPT-2, Llama or Mixtral\n"
+          "                                            (model.safetensors, or shards listed in\n"
+          "                                            model.safetensors.index.json; start training\n"
+          "                                            from it with train.init_from=OUTROOT/latest)\n"
           "options: --chunk-mb N (read size per rank, default 64), --hints K=V,K=V (MPI-IO\n"
           "         hints for ckpt.h5, e.g. striping_factor=16,cb_nodes=8), --check (parse\n"
           "         the arguments and read the checkpoint's metadata as the command would,\n"
@@ -175,6 +179,7 @@ typedef struct {
   const char *cmd, *pos[2];
   int npos, deep, list, check;
   const char *dtype, *format, *hints, *target;
+  int64_t max_shard_bytes; /* export --format hf: 0, one file */
   double rtol, chunk_mb;
   mt_ckpt_convert_opts convert;
   double buffer_mb;
@@ -261,34 +266,174 @@ static int cmd_convert(const args *a) {
   return 0;
 }
 
-/* a step-0 checkpoint (parameters only) from a Hugging Face GPT-2 directory */
+/* ------------------------------------------------------------------ */
+/* Hugging Face                                                        */
+
+/* the model keys of an imported model: what a run started from it reads
+ * back (train.init_from) and stores in its own checkpoints */
+static void config_of_hf(const mt_ckpt_hf_config *c, mt_config *cfg) {
+  mt_config_defaults(cfg);
+  cfg->model_preset = MT_PRESET_CUSTOM;
+  cfg->n_layer = c->n_layer;
+  cfg->n_embd = c->n_embd;
+  cfg->n_head = c->n_head;
+  cfg->seq_len = c->seq_len;
+  cfg->vocab_size = c->vocab;
+  snprintf(cfg->bos_token_id, sizeof cfg->bos_token_id, "%s", c->bos_token_id);
+  snprintf(cfg->eos_token_id, sizeof cfg->eos_token_id, "%s", c->eos_token_id);
+  cfg->arch = c->arch == 2 ? MT_ARCH_LLAMA : MT_ARCH_GPT2;
+  if (c->arch != 2) return; /* GPT-2: tied, biased, 4 x the width */
+  cfg->n_kv_head = c->n_kv_head;
+  cfg->ffn_size = c->ffn;
+  cfg->norm_eps = c->norm_eps;
+  cfg->rope_theta = c->rope_theta;
+  cfg->rope_scaling = c->rope_scaling;
+  if (c->rope_scaling == MT_ROPE_SCALING_LLAMA3) {
+    cfg->rope_factor = c->rope_factor;
+    cfg->rope_low_freq_factor = c->rope_low_freq_factor;
+    cfg->rope_high_freq_factor = c->rope_high_freq_factor;
+    cfg->rope_original_len = c->rope_original_len;
+  }
+  cfg->tie_embeddings = c->tied ? MT_TRI_TRUE : MT_TRI_FALSE;
+  cfg->bias = c->bias ? MT_TRI_TRUE : MT_TRI_FALSE;
+  cfg->moe_experts = c->moe_experts;
+  if (c->moe_experts > 0) {
+    cfg->moe_topk = c->moe_topk;
+    cfg->moe_every = 1;
+    cfg->moe_ffn = c->moe_ffn;
+    cfg->moe_shared = 0;
+  }
+}
+
+/* a step-0 checkpoint (parameters only) from a Hugging Face directory */
 static int cmd_import_hf(const args *a) {
   mt_err err = {0};
-  mt_ckpt_gpt2_config hc;
+  mt_ckpt_hf_config hc;
   mt_ckpt_hf_read_config(a->pos[0], &hc, &err);
   if (mt_err_agree(&err, MPI_COMM_WORLD)) return failed(&err);
-  mt_model_shape shape = {.n_layer = hc.n_layer, .n_embd = hc.n_embd, .n_head = hc.n_head,
-                          .seq_len = hc.n_positions, .vocab = hc.vocab};
-  shape.vocab_padded = mt_model_pad_vocab(shape.vocab, 1);
+  mt_config cfg;
+  config_of_hf(&hc, &cfg);
+  mt_model_shape shape;
   mt_registry reg;
   mt_registry_init(&reg, 1, 0);
   mt_err why = {0};
-  if (mt_gpt_register(&reg, &shape, 1, 0, 0, &why) != 0)
+  if (mt_model_shape_from_config(&cfg, &shape, &why) != 0 ||
+      mt_gpt_register(&reg, &shape, 1, 0, 0, &why) != 0)
     mt_err_set(&err, "%s/config.json describes no model meshtrain can build (%s)", a->pos[0],
                why.msg);
   if (mt_err_agree(&err, MPI_COMM_WORLD)) {
     mt_registry_free(&reg);
     return failed(&err);
   }
+  char *ini = NULL;
+  size_t ini_len = 0;
+  FILE *mf = open_memstream(&ini, &ini_len);
+  fprintf(mf, "# imported from a Hugging Face %s (%s)\n", mt_ckpt_hf_class(&hc), a->pos[0]);
+  mt_config_write_ini_section(&cfg, "model", mf);
+  fclose(mf);
   double t0 = mt_now();
-  int rc = mt_ckpt_import_hf(a->pos[0], &hc, &reg, a->pos[1], a->convert.mode, &err);
+  int rc = mt_ckpt_import_hf(a->pos[0], &hc, &reg, a->pos[1], a->convert.mode, ini, &err);
   mt_registry_free(&reg);
+  free(ini);
   if (rc != 0) return failed(&err);
   if (g_rank == 0)
-    printf("import: %s -> %s/step_0 (%s, parameters only: L=%d C=%d H=%d T=%d V=%d) in %.2f s\n",
-           a->pos[0], a->pos[1], mt_ckpt_mode_name(a->convert.mode), hc.n_layer, hc.n_embd,
-           hc.n_head, hc.n_positions, hc.vocab, mt_now() - t0);
+    printf("import: %s -> %s/step_0 (%s, %s, parameters only: L=%d C=%d H=%d T=%d V=%d) in "
+           "%.2f s\n", a->pos[0], a->pos[1], mt_ckpt_hf_class(&hc),
+           mt_ckpt_mode_name(a->convert.mode), hc.n_layer, hc.n_embd, hc.n_head, hc.seq_len,
+           hc.vocab, mt_now() - t0);
   return 0;
+}
+
+/* The Hugging Face model of checkpoint dir: the sizes of its root
+ * attributes, and from its stored configuration (as the run resolved it)
+ * the norm epsilon, the rotary base and scaling, the token ids. A Mixtral
+ * has experts in every block, no shared ones, and routes by the softmax of
+ * the router's scores alone. Collective. */
+static int hf_model_of(const char *dir, mt_ckpt_hf_config *c, mt_err *e) {
+  mt_ckpt_meta m;
+  char again[1024];
+  MT_TRY(e, mt_ckpt_read_meta_of(dir, again, sizeof again, &m, e));
+  mt_ckpt_hf_config_of_meta(&m, c);
+  if (m.arch == 2 && m.moe_experts > 0 && (m.moe_every != 1 || m.moe_shared != 0)) {
+    mt_err_set(e, "%s: MixtralForCausalLM has experts in every block and no shared experts; this "
+                  "model has moe_every = %lld, moe_shared = %lld: not exported", dir,
+               (long long)m.moe_every, (long long)m.moe_shared);
+    return -1;
+  }
+  if (m.moe_experts > 0 && m.moe_router != MT_ROUTER_SOFTMAX) {
+    mt_err_set(e, "%s: MixtralForCausalLM's router is a softmax over the experts; this model's "
+                  "is %s (model.moe_router): not exported", dir,
+               mt_moe_router_name((mt_moe_router)m.moe_router));
+    return -1;
+  }
+  char *text = NULL;
+  MT_TRY(e, mt_ckpt_read_config_of(dir, again, sizeof again, &text, e));
+  mt_config cfg;
+  mt_model_shape s;
+  mt_err why = {0};
+  if (mt_config_load_text(&cfg, text, "its stored configuration", &why) != 0 ||
+      mt_model_shape_from_config(&cfg, &s, &why) != 0) {
+    if (m.arch == 2)
+      mt_err_set(e, "%s: %s: the rotary base and norm epsilon of the model are unknown: not "
+                    "exported", dir, why.msg);
+  } else {
+    snprintf(c->bos_token_id, sizeof c->bos_token_id, "%s", cfg.bos_token_id);
+    snprintf(c->eos_token_id, sizeof c->eos_token_id, "%s", cfg.eos_token_id);
+    c->norm_eps = cfg.norm_eps > 0.0 ? cfg.norm_eps : (double)s.norm_eps;
+    c->rope_theta = s.rope_theta;
+    c->rope_scaling = s.rope_scaling;
+    c->rope_factor = s.rope_factor;
+    c->rope_low_freq_factor = s.rope_low_freq_factor;
+    c->rope_high_freq_factor = s.rope_high_freq_factor;
+    c->rope_original_len = s.rope_original_len;
+  }
+  free(text);
+  if (e->failed || m.moe_experts == 0) return e->failed ? -1 : 0;
+  /* aux-loss-free balancing's bias chooses the experts too */
+  int found = 0;
+  float *bias = mt_calloc((size_t)(m.n_layer * m.moe_experts) + 1, sizeof(float));
+  if (mt_ckpt_load_moe_bias(dir, bias, m.n_layer, m.moe_experts, &found, e) == 0 && found)
+    for (int64_t i = 0; i < m.n_layer * m.moe_experts && !e->failed; i++)
+      if (bias[i] != 0.0f)
+        mt_err_set(e, "%s: its experts are chosen with a balancing bias (train.moe_balance = "
+                      "bias), which MixtralForCausalLM has no place for: not exported", dir);
+  free(bias);
+  return e->failed ? -1 : 0;
+}
+
+static int cmd_export_hf(const args *a) {
+  mt_err err = {0};
+  double t0 = mt_now();
+  char dir[1024];
+  mt_ckpt_hf_config hc;
+  if (mt_ckpt_find(a->pos[0], dir, sizeof dir, &err) == 0) hf_model_of(dir, &hc, &err);
+  if (mt_err_agree(&err, MPI_COMM_WORLD)) return failed(&err);
+  mt_ckpt_hf_export_opts o = {.dtype = !strcmp(a->dtype, "bf16") ? MT_DT_BF16 : MT_DT_F32,
+                              .max_shard_bytes = a->max_shard_bytes, .model = &hc};
+  if (mt_ckpt_export_hf(dir, a->pos[1], &o, &err) != 0) return failed(&err);
+  if (g_rank == 0)
+    printf("export: %s -> %s/%s + config.json (%s, %s) in %.2f s\n", dir, a->pos[1],
+           a->max_shard_bytes ? "model safetensors shards" : "model.safetensors",
+           mt_ckpt_hf_class(&hc), a->dtype, mt_now() - t0);
+  return 0;
+}
+
+/* "123", "500MB", "5GB", "2GiB", ... in bytes (KB, MB, GB: powers of 1000;
+ * KiB, MiB, GiB: of 1024), as transformers' max_shard_size reads it */
+static int parse_size(const char *v, int64_t *bytes) {
+  static const struct {
+    const char *unit;
+    double scale;
+  } units[] = {{"", 1},        {"B", 1},          {"KB", 1e3},       {"MB", 1e6},
+               {"GB", 1e9},    {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  char *end = NULL;
+  double x = strtod(v, &end);
+  for (size_t i = 0; end != v && i < sizeof units / sizeof units[0]; i++)
+    if (!strcmp(end, units[i].unit) && x * units[i].scale >= 1 && x * units[i].scale < 1e18) {
+      *bytes = (int64_t)(x * units[i].scale);
+      return 0;
+    }
+  return -1;
 }
 
 /* --check: everything the command reads before it works, read now (the
@@ -299,11 +444,12 @@ static int cmd_import_hf(const args *a) {
 static int check_only(const args *a) {
   mt_err err = {0};
   if (!strcmp(a->cmd, "import")) {
-    mt_ckpt_gpt2_config hc;
+    mt_ckpt_hf_config hc;
     mt_ckpt_hf_read_config(a->pos[0], &hc, &err);
     if (mt_err_agree(&err, MPI_COMM_WORLD)) return failed(&err);
     if (g_rank == 0)
-      printf("meshckpt: check: OK: import of %s (GPT-2, %d layers)\n", a->pos[0], hc.n_layer);
+      printf("meshckpt: check: OK: import of %s (%s, %d layers)\n", a->pos[0],
+             mt_ckpt_hf_class(&hc), hc.n_layer);
     return 0;
   }
   char dir[1024], other[1024];
@@ -352,17 +498,7 @@ static int run(const args *a) {
   if (!strcmp(a->cmd, "convert")) return cmd_convert(a);
   if (!strcmp(a->cmd, "import")) return cmd_import_hf(a);
   /* export */
-  double t0 = mt_now();
-  if (a->format && !strcmp(a->format, "hf")) {
-    char dir[1024];
-    if (mt_ckpt_find(a->pos[0], dir, sizeof dir, &err) != 0 ||
-        mt_ckpt_export_hf(dir, a->pos[1], bf16 ? MT_DT_BF16 : MT_DT_F32, &err) != 0)
-      return failed(&err);
-    if (g_rank == 0)
-      printf("export: %s -> %s/model.safetensors + config.json (GPT2LMHeadModel, %s) in %.2f s\n",
-             dir, a->pos[1], a->dtype, mt_now() - t0);
-    return 0;
-  }
+  if (a->format && !strcmp(a->format, "hf")) return cmd_export_hf(a);
   if (mt_ckpt_export_h5(a->pos[0], a->pos[1], bf16 ? MT_DT_BF16 : MT_DT_F32, chunk, &err) != 0)
     return failed(&err);
   if (g_rank == 0) printf("export: %s as %s -> %s\n", a->pos[0], a->dtype, a->pos[1]);
@@ -408,6 +544,10 @@ static void parse(int argc, char **argv, args *a, mt_err *e) {
                    "--target: '%s' is not tp=N, pp=M or tp=N,pp=M (positive; a MoE checkpoint "
                    "also ep=E, etp=F)",
                    val);
+    } else if (!strcmp(arg, "--max-shard-size") && val) {
+      if (parse_size(argv[++i], &a->max_shard_bytes) != 0)
+        mt_err_set(e, "--max-shard-size: '%s' is not a size (bytes, or e.g. 500MB, 5GB, 2GiB)",
+                   val);
     } else if (!strcmp(arg, "--buffer-mb") && val) {
       double mb = atof(argv[++i]);
       if (!(mb >= 1)) mt_err_set(e, "--buffer-mb: '%s' is not a number >= 1", val);
@@ -449,9 +589,11 @@ static void parse(int argc, char **argv, args *a, mt_err *e) {
   else if (a->npos != need)
     mt_err_set(e, "%s needs %d path%s (see --help)", cmd, need, need == 1 ? "" : "s");
   else if (!strcmp(cmd, "import") && (!a->format || strcmp(a->format, "hf") != 0))
-    mt_err_set(e, "import needs --format hf (a Hugging Face GPT-2 directory)");
+    mt_err_set(e, "import needs --format hf (a Hugging Face model directory)");
   else if (a->target && strcmp(cmd, "convert") != 0)
     mt_err_set(e, "--target is an option of convert");
+  else if (a->max_shard_bytes && (strcmp(cmd, "export") || !a->format || strcmp(a->format, "hf")))
+    mt_err_set(e, "--max-shard-size is an option of export --format hf");
 }
 
 int main(int argc, char **argv) {

@@ -231,6 +231,10 @@ int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_con
 /* the step directory spec names, and the root attributes there */
 int mt_ckpt_find(const char *spec, char *dir, size_t len, mt_err *e);
 int mt_ckpt_read_meta_of(const char *spec, char *dir, size_t len, mt_ckpt_meta *m, mt_err *e);
+/* the configuration the checkpoint stores (the INI text of the run that
+ * wrote it, or of the import that made it): *text malloc'd on every rank,
+ * "" when it stores none */
+int mt_ckpt_read_config_of(const char *spec, char *dir, size_t len, char **text, mt_err *e);
 /* schema, layout (the one that wrote it, and the one a conversion laid it
  * out for), sizes, stored types; list_tensors: one line per tensor */
 int mt_ckpt_inspect(const char *spec, int list_tensors, FILE *out, mt_err *e);
@@ -257,22 +261,56 @@ int mt_ckpt_diff(const char *a, const char *b, double rtol, size_t chunk_bytes, 
 int mt_ckpt_export_h5(const char *spec, const char *path, int dtype, size_t chunk_bytes,
                       mt_err *e);
 
-/* Hugging Face GPT-2 (transformers' GPT2LMHeadModel): config.json and
- * model.safetensors. Conv1D weights are stored in x out (ours out x in), the
- * tied lm_head is left out, the vocabulary unpadded. */
+/* Hugging Face transformers' GPT2LMHeadModel, LlamaForCausalLM and
+ * MixtralForCausalLM: config.json and model.safetensors (or shards listed
+ * in model.safetensors.index.json). The tensors' names map to ours by a
+ * table built from the model's sizes (interop/hf.c); GPT-2's Conv1D weights
+ * are stored in x out (ours out x in), a tied lm_head is left out, the
+ * vocabulary unpadded. */
 typedef struct {
-  int n_layer, n_embd, n_head, n_positions, vocab;
-} mt_ckpt_gpt2_config;
-/* config.json of dir, checked to describe a GPT-2 meshtrain computes (no
- * MPI). 0, or -1 with e naming what does not fit. */
-int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_gpt2_config *c, mt_err *e);
-/* Collective: out_dir/{model.safetensors,config.json} from the parameters of
- * checkpoint dir (rank 0 writes; dtype MT_DT_F32 or MT_DT_BF16). */
-int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, int dtype, mt_err *e);
+  int arch; /* as mt_ckpt_meta's: 1 gpt2, 2 llama (with experts: Mixtral) */
+  int n_layer, n_embd, n_head, n_kv_head, ffn, seq_len, vocab;
+  int tied, bias;
+  /* Mixtral: experts in every block (moe_ffn hidden units each, top-k
+   * routing renormalised over the k); moe_experts 0: dense */
+  int moe_experts, moe_topk, moe_ffn;
+  /* llama: RMSNorm's epsilon, the rotary base and its scaling (none or
+   * Llama 3.1's with its four fields) */
+  double norm_eps, rope_theta;
+  mt_rope_scaling rope_scaling;
+  double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  int rope_original_len;
+  /* bos_token_id, eos_token_id as config.json's JSON text (an id, a list
+   * of ids, null); "": not known (an export writes vocab - 1) */
+  char bos_token_id[MT_CFG_STR_MAX], eos_token_id[MT_CFG_STR_MAX];
+} mt_ckpt_hf_config;
+/* the class config.json's architectures names: "GPT2LMHeadModel", ... */
+const char *mt_ckpt_hf_class(const mt_ckpt_hf_config *c);
+/* config.json of dir (model_type gpt2, llama or mixtral), checked to
+ * describe a model meshtrain computes (no MPI). 0, or -1 with e naming the
+ * key and its value that do not fit (nothing else is read). */
+int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_hf_config *c, mt_err *e);
+/* the sizes of a checkpoint's root attributes into c (the rest: 0, "") */
+void mt_ckpt_hf_config_of_meta(const mt_ckpt_meta *m, mt_ckpt_hf_config *c);
+
+typedef struct {
+  int dtype;               /* MT_DT_F32 or MT_DT_BF16 */
+  int64_t max_shard_bytes; /* 0: one model.safetensors; else shards of at most this many
+                              bytes of tensor data (a larger tensor alone in its shard) */
+  /* the model: the checkpoint's sizes (mt_ckpt_hf_config_of_meta) and
+   * what its stored configuration resolves to (norm, rotary, token ids) */
+  const mt_ckpt_hf_config *model;
+} mt_ckpt_hf_export_opts;
+/* Collective: out_dir/config.json and model.safetensors (or the shards and
+ * their index) from the parameters of checkpoint dir (rank 0 writes). */
+int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, const mt_ckpt_hf_export_opts *o,
+                      mt_err *e);
 /* Collective: a step-0 checkpoint of the parameters alone (no optimizer
- * state) in <out_root>/step_0 from dir's model.safetensors; reg: the GPT of
- * config c at tp = 1 (the caller registers it). */
-int mt_ckpt_import_hf(const char *dir, const mt_ckpt_gpt2_config *c, const mt_registry *reg,
-                      const char *out_root, mt_ckpt_mode mode, mt_err *e);
+ * state) in <out_root>/step_0 from dir's safetensors; reg: the model of
+ * config c at tp = 1 (the caller registers it); config_ini: the
+ * configuration stored with it (the model's keys, token ids included). */
+int mt_ckpt_import_hf(const char *dir, const mt_ckpt_hf_config *c, const mt_registry *reg,
+                      const char *out_root, mt_ckpt_mode mode, const char *config_ini,
+                      mt_err *e);
 
 #endif

@@ -402,12 +402,8 @@ static void fetch_line(FILE *f, int line, char *buf, size_t size) {
   memmove(buf, buf + skip, strlen(buf + skip) + 1);
 }
 
-static int load_ini(mt_config *cfg, const char *path, mt_err *e) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    mt_err_set(e, "%s: cannot open config file: %s", path, strerror(errno));
-    return -1;
-  }
+/* the INI text of f (named path in messages) into cfg; closes f */
+static int load_ini_stream(mt_config *cfg, FILE *f, const char *path, mt_err *e) {
   ini_ctx *c = mt_calloc(1, sizeof *c);
   c->f = f;
   c->path = path;
@@ -446,6 +442,15 @@ static int load_ini(mt_config *cfg, const char *path, mt_err *e) {
   free(c);
   fclose(f);
   return failed;
+}
+
+static int load_ini(mt_config *cfg, const char *path, mt_err *e) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    mt_err_set(e, "%s: cannot open config file: %s", path, strerror(errno));
+    return -1;
+  }
+  return load_ini_stream(cfg, f, path, e);
 }
 
 /* ------------------------------------------------------------------ */
@@ -545,13 +550,63 @@ static void preset_moe(mt_config *cfg) {
   free(d);
 }
 
+int mt_config_token_ids_ok(const char *text) {
+  const char *p = text;
+  while (*p == ' ') p++;
+  if (!*p || !strcmp(p, "null")) return 1;
+  int list = *p == '[', n = 0;
+  if (list) p++;
+  for (;;) {
+    while (*p == ' ') p++;
+    if (list && *p == ']' && n == 0) break; /* [] */
+    int digits = 0;
+    while (isdigit((unsigned char)*p)) p++, digits++;
+    if (digits < 1 || digits > 9) return 0; /* ids below 10^9 */
+    n++;
+    while (*p == ' ') p++;
+    if (!list || *p != ',') break;
+    p++;
+  }
+  if (list && *p++ != ']') return 0;
+  while (*p == ' ') p++;
+  return *p == '\0';
+}
+
+/* the checks of single keys the key table cannot state */
+static int check_values(const mt_config *cfg, mt_err *e) {
+  MT_TRY(e, check_io_hints(cfg->ckpt_io_hints, e));
+  const char *ids[2] = {cfg->bos_token_id, cfg->eos_token_id};
+  for (int i = 0; i < 2; i++)
+    if (!mt_config_token_ids_ok(ids[i])) {
+      mt_err_set(e, "model.%s_token_id: '%s' is not an id, a list of ids ([1,2]) or null",
+                 i ? "eos" : "bos", clip(ids[i]).s);
+      return -1;
+    }
+  return 0;
+}
+
 int mt_config_load(mt_config *cfg, const char *ini_path, int n_over, char *const *overrides,
                    mt_err *e) {
   mt_config_defaults(cfg);
   if (ini_path) MT_TRY(e, load_ini(cfg, ini_path, e));
   for (int i = 0; i < n_over; i++) MT_TRY(e, apply_override(cfg, overrides[i], e));
   preset_moe(cfg);
-  MT_TRY(e, check_io_hints(cfg->ckpt_io_hints, e));
+  MT_TRY(e, check_values(cfg, e));
+  return 0;
+}
+
+int mt_config_load_text(mt_config *cfg, const char *text, const char *name, mt_err *e) {
+  mt_config_defaults(cfg);
+  if (text[0]) { /* (fmemopen takes no empty buffer) */
+    FILE *f = fmemopen((void *)text, strlen(text), "r");
+    if (!f) {
+      mt_err_runtime(e, "%s: cannot read the configuration text: %s", name, strerror(errno));
+      return -1;
+    }
+    MT_TRY(e, load_ini_stream(cfg, f, name, e));
+  }
+  preset_moe(cfg);
+  MT_TRY(e, check_values(cfg, e));
   return 0;
 }
 
@@ -596,20 +651,30 @@ static void format_value(const mt_config *cfg, const mt_cfg_key *k, char *buf, s
 
 static size_t section_len(const char *name) { return (size_t)(strchr(name, '.') - name); }
 
-void mt_config_write_ini(const mt_config *cfg, FILE *f) {
-  fprintf(f, "# meshtrain configuration: every key, as used by this run\n");
+/* every key of section (NULL: all), grouped in [sections] */
+static void write_keys(const mt_config *cfg, const char *section, FILE *f) {
   char value[MT_CFG_STR_MAX + 8];
   int n_keys = 0;
   const mt_cfg_key *keys = mt_config_keys(&n_keys);
   for (int i = 0; i < n_keys; i++) {
     const char *name = keys[i].name;
     size_t sl = section_len(name);
+    if (section && (strlen(section) != sl || strncmp(name, section, sl) != 0)) continue;
     if (i == 0 || sl != section_len(keys[i - 1].name) ||
         strncmp(name, keys[i - 1].name, sl) != 0)
       fprintf(f, "\n[%.*s]\n", (int)sl, name);
     format_value(cfg, &keys[i], value, sizeof value);
     fprintf(f, "%s = %s\n", name + sl + 1, value);
   }
+}
+
+void mt_config_write_ini(const mt_config *cfg, FILE *f) {
+  fprintf(f, "# meshtrain configuration: every key, as used by this run\n");
+  write_keys(cfg, NULL, f);
+}
+
+void mt_config_write_ini_section(const mt_config *cfg, const char *section, FILE *f) {
+  write_keys(cfg, section, f);
 }
 
 void mt_config_print_help(FILE *f) {

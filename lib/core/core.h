@@ -273,6 +273,11 @@ typedef struct {
   double norm_eps, rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   mt_rope_scaling rope_scaling;
   mt_tristate tie_embeddings, bias;
+  /* Hugging Face's bos_token_id and eos_token_id as JSON text: an id, a
+   * list of ids ("[1,2]") or "null"; "" when not known. meshtrain never
+   * reads them: an import writes them, a run carries them from train.init_from
+   * into its checkpoints, an export writes them back (mt_config_token_ids_ok) */
+  char bos_token_id[MT_CFG_STR_MAX], eos_token_id[MT_CFG_STR_MAX];
   /* [train] */
   int steps, seed, global_batch, micro_batch, warmup_steps, eval_every, eval_batches;
   int threads, log_every;
@@ -387,9 +392,18 @@ const char *mt_config_enum_name(const char *key, int value);
 int mt_config_load(mt_config *cfg, const char *ini_path, int n_over,
                    char *const *overrides, mt_err *e);
 void mt_config_defaults(mt_config *cfg);
+/* The same from INI text held in memory (a checkpoint's stored
+ * configuration): defaults, then text; name stands for the file in
+ * messages. */
+int mt_config_load_text(mt_config *cfg, const char *text, const char *name, mt_err *e);
 /* "section.key = value" lines for every key, grouped in [sections]: a valid
  * INI that reproduces cfg. */
 void mt_config_write_ini(const mt_config *cfg, FILE *f);
+/* The keys of one section ("model") alone, under its [section] line. */
+void mt_config_write_ini_section(const mt_config *cfg, const char *section, FILE *f);
+/* Is text a value of model.bos_token_id / eos_token_id: "", "null", an
+ * integer >= 0, or a JSON list of them ("[1, 2]")? */
+int mt_config_token_ids_ok(const char *text);
 /* every key with its default and meaning */
 void mt_config_print_help(FILE *f);
 /* The same as a Markdown reference (docs/config.md): a table per section of

@@ -292,12 +292,46 @@ void mt_train_resume(mt_trainer *t) {
   t->setup_s = mt_wall_now() - t->t_start;
 }
 
+/* What a checkpoint's stored configuration says of the model beyond its
+ * root attributes, taken by a run started from it where the run leaves the
+ * key open (its default): a Llama's norm epsilon and rotary positions
+ * (rope_theta as the writing run resolved it, its preset's included;
+ * rope_scaling and its factors) and Hugging Face's token ids, so that a run
+ * from an import computes the imported model and its checkpoints export
+ * with the source's ids. A configuration that cannot be read (a checkpoint
+ * of an older meshtrain) carries nothing, said in one line. */
+static void carry_model_keys(mt_config *cfg, const mt_ckpt_meta *m, const char *dir,
+                             const char *text) {
+  mt_config ck;
+  mt_model_shape s;
+  mt_err why = {0};
+  if (mt_config_load_text(&ck, text, "its configuration", &why) != 0 ||
+      mt_model_shape_from_config(&ck, &s, &why) != 0) {
+    mt_info0("meshtrain: train.init_from: %s: %s; the model keys beyond its shape (rope_theta, "
+             "norm_eps, token ids) are this run's own", dir, why.msg);
+    return;
+  }
+  if (!cfg->bos_token_id[0]) memcpy(cfg->bos_token_id, ck.bos_token_id, MT_CFG_STR_MAX);
+  if (!cfg->eos_token_id[0]) memcpy(cfg->eos_token_id, ck.eos_token_id, MT_CFG_STR_MAX);
+  if (m->arch != MT_ARCH_LLAMA || !mt_model_llama(&s)) return;
+  /* 0: the architecture's default there and here alike */
+  if (cfg->norm_eps <= 0.0) cfg->norm_eps = ck.norm_eps;
+  if (cfg->rope_theta <= 0.0) cfg->rope_theta = s.rope_theta;
+  if (cfg->rope_scaling == MT_ROPE_SCALING_NONE && s.rope_scaling != MT_ROPE_SCALING_NONE) {
+    cfg->rope_scaling = s.rope_scaling;
+    cfg->rope_factor = s.rope_factor;
+    cfg->rope_low_freq_factor = s.rope_low_freq_factor;
+    cfg->rope_high_freq_factor = s.rope_high_freq_factor;
+    cfg->rope_original_len = s.rope_original_len;
+  }
+}
+
 /* train.init_from: the model's shape comes from the checkpoint. A shape
  * key given (a non-zero value, a preset other than the default, a MoE key
  * off its default) must agree with it, but model.seq_len may be shorter
  * (fine-tuning at a shorter context reads the first rows of the position
  * table); the others are set from the checkpoint, so config.ini says what
- * ran. Collective (rank 0 reads the checkpoint's root attributes). */
+ * ran; then the keys carry_model_keys takes. Collective (rank 0 reads the checkpoint's root attributes). */
 int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
   char dir[2 * MT_CFG_STR_MAX];
   mt_ckpt_meta m;
@@ -381,5 +415,9 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
   cfg->bias = bias ? MT_TRI_TRUE : MT_TRI_FALSE;
   cfg->seq_len = seq > 0 ? seq : (int)m.seq_len;
   cfg->model_preset = MT_PRESET_CUSTOM;
+  char *text = NULL, again[sizeof dir];
+  if (mt_ckpt_read_config_of(dir, again, sizeof again, &text, e) != 0) return mt_err_pass(e);
+  carry_model_keys(cfg, &m, dir, text);
+  free(text);
   return 0;
 }

@@ -84,24 +84,35 @@ def loss_numpy(hfdir, windows):
     return total / count
 
 
-def loss_torch(hfdir, windows):
+def loss_torch(hfdir, windows, cls="GPT2LMHeadModel", **kw):
+    """the same with transformers' class cls (float64), after checking it
+    loaded every tensor of the export: no missing, unexpected or mismatched
+    key"""
     import torch
-    from transformers import GPT2LMHeadModel
-    model = GPT2LMHeadModel.from_pretrained(hfdir, torch_dtype=torch.float64).eval()
+    import transformers
+    model, info = getattr(transformers, cls).from_pretrained(
+        hfdir, torch_dtype=torch.float64, output_loading_info=True, **kw)
+    bad = {k: v for k, v in info.items() if v}
+    if bad:
+        raise SystemExit(f"{cls} did not load the export whole: {bad}")
+    print(f"{cls} loaded every tensor of the export", file=sys.stderr)
+    model.eval()
     with torch.no_grad():
         ids = torch.tensor([w for w in windows], dtype=torch.long)
-        out = model(ids[:, :-1], labels=None)
+        out = model(ids[:, :-1])
         logp = torch.log_softmax(out.logits, -1)
         nll = -logp.gather(-1, ids[:, 1:, None])[..., 0]
     return float(nll.mean())
 
 
-def main():
+def main(numpy_fn=None, torch_fn=None):
+    """HFDIR TOKENS T [--torch]: the mean loss of the windows (the reference's
+    functions, or a caller's)"""
     hfdir, tokens, T = sys.argv[1], sys.argv[2], int(sys.argv[3])
     data = list(open(tokens, "rb").read())
     windows = [data[w * T: w * T + T + 1] for w in range((len(data) - 1) // T)]
-    f = loss_torch if "--torch" in sys.argv else loss_numpy
-    print(f"{f(hfdir, windows):.8f}")
+    f = (torch_fn or loss_torch) if "--torch" in sys.argv else (numpy_fn or loss_numpy)
+    print(f"{f(hfdir, windows):.10f}")
 
 
 if __name__ == "__main__":

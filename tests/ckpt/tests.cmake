@@ -65,6 +65,13 @@ endforeach()
 mt_script_test(fsize_limit ckpt fsize_limit.sh)
 # issue 20: lib/ckpt's layers (core <- tools, core <- interop) hold
 mt_script_test(layers ckpt layers.sh)
+# Hugging Face LlamaForCausalLM and MixtralForCausalLM: export, import,
+# an independent numpy forward, shards, bf16, rotary scaling, token ids;
+# bad configs and tensors refused with one line
+mt_script_tests(ckpt
+  hf_llama     hf_llama.sh
+  hf_llama_bad hf_llama_bad.sh
+  hf_mixtral   hf_mixtral.sh)
 # issue 23: import validates like a save (sharded safetensors, NaN, offsets
 # that do not tile, wrong weight_map, PyTorch .bin only)
 mt_script_test(hf_validate ckpt hf_validate.sh)

@@ -270,6 +270,18 @@ static void test_errors(void) {
            "'0x10' is not a decimal number");
   err_set("train.lr=0x1p-10", "hex float", "train.lr", "'0x1p-10' is not a decimal number", NULL);
   err_file("[train]\nsteps = 0x10\n", "hex int", ":2:", "train.steps", "'0x10' is not an integer");
+  /* Hugging Face token ids: an id, a list of ids, null */
+  {
+    char *bad[] = {"model.eos_token_id=[1,,2]", "model.bos_token_id=-1", "model.bos_token_id=[1"};
+    for (int i = 0; i < 3; i++)
+      load_err(NULL, 1, &bad[i], bad[i], "model.", "is not an id, a list of ids ([1,2]) or null",
+               (const char *)NULL);
+  }
+  {
+    const char *ids[] = {"", "null", "0", "2", "[128001,128008,128009]", " [ 1 , 2 ] ", "[]"};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+      MT_CHECK(mt_config_token_ids_ok(ids[i]), "token ids '%s' refused", ids[i]);
+  }
   {
     const char *fine[] = {"train.grad_clip=.5", "train.grad_clip=5.", "train.grad_clip=+1.5e+2",
                           "train.grad_clip=3E-4", "train.grad_clip=007"};
@@ -447,7 +459,8 @@ static void test_round_trip(void) {
                   "model.rope_scaling=llama3", "model.rope_factor=32",
                   "model.rope_low_freq_factor=0.5", "model.rope_high_freq_factor=6",
                   "model.rope_original_len=4096", "model.tie_embeddings=true",
-                  "model.bias=false",
+                  "model.bias=false", "model.bos_token_id=128000",
+                  "model.eos_token_id=[128001, 128008, 128009]",
                   "model.moe_capacity=1.25", "train.moe_aux_coef=0.001", "train.moe_z_coef=0.0001",
                   "train.moe_balance=bias", "train.moe_bias_rate=0.002", "train.moe_bias_init=0.25",
                   "parallel.ep_balance=least-loaded", "parallel.ep_balance_alpha=1.3",
@@ -481,6 +494,35 @@ static void test_round_trip(void) {
     }
   }
   round_trip(&cfg, "rt_all.ini");
+  /* the same text from memory (a checkpoint's stored configuration) */
+  {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&text, &len);
+    mt_config_write_ini(&cfg, mf);
+    fclose(mf);
+    mt_config back;
+    mt_err e = {0};
+    memset(&back, 0xa5, sizeof back);
+    MT_CHECK(mt_config_load_text(&back, text, "text", &e) == 0, "load_text: %s", e.msg);
+    MT_CHECK(memcmp(&cfg, &back, sizeof back) == 0, "load_text: not the config written");
+    free(text);
+    /* one section alone: the model's keys, the rest at their defaults */
+    text = NULL;
+    mf = open_memstream(&text, &len);
+    mt_config_write_ini_section(&cfg, "model", mf);
+    fclose(mf);
+    MT_CHECK(strstr(text, "[model]") && !strstr(text, "[train]"), "section: %s", text);
+    MT_CHECK(mt_config_load_text(&back, text, "section", &e) == 0, "section: %s", e.msg);
+    MT_CHECK(back.rope_theta == cfg.rope_theta && back.lr == 1e-3 &&
+                 !strcmp(back.eos_token_id, cfg.eos_token_id),
+             "section: rope_theta %g lr %g eos '%s'", back.rope_theta, back.lr, back.eos_token_id);
+    free(text);
+    MT_CHECK(mt_config_load_text(&back, "", "empty", &e) == 0 && back.lr == 1e-3, "empty text");
+    MT_CHECK(mt_config_load_text(&back, "[model]\nnope = 1\n", "ckpt", &e) != 0 &&
+                 strstr(e.msg, "ckpt:2: unknown key 'model.nope'"),
+             "load_text error: %s", e.msg);
+  }
 
   /* the written file is readable: "0.001", not 0.0010000000000000000208 */
   char path[320];

@@ -275,6 +275,10 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m);
 #define MT_CKPT_MOE_BIAS "moe_router_bias"
 int mt_ckpt_read_moe_bias(hid_t file, float **bias, int64_t *rows, int64_t *E, const char *where,
                           mt_err *e);
+/* the stored configuration (dataset "config", a fixed-length string of at
+ * most limit bytes) of an open main file: malloc'd text, or NULL when there
+ * is none (or it is not such a string) */
+char *mt_ckpt_read_config_text(hid_t file, int64_t limit);
 /* does a checkpoint of this format version carry the 1.2 (MoE) attributes */
 int mt_ckpt_meta_has_moe(const char *version);
 /* Select rows [r0, r0+nr) of a tensor's dataspace seen as 2-D. */

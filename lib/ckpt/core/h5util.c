@@ -229,6 +229,22 @@ done:
   return rc;
 }
 
+char *mt_ckpt_read_config_text(hid_t file, int64_t limit) {
+  hid_t d = H5Lexists(file, "config", H5P_DEFAULT) > 0 ? H5Dopen2(file, "config", H5P_DEFAULT) : -1;
+  hid_t t = d >= 0 ? H5Dget_type(d) : -1;
+  size_t n = t >= 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0 ? H5Tget_size(t)
+                                                                                  : 0;
+  char *text = NULL;
+  if (n > 0 && (int64_t)n <= limit) { /* bounded before allocating */
+    text = mt_calloc(n + 1, 1);
+    if (H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) < 0) text[0] = '\0';
+  }
+  if (t >= 0) H5Tclose(t);
+  if (d >= 0) H5Dclose(d);
+  H5Eclear2(H5E_DEFAULT);
+  return text;
+}
+
 int mt_ckpt_write_strings(hid_t file, const char *name, const char *buf, size_t width, size_t n,
                           const char *where, mt_err *e) {
   int rc = -1;

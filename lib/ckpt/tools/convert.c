@@ -365,17 +365,9 @@ static int source_extras(const mt_ckpt_source *s, char **config, int64_t **layou
     hid_t fapl = mt_ckpt_fapl_serial();
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
-    hid_t d = f >= 0 ? H5Dopen2(f, "config", H5P_DEFAULT) : -1;
-    hid_t t = d >= 0 ? H5Dget_type(d) : -1;
-    size_t n = t >= 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0 ? H5Tget_size(t) : 0;
-    if (n > 0 && (int64_t)n <= s->man.total_bytes) { /* bounded before allocating */
-      *config = mt_calloc(n + 1, 1);
-      if (H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, *config) < 0) (*config)[0] = '\0';
-      sizes[0] = (int64_t)n + 1;
-    }
-    if (t >= 0) H5Tclose(t);
-    if (d >= 0) H5Dclose(d);
-    d = f >= 0 ? H5Dopen2(f, "layout", H5P_DEFAULT) : -1;
+    *config = f >= 0 ? mt_ckpt_read_config_text(f, s->man.total_bytes) : NULL;
+    if (*config) sizes[0] = (int64_t)strlen(*config) + 1;
+    hid_t d = f >= 0 ? H5Dopen2(f, "layout", H5P_DEFAULT) : -1;
     hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
     hsize_t dims[2] = {0, 0};
     if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 2 && H5Sget_simple_extent_dims(sp, dims, NULL) == 2 &&

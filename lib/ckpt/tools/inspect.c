@@ -96,6 +96,41 @@ int mt_ckpt_read_meta_of(const char *spec, char *dir, size_t len, mt_ckpt_meta *
   return rc;
 }
 
+int mt_ckpt_read_config_of(const char *spec, char *dir, size_t len, char **text, mt_err *e) {
+  *text = NULL;
+  mt_ckpt_h5_scope scope;
+  mt_ckpt_h5_scope_begin(&scope);
+  mt_ckpt_source s;
+  int64_t n = 0;
+  int rc = -1;
+  if (mt_ckpt_find(spec, dir, len, e) == 0 && mt_ckpt_source_open(dir, &s, NULL, NULL, e) == 0) {
+    if (mt_ckpt_rank() == 0) {
+      char path[1100];
+      snprintf(path, sizeof path, "%s/%s", s.dir,
+               s.per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
+      hid_t fapl = mt_ckpt_fapl_serial();
+      hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+      H5Pclose(fapl);
+      *text = f >= 0 ? mt_ckpt_read_config_text(f, s.man.total_bytes) : NULL;
+      if (f >= 0) H5Fclose(f);
+      H5Eclear2(H5E_DEFAULT);
+      n = *text ? (int64_t)strlen(*text) : 0;
+    }
+    mt_ckpt_source_close(&s);
+    rc = mt_ckpt_bcast(&n, sizeof n, e);
+    if (rc == 0 && mt_ckpt_rank() != 0) *text = mt_calloc((size_t)n + 1, 1);
+    if (rc == 0 && !*text) *text = mt_calloc(1, 1);
+    if (rc == 0 && n > 0) rc = mt_ckpt_bcast(*text, n, e);
+  }
+  mt_ckpt_h5_scope_end(&scope);
+  if (rc != 0) {
+    free(*text);
+    *text = NULL;
+    return mt_err_pass(e);
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* inspect                                                             */
 
