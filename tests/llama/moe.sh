@@ -4,7 +4,8 @@
 # the tiny Llama with 4 experts, top-2, dropless, grouped-query attention
 # (2 key/value heads), 20 steps on one rank, then on dp = 2 x ep = 2 at
 # ZeRO-3, tp = 2 + sp with etp = 2 and a shared expert, tp = 2 with ep = 2,
-# cp = 2 ring x ep = 2, cp = 2 Ulysses, pp = 2 interleaved x dp = 2 x ep = 2
+# cp = 2 ring x ep = 2, cp = 2 Ulysses, pp = 2 uneven (1 block, then 3),
+# pp = 2 interleaved x dp = 2 x ep = 2
 # and pp = 2 zb-h1 (the experts' GEMMs split into input and weight passes)
 # with recompute and least-loaded expert placement (experts' weights lent
 # between ep ranks); the losses and gradient norms within rtol 1e-5 of the
@@ -32,6 +33,7 @@ run tp2sp_etp2 2 "${sh[@]}" --set parallel.tp=2 --set parallel.sp=true --set par
 run tp2ep2 2 --set parallel.tp=2 --set parallel.ep=2 --set train.micro_batch=8
 run cp2ring_ep2 2 --set parallel.cp=2 --set parallel.ep=2 --set train.micro_batch=8
 run cp2uly 2 "${sh[@]}" --set parallel.cp=2 --set parallel.cp_mode=ulysses --set train.micro_batch=8
+run pp2uneven 2 --set parallel.pp=2 --set parallel.pp_first_layers=1 --set train.micro_batch=2
 run pp2dp2ep2 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 \
   --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.micro_batch=1
 # least-loaded placement on a skewed router (expert 0's bias +0.5): the
@@ -46,7 +48,7 @@ import json, sys
 recs = [json.loads(x) for x in open(sys.argv[1]) if '"moe"' in x]
 sys.exit(0 if recs and sum(sum(r["moe"]["moved_frac"]) for r in recs) > 0 else 1)
 PY
-compare 1e-5 ref dp2ep2z3 tp2ep2 cp2ring_ep2 pp2dp2ep2
+compare 1e-5 ref dp2ep2z3 tp2ep2 cp2ring_ep2 pp2uneven pp2dp2ep2
 compare 1e-5 shref tp2sp_etp2 cp2uly
 compare 1e-5 skref pp2zbh1_llep
 # DeepSeek-V3's routing: sigmoid scores, aux-loss-free balancing by a
