@@ -146,7 +146,9 @@ def loss_numpy(hfdir, windows):
 def loss_torch(hfdir, windows):
     cls = {"llama": "LlamaForCausalLM", "mixtral": "MixtralForCausalLM"}[
         json.load(open(f"{hfdir}/config.json"))["model_type"]]
-    return gpt2_ref.loss_torch(hfdir, windows, cls, attn_implementation="eager")
+    # eager attention and experts: the fused ones take no float64
+    kw = {"experts_implementation": "eager"} if cls == "MixtralForCausalLM" else {}
+    return gpt2_ref.loss_torch(hfdir, windows, cls, attn_implementation="eager", **kw)
 
 
 if __name__ == "__main__":
