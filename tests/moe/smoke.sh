@@ -7,7 +7,8 @@
 # one have their partner (no hang); the validation loss equals one rank's.
 # Least-loaded expert parallelism under a forced skew in the first run and
 # in the uneven evaluation (an empty micro-batch still takes part in the
-# plan's all-gather).
+# plan's all-gather). Then the Llama MoE (SwiGLU experts without biases,
+# lent under the skew; the sigmoid router).
 MT_NAME=moe_smoke
 source "$(dirname "$0")/common_moe.sh"
 MOE+=(--set train.steps=4 --set train.eval_every=2 --set train.eval_batches=1
@@ -37,5 +38,11 @@ if not within(b, a, 1e-5):  # NaN or null fails
     sys.exit("FAIL: validation loss %r at dp = 2, ep = 2; %r on one rank" % (b, a))
 print("ok   uneven validation split: val loss %.6f on both" % a)
 PY
+# Llama blocks: SwiGLU experts without biases lent by least-loaded expert
+# parallelism under the skew, the sigmoid router
+run llama 2 --set model.preset=tiny-llama --set model.moe_router=sigmoid --set train.moe_z_coef=0 \
+  --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=2 \
+  --set parallel.ep_balance=least-loaded "${SKEW[@]}" --set train.steps=2 --set ckpt.mode=none \
+  --set output.dir="$WORK/llama"
 ! grep -Eq "ERROR: (Address|Leak)Sanitizer|runtime error:" "$WORK"/*.log "$WORK/verify.txt" || fail "sanitizer report"
 echo PASS
