@@ -39,7 +39,9 @@ TOOL_VERSION = "1"
 LLMC_MAGIC = 20240520
 HEADER_INTS = 256
 EOT_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>")
-UNIT_BYTES = 8 << 20  # the size of a work unit cut from a line-based file
+# the size of a work unit cut from a line-based file (bytes; tests make it
+# small to cut small files)
+UNIT_BYTES = int(os.environ.get("MESHDATA_TOKENIZE_UNIT_BYTES", 8 << 20))
 EXIT_BADINPUT = 2
 
 
@@ -327,6 +329,8 @@ def run(args):
         refuse(f"--workers {args.workers}: want at least 1")
     if args.shard_tokens < 1:
         refuse(f"--shard-tokens {args.shard_tokens}: want at least 1")
+    if args.val_docs < 0:
+        refuse(f"--val-docs {args.val_docs}: want 0 or more")
     files = expand_inputs(args.inputs)
     tok = load_tokenizer(args.tokenizer)
     vocab = tok.get_vocab_size(with_added_tokens=True)
