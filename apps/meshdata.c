@@ -4,12 +4,16 @@
  *   meshdata encode IN OUT [--format llmc|u16|u32] [--from text|ids]
  *                                                 text or token ids -> token file
  *   meshdata info FILE [--format auto|llmc|u16|u32|text]
+ *   meshdata tokenize INPUT... --tokenizer FILE --out DIR [...]
+ *                                                 text/JSONL -> llm.c shards
  *
  * Runs on one process; under mpirun only rank 0 works and every rank exits
- * with its status. */
+ * with its status. tokenize is apps/meshdata_tokenize.py (Hugging Face
+ * tokenizers), run by python3 in place of this program, before MPI starts. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "data/data.h"
@@ -39,6 +43,14 @@ static void usage(FILE *f) {
           "      print the format, token count and smallest/largest token id.\n"
           "      --format    how to read FILE (default auto: llmc when the llm.c magic\n"
           "                  matches, else u16 for *.bin, else text)\n"
+          "  tokenize INPUT... --tokenizer FILE --out DIR [--field NAME] [--lines]\n"
+          "           [--workers N] [--shard-tokens N] [--eot-token NAME] [--vocab-limit N]\n"
+          "           [--val-docs N] [--prefix NAME] [--overwrite]\n"
+          "      tokenize .txt / .jsonl[.gz] files, directories or globs with a Hugging Face\n"
+          "      tokenizer.json into DIR/PREFIX_000000.bin ... (llm.c shards, uint16 tokens\n"
+          "      up to a 65536 vocabulary, else uint32: version 2) and DIR/manifest.json.\n"
+          "      Needs python3 with the tokenizers package; meshdata tokenize --help\n"
+          "      says more.\n"
           "  --help, -h\n"
           "      this text.\n"
           "\n"
@@ -46,7 +58,8 @@ static void usage(FILE *f) {
           "  meshdata corpus inputs/data/corpus.txt\n"
           "  meshdata encode inputs/data/corpus.txt inputs/data/corpus.bin\n"
           "  meshdata encode ids.txt train.u32.bin --from ids --format u32\n"
-          "  meshdata info inputs/data/corpus.bin\n");
+          "  meshdata info inputs/data/corpus.bin\n"
+          "  meshdata tokenize docs.jsonl --tokenizer tokenizer.json --out shards --workers 4\n");
 }
 
 /* ------------------------------------------------------------------ */
@@ -330,10 +343,42 @@ static int cmd_info(int argc, char **argv, mt_err *e) {
   return 0;
 }
 
+/* tokenize: replace this process with python3 running meshdata_tokenize.py
+ * (with argv's arguments). The script is looked for beside the executable
+ * (installed: bin/../share/meshtrain) and then in the source tree it was
+ * built from; python3 is the one found at build time, else the PATH's. */
+static int cmd_tokenize(int argc, char **argv) {
+  static const char *const SCRIPT = "meshdata_tokenize.py";
+  char exe[1024] = "", script[1200] = "";
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char *slash = n > 0 ? strrchr(exe, '/') : NULL;
+  if (slash) *slash = '\0';
+  if (slash) snprintf(script, sizeof script, "%s/../share/meshtrain/%s", exe, SCRIPT);
+  if (!script[0] || access(script, R_OK) != 0)
+    snprintf(script, sizeof script, "%s/apps/%s", MT_SOURCE_DIR, SCRIPT);
+  if (access(script, R_OK) != 0) {
+    fprintf(stderr, "%s: error: tokenize: %s is neither in %s/../share/meshtrain nor in "
+            "%s/apps\n", PROG, SCRIPT, exe, MT_SOURCE_DIR);
+    return MT_EXIT_BADINPUT;
+  }
+  const char *python = access(MT_PYTHON3, X_OK) == 0 ? MT_PYTHON3 : "python3";
+  char **script_argv = calloc((size_t)argc + 1, sizeof *script_argv);
+  if (!script_argv) return MT_EXIT_RUNTIME;
+  script_argv[0] = (char *)python;
+  script_argv[1] = script;
+  for (int i = 2; i < argc; i++) script_argv[i] = argv[i];
+  execvp(python, script_argv);
+  fprintf(stderr, "%s: error: tokenize needs python3 with the tokenizers package (%s: %s); "
+          "install them: apt-get install python3 python3-pip && python3 -m pip install "
+          "tokenizers\n", PROG, python, strerror(errno));
+  free(script_argv);
+  return MT_EXIT_BADINPUT;
+}
+
 static int run(int argc, char **argv, mt_err *e) {
   if (argc < 2) {
     usage(stderr);
-    mt_err_set(e, "no command given (corpus, encode or info)");
+    mt_err_set(e, "no command given (corpus, encode, info or tokenize)");
     return 1;
   }
   const char *cmd = argv[1];
@@ -344,12 +389,14 @@ static int run(int argc, char **argv, mt_err *e) {
   if (strcmp(cmd, "corpus") == 0) return cmd_corpus(argc - 2, argv + 2, e);
   if (strcmp(cmd, "encode") == 0) return cmd_encode(argc - 2, argv + 2, e);
   if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2, e);
-  mt_err_set(e, "unknown command '%s' (expected corpus, encode or info; see meshdata --help)",
+  mt_err_set(e,
+             "unknown command '%s' (expected corpus, encode, info or tokenize; see meshdata --help)",
              cmd);
   return 1;
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc, argv);
   mt_mpi_init(&argc, &argv, MPI_THREAD_SINGLE);
   int rank = mt_log_rank();
   mt_err e = {0};

@@ -45,12 +45,15 @@ if ! have_deps; then
   fi
 fi
 
-# numpy for the tests' independent references (tests/ckpt/gpt2_ref.py): from
-# the package index of the python3 in use, only where it is missing
-if ! python3 -c "import numpy" 2>/dev/null; then
-  python3 -m pip install --quiet numpy >/dev/null 2>&1 ||
-    echo "setup: could not install numpy for python3 (tests that need it skip)" >&2
-fi
+# numpy for the tests' independent references (tests/ckpt/gpt2_ref.py) and
+# tokenizers for meshdata tokenize: from the package index of the python3 in
+# use, only where missing
+for pkg in numpy tokenizers; do
+  if ! python3 -c "import $pkg" 2>/dev/null; then
+    python3 -m pip install --quiet "$pkg" >/dev/null 2>&1 ||
+      echo "setup: could not install $pkg for python3 (tests that need it skip)" >&2
+  fi
+done
 
 JOBS=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
