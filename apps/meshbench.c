@@ -58,6 +58,7 @@ static const bench_command g_commands[] = {
     {"collectives", mt_bench_collectives, "all five collectives above, one after another"},
     {"ckpt", bench_ckpt, "checkpoint save/load GB/s (both modes) against raw POSIX I/O"},
     {"stream", mt_bench_stream, "memory bandwidth of elementwise work (triad) on this rank"},
+    {"data", mt_bench_data, "the blended loader's samples/s and tokens/s over token shards"},
 };
 #define N_COMMANDS ((int)(sizeof g_commands / sizeof g_commands[0]))
 

@@ -29,12 +29,14 @@ static void usage(FILE *f) {
           "      write the default corpus (generated English-like text) to OUT.\n"
           "      --bytes N   size in bytes; suffix K, M or G for KiB, MiB, GiB (default 4M)\n"
           "      --seed S    generator seed, an unsigned integer (default 1)\n"
-          "  encode IN OUT [--format llmc|u16|u32] [--from text|ids]\n"
+          "  encode IN OUT [--format llmc|llmc2|u16|u32] [--from text|ids]\n"
           "      write the token file OUT from IN.\n"
           "      --from      text: every byte of IN is a token (vocab 256; default)\n"
           "                  ids:  IN holds decimal token ids separated by white space,\n"
           "                        as a tokenizer prints them (any vocabulary)\n"
           "      --format    llmc: llm.c .bin with a 1024-byte header (default)\n"
+          "                  llmc2: llm.c .bin version 2: uint32 tokens after the\n"
+          "                        header, for vocabularies beyond 65536\n"
           "                  u16:  raw uint16 tokens (nanoGPT); llmc and u16 hold ids\n"
           "                        up to 65535 and refuse larger ones\n"
           "                  u32:  raw uint32 tokens, for vocabularies beyond 65536\n"
@@ -250,8 +252,9 @@ static int cmd_encode(int argc, char **argv, mt_err *e) {
   }
   if (need_positionals("encode", &a, 2, "IN OUT", e)) return 1;
   const char *fmt = opt(&a, "format", "llmc"), *from = opt(&a, "from", "text");
-  if (strcmp(fmt, "llmc") != 0 && strcmp(fmt, "u16") != 0 && strcmp(fmt, "u32") != 0) {
-    mt_err_set(e, "encode: --format '%s' is not one of llmc|u16|u32", fmt);
+  if (strcmp(fmt, "llmc") != 0 && strcmp(fmt, "llmc2") != 0 && strcmp(fmt, "u16") != 0 &&
+      strcmp(fmt, "u32") != 0) {
+    mt_err_set(e, "encode: --format '%s' is not one of llmc|llmc2|u16|u32", fmt);
     return 1;
   }
   int ids = strcmp(from, "ids") == 0;

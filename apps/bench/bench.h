@@ -11,6 +11,7 @@ int mt_bench_attention(int argc, char **argv);   /* attention.c */
 int mt_bench_collectives(int argc, char **argv); /* collectives.c: every collective */
 int mt_bench_ckpt(int argc, char **argv);        /* ckpt.c (leaves MPI initialised) */
 int mt_bench_stream(int argc, char **argv);      /* stream.c */
+int mt_bench_data(int argc, char **argv);        /* data.c */
 int mt_bench_info(int argc, char **argv);        /* devices.c */
 int mt_bench_devices(int argc, char **argv);     /* devices.c */
 

@@ -299,8 +299,10 @@ typedef struct {
   mt_cp_mode cp_mode; /* context parallelism */
   /* [data] */
   char data_train[MT_CFG_STR_MAX], data_val[MT_CFG_STR_MAX];
+  char data_blend[MT_CFG_STR_MAX]; /* "W files, W files": weighted sources (empty: data.train) */
   mt_data_format data_format;
   double val_fraction;
+  int data_hash; /* bool: a hash of each step's global batch's windows in metrics.jsonl */
   /* [output] */
   char output_dir[MT_CFG_STR_MAX];
   int save_params;

@@ -1,6 +1,8 @@
 /* data: token datasets and the global, deterministic sampler.
  * Token files are memory-mapped, never read whole. Formats:
- *   llmc  : llm.c .bin: 256 int32 header (magic 20240520, version 1, ntok), uint16 tokens
+ *   llmc  : llm.c .bin: 256 int32 header (magic 20240520, version, ntok), then
+ *           uint16 tokens (version 1) or uint32 tokens (version 2, for
+ *           vocabularies beyond 65536); the version is read from the header
  *   u16   : nanoGPT raw uint16 tokens, no header (ids up to 65535)
  *   u32   : raw little-endian uint32 tokens, no header (vocabularies beyond 65536,
  *           e.g. Llama-3's 128256; ids up to 2^31-1 are usable)
@@ -9,7 +11,7 @@
  *           refuses a *.bin that is an llm.c file with a damaged magic, and one
  *           that reads as uint32 (every second uint16 zero): data.format says
  *           what such a file is.
- * A vocabulary larger than the format can hold (over 65536 for llmc and u16)
+ * A vocabulary larger than the format can hold (over 65536 for llmc v1 and u16)
  * is refused at validation. Tokens are addressed as uint32 everywhere. 
  * No MPI here except mt_dataset_validate, which splits the scan over a communicator. */
 #ifndef MT_DATA_H
@@ -30,6 +32,8 @@ typedef struct {
   const uint32_t *u32;  /* u32: tokens */
   size_t begin, end;    /* the token range [begin, end) this view covers */
   int owns_map;
+  int guard_slot;       /* the SIGBUS guard's slot for map (guard.c) */
+  int guessed;          /* data.format = auto chose the format from the name alone */
   /* the file when it was mapped: size (bytes), modification time (ns),
    * device and inode, for mt_dataset_check */
   int64_t file_bytes, mtime_ns;
@@ -65,20 +69,31 @@ int mt_dataset_token(const mt_dataset *ds, size_t i);
  * and vocab > 65536). */
 int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *e);
 
-/* Global sampler: the training stream is cut into n_windows = (ntok-1)/T
- * non-overlapping windows of T+1 tokens (inputs and shifted targets); each
- * epoch visits every window once in an order given by a keyed bijection of
- * (seed, epoch). Sample g (global index, 0-based, over the whole run) is a
- * pure function of (seed, g), so any dp layout and any resume see the same
- * data. Global batch s is samples [s*G, (s+1)*G). */
+/* Global sampler over one source: its token files (shards, given in order)
+ * are cut into windows of T+1 tokens (inputs and shifted targets), per
+ * shard: a window never spans two files, a shard of n tokens gives
+ * (n-1)/T windows (none when shorter than T+1). The source's windows are
+ * numbered shard after shard; each epoch visits every window once in an
+ * order given by a keyed bijection of (seed, epoch). Sample g (global
+ * index, 0-based, over the whole run) is a pure function of (seed, g), so
+ * any dp layout and any resume see the same data. Global batch s is
+ * samples [s*G, (s+1)*G). One shard reads exactly as one file always has. */
 typedef struct {
-  const mt_dataset *ds;
+  const mt_dataset *ds;     /* the first shard */
+  const mt_dataset *shards; /* n_shards shards (the caller keeps them) */
+  int n_shards;
+  int n_short;              /* shards shorter than T+1 tokens: no window */
+  uint64_t *first;          /* n_shards+1 prefix sums of windows (NULL: one shard) */
   int T;
   uint64_t seed;
   uint64_t n_windows;
 } mt_sampler;
 
 int mt_sampler_init(mt_sampler *s, const mt_dataset *ds, int T, uint64_t seed, mt_err *e);
+/* over n_shards shards; fails when none holds a window */
+int mt_sampler_init_shards(mt_sampler *s, const mt_dataset *shards, int n_shards, int T,
+                           uint64_t seed, mt_err *e);
+void mt_sampler_free(mt_sampler *s);
 /* window index of global sample g */
 uint64_t mt_sampler_window(const mt_sampler *s, uint64_t g);
 /* inputs (T) and targets (T) of global sample g */
@@ -88,12 +103,92 @@ void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *ta
 /* Reading tokens never kills the rank: when the file was cut short under
  * the run, mt_sampler_get and mt_sampler_get_window fill zeros and the
  * dataset's mapping is marked; mt_dataset_check then reports it. */
+/* the keyed bijection on [0, n) of (seed, epoch), at i */
+uint64_t mt_keyed_permute(uint64_t n, uint64_t seed, uint64_t epoch, uint64_t i);
+
+/* ------------------------------------------------------------------ */
+/* sources and blends (sources.c, blend.c)                              */
+
+/* A source: token files named by a spec, a comma-separated list of
+ *   a file                 (any format)
+ *   a directory            its *.bin files, sorted by name
+ *   a glob                 a pattern with * ? or [...], e.g. web/shard_*.bin: the
+ *                          matches, sorted by name
+ * A list entry or glob that matches nothing, or a directory without *.bin
+ * files, is refused. Every file is mapped (mmap) and its descriptor closed
+ * at once: hundreds of shards hold no descriptors, only mappings. Under
+ * data.format = auto the shards of a source must resolve to one format
+ * unless every one of them says so itself (the llm.c magic): a *.bin read as
+ * uint16 from its name beside an llm.c file is refused. */
+enum { MT_SOURCE_NAME_MAX = 64 };
+typedef struct {
+  char name[MT_SOURCE_NAME_MAX];
+  double weight;     /* normalised: the weights of a blend sum to 1 */
+  int n_files;
+  mt_dataset *files; /* the opened files (own their mappings) */
+  int n_train, n_val;
+  mt_dataset *train, *val; /* views of files: training, validation shards */
+  int own_val;       /* validation from its own files (else held out) */
+} mt_source;
+
+typedef struct {
+  int n;
+  mt_source *src;
+} mt_sources;
+
+/* Expand a spec (above) into paths (malloc'd array of malloc'd strings). */
+int mt_source_paths(const char *spec, char ***paths, int *n, mt_err *e);
+void mt_source_paths_free(char **paths, int n);
+
+/* The run's sources: data.blend ("W1 [name=]spec1, W2 [name=]spec2": weights
+ * positive numbers, normalised) or, when blend is empty, data.train as one
+ * source named "train". val: empty (each source holds out the last
+ * val_fraction of its tokens: whole shards from the end, the shard the cut
+ * falls in split), a spec (one source), or for a blend "name=spec, ..." (the
+ * named sources' validation files; the others hold out). No MPI: every
+ * rank opens the same files and fails alike. */
+int mt_sources_open(mt_sources *ss, const char *train, const char *blend, const char *val,
+                    mt_data_format format, double val_fraction, mt_err *e);
+void mt_sources_close(mt_sources *ss);
+/* Collective: every file's tokens < vocab (mt_dataset_validate). */
+int mt_sources_validate(const mt_sources *ss, int vocab, MPI_Comm comm, mt_err *e);
+/* mt_dataset_check over every file (no MPI) */
+int mt_sources_check(const mt_sources *ss, mt_err *e);
+
+/* A weighted blend of sources' training windows. Sample g goes to a source
+ * by a deterministic low-discrepancy schedule computed from g alone in
+ * O(sources): source 0 takes floor((g+1) f0) - floor(g f0) of sample g
+ * (f0 its weight), the samples it leaves are renumbered and source 1 takes
+ * its share f1 = w1 / (w1 + ... + w_last) of those, and so on (Bresenham's
+ * line, nested; fractions in 32-bit fixed point, exact integer arithmetic,
+ * the same on every rank). Sample g is then the k-th sample of its source
+ * (k = the samples before g that went to it), whose window is that source's
+ * sampler's sample k: epochs per source, a keyed permutation of each. So
+ * a global batch is a pure function of (seed, step), whatever the layout,
+ * micro-batch or resume; within any n consecutive samples a source's count
+ * is within (sources) of n*weight. One source: exactly its sampler. */
+typedef struct {
+  int n;
+  mt_sampler *src;   /* per source, over its training shards */
+  uint64_t *frac;    /* per source: its share of what the sources before it leave, 2^-32 */
+} mt_blend;
+
+int mt_blend_init(mt_blend *b, const mt_sources *ss, int T, uint64_t seed, mt_err *e);
+void mt_blend_free(mt_blend *b);
+/* the source of sample g, and its index k in that source's stream */
+int mt_blend_source(const mt_blend *b, uint64_t g, uint64_t *k);
+/* window of sample g in its source's numbering; *source set */
+uint64_t mt_blend_window(const mt_blend *b, uint64_t g, int *source);
+void mt_blend_get(const mt_blend *b, uint64_t g, int *inputs, int *targets);
+/* total training windows, over the sources */
+uint64_t mt_blend_windows(const mt_blend *b);
 
 /* Write the default corpus (deterministic, generated, English-like text) to
  * path as raw bytes; about nbytes long. Returns 0 on success. */
 int mt_corpus_generate(const char *path, size_t nbytes, uint64_t seed, mt_err *e);
-/* Write tokens as an llm.c .bin (format "llmc"), raw uint16 ("u16") or raw
- * uint32 ("u32"). The uint16 formats refuse an id above 65535, naming it. */
+/* Write tokens as an llm.c .bin (format "llmc": version 1, uint16 tokens;
+ * "llmc2": version 2, uint32 tokens), raw uint16 ("u16") or raw uint32
+ * ("u32"). The uint16 formats refuse an id above 65535, naming it. */
 int mt_tokens_write(const char *path, const char *format, const uint32_t *tok, size_t n,
                     mt_err *e);
 
@@ -105,7 +200,7 @@ typedef struct {
   FILE *f;
   char path[MT_CFG_STR_MAX];
   char tmp_path[MT_CFG_STR_MAX + 8];
-  char format[8]; /* llmc | u16 | u32 */
+  char format[8]; /* llmc | llmc2 | u16 | u32 */
   int llmc;       /* 1: llm.c header */
   size_t width;   /* bytes per token on disk: 2 or 4 */
   size_t n;       /* tokens written so far */

@@ -14,8 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* llm.c .bin layout: 256 int32 header words, then uint16 tokens. */
-enum { LLMC_HEADER_INTS = 256, LLMC_MAGIC = 20240520, LLMC_VERSION = 1 };
+/* llm.c .bin layout: 256 int32 header words (magic, version, token count),
+ * then the tokens: uint16 (version 1) or uint32 (version 2, vocabularies
+ * beyond 65536). */
+enum { LLMC_HEADER_INTS = 256, LLMC_MAGIC = 20240520, LLMC_VERSION = 1, LLMC_VERSION_U32 = 2 };
 #define LLMC_HEADER_BYTES ((size_t)LLMC_HEADER_INTS * sizeof(int32_t))
 
 /* Token files are little-endian on disk; we read them in place. */
@@ -30,13 +32,10 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* Largest token id a format can hold: 255 (text), 65535 (llmc, u16), 2^32-1 (u32). */
-static uint64_t format_max_id(mt_data_format f) {
-  switch (f) {
-  case MT_DATA_TEXT: return 255;
-  case MT_DATA_U32: return UINT32_MAX;
-  default: return UINT16_MAX;
-  }
+/* Largest token id a dataset's storage can hold: 255 (text), 65535 (llmc
+ * version 1, u16), 2^32-1 (u32, llmc version 2). */
+static uint64_t max_id(const mt_dataset *ds) {
+  return ds->bytes ? 255 : ds->u16 ? UINT16_MAX : UINT32_MAX;
 }
 
 /* auto, a *.bin without the llm.c magic: is it an llm.c file whose header was
@@ -66,10 +65,11 @@ static int looks_like_u32(const uint16_t *u16, size_t ntok) {
   return any_nonzero_even;
 }
 
-/* The header of an llm.c file of file_bytes bytes: returns the token count, or
+/* The header of an llm.c file of file_bytes bytes: returns the token count
+ * and sets *width (bytes per token: 2 for version 1, 4 for version 2), or
  * sets e ("bad llm.c header: ...") and returns 0. */
 static size_t llmc_check_header(const char *path, const void *map, size_t file_bytes,
-                                mt_err *e) {
+                                size_t *width, mt_err *e) {
   if (file_bytes < LLMC_HEADER_BYTES) {
     mt_err_set(e, "%s: bad llm.c header: file is %zu bytes, shorter than the %zu-byte header",
                path, file_bytes, LLMC_HEADER_BYTES);
@@ -81,23 +81,24 @@ static size_t llmc_check_header(const char *path, const void *map, size_t file_b
     mt_err_set(e, "%s: bad llm.c header: magic %d, expected %d", path, (int)h[0], LLMC_MAGIC);
     return 0;
   }
-  if (h[1] != LLMC_VERSION) {
-    mt_err_set(e, "%s: bad llm.c header: version %d, expected %d (uint16 tokens)", path,
-               (int)h[1], LLMC_VERSION);
+  if (h[1] != LLMC_VERSION && h[1] != LLMC_VERSION_U32) {
+    mt_err_set(e, "%s: bad llm.c header: version %d, expected %d (uint16 tokens) or %d (uint32 "
+               "tokens)", path, (int)h[1], LLMC_VERSION, LLMC_VERSION_U32);
     return 0;
   }
+  *width = h[1] == LLMC_VERSION ? sizeof(uint16_t) : sizeof(uint32_t);
   if (h[2] <= 0) {
     mt_err_set(e, "%s: bad llm.c header: token count %d, expected > 0", path, (int)h[2]);
     return 0;
   }
   size_t ntok = (size_t)h[2];
   size_t body = file_bytes - LLMC_HEADER_BYTES;
-  if (body != ntok * sizeof(uint16_t)) {
+  if (body != ntok * *width) {
     mt_err_set(e,
                "%s: bad llm.c header: header says %zu tokens (%zu bytes) but the file holds "
                "%zu bytes after the header (%s)",
-               path, ntok, ntok * sizeof(uint16_t), body,
-               body < ntok * sizeof(uint16_t) ? "truncated" : "trailing bytes");
+               path, ntok, ntok * *width, body,
+               body < ntok * *width ? "truncated" : "trailing bytes");
     return 0;
   }
   return ntok;
@@ -190,12 +191,15 @@ int mt_dataset_open(mt_dataset *ds, const char *path, mt_data_format format, mt_
 
   size_t ntok = 0;
   if (fmt == MT_DATA_LLMC) {
-    ntok = llmc_check_header(path, map, bytes, e);
+    size_t width = 0;
+    ntok = llmc_check_header(path, map, bytes, &width, e);
     if (ntok == 0) {
       munmap(map, bytes);
       return mt_err_pass(e);
     }
-    ds->u16 = (const uint16_t *)((const char *)map + LLMC_HEADER_BYTES);
+    const char *body = (const char *)map + LLMC_HEADER_BYTES;
+    if (width == sizeof(uint16_t)) ds->u16 = (const uint16_t *)body;
+    else ds->u32 = (const uint32_t *)body;
   } else if (fmt == MT_DATA_U16 || fmt == MT_DATA_U32) {
     size_t width = fmt == MT_DATA_U16 ? sizeof(uint16_t) : sizeof(uint32_t);
     if (bytes % width != 0) {
@@ -225,6 +229,7 @@ int mt_dataset_open(mt_dataset *ds, const char *path, mt_data_format format, mt_
 
   snprintf(ds->path, sizeof ds->path, "%s", path);
   ds->format = fmt;
+  ds->guessed = auto_bin || (format == MT_DATA_AUTO && fmt == MT_DATA_TEXT);
   /* what the file was when mapped: a change under the run is seen
    * (mt_dataset_check) */
   ds->file_bytes = (int64_t)st.st_size;
@@ -234,6 +239,7 @@ int mt_dataset_open(mt_dataset *ds, const char *path, mt_data_format format, mt_
   mt_data_guard_install();
   ds->map = map;
   ds->map_bytes = bytes;
+  ds->guard_slot = mt_data_guard_slot(map, bytes);
   ds->begin = 0;
   ds->end = ntok;
   ds->owns_map = 1;
@@ -282,7 +288,7 @@ int mt_dataset_token(const mt_dataset *ds, size_t i) { return (int)token_at(ds, 
 
 /* First index in [lo, hi) (absolute) whose token is >= vocab, or SIZE_MAX. */
 static size_t first_bad_token(const mt_dataset *ds, size_t lo, size_t hi, int vocab) {
-  if ((uint64_t)vocab > format_max_id(ds->format)) return SIZE_MAX;
+  if ((uint64_t)vocab > max_id(ds)) return SIZE_MAX;
   const uint32_t v = (uint32_t)vocab;
   if (ds->bytes) {
     for (size_t k = lo; k < hi; k++)
@@ -331,7 +337,7 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
    * from (format, vocab) alone, so every rank fails alike, after the
    * collectives below. */
   int too_wide = vocab > 0 && ds->format != MT_DATA_TEXT &&
-                 (uint64_t)vocab > format_max_id(ds->format) + 1;
+                 (uint64_t)vocab > max_id(ds) + 1;
   if (vocab <= 0 || too_wide) lo = hi = ds->begin; /* reported below on every rank */
   size_t bad = SIZE_MAX;
   int faulted = guarded_scan(ds, lo, hi, vocab, &bad);
@@ -352,9 +358,9 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
   if (too_wide) {
     mt_err_set(e,
                "%s: format %s holds token ids up to %llu, too few for vocab size %d: write "
-               "the tokens as uint32 (data.format = u32; meshdata encode --format u32)",
-               ds->path, mt_data_format_name(ds->format),
-               (unsigned long long)format_max_id(ds->format), vocab);
+               "the tokens as uint32 (data.format = u32; meshdata encode --format u32 or "
+               "llmc2)",
+               ds->path, mt_data_format_name(ds->format), (unsigned long long)max_id(ds), vocab);
     return -1;
   }
   if (first == UINT64_MAX) return 0;
@@ -373,15 +379,15 @@ int mt_dataset_validate(const mt_dataset *ds, int vocab, MPI_Comm comm, mt_err *
 int mt_token_writer_open(mt_token_writer *w, const char *path, const char *format, mt_err *e) {
   memset(w, 0, sizeof *w);
   if (!format || !*format) format = "llmc";
-  if (strcmp(format, "llmc") == 0) {
+  if (strcmp(format, "llmc") == 0 || strcmp(format, "llmc2") == 0) {
     w->llmc = 1;
-    w->width = sizeof(uint16_t);
+    w->width = format[4] == '2' ? sizeof(uint32_t) : sizeof(uint16_t);
   } else if (strcmp(format, "u16") == 0) {
     w->width = sizeof(uint16_t);
   } else if (strcmp(format, "u32") == 0) {
     w->width = sizeof(uint32_t);
   } else {
-    mt_err_set(e, "%s: cannot write format '%s' (expected llmc|u16|u32)", path, format);
+    mt_err_set(e, "%s: cannot write format '%s' (expected llmc|llmc2|u16|u32)", path, format);
     return -1;
   }
   if (strlen(path) >= sizeof w->path) {
@@ -398,7 +404,8 @@ int mt_token_writer_open(mt_token_writer *w, const char *path, const char *forma
   }
   if (w->llmc) {
     /* header with count 0; the real count is patched in at close */
-    int32_t header[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION, 0};
+    int32_t header[LLMC_HEADER_INTS] = {
+        LLMC_MAGIC, w->width == sizeof(uint16_t) ? LLMC_VERSION : LLMC_VERSION_U32, 0};
     if (fwrite(header, sizeof header, 1, w->f) != 1) {
       mt_err_runtime(e, "%s: write failed: %s", w->tmp_path, strerror(errno));
       mt_token_writer_abort(w);

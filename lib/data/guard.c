@@ -17,8 +17,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* the mappings of the open datasets (a run has two: training, validation) */
-enum { MAX_MAPS = 16 };
+/* the mappings of the open token files: a run's shards, training and
+ * validation (a mapping beyond these is read unguarded: a file cut short
+ * under the run then kills the rank with SIGBUS, as before the guard) */
+enum { MAX_MAPS = 4096 };
 static struct {
   const void *map;
   size_t bytes;
@@ -74,9 +76,15 @@ __attribute__((noinline)) static int slot_of(const void *map, size_t bytes) {
   return free_slot;
 }
 
+int mt_data_guard_slot(const void *map, size_t bytes) { return slot_of(map, bytes); }
+
 int mt_data_guarded(const mt_dataset *ds, void (*fn)(void *), void *arg) {
   sigjmp_buf jump;
-  volatile int slot = slot_of(ds->map, ds->map_bytes); /* kept across the jump */
+  /* the slot found at open, else a search (kept across the jump) */
+  volatile int slot = ds->guard_slot >= 0 && ds->guard_slot < MAX_MAPS &&
+                              g_maps[ds->guard_slot].map == ds->map
+                          ? ds->guard_slot
+                          : slot_of(ds->map, ds->map_bytes);
   if (slot >= 0 && g_maps[slot].faulted) return -1; /* no second try at a cut file */
   if (sigsetjmp(jump, 1) != 0) { /* a SIGBUS in this mapping, from the handler */
     g_jump = NULL;

@@ -8,6 +8,7 @@
  * domain is < 2*n_windows, so on average fewer than two passes). */
 #include "data/data_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 
@@ -46,24 +47,62 @@ static uint64_t keyed_permute(uint64_t n, uint64_t seed, uint64_t epoch, uint64_
   return x;
 }
 
+uint64_t mt_keyed_permute(uint64_t n, uint64_t seed, uint64_t epoch, uint64_t i) {
+  return keyed_permute(n, seed, epoch, i);
+}
+
 int mt_sampler_init(mt_sampler *s, const mt_dataset *ds, int T, uint64_t seed, mt_err *e) {
+  return mt_sampler_init_shards(s, ds, 1, T, seed, e) != 0 ? mt_err_pass(e) : 0;
+}
+
+int mt_sampler_init_shards(mt_sampler *s, const mt_dataset *shards, int n_shards, int T,
+                           uint64_t seed, mt_err *e) {
   memset(s, 0, sizeof *s);
+  const char *what = n_shards > 0 ? shards[0].path : "(no shards)";
   if (T < 1) {
-    mt_err_set(e, "%s: sequence length T = %d must be >= 1", ds->path, T);
+    mt_err_set(e, "%s: sequence length T = %d must be >= 1", what, T);
     return -1;
   }
-  size_t ntok = mt_dataset_ntokens(ds);
-  uint64_t n_windows = ntok > 0 ? (uint64_t)(ntok - 1) / (uint64_t)T : 0;
+  if (n_shards < 1) {
+    mt_err_set(e, "%s: no token files", what);
+    return -1;
+  }
+  /* windows are cut per shard (a window never spans two files); first[i] is
+   * the first window of shard i in the source's numbering */
+  uint64_t *first = n_shards > 1 ? mt_calloc((size_t)n_shards + 1, sizeof *first) : NULL;
+  uint64_t n_windows = 0;
+  for (int i = 0; i < n_shards; i++) {
+    size_t ntok = mt_dataset_ntokens(&shards[i]);
+    uint64_t w = ntok > 0 ? (uint64_t)(ntok - 1) / (uint64_t)T : 0;
+    if (first) first[i] = n_windows;
+    if (w == 0) s->n_short++;
+    n_windows += w;
+  }
+  if (first) first[n_shards] = n_windows;
   if (n_windows < 1) {
-    mt_err_set(e, "%s: %zu tokens is shorter than one sequence of T+1 = %d tokens", ds->path,
-               ntok, T + 1);
+    if (n_shards == 1)
+      mt_err_set(e, "%s: %zu tokens is shorter than one sequence of T+1 = %d tokens", what,
+                 mt_dataset_ntokens(&shards[0]), T + 1);
+    else
+      mt_err_set(e, "%s and the other %d token files: none holds one sequence of T+1 = %d "
+                    "tokens (no window)", what, n_shards - 1, T + 1);
+    free(first);
     return -1;
   }
-  s->ds = ds;
+  s->ds = &shards[0];
+  s->shards = shards;
+  s->n_shards = n_shards;
+  s->first = first;
   s->T = T;
   s->seed = seed;
   s->n_windows = n_windows;
   return 0;
+}
+
+void mt_sampler_free(mt_sampler *s) {
+  if (!s) return;
+  free(s->first);
+  memset(s, 0, sizeof *s);
 }
 
 uint64_t mt_sampler_window(const mt_sampler *s, uint64_t g) {
@@ -71,16 +110,31 @@ uint64_t mt_sampler_window(const mt_sampler *s, uint64_t g) {
   return keyed_permute(s->n_windows, s->seed, epoch, i);
 }
 
+/* the shard that holds window w, and w's index within it: a binary search
+ * of the prefix sums (shards without windows have first[i] == first[i+1]) */
+static const mt_dataset *shard_of(const mt_sampler *s, uint64_t *w) {
+  if (!s->first) return s->ds;
+  int lo = 0, hi = s->n_shards - 1; /* the last shard i with first[i] <= w */
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    if (s->first[mid] <= *w) lo = mid;
+    else hi = mid - 1;
+  }
+  *w -= s->first[lo];
+  return &s->shards[lo];
+}
+
 typedef struct {
   const mt_sampler *s;
-  uint64_t w;
+  const mt_dataset *ds;
+  uint64_t w; /* the window within ds */
   int *inputs, *targets;
 } window_args;
 
 /* the tokens of window w: read from the mapping (under the guard) */
 static void copy_window(void *arg) {
   const window_args *a = arg;
-  const mt_dataset *ds = a->s->ds;
+  const mt_dataset *ds = a->ds;
   size_t T = (size_t)a->s->T, start = ds->begin + (size_t)a->w * T;
   int *inputs = a->inputs, *targets = a->targets;
   if (ds->bytes) {
@@ -108,8 +162,10 @@ void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *ta
   if (w >= s->n_windows)
     mt_die("%s: window %llu out of range (%llu windows)", s->ds->path, (unsigned long long)w,
            (unsigned long long)s->n_windows);
-  window_args a = {.s = s, .w = w, .inputs = inputs, .targets = targets};
-  if (mt_data_guarded(s->ds, copy_window, &a) != 0) { /* the file was cut short */
+  uint64_t local = w;
+  const mt_dataset *ds = shard_of(s, &local);
+  window_args a = {.s = s, .ds = ds, .w = local, .inputs = inputs, .targets = targets};
+  if (mt_data_guarded(ds, copy_window, &a) != 0) { /* the file was cut short */
     memset(inputs, 0, (size_t)s->T * sizeof(int));
     memset(targets, 0, (size_t)s->T * sizeof(int));
   }

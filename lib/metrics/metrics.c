@@ -108,6 +108,16 @@ char *mt_step_record_json(const mt_step_record *r) {
   cJSON_AddNumberToObject(o, "step", r->step);
   cJSON_AddNumberToObject(o, "loss", r->loss);
   if (r->val_loss >= 0) cJSON_AddNumberToObject(o, "val_loss", r->val_loss);
+  if (r->val_loss >= 0 && r->val_sources > 1 && r->val_names && r->val_by_source) {
+    cJSON *v = cJSON_AddObjectToObject(o, "val_loss_by_source");
+    for (int i = 0; i < r->val_sources; i++)
+      cJSON_AddNumberToObject(v, r->val_names[i], r->val_by_source[i]);
+  }
+  if (r->has_data_hash) {
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->data_hash);
+    cJSON_AddStringToObject(o, "data_hash", hex);
+  }
   cJSON_AddNumberToObject(o, "lr", r->lr);
   cJSON_AddNumberToObject(o, "grad_norm", r->grad_norm);
   cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);

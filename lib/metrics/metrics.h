@@ -74,6 +74,14 @@ typedef struct {
   double peak_flops;     /* whole job */
   size_t mem_peak[MT_MEM_NCAT];
   size_t rss_peak;
+  /* a blend of several sources: each one's name and validation loss (written
+   * when val_loss is) */
+  int val_sources;
+  const char *const *val_names;
+  const double *val_by_source;
+  /* data.hash_batches: a hash of this step's global batch's windows */
+  int has_data_hash;
+  uint64_t data_hash;
 } mt_step_record;
 
 /* One JSON object (no newline); caller frees with free(). */

@@ -1,13 +1,14 @@
-/* Evaluation: the validation windows split over dp, through a forward-only
- * pass of this rank's stage. */
+/* Evaluation: each source's validation windows split over dp, through a
+ * forward-only pass of this rank's stage. */
 #include "train/train.h"
 
 #include <stdlib.h>
 
-double mt_train_evaluate(mt_trainer *t) {
+/* the mean loss over the first n_seq windows of vs (collective) */
+static double evaluate_source(mt_trainer *t, const mt_sampler *vs, int n_seq) {
   const mt_mesh *mesh = &t->mesh;
   const mt_gpt *model = &t->step.model;
-  const int T = model->T, micro_batch = t->cfg.micro_batch, n_seq = t->n_val_seq;
+  const int T = model->T, micro_batch = t->cfg.micro_batch;
   double acc[2] = {0.0, 0.0}; /* sum of per-sequence mean losses, sequences */
   int per = (n_seq + mesh->dp - 1) / mesh->dp;
   int first = mesh->dp_rank * per, last = first + per < n_seq ? first + per : n_seq;
@@ -29,7 +30,7 @@ double mt_train_evaluate(mt_trainer *t) {
     rows[k] = last - s0 < micro_batch ? last - s0 : micro_batch;
     for (int b = 0; b < rows[k]; b++) {
       size_t off = ((size_t)k * micro_batch + b) * T;
-      mt_sampler_get_window(&t->val_sampler, (uint64_t)(s0 + b), seq, seq + T_full);
+      mt_sampler_get_window(vs, (uint64_t)(s0 + b), seq, seq + T_full);
       mt_cp_take_tokens(&model->attn.lay, seq, inp + off);
       mt_cp_take_tokens(&model->attn.lay, seq + T_full, tgt + off);
     }
@@ -46,4 +47,16 @@ double mt_train_evaluate(mt_trainer *t) {
    * shares, so the mean over dp x cp is the mean over the sequences */
   mt_allreduce(&t->mesh.dpcp_g, acc, 2, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
   return acc[1] > 0 ? acc[0] / acc[1] : 0.0;
+}
+
+double mt_train_evaluate(mt_trainer *t) {
+  double loss = 0.0, weight = 0.0;
+  for (int i = 0; i < t->sources.n; i++) {
+    if (t->val_seq[i] <= 0) continue;
+    t->val_by_source[i] = evaluate_source(t, &t->val_sampler[i], t->val_seq[i]);
+    loss += t->sources.src[i].weight * t->val_by_source[i];
+    weight += t->sources.src[i].weight;
+  }
+  /* one source: its loss, as it always was (weight 1) */
+  return t->sources.n == 1 ? t->val_by_source[0] : weight > 0 ? loss / weight : 0.0;
 }

@@ -90,8 +90,7 @@ static void poll_async(mt_ckpt_async **a, int wait, double *write_s) {
  * flight is committed first: the newest checkpoint is the last one made. */
 static void check_data(mt_trainer *t, mt_ckpt_async **inflight) {
   mt_err e = {0};
-  mt_dataset_check(&t->train_ds, &e);
-  if (t->have_val_file) mt_dataset_check(&t->val_ds, &e);
+  mt_sources_check(&t->sources, &e);
   if (!mt_err_agree(&e, MPI_COMM_WORLD)) return;
   double ignored = 0.0;
   poll_async(inflight, 1, &ignored);
@@ -113,13 +112,26 @@ static void load_batch(mt_trainer *t, int step) {
                   (uint64_t)t->mesh.dp_rank * t->lay.per_rank + (uint64_t)mb * cfg->micro_batch;
     for (int b = 0; b < cfg->micro_batch; b++) {
       size_t off = ((size_t)mb * cfg->micro_batch + b) * Tl;
-      mt_sampler_get(&t->sampler, g0 + b, seq, seq + T);
+      mt_blend_get(&t->blend, g0 + b, seq, seq + T);
       mt_cp_take_tokens(cpl, seq, t->inp + off);
       mt_cp_take_tokens(cpl, seq + T, t->tgt + off);
     }
     t->rows[mb] = cfg->micro_batch;
   }
   free(seq);
+}
+
+/* data.hash_batches: the windows (source, window) of step's global batch,
+ * hashed in order: equal for any layout, micro-batch and resume */
+static uint64_t batch_hash(const mt_trainer *t, int step) {
+  const uint64_t G = (uint64_t)t->cfg.global_batch;
+  uint64_t g0 = (uint64_t)t->samples_done + (uint64_t)(step - t->start_step) * G, h = G;
+  for (uint64_t g = g0; g < g0 + G; g++) {
+    int src = 0;
+    uint64_t w = mt_blend_window(&t->blend, g, &src);
+    h = mt_splitmix64(h ^ mt_splitmix64(w ^ ((uint64_t)src << 48)));
+  }
+  return h;
 }
 
 /* what a stop signal (agreed over the ranks) ends the run with */
@@ -300,6 +312,13 @@ static void fill_record(mt_trainer *t, int step, const step_result *r, ckpt_carr
   rec->steps = cfg->steps;
   rec->loss = r->loss;
   rec->val_loss = r->val;
+  rec->val_sources = t->sources.n;
+  rec->val_names = t->source_names;
+  rec->val_by_source = t->val_by_source;
+  if (cfg->data_hash) {
+    rec->has_data_hash = 1;
+    rec->data_hash = batch_hash(t, step);
+  }
   rec->lr = r->lr;
   rec->grad_norm = r->norm;
   rec->tokens = t->tokens_per_step;

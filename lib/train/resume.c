@@ -159,8 +159,8 @@ static int load_checkpoint(mt_trainer *t, mt_err *err) {
       mt_info0("meshtrain: train.seed %d differs from the checkpoint's %lld; continuing the "
                "checkpoint's data order", cfg->seed, (long long)got.seed);
       cfg->seed = (int)got.seed;
-      if (mt_sampler_init(&t->sampler, &t->train_ds, shape->seq_len, (uint64_t)cfg->seed, err) !=
-          0)
+      mt_blend_free(&t->blend);
+      if (mt_blend_init(&t->blend, &t->sources, shape->seq_len, (uint64_t)cfg->seed, err) != 0)
         rc = mt_err_pass(err);
     }
     if (t->start_step > cfg->steps) {

@@ -95,40 +95,65 @@ static void check_memory(mt_trainer *t, mt_err *e) {
                node_need / 1073741824.0, avail.bytes / 1073741824.0, avail.source);
 }
 
+/* shards shorter than one window, said once (rank 0) */
+static void report_short(const mt_trainer *t, int T) {
+  for (int i = 0; i < t->blend.n; i++) {
+    const mt_sampler *s = &t->blend.src[i];
+    if (s->n_short == 0) continue;
+    const char *first = "";
+    for (int f = 0; f < s->n_shards && !first[0]; f++)
+      if (mt_dataset_ntokens(&s->shards[f]) < (size_t)T + 1) first = s->shards[f].path;
+    mt_info0("meshtrain: data: %d of the %d token files of source '%s' hold fewer than T+1 = "
+             "%d tokens and give no window (the first: %s)", s->n_short, s->n_shards,
+             t->sources.src[i].name, T + 1, first);
+  }
+}
+
+/* each source's validation windows, up to train.eval_batches global batches */
+static void setup_val(mt_trainer *t, int T, mt_err *e) {
+  const mt_config *cfg = &t->cfg;
+  const int n = t->sources.n;
+  t->val_sampler = mt_calloc((size_t)n, sizeof *t->val_sampler);
+  t->val_seq = mt_calloc((size_t)n, sizeof *t->val_seq);
+  t->val_by_source = mt_calloc((size_t)n, sizeof *t->val_by_source);
+  t->source_names = mt_calloc((size_t)n, sizeof *t->source_names);
+  for (int i = 0; i < n; i++) t->source_names[i] = t->sources.src[i].name;
+  if (cfg->eval_every <= 0) return;
+  uint64_t want = (uint64_t)cfg->eval_batches * (uint64_t)cfg->global_batch;
+  for (int i = 0; i < n && !e->failed; i++) {
+    const mt_source *src = &t->sources.src[i];
+    mt_sampler *vs = &t->val_sampler[i];
+    if (mt_sampler_init_shards(vs, src->val, src->n_val, T, (uint64_t)cfg->seed, e) != 0) {
+      if (n > 1)
+        mt_err_set(e, "data.blend source '%s': its validation tokens hold no sequence of T+1 "
+                      "= %d tokens (%s)", src->name, T + 1,
+                   src->own_val ? "its data.val files" : "raise data.val_fraction");
+      break;
+    }
+    t->val_seq[i] = (int)(vs->n_windows < want ? vs->n_windows : want);
+    t->n_val_seq += t->val_seq[i];
+  }
+}
+
 static void setup_data(mt_trainer *t, mt_err *e) {
   const mt_config *cfg = &t->cfg;
-  t->have_val_file = cfg->data_val[0] != '\0';
-  if (mt_dataset_open(&t->train_file, cfg->data_train, cfg->data_format, e) == 0) {
-    if (t->have_val_file) {
-      t->train_ds = t->train_file;
-      t->train_ds.owns_map = 0;
-      if (mt_dataset_open(&t->val_file, cfg->data_val, cfg->data_format, e) == 0) {
-        t->val_ds = t->val_file;
-        t->val_ds.owns_map = 0;
-      }
-    } else {
-      mt_dataset_split(&t->train_file, cfg->val_fraction, &t->train_ds, &t->val_ds);
-    }
-  }
+  mt_sources_open(&t->sources, cfg->data_train, cfg->data_blend, cfg->data_val,
+                  cfg->data_format, cfg->val_fraction, e);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
-  mt_dataset_validate(&t->train_ds, t->lay.shape.vocab, MPI_COMM_WORLD, e);
-  mt_err_check_all(e, MPI_COMM_WORLD, PROG);
-  /* the validation tokens too, whether a file or the held-out tail of data.train */
-  mt_dataset_validate(&t->val_ds, t->lay.shape.vocab, MPI_COMM_WORLD, e);
+  /* the validation tokens too, whether files or the held-out tails */
+  mt_sources_validate(&t->sources, t->lay.shape.vocab, MPI_COMM_WORLD, e);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
   const int T = t->lay.shape.seq_len;
-  if (mt_sampler_init(&t->sampler, &t->train_ds, T, (uint64_t)cfg->seed, e) == 0 &&
-      t->sampler.n_windows < (uint64_t)cfg->global_batch)
+  if (mt_blend_init(&t->blend, &t->sources, T, (uint64_t)cfg->seed, e) == 0 &&
+      mt_blend_windows(&t->blend) < (uint64_t)cfg->global_batch)
     mt_err_set(e,
                "%s: the training split holds %llu sequences of %d+1 tokens, fewer than one "
                "global batch of train.global_batch = %d",
-               cfg->data_train, (unsigned long long)t->sampler.n_windows, T, cfg->global_batch);
-  if (!e->failed && cfg->eval_every > 0 &&
-      mt_sampler_init(&t->val_sampler, &t->val_ds, T, (uint64_t)cfg->seed, e) == 0) {
-    uint64_t want = (uint64_t)cfg->eval_batches * (uint64_t)cfg->global_batch;
-    t->n_val_seq = (int)(t->val_sampler.n_windows < want ? t->val_sampler.n_windows : want);
-  }
+               cfg->data_blend[0] ? cfg->data_blend : cfg->data_train,
+               (unsigned long long)mt_blend_windows(&t->blend), T, cfg->global_batch);
+  if (!e->failed) setup_val(t, T, e);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
+  report_short(t, T);
 }
 
 /* the model, the dp/ZeRO state (initialised), the schedule and executor */
@@ -261,8 +286,13 @@ void mt_train_destroy(mt_trainer *t) {
   free(t->inp);
   free(t->tgt);
   free(t->rows);
-  mt_dataset_close(&t->train_file);
-  if (t->have_val_file) mt_dataset_close(&t->val_file);
+  for (int i = 0; t->val_sampler && i < t->sources.n; i++) mt_sampler_free(&t->val_sampler[i]);
+  free(t->val_sampler);
+  free(t->val_seq);
+  free(t->val_by_source);
+  free(t->source_names);
+  mt_blend_free(&t->blend);
+  mt_sources_close(&t->sources);
   mt_train_device_destroy(t);
   mt_mesh_destroy(&t->mesh);
   mt_layout_free(&t->lay);

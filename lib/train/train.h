@@ -41,10 +41,13 @@ typedef struct {
   mt_mesh mesh;
   mt_hw_profile hw;
   /* data */
-  mt_dataset train_file, val_file, train_ds, val_ds;
-  int have_val_file;
-  mt_sampler sampler, val_sampler;
-  int n_val_seq;
+  mt_sources sources;     /* data.train or data.blend's sources, their files */
+  mt_blend blend;         /* the training stream over them */
+  mt_sampler *val_sampler; /* per source: its validation windows */
+  int *val_seq;           /* per source: the validation windows evaluated */
+  double *val_by_source;  /* per source: the last evaluation's mean loss */
+  const char **source_names; /* per source: its name (in sources) */
+  int n_val_seq;          /* in all */
   /* the device (device.c): kind, precision, this rank's GPU (-1: none) */
   mt_device_kind device;
   mt_precision precision;
@@ -95,7 +98,9 @@ int mt_train_loop(mt_trainer *t);
 void mt_train_summary(mt_trainer *t);
 void mt_train_destroy(mt_trainer *t);
 
-/* Mean validation loss over the first t->n_val_seq validation windows,
+/* Mean validation loss: per source, over its first t->val_seq[i] validation
+ * windows (into t->val_by_source[i]); the sources' losses weighted by the
+ * blend's weights (one source: its loss),
  * split over dp; the same for any layout (eval.c). */
 double mt_train_evaluate(mt_trainer *t);
 

@@ -4,3 +4,25 @@ mt_script_test(changed data changed.sh)
 # meshdata tokenize (issue 38): text and JSONL into llm.c shards with a
 # Hugging Face tokenizer.json; skips without the Python package tokenizers
 mt_script_test(tokenize data tokenize.sh)
+# Sources and blends (issue 38): windows equal across layouts and a resume,
+# validation loss per source
+mt_script_test(blend data blend.sh)
+# Bad sources and blends: one line from rank 0, exit 2 on every rank, nothing written
+set(D --set model.preset=tiny --set parallel.dp=2 --set train.global_batch=8 --set train.micro_batch=2)
+mt_script_test(source_glob_nomatch badinput ../scripts/expect_fail.sh source_glob_nomatch 2
+  "none\\*\\.bin: the pattern matches no file" ${D} --set "data.train=@SHARDS@/none*.bin")
+mt_script_test(source_list_missing badinput ../scripts/expect_fail.sh source_list_missing 2
+  "missing\\.bin: cannot open" ${D} --set "data.train=@SHARDS@/part00.bin, @SHARDS@/missing.bin")
+mt_script_test(source_empty_dir badinput ../scripts/expect_fail.sh source_empty_dir 2
+  "empty: the directory holds no token files" ${D} --set "data.train=@EMPTY_DIR@")
+mt_script_test(source_mixed_formats badinput ../scripts/expect_fail.sh source_mixed_formats 2
+  "b\\.bin: data.format = auto reads it as u16 \\(from its name\\) but .*a\\.bin as llmc" ${D}
+  --set "data.train=@MIXED_DIR@")
+mt_script_test(blend_weight_negative badinput ../scripts/expect_fail.sh blend_weight_negative 2
+  "data.blend: weight -0.5 .* is not a positive number" ${D}
+  --set "data.blend=1 a=@SHARDS@, -0.5 b=@SHARDS@/part00.bin")
+mt_script_test(blend_weight_not_number badinput ../scripts/expect_fail.sh blend_weight_not_number 2
+  "data.blend: 'lots .*' does not start with a weight" ${D} --set "data.blend=lots @SHARDS@")
+mt_script_test(blend_source_no_window badinput ../scripts/expect_fail.sh blend_source_no_window 2
+  "data.blend source 'short': .*none holds one sequence of T\\+1" ${D}
+  --set "data.blend=0.5 web=@SHARDS@, 0.5 short=@SHORT_DIR@")

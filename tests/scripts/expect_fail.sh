@@ -10,6 +10,10 @@
 #                  held-out validation tail has an id >= 200
 #   @FIFO@         a named pipe (opening it for reading would block)
 #   @NUL_INI@      an INI file whose data.train value holds a NUL byte
+#   @SHARDS@       a directory of 4 llm.c shards of the corpus (part0N.bin)
+#   @EMPTY_DIR@    a directory with no token file (a README only)
+#   @MIXED_DIR@    an llm.c shard beside a raw .bin (u16 from its name alone)
+#   @SHORT_DIR@    a directory of shards of 10 tokens each (no window)
 MT_SUFFIX=$1; NP=$2; REGEX=$3; shift 3
 source "$(dirname "$0")/common.sh"
 corpus=$(mt_corpus 200000)
@@ -27,6 +31,22 @@ make_input() { # NAME: create the file behind @NAME@, print its path
     FIFO) rm -f "$WORK/tokens.fifo"; mkfifo "$WORK/tokens.fifo"; echo "$WORK/tokens.fifo" ;;
     NUL_INI) printf '[data]\ntrain = %s\000.more\n' "$corpus" > "$WORK/nul.ini"
              echo "$WORK/nul.ini" ;;
+    SHARDS) mkdir -p "$WORK/shards"
+            split -b 50000 -d -a 2 "$corpus" "$WORK/shards/part"
+            for p in "$WORK"/shards/part0?; do
+              "$MT_BIN/meshdata" encode "$p" "$p.bin" --format llmc >/dev/null; rm "$p"; done
+            echo "$WORK/shards" ;;
+    EMPTY_DIR) mkdir -p "$WORK/empty"; echo "no tokens here" > "$WORK/empty/README"
+               echo "$WORK/empty" ;;
+    MIXED_DIR) mkdir -p "$WORK/mixed"
+               "$MT_BIN/meshdata" encode "$corpus" "$WORK/mixed/a.bin" --format llmc >/dev/null
+               "$MT_BIN/meshdata" encode "$corpus" "$WORK/mixed/b.bin" --format u16 >/dev/null
+               echo "$WORK/mixed" ;;
+    SHORT_DIR) mkdir -p "$WORK/short"
+               for i in 0 1 2; do printf '0123456789' > "$WORK/short/s$i.txt"
+                 "$MT_BIN/meshdata" encode "$WORK/short/s$i.txt" "$WORK/short/s$i.bin" >/dev/null
+                 rm "$WORK/short/s$i.txt"; done
+               echo "$WORK/short" ;;
     *) fail "unknown placeholder @$1@" ;;
   esac
 }
