@@ -63,32 +63,6 @@ static int truncate_metrics(const char *dir, long long last_step, mt_err *e) {
   return 0;
 }
 
-/* A resume reads the windows an uninterrupted run reads only from the same
- * sources: one line where data.train, data.val or data.blend is not the
- * checkpoint's (its stored configuration; collective: rank 0 reads it). A
- * change may be meant (a new blend from here on), so it is said, not
- * refused. */
-static void say_data_changed(const char *ckpt, const mt_config *cfg, long long step) {
-  char dir[2 * MT_CFG_STR_MAX], *text = NULL;
-  mt_err e = {0};
-  mt_config *ck = mt_malloc(sizeof *ck);
-  if (mt_ckpt_read_config_of(ckpt, dir, sizeof dir, &text, &e) == 0 && text[0] &&
-      mt_config_load_text(ck, text, "its configuration", &e) == 0) {
-    const struct {
-      const char *key, *now, *then;
-    } k[] = {{"data.train", cfg->data_train, ck->data_train},
-             {"data.val", cfg->data_val, ck->data_val},
-             {"data.blend", cfg->data_blend, ck->data_blend}};
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-      if (strcmp(k[i].now, k[i].then) != 0)
-        mt_info0("meshtrain: warning: %s = '%s' is not the checkpoint's '%s': the batches after "
-                 "step %lld come from this run's data, not those the run it resumes would read",
-                 k[i].key, k[i].now, k[i].then, step);
-  }
-  free(text);
-  free(ck);
-}
-
 /* what a checkpoint must say about the model to load into this one */
 static mt_ckpt_meta model_meta(const mt_model_shape *shape) {
   mt_ckpt_meta m;
@@ -203,7 +177,6 @@ static int load_checkpoint(mt_trainer *t, mt_err *err) {
              (long long)got.pp, (long long)got.cp, folded, (long long)got.zero,
              (long long)got.world, mt_now() - tl);
   }
-  if (rc == 0) say_data_changed(t->resumed_from, cfg, t->start_step);
   for (int g = 0; g < MT_CKPT_NGROUPS; g++) free(r[g]), free(hr[g]);
   if (host_state) mt_cuda_host_free(host_state);
   return rc;
