@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Llama blocks on the CPU and on the virtual device.
-#   apps/scripts/bench-llama.sh [STEPS] [ROUNDS] [cpu|virtual|all]
+#   apps/scripts/bench-llama.sh [STEPS] [ROUNDS] [cpu|virtual|all] [MODELS]
+# (MODELS: a regular expression of the virtual device's models, default all)
 # CPU: llama-124m (GPT-2 124M's width, depth and vocabulary with Llama
 # blocks) and gpt2-124m beside it, at T = 1024, one rank launched so that
 # both threads get a core (--bind-to none), fp32 and bf16, micro-batch 1,
@@ -21,7 +22,7 @@
 # sequences for a global batch): its step time, tokens/s per GPU and MFU
 # against meshplan's.
 source "$(dirname "$0")/bench_common.sh" llama --bind-to none
-STEPS=${1:-4}; ROUNDS=${2:-3}; WHAT=${3:-all}
+STEPS=${1:-4}; ROUNDS=${2:-3}; WHAT=${3:-all}; MODELS=${4:-.}
 cpu_model=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 flags=$(grep -m1 "^flags" /proc/cpuinfo)
 isa=$( (echo "$flags" | grep -q amx_bf16 && echo "AMX-BF16") ||
@@ -78,6 +79,7 @@ for job in "llama3-8b leonardo-booster 64 --zero=3" "llama3-8b h100-sxm 64 --zer
            "mixtral-8x7b leonardo-booster 64 --grid --experts=8 --layers=32" \
            "mixtral-8x7b h100-sxm 64 --grid --experts=8 --layers=32"; do
   read -r model hw ranks how <<< "$job"
+  [[ $model =~ $MODELS ]] || continue
   name=$model-$hw
   # shellcheck disable=SC2086
   python3 apps/scripts/best-layout.py --hw "$hw" --ranks "$ranks" $how --json "$OUT/$name.plan.json" \
