@@ -4,6 +4,14 @@
 
 #include "data/data.h"
 
+#include <string.h>
+
+/* does file name s end with suffix (".bin")? */
+static inline int mt_data_has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
 /* guard.c: reads of a token file's mapping that survive the file being cut
  * short under the run. install: the SIGBUS handler (once; a SIGBUS outside
  * a guarded read goes on to the handler that was there before). guarded:

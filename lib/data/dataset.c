@@ -27,11 +27,6 @@ _Static_assert(sizeof(uint16_t) == 2 && sizeof(uint32_t) == 4 && sizeof(int32_t)
 #error "meshtrain reads token files in place and needs a little-endian host"
 #endif
 
-static int ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* Largest token id a dataset's storage can hold: 255 (text), 65535 (llmc
  * version 1, u16), 2^32-1 (u32, llmc version 2). */
 static uint64_t max_id(const mt_dataset *ds) {
@@ -174,14 +169,14 @@ int mt_dataset_open(mt_dataset *ds, const char *path, mt_data_format format, mt_
     if (bytes >= LLMC_HEADER_BYTES) memcpy(&magic, map, sizeof magic);
     if (magic == LLMC_MAGIC) {
       fmt = MT_DATA_LLMC;
-    } else if (ends_with(path, ".bin") && looks_like_llmc(map, bytes)) {
+    } else if (mt_data_has_suffix(path, ".bin") && looks_like_llmc(map, bytes)) {
       mt_err_set(e,
                  "%s: bad llm.c header: magic %d, expected %d, but the rest of the header is "
                  "llm.c's (damaged file? set data.format = u16 to read it as raw tokens)",
                  path, (int)magic, LLMC_MAGIC);
       munmap(map, bytes);
       return -1;
-    } else if (ends_with(path, ".bin")) {
+    } else if (mt_data_has_suffix(path, ".bin")) {
       fmt = MT_DATA_U16;
       auto_bin = 1;
     } else {

@@ -17,11 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* s without its leading and trailing blanks, in place */
 static char *trim(char *s) {
   while (isspace((unsigned char)*s)) s++;
@@ -63,8 +58,8 @@ static int list_dir(const char *dir, path_list *l, mt_err *e) {
   const struct dirent *ent;
   char path[MT_CFG_STR_MAX * 2];
   while ((ent = readdir(d)) != NULL) {
-    if (ent->d_name[0] == '.' || !ends_with(ent->d_name, ".bin")) continue;
-    snprintf(path, sizeof path, "%s%s%s", dir, ends_with(dir, "/") ? "" : "/", ent->d_name);
+    if (ent->d_name[0] == '.' || !mt_data_has_suffix(ent->d_name, ".bin")) continue;
+    snprintf(path, sizeof path, "%s%s%s", dir, mt_data_has_suffix(dir, "/") ? "" : "/", ent->d_name);
     struct stat st;
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) push(l, path);
   }
