@@ -4,19 +4,24 @@
   python3 apps/scripts/plan-published.py [--bin build/bin] [--only ID,...] [--no-search]
          [--out outputs/plan-published.csv]
 
-For each run of the table: the published throughput as tokens per second
-per GPU (converted with the FLOP count the source itself used: column
-`metric`), meshplan's prediction for the published layout on the row's
-hardware profile (a field the source does not give, e.g. the micro-batch or
-the schedule, takes the value meshplan predicts fastest), and their ratio.
-Where the real model's shape differs from the GPT shape meshplan prices
-(GQA, SwiGLU, MoE experts), the ratio compares FLOP rates, each side counted
-as 6 N + 12 L T W a token (N its matmul weights a token, W its attention
-width): columns flops_params and attn_width. Then, unless --no-search, the
-search on the row's GPU count: the rank among its ten fastest of the first
-layout with the published mesh (tp, pp, cp, ep; dp the rest), '=' when one
-of the ten also has every other published field (ZeRO level, sp,
-recomputation, micro-batch, schedule, split), '>10' when none has the mesh.
+For each run of the table: the published throughput as tokens per second per
+GPU (converted with the FLOP count the source itself used: column `metric`),
+meshplan's prediction for the published layout on the row's hardware profile
+(a field the source does not give, e.g. the micro-batch or the schedule,
+takes the value meshplan predicts fastest), and their ratio. Each row is
+priced in its own architecture: columns arch (empty: gpt2; llama: RMSNorm,
+rotary, SwiGLU, grouped-query attention, untied head), n_kv_head, ffn, and
+for MoE moe_experts, moe_topk, moe_ffn, moe_shared, moe_router (empty:
+meshplan's defaults). Where the real model still differs from what meshplan
+prices (multi-head latent attention, an attention width other than n_embd,
+layers added for an even pipeline: true_layers), the ratio compares FLOP
+rates, each side counted as 6 N + 12 L T W a token (N its matmul weights a
+token, W its attention width): flops_params and attn_width give the real
+model's where our shape cannot. Then, unless --no-search, the search on the
+row's GPU count: the rank among its ten fastest of the first layout with the
+published mesh (tp, pp, cp, ep; dp the rest), '=' when one of the ten also
+has every other published field (ZeRO level, sp, recomputation, micro-batch,
+schedule, split), '>10' when none has the mesh.
 
 Prints the table, the median absolute error, the mean signed error by
 group, and writes every row to --out. Nothing here is fitted to the rows:
@@ -49,14 +54,34 @@ def flops_per_token(n_mm, L, T, W):
     return 6.0 * n_mm + 12.0 * L * T * W
 
 
-def our_matmul_weights(r):
-    """the matmul weights a token uses in the GPT shape meshplan prices"""
-    L, C, V = inum(r, "n_layer"), inum(r, "n_embd"), inum(r, "vocab")
+def matmul_weights(r, layers):
+    """the matmul weights a token uses in the row's shape (as meshtrain
+    counts them: q, k, v, proj; the MLP, or the router and the top-k and
+    shared experts; the head), with `layers` blocks"""
+    C, V, H = inum(r, "n_embd"), inum(r, "vocab"), inum(r, "n_head")
+    kv_width = inum(r, "n_kv_head", H) * (C // H)
+    mlp_mats = 3 if r["arch"] == "llama" else 2  # SwiGLU: gate, up, down
     E = inum(r, "moe_experts", 0)
     if E:
-        k, F = inum(r, "moe_topk"), inum(r, "moe_ffn")
-        return L * (4 * C * C + C * E + k * 2 * C * F) + V * C
-    return L * 12 * C * C + V * C
+        mlp = C * E + mlp_mats * C * inum(r, "moe_ffn") * (inum(r, "moe_topk") +
+                                                          inum(r, "moe_shared", 0))
+    else:
+        mlp = mlp_mats * C * inum(r, "ffn", 4 * C)
+    return layers * (2 * C * C + 2 * C * kv_width + mlp) + V * C
+
+
+def priced_flops_per_token(r):
+    """training FLOPs a token of the shape meshplan prices"""
+    L = inum(r, "n_layer")
+    return flops_per_token(matmul_weights(r, L), L, inum(r, "seq_len"), inum(r, "n_embd"))
+
+
+def true_flops_per_token(r):
+    """training FLOPs a token of the source's model: its own depth, and
+    flops_params / attn_width where its shape is not one meshplan builds"""
+    L = inum(r, "true_layers", inum(r, "n_layer"))
+    n_mm = num(r, "flops_params") or matmul_weights(r, L)
+    return flops_per_token(n_mm, L, inum(r, "seq_len"), num(r, "attn_width", inum(r, "n_embd")))
 
 
 def published_tokens_per_gpu(r):
@@ -72,18 +97,22 @@ def published_tokens_per_gpu(r):
     if m == "tokens_per_gpu":
         return v
     if m == "tflops_6n":
-        return v * 1e12 / flops_per_token(float(r["flops_params"]), inum(r, "true_layers", L), T,
-                                          num(r, "attn_width", C))
+        return v * 1e12 / true_flops_per_token(r)
     sys.exit("%s: unknown metric %s" % (r["id"], m))
 
 
+# the table's shape columns and the config keys they set (an empty cell: meshplan's default)
+SHAPE_KEYS = {"n_layer": "model.n_layer", "n_embd": "model.n_embd", "n_head": "model.n_head",
+              "seq_len": "model.seq_len", "vocab": "model.vocab_size", "arch": "model.arch",
+              "n_kv_head": "model.n_kv_head", "ffn": "model.ffn_size",
+              "moe_experts": "model.moe_experts", "moe_topk": "model.moe_topk",
+              "moe_ffn": "model.moe_ffn", "moe_shared": "model.moe_shared",
+              "moe_router": "model.moe_router", "global_batch": "train.global_batch"}
+
+
 def base_sets(r):
-    s = {"model.preset": "custom", "model.n_layer": r["n_layer"], "model.n_embd": r["n_embd"],
-         "model.n_head": r["n_head"], "model.seq_len": r["seq_len"],
-         "model.vocab_size": r["vocab"], "train.global_batch": r["global_batch"]}
-    if inum(r, "moe_experts", 0):
-        s.update({"model.moe_experts": r["moe_experts"], "model.moe_topk": r["moe_topk"],
-                  "model.moe_ffn": r["moe_ffn"]})
+    s = {"model.preset": "custom", "model.arch": "gpt2"}
+    s.update({key: r[col] for col, key in SHAPE_KEYS.items() if r[col]})
     return s
 
 
@@ -183,11 +212,7 @@ def main():
         lay, d = best
         gpus = inum(r, "gpus")
         pred = d["tokens_per_s"] / gpus
-        L, T, C = inum(r, "n_layer"), inum(r, "seq_len"), inum(r, "n_embd")
-        ours = flops_per_token(our_matmul_weights(r), L, T, C)
-        true = flops_per_token(float(r["flops_params"]), inum(r, "true_layers", L), T,
-                               num(r, "attn_width", C)) if r["flops_params"] else ours
-        ratio = pred * ours / (pub * true)
+        ratio = pred * priced_flops_per_token(r) / (pub * true_flops_per_token(r))
         rank, search = "-", ""
         if not a.no_search:
             with tempfile.NamedTemporaryFile(suffix=".json") as tf:
