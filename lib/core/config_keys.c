@@ -226,6 +226,12 @@ static const mt_cfg_key g_keys[] = {
     {"data.hash_batches", MT_CFG_BOOL, F(data_hash), "false",
      "write data_hash, a hash of each step's global batch's windows, to metrics.jsonl", 0, 1,
      NULL},
+    {"data.documents", MT_CFG_BOOL, F(documents), "false",
+     "documents do not see each other: attention stays inside each, positions restart at each",
+     0, 1, NULL},
+    {"data.eot", MT_CFG_INT, F(eot), "50256",
+     "the end-of-text token that begins each document (GPT-2's <|endoftext|>: 50256)", 0,
+     NOMAX, NULL},
     /* [output] */
     {"output.dir", MT_CFG_STRING, F(output_dir), "outputs/run",
      "directory for metrics.jsonl, summary.json and config.ini", 0, 0, NULL},

@@ -303,6 +303,10 @@ typedef struct {
   mt_data_format data_format;
   double val_fraction;
   int data_hash; /* bool: a hash of each step's global batch's windows in metrics.jsonl */
+  /* documents (bool): attention stays inside each document of a window and
+   * positions restart at each; a document begins at each data.eot token */
+  int documents;
+  int eot; /* the end-of-text token id */
   /* [output] */
   char output_dir[MT_CFG_STR_MAX];
   int save_params;

@@ -46,13 +46,22 @@
  * i, batch b, head h sits at lse[b * l_bs + h * l_hs + i] (a (B,NH,T)
  * buffer: l_hs = T, l_bs = NH*T; a block at row r0: lse + r0). dq, dk, dv
  * share the strides of q, k, v; dout those of out. Row i has global
- * position q_pos0 + i, key row j position k_pos0 + j. */
+ * position q_pos0 + i, key row j position k_pos0 + j.
+ *
+ * Documents (packed sequences whose documents do not see each other):
+ * q_lo[b * lo_bs + i], in backend memory, is the global position where
+ * query row i's document begins; the row sees only keys at positions >=
+ * it (with causal: the keys of its own document up to its own position).
+ * Along a sequence q_lo never decreases. NULL: every row sees from
+ * position 0 (one document). */
 typedef struct mt_attn_block {
   int B, NH, hs;      /* batch, heads, head size */
   int Tq, Tk;         /* query rows, key (and value) rows */
   int q_pos0, k_pos0; /* global sequence position of query row 0 and key row 0 */
   int causal;         /* 1: a query sees the keys at positions <= its own */
   size_t q_bs, q_rs, k_bs, k_rs, v_bs, v_rs, o_bs, o_rs, l_bs, l_hs;
+  const int *q_lo; /* where each query row's document begins (NULL: 0) */
+  size_t lo_bs;    /* q_lo's stride between sequences */
 } mt_attn_block;
 
 /* ------------------------------------------------------------------ */
@@ -75,11 +84,14 @@ typedef struct mt_attn_block {
  *                     wpe (T_max,C)
  *   encoder_backward  dwte[inp] += dout, dwpe[t] += dout (fp32)
  *   encoder_vp_forward  vocabulary-parallel: this rank holds rows [v0, v0+Vl) of wte
- *                     as (Vl,C); out = (v0 <= inp < v0+Vl ? wte[inp-v0] : 0) + wpe[t];
- *                     wpe may be NULL (no positional term: one rank of the group adds
- *                     it). With v0 = 0, Vl = Vp and wpe set: encoder_forward's bits.
- *   encoder_vp_backward  dwte[inp-v0] += dout for tokens in [v0, v0+Vl); dwpe[t] +=
- *                     dout unless NULL
+ *                     as (Vl,C); out = (v0 <= inp < v0+Vl ? wte[inp-v0] : 0) +
+ *                     wpe[p] with p = pos[b,t] (pos (B,T) in backend memory: positions
+ *                     of chunks, or restarting at each document), or p = t when pos is
+ *                     NULL; wpe may be NULL (no positional term: one rank of the group
+ *                     adds it). With v0 = 0, Vl = Vp, wpe set and pos NULL:
+ *                     encoder_forward's bits.
+ *   encoder_vp_backward  dwte[inp-v0] += dout for tokens in [v0, v0+Vl); dwpe[p] +=
+ *                     dout (p as above) unless dwpe is NULL
  *
  * layernorm: out (N,C) = (inp - mean) rstd w + b; saves mean, rstd (N) (fp32);
  *   backward: dinp += (g - mean_c(g) - norm mean_c(g norm)) rstd with g = w dout,
@@ -126,8 +138,10 @@ typedef struct mt_attn_block {
  *
  * rotary position embedding, in place: element (b, i, h, d) of x at
  *   x[(b T + i) ld + h hs + d], for nh heads of hs channels; pairs (d, d +
- *   hs/2) of each head turn by the angle of row i and pair d, whose cosine
- *   and sine are cs[i hs + d] and cs[i hs + hs/2 + d] (fp32, (T, hs)):
+ *   hs/2) of each head turn by the angle of position p and pair d, whose
+ *   cosine and sine are cs[p hs + d] and cs[p hs + hs/2 + d] (fp32, a row
+ *   per position), p = pos[b T + i] (pos (B,T) in backend memory) or p = i
+ *   when pos is NULL:
  *   x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin (the "rotate half" form of
  *   Hugging Face's Llama); inverse = 1 turns back (sin -> -sin): the backward,
  *   on the gradient
@@ -192,11 +206,11 @@ typedef struct mt_attn_block {
   X(encoder_backward, (float *dwte, float *dwpe, const void *dout, const int *inp, int B,   \
                        int T, int C), (dwte, dwpe, dout, inp, B, T, C))                     \
   X(encoder_vp_forward, (void *out, const int *inp, const void *wte, int v0, int Vl,        \
-                         const void *wpe, int B, int T, int C),                             \
-    (out, inp, wte, v0, Vl, wpe, B, T, C))                                                  \
+                         const void *wpe, const int *pos, int B, int T, int C),             \
+    (out, inp, wte, v0, Vl, wpe, pos, B, T, C))                                             \
   X(encoder_vp_backward, (float *dwte, float *dwpe, const void *dout, const int *inp,       \
-                          int v0, int Vl, int B, int T, int C),                             \
-    (dwte, dwpe, dout, inp, v0, Vl, B, T, C))                                               \
+                          const int *pos, int v0, int Vl, int B, int T, int C),             \
+    (dwte, dwpe, dout, inp, pos, v0, Vl, B, T, C))                                          \
   X(layernorm_forward, (void *out, float *mean, float *rstd, const void *inp, const void *w, \
                         const void *b, int N, int C), (out, mean, rstd, inp, w, b, N, C))   \
   X(layernorm_backward, (void *dinp, float *dw, float *db, const void *dout,                \
@@ -226,8 +240,9 @@ typedef struct mt_attn_block {
   X(rmsnorm_backward, (void *dinp, float *dw, const void *dout, const void *inp,            \
                        const void *w, const float *rstd, int N, int C),                     \
     (dinp, dw, dout, inp, w, rstd, N, C))                                                   \
-  X(rope, (void *x, size_t ld, int B, int T, int nh, int hs, const float *cs, int inverse), \
-    (x, ld, B, T, nh, hs, cs, inverse))                                                     \
+  X(rope, (void *x, size_t ld, int B, int T, int nh, int hs, const float *cs, const int *pos, \
+            int inverse),                                                                   \
+    (x, ld, B, T, nh, hs, cs, pos, inverse))                                                \
   X(softmax_xent_forward, (float *losses, void *probs, const void *logits,                  \
                            const int *targets, int N, int V, int Vp),                       \
     (losses, probs, logits, targets, N, V, Vp))                                             \

@@ -101,8 +101,8 @@ void mt_attention_set_scratch(mt_attention *at, mt_act *part, float *part_lse, m
 /* ------------------------------------------------------------------ */
 /* cp = 1: the whole sequence here, one block pair                    */
 
-mt_attn_block mt_attention_block(const mt_attention *at, int B, int rows, int Tq, int Tk,
-                                 int q_pos0, int k_pos0, size_t kv_rs, int rows_kv) {
+mt_attn_block mt_attention_block(const mt_attention *at, int B, int rows, int q_row, int Tq,
+                                 int Tk, int q_pos0, int k_pos0, size_t kv_rs, int rows_kv) {
   const size_t C = (size_t)at->C;
   mt_attn_block a = {.B = B, .NH = at->NH, .hs = at->hs, .Tq = Tq, .Tk = Tk, .q_pos0 = q_pos0,
                      .k_pos0 = k_pos0, .causal = 1,
@@ -110,15 +110,21 @@ mt_attn_block mt_attention_block(const mt_attention *at, int B, int rows, int Tq
                      .k_bs = (size_t)rows_kv * kv_rs, .k_rs = kv_rs,
                      .v_bs = (size_t)rows_kv * kv_rs, .v_rs = kv_rs,
                      .o_bs = (size_t)rows * C, .o_rs = C,
-                     .l_bs = (size_t)at->NH * rows, .l_hs = (size_t)rows};
+                     .l_bs = (size_t)at->NH * rows, .l_hs = (size_t)rows,
+                     .q_lo = at->doc_lo ? at->doc_lo + q_row : NULL, .lo_bs = (size_t)rows};
   return a;
+}
+
+void mt_attention_set_documents(mt_attention *at, const int *doc_lo, const int *doc_lo_seq) {
+  at->doc_lo = doc_lo;
+  at->doc_lo_seq = doc_lo_seq;
 }
 
 static void local_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse, int B) {
   const mt_cp_layout *l = &at->lay;
   const size_t C = (size_t)at->C, es = elem(at);
-  mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
-                          l->chunk_pos[0], 3 * C, l->T_local);
+  mt_attn_block a = mt_attention_block(at, B, l->T_local, 0, l->T_local, l->T_local,
+                                       l->chunk_pos[0], l->chunk_pos[0], 3 * C, l->T_local);
   at->ops->attn_forward(at->dt, &a, out, lse, qkv, mt_act_at(es, qkv, C),
             mt_act_at(es, qkv, 2 * C));
 }
@@ -127,8 +133,8 @@ static void local_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, c
                            const mt_act *qkv, const float *lse, int B) {
   const mt_cp_layout *l = &at->lay;
   const size_t C = (size_t)at->C, es = elem(at);
-  mt_attn_block a = mt_attention_block(at, B, l->T_local, l->T_local, l->T_local, l->chunk_pos[0],
-                          l->chunk_pos[0], 3 * C, l->T_local);
+  mt_attn_block a = mt_attention_block(at, B, l->T_local, 0, l->T_local, l->T_local,
+                                       l->chunk_pos[0], l->chunk_pos[0], 3 * C, l->T_local);
   at->ops->zero(at->dt, dqkv, (size_t)B * l->T_local * 3 * C);
   at->ops->attn_backward(at->dt, &a, dqkv, mt_act_at(es, dqkv, C),
             mt_act_at(es, dqkv, 2 * C), dout, out, lse, qkv, mt_act_at(es, qkv, C),

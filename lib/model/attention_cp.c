@@ -73,7 +73,7 @@ void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
       for (int kc = 0; kc < 2; kc++) {
         int qpos = chunk_pos(l, r, qc), kpos = chunk_pos(l, src, kc);
         if (kpos > qpos) continue; /* a later chunk: nothing visible */
-        mt_attn_block a = mt_attention_block(at, B, Tl, Tc, Tc, qpos, kpos, 2 * C, Tl);
+        mt_attn_block a = mt_attention_block(at, B, Tl, qc * Tc, Tc, Tc, qpos, kpos, 2 * C, Tl);
         const mt_act *q = mt_act_at(es, qkv, (size_t)qc * Tc * 3 * C);
         const mt_act *k = mt_act_at(es, kv, (size_t)kc * Tc * 2 * C), *v = mt_act_at(es, k, C);
         mt_act *oq = mt_act_at(es, out, (size_t)qc * Tc * C);
@@ -125,7 +125,7 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
       for (int kc = 0; kc < 2; kc++) {
         int qpos = chunk_pos(l, r, qc), kpos = chunk_pos(l, src, kc);
         if (kpos > qpos) continue;
-        mt_attn_block a = mt_attention_block(at, B, Tl, Tc, Tc, qpos, kpos, 2 * C, Tl);
+        mt_attn_block a = mt_attention_block(at, B, Tl, qc * Tc, Tc, Tc, qpos, kpos, 2 * C, Tl);
         size_t qo = (size_t)qc * Tc * 3 * C, oo = (size_t)qc * Tc * C, ko = (size_t)kc * Tc * 2 * C;
         o->attn_backward(dt, &a, mt_act_at(es, dqkv, qo), mt_act_at(es, part, ko),
                   mt_act_at(es, part, ko + C), mt_act_at(es, dout, oo), mt_act_at(es, out, oo),
@@ -165,7 +165,8 @@ static mt_attn_block heads_block(const mt_attention *at, int B) {
                      .k_bs = (size_t)T * 3 * Ch, .k_rs = 3 * Ch,
                      .v_bs = (size_t)T * 3 * Ch, .v_rs = 3 * Ch,
                      .o_bs = (size_t)T * Ch, .o_rs = Ch,
-                     .l_bs = (size_t)(at->NH / N) * T, .l_hs = (size_t)T};
+                     .l_bs = (size_t)(at->NH / N) * T, .l_hs = (size_t)T,
+                     .q_lo = at->doc_lo_seq, .lo_bs = (size_t)T};
   return a;
 }
 

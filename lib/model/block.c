@@ -65,7 +65,7 @@ static void qkv_forward(mt_gpt *m, const mt_block_tensors *w, const mt_layer_act
   mt_linear_col_forward(&m->tp, c, x->ln1, w->qkv_w, w->qkv_b, B, m->qkv_local);
   if (mt_model_llama(&m->shape))
     m->ops->rope(m->dt, c, (size_t)m->qkv_local, B, m->T, m->NH_local + m->NKV_local,
-                 m->shape.n_embd / m->shape.n_head, m->rope_cs, 0);
+                 m->shape.n_embd / m->shape.n_head, m->rope_cs, m->tok_pos, 0);
   if (m->gqa) kv_spread(m, x->qkv, c, B, 0);
 }
 
@@ -75,7 +75,7 @@ static void qkv_dout(mt_gpt *m, mt_act *dc, mt_act *dqkv, int B) {
   if (m->gqa) kv_spread(m, dqkv, dc, B, 1);
   if (mt_model_llama(&m->shape))
     m->ops->rope(m->dt, dc, (size_t)m->qkv_local, B, m->T, m->NH_local + m->NKV_local,
-                 m->shape.n_embd / m->shape.n_head, m->rope_cs, 1);
+                 m->shape.n_embd / m->shape.n_head, m->rope_cs, m->tok_pos, 1);
 }
 
 /* the MLP's activation on N rows: GELU on (N, F), or SwiGLU on (N, 2 F)

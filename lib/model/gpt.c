@@ -239,21 +239,6 @@ static void local_dims(mt_gpt *m, const mt_gpt_layout *lay) {
   m->v_real = real < 0 ? 0 : real > m->V_local ? m->V_local : real;
 }
 
-/* rotary embedding's cosine | sine table for this rank's rows (T, hs): the
- * global positions of its chunks (ring: two zigzag chunks) */
-static void rope_table(mt_gpt *m, const mt_cp_layout *l) {
-  const int hs = m->shape.n_embd / m->shape.n_head, T = m->T;
-  int *pos = mt_malloc((size_t)T * sizeof(int));
-  for (int c = 0; c < l->n_chunks; c++)
-    for (int i = 0; i < l->chunk_len; i++) pos[c * l->chunk_len + i] = l->chunk_pos[c] + i;
-  float *cs = mt_malloc((size_t)T * hs * sizeof(float));
-  mt_model_rope_table(&m->shape, pos, T, cs);
-  m->rope_cs = act(m, (size_t)T * hs);
-  m->ops->upload(m->rope_cs, cs, (size_t)T * hs * sizeof(float));
-  free(cs);
-  free(pos);
-}
-
 /* whole_acts: allocate m->a for every layer (0: a pipeline stage binds its
  * own sets) */
 static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops, int max_B,
@@ -337,7 +322,19 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   d->atty = act_elems(m, BT * Cl);
   d->fch = act_elems(m, BT * Fl * (size_t)m->mlp_in);
   d->fch_gelu = act_elems(m, BT * Fl);
-  if (mt_model_llama(shape)) rope_table(m, &cpl);
+  /* where the tokens sit (positions.c): positions, rotary angles per
+   * position, documents' starts */
+  const size_t S = (size_t)shape->seq_len;
+  if (mt_model_llama(shape)) m->rope_cs = act(m, S * (size_t)(shape->n_embd / shape->n_head));
+  m->tok_pos = (int *)act(m, BT * sizeof(int) / sizeof(float));
+  m->documents = par && par->documents;
+  if (m->documents) {
+    m->doc_lo = (int *)act(m, BT * sizeof(int) / sizeof(float));
+    if (cpl.size > 1 && cpl.mode == MT_CP_ULYSSES)
+      m->doc_lo_seq = (int *)act(m, (size_t)max_B * S * sizeof(int) / sizeof(float));
+    m->pos_host = mt_malloc(2 * BT * sizeof(int));
+    m->doc_host = mt_malloc((size_t)max_B * S * sizeof(int));
+  }
   /* attention's scratch under context parallelism (ring: a block's partial
    * result before its merge; Ulysses: gradients in the head layout) */
   void *cp_scratch[4];
@@ -367,6 +364,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->targets = mt_calloc(BT, sizeof(int));
   mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops, m->dt);
   mt_tp_set_linear(&m->tp, m->T, (int)C, full_in, full_out, dx_local);
+  mt_gpt_positions_init(m);
   return 0;
 }
 
@@ -403,6 +401,8 @@ void mt_gpt_destroy(mt_gpt *m) {
   free(m->moe_window_of);
   free(m->inputs);
   free(m->targets);
+  free(m->pos_host);
+  free(m->doc_host);
   mt_registry_free(&m->reg);
   memset(m, 0, sizeof *m);
 }
@@ -629,6 +629,7 @@ static double run_pass(mt_gpt *m, mt_pass pass, const mt_pass_args *x, int embed
                        mt_grad_ready_fn hook, void *ctx) {
   mt_piece *pieces = mt_malloc((size_t)(x->l1 - x->l0 + 3) * sizeof(mt_piece));
   int n = mt_gpt_pass(m, pass, x->l0, x->l1, embed, head, pieces);
+  mt_gpt_stage_documents(m, x->doc, x->B);
   double loss = 0.0;
   for (int i = 0; i < n; i++) {
     loss += mt_gpt_run_piece(m, pass, &pieces[i], x);
@@ -658,17 +659,26 @@ const mt_act *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, i
 
 /* The whole model: the range [0, n_layer) over m->a, with the embedding and
  * the head; the tokens are kept for backward. */
-float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B) {
+float mt_gpt_forward_docs(mt_gpt *m, const int *inputs, const int *targets, const int *doc,
+                          int B) {
   const size_t bt = (size_t)B * m->T;
   memcpy(m->inputs, inputs, bt * sizeof(int));
   memcpy(m->targets, targets, bt * sizeof(int));
-  double sum = mt_gpt_forward_range(m, &m->a, 0, m->shape.n_layer, 1, 1, inputs, targets, B);
+  if (m->documents && doc) memcpy(m->doc_host, doc, (size_t)B * m->shape.seq_len * sizeof(int));
+  mt_pass_args x = {.a = &m->a, .l0 = 0, .l1 = m->shape.n_layer, .B = B, .inputs = inputs,
+                    .targets = targets, .doc = doc};
+  double sum = run_pass(m, MT_PASS_FORWARD, &x, 1, 1, NULL, NULL);
   m->cur_B = B;
   return (float)(sum / (double)bt);
 }
 
+float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B) {
+  return mt_gpt_forward_docs(m, inputs, targets, NULL, B);
+}
+
 void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx) {
   mt_pass_args x = {.a = &m->a, .l0 = 0, .l1 = m->shape.n_layer, .B = m->cur_B,
-                    .inputs = m->inputs, .targets = m->targets, .dloss = dloss};
+                    .inputs = m->inputs, .targets = m->targets,
+                    .doc = m->documents ? m->doc_host : NULL, .dloss = dloss};
   run_pass(m, MT_PASS_BACKWARD, &x, 1, 1, hook, ctx);
 }

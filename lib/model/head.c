@@ -4,35 +4,19 @@
  * cross-entropy, forward and backward. */
 #include "model/model_internal.h"
 
-/* The vocabulary-parallel embedding of the micro-batch's tokens with the
- * positions of this rank's chunks: out (BT,C) = wte[token] (rows held here)
- * + wpe[position] (wpe NULL: none). One call for one chunk (cp = 1: the
- * whole sequence from position 0), else one per sequence and chunk. */
+/* The vocabulary-parallel embedding of the micro-batch's tokens at their
+ * positions (positions.c: their places in the sequence's chunks, or in
+ * their documents): out (BT,C) = wte[token] (rows held here) +
+ * wpe[position] (wpe NULL: none). */
 static void embed_forward(mt_gpt *m, mt_act *out, const mt_act *wpe, int B) {
-  const mt_cp_layout *l = &m->attn.lay;
-  const int C = m->shape.n_embd, T = m->T, len = l->chunk_len;
-  for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
-    for (int c = 0; c < l->n_chunks; c++) {
-      size_t r0 = (size_t)b * T + (size_t)c * len;
-      m->ops->encoder_vp_forward(m->dt, mt_act_at(m->es, out, r0 * C), m->tok_in + r0,
-                m->p.wte, m->v_start, m->V_local,
-                mt_act_at(m->es, wpe, (size_t)l->chunk_pos[c] * C), l->n_chunks == 1 ? B : 1,
-                len, C);
-    }
+  m->ops->encoder_vp_forward(m->dt, out, m->tok_in, m->p.wte, m->v_start, m->V_local, wpe,
+                             m->tok_pos, B, m->T, m->shape.n_embd);
 }
 
 /* Its backward: dwte[token] += dout (rows held here), dwpe[position] += dout. */
 static void embed_backward(mt_gpt *m, const mt_act *dout, int B) {
-  const mt_cp_layout *l = &m->attn.lay;
-  const int C = m->shape.n_embd, T = m->T, len = l->chunk_len;
-  for (int b = 0; b < (l->n_chunks == 1 ? 1 : B); b++)
-    for (int c = 0; c < l->n_chunks; c++) {
-      size_t r0 = (size_t)b * T + (size_t)c * len;
-      m->ops->encoder_vp_backward(m->dt, m->g.wte,
-                m->g.wpe ? (float *)m->g.wpe + (size_t)l->chunk_pos[c] * C : NULL,
-                mt_act_at(m->es, dout, r0 * C),
-                m->tok_in + r0, m->v_start, m->V_local, l->n_chunks == 1 ? B : 1, len, C);
-    }
+  m->ops->encoder_vp_backward(m->dt, m->g.wte, m->g.wpe, dout, m->tok_in, m->tok_pos,
+                              m->v_start, m->V_local, B, m->T, m->shape.n_embd);
 }
 
 /* The micro-batch's tokens into backend memory (the kernels read them

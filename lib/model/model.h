@@ -285,6 +285,10 @@ typedef struct {
   mt_act *part;
   float *part_lse;
   mt_act *dout_h, *dqkv_h;
+  /* documents (mt_attention_set_documents; NULL: none): where the document
+   * of each of this rank's rows begins (max_B, T_local), and under Ulysses
+   * of each row of the whole sequence (max_B, T), in backend memory */
+  const int *doc_lo, *doc_lo_seq;
 } mt_attention;
 /* (its life cycle, forward and backward: model_internal.h) */
 
@@ -417,6 +421,9 @@ typedef struct {
   /* the storage type of the weights' compute copy and the activations
    * (mt_dtypes weights = acts): MT_DT_F32 (0, the default) or MT_DT_BF16 */
   mt_dtype dt;
+  /* documents: every pass's batch says where documents begin (mt_pass_args
+   * doc); attention stays inside a document, positions restart at each */
+  int documents;
 } mt_gpt_parallel;
 
 typedef struct mt_gpt {
@@ -469,12 +476,22 @@ typedef struct mt_gpt {
   /* the head's cross-entropy: row maxima (BT) and sums | target logits (BT,2) doubles */
   float *rowmax;
   double *xent_stats;
-  /* llama: rotary embedding's cos | sin of this rank's rows (T, hs), fp32;
-   * grouped-query attention's q|k|v before the spread (BT, qkv_local) */
+  /* llama: rotary embedding's cos | sin of each position of a sequence
+   * (seq_len, hs), fp32; grouped-query attention's q|k|v before the spread
+   * (BT, qkv_local) */
   float *rope_cs;
   mt_act *qkv_c;
   int *tok_in, *tok_tgt; /* the micro-batch's tokens in backend memory, (B,T) each */
+  /* positions.c: the position of each of this rank's tokens (max_B, T) in
+   * backend memory (its place in the sequence, or with documents in its
+   * document); documents: where each token's document begins (max_B, T),
+   * under Ulysses also for the whole sequence (max_B, seq_len) (else
+   * NULL), and host scratch to stage them */
+  int documents;
+  int *tok_pos, *doc_lo, *doc_lo_seq;
+  int *pos_host;
   int *inputs, *targets; /* mt_gpt_forward's tokens, kept for mt_gpt_backward (host) */
+  int *doc_host;         /* documents: mt_gpt_forward_docs's doc, kept likewise */
   size_t act_bytes;      /* activation bytes allocated at creation */
   int n_act;             /* every activation buffer, for freeing */
   void *act_ptr[MT_GPT_MAX_ACT_BUFFERS];
@@ -569,7 +586,9 @@ int mt_gpt_pass(const mt_gpt *m, mt_pass pass, int l0, int l1, int embed, int he
 
 /* What a pass works on: the micro-batch's activation set a (holding blocks
  * [l0, l1)), its B sequences' tokens (B,T) on the host (inputs for the
- * embedding, targets for the head), and for a backward the gradient dout
+ * embedding, targets for the head), with documents where each position's
+ * document begins (doc, (B, seq_len): the whole sequences; else NULL; staged
+ * by mt_gpt_stage_documents before the pass), and for a backward the gradient dout
  * (BTs,C) of the range's output (without the head) and dloss, the scale of
  * the summed position losses; input_only: the input pass of a split
  * backward. */
@@ -577,10 +596,22 @@ typedef struct {
   mt_gpt_acts *a;
   int l0, l1, B;
   const int *inputs, *targets;
+  const int *doc;
   const mt_act *dout;
   float dloss;
   int input_only;
 } mt_pass_args;
+
+/* Documents (packed sequences whose documents do not see each other):
+ * doc[p] = the first position of the document that holds position p of the
+ * whole sequence of tokens seq (T): a document begins at each token equal
+ * to eot (which is its first token) and at position 0. */
+void mt_doc_starts(const int *seq, int T, int eot, int *doc);
+/* Before a pass over a micro-batch of B sequences: this rank's positions
+ * (restarting at each document) and the document starts attention reads,
+ * into backend memory, from doc (mt_pass_args). A model made without
+ * documents ignores it. */
+void mt_gpt_stage_documents(mt_gpt *m, const int *doc, int B);
 
 /* Point unit u's parameter (gradient) views at mem, the memory of the
  * unit's first element (NULL: unbound). */
@@ -616,6 +647,10 @@ const mt_act *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, i
  * Under tensor parallelism every rank of the tp group calls it with the
  * same batch (collective). */
 float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B);
+/* The same with documents: doc (B, seq_len) as mt_pass_args's (kept for
+ * mt_gpt_backward) */
+float mt_gpt_forward_docs(mt_gpt *m, const int *inputs, const int *targets, const int *doc,
+                          int B);
 /* Backward of (sum of position losses) * dloss into m->grads (accumulating).
  * hook may be NULL. Under sp the gradients of tp_partial_grad tensors are
  * this rank's part only: the hook (or the caller) sums them over tp with

@@ -91,6 +91,12 @@ void mt_attention_destroy(mt_attention *a);
 size_t mt_cp_scratch_numel(const mt_cp_layout *lay, int max_B, int C, int NH, int what);
 void mt_attention_set_scratch(mt_attention *a, mt_act *part, float *part_lse, mt_act *dout_h,
                               mt_act *dqkv_h);
+/* documents: where this rank's rows' documents begin (max_B, T_local) and,
+ * under Ulysses, the whole sequence's (max_B, T); NULL: no documents */
+void mt_attention_set_documents(mt_attention *a, const int *doc_lo, const int *doc_lo_seq);
+/* the model's positions at creation (positions.c): this rank's tokens'
+ * places in the sequence, the rotary table, attention's documents */
+void mt_gpt_positions_init(mt_gpt *m);
 /* Elements of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
 size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);
 
@@ -341,9 +347,10 @@ void mt_moe_llep_grads(mt_moe *x, mt_block_tensors *g, const int *meta);
 
 /* A block pair of attention: queries of a (B, rows, 3C) q|k|v buffer from
  * row q_row, keys and values from a buffer of row stride kv_rs and rows_kv
- * rows per sequence, out (B, rows, C) and lse (B, NH, rows). */
-mt_attn_block mt_attention_block(const mt_attention *a, int B, int rows, int Tq, int Tk,
-                                 int q_pos0, int k_pos0, size_t kv_rs, int rows_kv);
+ * rows per sequence, out (B, rows, C) and lse (B, NH, rows); with documents
+ * the query rows' document starts from row q_row of doc_lo. */
+mt_attn_block mt_attention_block(const mt_attention *a, int B, int rows, int q_row, int Tq,
+                                 int Tk, int q_pos0, int k_pos0, size_t kv_rs, int rows_kv);
 /* context parallelism: ring and Ulysses (attention_cp.c) */
 void mt_attention_ring_forward(mt_attention *a, mt_act *out, const mt_act *qkv, float *lse,
                                int B);

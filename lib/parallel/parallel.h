@@ -373,7 +373,9 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
 
 /* The micro-batches of one run of a schedule, as data: n_mb micro-batches
  * of up to B sequences of T tokens (this rank's tokens of each sequence);
- * inputs and targets (n_mb, B, T) on the host, rows[mb] sequences in
+ * inputs and targets (n_mb, B, T) on the host; with documents, doc (n_mb,
+ * B, T_seq) the position where the document of each position of the whole
+ * sequence (T_seq = T x cp) begins (mt_doc_starts), else NULL; rows[mb] sequences in
  * micro-batch mb (0..B); dloss scales the summed position losses in
  * backward; eval: a forward-only pass whose losses are weighted by
  * sequences (training weights them by tokens); same_tokens: every
@@ -382,6 +384,7 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
 typedef struct {
   int n_mb, B, T;
   const int *inputs, *targets, *rows;
+  const int *doc;
   float dloss;
   int eval, same_tokens;
 } mt_pp_batch;

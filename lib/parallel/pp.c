@@ -154,11 +154,13 @@ static double run_pass(mt_pp_exec *x, mt_pass pass, int slot, int chunk, const m
   const int vs = x->vs[chunk];
   const int embed = vs == 0, head = vs == x->last_vs;
   const size_t off = b->same_tokens ? 0 : (size_t)mb * b->B * b->T;
+  const size_t doff = b->same_tokens ? 0 : (size_t)mb * b->B * x->model->shape.seq_len;
   const mt_pass dp_pass = pass == MT_PASS_FORWARD ? MT_PASS_FORWARD : MT_PASS_BACKWARD;
   mt_pass_args args = {.a = &x->acts[slot], .l0 = x->l0[chunk], .l1 = x->l1[chunk],
                        .B = b->rows[mb], .inputs = b->inputs + off, .targets = b->targets + off,
-                       .dout = dout, .dloss = b->dloss, .input_only = input_only};
+                       .doc = b->doc ? b->doc + doff : NULL, .dout = dout, .dloss = b->dloss, .input_only = input_only};
   int n = mt_gpt_pass(m, pass, args.l0, args.l1, embed, head, x->pieces);
+  mt_gpt_stage_documents(m, args.doc, args.B);
   double loss = 0.0;
   for (int i = 0; i < n; i++) {
     const mt_piece *p = &x->pieces[i];

@@ -132,6 +132,12 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   MT_TRY(e, mt_config_check(cfg, world_size, e));
   MT_TRY(e, check_cp(cfg, &lay->shape, e));
   const mt_model_shape *s = &lay->shape;
+  if (cfg->documents && cfg->eot >= s->vocab) {
+    mt_err_set(e, "data.documents = true: data.eot = %d is not a token of the model's "
+                  "vocabulary (model.vocab_size = %d): no document would ever begin",
+               cfg->eot, s->vocab);
+    return -1;
+  }
   lay->world = cfg->pp * cfg->dp * cfg->cp * cfg->tp;
   lay->per_rank = cfg->global_batch / cfg->dp;
   lay->accum = lay->per_rank / cfg->micro_batch;
@@ -226,7 +232,8 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
               .ep_balance_alpha = cfg->ep_balance == MT_EP_BALANCE_LEAST_LOADED
                                       ? cfg->ep_balance_alpha
                                       : 0.0,
-              .ep_balance_min_rows = cfg->ep_balance_min_rows},
+              .ep_balance_min_rows = cfg->ep_balance_min_rows,
+              .documents = cfg->documents},
       .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,

@@ -57,6 +57,10 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   mt_step_opts o;
   mt_step_groups g;
   mt_layout_step_opts(cfg, lay, &w->mesh, l0l1, &o, &g);
+  /* the plan runs packed windows: with documents attention does no more
+   * work (tiles across documents are skipped) and the documents' starts
+   * take a few bytes per token */
+  o.par.documents = 0;
   /* priced (meshplan): the step as the run counts it in fp32, which the
    * cost model rescales by the dtypes it prices (mt_cost_dtypes) */
   if (price) o.dtypes = (mt_dtypes){.master = MT_DT_F32, .weights = MT_DT_F32,

@@ -22,8 +22,9 @@ static double evaluate_source(mt_trainer *t, const mt_sampler *vs, int n_seq) {
   }
   int *inp = mt_calloc((size_t)(n_mb + 1) * micro_batch * T, sizeof(int));
   int *tgt = mt_calloc((size_t)(n_mb + 1) * micro_batch * T, sizeof(int));
-  int *rows = mt_calloc((size_t)n_mb + 1, sizeof(int));
   const int T_full = t->lay.shape.seq_len;
+  int *doc = t->doc ? mt_calloc((size_t)(n_mb + 1) * micro_batch * T_full, sizeof(int)) : NULL;
+  int *rows = mt_calloc((size_t)n_mb + 1, sizeof(int));
   int *seq = mt_calloc(2 * (size_t)T_full, sizeof(int));
   for (int k = 0; k < n_real; k++) {
     int s0 = first + k * micro_batch;
@@ -33,15 +34,18 @@ static double evaluate_source(mt_trainer *t, const mt_sampler *vs, int n_seq) {
       mt_sampler_get_window(vs, (uint64_t)(s0 + b), seq, seq + T_full);
       mt_cp_take_tokens(&model->attn.lay, seq, inp + off);
       mt_cp_take_tokens(&model->attn.lay, seq + T_full, tgt + off);
+      if (doc)
+        mt_doc_starts(seq, T_full, t->cfg.eot, doc + ((size_t)k * micro_batch + b) * T_full);
     }
     acc[1] += rows[k];
   }
   free(seq);
   mt_pp_batch batch = {.n_mb = n_mb, .B = micro_batch, .T = T, .inputs = inp, .targets = tgt,
-                       .rows = rows, .dloss = 0.0f, .eval = 1, .same_tokens = 0};
+                       .rows = rows, .doc = doc, .dloss = 0.0f, .eval = 1, .same_tokens = 0};
   acc[0] = mt_step_evaluate(&t->step, &batch);
   free(inp);
   free(tgt);
+  free(doc);
   free(rows);
   /* every cp rank adds its tokens' mean for each of its sequences: equal
    * shares, so the mean over dp x cp is the mean over the sequences */

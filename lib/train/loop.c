@@ -101,7 +101,8 @@ static void check_data(mt_trainer *t, mt_ckpt_async **inflight) {
 
 /* the micro-batches of step `step` that this dp rank trains on, from the
  * global sample sequence (the same global batch for any layout); under
- * context parallelism this rank's tokens of each sequence */
+ * context parallelism this rank's tokens of each sequence; with documents
+ * where each position's document begins (the whole sequence's) */
 static void load_batch(mt_trainer *t, int step) {
   const mt_config *cfg = &t->cfg;
   const mt_cp_layout *cpl = &t->step.model.attn.lay;
@@ -115,6 +116,8 @@ static void load_batch(mt_trainer *t, int step) {
       mt_blend_get(&t->blend, g0 + b, seq, seq + T);
       mt_cp_take_tokens(cpl, seq, t->inp + off);
       mt_cp_take_tokens(cpl, seq + T, t->tgt + off);
+      if (t->doc)
+        mt_doc_starts(seq, T, cfg->eot, t->doc + ((size_t)mb * cfg->micro_batch + b) * T);
     }
     t->rows[mb] = cfg->micro_batch;
   }
@@ -255,7 +258,7 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
   mt_gpt_moe_stats_reset(model);
   mt_gpt_moe_stats(model, 1); /* the step's routing; evaluation's is not counted */
   mt_pp_batch batch = {.n_mb = t->lay.accum, .B = cfg->micro_batch, .T = model->T,
-                       .inputs = t->inp, .targets = t->tgt, .rows = t->rows,
+                       .inputs = t->inp, .targets = t->tgt, .rows = t->rows, .doc = t->doc,
                        .dloss = 1.0f / (float)t->tokens_per_step, .eval = 0,
                        .same_tokens = 0};
   double loss_sum = mt_step_gradients(&t->step, &batch);

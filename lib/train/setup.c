@@ -186,6 +186,7 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   size_t n = (size_t)(t->lay.accum > 1 ? t->lay.accum : 1) * cfg->micro_batch * t->step.model.T;
   t->inp = mt_calloc(n, sizeof(int));
   t->tgt = mt_calloc(n, sizeof(int));
+  if (cfg->documents) t->doc = mt_calloc(n / t->step.model.T * t->lay.shape.seq_len, sizeof(int));
   t->rows = mt_calloc((size_t)(t->lay.accum > 1 ? t->lay.accum : 1), sizeof(int));
 }
 
@@ -285,6 +286,7 @@ void mt_train_destroy(mt_trainer *t) {
   mt_step_destroy(&t->step);
   free(t->inp);
   free(t->tgt);
+  free(t->doc);
   free(t->rows);
   for (int i = 0; t->val_sampler && i < t->sources.n; i++) mt_sampler_free(&t->val_sampler[i]);
   free(t->val_sampler);

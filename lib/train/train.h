@@ -61,8 +61,11 @@ typedef struct {
   const mt_ops *ops;
   mt_step step;
   /* the step's micro-batches: (accum, micro_batch, T) host tokens and the
-   * sequences in each (T: this rank's tokens of a sequence, seq_len / cp) */
+   * sequences in each (T: this rank's tokens of a sequence, seq_len / cp);
+   * data.documents: where each position's document begins, (accum,
+   * micro_batch, seq_len) over the whole sequences (else NULL) */
   int *inp, *tgt, *rows;
+  int *doc;
   /* the run's position */
   long long start_step, samples_done;
   char resumed_from[2 * MT_CFG_STR_MAX];

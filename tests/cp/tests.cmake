@@ -4,8 +4,10 @@
 # O(T), and checkpoints move between cp layouts. The plan's exactness for cp
 # layouts is in zero.plan_tiny (tests/zero/plan_accounting.sh). Bad input
 # joins the "badinput" label, a short run of both modes the "sanitize" label.
+mt_test_program(doc_check ${CMAKE_CURRENT_LIST_DIR}/doc_check.c)
 mt_script_tests(cp
   equivalence equivalence.sh
+  documents   documents.sh
   memory      memory.sh
   resume      resume.sh)
 mt_script_test(cp_smoke sanitize smoke.sh)
@@ -23,6 +25,9 @@ mt_script_test(cp_ulysses_heads badinput ../scripts/expect_fail.sh cp_ulysses_he
 mt_script_test(cp_ulysses_heads_tp badinput ../scripts/expect_fail.sh cp_ulysses_heads_tp 8
   "the 1 heads of each tp rank \\(model.n_head = 4 / parallel.tp = 4\\) do not divide by it"
   ${CPT} --set parallel.cp=2 --set parallel.tp=4 --set parallel.cp_mode=ulysses)
+mt_script_test(docs_eot badinput ../scripts/expect_fail.sh docs_eot 1
+  "data.documents = true: data.eot = 300 is not a token of the model's vocabulary \\(model.vocab_size = 256\\)"
+  ${CPT} --set data.documents=true --set data.eot=300)
 mt_script_test(cp_mode badinput ../scripts/expect_fail.sh cp_mode 2
   "parallel.cp_mode: 'zigzag' is not one of ring\\|ulysses" ${CPT} --set parallel.cp=2
   --set parallel.cp_mode=zigzag)

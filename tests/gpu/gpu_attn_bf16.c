@@ -112,7 +112,12 @@ static int zero_columns(const mt_bf16 *d, int rows, int cols, int c0) {
 
 static void attn_case(const attn_pair *p) {
   const attn_layout L = attn_layout_of(p);
-  const mt_attn_block *a = &L.a;
+  /* the block as the CPU reads it (documents' starts on the host) and as
+   * the GPU does (on the device) */
+  int *doc_h = attn_doc_lo(p), *doc_d = doc_h ? devi(doc_h, (size_t)p->B * p->Tq) : NULL;
+  mt_attn_block ah = L.a;
+  ah.q_lo = doc_h;
+  const mt_attn_block *a = &ah, ad = attn_on(&ah, doc_d);
   const size_t sq = L.n_qkv * 2, skv = L.n_kv * 2, so = L.n_out * 2, sl = L.n_lse * 4;
   /* host: inputs and outputs random; out2, lse2 start as out, lse (the
    * GPU's merged halves are compared with the CPU's out over the whole
@@ -135,7 +140,7 @@ static void attn_case(const attn_pair *p) {
 
   /* forward over the whole key block */
   cpu->attn_forward(BF16, a, out + L.oo, lse + L.lo, qkv + L.qo, kb + L.ko, kb + L.vo);
-  gpu->attn_forward(BF16, a, d_out + L.oo, d_lse + L.lo, d_qkv + L.qo, d_kb + L.ko, d_kb + L.vo);
+  gpu->attn_forward(BF16, &ad, d_out + L.oo, d_lse + L.lo, d_qkv + L.qo, d_kb + L.ko, d_kb + L.vo);
   CMPB1("attn_forward out", out, d_out, L.n_out);
   mt_check_err("attn_forward lse (-inf rows exactly)", lse_err_of(lse, d_lse, L.n_lse),
                TOL_FP32);
@@ -163,12 +168,13 @@ static void attn_case(const attn_pair *p) {
   second.Tk = a->Tk - half;
   second.k_pos0 = a->k_pos0 + half;
   const size_t hk = (size_t)half * L.krs;
+  const mt_attn_block firstd = attn_on(&first, doc_d), secondd = attn_on(&second, doc_d);
   cpu->attn_forward(BF16, &second, out2 + L.oo, lse2 + L.lo, qkv + L.qo, kb + L.ko + hk,
                     kb + L.vo + hk);
   cpu->attn_forward(BF16, &first, part + L.oo, part_lse + L.lo, qkv + L.qo, kb + L.ko, kb + L.vo);
-  gpu->attn_forward(BF16, &second, d_out2 + L.oo, d_lse2 + L.lo, d_qkv + L.qo, d_kb + L.ko + hk,
+  gpu->attn_forward(BF16, &secondd, d_out2 + L.oo, d_lse2 + L.lo, d_qkv + L.qo, d_kb + L.ko + hk,
                     d_kb + L.vo + hk);
-  gpu->attn_forward(BF16, &first, d_part + L.oo, d_part_lse + L.lo, d_qkv + L.qo, d_kb + L.ko,
+  gpu->attn_forward(BF16, &firstd, d_part + L.oo, d_part_lse + L.lo, d_qkv + L.qo, d_kb + L.ko,
                     d_kb + L.vo);
   {
     /* the CPU's halves merged on both sides */
@@ -177,7 +183,7 @@ static void attn_case(const attn_pair *p) {
     mt_bf16 *m_out = dup_bytes(out2, so);
     float *m_lse = dup_bytes(lse2, sl);
     cpu->attn_merge(BF16, a, m_out + L.oo, m_lse + L.lo, part + L.oo, part_lse + L.lo);
-    gpu->attn_merge(BF16, a, e_out2 + L.oo, e_lse2 + L.lo, e_part + L.oo, e_part_lse + L.lo);
+    gpu->attn_merge(BF16, &ad, e_out2 + L.oo, e_lse2 + L.lo, e_part + L.oo, e_part_lse + L.lo);
     CMPB1("attn_merge out (the CPU's halves)", m_out, e_out2, L.n_out);
     mt_check_err("attn_merge lse (the CPU's halves)", lse_err_of(m_lse, e_lse2, L.n_lse),
                  TOL_FP32);
@@ -185,7 +191,7 @@ static void attn_case(const attn_pair *p) {
     free(m_out), free(m_lse);
   }
   /* the GPU's halves merged = one CPU call over the block */
-  gpu->attn_merge(BF16, a, d_out2 + L.oo, d_lse2 + L.lo, d_part + L.oo, d_part_lse + L.lo);
+  gpu->attn_merge(BF16, &ad, d_out2 + L.oo, d_lse2 + L.lo, d_part + L.oo, d_part_lse + L.lo);
   CMPB("GPU halves merged = one CPU call: out", out, d_out2, L.n_out, TOL_BF16_2);
   mt_check_err("GPU halves merged = one CPU call: lse", lse_err_of(lse, d_lse2, L.n_lse),
                TOL_FP32);
@@ -196,7 +202,7 @@ static void attn_case(const attn_pair *p) {
   gpu->upload(d_lse, lse, sl);
   cpu->attn_backward(BF16, a, dqkv + L.qo, dkb + L.ko, dkb + L.vo, dout + L.oo, out + L.oo,
                      lse + L.lo, qkv + L.qo, kb + L.ko, kb + L.vo);
-  gpu->attn_backward(BF16, a, d_dqkv + L.qo, d_dkb + L.ko, d_dkb + L.vo, d_dout + L.oo,
+  gpu->attn_backward(BF16, &ad, d_dqkv + L.qo, d_dkb + L.ko, d_dkb + L.vo, d_dout + L.oo,
                      d_out + L.oo, d_lse + L.lo, d_qkv + L.qo, d_kb + L.ko, d_kb + L.vo);
   CMPB1(L.fused ? "attn_backward dq|dk|dv (one buffer)" : "attn_backward dq", dqkv, d_dqkv,
         L.n_qkv);
@@ -207,6 +213,8 @@ static void attn_case(const attn_pair *p) {
   dfree(d_part_lse, sl), dfree(d_lse2, sl);
   free(qkv), free(kv), free(out), free(dout), free(dqkv), free(dkv), free(part), free(out2);
   free(lse), free(part_lse), free(lse2);
+  if (doc_d) dfree(doc_d, (size_t)p->B * p->Tq * 4);
+  free(doc_h);
 }
 
 static void test_attn(void) {
@@ -214,20 +222,23 @@ static void test_attn(void) {
    * rank 0 holds positions [0, 48) and [144, 192), rank 1 [48, 144) */
   const attn_pair pairs[] = {
       /* the model's own block, one per tile shape: hs <= 64, <= 128, > 128 */
-      {"self", 2, 2, 64, 100, 0, 0, 100, 0, 0, 100, 0, 1},
-      {"self", 1, 2, 128, 70, 0, 0, 70, 0, 0, 70, 0, 0},
-      {"self", 1, 1, 256, 40, 0, 0, 40, 0, 0, 40, 0, 1},
-      {"self", 1, 3, 24, 37, 0, 0, 37, 0, 0, 37, 0, 0},
+      {"self", 2, 2, 64, 100, 0, 0, 100, 0, 0, 100, 0, 1, 0},
+      {"self", 1, 2, 128, 70, 0, 0, 70, 0, 0, 70, 0, 0, 0},
+      {"self", 1, 1, 256, 40, 0, 0, 40, 0, 0, 40, 0, 1, 0},
+      {"self", 1, 3, 24, 37, 0, 0, 37, 0, 0, 37, 0, 0, 0},
       /* ring: rank 0's late chunk against its own, and against rank 1's
        * early chunk as it arrives in the (B,T,2C) buffer */
-      {"ring diagonal", 1, 2, 64, 96, 0, 48, 48, 144, 48, 48, 144, 1},
-      {"ring received", 2, 2, 64, 96, 96, 48, 48, 144, 0, 48, 48, 1},
+      {"ring diagonal", 1, 2, 64, 96, 0, 48, 48, 144, 48, 48, 144, 1, 0},
+      {"ring received", 2, 2, 64, 96, 96, 48, 48, 144, 0, 48, 48, 1, 0},
       /* Tq != Tk, partly visible (a head size that is no tile's multiple) */
-      {"Tq != Tk", 1, 2, 96, 90, 130, 10, 75, 100, 5, 120, 60, 1},
-      {"Tq != Tk", 1, 2, 200, 50, 70, 3, 45, 0, 1, 60, 500, 0},
+      {"Tq != Tk", 1, 2, 96, 90, 130, 10, 75, 100, 5, 120, 60, 1, 0},
+      {"Tq != Tk", 1, 2, 200, 50, 70, 3, 45, 0, 1, 60, 500, 0, 0},
       /* keys partly, then wholly, after the queries: rows see no key */
-      {"later keys", 1, 2, 32, 60, 0, 0, 60, 0, 0, 60, 30, 1},
-      {"no key visible", 1, 1, 16, 30, 0, 0, 30, 0, 0, 30, 100, 1},
+      {"later keys", 1, 2, 32, 60, 0, 0, 60, 0, 0, 60, 30, 1, 0},
+      {"no key visible", 1, 1, 16, 30, 0, 0, 30, 0, 0, 30, 100, 1, 0},
+      /* documents: each row sees its own document only */
+      {"documents self", 2, 2, 64, 100, 0, 0, 100, 0, 0, 100, 0, 1, 23},
+      {"documents ring received", 2, 2, 64, 96, 96, 48, 48, 144, 0, 48, 48, 1, 40},
   };
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) attn_case(&pairs[i]);
 }
@@ -350,7 +361,7 @@ static void test_xent(int N, int V, int Vp) {
 
 static void test_determinism(void) {
   printf("determinism\n");
-  const attn_pair p = {"twice", 1, 2, 64, 80, 0, 0, 80, 0, 0, 80, 0, 1};
+  const attn_pair p = {"twice", 1, 2, 64, 80, 0, 0, 80, 0, 0, 80, 0, 1, 0};
   const attn_layout L = attn_layout_of(&p);
   const mt_attn_block *a = &L.a;
   const size_t sq = L.n_qkv * 2, so = L.n_out * 2, sl = L.n_lse * 4;

@@ -101,7 +101,28 @@ typedef struct {
   int qrow, Tq, q_pos0;
   int krow, Tk, k_pos0;
   int causal;
+  int doc; /* > 0: documents of doc positions (shifted 5 per sequence) */
 } attn_pair;
+
+/* pair p's documents: where each query row's document begins (B, Tq),
+ * malloc'd; NULL without documents */
+static inline int *attn_doc_lo(const attn_pair *p) {
+  if (p->doc <= 0) return NULL;
+  int *lo = (int *)malloc((size_t)p->B * p->Tq * sizeof(int));
+  for (int b = 0; b < p->B; b++)
+    for (int i = 0; i < p->Tq; i++) {
+      int pos = p->q_pos0 + i, first = pos - (pos + 5 * b) % p->doc;
+      lo[(size_t)b * p->Tq + i] = first < 0 ? 0 : first;
+    }
+  return lo;
+}
+
+/* block a with its documents' starts at lo (the device's copy) */
+static inline mt_attn_block attn_on(const mt_attn_block *a, const int *lo) {
+  mt_attn_block d = *a;
+  d.q_lo = a->q_lo ? lo : NULL;
+  return d;
+}
 
 /* a pair's block and buffers, in elements */
 typedef struct {
@@ -119,15 +140,15 @@ static inline attn_layout attn_layout_of(const attn_pair *p) {
   L.fused = p->Tkv == 0;
   const int Tkv = L.fused ? Tl : p->Tkv;
   const size_t C = (size_t)NH * hs, krs = L.fused ? 3 * C : 2 * C;
-  printf("attn %s: B=%d NH=%d hs=%d Tq=%d Tk=%d q_pos0=%d k_pos0=%d %s, %s\n", p->name, B, NH,
-         hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0, p->causal ? "causal" : "not causal",
-         L.fused ? "fused q|k|v" : "k|v buffer");
+  printf("attn %s: B=%d NH=%d hs=%d Tq=%d Tk=%d q_pos0=%d k_pos0=%d %s, %s, documents %d\n",
+         p->name, B, NH, hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0,
+         p->causal ? "causal" : "not causal", L.fused ? "fused q|k|v" : "k|v buffer", p->doc);
   L.C = C, L.krs = krs;
   L.n_qkv = (size_t)B * Tl * 3 * C, L.n_kv = L.fused ? 0 : (size_t)B * Tkv * 2 * C;
   L.n_out = (size_t)B * Tl * C, L.n_lse = (size_t)B * NH * Tl;
   L.a = (mt_attn_block){B, NH, hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0, p->causal,
                         (size_t)Tl * 3 * C, 3 * C, (size_t)Tkv * krs, krs, (size_t)Tkv * krs, krs,
-                        (size_t)Tl * C, C, (size_t)NH * Tl, (size_t)Tl};
+                        (size_t)Tl * C, C, (size_t)NH * Tl, (size_t)Tl, NULL, (size_t)p->Tq};
   L.qo = (size_t)p->qrow * 3 * C, L.oo = (size_t)p->qrow * C, L.lo = (size_t)p->qrow;
   L.ko = (size_t)p->krow * krs + (L.fused ? C : 0), L.vo = L.ko + C;
   return L;

@@ -69,26 +69,32 @@ static void test_encoder(int B, int T, int C, int V, int Vp) {
   gpu->encoder_backward(F32, d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
   CMP("encoder_backward dwte (the CPU's order: exact)", dwte, d_dwte, (size_t)Vp * C, 0.0);
   CMP("encoder_backward dwpe (exact)", dwpe, d_dwpe, (size_t)T * C, 0.0);
-  /* vocabulary-parallel: rows [v0, v0 + Vl), with and without positions */
+  /* vocabulary-parallel: rows [v0, v0 + Vl), without positions, with
+   * positions by row, and at given positions that repeat (documents) */
   int v0 = V / 4, Vl = V / 3;
-  for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+  int *pos = malloc(BT * sizeof(int));
+  for (size_t i = 0; i < BT; i++) pos[i] = (int)(i % (size_t)T) % 7;
+  int *d_pos = devi(pos, BT);
+  for (int with_wpe = 0; with_wpe < 3; with_wpe++) {
     char what[96];
-    cpu->encoder_vp_forward(F32, out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, B,
-                            T, C);
+    const int *p = with_wpe == 2 ? pos : NULL, *d_p = with_wpe == 2 ? d_pos : NULL;
+    cpu->encoder_vp_forward(F32, out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, p,
+                            B, T, C);
     gpu->encoder_vp_forward(F32, d_out, d_inp, d_wte + (size_t)v0 * C, v0, Vl,
-                            with_wpe ? d_wpe : NULL, B, T, C);
+                            with_wpe ? d_wpe : NULL, d_p, B, T, C);
     snprintf(what, sizeof what, "encoder_vp_forward v0=%d Vl=%d wpe %d", v0, Vl, with_wpe);
     CMP(what, out, d_out, n, 0.0);
-    cpu->encoder_vp_backward(F32, dwte, with_wpe ? dwpe : NULL, dout, inp, v0, Vl, B, T, C);
-    gpu->encoder_vp_backward(F32, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, v0, Vl, B, T, C);
+    cpu->encoder_vp_backward(F32, dwte, with_wpe ? dwpe : NULL, dout, inp, p, v0, Vl, B, T, C);
+    gpu->encoder_vp_backward(F32, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, d_p, v0, Vl, B,
+                             T, C);
     snprintf(what, sizeof what, "encoder_vp_backward dwte wpe %d", with_wpe);
     CMP(what, dwte, d_dwte, (size_t)Vp * C, 0.0);
     CMP("encoder_vp_backward dwpe", dwpe, d_dwpe, (size_t)T * C, 0.0);
   }
   dfree(d_inp, BT * 4), dfree(d_wte, (size_t)Vp * C * 4), dfree(d_wpe, (size_t)T * C * 4);
   dfree(d_out, n * 4), dfree(d_dout, n * 4), dfree(d_dwte, (size_t)Vp * C * 4);
-  dfree(d_dwpe, (size_t)T * C * 4);
-  free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe);
+  dfree(d_dwpe, (size_t)T * C * 4), dfree(d_pos, BT * 4);
+  free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(pos);
 }
 
 static void test_layernorm(int N, int C) {
@@ -145,11 +151,20 @@ static void test_llama(int N, int C) {
   const int T = 37, hs = 24, nh = 3, ld = 80, B = (int)(2 * n / ((size_t)T * ld));
   float *cs = rnd((size_t)T * hs, -1, 1), *d_cs = dev(cs, (size_t)T * hs);
   for (int inverse = 0; inverse < 2; inverse++) {
-    cpu->rope(F32, inp, ld, B, T, nh, hs, cs, inverse);
-    gpu->rope(F32, d_inp, ld, B, T, nh, hs, d_cs, inverse);
+    cpu->rope(F32, inp, ld, B, T, nh, hs, cs, NULL, inverse);
+    gpu->rope(F32, d_inp, ld, B, T, nh, hs, d_cs, NULL, inverse);
     CMP(inverse ? "rope inverse" : "rope (one FMA's rounding apart at most)", inp, d_inp, 2 * n,
         TOL_EW);
   }
+  /* at given positions (restarting, as in documents) */
+  int *pos = malloc((size_t)B * T * sizeof(int));
+  for (int i = 0; i < B * T; i++) pos[i] = (i * 5) % T % 11;
+  int *d_pos = devi(pos, (size_t)B * T);
+  cpu->rope(F32, inp, ld, B, T, nh, hs, cs, pos, 0);
+  gpu->rope(F32, d_inp, ld, B, T, nh, hs, d_cs, d_pos, 0);
+  CMP("rope at given positions", inp, d_inp, 2 * n, TOL_EW);
+  dfree(d_pos, (size_t)B * T * 4);
+  free(pos);
   float *ds[] = {d_inp, d_w, d_out, d_rstd, d_dout, d_dinp, d_dw, d_cs};
   size_t ns[] = {2 * n, C, n, N, n, 2 * n, C, (size_t)T * hs};
   for (int i = 0; i < 8; i++) dfree(ds[i], ns[i] * 4);
@@ -354,7 +369,12 @@ static void attn_pair_run(const attn_pair *p) {
     hp[i] = rnd(ns[i], i < 2 ? -2 : -1, i < 2 ? 2 : 1);
     dp[i] = dev(hp[i], ns[i]);
   }
-  const mt_attn_block a = L.a;
+  /* the block as the CPU reads it (documents' starts on the host) and as
+   * the GPU does (on the device) */
+  int *doc_h = attn_doc_lo(p), *doc_d = doc_h ? devi(doc_h, (size_t)B * p->Tq) : NULL;
+  mt_attn_block a = L.a;
+  a.q_lo = doc_h;
+  const mt_attn_block ad = attn_on(&a, doc_d);
   const size_t qo = L.qo, oo = L.oo, lo = L.lo, ko = L.ko, vo = L.vo;
 #define KV(s) ((fused ? (s).qkv : (s).kv))
 #define DKV(s) ((fused ? (s).dqkv : (s).dkv))
@@ -362,7 +382,7 @@ static void attn_pair_run(const attn_pair *p) {
 
   /* forward over the whole key block */
   cpu->attn_forward(F32, &a, h.out + oo, h.lse + lo, h.qkv + qo, KV(h) + ko, KV(h) + vo);
-  gpu->attn_forward(F32, &a, d.out + oo, d.lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
+  gpu->attn_forward(F32, &ad, d.out + oo, d.lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
   CMP("attn_forward out", h.out, d.out, n_out, TOL_ATTN);
   mt_check_err("attn_forward lse (-inf rows exactly)", lse_err_of(h.lse, d.lse, n_lse), TOL_ATTN);
   {
@@ -390,16 +410,17 @@ static void attn_pair_run(const attn_pair *p) {
     second.Tk = p->Tk - half;
     second.k_pos0 = p->k_pos0 + half;
     const size_t hk = (size_t)half * krs;
+    const mt_attn_block firstd = attn_on(&first, doc_d), secondd = attn_on(&second, doc_d);
     cpu->attn_forward(F32, &second, h.out2 + oo, h.lse2 + lo, h.qkv + qo, KV(h) + ko + hk,
                       KV(h) + vo + hk);
-    gpu->attn_forward(F32, &second, d.out2 + oo, d.lse2 + lo, d.qkv + qo, KV(d) + ko + hk,
+    gpu->attn_forward(F32, &secondd, d.out2 + oo, d.lse2 + lo, d.qkv + qo, KV(d) + ko + hk,
                       KV(d) + vo + hk);
     cpu->attn_forward(F32, &first, h.part + oo, h.part_lse + lo, h.qkv + qo, KV(h) + ko,
                       KV(h) + vo);
-    gpu->attn_forward(F32, &first, d.part + oo, d.part_lse + lo, d.qkv + qo, KV(d) + ko,
+    gpu->attn_forward(F32, &firstd, d.part + oo, d.part_lse + lo, d.qkv + qo, KV(d) + ko,
                       KV(d) + vo);
     cpu->attn_merge(F32, &a, h.out2 + oo, h.lse2 + lo, h.part + oo, h.part_lse + lo);
-    gpu->attn_merge(F32, &a, d.out2 + oo, d.lse2 + lo, d.part + oo, d.part_lse + lo);
+    gpu->attn_merge(F32, &ad, d.out2 + oo, d.lse2 + lo, d.part + oo, d.part_lse + lo);
     CMP("attn_merge out (halves of the key block)", h.out2, d.out2, n_out, TOL_ATTN);
     mt_check_err("attn_merge lse", lse_err_of(h.lse2, d.lse2, n_lse), TOL_ATTN);
     /* the GPU's merged halves against one CPU call over the whole block,
@@ -434,7 +455,7 @@ static void attn_pair_run(const attn_pair *p) {
    * accumulating into random gradients */
   cpu->attn_backward(F32, &a, h.dqkv + qo, DKV(h) + ko, DKV(h) + vo, h.dout + oo, h.out + oo,
                      h.lse + lo, h.qkv + qo, KV(h) + ko, KV(h) + vo);
-  gpu->attn_backward(F32, &a, d.dqkv + qo, DKV(d) + ko, DKV(d) + vo, d.dout + oo, d.out + oo,
+  gpu->attn_backward(F32, &ad, d.dqkv + qo, DKV(d) + ko, DKV(d) + vo, d.dout + oo, d.out + oo,
                      d.lse + lo, d.qkv + qo, KV(d) + ko, KV(d) + vo);
   CMP(fused ? "attn_backward dq|dk|dv (one buffer)" : "attn_backward dq", h.dqkv, d.dqkv, n_qkv,
       TOL_ATTN);
@@ -445,6 +466,8 @@ static void attn_pair_run(const attn_pair *p) {
     dfree(dp[i], ns[i] * 4);
     free(hp[i]);
   }
+  if (doc_d) dfree(doc_d, (size_t)B * p->Tq * 4);
+  free(doc_h);
 }
 
 static void test_attn_blocks(void) {
@@ -457,26 +480,32 @@ static void test_attn_blocks(void) {
   const int long_rows = g_quick ? 700 : 3500;
   const attn_pair pairs[] = {
       /* the model's own block (no cp, or cp's local and Ulysses calls) */
-      {"self", 2, 4, 64, 200, 0, 0, 200, 0, 0, 200, 0, 1},
-      {"self", 2, 2, 128, 150, 0, 0, 150, 0, 0, 150, 0, 1},
-      {"self", 1, 3, 24, 77, 0, 0, 77, 0, 0, 77, 0, 0},
+      {"self", 2, 4, 64, 200, 0, 0, 200, 0, 0, 200, 0, 1, 0},
+      {"self", 2, 2, 128, 150, 0, 0, 150, 0, 0, 150, 0, 1, 0},
+      {"self", 1, 3, 24, 77, 0, 0, 77, 0, 0, 77, 0, 0, 0},
       /* ring: rank 0's late chunk against its own late chunk, and against
        * rank 1's chunks as they arrive */
-      {"ring diagonal", 2, 4, 64, 2 * Tc, 0, Tc, Tc, 3 * Tc, Tc, Tc, 3 * Tc, 1},
-      {"ring received", 2, 4, 64, 2 * Tc, 2 * Tc, Tc, Tc, 3 * Tc, 0, Tc, Tc, 1},
-      {"ring received", 1, 2, 128, 2 * Tc, 2 * Tc, Tc, Tc, 3 * Tc, Tc, Tc, 2 * Tc, 1},
-      {"ring diagonal", 1, 2, 128, 2 * Tc, 2 * Tc, 0, Tc, 0, 0, Tc, 0, 1},
+      {"ring diagonal", 2, 4, 64, 2 * Tc, 0, Tc, Tc, 3 * Tc, Tc, Tc, 3 * Tc, 1, 0},
+      {"ring received", 2, 4, 64, 2 * Tc, 2 * Tc, Tc, Tc, 3 * Tc, 0, Tc, Tc, 1, 0},
+      {"ring received", 1, 2, 128, 2 * Tc, 2 * Tc, Tc, Tc, 3 * Tc, Tc, Tc, 2 * Tc, 1, 0},
+      {"ring diagonal", 1, 2, 128, 2 * Tc, 2 * Tc, 0, Tc, 0, 0, Tc, 0, 1, 0},
       /* Tq != Tk, partly visible; not causal */
-      {"Tq != Tk", 2, 2, 128, 90, 230, 10, 75, 150, 5, 200, 20, 1},
-      {"Tq != Tk", 1, 3, 64, 140, 100, 5, 130, 0, 20, 70, 500, 0},
-      {"Tq != Tk", 1, 2, 256, 90, 130, 10, 75, 100, 5, 120, 60, 1},
-      {"Tq != Tk", 1, 1, 200, 90, 130, 10, 75, 100, 5, 120, 60, 0},
-      {"Tq != Tk", 2, 2, 32, 100, 140, 3, 97, 40, 1, 139, 0, 1},
+      {"Tq != Tk", 2, 2, 128, 90, 230, 10, 75, 150, 5, 200, 20, 1, 0},
+      {"Tq != Tk", 1, 3, 64, 140, 100, 5, 130, 0, 20, 70, 500, 0, 0},
+      {"Tq != Tk", 1, 2, 256, 90, 130, 10, 75, 100, 5, 120, 60, 1, 0},
+      {"Tq != Tk", 1, 1, 200, 90, 130, 10, 75, 100, 5, 120, 60, 0, 0},
+      {"Tq != Tk", 2, 2, 32, 100, 140, 3, 97, 40, 1, 139, 0, 1, 0},
       /* keys partly, then wholly, after the queries: rows see no key */
-      {"later keys", 1, 2, 64, 100, 100, 0, 100, 0, 0, 100, 40, 1},
-      {"no key visible", 1, 2, 64, 60, 60, 0, 60, 0, 0, 60, 100, 1},
+      {"later keys", 1, 2, 64, 100, 100, 0, 100, 0, 0, 100, 40, 1, 0},
+      {"no key visible", 1, 2, 64, 60, 60, 0, 60, 0, 0, 60, 100, 1, 0},
       /* 2 x 40 heads x 3500 rows of D: more than 1 MiB of scratch */
-      {"many long rows", 2, 40, 16, long_rows, 40, 0, long_rows, 4000, 0, 40, 0, 1},
+      {"many long rows", 2, 40, 16, long_rows, 40, 0, long_rows, 4000, 0, 40, 0, 1, 0},
+      /* documents: each row sees its own document only (tiles skipped
+       * before it, masked across its first position) */
+      {"documents self", 2, 4, 64, 200, 0, 0, 200, 0, 0, 200, 0, 1, 37},
+      {"documents self", 1, 2, 128, 150, 0, 0, 150, 0, 0, 150, 0, 1, 70},
+      {"documents ring received", 2, 4, 64, 2 * Tc, 2 * Tc, Tc, Tc, 3 * Tc, 0, Tc, Tc, 1, 50},
+      {"documents ring diagonal", 1, 2, 64, 2 * Tc, 0, Tc, Tc, 3 * Tc, Tc, Tc, 3 * Tc, 1, 64},
   };
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) attn_pair_run(&pairs[i]);
 }
@@ -516,7 +545,7 @@ static void test_attn_determinism(void) {
   const size_t nl = (size_t)B * NH * T;
   mt_attn_block a = {B, NH, hs, T, T, 0, 0, 1, (size_t)T * 3 * C, 3 * C, (size_t)T * 3 * C,
                      3 * C, (size_t)T * 3 * C, 3 * C, (size_t)T * C, C, (size_t)NH * T,
-                     (size_t)T};
+                     (size_t)T, NULL, 0};
   float *qkv = rnd(nq, -2, 2), *dout = rnd(no, -1, 1);
   float *g[2], *o[2];
   for (int run = 0; run < 2; run++) {

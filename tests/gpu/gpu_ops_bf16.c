@@ -229,24 +229,28 @@ static void test_encoder(int B, int T, int C, int V, int Vp) {
   CMP("encoder_backward dwte (the CPU's order: exact)", dwte, d_dwte, nte, 0.0);
   CMP("encoder_backward dwpe (exact)", dwpe, d_dwpe, npe, 0.0);
   int v0 = V / 4, Vl = V / 3;
-  for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+  int *pos = malloc(BT * sizeof(int)); /* repeating positions (documents) */
+  for (size_t i = 0; i < BT; i++) pos[i] = (int)(i % (size_t)T) % 7;
+  int *d_pos = devi(pos, BT);
+  for (int with_wpe = 0; with_wpe < 3; with_wpe++) {
     char what[96];
-    cpu->encoder_vp_forward(BF16, out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, B,
-                            T, C);
+    const int *p = with_wpe == 2 ? pos : NULL, *d_p = with_wpe == 2 ? d_pos : NULL;
+    cpu->encoder_vp_forward(BF16, out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, p,
+                            B, T, C);
     gpu->encoder_vp_forward(BF16, d_out, d_inp, d_wte + (size_t)v0 * C, v0, Vl,
-                            with_wpe ? d_wpe : NULL, B, T, C);
+                            with_wpe ? d_wpe : NULL, d_p, B, T, C);
     snprintf(what, sizeof what, "encoder_vp_forward v0=%d Vl=%d wpe %d", v0, Vl, with_wpe);
     EXACT(what, out, d_out, n);
-    cpu->encoder_vp_backward(BF16, dwte, with_wpe ? dwpe : NULL, dout, inp, v0, Vl, B, T, C);
-    gpu->encoder_vp_backward(BF16, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, v0, Vl, B, T,
-                             C);
+    cpu->encoder_vp_backward(BF16, dwte, with_wpe ? dwpe : NULL, dout, inp, p, v0, Vl, B, T, C);
+    gpu->encoder_vp_backward(BF16, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, d_p, v0, Vl, B,
+                             T, C);
     snprintf(what, sizeof what, "encoder_vp_backward dwte wpe %d (exact)", with_wpe);
     CMP(what, dwte, d_dwte, nte, 0.0);
     CMP("encoder_vp_backward dwpe (exact)", dwpe, d_dwpe, npe, 0.0);
   }
   dfree(d_inp, BT * 4), dfree(d_wte, nte * 2), dfree(d_wpe, npe * 2), dfree(d_out, n * 2);
-  dfree(d_dout, n * 2), dfree(d_dwte, nte * 4), dfree(d_dwpe, npe * 4);
-  free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe);
+  dfree(d_dout, n * 2), dfree(d_dwte, nte * 4), dfree(d_dwpe, npe * 4), dfree(d_pos, BT * 4);
+  free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(pos);
 }
 
 static void test_layernorm(int N, int C) {
@@ -302,8 +306,8 @@ static void test_llama(int N, int C) {
   ULP1("swiglu_backward", dinp, d_dinp, 2 * n);
   const int T = 37, hs = 24, nh = 3, ld = 80, B = (int)(2 * n / ((size_t)T * ld));
   float *cs = rnd((size_t)T * hs, -1, 1), *d_cs = dev(cs, (size_t)T * hs);
-  cpu->rope(BF16, inp, ld, B, T, nh, hs, cs, 0);
-  gpu->rope(BF16, d_inp, ld, B, T, nh, hs, d_cs, 0);
+  cpu->rope(BF16, inp, ld, B, T, nh, hs, cs, NULL, 0);
+  gpu->rope(BF16, d_inp, ld, B, T, nh, hs, d_cs, NULL, 0);
   ULP1("rope", inp, d_inp, 2 * n);
   dfree(d_inp, 4 * n), dfree(d_w, C * 2), dfree(d_out, n * 2), dfree(d_dout, n * 2);
   dfree(d_dinp, 4 * n), dfree(d_rstd, N * 4), dfree(d_dw, C * 4), dfree(d_cs, (size_t)T * hs * 4);

@@ -13,12 +13,8 @@
 # the model with n_kv_head = 1 and a sigmoid router must train differently
 # (a key that changed nothing would pass the rest).
 source "$(dirname "$0")/../scripts/common.sh"
-corpus=$(mt_corpus 300000)
-common=(--set model.preset=tiny-llama --set model.n_layer=4 --set model.moe_experts=4
-        --set model.moe_topk=2 --set model.moe_every=1 --set model.moe_ffn=64
-        --set train.moe_aux_coef=0.01 --set train.moe_z_coef=0.001 --set train.steps=20
-        --set train.global_batch=8 --set data.train="$corpus" --set train.eval_every=0
-        --set train.warmup_steps=5 --set train.lr=3e-3 --set ckpt.mode=none)
+source "$(dirname "$0")/common_moe.sh"
+common=("${moe_common[@]}" --set train.moe_z_coef=0.001 --set train.steps=20 --set ckpt.mode=none)
 run() { mt_train "$1" "$2" "${common[@]}" --set output.dir="$WORK/$1" "${@:3}"; }
 compare() { # RTOL REF RUNS...
   local rtol=$1; shift

@@ -7,12 +7,8 @@
 # expert tensors record their two fused blocks. A run with the sigmoid
 # router refuses the (softmax) checkpoint, naming moe_router.
 source "$(dirname "$0")/../scripts/common.sh"
-corpus=$(mt_corpus 300000)
-common=(--set model.preset=tiny-llama --set model.n_layer=4 --set model.moe_experts=4
-        --set model.moe_topk=2 --set model.moe_every=1 --set model.moe_ffn=64
-        --set model.moe_shared=1 --set train.moe_aux_coef=0.01 --set train.steps=18
-        --set train.global_batch=8 --set data.train="$corpus" --set train.eval_every=0
-        --set train.warmup_steps=5 --set train.lr=3e-3 --set ckpt.mode=shared)
+source "$(dirname "$0")/common_moe.sh"
+common=("${moe_common[@]}" --set model.moe_shared=1 --set train.steps=18 --set ckpt.mode=shared)
 run() { mt_train "$1" "$2" "${common[@]}" "${@:3}"; }
 run ref 1 --set train.micro_batch=8 --set output.dir="$WORK/ref" --set ckpt.mode=none
 run a 2 --set parallel.tp=2 --set parallel.sp=true --set parallel.etp=2 --set train.micro_batch=4 \

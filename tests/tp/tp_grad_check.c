@@ -30,7 +30,7 @@
 
 #include "comm/comm.h"
 #include "model/model.h"
-#include "../check.h"
+#include "../mpi_check.h"
 #include "../test_rng.h"
 
 #define TOL_LOSS 1e-5
@@ -198,26 +198,16 @@ static void run(mt_mesh *mesh, int sp) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  int world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-  mt_check_set_rank(g_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  mt_log_init(g_rank);
-  mt_kernels_set_threads(1);
+  int world = mt_mpi_test_begin(&argc, &argv, &g_rank);
   mt_mesh mesh;
   mt_err e = {0};
   if (world < 2 || mt_mesh_create(&mesh, world, 1, 1, 1, &e) != 0) {
-    if (g_rank == 0) fprintf(stderr, "tp_grad_check: run on 2 or more ranks (%s)\n", e.msg);
-    MPI_Finalize();
-    return 1;
+    MT_FAIL("tp_grad_check: run on 2 or more ranks (%s)", e.msg);
+    return mt_mpi_test_end("tp_grad_check");
   }
+  if (g_rank == 0) printf("tp_grad_check: tp=%d\n", world);
   run(&mesh, 0);
   run(&mesh, 1);
-  int bad = *mt_check_failures();
-  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (g_rank == 0) printf("tp_grad_check: tp=%d: %s\n", world, bad ? "FAILED" : "all checks passed");
   mt_mesh_destroy(&mesh);
-  MPI_Finalize();
-  return bad ? 1 : 0;
+  return mt_mpi_test_end("tp_grad_check");
 }

@@ -56,7 +56,8 @@ static void case_make(attn_case *c, int B, int NH, int hs, int Tq, int Tk, int q
   memset(c, 0, sizeof *c);
   int C = NH * hs;
   mt_attn_block *a = &c->a;
-  *a = (mt_attn_block){B, NH, hs, Tq, Tk, q_pos0, k_pos0, causal, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  *a = (mt_attn_block){.B = B, .NH = NH, .hs = hs, .Tq = Tq, .Tk = Tk, .q_pos0 = q_pos0,
+                       .k_pos0 = k_pos0, .causal = causal};
   c->fused = fused;
   if (fused) { /* one sequence, queries and keys the same rows */
     c->n_q = (size_t)B * Tq * 3 * C;
@@ -86,8 +87,26 @@ static void case_make(attn_case *c, int B, int NH, int hs, int Tq, int Tk, int q
   c->lse = zeros(c->n_lse);
 }
 
+/* Documents: sequence b's documents begin at the global positions
+ * starts[b][0..] (ascending, -1 ends a list; position 0 always begins
+ * one); each query row gets its document's first position in a->q_lo. */
+static void case_documents(attn_case *c, const int starts[][8]) {
+  mt_attn_block *a = &c->a;
+  int *lo = malloc((size_t)a->B * a->Tq * sizeof(int));
+  for (int b = 0; b < a->B; b++)
+    for (int i = 0; i < a->Tq; i++) {
+      int p = a->q_pos0 + i, first = 0;
+      for (int k = 0; k < 8 && starts[b][k] >= 0; k++)
+        if (starts[b][k] <= p) first = starts[b][k];
+      lo[(size_t)b * a->Tq + i] = first;
+    }
+  a->q_lo = lo;
+  a->lo_bs = (size_t)a->Tq;
+}
+
 static void case_free(attn_case *c) {
   free(c->qkv), free(c->kv), free(c->out), free(c->lse), free(c->dqkv), free(c->dkv);
+  free((void *)c->a.q_lo);
 }
 
 #define AT(p, bs, rs, b, i, h, hs) ((p)[(size_t)(b) * (bs) + (size_t)(i) * (rs) + (size_t)(h) * (hs)])
@@ -106,7 +125,8 @@ static void reference(const attn_case *c, const float *dout, double *out, double
         const float *qi = &AT(c->q, a->q_bs, a->q_rs, b, i, h, hs);
         double mx = -INFINITY;
         for (int j = 0; j < a->Tk; j++) {
-          int vis = !a->causal || a->k_pos0 + j <= a->q_pos0 + i;
+          int vis = (!a->causal || a->k_pos0 + j <= a->q_pos0 + i) &&
+                    (!a->q_lo || a->k_pos0 + j >= a->q_lo[(size_t)b * a->lo_bs + i]);
           const float *kj = &AT(c->k, a->k_bs, a->k_rs, b, j, h, hs);
           double s = 0.0;
           for (int d = 0; d < hs; d++) s += (double)qi[d] * kj[d];
@@ -185,11 +205,13 @@ static size_t span(const attn_case *c, int which) { /* elements of the buffer a 
   return which == 0 ? c->n_q : (c->fused ? c->n_q : c->n_kv);
 }
 
-/* forward and backward of one case against the reference */
-static void run_case(const char *name, int B, int NH, int hs, int Tq, int Tk, int q_pos0,
-                     int k_pos0, int causal, int fused) {
+/* forward and backward of one case against the reference (docs: the
+ * documents of case_documents, or NULL) */
+static void run_case_docs(const char *name, int B, int NH, int hs, int Tq, int Tk, int q_pos0,
+                          int k_pos0, int causal, int fused, const int docs[][8]) {
   attn_case c;
   case_make(&c, B, NH, hs, Tq, Tk, q_pos0, k_pos0, causal, fused);
+  if (docs) case_documents(&c, docs);
   const mt_attn_block *a = &c.a;
   float *dout = rand_tensor(c.n_out, -1, 1);
   double *out = dzeros(c.n_out), *lse = dzeros(c.n_lse);
@@ -222,6 +244,11 @@ static void run_case(const char *name, int B, int NH, int hs, int Tq, int Tk, in
   case_free(&c);
 }
 
+static void run_case(const char *name, int B, int NH, int hs, int Tq, int Tk, int q_pos0,
+                     int k_pos0, int causal, int fused) {
+  run_case_docs(name, B, NH, hs, Tq, Tk, q_pos0, k_pos0, causal, fused, NULL);
+}
+
 static void test_against_reference(void) {
   printf("block attention vs naive double\n");
   /* the model's whole sequence: causal, q|k|v fused, ragged lengths */
@@ -236,6 +263,15 @@ static void test_against_reference(void) {
   run_case("keys after queries: no key seen (q@0, k@64)", 1, 2, 8, 64, 64, 0, 64, 1, 0);
   run_case("keys partly after (q@10 x70, k@50 x129)", 1, 2, 8, 70, 129, 10, 50, 1, 0);
   run_case("not causal (65 x 131)", 2, 2, 16, 65, 131, 0, 0, 0, 0);
+  /* documents: boundaries inside and across key blocks, one-token
+   * documents, rows whose document begins in a later key block */
+  const int docs[2][8] = {{1, 70, 333, 334, 599, -1}, {256, 300, 301, 520, -1}};
+  run_case_docs("documents T=600 fused (B=2 NH=2 hs=64)", 2, 2, 64, 600, 600, 0, 0, 1, 1, docs);
+  run_case_docs("documents, keys straddle (q@300 x70, k@0 x520)", 2, 2, 16, 70, 520, 300, 0, 1, 0,
+                docs);
+  const int late[2][8] = {{180, -1}, {100, 210, -1}};
+  run_case_docs("documents begin after every key (q@200 x70, k@0 x150)", 2, 2, 16, 70, 150, 200, 0,
+                1, 0, late);
 }
 
 /* the kernel the model used before: the whole causal sequence, T x T */

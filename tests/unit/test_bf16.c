@@ -331,13 +331,14 @@ static void test_encoder(void) {
   /* vocabulary-parallel: rows [3, 8) here, with and without wpe */
   for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
     f32ops->encoder_vp_forward(MT_DT_F32, out_f, inp, wte_f + 3 * C, 3, 5, with_wpe ? wpe_f : NULL,
-                               B, T, C);
-    bops->encoder_vp_forward(MT_DT_BF16, out, inp, wte + 3 * C, 3, 5, with_wpe ? wpe : NULL, B, T,
-                             C);
+                               NULL, B, T, C);
+    bops->encoder_vp_forward(MT_DT_BF16, out, inp, wte + 3 * C, 3, 5, with_wpe ? wpe : NULL, NULL,
+                             B, T, C);
     TEST_WITHIN("encoder_vp_forward", test_worst_bf16(out, out_f, NULL, nout, 0.0));
-    f32ops->encoder_vp_backward(MT_DT_F32, dwte_f, with_wpe ? dwpe_f : NULL, dout_f, inp, 3, 5, B,
-                                T, C);
-    bops->encoder_vp_backward(MT_DT_BF16, dwte, with_wpe ? dwpe : NULL, dout, inp, 3, 5, B, T, C);
+    f32ops->encoder_vp_backward(MT_DT_F32, dwte_f, with_wpe ? dwpe_f : NULL, dout_f, inp, NULL, 3,
+                                5, B, T, C);
+    bops->encoder_vp_backward(MT_DT_BF16, dwte, with_wpe ? dwpe : NULL, dout, inp, NULL, 3, 5, B,
+                              T, C);
     TEST_WITHIN("encoder_vp_backward dwte", test_worst_f32(dwte, dwte_f, NULL, nte, 0.0));
     TEST_WITHIN("encoder_vp_backward dwpe", test_worst_f32(dwpe, dwpe_f, NULL, npe, 0.0));
   }

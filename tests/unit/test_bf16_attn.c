@@ -10,7 +10,8 @@
  *   attn_backward (dq, dk, dv accumulated onto non-zero values) from the
  *   same out and LSE; the same bits twice and at 1 and 2 threads. All of
  *   it at hs = 16, 64 and 15 (odd: always sgemm), and at T = 300 (two key
- *   blocks) at hs = 64, on both matmul paths:
+ *   blocks) at hs = 64, also with documents (each row sees its own), on both
+ *   matmul paths:
  *   "sgemm" (every product on sgemm of converted rows) and, where oneDNN
  *   is built and the CPU has AVX512-BF16, "onednn" (q k^T and dout v^T on
  *   vdpbf16ps dot products straight from the bf16 rows).
@@ -165,6 +166,19 @@ static void test_attention_long(const char *path, int hs) {
              causal ? "causal" : "non-causal");
     check_pair(name, &blk, 0, 0, in.qkv, in.qkv_f, in.dout, in.dout_f, in.d0, T);
   }
+  /* documents: each row sees its own document; boundaries in both key
+   * blocks, a one-token document, a last one that starts past 288 */
+  const int starts[] = {0, 45, 140, 141, 290};
+  int *lo = test_alloc(T * sizeof(int));
+  for (int i = 0, k = 0; i < T; i++) {
+    while (k + 1 < 5 && starts[k + 1] <= i) k++;
+    lo[i] = starts[k];
+  }
+  mt_attn_block docs = fused_block(B, NH, hs, T, T, T, 0, 0, 1);
+  docs.q_lo = lo, docs.lo_bs = (size_t)T;
+  snprintf(name, sizeof name, "%s hs=%d: attention with documents T=300", path, hs);
+  check_pair(name, &docs, 0, 0, in.qkv, in.qkv_f, in.dout, in.dout_f, in.d0, T);
+  free(lo);
   inputs_free(&in);
 }
 

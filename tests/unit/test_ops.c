@@ -17,6 +17,11 @@
  * - adamw_update against a scalar double reference for 3 steps.
  * - rmsnorm, swiglu and rope (the Llama block's) against double formulas and
  *   finite differences; rope's inverse undoes it.
+ * - Positions given per row (chunks of context parallelism, documents):
+ *   rope and the encoder read the table row of each row's position, and
+ *   the encoder's dwpe adds the rows that share a position in row order
+ *   (bit for bit against loops doing the same).
+ * - mt_doc_starts: documents begin at each end-of-text token and at 0.
  * - Backward ops accumulate: a second call doubles the gradient.
  * - Determinism: attention forward+backward twice at 2 threads, same bits.
  * Any mismatch prints "FAIL: <op> ..." and the test exits 1. */
@@ -482,7 +487,7 @@ static double rope_loss(void *p) {
   size_t n = (size_t)c->N * c->nh * c->hs;
   memcpy(c->out, c->inp, n * sizeof(float));
   ops->rope(MT_DT_F32, c->out, (size_t)c->nh * c->hs, c->N / c->T, c->T, c->nh, c->hs, c->cs,
-            c->inverse);
+            NULL, c->inverse);
   return dot(c->out, c->R, n);
 }
 
@@ -560,15 +565,60 @@ static void test_llama_ops(void) {
   mt_check_err("rope vs double rotation", rel_err_max(out, ref, nr), REF_TOL);
   /* backward: the inverse turn of the gradient is the forward's transpose */
   float *g = copy_of(R, nr), *x = copy_of(inp, nr);
-  ops->rope(MT_DT_F32, g, (size_t)nh * hs, 2, T, nh, hs, cs, 1);
+  ops->rope(MT_DT_F32, g, (size_t)nh * hs, 2, T, nh, hs, cs, NULL, 1);
   mt_check_err("rope inverse (backward) vs finite diff", gradcheck(rope_loss, &ctx, inp, g, nr, 1),
                FD_TOL);
-  ops->rope(MT_DT_F32, x, (size_t)nh * hs, 2, T, nh, hs, cs, 0);
-  ops->rope(MT_DT_F32, x, (size_t)nh * hs, 2, T, nh, hs, cs, 1);
+  ops->rope(MT_DT_F32, x, (size_t)nh * hs, 2, T, nh, hs, cs, NULL, 0);
+  ops->rope(MT_DT_F32, x, (size_t)nh * hs, 2, T, nh, hs, cs, NULL, 1);
   double back = 0.0;
   for (size_t i = 0; i < nr; i++) back = mt_worst(back, fabs((double)x[i] - inp[i]));
   mt_check_err("rope then its inverse gives the input back", back, 1e-6);
   free(inp), free(out), free(R), free(ref), free(cs), free(g), free(x);
+}
+
+/* Positions given per row: B = 2 sequences of T = 6 rows at positions
+ * that restart (documents) and repeat across the sequences. */
+static void test_positions(void) {
+  printf("positions per row: rope, encoder, document starts\n");
+  enum { B = 2, T = 6, C = 8, V = 11, nh = 2, hs = 4, P = 9 };
+  const int pos[B * T] = {0, 1, 2, 0, 1, 0, 4, 5, 0, 1, 2, 3};
+  /* rope: each row turned by its position's table row, i.e. rope without
+   * positions on the table gathered row by row (one sequence of B*T rows) */
+  float *cs = rand_tensor((size_t)P * hs, -1, 1), *gathered = zeros((size_t)B * T * hs);
+  for (int r = 0; r < B * T; r++) memcpy(gathered + r * hs, cs + pos[r] * hs, hs * sizeof(float));
+  size_t n = (size_t)B * T * nh * hs;
+  float *x = rand_tensor(n, -2, 2), *y = copy_of(x, n);
+  for (int inverse = 0; inverse < 2; inverse++) {
+    ops->rope(MT_DT_F32, x, (size_t)nh * hs, B, T, nh, hs, cs, pos, inverse);
+    ops->rope(MT_DT_F32, y, (size_t)nh * hs, 1, B * T, nh, hs, gathered, NULL, inverse);
+    mt_check_true(inverse ? "rope inverse at given positions = rope on the gathered table"
+                          : "rope at given positions = rope on the gathered table",
+                  memcmp(x, y, n * sizeof(float)) == 0);
+  }
+  /* the encoder: out = wte[token] + wpe[position]; dwpe sums in row order */
+  int inp[B * T];
+  for (int i = 0; i < B * T; i++) inp[i] = (i * 7) % V;
+  float *wte = rand_tensor((size_t)V * C, -1, 1), *wpe = rand_tensor((size_t)P * C, -1, 1);
+  float *out = zeros((size_t)B * T * C), *dout = rand_tensor((size_t)B * T * C, -1, 1);
+  float *dwte = zeros((size_t)V * C), *dwpe = zeros((size_t)P * C), *want = zeros((size_t)P * C);
+  ops->encoder_vp_forward(MT_DT_F32, out, inp, wte, 0, V, wpe, pos, B, T, C);
+  int ok = 1;
+  for (int r = 0; r < B * T; r++)
+    for (int c = 0; c < C; c++) ok &= out[r * C + c] == wte[inp[r] * C + c] + wpe[pos[r] * C + c];
+  mt_check_true("encoder_vp_forward adds the row of each token's position", ok);
+  ops->encoder_vp_backward(MT_DT_F32, dwte, dwpe, dout, inp, pos, 0, V, B, T, C);
+  for (int r = 0; r < B * T; r++)
+    for (int c = 0; c < C; c++) want[pos[r] * C + c] += dout[r * C + c];
+  mt_check_true("encoder_vp_backward: dwpe of repeated positions summed in row order",
+                memcmp(dwpe, want, (size_t)P * C * sizeof(float)) == 0);
+  /* documents: begin at each end-of-text token (its first token) and at 0 */
+  const int seq[10] = {5, 3, 9, 1, 9, 9, 2, 4, 4, 9}, want_doc[10] = {0, 0, 2, 2, 4, 5, 5, 5, 5, 9};
+  int doc[10];
+  mt_doc_starts(seq, 10, 9, doc);
+  mt_check_true("mt_doc_starts: a document begins at each end-of-text token and at 0",
+                memcmp(doc, want_doc, sizeof doc) == 0);
+  free(cs), free(gathered), free(x), free(y), free(wte), free(wpe), free(out), free(dout);
+  free(dwte), free(dwpe), free(want);
 }
 
 /* ------------------------------------------------------------------ */
@@ -715,6 +765,7 @@ int main(void) {
   test_attention();
   test_gelu_residual();
   test_llama_ops();
+  test_positions();
   test_softmax_xent();
   test_adamw();
   test_determinism();

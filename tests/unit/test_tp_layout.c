@@ -221,7 +221,7 @@ static void test_encoder_vp(const mt_ops *ops, int shards) {
     int v0, Vl, nreal;
     shard_of(r, shards, V, Vp, &v0, &Vl, &nreal);
     ops->encoder_vp_forward(MT_DT_F32, part, inp, wte + (size_t)v0 * C, v0, Vl, r == 0 ? wpe : NULL,
-                            B, T, C);
+                            NULL, B, T, C);
     for (size_t i = 0; i < no; i++) sum[i] += part[i];
   }
   MT_CHECK(memcmp(sum, ref, no * sizeof(float)) == 0,
@@ -234,7 +234,7 @@ static void test_encoder_vp(const mt_ops *ops, int shards) {
     int v0, Vl, nreal;
     shard_of(r, shards, V, Vp, &v0, &Vl, &nreal);
     ops->encoder_vp_backward(MT_DT_F32, dwte_vp + (size_t)v0 * C, r == 0 ? dwpe_vp : NULL, dout,
-                             inp, v0, Vl, B, T, C);
+                             inp, NULL, v0, Vl, B, T, C);
   }
   MT_CHECK(memcmp(dwte, dwte_vp, nw * sizeof(float)) == 0 &&
                memcmp(dwpe, dwpe_vp, np * sizeof(float)) == 0,

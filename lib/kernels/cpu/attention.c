@@ -53,17 +53,40 @@ static int keys_end(const mt_attn_block *a, int i1) {
   return end < 0 ? 0 : end > a->Tk ? a->Tk : (int)end;
 }
 
-/* How many of the keys [j0, j0 + cols) query row i sees (a prefix). */
-static int keys_visible(const mt_attn_block *a, int i, int j0, int cols) {
-  if (!a->causal) return cols;
-  long n = (long)a->q_pos0 + i - a->k_pos0 - j0 + 1;
-  return n < 0 ? 0 : n > cols ? cols : (int)n;
+/* The first key of the block that query row i of sequence b may see (its
+ * document's first position, relative to key row 0; may lie outside the
+ * block). Rows later in a sequence begin no earlier. */
+static long row_lo(const mt_attn_block *a, int b, int i) {
+  return a->q_lo ? (long)a->q_lo[(size_t)b * a->lo_bs + (size_t)i] - a->k_pos0 : 0;
 }
 
-/* s[c] = exp(s[c] - shift) for c < n, zero for n <= c < cols; returns the sum */
-static float exp_row(float *s, int n, int cols, float shift) {
-  float sum = n > 0 ? mt_cpu_row_exp(s, s, n, shift) : 0.0f;
-  if (cols > n) memset(s + n, 0, (size_t)(cols - n) * sizeof(float));
+/* Where the key blocks of query rows [i0, ...) start: at the first key
+ * row i0 sees, rounded down to a multiple of MT_DOT_NC (the packed keys of
+ * the bf16 dot products are read in whole groups of that many columns;
+ * the keys before the row's first are masked like any other) */
+static int keys_begin(const mt_attn_block *a, int b, int i0) {
+  long lo = row_lo(a, b, i0);
+  lo = lo < 0 ? 0 : lo > a->Tk ? a->Tk : lo;
+  return (int)(lo / MT_DOT_NC * MT_DOT_NC);
+}
+
+/* The keys of [j0, j0 + cols) that query row i of sequence b sees: an
+ * interval, *lo and the count returned (0: none) */
+static int keys_visible(const mt_attn_block *a, int b, int i, int j0, int cols, int *lo) {
+  long hi = a->causal ? (long)a->q_pos0 + i - a->k_pos0 - j0 + 1 : cols;
+  long l = row_lo(a, b, i) - j0;
+  hi = hi > cols ? cols : hi;
+  l = l < 0 ? 0 : l;
+  *lo = l > cols ? cols : (int)l;
+  return hi > l ? (int)(hi - l) : 0;
+}
+
+/* s[c] = exp(s[c] - shift) for lo <= c < lo + n, zero for the other c <
+ * cols; returns the sum */
+static float exp_row(float *s, int lo, int n, int cols, float shift) {
+  float sum = n > 0 ? mt_cpu_row_exp(s + lo, s + lo, n, shift) : 0.0f;
+  if (lo > 0) memset(s, 0, (size_t)lo * sizeof(float));
+  if (cols > lo + n) memset(s + lo + n, 0, (size_t)(cols - lo - n) * sizeof(float));
   return sum;
 }
 

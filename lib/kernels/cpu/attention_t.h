@@ -65,7 +65,7 @@ static void FN(forward_task)(const mt_attn_block *a, T *out, float *lse, const T
   }
   memset(w->acc, 0, (size_t)rows * hs * sizeof(float));
   const int kend = keys_end(a, i1);
-  for (int j0 = 0; j0 < kend; j0 += ATT_BC) {
+  for (int j0 = keys_begin(a, b, i0); j0 < kend; j0 += ATT_BC) {
     const int cols = mt_min_int(ATT_BC, kend - j0);
 #if IS_BF16
     if (w->dp) {
@@ -81,14 +81,15 @@ static void FN(forward_task)(const mt_attn_block *a, T *out, float *lse, const T
     const float *V = FN(rows_f32)(w->V, vb + (size_t)j0 * a->v_rs, a->v_rs, cols, hs, &ldv);
     for (int r = 0; r < rows; r++) {
       float *s = w->S + (size_t)r * ATT_BC;
-      const int vis = keys_visible(a, i0 + r, j0, cols);
-      if (vis == 0) { /* nothing visible here (nor in later blocks): P row = 0 */
+      int lo;
+      const int vis = keys_visible(a, b, i0 + r, j0, cols, &lo);
+      if (vis == 0) { /* nothing visible here: P row = 0 */
         memset(s, 0, (size_t)cols * sizeof(float));
         continue;
       }
-      float mx = mt_cpu_row_max(s, vis), m_new = mx > w->m[r] ? mx : w->m[r];
+      float mx = mt_cpu_row_max(s + lo, vis), m_new = mx > w->m[r] ? mx : w->m[r];
       float corr = mt_cpu_exp(w->m[r] - m_new); /* exactly 1 when the maximum stays */
-      w->l[r] = w->l[r] * corr + exp_row(s, vis, cols, m_new);
+      w->l[r] = w->l[r] * corr + exp_row(s, lo, vis, cols, m_new);
       w->m[r] = m_new;
       if (corr != 1.0f) {
         float *ar = w->acc + (size_t)r * hs;
@@ -208,8 +209,8 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
   float *dV = FN(acc_begin)(w->dV, dv + (size_t)b * a->v_bs + hoff, a->v_rs, kall, hs, &lddv);
   for (int i0 = 0; i0 < a->Tq; i0 += ATT_BR) {
     const int i1 = mt_min_int(i0 + ATT_BR, a->Tq), rows = i1 - i0;
-    const int kend = keys_end(a, i1);
-    if (kend == 0) continue;
+    const int kbeg = keys_begin(a, b, i0), kend = keys_end(a, i1);
+    if (kend <= kbeg) continue;
     const size_t qoff = (size_t)b * a->q_bs + (size_t)i0 * a->q_rs + hoff;
     const size_t ooff = (size_t)b * a->o_bs + (size_t)i0 * a->o_rs + hoff;
     size_t ldq, ldo, lddo, lddq;
@@ -225,7 +226,7 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
       w->D[r] = dot;
       w->L[r] = lse[(size_t)b * a->l_bs + (size_t)h * a->l_hs + (size_t)(i0 + r)];
     }
-    for (int j0 = 0; j0 < kend; j0 += ATT_BC) {
+    for (int j0 = kbeg; j0 < kend; j0 += ATT_BC) {
       const int cols = mt_min_int(ATT_BC, kend - j0);
       const float *Kj = K + (size_t)j0 * ldk;
 #if IS_BF16
@@ -238,8 +239,8 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
                     Kj, (int)ldk, 0.0f, w->S, ATT_BC);
       for (int r = 0; r < rows; r++) {
         float *s = w->S + (size_t)r * ATT_BC;
-        int vis = w->L[r] == -INFINITY ? 0 : keys_visible(a, i0 + r, j0, cols);
-        exp_row(s, vis, cols, w->L[r] == -INFINITY ? 0.0f : w->L[r]);
+        int lo = 0, vis = w->L[r] == -INFINITY ? 0 : keys_visible(a, b, i0 + r, j0, cols, &lo);
+        exp_row(s, lo, vis, cols, w->L[r] == -INFINITY ? 0.0f : w->L[r]);
       }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, w->S, ATT_BC, dO,
                   (int)lddo, 1.0f, dV + (size_t)j0 * lddv, (int)lddv);

@@ -1,15 +1,16 @@
 /* Bodies of rope.c, over the storage type T (typed.h). */
 
 /* x (B rows of T, nh heads of hs at row stride ld) turned in place by cs
- * (T, hs): cos | sin of each row's hs/2 angles; inverse: the other way */
+ * (a row per position: cos | sin of its hs/2 angles) at each row's
+ * position (pos, or the row's index); inverse: the other way */
 void FN(rope)(void *x_, size_t ld, int B, int T_, int nh, int hs, const float *cs,
-              int inverse) {
+              const int *pos, int inverse) {
   T *x = x_;
   const int half = hs / 2;
   const float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static)
   for (long r = 0; r < (long)B * T_; r++) {
-    const float *c = cs + (size_t)(r % T_) * hs, *s = c + half;
+    const float *c = cs + (size_t)(pos ? pos[r] : (int)(r % T_)) * hs, *s = c + half;
     T *row = x + (size_t)r * ld;
     for (int h = 0; h < nh; h++) {
       T *a = row + (size_t)h * hs, *b = a + half;

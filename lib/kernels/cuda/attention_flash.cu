@@ -21,7 +21,9 @@
  * (any GPU of compute capability 8.x or 9.0); heads up to 256 channels.
  *
  * Masking. Key j is visible to query i when (not causal) or k_pos0 + j <=
- * q_pos0 + i. A row with no visible key has a running maximum of -INFINITY;
+ * q_pos0 + i, and (with documents) k_pos0 + j >= q_lo of row i: tiles
+ * outside every row's document are skipped, those across a boundary
+ * masked element by element. A row with no visible key has a running maximum of -INFINITY;
  * it is never subtracted from itself (exp(-inf - -inf) would be NaN): its
  * probabilities are set to 0 and the row ends with out = 0, lse = -INFINITY.
  * The backward sets P = 0 for masked pairs and for rows whose LSE is
@@ -52,6 +54,19 @@ __host__ __device__ static inline int attn_keys_end(const mt_attn_block &a, int 
   return end < 0 ? 0 : end > a.Tk ? a.Tk : (int)end;
 }
 
+/* where query row i of sequence b's document begins, relative to key row 0
+ * (documents; else 0) */
+__device__ static inline long long attn_row_lo(const mt_attn_block &a, int b, int i) {
+  return a.q_lo ? (long long)a.q_lo[(size_t)b * a.lo_bs + (size_t)i] - a.k_pos0 : 0;
+}
+
+/* The first key of the block that query rows [i0, ..) of sequence b can
+ * see (q_lo never decreases along a sequence), clamped to [0, Tk] */
+__device__ static inline int attn_keys_begin(const mt_attn_block &a, int b, int i0) {
+  long long lo = attn_row_lo(a, b, i0);
+  return lo < 0 ? 0 : lo > a.Tk ? a.Tk : (int)lo;
+}
+
 /* First query row that sees key row j (causal), clamped to [0, Tq] */
 __device__ static inline int attn_queries_begin(const mt_attn_block &a, int j) {
   if (!a.causal) return 0;
@@ -59,8 +74,22 @@ __device__ static inline int attn_queries_begin(const mt_attn_block &a, int j) {
   return beg < 0 ? 0 : beg > a.Tq ? a.Tq : (int)beg;
 }
 
-__device__ static inline bool attn_visible(const mt_attn_block &a, int i, int j) {
-  return !a.causal || (long long)a.k_pos0 + j <= (long long)a.q_pos0 + i;
+/* One past the last query row of sequence b that may see key row j (its
+ * document began at or before j): a binary search over q_lo */
+__device__ static inline int attn_queries_end(const mt_attn_block &a, int b, int j) {
+  if (!a.q_lo) return a.Tq;
+  int lo = 0, hi = a.Tq; /* rows [0, lo) qualify, rows [hi, Tq) do not */
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (attn_row_lo(a, b, mid) <= j) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+__device__ static inline bool attn_visible(const mt_attn_block &a, int b, int i, int j) {
+  return (!a.causal || (long long)a.k_pos0 + j <= (long long)a.q_pos0 + i) &&
+         (!a.q_lo || j >= attn_row_lo(a, b, i));
 }
 
 /* dst (nrows x hs, row stride P; fp32) = rows [0, valid) of src (row
@@ -161,7 +190,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     for (int j = 0; j < DPT; j++) acc[i][j] = 0.0f;
 
   const int kend = attn_keys_end(a, i0 + rows);
-  for (int j0 = 0; j0 < kend; j0 += BC) {
+  for (int j0 = attn_keys_begin(a, b, i0); j0 < kend; j0 += BC) {
     const int cols = min(BC, kend - j0);
     __syncthreads(); /* Q is loaded; the last tile's P V is done with Ss, KVs, rowf */
     load_rows(KVs, P, kb + (size_t)j0 * a.k_rs, a.k_rs, cols, BC, hs);
@@ -173,7 +202,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
       for (int c = 0; c < CC; c++) {
         int r = ty * R + i, col = tx + 16 * c;
-        bool vis = r < rows && col < cols && attn_visible(a, i0 + r, j0 + col);
+        bool vis = r < rows && col < cols && attn_visible(a, b, i0 + r, j0 + col);
         Ss[r * SP + col] = vis ? s[i][c] * scale : -INFINITY;
       }
     __syncthreads(); /* S is whole; every read of K is done */
@@ -318,8 +347,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   const int i0 = blockIdx.x * BR, g = blockIdx.y, bh = bh0 + g;
   const int b = bh / a.NH, h = bh % a.NH;
   const int rows = min(BR, a.Tq - i0);
-  const int kend = attn_keys_end(a, i0 + rows);
-  if (kend == 0) return; /* no key of the block is visible to these rows */
+  const int kbeg = attn_keys_begin(a, b, i0), kend = attn_keys_end(a, i0 + rows);
+  if (kend <= kbeg) return; /* no key of the block is visible to these rows */
   const size_t hoff = (size_t)h * hs;
   const size_t qoff = (size_t)b * a.q_bs + (size_t)i0 * a.q_rs + hoff;
   const T *kb = k + (size_t)b * a.k_bs + hoff, *vb = v + (size_t)b * a.v_bs + hoff;
@@ -335,7 +364,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
     for (int j = 0; j < DPT; j++) acc[i][j] = 0.0f;
 
-  for (int j0 = 0; j0 < kend; j0 += BC) {
+  for (int j0 = kbeg; j0 < kend; j0 += BC) {
     const int cols = min(BC, kend - j0);
     __syncthreads(); /* Q, dO, L, D loaded; the last tile's dS K is done */
     load_rows(KVs, P, vb + (size_t)j0 * a.v_rs, a.v_rs, cols, BC, hs);
@@ -352,7 +381,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
       for (int c = 0; c < CC; c++) {
         int r = ty * R + i, col = tx + 16 * c;
-        bool vis = r < rows && col < cols && attn_visible(a, i0 + r, j0 + col);
+        bool vis = r < rows && col < cols && attn_visible(a, b, i0 + r, j0 + col);
         float p = attn_prob(vis, s[i][c], scale, Ls[r]);
         dSs[r * SP + col] = p != 0.0f ? p * (dp[i][c] - Ds[r]) : 0.0f;
       }
@@ -396,8 +425,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   const int j0 = blockIdx.x * BC, g = blockIdx.y, bh = bh0 + g;
   const int b = bh / a.NH, h = bh % a.NH;
   const int cols = min(BC, a.Tk - j0); /* key rows of this block */
-  const int ibeg = attn_queries_begin(a, j0);
-  if (ibeg >= a.Tq) return; /* no query of the block sees these keys */
+  const int ibeg = attn_queries_begin(a, j0), iend = attn_queries_end(a, b, j0 + cols - 1);
+  if (ibeg >= iend) return; /* no query of the block sees these keys */
   const size_t hoff = (size_t)h * hs;
   const size_t koff = (size_t)b * a.k_bs + (size_t)j0 * a.k_rs + hoff;
   const size_t voff = (size_t)b * a.v_bs + (size_t)j0 * a.v_rs + hoff;
@@ -411,7 +440,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
     for (int j = 0; j < DPT; j++) dk_acc[i][j] = dv_acc[i][j] = 0.0f;
 
-  for (int i0 = ibeg; i0 < a.Tq; i0 += BR) {
+  for (int i0 = ibeg; i0 < iend; i0 += BR) {
     const int rows = min(BR, a.Tq - i0);
     __syncthreads(); /* K, V loaded; the last tile's dS^T Q is done */
     load_rows(Qs, P, qb + (size_t)i0 * a.q_rs, a.q_rs, rows, BR, hs);
@@ -429,7 +458,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
       for (int c = 0; c < CC; c++) {
         int j = ty * R + i, r = tx + 16 * c;
-        bool vis = j < cols && r < rows && attn_visible(a, i0 + r, j0 + j);
+        bool vis = j < cols && r < rows && attn_visible(a, b, i0 + r, j0 + j);
         float p = attn_prob(vis, st[i][c], scale, Ls[r]);
         Pt[j * SP + r] = p;
         st[i][c] = p != 0.0f ? p * (dpt[i][c] - Ds[r]) : 0.0f; /* dS^T */

@@ -162,16 +162,16 @@ void mt_cuda_to_bf16_2d(__nv_bfloat16 *dst, const float *src, int rows, int cols
 /* ------------------------------------------------------------------ */
 /* encoder                                                             */
 
-/* out (B,T,C) = (wte row inp - v0 when in [0, Vl), else 0) + (wpe[t] when
- * wpe is given); the plain encoder is v0 = 0, Vl = every row. A lone term
- * is stored as it is (exact in bf16 too). */
+/* out (B,T,C) = (wte row inp - v0 when in [0, Vl), else 0) + (wpe[p] when
+ * wpe is given; p = pos[bt], or t without pos); the plain encoder is v0 =
+ * 0, Vl = every row. A lone term is stored as it is (exact in bf16 too). */
 template <typename S>
 __global__ void encoder_forward_kernel(S *out, const int *inp, const S *wte, int v0, int Vl,
-                                       const S *wpe, int BT, int T, int C) {
+                                       const S *wpe, const int *pos, int BT, int T, int C) {
   size_t n = (size_t)BT * C;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    int bt = (int)(i / (size_t)C), c = (int)(i % (size_t)C), t = bt % T;
+    int bt = (int)(i / (size_t)C), c = (int)(i % (size_t)C), t = pos ? pos[bt] : bt % T;
     int row = inp[bt] - v0;
     float v = row >= 0 && row < Vl ? mt_ld(wte[(size_t)row * C + c]) : 0.0f;
     if (wpe) {
@@ -184,10 +184,10 @@ __global__ void encoder_forward_kernel(S *out, const int *inp, const S *wte, int
 
 template <typename S>
 void mt_cuda_encoder_vp_forward(void *out, const int *inp, const void *wte, int v0, int Vl,
-                                const void *wpe, int B, int T, int C) {
+                                const void *wpe, const int *pos, int B, int T, int C) {
   size_t n = (size_t)B * T * C;
   encoder_forward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
-      (S *)out, inp, (const S *)wte, v0, Vl, (const S *)wpe, B * T, T, C);
+      (S *)out, inp, (const S *)wte, v0, Vl, (const S *)wpe, pos, B * T, T, C);
   CUDA_LAUNCH_CHECK();
 }
 MT_CUDA_INSTANTIATE(encoder_vp_forward)
@@ -195,7 +195,7 @@ MT_CUDA_INSTANTIATE(encoder_vp_forward)
 template <typename S>
 void mt_cuda_encoder_forward(void *out, const int *inp, const void *wte, const void *wpe, int B,
                              int T, int C) {
-  mt_cuda_encoder_vp_forward<S>(out, inp, wte, 0, 0x7fffffff, wpe, B, T, C);
+  mt_cuda_encoder_vp_forward<S>(out, inp, wte, 0, 0x7fffffff, wpe, NULL, B, T, C);
 }
 MT_CUDA_INSTANTIATE(encoder_forward)
 
@@ -273,24 +273,17 @@ static void sort_reserve(int BT, int Vl) {
   g_cu.extra_bytes += (size_t)cap * 4 * sizeof(int) + g_sort.temp_bytes;
 }
 
-/* dwte[inp - v0] += dout for tokens held here; dwpe[t] += dout unless NULL.
- * The positions are sorted by row on the GPU (stable radix sort), so each
- * row's gradient is summed by one thread per column, positions in order:
- * no atomics, and the CPU's bits. */
+/* dst[ids - v0] += dout for the BT rows whose id is in [v0, v0 + Vl): the
+ * rows are sorted by id on the GPU (stable radix sort), so each id's
+ * gradient is summed by one thread per column, rows in order: no atomics,
+ * and the CPU's bits. */
 template <typename S>
-void mt_cuda_encoder_vp_backward(float *dwte, float *dwpe, const void *dout_, const int *inp,
-                                 int v0, int Vl, int B, int T, int C) {
-  const S *dout = (const S *)dout_;
-  const int BT = B * T;
-  if (dwpe) {
-    size_t n = (size_t)T * C;
-    encoder_dwpe_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dwpe, dout, B, T, C);
-    CUDA_LAUNCH_CHECK();
-  }
-  if (!dwte || BT == 0 || Vl <= 0) return;
+static void scatter_add_rows(float *dst, const S *dout, const int *ids, int v0, int Vl, int BT,
+                             int C) {
+  if (!dst || BT == 0 || Vl <= 0) return;
   sort_reserve(BT, Vl);
   encoder_keys_kernel<<<(BT + 255) / 256, 256, 0, g_cu.stream>>>(g_sort.keys_in, g_sort.vals_in,
-                                                                 inp, v0, Vl, BT);
+                                                                 ids, v0, Vl, BT);
   CUDA_LAUNCH_CHECK();
   int end_bit = 1;
   while (end_bit < 31 && (1 << end_bit) <= Vl) end_bit++;
@@ -299,9 +292,26 @@ void mt_cuda_encoder_vp_backward(float *dwte, float *dwpe, const void *dout_, co
                                              g_sort.vals_in, g_sort.vals_out, BT, 0, end_bit,
                                              g_cu.stream));
   dim3 grid((unsigned)BT, (unsigned)((C + 255) / 256));
-  encoder_dwte_kernel<S><<<grid, 256, 0, g_cu.stream>>>(dwte, dout, g_sort.keys_out,
+  encoder_dwte_kernel<S><<<grid, 256, 0, g_cu.stream>>>(dst, dout, g_sort.keys_out,
                                                         g_sort.vals_out, BT, C, Vl);
   CUDA_LAUNCH_CHECK();
+}
+
+/* dwte[inp - v0] += dout for tokens held here; dwpe[p] += dout unless NULL
+ * (p = pos[bt]: positions may repeat, summed as dwte's rows; without pos
+ * p = t, every sequence's rows in order) */
+template <typename S>
+void mt_cuda_encoder_vp_backward(float *dwte, float *dwpe, const void *dout_, const int *inp,
+                                 const int *pos, int v0, int Vl, int B, int T, int C) {
+  const S *dout = (const S *)dout_;
+  if (dwpe && pos) {
+    scatter_add_rows<S>(dwpe, dout, pos, 0, 1 << 30, B * T, C);
+  } else if (dwpe) {
+    size_t n = (size_t)T * C;
+    encoder_dwpe_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(dwpe, dout, B, T, C);
+    CUDA_LAUNCH_CHECK();
+  }
+  scatter_add_rows<S>(dwte, dout, inp, v0, Vl, B * T, C);
 }
 MT_CUDA_INSTANTIATE(encoder_vp_backward)
 
@@ -337,7 +347,7 @@ void mt_cuda_encoder_backward(float *dwte, float *dwpe, const void *dout, const 
     CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
     memcpy(&top, g_cu.red_host, sizeof(int));
   }
-  mt_cuda_encoder_vp_backward<S>(dwte, dwpe, dout, inp, 0, top + 1, B, T, C);
+  mt_cuda_encoder_vp_backward<S>(dwte, dwpe, dout, inp, NULL, 0, top + 1, B, T, C);
 }
 MT_CUDA_INSTANTIATE(encoder_backward)
 
@@ -497,7 +507,7 @@ MT_CUDA_INSTANTIATE(rmsnorm_backward)
 
 template <typename S>
 __global__ void rope_kernel(S *x, size_t ld, int B, int T, int nh, int hs, const float *cs,
-                            float sign) {
+                            const int *pos, float sign) {
   const int half = hs / 2;
   size_t n = (size_t)B * T * nh * half;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -506,7 +516,7 @@ __global__ void rope_kernel(S *x, size_t ld, int B, int T, int nh, int hs, const
     size_t rh = i / half;
     int h = (int)(rh % nh);
     size_t r = rh / nh;
-    const float *c = cs + (r % T) * hs;
+    const float *c = cs + (pos ? (size_t)pos[r] : r % T) * hs;
     S *a = x + r * ld + (size_t)h * hs + d, *b = a + half;
     float x1 = mt_ld(*a), x2 = mt_ld(*b), sn = sign * c[half + d];
     *a = mt_st<S>(x1 * c[d] - x2 * sn);
@@ -516,10 +526,10 @@ __global__ void rope_kernel(S *x, size_t ld, int B, int T, int nh, int hs, const
 
 template <typename S>
 void mt_cuda_rope(void *x, size_t ld, int B, int T, int nh, int hs, const float *cs,
-                  int inverse) {
+                  const int *pos, int inverse) {
   size_t n = (size_t)B * T * nh * (hs / 2);
   if (!n) return;
-  rope_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)x, ld, B, T, nh, hs, cs,
+  rope_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)x, ld, B, T, nh, hs, cs, pos,
                                                               inverse ? -1.0f : 1.0f);
   CUDA_LAUNCH_CHECK();
 }

@@ -88,11 +88,12 @@ static void v_matmul_backward(mt_dtype t, void *dinp, float *dw, float *dbias, c
   if (dw) GEMM(OC, C, N, 1);
 }
 static void v_encoder_vp_forward(mt_dtype t, void *out, const int *inp, const void *wte, int v0,
-                                 int Vl, const void *wpe, int B, int T, int C) {
+                                 int Vl, const void *wpe, const int *pos, int B, int T, int C) {
   ELEM((wpe ? 3.0 : 2.0) * AB * B * T * C);
 }
 static void v_encoder_vp_backward(mt_dtype t, float *dwte, float *dwpe, const void *dout,
-                                  const int *inp, int v0, int Vl, int B, int T, int C) {
+                                  const int *inp, const int *pos, int v0, int Vl, int B, int T,
+                                  int C) {
   ELEM((dwpe ? 5.0 : 3.0) * AB * B * T * C);
 }
 static void v_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
@@ -150,7 +151,7 @@ static void v_rmsnorm_backward(mt_dtype t, void *dinp, float *dw, const void *do
   ELEM(4.0 * AB * N * C);
 }
 static void v_rope(mt_dtype t, void *x, size_t ld, int B, int T, int nh, int hs, const float *cs,
-                   int inverse) {
+                   const int *pos, int inverse) {
   ELEM(2.0 * AB * B * T * nh * hs);
 }
 static void v_residual_forward(mt_dtype t, void *out, const void *a, const void *b, size_t n) {

@@ -1,8 +1,9 @@
 # meshtrain on emulated GPUs, one per rank, in the layouts that move device
 # buffers over every kind of group: dp 2, tp 2 with sequence parallelism,
-# pp 2 (1F1B), cp 2 (ring), ep 2 (a MoE model), dp 2 with ZeRO-3, and the
+# pp 2 (1F1B), cp 2 (ring), ep 2 (a MoE model), dp 2 with ZeRO-3, the
 # tiny Llama with one key/value head at tp 2 with sp (the head on both
-# ranks, its gradients summed over tp on the device). Each:
+# ranks, its gradients summed over tp on the device), and documents at cp 2
+# (ring with learned positions, Ulysses with rotary ones). Each:
 #   - every step's loss within 1e-4 relative of the same layout on the CPU
 #     backend (fp32 both; summation orders differ);
 #   - summary.json's device.groups: every group that carries device traffic
@@ -63,6 +64,12 @@ layout ep2moe 2 ep,dp_cp "${MOE[@]}" --set parallel.dp=2 --set parallel.ep=2 --s
 layout dp2z3 2 dp_cp --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=4
 layout llamatp2sp 2 tp --set model.preset=tiny-llama --set model.n_kv_head=1 --set parallel.tp=2 \
   --set parallel.sp=true --set train.micro_batch=4
+# documents (the corpus's lines): learned positions over the ring, rotary
+# ones over Ulysses
+DOCS=(--set data.documents=true --set data.eot=10 --set train.micro_batch=4)
+layout docs_ring 2 cp,dp_cp "${DOCS[@]}" --set parallel.cp=2
+layout docs_ulysses 2 cp,dp_cp "${DOCS[@]}" --set model.preset=tiny-llama --set parallel.cp=2 \
+  --set parallel.cp_mode=ulysses
 # one visible GPU per rank, each its own (CUDA_VISIBLE_DEVICES = the local rank)
 mt_mpirun 2 bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ \
   "$MT_BIN/meshtrain" "${C[@]}" --set parallel.dp=2 --set train.micro_batch=4 \

@@ -1,0 +1,68 @@
+/* Where each of this rank's tokens sits. Its position (the row of the
+ * learned position embedding, the angle of the rotary one) is its place in
+ * the sequence, the chunks of context parallelism included; with documents
+ * (packed sequences whose documents do not see each other) its place in its
+ * document, and attention learns where each query's document begins.
+ *
+ * A document begins at each end-of-text token (llm.c's shards and
+ * `meshdata tokenize` put it before every document: it plays the part of a
+ * beginning-of-sequence token) and at position 0 of a window. Its tokens
+ * take positions 0, 1, ... from there. What a position predicts is not
+ * changed: the last token of a document still predicts the next one's
+ * end-of-text token. */
+#include "model/model_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void mt_doc_starts(const int *seq, int T, int eot, int *doc) {
+  int first = 0;
+  for (int p = 0; p < T; p++) {
+    if (seq[p] == eot) first = p;
+    doc[p] = first;
+  }
+}
+
+/* the global position of local row i of a sequence (the layout's chunks) */
+static int global_pos(const mt_cp_layout *l, int i) {
+  return l->chunk_pos[i / l->chunk_len] + i % l->chunk_len;
+}
+
+void mt_gpt_positions_init(mt_gpt *m) {
+  const mt_cp_layout *l = &m->attn.lay;
+  const int T = m->T, S = m->shape.seq_len;
+  int *pos = mt_malloc((size_t)m->max_B * T * sizeof(int));
+  for (int b = 0; b < m->max_B; b++)
+    for (int i = 0; i < T; i++) pos[(size_t)b * T + i] = global_pos(l, i);
+  m->ops->upload(m->tok_pos, pos, (size_t)m->max_B * T * sizeof(int));
+  if (m->rope_cs) { /* the angles of every position of a sequence */
+    const int hs = m->shape.n_embd / m->shape.n_head;
+    int *all = mt_malloc((size_t)S * sizeof(int));
+    for (int p = 0; p < S; p++) all[p] = p;
+    float *cs = mt_malloc((size_t)S * hs * sizeof(float));
+    mt_model_rope_table(&m->shape, all, S, cs);
+    m->ops->upload(m->rope_cs, cs, (size_t)S * hs * sizeof(float));
+    free(cs);
+    free(all);
+  }
+  free(pos);
+  mt_attention_set_documents(&m->attn, m->doc_lo, m->doc_lo_seq);
+}
+
+void mt_gpt_stage_documents(mt_gpt *m, const int *doc, int B) {
+  if (!m->documents) return;
+  if (!doc) mt_die("a model with documents got a batch without document starts");
+  const mt_cp_layout *l = &m->attn.lay;
+  const int T = m->T, S = m->shape.seq_len;
+  const size_t n = (size_t)B * T;
+  int *pos = m->pos_host, *lo = pos + (size_t)m->max_B * T;
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < T; i++) {
+      int p = global_pos(l, i), first = doc[(size_t)b * S + p];
+      pos[(size_t)b * T + i] = p - first;
+      lo[(size_t)b * T + i] = first;
+    }
+  m->ops->upload(m->tok_pos, pos, n * sizeof(int));
+  m->ops->upload(m->doc_lo, lo, n * sizeof(int));
+  if (m->doc_lo_seq) m->ops->upload(m->doc_lo_seq, doc, (size_t)B * S * sizeof(int));
+}
