@@ -232,6 +232,9 @@ static const mt_cfg_key g_keys[] = {
     {"data.eot", MT_CFG_INT, F(eot), "50256",
      "the end-of-text token that begins each document (GPT-2's <|endoftext|>: 50256)", 0,
      NOMAX, NULL},
+    {"data.balance", MT_CFG_STRING, F(balance), "none",
+     "the step's windows over the dp ranks: in sample order, or by their FLOPs (documents)", 0,
+     0, "none|flops"},
     /* [output] */
     {"output.dir", MT_CFG_STRING, F(output_dir), "outputs/run",
      "directory for metrics.jsonl, summary.json and config.ini", 0, 0, NULL},
@@ -338,6 +341,8 @@ static const choice c_layout[] = {
 static const choice c_data_format[] = {{"auto", MT_DATA_AUTO}, {"llmc", MT_DATA_LLMC},
                                        {"u16", MT_DATA_U16},   {"u32", MT_DATA_U32},
                                        {"text", MT_DATA_TEXT}, {NULL, 0}};
+static const choice c_balance[] = {{"none", MT_BALANCE_NONE}, {"flops", MT_BALANCE_FLOPS},
+                                   {NULL, 0}};
 static const choice c_ckpt_mode[] = {{"shared", MT_CKPT_MODE_SHARED},
                                      {"per-writer", MT_CKPT_MODE_PER_WRITER},
                                      {"none", MT_CKPT_MODE_NONE},
@@ -363,6 +368,7 @@ static const struct {
     {F(ep_balance), c_ep_balance},  {F(layout), c_layout},
     {F(data_format), c_data_format}, {F(ckpt_mode), c_ckpt_mode},
     {F(ckpt_test_crash), c_ckpt_crash}, {F(moe_router), c_moe_router},
+    {F(balance), c_balance},
 };
 
 #undef F

@@ -223,6 +223,9 @@ typedef enum { MT_LAYOUT_MANUAL = 0, MT_LAYOUT_AUTO = 1 } mt_layout_mode;
 typedef enum {
   MT_DATA_AUTO = 0, MT_DATA_LLMC = 1, MT_DATA_U16 = 2, MT_DATA_U32 = 3, MT_DATA_TEXT = 4
 } mt_data_format;
+/* data.balance: which windows of a step each dp rank trains on (in sample
+ * order, or by their FLOPs with documents: lib/train/balance.c) */
+typedef enum { MT_BALANCE_NONE = 0, MT_BALANCE_FLOPS = 1 } mt_balance;
 /* ckpt.mode: one shared HDF5 file, one file per writer, or no checkpoints */
 typedef enum {
   MT_CKPT_MODE_SHARED = 0, MT_CKPT_MODE_PER_WRITER = 1, MT_CKPT_MODE_NONE = 2
@@ -307,6 +310,7 @@ typedef struct {
    * positions restart at each; a document begins at each data.eot token */
   int documents;
   int eot; /* the end-of-text token id */
+  mt_balance balance;
   /* [output] */
   char output_dir[MT_CFG_STR_MAX];
   int save_params;

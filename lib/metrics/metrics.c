@@ -118,6 +118,7 @@ char *mt_step_record_json(const mt_step_record *r) {
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->data_hash);
     cJSON_AddStringToObject(o, "data_hash", hex);
   }
+  if (r->flop_imbalance > 0) cJSON_AddNumberToObject(o, "flop_imbalance", r->flop_imbalance);
   cJSON_AddNumberToObject(o, "lr", r->lr);
   cJSON_AddNumberToObject(o, "grad_norm", r->grad_norm);
   cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);

@@ -82,6 +82,9 @@ typedef struct {
   /* data.hash_batches: a hash of this step's global batch's windows */
   int has_data_hash;
   uint64_t data_hash;
+  /* data.documents: max over the dp x cp ranks of the step's FLOPs over the
+   * mean (lib/train/balance.c); 0: not measured */
+  double flop_imbalance;
 } mt_step_record;
 
 /* One JSON object (no newline); caller frees with free(). */

@@ -248,6 +248,9 @@ typedef struct {
   int chunk_pos[2];    /* global position of each chunk's first token */
 } mt_cp_layout;
 
+/* The layout of rank `rank` of `size` (the caller checked that T splits:
+ * T % (2 size) == 0 for ring, T % size == 0 for ulysses). */
+void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T);
 /* seq (T tokens of one sequence) -> this rank's local tokens (T_local) */
 void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local);
 

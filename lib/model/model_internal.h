@@ -78,9 +78,6 @@ void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const 
 /* ------------------------------------------------------------------ */
 /* attention (attention.c; context parallelism: attention_cp.c)        */
 
-/* The layout of rank `rank` of `size` (the caller checked that T splits:
- * T % (2 size) == 0 for ring, T % size == 0 for ulysses). */
-void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T);
 
 /* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
 void mt_attention_create(mt_attention *a, mt_group *g, const mt_cp_layout *lay, int max_B, int C,

@@ -132,6 +132,11 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   MT_TRY(e, mt_config_check(cfg, world_size, e));
   MT_TRY(e, check_cp(cfg, &lay->shape, e));
   const mt_model_shape *s = &lay->shape;
+  if (cfg->balance == MT_BALANCE_FLOPS && !cfg->documents) {
+    mt_err_set(e, "data.balance = flops needs data.documents = true: without documents every "
+                  "window costs the same");
+    return -1;
+  }
   if (cfg->documents && cfg->eot >= s->vocab) {
     mt_err_set(e, "data.documents = true: data.eot = %d is not a token of the model's "
                   "vocabulary (model.vocab_size = %d): no document would ever begin",

@@ -108,12 +108,14 @@ static void load_batch(mt_trainer *t, int step) {
   const mt_cp_layout *cpl = &t->step.model.attn.lay;
   const int T = t->lay.shape.seq_len, Tl = cpl->T_local;
   int *seq = mt_calloc(2 * (size_t)T, sizeof(int));
+  const uint64_t s0 = (uint64_t)t->samples_done +
+                      (uint64_t)(step - t->start_step) * cfg->global_batch;
+  if (t->order) mt_balance_step(t, s0, t->order, &t->flop_imbalance);
   for (int mb = 0; mb < t->lay.accum; mb++) {
-    uint64_t g0 = (uint64_t)t->samples_done + (uint64_t)(step - t->start_step) * cfg->global_batch +
-                  (uint64_t)t->mesh.dp_rank * t->lay.per_rank + (uint64_t)mb * cfg->micro_batch;
+    const size_t k0 = (size_t)t->mesh.dp_rank * t->lay.per_rank + (size_t)mb * cfg->micro_batch;
     for (int b = 0; b < cfg->micro_batch; b++) {
       size_t off = ((size_t)mb * cfg->micro_batch + b) * Tl;
-      mt_blend_get(&t->blend, g0 + b, seq, seq + T);
+      mt_blend_get(&t->blend, t->order ? t->order[k0 + b] : s0 + k0 + b, seq, seq + T);
       mt_cp_take_tokens(cpl, seq, t->inp + off);
       mt_cp_take_tokens(cpl, seq + T, t->tgt + off);
       if (t->doc)
@@ -322,6 +324,7 @@ static void fill_record(mt_trainer *t, int step, const step_result *r, ckpt_carr
     rec->has_data_hash = 1;
     rec->data_hash = batch_hash(t, step);
   }
+  rec->flop_imbalance = t->order ? t->flop_imbalance : 0.0;
   rec->lr = r->lr;
   rec->grad_norm = r->norm;
   rec->tokens = t->tokens_per_step;

@@ -186,7 +186,10 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   size_t n = (size_t)(t->lay.accum > 1 ? t->lay.accum : 1) * cfg->micro_batch * t->step.model.T;
   t->inp = mt_calloc(n, sizeof(int));
   t->tgt = mt_calloc(n, sizeof(int));
-  if (cfg->documents) t->doc = mt_calloc(n / t->step.model.T * t->lay.shape.seq_len, sizeof(int));
+  if (cfg->documents) {
+    t->doc = mt_calloc(n / t->step.model.T * t->lay.shape.seq_len, sizeof(int));
+    t->order = mt_calloc((size_t)cfg->global_batch, sizeof(uint64_t));
+  }
   t->rows = mt_calloc((size_t)(t->lay.accum > 1 ? t->lay.accum : 1), sizeof(int));
 }
 
@@ -287,6 +290,7 @@ void mt_train_destroy(mt_trainer *t) {
   free(t->inp);
   free(t->tgt);
   free(t->doc);
+  free(t->order);
   free(t->rows);
   for (int i = 0; t->val_sampler && i < t->sources.n; i++) mt_sampler_free(&t->val_sampler[i]);
   free(t->val_sampler);

@@ -66,6 +66,10 @@ typedef struct {
    * micro_batch, seq_len) over the whole sequences (else NULL) */
   int *inp, *tgt, *rows;
   int *doc;
+  /* documents (balance.c): the step's samples, dp rank d's from order[d x
+   * per_rank], and the step's FLOP imbalance over the dp x cp ranks */
+  uint64_t *order;
+  double flop_imbalance;
   /* the run's position */
   long long start_step, samples_done;
   char resumed_from[2 * MT_CFG_STR_MAX];
@@ -106,6 +110,12 @@ void mt_train_destroy(mt_trainer *t);
  * blend's weights (one source: its loss),
  * split over dp; the same for any layout (eval.c). */
 double mt_train_evaluate(mt_trainer *t);
+
+/* data.documents (balance.c): the samples of the step whose first is s0,
+ * dp rank d's per_rank from order[d x per_rank] (data.balance = flops: by
+ * their FLOPs; else in sample order), and the FLOP imbalance over the dp x
+ * cp ranks they give. The same on every rank (reads all G windows). */
+void mt_balance_step(mt_trainer *t, uint64_t s0, uint64_t *order, double *imbalance);
 
 /* Stop signals only set a flag (installed first thing in setup); the ranks
  * agree on it at a step boundary (the largest value wins), checkpoint and

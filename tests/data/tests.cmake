@@ -7,6 +7,11 @@ mt_script_test(tokenize data tokenize.sh)
 # Sources and blends (issue 38): windows equal across layouts and a resume,
 # validation loss per source
 mt_script_test(blend data blend.sh)
+# data.balance = flops (issue 38): the step's windows over dp by their FLOPs
+mt_script_test(balance data balance.sh)
+mt_script_test(balance_needs_documents badinput ../scripts/expect_fail.sh balance_needs_documents 1
+  "data.balance = flops needs data.documents = true" --set model.preset=tiny
+  --set data.train=@CORPUS@ --set data.balance=flops)
 # Bad sources and blends: one line from rank 0, exit 2 on every rank, nothing written
 set(D --set model.preset=tiny --set parallel.dp=2 --set train.global_batch=8 --set train.micro_batch=2)
 mt_script_test(source_glob_nomatch badinput ../scripts/expect_fail.sh source_glob_nomatch 2
