@@ -71,6 +71,10 @@ typedef struct {
    * biases on the linears; arch 0 (or a checkpoint before 1.4): a GPT-2 of
    * the sizes above (n_kv_head = n_head, ffn = 4 n_embd, tied, biases) */
   int64_t arch, n_kv_head, ffn, tied, bias;
+  /* informative, optional (not in meta_xxh64): the hash of what decides
+   * the training windows (mt_sources_hash), 0 when not recorded; a resume
+   * says when its data differ */
+  int64_t data_hash;
 } mt_ckpt_meta;
 
 /* arch 0 (a meta that leaves the architecture open): the GPT-2 values */

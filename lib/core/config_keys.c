@@ -457,5 +457,6 @@ const char *mt_moe_balance_name(mt_moe_balance v) { return text_of(c_moe_balance
 const char *mt_ep_balance_name(mt_ep_balance v) { return text_of(c_ep_balance, (int)v); }
 const char *mt_layout_mode_name(mt_layout_mode v) { return text_of(c_layout, (int)v); }
 const char *mt_data_format_name(mt_data_format v) { return text_of(c_data_format, (int)v); }
+const char *mt_balance_name(mt_balance v) { return text_of(c_balance, (int)v); }
 const char *mt_ckpt_mode_name(mt_ckpt_mode v) { return text_of(c_ckpt_mode, (int)v); }
 const char *mt_ckpt_crash_name(mt_ckpt_crash v) { return text_of(c_ckpt_crash, (int)v); }

@@ -252,6 +252,7 @@ const char *mt_moe_balance_name(mt_moe_balance v);
 const char *mt_ep_balance_name(mt_ep_balance v);
 const char *mt_layout_mode_name(mt_layout_mode v);
 const char *mt_data_format_name(mt_data_format v);
+const char *mt_balance_name(mt_balance v);
 const char *mt_ckpt_mode_name(mt_ckpt_mode v);
 const char *mt_ckpt_crash_name(mt_ckpt_crash v);
 

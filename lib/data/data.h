@@ -154,6 +154,12 @@ void mt_sources_close(mt_sources *ss);
 int mt_sources_validate(const mt_sources *ss, int vocab, MPI_Comm comm, mt_err *e);
 /* mt_dataset_check over every file (no MPI) */
 int mt_sources_check(const mt_sources *ss, mt_err *e);
+/* What decides the training windows, as a 64-bit hash (never 0): each
+ * source's name and weight, and its training shards' file names (not
+ * their directories: data may move between systems), formats and token
+ * ranges (the held-out part excluded). A checkpoint records it
+ * (data_hash); a resume compares. */
+uint64_t mt_sources_hash(const mt_sources *ss);
 
 /* A weighted blend of sources' training windows. Sample g goes to a source
  * by a deterministic low-discrepancy schedule computed from g alone in

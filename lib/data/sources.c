@@ -412,6 +412,30 @@ int mt_sources_validate(const mt_sources *ss, int vocab, MPI_Comm comm, mt_err *
   return 0;
 }
 
+/* a string into hash h */
+static uint64_t hash_str(uint64_t h, const char *s) {
+  for (; *s; s++) h = mt_splitmix64(h ^ (uint8_t)*s);
+  return mt_splitmix64(h ^ 0xff);
+}
+
+uint64_t mt_sources_hash(const mt_sources *ss) {
+  uint64_t h = mt_splitmix64((uint64_t)ss->n);
+  for (int i = 0; i < ss->n; i++) {
+    const mt_source *s = &ss->src[i];
+    uint64_t w;
+    memcpy(&w, &s->weight, sizeof w);
+    h = mt_splitmix64(hash_str(h, s->name) ^ w);
+    for (int k = 0; k < s->n_train; k++) {
+      const mt_dataset *d = &s->train[k];
+      const char *base = strrchr(d->path, '/');
+      h = hash_str(h, base ? base + 1 : d->path);
+      h = mt_splitmix64(h ^ (uint64_t)d->begin);
+      h = mt_splitmix64(h ^ (uint64_t)d->end ^ ((uint64_t)d->format << 56));
+    }
+  }
+  return h ? h : 1; /* 0 means "not recorded" */
+}
+
 int mt_sources_check(const mt_sources *ss, mt_err *e) {
   for (int i = 0; i < ss->n; i++)
     for (int f = 0; f < ss->src[i].n_files; f++) MT_TRY(e, mt_dataset_check(&ss->src[i].files[f], e));

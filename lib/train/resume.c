@@ -163,6 +163,12 @@ static int load_checkpoint(mt_trainer *t, mt_err *err) {
       if (mt_blend_init(&t->blend, &t->sources, shape->seq_len, (uint64_t)cfg->seed, err) != 0)
         rc = mt_err_pass(err);
     }
+    const int64_t data_now = (int64_t)mt_sources_hash(&t->sources);
+    if (got.data_hash != 0 && got.data_hash != data_now)
+      mt_info0("meshtrain: warning: train.resume: the training data differ from those %s was "
+               "written with (sources, weights, shard names or sizes, held-out part): from "
+               "step %lld on the windows are not those of an uninterrupted run",
+               t->resumed_from, (long long)got.step + 1);
     if (t->start_step > cfg->steps) {
       mt_err_set(err, "train.resume: checkpoint %s is at step %lld, beyond train.steps = %d",
                  t->resumed_from, t->start_step, cfg->steps);

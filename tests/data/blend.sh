@@ -3,7 +3,8 @@
 # 0.7/0.3. The global batch's windows (data.hash_batches: a hash per step)
 # are the same for dp 1, 2 and 4 with different micro-batches; a run stopped
 # at step 3 and resumed under dp 2 reads exactly the windows of the
-# uninterrupted run (steps 4..6, counted and compared); the validation loss
+# uninterrupted run (steps 4..6, counted and compared), and one resumed on
+# other weights says so in one line; the validation loss
 # per source equals each source's own run (a learning rate of 1e-12 leaves
 # the model as initialised), and the overall one is their weighted mean.
 source "$(dirname "$0")/../scripts/common.sh"
@@ -31,6 +32,18 @@ mt_train stop 1 "${base[@]}" --set parallel.dp=1 --set train.micro_batch=4 --set
 mt_train resume 2 "${base[@]}" --set parallel.dp=2 --set train.micro_batch=4 --set train.resume=auto \
   --set output.dir="$WORK/resumed"
 grep -q "resumed from .*step_3" "$WORK/resume.log" || fail "the second run did not resume from step 3"
+! grep -q "training data differ" "$WORK/resume.log" || fail "a resume on the same data said they differ"
+# the same stop resumed on other weights: one warning line (the checkpoint's
+# data_hash differs), and the run goes on
+mt_train stop_w 1 "${base[@]}" --set train.micro_batch=8 --set train.stop_after=3 \
+  --set output.dir="$WORK/reweighted"
+mt_train resume_w 2 "${base[@]}" --set parallel.dp=2 --set train.micro_batch=4 --set train.resume=auto \
+  --set data.blend="0.5 web=$WORK/web, 0.5 code=$WORK/code/part*.bin" --set output.dir="$WORK/reweighted"
+[ "$(grep -c "warning: train.resume: the training data differ from those .*step_3" "$WORK/resume_w.log")" = 1 ] ||
+  { cat "$WORK/resume_w.log"; fail "a resume on other blend weights did not warn once"; }
+"$MT_BIN/meshckpt" inspect "$WORK/reweighted/checkpoints/latest" | grep -q "data hash" ||
+  fail "meshckpt inspect does not show the checkpoint's data hash"
+echo "ok   a resume on other weights warns once; the same data do not"
 
 # each source alone, and the blend, evaluated on the model as initialised
 same=(--set model.preset=tiny --set train.global_batch=8 --set train.micro_batch=8 --set train.lr=1e-12

@@ -442,7 +442,7 @@ static void test_round_trip(void) {
                   "parallel.bucket_mb=0.5",
                   "data.format=u16", "data.val_fraction=0", "output.save_params=true",
                   "data.blend=0.7 web/*.bin, 0.3 code=code/*.bin", "data.hash_batches=true",
-                  "data.documents=true", "data.eot=3",
+                  "data.documents=true", "data.eot=3", "data.balance=flops",
                   "metrics.peak_gflops=989000.5", "train.stop_after=7",
                   "train.resume=auto", "train.micro_batches=16", "train.recompute=true",
                   "parallel.sp=true", "parallel.schedule=interleaved",
@@ -601,6 +601,8 @@ static const struct {
     {"parallel.schedule", "zb-v", MT_SCHED_ZBV},
     {"parallel.layout", "manual", MT_LAYOUT_MANUAL},
     {"parallel.layout", "auto", MT_LAYOUT_AUTO},
+    {"data.balance", "none", MT_BALANCE_NONE},
+    {"data.balance", "flops", MT_BALANCE_FLOPS},
     {"data.format", "auto", MT_DATA_AUTO},
     {"data.format", "llmc", MT_DATA_LLMC},
     {"data.format", "u16", MT_DATA_U16},
@@ -636,6 +638,7 @@ static const char *typed_name(const char *key, int v) {
   if (!strcmp(key, "parallel.schedule")) return mt_pp_sched_name((mt_pp_sched)v);
   if (!strcmp(key, "parallel.layout")) return mt_layout_mode_name((mt_layout_mode)v);
   if (!strcmp(key, "data.format")) return mt_data_format_name((mt_data_format)v);
+  if (!strcmp(key, "data.balance")) return mt_balance_name((mt_balance)v);
   if (!strcmp(key, "ckpt.mode")) return mt_ckpt_mode_name((mt_ckpt_mode)v);
   if (!strcmp(key, "ckpt.test_crash")) return mt_ckpt_crash_name((mt_ckpt_crash)v);
   return NULL;

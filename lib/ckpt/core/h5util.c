@@ -380,6 +380,8 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, cons
     MT_TRY(e, mt_ckpt_put_attr_i64(file, f14[i].name, *f14[i].v, where, e));
   if (copy.moe_router != 0)
     MT_TRY(e, mt_ckpt_put_attr_i64(file, "moe_router", copy.moe_router, where, e));
+  if (copy.data_hash != 0)
+    MT_TRY(e, mt_ckpt_put_attr_i64(file, "data_hash", copy.data_hash, where, e));
   MT_TRY(e, mt_ckpt_put_attr_i64(file, "groups", groups, where, e));
   uint64_t h = mt_ckpt_meta_hash(&copy, version, groups);
   int64_t hv;
@@ -412,6 +414,9 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
   if (mt_ckpt_attr_i64(file, "moe_router", &m->moe_router) == 0 &&
       (m->moe_router < 0 || m->moe_router > 1))
     return -2;
+  /* optional, informative: the training data's hash */
+  m->data_hash = 0;
+  if (mt_ckpt_attr_i64(file, "data_hash", &m->data_hash) != 0) m->data_hash = 0;
   /* 1.3, optional: the layout a conversion wrote for */
   m->target_tp = m->target_pp = 0;
   if (mt_ckpt_attr_i64(file, "target_tp", &m->target_tp) != 0 ||

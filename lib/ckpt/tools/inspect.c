@@ -175,6 +175,9 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
   fprintf(f, "  written by      dp=%lld tp=%lld pp=%lld cp=%lld zero=%lld on %lld ranks\n",
           (long long)m->dp, (long long)m->tp, (long long)m->pp, (long long)m->cp,
           (long long)m->zero, (long long)m->world);
+  if (m->data_hash != 0)
+    fprintf(f, "  data hash       %016llx (the training data's sources, weights and shards)\n",
+            (unsigned long long)m->data_hash);
   if (m->target_tp > 0) {
     char moe[64] = "";
     if (m->target_ep > 0)
