@@ -41,6 +41,11 @@ static void usage(FILE *f) {
           "                        up to 65535 and refuse larger ones\n"
           "                  u32:  raw uint32 tokens, for vocabularies beyond 65536\n"
           "                        (train with data.format = u32)\n"
+          "  lengths SPEC --eot N [--format auto|llmc|u16|u32|text] [--out FILE]\n"
+          "      the histogram of document lengths of a source (a file, a directory, a glob\n"
+          "      or a comma-separated list, as data.train): a document begins at each\n"
+          "      token N and at each file's start. Writes \"length count\" lines (FILE, or\n"
+          "      stdout) after a '#' line of totals; plan.doc_lengths reads it.\n"
           "  info FILE [--format auto|llmc|u16|u32|text]\n"
           "      print the format, token count and smallest/largest token id.\n"
           "      --format    how to read FILE (default auto: llmc when the llm.c magic\n"
@@ -346,6 +351,91 @@ static int cmd_info(int argc, char **argv, mt_err *e) {
   return 0;
 }
 
+/* lengths: the document lengths of a source's files, counted per length */
+static int cmd_lengths(int argc, char **argv, mt_err *e) {
+  args a;
+  if (parse_args("lengths", argc, argv, "|eot|format|out|", &a, e)) return 1;
+  if (a.help) {
+    usage(stdout);
+    return 0;
+  }
+  if (need_positionals("lengths", &a, 1, "SPEC", e)) return 1;
+  uint64_t eot;
+  if (!opt(&a, "eot", NULL) || parse_u64(opt(&a, "eot", NULL), &eot) || eot > UINT32_MAX) {
+    mt_err_set(e, "lengths: --eot N, the end-of-text token id, is required (a non-negative "
+                  "integer)");
+    return 1;
+  }
+  const int format = mt_config_enum_parse("data.format", opt(&a, "format", "auto"));
+  if (format < 0) {
+    mt_err_set(e, "lengths: unknown data format '%s' (expected auto|llmc|u16|u32|text)",
+               opt(&a, "format", "auto"));
+    return 1;
+  }
+  char **paths = NULL;
+  int n = 0;
+  if (mt_source_paths(a.pos[0], &paths, &n, e)) return 1;
+  size_t cap = 1 << 16, docs = 0, tokens = 0;
+  uint64_t *count = mt_calloc(cap, sizeof(uint64_t));
+  int rc = 0;
+  for (int f = 0; f < n && rc == 0; f++) {
+    mt_dataset ds;
+    if (mt_dataset_open(&ds, paths[f], (mt_data_format)format, e)) {
+      rc = 1;
+      break;
+    }
+    size_t nt = mt_dataset_ntokens(&ds), len = 0;
+    for (size_t i = 0; i <= nt; i++) {
+      if (i < nt && (i == 0 || (uint64_t)mt_dataset_token(&ds, i) != eot)) {
+        len++;
+        continue;
+      }
+      if (len > 0) { /* a document ends: before an end-of-text token, or at the end */
+        if (len >= cap) {
+          size_t grown = cap;
+          while (grown <= len) grown *= 2;
+          count = realloc(count, grown * sizeof(uint64_t));
+          if (!count) mt_die("out of memory");
+          memset(count + cap, 0, (grown - cap) * sizeof(uint64_t));
+          cap = grown;
+        }
+        count[len]++, docs++, tokens += len;
+      }
+      len = 1;
+    }
+    mt_dataset_close(&ds);
+  }
+  mt_source_paths_free(paths, n);
+  if (rc == 0 && docs == 0) {
+    mt_err_set(e, "lengths: %s holds no token", a.pos[0]);
+    rc = 1;
+  }
+  const char *out = opt(&a, "out", NULL);
+  FILE *fo = rc == 0 ? (out ? fopen(out, "w") : stdout) : NULL;
+  if (rc == 0 && !fo) {
+    mt_err_set(e, "lengths: cannot write %s", out);
+    rc = 1;
+  }
+  if (fo) {
+    size_t seen = 0, median = 0, p90 = 0, p99 = 0;
+    for (size_t l = 1; l < cap; l++) {
+      seen += count[l];
+      if (!median && 2 * seen >= docs) median = l;
+      if (!p90 && 10 * seen >= 9 * docs) p90 = l;
+      if (!p99 && 100 * seen >= 99 * docs) p99 = l;
+    }
+    fprintf(fo, "# %zu documents, %zu tokens, mean %.1f, median %zu, 90th percentile %zu, 99th "
+                "%zu (meshdata lengths %s --eot %llu)\n",
+            docs, tokens, (double)tokens / (double)docs, median, p90, p99, a.pos[0],
+            (unsigned long long)eot);
+    for (size_t l = 1; l < cap; l++)
+      if (count[l]) fprintf(fo, "%zu %llu\n", l, (unsigned long long)count[l]);
+    if (out) fclose(fo);
+  }
+  free(count);
+  return rc;
+}
+
 /* tokenize: replace this process with python3 running meshdata_tokenize.py
  * (with argv's arguments). The script is looked for beside the executable
  * (installed: bin/../share/meshtrain) and then in the source tree it was
@@ -392,8 +482,10 @@ static int run(int argc, char **argv, mt_err *e) {
   if (strcmp(cmd, "corpus") == 0) return cmd_corpus(argc - 2, argv + 2, e);
   if (strcmp(cmd, "encode") == 0) return cmd_encode(argc - 2, argv + 2, e);
   if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2, e);
+  if (strcmp(cmd, "lengths") == 0) return cmd_lengths(argc - 2, argv + 2, e);
   mt_err_set(e,
-             "unknown command '%s' (expected corpus, encode, info or tokenize; see meshdata --help)",
+             "unknown command '%s' (expected corpus, encode, info, lengths or tokenize; see "
+             "meshdata --help)",
              cmd);
   return 1;
 }

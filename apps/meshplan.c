@@ -117,6 +117,10 @@ static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes,
          "rank", "tp", "pp", "cp", "ep", "dp", "zero", "mb", "schedule", "split", "sp", "rc",
          "mem GiB", "step s", "tokens/s", "MFU", "comp", "tp", "cp", "ep", "bubl", "p2p", "dp",
          "opt");
+  if (s->n > 0 && s->r[0].cost.docs.priced)
+    printf("documents (plan.doc_lengths): attention at %.3f of packed windows' work; in the "
+           "first layout the dp ranks' work %.3f x their mean (as data.balance hands out windows)\n",
+           s->r[0].cost.docs.density, s->r[0].cost.docs.imbalance);
   for (int i = 0; i < s->n && i < top; i++) {
     const mt_search_row *r = &s->r[i];
     const mt_cost *c = &r->cost;
@@ -159,6 +163,10 @@ static void row_json(FILE *f, const mt_search_row *r) {
     fprintf(f, "%s\"%s\": %.17g", k ? ", " : "", mt_mem_cat_name((mt_mem_cat)k), c->mem[k]);
   fprintf(f, "}, \"step_bytes\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}", c->dp_bytes,
           c->tp_bytes, c->pp_bytes);
+  /* documents (plan.doc_lengths): attention's share, the dp ranks' imbalance */
+  if (c->docs.priced)
+    fprintf(f, ", \"doc_density\": %.6g, \"doc_imbalance\": %.6g", c->docs.density,
+            c->docs.imbalance);
   /* per pipeline stage: dp collectives, hidden behind backward and the
    * cool-down, and exposed after the schedule */
   const char *keys[3] = {"dp_stage_s", "dp_stage_hidden_s", "dp_stage_exposed_s"};

@@ -207,6 +207,9 @@ static const mt_cfg_key g_keys[] = {
      NULL},
     {"plan.cp_min_tokens", MT_CFG_INT, F(plan_cp_min_tokens), "4096",
      "the planner uses cp only beyond this many tokens of a sequence a rank", 0, NOMAX, NULL},
+    {"plan.doc_lengths", MT_CFG_STRING, F(plan_doc_lengths), "",
+     "with data.documents: the document lengths' histogram (meshdata lengths) the plan prices",
+     0, 0, NULL},
     /* [data] */
     {"data.train", MT_CFG_STRING, F(data_train), "inputs/data/corpus.txt",
      "training tokens: a file, a directory (its *.bin), a glob, or a comma-separated list",

@@ -346,6 +346,9 @@ typedef struct {
   char plan_hw[MT_CFG_STR_MAX];
   double plan_headroom;
   int plan_cp_min_tokens;
+  /* with data.documents: a histogram of the corpus's document lengths
+   * (meshdata lengths) the plan prices attention and dp balance from */
+  char plan_doc_lengths[MT_CFG_STR_MAX];
   int overlap_dp; /* [parallel] overlap_dp (bool): dp reduction during the last backward */
   /* Mixture-of-Experts: [model] moe_experts (0 = dense), moe_topk, moe_every,
    * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless),

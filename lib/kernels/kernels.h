@@ -62,6 +62,9 @@ typedef struct mt_attn_block {
   size_t q_bs, q_rs, k_bs, k_rs, v_bs, v_rs, o_bs, o_rs, l_bs, l_hs;
   const int *q_lo; /* where each query row's document begins (NULL: 0) */
   size_t lo_bs;    /* q_lo's stride between sequences */
+  /* pricing only (the virtual device, which reads no q_lo): the share of
+   * the causal pairs the documents leave visible; 0: all of them */
+  double density;
 } mt_attn_block;
 
 /* ------------------------------------------------------------------ */

@@ -111,13 +111,15 @@ mt_attn_block mt_attention_block(const mt_attention *at, int B, int rows, int q_
                      .v_bs = (size_t)rows_kv * kv_rs, .v_rs = kv_rs,
                      .o_bs = (size_t)rows * C, .o_rs = C,
                      .l_bs = (size_t)at->NH * rows, .l_hs = (size_t)rows,
-                     .q_lo = at->doc_lo ? at->doc_lo + q_row : NULL, .lo_bs = (size_t)rows};
+                     .q_lo = at->doc_lo ? at->doc_lo + q_row : NULL, .lo_bs = (size_t)rows,
+                     .density = at->density};
   return a;
 }
 
 void mt_attention_set_documents(mt_attention *at, const int *doc_lo, const int *doc_lo_seq) {
   at->doc_lo = doc_lo;
   at->doc_lo_seq = doc_lo_seq;
+  at->density = at->density_seq = 1.0;
 }
 
 static void local_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse, int B) {

@@ -166,7 +166,7 @@ static mt_attn_block heads_block(const mt_attention *at, int B) {
                      .v_bs = (size_t)T * 3 * Ch, .v_rs = 3 * Ch,
                      .o_bs = (size_t)T * Ch, .o_rs = Ch,
                      .l_bs = (size_t)(at->NH / N) * T, .l_hs = (size_t)T,
-                     .q_lo = at->doc_lo_seq, .lo_bs = (size_t)T};
+                     .q_lo = at->doc_lo_seq, .lo_bs = (size_t)T, .density = at->density_seq};
   return a;
 }
 

@@ -292,6 +292,10 @@ typedef struct {
    * of each of this rank's rows begins (max_B, T_local), and under Ulysses
    * of each row of the whole sequence (max_B, T), in backend memory */
   const int *doc_lo, *doc_lo_seq;
+  /* the share of the causal pairs of this rank's rows, and of whole
+   * sequences (Ulysses), that the documents leave visible: what the
+   * virtual device prices (mt_attn_block's density); 1 without */
+  double density, density_seq;
 } mt_attention;
 /* (its life cycle, forward and backward: model_internal.h) */
 

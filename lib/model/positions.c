@@ -56,12 +56,21 @@ void mt_gpt_stage_documents(mt_gpt *m, const int *doc, int B) {
   const int T = m->T, S = m->shape.seq_len;
   const size_t n = (size_t)B * T;
   int *pos = m->pos_host, *lo = pos + (size_t)m->max_B * T;
+  double seen = 0.0, all = 0.0; /* visible and causal pairs of this rank's rows */
   for (int b = 0; b < B; b++)
     for (int i = 0; i < T; i++) {
       int p = global_pos(l, i), first = doc[(size_t)b * S + p];
       pos[(size_t)b * T + i] = p - first;
       lo[(size_t)b * T + i] = first;
+      seen += p - first + 1, all += p + 1;
     }
+  double seen_seq = 0.0, all_seq = 0.0; /* of the whole sequences */
+  for (size_t k = 0; k < (size_t)B * S; k++) {
+    int p = (int)(k % (size_t)S);
+    seen_seq += p - doc[k] + 1, all_seq += p + 1;
+  }
+  m->attn.density = all > 0 ? seen / all : 1.0;
+  m->attn.density_seq = all_seq > 0 ? seen_seq / all_seq : 1.0;
   m->ops->upload(m->tok_pos, pos, n * sizeof(int));
   m->ops->upload(m->doc_lo, lo, n * sizeof(int));
   if (m->doc_lo_seq) m->ops->upload(m->doc_lo_seq, doc, (size_t)B * S * sizeof(int));

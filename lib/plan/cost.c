@@ -400,7 +400,9 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     double tb;
     price_pipeline(&s, &sim, &tb, out);
     price_dp(&s, &sim, tb, out);
-    out->step_s = sim.makespan + out->dp_exposed_s + out->optim_s;
+    /* documents: the slowest dp rank's work sets the schedule */
+    if (mt_plan_docs_price(cfg, &s.lay.shape, &out->docs, e) != 0) rc = mt_err_pass(e);
+    out->step_s = sim.makespan * out->docs.imbalance + out->dp_exposed_s + out->optim_s;
     const mt_model_shape *sh = &s.lay.shape; /* MoE: the weights a token uses, as the run counts */
     double tokens = (double)cfg->global_batch * sh->seq_len;
     out->tokens_per_s = tokens / out->step_s;

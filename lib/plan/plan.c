@@ -46,6 +46,8 @@ void mt_plan_world_destroy(mt_plan_world *w) {
 static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *lay,
                      int world_rank, const mt_price *price, mt_err *e) {
   memset(w, 0, sizeof *w);
+  mt_plan_docs docs; /* with documents, from plan.doc_lengths */
+  MT_TRY(e, mt_plan_docs_price(cfg, &lay->shape, &docs, e));
   MT_TRY(e, count_mesh(&w->mesh, cfg, lay, world_rank, e));
   mt_mem_account *prev = mt_mem_account_use(&w->acct);
   int traced = mt_trace_set(0); /* (a run's timeline holds its own steps only) */
@@ -69,6 +71,8 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   int rc = mt_step_create(&w->step, &o, &g, price ? mt_ops_virtual() : mt_ops_null(), e);
   free(l0l1);
   if (rc == 0) {
+    /* with a histogram of document lengths: attention at their share */
+    w->step.model.attn.density = w->step.model.attn.density_seq = docs.density;
     const mt_moe_balance balance = cfg->moe_balance;
     mt_gpt_set_moe_loss(&w->step.model,
                         balance == MT_MOE_BALANCE_AUX ? (float)cfg->moe_aux_coef : 0.0f,

@@ -228,6 +228,17 @@ void mt_cost_dtypes_text(const mt_cost_dtypes *d, char *buf, size_t len);
  * tenth of the profile's memory when that is less). */
 double mt_cost_headroom(const mt_config *cfg, const mt_cost_profile *p);
 
+/* Documents in the plan (docs.c): from plan.doc_lengths' histogram, the
+ * share of packed attention's work the documents leave (density) and the
+ * dp ranks' mean largest work over their mean under data.balance
+ * (imbalance); both 1 and priced 0 without documents or a histogram.
+ * Returns 0, or -1 with e set (an unreadable or malformed histogram). */
+typedef struct {
+  double density, imbalance;
+  int priced;
+} mt_plan_docs;
+int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out, mt_err *e);
+
 typedef struct {
   int world, fits;
   double step_s;             /* predicted step time, and its parts: */
@@ -248,6 +259,7 @@ typedef struct {
   double mem_bytes, mem[MT_MEM_NCAT];
   double headroom;           /* bytes kept free: fits = mem_bytes + headroom <= the device */
   double dp_bytes, tp_bytes, pp_bytes;
+  mt_plan_docs docs;         /* documents: attention's share, dp imbalance (x the schedule) */
 } mt_cost;
 
 /* The predicted step of cfg's layout on profile p, in dtypes dt (NULL: the

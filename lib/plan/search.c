@@ -136,6 +136,10 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
   neutral.sp = 0;
   mt_model_shape sh;
   MT_TRY(e, mt_model_shape_from_config(&neutral, &sh, e));
+  /* a histogram of document lengths that cannot be read fails the search,
+   * not each layout (which would read as "no valid layout") */
+  mt_plan_docs docs;
+  MT_TRY(e, mt_plan_docs_price(&neutral, &sh, &docs, e));
   mt_cost_dtypes dt;
   if (o->dt) dt = *o->dt;
   else mt_cost_dtypes_default(p, &dt);

@@ -148,7 +148,7 @@ static inline attn_layout attn_layout_of(const attn_pair *p) {
   L.n_out = (size_t)B * Tl * C, L.n_lse = (size_t)B * NH * Tl;
   L.a = (mt_attn_block){B, NH, hs, p->Tq, p->Tk, p->q_pos0, p->k_pos0, p->causal,
                         (size_t)Tl * 3 * C, 3 * C, (size_t)Tkv * krs, krs, (size_t)Tkv * krs, krs,
-                        (size_t)Tl * C, C, (size_t)NH * Tl, (size_t)Tl, NULL, (size_t)p->Tq};
+                        (size_t)Tl * C, C, (size_t)NH * Tl, (size_t)Tl, NULL, (size_t)p->Tq, 0.0};
   L.qo = (size_t)p->qrow * 3 * C, L.oo = (size_t)p->qrow * C, L.lo = (size_t)p->qrow;
   L.ko = (size_t)p->krow * krs + (L.fused ? C : 0), L.vo = L.ko + C;
   return L;

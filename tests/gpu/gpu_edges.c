@@ -220,7 +220,7 @@ static double attn_case(int B, int NH, int hs, int Tq, int Tk, int q_pos0, int k
   const size_t C = (size_t)NH * hs;
   mt_attn_block a = {B, NH, hs, Tq, Tk, q_pos0, k_pos0, causal,
                      (size_t)Tq * C, C, (size_t)Tk * C, C, (size_t)Tk * C, C,
-                     (size_t)Tq * C, C, (size_t)NH * Tq, (size_t)Tq, NULL, 0};
+                     (size_t)Tq * C, C, (size_t)NH * Tq, (size_t)Tq, NULL, 0, 0.0};
   enum { Q, KK, VV, OUT, LSE, DOUT, DQ, DK, DV, NB };
   size_t nq = (size_t)B * Tq * C, nk = (size_t)B * Tk * C, nl = (size_t)B * NH * Tq;
   size_t ns[NB] = {nq, nk, nk, nq, nl, nq, nq, nk, nk};
@@ -278,7 +278,7 @@ static void test_merge(void) {
   const int B = 1, NH = 2, hs = 33, T = 6;
   const size_t C = (size_t)NH * hs, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
   mt_attn_block a = {B, NH, hs, T, T, 0, 0, 1, (size_t)T * C, C, (size_t)T * C, C, (size_t)T * C,
-                     C, (size_t)T * C, C, (size_t)NH * T, (size_t)T, NULL, 0};
+                     C, (size_t)T * C, C, (size_t)NH * T, (size_t)T, NULL, 0, 0.0};
   float *o = rnd(no, -1, 1), *p = rnd(no, -1, 1), *l = rnd(nl, -1, 1), *pl = rnd(nl, -1, 1);
   for (size_t i = 0; i < nl; i += 3) l[i] = -INFINITY;
   for (size_t i = 1; i < nl; i += 4) pl[i] = -INFINITY;

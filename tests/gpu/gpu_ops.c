@@ -545,7 +545,7 @@ static void test_attn_determinism(void) {
   const size_t nl = (size_t)B * NH * T;
   mt_attn_block a = {B, NH, hs, T, T, 0, 0, 1, (size_t)T * 3 * C, 3 * C, (size_t)T * 3 * C,
                      3 * C, (size_t)T * 3 * C, 3 * C, (size_t)T * C, C, (size_t)NH * T,
-                     (size_t)T, NULL, 0};
+                     (size_t)T, NULL, 0, 0.0};
   float *qkv = rnd(nq, -2, 2), *dout = rnd(no, -1, 1);
   float *g[2], *o[2];
   for (int run = 0; run < 2; run++) {

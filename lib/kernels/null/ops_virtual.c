@@ -104,9 +104,11 @@ static void v_attention_backward(float *dqkv, float *datt, const float *dout, co
                                  const float *att, int B, int T, int C, int NH) {
   GEMM(T, T, (double)C / NH, 2.0 * B * NH);
 }
+/* with documents, the visible share of the pairs (a->density) */
 static double attn_fwd_s(const mt_attn_block *a) {
   return mt_price_attn_fwd_s(P, (double)a->B * a->NH, a->q_pos0, a->Tq, a->k_pos0, a->Tk,
-                             a->causal, a->hs);
+                             a->causal, a->hs) *
+         (a->density > 0.0 ? a->density : 1.0);
 }
 static void v_attn_forward(mt_dtype t, const mt_attn_block *a, void *out, float *lse,
                            const void *q, const void *k, const void *v) {

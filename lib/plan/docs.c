@@ -1,0 +1,172 @@
+/* Documents in the plan (data.documents with plan.doc_lengths): what a
+ * corpus's document lengths do to a step, priced from their histogram
+ * (`meshdata lengths` writes one: "length count" lines, '#' comments).
+ *
+ * The windows are simulated: documents drawn from the histogram (a seeded
+ * generator, train.seed) laid end to end, each opened by its end-of-text
+ * token, cut into 8 steps of G windows of T tokens; a window's start also
+ * begins a document (as mt_doc_starts does). A piece of m tokens in a
+ * window has m (m + 1) / 2 visible (query, key) pairs. Two figures:
+ *   density     the windows' visible pairs over those of whole causal
+ *               windows, T (T + 1) / 2 each: the share of packed
+ *               attention's work left (the plan's model prices its block
+ *               attention at that share, as the virtual device prices a
+ *               run's real windows);
+ *   imbalance   per step, the dp ranks' work (linear FLOPs of T tokens
+ *               plus 12 n_layer C per visible pair, a window) handed out
+ *               as data.balance does (in sample order, or longest first
+ *               to the least loaded rank), the largest over the mean,
+ *               averaged over the steps: the slowest rank sets the step.
+ * The simulation depends on (file, T, G, seed) alone, not on the layout:
+ * it is kept for the planner's next layout. */
+#include "plan/plan.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SIM_STEPS = 8 };
+
+/* the last simulation: its key and each window's visible pairs */
+static struct {
+  char path[MT_CFG_STR_MAX];
+  int T, G;
+  uint64_t seed;
+  double *pairs; /* SIM_STEPS x G */
+} g_sim;
+
+/* the histogram: lengths and cumulative counts; -1 with e set */
+static int read_hist(const char *path, long **len, double **cum, int *n, mt_err *e) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    mt_err_set(e, "plan.doc_lengths: %s: cannot open: %s", path, strerror(errno));
+    return -1;
+  }
+  char line[256];
+  int cap = 0, line_no = 0;
+  double total = 0.0;
+  *n = 0, *len = NULL, *cum = NULL;
+  while (fgets(line, sizeof line, f)) {
+    line_no++;
+    char *p = line;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p == '#' || *p == '\n' || *p == '\0') continue;
+    long l;
+    double c;
+    char extra;
+    if (sscanf(p, "%ld %lf %c", &l, &c, &extra) != 2 || l < 1 || !(c >= 0.0)) {
+      mt_err_set(e, "plan.doc_lengths: %s:%d: expected 'length count' (a length >= 1, a count "
+                    ">= 0), got '%.40s'", path, line_no, strtok(p, "\n"));
+      break;
+    }
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 256;
+      *len = realloc(*len, (size_t)cap * sizeof **len);
+      *cum = realloc(*cum, (size_t)cap * sizeof **cum);
+      if (!*len || !*cum) mt_die("out of memory");
+    }
+    total += c;
+    (*len)[*n] = l, (*cum)[(*n)++] = total;
+  }
+  fclose(f);
+  if (!e->failed && !(total > 0.0))
+    mt_err_set(e, "plan.doc_lengths: %s holds no document", path);
+  if (e->failed) {
+    free(*len), free(*cum);
+    return -1;
+  }
+  return 0;
+}
+
+/* the visible pairs of SIM_STEPS x G windows of T tokens */
+static int simulate(const char *path, int T, int G, uint64_t seed, mt_err *e) {
+  if (g_sim.pairs && !strcmp(g_sim.path, path) && g_sim.T == T && g_sim.G == G &&
+      g_sim.seed == seed)
+    return 0;
+  long *len;
+  double *cum;
+  int n;
+  MT_TRY(e, read_hist(path, &len, &cum, &n, e));
+  free(g_sim.pairs);
+  g_sim.pairs = mt_calloc((size_t)SIM_STEPS * G, sizeof(double));
+  uint64_t state = mt_splitmix64(seed ^ 0x646f6373ULL);
+  long left = 0; /* tokens of the current document not yet placed */
+  for (int w = 0; w < SIM_STEPS * G; w++) {
+    double pairs = 0.0;
+    for (long room = T; room > 0;) {
+      if (left == 0) { /* the next document, by its share of the documents */
+        state = mt_splitmix64(state);
+        double u = (double)(state >> 11) * 0x1.0p-53 * cum[n - 1];
+        int lo = 0, hi = n - 1;
+        while (lo < hi) {
+          int mid = (lo + hi) / 2;
+          if (cum[mid] > u) hi = mid;
+          else lo = mid + 1;
+        }
+        left = len[lo];
+      }
+      long m = left < room ? left : room; /* its piece in this window */
+      pairs += 0.5 * (double)m * (double)(m + 1);
+      left -= m, room -= m;
+    }
+    g_sim.pairs[w] = pairs;
+  }
+  snprintf(g_sim.path, sizeof g_sim.path, "%s", path);
+  g_sim.T = T, g_sim.G = G, g_sim.seed = seed;
+  free(len), free(cum);
+  return 0;
+}
+
+typedef struct {
+  double cost;
+  int i;
+} wcost;
+
+static int by_cost(const void *a, const void *b) {
+  const wcost *x = a, *y = b;
+  if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+  return x->i - y->i;
+}
+
+int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out, mt_err *e) {
+  out->density = out->imbalance = 1.0;
+  out->priced = 0;
+  if (!cfg->documents || !cfg->plan_doc_lengths[0]) return 0;
+  const int T = s->seq_len, G = cfg->global_batch, dp = cfg->dp, per = G / dp;
+  MT_TRY(e, simulate(cfg->plan_doc_lengths, T, G, (uint64_t)cfg->seed, e));
+  const double lin = mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer,
+                                                 s->n_embd, 0) * T;
+  const double att = 12.0 * s->n_layer * s->n_embd, whole = 0.5 * (double)T * (T + 1);
+  double seen = 0.0, imb = 0.0;
+  wcost *w = mt_malloc((size_t)G * sizeof *w);
+  double *load = mt_malloc((size_t)dp * sizeof(double));
+  int *fill = mt_malloc((size_t)dp * sizeof(int));
+  for (int st = 0; st < SIM_STEPS; st++) {
+    for (int i = 0; i < G; i++) {
+      double p = g_sim.pairs[(size_t)st * G + i];
+      seen += p;
+      w[i] = (wcost){lin + att * p, i};
+    }
+    memset(load, 0, (size_t)dp * sizeof(double));
+    memset(fill, 0, (size_t)dp * sizeof(int));
+    if (cfg->balance == MT_BALANCE_FLOPS) {
+      qsort(w, (size_t)G, sizeof *w, by_cost);
+      for (int i = 0; i < G; i++) {
+        int best = -1;
+        for (int d = 0; d < dp; d++)
+          if (fill[d] < per && (best < 0 || load[d] < load[best])) best = d;
+        load[best] += w[i].cost, fill[best]++;
+      }
+    } else {
+      for (int i = 0; i < G; i++) load[i / per] += w[i].cost;
+    }
+    double most = 0.0, sum = 0.0;
+    for (int d = 0; d < dp; d++) most = load[d] > most ? load[d] : most, sum += load[d];
+    imb += most / (sum / dp);
+  }
+  free(w), free(load), free(fill);
+  out->density = seen / ((double)SIM_STEPS * G * whole);
+  out->imbalance = imb / SIM_STEPS;
+  out->priced = 1;
+  return 0;
+}

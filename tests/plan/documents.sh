@@ -1,0 +1,93 @@
+# Documents in the plan (issue 38 item 5): `meshdata lengths` writes a
+# corpus's histogram of document lengths (its counts add up to the file's
+# documents and tokens); meshplan with data.documents and plan.doc_lengths
+# prices attention at the documents' share of packed windows and the dp
+# ranks' imbalance as data.balance hands windows out: gpt2-124m at T =
+# 4096 on 8 H100 ranks (dp 8, global batch 32) of a long-tail mix
+# (log-normal lengths, median 403). Checked: documents cost less than packed
+# windows, balanced less than sample order; each prediction within 10% of
+# the virtual device's emulation of the same run, which prices its real
+# windows rank by rank; an unreadable or malformed histogram is refused in
+# one line with exit 2.
+source "$(dirname "$0")/../scripts/common.sh"
+python3 - "$WORK/longtail.bin" <<'PY'
+import array, math, random, sys
+rng, toks = random.Random(11), array.array("H")
+while len(toks) < 3_000_000:
+    n = max(16, min(32768, int(round(math.exp(rng.gauss(6.0, 1.2))))))
+    toks.append(50256)
+    toks.extend(rng.randrange(0, 50256) for _ in range(n - 1))
+open(sys.argv[1], "wb").write(toks.tobytes())
+PY
+"$MT_BIN/meshdata" lengths "$WORK/longtail.bin" --eot 50256 --format u16 --out "$WORK/hist.txt" ||
+  fail "meshdata lengths"
+python3 - "$WORK" <<'PY'
+import os, sys
+w = sys.argv[1]
+lines = open(f"{w}/hist.txt").read().splitlines()
+head, rows = lines[0], [tuple(map(int, l.split())) for l in lines[1:]]
+tokens = os.path.getsize(f"{w}/longtail.bin") // 2
+docs = sum(c for _, c in rows)
+assert head.startswith(f"# {docs} documents, {tokens} tokens"), head
+assert sum(l * c for l, c in rows) == tokens, "the lengths do not add up to the file's tokens"
+print(f"ok   meshdata lengths: {docs} documents, {tokens} tokens, {len(rows)} lengths")
+PY
+M=(--set model.preset=gpt2-124m --set model.seq_len=4096 --set parallel.dp=8
+   --set train.global_batch=32 --set train.micro_batch=1 --set parallel.zero=0
+   --set data.eot=50256 --set data.train="$WORK/longtail.bin" --set data.format=u16
+   --set train.eval_every=0 --set ckpt.mode=none --set train.steps=3)
+D=(--set data.documents=true --set plan.doc_lengths="$WORK/hist.txt")
+plan() { # NAME ARGS...: meshplan --only's JSON line
+  "$MT_BIN/meshplan" "${M[@]}" "${@:2}" --hw h100-sxm --only > "$WORK/plan_$1.json" ||
+    fail "meshplan $1"
+}
+emulate() { # NAME ARGS...: 8 virtual ranks
+  mt_train "$1" 8 "${M[@]}" "${@:2}" --set train.device=virtual --set train.virtual_hw=h100-sxm \
+    --set output.dir="$WORK/$1"
+}
+plan packed
+plan order "${D[@]}"
+plan flops "${D[@]}" --set data.balance=flops
+emulate packed
+emulate order "${D[@]}"
+emulate flops "${D[@]}" --set data.balance=flops
+python3 - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+plan = {k: json.load(open(f"{w}/plan_{k}.json")) for k in ("packed", "order", "flops")}
+run = {}
+for k in plan:
+    steps = [json.loads(l)["step_s"] for l in open(f"{w}/{k}/metrics.jsonl")]
+    run[k] = sum(steps) / len(steps)
+for k in plan:
+    p, r = plan[k]["step_s"], run[k]
+    err = abs(p - r) / r
+    print(f"     {k:6s}: planned {p:.5f} s, emulated {r:.5f} s ({100 * err:.1f}%)"
+          + (f"; density {plan[k]['doc_density']:.3f}, imbalance {plan[k]['doc_imbalance']:.3f}"
+             if "doc_density" in plan[k] else ""))
+    if not err <= 0.10:
+        sys.exit(f"FAIL: {k}: the plan's step {p} is not within 10% of the emulation's {r}")
+if not (plan["order"]["step_s"] < plan["packed"]["step_s"] and
+        plan["flops"]["step_s"] < plan["order"]["step_s"]):
+    sys.exit("FAIL: the plan does not price documents below packed and balanced below order")
+if not 0 < plan["order"]["doc_density"] < 1 or not (
+        plan["flops"]["doc_imbalance"] < plan["order"]["doc_imbalance"]):
+    sys.exit("FAIL: density or imbalance out of order")
+if not (run["order"] < run["packed"] and run["flops"] < run["order"]):
+    sys.exit(f"FAIL: the emulation's steps are not in order: {run}")
+print("ok   documents priced below packed windows, balanced below sample order; plan within 10% "
+      "of the emulation")
+PY
+# bad histograms: one line, exit 2
+for bad in missing malformed; do
+  [ $bad = malformed ] && printf '100 4\n20 x\n' > "$WORK/$bad.txt"
+  set +e
+  "$MT_BIN/meshplan" "${M[@]}" --set data.documents=true --set plan.doc_lengths="$WORK/$bad.txt" \
+    --hw h100-sxm --only > /dev/null 2> "$WORK/$bad.err"
+  rc=$?
+  set -e
+  [ $rc = 2 ] && [ "$(wc -l < "$WORK/$bad.err")" = 1 ] && grep -q "plan.doc_lengths: .*$bad.txt" \
+    "$WORK/$bad.err" || { cat "$WORK/$bad.err"; fail "$bad histogram: rc $rc"; }
+done
+echo "ok   a missing and a malformed histogram: one line, exit 2"
+echo PASS
