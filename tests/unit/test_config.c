@@ -443,6 +443,7 @@ static void test_round_trip(void) {
                   "data.format=u16", "data.val_fraction=0", "output.save_params=true",
                   "data.blend=0.7 web/*.bin, 0.3 code=code/*.bin", "data.hash_batches=true",
                   "data.documents=true", "data.eot=3", "data.balance=flops",
+                  "plan.doc_lengths=lengths.txt",
                   "metrics.peak_gflops=989000.5", "train.stop_after=7",
                   "train.resume=auto", "train.micro_batches=16", "train.recompute=true",
                   "parallel.sp=true", "parallel.schedule=interleaved",
