@@ -341,6 +341,8 @@ typedef struct {
   char plan_hw[MT_CFG_STR_MAX];
   double plan_headroom;
   int plan_cp_min_tokens;
+  /* [plan] across_nodes (bool): tp and ep groups may span nodes (off: inside one node) */
+  int plan_across_nodes;
   int overlap_dp; /* [parallel] overlap_dp (bool): dp reduction during the last backward */
   /* Mixture-of-Experts: [model] moe_experts (0 = dense), moe_topk, moe_every,
    * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless),
