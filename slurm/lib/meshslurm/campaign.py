@@ -231,7 +231,7 @@ def cmd_campaign(a):
         key = (p["ranks"], tuple(x for x in p["_train_sets"] if not x.startswith("output.dir=")))
         if not a.no_check and key not in checked:
             checker.train(plan["config"], p["_train_sets"], p["_res"], p["layout"], "point %s" % p["id"],
-                          system, "point %s" % p["id"])
+                          system)
             checked[key] = p["layout"].get("planned")
         if key in checked and p["layout"].get("planner"):
             p["layout"]["planned"] = checked[key]

@@ -64,7 +64,7 @@ class Checker:
 
     # ---- train jobs
 
-    def train(self, config, sets, res, lay, what, system=None, job="the job"):
+    def train(self, config, sets, res, lay, what, system=None, job=None):
         """meshtrain --check for res["ranks"] ranks (a planned layout: its
         choice goes into lay["planned"]), the memory of its layout on the
         system's GPUs, then the data files"""
@@ -138,11 +138,11 @@ class Checker:
         if r.returncode != EXIT_BADINPUT or not m or not isinstance(row, dict):
             self.refuse(r, "meshplan", what)
         gib = 1024.0 ** 3
-        raise BadInput("%s: %s: layout %s needs %.1f GiB per GPU (and %.1f GiB of headroom, "
+        raise BadInput("%s: layout %s needs %.1f GiB per GPU (and %.1f GiB of headroom, "
                        "plan.headroom), more than the %g GiB of a %s GPU (meshplan --only --hw %s; "
                        "less: more tp or pp, parallel.zero, train.recompute=true, a smaller "
                        "train.micro_batch, more nodes, or --set parallel.layout=auto)"
-                       % (what, job, layout_name(lay), row["mem_bytes"] / gib,
+                       % (what + (": " + job if job else ""), layout_name(lay), row["mem_bytes"] / gib,
                           row["headroom_bytes"] / gib, float(m.group(1)), system.name, system.hw))
 
     def defaults(self, exe, what):
