@@ -10,7 +10,8 @@
  * the cost model (lib/plan/cost.c: memory and bytes from meshtrain --plan's
  * count of the real code, times from the profile) and prints them ranked; the sweep file runs
  * as is with `slurm/meshslurm.py campaign`. No MPI. Exit 2 with one line on
- * bad input (including a model that fits no layout). */
+ * bad input (including a model that fits no layout, and --only's layout
+ * when it does not fit: its figures still go to stdout). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,8 @@ static void usage(FILE *f) {
           "compute + tp + pipeline bubble and messages + exposed dp + optimizer. PROFILE is\n"
           "inputs/hw/<name>.ini or a path, with a [cost] section (calibrate writes one\n"
           "from meshbench gemm, allreduce and stream JSON lines). --only prices the\n"
-          "configured layout alone (its mesh as set, no --nodes). Layouts are priced in\n"
+          "configured layout alone (its mesh as set, no --nodes) as a JSON line, and exits\n"
+          "2 with one line saying it does not fit where it does not. Layouts are priced in\n"
           "the order of a lower bound until the top K (at least 10) are certain; --all\n"
           "(and --json) prices every layout that may fit. Memory counts the run's dtypes\n"
           "plus plan.headroom; --dtype overrides a category's bytes per element (weights,\n"
@@ -304,6 +306,14 @@ int main(int argc, char **argv) {
       r.schedule = cfg.pp_schedule;
       row_json(stdout, &r);
       fputc('\n', stdout);
+      if (!r.cost.fits) { /* the figures stay on stdout; the verdict is the exit code */
+        const double GiB = 1073741824.0;
+        mt_err_set(&e, "the configured layout (tp=%d, pp=%d, cp=%d, dp=%d) does not fit: it needs "
+                       "%.2f GiB per device and %.2f GiB of headroom (plan.headroom), more than the "
+                       "%.2f GiB of a device of %s",
+                   r.tp, r.pp, r.cp, r.dp, r.cost.mem_bytes / GiB, r.cost.headroom / GiB,
+                   p.mem_bytes / GiB, p.name);
+      }
     }
   } else if (!e.failed) {
     /* ranked exactly: the top K (at least 10) unless every layout is asked for */

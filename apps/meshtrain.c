@@ -58,7 +58,7 @@ static int plan_auto(mt_config *cfg, int world, int print, mt_err *e) {
     mt_search_layout_text(&best, text, sizeof text);
     printf("%s: parallel.layout = auto on %d ranks (%s; the fastest of %d priced): %s, predicted %.4g s a "
            "step, %.1f%% MFU\n",
-           PROG, world, cfg->plan_hw[0] ? cfg->plan_hw : cfg->hw_profile, n, text,
+           PROG, world, mt_plan_auto_hw(cfg), n, text,
            best.cost.step_s, 100 * best.cost.mfu);
     if (n > 1) {
       mt_search_layout_text(&second, text, sizeof text);

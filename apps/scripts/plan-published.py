@@ -211,7 +211,8 @@ def main():
         for lay in layout_options(r):
             sets = dict(base_sets(r), **lay)
             p = meshplan(binary, r, sets, ["--only"])
-            if p.returncode:
+            # exit 2 with the figures on stdout: priced, but over meshtrain's own memory
+            if p.returncode and not (p.returncode == 2 and p.stdout.lstrip().startswith("{")):
                 continue
             d = json.loads(p.stdout)
             if best is None or d["step_s"] < best[1]["step_s"]:

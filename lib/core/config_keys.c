@@ -205,6 +205,8 @@ static const mt_cfg_key g_keys[] = {
     {"plan.headroom", MT_CFG_DOUBLE, F(plan_headroom), "-1",
      "GiB a device keeps free in the plan (-1: 3, or a tenth of the device if less)", -1, NOMAX,
      NULL},
+    {"plan.across_nodes", MT_CFG_BOOL, F(plan_across_nodes), "false",
+     "the planner may put a tp or ep group across nodes (false: inside one node)", 0, 1, NULL},
     {"plan.cp_min_tokens", MT_CFG_INT, F(plan_cp_min_tokens), "4096",
      "the planner uses cp only beyond this many tokens of a sequence a rank", 0, NOMAX, NULL},
     {"plan.doc_lengths", MT_CFG_STRING, F(plan_doc_lengths), "",

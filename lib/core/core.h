@@ -349,6 +349,8 @@ typedef struct {
   /* with data.documents: a histogram of the corpus's document lengths
    * (meshdata lengths) the plan prices attention and dp balance from */
   char plan_doc_lengths[MT_CFG_STR_MAX];
+  /* [plan] across_nodes (bool): tp and ep groups may span nodes (off: inside one node) */
+  int plan_across_nodes;
   int overlap_dp; /* [parallel] overlap_dp (bool): dp reduction during the last backward */
   /* Mixture-of-Experts: [model] moe_experts (0 = dense), moe_topk, moe_every,
    * moe_ffn (0 = 4 x n_embd), moe_shared, moe_capacity (0 = dropless),

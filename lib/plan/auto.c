@@ -7,9 +7,17 @@
 
 #include <string.h>
 
+/* plan.hw, else on the virtual device the profile it emulates
+ * (train.virtual_hw: the run's own prices and memory), else metrics.hw */
+const char *mt_plan_auto_hw(const mt_config *cfg) {
+  if (cfg->plan_hw[0]) return cfg->plan_hw;
+  if (cfg->device == MT_DEVICE_VIRTUAL && cfg->virtual_hw[0]) return cfg->virtual_hw;
+  return cfg->hw_profile;
+}
+
 int mt_plan_auto(mt_config *cfg, int world, mt_search_row *best, mt_search_row *second,
                  int *n_ranked, mt_err *e) {
-  const char *hw = cfg->plan_hw[0] ? cfg->plan_hw : cfg->hw_profile;
+  const char *hw = mt_plan_auto_hw(cfg);
   mt_cost_profile p;
   mt_err le = {0};
   if (mt_cost_profile_load(&p, hw, &le) != 0) {

@@ -336,7 +336,8 @@ typedef struct {
  * last stages balanced against the embedding and the LM head
  * (parallel.pp_first_layers / pp_last_layers); cp (ring) only when a rank
  * would otherwise hold more than plan.cp_min_tokens tokens of a sequence
- * and keeps at least 1024; ep a power of two dividing the experts; dp the
+ * and keeps at least 1024; ep a power of two dividing the experts, inside a
+ * node (tp and ep across nodes only with plan.across_nodes); dp the
  * rest; ZeRO 0-3 (2 and 3 with one stage); micro-batches of powers of two;
  * the schedules 1F1B, interleaved (2, 4 chunks) and ZB-H1; recompute off
  * and on; sp with tp. A layout the run would refuse, or whose memory in the
@@ -355,8 +356,11 @@ void mt_search_layout_text(const mt_search_row *r, char *buf, size_t len);
  * split, recompute, sp, ep) */
 void mt_search_row_apply(const mt_search_row *r, mt_config *cfg);
 
+/* the profile parallel.layout = auto plans on: plan.hw, else on the virtual
+ * device train.virtual_hw (the hardware it emulates), else metrics.hw */
+const char *mt_plan_auto_hw(const mt_config *cfg);
 /* parallel.layout = auto: the fastest layout of cfg's model and batch on
- * `world` ranks of the profile plan.hw (else metrics.hw), written into cfg;
+ * `world` ranks of the profile mt_plan_auto_hw names, written into cfg;
  * best and (if any) second receive the two fastest rows. Pure: every rank
  * gets the same answer. Returns 0, or -1 with one line in e naming what to
  * change (no cost profile, no layout that fits). */

@@ -151,7 +151,10 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
   for (int d = 1; d <= world; d++)
     if (world % d == 0) div[n_div++] = d;
   cand_list cl = {0};
-  for (int tp = 1; tp <= dpn && tp <= world; tp *= 2) {
+  /* tp and ep groups inside a node (their collectives run in every layer),
+   * unless plan.across_nodes asks for them across */
+  const int group_max = base->plan_across_nodes ? world : dpn;
+  for (int tp = 1; tp <= group_max && tp <= world; tp *= 2) {
     if (world % tp || sh.n_head % tp || sh.n_embd % tp) continue;
     for (int ip = 0; ip < n_div; ip++) {
       const int pp = div[ip];
@@ -168,6 +171,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
         const int per_rank = base->global_batch / dp;
         for (int ep = 1; ep <= (moe ? sh.moe_experts : 1); ep *= 2) {
           if (moe && (sh.moe_experts % ep || (tp * cp * dp) % ep)) continue;
+          if (ep > group_max || group_max % ep) continue; /* ep ranks are neighbours (etp = 1) */
           for (int mb = 1; mb <= per_rank && mb <= 64; mb *= 2) {
             if (per_rank % mb) continue;
             const int m = per_rank / mb;

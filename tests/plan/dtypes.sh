@@ -49,6 +49,7 @@ PY
 # plan.headroom: the same layout fits with none and not with more than the device
 "$MT_BIN/meshplan" "${common[@]}" --set parallel.dp=2 --set parallel.zero=1 --hw "$prof" --only \
   --set plan.headroom=0 | grep -q '"fits": 1' || fail "does not fit without headroom"
-"$MT_BIN/meshplan" "${common[@]}" --set parallel.dp=2 --set parallel.zero=1 --hw "$prof" --only \
-  --set plan.headroom=0.25 | grep -q '"fits": 0' || fail "fits with all of the device as headroom"
+# (--only exits 2 on a layout that does not fit: its figures still on stdout)
+{ "$MT_BIN/meshplan" "${common[@]}" --set parallel.dp=2 --set parallel.zero=1 --hw "$prof" --only \
+  --set plan.headroom=0.25 || [ $? = 2 ]; } | grep -q '"fits": 0' || fail "fits with all of the device as headroom"
 echo PASS

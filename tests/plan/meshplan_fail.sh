@@ -2,6 +2,7 @@
 # error line matching REGEX and exit 2 (no hang).
 #   profile-missing-key: a cost profile without inter_us
 #   no-fit: gpt2-124m on 1 node of a profile with too little memory
+#   only-no-fit: --only of gpt2-124m on one device of that profile
 #   bad-dtype: --dtype with a size no dtype has
 #   bad-collectives: a profile's collectives = neither hierarchical nor flat
 MT_SUFFIX=$1; REGEX=$2; CASE=$3
@@ -12,6 +13,8 @@ case $CASE in
     args=(--set model.preset=tiny --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
   no-fit) cp "$MT_SRC/tests/plan/cost-test.ini" "$prof"
     args=(--set model.preset=gpt2-124m --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
+  only-no-fit) args=(--set model.preset=gpt2-124m --set train.global_batch=16
+                     --hw "$MT_SRC/tests/plan/cost-test.ini" --only) ;;
   bad-dtype) args=(--set model.preset=tiny --hw "$MT_SRC/tests/plan/cost-test.ini" --nodes 1
                   --dtype weights=3) ;;
   bad-collectives) { cat "$MT_SRC/tests/plan/cost-test.ini"; echo "collectives = tree"; } > "$prof"

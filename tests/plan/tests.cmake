@@ -30,6 +30,12 @@ mt_script_test(auto_no_fit badinput ../scripts/expect_fail.sh auto_no_fit 2
   "parallel.layout = auto on 2 ranks: gpt2-124m does not fit on 2 ranks of cost-test.*GiB short \\(launch more ranks" ${AUTO} --set model.preset=gpt2-124m --set plan.hw=tests/plan/cost-test.ini)
 mt_script_test(auto_no_cost badinput ../scripts/expect_fail.sh auto_no_cost 2
   "parallel.layout = auto needs a cost profile \\(a \\[cost\\] section\\).*key 'devices_per_node' missing.*set plan.hw" ${AUTO} --set plan.hw=a100-sxm)
+# the profile auto plans on (the virtual device: train.virtual_hw); tp and ep
+# groups inside a node unless plan.across_nodes
+mt_script_test(auto_virtual_hw plan auto_hw.sh virtual)
+mt_script_test(search_node plan auto_hw.sh node)
+# meshplan --only on a layout that does not fit: one line, exit 2
+mt_script_test(only_no_fit badinput meshplan_fail.sh only_no_fit "the configured layout \\(tp=1, pp=1, cp=1, dp=1\\) does not fit: it needs .* GiB per device" only-no-fit)
 # memory in the run's dtypes (bf16 profile) against the fp32 plan, --dtype, plan.headroom
 mt_script_test(dtypes plan dtypes.sh)
 mt_script_test(bad_dtype badinput meshplan_fail.sh bad_dtype "--dtype 'weights=3': expected CATEGORY=BYTES" bad-dtype)

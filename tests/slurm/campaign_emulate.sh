@@ -15,7 +15,7 @@ name = $1
 system = local
 job = $2
 ranks = 2, 4
-layouts = auto; tp=2
+layouts = dp-only; tp=2
 steps = 4
 
 [set]

@@ -52,8 +52,14 @@ refused "batch" render train --system local --nodes 2 --bin "$MT_BIN" --stdout "
 grep -q "train.global_batch = 6 is not divisible by train.micro_batch x parallel.dp = 2 x 4 = 8" "$WORK/err" ||
   fail "batch: '$(cat "$WORK/err")'"
 # the hint names what fixes it for these 4 ranks, and each fix is accepted
-grep -q "(4 ranks here; any of: --set train.global_batch=8, --layout dp=1,tp=4, --nodes 1 --ranks 1)$" "$WORK/err" ||
+# (not tp=4: the local nodes hold 2 tasks, and tp stays inside a node)
+grep -q "(4 ranks here; any of: --set train.global_batch=8, --nodes 1 --ranks 1)$" "$WORK/err" ||
   fail "batch hint: '$(cat "$WORK/err")'"
+# on nodes of 4 tasks the same 4 ranks take tp=4 inside one node: offered
+refused "batch, nodes of 4" render train --system local --nodes 1 --tasks-per-node 4 --bin "$MT_BIN" --stdout \
+  "${TINY[@]}" --set train.global_batch=6
+grep -q "(4 ranks here; any of: --set train.global_batch=8, --layout dp=1,tp=4, --nodes 1 --ranks 1)$" "$WORK/err" ||
+  fail "batch hint, nodes of 4: '$(cat "$WORK/err")'"
 refused "batch 16, micro 8" render train --system local --nodes 2 --bin "$MT_BIN" --stdout "${TINY[@]}" \
   --set train.global_batch=16 --set train.micro_batch=8
 hint=$(sed -n 's/.*(4 ranks here; any of: \(.*\))$/\1/p' "$WORK/err")
@@ -64,7 +70,7 @@ for fix in "--set train.micro_batch=4" "--set train.global_batch=32" "--layout d
   $GEN render train --system local --nodes 2 --bin "$MT_BIN" --stdout "${TINY[@]}" --set train.global_batch=16 \
     --set train.micro_batch=8 $fix > /dev/null 2> "$WORK/e" || fail "the hint's '$fix' is refused: $(cat "$WORK/e")"
 done
-for fix in "--layout dp=1,tp=4" "--nodes 1 --ranks 1"; do
+for fix in "--nodes 1 --ranks 1"; do
   # shellcheck disable=SC2086
   $GEN render train --system local --nodes 2 --bin "$MT_BIN" --stdout "${TINY[@]}" --set train.global_batch=6 \
     $fix > /dev/null 2> "$WORK/e" || fail "the hint's '$fix' is refused: $(cat "$WORK/e")"

@@ -42,6 +42,9 @@ mt_slurm_test(campaign_emulate slurm campaign_emulate.sh)
 mt_slurm_test(render_leonardo slurm render_leonardo.sh)
 # configurations checked at submit time (meshtrain --check), no Slurm needed
 mt_slurm_test(submit_check slurm submit_check.sh)
+# every train job's layout priced against the system's GPU memory when it is
+# written; dp-only and the planner's auto, the planned layout recorded
+mt_slurm_test(layouts_memory slurm layouts_memory.sh)
 
 # a 2-point campaign end to end, report job included
 mt_slurm_test(campaign slurm campaign.sh)

@@ -472,7 +472,7 @@ static void test_round_trip(void) {
                   "ckpt.io_hints=striping_factor=4,cb_nodes=2",
                   "parallel.pp_first_layers=3", "parallel.pp_last_layers=2",
                   "parallel.layout=auto", "plan.hw=h200", "plan.headroom=2.5",
-                  "plan.cp_min_tokens=8192"};
+                  "plan.cp_min_tokens=8192", "plan.across_nodes=true"};
   int n = (int)(sizeof over / sizeof over[0]);
   /* preset was "gpt2-124m" on the way: a shorter final value must not leave
    * bytes of it behind, or memcmp would fail */

@@ -8,8 +8,8 @@ import shutil
 import subprocess
 import sys
 
-from .common import (EXIT_RUNTIME, SRC, BadInput, absdir, layout_name, parse_assignment,
-                     parse_int_list, parse_layout, q, write_executable)
+from .common import (DP_ONLY, EXIT_RUNTIME, SRC, BadInput, absdir, job_layout, layout_name,
+                     parse_assignment, parse_int_list, parse_layout, q, write_executable)
 from .checks import Checker
 from .emulate import emulate
 from .render import data_values, say_data, train_sets, warn_if_home, write_run_dir
@@ -60,7 +60,8 @@ def plan_campaign(path, out, account_arg=None, profile_set=(), extra_sets=()):
     tpn = int(c["tasks_per_node"]) if c.get("tasks_per_node") else None
     sizes = parse_int_list(c.get("nodes") or c.get("ranks"), "%s: %s" % (path, "nodes" if "nodes" in c else "ranks"))
     repeats = parse_int_list(c.get("repeats", "1"), path + ": repeats")[0]
-    layouts = [s.strip() for s in c.get("layouts", "auto").split(";") if s.strip()] or ["auto"]
+    given = c.get("layouts")
+    layouts = [s.strip() for s in (given or DP_ONLY).split(";") if s.strip()] or [DP_ONLY]
     submit = c.get("submit", "chain")
     if submit not in ("chain", "parallel"):
         raise BadInput("%s: submit = %s (chain: one point after another; parallel)" % (path, submit))
@@ -95,7 +96,11 @@ def plan_campaign(path, out, account_arg=None, profile_set=(), extra_sets=()):
     ranks0 = min(r["ranks"] for r in res_list)
     for res in res_list:
         for lay_text in layouts:
-            lay = parse_layout(lay_text, res["ranks"], "layouts entry")
+            if job == "train":
+                lay = job_layout(lay_text if given else None, res["ranks"], base_sets,
+                                 "%s: layouts entry" % path)
+            else:
+                lay = parse_layout(lay_text, res["ranks"], "%s: layouts entry" % path)
             for rep in range(repeats):
                 pid = "n%d-r%d-%s-rep%d" % (res["nodes"], res["ranks"], layout_name(lay), rep)
                 run_dir = os.path.join(out, "points", pid)
@@ -217,7 +222,7 @@ def cmd_campaign(a):
     checker = Checker(bin_dir, workdir)
     # every point's meshtrain configuration and data, checked before anything
     # is written (points that differ only in their run directory are checked once)
-    checked = set()
+    checked = {}  # configuration -> the layout its check planned (parallel.layout = auto)
     for p in plan["points"]:
         if plan["job"] != "train":
             continue
@@ -225,18 +230,25 @@ def cmd_campaign(a):
         p["_train_sets"] = train_sets(p["_run_dir"], p["layout"], system, p["_sets"], p["_data"])
         key = (p["ranks"], tuple(x for x in p["_train_sets"] if not x.startswith("output.dir=")))
         if not a.no_check and key not in checked:
-            checker.train(plan["config"], p["_train_sets"], p["_res"], p["layout"], "point %s" % p["id"])
-            checked.add(key)
+            checker.train(plan["config"], p["_train_sets"], p["_res"], p["layout"], "point %s" % p["id"],
+                          system)
+            checked[key] = p["layout"].get("planned")
+        if key in checked and p["layout"].get("planner"):
+            p["layout"]["planned"] = checked[key]
+        p["layout_name"] = layout_name(p["layout"])  # the planned layout, where one was
     print("campaign %s: %s scaling, system %s, %d points, submit %s, into %s"
           % (plan["name"], plan["scaling"], system.name, len(plan["points"]), plan["submit"], plan["out"]))
     if checked:
         print("meshtrain --check: %d distinct configurations OK (and their data files)" % len(checked))
     if plan["job"] == "train" and plan["points"]:
         say_data(system, plan["points"][0]["_data"])
-    print("  %-28s %5s %5s %-18s %-16s %s" % ("point", "nodes", "ranks", "layout", "qos", "global_batch"))
+    print("  %-28s %5s %5s %-16s %-12s %s" % ("point", "nodes", "ranks", "qos", "global_batch", "layout"))
     for p in plan["points"]:
-        print("  %-28s %5d %5d %-18s %-16s %s" % (p["id"], p["nodes"], p["ranks"], p["layout_name"],
-                                                 p["qos"] or "-", p["global_batch"] or "-"))
+        print("  %-28s %5d %5d %-16s %-12s %s" % (p["id"], p["nodes"], p["ranks"], p["qos"] or "-",
+                                                 p["global_batch"] or "-", p["layout_name"]))
+    if any(p["layout"].get("planner") for p in plan["points"]):
+        print("layout auto:...: parallel.layout = auto, the layout meshtrain --check planned for the "
+              "point's ranks (the job plans again at start, from the same inputs)")
     print(qos_summary(plan))
     if a.dry_run:
         print("dry run: nothing written. Would submit:")

@@ -13,13 +13,15 @@ start is refused now and not after the queue wait:
 Refusals are one line: the tool's own message, then a hint that names the
 option of this command that fixes it where there is one."""
 import configparser
+import json
 import math
 import os
 import re
 import shlex
 import subprocess
 
-from .common import EXIT_BADINPUT, BadInput, Failure, parse_assignment
+from .common import (EXIT_BADINPUT, BadInput, Failure, layout_name, parse_assignment,
+                     parse_layout)
 
 NO_CHECK = "--no-check skips the checks"
 
@@ -62,8 +64,10 @@ class Checker:
 
     # ---- train jobs
 
-    def train(self, config, sets, res, lay, what):
-        """meshtrain --check for res["ranks"] ranks, then the data files"""
+    def train(self, config, sets, res, lay, what, system=None, job=None):
+        """meshtrain --check for res["ranks"] ranks (a planned layout: its
+        choice goes into lay["planned"]), the memory of its layout on the
+        system's GPUs, then the data files"""
         exe = self.exe("meshtrain", what)
         argv = [exe] + ([config] if config else [])
         for s in sets:
@@ -77,6 +81,13 @@ class Checker:
         r = self.run(argv[:1] + ["--check"] + argv[1:] + ["--ranks", str(res["ranks"])], what)
         if r.returncode != 0:
             self.refuse(r, "meshtrain", what, lambda msg: train_hint(msg, res, lay, check))
+        if lay.get("planner"):
+            m = re.search(r"parallel\.layout = auto on \d+ ranks \([^)]*\): (\S+), predicted", r.stdout)
+            if not m:
+                raise Failure("%s: meshtrain --check printed no planned layout (%s)" % (what, NO_CHECK))
+            lay["planned"] = parse_layout(m.group(1), res["ranks"], "planned layout")
+        if system is not None:
+            self.memory(config, sets, res, lay, what, system, job)
         keys = ("data.train", "data.val", "data.format")
         vals = config_values(config, sets, keys, {})
         if not vals["data.train"]:  # meshtrain's default file (asking costs an MPI start)
@@ -92,6 +103,47 @@ class Checker:
         vocab = int(m.group(1))
         for key, path in files:
             self.data_file(key, path, vals["data.format"] or "auto", vocab, what)
+
+    def memory(self, config, sets, res, lay, what, system, job):
+        """The plan's memory check of the job's layout (hand-set or planned)
+        against the memory of one of the system's GPUs (meshplan --only on
+        the system's hardware profile): a job that would run out of memory
+        on its first step is refused now, not after the queue wait. CPU
+        systems (no GPUs, or train.device = cpu) are left to meshtrain's
+        own check at start."""
+        if not system.gpus_per_node or not system.hw:
+            return
+        if config_values(config, sets, ("train.device",), {})["train.device"] == "cpu":
+            return
+        exe = self.exe("meshplan", what)
+        argv = [exe] + ([config] if config else [])
+        for s in sets:
+            argv += ["--set", s]
+        lay_now = lay.get("planned") or lay
+        if lay.get("planned"):  # price the planned layout as the run will take it
+            argv += ["--set", "parallel.layout=manual"]
+            for axis in ("dp", "tp", "pp", "cp"):
+                argv += ["--set", "parallel.%s=%d" % (axis, lay_now[axis])]
+            for _, key, v in lay_now["settings"]:
+                argv += ["--set", "%s=%s" % (key, v)]
+        r = self.run(argv + ["--hw", system.hw, "--only"], what)
+        if r.returncode == 0:
+            return
+        line = next((l for l in r.stderr.splitlines() if "does not fit" in l), None)
+        m = re.search(r"([\d.]+) GiB of a device", line or "")
+        try:
+            row = json.loads(r.stdout)
+        except ValueError:
+            row = None
+        if r.returncode != EXIT_BADINPUT or not m or not isinstance(row, dict):
+            self.refuse(r, "meshplan", what)
+        gib = 1024.0 ** 3
+        raise BadInput("%s: layout %s needs %.1f GiB per GPU (and %.1f GiB of headroom, "
+                       "plan.headroom), more than the %g GiB of a %s GPU (meshplan --only --hw %s; "
+                       "less: more tp or pp, parallel.zero, train.recompute=true, a smaller "
+                       "train.micro_batch, more nodes, or --set parallel.layout=auto)"
+                       % (what + (": " + job if job else ""), layout_name(lay), row["mem_bytes"] / gib,
+                          row["headroom_bytes"] / gib, float(m.group(1)), system.name, system.hw))
 
     def defaults(self, exe, what):
         """meshtrain's defaults of the keys it lists in --help"""
@@ -165,6 +217,9 @@ def train_hint(msg, res, lay, check):
     nothing to say"""
     inner = lay["tp"] * lay["pp"] * lay["cp"]
     ranks, tpn = res["ranks"], res["tasks_per_node"]
+    # tensor parallelism stays inside a node (its collectives run every
+    # layer), unless the job asked for a tp group across nodes itself
+    tp_max = max(tpn, lay["tp"])
     m = re.search(r"train\.global_batch = (\d+) is not divisible by train\.micro_batch x "
                   r"parallel\.dp = (\d+) x (\d+)", msg)
     if m:
@@ -181,7 +236,7 @@ def train_hint(msg, res, lay, check):
         smaller = [d for d in sorted(divisors(dp), reverse=True) if d < dp and gb % (mb * d) == 0]
         for d in smaller:
             tp = lay["tp"] * dp // d
-            if check(["parallel.dp=%d" % d, "parallel.tp=%d" % tp], ranks):
+            if tp <= tp_max and check(["parallel.dp=%d" % d, "parallel.tp=%d" % tp], ranks):
                 fixes.append("--layout dp=%d,tp=%d%s" % (d, tp, "".join(
                     ",%s=%d" % (a, lay[a]) for a in ("pp", "cp") if lay[a] > 1)))
                 break
@@ -194,8 +249,9 @@ def train_hint(msg, res, lay, check):
         return "%d ranks here; any of: %s" % (ranks, ", ".join(fixes)) if fixes else None
     m = re.search(r"parallel\.tp = (\d+) does not divide the attention heads model\.n_head = (\d+)", msg)
     if m:
-        ok = [d for d in divisors(int(m.group(2))) if ranks % (d * lay["pp"] * lay["cp"]) == 0]
-        return "--layout tp=N with N one of %s" % ", ".join(map(str, ok))
+        ok = [d for d in divisors(int(m.group(2)))
+              if ranks % (d * lay["pp"] * lay["cp"]) == 0 and d <= tp_max]
+        return "--layout tp=N with N one of %s (%d tasks a node)" % (", ".join(map(str, ok)), tpn)
     m = re.search(r"parallel\.pp = (\d+) does not divide model\.n_layer = (\d+)", msg)
     if m:
         ok = [d for d in divisors(int(m.group(2))) if ranks % (d * lay["tp"] * lay["cp"]) == 0]

@@ -105,8 +105,9 @@ def main(argv):
     r.add_argument("--time", help="walltime (default: the profile's)")
     r.add_argument("--qos", help="QoS (default: chosen from the profile's table by size and time)")
     r.add_argument("--signal-s", type=positive_int, help="USR1 this many seconds before the walltime")
-    r.add_argument("--layout", default="auto", help="auto (all dp) or tp=2,pp=2,... (dp fills the rest); "
-                   "--set parallel.layout=auto lets meshtrain plan it at every (re)start")
+    r.add_argument("--layout", help="dp-only (every rank data-parallel, the default) or tp=2,pp=2,... "
+                   "(dp fills the rest); --set parallel.layout=auto lets meshtrain plan it at every "
+                   "(re)start")
     r.add_argument("--config", help="meshtrain INI file copied into the run directory")
     r.add_argument("--set", action="append", default=[], metavar="section.key=value")
     r.add_argument("--env", dest="env", action="append", default=[], metavar="NAME=VALUE",

@@ -99,13 +99,32 @@ LAYOUT_SETTINGS = {
 }
 
 
+# the layout of every rank data-parallel (tp = pp = cp = 1); `auto` is the
+# planner's word alone (parallel.layout = auto), never this one
+DP_ONLY = "dp-only"
+
+
+def planner_requested(sets):
+    """True when the --set list asks meshtrain to plan its layout at start"""
+    val = ""
+    for s in sets:
+        k, v = parse_assignment(s, "--set")
+        if k == "parallel.layout":
+            val = v
+    return val == "auto"
+
+
 def parse_layout(text, ranks, where="--layout"):
-    """'auto' or 'tp=2,pp=2[,cp=1][,dp=N][,zero=1,mb=4,sp=1,recompute=0,schedule=1f1b,v=1,ep=1]'
+    """'dp-only' or 'tp=2,pp=2[,cp=1][,dp=N][,zero=1,mb=4,sp=1,recompute=0,schedule=1f1b,v=1,ep=1]'
     -> dict(dp,tp,pp,cp, settings=[meshtrain --set ...]) for `ranks` ranks."""
     lay = {"dp": 0, "tp": 1, "pp": 1, "cp": 1}
     settings = []
     t = str(text).strip()
-    if t not in ("", "auto"):
+    if t == "auto":
+        raise BadInput("%s 'auto': every rank data-parallel is spelled %s; auto is the planner's "
+                       "word: set parallel.layout=auto (--set, or [set] in a sweep) to let meshtrain "
+                       "plan the layout" % (where, DP_ONLY))
+    if t not in ("", DP_ONLY):
         for part in re.split(r"[,\s]+", t):
             if not part:
                 continue
@@ -143,7 +162,22 @@ def parse_layout(text, ranks, where="--layout"):
     return lay
 
 
+def job_layout(text, ranks, sets, where="--layout"):
+    """The layout of a train job: text (None: not given; dp-only then) for
+    `ranks` ranks, or, where the --set list holds parallel.layout=auto, the
+    planner's (planned: filled in by the checks, which read meshtrain
+    --check's choice)."""
+    if planner_requested(sets):
+        if text is not None and text.strip() not in ("", DP_ONLY):
+            raise BadInput("%s '%s' and parallel.layout=auto: give one (the planner chooses the "
+                           "layout when parallel.layout=auto)" % (where, text))
+        return {"dp": 0, "tp": 1, "pp": 1, "cp": 1, "settings": [], "planner": True, "planned": None}
+    return parse_layout(DP_ONLY if text is None else text, ranks, where)
+
+
 def layout_name(lay):
+    if lay.get("planner"):  # parallel.layout = auto: what meshtrain --check planned, if asked
+        return "auto:" + layout_name(lay["planned"]) if lay.get("planned") else "auto"
     name = "dp%d-tp%d-pp%d-cp%d" % (lay["dp"], lay["tp"], lay["pp"], lay["cp"])
     for k, _, v in lay.get("settings", []):
         name += "-%s%s" % (k, {"true": "1", "false": "0"}.get(v, v))

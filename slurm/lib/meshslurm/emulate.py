@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 
-from .common import BadInput, PROG, parse_assignment
+from .common import BadInput, PROG, layout_name, parse_assignment
 
 # the keys the emulation sets over a point's own (they win)
 def emulation_sets(hw, steps, corpus, out):
@@ -23,6 +23,26 @@ def emulation_sets(hw, steps, corpus, out):
 
 
 PROG_TRAIN = "meshtrain"
+
+
+def planned_name(lay):
+    """summary.json's layout of a run that planned its own (parallel.layout =
+    auto) named as the campaign names it (layout_name of the planner's text:
+    tp,pp,cp,dp,zero,mb,sp,recompute,schedule,v[,ep][,pp_first,pp_last])"""
+    def flag(k):
+        return "true" if lay.get(k) else "false"
+    settings = [("zero", "", str(lay.get("zero", 0))), ("mb", "", str(lay.get("micro_batch", 0))),
+                ("sp", "", flag("sp")), ("recompute", "", flag("recompute")),
+                ("schedule", "", str(lay.get("schedule", ""))),
+                ("v", "", str(lay.get("virtual_stages", 1)))]
+    if lay.get("ep", 1) > 1:
+        settings.append(("ep", "", str(lay["ep"])))
+    if lay.get("pp_first_layers"):
+        settings += [("pp_first", "", str(lay["pp_first_layers"])),
+                     ("pp_last", "", str(lay.get("pp_last_layers", 0)))]
+    mesh = {k: lay.get(k, 1) for k in ("dp", "tp", "pp", "cp")}
+    mesh["settings"] = settings
+    return "auto:" + layout_name(mesh)
 
 
 def launcher():
@@ -110,6 +130,9 @@ def emulate(plan, bin_dir, hw, steps, max_ranks, timeout_s):
             s = json.load(f)
         # the fullest rank: its peak bytes over every category
         mem = max((sum(r.get("mem_peak_bytes", {}).values()) for r in s.get("ranks", [])), default=0)
+        lay = s.get("layout") or {}
+        if lay.get("planned"):  # parallel.layout = auto: the layout it was planned and run under
+            row["layout"] = planned_name(lay)
         row.update(status="done", tokens_per_s="%.6g" % s["tokens_per_s"],
                    step_s="%.6g" % s["mean_step_s"], mfu="%.6g" % s["mfu"],
                    mem_gib="%.4g" % (mem / 2**30) if mem else "")

@@ -6,13 +6,14 @@ import re
 import shutil
 import sys
 
-from .common import (PROG, SRC, BadInput, absdir, layout_name, parse_assignment, parse_layout, q,
-                     write_executable)
+from .common import (PROG, SRC, BadInput, absdir, job_layout, layout_name, parse_assignment,
+                     parse_layout, q, write_executable)
 from .checks import Checker, config_values
 from .script import bench_body, convert_body, render_script, resources, train_body
 from .system import System
 
 DATA_KEYS = ("data.train", "data.val")
+AXES = ("dp", "tp", "pp", "cp")
 
 
 def train_sets(run_dir, lay, system, user_sets, data=None):
@@ -23,7 +24,8 @@ def train_sets(run_dir, lay, system, user_sets, data=None):
     keys = {k for k, _ in (parse_assignment(s, "--set") for s in user_sets)}
     sets = ["output.dir=%s" % run_dir]
     for axis in ("dp", "tp", "pp", "cp"):
-        sets.append("parallel.%s=%d" % (axis, lay[axis]))
+        if not lay.get("planner"):  # parallel.layout = auto: meshtrain plans them at start
+            sets.append("parallel.%s=%d" % (axis, lay[axis]))
     layout_keys = set()
     for _, key, v in lay.get("settings", []):
         sets.append("%s=%s" % (key, v))
@@ -37,7 +39,7 @@ def train_sets(run_dir, lay, system, user_sets, data=None):
         sets.append("train.precision=%s" % system.precision)
     for s in user_sets:
         k, _ = parse_assignment(s, "--set")
-        if k in ("output.dir",) or k.startswith("parallel.") and k[9:] in lay or k in layout_keys:
+        if k in ("output.dir",) or k.startswith("parallel.") and k[9:] in AXES or k in layout_keys:
             raise BadInput("--set %s: set by the generator (use --run-dir / --layout)" % k)
         if not re.fullmatch(r"[a-z_]+\.[a-z_0-9]+", k):
             raise BadInput("--set %s: expected section.key=value" % s)
@@ -112,7 +114,10 @@ def cmd_render(a):
         a.job, system.name, res["nodes"], datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))))
     workdir = absdir(a.workdir or SRC)
     bin_dir = absdir(a.bin or os.path.join(SRC, "build", "bin"))
-    lay = parse_layout(a.layout, res["ranks"])
+    if a.job == "train":
+        lay = job_layout(a.layout, res["ranks"], a.set)
+    else:
+        lay = parse_layout(a.layout or "dp-only", res["ranks"])
     config = absdir(a.config) if a.config and a.job == "train" else None
     if config and not os.path.isfile(config):
         raise BadInput("--config %s: cannot open" % a.config)
@@ -121,7 +126,8 @@ def cmd_render(a):
         data = data_values(checker, config, a.set)
         sets = train_sets(run_dir, lay, system, a.set, data)
         if not a.no_check:
-            checker.train(config, sets, res, lay, "job not written")
+            checker.train(config, sets, res, lay, "job not written", system,
+                          "train job %s" % os.path.basename(run_dir))
         body = train_body(run_dir, sets)
         say_data(system, data)
     elif a.job == "bench":
