@@ -368,18 +368,17 @@ static int hf_model_of(const char *dir, mt_ckpt_hf_config *c, mt_err *e) {
   }
   char *text = NULL;
   MT_TRY(e, mt_ckpt_read_config_of(dir, again, sizeof again, &text, e));
-  mt_config cfg;
-  mt_model_shape s;
+  mt_model_stored ms;
   mt_err why = {0};
-  if (mt_config_load_text(&cfg, text, "its stored configuration", &why) != 0 ||
-      mt_model_shape_from_config(&cfg, &s, &why) != 0) {
+  if (mt_model_stored_of(text, "its stored configuration", &ms, &why) != 0) {
     if (m.arch == 2)
       mt_err_set(e, "%s: %s: the rotary base and norm epsilon of the model are unknown: not "
                     "exported", dir, why.msg);
   } else {
-    snprintf(c->bos_token_id, sizeof c->bos_token_id, "%s", cfg.bos_token_id);
-    snprintf(c->eos_token_id, sizeof c->eos_token_id, "%s", cfg.eos_token_id);
-    c->norm_eps = cfg.norm_eps > 0.0 ? cfg.norm_eps : (double)s.norm_eps;
+    const mt_model_shape s = ms.shape;
+    snprintf(c->bos_token_id, sizeof c->bos_token_id, "%s", ms.bos_token_id);
+    snprintf(c->eos_token_id, sizeof c->eos_token_id, "%s", ms.eos_token_id);
+    c->norm_eps = ms.norm_eps;
     c->rope_theta = s.rope_theta;
     c->rope_scaling = s.rope_scaling;
     c->rope_factor = s.rope_factor;

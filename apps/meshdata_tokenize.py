@@ -6,7 +6,9 @@ script with the same arguments; see docs/data.md.
 Layout of the output directory OUT (written under a temporary name beside it
 and renamed when complete, so a refused or failed run leaves nothing):
   PREFIX_000000.bin ...       training shards, at most --shard-tokens tokens each
-  PREFIX_val_000000.bin ...   the first --val-docs documents, when asked for
+  val/PREFIX_000000.bin ...   the first --val-docs documents, when asked for
+                              (a directory of their own: data.train=OUT reads
+                              OUT's *.bin, never these)
   manifest.json               shards (file, tokens, documents, sha256), totals,
                               the tokenizer, the inputs, this tool's version
 Each shard is an llm.c .bin: 256 int32 (magic 20240520, version, token
@@ -177,16 +179,19 @@ class ShardSet:
     tokens; a document that does not fit goes on in the next shard (it
     counts in the shard it starts in)."""
 
-    def __init__(self, directory, prefix, max_tokens, version):
-        self.directory, self.prefix, self.max_tokens = directory, prefix, max_tokens
+    def __init__(self, directory, prefix, max_tokens, version, sub=""):
+        self.directory, self.prefix, self.max_tokens = os.path.join(directory, sub), prefix, max_tokens
+        self.sub = sub  # the shards' folder inside the output, as the manifest names them
         self.version, self.width = version, 2 if version == 1 else 4
         self.shards, self.f = [], None
 
     def _open(self):
         name = f"{self.prefix}_{len(self.shards):06d}.bin"
+        os.makedirs(self.directory, exist_ok=True)
         self.f = open(os.path.join(self.directory, name), "wb")
         self.f.write(bytes(4 * HEADER_INTS))
-        self.shards.append({"file": name, "tokens": 0, "documents": 0})
+        self.shards.append({"file": os.path.join(self.sub, name) if self.sub else name,
+                            "tokens": 0, "documents": 0})
 
     def _close(self):
         shard = self.shards[-1]
@@ -195,7 +200,7 @@ class ShardSet:
         self.f.close()
         self.f = None
         h = hashlib.sha256()
-        with open(os.path.join(self.directory, shard["file"]), "rb") as f:
+        with open(os.path.join(self.directory, os.path.basename(shard["file"])), "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
         shard["sha256"] = h.hexdigest()
@@ -344,7 +349,7 @@ def run(args):
     tmp = prepare_out(args.out, args.overwrite)
     try:
         train = ShardSet(tmp, args.prefix, args.shard_tokens, version)
-        val = ShardSet(tmp, args.prefix + "_val", args.shard_tokens, version)
+        val = ShardSet(tmp, args.prefix, args.shard_tokens, version, sub="val")
         progress = Progress(sum(os.path.getsize(p) for p in files))
         width, ndocs, ntokens, lines_before = train.width, 0, 0, {}
         for (path, _, start, end), (data, lengths, newlines, err) in zip(units, results(units, args, opts)):
@@ -418,7 +423,7 @@ def parse_args(argv):
     p.add_argument("--vocab-limit", type=int, metavar="N",
                    help="refuse a tokenizer whose vocabulary exceeds N (model.vocab_size)")
     p.add_argument("--val-docs", type=int, default=0, metavar="N",
-                   help="the first N documents go to PREFIX_val_*.bin (default 0)")
+                   help="the first N documents go to val/PREFIX_*.bin (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR")
     return p.parse_args(argv)
 

@@ -214,8 +214,10 @@ def main():
             # exit 2 with the figures on stdout: priced, but over meshtrain's own memory
             if p.returncode and not (p.returncode == 2 and p.stdout.lstrip().startswith("{")):
                 continue
-            d = json.loads(p.stdout)
-            if best is None or d["step_s"] < best[1]["step_s"]:
+            d = json.loads(p.stdout.splitlines()[0])
+            # a layout that fits beats any that does not; then the faster
+            key = (not d["fits"], d["step_s"])
+            if best is None or key < (not best[1]["fits"], best[1]["step_s"]):
                 best = (lay, d)
         if best is None:
             print("%-18s refused: %s" % (r["id"], p.stderr.strip()))

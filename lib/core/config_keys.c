@@ -229,7 +229,7 @@ static const mt_cfg_key g_keys[] = {
      "fraction of each source's tokens held out for validation when data.val names none", 0,
      LT1, NULL},
     {"data.hash_batches", MT_CFG_BOOL, F(data_hash), "false",
-     "write data_hash, a hash of each step's global batch's windows, to metrics.jsonl", 0, 1,
+     "write data_hash, a hash of the windows the dp ranks loaded each step, to metrics.jsonl", 0, 1,
      NULL},
     {"data.documents", MT_CFG_BOOL, F(documents), "false",
      "documents do not see each other: attention stays inside each, positions restart at each",

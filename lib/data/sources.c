@@ -269,6 +269,12 @@ static int parse_blend(const char *blend, source_text **out, int *n_out, mt_err 
     char *item = trim(tok), *end = NULL;
     double w = strtod(item, &end);
     int weighted = end != item && (isspace((unsigned char)*end));
+    if (end != item && *end == '\0') { /* a number alone: a weight without its files */
+      mt_err_set(e, "data.blend: weight %s names no files (expected 'WEIGHT files', e.g. '0.3 "
+                    "code/*.bin')", item);
+      rc = -1;
+      continue;
+    }
     if (!weighted) {
       if (n == 0 || !*item) {
         mt_err_set(e, "data.blend: '%s' does not start with a weight (expected 'WEIGHT files, "

@@ -139,6 +139,18 @@ void mt_model_arch_defaults(mt_model_shape *s);
  * moe_every within the layers, parallel.ep dividing the experts and
  * parallel.etp the expert hidden size); the message names the keys. */
 int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *e);
+/* What a stored configuration (a checkpoint's config.ini text) says of
+ * the model beyond its shape, as the run that wrote it resolved it (its
+ * preset's values included): the shape (rope_theta and rope_scaling with
+ * its factors in it), the norm epsilon (in double: the value the run set,
+ * else the shape's) and Hugging Face's token ids. Returns 0, or -1 with e
+ * set (a text that does not parse, named `what`). */
+typedef struct {
+  mt_model_shape shape;
+  double norm_eps;
+  char bos_token_id[MT_CFG_STR_MAX], eos_token_id[MT_CFG_STR_MAX];
+} mt_model_stored;
+int mt_model_stored_of(const char *text, const char *what, mt_model_stored *out, mt_err *e);
 /* parameter count (true, unpadded, tied embedding counted once) */
 size_t mt_model_num_params(const mt_model_shape *s);
 

@@ -339,3 +339,16 @@ size_t mt_model_active_params(const mt_model_shape *in) {
   for (int l = 0; l < s->n_layer; l++) n += block_params(s, l, 1);
   return n;
 }
+
+int mt_model_stored_of(const char *text, const char *what, mt_model_stored *out, mt_err *e) {
+  mt_config cfg;
+  memset(out, 0, sizeof *out);
+  MT_TRY(e, mt_config_load_text(&cfg, text, what, e));
+  MT_TRY(e, mt_model_shape_from_config(&cfg, &out->shape, e));
+  /* the value the run set, not its float in the shape; else the preset's
+   * or the architecture's default */
+  out->norm_eps = cfg.norm_eps > 0.0 ? cfg.norm_eps : (double)out->shape.norm_eps;
+  snprintf(out->bos_token_id, sizeof out->bos_token_id, "%s", cfg.bos_token_id);
+  snprintf(out->eos_token_id, sizeof out->eos_token_id, "%s", cfg.eos_token_id);
+  return 0;
+}

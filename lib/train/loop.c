@@ -100,6 +100,13 @@ static void check_data(mt_trainer *t, mt_ckpt_async **inflight) {
   exit(mt_err_exit_code(&e));
 }
 
+/* one window as load_batch reads it: its sample index and tokens */
+static uint64_t window_hash(uint64_t g, const int *tok, int n) {
+  uint64_t h = mt_splitmix64(g);
+  for (int i = 0; i < n; i++) h = mt_splitmix64(h ^ (uint32_t)tok[i]);
+  return h;
+}
+
 /* the micro-batches of step `step` that this dp rank trains on, from the
  * global sample sequence (the same global batch for any layout); under
  * context parallelism this rank's tokens of each sequence; with documents
@@ -116,7 +123,9 @@ static void load_batch(mt_trainer *t, int step) {
     const size_t k0 = (size_t)t->mesh.dp_rank * t->lay.per_rank + (size_t)mb * cfg->micro_batch;
     for (int b = 0; b < cfg->micro_batch; b++) {
       size_t off = ((size_t)mb * cfg->micro_batch + b) * Tl;
-      mt_blend_get(&t->blend, t->order ? t->order[k0 + b] : s0 + k0 + b, seq, seq + T);
+      const uint64_t g = t->order ? t->order[k0 + b] : s0 + k0 + b;
+      mt_blend_get(&t->blend, g, seq, seq + T);
+      if (cfg->data_hash) t->data_hash_local += window_hash(g, seq, 2 * T);
       mt_cp_take_tokens(cpl, seq, t->inp + off);
       mt_cp_take_tokens(cpl, seq + T, t->tgt + off);
       if (t->doc)
@@ -127,16 +136,17 @@ static void load_batch(mt_trainer *t, int step) {
   free(seq);
 }
 
-/* data.hash_batches: the windows (source, window) of step's global batch,
- * hashed in order: equal for any layout, micro-batch and resume */
-static uint64_t batch_hash(const mt_trainer *t, int step) {
-  const uint64_t G = (uint64_t)t->cfg.global_batch;
-  uint64_t g0 = (uint64_t)t->samples_done + (uint64_t)(step - t->start_step) * G, h = G;
-  for (uint64_t g = g0; g < g0 + G; g++) {
-    int src = 0;
-    uint64_t w = mt_blend_window(&t->blend, g, &src);
-    h = mt_splitmix64(h ^ mt_splitmix64(w ^ ((uint64_t)src << 48)));
-  }
+/* data.hash_batches: what the dp ranks loaded, summed over them: each
+ * (sample index, its input and target tokens) hashed as load_batch reads it,
+ * once per dp rank (tp, cp and pp rank 0; the others read the same
+ * windows). A sum: the same global batch however it is split over dp,
+ * micro-batches and resumes, and another if a window is read twice, left
+ * out, or read with other tokens. Collective. */
+static uint64_t batch_hash(mt_trainer *t) {
+  const mt_mesh *m = &t->mesh;
+  uint64_t h = m->tp_rank == 0 && m->cp_rank == 0 && m->pp_rank == 0 ? t->data_hash_local : 0;
+  MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &h, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+  t->data_hash_local = 0;
   return h;
 }
 
@@ -256,6 +266,7 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
   comm_start(&r->comm, mesh);
   double td = mt_now();
   load_batch(t, step);
+  if (cfg->data_hash) t->data_hash = batch_hash(t);
   check_data(t, &ck->inflight);
   r->data_s = mt_now() - td;
   mt_gpt_moe_stats_reset(model);
@@ -323,7 +334,7 @@ static void fill_record(mt_trainer *t, int step, const step_result *r, ckpt_carr
   rec->val_by_source = t->val_by_source;
   if (cfg->data_hash) {
     rec->has_data_hash = 1;
-    rec->data_hash = batch_hash(t, step);
+    rec->data_hash = t->data_hash;
   }
   rec->flop_imbalance = t->order ? t->flop_imbalance : 0.0;
   rec->lr = r->lr;

@@ -308,19 +308,19 @@ void mt_train_resume(mt_trainer *t) {
  * of an older meshtrain) carries nothing, said in one line. */
 static void carry_model_keys(mt_config *cfg, const mt_ckpt_meta *m, const char *dir,
                              const char *text) {
-  mt_config ck;
-  mt_model_shape s;
+  mt_model_stored ck;
   mt_err why = {0};
-  if (mt_config_load_text(&ck, text, "its configuration", &why) != 0 ||
-      mt_model_shape_from_config(&ck, &s, &why) != 0) {
+  if (mt_model_stored_of(text, "its configuration", &ck, &why) != 0) {
     mt_info0("meshtrain: train.init_from: %s: %s; the model keys beyond its shape (rope_theta, "
              "norm_eps, token ids) are this run's own", dir, why.msg);
     return;
   }
+  const mt_model_shape s = ck.shape;
   if (!cfg->bos_token_id[0]) memcpy(cfg->bos_token_id, ck.bos_token_id, MT_CFG_STR_MAX);
   if (!cfg->eos_token_id[0]) memcpy(cfg->eos_token_id, ck.eos_token_id, MT_CFG_STR_MAX);
   if (m->arch != MT_ARCH_LLAMA || !mt_model_llama(&s)) return;
-  /* 0: the architecture's default there and here alike */
+  /* as the writing run resolved it, its preset's included (the run from
+   * here is a custom model: its own default would be the architecture's) */
   if (cfg->norm_eps <= 0.0) cfg->norm_eps = ck.norm_eps;
   if (cfg->rope_theta <= 0.0) cfg->rope_theta = s.rope_theta;
   if (cfg->rope_scaling == MT_ROPE_SCALING_NONE && s.rope_scaling != MT_ROPE_SCALING_NONE) {

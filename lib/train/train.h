@@ -70,6 +70,9 @@ typedef struct {
    * per_rank], and the step's FLOP imbalance over the dp x cp ranks */
   uint64_t *order;
   double flop_imbalance;
+  /* data.hash_batches: this rank's windows of the step so far, and the
+   * step's sum over the dp ranks (loop.c batch_hash) */
+  uint64_t data_hash_local, data_hash;
   /* the run's position */
   long long start_step, samples_done;
   char resumed_from[2 * MT_CFG_STR_MAX];

@@ -26,6 +26,8 @@ mt_script_test(source_mixed_formats badinput ../scripts/expect_fail.sh source_mi
 mt_script_test(blend_weight_negative badinput ../scripts/expect_fail.sh blend_weight_negative 2
   "data.blend: weight -0.5 .* is not a positive number" ${D}
   --set "data.blend=1 a=@SHARDS@, -0.5 b=@SHARDS@/part00.bin")
+mt_script_test(blend_weight_no_files badinput ../scripts/expect_fail.sh blend_weight_no_files 2
+  "data.blend: weight 0.3 names no files" ${D} --set "data.blend=0.7 @SHARDS@, 0.3")
 mt_script_test(blend_weight_not_number badinput ../scripts/expect_fail.sh blend_weight_not_number 2
   "data.blend: 'lots .*' does not start with a weight" ${D} --set "data.blend=lots @SHARDS@")
 mt_script_test(blend_source_no_window badinput ../scripts/expect_fail.sh blend_source_no_window 2

@@ -95,7 +95,9 @@ def check(a):
     assert m["tokenizer"]["vocab_size"] == tok.get_vocab_size()
     assert m["format"]["version"] == a.version, f"version {m['format']['version']}, want {a.version}"
     shards = m["shards"]["val"] + m["shards"]["train"]
-    assert sorted([s["file"] for s in shards] + ["manifest.json"]) == sorted(os.listdir(a.out))
+    written = [os.path.relpath(os.path.join(d, f), a.out) for d, _, fs in os.walk(a.out) for f in fs]
+    assert sorted([s["file"] for s in shards] + ["manifest.json"]) == sorted(written), written
+    assert all(s["file"].startswith("val/") for s in m["shards"]["val"]), m["shards"]["val"]
     got = []
     for s in shards:
         version, tokens, sha = read_shard(os.path.join(a.out, s["file"]))

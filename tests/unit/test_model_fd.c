@@ -106,6 +106,24 @@ static void run_case(const fd_case *c) {
 /* The presets' parameter counts: GPT-2 124M's and the Llama 3 models' as
  * Hugging Face's transformers counts them (sum of numel of every parameter
  * of GPT2LMHeadModel, tied head once; of LlamaForCausalLM). */
+/* A stored configuration's model keys as its run resolved them: a
+ * preset's norm epsilon (deepseek-v3-like's 1e-6, not the architecture's
+ * 1e-5), a value set by hand (in double), the token ids. */
+static void test_stored_keys(void) {
+  mt_model_stored st;
+  mt_err e = {0};
+  const char *preset = "[model]\npreset = deepseek-v3-like\n";
+  MT_CHECK(mt_model_stored_of(preset, "a preset's", &st, &e) == 0, "%s", e.msg);
+  MT_CHECK(st.norm_eps == (double)1e-6f && st.shape.rope_theta > 0,
+           "deepseek-v3-like's stored norm_eps %g (want its preset's 1e-6)", st.norm_eps);
+  const char *set = "[model]\npreset = tiny-llama\nnorm_eps = 3e-6\nbos_token_id = 7\n";
+  MT_CHECK(mt_model_stored_of(set, "a set value's", &st, &e) == 0, "%s", e.msg);
+  MT_CHECK(st.norm_eps == 3e-6 && !strcmp(st.bos_token_id, "7"),
+           "a set norm_eps %.17g (want 3e-6 exactly), bos '%s'", st.norm_eps, st.bos_token_id);
+  MT_CHECK(mt_model_stored_of("[model]\nn_layer = x\n", "a bad", &st, &e) != 0,
+           "a configuration that does not parse was taken");
+}
+
 static void test_presets(void) {
   const struct {
     mt_preset p;
@@ -157,6 +175,7 @@ int main(int argc, char **argv) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   test_presets();
+  test_stored_keys();
   MPI_Finalize();
   return mt_check_summary("test_model_fd");
 }
