@@ -314,6 +314,7 @@ typedef struct {
   char err[400];
   const mt_cfg_key *keys; /* the key table (mt_config_keys) */
   int *first_line;        /* where each key was set in this file, 0 = not yet */
+  unsigned char *given;   /* the keys given (by index), for the presets: set here */
 } ini_ctx;
 
 /* fgets for inih that counts lines, refuses (rather than splits) lines longer
@@ -380,7 +381,7 @@ static int ini_on_value(void *user, const char *section, const char *name, const
       snprintf(why, sizeof why, "%s given twice (first at line %d)", full, c->first_line[idx]);
     else
       bad = set_value(c->cfg, k, value ? value : "", why, sizeof why);
-    if (!bad) c->first_line[idx] = c->line;
+    if (!bad) c->first_line[idx] = c->line, c->given[idx] = 1;
   }
   if (!bad) return 1;
   c->err_line = c->line;
@@ -403,11 +404,13 @@ static void fetch_line(FILE *f, int line, char *buf, size_t size) {
 }
 
 /* the INI text of f (named path in messages) into cfg; closes f */
-static int load_ini_stream(mt_config *cfg, FILE *f, const char *path, mt_err *e) {
+static int load_ini_stream(mt_config *cfg, FILE *f, const char *path, unsigned char *given,
+                           mt_err *e) {
   ini_ctx *c = mt_calloc(1, sizeof *c);
   c->f = f;
   c->path = path;
   c->cfg = cfg;
+  c->given = given;
   int n_keys = 0;
   c->keys = mt_config_keys(&n_keys);
   c->first_line = mt_calloc((size_t)n_keys, sizeof(int));
@@ -444,13 +447,13 @@ static int load_ini_stream(mt_config *cfg, FILE *f, const char *path, mt_err *e)
   return failed;
 }
 
-static int load_ini(mt_config *cfg, const char *path, mt_err *e) {
+static int load_ini(mt_config *cfg, const char *path, unsigned char *given, mt_err *e) {
   FILE *f = fopen(path, "r");
   if (!f) {
     mt_err_set(e, "%s: cannot open config file: %s", path, strerror(errno));
     return -1;
   }
-  return load_ini_stream(cfg, f, path, e);
+  return load_ini_stream(cfg, f, path, given, e);
 }
 
 /* ------------------------------------------------------------------ */
@@ -463,7 +466,7 @@ static void trim(char *s) {
   while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
 }
 
-static int apply_override(mt_config *cfg, const char *text, mt_err *e) {
+static int apply_override(mt_config *cfg, const char *text, unsigned char *given, mt_err *e) {
   const char *eq = strchr(text, '=');
   if (!eq) {
     mt_err_set(e, "--set %s: expected section.key=value", clip(text).s);
@@ -494,6 +497,8 @@ static int apply_override(mt_config *cfg, const char *text, mt_err *e) {
     mt_err_set(e, "--set %s: %s", clip(text).s, why);
     return -1;
   }
+  int n_keys = 0;
+  given[k - mt_config_keys(&n_keys)] = 1;
   return 0;
 }
 
@@ -521,7 +526,7 @@ static int check_io_hints(const char *v, mt_err *e) {
 /* The MoE presets' experts: the MoE keys a file or an override left at
  * their defaults take the preset's values (as the shape keys' 0 takes the
  * preset's dimension; model.h's presets hold the rest of the shape). */
-static void preset_moe(mt_config *cfg) {
+static void preset_moe(mt_config *cfg, const unsigned char *given) {
   static const struct {
     mt_preset preset;
     int experts, topk, ffn, shared;
@@ -533,21 +538,22 @@ static void preset_moe(mt_config *cfg) {
               * scores, aux-loss-free balancing by a routing bias */
              {MT_PRESET_DEEPSEEK_V3_LIKE, 256, 8, 2048, 1, MT_ROUTER_SIGMOID,
               MT_MOE_BALANCE_BIAS}};
-  mt_config *d = mt_malloc(sizeof *d);
-  mt_config_defaults(d);
+  int n_keys = 0;
+  const mt_cfg_key *keys = mt_config_keys(&n_keys);
   for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
     if (cfg->model_preset != moe[i].preset) continue;
-#define PRESET_KEY(field, v)                    \
-  if (cfg->field == d->field) cfg->field = (v)
-    PRESET_KEY(moe_experts, moe[i].experts);
-    PRESET_KEY(moe_topk, moe[i].topk);
-    PRESET_KEY(moe_ffn, moe[i].ffn);
-    PRESET_KEY(moe_shared, moe[i].shared);
-    PRESET_KEY(moe_router, moe[i].router);
-    PRESET_KEY(moe_balance, moe[i].balance);
+    /* the preset's value where the configuration gave none (a key given at
+     * its default value keeps it) */
+#define PRESET_KEY(name, field, v) \
+  if (!given[mt_cfg_find_key(name) - keys]) cfg->field = (v)
+    PRESET_KEY("model.moe_experts", moe_experts, moe[i].experts);
+    PRESET_KEY("model.moe_topk", moe_topk, moe[i].topk);
+    PRESET_KEY("model.moe_ffn", moe_ffn, moe[i].ffn);
+    PRESET_KEY("model.moe_shared", moe_shared, moe[i].shared);
+    PRESET_KEY("model.moe_router", moe_router, moe[i].router);
+    PRESET_KEY("train.moe_balance", moe_balance, moe[i].balance);
 #undef PRESET_KEY
   }
-  free(d);
 }
 
 int mt_config_token_ids_ok(const char *text) {
@@ -588,24 +594,37 @@ static int check_values(const mt_config *cfg, mt_err *e) {
 int mt_config_load(mt_config *cfg, const char *ini_path, int n_over, char *const *overrides,
                    mt_err *e) {
   mt_config_defaults(cfg);
-  if (ini_path) MT_TRY(e, load_ini(cfg, ini_path, e));
-  for (int i = 0; i < n_over; i++) MT_TRY(e, apply_override(cfg, overrides[i], e));
-  preset_moe(cfg);
+  int n_keys = 0, rc = 0;
+  mt_config_keys(&n_keys);
+  unsigned char *given = mt_calloc((size_t)n_keys, 1); /* the keys the ini or --set gave */
+  if (ini_path) rc = load_ini(cfg, ini_path, given, e);
+  for (int i = 0; i < n_over && rc == 0; i++) rc = apply_override(cfg, overrides[i], given, e);
+  if (rc == 0) preset_moe(cfg, given);
+  free(given);
+  MT_TRY(e, rc);
   MT_TRY(e, check_values(cfg, e));
   return 0;
 }
 
 int mt_config_load_text(mt_config *cfg, const char *text, const char *name, mt_err *e) {
   mt_config_defaults(cfg);
+  int n_keys = 0;
+  mt_config_keys(&n_keys);
+  unsigned char *given = mt_calloc((size_t)n_keys, 1);
   if (text[0]) { /* (fmemopen takes no empty buffer) */
     FILE *f = fmemopen((void *)text, strlen(text), "r");
     if (!f) {
+      free(given);
       mt_err_runtime(e, "%s: cannot read the configuration text: %s", name, strerror(errno));
       return -1;
     }
-    MT_TRY(e, load_ini_stream(cfg, f, name, e));
+    if (load_ini_stream(cfg, f, name, given, e) != 0) {
+      free(given);
+      return -1;
+    }
   }
-  preset_moe(cfg);
+  preset_moe(cfg, given);
+  free(given);
   MT_TRY(e, check_values(cfg, e));
   return 0;
 }

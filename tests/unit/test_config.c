@@ -864,6 +864,29 @@ static void test_help(void) {
   free(text);
 }
 
+/* A MoE preset fills the MoE keys the configuration leaves out, and only
+ * those: a key given, even at its default value, stays. */
+static void test_preset_keys(void) {
+  char *preset[] = {"model.preset=deepseek-v3-like"};
+  char *given[] = {"model.preset=deepseek-v3-like", "model.moe_topk=2", "model.moe_router=softmax",
+                   "train.moe_balance=aux"};
+  char *dense[] = {"model.preset=mixtral-8x7b", "model.moe_experts=0"};
+  mt_config cfg;
+  mt_err e = {0};
+  MT_CHECK(mt_config_load(&cfg, NULL, 1, preset, &e) == 0, "%s", e.msg);
+  MT_CHECK(cfg.moe_topk == 8 && cfg.moe_router == MT_ROUTER_SIGMOID &&
+               cfg.moe_balance == MT_MOE_BALANCE_BIAS && cfg.moe_experts == 256,
+           "deepseek-v3-like's MoE keys: top-%d, router %d, balance %d, %d experts", cfg.moe_topk,
+           (int)cfg.moe_router, (int)cfg.moe_balance, cfg.moe_experts);
+  MT_CHECK(mt_config_load(&cfg, NULL, 4, given, &e) == 0, "%s", e.msg);
+  MT_CHECK(cfg.moe_topk == 2 && cfg.moe_router == MT_ROUTER_SOFTMAX &&
+               cfg.moe_balance == MT_MOE_BALANCE_AUX && cfg.moe_experts == 256,
+           "keys given at their defaults were overwritten by the preset: top-%d, router %d, "
+           "balance %d", cfg.moe_topk, (int)cfg.moe_router, (int)cfg.moe_balance);
+  MT_CHECK(mt_config_load(&cfg, NULL, 2, dense, &e) == 0 && cfg.moe_experts == 0,
+           "mixtral-8x7b with model.moe_experts = 0: %d experts", cfg.moe_experts);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(g_dir, sizeof g_dir, "%s/mt_test_config_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
@@ -878,6 +901,7 @@ int main(void) {
   test_enums();
   test_check();
   test_round_trip();
+  test_preset_keys();
   test_help();
 
   for (int i = 0; i < g_nfiles; i++) unlink(g_files[i]);
