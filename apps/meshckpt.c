@@ -354,6 +354,8 @@ static int hf_model_of(const char *dir, mt_ckpt_hf_config *c, mt_err *e) {
   char again[1024];
   MT_TRY(e, mt_ckpt_read_meta_of(dir, again, sizeof again, &m, e));
   mt_ckpt_hf_config_of_meta(&m, c);
+  /* what no class holds first: a GPT-2 with experts is not a Mixtral */
+  MT_TRY(e, mt_ckpt_hf_check_exportable(c, dir, e));
   if (m.arch == 2 && m.moe_experts > 0 && (m.moe_every != 1 || m.moe_shared != 0)) {
     mt_err_set(e, "%s: MixtralForCausalLM has experts in every block and no shared experts; this "
                   "model has moe_every = %lld, moe_shared = %lld: not exported", dir,

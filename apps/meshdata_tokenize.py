@@ -332,8 +332,9 @@ def run(args):
     t0 = time.time()
     if args.workers < 1:
         refuse(f"--workers {args.workers}: want at least 1")
-    if args.shard_tokens < 1:
-        refuse(f"--shard-tokens {args.shard_tokens}: want at least 1")
+    if not 1 <= args.shard_tokens <= 2**31 - 1:
+        refuse(f"--shard-tokens {args.shard_tokens}: want 1 .. {2**31 - 1} (the llm.c header "
+               "counts a shard's tokens in an int32)")
     if args.val_docs < 0:
         refuse(f"--val-docs {args.val_docs}: want 0 or more")
     files = expand_inputs(args.inputs)

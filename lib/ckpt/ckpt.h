@@ -296,6 +296,10 @@ const char *mt_ckpt_hf_class(const mt_ckpt_hf_config *c);
 int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_hf_config *c, mt_err *e);
 /* the sizes of a checkpoint's root attributes into c (the rest: 0, "") */
 void mt_ckpt_hf_config_of_meta(const mt_ckpt_meta *m, mt_ckpt_hf_config *c);
+/* Whether a Hugging Face class holds the model c describes (a GPT-2 with
+ * experts, or not tied, or without biases, or a Mixtral with biases: not);
+ * 0, or -1 with one line in e naming dir and the reason. */
+int mt_ckpt_hf_check_exportable(const mt_ckpt_hf_config *c, const char *dir, mt_err *e);
 
 typedef struct {
   int dtype;               /* MT_DT_F32 or MT_DT_BF16 */

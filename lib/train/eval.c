@@ -61,6 +61,6 @@ double mt_train_evaluate(mt_trainer *t) {
     loss += t->sources.src[i].weight * t->val_by_source[i];
     weight += t->sources.src[i].weight;
   }
-  /* one source: its loss, as it always was (weight 1) */
-  return t->sources.n == 1 ? t->val_by_source[0] : weight > 0 ? loss / weight : 0.0;
+  /* (one source: weight 1, its loss exactly) */
+  return weight > 0 ? loss / weight : 0.0;
 }

@@ -63,4 +63,8 @@ refused_export sigmoid "MixtralForCausalLM's router is a softmax over the expert
   --set model.moe_router=sigmoid
 refused_export balance_bias "its experts are chosen with a balancing bias \(train.moe_balance = bias\)" \
   --set train.moe_balance=bias --set train.moe_bias_rate=0.01
+# a GPT-2 with experts every second block: no class holds it (said before
+# what a Mixtral would need)
+refused_export gpt2_moe "a GPT-2 with experts has no Hugging Face class" \
+  --set model.preset=tiny --set model.arch=gpt2 --set model.moe_every=2
 echo PASS

@@ -87,6 +87,8 @@ refused vocab_limit "vocabulary (512) is larger than --vocab-limit 300" "$R/out"
   --vocab-limit 300
 refused no_eot "name its end-of-text token with --eot-token" "$R/out" "$IN/txt" \
   --tokenizer "$WORK/eos.json"
+refused shard_tokens "--shard-tokens 2147483648: want 1 .. 2147483647" "$R/out" "$IN/txt" "${T[@]}" \
+  --shard-tokens 2147483648
 # --overwrite replaces a non-empty directory
 tokenize "$IN/txt" "${T[@]}" --out "$R/full" --overwrite > /dev/null
 [ ! -e "$R/full/keep" ] && [ -f "$R/full/tokens_000000.bin" ] || fail "--overwrite did not replace"

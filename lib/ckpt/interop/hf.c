@@ -361,7 +361,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, const mt_ckpt_h
   piece p = {.cap = (size_t)16 << 20, .es = o->dtype == MT_DT_BF16 ? 2 : 4};
   int n_shards = 1;
   int64_t total = 0, in_shard = 0;
-  if (mt_hf_check_exportable(o->model, s->dir, e) == 0) match_checkpoint(s, &m, ti, e);
+  if (mt_ckpt_hf_check_exportable(o->model, s->dir, e) == 0) match_checkpoint(s, &m, ti, e);
   for (int k = 0; k < m.n && !e->failed; k++) { /* in order; a shard full starts the next */
     int64_t bytes = numel(&m.e[k]) * (int64_t)p.es;
     if (o->max_shard_bytes > 0 && in_shard > 0 && in_shard + bytes > o->max_shard_bytes) {

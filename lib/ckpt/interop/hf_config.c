@@ -330,7 +330,7 @@ int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_hf_config *c, mt_err *e) {
 /* ------------------------------------------------------------------ */
 /* export: what the class can hold                                     */
 
-int mt_hf_check_exportable(const mt_ckpt_hf_config *c, const char *dir, mt_err *e) {
+int mt_ckpt_hf_check_exportable(const mt_ckpt_hf_config *c, const char *dir, mt_err *e) {
   const char *cls = mt_ckpt_hf_class(c);
   if (c->arch != 2 && c->moe_experts > 0)
     mt_err_set(e, "%s: a GPT-2 with experts has no Hugging Face class (Mixtral's blocks are "

@@ -10,9 +10,8 @@
  * in every block (Mixtral) */
 enum { MT_HF_GPT2 = 1, MT_HF_LLAMA = 2, MT_HF_MIXTRAL = 3 };
 int mt_hf_family(const mt_ckpt_hf_config *c);
-/* Can the class hold the model c describes (a checkpoint's, for export)?
- * 0, or -1 with e saying what it cannot hold. */
-int mt_hf_check_exportable(const mt_ckpt_hf_config *c, const char *dir, mt_err *e);
+/* (what a class can hold: mt_ckpt_hf_check_exportable, ckpt.h) */
+
 /* config.json's text for c (malloc'd): dtype names the stored tensors'
  * type (torch_dtype), step the checkpoint's step */
 char *mt_hf_config_json(const mt_ckpt_hf_config *c, int dtype, int64_t step);
