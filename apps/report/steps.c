@@ -11,7 +11,20 @@ typedef struct {
   long long step;
   int attempt;
   double loss, val, tps, tps_avg, step_s;
+  double flop_imbalance;  /* data.documents: the ranks' FLOP imbalance (NaN: none) */
+  char val_by_source[256]; /* a blend's validation losses, "name=loss;name=loss" */
 } step_row;
+
+/* metrics.jsonl's val_loss_by_source {name: loss} as "name=loss;..." */
+static void sources_text(const cJSON *j, char *out, size_t size) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "val_loss_by_source");
+  size_t n = 0;
+  out[0] = '\0';
+  for (const cJSON *s = v ? v->child : NULL; s && n < size; s = s->next)
+    if (cJSON_IsNumber(s) && s->string && !strpbrk(s->string, ",;=\"\n"))
+      n += (size_t)snprintf(out + n, size - n, "%s%s=%.9g", n ? ";" : "", s->string,
+                            s->valuedouble);
+}
 
 /* the run plotted for point k: its first successful repeat */
 static const run_rec *plotted_run(const report *r, const point_rec *p) {
@@ -50,7 +63,8 @@ static void flush_series(FILE *csv, FILE *dat, int series, const char *run, cons
     fprintf(csv, "%d,%s,%s,%d,%lld", series, run, layout, rows[i].attempt, rows[i].step);
     csv_num(csv, rows[i].loss), csv_num(csv, rows[i].val), csv_num(csv, rows[i].tps);
     csv_num(csv, rows[i].step_s), csv_num(csv, rows[i].tps_avg);
-    fputc('\n', csv);
+    csv_num(csv, rows[i].flop_imbalance);
+    fprintf(csv, ",%s\n", rows[i].val_by_source);
     fprintf(dat, "%lld %.9g %.9g %.9g %.9g\n", rows[i].step, rows[i].loss, rows[i].val,
             rows[i].tps, rows[i].tps_avg);
   }
@@ -172,7 +186,9 @@ static void write_run(FILE *f, FILE *d, const run_rec *x, step_plots *sp, step_r
     step_row *row = &(*rows)[n++];
     *row = (step_row){.step = (long long)step, .attempt = att + 1, .loss = loss,
                       .val = num_or(j, "val_loss", NAN), .tps = num_or(j, "tokens_per_s", NAN),
-                      .step_s = num_or(j, "step_s", NAN)};
+                      .step_s = num_or(j, "step_s", NAN),
+                      .flop_imbalance = num_or(j, "flop_imbalance", NAN)};
+    sources_text(j, row->val_by_source, sizeof row->val_by_source);
     sp->has_val[series] |= !isnan(row->val);
     cJSON_Delete(j);
   }
@@ -184,7 +200,9 @@ static void write_run(FILE *f, FILE *d, const run_rec *x, step_plots *sp, step_r
 
 /* steps.csv (and steps.dat for the plots): per step of one run per training
  * point (its first successful repeat): loss, validation loss, tokens/s, step
- * time, its moving average, and the layout and attempt that computed it. A
+ * time, its moving average, the FLOP imbalance with documents, a blend's
+ * validation loss per source ("name=loss;..."), and the layout and
+ * attempt that computed it. A
  * series is one run under one layout: a run resumed under another layout
  * (the default job: dp=4, then dp=2) has one series per layout, its resumes
  * marked; a run that began from another run's checkpoint says so. */
@@ -195,7 +213,8 @@ void mt_report_write_steps(const char *out, const report *r, const point_rec *pt
   sp->window = step_window(r, pts, n_pts);
   FILE *f = open_out(out, "steps.csv", path);
   FILE *d = open_out(out, "steps.dat", dpath);
-  fprintf(f, "series,run,layout,attempt,step,loss,val_loss,tokens_per_s,step_s,tokens_per_s_avg\n");
+  fprintf(f, "series,run,layout,attempt,step,loss,val_loss,tokens_per_s,step_s,tokens_per_s_avg,"
+             "flop_imbalance,val_loss_by_source\n");
   fprintf(d, "# meshreport: per series, a block of steps (step loss val_loss tokens/s tokens/s "
              "averaged over %d steps) and a block of validation losses (step val_loss)\n",
           sp->window);

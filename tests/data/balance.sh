@@ -50,4 +50,14 @@ for k in ("flops", "dpcp"):
         sys.exit(f"FAIL: {k}: an imbalance outside [1, 1.10]: {imb[k]}")
 print(f"ok   mean imbalance {mean['flops']:.4f} balanced, {mean['order']:.4f} in sample order")
 PY
+# meshreport's steps.csv carries each step's imbalance
+"$MT_BIN/meshreport" "$WORK/flops" --out "$WORK/report" > /dev/null || fail "meshreport"
+python3 - "$WORK" <<'PY'
+import csv, json, sys
+w = sys.argv[1]
+got = [float(r["flop_imbalance"]) for r in csv.DictReader(open(f"{w}/report/steps.csv"))]
+want = [json.loads(l)["flop_imbalance"] for l in open(f"{w}/flops/metrics.jsonl")]
+assert len(got) == 6 and all(abs(a - b) <= 1e-8 * b for a, b in zip(got, want)), (got, want)
+print("ok   steps.csv: flop_imbalance of each step")
+PY
 echo PASS

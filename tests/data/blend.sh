@@ -79,4 +79,18 @@ assert math.isclose(b["val_loss"], mean, rel_tol=1e-9), "val_loss %.9f, weighted
 assert "val_loss_by_source" not in [r for r in recs("val_web") if "val_loss" in r][0], "one source wrote a per-source loss"
 print("ok   val loss per source: web %.6f code %.6f, equal to each alone; overall %.6f = 0.7/0.3 mean" % (by["web"], by["code"], b["val_loss"]))
 PY
+# meshreport's steps.csv carries each step's validation loss per source
+"$MT_BIN/meshreport" "$WORK/dp2" --out "$WORK/report" > /dev/null || fail "meshreport"
+python3 - "$WORK" <<'PY'
+import csv, json, math, sys
+w = sys.argv[1]
+rows = [r for r in csv.DictReader(open(f"{w}/report/steps.csv")) if r["val_loss_by_source"]]
+recs = {json.loads(l)["step"]: json.loads(l) for l in open(f"{w}/dp2/metrics.jsonl")}
+assert len(rows) == 2, rows
+for r in rows:
+    got = {k: float(v) for k, v in (kv.split("=") for kv in r["val_loss_by_source"].split(";"))}
+    want = recs[int(r["step"])]["val_loss_by_source"]
+    assert set(got) == set(want) and all(math.isclose(got[k], want[k], rel_tol=1e-8) for k in got), (got, want)
+print("ok   steps.csv: the validation loss per source of both evaluations")
+PY
 echo PASS
