@@ -53,9 +53,16 @@ print(f"sharded: {len(set(x['weight_map'].values()))} shards of at most 8 KB (a 
 PY
 hf_expect "$WORK/sharded" "${shape[@]}"
 hf_round_trip "$SRC" "$WORK/sharded" imp_sharded
-# the same directory exported again in one file: the index goes
+# again in fewer, larger shards, then in one file: no shard of an earlier
+# export stays behind, nor its index
+mt_mpirun 1 "$M" export "$SRC" "$WORK/sharded" --format hf --max-shard-size 40KB > /dev/null ||
+  fail "export over shards"
+m=$(ls "$WORK/sharded"/model-*-of-*.safetensors | wc -l)
+[ "$m" -lt "$n" ] && ! ls "$WORK/sharded"/model-*-of-*.safetensors | grep -vq -- "-of-$(printf %05d "$m")" ||
+  fail "shards of the $n-shard export stayed beside the $m new ones"
 mt_mpirun 1 "$M" export "$SRC" "$WORK/sharded" --format hf > /dev/null || fail "export over shards"
 [ ! -e "$WORK/sharded/model.safetensors.index.json" ] || fail "a stale index beside model.safetensors"
+! ls "$WORK/sharded"/model-*-of-*.safetensors 2> /dev/null || fail "shards beside model.safetensors"
 hf_bf16 "$SRC" "$REF"
 
 # tied embeddings and biases on every linear (attention_bias = mlp_bias = true)

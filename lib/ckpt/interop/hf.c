@@ -45,6 +45,7 @@
 #include "ckpt/interop/hf_internal.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -311,6 +312,24 @@ static void shard_name(int k, int n, char *out, size_t len) {
   else snprintf(out, len, "model-%05d-of-%05d.safetensors", k + 1, n);
 }
 
+/* The shards of an earlier export into dir that this one (n shards) did not
+ * write over: model-K-of-M.safetensors with M != n (an index would not name
+ * them, a reader globbing the directory would read them) */
+static void remove_stale_shards(const char *dir, int n, mt_err *e) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  char path[4096];
+  for (struct dirent *x; !e->failed && (x = readdir(d));) {
+    int k, m, used = 0;
+    if (sscanf(x->d_name, "model-%5d-of-%5d.safetensors%n", &k, &m, &used) != 2 ||
+        x->d_name[used] != '\0' || m == n)
+      continue;
+    snprintf(path, sizeof path, "%s/%s", dir, x->d_name);
+    if (unlink(path) != 0 && errno != ENOENT) mt_ckpt_err_sys(e, errno, "cannot remove %s", path);
+  }
+  closedir(d);
+}
+
 /* entries [k0, k1) into out_dir/<name>.tmp: header, then each box */
 static int write_shard(mt_ckpt_reader *rd, const hf_map *m, const int *ti, int k0, int k1,
                        int dtype, piece *p, const char *tmp, mt_err *e) {
@@ -402,6 +421,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, const mt_ckpt_h
            n_shards > 1 ? "model.safetensors" : "model.safetensors.index.json");
   if (!e->failed && unlink(path) != 0 && errno != ENOENT)
     mt_ckpt_err_sys(e, errno, "cannot remove %s", path);
+  if (!e->failed) remove_stale_shards(out_dir, n_shards, e);
   if (!e->failed && n_shards > 1) {
     char *text = index_json(&m, shard, n_shards, total);
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", out_dir);
