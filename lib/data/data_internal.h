@@ -18,8 +18,10 @@ static inline int mt_data_has_suffix(const char *s, const char *suffix) {
  * fn(arg) under the guard: 0, or -1 when reading ds's mapping faulted (the
  * mapping is then marked, and mt_dataset_check reports it). */
 void mt_data_guard_install(void);
-/* the guard's slot for a mapping (taken now if new; -1 when all are taken) */
+/* the guard's slot for a mapping (taken now if new; -1 when all are taken:
+ * said once, the mapping read unguarded); forget: the mapping's slot free */
 int mt_data_guard_slot(const void *map, size_t bytes);
+void mt_data_guard_forget(const void *map);
 int mt_data_guarded(const mt_dataset *ds, void (*fn)(void *), void *arg);
 
 #endif

@@ -261,8 +261,6 @@ void mt_dataset_split(const mt_dataset *ds, double val_fraction, mt_dataset *tra
   }
 }
 
-void mt_data_guard_forget(const void *map);
-
 void mt_dataset_close(mt_dataset *ds) {
   if (!ds) return;
   if (ds->owns_map && ds->map) {

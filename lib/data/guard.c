@@ -72,6 +72,12 @@ __attribute__((noinline)) static int slot_of(const void *map, size_t bytes) {
     g_maps[free_slot].map = map;
     g_maps[free_slot].bytes = bytes;
     g_maps[free_slot].faulted = 0;
+  } else {
+    static int said;
+    if (!said++)
+      mt_info0("meshtrain: note: more than %d token files are mapped; those beyond are read "
+               "without the guard against files cut short under the run (one would end the rank "
+               "with SIGBUS)", MAX_MAPS);
   }
   return free_slot;
 }
