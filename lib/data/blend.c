@@ -38,7 +38,9 @@ int mt_blend_init(mt_blend *b, const mt_sources *ss, int T, uint64_t seed, mt_er
     /* each source its own key; the first keeps the run's seed, so one
      * source reads the windows a single file always has */
     uint64_t key = i == 0 ? seed : mt_splitmix64(seed ^ (0x626c656e64ull + (uint64_t)i));
-    if (mt_sampler_init_shards(&b->src[i], src->train, src->n_train, T, key, e) != 0) {
+    if (src->synthetic_vocab > 0)
+      mt_sampler_init_synthetic(&b->src[i], src->synthetic_vocab, T, key);
+    else if (mt_sampler_init_shards(&b->src[i], src->train, src->n_train, T, key, e) != 0) {
       if (ss->n > 1) name_source(e, src->name);
       mt_blend_free(b);
       return mt_err_pass(e);

@@ -87,12 +87,17 @@ typedef struct {
   int T;
   uint64_t seed;
   uint64_t n_windows;
+  int synthetic_vocab; /* > 0: no files; window w's tokens drawn from (seed, w) below it */
 } mt_sampler;
 
 int mt_sampler_init(mt_sampler *s, const mt_dataset *ds, int T, uint64_t seed, mt_err *e);
 /* over n_shards shards; fails when none holds a window */
 int mt_sampler_init_shards(mt_sampler *s, const mt_dataset *shards, int n_shards, int T,
                            uint64_t seed, mt_err *e);
+/* Synthetic tokens (no files): 2^40 windows whose T+1 tokens are a hash of
+ * (seed, window, position) modulo vocab, so every rank reads the same;
+ * what the virtual device and benchmarks train on when no file is asked. */
+void mt_sampler_init_synthetic(mt_sampler *s, int vocab, int T, uint64_t seed);
 void mt_sampler_free(mt_sampler *s);
 /* window index of global sample g */
 uint64_t mt_sampler_window(const mt_sampler *s, uint64_t g);
@@ -129,6 +134,7 @@ typedef struct {
   int n_train, n_val;
   mt_dataset *train, *val; /* views of files: training, validation shards */
   int own_val;       /* validation from its own files (else held out) */
+  int synthetic_vocab; /* the spec "synthetic:V": tokens drawn below V, no files (else 0) */
 } mt_source;
 
 typedef struct {

@@ -118,7 +118,11 @@ int mt_dataset_open(mt_dataset *ds, const char *path, mt_data_format format, mt_
    * writer appears, so a named pipe given as data.train would hang every rank */
   struct stat st;
   if (stat(path, &st) != 0) {
-    mt_err_set(e, "%s: cannot open: %s", path, strerror(errno));
+    int err = errno;
+    mt_err_set(e, "%s: cannot open: %s%s", path, strerror(err),
+               err == ENOENT ? " (meshdata corpus PATH writes a corpus; meshdata tokenize makes "
+                               "shards of text; data.train = synthetic trains on drawn tokens)"
+                             : "");
     return -1;
   }
   if (S_ISDIR(st.st_mode)) {

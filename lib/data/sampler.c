@@ -99,6 +99,14 @@ int mt_sampler_init_shards(mt_sampler *s, const mt_dataset *shards, int n_shards
   return 0;
 }
 
+void mt_sampler_init_synthetic(mt_sampler *s, int vocab, int T, uint64_t seed) {
+  memset(s, 0, sizeof *s);
+  s->T = T;
+  s->seed = seed;
+  s->n_windows = 1ull << 40;
+  s->synthetic_vocab = vocab;
+}
+
 void mt_sampler_free(mt_sampler *s) {
   if (!s) return;
   free(s->first);
@@ -159,6 +167,18 @@ static void copy_window(void *arg) {
 }
 
 void mt_sampler_get_window(const mt_sampler *s, uint64_t w, int *inputs, int *targets) {
+  if (s->synthetic_vocab > 0) { /* T+1 tokens of (seed, w), the targets shifted by one */
+    uint64_t h = mt_splitmix64(s->seed ^ mt_splitmix64(w));
+    int prev = (int)(h % (uint64_t)s->synthetic_vocab);
+    for (int t = 0; t < s->T; t++) {
+      h = mt_splitmix64(h);
+      int next = (int)(h % (uint64_t)s->synthetic_vocab);
+      inputs[t] = prev;
+      targets[t] = next;
+      prev = next;
+    }
+    return;
+  }
   if (w >= s->n_windows)
     mt_die("%s: window %llu out of range (%llu windows)", s->ds->path, (unsigned long long)w,
            (unsigned long long)s->n_windows);

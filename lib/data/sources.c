@@ -385,7 +385,12 @@ int mt_sources_open(mt_sources *ss, const char *train, const char *blend, const 
     ss->n = i + 1;
     snprintf(s->name, sizeof s->name, "%s", text[i].name);
     s->weight = text[i].weight;
-    if (open_files(text[i].spec, format, &s->files, &s->n_files, e) != 0) rc = mt_err_pass(e);
+    int vocab = 0, used = 0;
+    if (sscanf(text[i].spec, "synthetic:%d%n", &vocab, &used) == 1 && !text[i].spec[used]) {
+      if (vocab < 1) mt_err_set(e, "%s: the vocabulary must be positive", text[i].spec);
+      s->synthetic_vocab = vocab;
+      rc = e->failed ? -1 : 0;
+    } else if (open_files(text[i].spec, format, &s->files, &s->n_files, e) != 0) rc = mt_err_pass(e);
     else if (text[i].val[0]) rc = open_own_val(s, text[i].val, format, e) ? mt_err_pass(e) : 0;
     else hold_out(s, val_fraction);
   }
@@ -430,7 +435,7 @@ uint64_t mt_sources_hash(const mt_sources *ss) {
     const mt_source *s = &ss->src[i];
     uint64_t w;
     memcpy(&w, &s->weight, sizeof w);
-    h = mt_splitmix64(hash_str(h, s->name) ^ w);
+    h = mt_splitmix64(hash_str(h, s->name) ^ w ^ (uint64_t)s->synthetic_vocab);
     for (int k = 0; k < s->n_train; k++) {
       const mt_dataset *d = &s->train[k];
       const char *base = strrchr(d->path, '/');

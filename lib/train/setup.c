@@ -123,7 +123,10 @@ static void setup_val(mt_trainer *t, int T, mt_err *e) {
   for (int i = 0; i < n && !e->failed; i++) {
     const mt_source *src = &t->sources.src[i];
     mt_sampler *vs = &t->val_sampler[i];
-    if (mt_sampler_init_shards(vs, src->val, src->n_val, T, (uint64_t)cfg->seed, e) != 0) {
+    if (src->synthetic_vocab > 0) /* other windows than training's: another key */
+      mt_sampler_init_synthetic(vs, src->synthetic_vocab, T,
+                                mt_splitmix64((uint64_t)cfg->seed ^ 0x76616cull));
+    else if (mt_sampler_init_shards(vs, src->val, src->n_val, T, (uint64_t)cfg->seed, e) != 0) {
       if (n > 1)
         mt_err_set(e, "data.blend source '%s': its validation tokens hold no sequence of T+1 "
                       "= %d tokens (%s)", src->name, T + 1,
@@ -135,10 +138,32 @@ static void setup_val(mt_trainer *t, int T, mt_err *e) {
   }
 }
 
+/* data.train = synthetic, or on the virtual device data.train left at its
+ * default (no blend): tokens drawn from the model's vocabulary, no file
+ * (the virtual device computes no values; it needs no corpus) */
+static int synthetic_data(const mt_trainer *t) {
+  const mt_config *cfg = &t->cfg;
+  if (!strcmp(cfg->data_train, "synthetic")) return 1;
+  if (t->device != MT_DEVICE_VIRTUAL || cfg->data_blend[0]) return 0;
+  mt_config *d = mt_malloc(sizeof *d);
+  mt_config_defaults(d);
+  int dflt = !strcmp(cfg->data_train, d->data_train);
+  free(d);
+  return dflt;
+}
+
 static void setup_data(mt_trainer *t, mt_err *e) {
   const mt_config *cfg = &t->cfg;
-  mt_sources_open(&t->sources, cfg->data_train, cfg->data_blend, cfg->data_val,
-                  cfg->data_format, cfg->val_fraction, e);
+  char synth[64];
+  snprintf(synth, sizeof synth, "synthetic:%d", t->lay.shape.vocab);
+  t->synthetic = synthetic_data(t);
+  mt_sources_open(&t->sources, t->synthetic ? synth : cfg->data_train, cfg->data_blend,
+                  cfg->data_val, cfg->data_format, cfg->val_fraction, e);
+  if (t->synthetic)
+    mt_info0("meshtrain: data: synthetic tokens below the vocabulary of %d (%s)",
+             t->lay.shape.vocab, strcmp(cfg->data_train, "synthetic")
+                                     ? "the virtual device, data.train left at its default"
+                                     : "data.train = synthetic");
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
   /* the validation tokens too, whether files or the held-out tails */
   mt_sources_validate(&t->sources, t->lay.shape.vocab, MPI_COMM_WORLD, e);

@@ -42,6 +42,7 @@ typedef struct {
   mt_hw_profile hw;
   /* data */
   mt_sources sources;     /* data.train or data.blend's sources, their files */
+  int synthetic;          /* tokens drawn from the vocabulary, no file (setup.c) */
   mt_blend blend;         /* the training stream over them */
   mt_sampler *val_sampler; /* per source: its validation windows */
   int *val_seq;           /* per source: the validation windows evaluated */

@@ -7,6 +7,8 @@ mt_script_test(tokenize data tokenize.sh)
 # Sources and blends (issue 38): windows equal across layouts and a resume,
 # validation loss per source
 mt_script_test(blend data blend.sh)
+# synthetic tokens (issue 44): the virtual device needs no token file
+mt_script_test(synthetic data synthetic.sh)
 # data.balance = flops (issue 38): the step's windows over dp by their FLOPs
 mt_script_test(balance data balance.sh)
 mt_script_test(balance_needs_documents badinput ../scripts/expect_fail.sh balance_needs_documents 1

@@ -14,11 +14,13 @@ import subprocess
 from .common import BadInput, PROG, layout_name, parse_assignment
 
 # the keys the emulation sets over a point's own (they win)
-def emulation_sets(hw, steps, corpus, out):
-    # (a bf16 job emulates its bf16 state: memory and messages as it runs)
+def emulation_sets(hw, steps, out):
+    # (a bf16 job emulates its bf16 state: memory and messages as it runs;
+    # the data do not change what is priced, and the job's may live on the
+    # cluster only: synthetic tokens of the model's vocabulary, any batch)
     return ["train.device=virtual", "train.virtual_hw=%s" % hw,
             "ckpt.mode=none", "train.steps=%d" % steps,
-            "train.eval_every=0", "data.train=%s" % corpus, "data.val=",
+            "train.eval_every=0", "data.train=synthetic", "data.blend=", "data.val=",
             "output.dir=%s" % out]
 
 
@@ -63,14 +65,6 @@ def emulate(plan, bin_dir, hw, steps, max_ranks, timeout_s):
                        % plan["system"].name)
     exe = os.path.join(bin_dir, "meshtrain")
     mpirun = launcher()
-    # the data does not change what is priced: a small corpus made here
-    # (the job's own data may live on the cluster only)
-    corpus = os.path.join(plan["out"], "emulate-corpus.txt")
-    if not os.path.exists(corpus):
-        r = subprocess.run([os.path.join(bin_dir, "meshdata"), "corpus", corpus, "--bytes", "400000"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, universal_newlines=True)
-        if r.returncode != 0:
-            raise BadInput("--emulate: meshdata corpus failed: %s" % r.stderr.strip())
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -91,7 +85,7 @@ def emulate(plan, bin_dir, hw, steps, max_ranks, timeout_s):
             continue
         sets = [s for s in p["_train_sets"]
                 if parse_assignment(s, "--set")[0] not in ("output.dir", "train.resume")]
-        sets += emulation_sets(hw, steps, corpus, out)
+        sets += emulation_sets(hw, steps, out)
         cmd = [exe, os.path.join(p["_run_dir"], "input.ini")]
         for s in sets:
             cmd += ["--set", s]
