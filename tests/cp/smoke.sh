@@ -1,11 +1,13 @@
 # A short run of each context-parallel mode with evaluation, a checkpoint and
-# a resume under the other mode: labelled "sanitize", so the ASan/UBSan build
-# runs the ring (non-blocking K/V and dK/dV passing) and the all-to-alls.
+# a resume under the other mode, with documents balanced by FLOPs: labelled
+# "sanitize", so the ASan/UBSan build runs the ring (non-blocking K/V and
+# dK/dV passing), the all-to-alls, and the documents' staging and plan.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 200000)
 common=(--set model.preset=tiny --set train.steps=4 --set train.global_batch=4
         --set train.micro_batch=2 --set data.train="$corpus" --set train.eval_every=2
-        --set train.eval_batches=1 --set output.dir="$WORK/run")
+        --set train.eval_batches=1 --set output.dir="$WORK/run"
+        --set data.documents=true --set data.eot=10 --set data.balance=flops)
 mt_mpirun 2 "$MT_BIN/meshtrain" "${common[@]}" --set parallel.cp=2 --set parallel.zero=1 \
   --set train.stop_after=2 > "$WORK/a.log" 2>&1 || { cat "$WORK/a.log"; fail "ring run"; }
 mt_mpirun 2 "$MT_BIN/meshtrain" "${common[@]}" --set parallel.cp=2 --set parallel.cp_mode=ulysses \
