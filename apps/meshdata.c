@@ -302,6 +302,16 @@ static int cmd_encode(int argc, char **argv, mt_err *e) {
   return 0;
 }
 
+/* --format's value (default auto) as a data.format; -1 with e set naming
+ * what (the file or the spec) */
+static int format_opt(const args *a, const char *what, mt_err *e) {
+  const char *fmt = opt(a, "format", "auto");
+  const int format = mt_config_enum_parse("data.format", fmt);
+  if (format < 0)
+    mt_err_set(e, "%s: unknown data format '%s' (expected auto|llmc|u16|u32|text)", what, fmt);
+  return format;
+}
+
 static int cmd_info(int argc, char **argv, mt_err *e) {
   args a;
   if (parse_args("info", argc, argv, "|format|", &a, e)) return 1;
@@ -311,13 +321,8 @@ static int cmd_info(int argc, char **argv, mt_err *e) {
   }
   if (need_positionals("info", &a, 1, "FILE", e)) return 1;
   mt_dataset ds;
-  const char *fmt = opt(&a, "format", "auto");
-  const int format = mt_config_enum_parse("data.format", fmt);
-  if (format < 0) {
-    mt_err_set(e, "%s: unknown data format '%s' (expected auto|llmc|u16|u32|text)", a.pos[0],
-               fmt);
-    return 1;
-  }
+  const int format = format_opt(&a, a.pos[0], e);
+  if (format < 0) return 1;
   if (mt_dataset_open(&ds, a.pos[0], (mt_data_format)format, e)) return 1;
   size_t n = mt_dataset_ntokens(&ds);
   uint32_t lo = UINT32_MAX, hi = 0;
@@ -366,12 +371,8 @@ static int cmd_lengths(int argc, char **argv, mt_err *e) {
                   "integer)");
     return 1;
   }
-  const int format = mt_config_enum_parse("data.format", opt(&a, "format", "auto"));
-  if (format < 0) {
-    mt_err_set(e, "lengths: unknown data format '%s' (expected auto|llmc|u16|u32|text)",
-               opt(&a, "format", "auto"));
-    return 1;
-  }
+  const int format = format_opt(&a, a.pos[0], e);
+  if (format < 0) return 1;
   char **paths = NULL;
   int n = 0;
   if (mt_source_paths(a.pos[0], &paths, &n, e)) return 1;

@@ -20,16 +20,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores" | tee "$OUT/summary.txt"
-python3 - "$OUT/longtail.bin" <<'PY'
-import math, random, sys
-import array
-rng, toks = random.Random(11), array.array("H")
-while len(toks) < 12_000_000:
-    n = max(16, min(32768, int(round(math.exp(rng.gauss(6.0, 1.2))))))
-    toks.append(50256)
-    toks.extend(rng.randrange(0, 50256) for _ in range(n - 1))
-open(sys.argv[1], "wb").write(toks.tobytes())
-PY
+python3 tests/scripts/longtail_corpus.py "$OUT/longtail.bin" 12000000
 D=(--set data.train="$OUT/longtail.bin" --set data.format=u16 --set data.documents=true
    --set data.eot=50256 --set train.eval_every=0 --set ckpt.mode=none --set train.warmup_steps=1)
 for plan in none flops; do

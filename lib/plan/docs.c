@@ -122,49 +122,60 @@ typedef struct {
   int i;
 } wcost;
 
+/* dearest first; equal costs by index */
 static int by_cost(const void *a, const void *b) {
   const wcost *x = a, *y = b;
   if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
   return x->i - y->i;
 }
 
+double mt_balance_assign(const double *cost, int n, int bins, int flops, int *order) {
+  const int cap = n / bins;
+  double *load = mt_calloc((size_t)bins, sizeof(double));
+  if (!flops) {
+    for (int i = 0; i < n; i++) order[i] = i, load[i / cap] += cost[i];
+  } else {
+    wcost *w = mt_malloc((size_t)n * sizeof *w);
+    int *fill = mt_calloc((size_t)bins, sizeof(int));
+    for (int i = 0; i < n; i++) w[i] = (wcost){cost[i], i};
+    qsort(w, (size_t)n, sizeof *w, by_cost);
+    for (int i = 0; i < n; i++) {
+      int best = -1;
+      for (int d = 0; d < bins; d++)
+        if (fill[d] < cap && (best < 0 || load[d] < load[best])) best = d;
+      order[best * cap + fill[best]++] = w[i].i;
+      load[best] += w[i].cost;
+    }
+    free(w);
+    free(fill);
+  }
+  double most = 0.0, sum = 0.0;
+  for (int d = 0; d < bins; d++) most = load[d] > most ? load[d] : most, sum += load[d];
+  free(load);
+  return sum > 0 ? most / (sum / bins) : 1.0;
+}
+
 int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out, mt_err *e) {
   out->density = out->imbalance = 1.0;
   out->priced = 0;
   if (!cfg->documents || !cfg->plan_doc_lengths[0]) return 0;
-  const int T = s->seq_len, G = cfg->global_batch, dp = cfg->dp, per = G / dp;
+  const int T = s->seq_len, G = cfg->global_batch, dp = cfg->dp;
   MT_TRY(e, simulate(cfg->plan_doc_lengths, T, G, (uint64_t)cfg->seed, e));
   const double lin = mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer,
                                                  s->n_embd, 0) * T;
   const double att = 12.0 * s->n_layer * s->n_embd, whole = 0.5 * (double)T * (T + 1);
-  double seen = 0.0, imb = 0.0;
-  wcost *w = mt_malloc((size_t)G * sizeof *w);
-  double *load = mt_malloc((size_t)dp * sizeof(double));
-  int *fill = mt_malloc((size_t)dp * sizeof(int));
+  double seen = 0.0, imb = 0.0, *cost = mt_malloc((size_t)G * sizeof(double));
+  int *order = mt_malloc((size_t)G * sizeof(int));
   for (int st = 0; st < SIM_STEPS; st++) {
     for (int i = 0; i < G; i++) {
       double p = g_sim.pairs[(size_t)st * G + i];
       seen += p;
-      w[i] = (wcost){lin + att * p, i};
+      cost[i] = lin + att * p;
     }
-    memset(load, 0, (size_t)dp * sizeof(double));
-    memset(fill, 0, (size_t)dp * sizeof(int));
-    if (cfg->balance == MT_BALANCE_FLOPS) {
-      qsort(w, (size_t)G, sizeof *w, by_cost);
-      for (int i = 0; i < G; i++) {
-        int best = -1;
-        for (int d = 0; d < dp; d++)
-          if (fill[d] < per && (best < 0 || load[d] < load[best])) best = d;
-        load[best] += w[i].cost, fill[best]++;
-      }
-    } else {
-      for (int i = 0; i < G; i++) load[i / per] += w[i].cost;
-    }
-    double most = 0.0, sum = 0.0;
-    for (int d = 0; d < dp; d++) most = load[d] > most ? load[d] : most, sum += load[d];
-    imb += most / (sum / dp);
+    imb += mt_balance_assign(cost, G, dp, cfg->balance == MT_BALANCE_FLOPS, order);
   }
-  free(w), free(load), free(fill);
+  free(cost);
+  free(order);
   out->density = seen / ((double)SIM_STEPS * G * whole);
   out->imbalance = imb / SIM_STEPS;
   out->priced = 1;

@@ -238,6 +238,12 @@ typedef struct {
   int priced;
 } mt_plan_docs;
 int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out, mt_err *e);
+/* data.balance's hand-out of n items of cost[i] to bins of n / bins items
+ * each: in order (item i to bin i / (n / bins)), or with flops the dearest
+ * first (ties by index), each to the least loaded bin with room (ties: the
+ * lower bin). order[b x n / bins + k]: bin b's k-th item. Returns the
+ * largest bin's cost over the mean (1 when all are 0). */
+double mt_balance_assign(const double *cost, int n, int bins, int flops, int *order);
 
 typedef struct {
   int world, fits;

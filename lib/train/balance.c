@@ -31,19 +31,6 @@
 #include "train/train.h"
 
 #include <stdlib.h>
-#include <string.h>
-
-typedef struct {
-  double cost;
-  uint64_t g;
-} window_cost;
-
-/* dearest first; equal costs by sample index */
-static int by_cost(const void *a, const void *b) {
-  const window_cost *x = a, *y = b;
-  if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-  return x->g < y->g ? -1 : x->g > y->g;
-}
 
 /* the cost of window (tokens seq) on each cp rank, into per_cp[cp] */
 static void window_costs(const mt_trainer *t, const int *seq, int *doc, double *per_cp) {
@@ -72,30 +59,15 @@ void mt_balance_step(mt_trainer *t, uint64_t g0, uint64_t *order, double *imbala
   const int T = t->lay.shape.seq_len;
   int *seq = mt_malloc(2 * (size_t)T * sizeof(int)), *doc = mt_malloc((size_t)T * sizeof(int));
   double *cost = mt_calloc((size_t)G * cp, sizeof(double)); /* (window, cp rank) */
-  window_cost *w = mt_malloc((size_t)G * sizeof(window_cost));
+  double *total = mt_calloc((size_t)G, sizeof(double));       /* (window) */
+  int *idx = mt_malloc((size_t)G * sizeof(int));
   for (int i = 0; i < G; i++) {
     mt_blend_get(&t->blend, g0 + (uint64_t)i, seq, seq + T);
     window_costs(t, seq, doc, cost + (size_t)i * cp);
-    w[i].g = (uint64_t)i;
-    w[i].cost = 0.0;
-    for (int c = 0; c < cp; c++) w[i].cost += cost[(size_t)i * cp + c];
+    for (int c = 0; c < cp; c++) total[i] += cost[(size_t)i * cp + c];
   }
-  if (t->cfg.balance == MT_BALANCE_FLOPS) {
-    qsort(w, (size_t)G, sizeof *w, by_cost);
-    double *load = mt_calloc((size_t)dp, sizeof(double));
-    int *fill = mt_calloc((size_t)dp, sizeof(int));
-    for (int i = 0; i < G; i++) {
-      int best = -1;
-      for (int d = 0; d < dp; d++)
-        if (fill[d] < per && (best < 0 || load[d] < load[best])) best = d;
-      order[(size_t)best * per + fill[best]++] = g0 + w[i].g;
-      load[best] += w[i].cost;
-    }
-    free(load);
-    free(fill);
-  } else {
-    for (int i = 0; i < G; i++) order[i] = g0 + (uint64_t)i;
-  }
+  mt_balance_assign(total, G, dp, t->cfg.balance == MT_BALANCE_FLOPS, idx);
+  for (int i = 0; i < G; i++) order[i] = g0 + (uint64_t)idx[i];
   /* the cost of each (dp, cp) rank under the order taken */
   double most = 0.0, sum = 0.0;
   for (int d = 0; d < dp; d++)
@@ -107,5 +79,5 @@ void mt_balance_step(mt_trainer *t, uint64_t g0, uint64_t *order, double *imbala
       sum += r;
     }
   *imbalance = sum > 0 ? most / (sum / ((double)dp * cp)) : 1.0;
-  free(seq), free(doc), free(cost), free(w);
+  free(seq), free(doc), free(cost), free(total), free(idx);
 }

@@ -10,15 +10,7 @@
 # windows rank by rank; an unreadable or malformed histogram is refused in
 # one line with exit 2.
 source "$(dirname "$0")/../scripts/common.sh"
-python3 - "$WORK/longtail.bin" <<'PY'
-import array, math, random, sys
-rng, toks = random.Random(11), array.array("H")
-while len(toks) < 3_000_000:
-    n = max(16, min(32768, int(round(math.exp(rng.gauss(6.0, 1.2))))))
-    toks.append(50256)
-    toks.extend(rng.randrange(0, 50256) for _ in range(n - 1))
-open(sys.argv[1], "wb").write(toks.tobytes())
-PY
+python3 "$MT_SRC/tests/scripts/longtail_corpus.py" "$WORK/longtail.bin" 3000000
 "$MT_BIN/meshdata" lengths "$WORK/longtail.bin" --eot 50256 --format u16 --out "$WORK/hist.txt" ||
   fail "meshdata lengths"
 python3 - "$WORK" <<'PY'
