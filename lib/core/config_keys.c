@@ -214,8 +214,7 @@ static const mt_cfg_key g_keys[] = {
      0, 0, NULL},
     /* [data] */
     {"data.train", MT_CFG_STRING, F(data_train), "inputs/data/corpus.txt",
-     "training tokens: a file, a directory (its *.bin), a glob, a comma-separated list, or "
-     "synthetic (drawn below the vocabulary; the virtual device's default)",
+     "training tokens: a file, a directory (its *.bin), a glob, a list, or synthetic",
      0, 0, NULL},
     {"data.val", MT_CFG_STRING, F(data_val), "",
      "validation tokens, as data.train (empty: held out; a blend's: name=files, ...)", 0, 0,
