@@ -45,6 +45,8 @@ mt_slurm_test(submit_check slurm submit_check.sh)
 # every train job's layout priced against the system's GPU memory when it is
 # written; dp-only and the planner's auto, the planned layout recorded
 mt_slurm_test(layouts_memory slurm layouts_memory.sh)
+# issue 44 item 7: plan, rehearse, emulate a campaign and render, end to end
+mt_slurm_test(journey slurm journey.sh)
 
 # a 2-point campaign end to end, report job included
 mt_slurm_test(campaign slurm campaign.sh)
