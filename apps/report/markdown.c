@@ -72,14 +72,54 @@ static void md_intro(FILE *f, const report *r, const point_rec *pts, int n_pts) 
       fprintf(f, "Reference: %s on %s (%s), %.1f tokens/s.\n", ranks, nodes, ref->layout,
               ref->tps_mean);
     }
-    else
-      fprintf(f, "No run succeeded.\n");
+    else {
+      int pred = 0;
+      for (int k = 0; k < n_pts; k++) pred |= pts[k].n_pred > 0;
+      fprintf(f, "No run succeeded%s.\n",
+              pred ? " yet: the virtual device's predictions are below (Predicted)" : "");
+    }
     fprintf(f, "%s Throughput counts every step of a run, and every attempt of a run that "
                "was requeued or resumed (summary.json `run`).\n\n",
             weak ? "Work per rank fixed: efficiency E = t0/t from mean step times, "
                    "speedup S = E·N/N0."
                  : "Total work fixed: speedup S = T/T0 from throughputs "
                    "(= t0/t), efficiency E = S·N0/N.");
+  }
+}
+
+/* The virtual device's predictions (campaign --emulate), per point that
+ * has one, measured or not: step, tokens/s, and the speedup and efficiency
+ * they predict against the predicted point with the fewest ranks (strong:
+ * S = T/T0, E = S N0/N; weak: E = t0/t, S = E N/N0), MFU; the measured
+ * tokens/s beside them where runs exist. */
+static void md_predicted(FILE *f, const report *r, const point_rec *pts, int n_pts) {
+  const point_rec *ref = NULL;
+  for (int k = 0; k < n_pts; k++)
+    if (pts[k].n_pred && (!ref || pts[k].ranks < ref->ranks)) ref = &pts[k];
+  if (!ref) return;
+  const int weak = !strcmp(r->scaling, "weak");
+  fprintf(f, "\n## Predicted (virtual device)\n\nWhat `campaign --emulate` predicted for each "
+             "point (meshtrain's virtual device at the system's hardware profile), against the "
+             "predicted point with the fewest ranks (%d on %d node%s):\n\n| nodes | ranks | "
+             "layout | predicted step (s) | predicted tokens/s | predicted speedup | predicted "
+             "efficiency | predicted MFU | measured tokens/s |\n"
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|\n",
+          ref->ranks, ref->nodes, ref->nodes == 1 ? "" : "s");
+  for (int k = 0; k < n_pts; k++) {
+    const point_rec *p = &pts[k];
+    if (!p->n_pred) continue;
+    double n = (double)p->ranks / ref->ranks, s, e;
+    if (weak) e = ref->pred_step_s / p->pred_step_s, s = e * n;
+    else s = p->pred_tps / ref->pred_tps, e = s / n;
+    char st[32], tps[32], sp[32], ef[32], mfu[32], meas[32];
+    fmt_num(st, sizeof st, p->pred_step_s, "%.4f");
+    fmt_num(tps, sizeof tps, p->pred_tps, "%.1f");
+    fmt_num(sp, sizeof sp, s, "%.2f");
+    fmt_num(ef, sizeof ef, e * 100.0, "%.1f%%");
+    fmt_num(mfu, sizeof mfu, p->pred_mfu * 100.0, "%.2f%%");
+    fmt_num(meas, sizeof meas, p->n_ok ? p->tps_mean : NAN, "%.1f");
+    fprintf(f, "| %d | %d | %s | %s | %s | %s | %s | %s | %s |\n", p->nodes, p->ranks, p->layout,
+            st, tps, sp, ef, mfu, meas);
   }
 }
 
@@ -212,6 +252,7 @@ void mt_report_write_md(const char *out, const report *r, const point_rec *pts, 
   if (n_pts) {
     mt_report_markdown_table(f, pts, n_pts);
     md_breakdown(f, pts, n_pts);
+    md_predicted(f, r, pts, n_pts);
   }
   if (r->n_bench) md_collectives(f, r);
   int n_multi = 0, n_over = 0, n_from = 0;

@@ -13,7 +13,9 @@
 #      auto, emulated before any submission: every point predicted, under
 #      the layout it planned (auto:...), which for 2 nodes is meshplan's
 #      winner;
-#   4. render writes the winner's job (its memory checked), and refuses the
+#   4. meshreport of the campaign before any run reports the predictions
+#      (labelled, per point with its nodes, predicted speedup and efficiency);
+#   5. render writes the winner's job (its memory checked), and refuses the
 #      same job for a model that does not fit, in one line.
 source "$(dirname "$0")/../scripts/common.sh"
 MS="$MT_SRC/slurm/meshslurm.py"
@@ -108,6 +110,26 @@ rehearsed = [json.loads(l)["step_s"] for l in open(f"{w}/rehearsal/metrics.jsonl
 assert abs(float(two["step_s"]) - rehearsed) <= 1e-5 * rehearsed, (two["step_s"], rehearsed)
 print(f"ok   campaign --emulate: both points predicted under the layout each planned; on 2 "
       f"nodes meshplan's winner ({want}) at the rehearsal's step")
+PY
+# the report before any run: the predictions, labelled, with speedup and
+# efficiency from the predicted figures and each point's node count
+"$MT_BIN/meshreport" "$WORK/camp" --out "$WORK/report" > /dev/null 2>&1 || fail "meshreport"
+python3 - "$WORK" <<'PY'
+import csv, sys
+w = sys.argv[1]
+md = open(f"{w}/report/report.md").read()
+assert "No run succeeded yet: the virtual device's predictions are below" in md, md[:400]
+sec = md.split("## Predicted (virtual device)")[1].split("\n## ")[0]
+rows = [l.split("|")[1:-1] for l in sec.splitlines() if l.startswith("| ") and l[2].isdigit()]
+pred = {int(r["nodes"]): r for r in csv.DictReader(open(f"{w}/camp/predicted.csv"))}
+assert sorted(int(r[0]) for r in rows) == sorted(pred), rows
+for r in rows:
+    nodes, tps, speedup = int(r[0]), float(r[4]), float(r[5])
+    want = float(pred[nodes]["tokens_per_s"]) / float(pred[1]["tokens_per_s"])
+    got = float(pred[nodes]["tokens_per_s"])
+    assert abs(tps - got) <= 1e-5 * got and abs(speedup - want) <= 0.006, r
+print("ok   the report of predictions only: both points, their nodes, predicted speedup "
+      f"{float([r for r in rows if int(r[0]) == 2][0][5]):.2f} on 2 nodes")
 PY
 python3 "$MS" render train --system leonardo-booster --nodes 2 --layout "$LAYOUT" --account test \
   --bin "$MT_BIN" "${NODEV[@]}" --config "$MT_SRC/inputs/default.ini" "${MODEL[@]}" --run-dir "$WORK/job" \
