@@ -155,7 +155,8 @@ double mt_balance_assign(const double *cost, int n, int bins, int flops, int *or
   return sum > 0 ? most / (sum / bins) : 1.0;
 }
 
-int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out, mt_err *e) {
+int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out,
+                       mt_err *e) {
   out->density = out->imbalance = 1.0;
   out->priced = 0;
   if (!cfg->documents || !cfg->plan_doc_lengths[0]) return 0;

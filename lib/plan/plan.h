@@ -237,7 +237,8 @@ typedef struct {
   double density, imbalance;
   int priced;
 } mt_plan_docs;
-int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out, mt_err *e);
+int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out,
+                       mt_err *e);
 /* data.balance's hand-out of n items of cost[i] to bins of n / bins items
  * each: in order (item i to bin i / (n / bins)), or with flops the dearest
  * first (ties by index), each to the least loaded bin with room (ties: the

@@ -17,14 +17,11 @@
 #include "../test_rng.h"
 #include "core/core.h"
 #include "data/data.h"
-#include "data/data_internal.h"
 
 static int g_rank = 0;
 
 /* ------------------------------------------------------------------ */
 /* temp files                                                          */
-
-static void test_guard_slots(void); /* below */
 
 static char g_dir[256];
 enum { MAX_FILES = 64 };
@@ -778,19 +775,6 @@ static void test_corpus(void) {
   free(pc);
 }
 
-/* The guard holds 4096 mappings: the next is read unguarded (slot -1, said
- * once), a freed slot is taken again. (Addresses only: nothing is mapped.) */
-static void test_guard_slots(void) {
-  static char fake[4100];
-  int ok = 1;
-  for (int i = 0; i < 4096; i++) ok &= mt_data_guard_slot(fake + i, 1) >= 0;
-  MT_CHECK(ok, "the guard did not take 4096 mappings");
-  MT_CHECK(mt_data_guard_slot(fake + 4096, 1) == -1, "a 4097th mapping got a guard slot");
-  mt_data_guard_forget(fake + 7);
-  MT_CHECK(mt_data_guard_slot(fake + 4096, 1) >= 0, "a freed slot was not taken again");
-  for (int i = 0; i <= 4096; i++) mt_data_guard_forget(fake + i);
-}
-
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -807,7 +791,6 @@ int main(int argc, char **argv) {
   test_text();
   test_errors();
   test_wide_and_guarded();
-  test_guard_slots();
   test_split();
   test_sampler();
   test_validate(MPI_COMM_WORLD);
