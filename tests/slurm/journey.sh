@@ -19,16 +19,7 @@
 #      same job for a model that does not fit, in one line.
 source "$(dirname "$0")/../scripts/common.sh"
 MS="$MT_SRC/slurm/meshslurm.py"
-# a LEONARDO login shell's $WORK and scratch (the profile's data_root and
-# run directories live there); the profile's GPU device off where this build
-# has no CUDA (the memory check prices the profile's dtypes either way)
-export WORK="$WORK/leo-work" CINECA_SCRATCH="$WORK/leo-scratch"
-mkdir -p "$WORK/meshtrain/inputs/data" "$CINECA_SCRATCH"
-"$MT_BIN/meshdata" corpus "$WORK/meshtrain/inputs/data/corpus.txt" --bytes 100K > /dev/null
-NODEV=()
-if "$MT_BIN/meshbench" devices | grep -q "^cuda_built 0"; then
-  NODEV=(--profile-set device= --profile-set precision=)
-fi
+source "$(dirname "$0")/common_leo.sh"
 MODEL=(--set model.preset=custom --set model.n_layer=8 --set model.n_embd=1024 --set model.n_head=16
        --set model.seq_len=1024 --set model.vocab_size=50257 --set train.global_batch=64
        --set train.precision=bf16)

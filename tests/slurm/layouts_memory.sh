@@ -13,15 +13,7 @@
 #     layout meshtrain --check planned for the point's ranks.
 source "$(dirname "$0")/../scripts/common.sh"
 GEN="python3 $MT_SRC/slurm/meshslurm.py"
-export WORK="$WORK/leo-work" CINECA_SCRATCH="$WORK/leo-scratch"
-mkdir -p "$WORK/meshtrain/inputs/data" "$CINECA_SCRATCH"
-"$MT_BIN/meshdata" corpus "$WORK/meshtrain/inputs/data/corpus.txt" --bytes 100K > /dev/null
-# the profile's GPU device (cuda, bf16) off where this build has no CUDA: the
-# memory check prices the profile's dtypes either way
-NODEV=()
-if "$MT_BIN/meshbench" devices | grep -q "^cuda_built 0"; then
-  NODEV=(--profile-set device= --profile-set precision=)
-fi
+source "$(dirname "$0")/common_leo.sh"
 SEVENB=(--set model.preset=custom --set model.n_layer=32 --set model.n_embd=4096 --set model.n_head=32
   --set model.seq_len=4096 --set model.vocab_size=50304 --set train.global_batch=64
   --set train.micro_batch=1 --set parallel.zero=1)
