@@ -13,8 +13,10 @@ void mt_allreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op, mt_
   const double bytes = mt_bytes_allreduce(nb, g->size);
   if (MT_OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc) || g->size == 1)
     return;
+  const int fl = MT_FLIGHT_BEGIN(g, "allreduce", -1, MT_FLIGHT_NEW, bytes);
   if (mt_comm_goes_direct(g, loc)) {
     MT_DIRECT_BLOCKING(g, bytes, d_->allreduce(g, buf, n, t, op));
+    mt_flight_end(fl);
     return;
   }
   const MPI_Datatype type = mt_comm_mpi_type(t);
@@ -28,6 +30,7 @@ void mt_allreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op, mt_
                        MPI_Allreduce(MPI_IN_PLACE, x.recv, cnt, type, mop, g->comm)));
   mt_comm_unstage(&x, buf, nb);
   mt_comm_count(g, t0, bytes);
+  mt_flight_end(fl);
 }
 
 void mt_reduce_scatter(mt_group *g, const void *send, void *recv, const int *counts, mt_dtype t,
@@ -40,8 +43,10 @@ void mt_reduce_scatter(mt_group *g, const void *send, void *recv, const int *cou
     mt_comm_local_copy(recv, send, mine * es, loc);
     return;
   }
+  const int fl = MT_FLIGHT_BEGIN(g, "reduce_scatter", -1, MT_FLIGHT_NEW, bytes);
   if (mt_comm_goes_direct(g, loc)) {
     MT_DIRECT_BLOCKING(g, bytes, d_->reduce_scatter(g, send, recv, counts, t));
+    mt_flight_end(fl);
     return;
   }
   const MPI_Datatype type = mt_comm_mpi_type(t);
@@ -54,6 +59,7 @@ void mt_reduce_scatter(mt_group *g, const void *send, void *recv, const int *cou
                        MPI_Reduce_scatter(x.send, x.recv, counts, type, mop, g->comm)));
   mt_comm_unstage(&x, recv, mine * es);
   mt_comm_count(g, t0, bytes);
+  mt_flight_end(fl);
 }
 
 void mt_allgatherv(mt_group *g, const void *send, void *recv, const int *counts,
@@ -66,8 +72,10 @@ void mt_allgatherv(mt_group *g, const void *send, void *recv, const int *counts,
     if (send) mt_comm_local_copy((char *)recv + (size_t)displs[0] * es, send, mine * es, loc);
     return;
   }
+  const int fl = MT_FLIGHT_BEGIN(g, "allgatherv", -1, MT_FLIGHT_NEW, bytes);
   if (mt_comm_goes_direct(g, loc)) {
     MT_DIRECT_BLOCKING(g, bytes, d_->allgatherv(g, send, recv, counts, displs, t));
+    mt_flight_end(fl);
     return;
   }
   const MPI_Datatype type = mt_comm_mpi_type(t);
@@ -84,6 +92,7 @@ void mt_allgatherv(mt_group *g, const void *send, void *recv, const int *counts,
                        MPI_Allgatherv(s, sn, st, x.recv, counts, displs, type, g->comm)));
   mt_comm_unstage(&x, recv, total * es);
   mt_comm_count(g, t0, bytes);
+  mt_flight_end(fl);
 }
 
 /* ------------------------------------------------------------------ */
@@ -126,14 +135,16 @@ typedef int (*block_call)(mt_group *g, const void *send, void *recv, int cnt, MP
 
 /* issue's exchange of send_bytes -> recv_bytes (n elements a block) on
  * host views of the buffers, timed and counted */
-static void exchange_blocks(mt_group *g, const void *send, size_t send_bytes, void *recv,
-                   size_t recv_bytes, size_t n, mt_dtype t, int root, mt_loc loc, double bytes,
-                   block_call issue) {
+static void exchange_blocks(const char *op, mt_group *g, const void *send, size_t send_bytes,
+                            void *recv, size_t recv_bytes, size_t n, mt_dtype t, int root,
+                            mt_loc loc, double bytes, block_call issue) {
+  const int fl = MT_FLIGHT_BEGIN(g, op, -1, MT_FLIGHT_NEW, bytes);
   double t0 = mt_now();
   mt_comm_staged x = mt_comm_stage(g, loc, send, send_bytes, recv, recv_bytes, 0);
   MT_MPI_CHECK(issue(g, x.send, x.recv, mt_comm_count_of(n), mt_comm_mpi_type(t), root));
   mt_comm_unstage(&x, recv, recv_bytes);
   mt_comm_count(g, t0, bytes);
+  mt_flight_end(fl);
 }
 
 static int gather_call(mt_group *g, const void *s, void *r, int cnt, MPI_Datatype type,
@@ -169,8 +180,8 @@ void mt_gather(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t, 
     mt_comm_local_copy(recv, send, nb, loc);
     return;
   }
-  exchange_blocks(g, send, nb, at_root ? recv : NULL, at_root ? size * nb : 0, n, t, root, loc,
-                  bytes, gather_call);
+  exchange_blocks("gather", g, send, nb, at_root ? recv : NULL, at_root ? size * nb : 0, n, t,
+                  root, loc, bytes, gather_call);
 }
 
 void mt_allgather(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t, mt_loc loc) {
@@ -183,7 +194,7 @@ void mt_allgather(mt_group *g, const void *send, void *recv, size_t n, mt_dtype 
     mt_comm_local_copy(recv, send, nb, loc);
     return;
   }
-  exchange_blocks(g, send, nb, recv, size * nb, n, t, 0, loc, bytes, allgather_call);
+  exchange_blocks("allgather", g, send, nb, recv, size * nb, n, t, 0, loc, bytes, allgather_call);
 }
 
 void mt_alltoall(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t, mt_loc loc) {
@@ -196,7 +207,8 @@ void mt_alltoall(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t
     mt_comm_local_copy(recv, send, nb, loc);
     return;
   }
-  exchange_blocks(g, send, size * nb, recv, size * nb, n, t, 0, loc, bytes, alltoall_call);
+  exchange_blocks("alltoall", g, send, size * nb, recv, size * nb, n, t, 0, loc, bytes,
+                  alltoall_call);
 }
 
 /* ------------------------------------------------------------------ */
@@ -212,8 +224,10 @@ void mt_alltoallv(mt_group *g, const void *send, const size_t *send_counts, void
     mt_comm_local_copy(recv, send, send_counts[0] * es, loc);
     return;
   }
+  const int fl = MT_FLIGHT_BEGIN(g, "alltoallv", -1, MT_FLIGHT_NEW, bytes);
   if (mt_comm_goes_direct(g, loc)) {
     MT_DIRECT_BLOCKING(g, bytes, d_->alltoallv(g, send, send_counts, recv, recv_counts, t));
+    mt_flight_end(fl);
     return;
   }
   const MPI_Datatype type = mt_comm_mpi_type(t);
@@ -231,4 +245,5 @@ void mt_alltoallv(mt_group *g, const void *send, const size_t *send_counts, void
   mt_comm_unstage(&x, recv, rt * es);
   free(sc);
   mt_comm_count(g, t0, bytes);
+  mt_flight_end(fl);
 }

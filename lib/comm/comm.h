@@ -190,6 +190,11 @@ typedef struct mt_request {
   void *dev_dst;  /* ... and where to */
   size_t bytes;
   void *direct;   /* the direct backend's handle, or NULL */
+  /* the flight recorder: the call (NULL: not recorded), its peer (group
+   * rank, -1 for a collective) and number (core/flight.h) */
+  const char *fl_op;
+  int fl_peer;
+  long fl_call;
 } mt_request;
 
 /* All-reduce in place: n elements of buf, reduced by op over the group. */

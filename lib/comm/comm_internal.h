@@ -9,6 +9,14 @@
 #define MT_COMM_INTERNAL_H
 
 #include "comm/comm.h"
+#include "core/flight.h"
+
+/* The flight recorder's entry for a blocking call of g (core/flight.h):
+ * peer a group rank for point-to-point (else -1), call MT_FLIGHT_NEW for a
+ * new collective, a request's number for its wait, 0 for point-to-point. */
+#define MT_FLIGHT_BEGIN(g, op, peer, call, bytes)                                   \
+  mt_flight_begin((op), (g)->name, (g)->world0, (g)->stride, (g)->size,             \
+                  (peer) < 0 ? -1 : (g)->world0 + (peer) * (g)->stride, (call), (bytes))
 
 /* ---- element types (elem.c) ---- */
 /* t's MPI datatype (bf16: 16-bit words) */
@@ -102,6 +110,10 @@ void mt_comm_to_device(void *dev, const void *host, size_t bytes);
 
 /* ---- requests (requests.c) ---- */
 void mt_comm_req_init(mt_request *r, mt_group *g);
+/* the flight recorder's entry of a non-blocking call's start (peer: a
+ * group rank, -1 for a collective); mt_wait records the wait, which is
+ * where it can block */
+void mt_comm_req_flight(mt_request *r, const char *op, int peer, double bytes);
 /* The staging x of a request's buffers ends when the request does:
  * recv_bytes of its receive side go back to recv (none: recv NULL), and
  * the block is freed. */

@@ -17,6 +17,7 @@ void mt_isend(mt_group *g, const void *buf, size_t n, mt_dtype t, int peer, int 
   if (MT_OTHER_BACKEND(g, .kind = MT_COLL_SEND, .bytes = bytes, .loc = loc, .peer = peer,
                        .tag = tag, .req = r))
     return;
+  mt_comm_req_flight(r, "send", peer, bytes);
   if (direct_p2p(g, peer, tag, loc)) {
     MT_DIRECT_START(g, r, bytes, d_->send(g, buf, n, t, peer, tag));
     return;
@@ -37,6 +38,7 @@ void mt_irecv(mt_group *g, void *buf, size_t n, mt_dtype t, int peer, int tag, m
   if (MT_OTHER_BACKEND(g, .kind = MT_COLL_RECV, .bytes = 0.0, .loc = loc, .peer = peer,
                        .tag = tag, .req = r))
     return;
+  mt_comm_req_flight(r, "recv", peer, 0.0);
   if (direct_p2p(g, peer, tag, loc)) {
     MT_DIRECT_START(g, r, 0.0, d_->recv(g, buf, n, t, peer, tag));
     return;
@@ -57,6 +59,7 @@ void mt_sendrecv(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t
   if (MT_OTHER_BACKEND(g, .kind = MT_COLL_SENDRECV, .bytes = bytes, .loc = loc, .peer = peer,
                        .tag = tag))
     return;
+  const int fl = MT_FLIGHT_BEGIN(g, "sendrecv", peer, 0, bytes);
   if (direct_p2p(g, peer, tag, loc)) {
     /* both directions issued together (the backend pairs them in one group) */
     const mt_comm_direct *d = mt_comm_direct_backend();
@@ -66,6 +69,7 @@ void mt_sendrecv(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t
     d->wait(hs);
     d->wait(hr);
     mt_comm_count_direct(g, bytes, 2); /* two device calls */
+    mt_flight_end(fl);
     return;
   }
   const MPI_Datatype type = mt_comm_mpi_type(t);
@@ -79,4 +83,5 @@ void mt_sendrecv(mt_group *g, const void *send, void *recv, size_t n, mt_dtype t
   MT_MPI_CHECK(mt_comm_wait_request(&q[1], MPI_STATUS_IGNORE));
   mt_comm_unstage(&x, recv, nb);
   mt_comm_count_p2p(g, t0, bytes);
+  mt_flight_end(fl);
 }

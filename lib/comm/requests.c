@@ -13,6 +13,14 @@ void mt_comm_req_init(mt_request *r, mt_group *g) {
   r->g = g;
 }
 
+void mt_comm_req_flight(mt_request *r, const char *op, int peer, double bytes) {
+  const int h = MT_FLIGHT_BEGIN(r->g, op, peer, peer < 0 ? MT_FLIGHT_NEW : 0, bytes);
+  r->fl_op = h < 0 ? NULL : op;
+  r->fl_peer = peer;
+  r->fl_call = mt_flight_call(h);
+  mt_flight_end(h);
+}
+
 void mt_comm_req_stage(mt_request *r, const mt_comm_staged *x, void *recv, size_t recv_bytes) {
   if (!x->block) return;
   r->host = x->block;
@@ -46,6 +54,7 @@ void mt_iallreduce(mt_group *g, void *buf, size_t n, mt_dtype t, mt_redop op, mt
   if (MT_OTHER_BACKEND(g, .kind = MT_COLL_REDUCE, .bytes = bytes, .loc = loc, .req = r) ||
       g->size == 1)
     return;
+  mt_comm_req_flight(r, "iallreduce", -1, bytes);
   if (mt_comm_goes_direct(g, loc)) {
     MT_DIRECT_START(g, r, bytes, d_->allreduce(g, buf, n, t, op));
     return;
@@ -69,6 +78,7 @@ void mt_ireduce_scatter(mt_group *g, const void *send, void *recv, const int *co
     mt_comm_local_copy(recv, send, mine * es, loc);
     return;
   }
+  mt_comm_req_flight(r, "ireduce_scatter", -1, bytes);
   if (mt_comm_goes_direct(g, loc)) {
     MT_DIRECT_START(g, r, bytes, d_->reduce_scatter(g, send, recv, counts, t));
     return;
@@ -93,6 +103,7 @@ void mt_iallgatherv(mt_group *g, const void *send, void *recv, const int *counts
     if (send) mt_comm_local_copy((char *)recv + (size_t)displs[0] * es, send, mine * es, loc);
     return;
   }
+  mt_comm_req_flight(r, "iallgatherv", -1, bytes);
   if (mt_comm_goes_direct(g, loc)) {
     MT_DIRECT_START(g, r, bytes, d_->allgatherv(g, send, recv, counts, displs, t));
     return;
@@ -111,8 +122,7 @@ void mt_iallgatherv(mt_group *g, const void *send, void *recv, const int *counts
 /* ------------------------------------------------------------------ */
 /* the end of a request                                                */
 
-void mt_wait(mt_request *r) {
-  if (!r->active) return;
+static void wait_active(mt_request *r) {
   if (r->vbuf) {
     mt_comm_virtual_wait(r);
     return;
@@ -129,6 +139,26 @@ void mt_wait(mt_request *r) {
   MT_MPI_CHECK(mt_comm_wait_request(&r->req, MPI_STATUS_IGNORE));
   r->g->seconds += mt_now() - t0;
   req_finish(r);
+}
+
+/* the flight recorder's name of the wait for a call (static strings) */
+static const char *wait_name(const char *op) {
+  static const char *const names[][2] = {{"iallreduce", "wait iallreduce"},
+                                         {"ireduce_scatter", "wait ireduce_scatter"},
+                                         {"iallgatherv", "wait iallgatherv"},
+                                         {"send", "wait send"},
+                                         {"recv", "wait recv"}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(op, names[i][0]) == 0) return names[i][1];
+  return "wait";
+}
+
+void mt_wait(mt_request *r) {
+  if (!r->active) return;
+  const int fl =
+      r->fl_op ? MT_FLIGHT_BEGIN(r->g, wait_name(r->fl_op), r->fl_peer, r->fl_call, 0.0) : -1;
+  wait_active(r);
+  mt_flight_end(fl);
 }
 
 void mt_progress(mt_request *r) {

@@ -141,6 +141,12 @@ static const mt_cfg_key g_keys[] = {
     {"train.stop_after", MT_CFG_INT, F(stop_after), "0",
      "stop after this many steps of this run, checkpoint, exit 0 (0 = run to train.steps)", 0,
      NOMAX, NULL},
+    {"train.collective_timeout_s", MT_CFG_DOUBLE, F(collective_timeout_s), "900",
+     "watchdog: a blocking call waiting longer ends the job, exit 3, naming who is missing "
+     "(0 = off)", 0, 1e7, NULL},
+    {"train.collective_timeout_steps", MT_CFG_DOUBLE, F(collective_timeout_steps), "0",
+     "watchdog in a step: also at most this many median steps (at least 10 s; 0 = off)", 0, 1e6,
+     NULL},
     {"train.resume", MT_CFG_STRING, F(resume), "",
      "auto (newest complete checkpoint in output.dir) or a step directory; empty: fresh", 0, 0,
      NULL},

@@ -328,6 +328,9 @@ typedef struct {
   char resume[MT_CFG_STR_MAX];
   char init_from[MT_CFG_STR_MAX]; /* a checkpoint whose parameters start a fresh run */
   int stop_after; /* [train] stop_after: steps this run does before it checkpoints and exits */
+  /* [train] the watchdog's deadline for a blocking call, seconds (0: off),
+   * and inside a step a multiple of the median step (0: off) */
+  double collective_timeout_s, collective_timeout_steps;
   /* pipeline parallelism: [train] micro_batches (0 = global_batch / (micro_batch * dp)),
    * recompute (bool); [parallel] schedule, virtual_stages, pp_split ("" = balanced, else
    * comma-separated layers per stage), print_schedule (bool: print and exit) */

@@ -1,5 +1,6 @@
 /* Rank-tagged logging, checked allocation and collective error agreement. */
 #include "core/core.h"
+#include "core/flight.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -129,7 +130,14 @@ int mt_err_agree(mt_err *e, MPI_Comm comm) {
   MT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MT_MPI_CHECK(MPI_Comm_size(comm, &size));
   int mine = e->failed ? rank : size, first = size;
+  /* (recorded on the world only: its calls are numbered alike everywhere) */
+  int world = 0;
+  MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  const int fl = size == world && comm == MPI_COMM_WORLD
+                     ? mt_flight_begin("agree", "world", 0, 1, world, -1, MT_FLIGHT_NEW, 0.0)
+                     : -1;
   MT_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  mt_flight_end(fl);
   if (first == size) return 0;
   /* message and exit code of the lowest failing rank; the chain's file
    * pointers are this binary's, so only that rank's own chain is kept */

@@ -2,6 +2,7 @@
  * backward -> dp gradient sync -> clip -> AdamW -> metrics -> checkpoint
  * and signal policy. */
 #include "train/train_internal.h"
+#include "core/flight.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -145,7 +146,9 @@ static void load_batch(mt_trainer *t, int step) {
 static uint64_t batch_hash(mt_trainer *t) {
   const mt_mesh *m = &t->mesh;
   uint64_t h = m->tp_rank == 0 && m->cp_rank == 0 && m->pp_rank == 0 ? t->data_hash_local : 0;
+  const int fl = mt_flight_begin("batch_hash", "world", 0, 1, t->world_size, -1, MT_FLIGHT_NEW, 8);
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &h, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+  mt_flight_end(fl);
   t->data_hash_local = 0;
   return h;
 }
@@ -246,6 +249,7 @@ typedef struct {
 /* what a step measured (seconds: mt_now) */
 typedef struct {
   double t0, t_fb, t_opt; /* the start, forward and backward done, the update done */
+  double wall0;           /* the start on the wall clock (the watchdog's) */
   double data_s, fence_s, eval_s;
   double loss, norm, val; /* val: the validation loss, -1 where none */
   float lr;
@@ -262,6 +266,8 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
   mt_gpt *model = &t->step.model;
   const mt_pp_exec *exec = &t->step.exec;
   memset(r, 0, sizeof *r);
+  mt_flight_step_begin(step + 1);
+  r->wall0 = mt_wall_now();
   r->t0 = mt_now();
   comm_start(&r->comm, mesh);
   double td = mt_now();
@@ -421,6 +427,7 @@ static void train_step(mt_trainer *t, int step, ckpt_carry *ck) {
   const mt_config *cfg = &t->cfg;
   step_result r;
   run_step(t, step, ck, &r);
+  mt_flight_step_end(mt_wall_now() - r.wall0);
   mt_step_record rec;
   fill_record(t, step, &r, ck, &rec);
   /* per stage pipeline figures, gathered to pp rank 0 of this (dp, tp) position */

@@ -295,6 +295,7 @@ void mt_train_resume(mt_trainer *t) {
              cfg->global_batch, s->seq_len, cfg->micro_batch, t->lay.accum,
              t->step.model.reg.n_buckets, t->peak_per_rank, t->peak_source, mt_kernels_blas_core());
   }
+  mt_train_watchdog_start(t);
   t->setup_s = mt_wall_now() - t->t_start;
 }
 

@@ -1,7 +1,9 @@
 /* The run's first phase: validation (pure), then mesh, memory check, data,
  * and this rank's step (model, dp/ZeRO state, schedule and executor). */
 #include "train/train_internal.h"
+#include "core/flight.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +256,25 @@ void mt_train_test_sleep(const char *env) {
   while (v && mt_now() < until && !mt_train_signalled()) nanosleep(&ts, NULL);
 }
 
+void mt_train_watchdog_start(mt_trainer *t) {
+  const mt_config *cfg = &t->cfg;
+  char dir[2 * MT_CFG_STR_MAX], how[3 * MT_CFG_STR_MAX];
+  snprintf(dir, sizeof dir, "%s/flight", cfg->output_dir);
+  snprintf(how, sizeof how, " (meshreport flight %s)", cfg->output_dir);
+  mt_err err = {0};
+  if (t->world_rank == 0 && mt_flight_rotate(dir) != 0)
+    mt_err_runtime(&err, "cannot move the earlier flight records '%s' aside: %s", dir,
+                   strerror(errno));
+  mt_err_check_all(&err, MPI_COMM_WORLD, PROG); /* (also: none starts before it moved) */
+  mt_flight_opts o = {.dir = dir, .rank = t->world_rank, .world = t->world_size,
+                      .timeout_s = cfg->collective_timeout_s,
+                      .step_multiple = cfg->collective_timeout_steps, .prog = PROG,
+                      .how_to_read = how};
+  if (mt_flight_start(&o) != 0)
+    mt_info0("meshtrain: warning: the watchdog thread could not start; blocking calls have no "
+             "deadline");
+}
+
 void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   memset(t, 0, sizeof *t);
   t->t_start = mt_wall_now(); /* (a virtual run's clock starts later, at 0) */
@@ -311,6 +332,7 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
 }
 
 void mt_train_destroy(mt_trainer *t) {
+  mt_flight_stop();
   mt_step_destroy(&t->step);
   free(t->inp);
   free(t->tgt);

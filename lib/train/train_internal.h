@@ -18,6 +18,10 @@ void mt_train_device_json(const mt_trainer *t, cJSON *parent);
 /* tests only: sleep the seconds the environment variable env names (unset:
  * no sleep); a stop signal ends the wait */
 void mt_train_test_sleep(const char *env);
+/* The watchdog and flight recorder (core/flight.h) from here on, records
+ * in <output.dir>/flight (an earlier run's moved to flight.N first).
+ * Collective over the world; after the output folder exists. */
+void mt_train_watchdog_start(mt_trainer *t);
 /* the architecture of shape s into a checkpoint's metadata m (format 1.4) */
 void mt_train_meta_arch(mt_ckpt_meta *m, const mt_model_shape *s);
 

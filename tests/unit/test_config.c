@@ -370,6 +370,7 @@ static void test_round_trip(void) {
                   "data.documents=true", "data.eot=3", "data.balance=flops",
                   "plan.doc_lengths=lengths.txt",
                   "metrics.peak_gflops=989000.5", "train.stop_after=7",
+                  "train.collective_timeout_s=42.5", "train.collective_timeout_steps=6",
                   "train.resume=auto", "train.micro_batches=16", "train.recompute=true",
                   "parallel.sp=true", "parallel.schedule=interleaved",
                   "parallel.virtual_stages=2", "parallel.pp_split=5,7",

@@ -8,6 +8,7 @@
  * the training's collectives (lib/comm, float buffers counted per mesh
  * group) are not the right tool for them. */
 #include "ckpt/core/ckpt_core.h"
+#include "core/flight.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -38,6 +39,12 @@ MPI_Comm mt_ckpt_comm(void) {
   return g_comm;
 }
 
+/* the flight recorder's entry of one of these collectives (all of them
+ * over the module's duplicate of the world, numbered as group "ckpt") */
+static int flight(const char *op) {
+  return mt_flight_begin(op, "ckpt", 0, 1, mt_ckpt_size(), -1, MT_FLIGHT_NEW, 0.0);
+}
+
 int mt_ckpt_rank(void) {
   int r = 0;
   MT_MPI_CHECK(MPI_Comm_rank(mt_ckpt_comm(), &r));
@@ -54,7 +61,10 @@ int mt_ckpt_bcast(void *buf, int64_t bytes, mt_err *e) {
   char *p = buf;
   while (bytes > 0) { /* MPI counts are int */
     int n = bytes > (1 << 30) ? (1 << 30) : (int)bytes;
-    MT_MPI_TRY(e, MPI_Bcast(p, n, MPI_BYTE, 0, mt_ckpt_comm()));
+    const int fl = flight("bcast");
+    const int rc = MPI_Bcast(p, n, MPI_BYTE, 0, mt_ckpt_comm());
+    mt_flight_end(fl);
+    MT_MPI_TRY(e, rc);
     p += n;
     bytes -= n;
   }
@@ -64,13 +74,19 @@ int mt_ckpt_bcast(void *buf, int64_t bytes, mt_err *e) {
 int mt_ckpt_allreduce_i64(int64_t *v, int64_t n, MPI_Op op, mt_err *e) {
   for (int64_t a = 0; a < n; a += 1 << 26) { /* MPI counts are int */
     int k = n - a > (1 << 26) ? 1 << 26 : (int)(n - a);
-    MT_MPI_TRY(e, MPI_Allreduce(MPI_IN_PLACE, v + a, k, MPI_INT64_T, op, mt_ckpt_comm()));
+    const int fl = flight("allreduce");
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, v + a, k, MPI_INT64_T, op, mt_ckpt_comm());
+    mt_flight_end(fl);
+    MT_MPI_TRY(e, rc);
   }
   return 0;
 }
 
 int mt_ckpt_allreduce_f64(double *v, int n, MPI_Op op, mt_err *e) {
-  MT_MPI_TRY(e, MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, op, mt_ckpt_comm()));
+  const int fl = flight("allreduce");
+  const int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, op, mt_ckpt_comm());
+  mt_flight_end(fl);
+  MT_MPI_TRY(e, rc);
   return 0;
 }
 
@@ -87,6 +103,7 @@ int mt_ckpt_gather_i64(const int64_t *mine, int64_t n, int64_t **all, int64_t *n
   int count = (int)n;
   int *counts = rank == 0 ? mt_calloc((size_t)world, sizeof(int)) : NULL;
   int *displs = rank == 0 ? mt_calloc((size_t)world, sizeof(int)) : NULL;
+  const int fl = flight("gather_index");
   int rc = MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, comm);
   int64_t total = 0;
   int64_t too_many = 0;
@@ -101,6 +118,7 @@ int mt_ckpt_gather_i64(const int64_t *mine, int64_t n, int64_t **all, int64_t *n
     rc = MPI_Gatherv(mine, count, MPI_INT64_T, *all, counts, displs, MPI_INT64_T, 0, comm);
     *n_all = total;
   }
+  mt_flight_end(fl);
   free(counts);
   free(displs);
   if (rc != MPI_SUCCESS) {
