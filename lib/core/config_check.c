@@ -29,6 +29,8 @@
  *     lib/train/setup.c, lib/train/resume.c, lib/data, lib/plan/report.c. */
 #include "core/core.h"
 
+#include <string.h>
+
 /* the optimizer's schedule and the batch */
 static int check_training(const mt_config *cfg, mt_err *e) {
   if ((double)cfg->warmup_steps > 10.0 * (double)cfg->steps)
@@ -61,6 +63,13 @@ static int check_mesh_and_batch(const mt_config *cfg, int world_size, mt_err *e)
                   "(set one, or train.eval_every = 0)");
   else if (!cfg->output_dir[0])
     mt_err_set(e, "output.dir is empty");
+  else if (cfg->skip_samples > 0 && (!cfg->resume[0] || strcmp(cfg->resume, "auto") == 0))
+    mt_err_set(e, "train.skip_samples = %d needs train.resume = a checkpoint's step directory "
+                  "(with '%s' a requeued job would skip again after each resume)",
+               cfg->skip_samples, cfg->resume);
+  else if (cfg->spike_factor > 0 && cfg->spike_factor <= 1)
+    mt_err_set(e, "train.spike_factor = %g: 0 (off) or above 1 (a loss above factor x the "
+                  "running median is a spike)", cfg->spike_factor);
   else if (cfg->ckpt_async && cfg->ckpt_mode != MT_CKPT_MODE_PER_WRITER)
     mt_err_set(e, "ckpt.async = true needs ckpt.mode = per-writer (each rank writes its own "
                   "file in the background; ckpt.mode is %s)", mt_ckpt_mode_name(cfg->ckpt_mode));

@@ -147,6 +147,20 @@ static const mt_cfg_key g_keys[] = {
     {"train.collective_timeout_steps", MT_CFG_DOUBLE, F(collective_timeout_steps), "0",
      "watchdog in a step: also at most this many median steps (at least 10 s; 0 = off)", 0, 1e6,
      NULL},
+    {"train.on_spike", MT_CFG_STRING, F(on_spike), "stop",
+     "a spike or non-finite loss or norm: stop (exit 3), or reload the newest checkpoint",
+     0, 0, "stop|rollback"},
+    {"train.spike_factor", MT_CFG_DOUBLE, F(spike_factor), "0",
+     "a loss above this x the median of the last spike_window steps is a spike (0 = only "
+     "non-finite)", 0, 1e6, NULL},
+    {"train.spike_window", MT_CFG_INT, F(spike_window), "50",
+     "steps in the running median of train.spike_factor (the rule waits for 5 of them)", 5,
+     100000, NULL},
+    {"train.max_rollbacks", MT_CFG_INT, F(max_rollbacks), "3",
+     "on_spike = rollback: rollbacks in one run before a spike stops it", 0, 1000, NULL},
+    {"train.skip_samples", MT_CFG_INT, F(skip_samples), "0",
+     "windows to skip after the checkpoint train.resume names (a step directory, not auto)", 0,
+     NOMAX, NULL},
     {"train.resume", MT_CFG_STRING, F(resume), "",
      "auto (newest complete checkpoint in output.dir) or a step directory; empty: fresh", 0, 0,
      NULL},
@@ -354,6 +368,8 @@ static const choice c_data_format[] = {{"auto", MT_DATA_AUTO}, {"llmc", MT_DATA_
                                        {"text", MT_DATA_TEXT}, {NULL, 0}};
 static const choice c_balance[] = {{"none", MT_BALANCE_NONE}, {"flops", MT_BALANCE_FLOPS},
                                    {NULL, 0}};
+static const choice c_spike[] = {{"stop", MT_SPIKE_STOP}, {"rollback", MT_SPIKE_ROLLBACK},
+                                 {NULL, 0}};
 static const choice c_ckpt_mode[] = {{"shared", MT_CKPT_MODE_SHARED},
                                      {"per-writer", MT_CKPT_MODE_PER_WRITER},
                                      {"none", MT_CKPT_MODE_NONE},
@@ -379,7 +395,7 @@ static const struct {
     {F(ep_balance), c_ep_balance},  {F(layout), c_layout},
     {F(data_format), c_data_format}, {F(ckpt_mode), c_ckpt_mode},
     {F(ckpt_test_crash), c_ckpt_crash}, {F(moe_router), c_moe_router},
-    {F(balance), c_balance},
+    {F(balance), c_balance},        {F(on_spike), c_spike},
 };
 
 #undef F
@@ -393,7 +409,7 @@ _Static_assert(sizeof(mt_preset) == sizeof(int) && sizeof(mt_device_kind) == siz
                    sizeof(mt_moe_balance) == sizeof(int) && sizeof(mt_ep_balance) == sizeof(int) &&
                    sizeof(mt_layout_mode) == sizeof(int) &&
                    sizeof(mt_data_format) == sizeof(int) && sizeof(mt_ckpt_mode) == sizeof(int) &&
-                   sizeof(mt_ckpt_crash) == sizeof(int),
+                   sizeof(mt_ckpt_crash) == sizeof(int) && sizeof(mt_spike_action) == sizeof(int),
                "an enumerated key's field is not int-sized");
 
 static const choice *choices_of(const mt_cfg_key *k) {
@@ -469,5 +485,6 @@ const char *mt_ep_balance_name(mt_ep_balance v) { return text_of(c_ep_balance, (
 const char *mt_layout_mode_name(mt_layout_mode v) { return text_of(c_layout, (int)v); }
 const char *mt_data_format_name(mt_data_format v) { return text_of(c_data_format, (int)v); }
 const char *mt_balance_name(mt_balance v) { return text_of(c_balance, (int)v); }
+const char *mt_spike_action_name(mt_spike_action v) { return text_of(c_spike, (int)v); }
 const char *mt_ckpt_mode_name(mt_ckpt_mode v) { return text_of(c_ckpt_mode, (int)v); }
 const char *mt_ckpt_crash_name(mt_ckpt_crash v) { return text_of(c_ckpt_crash, (int)v); }

@@ -226,6 +226,8 @@ typedef enum {
 /* data.balance: which windows of a step each dp rank trains on (in sample
  * order, or by their FLOPs with documents: lib/train/balance.c) */
 typedef enum { MT_BALANCE_NONE = 0, MT_BALANCE_FLOPS = 1 } mt_balance;
+/* train.on_spike: what a loss spike (or a non-finite loss or norm) does */
+typedef enum { MT_SPIKE_STOP = 0, MT_SPIKE_ROLLBACK = 1 } mt_spike_action;
 /* ckpt.mode: one shared HDF5 file, one file per writer, or no checkpoints */
 typedef enum {
   MT_CKPT_MODE_SHARED = 0, MT_CKPT_MODE_PER_WRITER = 1, MT_CKPT_MODE_NONE = 2
@@ -253,6 +255,7 @@ const char *mt_ep_balance_name(mt_ep_balance v);
 const char *mt_layout_mode_name(mt_layout_mode v);
 const char *mt_data_format_name(mt_data_format v);
 const char *mt_balance_name(mt_balance v);
+const char *mt_spike_action_name(mt_spike_action v);
 const char *mt_ckpt_mode_name(mt_ckpt_mode v);
 const char *mt_ckpt_crash_name(mt_ckpt_crash v);
 
@@ -331,6 +334,13 @@ typedef struct {
   /* [train] the watchdog's deadline for a blocking call, seconds (0: off),
    * and inside a step a multiple of the median step (0: off) */
   double collective_timeout_s, collective_timeout_steps;
+  /* [train] loss spikes: the action, the factor over the running median
+   * of the last spike_window losses (0: only non-finite values), the
+   * rollbacks a run may make; skip_samples: windows skipped after the
+   * checkpoint train.resume names (a rollback by hand) */
+  mt_spike_action on_spike;
+  double spike_factor;
+  int spike_window, max_rollbacks, skip_samples;
   /* pipeline parallelism: [train] micro_batches (0 = global_batch / (micro_batch * dp)),
    * recompute (bool); [parallel] schedule, virtual_stages, pp_split ("" = balanced, else
    * comma-separated layers per stage), print_schedule (bool: print and exit) */

@@ -119,6 +119,10 @@ char *mt_step_record_json(const mt_step_record *r) {
     cJSON_AddStringToObject(o, "data_hash", hex);
   }
   if (r->flop_imbalance > 0) cJSON_AddNumberToObject(o, "flop_imbalance", r->flop_imbalance);
+  if (r->rollback_from > 0) {
+    cJSON_AddNumberToObject(o, "rollback_from", (double)r->rollback_from);
+    cJSON_AddNumberToObject(o, "rollback_skipped", (double)r->rollback_skipped);
+  }
   cJSON_AddNumberToObject(o, "lr", r->lr);
   cJSON_AddNumberToObject(o, "grad_norm", r->grad_norm);
   cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);

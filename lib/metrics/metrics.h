@@ -85,6 +85,9 @@ typedef struct {
   /* data.documents: max over the dp x cp ranks of the step's FLOPs over the
    * mean (lib/train/balance.c); 0: not measured */
   double flop_imbalance;
+  /* the first step after a loss spike's rollback: the spike's step and the
+   * windows skipped (0: none) */
+  long long rollback_from, rollback_skipped;
 } mt_step_record;
 
 /* One JSON object (no newline); caller frees with free(). */

@@ -126,6 +126,7 @@ static void load_batch(mt_trainer *t, int step) {
       size_t off = ((size_t)mb * cfg->micro_batch + b) * Tl;
       const uint64_t g = t->order ? t->order[k0 + b] : s0 + k0 + b;
       mt_blend_get(&t->blend, g, seq, seq + T);
+      if (g == t->poison_sample) t->poison = t->poison_factor; /* the test hook */
       if (cfg->data_hash) t->data_hash_local += window_hash(g, seq, 2 * T);
       mt_cp_take_tokens(cpl, seq, t->inp + off);
       mt_cp_take_tokens(cpl, seq + T, t->tgt + off);
@@ -256,6 +257,7 @@ typedef struct {
   /* this stage: wait s, bubble fraction, act bytes, dp exposed s, dp overlapped fraction */
   double pp_stats[MT_PP_STAT_N];
   comm_marks comm;
+  char spike[192]; /* why the step is a loss spike, "" when it is not */
 } step_result;
 
 /* data -> the schedule's forward and backward (and the gradient sync) ->
@@ -281,7 +283,8 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
                        .inputs = t->inp, .targets = t->tgt, .rows = t->rows, .doc = t->doc,
                        .dloss = 1.0f / (float)t->tokens_per_step, .eval = 0,
                        .same_tokens = 0};
-  double loss_sum = mt_step_gradients(&t->step, &batch);
+  double loss_sum = mt_step_gradients(&t->step, &batch) * t->poison;
+  t->poison = 1.0;
   mt_gpt_moe_stats(model, 0);
   if (cfg->pp > 1) {
     r->pp_stats[0] = exec->wait_s;
@@ -310,8 +313,15 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
   r->t_opt = mt_now();
   comm_read(&r->comm, mesh, UNTIL_UPDATE);
   r->loss = loss_sum / (double)t->tokens_per_step;
-  if (!isfinite(r->loss)) mt_die("loss is %f at step %d", r->loss, step + 1);
   r->val = -1.0;
+  /* a spike: agreed over the world (a factor rule at its threshold must
+   * not split the ranks) */
+  double spike = mt_spike_test(t, r->loss, r->norm, r->spike, sizeof r->spike);
+  mt_allreduce(&t->mesh.world, &spike, 1, MT_DT_F64, MT_RED_MAX, MT_LOC_HOST);
+  if (spike > 0) {
+    if (!r->spike[0]) snprintf(r->spike, sizeof r->spike, "a spike on another rank");
+    return;
+  }
   if (cfg->eval_every > 0 && t->n_val_seq > 0 &&
       ((step + 1) % cfg->eval_every == 0 || step + 1 == cfg->steps)) {
     double te = mt_now();
@@ -343,6 +353,9 @@ static void fill_record(mt_trainer *t, int step, const step_result *r, ckpt_carr
     rec->data_hash = t->data_hash;
   }
   rec->flop_imbalance = t->order ? t->flop_imbalance : 0.0;
+  rec->rollback_from = t->rolled_back_from; /* the first step after a rollback says so */
+  rec->rollback_skipped = t->rolled_back_skipped;
+  t->rolled_back_from = t->rolled_back_skipped = 0;
   rec->lr = r->lr;
   rec->grad_norm = r->norm;
   rec->tokens = t->tokens_per_step;
@@ -422,12 +435,19 @@ static double *moe_record(mt_trainer *t, mt_step_record *rec) {
 }
 
 /* one training step; rank 0 writes its record to metrics.jsonl and, every
- * log_every steps, a progress line */
-static void train_step(mt_trainer *t, int step, ckpt_carry *ck) {
+ * log_every steps, a progress line. A loss spike writes nothing: the run
+ * stops, or rolls back (the step index to go on from: the return value,
+ * else -1). */
+static long long train_step(mt_trainer *t, int step, ckpt_carry *ck) {
   const mt_config *cfg = &t->cfg;
   step_result r;
   run_step(t, step, ck, &r);
   mt_flight_step_end(mt_wall_now() - r.wall0);
+  if (r.spike[0]) {
+    poll_async(&ck->inflight, 1, &ck->pending_write_s); /* the newest checkpoint, complete */
+    return mt_spike_handle(t, step, r.spike);
+  }
+  mt_spike_note(t, r.loss);
   mt_step_record rec;
   fill_record(t, step, &r, ck, &rec);
   /* per stage pipeline figures, gathered to pp rank 0 of this (dp, tp) position */
@@ -447,6 +467,7 @@ static void train_step(mt_trainer *t, int step, ckpt_carry *ck) {
   }
   free(moe_all);
   mt_train_test_sleep("MT_TEST_STEP_SLEEP_S");
+  return -1;
 }
 
 /* The checkpoint at the step boundary: periodic, final, asked for (a stop
@@ -517,7 +538,11 @@ int mt_train_loop(mt_trainer *t) {
     return code;
   }
   for (int step = (int)t->start_step; step < cfg->steps && !stop; step++) {
-    train_step(t, step, &ck);
+    const long long back = train_step(t, step, &ck);
+    if (back >= 0) { /* rolled back: on from the checkpoint's step */
+      step = (int)back - 1;
+      continue;
+    }
     stop = step_boundary(t, step, &ck, &exit_code);
   }
   if (t->start_step == cfg->steps && t->resumed_from[0] && cfg->ckpt_mode != MT_CKPT_MODE_NONE) {

@@ -27,7 +27,7 @@ static int mkdir_p(const char *path) {
  * file). The kept lines go to a temporary file that replaces the old one
  * only once it is complete and on disk: a full disk leaves the history as it
  * was and fails the run with the cause. Returns 0, or -1 with e set. */
-static int truncate_metrics(const char *dir, long long last_step, mt_err *e) {
+int mt_train_truncate_metrics(const char *dir, long long last_step, mt_err *e) {
   char path[2 * MT_CFG_STR_MAX], tmp[2 * MT_CFG_STR_MAX + 8];
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -188,6 +188,15 @@ static int load_checkpoint(mt_trainer *t, mt_err *err) {
   return rc;
 }
 
+int mt_train_load_checkpoint(mt_trainer *t, const char *which, mt_err *err) {
+  char keep[MT_CFG_STR_MAX];
+  snprintf(keep, sizeof keep, "%s", t->cfg.resume);
+  snprintf(t->cfg.resume, sizeof t->cfg.resume, "%s", which);
+  if (load_checkpoint(t, err) != 0) mt_err_pass_at(err, __FILE__, __LINE__);
+  snprintf(t->cfg.resume, sizeof t->cfg.resume, "%s", keep);
+  return mt_err_agree(err, MPI_COMM_WORLD) ? -1 : 0; /* (every rank, failed or not) */
+}
+
 /* train.init_from: another run's parameters (any layout, e.g. an imported
  * Hugging Face GPT-2), then step 0 with fresh optimizer state. Collective.
  * Returns 0, or -1 with err set. */
@@ -249,6 +258,11 @@ void mt_train_resume(mt_trainer *t) {
   if (cfg->resume[0]) {
     if (load_checkpoint(t, &err) != 0) mt_err_pass_at(&err, __FILE__, __LINE__);
     mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
+    if (cfg->skip_samples > 0 && t->resumed_from[0]) { /* a rollback by hand */
+      t->samples_done += cfg->skip_samples;
+      mt_info0("meshtrain: train.skip_samples: skipping %d windows after step %lld (the data "
+               "go on from sample %lld)", cfg->skip_samples, t->start_step, t->samples_done);
+    }
   }
   /* a checkpoint of this run (train.resume) wins: a requeued job goes on */
   if (cfg->init_from[0] && !t->resumed_from[0]) {
@@ -269,7 +283,7 @@ void mt_train_resume(mt_trainer *t) {
                      strerror(err_no));
   }
   if (t->world_rank == 0 && !err.failed && t->resumed_from[0])
-    truncate_metrics(cfg->output_dir, t->start_step, &err);
+    mt_train_truncate_metrics(cfg->output_dir, t->start_step, &err);
   mt_err_check_all(&err, MPI_COMM_WORLD, PROG);
   if (t->world_rank == 0) {
     const mt_model_shape *s = &t->lay.shape;

@@ -282,6 +282,17 @@ void mt_train_setup(mt_trainer *t, const mt_config *cfg) {
   mt_train_test_sleep("MT_TEST_SETUP_SLEEP_S");
   t->cfg = *cfg;
   t->last_val = -1.0;
+  /* the test hook MT_TEST_POISON=SAMPLE:FACTOR (tests only): the loss of
+   * the step that trains on window SAMPLE, times FACTOR (nan: not finite) */
+  t->poison = t->poison_factor = 1.0;
+  t->poison_sample = UINT64_MAX;
+  const char *poison = getenv("MT_TEST_POISON");
+  unsigned long long ps = 0;
+  char pf[32] = "";
+  if (poison && sscanf(poison, "%llu:%31s", &ps, pf) == 2) {
+    t->poison_sample = ps;
+    t->poison_factor = strtod(pf, NULL); /* (strtod reads "nan") */
+  }
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &t->world_rank));
   MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &t->world_size));
   mt_err err = {0};
@@ -343,6 +354,7 @@ void mt_train_destroy(mt_trainer *t) {
   free(t->val_sampler);
   free(t->val_seq);
   free(t->val_by_source);
+  free(t->spike_hist);
   free(t->source_names);
   mt_blend_free(&t->blend);
   mt_sources_close(&t->sources);

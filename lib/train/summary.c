@@ -332,6 +332,7 @@ void mt_train_summary(mt_trainer *t) {
   cJSON_AddNumberToObject(o, "checkpoint_s", t->total_ckpt_s);
   if (t->resumed_from[0]) cJSON_AddStringToObject(o, "resumed_from", t->resumed_from);
   cJSON_AddNumberToObject(o, "exit_code", t->exit_code);
+  cJSON_AddItemToObject(o, "rollbacks", mt_spike_json(t)); /* loss spikes rolled back */
   cJSON *mem = cJSON_AddObjectToObject(o, "mem_peak_bytes_rank0");
   for (int c = 0; c < MT_MEM_NCAT; c++)
     cJSON_AddNumberToObject(mem, mt_mem_cat_name((mt_mem_cat)c),

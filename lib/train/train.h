@@ -33,6 +33,12 @@
 /* ------------------------------------------------------------------ */
 /* the run                                                             */
 
+#define MT_SPIKE_EVENTS 16
+typedef struct {
+  long long at_step, to_step, skipped; /* the spike's step, the checkpoint's, windows skipped */
+  char why[160];
+} mt_spike_event;
+
 typedef struct {
   mt_config cfg;
   mt_layout lay;
@@ -89,6 +95,15 @@ typedef struct {
   double last_dp_bytes, last_tp_bytes, last_pp_bytes, last_cp_bytes; /* the last step's, this
                                                                          rank */
   double last_ep_bytes, last_etp_bytes, last_edp_bytes;
+  /* loss spikes (spike.c): the running window of normal losses, the
+   * median the last test used (-1: none), the rollbacks made and the
+   * first MT_SPIKE_EVENTS of them, what the next step record reports;
+   * poison: the test hook's factor on this rank's loss (1: none) */
+  double *spike_hist, spike_median, poison, poison_factor;
+  uint64_t poison_sample;
+  int spike_n, rollbacks;
+  mt_spike_event spike_events[MT_SPIKE_EVENTS];
+  long long rolled_back_from, rolled_back_skipped;
 } mt_trainer;
 
 /* Collective: everything before the first step. Bad input ends every rank

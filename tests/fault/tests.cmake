@@ -2,3 +2,5 @@
 # a lost rank. The watchdog's test runs under the sanitizer build too.
 mt_script_tests(sanitize
   watchdog watchdog.sh)
+mt_script_tests(fault
+  spike spike.sh)

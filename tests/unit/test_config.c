@@ -371,6 +371,8 @@ static void test_round_trip(void) {
                   "plan.doc_lengths=lengths.txt",
                   "metrics.peak_gflops=989000.5", "train.stop_after=7",
                   "train.collective_timeout_s=42.5", "train.collective_timeout_steps=6",
+                  "train.on_spike=rollback", "train.spike_factor=3.5", "train.spike_window=20",
+                  "train.max_rollbacks=5", "train.skip_samples=64",
                   "train.resume=auto", "train.micro_batches=16", "train.recompute=true",
                   "parallel.sp=true", "parallel.schedule=interleaved",
                   "parallel.virtual_stages=2", "parallel.pp_split=5,7",
