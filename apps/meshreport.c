@@ -43,6 +43,7 @@ static void help(FILE *f) {
           "usage: %s CAMPAIGN_DIR [--out DIR]\n"
           "       %s RUN_DIR... --out DIR [--scaling strong|weak] [--name TITLE]\n"
           "       %s timeline RUN_DIR [--out DIR] [--step N]   (see %s timeline --help)\n"
+          "       %s flight RUN_DIR [--out DIR]   (after the watchdog ended a run)\n"
           "Reads a campaign (manifest.json from slurm/meshslurm.py campaign) or run directories\n"
           "(summary.json + metrics.jsonl of meshtrain, bench.jsonl of meshbench) and writes\n"
           "summary.csv, runs.csv, steps.csv, bench.csv, report.md and PNG plots (gnuplot:\n"
@@ -52,11 +53,12 @@ static void help(FILE *f) {
           "time listed). Speedup and efficiency are against the point with the fewest\n"
           "ranks: strong S = T/T0, E = S*N0/N; weak E = t0/t (step times), S = E*N/N0.\n"
           "Failed or missing runs are listed.\n",
-          PROG, PROG, PROG, PROG);
+          PROG, PROG, PROG, PROG, PROG);
 }
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "timeline")) return mt_report_timeline(argc, argv);
+  if (argc > 1 && !strcmp(argv[1], "flight")) return mt_report_flight(argc, argv);
   const char *out = NULL;
   report r = {0};
   const char **paths = calloc((size_t)argc + 1, sizeof(char *));

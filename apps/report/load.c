@@ -126,6 +126,21 @@ static void note_load(run_rec *x, int ranks, int threads, int cpus) {
 /* The whole run from summary.json's "run" totals (every attempt of a requeued
  * run: tokens and time of every step) and its "attempts"; summaries without
  * them keep the single-attempt figures. */
+/* train.on_spike = rollback: "step A -> B (N windows skipped: why); ..." */
+static void read_rollbacks(run_rec *x, const cJSON *s) {
+  const cJSON *rb = cJSON_GetObjectItemCaseSensitive(s, "rollbacks"), *e;
+  x->rollbacks[0] = '\0';
+  if (!cJSON_IsArray(rb)) return;
+  cJSON_ArrayForEach(e, rb) {
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(e, "why");
+    size_t used = strlen(x->rollbacks);
+    fmt_into(x->rollbacks + used, sizeof x->rollbacks - used,
+             "%sstep %.0f -> %.0f (%.0f windows skipped: %s)", used ? "; " : "",
+             num_or(e, "at_step", NAN), num_or(e, "to_step", NAN),
+             num_or(e, "skipped_samples", NAN), cJSON_IsString(why) ? why->valuestring : "?");
+  }
+}
+
 static void read_attempts(run_rec *x, const cJSON *s) {
   const cJSON *run = cJSON_GetObjectItemCaseSensitive(s, "run");
   const cJSON *atts = cJSON_GetObjectItemCaseSensitive(s, "attempts");
@@ -253,6 +268,7 @@ void mt_report_load_run(report *r, const char *dir, const cJSON *plan) {
   x->mfu = num_or(s, "mfu", NAN);
   x->final_loss = num_or(s, "final_loss", NAN);
   read_attempts(x, s);
+  read_rollbacks(x, s);
   read_host_load(x, (int)num_or(lay, "threads_per_rank", 1));
   cJSON_Delete(s);
   if (x->ranks <= 0 || !(x->tokens_per_s > 0)) {

@@ -203,6 +203,16 @@ static void md_resumed_from(FILE *f, const report *r) {
                                     : r->runs[i].start_step);
 }
 
+/* the runs that rolled back loss spikes (train.on_spike = rollback) */
+static void md_rollbacks(FILE *f, const report *r) {
+  fprintf(f, "\n## Loss spikes rolled back\n\nEach reloaded the newest checkpoint and skipped "
+             "the windows since it (train.on_spike = rollback; docs/faults.md).\n\n");
+  for (int i = 0; i < r->n_runs; i++)
+    if (r->runs[i].ok && r->runs[i].rollbacks[0])
+      fprintf(f, "- `%s` (%d ranks, %s): %s\n", r->runs[i].id, r->runs[i].ranks,
+              r->runs[i].layout, r->runs[i].rollbacks);
+}
+
 /* the runs whose nodes had more ranks x threads than cores */
 static void md_oversubscribed(FILE *f, const report *r) {
   fprintf(f, "\n## Ranks outnumbered cores\n\nIn these runs a node had more ranks x threads "
@@ -255,14 +265,16 @@ void mt_report_write_md(const char *out, const report *r, const point_rec *pts, 
     md_predicted(f, r, pts, n_pts);
   }
   if (r->n_bench) md_collectives(f, r);
-  int n_multi = 0, n_over = 0, n_from = 0;
+  int n_multi = 0, n_over = 0, n_from = 0, n_rolled = 0;
   for (int i = 0; i < r->n_runs; i++) {
     n_multi += r->runs[i].ok && r->runs[i].n_attempts > 1;
     n_over += r->runs[i].ok && r->runs[i].oversubscribed;
     n_from += r->runs[i].ok && r->runs[i].resumed_from[0];
+    n_rolled += r->runs[i].ok && r->runs[i].rollbacks[0];
   }
   if (n_multi) md_attempts(f, r);
   if (n_from) md_resumed_from(f, r);
+  if (n_rolled) md_rollbacks(f, r);
   if (n_over) md_oversubscribed(f, r);
   md_failed(f, r);
   md_plots(f, r, pts, n_pts, sp, plots, why);

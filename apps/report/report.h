@@ -7,6 +7,7 @@
  *   plots.c     plots.gp and its data (scaling, predicted, busbw); gnuplot
  *   markdown.c  the Markdown table and report.md
  *   timeline.c  the timeline subcommand
+ *   flight.c    the flight subcommand (the watchdog's records)
  * and meshreport.c, the main: arguments, the pieces in order, stdout. */
 #ifndef MT_REPORT_H
 #define MT_REPORT_H
@@ -51,6 +52,8 @@ int run_gnuplot(const char *dir, const char *script, char *why, size_t why_cap);
 
 /* meshreport timeline RUN_DIR ...: the subcommand (timeline.c) */
 int mt_report_timeline(int argc, char **argv);
+/* meshreport flight RUN_DIR ...: the subcommand (flight.c) */
+int mt_report_flight(int argc, char **argv);
 
 /* ------------------------------------------------------------------ */
 /* the report: what was read (load.c) and what it groups into (points.c) */
@@ -80,6 +83,7 @@ typedef struct {
   int n_attempts;
   char resumed_from[PATH_LEN / 4]; /* the other run's checkpoint it began from, or "" */
   long long start_step;            /* the step it began at (0, or that checkpoint's) */
+  char rollbacks[512];             /* its loss spikes rolled back (summary.json), or "" */
   int has_pred; /* predicted/summary.json (meshslurm.py campaign --emulate): */
   double pred_tps, pred_step_s, pred_mfu; /* the virtual device's figures */
 } run_rec;

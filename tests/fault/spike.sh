@@ -29,6 +29,11 @@ assert rb[0]["skipped_samples"] == 8 and "nan" in rb[0]["why"], rb
 print("rollback recorded:", rb[0])
 PY
 
+# the report lists the rollback
+"$MT_BIN/meshreport" "$WORK/rollback" --out "$WORK/report" > /dev/null || fail "meshreport"
+grep -F 'step 5 -> 4 (8 windows skipped: the loss is nan)' "$WORK/report/report.md" \
+  || fail "report.md does not list the rollback"
+
 # the same run without the poison to step 4, then on past windows 32-39 by hand
 mt_train byhand1 2 "${base[@]}" --set train.stop_after=4 --set output.dir="$WORK/byhand"
 mt_train byhand2 2 "${base[@]}" --set output.dir="$WORK/byhand" \

@@ -66,6 +66,12 @@ PY
 
 stalled dp 4 2:3:allreduce --set parallel.dp=4
 check_records dp 2
+# meshreport flight merges them: the same verdict, a row per rank
+"$MT_BIN/meshreport" flight "$WORK/dp" --out "$WORK/dp-report" > "$WORK/dp-report.txt" \
+  || { cat "$WORK/dp-report.txt"; fail "meshreport flight"; }
+grep -E "^- allreduce on group dp_cp, call [0-9]+ .*did not arrive: rank 2 \(step 3, in no call" \
+  "$WORK/dp-report.txt" || { cat "$WORK/dp-report.txt"; fail "meshreport flight: no verdict"; }
+[ "$(tail -n +2 "$WORK/dp-report/flight.csv" | wc -l)" -eq 4 ] || fail "flight.csv: not 4 ranks"
 stalled pp 4 0:3:send --set parallel.dp=2 --set parallel.pp=2
 check_records pp 0
 # the stage after rank 0 waits for its activations: a receive from rank 0
