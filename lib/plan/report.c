@@ -56,7 +56,7 @@ int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e) {
   mt_pp_schedule s;
   mt_pp_sim sim;
   mt_err why = {0}; /* validation already accepted the schedule */
-  mt_pp_schedule_build(&s, cfg->pp_schedule, cfg->pp, lay.accum, cfg->virtual_stages);
+  mt_pp_schedule_build(&s, lay.sched, cfg->pp, lay.accum, lay.chunks);
   mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, &why);
   if (out) {
     for (int r = 0; r < cfg->pp; r++) mt_pp_schedule_print(&s, r, out);

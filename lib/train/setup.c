@@ -190,13 +190,18 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
            : t->device == MT_DEVICE_VIRTUAL ? mt_ops_virtual()
            : cfg->trace                     ? mt_ops_cpu_traced()
                                             : mt_ops_cpu();
-  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
+  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * t->lay.chunks, sizeof(int));
   mt_step_opts o;
   mt_step_groups g;
   mt_layout_step_opts(cfg, &t->lay, mesh, l0l1, &o, &g);
   mt_step_create(&t->step, &o, &g, t->ops, e);
   free(l0l1);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
+  /* one stage runs its micro-batches in order (mt_layout_validate) */
+  if (cfg->pp == 1 && cfg->virtual_stages > 1)
+    mt_info0("meshtrain: note: parallel.virtual_stages = %d and parallel.schedule = %s have no "
+             "effect at parallel.pp = 1 (one stage runs its micro-batches in order)",
+             cfg->virtual_stages, mt_pp_sched_name(cfg->pp_schedule));
   /* the load-balancing loss only where it balances (train.moe_balance = aux) */
   const mt_moe_balance balance = cfg->moe_balance;
   if (t->lay.shape.moe_experts == 0 && balance != MT_MOE_BALANCE_AUX)

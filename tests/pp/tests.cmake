@@ -64,6 +64,9 @@ mt_script_test(zero_resume pp zero_resume.sh)
 
 mt_script_test(print_schedule pp print_schedule.sh)
 
+# pp = 1: the schedule and its virtual stages do not apply (one stage, in order)
+mt_script_test(one_stage pp one_stage.sh)
+
 # each stage holds, reduces over dp and updates only its own tensors
 mt_script_test(stage_memory pp stage_memory.sh)
 
