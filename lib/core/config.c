@@ -556,6 +556,19 @@ static void preset_moe(mt_config *cfg, const unsigned char *given) {
   }
 }
 
+/* Keys whose default follows another key, where the configuration gave no
+ * value: parallel.schedule = zb-v has one value of virtual_stages (2, the
+ * V's two chunks per rank), and train.device = virtual computes no values
+ * to checkpoint (ckpt.mode = none). A value given is kept, and checked. */
+static void follow_defaults(mt_config *cfg, const unsigned char *given) {
+  int n_keys = 0;
+  const mt_cfg_key *keys = mt_config_keys(&n_keys);
+  const int v_given = given[mt_cfg_find_key("parallel.virtual_stages") - keys],
+            mode_given = given[mt_cfg_find_key("ckpt.mode") - keys];
+  if (cfg->pp_schedule == MT_SCHED_ZBV && !v_given) cfg->virtual_stages = 2;
+  if (cfg->device == MT_DEVICE_VIRTUAL && !mode_given) cfg->ckpt_mode = MT_CKPT_MODE_NONE;
+}
+
 int mt_config_token_ids_ok(const char *text) {
   const char *p = text;
   while (*p == ' ') p++;
@@ -599,7 +612,10 @@ int mt_config_load(mt_config *cfg, const char *ini_path, int n_over, char *const
   unsigned char *given = mt_calloc((size_t)n_keys, 1); /* the keys the ini or --set gave */
   if (ini_path) rc = load_ini(cfg, ini_path, given, e);
   for (int i = 0; i < n_over && rc == 0; i++) rc = apply_override(cfg, overrides[i], given, e);
-  if (rc == 0) preset_moe(cfg, given);
+  if (rc == 0) {
+    preset_moe(cfg, given);
+    follow_defaults(cfg, given);
+  }
   free(given);
   MT_TRY(e, rc);
   MT_TRY(e, check_values(cfg, e));
@@ -624,6 +640,7 @@ int mt_config_load_text(mt_config *cfg, const char *text, const char *name, mt_e
     }
   }
   preset_moe(cfg, given);
+  follow_defaults(cfg, given);
   free(given);
   MT_TRY(e, check_values(cfg, e));
   return 0;
