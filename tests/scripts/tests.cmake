@@ -48,6 +48,8 @@ mt_script_test(impossible_memory badinput expect_fail.sh impossible_memory 2
   "needs about .* GiB per rank" ${T} --set model.preset=gpt2-124m --set train.micro_batch=4096 --set train.global_batch=8192)
 mt_script_test(bad_hw_profile badinput expect_fail.sh bad_hw_profile 2
   "metrics.hw: cannot open hardware profile 'no-such-gpu'" ${T} --set metrics.hw=no-such-gpu)
+mt_script_test(hw_key_twice badinput expect_fail.sh hw_key_twice 2
+  "hw_key_twice.ini:8: \\[hw\\] key 'peak_gflops_fp32' given twice" ${T} --set metrics.hw=${S}/data/hw_key_twice.ini)
 
 # A short dp=2 ZeRO-1 run with validation: run under the sanitizer build too.
 mt_script_test(train_smoke sanitize train_smoke.sh)
