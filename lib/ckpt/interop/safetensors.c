@@ -148,13 +148,13 @@ int mt_st_open(const char *path, mt_st_file *f, mt_err *e) {
   memset(f, 0, sizeof *f);
   f->fd = open(path, O_RDONLY);
   snprintf(f->path, sizeof f->path, "%s", path);
-  if (f->fd < 0) {
-    mt_ckpt_err_sys(e, errno, "cannot open %s", path);
+  if (f->fd < 0) { /* a missing shard: bad input (exit 2); an I/O error: runtime (3) */
+    mt_ckpt_err_read_sys(e, errno, "cannot open %s", path);
     return -1;
   }
   struct stat sb;
   if (fstat(f->fd, &sb) != 0) {
-    mt_ckpt_err_sys(e, errno, "cannot open %s", path);
+    mt_ckpt_err_read_sys(e, errno, "cannot open %s", path);
     mt_st_close(f);
     return -1;
   }
