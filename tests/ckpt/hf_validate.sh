@@ -6,7 +6,8 @@
 # wrong shard, and a directory of PyTorch .bin weights only (saying so).
 # A path that is not a model directory (missing, empty, a file) or a shard
 # the index names but the directory lacks is bad input too, exit 2 (not the
-# runtime failure 3 a job would retry), in import and import --check.
+# runtime failure 3 a job would retry), in import and import --check; a NUL
+# inside a tensor name (JSON \u0000, which would cut the name) is refused.
 source "$(dirname "$0")/common_ckpt.sh"
 M="$MT_BIN/meshckpt"
 train src 1 --set train.steps=2 --set train.micro_batch=8 --set output.dir="$WORK/src"
@@ -87,6 +88,11 @@ raw = json.dumps(h)
 k = "\"transformer.ln_f.bias\": " + json.dumps(h["transformer.ln_f.bias"])
 write(f"{d}/model.safetensors", h, data, raw.replace(k, k + ", " + k).encode())'
 refused twice "tensor transformer.ln_f.bias is listed twice"
+# a NUL inside a tensor name: cut there, transformer.ln_f.bias would read as transformer.ln_f
+edit nul_name '
+raw = json.dumps(h).replace("\"transformer.ln_f.bias\"", "\"transformer.ln_f\\u0000.bias\"")
+write(f"{d}/model.safetensors", h, data, raw.encode())'
+refused nul_name "model.safetensors: a JSON string holds a NUL \(byte [0-9]+ of the JSON, in \"transformer.ln_f\"...\)"
 # paths that are no model directory, a shard missing: exit 2, in --check too
 mkdir -p "$WORK/empty_dir"; touch "$WORK/a_file"
 cp -r "$WORK/sharded" "$WORK/no_shard"; rm "$WORK/no_shard/model-00002-of-00002.safetensors"
