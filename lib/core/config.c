@@ -591,9 +591,33 @@ int mt_config_token_ids_ok(const char *text) {
   return *p == '\0';
 }
 
+/* The keys the optimizer and the model compute with in fp32: a value that
+ * is not 0 but below fp32's smallest normal number becomes 0 there (or a
+ * subnormal that has lost its digits): train.lr = 4.9e-324 would train
+ * nothing. */
+static int check_fp32_values(const mt_config *cfg, mt_err *e) {
+  static const char *fp32_keys[] = {"train.lr", "train.min_lr_ratio", "train.weight_decay",
+                                    "train.beta1", "train.beta2", "train.eps", "train.grad_clip",
+                                    "train.moe_aux_coef", "train.moe_z_coef",
+                                    "train.moe_bias_rate", "train.moe_bias_init",
+                                    "model.norm_eps"};
+  for (size_t i = 0; i < sizeof fp32_keys / sizeof fp32_keys[0]; i++) {
+    const mt_cfg_key *k = mt_cfg_find_key(fp32_keys[i]);
+    const double x = *(const double *)(const void *)((const char *)cfg + k->offset);
+    if (x != 0.0 && fabs(x) < FLT_MIN) {
+      mt_err_set(e, "%s = %g is below fp32's smallest normal number %g, and meshtrain computes "
+                    "it in fp32 (where it is 0 or has lost its digits)", k->name, x,
+                 (double)FLT_MIN);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* the checks of single keys the key table cannot state */
 static int check_values(const mt_config *cfg, mt_err *e) {
   MT_TRY(e, check_io_hints(cfg->ckpt_io_hints, e));
+  MT_TRY(e, check_fp32_values(cfg, e));
   const char *ids[2] = {cfg->bos_token_id, cfg->eos_token_id};
   for (int i = 0; i < 2; i++)
     if (!mt_config_token_ids_ok(ids[i])) {

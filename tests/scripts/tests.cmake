@@ -69,6 +69,9 @@ mt_script_test(val_token_beyond_vocab badinput expect_fail.sh val_token_beyond_v
   "val_bad.txt: token id 250 at offset [0-9]+ is >= vocab size 200" ${T} --set data.train=@VAL_BAD@ --set model.vocab_size=200)
 mt_script_test(ini_nul_byte badinput expect_fail.sh ini_nul_byte 2
   "nul.ini:2: data.train: value contains a NUL byte" @NUL_INI@ ${T})
+# a learning rate that is 0 in fp32, where the optimizer computes
+mt_script_test(lr_zero_in_fp32 badinput expect_fail.sh lr_zero_in_fp32 2
+  "train.lr = 4.9[0-9]*e-324 is below fp32's smallest normal number 1.17549e-38" ${T} --set train.lr=4.9e-324)
 mt_script_test(hex_for_decimal badinput expect_fail.sh hex_for_decimal 2
   "parallel.bucket_mb: '0x10' is not a decimal number" ${T} --set parallel.bucket_mb=0x10)
 
