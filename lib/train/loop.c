@@ -152,10 +152,14 @@ static uint64_t batch_hash(mt_trainer *t) {
 
 /* what a stop signal (agreed over the ranks) ends the run with */
 static int stop_exit_code(int stop) {
-  return stop == MT_STOP_CANCEL ? MT_EXIT_CANCELLED : MT_EXIT_PREEMPTED;
+  return stop == MT_STOP_INTERRUPT ? MT_EXIT_INTERRUPTED
+         : stop == MT_STOP_CANCEL  ? MT_EXIT_CANCELLED
+                                   : MT_EXIT_PREEMPTED;
 }
 static const char *stop_reason(int stop) {
-  return stop == MT_STOP_CANCEL ? "cancelled by SIGTERM" : "stop requested by SIGUSR1";
+  return stop == MT_STOP_INTERRUPT ? "interrupted by SIGINT"
+         : stop == MT_STOP_CANCEL  ? "cancelled by SIGTERM"
+                                   : "stop requested by SIGUSR1";
 }
 
 /* ------------------------------------------------------------------ */
@@ -479,8 +483,8 @@ static int step_boundary(mt_trainer *t, int step, ckpt_carry *ck, int *exit_code
     *exit_code = stop_exit_code(signalled);
     mt_info0("meshtrain: %s after step %lld%s; exiting with code %d (%s)", stop_reason(signalled),
              done, cfg->ckpt_mode != MT_CKPT_MODE_NONE ? " (checkpointed)" : "", *exit_code,
-             *exit_code == MT_EXIT_CANCELLED ? "stopped for good: the job scripts do not requeue"
-                                             : "requeue and resume with train.resume=auto");
+             *exit_code == MT_EXIT_PREEMPTED ? "requeue and resume with train.resume=auto"
+                                             : "stopped for good: the job scripts do not requeue");
     return 1;
   }
   if (stop_after && !is_final) {

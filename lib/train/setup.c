@@ -10,12 +10,21 @@
 static const char *PROG = "meshtrain";
 
 /* ------------------------------------------------------------------ */
-/* stop signals only set a flag: USR1 preempt (requeue), TERM cancel    */
+/* stop signals only set a flag: USR1 preempt (requeue), TERM cancel,   */
+/* INT interrupt (a second INT ends the process at once)                */
 
 static volatile sig_atomic_t g_stop = MT_STOP_NONE;
 static void on_stop_signal(int sig) {
-  if (sig == SIGTERM) g_stop = MT_STOP_CANCEL;
-  else if (g_stop == MT_STOP_NONE) g_stop = MT_STOP_PREEMPT;
+  if (sig == SIGINT && g_stop == MT_STOP_INTERRUPT) { /* Ctrl-C twice: now, as by default */
+    signal(SIGINT, SIG_DFL);
+    raise(SIGINT);
+  } else if (sig == SIGINT) {
+    g_stop = MT_STOP_INTERRUPT;
+  } else if (sig == SIGTERM && g_stop < MT_STOP_CANCEL) {
+    g_stop = MT_STOP_CANCEL;
+  } else if (g_stop == MT_STOP_NONE) {
+    g_stop = MT_STOP_PREEMPT;
+  }
 }
 
 void mt_train_install_signals(void) {
@@ -25,6 +34,7 @@ void mt_train_install_signals(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
 }
 
 int mt_train_signalled(void) { return g_stop; }
