@@ -232,9 +232,10 @@ void mt_step_record_progress(const mt_step_record *r, double eta_s, FILE *f) {
     }
     fprintf(f, " | moe aux %.4f load %.2f", r->moe_aux_loss, worst);
   }
-  fprintf(f, " | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | MFU %5.1f%% | ETA %d:%02d:%02d\n",
-          r->lr, r->grad_norm, r->step_s > 0 ? r->tokens / r->step_s : 0.0, 1e3 * r->step_s,
-          r->peak_flops > 0 ? 100.0 * r->flops_per_s / r->peak_flops : 0.0, eta / 3600,
-          eta / 60 % 60, eta % 60);
+  /* an MFU above 100% is no utilisation (the peak is wrong): marked, not shown as real */
+  const double mfu = r->peak_flops > 0 ? 100.0 * r->flops_per_s / r->peak_flops : 0.0;
+  fprintf(f, " | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | MFU %5.1f%%%s | ETA %d:%02d:%02d\n",
+          r->lr, r->grad_norm, r->step_s > 0 ? r->tokens / r->step_s : 0.0, 1e3 * r->step_s, mfu,
+          mfu > 100.0 ? " (over the peak: not real)" : "", eta / 3600, eta / 60 % 60, eta % 60);
   fflush(f);
 }

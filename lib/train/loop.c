@@ -437,6 +437,15 @@ static void train_step(mt_trainer *t, int step, ckpt_carry *ck) {
     fprintf(t->metrics_f, "%s\n", line);
     fflush(t->metrics_f);
     free(line);
+    const double mfu = rec.peak_flops > 0 ? rec.flops_per_s / rec.peak_flops : 0.0;
+    if (mfu > 1.0 && !t->mfu_warned) { /* not a real utilisation: the peak is wrong */
+      t->mfu_warned = 1;
+      mt_info0("meshtrain: warning: MFU %.1f%% at step %d is above 100%%: the peak of %.1f "
+               "GFLOP/s per rank (%s) is below what this run reaches; give the peak of "
+               "train.precision = %s (metrics.peak_gflops, or the profile of metrics.hw)",
+               100.0 * mfu, step + 1, t->peak_per_rank, t->peak_source,
+               mt_precision_name(cfg->precision));
+    }
     if ((step + 1) % cfg->log_every == 0 || step == 0 || step + 1 == cfg->steps) {
       double avg = t->timed_steps ? t->total_step_s / t->timed_steps : rec.step_s;
       mt_step_record_progress(&rec, avg * (cfg->steps - step - 1), stdout);

@@ -244,11 +244,14 @@ static void setup_peak(mt_trainer *t) {
   if (t->peak_per_rank <= 0 && t->device == MT_DEVICE_CUDA) {
     t->peak_source = "none"; /* a GPU no profile knows: MFU reads 0 */
   } else if (t->peak_per_rank <= 0) {
-    /* measured on every rank at once, so shared cores show up as they will in training */
-    double pk = mt_cpu_sgemm_gflops(1024, 0.5);
+    /* measured on every rank at once, so shared cores show up as they will
+     * in training; a bf16 run's on its bf16 matmuls (with AMX they pass
+     * sgemm: an MFU over sgemm's peak read 142%) */
+    const int bf16 = t->precision == MT_PRECISION_BF16;
+    double pk = bf16 ? mt_cpu_bf16_gemm_gflops(1024, 0.5) : mt_cpu_sgemm_gflops(1024, 0.5);
     mt_allreduce(&t->mesh.world, &pk, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
     t->peak_per_rank = pk / t->world_size;
-    t->peak_source = "measured-sgemm";
+    t->peak_source = bf16 ? "measured-bf16-gemm" : "measured-sgemm";
   }
   t->peak_flops = t->peak_per_rank * 1e9 * t->world_size;
   /* the matmul weights a token uses (grouped-query attention's k and v,

@@ -79,6 +79,7 @@ typedef struct {
   char resumed_from[2 * MT_CFG_STR_MAX];
   double peak_flops, peak_per_rank, flops_per_token;
   const char *peak_source;
+  int mfu_warned; /* rank 0 said once that the MFU passed 100% (the peak is too low) */
   long long tokens_per_step;
   FILE *metrics_f;
   /* results */
