@@ -154,10 +154,10 @@ static void test_file_and_overrides(void) {
     if (!load_ok(&cfg, NULL, 2, o, text)) MT_CHECK(cfg.save_params == 0, "%s gave 1", text);
   }
 
-  /* range edges that must be accepted */
+  /* range edges that must be accepted (train.eps: fp32's smallest normal number) */
   char *edges[] = {"train.min_lr_ratio=1", "train.min_lr_ratio=0", "train.beta2=0.999999",
                    "parallel.zero=1", "train.grad_clip=0", "model.n_embd=1000000",
-                   "train.seed=-0", "train.eps=1.1754943508222875e-38"}; /* fp32's smallest normal */
+                   "train.seed=-0", "train.eps=1.1754943508222875e-38"};
   for (int i = 0; i < 8; i++) load_ok(&cfg, NULL, 1, &edges[i], edges[i]);
 }
 
