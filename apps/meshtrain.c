@@ -32,7 +32,8 @@ static void usage(FILE *f) {
           "per step per group, from the configuration alone (no MPI, any mesh size).\n"
           "Exit codes: 0 done, 2 bad input, 3 runtime failure, 75 stopped by SIGUSR1 after a\n"
           "checkpoint (requeue; resume with train.resume=auto), 76 stopped for good by SIGTERM\n"
-          "after a checkpoint (scancel; not requeued).\n"
+          "after a checkpoint (scancel; not requeued), 130 stopped by SIGINT (Ctrl-C) after a\n"
+          "checkpoint (a second Ctrl-C ends it at once).\n"
           "--help-markdown writes the keys below as a Markdown reference (docs/config.md).\n\n"
           "Keys (section.key, type, default):\n");
   mt_config_print_help(f);

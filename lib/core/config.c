@@ -556,6 +556,19 @@ static void preset_moe(mt_config *cfg, const unsigned char *given) {
   }
 }
 
+/* Keys whose default follows another key, where the configuration gave no
+ * value: parallel.schedule = zb-v has one value of virtual_stages (2, the
+ * V's two chunks per rank), and train.device = virtual computes no values
+ * to checkpoint (ckpt.mode = none). A value given is kept, and checked. */
+static void follow_defaults(mt_config *cfg, const unsigned char *given) {
+  int n_keys = 0;
+  const mt_cfg_key *keys = mt_config_keys(&n_keys);
+  const int v_given = given[mt_cfg_find_key("parallel.virtual_stages") - keys],
+            mode_given = given[mt_cfg_find_key("ckpt.mode") - keys];
+  if (cfg->pp_schedule == MT_SCHED_ZBV && !v_given) cfg->virtual_stages = 2;
+  if (cfg->device == MT_DEVICE_VIRTUAL && !mode_given) cfg->ckpt_mode = MT_CKPT_MODE_NONE;
+}
+
 int mt_config_token_ids_ok(const char *text) {
   const char *p = text;
   while (*p == ' ') p++;
@@ -578,9 +591,33 @@ int mt_config_token_ids_ok(const char *text) {
   return *p == '\0';
 }
 
+/* The keys the optimizer and the model compute with in fp32: a value that
+ * is not 0 but below fp32's smallest normal number becomes 0 there (or a
+ * subnormal that has lost its digits): train.lr = 4.9e-324 would train
+ * nothing. */
+static int check_fp32_values(const mt_config *cfg, mt_err *e) {
+  static const char *fp32_keys[] = {"train.lr", "train.min_lr_ratio", "train.weight_decay",
+                                    "train.beta1", "train.beta2", "train.eps", "train.grad_clip",
+                                    "train.moe_aux_coef", "train.moe_z_coef",
+                                    "train.moe_bias_rate", "train.moe_bias_init",
+                                    "model.norm_eps"};
+  for (size_t i = 0; i < sizeof fp32_keys / sizeof fp32_keys[0]; i++) {
+    const mt_cfg_key *k = mt_cfg_find_key(fp32_keys[i]);
+    const double x = *(const double *)(const void *)((const char *)cfg + k->offset);
+    if (x != 0.0 && fabs(x) < FLT_MIN) {
+      mt_err_set(e, "%s = %g is below fp32's smallest normal number %g, and meshtrain computes "
+                    "it in fp32 (where it is 0 or has lost its digits)", k->name, x,
+                 (double)FLT_MIN);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* the checks of single keys the key table cannot state */
 static int check_values(const mt_config *cfg, mt_err *e) {
   MT_TRY(e, check_io_hints(cfg->ckpt_io_hints, e));
+  MT_TRY(e, check_fp32_values(cfg, e));
   const char *ids[2] = {cfg->bos_token_id, cfg->eos_token_id};
   for (int i = 0; i < 2; i++)
     if (!mt_config_token_ids_ok(ids[i])) {
@@ -599,7 +636,10 @@ int mt_config_load(mt_config *cfg, const char *ini_path, int n_over, char *const
   unsigned char *given = mt_calloc((size_t)n_keys, 1); /* the keys the ini or --set gave */
   if (ini_path) rc = load_ini(cfg, ini_path, given, e);
   for (int i = 0; i < n_over && rc == 0; i++) rc = apply_override(cfg, overrides[i], given, e);
-  if (rc == 0) preset_moe(cfg, given);
+  if (rc == 0) {
+    preset_moe(cfg, given);
+    follow_defaults(cfg, given);
+  }
   free(given);
   MT_TRY(e, rc);
   MT_TRY(e, check_values(cfg, e));
@@ -624,6 +664,7 @@ int mt_config_load_text(mt_config *cfg, const char *text, const char *name, mt_e
     }
   }
   preset_moe(cfg, given);
+  follow_defaults(cfg, given);
   free(given);
   MT_TRY(e, check_values(cfg, e));
   return 0;

@@ -589,5 +589,8 @@ const char *mt_kernels_blas_core(void);
 /* Best sgemm GFLOP/s for n x n x n on this rank's threads over at least
  * min_seconds (the CPU "peak" when a hardware profile gives none). */
 double mt_cpu_sgemm_gflops(int n, double min_seconds);
+/* The same of the bf16 matmul (bf16 operands, fp32 accumulation) on the path
+ * this process's bf16 ops take (mt_bf16_gemm_path): a bf16 run's peak. */
+double mt_cpu_bf16_gemm_gflops(int n, double min_seconds);
 
 #endif

@@ -14,8 +14,12 @@ double mt_train_flops_per_token_mm(double n_mm, int n_layer, int n_embd, int seq
 
 typedef struct {
   mt_hw_profile *hw;
+  unsigned seen; /* the [hw] keys read, by their index in g_hw_keys */
   char bad[160];
 } hw_parse;
+
+static const char *g_hw_keys[] = {"name", "description", "peak_gflops_fp32", "peak_gflops_bf16",
+                                  "ranks_per_node"};
 
 static int hw_handler(void *user, const char *section, const char *name, const char *value) {
   hw_parse *p = user;
@@ -24,6 +28,14 @@ static int hw_handler(void *user, const char *section, const char *name, const c
     snprintf(p->bad, sizeof p->bad, "unknown section [%s]", section);
     return 0;
   }
+  for (unsigned i = 0; i < sizeof g_hw_keys / sizeof g_hw_keys[0]; i++)
+    if (strcmp(name, g_hw_keys[i]) == 0) {
+      if (p->seen & (1u << i)) { /* (the last would win unseen) */
+        snprintf(p->bad, sizeof p->bad, "[hw] key '%s' given twice (give each key once)", name);
+        return 0;
+      }
+      p->seen |= 1u << i;
+    }
   char *end = NULL;
   if (strcmp(name, "name") == 0) {
     snprintf(p->hw->name, sizeof p->hw->name, "%s", value);
@@ -92,7 +104,7 @@ int mt_hw_profile_load(mt_hw_profile *hw, const char *name_or_path, mt_err *e) {
                "the executable)", name_or_path, path);
     return -1;
   }
-  hw_parse p = {hw, ""};
+  hw_parse p = {hw, 0, ""};
   int rc = ini_parse_file(f, hw_handler, &p);
   fclose(f);
   if (rc != 0) {
@@ -224,9 +236,10 @@ void mt_step_record_progress(const mt_step_record *r, double eta_s, FILE *f) {
     }
     fprintf(f, " | moe aux %.4f load %.2f", r->moe_aux_loss, worst);
   }
-  fprintf(f, " | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | MFU %5.1f%% | ETA %d:%02d:%02d\n",
-          r->lr, r->grad_norm, r->step_s > 0 ? r->tokens / r->step_s : 0.0, 1e3 * r->step_s,
-          r->peak_flops > 0 ? 100.0 * r->flops_per_s / r->peak_flops : 0.0, eta / 3600,
-          eta / 60 % 60, eta % 60);
+  /* an MFU above 100% is no utilisation (the peak is wrong): marked, not shown as real */
+  const double mfu = r->peak_flops > 0 ? 100.0 * r->flops_per_s / r->peak_flops : 0.0;
+  fprintf(f, " | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | MFU %5.1f%%%s | ETA %d:%02d:%02d\n",
+          r->lr, r->grad_norm, r->step_s > 0 ? r->tokens / r->step_s : 0.0, 1e3 * r->step_s, mfu,
+          mfu > 100.0 ? " (over the peak: not real)" : "", eta / 3600, eta / 60 % 60, eta % 60);
   fflush(f);
 }

@@ -44,7 +44,7 @@ static void scale_mem(const mt_plan_rank *pr, const mt_cost_dtypes *dt, double *
  * first of them holds the most activation sets (every schedule's in-flight
  * count falls along the pipeline), so it stands for the others. */
 static void stage_key(const mt_config *cfg, const mt_layout *lay, int st, int *key) {
-  const int pp = cfg->pp, v = cfg->virtual_stages;
+  const int pp = cfg->pp, v = lay->chunks;
   for (int k = 0; k < v; k++) {
     int vs = st + k * pp, a, b;
     mt_layout_stage_layers(cfg, lay, vs, &a, &b);
@@ -388,7 +388,7 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     mt_layout_free(&s.lay);
     return mt_err_pass(e);
   }
-  s.pp = cfg->pp, s.v = cfg->virtual_stages, s.accum = s.lay.accum, s.B = cfg->micro_batch;
+  s.pp = cfg->pp, s.v = s.lay.chunks, s.accum = s.lay.accum, s.B = cfg->micro_batch;
   s.ndp = cfg->dp * cfg->cp;
   mt_cost_price(p, &s.ops_price);
   s.ops_price.act_bytes = s.dt.acts;

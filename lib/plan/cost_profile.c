@@ -11,7 +11,7 @@
 
 typedef struct {
   mt_cost_profile *p;
-  unsigned seen;
+  unsigned seen, seen_optional;
   char bad[200];
 } cost_parse;
 
@@ -25,6 +25,23 @@ static const char *g_cost_keys[] = {"devices_per_node", "mem_gib", "peak_gflops"
                                     "elementwise_gbs", "intra_gbs", "intra_us", "inter_gbs",
                                     "inter_us", "overlap"};
 #define N_REQUIRED ((int)(sizeof g_cost_keys / sizeof g_cost_keys[0]))
+static const char *g_optional_keys[] = {"attn_block", "attention", "collectives", "attn_gflops",
+                                        "stage_us", "act_bytes"};
+#define N_OPTIONAL ((int)(sizeof g_optional_keys / sizeof g_optional_keys[0]))
+
+/* Each number's accepted range (g_cost_keys' order; gemm: a point's
+ * GFLOP/s; then attn_gflops and stage_us): wide enough for a laptop's CPU
+ * and the largest accelerator node, narrow enough to catch a slip of units
+ * (MB/s for GB/s) or of exponent (a rate of 1e-300 prices a step at
+ * centuries). */
+static const struct {
+  double lo, hi;
+  const char *unit;
+} g_range[] = {{1, 4096, "devices"},      {0.01, 1048576, "GiB"}, {1, 1e8, "GFLOP/s"},
+               {1e-3, 1e8, "GFLOP/s"},    {0.01, 1e6, "GB/s"},    {1e-3, 1e5, "GB/s"},
+               {0, 1e6, "us"},            {1e-3, 1e5, "GB/s"},    {0, 1e6, "us"},
+               {0, 1, "(a fraction)"},    {0, 1e8, "GFLOP/s"},    {0, 1e6, "us"}};
+enum { RANGE_ATTN = N_REQUIRED, RANGE_STAGE = N_REQUIRED + 1 };
 
 static int parse_number(const char *v, double lo, double *out) {
   char *end = NULL;
@@ -32,6 +49,24 @@ static int parse_number(const char *v, double lo, double *out) {
   if (end == v || *end || !(x >= lo) || isinf(x)) return -1;
   *out = x;
   return 0;
+}
+
+/* a number of key name (range r of g_range) into *out, or 0 with the line
+ * naming the key, the value and the range */
+static int ranged(cost_parse *c, const char *name, const char *value, int r, double *out) {
+  char *end = NULL;
+  double x = strtod(value, &end);
+  if (end == value || *end) {
+    snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not a number", name, value);
+    return 0;
+  }
+  if (!(x >= g_range[r].lo && x <= g_range[r].hi)) { /* (NaN fails) */
+    snprintf(c->bad, sizeof c->bad, "[cost] %s = %s is outside the accepted range %g to %g %s",
+             name, value, g_range[r].lo, g_range[r].hi, g_range[r].unit);
+    return 0;
+  }
+  *out = x;
+  return 1;
 }
 
 /* "flops:gflops flops:gflops ..." sorted by flops; the key may repeat, each
@@ -46,7 +81,8 @@ static int parse_gemm(const char *v, mt_cost_profile *p) {
     if (end == s || *end != ':' || !(f > 0)) return -1;
     s = end + 1;
     double g = strtod(s, &end);
-    if (end == s || !(g > 0) || p->n_gemm == MT_COST_MAX_GEMM) return -1;
+    if (end == s || !(g >= g_range[3].lo && g <= g_range[3].hi) || p->n_gemm == MT_COST_MAX_GEMM)
+      return -1;
     if (p->n_gemm && !(f > p->gemm_flops[p->n_gemm - 1])) return -1;
     p->gemm_flops[p->n_gemm] = f;
     p->gemm_gflops[p->n_gemm++] = g;
@@ -76,9 +112,17 @@ static int cost_handler(void *user, const char *section, const char *name, const
     return 1;
   }
   if (strcmp(section, "cost") != 0) return 1; /* other sections belong to others */
-  int k = -1;
+  int k = -1, o = -1;
   for (int i = 0; i < N_REQUIRED; i++)
     if (strcmp(name, g_cost_keys[i]) == 0) k = i;
+  for (int i = 0; i < N_OPTIONAL; i++)
+    if (strcmp(name, g_optional_keys[i]) == 0) o = i;
+  /* a key once (the last would win unseen); gemm may span lines */
+  if ((k >= 0 && k != 3 && (c->seen & (1u << k))) || (o >= 0 && (c->seen_optional & (1u << o)))) {
+    snprintf(c->bad, sizeof c->bad, "[cost] key '%s' given twice (give each key once)", name);
+    return 0;
+  }
+  if (o >= 0) c->seen_optional |= 1u << o;
   double x = 0.0;
   if (strcmp(name, "attn_block") == 0) { /* optional: "BR:BC" rows and keys of a tile */
     int br = 0, bc = 0;
@@ -98,11 +142,9 @@ static int cost_handler(void *user, const char *section, const char *name, const
   if (strcmp(name, "collectives") == 0) /* optional: how collectives cross nodes */
     return one_of_two(c, name, value, "hierarchical", "flat", &p->coll_flat);
   if (strcmp(name, "attn_gflops") == 0 || strcmp(name, "stage_us") == 0) { /* optional */
-    if (parse_number(value, 0, &x)) {
-      snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not a number >= 0", name, value);
-      return 0;
-    }
-    *(name[0] == 'a' ? &p->attn_gflops : &p->stage_us) = x;
+    const int attn = name[0] == 'a';
+    if (!ranged(c, name, value, attn ? RANGE_ATTN : RANGE_STAGE, &x)) return 0;
+    *(attn ? &p->attn_gflops : &p->stage_us) = x;
     return 1;
   }
   if (strcmp(name, "act_bytes") == 0) { /* optional: bytes an activation element takes */
@@ -113,28 +155,46 @@ static int cost_handler(void *user, const char *section, const char *name, const
     p->act_bytes = x;
     return 1;
   }
-  int bad = 0;
-  switch (k) {
-  case 0: bad = parse_number(value, 1, &x) || x != floor(x); p->devices_per_node = (int)x; break;
-  case 1: bad = parse_number(value, 0, &x); p->mem_bytes = x * 1073741824.0; break;
-  case 2: bad = parse_number(value, 0, &x) || x == 0; p->peak_gflops = x; break;
-  case 3: bad = parse_gemm(value, p); break;
-  case 4: bad = parse_number(value, 0, &x) || x == 0; p->elementwise_gbs = x; break;
-  case 5: bad = parse_number(value, 0, &x) || x == 0; p->intra_gbs = x; break;
-  case 6: bad = parse_number(value, 0, &x); p->intra_us = x; break;
-  case 7: bad = parse_number(value, 0, &x) || x == 0; p->inter_gbs = x; break;
-  case 8: bad = parse_number(value, 0, &x); p->inter_us = x; break;
-  case 9: bad = parse_number(value, 0, &x) || x > 1; p->overlap = x; break;
-  default:
+  if (k < 0) {
     snprintf(c->bad, sizeof c->bad, "[cost] unknown key '%s'", name);
     return 0;
   }
-  if (bad) {
-    snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not valid", name, value);
-    return 0;
+  if (k == 3) { /* gemm */
+    if (parse_gemm(value, p)) {
+      snprintf(c->bad, sizeof c->bad, "[cost] gemm = '%s' is not FLOPS:GFLOPS points by rising "
+                                      "FLOPS, each GFLOP/s %g to %g", value, g_range[3].lo,
+               g_range[3].hi);
+      return 0;
+    }
+  } else {
+    if (!ranged(c, name, value, k, &x)) return 0;
+    if (k == 0 && x != floor(x)) {
+      snprintf(c->bad, sizeof c->bad, "[cost] devices_per_node = %s is not a whole number", value);
+      return 0;
+    }
+    double *field[] = {NULL, &p->mem_bytes, &p->peak_gflops, NULL, &p->elementwise_gbs,
+                       &p->intra_gbs, &p->intra_us, &p->inter_gbs, &p->inter_us, &p->overlap};
+    if (k == 0) p->devices_per_node = (int)x;
+    else *field[k] = k == 1 ? x * 1073741824.0 : x;
   }
   c->seen |= 1u << k;
   return 1;
+}
+
+/* no matmul above the peak (1% for rounding in a written profile): a peak
+ * below the matmul curve would read as an MFU above 100%. (A measured
+ * attn_gflops may pass the sgemm peak: the block kernels count the FLOPs of
+ * the tiles they skip or fuse.) */
+static int check_peak(const mt_cost_profile *p, const char *path, mt_err *e) {
+  double top = 0.0;
+  for (int i = 0; i < p->n_gemm; i++) top = p->gemm_gflops[i] > top ? p->gemm_gflops[i] : top;
+  if (top > 1.01 * p->peak_gflops) {
+    mt_err_set(e, "%s: [cost] peak_gflops = %g is below the gemm curve's top (%g GFLOP/s): the "
+                  "peak bounds every matmul (raise peak_gflops, or lower the curve)", path,
+               p->peak_gflops, top);
+    return -1;
+  }
+  return 0;
 }
 
 int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e) {
@@ -145,7 +205,7 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
     mt_err_set(e, "hardware profile '%s': cannot open (looked for %s)", name_or_path, path);
     return -1;
   }
-  cost_parse c = {p, 0, ""};
+  cost_parse c = {p, 0, 0, ""};
   int rc = ini_parse_file(f, cost_handler, &c);
   fclose(f);
   if (rc != 0) {
@@ -162,6 +222,7 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
                  "elementwise_gbs, intra_gbs, intra_us, inter_gbs, inter_us, overlap");
       return -1;
     }
+  MT_TRY(e, check_peak(p, path, e));
   if (!p->name[0]) snprintf(p->name, sizeof p->name, "%s", name_or_path);
   return 0;
 }

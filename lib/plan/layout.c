@@ -81,8 +81,7 @@ static int first_last_split(const mt_config *cfg, int n_layer, int *split, mt_er
 
 /* An explicit split (pp_split or first/last) under interleaving: every
  * stage's layers must cut into virtual_stages equal chunks. */
-static int check_split_chunks(const mt_config *cfg, const int *split, mt_err *e) {
-  const int v = cfg->virtual_stages;
+static int check_split_chunks(const mt_config *cfg, int v, const int *split, mt_err *e) {
   for (int s = 0; s < cfg->pp; s++)
     if (split[s] % v != 0) {
       mt_err_set(e, "parallel.virtual_stages = %d does not divide the %d layers of pipeline "
@@ -96,7 +95,7 @@ static int check_split_chunks(const mt_config *cfg, const int *split, mt_err *e)
 
 void mt_layout_stage_layers(const mt_config *cfg, const mt_layout *lay, int vs, int *l0,
                            int *l1) {
-  mt_registry_stage_layers(lay->shape.n_layer, cfg->pp, cfg->virtual_stages,
+  mt_registry_stage_layers(lay->shape.n_layer, cfg->pp, lay->chunks,
                            lay->has_split ? lay->split : NULL, lay->sched == MT_SCHED_ZBV, vs,
                            l0, l1);
 }
@@ -148,30 +147,36 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   lay->accum = lay->per_rank / cfg->micro_batch;
   /* pipeline: micro-batches, stage split, schedule */
   const int m = lay->accum;
-  const mt_pp_sched kind = cfg->pp_schedule;
-  if (cfg->pp > MT_PP_MAX_CHUNKS || cfg->virtual_stages > MT_PP_MAX_CHUNKS)
+  /* one stage (pp = 1) runs its micro-batches one after the other in one
+   * chunk (1F1B of one stage): parallel.schedule and virtual_stages do not
+   * apply, so a configuration written for a pipeline (or a pipeline's
+   * checkpoint resumed with its configuration) runs on one stage unchanged */
+  const int piped = cfg->pp > 1, v = piped ? cfg->virtual_stages : 1;
+  const mt_pp_sched kind = piped ? cfg->pp_schedule : MT_SCHED_1F1B;
+  lay->chunks = v;
+  if (cfg->pp > MT_PP_MAX_CHUNKS || v > MT_PP_MAX_CHUNKS)
     mt_err_set(e, "parallel.pp = %d, parallel.virtual_stages = %d: at most %d each", cfg->pp,
-               cfg->virtual_stages, MT_PP_MAX_CHUNKS);
+               v, MT_PP_MAX_CHUNKS);
   else if (cfg->pp_split[0]) {
     MT_TRY(e, parse_pp_split(cfg->pp_split, cfg->pp, s->n_layer, lay->split, e) != 0 ||
-                  check_split_chunks(cfg, lay->split, e) != 0);
+                  check_split_chunks(cfg, v, lay->split, e) != 0);
     lay->has_split = 1;
   } else if (cfg->pp_first_layers || cfg->pp_last_layers) {
     MT_TRY(e, first_last_split(cfg, s->n_layer, lay->split, e) != 0 ||
-                  check_split_chunks(cfg, lay->split, e) != 0);
+                  check_split_chunks(cfg, v, lay->split, e) != 0);
     lay->has_split = 1;
   } else if (s->n_layer % cfg->pp != 0)
     mt_err_set(e, "parallel.pp = %d does not divide model.n_layer = %d (or give "
                   "parallel.pp_split, or parallel.pp_first_layers / pp_last_layers)", cfg->pp,
                s->n_layer);
-  else if ((s->n_layer / cfg->pp) % cfg->virtual_stages != 0)
+  else if ((s->n_layer / cfg->pp) % v != 0)
     mt_err_set(e, "parallel.virtual_stages = %d does not divide the %d layers per stage "
                   "(model.n_layer = %d over parallel.pp = %d)",
-               cfg->virtual_stages, s->n_layer / cfg->pp, s->n_layer, cfg->pp);
+               v, s->n_layer / cfg->pp, s->n_layer, cfg->pp);
   if (e->failed) return -1;
-  MT_TRY(e, mt_pp_sched_check(kind, cfg->pp, m, cfg->virtual_stages, s->n_layer, e));
+  MT_TRY(e, mt_pp_sched_check(kind, cfg->pp, m, v, s->n_layer, e));
   mt_pp_schedule sched;
-  mt_pp_schedule_build(&sched, kind, cfg->pp, m, cfg->virtual_stages);
+  mt_pp_schedule_build(&sched, kind, cfg->pp, m, v);
   mt_err why = {0};
   mt_pp_sim sim;
   int bad = mt_pp_schedule_validate(&sched, 1, 2, 1, 1, &sim, &why);
@@ -181,8 +186,7 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
                why.msg);
     return -1;
   }
-  /* one stage runs its micro-batches one after the other (1F1B of one stage) */
-  lay->sched = cfg->pp > 1 ? kind : MT_SCHED_1F1B;
+  lay->sched = kind;
   /* train.device as far as it can be judged without asking the GPU (setup
    * asks it: mt_train_device_setup) */
   char dmsg[512];
@@ -206,7 +210,7 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   MT_TRY(e, mt_hw_profile_load(&hw, cfg->hw_profile, e));
   if (cfg->pp > 1) {
     lay->stage_of_layer = mt_calloc((size_t)s->n_layer, sizeof(int));
-    mt_registry_stage_map(s->n_layer, cfg->pp, cfg->virtual_stages,
+    mt_registry_stage_map(s->n_layer, cfg->pp, lay->chunks,
                           lay->has_split ? lay->split : NULL, lay->sched == MT_SCHED_ZBV,
                           lay->stage_of_layer);
   }
@@ -221,7 +225,7 @@ void mt_layout_free(mt_layout *lay) {
 
 void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *mesh, int *l0l1,
                          mt_step_opts *o, mt_step_groups *g) {
-  const int n_vs = cfg->pp * cfg->virtual_stages;
+  const int n_vs = cfg->pp * lay->chunks;
   for (int vs = 0; vs < n_vs; vs++)
     mt_layout_stage_layers(cfg, lay, vs, &l0l1[vs], &l0l1[n_vs + vs]);
   /* zb-h1 and zb-v split each backward into input and weight passes (the sets keep
@@ -242,7 +246,7 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
       .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,
-      .virtual_stages = cfg->virtual_stages, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs,
+      .virtual_stages = lay->chunks, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs,
       .dtypes = lay->dtypes,
       .overlap_dp = cfg->overlap_dp};
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
@@ -250,7 +254,7 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
     o->par.pp_rank = mesh->pp_rank;
     /* the stage holding the last virtual stage (the head): 0 in a V */
     o->par.pp_last = mt_registry_vs_rank(cfg->pp, lay->sched == MT_SCHED_ZBV,
-                                         cfg->pp * cfg->virtual_stages - 1);
+                                         cfg->pp * lay->chunks - 1);
   }
   *g = (mt_step_groups){.tp = &mesh->tp_g, .cp = &mesh->cp_g, .dp = &mesh->dp_g,
                         .pp = &mesh->pp_g, .dpcp = &mesh->dpcp_g, .ep = &mesh->ep_g,

@@ -55,7 +55,7 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
   mt_vclock_save(&clock);
   if (price) mt_vclock_start(price);
   mt_ops_null_reset();
-  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
+  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * lay->chunks, sizeof(int));
   mt_step_opts o;
   mt_step_groups g;
   mt_layout_step_opts(cfg, lay, &w->mesh, l0l1, &o, &g);
@@ -183,7 +183,7 @@ static int signature(const mt_config *cfg, const mt_layout *lay, int world_rank,
                      mt_err *e) {
   mt_mesh m;
   MT_TRY(e, count_mesh(&m, cfg, lay, world_rank, e));
-  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
+  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * lay->chunks, sizeof(int));
   mt_step_opts o;
   mt_step_groups g;
   mt_layout_step_opts(cfg, lay, &m, l0l1, &o, &g);

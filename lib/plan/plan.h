@@ -35,6 +35,7 @@ typedef struct {
   int per_rank;          /* sequences per dp rank per step */
   int accum;             /* micro-batches per dp rank per step */
   mt_pp_sched sched;     /* pipeline schedule (pp = 1: 1f1b, one stage) */
+  int chunks;            /* virtual stages per pp rank (parallel.virtual_stages; pp = 1: 1) */
   int split[MT_PP_MAX_CHUNKS], has_split; /* parallel.pp_split */
   int *stage_of_layer;   /* per block: its pp rank (NULL when pp = 1) */
   mt_dtypes dtypes;      /* the dtype of every role of the state (train.precision, ...) */

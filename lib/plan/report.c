@@ -7,16 +7,14 @@
 int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) {
   mt_layout lay;
   int rc = mt_layout_validate(cfg, ranks, &lay, e) == 0 ? 0 : mt_err_pass(e);
-  if (rc == 0)
-    fprintf(out, "meshtrain: check: OK for %d ranks: model %s (%zu parameters), mesh pp=%d dp=%d "
-                 "cp=%d tp=%d, zero %d, global batch %d, %d steps\n",
-            ranks, mt_preset_name(cfg->model_preset), mt_model_num_params(&lay.shape), cfg->pp,
-            cfg->dp, cfg->cp, cfg->tp, cfg->zero, cfg->global_batch, cfg->steps);
+  const size_t n_params = rc == 0 ? mt_model_num_params(&lay.shape) : 0;
   mt_layout_free(&lay);
-  /* the virtual device starts every rank on this machine: whether it can */
-  if (rc == 0 && cfg->device == MT_DEVICE_VIRTUAL) {
-    mt_host_rank_cost c;
-    mt_host_limits l;
+  if (rc != 0) return rc;
+  /* the virtual device starts every rank on this machine: whether it can,
+   * before the verdict (a configuration this machine cannot start is not OK) */
+  mt_host_rank_cost c;
+  mt_host_limits l;
+  if (cfg->device == MT_DEVICE_VIRTUAL) {
     char why[512];
     mt_host_rank_cost_default(&c);
     mt_host_limits_read("", &l);
@@ -24,12 +22,17 @@ int mt_plan_check_report(const mt_config *cfg, int ranks, FILE *out, mt_err *e) 
       mt_err_set(e, "train.device = virtual: %s", why);
       return -1;
     }
+  }
+  fprintf(out, "meshtrain: check: OK for %d ranks: model %s (%zu parameters), mesh pp=%d dp=%d "
+               "cp=%d tp=%d, zero %d, global batch %d, %d steps\n",
+          ranks, mt_preset_name(cfg->model_preset), n_params, cfg->pp, cfg->dp, cfg->cp, cfg->tp,
+          cfg->zero, cfg->global_batch, cfg->steps);
+  if (cfg->device == MT_DEVICE_VIRTUAL)
     fprintf(out, "meshtrain: check: this machine can start %d virtual ranks: about %.2f GiB of "
                  "host memory of %.2f GiB usable (%s), %d threads, ulimit -n and /dev/shm "
                  "suffice\n", ranks, mt_host_ranks_bytes(ranks, &c) / 1073741824.0,
             l.mem.bytes / 1073741824.0, l.mem.source, ranks * c.threads);
-  }
-  return rc;
+  return 0;
 }
 
 int mt_plan_report(const mt_config *cfg, int ranks, const char *json_path, FILE *out,
@@ -56,7 +59,7 @@ int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e) {
   mt_pp_schedule s;
   mt_pp_sim sim;
   mt_err why = {0}; /* validation already accepted the schedule */
-  mt_pp_schedule_build(&s, cfg->pp_schedule, cfg->pp, lay.accum, cfg->virtual_stages);
+  mt_pp_schedule_build(&s, lay.sched, cfg->pp, lay.accum, lay.chunks);
   mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, &why);
   if (out) {
     for (int r = 0; r < cfg->pp; r++) mt_pp_schedule_print(&s, r, out);

@@ -156,10 +156,14 @@ static uint64_t batch_hash(mt_trainer *t) {
 
 /* what a stop signal (agreed over the ranks) ends the run with */
 static int stop_exit_code(int stop) {
-  return stop == MT_STOP_CANCEL ? MT_EXIT_CANCELLED : MT_EXIT_PREEMPTED;
+  return stop == MT_STOP_INTERRUPT ? MT_EXIT_INTERRUPTED
+         : stop == MT_STOP_CANCEL  ? MT_EXIT_CANCELLED
+                                   : MT_EXIT_PREEMPTED;
 }
 static const char *stop_reason(int stop) {
-  return stop == MT_STOP_CANCEL ? "cancelled by SIGTERM" : "stop requested by SIGUSR1";
+  return stop == MT_STOP_INTERRUPT ? "interrupted by SIGINT"
+         : stop == MT_STOP_CANCEL  ? "cancelled by SIGTERM"
+                                   : "stop requested by SIGUSR1";
 }
 
 /* ------------------------------------------------------------------ */
@@ -460,6 +464,15 @@ static long long train_step(mt_trainer *t, int step, ckpt_carry *ck) {
     fprintf(t->metrics_f, "%s\n", line);
     fflush(t->metrics_f);
     free(line);
+    const double mfu = rec.peak_flops > 0 ? rec.flops_per_s / rec.peak_flops : 0.0;
+    if (mfu > 1.0 && !t->mfu_warned) { /* not a real utilisation: the peak is wrong */
+      t->mfu_warned = 1;
+      mt_info0("meshtrain: warning: MFU %.1f%% at step %d is above 100%%: the peak of %.1f "
+               "GFLOP/s per rank (%s) is below what this run reaches; give the peak of "
+               "train.precision = %s (metrics.peak_gflops, or the profile of metrics.hw)",
+               100.0 * mfu, step + 1, t->peak_per_rank, t->peak_source,
+               mt_precision_name(cfg->precision));
+    }
     if ((step + 1) % cfg->log_every == 0 || step == 0 || step + 1 == cfg->steps) {
       double avg = t->timed_steps ? t->total_step_s / t->timed_steps : rec.step_s;
       mt_step_record_progress(&rec, avg * (cfg->steps - step - 1), stdout);
@@ -507,8 +520,8 @@ static int step_boundary(mt_trainer *t, int step, ckpt_carry *ck, int *exit_code
     *exit_code = stop_exit_code(signalled);
     mt_info0("meshtrain: %s after step %lld%s; exiting with code %d (%s)", stop_reason(signalled),
              done, cfg->ckpt_mode != MT_CKPT_MODE_NONE ? " (checkpointed)" : "", *exit_code,
-             *exit_code == MT_EXIT_CANCELLED ? "stopped for good: the job scripts do not requeue"
-                                             : "requeue and resume with train.resume=auto");
+             *exit_code == MT_EXIT_PREEMPTED ? "requeue and resume with train.resume=auto"
+                                             : "stopped for good: the job scripts do not requeue");
     return 1;
   }
   if (stop_after && !is_final) {

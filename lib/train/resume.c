@@ -91,21 +91,30 @@ void mt_train_meta_arch(mt_ckpt_meta *m, const mt_model_shape *s) {
 
 /* aux-loss-free MoE balancing: the bias the checkpoint's run routed with
  * (a checkpoint without one, e.g. of a run balanced by the aux loss, leaves
- * it at zero). Collective. Returns 0, or -1 with err set. */
+ * it at zero). A run resumed under another train.moe_balance routes
+ * without the bias (switching the method is allowed): rank 0 says once
+ * that the checkpoint's bias is left out, so routing does not change
+ * unannounced. Collective. Returns 0, or -1 with err set. */
 static int load_moe_bias(mt_trainer *t, mt_err *err) {
   mt_gpt *m = &t->step.model;
-  if (m->moe.n_blocks == 0 || m->moe.balance != MT_MOE_BALANCE_BIAS) return 0;
+  if (m->moe.n_blocks == 0) return 0;
+  const int use = m->moe.balance == MT_MOE_BALANCE_BIAS;
   size_t n = (size_t)m->moe.n_blocks * (size_t)m->moe.E;
   float *bias = mt_calloc(n + 1, sizeof(float));
-  int found = 0;
+  int found = 0, nonzero = 0;
   if (mt_ckpt_load_moe_bias(t->resumed_from, bias, m->moe.n_blocks, m->moe.E, &found, err) != 0) {
     free(bias);
     return mt_err_pass(err);
   }
-  mt_gpt_moe_set_bias(m, bias);
-  if (!found)
+  for (size_t i = 0; i < n && !nonzero; i++) nonzero = bias[i] != 0.0f;
+  if (use) mt_gpt_moe_set_bias(m, bias);
+  if (use && !found)
     mt_info0("meshtrain: %s holds no MoE routing bias: train.moe_balance = bias starts from "
              "zeros", t->resumed_from);
+  if (!use && found && nonzero)
+    mt_info0("meshtrain: warning: %s holds the MoE routing bias of aux-loss-free balancing; "
+             "train.moe_balance = %s routes without it from here (train.moe_balance = bias "
+             "keeps it)", t->resumed_from, mt_moe_balance_name(m->moe.balance));
   free(bias);
   return 0;
 }

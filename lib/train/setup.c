@@ -12,12 +12,21 @@
 static const char *PROG = "meshtrain";
 
 /* ------------------------------------------------------------------ */
-/* stop signals only set a flag: USR1 preempt (requeue), TERM cancel    */
+/* stop signals only set a flag: USR1 preempt (requeue), TERM cancel,   */
+/* INT interrupt (a second INT ends the process at once)                */
 
 static volatile sig_atomic_t g_stop = MT_STOP_NONE;
 static void on_stop_signal(int sig) {
-  if (sig == SIGTERM) g_stop = MT_STOP_CANCEL;
-  else if (g_stop == MT_STOP_NONE) g_stop = MT_STOP_PREEMPT;
+  if (sig == SIGINT && g_stop == MT_STOP_INTERRUPT) { /* Ctrl-C twice: now, as by default */
+    signal(SIGINT, SIG_DFL);
+    raise(SIGINT);
+  } else if (sig == SIGINT) {
+    g_stop = MT_STOP_INTERRUPT;
+  } else if (sig == SIGTERM && g_stop < MT_STOP_CANCEL) {
+    g_stop = MT_STOP_CANCEL;
+  } else if (g_stop == MT_STOP_NONE) {
+    g_stop = MT_STOP_PREEMPT;
+  }
 }
 
 void mt_train_install_signals(void) {
@@ -27,6 +36,7 @@ void mt_train_install_signals(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
 }
 
 int mt_train_signalled(void) { return g_stop; }
@@ -192,13 +202,18 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
            : t->device == MT_DEVICE_VIRTUAL ? mt_ops_virtual()
            : cfg->trace                     ? mt_ops_cpu_traced()
                                             : mt_ops_cpu();
-  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * cfg->virtual_stages, sizeof(int));
+  int *l0l1 = mt_calloc(2 * (size_t)cfg->pp * t->lay.chunks, sizeof(int));
   mt_step_opts o;
   mt_step_groups g;
   mt_layout_step_opts(cfg, &t->lay, mesh, l0l1, &o, &g);
   mt_step_create(&t->step, &o, &g, t->ops, e);
   free(l0l1);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
+  /* one stage runs its micro-batches in order (mt_layout_validate) */
+  if (cfg->pp == 1 && cfg->virtual_stages > 1)
+    mt_info0("meshtrain: note: parallel.virtual_stages = %d and parallel.schedule = %s have no "
+             "effect at parallel.pp = 1 (one stage runs its micro-batches in order)",
+             cfg->virtual_stages, mt_pp_sched_name(cfg->pp_schedule));
   /* the load-balancing loss only where it balances (train.moe_balance = aux) */
   const mt_moe_balance balance = cfg->moe_balance;
   if (t->lay.shape.moe_experts == 0 && balance != MT_MOE_BALANCE_AUX)
@@ -231,11 +246,14 @@ static void setup_peak(mt_trainer *t) {
   if (t->peak_per_rank <= 0 && t->device == MT_DEVICE_CUDA) {
     t->peak_source = "none"; /* a GPU no profile knows: MFU reads 0 */
   } else if (t->peak_per_rank <= 0) {
-    /* measured on every rank at once, so shared cores show up as they will in training */
-    double pk = mt_cpu_sgemm_gflops(1024, 0.5);
+    /* measured on every rank at once, so shared cores show up as they will
+     * in training; a bf16 run's on its bf16 matmuls (with AMX they pass
+     * sgemm: an MFU over sgemm's peak read 142%) */
+    const int bf16 = t->precision == MT_PRECISION_BF16;
+    double pk = bf16 ? mt_cpu_bf16_gemm_gflops(1024, 0.5) : mt_cpu_sgemm_gflops(1024, 0.5);
     mt_allreduce(&t->mesh.world, &pk, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
     t->peak_per_rank = pk / t->world_size;
-    t->peak_source = "measured-sgemm";
+    t->peak_source = bf16 ? "measured-bf16-gemm" : "measured-sgemm";
   }
   t->peak_flops = t->peak_per_rank * 1e9 * t->world_size;
   /* the matmul weights a token uses (grouped-query attention's k and v,

@@ -85,6 +85,7 @@ typedef struct {
   char resumed_from[2 * MT_CFG_STR_MAX];
   double peak_flops, peak_per_rank, flops_per_token;
   const char *peak_source;
+  int mfu_warned; /* rank 0 said once that the MFU passed 100% (the peak is too low) */
   long long tokens_per_step;
   FILE *metrics_f;
   /* results */
@@ -141,11 +142,14 @@ void mt_balance_step(mt_trainer *t, uint64_t s0, uint64_t *order, double *imbala
  * exit. SIGUSR1 (Slurm's warning before the walltime, a preemption drill)
  * asks to be requeued: exit 75 (MT_EXIT_PREEMPTED). SIGTERM (scancel, a
  * shutdown) asks to stop for good: exit MT_EXIT_CANCELLED, which the job
- * scripts do not requeue. SIGTERM wins when both came. */
-enum { MT_STOP_NONE = 0, MT_STOP_PREEMPT = 1, MT_STOP_CANCEL = 2 };
+ * scripts do not requeue. SIGINT (Ctrl-C) stops for good too, with the
+ * shell's code for it, 130 (MT_EXIT_INTERRUPTED); a second SIGINT ends the
+ * process at once. SIGINT wins over SIGTERM, SIGTERM over SIGUSR1. */
+enum { MT_STOP_NONE = 0, MT_STOP_PREEMPT = 1, MT_STOP_CANCEL = 2, MT_STOP_INTERRUPT = 3 };
 #define MT_EXIT_CANCELLED 76
+#define MT_EXIT_INTERRUPTED 130 /* 128 + SIGINT */
 void mt_train_install_signals(void);
-int mt_train_signalled(void); /* MT_STOP_NONE, MT_STOP_PREEMPT or MT_STOP_CANCEL */
+int mt_train_signalled(void); /* MT_STOP_* */
 
 /* The device (device.c). Collective: resolve train.device/precision (bad
  * input ends every rank with exit 2), pick this rank's GPU by node-local

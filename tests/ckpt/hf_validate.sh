@@ -4,6 +4,10 @@
 # one line each, exit 2 and nothing written: NaN weights, data_offsets that
 # overlap, leave a gap or list a tensor twice, a weight_map that names the
 # wrong shard, and a directory of PyTorch .bin weights only (saying so).
+# A path that is not a model directory (missing, empty, a file) or a shard
+# the index names but the directory lacks is bad input too, exit 2 (not the
+# runtime failure 3 a job would retry), in import and import --check; a NUL
+# inside a tensor name (JSON \u0000, which would cut the name) is refused.
 source "$(dirname "$0")/common_ckpt.sh"
 M="$MT_BIN/meshckpt"
 train src 1 --set train.steps=2 --set train.micro_batch=8 --set output.dir="$WORK/src"
@@ -84,4 +88,20 @@ raw = json.dumps(h)
 k = "\"transformer.ln_f.bias\": " + json.dumps(h["transformer.ln_f.bias"])
 write(f"{d}/model.safetensors", h, data, raw.replace(k, k + ", " + k).encode())'
 refused twice "tensor transformer.ln_f.bias is listed twice"
+# a NUL inside a tensor name: cut there, transformer.ln_f.bias would read as transformer.ln_f
+edit nul_name '
+raw = json.dumps(h).replace("\"transformer.ln_f.bias\"", "\"transformer.ln_f\\u0000.bias\"")
+write(f"{d}/model.safetensors", h, data, raw.encode())'
+refused nul_name "model.safetensors: a JSON string holds a NUL \(byte [0-9]+ of the JSON, in \"transformer.ln_f\"...\)"
+# paths that are no model directory, a shard missing: exit 2, in --check too
+mkdir -p "$WORK/empty_dir"; touch "$WORK/a_file"
+cp -r "$WORK/sharded" "$WORK/no_shard"; rm "$WORK/no_shard/model-00002-of-00002.safetensors"
+refused no_such_dir "no_such_dir: cannot open the Hugging Face model directory: No such file or directory"
+refused empty_dir "cannot read .*empty_dir/config.json: No such file or directory"
+refused a_file "a_file is a file, not a Hugging Face model directory"
+refused no_shard "cannot open .*no_shard/model-00002-of-00002.safetensors: No such file or directory"
+for name in no_such_dir empty_dir a_file; do
+  rc=0; "$M" import "$WORK/$name" "$WORK/out_check" --format hf --check > "$WORK/check_$name.log" 2>&1 || rc=$?
+  [ $rc -eq 2 ] || { cat "$WORK/check_$name.log"; fail "import --check of $name: rc $rc, want 2"; }
+done
 echo PASS

@@ -2,7 +2,8 @@
 mt_script_tests(ckpt
   resume  resume.sh
   corrupt corrupt.sh
-  signal  signal.sh)
+  signal  signal.sh
+  signal_int signal_int.sh)
 foreach(phase create write rename latest)
   mt_script_test(crash_${phase} ckpt crash.sh ${phase})
 endforeach()

@@ -11,7 +11,8 @@ mt_script_tests(moe
   reshard  reshard.sh
   plan     plan_accounting.sh
   balance  balance.sh
-  llep     llep.sh)
+  llep     llep.sh
+  bias_switch bias_switch.sh)
 mt_script_test(moe_smoke sanitize smoke.sh)
 
 set(M --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8

@@ -104,7 +104,7 @@ def edited(name, change):  # change: key -> new value text from the old one
             f.write("%s = %s\n" % (k, change[k](v)) if eq and k in change else line + "\n")
 twice = lambda v: repr(2 * float(v))  # noqa: E731
 half = lambda v: repr(float(v) / 2)  # noqa: E731
-edited("compute2.ini", {"elementwise_gbs": twice, "attn_gflops": twice,
+edited("compute2.ini", {"elementwise_gbs": twice, "attn_gflops": twice, "peak_gflops": twice,
                         "gemm": lambda v: " ".join("%s:%r" % (q.split(":")[0], 2 * float(q.split(":")[1]))
                                                    for q in v.split())})
 edited("link2.ini", {"intra_gbs": twice, "inter_gbs": twice, "intra_us": half, "inter_us": half})

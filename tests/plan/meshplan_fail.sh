@@ -5,6 +5,9 @@
 #   only-no-fit: --only of gpt2-124m on one device of that profile
 #   bad-dtype: --dtype with a size no dtype has
 #   bad-collectives: a profile's collectives = neither hierarchical nor flat
+#   profile-twice: a profile's [cost] key given twice (the last would win)
+#   peak-low: a peak_gflops below the profile's own gemm curve
+#   bw-absurd: a link of 1e-300 GB/s
 MT_SUFFIX=$1; REGEX=$2; CASE=$3
 source "$(dirname "$0")/../scripts/common.sh"
 prof="$WORK/profile.ini"
@@ -18,6 +21,14 @@ case $CASE in
   bad-dtype) args=(--set model.preset=tiny --hw "$MT_SRC/tests/plan/cost-test.ini" --nodes 1
                   --dtype weights=3) ;;
   bad-collectives) { cat "$MT_SRC/tests/plan/cost-test.ini"; echo "collectives = tree"; } > "$prof"
+    args=(--set model.preset=tiny --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
+  profile-twice|peak-low|bw-absurd)
+    case $CASE in
+      profile-twice) edit='s/^intra_us = 20/intra_us = 20\nintra_us = 2/' ;;
+      peak-low) edit='s/^peak_gflops = .*/peak_gflops = 5/' ;;
+      bw-absurd) edit='s/^intra_gbs = .*/intra_gbs = 1e-300/' ;;
+    esac
+    sed "$edit" "$MT_SRC/tests/plan/cost-test.ini" > "$prof"
     args=(--set model.preset=tiny --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
   *) fail "unknown case $CASE" ;;
 esac

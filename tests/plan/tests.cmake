@@ -40,3 +40,7 @@ mt_script_test(only_no_fit badinput meshplan_fail.sh only_no_fit "the configured
 mt_script_test(dtypes plan dtypes.sh)
 mt_script_test(bad_dtype badinput meshplan_fail.sh bad_dtype "--dtype 'weights=3': expected CATEGORY=BYTES" bad-dtype)
 mt_script_test(bad_collectives badinput meshplan_fail.sh bad_collectives "collectives = 'tree' is not hierarchical or flat" bad-collectives)
+# a hardware profile's key once, each number within a sane range, no rate above the peak
+mt_script_test(profile_key_twice badinput meshplan_fail.sh profile_key_twice "profile.ini:[0-9]+: \\[cost\\] key 'intra_us' given twice" profile-twice)
+mt_script_test(profile_peak_low badinput meshplan_fail.sh profile_peak_low "profile.ini: \\[cost\\] peak_gflops = 5 is below the gemm curve's top \\(90 GFLOP/s\\)" peak-low)
+mt_script_test(profile_bw_absurd badinput meshplan_fail.sh profile_bw_absurd "profile.ini:[0-9]+: \\[cost\\] intra_gbs = 1e-300 is outside the accepted range 0.001 to 100000 GB/s" bw-absurd)

@@ -64,6 +64,9 @@ mt_script_test(zero_resume pp zero_resume.sh)
 
 mt_script_test(print_schedule pp print_schedule.sh)
 
+# pp = 1: the schedule and its virtual stages do not apply (one stage, in order)
+mt_script_test(one_stage pp one_stage.sh)
+
 # each stage holds, reduces over dp and updates only its own tensors
 mt_script_test(stage_memory pp stage_memory.sh)
 
@@ -90,7 +93,7 @@ mt_script_test(pp_bf_virtual_not_dividing badinput ../scripts/expect_fail.sh pp_
 mt_script_test(pp_zbv_virtual_not_dividing badinput ../scripts/expect_fail.sh pp_zbv_virtual_not_dividing 2
   "parallel.virtual_stages = 2 does not divide the 3 layers per stage" ${PPT} --set model.n_layer=6 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=2)
 mt_script_test(pp_zbv_one_chunk badinput ../scripts/expect_fail.sh pp_zbv_one_chunk 2
-  "parallel.schedule = zb-v needs parallel.virtual_stages = 2 .got 1." ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=zb-v)
+  "parallel.schedule = zb-v needs parallel.virtual_stages = 2 .got 1." ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=1)
 mt_script_test(pp_bad_schedule badinput ../scripts/expect_fail.sh pp_bad_schedule 2
   "parallel.schedule: 'pipedream' is not one of gpipe.1f1b.interleaved.zb-h1" ${PPT} --set parallel.pp=2 --set parallel.schedule=pipedream)
 

@@ -16,7 +16,8 @@ mt_script_tests(mpi
   loss_falls     loss_falls.sh
   bf16_train     bf16_train.sh
   bf16_layouts   bf16_layouts.sh
-  bf16_grads     bf16_grads.sh)
+  bf16_grads     bf16_grads.sh
+  mfu_peak       mfu_peak.sh)
 
 # Bad input: name, ranks, regex the one error line must match, arguments.
 set(T --set model.preset=tiny --set parallel.dp=2 --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
@@ -48,6 +49,8 @@ mt_script_test(impossible_memory badinput expect_fail.sh impossible_memory 2
   "needs about .* GiB per rank" ${T} --set model.preset=gpt2-124m --set train.micro_batch=4096 --set train.global_batch=8192)
 mt_script_test(bad_hw_profile badinput expect_fail.sh bad_hw_profile 2
   "metrics.hw: cannot open hardware profile 'no-such-gpu'" ${T} --set metrics.hw=no-such-gpu)
+mt_script_test(hw_key_twice badinput expect_fail.sh hw_key_twice 2
+  "hw_key_twice.ini:8: \\[hw\\] key 'peak_gflops_fp32' given twice" ${T} --set metrics.hw=${S}/data/hw_key_twice.ini)
 
 # A short dp=2 ZeRO-1 run with validation: run under the sanitizer build too.
 mt_script_test(train_smoke sanitize train_smoke.sh)
@@ -67,6 +70,9 @@ mt_script_test(val_token_beyond_vocab badinput expect_fail.sh val_token_beyond_v
   "val_bad.txt: token id 250 at offset [0-9]+ is >= vocab size 200" ${T} --set data.train=@VAL_BAD@ --set model.vocab_size=200)
 mt_script_test(ini_nul_byte badinput expect_fail.sh ini_nul_byte 2
   "nul.ini:2: data.train: value contains a NUL byte" @NUL_INI@ ${T})
+# a learning rate that is 0 in fp32, where the optimizer computes
+mt_script_test(lr_zero_in_fp32 badinput expect_fail.sh lr_zero_in_fp32 2
+  "train.lr = 4.9[0-9]*e-324 is below fp32's smallest normal number 1.17549e-38" ${T} --set train.lr=4.9e-324)
 mt_script_test(hex_for_decimal badinput expect_fail.sh hex_for_decimal 2
   "parallel.bucket_mb: '0x10' is not a decimal number" ${T} --set parallel.bucket_mb=0x10)
 

@@ -154,10 +154,10 @@ static void test_file_and_overrides(void) {
     if (!load_ok(&cfg, NULL, 2, o, text)) MT_CHECK(cfg.save_params == 0, "%s gave 1", text);
   }
 
-  /* range edges that must be accepted */
+  /* range edges that must be accepted (train.eps: fp32's smallest normal number) */
   char *edges[] = {"train.min_lr_ratio=1", "train.min_lr_ratio=0", "train.beta2=0.999999",
                    "parallel.zero=1", "train.grad_clip=0", "model.n_embd=1000000",
-                   "train.seed=-0", "train.eps=1e-300"};
+                   "train.seed=-0", "train.eps=1.1754943508222875e-38"};
   for (int i = 0; i < 8; i++) load_ok(&cfg, NULL, 1, &edges[i], edges[i]);
 }
 
@@ -261,6 +261,17 @@ static void test_errors(void) {
   err_set("model.moe_capacity=1000", "capacity factor", "model.moe_capacity must be between 0 "
           "and 64", NULL, NULL);
   err_set("train.beta1=1", "beta1 = 1", "train.beta1 must be >= 0 and < 1", "(got 1)", NULL);
+  /* positive, yet 0 (or subnormal) in fp32, where they are computed */
+  {
+    char *lr[] = {"train.lr=4.9e-324"}, *eps[] = {"train.eps=1e-40"};
+    load_err(NULL, 1, lr, "lr 0 in fp32",
+             "train.lr = 4.94066e-324 is below fp32's smallest normal number", (const char *)NULL);
+    load_err(NULL, 1, eps, "eps subnormal in fp32", "train.eps = 1e-40 is below",
+             (const char *)NULL);
+    char *o[] = {"train.lr=1.2e-38", "train.weight_decay=0"};
+    mt_config ok;
+    load_ok(&ok, NULL, 2, o, "lr at fp32's smallest normal, weight decay 0");
+  }
   err_set("train.min_lr_ratio=1.5", "ratio > 1", "train.min_lr_ratio must be between 0 and 1",
           "(got 1.5)", NULL);
   err_set("parallel.zero=4", "zero = 4", "parallel.zero must be between 0 and 3", "(got 4)",
@@ -359,8 +370,8 @@ static void test_round_trip(void) {
                   "train.steps=5000", "train.seed=0", "train.global_batch=512",
                   "train.micro_batch=8", "train.lr=0.00060000000000000006",
                   "train.min_lr_ratio=0.3333333333333333", "train.warmup_steps=700",
-                  "train.weight_decay=1e-300", "train.beta1=0.99999999999999989",
-                  "train.beta2=0.1", "train.eps=4.9406564584124654e-324", "train.grad_clip=0",
+                  "train.weight_decay=1e-30", "train.beta1=0.99999999999999989",
+                  "train.beta2=0.1", "train.eps=1.1754943508222875e-38", "train.grad_clip=0",
                   "train.eval_every=0", "train.eval_batches=20", "train.threads=16",
                   "train.log_every=10", "parallel.dp=4", "parallel.tp=2", "parallel.pp=2",
                   "parallel.cp=2", "parallel.cp_mode=ulysses", "parallel.zero=1",

@@ -216,9 +216,43 @@ static void test_preset_keys(void) {
            "mixtral-8x7b with model.moe_experts = 0: %d experts", cfg.moe_experts);
 }
 
+/* Keys whose default follows another key: zb-v's virtual_stages (2) and
+ * the virtual device's ckpt.mode (none), where the configuration gave no
+ * value; a value given stays (and is checked as ever). */
+static void test_following_defaults(void) {
+  char *zbv[] = {"parallel.schedule=zb-v"}, *zbv1[] = {"parallel.schedule=zb-v",
+                                                       "parallel.virtual_stages=1"};
+  char *ilv[] = {"parallel.schedule=interleaved"};
+  char *virt[] = {"train.device=virtual"}, *virt_shared[] = {"train.device=virtual",
+                                                             "ckpt.mode=shared"};
+  mt_config cfg;
+  mt_err e = {0};
+  MT_CHECK(mt_config_load(&cfg, NULL, 1, zbv, &e) == 0 && cfg.virtual_stages == 2,
+           "zb-v: virtual_stages %d, want 2 (%s)", cfg.virtual_stages, e.msg);
+  MT_CHECK(mt_config_load(&cfg, NULL, 2, zbv1, &e) == 0 && cfg.virtual_stages == 1,
+           "zb-v with virtual_stages = 1 given: %d", cfg.virtual_stages);
+  MT_CHECK(mt_config_load(&cfg, NULL, 1, ilv, &e) == 0 && cfg.virtual_stages == 1,
+           "interleaved: virtual_stages %d, want the default 1", cfg.virtual_stages);
+  const char *path = write_file("zbv.ini", "[parallel]\nschedule = zb-v\n");
+  MT_CHECK(mt_config_load(&cfg, path, 0, NULL, &e) == 0 && cfg.virtual_stages == 2,
+           "zb-v from a file: virtual_stages %d", cfg.virtual_stages);
+  MT_CHECK(mt_config_load(&cfg, NULL, 1, virt, &e) == 0 && cfg.ckpt_mode == MT_CKPT_MODE_NONE,
+           "train.device = virtual: ckpt.mode %d, want none", (int)cfg.ckpt_mode);
+  MT_CHECK(mt_config_load(&cfg, NULL, 2, virt_shared, &e) == 0 &&
+               cfg.ckpt_mode == MT_CKPT_MODE_SHARED,
+           "train.device = virtual with ckpt.mode = shared given: %d", (int)cfg.ckpt_mode);
+  MT_CHECK(mt_config_load(&cfg, NULL, 0, NULL, &e) == 0 && cfg.ckpt_mode == MT_CKPT_MODE_SHARED &&
+               cfg.virtual_stages == 1,
+           "defaults: ckpt.mode %d, virtual_stages %d", (int)cfg.ckpt_mode, cfg.virtual_stages);
+  MT_CHECK(mt_config_load_text(&cfg, "[parallel]\nschedule = zb-v\n", "text", &e) == 0 &&
+               cfg.virtual_stages == 2,
+           "zb-v from text: virtual_stages %d", cfg.virtual_stages);
+}
+
 int main(void) {
   if (config_test_begin("test_config_enums")) return 1;
   test_enums();
   test_preset_keys();
+  test_following_defaults();
   return config_test_end("test_config_enums");
 }

@@ -3,7 +3,7 @@
 # with exit 2 naming the limit (host memory, the launcher's open files) and
 # the most ranks that fit; nothing is written. A run launched anyway that
 # the node's memory cannot hold (Slurm's limit here) is refused on every
-# rank (badinput.virtual_host_memory).
+# rank (badinput.virtual_host_memory). A refused check prints no OK line.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 200000)
 V=(--set model.preset=tiny --set data.train="$corpus" --set train.micro_batch=1 --set train.device=virtual
@@ -18,6 +18,7 @@ check() { # NAME RANKS REGEX [ulimit -n]
   set -e
   [ $rc -eq 2 ] && [ "$(grep -c . "$WORK/$name.err")" -eq 1 ] && grep -Eq -- "$re" "$WORK/$name.err" ||
     { cat "$WORK/$name.out" "$WORK/$name.err"; fail "$name: rc $rc, want exit 2 and one line matching /$re/"; }
+  ! grep -q "check: OK" "$WORK/$name.out" || { cat "$WORK/$name.out"; fail "$name: refused, yet says OK"; }
   echo "ok   $name: $(cat "$WORK/$name.err")"
 }
 # 65536 ranks need terabytes here (a rank's MPI state grows with its peers)

@@ -14,8 +14,12 @@ mt_script_test(virtual_unpriced badinput ../scripts/expect_fail.sh virtual_unpri
   "train.device = virtual: the cost model has no price for op gelu_forward" ${T} --set train.virtual_hw=h200 --set ckpt.mode=none)
 set_property(TEST badinput.virtual_unpriced APPEND PROPERTY ENVIRONMENT MT_TEST_VIRTUAL_UNPRICED=gelu_forward)
 mt_script_test(virtual_ckpt badinput ../scripts/expect_fail.sh virtual_ckpt 4
-  "train.device = virtual computes no values to checkpoint: set ckpt.mode = none" ${T} --set train.virtual_hw=h200)
+  "train.device = virtual computes no values to checkpoint: set ckpt.mode = none" ${T} --set train.virtual_hw=h200 --set ckpt.mode=shared)
+# with ckpt.mode left out the virtual device takes none (and zb-v its 2 chunks)
+mt_script_test(follow_defaults warp follow_defaults.sh)
 mt_script_test(trace warp trace.sh)
+# the CPU's traced table times bf16 ops as it does fp32's
+mt_script_test(trace_bf16 warp trace_bf16.sh)
 # meshreport timeline over a virtual and a real traced pp 2 run
 mt_script_test(timeline warp timeline.sh)
 # (meshreport timeline's C and the trace writer under the sanitizers too)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const char *mt_ckpt_hf_class(const mt_ckpt_hf_config *c) {
   switch (mt_hf_family(c)) {
@@ -46,10 +47,12 @@ void mt_ckpt_hf_config_of_meta(const mt_ckpt_meta *in, mt_ckpt_hf_config *c) {
 /* ------------------------------------------------------------------ */
 /* reading                                                             */
 
+/* an input's failure (missing, a directory, no access) is bad input, exit
+ * 2; an I/O error a runtime one, 3 */
 static char *read_text(const char *path, long max, mt_err *e) {
   FILE *f = fopen(path, "r");
   if (!f) {
-    mt_ckpt_err_sys(e, errno, "cannot read %s", path);
+    mt_ckpt_err_read_sys(e, errno, "cannot read %s", path);
     return NULL;
   }
   char *buf = mt_malloc((size_t)max + 1);
@@ -305,6 +308,16 @@ int mt_ckpt_hf_read_config(const char *dir, mt_ckpt_hf_config *c, mt_err *e) {
   char path[1100];
   snprintf(path, sizeof path, "%s/config.json", dir);
   memset(c, 0, sizeof *c);
+  struct stat sb;
+  if (stat(dir, &sb) != 0) {
+    mt_ckpt_err_read_sys(e, errno, "%s: cannot open the Hugging Face model directory", dir);
+    return -1;
+  }
+  if (!S_ISDIR(sb.st_mode)) {
+    mt_err_set(e, "%s is a file, not a Hugging Face model directory (config.json and "
+                  "model.safetensors)", dir);
+    return -1;
+  }
   char *text = read_text(path, 1 << 20, e);
   if (!text) return mt_err_pass(e);
   cJSON *o = cJSON_Parse(text);

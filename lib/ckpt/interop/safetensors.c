@@ -144,17 +144,49 @@ static int check_tiling(const mt_st_file *f, int64_t data_size, mt_err *e) {
   return rc;
 }
 
+/* A NUL inside a string of JSON text (the byte, or the escape \u0000):
+ * cJSON's strings end there, so a tensor "a\u0000b" would read as "a".
+ * Returns the NUL's offset in text, or -1; *start is the offset of the
+ * string's opening quote. (A backslash occurs only inside strings.) */
+static long json_string_nul(const char *text, size_t n, size_t *start) {
+  int in_string = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!in_string) {
+      if (text[i] == '"') in_string = 1, *start = i;
+    } else if (text[i] == '\0') {
+      return (long)i;
+    } else if (text[i] == '"') {
+      in_string = 0;
+    } else if (text[i] == '\\' && i + 1 < n) {
+      if (i + 5 < n && !strncmp(text + i + 1, "u0000", 5)) return (long)i;
+      i++; /* the escaped character (a \uXXXX's digits are plain characters) */
+    }
+  }
+  return -1;
+}
+
+/* 0, or -1 with e naming file path and the string cut by a NUL */
+static int check_no_nul(const char *path, const char *text, size_t n, mt_err *e) {
+  size_t start = 0;
+  long at = json_string_nul(text, n, &start);
+  if (at < 0) return 0;
+  mt_err_set(e, "%s: a JSON string holds a NUL (byte %ld of the JSON, in \"%.*s\"...): a "
+                "tensor name or file name cannot hold one", path, at,
+             (int)((size_t)at - start - 1 < 80 ? (size_t)at - start - 1 : 80), text + start + 1);
+  return -1;
+}
+
 int mt_st_open(const char *path, mt_st_file *f, mt_err *e) {
   memset(f, 0, sizeof *f);
   f->fd = open(path, O_RDONLY);
   snprintf(f->path, sizeof f->path, "%s", path);
-  if (f->fd < 0) {
-    mt_ckpt_err_sys(e, errno, "cannot open %s", path);
+  if (f->fd < 0) { /* a missing shard: bad input (exit 2); an I/O error: runtime (3) */
+    mt_ckpt_err_read_sys(e, errno, "cannot open %s", path);
     return -1;
   }
   struct stat sb;
   if (fstat(f->fd, &sb) != 0) {
-    mt_ckpt_err_sys(e, errno, "cannot open %s", path);
+    mt_ckpt_err_read_sys(e, errno, "cannot open %s", path);
     mt_st_close(f);
     return -1;
   }
@@ -182,6 +214,11 @@ int mt_st_open(const char *path, mt_st_file *f, mt_err *e) {
     return -1;
   }
   text[n] = '\0';
+  if (check_no_nul(path, text, n, e) != 0) {
+    free(text);
+    mt_st_close(f);
+    return -1;
+  }
   cJSON *o = cJSON_Parse(text);
   free(text);
   if (!o || !cJSON_IsObject(o)) {
@@ -375,6 +412,10 @@ static int open_index(mt_st_set *s, const char *dir, mt_err *e) {
     return -1;
   }
   text[n] = '\0';
+  if (check_no_nul(p, text, n, e) != 0) {
+    free(text);
+    return -1;
+  }
   cJSON *o = cJSON_Parse(text);
   free(text);
   cJSON *map = cJSON_GetObjectItem(o, "weight_map"), *it;
