@@ -262,8 +262,10 @@ int mt_report_flight(int argc, char **argv) {
           160 + 24 * (world < 64 ? world : 64), WINDOW_S, run, -WINDOW_S, world - 1);
   close_out(g, path);
   char why[2 * PATH_LEN];
-  if (run_gnuplot(out, "flight.gp", why, sizeof why) == 0) printf("\npicture: %s/flight.png\n", out);
-  else printf("\nplot: %s\n", why);
+  if (run_gnuplot(out, "flight.gp", why, sizeof why) == 0)
+    printf("\npicture: %s/flight.png\n", out);
+  else
+    printf("\nplot: %s\n", why);
   printf("per rank: %s/flight.csv\n", out);
   for (int i = 0; i < n; i++) cJSON_Delete(r[i].doc);
   free(r);

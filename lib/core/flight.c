@@ -69,8 +69,8 @@ int mt_flight_start(const mt_flight_opts *o) {
   F.step_multiple = o->step_multiple;
   F.main_thread = pthread_self();
   parse_stall_hook();
+  if (o->timeout_s <= 0) return 0; /* no watchdog: nothing would read the ring */
   atomic_store(&F.on, 1); /* (the folder is made when a record is written) */
-  if (o->timeout_s <= 0) return 0;
   if (pthread_create(&F.thread, NULL, mt_flight_watchdog, NULL) != 0) return -1;
   F.thread_running = 1;
   return 0;

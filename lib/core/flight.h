@@ -29,7 +29,7 @@ typedef struct {
 
 #define MT_FLIGHT_STEP_FLOOR_S 10.0
 
-/* Starts the recorder and (timeout_s > 0) the watchdog thread. Not
+/* Starts the recorder and the watchdog thread (timeout_s > 0; else neither). Not
  * collective; the caller makes the folder's earlier records safe first
  * (mt_flight_rotate on one rank, then a barrier). Returns 0, or -1 when
  * the thread could not be started (the recorder still runs). */

@@ -273,6 +273,7 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
   const mt_pp_exec *exec = &t->step.exec;
   memset(r, 0, sizeof *r);
   mt_flight_step_begin(step + 1);
+  mt_train_test_die(t, step + 1);
   r->wall0 = mt_wall_now();
   r->t0 = mt_now();
   comm_start(&r->comm, mesh);

@@ -274,6 +274,21 @@ void mt_train_test_sleep(const char *env) {
   while (v && mt_now() < until && !mt_train_signalled()) nanosleep(&ts, NULL);
 }
 
+void mt_train_test_die(const mt_trainer *t, long long step) {
+  const char *v = getenv("MT_TEST_DIE");
+  int rank = -1;
+  long long at = -1;
+  char marker[1024] = "";
+  if (!v || sscanf(v, "%d:%lld:%1023s", &rank, &at, marker) != 3) return;
+  if (rank != t->world_rank || at != step) return;
+  FILE *f = fopen(marker, "wx"); /* (exists: died once already) */
+  if (!f) return;
+  fclose(f);
+  fprintf(stderr, "meshtrain: test: rank %d kills itself at step %lld (MT_TEST_DIE)\n", rank, step);
+  fflush(stderr);
+  raise(SIGKILL);
+}
+
 void mt_train_watchdog_start(mt_trainer *t) {
   const mt_config *cfg = &t->cfg;
   char dir[2 * MT_CFG_STR_MAX], how[3 * MT_CFG_STR_MAX];

@@ -3,10 +3,11 @@
  * whose loss is above spike_factor x the median loss of the last
  * spike_window normal steps (once 5 are known), is a spike. Every rank
  * holds the same global loss and norm; the step loop agrees on the verdict
- * over the world all the same (one flag), so no threshold splits them. A spike stops the run (exit 3, naming the step and how to go on
- * past it by hand), or rolls back: the newest checkpoint is loaded again
- * and the windows of the steps since it, the offending one included, are
- * skipped (the data position moves past them; the run goes on from the
+ * over the world all the same (one flag), so no threshold splits them. A
+ * spike stops the run (exit 3, naming the step and how to go on past it
+ * by hand), or rolls back: the newest checkpoint is loaded again and the
+ * windows of the steps since it, the offending one included, are skipped
+ * (the data position moves past them; the run goes on from the
  * checkpoint's step), as the OPT and PaLM logbooks did by hand. */
 #include "train/train_internal.h"
 

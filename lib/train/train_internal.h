@@ -18,6 +18,10 @@ void mt_train_device_json(const mt_trainer *t, cJSON *parent);
 /* tests only: sleep the seconds the environment variable env names (unset:
  * no sleep); a stop signal ends the wait */
 void mt_train_test_sleep(const char *env);
+/* the test hook MT_TEST_DIE=RANK:STEP:MARKER (tests only): rank RANK kills
+ * itself (SIGKILL) at the start of step STEP, once: when it can make the
+ * file MARKER, which a later attempt then finds */
+void mt_train_test_die(const mt_trainer *t, long long step);
 /* The watchdog and flight recorder (core/flight.h) from here on, records
  * in <output.dir>/flight (an earlier run's moved to flight.N first).
  * Collective over the world; after the output folder exists. */

@@ -59,3 +59,8 @@ mt_slurm_test(collectives bench collectives.sh)
 # (tests/slurm/readme_commands.py says what runs how)
 mt_slurm_test(readme slurm readme.sh)
 set_tests_properties(slurm.readme PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 900)
+
+# a lost rank (SIGKILL mid-step): the step ends, the job requeues from the
+# newest checkpoint and finishes on the same loss curve (issue 39)
+mt_slurm_test(lost_rank slurm lost_rank.sh)
+set_tests_properties(slurm.lost_rank PROPERTIES RESOURCE_LOCK mt_slurm_cluster TIMEOUT 400)

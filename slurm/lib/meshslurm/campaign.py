@@ -271,7 +271,8 @@ def cmd_campaign(a):
         else:
             body = bench_body(plan["benches"])
         script = render_script(plan["job"], system, p["_res"], p["_run_dir"], body, cmdline, workdir,
-                               bin_dir, plan["env"], a.max_restarts, "mt-%s-%s" % (plan["name"], p["id"]))
+                               bin_dir, plan["env"], a.max_restarts, "mt-%s-%s" % (plan["name"], p["id"]),
+                               max_failures=a.max_failures)
         write_run_dir(p["_run_dir"], script, plan["config"] if plan["job"] == "train" else None,
                       {k: v for k, v in p.items() if not k.startswith("_")})
     # Slurm opens --output before the script runs: the directory must exist

@@ -87,6 +87,9 @@ def add_common(p):
     p.add_argument("--account", help="Slurm account (required on LEONARDO)")
     p.add_argument("--max-restarts", type=nonneg_int, default=10,
                    help="requeue at most this many times (default 10)")
+    p.add_argument("--max-failures", type=nonneg_int, default=3,
+                   help="of those, after a failure (exit 3: the watchdog, a lost rank; or a rank "
+                        "killed by a signal) with a checkpoint to resume from (default 3)")
     p.add_argument("--no-check", action="store_true",
                    help="do not run meshtrain --check on the configuration of each train job")
 

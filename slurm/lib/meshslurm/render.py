@@ -138,7 +138,7 @@ def cmd_render(a):
             checker.ckpt(a.args, "job not written")
     cmdline = " ".join(q(x) for x in ["slurm/meshslurm.py"] + sys.argv[1:])
     script = render_script(a.job, system, res, run_dir, body, cmdline, workdir, bin_dir, a.env_kv,
-                           a.max_restarts, a.name)
+                           a.max_restarts, a.name, max_failures=a.max_failures)
     point = {"id": os.path.basename(run_dir), "job": a.job, "system": system.name,
              "nodes": res["nodes"], "ranks": res["ranks"], "tasks_per_node": res["tasks_per_node"],
              "layout": lay, "layout_name": layout_name(lay), "qos": res["qos"], "repeat": 0}

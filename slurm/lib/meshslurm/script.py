@@ -23,6 +23,7 @@ MT_BIN=@MT_BIN@
 RUN_DIR=@RUN_DIR@
 export MT_SRC MT_BIN RUN_DIR
 MAX_RESTARTS=@MAX_RESTARTS@
+MAX_FAILURES=@MAX_FAILURES@
 RESTART=${SLURM_RESTART_COUNT:-0}
 cd @WORKDIR@ || exit 3
 mkdir -p "$RUN_DIR"
@@ -74,6 +75,9 @@ if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
 fi
 LAUNCH=(@LAUNCH@)
+# a task that dies (a lost rank) ends the step at once: the others are not
+# left waiting for it until the watchdog's deadline
+if [ "${LAUNCH[0]}" = srun ]; then LAUNCH+=(--kill-on-bad-exit=1); fi
 
 # run_app CMD...: start CMD, wait through forwarded signals, return its status
 run_app() {
@@ -110,6 +114,38 @@ cancelled() {
   exit "$rc"
 }
 
+# requeue RC STATUS: the job goes again (scontrol requeue, else a new
+# submission after this one) and resumes from the newest checkpoint
+requeue() {
+  local rc=$1
+  set_status "$2"
+  if scontrol requeue "${SLURM_JOB_ID:-}"; then log "requeued; it resumes from the latest checkpoint"; exit 0; fi
+  log "scontrol requeue failed; resubmitting $RUN_DIR/job.sh after this job"
+  if sbatch --dependency="afterany:${SLURM_JOB_ID:-0}" "$RUN_DIR/job.sh"; then exit 0; fi
+  set_status "failed: exit $rc, and the job could not be requeued"; exit "$rc"
+}
+
+# failed RC: 3 (a runtime failure: the watchdog ended a hang, a rank was
+# lost, a disk failed) or a rank killed by a signal (above 128) requeue when
+# a checkpoint exists, at most MAX_FAILURES times a run (RUN_DIR/failures
+# counts them); bad input (2) and the rest end the job
+failed() {
+  local rc=$1 step n
+  step=$(checkpoint_step)
+  if [ "$rc" -eq 3 ] || [ "$rc" -gt 128 ]; then
+    n=$(( $(cat "$RUN_DIR/failures" 2>/dev/null || echo 0) + 1 ))
+    echo "$n" > "$RUN_DIR/failures"
+    if [ -n "$step" ] && [ "$n" -le "$MAX_FAILURES" ] && [ "$RESTART" -lt "$MAX_RESTARTS" ]; then
+      log "application failed with exit code $rc (3: a runtime failure, e.g. the watchdog or a" \
+          "lost rank; above 128: killed by a signal); failure $n of at most $MAX_FAILURES:" \
+          "the job requeues and resumes from the checkpoint at step $step"
+      requeue "$rc" "requeued: failed (exit $rc), resumes from step $step"
+    fi
+    log "not requeued: ${step:+failure $n, at most $MAX_FAILURES; }${step:-no checkpoint to resume from}"
+  fi
+  set_status "failed: exit $rc"; log "application failed with exit code $rc"; exit "$rc"
+}
+
 # finish RC: 0 done; @EXIT_REQUEUE@ checkpointed -> requeue (or resubmit); @EXIT_CANCELLED@ or any exit
 # after SIGTERM -> cancelled for good; else failed
 finish() {
@@ -128,12 +164,8 @@ finish() {
         set_status "failed: checkpointed, but $MAX_RESTARTS restarts used"
         log "not requeueing: restart limit $MAX_RESTARTS reached"; exit "$rc"
       fi
-      set_status "requeued: checkpointed (exit $rc)${step:+ at step $step}"
-      if scontrol requeue "${SLURM_JOB_ID:-}"; then log "requeued; it resumes from the latest checkpoint"; exit 0; fi
-      log "scontrol requeue failed; resubmitting $RUN_DIR/job.sh after this job"
-      if sbatch --dependency="afterany:${SLURM_JOB_ID:-0}" "$RUN_DIR/job.sh"; then exit 0; fi
-      set_status "failed: checkpointed but could not requeue"; exit "$rc" ;;
-    *) set_status "failed: exit $rc"; log "application failed with exit code $rc"; exit "$rc" ;;
+      requeue "$rc" "requeued: checkpointed (exit $rc)${step:+ at step $step}" ;;
+    *) failed "$rc" ;;
   esac
 }
 
@@ -324,7 +356,7 @@ def env_exports(system, env_args):
 
 def render_script(job, system, res, run_dir, body, command_line, workdir, bin_dir,
                   env_args=(), max_restarts=10, job_name=None, requeue=True, exclusive=True,
-                  report=False):
+                  report=False, max_failures=3):
     env_file = system.env_file
     if not os.path.isabs(env_file):
         env_file = os.path.join(SRC, env_file)
@@ -342,7 +374,8 @@ def render_script(job, system, res, run_dir, body, command_line, workdir, bin_di
                                           exclusive=exclusive, requeue=requeue),
         "@JOB@": job, "@SYSTEM@": system.name, "@PROFILE@": os.path.relpath(system.path, SRC),
         "@COMMAND@": command_line, "@MT_SRC@": q(SRC), "@MT_BIN@": q(bin_dir),
-        "@RUN_DIR@": q(run_dir), "@MAX_RESTARTS@": str(int(max_restarts)), "@WORKDIR@": q(workdir),
+        "@RUN_DIR@": q(run_dir), "@MAX_RESTARTS@": str(int(max_restarts)),
+        "@MAX_FAILURES@": str(int(max_failures)), "@WORKDIR@": q(workdir),
         "@ENV_FILE@": q(env_file), "@EXPORTS@": env_exports(system, env_args),
         "@LAUNCH@": " ".join(q(a) for a in system.launcher), "@SIGNAL_S@": str(res["signal_s"]),
         "@EXIT_REQUEUE@": str(EXIT_REQUEUE), "@EXIT_CANCELLED@": str(EXIT_CANCELLED), "@BODY@": body,
