@@ -32,6 +32,8 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0
 export OMPI_MCA_mca_base_component_disable_dlclose=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# the tests' inputs (corpora, token files) from the release build's tools
+export MT_INPUT_BIN=$ROOT/build/bin
 (cd build-asan && ctest --output-on-failure -j "$JOBS" -L 'unit|sanitize|badinput' \
   --output-junit "$ROOT/build-asan/junit.xml" "$@") || status=1
 

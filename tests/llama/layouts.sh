@@ -1,5 +1,5 @@
 # The Llama architecture (RMSNorm, rotary positions, SwiGLU, grouped-query
-# attention, untied LM head, no biases) under every axis: 20 steps of the
+# attention, untied LM head, no biases) under every axis: 10 steps of the
 # tiny Llama (4 blocks, 4 query heads) on one rank against dp = 2 at ZeRO-3,
 # tp = 2 with sp (2 key/value heads: split over tp), tp = 4 (2 key/value
 # heads: every rank holds both and uses its query heads' one), cp = 2 ring
@@ -11,7 +11,7 @@
 # 1e-3 (bf16_layouts.sh says why that bound).
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 300000)
-common=(--set model.preset=tiny-llama --set model.n_layer=4 --set train.steps=20
+common=(--set model.preset=tiny-llama --set model.n_layer=4 --set train.steps=10
         --set train.global_batch=8 --set train.micro_batch=2 --set data.train="$corpus"
         --set train.eval_every=0 --set train.warmup_steps=5 --set train.lr=3e-3)
 # run NAME NP ARGS...
@@ -30,13 +30,13 @@ layouts() { # PREFIX ARGS...: the GQA layouts
 }
 layouts ""
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/dp2z3" "$WORK/tp2sp" \
-  "$WORK/tp4" "$WORK/cp2ring" "$WORK/cp2uly" "$WORK/pp2inter" "$WORK/pp2zbv" --rtol 1e-5 --steps 20
+  "$WORK/tp4" "$WORK/cp2ring" "$WORK/cp2uly" "$WORK/pp2inter" "$WORK/pp2zbv" --rtol 1e-5 --steps 10
 # multi-query attention
 run mqaref 1 --set model.n_kv_head=1
 run mqatp2sp 2 --set model.n_kv_head=1 --set parallel.tp=2 --set parallel.sp=true
 run mqatp4 4 --set model.n_kv_head=1 --set parallel.tp=4
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/mqaref" "$WORK/mqatp2sp" "$WORK/mqatp4" \
-  --rtol 1e-5 --steps 20
+  --rtol 1e-5 --steps 10
 # the models differ: the curves must too (a key that changed nothing would pass above)
 python3 - "$WORK/ref" "$WORK/mqaref" <<'PY' || fail "n_kv_head = 1 trained the same model as 2"
 import json, sys
@@ -47,5 +47,5 @@ PY
 layouts b16 --set train.precision=bf16
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/b16ref" "$WORK/b16dp2z3" "$WORK/b16tp2sp" \
   "$WORK/b16tp4" "$WORK/b16cp2ring" "$WORK/b16cp2uly" "$WORK/b16pp2inter" "$WORK/b16pp2zbv" \
-  --rtol 1e-3 --steps 20
+  --rtol 1e-3 --steps 10
 echo "PASS: llama layouts"

@@ -2,7 +2,7 @@
 # shape: SwiGLU experts whose gate and up rows are one fused (E, 2 Fe, C)
 # tensor split over etp as two blocks, SwiGLU shared experts, no biases):
 # the tiny Llama with 4 experts, top-2, dropless, grouped-query attention
-# (2 key/value heads), 20 steps on one rank, then on dp = 2 x ep = 2 at
+# (2 key/value heads), 10 steps on one rank, then on dp = 2 x ep = 2 at
 # ZeRO-3, tp = 2 + sp with etp = 2 and a shared expert, tp = 2 with ep = 2,
 # cp = 2 ring x ep = 2, cp = 2 Ulysses, pp = 2 uneven (1 block, then 3),
 # pp = 2 interleaved x dp = 2 x ep = 2
@@ -14,11 +14,11 @@
 # (a key that changed nothing would pass the rest).
 source "$(dirname "$0")/../scripts/common.sh"
 source "$(dirname "$0")/common_moe.sh"
-common=("${moe_common[@]}" --set train.moe_z_coef=0.001 --set train.steps=20 --set ckpt.mode=none)
+common=("${moe_common[@]}" --set train.moe_z_coef=0.001 --set train.steps=10 --set ckpt.mode=none)
 run() { mt_train "$1" "$2" "${common[@]}" --set output.dir="$WORK/$1" "${@:3}"; }
 compare() { # RTOL REF RUNS...
   local rtol=$1; shift
-  python3 "$MT_SRC/tests/scripts/compare_runs.py" "${@/#/$WORK/}" --rtol "$rtol" --steps 20
+  python3 "$MT_SRC/tests/scripts/compare_runs.py" "${@/#/$WORK/}" --rtol "$rtol" --steps 10
 }
 sh=(--set model.moe_shared=1)
 run ref 1 --set train.micro_batch=8

@@ -22,9 +22,9 @@ mkdir -p "$out"; echo "earlier result" > "$out/metrics.jsonl"
 make_input() { # NAME: create the file behind @NAME@, print its path
   case $1 in
     CORPUS) echo "$corpus" ;;
-    CORPUS_LLMC) "$MT_BIN/meshdata" encode "$corpus" "$WORK/corpus.bin" --format llmc >/dev/null
+    CORPUS_LLMC) "$MT_INPUT_BIN/meshdata" encode "$corpus" "$WORK/corpus.bin" --format llmc >/dev/null
                  echo "$WORK/corpus.bin" ;;
-    BAD_MAGIC) "$MT_BIN/meshdata" encode "$corpus" "$WORK/damaged.bin" --format llmc >/dev/null
+    BAD_MAGIC) "$MT_INPUT_BIN/meshdata" encode "$corpus" "$WORK/damaged.bin" --format llmc >/dev/null
                printf 'XXXX' | dd of="$WORK/damaged.bin" bs=1 conv=notrunc status=none
                echo "$WORK/damaged.bin" ;;
     VAL_BAD) { cat "$corpus"; printf '\372'; } > "$WORK/val_bad.txt"; echo "$WORK/val_bad.txt" ;;
@@ -34,17 +34,17 @@ make_input() { # NAME: create the file behind @NAME@, print its path
     SHARDS) mkdir -p "$WORK/shards"
             split -b 50000 -d -a 2 "$corpus" "$WORK/shards/part"
             for p in "$WORK"/shards/part0?; do
-              "$MT_BIN/meshdata" encode "$p" "$p.bin" --format llmc >/dev/null; rm "$p"; done
+              "$MT_INPUT_BIN/meshdata" encode "$p" "$p.bin" --format llmc >/dev/null; rm "$p"; done
             echo "$WORK/shards" ;;
     EMPTY_DIR) mkdir -p "$WORK/empty"; echo "no tokens here" > "$WORK/empty/README"
                echo "$WORK/empty" ;;
     MIXED_DIR) mkdir -p "$WORK/mixed"
-               "$MT_BIN/meshdata" encode "$corpus" "$WORK/mixed/a.bin" --format llmc >/dev/null
-               "$MT_BIN/meshdata" encode "$corpus" "$WORK/mixed/b.bin" --format u16 >/dev/null
+               "$MT_INPUT_BIN/meshdata" encode "$corpus" "$WORK/mixed/a.bin" --format llmc >/dev/null
+               "$MT_INPUT_BIN/meshdata" encode "$corpus" "$WORK/mixed/b.bin" --format u16 >/dev/null
                echo "$WORK/mixed" ;;
     SHORT_DIR) mkdir -p "$WORK/short"
                for i in 0 1 2; do printf '0123456789' > "$WORK/short/s$i.txt"
-                 "$MT_BIN/meshdata" encode "$WORK/short/s$i.txt" "$WORK/short/s$i.bin" >/dev/null
+                 "$MT_INPUT_BIN/meshdata" encode "$WORK/short/s$i.txt" "$WORK/short/s$i.bin" >/dev/null
                  rm "$WORK/short/s$i.txt"; done
                echo "$WORK/short" ;;
     *) fail "unknown placeholder @$1@" ;;
