@@ -135,6 +135,10 @@ int mt_flight_begin(const char *op, const char *group, int world0, int stride, i
   return (int)(k % MT_FLIGHT_RING);
 }
 
+int mt_flight_begin_self(const char *op) {
+  return mt_flight_begin(op, "device", F.rank, 1, 1, -1, MT_FLIGHT_NEW, 0.0);
+}
+
 void mt_flight_end(int handle) {
   if (handle < 0) return;
   mt_flight_entry *e = &F.ring[handle];

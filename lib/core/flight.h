@@ -54,6 +54,8 @@ int mt_flight_rotate(const char *dir);
 int mt_flight_begin(const char *op, const char *group, int world0, int stride, int size,
                     int peer, long call, double bytes);
 void mt_flight_end(int handle);
+/* a call of this rank alone (a device synchronisation: group "device") */
+int mt_flight_begin_self(const char *op);
 /* the number of the call handle stands for (0 when the recorder is off) */
 long mt_flight_call(int handle);
 /* the step now running (1-based) begins and ends; its seconds feed the

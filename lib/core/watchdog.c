@@ -134,7 +134,10 @@ static void not_arrived(const mt_flight_entry *e, char *buf, size_t size) {
     cJSON_Delete(rec);
   }
   if (more) add(buf, size, "; and %d more", more);
-  if (!named)
+  if (!named && e->size == 1 && e->peer < 0)
+    add(buf, size, "none: a call of this rank alone (a device synchronisation: the device did "
+                   "not finish the work queued before it)");
+  else if (!named)
     add(buf, size, "none: every member arrived, and the call itself did not complete (the "
                    "network or MPI)");
 }

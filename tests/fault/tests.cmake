@@ -3,4 +3,5 @@
 mt_script_tests(sanitize
   watchdog watchdog.sh)
 mt_script_tests(fault
-  spike spike.sh)
+  spike     spike.sh
+  lost_rank lost_rank.sh)

@@ -222,14 +222,22 @@ static void cuda_upload(void *dst, const void *host_src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g_cu.stream));
 }
 
+/* the host waits for the stream: a blocking call the watchdog gives a
+ * deadline (core/flight.h; a kernel that never ends is named there) */
+static void stream_sync(void) {
+  const int fl = mt_flight_begin_self("device_sync");
+  CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+  mt_flight_end(fl);
+}
+
 /* to host memory, after every op queued before it */
 static void cuda_download(void *host_dst, const void *src, size_t bytes) {
   if (!bytes) return;
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, g_cu.stream));
-  CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+  stream_sync();
 }
 
-static void cuda_sync(void) { CUDA_CHECK(cudaStreamSynchronize(g_cu.stream)); }
+static void cuda_sync(void) { stream_sync(); }
 
 /* ------------------------------------------------------------------ */
 /* elementwise helpers, on storage type S (fp32 math, one rounding per
@@ -311,7 +319,7 @@ template <typename S> static double reduce(const S *x, size_t n, int square) {
   CUDA_LAUNCH_CHECK();
   CUDA_CHECK(cudaMemcpyAsync(g_cu.red_host, g_cu.red_dev + MT_RED_BLOCKS, sizeof(double),
                              cudaMemcpyDeviceToHost, g_cu.stream));
-  CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+  stream_sync();
   return *g_cu.red_host;
 }
 

@@ -42,6 +42,7 @@
 
 extern "C" {
 #include "core/core.h"
+#include "core/flight.h"
 #include "kernels/kernels.h"
 }
 
