@@ -58,11 +58,6 @@ static int parse_int(const char *opt, const char *text) {
   return (int)v;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static long peak_rss_kib(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -176,8 +171,7 @@ int mt_bench_attention(int argc, char **argv) {
         }
         if (rep >= 0) times[rep] = mt_now() - t0;
       }
-      qsort(times, (size_t)reps, sizeof(double), cmp_double);
-      row->time_s[k] = times[reps / 2];
+      row->time_s[k] = mt_median(times, reps);
       row->gflops[k] = flop / row->time_s[k] * 1e-9;
       /* the kernel's own buffers, and what its threads allocated beyond them */
       double own = k == 0 ? 2.0 * n_att * sizeof(float) : (double)n_lse * sizeof(float);

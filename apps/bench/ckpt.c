@@ -61,15 +61,6 @@ static int raw_io(const char *path, char *buf, size_t n, int write_it, int early
   return rc;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* median over the repetitions (rows of nt times) of (x[a] + x[b]) / x[c]
  * (b, c < 0: left out) */
@@ -79,7 +70,7 @@ static double median_of(const double *t, int nt, int reps, int a, int b, int c) 
     const double *x = t + (size_t)q * (size_t)nt;
     v[q] = (x[a] + (b >= 0 ? x[b] : 0.0)) / (c >= 0 ? x[c] : 1.0);
   }
-  double m = median(v, reps);
+  double m = mt_median(v, reps);
   free(v);
   return m;
 }

@@ -18,11 +18,6 @@
 #include "kernels/kernels.h"
 
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static int positive(const char *opt, const char *v, int lo, int hi) {
   char *end = NULL;
   long x = v ? strtol(v, &end, 10) : 0;
@@ -75,8 +70,7 @@ int mt_bench_stream(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
     t[r] = mt_now() - t0;
   }
-  qsort(t + 1, (size_t)reps, sizeof(double), cmp_double); /* pass 0 was the warm-up */
-  double med = reps % 2 ? t[1 + reps / 2] : 0.5 * (t[reps / 2] + t[1 + reps / 2]);
+  double med = mt_median(t + 1, reps); /* pass 0 was the warm-up */
   double gbs = 12.0 * (double)n / med * 1e-9;
   int check = a[n - 1] == b[n - 1] + 0.5f * c[n - 1];
   printf("# stream triad: %d MiB x 3, %d threads, median of %d: %.4f s, %.2f GB/s%s\n", mib,

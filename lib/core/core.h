@@ -589,6 +589,8 @@ static inline uint64_t mt_splitmix64(uint64_t x) {
  * comm groups) measures virtual time without knowing it. */
 double mt_now(void);
 double mt_wall_now(void); /* seconds, monotonic, always the wall clock */
+/* the median of v[0..n) (sorts v in place; 0 for n = 0): core/stats.c */
+double mt_median(double *v, int n);
 
 /* ------------------------------------------------------------------ */
 /* virtual time (the time-warp emulation's clock and prices)           */

@@ -155,11 +155,6 @@ void mt_flight_step_begin(long step) {
     stall_forever("at the start of the step");
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 void mt_flight_step_end(double seconds) {
   atomic_store(&F.in_step, 0);
   if (F.step_multiple <= 0) return;
@@ -172,8 +167,7 @@ void mt_flight_step_end(double seconds) {
   if (n < 3) return; /* a median of a few steps first */
   double s[MT_FLIGHT_STEPS];
   memcpy(s, F.steps_s, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  double d = F.step_multiple * s[n / 2];
+  double d = F.step_multiple * mt_median(s, n);
   atomic_store(&F.step_deadline, d > MT_FLIGHT_STEP_FLOOR_S ? d : MT_FLIGHT_STEP_FLOOR_S);
 }
 

@@ -17,17 +17,11 @@
 
 #define MIN_KNOWN 5 /* steps known before the factor rule applies */
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double median(const mt_trainer *t) {
   const int n = t->spike_n < t->cfg.spike_window ? t->spike_n : t->cfg.spike_window;
   double *s = mt_malloc((size_t)n * sizeof *s);
   memcpy(s, t->spike_hist, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  const double m = mt_median(s, n);
   free(s);
   return m;
 }
