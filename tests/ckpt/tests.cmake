@@ -1,9 +1,10 @@
 # Checkpoint tests (issue: universal HDF5 checkpoints; issue 10: I/O faults).
 mt_script_tests(ckpt
   resume  resume.sh
-  corrupt corrupt.sh
-  signal  signal.sh
-  signal_int signal_int.sh)
+  corrupt corrupt.sh)
+# a stop signal mid-run: checkpoint, its exit code, the same losses resumed
+mt_script_test(signal ckpt signal.sh USR1 75 "stop requested by SIGUSR1")
+mt_script_test(signal_int ckpt signal.sh INT 130 "interrupted by SIGINT")
 foreach(phase create write rename latest)
   mt_script_test(crash_${phase} ckpt crash.sh ${phase})
 endforeach()
