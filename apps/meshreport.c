@@ -26,6 +26,13 @@
  * the fewest ranks (N0, throughput T0):
  *   strong scaling  S = T/T0 (throughputs; = t0/t for step times), E = S*N0/N
  *   weak scaling    E = t0/t (step times), S = E*N/N0
+ * Predictions of the virtual device (a campaign's points' predicted/ from
+ * campaign --emulate, or run directories whose summary.json says
+ * device.kind = virtual) are reported as predicted, never as measured or
+ * failed: per point its predicted step, tokens/s, speedup and efficiency
+ * (against the predicted point with the fewest ranks) and MFU, beside the
+ * measured figures where runs exist (report.md, summary.csv, predicted.png,
+ * speedup.png, efficiency.png); with nothing measured, alone.
  * A run that failed, never ran or left unreadable files is listed, never fatal.
  * Exit codes: 0 report written, 2 bad input (options, unreadable manifest),
  * 3 cannot write the output. The pieces live in apps/report/ (report.h). */
@@ -52,6 +59,8 @@ static void help(FILE *f) {
           "run counts all its attempts (summary.json run.tokens_per_s; restarts and lost\n"
           "time listed). Speedup and efficiency are against the point with the fewest\n"
           "ranks: strong S = T/T0, E = S*N0/N; weak E = t0/t (step times), S = E*N/N0.\n"
+          "The virtual device's figures (campaign --emulate's predicted/, runs with\n"
+          "train.device = virtual) are reported as predictions, beside the measured ones.\n"
           "Failed or missing runs are listed.\n",
           PROG, PROG, PROG, PROG, PROG);
 }
@@ -113,17 +122,26 @@ int main(int argc, char **argv) {
   mt_report_write_md(out, &r, pts, n_pts, &sp, plots, why);
   mt_report_step_plots_free(&sp);
 
-  int n_failed = 0;
-  for (int i = 0; i < r.n_runs; i++) n_failed += !r.runs[i].ok;
-  if (mt_report_n_ok_points(pts, n_pts) > 1)
-    printf("%s: %s scaling, %d run%s, %d failed or missing\n\n", r.name, r.scaling, r.n_runs,
-           r.n_runs == 1 ? "" : "s", n_failed);
+  int n_failed = mt_report_n_failed(&r), n_ok = mt_report_n_ok_points(pts, n_pts);
+  int n_pred = mt_report_n_pred_points(pts, n_pts), n_train = 0;
+  for (int i = 0; i < r.n_runs; i++) n_train += !r.runs[i].is_virtual;
+  if (n_ok > 1)
+    printf("%s: %s scaling, %d run%s, %d failed or missing\n\n", r.name, r.scaling, n_train,
+           n_train == 1 ? "" : "s", n_failed);
+  else if (!n_ok && n_pred && !n_train)
+    printf("%s: predicted only (virtual device), %d point%s\n\n", r.name, n_pred,
+           n_pred == 1 ? "" : "s");
   else
-    printf("%s: %d run%s, %d failed or missing\n\n", r.name, r.n_runs, r.n_runs == 1 ? "" : "s",
+    printf("%s: %d run%s, %d failed or missing\n\n", r.name, n_train, n_train == 1 ? "" : "s",
            n_failed);
-  if (n_pts) mt_report_markdown_table(stdout, pts, n_pts);
+  if (n_ok || (n_pts && !n_pred)) mt_report_markdown_table(stdout, pts, n_pts);
+  if (!n_ok && n_pred) { /* nothing measured: what the virtual device predicted */
+    printf("Predicted (virtual device), nothing measured yet:\n\n");
+    mt_report_predicted_table(stdout, pts, n_pts);
+  }
   for (int i = 0; i < r.n_runs; i++)
-    if (!r.runs[i].ok) printf("failed or missing: %s: %s\n", r.runs[i].id, r.runs[i].status);
+    if (!r.runs[i].ok && !r.runs[i].is_virtual)
+      printf("failed or missing: %s: %s\n", r.runs[i].id, r.runs[i].status);
   if (plots != 0) printf("\nplots: %s\n", why);
   printf("\nreport: %s/report.md\n", out);
   for (int i = 0; i < r.n_runs; i++) free(r.runs[i].attempts);

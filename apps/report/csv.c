@@ -1,8 +1,10 @@
 /* meshreport's CSV files (report.h): runs.csv, one row per run, failed ones
  * included with their status; summary.csv, one row per point (mean, spread,
  * speedup, efficiency, MFU, the step-time breakdown, the prediction beside
- * the measurement); bench.csv, one row per collective, ranks and size.
- * Numbers as %.9g, NaN as an empty field. */
+ * the measurement, with its own speedup and efficiency); bench.csv, one row
+ * per collective, ranks and size. A virtual-device run is a row of runs.csv
+ * with its status (predicted ...) and no measured figures. Numbers as %.9g,
+ * NaN as an empty field. */
 #include "report/report.h"
 
 #include <math.h>
@@ -41,7 +43,8 @@ void mt_report_write_csvs(const char *out, const report *r, const point_rec *pts
   fprintf(f, "nodes,ranks,layout,runs_ok,runs,tokens_per_s_mean,tokens_per_s_std,tokens_per_s_min,"
              "tokens_per_s_max,tokens_per_s_per_rank,step_s_mean,speedup,efficiency,mfu_mean");
   for (int c = 0; c < N_PARTS; c++) fprintf(f, ",%s_s", mt_report_parts[c]);
-  fprintf(f, ",predicted_tokens_per_s,predicted_step_s,predicted_mfu,measured_over_predicted\n");
+  fprintf(f, ",predicted_tokens_per_s,predicted_step_s,predicted_mfu,measured_over_predicted,"
+             "predicted_speedup,predicted_efficiency\n");
   for (int k = 0; k < n_pts; k++) {
     const point_rec *p = &pts[k];
     fprintf(f, "%d,%d,%s,%d,%d", p->nodes, p->ranks, p->layout, p->n_ok, p->n_total);
@@ -56,6 +59,7 @@ void mt_report_write_csvs(const char *out, const report *r, const point_rec *pts
     csv_num(f, p->n_pred ? p->pred_tps : NAN), csv_num(f, p->n_pred ? p->pred_step_s : NAN);
     csv_num(f, p->n_pred ? p->pred_mfu : NAN);
     csv_num(f, p->n_pred && p->n_ok ? p->tps_mean / p->pred_tps : NAN);
+    csv_num(f, p->pred_speedup), csv_num(f, p->pred_efficiency);
     fputc('\n', f);
   }
   close_out(f, path);

@@ -197,16 +197,53 @@ static void read_host_load(run_rec *x, int threads) {
   note_load(x, ranks, threads, cpus);
 }
 
+/* a virtual-device summary's figures as the run's prediction: 1 when s is
+ * one (device.kind or its "virtual" object says so) */
+static int take_prediction(run_rec *x, const cJSON *s) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, "virtual");
+  const cJSON *hw = cJSON_GetObjectItemCaseSensitive(v, "hw");
+  if (!cJSON_IsObject(v) || !(num_or(s, "tokens_per_s", 0) > 0)) return 0;
+  x->pred_tps = num_or(s, "tokens_per_s", NAN);
+  x->pred_step_s = num_or(s, "mean_step_s", NAN);
+  x->pred_mfu = num_or(s, "mfu", NAN);
+  copy_str(x->pred_hw, sizeof x->pred_hw, cJSON_IsString(hw) ? hw->valuestring : "?");
+  return x->has_pred = 1;
+}
+
 /* the virtual device's prediction of the run (campaign --emulate), if any */
 static void read_predicted(run_rec *x) {
   char p[PATH_LEN];
   path_join(p, x->dir, "predicted/summary.json");
   cJSON *s = read_json(p);
-  x->pred_tps = num_or(s, "tokens_per_s", NAN);
-  x->pred_step_s = num_or(s, "mean_step_s", NAN);
-  x->pred_mfu = num_or(s, "mfu", NAN);
-  x->has_pred = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(s, "virtual")) && x->pred_tps > 0;
+  take_prediction(x, s);
   cJSON_Delete(s);
+}
+
+/* A run on the virtual device (summary.json of meshtrain with train.device
+ * = virtual, a point's predicted/ given directly): its figures are a
+ * prediction, its loss is not computed. Nodes: the point's, else the
+ * profile's devices_per_node that priced it. 1 when it was one. */
+static int read_virtual(run_rec *x, const cJSON *s, int world) {
+  const cJSON *dev = cJSON_GetObjectItemCaseSensitive(s, "device");
+  const cJSON *kind = cJSON_GetObjectItemCaseSensitive(dev, "kind");
+  if (!cJSON_IsString(kind) || strcmp(kind->valuestring, "virtual") || !take_prediction(x, s))
+    return 0;
+  int per_node = (int)num_or(dev, "devices_per_node", 0);
+  if (!x->nodes) x->nodes = per_node > 0 ? (world + per_node - 1) / per_node : 1;
+  x->is_virtual = 1;
+  fmt_into(x->status, sizeof x->status, "predicted (virtual device as %s)", x->pred_hw);
+  return 1;
+}
+
+/* point.json of a run directory, or for a point's predicted/ its point's */
+static cJSON *read_point(const char *dir) {
+  char p[PATH_LEN];
+  path_join(p, dir, "point.json");
+  cJSON *point = read_json(p);
+  const char *base = strrchr(dir, '/');
+  if (point || !base || strcmp(base, "/predicted") || base - dir >= PATH_LEN - 16) return point;
+  fmt_into(p, sizeof p, "%.*s/point.json", (int)(base - dir), dir);
+  return read_json(p);
 }
 
 /* one run directory; plan (a manifest entry or point.json) may be NULL */
@@ -216,11 +253,7 @@ void mt_report_load_run(report *r, const char *dir, const cJSON *plan) {
   const char *base = strrchr(dir, '/');
   copy_str(x->id, sizeof x->id, base && base[1] ? base + 1 : dir);
   cJSON *point = NULL;
-  if (!plan) {
-    char p[PATH_LEN];
-    path_join(p, dir, "point.json");
-    plan = point = read_json(p);
-  }
+  if (!plan) plan = point = read_point(dir);
   if (plan) {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(plan, "id");
     const cJSON *lay = cJSON_GetObjectItemCaseSensitive(plan, "layout_name");
@@ -257,10 +290,14 @@ void mt_report_load_run(report *r, const char *dir, const cJSON *plan) {
   const cJSON *lay = cJSON_GetObjectItemCaseSensitive(s, "layout");
   int world = (int)num_or(lay, "world", 0);
   if (!x->ranks) x->ranks = world;
-  if (!x->nodes) x->nodes = 1;
   if (!x->layout[0] && cJSON_IsObject(lay))
     fmt_into(x->layout, sizeof x->layout, "dp%d-tp%d-pp%d-cp%d", (int)num_or(lay, "dp", 1),
              (int)num_or(lay, "tp", 1), (int)num_or(lay, "pp", 1), (int)num_or(lay, "cp", 1));
+  if (read_virtual(x, s, world)) {
+    cJSON_Delete(s);
+    return;
+  }
+  if (!x->nodes) x->nodes = 1;
   x->tokens_per_s = num_or(s, "tokens_per_s", NAN);
   x->tokens_per_s_per_rank =
       num_or(s, "tokens_per_s_per_rank", x->tokens_per_s / (x->ranks ? x->ranks : 1));

@@ -44,13 +44,32 @@ void mt_report_markdown_table(FILE *f, const point_rec *pts, int n_pts) {
   }
 }
 
-/* the opening: one point's figures, or the scaling and its reference */
+/* "1, 2 and 4 nodes": the node counts of the predicted points */
+static void pred_nodes(char *buf, size_t cap, const point_rec *pts, int n_pts) {
+  int seen[64], n = 0;
+  for (int k = 0; k < n_pts; k++) {
+    int dup = !pts[k].n_pred;
+    for (int i = 0; i < n && !dup; i++) dup = seen[i] == pts[k].nodes;
+    if (!dup && n < 64) seen[n++] = pts[k].nodes;
+  }
+  buf[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    size_t used = strlen(buf);
+    fmt_into(buf + used, cap - used, "%s%d", i == 0 ? "" : i == n - 1 ? " and " : ", ", seen[i]);
+  }
+  size_t used = strlen(buf);
+  fmt_into(buf + used, cap - used, " node%s", n == 1 && seen[0] == 1 ? "" : "s");
+}
+
+/* the opening: one point's figures, or the scaling and its reference, or
+ * with nothing measured the predictions' points */
 static void md_intro(FILE *f, const report *r, const point_rec *pts, int n_pts) {
   int n_train = 0;
-  for (int i = 0; i < r->n_runs; i++) n_train += !r->runs[i].is_bench;
+  for (int i = 0; i < r->n_runs; i++) n_train += !r->runs[i].is_bench && !r->runs[i].is_virtual;
   const point_rec *ref = NULL;
   for (int k = 0; k < n_pts && !ref; k++)
     if (pts[k].n_ok) ref = &pts[k];
+  const point_rec *pref = mt_report_pred_ref(pts, n_pts);
   int weak = !strcmp(r->scaling, "weak");
   if (n_pts == 1 && ref) { /* one point: its figures, nothing to compare */
     char runs[32], ranks[32], nodes[32];
@@ -64,63 +83,82 @@ static void md_intro(FILE *f, const report *r, const point_rec *pts, int n_pts) 
     char runs[32], points[32];
     plural(runs, sizeof runs, n_train, "run");
     plural(points, sizeof points, n_pts, "point");
-    fprintf(f, "%s scaling, %s in %s. ", weak ? "Weak" : "Strong", runs, points);
+    fprintf(f, "%s scaling, ", weak ? "Weak" : "Strong");
     if (ref) {
       char ranks[32], nodes[32];
       plural(ranks, sizeof ranks, ref->ranks, "rank");
       plural(nodes, sizeof nodes, ref->nodes, "node");
-      fprintf(f, "Reference: %s on %s (%s), %.1f tokens/s.\n", ranks, nodes, ref->layout,
-              ref->tps_mean);
+      fprintf(f, "%s in %s. Reference: %s on %s (%s), %.1f tokens/s.\n", runs, points, ranks,
+              nodes, ref->layout, ref->tps_mean);
+    } else if (pref) {
+      char preds[32], on[128];
+      plural(preds, sizeof preds, mt_report_n_pred_points(pts, n_pts), "point");
+      pred_nodes(on, sizeof on, pts, n_pts);
+      fprintf(f, "**predicted only: nothing measured yet.** The virtual device (as %s) "
+                 "predicted %s, on %s (below, Predicted).",
+              pref->pred_hw, preds, on);
+      if (n_train) fprintf(f, " No run has a result yet (%s: Failed or missing runs).", runs);
+      fputc('\n', f);
+    } else {
+      fprintf(f, "%s in %s. No run succeeded.\n", runs, points);
     }
-    else {
-      int pred = 0;
-      for (int k = 0; k < n_pts; k++) pred |= pts[k].n_pred > 0;
-      fprintf(f, "No run succeeded%s.\n",
-              pred ? " yet: the virtual device's predictions are below (Predicted)" : "");
-    }
-    fprintf(f, "%s Throughput counts every step of a run, and every attempt of a run that "
-               "was requeued or resumed (summary.json `run`).\n\n",
+    fprintf(f, "%s%s\n\n",
             weak ? "Work per rank fixed: efficiency E = t0/t from mean step times, "
                    "speedup S = E·N/N0."
                  : "Total work fixed: speedup S = T/T0 from throughputs "
-                   "(= t0/t), efficiency E = S·N0/N.");
+                   "(= t0/t), efficiency E = S·N0/N.",
+            ref ? " Throughput counts every step of a run, and every attempt of a run that "
+                  "was requeued or resumed (summary.json `run`)."
+                : "");
   }
 }
 
-/* The virtual device's predictions (campaign --emulate), per point that
- * has one, measured or not: step, tokens/s, and the speedup and efficiency
- * they predict against the predicted point with the fewest ranks (strong:
- * S = T/T0, E = S N0/N; weak: E = t0/t, S = E N/N0), MFU; the measured
- * tokens/s beside them where runs exist. */
-static void md_predicted(FILE *f, const report *r, const point_rec *pts, int n_pts) {
-  const point_rec *ref = NULL;
-  for (int k = 0; k < n_pts; k++)
-    if (pts[k].n_pred && (!ref || pts[k].ranks < ref->ranks)) ref = &pts[k];
-  if (!ref) return;
-  const int weak = !strcmp(r->scaling, "weak");
-  fprintf(f, "\n## Predicted (virtual device)\n\nWhat `campaign --emulate` predicted for each "
-             "point (meshtrain's virtual device at the system's hardware profile), against the "
-             "predicted point with the fewest ranks (%d on %d node%s):\n\n| nodes | ranks | "
-             "layout | predicted step (s) | predicted tokens/s | predicted speedup | predicted "
-             "efficiency | predicted MFU | measured tokens/s |\n"
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|\n",
-          ref->ranks, ref->nodes, ref->nodes == 1 ? "" : "s");
+void mt_report_predicted_table(FILE *f, const point_rec *pts, int n_pts) {
+  int measured = mt_report_n_ok_points(pts, n_pts) > 0;
+  fprintf(f, "| nodes | ranks | layout | predicted step (s) | predicted tokens/s | predicted "
+             "speedup | predicted efficiency | predicted MFU |%s\n"
+             "|---:|---:|---|---:|---:|---:|---:|---:|%s\n",
+          measured ? " measured tokens/s | measured/predicted | measured efficiency |" : "",
+          measured ? "---:|---:|---:|" : "");
   for (int k = 0; k < n_pts; k++) {
     const point_rec *p = &pts[k];
     if (!p->n_pred) continue;
-    double n = (double)p->ranks / ref->ranks, s, e;
-    if (weak) e = ref->pred_step_s / p->pred_step_s, s = e * n;
-    else s = p->pred_tps / ref->pred_tps, e = s / n;
-    char st[32], tps[32], sp[32], ef[32], mfu[32], meas[32];
-    fmt_num(st, sizeof st, p->pred_step_s, "%.4f");
+    char st[32], tps[32], sp[32], ef[32], mfu[32], meas[32], ratio[32], mef[32];
+    fmt_num(st, sizeof st, p->pred_step_s, "%.4g");
     fmt_num(tps, sizeof tps, p->pred_tps, "%.1f");
-    fmt_num(sp, sizeof sp, s, "%.2f");
-    fmt_num(ef, sizeof ef, e * 100.0, "%.1f%%");
+    fmt_num(sp, sizeof sp, p->pred_speedup, "%.2f");
+    fmt_num(ef, sizeof ef, p->pred_efficiency * 100.0, "%.1f%%");
     fmt_num(mfu, sizeof mfu, p->pred_mfu * 100.0, "%.2f%%");
-    fmt_num(meas, sizeof meas, p->n_ok ? p->tps_mean : NAN, "%.1f");
-    fprintf(f, "| %d | %d | %s | %s | %s | %s | %s | %s | %s |\n", p->nodes, p->ranks, p->layout,
-            st, tps, sp, ef, mfu, meas);
+    fprintf(f, "| %d | %d | %s | %s | %s | %s | %s | %s |", p->nodes, p->ranks, p->layout, st, tps,
+            sp, ef, mfu);
+    if (measured) {
+      fmt_num(meas, sizeof meas, p->n_ok ? p->tps_mean : NAN, "%.1f");
+      fmt_num(ratio, sizeof ratio, p->n_ok ? p->tps_mean / p->pred_tps : NAN, "%.3f");
+      fmt_num(mef, sizeof mef, p->efficiency * 100.0, "%.1f%%");
+      fprintf(f, " %s | %s | %s |", meas, ratio, mef);
+    }
+    fputc('\n', f);
   }
+}
+
+/* The virtual device's predictions (campaign --emulate, or runs on the
+ * virtual device), per point that has one, measured or not: step,
+ * tokens/s, and the speedup and efficiency they predict against the
+ * predicted point with the fewest ranks (strong: S = T/T0, E = S N0/N;
+ * weak: E = t0/t, S = E N/N0), MFU; the measured tokens/s and efficiency
+ * beside them where runs exist. */
+static void md_predicted(FILE *f, const point_rec *pts, int n_pts) {
+  const point_rec *ref = mt_report_pred_ref(pts, n_pts);
+  if (!ref) return;
+  char ranks[32], nodes[32];
+  plural(ranks, sizeof ranks, ref->ranks, "rank");
+  plural(nodes, sizeof nodes, ref->nodes, "node");
+  fprintf(f, "\n## Predicted (virtual device)\n\nPredicted, not measured: meshtrain's virtual "
+             "device (`campaign --emulate`, or a run with `train.device = virtual`) at the "
+             "hardware profile %s, each point's figures against the predicted point with the "
+             "fewest ranks (%s on %s):\n\n",
+          ref->pred_hw, ranks, nodes);
+  mt_report_predicted_table(f, pts, n_pts);
 }
 
 /* mean ms per step of each component, per successful point */
@@ -227,15 +265,17 @@ static void md_oversubscribed(FILE *f, const report *r) {
 
 /* the runs that failed or never ran, with their status and directory */
 static void md_failed(FILE *f, const report *r) {
-  int n_failed = 0;
-  for (int i = 0; i < r->n_runs; i++) n_failed += !r->runs[i].ok;
   fprintf(f, "\n## Failed or missing runs\n\n");
-  if (!n_failed) fprintf(f, "None.\n");
-  for (int i = 0; i < r->n_runs; i++)
-    if (!r->runs[i].ok)
-      fprintf(f, "- `%s` (%d nodes, %d ranks, %s): %s — `%s`\n", r->runs[i].id, r->runs[i].nodes,
-              r->runs[i].ranks, r->runs[i].layout[0] ? r->runs[i].layout : "?", r->runs[i].status,
-              r->runs[i].dir);
+  if (!mt_report_n_failed(r)) fprintf(f, "None.\n");
+  for (int i = 0; i < r->n_runs; i++) {
+    const run_rec *x = &r->runs[i];
+    char nodes[32], ranks[32];
+    plural(nodes, sizeof nodes, x->nodes, "node");
+    plural(ranks, sizeof ranks, x->ranks, "rank");
+    if (!x->ok && !x->is_virtual)
+      fprintf(f, "- `%s` (%s, %s, %s): %s — `%s`\n", x->id, nodes, ranks,
+              x->layout[0] ? x->layout : "?", x->status, x->dir);
+  }
 }
 
 /* the PNGs (or why they were not drawn) and the files beside them */
@@ -243,14 +283,23 @@ static void md_plots(FILE *f, const report *r, const point_rec *pts, int n_pts,
                      const step_plots *sp, int plots, const char *why) {
   fprintf(f, "\n## Plots\n\n");
   if (plots != 0) fprintf(f, "Not drawn here: %s.\n\n", why);
-  int any = mt_report_n_ok_points(pts, n_pts);
+  int any = mt_report_n_ok_points(pts, n_pts), pred = mt_report_n_pred_points(pts, n_pts);
+  int n_virtual = 0;
+  for (int i = 0; i < r->n_runs; i++) n_virtual += r->runs[i].is_virtual;
   if (sp->n_series) fprintf(f, "![loss](loss.png)\n![tokens/s](tokens_per_s.png)\n");
-  if (any > 1) fprintf(f, "![speedup](speedup.png)\n![efficiency](efficiency.png)\n");
+  else if (pred)
+    fprintf(f, "No loss or tokens/s against step: %s.\n\n",
+            n_virtual ? "the virtual device computes no values (its loss is 0) and times every "
+                        "step alike; measured runs draw them"
+                      : "nothing measured yet");
+  if (any > 1 || pred > 1) fprintf(f, "![speedup](speedup.png)\n![efficiency](efficiency.png)\n");
   if (any) fprintf(f, "![step time breakdown](breakdown.png)\n");
+  if (pred) fprintf(f, "![predicted tokens/s](predicted.png)\n");
   if (r->n_bench) fprintf(f, "![bus bandwidth](busbw.png)\n");
   fprintf(f, "\nFiles: summary.csv (per point), runs.csv (per run), steps.csv (per step of the "
-             "plotted runs)%s; plots.gp draws the PNGs from steps.dat, scaling.dat%s.\n",
-          r->n_bench ? ", bench.csv" : "", r->n_bench ? ", busbw.dat" : "");
+             "plotted runs)%s; plots.gp draws the PNGs from steps.dat, scaling.dat%s%s.\n",
+          r->n_bench ? ", bench.csv" : "", pred ? ", predicted.dat" : "",
+          r->n_bench ? ", busbw.dat" : "");
 }
 
 void mt_report_write_md(const char *out, const report *r, const point_rec *pts, int n_pts,
@@ -259,11 +308,11 @@ void mt_report_write_md(const char *out, const report *r, const point_rec *pts, 
   FILE *f = open_out(out, "report.md", path);
   fprintf(f, "# %s\n\n", r->name);
   md_intro(f, r, pts, n_pts);
-  if (n_pts) {
-    mt_report_markdown_table(f, pts, n_pts);
-    md_breakdown(f, pts, n_pts);
-    md_predicted(f, r, pts, n_pts);
+  if (mt_report_n_ok_points(pts, n_pts) || !mt_report_n_pred_points(pts, n_pts)) {
+    if (n_pts) mt_report_markdown_table(f, pts, n_pts);
+    if (n_pts) md_breakdown(f, pts, n_pts);
   }
+  md_predicted(f, pts, n_pts); /* nothing measured: the predictions alone */
   if (r->n_bench) md_collectives(f, r);
   int n_multi = 0, n_over = 0, n_from = 0, n_rolled = 0;
   for (int i = 0; i < r->n_runs; i++) {

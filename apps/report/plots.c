@@ -16,12 +16,17 @@ static const int g_marker[] = {6, 4, 8, 10, 12, 14}; /* open circle, square, tri
 #define N_COLORS 8
 #define N_MARKERS 6
 
-/* x ticks at the given rank counts ("set xtics (...)") */
-static void rank_tics(FILE *g, const point_rec *pts, int n_pts) {
+/* whether point p is on the scaling plots: measured (meas) or predicted (pred) */
+static int plotted(const point_rec *p, int meas, int pred) {
+  return (meas && p->n_ok) || (pred && p->n_pred);
+}
+
+/* x ticks at the plotted points' rank counts ("set xtics (...)") */
+static void rank_tics(FILE *g, const point_rec *pts, int n_pts, int meas, int pred) {
   fprintf(g, "set xtics (");
   int last = -1, first = 1;
   for (int k = 0; k < n_pts; k++) {
-    if (!pts[k].n_ok || pts[k].ranks == last) continue;
+    if (!plotted(&pts[k], meas, pred) || pts[k].ranks == last) continue;
     fprintf(g, "%s\"%d\" %d", first ? "" : ", ", pts[k].ranks, pts[k].ranks);
     last = pts[k].ranks, first = 0;
   }
@@ -102,44 +107,75 @@ static void plot_steps(FILE *g, const step_plots *sp) {
              "set xtics autofreq\nset autoscale x\n");
 }
 
-/* speedup.png and efficiency.png from scaling.dat: the rank counts as
- * ticks, a grid, each point's value written beside it, the ideal inside the
- * frame */
-static void plot_scaling(FILE *g, const report *r, const point_rec *pts, int n_pts) {
-  double lo = INFINITY, hi = 0, top_s = 0, top_e = 0;
+/* the rank count the scaling plots' speedups are against: the measured
+ * reference where two or more points were measured (meas), else the
+ * predicted one */
+static int scaling_ref(const point_rec *pts, int n_pts, int meas) {
+  for (int k = 0; k < n_pts && meas; k++)
+    if (pts[k].n_ok) return pts[k].ranks;
+  const point_rec *p = mt_report_pred_ref(pts, n_pts);
+  return p ? p->ranks : 1;
+}
+
+/* speedup.png and efficiency.png: the measured points from scaling.dat
+ * (meas: two or more), the predicted from predicted.dat (pred: two or
+ * more); the rank counts as ticks, a grid, each point's value written
+ * beside it (with both series, the measured left, the predicted right),
+ * the ideal inside the frame (with predictions, from predicted.dat: its
+ * every plotted point) */
+static void plot_scaling(FILE *g, const report *r, const point_rec *pts, int n_pts, int meas,
+                         int pred) {
+  double lo = INFINITY, hi = 0, top_s = 0, top_e = 0, ref = scaling_ref(pts, n_pts, meas);
   for (int k = 0; k < n_pts; k++) {
-    if (!pts[k].n_ok) continue;
-    lo = fmin(lo, pts[k].ranks), hi = fmax(hi, pts[k].ranks);
-    if (!isnan(pts[k].speedup)) top_s = fmax(top_s, pts[k].speedup);
-    if (!isnan(pts[k].efficiency)) top_e = fmax(top_e, pts[k].efficiency);
+    const point_rec *p = &pts[k];
+    if (!plotted(p, meas, pred)) continue;
+    lo = fmin(lo, p->ranks), hi = fmax(hi, p->ranks);
+    if (meas && !isnan(p->speedup)) top_s = fmax(top_s, p->speedup);
+    if (meas && !isnan(p->efficiency)) top_e = fmax(top_e, p->efficiency);
+    if (pred && !isnan(p->pred_speedup)) top_s = fmax(top_s, p->pred_speedup);
+    if (pred && !isnan(p->pred_efficiency)) top_e = fmax(top_e, p->pred_efficiency);
   }
   const char *how = !strcmp(r->scaling, "weak") ? "weak scaling" : "strong scaling";
-  double ideal_top = hi / lo;
+  const char *data = pred ? "'predicted.dat' using 2" : "'scaling.dat' using 1";
+  const char *mlab = pred ? "right offset -1,0" : "offset 0,1.2", *pcol = g_color[1];
   fprintf(g, "set key top left box opaque\nset xlabel 'ranks'\nset logscale x 2\n"
              "set xrange [%g:%g]\n", lo / 1.4, hi * 1.4);
-  rank_tics(g, pts, n_pts);
-  double ymax = fmax(ideal_top, top_s) * 1.2;
-  fprintf(g, "set output 'speedup.png'\nset title name.': speedup against %g rank%s (%s)'\n"
-             "set ylabel 'speedup'\n", lo, lo == 1 ? "" : "s", how);
+  rank_tics(g, pts, n_pts, meas, pred);
+  double ymax = fmax(hi / ref, top_s) * 1.2;
+  fprintf(g, "set output 'speedup.png'\nset title name.': speedup against %g rank%s (%s%s)'\n"
+             "set ylabel 'speedup'\n", ref, ref == 1 ? "" : "s", how,
+          meas ? "" : ", predicted");
   if (ymax <= 10) /* a short range reads best on a linear axis */
     fprintf(g, "set yrange [0:%g]\nset ytics autofreq\n", ymax);
   else
     fprintf(g, "set logscale y 2\nset yrange [0.7:%g]\nset ytics 2\n", ymax);
-  fprintf(g, "plot 'scaling.dat' using 1:4 with lines dt 2 lw 2 lc rgb '#606060' title "
-             "'ideal (N/N0)', \\\n     '' using 1:2 with linespoints lw 2.5 pt 7 ps 1.6 lc rgb "
-             "'#%s' title 'measured', \\\n     '' using 1:2:(sprintf('%%.2f', $2)) with labels "
-             "offset 0,1.2 font ',10' notitle\n"
-             "unset logscale y\nset ytics autofreq\n",
-             g_color[0]);
+  fprintf(g, "plot %s:%d with lines dt 2 lw 2 lc rgb '#606060' title 'ideal (N/N0)'", data,
+          pred ? 5 : 4);
+  if (meas)
+    fprintf(g, ", \\\n     'scaling.dat' using 1:2 with linespoints lw 2.5 pt 7 ps 1.6 lc rgb "
+               "'#%s' title 'measured', \\\n     '' using 1:2:(sprintf('%%.2f', $2)) with labels "
+               "%s font ',10' notitle", g_color[0], mlab);
+  if (pred)
+    fprintf(g, ", \\\n     'predicted.dat' using 2:6 with linespoints lw 2.5 dt 4 pt 5 ps 1.4 "
+               "lc rgb '#%s' title 'predicted (virtual device)', \\\n     '' using 2:6:"
+               "(sprintf('%%.2f', $6)) with labels left offset 1,0 font ',10' tc rgb '#%s' "
+               "notitle", pcol, pcol);
+  fprintf(g, "\nunset logscale y\nset ytics autofreq\n");
   double emax = fmax(1.0, top_e) * 100 * 1.2;
-  fprintf(g, "set output 'efficiency.png'\nset title name.': parallel efficiency (%s)'\n"
+  fprintf(g, "set output 'efficiency.png'\nset title name.': parallel efficiency (%s%s)'\n"
              "set ylabel 'efficiency'\nset format y '%%.0f%%%%'\nset yrange [0:%g]\n"
-             "plot 'scaling.dat' using 1:(100) with lines dt 2 lw 2 lc rgb '#606060' title "
-             "'ideal (100%%)', \\\n     '' using 1:($3*100) with linespoints lw 2.5 pt 7 ps 1.6 "
-             "lc rgb '#%s' title 'measured', \\\n     '' using 1:($3*100):(sprintf('%%.0f%%%%', "
-             "$3*100)) with labels offset 0,1.2 font ',10' notitle\n",
-             how, emax, g_color[0]);
-  fprintf(g, "unset logscale\nset format y '%%g'\nset xtics autofreq\nset xrange [*:*]\n"
+             "plot %s:(100) with lines dt 2 lw 2 lc rgb '#606060' title 'ideal (100%%)'",
+          how, meas ? "" : ", predicted", emax, data);
+  if (meas)
+    fprintf(g, ", \\\n     'scaling.dat' using 1:($3*100) with linespoints lw 2.5 pt 7 ps 1.6 "
+               "lc rgb '#%s' title 'measured', \\\n     '' using 1:($3*100):(sprintf('%%.0f%%%%', "
+               "$3*100)) with labels %s font ',10' notitle", g_color[0], mlab);
+  if (pred)
+    fprintf(g, ", \\\n     'predicted.dat' using 2:($7*100) with linespoints lw 2.5 dt 4 pt 5 "
+               "ps 1.4 lc rgb '#%s' title 'predicted (virtual device)', \\\n     '' using "
+               "2:($7*100):(sprintf('%%.0f%%%%', $7*100)) with labels left offset 1,0 "
+               "font ',10' tc rgb '#%s' notitle", pcol, pcol);
+  fprintf(g, "\nunset logscale\nset format y '%%g'\nset xtics autofreq\nset xrange [*:*]\n"
              "set yrange [*:*]\nset key default\n");
 }
 
@@ -166,15 +202,22 @@ static void write_scaling_dat(const char *out, const point_rec *pts, int n_pts) 
   close_out(d, path);
 }
 
-/* predicted.dat: per point its measured and predicted tokens/s */
-static void write_predicted_dat(const char *out, const point_rec *pts, int n_pts) {
+/* predicted.dat: per point its place on predicted.png's x axis, ranks,
+ * measured and predicted tokens/s, the ideal speedup against the scaling
+ * plots' reference (NaN where the point is not on them), the predicted
+ * speedup and efficiency, its label */
+static void write_predicted_dat(const char *out, const point_rec *pts, int n_pts, int meas) {
+  int ref = scaling_ref(pts, n_pts, meas);
   char path[PATH_LEN];
   FILE *d = open_out(out, "predicted.dat", path);
-  fprintf(d, "# label measured_tokens_per_s predicted_tokens_per_s\n");
+  fprintf(d, "# x ranks measured_tokens_per_s predicted_tokens_per_s ideal predicted_speedup "
+             "predicted_efficiency label\n");
   for (int k = 0; k < n_pts; k++) {
     const point_rec *p = &pts[k];
-    fprintf(d, "\"%dn/%dr %s\" %.9g %.9g\n", p->nodes, p->ranks, p->layout,
-            p->n_ok ? p->tps_mean : NAN, p->n_pred ? p->pred_tps : NAN);
+    fprintf(d, "%d %d %.9g %.9g %.9g %.9g %.9g \"%dn/%dr %s\"\n", k, p->ranks,
+            p->n_ok ? p->tps_mean : NAN, p->n_pred ? p->pred_tps : NAN,
+            plotted(p, meas, 1) ? (double)p->ranks / ref : NAN, p->pred_speedup,
+            p->pred_efficiency, p->nodes, p->ranks, p->layout);
   }
   close_out(d, path);
 }
@@ -214,16 +257,60 @@ static void plot_breakdown(FILE *g) {
   fprintf(g, "\nset xtics norotate\nset yrange [*:*]\nset key default\nset style data lines\n");
 }
 
-/* predicted.png from predicted.dat: measured and predicted side by side */
-static void plot_predicted(FILE *g) {
-  fprintf(g, "set output 'predicted.png'\nset title name.': measured and predicted (virtual "
-             "device) tokens/s'\nset style data histograms\nset style histogram clustered gap 1\n"
-             "set style fill solid 0.8 border -1\nset boxwidth 0.9\nset key inside top right\n"
-             "set xlabel 'point (nodes/ranks layout)'\nset ylabel 'tokens/s'\n"
-             "set xtics rotate by -30\nset yrange [0:*]\n"
-             "plot 'predicted.dat' using 2:xtic(1) title 'measured' lc rgb '#0072B2', "
-             "'' using 3 title 'predicted' lc rgb '#D55E00'\n"
-             "set xtics norotate\nset yrange [*:*]\nset key default\nset style data lines\n");
+/* point k's tick on predicted.png: nodes and ranks, then its layout
+ * broken at '-' into lines of about width characters (a long planned
+ * layout stays inside the picture) */
+static int point_tic(FILE *g, const point_rec *p, int k, int width) {
+  fprintf(g, "%s\"%d node%s, %d rank%s\\n", k ? ", " : "", p->nodes, p->nodes == 1 ? "" : "s",
+          p->ranks, p->ranks == 1 ? "" : "s");
+  int col = 0, lines = 2;
+  for (const char *c = p->layout; *c; c++) {
+    int part = (int)strcspn(c + 1, "-") + 1; /* this piece, to the next '-' */
+    if (*c == '-' && col + part > width) {
+      fprintf(g, "-\\n"), col = 0, lines++;
+      continue;
+    }
+    fputc(*c == '"' || *c == '\\' ? '\'' : *c, g), col++;
+  }
+  fprintf(g, "\" %d", k);
+  return lines;
+}
+
+/* predicted.png from predicted.dat: per point its predicted tokens/s, the
+ * measured beside it where there is one, each bar's value above it, the
+ * point's nodes, ranks and layout below it (no axis label under them); the
+ * ranges hold every point and leave room above the tallest bar for the key */
+static void plot_predicted(FILE *g, const point_rec *pts, int n_pts) {
+  double top = 0;
+  int meas = mt_report_n_ok_points(pts, n_pts) > 0;
+  for (int k = 0; k < n_pts; k++) {
+    if (pts[k].n_ok) top = fmax(top, pts[k].tps_mean);
+    if (pts[k].n_pred) top = fmax(top, pts[k].pred_tps);
+  }
+  int width = n_pts > 0 ? 130 / n_pts : 40;
+  width = width < 12 ? 12 : width > 40 ? 40 : width;
+  fprintf(g, "set output 'predicted.png'\nset title name.': %s'\nset style fill solid 0.8 "
+             "border -1\nset key inside top right box opaque\nunset xlabel\n"
+             "set ylabel 'tokens/s'\nset xrange [-0.6:%g]\nset yrange [0:%.9g]\nset xtics (",
+          meas ? "measured and predicted (virtual device) tokens/s"
+               : "predicted (virtual device) tokens/s, nothing measured yet",
+          n_pts - 0.4, top > 0 ? top * 1.3 : 1.0);
+  int lines = 1;
+  for (int k = 0; k < n_pts; k++) {
+    int l = point_tic(g, &pts[k], k, width);
+    lines = l > lines ? l : lines;
+  }
+  /* gnuplot leaves a margin for one line of ticks: room for all of them */
+  fprintf(g, ")\nset bmargin %d\nset boxwidth %s\nplot ", lines + 2, meas ? "0.4" : "0.6");
+  if (meas)
+    fprintf(g, "'predicted.dat' using ($1-0.2):3 with boxes lc rgb '#%s' title 'measured', "
+               "\\\n     '' using ($1-0.2):3:(sprintf('%%.4g', $3)) with labels offset 0,0.8 "
+               "font ',9' notitle, \\\n     ", g_color[0]);
+  fprintf(g, "'predicted.dat' using ($1%s):4 with boxes lc rgb '#%s' title 'predicted', "
+             "\\\n     '' using ($1%s):4:(sprintf('%%.4g', $4)) with labels offset 0,0.8 "
+             "font ',9' notitle\n", meas ? "+0.2" : "", g_color[1], meas ? "+0.2" : "");
+  fprintf(g, "set xtics autofreq\nset xrange [*:*]\nset yrange [*:*]\nset key default\n"
+             "set boxwidth\nset bmargin -1\n");
 }
 
 /* busbw.png from busbw.dat: a line per (op, ranks, nodes) against size */
@@ -240,10 +327,10 @@ static void plot_busbw(FILE *g) {
 int mt_report_make_plots(const char *out, const report *r, const point_rec *pts, int n_pts,
                          const step_plots *sp, char *why, size_t why_cap) {
   int n_ok = mt_report_n_ok_points(pts, n_pts);
-  int n_pred = 0; /* points with a prediction (campaign --emulate): tokens/s beside the measured */
-  for (int k = 0; k < n_pts; k++) n_pred += pts[k].n_pred > 0;
+  /* points with a prediction (campaign --emulate, virtual runs): beside the measured */
+  int n_pred = mt_report_n_pred_points(pts, n_pts);
   write_scaling_dat(out, pts, n_pts);
-  if (n_pred) write_predicted_dat(out, pts, n_pts);
+  if (n_pred) write_predicted_dat(out, pts, n_pts, n_ok > 1);
   if (r->n_bench) write_busbw_dat(out, r);
   char path[PATH_LEN];
   FILE *g = open_out(out, "plots.gp", path);
@@ -257,9 +344,10 @@ int mt_report_make_plots(const char *out, const report *r, const point_rec *pts,
     if (*c == '\'') *c = '"';
   fprintf(g, "name = '%s'\n", name);
   if (sp->n_series > 0) plot_steps(g, sp);
-  if (n_ok > 1) plot_scaling(g, r, pts, n_pts); /* scaling needs two points */
+  if (n_ok > 1 || n_pred > 1) /* scaling needs two points, measured or predicted */
+    plot_scaling(g, r, pts, n_pts, n_ok > 1, n_pred > 1);
   if (n_ok > 0) plot_breakdown(g);
-  if (n_pred) plot_predicted(g);
+  if (n_pred) plot_predicted(g, pts, n_pts);
   if (r->n_bench) plot_busbw(g);
   close_out(g, path);
   return run_gnuplot(out, "plots.gp", why, why_cap);

@@ -5,7 +5,7 @@
  *   csv.c       runs.csv, summary.csv, bench.csv
  *   steps.c     steps.csv and steps.dat: the series of loss and tokens/s
  *   plots.c     plots.gp and its data (scaling, predicted, busbw); gnuplot
- *   markdown.c  the Markdown table and report.md
+ *   markdown.c  the Markdown tables (measured, predicted) and report.md
  *   timeline.c  the timeline subcommand
  *   flight.c    the flight subcommand (the watchdog's records)
  * and meshreport.c, the main: arguments, the pieces in order, stdout. */
@@ -86,6 +86,9 @@ typedef struct {
   char rollbacks[512];             /* its loss spikes rolled back (summary.json), or "" */
   int has_pred; /* predicted/summary.json (meshslurm.py campaign --emulate): */
   double pred_tps, pred_step_s, pred_mfu; /* the virtual device's figures */
+  char pred_hw[64];                       /* the profile it priced at */
+  int is_virtual; /* the run itself ran on the virtual device: a prediction (has_pred), not
+                   * a measurement (ok = 0), neither failed nor counted among the runs */
 } run_rec;
 
 typedef struct {
@@ -96,6 +99,8 @@ typedef struct {
   int restarts, oversubscribed; /* over its runs: requeues, runs with ranks > cores */
   int n_pred;                   /* runs with a prediction, and their mean figures */
   double pred_tps, pred_step_s, pred_mfu;
+  double pred_speedup, pred_efficiency; /* against the predicted point with the fewest ranks */
+  char pred_hw[64];
 } point_rec;
 
 typedef struct {
@@ -125,8 +130,13 @@ void mt_report_load_campaign(report *r, const char *dir);
 int mt_report_make_points(const report *r, point_rec **out);
 /* 1 when run x belongs to point p */
 int mt_report_point_holds(const point_rec *p, const run_rec *x);
-/* the points with a successful run */
+/* the points with a successful run; with a prediction */
 int mt_report_n_ok_points(const point_rec *pts, int n_pts);
+int mt_report_n_pred_points(const point_rec *pts, int n_pts);
+/* the predicted point with the fewest ranks (the predictions' reference), or NULL */
+const point_rec *mt_report_pred_ref(const point_rec *pts, int n_pts);
+/* the runs that failed or are missing (neither measured nor a virtual run) */
+int mt_report_n_failed(const report *r);
 
 /* ------------------------------------------------------------------ */
 /* the outputs                                                         */
@@ -162,6 +172,9 @@ int mt_report_make_plots(const char *out, const report *r, const point_rec *pts,
  * and efficiency only where two points compare), and report.md (plots: 0
  * when the PNGs were drawn, else why says how to draw them) */
 void mt_report_markdown_table(FILE *f, const point_rec *pts, int n_pts);
+/* the predictions' table (points with one), to report.md and, with nothing
+ * measured, to stdout */
+void mt_report_predicted_table(FILE *f, const point_rec *pts, int n_pts);
 void mt_report_write_md(const char *out, const report *r, const point_rec *pts, int n_pts,
                         const step_plots *sp, int plots, const char *why);
 

@@ -3,7 +3,8 @@
 # --emulate-max-ranks are listed as skipped, and so are those this machine
 # cannot start (meshtrain --check --ranks N says why), predicted.csv and each point's
 # predicted/summary.json agree, and meshreport on the campaign (nothing
-# measured yet) reports the predictions alone. Bad input, one line and exit
+# measured yet) reports the predictions alone, as it does the points'
+# predicted/ given directly. Bad input, one line and exit
 # 2: --emulate with --dry-run, with a meshbench campaign, --emulate-steps 0.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 200000)
@@ -68,6 +69,19 @@ PY
 if command -v gnuplot > /dev/null; then
   [ "$(head -c 4 "$WORK/camp/report/predicted.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "no predicted.png"
 fi
+# the emulated points' predicted/ reported directly: predictions (the
+# virtual device's summary.json), not measured runs, no loss plot
+mt_guard "$MT_BIN/meshreport" "$WORK"/camp/points/*/predicted --out "$WORK/direct" > "$WORK/direct.log" 2>&1 ||
+  { cat "$WORK/direct.log"; fail "meshreport of the predicted directories"; }
+python3 - "$WORK/direct" <<'PY' || fail "the predicted directories reported directly"
+import csv, os, sys
+runs = list(csv.DictReader(open(os.path.join(sys.argv[1], "runs.csv"))))
+assert len(runs) == 2 and all(r["status"] == "predicted (virtual device as h200)" and r["ok"] == "0"
+                              and r["nodes"] == "1" for r in runs), runs
+rows = list(csv.DictReader(open(os.path.join(sys.argv[1], "summary.csv"))))
+assert all(r["runs"] == "0" and float(r["predicted_tokens_per_s"]) > 0 for r in rows), rows
+assert not os.path.exists(os.path.join(sys.argv[1], "loss.png"))
+PY
 
 # a point this machine cannot start is skipped with the reason (here the
 # launcher's open files: 4 ranks need more than ulimit -n 78 allows), not

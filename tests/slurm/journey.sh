@@ -14,7 +14,8 @@
 #      the layout it planned (auto:...), which for 2 nodes is meshplan's
 #      winner;
 #   4. meshreport of the campaign before any run reports the predictions
-#      (labelled, per point with its nodes, predicted speedup and efficiency);
+#      (labelled, per point with its nodes, predicted speedup and efficiency),
+#      and so does meshreport of the points' predicted/ directories;
 #   5. render writes the winner's job (its memory checked), and refuses the
 #      same job for a model that does not fit, in one line.
 source "$(dirname "$0")/../scripts/common.sh"
@@ -109,7 +110,8 @@ python3 - "$WORK" <<'PY'
 import csv, sys
 w = sys.argv[1]
 md = open(f"{w}/report/report.md").read()
-assert "No run succeeded yet: the virtual device's predictions are below" in md, md[:400]
+assert "No run succeeded" not in md and "predicted only: nothing measured yet.** The virtual " \
+    "device (as leonardo-booster) predicted 2 points, on 1 and 2 nodes" in md, md[:400]
 sec = md.split("## Predicted (virtual device)")[1].split("\n## ")[0]
 rows = [l.split("|")[1:-1] for l in sec.splitlines() if l.startswith("| ") and l[2].isdigit()]
 pred = {int(r["nodes"]): r for r in csv.DictReader(open(f"{w}/camp/predicted.csv"))}
@@ -121,6 +123,19 @@ for r in rows:
     assert abs(tps - got) <= 1e-5 * got and abs(speedup - want) <= 0.006, r
 print("ok   the report of predictions only: both points, their nodes, predicted speedup "
       f"{float([r for r in rows if int(r[0]) == 2][0][5]):.2f} on 2 nodes")
+PY
+# the predicted runs reported directly: predictions on 1 and 2 nodes, not
+# measured runs, and no plot of their losses (the virtual device's are 0)
+"$MT_BIN/meshreport" "$WORK"/camp/points/*/predicted --out "$WORK/direct" > /dev/null 2>&1 || fail "meshreport direct"
+python3 - "$WORK/direct" <<'PY'
+import csv, os, sys
+runs = list(csv.DictReader(open(f"{sys.argv[1]}/runs.csv")))
+assert sorted(int(r["nodes"]) for r in runs) == [1, 2], [(r["id"], r["nodes"]) for r in runs]
+assert all(r["ok"] == "0" and r["status"].startswith("predicted (virtual device") for r in runs), runs
+md = open(f"{sys.argv[1]}/report.md").read()
+assert "predicted only" in md and "No loss or tokens/s against step" in md, md
+assert not os.path.exists(f"{sys.argv[1]}/loss.png")
+print("ok   the predicted runs reported directly: predictions on 1 and 2 nodes, no loss plot")
 PY
 python3 "$MS" render train --system leonardo-booster --nodes 2 --layout "$LAYOUT" --account test \
   --bin "$MT_BIN" "${NODEV[@]}" --config "$MT_SRC/inputs/default.ini" "${MODEL[@]}" --run-dir "$WORK/job" \

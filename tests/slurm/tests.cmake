@@ -33,8 +33,11 @@ mt_slurm_test(stop_term slurm stop_term.sh)
 # the default job's two parts (dp=4, then resumed as dp=2) in small
 mt_slurm_test(meshreport report report.sh)
 mt_slurm_test(default_report report default_report.sh)
+# predictions (campaign --emulate, virtual runs) alone, reported directly,
+# and beside measured runs (hand-made, no MPI)
+mt_slurm_test(predicted report report_predicted.sh)
 # (meshreport's C also runs under the sanitizers: tests/run.sh runs -L sanitize there)
-set_property(TEST report.meshreport APPEND PROPERTY LABELS sanitize)
+set_property(TEST report.meshreport report.predicted APPEND PROPERTY LABELS sanitize)
 
 # campaign --emulate: the points on the virtual device here, no Slurm
 mt_slurm_test(campaign_emulate slurm campaign_emulate.sh)
