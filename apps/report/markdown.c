@@ -287,6 +287,7 @@ static void md_plots(FILE *f, const report *r, const point_rec *pts, int n_pts,
   int n_virtual = 0;
   for (int i = 0; i < r->n_runs; i++) n_virtual += r->runs[i].is_virtual;
   if (sp->n_series) fprintf(f, "![loss](loss.png)\n![tokens/s](tokens_per_s.png)\n");
+  if (sp->n_src) fprintf(f, "![validation loss per source](val_by_source.png)\n");
   else if (pred)
     fprintf(f, "No loss or tokens/s against step: %s.\n\n",
             n_virtual ? "the virtual device computes no values (its loss is 0) and times every "

@@ -33,6 +33,24 @@ static void rank_tics(FILE *g, const point_rec *pts, int n_pts, int meas, int pr
   fprintf(g, ")\n");
 }
 
+/* val_by_source.png from val_sources.dat: a blend's validation loss per
+ * source against step, a line per (series, source) */
+static void plot_sources(FILE *g, const step_plots *sp) {
+  fprintf(g, "set output 'val_by_source.png'\nset title name.': validation loss per source "
+             "against step'\nset ylabel 'validation loss'\nunset xlabel\nset key below\n"
+             "set offsets graph 0.02, graph 0.02, graph 0.06, graph 0.06\nplot ");
+  for (int k = 0; k < sp->n_src; k++) {
+    char t[sizeof sp->src_title[0]];
+    copy_str(t, sizeof t, sp->src_title[k]);
+    for (char *c = t; *c; c++)
+      if (*c == '\'') *c = '"';
+    fprintf(g, "%s'val_sources.dat' index %d using 1:2 with linespoints lw 2 lc rgb '#%s' pt %d "
+               "ps 1.3 title '%s'", k ? ", \\\n     " : "", k, g_color[k % N_COLORS],
+            g_marker[k % N_MARKERS], t);
+  }
+  fprintf(g, "\nset yrange [*:*]\n");
+}
+
 /* loss.png and tokens_per_s.png from steps.dat */
 static void plot_steps(FILE *g, const step_plots *sp) {
   /* the key below the plot never hides a line; the titles say "against step"
@@ -344,6 +362,7 @@ int mt_report_make_plots(const char *out, const report *r, const point_rec *pts,
     if (*c == '\'') *c = '"';
   fprintf(g, "name = '%s'\n", name);
   if (sp->n_series > 0) plot_steps(g, sp);
+  if (sp->n_src > 0) plot_sources(g, sp);
   if (n_ok > 1 || n_pred > 1) /* scaling needs two points, measured or predicted */
     plot_scaling(g, r, pts, n_pts, n_ok > 1, n_pred > 1);
   if (n_ok > 0) plot_breakdown(g);

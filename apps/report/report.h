@@ -155,6 +155,10 @@ typedef struct {
   char (*origin)[PATH_LEN / 4]; /* "RUN: resumed from CHECKPOINT", runs that began elsewhere */
   int n_origins;
   int window; /* steps in the moving average of tokens/s (1: none) */
+  /* a blend's validation loss per source: the blocks of val_sources.dat,
+   * one per (series, source), "step loss", and their titles */
+  char (*src_title)[PATH_LEN / 8];
+  int n_src;
 } step_plots;
 
 /* steps.c: steps.csv and steps.dat into out, and the series they hold (sp) */

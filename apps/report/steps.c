@@ -76,6 +76,43 @@ static void flush_series(FILE *csv, FILE *dat, int series, const char *run, cons
   fprintf(dat, "\n\n");
 }
 
+/* A series' validation losses per source (a blend's) to val_sources.dat:
+ * one block per source, "step loss", each one plot line (sp->src_title). */
+static void flush_sources(FILE *vs, step_plots *sp, int series, const step_row *rows, int n) {
+  char names[16][64];
+  int n_names = 0;
+  for (int i = 0; i < n; i++) { /* the sources, in the order met */
+    char buf[sizeof rows[i].val_by_source];
+    copy_str(buf, sizeof buf, rows[i].val_by_source);
+    for (char *kv = strtok(buf, ";"); kv; kv = strtok(NULL, ";")) {
+      char *eq = strchr(kv, '=');
+      if (!eq) continue;
+      *eq = '\0';
+      int known = 0;
+      for (int k = 0; k < n_names; k++) known |= !strcmp(names[k], kv);
+      if (!known && n_names < 16) copy_str(names[n_names++], sizeof names[0], kv);
+    }
+  }
+  for (int k = 0; k < n_names; k++) {
+    fprintf(vs, "# series %d source %s\n", series, names[k]);
+    for (int i = 0; i < n; i++) {
+      char key[80];
+      fmt_into(key, sizeof key, "%s=", names[k]);
+      const char *r = rows[i].val_by_source, *at = strstr(r, key);
+      while (at && at != r && at[-1] != ';') at = strstr(at + 1, key);
+      if (at) {
+        at += strlen(key);
+        fprintf(vs, "%lld %.*s\n", rows[i].step, (int)strcspn(at, ";"), at);
+      }
+    }
+    fprintf(vs, "\n\n");
+    sp->src_title = realloc(sp->src_title, (size_t)(sp->n_src + 1) * sizeof *sp->src_title);
+    if (!sp->src_title) die_runtime("out of memory");
+    fmt_into(sp->src_title[sp->n_src++], sizeof sp->src_title[0], "%s: %s", names[k],
+             sp->title[series]);
+  }
+}
+
 /* the steps in the moving average of tokens/s: it follows the longest
  * plotted run, ~50 averages over it (1: none, under 100 steps) */
 static int step_window(const report *r, const point_rec *pts, int n_pts) {
@@ -147,7 +184,7 @@ static void mark_run(step_plots *sp, const run_rec *x, int s0, int layouts) {
 
 /* run x's steps (its metrics.jsonl) to steps.csv (f) and steps.dat (d), a
  * series per layout; rows: a buffer kept between runs */
-static void write_run(FILE *f, FILE *d, const run_rec *x, step_plots *sp, step_row **rows,
+static void write_run(FILE *f, FILE *d, FILE *vs, const run_rec *x, step_plots *sp, step_row **rows,
                       size_t *cap_rows) {
   char mp[PATH_LEN];
   path_join(mp, x->dir, "metrics.jsonl");
@@ -172,7 +209,10 @@ static void write_run(FILE *f, FILE *d, const run_rec *x, step_plots *sp, step_r
       if (x->attempts[a].start_step < step && step <= x->attempts[a].end_step) att = a;
     const char *lay = att >= 0 ? x->attempts[att].layout : x->layout;
     if (series < 0 || strcmp(lay, cur)) {
-      if (series >= 0) flush_series(f, d, series, x->id, cur, *rows, n, sp->window);
+      if (series >= 0) {
+        flush_series(f, d, series, x->id, cur, *rows, n, sp->window);
+        flush_sources(vs, sp, series, *rows, n);
+      }
       n = 0;
       series = new_series(sp, x, att, lay, layouts, step);
       copy_str(cur, sizeof cur, lay);
@@ -192,7 +232,10 @@ static void write_run(FILE *f, FILE *d, const run_rec *x, step_plots *sp, step_r
     sp->has_val[series] |= !isnan(row->val);
     cJSON_Delete(j);
   }
-  if (series >= 0) flush_series(f, d, series, x->id, cur, *rows, n, sp->window);
+  if (series >= 0) {
+    flush_series(f, d, series, x->id, cur, *rows, n, sp->window);
+    flush_sources(vs, sp, series, *rows, n);
+  }
   free(line);
   fclose(m);
   mark_run(sp, x, s0, layouts);
@@ -208,11 +251,14 @@ static void write_run(FILE *f, FILE *d, const run_rec *x, step_plots *sp, step_r
  * marked; a run that began from another run's checkpoint says so. */
 void mt_report_write_steps(const char *out, const report *r, const point_rec *pts, int n_pts,
                            step_plots *sp) {
-  char path[PATH_LEN], dpath[PATH_LEN];
+  char path[PATH_LEN], dpath[PATH_LEN], vpath[PATH_LEN];
   memset(sp, 0, sizeof *sp);
   sp->window = step_window(r, pts, n_pts);
   FILE *f = open_out(out, "steps.csv", path);
   FILE *d = open_out(out, "steps.dat", dpath);
+  FILE *vs = open_out(out, "val_sources.dat", vpath);
+  fprintf(vs, "# meshreport: a blend's validation loss per source, a block per (series, "
+              "source): step val_loss\n");
   fprintf(f, "series,run,layout,attempt,step,loss,val_loss,tokens_per_s,step_s,tokens_per_s_avg,"
              "flop_imbalance,val_loss_by_source\n");
   fprintf(d, "# meshreport: per series, a block of steps (step loss val_loss tokens/s tokens/s "
@@ -222,14 +268,15 @@ void mt_report_write_steps(const char *out, const report *r, const point_rec *pt
   size_t cap_rows = 0;
   for (int k = 0; k < n_pts; k++) {
     const run_rec *x = plotted_run(r, &pts[k]);
-    if (x) write_run(f, d, x, sp, &rows, &cap_rows);
+    if (x) write_run(f, d, vs, x, sp, &rows, &cap_rows);
   }
   free(rows);
   close_out(f, path);
   close_out(d, dpath);
+  close_out(vs, vpath);
 }
 
 void mt_report_step_plots_free(step_plots *sp) {
   free(sp->title), free(sp->has_val), free(sp->first), free(sp->last), free(sp->resumes);
-  free(sp->origin);
+  free(sp->origin), free(sp->src_title);
 }

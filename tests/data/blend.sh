@@ -92,5 +92,17 @@ for r in rows:
     want = recs[int(r["step"])]["val_loss_by_source"]
     assert set(got) == set(want) and all(math.isclose(got[k], want[k], rel_tol=1e-8) for k in got), (got, want)
 print("ok   steps.csv: the validation loss per source of both evaluations")
+# val_sources.dat: a block per source, each of both evaluations, drawn in
+# val_by_source.png (report.md shows it)
+blocks = [b for b in open(f"{w}/report/val_sources.dat").read().split("\n\n\n") if b.strip()]
+blocks = [[l for l in b.splitlines() if l and not l.startswith("#")] for b in blocks]
+assert len(blocks) == 2 and all(len(b) == 2 for b in blocks), blocks
+for b in blocks:
+    for l in b:
+        step, loss = l.split()
+        assert any(math.isclose(float(loss), v, rel_tol=1e-8)
+                   for v in recs[int(step)]["val_loss_by_source"].values()), l
+assert "val_by_source.png" in open(f"{w}/report/report.md").read()
+print("ok   val_sources.dat: 2 sources x 2 evaluations; report.md shows val_by_source.png")
 PY
 echo PASS
