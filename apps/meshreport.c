@@ -140,8 +140,11 @@ int main(int argc, char **argv) {
     mt_report_predicted_table(stdout, pts, n_pts);
   }
   for (int i = 0; i < r.n_runs; i++)
-    if (!r.runs[i].ok && !r.runs[i].is_virtual)
+    if (!r.runs[i].ok && !r.runs[i].is_virtual && !r.runs[i].not_run)
       printf("failed or missing: %s: %s\n", r.runs[i].id, r.runs[i].status);
+  const int n_not_run = mt_report_n_not_run(&r);
+  if (n_not_run) printf("not run yet: %d run%s (listed in report.md)\n", n_not_run,
+                        n_not_run == 1 ? "" : "s");
   if (plots != 0) printf("\nplots: %s\n", why);
   printf("\nreport: %s/report.md\n", out);
   for (int i = 0; i < r.n_runs; i++) free(r.runs[i].attempts);

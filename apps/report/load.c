@@ -280,7 +280,8 @@ void mt_report_load_run(report *r, const char *dir, const cJSON *plan) {
   cJSON *s = read_json(p);
   if (!s || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(s, "tokens_per_s"))) {
     char why[256];
-    copy_str(why, sizeof why, x->status[0] ? x->status : "never ran");
+    x->not_run = !s && !x->status[0] && access(p, F_OK) != 0;
+    copy_str(why, sizeof why, x->status[0] ? x->status : "not run yet");
     fmt_into(x->status, sizeof x->status, "%s (%s)", why,
              s ? "summary.json lacks tokens_per_s"
                : (access(p, F_OK) == 0 ? "summary.json unreadable" : "no summary.json"));

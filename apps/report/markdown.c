@@ -263,19 +263,26 @@ static void md_oversubscribed(FILE *f, const report *r) {
               r->runs[i].over_cpus == 1 ? "" : "s");
 }
 
-/* the runs that failed or never ran, with their status and directory */
+/* a run's line in the lists below: its id, size, layout, status, directory */
+static void md_run_line(FILE *f, const run_rec *x) {
+  char nodes[32], ranks[32];
+  plural(nodes, sizeof nodes, x->nodes, "node");
+  plural(ranks, sizeof ranks, x->ranks, "rank");
+  fprintf(f, "- `%s` (%s, %s, %s): %s — `%s`\n", x->id, nodes, ranks,
+          x->layout[0] ? x->layout : "?", x->status, x->dir);
+}
+
+/* the runs that failed, and those not run yet, with their status and directory */
 static void md_failed(FILE *f, const report *r) {
   fprintf(f, "\n## Failed or missing runs\n\n");
   if (!mt_report_n_failed(r)) fprintf(f, "None.\n");
-  for (int i = 0; i < r->n_runs; i++) {
-    const run_rec *x = &r->runs[i];
-    char nodes[32], ranks[32];
-    plural(nodes, sizeof nodes, x->nodes, "node");
-    plural(ranks, sizeof ranks, x->ranks, "rank");
-    if (!x->ok && !x->is_virtual)
-      fprintf(f, "- `%s` (%s, %s, %s): %s — `%s`\n", x->id, nodes, ranks,
-              x->layout[0] ? x->layout : "?", x->status, x->dir);
-  }
+  for (int i = 0; i < r->n_runs; i++)
+    if (!r->runs[i].ok && !r->runs[i].is_virtual && !r->runs[i].not_run)
+      md_run_line(f, &r->runs[i]);
+  if (!mt_report_n_not_run(r)) return;
+  fprintf(f, "\n## Not run yet\n\nNo summary.json and no job status yet (not failures):\n\n");
+  for (int i = 0; i < r->n_runs; i++)
+    if (r->runs[i].not_run) md_run_line(f, &r->runs[i]);
 }
 
 /* the PNGs (or why they were not drawn) and the files beside them */

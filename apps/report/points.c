@@ -131,6 +131,13 @@ const point_rec *mt_report_pred_ref(const point_rec *pts, int n_pts) {
 
 int mt_report_n_failed(const report *r) {
   int n = 0;
-  for (int i = 0; i < r->n_runs; i++) n += !r->runs[i].ok && !r->runs[i].is_virtual;
+  for (int i = 0; i < r->n_runs; i++)
+    n += !r->runs[i].ok && !r->runs[i].is_virtual && !r->runs[i].not_run;
+  return n;
+}
+
+int mt_report_n_not_run(const report *r) {
+  int n = 0;
+  for (int i = 0; i < r->n_runs; i++) n += r->runs[i].not_run;
   return n;
 }

@@ -87,6 +87,8 @@ typedef struct {
   int has_pred; /* predicted/summary.json (meshslurm.py campaign --emulate): */
   double pred_tps, pred_step_s, pred_mfu; /* the virtual device's figures */
   char pred_hw[64];                       /* the profile it priced at */
+  int not_run;    /* no summary.json and no status: not run yet (a campaign's point
+                     before its job ran), not a failure */
   int is_virtual; /* the run itself ran on the virtual device: a prediction (has_pred), not
                    * a measurement (ok = 0), neither failed nor counted among the runs */
 } run_rec;
@@ -137,6 +139,8 @@ int mt_report_n_pred_points(const point_rec *pts, int n_pts);
 const point_rec *mt_report_pred_ref(const point_rec *pts, int n_pts);
 /* the runs that failed or are missing (neither measured nor a virtual run) */
 int mt_report_n_failed(const report *r);
+/* the runs not run yet (no summary.json, no status) */
+int mt_report_n_not_run(const report *r);
 
 /* ------------------------------------------------------------------ */
 /* the outputs                                                         */

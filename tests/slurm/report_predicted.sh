@@ -138,6 +138,10 @@ sec = md.split("## Predicted (virtual device)")[1].split("\n## ")[0]
 assert "measured tokens/s | measured/predicted | measured efficiency |" in sec, sec
 assert "| 2 | 8 | dp8-tp1-pp1-cp1 | 2.276 | 1800.0 | 1.80 | 90.0% | 18.00% | 1530.0 | 0.850 | 85.0% |" in sec, sec
 assert "- `n4-r16-rep0` (4 nodes, 16 ranks, " in md, "the point not run yet"
+# a point whose job has not run is listed as not run yet, not as failed
+notrun = md.split("## Not run yet")[1].split("\n## ")[0]
+failed = md.split("## Failed or missing runs")[1].split("\n## ")[0]
+assert "`n4-r16-rep0`" in notrun and "`n4-r16-rep0`" not in failed, (failed, notrun)
 s = {int(r["nodes"]): r for r in csv.DictReader(open(os.path.join(rep, "summary.csv")))}
 assert math.isclose(float(s[2]["speedup"]), 1.7) and math.isclose(float(s[2]["predicted_speedup"]), 1.8), s[2]
 gp = open(os.path.join(rep, "plots.gp")).read()
