@@ -251,8 +251,11 @@ static void check_canaries(const thread *t) {
     long long off = (long long)(x - (const unsigned char *)r.base);
     char at[160];
     if (!t) snprintf(at, sizeof at, "by a thread of the block (found when the block ended)");
-    else if (t->state == T_DONE) snprintf(at, sizeof at, "%s (found before it exited)", thread_name(*t).c_str());
-    else snprintf(at, sizeof at, "%s (found before it reached %s:%d)", thread_name(*t).c_str(), t->wfile, t->wline);
+    else if (t->state == T_DONE)
+      snprintf(at, sizeof at, "%s (found before it exited)", thread_name(*t).c_str());
+    else
+      snprintf(at, sizeof at, "%s (found before it reached %s:%d)", thread_name(*t).c_str(),
+               t->wfile, t->wline);
     fatal("a write out of bounds of device memory, at %s, in %s, %s",
           device_offset(off, r.base, r.size, g_launch).c_str(), where_block().c_str(), at);
   }

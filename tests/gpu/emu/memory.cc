@@ -112,7 +112,9 @@ static std::string alloc_name(const void *base, size_t size, const launch_desc *
 std::string device_offset(long long off, const void *base, size_t size, const launch_desc *l) {
   char b[96];
   if (off < 0) snprintf(b, sizeof b, "offset %lld, %lld bytes before the start, of ", off, -off);
-  else snprintf(b, sizeof b, "offset %lld, %lld bytes after the end, of ", off, off - (long long)size);
+  else
+    snprintf(b, sizeof b, "offset %lld, %lld bytes after the end, of ", off,
+             off - (long long)size);
   return b + alloc_name(base, size, l);
 }
 
@@ -252,7 +254,8 @@ static void *device_mapping(size_t bytes, char **map, size_t *map_len) {
   } else {
     m = (char *)mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return nullptr;
-    if (mprotect(m + ps, body, PROT_READ | PROT_WRITE) != 0) fatal("mprotect of device memory failed");
+    if (mprotect(m + ps, body, PROT_READ | PROT_WRITE) != 0)
+      fatal("mprotect of device memory failed");
   }
   char *p = m + ps + body - rounded;
   fill_canary((unsigned char *)m + ps, body - rounded);
