@@ -5,6 +5,10 @@
 #include "parallel/dp_internal.h"
 
 #include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static double sqrt_safe(double x) { return x > 0.0 ? sqrt(x) : 0.0; }
 
@@ -90,8 +94,65 @@ static void update(mt_dp *d, float *param, void *copy, void *g, size_t begin, si
   }
 }
 
+/* Per tensor, the part of it in [begin, begin+len) of the reduced gradients
+ * grad (element 0 = flat element begin): "name first count sum sumsq wsum",
+ * first counted within the rank's local tensor, wsum weighted 1 + (i mod 7)
+ * / 8 by that element number i (a permutation changes it) */
+static void grad_sums_range(const mt_dp *d, FILE *f, void *grad, size_t begin, size_t len) {
+  size_t end = begin + len, es = mt_dtype_bytes(d->gdt);
+  for (int i = 0; i < d->reg->n; i++) {
+    const mt_tensor *t = &d->reg->t[i];
+    size_t tb = t->offset, te = t->offset + t->numel_local;
+    if (te <= begin || tb >= end) continue;
+    size_t a = tb > begin ? tb : begin, b = te < end ? te : end, n = b - a;
+    float *h = mt_malloc(n * sizeof(float));
+    void *raw = d->gdt == MT_DT_F32 ? (void *)h : mt_malloc(n * es);
+    d->ops->download(raw, dp_at(grad, d->gdt, a - begin), n * es);
+    if (raw != h) {
+      mt_bf16_to_f32_n(h, raw, n);
+      free(raw);
+    }
+    double sum = 0.0, sumsq = 0.0, wsum = 0.0;
+    for (size_t j = 0; j < n; j++) {
+      sum += h[j];
+      sumsq += (double)h[j] * h[j];
+      wsum += h[j] * (1.0 + (double)((a - tb + j) % 7) / 8.0);
+    }
+    free(h);
+    fprintf(f, "%s %zu %zu %.17g %.17g %.17g\n", t->name, a - tb, n, sum, sumsq, wsum);
+  }
+}
+
+/* The test hook MT_TEST_GRAD_SUMS=PATH (tests only): at the first optimizer
+ * step that computes, before clipping, each rank writes PATH.<world rank>: grad_sums_range
+ * over the reduced gradients it holds (its shard under ZeRO), so that two
+ * runs of one layout (GPU and CPU) can be compared tensor by tensor. */
+static void grad_sums_hook(const mt_dp *d) {
+  static int done;
+  const char *path = getenv("MT_TEST_GRAD_SUMS");
+  /* the plan's counted step (null or virtual ops) computes nothing */
+  if (done || !path || !*path || !strcmp(d->ops->name, "null") || !strcmp(d->ops->name, "virtual"))
+    return;
+  done = 1;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char fn[4096];
+  snprintf(fn, sizeof fn, "%s.%d", path, rank);
+  FILE *f = fopen(fn, "w");
+  if (!f) mt_die("MT_TEST_GRAD_SUMS: cannot write %s", fn);
+  void *g = reduced_grads(d);
+  if (d->zero)
+    for (int k = 0; k < d->reg->n_buckets; k++)
+      grad_sums_range(d, f, dp_at(g, d->gdt, dp_plan(d, k)->shard_off), dp_part_begin(d, k),
+                      dp_part_len(d, k));
+  else
+    grad_sums_range(d, f, g, 0, d->reg->numel_local);
+  if (fclose(f) != 0) mt_die("MT_TEST_GRAD_SUMS: short write of %s", fn);
+}
+
 double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
   const mt_registry *r = d->reg;
+  grad_sums_hook(d);
   double norm = sqrt_safe(global_sumsq(d));
   d->last_grad_norm = norm;
   float scale = mt_clip_scale(norm, grad_clip);

@@ -3,6 +3,12 @@
 # counts it as skipped and tests/run.sh lists the reason.
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh" || exit 1
 CMP="$MT_SRC/tests/scripts/compare_runs.py"
+# the gradients of step 1 against a reference run (runs made with
+# MT_TEST_GRAD_SUMS=RUN.grads): grad_check REF RUN fp32|bf16 [WHAT]
+grad_check() {
+  python3 "$MT_SRC/tests/scripts/grad_check.py" "$1" "$2" --dtype "$3" --what "${4:-$(basename "$2")}" ||
+    fail "${4:-$(basename "$2")}: the gradients of step 1"
+}
 
 needs_gpu() {
   local info n why

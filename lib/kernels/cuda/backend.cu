@@ -186,11 +186,12 @@ extern "C" void mt_cuda_host_free(void *p) {
 /* memory                                                              */
 
 /* zeroed device memory of `bytes`, counted under cat (and in the device
- * peak); out of memory is fatal with the figures that explain it */
+ * peak); out of memory is fatal with the figures that explain it. The
+ * size asked for is the tensor's own (cudaMalloc rounds it up itself), so
+ * that a memory checker sees the tensor's true end. */
 static void *cuda_alloc(mt_mem_cat cat, size_t bytes) {
-  size_t rounded = (bytes + 255) / 256 * 256;
   void *p = NULL;
-  cudaError_t e = cudaMalloc(&p, rounded ? rounded : 256);
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
   if (e != cudaSuccess) {
     cudaGetLastError();
     size_t fr = 0, tot = 0;
@@ -201,7 +202,7 @@ static void *cuda_alloc(mt_mem_cat cat, size_t bytes) {
            fr / 1073741824.0, tot / 1073741824.0, g_cu.dev_cur / 1073741824.0,
            cudaGetErrorString(e));
   }
-  CUDA_CHECK(cudaMemsetAsync(p, 0, rounded ? rounded : 256, g_cu.stream));
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes ? bytes : 1, g_cu.stream));
   mt_mem_count(cat, bytes);
   g_cu.dev_cur += bytes;
   if (g_cu.dev_cur > g_cu.dev_peak) g_cu.dev_peak = g_cu.dev_cur;

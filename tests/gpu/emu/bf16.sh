@@ -20,7 +20,10 @@
 #     bf16 gradients in GPU memory, sp's partial gradients summed over tp
 #     from bf16), one emulated GPU a rank: within
 #     1e-3 of the same layout on the CPU, and the dp and tp groups' device
-#     traffic went over NCCL, none of it staged through host MPI.
+#     traffic went over NCCL, none of it staged through host MPI;
+#   - in each of the three layouts, the gradients of step 1 (the norm and
+#     every tensor part's sums, tests/scripts/grad_check.py at bf16's
+#     tolerance) follow the CPU's bf16 run.
 source "$(dirname "$0")/../common_gpu.sh"
 needs_gpu
 corpus=$(mt_corpus 400000)
@@ -29,16 +32,16 @@ C=(--set model.preset=tiny --set train.steps=10 --set train.global_batch=8
    --set ckpt.mode=none)
 B=(--set train.precision=bf16)
 train fp32 1 "${C[@]}" --set train.device=cuda --set train.precision=fp32 --set output.dir="$WORK/fp32"
-MT_CUDA_OP_TIMES=1 train bf16 1 "${C[@]}" "${B[@]}" --set train.device=cuda \
+MT_CUDA_OP_TIMES=1 MT_TEST_GRAD_SUMS="$WORK/bf16.grads" train bf16 1 "${C[@]}" "${B[@]}" --set train.device=cuda \
   --set output.dir="$WORK/bf16"
-train cpu16 1 "${C[@]}" "${B[@]}" --set train.device=cpu --set output.dir="$WORK/cpu16"
+MT_TEST_GRAD_SUMS="$WORK/cpu16.grads" train cpu16 1 "${C[@]}" "${B[@]}" --set train.device=cpu --set output.dir="$WORK/cpu16"
 DP=(--set parallel.dp=2 --set parallel.grad_reduce_dtype=bf16 --set train.micro_batch=2)
 TP=(--set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=2
     --set train.grad_dtype=bf16 --set parallel.grad_reduce_dtype=bf16)
-train dp2 2 "${C[@]}" "${B[@]}" "${DP[@]}" --set train.device=cuda --set output.dir="$WORK/dp2"
-train dp2cpu 2 "${C[@]}" "${B[@]}" "${DP[@]}" --set train.device=cpu --set output.dir="$WORK/dp2cpu"
-train tp2 2 "${C[@]}" "${B[@]}" "${TP[@]}" --set train.device=cuda --set output.dir="$WORK/tp2"
-train tp2cpu 2 "${C[@]}" "${B[@]}" "${TP[@]}" --set train.device=cpu --set output.dir="$WORK/tp2cpu"
+MT_TEST_GRAD_SUMS="$WORK/dp2.grads" train dp2 2 "${C[@]}" "${B[@]}" "${DP[@]}" --set train.device=cuda --set output.dir="$WORK/dp2"
+MT_TEST_GRAD_SUMS="$WORK/dp2cpu.grads" train dp2cpu 2 "${C[@]}" "${B[@]}" "${DP[@]}" --set train.device=cpu --set output.dir="$WORK/dp2cpu"
+MT_TEST_GRAD_SUMS="$WORK/tp2.grads" train tp2 2 "${C[@]}" "${B[@]}" "${TP[@]}" --set train.device=cuda --set output.dir="$WORK/tp2"
+MT_TEST_GRAD_SUMS="$WORK/tp2cpu.grads" train tp2cpu 2 "${C[@]}" "${B[@]}" "${TP[@]}" --set train.device=cpu --set output.dir="$WORK/tp2cpu"
 python3 - "$WORK" <<'PY'
 import json, math, sys
 w = sys.argv[1]
@@ -79,4 +82,7 @@ for run, group in (("dp2", "dp_cp"), ("tp2", "tp")):
           % (run, group, gr[group]["path"], gr[group]["direct_calls"], staged))
     if gr[group]["path"] != "nccl" or staged: sys.exit("FAIL: %s: device traffic %s" % (run, gr))
 PY
+grad_check "$WORK/cpu16" "$WORK/bf16" bf16 "bf16 GPU against bf16 CPU"
+grad_check "$WORK/dp2cpu" "$WORK/dp2" bf16 "dp 2, bf16 reduction, GPU vs CPU"
+grad_check "$WORK/tp2cpu" "$WORK/tp2" bf16 "tp 2 + sp, bf16 grads, GPU vs CPU"
 echo PASS

@@ -22,6 +22,15 @@
  * is reported with the kernel, its launch line, the block and the thread
  * (under AddressSanitizer, its report gives the faulting line).
  *
+ * Device memory (memory.cc) ends at a guard page too, and the slack after
+ * an allocation's size and the gap before it hold a canary: a read or
+ * write that reaches a guard page faults and is reported the same way,
+ * with the offset in the allocation and the kernel argument pointing into
+ * it; the canary of every allocation the kernel's pointer arguments point
+ * into is checked (its first bytes after the end each time a thread stops,
+ * so that a write one element past the end is reported with that thread
+ * and where it stopped; all of it when the block ends).
+ *
  * Launches are checked against the device's limits (block <= 1024 threads
  * and its dimensions, grid y and z <= 65535, dynamic shared memory above
  * 48 KiB only with cudaFuncAttributeMaxDynamicSharedMemorySize and never
@@ -39,6 +48,7 @@
 
 #include <map>
 #include <memory>
+#include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define MT_EMU_ASAN 1
@@ -201,7 +211,7 @@ static std::string where_block() {
   return b;
 }
 
-[[maybe_unused]] static std::string thread_name(const thread &t) {
+static std::string thread_name(const thread &t) {
   char b[96];
   snprintf(b, sizeof b, "thread %d (%u,%u,%u; warp %d lane %d)", t.lin, t.tid.x, t.tid.y, t.tid.z,
            t.lin / 32, t.lin % 32);
@@ -229,6 +239,26 @@ static std::string block_states() {
     i = j;
   }
   return out;
+}
+
+/* a write into the canary around an allocation the kernel's arguments point
+ * into: t's when t (just stopped) is given, else one of the block's */
+static void check_canaries(const thread *t) {
+  for (const canary_range &r : canaries_watched()) {
+    if (t && !r.after) continue;
+    const unsigned char *x = canary_broken(r, t ? CANARY_EACH_STOP : r.n);
+    if (!x) continue;
+    long long off = (long long)(x - (const unsigned char *)r.base);
+    char at[160];
+    if (!t) snprintf(at, sizeof at, "by a thread of the block (found when the block ended)");
+    else if (t->state == T_DONE)
+      snprintf(at, sizeof at, "%s (found before it exited)", thread_name(*t).c_str());
+    else
+      snprintf(at, sizeof at, "%s (found before it reached %s:%d)", thread_name(*t).c_str(),
+               t->wfile, t->wline);
+    fatal("a write out of bounds of device memory, at %s, in %s, %s",
+          device_offset(off, r.base, r.size, g_launch).c_str(), where_block().c_str(), at);
+  }
 }
 
 /* ---- fibers ---- */
@@ -511,13 +541,29 @@ static void source_line(void *pc, char *out, size_t len) {
   if (fgets(out, (int)len, f)) out[strcspn(out, "\n")] = '\0';
   pclose(f);
   if (!strncmp(out, "??", 2)) out[0] = '\0';
+  if (char *disc = strstr(out, " (discriminator")) *disc = '\0';
+  /* a row of the line table may name the rewritten file (DWARF 5's file 0)
+   * with the .cu file's line: the .cu file's name, from the #line that
+   * opens the rewrite */
+  char *colon = strchr(out, ':');
+  if (!colon || colon - out < 6 || strncmp(colon - 6, ".cu.cc", 6)) return;
+  std::string cc(out, colon - out), rest(colon);
+  FILE *src = fopen(cc.c_str(), "r");
+  char first[1024];
+  if (!src) return;
+  if (fgets(first, sizeof first, src) && !strncmp(first, "#line 1 \"", 9)) {
+    std::string cu(first + 9);
+    cu = cu.substr(0, cu.find('"'));
+    snprintf(out, len, "%s%s", cu.c_str(), rest.c_str());
+  }
+  fclose(src);
 }
 
 static void on_segv(int sig, siginfo_t *si, void *uc) {
   char *a = (char *)si->si_addr;
   size_t ps = page_size();
   const char *what = nullptr;
-  char detail[256] = "";
+  char detail[512] = "";
   if (g_launch && a >= g_dyn_guard && a < g_dyn_guard + ps) {
     what = "a read or write past the end of the block's dynamic shared memory";
     snprintf(detail, sizeof detail, " (%zu bytes asked for; byte %zu past the end)", g_dyn_bytes,
@@ -530,6 +576,21 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
     }
   for (int i = 0; g_launch && !what && i < g_stacks; i++)
     if (a >= g_guard[i] && a < g_guard[i] + ps) what = "a fiber's stack overflowed";
+  std::string dev;
+  const void *base;
+  size_t size;
+  long long off;
+  if (!what && device_guard_fault(a, &base, &size, &off)) {
+    dev = " at " + device_offset(off, base, size, g_launch);
+    what = "a read or write out of bounds of device memory";
+    snprintf(detail, sizeof detail, "%s", dev.c_str());
+    if (!cur) {
+      char line[512];
+      source_line((void *)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP], line, sizeof line);
+      fatal("%s%s%s%s, outside any kernel (the host's code or an emulated library given a "
+            "device pointer)", line, line[0] ? ": " : "", what, detail);
+    }
+  }
   if (what && cur) {
     char line[512];
     source_line((void *)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP], line, sizeof line);
@@ -541,7 +602,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
 
 #endif
 
-static void install_segv() {
+void install_segv() {
 #if !MT_EMU_ASAN
   static bool done;
   if (done) return;
@@ -603,6 +664,7 @@ static void run_block() {
       if (t->state != T_READY) continue;
       stats.switches++;
       resume(t);
+      if (canaries_changed()) check_canaries(t);
       on_stop(t);
       ran = true;
     }
@@ -617,6 +679,7 @@ static void run_block() {
                block_states().c_str());
     }
   }
+  if (!canaries_watched().empty()) check_canaries(nullptr);
   stats.threads += g_n;
   stats.blocks++;
 }
@@ -628,6 +691,7 @@ static void run_grid(const launch_desc &d) {
   cur_grid_dim = d.grid;
   cur_block_dim = d.block;
   g_rng = cfg().seed * 0x9E3779B97F4A7C15ULL + 1;
+  watch_canaries(d);
   for (unsigned z = 0; z < d.grid.z; z++)
     for (unsigned y = 0; y < d.grid.y; y++)
       for (unsigned x = 0; x < d.grid.x; x++) {
@@ -635,12 +699,19 @@ static void run_grid(const launch_desc &d) {
         run_block();
       }
   g_launch = nullptr;
+  unwatch_canaries();
 }
 
-void check_kernel_pointer(const launch_desc &d, int index, const void *p) {
+void check_kernel_pointer(launch_desc &d, int index, const void *p) {
   if (!p) return;
   int k = find_alloc(p, nullptr, nullptr);
-  if (k == ALLOC_DEVICE) return;
+  if (k == ALLOC_DEVICE) {
+    if (d.n_ptr_args < launch_desc::MAX_PTR_ARGS) {
+      d.ptr_args[d.n_ptr_args] = p;
+      d.ptr_arg_no[d.n_ptr_args++] = index + 1;
+    }
+    return;
+  }
   fatal_at(d.file, d.line, "kernel %s: pointer argument %d (%p) lies outside every device allocation%s",
            d.name, index + 1, p, k == ALLOC_HOST ? " (it is page-locked host memory)" : "");
 }

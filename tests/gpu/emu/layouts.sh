@@ -5,7 +5,9 @@
 # ranks, its gradients summed over tp on the device), and documents at cp 2
 # (ring with learned positions, Ulysses with rotary ones). Each:
 #   - every step's loss within 1e-4 relative of the same layout on the CPU
-#     backend (fp32 both; summation orders differ);
+#     backend (fp32 both; summation orders differ), and every rank's
+#     gradients of step 1 (the norm, each tensor part's sums: tests/scripts/
+#     grad_check.py) the CPU's (ep 2: a MoE model routing top-2);
 #   - summary.json's device.groups: every group that carries device traffic
 #     in that layout has an NCCL communicator on every rank and took the
 #     direct path ("nccl", calls > 0), and no device call anywhere was
@@ -50,10 +52,12 @@ PY
 # NAME NP EXPECT ARGS...: the emulated GPUs and the CPU, then compare
 layout() {
   local name=$1 np=$2 expect=$3; shift 3
-  MT_EMU_NCCL_INFLIGHT=1 train "$name" "$np" "${C[@]}" "$@" --set train.device=cuda \
-    --set output.dir="$WORK/$name"
-  train "$name.cpu" "$np" "${C[@]}" "$@" --set output.dir="$WORK/$name.cpu"
+  MT_EMU_NCCL_INFLIGHT=1 MT_TEST_GRAD_SUMS="$WORK/$name.grads" train "$name" "$np" "${C[@]}" "$@" \
+    --set train.device=cuda --set output.dir="$WORK/$name"
+  MT_TEST_GRAD_SUMS="$WORK/$name.cpu.grads" train "$name.cpu" "$np" "${C[@]}" "$@" \
+    --set output.dir="$WORK/$name.cpu"
   python3 "$CMP" "$WORK/$name.cpu" "$WORK/$name" --rtol 1e-4 --steps 3 || fail "$name: losses"
+  grad_check "$WORK/$name.cpu" "$WORK/$name" fp32 "$name"
   check "$name" "$expect"
 }
 layout dp2 2 dp_cp --set parallel.dp=2 --set train.micro_batch=4

@@ -1,26 +1,202 @@
 /* gpu-emu: device and page-locked host memory, copies and fills.
  *
- * Device memory is host memory from aligned_alloc (256-byte aligned, as
- * cudaMalloc's), registered by address so that every copy, fill, kernel
- * pointer argument and NCCL buffer can be checked against it, and filled
- * with 0xff bytes when allocated: a float, double or bf16 read before any
- * write is NaN. Copies and fills are stream operations; a device range
- * that leaves its allocation is an error naming the call and its line. */
+ * Device memory is host memory, registered by address so that every copy,
+ * fill, kernel pointer argument and NCCL buffer can be checked against it,
+ * and filled with 0xff bytes when allocated: a float, double or bf16 read
+ * before any write is NaN. Copies and fills are stream operations; a device
+ * range that leaves its allocation is an error naming the call and its line.
+ *
+ * Memory checking (as compute-sanitizer's memcheck): each device allocation
+ * is a mapping of its own, 256-byte aligned as cudaMalloc's, whose 256-byte
+ * rounded end touches an inaccessible guard page, with another guard page
+ * before the page it starts in. A kernel's read or write that reaches a
+ * guard page faults, and kernels.cc reports it with the kernel, block,
+ * thread, source line and the offset in the allocation. The bytes between
+ * the size asked for and the 256-byte rounding (the slack), and the gap
+ * before the start, hold a canary (0x7fffffff words: NaN to a float, bf16
+ * or double read): for every allocation a kernel's pointer arguments point
+ * into, kernels.cc checks the first 32 bytes of the slack each time one of
+ * the kernel's threads stops (a write there, as one element past the end,
+ * is reported with the thread that made it), and the whole slack and the
+ * last 256 bytes of the gap when each block ends (reported with the block).
+ * A read there is not seen: it reads NaN. Freed
+ * mappings are kept for reuse by an allocation of the same span, up to a
+ * bound, and filled again. */
 #include "runtime.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <map>
+#include <vector>
 
 namespace mt_emu {
 
 struct alloc_info {
   size_t size;
   int kind;
+  char *map;      /* device: the whole mapping, guard pages included */
+  size_t map_len;
 };
 static std::map<uintptr_t, alloc_info> g_allocs;
 static size_t g_device_bytes;
+
+static size_t page_bytes() {
+  static size_t p = (size_t)sysconf(_SC_PAGESIZE);
+  return p;
+}
+static size_t round256(size_t x) { return x ? (x + 255) / 256 * 256 : 256; }
+
+/* the canary: 0x7fffffff at every 4-byte aligned address (byte 3 of each
+ * word 0x7f, the others 0xff); pattern + (address & 3) lines up with it */
+static unsigned char g_pattern[256 + 4 + 8];
+static const unsigned char *pattern_at(const void *p) {
+  if (!g_pattern[0])
+    for (size_t i = 0; i < sizeof g_pattern; i++) g_pattern[i] = (i & 3) == 3 ? 0x7f : 0xff;
+  return g_pattern + ((uintptr_t)p & 3);
+}
+static void fill_canary(unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = ((uintptr_t)(p + i) & 3) == 3 ? 0x7f : 0xff;
+}
+
+/* the gap checked before an allocation's start, at most */
+static const size_t FRONT_CHECKED = 256;
+
+void canary_ranges(const void *p, std::vector<canary_range> &out) {
+  const void *base;
+  size_t size;
+  if (find_alloc(p, &base, &size) != ALLOC_DEVICE) return;
+  const alloc_info &a = g_allocs[(uintptr_t)base];
+  const unsigned char *b = (const unsigned char *)base;
+  for (const canary_range &r : out)
+    if (r.base == base) return;
+  if (round256(size) > size)
+    out.push_back(canary_range{b + size, round256(size) - size, base, size, true});
+  size_t gap = (size_t)(b - (const unsigned char *)a.map) - page_bytes();
+  if (gap) {
+    size_t n = gap < FRONT_CHECKED ? gap : FRONT_CHECKED;
+    out.push_back(canary_range{b - n, n, base, size, false});
+  }
+}
+
+const unsigned char *canary_broken(const canary_range &r, size_t n) {
+  if (n > r.n) n = r.n;
+  const unsigned char *want = pattern_at(r.p);
+  if (!memcmp(r.p, want, n)) return nullptr;
+  for (size_t i = 0; i < n; i++)
+    if (r.p[i] != want[i]) return r.p + i;
+  return nullptr;
+}
+
+/* "a B-byte device allocation (kernel argument N points at its offset O)" */
+static std::string alloc_name(const void *base, size_t size, const launch_desc *l) {
+  char b[256];
+  int n = snprintf(b, sizeof b, "a %zu-byte device allocation", size);
+  for (int i = 0; l && i < l->n_ptr_args; i++) {
+    const void *ab;
+    size_t as;
+    if (find_alloc(l->ptr_args[i], &ab, &as) == ALLOC_DEVICE && ab == base) {
+      snprintf(b + n, sizeof b - n, " (kernel argument %d points at its offset %zu)",
+               l->ptr_arg_no[i], (size_t)((const char *)l->ptr_args[i] - (const char *)base));
+      break;
+    }
+  }
+  return b;
+}
+
+/* "offset O, N bytes after the end, of a B-byte device allocation (...)",
+ * counted as compute-sanitizer does: 0 bytes after = the first byte past
+ * the end */
+std::string device_offset(long long off, const void *base, size_t size, const launch_desc *l) {
+  char b[96];
+  if (off < 0) snprintf(b, sizeof b, "offset %lld, %lld bytes before the start, of ", off, -off);
+  else
+    snprintf(b, sizeof b, "offset %lld, %lld bytes after the end, of ", off,
+             off - (long long)size);
+  return b + alloc_name(base, size, l);
+}
+
+/* those first bytes as words to compare, made when the grid starts */
+struct canary_word {
+  const unsigned char *p;
+  uint64_t want;
+  int len; /* 8, or 1 where the slack is shorter than a word */
+};
+static std::vector<canary_word> g_canary_words;
+/* the canaries around the allocations the running grid's pointer
+ * arguments point into */
+static std::vector<canary_range> g_canaries;
+
+const std::vector<canary_range> &canaries_watched() { return g_canaries; }
+
+void watch_canaries(const launch_desc &d) {
+  g_canaries.clear();
+  for (int i = 0; i < d.n_ptr_args; i++) canary_ranges(d.ptr_args[i], g_canaries);
+  for (const canary_range &r : g_canaries) /* broken before this grid: a host write */
+    if (canary_broken(r, r.n))
+      fatal_at(d.file, d.line, "kernel %s: the canary around a %zu-byte device allocation was "
+               "overwritten before the launch (a copy or another library's write)", d.name, r.size);
+  g_canary_words.clear();
+  for (const canary_range &r : g_canaries) {
+    if (!r.after) continue;
+    size_t m = r.n < CANARY_EACH_STOP ? r.n : CANARY_EACH_STOP;
+    for (size_t off = 0; off < m;) {
+      /* whole words inside the slack (the last one overlapping its
+       * predecessor), never past it: the guard page follows */
+      int len = m >= 8 ? 8 : 1;
+      if (len == 8 && off + 8 > m) off = m - 8;
+      canary_word w{r.p + off, 0, len};
+      memcpy(&w.want, r.p + off, (size_t)len); /* intact when the grid starts */
+      g_canary_words.push_back(w);
+      off += (size_t)len;
+    }
+  }
+}
+
+void unwatch_canaries() {
+  g_canaries.clear();
+  g_canary_words.clear();
+}
+
+bool canaries_changed() {
+  uint64_t diff = 0;
+  for (const canary_word &w : g_canary_words) {
+    uint64_t v = *w.p;
+    if (w.len == 8) memcpy(&v, w.p, 8);
+    diff |= v ^ w.want;
+  }
+  return diff != 0;
+}
+
+bool device_guard_fault(const void *addr, const void **base, size_t *size, long long *offset) {
+  uintptr_t x = (uintptr_t)addr;
+  size_t ps = page_bytes();
+  auto it = g_allocs.upper_bound(x);
+  /* the guard page before the next allocation's first page */
+  if (it != g_allocs.end() && it->second.kind == ALLOC_DEVICE) {
+    uintptr_t g = (uintptr_t)it->second.map;
+    if (x >= g && x < g + ps) {
+      *base = (const void *)it->first, *size = it->second.size;
+      *offset = -(long long)(it->first - x);
+      return true;
+    }
+  }
+  /* the guard page after the previous one's rounded end */
+  if (it != g_allocs.begin()) {
+    --it;
+    if (it->second.kind == ALLOC_DEVICE) {
+      uintptr_t end = it->first + round256(it->second.size);
+      if (x >= end && x < end + ps) {
+        *base = (const void *)it->first, *size = it->second.size;
+        *offset = (long long)(x - it->first);
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 int find_alloc(const void *p, const void **base, size_t *size) {
   uintptr_t a = (uintptr_t)p;
@@ -59,29 +235,77 @@ void check_device_range(const char *file, int line, const char *what, const void
              what, bytes, off, size, bytes - (size - off));
 }
 
+/* freed device mappings kept for reuse (their spans), up to a bound */
+static std::multimap<size_t, char *> g_spare;
+static size_t g_spare_bytes;
+static const size_t SPARE_MAX = 256u << 20;
+
+/* [guard page][gap][bytes, rounded to 256][guard page]: the rounded end on
+ * a page boundary */
+static void *device_mapping(size_t bytes, char **map, size_t *map_len) {
+  size_t ps = page_bytes(), rounded = round256(bytes);
+  size_t body = (rounded + ps - 1) / ps * ps, len = body + 2 * ps;
+  char *m = nullptr;
+  auto it = g_spare.find(len);
+  if (it != g_spare.end()) {
+    m = it->second;
+    g_spare.erase(it);
+    g_spare_bytes -= len;
+  } else {
+    m = (char *)mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    if (mprotect(m + ps, body, PROT_READ | PROT_WRITE) != 0)
+      fatal("mprotect of device memory failed");
+  }
+  char *p = m + ps + body - rounded;
+  fill_canary((unsigned char *)m + ps, body - rounded);
+  memset(p, 0xff, bytes); /* NaN */
+  fill_canary((unsigned char *)p + bytes, rounded - bytes);
+  *map = m;
+  *map_len = len;
+  return p;
+}
+
 static void *register_alloc(size_t bytes, int kind) {
-  size_t rounded = (bytes + 255) / 256 * 256;
-  void *p = aligned_alloc(256, rounded ? rounded : 256);
+  install_segv();
+  void *p;
+  char *map = nullptr;
+  size_t map_len = 0;
+  if (kind == ALLOC_DEVICE) {
+    p = device_mapping(bytes, &map, &map_len);
+  } else {
+    p = aligned_alloc(256, round256(bytes));
+    if (p) memset(p, 0xff, round256(bytes));
+  }
   if (!p) return nullptr;
-  memset(p, 0xff, rounded ? rounded : 256); /* NaN */
-  g_allocs[(uintptr_t)p] = alloc_info{bytes, kind};
-  if (kind == ALLOC_DEVICE) g_device_bytes += bytes;
+  g_allocs[(uintptr_t)p] = alloc_info{bytes, kind, map, map_len};
+  if (kind == ALLOC_DEVICE) g_device_bytes += round256(bytes);
   return p;
 }
 
 static int unregister_alloc(void *p, int kind) {
   auto it = g_allocs.find((uintptr_t)p);
   if (it == g_allocs.end() || it->second.kind != kind) return -1;
-  if (kind == ALLOC_DEVICE) g_device_bytes -= it->second.size;
+  alloc_info a = it->second;
   g_allocs.erase(it);
-  free(p);
+  if (kind != ALLOC_DEVICE) {
+    free(p);
+    return 0;
+  }
+  g_device_bytes -= round256(a.size);
+  if (g_spare_bytes + a.map_len <= SPARE_MAX) {
+    g_spare.emplace(a.map_len, a.map);
+    g_spare_bytes += a.map_len;
+  } else {
+    munmap(a.map, a.map_len);
+  }
   return 0;
 }
 
 static cudaError_t device_alloc(void **p, size_t bytes) {
   if (!p) return set_error(cudaErrorInvalidValue);
   *p = nullptr;
-  if (g_device_bytes + bytes > props().totalGlobalMem) return set_error(cudaErrorMemoryAllocation);
+  if (g_device_bytes + round256(bytes) > props().totalGlobalMem) return set_error(cudaErrorMemoryAllocation);
   *p = register_alloc(bytes, ALLOC_DEVICE);
   return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
 }

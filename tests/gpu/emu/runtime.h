@@ -54,11 +54,46 @@ call_site take_site();
 /* an API call's error: remembered for cudaGetLastError, returned */
 cudaError_t set_error(cudaError_t e);
 
+/* the handler of faults (kernels.cc): guard pages of shared memory, stacks
+ * and device memory reported with the kernel and thread */
+void install_segv();
+
 /* ---- memory ---- */
 enum alloc_kind { ALLOC_DEVICE = 1, ALLOC_HOST = 2 };
 /* the kind of allocation p lies in (0: none), its base and size */
 int find_alloc(const void *p, const void **base, size_t *size);
 size_t device_bytes_in_use();
+/* memory checking: whether address a lies in a guard page of a device
+ * allocation; its base, size and a's offset from the base (negative: before) */
+bool device_guard_fault(const void *a, const void **base, size_t *size, long long *offset);
+/* the canary bytes around a device allocation: the slack after its size
+ * and the gap before it */
+struct canary_range {
+  const unsigned char *p;
+  size_t n;
+  const void *base; /* the allocation's */
+  size_t size;
+  bool after;       /* the slack after the end (else the gap before the start) */
+};
+/* appends those of the allocation p lies in (none twice; none when p is in
+ * no device allocation) */
+void canary_ranges(const void *p, std::vector<canary_range> &out);
+/* the first of r's first n bytes that no longer holds the canary
+ * (nullptr: intact) */
+const unsigned char *canary_broken(const canary_range &r, size_t n);
+/* the canaries of a grid (kernels.cc): those around the allocations its
+ * pointer arguments point into, watched while it runs (fatal, naming the
+ * launch, when one is broken already); whether the first
+ * CANARY_EACH_STOP bytes of a slack after an end changed since (cheap: each
+ * time a thread stops) */
+static const size_t CANARY_EACH_STOP = 32;
+void watch_canaries(const launch_desc &d);
+const std::vector<canary_range> &canaries_watched();
+bool canaries_changed();
+void unwatch_canaries();
+/* "offset O, N bytes after the end, of a B-byte device allocation (kernel
+ * argument K points at its offset P)" (l: the launch, or null) */
+std::string device_offset(long long off, const void *base, size_t size, const launch_desc *l);
 
 /* ---- streams and the progress engine ---- */
 struct event;

@@ -93,6 +93,23 @@ __global__ void race(float *x) {
 /* reads device memory nothing wrote: NaN (allocations are filled so) */
 __global__ void read_fresh(const float *fresh, float *out) { out[threadIdx.x] = fresh[threadIdx.x]; }
 
+/* device memory out of bounds: the guard `i < n` written `i <= n` (x holds
+ * n floats), a read of x[i + 1] at the last i, a write of x[i - 1] at i 0 */
+__global__ void write_one_past(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) x[i] = 1.0f; // MARK oob_write
+}
+
+__global__ void read_one_past(const float *x, float *out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = x[i] + x[i + 1]; // MARK oob_read
+}
+
+__global__ void write_one_before(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i - 1] = 1.0f; // MARK oob_before
+}
+
 __global__ void noop(float *x) {
   if (x && threadIdx.x == 0) x[0] += 1.0f;
 }
@@ -157,6 +174,15 @@ int main(int argc, char **argv) {
     CK(cudaMemcpyAsync(out + 4000, h, 200 * sizeof(float), cudaMemcpyHostToDevice, s)); // MARK copy
   } else if (!strcmp(c, "memset")) {
     CK(cudaMemsetAsync(d + 1, 0, 4096 * sizeof(float), s)); // MARK memset
+  } else if (!strncmp(c, "oob_", 4)) {
+    /* 1024 floats lie between two guard pages; 1000 end 96 bytes before
+     * one (the canary); the kernels get x + 16, and n of what follows */
+    int total = !strcmp(c, "oob_slack") ? 1000 : 1024, n = total - 16;
+    float *x;
+    CK(cudaMalloc((void **)&x, total * sizeof(float)));
+    if (!strcmp(c, "oob_read")) read_one_past<<<4, 256, 0, s>>>(x + 16, out, n);
+    else if (!strcmp(c, "oob_before")) write_one_before<<<4, 256, 0, s>>>(x, n);
+    else write_one_past<<<4, 256, 0, s>>>(x + 16, n);
   } else if (!strcmp(c, "dynamic_overflow")) {
     write_past_dynamic<<<1, 64, 60 * sizeof(float), s>>>(d, 60);
   } else if (!strcmp(c, "static_overflow")) {

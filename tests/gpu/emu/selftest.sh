@@ -1,7 +1,9 @@
 # gpu-emu finds what it is there to find: every defect planted in
 # selftest.cu is reported as an error naming its source line (the case's
 # "// MARK" line), the process ends non-zero, and the clean cases give the
-# right numbers whatever the resume order of a block's threads. Also: a
+# right numbers whatever the resume order of a block's threads (device
+# memory read or written out of bounds among them, reported at the
+# faulting thread with the offset in its allocation). Also: a
 # race between barriers shows as a result that changes with MT_EMU_ORDER,
 # memory nothing wrote reads as NaN, and an NCCL receive that no send
 # matches is reported as a hang (the watchdog) with what each stream waits
@@ -37,6 +39,14 @@ expect copy "$(at copy)cudaMemcpyAsync destination: 800 bytes at offset 16000 of
 expect memset "$(at memset)cudaMemsetAsync destination: 16384 bytes at offset 4 .* run 4 bytes past its end"
 expect dynamic_overflow "$(at dynamic_overflow)a read or write past the end of the block's dynamic shared memory .* kernel write_past_dynamic"
 expect static_overflow "$(at static_overflow)a read or write past the end of a static __shared__ variable .* kernel write_past_static"
+# device memory out of bounds, at the faulting thread: past the end into the
+# guard page (a write, a read), into the canary of the slack before it, and
+# before the start
+B="of a 4096-byte device allocation (kernel argument 1 points at its offset 64) in kernel"
+expect oob_write "$(at oob_write)a read or write out of bounds of device memory at offset 4096, 0 bytes after the end, $B write_one_past .* block (3,0,0), thread 240 "
+expect oob_read "$(at oob_read)a read or write out of bounds of device memory at offset 4096, 0 bytes after the end, $B read_one_past .* block (3,0,0), thread 239 "
+expect oob_slack "a write out of bounds of device memory, at offset 4000, 0 bytes after the end, of a 4000-byte .* kernel write_one_past .* block (3,0,0), thread 216 .*before it exited"
+expect oob_before "$(at oob_before)a read or write out of bounds of device memory at offset -4, 4 bytes before the start, of a 4096-byte .* kernel write_one_before .* block (0,0,0), thread 0 "
 expect nccl_size "$(at nccl)ncclRecv of 12 elements .*the matching ncclSend carried 40 bytes" 2
 expect nccl_hang "no operation moved for 3 s .* a hang.*" 2
 grep -q "ncclRecv of 12 elements" "$WORK/nccl_hang.log" || fail "nccl_hang: the report does not name the waiting receive"

@@ -6,7 +6,8 @@
  * declarations (cuda_runtime_api.h, nccl.h).
  *
  * Model, in one paragraph: device memory is host memory (every allocation
- * registered, filled with 0xff bytes: NaN as float, double and bf16);
+ * registered, between guard pages, filled with 0xff bytes: NaN as float,
+ * double and bf16);
  * streams are queues of operations run in order by a progress engine
  * whenever the host enters the runtime (an operation whose stream is idle
  * runs at once); a kernel runs its blocks one after another and the threads
@@ -60,11 +61,18 @@ struct launch_desc {
   size_t shared_bytes; /* dynamic shared memory per block */
   cudaStream_t stream;
   std::function<void()> body; /* one thread's run of the kernel */
+  /* its pointer arguments into device memory (memory checking): the first
+   * MAX_PTR_ARGS, with their argument numbers from 1 */
+  enum { MAX_PTR_ARGS = 16 };
+  const void *ptr_args[MAX_PTR_ARGS];
+  int ptr_arg_no[MAX_PTR_ARGS];
+  int n_ptr_args;
 };
 /* checks the configuration (limits, shared memory) and queues the grid */
 void launch(launch_desc &&d);
-/* a pointer argument must be null or inside a device allocation */
-void check_kernel_pointer(const launch_desc &d, int index, const void *p);
+/* a pointer argument must be null or inside a device allocation (d
+ * records it for memory checking) */
+void check_kernel_pointer(launch_desc &d, int index, const void *p);
 
 /* A thread of the running block (fiber). Device code reads tid; the rest is
  * the scheduler's. */

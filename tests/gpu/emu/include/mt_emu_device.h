@@ -169,6 +169,7 @@ inline launcher<P...> launch_of(void (*kernel)(P...), const char *name, const ch
   l.d.block = block;
   l.d.shared_bytes = shared_bytes;
   l.d.stream = stream;
+  l.d.n_ptr_args = 0;
   return l;
 }
 
