@@ -135,7 +135,7 @@ static void grad_sums_hook(const mt_dp *d) {
     return;
   done = 1;
   int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   char fn[4096];
   snprintf(fn, sizeof fn, "%s.%d", path, rank);
   FILE *f = fopen(fn, "w");

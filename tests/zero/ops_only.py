@@ -46,6 +46,9 @@ ALLOWED = {
     ("mt_gpt_set_moe_balance", "bias_host"): "the routing bias's start (a forced skew) set on the host",
     ("mt_gpt_moe_set_bias", None): "a loaded routing bias into its host copy, then uploaded",
     ("load_moe_bias", "bias"): "the routing bias read from the checkpoint on the host",
+    # the test hook MT_TEST_GRAD_SUMS (gpu-emu's gradient checks): the
+    # step-1 reduced gradients downloaded and summed per tensor for a file
+    ("grad_sums_range", "h"): "a test hook's gradient sums, downloaded for a file",
 }
 
 HOST_SINKS = {"upload", "download", "mt_registry_init_values", "fwrite", "fread", "free"}
