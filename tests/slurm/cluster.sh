@@ -16,7 +16,16 @@ skip() { echo "SKIP: $*"; exit 77; }
 cluster_cmd() { python3 "$MT_SRC/slurm/meshslurm.py" cluster "$@" --dir "$CLUSTER_DIR"; }
 
 cluster_stop() {
+  local rc=$?
   [ -n "$CLUSTER_DIR" ] || return 0
+  # a failed test shows how its jobs ended (a crash's backtrace, a rank's
+  # last words): the tail of every job log under $WORK
+  if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
+    local f
+    while IFS= read -r f; do
+      echo "--- tail of ${f#"$WORK"/}"; tail -n 40 "$f"
+    done < <(find "$WORK" -name 'slurm-*.out' 2>/dev/null | sort)
+  fi
   cluster_cmd stop || true
   CLUSTER_DIR=""
 }
