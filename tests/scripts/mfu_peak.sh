@@ -17,5 +17,7 @@ mt_train low 1 "${C[@]}" --set train.steps=3 --set metrics.peak_gflops=0.001 --s
   || { cat "$WORK/low.log"; fail "not one warning for an MFU above 100%"; }
 [ "$(grep -c "MFU [0-9.]*% (over the peak: not real)" "$WORK/low.log")" -eq 3 ] \
   || { cat "$WORK/low.log"; fail "the step lines do not mark an MFU above 100%"; }
-! grep -q "over the peak" "$WORK/fp32.log" "$WORK/bf16.log" || fail "an MFU over 100% with a measured peak"
+# (no check that a measured peak keeps the MFU under 100%: on a machine other
+# jobs share, the 0.15 s measurement can land in a busy moment and a tiny
+# model's cache-resident step pass it; that is timing, which tests leave alone)
 echo PASS
