@@ -62,7 +62,8 @@ static void usage(FILE *f) {
           "  --paths LIST    bf16 paths to time: sgemm,onednn (default: those built)\n"
           "  --clock C       wall (default) or cpu: process CPU time / threads (for a\n"
           "                  machine other jobs share)\n"
-          "  --peak          first print the zmm FMA and vdpbf16ps peaks of one core\n"
+          "  --peak          first print the zmm FMA, vdpbf16ps and AMX peaks of one core,\n"
+          "                  and each shape's rate as a fraction of its path's limit\n"
           "  --json FILE     append one JSON line with every figure\n");
 }
 
@@ -81,20 +82,31 @@ static int parse_int(const char *opt, const char *text) {
 
 static int g_cpu_clock = 0;
 
-/* ---- --peak: instruction throughput on one core (mt_cpu_bf16_peaks) ---- */
-static void print_peaks(void) {
+/* ---- --peak: instruction throughput on one core (mt_cpu_bf16_peaks,
+ * mt_cpu_amx_peak), and the limit of each path: its instruction's peak
+ * times the threads (fp32 and the sgemm path: the FMA; oneDNN: AMX's
+ * tdpbf16ps where the CPU has it, else vdpbf16ps). 0: unknown. ---- */
+static void peaks_and_limits(int threads, double limit[N_PATHS]) {
+  for (int p = 0; p < N_PATHS; p++) limit[p] = 0.0;
   if (!__builtin_cpu_supports("avx512f")) {
     printf("# peak: no AVX-512 on this CPU, nothing to compare\n");
     return;
   }
-  double fma = 0, dp = 0;
+  double fma = 0, dp = 0, amx = mt_cpu_amx_peak(2000000L);
   mt_cpu_bf16_peaks(&fma, &dp, 20000000L);
   printf("# peak on one core (thread CPU time): zmm fp32 FMA %.1f GFLOP/s", fma);
   if (mt_cpu_bf16_level() >= 1)
     printf(", zmm vdpbf16ps %.1f GFLOP/s (%.2fx the FMA peak)", dp, dp / fma);
   else
     printf(", no AVX512-BF16");
+  if (amx > 0) printf(", AMX tdpbf16ps %.1f GFLOP/s (%.2fx the FMA peak)", amx, amx / fma);
   printf("\n");
+  limit[0] = limit[1] = fma * threads;
+  limit[2] = (amx > 0 ? amx : dp > 0 ? dp : fma) * threads;
+  printf("# limits at %d threads (peak x threads): fp32 %.1f, sgemm path %.1f, oneDNN %.1f "
+         "GFLOP/s (%s); the lim columns: each path's GFLOP/s over its limit\n",
+         threads, limit[0], limit[1], limit[2],
+         amx > 0 ? "AMX" : dp > 0 ? "vdpbf16ps" : "FMA");
 }
 
 /* seconds: wall clock, or the process's CPU time per thread (--clock cpu) */
@@ -271,7 +283,8 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
          mt_kernels_blas_core());
   printf("# CPU bf16 level %d (0 none, 1 AVX512-BF16, 2 AMX-BF16); %s\n", mt_cpu_bf16_level(),
          mt_bf16_gemm_note());
-  if (peak) print_peaks();
+  double limit[N_PATHS] = {0};
+  if (peak) peaks_and_limits(mt_kernels_threads(), limit);
   double *t = mt_malloc((size_t)reps * N_PATHS * sizeof(double));
   for (int i = 0; i < nc; i++) {
     bcase *g = &cases[i];
@@ -299,9 +312,11 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
   mt_bf16_gemm_select("auto");
   free(t);
 
-  printf("# %-10s %-8s %-4s %6s %6s %6s %5s | %8s %8s %8s | %7s %7s | %8s\n", "layer", "role",
+  printf("# %-10s %-8s %-4s %6s %6s %6s %5s | %8s %8s %8s | %7s %7s | %8s", "layer", "role",
          "form", "M", "N", "K", "count", "fp32", "sgemm", "onednn", "sg/fp32", "dn/fp32",
          "maxerr");
+  if (peak) printf(" | %6s %6s %6s", "fp/lim", "sg/lim", "dn/lim");
+  printf("\n");
   double step_flop = 0.0, step_time[N_PATHS] = {0};
   int wrong = 0;
   for (int i = 0; i < nc; i++) {
@@ -317,17 +332,26 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
         err = isnan(g->err[p]) || g->err[p] > err ? g->err[p] : err;
       }
     }
-    printf("  %-10s %-8s %-4s %6d %6d %6d %5d | %8.1f %8.1f %8.1f | %7.2f %7.2f | %8.1e\n",
+    printf("  %-10s %-8s %-4s %6d %6d %6d %5d | %8.1f %8.1f %8.1f | %7.2f %7.2f | %8.1e",
            g->layer, g_role[g->form], g_form[g->form], g->m, g->n, g->k, g->count, g->gflops[0],
            use[1] ? g->gflops[1] : NAN, use[2] ? g->gflops[2] : NAN,
            use[1] ? g->gflops[1] / g->gflops[0] : NAN, use[2] ? g->gflops[2] / g->gflops[0] : NAN,
            err);
+    if (peak)
+      for (int p = 0; p < N_PATHS; p++)
+        printf(" %s%6.2f", p ? "" : "| ", use[p] && limit[p] > 0 ? g->gflops[p] / limit[p] : NAN);
+    printf("\n");
   }
   printf("# step (weighted by calls): fp32 %.1f GFLOP/s", step_flop / step_time[0] * 1e-9);
   for (int p = 1; p < N_PATHS; p++)
     if (use[p])
       printf(", bf16 %s %.1f GFLOP/s (%.2fx fp32)", g_path[p], step_flop / step_time[p] * 1e-9,
              step_time[0] / step_time[p]);
+  if (peak)
+    for (int p = 0; p < N_PATHS; p++)
+      if (use[p] && limit[p] > 0)
+        printf("%s%s %.2f", p ? ", " : "; of the limit: ", g_path[p],
+               step_flop / step_time[p] * 1e-9 / limit[p]);
   printf("; default path here: %s; %d wrong\n", auto_path, wrong);
 
   int rc = wrong ? MT_EXIT_RUNTIME : MT_EXIT_OK;
@@ -357,6 +381,10 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
         char key[32];
         snprintf(key, sizeof key, "gflops_%s", g_path[p]);
         cJSON_AddNumberToObject(c, key, g->gflops[p]);
+        if (limit[p] > 0) {
+          snprintf(key, sizeof key, "of_limit_%s", g_path[p]);
+          cJSON_AddNumberToObject(c, key, g->gflops[p] / limit[p]);
+        }
         if (p) {
           snprintf(key, sizeof key, "max_rel_err_%s", g_path[p]);
           cJSON_AddNumberToObject(c, key, g->err[p]);
@@ -369,6 +397,10 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
       char key[40];
       snprintf(key, sizeof key, "step_gflops_%s", g_path[p]);
       cJSON_AddNumberToObject(root, key, step_flop / step_time[p] * 1e-9);
+      if (limit[p] > 0) {
+        snprintf(key, sizeof key, "limit_gflops_%s", g_path[p]);
+        cJSON_AddNumberToObject(root, key, limit[p]);
+      }
     }
     char *line = cJSON_PrintUnformatted(root);
     FILE *f = fopen(json_path, "a");

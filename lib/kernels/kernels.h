@@ -460,6 +460,10 @@ int mt_cpu_bf16_level(void);
  * three runs of iters iterations each, this thread's CPU time); 0 where the
  * CPU lacks the instruction. */
 void mt_cpu_bf16_peaks(double *fma, double *dp, long iters);
+/* The AMX tdpbf16ps peak of one core in GFLOP/s (the best of three runs of
+ * iters iterations of four tile products, this thread's CPU time); 0 where
+ * mt_cpu_bf16_level() < 2. */
+double mt_cpu_amx_peak(long iters);
 /* Force a path: "onednn" or "sgemm", or "auto" for the process's default
  * (tests and benchmarks; call outside any op). 0, or -1 when name is none
  * of these or oneDNN is not in this build (then nothing changes). */

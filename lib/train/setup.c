@@ -255,7 +255,9 @@ static void setup_peak(mt_trainer *t) {
     double pk = bf16 ? mt_cpu_bf16_gemm_gflops(1024, 0.15) : mt_cpu_sgemm_gflops(1024, 0.15);
     mt_allreduce(&t->mesh.world, &pk, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
     t->peak_per_rank = pk / t->world_size;
-    t->peak_source = bf16 ? "measured-bf16-gemm" : "measured-sgemm";
+    t->peak_source = !bf16 ? "measured-sgemm"
+                     : strcmp(mt_bf16_gemm_path(), "onednn") == 0 ? "measured-bf16-onednn"
+                                                                  : "measured-bf16-sgemm";
   }
   t->peak_flops = t->peak_per_rank * 1e9 * t->world_size;
   /* the matmul weights a token uses (grouped-query attention's k and v,

@@ -7,8 +7,13 @@ corpus=$(mt_corpus 200000)
 C=(--set model.preset=tiny --set data.train="$corpus" --set train.global_batch=8 --set train.micro_batch=2
    --set train.eval_every=0 --set ckpt.mode=none --set train.log_every=1)
 mt_train bf16 1 "${C[@]}" --set train.steps=2 --set train.precision=bf16 --set output.dir="$WORK/bf16"
-grep -Eq "peak [0-9.]+ GFLOP/s per rank \(measured-bf16-gemm\)" "$WORK/bf16.log" \
-  || { cat "$WORK/bf16.log"; fail "the bf16 run's peak is not its bf16 matmuls'"; }
+# ... on the path the note of the start names (oneDNN, or sgemm after a conversion)
+path=sgemm
+grep -q "bf16 matmuls: oneDNN" "$WORK/bf16.log" && path=onednn
+grep -Eq "peak [0-9.]+ GFLOP/s per rank \(measured-bf16-$path\)" "$WORK/bf16.log" \
+  || { cat "$WORK/bf16.log"; fail "the bf16 run's peak is not its bf16 matmuls' ($path)"; }
+grep -Eq "\"peak_source\":[[:space:]]*\"measured-bf16-$path\"" "$WORK/bf16/summary.json" \
+  || fail "summary.json's peak_source is not measured-bf16-$path"
 mt_train fp32 1 "${C[@]}" --set train.steps=2 --set output.dir="$WORK/fp32"
 grep -Eq "peak [0-9.]+ GFLOP/s per rank \(measured-sgemm\)" "$WORK/fp32.log" \
   || { cat "$WORK/fp32.log"; fail "the fp32 run's peak is not sgemm's"; }

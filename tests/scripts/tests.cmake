@@ -17,7 +17,8 @@ mt_script_tests(mpi
   bf16_train     bf16_train.sh
   bf16_layouts   bf16_layouts.sh
   bf16_grads     bf16_grads.sh
-  mfu_peak       mfu_peak.sh)
+  mfu_peak       mfu_peak.sh
+  bench_gemm_bf16 bench_gemm_bf16.sh)
 
 # Bad input: name, ranks, regex the one error line must match, arguments.
 set(T --set model.preset=tiny --set parallel.dp=2 --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
