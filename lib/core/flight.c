@@ -80,6 +80,7 @@ void mt_flight_stop(void) {
   atomic_store(&F.on, 0);
   if (!F.thread_running) return;
   atomic_store(&F.stop, 1);
+  mt_flight_watchdog_wake();
   pthread_join(F.thread, NULL);
   F.thread_running = 0;
 }

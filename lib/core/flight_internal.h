@@ -57,7 +57,8 @@ void mt_flight_record_path(int r, char *buf, size_t size);
 /* writes this rank's record (reason: "timeout", "peer_timeout") atomically;
  * waited: the open call's seconds at expiry (0 for others) */
 int mt_flight_write_record(const char *reason, double waited);
-/* the watchdog thread */
+/* the watchdog thread, and its wake-up from its tick's wait (after stop is set) */
 void *mt_flight_watchdog(void *arg);
+void mt_flight_watchdog_wake(void);
 
 #endif

@@ -7,7 +7,9 @@
 #include "core/core.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,32 @@ static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
   while (nanosleep(&ts, &ts) != 0) {
   }
+}
+
+/* the tick's wait, which mt_flight_stop cuts short (a 1 s sleep here made
+ * every run's exit wait up to a second for the thread's join) */
+static pthread_mutex_t g_tick_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_tick_cv = PTHREAD_COND_INITIALIZER;
+
+static void wait_tick(double s) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until); /* the condition variable's clock */
+  until.tv_sec += (time_t)s;
+  until.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&g_tick_mu);
+  while (!atomic_load(&F.stop))
+    if (pthread_cond_timedwait(&g_tick_cv, &g_tick_mu, &until) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&g_tick_mu);
+}
+
+void mt_flight_watchdog_wake(void) {
+  pthread_mutex_lock(&g_tick_mu);
+  pthread_cond_broadcast(&g_tick_cv);
+  pthread_mutex_unlock(&g_tick_mu);
 }
 
 static double tick_s(void) {
@@ -193,7 +221,8 @@ void *mt_flight_watchdog(void *arg) {
   trigger_path(trig, sizeof trig);
   int dumped = 0;
   while (!atomic_load(&F.stop)) {
-    sleep_s(tick_s());
+    wait_tick(tick_s());
+    if (atomic_load(&F.stop)) break;
     if (!dumped && access(trig, F_OK) == 0) { /* another rank's deadline passed */
       mt_flight_write_record("peer_timeout", 0.0);
       dumped = 1;
