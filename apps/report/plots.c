@@ -141,6 +141,24 @@ static int scaling_ref(const point_rec *pts, int n_pts, int meas) {
  * beside it (with both series, the measured left, the predicted right),
  * the ideal inside the frame (with predictions, from predicted.dat: its
  * every plotted point) */
+/* the measured curve of scaling.dat (mlab: its labels' placement; NULL:
+ * none) and the predicted one of predicted.dat (pcol: its colour; NULL:
+ * none), columns mcol and pcol_y (gnuplot "using" expressions) labelled
+ * by the values mval and pval in the format lab */
+static void measured_predicted(FILE *g, const char *mlab, const char *pcol, const char *mcol,
+                               const char *mval, const char *pcol_y, const char *pval,
+                               const char *lab) {
+  if (mlab)
+    fprintf(g, ", \\\n     'scaling.dat' using 1:%s with linespoints lw 2.5 pt 7 ps 1.6 lc rgb "
+               "'#%s' title 'measured', \\\n     '' using 1:%s:(sprintf('%s', %s)) with labels "
+               "%s font ',10' notitle", mcol, g_color[0], mcol, lab, mval, mlab);
+  if (pcol)
+    fprintf(g, ", \\\n     'predicted.dat' using 2:%s with linespoints lw 2.5 dt 4 pt 5 ps 1.4 "
+               "lc rgb '#%s' title 'predicted (virtual device)', \\\n     '' using 2:%s:"
+               "(sprintf('%s', %s)) with labels left offset 1,0 font ',10' tc rgb '#%s' "
+               "notitle", pcol_y, pcol, pcol_y, lab, pval, pcol);
+}
+
 static void plot_scaling(FILE *g, const report *r, const point_rec *pts, int n_pts, int meas,
                          int pred) {
   double lo = INFINITY, hi = 0, top_s = 0, top_e = 0, ref = scaling_ref(pts, n_pts, meas);
@@ -169,30 +187,15 @@ static void plot_scaling(FILE *g, const report *r, const point_rec *pts, int n_p
     fprintf(g, "set logscale y 2\nset yrange [0.7:%g]\nset ytics 2\n", ymax);
   fprintf(g, "plot %s:%d with lines dt 2 lw 2 lc rgb '#606060' title 'ideal (N/N0)'", data,
           pred ? 5 : 4);
-  if (meas)
-    fprintf(g, ", \\\n     'scaling.dat' using 1:2 with linespoints lw 2.5 pt 7 ps 1.6 lc rgb "
-               "'#%s' title 'measured', \\\n     '' using 1:2:(sprintf('%%.2f', $2)) with labels "
-               "%s font ',10' notitle", g_color[0], mlab);
-  if (pred)
-    fprintf(g, ", \\\n     'predicted.dat' using 2:6 with linespoints lw 2.5 dt 4 pt 5 ps 1.4 "
-               "lc rgb '#%s' title 'predicted (virtual device)', \\\n     '' using 2:6:"
-               "(sprintf('%%.2f', $6)) with labels left offset 1,0 font ',10' tc rgb '#%s' "
-               "notitle", pcol, pcol);
+  measured_predicted(g, meas ? mlab : NULL, pred ? pcol : NULL, "2", "$2", "6", "$6", "%.2f");
   fprintf(g, "\nunset logscale y\nset ytics autofreq\n");
   double emax = fmax(1.0, top_e) * 100 * 1.2;
   fprintf(g, "set output 'efficiency.png'\nset title name.': parallel efficiency (%s%s)'\n"
              "set ylabel 'efficiency'\nset format y '%%.0f%%%%'\nset yrange [0:%g]\n"
              "plot %s:(100) with lines dt 2 lw 2 lc rgb '#606060' title 'ideal (100%%)'",
           how, meas ? "" : ", predicted", emax, data);
-  if (meas)
-    fprintf(g, ", \\\n     'scaling.dat' using 1:($3*100) with linespoints lw 2.5 pt 7 ps 1.6 "
-               "lc rgb '#%s' title 'measured', \\\n     '' using 1:($3*100):(sprintf('%%.0f%%%%', "
-               "$3*100)) with labels %s font ',10' notitle", g_color[0], mlab);
-  if (pred)
-    fprintf(g, ", \\\n     'predicted.dat' using 2:($7*100) with linespoints lw 2.5 dt 4 pt 5 "
-               "ps 1.4 lc rgb '#%s' title 'predicted (virtual device)', \\\n     '' using "
-               "2:($7*100):(sprintf('%%.0f%%%%', $7*100)) with labels left offset 1,0 "
-               "font ',10' tc rgb '#%s' notitle", pcol, pcol);
+  measured_predicted(g, meas ? mlab : NULL, pred ? pcol : NULL, "($3*100)", "$3*100", "($7*100)",
+                     "$7*100", "%.0f%%");
   fprintf(g, "\nunset logscale\nset format y '%%g'\nset xtics autofreq\nset xrange [*:*]\n"
              "set yrange [*:*]\nset key default\n");
 }
