@@ -293,7 +293,7 @@ int main(int argc, char **argv) {
   if (!e.failed) mt_cost_profile_load(&p, hw, &e);
   if (!e.failed && attention) p.attn_materialized = attention[0] == 'm';
   if (!e.failed && collectives) p.coll_flat = collectives[0] == 'f';
-  if (!e.failed) mt_cost_dtypes_default(&p, &dt);
+  if (!e.failed) mt_cost_dtypes_default(&cfg, &p, &dt);
   for (int i = 0; i < n_dt && !e.failed; i++) mt_cost_dtypes_set(&dt, dts[i], &e);
   if (!e.failed && only) { /* the configured layout alone */
     mt_search_row r;

@@ -142,7 +142,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
   MT_TRY(e, mt_plan_docs_price(&neutral, &sh, &docs, e));
   mt_cost_dtypes dt;
   if (o->dt) dt = *o->dt;
-  else mt_cost_dtypes_default(p, &dt);
+  else mt_cost_dtypes_default(base, p, &dt);
   const int world = o->world, L = sh.n_layer, dpn = p->devices_per_node;
   const double cap = p->mem_bytes - mt_cost_headroom(base, p);
   const int moe = sh.moe_experts > 0;
