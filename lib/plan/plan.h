@@ -335,6 +335,8 @@ typedef struct {
   int fitting;               /* priced and fit */
   int pruned_mem;            /* certain not to fit by the memory lower bound */
   int pruned_time;           /* slower by the step-time lower bound than the kept rows */
+  int bounds_over;           /* priced layouts whose step-time or memory lower bound exceeds
+                                their price (the pruning is sound only at 0) */
   double smallest_mem;       /* bytes per device of the leanest layout (lower bound where
                                 none was priced) */
   double seconds;            /* time the search took */

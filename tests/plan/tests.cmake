@@ -42,6 +42,8 @@ mt_script_test(dtypes plan dtypes.sh)
 mt_script_test(precision plan precision.sh)
 # ZeRO-3's gradient and gather buffers: meshplan = the run's counters (mpirun, 2 and 4 ranks)
 mt_script_test(zero3_run plan zero3_run.sh)
+# the search's lower bounds never exceed a layout's price; its top 10 with and without pruning
+mt_script_test(search_bounds plan search_bounds.sh)
 mt_script_test(bad_dtype badinput meshplan_fail.sh bad_dtype "--dtype 'weights=3': expected CATEGORY=BYTES" bad-dtype)
 mt_script_test(bad_collectives badinput meshplan_fail.sh bad_collectives "collectives = 'tree' is not hierarchical or flat" bad-collectives)
 # a hardware profile's key once, each number within a sane range, no rate above the peak
