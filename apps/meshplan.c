@@ -111,9 +111,9 @@ static int calibrate(int argc, char **argv) {
 static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes, int top) {
   printf("# %d layouts enumerated: %d certain not to fit (memory bound), %d priced (%d fit in "
          "%.1f GiB per device less the headroom), %d left unpriced by the step-time bound "
-         "(%.2f s)\n",
+         "(%.2f s); %d priced above a lower bound\n",
          s->tried, s->pruned_mem, s->valid, s->fitting, p->mem_bytes / 1073741824.0,
-         s->pruned_time, s->seconds);
+         s->pruned_time, s->seconds, s->bounds_over);
   printf("%4s %3s %3s %3s %3s %4s %4s %3s %14s %5s %2s %2s %8s | %9s %11s %6s | %5s %5s %5s %5s "
          "%5s %5s %5s %5s\n",
          "rank", "tp", "pp", "cp", "ep", "dp", "zero", "mb", "schedule", "split", "sp", "rc",
@@ -293,7 +293,7 @@ int main(int argc, char **argv) {
   if (!e.failed) mt_cost_profile_load(&p, hw, &e);
   if (!e.failed && attention) p.attn_materialized = attention[0] == 'm';
   if (!e.failed && collectives) p.coll_flat = collectives[0] == 'f';
-  if (!e.failed) mt_cost_dtypes_default(&p, &dt);
+  if (!e.failed) mt_cost_dtypes_default(&cfg, &p, &dt);
   for (int i = 0; i < n_dt && !e.failed; i++) mt_cost_dtypes_set(&dt, dts[i], &e);
   if (!e.failed && only) { /* the configured layout alone */
     mt_search_row r;

@@ -76,9 +76,23 @@ void mt_tp_reduce_scatter_seq(const mt_tp *tp, const mt_act *full, mt_act *local
   mt_reduce_scatter_dim(tp->g, full, local, (size_t)B, inner, tp->scratch, tp->dt, tp->ops->loc);
 }
 
+/* the first tensor at or after flat offset begin (the registry's offsets
+ * never decrease: mt_registry_finalize lays the tensors out in order), so
+ * a range's tensors are found without a pass over every tensor (the
+ * planner counts thousands of buckets of models with thousands of tensors) */
+static int first_at(const mt_registry *reg, size_t begin) {
+  int lo = 0, hi = reg->n;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (reg->t[mid].offset < begin) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 size_t mt_tp_partial_numel(const mt_registry *reg, size_t begin, size_t end) {
   size_t n = 0;
-  for (int i = 0; i < reg->n; i++) {
+  for (int i = first_at(reg, begin); i < reg->n && reg->t[i].offset < end; i++) {
     const mt_tensor *t = &reg->t[i];
     if (t->tp_partial_grad && t->offset >= begin && t->offset + t->numel_local <= end)
       n += t->numel_local;
@@ -94,7 +108,7 @@ void mt_tp_reduce_partial_grads_at(const mt_tp *tp, const mt_registry *reg, void
   size_t n = 0;
   for (int pass = 0; pass < 2; pass++) { /* 0: pack, 1: unpack the sums */
     n = 0;
-    for (int i = 0; i < reg->n; i++) {
+    for (int i = first_at(reg, begin); i < reg->n && reg->t[i].offset < end; i++) {
       const mt_tensor *t = &reg->t[i];
       if (!t->tp_partial_grad || t->offset < begin || t->offset + t->numel_local > end) continue;
       if (t->numel_local == 0) continue;

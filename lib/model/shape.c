@@ -119,9 +119,9 @@ int mt_model_is_moe(const mt_model_shape *s, int l) {
 }
 
 int mt_model_moe_before(const mt_model_shape *s, int l) {
-  int n = 0;
-  for (int i = 0; i < l && i < s->n_layer; i++) n += mt_model_is_moe(s, i);
-  return n;
+  /* the blocks i < l with (i + 1) % moe_every == 0 (mt_model_is_moe) */
+  if (s->moe_experts <= 0 || s->moe_every <= 0 || l <= 0) return 0;
+  return (l < s->n_layer ? l : s->n_layer) / s->moe_every;
 }
 
 /* the MoE keys of cfg into s, and what they need of the mesh */

@@ -153,7 +153,8 @@ static int build_zbv(op_list *lists, const mt_pp_schedule *s) {
   char *w_done = calloc((size_t)n, 1);
   int *busy_until = calloc((size_t)pp, sizeof(int)), *held = calloc((size_t)pp, sizeof(int));
   int *next_f = calloc((size_t)pp * 2, sizeof(int)), *next_b = calloc((size_t)pp * 2, sizeof(int));
-  if (!f_end || !b_end || !w_done || !busy_until || !held || !next_f || !next_b)
+  int *next_w = calloc((size_t)pp * 2, sizeof(int));
+  if (!f_end || !b_end || !w_done || !busy_until || !held || !next_f || !next_b || !next_w)
     mt_die("out of memory (zb-v schedule)");
   for (int i = 0; i < n; i++) f_end[i] = b_end[i] = -1;
   int left = 3 * n, peak = 0;
@@ -178,12 +179,13 @@ static int build_zbv(op_list *lists, const mt_pp_schedule *s) {
         if (vs == 0 || (f_end[(vs - 1) * m + i] >= 0 && f_end[(vs - 1) * m + i] <= t))
           kind = MT_PP_FWD, c = k, mb = i;
       }
-      /* else the oldest pending W */
+      /* else the oldest pending W: a chunk's B passes and W passes each
+       * run in micro-batch order (B ends increase), so its oldest pending W
+       * is its next W's, pending once that B has ended */
       for (int k = 0; k < 2 && kind < 0; k++) {
-        int vs = mt_pp_vs_of(s, r, k);
-        for (int i = 0; i < m && kind < 0; i++)
-          if (b_end[vs * m + i] >= 0 && b_end[vs * m + i] <= t && !w_done[vs * m + i])
-            kind = MT_PP_BWD_WEIGHT, c = k, mb = i;
+        int vs = mt_pp_vs_of(s, r, k), i = next_w[r * 2 + k];
+        if (i < m && b_end[vs * m + i] >= 0 && b_end[vs * m + i] <= t && !w_done[vs * m + i])
+          kind = MT_PP_BWD_WEIGHT, c = k, mb = i;
       }
       if (kind < 0) continue;
       int cell = mt_pp_vs_of(s, r, c) * m + mb;
@@ -196,6 +198,7 @@ static int build_zbv(op_list *lists, const mt_pp_schedule *s) {
         next_b[r * 2 + c]++;
       } else {
         w_done[cell] = 1;
+        next_w[r * 2 + c]++;
         held[r]--;
       }
       busy_until[r] = t + 1;
@@ -204,6 +207,7 @@ static int build_zbv(op_list *lists, const mt_pp_schedule *s) {
     }
   }
   free(f_end); free(b_end); free(w_done); free(busy_until); free(held); free(next_f); free(next_b);
+  free(next_w);
   return peak;
 }
 

@@ -24,19 +24,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the plan's bytes per category (fp32, as the run counts them today) in
- * the dtypes dt: the weights' copy of the parameters held and the master of
- * the elements this rank updates; gradients, moments, gathered weights,
- * activations and comm buffers rescaled */
-static void scale_mem(const mt_plan_rank *pr, const mt_cost_dtypes *dt, double *mem) {
-  const double held = pr->mem[MT_MEM_PARAMS] / 4.0, updated = pr->mem[MT_MEM_OPTIM] / 8.0;
+/* the plan's bytes per category (counted in the run's dtypes cnt) in the
+ * priced dtypes dt, each by its factor: the weights' copy of the
+ * parameters held and the master of the elements this rank updates (its
+ * moments' share: moments are fp32); gradients, moments, gathered weights,
+ * activations and comm buffers */
+static void scale_mem(const mt_plan_rank *pr, const mt_cost_dtypes *dt, const mt_cost_dtypes *cnt,
+                      double *mem) {
+  const double updated = pr->mem[MT_MEM_OPTIM] / 8.0;
+  const double held = (pr->mem[MT_MEM_PARAMS] - updated * cnt->master) / cnt->weights;
   for (int c = 0; c < MT_MEM_NCAT; c++) mem[c] = pr->mem[c];
   mem[MT_MEM_PARAMS] = held * dt->weights + updated * dt->master;
-  mem[MT_MEM_GRADS] = pr->mem[MT_MEM_GRADS] * dt->grads / 4.0;
-  mem[MT_MEM_OPTIM] = pr->mem[MT_MEM_OPTIM] * dt->moments / 4.0;
-  mem[MT_MEM_GATHER] = pr->mem[MT_MEM_GATHER] * dt->weights / 4.0;
-  mem[MT_MEM_ACTIV] = pr->mem[MT_MEM_ACTIV] * dt->acts / 4.0;
-  mem[MT_MEM_COMM] = pr->mem[MT_MEM_COMM] * dt->msg / 4.0;
+  mem[MT_MEM_GRADS] = pr->mem[MT_MEM_GRADS] * dt->grads / cnt->grads;
+  mem[MT_MEM_OPTIM] = pr->mem[MT_MEM_OPTIM] * dt->moments / cnt->moments;
+  mem[MT_MEM_GATHER] = pr->mem[MT_MEM_GATHER] * dt->weights / cnt->weights;
+  mem[MT_MEM_ACTIV] = pr->mem[MT_MEM_ACTIV] * dt->acts / cnt->acts;
+  mem[MT_MEM_COMM] = pr->mem[MT_MEM_COMM] * dt->msg / cnt->msg;
 }
 
 /* A stage's chunks, as a key: stages with the same chunks (layer counts,
@@ -60,7 +63,8 @@ static void stage_key(const mt_config *cfg, const mt_layout *lay, int st, int *k
 typedef struct {
   const mt_config *cfg;
   const mt_cost_profile *p;
-  mt_cost_dtypes dt;
+  mt_cost_dtypes dt;  /* priced */
+  mt_cost_dtypes cnt; /* counted: the run's (lay.dtypes), what the plan holds and sends */
   mt_layout lay;
   /* the ops' prices: the virtual device's, in the run's activation dtype;
    * the pipeline's per-op overhead is added to the schedule's ops (the
@@ -90,7 +94,7 @@ static mt_chunk_cost chunk(const step_ctx *s, const mt_gpt *m, int l0, int l1, i
   for (int l = l0; l < l1; l++) k.n_moe += mt_model_is_moe(&m->shape, l);
   double att;
   mt_chunk_cost c = mt_cost_chunk_compute(s->p, s->cfg, &s->dt, &k, ops_s, &att);
-  mt_cost_chunk_comm(s->p, &s->ops_price, s->cfg, &s->dt, &k, att, cb, &c);
+  mt_cost_chunk_comm(s->p, &s->ops_price, s->cfg, s->dt.msg / s->cnt.msg, &k, att, cb, &c);
   return c;
 }
 
@@ -121,23 +125,28 @@ static mt_chunk_cost stage_mean_chunk(const step_ctx *s, const mt_plan_world *w,
 }
 
 /* dp: the stage's gradient and parameter bytes per step (r reduced, g
- * gathered), split as the ZeRO level sends them (a reduce-scatter and an
- * all-gather of a tensor count the same bytes): ZeRO-0 reduces everything;
- * ZeRO-1 a reduce-scatter and a gather per step; ZeRO-2 a reduce-scatter
- * per micro-batch and a gather per step; ZeRO-3 per micro-batch a gather
- * for forward, one for backward and a reduce-scatter */
+ * gathered) in the priced dtypes, split as the ZeRO level sends them: per
+ * element of the state, ZeRO-0 reduces it; ZeRO-1 reduce-scatters and
+ * gathers it once a step; ZeRO-2 reduce-scatters it per micro-batch and
+ * gathers it once a step; ZeRO-3 per micro-batch gathers it for forward,
+ * again for backward and reduce-scatters it (a reduce-scatter and an
+ * all-gather of a tensor count the same bytes). The plan's state bytes
+ * hold a reductions (in the counted grad_reduce dtype) for b gathers (in
+ * the counted weights' dtype) */
 static void stage_dp_bytes(const step_ctx *s, const mt_plan_rank *pr, double *reduce,
                            double *gather) {
   const int accum = s->accum;
-  double sb = s->ndp > 1 ? pr->dp_state_bytes : 0.0, r, g;
+  const mt_cost_dtypes *dt = &s->dt, *cnt = &s->cnt;
+  double sb = s->ndp > 1 ? pr->dp_state_bytes : 0.0, a, b;
   switch (s->cfg->zero) {
-  case 0: r = sb, g = 0.0; break;
-  case 1: r = g = 0.5 * sb; break;
-  case 2: r = sb * accum / (accum + 1.0), g = sb / (accum + 1.0); break;
-  default: r = sb / 3.0, g = 2.0 * sb / 3.0;
+  case 0: a = 1.0, b = 0.0; break;
+  case 1: a = b = 1.0; break;
+  case 2: a = accum, b = 1.0; break;
+  default: a = 1.0, b = 2.0;
   }
-  *reduce = r * s->dt.grad_reduce / 4.0 + pr->edp_bytes * s->dt.grad_reduce / 4.0;
-  *gather = g * s->dt.weights / 4.0;
+  const double x = sb / (a * cnt->grad_reduce + b * cnt->weights); /* elements */
+  *reduce = a * x * dt->grad_reduce + pr->edp_bytes * dt->grad_reduce / cnt->grad_reduce;
+  *gather = b * x * dt->weights;
 }
 
 /* Stage st, the first of its kind: its plan (memory, bytes per group), its
@@ -146,23 +155,31 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
   const mt_cost_dtypes *dt = &s->dt;
   mt_plan_rank pr;
   mt_plan_world w;
-  if (mt_plan_rank_world(s->cfg, &s->lay, st, 0, 0, 0,
-                         s->p->attn_materialized ? NULL : &s->ops_price, &pr, &w, e) != 0)
+  /* counted in the run's dtypes in every attention mode (materialized
+   * attention only leaves the op seconds unused); turned into the priced
+   * dtypes once, below */
+  if (mt_plan_rank_world(s->cfg, &s->lay, st, 0, 0, 0, &s->ops_price, &pr, &w, e) != 0)
     return mt_err_pass(e);
   double mem[MT_MEM_NCAT], total = 0.0;
-  scale_mem(&pr, dt, mem);
+  scale_mem(&pr, dt, &s->cnt, mem);
   for (int c = 0; c < MT_MEM_NCAT; c++) {
     total += mem[c];
     if (mem[c] > out->mem[c]) out->mem[c] = mem[c];
   }
   if (total > out->mem_bytes) out->mem_bytes = total;
-  if (pr.dp_bytes > out->dp_bytes) out->dp_bytes = pr.dp_bytes;
-  if (pr.tp_bytes > out->tp_bytes) out->tp_bytes = pr.tp_bytes;
-  if (pr.pp_bytes > out->pp_bytes) out->pp_bytes = pr.pp_bytes;
   mt_chunk_cost mean = stage_mean_chunk(s, &w, st);
   if (mean.fwd + mean.bwd + mean.tp > s->worst.fwd + s->worst.bwd + s->worst.tp) s->worst = mean;
   double r, g;
   stage_dp_bytes(s, &pr, &r, &g);
+  /* the bytes per group in the run's dtypes: dp's state as stage_dp_bytes
+   * splits it (its scalar sums stay fp32), tp's and pp's messages */
+  const mt_cost_dtypes *cnt = &s->cnt;
+  double dp_b = pr.dp_bytes - pr.dp_state_bytes + r + g -
+                pr.edp_bytes * dt->grad_reduce / cnt->grad_reduce;
+  double tp_b = pr.tp_bytes * dt->msg / cnt->msg, pp_b = pr.pp_bytes * dt->msg / cnt->msg;
+  if (dp_b > out->dp_bytes) out->dp_bytes = dp_b;
+  if (tp_b > out->tp_bytes) out->tp_bytes = tp_b;
+  if (pp_b > out->pp_bytes) out->pp_bytes = pp_b;
   if (r + g >= s->reduce_b + s->gather_b) {
     s->reduce_b = r, s->gather_b = g;
     s->n_buckets = pr.n_buckets > 0 ? pr.n_buckets : 1;
@@ -383,11 +400,12 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
   memset(out, 0, sizeof *out);
   step_ctx s = {.cfg = cfg, .p = p, .n_buckets = 1};
   if (dt_in) s.dt = *dt_in;
-  else mt_cost_dtypes_default(p, &s.dt);
+  else mt_cost_dtypes_default(cfg, p, &s.dt);
   if (mt_layout_validate(cfg, 0, &s.lay, e) != 0) {
     mt_layout_free(&s.lay);
     return mt_err_pass(e);
   }
+  mt_cost_dtypes_counted(&s.lay.dtypes, &s.cnt);
   s.pp = cfg->pp, s.v = s.lay.chunks, s.accum = s.lay.accum, s.B = cfg->micro_batch;
   s.ndp = cfg->dp * cfg->cp;
   mt_cost_price(p, &s.ops_price);

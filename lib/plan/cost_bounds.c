@@ -29,8 +29,9 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
   mt_cost_shape d = mt_cost_shape_of(cfg, sh, cfg->micro_batch);
   double lin, att;
   mt_cost_dense_layer(p, &d, 0.0, &lin, &att); /* 0: no memory traffic, a bound for any dtype */
-  if (sh->moe_experts > 0) /* the attention's matmuls only: experts vary with routing */
-    lin = mt_cost_gemm_s(p, d.B * d.T, 3 * d.Cl, d.C, 1) +
+  if (sh->moe_experts > 0) /* the attention's matmuls only: experts vary with routing (q|k|v:
+                              its width, fewer than 3 C / tp under grouped-query attention) */
+    lin = mt_cost_gemm_s(p, d.B * d.T, d.Wqkv, d.C, 1) +
           mt_cost_gemm_s(p, d.B * d.T, d.C, d.Cl, 1);
   const double refwd = cfg->recompute ? 1.0 : 0.0;
   const int accum = cfg->global_batch / (cfg->dp * cfg->micro_batch), pp = cfg->pp;

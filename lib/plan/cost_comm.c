@@ -21,7 +21,7 @@ double mt_cost_coll_lat(const mt_price *q, int n, int stride) {
 }
 
 void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_config *cfg,
-                        const mt_cost_dtypes *dt, const mt_chunk_desc *k, double att,
+                        double msg_scale, const mt_chunk_desc *k, double att,
                         const double cb[4], mt_chunk_cost *c) {
   const mt_gpt *m = k->m;
   const int n_l = k->l1 - k->l0, n_moe = k->n_moe;
@@ -31,7 +31,7 @@ void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_co
    * are not hidden */
   if (cfg->cp > 1) {
     int inside = cfg->tp * cfg->cp <= p->devices_per_node;
-    double bytes = cb[1] * dt->msg / 4.0;
+    double bytes = cb[1] * msg_scale;
     double calls = n_l * (1.0 + refwd) * 2.0 * (cfg->cp - 1);
     double hidden = n_l * ((1.0 + refwd) * att + att_b);
     if (cfg->cp_mode == MT_CP_RING) { /* the ring's slowest pair sets its pace */
@@ -47,13 +47,13 @@ void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_co
   if (n_moe > 0 && (m->moe.ep_size > 1 || m->moe.etp_size > 1)) {
     /* (the folded mesh of a stage: etp innermost, then ep) */
     const int ep = m->moe.ep_size, etp = m->moe.etp_size;
-    c->ep = mt_cost_coll_xfer_s(q, cb[2] * dt->msg / 4.0, ep, etp, 1) +
-            mt_cost_coll_xfer_s(q, cb[3] * dt->msg / 4.0, etp, 1, 0) +
+    c->ep = mt_cost_coll_xfer_s(q, cb[2] * msg_scale, ep, etp, 1) +
+            mt_cost_coll_xfer_s(q, cb[3] * msg_scale, etp, 1, 0) +
             n_moe * 4.0 * mt_cost_coll_lat(q, ep > 1 ? ep : etp, ep > 1 ? etp : 1);
   }
   /* tensor parallelism: this chunk's bytes (as comm counts them) and calls */
   if (cfg->tp > 1) {
-    double bytes = cb[0] * dt->msg / 4.0;
+    double bytes = cb[0] * msg_scale;
     double calls = n_l * ((cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0)) +
                    k->embed * (cfg->sp ? 2.0 : 1.0) + k->head * ((cfg->sp ? 3.0 : 1.0) + 2.0);
     c->tp = mt_cost_coll_xfer_s(q, bytes, cfg->tp, 1, 0) + calls * mt_cost_coll_lat(q, cfg->tp, 1);

@@ -6,18 +6,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-void mt_cost_dtypes_default(const mt_cost_profile *p, mt_cost_dtypes *d) {
-  /* a bf16 profile: Megatron-LM's mixed precision (bf16 weights copy,
-   * activations and messages; fp32 master, gradients, moments and gradient
-   * reduction); else fp32 throughout, the weights being the master. When
-   * the run itself trains in bf16 (train.precision = bf16 with the
-   * mixed-precision state), these follow the configuration instead. */
+void mt_cost_dtypes_default(const mt_config *cfg, const mt_cost_profile *p, mt_cost_dtypes *d) {
+  /* the configuration's own precision first: train.precision = bf16 is
+   * what meshtrain's layout resolves (mt_dtypes_resolve): a bf16 weights'
+   * copy, activations and messages over fp32 master weights and moments,
+   * the gradients and their reduction as train.grad_dtype and
+   * parallel.grad_reduce_dtype say */
+  if (cfg && cfg->precision == MT_PRECISION_BF16) {
+    mt_dtypes run;
+    mt_dtypes_resolve(cfg->precision, cfg->grad_dtype, cfg->grad_reduce_dtype, &run);
+    mt_cost_dtypes_counted(&run, d);
+    return;
+  }
+  /* an fp32 configuration on a bf16 profile (act_bytes = 2, "the runs
+   * priced on it train in bf16"): Megatron-LM's mixed precision (bf16
+   * weights copy, activations and messages; fp32 master, gradients,
+   * moments and gradient reduction); else fp32 throughout, the weights
+   * being the master */
   if (p->act_bytes == 2)
     *d = (mt_cost_dtypes){.weights = 2, .master = 4, .grads = 4, .moments = 4, .acts = 2,
                           .grad_reduce = 4, .msg = 2};
   else
     *d = (mt_cost_dtypes){.weights = 4, .master = 0, .grads = 4, .moments = 4, .acts = 4,
                           .grad_reduce = 4, .msg = 4};
+}
+
+void mt_cost_dtypes_counted(const mt_dtypes *run, mt_cost_dtypes *d) {
+  /* an fp32 run's weights are its master (no separate copy); a bf16 run
+   * holds an fp32 master beside the bf16 copy */
+  *d = (mt_cost_dtypes){.weights = (double)mt_dtype_bytes(run->weights),
+                        .master = run->weights == MT_DT_F32 ? 0.0 : 4.0,
+                        .grads = (double)mt_dtype_bytes(run->grads), .moments = 4,
+                        .acts = (double)mt_dtype_bytes(run->acts),
+                        .grad_reduce = (double)mt_dtype_bytes(run->grad_reduce),
+                        .msg = (double)mt_dtype_bytes(run->msgs)};
 }
 
 static const char *g_dtype_names[] = {"weights", "master", "grads", "moments", "acts",

@@ -69,11 +69,11 @@ double mt_cost_coll_xfer_s(const mt_price *q, double bytes, int n, int stride, i
 double mt_cost_coll_lat(const mt_price *q, int n, int stride);
 /* The communication of chunk k into c (tp, cp, ep): it sends cb[0..3]
  * bytes over tp, cp, ep and etp (the plan's count of the chunk's forward
- * and backward, in the fp32 messages the code sends today: priced at
- * dt->msg / 4 of them for the run's dtype); att: one layer's attention
- * forward (mt_cost_chunk_compute's); q: the profile's prices. */
+ * and backward, in the run's message dtype: priced at msg_scale times
+ * them, the priced dtype's bytes over the counted one's); att: one layer's
+ * attention forward (mt_cost_chunk_compute's); q: the profile's prices. */
 void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_config *cfg,
-                        const mt_cost_dtypes *dt, const mt_chunk_desc *k, double att,
-                        const double cb[4], mt_chunk_cost *c);
+                        double msg_scale, const mt_chunk_desc *k, double att, const double cb[4],
+                        mt_chunk_cost *c);
 
 #endif

@@ -63,11 +63,8 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
    * work (tiles across documents are skipped) and the documents' starts
    * take a few bytes per token */
   o.par.documents = 0;
-  /* priced (meshplan): the step as the run counts it in fp32, which the
-   * cost model rescales by the dtypes it prices (mt_cost_dtypes) */
-  if (price) o.dtypes = (mt_dtypes){.master = MT_DT_F32, .weights = MT_DT_F32,
-                                    .acts = MT_DT_F32, .msgs = MT_DT_F32,
-                                    .grads = MT_DT_F32, .grad_reduce = MT_DT_F32};
+  /* priced or not, the step runs in the layout's dtypes (the run's): the
+   * cost model turns them into the dtypes it prices (mt_cost_dtypes) */
   int rc = mt_step_create(&w->step, &o, &g, price ? mt_ops_virtual() : mt_ops_null(), e);
   free(l0l1);
   if (rc == 0) {

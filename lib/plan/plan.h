@@ -203,14 +203,18 @@ double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops);
  * the cost model price with). */
 void mt_cost_price(const mt_cost_profile *p, mt_price *out);
 
-/* Bytes per element of each category of state and traffic: the run's
- * dtypes. The plan counts what the run allocates and sends today (fp32); the
- * cost model rescales its categories by these. Defaults
- * (mt_cost_dtypes_default): fp32 everywhere (weights = master), or, on a
- * profile with act_bytes = 2, mixed bf16 as Megatron-LM trains: bf16
- * weights copy, activations and tp/sp/cp/pp/ep messages, fp32 master
- * weights, gradients, moments and gradient reductions. When the run trains
- * in bf16 (train.precision) the defaults follow the configuration. */
+/* Bytes per element of each category of state and traffic, as priced.
+ * Precision is applied once, by the run's own code: the plan a price reads
+ * is counted in the configuration's dtypes (meshtrain's layout resolves
+ * train.precision, train.grad_dtype and parallel.grad_reduce_dtype), in
+ * every attention mode, and the cost model turns each category's counted
+ * bytes into these by one factor, priced over counted bytes per element
+ * (1 where they agree: a bf16 run is priced as it allocates and sends).
+ * Defaults (mt_cost_dtypes_default): train.precision = bf16, the run's own
+ * dtypes; else, on a profile with act_bytes = 2, mixed bf16 as Megatron-LM
+ * trains (bf16 weights copy, activations and tp/sp/cp/pp/ep messages,
+ * fp32 master weights, gradients, moments and gradient reductions); else
+ * fp32 everywhere (weights = master). --dtype overrides a category. */
 typedef struct {
   double weights;     /* the compute copy of the parameters (ZeRO-3 gathers it) */
   double master;      /* separate master weights, sharded like the moments (0: none) */
@@ -220,7 +224,11 @@ typedef struct {
   double grad_reduce; /* gradient reductions over dp x cp (and edp) */
   double msg;         /* tp, sp, cp, pp and ep messages */
 } mt_cost_dtypes;
-void mt_cost_dtypes_default(const mt_cost_profile *p, mt_cost_dtypes *d);
+/* cfg may be NULL (the profile's defaults alone) */
+void mt_cost_dtypes_default(const mt_config *cfg, const mt_cost_profile *p, mt_cost_dtypes *d);
+/* the bytes per element a plan counted in the run's dtypes holds and sends
+ * (an fp32 run: master 0, its weights being the master) */
+void mt_cost_dtypes_counted(const mt_dtypes *run, mt_cost_dtypes *d);
 /* "category=bytes" (weights, master, grads, moments, acts, grad_reduce, msg;
  * bytes 0, 1, 2 or 4; master also 0): 0, or -1 with one line in e */
 int mt_cost_dtypes_set(mt_cost_dtypes *d, const char *assignment, mt_err *e);
@@ -327,6 +335,8 @@ typedef struct {
   int fitting;               /* priced and fit */
   int pruned_mem;            /* certain not to fit by the memory lower bound */
   int pruned_time;           /* slower by the step-time lower bound than the kept rows */
+  int bounds_over;           /* priced layouts whose step-time or memory lower bound exceeds
+                                their price (the pruning is sound only at 0) */
   double smallest_mem;       /* bytes per device of the leanest layout (lower bound where
                                 none was priced) */
   double seconds;            /* time the search took */

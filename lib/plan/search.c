@@ -142,7 +142,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
   MT_TRY(e, mt_plan_docs_price(&neutral, &sh, &docs, e));
   mt_cost_dtypes dt;
   if (o->dt) dt = *o->dt;
-  else mt_cost_dtypes_default(p, &dt);
+  else mt_cost_dtypes_default(base, p, &dt);
   const int world = o->world, L = sh.n_layer, dpn = p->devices_per_node;
   const double cap = p->mem_bytes - mt_cost_headroom(base, p);
   const int moe = sh.moe_experts > 0;
@@ -255,6 +255,10 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
     mt_cost cost;
     if (mt_cost_estimate_dt(&cfg, p, &dt, &cost, &le) != 0) continue; /* refused by the run */
     s->valid++;
+    /* the pruning's premise, checked on every layout priced: neither bound
+     * exceeds the exact price (a relative 1e-9 for rounding) */
+    if (c->step_lb > cost.step_s * (1.0 + 1e-9) || c->mem_lb > cost.mem_bytes * (1.0 + 1e-9))
+      s->bounds_over++;
     if (!smallest_priced || cost.mem_bytes + cost.headroom < smallest_priced)
       smallest_priced = cost.mem_bytes + cost.headroom;
     if (!cost.fits) continue;

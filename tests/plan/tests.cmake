@@ -38,6 +38,12 @@ mt_script_test(search_node plan auto_hw.sh node)
 mt_script_test(only_no_fit badinput meshplan_fail.sh only_no_fit "the configured layout \\(tp=1, pp=1, cp=1, dp=1\\) does not fit: it needs .* GiB per device" only-no-fit)
 # memory in the run's dtypes (bf16 profile) against the fp32 plan, --dtype, plan.headroom
 mt_script_test(dtypes plan dtypes.sh)
+# train.precision = bf16 halves the bf16 categories once, in block and materialized attention
+mt_script_test(precision plan precision.sh)
+# ZeRO-3's gradient and gather buffers: meshplan = the run's counters (mpirun, 2 and 4 ranks)
+mt_script_test(zero3_run plan zero3_run.sh)
+# the search's lower bounds never exceed a layout's price; its top 10 with and without pruning
+mt_script_test(search_bounds plan search_bounds.sh)
 mt_script_test(bad_dtype badinput meshplan_fail.sh bad_dtype "--dtype 'weights=3': expected CATEGORY=BYTES" bad-dtype)
 mt_script_test(bad_collectives badinput meshplan_fail.sh bad_collectives "collectives = 'tree' is not hierarchical or flat" bad-collectives)
 # a hardware profile's key once, each number within a sane range, no rate above the peak

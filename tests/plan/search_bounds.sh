@@ -1,0 +1,39 @@
+# The search's pruning is sound: pricing every layout that may fit (--all),
+# no layout's step-time or memory lower bound exceeds its exact price (the
+# search counts those it priced above a bound: 0), and the ten fastest
+# layouts are the same, row for row, as the search that stops once they
+# are certain. tiny, small and tiny MoE on 8 ranks of the test profile, and
+# a 1.3B GPT on 32 A100s (where the memory bound prunes and the step-time
+# bound leaves most layouts unpriced).
+source "$(dirname "$0")/../scripts/common.sh"
+G13=(--set model.preset=custom --set model.n_layer=24 --set model.n_embd=2048 --set model.n_head=16
+     --set model.seq_len=2048 --set model.vocab_size=51200 --set train.global_batch=256)
+cases=("tiny 8 cost --set model.preset=tiny --set train.global_batch=16"
+       "small 8 cost --set model.preset=small --set train.global_batch=16"
+       "moe 8 cost --set model.preset=tiny --set model.moe_experts=4 --set model.moe_topk=2 --set train.global_batch=16"
+       "g13 32 a100 ${G13[*]}")
+for c in "${cases[@]}"; do
+  read -r name ranks hw settings <<< "$c"
+  prof=$MT_SRC/tests/plan/cost-test.ini
+  [ "$hw" = a100 ] && prof=a100-80gb-dgx
+  for mode in all top; do
+    extra=()
+    [ $mode = all ] && extra=(--all)
+    # shellcheck disable=SC2086
+    "$MT_BIN/meshplan" $settings --hw "$prof" --ranks "$ranks" --top 10 "${extra[@]}" \
+      > "$WORK/$name.$mode.out" || fail "meshplan $name $mode"
+  done
+  summary=$(sed -n 3p "$WORK/$name.all.out")
+  echo "$name: $summary"
+  over=$(sed -n 's/.*; \([0-9]*\) priced above a lower bound$/\1/p' <<< "$summary")
+  [ "$over" = 0 ] || fail "$name: $over layouts priced above a lower bound ($summary)"
+  # the table: the rows after the header, the ten fastest
+  diff <(awk 'NR > 4 && NF > 10' "$WORK/$name.all.out" | head -10) \
+       <(awk 'NR > 4 && NF > 10' "$WORK/$name.top.out" | head -10) \
+    || fail "$name: the top 10 differ with and without the step-time pruning"
+  [ "$(awk 'NR > 4 && NF > 10' "$WORK/$name.top.out" | head -10 | wc -l)" = 10 ] \
+    || fail "$name: fewer than 10 layouts ranked"
+  unpriced=$(sed -n 's/.*, \([0-9]*\) left unpriced.*/\1/p' "$WORK/$name.top.out" | head -1)
+  echo "$name: $unpriced left unpriced by the step-time bound in the pruned search"
+done
+echo PASS
