@@ -12,7 +12,7 @@
 # data (eager mode hides it); two streams without an event between them
 # give a wrong result in some MT_EMU_SEED order, and with the event, or
 # ordered by the legacy default stream's implicit synchronisation, the
-# right one in every order.
+# right one in every order; an unknown MT_EMU_STREAMS is a one-line error.
 source "$MT_SRC/tests/scripts/common.sh"
 P="$MT_TESTBIN/gpu_emu_selftest"
 SRC="tests/gpu/emu/selftest.cu"
@@ -77,11 +77,19 @@ echo "ok   fresh: device memory nothing wrote reads as NaN"
 MT_EMU_STREAMS=deferred mt_mpirun 1 "$P" stale > "$WORK/stale.log" 2>&1 ||
   { cat "$WORK/stale.log"; fail "stale"; }
 grep -q "^before -1 after 64$" "$WORK/stale.log" ||
-  { cat "$WORK/stale.log"; fail "stale: a host read before the stream's wait did not see the old data"; }
+  { cat "$WORK/stale.log"; fail "stale: a host read before the wait did not see the old data"; }
 MT_EMU_STREAMS=eager mt_mpirun 1 "$P" stale > "$WORK/stale_eager.log" 2>&1 || fail "stale (eager)"
 grep -q "^before 64 after 64$" "$WORK/stale_eager.log" ||
   { cat "$WORK/stale_eager.log"; fail "stale (eager): expected the work done at once"; }
 echo "ok   stale: deferred, the host reads -1 before the wait and 64 after (eager: 64 both)"
+# a mode the emulator does not know: one line naming it, non-zero exit
+set +e
+MT_EMU_STREAMS=sometimes mt_mpirun 1 "$P" ok_sum > "$WORK/bad_mode.log" 2>&1
+rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q "gpu-emu: error: MT_EMU_STREAMS = 'sometimes': one of deferred, eager" \
+  "$WORK/bad_mode.log" || { cat "$WORK/bad_mode.log"; fail "MT_EMU_STREAMS=sometimes: rc $rc"; }
+echo "ok   bad mode: $(grep -m1 'gpu-emu: error' "$WORK/bad_mode.log")"
 # two streams, eight seeded orders each
 wrong_orders() { # HOW: the number of seeds 1..8 with a wrong result
   local how=$1 seed n=0
