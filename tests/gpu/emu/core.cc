@@ -99,6 +99,10 @@ static config load_config() {
   else if (!strcmp(o, "random")) c.order = ORDER_RANDOM;
   else fatal("MT_EMU_ORDER = '%s': one of forward, reverse, random", o);
   c.seed = (uint64_t)env_long("MT_EMU_SEED", 1, 0, 0x7fffffffffffffffL);
+  const char *m = getenv("MT_EMU_STREAMS");
+  if (!m || !*m || !strcmp(m, "deferred")) c.streams_deferred = true;
+  else if (!strcmp(m, "eager")) c.streams_deferred = false;
+  else fatal("MT_EMU_STREAMS = '%s': one of deferred, eager", m);
   c.watchdog_s = (double)env_long("MT_EMU_WATCHDOG_S", 120, 1, 86400);
   c.nccl_inflight = (int)env_long("MT_EMU_NCCL_INFLIGHT", 0, 0, 1024);
   const char *s = getenv("MT_EMU_STATS");

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <memory>
 #include <vector>
 
 namespace mt_emu {
@@ -332,6 +333,37 @@ static void kind_sides(cudaMemcpyKind kind, const void *dst, const void *src, bo
   }
 }
 
+/* a copy queued on s (its id to *id when given: 0 when nothing was
+ * queued). A source in pageable host memory is staged when the call is
+ * made in deferred mode, as the driver stages it: the host may reuse it
+ * when the call returns. */
+static cudaError_t copy_async(call_site at, const char *what, void *dst, const void *src,
+                              size_t count, cudaMemcpyKind kind, cudaStream_t s, uint64_t *id) {
+  bool dd, sd;
+  kind_sides(kind, dst, src, &dd, &sd);
+  check_side(at, what, "destination", dst, count, dd);
+  check_side(at, what, "source", src, count, sd);
+  if (id) *id = 0;
+  if (!count) return cudaSuccess;
+  std::shared_ptr<std::vector<unsigned char>> staged;
+  if (cfg().streams_deferred && !sd && find_alloc(src, nullptr, nullptr) != ALLOC_HOST) {
+    const unsigned char *b = (const unsigned char *)src;
+    staged = std::make_shared<std::vector<unsigned char>>(b, b + count);
+    src = staged->data();
+  }
+  op o{};
+  o.kind = op::WORK;
+  o.what = what;
+  o.run = [dst, src, count, dd, sd, staged]() {
+    memmove(dst, src, count);
+    stats.copies++;
+    if (sd && !dd) digest_d2h(dst, count);
+  };
+  uint64_t queued = enqueue(s, std::move(o));
+  if (id) *id = queued;
+  return cudaSuccess;
+}
+
 } // namespace mt_emu
 
 using namespace mt_emu;
@@ -422,27 +454,30 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, cudaMemcpyKind kind,
                             cudaStream_t s) {
-  call_site at = take_site();
-  bool dd, sd;
-  kind_sides(kind, dst, src, &dd, &sd);
-  check_side(at, "cudaMemcpyAsync", "destination", dst, count, dd);
-  check_side(at, "cudaMemcpyAsync", "source", src, count, sd);
-  if (!count) return cudaSuccess;
-  op o{};
-  o.kind = op::WORK;
-  o.what = "cudaMemcpyAsync";
-  o.run = [dst, src, count, dd, sd]() {
-    memmove(dst, src, count);
-    stats.copies++;
-    if (sd && !dd) digest_d2h(dst, count);
-  };
-  enqueue(s, std::move(o));
-  return cudaSuccess;
+  return copy_async(take_site(), "cudaMemcpyAsync", dst, src, count, kind, s, nullptr);
 }
 
+/* cudaMemcpy: on the legacy default stream, and the host waits as the
+ * runtime documents ("API synchronization behavior"): from pageable host
+ * memory to the device, the stream synchronises first and the call returns
+ * once the source is staged (the copy itself may still be queued); device
+ * to host, from page-locked memory to the device, and host to host, when
+ * the copy has completed; device to device, at once. (Eager mode: always
+ * when the copy has completed.) */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, cudaMemcpyKind kind) {
-  cudaError_t e = cudaMemcpyAsync(dst, src, count, kind, 0);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(0);
+  call_site at = take_site();
+  if (!cfg().streams_deferred) {
+    cudaError_t e = copy_async(at, "cudaMemcpy", dst, src, count, kind, 0, nullptr);
+    if (e == cudaSuccess) sync_stream("cudaMemcpy", 0);
+    return e;
+  }
+  bool dd, sd;
+  kind_sides(kind, dst, src, &dd, &sd);
+  bool pageable_to_device = dd && !sd && find_alloc(src, nullptr, nullptr) != ALLOC_HOST;
+  if (pageable_to_device) sync_stream("cudaMemcpy", 0);
+  uint64_t id = 0;
+  cudaError_t e = copy_async(at, "cudaMemcpy", dst, src, count, kind, 0, &id);
+  if (e == cudaSuccess && id && !pageable_to_device && !(dd && sd)) wait_op("cudaMemcpy", 0, id);
   return e;
 }
 
@@ -481,9 +516,11 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t count, cudaStream_t s) 
   return cudaSuccess;
 }
 
+/* on the legacy default stream; asynchronous to the host for device memory
+ * (the runtime's documented behaviour; eager mode waits) */
 cudaError_t cudaMemset(void *dst, int value, size_t count) {
   cudaError_t e = cudaMemsetAsync(dst, value, count, 0);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(0);
+  if (e == cudaSuccess && !cfg().streams_deferred) sync_stream("cudaMemset", 0);
   return e;
 }
 

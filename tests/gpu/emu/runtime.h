@@ -20,7 +20,8 @@ struct config {
   int arch;              /* MT_EMU_ARCH: 80, 86 or 90 (the limits of that GPU) */
   size_t memory_bytes;   /* MT_EMU_MEMORY_MB: memory of each GPU */
   order_kind order;      /* MT_EMU_ORDER: forward | reverse | random */
-  uint64_t seed;         /* MT_EMU_SEED: the random order's seed */
+  uint64_t seed;         /* MT_EMU_SEED: the random orders' seed (threads, streams) */
+  bool streams_deferred; /* MT_EMU_STREAMS: deferred (default) | eager */
   double watchdog_s;     /* MT_EMU_WATCHDOG_S: a wait without progress this long is a hang */
   int nccl_inflight;     /* MT_EMU_NCCL_INFLIGHT: NCCL operations running at once (0: any) */
   std::string stats;     /* MT_EMU_STATS: file that gets one JSON line per process */
@@ -114,11 +115,22 @@ struct op {
   uint64_t id; /* set by enqueue: issue order, over every stream */
 };
 stream *stream_of(cudaStream_t s);
-/* queues o on s; returns its id */
+/* queues o on s; returns its id (eager mode: runs what can run) */
 uint64_t enqueue(cudaStream_t s, op &&o);
-/* the id of the operation at the head of s (0: s is empty) */
+/* the id of the operation at the head of s if it may start (0: s is empty,
+ * or its head waits for the legacy default stream's implicit
+ * synchronisation) */
 uint64_t head_id(cudaStream_t s);
-/* runs what can run on every stream; returns whether anything moved */
+/* whether the operation id, queued on s, has completed */
+bool op_done(cudaStream_t s, uint64_t id);
+/* the host waits for the operation id, queued on s */
+void wait_op(const char *what, cudaStream_t s, uint64_t id);
+/* cudaStreamSynchronize's wait (the legacy default stream's includes every
+ * blocking stream's work issued before it) */
+void sync_stream(const char *what, cudaStream_t s);
+/* runs what can run: eager mode all of it; deferred mode some of it, one
+ * operation at a time from a runnable stream the seeded order picks (a
+ * query lets the GPU advance, not finish); returns whether anything moved */
 bool progress();
 /* progress until pred() holds; a hang (no movement for the watchdog's
  * time) is reported with what every stream waits for */

@@ -114,6 +114,53 @@ __global__ void noop(float *x) {
   if (x && threadIdx.x == 0) x[0] += 1.0f;
 }
 
+
+/* ---- streams: x = (i + 1) * 2 + 1 in three kernels, y = 10 x ---- */
+__global__ void set_index(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = (float)(i + 1);
+}
+__global__ void scale_add(float *x, float a, float b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = a * x[i] + b;
+}
+__global__ void times_ten(const float *x, float *y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 10.0f * x[i];
+}
+
+/* Two streams: the writer (x on stream a) and the reader (y = 10 x on
+ * stream b), ordered by `how`: "none" (nothing: a race), "event" (b waits
+ * for an event a records), "legacy" (a is a blocking stream and the reader
+ * runs on the legacy default stream: its implicit synchronisation orders
+ * them), "nonblocking" (the same with a non-blocking a: nothing orders
+ * them). Prints "wrong N" (the y values that are not 10 x). */
+static int two_streams(const char *how, float *x, float *y, float *h, int n) {
+  cudaStream_t a, b;
+  int legacy = !strcmp(how, "legacy"), nonblocking = !strcmp(how, "nonblocking");
+  CK(cudaStreamCreateWithFlags(&a, legacy ? cudaStreamDefault : cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  cudaEvent_t written;
+  CK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+  set_index<<<(n + 127) / 128, 128, 0, a>>>(x, n);
+  scale_add<<<(n + 127) / 128, 128, 0, a>>>(x, 2.0f, 0.0f, n);
+  scale_add<<<(n + 127) / 128, 128, 0, a>>>(x, 1.0f, 1.0f, n);
+  CK(cudaEventRecord(written, a));
+  if (!strcmp(how, "event")) CK(cudaStreamWaitEvent(b, written, 0));
+  cudaStream_t reader = legacy || nonblocking ? (cudaStream_t)0 : b;
+  times_ten<<<(n + 127) / 128, 128, 0, reader>>>(x, y, n);
+  CK(cudaStreamSynchronize(reader));
+  CK(cudaMemcpy(h, y, n * sizeof(float), cudaMemcpyDeviceToHost));
+  CK(cudaDeviceSynchronize());
+  int wrong = 0;
+  for (int i = 0; i < n; i++) wrong += !(h[i] == 10.0f * (float)(2 * (i + 1) + 1));
+  printf("wrong %d\n", wrong);
+  CK(cudaEventDestroy(written));
+  CK(cudaStreamDestroy(a));
+  CK(cudaStreamDestroy(b));
+  return wrong;
+}
+
 static unsigned long long digest(const float *x, size_t n) {
   unsigned long long h = 1469598103934665603ULL;
   const unsigned char *b = (const unsigned char *)x;
@@ -148,6 +195,21 @@ int main(int argc, char **argv) {
         return 1;
       }
     dg = digest(h, 3);
+  } else if (!strcmp(c, "stale")) {
+    /* a host read of page-locked memory a copy on s writes, before and
+     * after the wait for s: deferred, the first sees what was there */
+    float *pinned;
+    CK(cudaMallocHost((void **)&pinned, 64 * sizeof(float)));
+    for (int i = 0; i < 64; i++) pinned[i] = -1.0f;
+    set_index<<<1, 64, 0, s>>>(out, 64);
+    CK(cudaMemcpyAsync(pinned, out, 64 * sizeof(float), cudaMemcpyDeviceToHost, s));
+    printf("before %g", pinned[63]);
+    CK(cudaStreamSynchronize(s));
+    printf(" after %g\n", pinned[63]);
+    CK(cudaFreeHost(pinned));
+  } else if (!strncmp(c, "streams_", 8)) {
+    CK(cudaStreamSynchronize(s)); /* the upload of d (on s) done: only a and b write it */
+    two_streams(c + 8, d, out, h, 4096);
   } else if (!strcmp(c, "barriers")) {
     two_barriers<<<1, 64, 0, s>>>(d);
   } else if (!strcmp(c, "exited")) {

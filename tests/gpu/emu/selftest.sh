@@ -7,7 +7,12 @@
 # race between barriers shows as a result that changes with MT_EMU_ORDER,
 # memory nothing wrote reads as NaN, and an NCCL receive that no send
 # matches is reported as a hang (the watchdog) with what each stream waits
-# for.
+# for. Streams as a GPU runs them (MT_EMU_STREAMS=deferred, the default):
+# a host read before the wait for the stream that writes it sees the old
+# data (eager mode hides it); two streams without an event between them
+# give a wrong result in some MT_EMU_SEED order, and with the event, or
+# ordered by the legacy default stream's implicit synchronisation, the
+# right one in every order; an unknown MT_EMU_STREAMS is a one-line error.
 source "$MT_SRC/tests/scripts/common.sh"
 P="$MT_TESTBIN/gpu_emu_selftest"
 SRC="tests/gpu/emu/selftest.cu"
@@ -68,4 +73,42 @@ echo "ok   race: forward and reverse resume orders give different results"
 mt_mpirun 1 "$P" fresh > "$WORK/fresh.log" 2>&1 || fail "fresh"
 grep -q "^nan 64$" "$WORK/fresh.log" || { cat "$WORK/fresh.log"; fail "fresh memory did not read as NaN"; }
 echo "ok   fresh: device memory nothing wrote reads as NaN"
+# stale: page-locked memory a queued copy writes, read before and after the wait
+MT_EMU_STREAMS=deferred mt_mpirun 1 "$P" stale > "$WORK/stale.log" 2>&1 ||
+  { cat "$WORK/stale.log"; fail "stale"; }
+grep -q "^before -1 after 64$" "$WORK/stale.log" ||
+  { cat "$WORK/stale.log"; fail "stale: a host read before the wait did not see the old data"; }
+MT_EMU_STREAMS=eager mt_mpirun 1 "$P" stale > "$WORK/stale_eager.log" 2>&1 || fail "stale (eager)"
+grep -q "^before 64 after 64$" "$WORK/stale_eager.log" ||
+  { cat "$WORK/stale_eager.log"; fail "stale (eager): expected the work done at once"; }
+echo "ok   stale: deferred, the host reads -1 before the wait and 64 after (eager: 64 both)"
+# a mode the emulator does not know: one line naming it, non-zero exit
+set +e
+MT_EMU_STREAMS=sometimes mt_mpirun 1 "$P" ok_sum > "$WORK/bad_mode.log" 2>&1
+rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q "gpu-emu: error: MT_EMU_STREAMS = 'sometimes': one of deferred, eager" \
+  "$WORK/bad_mode.log" || { cat "$WORK/bad_mode.log"; fail "MT_EMU_STREAMS=sometimes: rc $rc"; }
+echo "ok   bad mode: $(grep -m1 'gpu-emu: error' "$WORK/bad_mode.log")"
+# two streams, eight seeded orders each
+wrong_orders() { # HOW: the number of seeds 1..8 with a wrong result
+  local how=$1 seed n=0
+  for seed in 1 2 3 4 5 6 7 8; do
+    MT_EMU_STREAMS=deferred MT_EMU_SEED=$seed mt_mpirun 1 "$P" "streams_$how" \
+      > "$WORK/streams_$how.$seed.log" 2>&1 ||
+      { cat "$WORK/streams_$how.$seed.log"; fail "streams_$how (seed $seed)"; }
+    grep -q "^wrong 0$" "$WORK/streams_$how.$seed.log" || n=$((n + 1))
+  done
+  echo $n
+}
+for how in none nonblocking; do
+  n=$(wrong_orders $how)
+  [ "$n" -ge 1 ] || fail "streams_$how: no order of eight showed the missing synchronisation"
+  echo "ok   streams_$how: wrong in $n of 8 seeded orders"
+done
+for how in event legacy; do
+  n=$(wrong_orders $how)
+  [ "$n" -eq 0 ] || fail "streams_$how: wrong in $n of 8 seeded orders"
+  echo "ok   streams_$how: right in all 8 seeded orders"
+done
 echo PASS
