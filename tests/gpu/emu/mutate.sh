@@ -34,7 +34,8 @@
 # Copies the working tree (git's tracked and untracked files) to
 # WORK_DIR/src, files that differ only, and builds it there with
 # -DMT_CUDA_EMU=ON (incrementally when WORK_DIR holds an earlier build);
-# then per mutation rebuilds target gpu_emu_all (the one file changed) and
+# runs the tests the mutations use unmutated (they must pass), then per
+# mutation rebuilds target gpu_emu_all (the one file changed) and
 # runs the gpu-emu tests listed for it. Prints a table (mutation, caught,
 # failed tests, the kernel or op named, seconds) and exits 0 when every
 # mutation is caught, 1 otherwise. stream_sync needs the emulator's deferred
@@ -60,6 +61,15 @@ cmake -S . -B build-emu -DCMAKE_BUILD_TYPE=Release -DMT_CUDA_EMU=ON > "$WORK/con
   cmake --build build-emu -j "$JOBS" --target gpu_emu_all > "$WORK/build.log" 2>&1 ||
   { tail -20 "$WORK/build.log"; exit 1; }
 echo "   built in $((SECONDS - START)) s"
+# the tests the mutations run must pass on the tree as it is, or a
+# "caught" means nothing
+BASE='ops|ops_bf16|edges|moe_ops|attn_bf16|gemm_ld|nccl16'
+echo "== unmutated: gpu-emu.($BASE)"
+(cd build-emu && ctest -R "^gpu-emu\.($BASE)\$" -j "$JOBS" --output-on-failure \
+  > "$WORK/unmutated.ctest.log" 2>&1) ||
+  { grep -E 'FAIL|gpu-emu: ' "$WORK/unmutated.ctest.log" | head -5
+    echo "the unmutated tree fails (above; $WORK/unmutated.ctest.log)"; exit 1; }
+echo "   passed at $((SECONDS - START)) s"
 DEFERRED=0
 grep -q MT_EMU_STREAMS tests/gpu/emu/*.cc 2>/dev/null && DEFERRED=1
 
