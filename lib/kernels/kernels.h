@@ -522,6 +522,22 @@ void mt_dtypes_resolve(mt_precision prec, mt_dtype grads, mt_dtype grad_reduce, 
  * n_visible < 1. */
 int mt_device_for_local_rank(int local_rank, int local_size, int n_visible, int *shared);
 
+/* One strided, batched product of the CUDA backend's general GEMM (the
+ * entry its matmuls and attention call, matmul.cu): batch times, C
+ * (m x n, column-major, leading dimension ldc, stride_c elements apart) =
+ * alpha op(A) op(B) + beta C, op(A) m x k and op(B) k x n, transposed when
+ * trans_a / trans_b; A and B of storage type ab, C of type cd (fp32; bf16
+ * only with bf16 operands: the sum in fp32, rounded once). For tests of
+ * the leading dimensions and strides the ops do not take. */
+typedef struct {
+  int trans_a, trans_b, m, n, k, lda, ldb, ldc, batch;
+  long long stride_a, stride_b, stride_c; /* elements; read only when batch > 1 */
+  float alpha, beta;
+  mt_dtype ab, cd;
+} mt_gemm_shape;
+/* 0, or -1 without the CUDA backend (not built, or before mt_cuda_init) */
+int mt_cuda_gemm_strided(const mt_gemm_shape *s, const void *A, const void *B, void *C);
+
 /* The largest attention head size (channels) the CUDA kernels take. */
 #define MT_CUDA_MAX_HEAD_SIZE 256
 

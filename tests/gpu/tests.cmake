@@ -24,6 +24,10 @@ mt_script_test(attn_bf16 gpu ops.sh gpu_attn_bf16)
 # a run started at fp32 and one at bf16 with 1 MiB of scratch)
 mt_test_program(gpu_ops_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_ops_bf16.c)
 mt_script_test(ops_bf16 gpu ops.sh gpu_ops_bf16 fp32 bf16_small_scratch)
+# the general GEMM with every leading dimension and batch stride padded,
+# whole and in pieces, against the test's own product
+mt_test_program(gpu_gemm_ld ${CMAKE_CURRENT_LIST_DIR}/gpu_gemm_ld.c)
+mt_script_test(gemm_ld gpu ops.sh gpu_gemm_ld fp32)
 
 # bad input about devices, on any machine (badinput: also under ASan)
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)

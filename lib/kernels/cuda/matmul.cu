@@ -271,6 +271,16 @@ void mt_cuda_gemm_ex(int transa, int transb, int m, int n, int k, float alpha, c
                               &p->algo, g_cu.lt_workspace, g_cu.lt_workspace_bytes, g_cu.stream));
 }
 
+extern "C" int mt_cuda_gemm_strided(const mt_gemm_shape *s, const void *A, const void *B,
+                                    void *C) {
+  if (!g_cu.up) return -1;
+  cudaDataType_t ab = s->ab == MT_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  cudaDataType_t cd = s->cd == MT_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  mt_cuda_gemm_ex(s->trans_a, s->trans_b, s->m, s->n, s->k, s->alpha, A, s->lda, s->stride_a, B,
+                  s->ldb, s->stride_b, s->beta, C, s->ldc, s->stride_c, s->batch, ab, cd, NULL);
+  return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* the op table's matmuls, per storage type                             */
 
