@@ -28,9 +28,9 @@ refused() {  # refused WHAT ARGS...: exit 2 and exactly one line on stderr
 
 # 1. the 7B all data-parallel on 8 A100s of 64 GiB: meshplan counts it over
 # (meshplan --only: its figures on stdout, one line that it does not fit, exit 2),
-# priced in the precision the job trains in (bf16: a GPU system's default)
-set +e; "$MT_BIN/meshplan" "${SEVENB[@]}" --set parallel.dp=8 \
-  --set train.precision=bf16 --hw leonardo-booster --only \
+# priced in the device and precision the job gets from the profile
+set +e; "$MT_BIN/meshplan" "${SEVENB[@]}" --set parallel.dp=8 "${PROFILE_SETS[@]}" \
+  --hw leonardo-booster --only \
   > "$WORK/only.json" 2> "$WORK/only.err"; rc=$?; set -e
 [ "$rc" = 2 ] || fail "meshplan --only of a layout that does not fit exited $rc, expected 2"
 [ "$(wc -l < "$WORK/only.err")" = 1 ] && grep -q "^meshplan: error: the configured layout .* does not fit" "$WORK/only.err" ||
