@@ -28,7 +28,7 @@ target_compile_definitions(ckpt_layout PRIVATE ${HDF5_DEFINITIONS})
 add_test(NAME ckpt.layout COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 --oversubscribe
   $<TARGET_FILE:ckpt_layout>)
 set_tests_properties(ckpt.layout PROPERTIES LABELS "ckpt;unit" TIMEOUT 120
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_pml=ob1")
 
 # edited and damaged checkpoints: refused at load and by meshckpt verify alike
 mt_script_test(edits ckpt edits.sh shared)
