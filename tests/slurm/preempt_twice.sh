@@ -68,6 +68,15 @@ echo "report job: $st"
 echo "--- jobs.log"; cat "$run/jobs.log"
 [ "${st% *}" = "COMPLETED 0:0" ] || { cat "$run"/slurm-*.out "$WORK"/camp/report/slurm-*.out; fail "report job ended '$st'"; }
 st=$(cluster_state "$jid")
+# The local cluster's known fault: now and then a rank of an attempt dies of
+# a segmentation fault as it starts under srun --mpi=pmix (no frame of
+# meshtrain's in its backtrace; cause not found). The job script requeues
+# it from its checkpoint, as it should, but the attempts this test counts
+# are then not the preemptions': say so and skip, rather than pass or fail.
+if grep -q 'requeued: failed (exit 139)' "$run/jobs.log" && grep -q 'Signal: Segmentation fault' "$run"/slurm-*.out; then
+  grep -B1 -A5 'Process received signal' "$run"/slurm-*.out | head -20
+  skip "a rank crashed at start (exit 139, the local cluster's srun/pmix fault) and the job requeued it: the attempts are not the two preemptions'"
+fi
 [ "${st% *}" = "COMPLETED 0:0" ] && [ "${st##* }" = 2 ] || fail "point job: '$st', expected COMPLETED 0:0 after 2 restarts"
 [ "$(grep -c 'requeued: checkpointed (exit 75)' "$run/jobs.log")" = 2 ] || fail "jobs.log lacks two requeues"
 grep -q 'restart=2 done' "$run/jobs.log" || fail "jobs.log lacks the finished second restart"

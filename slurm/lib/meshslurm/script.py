@@ -47,6 +47,7 @@ set_status() {
 #         "cancelled after a checkpoint at step N"), never requeued.
 APP_PID=""
 CANCELLED=0
+PREEMPTED=""  # the time (s) USR1 was forwarded, or empty
 FINISHING=0  # the application has ended: this attempt only writes its status now
 forward() {
   log "received SIG$1; forwarding it to the application${APP_PID:+ (pid $APP_PID)}"
@@ -59,7 +60,11 @@ on_term() {
   set_status "cancelling: SIGTERM received${APP_PID:+, the application is writing a checkpoint}"
   forward TERM
 }
-trap 'forward USR1' USR1
+on_usr1() {
+  [ -n "$PREEMPTED" ] || PREEMPTED=$(date +%s)
+  forward USR1
+}
+trap on_usr1 USR1
 trap on_term TERM
 
 @MODULES@
@@ -149,9 +154,21 @@ failed() {
 # finish RC: 0 done; @EXIT_REQUEUE@ checkpointed -> requeue (or resubmit); @EXIT_CANCELLED@ or any exit
 # after SIGTERM -> cancelled for good; else failed
 finish() {
-  local rc=$1
+  local rc=$1 written
   FINISHING=1 FINISH_RC=$rc
   if [ "$CANCELLED" = 1 ] && [ "$rc" -ne 0 ]; then cancelled "$rc"; fi
+  # after USR1, a checkpoint written since then is the preemption's, whatever
+  # srun reports: with --kill-on-bad-exit the first rank to exit
+  # @EXIT_REQUEUE@ makes srun terminate the others, and their status (76
+  # from the SIGTERM, or a signal's) can be the step's
+  if [ -n "$PREEMPTED" ] && [ "$rc" -ne 0 ] && [ "$rc" -ne @EXIT_REQUEUE@ ]; then
+    written=$(stat -c %Y "$RUN_DIR/checkpoints/latest" 2>/dev/null || echo 0)
+    if [ "$written" -ge "$PREEMPTED" ]; then
+      log "srun reported exit $rc after the checkpoint that SIGUSR1 asked for" \
+          "(ranks ended by srun once one exited @EXIT_REQUEUE@): taken as exit @EXIT_REQUEUE@"
+      rc=@EXIT_REQUEUE@
+    fi
+  fi
   case "$rc" in
     0) set_status done; log "finished"; exit 0 ;;
     @EXIT_CANCELLED@) cancelled "$rc" ;;
