@@ -64,7 +64,7 @@ while read -r nodes time qos exclusive; do
     "^export TMPDIR=\"\\\$CINECA_SCRATCH/tmp/meshtrain-\\\$\{SLURM_JOB_ID:-\\\$\\\$\}\"$" \
     "^LAUNCH=\(srun --cpu-bind=cores\)$" "export SRUN_CPUS_PER_TASK=\\\$SLURM_CPUS_PER_TASK" \
     "since Slurm 22.05" "^export NCCL_IB_SL=1$" "--set parallel.dp=$((nodes * 4))$" \
-    "--set metrics.hw=leonardo-booster" "trap 'forward USR1' USR1" "scontrol requeue" \
+    "--set metrics.hw=leonardo-booster" "trap on_usr1 USR1" "scontrol requeue" \
     "RESUME=\(--set train.resume=auto\)" "^    75\)$" "^if ! mt_load_modules " \
     "^export NCCL_IB_HCA=mlx5$" "--set data.train=$data$" "${DEVICE_CHECKS[@]}"
   # every module of the profile, in its order
