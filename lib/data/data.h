@@ -227,4 +227,56 @@ int mt_token_writer_close(mt_token_writer *w, mt_err *e);
 /* Give up: close and remove the partial file. */
 void mt_token_writer_abort(mt_token_writer *w);
 
+/* ------------------------------------------------------------------ */
+/* variable-length sequences (varlen.c): data.seq_policy = varlen       */
+
+/* What a step's plan is cut to: rows of T positions (model.seq_len), each
+ * held by one dp rank and split over its cp ranks in K = T / chunk_len
+ * chunks, chunk j on cp rank owner(j) (ring, zigzag: j < cp ? j : 2 cp - 1
+ * - j; else j); row_cap: the most rows a dp rank can take; lin: the work of
+ * a position, att: of a visible (query, key) pair (integers: every rank
+ * computes the same plan). */
+typedef struct {
+  int T, dp, cp, chunk_len, ring, row_cap;
+  long long lin, att;
+} mt_varlen_shape;
+
+/* A step's plan: sequence i (of n_segs) at positions [pos[i], pos[i] +
+ * len[i]) of row row[i]; rows_per_rank rows per dp rank, dp rank d's being
+ * [d rows_per_rank, (d+1) rows_per_rank), those whose sequences cross a
+ * chunk boundary first; order: the sequences by (row, position), row r's
+ * being order[row_first[r] .. row_first[r+1]); local[r]: no sequence of row
+ * r crosses a chunk boundary (attention needs no cp exchange); pad: the
+ * positions no sequence holds; imbalance: the most work of a (dp, cp) rank
+ * over the mean; fallback: the rows would not fit row_cap, so the windows
+ * are kept as they are (row w = window w). */
+typedef struct {
+  int n_segs, n_rows, rows_per_rank;
+  int *row, *pos, *order, *row_first;
+  unsigned char *local;
+  long long pad;
+  double imbalance;
+  int fallback;
+} mt_varlen_plan;
+
+/* The plan of n sequences (window win[i] at start[i], len[i] positions,
+ * none longer than T) of a step of G windows (lib/data/varlen.c says how).
+ * Deterministic: a function of its arguments alone. */
+void mt_varlen_plan_make(mt_varlen_plan *p, const mt_varlen_shape *s, const int *win,
+                         const int *start, const int *len, int n, int G);
+void mt_varlen_plan_free(mt_varlen_plan *p);
+/* the placements as a 64-bit hash (a plan's identity across reruns) */
+uint64_t mt_varlen_plan_hash(const mt_varlen_plan *p);
+
+/* The longest document of a source's training files (a document begins at
+ * each eot token and at a file's start; a file's end ends one): its length,
+ * file and first token's offset. Collective over comm: each rank scans a
+ * share of every file. */
+typedef struct {
+  long long len, offset;
+  char path[MT_CFG_STR_MAX];
+} mt_doc_longest;
+void mt_sources_longest_document(const mt_sources *ss, int eot, MPI_Comm comm,
+                                 mt_doc_longest *out);
+
 #endif
