@@ -123,6 +123,11 @@ static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes,
     printf("documents (plan.doc_lengths): attention at %.3f of packed windows' work; in the "
            "first layout the dp ranks' work %.3f x their mean (as data.balance hands out windows)\n",
            s->r[0].cost.docs.density, s->r[0].cost.docs.imbalance);
+  if (s->n > 0 && s->r[0].cost.docs.varlen)
+    printf("varlen (data.seq_policy): in the first layout the dp x cp ranks' work %.3f x their "
+           "mean, rows %.3f x the windows, %.2f of the micro-batches with the cp exchange\n",
+           s->r[0].cost.docs.imbalance, s->r[0].cost.docs.pad_factor,
+           s->r[0].cost.docs.exchange_share);
   for (int i = 0; i < s->n && i < top; i++) {
     const mt_search_row *r = &s->r[i];
     const mt_cost *c = &r->cost;
@@ -169,6 +174,9 @@ static void row_json(FILE *f, const mt_search_row *r) {
   if (c->docs.priced)
     fprintf(f, ", \"doc_density\": %.6g, \"doc_imbalance\": %.6g", c->docs.density,
             c->docs.imbalance);
+  if (c->docs.varlen)
+    fprintf(f, ", \"varlen_pad_factor\": %.6g, \"varlen_exchange_share\": %.6g",
+            c->docs.pad_factor, c->docs.exchange_share);
   /* per pipeline stage: dp collectives, hidden behind backward and the
    * cool-down, and exposed after the schedule */
   const char *keys[3] = {"dp_stage_s", "dp_stage_hidden_s", "dp_stage_exposed_s"};

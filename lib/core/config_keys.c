@@ -261,6 +261,12 @@ static const mt_cfg_key g_keys[] = {
     {"data.balance", MT_CFG_STRING, F(balance), "none",
      "the step's windows over the dp ranks: in sample order, or by their FLOPs (documents)", 0,
      0, "none|flops"},
+    {"data.seq_policy", MT_CFG_STRING, F(seq_policy), "pack",
+     "documents: packed into windows as read, or kept whole and placed by a balanced plan (varlen)",
+     0, 0, "pack|varlen"},
+    {"data.long_documents", MT_CFG_STRING, F(long_documents), "refuse",
+     "varlen: a document longer than model.seq_len is refused at start, or cut at the windows",
+     0, 0, "refuse|split"},
     /* [output] */
     {"output.dir", MT_CFG_STRING, F(output_dir), "outputs/run",
      "directory for metrics.jsonl, summary.json and config.ini", 0, 0, NULL},
@@ -369,6 +375,10 @@ static const choice c_data_format[] = {{"auto", MT_DATA_AUTO}, {"llmc", MT_DATA_
                                        {"text", MT_DATA_TEXT}, {NULL, 0}};
 static const choice c_balance[] = {{"none", MT_BALANCE_NONE}, {"flops", MT_BALANCE_FLOPS},
                                    {NULL, 0}};
+static const choice c_seq_policy[] = {{"pack", MT_SEQ_PACK}, {"varlen", MT_SEQ_VARLEN},
+                                      {NULL, 0}};
+static const choice c_long_docs[] = {{"refuse", MT_LONG_DOCS_REFUSE},
+                                     {"split", MT_LONG_DOCS_SPLIT}, {NULL, 0}};
 static const choice c_spike[] = {{"stop", MT_SPIKE_STOP}, {"rollback", MT_SPIKE_ROLLBACK},
                                  {NULL, 0}};
 static const choice c_ckpt_mode[] = {{"shared", MT_CKPT_MODE_SHARED},
@@ -397,6 +407,7 @@ static const struct {
     {F(data_format), c_data_format}, {F(ckpt_mode), c_ckpt_mode},
     {F(ckpt_test_crash), c_ckpt_crash}, {F(moe_router), c_moe_router},
     {F(balance), c_balance},        {F(on_spike), c_spike},
+    {F(seq_policy), c_seq_policy},  {F(long_documents), c_long_docs},
 };
 
 #undef F
@@ -486,6 +497,8 @@ const char *mt_ep_balance_name(mt_ep_balance v) { return text_of(c_ep_balance, (
 const char *mt_layout_mode_name(mt_layout_mode v) { return text_of(c_layout, (int)v); }
 const char *mt_data_format_name(mt_data_format v) { return text_of(c_data_format, (int)v); }
 const char *mt_balance_name(mt_balance v) { return text_of(c_balance, (int)v); }
+const char *mt_seq_policy_name(mt_seq_policy v) { return text_of(c_seq_policy, (int)v); }
+const char *mt_long_docs_name(mt_long_docs v) { return text_of(c_long_docs, (int)v); }
 const char *mt_spike_action_name(mt_spike_action v) { return text_of(c_spike, (int)v); }
 const char *mt_ckpt_mode_name(mt_ckpt_mode v) { return text_of(c_ckpt_mode, (int)v); }
 const char *mt_ckpt_crash_name(mt_ckpt_crash v) { return text_of(c_ckpt_crash, (int)v); }

@@ -226,6 +226,14 @@ typedef enum {
 /* data.balance: which windows of a step each dp rank trains on (in sample
  * order, or by their FLOPs with documents: lib/train/balance.c) */
 typedef enum { MT_BALANCE_NONE = 0, MT_BALANCE_FLOPS = 1 } mt_balance;
+/* data.seq_policy: a step's sequences packed into windows of seq_len as
+ * read (pack), or its documents kept whole, each no longer than seq_len,
+ * split over cp only when longer than a cp chunk and balanced over dp x cp
+ * (varlen; lib/data/varlen.c) */
+typedef enum { MT_SEQ_PACK = 0, MT_SEQ_VARLEN = 1 } mt_seq_policy;
+/* data.long_documents, under varlen: a document longer than seq_len is
+ * refused at start, or cut where the windows cut it */
+typedef enum { MT_LONG_DOCS_REFUSE = 0, MT_LONG_DOCS_SPLIT = 1 } mt_long_docs;
 /* train.on_spike: what a loss spike (or a non-finite loss or norm) does */
 typedef enum { MT_SPIKE_STOP = 0, MT_SPIKE_ROLLBACK = 1 } mt_spike_action;
 /* ckpt.mode: one shared HDF5 file, one file per writer, or no checkpoints */
@@ -255,6 +263,8 @@ const char *mt_ep_balance_name(mt_ep_balance v);
 const char *mt_layout_mode_name(mt_layout_mode v);
 const char *mt_data_format_name(mt_data_format v);
 const char *mt_balance_name(mt_balance v);
+const char *mt_seq_policy_name(mt_seq_policy v);
+const char *mt_long_docs_name(mt_long_docs v);
 const char *mt_spike_action_name(mt_spike_action v);
 const char *mt_ckpt_mode_name(mt_ckpt_mode v);
 const char *mt_ckpt_crash_name(mt_ckpt_crash v);
@@ -315,6 +325,8 @@ typedef struct {
   int documents;
   int eot; /* the end-of-text token id */
   mt_balance balance;
+  mt_seq_policy seq_policy;
+  mt_long_docs long_documents;
   /* [output] */
   char output_dir[MT_CFG_STR_MAX];
   int save_params;

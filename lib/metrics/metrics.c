@@ -131,6 +131,17 @@ char *mt_step_record_json(const mt_step_record *r) {
     cJSON_AddStringToObject(o, "data_hash", hex);
   }
   if (r->flop_imbalance > 0) cJSON_AddNumberToObject(o, "flop_imbalance", r->flop_imbalance);
+  if (r->varlen) {
+    cJSON_AddNumberToObject(o, "pad_share", r->pad_share);
+    cJSON_AddNumberToObject(o, "varlen_rows", r->varlen_rows);
+    cJSON_AddNumberToObject(o, "varlen_exchange_mb", r->varlen_exchange_mb);
+    if (r->varlen_fallback) cJSON_AddTrueToObject(o, "varlen_fallback");
+    if (r->varlen_hash) {
+      char h[20];
+      snprintf(h, sizeof h, "%016llx", (unsigned long long)r->varlen_hash);
+      cJSON_AddStringToObject(o, "varlen_hash", h);
+    }
+  }
   if (r->rollback_from > 0) {
     cJSON_AddNumberToObject(o, "rollback_from", (double)r->rollback_from);
     cJSON_AddNumberToObject(o, "rollback_skipped", (double)r->rollback_skipped);

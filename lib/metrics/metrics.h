@@ -85,6 +85,14 @@ typedef struct {
   /* data.documents: max over the dp x cp ranks of the step's FLOPs over the
    * mean (lib/train/balance.c); 0: not measured */
   double flop_imbalance;
+  /* data.seq_policy = varlen (lib/train/varlen.c): the share of the step's
+   * row positions that are padding, the dp ranks' rows, the micro-batches of
+   * this rank that need the cp exchange (a sequence crosses a chunk), and
+   * with data.hash_batches the plan's hash (identical across reruns);
+   * varlen 0: not that policy */
+  int varlen, varlen_rows, varlen_exchange_mb, varlen_fallback;
+  double pad_share;
+  uint64_t varlen_hash;
   /* the first step after a loss spike's rollback: the spike's step and the
    * windows skipped (0: none) */
   long long rollback_from, rollback_skipped;

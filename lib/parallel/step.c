@@ -68,7 +68,17 @@ void mt_step_destroy(mt_step *s) {
 
 double mt_step_gradients(mt_step *s, const mt_pp_batch *b) {
   mt_dp_begin_step(&s->dp);
-  double loss = mt_pp_exec_run(&s->exec, &s->sched, b, 0);
+  /* a step of another count of micro-batches (data.seq_policy = varlen,
+   * one stage): its own schedule of them */
+  mt_pp_schedule own;
+  const int other = b->n_mb != s->sched.m;
+  if (other) {
+    if (s->sched.pp > 1) mt_die("a step of %d micro-batches on a pipeline built for %d", b->n_mb,
+                                s->sched.m);
+    mt_pp_schedule_build(&own, s->sched.kind, 1, b->n_mb, 1);
+  }
+  double loss = mt_pp_exec_run(&s->exec, other ? &own : &s->sched, b, 0);
+  if (other) mt_pp_schedule_free(&own);
   mt_dp_reduce_during_backward(&s->dp, 0);
   if (s->sched.pp > 1) {
     /* tied tensors: both ends add the other's gradient, so they stay equal */

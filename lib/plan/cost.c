@@ -420,7 +420,13 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     price_dp(&s, &sim, tb, out);
     /* documents: the slowest dp rank's work sets the schedule */
     if (mt_plan_docs_price(cfg, &s.lay.shape, &out->docs, e) != 0) rc = mt_err_pass(e);
-    out->step_s = sim.makespan * out->docs.imbalance + out->dp_exposed_s + out->optim_s;
+    /* varlen: the micro-batches that need no cp exchange send nothing, the
+     * padding adds rows */
+    const mt_plan_docs *d = &out->docs;
+    const double span = d->varlen ? (sim.makespan - out->cp_s * (1.0 - d->exchange_share)) *
+                                        d->pad_factor
+                                  : sim.makespan;
+    out->step_s = span * d->imbalance + out->dp_exposed_s + out->optim_s;
     const mt_model_shape *sh = &s.lay.shape; /* MoE: the weights a token uses, as the run counts */
     double tokens = (double)cfg->global_batch * sh->seq_len;
     out->tokens_per_s = tokens / out->step_s;

@@ -17,22 +17,33 @@
  *               as data.balance does (in sample order, or longest first
  *               to the least loaded rank), the largest over the mean,
  *               averaged over the steps: the slowest rank sets the step.
+ * Under data.seq_policy = varlen the simulated steps' documents are placed
+ * by the run's own plan (lib/data/varlen.c) for the layout's dp, cp and
+ * chunks, and three figures replace the packed ones:
+ *   imbalance       the plan's, over the dp x cp ranks;
+ *   pad_factor      a dp rank's rows over its windows (padding makes more);
+ *   exchange_share  the share of micro-batches that need the cp exchange
+ *                   (a sequence crosses a chunk; the others send nothing).
  * The simulation depends on (file, T, G, seed) alone, not on the layout:
  * it is kept for the planner's next layout. */
 #include "plan/plan.h"
+#include "data/data.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { SIM_STEPS = 8 };
 
-/* the last simulation: its key and each window's visible pairs */
+/* the last simulation: its key, each window's visible pairs and its
+ * pieces' lengths (window w's: piece[first[w] .. first[w+1])) */
 static struct {
   char path[MT_CFG_STR_MAX];
   int T, G;
   uint64_t seed;
   double *pairs; /* SIM_STEPS x G */
+  int *piece, *first, n_pieces;
 } g_sim;
 
 /* the histogram: lengths and cumulative counts; -1 with e set */
@@ -87,8 +98,12 @@ static int simulate(const char *path, int T, int G, uint64_t seed, mt_err *e) {
   double *cum;
   int n;
   MT_TRY(e, read_hist(path, &len, &cum, &n, e));
-  free(g_sim.pairs);
+  free(g_sim.pairs), free(g_sim.piece), free(g_sim.first);
   g_sim.pairs = mt_calloc((size_t)SIM_STEPS * G, sizeof(double));
+  g_sim.first = mt_calloc((size_t)SIM_STEPS * G + 1, sizeof(int));
+  int cap = SIM_STEPS * G;
+  g_sim.piece = mt_malloc((size_t)cap * sizeof(int));
+  g_sim.n_pieces = 0;
   uint64_t state = mt_splitmix64(seed ^ 0x646f6373ULL);
   long left = 0; /* tokens of the current document not yet placed */
   for (int w = 0; w < SIM_STEPS * G; w++) {
@@ -107,9 +122,16 @@ static int simulate(const char *path, int T, int G, uint64_t seed, mt_err *e) {
       }
       long m = left < room ? left : room; /* its piece in this window */
       pairs += 0.5 * (double)m * (double)(m + 1);
+      if (g_sim.n_pieces == cap) {
+        cap *= 2;
+        g_sim.piece = realloc(g_sim.piece, (size_t)cap * sizeof(int));
+        if (!g_sim.piece) mt_die("out of memory");
+      }
+      g_sim.piece[g_sim.n_pieces++] = (int)m;
       left -= m, room -= m;
     }
     g_sim.pairs[w] = pairs;
+    g_sim.first[w + 1] = g_sim.n_pieces;
   }
   snprintf(g_sim.path, sizeof g_sim.path, "%s", path);
   g_sim.T = T, g_sim.G = G, g_sim.seed = seed;
@@ -155,10 +177,49 @@ double mt_balance_assign(const double *cost, int n, int bins, int flops, int *or
   return sum > 0 ? most / (sum / bins) : 1.0;
 }
 
+/* varlen: the run's plan of each simulated step, for the layout */
+static void price_varlen(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out) {
+  const int T = s->seq_len, G = cfg->global_batch, dp = cfg->dp, cp = cfg->cp, B = cfg->micro_batch;
+  const int ring = cp > 1 && cfg->cp_mode == MT_CP_RING;
+  const mt_varlen_shape vs = {
+      .T = T, .dp = dp, .cp = cp, .chunk_len = ring ? T / (2 * cp) : T / cp, .ring = ring,
+      .row_cap = 2 * (G / dp),
+      .lin = llround(mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer,
+                                                 s->n_embd, 0)),
+      .att = 12LL * s->n_layer * s->n_embd};
+  double imb = 0.0, rows = 0.0, exch = 0.0, mbs = 0.0;
+  for (int st = 0; st < SIM_STEPS; st++) {
+    const int p0 = g_sim.first[st * G], n = g_sim.first[(st + 1) * G] - p0;
+    int *win = mt_malloc(3 * (size_t)(n > 0 ? n : 1) * sizeof(int)), *start = win + n, *len = start + n;
+    for (int w = 0; w < G; w++)
+      for (int k = g_sim.first[st * G + w], at = 0; k < g_sim.first[st * G + w + 1]; k++) {
+        win[k - p0] = w, start[k - p0] = at, len[k - p0] = g_sim.piece[k];
+        at += g_sim.piece[k];
+      }
+    mt_varlen_plan pl;
+    mt_varlen_plan_make(&pl, &vs, win, start, len, n, G);
+    imb += pl.imbalance;
+    rows += pl.rows_per_rank;
+    for (int d = 0; d < dp; d++)
+      for (int r0 = 0; r0 < pl.rows_per_rank; r0 += B) {
+        int any = 0;
+        for (int r = r0; r < r0 + B && r < pl.rows_per_rank; r++)
+          any |= !pl.local[d * pl.rows_per_rank + r];
+        exch += any, mbs += 1;
+      }
+    mt_varlen_plan_free(&pl);
+    free(win);
+  }
+  out->varlen = 1;
+  out->imbalance = imb / SIM_STEPS;
+  out->pad_factor = rows / SIM_STEPS / (G / dp);
+  out->exchange_share = mbs > 0 ? exch / mbs : 1.0;
+}
+
 int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out,
                        mt_err *e) {
-  out->density = out->imbalance = 1.0;
-  out->priced = 0;
+  out->density = out->imbalance = out->pad_factor = out->exchange_share = 1.0;
+  out->priced = out->varlen = 0;
   if (!cfg->documents || !cfg->plan_doc_lengths[0]) return 0;
   const int T = s->seq_len, G = cfg->global_batch, dp = cfg->dp;
   MT_TRY(e, simulate(cfg->plan_doc_lengths, T, G, (uint64_t)cfg->seed, e));
@@ -180,5 +241,6 @@ int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_do
   out->density = seen / ((double)SIM_STEPS * G * whole);
   out->imbalance = imb / SIM_STEPS;
   out->priced = 1;
+  if (cfg->seq_policy == MT_SEQ_VARLEN) price_varlen(cfg, s, out);
   return 0;
 }

@@ -136,6 +136,21 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
                   "window costs the same");
     return -1;
   }
+  if (cfg->seq_policy == MT_SEQ_VARLEN) {
+    const char *why = !cfg->documents ? "needs data.documents = true (its sequences are the "
+                                        "documents)"
+                      : cfg->balance == MT_BALANCE_FLOPS
+                          ? "balances the work itself: leave data.balance = none"
+                      : cfg->pp > 1 ? "runs a varying number of micro-batches per step, which "
+                                      "a pipeline (parallel.pp > 1) does not take yet"
+                      : s->moe_experts > 0 ? "pads its rows, and the MoE routing losses would "
+                                             "count the padding (model.moe_experts > 0): not yet"
+                                           : NULL;
+    if (why) {
+      mt_err_set(e, "data.seq_policy = varlen %s", why);
+      return -1;
+    }
+  }
   if (cfg->documents && cfg->eot >= s->vocab) {
     mt_err_set(e, "data.documents = true: data.eot = %d is not a token of the model's "
                   "vocabulary (model.vocab_size = %d): no document would ever begin",

@@ -240,11 +240,14 @@ double mt_cost_headroom(const mt_config *cfg, const mt_cost_profile *p);
 /* Documents in the plan (docs.c): from plan.doc_lengths' histogram, the
  * share of packed attention's work the documents leave (density) and the
  * dp ranks' mean largest work over their mean under data.balance
- * (imbalance); both 1 and priced 0 without documents or a histogram.
+ * (imbalance); both 1 and priced 0 without documents or a histogram. Under
+ * data.seq_policy = varlen (varlen 1): imbalance over dp x cp, pad_factor
+ * (a dp rank's rows over its windows) and exchange_share (the micro-batches
+ * that need the cp exchange) of the run's plan of the simulated steps.
  * Returns 0, or -1 with e set (an unreadable or malformed histogram). */
 typedef struct {
-  double density, imbalance;
-  int priced;
+  double density, imbalance, pad_factor, exchange_share;
+  int priced, varlen;
 } mt_plan_docs;
 int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out,
                        mt_err *e);

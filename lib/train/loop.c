@@ -102,7 +102,7 @@ static void check_data(mt_trainer *t, mt_ckpt_async **inflight) {
 }
 
 /* one window as load_batch reads it: its sample index and tokens */
-static uint64_t window_hash(uint64_t g, const int *tok, int n) {
+uint64_t mt_window_hash(uint64_t g, const int *tok, int n) {
   uint64_t h = mt_splitmix64(g);
   for (int i = 0; i < n; i++) h = mt_splitmix64(h ^ (uint32_t)tok[i]);
   return h;
@@ -119,6 +119,11 @@ static void load_batch(mt_trainer *t, int step) {
   int *seq = mt_calloc(2 * (size_t)T, sizeof(int));
   const uint64_t s0 = (uint64_t)t->samples_done +
                       (uint64_t)(step - t->start_step) * cfg->global_batch;
+  if (cfg->seq_policy == MT_SEQ_VARLEN) {
+    mt_varlen_load(t, s0);
+    free(seq);
+    return;
+  }
   if (t->order) mt_balance_step(t, s0, t->order, &t->flop_imbalance);
   for (int mb = 0; mb < t->lay.accum; mb++) {
     const size_t k0 = (size_t)t->mesh.dp_rank * t->lay.per_rank + (size_t)mb * cfg->micro_batch;
@@ -127,7 +132,7 @@ static void load_batch(mt_trainer *t, int step) {
       const uint64_t g = t->order ? t->order[k0 + b] : s0 + k0 + b;
       mt_blend_get(&t->blend, g, seq, seq + T);
       if (g == t->poison_sample) t->poison = t->poison_factor; /* the test hook */
-      if (cfg->data_hash) t->data_hash_local += window_hash(g, seq, 2 * T);
+      if (cfg->data_hash) t->data_hash_local += mt_window_hash(g, seq, 2 * T);
       mt_cp_take_tokens(cpl, seq, t->inp + off);
       mt_cp_take_tokens(cpl, seq + T, t->tgt + off);
       if (t->doc)
@@ -284,7 +289,7 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
   r->data_s = mt_now() - td;
   mt_gpt_moe_stats_reset(model);
   mt_gpt_moe_stats(model, 1); /* the step's routing; evaluation's is not counted */
-  mt_pp_batch batch = {.n_mb = t->lay.accum, .B = cfg->micro_batch, .T = model->T,
+  mt_pp_batch batch = {.n_mb = t->n_mb, .B = cfg->micro_batch, .T = model->T,
                        .inputs = t->inp, .targets = t->tgt, .rows = t->rows, .doc = t->doc,
                        .dloss = 1.0f / (float)t->tokens_per_step, .eval = 0,
                        .same_tokens = 0};
@@ -357,7 +362,16 @@ static void fill_record(mt_trainer *t, int step, const step_result *r, ckpt_carr
     rec->has_data_hash = 1;
     rec->data_hash = t->data_hash;
   }
-  rec->flop_imbalance = t->order ? t->flop_imbalance : 0.0;
+  rec->flop_imbalance = t->order || t->vl_win ? t->flop_imbalance : 0.0;
+  if (t->vl_win) {
+    const mt_varlen_plan *p = &t->vl_plan;
+    rec->varlen = 1;
+    rec->varlen_rows = p->rows_per_rank;
+    rec->varlen_exchange_mb = t->vl_exchange_mb;
+    rec->varlen_fallback = p->fallback;
+    rec->pad_share = p->n_rows > 0 ? (double)p->pad / ((double)p->n_rows * t->lay.shape.seq_len) : 0;
+    rec->varlen_hash = t->vl_hash;
+  }
   rec->rollback_from = t->rolled_back_from; /* the first step after a rollback says so */
   rec->rollback_skipped = t->rolled_back_skipped;
   t->rolled_back_from = t->rolled_back_skipped = 0;

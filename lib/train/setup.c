@@ -180,6 +180,8 @@ static void setup_data(mt_trainer *t, mt_err *e) {
   /* the validation tokens too, whether files or the held-out tails */
   mt_sources_validate(&t->sources, t->lay.shape.vocab, MPI_COMM_WORLD, e);
   mt_err_check_all(e, MPI_COMM_WORLD, PROG);
+  mt_varlen_check(t, e);
+  mt_err_check_all(e, MPI_COMM_WORLD, PROG);
   const int T = t->lay.shape.seq_len;
   if (mt_blend_init(&t->blend, &t->sources, T, (uint64_t)cfg->seed, e) == 0 &&
       mt_blend_windows(&t->blend) < (uint64_t)cfg->global_batch)
@@ -225,14 +227,26 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
                          (float)cfg->moe_bias_init);
   /* the virtual device holds no values: nothing to initialise */
   if (t->device != MT_DEVICE_VIRTUAL) mt_dp_init_params(&t->step.dp, (uint64_t)cfg->seed);
-  size_t n = (size_t)(t->lay.accum > 1 ? t->lay.accum : 1) * cfg->micro_batch * t->step.model.T;
+  /* the step's micro-batches: lay.accum, or under varlen as many as the
+   * rows a dp rank can hold take */
+  const int varlen = cfg->seq_policy == MT_SEQ_VARLEN, T = t->lay.shape.seq_len;
+  t->n_mb = t->lay.accum > 1 ? t->lay.accum : 1;
+  int mb_max = t->n_mb;
+  if (varlen) {
+    t->vl_row_cap = mt_varlen_row_cap(t);
+    mb_max = (t->vl_row_cap + cfg->micro_batch - 1) / cfg->micro_batch;
+    t->vl_win = mt_calloc((size_t)cfg->global_batch * 2 * T, sizeof(int));
+    t->vl_seg_cap = cfg->global_batch * T;
+    t->vl_seg = mt_calloc(3 * (size_t)t->vl_seg_cap, sizeof(int));
+  }
+  size_t n = (size_t)mb_max * cfg->micro_batch * t->step.model.T;
   t->inp = mt_calloc(n, sizeof(int));
   t->tgt = mt_calloc(n, sizeof(int));
   if (cfg->documents) {
-    t->doc = mt_calloc(n / t->step.model.T * t->lay.shape.seq_len, sizeof(int));
-    t->order = mt_calloc((size_t)cfg->global_batch, sizeof(uint64_t));
+    t->doc = mt_calloc(n / t->step.model.T * T, sizeof(int));
+    if (!varlen) t->order = mt_calloc((size_t)cfg->global_batch, sizeof(uint64_t));
   }
-  t->rows = mt_calloc((size_t)(t->lay.accum > 1 ? t->lay.accum : 1), sizeof(int));
+  t->rows = mt_calloc((size_t)mb_max, sizeof(int));
 }
 
 static void setup_peak(mt_trainer *t) {
@@ -386,6 +400,9 @@ void mt_train_destroy(mt_trainer *t) {
   free(t->tgt);
   free(t->doc);
   free(t->order);
+  free(t->vl_win);
+  free(t->vl_seg);
+  mt_varlen_plan_free(&t->vl_plan);
   free(t->rows);
   for (int i = 0; t->val_sampler && i < t->sources.n; i++) mt_sampler_free(&t->val_sampler[i]);
   free(t->val_sampler);

@@ -77,6 +77,16 @@ typedef struct {
    * per_rank], and the step's FLOP imbalance over the dp x cp ranks */
   uint64_t *order;
   double flop_imbalance;
+  /* the micro-batches this step runs: lay.accum, or under data.seq_policy
+   * = varlen as many as its plan gives this dp rank (varlen.c): its windows
+   * (G, 2 seq_len: inputs, targets), the rows a rank can hold, and the
+   * plan's figures for the step record */
+  int n_mb;
+  int *vl_win, vl_row_cap;
+  int *vl_seg, vl_seg_cap; /* the step's sequences: window, start, length (vl_seg_cap each) */
+  mt_varlen_plan vl_plan;
+  int vl_exchange_mb;
+  uint64_t vl_hash;
   /* data.hash_batches: this rank's windows of the step so far, and the
    * step's sum over the dp ranks (loop.c batch_hash) */
   uint64_t data_hash_local, data_hash;
@@ -136,6 +146,17 @@ double mt_train_evaluate(mt_trainer *t);
  * their FLOPs; else in sample order), and the FLOP imbalance over the dp x
  * cp ranks they give. The same on every rank (reads all G windows). */
 void mt_balance_step(mt_trainer *t, uint64_t s0, uint64_t *order, double *imbalance);
+
+/* data.seq_policy = varlen (varlen.c). The rows a dp rank can hold. */
+int mt_varlen_row_cap(const mt_trainer *t);
+/* At start, collective: a document longer than model.seq_len refused (with
+ * data.long_documents = refuse; a file source) into e. */
+void mt_varlen_check(mt_trainer *t, mt_err *e);
+/* The step whose first sample is s0: its plan, and this dp rank's rows of
+ * it as t->n_mb micro-batches (t->inp, tgt, doc, rows). */
+void mt_varlen_load(mt_trainer *t, uint64_t s0);
+/* one window as the trainer reads it: its sample index and tokens, hashed */
+uint64_t mt_window_hash(uint64_t g, const int *tok, int n);
 
 /* Stop signals only set a flag (installed first thing in setup); the ranks
  * agree on it at a step boundary (the largest value wins), checkpoint and

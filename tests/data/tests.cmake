@@ -14,6 +14,20 @@ mt_script_test(balance data balance.sh)
 mt_script_test(balance_needs_documents badinput ../scripts/expect_fail.sh balance_needs_documents 1
   "data.balance = flops needs data.documents = true" --set model.preset=tiny
   --set data.train=@CORPUS@ --set data.balance=flops)
+# data.seq_policy = varlen (issue 38 item 4): documents kept whole, placed
+# over dp x cp by a balanced plan; the losses of the packed windows
+mt_script_test(varlen data varlen.sh)
+mt_script_test(varlen_needs_documents badinput ../scripts/expect_fail.sh varlen_needs_documents 1
+  "data.seq_policy = varlen needs data.documents = true" --set model.preset=tiny
+  --set data.train=@CORPUS@ --set data.seq_policy=varlen)
+mt_script_test(varlen_pipeline badinput ../scripts/expect_fail.sh varlen_pipeline 2
+  "data.seq_policy = varlen runs a varying number of micro-batches per step, which a pipeline"
+  --set model.preset=tiny --set data.train=@CORPUS@ --set data.documents=true --set data.eot=10
+  --set parallel.pp=2 --set data.seq_policy=varlen)
+mt_script_test(varlen_balance badinput ../scripts/expect_fail.sh varlen_balance 1
+  "data.seq_policy = varlen balances the work itself: leave data.balance = none"
+  --set model.preset=tiny --set data.train=@CORPUS@ --set data.documents=true --set data.eot=10
+  --set data.balance=flops --set data.seq_policy=varlen)
 # Bad sources and blends: one line from rank 0, exit 2 on every rank, nothing written
 set(D --set model.preset=tiny --set parallel.dp=2 --set train.global_batch=8 --set train.micro_batch=2)
 mt_script_test(source_glob_nomatch badinput ../scripts/expect_fail.sh source_glob_nomatch 2

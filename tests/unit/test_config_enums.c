@@ -66,6 +66,10 @@ static const struct {
     {"parallel.layout", "auto", MT_LAYOUT_AUTO},
     {"data.balance", "none", MT_BALANCE_NONE},
     {"data.balance", "flops", MT_BALANCE_FLOPS},
+    {"data.seq_policy", "pack", MT_SEQ_PACK},
+    {"data.seq_policy", "varlen", MT_SEQ_VARLEN},
+    {"data.long_documents", "refuse", MT_LONG_DOCS_REFUSE},
+    {"data.long_documents", "split", MT_LONG_DOCS_SPLIT},
     {"train.on_spike", "stop", MT_SPIKE_STOP},
     {"train.on_spike", "rollback", MT_SPIKE_ROLLBACK},
     {"data.format", "auto", MT_DATA_AUTO},
@@ -104,6 +108,8 @@ static const char *typed_name(const char *key, int v) {
   if (!strcmp(key, "parallel.layout")) return mt_layout_mode_name((mt_layout_mode)v);
   if (!strcmp(key, "data.format")) return mt_data_format_name((mt_data_format)v);
   if (!strcmp(key, "data.balance")) return mt_balance_name((mt_balance)v);
+  if (!strcmp(key, "data.seq_policy")) return mt_seq_policy_name((mt_seq_policy)v);
+  if (!strcmp(key, "data.long_documents")) return mt_long_docs_name((mt_long_docs)v);
   if (!strcmp(key, "train.on_spike")) return mt_spike_action_name((mt_spike_action)v);
   if (!strcmp(key, "ckpt.mode")) return mt_ckpt_mode_name((mt_ckpt_mode)v);
   if (!strcmp(key, "ckpt.test_crash")) return mt_ckpt_crash_name((mt_ckpt_crash)v);
