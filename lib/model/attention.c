@@ -35,6 +35,15 @@ void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local) {
            (size_t)l->chunk_len * sizeof(int));
 }
 
+int mt_cp_documents_local(const mt_cp_layout *l, const int *doc, int B) {
+  if (l->size <= 1 || !doc) return 0;
+  for (size_t k = 0; k < (size_t)B * l->T; k++) {
+    const int p = (int)(k % (size_t)l->T);
+    if (doc[k] / l->chunk_len != p / l->chunk_len) return 0;
+  }
+  return 1;
+}
+
 static int ring(const mt_cp_layout *l) { return l->size > 1 && l->mode == MT_CP_RING; }
 static int ulysses(const mt_cp_layout *l) { return l->size > 1 && l->mode == MT_CP_ULYSSES; }
 
@@ -120,6 +129,7 @@ void mt_attention_set_documents(mt_attention *at, const int *doc_lo, const int *
   at->doc_lo = doc_lo;
   at->doc_lo_seq = doc_lo_seq;
   at->density = at->density_seq = 1.0;
+  at->local = 0;
 }
 
 static void local_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse, int B) {
@@ -144,18 +154,23 @@ static void local_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, c
 }
 
 /* ------------------------------------------------------------------ */
-/* the layer's attention: cp = 1 here, ring or Ulysses in attention_cp.c */
+/* the layer's attention: cp = 1 here, ring or Ulysses in attention_cp.c.
+ * Under Ulysses with documents inside this rank's chunk (at->local) the
+ * rank's own rows are the whole story: cp = 1's path on them, all heads,
+ * the LSE in the rows' layout in the saved lse (as many floats as the head
+ * layout's); forward and backward of a micro-batch see the same documents,
+ * so the same path. The ring's own diagonal step is its local case. */
 
 void mt_attention_forward(mt_attention *at, mt_act *out, const mt_act *qkv, const mt_cp_saved *s,
                           int B) {
   if (ring(&at->lay)) mt_attention_ring_forward(at, out, qkv, s->lse, B);
-  else if (ulysses(&at->lay)) mt_attention_ulysses_forward(at, out, qkv, s, B);
+  else if (ulysses(&at->lay) && !at->local) mt_attention_ulysses_forward(at, out, qkv, s, B);
   else local_forward(at, out, qkv, s->lse, B);
 }
 
 void mt_attention_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, const mt_act *out,
                            const mt_act *qkv, const mt_cp_saved *s, int B) {
   if (ring(&at->lay)) mt_attention_ring_backward(at, dqkv, dout, out, qkv, s->lse, B);
-  else if (ulysses(&at->lay)) mt_attention_ulysses_backward(at, dqkv, dout, s, B);
+  else if (ulysses(&at->lay) && !at->local) mt_attention_ulysses_backward(at, dqkv, dout, s, B);
   else local_backward(at, dqkv, dout, out, qkv, s->lse, B);
 }

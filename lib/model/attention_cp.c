@@ -14,7 +14,10 @@
  * diagonal step, two of them half masked). Backward: K/V go round again,
  * and next to them each K/V's gradient accumulator: a rank adds its part
  * (computed while the accumulator is in flight) and passes it on; after N
- * steps it arrives complete at its owner.
+ * steps it arrives complete at its owner. When a pass's documents all stay
+ * inside the chunks (mt_attention's local), no query sees another rank's
+ * keys: only the diagonal step runs, nothing is sent, and this rank's own
+ * dK/dV goes straight into dqkv.
  *
  * Ulysses (Jacobs et al., DeepSpeed-Ulysses): each rank holds a contiguous
  * chunk of T/N; an all-to-all sends each rank the whole sequence's q|k|v for
@@ -42,6 +45,10 @@ static size_t es_of(const mt_attention *at) {
 /* messages of n such elements go as 4-byte words (n is even: 2C columns) */
 static size_t words(const mt_attention *at, size_t n) { return n * es_of(at) / sizeof(float); }
 
+/* the steps round the ring: N, or only the diagonal one (this rank's own
+ * K/V, nothing sent) when the documents stay inside the chunks */
+static int ring_steps(const mt_attention *at) { return at->local ? 1 : at->lay.size; }
+
 /* this rank's K|V rows (columns C..3C of qkv) into a (B, T_local, 2C) buffer */
 static void pack_kv(mt_attention *at, mt_act *kv, const mt_act *qkv, int B) {
   const size_t C = (size_t)at->C;
@@ -60,12 +67,13 @@ void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
   mt_request send, recv;
   memset(&send, 0, sizeof send);
   memset(&recv, 0, sizeof recv);
+  const int steps = ring_steps(at);
   pack_kv(at, at->kv[0], qkv, B);
   int written[2] = {0, 0}; /* has query chunk c a partial result yet */
-  for (int s = 0; s < N; s++) {
+  for (int s = 0; s < steps; s++) {
     const int src = (r - s + N) % N; /* whose K/V this step sees */
     mt_act *kv = at->kv[s % 2];
-    if (s < N - 1) { /* the next K/V arrives while this one is used and passed on */
+    if (s < steps - 1) { /* the next K/V arrives while this one is used and passed on */
       mt_irecv(at->g, at->kv[(s + 1) % 2], words(at, n), MT_DT_F32, prev, TAG_KV, o->loc, &recv);
       mt_isend(at->g, kv, words(at, n), MT_DT_F32, next, TAG_KV, o->loc, &send);
     }
@@ -109,12 +117,13 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
   memset(&ds, 0, sizeof ds), memset(&dr, 0, sizeof dr);
   /* this step's part of a dK|dV, the accumulator arriving, the one leaving */
   mt_act *part = at->dkv[0], *in = at->dkv[1], *leaving = at->dkv[2];
+  const int steps = ring_steps(at);
   o->zero(dt, dqkv, rows * 3 * C);
   pack_kv(at, at->kv[0], qkv, B);
-  for (int s = 0; s < N; s++) {
+  for (int s = 0; s < steps; s++) {
     const int src = (r - s + N) % N;
     mt_act *kv = at->kv[s % 2];
-    if (s < N - 1) {
+    if (s < steps - 1) {
       mt_irecv(at->g, at->kv[(s + 1) % 2], nw, MT_DT_F32, prev, TAG_KV, o->loc, &kr);
       mt_isend(at->g, kv, nw, MT_DT_F32, next, TAG_KV, o->loc, &ks);
     }
@@ -136,6 +145,10 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
     if (s > 0) {
       mt_wait(&dr);
       o->axpy(dt, part, 1.0f, in, n);
+    }
+    if (steps == 1) { /* no trip round the ring: this rank's own dK|dV is complete */
+      o->add_2d(dt, mt_act_at(es, dqkv, C), 3 * C, part, 2 * C, rows, 2 * C);
+      return;
     }
     mt_wait(&ds); /* the previous accumulator has left: its buffer is free */
     mt_act *t = leaving;

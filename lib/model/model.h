@@ -265,6 +265,12 @@ typedef struct {
 void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T);
 /* seq (T tokens of one sequence) -> this rank's local tokens (T_local) */
 void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local);
+/* 1 when context parallelism splits the sequences (size > 1) and no
+ * document of doc (B sequences of T positions, doc[p] the first position of
+ * p's document, as mt_doc_starts) crosses a boundary of l's chunks (ring:
+ * T / (2 size) tokens, Ulysses: T / size): doc[p] / chunk_len == p /
+ * chunk_len everywhere. Then attention needs nothing of another rank. */
+int mt_cp_documents_local(const mt_cp_layout *l, const int *doc, int B);
 
 /* What attention keeps for backward, per layer and micro-batch (pieces of
  * the model's activation sets): lse (B, NH, T_local) floats, the rows' LSE
@@ -308,6 +314,13 @@ typedef struct {
    * sequences (Ulysses), that the documents leave visible: what the
    * virtual device prices (mt_attn_block's density); 1 without */
   double density, density_seq;
+  /* this pass's documents all stay inside the layout's chunks (no document
+   * crosses a chunk boundary; mt_cp_documents_local): no query sees another
+   * rank's keys, so attention exchanges nothing over the cp group (ring:
+   * its diagonal step alone; Ulysses: this rank's rows with all its heads,
+   * as at cp = 1). Set before every pass from its documents, the same on
+   * every rank of the group; 0 without documents. */
+  int local;
 } mt_attention;
 /* (its life cycle, forward and backward: model_internal.h) */
 

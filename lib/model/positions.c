@@ -56,13 +56,20 @@ void mt_gpt_stage_documents(mt_gpt *m, const int *doc, int B) {
   const int T = m->T, S = m->shape.seq_len;
   const size_t n = (size_t)B * T;
   int *pos = m->pos_host, *lo = pos + (size_t)m->max_B * T;
-  double seen = 0.0, all = 0.0; /* visible and causal pairs of this rank's rows */
+  /* documents inside the chunks: attention exchanges nothing this pass
+   * (every rank of the cp group decides the same from the same doc) */
+  const int local = mt_cp_documents_local(l, doc, B);
+  m->attn.local = local;
+  /* visible pairs of this rank's rows, and the causal pairs of the blocks
+   * attention computes for them: from position 0, or when local from the
+   * rank's first chunk (a ring's late chunk also sees its early one) */
+  double seen = 0.0, all = 0.0;
   for (int b = 0; b < B; b++)
     for (int i = 0; i < T; i++) {
       int p = global_pos(l, i), first = doc[(size_t)b * S + p];
       pos[(size_t)b * T + i] = p - first;
       lo[(size_t)b * T + i] = first;
-      seen += p - first + 1, all += p + 1;
+      seen += p - first + 1, all += local ? i + 1 : p + 1;
     }
   double seen_seq = 0.0, all_seq = 0.0; /* of the whole sequences */
   for (size_t k = 0; k < (size_t)B * S; k++) {
