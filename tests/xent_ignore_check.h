@@ -60,7 +60,9 @@ static void *xi_dev(const mt_ops *o, const void *h, size_t bytes) {
   if (h) o->upload(d, h, bytes);
   return d;
 }
-static void xi_free(const mt_ops *o, void *d, size_t bytes) { o->free(MT_MEM_OTHER, d, bytes ? bytes : 1); }
+static void xi_free(const mt_ops *o, void *d, size_t bytes) {
+  o->free(MT_MEM_OTHER, d, bytes ? bytes : 1);
+}
 
 /* the logits of the N rows (storage type t, es bytes an element): row r
  * of the batch is row rows[r] of one fixed random (N,Vp) tensor in
@@ -113,10 +115,10 @@ static void xi_ranks(const mt_ops *o, mt_dtype t, const void *logits, const int 
   float *d_rmax = xi_dev(o, NULL, sf), *d_ls = xi_dev(o, NULL, sf);
   double *d_st = xi_dev(o, NULL, sd);
   int *d_tgt = xi_dev(o, tgt, (size_t)N * sizeof(int));
+  const unsigned char *lg = logits;
   for (int r = 0; r < R; r++) { /* this rank's columns [r Vl, (r+1) Vl) */
     for (int n = 0; n < N; n++)
-      memcpy(slice + (size_t)n * Vl * es, (const unsigned char *)logits + ((size_t)n * XI_VP + (size_t)r * Vl) * es,
-             Vl * es);
+      memcpy(slice + (size_t)n * Vl * es, lg + ((size_t)n * XI_VP + (size_t)r * Vl) * es, Vl * es);
     d_lg[r] = xi_dev(o, slice, sl);
   }
 #define XI_NVALID(r) (XI_V - (r) * Vl < 0 ? 0 : XI_V - (r) * Vl > Vl ? Vl : XI_V - (r) * Vl)
