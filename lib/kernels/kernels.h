@@ -150,7 +150,12 @@ typedef struct mt_attn_block {
  *   on the gradient
  *
  * cross-entropy over the true vocab V of logits (N,Vp) (fp32 math, losses
- * fp32): columns V..Vp-1 are padding and never receive probability.
+ * fp32): columns V..Vp-1 are padding and never receive probability. A target
+ * of MT_TARGET_IGNORE (-1) marks a position without a target (the padding of
+ * variable-length batches): its loss is exactly 0 and its whole dlogits row
+ * (padding columns too) exactly 0, so it adds nothing to a loss sum or to
+ * any gradient; its probabilities are the softmax as for any row. Any other
+ * target is a real column, 0 <= target < V.
  *   softmax_xent_forward   WRITES losses (N) and probs = softmax (probs may alias
  *                          logits)
  *   softmax_xent_backward  dlogits (N,Vp) = (probs - onehot) dloss on columns < V,
@@ -164,13 +169,16 @@ typedef struct mt_attn_block {
  *   xent_vp_max     rowmax (N) = max over the real local columns (-inf when none)
  *   xent_vp_exp     with M = the global row max: stats (N,2) (fp64): [n][0] = the sum of
  *                   exp(logits - M) over the real columns, [n][1] = the target's
- *                   logit if this rank holds its column, else 0; the logits are left
- *                   as they are
+ *                   logit if this rank holds its column, else 0 (0 too for an ignored
+ *                   target: no rank holds it); the logits are left as they are
  *   xent_vp_finish  with stats summed over the ranks: probs = exp(logits - M) / sum
  *                   (the exps of xent_vp_exp, recomputed; 0 on padding; probs may
- *                   alias logits), losses (N) = log(sum) + M - target logit
+ *                   alias logits), losses (N) = log(sum) + M - target logit, 0 where
+ *                   the target is ignored (the stats cannot tell an ignored target
+ *                   from one held by no rank, so finish reads the targets)
  *   xent_vp_backward  dlogits (N,Vl) = (probs - onehot(target - v0)) dloss on real
- *                   columns, 0 on padding; WRITES (=), may alias probs
+ *                   columns, 0 on padding and on the whole row of an ignored target;
+ *                   WRITES (=), may alias probs
  *
  * AdamW on n contiguous elements of the fp32 master (param, grad, m, v; step
  * = the step count after this update, >= 1), and param_copy = the new param
@@ -194,6 +202,11 @@ typedef struct mt_attn_block {
  *   grouped_matmul_backward  per group, as matmul_backward (dw (G,OC,C), dbias (G,OC)
  *                   fp32)
  */
+
+/* the target of a position without one (cross-entropy above): loss 0,
+ * gradient 0 */
+#define MT_TARGET_IGNORE (-1)
+
 #define MT_OPS_TYPED(X)                                                                     \
   X(zero, (void *x, size_t n), (x, n))                                                      \
   X(copy, (void *dst, const void *src, size_t n), (dst, src, n))                            \
@@ -258,8 +271,8 @@ typedef struct mt_attn_block {
                   const int *targets, int v0, int N, int Vl, int nvalid),                   \
     (stats, logits, rowmax, targets, v0, N, Vl, nvalid))                                    \
   X(xent_vp_finish, (float *losses, void *probs, const void *logits, const double *stats,   \
-                     const float *rowmax, int N, int Vl, int nvalid),                       \
-    (losses, probs, logits, stats, rowmax, N, Vl, nvalid))                                  \
+                     const float *rowmax, const int *targets, int N, int Vl, int nvalid),   \
+    (losses, probs, logits, stats, rowmax, targets, N, Vl, nvalid))                         \
   X(xent_vp_backward, (void *dlogits, const void *probs, const int *targets, int v0,        \
                        float dloss, int N, int Vl, int nvalid),                             \
     (dlogits, probs, targets, v0, dloss, N, Vl, nvalid))                                    \

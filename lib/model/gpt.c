@@ -669,7 +669,10 @@ float mt_gpt_forward_docs(mt_gpt *m, const int *inputs, const int *targets, cons
                     .targets = targets, .doc = doc};
   double sum = run_pass(m, MT_PASS_FORWARD, &x, 1, 1, NULL, NULL);
   m->cur_B = B;
-  return (float)(sum / (double)bt);
+  /* the mean over the positions with a target (an ignored one's loss is 0) */
+  size_t real = 0;
+  for (size_t i = 0; i < bt; i++) real += targets[i] != MT_TARGET_IGNORE;
+  return real ? (float)(sum / (double)real) : 0.0f;
 }
 
 float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B) {

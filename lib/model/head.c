@@ -62,8 +62,8 @@ double mt_head_forward(mt_gpt *m, const mt_pass_args *x) {
    * logits in finish, in place */
   o->xent_vp_exp(m->dt, m->xent_stats, a->logits, m->rowmax, m->tok_tgt, v0, BT, Vl, nreal);
   mt_tp_allreduce_f64(&m->tp, m->xent_stats, 2 * bt);
-  o->xent_vp_finish(m->dt, a->losses, a->logits, a->logits, m->xent_stats, m->rowmax, BT, Vl,
-                    nreal);
+  o->xent_vp_finish(m->dt, a->losses, a->logits, a->logits, m->xent_stats, m->rowmax, m->tok_tgt,
+                    BT, Vl, nreal);
   return o->sum(MT_DT_F32, a->losses, bt);
 }
 

@@ -663,7 +663,8 @@ typedef void (*mt_grad_ready_fn)(void *ctx, int layer);
 
 /* A model that owns its buffers, every unit bound: the passes run whole.
  * Forward of layers [l0, l1) for one micro-batch into a (see mt_pass_args);
- * returns the sum of the B*T position losses with the head (else 0). */
+ * returns the sum of the B*T position losses with the head (else 0; an
+ * ignored target's, MT_TARGET_IGNORE, is 0). */
 double mt_gpt_forward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, int embed, int head,
                             const int *inputs, const int *targets, int B);
 /* Backward of the same range, accumulating into m->grads: head: from the
@@ -675,7 +676,9 @@ const mt_act *mt_gpt_backward_range(mt_gpt *m, mt_gpt_acts *a, int l0, int l1, i
                                     const int *inputs, const int *targets, const mt_act *dout,
                                     float dloss, int B);
 /* Forward on inputs/targets (B,T) (T = m->T, this rank's tokens); returns
- * the mean loss over the B*T positions; keeps activations for backward.
+ * the mean loss over the B*T positions, those whose target is
+ * MT_TARGET_IGNORE left out (0 when every one is); keeps activations for
+ * backward.
  * Under tensor parallelism every rank of the tp group calls it with the
  * same batch (collective). */
 float mt_gpt_forward(mt_gpt *m, const int *inputs, const int *targets, int B);

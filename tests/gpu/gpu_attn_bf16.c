@@ -280,8 +280,8 @@ static void xent_slice(const int *tgt, const int *d_tgt, int N, int V, int v0, i
   for (int i = 0; i < N; i++) st[2 * i] += 1.0, hst[2 * i] += 1.0; /* other ranks' sums */
   gpu->upload(d_st, hst, sd);
   /* in place: probabilities over the logits */
-  cpu->xent_vp_finish(BF16, ls, lg, lg, st, rmax, N, Vl, nvalid);
-  gpu->xent_vp_finish(BF16, d_ls, d_lg, d_lg, d_st, d_rmax, N, Vl, nvalid);
+  cpu->xent_vp_finish(BF16, ls, lg, lg, st, rmax, tgt, N, Vl, nvalid);
+  gpu->xent_vp_finish(BF16, d_ls, d_lg, d_lg, d_st, d_rmax, d_tgt, N, Vl, nvalid);
   CMP("xent_vp_finish losses", ls, d_ls, N, TOL_FP32);
   CMPB1("xent_vp_finish probs (in place)", lg, d_lg, nl);
   mt_check_true("xent_vp_finish: padding columns exactly 0", zero_columns(d_lg, N, Vl, nvalid));
@@ -330,7 +330,7 @@ static void test_xent(int N, int V, int Vp) {
     mt_bf16 *d_p = dev_bytes(logits, sb);
     gpu->xent_vp_max(BF16, d_rmax, d_p, N, Vp, V);
     gpu->xent_vp_exp(BF16, d_st, d_p, d_rmax, d_tgt, 0, N, Vp, V);
-    gpu->xent_vp_finish(BF16, d_ls, d_p, d_p, d_st, d_rmax, N, Vp, V);
+    gpu->xent_vp_finish(BF16, d_ls, d_p, d_p, d_st, d_rmax, d_tgt, N, Vp, V);
     mt_check_true("xent_vp pieces (v0 = 0, Vl = Vp) = softmax_xent_forward, bit for bit",
                   same_dev_bytes(d_p, d_probs, sb) && same_dev_bytes(d_ls, d_losses, sf));
     gpu->xent_vp_backward(BF16, d_p, d_p, d_tgt, 0, 0.01f, N, Vp, V);

@@ -330,8 +330,8 @@ static void test_xent(int N, int V, int Vp) {
     CMP("xent_vp_exp leaves the logits", lg, d_lg, nl, TOL_EW);
     for (int i = 0; i < N; i++) st[2 * i] += 1.0, hst[2 * i] += 1.0; /* other ranks' sums */
     gpu->upload(d_st, hst, 2 * (size_t)N * sizeof(double));
-    cpu->xent_vp_finish(F32, ls, lg, lg, st, rmax, N, Vl, nvalid); /* probs over the logits */
-    gpu->xent_vp_finish(F32, d_ls, d_lg, d_lg, d_st, d_rmax, N, Vl, nvalid);
+    cpu->xent_vp_finish(F32, ls, lg, lg, st, rmax, tgt, N, Vl, nvalid); /* probs over the logits */
+    gpu->xent_vp_finish(F32, d_ls, d_lg, d_lg, d_st, d_rmax, d_tgt, N, Vl, nvalid);
     CMP("xent_vp_finish losses", ls, d_ls, N, TOL_EW);
     CMP("xent_vp_finish probs", lg, d_lg, nl, TOL_EW);
     cpu->xent_vp_backward(F32, lg, lg, tgt, v0, 0.5f, N, Vl, nvalid);

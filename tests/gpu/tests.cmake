@@ -20,6 +20,9 @@ mt_script_test(edges gpu ops.sh gpu_edges)
 # the block attention and cross-entropy on bf16 storage against the CPU's
 mt_test_program(gpu_attn_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bf16.c)
 mt_script_test(attn_bf16 gpu ops.sh gpu_attn_bf16)
+# a target of -1 (ignored: loss 0, dlogits 0) in the cross-entropy ops, fp32 and bf16
+mt_test_program(gpu_xent_ignore ${CMAKE_CURRENT_LIST_DIR}/gpu_xent_ignore.c)
+mt_script_test(xent_ignore gpu ops.sh gpu_xent_ignore fp32)
 # every op on bf16 storage against the CPU's (the same at either precision:
 # a run started at fp32 and one at bf16 with 1 MiB of scratch)
 mt_test_program(gpu_ops_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_ops_bf16.c)

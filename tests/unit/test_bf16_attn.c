@@ -222,7 +222,7 @@ static void test_xent(void) {
   double stats[10], stats2[10];
   bops->xent_vp_max(MT_DT_BF16, rowmax, logits, N, Vp, V);
   bops->xent_vp_exp(MT_DT_BF16, stats, logits, rowmax, targets, 0, N, Vp, V);
-  bops->xent_vp_finish(MT_DT_BF16, losses2, p2, logits, stats, rowmax, N, Vp, V);
+  bops->xent_vp_finish(MT_DT_BF16, losses2, p2, logits, stats, rowmax, targets, N, Vp, V);
   bops->xent_vp_backward(MT_DT_BF16, dl2, p2, targets, 0, 0.01f, N, Vp, V);
   MT_CHECK(!memcmp(losses2, losses, sizeof losses) && !memcmp(p2, probs, n * 2) &&
                !memcmp(dl2, dl, n * 2),
@@ -240,8 +240,8 @@ static void test_xent(void) {
   bops->xent_vp_exp(MT_DT_BF16, stats, lr0, rowmax, targets, 0, N, 20, 20);
   bops->xent_vp_exp(MT_DT_BF16, stats2, lr1, rowmax, targets, 20, N, 20, 17);
   for (int i = 0; i < 2 * N; i++) stats[i] = stats2[i] = stats[i] + stats2[i];
-  bops->xent_vp_finish(MT_DT_BF16, losses2, pr0, lr0, stats, rowmax, N, 20, 20);
-  bops->xent_vp_finish(MT_DT_BF16, losses2, pr1, lr1, stats2, rowmax2, N, 20, 17);
+  bops->xent_vp_finish(MT_DT_BF16, losses2, pr0, lr0, stats, rowmax, targets, N, 20, 20);
+  bops->xent_vp_finish(MT_DT_BF16, losses2, pr1, lr1, stats2, rowmax2, targets, N, 20, 17);
   lw = 0.0;
   for (int i = 0; i < N; i++)
     lw = mt_worst(lw, fabs(losses2[i] - losses[i]) / (16 * FP32_U * (1 + fabs(losses[i]))));

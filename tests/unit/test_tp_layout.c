@@ -284,7 +284,7 @@ static void test_xent_vp(const mt_ops *ops, int shards) {
   for (int r = 0; r < shards; r++) {
     int v0, vl, nreal;
     shard_of(r, shards, V, Vp, &v0, &vl, &nreal);
-    ops->xent_vp_finish(MT_DT_F32, losses_vp, sl[r], sl[r], stats, rowmax, N, vl, nreal);
+    ops->xent_vp_finish(MT_DT_F32, losses_vp, sl[r], sl[r], stats, rowmax, targets, N, vl, nreal);
     for (int i = 0; i < N; i++) {
       loss_err = mt_worst(loss_err, fabs(losses_vp[i] - losses[i]) / fabs(losses[i]));
       bitwise &= losses_vp[i] == losses[i];

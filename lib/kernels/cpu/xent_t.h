@@ -26,7 +26,8 @@ static inline void FN(row_normalise)(T *p, const float *e, double sum, int n, in
 
 /* probs may alias logits: the target's logit and the maximum are read
  * before the row is overwritten, and each exp is written over its own
- * input (float: in probs; bf16: in the widened row, then rounded) */
+ * input (float: in probs; bf16: in the widened row, then rounded); an
+ * ignored target's loss is 0 (its probabilities as any row's) */
 void FN(softmax_xent_forward)(float *losses, void *probs_, const void *logits_,
                               const int *targets, int N, int V, int Vp) {
   T *probs = probs_;
@@ -39,10 +40,11 @@ void FN(softmax_xent_forward)(float *losses, void *probs_, const void *logits_,
       T *p = probs + (size_t)n * Vp;
       const float *l = FN(row_f32)(row, logits + (size_t)n * Vp, V);
       float *e = IS_BF16 ? row : (float *)p;
-      float maxv = mt_cpu_row_max(l, V), l_target = l[targets[n]];
+      int ignored = targets[n] == MT_TARGET_IGNORE;
+      float maxv = mt_cpu_row_max(l, V), l_target = ignored ? 0.0f : l[targets[n]];
       double sum = mt_cpu_row_exp_f64(e, l, V, maxv);
       FN(row_normalise)(p, e, sum, V, Vp);
-      losses[n] = (float)(log(sum) + (double)maxv - (double)l_target);
+      losses[n] = ignored ? 0.0f : (float)(log(sum) + (double)maxv - (double)l_target);
     }
   }
 }
@@ -73,7 +75,8 @@ void FN(xent_vp_max)(float *rowmax, const void *logits_, int N, int Vl, int nval
 }
 
 /* stats[n] = {sum of exp(logit - M) over the real local columns, the
- * target's logit if held here else 0}; the logits are left as they are
+ * target's logit if held here else 0 (an ignored target, -1, is held
+ * nowhere: col < 0 for any v0 >= 0)}; the logits are left as they are
  * (the exps go to the thread's row) */
 void FN(xent_vp_exp)(double *stats, const void *logits_, const float *rowmax,
                      const int *targets, int v0, int N, int Vl, int nvalid) {
@@ -96,9 +99,10 @@ void FN(xent_vp_exp)(double *stats, const void *logits_, const float *rowmax,
 }
 
 /* probs = exp(logit - M) / sum, recomputed from the logits (the same exps
- * as xent_vp_exp's), 0 on padding; probs may alias logits */
+ * as xent_vp_exp's), 0 on padding; probs may alias logits; the loss of an
+ * ignored target 0 */
 void FN(xent_vp_finish)(float *losses, void *probs_, const void *logits_, const double *stats,
-                        const float *rowmax, int N, int Vl, int nvalid) {
+                        const float *rowmax, const int *targets, int N, int Vl, int nvalid) {
   T *probs = probs_;
   const T *logits = logits_;
 #pragma omp parallel
@@ -114,13 +118,16 @@ void FN(xent_vp_finish)(float *losses, void *probs_, const void *logits_, const 
         mt_cpu_row_exp(e, l, nvalid, rowmax[n]);
       }
       FN(row_normalise)(p, e, sum, nvalid, Vl);
-      losses[n] = (float)(log(sum) + (double)rowmax[n] - stats[2 * (size_t)n + 1]);
+      losses[n] = targets[n] == MT_TARGET_IGNORE
+                      ? 0.0f
+                      : (float)(log(sum) + (double)rowmax[n] - stats[2 * (size_t)n + 1]);
     }
   }
 }
 
 /* dlogits (N,Vl) = (probs - onehot(target - v0)) * dloss on real columns, 0
- * on padding; WRITES, may alias probs */
+ * on padding, and 0 on the whole row of an ignored target; WRITES, may
+ * alias probs */
 void FN(xent_vp_backward)(void *dlogits_, const void *probs_, const int *targets, int v0,
                           float dloss, int N, int Vl, int nvalid) {
   T *dlogits = dlogits_;
@@ -130,7 +137,8 @@ void FN(xent_vp_backward)(void *dlogits_, const void *probs_, const int *targets
     const T *p = probs + (size_t)n * Vl;
     T *d = dlogits + (size_t)n * Vl;
     int col = targets[n] - v0;
-    for (int j = 0; j < nvalid; j++) d[j] = ST((LD(p[j]) - (j == col ? 1.0f : 0.0f)) * dloss);
-    for (int j = nvalid > 0 ? nvalid : 0; j < Vl; j++) d[j] = ST(0.0f);
+    int real = targets[n] == MT_TARGET_IGNORE ? 0 : nvalid > 0 ? nvalid : 0;
+    for (int j = 0; j < real; j++) d[j] = ST((LD(p[j]) - (j == col ? 1.0f : 0.0f)) * dloss);
+    for (int j = real; j < Vl; j++) d[j] = ST(0.0f);
   }
 }

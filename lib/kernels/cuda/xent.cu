@@ -12,7 +12,8 @@
  * bf16 exp would be rounded twice). The whole-vocabulary loss is the three
  * pieces on one rank, so the pieces with v0 = 0, Vl = Vp, nvalid = V give
  * its bits. As the CPU's cross-entropy (cpu/xent_t.h), but for its
- * polynomial exp.
+ * polynomial exp. A target of MT_TARGET_IGNORE: loss 0, dlogits row 0
+ * (kernels.h).
  * Determinism: block reductions of a fixed shape, no atomics. */
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -58,7 +59,8 @@ __global__ void xent_max_kernel(float *rowmax, const T *logits, int Vl, int nval
 }
 
 /* stats (sum of exp(logits - M) over the real columns, the target's logit
- * held here or 0); the logits are left as they are */
+ * held here or 0: an ignored target, -1, is held nowhere, col < 0 for any
+ * v0 >= 0); the logits are left as they are */
 template <typename T>
 __global__ void xent_exp_kernel(double *stats, const T *logits, const float *rowmax,
                                 const int *targets, int v0, int Vl, int nvalid) {
@@ -76,12 +78,12 @@ __global__ void xent_exp_kernel(double *stats, const T *logits, const float *row
   }
 }
 
-/* losses = log(sum) + M - target logit, and probs = exp(logits - M) / sum
- * on the real columns, 0 on padding (probs may alias logits: each thread
- * reads only the columns it writes) */
+/* losses = log(sum) + M - target logit (0 for an ignored target), and
+ * probs = exp(logits - M) / sum on the real columns, 0 on padding (probs
+ * may alias logits: each thread reads only the columns it writes) */
 template <typename T>
 __global__ void xent_finish_kernel(float *losses, T *probs, const T *logits, const double *stats,
-                                   const float *rowmax, int Vl, int nvalid) {
+                                   const float *rowmax, const int *targets, int Vl, int nvalid) {
   size_t row = blockIdx.x;
   double sum = stats[2 * row];
   float inv = (float)(1.0 / sum);
@@ -90,19 +92,24 @@ __global__ void xent_finish_kernel(float *losses, T *probs, const T *logits, con
   float M = rowmax[row];
   for (int j = threadIdx.x; j < Vl; j += blockDim.x)
     p[j] = mt_st<T>(j < nvalid ? expf(mt_ld(x[j]) - M) * inv : 0.0f);
-  if (threadIdx.x == 0) losses[row] = (float)(log(sum) + (double)rowmax[row] - stats[2 * row + 1]);
+  if (threadIdx.x == 0)
+    losses[row] = targets[row] == MT_TARGET_IGNORE
+                      ? 0.0f
+                      : (float)(log(sum) + (double)rowmax[row] - stats[2 * row + 1]);
 }
 
-/* dlogits = (probs - onehot(target - v0)) * dloss on real columns, 0 on padding */
+/* dlogits = (probs - onehot(target - v0)) * dloss on real columns, 0 on
+ * padding and on the whole row of an ignored target */
 template <typename T>
 __global__ void xent_backward_kernel(T *dlogits, const T *probs, const int *targets, int v0,
                                      float dloss, int Vl, int nvalid) {
   size_t row = blockIdx.x;
   int col = targets[row] - v0;
+  int real = targets[row] == MT_TARGET_IGNORE ? 0 : nvalid;
   const T *p = probs + row * Vl;
   T *d = dlogits + row * Vl;
   for (int j = threadIdx.x; j < Vl; j += blockDim.x)
-    d[j] = mt_st<T>(j < nvalid ? (mt_ld(p[j]) - (j == col ? 1.0f : 0.0f)) * dloss : 0.0f);
+    d[j] = mt_st<T>(j < real ? (mt_ld(p[j]) - (j == col ? 1.0f : 0.0f)) * dloss : 0.0f);
 }
 
 /* ------------------------------------------------------------------ */
@@ -128,11 +135,10 @@ MT_CUDA_INSTANTIATE(xent_vp_exp)
 
 template <typename T>
 void mt_cuda_xent_vp_finish(float *losses, void *probs, const void *logits, const double *stats,
-                            const float *rowmax, int N, int Vl, int nvalid) {
+                            const float *rowmax, const int *targets, int N, int Vl, int nvalid) {
   if (N <= 0) return;
-  xent_finish_kernel<T><<<N, XENT_THREADS, 0, g_cu.stream>>>(losses, (T *)probs,
-                                                             (const T *)logits, stats, rowmax, Vl,
-                                                             nvalid);
+  xent_finish_kernel<T><<<N, XENT_THREADS, 0, g_cu.stream>>>(
+      losses, (T *)probs, (const T *)logits, stats, rowmax, targets, Vl, nvalid);
   CUDA_LAUNCH_CHECK();
 }
 MT_CUDA_INSTANTIATE(xent_vp_finish)
@@ -158,7 +164,7 @@ void mt_cuda_softmax_xent_forward(float *losses, void *probs, const void *logits
   double *stats = (double *)(rowmax + ((size_t)N + 1) / 2 * 2);
   mt_cuda_xent_vp_max<T>(rowmax, logits, N, Vp, V);
   mt_cuda_xent_vp_exp<T>(stats, logits, rowmax, targets, 0, N, Vp, V);
-  mt_cuda_xent_vp_finish<T>(losses, probs, logits, stats, rowmax, N, Vp, V);
+  mt_cuda_xent_vp_finish<T>(losses, probs, logits, stats, rowmax, targets, N, Vp, V);
 }
 MT_CUDA_INSTANTIATE(softmax_xent_forward)
 

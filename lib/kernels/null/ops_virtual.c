@@ -177,8 +177,8 @@ static void v_xent_vp_exp(mt_dtype t, double *stats, const void *logits, const f
   ELEM(2.0 * AB * N * Vl);
 }
 static void v_xent_vp_finish(mt_dtype t, float *losses, void *probs, const void *logits,
-                             const double *stats, const float *rowmax, int N, int Vl,
-                             int nvalid) {
+                             const double *stats, const float *rowmax, const int *targets, int N,
+                             int Vl, int nvalid) {
   ELEM(2.0 * AB * N * Vl);
 }
 static void v_xent_vp_backward(mt_dtype t, void *dlogits, const void *probs, const int *targets,

@@ -8,7 +8,8 @@ endif()
 # what the gpu-emu tests run (tests/run.sh builds this target only)
 add_custom_target(gpu_emu_all)
 add_dependencies(gpu_emu_all meshtrain meshdata meshbench gpu_ops gpu_moe_ops gpu_edges
-                 gpu_ops_bf16 gpu_attn_bf16 gpu_gemm_ld gpu_emu_selftest gpu_emu_nccl16)
+                 gpu_ops_bf16 gpu_attn_bf16 gpu_xent_ignore gpu_gemm_ld gpu_emu_selftest
+                 gpu_emu_nccl16)
 
 # comm's 16-bit calls over NCCL (bf16 sums rounded as NCCL's) against the
 # host path, on 2 and 4 ranks
@@ -67,6 +68,7 @@ mt_emu_test(ops gpu-emu ops.sh gpu_ops)
 mt_emu_test(moe_ops gpu-emu ops.sh gpu_moe_ops)
 mt_emu_test(edges gpu-emu ops.sh gpu_edges)
 mt_emu_test(attn_bf16 gpu-emu ops.sh gpu_attn_bf16)
+mt_emu_test(xent_ignore gpu-emu ops.sh gpu_xent_ignore fp32)
 mt_emu_test(ops_bf16 gpu-emu ops.sh gpu_ops_bf16 fp32 bf16_small_scratch)
 mt_emu_test(gemm_ld gpu-emu ops.sh gpu_gemm_ld fp32)
 # the same bytes whatever the order a block's threads resume in
