@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PAD_TARGET = -1 };
-
 int mt_varlen_row_cap(const mt_trainer *t) { return 2 * t->lay.per_rank; }
 
 void mt_varlen_check(mt_trainer *t, mt_err *e) {
@@ -62,15 +60,15 @@ static void build_row(const mt_trainer *t, int r, int *in, int *tgt, int *doc) {
   const mt_varlen_plan *p = &t->vl_plan;
   const int T = t->lay.shape.seq_len, Lc = t->step.model.attn.lay.chunk_len;
   const int *win = t->vl_seg, *start = win + (size_t)t->vl_seg_cap, *len = start + t->vl_seg_cap;
-  for (int q = 0; q < T; q++) in[q] = 0, tgt[q] = PAD_TARGET;
+  for (int q = 0; q < T; q++) in[q] = 0, tgt[q] = MT_TARGET_IGNORE;
   for (int k = p->row_first[r]; k < p->row_first[r + 1]; k++) {
     const int i = p->order[k], at = p->pos[i];
     const int *w = t->vl_win + (size_t)win[i] * 2 * T + start[i];
     for (int q = 0; q < len[i]; q++) in[at + q] = w[q], tgt[at + q] = w[T + q], doc[at + q] = at;
   }
   for (int q = 0; q < T; q++)
-    if (tgt[q] == PAD_TARGET)
-      doc[q] = q > 0 && q % Lc != 0 && tgt[q - 1] == PAD_TARGET ? doc[q - 1] : q;
+    if (tgt[q] == MT_TARGET_IGNORE)
+      doc[q] = q > 0 && q % Lc != 0 && tgt[q - 1] == MT_TARGET_IGNORE ? doc[q - 1] : q;
 }
 
 void mt_varlen_load(mt_trainer *t, uint64_t s0) {
