@@ -6,7 +6,7 @@
 # document opened by <|endoftext|> (50256); documents longer than T cut at
 # the windows (data.long_documents = split) under both policies.
 #   1. gpt2-124m at T = 4096 on 64 virtual H100 ranks, dp 16 x cp 4 ring
-#      (global batch 64): per-step flop_imbalance over the dp x cp ranks,
+#      (global batch 256: 16 rows per dp rank): per-step flop_imbalance over the dp x cp ranks,
 #      padding share, cp bytes and the virtual step's tokens/s.
 #   2. the small preset at T = 1024 on real ranks: cp 2 ring on 2 ranks (a
 #      core each), and dp 2 x cp 2 ring on 4 ranks (a core each where the
@@ -35,7 +35,7 @@ for p in "${plans[@]}"; do
   # shellcheck disable=SC2086
   mpirun --oversubscribe -n 64 "$BUILD/bin/meshtrain" --set model.preset=gpt2-124m \
     --set model.seq_len=4096 --set parallel.dp=16 --set parallel.cp=4 \
-    --set train.global_batch=64 --set train.micro_batch=1 --set train.steps=4 \
+    --set train.global_batch=256 --set train.micro_batch=1 --set train.steps=3 \
     --set train.device=virtual --set train.virtual_hw=h100-sxm "${D[@]}" $args \
     --set output.dir="$OUT/virtual64_$name" > "$OUT/virtual64_$name.log" 2>&1 ||
     { tail -5 "$OUT/virtual64_$name.log"; exit 1; }
@@ -46,8 +46,8 @@ for p in "${plans[@]}"; do
     # shellcheck disable=SC2086
     mpirun -n $np "${bind[@]}" "$BUILD/bin/meshtrain" --set model.preset=small \
       --set model.seq_len=1024 --set model.vocab_size=50257 --set parallel.dp=$dp \
-      --set parallel.cp=2 --set train.global_batch=8 --set train.micro_batch=1 \
-      --set train.steps=5 --set train.threads=1 "${D[@]}" $args \
+      --set parallel.cp=2 --set train.global_batch=16 --set train.micro_batch=1 \
+      --set train.steps=4 --set train.threads=1 "${D[@]}" $args \
       --set output.dir="$OUT/real${np}_$name" > "$OUT/real${np}_$name.log" 2>&1 ||
       { tail -5 "$OUT/real${np}_$name.log"; exit 1; }
   done
