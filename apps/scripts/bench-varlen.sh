@@ -8,46 +8,56 @@
 #   1. gpt2-124m at T = 4096 on 64 virtual H100 ranks, dp 16 x cp 4 ring
 #      (global batch 256: 16 rows per dp rank): per-step flop_imbalance over the dp x cp ranks,
 #      padding share, cp bytes and the virtual step's tokens/s.
-#   2. the small preset at T = 1024 on real ranks: cp 2 ring on 2 ranks (a
+#   2. the small preset (6 x 384) at T = 1024 on real ranks, on the same mix
+#      written with byte ids (vocabulary 256, end-of-text 255, so that the
+#      LM head does not dominate the step): cp 2 ring on 2 ranks (a
 #      core each), and dp 2 x cp 2 ring on 4 ranks (a core each where the
 #      machine has 4; on fewer cores they share them, said in the summary):
 #      tokens/s and flop_imbalance.
 # Three plans each: packing in sample order, packing with data.balance =
 # flops (whole windows over dp), varlen; the same windows for all three.
 #   apps/scripts/bench-varlen.sh [BUILD_DIR]     (default: build)
+#   PARTS=virtual or PARTS=real runs one of the two (default: both)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 BUILD=${1:-build}
+PARTS=${PARTS:-virtual real}
 OUT=outputs/bench-varlen
-rm -rf "$OUT"
 mkdir -p "$OUT"
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cores=$(nproc)
 echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $cores cores" | tee "$OUT/summary.txt"
-python3 tests/scripts/longtail_corpus.py "$OUT/longtail.bin" 12000000
-D=(--set data.train="$OUT/longtail.bin" --set data.format=u16 --set data.documents=true
-   --set data.eot=50256 --set train.eval_every=0 --set ckpt.mode=none --set train.warmup_steps=1
-   --set data.long_documents=split)
+[ -e "$OUT/longtail.bin" ] || python3 tests/scripts/longtail_corpus.py "$OUT/longtail.bin" 12000000
+[ -e "$OUT/longtail256.bin" ] || python3 tests/scripts/longtail_corpus.py "$OUT/longtail256.bin" 2000000 255
+C=(--set data.format=u16 --set data.documents=true --set train.eval_every=0
+   --set ckpt.mode=none --set train.warmup_steps=1 --set data.long_documents=split)
+D=("${C[@]}" --set data.train="$OUT/longtail.bin" --set data.eot=50256)
+R=("${C[@]}" --set data.train="$OUT/longtail256.bin" --set data.eot=255)
 plans=("pack --set data.balance=none" "pack_flops --set data.balance=flops"
        "varlen --set data.seq_policy=varlen")
 for p in "${plans[@]}"; do
   read -r name args <<< "$p"
-  # shellcheck disable=SC2086
-  mpirun --oversubscribe -n 64 "$BUILD/bin/meshtrain" --set model.preset=gpt2-124m \
-    --set model.seq_len=4096 --set parallel.dp=16 --set parallel.cp=4 \
-    --set train.global_batch=256 --set train.micro_batch=1 --set train.steps=3 \
-    --set train.device=virtual --set train.virtual_hw=h100-sxm "${D[@]}" $args \
-    --set output.dir="$OUT/virtual64_$name" > "$OUT/virtual64_$name.log" 2>&1 ||
-    { tail -5 "$OUT/virtual64_$name.log"; exit 1; }
+  if [[ $PARTS == *virtual* ]]; then
+    rm -rf "$OUT/virtual64_$name"
+    # shellcheck disable=SC2086
+    mpirun --oversubscribe -n 64 "$BUILD/bin/meshtrain" --set model.preset=gpt2-124m \
+      --set model.seq_len=4096 --set parallel.dp=16 --set parallel.cp=4 \
+      --set train.global_batch=256 --set train.micro_batch=1 --set train.steps=3 \
+      --set train.device=virtual --set train.virtual_hw=h100-sxm "${D[@]}" $args \
+      --set output.dir="$OUT/virtual64_$name" > "$OUT/virtual64_$name.log" 2>&1 ||
+      { tail -5 "$OUT/virtual64_$name.log"; exit 1; }
+  fi
+  [[ $PARTS == *real* ]] || continue
   for np in 2 4; do
     dp=$((np / 2))
+    rm -rf "$OUT/real${np}_$name"
     bind=(--bind-to core)
     [ "$cores" -ge "$np" ] || bind=(--oversubscribe --bind-to none)
     # shellcheck disable=SC2086
     mpirun -n $np "${bind[@]}" "$BUILD/bin/meshtrain" --set model.preset=small \
-      --set model.seq_len=1024 --set model.vocab_size=50257 --set parallel.dp=$dp \
+      --set model.seq_len=1024 --set model.vocab_size=256 --set parallel.dp=$dp \
       --set parallel.cp=2 --set train.global_batch=16 --set train.micro_batch=1 \
-      --set train.steps=4 --set train.threads=1 "${D[@]}" $args \
+      --set train.steps=4 --set train.threads=1 "${R[@]}" $args \
       --set output.dir="$OUT/real${np}_$name" > "$OUT/real${np}_$name.log" 2>&1 ||
       { tail -5 "$OUT/real${np}_$name.log"; exit 1; }
   done
@@ -61,7 +71,10 @@ setups = (("virtual64", "gpt2-124m T=4096, 64 virtual H100 ranks, dp 16 x cp 4 r
           ("real2", "small T=1024, 2 real ranks, cp 2 ring"),
           ("real4", "small T=1024, 4 real ranks, dp 2 x cp 2 ring" +
            ("" if cores >= 4 else f" (sharing {cores} cores)")))
+import os
 for setup, label in setups:
+    if not os.path.exists(f"{out}/{setup}_pack/metrics.jsonl"):
+        continue
     print(f"## {label}")
     base = None
     for plan in ("pack", "pack_flops", "varlen"):

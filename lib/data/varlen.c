@@ -23,7 +23,10 @@
  *     those with a free chunk in their local rows: attention's work is
  *     balanced over dp x cp, as ByteScale balances it.
  *
- * Positions left over are padding: each run of them a document of its own,
+ * Work is counted where it is done: the ring attends by position (a cp
+ * rank does the pairs of its chunks' queries), Ulysses a row that needs the
+ * exchange head group by head group (each cp rank an equal share of the
+ * row's pairs; a local row by position, as the ring). Positions left over are padding: each run of them a document of its own,
  * restarting at every chunk boundary (so a local row stays local), with no
  * target. A dp rank's long rows come first, so its micro-batches that need
  * the cp exchange are together and the others need none.
@@ -36,6 +39,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+enum { MT_VARLEN_MAX_CP = 64 }; /* the cp ranks whose long rows are evened */
 
 static int owner(const mt_varlen_shape *s, int j) {
   return s->ring && j >= s->cp ? 2 * s->cp - 1 - j : j;
@@ -51,6 +56,16 @@ static void add_pairs(const mt_varlen_shape *s, long long *per_cp, int pos, int 
     per_cp[owner(s, j)] += (b * (b + 1) - a * (a + 1)) / 2;
     pos += n, len -= n, off += n;
   }
+}
+
+/* Ulysses: a row that needs the exchange is attended head group by head
+ * group over the whole row, so each cp rank does an equal share of its
+ * pairs (the ring attends by position, as add_pairs counts) */
+static void spread(const mt_varlen_shape *s, long long *per_cp) {
+  if (s->ring || s->cp < 2) return;
+  long long all = 0;
+  for (int c = 0; c < s->cp; c++) all += per_cp[c];
+  for (int c = 0; c < s->cp; c++) per_cp[c] = all / s->cp + (c < all % s->cp);
 }
 
 /* sort: longest first, then by index */
@@ -108,9 +123,10 @@ static void finish(mt_varlen_plan *p, const mt_varlen_shape *s, const int *len) 
   qsort(p->order, (size_t)n, sizeof(int), by_place);
   p->local = mt_calloc((size_t)R, 1);
   long long *work = mt_calloc((size_t)s->dp * s->cp, sizeof(long long));
+  long long *w = mt_calloc((size_t)s->cp, sizeof(long long)); /* a row's */
   p->pad = 0;
   for (int r = 0; r < R; r++) {
-    long long *w = work + (size_t)(r / p->rows_per_rank) * s->cp;
+    memset(w, 0, (size_t)s->cp * sizeof(long long));
     int at = 0, local = 1;
     for (int k = p->row_first[r]; k <= p->row_first[r + 1]; k++) {
       const int i = k < p->row_first[r + 1] ? p->order[k] : -1;
@@ -127,7 +143,10 @@ static void finish(mt_varlen_plan *p, const mt_varlen_shape *s, const int *len) 
       at = p->pos[i] + len[i];
     }
     p->local[r] = (unsigned char)local;
+    if (!local) spread(s, w);
+    for (int c = 0; c < s->cp; c++) work[(size_t)(r / p->rows_per_rank) * s->cp + c] += w[c];
   }
+  free(w);
   const long long lin = s->lin * (long long)p->rows_per_rank * (s->T / s->cp);
   double most = 0.0, sum = 0.0;
   for (int k = 0; k < s->dp * s->cp; k++) {
@@ -145,6 +164,73 @@ static void keep_windows(mt_varlen_plan *p, const int *win, const int *start, in
   p->rows_per_rank = G / dp;
   p->n_rows = G;
   p->fallback = 1;
+}
+
+enum { PERMUTE_MAX = 6 }; /* rows of up to this many sequences try every order */
+
+/* the largest work of a cp rank in a row of the k sequences seq laid end
+ * to end in the order ord, from position at */
+static long long row_spread(const mt_varlen_shape *s, const int *len, const int *seq,
+                            const int *ord, int k, int at) {
+  long long w[2 * MT_VARLEN_MAX_CP] = {0}, most = 0;
+  for (int j = 0; j < k; j++) add_pairs(s, w, at, len[seq[ord[j]]], 0), at += len[seq[ord[j]]];
+  for (int c = 0; c < s->cp; c++) most = w[c] > most ? w[c] : most;
+  return most;
+}
+
+/* the next permutation of ord (k), in lexicographic order; 0 after the last */
+static int next_order(int *ord, int k) {
+  int i = k - 2;
+  while (i >= 0 && ord[i] >= ord[i + 1]) i--;
+  if (i < 0) return 0;
+  int j = k - 1;
+  while (ord[j] <= ord[i]) j--;
+  int t = ord[i];
+  ord[i] = ord[j], ord[j] = t;
+  for (int a = i + 1, b = k - 1; a < b; a++, b--) t = ord[a], ord[a] = ord[b], ord[b] = t;
+  return 1;
+}
+
+/* A long row's sequences may go in any order (positions restart at each),
+ * and its free tail may come first: the cp ranks' shares of its work
+ * depend on both. Each long row takes the order (every one for up to
+ * PERMUTE_MAX sequences, else as placed and reversed) and the side of its
+ * free positions that give the busiest cp rank the least work. */
+static void even_long_rows(mt_varlen_plan *p, const mt_varlen_shape *s, const int *len,
+                           const int *bin_of, int n, int L, const int *fill) {
+  if (s->cp > MT_VARLEN_MAX_CP) return;
+  int *first = mt_calloc((size_t)L + 1, sizeof(int)), *seq = mt_malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+  for (int i = 0; i < n; i++)
+    if (bin_of[i] >= 0) first[bin_of[i] + 1]++;
+  for (int r = 0; r < L; r++) first[r + 1] += first[r];
+  int *at = mt_calloc((size_t)L + 1, sizeof(int));
+  for (int i = 0; i < n; i++) /* each row's sequences in the order placed */
+    if (bin_of[i] >= 0) seq[first[bin_of[i]] + at[bin_of[i]]++] = i;
+  for (int r = 0; r < L; r++) {
+    const int k = first[r + 1] - first[r], *sq = seq + first[r], gap = s->T - fill[r];
+    int ord[64], best[64], best_at = 0;
+    if (k > 64) continue;
+    for (int j = 0; j < k; j++) ord[j] = best[j] = j;
+    long long best_w = row_spread(s, len, sq, ord, k, 0);
+    for (int side = 0; side < 2; side++) {
+      const int a0 = side ? gap : 0;
+      for (int j = 0; j < k; j++) ord[j] = j;
+      int more = 1;
+      for (int tries = 0; more; tries++) {
+        const long long w = row_spread(s, len, sq, ord, k, a0);
+        if (w < best_w) {
+          best_w = w, best_at = a0;
+          memcpy(best, ord, (size_t)k * sizeof(int));
+        }
+        if (k <= PERMUTE_MAX) more = next_order(ord, k);
+        else if (tries == 0) /* reversed */
+          for (int j = 0; j < k; j++) ord[j] = k - 1 - j;
+        else more = 0;
+      }
+    }
+    for (int j = 0, pos = best_at; j < k; j++) p->pos[sq[best[j]]] = pos, pos += len[sq[best[j]]];
+  }
+  free(first), free(seq), free(at);
 }
 
 /* Rows of Rd per dp rank, with the long rows (L, their work per cp rank lw,
@@ -267,8 +353,10 @@ void mt_varlen_plan_make(mt_varlen_plan *p, const mt_varlen_shape *s, const int 
   }
   free(f.room);
   long long *lw = mt_calloc((size_t)(L > 0 ? L : 1) * cp, sizeof(long long));
+  if (cp > 1 && s->ring) even_long_rows(p, s, len, bin_of, n, L, fill);
   for (int i = 0; i < n; i++)
     if (bin_of[i] >= 0) add_pairs(s, lw + (size_t)bin_of[i] * cp, p->pos[i], len[i], 0);
+  for (int r = 0; r < L; r++) spread(s, lw + (size_t)r * cp);
   /* the fewest rows that could hold it, then one more until it fits */
   const long long chunks = (rest_tokens + Lc - 1) / Lc;
   int Rd = (int)((L + (chunks + K - 1) / K + dp - 1) / dp);
