@@ -7,7 +7,8 @@
 # the windows (data.long_documents = split) under both policies.
 #   1. gpt2-124m at T = 4096 on 64 virtual H100 ranks, dp 16 x cp 4 ring
 #      (global batch 256: 16 rows per dp rank): per-step flop_imbalance over the dp x cp ranks,
-#      padding share, cp bytes and the virtual step's tokens/s.
+#      padding share, cp bytes and the virtual step's tokens/s; and the
+#      same at T = 16384, dp 8 x cp 8 ring (global batch 128).
 #   2. the small preset (6 x 384) at T = 1024 on real ranks, on the same mix
 #      written with byte ids (vocabulary 256, end-of-text 255, so that the
 #      LM head does not dominate the step): cp 2 ring on 2 ranks (a
@@ -46,6 +47,14 @@ for p in "${plans[@]}"; do
       --set train.device=virtual --set train.virtual_hw=h100-sxm "${D[@]}" $args \
       --set output.dir="$OUT/virtual64_$name" > "$OUT/virtual64_$name.log" 2>&1 ||
       { tail -5 "$OUT/virtual64_$name.log"; exit 1; }
+    rm -rf "$OUT/virtual64_16k_$name"
+    # shellcheck disable=SC2086
+    mpirun --oversubscribe -n 64 "$BUILD/bin/meshtrain" --set model.preset=gpt2-124m \
+      --set model.seq_len=16384 --set parallel.dp=8 --set parallel.cp=8 \
+      --set train.global_batch=128 --set train.micro_batch=1 --set train.steps=3 \
+      --set train.device=virtual --set train.virtual_hw=h100-sxm "${D[@]}" $args \
+      --set output.dir="$OUT/virtual64_16k_$name" > "$OUT/virtual64_16k_$name.log" 2>&1 ||
+      { tail -5 "$OUT/virtual64_16k_$name.log"; exit 1; }
   fi
   [[ $PARTS == *real* ]] || continue
   for np in 2 4; do
@@ -68,6 +77,7 @@ out, cores = sys.argv[1], int(sys.argv[2])
 def rows(run):
     return [json.loads(l) for l in open(f"{out}/{run}/metrics.jsonl")]
 setups = (("virtual64", "gpt2-124m T=4096, 64 virtual H100 ranks, dp 16 x cp 4 ring"),
+          ("virtual64_16k", "gpt2-124m T=16384, 64 virtual H100 ranks, dp 8 x cp 8 ring"),
           ("real2", "small T=1024, 2 real ranks, cp 2 ring"),
           ("real4", "small T=1024, 4 real ranks, dp 2 x cp 2 ring" +
            ("" if cores >= 4 else f" (sharing {cores} cores)")))
@@ -85,7 +95,8 @@ for setup, label in setups:
         base = base or t
         pad = sum(x.get("pad_share", 0) for x in r) / len(r)
         cpb = sum(x["cp_bytes"] for x in r[1:]) / len(r[1:])
+        cps = sum(x["time_s"]["cp_comm"] for x in r[1:]) / len(r[1:])
         print(f"  {plan:10s}: flop_imbalance mean {sum(imb) / len(imb):.3f} max {max(imb):.3f}; "
               f"tokens/s (steps 2..) {t:.0f} ({t / base:.2f}x packing); padding {pad:.3f}; "
-              f"cp bytes/step (rank 0) {cpb / 1e6:.1f} MB")
+              f"cp bytes/step (rank 0) {cpb / 1e6:.1f} MB, exposed cp {1e3 * cps:.1f} ms")
 PY
