@@ -34,27 +34,23 @@ C=(--set data.format=u16 --set data.documents=true --set train.eval_every=0
    --set ckpt.mode=none --set train.warmup_steps=1 --set data.long_documents=split)
 D=("${C[@]}" --set data.train="$OUT/longtail.bin" --set data.eot=50256)
 R=("${C[@]}" --set data.train="$OUT/longtail256.bin" --set data.eot=255)
+# virtual64 RUN T DP CP GLOBAL_BATCH ARGS...: gpt2-124m on 64 virtual H100 ranks
+virtual64() {
+  rm -rf "${OUT:?}/$1"
+  mpirun --oversubscribe -n 64 "$BUILD/bin/meshtrain" --set model.preset=gpt2-124m \
+    --set model.seq_len="$2" --set parallel.dp="$3" --set parallel.cp="$4" \
+    --set train.global_batch="$5" --set train.micro_batch=1 --set train.steps=3 \
+    --set train.device=virtual --set train.virtual_hw=h100-sxm "${D[@]}" "${@:6}" \
+    --set output.dir="$OUT/$1" > "$OUT/$1.log" 2>&1 || { tail -5 "$OUT/$1.log"; exit 1; }
+}
 plans=("pack --set data.balance=none" "pack_flops --set data.balance=flops"
        "varlen --set data.seq_policy=varlen")
 for p in "${plans[@]}"; do
   read -r name args <<< "$p"
+  # shellcheck disable=SC2086
   if [[ $PARTS == *virtual* ]]; then
-    rm -rf "$OUT/virtual64_$name"
-    # shellcheck disable=SC2086
-    mpirun --oversubscribe -n 64 "$BUILD/bin/meshtrain" --set model.preset=gpt2-124m \
-      --set model.seq_len=4096 --set parallel.dp=16 --set parallel.cp=4 \
-      --set train.global_batch=256 --set train.micro_batch=1 --set train.steps=3 \
-      --set train.device=virtual --set train.virtual_hw=h100-sxm "${D[@]}" $args \
-      --set output.dir="$OUT/virtual64_$name" > "$OUT/virtual64_$name.log" 2>&1 ||
-      { tail -5 "$OUT/virtual64_$name.log"; exit 1; }
-    rm -rf "$OUT/virtual64_16k_$name"
-    # shellcheck disable=SC2086
-    mpirun --oversubscribe -n 64 "$BUILD/bin/meshtrain" --set model.preset=gpt2-124m \
-      --set model.seq_len=16384 --set parallel.dp=8 --set parallel.cp=8 \
-      --set train.global_batch=128 --set train.micro_batch=1 --set train.steps=3 \
-      --set train.device=virtual --set train.virtual_hw=h100-sxm "${D[@]}" $args \
-      --set output.dir="$OUT/virtual64_16k_$name" > "$OUT/virtual64_16k_$name.log" 2>&1 ||
-      { tail -5 "$OUT/virtual64_16k_$name.log"; exit 1; }
+    virtual64 "virtual64_$name" 4096 16 4 256 $args
+    virtual64 "virtual64_16k_$name" 16384 8 8 128 $args
   fi
   [[ $PARTS == *real* ]] || continue
   for np in 2 4; do

@@ -8,20 +8,9 @@
 # (metrics.jsonl flop_imbalance) is lower on average than in sample order
 # and at most 1.10 at every step.
 source "$(dirname "$0")/../scripts/common.sh"
-python3 - "$WORK/longtail.bin" <<'PY'
-import array, random, sys
-rng, toks = random.Random(7), array.array("H")
-while len(toks) < 400000:
-    n = int(8 + 8 * rng.random()) if rng.random() < 0.85 else int(60 + 400 * rng.random() ** 2)
-    toks.append(255)
-    toks.extend(rng.randrange(0, 255) for _ in range(n - 1))
-open(sys.argv[1], "wb").write(toks.tobytes())
-PY
-common=(--set model.preset=tiny --set model.seq_len=128 --set train.steps=6
-        --set train.global_batch=16 --set train.micro_batch=2 --set data.train="$WORK/longtail.bin"
-        --set data.format=u16 --set model.vocab_size=256 --set train.eval_every=0
-        --set ckpt.mode=none --set data.documents=true --set data.eot=255
-        --set data.hash_batches=true)
+source "$(dirname "$0")/mix.sh"
+mix_setup 128
+common=("${mix[@]}")
 run() { mt_train "$1" "$2" "${common[@]}" --set output.dir="$WORK/$1" "${@:3}"; }
 run one 1
 run order 4 --set parallel.dp=4

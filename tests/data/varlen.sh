@@ -13,20 +13,9 @@
 # than model.seq_len is refused (data.long_documents = refuse, the default)
 # in one line naming the file and where, exit 2 on both ranks.
 source "$(dirname "$0")/../scripts/common.sh"
-python3 - "$WORK/longtail.bin" <<'PY'
-import array, random, sys
-rng, toks = random.Random(7), array.array("H")
-while len(toks) < 400000:
-    n = int(8 + 8 * rng.random()) if rng.random() < 0.85 else int(60 + 400 * rng.random() ** 2)
-    toks.append(255)
-    toks.extend(rng.randrange(0, 255) for _ in range(n - 1))
-open(sys.argv[1], "wb").write(toks.tobytes())
-PY
-common=(--set model.preset=tiny --set model.seq_len=256 --set train.steps=6
-        --set train.global_batch=16 --set train.micro_batch=2 --set data.train="$WORK/longtail.bin"
-        --set data.format=u16 --set model.vocab_size=256 --set train.eval_every=0
-        --set ckpt.mode=none --set data.documents=true --set data.eot=255
-        --set data.hash_batches=true --set data.long_documents=split)
+source "$(dirname "$0")/mix.sh"
+mix_setup 256
+common=("${mix[@]}" --set data.long_documents=split)
 run() { mt_train "$1" "$2" "${common[@]}" --set output.dir="$WORK/$1" "${@:3}"; }
 V=(--set data.seq_policy=varlen)
 run packed 1
