@@ -173,7 +173,7 @@ static void row_json(FILE *f, const mt_search_row *r) {
           "\"micro_batch\": %d, "
           "\"sp\": %d, \"recompute\": %d, \"schedule\": \"%s\", \"virtual_stages\": %d, "
           "\"pp_first_layers\": %d, \"pp_last_layers\": %d, \"headroom_bytes\": %.17g, "
-          "\"fits\": %d, \"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
+          "\"fits\": %d, \"step_s\": %.17g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
           "\"compute_s\": %.9g, \"tp_s\": %.9g, \"cp_s\": %.9g, \"ep_s\": %.9g, "
           "\"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
           "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"model_flops\": %.17g, "
