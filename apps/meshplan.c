@@ -361,7 +361,8 @@ int main(int argc, char **argv) {
              shape.n_embd, shape.seq_len, cfg.global_batch, o.world, p.devices_per_node, p.name);
       printf("# stack %s (attention %s, collectives %s); bytes per element: %s; headroom "
              "%.2f GiB per device\n", stack->name, p.attn_materialized ? "materialized" : "block",
-             p.coll_flat ? "flat" : "hierarchical", dtext, mt_cost_headroom(&cfg, &p) / 1073741824.0);
+             p.coll_flat ? "flat" : "hierarchical", dtext,
+             mt_cost_headroom(&cfg, &p) / 1073741824.0);
       print_table(&s, &p, nodes, top);
       if (json) write_json(&s, json, &e);
       if (sweep && !e.failed)
