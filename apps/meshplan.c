@@ -1,7 +1,7 @@
 /* meshplan: plan a scaling campaign before spending the allocation.
  *
  *   meshplan CONFIG.ini [--set k=v ...] --hw PROFILE --nodes N | --ranks N [--top K]
- *            [--all] [--dtype CATEGORY=BYTES ...] [--json FILE]
+ *            [--all] [--stack NAME] [--dtype CATEGORY=BYTES ...] [--json FILE]
  *            [--emit-sweep FILE.ini [--system NAME]]
  *   meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME
  *            [--attn A.jsonl] [--devices-per-node N] [--mem-gib X] [--peak-gflops X] [--overlap X] --out FILE
@@ -22,9 +22,10 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: meshplan CONFIG.ini [--set section.key=value ...] --hw PROFILE\n"
           "                --nodes N | --ranks N [--top K] [--all] [--dtype CATEGORY=BYTES ...]\n"
-          "                [--attention block|materialized] [--collectives hierarchical|flat]\n"
+          "                [--stack NAME] [--attention block|materialized]\n"
+          "                [--collectives hierarchical|flat]\n"
           "                [--json FILE] [--emit-sweep FILE.ini [--system NAME]]\n"
-          "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--dtype ...]\n"
+          "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--stack NAME] [--dtype ...]\n"
           "       meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME\n"
           "                [--attn A.jsonl] [--devices-per-node N] [--mem-gib X]\n"
           "                [--peak-gflops X] [--overlap X] --out FILE.ini\n\n"
@@ -44,7 +45,22 @@ static void usage(FILE *f) {
           "attention (batched GEMMs over the T x T scores, softmax and dropout through memory)\n"
           "instead of meshtrain's block attention. --collectives flat prices every collective\n"
           "across nodes as one flat ring on each rank's network link (default hierarchical:\n"
-          "the ring's part inside each node, 1/k of it on the network, k ranks a node).\n");
+          "the ring's part inside each node, 1/k of it on the network, k ranks a node).\n"
+          "--stack NAME prices a published software stack: a preset of --attention,\n"
+          "--collectives and --dtype values (default meshtrain: the profile's and the\n"
+          "configuration's own); an --attention, --collectives or --dtype given beside\n"
+          "--stack overrides that value of the preset. The presets (docs/planner.md):\n");
+  for (int i = 0; i < mt_plan_stack_count(); i++) {
+    const mt_plan_stack *st = mt_plan_stack_at(i);
+    fprintf(f, "  %-18s %s\n", st->name, st->stands_for);
+    if (!st->attention && !st->collectives && !st->dtypes[0]) continue;
+    fprintf(f, "  %-18s attention %s, collectives %s; dtype", "",
+            st->attention ? st->attention : "as the profile",
+            st->collectives ? st->collectives : "as the profile");
+    for (int k = 0; k < MT_PLAN_STACK_MAX_DTYPES && st->dtypes[k]; k++)
+      fprintf(f, " %s", st->dtypes[k]);
+    fputc('\n', f);
+  }
 }
 
 static int calibrate(int argc, char **argv) {
@@ -157,7 +173,7 @@ static void row_json(FILE *f, const mt_search_row *r) {
           "\"micro_batch\": %d, "
           "\"sp\": %d, \"recompute\": %d, \"schedule\": \"%s\", \"virtual_stages\": %d, "
           "\"pp_first_layers\": %d, \"pp_last_layers\": %d, \"headroom_bytes\": %.17g, "
-          "\"fits\": %d, \"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
+          "\"fits\": %d, \"step_s\": %.17g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
           "\"compute_s\": %.9g, \"tp_s\": %.9g, \"cp_s\": %.9g, \"ep_s\": %.9g, "
           "\"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
           "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"model_flops\": %.17g, "
@@ -244,7 +260,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "calibrate")) return calibrate(argc - 1, argv + 1);
   const char *ini = NULL, *hw = NULL, *json = NULL, *sweep = NULL, *system = "leonardo-booster";
   int nodes = 0, ranks = 0, top = 10, n_over = 0, only = 0, all = 0, n_dt = 0;
-  const char *attention = NULL, *collectives = NULL;
+  const char *attention = NULL, *collectives = NULL, *stack_name = "meshtrain";
   char **over = mt_calloc((size_t)argc + 1, sizeof(char *));
   const char **dts = mt_calloc((size_t)argc + 1, sizeof(char *));
   mt_err e = {0};
@@ -278,6 +294,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--emit-sweep")) sweep = v;
     else if (!strcmp(a, "--system")) system = v;
     else if (!strcmp(a, "--dtype")) dts[n_dt++] = v;
+    else if (!strcmp(a, "--stack")) stack_name = v;
     else if (!strcmp(a, "--attention") && (!strcmp(v, "block") || !strcmp(v, "materialized")))
       attention = v;
     else if (!strcmp(a, "--collectives") && (!strcmp(v, "hierarchical") || !strcmp(v, "flat")))
@@ -297,11 +314,14 @@ int main(int argc, char **argv) {
   mt_cost_dtypes dt;
   mt_search s;
   memset(&s, 0, sizeof s);
+  const mt_plan_stack *stack = e.failed ? NULL : mt_plan_stack_find(stack_name, &e);
   if (!e.failed) mt_config_load(&cfg, ini, n_over, over, &e);
   if (!e.failed) mt_cost_profile_load(&p, hw, &e);
+  if (!e.failed) mt_cost_dtypes_default(&cfg, &p, &dt);
+  /* the preset first, then the flags given: an explicit flag wins */
+  if (!e.failed) mt_plan_stack_apply(stack, &p, &dt, &e);
   if (!e.failed && attention) p.attn_materialized = attention[0] == 'm';
   if (!e.failed && collectives) p.coll_flat = collectives[0] == 'f';
-  if (!e.failed) mt_cost_dtypes_default(&cfg, &p, &dt);
   for (int i = 0; i < n_dt && !e.failed; i++) mt_cost_dtypes_set(&dt, dts[i], &e);
   if (!e.failed && only) { /* the configured layout alone */
     mt_search_row r;
@@ -339,7 +359,9 @@ int main(int argc, char **argv) {
              "(%d devices a node) of %s\n",
              mt_preset_name(cfg.model_preset), mt_model_num_params(&shape), shape.n_layer,
              shape.n_embd, shape.seq_len, cfg.global_batch, o.world, p.devices_per_node, p.name);
-      printf("# bytes per element: %s; headroom %.2f GiB per device\n", dtext,
+      printf("# stack %s (attention %s, collectives %s); bytes per element: %s; headroom "
+             "%.2f GiB per device\n", stack->name, p.attn_materialized ? "materialized" : "block",
+             p.coll_flat ? "flat" : "hierarchical", dtext,
              mt_cost_headroom(&cfg, &p) / 1073741824.0);
       print_table(&s, &p, nodes, top);
       if (json) write_json(&s, json, &e);

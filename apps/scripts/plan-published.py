@@ -18,6 +18,11 @@ attention width other than n_embd, layers added for an even pipeline:
 true_layers), the ratio compares FLOP rates, each side counted as 6 N + 12 L
 T W a token (N its matmul weights a token, W its attention width):
 flops_params and attn_width give the real model's where our shape cannot.
+Each row's software stack is priced with its meshplan preset (column
+preset: `meshplan --stack NAME`, docs/planner.md's table of what each
+sets); columns dtypes (CATEGORY=BYTES;...) and attention (block,
+materialized, flat, hierarchical;...) add per-run flags, which override
+the preset's values (empty in the table: every run's stack is a preset).
 Then, unless --no-search, the search on the row's GPU count: the rank among
 its ten fastest of the first layout with the published mesh (tp, pp, cp, ep;
 dp the rest), '=' when one of the ten also has every other published field
@@ -26,7 +31,7 @@ none has the mesh, 't/o' when the search takes longer than --search-timeout
 seconds (the largest MoE models on hundreds of GPUs).
 
 Prints the table, the median absolute error, the mean signed error by
-group, and writes every row to --out. Nothing here is fitted to the rows:
+group and by stack, and writes every row to --out. Nothing here is fitted to the rows:
 the profiles are public figures (inputs/hw), the cost model is lib/plan."""
 import argparse
 import csv
@@ -162,11 +167,19 @@ def meshplan(binary, r, sets, extra, timeout=None):
     args = [binary, "--hw", r["profile"]] + extra
     for k, v in sets.items():
         args += ["--set", "%s=%s" % (k, v)]
+    if r["preset"]:  # the stack's attention, collectives and dtypes (meshplan --stack)
+        args += ["--stack", r["preset"]]
     for d in filter(None, r["dtypes"].split(";")):
         args += ["--dtype", d]
-    for o in filter(None, r["attention"].split(";")):  # the stack's kernels and collectives
+    for o in filter(None, r["attention"].split(";")):  # per-run kernels and collectives
         args += ["--collectives" if o in ("flat", "hierarchical") else "--attention", o]
     return subprocess.run(args, capture_output=True, text=True, cwd=SRC, timeout=timeout)
+
+
+def stack_name(r):
+    """the row's stack as priced: its preset, '+' where per-run flags add to it"""
+    extra = "+" if r["dtypes"] or r["attention"] else ""
+    return (r["preset"] or "meshtrain") + extra
 
 
 def same_mesh(row, r):
@@ -202,8 +215,8 @@ def main():
         keep = set(a.only.split(","))
         rows = [r for r in rows if r["id"] in keep]
     results = []
-    print("%-18s %-13s %5s %3s %3s %4s | %9s %9s %6s | %5s %s" % (
-        "run", "group", "GPUs", "tp", "pp", "dp", "published", "predicted", "ratio", "rank",
+    print("%-18s %-13s %-18s %5s %3s %3s %4s | %9s %9s %6s | %5s %s" % (
+        "run", "group", "stack", "GPUs", "tp", "pp", "dp", "published", "predicted", "ratio", "rank",
         "predicted layout / search"))
     for r in rows:
         pub = published_tokens_per_gpu(r)
@@ -255,12 +268,13 @@ def main():
             " ep %d" % lay["parallel.ep"] if lay["parallel.ep"] > 1 else "",
             " recompute" if lay["train.recompute"] == "true" else "", sched,
             d["mem_bytes"] / 2**30, "" if d["fits"] else " (!)")
-        print("%-18s %-13s %5d %3d %3d %4d | %9.1f %9.1f %6.2f | %5s %s; %s" % (
-            r["id"], r["group"], gpus, lay["parallel.tp"], lay["parallel.pp"], lay["parallel.dp"],
+        print("%-18s %-13s %-18s %5d %3d %3d %4d | %9.1f %9.1f %6.2f | %5s %s; %s" % (
+            r["id"], r["group"], stack_name(r), gpus, lay["parallel.tp"], lay["parallel.pp"], lay["parallel.dp"],
             pub, pred, ratio, rank, desc, search))
         sys.stdout.flush()
         st = d["step_s"]
-        results.append(dict(id=r["id"], group=r["group"], chosen=r["chosen"], gpus=gpus,
+        results.append(dict(id=r["id"], group=r["group"], stack=stack_name(r), chosen=r["chosen"],
+                            gpus=gpus,
                             published=pub, predicted=pred, ratio=ratio, rank=rank,
                             fits=d["fits"], mem_gib=d["mem_bytes"] / 2**30,
                             **{k: d[k] / st for k in ("compute_s", "tp_s", "cp_s", "ep_s",
@@ -276,6 +290,11 @@ def main():
         rs = [x["ratio"] - 1 for x in results if x["group"] == g]
         print("  %-14s %2d runs: mean signed error %+6.1f%%, median %+6.1f%% (goal: within 20%%)" % (
             g, len(rs), 100 * statistics.mean(rs), 100 * statistics.median(rs)))
+    for st in sorted(set(x["stack"] for x in results)):
+        rs = [x["ratio"] - 1 for x in results if x["stack"] == st]
+        print("  stack %-18s %2d runs: mean signed error %+6.1f%%, median %+6.1f%%, median absolute "
+              "%5.1f%%" % (st, len(rs), 100 * statistics.mean(rs), 100 * statistics.median(rs),
+                           100 * statistics.median(abs(x) for x in rs)))
     chosen = [x for x in results if x["chosen"] == "1" and x["rank"] not in ("-", "err", "t/o")]
     if chosen:
         top = sum(1 for x in chosen if x["rank"] != ">10")

@@ -233,6 +233,27 @@ void mt_cost_dtypes_counted(const mt_dtypes *run, mt_cost_dtypes *d);
  * bytes 0, 1, 2 or 4; master also 0): 0, or -1 with one line in e */
 int mt_cost_dtypes_set(mt_cost_dtypes *d, const char *assignment, mt_err *e);
 void mt_cost_dtypes_text(const mt_cost_dtypes *d, char *buf, size_t len);
+/* Stack presets (stacks.c, meshplan --stack NAME): a published software
+ * stack as the values of meshplan's own pricing options. attention and
+ * collectives: what --attention and --collectives would set (NULL: the
+ * profile's); dtypes: --dtype assignments applied in order over the
+ * defaults (NULL-terminated). The first row, meshtrain, sets nothing. */
+#define MT_PLAN_STACK_MAX_DTYPES 8
+typedef struct {
+  const char *name;
+  const char *stands_for;  /* the published stack and its source */
+  const char *attention;   /* "block", "materialized" or NULL */
+  const char *collectives; /* "hierarchical", "flat" or NULL */
+  const char *dtypes[MT_PLAN_STACK_MAX_DTYPES];
+} mt_plan_stack;
+int mt_plan_stack_count(void);
+const mt_plan_stack *mt_plan_stack_at(int i);
+/* the preset named; NULL with one line in e listing the names */
+const mt_plan_stack *mt_plan_stack_find(const char *name, mt_err *e);
+/* the preset's values into p (attention, collectives) and dt (after
+ * mt_cost_dtypes_default; explicit flags go after this). 0, or -1 with e set */
+int mt_plan_stack_apply(const mt_plan_stack *s, mt_cost_profile *p, mt_cost_dtypes *dt,
+                        mt_err *e);
 /* Bytes per device the planner keeps free (plan.headroom; -1: 3 GiB, or a
  * tenth of the profile's memory when that is less). */
 double mt_cost_headroom(const mt_config *cfg, const mt_cost_profile *p);

@@ -5,6 +5,7 @@
 #   only-no-fit: --only of gpt2-124m on one device of that profile
 #   bad-dtype: --dtype with a size no dtype has
 #   bad-collectives: a profile's collectives = neither hierarchical nor flat
+#   bad-stack: --stack with a name no preset has
 #   profile-twice: a profile's [cost] key given twice (the last would win)
 #   peak-low: a peak_gflops below the profile's own gemm curve
 #   bw-absurd: a link of 1e-300 GB/s
@@ -20,6 +21,8 @@ case $CASE in
                      --hw "$MT_SRC/tests/plan/cost-test.ini" --only) ;;
   bad-dtype) args=(--set model.preset=tiny --hw "$MT_SRC/tests/plan/cost-test.ini" --nodes 1
                   --dtype weights=3) ;;
+  bad-stack) args=(--set model.preset=tiny --hw "$MT_SRC/tests/plan/cost-test.ini" --only
+                  --stack megatron) ;;
   bad-collectives) { cat "$MT_SRC/tests/plan/cost-test.ini"; echo "collectives = tree"; } > "$prof"
     args=(--set model.preset=tiny --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
   profile-twice|peak-low|bw-absurd)

@@ -44,6 +44,10 @@ mt_script_test(precision plan precision.sh)
 mt_script_test(zero3_run plan zero3_run.sh)
 # the search's lower bounds never exceed a layout's price; its top 10 with and without pruning
 mt_script_test(search_bounds plan search_bounds.sh)
+# meshplan --stack NAME: each preset prices what its flags price; the default
+# is no --stack; a flag beside it overrides; an unknown name is refused
+mt_script_test(stacks plan stacks.sh)
+mt_script_test(bad_stack badinput meshplan_fail.sh bad_stack "--stack 'megatron' is not a stack preset \\(one of: meshtrain, megatron-2021, .*, llm.c\\)$" bad-stack)
 mt_script_test(bad_dtype badinput meshplan_fail.sh bad_dtype "--dtype 'weights=3': expected CATEGORY=BYTES" bad-dtype)
 mt_script_test(bad_collectives badinput meshplan_fail.sh bad_collectives "collectives = 'tree' is not hierarchical or flat" bad-collectives)
 # a hardware profile's key once, each number within a sane range, no rate above the peak

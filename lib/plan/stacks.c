@@ -1,0 +1,121 @@
+/* Stack presets (meshplan --stack NAME): the software stacks of published
+ * training runs as named sets of meshplan's own pricing options, so a user
+ * need not know which flags match a paper. One row a stack; each value is
+ * exactly what `--attention`, `--collectives` and `--dtype` would set, and
+ * an explicit flag given beside --stack overrides the preset's value.
+ *
+ * The categories of --dtype (plan.h's mt_cost_dtypes), in bytes per
+ * element: weights (the compute copy, ZeRO-3's gathers), master (a separate
+ * fp32 copy, 0 none), grads (accumulation buffers), moments (AdamW's),
+ * acts (activations), grad_reduce (the dp x cp gradient reductions), msg
+ * (tp, sp, cp, pp and ep messages). A stack's mixed precision is written
+ * out in full so that it prices the same on any profile and configuration
+ * (on the GPU profiles, act_bytes = 2, the mixed row is also the default). */
+#include "plan/plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* bf16 mixed precision as Megatron-LM and PyTorch FSDP's MixedPrecision
+ * (param bf16, reduce fp32) keep it: a bf16 compute copy over fp32 master
+ * weights, fp32 gradients and their reduction, bf16 activations and
+ * messages */
+#define MIXED_FP32_GRADS                                                                   \
+  { "weights=2", "master=4", "grads=4", "moments=4", "acts=2", "grad_reduce=4", "msg=2" }
+
+static const mt_plan_stack g_stacks[] = {
+    /* meshtrain's own: every option as the profile and the configuration
+     * say (block attention as the backends run it, collectives as the
+     * profile's `collectives` key, hierarchical unless set; the run's own
+     * dtypes, or the profile's mixed precision for an fp32 configuration
+     * on a bf16 profile). The default: exactly meshplan without --stack. */
+    {.name = "meshtrain",
+     .stands_for = "meshtrain itself: the profile's and the configuration's own settings",
+     .attention = NULL, .collectives = NULL, .dtypes = {NULL}},
+    /* Megatron-LM of Narayanan et al. 2021 (arXiv:2104.04473, Tables 1 and
+     * 2): attention materialized (before FlashAttention: batched QK^T and
+     * PV GEMMs over the T x T scores and the fused scale-mask-softmax
+     * through memory); hierarchical collectives (NCCL rings on DGX A100
+     * nodes with one HDR link a GPU); mixed precision with gradients
+     * accumulated and all-reduced in fp32 (--accumulate-allreduce-grads-in-fp32) */
+    {.name = "megatron-2021",
+     .stands_for = "Megatron-LM 2021 (Narayanan et al., arXiv:2104.04473, Tables 1 and 2)",
+     .attention = "materialized", .collectives = "hierarchical", .dtypes = MIXED_FP32_GRADS},
+    /* Megatron-DeepSpeed of BLOOM-176B (arXiv:2211.05100) and MT-NLG 530B
+     * (arXiv:2201.11990): Megatron-LM's 2021 kernels (materialized
+     * attention with the fused softmax) and NCCL, DeepSpeed's pipeline and
+     * ZeRO-1 with its bf16 optimizer, which accumulates and reduces the
+     * gradients in fp32. Today the same values as megatron-2021: the two
+     * stacks differ in what no flag prices yet (meshplan is 21% and 37%
+     * optimistic on these two runs, 7-22% on Megatron-LM's of 2021). */
+    {.name = "megatron-deepspeed",
+     .stands_for =
+         "Megatron-DeepSpeed 2022 (BLOOM-176B, arXiv:2211.05100; MT-NLG, arXiv:2201.11990)",
+     .attention = "materialized", .collectives = "hierarchical", .dtypes = MIXED_FP32_GRADS},
+    /* DeepSpeed ZeRO-3, the baseline of Narayanan et al. 2021 (Table 2):
+     * Megatron's materialized attention; flat collectives (its published
+     * step time stays 67-82 s from 384 to 1,536 GPUs at a fixed batch: each
+     * GPU's whole ZeRO-3 volume at about its own link's rate, which
+     * hierarchical rings would hide); gradients reduced in the 16-bit
+     * compute dtype (DeepSpeed's communication_data_type defaults to it),
+     * the fp32 partitioned gradients and master weights kept per shard */
+    {.name = "deepspeed-zero3",
+     .stands_for = "DeepSpeed ZeRO-3 2021 (the baseline of arXiv:2104.04473, Table 2)",
+     .attention = "materialized", .collectives = "flat",
+     .dtypes = {"weights=2", "master=4", "grads=4", "moments=4", "acts=2", "grad_reduce=2",
+                "msg=2"}},
+    /* Megatron-Core (2024-2025; Megatron-Core's MoE README, Megatron-Bridge):
+     * Transformer Engine's fused (flash) attention, priced as block
+     * attention at the profile's attn_gflops; NCCL's hierarchical rings;
+     * the distributed optimizer with fp32 gradient buffers and reductions */
+    {.name = "megatron-core",
+     .stands_for =
+         "Megatron-Core / Megatron-Bridge 2024-2025 (TE fused attention, distributed optimizer)",
+     .attention = "block", .collectives = "hierarchical", .dtypes = MIXED_FP32_GRADS},
+    /* PyTorch FSDP (FSDP2 in torchtitan and NeMo AutoModel; Llama 3's
+     * PyTorch 4D parallelism, arXiv:2407.21783 section 3.3): SDPA/flash
+     * attention (block); NCCL's hierarchical rings; MixedPrecisionPolicy
+     * param_dtype bf16, reduce_dtype fp32 (torchtitan's defaults; Llama 3
+     * reduce-scatters gradients in fp32): bf16 gathers of fp32 shards */
+    {.name = "fsdp",
+     .stands_for = "PyTorch FSDP/FSDP2 (torchtitan, NeMo AutoModel, Llama 3's 4D parallelism)",
+     .attention = "block", .collectives = "hierarchical", .dtypes = MIXED_FP32_GRADS},
+    /* llm.c (karpathy/llm.c, train_gpt2.cu): cuDNN's flash attention
+     * (block); NCCL (hierarchical); parameters, gradients and their ZeRO-1
+     * reduce-scatter in floatX = bf16 over fp32 master weights
+     * (use_master_weights) and fp32 AdamW moments */
+    {.name = "llm.c",
+     .stands_for = "llm.c (karpathy/llm.c train_gpt2.cu: bf16 gradients and reductions)",
+     .attention = "block", .collectives = "hierarchical",
+     .dtypes = {"weights=2", "master=4", "grads=2", "moments=4", "acts=2", "grad_reduce=2",
+                "msg=2"}},
+};
+
+#define N_STACKS ((int)(sizeof g_stacks / sizeof g_stacks[0]))
+
+int mt_plan_stack_count(void) { return N_STACKS; }
+
+const mt_plan_stack *mt_plan_stack_at(int i) {
+  return i >= 0 && i < N_STACKS ? &g_stacks[i] : NULL;
+}
+
+const mt_plan_stack *mt_plan_stack_find(const char *name, mt_err *e) {
+  for (int i = 0; i < N_STACKS; i++)
+    if (!strcmp(g_stacks[i].name, name)) return &g_stacks[i];
+  char names[256] = "";
+  for (int i = 0; i < N_STACKS; i++) {
+    size_t at = strlen(names);
+    snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", g_stacks[i].name);
+  }
+  mt_err_set(e, "--stack '%s' is not a stack preset (one of: %s)", name, names);
+  return NULL;
+}
+
+int mt_plan_stack_apply(const mt_plan_stack *s, mt_cost_profile *p, mt_cost_dtypes *dt,
+                        mt_err *e) {
+  if (s->attention) p->attn_materialized = !strcmp(s->attention, "materialized");
+  if (s->collectives) p->coll_flat = !strcmp(s->collectives, "flat");
+  for (int i = 0; i < MT_PLAN_STACK_MAX_DTYPES && s->dtypes[i]; i++)
+    if (mt_cost_dtypes_set(dt, s->dtypes[i], e) != 0) return -1;
+  return 0;
+}

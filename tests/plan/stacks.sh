@@ -1,0 +1,95 @@
+# meshplan --stack NAME (lib/plan/stacks.c): each preset prices exactly
+# what its flags price (--only, the whole JSON line: step_s to 17 digits,
+# memory by category, every part), the flags written out here as
+# docs/planner.md's table states them; the preset names in --help are
+# exactly those; meshtrain (the default) equals no --stack, also on a
+# profile that sets attention and collectives itself and under
+# train.precision = bf16; a flag given beside --stack overrides the
+# preset's value, before or after it; on an fp32 profile every preset but
+# meshtrain changes the price (a --stack that was ignored would fail the
+# first check; on the bf16 profile fsdp and megatron-core price as the
+# default, their mixed precision being the profile's); the search's header
+# names the stack. gpt2-124m on 16 ranks of a100-80gb-dgx (two nodes, so
+# flat and hierarchical collectives differ) and of the same profile
+# without act_bytes = 2 (fp32 by default).
+source "$(dirname "$0")/../scripts/common.sh"
+MIXED="--dtype weights=2 --dtype master=4 --dtype grads=4 --dtype moments=4 --dtype acts=2 --dtype msg=2"
+declare -A FLAGS=(
+  [meshtrain]=""
+  [megatron-2021]="--attention materialized --collectives hierarchical $MIXED --dtype grad_reduce=4"
+  [megatron-deepspeed]="--attention materialized --collectives hierarchical $MIXED --dtype grad_reduce=4"
+  [deepspeed-zero3]="--attention materialized --collectives flat $MIXED --dtype grad_reduce=2"
+  [megatron-core]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4"
+  [fsdp]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4"
+  [llm.c]="--attention block --collectives hierarchical $MIXED --dtype grads=2 --dtype grad_reduce=2"
+)
+model=(--set model.preset=gpt2-124m --set train.global_batch=64 --set train.micro_batch=2)
+layouts=("z3 --set parallel.tp=2 --set parallel.dp=8 --set parallel.zero=3"
+         "pp --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1")
+
+sed '/^act_bytes/d' "$MT_SRC/inputs/hw/a100-80gb-dgx.ini" > "$WORK/fp32.ini"
+hw=a100-80gb-dgx
+# price NAME ARGS...: the --only JSON line into $WORK/NAME.json, on $hw
+price() {
+  local name=$1; shift
+  mt_guard "$MT_BIN/meshplan" "${model[@]}" --hw "$hw" --only "$@" > "$WORK/$name.json" \
+    || fail "meshplan $* exited $?"
+  grep -q '"step_s"' "$WORK/$name.json" || fail "meshplan $*: no figures"
+}
+same() { cmp -s "$WORK/$1.json" "$WORK/$2.json" || fail "$3: $(cat "$WORK/$1.json") != $(cat "$WORK/$2.json")"; }
+differ() { ! cmp -s "$WORK/$1.json" "$WORK/$2.json" || fail "$3: both price $(cat "$WORK/$1.json")"; }
+
+# the names --help lists are the ones stated here
+listed=$("$MT_BIN/meshplan" --help | awk '/^The presets|presets \(docs/ {on=1; next} on && /^  [^ ]/ {print $1}' | sort | tr '\n' ' ')
+stated=$(printf '%s\n' "${!FLAGS[@]}" | sort | tr '\n' ' ')
+[ "$listed" = "$stated" ] || fail "--help lists the presets '$listed', the test states '$stated'"
+
+for c in "${layouts[@]}" "fp32 ${layouts[0]#* }"; do
+  read -r lay args <<< "$c"
+  [ "$lay" = fp32 ] && hw="$WORK/fp32.ini"
+  # shellcheck disable=SC2086
+  price "$lay-none" $args
+  for s in "${!FLAGS[@]}"; do
+    # shellcheck disable=SC2086
+    price "$lay-stack-$s" $args --stack "$s"
+    # shellcheck disable=SC2086
+    price "$lay-flags-$s" $args ${FLAGS[$s]}
+    same "$lay-stack-$s" "$lay-flags-$s" "$lay: --stack $s against its flags"
+    [ "$s" = meshtrain ] || [ "$lay" != fp32 ] || differ "$lay-stack-$s" "$lay-none" "$lay: --stack $s changes nothing"
+    echo "$lay $s: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("step_s", d["step_s"], "mem_bytes", d["mem_bytes"])' "$WORK/$lay-stack-$s.json")"
+  done
+  same "$lay-stack-meshtrain" "$lay-none" "$lay: the default against --stack meshtrain"
+  # a flag beside the preset wins, given before or after --stack
+  # shellcheck disable=SC2086
+  price "$lay-over1" $args --stack deepspeed-zero3 --collectives hierarchical --dtype grad_reduce=4
+  same "$lay-over1" "$lay-flags-megatron-2021" "$lay: deepspeed-zero3 with hierarchical collectives and fp32 reductions"
+  # shellcheck disable=SC2086
+  price "$lay-over2" $args --attention block --stack megatron-2021
+  same "$lay-over2" "$lay-flags-megatron-core" "$lay: --attention block --stack megatron-2021"
+  differ "$lay-over2" "$lay-stack-megatron-2021" "$lay: --attention block beside --stack megatron-2021 ignored"
+done
+
+# meshtrain leaves a profile's own attention and collectives keys, and the
+# configuration's precision, as they are
+{ cat "$MT_SRC/inputs/hw/a100-80gb-dgx.ini"; printf 'attention = materialized\ncollectives = flat\n'; } \
+  > "$WORK/keys.ini"
+read -r lay args <<< "${layouts[0]}"
+hw=a100-80gb-dgx
+for prec in fp32 bf16; do
+  # shellcheck disable=SC2086
+  mt_guard "$MT_BIN/meshplan" "${model[@]}" $args --set train.precision=$prec --hw "$WORK/keys.ini" \
+    --only > "$WORK/keys-none-$prec.json" || fail "meshplan on keys.ini"
+  # shellcheck disable=SC2086
+  mt_guard "$MT_BIN/meshplan" "${model[@]}" $args --set train.precision=$prec --hw "$WORK/keys.ini" \
+    --only --stack meshtrain > "$WORK/keys-stack-$prec.json" || fail "meshplan --stack meshtrain on keys.ini"
+  same "keys-stack-$prec" "keys-none-$prec" "precision $prec, a profile with attention and collectives keys"
+done
+differ keys-none-fp32 "$lay-none" "the profile's attention and collectives keys change nothing"
+
+# the search's header names the stack and what it set
+mt_guard "$MT_BIN/meshplan" --set model.preset=tiny --set train.global_batch=16 \
+  --hw "$MT_SRC/tests/plan/cost-test.ini" --ranks 2 --top 1 --stack deepspeed-zero3 > "$WORK/search.txt" \
+  || fail "search with --stack"
+grep -q '^# stack deepspeed-zero3 (attention materialized, collectives flat); bytes per element: .*grad_reduce 2' \
+  "$WORK/search.txt" || fail "search header: $(grep '^# stack' "$WORK/search.txt")"
+echo PASS
