@@ -5,7 +5,8 @@
 # long ones over the cp ranks, balanced over dp x cp, train the losses of
 # the same windows packed (data.documents, one rank) within a relative 1e-5
 # at every step, on 1 rank, dp 2, cp 2 ring and Ulysses, dp 2 x cp 2,
-# dp 2 with ZeRO-3 and tp 2 with sp,
+# dp 2 with ZeRO-3 and tp 2 with sp, and stopped at step 3 under dp 2 x cp
+# 2 and resumed under cp 2 Ulysses,
 # reading the same windows (data_hash); a rerun makes the same plan
 # (varlen_hash) and the same losses bit for bit; every step writes its FLOP
 # imbalance (at most 1.10 at dp 2 x cp 2 ring), padding share and the
@@ -28,10 +29,16 @@ run ulysses 2 "${V[@]}" --set parallel.cp=2 --set parallel.cp_mode=ulysses
 run dpcp 4 "${V[@]}" --set parallel.dp=2 --set parallel.cp=2
 run zero3 2 "${V[@]}" --set parallel.dp=2 --set parallel.zero=3
 run tp 2 "${V[@]}" --set parallel.tp=2 --set parallel.sp=true
+# stopped at step 3 under dp 2 x cp 2, resumed under cp 2 Ulysses on 2 ranks
+mt_train stop 4 "${common[@]}" "${V[@]}" --set parallel.dp=2 --set parallel.cp=2 \
+  --set ckpt.mode=per-writer --set train.stop_after=3 --set output.dir="$WORK/resumed"
+mt_train resume 2 "${common[@]}" "${V[@]}" --set parallel.cp=2 --set parallel.cp_mode=ulysses \
+  --set ckpt.mode=per-writer --set train.resume=auto --set output.dir="$WORK/resumed"
+grep -q "resumed from .*step_3" "$WORK/resume.log" || fail "the second run did not resume from step 3"
 run dpcp_again 4 "${V[@]}" --set parallel.dp=2 --set parallel.cp=2
 CMP="$MT_SRC/tests/scripts/compare_runs.py"
 python3 "$CMP" "$WORK/packed" "$WORK/one" "$WORK/dp2" "$WORK/ring" "$WORK/ulysses" "$WORK/dpcp" \
-  "$WORK/zero3" "$WORK/tp" --rtol 1e-5 --steps 6
+  "$WORK/zero3" "$WORK/tp" "$WORK/resumed" --rtol 1e-5 --steps 6
 python3 "$CMP" "$WORK/dpcp" "$WORK/dpcp_again" --bitwise --steps 6
 python3 - "$WORK" <<'PY'
 import json, sys
