@@ -69,7 +69,8 @@ void mt_gpt_positions_init(mt_gpt *m) {
   for (int b = 0; b < m->max_B; b++)
     for (int i = 0; i < T; i++) pos[(size_t)b * T + i] = global_pos(l, i);
   m->ops->upload(m->tok_pos, pos, (size_t)m->max_B * T * sizeof(int));
-  if (m->rope_cs) rope_upload(m, S, m->shape.n_embd / m->shape.n_head); /* every position's angles */
+  if (m->rope_cs) /* the angles of every position of a sequence */
+    rope_upload(m, S, m->shape.n_embd / m->shape.n_head);
   free(pos);
   mt_attention_set_documents(&m->attn, m->doc_lo, m->doc_lo_seq);
 }

@@ -35,9 +35,9 @@ static double gemm_gflops_upto(const mt_price *q, double flops) {
  * size. Without the experts where routing is not that plain (capacity
  * dropping, least-loaded placement, etp), and without their elementwise
  * work under materialized attention (priced from the activation set). */
-static void moe_block_lower(const mt_config *cfg, const mt_cost_profile *p, const mt_model_shape *sh,
-                            const mt_cost_shape *d, double act_bytes, double *lin, double *ef,
-                            double *eb) {
+static void moe_block_lower(const mt_config *cfg, const mt_cost_profile *p,
+                            const mt_model_shape *sh, const mt_cost_shape *d, double act_bytes,
+                            double *lin, double *ef, double *eb) {
   mt_price q;
   mt_cost_price(p, &q);
   const double BT = d->B * d->T;
@@ -142,7 +142,8 @@ static double state_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
     double experts = (double)sh->moe_experts / cfg->ep * (mt_model_llama(sh) ? 3.0 : 2.0) * C *
                      F / cfg->etp;
     double edp = (double)cfg->tp * cfg->cp * cfg->dp / ((double)cfg->etp * cfg->ep);
-    double moe = zero_state(cfg->zero, dt, attn / tp, ndp) + zero_state(cfg->zero, dt, experts, edp);
+    double moe =
+        zero_state(cfg->zero, dt, attn / tp, ndp) + zero_state(cfg->zero, dt, experts, edp);
     if (moe < per_layer) per_layer = moe; /* which blocks are MoE depends on the stage */
   }
   return n_l * per_layer;
@@ -163,7 +164,9 @@ static double moe_kept_lower_bound(const mt_config *cfg, const mt_model_shape *s
                                                : 0;
   const double C = sh->n_embd, F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
   const double in = mt_model_llama(sh) ? 2.0 : 1.0, k = sh->moe_topk;
-  const double E_l = (double)sh->moe_experts / cfg->ep, per_rank = cfg->tp > 1 ? 1.0 / cfg->tp : 1.0;
+  const double E_l = (double)sh->moe_experts / cfg->ep;
+  /* the rank routes 1/tp of each sequence's tokens under tp */
+  const double per_rank = cfg->tp > 1 ? 1.0 / cfg->tp : 1.0;
   const double rows = cfg->ep * per_rank * (k < E_l ? k : E_l);
   return n_moe * (rows * (C + in * F + F) + per_rank * k * C);
 }
