@@ -376,6 +376,15 @@ typedef struct mt_ops {
   /* wait until every op queued so far has finished (timers and benchmarks;
    * a no-op where ops run synchronously, as on the CPU) */
   void (*sync)(void);
+  /* The router's choices at top_idx (moe_router_forward's) where this
+   * backend makes them up from the shapes alone (the null and virtual
+   * tables: tokens, experts, k and skew): a non-zero number, the same for
+   * the same choices, so the host may reuse what it derived from them
+   * (mt_ep_route). Such a backend computes nothing from a routing's index
+   * arrays (slots, send order, permutations: its ops see their lengths
+   * only), so a routing reused need not upload them again. 0, or a NULL
+   * member (the backends that compute them): choices from data. */
+  unsigned (*moe_routing_id)(const int *top_idx);
 
   /* ---- compute (the lists above) ---- */
   MT_OPS_TYPED(MT_OPS_MEMBER_TYPED_)

@@ -9,11 +9,11 @@
 #include <string.h>
 
 /* every member after loc is one function pointer, without padding: the
- * five memory members and one per list entry */
+ * five memory members, moe_routing_id and one per list entry */
 #define MT_OPS_COUNT_(name, params, args) +1
 #define MT_OPS_COUNT_FIXED_(name, optional, params, args) +1
 _Static_assert(sizeof(mt_ops) == offsetof(mt_ops, alloc) +
-                                     (5 MT_OPS_TYPED(MT_OPS_COUNT_) MT_OPS_TYPED_SUMS(MT_OPS_COUNT_)
+                                     (6 MT_OPS_TYPED(MT_OPS_COUNT_) MT_OPS_TYPED_SUMS(MT_OPS_COUNT_)
                                           MT_OPS_FIXED(MT_OPS_COUNT_FIXED_)) *
                                          sizeof(void (*)(void)),
                "mt_ops has a member outside its lists");

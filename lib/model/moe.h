@@ -57,6 +57,19 @@ typedef struct {
   double alpha;
   int min_rows; /* the fewest rows a piece carries (0: any) */
   int H, L; /* the most experts a rank helps with, and (expert, helper) pairs it lends */
+  /* The last routing's figures, reused (mt_ep_route) while the backend
+   * makes the same choices up (ops->moe_routing_id: the plan routes every
+   * micro-batch of every block alike) and every group is count-only (what
+   * comes back is this rank's own): the scratch h still holds its slots,
+   * send order and permutations; these hold the rest. id 0: none. */
+  struct {
+    unsigned id;
+    int S, Ts;
+    int *meta;   /* the routing record (the ints mt_ep_route writes) */
+    int *local;  /* (S,k,E) this slice's counts, as they went over seq_g */
+    float *frac; /* (S,E) the sequences' fractions */
+  } reuse;
+  int reuse_off; /* tests only: MT_TEST_NO_ROUTING_REUSE set at creation */
 } mt_ep;
 /* (routing, dispatch and combine: model_internal.h) */
 

@@ -76,10 +76,14 @@ void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, co
            (size_t)x->etp * x->ep * x->E_l + 2 * x->max_rows +
            16;
   x->h = mt_calloc(x->h_n, sizeof(int));
+  x->reuse_off = getenv("MT_TEST_NO_ROUTING_REUSE") != NULL;
 }
 
 void mt_ep_destroy(mt_ep *x) {
   free(x->h);
+  free(x->reuse.meta);
+  free(x->reuse.local);
+  free(x->reuse.frac);
   free(x->owner);
   memset(x, 0, sizeof *x);
 }
@@ -114,6 +118,95 @@ static void upload_route(const mt_ep *x, const int *meta, int N, int *slot, cons
   }
 }
 
+/* the host scratch h, carved */
+typedef struct {
+  int *choice;   /* (N,k) the router's choices */
+  int *slot;     /* (N,k) send position or -1 */
+  int *send;     /* token of each sent slot */
+  int *total;    /* [s][j][e], every slice */
+  int *seen;     /* [s][j][e] running count in this slice */
+  int *all;      /* [r][s][j][e] */
+  int *kept;     /* E: kept slots per expert */
+  int *fill;     /* E: send positions handed out */
+  int *packed;   /* E: kept, in send order */
+  int *recv_all; /* [t][p][e_l] */
+  int *perm, *inv;
+} route_scratch;
+
+static route_scratch carve(const mt_ep *x) {
+  const size_t Nk = (size_t)x->max_tokens * x->k, cnt = (size_t)x->max_seqs * x->k * x->E;
+  route_scratch r;
+  int *h = x->h;
+  r.choice = h;   h += Nk;
+  r.slot = h;     h += Nk;
+  r.send = h;     h += Nk;
+  r.total = h;    h += cnt;
+  r.seen = h;     h += cnt;
+  r.all = h;      h += (size_t)x->seq_size * cnt;
+  r.kept = h;     h += x->E;
+  r.fill = h;     h += x->E;
+  r.packed = h;   h += x->E;
+  r.recv_all = h; h += (size_t)x->etp * x->ep * x->E_l;
+  r.perm = h;     h += x->max_rows;
+  r.inv = h;
+  return r;
+}
+
+/* the ints of a routing record that mt_ep_route writes without LLEP */
+static int route_ints(const mt_ep *x) { return MT_EP_HEAD + 2 * x->ep + x->etp + x->E_l + 1; }
+
+/* this slice's counts per (sequence, choice, expert) to every slice's (all) */
+static void exchange_seq_counts(const mt_ep *x, const int *local, int *all, size_t cnt_n) {
+  if (x->seq_g) mt_allgather(x->seq_g, local, all, cnt_n, MT_DT_I32, MT_LOC_HOST);
+  else memcpy(all, local, cnt_n * sizeof(int));
+}
+
+/* each peer's kept slots (packed: E, in send order) for each of this
+ * rank's experts, over ep, then every etp rank's of those (recv_all) */
+static void exchange_expert_counts(const mt_ep *x, const int *packed, int *recv_all) {
+  const int ep = x->ep, E_l = x->E_l;
+  int *recv_mine = recv_all + (size_t)x->etp_rank * ep * E_l; /* [p][e_l] */
+  if (x->ep_g) mt_alltoall(x->ep_g, packed, recv_mine, (size_t)E_l, MT_DT_I32, MT_LOC_HOST);
+  else memcpy(recv_mine, packed, (size_t)E_l * sizeof(int));
+  if (x->etp_g) {
+    int *mine = mt_malloc((size_t)ep * E_l * sizeof(int) + 16);
+    memcpy(mine, recv_mine, (size_t)ep * E_l * sizeof(int));
+    mt_allgather(x->etp_g, mine, recv_all, (size_t)ep * E_l, MT_DT_I32, MT_LOC_HOST);
+    free(mine);
+  }
+}
+
+static int count_only(const mt_group *g) { return !g || g->backend == MT_COMM_COUNT; }
+
+/* The routing of top_idx is the last one's where the backend made the same
+ * choices up (its routing id) for the same micro-batch shape, without
+ * LLEP, and every group is count-only (so the counts that come back are
+ * this rank's own, as the last time): the id, or 0 where it cannot be
+ * reused. */
+static unsigned reusable_id(const mt_ep *x, const int *top_idx) {
+  if (x->reuse_off || x->H > 0 || !x->ops->moe_routing_id || !count_only(x->ep_g) ||
+      !count_only(x->etp_g) || !count_only(x->seq_g))
+    return 0;
+  return x->ops->moe_routing_id(top_idx);
+}
+
+/* The last routing again (reusable_id): the same collectives of the same
+ * counts, the same statistics, record and sequences' fractions, from what
+ * it kept and the scratch it left; the index arrays are not uploaded again
+ * (the backend computes nothing from them: ops->moe_routing_id). */
+static void route_again(mt_ep *x, int S, float *seq_frac, int *meta, mt_ep_stats *st) {
+  const size_t cnt_n = (size_t)S * x->k * x->E;
+  const route_scratch h = carve(x);
+  if (st)
+    for (size_t i = 0; i < cnt_n; i++) st->tokens[i % (size_t)x->E] += x->reuse.local[i];
+  exchange_seq_counts(x, x->reuse.local, h.all, cnt_n);
+  if (S > 0) x->ops->upload(seq_frac, x->reuse.frac, (size_t)S * x->E * sizeof(float));
+  memcpy(meta, x->reuse.meta, (size_t)route_ints(x) * sizeof(int));
+  if (st) st->dropped += meta[MT_EP_DROPPED];
+  exchange_expert_counts(x, h.packed, h.recv_all);
+  if (st) st->rows += meta[MT_EP_N_ROWS];
+}
+
 void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok, int *perm,
                  int *inv, float *seq_frac, int *meta, mt_ep_stats *st) {
   const int E = x->E, k = x->k, E_l = x->E_l, ep = x->ep, etp = x->etp;
@@ -121,21 +214,22 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   if (S > x->max_seqs || N > x->max_tokens)
     mt_die("MoE routing of %d sequences x %d tokens exceeds the %d tokens it was sized for", S,
            Ts, x->max_tokens);
+  const unsigned id = reusable_id(x, top_idx);
+  if (id && id == x->reuse.id && S == x->reuse.S && Ts == x->reuse.Ts) {
+    route_again(x, S, seq_frac, meta, st);
+    return;
+  }
+  x->reuse.id = 0; /* the scratch is rewritten */
+  if (id && !x->reuse.meta) {
+    x->reuse.meta = mt_calloc((size_t)route_ints(x), sizeof(int));
+    x->reuse.local = mt_calloc((size_t)x->max_seqs * k * E + 1, sizeof(int));
+    x->reuse.frac = mt_calloc((size_t)x->max_seqs * E + 1, sizeof(float));
+  }
   const size_t cnt_n = (size_t)S * k * E;
-  /* the host scratch, carved */
-  int *h = x->h;
-  int *choice = h;   h += (size_t)x->max_tokens * k; /* (N,k) the router's choices */
-  int *h_slot = h;   h += (size_t)x->max_tokens * k; /* (N,k) send position or -1 */
-  int *h_send = h;   h += (size_t)x->max_tokens * k; /* token of each sent slot */
-  int *total = h;    h += (size_t)x->max_seqs * k * E; /* [s][j][e], every slice */
-  int *seen = h;     h += (size_t)x->max_seqs * k * E; /* running count in this slice */
-  int *all = h;      h += (size_t)x->seq_size * x->max_seqs * k * E; /* [r][s][j][e] */
-  int *kept = h;     h += E;                          /* kept slots per expert */
-  int *fill = h;     h += E;                          /* send positions handed out */
-  int *packed = h;   h += E;                          /* kept, in send order */
-  int *recv_all = h; h += (size_t)etp * ep * E_l;     /* [t][p][e_l] */
-  int *h_perm = h;   h += x->max_rows;
-  int *h_inv = h;
+  const route_scratch h = carve(x);
+  int *choice = h.choice, *h_slot = h.slot, *h_send = h.send, *total = h.total;
+  int *seen = h.seen, *all = h.all, *kept = h.kept, *fill = h.fill, *packed = h.packed;
+  int *recv_all = h.recv_all, *h_perm = h.perm, *h_inv = h.inv;
   if (N > 0) x->ops->download(choice, top_idx, (size_t)N * k * sizeof(int));
 
   /* 1. counts per (sequence, choice, expert): this slice's, then every slice's */
@@ -145,8 +239,8 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
     for (int j = 0; j < k; j++) local[((size_t)(n / Ts) * k + j) * E + choice[(size_t)n * k + j]]++;
   if (st)
     for (size_t i = 0; i < cnt_n; i++) st->tokens[i % (size_t)E] += local[i];
-  if (x->seq_g) mt_allgather(x->seq_g, local, all, cnt_n, MT_DT_I32, MT_LOC_HOST);
-  else memcpy(all, local, cnt_n * sizeof(int));
+  if (id) memcpy(x->reuse.local, local, cnt_n * sizeof(int));
+  exchange_seq_counts(x, local, all, cnt_n);
   memset(total, 0, cnt_n * sizeof(int));
   for (int r = 0; r < x->seq_size; r++)
     for (size_t i = 0; i < cnt_n; i++) total[i] += all[(size_t)r * cnt_n + i];
@@ -163,6 +257,7 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
         host[(size_t)s * E + e] = (float)((double)c / slots);
       }
     x->ops->upload(seq_frac, host, (size_t)S * E * sizeof(float));
+    if (id) memcpy(x->reuse.frac, host, (size_t)S * E * sizeof(float));
     free(host);
   }
 
@@ -220,15 +315,8 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   for (int e = 0; e < E; e++) sc[x->owner[e]] += kept[e];
 
   /* 5. counts over ep (each peer's slots for each of my experts), then over etp */
-  int *recv_mine = recv_all + (size_t)x->etp_rank * ep * E_l; /* [p][e_l] */
-  if (x->ep_g) mt_alltoall(x->ep_g, packed, recv_mine, (size_t)E_l, MT_DT_I32, MT_LOC_HOST);
-  else memcpy(recv_mine, packed, (size_t)E_l * sizeof(int));
-  if (x->etp_g) {
-    int *mine = mt_malloc((size_t)ep * E_l * sizeof(int) + 16);
-    memcpy(mine, recv_mine, (size_t)ep * E_l * sizeof(int));
-    mt_allgather(x->etp_g, mine, recv_all, (size_t)ep * E_l, MT_DT_I32, MT_LOC_HOST);
-    free(mine);
-  }
+  exchange_expert_counts(x, packed, recv_all);
+  const int *recv_mine = recv_all + (size_t)x->etp_rank * ep * E_l; /* [p][e_l] */
   int n_recv = 0, n_rows = 0;
   for (int p = 0; p < ep; p++) {
     rc[p] = 0;
@@ -271,7 +359,14 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   meta[MT_EP_N_ROWS] = n_rows;
   if (st) st->rows += n_rows;
   upload_route(x, meta, N, slot, h_slot, send_tok, h_send, perm, h_perm, inv, h_inv);
+  if (id) { /* kept for the next micro-batch or block routed alike */
+    memcpy(x->reuse.meta, meta, (size_t)route_ints(x) * sizeof(int));
+    x->reuse.id = id;
+    x->reuse.S = S;
+    x->reuse.Ts = Ts;
+  }
 }
+
 
 /* parts in elements (rows x C) */
 static void parts(const int *rows, int n, int C, size_t *out) {

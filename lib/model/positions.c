@@ -12,6 +12,7 @@
  * end-of-text token. */
 #include "model/model_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,39 @@ static int global_pos(const mt_cp_layout *l, int i) {
   return l->chunk_pos[i / l->chunk_len] + i % l->chunk_len;
 }
 
+/* The rotary table of every position of a sequence (S x hs), kept from
+ * the last model built with the same rotary settings: the plan builds a
+ * model for every layout it prices, each with the same table (S x hs/2
+ * cosines and sines each time otherwise: a third of a MoE search) */
+typedef struct {
+  int S, hs, original_len, scaling;
+  double theta, factor, low, high;
+} rope_key;
+static rope_key g_rope_key;
+static float *g_rope_cs;
+static pthread_mutex_t g_rope_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void rope_upload(mt_gpt *m, int S, int hs) {
+  const mt_model_shape *sh = &m->shape;
+  rope_key key;
+  memset(&key, 0, sizeof key); /* (padding compared too) */
+  key.S = S, key.hs = hs, key.original_len = sh->rope_original_len;
+  key.scaling = (int)sh->rope_scaling, key.theta = sh->rope_theta, key.factor = sh->rope_factor;
+  key.low = sh->rope_low_freq_factor, key.high = sh->rope_high_freq_factor;
+  pthread_mutex_lock(&g_rope_lock);
+  if (!g_rope_cs || memcmp(&key, &g_rope_key, sizeof key) != 0) {
+    int *all = mt_malloc((size_t)S * sizeof(int));
+    for (int p = 0; p < S; p++) all[p] = p;
+    free(g_rope_cs);
+    g_rope_cs = mt_malloc((size_t)S * hs * sizeof(float));
+    mt_model_rope_table(sh, all, S, g_rope_cs);
+    free(all);
+    g_rope_key = key;
+  }
+  m->ops->upload(m->rope_cs, g_rope_cs, (size_t)S * hs * sizeof(float));
+  pthread_mutex_unlock(&g_rope_lock);
+}
+
 void mt_gpt_positions_init(mt_gpt *m) {
   const mt_cp_layout *l = &m->attn.lay;
   const int T = m->T, S = m->shape.seq_len;
@@ -35,16 +69,8 @@ void mt_gpt_positions_init(mt_gpt *m) {
   for (int b = 0; b < m->max_B; b++)
     for (int i = 0; i < T; i++) pos[(size_t)b * T + i] = global_pos(l, i);
   m->ops->upload(m->tok_pos, pos, (size_t)m->max_B * T * sizeof(int));
-  if (m->rope_cs) { /* the angles of every position of a sequence */
-    const int hs = m->shape.n_embd / m->shape.n_head;
-    int *all = mt_malloc((size_t)S * sizeof(int));
-    for (int p = 0; p < S; p++) all[p] = p;
-    float *cs = mt_malloc((size_t)S * hs * sizeof(float));
-    mt_model_rope_table(&m->shape, all, S, cs);
-    m->ops->upload(m->rope_cs, cs, (size_t)S * hs * sizeof(float));
-    free(cs);
-    free(all);
-  }
+  if (m->rope_cs) /* the angles of every position of a sequence */
+    rope_upload(m, S, m->shape.n_embd / m->shape.n_head);
   free(pos);
   mt_attention_set_documents(&m->attn, m->doc_lo, m->doc_lo_seq);
 }

@@ -5,6 +5,61 @@
  * attention at the same shapes as the exact price (cost.c), less. */
 #include "plan/cost_internal.h"
 
+#include <math.h>
+
+/* The highest rate the matmul curve gives a matmul of at most `flops`
+ * FLOPs: the curve's points up to there and its value there (between two
+ * points it moves monotonically from one to the other), so a matmul of f
+ * <= flops FLOPs takes at least f / this. */
+static double gemm_gflops_upto(const mt_price *q, double flops) {
+  double best = mt_price_gemm_gflops(q, flops);
+  for (int i = 0; i < q->n_gemm; i++)
+    if (q->gemm_flops[i] <= flops && q->gemm_gflops[i] > best) best = q->gemm_gflops[i];
+  return best;
+}
+
+/* A MoE block of one micro-batch, at least: *lin its matmuls' seconds in
+ * the forward (the backward's are twice these): the attention's q|k|v
+ * (its width: fewer than 3 C / tp under grouped-query attention) and
+ * projection, the router and this rank's routed experts; *ef and *eb the
+ * routed half's elementwise seconds forward and backward, as the virtual
+ * op table prices the ops routed_forward and routed_backward run (moe.c;
+ * act_bytes an activation element's bytes): the router's fp32 scores, the
+ * N k slots gathered out, the expert rows gathered in and out again, the
+ * experts' activation (SwiGLU or GELU) and the combine. The plan routes
+ * balanced (the null backend's round robin: slot i of the N k a rank
+ * routes goes to expert i mod E, every peer of the count-only ep group
+ * sending what this rank sends), so a rank's experts get at least
+ * R = E floor(N k / E) rows, each expert's at most ep N (a token's k
+ * experts are distinct); their FLOPs at the curve's best rate up to that
+ * size. Without the experts where routing is not that plain (capacity
+ * dropping, least-loaded placement, etp), and without their elementwise
+ * work under materialized attention (priced from the activation set). */
+static void moe_block_lower(const mt_config *cfg, const mt_cost_profile *p,
+                            const mt_model_shape *sh, const mt_cost_shape *d, double act_bytes,
+                            double *lin, double *ef, double *eb) {
+  mt_price q;
+  mt_cost_price(p, &q);
+  const double BT = d->B * d->T;
+  const double E = sh->moe_experts, k = sh->moe_topk, C = sh->n_embd;
+  const double N = d->B * (cfg->tp > 1 ? d->T / cfg->tp : d->T); /* the rank's routed tokens */
+  *lin = mt_price_gemm_s(&q, BT, d->Wqkv, d->C, 1) + mt_price_gemm_s(&q, BT, d->C, d->Cl, 1) +
+         mt_price_gemm_s(&q, N, E, C, 1);
+  *ef = *eb = 0.0;
+  if (sh->moe_capacity > 0.0 || cfg->ep_balance != MT_EP_BALANCE_NONE || cfg->etp != 1) return;
+  const double F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
+  const int swiglu = mt_model_llama(sh);
+  const double in = swiglu ? 2.0 : 1.0, R = E * floor(N * k / E), most = cfg->ep * N;
+  *lin += 2.0 * R * in * F * C / (gemm_gflops_upto(&q, 2.0 * most * in * F * C) * 1e9) +
+          2.0 * R * F * C / (gemm_gflops_upto(&q, 2.0 * most * F * C) * 1e9);
+  if (p->attn_materialized) return;
+  const double bw = p->elementwise_gbs * 1e9, router = 2.0 * 4.0 * N * E;
+  *ef = (router + act_bytes * (2.0 * N * k * C + 4.0 * R * C + (swiglu ? 3.0 : 2.0) * R * F +
+                               (k + 1.0) * N * C)) / bw;
+  *eb = (router + act_bytes * ((2.0 * k + 1.0) * N * C + 4.0 * R * C +
+                               (swiglu ? 7.0 : 4.0) * R * F + (k + 2.0) * N * C)) / bw;
+}
+
 void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const mt_model_shape *sh,
                          double *layer_s, double *embed_s, double *head_s) {
   mt_cost_shape d = mt_cost_shape_of(cfg, sh, cfg->micro_batch);
@@ -29,10 +84,6 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
   mt_cost_shape d = mt_cost_shape_of(cfg, sh, cfg->micro_batch);
   double lin, att;
   mt_cost_dense_layer(p, &d, 0.0, &lin, &att); /* 0: no memory traffic, a bound for any dtype */
-  if (sh->moe_experts > 0) /* the attention's matmuls only: experts vary with routing (q|k|v:
-                              its width, fewer than 3 C / tp under grouped-query attention) */
-    lin = mt_cost_gemm_s(p, d.B * d.T, d.Wqkv, d.C, 1) +
-          mt_cost_gemm_s(p, d.B * d.T, d.C, d.Cl, 1);
   const double refwd = cfg->recompute ? 1.0 : 0.0;
   const int accum = cfg->global_batch / (cfg->dp * cfg->micro_batch), pp = cfg->pp;
   /* elementwise: at least the block's two layernorms (on the rows of the
@@ -41,8 +92,18 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
    * when recomputed), a backward costs twice that */
   const double s = cfg->sp ? cfg->tp : 1.0;
   const double ln = 2.0 * act_bytes_lb * d.B * d.T / s * d.C / (p->elementwise_gbs * 1e9);
-  const double fb = (1.0 + refwd) * (lin + att + 2.0 * ln) + 2.0 * lin + 2.5 * att + 4.0 * ln;
-  const double f = lin + att + 2.0 * ln;
+  /* a layer's forward and backward (fb) and its forward (f) */
+  double fb = (1.0 + refwd) * (lin + att + 2.0 * ln) + 2.0 * lin + 2.5 * att + 4.0 * ln;
+  double f = lin + att + 2.0 * ln;
+  if (sh->moe_experts > 0) { /* a MoE block's; the lesser of the two where blocks are mixed */
+    double ml, ef, eb;
+    moe_block_lower(cfg, p, sh, &d, act_bytes_lb, &ml, &ef, &eb);
+    const double f_moe = ml + att + 2.0 * ln + ef;
+    const double fb_moe = (1.0 + refwd) * f_moe + 2.0 * ml + 2.5 * att + 4.0 * ln + eb;
+    const int all_moe = mt_model_moe_before(sh, sh->n_layer) == sh->n_layer;
+    fb = all_moe || fb_moe < fb ? fb_moe : fb;
+    f = all_moe || f_moe < f ? f_moe : f;
+  }
   const double head = 3.0 * mt_cost_gemm_s(p, d.B * d.T, d.Vl, d.C, 1);
   if (pp == 1) return accum * (l_mid * fb + head);
   double worst = l_first * fb, last = l_last * fb + head;
@@ -53,9 +114,21 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
   return accum * worst + (pp - 1) * f * l_min / cfg->virtual_stages;
 }
 
+/* n elements of state: each element's weights, gradient, master and
+ * moments as the ZeRO level shards them over n_shard ranks */
+static double zero_state(int zero, const mt_cost_dtypes *dt, double n, double n_shard) {
+  const double w = dt->weights, g = dt->grads, st = dt->master + 2.0 * dt->moments;
+  switch (zero) {
+  case 0: return n * (w + g + st);
+  case 1: return n * (w + g + st / n_shard);
+  case 2: return n * (w + (g + st) / n_shard);
+  default: return n * (w + g + st) / n_shard;
+  }
+}
+
 /* the state of the matrices of n_l blocks (no biases, norms, embeddings or
- * buffers): each element's weights, gradient, master and moments as the
- * ZeRO level shards them */
+ * buffers): dense state sharded over dp x cp, the experts' over the folded
+ * mesh's edp (their replicas) */
 static double state_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
                                 const mt_model_shape *shape, int n_l) {
   const mt_model_shape full = mt_model_complete(shape), *sh = &full;
@@ -63,22 +136,39 @@ static double state_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
   /* q, proj; k, v (grouped-query: fewer); the MLP's two or three (SwiGLU) matrices */
   const double attn = 2.0 * C * C + 2.0 * C * (C / sh->n_head) * sh->n_kv_head;
   const double mlp = (mt_model_llama(sh) ? 3.0 : 2.0) * C * sh->ffn;
-  double per_layer = (attn + mlp) / tp;
+  double per_layer = zero_state(cfg->zero, dt, (attn + mlp) / tp, ndp);
   if (sh->moe_experts > 0) {
     double F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
     double experts = (double)sh->moe_experts / cfg->ep * (mt_model_llama(sh) ? 3.0 : 2.0) * C *
                      F / cfg->etp;
-    double moe = attn / tp + experts, dense = per_layer;
-    per_layer = moe < dense ? moe : dense; /* which blocks are MoE depends on the stage */
+    double edp = (double)cfg->tp * cfg->cp * cfg->dp / ((double)cfg->etp * cfg->ep);
+    double moe =
+        zero_state(cfg->zero, dt, attn / tp, ndp) + zero_state(cfg->zero, dt, experts, edp);
+    if (moe < per_layer) per_layer = moe; /* which blocks are MoE depends on the stage */
   }
-  const double n = n_l * per_layer;
-  const double w = dt->weights, g = dt->grads, st = dt->master + 2.0 * dt->moments;
-  switch (cfg->zero) {
-  case 0: return n * (w + g + st);
-  case 1: return n * (w + g + st / ndp);
-  case 2: return n * (w + (g + st) / ndp);
-  default: return n * (w + g + st) / ndp;
-  }
+  return n_l * per_layer;
+}
+
+/* The routed experts' activations the first stage's l_first layers keep
+ * per token of a micro-batch (no recompute; elements): each MoE block's
+ * buffers of the dispatcher's row bound, sized for any routing (model's
+ * acts.c: dropless, each of the ep sources' N tokens may send min(k, E_l)
+ * slots to this rank: the experts' inputs (C), hidden units (SwiGLU: 2 F
+ * before, F after) and the combine's k slots a token (C each)); the MoE
+ * blocks counted where certain: every block, or the first l_first blocks
+ * of one chunk. 0 under recompute, capacity or etp. */
+static double moe_kept_lower_bound(const mt_config *cfg, const mt_model_shape *sh, int l_first) {
+  if (sh->moe_experts <= 0 || cfg->recompute || sh->moe_capacity > 0.0 || cfg->etp != 1) return 0.0;
+  const int n_moe = sh->moe_every == 1 ? l_first
+                    : cfg->virtual_stages == 1 ? mt_model_moe_before(sh, l_first)
+                                               : 0;
+  const double C = sh->n_embd, F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
+  const double in = mt_model_llama(sh) ? 2.0 : 1.0, k = sh->moe_topk;
+  const double E_l = (double)sh->moe_experts / cfg->ep;
+  /* the rank routes 1/tp of each sequence's tokens under tp */
+  const double per_rank = cfg->tp > 1 ? 1.0 / cfg->tp : 1.0;
+  const double rows = cfg->ep * per_rank * (k < E_l ? k : E_l);
+  return n_moe * (rows * (C + in * F + F) + per_rank * k * C);
 }
 
 double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
@@ -99,7 +189,8 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
   double per_layer = cfg->recompute ? C / s
                      : sh->moe_experts > 0 ? 4.0 * C / s + 4.0 * C / tp
                                            : 6.0 * C / s + (4.0 * C + mlp) / tp;
-  double act = inflight * l_first * tokens * per_layer * dt->acts;
+  double act = inflight * tokens * (l_first * per_layer + moe_kept_lower_bound(cfg, sh, l_first)) *
+               dt->acts;
   double a = state_lower_bound(cfg, dt, sh, l_most), b = state_lower_bound(cfg, dt, sh, l_first);
   return a > b + act ? a : b + act;
 }

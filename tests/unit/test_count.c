@@ -3,7 +3,8 @@
  *   into the account in use, and the process's own figures stay as they
  *   were; what the host uploads (small records) comes back on download,
  *   anything else reads as zeros; the router's choices are a balanced
- *   round robin (with k = E every token chooses every expert).
+ *   round robin (with k = E every token chooses every expert), named by
+ *   a routing id equal for equal shapes.
  * - A count-only mesh places every rank where mt_mesh_create and
  *   mt_mesh_fold would (coordinates and each group's size and rank); a
  *   collective on its groups moves nothing and counts the bytes the MPI
@@ -75,6 +76,23 @@ static void null_backend(void) {
     MT_CHECK(seen == 15, "token %d does not choose every expert (mask %x)", n, seen);
   }
   MT_CHECK(hits[0] == 6 && hits[1] == 6 && hits[2] == 6 && hits[3] == 6, "routing unbalanced");
+  /* the choices are named by what makes them (the host reuses what it
+   * derived from equal ones): the same shape the same id, another shape
+   * another; a part of them reads as the whole's start; an upload over
+   * them is data again */
+  int *dev_top2 = (int *)o->alloc(MT_MEM_ACTIV, sizeof top), part[5];
+  unsigned id = o->moe_routing_id(dev_top);
+  o->moe_router_forward(a, a, dev_top2, a, a, NULL, 6, 4, 4, 0);
+  MT_CHECK(id > 0 && o->moe_routing_id(dev_top2) == id, "routing ids %u and %u", id,
+           o->moe_routing_id(dev_top2));
+  o->moe_router_forward(a, a, dev_top2, a, a, NULL, 5, 4, 4, 0);
+  MT_CHECK(o->moe_routing_id(dev_top2) != id && o->moe_routing_id(dev_top2) > 0,
+           "5 tokens' routing has the id of 6 tokens'");
+  o->download(part, dev_top, sizeof part);
+  MT_CHECK(memcmp(part, top, sizeof part) == 0, "a part of the choices differs from the whole's");
+  o->upload(dev_top2, top, sizeof top);
+  MT_CHECK(o->moe_routing_id(dev_top2) == 0 && o->moe_routing_id((const int *)a) == 0,
+           "uploaded data has a routing id");
   mt_mem_account_use(prev);
   MT_CHECK(mt_mem_current(MT_MEM_ACTIV) == own, "the process's own account was touched");
   mt_ops_null_reset();

@@ -221,17 +221,29 @@ static void v_moe_gather_sum(mt_dtype t, void *dx, const void *src, const int *s
                              int k) {
   ELEM((k + 2.0) * AB * N * C);
 }
+/* the groups' matmuls one by one, each group's price computed once for a
+ * run of groups of equal rows (balanced routing: every group) */
 static void v_grouped_matmul_forward(mt_dtype t, void *out, const void *inp, const void *w,
                                      const void *bias, const int *off, int G, int C, int OC) {
-  for (int g = 0; g < G; g++) GEMM(off[g + 1] - off[g], OC, C, 1);
+  double rows = -1.0, s = 0.0;
+  for (int g = 0; g < G; g++) {
+    if (off[g + 1] - off[g] != rows)
+      rows = off[g + 1] - off[g], s = mt_price_gemm_s(P, rows, OC, C, 1);
+    advance("grouped_matmul_forward", s);
+  }
 }
 static void v_grouped_matmul_backward(mt_dtype t, void *dinp, float *dw, float *dbias,
                                       const void *dout, const void *inp, const void *w,
                                       const int *off, int G, int C, int OC) {
+  double rows = -1.0, s_in = 0.0, s_w = 0.0;
   for (int g = 0; g < G; g++) {
-    double rows = off[g + 1] - off[g];
-    if (dinp) GEMM(rows, C, OC, 1);
-    if (dw) GEMM(OC, C, rows, 1);
+    if (off[g + 1] - off[g] != rows) {
+      rows = off[g + 1] - off[g];
+      s_in = mt_price_gemm_s(P, rows, C, OC, 1);
+      s_w = mt_price_gemm_s(P, OC, C, rows, 1);
+    }
+    if (dinp) advance("grouped_matmul_backward", s_in);
+    if (dw) advance("grouped_matmul_backward", s_w);
   }
 }
 
