@@ -51,7 +51,8 @@ void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, vo
     size_t tb = t->offset, te = t->offset + t->numel_local;
     if (te <= begin || tb >= end) continue;
     size_t a = tb > begin ? tb : begin, b = te < end ? te : end;
-    o->ranges[nr++] = (mt_adamw_range){a - begin, b - begin, t->weight_decay ? o->weight_decay : 0.0f};
+    float wd = t->weight_decay ? o->weight_decay : 0.0f;
+    o->ranges[nr++] = (mt_adamw_range){a - begin, b - begin, wd};
   }
   if (nr)
     o->ops->adamw_ranges(copy_t, param, copy, grad, grad_t, grad_scale, o->m + moff,
