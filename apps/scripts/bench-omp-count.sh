@@ -6,6 +6,9 @@
 # OpenBLAS's own threads are not OpenMP's here and are not counted.
 #   apps/scripts/bench-omp-count.sh [MODEL] [THREADS] [MICRO_BATCHES]
 # Defaults: small, 2, 2 (the global batch = micro-batches x 2 rows).
+# BUILD=DIR in the environment counts that build's meshtrain (built
+# already; e.g. a build of another commit, for before/after figures)
+# instead of setting up and building build/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${1:-small}
@@ -13,14 +16,17 @@ THREADS=${2:-2}
 MB=${3:-2}
 OUT=outputs/bench-omp-count
 mkdir -p "$OUT"
-bash apps/scripts/setup.sh build >/dev/null
-source apps/scripts/env.sh build >/dev/null
+if [ -z "${BUILD:-}" ]; then
+  BUILD=build
+  bash apps/scripts/setup.sh build >/dev/null
+fi
+source apps/scripts/env.sh "$BUILD" >/dev/null
 gcc -O2 -Wall -Wextra -Werror -shared -fPIC apps/scripts/omp_count.c -o "$OUT/omp_count.so" -ldl
-[ -f "$OUT/corpus.txt" ] || build/bin/meshdata corpus "$OUT/corpus.txt" --bytes 300000 >/dev/null
+[ -f "$OUT/corpus.txt" ] || "$BUILD/bin/meshdata" corpus "$OUT/corpus.txt" --bytes 300000 >/dev/null
 count() { # PRECISION STEPS: "parallel barrier loop_end"
   rm -f "$OUT/count.txt"
   OMP_COUNT_OUT=$PWD/$OUT/count.txt LD_PRELOAD=$PWD/$OUT/omp_count.so OMP_NUM_THREADS=$THREADS \
-    build/bin/meshtrain --set model.preset="$MODEL" --set train.steps="$2" \
+    "$BUILD/bin/meshtrain" --set model.preset="$MODEL" --set train.steps="$2" \
     --set train.precision="$1" --set train.threads="$THREADS" --set train.micro_batch=2 \
     --set train.global_batch=$((2 * MB)) --set data.train="$OUT/corpus.txt" \
     --set train.eval_every=0 --set ckpt.mode=none --set metrics.peak_gflops=1 \

@@ -81,6 +81,11 @@ typedef struct mt_attn_block {
  *   copy_2d     dst (rows, cols; leading dimension ld_dst) = src (ld_src): strided row
  *               copies (packing for communication); add_2d: dst = dst + src
  *   residual_forward  out = a + b (out may alias a or b)
+ *   residual_layernorm_forward, residual_rmsnorm_forward  the residual sum and the
+ *               norm that reads it, fused: res (N,C) = a + b (res may alias a or b),
+ *               then out = layernorm(res) (mean, rstd) or rmsnorm(res) (rstd) as
+ *               below; the same bits as residual_forward then the norm (the CPU
+ *               does both per row in one pass; a backend may compose the two)
  *
  * embedding:
  *   encoder_forward   out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) ids < V; wte (Vp,C),
@@ -184,6 +189,15 @@ typedef struct mt_attn_block {
  * = the step count after this update, >= 1), and param_copy = the new param
  * in the storage type t, in the same pass (the weights' compute copy; NULL:
  * none)
+ * adamw_ranges  the same update over several ranges of one buffer in one pass
+ *            (one parallel region on the CPU, where adamw_update per tensor
+ *            was one each): ranges (n_ranges, host memory, ascending and
+ *            disjoint) give elements [begin, end) of param, param_copy, grad,
+ *            m and v, each with its weight decay; the gradient is of type
+ *            grad_t (fp32 or bf16: widened on the fly) and multiplied by
+ *            grad_scale (the clip factor; 1: none) as it is read. Per element
+ *            the arithmetic of adamw_update on the scaled fp32 gradient: the
+ *            same bits as convert, scale and adamw_update per range.
  *
  * Mixture-of-Experts token movement and the experts' grouped GEMM (index
  * arrays idx, slot in backend memory; the grouped GEMM's group offsets off
@@ -202,6 +216,12 @@ typedef struct mt_attn_block {
  *   grouped_matmul_backward  per group, as matmul_backward (dw (G,OC,C), dbias (G,OC)
  *                   fp32)
  */
+
+/* one range of adamw_ranges: elements [begin, end) and their weight decay */
+typedef struct {
+  size_t begin, end;
+  float weight_decay;
+} mt_adamw_range;
 
 /* the target of a position without one (cross-entropy above): loss 0,
  * gradient 0 */
@@ -256,6 +276,13 @@ typedef struct mt_attn_block {
   X(rmsnorm_backward, (void *dinp, float *dw, const void *dout, const void *inp,            \
                        const void *w, const float *rstd, int N, int C),                     \
     (dinp, dw, dout, inp, w, rstd, N, C))                                                   \
+  X(residual_layernorm_forward, (void *res, void *out, float *mean, float *rstd,           \
+                                 const void *a, const void *b, const void *w,              \
+                                 const void *bias, int N, int C),                          \
+    (res, out, mean, rstd, a, b, w, bias, N, C))                                            \
+  X(residual_rmsnorm_forward, (void *res, void *out, float *rstd, const void *a,            \
+                               const void *b, const void *w, int N, int C, float eps),      \
+    (res, out, rstd, a, b, w, N, C, eps))                                                   \
   X(rope, (void *x, size_t ld, int B, int T, int nh, int hs, const float *cs, const int *pos, \
             int inverse),                                                                   \
     (x, ld, B, T, nh, hs, cs, pos, inverse))                                                \
@@ -280,6 +307,11 @@ typedef struct mt_attn_block {
                    size_t n, float lr, float beta1, float beta2, float eps,                 \
                    float weight_decay, int step),                                           \
     (param, param_copy, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step))          \
+  X(adamw_ranges, (float *param, void *param_copy, const void *grad, mt_dtype grad_t,       \
+                   float grad_scale, float *m, float *v, const mt_adamw_range *ranges,      \
+                   int n_ranges, float lr, float beta1, float beta2, float eps, int step),  \
+    (param, param_copy, grad, grad_t, grad_scale, m, v, ranges, n_ranges, lr, beta1, beta2, \
+     eps, step))                                                                            \
   X(gather_rows, (void *out, const void *inp, const int *idx, int n, int C),                \
     (out, inp, idx, n, C))                                                                  \
   X(moe_combine, (void *out, const void *y, const int *slot, const float *w, int N, int C,  \

@@ -15,6 +15,17 @@ void mt_norm_forward(const mt_gpt *m, mt_act *out, float *mean, float *rstd, con
   else m->ops->layernorm_forward(m->dt, out, mean, rstd, inp, w, b, N, C);
 }
 
+/* res = a + b, then out = the norm of res: one fused op (the same bits as
+ * residual_forward then mt_norm_forward) */
+static void residual_norm_forward(const mt_gpt *m, mt_act *res, mt_act *out, float *mean,
+                                  float *rstd, const mt_act *a, const mt_act *b, const mt_act *w,
+                                  const mt_act *bias, int N) {
+  const int C = m->shape.n_embd;
+  if (mt_model_llama(&m->shape))
+    m->ops->residual_rmsnorm_forward(m->dt, res, out, rstd, a, b, w, N, C, m->shape.norm_eps);
+  else m->ops->residual_layernorm_forward(m->dt, res, out, mean, rstd, a, b, w, bias, N, C);
+}
+
 void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
                       const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
                       int N) {
@@ -105,10 +116,11 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   qkv_forward(m, w, x, B);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
   mt_linear_row_forward(tp, x->attproj, x->atty, w->attn_proj_w, w->attn_proj_b, B, Cl);
-  o->residual_forward(m->dt, x->res2, x0, x->attproj, btc);
-  /* MLP (a MoE block: its shared experts, if any): norm, column-parallel fc
-   * + GELU or SwiGLU, row-parallel proj; then a MoE block's routed experts */
-  mt_norm_forward(m, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w, w->ln2_b, BTs);
+  /* the residual and the MLP's norm in one pass (a MoE block: its shared
+   * experts, if any): column-parallel fc + GELU or SwiGLU, row-parallel
+   * proj; then a MoE block's routed experts */
+  residual_norm_forward(m, x->res2, x->ln2, x->ln2_mean, x->ln2_rstd, x0, x->attproj, w->ln2_w,
+                        w->ln2_b, BTs);
   if (Fl > 0) {
     mt_linear_col_forward(tp, x->fch, x->ln2, w->fc_w, w->fc_b, B, Fl * m->mlp_in);
     mt_mlp_act_forward(m, x->fchg, x->fch, B * m->T, Fl);

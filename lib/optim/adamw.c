@@ -2,6 +2,7 @@
 #include "optim/optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "core/core.h"
 
@@ -15,6 +16,8 @@ void mt_adamw_create(mt_adamw *o, const mt_ops *ops, size_t n, float beta1, floa
   o->t = 0;
   o->lr = 0;
   o->n = n;
+  o->ranges = NULL;
+  o->ranges_cap = 0;
   o->m = ops->alloc(MT_MEM_OPTIM, n * sizeof(float));
   o->v = ops->alloc(MT_MEM_OPTIM, n * sizeof(float));
 }
@@ -23,6 +26,9 @@ void mt_adamw_destroy(mt_adamw *o) {
   o->ops->free(MT_MEM_OPTIM, o->m, o->n * sizeof(float));
   o->ops->free(MT_MEM_OPTIM, o->v, o->n * sizeof(float));
   o->m = o->v = NULL;
+  free(o->ranges);
+  o->ranges = NULL;
+  o->ranges_cap = 0;
 }
 
 void mt_adamw_step_begin(mt_adamw *o, float lr) {
@@ -31,21 +37,26 @@ void mt_adamw_step_begin(mt_adamw *o, float lr) {
 }
 
 void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, void *copy,
-                           mt_dtype copy_t, const float *grad, size_t begin, size_t len,
-                           size_t moff) {
-  const size_t es = mt_dtype_bytes(copy_t);
+                           mt_dtype copy_t, const void *grad, mt_dtype grad_t, float grad_scale,
+                           size_t begin, size_t len, size_t moff) {
   size_t end = begin + len;
+  if (o->ranges_cap < reg->n) {
+    free(o->ranges);
+    o->ranges = mt_malloc((size_t)reg->n * sizeof *o->ranges);
+    o->ranges_cap = reg->n;
+  }
+  int nr = 0;
   for (int i = 0; i < reg->n && begin < end; i++) {
     const mt_tensor *t = &reg->t[i];
     size_t tb = t->offset, te = t->offset + t->numel_local;
     if (te <= begin || tb >= end) continue;
     size_t a = tb > begin ? tb : begin, b = te < end ? te : end;
-    size_t k = a - begin;
     float wd = t->weight_decay ? o->weight_decay : 0.0f;
-    o->ops->adamw_update(copy_t, param + k, copy ? (char *)copy + k * es : NULL, grad + k,
-                         o->m + moff + k, o->v + moff + k, b - a, o->lr, o->beta1, o->beta2,
-                         o->eps, wd, o->t);
+    o->ranges[nr++] = (mt_adamw_range){a - begin, b - begin, wd};
   }
+  if (nr)
+    o->ops->adamw_ranges(copy_t, param, copy, grad, grad_t, grad_scale, o->m + moff,
+                         o->v + moff, o->ranges, nr, o->lr, o->beta1, o->beta2, o->eps, o->t);
 }
 
 float mt_lr_at(int step, int steps, int warmup, float lr, float min_ratio) {

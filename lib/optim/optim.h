@@ -14,6 +14,8 @@ typedef struct {
   int t;        /* updates done so far */
   float *m, *v; /* moments over the elements this rank updates (backend memory) */
   size_t n;     /* moments length */
+  mt_adamw_range *ranges; /* host scratch of mt_adamw_update_range: one per tensor */
+  int ranges_cap;
 } mt_adamw;
 
 void mt_adamw_create(mt_adamw *o, const mt_ops *ops, size_t n, float beta1, float beta2,
@@ -26,10 +28,13 @@ void mt_adamw_destroy(mt_adamw *o);
  * ranges. */
 void mt_adamw_step_begin(mt_adamw *o, float lr);
 /* copy (len values of type copy_t, or NULL) = the updated parameters in
- * the same pass: the weights' compute copy (bf16: rounded). */
+ * the same pass: the weights' compute copy (bf16: rounded). The gradients
+ * are of type grad_t (fp32 or bf16), multiplied by grad_scale (the clip
+ * factor) as they are read. One op call (adamw_ranges) for the whole range,
+ * one range per tensor it meets. */
 void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, void *copy,
-                           mt_dtype copy_t, const float *grad, size_t begin, size_t len,
-                           size_t moff);
+                           mt_dtype copy_t, const void *grad, mt_dtype grad_t, float grad_scale,
+                           size_t begin, size_t len, size_t moff);
 
 /* Linear warmup over warmup steps to lr, then cosine decay to lr*min_ratio at
  * the last step. step is 0-based. */

@@ -55,8 +55,5 @@ static inline void *dp_at(void *p, mt_dtype t, size_t i) {
 int mt_dp_bucket_of_unit(const mt_dp *d, int u);
 /* zero >= 2: bucket k's gradient buffer for this micro-batch (dp_reduce.c) */
 void *mt_dp_bucket_buffer(mt_dp *d, int k);
-/* bf16 gradients: the largest fp32 slot, free between steps; its elements
- * in *cap (dp_reduce.c) */
-float *mt_dp_free_slot(const mt_dp *d, size_t *cap);
 
 #endif

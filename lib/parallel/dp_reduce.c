@@ -278,14 +278,6 @@ static void slot_fold(mt_dp *d, int u) {
   d->unit_slot[u] = -1;
 }
 
-float *mt_dp_free_slot(const mt_dp *d, size_t *cap) {
-  float *best = NULL;
-  *cap = 0;
-  for (int i = 0; i < d->n_slots; i++)
-    if (d->slots[i].cap > *cap) *cap = d->slots[i].cap, best = d->slots[i].mem;
-  return best;
-}
-
 float *mt_dp_grads(mt_dp *d, int u) {
   const mt_unit *un = &d->reg->units[u];
   const size_t len = un->end - un->begin;

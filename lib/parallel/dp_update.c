@@ -75,25 +75,6 @@ static double global_sumsq(mt_dp *d) {
   return sumsq;
 }
 
-/* AdamW over flat elements [begin, begin+len) whose master starts at
- * param, compute copy (or NULL) at copy, moments at moff, from gradients g
- * of type gdt: fp32 ones where they are; bf16 ones widened and scaled
- * piece by piece in buf (cap elements: a free fp32 slot) */
-static void update(mt_dp *d, float *param, void *copy, void *g, size_t begin, size_t len,
-                   size_t moff, float scale, float *buf, size_t cap) {
-  if (d->gdt == MT_DT_F32) {
-    mt_adamw_update_range(&d->opt, d->reg, param, copy, d->wdt, g, begin, len, moff);
-    return;
-  }
-  for (size_t i = 0; i < len; i += cap) {
-    size_t n = len - i < cap ? len - i : cap;
-    d->ops->convert(buf, MT_DT_F32, dp_at(g, d->gdt, i), d->gdt, n);
-    if (scale != 1.0f) d->ops->scale(MT_DT_F32, buf, scale, n);
-    mt_adamw_update_range(&d->opt, d->reg, param + i, dp_at(copy, d->wdt, i), d->wdt, buf,
-                          begin + i, n, moff + i);
-  }
-}
-
 /* Per tensor, the part of it in [begin, begin+len) of the reduced gradients
  * grad (element 0 = flat element begin): "name first count sum sumsq wsum",
  * first counted within the rank's local tensor, wsum weighted 1 + (i mod 7)
@@ -155,14 +136,9 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
   grad_sums_hook(d);
   double norm = sqrt_safe(global_sumsq(d));
   d->last_grad_norm = norm;
+  /* the clip factor applied as AdamW reads the gradients (fp32 or bf16:
+   * widened on the fly), one op call per bucket */
   float scale = mt_clip_scale(norm, grad_clip);
-  /* fp32 gradients are scaled where they are; bf16 ones as they are widened */
-  if (scale != 1.0f && d->gdt == MT_DT_F32)
-    d->ops->scale(MT_DT_F32, reduced_grads(d), scale, r->shard_numel);
-  size_t cap = 0;
-  float *buf = d->gdt != MT_DT_F32 ? mt_dp_free_slot(d, &cap) : NULL;
-  if (d->gdt != MT_DT_F32 && !buf && r->shard_numel)
-    mt_die("dp: no gradient buffer to widen the bf16 gradients in (no backward this step?)");
   mt_adamw_step_begin(&d->opt, lr);
   for (int k = 0; k < r->n_buckets; k++) {
     const mt_bucket_plan *p = dp_plan(d, k);
@@ -173,7 +149,8 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
     float *param = d->master_sharded ? d->params + p->shard_off : d->params + begin;
     void *copy = dp_at(d->copy, d->wdt, d->zero == 3 ? p->shard_off : begin);
     void *g = d->zero ? dp_at(d->shard, d->gdt, p->shard_off) : dp_at(d->grads, d->gdt, begin);
-    update(d, param, copy, g, begin, len, p->shard_off, scale, buf, cap);
+    mt_adamw_update_range(&d->opt, d->reg, param, copy, d->wdt, g, d->gdt, scale, begin, len,
+                          p->shard_off);
   }
   /* zero 1, 2: every rank's updated part to every rank: the compute copy's
    * (a bf16 copy: half the bytes; the master stays sharded), else the

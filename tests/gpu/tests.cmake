@@ -27,6 +27,9 @@ mt_script_test(xent_ignore gpu ops.sh gpu_xent_ignore fp32)
 # a run started at fp32 and one at bf16 with 1 MiB of scratch)
 mt_test_program(gpu_ops_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_ops_bf16.c)
 mt_script_test(ops_bf16 gpu ops.sh gpu_ops_bf16 fp32 bf16_small_scratch)
+# the fused ops (residual + norm, AdamW over ranges) against the unfused ones
+mt_test_program(gpu_fused ${CMAKE_CURRENT_LIST_DIR}/gpu_fused.c)
+mt_script_test(fused gpu ops.sh gpu_fused fp32 bf16)
 # the general GEMM with every leading dimension and batch stride padded,
 # whole and in pieces, against the test's own product
 mt_test_program(gpu_gemm_ld ${CMAKE_CURRENT_LIST_DIR}/gpu_gemm_ld.c)

@@ -120,6 +120,30 @@ static inline __attribute__((always_inline)) float FN(adamw_one)(
   return p;
 }
 
+/* one thread's share of adamw_ranges: elements [i0, i1) of one range, the
+ * gradient fp32 or bf16 (grad_bf16, a constant where it is inlined), the
+ * copy written when asked for; the same arithmetic as adamw_one, element by
+ * element (g scaled once, rounded to fp32, as the separate scale op did) */
+static inline __attribute__((always_inline)) void FN(adamw_span)(
+    float *param, T *copy, const void *grad_, int grad_bf16, float gs, float *m, float *v,
+    size_t i0, size_t i1, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+    float bc2) {
+  const float *gf = grad_;
+  const mt_bf16 *gb = grad_;
+#pragma omp simd
+  for (size_t i = i0; i < i1; i++) {
+    float g = (grad_bf16 ? mt_bf16_to_f32(gb[i]) : gf[i]) * gs;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+    param[i] = p;
+    if (copy) copy[i] = ST(p);
+  }
+}
+
 void FN(adamw_update)(float *param, void *param_copy, const float *grad, float *m, float *v,
                       size_t n, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int step) {
@@ -135,5 +159,44 @@ void FN(adamw_update)(float *param, void *param_copy, const float *grad, float *
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++)
       FN(adamw_one)(param, grad, m, v, i, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+  }
+}
+
+/* AdamW over the ranges (kernels.h) in one parallel region: the elements
+ * from the first range's begin to the last one's end split evenly over the
+ * threads, each thread walking the ranges its piece meets. Elementwise:
+ * the same bits at any thread count, and as adamw_update per range. */
+void FN(adamw_ranges)(float *param, void *param_copy, const void *grad, mt_dtype grad_t,
+                      float grad_scale, float *m, float *v, const mt_adamw_range *ranges,
+                      int n_ranges, float lr, float beta1, float beta2, float eps, int step) {
+  if (n_ranges < 1) return;
+  T *copy = param_copy;
+  const int gb = grad_t == MT_DT_BF16;
+  const float bc1 = (float)(1.0 - pow((double)beta1, step));
+  const float bc2 = (float)(1.0 - pow((double)beta2, step));
+  const size_t lo = ranges[0].begin, n = ranges[n_ranges - 1].end - lo;
+#pragma omp parallel if (n >= MT_PAR_MIN)
+  {
+    size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    size_t p0 = lo + n * t / nt, p1 = lo + n * (t + 1) / nt;
+    for (int r = 0; r < n_ranges; r++) {
+      size_t i0 = ranges[r].begin > p0 ? ranges[r].begin : p0;
+      size_t i1 = ranges[r].end < p1 ? ranges[r].end : p1;
+      if (i0 >= i1) continue;
+      const float wd = ranges[r].weight_decay;
+      /* four instantiations, so that each loop is straight-line vector code */
+      if (gb && copy)
+        FN(adamw_span)(param, copy, grad, 1, grad_scale, m, v, i0, i1, lr, beta1, beta2, eps, wd,
+                       bc1, bc2);
+      else if (gb)
+        FN(adamw_span)(param, NULL, grad, 1, grad_scale, m, v, i0, i1, lr, beta1, beta2, eps, wd,
+                       bc1, bc2);
+      else if (copy)
+        FN(adamw_span)(param, copy, grad, 0, grad_scale, m, v, i0, i1, lr, beta1, beta2, eps, wd,
+                       bc1, bc2);
+      else
+        FN(adamw_span)(param, NULL, grad, 0, grad_scale, m, v, i0, i1, lr, beta1, beta2, eps, wd,
+                       bc1, bc2);
+    }
   }
 }

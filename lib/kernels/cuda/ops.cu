@@ -637,6 +637,26 @@ void mt_cuda_residual_forward(void *out, const void *a, const void *b, size_t n)
 }
 MT_CUDA_INSTANTIATE(residual_forward)
 
+/* the fused residual + norm of the op table, composed of the two kernels
+ * (kernel launches are not the CPU's fork-joins; the bits are those of the
+ * two ops by construction) */
+template <typename S>
+void mt_cuda_residual_layernorm_forward(void *res, void *out, float *mean, float *rstd,
+                                        const void *a, const void *b, const void *w,
+                                        const void *bias, int N, int C) {
+  mt_cuda_residual_forward<S>(res, a, b, (size_t)N * C);
+  mt_cuda_layernorm_forward<S>(out, mean, rstd, res, w, bias, N, C);
+}
+MT_CUDA_INSTANTIATE(residual_layernorm_forward)
+
+template <typename S>
+void mt_cuda_residual_rmsnorm_forward(void *res, void *out, float *rstd, const void *a,
+                                      const void *b, const void *w, int N, int C, float eps) {
+  mt_cuda_residual_forward<S>(res, a, b, (size_t)N * C);
+  mt_cuda_rmsnorm_forward<S>(out, rstd, res, w, N, C, eps);
+}
+MT_CUDA_INSTANTIATE(residual_rmsnorm_forward)
+
 /* ------------------------------------------------------------------ */
 /* AdamW (the CPU's arithmetic, per element) on the fp32 master; with
  * param_copy (NULL: none) also the compute copy, param_copy = the new
@@ -673,3 +693,53 @@ void mt_cuda_adamw_update(float *param, void *param_copy, const float *grad, flo
   CUDA_LAUNCH_CHECK();
 }
 MT_CUDA_INSTANTIATE(adamw_update)
+
+/* adamw_ranges: adamw_kernel's arithmetic on the gradient of type G
+ * (widened) times gs, over one range per launch (a launch costs no
+ * barrier of a thread team; the CPU's one pass is for its fork-joins) */
+template <typename S, typename G>
+__global__ void adamw_range_kernel(float *param, S *param_copy, const G *grad, float gs, float *m,
+                                   float *v, size_t begin, size_t end, float lr, float beta1,
+                                   float beta2, float eps, float wd, float bc1, float bc2) {
+  for (size_t i = begin + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < end;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float g = mt_ld(grad[i]) * gs;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+    param[i] = p;
+    if (param_copy) param_copy[i] = mt_st<S>(p);
+  }
+}
+
+template <typename S, typename G>
+static void adamw_ranges_of(float *param, void *param_copy, const void *grad, float gs, float *m,
+                            float *v, const mt_adamw_range *ranges, int n_ranges, float lr,
+                            float beta1, float beta2, float eps, float bc1, float bc2) {
+  for (int r = 0; r < n_ranges; r++) {
+    size_t n = ranges[r].end - ranges[r].begin;
+    if (!n) continue;
+    adamw_range_kernel<S, G><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
+        param, (S *)param_copy, (const G *)grad, gs, m, v, ranges[r].begin, ranges[r].end, lr,
+        beta1, beta2, eps, ranges[r].weight_decay, bc1, bc2);
+    CUDA_LAUNCH_CHECK();
+  }
+}
+
+template <typename S>
+void mt_cuda_adamw_ranges(float *param, void *param_copy, const void *grad, mt_dtype grad_t,
+                          float grad_scale, float *m, float *v, const mt_adamw_range *ranges,
+                          int n_ranges, float lr, float beta1, float beta2, float eps, int step) {
+  float bc1 = (float)(1.0 - pow((double)beta1, step));
+  float bc2 = (float)(1.0 - pow((double)beta2, step));
+  if (grad_t == MT_DT_BF16)
+    adamw_ranges_of<S, mt_bf16>(param, param_copy, grad, grad_scale, m, v, ranges, n_ranges, lr,
+                                beta1, beta2, eps, bc1, bc2);
+  else
+    adamw_ranges_of<S, float>(param, param_copy, grad, grad_scale, m, v, ranges, n_ranges, lr,
+                              beta1, beta2, eps, bc1, bc2);
+}
+MT_CUDA_INSTANTIATE(adamw_ranges)

@@ -18,7 +18,8 @@
  *                  bandwidth (an accumulation reads and writes; norms,
  *                  GELU, SwiGLU, rotary embedding alike)
  *   AdamW          7 fp32 streams (read param, grad, m, v; write three),
- *                  and the compute copy's ES when it writes one
+ *                  and the compute copy's ES when it writes one; adamw_ranges
+ *                  the same with the gradient at its own type's width
  *   alloc, free, upload, download, sync: no time. */
 #include "kernels/kernels.h"
 
@@ -159,6 +160,18 @@ static void v_rope(mt_dtype t, void *x, size_t ld, int B, int T, int nh, int hs,
 static void v_residual_forward(mt_dtype t, void *out, const void *a, const void *b, size_t n) {
   ELEM(3.0 * AB * n);
 }
+/* fused: read a and b, write res and out (the norm's reads of res hit
+ * the row just written) */
+static void v_residual_layernorm_forward(mt_dtype t, void *res, void *out, float *mean,
+                                         float *rstd, const void *a, const void *b,
+                                         const void *w, const void *bias, int N, int C) {
+  ELEM(4.0 * AB * N * C);
+}
+static void v_residual_rmsnorm_forward(mt_dtype t, void *res, void *out, float *rstd,
+                                       const void *a, const void *b, const void *w, int N, int C,
+                                       float eps) {
+  ELEM(4.0 * AB * N * C);
+}
 static void v_softmax_xent_forward(mt_dtype t, float *losses, void *probs, const void *logits,
                                    const int *targets, int N, int V, int Vp) {
   ELEM(2.0 * AB * N * Vp);
@@ -189,6 +202,16 @@ static void v_adamw_update(mt_dtype t, float *param, void *param_copy, const flo
                            float *m, float *v, size_t n, float lr, float beta1, float beta2,
                            float eps, float weight_decay, int step) {
   ELEM(7.0 * 4.0 * n + (param_copy ? ES * n : 0.0));
+}
+/* the same streams per element as adamw_update, the gradient read at its
+ * own type's width: one pass, whatever the number of ranges */
+static void v_adamw_ranges(mt_dtype t, float *param, void *param_copy, const void *grad,
+                           mt_dtype grad_t, float grad_scale, float *m, float *v,
+                           const mt_adamw_range *ranges, int n_ranges, float lr, float beta1,
+                           float beta2, float eps, int step) {
+  double n = 0.0;
+  for (int r = 0; r < n_ranges; r++) n += (double)(ranges[r].end - ranges[r].begin);
+  ELEM((6.0 * 4.0 + (double)mt_dtype_bytes(grad_t) + (param_copy ? ES : 0.0)) * n);
 }
 static void v_moe_router_forward(float *probs, float *lse, int *top_idx, float *top_w,
                                  const float *logits, const float *bias, int N, int E, int k,

@@ -8,7 +8,7 @@ endif()
 # what the gpu-emu tests run (tests/run.sh builds this target only)
 add_custom_target(gpu_emu_all)
 add_dependencies(gpu_emu_all meshtrain meshdata meshbench gpu_ops gpu_moe_ops gpu_edges
-                 gpu_ops_bf16 gpu_attn_bf16 gpu_xent_ignore gpu_gemm_ld gpu_emu_selftest
+                 gpu_ops_bf16 gpu_attn_bf16 gpu_xent_ignore gpu_gemm_ld gpu_fused gpu_emu_selftest
                  gpu_emu_nccl16)
 
 # comm's 16-bit calls over NCCL (bf16 sums rounded as NCCL's) against the
@@ -71,6 +71,7 @@ mt_emu_test(attn_bf16 gpu-emu ops.sh gpu_attn_bf16)
 mt_emu_test(xent_ignore gpu-emu ops.sh gpu_xent_ignore fp32)
 mt_emu_test(ops_bf16 gpu-emu ops.sh gpu_ops_bf16 fp32 bf16_small_scratch)
 mt_emu_test(gemm_ld gpu-emu ops.sh gpu_gemm_ld fp32)
+mt_emu_test(fused gpu-emu ops.sh gpu_fused fp32 bf16)
 # the same bytes whatever the order a block's threads resume in
 mt_emu_test(orders gpu-emu emu/orders.sh)
 # meshtrain on emulated GPUs

@@ -1,0 +1,170 @@
+/* gpu_fused: the CUDA backend's fused ops against its own unfused ones and
+ * against the CPU's fused ops, on fp32 or bf16 storage.
+ *
+ *   gpu_fused fp32|bf16
+ *
+ * - residual_layernorm_forward, residual_rmsnorm_forward: bit for bit the
+ *   GPU's residual_forward then its norm (the CUDA backend composes the
+ *   two); against the CPU's fused op: the sum bit for bit, the normalised
+ *   rows and statistics within 1e-5 (fp32 sums in another order), bf16
+ *   rows within one bf16 rounding (2^-8 of the largest value).
+ * - adamw_ranges (ranges with different weight decays and a gap, bf16 and
+ *   fp32 gradients, the clip factor 0.37, the compute copy of the storage
+ *   type, 3 steps): the master, moments and copy bit for bit the GPU's
+ *   convert, scale and adamw_update per range; against the CPU's
+ *   adamw_ranges within 1e-5 (nvcc may contract into FMAs), the copy =
+ *   the GPU's master rounded, the gap untouched.
+ * No GPU: prints "SKIP: <reason>" and exits 77. */
+#include "gpu_compare.h"
+
+#include <mpi.h>
+
+static mt_dtype g_t; /* the storage type of this run */
+#define TOL_EW 1e-5
+#define TOL_BF16 (1.0 / 256.0)
+
+/* n elements of type t in [lo, hi) (bf16: rounded) */
+static void *rnd_t(mt_dtype t, size_t n, float lo, float hi) {
+  if (t == F32) return rnd(n, lo, hi);
+  return rnd_bf16(n, lo, hi);
+}
+
+/* host copy of n elements of type t, widened to fp32 */
+static float *widened(const void *h, mt_dtype t, size_t n) {
+  float *f = malloc((n ? n : 1) * sizeof(float));
+  if (t == F32) memcpy(f, h, n * sizeof(float));
+  else mt_bf16_to_f32_n(f, h, n);
+  return f;
+}
+
+/* max |device - host| / max |host| over n elements of type t */
+static double err_t(const void *ref, const void *d, mt_dtype t, size_t n) {
+  size_t es = mt_dtype_bytes(t);
+  void *h = host_bytes(d, n * es);
+  float *a = widened(h, t, n), *b = widened(ref, t, n);
+  double e = mt_max_rel_err(a, b, n);
+  free(h), free(a), free(b);
+  return e;
+}
+
+static void test_residual_norm(int rms, int N, int C) {
+  const mt_dtype t = g_t;
+  const size_t n = (size_t)N * C, es = mt_dtype_bytes(t);
+  printf("residual_%s_forward N=%d C=%d\n", rms ? "rmsnorm" : "layernorm", N, C);
+  void *a = rnd_t(t, n, -2, 2), *b = rnd_t(t, n, -1, 1);
+  void *w = rnd_t(t, C, 0.5f, 1.5f), *bias = rnd_t(t, C, -0.5f, 0.5f);
+  void *res = malloc(n * es), *out = malloc(n * es);
+  float *mean = malloc(N * 4), *rstd = malloc(N * 4);
+  void *d_a = dev_copy(a, n, es), *d_b = dev_copy(b, n, es), *d_w = dev_copy(w, C, es);
+  void *d_bias = dev_copy(bias, C, es);
+  void *d_res = dev_copy(res, n, es), *d_out = dev_copy(out, n, es);
+  void *d_res2 = dev_copy(res, n, es), *d_out2 = dev_copy(out, n, es);
+  float *d_mean = dev(mean, N), *d_rstd = dev(rstd, N), *d_mean2 = dev(mean, N);
+  float *d_rstd2 = dev(rstd, N);
+  gpu->residual_forward(t, d_res2, d_a, d_b, n);
+  if (rms) {
+    cpu->residual_rmsnorm_forward(t, res, out, rstd, a, b, w, N, C, 1e-6f);
+    gpu->residual_rmsnorm_forward(t, d_res, d_out, d_rstd, d_a, d_b, d_w, N, C, 1e-6f);
+    gpu->rmsnorm_forward(t, d_out2, d_rstd2, d_res2, d_w, N, C, 1e-6f);
+  } else {
+    cpu->residual_layernorm_forward(t, res, out, mean, rstd, a, b, w, bias, N, C);
+    gpu->residual_layernorm_forward(t, d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C);
+    gpu->layernorm_forward(t, d_out2, d_mean2, d_rstd2, d_res2, d_w, d_bias, N, C);
+  }
+  void *h_res2 = host_bytes(d_res2, n * es), *h_out2 = host_bytes(d_out2, n * es);
+  float *h_rstd2 = host_bytes(d_rstd2, N * 4), *h_mean2 = host_bytes(d_mean2, N * 4);
+  int same = same_bytes(h_res2, d_res, n * es) && same_bytes(h_out2, d_out, n * es) &&
+             same_bytes(h_rstd2, d_rstd, N * 4) && (rms || same_bytes(h_mean2, d_mean, N * 4));
+  mt_check_true("fused = the GPU's residual_forward then its norm (bits)", same);
+  mt_check_true("the sum = the CPU's (bits)", same_bytes(res, d_res, n * es));
+  mt_check_err("out against the CPU's fused op", err_t(out, d_out, t, n),
+               t == F32 ? TOL_EW : TOL_BF16);
+  mt_check_err("rstd against the CPU's", err_of(rstd, d_rstd, N), TOL_EW);
+  if (!rms) mt_check_err("mean against the CPU's", err_of(mean, d_mean, N), TOL_EW);
+  void *ds[] = {d_a, d_b, d_res, d_out, d_res2, d_out2};
+  for (int i = 0; i < 6; i++) dfree(ds[i], n * es);
+  dfree(d_w, C * es), dfree(d_bias, C * es);
+  dfree(d_mean, N * 4), dfree(d_rstd, N * 4), dfree(d_mean2, N * 4), dfree(d_rstd2, N * 4);
+  free(a), free(b), free(w), free(bias), free(res), free(out), free(mean), free(rstd);
+  free(h_res2), free(h_out2), free(h_rstd2), free(h_mean2);
+}
+
+/* AdamW's hyperparameters of every call here */
+#define ADAM_ARGS 1e-3f, 0.9f, 0.95f, 1e-8f
+
+static void test_adamw_ranges(size_t n, mt_dtype gt) {
+  const mt_dtype t = g_t;
+  const size_t es = mt_dtype_bytes(t), ges = mt_dtype_bytes(gt), q = n / 4, gap = n / 16;
+  const float scale = 0.37f;
+  printf("adamw_ranges n=%zu, %s gradients\n", n, gt == BF16 ? "bf16" : "fp32");
+  mt_adamw_range r[4] = {{0, q - 3, 0.1f}, {q - 3, 2 * q + 5, 0.0f}, {2 * q + 5, 3 * q, 0.1f},
+                         {3 * q + gap, n, 0.05f}};
+  float *p = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
+  void *copy = rnd_t(t, n, -1, 1);
+  float *p0 = dup_bytes(p, n * 4);
+  /* fused on the GPU (d_*), unfused on the GPU (u_*) */
+  float *d_p = dev(p, n), *d_m = dev(m, n), *d_v = dev(v, n);
+  float *u_p = dev(p, n), *u_m = dev(m, n), *u_v = dev(v, n), *u_g = dev(p, n);
+  void *d_copy = dev_copy(copy, n, es), *u_copy = dev_copy(copy, n, es);
+  for (int step = 1; step <= 3; step++) {
+    void *grad = rnd_t(gt, n, -1, 1);
+    void *d_grad = dev_copy(grad, n, ges);
+    cpu->adamw_ranges(t, p, copy, grad, gt, scale, m, v, r, 4, ADAM_ARGS, step);
+    gpu->adamw_ranges(t, d_p, d_copy, d_grad, gt, scale, d_m, d_v, r, 4, ADAM_ARGS, step);
+    gpu->convert(u_g, F32, d_grad, gt, n);
+    for (int k = 0; k < 4; k++) {
+      size_t b = r[k].begin, len = r[k].end - r[k].begin;
+      gpu->scale(F32, u_g + b, scale, len);
+      gpu->adamw_update(t, u_p + b, (char *)u_copy + b * es, u_g + b, u_m + b, u_v + b, len,
+                        ADAM_ARGS, r[k].weight_decay, step);
+    }
+    dfree(d_grad, n * ges);
+    free(grad);
+  }
+  float *hp = host_bytes(u_p, n * 4), *hm = host_bytes(u_m, n * 4), *hv = host_bytes(u_v, n * 4);
+  void *hc = host_bytes(u_copy, n * es);
+  int same = same_bytes(hp, d_p, n * 4) && same_bytes(hm, d_m, n * 4) &&
+             same_bytes(hv, d_v, n * 4) && same_bytes(hc, d_copy, n * es);
+  mt_check_true("fused = the GPU's convert, scale, adamw_update per range (bits)", same);
+  CMP("param against the CPU's adamw_ranges", p, d_p, n, TOL_EW);
+  CMP("m against the CPU's", m, d_m, n, TOL_EW);
+  CMP("v against the CPU's", v, d_v, n, TOL_EW);
+  /* the copy is the GPU's master stored as the storage type */
+  float *gp = host_bytes(d_p, n * 4);
+  void *rounded = malloc(n * es);
+  if (t == F32) memcpy(rounded, gp, n * 4);
+  else mt_bf16_from_f32_n(rounded, gp, n);
+  /* (the gap holds the copy as it was: the CPU's copy there, untouched too) */
+  size_t g0 = r[2].end, g1 = r[3].begin;
+  memcpy((char *)rounded + g0 * es, (char *)copy + g0 * es, (g1 - g0) * es);
+  mt_check_true("copy = the master in the storage type (bits)", same_bytes(rounded, d_copy, n * es));
+  mt_check_true("the gap untouched", !memcmp(gp + g0, p0 + g0, (g1 - g0) * 4));
+  float *ds[] = {d_p, d_m, d_v, u_p, u_m, u_v, u_g};
+  for (int i = 0; i < 7; i++) dfree(ds[i], n * 4);
+  dfree(d_copy, n * es), dfree(u_copy, n * es);
+  free(p), free(m), free(v), free(copy), free(p0), free(hp), free(hm), free(hv), free(hc);
+  free(gp), free(rounded);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  mt_log_init(0);
+  int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
+  g_t = bf16 ? BF16 : F32;
+  g_rng = 4242;
+  cpu = mt_ops_cpu();
+  int rc = gpu_compare_open("gpu_fused", bf16);
+  if (rc != 0) {
+    MPI_Finalize();
+    return rc;
+  }
+  for (int rms = 0; rms < 2; rms++) {
+    test_residual_norm(rms, 111, 72);
+    test_residual_norm(rms, 300, 768);
+  }
+  test_adamw_ranges(100003, F32);
+  test_adamw_ranges(100003, BF16);
+  mt_cuda_shutdown();
+  MPI_Finalize();
+  return mt_check_summary("gpu_fused");
+}
