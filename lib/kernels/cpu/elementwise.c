@@ -4,6 +4,7 @@
  * float and bf16 (typed.h). Every loop is elementwise or a sum in a fixed
  * order: the same bits at any thread count. */
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/adamw_math.h"
 
 #include <math.h>
 #include <omp.h>

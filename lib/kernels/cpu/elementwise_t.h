@@ -109,15 +109,7 @@ double FN(sumsq)(const void *x_, size_t n) {
 static inline __attribute__((always_inline)) float FN(adamw_one)(
     float *param, const float *grad, float *m, float *v, size_t i, float lr, float beta1,
     float beta2, float eps, float weight_decay, float bc1, float bc2) {
-  float g = grad[i];
-  float mi = beta1 * m[i] + (1.0f - beta1) * g;
-  float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-  m[i] = mi;
-  v[i] = vi;
-  float mhat = mi / bc1, vhat = vi / bc2;
-  float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
-  param[i] = p;
-  return p;
+  return mt_adamw_elem(param, m, v, i, grad[i], lr, beta1, beta2, eps, weight_decay, bc1, bc2);
 }
 
 /* one thread's share of adamw_ranges: elements [i0, i1) of one range, the
@@ -133,13 +125,7 @@ static inline __attribute__((always_inline)) void FN(adamw_span)(
 #pragma omp simd
   for (size_t i = i0; i < i1; i++) {
     float g = (grad_bf16 ? mt_bf16_to_f32(gb[i]) : gf[i]) * gs;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
-    param[i] = p;
+    float p = mt_adamw_elem(param, m, v, i, g, lr, beta1, beta2, eps, wd, bc1, bc2);
     if (copy) copy[i] = ST(p);
   }
 }

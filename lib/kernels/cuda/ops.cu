@@ -8,6 +8,7 @@
  * math either way, one rounding per stored bf16 value, fp32 weight
  * gradients and LayerNorm statistics. */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/adamw_math.h"
 
 #include <cub/cub.cuh>
 #include <math.h>
@@ -668,14 +669,7 @@ __global__ void adamw_kernel(float *param, S *param_copy, const float *grad, flo
                              float bc1, float bc2) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float g = grad[i];
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
-    param[i] = p;
+    float p = mt_adamw_elem(param, m, v, i, grad[i], lr, beta1, beta2, eps, wd, bc1, bc2);
     if (param_copy) param_copy[i] = mt_st<S>(p);
   }
 }
@@ -704,13 +698,7 @@ __global__ void adamw_range_kernel(float *param, S *param_copy, const G *grad, f
   for (size_t i = begin + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < end;
        i += (size_t)gridDim.x * blockDim.x) {
     float g = mt_ld(grad[i]) * gs;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
-    param[i] = p;
+    float p = mt_adamw_elem(param, m, v, i, g, lr, beta1, beta2, eps, wd, bc1, bc2);
     if (param_copy) param_copy[i] = mt_st<S>(p);
   }
 }
