@@ -247,8 +247,9 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
 
   /* 2. the fraction of each whole sequence's slots routed to each expert
    * (the load-balancing loss), before any dropping */
-  if (S > 0) {
-    float *host = mt_malloc((size_t)S * E * sizeof(float) + 64);
+  if (S > 0) { /* (kept for a replay where the routing may repeat) */
+    float *host = x->reuse.frac;
+    if (!id) host = mt_malloc((size_t)S * E * sizeof(float) + 64);
     const double slots = (double)Ts * x->seq_size * k;
     for (int s = 0; s < S; s++)
       for (int e = 0; e < E; e++) {
@@ -257,8 +258,7 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
         host[(size_t)s * E + e] = (float)((double)c / slots);
       }
     x->ops->upload(seq_frac, host, (size_t)S * E * sizeof(float));
-    if (id) memcpy(x->reuse.frac, host, (size_t)S * E * sizeof(float));
-    free(host);
+    if (!id) free(host);
   }
 
   /* 3. capacity: a slot's priority among its sequence's slots for its

@@ -37,6 +37,10 @@ ALLOWED = {
     ("routed_forward", "psum"): "the load-balancing loss figure: S x E downloaded sums",
     ("routed_forward", "frac"): "the load-balancing loss figure: S x E downloaded fractions",
     ("mt_ep_route", "host"): "routing fractions from the host-side integer routing, uploaded",
+    ("mt_ep_route", "frac"): "the last routing's fractions (S x E floats) kept on the host for "
+                             "the plan's replay of the same routing, uploaded again",
+    ("rope_upload", "g_rope_cs"): "the rotary table computed once on the host, kept for the next "
+                                  "model of the same settings (the plan builds one a layout)",
     # the aux-loss-free routing bias: E floats per MoE block, a controller
     # stepped on the host from the integer token counts, then uploaded; its
     # host copy is what checkpoints save and load
