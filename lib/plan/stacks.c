@@ -80,12 +80,12 @@ static const mt_plan_stack g_stacks[] = {
     {.name = "fsdp",
      .stands_for = "PyTorch FSDP/FSDP2 (torchtitan, NeMo AutoModel, Llama 3's 4D parallelism)",
      .attention = "block", .collectives = "hierarchical", .dtypes = MIXED_FP32_GRADS},
-    /* llm.c (karpathy/llm.c, train_gpt2.cu): cuDNN's flash attention
+    /* llm.c (train_gpt2.cu): cuDNN's flash attention
      * (block); NCCL (hierarchical); parameters, gradients and their ZeRO-1
      * reduce-scatter in floatX = bf16 over fp32 master weights
      * (use_master_weights) and fp32 AdamW moments */
     {.name = "llm.c",
-     .stands_for = "llm.c (karpathy/llm.c train_gpt2.cu: bf16 gradients and reductions)",
+     .stands_for = "llm.c (llm.c train_gpt2.cu: bf16 gradients and reductions)",
      .attention = "block", .collectives = "hierarchical",
      .dtypes = {"weights=2", "master=4", "grads=2", "moments=4", "acts=2", "grad_reduce=2",
                 "msg=2"}},
