@@ -177,16 +177,28 @@ double mt_balance_assign(const double *cost, int n, int bins, int flops, int *or
   return sum > 0 ? most / (sum / bins) : 1.0;
 }
 
+void mt_doc_work(const mt_model_shape *s, double *lin, double *att) {
+  *lin = mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer, s->n_embd, 0);
+  *att = 12.0 * s->n_layer * s->n_embd;
+}
+
+void mt_varlen_shape_of(const mt_model_shape *s, const mt_cp_layout *l, int dp, int global_batch,
+                        mt_varlen_shape *out) {
+  double lin, att;
+  mt_doc_work(s, &lin, &att);
+  *out = (mt_varlen_shape){.T = s->seq_len, .dp = dp, .cp = l->size, .chunk_len = l->chunk_len,
+                           .ring = l->size > 1 && l->mode == MT_CP_RING,
+                           .row_cap = 2 * (global_batch / dp), .lin = llround(lin),
+                           .att = llround(att)};
+}
+
 /* varlen: the run's plan of each simulated step, for the layout */
 static void price_varlen(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out) {
-  const int T = s->seq_len, G = cfg->global_batch, dp = cfg->dp, cp = cfg->cp, B = cfg->micro_batch;
-  const int ring = cp > 1 && cfg->cp_mode == MT_CP_RING;
-  const mt_varlen_shape vs = {
-      .T = T, .dp = dp, .cp = cp, .chunk_len = ring ? T / (2 * cp) : T / cp, .ring = ring,
-      .row_cap = 2 * (G / dp),
-      .lin = llround(mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer,
-                                                 s->n_embd, 0)),
-      .att = 12LL * s->n_layer * s->n_embd};
+  const int G = cfg->global_batch, dp = cfg->dp, B = cfg->micro_batch;
+  mt_cp_layout l;
+  mt_cp_layout_make(&l, cfg->cp, 0, cfg->cp_mode, s->seq_len);
+  mt_varlen_shape vs;
+  mt_varlen_shape_of(s, &l, dp, G, &vs);
   double imb = 0.0, rows = 0.0, exch = 0.0, mbs = 0.0;
   for (int st = 0; st < SIM_STEPS; st++) {
     const int p0 = g_sim.first[st * G], n = g_sim.first[(st + 1) * G] - p0;
@@ -223,9 +235,10 @@ int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_do
   if (!cfg->documents || !cfg->plan_doc_lengths[0]) return 0;
   const int T = s->seq_len, G = cfg->global_batch, dp = cfg->dp;
   MT_TRY(e, simulate(cfg->plan_doc_lengths, T, G, (uint64_t)cfg->seed, e));
-  const double lin = mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer,
-                                                 s->n_embd, 0) * T;
-  const double att = 12.0 * s->n_layer * s->n_embd, whole = 0.5 * (double)T * (T + 1);
+  double lin, att;
+  mt_doc_work(s, &lin, &att);
+  lin *= T;
+  const double whole = 0.5 * (double)T * (T + 1);
   double seen = 0.0, imb = 0.0, *cost = mt_malloc((size_t)G * sizeof(double));
   int *order = mt_malloc((size_t)G * sizeof(int));
   for (int st = 0; st < SIM_STEPS; st++) {

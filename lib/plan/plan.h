@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 
+#include "data/data.h"
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "metrics/metrics.h"
@@ -272,6 +273,17 @@ typedef struct {
 } mt_plan_docs;
 int mt_plan_docs_price(const mt_config *cfg, const mt_model_shape *s, mt_plan_docs *out,
                        mt_err *e);
+/* The work that sets a step's balance with documents: lin, the matmul
+ * FLOPs of a token (mt_train_flops_per_token_mm without its attention
+ * term), and att = 12 n_layer C, the FLOPs of one visible (query, key)
+ * pair, forward and backward (the model's 6 n_layer C T per token over T / 2
+ * pairs). data.balance, varlen's plan and the planner weigh with these. */
+void mt_doc_work(const mt_model_shape *s, double *lin, double *att);
+/* varlen's plan's shape (lib/data/varlen.c) for a model, a cp layout (its
+ * chunks and mode), dp ranks and a global batch (each dp rank holds at most
+ * twice its windows) */
+void mt_varlen_shape_of(const mt_model_shape *s, const mt_cp_layout *l, int dp, int global_batch,
+                        mt_varlen_shape *out);
 /* data.balance's hand-out of n items of cost[i] to bins of n / bins items
  * each: in order (item i to bin i / (n / bins)), or with flops the dearest
  * first (ties by index), each to the least loaded bin with room (ties: the

@@ -11,10 +11,8 @@
  *
  *   lin x T / cp + att x sum over the positions p it holds of (p - start(p) + 1)
  *
- * with lin the matmul FLOPs of a token (mt_train_flops_per_token_mm
- * without its attention term) and att = 12 n_layer C the FLOPs of one
- * visible pair (forward and backward: the model's 6 n_layer C T per token
- * over T / 2 pairs).
+ * with lin the matmul FLOPs of a token and att those of one visible pair
+ * (mt_doc_work).
  *
  * data.balance = flops hands the step's G windows to the dp ranks by
  * longest processing time first: windows by cost, the dearest first (ties
@@ -37,9 +35,8 @@ static void window_costs(const mt_trainer *t, const int *seq, int *doc, double *
   const mt_model_shape *s = &t->lay.shape;
   const mt_cp_layout *l = &t->step.model.attn.lay;
   const int T = s->seq_len, cp = t->cfg.cp, Tl = T / cp;
-  const double lin = mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer,
-                                                 s->n_embd, 0);
-  const double att = 12.0 * s->n_layer * s->n_embd;
+  double lin, att;
+  mt_doc_work(s, &lin, &att);
   mt_doc_starts(seq, T, t->cfg.eot, doc);
   for (int c = 0; c < cp; c++) {
     mt_cp_layout lc;

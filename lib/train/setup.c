@@ -233,8 +233,7 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
   t->n_mb = t->lay.accum > 1 ? t->lay.accum : 1;
   int mb_max = t->n_mb;
   if (varlen) {
-    t->vl_row_cap = mt_varlen_row_cap(t);
-    mb_max = (t->vl_row_cap + cfg->micro_batch - 1) / cfg->micro_batch;
+    mb_max = (mt_varlen_row_cap(t) + cfg->micro_batch - 1) / cfg->micro_batch;
     t->vl_win = mt_calloc((size_t)cfg->global_batch * 2 * T, sizeof(int));
     t->vl_seg_cap = cfg->global_batch * T;
     t->vl_seg = mt_calloc(3 * (size_t)t->vl_seg_cap, sizeof(int));

@@ -79,10 +79,10 @@ typedef struct {
   double flop_imbalance;
   /* the micro-batches this step runs: lay.accum, or under data.seq_policy
    * = varlen as many as its plan gives this dp rank (varlen.c): its windows
-   * (G, 2 seq_len: inputs, targets), the rows a rank can hold, and the
+   * (G, 2 seq_len: inputs, targets) and the
    * plan's figures for the step record */
   int n_mb;
-  int *vl_win, vl_row_cap;
+  int *vl_win;
   int *vl_seg, vl_seg_cap; /* the step's sequences: window, start, length (vl_seg_cap each) */
   mt_varlen_plan vl_plan;
   int vl_exchange_mb;

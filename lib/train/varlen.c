@@ -15,7 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-int mt_varlen_row_cap(const mt_trainer *t) { return 2 * t->lay.per_rank; }
+int mt_varlen_row_cap(const mt_trainer *t) {
+  mt_varlen_shape s;
+  mt_varlen_shape_of(&t->lay.shape, &t->step.model.attn.lay, t->cfg.dp, t->cfg.global_batch, &s);
+  return s.row_cap;
+}
 
 void mt_varlen_check(mt_trainer *t, mt_err *e) {
   const mt_config *cfg = &t->cfg;
@@ -85,12 +89,8 @@ void mt_varlen_load(mt_trainer *t, uint64_t s0) {
   int *win = t->vl_seg, *start = win + (size_t)t->vl_seg_cap, *len = start + t->vl_seg_cap;
   int *row = mt_malloc(3 * (size_t)T * sizeof(int)), *rtgt = row + T, *rdoc = rtgt + T;
   const int n = cut(t, G, rdoc, win, start, len);
-  const mt_varlen_shape shape = {
-      .T = T, .dp = dp, .cp = cpl->size, .chunk_len = cpl->chunk_len,
-      .ring = cpl->size > 1 && cpl->mode == MT_CP_RING, .row_cap = t->vl_row_cap,
-      .lin = llround(mt_train_flops_per_token_mm(mt_model_active_matmul_weights(sh), sh->n_layer,
-                                                 sh->n_embd, 0)),
-      .att = 12LL * sh->n_layer * sh->n_embd};
+  mt_varlen_shape shape;
+  mt_varlen_shape_of(sh, cpl, dp, G, &shape);
   mt_varlen_plan_free(&t->vl_plan);
   mt_varlen_plan_make(&t->vl_plan, &shape, win, start, len, n, G);
   const mt_varlen_plan *p = &t->vl_plan;
