@@ -171,6 +171,24 @@ static const mt_cfg_key g_keys[] = {
      1 << 20, NULL},
     {"train.recompute", MT_CFG_BOOL, F(recompute), "false",
      "pipeline: keep only each layer's input and recompute the rest in backward", 0, 1, NULL},
+    /* [optim] */
+    {"optim.name", MT_CFG_STRING, F(optim), "adamw",
+     "adamw, or muon (Muon on hidden matrices, AdamW on the rest; matrices spread by cost)", 0, 0, "adamw|muon"},
+    {"optim.muon_momentum", MT_CFG_DOUBLE, F(muon_momentum), "0.95",
+     "muon: momentum (m = momentum m + g)", 0, LT1, NULL},
+    {"optim.muon_nesterov", MT_CFG_BOOL, F(muon_nesterov), "true",
+     "muon: orthogonalise g + momentum m (Nesterov) rather than m", 0, 1, NULL},
+    {"optim.muon_ns_steps", MT_CFG_INT, F(muon_ns_steps), "5",
+     "muon: Newton-Schulz steps of the quintic (3.4445, -4.7750, 2.0315)", 1, 100, NULL},
+    {"optim.muon_scale", MT_CFG_STRING, F(muon_scale), "rms",
+     "muon: update scale: rms = 0.2 sqrt(max(rows, cols)), spectral = sqrt(max(1, rows/cols))", 0, 0, "rms|spectral"},
+    {"optim.muon_ns_dtype", MT_CFG_STRING, F(muon_ns_dtype), "auto",
+     "muon: the iteration's dtype (auto = the weights' copy: bf16 under train.precision = bf16)",
+     0, 0, "auto|fp32|bf16"},
+    {"optim.muon_exclude", MT_CFG_STRING, F(muon_exclude), "router",
+     "muon: name parts of matrices left to AdamW (embeddings, head, vectors always are)", 0, 0, NULL},
+    {"optim.on_switch", MT_CFG_STRING, F(optim_on_switch), "refuse",
+     "resuming another optimizer's checkpoint: refuse, or reset (fresh optimizer state)", 0, 0, "refuse|reset"},
     /* [parallel] */
     {"parallel.dp", MT_CFG_INT, F(dp), "1", "data-parallel ranks", 1, 1 << 24, NULL},
     {"parallel.tp", MT_CFG_INT, F(tp), "1", "tensor-parallel ranks", 1, 1 << 16, NULL},
@@ -379,6 +397,13 @@ static const choice c_seq_policy[] = {{"pack", MT_SEQ_PACK}, {"varlen", MT_SEQ_V
                                       {NULL, 0}};
 static const choice c_long_docs[] = {{"refuse", MT_LONG_DOCS_REFUSE},
                                      {"split", MT_LONG_DOCS_SPLIT}, {NULL, 0}};
+static const choice c_optim[] = {{"adamw", MT_OPTIM_ADAMW}, {"muon", MT_OPTIM_MUON}, {NULL, 0}};
+static const choice c_muon_scale[] = {{"rms", MT_MUON_SCALE_RMS},
+                                      {"spectral", MT_MUON_SCALE_SPECTRAL}, {NULL, 0}};
+static const choice c_muon_ns[] = {{"auto", MT_MUON_NS_AUTO}, {"fp32", MT_MUON_NS_FP32},
+                                   {"bf16", MT_MUON_NS_BF16}, {NULL, 0}};
+static const choice c_on_switch[] = {{"refuse", MT_OPTIM_SWITCH_REFUSE},
+                                     {"reset", MT_OPTIM_SWITCH_RESET}, {NULL, 0}};
 static const choice c_spike[] = {{"stop", MT_SPIKE_STOP}, {"rollback", MT_SPIKE_ROLLBACK},
                                  {NULL, 0}};
 static const choice c_ckpt_mode[] = {{"shared", MT_CKPT_MODE_SHARED},
@@ -408,6 +433,8 @@ static const struct {
     {F(ckpt_test_crash), c_ckpt_crash}, {F(moe_router), c_moe_router},
     {F(balance), c_balance},        {F(on_spike), c_spike},
     {F(seq_policy), c_seq_policy},  {F(long_documents), c_long_docs},
+    {F(optim), c_optim},            {F(muon_scale), c_muon_scale},
+    {F(muon_ns_dtype), c_muon_ns},  {F(optim_on_switch), c_on_switch},
 };
 
 #undef F
@@ -421,7 +448,9 @@ _Static_assert(sizeof(mt_preset) == sizeof(int) && sizeof(mt_device_kind) == siz
                    sizeof(mt_moe_balance) == sizeof(int) && sizeof(mt_ep_balance) == sizeof(int) &&
                    sizeof(mt_layout_mode) == sizeof(int) &&
                    sizeof(mt_data_format) == sizeof(int) && sizeof(mt_ckpt_mode) == sizeof(int) &&
-                   sizeof(mt_ckpt_crash) == sizeof(int) && sizeof(mt_spike_action) == sizeof(int),
+                   sizeof(mt_ckpt_crash) == sizeof(int) && sizeof(mt_spike_action) == sizeof(int) &&
+                   sizeof(mt_optim_kind) == sizeof(int) && sizeof(mt_muon_scale) == sizeof(int) &&
+                   sizeof(mt_muon_ns) == sizeof(int) && sizeof(mt_optim_switch) == sizeof(int),
                "an enumerated key's field is not int-sized");
 
 static const choice *choices_of(const mt_cfg_key *k) {
@@ -499,6 +528,10 @@ const char *mt_data_format_name(mt_data_format v) { return text_of(c_data_format
 const char *mt_balance_name(mt_balance v) { return text_of(c_balance, (int)v); }
 const char *mt_seq_policy_name(mt_seq_policy v) { return text_of(c_seq_policy, (int)v); }
 const char *mt_long_docs_name(mt_long_docs v) { return text_of(c_long_docs, (int)v); }
+const char *mt_optim_kind_name(mt_optim_kind v) { return text_of(c_optim, (int)v); }
+const char *mt_muon_scale_name(mt_muon_scale v) { return text_of(c_muon_scale, (int)v); }
+const char *mt_muon_ns_name(mt_muon_ns v) { return text_of(c_muon_ns, (int)v); }
+const char *mt_optim_switch_name(mt_optim_switch v) { return text_of(c_on_switch, (int)v); }
 const char *mt_spike_action_name(mt_spike_action v) { return text_of(c_spike, (int)v); }
 const char *mt_ckpt_mode_name(mt_ckpt_mode v) { return text_of(c_ckpt_mode, (int)v); }
 const char *mt_ckpt_crash_name(mt_ckpt_crash v) { return text_of(c_ckpt_crash, (int)v); }

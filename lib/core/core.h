@@ -234,6 +234,14 @@ typedef enum { MT_SEQ_PACK = 0, MT_SEQ_VARLEN = 1 } mt_seq_policy;
 /* data.long_documents, under varlen: a document longer than seq_len is
  * refused at start, or cut where the windows cut it */
 typedef enum { MT_LONG_DOCS_REFUSE = 0, MT_LONG_DOCS_SPLIT = 1 } mt_long_docs;
+/* optim.name: the optimizer of the hidden matrices (AdamW keeps the rest) */
+typedef enum { MT_OPTIM_ADAMW = 0, MT_OPTIM_MUON = 1 } mt_optim_kind;
+/* optim.muon_scale: Muon's update scale by shape (optim/muon.h) */
+typedef enum { MT_MUON_SCALE_RMS = 0, MT_MUON_SCALE_SPECTRAL = 1 } mt_muon_scale;
+/* optim.muon_ns_dtype: the Newton-Schulz iteration's dtype (auto: the weights' copy's) */
+typedef enum { MT_MUON_NS_AUTO = 0, MT_MUON_NS_FP32 = 1, MT_MUON_NS_BF16 = 2 } mt_muon_ns;
+/* optim.on_switch: resuming a checkpoint of another optimizer */
+typedef enum { MT_OPTIM_SWITCH_REFUSE = 0, MT_OPTIM_SWITCH_RESET = 1 } mt_optim_switch;
 /* train.on_spike: what a loss spike (or a non-finite loss or norm) does */
 typedef enum { MT_SPIKE_STOP = 0, MT_SPIKE_ROLLBACK = 1 } mt_spike_action;
 /* ckpt.mode: one shared HDF5 file, one file per writer, or no checkpoints */
@@ -265,6 +273,10 @@ const char *mt_data_format_name(mt_data_format v);
 const char *mt_balance_name(mt_balance v);
 const char *mt_seq_policy_name(mt_seq_policy v);
 const char *mt_long_docs_name(mt_long_docs v);
+const char *mt_optim_kind_name(mt_optim_kind v);
+const char *mt_muon_scale_name(mt_muon_scale v);
+const char *mt_muon_ns_name(mt_muon_ns v);
+const char *mt_optim_switch_name(mt_optim_switch v);
 const char *mt_spike_action_name(mt_spike_action v);
 const char *mt_ckpt_mode_name(mt_ckpt_mode v);
 const char *mt_ckpt_crash_name(mt_ckpt_crash v);
@@ -309,6 +321,14 @@ typedef struct {
   /* [virtual] moe_skew: the synthetic routing's Zipf exponent (0 = balanced) */
   double virtual_moe_skew;
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
+  /* [optim] */
+  mt_optim_kind optim;
+  double muon_momentum;
+  int muon_nesterov, muon_ns_steps;
+  mt_muon_scale muon_scale;
+  mt_muon_ns muon_ns_dtype;
+  char muon_exclude[MT_CFG_STR_MAX];
+  mt_optim_switch optim_on_switch;
   /* [parallel] */
   int dp, tp, pp, cp, zero;
   int sp; /* sequence parallelism over the tp group (bool) */

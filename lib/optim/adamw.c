@@ -18,6 +18,7 @@ void mt_adamw_create(mt_adamw *o, const mt_ops *ops, size_t n, float beta1, floa
   o->n = n;
   o->ranges = NULL;
   o->ranges_cap = 0;
+  o->skip = NULL;
   o->m = ops->alloc(MT_MEM_OPTIM, n * sizeof(float));
   o->v = ops->alloc(MT_MEM_OPTIM, n * sizeof(float));
 }
@@ -49,7 +50,7 @@ void mt_adamw_update_range(mt_adamw *o, const mt_registry *reg, float *param, vo
   for (int i = 0; i < reg->n && begin < end; i++) {
     const mt_tensor *t = &reg->t[i];
     size_t tb = t->offset, te = t->offset + t->numel_local;
-    if (te <= begin || tb >= end) continue;
+    if (te <= begin || tb >= end || (o->skip && o->skip[i])) continue;
     size_t a = tb > begin ? tb : begin, b = te < end ? te : end;
     float wd = t->weight_decay ? o->weight_decay : 0.0f;
     o->ranges[nr++] = (mt_adamw_range){a - begin, b - begin, wd};

@@ -16,6 +16,7 @@ typedef struct {
   size_t n;     /* moments length */
   mt_adamw_range *ranges; /* host scratch of mt_adamw_update_range: one per tensor */
   int ranges_cap;
+  const unsigned char *skip; /* NULL, or per registry tensor: 1 = another optimizer's (Muon) */
 } mt_adamw;
 
 void mt_adamw_create(mt_adamw *o, const mt_ops *ops, size_t n, float beta1, float beta2,

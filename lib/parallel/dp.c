@@ -217,6 +217,7 @@ void mt_dp_destroy(mt_dp *d) {
   o->free(MT_MEM_PARAMS, d->params, (d->master_sharded ? shard : n) * sizeof(float));
   if (d->grads) o->free(MT_MEM_GRADS, d->grads, n * ges);
   if (d->shard) o->free(MT_MEM_GRADS, d->shard, shard * ges);
+  mt_dp_muon_destroy(d);
   mt_adamw_destroy(&d->opt);
   pool_free(d, d->gbufs, d->n_gbufs, MT_MEM_GRADS, d->gdt, 1);
   pool_free(d, d->pbufs, d->n_pbufs, MT_MEM_GATHER, d->wdt, 0);

@@ -56,4 +56,8 @@ int mt_dp_bucket_of_unit(const mt_dp *d, int u);
 /* zero >= 2: bucket k's gradient buffer for this micro-batch (dp_reduce.c) */
 void *mt_dp_bucket_buffer(mt_dp *d, int k);
 
+/* zero 0 under Muon: does bucket k hold a matrix Muon updates (its parts
+ * then all-gathered after the update) */
+int mt_dp_muon_in_bucket(const mt_dp *d, int k);
+
 #endif

@@ -152,15 +152,22 @@ double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip) {
     mt_adamw_update_range(&d->opt, d->reg, param, copy, d->wdt, g, d->gdt, scale, begin, len,
                           p->shard_off);
   }
+  /* Muon: each rank updates its parts of the matrices (zero 0 too) */
+  if (d->muon) mt_dp_muon_step(d, lr, scale);
   /* zero 1, 2: every rank's updated part to every rank: the compute copy's
    * (a bf16 copy: half the bytes; the master stays sharded), else the
-   * parameters */
-  if (d->zero == 1 || d->zero == 2)
+   * parameters; zero 0 under Muon: the master and its copy alike */
+  if (d->zero == 1 || d->zero == 2 || (d->zero == 0 && d->muon))
     for (int k = 0; k < r->n_buckets; k++) {
       const mt_bucket_plan *p = dp_plan(d, k);
-      void *w = d->copy ? d->copy : (void *)d->params;
-      DP_STATE_CALL(d, k, mt_allgatherv(dp_group(d, k), NULL, dp_at(w, d->wdt, p->begin), p->counts,
-                                        p->displs, d->wdt, d->ops->loc));
+      void *w = d->copy && d->zero ? d->copy : (void *)d->params;
+      mt_dtype wt = d->zero ? d->wdt : MT_DT_F32;
+      if (d->zero == 0 && !mt_dp_muon_in_bucket(d, k)) continue;
+      DP_STATE_CALL(d, k, mt_allgatherv(dp_group(d, k), NULL, dp_at(w, wt, p->begin), p->counts,
+                                        p->displs, wt, d->ops->loc));
+      if (d->zero == 0 && d->copy)
+        DP_STATE_CALL(d, k, mt_allgatherv(dp_group(d, k), NULL, dp_at(d->copy, d->wdt, p->begin),
+                                          p->counts, p->displs, d->wdt, d->ops->loc));
     }
   return norm;
 }

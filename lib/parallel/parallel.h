@@ -24,6 +24,7 @@
 #include "comm/comm.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "optim/muon.h"
 #include "optim/optim.h"
 #include "registry/registry.h"
 
@@ -141,6 +142,7 @@ typedef struct {
   int n_pbufs;
   mt_unit_gather *gather;
   double last_grad_norm;
+  struct mt_dp_muon *muon; /* Muon's matrices and their exchange (dp_muon.c), or NULL: AdamW */
   /* this step's bytes of the state's collectives (gradients, parameters),
    * per reduction group, as comm counted them (the rest of the group's
    * bytes are scalar sums: the norm, the loss) */
@@ -265,6 +267,18 @@ void *mt_dp_grads_at(mt_dp *d, size_t off);
  * rank's share, and (zero 1, 2) all-gather the updated parameters. Returns
  * the pre-clip global norm. */
 double mt_dp_optimizer_step(mt_dp *d, float lr, float grad_clip);
+
+/* Muon for the matrices mt_muon_takes (AdamW keeps the rest), distributed
+ * as Canzona (dp_muon.c); call after mt_dp_create. Its momentum is the
+ * first moment's buffer, so checkpoints carry it as they carry AdamW's. */
+void mt_dp_muon_create(mt_dp *d, const mt_muon_opts *o);
+void mt_dp_muon_destroy(mt_dp *d);
+/* Muon's update of this rank's parts (mt_dp_optimizer_step calls it after
+ * AdamW's): the momentum, the exchange, the owned matrices orthogonalised,
+ * the update with decoupled weight decay and the compute copy. */
+void mt_dp_muon_step(mt_dp *d, float lr, float grad_scale);
+/* Newton-Schulz FLOPs per step of the matrices this rank owns */
+double mt_dp_muon_owned_flops(const mt_dp *d);
 
 /* Training state as flat ranges, for checkpoints. which: 0 parameters, 1 AdamW
  * first moments, 2 second moments. for_save: the ranges this rank writes
@@ -480,6 +494,7 @@ typedef struct {
   int zero;
   size_t bucket_bytes;
   float beta1, beta2, eps, weight_decay;
+  mt_muon_opts muon; /* optim.name = muon (muon.on) */
   /* the pipeline: schedule, micro-batches per step, virtual stages, and the
    * blocks of every virtual stage (stage_l0/l1[vs] for vs < pp * v) */
   mt_pp_sched sched;

@@ -44,6 +44,7 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
                    (pp > 1 && o->sched == MT_SCHED_BFS ? MT_DP_RUNS : 0) |
                    (o->dtypes.grad_reduce == MT_DT_BF16 ? MT_DP_REDUCE_BF16 : 0) |
                    (o->dtypes.grads == MT_DT_BF16 ? MT_DP_GRADS_BF16 : 0));
+  if (o->muon.on) mt_dp_muon_create(&s->dp, &o->muon);
   if (pp > 1) {
     /* the other stage's gradient of a tied tensor (bf16 gradients: and
      * this stage's, widened) */

@@ -263,7 +263,16 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,
       .virtual_stages = lay->chunks, .stage_l0 = l0l1, .stage_l1 = l0l1 + n_vs,
       .dtypes = lay->dtypes,
-      .overlap_dp = cfg->overlap_dp};
+      .overlap_dp = cfg->overlap_dp,
+      .muon = {.on = cfg->optim == MT_OPTIM_MUON, .momentum = (float)cfg->muon_momentum,
+               .nesterov = cfg->muon_nesterov, .ns_steps = cfg->muon_ns_steps,
+               .scale = cfg->muon_scale,
+               .ns_dtype = cfg->muon_ns_dtype == MT_MUON_NS_BF16 ||
+                                   (cfg->muon_ns_dtype == MT_MUON_NS_AUTO &&
+                                    lay->dtypes.weights == MT_DT_BF16)
+                               ? MT_DT_BF16
+                               : MT_DT_F32,
+               .exclude = cfg->muon_exclude}};
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
     o->par.stage_of_layer = lay->stage_of_layer;
     o->par.pp_rank = mesh->pp_rank;

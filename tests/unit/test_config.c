@@ -412,7 +412,10 @@ static void test_round_trip(void) {
                   "ckpt.io_hints=striping_factor=4,cb_nodes=2",
                   "parallel.pp_first_layers=3", "parallel.pp_last_layers=2",
                   "parallel.layout=auto", "plan.hw=h200", "plan.headroom=2.5",
-                  "plan.cp_min_tokens=8192", "plan.across_nodes=true"};
+                  "plan.cp_min_tokens=8192", "plan.across_nodes=true", "optim.name=muon",
+                  "optim.muon_momentum=0.90000000000000002", "optim.muon_nesterov=false",
+                  "optim.muon_ns_steps=7", "optim.muon_scale=spectral", "optim.muon_ns_dtype=bf16",
+                  "optim.muon_exclude=router,attn.proj", "optim.on_switch=reset"};
   int n = (int)(sizeof over / sizeof over[0]);
   /* preset was "gpt2-124m" on the way: a shorter final value must not leave
    * bytes of it behind, or memcmp would fail */

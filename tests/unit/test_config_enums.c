@@ -66,6 +66,15 @@ static const struct {
     {"parallel.layout", "auto", MT_LAYOUT_AUTO},
     {"data.balance", "none", MT_BALANCE_NONE},
     {"data.balance", "flops", MT_BALANCE_FLOPS},
+    {"optim.name", "adamw", MT_OPTIM_ADAMW},
+    {"optim.name", "muon", MT_OPTIM_MUON},
+    {"optim.muon_scale", "rms", MT_MUON_SCALE_RMS},
+    {"optim.muon_scale", "spectral", MT_MUON_SCALE_SPECTRAL},
+    {"optim.muon_ns_dtype", "auto", MT_MUON_NS_AUTO},
+    {"optim.muon_ns_dtype", "fp32", MT_MUON_NS_FP32},
+    {"optim.muon_ns_dtype", "bf16", MT_MUON_NS_BF16},
+    {"optim.on_switch", "refuse", MT_OPTIM_SWITCH_REFUSE},
+    {"optim.on_switch", "reset", MT_OPTIM_SWITCH_RESET},
     {"data.seq_policy", "pack", MT_SEQ_PACK},
     {"data.seq_policy", "varlen", MT_SEQ_VARLEN},
     {"data.long_documents", "refuse", MT_LONG_DOCS_REFUSE},
@@ -109,6 +118,10 @@ static const char *typed_name(const char *key, int v) {
   if (!strcmp(key, "data.format")) return mt_data_format_name((mt_data_format)v);
   if (!strcmp(key, "data.balance")) return mt_balance_name((mt_balance)v);
   if (!strcmp(key, "data.seq_policy")) return mt_seq_policy_name((mt_seq_policy)v);
+  if (!strcmp(key, "optim.name")) return mt_optim_kind_name((mt_optim_kind)v);
+  if (!strcmp(key, "optim.muon_scale")) return mt_muon_scale_name((mt_muon_scale)v);
+  if (!strcmp(key, "optim.muon_ns_dtype")) return mt_muon_ns_name((mt_muon_ns)v);
+  if (!strcmp(key, "optim.on_switch")) return mt_optim_switch_name((mt_optim_switch)v);
   if (!strcmp(key, "data.long_documents")) return mt_long_docs_name((mt_long_docs)v);
   if (!strcmp(key, "train.on_spike")) return mt_spike_action_name((mt_spike_action)v);
   if (!strcmp(key, "ckpt.mode")) return mt_ckpt_mode_name((mt_ckpt_mode)v);
