@@ -56,7 +56,7 @@ struct mt_dp_muon {
   void *scratch;
   size_t scratch_bytes;
   mt_dtype ns_t;
-  double owned_flops;
+  mt_dp_muon_stats st;
 };
 
 /* the bucket holding flat element a of group g (a tensor lies in one) */
@@ -93,6 +93,17 @@ static void plan_group(mt_dp *d, struct mt_dp_muon *u, mt_grad_group g) {
   m->S = m->shard ? m->shard->size : 1;
   m->sr = m->shard ? m->shard->rank : 0;
   mt_muon_assign(u->mat, u->n_mat, g, m->G, m->S);
+  /* the busiest rank's FLOPs and the mean, over the group x shard ranks */
+  double total = 0.0, most = 0.0;
+  for (int i = 0; i < u->n_mat; i++)
+    if (u->mat[i].group == g) total += u->mat[i].flops;
+  for (int q = 0; q < m->G; q++)
+    for (int s = 0; s < m->S; s++) {
+      double f = mt_muon_owned_flops(u->mat, u->n_mat, g, q, s);
+      if (f > most) most = f;
+    }
+  u->st.busiest_flops += most;
+  u->st.mean_flops += total / (m->G * m->S);
   m->c1 = mt_calloc((size_t)m->G, sizeof(size_t));
   m->r1 = mt_calloc((size_t)m->G, sizeof(size_t));
   m->c2 = mt_calloc((size_t)m->S, sizeof(size_t));
@@ -142,7 +153,8 @@ static void plan_group(mt_dp *d, struct mt_dp_muon *u, mt_grad_group g) {
     if (x->group != g || x->owner_g != m->gr || x->owner_s != m->sr) continue;
     u->at_R[i] = within;
     within += local_numel(x);
-    u->owned_flops += x->flops;
+    u->st.owned_flops += x->flops;
+    u->st.owned++;
     size_t whole = (size_t)x->rows * x->cols;
     if (whole > u->full_n) u->full_n = whole;
   }
@@ -221,7 +233,21 @@ int mt_dp_muon_in_bucket(const mt_dp *d, int k) {
   return 0;
 }
 
-double mt_dp_muon_owned_flops(const mt_dp *d) { return d->muon ? d->muon->owned_flops : 0.0; }
+mt_dp_muon_stats mt_dp_muon_get_stats(const mt_dp *d) {
+  mt_dp_muon_stats none = {0};
+  if (!d->muon) return none;
+  mt_dp_muon_stats s = d->muon->st;
+  s.matrices = d->muon->n_mat;
+  return s;
+}
+
+/* an all-to-all of the exchange, its bytes counted apart (*bytes) */
+static void exchange(mt_group *g, void *send, const size_t *sc, void *recv, const size_t *rc,
+                     mt_loc loc, double *bytes) {
+  double b = g->bytes;
+  mt_alltoallv(g, send, sc, recv, rc, MT_DT_F32, loc);
+  *bytes += g->bytes - b;
+}
 
 /* where piece p's element a sits in the shard-indexed buffers (moments;
  * the gradient shard at zero >= 1) */
@@ -301,7 +327,7 @@ void mt_dp_muon_step(mt_dp *d, float lr, float grad_scale) {
     }
     /* level 1: the pieces to their owners' group ranks, into L (by owner
      * shard rank) */
-    mt_alltoallv(m->red, m->send1, m->c1, m->recv1, m->r1, MT_DT_F32, ops->loc);
+    exchange(m->red, m->send1, m->c1, m->recv1, m->r1, ops->loc, &u->st.bytes_red[g]);
     for (int j = 0; j < m->n_inc; j++) {
       const piece *p = &m->inc[j];
       const mt_muon_matrix *x = &u->mat[p->x];
@@ -309,9 +335,9 @@ void mt_dp_muon_step(mt_dp *d, float lr, float grad_scale) {
                 at32(m->recv1, p->at), p->len);
     }
     /* level 2: the shards to their owner, orthogonalised, and back */
-    if (m->S > 1) mt_alltoallv(m->shard, m->L, m->c2, m->R, m->r2, MT_DT_F32, ops->loc);
+    if (m->S > 1) exchange(m->shard, m->L, m->c2, m->R, m->r2, ops->loc, &u->st.bytes_shard[g]);
     orthogonalise_owned(d, u, m, (mt_grad_group)g);
-    if (m->S > 1) mt_alltoallv(m->shard, m->R, m->r2, m->L, m->c2, MT_DT_F32, ops->loc);
+    if (m->S > 1) exchange(m->shard, m->R, m->r2, m->L, m->c2, ops->loc, &u->st.bytes_shard[g]);
     /* level 1 back: each piece of the update to the rank it came from */
     for (int j = 0; j < m->n_inc; j++) {
       const piece *p = &m->inc[j];
@@ -319,7 +345,7 @@ void mt_dp_muon_step(mt_dp *d, float lr, float grad_scale) {
       ops->copy(MT_DT_F32, at32(m->recv1, p->at),
                 at32(m->L, u->at_L[p->x] + (p->a - x->offset)), p->len);
     }
-    mt_alltoallv(m->red, m->recv1, m->r1, m->send1, m->c1, MT_DT_F32, ops->loc);
+    exchange(m->red, m->recv1, m->r1, m->send1, m->c1, ops->loc, &u->st.bytes_red[g]);
     /* the update on this rank's parts: p = p (1 - lr wd) - lr O, and the
      * compute copy from it */
     for (int j = 0; j < m->n_mine; j++) {

@@ -277,8 +277,17 @@ void mt_dp_muon_destroy(mt_dp *d);
  * AdamW's): the momentum, the exchange, the owned matrices orthogonalised,
  * the update with decoupled weight decay and the compute copy. */
 void mt_dp_muon_step(mt_dp *d, float lr, float grad_scale);
-/* Newton-Schulz FLOPs per step of the matrices this rank owns */
-double mt_dp_muon_owned_flops(const mt_dp *d);
+/* What Muon does on this rank: its Newton-Schulz FLOPs per step (the
+ * matrices it owns), the busiest and the mean rank's of its groups (summed
+ * over the dense and the expert group), and the bytes its exchange has sent
+ * so far over each reduction group and each shard axis (tp, etp), counted
+ * apart from the gradients' and parameters' (zero for AdamW) */
+typedef struct {
+  int matrices, owned;
+  double owned_flops, busiest_flops, mean_flops;
+  double bytes_red[MT_NGROUPS], bytes_shard[MT_NGROUPS];
+} mt_dp_muon_stats;
+mt_dp_muon_stats mt_dp_muon_get_stats(const mt_dp *d);
 
 /* Training state as flat ranges, for checkpoints. which: 0 parameters, 1 AdamW
  * first moments, 2 second moments. for_save: the ranges this rank writes
