@@ -56,6 +56,10 @@ typedef struct {
   /* the router's scores (core.h's mt_moe_router: 0 softmax, 1 sigmoid); an
    * optional root attribute of 1.4, absent = softmax */
   int64_t moe_router;
+  /* the optimizer (core.h's mt_optim_kind: 0 AdamW, 1 Muon); an optional
+   * root attribute of 1.4, absent = AdamW. Under Muon, exp_avg holds Muon's
+   * momentum for the matrices it updates and exp_avg_sq is zero there */
+  int64_t optimizer;
   /* for a save only (a load leaves it NULL; read it with
    * mt_ckpt_load_moe_bias): the routing bias of aux-loss-free MoE balancing,
    * moe_bias_rows (the MoE blocks) x moe_experts floats, the same on every

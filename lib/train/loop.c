@@ -41,7 +41,7 @@ double mt_train_save(mt_trainer *t, long long done, long long samples, int is_fi
                        .moe_experts = s->moe_experts, .moe_topk = s->moe_topk,
                        .moe_every = s->moe_every, .moe_ffn = s->moe_ffn,
                        .moe_shared = s->moe_shared, .ep = t->mesh.ep, .etp = t->mesh.etp,
-                       .moe_router = s->moe_router,
+                       .moe_router = s->moe_router, .optimizer = cfg->optim,
                        .data_hash = (int64_t)mt_sources_hash(&t->sources)};
   mt_train_meta_arch(&meta, s);
   /* aux-loss-free balancing: the bias the next step routes with */

@@ -119,6 +119,32 @@ static int load_moe_bias(mt_trainer *t, mt_err *err) {
   return 0;
 }
 
+/* A checkpoint of another optimizer (optim.name): its moments mean other
+ * things (under Muon exp_avg is Muon's momentum on its matrices), so the
+ * resume is refused, or with optim.on_switch = reset the optimizer starts
+ * afresh (moments zero, its step count 0) from the checkpoint's parameters
+ * and data position. Every rank reads the same attribute and decides
+ * alike. Returns 0, or -1 with err set. */
+static int optimizer_switch(mt_trainer *t, const mt_ckpt_meta *got, mt_err *err) {
+  const mt_config *cfg = &t->cfg;
+  if (got->optimizer == (int64_t)cfg->optim) return 0;
+  const char *was = mt_optim_kind_name((mt_optim_kind)got->optimizer);
+  if (cfg->optim_on_switch == MT_OPTIM_SWITCH_REFUSE) {
+    mt_err_set(err, "train.resume: %s was written by optim.name = %s, this run has %s "
+                    "(optim.on_switch = reset starts a fresh optimizer state from its parameters)",
+               t->resumed_from, was, mt_optim_kind_name(cfg->optim));
+    return -1;
+  }
+  mt_adamw *o = &t->step.dp.opt;
+  t->ops->zero(MT_DT_F32, o->m, o->n);
+  t->ops->zero(MT_DT_F32, o->v, o->n);
+  o->t = 0;
+  mt_info0("meshtrain: %s was written by optim.name = %s: optim.on_switch = reset starts %s's "
+           "state afresh (moments zero) from its parameters", t->resumed_from, was,
+           mt_optim_kind_name(cfg->optim));
+  return 0;
+}
+
 /* the resume itself: collective. Returns 0, or -1 with err set. */
 static int load_checkpoint(mt_trainer *t, mt_err *err) {
   mt_config *cfg = &t->cfg;
@@ -163,6 +189,7 @@ static int load_checkpoint(mt_trainer *t, mt_err *err) {
     t->start_step = got.step;
     t->samples_done = got.samples;
     t->step.dp.opt.t = (int)got.optimizer_step;
+    if (rc == 0 && optimizer_switch(t, &got, err) != 0) rc = mt_err_pass(err);
     if (got.seed != cfg->seed) {
       /* the data order is (seed, sample index): keep the checkpoint's stream */
       mt_info0("meshtrain: train.seed %d differs from the checkpoint's %lld; continuing the "

@@ -172,6 +172,9 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
           m->arch == 2 ? "llama (RMSNorm, rotary, SwiGLU)" : "gpt2 (LayerNorm, learned positions, GELU)",
           (long long)m->n_kv_head, (long long)m->ffn, m->tied ? "tied to wte" : "untied",
           m->bias ? "biases" : "no biases");
+  fprintf(f, "  optimizer       %s\n",
+          m->optimizer == 1 ? "muon (exp_avg: Muon's momentum on its matrices; AdamW's elsewhere)"
+                            : "adamw");
   fprintf(f, "  written by      dp=%lld tp=%lld pp=%lld cp=%lld zero=%lld on %lld ranks\n",
           (long long)m->dp, (long long)m->tp, (long long)m->pp, (long long)m->cp,
           (long long)m->zero, (long long)m->world);
