@@ -187,6 +187,9 @@ static const mt_cfg_key g_keys[] = {
      0, 0, "auto|fp32|bf16"},
     {"optim.muon_exclude", MT_CFG_STRING, F(muon_exclude), "router",
      "muon: name parts of matrices left to AdamW (embeddings, head, vectors always are)", 0, 0, NULL},
+    {"optim.muon_distribution", MT_CFG_STRING, F(muon_distribution), "balanced",
+     "muon: balanced (each matrix on one owner, by cost), or replicated (every rank, all)", 0,
+     0, "balanced|replicated"},
     {"optim.on_switch", MT_CFG_STRING, F(optim_on_switch), "refuse",
      "resuming another optimizer's checkpoint: refuse, or reset (fresh optimizer state)", 0, 0, "refuse|reset"},
     /* [parallel] */
@@ -402,6 +405,8 @@ static const choice c_muon_scale[] = {{"rms", MT_MUON_SCALE_RMS},
                                       {"spectral", MT_MUON_SCALE_SPECTRAL}, {NULL, 0}};
 static const choice c_muon_ns[] = {{"auto", MT_MUON_NS_AUTO}, {"fp32", MT_MUON_NS_FP32},
                                    {"bf16", MT_MUON_NS_BF16}, {NULL, 0}};
+static const choice c_muon_dist[] = {{"balanced", MT_MUON_DIST_BALANCED},
+                                     {"replicated", MT_MUON_DIST_REPLICATED}, {NULL, 0}};
 static const choice c_on_switch[] = {{"refuse", MT_OPTIM_SWITCH_REFUSE},
                                      {"reset", MT_OPTIM_SWITCH_RESET}, {NULL, 0}};
 static const choice c_spike[] = {{"stop", MT_SPIKE_STOP}, {"rollback", MT_SPIKE_ROLLBACK},
@@ -435,6 +440,7 @@ static const struct {
     {F(seq_policy), c_seq_policy},  {F(long_documents), c_long_docs},
     {F(optim), c_optim},            {F(muon_scale), c_muon_scale},
     {F(muon_ns_dtype), c_muon_ns},  {F(optim_on_switch), c_on_switch},
+    {F(muon_distribution), c_muon_dist},
 };
 
 #undef F
@@ -450,7 +456,8 @@ _Static_assert(sizeof(mt_preset) == sizeof(int) && sizeof(mt_device_kind) == siz
                    sizeof(mt_data_format) == sizeof(int) && sizeof(mt_ckpt_mode) == sizeof(int) &&
                    sizeof(mt_ckpt_crash) == sizeof(int) && sizeof(mt_spike_action) == sizeof(int) &&
                    sizeof(mt_optim_kind) == sizeof(int) && sizeof(mt_muon_scale) == sizeof(int) &&
-                   sizeof(mt_muon_ns) == sizeof(int) && sizeof(mt_optim_switch) == sizeof(int),
+                   sizeof(mt_muon_ns) == sizeof(int) && sizeof(mt_optim_switch) == sizeof(int) &&
+                   sizeof(mt_muon_dist) == sizeof(int),
                "an enumerated key's field is not int-sized");
 
 static const choice *choices_of(const mt_cfg_key *k) {
@@ -532,6 +539,7 @@ const char *mt_optim_kind_name(mt_optim_kind v) { return text_of(c_optim, (int)v
 const char *mt_muon_scale_name(mt_muon_scale v) { return text_of(c_muon_scale, (int)v); }
 const char *mt_muon_ns_name(mt_muon_ns v) { return text_of(c_muon_ns, (int)v); }
 const char *mt_optim_switch_name(mt_optim_switch v) { return text_of(c_on_switch, (int)v); }
+const char *mt_muon_dist_name(mt_muon_dist v) { return text_of(c_muon_dist, (int)v); }
 const char *mt_spike_action_name(mt_spike_action v) { return text_of(c_spike, (int)v); }
 const char *mt_ckpt_mode_name(mt_ckpt_mode v) { return text_of(c_ckpt_mode, (int)v); }
 const char *mt_ckpt_crash_name(mt_ckpt_crash v) { return text_of(c_ckpt_crash, (int)v); }

@@ -240,6 +240,8 @@ typedef enum { MT_OPTIM_ADAMW = 0, MT_OPTIM_MUON = 1 } mt_optim_kind;
 typedef enum { MT_MUON_SCALE_RMS = 0, MT_MUON_SCALE_SPECTRAL = 1 } mt_muon_scale;
 /* optim.muon_ns_dtype: the Newton-Schulz iteration's dtype (auto: the weights' copy's) */
 typedef enum { MT_MUON_NS_AUTO = 0, MT_MUON_NS_FP32 = 1, MT_MUON_NS_BF16 = 2 } mt_muon_ns;
+/* optim.muon_distribution: Canzona's owners, or every rank every matrix */
+typedef enum { MT_MUON_DIST_BALANCED = 0, MT_MUON_DIST_REPLICATED = 1 } mt_muon_dist;
 /* optim.on_switch: resuming a checkpoint of another optimizer */
 typedef enum { MT_OPTIM_SWITCH_REFUSE = 0, MT_OPTIM_SWITCH_RESET = 1 } mt_optim_switch;
 /* train.on_spike: what a loss spike (or a non-finite loss or norm) does */
@@ -277,6 +279,7 @@ const char *mt_optim_kind_name(mt_optim_kind v);
 const char *mt_muon_scale_name(mt_muon_scale v);
 const char *mt_muon_ns_name(mt_muon_ns v);
 const char *mt_optim_switch_name(mt_optim_switch v);
+const char *mt_muon_dist_name(mt_muon_dist v);
 const char *mt_spike_action_name(mt_spike_action v);
 const char *mt_ckpt_mode_name(mt_ckpt_mode v);
 const char *mt_ckpt_crash_name(mt_ckpt_crash v);
@@ -327,6 +330,7 @@ typedef struct {
   int muon_nesterov, muon_ns_steps;
   mt_muon_scale muon_scale;
   mt_muon_ns muon_ns_dtype;
+  mt_muon_dist muon_distribution;
   char muon_exclude[MT_CFG_STR_MAX];
   mt_optim_switch optim_on_switch;
   /* [parallel] */

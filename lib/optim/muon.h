@@ -33,6 +33,8 @@ typedef struct {
   mt_muon_scale scale;
   mt_dtype ns_dtype;  /* the iteration's storage type */
   const char *exclude; /* optim.muon_exclude (mt_muon_takes) */
+  int replicated;     /* optim.muon_distribution = replicated: every rank orthogonalises every
+                         matrix (the naive baseline) */
 } mt_muon_opts;
 
 /* One matrix Muon updates: a 2-D tensor, or one expert of an (E, rows,

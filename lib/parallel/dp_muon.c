@@ -40,6 +40,7 @@ typedef struct {
   size_t *c1, *r1;       /* level 1 counts (G) */
   size_t *c2, *r2;       /* level 2 counts (S) */
   size_t n1s, n1r, n2r;  /* elements of send1, recv1 (= L), R */
+  int *ic;               /* replicated: the all-gather's counts, then displacements (G each) */
   void *send1, *recv1, *L, *R;
 } muon_group;
 
@@ -104,6 +105,10 @@ static void plan_group(mt_dp *d, struct mt_dp_muon *u, mt_grad_group g) {
     }
   u->st.busiest_flops += most;
   u->st.mean_flops += total / (m->G * m->S);
+  /* replicated (the naive baseline): every rank its own owner of every
+   * matrix; the layouts below then make the exchange an all-gather */
+  for (int i = 0; u->o.replicated && i < u->n_mat; i++)
+    if (u->mat[i].group == g) u->mat[i].owner_g = m->gr, u->mat[i].owner_s = m->sr;
   m->c1 = mt_calloc((size_t)m->G, sizeof(size_t));
   m->r1 = mt_calloc((size_t)m->G, sizeof(size_t));
   m->c2 = mt_calloc((size_t)m->S, sizeof(size_t));
@@ -164,6 +169,13 @@ static void plan_group(mt_dp *d, struct mt_dp_muon *u, mt_grad_group g) {
   m->send1 = fp32_alloc(ops, m->n1s);
   m->recv1 = fp32_alloc(ops, m->n1r);
   m->L = fp32_alloc(ops, m->n1r);
+  if (u->o.replicated) { /* the all-gather's counts and where each source's pieces go */
+    m->ic = mt_calloc(2 * (size_t)m->G, sizeof(int));
+    for (int q = 0, displ = 0; q < m->G; displ += (int)m->r1[q], q++) {
+      m->ic[q] = (int)m->r1[q];
+      m->ic[m->G + q] = displ;
+    }
+  }
   m->R = m->S > 1 ? fp32_alloc(ops, m->n2r) : NULL;
 }
 
@@ -214,6 +226,7 @@ void mt_dp_muon_destroy(mt_dp *d) {
     free(m->r2);
     free(m->mine);
     free(m->inc);
+    free(m->ic);
   }
   ops->free(MT_MEM_OPTIM, u->full, (u->full_n ? u->full_n : 1) * sizeof(float));
   ops->free(MT_MEM_OPTIM, u->scratch, u->scratch_bytes);
@@ -305,6 +318,54 @@ static void orthogonalise_owned(mt_dp *d, struct mt_dp_muon *u, muon_group *m, m
   }
 }
 
+/* the update on this rank's parts, whose O is in send1: p = p (1 - lr wd)
+ * - lr O, and the compute copy from it */
+static void apply_update(mt_dp *d, const struct mt_dp_muon *u, const muon_group *m, float lr) {
+  const mt_ops *ops = d->ops;
+  for (int j = 0; j < m->n_mine; j++) {
+    const piece *p = &m->mine[j];
+    const mt_bucket_plan *bp = dp_plan(d, p->k);
+    const mt_tensor *t = &d->reg->t[u->mat[p->x].tensor];
+    size_t off = d->master_sharded ? bp->shard_off + (p->a - dp_part_begin(d, p->k)) : p->a;
+    float *w = d->params + off, wd = t->weight_decay ? d->opt.weight_decay : 0.0f;
+    if (wd != 0.0f) ops->scale(MT_DT_F32, w, 1.0f - lr * wd, p->len);
+    ops->axpy(MT_DT_F32, w, -lr, at32(m->send1, p->at), p->len);
+    if (d->copy) {
+      size_t ci = d->zero == 3 ? bp->shard_off + (p->a - dp_part_begin(d, p->k)) : p->a;
+      ops->convert(dp_at(d->copy, d->wdt, ci), d->wdt, w, MT_DT_F32, p->len);
+    }
+  }
+}
+
+/* optim.muon_distribution = replicated, the naive baseline: every rank
+ * gathers every matrix whole (an all-gather over the reduction group, then
+ * over the shard axis) and orthogonalises all of them, keeping the part it
+ * holds; send1 then holds O for this rank's pieces */
+static void replicated_exchange(mt_dp *d, struct mt_dp_muon *u, muon_group *m,
+                                mt_grad_group g) {
+  const mt_ops *ops = d->ops;
+  double b = m->red->bytes;
+  mt_allgatherv(m->red, m->send1, m->recv1, m->ic, m->ic + m->G, MT_DT_F32, ops->loc);
+  u->st.bytes_red[g] += m->red->bytes - b;
+  for (int j = 0; j < m->n_inc; j++) {
+    const piece *p = &m->inc[j];
+    ops->copy(MT_DT_F32, at32(m->L, u->at_L[p->x] + (p->a - u->mat[p->x].offset)),
+              at32(m->recv1, p->at), p->len);
+  }
+  if (m->S > 1) {
+    b = m->shard->bytes;
+    mt_allgather(m->shard, m->L, m->R, m->n1r, MT_DT_F32, ops->loc);
+    u->st.bytes_shard[g] += m->shard->bytes - b;
+  }
+  orthogonalise_owned(d, u, m, g);
+  if (m->S > 1) ops->copy(MT_DT_F32, m->L, at32(m->R, (size_t)m->sr * m->n1r), m->n1r);
+  for (int j = 0; j < m->n_mine; j++) {
+    const piece *p = &m->mine[j];
+    ops->copy(MT_DT_F32, at32(m->send1, p->at),
+              at32(m->L, u->at_L[p->x] + (p->a - u->mat[p->x].offset)), p->len);
+  }
+}
+
 void mt_dp_muon_step(mt_dp *d, float lr, float grad_scale) {
   struct mt_dp_muon *u = d->muon;
   const mt_ops *ops = d->ops;
@@ -324,6 +385,11 @@ void mt_dp_muon_step(mt_dp *d, float lr, float grad_scale) {
       ops->axpy(MT_DT_F32, mom, 1.0f, v, p->len);
       if (u->o.nesterov) ops->axpy(MT_DT_F32, v, mu, mom, p->len);
       else ops->copy(MT_DT_F32, v, mom, p->len);
+    }
+    if (u->o.replicated) {
+      replicated_exchange(d, u, m, (mt_grad_group)g);
+      apply_update(d, u, m, lr);
+      continue;
     }
     /* level 1: the pieces to their owners' group ranks, into L (by owner
      * shard rank) */
@@ -346,20 +412,6 @@ void mt_dp_muon_step(mt_dp *d, float lr, float grad_scale) {
                 at32(m->L, u->at_L[p->x] + (p->a - x->offset)), p->len);
     }
     exchange(m->red, m->recv1, m->r1, m->send1, m->c1, ops->loc, &u->st.bytes_red[g]);
-    /* the update on this rank's parts: p = p (1 - lr wd) - lr O, and the
-     * compute copy from it */
-    for (int j = 0; j < m->n_mine; j++) {
-      const piece *p = &m->mine[j];
-      const mt_bucket_plan *bp = dp_plan(d, p->k);
-      const mt_tensor *t = &d->reg->t[u->mat[p->x].tensor];
-      size_t off = d->master_sharded ? bp->shard_off + (p->a - dp_part_begin(d, p->k)) : p->a;
-      float *w = d->params + off, wd = t->weight_decay ? d->opt.weight_decay : 0.0f;
-      if (wd != 0.0f) ops->scale(MT_DT_F32, w, 1.0f - lr * wd, p->len);
-      ops->axpy(MT_DT_F32, w, -lr, at32(m->send1, p->at), p->len);
-      if (d->copy) {
-        size_t ci = d->zero == 3 ? bp->shard_off + (p->a - dp_part_begin(d, p->k)) : p->a;
-        ops->convert(dp_at(d->copy, d->wdt, ci), d->wdt, w, MT_DT_F32, p->len);
-      }
-    }
+    apply_update(d, u, m, lr);
   }
 }

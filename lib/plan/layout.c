@@ -272,7 +272,8 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
                                     lay->dtypes.weights == MT_DT_BF16)
                                ? MT_DT_BF16
                                : MT_DT_F32,
-               .exclude = cfg->muon_exclude}};
+               .exclude = cfg->muon_exclude,
+               .replicated = cfg->muon_distribution == MT_MUON_DIST_REPLICATED}};
   if (cfg->pp > 1) { /* this rank's stage holds only its tensors */
     o->par.stage_of_layer = lay->stage_of_layer;
     o->par.pp_rank = mesh->pp_rank;

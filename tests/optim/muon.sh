@@ -4,7 +4,8 @@
 #           interleaved): 20 steps' losses within a relative 1e-6 of one rank's
 #           and the final parameters (dp only: save_params writes one rank's)
 #           within 5e-6 (of weights up to 1: the gradients' summation order
-#           alone moves AdamW's by 4.5e-6 over these 20 steps); the same layout
+#           alone moves AdamW's by 4.5e-6 over these 20 steps); the naive
+#           baseline (optim.muon_distribution = replicated) too; the same layout
 #           twice bitwise; and not AdamW (the losses differ)
 #   moe     experts over ep 2, etp 2, ZeRO 3 and tp x dp x etp x ep: the same
 #   ckpt    saved at step 5 under one layout, resumed under others, equal to
@@ -40,8 +41,13 @@ case $GROUP in
       --set train.micro_batch=1 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 \
       --set model.n_layer=4
     run ref4 1 "${N[@]}" --set train.micro_batch=2 --set model.n_layer=4
-    python3 "$CMP" "$WORK/ref" "$WORK/tp2sp" "$WORK/pp2" "$WORK/dp2z3" "$WORK/tp2dp2z3" --rtol 1e-6 \
-      --steps 20
+    # the naive baseline: every rank orthogonalises every matrix, the same update
+    run rep_dp2z1 2 "${N[@]}" --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=1 \
+      --set optim.muon_distribution=replicated
+    run rep_tp2dp2z3 4 "${N[@]}" --set parallel.dp=2 --set parallel.tp=2 --set parallel.zero=3 \
+      --set train.micro_batch=2 --set optim.muon_distribution=replicated
+    python3 "$CMP" "$WORK/ref" "$WORK/tp2sp" "$WORK/pp2" "$WORK/dp2z3" "$WORK/tp2dp2z3" \
+      "$WORK/rep_dp2z1" "$WORK/rep_tp2dp2z3" --rtol 1e-6 --steps 20
     python3 "$CMP" "$WORK/ref4" "$WORK/pp2dp2il" --rtol 1e-6 --steps 20
     run dp2z2_again 2 "${N[@]}" "${P[@]}" --set parallel.dp=2 --set parallel.zero=2 --set train.micro_batch=1
     python3 "$CMP" "$WORK/dp2z2" "$WORK/dp2z2_again" --bitwise --steps 20

@@ -415,7 +415,8 @@ static void test_round_trip(void) {
                   "plan.cp_min_tokens=8192", "plan.across_nodes=true", "optim.name=muon",
                   "optim.muon_momentum=0.90000000000000002", "optim.muon_nesterov=false",
                   "optim.muon_ns_steps=7", "optim.muon_scale=spectral", "optim.muon_ns_dtype=bf16",
-                  "optim.muon_exclude=router,attn.proj", "optim.on_switch=reset"};
+                  "optim.muon_exclude=router,attn.proj", "optim.on_switch=reset",
+                  "optim.muon_distribution=replicated"};
   int n = (int)(sizeof over / sizeof over[0]);
   /* preset was "gpt2-124m" on the way: a shorter final value must not leave
    * bytes of it behind, or memcmp would fail */

@@ -73,6 +73,8 @@ static const struct {
     {"optim.muon_ns_dtype", "auto", MT_MUON_NS_AUTO},
     {"optim.muon_ns_dtype", "fp32", MT_MUON_NS_FP32},
     {"optim.muon_ns_dtype", "bf16", MT_MUON_NS_BF16},
+    {"optim.muon_distribution", "balanced", MT_MUON_DIST_BALANCED},
+    {"optim.muon_distribution", "replicated", MT_MUON_DIST_REPLICATED},
     {"optim.on_switch", "refuse", MT_OPTIM_SWITCH_REFUSE},
     {"optim.on_switch", "reset", MT_OPTIM_SWITCH_RESET},
     {"data.seq_policy", "pack", MT_SEQ_PACK},
@@ -121,6 +123,7 @@ static const char *typed_name(const char *key, int v) {
   if (!strcmp(key, "optim.name")) return mt_optim_kind_name((mt_optim_kind)v);
   if (!strcmp(key, "optim.muon_scale")) return mt_muon_scale_name((mt_muon_scale)v);
   if (!strcmp(key, "optim.muon_ns_dtype")) return mt_muon_ns_name((mt_muon_ns)v);
+  if (!strcmp(key, "optim.muon_distribution")) return mt_muon_dist_name((mt_muon_dist)v);
   if (!strcmp(key, "optim.on_switch")) return mt_optim_switch_name((mt_optim_switch)v);
   if (!strcmp(key, "data.long_documents")) return mt_long_docs_name((mt_long_docs)v);
   if (!strcmp(key, "train.on_spike")) return mt_spike_action_name((mt_spike_action)v);
