@@ -99,6 +99,15 @@ typedef struct {
    * balanced, so ep_bytes holds none of it) */
   double ep_llep_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
+  /* optim.name = muon (mt_dp_muon_get_stats of the rank's dp engine): the
+   * Newton-Schulz FLOPs per step of the matrices it owns, the busiest and
+   * the mean rank's of its groups (dense and expert summed), the matrices
+   * it owns; and its exchange's bytes per step, which dp_bytes, tp_bytes,
+   * edp_bytes and etp_bytes include (comm counts every byte of a group):
+   * over dp x cp, tp (the shard axis of dense matrices), edp and etp */
+  double muon_owned_flops, muon_busiest_flops, muon_mean_flops;
+  int muon_matrices, muon_owned;
+  double muon_dp_bytes, muon_tp_bytes, muon_edp_bytes, muon_etp_bytes;
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
   int n_buckets;         /* dp buckets (reductions per step) */
   int layers;            /* blocks on this rank (all its chunks) */
@@ -113,9 +122,10 @@ typedef struct {
 
 /* The plan of every rank of cfg's mesh (world_size 0: the mesh as given),
  * counting one rank of each class of ranks whose figures are the same (the
- * same stage and the same shard sizes), so a plan of any mesh takes
- * seconds. Needs no MPI. Returns 0, or -1 with e set (the validation's
- * errors). */
+ * same stage and the same shard sizes; under optim.name = muon also the
+ * same place in the groups, which sets the matrices a rank owns), so a
+ * plan of any mesh takes seconds. Needs no MPI. Returns 0, or -1 with e
+ * set (the validation's errors). */
 int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e);
 /* One rank's plan (pp, dp, cp, tp coordinates), for a running rank's checks. */
 int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
@@ -132,7 +142,10 @@ int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
                        mt_plan_world *keep, mt_err *e);
 void mt_plan_world_destroy(mt_plan_world *w);
 /* The table meshtrain --plan prints: per pipeline stage, memory by category
- * and bytes per group per step (the largest rank of the stage). */
+ * and bytes per group per step (the largest rank of the stage); under
+ * optim.name = muon the gradients' and parameters' bytes in the table, and
+ * per stage Muon's assignment (Newton-Schulz FLOPs owned, busiest over
+ * mean) and its exchange's bytes per group apart. */
 void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f);
 /* Every rank's figures as JSON (meshtrain --plan-json). */
 void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f);
