@@ -13,7 +13,9 @@
  *             bubble) plus the point-to-point messages;
  *   dp        the dp group's bytes over its link, minus what the schedule
  *             lets overlap with backward (the profile's overlap share);
- *   optimizer AdamW's traffic over the memory bandwidth.
+ *   optimizer AdamW's traffic over the memory bandwidth; under Muon also its
+ *             step (cost_muon.c: the busiest owner's Newton-Schulz matmuls,
+ *             the exchange's all-to-alls, the momentum), after the backward.
  *
  * All seconds, bytes and FLOPs are per rank; the slowest stage sets the pace.
  *
@@ -175,8 +177,9 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
    * splits it (its scalar sums stay fp32), tp's and pp's messages */
   const mt_cost_dtypes *cnt = &s->cnt;
   double dp_b = pr.dp_bytes - pr.dp_state_bytes + r + g -
-                pr.edp_bytes * dt->grad_reduce / cnt->grad_reduce;
-  double tp_b = pr.tp_bytes * dt->msg / cnt->msg, pp_b = pr.pp_bytes * dt->msg / cnt->msg;
+                pr.edp_bytes * dt->grad_reduce / cnt->grad_reduce - pr.muon_dp_bytes;
+  double tp_b = (pr.tp_bytes - pr.muon_tp_bytes) * dt->msg / cnt->msg;
+  double pp_b = pr.pp_bytes * dt->msg / cnt->msg;
   if (dp_b > out->dp_bytes) out->dp_bytes = dp_b;
   if (tp_b > out->tp_bytes) out->tp_bytes = tp_b;
   if (pp_b > out->pp_bytes) out->pp_bytes = pp_b;
@@ -191,12 +194,30 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
     s->stage_buckets[st] = pr.n_buckets > 0 ? pr.n_buckets : 1;
   }
   /* AdamW on the elements this rank updates: the gradient read, both
-   * moments and the master read and written, the weights' copy written */
-  double updated = pr.mem[MT_MEM_OPTIM] / 8.0;
+   * moments and the master read and written, the weights' copy written.
+   * Under Muon, AdamW's are the rest (the moments' elements less Muon's
+   * matrices': their parts, or at ZeRO 0 all the rank holds), and Muon's
+   * step (cost_muon.c) follows it */
+  mt_cost_muon mu;
+  mt_cost_muon_price(&s->ops_price, s->cfg, &w.step.model.reg, dt, &mu);
+  double updated = mu.held > 0 ? (double)w.step.dp.opt.n - (s->cfg->zero ? mu.parts : mu.held)
+                               : pr.mem[MT_MEM_OPTIM] / 8.0;
   double bytes = dt->grads + 4.0 * dt->moments +
                  (dt->master > 0 ? 2.0 * dt->master + dt->weights : 2.0 * dt->weights);
-  double optim = updated * bytes / (s->p->elementwise_gbs * 1e9);
-  if (optim > out->optim_s) out->optim_s = optim;
+  double optim = updated * bytes / (s->p->elementwise_gbs * 1e9) + mu.total_s;
+  if (optim > out->optim_s) {
+    out->optim_s = optim;
+    out->optim_ns_s = mu.ns_s;
+    out->optim_exchange_s = mu.exchange_s;
+    out->optim_momentum_s = mu.momentum_s;
+  }
+  if (mu.flops_busiest > out->optim_flops) out->optim_flops = mu.flops_busiest;
+  /* the exchange's bytes as the plan counts them (its pricing takes the
+   * busiest rank's, cost_muon.c) */
+  const double muon_dp = pr.muon_dp_bytes + pr.muon_edp_bytes;
+  const double muon_tp = pr.muon_tp_bytes + pr.muon_etp_bytes;
+  if (muon_dp > out->muon_dp_bytes) out->muon_dp_bytes = muon_dp;
+  if (muon_tp > out->muon_tp_bytes) out->muon_tp_bytes = muon_tp;
   mt_plan_world_destroy(&w);
   return 0;
 }

@@ -318,7 +318,16 @@ typedef struct {
    * beyond its last backward and the cool-down after it (pp > 1; the
    * step's dp_exposed_s is the largest, plus the calls' latencies) */
   double stage_dp_s[64], stage_dp_exposed_s[64];
-  double optim_s;            /*   AdamW */
+  double optim_s;            /*   the optimizer step: AdamW's, and under optim.name = muon
+                                  (after the backward and the reductions, not hidden) Muon's: */
+  double optim_ns_s;         /*     the busiest owner's Newton-Schulz iterations */
+  double optim_exchange_s;   /*     the exchange's all-to-alls over dp x cp and tp (edp, etp) */
+  double optim_momentum_s;   /*     the momentum and update's elementwise work */
+  double optim_flops;        /*   Muon: the busiest rank's Newton-Schulz FLOPs per step */
+  /* Muon's exchange's bytes per step over dp x cp (and edp) and tp (and
+   * etp), the plan's first rank's of a stage, the most: not in dp_bytes,
+   * tp_bytes */
+  double muon_dp_bytes, muon_tp_bytes;
   double tokens_per_s, mfu, model_flops;
   /* the plan's figures in the run's dtypes, the largest rank's of any stage */
   double mem_bytes, mem[MT_MEM_NCAT];
