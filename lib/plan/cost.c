@@ -29,16 +29,17 @@
 /* the plan's bytes per category (counted in the run's dtypes cnt) in the
  * priced dtypes dt, each by its factor: the weights' copy of the
  * parameters held and the master of the elements this rank updates (its
- * moments' share: moments are fp32); gradients, moments, gathered weights,
- * activations and comm buffers */
+ * moments' length); gradients, moments (Muon's fp32 buffers beside them
+ * as counted), gathered weights, activations and comm buffers */
 static void scale_mem(const mt_plan_rank *pr, const mt_cost_dtypes *dt, const mt_cost_dtypes *cnt,
                       double *mem) {
-  const double updated = pr->mem[MT_MEM_OPTIM] / 8.0;
+  const double updated = pr->moments_numel;
   const double held = (pr->mem[MT_MEM_PARAMS] - updated * cnt->master) / cnt->weights;
+  const double moments = 2.0 * updated * cnt->moments;
   for (int c = 0; c < MT_MEM_NCAT; c++) mem[c] = pr->mem[c];
   mem[MT_MEM_PARAMS] = held * dt->weights + updated * dt->master;
   mem[MT_MEM_GRADS] = pr->mem[MT_MEM_GRADS] * dt->grads / cnt->grads;
-  mem[MT_MEM_OPTIM] = pr->mem[MT_MEM_OPTIM] * dt->moments / cnt->moments;
+  mem[MT_MEM_OPTIM] = pr->mem[MT_MEM_OPTIM] - moments + 2.0 * updated * dt->moments;
   mem[MT_MEM_GATHER] = pr->mem[MT_MEM_GATHER] * dt->weights / cnt->weights;
   mem[MT_MEM_ACTIV] = pr->mem[MT_MEM_ACTIV] * dt->acts / cnt->acts;
   mem[MT_MEM_COMM] = pr->mem[MT_MEM_COMM] * dt->msg / cnt->msg;
@@ -200,8 +201,7 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
    * step (cost_muon.c) follows it */
   mt_cost_muon mu;
   mt_cost_muon_price(&s->ops_price, s->cfg, &w.step.model.reg, dt, &mu);
-  double updated = mu.held > 0 ? (double)w.step.dp.opt.n - (s->cfg->zero ? mu.parts : mu.held)
-                               : pr.mem[MT_MEM_OPTIM] / 8.0;
+  double updated = pr.moments_numel - (s->cfg->zero ? mu.parts : mu.held);
   double bytes = dt->grads + 4.0 * dt->moments +
                  (dt->master > 0 ? 2.0 * dt->master + dt->weights : 2.0 * dt->weights);
   double optim = updated * bytes / (s->p->elementwise_gbs * 1e9) + mu.total_s;

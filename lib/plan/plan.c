@@ -141,6 +141,7 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
   out->muon_edp_bytes = mu.bytes_red[MT_GROUP_EDP];
   out->muon_etp_bytes = mu.bytes_shard[MT_GROUP_EDP];
   out->params_numel = (double)(cfg->zero == 3 ? r->shard_numel : r->numel_local);
+  out->moments_numel = (double)s->dp.opt.n;
   out->n_buckets = r->n_buckets;
   for (int c = 0; c < s->exec.v; c++) out->layers += s->exec.l1[c] - s->exec.l0[c];
   /* least-loaded: per MoE block of the stage and micro-batch, the weights

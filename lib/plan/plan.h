@@ -109,6 +109,8 @@ typedef struct {
   int muon_matrices, muon_owned;
   double muon_dp_bytes, muon_tp_bytes, muon_edp_bytes, muon_etp_bytes;
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
+  double moments_numel;  /* elements of each moment it holds (the rest of the optimizer's
+                            bytes: Muon's exchange buffers and scratch) */
   int n_buckets;         /* dp buckets (reductions per step) */
   int layers;            /* blocks on this rank (all its chunks) */
 } mt_plan_rank;
