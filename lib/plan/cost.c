@@ -150,6 +150,13 @@ static void stage_dp_bytes(const step_ctx *s, const mt_plan_rank *pr, double *re
   const double x = sb / (a * cnt->grad_reduce + b * cnt->weights); /* elements */
   *reduce = a * x * dt->grad_reduce + pr->edp_bytes * dt->grad_reduce / cnt->grad_reduce;
   *gather = b * x * dt->weights;
+  if (s->cfg->zero == 0 && s->ndp > 1 && pr->dp_update_bytes > 0) {
+    /* Muon at ZeRO 0: its matrices' buckets gathered after the update
+     * (fp32 master and the weights' copy, as counted), the rest reduced */
+    *reduce = (sb - pr->dp_update_bytes) * dt->grad_reduce / cnt->grad_reduce +
+              pr->edp_bytes * dt->grad_reduce / cnt->grad_reduce;
+    *gather = pr->dp_update_bytes;
+  }
 }
 
 /* Stage st, the first of its kind: its plan (memory, bytes per group), its

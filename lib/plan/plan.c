@@ -86,7 +86,9 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
                              .targets = w->tokens, .rows = w->rows,
                              .dloss = 1.0f / (float)tokens, .eval = 0, .same_tokens = 1};
     double loss = mt_step_gradients(&w->step, &w->batch);
+    const double state0 = w->step.dp.state_bytes[MT_GROUP_DP];
     mt_step_update(&w->step, (float)cfg->lr, (float)cfg->grad_clip, &loss);
+    w->update_state_bytes = w->step.dp.state_bytes[MT_GROUP_DP] - state0;
   }
   mt_mem_account_use(prev);
   mt_trace_set(traced);
@@ -130,6 +132,7 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
   out->etp_bytes = m->etp_g.bytes;
   out->edp_bytes = m->edp_g.bytes;
   out->dp_state_bytes = s->dp.state_bytes[MT_GROUP_DP];
+  out->dp_update_bytes = w->update_state_bytes;
   const mt_dp_muon_stats mu = mt_dp_muon_get_stats(&s->dp); /* one step's: the plan runs one */
   out->muon_owned_flops = mu.owned_flops;
   out->muon_busiest_flops = mu.busiest_flops;

@@ -74,6 +74,7 @@ typedef struct {
   mt_mem_account acct;
   int *tokens, *rows;   /* the step's micro-batches (zeros: their values do not matter) */
   mt_pp_batch batch;
+  double update_state_bytes; /* of the dp x cp state bytes, what the optimizer step sent */
 } mt_plan_world;
 
 typedef struct {
@@ -99,6 +100,8 @@ typedef struct {
    * balanced, so ep_bytes holds none of it) */
   double ep_llep_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
+  double dp_update_bytes; /* of dp_state_bytes, the updated parameters gathered after the
+                             optimizer step (ZeRO 1, 2; Muon's matrices at ZeRO 0) */
   /* optim.name = muon (mt_dp_muon_get_stats of the rank's dp engine): the
    * Newton-Schulz FLOPs per step of the matrices it owns, the busiest and
    * the mean rank's of its groups (dense and expert summed), the matrices

@@ -1,6 +1,7 @@
 # optim.name = muon in the cost model (issue 42 item 2): for tiny and
-# gpt2-124m on 8 ranks (dp 4 x tp 2, ZeRO-1, bf16) on the h100-sxm profile,
-# meshplan prices the optimizer step under Muon (the busiest owner's
+# gpt2-124m on 8 ranks (dp 4 x tp 2, ZeRO-1, bf16; gpt2-124m also at
+# ZeRO-0, where Muon's matrices are gathered after the update) on the
+# h100-sxm profile, meshplan prices the optimizer step under Muon (the busiest owner's
 # Newton-Schulz matmuls, the exchange's all-to-alls, the momentum) above
 # AdamW's, reports its parts (optim_ns_s, optim_exchange_s,
 # optim_momentum_s, summing to no more than optim_s) and the Muon bytes
@@ -12,22 +13,23 @@
 # it adds in the emulation.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 400000)
-for preset in tiny gpt2-124m; do
-  M=(--set model.preset=$preset --set parallel.dp=4 --set parallel.tp=2 --set parallel.zero=1
+for c in tiny:1 gpt2-124m:1 gpt2-124m:0; do
+  preset=${c%:*} zero=${c#*:} name=${c/:/_z}
+  M=(--set model.preset=$preset --set parallel.dp=4 --set parallel.tp=2 --set parallel.zero=$zero
      --set train.global_batch=16 --set train.micro_batch=2 --set train.precision=bf16
      --set data.train="$corpus" --set train.eval_every=0 --set ckpt.mode=none --set train.steps=3)
   for o in adamw muon; do
     "$MT_BIN/meshplan" "${M[@]}" --set optim.name=$o --hw h100-sxm --only \
-      > "$WORK/plan_${preset}_$o.json" || fail "meshplan $preset $o"
-    mt_train "${preset}_$o" 8 "${M[@]}" --set optim.name=$o --set train.device=virtual \
-      --set train.virtual_hw=h100-sxm --set output.dir="$WORK/${preset}_$o"
+      > "$WORK/plan_${name}_$o.json" || fail "meshplan $name $o"
+    mt_train "${name}_$o" 8 "${M[@]}" --set optim.name=$o --set train.device=virtual \
+      --set train.virtual_hw=h100-sxm --set output.dir="$WORK/${name}_$o"
   done
 done
 python3 - "$WORK" <<'PY' || fail "the planner's Muon against the emulation"
 import json, sys
 w = sys.argv[1]
 bad = 0
-for preset in ("tiny", "gpt2-124m"):
+for preset in ("tiny_z1", "gpt2-124m_z1", "gpt2-124m_z0"):
     plan, run = {}, {}
     for o in ("adamw", "muon"):
         plan[o] = json.load(open(f"{w}/plan_{preset}_{o}.json"))
