@@ -193,6 +193,12 @@ static void row_json(FILE *f, const mt_search_row *r) {
   if (c->docs.varlen)
     fprintf(f, ", \"varlen_pad_factor\": %.6g, \"varlen_exchange_share\": %.6g",
             c->docs.pad_factor, c->docs.exchange_share);
+  /* optim.name = muon: optim_s's parts, the busiest rank's FLOPs, the exchange's bytes */
+  if (c->optim_flops > 0)
+    fprintf(f, ", \"optim_ns_s\": %.9g, \"optim_exchange_s\": %.9g, \"optim_momentum_s\": %.9g, "
+               "\"optim_flops\": %.17g, \"muon_bytes\": {\"dp\": %.17g, \"tp\": %.17g}",
+            c->optim_ns_s, c->optim_exchange_s, c->optim_momentum_s, c->optim_flops,
+            c->muon_dp_bytes, c->muon_tp_bytes);
   /* per pipeline stage: dp collectives, hidden behind backward and the
    * cool-down, and exposed after the schedule */
   const char *keys[3] = {"dp_stage_s", "dp_stage_hidden_s", "dp_stage_exposed_s"};

@@ -221,6 +221,13 @@ char *mt_step_record_json(const mt_step_record *r) {
   cJSON_AddNumberToObject(o, "model_flops", r->model_flops);
   cJSON_AddNumberToObject(o, "flops_per_s", r->flops_per_s);
   cJSON_AddNumberToObject(o, "mfu", r->peak_flops > 0 ? r->flops_per_s / r->peak_flops : 0.0);
+  if (r->optimizer_flops > 0) { /* the model's and the optimizer's, as Megatron-LM reports */
+    cJSON_AddNumberToObject(o, "optimizer_flops", r->optimizer_flops);
+    cJSON_AddNumberToObject(o, "mfu_model_plus_optimizer",
+                            r->peak_flops > 0 && r->step_s > 0
+                                ? (r->model_flops + r->optimizer_flops) / r->step_s / r->peak_flops
+                                : 0.0);
+  }
   cJSON *m = cJSON_AddObjectToObject(o, "mem_peak_bytes");
   for (int c = 0; c < MT_MEM_NCAT; c++)
     cJSON_AddNumberToObject(m, mt_mem_cat_name((mt_mem_cat)c), (double)r->mem_peak[c]);
@@ -249,8 +256,11 @@ void mt_step_record_progress(const mt_step_record *r, double eta_s, FILE *f) {
   }
   /* an MFU above 100% is no utilisation (the peak is wrong): marked, not shown as real */
   const double mfu = r->peak_flops > 0 ? 100.0 * r->flops_per_s / r->peak_flops : 0.0;
-  fprintf(f, " | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | MFU %5.1f%%%s | ETA %d:%02d:%02d\n",
-          r->lr, r->grad_norm, r->step_s > 0 ? r->tokens / r->step_s : 0.0, 1e3 * r->step_s, mfu,
-          mfu > 100.0 ? " (over the peak: not real)" : "", eta / 3600, eta / 60 % 60, eta % 60);
+  fprintf(f, " | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | MFU %5.1f%%%s", r->lr,
+          r->grad_norm, r->step_s > 0 ? r->tokens / r->step_s : 0.0, 1e3 * r->step_s, mfu,
+          mfu > 100.0 ? " (over the peak: not real)" : "");
+  if (r->optimizer_flops > 0 && r->peak_flops > 0 && r->step_s > 0) /* Muon: with its FLOPs */
+    fprintf(f, " (+optim %.1f%%)", 100.0 * r->optimizer_flops / r->step_s / r->peak_flops);
+  fprintf(f, " | ETA %d:%02d:%02d\n", eta / 3600, eta / 60 % 60, eta % 60);
   fflush(f);
 }

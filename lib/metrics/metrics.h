@@ -70,6 +70,7 @@ typedef struct {
   double moe_aux_loss, moe_z_loss;
   double ep_comm_s, ep_bytes, etp_comm_s, etp_bytes, edp_comm_s, edp_bytes;
   double model_flops;    /* whole job, this step */
+  double optimizer_flops; /* whole job, this step: Muon's Newton-Schulz (0: AdamW) */
   double flops_per_s;    /* whole job */
   double peak_flops;     /* whole job */
   size_t mem_peak[MT_MEM_NCAT];

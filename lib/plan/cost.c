@@ -13,7 +13,9 @@
  *             bubble) plus the point-to-point messages;
  *   dp        the dp group's bytes over its link, minus what the schedule
  *             lets overlap with backward (the profile's overlap share);
- *   optimizer AdamW's traffic over the memory bandwidth.
+ *   optimizer AdamW's traffic over the memory bandwidth; under Muon also its
+ *             step (cost_muon.c: the busiest owner's Newton-Schulz matmuls,
+ *             the exchange's all-to-alls, the momentum), after the backward.
  *
  * All seconds, bytes and FLOPs are per rank; the slowest stage sets the pace.
  *
@@ -27,16 +29,17 @@
 /* the plan's bytes per category (counted in the run's dtypes cnt) in the
  * priced dtypes dt, each by its factor: the weights' copy of the
  * parameters held and the master of the elements this rank updates (its
- * moments' share: moments are fp32); gradients, moments, gathered weights,
- * activations and comm buffers */
+ * moments' length); gradients, moments (Muon's fp32 buffers beside them
+ * as counted), gathered weights, activations and comm buffers */
 static void scale_mem(const mt_plan_rank *pr, const mt_cost_dtypes *dt, const mt_cost_dtypes *cnt,
                       double *mem) {
-  const double updated = pr->mem[MT_MEM_OPTIM] / 8.0;
+  const double updated = pr->moments_numel;
   const double held = (pr->mem[MT_MEM_PARAMS] - updated * cnt->master) / cnt->weights;
+  const double moments = 2.0 * updated * cnt->moments;
   for (int c = 0; c < MT_MEM_NCAT; c++) mem[c] = pr->mem[c];
   mem[MT_MEM_PARAMS] = held * dt->weights + updated * dt->master;
   mem[MT_MEM_GRADS] = pr->mem[MT_MEM_GRADS] * dt->grads / cnt->grads;
-  mem[MT_MEM_OPTIM] = pr->mem[MT_MEM_OPTIM] * dt->moments / cnt->moments;
+  mem[MT_MEM_OPTIM] = pr->mem[MT_MEM_OPTIM] - moments + 2.0 * updated * dt->moments;
   mem[MT_MEM_GATHER] = pr->mem[MT_MEM_GATHER] * dt->weights / cnt->weights;
   mem[MT_MEM_ACTIV] = pr->mem[MT_MEM_ACTIV] * dt->acts / cnt->acts;
   mem[MT_MEM_COMM] = pr->mem[MT_MEM_COMM] * dt->msg / cnt->msg;
@@ -147,6 +150,13 @@ static void stage_dp_bytes(const step_ctx *s, const mt_plan_rank *pr, double *re
   const double x = sb / (a * cnt->grad_reduce + b * cnt->weights); /* elements */
   *reduce = a * x * dt->grad_reduce + pr->edp_bytes * dt->grad_reduce / cnt->grad_reduce;
   *gather = b * x * dt->weights;
+  if (s->cfg->zero == 0 && s->ndp > 1 && pr->dp_update_bytes > 0) {
+    /* Muon at ZeRO 0: its matrices' buckets gathered after the update
+     * (fp32 master and the weights' copy, as counted), the rest reduced */
+    *reduce = (sb - pr->dp_update_bytes) * dt->grad_reduce / cnt->grad_reduce +
+              pr->edp_bytes * dt->grad_reduce / cnt->grad_reduce;
+    *gather = pr->dp_update_bytes;
+  }
 }
 
 /* Stage st, the first of its kind: its plan (memory, bytes per group), its
@@ -175,8 +185,9 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
    * splits it (its scalar sums stay fp32), tp's and pp's messages */
   const mt_cost_dtypes *cnt = &s->cnt;
   double dp_b = pr.dp_bytes - pr.dp_state_bytes + r + g -
-                pr.edp_bytes * dt->grad_reduce / cnt->grad_reduce;
-  double tp_b = pr.tp_bytes * dt->msg / cnt->msg, pp_b = pr.pp_bytes * dt->msg / cnt->msg;
+                pr.edp_bytes * dt->grad_reduce / cnt->grad_reduce - pr.muon_dp_bytes;
+  double tp_b = (pr.tp_bytes - pr.muon_tp_bytes) * dt->msg / cnt->msg;
+  double pp_b = pr.pp_bytes * dt->msg / cnt->msg;
   if (dp_b > out->dp_bytes) out->dp_bytes = dp_b;
   if (tp_b > out->tp_bytes) out->tp_bytes = tp_b;
   if (pp_b > out->pp_bytes) out->pp_bytes = pp_b;
@@ -191,12 +202,29 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
     s->stage_buckets[st] = pr.n_buckets > 0 ? pr.n_buckets : 1;
   }
   /* AdamW on the elements this rank updates: the gradient read, both
-   * moments and the master read and written, the weights' copy written */
-  double updated = pr.mem[MT_MEM_OPTIM] / 8.0;
+   * moments and the master read and written, the weights' copy written.
+   * Under Muon, AdamW's are the rest (the moments' elements less Muon's
+   * matrices': their parts, or at ZeRO 0 all the rank holds), and Muon's
+   * step (cost_muon.c) follows it */
+  mt_cost_muon mu;
+  mt_cost_muon_price(&s->ops_price, s->cfg, &w.step.model.reg, dt, &mu);
+  double updated = pr.moments_numel - (s->cfg->zero ? mu.parts : mu.held);
   double bytes = dt->grads + 4.0 * dt->moments +
                  (dt->master > 0 ? 2.0 * dt->master + dt->weights : 2.0 * dt->weights);
-  double optim = updated * bytes / (s->p->elementwise_gbs * 1e9);
-  if (optim > out->optim_s) out->optim_s = optim;
+  double optim = updated * bytes / (s->p->elementwise_gbs * 1e9) + mu.total_s;
+  if (optim > out->optim_s) {
+    out->optim_s = optim;
+    out->optim_ns_s = mu.ns_s;
+    out->optim_exchange_s = mu.exchange_s;
+    out->optim_momentum_s = mu.momentum_s;
+  }
+  if (mu.flops_busiest > out->optim_flops) out->optim_flops = mu.flops_busiest;
+  /* the exchange's bytes as the plan counts them (its pricing takes the
+   * busiest rank's, cost_muon.c) */
+  const double muon_dp = pr.muon_dp_bytes + pr.muon_edp_bytes;
+  const double muon_tp = pr.muon_tp_bytes + pr.muon_etp_bytes;
+  if (muon_dp > out->muon_dp_bytes) out->muon_dp_bytes = muon_dp;
+  if (muon_tp > out->muon_tp_bytes) out->muon_tp_bytes = muon_tp;
   mt_plan_world_destroy(&w);
   return 0;
 }

@@ -5,6 +5,7 @@
  *   cost_compute.c  the compute of a chunk: matmuls, attention, elementwise
  *   cost_comm.c     links and collectives: a chunk's tp, cp and ep seconds
  *   cost_bounds.c   lower bounds of step time and memory (the search's)
+ *   cost_muon.c     the optimizer step under optim.name = muon
  *   cost.c          a step: the stages, the pipeline, dp's exposed part
  * All seconds, bytes and FLOPs are per rank. */
 #ifndef MT_PLAN_COST_INTERNAL_H
@@ -75,5 +76,24 @@ double mt_cost_coll_lat(const mt_price *q, int n, int stride);
 void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_config *cfg,
                         double msg_scale, const mt_chunk_desc *k, double att, const double cb[4],
                         mt_chunk_cost *c);
+
+/* cost_muon.c: the optimizer step under Muon on a rank of a stage whose
+ * registry is reg (zero for AdamW): seconds of the busiest owner's
+ * Newton-Schulz iterations, of the exchange's all-to-alls (exposed: they
+ * follow the backward), of the momentum's and update's elementwise work;
+ * the busiest rank's Newton-Schulz FLOPs and all of the stage's; the
+ * exchange's most bytes a rank sends per group (dp x cp, tp, edp, etp);
+ * elements of Muon's matrices the rank holds (its shards) and its parts
+ * of them (1 / G each), and the elements it copies through the exchange's
+ * buffers. q: the profile's prices (act_bytes: the priced activations');
+ * dt: the priced dtypes (the iteration in bf16 when the weights' copy is). */
+typedef struct {
+  double total_s, ns_s, exchange_s, momentum_s;
+  double flops_busiest, flops_total;
+  double dp_bytes, tp_bytes, edp_bytes, etp_bytes;
+  double held, parts, copied;
+} mt_cost_muon;
+void mt_cost_muon_price(const mt_price *q, const mt_config *cfg, const mt_registry *reg,
+                        const mt_cost_dtypes *dt, mt_cost_muon *out);
 
 #endif

@@ -9,6 +9,7 @@
 #include "plan/plan.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,7 +86,9 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
                              .targets = w->tokens, .rows = w->rows,
                              .dloss = 1.0f / (float)tokens, .eval = 0, .same_tokens = 1};
     double loss = mt_step_gradients(&w->step, &w->batch);
+    const double state0 = w->step.dp.state_bytes[MT_GROUP_DP];
     mt_step_update(&w->step, (float)cfg->lr, (float)cfg->grad_clip, &loss);
+    w->update_state_bytes = w->step.dp.state_bytes[MT_GROUP_DP] - state0;
   }
   mt_mem_account_use(prev);
   mt_trace_set(traced);
@@ -129,7 +132,19 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
   out->etp_bytes = m->etp_g.bytes;
   out->edp_bytes = m->edp_g.bytes;
   out->dp_state_bytes = s->dp.state_bytes[MT_GROUP_DP];
+  out->dp_update_bytes = w->update_state_bytes;
+  const mt_dp_muon_stats mu = mt_dp_muon_get_stats(&s->dp); /* one step's: the plan runs one */
+  out->muon_owned_flops = mu.owned_flops;
+  out->muon_busiest_flops = mu.busiest_flops;
+  out->muon_mean_flops = mu.mean_flops;
+  out->muon_matrices = mu.matrices;
+  out->muon_owned = mu.owned;
+  out->muon_dp_bytes = mu.bytes_red[MT_GROUP_DP];
+  out->muon_tp_bytes = mu.bytes_shard[MT_GROUP_DP];
+  out->muon_edp_bytes = mu.bytes_red[MT_GROUP_EDP];
+  out->muon_etp_bytes = mu.bytes_shard[MT_GROUP_EDP];
   out->params_numel = (double)(cfg->zero == 3 ? r->shard_numel : r->numel_local);
+  out->moments_numel = (double)s->dp.opt.n;
   out->n_buckets = r->n_buckets;
   for (int c = 0; c < s->exec.v; c++) out->layers += s->exec.l1[c] - s->exec.l0[c];
   /* least-loaded: per MoE block of the stage and micro-batch, the weights
@@ -175,7 +190,9 @@ int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
 /* What sets a rank's figures apart from another's: its pipeline stage and
  * its share of every bucket (the ZeRO shard over dp x cp or edp); the
  * ranks of tp, cp, ep and etp hold and send the same (the tests hold every
- * rank of a run to the plan). From the rank's registry alone. */
+ * rank of a run to the plan). Under Muon a rank's place in its groups too:
+ * the matrices it owns and the pieces it sends their owners follow from it.
+ * From the rank's registry alone. */
 static int signature(const mt_config *cfg, const mt_layout *lay, int world_rank, int **sig,
                      mt_err *e) {
   mt_mesh m;
@@ -195,12 +212,20 @@ static int signature(const mt_config *cfg, const mt_layout *lay, int world_rank,
   mt_registry_set_dp(&r, g.dp->size, g.dp->rank, g.cp->size, g.cp->rank);
   mt_registry_set_edp(&r, g.edp->size, g.edp->rank);
   mt_registry_shard(&r, o.zero, o.bucket_bytes);
-  int n = r.n_buckets + 2;
+  const int muon = cfg->optim == MT_OPTIM_MUON;
+  int n = r.n_buckets + 2 + (muon ? 4 : 0);
   *sig = mt_calloc((size_t)n, sizeof(int));
   (*sig)[0] = n;
   (*sig)[1] = m.pp_rank;
   for (int k = 0; k < r.n_buckets; k++)
     (*sig)[2 + k] = r.buckets[k].counts[r.group_rank[r.buckets[k].group]];
+  if (muon) {
+    int *at = *sig + 2 + r.n_buckets;
+    at[0] = r.group_rank[MT_GROUP_DP];
+    at[1] = r.group_rank[MT_GROUP_EDP];
+    at[2] = m.tp_rank;
+    at[3] = m.etp_rank;
+  }
   mt_registry_free(&r);
   return 0;
 }
@@ -272,6 +297,52 @@ void mt_plan_free(mt_plan *p) {
 static const mt_mem_cat g_cols[] = {MT_MEM_PARAMS, MT_MEM_GRADS, MT_MEM_OPTIM, MT_MEM_GATHER,
                                     MT_MEM_ACTIV, MT_MEM_COMM};
 
+/* the largest of a figure (a double at offset in mt_plan_rank) over stage st's ranks */
+static double muon_most(const mt_plan *p, int st, size_t offset) {
+  double most = 0.0;
+  for (int i = 0; i < p->n; i++) {
+    double v = *(const double *)((const char *)&p->r[i] + offset);
+    if (p->r[i].pp_rank == st && v > most) most = v;
+  }
+  return most;
+}
+
+/* Muon's assignment per stage: the Newton-Schulz FLOPs its ranks own
+ * (least, most and the rank), the busiest over the mean (the balance the
+ * owners' choice reached), and its exchange's bytes per group (the most
+ * of any rank of the stage) */
+static void print_muon(const mt_plan *p, const mt_config *cfg, FILE *f) {
+  const int moe = p->lay.shape.moe_experts > 0;
+  const double G = 1e9, MB = 1e6;
+  fprintf(f, "# optimizer: Muon (%d Newton-Schulz steps) on the hidden matrices, each "
+             "orthogonalised by one owner rank; per stage, GFLOP per step a rank owns (least, "
+             "most), busiest over mean, and the exchange's MB per step (not in the table)\n",
+          cfg->muon_ns_steps);
+  fprintf(f, "%-5s %8s %10s %10s %6s %8s | %10s %10s", "stage", "matrices", "owned min",
+          "owned max", "rank", "busy/mean", "muon dp", "muon tp");
+  if (moe) fprintf(f, " %10s %10s", "muon edp", "muon etp");
+  fputc('\n', f);
+  for (int st = 0; st < cfg->pp; st++) {
+    double lo = -1.0, hi = -1.0, busiest = 0.0, mean = 0.0;
+    int at = -1, matrices = 0;
+    for (int i = 0; i < p->n; i++) {
+      const mt_plan_rank *r = &p->r[i];
+      if (r->pp_rank != st) continue;
+      if (lo < 0 || r->muon_owned_flops < lo) lo = r->muon_owned_flops;
+      if (r->muon_owned_flops > hi) hi = r->muon_owned_flops, at = r->world_rank;
+      busiest = r->muon_busiest_flops, mean = r->muon_mean_flops, matrices = r->muon_matrices;
+    }
+    fprintf(f, "%-5d %8d %10.4f %10.4f %6d %8.3f  | %10.2f %10.2f", st, matrices, lo / G, hi / G,
+            at, mean > 0 ? busiest / mean : 1.0,
+            muon_most(p, st, offsetof(mt_plan_rank, muon_dp_bytes)) / MB,
+            muon_most(p, st, offsetof(mt_plan_rank, muon_tp_bytes)) / MB);
+    if (moe)
+      fprintf(f, " %10.2f %10.2f", muon_most(p, st, offsetof(mt_plan_rank, muon_edp_bytes)) / MB,
+              muon_most(p, st, offsetof(mt_plan_rank, muon_etp_bytes)) / MB);
+    fputc('\n', f);
+  }
+}
+
 void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
   const mt_model_shape *s = &p->lay.shape;
   const double MiB = 1048576.0, MB = 1e6;
@@ -321,6 +392,12 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
       if (r->edp_bytes > mx.edp_bytes) mx.edp_bytes = r->edp_bytes;
       exact &= r->comm_exact;
     }
+    if (cfg->optim == MT_OPTIM_MUON) { /* Muon's exchange on its own lines, below */
+      mx.dp_bytes -= muon_most(p, st, offsetof(mt_plan_rank, muon_dp_bytes));
+      mx.tp_bytes -= muon_most(p, st, offsetof(mt_plan_rank, muon_tp_bytes));
+      mx.edp_bytes -= muon_most(p, st, offsetof(mt_plan_rank, muon_edp_bytes));
+      mx.etp_bytes -= muon_most(p, st, offsetof(mt_plan_rank, muon_etp_bytes));
+    }
     fprintf(f, "%-5d", st);
     for (size_t c = 0; c < sizeof g_cols / sizeof g_cols[0]; c++)
       fprintf(f, " %10.2f", mx.mem[g_cols[c]] / MiB);
@@ -330,6 +407,7 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
                      mx.edp_bytes / MB);
     fputc('\n', f);
   }
+  if (cfg->optim == MT_OPTIM_MUON) print_muon(p, cfg, f);
   double llep = 0.0;
   for (int i = 0; i < p->n; i++)
     if (p->r[i].ep_llep_bytes > llep) llep = p->r[i].ep_llep_bytes;
@@ -386,6 +464,16 @@ void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f) {
     if (r->ep_llep_bytes > 0.0) /* least-loaded: ep at its worst */
       cJSON_AddNumberToObject(b, "ep_worst", r->ep_bytes + r->ep_llep_bytes);
     cJSON_AddNumberToObject(x, "dp_state_bytes", r->dp_state_bytes);
+    if (cfg->optim == MT_OPTIM_MUON) { /* its exchange's, of step_bytes */
+      cJSON *mb = cJSON_AddObjectToObject(x, "muon_bytes");
+      cJSON_AddNumberToObject(mb, "dp", r->muon_dp_bytes);
+      cJSON_AddNumberToObject(mb, "tp", r->muon_tp_bytes);
+      cJSON_AddNumberToObject(mb, "edp", r->muon_edp_bytes);
+      cJSON_AddNumberToObject(mb, "etp", r->muon_etp_bytes);
+      cJSON_AddNumberToObject(x, "optimizer_flops", r->muon_owned_flops);
+      cJSON_AddNumberToObject(x, "optimizer_flops_busiest", r->muon_busiest_flops);
+      cJSON_AddNumberToObject(x, "optimizer_flops_mean", r->muon_mean_flops);
+    }
     cJSON_AddNumberToObject(x, "params_numel", r->params_numel);
     cJSON_AddItemToArray(ranks, x);
   }

@@ -74,6 +74,7 @@ typedef struct {
   mt_mem_account acct;
   int *tokens, *rows;   /* the step's micro-batches (zeros: their values do not matter) */
   mt_pp_batch batch;
+  double update_state_bytes; /* of the dp x cp state bytes, what the optimizer step sent */
 } mt_plan_world;
 
 typedef struct {
@@ -99,7 +100,20 @@ typedef struct {
    * balanced, so ep_bytes holds none of it) */
   double ep_llep_bytes;
   double dp_state_bytes; /* of dp_bytes, the gradients' and parameters' (no scalar sums) */
+  double dp_update_bytes; /* of dp_state_bytes, the updated parameters gathered after the
+                             optimizer step (ZeRO 1, 2; Muon's matrices at ZeRO 0) */
+  /* optim.name = muon (mt_dp_muon_get_stats of the rank's dp engine): the
+   * Newton-Schulz FLOPs per step of the matrices it owns, the busiest and
+   * the mean rank's of its groups (dense and expert summed), the matrices
+   * it owns; and its exchange's bytes per step, which dp_bytes, tp_bytes,
+   * edp_bytes and etp_bytes include (comm counts every byte of a group):
+   * over dp x cp, tp (the shard axis of dense matrices), edp and etp */
+  double muon_owned_flops, muon_busiest_flops, muon_mean_flops;
+  int muon_matrices, muon_owned;
+  double muon_dp_bytes, muon_tp_bytes, muon_edp_bytes, muon_etp_bytes;
   double params_numel;   /* parameters it holds (its tp/pp share; ZeRO-3: its shard) */
+  double moments_numel;  /* elements of each moment it holds (the rest of the optimizer's
+                            bytes: Muon's exchange buffers and scratch) */
   int n_buckets;         /* dp buckets (reductions per step) */
   int layers;            /* blocks on this rank (all its chunks) */
 } mt_plan_rank;
@@ -113,9 +127,10 @@ typedef struct {
 
 /* The plan of every rank of cfg's mesh (world_size 0: the mesh as given),
  * counting one rank of each class of ranks whose figures are the same (the
- * same stage and the same shard sizes), so a plan of any mesh takes
- * seconds. Needs no MPI. Returns 0, or -1 with e set (the validation's
- * errors). */
+ * same stage and the same shard sizes; under optim.name = muon also the
+ * same place in the groups, which sets the matrices a rank owns), so a
+ * plan of any mesh takes seconds. Needs no MPI. Returns 0, or -1 with e
+ * set (the validation's errors). */
 int mt_plan_build(const mt_config *cfg, int world_size, mt_plan *p, mt_err *e);
 /* One rank's plan (pp, dp, cp, tp coordinates), for a running rank's checks. */
 int mt_plan_rank_build(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
@@ -132,7 +147,10 @@ int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
                        mt_plan_world *keep, mt_err *e);
 void mt_plan_world_destroy(mt_plan_world *w);
 /* The table meshtrain --plan prints: per pipeline stage, memory by category
- * and bytes per group per step (the largest rank of the stage). */
+ * and bytes per group per step (the largest rank of the stage); under
+ * optim.name = muon the gradients' and parameters' bytes in the table, and
+ * per stage Muon's assignment (Newton-Schulz FLOPs owned, busiest over
+ * mean) and its exchange's bytes per group apart. */
 void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f);
 /* Every rank's figures as JSON (meshtrain --plan-json). */
 void mt_plan_write_json(const mt_plan *p, const mt_config *cfg, FILE *f);
@@ -305,7 +323,16 @@ typedef struct {
    * beyond its last backward and the cool-down after it (pp > 1; the
    * step's dp_exposed_s is the largest, plus the calls' latencies) */
   double stage_dp_s[64], stage_dp_exposed_s[64];
-  double optim_s;            /*   AdamW */
+  double optim_s;            /*   the optimizer step: AdamW's, and under optim.name = muon
+                                  (after the backward and the reductions, not hidden) Muon's: */
+  double optim_ns_s;         /*     the busiest owner's Newton-Schulz iterations */
+  double optim_exchange_s;   /*     the exchange's all-to-alls over dp x cp and tp (edp, etp) */
+  double optim_momentum_s;   /*     the momentum and update's elementwise work */
+  double optim_flops;        /*   Muon: the busiest rank's Newton-Schulz FLOPs per step */
+  /* Muon's exchange's bytes per step over dp x cp (and edp) and tp (and
+   * etp), the plan's first rank's of a stage, the most: not in dp_bytes,
+   * tp_bytes */
+  double muon_dp_bytes, muon_tp_bytes;
   double tokens_per_s, mfu, model_flops;
   /* the plan's figures in the run's dtypes, the largest rank's of any stage */
   double mem_bytes, mem[MT_MEM_NCAT];

@@ -342,6 +342,18 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
   comm_read(&r->comm, mesh, UNTIL_EVAL);
 }
 
+/* Muon: the step's bytes of its exchange (its counters run over the run) */
+static void muon_bytes(mt_trainer *t) {
+  if (t->cfg.optim != MT_OPTIM_MUON) return;
+  const mt_dp_muon_stats st = mt_dp_muon_get_stats(&t->step.dp);
+  const double now[4] = {st.bytes_red[MT_GROUP_DP], st.bytes_shard[MT_GROUP_DP],
+                         st.bytes_red[MT_GROUP_EDP], st.bytes_shard[MT_GROUP_EDP]};
+  for (int k = 0; k < 4; k++) {
+    t->last_muon_bytes[k] = now[k] - t->muon_bytes_seen[k];
+    t->muon_bytes_seen[k] = now[k];
+  }
+}
+
 /* The step's record (but its pipeline and MoE figures): its times split
  * into compute, communication per group, optimizer, data and evaluation;
  * the checkpoint time carried in; memory peaks. Also the run's totals. */
@@ -397,6 +409,8 @@ static void fill_record(mt_trainer *t, int step, const step_result *r, ckpt_carr
   ck->pending_ckpt_s = ck->pending_write_s = 0.0;
   rec->model_flops = t->flops_per_token * (double)t->tokens_per_step;
   rec->flops_per_s = step_s > 0 ? rec->model_flops / step_s : 0.0;
+  rec->optimizer_flops = t->optimizer_flops_job;
+  muon_bytes(t);
   rec->peak_flops = t->peak_flops;
   for (int c = 0; c < MT_MEM_NCAT; c++) rec->mem_peak[c] = mt_mem_peak((mt_mem_cat)c);
   rec->rss_peak = mt_mem_peak_rss();

@@ -278,6 +278,12 @@ static void setup_peak(mt_trainer *t) {
   t->flops_per_token = mt_train_flops_per_token_mm(mt_model_active_matmul_weights(s), s->n_layer,
                                                    s->n_embd, s->seq_len);
   t->tokens_per_step = (long long)cfg->global_batch * s->seq_len;
+  /* Muon: the optimizer's FLOPs apart from the model's (MFU counts the
+   * model's; the step line and summary also give model + optimizer) */
+  if (cfg->optim == MT_OPTIM_MUON) {
+    t->optimizer_flops = t->optimizer_flops_job = mt_dp_muon_get_stats(&t->step.dp).owned_flops;
+    mt_allreduce(&t->mesh.world, &t->optimizer_flops_job, 1, MT_DT_F64, MT_RED_SUM, MT_LOC_HOST);
+  }
 }
 
 /* a test's slow-down (tests only): MT_TEST_SETUP_SLEEP_S, a slow start-up so

@@ -189,10 +189,18 @@ static void summary_add_attempts(cJSON *o, const char *dir, int resumed, long lo
   cJSON_AddItemToObject(o, "run", run);
 }
 
-/* per rank: coordinates, peak bytes by category, the last step's bytes per group */
-enum { RANK_COORDS = 4, RANK_GROUPS = 7, RANK_FIELDS = RANK_COORDS + MT_MEM_NCAT + RANK_GROUPS };
+/* per rank: coordinates, peak bytes by category, the last step's bytes per
+ * group; Muon's FLOPs owned and its exchange's last step's bytes (dp x cp,
+ * tp, edp, etp: of the groups') */
+enum {
+  RANK_COORDS = 4,
+  RANK_GROUPS = 7,
+  RANK_MUON = 5,
+  RANK_FIELDS = RANK_COORDS + MT_MEM_NCAT + RANK_GROUPS + RANK_MUON
+};
 
 static cJSON *ranks_json(const mt_trainer *t, const double *all) {
+  const int muon = t->cfg.optim == MT_OPTIM_MUON;
   cJSON *arr = cJSON_CreateArray();
   for (int r = 0; r < t->world_size; r++) {
     const double *v = all + (size_t)r * RANK_FIELDS;
@@ -212,6 +220,15 @@ static cJSON *ranks_json(const mt_trainer *t, const double *all) {
     cJSON_AddNumberToObject(bytes, "ep", b[4]);
     cJSON_AddNumberToObject(bytes, "etp", b[5]);
     cJSON_AddNumberToObject(bytes, "edp", b[6]);
+    if (muon) {
+      const double *u = b + RANK_GROUPS;
+      cJSON_AddNumberToObject(o, "optimizer_flops", u[0]);
+      cJSON *mb = cJSON_AddObjectToObject(o, "last_step_muon_bytes");
+      cJSON_AddNumberToObject(mb, "dp", u[1]);
+      cJSON_AddNumberToObject(mb, "tp", u[2]);
+      cJSON_AddNumberToObject(mb, "edp", u[3]);
+      cJSON_AddNumberToObject(mb, "etp", u[4]);
+    }
     cJSON_AddItemToArray(arr, o);
   }
   return arr;
@@ -234,6 +251,9 @@ void mt_train_summary(mt_trainer *t) {
   mine[RANK_COORDS + MT_MEM_NCAT + 4] = t->last_ep_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 5] = t->last_etp_bytes;
   mine[RANK_COORDS + MT_MEM_NCAT + 6] = t->last_edp_bytes;
+  double *muon = mine + RANK_COORDS + MT_MEM_NCAT + RANK_GROUPS;
+  muon[0] = t->optimizer_flops;
+  for (int k = 0; k < 4; k++) muon[1 + k] = t->last_muon_bytes[k];
   /* to rank 0 only: a sum of vectors over the world was O(ranks) memory and
    * traffic on every rank (O(ranks^2) for the job) */
   if (t->world_rank == 0) all = mt_calloc((size_t)t->world_size * RANK_FIELDS, sizeof(double));
@@ -303,6 +323,17 @@ void mt_train_summary(mt_trainer *t) {
   }
   cJSON_AddNumberToObject(o, "mfu",
                           t->peak_flops > 0 ? tok_s * t->flops_per_token / t->peak_flops : 0);
+  if (cfg->optim == MT_OPTIM_MUON) {
+    /* Muon's Newton-Schulz FLOPs per step: rank 0's own, the job's; MFU
+     * with them beside the model's (the model's FLOPs stay in "mfu") */
+    cJSON_AddNumberToObject(o, "optimizer_flops", t->optimizer_flops);
+    cJSON_AddNumberToObject(o, "optimizer_flops_job", t->optimizer_flops_job);
+    cJSON_AddNumberToObject(o, "mfu_model_plus_optimizer",
+                            t->peak_flops > 0 && avg_step > 0
+                                ? (tok_s * t->flops_per_token + t->optimizer_flops_job / avg_step) /
+                                      t->peak_flops
+                                : 0);
+  }
   /* rank 0's plan: dp bytes of gradients and parameters, tp and pp bytes
    * of everything (what comm counts on a step without evaluation) */
   cJSON_AddNumberToObject(o, "dp_bytes_per_step", plan.dp_state_bytes);

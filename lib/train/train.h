@@ -106,6 +106,11 @@ typedef struct {
   double last_dp_bytes, last_tp_bytes, last_pp_bytes, last_cp_bytes; /* the last step's, this
                                                                          rank */
   double last_ep_bytes, last_etp_bytes, last_edp_bytes;
+  /* optim.name = muon: the Newton-Schulz FLOPs per step this rank owns and
+   * the job's (every rank's summed); the last step's bytes of its exchange
+   * over dp x cp, tp, edp, etp (of last_*_bytes) and its counters so far */
+  double optimizer_flops, optimizer_flops_job;
+  double last_muon_bytes[4], muon_bytes_seen[4];
   /* loss spikes (spike.c): the running window of normal losses, the
    * median the last test used (-1: none), the rollbacks made and the
    * first MT_SPIKE_EVENTS of them, what the next step record reports;

@@ -4,6 +4,7 @@ mt_script_test(exact_small plan plan_exact.sh small)
 mt_script_test(exact_tiny_moe plan plan_exact.sh tiny_moe)
 mt_script_tests(plan
   documents           documents.sh
+  muon_cost           muon_cost.sh
   calibrated          calibrated.sh
   calibrate_roundtrip calibrate_roundtrip.sh
   emit_sweep          emit_sweep.sh)

@@ -6,7 +6,9 @@ summary.json) against meshtrain --plan-json, exactly.
 WORK/CASE.plan.json and WORK/CASE/summary.json for each CASE (its first
 word); GROUPS: the comm groups to compare, comma-separated (dp,tp,pp,cp or
 with the MoE groups). comm memory is compared where the plan says it is
-exact. Prints rank 0's figures per case; exits 1 on any difference."""
+exact. Under optim.name = muon also each rank's Newton-Schulz FLOPs
+(optimizer_flops) and its exchange's bytes per group (muon_bytes). Prints
+rank 0's figures per case; exits 1 on any difference."""
 import json
 import sys
 
@@ -33,6 +35,15 @@ def compare(work, case, groups):
             got, want = r["last_step_bytes"][g], p["step_bytes"][g]
             if not got == want:
                 print("FAIL: %s rank %d: %s bytes per step %r, planned %r" % (case, p["rank"], g, got, want))
+                bad += 1
+        if "muon_bytes" in p:
+            for g, want in p["muon_bytes"].items():
+                got = r["last_step_muon_bytes"][g]
+                if not got == want:
+                    print("FAIL: %s rank %d: muon %s bytes per step %r, planned %r" % (case, p["rank"], g, got, want))
+                    bad += 1
+            if not r["optimizer_flops"] == p["optimizer_flops"]:
+                print("FAIL: %s rank %d: optimizer FLOPs %r, planned %r" % (case, p["rank"], r["optimizer_flops"], p["optimizer_flops"]))
                 bad += 1
     p0 = plan["ranks"][0]
     print("%-9s rank 0: " % case + " ".join("%s %d" % (c, p0["mem_bytes"][c]) for c in CATS) +

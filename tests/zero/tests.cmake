@@ -5,6 +5,8 @@ mt_script_test(plan_tiny zero plan_accounting.sh tiny)
 mt_script_test(plan_small zero plan_accounting.sh small)
 mt_script_test(plan_tiny_bf16 zero plan_accounting.sh tiny_bf16)
 mt_script_test(plan_offline zero plan_offline.sh)
+# optim.name = muon: the plan's Newton-Schulz FLOPs and exchange bytes = the run's
+mt_script_test(plan_muon zero plan_muon.sh)
 mt_script_test(no_lookup_by_position zero no_lookup_by_position.sh)
 
 set(T --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
