@@ -77,6 +77,7 @@ mt_emu_test(orders gpu-emu emu/orders.sh)
 # meshtrain on emulated GPUs
 mt_emu_test(train_tiny gpu-emu train_tiny.sh)
 mt_emu_test(bf16 gpu-emu emu/bf16.sh)
+mt_emu_test(muon gpu-emu muon.sh)
 # the plan = the run's counters on the emulated GPU under bf16 (18 layouts)
 mt_emu_test(memory_bf16 gpu-emu memory.sh tiny_bf16)
 mt_emu_test(layouts gpu-emu emu/layouts.sh)
