@@ -11,6 +11,7 @@
 #   ckpt    saved at step 5 under one layout, resumed under others, equal to
 #           the run that never stopped; a resume under AdamW refused with one
 #           line unless optim.on_switch = reset
+#   smoke   a short run of each exchange (the sanitizers' build runs it)
 #   bf16    the iteration in bf16 (train.precision = bf16): dp 2 at ZeRO 1 and
 #           tp 2 near one rank's (bf16's rounding), and the loss falls
 GROUP=$1
@@ -116,6 +117,13 @@ l = [json.loads(x)["loss"] for x in open(sys.argv[1])]
 print("loss %.4f -> %.4f" % (l[0], l[-1]))
 sys.exit(0 if l[-1] < l[0] - 0.5 else 1)
 PY
+    ;;
+  smoke) # the sanitizers' pass: the exchange over dp x cp and tp, experts over edp and etp
+    run tp2dp2z3 4 --set ckpt.mode=none --set train.steps=3 --set parallel.dp=2 --set parallel.tp=2 \
+      --set parallel.sp=true --set parallel.zero=3 --set train.micro_batch=2
+    run moe 4 --set ckpt.mode=none --set train.steps=3 --set model.moe_experts=4 --set model.moe_topk=2 \
+      --set parallel.dp=2 --set parallel.tp=2 --set parallel.etp=2 --set parallel.ep=2 \
+      --set parallel.zero=1 --set train.micro_batch=2 --set optim.muon_distribution=replicated
     ;;
   *) fail "unknown group $GROUP" ;;
 esac
