@@ -85,6 +85,38 @@ static void *fp32_alloc(const mt_ops *ops, size_t n) {
   return ops->alloc(MT_MEM_OPTIM, (n ? n : 1) * sizeof(float));
 }
 
+/* the first rank of the group whose part of bucket k reaches past flat
+ * element a (parts are consecutive in rank order) */
+static int first_part(const mt_bucket_plan *p, int G, size_t a) {
+  int lo = 0, hi = G - 1;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (p->begin + (size_t)p->displs[mid] + (size_t)p->counts[mid] > a) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* does rank q's part of bucket p begin before matrix x ends */
+static int part_before_end(const mt_bucket_plan *p, int q, const mt_muon_matrix *x) {
+  return p->begin + (size_t)p->displs[q] < x->offset + local_numel(x);
+}
+
+static int cmp_piece_src(const void *a, const void *b) {
+  const piece *x = a, *y = b; /* by source (in k), then matrix */
+  if (x->k != y->k) return x->k < y->k ? -1 : 1;
+  return (x->x > y->x) - (x->x < y->x);
+}
+
+static int cmp_piece_owner(const void *a, const void *b) {
+  const piece *x = a, *y = b; /* by owner (in at), then matrix */
+  if (x->at != y->at) return x->at < y->at ? -1 : 1;
+  return (x->x > y->x) - (x->x < y->x);
+}
+
+/* The exchange's layouts of group g, in time and memory linear in the
+ * matrices (and the pieces that come in), whatever the ranks: thousands of
+ * experts over thousands of ranks plan in milliseconds. */
 static void plan_group(mt_dp *d, struct mt_dp_muon *u, mt_grad_group g) {
   muon_group *m = &u->grp[g];
   m->red = d->groups[g];
@@ -96,13 +128,14 @@ static void plan_group(mt_dp *d, struct mt_dp_muon *u, mt_grad_group g) {
   mt_muon_assign(u->mat, u->n_mat, g, m->G, m->S);
   /* the busiest rank's FLOPs and the mean, over the group x shard ranks */
   double total = 0.0, most = 0.0;
+  double *load = mt_calloc((size_t)m->G * m->S, sizeof *load);
   for (int i = 0; i < u->n_mat; i++)
-    if (u->mat[i].group == g) total += u->mat[i].flops;
-  for (int q = 0; q < m->G; q++)
-    for (int s = 0; s < m->S; s++) {
-      double f = mt_muon_owned_flops(u->mat, u->n_mat, g, q, s);
-      if (f > most) most = f;
+    if (u->mat[i].group == g) {
+      total += u->mat[i].flops;
+      load[(size_t)u->mat[i].owner_g * m->S + u->mat[i].owner_s] += u->mat[i].flops;
     }
+  for (size_t s = 0; s < (size_t)m->G * m->S; s++) most = load[s] > most ? load[s] : most;
+  free(load);
   u->st.busiest_flops += most;
   u->st.mean_flops += total / (m->G * m->S);
   /* replicated (the naive baseline): every rank its own owner of every
@@ -113,22 +146,38 @@ static void plan_group(mt_dp *d, struct mt_dp_muon *u, mt_grad_group g) {
   m->r1 = mt_calloc((size_t)m->G, sizeof(size_t));
   m->c2 = mt_calloc((size_t)m->S, sizeof(size_t));
   m->r2 = mt_calloc((size_t)m->S, sizeof(size_t));
+  /* each matrix's bucket (a tensor lies in one), and how many pieces come
+   * in: the sources whose parts meet the matrices this group rank owns */
+  int *bucket = mt_calloc((size_t)u->n_mat + 1, sizeof(int));
+  size_t n_inc = 0;
+  for (int i = 0; i < u->n_mat; i++) {
+    const mt_muon_matrix *x = &u->mat[i];
+    if (x->group != g) continue;
+    bucket[i] = bucket_of(d, g, x->offset);
+    if (x->owner_g != m->gr) continue;
+    const mt_bucket_plan *p = dp_plan(d, bucket[i]);
+    size_t a;
+    for (int q = first_part(p, m->G, x->offset); q < m->G && part_before_end(p, q, x); q++)
+      n_inc += piece_of(d, x, bucket[i], q, &a) > 0;
+  }
   m->mine = mt_calloc((size_t)u->n_mat + 1, sizeof(piece));
-  m->inc = mt_calloc((size_t)u->n_mat * (size_t)m->G + 1, sizeof(piece));
-  /* level 1 out: to each owner's group rank in turn, this rank's pieces */
-  for (int q = 0; q < m->G; q++)
-    for (int i = 0; i < u->n_mat; i++) {
-      const mt_muon_matrix *x = &u->mat[i];
-      if (x->group != g || x->owner_g != q) continue;
-      int k = bucket_of(d, g, x->offset);
-      size_t a, len = piece_of(d, x, k, m->gr, &a);
-      if (!len) continue;
-      m->mine[m->n_mine++] = (piece){i, k, a, len, m->n1s};
-      m->n1s += len;
-      m->c1[q] += len;
-    }
+  m->inc = mt_calloc(n_inc + 1, sizeof(piece));
+  /* level 1 out: this rank's pieces, by their owner's group rank (kept in
+   * at until the offsets are known), then matrix */
+  for (int i = 0; i < u->n_mat; i++) {
+    const mt_muon_matrix *x = &u->mat[i];
+    size_t a, len = x->group == g ? piece_of(d, x, bucket[i], m->gr, &a) : 0;
+    if (len) m->mine[m->n_mine++] = (piece){i, bucket[i], a, len, (size_t)x->owner_g};
+  }
+  qsort(m->mine, (size_t)m->n_mine, sizeof(piece), cmp_piece_owner);
+  for (int j = 0; j < m->n_mine; j++) {
+    m->c1[m->mine[j].at] += m->mine[j].len;
+    m->mine[j].at = m->n1s;
+    m->n1s += m->mine[j].len;
+  }
   /* L: the matrices this group rank owns, by owner shard rank; what goes to
-   * shard rank s is c2[s] */
+   * shard rank s is c2[s]; and the pieces that come in, by source (kept in
+   * k until sorted), then matrix */
   size_t at = 0;
   for (int s = 0; s < m->S; s++)
     for (int i = 0; i < u->n_mat; i++) {
@@ -137,19 +186,21 @@ static void plan_group(mt_dp *d, struct mt_dp_muon *u, mt_grad_group g) {
       u->at_L[i] = at;
       at += local_numel(x);
       m->c2[s] += local_numel(x);
+      const mt_bucket_plan *p = dp_plan(d, bucket[i]);
+      for (int q = first_part(p, m->G, x->offset); q < m->G && part_before_end(p, q, x); q++) {
+        size_t a, len = piece_of(d, x, bucket[i], q, &a);
+        if (len) m->inc[m->n_inc++] = (piece){i, q, a, len, 0};
+      }
     }
-  /* level 1 in: from each source, its pieces of the matrices owned here */
-  for (int q = 0; q < m->G; q++)
-    for (int i = 0; i < u->n_mat; i++) {
-      const mt_muon_matrix *x = &u->mat[i];
-      if (x->group != g || x->owner_g != m->gr) continue;
-      int k = bucket_of(d, g, x->offset);
-      size_t a, len = piece_of(d, x, k, q, &a);
-      if (!len) continue;
-      m->inc[m->n_inc++] = (piece){i, k, a, len, m->n1r};
-      m->n1r += len;
-      m->r1[q] += len;
-    }
+  qsort(m->inc, (size_t)m->n_inc, sizeof(piece), cmp_piece_src);
+  for (int j = 0; j < m->n_inc; j++) {
+    piece *p = &m->inc[j];
+    m->r1[p->k] += p->len;
+    p->k = bucket[p->x];
+    p->at = m->n1r;
+    m->n1r += p->len;
+  }
+  free(bucket);
   if (m->n1r != at) mt_die("muon: %zu elements come in, %zu expected", m->n1r, at);
   /* R: from each shard rank, its shard of each matrix this rank owns */
   size_t within = 0;
