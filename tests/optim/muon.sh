@@ -1,6 +1,6 @@
 # Muon (optim.name = muon), distributed as Canzona: whatever the layout, the
 # update is the one rank's. GROUP:
-#   dense   dp 2 at ZeRO 0-3, tp 2 + sp, tp 2 x dp 2 at ZeRO 3, pp 2 (1f1b and
+#   dense   dp 2 at ZeRO 0-3, tp 2 + sp, cp 2 x dp 2 at ZeRO 2, tp 2 x dp 2 at ZeRO 3, pp 2 (1f1b and
 #           interleaved): 20 steps' losses within a relative 1e-6 of one rank's
 #           and the final parameters (dp only: save_params writes one rank's)
 #           within 5e-6 (of weights up to 1: the gradients' summation order
@@ -36,6 +36,8 @@ case $GROUP in
       --rtol 1e-6 --param-atol 5e-6 --steps 20
     run pp2 2 "${N[@]}" --set parallel.pp=2 --set train.micro_batch=2
     run dp2z3 2 "${N[@]}" --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=1
+    run cp2dp2z2 4 "${N[@]}" --set parallel.cp=2 --set parallel.dp=2 --set parallel.zero=2 \
+      --set train.micro_batch=1
     run tp2dp2z3 4 "${N[@]}" --set parallel.dp=2 --set parallel.tp=2 --set parallel.sp=true \
       --set parallel.zero=3 --set train.micro_batch=2
     run pp2dp2il 4 "${N[@]}" --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 \
@@ -47,7 +49,7 @@ case $GROUP in
       --set optim.muon_distribution=replicated
     run rep_tp2dp2z3 4 "${N[@]}" --set parallel.dp=2 --set parallel.tp=2 --set parallel.zero=3 \
       --set train.micro_batch=2 --set optim.muon_distribution=replicated
-    python3 "$CMP" "$WORK/ref" "$WORK/tp2sp" "$WORK/pp2" "$WORK/dp2z3" "$WORK/tp2dp2z3" \
+    python3 "$CMP" "$WORK/ref" "$WORK/tp2sp" "$WORK/pp2" "$WORK/dp2z3" "$WORK/cp2dp2z2" "$WORK/tp2dp2z3" \
       "$WORK/rep_dp2z1" "$WORK/rep_tp2dp2z3" --rtol 1e-6 --steps 20
     python3 "$CMP" "$WORK/ref4" "$WORK/pp2dp2il" --rtol 1e-6 --steps 20
     run dp2z2_again 2 "${N[@]}" "${P[@]}" --set parallel.dp=2 --set parallel.zero=2 --set train.micro_batch=1
