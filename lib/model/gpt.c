@@ -314,6 +314,8 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   /* backward scratch: one layer's worth, reused layer after layer */
   mt_gpt_acts *d = &m->d;
   d->residual3 = act_elems(m, BTs * C); /* the gradient of the residual stream */
+  /* ladder: the gradient of the pending MLP output (the previous block's) */
+  if (mt_model_ladder(shape)) d->fcproj = act_elems(m, BTs * C);
   d->ln1 = act_elems(m, BT * C); /* d of a column-parallel input (ln1, ln2, lnf), partial over tp */
   d->qkv = act_elems(m, BT * 3 * Cl);
   /* grouped-query attention: the projection's q|k|v (BT, Cl + 2 Ckv_l),
@@ -590,12 +592,22 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
     const size_t j = (size_t)(l - x->l0);
     mt_layer_acts la = mt_layer_at(m, a, l, x->l0, B);
     const mt_act *x0 = mt_layer_input(m, a, j, B);
+    /* ladder: the previous block's MLP output, not yet in x0 (a range that
+     * starts after block 0 would need it from the stage before: pp is
+     * refused with the ladder) */
+    const mt_act *pend = NULL;
+    if (mt_model_ladder(&m->shape) && l > 0) {
+      if (j == 0) mt_die("model: the ladder residual needs block %d's input range to start at 0", l);
+      pend = mt_layer_at(m, a, l - 1, x->l0, B).fcproj;
+    }
     if (pass == MT_PASS_FORWARD) {
-      mt_block_forward(m, l, &m->p.blocks[l], x0, &la, B);
+      mt_block_forward(m, l, &m->p.blocks[l], x0, pend, &la, B);
       return 0.0;
     }
     if (m->recompute) mt_block_recompute(m, l, x0, &la, B);
     if (pass == MT_PASS_WEIGHT) mt_block_backward_weight(m, l, &la, B);
+    else if (m->d.fcproj)
+      mt_block_backward_ladder(m, l, x0, &la, dres, m->d.fcproj, x->input_only, x->dloss, B);
     else mt_block_backward(m, l, x0, &la, dres, x->input_only, x->dloss, B);
     return 0.0;
   }

@@ -95,10 +95,17 @@ typedef struct {
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   double moe_capacity;
   mt_moe_router moe_router;
+  /* the residual stream: standard (each attention or MLP reads the whole
+   * stream) or ladder (Ladder Residual: module k reads the stream without
+   * module k-1's output, which joins it one module later) */
+  mt_residual residual;
 } mt_model_shape;
 
 /* the architecture's pieces */
 static inline int mt_model_llama(const mt_model_shape *s) { return s->arch == MT_ARCH_LLAMA; }
+static inline int mt_model_ladder(const mt_model_shape *s) {
+  return s->residual == MT_RESIDUAL_LADDER;
+}
 /* The cosine | sine table of rotary embedding for rows at positions pos[0..T)
  * with head size hs: cs (T, hs), row i = cos of its hs/2 angles, then their
  * sines (kernels.h's rope). Angle of pair d at position p: p x inv_freq[d],

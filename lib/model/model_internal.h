@@ -269,9 +269,11 @@ void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const
                       const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
                       int N);
 
-/* Forward of block l from its input x0 (BTs,C) into x. */
+/* Forward of block l from its input x0 (BTs,C) into x. Ladder residual:
+ * pend is the previous block's MLP output (BTs,C), not yet in x0 (NULL for
+ * block 0 and under the standard residual). */
 void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
-                      const mt_layer_acts *x, int B);
+                      const mt_act *pend, const mt_layer_acts *x, int B);
 /* Recompute: layer l's activations into the workspace again, from its
  * input (bitwise the stored values). */
 void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, int B);
@@ -281,6 +283,11 @@ void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts 
  * here). */
 void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, mt_act *dres,
                        int input_only, float dloss, int B);
+/* The same under the ladder residual: dres holds d(x->res3), dpend
+ * d(x->fcproj) (the last block: ignored, d(x->res3) is that too); they
+ * become d(input) and d(the previous block's fcproj). */
+void mt_block_backward_ladder(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x,
+                              mt_act *dres, mt_act *dpend, int input_only, float dloss, int B);
 /* The weight pass of block l: dW += dY^T X, db += sum dY for each linear,
  * from the output gradients the input pass kept (dense blocks only). */
 void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B);
