@@ -116,7 +116,13 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   mt_norm_forward(m, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs);
   qkv_forward(m, w, x, B);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
-  mt_linear_row_forward(tp, x->attproj, x->atty, w->attn_proj_w, w->attn_proj_b, B, Cl);
+  /* ladder: the projection's sum over tp is read only at res3, after the
+   * MLP: it runs while the MLP computes */
+  mt_request att_sum;
+  if (ladder)
+    mt_linear_row_forward_async(tp, x->attproj, x->atty, w->attn_proj_w, w->attn_proj_b, B, Cl,
+                                &att_sum);
+  else mt_linear_row_forward(tp, x->attproj, x->atty, w->attn_proj_w, w->attn_proj_b, B, Cl);
   /* the residual and the MLP's norm in one pass (a MoE block: its shared
    * experts, if any): column-parallel fc + GELU or SwiGLU, row-parallel
    * proj; then a MoE block's routed experts. Ladder: the MLP reads the
@@ -134,10 +140,13 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   }
   if (Fl > 0) {
     mt_linear_col_forward(tp, x->fch, x->ln2, w->fc_w, w->fc_b, B, Fl * m->mlp_in);
+    if (ladder) mt_progress(&att_sum); /* MPI moves a host reduction only inside its calls */
     mt_mlp_act_forward(m, x->fchg, x->fch, B * m->T, Fl);
+    if (ladder) mt_progress(&att_sum);
     mt_linear_row_forward(tp, x->fcproj, x->fchg, w->fc_proj_w, w->fc_proj_b, B, Fl);
   }
   if (x->is_moe) mt_moe_block_forward(m, l, w, x, B);
+  if (ladder) mt_linear_row_wait(tp, &att_sum);
   if (!ladder) {
     o->residual_forward(m->dt, x->res3, x->res2, x->fcproj, btc);
     return;

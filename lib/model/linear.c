@@ -13,6 +13,7 @@
  * step. */
 #include "model/model_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
@@ -36,6 +37,7 @@ void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_par
 }
 
 void mt_tp_destroy(mt_tp *tp) {
+  free(tp->async_counts);
   if (tp->scratch) tp->ops->free(MT_MEM_COMM, tp->scratch, tp->scratch_n * tp->es);
   if (tp->grad_buf) tp->ops->free(MT_MEM_COMM, tp->grad_buf, tp->grad_buf_n * sizeof(float));
   memset(tp, 0, sizeof *tp);
@@ -205,6 +207,48 @@ void mt_linear_row_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt
   tp->ops->matmul_forward(tp->dt, mt_linear_row_partial(tp, y), x, w,
             tp->rank == 0 ? b : NULL, B * tp->T, IC, tp->C);
   mt_linear_row_reduce(tp, y, B);
+}
+
+void mt_tp_set_async(mt_tp *tp, mt_act *full, mt_act *pack) {
+  tp->async_full = full;
+  tp->async_pack = pack;
+  free(tp->async_counts);
+  tp->async_counts = mt_calloc((size_t)tp->size, sizeof(int));
+}
+
+void mt_linear_row_forward_async(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                                 const mt_act *b, int B, int IC, mt_request *r) {
+  r->active = 0;
+  if (!tp->g) {
+    mt_linear_row_forward(tp, y, x, w, b, B, IC);
+    return;
+  }
+  const mt_act *bias = tp->rank == 0 ? b : NULL;
+  if (!tp->sp) {
+    tp->ops->matmul_forward(tp->dt, y, x, w, bias, B * tp->T, IC, tp->C);
+    mt_iallreduce(tp->g, y, (size_t)B * tp->T * tp->C, tp->dt, MT_RED_SUM, tp->ops->loc, r);
+    return;
+  }
+  if (!tp->async_full || !tp->async_counts) mt_die("tp: no scratch for a non-blocking reduction");
+  tp->ops->matmul_forward(tp->dt, tp->async_full, x, w, bias, B * tp->T, IC, tp->C);
+  /* (B, size, inner) -> (size, B, inner): rank q's slice of every
+   * sequence end to end, as the reduce-scatter's parts lie (one sequence:
+   * already so) */
+  const size_t inner = (size_t)(tp->T / tp->size) * tp->C, part = (size_t)B * inner;
+  if (part > (size_t)INT32_MAX) mt_die("tp: a reduce-scatter part of %zu elements", part);
+  mt_act *send = B == 1 ? tp->async_full : tp->async_pack;
+  for (int q = 0; q < tp->size; q++) {
+    tp->async_counts[q] = (int)part;
+    if (B > 1)
+      tp->ops->copy_2d(tp->dt, mt_act_at(tp->es, send, q * part), inner,
+                       mt_act_at(tp->es, tp->async_full, q * inner), tp->size * inner, (size_t)B,
+                       inner);
+  }
+  mt_ireduce_scatter(tp->g, send, y, tp->async_counts, tp->dt, tp->ops->loc, r);
+}
+
+void mt_linear_row_wait(const mt_tp *tp, mt_request *r) {
+  if (tp->g) mt_wait(r);
 }
 
 const mt_act *mt_linear_row_dout(const mt_tp *tp, const mt_act *dy, int B) {

@@ -228,6 +228,11 @@ typedef struct mt_tp {
    * reduce-scatter dx_local (BTs,C) */
   int T, C;
   mt_act *full_in, *full_out, *dx_local;
+  /* a row-parallel output summed without blocking (the ladder residual's
+   * attention, mt_linear_row_forward_async), under sp: its partial sum
+   * (BT,C), that packed rank by rank (BT,C), each rank's count (size) */
+  mt_act *async_full, *async_pack;
+  int *async_counts;
 } mt_tp;
 
 /* Sum over the group, in one all-reduce, the gradients of every tensor in

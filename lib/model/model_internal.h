@@ -17,6 +17,8 @@ void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_par
 void mt_tp_destroy(mt_tp *tp);
 void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,
                       mt_act *dx_local);
+/* the scratch of mt_linear_row_forward_async under sp: (BT,C) each */
+void mt_tp_set_async(mt_tp *tp, mt_act *full, mt_act *pack);
 
 /* Sum (in place) of the ranks' partial results: the forward of a
  * row-parallel layer ("g") or the backward of a column-parallel one ("f"). */
@@ -59,6 +61,12 @@ void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const 
  * (BTs,C). */
 void mt_linear_row_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
                            const mt_act *b, int B, int IC);
+/* The same with g launched without blocking (all-reduce in place, or under
+ * sp a reduce-scatter of the partial sum packed rank by rank): y holds the
+ * sum after mt_linear_row_wait(r). One at a time (the scratch is one). */
+void mt_linear_row_forward_async(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                                 const mt_act *b, int B, int IC, mt_request *r);
+void mt_linear_row_wait(const mt_tp *tp, mt_request *r);
 /* g in two halves, for a row-parallel layer that is not a matmul (the
  * vocabulary-parallel embedding): where the partial (BT,C) output goes (y
  * itself, or under sp a scratch), then the sum over tp into y. */
