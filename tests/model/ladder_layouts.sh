@@ -2,11 +2,11 @@
 # on Llama: 10 steps of tiny (4 blocks) and of the tiny Llama (4 blocks,
 # grouped-query attention) on one rank against tp = 2 and 4, each with and
 # without sp, dp = 2 at ZeRO-3, cp = 2 (ring; Llama: Ulysses too); the
-# losses within rtol 1e-5 at every step (measured: at most 5e-8) (the layouts
-# only reorder sums). bf16 on one rank against tp = 2 + sp and dp = 2 at
-# ZeRO-3 within 1e-3 (bf16_layouts.sh says why that bound; measured 6e-5). The ladder is
-# another model: its curve must differ from the standard residual's on the
-# same data and initialisation.
+# losses within rtol 1e-5 at every step (the layouts only reorder sums:
+# measured at most 5e-8). bf16 on one rank against tp = 2 + sp and dp = 2
+# at ZeRO-3 within 1e-3 (bf16_layouts.sh says why that bound; measured
+# 6e-5). The ladder is another model: its curve must differ from the
+# standard residual's on the same data and initialisation.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 300000)
 common=(--set model.n_layer=4 --set train.steps=10 --set train.global_batch=8
