@@ -117,7 +117,8 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   qkv_forward(m, w, x, B);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
   /* ladder: the projection's sum over tp is read only at res3, after the
-   * MLP: it runs while the MLP computes */
+   * MLP: it runs while the MLP computes, until the MLP's own sum (a MoE
+   * block without shared experts: until res3) */
   mt_request att_sum;
   if (ladder)
     mt_linear_row_forward_async(tp, x->attproj, x->atty, w->attn_proj_w, w->attn_proj_b, B, Cl,
@@ -143,7 +144,10 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
     if (ladder) mt_progress(&att_sum); /* MPI moves a host reduction only inside its calls */
     mt_mlp_act_forward(m, x->fchg, x->fch, B * m->T, Fl);
     if (ladder) mt_progress(&att_sum);
-    mt_linear_row_forward(tp, x->fcproj, x->fchg, w->fc_proj_w, w->fc_proj_b, B, Fl);
+    if (ladder)
+      mt_linear_row_forward_after(tp, x->fcproj, x->fchg, w->fc_proj_w, w->fc_proj_b, B, Fl,
+                                  &att_sum);
+    else mt_linear_row_forward(tp, x->fcproj, x->fchg, w->fc_proj_w, w->fc_proj_b, B, Fl);
   }
   if (x->is_moe) mt_moe_block_forward(m, l, w, x, B);
   if (ladder) mt_linear_row_wait(tp, &att_sum);

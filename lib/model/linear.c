@@ -251,6 +251,14 @@ void mt_linear_row_wait(const mt_tp *tp, mt_request *r) {
   if (tp->g) mt_wait(r);
 }
 
+void mt_linear_row_forward_after(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                                 const mt_act *b, int B, int IC, mt_request *before) {
+  tp->ops->matmul_forward(tp->dt, mt_linear_row_partial(tp, y), x, w, tp->rank == 0 ? b : NULL,
+                          B * tp->T, IC, tp->C);
+  mt_linear_row_wait(tp, before);
+  mt_linear_row_reduce(tp, y, B);
+}
+
 const mt_act *mt_linear_row_dout(const mt_tp *tp, const mt_act *dy, int B) {
   if (!tp->sp) return dy;
   mt_tp_gather_seq(tp, dy, tp->full_out, B, tp->T, tp->C);

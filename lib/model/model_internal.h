@@ -67,6 +67,11 @@ void mt_linear_row_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt
 void mt_linear_row_forward_async(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
                                  const mt_act *b, int B, int IC, mt_request *r);
 void mt_linear_row_wait(const mt_tp *tp, mt_request *r);
+/* mt_linear_row_forward whose sum over tp follows the earlier non-blocking
+ * one before: the matmul runs while that is in flight, then the sums go in
+ * the order they were issued (one channel, as one NCCL stream runs them) */
+void mt_linear_row_forward_after(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                                 const mt_act *b, int B, int IC, mt_request *before);
 /* g in two halves, for a row-parallel layer that is not a matmul (the
  * vocabulary-parallel embedding): where the partial (BT,C) output goes (y
  * itself, or under sp a scratch), then the sum over tp into y. */
