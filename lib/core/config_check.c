@@ -114,9 +114,6 @@ static int check_pipeline(const mt_config *cfg, mt_err *e) {
   else if (cfg->pp > 1 && cfg->residual == MT_RESIDUAL_LADDER)
     mt_err_set(e, "model.residual = ladder needs parallel.pp = 1 (a pipeline stage would have to "
                   "pass two residual streams on; not implemented)");
-  else if (cfg->recompute && cfg->residual == MT_RESIDUAL_LADDER)
-    mt_err_set(e, "model.residual = ladder needs train.recompute = false (a block reads the "
-                  "previous block's MLP output, which recompute does not keep)");
   else if (cfg->pp_split[0] && (cfg->pp_first_layers || cfg->pp_last_layers))
     mt_err_set(e, "parallel.pp_split and parallel.pp_first_layers / pp_last_layers both set: "
                   "give one of them");

@@ -51,6 +51,9 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     APIECE(fch_gelu, L * BT * Fl);
     APIECE(fcproj, L * BTs * C);
   }
+  /* the ladder under recompute: each layer's MLP output too (the next
+   * layer reads it, forward and backward) */
+  if (!inner && kind == MT_SET_KEPT && mt_model_ladder(&m->shape)) APIECE(fcproj, L * BTs * C);
   APIECE(residual3, L * BTs * C);
   if (with_head) {
     APIECE(lnf, BTs * C);
@@ -169,6 +172,7 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
                      .fcproj = mt_act_at(es, w->fcproj, i * btc),
                      .res3 = mt_act_at(es, a->residual3, j * btc),
                      .att = {.lse = w->lse + i * (size_t)B * NHl * T}};
+  if (a->fcproj && w != a) x.fcproj = mt_act_at(es, a->fcproj, j * btc); /* ladder, recompute */
   if (w->att_qkv) { /* Ulysses */
     x.att.qkv_h = mt_act_at(es, w->att_qkv, 3 * i * BT * Cl);
     x.att.out_h = mt_act_at(es, w->att_out, i * BT * Cl);

@@ -164,14 +164,15 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
 
 /* The same kernels on the same input give the stored values bit for bit
  * (the output goes to the workspace, the set's copy stays). */
-void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, int B) {
+void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_act *pend,
+                        const mt_layer_acts *x, int B) {
   mt_layer_acts r = *x;
   r.res3 = m->ws.residual3;
   /* a MoE block routes again as it did (same input, same bias: the same
    * choices and dispatch); its routing was counted by the forward */
   int stats = m->moe.stats_on;
   m->moe.stats_on = 0;
-  mt_block_forward(m, l, &m->p.blocks[l], x0, NULL, &r, B);
+  mt_block_forward(m, l, &m->p.blocks[l], x0, pend, &r, B);
   m->moe.stats_on = stats;
 }
 

@@ -600,9 +600,9 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
     const size_t j = (size_t)(l - x->l0);
     mt_layer_acts la = mt_layer_at(m, a, l, x->l0, B);
     const mt_act *x0 = mt_layer_input(m, a, j, B);
-    /* ladder: the previous block's MLP output, not yet in x0 (a range that
-     * starts after block 0 would need it from the stage before: pp is
-     * refused with the ladder) */
+    /* ladder: the previous block's MLP output, not yet in x0 (kept in the
+     * set under recompute too; a range that starts after block 0 would need
+     * it from the stage before: pp is refused with the ladder) */
     const mt_act *pend = NULL;
     if (mt_model_ladder(&m->shape) && l > 0) {
       if (j == 0) mt_die("model: the ladder residual needs block %d's input range to start at 0", l);
@@ -612,7 +612,7 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
       mt_block_forward(m, l, &m->p.blocks[l], x0, pend, &la, B);
       return 0.0;
     }
-    if (m->recompute) mt_block_recompute(m, l, x0, &la, B);
+    if (m->recompute) mt_block_recompute(m, l, x0, pend, &la, B);
     if (pass == MT_PASS_WEIGHT) mt_block_backward_weight(m, l, &la, B);
     else if (m->d.fcproj)
       mt_block_backward_ladder(m, l, x0, &la, dres, m->d.fcproj, x->input_only, x->dloss, B);

@@ -288,8 +288,10 @@ void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const
 void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
                       const mt_act *pend, const mt_layer_acts *x, int B);
 /* Recompute: layer l's activations into the workspace again, from its
- * input (bitwise the stored values). */
-void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, int B);
+ * input (and the ladder's pend) (bitwise the stored values; the ladder's
+ * MLP output is kept in the set and written again with the same bits). */
+void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_act *pend,
+                        const mt_layer_acts *x, int B);
 /* Backward of block l: dres (BTs,C) holds d(output) and becomes d(input).
  * input_only: no linear's weight or bias gradient; their output gradients
  * go to x->dy_* for mt_block_backward_weight (LayerNorm gradients stay

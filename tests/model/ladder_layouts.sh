@@ -5,7 +5,8 @@
 # losses within rtol 1e-5 at every step (the layouts only reorder sums:
 # measured at most 5e-8). bf16 on one rank against tp = 2 + sp and dp = 2
 # at ZeRO-3 within 1e-3 (bf16_layouts.sh says why that bound; measured
-# 6e-5). The ladder is another model: its curve must differ from the
+# 6e-5). Under train.recompute the same bits as without (one rank, and tp =
+# 2 + sp). The ladder is another model: its curve must differ from the
 # standard residual's on the same data and initialisation.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 300000)
@@ -32,6 +33,14 @@ layouts g --set model.preset=tiny "${lad[@]}"
 grep -q "ladder residual" "$WORK/gref.log" || { cat "$WORK/gref.log"; fail "no word of the ladder"; }
 compare 1e-5 gref gtp2 gtp2sp gtp4 gtp4sp gdp2z3 gcp2ring
 layouts l --set model.preset=tiny-llama "${lad[@]}"
+# recompute keeps each block's MLP output (the next block reads it): the
+# same bits as the run that keeps everything, at tp = 2 + sp too
+run lrec 1 --set model.preset=tiny-llama "${lad[@]}" --set train.recompute=true
+run ltp2sprec 2 --set model.preset=tiny-llama "${lad[@]}" --set train.recompute=true \
+  --set parallel.tp=2 --set parallel.sp=true
+python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/lref" "$WORK/lrec" --bitwise --steps 10
+python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ltp2sp" "$WORK/ltp2sprec" --bitwise \
+  --steps 10
 run lcp2uly 2 --set model.preset=tiny-llama "${lad[@]}" --set parallel.cp=2 \
   --set parallel.cp_mode=ulysses
 compare 1e-5 lref ltp2 ltp2sp ltp4 ltp4sp ldp2z3 lcp2ring lcp2uly

@@ -3,7 +3,8 @@
 # Llama with 4 experts, top-2, every second block MoE (dense and MoE blocks
 # alternate) with a shared expert, 10 steps on one rank against dp = 2 x
 # ep = 2 at ZeRO-3, tp = 2 + sp with etp = 2, and tp = 2 x ep = 2; the
-# losses within rtol 1e-5 at every step.
+# losses within rtol 1e-5 at every step; tp = 2 x ep = 2 under recompute
+# with the bits of the run without.
 source "$(dirname "$0")/../scripts/common.sh"
 source "$(dirname "$0")/../llama/common_moe.sh"
 common=("${moe_common[@]}" --set model.moe_every=2 --set model.moe_shared=1
@@ -14,6 +15,9 @@ run dp2ep2z3 2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=3 --s
 run tp2sp_etp2 2 --set parallel.tp=2 --set parallel.sp=true --set parallel.etp=2 \
   --set train.micro_batch=4
 run tp2ep2 2 --set parallel.tp=2 --set parallel.ep=2 --set train.micro_batch=8
+run tp2ep2rec 2 --set parallel.tp=2 --set parallel.ep=2 --set train.micro_batch=8 \
+  --set train.recompute=true
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/dp2ep2z3" "$WORK/tp2sp_etp2" \
   "$WORK/tp2ep2" --rtol 1e-5 --steps 10
+python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/tp2ep2" "$WORK/tp2ep2rec" --bitwise --steps 10
 echo "PASS: ladder residual with MoE blocks"

@@ -2,7 +2,7 @@
 # model under tp (with and without sp), dp at ZeRO-3, cp and MoE's ep and
 # etp in fp32 and bf16, different from the standard residual's; its
 # checkpoints across layouts and refused by a standard run (label ladder);
-# the combinations not implemented refused (label badinput). test_model_fd
+# pipeline parallelism, not implemented, refused (label badinput). test_model_fd
 # (tests/unit) checks its backward against finite differences.
 mt_script_tests(ladder
   layouts ladder_layouts.sh
@@ -12,6 +12,3 @@ set(LD --set model.preset=tiny-llama --set data.train=@CORPUS@ --set train.globa
   --set train.micro_batch=2 --set model.residual=ladder)
 mt_script_test(ladder_pp badinput ../scripts/expect_fail.sh ladder_pp 2
   "model.residual = ladder needs parallel.pp = 1" ${LD} --set parallel.pp=2)
-mt_script_test(ladder_recompute badinput ../scripts/expect_fail.sh ladder_recompute 2
-  "model.residual = ladder needs train.recompute = false" ${LD} --set parallel.dp=2
-  --set train.recompute=true)
