@@ -111,9 +111,6 @@ static int check_pipeline(const mt_config *cfg, mt_err *e) {
   else if (cfg->pp > 1 && cfg->save_params)
     mt_err_set(e, "output.save_params = true needs parallel.pp = 1 (each pipeline stage "
                   "holds only its own parameters)");
-  else if (cfg->pp > 1 && cfg->residual == MT_RESIDUAL_LADDER)
-    mt_err_set(e, "model.residual = ladder needs parallel.pp = 1 (a pipeline stage would have to "
-                  "pass two residual streams on; not implemented)");
   else if (cfg->pp_split[0] && (cfg->pp_first_layers || cfg->pp_last_layers))
     mt_err_set(e, "parallel.pp_split and parallel.pp_first_layers / pp_last_layers both set: "
                   "give one of them");

@@ -81,7 +81,7 @@ static const mt_cfg_key g_keys[] = {
      "MoE router scores: softmax (Switch, Mixtral) or sigmoid (DeepSeek-V3)", 0, 0,
      "softmax|sigmoid"},
     {"model.residual", MT_CFG_STRING, F(residual), "standard",
-     "residual stream: standard, or ladder (Ladder Residual: another model; not with pp > 1)", 0,
+     "residual stream: standard, or ladder (Ladder Residual, arXiv 2501.06589: another model)", 0,
      0, "standard|ladder"},
     {"model.moe_capacity", MT_CFG_DOUBLE, F(moe_capacity), "0",
      "MoE: capacity factor f: an expert takes ceil(f T k / E) slots per sequence (0 = dropless)", 0,

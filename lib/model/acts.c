@@ -30,7 +30,9 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
 #define APIECE(field, count) p[k++] = (act_piece){.n = (count), .es = m->es, .adst = &a->field}
 #define PIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .dst = &a->field}
 #define IPIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .idst = &a->field}
-  APIECE(encoded, BTs * C);
+  /* the ladder: the range's input, then the previous block's pending MLP
+   * output (a range after block 0: the stage before sent both) */
+  APIECE(encoded, (mt_model_ladder(&m->shape) ? 2 : 1) * BTs * C);
   if (inner) {
     APIECE(ln1, L * BTs * C);
     PIECE(ln1_mean, L * BTs);
@@ -147,6 +149,24 @@ void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, 
 
 mt_act *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B) {
   return mt_act_at(m->es, a->residual3, (size_t)(n_layers - 1) * B * m->T_sp * m->shape.n_embd);
+}
+
+size_t mt_gpt_stage_msg_numel(const mt_gpt *m, int B) {
+  return (mt_model_ladder(&m->shape) ? 2 : 1) * (size_t)B * m->T_sp * m->shape.n_embd;
+}
+
+void mt_gpt_stage_pack_output(const mt_gpt *m, const mt_gpt_acts *a, int l0, int l1, int B,
+                              mt_act *dst) {
+  const size_t n = (size_t)B * m->T_sp * m->shape.n_embd;
+  m->ops->copy(m->dt, dst, mt_gpt_range_output(m, a, l1 - l0, B), n);
+  if (mt_model_ladder(&m->shape))
+    m->ops->copy(m->dt, mt_act_at(m->es, dst, n), mt_layer_at(m, a, l1 - 1, l0, B).fcproj, n);
+}
+
+void mt_gpt_stage_pack_input_grad(const mt_gpt *m, int B, mt_act *dst) {
+  const size_t n = (size_t)B * m->T_sp * m->shape.n_embd;
+  m->ops->copy(m->dt, dst, m->d.residual3, n);
+  if (m->d.fcproj) m->ops->copy(m->dt, mt_act_at(m->es, dst, n), m->d.fcproj, n);
 }
 
 /* layer l of a set holding the range that starts at l0 */

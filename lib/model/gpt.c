@@ -601,13 +601,12 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
     mt_layer_acts la = mt_layer_at(m, a, l, x->l0, B);
     const mt_act *x0 = mt_layer_input(m, a, j, B);
     /* ladder: the previous block's MLP output, not yet in x0 (kept in the
-     * set under recompute too; a range that starts after block 0 would need
-     * it from the stage before: pp is refused with the ladder) */
+     * set under recompute too; a range that starts after block 0: what the
+     * stage before sent after the range's input) */
     const mt_act *pend = NULL;
-    if (mt_model_ladder(&m->shape) && l > 0) {
-      if (j == 0) mt_die("model: the ladder residual needs block %d's input range to start at 0", l);
-      pend = mt_layer_at(m, a, l - 1, x->l0, B).fcproj;
-    }
+    if (mt_model_ladder(&m->shape) && l > 0)
+      pend = j > 0 ? mt_layer_at(m, a, l - 1, x->l0, B).fcproj
+                   : mt_act_at(m->es, a->encoded, (size_t)B * m->T_sp * m->shape.n_embd);
     if (pass == MT_PASS_FORWARD) {
       mt_block_forward(m, l, &m->p.blocks[l], x0, pend, &la, B);
       return 0.0;
@@ -629,9 +628,12 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
     if (pass == MT_PASS_BACKWARD) mt_head_backward(m, x);
     else mt_head_backward_weight(m, x);
     return 0.0;
-  case MT_PIECE_DOUT:
-    m->ops->copy(m->dt, dres, x->dout, (size_t)B * m->T_sp * m->shape.n_embd);
+  case MT_PIECE_DOUT: {
+    const size_t n = (size_t)B * m->T_sp * m->shape.n_embd;
+    m->ops->copy(m->dt, dres, x->dout, n);
+    if (m->d.fcproj) m->ops->copy(m->dt, m->d.fcproj, mt_act_at(m->es, x->dout, n), n);
     return 0.0;
+  }
   default:
     return 0.0;
   }

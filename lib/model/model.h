@@ -662,7 +662,8 @@ void mt_gpt_stage_documents(mt_gpt *m, const int *doc, int B);
 void mt_gpt_bind_params(mt_gpt *m, int u, mt_act *mem);
 void mt_gpt_bind_grads(mt_gpt *m, int u, float *mem);
 /* Runs one piece of a pass (its units bound). A forward's HEAD returns the
- * sum of the B*T position losses; 0 otherwise. After a backward the
+ * sum of the B*T position losses; 0 otherwise. DOUT reads the stage's
+ * message (mt_gpt_stage_msg_numel elements). After a backward the
  * gradient of the range's input is mt_gpt_input_grad's (BTs,C), in scratch
  * valid until the next backward; with the embedding it has gone into wte
  * and wpe. */
@@ -719,5 +720,15 @@ void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, 
                       int with_head);
 /* The range's output hidden state (BTs,C) in a. */
 mt_act *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
+/* What a pipeline stage passes on: elements of its message for B rows
+ * (BTs,C; the ladder residual: twice that, the stream, then the last
+ * block's pending MLP output, which the next range reads after its input
+ * in a->encoded), and the messages written to dst (in the activations'
+ * dtype): the forward's, of the range [l0, l1) in a, and the backward's
+ * input gradient (the ladder: then the gradient of that pending output). */
+size_t mt_gpt_stage_msg_numel(const mt_gpt *m, int B);
+void mt_gpt_stage_pack_output(const mt_gpt *m, const mt_gpt_acts *a, int l0, int l1, int B,
+                              mt_act *dst);
+void mt_gpt_stage_pack_input_grad(const mt_gpt *m, int B, mt_act *dst);
 
 #endif

@@ -1,5 +1,6 @@
 # Ladder checkpoints: the tiny Llama with the ladder residual trains 6 steps
-# at tp = 2 with sp and checkpoints; resumes at dp = 2 ZeRO-3 to step 12;
+# at tp = 2 with sp and checkpoints; resumes at dp = 2 ZeRO-3 to step 9 and
+# at pp = 2 zb-v to step 12;
 # every step equals an uninterrupted one-rank run within 1e-5. The
 # checkpoint says residual = 1 (meshckpt inspect: ladder); a run with the
 # standard residual refuses it with one line (resume: exit on both ranks,
@@ -21,9 +22,13 @@ run a 2 --set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=4 \
 "$MT_BIN/meshckpt" inspect "$WORK/run/checkpoints" > "$WORK/inspect.txt"
 grep -q "residual  *ladder" "$WORK/inspect.txt" || { cat "$WORK/inspect.txt"; fail "inspect: no ladder"; }
 run b 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=4 \
-  --set train.resume=auto --set output.dir="$WORK/run"
+  --set train.stop_after=3 --set train.resume=auto --set output.dir="$WORK/run"
 grep -q "resumed from .*step_6 (step 6, written by dp=1 tp=2" "$WORK/b.log" \
   || { cat "$WORK/b.log"; fail "dp = 2 did not resume tp = 2"; }
+run c 2 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=2 \
+  --set train.micro_batch=2 --set train.resume=auto --set output.dir="$WORK/run"
+grep -q "resumed from .*step_9 (step 9, written by dp=2 tp=1" "$WORK/c.log" \
+  || { cat "$WORK/c.log"; fail "pp = 2 did not resume dp = 2"; }
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/run" --rtol 1e-5 --steps 12
 # a standard run refuses the ladder checkpoint with one line, on both ranks,
 # and writes nothing

@@ -1,13 +1,15 @@
 # The ladder residual (model.residual = ladder) under the axes, on GPT-2 and
 # on Llama: 10 steps of tiny (4 blocks) and of the tiny Llama (4 blocks,
 # grouped-query attention) on one rank against tp = 2 and 4, each with and
-# without sp, dp = 2 at ZeRO-3, cp = 2 (ring; Llama: Ulysses too); the
-# losses within rtol 1e-5 at every step (the layouts only reorder sums:
-# measured at most 5e-8). bf16 on one rank against tp = 2 + sp and dp = 2
-# at ZeRO-3 within 1e-3 (bf16_layouts.sh says why that bound; measured
-# 6e-5). Under train.recompute the same bits as without (one rank, and tp =
-# 2 + sp). The ladder is another model: its curve must differ from the
-# standard residual's on the same data and initialisation.
+# without sp, dp = 2 at ZeRO-3, cp = 2 (ring; Llama: Ulysses too), pp = 2
+# (1f1b, interleaved, zb-v with recompute, zb-h1, and with tp = 2 + sp) and
+# pp = 4; the losses within rtol 1e-5 at every step (the layouts only
+# reorder sums: measured at most 5e-8). bf16 on one rank against tp = 2 +
+# sp, dp = 2 at ZeRO-3 and pp = 2 within 1e-3 (bf16_layouts.sh says why
+# that bound; measured 6e-5). Under train.recompute the same bits as
+# without (one rank, and tp = 2 + sp). The ladder is another model: its
+# curve must differ from the standard residual's on the same data and
+# initialisation.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 300000)
 common=(--set model.n_layer=4 --set train.steps=10 --set train.global_batch=8
@@ -33,6 +35,19 @@ layouts g --set model.preset=tiny "${lad[@]}"
 grep -q "ladder residual" "$WORK/gref.log" || { cat "$WORK/gref.log"; fail "no word of the ladder"; }
 compare 1e-5 gref gtp2 gtp2sp gtp4 gtp4sp gdp2z3 gcp2ring
 layouts l --set model.preset=tiny-llama "${lad[@]}"
+# pipelines: a stage passes both streams on (and both gradients back), the
+# V's turn copies both; zb-h1 splits the backward into input and weight passes
+run lpp2 2 --set model.preset=tiny-llama "${lad[@]}" --set parallel.pp=2
+run lpp4 4 --set model.preset=tiny-llama "${lad[@]}" --set parallel.pp=4
+run lpp2inter 2 --set model.preset=tiny-llama "${lad[@]}" --set parallel.pp=2 \
+  --set parallel.virtual_stages=2 --set parallel.schedule=interleaved
+run lpp2zbv 2 --set model.preset=tiny-llama "${lad[@]}" --set parallel.pp=2 \
+  --set parallel.virtual_stages=2 --set parallel.schedule=zb-v --set train.recompute=true
+run lpp2zbh1 2 --set model.preset=tiny-llama "${lad[@]}" --set parallel.pp=2 \
+  --set parallel.schedule=zb-h1
+run lpp2tp2sp 4 --set model.preset=tiny-llama "${lad[@]}" --set parallel.pp=2 \
+  --set parallel.tp=2 --set parallel.sp=true
+compare 1e-5 lref lpp2 lpp4 lpp2inter lpp2zbv lpp2zbh1 lpp2tp2sp
 # recompute keeps each block's MLP output (the next block reads it): the
 # same bits as the run that keeps everything, at tp = 2 + sp too
 run lrec 1 --set model.preset=tiny-llama "${lad[@]}" --set train.recompute=true
@@ -66,5 +81,6 @@ b16=(--set train.precision=bf16 --set model.preset=tiny-llama "${lad[@]}")
 run bref 1 "${b16[@]}"
 run btp2sp 2 "${b16[@]}" --set parallel.tp=2 --set parallel.sp=true
 run bdp2z3 2 "${b16[@]}" --set parallel.dp=2 --set parallel.zero=3
-compare 1e-3 bref btp2sp bdp2z3
+run bpp2 2 "${b16[@]}" --set parallel.pp=2
+compare 1e-3 bref btp2sp bdp2z3 bpp2
 echo "PASS: ladder residual layouts"
