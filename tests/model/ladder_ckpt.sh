@@ -20,7 +20,8 @@ run a 2 --set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=4 \
 "$MT_BIN/meshckpt" verify "$WORK/run/checkpoints" > "$WORK/verify.txt" \
   || { cat "$WORK/verify.txt"; fail "verify"; }
 "$MT_BIN/meshckpt" inspect "$WORK/run/checkpoints" > "$WORK/inspect.txt"
-grep -q "residual  *ladder" "$WORK/inspect.txt" || { cat "$WORK/inspect.txt"; fail "inspect: no ladder"; }
+grep -q "residual  *ladder" "$WORK/inspect.txt" \
+  || { cat "$WORK/inspect.txt"; fail "inspect: no ladder"; }
 run b 2 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=4 \
   --set train.stop_after=3 --set train.resume=auto --set output.dir="$WORK/run"
 grep -q "resumed from .*step_6 (step 6, written by dp=1 tp=2" "$WORK/b.log" \
@@ -40,7 +41,8 @@ if mt_mpirun 2 "$MT_BIN/meshtrain" "${common[@]}" --set model.residual=standard 
 fi
 grep -q "is a checkpoint of another model: residual = 1 there, 0 in this run" "$WORK/std.log" \
   || { cat "$WORK/std.log"; fail "no one-line refusal naming the residual"; }
-[ "$(grep -c "another model" "$WORK/std.log")" = 1 ] || { cat "$WORK/std.log"; fail "not one line"; }
+[ "$(grep -c "another model" "$WORK/std.log")" = 1 ] \
+  || { cat "$WORK/std.log"; fail "not one line"; }
 [ "$(ls "$WORK/run/checkpoints")" = "$before" ] || fail "the refused run changed the checkpoints"
 # train.init_from: no model key takes the checkpoint's residual; a ladder
 # given for a standard checkpoint is refused
@@ -58,7 +60,8 @@ grep -q "train.init_from: model.residual = 1 (given), but .* holds a model with 
 init+=(--set train.init_from="$WORK/run/checkpoints/latest")
 mt_mpirun 1 "$MT_BIN/meshtrain" "${init[@]}" --set output.dir="$WORK/init" > "$WORK/init.log" \
   2>&1 || { cat "$WORK/init.log"; fail "init_from a ladder checkpoint"; }
-grep -q "ladder residual" "$WORK/init.log" || { cat "$WORK/init.log"; fail "init_from: not the ladder"; }
+grep -q "ladder residual" "$WORK/init.log" \
+  || { cat "$WORK/init.log"; fail "init_from: not the ladder"; }
 grep -q "^residual = ladder$" "$WORK/init/config.ini" || fail "config.ini does not say the residual"
 # no Hugging Face class has the ladder: refused with one line
 if mt_mpirun 1 "$MT_BIN/meshckpt" export "$WORK/run/checkpoints" "$WORK/hf" --format hf \

@@ -32,7 +32,8 @@ layouts() { # PREFIX ARGS...
 }
 lad=(--set model.residual=ladder)
 layouts g --set model.preset=tiny "${lad[@]}"
-grep -q "ladder residual" "$WORK/gref.log" || { cat "$WORK/gref.log"; fail "no word of the ladder"; }
+grep -q "ladder residual" "$WORK/gref.log" \
+  || { cat "$WORK/gref.log"; fail "no word of the ladder"; }
 compare 1e-5 gref gtp2 gtp2sp gtp4 gtp4sp gdp2z3 gcp2ring
 layouts l --set model.preset=tiny-llama "${lad[@]}"
 # pipelines: a stage passes both streams on (and both gradients back), the
