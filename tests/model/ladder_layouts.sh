@@ -59,7 +59,11 @@ python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ltp2sp" "$WORK/ltp2sprec"
   --steps 10
 run lcp2uly 2 --set model.preset=tiny-llama "${lad[@]}" --set parallel.cp=2 \
   --set parallel.cp_mode=ulysses
-compare 1e-5 lref ltp2 ltp2sp ltp4 ltp4sp ldp2z3 lcp2ring lcp2uly
+# one sequence a micro-batch: the attention's sum over sp reduce-scattered
+# without packing
+run ltp4spb1 4 --set model.preset=tiny-llama "${lad[@]}" --set parallel.tp=4 \
+  --set parallel.sp=true --set train.micro_batch=1
+compare 1e-5 lref ltp2 ltp2sp ltp4 ltp4sp ldp2z3 lcp2ring lcp2uly ltp4spb1
 # another model: the standard residual's curve differs (a key that changed
 # nothing would pass the comparisons above)
 run gstd 1 --set model.preset=tiny
