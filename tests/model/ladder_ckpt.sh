@@ -1,12 +1,12 @@
 # Ladder checkpoints: the tiny Llama with the ladder residual trains 6 steps
 # at tp = 2 with sp and checkpoints; resumes at dp = 2 ZeRO-3 to step 9 and
-# at pp = 2 zb-v to step 12;
-# every step equals an uninterrupted one-rank run within 1e-5. The
-# checkpoint says residual = 1 (meshckpt inspect: ladder); a run with the
-# standard residual refuses it with one line (resume: exit on both ranks,
-# nothing written; train.init_from with no model key takes the ladder
-# from it, and a ladder given for a standard checkpoint is refused); the Hugging
-# Face export refuses it (no class has the ladder).
+# at pp = 2 zb-v to step 12; every step equals an uninterrupted one-rank run
+# within 1e-5. The checkpoint says residual = 1 (meshckpt inspect: ladder;
+# kept by meshckpt convert --target tp=2,pp=2, which verifies); a run with
+# the standard residual refuses it with one line (resume: exit on both
+# ranks, nothing written; train.init_from with no model key takes the
+# ladder from it, and a ladder given for a standard checkpoint is
+# refused); the Hugging Face export refuses it (no class has the ladder).
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 300000)
 common=(--set model.preset=tiny-llama --set model.n_layer=4 --set model.residual=ladder
@@ -31,6 +31,13 @@ run c 2 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_
 grep -q "resumed from .*step_9 (step 9, written by dp=2 tp=1" "$WORK/c.log" \
   || { cat "$WORK/c.log"; fail "pp = 2 did not resume dp = 2"; }
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/run" --rtol 1e-5 --steps 12
+# a conversion for another layout keeps the residual (and verifies)
+mt_mpirun 2 "$MT_BIN/meshckpt" convert "$WORK/run/checkpoints" "$WORK/conv" --mode per-writer \
+  --target tp=2,pp=2 > "$WORK/conv.txt" 2>&1 || { cat "$WORK/conv.txt"; fail "convert"; }
+"$MT_BIN/meshckpt" verify "$WORK/conv" > "$WORK/verifyc.txt" \
+  || { cat "$WORK/verifyc.txt"; fail "verify the conversion"; }
+"$MT_BIN/meshckpt" inspect "$WORK/conv" | grep -q "residual  *ladder" \
+  || fail "the conversion lost the residual"
 # a standard run refuses the ladder checkpoint with one line, on both ranks,
 # and writes nothing
 before=$(ls "$WORK/run/checkpoints")
