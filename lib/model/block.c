@@ -193,10 +193,11 @@ static void row_backward(mt_gpt *m, const mt_act *dres, mt_act *keep, mt_act *dx
 }
 
 /* The MLP's (or MoE block's) backward from dout = d(fcproj): its input
- * gradient, d(ln2) partial over tp (in m->d.ln1), or NULL for a block
- * without one. */
+ * gradient d(ln2), summed over tp (in m->d.ln1 or the tp scratch), or NULL
+ * for a block without one. sum (a dense block only): the sum launched
+ * without blocking, into the tp scratch (mt_linear_col_backward_async). */
 static const mt_act *mlp_backward(mt_gpt *m, int l, const mt_layer_acts *x, const mt_act *dout,
-                                  int input_only, float dloss, int B) {
+                                  int input_only, float dloss, int B, mt_request *sum) {
   const mt_tp *tp = &m->tp;
   const int Fl = m->mlp_local[l];
   const size_t bt = (size_t)B * m->T;
@@ -211,6 +212,9 @@ static const mt_act *mlp_backward(mt_gpt *m, int l, const mt_layer_acts *x, cons
     mt_act *dfch = input_only ? x->dy_fc : d->fch;
     m->ops->zero(m->dt, dfch, bt * Fl * m->mlp_in);
     mt_mlp_act_backward(m, dfch, x->fch, d->fch_gelu, B * m->T, Fl);
+    if (sum)
+      return mt_linear_col_backward_async(tp, g->fc_w, g->fc_b, dfch, input_only ? NULL : x->ln2,
+                                          w->fc_w, B, Fl * m->mlp_in, sum);
     dln = mt_linear_col_backward(tp, dpart, g->fc_w, g->fc_b, dfch, input_only ? NULL : x->ln2,
                                  w->fc_w, B, Fl * m->mlp_in);
   }
@@ -218,9 +222,10 @@ static const mt_act *mlp_backward(mt_gpt *m, int l, const mt_layer_acts *x, cons
   return dln;
 }
 
-/* The attention's backward from dout = d(attproj): d(ln1), partial over tp */
+/* The attention's backward from dout = d(attproj): d(ln1), summed over tp;
+ * its sum after the non-blocking one before, if any (one channel) */
 static const mt_act *attn_backward(mt_gpt *m, int l, const mt_layer_acts *x, const mt_act *dout,
-                                   int input_only, int B) {
+                                   int input_only, int B, mt_request *before) {
   const mt_tp *tp = &m->tp;
   const mt_block_tensors *w = &m->p.blocks[l];
   mt_block_tensors *g = &m->g.blocks[l];
@@ -233,6 +238,10 @@ static const mt_act *attn_backward(mt_gpt *m, int l, const mt_layer_acts *x, con
   mt_act *dqkv = m->gqa ? d->qkv : dc;
   mt_attention_backward(&m->attn, dqkv, d->atty, x->atty, x->qkv, &x->att, B);
   qkv_dout(m, dc, dqkv, B);
+  if (before)
+    return mt_linear_col_backward_after(tp, d->ln1, g->qkv_w, g->qkv_b, dc,
+                                        input_only ? NULL : x->ln1, w->qkv_w, B, m->qkv_local,
+                                        before);
   return mt_linear_col_backward(tp, d->ln1, g->qkv_w, g->qkv_b, dc, input_only ? NULL : x->ln1,
                                 w->qkv_w, B, m->qkv_local);
 }
@@ -243,11 +252,11 @@ void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *
   const mt_block_tensors *w = &m->p.blocks[l];
   mt_block_tensors *g = &m->g.blocks[l];
   /* MLP: dres is d(residual3) = d(fcproj) and flows on to d(residual2) */
-  const mt_act *dln = mlp_backward(m, l, x, dres, input_only, dloss, B);
+  const mt_act *dln = mlp_backward(m, l, x, dres, input_only, dloss, B, NULL);
   mt_norm_backward(m, dres, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w, x->ln2_mean, x->ln2_rstd,
                    BTs);
   /* attention: dres is now d(residual2) = d(attproj) and flows on to d(input) */
-  dln = attn_backward(m, l, x, dres, input_only, B);
+  dln = attn_backward(m, l, x, dres, input_only, B, NULL);
   mt_norm_backward(m, dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w, x->ln1_mean, x->ln1_rstd, BTs);
 }
 
@@ -261,16 +270,29 @@ void mt_block_backward_ladder(mt_gpt *m, int l, const mt_act *x0, const mt_layer
   mt_block_tensors *g = &m->g.blocks[l];
   /* the last block's MLP output is in res3: its gradient is d(res3) */
   if (l == m->shape.n_layer - 1) m->ops->copy(m->dt, dpend, dres, btc);
-  const mt_act *dln = mlp_backward(m, l, x, dpend, input_only, dloss, B);
+  /* a dense block: the MLP's input gradient is summed over tp while the
+   * attention's backward computes (that reads d(res3) alone); a MoE block
+   * sums it first */
+  mt_request sum;
+  const int later = !x->is_moe && m->mlp_local[l] > 0;
+  const mt_act *dln2 = mlp_backward(m, l, x, dpend, input_only, dloss, B, later ? &sum : NULL);
   /* d(res2) = d(res3) + the MLP's norm's: also d(pend), the previous
    * block's fcproj, and the part of d(x0) that does not pass norm1 */
-  m->ops->copy(m->dt, dpend, dres, btc);
-  mt_norm_backward(m, dpend, g->ln2_w, g->ln2_b, dln, x->res2, w->ln2_w, x->ln2_mean,
-                   x->ln2_rstd, BTs);
+  if (!later) {
+    m->ops->copy(m->dt, dpend, dres, btc);
+    mt_norm_backward(m, dpend, g->ln2_w, g->ln2_b, dln2, x->res2, w->ln2_w, x->ln2_mean,
+                     x->ln2_rstd, BTs);
+  }
   /* attention: d(attproj) = d(res3) */
-  dln = attn_backward(m, l, x, dres, input_only, B);
+  const mt_act *dln1 = attn_backward(m, l, x, dres, input_only, B, later ? &sum : NULL);
+  if (later) {
+    mt_linear_row_wait(&m->tp, &sum);
+    m->ops->copy(m->dt, dpend, dres, btc);
+    mt_norm_backward(m, dpend, g->ln2_w, g->ln2_b, dln2, x->res2, w->ln2_w, x->ln2_mean,
+                     x->ln2_rstd, BTs);
+  }
   m->ops->copy(m->dt, dres, dpend, btc);
-  mt_norm_backward(m, dres, g->ln1_w, g->ln1_b, dln, x0, w->ln1_w, x->ln1_mean, x->ln1_rstd, BTs);
+  mt_norm_backward(m, dres, g->ln1_w, g->ln1_b, dln1, x0, w->ln1_w, x->ln1_mean, x->ln1_rstd, BTs);
 }
 
 void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B) {

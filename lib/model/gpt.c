@@ -352,10 +352,12 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
     full_out = act_elems(m, BT * C);
     dx_local = act_elems(m, BTs * C);
   }
-  mt_act *async_full = NULL, *async_pack = NULL;
+  /* the ladder: the sums over tp launched without blocking (mt_tp) */
+  mt_act *async_full = NULL, *async_pack = NULL, *async_local = NULL;
+  if (mt_model_ladder(shape)) async_full = act_elems(m, BT * C);
   if (sp && mt_model_ladder(shape)) {
-    async_full = act_elems(m, BT * C);
     async_pack = act_elems(m, BT * C);
+    async_local = act_elems(m, BTs * C);
   }
   m->rowmax = act(m, BT);
   m->xent_stats = (double *)act(m, 2 * BT * sizeof(double) / sizeof(float));
@@ -371,9 +373,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->targets = mt_calloc(BT, sizeof(int));
   mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops, m->dt);
   mt_tp_set_linear(&m->tp, m->T, (int)C, full_in, full_out, dx_local);
-  /* ladder under sp: the attention's partial output and its packing, kept
-   * while the MLP runs (the MLP's own linears use full_in, full_out) */
-  if (sp && mt_model_ladder(shape)) mt_tp_set_async(&m->tp, async_full, async_pack);
+  if (mt_model_ladder(shape)) mt_tp_set_async(&m->tp, async_full, async_pack, async_local);
   mt_gpt_positions_init(m);
   return 0;
 }

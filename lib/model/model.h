@@ -228,10 +228,11 @@ typedef struct mt_tp {
    * reduce-scatter dx_local (BTs,C) */
   int T, C;
   mt_act *full_in, *full_out, *dx_local;
-  /* a row-parallel output summed without blocking (the ladder residual's
-   * attention, mt_linear_row_forward_async), under sp: its partial sum
-   * (BT,C), that packed rank by rank (BT,C), each rank's count (size) */
-  mt_act *async_full, *async_pack;
+  /* sums launched without blocking (the ladder residual's attention output
+   * in forward, its MLP's input gradient in backward): a partial sum
+   * (BT,C); under sp that packed rank by rank (BT,C), the reduce-scattered
+   * input gradient (BTs,C), each rank's count (size) */
+  mt_act *async_full, *async_pack, *async_local;
   int *async_counts;
 } mt_tp;
 

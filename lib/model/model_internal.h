@@ -17,8 +17,9 @@ void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_par
 void mt_tp_destroy(mt_tp *tp);
 void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,
                       mt_act *dx_local);
-/* the scratch of mt_linear_row_forward_async under sp: (BT,C) each */
-void mt_tp_set_async(mt_tp *tp, mt_act *full, mt_act *pack);
+/* the scratch of the sums launched without blocking (mt_tp's async_*):
+ * full (BT,C); under sp also pack (BT,C) and local (BTs,C), else NULL */
+void mt_tp_set_async(mt_tp *tp, mt_act *full, mt_act *pack, mt_act *local);
 
 /* Sum (in place) of the ranks' partial results: the forward of a
  * row-parallel layer ("g") or the backward of a column-parallel one ("f"). */
@@ -51,6 +52,17 @@ void mt_linear_col_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt
 const mt_act *mt_linear_col_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
                                      const mt_act *dy, const mt_act *x, const mt_act *w, int B,
                                      int OC);
+/* The same with the input gradient's sum over tp launched without
+ * blocking: returns where it will be (the tp scratch) after
+ * mt_linear_row_wait(r); one at a time. And the same as
+ * mt_linear_col_backward whose sum follows the non-blocking one before (one
+ * channel: in the order issued). */
+const mt_act *mt_linear_col_backward_async(const mt_tp *tp, float *dw, float *db,
+                                           const mt_act *dy, const mt_act *x, const mt_act *w,
+                                           int B, int OC, mt_request *r);
+const mt_act *mt_linear_col_backward_after(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
+                                           const mt_act *dy, const mt_act *x, const mt_act *w,
+                                           int B, int OC, mt_request *before);
 /* The weight gradients alone (a split backward's weight pass). */
 void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
                                    const mt_act *x, int B, int OC);
