@@ -89,7 +89,8 @@ static int shape_of(const mt_ckpt_meta *m, mt_model_shape *s, int tp) {
                         .moe_ffn = (int)m->moe_ffn, .moe_shared = (int)m->moe_shared,
                         .arch = m->arch == 2 ? MT_ARCH_LLAMA : MT_ARCH_GPT2,
                         .n_kv_head = (int)m->n_kv_head, .ffn = (int)m->ffn, .tied = m->tied != 0,
-                        .bias = m->bias != 0};
+                        .bias = m->bias != 0,
+                        .residual = m->residual == 1 ? MT_RESIDUAL_LADDER : MT_RESIDUAL_STANDARD};
   s->vocab_padded = mt_model_pad_vocab(s->vocab, tp);
   return 0;
 }
@@ -354,6 +355,12 @@ static int hf_model_of(const char *dir, mt_ckpt_hf_config *c, mt_err *e) {
   char again[1024];
   MT_TRY(e, mt_ckpt_read_meta_of(dir, again, sizeof again, &m, e));
   mt_ckpt_hf_config_of_meta(&m, c);
+  if (m.residual != MT_RESIDUAL_STANDARD) {
+    mt_err_set(e, "%s: a model with the ladder residual (model.residual = ladder) has no Hugging "
+                  "Face class (each of them adds every module's output at once): not exported",
+               dir);
+    return -1;
+  }
   /* what no class holds first: a GPT-2 with experts is not a Mixtral */
   MT_TRY(e, mt_ckpt_hf_check_exportable(c, dir, e));
   if (m.arch == 2 && m.moe_experts > 0 && (m.moe_every != 1 || m.moe_shared != 0)) {

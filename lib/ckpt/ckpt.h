@@ -60,6 +60,9 @@ typedef struct {
    * root attribute of 1.4, absent = AdamW. Under Muon, exp_avg holds Muon's
    * momentum for the matrices it updates and exp_avg_sq is zero there */
   int64_t optimizer;
+  /* the residual stream (core.h's mt_residual: 0 standard, 1 ladder); an
+   * optional root attribute of 1.4, absent = standard */
+  int64_t residual;
   /* for a save only (a load leaves it NULL; read it with
    * mt_ckpt_load_moe_bias): the routing bias of aux-loss-free MoE balancing,
    * moe_bias_rows (the MoE blocks) x moe_experts floats, the same on every

@@ -80,6 +80,9 @@ static const mt_cfg_key g_keys[] = {
     {"model.moe_router", MT_CFG_STRING, F(moe_router), "softmax",
      "MoE router scores: softmax (Switch, Mixtral) or sigmoid (DeepSeek-V3)", 0, 0,
      "softmax|sigmoid"},
+    {"model.residual", MT_CFG_STRING, F(residual), "standard",
+     "residual stream: standard, or ladder (Ladder Residual, arXiv 2501.06589: another model)", 0,
+     0, "standard|ladder"},
     {"model.moe_capacity", MT_CFG_DOUBLE, F(moe_capacity), "0",
      "MoE: capacity factor f: an expert takes ceil(f T k / E) slots per sequence (0 = dropless)", 0,
      64, NULL},
@@ -364,6 +367,8 @@ static const choice c_rope_scaling[] = {
     {"none", MT_ROPE_SCALING_NONE}, {"llama3", MT_ROPE_SCALING_LLAMA3}, {NULL, 0}};
 static const choice c_moe_router[] = {
     {"softmax", MT_ROUTER_SOFTMAX}, {"sigmoid", MT_ROUTER_SIGMOID}, {NULL, 0}};
+static const choice c_residual[] = {
+    {"standard", MT_RESIDUAL_STANDARD}, {"ladder", MT_RESIDUAL_LADDER}, {NULL, 0}};
 static const choice c_device[] = {{"cpu", MT_DEVICE_CPU},
                                   {"cuda", MT_DEVICE_CUDA},
                                   {"auto", MT_DEVICE_AUTO},
@@ -436,6 +441,7 @@ static const struct {
     {F(ep_balance), c_ep_balance},  {F(layout), c_layout},
     {F(data_format), c_data_format}, {F(ckpt_mode), c_ckpt_mode},
     {F(ckpt_test_crash), c_ckpt_crash}, {F(moe_router), c_moe_router},
+    {F(residual), c_residual},
     {F(balance), c_balance},        {F(on_spike), c_spike},
     {F(seq_policy), c_seq_policy},  {F(long_documents), c_long_docs},
     {F(optim), c_optim},            {F(muon_scale), c_muon_scale},
@@ -449,6 +455,7 @@ static const struct {
 _Static_assert(sizeof(mt_preset) == sizeof(int) && sizeof(mt_device_kind) == sizeof(int) &&
                    sizeof(mt_arch) == sizeof(int) && sizeof(mt_tristate) == sizeof(int) &&
                    sizeof(mt_rope_scaling) == sizeof(int) && sizeof(mt_moe_router) == sizeof(int) &&
+                   sizeof(mt_residual) == sizeof(int) &&
                    sizeof(mt_precision) == sizeof(int) && sizeof(mt_dtype) == sizeof(int) &&
                    sizeof(mt_cp_mode) == sizeof(int) && sizeof(mt_pp_sched) == sizeof(int) &&
                    sizeof(mt_moe_balance) == sizeof(int) && sizeof(mt_ep_balance) == sizeof(int) &&
@@ -524,6 +531,7 @@ const char *mt_arch_name(mt_arch v) { return text_of(c_arch, (int)v); }
 const char *mt_tristate_name(mt_tristate v) { return text_of(c_tri, (int)v); }
 const char *mt_rope_scaling_name(mt_rope_scaling v) { return text_of(c_rope_scaling, (int)v); }
 const char *mt_moe_router_name(mt_moe_router v) { return text_of(c_moe_router, (int)v); }
+const char *mt_residual_name(mt_residual v) { return text_of(c_residual, (int)v); }
 const char *mt_device_kind_name(mt_device_kind v) { return text_of(c_device, (int)v); }
 const char *mt_precision_name(mt_precision v) { return text_of(c_precision, (int)v); }
 const char *mt_cp_mode_name(mt_cp_mode v) { return text_of(c_cp_mode, (int)v); }

@@ -187,6 +187,10 @@ typedef enum { MT_ROPE_SCALING_NONE = 0, MT_ROPE_SCALING_LLAMA3 = 1 } mt_rope_sc
 /* model.moe_router: a softmax over the experts (Switch, Mixtral), or each
  * expert's sigmoid score (DeepSeek-V3); top-k renormalised either way */
 typedef enum { MT_ROUTER_SOFTMAX = 0, MT_ROUTER_SIGMOID = 1 } mt_moe_router;
+/* model.residual: the standard residual stream, or Ladder Residual (each
+ * attention or MLP reads the stream that still lacks the previous module's
+ * output: another model, whose tp reductions can overlap the next module) */
+typedef enum { MT_RESIDUAL_STANDARD = 0, MT_RESIDUAL_LADDER = 1 } mt_residual;
 /* train.device: the backend a rank computes on. auto is a request only
  * (cuda where a GPU is usable, else cpu: mt_device_resolve decides); the
  * virtual device is the time-warp emulation (null/ops_virtual.c,
@@ -264,6 +268,7 @@ const char *mt_arch_name(mt_arch v);
 const char *mt_tristate_name(mt_tristate v);
 const char *mt_rope_scaling_name(mt_rope_scaling v);
 const char *mt_moe_router_name(mt_moe_router v);
+const char *mt_residual_name(mt_residual v);
 const char *mt_device_kind_name(mt_device_kind v);
 const char *mt_precision_name(mt_precision v);
 const char *mt_cp_mode_name(mt_cp_mode v);
@@ -301,6 +306,7 @@ typedef struct {
   int n_layer, n_embd, n_head, seq_len, vocab_size;
   /* the architecture (0, auto: from the preset) */
   mt_arch arch;
+  mt_residual residual; /* [model] residual (standard | ladder) */
   int n_kv_head, ffn_size, rope_original_len;
   double norm_eps, rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   mt_rope_scaling rope_scaling;

@@ -30,7 +30,9 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
 #define APIECE(field, count) p[k++] = (act_piece){.n = (count), .es = m->es, .adst = &a->field}
 #define PIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .dst = &a->field}
 #define IPIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .idst = &a->field}
-  APIECE(encoded, BTs * C);
+  /* the ladder: the range's input, then the previous block's pending MLP
+   * output (a range after block 0: the stage before sent both) */
+  APIECE(encoded, (mt_model_ladder(&m->shape) ? 2 : 1) * BTs * C);
   if (inner) {
     APIECE(ln1, L * BTs * C);
     PIECE(ln1_mean, L * BTs);
@@ -51,6 +53,9 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     APIECE(fch_gelu, L * BT * Fl);
     APIECE(fcproj, L * BTs * C);
   }
+  /* the ladder under recompute: each layer's MLP output too (the next
+   * layer reads it, forward and backward) */
+  if (!inner && kind == MT_SET_KEPT && mt_model_ladder(&m->shape)) APIECE(fcproj, L * BTs * C);
   APIECE(residual3, L * BTs * C);
   if (with_head) {
     APIECE(lnf, BTs * C);
@@ -146,6 +151,24 @@ mt_act *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers,
   return mt_act_at(m->es, a->residual3, (size_t)(n_layers - 1) * B * m->T_sp * m->shape.n_embd);
 }
 
+size_t mt_gpt_stage_msg_numel(const mt_gpt *m, int B) {
+  return (mt_model_ladder(&m->shape) ? 2 : 1) * (size_t)B * m->T_sp * m->shape.n_embd;
+}
+
+void mt_gpt_stage_pack_output(const mt_gpt *m, const mt_gpt_acts *a, int l0, int l1, int B,
+                              mt_act *dst) {
+  const size_t n = (size_t)B * m->T_sp * m->shape.n_embd;
+  m->ops->copy(m->dt, dst, mt_gpt_range_output(m, a, l1 - l0, B), n);
+  if (mt_model_ladder(&m->shape))
+    m->ops->copy(m->dt, mt_act_at(m->es, dst, n), mt_layer_at(m, a, l1 - 1, l0, B).fcproj, n);
+}
+
+void mt_gpt_stage_pack_input_grad(const mt_gpt *m, int B, mt_act *dst) {
+  const size_t n = (size_t)B * m->T_sp * m->shape.n_embd;
+  m->ops->copy(m->dt, dst, m->d.residual3, n);
+  if (m->d.fcproj) m->ops->copy(m->dt, mt_act_at(m->es, dst, n), m->d.fcproj, n);
+}
+
 /* layer l of a set holding the range that starts at l0 */
 mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, int B) {
   const size_t j = (size_t)(l - l0);
@@ -169,6 +192,7 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
                      .fcproj = mt_act_at(es, w->fcproj, i * btc),
                      .res3 = mt_act_at(es, a->residual3, j * btc),
                      .att = {.lse = w->lse + i * (size_t)B * NHl * T}};
+  if (a->fcproj && w != a) x.fcproj = mt_act_at(es, a->fcproj, j * btc); /* ladder, recompute */
   if (w->att_qkv) { /* Ulysses */
     x.att.qkv_h = mt_act_at(es, w->att_qkv, 3 * i * BT * Cl);
     x.att.out_h = mt_act_at(es, w->att_out, i * BT * Cl);

@@ -314,6 +314,8 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   /* backward scratch: one layer's worth, reused layer after layer */
   mt_gpt_acts *d = &m->d;
   d->residual3 = act_elems(m, BTs * C); /* the gradient of the residual stream */
+  /* ladder: the gradient of the pending MLP output (the previous block's) */
+  if (mt_model_ladder(shape)) d->fcproj = act_elems(m, BTs * C);
   d->ln1 = act_elems(m, BT * C); /* d of a column-parallel input (ln1, ln2, lnf), partial over tp */
   d->qkv = act_elems(m, BT * 3 * Cl);
   /* grouped-query attention: the projection's q|k|v (BT, Cl + 2 Ckv_l),
@@ -350,6 +352,13 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
     full_out = act_elems(m, BT * C);
     dx_local = act_elems(m, BTs * C);
   }
+  /* the ladder: the sums over tp launched without blocking (mt_tp) */
+  mt_act *async_full = NULL, *async_pack = NULL, *async_local = NULL;
+  if (mt_model_ladder(shape)) async_full = act_elems(m, BT * C);
+  if (sp && mt_model_ladder(shape)) {
+    async_pack = act_elems(m, BT * C);
+    async_local = act_elems(m, BTs * C);
+  }
   m->rowmax = act(m, BT);
   m->xent_stats = (double *)act(m, 2 * BT * sizeof(double) / sizeof(float));
   /* the micro-batch's tokens, in backend memory (B,T) each */
@@ -364,6 +373,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->targets = mt_calloc(BT, sizeof(int));
   mt_tp_create(&m->tp, tp_g, sp, BT * C, partial, ops, m->dt);
   mt_tp_set_linear(&m->tp, m->T, (int)C, full_in, full_out, dx_local);
+  if (mt_model_ladder(shape)) mt_tp_set_async(&m->tp, async_full, async_pack, async_local);
   mt_gpt_positions_init(m);
   return 0;
 }
@@ -590,12 +600,21 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
     const size_t j = (size_t)(l - x->l0);
     mt_layer_acts la = mt_layer_at(m, a, l, x->l0, B);
     const mt_act *x0 = mt_layer_input(m, a, j, B);
+    /* ladder: the previous block's MLP output, not yet in x0 (kept in the
+     * set under recompute too; a range that starts after block 0: what the
+     * stage before sent after the range's input) */
+    const mt_act *pend = NULL;
+    if (mt_model_ladder(&m->shape) && l > 0)
+      pend = j > 0 ? mt_layer_at(m, a, l - 1, x->l0, B).fcproj
+                   : mt_act_at(m->es, a->encoded, (size_t)B * m->T_sp * m->shape.n_embd);
     if (pass == MT_PASS_FORWARD) {
-      mt_block_forward(m, l, &m->p.blocks[l], x0, &la, B);
+      mt_block_forward(m, l, &m->p.blocks[l], x0, pend, &la, B);
       return 0.0;
     }
-    if (m->recompute) mt_block_recompute(m, l, x0, &la, B);
+    if (m->recompute) mt_block_recompute(m, l, x0, pend, &la, B);
     if (pass == MT_PASS_WEIGHT) mt_block_backward_weight(m, l, &la, B);
+    else if (m->d.fcproj)
+      mt_block_backward_ladder(m, l, x0, &la, dres, m->d.fcproj, x->input_only, x->dloss, B);
     else mt_block_backward(m, l, x0, &la, dres, x->input_only, x->dloss, B);
     return 0.0;
   }
@@ -609,9 +628,12 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
     if (pass == MT_PASS_BACKWARD) mt_head_backward(m, x);
     else mt_head_backward_weight(m, x);
     return 0.0;
-  case MT_PIECE_DOUT:
-    m->ops->copy(m->dt, dres, x->dout, (size_t)B * m->T_sp * m->shape.n_embd);
+  case MT_PIECE_DOUT: {
+    const size_t n = (size_t)B * m->T_sp * m->shape.n_embd;
+    m->ops->copy(m->dt, dres, x->dout, n);
+    if (m->d.fcproj) m->ops->copy(m->dt, m->d.fcproj, mt_act_at(m->es, x->dout, n), n);
     return 0.0;
+  }
   default:
     return 0.0;
   }

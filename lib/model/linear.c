@@ -13,6 +13,7 @@
  * step. */
 #include "model/model_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_partial_grads,
@@ -36,6 +37,7 @@ void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_par
 }
 
 void mt_tp_destroy(mt_tp *tp) {
+  free(tp->async_counts);
   if (tp->scratch) tp->ops->free(MT_MEM_COMM, tp->scratch, tp->scratch_n * tp->es);
   if (tp->grad_buf) tp->ops->free(MT_MEM_COMM, tp->grad_buf, tp->grad_buf_n * sizeof(float));
   memset(tp, 0, sizeof *tp);
@@ -172,13 +174,21 @@ static const mt_act *col_dinput(const mt_tp *tp, mt_act *dpart, int B) {
   return tp->dx_local;
 }
 
-const mt_act *mt_linear_col_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
-                                     const mt_act *dy, const mt_act *x, const mt_act *w, int B,
-                                     int OC) {
+/* the column-parallel backward's matmul: this rank's share of the input
+ * gradient into dpart, the weight gradients (x NULL: none) */
+static void col_matmul_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
+                                const mt_act *dy, const mt_act *x, const mt_act *w, int B,
+                                int OC) {
   const int BT = B * tp->T, C = tp->C;
   tp->ops->zero(tp->dt, dpart, (size_t)BT * C);
   tp->ops->matmul_backward(tp->dt, dpart, x ? dw : NULL, x ? db : NULL, dy,
             x ? mt_linear_col_input(tp, x, B) : NULL, w, BT, C, OC);
+}
+
+const mt_act *mt_linear_col_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
+                                     const mt_act *dy, const mt_act *x, const mt_act *w, int B,
+                                     int OC) {
+  col_matmul_backward(tp, dpart, dw, db, dy, x, w, B, OC);
   return col_dinput(tp, dpart, B);
 }
 
@@ -204,6 +214,81 @@ void mt_linear_row_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt
   /* the bias once, by tp rank 0, before the sum over tp */
   tp->ops->matmul_forward(tp->dt, mt_linear_row_partial(tp, y), x, w,
             tp->rank == 0 ? b : NULL, B * tp->T, IC, tp->C);
+  mt_linear_row_reduce(tp, y, B);
+}
+
+void mt_tp_set_async(mt_tp *tp, mt_act *full, mt_act *pack, mt_act *local) {
+  tp->async_full = full;
+  tp->async_pack = pack;
+  tp->async_local = local;
+  free(tp->async_counts);
+  tp->async_counts = mt_calloc((size_t)tp->size, sizeof(int));
+}
+
+/* Launch the sum over tp of the partial (BT,C) full: in place, or under sp
+ * reduce-scattered along T into local (BTs,C), the slices packed rank by
+ * rank first: (B, size, inner) -> (size, B, inner), as the reduce-scatter's
+ * parts lie (one sequence: already so). */
+static void isum(const mt_tp *tp, mt_act *full, mt_act *local, int B, mt_request *r) {
+  if (!tp->sp) {
+    mt_iallreduce(tp->g, full, (size_t)B * tp->T * tp->C, tp->dt, MT_RED_SUM, tp->ops->loc, r);
+    return;
+  }
+  if (!tp->async_pack || !tp->async_counts) mt_die("tp: no scratch for a non-blocking reduction");
+  const size_t inner = (size_t)(tp->T / tp->size) * tp->C, part = (size_t)B * inner;
+  if (part > (size_t)INT32_MAX) mt_die("tp: a reduce-scatter part of %zu elements", part);
+  mt_act *send = B == 1 ? full : tp->async_pack;
+  for (int q = 0; q < tp->size; q++) {
+    tp->async_counts[q] = (int)part;
+    if (B > 1)
+      tp->ops->copy_2d(tp->dt, mt_act_at(tp->es, send, q * part), inner,
+                       mt_act_at(tp->es, full, q * inner), tp->size * inner, (size_t)B, inner);
+  }
+  mt_ireduce_scatter(tp->g, send, local, tp->async_counts, tp->dt, tp->ops->loc, r);
+}
+
+void mt_linear_row_forward_async(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                                 const mt_act *b, int B, int IC, mt_request *r) {
+  r->active = 0;
+  if (!tp->g) {
+    mt_linear_row_forward(tp, y, x, w, b, B, IC);
+    return;
+  }
+  if (tp->sp && !tp->async_full) mt_die("tp: no scratch for a non-blocking reduction");
+  mt_act *partial = tp->sp ? tp->async_full : y;
+  tp->ops->matmul_forward(tp->dt, partial, x, w, tp->rank == 0 ? b : NULL, B * tp->T, IC, tp->C);
+  isum(tp, partial, y, B, r);
+}
+
+const mt_act *mt_linear_col_backward_async(const mt_tp *tp, float *dw, float *db,
+                                           const mt_act *dy, const mt_act *x, const mt_act *w,
+                                           int B, int OC, mt_request *r) {
+  r->active = 0;
+  if (!tp->async_full || (tp->sp && !tp->async_local))
+    mt_die("tp: no scratch for a non-blocking reduction");
+  col_matmul_backward(tp, tp->async_full, dw, db, dy, x, w, B, OC);
+  if (!tp->g) return tp->async_full;
+  isum(tp, tp->async_full, tp->async_local, B, r);
+  return tp->sp ? tp->async_local : tp->async_full;
+}
+
+const mt_act *mt_linear_col_backward_after(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
+                                           const mt_act *dy, const mt_act *x, const mt_act *w,
+                                           int B, int OC, mt_request *before) {
+  col_matmul_backward(tp, dpart, dw, db, dy, x, w, B, OC);
+  mt_linear_row_wait(tp, before);
+  return col_dinput(tp, dpart, B);
+}
+
+void mt_linear_row_wait(const mt_tp *tp, mt_request *r) {
+  if (tp->g) mt_wait(r);
+}
+
+void mt_linear_row_forward_after(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                                 const mt_act *b, int B, int IC, mt_request *before) {
+  tp->ops->matmul_forward(tp->dt, mt_linear_row_partial(tp, y), x, w, tp->rank == 0 ? b : NULL,
+                          B * tp->T, IC, tp->C);
+  mt_linear_row_wait(tp, before);
   mt_linear_row_reduce(tp, y, B);
 }
 

@@ -95,10 +95,17 @@ typedef struct {
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   double moe_capacity;
   mt_moe_router moe_router;
+  /* the residual stream: standard (each attention or MLP reads the whole
+   * stream) or ladder (Ladder Residual: module k reads the stream without
+   * module k-1's output, which joins it one module later) */
+  mt_residual residual;
 } mt_model_shape;
 
 /* the architecture's pieces */
 static inline int mt_model_llama(const mt_model_shape *s) { return s->arch == MT_ARCH_LLAMA; }
+static inline int mt_model_ladder(const mt_model_shape *s) {
+  return s->residual == MT_RESIDUAL_LADDER;
+}
 /* The cosine | sine table of rotary embedding for rows at positions pos[0..T)
  * with head size hs: cs (T, hs), row i = cos of its hs/2 angles, then their
  * sines (kernels.h's rope). Angle of pair d at position p: p x inv_freq[d],
@@ -221,6 +228,12 @@ typedef struct mt_tp {
    * reduce-scatter dx_local (BTs,C) */
   int T, C;
   mt_act *full_in, *full_out, *dx_local;
+  /* sums launched without blocking (the ladder residual's attention output
+   * in forward, its MLP's input gradient in backward): a partial sum
+   * (BT,C); under sp that packed rank by rank (BT,C), the reduce-scattered
+   * input gradient (BTs,C), each rank's count (size) */
+  mt_act *async_full, *async_pack, *async_local;
+  int *async_counts;
 } mt_tp;
 
 /* Sum over the group, in one all-reduce, the gradients of every tensor in
@@ -650,7 +663,8 @@ void mt_gpt_stage_documents(mt_gpt *m, const int *doc, int B);
 void mt_gpt_bind_params(mt_gpt *m, int u, mt_act *mem);
 void mt_gpt_bind_grads(mt_gpt *m, int u, float *mem);
 /* Runs one piece of a pass (its units bound). A forward's HEAD returns the
- * sum of the B*T position losses; 0 otherwise. After a backward the
+ * sum of the B*T position losses; 0 otherwise. DOUT reads the stage's
+ * message (mt_gpt_stage_msg_numel elements). After a backward the
  * gradient of the range's input is mt_gpt_input_grad's (BTs,C), in scratch
  * valid until the next backward; with the embedding it has gone into wte
  * and wpe. */
@@ -707,5 +721,15 @@ void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, 
                       int with_head);
 /* The range's output hidden state (BTs,C) in a. */
 mt_act *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
+/* What a pipeline stage passes on: elements of its message for B rows
+ * (BTs,C; the ladder residual: twice that, the stream, then the last
+ * block's pending MLP output, which the next range reads after its input
+ * in a->encoded), and the messages written to dst (in the activations'
+ * dtype): the forward's, of the range [l0, l1) in a, and the backward's
+ * input gradient (the ladder: then the gradient of that pending output). */
+size_t mt_gpt_stage_msg_numel(const mt_gpt *m, int B);
+void mt_gpt_stage_pack_output(const mt_gpt *m, const mt_gpt_acts *a, int l0, int l1, int B,
+                              mt_act *dst);
+void mt_gpt_stage_pack_input_grad(const mt_gpt *m, int B, mt_act *dst);
 
 #endif

@@ -17,6 +17,9 @@ void mt_tp_create(mt_tp *tp, mt_group *g, int sp, size_t max_act, size_t max_par
 void mt_tp_destroy(mt_tp *tp);
 void mt_tp_set_linear(mt_tp *tp, int T, int C, mt_act *full_in, mt_act *full_out,
                       mt_act *dx_local);
+/* the scratch of the sums launched without blocking (mt_tp's async_*):
+ * full (BT,C); under sp also pack (BT,C) and local (BTs,C), else NULL */
+void mt_tp_set_async(mt_tp *tp, mt_act *full, mt_act *pack, mt_act *local);
 
 /* Sum (in place) of the ranks' partial results: the forward of a
  * row-parallel layer ("g") or the backward of a column-parallel one ("f"). */
@@ -49,6 +52,17 @@ void mt_linear_col_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt
 const mt_act *mt_linear_col_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
                                      const mt_act *dy, const mt_act *x, const mt_act *w, int B,
                                      int OC);
+/* The same with the input gradient's sum over tp launched without
+ * blocking: returns where it will be (the tp scratch) after
+ * mt_linear_row_wait(r); one at a time. And the same as
+ * mt_linear_col_backward whose sum follows the non-blocking one before (one
+ * channel: in the order issued). */
+const mt_act *mt_linear_col_backward_async(const mt_tp *tp, float *dw, float *db,
+                                           const mt_act *dy, const mt_act *x, const mt_act *w,
+                                           int B, int OC, mt_request *r);
+const mt_act *mt_linear_col_backward_after(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
+                                           const mt_act *dy, const mt_act *x, const mt_act *w,
+                                           int B, int OC, mt_request *before);
 /* The weight gradients alone (a split backward's weight pass). */
 void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,
                                    const mt_act *x, int B, int OC);
@@ -59,6 +73,17 @@ void mt_linear_col_backward_weight(const mt_tp *tp, float *dw, float *db, const 
  * (BTs,C). */
 void mt_linear_row_forward(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
                            const mt_act *b, int B, int IC);
+/* The same with g launched without blocking (all-reduce in place, or under
+ * sp a reduce-scatter of the partial sum packed rank by rank): y holds the
+ * sum after mt_linear_row_wait(r). One at a time (the scratch is one). */
+void mt_linear_row_forward_async(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                                 const mt_act *b, int B, int IC, mt_request *r);
+void mt_linear_row_wait(const mt_tp *tp, mt_request *r);
+/* mt_linear_row_forward whose sum over tp follows the earlier non-blocking
+ * one before: the matmul runs while that is in flight, then the sums go in
+ * the order they were issued (one channel, as one NCCL stream runs them) */
+void mt_linear_row_forward_after(const mt_tp *tp, mt_act *y, const mt_act *x, const mt_act *w,
+                                 const mt_act *b, int B, int IC, mt_request *before);
 /* g in two halves, for a row-parallel layer that is not a matmul (the
  * vocabulary-parallel embedding): where the partial (BT,C) output goes (y
  * itself, or under sp a scratch), then the sum over tp into y. */
@@ -269,18 +294,27 @@ void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const
                       const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
                       int N);
 
-/* Forward of block l from its input x0 (BTs,C) into x. */
+/* Forward of block l from its input x0 (BTs,C) into x. Ladder residual:
+ * pend is the previous block's MLP output (BTs,C), not yet in x0 (NULL for
+ * block 0 and under the standard residual). */
 void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
-                      const mt_layer_acts *x, int B);
+                      const mt_act *pend, const mt_layer_acts *x, int B);
 /* Recompute: layer l's activations into the workspace again, from its
- * input (bitwise the stored values). */
-void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, int B);
+ * input (and the ladder's pend) (bitwise the stored values; the ladder's
+ * MLP output is kept in the set and written again with the same bits). */
+void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_act *pend,
+                        const mt_layer_acts *x, int B);
 /* Backward of block l: dres (BTs,C) holds d(output) and becomes d(input).
  * input_only: no linear's weight or bias gradient; their output gradients
  * go to x->dy_* for mt_block_backward_weight (LayerNorm gradients stay
  * here). */
 void mt_block_backward(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x, mt_act *dres,
                        int input_only, float dloss, int B);
+/* The same under the ladder residual: dres holds d(x->res3), dpend
+ * d(x->fcproj) (the last block: ignored, d(x->res3) is that too); they
+ * become d(input) and d(the previous block's fcproj). */
+void mt_block_backward_ladder(mt_gpt *m, int l, const mt_act *x0, const mt_layer_acts *x,
+                              mt_act *dres, mt_act *dpend, int input_only, float dloss, int B);
 /* The weight pass of block l: dW += dY^T X, db += sum dY for each linear,
  * from the output gradients the input pass kept (dense blocks only). */
 void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B);

@@ -245,6 +245,7 @@ int mt_model_shape_from_config(const mt_config *cfg, mt_model_shape *s, mt_err *
   if (cfg->vocab_size > 0) s->vocab = cfg->vocab_size;
   s->vocab_padded = mt_model_pad_vocab(s->vocab, cfg->tp);
   MT_TRY(e, arch_from_config(cfg, s, e));
+  s->residual = cfg->residual;
   const char *missing = s->n_layer <= 0 ? "model.n_layer" : s->n_embd <= 0 ? "model.n_embd"
                         : s->n_head <= 0 ? "model.n_head" : s->seq_len <= 0 ? "model.seq_len"
                         : NULL;

@@ -433,7 +433,6 @@ typedef struct {
   int *slot_busy;
   int *slot_of;             /* this run: (mb * v + chunk) -> slot, -1 none */
   mt_act **dout;            /* per slot: received output gradient */
-  mt_act **out;             /* per slot: the forward's output hidden state (in the set) */
   size_t max_msg;           /* floats of the largest hidden state */
   mt_piece *pieces;         /* room for one pass's pieces */
   /* send buffers: a message is copied into a free one and sent; a buffer is

@@ -51,7 +51,7 @@ void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *
   /* messages are the model's activations (mt_dtypes msgs = acts), sent as
    * 4-byte words: bf16 ones in half as many */
   x->overlap_dp = 1;
-  x->max_msg = msg_words(model, (size_t)model->max_B * model->T_sp * model->shape.n_embd);
+  x->max_msg = msg_words(model, mt_gpt_stage_msg_numel(model, model->max_B));
   x->slot_mem = mt_calloc((size_t)x->n_slots, sizeof(float *));
   x->acts = mt_calloc((size_t)x->n_slots, sizeof(mt_gpt_acts));
   x->slot_busy = mt_calloc((size_t)x->n_slots, sizeof(int));
@@ -59,12 +59,11 @@ void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *
   if (pp_group->size > 1)
     for (int i = 0; i < x->n_slots; i++)
       x->dout[i] = x->ops->alloc(MT_MEM_COMM, x->max_msg * sizeof(float));
-  x->out = mt_calloc((size_t)x->n_slots, sizeof(mt_act *));
   x->pieces = mt_calloc((size_t)most + 3, sizeof(mt_piece));
 }
 
-/* send n 4-byte words of data to peer from a pool buffer */
-static void send_copy(mt_pp_exec *x, const mt_act *data, size_t n, int peer, int tag) {
+/* a free pool buffer of max_msg words for a send; its request's index in *kk */
+static mt_act *send_buf(mt_pp_exec *x, int *kk) {
   int k = 0;
   for (; k < x->n_send; k++) {
     mt_progress(&x->send_req[k]);
@@ -81,8 +80,21 @@ static void send_copy(mt_pp_exec *x, const mt_act *data, size_t n, int peer, int
     memset(&x->send_req[k], 0, sizeof(mt_request));
     x->n_send++;
   }
-  x->ops->copy(MT_DT_F32, x->send_buf[k], data, n); /* n 4-byte words, moved as they are */
-  mt_isend(x->g, x->send_buf[k], n, MT_DT_F32, peer, tag, x->ops->loc, &x->send_req[k]);
+  *kk = k;
+  return x->send_buf[k];
+}
+
+/* send n 4-byte words to peer from a pool buffer: the hidden state of
+ * (slot, chunk) for rows rows (grad 0), or the model's input gradient
+ * (grad 1), as the model packs a stage's message (the ladder residual: two
+ * streams) */
+static void send_msg(mt_pp_exec *x, int grad, int slot, int chunk, int rows, size_t n, int peer,
+                     int tag) {
+  int k;
+  mt_act *buf = send_buf(x, &k);
+  if (grad) mt_gpt_stage_pack_input_grad(x->model, rows, buf);
+  else mt_gpt_stage_pack_output(x->model, &x->acts[slot], x->l0[chunk], x->l1[chunk], rows, buf);
+  mt_isend(x->g, buf, n, MT_DT_F32, peer, tag, x->ops->loc, &x->send_req[k]);
 }
 
 void mt_pp_exec_destroy(mt_pp_exec *x) {
@@ -95,7 +107,7 @@ void mt_pp_exec_destroy(mt_pp_exec *x) {
     x->ops->free(MT_MEM_COMM, x->send_buf[i], x->max_msg * sizeof(float));
   }
   free(x->dout); free(x->send_buf); free(x->send_req);
-  free(x->slot_mem); free(x->acts); free(x->slot_busy); free(x->out); free(x->pieces);
+  free(x->slot_mem); free(x->acts); free(x->slot_busy); free(x->pieces);
   memset(x, 0, sizeof *x);
 }
 
@@ -201,25 +213,23 @@ static void add_chunk_bytes(mt_pp_exec *x, int chunk, const double before[4]) {
 
 /* A forward op: the chunk's pass; the last virtual stage adds the
  * micro-batch's mean loss as the model reports it (fp32), weighted by its
- * tokens in training and by its sequences in evaluation. Returns the output
- * hidden state to send (NULL on the last virtual stage). */
-static mt_act *forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_pp_batch *b,
-                          int keep) {
+ * tokens in training and by its sequences in evaluation (its output stays
+ * in the slot's set for the send: mt_gpt_stage_pack_output). */
+static void forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_pp_batch *b,
+                       int keep) {
   const int last = x->vs[chunk] == x->last_vs, rows = b->rows[mb];
   double sum = run_pass(x, MT_PASS_FORWARD, slot, chunk, b, mb, NULL, 0, keep);
   if (last && rows > 0) {
     float mean = (float)(sum / ((double)rows * b->T));
     x->loss_sum += b->eval ? (double)mean * rows : (double)mean * rows * b->T;
   }
-  return last ? NULL
-              : mt_gpt_range_output(x->model, &x->acts[slot], x->l1[chunk] - x->l0[chunk], rows);
 }
 
 /* The V's turn (zb-v): where the next virtual stage (forward) or the
  * previous one (backward) is on this rank, the hidden state or its gradient
  * goes to that chunk's slot by copy, not by message. */
 static void turn(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_op *o, int forward,
-                 size_t n) {
+                 int rows) {
   const int vs = x->vs[o->chunk], to = forward ? vs + 1 : vs - 1;
   if (to < 0 || to > x->last_vs || mt_pp_vs_rank(s, to) != x->rank) return;
   int c = 0;
@@ -227,9 +237,10 @@ static void turn(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_op *o, int 
   const int cell = o->mb * x->v + c, k_from = x->slot_of[o->mb * x->v + o->chunk];
   if (forward) {
     int k = take_slot(x, cell, c);
-    x->ops->copy(MT_DT_F32, x->acts[k].encoded, x->out[k_from], n);
+    mt_gpt_stage_pack_output(x->model, &x->acts[k_from], x->l0[o->chunk], x->l1[o->chunk], rows,
+                             x->acts[k].encoded);
   } else if (x->din) {
-    x->ops->copy(MT_DT_F32, x->dout[x->slot_of[cell]], x->din, n);
+    mt_gpt_stage_pack_input_grad(x->model, rows, x->dout[x->slot_of[cell]]);
   }
 }
 
@@ -276,8 +287,8 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   for (int i = 0; i < s->n_ops[r]; i++) {
     const mt_pp_op *o = &s->ops[r][i];
     const int cell = o->mb * v + o->chunk;
-    const size_t n =
-        msg_words(x->model, (size_t)b->rows[o->mb] * x->model->T_sp * x->model->shape.n_embd);
+    const int rows = b->rows[o->mb];
+    const size_t n = msg_words(x->model, mt_gpt_stage_msg_numel(x->model, rows));
     double t0;
     int k;
     switch (o->kind) {
@@ -291,19 +302,19 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       k = take_slot(x, cell, o->chunk);
       t0 = mt_now();
       model_bytes(x, b0);
-      x->out[k] = forward_op(x, k, o->mb, o->chunk, b, in_run[i]);
+      forward_op(x, k, o->mb, o->chunk, b, in_run[i]);
       stage_overhead(x);
       add_chunk_bytes(x, o->chunk, b0);
       x->compute_s += mt_now() - t0;
       x->chunk_s[o->chunk][0] += mt_now() - t0;
       mt_trace_span("forward", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb, o->chunk);
-      turn(x, s, o, 1, n);
+      turn(x, s, o, 1, rows);
       if (forward_only) release_slot(x, cell);
       break;
     case MT_PP_SEND_ACT:
       k = x->slot_of[cell];
       t0 = mt_now();
-      send_copy(x, x->out[k], n, mt_pp_vs_rank(s, x->vs[o->chunk] + 1), TAG_ACT);
+      send_msg(x, 0, k, o->chunk, rows, n, mt_pp_vs_rank(s, x->vs[o->chunk] + 1), TAG_ACT);
       x->wait_s += mt_now() - t0;
       break;
     case MT_PP_RECV_GRAD:
@@ -334,7 +345,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       x->chunk_s[o->chunk][1] += mt_now() - t0;
       mt_trace_span(input_only ? "backward-input" : "backward", "pipeline", MT_TRACK_PIPELINE,
                     t0, mt_now(), o->mb, o->chunk);
-      turn(x, s, o, 0, n);
+      turn(x, s, o, 0, rows);
       if (o->kind == MT_PP_BWD) release_slot(x, cell);
       break;
     }
@@ -360,7 +371,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       if (forward_only) break;
       /* right after its backward: the input gradient is still in the model's scratch */
       t0 = mt_now();
-      send_copy(x, x->din, n, mt_pp_vs_rank(s, x->vs[o->chunk] - 1), TAG_GRAD);
+      send_msg(x, 1, -1, o->chunk, rows, n, mt_pp_vs_rank(s, x->vs[o->chunk] - 1), TAG_GRAD);
       x->wait_s += mt_now() - t0;
       break;
     case MT_PP_NKINDS:

@@ -20,6 +20,38 @@ double mt_cost_coll_lat(const mt_price *q, int n, int stride) {
   return mt_price_coll_lat_s(q, n, mt_price_per_node(q, stride, n));
 }
 
+/* The ladder residual: in each forward (and its recompute) a dense block's
+ * attention sum over tp (all-reduce, or under sp reduce-scatter) runs
+ * while its MLP computes, until the MLP's own sum; in backward its MLP's
+ * input-gradient sum runs while the attention's backward computes, until
+ * the attention's own sum; each at the profile's overlap share of its rate
+ * (as the virtual device runs them). A MoE block sums as the standard
+ * residual does. The seconds hidden per micro-batch (att: a block's
+ * attention forward). */
+static double ladder_hidden(const mt_cost_profile *p, const mt_price *q, const mt_config *cfg,
+                            double msg_scale, const mt_chunk_desc *k, double att) {
+  const mt_gpt *m = k->m;
+  const double BT = (double)k->B * m->T, C = m->shape.n_embd, ov = p->overlap;
+  const double refwd = cfg->recompute ? 1.0 : 0.0;
+  const size_t whole = (size_t)(BT * C * (double)m->es * msg_scale);
+  const double ring = cfg->sp ? mt_bytes_reduce_scatter(whole, cfg->tp)
+                              : mt_bytes_allreduce(whole, cfg->tp);
+  const double d = mt_cost_coll_xfer_s(q, ring, cfg->tp, 1, 0) + mt_cost_coll_lat(q, cfg->tp, 1);
+  /* the attention's backward: its linears' input and weight gradients, 2.5
+   * times its forward */
+  const double attn_b = 2.0 * (mt_cost_gemm_s(p, BT, m->qkv_local, C, 1) +
+                               mt_cost_gemm_s(p, BT, C, m->C_local, 1)) + 2.5 * att;
+  const double hid_b = d < ov * attn_b ? d : ov * attn_b;
+  double hidden = 0.0;
+  for (int l = k->l0; l < k->l1; l++) {
+    const double F = m->mlp_local[l];
+    if (F <= 0 || mt_model_is_moe(&m->shape, l)) continue;
+    double mlp = mt_cost_gemm_s(p, BT, F * m->mlp_in, C, 1) + mt_cost_gemm_s(p, BT, C, F, 1);
+    hidden += (1.0 + refwd) * (d < ov * mlp ? d : ov * mlp) + hid_b;
+  }
+  return hidden;
+}
+
 void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_config *cfg,
                         double msg_scale, const mt_chunk_desc *k, double att,
                         const double cb[4], mt_chunk_cost *c) {
@@ -57,5 +89,6 @@ void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_co
     double calls = n_l * ((cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0)) +
                    k->embed * (cfg->sp ? 2.0 : 1.0) + k->head * ((cfg->sp ? 3.0 : 1.0) + 2.0);
     c->tp = mt_cost_coll_xfer_s(q, bytes, cfg->tp, 1, 0) + calls * mt_cost_coll_lat(q, cfg->tp, 1);
+    if (mt_model_ladder(&m->shape)) c->tp -= ladder_hidden(p, q, cfg, msg_scale, k, att);
   }
 }

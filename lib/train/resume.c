@@ -87,6 +87,7 @@ void mt_train_meta_arch(mt_ckpt_meta *m, const mt_model_shape *s) {
   m->ffn = s->ffn;
   m->tied = s->tied;
   m->bias = s->bias;
+  m->residual = s->residual;
 }
 
 /* aux-loss-free MoE balancing: the bias the checkpoint's run routed with
@@ -333,6 +334,9 @@ void mt_train_resume(mt_trainer *t) {
              s->tied ? ", tied head" : "", mt_model_num_params(s), s->n_layer, s->n_embd,
              s->n_head, s->seq_len, s->vocab, cfg->dp, cfg->tp, cfg->pp, cfg->cp, cfg->zero,
              t->world_size, mt_kernels_threads());
+    if (mt_model_ladder(s))
+      mt_info0("meshtrain: ladder residual: each attention and MLP reads the stream without the "
+               "previous module's output");
     if (s->moe_experts > 0)
       mt_info0("meshtrain: MoE: %d experts (top-%d, hidden %d, %d shared, %s) in %d of %d blocks, "
                "%zu parameters active per token; folded mesh etp=%d ep=%d edp=%d",
@@ -408,7 +412,7 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
                     mt_model_preset(cfg->model_preset, &preset) == 0;
   /* the architecture's yes/no keys as the checkpoint's 0/1 */
   int tied = cfg->tie_embeddings == MT_TRI_TRUE, bias = cfg->bias == MT_TRI_TRUE;
-  int arch = (int)cfg->arch, router = (int)cfg->moe_router;
+  int arch = (int)cfg->arch, router = (int)cfg->moe_router, residual = (int)cfg->residual;
   struct {
     const char *key;
     int *v, given, from_preset;
@@ -432,6 +436,7 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
       /* (a preset's tying and biases follow its arch, compared above) */
       {"model.tie_embeddings", &tied, cfg->tie_embeddings != MT_TRI_AUTO, 0, m.tied, 0},
       {"model.bias", &bias, cfg->bias != MT_TRI_AUTO, 0, m.bias, 0},
+      {"model.residual", &residual, cfg->residual != defaults.residual, 0, m.residual, 0},
       {"model.moe_experts", &cfg->moe_experts, cfg->moe_experts != defaults.moe_experts, 0,
        m.moe_experts, 1},
       {"model.moe_topk", &cfg->moe_topk, cfg->moe_topk != defaults.moe_topk, 0, m.moe_topk, 1},
@@ -468,6 +473,7 @@ int mt_train_init_from_shape(mt_config *cfg, mt_err *e) {
     if (m.moe_experts > 0 || !k[i].moe) *k[i].v = (int)k[i].ckpt;
   cfg->arch = (mt_arch)arch;
   cfg->moe_router = (mt_moe_router)router;
+  cfg->residual = (mt_residual)residual;
   cfg->tie_embeddings = tied ? MT_TRI_TRUE : MT_TRI_FALSE;
   cfg->bias = bias ? MT_TRI_TRUE : MT_TRI_FALSE;
   cfg->seq_len = seq > 0 ? seq : (int)m.seq_len;

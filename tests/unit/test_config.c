@@ -396,7 +396,7 @@ static void test_round_trip(void) {
                   "train.virtual_hw=h200", "metrics.trace=true", "virtual.moe_skew=1.25",
                   "model.moe_experts=64", "model.moe_topk=6",
                   "model.moe_every=2", "model.moe_ffn=1408", "model.moe_shared=2",
-                  "model.moe_router=sigmoid",
+                  "model.moe_router=sigmoid", "model.residual=ladder",
                   "model.arch=llama", "model.n_kv_head=4", "model.ffn_size=2048",
                   "model.norm_eps=1.0000000000000001e-05", "model.rope_theta=500000",
                   "model.rope_scaling=llama3", "model.rope_factor=32",

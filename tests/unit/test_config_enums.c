@@ -27,6 +27,8 @@ static const struct {
     {"model.preset", "deepseek-v3-like", MT_PRESET_DEEPSEEK_V3_LIKE},
     {"model.moe_router", "softmax", MT_ROUTER_SOFTMAX},
     {"model.moe_router", "sigmoid", MT_ROUTER_SIGMOID},
+    {"model.residual", "standard", MT_RESIDUAL_STANDARD},
+    {"model.residual", "ladder", MT_RESIDUAL_LADDER},
     {"model.arch", "auto", MT_ARCH_AUTO},
     {"model.arch", "gpt2", MT_ARCH_GPT2},
     {"model.arch", "llama", MT_ARCH_LLAMA},
@@ -108,6 +110,7 @@ static const char *typed_name(const char *key, int v) {
     return mt_tristate_name((mt_tristate)v);
   if (!strcmp(key, "model.rope_scaling")) return mt_rope_scaling_name((mt_rope_scaling)v);
   if (!strcmp(key, "model.moe_router")) return mt_moe_router_name((mt_moe_router)v);
+  if (!strcmp(key, "model.residual")) return mt_residual_name((mt_residual)v);
   if (!strcmp(key, "train.moe_balance")) return mt_moe_balance_name((mt_moe_balance)v);
   if (!strcmp(key, "train.device")) return mt_device_kind_name((mt_device_kind)v);
   if (!strcmp(key, "train.precision")) return mt_precision_name((mt_precision)v);

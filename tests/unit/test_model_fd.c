@@ -23,7 +23,10 @@
  * |analytic|; the worst measured is 9% of that. A sign error, a missing
  * term (a query head's key and value gradients overwritten instead of
  * added back: tried, 7 to 70 times the tolerance), the inverse rotation
- * left out or a swapped gate and up gives O(1) relative errors. */
+ * left out or a swapped gate and up gives O(1) relative errors. The
+ * ladder residual's cases (each module reading the stream without the
+ * previous module's output) hold its backward's two streams to the same
+ * differences. */
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -172,6 +175,15 @@ int main(int argc, char **argv) {
         .norm_eps = 1e-5f, .rope_theta = 500000.0, .rope_scaling = MT_ROPE_SCALING_LLAMA3,
         .rope_factor = 8.0, .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0,
         .rope_original_len = 8}},
+      /* the ladder residual (three blocks: the middle one both receives a
+       * pending MLP output and passes one on; the last adds its own) */
+      {"gpt2-ladder",
+       {.n_layer = 3, .n_embd = 16, .n_head = 2, .seq_len = 16, .vocab = 50,
+        .residual = MT_RESIDUAL_LADDER}},
+      {"llama-gqa-ladder",
+       {.n_layer = 3, .n_embd = 32, .n_head = 4, .seq_len = 16, .vocab = 50,
+        .arch = MT_ARCH_LLAMA, .n_kv_head = 2, .ffn = 24, .norm_eps = 1e-5f,
+        .rope_theta = 10000.0, .residual = MT_RESIDUAL_LADDER}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   test_presets();

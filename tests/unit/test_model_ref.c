@@ -15,6 +15,12 @@
  *   padded-vocab  V = 100 stored as Vp = 128, C = 24, NH = 3 (hs = 8),
  *                 perturbed, and the padding rows of wte filled with garbage:
  *                 they must not change the loss and must get exactly 0 grad.
+ *   ladder        the ladder residual (model.residual = ladder), 3 blocks,
+ *                 perturbed: the loss and activations against the reference
+ *                 wired as the ladder (each attention and MLP reads the
+ *                 stream without the previous module's output; the last MLP
+ *                 joins the final stream); forward only here (test_model_fd
+ *                 holds its backward to finite differences).
  *
  * Tolerances, fp32 model against a double reference computed on the same
  * fp32 parameter values (so only the model's rounding differs):
@@ -81,7 +87,8 @@ typedef struct {
 
 typedef struct {
   int T, C, NH, L, V, Vp;
-  size_t n; /* flat length */
+  int ladder; /* the ladder residual */
+  size_t n;   /* flat length */
   size_t wte, wpe, lnf_w, lnf_b;
   ref_block *blk;
 } ref_model;
@@ -373,28 +380,33 @@ static double ref_forward(const ref_model *r, const double *P, const int *inp, c
   for (int bt = 0; bt < BT; bt++)
     for (int c = 0; c < C; c++)
       a->x[(size_t)bt * C + c] = P[r->wte + (size_t)inp[bt] * C + c] + P[r->wpe + (size_t)(bt % T) * C + c];
+  double *pend = dalloc(btc); /* the ladder: the previous MLP's output, not yet in x */
   for (int l = 0; l < L; l++) {
     const ref_block *w = &r->blk[l];
     const double *x = a->x + l * btc;
     double *ln1 = a->ln1 + l * btc, *qkv = a->qkv + 3 * l * btc, *atty = a->atty + l * btc;
     double *res2 = a->res2 + l * btc, *ln2 = a->ln2 + l * btc, *out = a->x + (l + 1) * btc;
     double *fch = a->fch + 4 * l * btc, *fcg = a->fcg + 4 * l * btc;
-    double *tmp = dalloc(btc);
+    double *tmp = dalloc(btc), *proj = dalloc(btc);
     ref_ln_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, x, P + w->ln1_w,
                    P + w->ln1_b, BT, C);
     ref_linear_forward(qkv, ln1, P + w->qkv_w, P + w->qkv_b, BT, C, 3 * C);
     ref_attention_forward(atty, a->att + (size_t)l * B * NH * T * T, a->lse + (size_t)l * B * NH * T,
                           qkv, B, T, C, NH);
-    ref_linear_forward(tmp, atty, P + w->attn_proj_w, P + w->attn_proj_b, BT, C, C);
-    for (size_t i = 0; i < btc; i++) res2[i] = x[i] + tmp[i];
+    ref_linear_forward(proj, atty, P + w->attn_proj_w, P + w->attn_proj_b, BT, C, C);
+    for (size_t i = 0; i < btc; i++) res2[i] = x[i] + (r->ladder ? pend[i] : proj[i]);
     ref_ln_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, P + w->ln2_w,
                    P + w->ln2_b, BT, C);
     ref_linear_forward(fch, ln2, P + w->fc_w, P + w->fc_b, BT, C, 4 * C);
     for (size_t i = 0; i < 4 * btc; i++) fcg[i] = ref_gelu(fch[i]);
     ref_linear_forward(tmp, fcg, P + w->fc_proj_w, P + w->fc_proj_b, BT, 4 * C, C);
-    for (size_t i = 0; i < btc; i++) out[i] = res2[i] + tmp[i];
+    for (size_t i = 0; i < btc; i++)
+      out[i] = !r->ladder ? res2[i] + tmp[i] : res2[i] + proj[i] + (l == L - 1 ? tmp[i] : 0.0);
+    memcpy(pend, tmp, btc * sizeof(double));
     free(tmp);
+    free(proj);
   }
+  free(pend);
   ref_ln_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->x + L * btc, P + r->lnf_w, P + r->lnf_b,
                  BT, C);
   /* logits over the true vocabulary only: rows >= V of wte are never read */
@@ -503,6 +515,7 @@ typedef struct {
   int n_layer, n_embd, n_head, vocab; /* 0: keep the tiny preset's */
   int perturb;                        /* replace parameters by O(0.1..1) noise */
   int garbage_padding;                /* fill wte rows >= V with noise */
+  int ladder;                         /* the ladder residual (forward only) */
 } test_case;
 
 /* Every parameter set to noise of a scale that keeps activations O(1):
@@ -539,6 +552,7 @@ static void run_case(const test_case *tc) {
   if (tc->n_head) s.n_head = tc->n_head;
   if (tc->vocab) s.vocab = tc->vocab;
   s.vocab_padded = (s.vocab + 63) / 64 * 64;
+  if (tc->ladder) s.residual = MT_RESIDUAL_LADDER;
   const int B = 2, T = s.seq_len, BT = B * T, V = s.vocab, Vp = s.vocab_padded, C = s.n_embd;
   printf("case %s: L=%d C=%d NH=%d T=%d V=%d Vp=%d B=%d%s%s\n", tc->tag, s.n_layer, C, s.n_head,
          T, V, Vp, B, tc->perturb ? ", perturbed parameters" : ", init parameters",
@@ -554,6 +568,7 @@ static void run_case(const test_case *tc) {
   if (tc->perturb) perturb_params(&m, tc);
   ref_model r;
   ref_model_init(&r, &m);
+  r.ladder = tc->ladder;
   check_views(&m, &r, tc->tag);
 
   int *inp = malloc((size_t)BT * sizeof(int)), *tgt = malloc((size_t)BT * sizeof(int));
@@ -575,7 +590,7 @@ static void run_case(const test_case *tc) {
   ref_acts a;
   ref_acts_alloc(&a, &r, B);
   double ref_loss = ref_forward(&r, P, inp, tgt, &a);
-  ref_backward(&r, P, &a, inp, tgt, 1.0 / BT, G);
+  if (!tc->ladder) ref_backward(&r, P, &a, inp, tgt, 1.0 / BT, G);
 
   double loss_err = fabs((double)loss - ref_loss) / fabs(ref_loss);
   printf("  loss model %.8f  reference %.8f  rel err %.2e %s\n", (double)loss, ref_loss, loss_err,
@@ -623,6 +638,16 @@ static void run_case(const test_case *tc) {
           tc->tag, emax, TOL_ACT, pad_max);
   }
 
+  if (tc->ladder) { /* forward only (the reference backward is the standard wiring's) */
+    ref_acts_free(&a);
+    free(P);
+    free(G);
+    free(inp);
+    free(tgt);
+    free(r.blk);
+    mt_gpt_destroy(&m);
+    return;
+  }
   mt_gpt_backward(&m, 1.0f / (float)BT, NULL, NULL);
 
   /* reference backward against finite differences of the reference forward */
@@ -742,9 +767,10 @@ int main(void) {
   mt_kernels_set_threads(threads ? atoi(threads) : 1);
   printf("test_model_ref: %d compute thread(s)\n", mt_kernels_threads());
   const test_case cases[] = {
-      {"tiny-init", 0, 0, 0, 0, 0, 0},
-      {"tiny-perturb", 0, 0, 0, 0, 1, 0},
-      {"padded-vocab", 2, 24, 3, 100, 1, 1},
+      {"tiny-init", 0, 0, 0, 0, 0, 0, 0},
+      {"tiny-perturb", 0, 0, 0, 0, 1, 0, 0},
+      {"padded-vocab", 2, 24, 3, 100, 1, 1, 0},
+      {"ladder", 3, 0, 0, 0, 1, 0, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   return mt_check_summary("test_model_ref");

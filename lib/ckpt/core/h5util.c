@@ -357,6 +357,10 @@ uint64_t mt_ckpt_meta_hash(const mt_ckpt_meta *m, const char *version, int64_t g
   if (copy.optimizer != 0 && n < sizeof text)
     n += (size_t)snprintf(text + n, sizeof text - n, "optimizer=%lld\n",
                           (long long)copy.optimizer);
+  /* the residual stream (1.4) likewise only where it is the ladder */
+  if (copy.residual != 0 && n < sizeof text)
+    n += (size_t)snprintf(text + n, sizeof text - n, "residual=%lld\n",
+                          (long long)copy.residual);
   /* the architecture (1.4) likewise only where it is not GPT-2's */
   for (size_t i = 0; arch_counts(&copy) && i < sizeof f14 / sizeof f14[0] && n < sizeof text; i++)
     n += (size_t)snprintf(text + n, sizeof text - n, "%s=%lld\n", f14[i].name,
@@ -386,6 +390,8 @@ int mt_ckpt_write_meta_attrs(hid_t file, const mt_ckpt_meta *m, int groups, cons
     MT_TRY(e, mt_ckpt_put_attr_i64(file, "moe_router", copy.moe_router, where, e));
   if (copy.optimizer != 0)
     MT_TRY(e, mt_ckpt_put_attr_i64(file, "optimizer", copy.optimizer, where, e));
+  if (copy.residual != 0)
+    MT_TRY(e, mt_ckpt_put_attr_i64(file, "residual", copy.residual, where, e));
   if (copy.data_hash != 0)
     MT_TRY(e, mt_ckpt_put_attr_i64(file, "data_hash", copy.data_hash, where, e));
   MT_TRY(e, mt_ckpt_put_attr_i64(file, "groups", groups, where, e));
@@ -424,6 +430,11 @@ int mt_ckpt_read_meta(hid_t file, mt_ckpt_meta *m) {
   m->optimizer = 0;
   if (mt_ckpt_attr_i64(file, "optimizer", &m->optimizer) == 0 &&
       (m->optimizer < 0 || m->optimizer > 1))
+    return -2;
+  /* 1.4, optional: a residual stream other than the standard one */
+  m->residual = 0;
+  if (mt_ckpt_attr_i64(file, "residual", &m->residual) == 0 &&
+      (m->residual < 0 || m->residual > 1))
     return -2;
   /* optional, informative: the training data's hash */
   m->data_hash = 0;

@@ -136,6 +136,7 @@ static int check_model(const char *dir, const mt_ckpt_meta *m, const mt_ckpt_met
                {"moe_ffn", m->moe_ffn, expect->moe_ffn},
                {"moe_shared", m->moe_shared, expect->moe_shared},
                {"moe_router", m->moe_router, expect->moe_router},
+               {"residual", m->residual, expect->residual},
                {"arch", m->arch, expect->arch}, {"n_kv_head", m->n_kv_head, expect->n_kv_head},
                {"ffn", m->ffn, expect->ffn}, {"tied", m->tied, expect->tied},
                {"bias", m->bias, expect->bias}};

@@ -172,6 +172,10 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
           m->arch == 2 ? "llama (RMSNorm, rotary, SwiGLU)" : "gpt2 (LayerNorm, learned positions, GELU)",
           (long long)m->n_kv_head, (long long)m->ffn, m->tied ? "tied to wte" : "untied",
           m->bias ? "biases" : "no biases");
+  fprintf(f, "  residual        %s\n",
+          m->residual == 1 ? "ladder (each module reads the stream without the previous "
+                             "module's output)"
+                           : "standard");
   fprintf(f, "  optimizer       %s\n",
           m->optimizer == 1 ? "muon (exp_avg: Muon's momentum on its matrices; AdamW's elsewhere)"
                             : "adamw");
