@@ -638,16 +638,8 @@ static void run_case(const test_case *tc) {
           tc->tag, emax, TOL_ACT, pad_max);
   }
 
-  if (tc->ladder) { /* forward only (the reference backward is the standard wiring's) */
-    ref_acts_free(&a);
-    free(P);
-    free(G);
-    free(inp);
-    free(tgt);
-    free(r.blk);
-    mt_gpt_destroy(&m);
-    return;
-  }
+  /* ladder: forward only (the reference backward is the standard wiring's) */
+  if (tc->ladder) goto done;
   mt_gpt_backward(&m, 1.0f / (float)BT, NULL, NULL);
 
   /* reference backward against finite differences of the reference forward */
@@ -752,6 +744,7 @@ static void run_case(const test_case *tc) {
     free(g2);
   }
 
+done:
   ref_acts_free(&a);
   free(P);
   free(G);
