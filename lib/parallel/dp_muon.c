@@ -49,6 +49,7 @@ struct mt_dp_muon {
   mt_muon_matrix *mat;
   int n_mat;
   unsigned char *skip;   /* per tensor: Muon's (AdamW leaves it) */
+  unsigned char *in_bucket; /* per bucket: holds a matrix of Muon's */
   size_t *at_L;          /* per matrix its group's rank owns: its place in L */
   size_t *at_R;          /* per matrix this rank owns: its place in each source's block of R */
   muon_group grp[MT_NGROUPS];
@@ -254,6 +255,12 @@ void mt_dp_muon_create(mt_dp *d, const mt_muon_opts *o) {
     if (s * s > most_small) most_small = s * s;
   }
   u->full = fp32_alloc(d->ops, u->full_n);
+  /* the buckets zero 0 all-gathers after the update, found once */
+  u->in_bucket = mt_calloc((size_t)d->reg->n_buckets + 1, 1);
+  for (int k = 0; k < d->reg->n_buckets; k++)
+    for (int i = 0; i < u->n_mat && !u->in_bucket[k]; i++)
+      u->in_bucket[k] = u->mat[i].offset >= dp_plan(d, k)->begin &&
+                        u->mat[i].offset < dp_plan(d, k)->end;
   u->scratch_bytes = mt_muon_ns_scratch_bytes(u->full_n, most_small, u->ns_t);
   u->scratch = d->ops->alloc(MT_MEM_OPTIM, u->scratch_bytes);
   d->muon = u;
@@ -283,6 +290,7 @@ void mt_dp_muon_destroy(mt_dp *d) {
   ops->free(MT_MEM_OPTIM, u->scratch, u->scratch_bytes);
   free(u->mat);
   free(u->skip);
+  free(u->in_bucket);
   free(u->at_L);
   free(u->at_R);
   free(u);
@@ -290,12 +298,7 @@ void mt_dp_muon_destroy(mt_dp *d) {
   d->opt.skip = NULL;
 }
 
-int mt_dp_muon_in_bucket(const mt_dp *d, int k) {
-  const mt_bucket_plan *p = dp_plan(d, k);
-  for (int i = 0; d->muon && i < d->muon->n_mat; i++)
-    if (d->muon->mat[i].offset >= p->begin && d->muon->mat[i].offset < p->end) return 1;
-  return 0;
-}
+int mt_dp_muon_in_bucket(const mt_dp *d, int k) { return d->muon && d->muon->in_bucket[k]; }
 
 mt_dp_muon_stats mt_dp_muon_get_stats(const mt_dp *d) {
   mt_dp_muon_stats none = {0};

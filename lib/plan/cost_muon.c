@@ -41,6 +41,27 @@ static double ns_matrix_s(const mt_price *q, mt_dtype t, int rows, int cols, int
   return s + mt_price_elem_s(q, (4.0 * q->act_bytes + 8.0) * n);
 }
 
+/* ns_matrix_s of the shapes met so far: a model repeats a few shapes over
+ * its layers and experts, each priced once */
+#define NS_SHAPES 16
+typedef struct {
+  int n, rows[NS_SHAPES], cols[NS_SHAPES];
+  double s[NS_SHAPES];
+} ns_shapes;
+
+static double ns_shape_s(ns_shapes *c, const mt_price *q, mt_dtype t, int rows, int cols,
+                         int steps) {
+  for (int i = 0; i < c->n; i++)
+    if (c->rows[i] == rows && c->cols[i] == cols) return c->s[i];
+  double s = ns_matrix_s(q, t, rows, cols, steps);
+  if (c->n < NS_SHAPES) {
+    c->rows[c->n] = rows;
+    c->cols[c->n] = cols;
+    c->s[c->n++] = s;
+  }
+  return s;
+}
+
 /* one group's (g: G ranks of the reduction group, S of the shard axis,
  * stride_g and stride_s apart in world order) Newton-Schulz seconds of its
  * busiest owner, exchange seconds, and elements per rank moved */
@@ -51,6 +72,8 @@ static void price_group(const mt_price *q, mt_dtype t, int steps, mt_muon_matrix
   double *ns = mt_calloc((size_t)slots, sizeof(double));
   double *own = mt_calloc((size_t)slots, sizeof(double)); /* elements of a shard each slot owns */
   double *own_g = mt_calloc((size_t)G, sizeof(double));  /* ... each group rank's */
+  double *flops = mt_calloc((size_t)slots, sizeof(double));
+  ns_shapes shapes = {0};
   double total = 0.0;
   int any = 0;
   mt_muon_assign(m, n, g, G, S);
@@ -59,7 +82,8 @@ static void price_group(const mt_price *q, mt_dtype t, int steps, mt_muon_matrix
     any = 1;
     const int slot = m[i].owner_g * S + m[i].owner_s;
     const double nl = (double)m[i].rows_l * m[i].cols_l;
-    ns[slot] += ns_matrix_s(q, t, m[i].rows, m[i].cols, steps);
+    ns[slot] += ns_shape_s(&shapes, q, t, m[i].rows, m[i].cols, steps);
+    flops[slot] += m[i].flops;
     own[slot] += nl;
     own_g[m[i].owner_g] += nl;
     total += nl;
@@ -69,7 +93,7 @@ static void price_group(const mt_price *q, mt_dtype t, int steps, mt_muon_matrix
     double ns_most = 0.0, flops_most = 0.0, own_least = total, own_g_most = 0.0, l2_fwd = 0.0,
            l2_back = 0.0;
     for (int s = 0; s < slots; s++) {
-      double f = mt_muon_owned_flops(m, n, g, s / S, s % S);
+      double f = flops[s];
       if (ns[s] > ns_most) ns_most = ns[s];
       if (f > flops_most) flops_most = f;
       /* over the shard axis: the group rank's matrices to their owners
@@ -108,6 +132,7 @@ static void price_group(const mt_price *q, mt_dtype t, int steps, mt_muon_matrix
     out->copied += 2.0 * own_g_most * (G - 1) / G;
   }
   free(ns);
+  free(flops);
   free(own);
   free(own_g);
 }
