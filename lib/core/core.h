@@ -390,6 +390,9 @@ typedef struct {
   mt_pp_sched pp_schedule;
   char pp_split[MT_CFG_STR_MAX];
   int virtual_stages, print_schedule;
+  /* [parallel] pp_token_slices: each sequence cut into this many token slices that
+   * follow each other through the pipeline (TeraPipe; 1 = whole sequences) */
+  int pp_token_slices;
   /* [parallel] pp_first_layers, pp_last_layers: layers of the first and last pipeline
    * stages, the middle ones sharing the rest equally (0 = an equal share; Megatron's
    * --decoder-first/last-pipeline-num-layers) */

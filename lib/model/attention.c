@@ -132,7 +132,56 @@ void mt_attention_set_documents(mt_attention *at, const int *doc_lo, const int *
   at->local = 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* token slices: this slice's queries over the keys and values of every  */
+/* slice up to it, kept in the micro-batch's cache (one block pair)      */
+
+static mt_attn_block slice_block(const mt_attention *at, int B) {
+  const int T = at->lay.T_local, Ts = T / at->slices;
+  return mt_attention_block(at, B, Ts, 0, Ts, (at->slice + 1) * Ts, at->slice * Ts, 0,
+                            2 * (size_t)at->C, T);
+}
+
+/* this slice's rows of K|V between its (B, Ts, 3C) q|k|v (columns C..3C)
+ * and the cache's (B, T, 2C): into the cache (to_cache), else back */
+static void slice_rows(const mt_attention *at, mt_act *qkv, mt_act *cache, int B, int to_cache) {
+  const size_t C = (size_t)at->C, es = elem(at), T = (size_t)at->lay.T_local;
+  const size_t Ts = T / at->slices;
+  for (int b = 0; b < B; b++) {
+    mt_act *mine = mt_act_at(es, qkv, (b * Ts) * 3 * C + C);
+    mt_act *kept = mt_act_at(es, cache, (b * T + at->slice * Ts) * 2 * C);
+    if (to_cache) at->ops->copy_2d(at->dt, kept, 2 * C, mine, 3 * C, Ts, 2 * C);
+    else at->ops->copy_2d(at->dt, mine, 3 * C, kept, 2 * C, Ts, 2 * C);
+  }
+}
+
+static void slice_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse, int B) {
+  const size_t C = (size_t)at->C, es = elem(at);
+  slice_rows(at, (mt_act *)qkv, at->kv_cache, B, 1);
+  mt_attn_block a = slice_block(at, B);
+  at->ops->attn_forward(at->dt, &a, out, lse, qkv, at->kv_cache,
+                        mt_act_at(es, at->kv_cache, C));
+}
+
+/* dQ into dqkv; dK/dV added into the cache's gradients (every earlier
+ * slice's rows too), of which this slice's rows are then complete: the
+ * later slices ran their backward first */
+static void slice_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, const mt_act *out,
+                           const mt_act *qkv, const float *lse, int B) {
+  const size_t C = (size_t)at->C, es = elem(at), T = (size_t)at->lay.T_local;
+  mt_attn_block a = slice_block(at, B);
+  at->ops->zero(at->dt, dqkv, (size_t)B * (T / at->slices) * 3 * C);
+  if (at->slice == at->slices - 1) at->ops->zero(at->dt, at->dkv_cache, (size_t)B * T * 2 * C);
+  at->ops->attn_backward(at->dt, &a, dqkv, at->dkv_cache, mt_act_at(es, at->dkv_cache, C), dout,
+                         out, lse, qkv, at->kv_cache, mt_act_at(es, at->kv_cache, C));
+  slice_rows(at, dqkv, at->dkv_cache, B, 0);
+}
+
 static void local_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse, int B) {
+  if (at->slices > 1) {
+    slice_forward(at, out, qkv, lse, B);
+    return;
+  }
   const mt_cp_layout *l = &at->lay;
   const size_t C = (size_t)at->C, es = elem(at);
   mt_attn_block a = mt_attention_block(at, B, l->T_local, 0, l->T_local, l->T_local,
@@ -143,6 +192,10 @@ static void local_forward(mt_attention *at, mt_act *out, const mt_act *qkv, floa
 
 static void local_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, const mt_act *out,
                            const mt_act *qkv, const float *lse, int B) {
+  if (at->slices > 1) {
+    slice_backward(at, dqkv, dout, out, qkv, lse, B);
+    return;
+  }
   const mt_cp_layout *l = &at->lay;
   const size_t C = (size_t)at->C, es = elem(at);
   mt_attn_block a = mt_attention_block(at, B, l->T_local, 0, l->T_local, l->T_local,

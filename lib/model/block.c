@@ -115,6 +115,7 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   /* attention: norm, column-parallel QKV (local heads), row-parallel proj */
   mt_norm_forward(m, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs);
   qkv_forward(m, w, x, B);
+  mt_gpt_slice_layer(m, l);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
   /* ladder: the projection's sum over tp is read only at res3, after the
    * MLP: it runs while the MLP computes, until the MLP's own sum (a MoE
@@ -236,6 +237,7 @@ static const mt_act *attn_backward(mt_gpt *m, int l, const mt_layer_acts *x, con
    * input_only); attention's own in d->qkv where the heads were spread */
   mt_act *dc = input_only ? x->dy_qkv : m->gqa ? m->qkv_c : d->qkv;
   mt_act *dqkv = m->gqa ? d->qkv : dc;
+  mt_gpt_slice_layer(m, l);
   mt_attention_backward(&m->attn, dqkv, d->atty, x->atty, x->qkv, &x->att, B);
   qkv_dout(m, dc, dqkv, B);
   if (before)

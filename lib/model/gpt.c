@@ -259,7 +259,14 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   mt_cp_layout cpl;
   mt_cp_layout_make(&cpl, cp_g ? cp_g->size : 1, cp_g ? cp_g->rank : 0,
                     par ? (mt_cp_mode)par->cp_mode : MT_CP_RING, shape->seq_len);
-  m->T = cpl.T_local;
+  /* token slices: a pass sees T_local / slices tokens of each sequence */
+  const int slices = par && par->slices > 1 ? par->slices : 1;
+  if (slices > 1 && (cpl.size > 1 || cpl.T_local % slices != 0 || (par && par->documents))) {
+    mt_err_set(e, "parallel.pp_token_slices = %d needs parallel.cp = 1, no documents and to "
+               "divide model.seq_len = %d", slices, shape->seq_len);
+    return -1;
+  }
+  m->T = cpl.T_local / slices;
   if (sp && (!tp_g || m->T % tp_size != 0)) {
     mt_err_set(e, "sequence parallelism needs tp > 1 dividing the %d tokens of a sequence on "
                "each rank (tp = %d)", m->T, tp_size);
@@ -328,7 +335,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
    * position, documents' starts */
   const size_t S = (size_t)shape->seq_len;
   if (mt_model_llama(shape)) m->rope_cs = act(m, S * (size_t)(shape->n_embd / shape->n_head));
-  m->tok_pos = (int *)act(m, BT * sizeof(int) / sizeof(float));
+  m->tok_pos_all = (int *)act(m, slices * BT * sizeof(int) / sizeof(float));
   m->documents = par && par->documents;
   if (m->documents) {
     m->doc_lo = (int *)act(m, BT * sizeof(int) / sizeof(float));
@@ -368,6 +375,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   const mt_registry *r = &m->reg;
   size_t partial = mt_tp_partial_numel(r, 0, r->numel_local);
   mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops, m->dt);
+  m->attn.slices = slices;
   mt_attention_set_scratch(&m->attn, cp_scratch[0], cp_scratch[1], cp_scratch[2], cp_scratch[3]);
   m->inputs = mt_calloc(BT, sizeof(int));
   m->targets = mt_calloc(BT, sizeof(int));

@@ -334,6 +334,15 @@ typedef struct {
    * as at cp = 1). Set before every pass from its documents, the same on
    * every rank of the group; 0 without documents. */
   int local;
+  /* token slices (parallel.pp_token_slices; slices 1: none; cp = 1): a pass
+   * is slice `slice` of `slices` (lay.T_local / slices tokens each) of its
+   * sequences. kv_cache (max_B, lay.T_local, 2C): the K|V of the
+   * micro-batch's slices so far for the layer in progress, a forward writing
+   * its own at its rows; dkv_cache likewise their gradients, which every
+   * later slice's backward adds to (zeroed by the last slice's, the first to
+   * run). Both in the activations' dtype; bound per layer (mt_gpt_set_slice). */
+  int slices, slice;
+  mt_act *kv_cache, *dkv_cache;
 } mt_attention;
 /* (its life cycle, forward and backward: model_internal.h) */
 
@@ -469,6 +478,9 @@ typedef struct {
   /* documents: every pass's batch says where documents begin (mt_pass_args
    * doc); attention stays inside a document, positions restart at each */
   int documents;
+  /* token slices (parallel.pp_token_slices; 0 or 1: none): a pass sees
+   * T / slices tokens of each sequence, slice after slice (mt_gpt_set_slice) */
+  int slices;
 } mt_gpt_parallel;
 
 typedef struct mt_gpt {
@@ -481,7 +493,8 @@ typedef struct mt_gpt {
   mt_registry reg;
   /* this rank's share of the split dims, read from the registry */
   struct {
-    int T;                          /* tokens of a sequence on this rank (seq_len / cp) */
+    int T;                          /* tokens of a sequence in a pass on this rank (seq_len /
+                                       cp; with token slices seq_len / slices) */
     int T_sp;                       /* positions per sequence in the sp region (T/tp under sp) */
     int C_local, NH_local, F_local; /* attention channels and heads, the widest MLP here */
     /* key/value heads here (split over tp, or all of them when !kv_split);
@@ -534,6 +547,12 @@ typedef struct mt_gpt {
    * NULL), and host scratch to stage them */
   int documents;
   int *tok_pos, *doc_lo, *doc_lo_seq;
+  /* token slices: every slice's positions (slices, max_B, T), tok_pos the
+   * pass's; the micro-batch's K|V cache of the stage's layers from slice_l0
+   * (mt_gpt_set_slice) */
+  int *tok_pos_all;
+  void *slice_cache;
+  int slice_l0;
   int *pos_host;
   int *inputs, *targets; /* mt_gpt_forward's tokens, kept for mt_gpt_backward (host) */
   int *doc_host;         /* documents: mt_gpt_forward_docs's doc, kept likewise */
@@ -657,6 +676,14 @@ void mt_doc_starts(const int *seq, int T, int eot, int *doc);
  * into backend memory, from doc (mt_pass_args). A model made without
  * documents ignores it. */
 void mt_gpt_stage_documents(mt_gpt *m, const int *doc, int B);
+
+/* Token slices (m->attn.slices > 1): before a pass over slice `slice` of a
+ * micro-batch, its positions and the micro-batch's K|V cache for the
+ * stage's layers from l0 on (mt_gpt_slice_cache_bytes for n_layers of
+ * them; kept from the micro-batch's first slice's forward to its backward,
+ * in backend memory). */
+void mt_gpt_set_slice(mt_gpt *m, int slice, void *cache, int l0);
+size_t mt_gpt_slice_cache_bytes(const mt_gpt *m, int n_layers);
 
 /* Point unit u's parameter (gradient) views at mem, the memory of the
  * unit's first element (NULL: unbound). */

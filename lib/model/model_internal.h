@@ -119,6 +119,9 @@ void mt_attention_set_documents(mt_attention *a, const int *doc_lo, const int *d
 /* the model's positions at creation (positions.c): this rank's tokens'
  * places in the sequence, the rotary table, attention's documents */
 void mt_gpt_positions_init(mt_gpt *m);
+/* token slices: attention's K|V cache bound to layer l's part of the pass's
+ * (mt_gpt_set_slice); nothing without slices */
+void mt_gpt_slice_layer(mt_gpt *m, int l);
 /* Elements of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
 size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);
 

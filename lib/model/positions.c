@@ -64,11 +64,13 @@ static void rope_upload(mt_gpt *m, int S, int hs) {
 
 void mt_gpt_positions_init(mt_gpt *m) {
   const mt_cp_layout *l = &m->attn.lay;
-  const int T = m->T, S = m->shape.seq_len;
-  int *pos = mt_malloc((size_t)m->max_B * T * sizeof(int));
-  for (int b = 0; b < m->max_B; b++)
-    for (int i = 0; i < T; i++) pos[(size_t)b * T + i] = global_pos(l, i);
-  m->ops->upload(m->tok_pos, pos, (size_t)m->max_B * T * sizeof(int));
+  const int T = m->T, S = m->shape.seq_len, k = m->attn.slices > 1 ? m->attn.slices : 1;
+  const size_t n = (size_t)k * m->max_B * T;
+  int *pos = mt_malloc(n * sizeof(int));
+  for (size_t r = 0; r < n / T; r++) /* token slices: slice r / max_B's rows */
+    for (int i = 0; i < T; i++) pos[r * T + i] = global_pos(l, (int)(r / m->max_B) * T + i);
+  m->ops->upload(m->tok_pos_all, pos, n * sizeof(int));
+  m->tok_pos = m->tok_pos_all;
   if (m->rope_cs) /* the angles of every position of a sequence */
     rope_upload(m, S, m->shape.n_embd / m->shape.n_head);
   free(pos);
@@ -107,4 +109,27 @@ void mt_gpt_stage_documents(mt_gpt *m, const int *doc, int B) {
   m->ops->upload(m->tok_pos, pos, n * sizeof(int));
   m->ops->upload(m->doc_lo, lo, n * sizeof(int));
   if (m->doc_lo_seq) m->ops->upload(m->doc_lo_seq, doc, (size_t)B * S * sizeof(int));
+}
+
+void mt_gpt_set_slice(mt_gpt *m, int slice, void *cache, int l0) {
+  m->attn.slice = slice;
+  m->tok_pos = m->tok_pos_all + (size_t)slice * m->max_B * m->T;
+  m->slice_cache = cache;
+  m->slice_l0 = l0;
+}
+
+/* one layer's K|V (or their gradients) of a micro-batch's whole sequences */
+static size_t slice_layer_bytes(const mt_gpt *m) {
+  return (size_t)m->max_B * m->attn.lay.T_local * 2 * m->C_local * m->es;
+}
+
+size_t mt_gpt_slice_cache_bytes(const mt_gpt *m, int n_layers) {
+  return m->attn.slices > 1 ? 2 * (size_t)n_layers * slice_layer_bytes(m) : 0;
+}
+
+void mt_gpt_slice_layer(mt_gpt *m, int l) {
+  if (m->attn.slices <= 1) return;
+  char *base = (char *)m->slice_cache + 2 * (size_t)(l - m->slice_l0) * slice_layer_bytes(m);
+  m->attn.kv_cache = base;
+  m->attn.dkv_cache = base + slice_layer_bytes(m);
 }

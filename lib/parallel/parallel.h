@@ -323,6 +323,15 @@ typedef struct {
 typedef struct {
   mt_pp_sched kind;
   int pp, m, v;
+  /* token slices (parallel.pp_token_slices, TeraPipe): each micro-batch's
+   * sequences cut into k slices of tokens that go through the pipeline one
+   * after the other. The ops' mb is then a unit u = micro-batch x k + slice
+   * (m counts units: micro-batches x k); a stage forwards a micro-batch's
+   * slices in order (slice i attends the keys and values of slices <= i,
+   * kept on the stage) and backs them in reverse (slice i's backward adds
+   * to the key and value gradients of the slices before it). k = 1: whole
+   * sequences, u = mb. */
+  int k;
   int vshape;      /* placement: 0 looping (chunk c of rank r is virtual stage c*pp + r),
                       1 V (v = 2: rank r holds virtual stages r and 2pp-1-r; zb-v) */
   int *n_ops;      /* per pp rank */
@@ -350,6 +359,16 @@ void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, in
  * micro-batch down the V and back) */
 void mt_pp_schedule_build_placed(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v,
                                  int vshape);
+/* ... of m micro-batches cut into k token slices each (gpipe, 1f1b and
+ * interleaved; mt_pp_slices_check): s->m = m x k units. The warm-up grows
+ * by what the last slice of a micro-batch needs before its backward (1F1B:
+ * k - 1 forwards). */
+void mt_pp_schedule_build_sliced(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v,
+                                 int vshape, int k);
+/* Checks k token slices against the schedule kind (gpipe, 1f1b,
+ * interleaved) and the tokens of a sequence on a rank (T: seq_len / cp).
+ * 0, or -1 with one line naming the keys. */
+int mt_pp_slices_check(mt_pp_sched kind, int k, int T, mt_err *e);
 void mt_pp_schedule_free(mt_pp_schedule *s);
 /* "rank R: F0.0 SA0.0 ..." one op a line, for --print-schedule */
 void mt_pp_schedule_print(const mt_pp_schedule *s, int rank, FILE *f);
@@ -369,7 +388,8 @@ typedef struct {
 } mt_pp_sim;
 
 /* Simulates s and checks: every (mb, chunk) is forwarded once and backed once
- * (F before B, B before W), data dependencies across virtual stages hold,
+ * (F before B, B before W), token slices in causal order on every virtual
+ * stage (slice i forwarded after slice i - 1 and backed after slice i + 1), data dependencies across virtual stages hold,
  * every send has its receive and each channel (src, dst, kind) carries the
  * same (mb, chunk) sequence on both ends, no rank waits forever (so an
  * executor with non-blocking sends and blocking receives in this order
@@ -458,6 +478,16 @@ typedef struct {
                                eval: mean x sequences) */
   int overlap_dp;           /* zero <= 1: reduce over dp during each chunk's last backward
                                (else after the run, in mt_dp_finish_sync) */
+  /* token slices (the schedule's k > 1): this run's tokens slice by slice
+   * ((mb, slice, B, T / k) each, host), and a K|V cache (backend memory,
+   * cache_bytes: the model's for the largest chunk) per micro-batch in flight
+   * on a chunk: taken at its first slice's forward, released after its first
+   * slice's backward (forward_only: after its last slice's forward), made at
+   * first use and kept; at most n_slots */
+  int *sl_in, *sl_tg;
+  size_t sl_cap, cache_bytes;
+  void **cache_mem;
+  int *cache_busy, *cache_of;
 } mt_pp_exec;
 
 /* The stage of pp rank pp_group->rank under schedule s: chunk c holds the

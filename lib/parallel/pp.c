@@ -60,6 +60,11 @@ void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *
     for (int i = 0; i < x->n_slots; i++)
       x->dout[i] = x->ops->alloc(MT_MEM_COMM, x->max_msg * sizeof(float));
   x->pieces = mt_calloc((size_t)most + 3, sizeof(mt_piece));
+  x->cache_bytes = mt_gpt_slice_cache_bytes(model, most);
+  if (x->cache_bytes) {
+    x->cache_mem = mt_calloc((size_t)x->n_slots, sizeof(void *));
+    x->cache_busy = mt_calloc((size_t)x->n_slots, sizeof(int));
+  }
 }
 
 /* a free pool buffer of max_msg words for a send; its request's index in *kk */
@@ -108,6 +113,9 @@ void mt_pp_exec_destroy(mt_pp_exec *x) {
   }
   free(x->dout); free(x->send_buf); free(x->send_req);
   free(x->slot_mem); free(x->acts); free(x->slot_busy); free(x->pieces);
+  for (int i = 0; x->cache_mem && i < x->n_slots; i++)
+    if (x->cache_mem[i]) x->ops->free(MT_MEM_ACTIV, x->cache_mem[i], x->cache_bytes);
+  free(x->cache_mem); free(x->cache_busy); free(x->sl_in); free(x->sl_tg);
   memset(x, 0, sizeof *x);
 }
 
@@ -155,22 +163,74 @@ static int take_slot(mt_pp_exec *x, int cell, int chunk) {
 /* slot_of keeps naming the slot for the micro-batch's send that follows */
 static void release_slot(mt_pp_exec *x, int cell) { x->slot_busy[x->slot_of[cell]] = 0; }
 
+/* Token slices: the K|V cache of micro-batch mb on a chunk (key mb * v +
+ * chunk), taken at its first slice's forward, and the model pointed at it
+ * and at the unit's slice before a pass */
+static void use_cache(mt_pp_exec *x, int unit, int chunk, int k) {
+  const int key = unit / k * x->v + chunk;
+  if (x->cache_of[key] < 0) {
+    int i = 0;
+    while (i < x->n_slots && x->cache_busy[i]) i++;
+    if (i == x->n_slots)
+      mt_die("pipeline rank %d: more than %d micro-batches' key/value caches in flight", x->rank,
+             x->n_slots);
+    if (!x->cache_mem[i]) x->cache_mem[i] = x->ops->alloc(MT_MEM_ACTIV, x->cache_bytes);
+    x->cache_busy[i] = 1;
+    x->cache_of[key] = i;
+  }
+  mt_gpt_set_slice(x->model, unit % k, x->cache_mem[x->cache_of[key]], x->l0[chunk]);
+}
+
+static void release_cache(mt_pp_exec *x, int unit, int chunk, int k) {
+  const int key = unit / k * x->v + chunk;
+  x->cache_busy[x->cache_of[key]] = 0;
+  x->cache_of[key] = -1;
+}
+
+/* Token slices: the run's tokens cut slice by slice, (mb, slice, B, T/k),
+ * so a unit's are contiguous as a pass reads them */
+static void cut_slices(mt_pp_exec *x, const mt_pp_batch *b, int k) {
+  const size_t Ts = (size_t)b->T / k, n = (size_t)b->n_mb * b->B * b->T;
+  if (n > x->sl_cap) {
+    free(x->sl_in);
+    free(x->sl_tg);
+    x->sl_in = mt_malloc(n * sizeof(int));
+    x->sl_tg = mt_malloc(n * sizeof(int));
+    x->sl_cap = n;
+  }
+  for (int mb = 0; mb < b->n_mb; mb++)
+    for (int s = 0; s < k; s++)
+      for (int r = 0; r < b->B; r++) {
+        size_t to = (((size_t)mb * k + s) * b->B + r) * Ts;
+        size_t from = ((size_t)(b->same_tokens ? 0 : mb) * b->B + r) * b->T + s * Ts;
+        memcpy(x->sl_in + to, b->inputs + from, Ts * sizeof(int));
+        memcpy(x->sl_tg + to, b->targets + from, Ts * sizeof(int));
+      }
+}
+
 /* One pass of the model over a chunk for a micro-batch: each piece with its
  * registry units acquired from the dp engine (parameters, and in backward
  * gradients) before it runs, and after it the units whose gradients are
  * complete reported and those it no longer reads released. Returns the
  * forward's loss sum (0 but on the last virtual stage). */
 static double run_pass(mt_pp_exec *x, mt_pass pass, int slot, int chunk, const mt_pp_batch *b,
-                       int mb, const mt_act *dout, int input_only, int keep) {
+                       int unit, int slices, const mt_act *dout, int input_only, int keep) {
   mt_gpt *m = x->model;
-  const int vs = x->vs[chunk];
+  const int vs = x->vs[chunk], mb = unit / slices;
   const int embed = vs == 0, head = vs == x->last_vs;
   const size_t off = b->same_tokens ? 0 : (size_t)mb * b->B * b->T;
   const size_t doff = b->same_tokens ? 0 : (size_t)mb * b->B * x->model->shape.seq_len;
   const mt_pass dp_pass = pass == MT_PASS_FORWARD ? MT_PASS_FORWARD : MT_PASS_BACKWARD;
+  const int *in = b->inputs + off, *tg = b->targets + off;
+  if (slices > 1) { /* the unit's slice (cut_slices), and the micro-batch's K|V cache */
+    in = x->sl_in + (size_t)unit * b->B * (b->T / slices);
+    tg = x->sl_tg + (size_t)unit * b->B * (b->T / slices);
+    use_cache(x, unit, chunk, slices);
+  }
   mt_pass_args args = {.a = &x->acts[slot], .l0 = x->l0[chunk], .l1 = x->l1[chunk],
-                       .B = b->rows[mb], .inputs = b->inputs + off, .targets = b->targets + off,
-                       .doc = b->doc ? b->doc + doff : NULL, .dout = dout, .dloss = b->dloss, .input_only = input_only};
+                       .B = b->rows[mb], .inputs = in, .targets = tg,
+                       .doc = b->doc ? b->doc + doff : NULL, .dout = dout, .dloss = b->dloss,
+                       .input_only = input_only};
   int n = mt_gpt_pass(m, pass, args.l0, args.l1, embed, head, x->pieces);
   mt_gpt_stage_documents(m, args.doc, args.B);
   double loss = 0.0;
@@ -215,13 +275,13 @@ static void add_chunk_bytes(mt_pp_exec *x, int chunk, const double before[4]) {
  * micro-batch's mean loss as the model reports it (fp32), weighted by its
  * tokens in training and by its sequences in evaluation (its output stays
  * in the slot's set for the send: mt_gpt_stage_pack_output). */
-static void forward_op(mt_pp_exec *x, int slot, int mb, int chunk, const mt_pp_batch *b,
-                       int keep) {
-  const int last = x->vs[chunk] == x->last_vs, rows = b->rows[mb];
-  double sum = run_pass(x, MT_PASS_FORWARD, slot, chunk, b, mb, NULL, 0, keep);
-  if (last && rows > 0) {
-    float mean = (float)(sum / ((double)rows * b->T));
-    x->loss_sum += b->eval ? (double)mean * rows : (double)mean * rows * b->T;
+static void forward_op(mt_pp_exec *x, int slot, int unit, int k, int chunk,
+                       const mt_pp_batch *b, int keep) {
+  const int last = x->vs[chunk] == x->last_vs, rows = b->rows[unit / k], T = x->model->T;
+  double sum = run_pass(x, MT_PASS_FORWARD, slot, chunk, b, unit, k, NULL, 0, keep);
+  if (last && rows > 0) { /* (token slices: a slice's mean is 1/k of a sequence's) */
+    float mean = (float)(sum / ((double)rows * T));
+    x->loss_sum += b->eval ? (double)mean * rows / k : (double)mean * rows * T;
   }
 }
 
@@ -256,6 +316,16 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   double b0[4];
   x->slot_of = mt_malloc((size_t)(s->m * v + 1) * sizeof(int));
   for (int i = 0; i < s->m * v; i++) x->slot_of[i] = -1;
+  const int k = s->k > 1 ? s->k : 1;
+  if ((k > 1) != (x->cache_bytes > 0))
+    mt_die("pipeline rank %d: a schedule of %d token slices on a model of %d", r, k,
+           x->model->attn.slices);
+  if (k > 1) {
+    cut_slices(x, b, k);
+    x->cache_of = mt_malloc((size_t)(b->n_mb * v + 1) * sizeof(int));
+    for (int i = 0; i < b->n_mb * v; i++) x->cache_of[i] = -1;
+    for (int i = 0; i < x->n_slots; i++) x->cache_busy[i] = 0;
+  }
   /* per chunk, the op that completes its gradients for the last time in
    * this run (the last backward, or with a split backward the last weight
    * pass): from there on the dp engine reduces each unit's gradients as
@@ -264,9 +334,9 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   int last_done[MT_PP_MAX_CHUNKS];
   for (int c = 0; c < v; c++) last_done[c] = -1;
   for (int i = 0; !forward_only && i < s->n_ops[r]; i++) {
-    mt_pp_op_kind k = s->ops[r][i].kind;
-    int completes = x->model->split_backward ? k == MT_PP_BWD || k == MT_PP_BWD_WEIGHT
-                                             : k == MT_PP_BWD || k == MT_PP_BWD_INPUT;
+    mt_pp_op_kind kd = s->ops[r][i].kind;
+    int completes = x->model->split_backward ? kd == MT_PP_BWD || kd == MT_PP_BWD_WEIGHT
+                                             : kd == MT_PP_BWD || kd == MT_PP_BWD_INPUT;
     if (completes) last_done[s->ops[r][i].chunk] = i;
   }
   /* breadth-first: runs of compute ops of one kind on one chunk; in_run[i]:
@@ -274,9 +344,9 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   char *in_run = mt_calloc((size_t)s->n_ops[r] + 1, 1);
   if (s->kind == MT_SCHED_BFS && x->dp->unit_bufs + x->dp->open_fills > 0)
     for (int i = 0, lc = -1; i < s->n_ops[r]; i++) {
-      mt_pp_op_kind k = s->ops[r][i].kind;
-      if (k != MT_PP_FWD && k != MT_PP_BWD) continue;
-      if (lc >= 0 && s->ops[r][lc].kind == k && s->ops[r][lc].chunk == s->ops[r][i].chunk)
+      mt_pp_op_kind kd = s->ops[r][i].kind;
+      if (kd != MT_PP_FWD && kd != MT_PP_BWD) continue;
+      if (lc >= 0 && s->ops[r][lc].kind == kd && s->ops[r][lc].chunk == s->ops[r][i].chunk)
         in_run[lc] = 1;
       lc = i;
     }
@@ -287,22 +357,22 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   for (int i = 0; i < s->n_ops[r]; i++) {
     const mt_pp_op *o = &s->ops[r][i];
     const int cell = o->mb * v + o->chunk;
-    const int rows = b->rows[o->mb];
+    const int rows = b->rows[o->mb / k];
     const size_t n = msg_words(x->model, mt_gpt_stage_msg_numel(x->model, rows));
     double t0;
-    int k;
+    int slot;
     switch (o->kind) {
     case MT_PP_RECV_ACT:
-      k = take_slot(x, cell, o->chunk);
-      mt_irecv(x->g, x->acts[k].encoded, n, MT_DT_F32, mt_pp_vs_rank(s, x->vs[o->chunk] - 1),
+      slot = take_slot(x, cell, o->chunk);
+      mt_irecv(x->g, x->acts[slot].encoded, n, MT_DT_F32, mt_pp_vs_rank(s, x->vs[o->chunk] - 1),
                TAG_ACT, x->ops->loc, &x->recv);
       wait_req(x, &x->recv);
       break;
     case MT_PP_FWD:
-      k = take_slot(x, cell, o->chunk);
+      slot = take_slot(x, cell, o->chunk);
       t0 = mt_now();
       model_bytes(x, b0);
-      forward_op(x, k, o->mb, o->chunk, b, in_run[i]);
+      forward_op(x, slot, o->mb, k, o->chunk, b, in_run[i]);
       stage_overhead(x);
       add_chunk_bytes(x, o->chunk, b0);
       x->compute_s += mt_now() - t0;
@@ -310,24 +380,25 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       mt_trace_span("forward", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), o->mb, o->chunk);
       turn(x, s, o, 1, rows);
       if (forward_only) release_slot(x, cell);
+      if (forward_only && k > 1 && o->mb % k == k - 1) release_cache(x, o->mb, o->chunk, k);
       break;
     case MT_PP_SEND_ACT:
-      k = x->slot_of[cell];
+      slot = x->slot_of[cell];
       t0 = mt_now();
-      send_msg(x, 0, k, o->chunk, rows, n, mt_pp_vs_rank(s, x->vs[o->chunk] + 1), TAG_ACT);
+      send_msg(x, 0, slot, o->chunk, rows, n, mt_pp_vs_rank(s, x->vs[o->chunk] + 1), TAG_ACT);
       x->wait_s += mt_now() - t0;
       break;
     case MT_PP_RECV_GRAD:
       if (forward_only) break;
-      k = x->slot_of[cell];
-      mt_irecv(x->g, x->dout[k], n, MT_DT_F32, mt_pp_vs_rank(s, x->vs[o->chunk] + 1), TAG_GRAD,
+      slot = x->slot_of[cell];
+      mt_irecv(x->g, x->dout[slot], n, MT_DT_F32, mt_pp_vs_rank(s, x->vs[o->chunk] + 1), TAG_GRAD,
                x->ops->loc, &x->recv);
       wait_req(x, &x->recv);
       break;
     case MT_PP_BWD:
     case MT_PP_BWD_INPUT: {
       if (forward_only) break;
-      k = x->slot_of[cell];
+      slot = x->slot_of[cell];
       const int last_vs = x->vs[o->chunk] == x->last_vs, first_vs = x->vs[o->chunk] == 0;
       mt_dp_reduce_during_backward(x->dp, x->overlap_dp && i == last_done[o->chunk]);
       t0 = mt_now();
@@ -335,7 +406,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       int input_only = o->kind == MT_PP_BWD_INPUT && x->model->split_backward;
       /* a run's gradients are reduced once, after its last micro-batch */
       mt_dp_defer_reduce(x->dp, in_run[i]);
-      run_pass(x, MT_PASS_BACKWARD, k, o->chunk, b, o->mb, last_vs ? NULL : x->dout[k],
+      run_pass(x, MT_PASS_BACKWARD, slot, o->chunk, b, o->mb, k, last_vs ? NULL : x->dout[slot],
                input_only, in_run[i]);
       mt_dp_defer_reduce(x->dp, 0);
       stage_overhead(x);
@@ -347,6 +418,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
                     t0, mt_now(), o->mb, o->chunk);
       turn(x, s, o, 0, rows);
       if (o->kind == MT_PP_BWD) release_slot(x, cell);
+      if (k > 1 && o->mb % k == 0) release_cache(x, o->mb, o->chunk, k); /* the last slice */
       break;
     }
     case MT_PP_BWD_WEIGHT:
@@ -355,10 +427,10 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
        * model without a split backward did all of it there) */
       if (x->model->split_backward) {
         mt_dp_reduce_during_backward(x->dp, x->overlap_dp && i == last_done[o->chunk]);
-        k = x->slot_of[cell];
+        slot = x->slot_of[cell];
         t0 = mt_now();
         model_bytes(x, b0);
-        run_pass(x, MT_PASS_WEIGHT, k, o->chunk, b, o->mb, NULL, 0, 0);
+        run_pass(x, MT_PASS_WEIGHT, slot, o->chunk, b, o->mb, k, NULL, 0, 0);
         add_chunk_bytes(x, o->chunk, b0);
         x->compute_s += mt_now() - t0;
         x->chunk_s[o->chunk][2] += mt_now() - t0;
@@ -380,8 +452,9 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   }
   for (int i = 0; i < x->n_send; i++) wait_req(x, &x->send_req[i]);
   free(x->slot_of);
+  free(x->cache_of);
   free(in_run);
-  x->slot_of = NULL;
+  x->slot_of = x->cache_of = NULL;
   x->wall_s = mt_now() - t_run;
   return x->loss_sum;
 }

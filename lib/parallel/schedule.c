@@ -94,8 +94,31 @@ int mt_pp_sched_check(mt_pp_sched kind, int pp, int m, int v, int n_layer, mt_er
   return 0;
 }
 
+int mt_pp_slices_check(mt_pp_sched kind, int k, int T, mt_err *e) {
+  if (k <= 1) return 0;
+  if (kind != MT_SCHED_GPIPE && kind != MT_SCHED_1F1B && kind != MT_SCHED_INTERLEAVED) {
+    mt_err_set(e,
+               "parallel.pp_token_slices = %d needs parallel.schedule = gpipe, 1f1b or "
+               "interleaved (got %s)",
+               k, mt_pp_sched_name(kind));
+    return -1;
+  }
+  if (T % k != 0) {
+    mt_err_set(e, "parallel.pp_token_slices = %d does not divide the %d tokens of a sequence",
+               k, T);
+    return -1;
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* building                                                            */
+
+/* The unit the b-th backward of a unit order visits: a micro-batch's
+ * slices in reverse (k = 1: b itself). */
+static int back_unit(const mt_pp_schedule *s, int b) {
+  return b / s->k * s->k + (s->k - 1 - b % s->k);
+}
 
 typedef struct {
   mt_pp_op *ops;
@@ -218,12 +241,41 @@ static void interleaved_op(int k, int pp, int v, int backward, int *mb, int *chu
   *mb = (k / (pp * v)) * pp + k % pp;
 }
 
-static void build_1f1b_like(op_list *l, int rank, const mt_pp_schedule *s) {
+/* the k-th backward of a rank in 1F1B's order: with token slices each
+ * micro-batch's slices in reverse */
+static void backward_op(int k, const mt_pp_schedule *s, int *u, int *chunk) {
+  interleaved_op(k, s->pp, s->v, 1, u, chunk);
+  *u = back_unit(s, *u);
+}
+
+/* 1F1B and interleaved: the warm-up forwards, then one forward one
+ * backward, then the remaining backwards. With token slices a micro-batch's
+ * backward starts at its last slice, so every rank's warm-up grows by the
+ * forwards the last rank (the shortest warm-up) must run before each
+ * backward's own forward is there (1F1B: k - 1): the ranks keep 1F1B's
+ * offsets to each other, and no backward waits on a forward.
+ * Returns the warm-up forwards (the sets held at once: one more). */
+static int build_1f1b_like(op_list *l, int rank, const mt_pp_schedule *s) {
   const int pp = s->pp, m = s->m, v = s->v;
   int total = m * v;
   int warm = v == 1 ? pp - rank - 1 : (pp - rank - 1) * 2 + (v - 1) * pp;
-  if (warm > total) warm = total;
   int mb, c;
+  if (s->k > 1) { /* the last rank's backward b runs after its forward base + b */
+    const int base = v == 1 ? 0 : (v - 1) * pp;
+    int *f_pos = mt_malloc((size_t)total * sizeof(int));
+    for (int k = 0; k < total; k++) {
+      interleaved_op(k, pp, v, 0, &mb, &c);
+      f_pos[mb * v + c] = k;
+    }
+    int more = 0;
+    for (int k = 0; k < total; k++) {
+      backward_op(k, s, &mb, &c);
+      if (f_pos[mb * v + c] - (base + k) > more) more = f_pos[mb * v + c] - (base + k);
+    }
+    free(f_pos);
+    warm += more;
+  }
+  if (warm > total) warm = total;
   for (int k = 0; k < warm; k++) {
     interleaved_op(k, pp, v, 0, &mb, &c);
     push_compute(l, MT_PP_FWD, mb, c, rank, s);
@@ -231,13 +283,14 @@ static void build_1f1b_like(op_list *l, int rank, const mt_pp_schedule *s) {
   for (int k = 0; k < total - warm; k++) {
     interleaved_op(warm + k, pp, v, 0, &mb, &c);
     push_compute(l, MT_PP_FWD, mb, c, rank, s);
-    interleaved_op(k, pp, v, 1, &mb, &c);
+    backward_op(k, s, &mb, &c);
     push_compute(l, MT_PP_BWD, mb, c, rank, s);
   }
   for (int k = total - warm; k < total; k++) {
-    interleaved_op(k, pp, v, 1, &mb, &c);
+    backward_op(k, s, &mb, &c);
     push_compute(l, MT_PP_BWD, mb, c, rank, s);
   }
+  return warm;
 }
 
 /* ZB-H1 (Qi et al., 2023, Fig. 3), stage r of p: min(p - r, m) warm-up
@@ -263,10 +316,17 @@ void mt_pp_schedule_build(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, in
 
 void mt_pp_schedule_build_placed(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v,
                                  int vshape) {
+  mt_pp_schedule_build_sliced(s, kind, pp, m, v, vshape, 1);
+}
+
+void mt_pp_schedule_build_sliced(mt_pp_schedule *s, mt_pp_sched kind, int pp, int m, int v,
+                                 int vshape, int k) {
   memset(s, 0, sizeof *s);
   s->kind = kind;
   s->pp = pp;
-  s->m = m;
+  s->k = k > 1 ? k : 1;
+  s->m = m * s->k;
+  m = s->m;
   s->v = v;
   s->n_ops = mt_calloc((size_t)pp, sizeof(int));
   s->ops = mt_calloc((size_t)pp, sizeof(mt_pp_op *));
@@ -281,13 +341,13 @@ void mt_pp_schedule_build_placed(mt_pp_schedule *s, mt_pp_sched kind, int pp, in
       for (int i = 0; i < m; i++)
         for (int c = 0; c < v; c++) push_compute(&lists[r], MT_PP_FWD, i, c, r, s);
       for (int i = 0; i < m; i++)
-        for (int c = v - 1; c >= 0; c--) push_compute(&lists[r], MT_PP_BWD, i, c, r, s);
+        for (int c = v - 1; c >= 0; c--)
+          push_compute(&lists[r], MT_PP_BWD, back_unit(s, i), c, r, s);
       lim = m * v;
       break;
     case MT_SCHED_1F1B:
     case MT_SCHED_INTERLEAVED:
-      build_1f1b_like(&lists[r], r, s);
-      if (v > 1) lim = (pp - r - 1) * 2 + (v - 1) * pp + 1;
+      lim = build_1f1b_like(&lists[r], r, s) + 1;
       break;
     case MT_SCHED_ZBH1:
       build_zbh1(&lists[r], r, s);
@@ -320,13 +380,18 @@ void mt_pp_schedule_free(mt_pp_schedule *s) {
 }
 
 void mt_pp_schedule_print(const mt_pp_schedule *s, int rank, FILE *f) {
-  fprintf(f, "# schedule %s, pp = %d, micro_batches = %d, virtual_stages = %d, rank %d: %d ops, "
-             "at most %d activation sets held\n",
-          mt_pp_sched_name(s->kind), s->pp, s->m, s->v, rank, s->n_ops[rank],
+  fprintf(f, "# schedule %s, pp = %d, micro_batches = %d, virtual_stages = %d, ",
+          mt_pp_sched_name(s->kind), s->pp, s->m / s->k, s->v);
+  if (s->k > 1) fprintf(f, "token slices = %d, ", s->k);
+  fprintf(f, "rank %d: %d ops, at most %d activation sets held\n", rank, s->n_ops[rank],
           s->max_inflight[rank]);
   for (int i = 0; i < s->n_ops[rank]; i++) {
     const mt_pp_op *o = &s->ops[rank][i];
-    fprintf(f, "%s mb=%d chunk=%d\n", mt_pp_op_name(o->kind), o->mb, o->chunk);
+    if (s->k > 1)
+      fprintf(f, "%s mb=%d slice=%d chunk=%d\n", mt_pp_op_name(o->kind), o->mb / s->k,
+              o->mb % s->k, o->chunk);
+    else
+      fprintf(f, "%s mb=%d chunk=%d\n", mt_pp_op_name(o->kind), o->mb, o->chunk);
   }
 }
 
@@ -356,7 +421,7 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
 
 int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
                             double t_bw, const mt_pp_link *links, mt_pp_sim *out, mt_err *e) {
-  const int pp = s->pp, m = s->m, v = s->v, nvs = pp * v;
+  const int pp = s->pp, m = s->m, v = s->v, nvs = pp * v, k = s->k > 1 ? s->k : 1;
   int rc = -1;
   /* per virtual stage and micro-batch: what has happened */
   size_t cells = (size_t)nvs * m;
@@ -442,6 +507,10 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
             if (vs > 0 && !have_act[cell])
               FAIL("rank %d op %d: F mb %d chunk %d before its input activation arrived", r,
                    pc[r], o->mb, o->chunk);
+            if (o->mb % k > 0 && !f_done[cell - 1])
+              FAIL("rank %d op %d: F of micro-batch %d slice %d chunk %d before slice %d (the "
+                   "keys and values it attends)",
+                   r, pc[r], o->mb / k, o->mb % k, o->chunk, o->mb % k - 1);
             f_done[cell] = 1;
             if (++inflight[r] > peak[r]) peak[r] = inflight[r];
             if (inflight[r] > s->max_inflight[r])
@@ -461,6 +530,10 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
             if (vs < nvs - 1 && !have_grad[cell])
               FAIL("rank %d op %d: %s mb %d chunk %d before its output gradient arrived", r,
                    pc[r], nm, o->mb, o->chunk);
+            if (o->mb % k < k - 1 && !(b_done[cell + 1] || bi_done[cell + 1]))
+              FAIL("rank %d op %d: %s of micro-batch %d slice %d chunk %d before slice %d's "
+                   "(whose backward adds to its keys' and values' gradients)",
+                   r, pc[r], nm, o->mb / k, o->mb % k, o->chunk, o->mb % k + 1);
             if (vs > 0 && mt_pp_vs_rank(s, vs - 1) == r) {
               have_grad[cell - (size_t)m] = 1;
               sent_grad[cell] = 1;

@@ -24,7 +24,8 @@ int mt_step_create(mt_step *s, const mt_step_opts *o, const mt_step_groups *g, c
   mt_registry *reg = &s->model.reg;
   mt_registry_set_dp(reg, g->dp->size, g->dp->rank, g->cp->size, g->cp->rank);
   mt_registry_set_edp(reg, g->edp->size, g->edp->rank);
-  mt_pp_schedule_build(&s->sched, o->sched, g->pp->size, o->accum, o->virtual_stages);
+  mt_pp_schedule_build_sliced(&s->sched, o->sched, g->pp->size, o->accum, o->virtual_stages,
+                              o->sched == MT_SCHED_ZBV, o->par.slices);
   /* this rank's chunks: virtual stages rank, rank + pp, ... (in a V: rank,
    * 2pp - 1 - rank); buckets are cut between them */
   int l0[MT_PP_MAX_CHUNKS], l1[MT_PP_MAX_CHUNKS];
@@ -72,10 +73,11 @@ double mt_step_gradients(mt_step *s, const mt_pp_batch *b) {
   /* a step of another count of micro-batches (data.seq_policy = varlen,
    * one stage): its own schedule of them */
   mt_pp_schedule own;
-  const int other = b->n_mb != s->sched.m;
+  const int other = b->n_mb != s->sched.m / s->sched.k;
   if (other) {
-    if (s->sched.pp > 1) mt_die("a step of %d micro-batches on a pipeline built for %d", b->n_mb,
-                                s->sched.m);
+    if (s->sched.pp > 1 || s->sched.k > 1)
+      mt_die("a step of %d micro-batches on a pipeline built for %d", b->n_mb,
+             s->sched.m / s->sched.k);
     mt_pp_schedule_build(&own, s->sched.kind, 1, b->n_mb, 1);
   }
   double loss = mt_pp_exec_run(&s->exec, other ? &own : &s->sched, b, 0);
@@ -103,8 +105,8 @@ double mt_step_evaluate(mt_step *s, const mt_pp_batch *b) {
   if (b->n_mb > 0) {
     /* forward only: one activation set at a time (released after each forward) */
     mt_pp_schedule sched;
-    mt_pp_schedule_build_placed(&sched, MT_SCHED_GPIPE, s->sched.pp, b->n_mb, s->sched.v,
-                                s->sched.vshape);
+    mt_pp_schedule_build_sliced(&sched, MT_SCHED_GPIPE, s->sched.pp, b->n_mb, s->sched.v,
+                                s->sched.vshape, s->sched.k);
     loss = mt_pp_exec_run(&s->exec, &sched, b, 1);
     mt_pp_schedule_free(&sched);
   }

@@ -123,6 +123,31 @@ static int check_cp(const mt_config *cfg, const mt_model_shape *s, mt_err *e) {
   return e->failed ? -1 : 0;
 }
 
+/* Token slices (TeraPipe): slices of whole sequences of one rank, each a
+ * pass of its own; what would see more than a slice is refused. */
+static int check_slices(const mt_config *cfg, const mt_model_shape *s, mt_pp_sched kind,
+                        mt_err *e) {
+  const int k = cfg->pp_token_slices;
+  if (k <= 1) return 0;
+  const char *why = cfg->cp > 1 ? "context parallelism (parallel.cp > 1)"
+                    : cfg->documents ? "documents (data.documents = true)"
+                    : s->moe_experts > 0 ? "MoE blocks (model.moe_experts > 0: the routing "
+                                           "losses would be a slice's)"
+                                         : NULL;
+  if (why) {
+    mt_err_set(e, "parallel.pp_token_slices = %d does not take %s yet", k, why);
+    return -1;
+  }
+  MT_TRY(e, mt_pp_slices_check(kind, k, s->seq_len, e));
+  if (cfg->sp && (s->seq_len / k) % cfg->tp != 0) {
+    mt_err_set(e, "parallel.sp = true: parallel.tp = %d does not divide the %d tokens of a "
+                  "slice (model.seq_len = %d / parallel.pp_token_slices = %d)",
+               cfg->tp, s->seq_len / k, s->seq_len, k);
+    return -1;
+  }
+  return 0;
+}
+
 int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_err *e) {
   memset(lay, 0, sizeof *lay);
   lay->sched = MT_SCHED_1F1B;
@@ -189,9 +214,12 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
                   "(model.n_layer = %d over parallel.pp = %d)",
                v, s->n_layer / cfg->pp, s->n_layer, cfg->pp);
   if (e->failed) return -1;
-  MT_TRY(e, mt_pp_sched_check(kind, cfg->pp, m, v, s->n_layer, e));
+  /* token slices: the schedule's units are micro-batches x slices */
+  const int k = cfg->pp_token_slices > 1 ? cfg->pp_token_slices : 1;
+  MT_TRY(e, check_slices(cfg, s, kind, e));
+  MT_TRY(e, mt_pp_sched_check(kind, cfg->pp, m * k, v, s->n_layer, e));
   mt_pp_schedule sched;
-  mt_pp_schedule_build(&sched, kind, cfg->pp, m, v);
+  mt_pp_schedule_build_sliced(&sched, kind, cfg->pp, m, v, kind == MT_SCHED_ZBV, k);
   mt_err why = {0};
   mt_pp_sim sim;
   int bad = mt_pp_schedule_validate(&sched, 1, 2, 1, 1, &sim, &why);
@@ -257,7 +285,7 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
                                       ? cfg->ep_balance_alpha
                                       : 0.0,
               .ep_balance_min_rows = cfg->ep_balance_min_rows,
-              .documents = cfg->documents},
+              .documents = cfg->documents, .slices = cfg->pp_token_slices},
       .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,
       .weight_decay = (float)cfg->weight_decay, .sched = lay->sched, .accum = lay->accum,

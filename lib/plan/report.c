@@ -59,7 +59,8 @@ int mt_plan_print_schedule(const mt_config *cfg, FILE *out, mt_err *e) {
   mt_pp_schedule s;
   mt_pp_sim sim;
   mt_err why = {0}; /* validation already accepted the schedule */
-  mt_pp_schedule_build(&s, lay.sched, cfg->pp, lay.accum, lay.chunks);
+  mt_pp_schedule_build_sliced(&s, lay.sched, cfg->pp, lay.accum, lay.chunks,
+                              lay.sched == MT_SCHED_ZBV, cfg->pp_token_slices);
   mt_pp_schedule_validate(&s, 1, 2, 1, 1, &sim, &why);
   if (out) {
     for (int r = 0; r < cfg->pp; r++) mt_pp_schedule_print(&s, r, out);
@@ -88,6 +89,7 @@ cJSON *mt_plan_json_layout(cJSON *parent, const char *key, const mt_config *cfg,
     cJSON_AddNumberToObject(lay, "virtual_stages", cfg->virtual_stages);
     cJSON_AddNumberToObject(lay, "pp_first_layers", cfg->pp_first_layers);
     cJSON_AddNumberToObject(lay, "pp_last_layers", cfg->pp_last_layers);
+    cJSON_AddNumberToObject(lay, "pp_token_slices", cfg->pp_token_slices);
   }
   if (cfg->moe_experts > 0) { /* the folded mesh of the MoE blocks */
     cJSON_AddNumberToObject(lay, "ep", cfg->ep);

@@ -8,7 +8,7 @@
 static double evaluate_source(mt_trainer *t, const mt_sampler *vs, int n_seq) {
   const mt_mesh *mesh = &t->mesh;
   const mt_gpt *model = &t->step.model;
-  const int T = model->T, micro_batch = t->cfg.micro_batch;
+  const int T = model->attn.lay.T_local, micro_batch = t->cfg.micro_batch;
   double acc[2] = {0.0, 0.0}; /* sum of per-sequence mean losses, sequences */
   int per = (n_seq + mesh->dp - 1) / mesh->dp;
   int first = mesh->dp_rank * per, last = first + per < n_seq ? first + per : n_seq;

@@ -289,7 +289,7 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
   r->data_s = mt_now() - td;
   mt_gpt_moe_stats_reset(model);
   mt_gpt_moe_stats(model, 1); /* the step's routing; evaluation's is not counted */
-  mt_pp_batch batch = {.n_mb = t->n_mb, .B = cfg->micro_batch, .T = model->T,
+  mt_pp_batch batch = {.n_mb = t->n_mb, .B = cfg->micro_batch, .T = model->attn.lay.T_local,
                        .inputs = t->inp, .targets = t->tgt, .rows = t->rows, .doc = t->doc,
                        .dloss = 1.0f / (float)t->tokens_per_step, .eval = 0,
                        .same_tokens = 0};

@@ -238,11 +238,11 @@ static void setup_compute(mt_trainer *t, mt_err *e) {
     t->vl_seg_cap = cfg->global_batch * T;
     t->vl_seg = mt_calloc(3 * (size_t)t->vl_seg_cap, sizeof(int));
   }
-  size_t n = (size_t)mb_max * cfg->micro_batch * t->step.model.T;
+  size_t n = (size_t)mb_max * cfg->micro_batch * t->step.model.attn.lay.T_local;
   t->inp = mt_calloc(n, sizeof(int));
   t->tgt = mt_calloc(n, sizeof(int));
   if (cfg->documents) {
-    t->doc = mt_calloc(n / t->step.model.T * T, sizeof(int));
+    t->doc = mt_calloc(n / t->step.model.attn.lay.T_local * T, sizeof(int));
     if (!varlen) t->order = mt_calloc((size_t)cfg->global_batch, sizeof(uint64_t));
   }
   t->rows = mt_calloc((size_t)mb_max, sizeof(int));

@@ -5,7 +5,8 @@
 # gradient norm (relative 1e-5) and validation loss; every metrics line has
 # the per-stage pipeline figures.
 PP=$1; DP=$2; TP=$3; SCHED=$4; V=$5; MB=$6; shift 6; EXTRA=("$@")
-MT_NAME=pp_equiv; MT_SUFFIX=pp${PP}_dp${DP}_tp${TP}_${SCHED}_v${V}${EXTRA:+_extra}
+# (the extra arguments' hash in the name: two cases differing only there may run at once)
+MT_NAME=pp_equiv; MT_SUFFIX=pp${PP}_dp${DP}_tp${TP}_${SCHED}_v${V}${EXTRA:+_$(printf '%s ' "${EXTRA[@]}" | md5sum | cut -c1-8)}
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 300000)
 common=(--set model.preset=tiny --set model.n_layer=4 --set train.steps=10

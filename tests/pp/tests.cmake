@@ -99,3 +99,27 @@ mt_script_test(pp_bad_schedule badinput ../scripts/expect_fail.sh pp_bad_schedul
 
 # the pipeline executor under ASan/UBSan (the test command runs label "sanitize" there)
 mt_script_test(pp_sanitize sanitize sanitize.sh)
+
+# Token slices (parallel.pp_token_slices, TeraPipe, issue 43): each sequence
+# cut into k slices that follow each other through the pipeline gives the
+# losses of the single-rank run of whole sequences (1e-5), under 1f1b,
+# gpipe and interleaved, composed with dp, tp + sp and recompute
+mt_script_test(slices_pp2_k2_1f1b pp equivalence.sh 2 1 1 1f1b 1 2 --set parallel.pp_token_slices=2)
+mt_script_test(slices_pp2_k4_1f1b pp equivalence.sh 2 1 1 1f1b 1 2 --set parallel.pp_token_slices=4)
+mt_script_test(slices_pp4_k2_1f1b pp equivalence.sh 4 1 1 1f1b 1 2 --set parallel.pp_token_slices=2)
+mt_script_test(slices_pp4_k4_1f1b pp equivalence.sh 4 1 1 1f1b 1 2 --set parallel.pp_token_slices=4)
+mt_script_test(slices_pp2_k4_gpipe pp equivalence.sh 2 1 1 gpipe 1 2 --set parallel.pp_token_slices=4)
+mt_script_test(slices_pp2_k2_interleaved pp equivalence.sh 2 1 1 interleaved 2 2 --set parallel.pp_token_slices=2)
+mt_script_test(slices_pp2_k4_interleaved pp equivalence.sh 2 1 1 interleaved 2 4 --set parallel.pp_token_slices=4)
+mt_script_test(slices_pp2_dp2_k2_1f1b pp equivalence.sh 2 2 1 1f1b 1 2 --set parallel.pp_token_slices=2)
+mt_script_test(slices_pp2_tp2_sp_k2_1f1b pp equivalence.sh 2 1 2 1f1b 1 2 --set parallel.pp_token_slices=2 --set parallel.sp=true)
+mt_script_test(slices_pp2_k2_recompute pp equivalence.sh 2 1 1 1f1b 1 2 --set parallel.pp_token_slices=2 --set train.recompute=true)
+# token slices: bad input, one line each
+mt_script_test(pp_slices_schedule badinput ../scripts/expect_fail.sh pp_slices_schedule 2
+  "parallel.pp_token_slices = 2 needs parallel.schedule = gpipe, 1f1b or interleaved .got zb-h1." ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.pp_token_slices=2)
+mt_script_test(pp_slices_not_dividing badinput ../scripts/expect_fail.sh pp_slices_not_dividing 2
+  "parallel.pp_token_slices = 3 does not divide the 32 tokens of a sequence" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.pp_token_slices=3)
+mt_script_test(pp_slices_cp badinput ../scripts/expect_fail.sh pp_slices_cp 4
+  "parallel.pp_token_slices = 2 does not take context parallelism .parallel.cp > 1. yet" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.cp=2 --set parallel.pp_token_slices=2)
+mt_script_test(pp_slices_sp badinput ../scripts/expect_fail.sh pp_slices_sp 4
+  "parallel.tp = 2 does not divide the 1 tokens of a slice" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.pp_token_slices=32)

@@ -388,6 +388,7 @@ static void test_round_trip(void) {
                   "train.resume=auto", "train.micro_batches=16", "train.recompute=true",
                   "parallel.sp=true", "parallel.schedule=interleaved",
                   "parallel.virtual_stages=2", "parallel.pp_split=5,7",
+                  "parallel.pp_token_slices=4",
                   "parallel.print_schedule=true", "parallel.overlap_dp=false",
                   "ckpt.every=50", "ckpt.keep=0",
                   "ckpt.mode=per-writer", "ckpt.async=true", "ckpt.verify_on_load=false",
