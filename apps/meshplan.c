@@ -151,6 +151,8 @@ static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes,
     snprintf(sched, sizeof sched, "%s", r->pp > 1 ? mt_pp_sched_name(r->schedule) : "-");
     if (r->virtual_stages > 1)
       snprintf(sched + strlen(sched), sizeof sched - strlen(sched), "/%d", r->virtual_stages);
+    if (r->pp_slices > 1) /* token slices */
+      snprintf(sched + strlen(sched), sizeof sched - strlen(sched), "+s%d", r->pp_slices);
     if (r->pp_first) snprintf(split, sizeof split, "%d..%d", r->pp_first, r->pp_last);
     else snprintf(split, sizeof split, "%s", r->pp > 1 ? "even" : "-");
     double st = c->step_s > 0 ? c->step_s : 1.0;
@@ -172,14 +174,16 @@ static void row_json(FILE *f, const mt_search_row *r) {
           "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"ep\": %d, \"zero\": %d, "
           "\"micro_batch\": %d, "
           "\"sp\": %d, \"recompute\": %d, \"schedule\": \"%s\", \"virtual_stages\": %d, "
-          "\"pp_first_layers\": %d, \"pp_last_layers\": %d, \"headroom_bytes\": %.17g, "
+          "\"pp_first_layers\": %d, \"pp_last_layers\": %d, \"pp_token_slices\": %d, "
+          "\"headroom_bytes\": %.17g, "
           "\"fits\": %d, \"step_s\": %.17g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, "
           "\"compute_s\": %.9g, \"tp_s\": %.9g, \"cp_s\": %.9g, \"ep_s\": %.9g, "
           "\"pp_bubble_s\": %.9g, \"pp_p2p_s\": %.9g, "
           "\"dp_exposed_s\": %.9g, \"optim_s\": %.9g, \"model_flops\": %.17g, "
           "\"mem_bytes\": %.17g, \"mem\": {",
           r->tp, r->pp, r->dp, r->cp, r->ep, r->zero, r->micro_batch, r->sp, r->recompute,
-          mt_pp_sched_name(r->schedule), r->virtual_stages, r->pp_first, r->pp_last, c->headroom,
+          mt_pp_sched_name(r->schedule), r->virtual_stages, r->pp_first, r->pp_last,
+          r->pp_slices > 1 ? r->pp_slices : 1, c->headroom,
           c->fits, c->step_s, c->tokens_per_s, c->mfu, c->compute_s, c->tp_s, c->cp_s, c->ep_s,
           c->pp_bubble_s, c->pp_p2p_s, c->dp_exposed_s, c->optim_s, c->model_flops, c->mem_bytes);
   for (int k = 0; k < MT_MEM_NCAT; k++)
@@ -337,6 +341,7 @@ int main(int argc, char **argv) {
       r.ep = cfg.ep, r.micro_batch = cfg.micro_batch, r.sp = cfg.sp, r.recompute = cfg.recompute;
       r.virtual_stages = cfg.virtual_stages;
       r.pp_first = cfg.pp_first_layers, r.pp_last = cfg.pp_last_layers;
+      r.pp_slices = cfg.pp_token_slices;
       r.schedule = cfg.pp_schedule;
       row_json(stdout, &r);
       fputc('\n', stdout);

@@ -26,7 +26,7 @@ KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "cp": "parallel.cp", "dp": "pa
         "ep": "parallel.ep", "zero": "parallel.zero", "micro_batch": "train.micro_batch",
         "sp": "parallel.sp", "recompute": "train.recompute", "schedule": "parallel.schedule",
         "virtual_stages": "parallel.virtual_stages", "pp_first_layers": "parallel.pp_first_layers",
-        "pp_last_layers": "parallel.pp_last_layers"}
+        "pp_last_layers": "parallel.pp_last_layers", "pp_token_slices": "parallel.pp_token_slices"}
 
 
 def as_keys(best):

@@ -74,6 +74,7 @@ typedef struct {
    * collectives are priced from them too) */
   mt_price ops_price;
   int pp, v, accum, B, ndp; /* ndp: the dp x cp group, ranks tp apart */
+  int k;                    /* token slices: accum counts micro-batches x k units */
   double dp_s_per_byte;     /* that group's seconds a byte */
   /* the stages' (price_stages): the slowest stage's mean chunk sets the
    * per-op times of the schedule's simulation (a stage runs each of its
@@ -267,8 +268,8 @@ static void price_pipeline(const step_ctx *s, mt_pp_sim *sim, double *tb, mt_cos
   const mt_layout *lay = &s->lay;
   const mt_chunk_cost worst = s->worst;
   const int pp = s->pp, v = s->v, accum = s->accum, dpn = p->devices_per_node;
-  double msg = s->dt.msg * (double)s->B * (lay->shape.seq_len / cfg->cp) * lay->shape.n_embd /
-               (cfg->sp ? cfg->tp : 1);
+  double msg = s->dt.msg * (double)s->B * (lay->shape.seq_len / cfg->cp / s->k) *
+               lay->shape.n_embd / (cfg->sp ? cfg->tp : 1);
   const int stage_ranks = lay->world / pp;
   mt_pp_link *links = mt_calloc((size_t)2 * pp, sizeof(mt_pp_link));
   for (int r = 0; r < 2 * pp && pp > 1; r++) {
@@ -282,7 +283,8 @@ static void price_pipeline(const step_ctx *s, mt_pp_sim *sim, double *tb, mt_cos
   *tb = worst.bwd + 0.5 * worst.tp + so;
   double tbi = worst.bwd_input + 0.5 * worst.tp + so, tbw = worst.bwd - worst.bwd_input;
   mt_pp_schedule sched;
-  mt_pp_schedule_build(&sched, lay->sched, pp, accum, v);
+  mt_pp_schedule_build_sliced(&sched, lay->sched, pp, accum / s->k, v,
+                              lay->sched == MT_SCHED_ZBV, s->k);
   mt_pp_sim sim0;
   mt_err why = {0}; /* validation already accepted the schedule */
   mt_pp_schedule_simulate(&sched, tf, *tb, tbi, tbw, NULL, &sim0, &why);
@@ -434,7 +436,10 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     return mt_err_pass(e);
   }
   mt_cost_dtypes_counted(&s.lay.dtypes, &s.cnt);
-  s.pp = cfg->pp, s.v = s.lay.chunks, s.accum = s.lay.accum, s.B = cfg->micro_batch;
+  /* token slices: the schedule's units (a micro-batch's slices) are what
+   * the ops, the messages and ZeRO-2/3's per-pass collectives count */
+  s.k = cfg->pp_token_slices > 1 ? cfg->pp_token_slices : 1;
+  s.pp = cfg->pp, s.v = s.lay.chunks, s.accum = s.lay.accum * s.k, s.B = cfg->micro_batch;
   s.ndp = cfg->dp * cfg->cp;
   mt_cost_price(p, &s.ops_price);
   s.ops_price.act_bytes = s.dt.acts;

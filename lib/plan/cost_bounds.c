@@ -111,7 +111,11 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
   if (pp > 2 && l_mid * fb > worst) worst = l_mid * fb;
   int l_min = l_first < l_last ? l_first : l_last;
   if (pp > 2 && l_mid < l_min) l_min = l_mid;
-  return accum * worst + (pp - 1) * f * l_min / cfg->virtual_stages;
+  /* token slices: the fill is a slice's forward (the first slice's: 1/k
+   * of the linears, 1/k^2 of the causal pairs) */
+  const double k = cfg->pp_token_slices > 1 ? cfg->pp_token_slices : 1.0;
+  const double f_fill = (f - att) / k + att / (k * k);
+  return accum * worst + (pp - 1) * f_fill * l_min / cfg->virtual_stages;
 }
 
 /* n elements of state: each element's weights, gradient, master and
@@ -174,7 +178,7 @@ static double moe_kept_lower_bound(const mt_config *cfg, const mt_model_shape *s
 double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
                                const mt_model_shape *sh, int l_first, int l_most) {
   /* the largest stage's state, or the first stage's state and the
-   * activation sets it holds: as many micro-batches as stages in flight
+   * activation sets it holds: as many micro-batches (units) as stages in flight
    * (1F1B and ZB-H1; interleaved and GPipe hold more), each with every
    * layer's kept activations: under recompute the layer's input alone;
    * without, at least the buffers of model.h's mt_gpt_acts that every
@@ -183,8 +187,11 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
    * the MLP's 2 x F (SwiGLU: 3 x F) over tp; MoE blocks without their MLP) */
   const double C = sh->n_embd, tp = cfg->tp, s = cfg->sp ? tp : 1.0;
   const double F = sh->ffn > 0 ? sh->ffn : 4.0 * C, mlp = (mt_model_llama(sh) ? 3.0 : 2.0) * F;
-  const double tokens = (double)cfg->micro_batch * sh->seq_len / cfg->cp;
-  const int m = cfg->global_batch / (cfg->dp * cfg->micro_batch);
+  /* token slices: the sets are a slice's (T / k tokens), at least pp of
+   * them (the micro-batches' K|V caches beside them left out of the bound) */
+  const int k = cfg->pp_token_slices > 1 ? cfg->pp_token_slices : 1;
+  const double tokens = (double)cfg->micro_batch * sh->seq_len / cfg->cp / k;
+  const int m = cfg->global_batch / (cfg->dp * cfg->micro_batch) * k;
   const int inflight = cfg->pp == 1 ? 1 : (m < cfg->pp ? m : cfg->pp);
   double per_layer = cfg->recompute ? C / s
                      : sh->moe_experts > 0 ? 4.0 * C / s + 4.0 * C / tp

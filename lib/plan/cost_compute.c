@@ -81,6 +81,9 @@ mt_chunk_cost mt_cost_chunk_compute(const mt_cost_profile *p, const mt_config *c
   mt_chunk_cost c = {0, 0, 0, 0, 0, 0};
   double lin, att;
   mt_cost_dense_layer(p, &ds, dt->acts, &lin, &att);
+  /* token slices: a slice attends the keys of the slices up to it, a 1/k
+   * share of the sequence's causal pairs on the mean */
+  if (m->attn.slices > 1) att /= m->attn.slices;
   *att_out = att;
   const double att_b = 2.5 * att;
   const double refwd = cfg->recompute ? 1.0 : 0.0;

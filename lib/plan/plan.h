@@ -386,6 +386,8 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
 typedef struct {
   int tp, pp, dp, cp, ep, zero, micro_batch, sp, recompute, virtual_stages;
   int pp_first, pp_last;     /* uneven first/last stages (0: an even split) */
+  int pp_slices;             /* token slices of each sequence (parallel.pp_token_slices; 0, 1:
+                                none) */
   mt_pp_sched schedule;
   mt_cost cost;
 } mt_search_row;

@@ -19,7 +19,7 @@
 
 /* a candidate, compactly: the mesh and options, and its bounds */
 typedef struct {
-  short tp, pp, cp, ep, zero, mb, sp, rc, v, sched, first, last;
+  short tp, pp, cp, ep, zero, mb, sp, rc, v, sched, first, last, k;
   int dp;
   double step_lb, mem_lb;
 } cand;
@@ -37,7 +37,7 @@ static void apply(const cand *c, const mt_config *base, mt_config *cfg) {
   mt_search_row r = {.tp = c->tp, .pp = c->pp, .dp = c->dp, .cp = c->cp, .ep = c->ep,
                      .zero = c->zero, .micro_batch = c->mb, .sp = c->sp, .recompute = c->rc,
                      .virtual_stages = c->v, .pp_first = c->first, .pp_last = c->last,
-                     .schedule = g_sched_kinds[c->sched]};
+                     .pp_slices = c->k, .schedule = g_sched_kinds[c->sched]};
   *cfg = *base;
   mt_search_row_apply(&r, cfg);
   cfg->save_params = 0;
@@ -64,6 +64,7 @@ static void add_row(mt_search *s, const mt_config *cfg, const mt_cost *c) {
   row->virtual_stages = cfg->virtual_stages;
   row->pp_first = cfg->pp_first_layers;
   row->pp_last = cfg->pp_last_layers;
+  row->pp_slices = cfg->pp_token_slices;
   row->schedule = cfg->pp_schedule;
 }
 
@@ -110,6 +111,17 @@ static int most_layers(int L, int pp, int first, int last) {
   int most = first > last ? first : last;
   if (pp > 2 && (L - first - last) / (pp - 2) > most) most = (L - first - last) / (pp - 2);
   return most;
+}
+
+/* Token slices (TeraPipe) are tried where they can pay: a pipeline with
+ * fewer than 2 pp micro-batches a step (a bubble over a third), 1F1B or
+ * interleaved, slices of 512 tokens or more, and what the run takes with
+ * them (cp = 1, no MoE, no documents: plan/layout.c) */
+static int slices_apply(const mt_config *base, const mt_model_shape *sh, int si, int pp, int cp,
+                        int m, int k) {
+  return pp > 1 && m < 2 * pp && (si == SCHED_1F1B || si == SCHED_INTERLEAVED) && cp == 1 &&
+         sh->moe_experts == 0 && !base->documents && sh->seq_len % k == 0 &&
+         sh->seq_len / k >= 512;
 }
 
 typedef struct {
@@ -182,53 +194,55 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
               apply(&c0, base, &probe);
               double layer_s, embed_s, head_s;
               mt_cost_layer_times(&probe, p, &sh, &layer_s, &embed_s, &head_s);
-              for (int si = 0; si < (pp > 1 ? N_SCHED : 1); si++) {
-                if (pp > 1 && m < pp) continue; /* a micro-batch per stage at least */
-                for (int v = v_lo(si); v <= v_hi(si); v *= 2) {
-                  mt_err se = {0};
-                  if (v > 1 && (pp * v > L ||
-                                mt_pp_sched_check(g_sched_kinds[si], pp, m, v, L, &se) != 0))
-                    continue;
-                  /* the balancing split puts the embedding and the head on
-                   * the first and the last rank: not zb-v's V (both on rank 0) */
-                  for (int split = 0; split <= (pp > 1 && si != SCHED_ZBV); split++) {
-                    int first = 0, last = 0;
-                    if (split == 0 && (L % pp || (L / pp) % v)) continue;
-                    if (split == 1 &&
-                        !balanced_split(L, pp, v, layer_s, embed_s, head_s, &first, &last))
+              for (int si = 0; si < (pp > 1 ? N_SCHED : 1); si++)
+                for (int k = 1; k <= 8; k *= 2) { /* token slices */
+                  if (k > 1 && !slices_apply(base, &sh, si, pp, cp, m, k)) continue;
+                  if (pp > 1 && m * k < pp) continue; /* a unit per stage at least */
+                  for (int v = v_lo(si); v <= v_hi(si); v *= 2) {
+                    mt_err se = {0};
+                    if (v > 1 && (pp * v > L ||
+                                  mt_pp_sched_check(g_sched_kinds[si], pp, m * k, v, L, &se) != 0))
                       continue;
-                    const int l_most = most_layers(L, pp, first, last);
-                    for (int zero = 0; zero <= 3; zero++) {
-                      if (zero >= 1 && dp * cp == 1) continue;
-                      for (int sp = 0; sp <= (tp > 1); sp++) {
-                        if (sp && (sh.seq_len / cp) % tp) continue;
-                        cand c = {.tp = (short)tp, .pp = (short)pp, .cp = (short)cp,
-                                  .ep = (short)ep, .zero = (short)zero, .mb = (short)mb,
-                                  .sp = (short)sp, .rc = (short)rc, .v = (short)v,
-                                  .sched = (short)si, .first = (short)first,
-                                  .last = (short)last, .dp = dp};
-                        mt_config cfg;
-                        apply(&c, base, &cfg);
-                        s->tried++;
-                        c.mem_lb = mt_cost_mem_lower_bound(&cfg, &dt, &sh,
-                                                           first ? first : L / pp, l_most);
-                        if (c.mem_lb > cap) {
-                          s->pruned_mem++;
-                          if (!s->smallest_mem || c.mem_lb < s->smallest_mem)
-                            s->smallest_mem = c.mem_lb;
-                          continue;
+                    /* the balancing split puts the embedding and the head on
+                     * the first and the last rank: not zb-v's V (both on rank 0) */
+                    for (int split = 0; split <= (pp > 1 && si != SCHED_ZBV); split++) {
+                      int first = 0, last = 0;
+                      if (split == 0 && (L % pp || (L / pp) % v)) continue;
+                      if (split == 1 &&
+                          !balanced_split(L, pp, v, layer_s, embed_s, head_s, &first, &last))
+                        continue;
+                      const int l_most = most_layers(L, pp, first, last);
+                      for (int zero = 0; zero <= 3; zero++) {
+                        if (zero >= 1 && dp * cp == 1) continue;
+                        for (int sp = 0; sp <= (tp > 1); sp++) {
+                          if (sp && (sh.seq_len / cp / k) % tp) continue;
+                          cand c = {.tp = (short)tp, .pp = (short)pp, .cp = (short)cp,
+                                    .ep = (short)ep, .zero = (short)zero, .mb = (short)mb,
+                                    .sp = (short)sp, .rc = (short)rc, .v = (short)v,
+                                    .sched = (short)si, .first = (short)first,
+                                    .last = (short)last, .k = (short)k, .dp = dp};
+                          mt_config cfg;
+                          apply(&c, base, &cfg);
+                          s->tried++;
+                          c.mem_lb = mt_cost_mem_lower_bound(&cfg, &dt, &sh,
+                                                             first ? first : L / pp, l_most);
+                          if (c.mem_lb > cap) {
+                            s->pruned_mem++;
+                            if (!s->smallest_mem || c.mem_lb < s->smallest_mem)
+                              s->smallest_mem = c.mem_lb;
+                            continue;
+                          }
+                          int l_mid = first ? (pp > 2 ? (L - first - last) / (pp - 2) : first)
+                                            : L / pp;
+                          c.step_lb = mt_cost_step_lower_bound(&cfg, p, &sh, dt.acts,
+                                                               first ? first : L / pp,
+                                                               l_mid, first ? last : L / pp);
+                          push(&cl, &c);
                         }
-                        int l_mid = first ? (pp > 2 ? (L - first - last) / (pp - 2) : first)
-                                          : L / pp;
-                        c.step_lb = mt_cost_step_lower_bound(&cfg, p, &sh, dt.acts,
-                                                             first ? first : L / pp,
-                                                             l_mid, first ? last : L / pp);
-                        push(&cl, &c);
                       }
                     }
                   }
                 }
-              }
             }
           }
         }
@@ -318,7 +332,9 @@ void mt_search_layout_text(const mt_search_row *r, char *buf, size_t len) {
                    mt_pp_sched_name(r->schedule), r->virtual_stages);
   if (r->ep > 1 && n > 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ",ep=%d", r->ep);
   if (r->pp_first && n > 0 && (size_t)n < len)
-    snprintf(buf + n, len - (size_t)n, ",pp_first=%d,pp_last=%d", r->pp_first, r->pp_last);
+    n += snprintf(buf + n, len - (size_t)n, ",pp_first=%d,pp_last=%d", r->pp_first, r->pp_last);
+  if (r->pp_slices > 1 && n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, ",slices=%d", r->pp_slices);
 }
 
 void mt_search_row_apply(const mt_search_row *r, mt_config *cfg) {
@@ -338,5 +354,6 @@ void mt_search_row_apply(const mt_search_row *r, mt_config *cfg) {
   cfg->pp_split[0] = '\0';
   cfg->pp_first_layers = r->pp_first;
   cfg->pp_last_layers = r->pp_last;
+  cfg->pp_token_slices = r->pp_slices > 1 ? r->pp_slices : 1;
   cfg->pp_schedule = r->schedule;
 }

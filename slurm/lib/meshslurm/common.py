@@ -96,6 +96,7 @@ LAYOUT_SETTINGS = {
     "schedule": ("parallel.schedule", "word"), "v": ("parallel.virtual_stages", "int"),
     "ep": ("parallel.ep", "int"), "cp_mode": ("parallel.cp_mode", "word"),
     "pp_first": ("parallel.pp_first_layers", "int"), "pp_last": ("parallel.pp_last_layers", "int"),
+    "slices": ("parallel.pp_token_slices", "int"),
 }
 
 

@@ -30,7 +30,7 @@ PROG_TRAIN = "meshtrain"
 def planned_name(lay):
     """summary.json's layout of a run that planned its own (parallel.layout =
     auto) named as the campaign names it (layout_name of the planner's text:
-    tp,pp,cp,dp,zero,mb,sp,recompute,schedule,v[,ep][,pp_first,pp_last])"""
+    tp,pp,cp,dp,zero,mb,sp,recompute,schedule,v[,ep][,pp_first,pp_last][,slices])"""
     def flag(k):
         return "true" if lay.get(k) else "false"
     settings = [("zero", "", str(lay.get("zero", 0))), ("mb", "", str(lay.get("micro_batch", 0))),
@@ -42,6 +42,8 @@ def planned_name(lay):
     if lay.get("pp_first_layers"):
         settings += [("pp_first", "", str(lay["pp_first_layers"])),
                      ("pp_last", "", str(lay.get("pp_last_layers", 0)))]
+    if lay.get("pp_token_slices", 1) > 1:
+        settings.append(("slices", "", str(lay["pp_token_slices"])))
     mesh = {k: lay.get(k, 1) for k in ("dp", "tp", "pp", "cp")}
     mesh["settings"] = settings
     return "auto:" + layout_name(mesh)
