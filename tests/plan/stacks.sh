@@ -24,7 +24,7 @@ declare -A FLAGS=(
   [deepspeed-zero3]="--attention materialized --collectives flat $MIXED --dtype grad_reduce=2 $EFF 0.5435"
   [megatron-core]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.8368"
   [fsdp]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.9586"
-  [llm.c]="--attention block --collectives hierarchical $MIXED --dtype grads=2 --dtype grad_reduce=2 $EFF 1"
+  [llm.c]="--attention block --collectives hierarchical $MIXED --dtype grads=2 --dtype grad_reduce=2 $EFF 0.9346"
 )
 model=(--set model.preset=gpt2-124m --set train.global_batch=64 --set train.micro_batch=2)
 layouts=("z3 --set parallel.tp=2 --set parallel.dp=8 --set parallel.zero=3"
