@@ -1,7 +1,8 @@
 /* meshplan: plan a scaling campaign before spending the allocation.
  *
  *   meshplan CONFIG.ini [--set k=v ...] --hw PROFILE --nodes N | --ranks N [--top K]
- *            [--all] [--stack NAME] [--dtype CATEGORY=BYTES ...] [--json FILE]
+ *            [--all] [--stack NAME] [--compute-efficiency X] [--dtype CATEGORY=BYTES ...]
+ *            [--json FILE]
  *            [--emit-sweep FILE.ini [--system NAME]]
  *   meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME
  *            [--attn A.jsonl] [--devices-per-node N] [--mem-gib X] [--peak-gflops X] [--overlap X] --out FILE
@@ -23,7 +24,7 @@ static void usage(FILE *f) {
           "usage: meshplan CONFIG.ini [--set section.key=value ...] --hw PROFILE\n"
           "                --nodes N | --ranks N [--top K] [--all] [--dtype CATEGORY=BYTES ...]\n"
           "                [--stack NAME] [--attention block|materialized]\n"
-          "                [--collectives hierarchical|flat]\n"
+          "                [--collectives hierarchical|flat] [--compute-efficiency X]\n"
           "                [--json FILE] [--emit-sweep FILE.ini [--system NAME]]\n"
           "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--stack NAME] [--dtype ...]\n"
           "       meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME\n"
@@ -46,17 +47,19 @@ static void usage(FILE *f) {
           "instead of meshtrain's block attention. --collectives flat prices every collective\n"
           "across nodes as one flat ring on each rank's network link (default hierarchical:\n"
           "the ring's part inside each node, 1/k of it on the network, k ranks a node).\n"
+          "--compute-efficiency X (0 < X <= 1.5) scales the profile's matmul and attention\n"
+          "rates: how far a software stack's kernels sit from them (1: meshtrain's own).\n"
           "--stack NAME prices a published software stack: a preset of --attention,\n"
-          "--collectives and --dtype values (default meshtrain: the profile's and the\n"
-          "configuration's own); an --attention, --collectives or --dtype given beside\n"
-          "--stack overrides that value of the preset. The presets (docs/planner.md):\n");
+          "--collectives, --dtype and --compute-efficiency values (default meshtrain: the\n"
+          "profile's and the configuration's own, efficiency 1); one of those flags given\n"
+          "beside --stack overrides that value of the preset. The presets (docs/planner.md):\n");
   for (int i = 0; i < mt_plan_stack_count(); i++) {
     const mt_plan_stack *st = mt_plan_stack_at(i);
     fprintf(f, "  %-18s %s\n", st->name, st->stands_for);
     if (!st->attention && !st->collectives && !st->dtypes[0]) continue;
-    fprintf(f, "  %-18s attention %s, collectives %s; dtype", "",
+    fprintf(f, "  %-18s attention %s, collectives %s, compute efficiency %.3g\n  %-18s dtype", "",
             st->attention ? st->attention : "as the profile",
-            st->collectives ? st->collectives : "as the profile");
+            st->collectives ? st->collectives : "as the profile", st->compute_efficiency, "");
     for (int k = 0; k < MT_PLAN_STACK_MAX_DTYPES && st->dtypes[k]; k++)
       fprintf(f, " %s", st->dtypes[k]);
     fputc('\n', f);
@@ -271,6 +274,7 @@ int main(int argc, char **argv) {
   const char *ini = NULL, *hw = NULL, *json = NULL, *sweep = NULL, *system = "leonardo-booster";
   int nodes = 0, ranks = 0, top = 10, n_over = 0, only = 0, all = 0, n_dt = 0;
   const char *attention = NULL, *collectives = NULL, *stack_name = "meshtrain";
+  double efficiency = 0.0; /* --compute-efficiency; 0: the preset's */
   char **over = mt_calloc((size_t)argc + 1, sizeof(char *));
   const char **dts = mt_calloc((size_t)argc + 1, sizeof(char *));
   mt_err e = {0};
@@ -305,6 +309,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--system")) system = v;
     else if (!strcmp(a, "--dtype")) dts[n_dt++] = v;
     else if (!strcmp(a, "--stack")) stack_name = v;
+    else if (!strcmp(a, "--compute-efficiency")) {
+      char *xend = NULL;
+      efficiency = strtod(v, &xend);
+      /* a rate above 1.5 x the profile's measured one, or none, is a typo */
+      if (xend == v || *xend || !(efficiency > 0 && efficiency <= 1.5))
+        mt_err_set(&e, "--compute-efficiency '%s' is not a number in (0, 1.5]: a factor on the "
+                       "profile's matmul and attention rates (1: meshtrain's own)", v);
+    }
     else if (!strcmp(a, "--attention") && (!strcmp(v, "block") || !strcmp(v, "materialized")))
       attention = v;
     else if (!strcmp(a, "--collectives") && (!strcmp(v, "hierarchical") || !strcmp(v, "flat")))
@@ -332,6 +344,7 @@ int main(int argc, char **argv) {
   if (!e.failed) mt_plan_stack_apply(stack, &p, &dt, &e);
   if (!e.failed && attention) p.attn_materialized = attention[0] == 'm';
   if (!e.failed && collectives) p.coll_flat = collectives[0] == 'f';
+  if (!e.failed && efficiency > 0) p.compute_efficiency = efficiency;
   for (int i = 0; i < n_dt && !e.failed; i++) mt_cost_dtypes_set(&dt, dts[i], &e);
   if (!e.failed && only) { /* the configured layout alone */
     mt_search_row r;
@@ -370,9 +383,11 @@ int main(int argc, char **argv) {
              "(%d devices a node) of %s\n",
              mt_preset_name(cfg.model_preset), mt_model_num_params(&shape), shape.n_layer,
              shape.n_embd, shape.seq_len, cfg.global_batch, o.world, p.devices_per_node, p.name);
-      printf("# stack %s (attention %s, collectives %s); bytes per element: %s; headroom "
-             "%.2f GiB per device\n", stack->name, p.attn_materialized ? "materialized" : "block",
-             p.coll_flat ? "flat" : "hierarchical", dtext,
+      printf("# stack %s (attention %s, collectives %s, compute efficiency %.4g); bytes per "
+             "element: %s; headroom %.2f GiB per device\n",
+             stack->name, p.attn_materialized ? "materialized" : "block",
+             p.coll_flat ? "flat" : "hierarchical",
+             p.compute_efficiency > 0 ? p.compute_efficiency : 1.0, dtext,
              mt_cost_headroom(&cfg, &p) / 1073741824.0);
       print_table(&s, &p, nodes, top);
       if (json) write_json(&s, json, &e);

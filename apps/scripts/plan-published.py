@@ -3,6 +3,8 @@
 
   python3 apps/scripts/plan-published.py [--bin build/bin] [--only ID,...] [--no-search]
          [--search-timeout S] [--out outputs/plan-published.csv]
+  python3 apps/scripts/plan-published.py --cv loso [--jobs N] [--only ID,...]
+         [--out outputs/plan-published-cv.csv]
 
 For each run of the table: the published throughput as tokens per second per
 GPU (converted with the FLOP count the source itself used: column `metric`),
@@ -31,17 +33,35 @@ none has the mesh, 't/o' when the search takes longer than --search-timeout
 seconds (the largest MoE models on hundreds of GPUs).
 
 Prints the table, the median absolute error, the mean signed error by
-group and by stack, and writes every row to --out. Nothing here is fitted to the rows:
-the profiles are public figures (inputs/hw), the cost model is lib/plan."""
+group and by stack, and writes every row to --out. The profiles are public
+figures (inputs/hw), the cost model is lib/plan; one number a stack is
+fitted to this table: the presets' compute efficiency (lib/plan/stacks.c),
+so the error printed without --cv is in-sample.
+
+--cv loso: leave-one-source-out cross-validation of that fit. Rows are
+grouped by publication (source_key: a paper's arXiv id, else its project);
+for each source, each stack's efficiency is fitted on the rows of all the
+other sources (the geometric mean of predicted over published brought to 1
+over the stack's rows there; where the stack has none there, one efficiency
+over all of them) and the held-out rows are priced with it by meshplan
+(--compute-efficiency; the price is not linear in it). Prints per run the
+ratio at efficiency 1, in-sample (the whole-table fit) and cross-validated;
+the whole-table fit (the presets' values); the median absolute error and
+the signs of the errors, overall and by stack, CV beside in-sample. Only
+the published layouts are priced (no search)."""
 import argparse
+import concurrent.futures
 import csv
 import itertools
 import json
+import math
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -163,12 +183,14 @@ def layout_options(r):
     return out
 
 
-def meshplan(binary, r, sets, extra, timeout=None):
+def meshplan(binary, r, sets, extra, timeout=None, efficiency=None):
     args = [binary, "--hw", r["profile"]] + extra
     for k, v in sets.items():
         args += ["--set", "%s=%s" % (k, v)]
-    if r["preset"]:  # the stack's attention, collectives and dtypes (meshplan --stack)
+    if r["preset"]:  # the stack's attention, collectives, dtypes, efficiency (meshplan --stack)
         args += ["--stack", r["preset"]]
+    if efficiency is not None:  # over the preset's
+        args += ["--compute-efficiency", "%.9g" % efficiency]
     for d in filter(None, r["dtypes"].split(";")):
         args += ["--dtype", d]
     for o in filter(None, r["attention"].split(";")):  # per-run kernels and collectives
@@ -180,6 +202,223 @@ def stack_name(r):
     """the row's stack as priced: its preset, '+' where per-run flags add to it"""
     extra = "+" if r["dtypes"] or r["attention"] else ""
     return (r["preset"] or "meshtrain") + extra
+
+
+def price_row(binary, r, efficiency=None):
+    """the published layout's fastest completion (every field the source
+    left open, over the values the run accepts): (layout, meshplan's JSON),
+    or (None, the last refusal); efficiency: --compute-efficiency (None: the
+    preset's)"""
+    best, why = None, ""
+    for lay in layout_options(r):
+        sets = dict(base_sets(r), **lay)
+        p = meshplan(binary, r, sets, ["--only"], efficiency=efficiency)
+        # exit 2 with the figures on stdout: priced, but over meshtrain's own memory
+        if p.returncode and not (p.returncode == 2 and p.stdout.lstrip().startswith("{")):
+            why = p.stderr.strip()
+            continue
+        d = json.loads(p.stdout.splitlines()[0])
+        # a layout that fits beats any that does not; then the faster
+        key = (not d["fits"], d["step_s"])
+        if best is None or key < (not best[1]["fits"], best[1]["step_s"]):
+            best = (lay, d)
+    return best if best else (None, why)
+
+
+def ratio_of(r, d):
+    """predicted over published, as FLOP rates of the source's own model"""
+    pred = d["tokens_per_s"] / inum(r, "gpus")
+    return (pred * priced_flops_per_token(r) /
+            (published_tokens_per_gpu(r) * true_flops_per_token(r)))
+
+
+# ---------------------------------------------------------------------------
+# leave-one-source-out cross-validation of the stacks' compute efficiency
+
+def source_key(text):
+    """the publication a row comes from, so that a paper's or a project's
+    rows share one key: its first arXiv id; else the words before the first
+    path, or up to the first ':' or ',' ('torchtitan benchmarks/a.md' and
+    'torchtitan benchmarks/b.md' are both 'torchtitan')"""
+    m = re.search(r"arXiv:\s*(\d{4}\.\d{4,5})", text)
+    if m:
+        return "arXiv:" + m.group(1)
+    words = []
+    for w in text.split():
+        if "/" in w:
+            break
+        words.append(w.rstrip(":,;"))
+        if w[-1] in ":,;":
+            break
+    return " ".join(words) or text
+
+
+def stack_key(r):
+    """the preset whose compute efficiency prices the row"""
+    return r["preset"] or "meshtrain"
+
+
+# The fit's bounds: the profiles' matmul curves are the best measured rates
+# (MAMF), so no stack's kernels run above them: a fit above 1 would stand for
+# something else the model misprices (hidden communication, another
+# machine), not for the kernels. meshplan itself accepts (0, 1.5].
+FIT_MIN, FIT_MAX = 0.05, 1.0
+
+
+def fit_efficiency(rows, ratio_at, tol=1e-4, iters=20):
+    """the compute efficiency e at which the geometric mean of ratio_at(r, e)
+    (predicted over published) over rows is 1, within [FIT_MIN, FIT_MAX]: a
+    secant on log e (the price is not linear in e: the collectives and the
+    elementwise work keep their rates). None where no row prices."""
+    lo, hi = math.log(FIT_MIN), math.log(FIT_MAX)
+
+    def g(x):
+        rs = [ratio_at(r, round_eff(math.exp(x))) for r in rows]
+        rs = [v for v in rs if v]
+        return statistics.mean(math.log(v) for v in rs) if rs else None
+
+    x0, g0 = 0.0, g(0.0)
+    if g0 is None:
+        return None
+    x1 = min(hi, max(lo, x0 - g0))  # a price all compute would move by exactly -g0
+    for _ in range(iters):
+        if abs(g0) < tol or x1 == x0:
+            break
+        g1 = g(x1)
+        if abs(g1) < tol:
+            x0 = x1
+            break
+        slope = (g1 - g0) / (x1 - x0)
+        x0, g0 = x1, g1
+        x1 = min(hi, max(lo, x1 - g1 / (slope if slope > 0.05 else 1.0)))
+    return round_eff(math.exp(x0))
+
+
+def round_eff(e):
+    """the efficiency as meshplan is given it (so that a memo of prices hits)"""
+    return float("%.6g" % e)
+
+
+def loso(rows, ratio_at, fit=None):
+    """Leave-one-source-out: for each source S, each stack's efficiency
+    fitted on the rows of every other source (the stack's own rows there, or
+    where it has none, one efficiency over all of them), and S's rows priced
+    with it. Returns (fold list, per-row list): a fold is (source, {stack:
+    (efficiency, 'stack' or 'global', ids fitted on)}); a row (row, source,
+    stack, efficiency, CV ratio or None)."""
+    fit = fit or fit_efficiency
+    sources = sorted(set(source_key(r["source"]) for r in rows))
+    folds, out = [], []
+    for src in sources:
+        held = [r for r in rows if source_key(r["source"]) == src]
+        train = [r for r in rows if source_key(r["source"]) != src]
+        effs, pooled = {}, None
+        for st in sorted(set(stack_key(r) for r in held)):
+            own = [r for r in train if stack_key(r) == st]
+            used, how = (own, "stack") if own else (train, "global")
+            if how == "global":
+                pooled = pooled if pooled is not None else fit(train, ratio_at)
+                e = pooled
+            else:
+                e = fit(own, ratio_at)
+            effs[st] = (e, how, [r["id"] for r in used])
+        folds.append((src, effs))
+        for r in held:
+            e = effs[stack_key(r)][0]
+            out.append((r, src, stack_key(r), e, ratio_at(r, e) if e else None))
+    return folds, out
+
+
+def median_abs(ratios):
+    return statistics.median(abs(x - 1) for x in ratios) if ratios else float("nan")
+
+
+def cv_report(binary, rows, jobs):
+    """prints the LOSO table and returns its rows for --out"""
+    memo, lock = {}, threading.Lock()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs))
+
+    def ratio_at(r, e):
+        k = (r["id"], e)
+        with lock:
+            if k in memo:
+                return memo[k]
+        lay, d = price_row(binary, r, e)
+        v = ratio_of(r, d) if lay else None
+        with lock:
+            memo[k] = v
+        return v
+
+    def prefetch(pairs):  # the prices a fit or a report asks for, several meshplans at once
+        list(pool.map(lambda p: ratio_at(*p), pairs))
+
+    def fit(rs, ra):
+        def batched(r, e):  # a fit asks for every row at one efficiency: price them together
+            with lock:
+                new = (r["id"], e) not in memo
+            if new:
+                prefetch([(x, e) for x in rs])
+            return ra(r, e)
+        return fit_efficiency(rs, batched)
+
+    prefetch([(r, 1.0) for r in rows])
+    stacks = sorted(set(stack_key(r) for r in rows))
+    whole = {st: fit([r for r in rows if stack_key(r) == st], ratio_at) for st in stacks}
+    prefetch([(r, whole[stack_key(r)]) for r in rows])
+    folds, cv = loso(rows, ratio_at, fit)
+    prefetch([(r, e) for r, _, _, e, _ in cv if e])
+    pool.shutdown()
+
+    print("Leave-one-source-out cross-validation over %d sources (each held-out source priced "
+          "with efficiencies fitted on the other sources' rows). Predicted over published at "
+          "efficiency 1, in-sample (the whole table's fit), and cross-validated (the fold's "
+          "efficiency, fitted on the stack's rows of the other sources or, where it has none, "
+          "on all of them):" % len(folds))
+    print("%-18s %-24s %-18s %8s %9s | %7s %-6s %8s" % (
+        "run", "source", "stack", "e = 1", "in-sample", "CV e", "fit on", "CV"))
+    results = []
+    for r, src, st, e, cvr in cv:
+        r1, ins = ratio_at(r, 1.0), ratio_at(r, whole[st])
+        how = dict(folds)[src][st][1]
+        print("%-18s %-24s %-18s %8s %9s | %7s %-6s %8s" % (
+            r["id"], src[:24], st, "%.3f" % r1 if r1 else "-", "%.3f" % ins if ins else "-",
+            "%.4g" % e if e else "-", how, "%.3f" % cvr if cvr else "-"))
+        results.append(dict(id=r["id"], source=src, stack=st, ratio_eff1=r1,
+                            efficiency_in_sample=whole[st], ratio_in_sample=ins,
+                            efficiency_cv=e, fit_on=how, ratio_cv=cvr))
+    print("\ncompute efficiency fitted on the whole table (the presets' values in "
+          "lib/plan/stacks.c):")
+    for st in stacks:
+        n = sum(1 for r in rows if stack_key(r) == st)
+        print("  %-18s %.4g (%d runs)" % (st, whole[st], n))
+    every = [x for x in results if x["ratio_cv"] and x["ratio_in_sample"] and x["ratio_eff1"]]
+
+    def line(label, key, goal=""):
+        rs = [x[key] for x in every]
+        pos, neg = sum(1 for v in rs if v > 1), sum(1 for v in rs if v < 1)
+        print("  %-40s median absolute error %5.1f%%, worst %5.1f%%, %2d over / %2d under%s" % (
+            label, 100 * median_abs(rs), 100 * max(abs(v - 1) for v in rs), pos, neg, goal))
+    print("\n%d runs:" % len(every))
+    line("LOSO cross-validated", "ratio_cv", " (goal <= 12%, both signs)")
+    line("in-sample (fit on the whole table)", "ratio_in_sample")
+    line("efficiency 1 (no fit)", "ratio_eff1")
+    # one paper holds over half the runs: each source counted once as well
+    per_src = {}
+    for x in every:
+        per_src.setdefault(x["source"], []).append(x["ratio_cv"])
+    print("  %-40s median over the %d sources of each one's LOSO median absolute error %.1f%%" % (
+        "each source once", len(per_src),
+        100 * statistics.median(median_abs(v) for v in per_src.values())))
+    print("by stack (LOSO; in-sample beside it; goal: no stack over 20%):")
+    for st in stacks:
+        xs = [x for x in every if x["stack"] == st]
+        cvs = [x["ratio_cv"] for x in xs]
+        print("  %-18s %2d runs: CV median absolute %5.1f%% (median signed %+6.1f%%, %d over / %d "
+              "under); in-sample %5.1f%%" % (
+                  st, len(xs), 100 * median_abs(cvs), 100 * (statistics.median(cvs) - 1),
+                  sum(1 for v in cvs if v > 1), sum(1 for v in cvs if v < 1),
+                  100 * median_abs([x["ratio_in_sample"] for x in xs])))
+    return results
 
 
 def same_mesh(row, r):
@@ -207,38 +446,40 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--no-search", action="store_true")
     ap.add_argument("--search-timeout", type=float, default=600)
-    ap.add_argument("--out", default=os.path.join(SRC, "outputs", "plan-published.csv"))
+    ap.add_argument("--out", help="every row as CSV (default outputs/plan-published.csv, "
+                    "under --cv outputs/plan-published-cv.csv)")
+    ap.add_argument("--cv", choices=["loso"], help="leave-one-source-out cross-validation of the "
+                    "stacks' compute efficiency (the published layouts priced alone: no search)")
+    ap.add_argument("--jobs", type=int, default=2, help="meshplans at once under --cv")
     a = ap.parse_args()
+    a.out = a.out or os.path.join(SRC, "outputs", "plan-published%s.csv" % ("-cv" if a.cv else ""))
     binary = os.path.join(a.bin, "meshplan")
     rows = list(csv.DictReader(open(a.table)))
     if a.only:
         keep = set(a.only.split(","))
         rows = [r for r in rows if r["id"] in keep]
+    if a.cv:
+        results = cv_report(binary, rows, a.jobs)
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(results[0].keys()))
+            w.writeheader()
+            w.writerows(results)
+        print("rows written to %s" % a.out)
+        return
     results = []
     print("%-18s %-13s %-18s %5s %3s %3s %4s | %9s %9s %6s | %5s %s" % (
         "run", "group", "stack", "GPUs", "tp", "pp", "dp", "published", "predicted", "ratio", "rank",
         "predicted layout / search"))
     for r in rows:
         pub = published_tokens_per_gpu(r)
-        best = None
-        for lay in layout_options(r):
-            sets = dict(base_sets(r), **lay)
-            p = meshplan(binary, r, sets, ["--only"])
-            # exit 2 with the figures on stdout: priced, but over meshtrain's own memory
-            if p.returncode and not (p.returncode == 2 and p.stdout.lstrip().startswith("{")):
-                continue
-            d = json.loads(p.stdout.splitlines()[0])
-            # a layout that fits beats any that does not; then the faster
-            key = (not d["fits"], d["step_s"])
-            if best is None or key < (not best[1]["fits"], best[1]["step_s"]):
-                best = (lay, d)
-        if best is None:
-            print("%-18s refused: %s" % (r["id"], p.stderr.strip()))
+        lay, d = price_row(binary, r)
+        if lay is None:
+            print("%-18s refused: %s" % (r["id"], d))
             continue
-        lay, d = best
         gpus = inum(r, "gpus")
         pred = d["tokens_per_s"] / gpus
-        ratio = pred * priced_flops_per_token(r) / (pub * true_flops_per_token(r))
+        ratio = ratio_of(r, d)
         rank, search = "-", ""
         if not a.no_search:
             with tempfile.NamedTemporaryFile(suffix=".json") as tf:
@@ -283,8 +524,9 @@ def main():
     if not results:
         return
     errs = [abs(x["ratio"] - 1) for x in results]
-    print("\nmedian absolute error %.1f%% over %d runs (goal <= 12%%); worst %.1f%%" % (
-        100 * statistics.median(errs), len(results), 100 * max(errs)))
+    print("\nmedian absolute error %.1f%% over %d runs, in-sample (the presets' compute "
+          "efficiencies are fitted on this table; --cv loso for the figure that counts, goal <= "
+          "12%%); worst %.1f%%" % (100 * statistics.median(errs), len(results), 100 * max(errs)))
     groups = sorted(set(x["group"] for x in results))
     for g in groups:
         rs = [x["ratio"] - 1 for x in results if x["group"] == g]

@@ -248,11 +248,15 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
   if (p->coll_flat) fprintf(f, "collectives = flat\n");
 }
 
+/* the one place the compute efficiency enters: every matmul and attention
+ * tile the cost model prices reads its rate from here (scaling the curve's
+ * rates scales its log-log interpolation exactly) */
 void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
+  const double eff = p->compute_efficiency > 0 ? p->compute_efficiency : 1.0;
   memset(out, 0, sizeof *out);
   out->n_gemm = p->n_gemm < MT_PRICE_MAX_GEMM ? p->n_gemm : MT_PRICE_MAX_GEMM;
   memcpy(out->gemm_flops, p->gemm_flops, (size_t)out->n_gemm * sizeof(double));
-  memcpy(out->gemm_gflops, p->gemm_gflops, (size_t)out->n_gemm * sizeof(double));
+  for (int i = 0; i < out->n_gemm; i++) out->gemm_gflops[i] = eff * p->gemm_gflops[i];
   out->elementwise_gbs = p->elementwise_gbs;
   out->act_bytes = p->act_bytes > 0 ? p->act_bytes : 4;
   out->devices_per_node = p->devices_per_node;
@@ -262,7 +266,7 @@ void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
   out->inter_us = p->inter_us;
   out->attn_br = p->attn_br;
   out->attn_bc = p->attn_bc;
-  out->attn_gflops = p->attn_gflops;
+  out->attn_gflops = eff * p->attn_gflops;
   out->overlap = p->overlap;
   out->stage_us = p->stage_us;
   out->coll_flat = p->coll_flat;

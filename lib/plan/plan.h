@@ -207,6 +207,13 @@ typedef struct {
    * collectives gain nothing from the node); key collectives =
    * hierarchical | flat, meshplan --collectives */
   int coll_flat;
+  /* compute_efficiency (meshplan --compute-efficiency, a stack preset's
+   * value; 0 is read as 1): a factor on the matmul curve and the fused
+   * attention rate, applied once where they become core's prices
+   * (mt_cost_price): how far a software stack's kernels and the overheads
+   * between them sit from the profile's measured rates. 1 is meshtrain's
+   * own; the elementwise work and the collectives keep their rates. */
+  double compute_efficiency;
   /* stage_us (optional, default 0): seconds x 1e6 each pipeline op (one micro-batch's
    * forward or backward of a chunk) costs beyond its compute: the p2p hand-over's
    * synchronisation and the launches of a short op sequence */
@@ -264,12 +271,13 @@ typedef struct {
   const char *attention;   /* "block", "materialized" or NULL */
   const char *collectives; /* "hierarchical", "flat" or NULL */
   const char *dtypes[MT_PLAN_STACK_MAX_DTYPES];
+  double compute_efficiency; /* what --compute-efficiency would set (1: meshtrain's own) */
 } mt_plan_stack;
 int mt_plan_stack_count(void);
 const mt_plan_stack *mt_plan_stack_at(int i);
 /* the preset named; NULL with one line in e listing the names */
 const mt_plan_stack *mt_plan_stack_find(const char *name, mt_err *e);
-/* the preset's values into p (attention, collectives) and dt (after
+/* the preset's values into p (attention, collectives, compute efficiency) and dt (after
  * mt_cost_dtypes_default; explicit flags go after this). 0, or -1 with e set */
 int mt_plan_stack_apply(const mt_plan_stack *s, mt_cost_profile *p, mt_cost_dtypes *dt,
                         mt_err *e);

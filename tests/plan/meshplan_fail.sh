@@ -6,6 +6,8 @@
 #   bad-dtype: --dtype with a size no dtype has
 #   bad-collectives: a profile's collectives = neither hierarchical nor flat
 #   bad-stack: --stack with a name no preset has
+#   efficiency-zero, efficiency-high, efficiency-word: --compute-efficiency
+#     0, 1.6 (above the accepted 1.5) and a word, beside a --stack
 #   profile-twice: a profile's [cost] key given twice (the last would win)
 #   peak-low: a peak_gflops below the profile's own gemm curve
 #   bw-absurd: a link of 1e-300 GB/s
@@ -23,6 +25,10 @@ case $CASE in
                   --dtype weights=3) ;;
   bad-stack) args=(--set model.preset=tiny --hw "$MT_SRC/tests/plan/cost-test.ini" --only
                   --stack megatron) ;;
+  efficiency-zero|efficiency-high|efficiency-word)
+    case $CASE in efficiency-zero) x=0 ;; efficiency-high) x=1.6 ;; *) x=fast ;; esac
+    args=(--set model.preset=tiny --hw "$MT_SRC/tests/plan/cost-test.ini" --only
+          --stack megatron-2021 --compute-efficiency "$x") ;;
   bad-collectives) { cat "$MT_SRC/tests/plan/cost-test.ini"; echo "collectives = tree"; } > "$prof"
     args=(--set model.preset=tiny --set train.global_batch=16 --hw "$prof" --nodes 1) ;;
   profile-twice|peak-low|bw-absurd)

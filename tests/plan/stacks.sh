@@ -1,33 +1,42 @@
 # meshplan --stack NAME (lib/plan/stacks.c): each preset prices exactly
 # what its flags price (--only, the whole JSON line: step_s to 17 digits,
 # memory by category, every part), the flags written out here as
-# docs/planner.md's table states them; the preset names in --help are
-# exactly those; meshtrain (the default) equals no --stack, also on a
-# profile that sets attention and collectives itself and under
-# train.precision = bf16; a flag given beside --stack overrides the
-# preset's value, before or after it; on an fp32 profile every preset but
-# meshtrain changes the price (a --stack that was ignored would fail the
-# first check; on the bf16 profile fsdp and megatron-core price as the
-# default, their mixed precision being the profile's); the search's header
-# names the stack. gpt2-124m on 16 ranks of a100-80gb-dgx (two nodes, so
-# flat and hierarchical collectives differ) and of the same profile
-# without act_bytes = 2 (fp32 by default).
+# docs/planner.md's table states them, its --compute-efficiency included;
+# the preset names in --help are exactly those; meshtrain (the default)
+# equals no --stack, also on a profile that sets attention and collectives
+# itself and under train.precision = bf16; a flag given beside --stack
+# overrides the preset's value, before or after it; on an fp32 profile
+# every preset but meshtrain changes the price (a --stack that was ignored
+# would fail the first check); the search's header names the stack. The
+# compute efficiency is applied once, to the matmul and attention rates
+# alone: --compute-efficiency 0.5 prices exactly as the profile with its
+# gemm curve and attn_gflops halved (block and materialized attention),
+# and not as the profile. gpt2-124m on 16 ranks of a100-80gb-dgx (two
+# nodes, so flat and hierarchical collectives differ) and of the same
+# profile without act_bytes = 2 (fp32 by default).
 source "$(dirname "$0")/../scripts/common.sh"
 MIXED="--dtype weights=2 --dtype master=4 --dtype grads=4 --dtype moments=4 --dtype acts=2 --dtype msg=2"
+EFF="--compute-efficiency"
 declare -A FLAGS=(
   [meshtrain]=""
-  [megatron-2021]="--attention materialized --collectives hierarchical $MIXED --dtype grad_reduce=4"
-  [megatron-deepspeed]="--attention materialized --collectives hierarchical $MIXED --dtype grad_reduce=4"
-  [deepspeed-zero3]="--attention materialized --collectives flat $MIXED --dtype grad_reduce=2"
-  [megatron-core]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4"
-  [fsdp]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4"
-  [llm.c]="--attention block --collectives hierarchical $MIXED --dtype grads=2 --dtype grad_reduce=2"
+  [megatron-2021]="--attention materialized --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.843"
+  [megatron-deepspeed]="--attention materialized --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.7271"
+  [deepspeed-zero3]="--attention materialized --collectives flat $MIXED --dtype grad_reduce=2 $EFF 0.5435"
+  [megatron-core]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.8368"
+  [fsdp]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.9586"
+  [llm.c]="--attention block --collectives hierarchical $MIXED --dtype grads=2 --dtype grad_reduce=2 $EFF 0.9346"
 )
 model=(--set model.preset=gpt2-124m --set train.global_batch=64 --set train.micro_batch=2)
 layouts=("z3 --set parallel.tp=2 --set parallel.dp=8 --set parallel.zero=3"
          "pp --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.zero=1")
 
 sed '/^act_bytes/d' "$MT_SRC/inputs/hw/a100-80gb-dgx.ini" > "$WORK/fp32.ini"
+# the matmul curve and the fused attention rate at half the profile's
+sed -e 's/^gemm = .*/gemm = 1e8:10000 1e9:45000 1e10:95000 1e11:125000 1e12:135000/' \
+    -e 's/^attn_gflops = .*/attn_gflops = 85000/' "$MT_SRC/inputs/hw/a100-80gb-dgx.ini" > "$WORK/half.ini"
+grep -q '^gemm = 1e8:20000 1e9:90000 1e10:190000 1e11:250000 1e12:270000$' \
+  "$MT_SRC/inputs/hw/a100-80gb-dgx.ini" && grep -q '^attn_gflops = 170000$' \
+  "$MT_SRC/inputs/hw/a100-80gb-dgx.ini" || fail "a100-80gb-dgx's curve changed: update half.ini"
 hw=a100-80gb-dgx
 # price NAME ARGS...: the --only JSON line into $WORK/NAME.json, on $hw
 price() {
@@ -61,13 +70,42 @@ for c in "${layouts[@]}" "fp32 ${layouts[0]#* }"; do
   same "$lay-stack-meshtrain" "$lay-none" "$lay: the default against --stack meshtrain"
   # a flag beside the preset wins, given before or after --stack
   # shellcheck disable=SC2086
-  price "$lay-over1" $args --stack deepspeed-zero3 --collectives hierarchical --dtype grad_reduce=4
+  price "$lay-over1" $args --stack deepspeed-zero3 --collectives hierarchical --dtype grad_reduce=4 \
+    $EFF 0.843
   same "$lay-over1" "$lay-flags-megatron-2021" "$lay: deepspeed-zero3 with hierarchical collectives and fp32 reductions"
   # shellcheck disable=SC2086
-  price "$lay-over2" $args --attention block --stack megatron-2021
-  same "$lay-over2" "$lay-flags-megatron-core" "$lay: --attention block --stack megatron-2021"
+  price "$lay-over2" $args --attention block $EFF 0.8368 --stack megatron-2021
+  same "$lay-over2" "$lay-flags-megatron-core" "$lay: --attention block $EFF 0.8368 --stack megatron-2021"
   differ "$lay-over2" "$lay-stack-megatron-2021" "$lay: --attention block beside --stack megatron-2021 ignored"
+  # shellcheck disable=SC2086
+  price "$lay-over3" $args --stack megatron-2021 $EFF 0.7271
+  same "$lay-over3" "$lay-flags-megatron-deepspeed" "$lay: megatron-2021 at megatron-deepspeed's efficiency"
 done
+
+# the efficiency scales the matmul and attention rates, once: as a profile
+# whose rates are halved, under either attention; the default is 1
+read -r lay args <<< "${layouts[0]}"
+for att in block materialized; do
+  hw=a100-80gb-dgx
+  # shellcheck disable=SC2086
+  price "eff-half-$att" $args --attention $att $EFF 0.5
+  # shellcheck disable=SC2086
+  price "eff-one-$att" $args --attention $att $EFF 1
+  # shellcheck disable=SC2086
+  price "eff-none-$att" $args --attention $att
+  hw="$WORK/half.ini"
+  # shellcheck disable=SC2086
+  price "eff-profile-$att" $args --attention $att
+  same "eff-half-$att" "eff-profile-$att" "$att: $EFF 0.5 against the halved profile"
+  same "eff-one-$att" "eff-none-$att" "$att: $EFF 1 against none"
+  differ "eff-half-$att" "eff-none-$att" "$att: $EFF 0.5 ignored"
+  # slower kernels, more compute time; less than twice (elementwise work keeps its rate)
+  python3 -c 'import json, sys
+h, n = (json.load(open(f))["compute_s"] for f in sys.argv[1:])
+assert n < h < 2 * n, (h, n)' "$WORK/eff-half-$att.json" "$WORK/eff-none-$att.json" \
+    || fail "$att: compute_s at efficiency 0.5 not within (1, 2) x the default's"
+done
+hw=a100-80gb-dgx
 
 # meshtrain leaves a profile's own attention and collectives keys, and the
 # configuration's precision, as they are
@@ -90,6 +128,6 @@ differ keys-none-fp32 "$lay-none" "the profile's attention and collectives keys 
 mt_guard "$MT_BIN/meshplan" --set model.preset=tiny --set train.global_batch=16 \
   --hw "$MT_SRC/tests/plan/cost-test.ini" --ranks 2 --top 1 --stack deepspeed-zero3 > "$WORK/search.txt" \
   || fail "search with --stack"
-grep -q '^# stack deepspeed-zero3 (attention materialized, collectives flat); bytes per element: .*grad_reduce 2' \
+grep -q '^# stack deepspeed-zero3 (attention materialized, collectives flat, compute efficiency 0.5435); bytes per element: .*grad_reduce 2' \
   "$WORK/search.txt" || fail "search header: $(grep '^# stack' "$WORK/search.txt")"
 echo PASS

@@ -49,6 +49,15 @@ mt_script_test(search_bounds plan search_bounds.sh)
 # is no --stack; a flag beside it overrides; an unknown name is refused
 mt_script_test(stacks plan stacks.sh)
 mt_script_test(bad_stack badinput meshplan_fail.sh bad_stack "--stack 'megatron' is not a stack preset \\(one of: meshtrain, megatron-2021, .*, llm.c\\)$" bad-stack)
+# plan-published.py --cv loso on a synthetic table: a held-out source's rows
+# never enter its fold's fit; an outlier source in-sample hides stays off
+add_test(NAME plan.published_cv COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/published_cv.py
+  ${CMAKE_SOURCE_DIR}/apps/scripts/plan-published.py)
+set_tests_properties(plan.published_cv PROPERTIES LABELS plan TIMEOUT 60)
+# --compute-efficiency outside (0, 1.5], or not a number: one line, exit 2
+mt_script_test(bad_efficiency_zero badinput meshplan_fail.sh bad_efficiency_zero "--compute-efficiency '0' is not a number in \\(0, 1\\.5.: a factor on the profile's matmul and attention rates" efficiency-zero)
+mt_script_test(bad_efficiency_high badinput meshplan_fail.sh bad_efficiency_high "--compute-efficiency '1.6' is not a number in \\(0, 1\\.5.: a factor" efficiency-high)
+mt_script_test(bad_efficiency_word badinput meshplan_fail.sh bad_efficiency_word "--compute-efficiency 'fast' is not a number in \\(0, 1\\.5.: a factor" efficiency-word)
 mt_script_test(bad_dtype badinput meshplan_fail.sh bad_dtype "--dtype 'weights=3': expected CATEGORY=BYTES" bad-dtype)
 mt_script_test(bad_collectives badinput meshplan_fail.sh bad_collectives "collectives = 'tree' is not hierarchical or flat" bad-collectives)
 # a hardware profile's key once, each number within a sane range, no rate above the peak
