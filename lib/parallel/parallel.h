@@ -408,6 +408,13 @@ typedef struct {
 } mt_pp_link;
 int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
                             double t_bw, const mt_pp_link *links, mt_pp_sim *out, mt_err *e);
+/* ... with each rank's own op times (times[r], r < pp: stages that differ,
+ * the embedding's and the LM head's) */
+typedef struct {
+  double f, b, bi, bw;
+} mt_pp_times;
+int mt_pp_schedule_simulate_ranks(const mt_pp_schedule *s, const mt_pp_times *times,
+                                  const mt_pp_link *links, mt_pp_sim *out, mt_err *e);
 
 /* ------------------------------------------------------------------ */
 /* pipeline executor (pp.c)                                            */

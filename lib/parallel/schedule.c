@@ -421,6 +421,15 @@ int mt_pp_schedule_validate(const mt_pp_schedule *s, double t_f, double t_b, dou
 
 int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, double t_bi,
                             double t_bw, const mt_pp_link *links, mt_pp_sim *out, mt_err *e) {
+  mt_pp_times *t = mt_malloc((size_t)s->pp * sizeof *t);
+  for (int r = 0; r < s->pp; r++) t[r] = (mt_pp_times){t_f, t_b, t_bi, t_bw};
+  int rc = mt_pp_schedule_simulate_ranks(s, t, links, out, e);
+  free(t);
+  return rc;
+}
+
+int mt_pp_schedule_simulate_ranks(const mt_pp_schedule *s, const mt_pp_times *times,
+                                  const mt_pp_link *links, mt_pp_sim *out, mt_err *e) {
   const int pp = s->pp, m = s->m, v = s->v, nvs = pp * v, k = s->k > 1 ? s->k : 1;
   int rc = -1;
   /* per virtual stage and micro-batch: what has happened */
@@ -516,7 +525,7 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
             if (inflight[r] > s->max_inflight[r])
               FAIL("rank %d op %d: %d activation sets held, the schedule promises at most %d",
                    r, pc[r], inflight[r], s->max_inflight[r]);
-            dt = t_f;
+            dt = times[r].f;
             if (vs < nvs - 1 && mt_pp_vs_rank(s, vs + 1) == r) { /* the V's turn: no message */
               have_act[cell + (size_t)m] = 1;
               sent_act[cell] = 1;
@@ -541,10 +550,10 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
             if (o->kind == MT_PP_BWD) {
               b_done[cell] = 1;
               inflight[r]--;
-              dt = t_b;
+              dt = times[r].b;
             } else {
               bi_done[cell] = 1;
-              dt = t_bi;
+              dt = times[r].bi;
             }
           } else if (o->kind == MT_PP_BWD_WEIGHT) {
             if (!bi_done[cell] || w_done[cell])
@@ -552,7 +561,7 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
                    o->mb, o->chunk);
             w_done[cell] = 1;
             inflight[r]--;
-            dt = t_bw;
+            dt = times[r].bw;
           } else {
             FAIL("rank %d op %d: unknown op kind %d", r, pc[r], (int)o->kind);
           }

@@ -86,6 +86,8 @@ typedef struct {
   int n_buckets;             /* and its buckets */
   int stage_buckets[STAGES_KEPT];
   double stage_gather_s[STAGES_KEPT]; /* of stage_dp_s: the parameter gathers */
+  mt_chunk_cost stage_chunk[STAGES_KEPT]; /* each stage's mean chunk (the schedule's op
+                                             times of its rank) */
 } step_ctx;
 
 /* one chunk of a stage (layers [l0, l1), the embedding and head where it
@@ -180,6 +182,7 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
   if (total > out->mem_bytes) out->mem_bytes = total;
   mt_chunk_cost mean = stage_mean_chunk(s, &w, st);
   if (mean.fwd + mean.bwd + mean.tp > s->worst.fwd + s->worst.bwd + s->worst.tp) s->worst = mean;
+  if (st < STAGES_KEPT) s->stage_chunk[st] = mean;
   double r, g;
   stage_dp_bytes(s, &pr, &r, &g);
   /* the bytes per group in the run's dtypes: dp's state as stage_dp_bytes
@@ -248,6 +251,7 @@ static int price_stages(step_ctx *s, mt_cost *out, mt_err *e) {
       out->stage_dp_s[st] = out->stage_dp_s[seen];
       s->stage_buckets[st] = s->stage_buckets[seen];
       s->stage_gather_s[st] = s->stage_gather_s[seen];
+      s->stage_chunk[st] = s->stage_chunk[seen];
     }
   }
   free(keys);
@@ -279,18 +283,26 @@ static void price_pipeline(const step_ctx *s, mt_pp_sim *sim, double *tb, mt_cos
     links[r].xfer = msg / mt_cost_link_bw(p, inside);
   }
   double so = pp > 1 ? p->stage_us * 1e-6 : 0.0;
-  double tf = worst.fwd + 0.5 * worst.tp + so;
   *tb = worst.bwd + 0.5 * worst.tp + so;
-  double tbi = worst.bwd_input + 0.5 * worst.tp + so, tbw = worst.bwd - worst.bwd_input;
+  /* each rank's ops at its own stage's mean chunk (the first stage's
+   * embedding and the last's LM head make them differ: timing every stage
+   * as the slowest overstated a pp 4 step of one micro-batch by 28%) */
+  mt_pp_times *t = mt_malloc((size_t)pp * sizeof *t);
+  for (int r = 0; r < pp; r++) {
+    const mt_chunk_cost c = r < STAGES_KEPT ? s->stage_chunk[r] : worst;
+    t[r] = (mt_pp_times){.f = c.fwd + 0.5 * c.tp + so, .b = c.bwd + 0.5 * c.tp + so,
+                         .bi = c.bwd_input + 0.5 * c.tp + so, .bw = c.bwd - c.bwd_input};
+  }
   mt_pp_schedule sched;
   mt_pp_schedule_build_sliced(&sched, lay->sched, pp, accum / s->k, v,
                               lay->sched == MT_SCHED_ZBV, s->k);
   mt_pp_sim sim0;
   mt_err why = {0}; /* validation already accepted the schedule */
-  mt_pp_schedule_simulate(&sched, tf, *tb, tbi, tbw, NULL, &sim0, &why);
-  mt_pp_schedule_simulate(&sched, tf, *tb, tbi, tbw, links, sim, &why);
+  mt_pp_schedule_simulate_ranks(&sched, t, NULL, &sim0, &why);
+  mt_pp_schedule_simulate_ranks(&sched, t, links, sim, &why);
   mt_pp_schedule_free(&sched);
   free(links);
+  free(t);
   out->compute_s = accum * v * (worst.fwd + worst.bwd);
   out->cp_s = accum * v * worst.cp;
   out->ep_s = accum * v * worst.ep;
