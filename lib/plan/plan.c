@@ -77,7 +77,7 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
                         (float)cfg->moe_z_coef);
     mt_gpt_set_moe_balance(&w->step.model, balance, (float)cfg->moe_bias_rate,
                          (float)cfg->moe_bias_init);
-    const int n_mb = lay->accum, B = cfg->micro_batch, T = w->step.model.T;
+    const int n_mb = lay->accum, B = cfg->micro_batch, T = w->step.model.attn.lay.T_local;
     w->tokens = mt_calloc((size_t)B * T + 1, sizeof(int));
     w->rows = mt_calloc((size_t)n_mb, sizeof(int));
     for (int mb = 0; mb < n_mb; mb++) w->rows[mb] = B;

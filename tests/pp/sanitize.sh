@@ -2,7 +2,8 @@
 # test command runs it in the ASan build too): tiny with 4 layers, 3 steps, on
 # 2 stages with the split backward of zb-h1 plus recomputation, and with the
 # interleaved schedule (2 chunks per rank) plus dp = 2, and zb-v (the V's
-# turn, the embedding and the head on rank 0, its evaluation);
+# turn, the embedding and the head on rank 0, its evaluation), and token
+# slices (1f1b, 4 slices, ZeRO-3 with dp 2: the key/value caches);
 # all give the single-rank losses (relative 1e-5) and validation loss.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 100000)
@@ -22,6 +23,8 @@ run interleaved 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 
   --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.micro_batch=1
 run zbv 2 --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=2 \
   --set train.micro_batch=2
+run slices 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=3 \
+  --set parallel.pp_token_slices=4 --set train.micro_batch=2
 python3 "$MT_SRC/tests/scripts/compare_runs.py" "$WORK/ref" "$WORK/zbh1" "$WORK/interleaved" \
-  "$WORK/zbv" --rtol 1e-5 --steps 3
-echo "PASS: pp = 2 (zb-h1 + recompute; interleaved x dp 2; zb-v) gives the single-rank losses"
+  "$WORK/zbv" "$WORK/slices" --rtol 1e-5 --steps 3
+echo "PASS: pp = 2 (zb-h1 + recompute; interleaved x dp 2; zb-v; slices) gives the single-rank losses"

@@ -123,3 +123,8 @@ mt_script_test(pp_slices_cp badinput ../scripts/expect_fail.sh pp_slices_cp 4
   "parallel.pp_token_slices = 2 does not take context parallelism .parallel.cp > 1. yet" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.cp=2 --set parallel.pp_token_slices=2)
 mt_script_test(pp_slices_sp badinput ../scripts/expect_fail.sh pp_slices_sp 4
   "parallel.tp = 2 does not divide the 1 tokens of a slice" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.pp_token_slices=32)
+# token slices priced: the virtual device's step and bubble fall with k, the
+# plan within 10% of it, the search picks slices where micro-batches are few
+mt_script_test(slices_priced pp slices_priced.sh)
+# token slices across checkpoints, ZeRO 2 and 3
+mt_script_test(slices_resume pp slices_resume.sh)
