@@ -15,11 +15,9 @@ void mt_norm_forward(const mt_gpt *m, mt_act *out, float *mean, float *rstd, con
   else m->ops->layernorm_forward(m->dt, out, mean, rstd, inp, w, b, N, C);
 }
 
-/* res = a + b, then out = the norm of res: one fused op (the same bits as
- * residual_forward then mt_norm_forward) */
-static void residual_norm_forward(const mt_gpt *m, mt_act *res, mt_act *out, float *mean,
-                                  float *rstd, const mt_act *a, const mt_act *b, const mt_act *w,
-                                  const mt_act *bias, int N) {
+void mt_residual_norm_forward(const mt_gpt *m, mt_act *res, mt_act *out, float *mean,
+                              float *rstd, const mt_act *a, const mt_act *b, const mt_act *w,
+                              const mt_act *bias, int N) {
   const int C = m->shape.n_embd;
   if (mt_model_llama(&m->shape))
     m->ops->residual_rmsnorm_forward(m->dt, res, out, rstd, a, b, w, N, C, m->shape.norm_eps);
@@ -105,15 +103,25 @@ void mt_mlp_act_backward(const mt_gpt *m, mt_act *dinp, const mt_act *inp, const
 /* ------------------------------------------------------------------ */
 /* the block                                                          */
 
+int mt_block_defers_output(const mt_gpt *m, const mt_pass_args *x, int l) {
+  return m->fuse_norms && !mt_model_ladder(&m->shape) && (l + 1 < x->l1 || x->head);
+}
+
 void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
-                      const mt_act *pend, const mt_layer_acts *x, int B) {
+                      const mt_act *pend, const mt_layer_acts *prev, int defer,
+                      const mt_layer_acts *x, int B) {
   const mt_ops *o = m->ops;
   const mt_tp *tp = &m->tp;
   const int C = m->shape.n_embd, BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
   const int ladder = mt_model_ladder(&m->shape);
   const size_t btc = (size_t)BTs * C;
-  /* attention: norm, column-parallel QKV (local heads), row-parallel proj */
-  mt_norm_forward(m, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs);
+  /* attention: norm (with the previous block's last residual sum where it
+   * left it here: one pass over the stream instead of two), column-parallel
+   * QKV (local heads), row-parallel proj */
+  if (prev)
+    mt_residual_norm_forward(m, prev->res3, x->ln1, x->ln1_mean, x->ln1_rstd, prev->res2,
+                             prev->fcproj, w->ln1_w, w->ln1_b, BTs);
+  else mt_norm_forward(m, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs);
   qkv_forward(m, w, x, B);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
   /* ladder: the projection's sum over tp is read only at res3, after the
@@ -130,11 +138,11 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
    * input and the previous block's pending MLP output, not this block's
    * attention (block 0: the input alone) */
   if (!ladder)
-    residual_norm_forward(m, x->res2, x->ln2, x->ln2_mean, x->ln2_rstd, x0, x->attproj, w->ln2_w,
-                          w->ln2_b, BTs);
+    mt_residual_norm_forward(m, x->res2, x->ln2, x->ln2_mean, x->ln2_rstd, x0, x->attproj,
+                             w->ln2_w, w->ln2_b, BTs);
   else if (pend)
-    residual_norm_forward(m, x->res2, x->ln2, x->ln2_mean, x->ln2_rstd, x0, pend, w->ln2_w,
-                          w->ln2_b, BTs);
+    mt_residual_norm_forward(m, x->res2, x->ln2, x->ln2_mean, x->ln2_rstd, x0, pend, w->ln2_w,
+                             w->ln2_b, BTs);
   else {
     o->copy(m->dt, x->res2, x0, btc);
     mt_norm_forward(m, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w, w->ln2_b, BTs);
@@ -152,7 +160,7 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   if (x->is_moe) mt_moe_block_forward(m, l, w, x, B);
   if (ladder) mt_linear_row_wait(tp, &att_sum);
   if (!ladder) {
-    o->residual_forward(m->dt, x->res3, x->res2, x->fcproj, btc);
+    if (!defer) o->residual_forward(m->dt, x->res3, x->res2, x->fcproj, btc);
     return;
   }
   /* ladder: the attention joins the stream now, the MLP's output waits for
@@ -172,7 +180,7 @@ void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_act *pend,
    * choices and dispatch); its routing was counted by the forward */
   int stats = m->moe.stats_on;
   m->moe.stats_on = 0;
-  mt_block_forward(m, l, &m->p.blocks[l], x0, pend, &r, B);
+  mt_block_forward(m, l, &m->p.blocks[l], x0, pend, NULL, 0, &r, B);
   m->moe.stats_on = stats;
 }
 

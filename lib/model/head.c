@@ -53,8 +53,15 @@ double mt_head_forward(mt_gpt *m, const mt_pass_args *x) {
   const int Vl = m->V_local, v0 = m->v_start, nreal = m->v_real;
   const size_t bt = (size_t)BT;
   stage_tokens(m, NULL, x->targets, B);
-  const mt_act *last = mt_gpt_range_output(m, a, x->l1 - x->l0, B);
-  mt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs);
+  mt_act *last = mt_gpt_range_output(m, a, x->l1 - x->l0, B);
+  /* the last block left its output's residual sum to the final norm */
+  if (x->l1 > x->l0 && mt_block_defers_output(m, x, x->l1 - 1)) {
+    const mt_layer_acts prev = mt_layer_at(m, a, x->l1 - 1, x->l0, B);
+    mt_residual_norm_forward(m, last, a->lnf, a->lnf_mean, a->lnf_rstd, prev.res2, prev.fcproj,
+                             m->p.lnf_w, m->p.lnf_b, BTs);
+  } else {
+    mt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs);
+  }
   mt_linear_col_forward(&m->tp, a->logits, a->lnf, head_w(m, &m->p), NULL, B, Vl);
   o->xent_vp_max(m->dt, m->rowmax, a->logits, BT, Vl, nreal);
   mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
