@@ -24,12 +24,29 @@ void mt_residual_norm_forward(const mt_gpt *m, mt_act *res, mt_act *out, float *
   else m->ops->residual_layernorm_forward(m->dt, res, out, mean, rstd, a, b, w, bias, N, C);
 }
 
+static void norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
+                          const mt_act *inp, const mt_act *w, const float *mean,
+                          const float *rstd, int N, int first) {
+  const mt_ops *o = m->ops;
+  const int C = m->shape.n_embd;
+  if (mt_model_llama(&m->shape))
+    (first ? o->rmsnorm_backward_first : o->rmsnorm_backward)(m->dt, dinp, dw, dout, inp, w, rstd,
+                                                              N, C);
+  else
+    (first ? o->layernorm_backward_first : o->layernorm_backward)(m->dt, dinp, dw, db, dout, inp,
+                                                                  w, mean, rstd, N, C);
+}
+
 void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
                       const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
                       int N) {
-  const int C = m->shape.n_embd;
-  if (mt_model_llama(&m->shape)) m->ops->rmsnorm_backward(m->dt, dinp, dw, dout, inp, w, rstd, N, C);
-  else m->ops->layernorm_backward(m->dt, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  norm_backward(m, dinp, dw, db, dout, inp, w, mean, rstd, N, 0);
+}
+
+void mt_norm_backward_first(const mt_gpt *m, mt_act *dinp, float *dw, float *db,
+                            const mt_act *dout, const mt_act *inp, const mt_act *w,
+                            const float *mean, const float *rstd, int N) {
+  norm_backward(m, dinp, dw, db, dout, inp, w, mean, rstd, N, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -96,8 +113,8 @@ void mt_mlp_act_forward(const mt_gpt *m, mt_act *out, const mt_act *inp, int N, 
 
 void mt_mlp_act_backward(const mt_gpt *m, mt_act *dinp, const mt_act *inp, const mt_act *dout,
                          int N, int F) {
-  if (m->mlp_in == 2) m->ops->swiglu_backward(m->dt, dinp, inp, dout, N, F);
-  else m->ops->gelu_backward(m->dt, dinp, inp, dout, (size_t)N * F);
+  if (m->mlp_in == 2) m->ops->swiglu_backward_first(m->dt, dinp, inp, dout, N, F);
+  else m->ops->gelu_backward_first(m->dt, dinp, inp, dout, (size_t)N * F);
 }
 
 /* ------------------------------------------------------------------ */
@@ -208,7 +225,6 @@ static const mt_act *mlp_backward(mt_gpt *m, int l, const mt_layer_acts *x, cons
                                   int input_only, float dloss, int B, mt_request *sum) {
   const mt_tp *tp = &m->tp;
   const int Fl = m->mlp_local[l];
-  const size_t bt = (size_t)B * m->T;
   const mt_block_tensors *w = &m->p.blocks[l];
   mt_block_tensors *g = &m->g.blocks[l];
   mt_gpt_acts *d = &m->d;
@@ -218,7 +234,6 @@ static const mt_act *mlp_backward(mt_gpt *m, int l, const mt_layer_acts *x, cons
     row_backward(m, dout, x->dy_fcproj, d->fch_gelu, g->fc_proj_w, g->fc_proj_b, x->fchg,
                  w->fc_proj_w, Fl, input_only, B);
     mt_act *dfch = input_only ? x->dy_fc : d->fch;
-    m->ops->zero(m->dt, dfch, bt * Fl * m->mlp_in);
     mt_mlp_act_backward(m, dfch, x->fch, d->fch_gelu, B * m->T, Fl);
     if (sum)
       return mt_linear_col_backward_async(tp, g->fc_w, g->fc_b, dfch, input_only ? NULL : x->ln2,

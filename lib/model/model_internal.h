@@ -293,6 +293,10 @@ void mt_norm_forward(const mt_gpt *m, mt_act *out, float *mean, float *rstd, con
 void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
                       const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
                       int N);
+/* The same with dinp written (the first contribution: no zero pass before) */
+void mt_norm_backward_first(const mt_gpt *m, mt_act *dinp, float *dw, float *db,
+                            const mt_act *dout, const mt_act *inp, const mt_act *w,
+                            const float *mean, const float *rstd, int N);
 
 /* res = a + b, then out = the model's norm of res, in one fused op (the
  * same bits as the sum, then mt_norm_forward) */
@@ -337,7 +341,7 @@ void mt_block_backward_ladder(mt_gpt *m, int l, const mt_act *x0, const mt_layer
 void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B);
 
 /* the MLP's activation on N rows (block.c): GELU (N,F) -> (N,F), or SwiGLU
- * (N,2F) -> (N,F) (m->mlp_in); the backward adds into dinp */
+ * (N,2F) -> (N,F) (m->mlp_in); the backward writes dinp (its first contribution) */
 void mt_mlp_act_forward(const mt_gpt *m, mt_act *out, const mt_act *inp, int N, int F);
 void mt_mlp_act_backward(const mt_gpt *m, mt_act *dinp, const mt_act *inp, const mt_act *dout,
                          int N, int F);

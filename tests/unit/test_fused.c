@@ -12,6 +12,15 @@
  *   residual_forward then the norm: the sum, the normalised rows and the
  *   statistics bit for bit; the sum written over its first input (res
  *   aliasing a, as the op allows).
+ * - each backward op's _first form (matmul, GELU, SwiGLU, LayerNorm,
+ *   RMSNorm) against zero, then the op: the input gradient bit for bit
+ *   from a buffer of NaNs (never read), the parameter gradients
+ *   accumulated alike; rows of zeros in dout (signed zeros).
+ * - the model with a block's output residual summed in the next block's
+ *   norm (or the final norm) against the sums apart (mt_gpt fuse_norms
+ *   0): gpt2 and llama, fp32 and bf16, with and without recompute, the
+ *   loss, the residual stream, the norms and every gradient, and the
+ *   forward run as two stages; the sums counted on a wrapped op table.
  * Any failure prints "FAIL ..." and the test exits 1. */
 #include "core/core.h"
 #include "kernels/kernels.h"
@@ -199,6 +208,105 @@ static void test_residual_norm(void) {
       residual_norm_case(types[ti], rms, 33, 72, 0);
       residual_norm_case(types[ti], rms, 65, 100, 1);
     }
+}
+
+/* ------------------------------------------------------------------ */
+/* backward ops' _first forms: the input gradient written              */
+
+/* n elements of type t with NaN's bits (0xff bytes): a _first op must
+ * never read what it writes */
+static void *nan_t(mt_dtype t, size_t n) {
+  void *x = test_alloc(n * mt_dtype_bytes(t));
+  memset(x, 0xff, n * mt_dtype_bytes(t));
+  return x;
+}
+
+/* every fourth row of x (rows, cols) zero: products and sums of zeros */
+static void zero_rows(mt_dtype t, void *x, int rows, int cols) {
+  const size_t es = mt_dtype_bytes(t);
+  for (int r = 0; r < rows; r += 4) memset((char *)x + (size_t)r * cols * es, 0, cols * es);
+}
+
+static void first_check(const char *op, mt_dtype t, int N, int C, const void *got,
+                        const void *ref, size_t n, int same_rest) {
+  char what[160];
+  snprintf(what, sizeof what, "%s_first %s %dx%d = zero, then %s (bits)", op, tname(t), N, C, op);
+  mt_check_true(what, !memcmp(got, ref, n * mt_dtype_bytes(t)) && same_rest);
+}
+
+/* matmul_backward_first against zero + matmul_backward: dinp, and dw and
+ * dbias accumulated onto the same starting values */
+static void matmul_first_case(mt_dtype t, int N, int C, int OC) {
+  void *dout = rnd_t(t, (size_t)N * OC, -1, 1), *inp = rnd_t(t, (size_t)N * C, -1, 1);
+  void *w = rnd_t(t, (size_t)OC * C, -1, 1);
+  zero_rows(t, dout, N, OC);
+  float *dw0 = rnd_f32((size_t)OC * C, -1, 1), *db0 = rnd_f32((size_t)OC, -1, 1);
+  float *dw = dup_bytes(dw0, (size_t)OC * C * 4), *db = dup_bytes(db0, (size_t)OC * 4);
+  void *ref = nan_t(t, (size_t)N * C), *got = nan_t(t, (size_t)N * C);
+  ops->zero(t, ref, (size_t)N * C);
+  ops->matmul_backward(t, ref, dw0, db0, dout, inp, w, N, C, OC);
+  ops->matmul_backward_first(t, got, dw, db, dout, inp, w, N, C, OC);
+  first_check("matmul_backward", t, N, C, got, ref, (size_t)N * C,
+              !memcmp(dw, dw0, (size_t)OC * C * 4) && !memcmp(db, db0, (size_t)OC * 4));
+  free(dout), free(inp), free(w), free(dw0), free(db0), free(dw), free(db), free(ref), free(got);
+}
+
+/* gelu_backward_first, swiglu_backward_first against zero + the op */
+static void act_first_case(mt_dtype t, int N, int F) {
+  const size_t n = (size_t)N * F;
+  void *inp = rnd_t(t, 2 * n, -3, 3), *dout = rnd_t(t, n, -1, 1);
+  zero_rows(t, dout, N, F);
+  void *ref = nan_t(t, 2 * n), *got = nan_t(t, 2 * n);
+  ops->zero(t, ref, n);
+  ops->gelu_backward(t, ref, inp, dout, n);
+  ops->gelu_backward_first(t, got, inp, dout, n);
+  first_check("gelu_backward", t, N, F, got, ref, n, 1);
+  ops->zero(t, ref, 2 * n);
+  ops->swiglu_backward(t, ref, inp, dout, N, F);
+  ops->swiglu_backward_first(t, got, inp, dout, N, F);
+  first_check("swiglu_backward", t, N, F, got, ref, 2 * n, 1);
+  free(inp), free(dout), free(ref), free(got);
+}
+
+/* layernorm_backward_first, rmsnorm_backward_first against zero + the op
+ * (dw, db accumulated onto the same starting values) */
+static void norm_first_case(mt_dtype t, int N, int C) {
+  const size_t n = (size_t)N * C;
+  void *inp = rnd_t(t, n, -2, 2), *dout = rnd_t(t, n, -1, 1), *w = rnd_t(t, C, 0.5, 1.5);
+  void *bias = rnd_t(t, C, -0.5, 0.5), *out = test_alloc(n * mt_dtype_bytes(t));
+  zero_rows(t, dout, N, C);
+  float *mean = test_alloc(N * 4), *rstd = test_alloc(N * 4);
+  float *dw0 = rnd_f32(C, -1, 1), *db0 = rnd_f32(C, -1, 1);
+  float *dw = dup_bytes(dw0, C * 4), *db = dup_bytes(db0, C * 4);
+  void *ref = nan_t(t, n), *got = nan_t(t, n);
+  ops->layernorm_forward(t, out, mean, rstd, inp, w, bias, N, C);
+  ops->zero(t, ref, n);
+  ops->layernorm_backward(t, ref, dw0, db0, dout, inp, w, mean, rstd, N, C);
+  ops->layernorm_backward_first(t, got, dw, db, dout, inp, w, mean, rstd, N, C);
+  first_check("layernorm_backward", t, N, C, got, ref, n,
+              !memcmp(dw, dw0, C * 4) && !memcmp(db, db0, C * 4));
+  ops->rmsnorm_forward(t, out, rstd, inp, w, N, C, 1e-6f);
+  memset(got, 0xff, n * mt_dtype_bytes(t));
+  ops->zero(t, ref, n);
+  ops->rmsnorm_backward(t, ref, dw0, dout, inp, w, rstd, N, C);
+  ops->rmsnorm_backward_first(t, got, dw, dout, inp, w, rstd, N, C);
+  first_check("rmsnorm_backward", t, N, C, got, ref, n, !memcmp(dw, dw0, C * 4));
+  free(inp), free(dout), free(w), free(bias), free(out), free(mean), free(rstd);
+  free(dw0), free(db0), free(dw), free(db), free(ref), free(got);
+}
+
+static void test_backward_first(void) {
+  printf("backward ops' _first forms\n");
+  const mt_dtype types[] = {MT_DT_F32, MT_DT_BF16};
+  for (int ti = 0; ti < 2; ti++) {
+    matmul_first_case(types[ti], 256, 192, 320);
+    matmul_first_case(types[ti], 7, 5, 3);
+    matmul_first_case(types[ti], 130, 64, 48);
+    act_first_case(types[ti], 257, 300);
+    act_first_case(types[ti], 5, 3);
+    norm_first_case(types[ti], 257, 768);
+    norm_first_case(types[ti], 9, 20);
+  }
 }
 
 /* ------------------------------------------------------------------ */
@@ -401,6 +509,7 @@ int main(void) {
   printf("test_fused: %s, %d threads\n", ops->name, mt_kernels_threads());
   test_adamw_ranges();
   test_residual_norm();
+  test_backward_first();
   test_model_fusion();
   return mt_check_summary("test_fused");
 }
