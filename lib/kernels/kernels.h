@@ -18,7 +18,11 @@
  * V = true vocab, Vp = padded vocab (Vp >= V).
  * Backward ops ACCUMULATE (+=) into parameter gradients and into input
  * gradients (bf16: dinp = round(dinp + this call's fp32 sum), one rounding
- * per call), so gradient accumulation over micro-batches is free.
+ * per call), so gradient accumulation over micro-batches is free. An op
+ * named <op>_first is <op> with its input gradient WRITTEN: dinp = 0 + this
+ * call's sum (the same bits as zero, then <op>; GEMMs with beta 0), for the
+ * first contribution to a buffer, without a zero pass before it; its
+ * parameter gradients still accumulate.
  *
  * Determinism: for a fixed thread count every op gives the same bits on
  * every run; most give the same bits at any thread count (the CPU's notes
@@ -103,13 +107,14 @@ typedef struct mt_attn_block {
  *
  * layernorm: out (N,C) = (inp - mean) rstd w + b; saves mean, rstd (N) (fp32);
  *   backward: dinp += (g - mean_c(g) - norm mean_c(g norm)) rstd with g = w dout,
- *   dw += sum_n dout norm, db += sum_n dout (fp32)
+ *   dw += sum_n dout norm, db += sum_n dout (fp32); layernorm_backward_first writes dinp
  *
  * matmuls (fp32 accumulation):
  *   matmul_forward   out (N,OC) = inp (N,C) @ w^T + bias; w (OC,C); bias (OC) or NULL
  *   matmul_backward  dinp += dout @ w, dw += dout^T @ inp, dbias += column sums of
  *                    dout (fp32 dw, dbias); any of dinp, dw, dbias may be NULL
  *                    (skipped; inp unused without dw, w without dinp)
+ *   matmul_backward_first  the same with dinp = dout @ w (beta 0)
  *
  * attention by blocks (FlashAttention-2): never a T x T matrix, only the
  * output and the per-row log-sum-exp (LSE, fp32) are kept. One call handles
@@ -135,14 +140,15 @@ typedef struct mt_attn_block {
  *                  gives the exact gradient of the whole attention.
  *
  * GELU (tanh approximation): gelu_forward out = gelu(inp); gelu_backward
- *   dinp += gelu'(inp) dout
+ *   dinp += gelu'(inp) dout (gelu_backward_first: dinp =)
  * SwiGLU: swiglu_forward out (N,F) = silu(gate) * up with inp (N,2F) each row
  *   gate (F) then up (F), silu(x) = x sigmoid(x); swiglu_backward dinp (N,2F)
- *   += (dout up silu'(gate), dout silu(gate))
+ *   += (dout up silu'(gate), dout silu(gate)) (swiglu_backward_first: =)
  *
  * RMSNorm: out (N,C) = inp rstd w with rstd = 1/sqrt(mean_c(inp^2) + eps)
  *   saved (N) (fp32); backward: dinp += (g - norm mean_c(g norm)) rstd with
- *   g = w dout, norm = inp rstd; dw += sum_n dout norm (fp32)
+ *   g = w dout, norm = inp rstd; dw += sum_n dout norm (fp32); rmsnorm_backward_first
+ *   writes dinp
  *
  * rotary position embedding, in place: element (b, i, h, d) of x at
  *   x[(b T + i) ld + h hs + d], for nh heads of hs channels; pairs (d, d +
@@ -253,10 +259,17 @@ typedef struct {
                          const void *inp, const void *w, const float *mean,                 \
                          const float *rstd, int N, int C),                                  \
     (dinp, dw, db, dout, inp, w, mean, rstd, N, C))                                         \
+  X(layernorm_backward_first, (void *dinp, float *dw, float *db, const void *dout,          \
+                               const void *inp, const void *w, const float *mean,           \
+                               const float *rstd, int N, int C),                            \
+    (dinp, dw, db, dout, inp, w, mean, rstd, N, C))                                         \
   X(matmul_forward, (void *out, const void *inp, const void *w, const void *bias, int N,    \
                      int C, int OC), (out, inp, w, bias, N, C, OC))                         \
   X(matmul_backward, (void *dinp, float *dw, float *dbias, const void *dout,                \
                       const void *inp, const void *w, int N, int C, int OC),                \
+    (dinp, dw, dbias, dout, inp, w, N, C, OC))                                              \
+  X(matmul_backward_first, (void *dinp, float *dw, float *dbias, const void *dout,          \
+                            const void *inp, const void *w, int N, int C, int OC),          \
     (dinp, dw, dbias, dout, inp, w, N, C, OC))                                              \
   X(attn_forward, (const mt_attn_block *a, void *out, float *lse, const void *q,            \
                    const void *k, const void *v), (a, out, lse, q, k, v))                   \
@@ -268,13 +281,20 @@ typedef struct {
   X(gelu_forward, (void *out, const void *inp, size_t n), (out, inp, n))                    \
   X(gelu_backward, (void *dinp, const void *inp, const void *dout, size_t n),               \
     (dinp, inp, dout, n))                                                                   \
+  X(gelu_backward_first, (void *dinp, const void *inp, const void *dout, size_t n),         \
+    (dinp, inp, dout, n))                                                                   \
   X(swiglu_forward, (void *out, const void *inp, int N, int F), (out, inp, N, F))           \
   X(swiglu_backward, (void *dinp, const void *inp, const void *dout, int N, int F),         \
+    (dinp, inp, dout, N, F))                                                                \
+  X(swiglu_backward_first, (void *dinp, const void *inp, const void *dout, int N, int F),   \
     (dinp, inp, dout, N, F))                                                                \
   X(rmsnorm_forward, (void *out, float *rstd, const void *inp, const void *w, int N, int C, \
                       float eps), (out, rstd, inp, w, N, C, eps))                           \
   X(rmsnorm_backward, (void *dinp, float *dw, const void *dout, const void *inp,            \
                        const void *w, const float *rstd, int N, int C),                     \
+    (dinp, dw, dout, inp, w, rstd, N, C))                                                   \
+  X(rmsnorm_backward_first, (void *dinp, float *dw, const void *dout, const void *inp,      \
+                             const void *w, const float *rstd, int N, int C),               \
     (dinp, dw, dout, inp, w, rstd, N, C))                                                   \
   X(residual_layernorm_forward, (void *res, void *out, float *mean, float *rstd,           \
                                  const void *a, const void *b, const void *w,              \

@@ -15,23 +15,38 @@ void mt_norm_forward(const mt_gpt *m, mt_act *out, float *mean, float *rstd, con
   else m->ops->layernorm_forward(m->dt, out, mean, rstd, inp, w, b, N, C);
 }
 
-/* res = a + b, then out = the norm of res: one fused op (the same bits as
- * residual_forward then mt_norm_forward) */
-static void residual_norm_forward(const mt_gpt *m, mt_act *res, mt_act *out, float *mean,
-                                  float *rstd, const mt_act *a, const mt_act *b, const mt_act *w,
-                                  const mt_act *bias, int N) {
+void mt_residual_norm_forward(const mt_gpt *m, mt_act *res, mt_act *out, float *mean,
+                              float *rstd, const mt_act *a, const mt_act *b, const mt_act *w,
+                              const mt_act *bias, int N) {
   const int C = m->shape.n_embd;
   if (mt_model_llama(&m->shape))
     m->ops->residual_rmsnorm_forward(m->dt, res, out, rstd, a, b, w, N, C, m->shape.norm_eps);
   else m->ops->residual_layernorm_forward(m->dt, res, out, mean, rstd, a, b, w, bias, N, C);
 }
 
+static void norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
+                          const mt_act *inp, const mt_act *w, const float *mean,
+                          const float *rstd, int N, int first) {
+  const mt_ops *o = m->ops;
+  const int C = m->shape.n_embd;
+  if (mt_model_llama(&m->shape))
+    (first ? o->rmsnorm_backward_first : o->rmsnorm_backward)(m->dt, dinp, dw, dout, inp, w, rstd,
+                                                              N, C);
+  else
+    (first ? o->layernorm_backward_first : o->layernorm_backward)(m->dt, dinp, dw, db, dout, inp,
+                                                                  w, mean, rstd, N, C);
+}
+
 void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
                       const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
                       int N) {
-  const int C = m->shape.n_embd;
-  if (mt_model_llama(&m->shape)) m->ops->rmsnorm_backward(m->dt, dinp, dw, dout, inp, w, rstd, N, C);
-  else m->ops->layernorm_backward(m->dt, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  norm_backward(m, dinp, dw, db, dout, inp, w, mean, rstd, N, 0);
+}
+
+void mt_norm_backward_first(const mt_gpt *m, mt_act *dinp, float *dw, float *db,
+                            const mt_act *dout, const mt_act *inp, const mt_act *w,
+                            const float *mean, const float *rstd, int N) {
+  norm_backward(m, dinp, dw, db, dout, inp, w, mean, rstd, N, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -98,22 +113,32 @@ void mt_mlp_act_forward(const mt_gpt *m, mt_act *out, const mt_act *inp, int N, 
 
 void mt_mlp_act_backward(const mt_gpt *m, mt_act *dinp, const mt_act *inp, const mt_act *dout,
                          int N, int F) {
-  if (m->mlp_in == 2) m->ops->swiglu_backward(m->dt, dinp, inp, dout, N, F);
-  else m->ops->gelu_backward(m->dt, dinp, inp, dout, (size_t)N * F);
+  if (m->mlp_in == 2) m->ops->swiglu_backward_first(m->dt, dinp, inp, dout, N, F);
+  else m->ops->gelu_backward_first(m->dt, dinp, inp, dout, (size_t)N * F);
 }
 
 /* ------------------------------------------------------------------ */
 /* the block                                                          */
 
+int mt_block_defers_output(const mt_gpt *m, const mt_pass_args *x, int l) {
+  return m->fuse_norms && !mt_model_ladder(&m->shape) && (l + 1 < x->l1 || x->head);
+}
+
 void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
-                      const mt_act *pend, const mt_layer_acts *x, int B) {
+                      const mt_act *pend, const mt_layer_acts *prev, int defer,
+                      const mt_layer_acts *x, int B) {
   const mt_ops *o = m->ops;
   const mt_tp *tp = &m->tp;
   const int C = m->shape.n_embd, BTs = B * m->T_sp, Cl = m->C_local, Fl = m->mlp_local[l];
   const int ladder = mt_model_ladder(&m->shape);
   const size_t btc = (size_t)BTs * C;
-  /* attention: norm, column-parallel QKV (local heads), row-parallel proj */
-  mt_norm_forward(m, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs);
+  /* attention: norm (with the previous block's last residual sum where it
+   * left it here: one pass over the stream instead of two), column-parallel
+   * QKV (local heads), row-parallel proj */
+  if (prev)
+    mt_residual_norm_forward(m, prev->res3, x->ln1, x->ln1_mean, x->ln1_rstd, prev->res2,
+                             prev->fcproj, w->ln1_w, w->ln1_b, BTs);
+  else mt_norm_forward(m, x->ln1, x->ln1_mean, x->ln1_rstd, x0, w->ln1_w, w->ln1_b, BTs);
   qkv_forward(m, w, x, B);
   mt_gpt_slice_layer(m, l);
   mt_attention_forward(&m->attn, x->atty, x->qkv, &x->att, B);
@@ -131,11 +156,11 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
    * input and the previous block's pending MLP output, not this block's
    * attention (block 0: the input alone) */
   if (!ladder)
-    residual_norm_forward(m, x->res2, x->ln2, x->ln2_mean, x->ln2_rstd, x0, x->attproj, w->ln2_w,
-                          w->ln2_b, BTs);
+    mt_residual_norm_forward(m, x->res2, x->ln2, x->ln2_mean, x->ln2_rstd, x0, x->attproj,
+                             w->ln2_w, w->ln2_b, BTs);
   else if (pend)
-    residual_norm_forward(m, x->res2, x->ln2, x->ln2_mean, x->ln2_rstd, x0, pend, w->ln2_w,
-                          w->ln2_b, BTs);
+    mt_residual_norm_forward(m, x->res2, x->ln2, x->ln2_mean, x->ln2_rstd, x0, pend, w->ln2_w,
+                             w->ln2_b, BTs);
   else {
     o->copy(m->dt, x->res2, x0, btc);
     mt_norm_forward(m, x->ln2, x->ln2_mean, x->ln2_rstd, x->res2, w->ln2_w, w->ln2_b, BTs);
@@ -153,7 +178,7 @@ void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act 
   if (x->is_moe) mt_moe_block_forward(m, l, w, x, B);
   if (ladder) mt_linear_row_wait(tp, &att_sum);
   if (!ladder) {
-    o->residual_forward(m->dt, x->res3, x->res2, x->fcproj, btc);
+    if (!defer) o->residual_forward(m->dt, x->res3, x->res2, x->fcproj, btc);
     return;
   }
   /* ladder: the attention joins the stream now, the MLP's output waits for
@@ -173,7 +198,7 @@ void mt_block_recompute(mt_gpt *m, int l, const mt_act *x0, const mt_act *pend,
    * choices and dispatch); its routing was counted by the forward */
   int stats = m->moe.stats_on;
   m->moe.stats_on = 0;
-  mt_block_forward(m, l, &m->p.blocks[l], x0, pend, &r, B);
+  mt_block_forward(m, l, &m->p.blocks[l], x0, pend, NULL, 0, &r, B);
   m->moe.stats_on = stats;
 }
 
@@ -201,7 +226,6 @@ static const mt_act *mlp_backward(mt_gpt *m, int l, const mt_layer_acts *x, cons
                                   int input_only, float dloss, int B, mt_request *sum) {
   const mt_tp *tp = &m->tp;
   const int Fl = m->mlp_local[l];
-  const size_t bt = (size_t)B * m->T;
   const mt_block_tensors *w = &m->p.blocks[l];
   mt_block_tensors *g = &m->g.blocks[l];
   mt_gpt_acts *d = &m->d;
@@ -211,7 +235,6 @@ static const mt_act *mlp_backward(mt_gpt *m, int l, const mt_layer_acts *x, cons
     row_backward(m, dout, x->dy_fcproj, d->fch_gelu, g->fc_proj_w, g->fc_proj_b, x->fchg,
                  w->fc_proj_w, Fl, input_only, B);
     mt_act *dfch = input_only ? x->dy_fc : d->fch;
-    m->ops->zero(m->dt, dfch, bt * Fl * m->mlp_in);
     mt_mlp_act_backward(m, dfch, x->fch, d->fch_gelu, B * m->T, Fl);
     if (sum)
       return mt_linear_col_backward_async(tp, g->fc_w, g->fc_b, dfch, input_only ? NULL : x->ln2,

@@ -288,6 +288,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->attn.NH = m->NH_local;
   m->recompute = par && par->recompute;
   m->split_backward = par && par->split_backward;
+  m->fuse_norms = 1;
   m->moe.llep_alpha = par ? par->ep_balance_alpha : 0.0;
   m->moe.llep_min_rows = par ? par->ep_balance_min_rows : 0;
   mt_moe_size(&m->moe, m);
@@ -616,7 +617,13 @@ double mt_gpt_run_piece(mt_gpt *m, mt_pass pass, const mt_piece *p, const mt_pas
       pend = j > 0 ? mt_layer_at(m, a, l - 1, x->l0, B).fcproj
                    : mt_act_at(m->es, a->encoded, (size_t)B * m->T_sp * m->shape.n_embd);
     if (pass == MT_PASS_FORWARD) {
-      mt_block_forward(m, l, &m->p.blocks[l], x0, pend, &la, B);
+      /* the previous block of the range left its last residual sum (this
+       * block's input) to this block's first norm */
+      mt_layer_acts prev;
+      const int joined = l > x->l0 && mt_block_defers_output(m, x, l - 1);
+      if (joined) prev = mt_layer_at(m, a, l - 1, x->l0, B);
+      mt_block_forward(m, l, &m->p.blocks[l], x0, pend, joined ? &prev : NULL,
+                       mt_block_defers_output(m, x, l), &la, B);
       return 0.0;
     }
     if (m->recompute) mt_block_recompute(m, l, x0, pend, &la, B);
@@ -659,10 +666,12 @@ static double run_pass(mt_gpt *m, mt_pass pass, const mt_pass_args *x, int embed
                        mt_grad_ready_fn hook, void *ctx) {
   mt_piece *pieces = mt_malloc((size_t)(x->l1 - x->l0 + 3) * sizeof(mt_piece));
   int n = mt_gpt_pass(m, pass, x->l0, x->l1, embed, head, pieces);
+  mt_pass_args y = *x;
+  y.head = head;
   mt_gpt_stage_documents(m, x->doc, x->B);
   double loss = 0.0;
   for (int i = 0; i < n; i++) {
-    loss += mt_gpt_run_piece(m, pass, &pieces[i], x);
+    loss += mt_gpt_run_piece(m, pass, &pieces[i], &y);
     if (!hook) continue;
     if (pieces[i].kind == MT_PIECE_HEAD) hook(ctx, x->l1);
     else if (pieces[i].kind == MT_PIECE_BLOCK) hook(ctx, pieces[i].layer);

@@ -53,8 +53,15 @@ double mt_head_forward(mt_gpt *m, const mt_pass_args *x) {
   const int Vl = m->V_local, v0 = m->v_start, nreal = m->v_real;
   const size_t bt = (size_t)BT;
   stage_tokens(m, NULL, x->targets, B);
-  const mt_act *last = mt_gpt_range_output(m, a, x->l1 - x->l0, B);
-  mt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs);
+  mt_act *last = mt_gpt_range_output(m, a, x->l1 - x->l0, B);
+  /* the last block left its output's residual sum to the final norm */
+  if (x->l1 > x->l0 && mt_block_defers_output(m, x, x->l1 - 1)) {
+    const mt_layer_acts prev = mt_layer_at(m, a, x->l1 - 1, x->l0, B);
+    mt_residual_norm_forward(m, last, a->lnf, a->lnf_mean, a->lnf_rstd, prev.res2, prev.fcproj,
+                             m->p.lnf_w, m->p.lnf_b, BTs);
+  } else {
+    mt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs);
+  }
   mt_linear_col_forward(&m->tp, a->logits, a->lnf, head_w(m, &m->p), NULL, B, Vl);
   o->xent_vp_max(m->dt, m->rowmax, a->logits, BT, Vl, nreal);
   mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
@@ -72,7 +79,7 @@ double mt_head_forward(mt_gpt *m, const mt_pass_args *x) {
 void mt_head_backward(mt_gpt *m, const mt_pass_args *x) {
   const mt_ops *o = m->ops;
   mt_gpt_acts *a = x->a;
-  const int B = x->B, C = m->shape.n_embd, BT = B * m->T, BTs = B * m->T_sp;
+  const int B = x->B, BT = B * m->T, BTs = B * m->T_sp;
   const int Vl = m->V_local;
   stage_tokens(m, NULL, x->targets, B);
   o->xent_vp_backward(m->dt, a->logits, a->logits, m->tok_tgt, m->v_start, x->dloss,
@@ -80,10 +87,9 @@ void mt_head_backward(mt_gpt *m, const mt_pass_args *x) {
   const mt_act *dln = mt_linear_col_backward(&m->tp, m->d.ln1, head_w(m, &m->g), NULL,
                                              a->logits, x->input_only ? NULL : a->lnf,
                                              head_w(m, &m->p), B, Vl);
-  o->zero(m->dt, m->d.residual3, (size_t)BTs * C);
-  mt_norm_backward(m, m->d.residual3, m->g.lnf_w, m->g.lnf_b, dln,
-                   mt_gpt_range_output(m, a, x->l1 - x->l0, B), m->p.lnf_w, a->lnf_mean,
-                   a->lnf_rstd, BTs);
+  mt_norm_backward_first(m, m->d.residual3, m->g.lnf_w, m->g.lnf_b, dln,
+                         mt_gpt_range_output(m, a, x->l1 - x->l0, B), m->p.lnf_w, a->lnf_mean,
+                         a->lnf_rstd, BTs);
 }
 
 void mt_embed_backward(mt_gpt *m, const mt_act *dres, const mt_pass_args *x) {

@@ -175,14 +175,13 @@ static const mt_act *col_dinput(const mt_tp *tp, mt_act *dpart, int B) {
 }
 
 /* the column-parallel backward's matmul: this rank's share of the input
- * gradient into dpart, the weight gradients (x NULL: none) */
+ * gradient written into dpart, the weight gradients (x NULL: none) */
 static void col_matmul_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
                                 const mt_act *dy, const mt_act *x, const mt_act *w, int B,
                                 int OC) {
   const int BT = B * tp->T, C = tp->C;
-  tp->ops->zero(tp->dt, dpart, (size_t)BT * C);
-  tp->ops->matmul_backward(tp->dt, dpart, x ? dw : NULL, x ? db : NULL, dy,
-            x ? mt_linear_col_input(tp, x, B) : NULL, w, BT, C, OC);
+  tp->ops->matmul_backward_first(tp->dt, dpart, x ? dw : NULL, x ? db : NULL, dy,
+                                 x ? mt_linear_col_input(tp, x, B) : NULL, w, BT, C, OC);
 }
 
 const mt_act *mt_linear_col_backward(const mt_tp *tp, mt_act *dpart, float *dw, float *db,
@@ -300,9 +299,7 @@ const mt_act *mt_linear_row_dout(const mt_tp *tp, const mt_act *dy, int B) {
 
 void mt_linear_row_backward(const mt_tp *tp, mt_act *dx, float *dw, float *db,
                             const mt_act *dy, const mt_act *x, const mt_act *w, int B, int IC) {
-  const int BT = B * tp->T;
-  tp->ops->zero(tp->dt, dx, (size_t)BT * IC);
-  tp->ops->matmul_backward(tp->dt, dx, dw, db, dy, x, w, BT, IC, tp->C);
+  tp->ops->matmul_backward_first(tp->dt, dx, dw, db, dy, x, w, B * tp->T, IC, tp->C);
 }
 
 void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const mt_act *dy,

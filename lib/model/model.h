@@ -521,6 +521,10 @@ typedef struct mt_gpt {
   /* activations */
   int max_B, cur_B;      /* largest micro-batch; the micro-batch of the last mt_gpt_forward */
   int recompute, split_backward; /* see mt_gpt_parallel */
+  /* 1 (the default): in a forward, a block's last residual sum is done by
+   * the next block of the range (or the head) in one pass with its first
+   * norm (the same bits); 0: each block sums its own (tests compare) */
+  int fuse_norms;
   /* the embeddings and the head in different chunks of this rank (zb-v's
    * V: rank 0 holds the first and the last virtual stage): the tied
    * embeddings' gradients complete in the embedding's pass only, and stay
@@ -664,6 +668,10 @@ typedef struct {
   const mt_act *dout;
   float dloss;
   int input_only;
+  /* the pass runs the head after the range's blocks (mt_gpt_pass's head):
+   * a forward's last block leaves its output's residual sum to the final
+   * norm (0: the blocks' output is whole when they end) */
+  int head;
 } mt_pass_args;
 
 /* Documents (packed sequences whose documents do not see each other):

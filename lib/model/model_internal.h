@@ -296,12 +296,33 @@ void mt_norm_forward(const mt_gpt *m, mt_act *out, float *mean, float *rstd, con
 void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
                       const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
                       int N);
+/* The same with dinp written (the first contribution: no zero pass before) */
+void mt_norm_backward_first(const mt_gpt *m, mt_act *dinp, float *dw, float *db,
+                            const mt_act *dout, const mt_act *inp, const mt_act *w,
+                            const float *mean, const float *rstd, int N);
+
+/* res = a + b, then out = the model's norm of res, in one fused op (the
+ * same bits as the sum, then mt_norm_forward) */
+void mt_residual_norm_forward(const mt_gpt *m, mt_act *res, mt_act *out, float *mean,
+                              float *rstd, const mt_act *a, const mt_act *b, const mt_act *w,
+                              const mt_act *bias, int N);
+
+/* Whether block l of the forward pass x leaves its last residual sum (its
+ * output x->res3 = res2 + fcproj) to the piece after it, the next block of
+ * the range or the head, which does it in one pass with its first norm:
+ * under m->fuse_norms, but for the ladder residual (two streams) and for a
+ * range's last block without the head (its output leaves the stage). */
+int mt_block_defers_output(const mt_gpt *m, const mt_pass_args *x, int l);
 
 /* Forward of block l from its input x0 (BTs,C) into x. Ladder residual:
  * pend is the previous block's MLP output (BTs,C), not yet in x0 (NULL for
- * block 0 and under the standard residual). */
+ * block 0 and under the standard residual). prev: the previous block's
+ * activations where it deferred its output x0 (= prev->res3) to here
+ * (mt_block_defers_output), NULL where x0 is whole; defer: leave this
+ * block's output to the next piece. */
 void mt_block_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_act *x0,
-                      const mt_act *pend, const mt_layer_acts *x, int B);
+                      const mt_act *pend, const mt_layer_acts *prev, int defer,
+                      const mt_layer_acts *x, int B);
 /* Recompute: layer l's activations into the workspace again, from its
  * input (and the ladder's pend) (bitwise the stored values; the ladder's
  * MLP output is kept in the set and written again with the same bits). */
@@ -323,7 +344,7 @@ void mt_block_backward_ladder(mt_gpt *m, int l, const mt_act *x0, const mt_layer
 void mt_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x, int B);
 
 /* the MLP's activation on N rows (block.c): GELU (N,F) -> (N,F), or SwiGLU
- * (N,2F) -> (N,F) (m->mlp_in); the backward adds into dinp */
+ * (N,2F) -> (N,F) (m->mlp_in); the backward writes dinp (its first contribution) */
 void mt_mlp_act_forward(const mt_gpt *m, mt_act *out, const mt_act *inp, int N, int F);
 void mt_mlp_act_backward(const mt_gpt *m, mt_act *dinp, const mt_act *inp, const mt_act *dout,
                          int N, int F);

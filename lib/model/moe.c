@@ -272,7 +272,6 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   if (nh > 0)
     o->grouped_matmul_backward(dt, dgelu, hg[2], hg[3], dy, a->g, HW(moe, 2),
               off + El, nh, Fe, C);
-  o->zero(dt, dh, (size_t)n_rows * Fin);
   mt_mlp_act_backward(m, dh, a->h, dgelu, n_rows, Fe);
   /* the experts' input gradients, partial over etp */
   o->zero(dt, dxe, (size_t)n_rows * C);
@@ -305,9 +304,8 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
    * as the forward's), its input gradient narrowed (send_buf is free now)
    * and added to dx with one rounding */
   const size_t nc = (size_t)N * C;
-  o->zero(MT_DT_F32, moe->router_dx, nc);
-  o->matmul_backward(MT_DT_F32, moe->router_dx, g->router_w, NULL, moe->logits,
-                     router_input(m, x, N), router_weight(m, w), N, C, E);
+  o->matmul_backward_first(MT_DT_F32, moe->router_dx, g->router_w, NULL, moe->logits,
+                           router_input(m, x, N), router_weight(m, w), N, C, E);
   o->convert(moe->send_buf, dt, moe->router_dx, MT_DT_F32, nc);
   o->axpy(dt, dx, 1.0f, moe->send_buf, nc);
 }

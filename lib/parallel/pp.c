@@ -230,7 +230,7 @@ static double run_pass(mt_pp_exec *x, mt_pass pass, int slot, int chunk, const m
   mt_pass_args args = {.a = &x->acts[slot], .l0 = x->l0[chunk], .l1 = x->l1[chunk],
                        .B = b->rows[mb], .inputs = in, .targets = tg,
                        .doc = b->doc ? b->doc + doff : NULL, .dout = dout, .dloss = b->dloss,
-                       .input_only = input_only};
+                       .input_only = input_only, .head = head};
   int n = mt_gpt_pass(m, pass, args.l0, args.l1, embed, head, x->pieces);
   mt_gpt_stage_documents(m, args.doc, args.B);
   double loss = 0.0;

@@ -190,7 +190,7 @@ static double one_pass(mt_gpt *m, mt_pass pass, mt_gpt_acts *a, const int *li, c
   }
   int n = mt_gpt_pass(m, pass, 0, L, 1, 1, pieces);
   mt_pass_args x = {.a = a, .l0 = 0, .l1 = L, .B = B, .inputs = li, .targets = lt, .doc = doc,
-                    .dloss = 1.0f};
+                    .dloss = 1.0f, .head = 1};
   traffic t0 = traffic_of(m);
   mt_gpt_stage_documents(m, doc, B);
   double loss = 0.0;

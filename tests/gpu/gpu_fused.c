@@ -14,6 +14,9 @@
  *   convert, scale and adamw_update per range; against the CPU's
  *   adamw_ranges within 1e-5 (nvcc may contract into FMAs), the copy =
  *   the GPU's master rounded, the gap untouched.
+ * - each backward op's _first form (matmul, GELU, SwiGLU, LayerNorm,
+ *   RMSNorm): the input gradient written over NaNs bit for bit the GPU's
+ *   zero, then the op; the parameter gradients alike.
  * No GPU: prints "SKIP: <reason>" and exits 77. */
 #include "gpu_compare.h"
 
@@ -146,6 +149,70 @@ static void test_adamw_ranges(size_t n, mt_dtype gt) {
   free(gp), free(rounded);
 }
 
+/* two device buffers of the same bytes */
+static int dsame(const void *d1, const void *d2, size_t bytes) {
+  void *h = host_bytes(d1, bytes);
+  int same = same_bytes(h, d2, bytes);
+  free(h);
+  return same;
+}
+
+/* Each backward op's _first form on the GPU against zero, then the op:
+ * the input gradient written over NaNs (never read) bit for bit, the
+ * parameter gradients accumulated alike. */
+static void test_backward_first(int N, int C, int OC) {
+  const mt_dtype t = g_t;
+  const size_t es = mt_dtype_bytes(t), nc = (size_t)N * C, big = 2 * nc + (size_t)N * OC;
+  printf("backward _first forms N=%d C=%d OC=%d\n", N, C, OC);
+  void *dout = rnd_t(t, big, -1, 1), *inp = rnd_t(t, big, -2, 2);
+  void *w = rnd_t(t, (size_t)OC * C, -1, 1), *nan = malloc(big * es);
+  memset(nan, 0xff, big * es);
+  /* db: the matmul's (OC) or the norm's (C); mean, rstd (N) */
+  const size_t nb = (size_t)(OC > C ? OC : C);
+  float *dw = rnd((size_t)OC * C, -1, 1), *db = rnd(nb, -1, 1), *stats = rnd(N, 0, 1);
+  void *d_dout = dev_copy(dout, big, es), *d_inp = dev_copy(inp, big, es);
+  void *d_w = dev_copy(w, (size_t)OC * C, es), *d_out = dev_copy(nan, nc, es);
+  void *d_ref = dev_copy(nan, big, es), *d_got = dev_copy(nan, big, es);
+  float *d_dw = dev(dw, (size_t)OC * C), *d_dw2 = dev(dw, (size_t)OC * C);
+  float *d_db = dev(db, nb), *d_db2 = dev(db, nb), *d_mean = dev(stats, N);
+  float *d_rstd = dev(stats, N);
+  gpu->zero(t, d_ref, nc);
+  gpu->matmul_backward(t, d_ref, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+  gpu->matmul_backward_first(t, d_got, d_dw2, d_db2, d_dout, d_inp, d_w, N, C, OC);
+  mt_check_true("matmul_backward_first = zero, matmul_backward (bits)",
+                dsame(d_ref, d_got, nc * es) && dsame(d_dw, d_dw2, (size_t)OC * C * 4) &&
+                    dsame(d_db, d_db2, (size_t)OC * 4));
+  gpu->zero(t, d_ref, nc);
+  gpu->gelu_backward(t, d_ref, d_inp, d_dout, nc);
+  gpu->gelu_backward_first(t, d_got, d_inp, d_dout, nc);
+  mt_check_true("gelu_backward_first = zero, gelu_backward (bits)", dsame(d_ref, d_got, nc * es));
+  gpu->zero(t, d_ref, 2 * nc);
+  gpu->swiglu_backward(t, d_ref, d_inp, d_dout, N, C);
+  gpu->swiglu_backward_first(t, d_got, d_inp, d_dout, N, C);
+  mt_check_true("swiglu_backward_first = zero, swiglu_backward (bits)",
+                dsame(d_ref, d_got, 2 * nc * es));
+  gpu->layernorm_forward(t, d_out, d_mean, d_rstd, d_inp, d_w, d_w, N, C);
+  gpu->zero(t, d_ref, nc);
+  gpu->layernorm_backward(t, d_ref, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+  gpu->layernorm_backward_first(t, d_got, d_dw2, d_db2, d_dout, d_inp, d_w, d_mean, d_rstd, N,
+                                C);
+  mt_check_true("layernorm_backward_first = zero, layernorm_backward (bits)",
+                dsame(d_ref, d_got, nc * es) && dsame(d_dw, d_dw2, (size_t)C * 4) &&
+                    dsame(d_db, d_db2, (size_t)C * 4));
+  gpu->rmsnorm_forward(t, d_out, d_rstd, d_inp, d_w, N, C, 1e-6f);
+  gpu->zero(t, d_ref, nc);
+  gpu->rmsnorm_backward(t, d_ref, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+  gpu->rmsnorm_backward_first(t, d_got, d_dw2, d_dout, d_inp, d_w, d_rstd, N, C);
+  mt_check_true("rmsnorm_backward_first = zero, rmsnorm_backward (bits)",
+                dsame(d_ref, d_got, nc * es) && dsame(d_dw, d_dw2, (size_t)C * 4));
+  dfree(d_dout, big * es), dfree(d_inp, big * es), dfree(d_w, (size_t)OC * C * es);
+  dfree(d_out, nc * es), dfree(d_ref, big * es), dfree(d_got, big * es);
+  dfree(d_dw, (size_t)OC * C * 4), dfree(d_dw2, (size_t)OC * C * 4);
+  dfree(d_db, nb * 4), dfree(d_db2, nb * 4);
+  dfree(d_mean, (size_t)N * 4), dfree(d_rstd, (size_t)N * 4);
+  free(dout), free(inp), free(w), free(nan), free(dw), free(db), free(stats);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mt_log_init(0);
@@ -164,6 +231,8 @@ int main(int argc, char **argv) {
   }
   test_adamw_ranges(100003, F32);
   test_adamw_ranges(100003, BF16);
+  test_backward_first(130, 96, 128);
+  test_backward_first(7, 40, 33);
   mt_cuda_shutdown();
   MPI_Finalize();
   return mt_check_summary("gpu_fused");

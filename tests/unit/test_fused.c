@@ -12,9 +12,19 @@
  *   residual_forward then the norm: the sum, the normalised rows and the
  *   statistics bit for bit; the sum written over its first input (res
  *   aliasing a, as the op allows).
+ * - each backward op's _first form (matmul, GELU, SwiGLU, LayerNorm,
+ *   RMSNorm) against zero, then the op: the input gradient bit for bit
+ *   from a buffer of NaNs (never read), the parameter gradients
+ *   accumulated alike; rows of zeros in dout (signed zeros).
+ * - the model with a block's output residual summed in the next block's
+ *   norm (or the final norm) against the sums apart (mt_gpt fuse_norms
+ *   0): gpt2 and llama, fp32 and bf16, with and without recompute, the
+ *   loss, the residual stream, the norms and every gradient, and the
+ *   forward run as two stages; the sums counted on a wrapped op table.
  * Any failure prints "FAIL ..." and the test exits 1. */
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "model/model.h"
 #include "../check.h"
 #include "../test_rng.h"
 
@@ -200,12 +210,306 @@ static void test_residual_norm(void) {
     }
 }
 
+/* ------------------------------------------------------------------ */
+/* backward ops' _first forms: the input gradient written              */
+
+/* n elements of type t with NaN's bits (0xff bytes): a _first op must
+ * never read what it writes */
+static void *nan_t(mt_dtype t, size_t n) {
+  void *x = test_alloc(n * mt_dtype_bytes(t));
+  memset(x, 0xff, n * mt_dtype_bytes(t));
+  return x;
+}
+
+/* every fourth row of x (rows, cols) zero: products and sums of zeros */
+static void zero_rows(mt_dtype t, void *x, int rows, int cols) {
+  const size_t es = mt_dtype_bytes(t);
+  for (int r = 0; r < rows; r += 4) memset((char *)x + (size_t)r * cols * es, 0, cols * es);
+}
+
+static void first_check(const char *op, mt_dtype t, int N, int C, const void *got,
+                        const void *ref, size_t n, int same_rest) {
+  char what[160];
+  snprintf(what, sizeof what, "%s_first %s %dx%d = zero, then %s (bits)", op, tname(t), N, C, op);
+  mt_check_true(what, !memcmp(got, ref, n * mt_dtype_bytes(t)) && same_rest);
+}
+
+/* matmul_backward_first against zero + matmul_backward: dinp, and dw and
+ * dbias accumulated onto the same starting values */
+static void matmul_first_case(mt_dtype t, int N, int C, int OC) {
+  void *dout = rnd_t(t, (size_t)N * OC, -1, 1), *inp = rnd_t(t, (size_t)N * C, -1, 1);
+  void *w = rnd_t(t, (size_t)OC * C, -1, 1);
+  zero_rows(t, dout, N, OC);
+  float *dw0 = rnd_f32((size_t)OC * C, -1, 1), *db0 = rnd_f32((size_t)OC, -1, 1);
+  float *dw = dup_bytes(dw0, (size_t)OC * C * 4), *db = dup_bytes(db0, (size_t)OC * 4);
+  void *ref = nan_t(t, (size_t)N * C), *got = nan_t(t, (size_t)N * C);
+  ops->zero(t, ref, (size_t)N * C);
+  ops->matmul_backward(t, ref, dw0, db0, dout, inp, w, N, C, OC);
+  ops->matmul_backward_first(t, got, dw, db, dout, inp, w, N, C, OC);
+  first_check("matmul_backward", t, N, C, got, ref, (size_t)N * C,
+              !memcmp(dw, dw0, (size_t)OC * C * 4) && !memcmp(db, db0, (size_t)OC * 4));
+  free(dout), free(inp), free(w), free(dw0), free(db0), free(dw), free(db), free(ref), free(got);
+}
+
+/* gelu_backward_first, swiglu_backward_first against zero + the op */
+static void act_first_case(mt_dtype t, int N, int F) {
+  const size_t n = (size_t)N * F;
+  void *inp = rnd_t(t, 2 * n, -3, 3), *dout = rnd_t(t, n, -1, 1);
+  zero_rows(t, dout, N, F);
+  void *ref = nan_t(t, 2 * n), *got = nan_t(t, 2 * n);
+  ops->zero(t, ref, n);
+  ops->gelu_backward(t, ref, inp, dout, n);
+  ops->gelu_backward_first(t, got, inp, dout, n);
+  first_check("gelu_backward", t, N, F, got, ref, n, 1);
+  ops->zero(t, ref, 2 * n);
+  ops->swiglu_backward(t, ref, inp, dout, N, F);
+  ops->swiglu_backward_first(t, got, inp, dout, N, F);
+  first_check("swiglu_backward", t, N, F, got, ref, 2 * n, 1);
+  free(inp), free(dout), free(ref), free(got);
+}
+
+/* layernorm_backward_first, rmsnorm_backward_first against zero + the op
+ * (dw, db accumulated onto the same starting values) */
+static void norm_first_case(mt_dtype t, int N, int C) {
+  const size_t n = (size_t)N * C;
+  void *inp = rnd_t(t, n, -2, 2), *dout = rnd_t(t, n, -1, 1), *w = rnd_t(t, C, 0.5, 1.5);
+  void *bias = rnd_t(t, C, -0.5, 0.5), *out = test_alloc(n * mt_dtype_bytes(t));
+  zero_rows(t, dout, N, C);
+  float *mean = test_alloc(N * 4), *rstd = test_alloc(N * 4);
+  float *dw0 = rnd_f32(C, -1, 1), *db0 = rnd_f32(C, -1, 1);
+  float *dw = dup_bytes(dw0, C * 4), *db = dup_bytes(db0, C * 4);
+  void *ref = nan_t(t, n), *got = nan_t(t, n);
+  ops->layernorm_forward(t, out, mean, rstd, inp, w, bias, N, C);
+  ops->zero(t, ref, n);
+  ops->layernorm_backward(t, ref, dw0, db0, dout, inp, w, mean, rstd, N, C);
+  ops->layernorm_backward_first(t, got, dw, db, dout, inp, w, mean, rstd, N, C);
+  first_check("layernorm_backward", t, N, C, got, ref, n,
+              !memcmp(dw, dw0, C * 4) && !memcmp(db, db0, C * 4));
+  ops->rmsnorm_forward(t, out, rstd, inp, w, N, C, 1e-6f);
+  memset(got, 0xff, n * mt_dtype_bytes(t));
+  ops->zero(t, ref, n);
+  ops->rmsnorm_backward(t, ref, dw0, dout, inp, w, rstd, N, C);
+  ops->rmsnorm_backward_first(t, got, dw, dout, inp, w, rstd, N, C);
+  first_check("rmsnorm_backward", t, N, C, got, ref, n, !memcmp(dw, dw0, C * 4));
+  free(inp), free(dout), free(w), free(bias), free(out), free(mean), free(rstd);
+  free(dw0), free(db0), free(dw), free(db), free(ref), free(got);
+}
+
+static void test_backward_first(void) {
+  printf("backward ops' _first forms\n");
+  const mt_dtype types[] = {MT_DT_F32, MT_DT_BF16};
+  for (int ti = 0; ti < 2; ti++) {
+    matmul_first_case(types[ti], 256, 192, 320);
+    matmul_first_case(types[ti], 7, 5, 3);
+    matmul_first_case(types[ti], 130, 64, 48);
+    act_first_case(types[ti], 257, 300);
+    act_first_case(types[ti], 5, 3);
+    norm_first_case(types[ti], 257, 768);
+    norm_first_case(types[ti], 9, 20);
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* the model: a block's last residual summed in the next block's norm  */
+
+/* What a forward and backward leave: the loss, the kept residual stream
+ * (every block's output), the final norm and its statistics, the blocks'
+ * first norms (without recompute) and every parameter gradient. */
+typedef struct {
+  float loss;
+  void *res3, *lnf, *ln1;
+  float *lnf_stats, *ln1_stats, *grads;
+} model_run;
+
+typedef struct {
+  mt_gpt m;
+  void *params;
+  float *grads;
+  size_t n, es, btc, bts; /* parameters; bytes of an element; (BTs,C) and BTs elements */
+  int L, B, BT, *inp, *tgt;
+} model_case;
+
+/* The CPU table with the residual sums counted: the model runs on it */
+static mt_ops counted;
+static const mt_ops *cpu;
+static int n_residual, n_residual_norm;
+
+static void count_residual(mt_dtype t, void *out, const void *a, const void *b, size_t n) {
+  n_residual++;
+  cpu->residual_forward(t, out, a, b, n);
+}
+
+static void count_residual_ln(mt_dtype t, void *res, void *out, float *mean, float *rstd,
+                              const void *a, const void *b, const void *w, const void *bias,
+                              int N, int C) {
+  n_residual_norm++;
+  cpu->residual_layernorm_forward(t, res, out, mean, rstd, a, b, w, bias, N, C);
+}
+
+static void count_residual_rms(mt_dtype t, void *res, void *out, float *rstd, const void *a,
+                               const void *b, const void *w, int N, int C, float eps) {
+  n_residual_norm++;
+  cpu->residual_rmsnorm_forward(t, res, out, rstd, a, b, w, N, C, eps);
+}
+
+static int model_open(model_case *c, const mt_model_shape *shape, mt_dtype t, int recompute) {
+  mt_model_shape s = *shape;
+  s.vocab_padded = mt_model_pad_vocab(s.vocab, 1);
+  mt_gpt_parallel par = {.recompute = recompute, .external_state = 1, .dt = t};
+  mt_err e = {0};
+  c->B = 2;
+  if (mt_gpt_create_parallel(&c->m, &s, &counted, c->B, &par, &e) != 0) {
+    MT_FAIL("model: %s", e.msg);
+    return -1;
+  }
+  mt_check_true("the fusion is on by default", c->m.fuse_norms == 1);
+  c->L = s.n_layer;
+  c->BT = c->B * s.seq_len;
+  c->btc = (size_t)c->BT * s.n_embd;
+  c->bts = (size_t)c->BT;
+  c->n = c->m.reg.numel_local;
+  c->es = mt_dtype_bytes(t);
+  /* O(0.5) weights: every norm weight, bias and product matters */
+  void *w = rnd_t(t, c->n, -0.5, 0.5);
+  c->params = ops->alloc(MT_MEM_PARAMS, c->n * c->es);
+  c->grads = ops->alloc(MT_MEM_GRADS, c->n * 4);
+  memcpy(c->params, w, c->n * c->es);
+  free(w);
+  for (int u = 0; u < c->m.reg.n_units; u++) {
+    size_t at = c->m.reg.units[u].begin;
+    mt_gpt_bind_params(&c->m, u, (mt_act *)((char *)c->params + at * c->es));
+    mt_gpt_bind_grads(&c->m, u, c->grads + at);
+  }
+  c->inp = test_alloc((size_t)c->BT * sizeof(int));
+  c->tgt = test_alloc((size_t)c->BT * sizeof(int));
+  for (int i = 0; i < c->BT; i++) c->inp[i] = (int)(rng_next() % (uint64_t)s.vocab);
+  for (int i = 0; i < c->BT; i++) c->tgt[i] = (int)(rng_next() % (uint64_t)s.vocab);
+  return 0;
+}
+
+static void model_close(model_case *c) {
+  ops->free(MT_MEM_PARAMS, c->params, c->n * c->es);
+  ops->free(MT_MEM_GRADS, c->grads, c->n * 4);
+  mt_gpt_destroy(&c->m);
+  free(c->inp), free(c->tgt);
+}
+
+/* the whole model forward and backward, the fusion on or off */
+static void model_step(model_case *c, int fuse, model_run *r) {
+  mt_gpt *m = &c->m;
+  const mt_gpt_acts *a = &m->a;
+  m->fuse_norms = fuse;
+  memset(c->grads, 0, c->n * 4);
+  n_residual = n_residual_norm = 0;
+  r->loss = mt_gpt_forward(m, c->inp, c->tgt, c->B);
+  /* the forward's sums: each block's attention residual with its MLP's
+   * norm; fused, every block's output with the next norm too (the last
+   * block's with the final norm), none apart */
+  char what[96];
+  snprintf(what, sizeof what, "forward, fusion %s: %d sums apart, %d fused", fuse ? "on" : "off",
+           n_residual, n_residual_norm);
+  mt_check_true(what, fuse ? n_residual == 0 && n_residual_norm == 2 * c->L
+                           : n_residual == c->L && n_residual_norm == c->L);
+  mt_gpt_backward(m, 1.0f / (float)c->BT, NULL, NULL);
+  r->res3 = dup_bytes(a->residual3, (size_t)c->L * c->btc * c->es);
+  r->lnf = dup_bytes(a->lnf, c->btc * c->es);
+  r->lnf_stats = test_alloc(2 * c->bts * 4);
+  if (a->lnf_mean) memcpy(r->lnf_stats, a->lnf_mean, c->bts * 4);
+  memcpy(r->lnf_stats + c->bts, a->lnf_rstd, c->bts * 4);
+  r->ln1 = a->ln1 ? dup_bytes(a->ln1, (size_t)c->L * c->btc * c->es) : NULL;
+  r->ln1_stats = a->ln1 ? test_alloc(2 * c->L * c->bts * 4) : NULL;
+  if (a->ln1) {
+    if (a->ln1_mean) memcpy(r->ln1_stats, a->ln1_mean, c->L * c->bts * 4);
+    memcpy(r->ln1_stats + c->L * c->bts, a->ln1_rstd, c->L * c->bts * 4);
+  }
+  r->grads = dup_bytes(c->grads, c->n * 4);
+}
+
+static void run_free(model_run *r) {
+  free(r->res3), free(r->lnf), free(r->ln1), free(r->lnf_stats), free(r->ln1_stats);
+  free(r->grads);
+}
+
+/* The model's forward as two pipeline stages on this one rank: blocks [0,
+ * k) with the embedding, then [k, L) with the head from the first range's
+ * output (each stage's first block has no previous block to sum its input,
+ * the first range's last block sums its own): the loss, the final norm and
+ * the first range's output bit for bit the whole model's unfused. */
+static int staged_forward_same(model_case *c, int k, const model_run *ref) {
+  mt_gpt *m = &c->m;
+  mt_gpt_acts s0, s1;
+  size_t n0 = mt_gpt_acts_numel(m, k, c->B, 0), n1 = mt_gpt_acts_numel(m, c->L - k, c->B, 1);
+  void *mem0 = ops->alloc(MT_MEM_ACTIV, n0 * 4), *mem1 = ops->alloc(MT_MEM_ACTIV, n1 * 4);
+  mt_gpt_acts_bind(m, &s0, mem0, k, c->B, 0);
+  mt_gpt_acts_bind(m, &s1, mem1, c->L - k, c->B, 1);
+  m->fuse_norms = 1;
+  mt_gpt_forward_range(m, &s0, 0, k, 1, 0, c->inp, c->tgt, c->B);
+  const mt_act *mid = mt_gpt_range_output(m, &s0, k, c->B);
+  ops->copy(m->dt, s1.encoded, mid, c->btc);
+  double sum = mt_gpt_forward_range(m, &s1, k, c->L, 0, 1, c->inp, c->tgt, c->B);
+  float loss = (float)(sum / (double)c->BT);
+  int same = !memcmp(&loss, &ref->loss, 4) &&
+             !memcmp(mid, (char *)ref->res3 + (size_t)(k - 1) * c->btc * c->es, c->btc * c->es) &&
+             !memcmp(s1.lnf, ref->lnf, c->btc * c->es) &&
+             !memcmp(s1.lnf_rstd, ref->lnf_stats + c->bts, c->bts * 4);
+  ops->free(MT_MEM_ACTIV, mem0, n0 * 4);
+  ops->free(MT_MEM_ACTIV, mem1, n1 * 4);
+  return same;
+}
+
+static void model_case_run(const char *tag, const mt_model_shape *s, mt_dtype t, int recompute) {
+  model_case c;
+  if (model_open(&c, s, t, recompute) != 0) return;
+  model_run ref, got;
+  model_step(&c, 0, &ref);
+  model_step(&c, 1, &got);
+  const size_t res_bytes = (size_t)c.L * c.btc * c.es;
+  int same = !memcmp(&got.loss, &ref.loss, 4) && !memcmp(got.res3, ref.res3, res_bytes) &&
+             !memcmp(got.lnf, ref.lnf, c.btc * c.es) &&
+             !memcmp(got.lnf_stats, ref.lnf_stats, 2 * c.bts * 4) &&
+             (!ref.ln1 || (!memcmp(got.ln1, ref.ln1, res_bytes) &&
+                           !memcmp(got.ln1_stats, ref.ln1_stats, 2 * c.L * c.bts * 4)));
+  char what[160];
+  snprintf(what, sizeof what, "%s %s%s: loss, activations = unfused (bits)", tag, tname(t),
+           recompute ? " recompute" : "");
+  mt_check_true(what, same);
+  snprintf(what, sizeof what, "%s %s%s: every gradient = unfused (bits)", tag, tname(t),
+           recompute ? " recompute" : "");
+  mt_check_true(what, !memcmp(got.grads, ref.grads, c.n * 4));
+  snprintf(what, sizeof what, "%s %s%s: two stages' forward = unfused (bits)", tag, tname(t),
+           recompute ? " recompute" : "");
+  mt_check_true(what, staged_forward_same(&c, c.L / 2, &ref) && staged_forward_same(&c, 1, &ref));
+  run_free(&ref), run_free(&got);
+  model_close(&c);
+}
+
+static void test_model_fusion(void) {
+  printf("model: a block's output summed in the next norm\n");
+  const mt_model_shape gpt2 = {.n_layer = 3, .n_embd = 32, .n_head = 2, .seq_len = 16,
+                               .vocab = 50, .bias = 1};
+  const mt_model_shape llama = {.n_layer = 3, .n_embd = 32, .n_head = 4, .seq_len = 16,
+                                .vocab = 50, .arch = MT_ARCH_LLAMA, .n_kv_head = 2, .ffn = 24,
+                                .norm_eps = 1e-5f, .rope_theta = 10000.0};
+  const mt_dtype types[] = {MT_DT_F32, MT_DT_BF16};
+  for (int ti = 0; ti < 2; ti++)
+    for (int rc = 0; rc < 2; rc++) {
+      model_case_run("gpt2", &gpt2, types[ti], rc);
+      model_case_run("llama", &llama, types[ti], rc);
+    }
+}
+
 int main(void) {
   g_rng = 0x9E3779B97F4A7C15ull;
-  ops = mt_ops_cpu();
+  ops = cpu = mt_ops_cpu();
+  counted = *cpu;
+  counted.residual_forward = count_residual;
+  counted.residual_layernorm_forward = count_residual_ln;
+  counted.residual_rmsnorm_forward = count_residual_rms;
   mt_kernels_set_threads(2);
   printf("test_fused: %s, %d threads\n", ops->name, mt_kernels_threads());
   test_adamw_ranges();
   test_residual_norm();
+  test_backward_first();
+  test_model_fusion();
   return mt_check_summary("test_fused");
 }

@@ -11,19 +11,26 @@ void FN(gelu_forward)(void *out_, const void *inp_, size_t n) {
   }
 }
 
-/* dinp += gelu'(inp) * dout, with u = sqrt(2/pi)(x + 0.044715 x^3):
+/* dinp += gelu'(inp) * dout (acc 0: dinp = 0 + that, the bits of a zeroed
+ * dinp), with u = sqrt(2/pi)(x + 0.044715 x^3):
  * gelu'(x) = 0.5 (1 + tanh u) + 0.5 x sech^2(u) sqrt(2/pi) (1 + 3*0.044715 x^2) */
-void FN(gelu_backward)(void *dinp_, const void *inp_, const void *dout_, size_t n) {
-  T *dinp = dinp_;
-  const T *inp = inp_, *dout = dout_;
+static void FN(gelu_bwd)(T *dinp, const T *inp, const T *dout, size_t n, int acc) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
     float x = LD(inp[i]);
     float th = fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
     float local = 0.5f * (1.0f + th) +
                   0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-    dinp[i] = ST(LD(dinp[i]) + local * LD(dout[i]));
+    dinp[i] = ST((acc ? LD(dinp[i]) : 0.0f) + local * LD(dout[i]));
   }
+}
+
+void FN(gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n) {
+  FN(gelu_bwd)(dinp, inp, dout, n, 1);
+}
+
+void FN(gelu_backward_first)(void *dinp, const void *inp, const void *dout, size_t n) {
+  FN(gelu_bwd)(dinp, inp, dout, n, 0);
 }
 
 /* SwiGLU: out (N,F) = silu(gate) * up, inp (N,2F) rows gate | up */
@@ -43,10 +50,8 @@ void FN(swiglu_forward)(void *out_, const void *inp_, int N, int F) {
 }
 
 /* with s = sigmoid(gate): silu = gate s, silu' = s (1 + gate (1 - s));
- * dgate += dout up silu', dup += dout silu */
-void FN(swiglu_backward)(void *dinp_, const void *inp_, const void *dout_, int N, int F) {
-  T *dinp = dinp_;
-  const T *inp = inp_, *dout = dout_;
+ * dgate += dout up silu', dup += dout silu (acc 0: = 0 + those) */
+static void FN(swiglu_bwd)(T *dinp, const T *inp, const T *dout, int N, int F, int acc) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const T *gate = inp + (size_t)n * 2 * F, *up = gate + F, *dy = dout + (size_t)n * F;
@@ -54,8 +59,16 @@ void FN(swiglu_backward)(void *dinp_, const void *inp_, const void *dout_, int N
 #pragma omp simd
     for (int f = 0; f < F; f++) {
       float g = LD(gate[f]), s = 1.0f / (1.0f + mt_exp_poly(-g)), d = LD(dy[f]);
-      dgate[f] = ST(LD(dgate[f]) + d * LD(up[f]) * s * (1.0f + g * (1.0f - s)));
-      dup[f] = ST(LD(dup[f]) + d * g * s);
+      dgate[f] = ST((acc ? LD(dgate[f]) : 0.0f) + d * LD(up[f]) * s * (1.0f + g * (1.0f - s)));
+      dup[f] = ST((acc ? LD(dup[f]) : 0.0f) + d * g * s);
     }
   }
+}
+
+void FN(swiglu_backward)(void *dinp, const void *inp, const void *dout, int N, int F) {
+  FN(swiglu_bwd)(dinp, inp, dout, N, F, 1);
+}
+
+void FN(swiglu_backward_first)(void *dinp, const void *inp, const void *dout, int N, int F) {
+  FN(swiglu_bwd)(dinp, inp, dout, N, F, 0);
 }

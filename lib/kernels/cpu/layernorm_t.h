@@ -69,13 +69,11 @@ void FN(residual_layernorm_forward)(void *res_, void *out_, float *mean, float *
 }
 
 /* With norm = (inp - mean) * rstd and g = w * dout (per row, over C):
- *   dinp += (g - mean_c(g) - norm * mean_c(g * norm)) * rstd
+ *   dinp += (g - mean_c(g) - norm * mean_c(g * norm)) * rstd (acc 0: = 0 + that)
  *   dw   += sum_n dout * norm        db += sum_n dout */
-void FN(layernorm_backward)(void *dinp_, float *dw, float *db, const void *dout_,
-                            const void *inp_, const void *w_, const float *mean,
-                            const float *rstd, int N, int C) {
-  T *dinp = dinp_;
-  const T *dout = dout_, *inp = inp_, *w = w_;
+static void FN(layernorm_bwd)(T *dinp, float *dw, float *db, const T *dout, const T *inp,
+                              const T *w, const float *mean, const float *rstd, int N, int C,
+                              int acc) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const T *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -94,7 +92,7 @@ void FN(layernorm_backward)(void *dinp_, float *dw, float *db, const void *dout_
     for (int c = 0; c < C; c++) {
       float norm = (LD(x[c]) - m) * s;
       float g = LD(w[c]) * LD(dy[c]);
-      dx[c] = ST(LD(dx[c]) + (g - g_mean - norm * gnorm_mean) * s);
+      dx[c] = ST((acc ? LD(dx[c]) : 0.0f) + (g - g_mean - norm * gnorm_mean) * s);
     }
   }
   int nblocks = (C + MT_COL_BLOCK - 1) / MT_COL_BLOCK;
@@ -115,6 +113,17 @@ void FN(layernorm_backward)(void *dinp_, float *dw, float *db, const void *dout_
       db[c] += db_acc[c - c0];
     }
   }
+}
+
+void FN(layernorm_backward)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                            const void *w, const float *mean, const float *rstd, int N, int C) {
+  FN(layernorm_bwd)(dinp, dw, db, dout, inp, w, mean, rstd, N, C, 1);
+}
+
+void FN(layernorm_backward_first)(void *dinp, float *dw, float *db, const void *dout,
+                                  const void *inp, const void *w, const float *mean,
+                                  const float *rstd, int N, int C) {
+  FN(layernorm_bwd)(dinp, dw, db, dout, inp, w, mean, rstd, N, C, 0);
 }
 
 /* RMSNorm: out (N,C) = inp * rstd * w, rstd (N) = 1/sqrt(mean_c(inp^2) + eps) */
@@ -142,11 +151,10 @@ void FN(residual_rmsnorm_forward)(void *res_, void *out_, float *rstd, const voi
 }
 
 /* With norm = inp * rstd and g = w * dout (per row, over C):
- *   dinp += (g - norm * mean_c(g * norm)) * rstd        dw += sum_n dout * norm */
-void FN(rmsnorm_backward)(void *dinp_, float *dw, const void *dout_, const void *inp_,
-                          const void *w_, const float *rstd, int N, int C) {
-  T *dinp = dinp_;
-  const T *dout = dout_, *inp = inp_, *w = w_;
+ *   dinp += (g - norm * mean_c(g * norm)) * rstd (acc 0: = 0 + that)
+ *   dw += sum_n dout * norm */
+static void FN(rmsnorm_bwd)(T *dinp, float *dw, const T *dout, const T *inp, const T *w,
+                            const float *rstd, int N, int C, int acc) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const T *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -157,7 +165,7 @@ void FN(rmsnorm_backward)(void *dinp_, float *dw, const void *dout_, const void 
     T *dx = dinp + (size_t)n * C;
     for (int c = 0; c < C; c++) {
       float norm = LD(x[c]) * s, g = LD(w[c]) * LD(dy[c]);
-      dx[c] = ST(LD(dx[c]) + (g - norm * gnorm_mean) * s);
+      dx[c] = ST((acc ? LD(dx[c]) : 0.0f) + (g - norm * gnorm_mean) * s);
     }
   }
   int nblocks = (C + MT_COL_BLOCK - 1) / MT_COL_BLOCK;
@@ -172,4 +180,14 @@ void FN(rmsnorm_backward)(void *dinp_, float *dw, const void *dout_, const void 
     }
     for (int c = c0; c < c1; c++) dw[c] += dw_acc[c - c0];
   }
+}
+
+void FN(rmsnorm_backward)(void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                          const float *rstd, int N, int C) {
+  FN(rmsnorm_bwd)(dinp, dw, dout, inp, w, rstd, N, C, 1);
+}
+
+void FN(rmsnorm_backward_first)(void *dinp, float *dw, const void *dout, const void *inp,
+                                const void *w, const float *rstd, int N, int C) {
+  FN(rmsnorm_bwd)(dinp, dw, dout, inp, w, rstd, N, C, 0);
 }

@@ -21,15 +21,15 @@ static void FN(gemm_nt)(T *out, const T *x, const T *w, const T *bias, int rows,
 #endif
 }
 
-/* dx (rows, C) += dy (rows, OC) @ w (OC,C) */
-static void FN(gemm_nn_acc)(T *dx, const T *dy, const T *w, int rows, int C, int OC,
-                            int grouped) {
+/* dx (rows, C) += dy (rows, OC) @ w (OC,C); acc 0: dx = (beta 0) */
+static void FN(gemm_nn)(T *dx, const T *dy, const T *w, int rows, int C, int OC, int acc,
+                        int grouped) {
 #if IS_BF16
-  mt_cpu_gemm_bf16(MT_GEMM_NN, rows, C, OC, dy, w, NULL, dx, NULL, 1, grouped);
+  mt_cpu_gemm_bf16(MT_GEMM_NN, rows, C, OC, dy, w, NULL, dx, NULL, acc, grouped);
 #else
   (void)grouped;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f, dy, OC, w, C, 1.0f,
-              dx, C);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f, dy, OC, w, C,
+              acc ? 1.0f : 0.0f, dx, C);
 #endif
 }
 
@@ -69,13 +69,23 @@ void FN(matmul_forward)(void *out, const void *inp, const void *w, const void *b
   FN(gemm_nt)(out, inp, w, bias, N, C, OC, 0);
 }
 
-/* dinp += dout @ w, dw += dout^T @ inp, dbias += sums of dout; any of
- * dinp, dw, dbias may be NULL (skipped) */
-void FN(matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
-                         const void *w, int N, int C, int OC) {
-  if (dinp) FN(gemm_nn_acc)(dinp, dout, w, N, C, OC, 0);
+/* dinp += dout @ w (acc 0: dinp =), dw += dout^T @ inp, dbias += sums of
+ * dout; any of dinp, dw, dbias may be NULL (skipped) */
+static void FN(linear_backward)(void *dinp, float *dw, float *dbias, const void *dout,
+                                const void *inp, const void *w, int N, int C, int OC, int acc) {
+  if (dinp) FN(gemm_nn)(dinp, dout, w, N, C, OC, acc, 0);
   if (dw) FN(gemm_tn_acc)(dw, dout, inp, N, C, OC, 0);
   if (dbias) FN(dbias_add)(dbias, dout, N, OC, 1);
+}
+
+void FN(matmul_backward)(void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
+                         const void *w, int N, int C, int OC) {
+  FN(linear_backward)(dinp, dw, dbias, dout, inp, w, N, C, OC, 1);
+}
+
+void FN(matmul_backward_first)(void *dinp, float *dw, float *dbias, const void *dout,
+                               const void *inp, const void *w, int N, int C, int OC) {
+  FN(linear_backward)(dinp, dw, dbias, dout, inp, w, N, C, OC, 0);
 }
 
 /* ---- the grouped GEMM: group g is rows [off[g], off[g+1]) ---- */
@@ -93,7 +103,8 @@ static void FN(backward_group)(T *dinp, float *dw, float *dbias, const T *dout, 
   int rows = off[g + 1] - off[g];
   if (rows <= 0) return;
   const T *dy = dout + (size_t)off[g] * OC;
-  if (dinp) FN(gemm_nn_acc)(dinp + (size_t)off[g] * C, dy, w + (size_t)g * OC * C, rows, C, OC, 1);
+  if (dinp)
+    FN(gemm_nn)(dinp + (size_t)off[g] * C, dy, w + (size_t)g * OC * C, rows, C, OC, 1, 1);
   if (dw) FN(gemm_tn_acc)(dw + (size_t)g * OC * C, dy, inp + (size_t)off[g] * C, rows, C, OC, 1);
   if (dbias) FN(dbias_add)(dbias + (size_t)g * OC, dy, rows, OC, parallel);
 }

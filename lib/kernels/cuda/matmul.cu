@@ -309,13 +309,14 @@ static void forward_product(void *out, const void *inp, const void *w, const voi
   mt_cuda_gemm_ex(1, 0, OC, N, C, 1.0f, w, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1, ab, od, bias);
 }
 
-/* dinp (N,C) += dout (N,OC) @ w, dinp of type od; dw (OC,C) += dout^T @ inp
- * in fp32; either NULL: skipped */
-static void backward_products(void *dinp, float *dw, const void *dout, const void *inp,
-                              const void *w, int N, int C, int OC, cudaDataType_t ab,
-                              cudaDataType_t od) {
+/* dinp (N,C) = dout (N,OC) @ w + dinp_beta dinp (1: +=, 0: written), dinp
+ * of type od; dw (OC,C) += dout^T @ inp in fp32; either NULL: skipped */
+static void backward_products(void *dinp, float dinp_beta, float *dw, const void *dout,
+                              const void *inp, const void *w, int N, int C, int OC,
+                              cudaDataType_t ab, cudaDataType_t od) {
   if (dinp)
-    mt_cuda_gemm_ex(0, 0, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1, ab, od, NULL);
+    mt_cuda_gemm_ex(0, 0, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, dinp_beta, dinp, C, 0, 1, ab, od,
+                    NULL);
   if (dw)
     mt_cuda_gemm_ex(0, 1, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1, ab,
                     CUDA_R_32F, NULL);
@@ -346,15 +347,21 @@ static void matmul_forward(float *out, const float *inp, const float *w, const f
   }
 }
 
-/* fp32: dinp (N,C) += dout (N,OC) @ w; dw (OC,C) += dout^T @ inp; dbias
- * (OC) += column sums of dout; any of the three may be NULL */
-static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC) {
-  if (N <= 0 || OC <= 0) return;
+/* fp32: dinp (N,C) += dout (N,OC) @ w (dinp_beta 0: =); dw (OC,C) +=
+ * dout^T @ inp; dbias (OC) += column sums of dout; any of the three may be
+ * NULL */
+static void matmul_backward(float *dinp, float dinp_beta, float *dw, float *dbias,
+                            const float *dout, const float *inp, const float *w, int N, int C,
+                            int OC) {
+  if (N <= 0) return;
+  if (OC <= 0) { /* an empty sum: a written dinp is 0 */
+    if (dinp && dinp_beta == 0.0f) mt_cuda_zero<float>(dinp, (size_t)N * C);
+    return;
+  }
   if (dbias) mt_cuda_colsum_add(dbias, dout, N, OC, OC);
   if (!dinp && !dw) return;
   if (g_cu.gemm != MT_GEMM_BF16) {
-    backward_products(dinp, dw, dout, inp, w, N, C, OC, CUDA_R_32F, CUDA_R_32F);
+    backward_products(dinp, dinp_beta, dw, dout, inp, w, N, C, OC, CUDA_R_32F, CUDA_R_32F);
     return;
   }
   int ocb, nb;
@@ -369,9 +376,10 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
       int nn = N - n0 < nb ? N - n0 : nb;
       mt_cuda_to_bf16_2d(db, dout + (size_t)n0 * OC + o0, nn, ob, OC);
       if (dw) mt_cuda_to_bf16(ib, inp + (size_t)n0 * C, (size_t)nn * C);
+      /* the first block of channels writes a written dinp, the rest add */
       if (dinp)
-        mt_cuda_gemm(0, 0, C, nn, ob, 1.0f, wb, C, 0, db, ob, 0, 1.0f, dinp + (size_t)n0 * C, C, 0,
-                     1, CUDA_R_16BF, NULL);
+        mt_cuda_gemm(0, 0, C, nn, ob, 1.0f, wb, C, 0, db, ob, 0, o0 == 0 ? dinp_beta : 1.0f,
+                     dinp + (size_t)n0 * C, C, 0, 1, CUDA_R_16BF, NULL);
       if (dw)
         mt_cuda_gemm(0, 1, C, ob, nn, 1.0f, ib, C, 0, db, ob, 0, 1.0f, dw + (size_t)o0 * C, C, 0, 1,
                      CUDA_R_16BF, NULL);
@@ -387,13 +395,19 @@ static void matmul_forward(mt_bf16 *out, const mt_bf16 *inp, const mt_bf16 *w,
   forward_product(out, inp, w, bias, N, C, OC, CUDA_R_16BF, CUDA_R_16BF);
 }
 
-/* dinp = round(dinp + dout @ w) (beta 1 on a bf16 C); dw += dout^T @ inp
- * and dbias += column sums of dout in fp32; any of the three may be NULL */
-static void matmul_backward(mt_bf16 *dinp, float *dw, float *dbias, const mt_bf16 *dout,
-                            const mt_bf16 *inp, const mt_bf16 *w, int N, int C, int OC) {
-  if (N <= 0 || OC <= 0) return;
+/* dinp = round(dinp + dout @ w) (beta 1 on a bf16 C; dinp_beta 0:
+ * round(dout @ w)); dw += dout^T @ inp and dbias += column sums of dout in
+ * fp32; any of the three may be NULL */
+static void matmul_backward(mt_bf16 *dinp, float dinp_beta, float *dw, float *dbias,
+                            const mt_bf16 *dout, const mt_bf16 *inp, const mt_bf16 *w, int N,
+                            int C, int OC) {
+  if (N <= 0) return;
+  if (OC <= 0) {
+    if (dinp && dinp_beta == 0.0f) mt_cuda_zero<mt_bf16>(dinp, (size_t)N * C);
+    return;
+  }
   if (dbias) mt_cuda_colsum_add(dbias, dout, N, OC, OC);
-  backward_products(dinp, dw, dout, inp, w, N, C, OC, CUDA_R_16BF, CUDA_R_16BF);
+  backward_products(dinp, dinp_beta, dw, dout, inp, w, N, C, OC, CUDA_R_16BF, CUDA_R_16BF);
 }
 
 /* the op table's bodies: the overload above for storage type S (moe.cu's
@@ -408,6 +422,15 @@ MT_CUDA_INSTANTIATE(matmul_forward)
 template <typename S>
 void mt_cuda_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout,
                              const void *inp, const void *w, int N, int C, int OC) {
-  matmul_backward((S *)dinp, dw, dbias, (const S *)dout, (const S *)inp, (const S *)w, N, C, OC);
+  matmul_backward((S *)dinp, 1.0f, dw, dbias, (const S *)dout, (const S *)inp, (const S *)w, N, C,
+                  OC);
 }
 MT_CUDA_INSTANTIATE(matmul_backward)
+
+template <typename S>
+void mt_cuda_matmul_backward_first(void *dinp, float *dw, float *dbias, const void *dout,
+                                   const void *inp, const void *w, int N, int C, int OC) {
+  matmul_backward((S *)dinp, 0.0f, dw, dbias, (const S *)dout, (const S *)inp, (const S *)w, N, C,
+                  OC);
+}
+MT_CUDA_INSTANTIATE(matmul_backward_first)

@@ -391,10 +391,11 @@ void mt_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *
 MT_CUDA_INSTANTIATE(layernorm_forward)
 
 /* dinp += (g - mean_c(g) - norm * mean_c(g * norm)) * rstd, g = w * dout
- * (bf16: dinp = round(dinp + that)) */
+ * (bf16: dinp = round(dinp + that)); acc 0: dinp = 0 + that */
 template <typename S>
 __global__ void layernorm_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *w,
-                                      const float *mean, const float *rstd, int N, int C) {
+                                      const float *mean, const float *rstd, int N, int C,
+                                      int acc) {
   int lane = threadIdx.x % 32;
   int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (n >= N) return;
@@ -410,18 +411,16 @@ __global__ void layernorm_dinp_kernel(S *dinp, const S *dout, const S *inp, cons
   S *dx = dinp + (size_t)n * C;
   for (int c = lane; c < C; c += 32) {
     float norm = (mt_ld(x[c]) - m) * s, g = mt_ld(w[c]) * mt_ld(dy[c]);
-    dx[c] = mt_st<S>(mt_ld(dx[c]) + (g - g_mean - norm * gn_mean) * s);
+    dx[c] = mt_st<S>((acc ? mt_ld(dx[c]) : 0.0f) + (g - g_mean - norm * gn_mean) * s);
   }
 }
 
 template <typename S>
-void mt_cuda_layernorm_backward(void *dinp, float *dw, float *db, const void *dout_,
-                                const void *inp_, const void *w, const float *mean,
-                                const float *rstd, int N, int C) {
+static void layernorm_bwd(S *dinp, float *dw, float *db, const S *dout, const S *inp, const S *w,
+                          const float *mean, const float *rstd, int N, int C, int acc) {
   if (N <= 0) return;
-  const S *dout = (const S *)dout_, *inp = (const S *)inp_;
-  layernorm_dinp_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>((S *)dinp, dout, inp,
-                                                                 (const S *)w, mean, rstd, N, C);
+  layernorm_dinp_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>(dinp, dout, inp, w, mean, rstd,
+                                                                 N, C, acc);
   CUDA_LAUNCH_CHECK();
   int chunks = colsum_chunks(N, C, 2), rows = (N + chunks - 1) / chunks;
   float *partial = (float *)mt_cuda_scratch(2 * (size_t)chunks * C * sizeof(float),
@@ -436,7 +435,24 @@ void mt_cuda_layernorm_backward(void *dinp, float *dw, float *db, const void *do
   colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g_cu.stream>>>(db, partial2, chunks, C);
   CUDA_LAUNCH_CHECK();
 }
+
+template <typename S>
+void mt_cuda_layernorm_backward(void *dinp, float *dw, float *db, const void *dout,
+                                const void *inp, const void *w, const float *mean,
+                                const float *rstd, int N, int C) {
+  layernorm_bwd<S>((S *)dinp, dw, db, (const S *)dout, (const S *)inp, (const S *)w, mean, rstd,
+                   N, C, 1);
+}
 MT_CUDA_INSTANTIATE(layernorm_backward)
+
+template <typename S>
+void mt_cuda_layernorm_backward_first(void *dinp, float *dw, float *db, const void *dout,
+                                      const void *inp, const void *w, const float *mean,
+                                      const float *rstd, int N, int C) {
+  layernorm_bwd<S>((S *)dinp, dw, db, (const S *)dout, (const S *)inp, (const S *)w, mean, rstd,
+                   N, C, 0);
+}
+MT_CUDA_INSTANTIATE(layernorm_backward_first)
 
 /* RMSNorm: one warp per row; dw as LayerNorm's without the mean */
 
@@ -465,10 +481,11 @@ void mt_cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const void
 }
 MT_CUDA_INSTANTIATE(rmsnorm_forward)
 
-/* dinp += (g - norm * mean_c(g * norm)) * rstd, g = w * dout, norm = inp * rstd */
+/* dinp += (g - norm * mean_c(g * norm)) * rstd, g = w * dout, norm = inp * rstd
+ * (acc 0: dinp = 0 + that) */
 template <typename S>
 __global__ void rmsnorm_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *w,
-                                    const float *rstd, int N, int C) {
+                                    const float *rstd, int N, int C, int acc) {
   int lane = threadIdx.x % 32;
   int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (n >= N) return;
@@ -479,17 +496,16 @@ __global__ void rmsnorm_dinp_kernel(S *dinp, const S *dout, const S *inp, const 
   S *dx = dinp + (size_t)n * C;
   for (int c = lane; c < C; c += 32) {
     float norm = mt_ld(x[c]) * s, g = mt_ld(w[c]) * mt_ld(dy[c]);
-    dx[c] = mt_st<S>(mt_ld(dx[c]) + (g - norm * gn_mean) * s);
+    dx[c] = mt_st<S>((acc ? mt_ld(dx[c]) : 0.0f) + (g - norm * gn_mean) * s);
   }
 }
 
 template <typename S>
-void mt_cuda_rmsnorm_backward(void *dinp, float *dw, const void *dout_, const void *inp_,
-                              const void *w, const float *rstd, int N, int C) {
+static void rmsnorm_bwd(S *dinp, float *dw, const S *dout, const S *inp, const S *w,
+                        const float *rstd, int N, int C, int acc) {
   if (N <= 0) return;
-  const S *dout = (const S *)dout_, *inp = (const S *)inp_;
-  rmsnorm_dinp_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>((S *)dinp, dout, inp,
-                                                               (const S *)w, rstd, N, C);
+  rmsnorm_dinp_kernel<S><<<(N + 7) / 8, 256, 0, g_cu.stream>>>(dinp, dout, inp, w, rstd, N, C,
+                                                               acc);
   CUDA_LAUNCH_CHECK();
   int chunks = colsum_chunks(N, C, 1), rows = (N + chunks - 1) / chunks;
   float *partial = (float *)mt_cuda_scratch((size_t)chunks * C * sizeof(float),
@@ -501,7 +517,20 @@ void mt_cuda_rmsnorm_backward(void *dinp, float *dw, const void *dout_, const vo
   colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g_cu.stream>>>(dw, partial, chunks, C);
   CUDA_LAUNCH_CHECK();
 }
+
+template <typename S>
+void mt_cuda_rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp,
+                              const void *w, const float *rstd, int N, int C) {
+  rmsnorm_bwd<S>((S *)dinp, dw, (const S *)dout, (const S *)inp, (const S *)w, rstd, N, C, 1);
+}
 MT_CUDA_INSTANTIATE(rmsnorm_backward)
+
+template <typename S>
+void mt_cuda_rmsnorm_backward_first(void *dinp, float *dw, const void *dout, const void *inp,
+                                    const void *w, const float *rstd, int N, int C) {
+  rmsnorm_bwd<S>((S *)dinp, dw, (const S *)dout, (const S *)inp, (const S *)w, rstd, N, C, 0);
+}
+MT_CUDA_INSTANTIATE(rmsnorm_backward_first)
 
 /* ------------------------------------------------------------------ */
 /* rotary embedding: one thread per (row, head, pair), in place         */
@@ -550,16 +579,17 @@ template <typename S> __global__ void gelu_forward_kernel(S *out, const S *inp, 
   }
 }
 
-/* dinp += gelu'(inp) dout (bf16: dinp = round(dinp + that)) */
+/* dinp += gelu'(inp) dout (bf16: dinp = round(dinp + that); acc 0: dinp =
+ * 0 + that) */
 template <typename S>
-__global__ void gelu_backward_kernel(S *dinp, const S *inp, const S *dout, size_t n) {
+__global__ void gelu_backward_kernel(S *dinp, const S *inp, const S *dout, size_t n, int acc) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float x = mt_ld(inp[i]);
     float th = tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
     float local = 0.5f * (1.0f + th) +
                   0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-    dinp[i] = mt_st<S>(mt_ld(dinp[i]) + local * mt_ld(dout[i]));
+    dinp[i] = mt_st<S>((acc ? mt_ld(dinp[i]) : 0.0f) + local * mt_ld(dout[i]));
   }
 }
 
@@ -571,13 +601,24 @@ template <typename S> void mt_cuda_gelu_forward(void *out, const void *inp, size
 MT_CUDA_INSTANTIATE(gelu_forward)
 
 template <typename S>
-void mt_cuda_gelu_backward(void *dinp, const void *inp, const void *dout, size_t n) {
+static void gelu_bwd(void *dinp, const void *inp, const void *dout, size_t n, int acc) {
   if (!n) return;
   gelu_backward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
-      (S *)dinp, (const S *)inp, (const S *)dout, n);
+      (S *)dinp, (const S *)inp, (const S *)dout, n, acc);
   CUDA_LAUNCH_CHECK();
 }
+
+template <typename S>
+void mt_cuda_gelu_backward(void *dinp, const void *inp, const void *dout, size_t n) {
+  gelu_bwd<S>(dinp, inp, dout, n, 1);
+}
 MT_CUDA_INSTANTIATE(gelu_backward)
+
+template <typename S>
+void mt_cuda_gelu_backward_first(void *dinp, const void *inp, const void *dout, size_t n) {
+  gelu_bwd<S>(dinp, inp, dout, n, 0);
+}
+MT_CUDA_INSTANTIATE(gelu_backward_first)
 
 /* out (N,F) = silu(gate) up, inp rows gate | up */
 template <typename S> __global__ void swiglu_forward_kernel(S *out, const S *inp, int N, int F) {
@@ -590,16 +631,18 @@ template <typename S> __global__ void swiglu_forward_kernel(S *out, const S *inp
   }
 }
 
-/* dgate += dout up silu'(gate), dup += dout silu(gate) */
+/* dgate += dout up silu'(gate), dup += dout silu(gate) (acc 0: = 0 + those) */
 template <typename S>
-__global__ void swiglu_backward_kernel(S *dinp, const S *inp, const S *dout, int N, int F) {
+__global__ void swiglu_backward_kernel(S *dinp, const S *inp, const S *dout, int N, int F,
+                                       int acc) {
   size_t n = (size_t)N * F;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     size_t r = i / F, f = i % F, gi = r * 2 * F + f, ui = gi + F;
     float g = mt_ld(inp[gi]), s = 1.0f / (1.0f + expf(-g)), d = mt_ld(dout[i]);
-    dinp[gi] = mt_st<S>(mt_ld(dinp[gi]) + d * mt_ld(inp[ui]) * s * (1.0f + g * (1.0f - s)));
-    dinp[ui] = mt_st<S>(mt_ld(dinp[ui]) + d * g * s);
+    dinp[gi] = mt_st<S>((acc ? mt_ld(dinp[gi]) : 0.0f) +
+                        d * mt_ld(inp[ui]) * s * (1.0f + g * (1.0f - s)));
+    dinp[ui] = mt_st<S>((acc ? mt_ld(dinp[ui]) : 0.0f) + d * g * s);
   }
 }
 
@@ -613,14 +656,25 @@ template <typename S> void mt_cuda_swiglu_forward(void *out, const void *inp, in
 MT_CUDA_INSTANTIATE(swiglu_forward)
 
 template <typename S>
-void mt_cuda_swiglu_backward(void *dinp, const void *inp, const void *dout, int N, int F) {
+static void swiglu_bwd(void *dinp, const void *inp, const void *dout, int N, int F, int acc) {
   size_t n = (size_t)N * F;
   if (!n) return;
   swiglu_backward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
-      (S *)dinp, (const S *)inp, (const S *)dout, N, F);
+      (S *)dinp, (const S *)inp, (const S *)dout, N, F, acc);
   CUDA_LAUNCH_CHECK();
 }
+
+template <typename S>
+void mt_cuda_swiglu_backward(void *dinp, const void *inp, const void *dout, int N, int F) {
+  swiglu_bwd<S>(dinp, inp, dout, N, F, 1);
+}
 MT_CUDA_INSTANTIATE(swiglu_backward)
+
+template <typename S>
+void mt_cuda_swiglu_backward_first(void *dinp, const void *inp, const void *dout, int N, int F) {
+  swiglu_bwd<S>(dinp, inp, dout, N, F, 0);
+}
+MT_CUDA_INSTANTIATE(swiglu_backward_first)
 
 template <typename S>
 __global__ void residual_kernel(S *out, const S *a, const S *b, size_t n) {

@@ -15,8 +15,9 @@
  *                  fused rate attn_gflops or the matmul curve on the
  *                  visible keys); backward 2.5 times the forward
  *   elementwise    the bytes the op reads and writes over the memory
- *                  bandwidth (an accumulation reads and writes; norms,
- *                  GELU, SwiGLU, rotary embedding alike)
+ *                  bandwidth (an accumulation reads and writes, an op's
+ *                  _first form writes only; norms, GELU, SwiGLU, rotary
+ *                  embedding alike)
  *   AdamW          7 fp32 streams (read param, grad, m, v; write three),
  *                  and the compute copy's ES when it writes one; adamw_ranges
  *                  the same with the gradient at its own type's width
@@ -79,12 +80,24 @@ static void v_layernorm_backward(mt_dtype t, void *dinp, float *dw, float *db, c
                                  const float *rstd, int N, int C) {
   ELEM(4.0 * AB * N * C);
 }
+/* an op's _first form: dinp written, not read */
+static void v_layernorm_backward_first(mt_dtype t, void *dinp, float *dw, float *db,
+                                       const void *dout, const void *inp, const void *w,
+                                       const float *mean, const float *rstd, int N, int C) {
+  ELEM(3.0 * AB * N * C);
+}
 static void v_matmul_forward(mt_dtype t, void *out, const void *inp, const void *w,
                              const void *bias, int N, int C, int OC) {
   GEMM(N, OC, C, 1);
 }
 static void v_matmul_backward(mt_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
                               const void *inp, const void *w, int N, int C, int OC) {
+  if (dinp) GEMM(N, C, OC, 1);
+  if (dw) GEMM(OC, C, N, 1);
+}
+static void v_matmul_backward_first(mt_dtype t, void *dinp, float *dw, float *dbias,
+                                    const void *dout, const void *inp, const void *w, int N,
+                                    int C, int OC) {
   if (dinp) GEMM(N, C, OC, 1);
   if (dw) GEMM(OC, C, N, 1);
 }
@@ -138,12 +151,20 @@ static void v_gelu_forward(mt_dtype t, void *out, const void *inp, size_t n) {
 static void v_gelu_backward(mt_dtype t, void *dinp, const void *inp, const void *dout, size_t n) {
   ELEM(4.0 * AB * n);
 }
+static void v_gelu_backward_first(mt_dtype t, void *dinp, const void *inp, const void *dout,
+                                  size_t n) {
+  ELEM(3.0 * AB * n);
+}
 static void v_swiglu_forward(mt_dtype t, void *out, const void *inp, int N, int F) {
   ELEM(3.0 * AB * N * F);
 }
 static void v_swiglu_backward(mt_dtype t, void *dinp, const void *inp, const void *dout, int N,
                               int F) {
   ELEM(7.0 * AB * N * F);
+}
+static void v_swiglu_backward_first(mt_dtype t, void *dinp, const void *inp, const void *dout,
+                                    int N, int F) {
+  ELEM(5.0 * AB * N * F);
 }
 static void v_rmsnorm_forward(mt_dtype t, void *out, float *rstd, const void *inp,
                               const void *w, int N, int C, float eps) {
@@ -152,6 +173,11 @@ static void v_rmsnorm_forward(mt_dtype t, void *out, float *rstd, const void *in
 static void v_rmsnorm_backward(mt_dtype t, void *dinp, float *dw, const void *dout,
                                const void *inp, const void *w, const float *rstd, int N, int C) {
   ELEM(4.0 * AB * N * C);
+}
+static void v_rmsnorm_backward_first(mt_dtype t, void *dinp, float *dw, const void *dout,
+                                     const void *inp, const void *w, const float *rstd, int N,
+                                     int C) {
+  ELEM(3.0 * AB * N * C);
 }
 static void v_rope(mt_dtype t, void *x, size_t ld, int B, int T, int nh, int hs, const float *cs,
                    const int *pos, int inverse) {
