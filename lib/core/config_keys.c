@@ -235,7 +235,7 @@ static const mt_cfg_key g_keys[] = {
      1024, NULL},
     {"parallel.pp_token_slices", MT_CFG_INT, F(pp_token_slices), "1",
      "token slices a sequence moves through the pipeline in (TeraPipe; gpipe, 1f1b, interleaved)",
-     1, 1024, NULL},
+     1, 64, NULL},
     {"parallel.pp_split", MT_CFG_STRING, F(pp_split), "",
      "layers per pipeline stage, comma-separated (empty: balanced)", 0, 0, NULL},
     {"parallel.pp_first_layers", MT_CFG_INT, F(pp_first_layers), "0",

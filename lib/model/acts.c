@@ -39,12 +39,12 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     PIECE(ln1_rstd, L * BTs);
     APIECE(qkv, L * BT * 3 * Cl);
     APIECE(atty, L * BT * Cl);
-    /* (token slices, cp = 1: the pass's T_local / slices rows) */
-    PIECE(lse, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 0) /
-                   (m->attn.slices > 1 ? (size_t)m->attn.slices : 1));
+    /* (token slices: the pass's T_local / slices rows) */
+    const size_t sl = m->attn.slices > 1 ? (size_t)m->attn.slices : 1;
+    PIECE(lse, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 0) / sl);
     if (mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1)) { /* Ulysses */
-      APIECE(att_qkv, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1));
-      APIECE(att_out, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 2));
+      APIECE(att_qkv, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 1) / sl);
+      APIECE(att_out, L * mt_cp_saved_numel(&m->attn.lay, B, (int)Cl, (int)NHl, 2) / sl);
     }
     APIECE(attproj, L * BTs * C);
     APIECE(residual2, L * BTs * C);

@@ -29,6 +29,13 @@ void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int
   }
 }
 
+void mt_cp_layout_slice(mt_cp_layout *l, int k) {
+  if (l->size <= 1 || k <= 1) return;
+  l->n_chunks = k;
+  l->chunk_len = l->T_local / k;
+  for (int s = 0; s < k; s++) l->chunk_pos[s] = s * (l->T / k) + l->rank * l->chunk_len;
+}
+
 void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local) {
   for (int c = 0; c < l->n_chunks; c++)
     memcpy(local + (size_t)c * l->chunk_len, seq + l->chunk_pos[c],
@@ -142,11 +149,9 @@ static mt_attn_block slice_block(const mt_attention *at, int B) {
                             2 * (size_t)at->C, T);
 }
 
-/* this slice's rows of K|V between its (B, Ts, 3C) q|k|v (columns C..3C)
- * and the cache's (B, T, 2C): into the cache (to_cache), else back */
-static void slice_rows(const mt_attention *at, mt_act *qkv, mt_act *cache, int B, int to_cache) {
-  const size_t C = (size_t)at->C, es = elem(at), T = (size_t)at->lay.T_local;
-  const size_t Ts = T / at->slices;
+void mt_attention_slice_rows(const mt_attention *at, mt_act *qkv, mt_act *cache, int B, size_t C,
+                             size_t T, int to_cache) {
+  const size_t es = elem(at), Ts = T / at->slices;
   for (int b = 0; b < B; b++) {
     mt_act *mine = mt_act_at(es, qkv, (b * Ts) * 3 * C + C);
     mt_act *kept = mt_act_at(es, cache, (b * T + at->slice * Ts) * 2 * C);
@@ -157,11 +162,12 @@ static void slice_rows(const mt_attention *at, mt_act *qkv, mt_act *cache, int B
 
 static void slice_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse, int B) {
   const size_t C = (size_t)at->C, es = elem(at);
-  slice_rows(at, (mt_act *)qkv, at->kv_cache, B, 1);
+  mt_attention_slice_rows(at, (mt_act *)qkv, at->kv_cache, B, C, at->lay.T_local, 1);
   mt_attn_block a = slice_block(at, B);
   at->ops->attn_forward(at->dt, &a, out, lse, qkv, at->kv_cache,
                         mt_act_at(es, at->kv_cache, C));
 }
+
 
 /* dQ into dqkv; dK/dV added into the cache's gradients (every earlier
  * slice's rows too), of which this slice's rows are then complete: the
@@ -174,7 +180,7 @@ static void slice_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, c
   if (at->slice == at->slices - 1) at->ops->zero(at->dt, at->dkv_cache, (size_t)B * T * 2 * C);
   at->ops->attn_backward(at->dt, &a, dqkv, at->dkv_cache, mt_act_at(es, at->dkv_cache, C), dout,
                          out, lse, qkv, at->kv_cache, mt_act_at(es, at->kv_cache, C));
-  slice_rows(at, dqkv, at->dkv_cache, B, 0);
+  mt_attention_slice_rows(at, dqkv, at->dkv_cache, B, C, T, 0);
 }
 
 static void local_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse, int B) {

@@ -190,8 +190,64 @@ static void alltoall_act(const mt_attention *at, const mt_act *send, mt_act *rec
   mt_alltoall_dim(at->g, send, recv, s_outer, s_inner, r_outer, r_inner, at->dt, at->ops->loc);
 }
 
+/* Token slices: this slice's positions of every rank (Ts = T / slices),
+ * its NH/N heads here, against the micro-batch's K|V cache in the head
+ * layout (B, T, 2Ch), whose first slice + 1 slices it attends */
+static mt_attn_block heads_slice_block(const mt_attention *at, int B) {
+  const int N = at->lay.size, T = at->lay.T, Ts = T / at->slices;
+  const size_t Ch = (size_t)at->C / N;
+  mt_attn_block a = {.B = B, .NH = at->NH / N, .hs = at->hs, .Tq = Ts,
+                     .Tk = (at->slice + 1) * Ts, .q_pos0 = at->slice * Ts, .k_pos0 = 0,
+                     .causal = 1,
+                     .q_bs = (size_t)Ts * 3 * Ch, .q_rs = 3 * Ch,
+                     .k_bs = (size_t)T * 2 * Ch, .k_rs = 2 * Ch,
+                     .v_bs = (size_t)T * 2 * Ch, .v_rs = 2 * Ch,
+                     .o_bs = (size_t)Ts * Ch, .o_rs = Ch,
+                     .l_bs = (size_t)(at->NH / N) * Ts, .l_hs = (size_t)Ts,
+                     .q_lo = NULL, .lo_bs = (size_t)Ts, .density = 1.0};
+  return a;
+}
+
+/* Token slices under Ulysses: the all-to-alls of the slice's rows (T_local
+ * / slices of each sequence here), attention over the cache between them
+ * (this slice's K|V written into it first) */
+static void ulysses_slice_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
+                                  const mt_cp_saved *s, int B) {
+  const int N = at->lay.size, Tl = at->lay.T_local / at->slices;
+  const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl, es = es_of(at);
+  alltoall_act(at, qkv, s->qkv_h, rows * 3, Ch, (size_t)B, (size_t)Tl * 3 * Ch);
+  mt_attention_slice_rows(at, s->qkv_h, at->kv_cache, B, Ch, (size_t)at->lay.T, 1);
+  mt_attn_block a = heads_slice_block(at, B);
+  at->ops->attn_forward(at->dt, &a, s->out_h, s->lse, s->qkv_h, at->kv_cache,
+                        mt_act_at(es, at->kv_cache, Ch));
+  alltoall_act(at, s->out_h, out, (size_t)B, (size_t)Tl * Ch, rows, Ch);
+}
+
+/* dQ in the head layout, dK/dV added into the cache's gradients (complete
+ * for this slice's rows: the later slices ran first), both sent back */
+static void ulysses_slice_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout,
+                                   const mt_cp_saved *s, int B) {
+  const int N = at->lay.size, Tl = at->lay.T_local / at->slices;
+  const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl, es = es_of(at);
+  mt_act *dh = at->dqkv_h;
+  alltoall_act(at, dout, at->dout_h, rows, Ch, (size_t)B, (size_t)Tl * Ch);
+  mt_attn_block a = heads_slice_block(at, B);
+  at->ops->zero(at->dt, dh, rows * 3 * at->C);
+  if (at->slice == at->slices - 1)
+    at->ops->zero(at->dt, at->dkv_cache, (size_t)B * at->lay.T * 2 * Ch);
+  at->ops->attn_backward(at->dt, &a, dh, at->dkv_cache, mt_act_at(es, at->dkv_cache, Ch),
+                         at->dout_h, s->out_h, s->lse, s->qkv_h, at->kv_cache,
+                         mt_act_at(es, at->kv_cache, Ch));
+  mt_attention_slice_rows(at, dh, at->dkv_cache, B, Ch, (size_t)at->lay.T, 0);
+  alltoall_act(at, dh, dqkv, (size_t)B, (size_t)Tl * 3 * Ch, rows * 3, Ch);
+}
+
 void mt_attention_ulysses_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
                                   const mt_cp_saved *s, int B) {
+  if (at->slices > 1) {
+    ulysses_slice_forward(at, out, qkv, s, B);
+    return;
+  }
   const int N = at->lay.size, Tl = at->lay.T_local;
   const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl, es = es_of(at);
   /* (B, Tl, 3, N, Ch): head group j of every q, k, v row to rank j;
@@ -207,6 +263,10 @@ void mt_attention_ulysses_forward(mt_attention *at, mt_act *out, const mt_act *q
 /* dqkv is written (not accumulated), as by the other modes */
 void mt_attention_ulysses_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout,
                                    const mt_cp_saved *s, int B) {
+  if (at->slices > 1) {
+    ulysses_slice_backward(at, dqkv, dout, s, B);
+    return;
+  }
   const int N = at->lay.size, Tl = at->lay.T_local;
   const size_t Ch = (size_t)at->C / N, rows = (size_t)B * Tl, es = es_of(at);
   mt_act *dh = at->dqkv_h; /* dq|dk|dv in the head layout */

@@ -261,11 +261,14 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
                     par ? (mt_cp_mode)par->cp_mode : MT_CP_RING, shape->seq_len);
   /* token slices: a pass sees T_local / slices tokens of each sequence */
   const int slices = par && par->slices > 1 ? par->slices : 1;
-  if (slices > 1 && (cpl.size > 1 || cpl.T_local % slices != 0 || (par && par->documents))) {
-    mt_err_set(e, "parallel.pp_token_slices = %d needs parallel.cp = 1, no documents and to "
-               "divide model.seq_len = %d", slices, shape->seq_len);
+  if (slices > 1 && ((cpl.size > 1 && cpl.mode != MT_CP_ULYSSES) || cpl.T_local % slices != 0 ||
+                     slices > MT_CP_MAX_CHUNKS || (par && par->documents))) {
+    mt_err_set(e, "parallel.pp_token_slices = %d needs parallel.cp = 1 or Ulysses, no "
+               "documents, and to divide the %d tokens of a sequence on a rank", slices,
+               cpl.T_local);
     return -1;
   }
+  mt_cp_layout_slice(&cpl, slices); /* Ulysses: this rank's chunk of every slice */
   m->T = cpl.T_local / slices;
   if (sp && (!tp_g || m->T % tp_size != 0)) {
     mt_err_set(e, "sequence parallelism needs tp > 1 dividing the %d tokens of a sequence on "
@@ -349,7 +352,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
    * result before its merge; Ulysses: gradients in the head layout) */
   void *cp_scratch[4];
   for (int w = 0; w < 4; w++) { /* part_lse fp32, the rest in the activations' dtype */
-    size_t n = mt_cp_scratch_numel(&cpl, max_B, (int)Cl, (int)NHl, w);
+    size_t n = mt_cp_scratch_numel(&cpl, max_B, (int)Cl, (int)NHl, w) / slices; /* a pass's */
     cp_scratch[w] = !n ? NULL : w != 1 ? act_elems(m, n) : (void *)act(m, n);
   }
   /* the linears' tp scratch under sp: a gathered input, a partial output,

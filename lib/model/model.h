@@ -263,19 +263,25 @@ void mt_tp_reduce_partial_grads(const mt_tp *tp, const mt_registry *reg, float *
  * contiguous positions); the embedding adds the positions' wpe rows. */
 /* (mt_cp_mode and mt_cp_mode_name, parallel.cp_mode's enum: core.h) */
 
+#define MT_CP_MAX_CHUNKS 64
 typedef struct {
   int size, rank;
   mt_cp_mode mode;
   int T;               /* global sequence length */
   int T_local;         /* tokens of each sequence on this rank */
-  int n_chunks;        /* 1 (cp = 1, ulysses) or 2 (ring) */
+  int n_chunks;        /* 1 (cp = 1, ulysses), 2 (ring), k (ulysses with k token slices) */
   int chunk_len;
-  int chunk_pos[2];    /* global position of each chunk's first token */
+  int chunk_pos[MT_CP_MAX_CHUNKS]; /* global position of each chunk's first token */
 } mt_cp_layout;
 
 /* The layout of rank `rank` of `size` (the caller checked that T splits:
  * T % (2 size) == 0 for ring, T % size == 0 for ulysses). */
 void mt_cp_layout_make(mt_cp_layout *l, int size, int rank, mt_cp_mode mode, int T);
+/* Token slices (k <= MT_CP_MAX_CHUNKS) under Ulysses: each slice of T / k
+ * positions cut into size contiguous chunks, this rank holding its chunk of
+ * every slice (k chunks of T / (k size), slice after slice); cp = 1 or k = 1:
+ * unchanged */
+void mt_cp_layout_slice(mt_cp_layout *l, int k);
 /* seq (T tokens of one sequence) -> this rank's local tokens (T_local) */
 void mt_cp_take_tokens(const mt_cp_layout *l, const int *seq, int *local);
 /* 1 when context parallelism splits the sequences (size > 1) and no

@@ -122,6 +122,12 @@ void mt_gpt_positions_init(mt_gpt *m);
 /* token slices: attention's K|V cache bound to layer l's part of the pass's
  * (mt_gpt_set_slice); nothing without slices */
 void mt_gpt_slice_layer(mt_gpt *m, int l);
+/* token slices: this slice's rows of K|V between its (B, T / slices, 3C)
+ * q|k|v (columns C..3C) and a cache of the sequences' (B, T, 2C): into the
+ * cache (to_cache), else back (C: the channels of the layout, a rank's or
+ * under Ulysses a head group's) */
+void mt_attention_slice_rows(const mt_attention *at, mt_act *qkv, mt_act *cache, int B, size_t C,
+                             size_t T, int to_cache);
 /* Elements of the saved pieces per layer (lse, qkv_h, out_h; 0: not kept). */
 size_t mt_cp_saved_numel(const mt_cp_layout *lay, int B, int C, int NH, int what);
 

@@ -129,7 +129,8 @@ static int check_slices(const mt_config *cfg, const mt_model_shape *s, mt_pp_sch
                         mt_err *e) {
   const int k = cfg->pp_token_slices;
   if (k <= 1) return 0;
-  const char *why = cfg->cp > 1 ? "context parallelism (parallel.cp > 1)"
+  const char *why = cfg->cp > 1 && cfg->cp_mode != MT_CP_ULYSSES
+                        ? "ring context parallelism (parallel.cp > 1, cp_mode = ring)"
                     : cfg->documents ? "documents (data.documents = true)"
                     : s->moe_experts > 0 ? "MoE blocks (model.moe_experts > 0: the routing "
                                            "losses would be a slice's)"
@@ -138,11 +139,12 @@ static int check_slices(const mt_config *cfg, const mt_model_shape *s, mt_pp_sch
     mt_err_set(e, "parallel.pp_token_slices = %d does not take %s yet", k, why);
     return -1;
   }
-  MT_TRY(e, mt_pp_slices_check(kind, k, s->seq_len, e));
-  if (cfg->sp && (s->seq_len / k) % cfg->tp != 0) {
+  MT_TRY(e, mt_pp_slices_check(kind, k, s->seq_len / cfg->cp, e));
+  if (cfg->sp && (s->seq_len / cfg->cp / k) % cfg->tp != 0) {
     mt_err_set(e, "parallel.sp = true: parallel.tp = %d does not divide the %d tokens of a "
-                  "slice (model.seq_len = %d / parallel.pp_token_slices = %d)",
-               cfg->tp, s->seq_len / k, s->seq_len, k);
+                  "slice on a rank (model.seq_len = %d / parallel.cp = %d / "
+                  "parallel.pp_token_slices = %d)",
+               cfg->tp, s->seq_len / cfg->cp / k, s->seq_len, cfg->cp, k);
     return -1;
   }
   return 0;

@@ -120,7 +120,7 @@ mt_script_test(pp_slices_schedule badinput ../scripts/expect_fail.sh pp_slices_s
 mt_script_test(pp_slices_not_dividing badinput ../scripts/expect_fail.sh pp_slices_not_dividing 2
   "parallel.pp_token_slices = 3 does not divide the 32 tokens of a sequence" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.pp_token_slices=3)
 mt_script_test(pp_slices_cp badinput ../scripts/expect_fail.sh pp_slices_cp 4
-  "parallel.pp_token_slices = 2 does not take context parallelism .parallel.cp > 1. yet" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.cp=2 --set parallel.pp_token_slices=2)
+  "parallel.pp_token_slices = 2 does not take ring context parallelism .parallel.cp > 1, cp_mode = ring. yet" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.cp=2 --set parallel.pp_token_slices=2)
 mt_script_test(pp_slices_sp badinput ../scripts/expect_fail.sh pp_slices_sp 4
   "parallel.tp = 2 does not divide the 1 tokens of a slice" ${PPT} --set model.n_layer=4 --set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.pp_token_slices=32)
 # token slices priced: the virtual device's step and bubble fall with k, the
@@ -128,3 +128,5 @@ mt_script_test(pp_slices_sp badinput ../scripts/expect_fail.sh pp_slices_sp 4
 mt_script_test(slices_priced pp slices_priced.sh)
 # token slices across checkpoints, ZeRO 2 and 3
 mt_script_test(slices_resume pp slices_resume.sh)
+# token slices under Ulysses context parallelism
+mt_script_test(slices_ulysses pp slices_ulysses.sh)
