@@ -12,7 +12,8 @@ mt_script_tests(gpu
   memory     memory.sh
   no_fit     no_fit.sh
   muon       muon.sh
-  ladder     ladder.sh)
+  ladder     ladder.sh
+  slices     slices.sh)
 mt_test_program(gpu_moe_ops ${CMAKE_CURRENT_LIST_DIR}/gpu_moe_ops.c)
 mt_script_test(moe_ops gpu ops.sh gpu_moe_ops)
 mt_script_test(train_moe gpu train_moe.sh)
