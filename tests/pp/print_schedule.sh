@@ -35,4 +35,16 @@ awk '/^# schedule/ {r++} /^F / {split($3, c, "="); if (c[2] == 1) seen1[r] = 1;
   || fail "breadth-first: a chunk-0 forward after a chunk-1 forward"
 [ "$(grep -c '^F ' "$WORK/bf.txt")" -eq 32 ] || fail "breadth-first: expected 32 forwards"
 [ ! -e "$WORK/out" ] || fail "output written"
+# token slices at pp 2, 2 micro-batches of 2 slices: 8 forwards a rank, the
+# last rank backs each micro-batch's slices in reverse right after its last
+# slice's forward
+"$MT_BIN/meshtrain" --set model.preset=tiny --set model.n_layer=4 --set parallel.pp=2 \
+  --set train.global_batch=2 --set train.micro_batch=1 --set parallel.pp_token_slices=2 \
+  --set output.dir="$WORK/out" --print-schedule > "$WORK/sl.txt" || fail "slices: exit code $?"
+grep -q '^# schedule 1f1b, pp = 2, micro_batches = 2, virtual_stages = 1, token slices = 2, rank 1' \
+  "$WORK/sl.txt" || fail "slices: no rank 1 header"
+[ "$(grep -c '^F mb=[01] slice=[01] chunk=0' "$WORK/sl.txt")" -eq 8 ] || fail "slices: expected 8 forwards"
+sed -n '/rank 1:/,$p' "$WORK/sl.txt" | grep -E '^(F|B) ' | head -4 | tr '\n' ' ' |
+  grep -q "^F mb=0 slice=0 chunk=0 F mb=0 slice=1 chunk=0 B mb=0 slice=1 chunk=0 F mb=1 slice=0" \
+  || fail "slices: rank 1's order: $(sed -n '/rank 1:/,$p' "$WORK/sl.txt" | grep -E '^(F|B) ' | head -4)"
 echo PASS
