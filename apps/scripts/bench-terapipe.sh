@@ -13,23 +13,18 @@
 # The bubble is the mean over stages of 1 - compute / wall, the median over
 # steps 2 on; the stages are not equal (the first holds the embedding, the
 # last the LM head), so at m k = 1 it sits above the equal-stage theory.
-#   apps/scripts/bench-terapipe.sh [BUILD_DIR]     (default: build)
+#   apps/scripts/bench-terapipe.sh
 #   PARTS=virtual or PARTS=real runs one of the two (default: both)
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-BUILD=${1:-build}
+source "$(dirname "$0")/bench_common.sh" terapipe
+BUILD=build
 PARTS=${PARTS:-virtual real}
-OUT=outputs/bench-terapipe
-mkdir -p "$OUT" inputs/data
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ -f inputs/data/corpus.txt ] || "$BUILD/bin/meshdata" corpus inputs/data/corpus.txt
 echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores," \
   "load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/summary.txt"
 C=(--set data.train=inputs/data/corpus.txt --set train.eval_every=0 --set ckpt.mode=none
    --set train.micro_batch=1)
 run() { # NAME NP ARGS...
   rm -rf "${OUT:?}/$1"
-  mpirun --oversubscribe -n "$2" "$BUILD/bin/meshtrain" "${C[@]}" "${@:3}" \
+  "${launcher[@]}" -n "$2" "$BUILD/bin/meshtrain" "${C[@]}" "${@:3}" \
     --set output.dir="$OUT/$1" > "$OUT/$1.log" 2>&1 || { tail -5 "$OUT/$1.log"; exit 1; }
 }
 sched() { [ $(($1 * $2)) -lt "$3" ] && echo gpipe || echo 1f1b; } # M K PP
