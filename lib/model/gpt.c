@@ -261,10 +261,10 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
                     par ? (mt_cp_mode)par->cp_mode : MT_CP_RING, shape->seq_len);
   /* token slices: a pass sees T_local / slices tokens of each sequence */
   const int slices = par && par->slices > 1 ? par->slices : 1;
-  if (slices > 1 && ((cpl.size > 1 && cpl.mode != MT_CP_ULYSSES) || cpl.T_local % slices != 0 ||
-                     slices > MT_CP_MAX_CHUNKS || (par && par->documents))) {
-    mt_err_set(e, "parallel.pp_token_slices = %d needs parallel.cp = 1 or Ulysses, no "
-               "documents, and to divide the %d tokens of a sequence on a rank", slices,
+  if (slices > 1 && ((cpl.size > 1 && (cpl.mode != MT_CP_ULYSSES || (par && par->documents))) ||
+                     cpl.T_local % slices != 0 || slices > MT_CP_MAX_CHUNKS)) {
+    mt_err_set(e, "parallel.pp_token_slices = %d needs parallel.cp = 1 or Ulysses (without "
+               "documents), and to divide the %d tokens of a sequence on a rank", slices,
                cpl.T_local);
     return -1;
   }

@@ -92,9 +92,10 @@ void mt_gpt_stage_documents(mt_gpt *m, const int *doc, int B) {
    * attention computes for them: from position 0, or when local from the
    * rank's first chunk (a ring's late chunk also sees its early one) */
   double seen = 0.0, all = 0.0;
+  const int off = m->attn.slices > 1 ? m->attn.slice * T : 0; /* token slices: the pass's */
   for (int b = 0; b < B; b++)
     for (int i = 0; i < T; i++) {
-      int p = global_pos(l, i), first = doc[(size_t)b * S + p];
+      int p = global_pos(l, off + i), first = doc[(size_t)b * S + p];
       pos[(size_t)b * T + i] = p - first;
       lo[(size_t)b * T + i] = first;
       seen += p - first + 1, all += local ? i + 1 : p + 1;

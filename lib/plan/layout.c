@@ -131,7 +131,10 @@ static int check_slices(const mt_config *cfg, const mt_model_shape *s, mt_pp_sch
   if (k <= 1) return 0;
   const char *why = cfg->cp > 1 && cfg->cp_mode != MT_CP_ULYSSES
                         ? "ring context parallelism (parallel.cp > 1, cp_mode = ring)"
-                    : cfg->documents ? "documents (data.documents = true)"
+                    : cfg->cp > 1 && cfg->documents
+                        ? "documents (data.documents = true) under context parallelism"
+                    : cfg->seq_policy == MT_SEQ_VARLEN
+                        ? "data.seq_policy = varlen (its micro-batches vary from step to step)"
                     : s->moe_experts > 0 ? "MoE blocks (model.moe_experts > 0: the routing "
                                            "losses would be a slice's)"
                                          : NULL;

@@ -116,11 +116,11 @@ static int most_layers(int L, int pp, int first, int last) {
 /* Token slices (TeraPipe) are tried where they can pay: a pipeline with
  * fewer than 2 pp micro-batches a step (a bubble over a third), 1F1B or
  * interleaved, slices of 512 tokens or more, and what the run takes with
- * them (cp = 1, no MoE, no documents: plan/layout.c) */
+ * them (cp = 1, no MoE, not varlen: plan/layout.c) */
 static int slices_apply(const mt_config *base, const mt_model_shape *sh, int si, int pp, int cp,
                         int m, int k) {
   return pp > 1 && m < 2 * pp && (si == SCHED_1F1B || si == SCHED_INTERLEAVED) && cp == 1 &&
-         sh->moe_experts == 0 && !base->documents && sh->seq_len % k == 0 &&
+         sh->moe_experts == 0 && base->seq_policy != MT_SEQ_VARLEN && sh->seq_len % k == 0 &&
          sh->seq_len / k >= 512;
 }
 

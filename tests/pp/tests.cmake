@@ -130,3 +130,7 @@ mt_script_test(slices_priced pp slices_priced.sh)
 mt_script_test(slices_resume pp slices_resume.sh)
 # token slices under Ulysses context parallelism
 mt_script_test(slices_ulysses pp slices_ulysses.sh)
+# token slices with documents
+mt_script_test(slices_documents pp slices_documents.sh)
+mt_script_test(pp_slices_varlen badinput ../scripts/expect_fail.sh pp_slices_varlen 1
+  "parallel.pp_token_slices = 2 does not take data.seq_policy = varlen" ${PPT} --set model.n_layer=4 --set data.documents=true --set data.eot=10 --set data.seq_policy=varlen --set parallel.pp_token_slices=2)
