@@ -2,7 +2,9 @@
 # zero = 0, 1, 2, 3 on dp = 2 (and on tiny also dp = 4, tp = 2 with
 # sequence parallelism at zero 3, and context parallelism: ring and Ulysses,
 # alone, with dp = 2 and ZeRO-3, with tp = 2 and sp, with pp = 2 and
-# recompute), `meshtrain --plan-json` (no MPI, no
+# recompute; token slices: pp 2 x dp 2 at ZeRO-2, Ulysses cp = 2; bf16
+# also pp 2 x dp 2 at ZeRO-3: the key/value caches as activations),
+# `meshtrain --plan-json` (no MPI, no
 # allocation) predicts every rank's bytes by category (parameters,
 # gradients, optimizer state, gathered parameters, activations, comm
 # buffers) and the bytes it sends per step over dp (the dp x cp group), tp,
@@ -61,7 +63,8 @@ if [ $bf16 = 1 ]; then
           "dp4z3g16 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1 ${g16[*]}"
           "pp2dp2z1g16 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=2 ${g16[*]}"
           "pp2zbrcg16 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompute=true --set train.micro_batch=2 ${g16[*]}"
-          "tp2spz1g16 2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=1 --set train.micro_batch=4 ${g16[*]}")
+          "tp2spz1g16 2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=1 --set train.micro_batch=4 ${g16[*]}"
+          "pp2k4z3 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=3 --set parallel.pp_token_slices=4 --set train.micro_batch=2")
 elif [ "$preset" = tiny ]; then
   cases+=("dp4z3 4 --set parallel.dp=4 --set parallel.zero=3 --set train.micro_batch=1"
           "dp4z2b 4 --set parallel.dp=4 --set parallel.zero=2 --set train.micro_batch=1 --set parallel.bucket_mb=0.02"
@@ -71,7 +74,9 @@ elif [ "$preset" = tiny ]; then
           "cp2uly 2 --set parallel.cp=2 --set parallel.cp_mode=ulysses --set train.micro_batch=4"
           "cp2dp2z3 4 --set parallel.cp=2 --set parallel.dp=2 --set parallel.zero=3 --set parallel.cp_mode=ulysses --set train.micro_batch=1"
           "cp2tp2sp 4 --set parallel.cp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero=2 --set train.micro_batch=2"
-          "cp2pp2rc 4 --set parallel.cp=2 --set parallel.pp=2 --set train.recompute=true --set train.micro_batch=2")
+          "cp2pp2rc 4 --set parallel.cp=2 --set parallel.pp=2 --set train.recompute=true --set train.micro_batch=2"
+          "pp2dp2k4z2 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2 --set parallel.pp_token_slices=4 --set train.micro_batch=2"
+          "cp2ulyk2 2 --set parallel.cp=2 --set parallel.cp_mode=ulysses --set parallel.pp_token_slices=2 --set train.micro_batch=4")
 fi
 for c in "${cases[@]}"; do mt_plan_and_train "$c" "${common[@]}"; done
 python3 "$MT_SRC/tests/scripts/plan_vs_run.py" "$WORK" dp,tp,pp,cp "${cases[@]}" || fail "plan and run differ"
