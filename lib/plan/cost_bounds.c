@@ -176,7 +176,7 @@ static double moe_kept_lower_bound(const mt_config *cfg, const mt_model_shape *s
 }
 
 double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
-                               const mt_model_shape *sh, int l_first, int l_most) {
+                               const mt_model_shape *sh, int l_first, int l_most, int sets) {
   /* the largest stage's state, or the first stage's state and the
    * activation sets it holds: as many micro-batches (units) as stages in flight
    * (1F1B and ZB-H1; interleaved and GPipe hold more), each with every
@@ -198,6 +198,19 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
                                            : 6.0 * C / s + (4.0 * C + mlp) / tp;
   double act = inflight * tokens * (l_first * per_layer + moe_kept_lower_bound(cfg, sh, l_first)) *
                dt->acts;
+  /* the schedule's count: the executor gives each set held a slot of the
+   * largest chunk's set (pp.c), so the first stage holds at least `sets`
+   * of its first chunk's (v chunks of l_first / v layers: whole sequences,
+   * the split's chunks even). Interleaved, breadth-first and zb-v hold
+   * more than the pp above (breadth-first: every micro-batch). */
+  const int v = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
+  if (sets > 0 && k == 1 && l_first % v == 0) {
+    const int l_chunk = l_first / v;
+    const double by_sched = (double)sets * tokens *
+                            (l_chunk * per_layer + moe_kept_lower_bound(cfg, sh, l_chunk)) *
+                            dt->acts;
+    if (by_sched > act) act = by_sched;
+  }
   double a = state_lower_bound(cfg, dt, sh, l_most), b = state_lower_bound(cfg, dt, sh, l_first);
   return a > b + act ? a : b + act;
 }

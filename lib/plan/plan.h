@@ -365,8 +365,11 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
 double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
                                 const mt_model_shape *sh, double act_bytes_lb, int l_first,
                                 int l_mid, int l_last);
+/* sets: the most activation sets the schedule has the first stage hold at
+ * once (forwarded, not yet backed; mt_pp_first_stage_sets), each of a
+ * chunk's l_first / v layers; 0: at least min(units, pp) */
 double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
-                               const mt_model_shape *sh, int l_first, int l_most);
+                               const mt_model_shape *sh, int l_first, int l_most, int sets);
 /* one layer's forward + backward seconds and the embedding's and the LM
  * head's (a micro-batch of cfg's layout, compute only): the search balances
  * the first and last pipeline stages with them */
