@@ -72,9 +72,29 @@ void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const m
             3.0 * 2.0 * BT * d.Vl / (p->elementwise_gbs * 1e9);
 }
 
+/* A dense block's tp collectives of one micro-batch, at least (cost_comm.c
+ * prices the chunk's counted bytes and calls): the block's calls as it
+ * prices them, each a latency, and the bytes of the four sums (or, under
+ * sp, four reduce-scatters and gathers) of the forward and their mirrors
+ * in the backward, (tp - 1) / tp of a (B T, C) tensor each way of a ring,
+ * 8 (tp - 1) / tp of it in all (sp's gathers for the weight gradients and
+ * a recomputed forward's left out). 0 without tp, for MoE models and
+ * under the ladder residual (which hides some of them). */
+static double tp_block_lower(const mt_config *cfg, const mt_cost_profile *p,
+                             const mt_model_shape *sh, const mt_cost_shape *d, double msg_bytes) {
+  const int tp = cfg->tp;
+  if (tp <= 1 || sh->moe_experts > 0 || mt_model_ladder(sh)) return 0.0;
+  mt_price q;
+  mt_cost_price(p, &q);
+  const double refwd = cfg->recompute ? 1.0 : 0.0;
+  const double calls = (cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0);
+  const double bytes = 8.0 * (tp - 1) / tp * d->B * d->T * d->C * msg_bytes;
+  return mt_cost_coll_xfer_s(&q, bytes, tp, 1, 0) + calls * mt_cost_coll_lat(&q, tp, 1);
+}
+
 double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
-                                const mt_model_shape *sh, double act_bytes_lb, int l_first,
-                                int l_mid, int l_last) {
+                                const mt_model_shape *sh, double act_bytes_lb, double msg_bytes,
+                                int l_first, int l_mid, int l_last) {
   /* the exact price runs the same matmuls and attention at the same shapes
    * (plus MoE experts, elementwise work, communication, dp and AdamW), so
    * this never exceeds it: a stage runs its micro-batches' forwards and
@@ -104,6 +124,10 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
     fb = all_moe || fb_moe < fb ? fb_moe : fb;
     f = all_moe || f_moe < f ? f_moe : f;
   }
+  /* the tp collectives ride on the ops (half on a forward, half on a
+   * backward: cost.c's price_pipeline), so a stage's work holds them; not
+   * the fill's forward */
+  fb += tp_block_lower(cfg, p, sh, &d, msg_bytes);
   const double head = 3.0 * mt_cost_gemm_s(p, d.B * d.T, d.Vl, d.C, 1);
   if (pp == 1) return accum * (l_mid * fb + head);
   double worst = l_first * fb, last = l_last * fb + head;

@@ -273,7 +273,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
                           }
                           int l_mid = first ? (pp > 2 ? (L - first - last) / (pp - 2) : first)
                                             : L / pp;
-                          c.step_lb = mt_cost_step_lower_bound(&cfg, p, &sh, dt.acts,
+                          c.step_lb = mt_cost_step_lower_bound(&cfg, p, &sh, dt.acts, dt.msg,
                                                                first ? first : L / pp,
                                                                l_mid, first ? last : L / pp);
                           push(&cl, &c);
