@@ -172,7 +172,11 @@ static double state_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
     double edp = (double)cfg->tp * cfg->cp * cfg->dp / ((double)cfg->etp * cfg->ep);
     double moe =
         zero_state(cfg->zero, dt, attn / tp, ndp) + zero_state(cfg->zero, dt, experts, edp);
-    if (moe < per_layer) per_layer = moe; /* which blocks are MoE depends on the stage */
+    /* which blocks are MoE depends on the stage, but at most the model's
+     * dense blocks are not: the rest of the n_l are MoE blocks */
+    const int n_dense = sh->n_layer - mt_model_moe_before(sh, sh->n_layer);
+    const int n_moe = n_l > n_dense ? n_l - n_dense : 0;
+    return n_moe * moe + (n_l - n_moe) * (moe < per_layer ? moe : per_layer);
   }
   return n_l * per_layer;
 }
