@@ -60,7 +60,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -439,6 +438,28 @@ def matches(row, r):
     return all(v is None or row[k] == v for k, v in want.items())
 
 
+def table_rows(text):
+    """the ranked rows of meshplan's table (stdout) as its JSON names their
+    fields: the search prunes to its top K there, where --json would price
+    every layout that may fit"""
+    out, seen = [], False
+    for line in text.splitlines():
+        f = line.split()
+        if f[:2] == ["rank", "tp"]:
+            seen = True
+            continue
+        if not seen or len(f) < 12 or not f[0].isdigit():
+            continue
+        sched, _, v = f[8].split("+")[0].partition("/")  # (+sK: K token slices)
+        first = f[9].split("..")[0] if ".." in f[9] else "0"
+        out.append({"tp": int(f[1]), "pp": int(f[2]), "cp": int(f[3]), "ep": int(f[4]),
+                    "zero": int(f[6]), "micro_batch": int(f[7]),
+                    "schedule": "1f1b" if sched == "-" else sched,
+                    "virtual_stages": int(v or 1), "pp_first_layers": int(first),
+                    "sp": int(f[10]), "recompute": int(f[11])})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(SRC, "build", "bin"))
@@ -482,26 +503,25 @@ def main():
         ratio = ratio_of(r, d)
         rank, search = "-", ""
         if not a.no_search:
-            with tempfile.NamedTemporaryFile(suffix=".json") as tf:
-                try:
-                    p = meshplan(binary, r, base_sets(r), ["--ranks", str(gpus), "--top", "10",
-                                                            "--json", tf.name], a.search_timeout)
-                except subprocess.TimeoutExpired:
-                    p = None
-                if p is None:
-                    rank = "t/o"
-                elif p.returncode == 0:
-                    ranked = json.load(open(tf.name))[:10]
-                    hit = [i for i, x in enumerate(ranked) if same_mesh(x, r)]
-                    exact = [i for i, x in enumerate(ranked) if matches(x, r)]
-                    rank = str(hit[0] + 1) if hit else ">10"
-                    if exact:
-                        rank += "=" # every published field too
-                    head = [l for l in p.stdout.splitlines() if l.startswith("# ") and "enumerated" in l]
-                    search = head[0].split("(")[-1].rstrip(")") if head else ""
-                else:
-                    rank = "err"
-                    search = p.stderr.strip()[:60]
+            try:
+                p = meshplan(binary, r, base_sets(r), ["--ranks", str(gpus), "--top", "10"],
+                             a.search_timeout)
+            except subprocess.TimeoutExpired:
+                p = None
+            if p is None:
+                rank = "t/o"
+            elif p.returncode == 0:
+                ranked = table_rows(p.stdout)[:10]
+                hit = [i for i, x in enumerate(ranked) if same_mesh(x, r)]
+                exact = [i for i, x in enumerate(ranked) if matches(x, r)]
+                rank = str(hit[0] + 1) if hit else ">10"
+                if exact:
+                    rank += "=" # every published field too
+                head = [l for l in p.stdout.splitlines() if l.startswith("# ") and "enumerated" in l]
+                search = head[0].split("(")[-1].rstrip(")") if head else ""
+            else:
+                rank = "err"
+                search = p.stderr.strip()[:60]
         sched = lay["parallel.schedule"] + ("/%d" % lay["parallel.virtual_stages"]
                                             if lay["parallel.virtual_stages"] > 1 else "")
         desc = "mb %d zero %d%s%s %s mem %.0f GiB%s" % (

@@ -4,16 +4,43 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
+
+/* The logs of the curve's points, kept from the last curve this thread
+ * interpolated on (the same curve for every matmul of a search: the
+ * interpolation's four logs a call were a tenth of meshplan's time); the
+ * same operations on the same values, so the same rates. */
+typedef struct {
+  int n;
+  double flops[MT_PRICE_MAX_GEMM], gflops[MT_PRICE_MAX_GEMM];
+  double log_flops[MT_PRICE_MAX_GEMM], log_gflops[MT_PRICE_MAX_GEMM];
+} gemm_logs;
+static _Thread_local gemm_logs g_logs;
+
+static const gemm_logs *curve_logs(const mt_price *p) {
+  gemm_logs *c = &g_logs;
+  const size_t bytes = (size_t)p->n_gemm * sizeof(double);
+  if (c->n != p->n_gemm || memcmp(c->flops, p->gemm_flops, bytes) != 0 ||
+      memcmp(c->gflops, p->gemm_gflops, bytes) != 0) {
+    c->n = p->n_gemm;
+    memcpy(c->flops, p->gemm_flops, bytes);
+    memcpy(c->gflops, p->gemm_gflops, bytes);
+    for (int i = 0; i < p->n_gemm; i++) {
+      c->log_flops[i] = log(p->gemm_flops[i]);
+      c->log_gflops[i] = log(p->gemm_gflops[i]);
+    }
+  }
+  return c;
+}
 
 double mt_price_gemm_gflops(const mt_price *p, double flops) {
   if (p->n_gemm < 1) return 1.0; /* no curve: a loaded profile always has one */
   if (flops <= p->gemm_flops[0]) return p->gemm_gflops[0];
   for (int i = 1; i < p->n_gemm; i++)
     if (flops <= p->gemm_flops[i]) {
-      double t = (log(flops) - log(p->gemm_flops[i - 1])) /
-                 (log(p->gemm_flops[i]) - log(p->gemm_flops[i - 1]));
-      return exp(log(p->gemm_gflops[i - 1]) +
-                 t * (log(p->gemm_gflops[i]) - log(p->gemm_gflops[i - 1])));
+      const gemm_logs *c = curve_logs(p);
+      double t = (log(flops) - c->log_flops[i - 1]) / (c->log_flops[i] - c->log_flops[i - 1]);
+      return exp(c->log_gflops[i - 1] + t * (c->log_gflops[i] - c->log_gflops[i - 1]));
     }
   return p->gemm_gflops[p->n_gemm - 1];
 }
@@ -24,23 +51,57 @@ double mt_price_gemm_s(const mt_price *p, double m, double n, double k, double c
   return calls * flops / (mt_price_gemm_gflops(p, flops) * 1e9);
 }
 
+/* block attention's work per head, summed over its row blocks: the FLOPs
+ * of visible pairs, of whole touched tiles, and the products */
+typedef struct {
+  long q0, k0;
+  int Tq, Tk, causal, br, bc;
+  double hs;
+  double visible, whole, calls;
+} attn_work;
+
+static void attn_work_sum(attn_work *w) {
+  double visible = 0.0, whole = 0.0, calls = 0.0;
+  for (int r0 = 0; r0 < w->Tq; r0 += w->br) {
+    int rows = w->Tq - r0 < w->br ? w->Tq - r0 : w->br;
+    long keys = w->causal ? w->q0 + r0 + rows - w->k0 : w->Tk; /* up to the block's last row */
+    if (keys <= 0) continue;
+    if (keys > w->Tk) keys = w->Tk;
+    long tiles = (keys + w->bc - 1) / w->bc;
+    visible += 4.0 * rows * (double)keys * w->hs;
+    whole += 4.0 * w->br * (double)tiles * w->bc * w->hs;
+    calls += 2.0 * (double)tiles;
+  }
+  w->visible = visible, w->whole = whole, w->calls = calls;
+}
+
+/* The sums of the last shapes priced, by a hash of the shape (a priced
+ * layout runs the same few attention shapes in every layer and
+ * micro-batch: the row-block loop was a tenth of meshplan's time) */
+enum { ATTN_MEMO = 64 };
+static _Thread_local attn_work g_attn_memo[ATTN_MEMO];
+static _Thread_local int g_attn_memo_used[ATTN_MEMO];
+
 double mt_price_attn_fwd_s(const mt_price *p, double heads, long q0, int Tq, long k0, int Tk,
                            int causal, double hs) {
   const int br = p->attn_br > 0 ? p->attn_br : 64, bc = p->attn_bc > 0 ? p->attn_bc : 256;
-  double visible = 0.0, whole = 0.0, calls = 0.0; /* per head */
-  for (int r0 = 0; r0 < Tq; r0 += br) {
-    int rows = Tq - r0 < br ? Tq - r0 : br;
-    long keys = causal ? q0 + r0 + rows - k0 : Tk; /* up to the block's last row */
-    if (keys <= 0) continue;
-    if (keys > Tk) keys = Tk;
-    long tiles = (keys + bc - 1) / bc;
-    visible += 4.0 * rows * (double)keys * hs;
-    whole += 4.0 * br * (double)tiles * bc * hs;
-    calls += 2.0 * (double)tiles;
+  attn_work key = {.q0 = q0, .k0 = k0, .Tq = Tq, .Tk = Tk, .causal = causal, .br = br, .bc = bc,
+                   .hs = hs};
+  unsigned long h = (unsigned long)q0 * 0x9E3779B97F4A7C15ul;
+  h ^= (unsigned long)k0 * 0xC2B2AE3D27D4EB4Ful + (unsigned long)Tq * 0x165667B19E3779F9ul;
+  h ^= (unsigned long)Tk * 0x27D4EB2F165667C5ul + (unsigned long)(causal + 2 * br + 131 * bc);
+  h ^= (unsigned long)(hs * 8.0) * 0x85EBCA77C2B2AE63ul;
+  attn_work *w = &g_attn_memo[(h >> 32) % ATTN_MEMO];
+  int *used = &g_attn_memo_used[(h >> 32) % ATTN_MEMO];
+  if (!*used || w->q0 != q0 || w->k0 != k0 || w->Tq != Tq || w->Tk != Tk ||
+      w->causal != causal || w->br != br || w->bc != bc || w->hs != hs) {
+    *w = key;
+    attn_work_sum(w);
+    *used = 1;
   }
-  if (!(heads > 0) || calls == 0) return 0.0;
-  if (p->attn_gflops > 0) return heads * whole / (p->attn_gflops * 1e9);
-  return heads * visible / (mt_price_gemm_gflops(p, visible / calls) * 1e9);
+  if (!(heads > 0) || w->calls == 0) return 0.0;
+  if (p->attn_gflops > 0) return heads * w->whole / (p->attn_gflops * 1e9);
+  return heads * w->visible / (mt_price_gemm_gflops(p, w->visible / w->calls) * 1e9);
 }
 
 double mt_price_elem_s(const mt_price *p, double bytes) {

@@ -67,8 +67,14 @@ void mt_gpt_positions_init(mt_gpt *m) {
   const int T = m->T, S = m->shape.seq_len, k = m->attn.slices > 1 ? m->attn.slices : 1;
   const size_t n = (size_t)k * m->max_B * T;
   int *pos = mt_malloc(n * sizeof(int));
-  for (size_t r = 0; r < n / T; r++) /* token slices: slice r / max_B's rows */
-    for (int i = 0; i < T; i++) pos[r * T + i] = global_pos(l, (int)(r / m->max_B) * T + i);
+  /* token slices: slice j's rows are j * max_B ... (j + 1) * max_B - 1, each
+   * the slice's positions (one row computed, copied to the others: the plan
+   * builds a model for every layout it prices) */
+  for (int j = 0; j < k; j++) {
+    int *row = pos + (size_t)j * m->max_B * T;
+    for (int i = 0; i < T; i++) row[i] = global_pos(l, j * T + i);
+    for (int b = 1; b < m->max_B; b++) memcpy(row + (size_t)b * T, row, (size_t)T * sizeof(int));
+  }
   m->ops->upload(m->tok_pos_all, pos, n * sizeof(int));
   m->tok_pos = m->tok_pos_all;
   if (m->rope_cs) /* the angles of every position of a sequence */

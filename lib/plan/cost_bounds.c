@@ -72,9 +72,29 @@ void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const m
             3.0 * 2.0 * BT * d.Vl / (p->elementwise_gbs * 1e9);
 }
 
+/* A dense block's tp collectives of one micro-batch, at least (cost_comm.c
+ * prices the chunk's counted bytes and calls): the block's calls as it
+ * prices them, each a latency, and the bytes of the four sums (or, under
+ * sp, four reduce-scatters and gathers) of the forward and their mirrors
+ * in the backward, (tp - 1) / tp of a (B T, C) tensor each way of a ring,
+ * 8 (tp - 1) / tp of it in all (sp's gathers for the weight gradients and
+ * a recomputed forward's left out). 0 without tp, for MoE models and
+ * under the ladder residual (which hides some of them). */
+static double tp_block_lower(const mt_config *cfg, const mt_cost_profile *p,
+                             const mt_model_shape *sh, const mt_cost_shape *d, double msg_bytes) {
+  const int tp = cfg->tp;
+  if (tp <= 1 || sh->moe_experts > 0 || mt_model_ladder(sh)) return 0.0;
+  mt_price q;
+  mt_cost_price(p, &q);
+  const double refwd = cfg->recompute ? 1.0 : 0.0;
+  const double calls = (cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0);
+  const double bytes = 8.0 * (tp - 1) / tp * d->B * d->T * d->C * msg_bytes;
+  return mt_cost_coll_xfer_s(&q, bytes, tp, 1, 0) + calls * mt_cost_coll_lat(&q, tp, 1);
+}
+
 double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
-                                const mt_model_shape *sh, double act_bytes_lb, int l_first,
-                                int l_mid, int l_last) {
+                                const mt_model_shape *sh, double act_bytes_lb, double msg_bytes,
+                                int l_first, int l_mid, int l_last) {
   /* the exact price runs the same matmuls and attention at the same shapes
    * (plus MoE experts, elementwise work, communication, dp and AdamW), so
    * this never exceeds it: a stage runs its micro-batches' forwards and
@@ -104,6 +124,10 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
     fb = all_moe || fb_moe < fb ? fb_moe : fb;
     f = all_moe || f_moe < f ? f_moe : f;
   }
+  /* the tp collectives ride on the ops (half on a forward, half on a
+   * backward: cost.c's price_pipeline), so a stage's work holds them; not
+   * the fill's forward */
+  fb += tp_block_lower(cfg, p, sh, &d, msg_bytes);
   const double head = 3.0 * mt_cost_gemm_s(p, d.B * d.T, d.Vl, d.C, 1);
   if (pp == 1) return accum * (l_mid * fb + head);
   double worst = l_first * fb, last = l_last * fb + head;
@@ -148,7 +172,11 @@ static double state_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
     double edp = (double)cfg->tp * cfg->cp * cfg->dp / ((double)cfg->etp * cfg->ep);
     double moe =
         zero_state(cfg->zero, dt, attn / tp, ndp) + zero_state(cfg->zero, dt, experts, edp);
-    if (moe < per_layer) per_layer = moe; /* which blocks are MoE depends on the stage */
+    /* which blocks are MoE depends on the stage, but at most the model's
+     * dense blocks are not: the rest of the n_l are MoE blocks */
+    const int n_dense = sh->n_layer - mt_model_moe_before(sh, sh->n_layer);
+    const int n_moe = n_l > n_dense ? n_l - n_dense : 0;
+    return n_moe * moe + (n_l - n_moe) * (moe < per_layer ? moe : per_layer);
   }
   return n_l * per_layer;
 }
@@ -176,7 +204,7 @@ static double moe_kept_lower_bound(const mt_config *cfg, const mt_model_shape *s
 }
 
 double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
-                               const mt_model_shape *sh, int l_first, int l_most) {
+                               const mt_model_shape *sh, int l_first, int l_most, int sets) {
   /* the largest stage's state, or the first stage's state and the
    * activation sets it holds: as many micro-batches (units) as stages in flight
    * (1F1B and ZB-H1; interleaved and GPipe hold more), each with every
@@ -198,6 +226,19 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
                                            : 6.0 * C / s + (4.0 * C + mlp) / tp;
   double act = inflight * tokens * (l_first * per_layer + moe_kept_lower_bound(cfg, sh, l_first)) *
                dt->acts;
+  /* the schedule's count: the executor gives each set held a slot of the
+   * largest chunk's set (pp.c), so the first stage holds at least `sets`
+   * of its first chunk's (v chunks of l_first / v layers: whole sequences,
+   * the split's chunks even). Interleaved, breadth-first and zb-v hold
+   * more than the pp above (breadth-first: every micro-batch). */
+  const int v = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
+  if (sets > 0 && k == 1 && l_first % v == 0) {
+    const int l_chunk = l_first / v;
+    const double by_sched = (double)sets * tokens *
+                            (l_chunk * per_layer + moe_kept_lower_bound(cfg, sh, l_chunk)) *
+                            dt->acts;
+    if (by_sched > act) act = by_sched;
+  }
   double a = state_lower_bound(cfg, dt, sh, l_most), b = state_lower_bound(cfg, dt, sh, l_first);
   return a > b + act ? a : b + act;
 }

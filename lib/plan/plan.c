@@ -77,6 +77,8 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
                         (float)cfg->moe_z_coef);
     mt_gpt_set_moe_balance(&w->step.model, balance, (float)cfg->moe_bias_rate,
                          (float)cfg->moe_bias_init);
+    /* T: the rank's tokens of a sequence, as the run's batch has them (the
+     * model's T is a slice's under token slices: the executor cuts them) */
     const int n_mb = lay->accum, B = cfg->micro_batch, T = w->step.model.attn.lay.T_local;
     w->tokens = mt_calloc((size_t)B * T + 1, sizeof(int));
     w->rows = mt_calloc((size_t)n_mb, sizeof(int));
@@ -169,12 +171,13 @@ static void figures(const mt_plan_world *w, const mt_config *cfg, mt_plan_rank *
 int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, int dp_rank,
                        int cp_rank, int tp_rank, const mt_price *price, mt_plan_rank *out,
                        mt_plan_world *keep, mt_err *e) {
-  mt_plan_world w;
-  MT_TRY(e, world_run(&w, cfg, lay, world_rank_of(cfg, pp_rank, dp_rank, cp_rank, tp_rank),
+  /* built where it is kept: the step points into its own mesh, so a copy
+   * would leave those pointers in this frame */
+  mt_plan_world local, *w = keep ? keep : &local;
+  MT_TRY(e, world_run(w, cfg, lay, world_rank_of(cfg, pp_rank, dp_rank, cp_rank, tp_rank),
                       price, e));
-  figures(&w, cfg, out);
-  if (keep) *keep = w;
-  else mt_plan_world_destroy(&w);
+  figures(w, cfg, out);
+  if (!keep) mt_plan_world_destroy(w);
   return 0;
 }
 

@@ -359,14 +359,17 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
  * (the slowest stage's matmuls and attention, every micro-batch, and the
  * pipeline's fill; l_first, l_mid, l_last: the layers of the first, a
  * middle and the last stage; act_bytes_lb: at most the activations' bytes
- * per element) and of its memory per device (the state of
+ * per element; msg_bytes: a message element's priced bytes, dt's msg) and of its memory per device (the state of
  * the stage with the most layers, no activations) in dtypes dt. The search
  * prunes with them. */
 double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
-                                const mt_model_shape *sh, double act_bytes_lb, int l_first,
-                                int l_mid, int l_last);
+                                const mt_model_shape *sh, double act_bytes_lb, double msg_bytes,
+                                int l_first, int l_mid, int l_last);
+/* sets: the most activation sets the schedule has the first stage hold at
+ * once (forwarded, not yet backed; mt_pp_first_stage_sets), each of a
+ * chunk's l_first / v layers; 0: at least min(units, pp) */
 double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
-                               const mt_model_shape *sh, int l_first, int l_most);
+                               const mt_model_shape *sh, int l_first, int l_most, int sets);
 /* one layer's forward + backward seconds and the embedding's and the LM
  * head's (a micro-batch of cfg's layout, compute only): the search balances
  * the first and last pipeline stages with them */

@@ -124,6 +124,42 @@ static int slices_apply(const mt_config *base, const mt_model_shape *sh, int si,
          sh->seq_len / k >= 512;
 }
 
+/* The most activation sets the first stage holds at once under a schedule
+ * (forwarded and not yet backed: a split backward's input pass releases
+ * it here, the executor no earlier), from the schedule's own op list; the
+ * memory bound's count (mt_cost_mem_lower_bound). Kept per schedule
+ * shape: the search asks for the same few many times. */
+typedef struct {
+  int si, pp, m, v, k, sets;
+} sets_entry;
+typedef struct {
+  sets_entry *e;
+  int n, cap;
+} sets_cache;
+
+static int first_stage_sets(sets_cache *c, int si, int pp, int m, int v, int k) {
+  for (int i = 0; i < c->n; i++) {
+    const sets_entry *x = &c->e[i];
+    if (x->si == si && x->pp == pp && x->m == m && x->v == v && x->k == k) return x->sets;
+  }
+  mt_pp_schedule s;
+  mt_pp_schedule_build_sliced(&s, g_sched_kinds[si], pp, m, v, si == SCHED_ZBV, k);
+  int held = 0, most = 0;
+  for (int i = 0; i < s.n_ops[0]; i++) {
+    const mt_pp_op_kind kind = s.ops[0][i].kind;
+    if (kind == MT_PP_FWD && ++held > most) most = held;
+    if (kind == MT_PP_BWD || kind == MT_PP_BWD_INPUT) held--;
+  }
+  mt_pp_schedule_free(&s);
+  if (c->n == c->cap) {
+    c->cap = c->cap ? 2 * c->cap : 64;
+    c->e = realloc(c->e, (size_t)c->cap * sizeof *c->e);
+    if (!c->e) mt_die("out of memory (schedule shapes)");
+  }
+  c->e[c->n++] = (sets_entry){si, pp, m, v, k, most};
+  return most;
+}
+
 typedef struct {
   cand *c;
   size_t n, cap;
@@ -163,6 +199,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
   for (int d = 1; d <= world; d++)
     if (world % d == 0) div[n_div++] = d;
   cand_list cl = {0};
+  sets_cache sets_c = {0};
   /* tp and ep groups inside a node (their collectives run in every layer),
    * unless plan.across_nodes asks for them across */
   const int group_max = base->plan_across_nodes ? world : dpn;
@@ -203,6 +240,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
                     if (v > 1 && (pp * v > L ||
                                   mt_pp_sched_check(g_sched_kinds[si], pp, m * k, v, L, &se) != 0))
                       continue;
+                    const int sets = pp > 1 && k == 1 ? first_stage_sets(&sets_c, si, pp, m, v, k) : 0;
                     /* the balancing split puts the embedding and the head on
                      * the first and the last rank: not zb-v's V (both on rank 0) */
                     for (int split = 0; split <= (pp > 1 && si != SCHED_ZBV); split++) {
@@ -225,7 +263,8 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
                           apply(&c, base, &cfg);
                           s->tried++;
                           c.mem_lb = mt_cost_mem_lower_bound(&cfg, &dt, &sh,
-                                                             first ? first : L / pp, l_most);
+                                                             first ? first : L / pp, l_most,
+                                                             sets);
                           if (c.mem_lb > cap) {
                             s->pruned_mem++;
                             if (!s->smallest_mem || c.mem_lb < s->smallest_mem)
@@ -234,7 +273,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
                           }
                           int l_mid = first ? (pp > 2 ? (L - first - last) / (pp - 2) : first)
                                             : L / pp;
-                          c.step_lb = mt_cost_step_lower_bound(&cfg, p, &sh, dt.acts,
+                          c.step_lb = mt_cost_step_lower_bound(&cfg, p, &sh, dt.acts, dt.msg,
                                                                first ? first : L / pp,
                                                                l_mid, first ? last : L / pp);
                           push(&cl, &c);
@@ -250,6 +289,7 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
     }
   }
   free(div);
+  free(sets_c.e);
   /* price in the order of the lower bounds; stop once keep layouts are
    * priced that no later candidate can beat */
   if (cl.n) qsort(cl.c, cl.n, sizeof *cl.c, by_bound); /* (qsort of NULL is undefined) */
