@@ -115,7 +115,8 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   }
   char msg[160];
   snprintf(msg, sizeof msg, "%s forward out", what);
-  TEST_WITHIN(msg, test_worst_bf16(out, out_f, ex_out, nout, ORDER_FLOOR * test_max_abs(out_f, nout)));
+  TEST_WITHIN(msg,
+              test_worst_bf16(out, out_f, ex_out, nout, ORDER_FLOOR * test_max_abs(out_f, nout)));
   double lw = 0.0;
   for (size_t i = 0; i < nlse; i++) {
     if (lse[i] == lse_f[i]) continue; /* -inf both, or equal */
@@ -133,7 +134,8 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
                         dout_f + oo, outb_f + oo, lse + q0, qkv_f + qo, qkv_f + ko + C,
                         qkv_f + ko + 2 * C);
   snprintf(msg, sizeof msg, "%s backward dq|dk|dv", what);
-  TEST_WITHIN(msg, test_worst_bf16(dqkv, dqkv_f, ex_d, nqkv, ORDER_FLOOR * test_max_abs(dqkv_f, nqkv)));
+  TEST_WITHIN(msg,
+              test_worst_bf16(dqkv, dqkv_f, ex_d, nqkv, ORDER_FLOOR * test_max_abs(dqkv_f, nqkv)));
   free(ex_out), free(ex_d);
 
   /* the same bits again, and at the other thread count */
