@@ -48,7 +48,7 @@
 /* the per-thread scratch slots (mt_cpu_scratch) */
 enum {
   SC_S, SC_DP, SC_ACC, SC_M, SC_L, SC_Q, SC_O, SC_DO, SC_K, SC_V, SC_DK, SC_DV, SC_KP, SC_VP,
-  SC_PB, SC_PT
+  SC_PB, SC_PW
 };
 
 static float *scratch(int slot, size_t n) { return mt_cpu_scratch(slot, n * sizeof(float)); }
@@ -115,13 +115,15 @@ typedef struct {
  * Q (ATT_BR x hs), K and V (Tk x hs), or on the dot-product path K and V
  * packed once in pairs along hs (Kp, Vp) and K in pairs of keys (Kr), q
  * and dout in pairs of rows (Qr, dOr), and P or dS rounded to bf16 as rows
- * (Pb, ATT_BR x ATT_BC) and transposed (Pt, ATT_BC x ATT_BR) */
+ * (Pb, ATT_BR x ATT_BC) and then packed in pairs of rows (Pw, ATT_BR / 2 x
+ * ATT_BC words: the transposed operand of dV and dK) */
 typedef struct {
   float *S, *dP, *D, *L;
   float *Q, *O, *dO, *dQ;
   float *K, *V, *dK, *dV;
   uint32_t *Kp, *Vp, *Kr, *Qr, *dOr;
-  mt_bf16 *Pb, *Pt;
+  mt_bf16 *Pb;
+  uint32_t *Pw;
   int dp; /* every product on bf16 dot products */
 } bwd_scratch;
 

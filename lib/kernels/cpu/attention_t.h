@@ -270,10 +270,11 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
       }
 #if IS_BF16
       if (w->dp) {
-        /* dV += P^T dO with P^T rounded to bf16 once (as GPU flash
-         * attention does) */
-        mt_cpu_dot_round_cols(w->Pt, ATT_BR, w->S, ATT_BC, rows, cols);
-        mt_cpu_dot_nt_bf16(dV + (size_t)j0 * lddv, (int)lddv, w->Pt, ATT_BR, cols, w->dOr, ldh, hs,
+        /* dV += P^T dO with P rounded to bf16 once (as GPU flash attention
+         * does), packed in pairs of query rows */
+        mt_cpu_dot_round_rows(w->Pb, ATT_BC, w->S, ATT_BC, rows, cols);
+        mt_cpu_dot_pack_rows(w->Pw, ATT_BC, w->Pb, ATT_BC, rows, cols);
+        mt_cpu_dot_tn_bf16(dV + (size_t)j0 * lddv, (int)lddv, w->Pw, ATT_BC, cols, w->dOr, ldh, hs,
                            (rows + 1) / 2, 1.0f, 1);
         mt_cpu_dot_nt_bf16(w->dP, ATT_BC, dout + ooff, a->o_rs, rows, w->Vp + j0, ldp, cols,
                            hs / 2, 1.0f, 0);
@@ -299,8 +300,8 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
         mt_cpu_dot_round_rows(w->Pb, ATT_BC, w->dP, ATT_BC, rows, cols);
         mt_cpu_dot_nt_bf16(dQ, (int)lddq, w->Pb, ATT_BC, rows, w->Kr + (size_t)(j0 / 2) * ldh, ldh,
                            hs, (cols + 1) / 2, scale, 1);
-        mt_cpu_dot_round_cols(w->Pt, ATT_BR, w->dP, ATT_BC, rows, cols);
-        mt_cpu_dot_nt_bf16(dK + (size_t)j0 * lddk, (int)lddk, w->Pt, ATT_BR, cols, w->Qr, ldh, hs,
+        mt_cpu_dot_pack_rows(w->Pw, ATT_BC, w->Pb, ATT_BC, rows, cols);
+        mt_cpu_dot_tn_bf16(dK + (size_t)j0 * lddk, (int)lddk, w->Pw, ATT_BC, cols, w->Qr, ldh, hs,
                            (rows + 1) / 2, scale, 1);
         continue;
       }
@@ -341,7 +342,7 @@ void FN(attn_backward)(const mt_attn_block *a, void *dq, void *dk, void *dv, con
         w.Qr = mt_cpu_scratch(SC_Q, ATT_BR / 2 * ldh * sizeof(uint32_t));
         w.dOr = mt_cpu_scratch(SC_V, ATT_BR / 2 * ldh * sizeof(uint32_t));
         w.Pb = mt_cpu_scratch(SC_PB, (size_t)ATT_BR * ATT_BC * sizeof(mt_bf16));
-        w.Pt = mt_cpu_scratch(SC_PT, (size_t)ATT_BC * ATT_BR * sizeof(mt_bf16));
+        w.Pw = mt_cpu_scratch(SC_PW, (size_t)(ATT_BR / 2) * ATT_BC * sizeof(uint32_t));
       } else {
         w.Q = scratch(SC_Q, ATT_BR * hs), w.K = scratch(SC_K, tk * hs);
         w.V = scratch(SC_V, tk * hs);

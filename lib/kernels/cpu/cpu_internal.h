@@ -103,14 +103,15 @@ void mt_cpu_dot_pack_rows(uint32_t *Bp, size_t ldp, const mt_bf16 *B, size_t ldb
  * (the bits of mt_bf16_from_f32); for an odd n A[r][n] = 0, so the rows
  * hold whole pairs */
 void mt_cpu_dot_round_rows(mt_bf16 *A, size_t lda, const float *X, size_t ldx, int rows, int n);
-/* the same transposed: A (n x rows) = X^T for X (rows x n); for odd rows
- * A[c][rows] = 0 */
-void mt_cpu_dot_round_cols(mt_bf16 *A, size_t lda, const float *X, size_t ldx, int rows, int n);
 /* S[r][c] = alpha sum_d A[r][d] B[c][d] (r < rows, c < cols, d < 2 np) for
  * bf16 rows A (row stride lda, 2 np readable elements a row) and B packed
  * by mt_cpu_dot_pack_pairs or _rows (Bp, ldp >= mt_dot_round_nc(cols));
  * fp32 S (row stride lds); add: S[r][c] += that instead. */
 void mt_cpu_dot_nt_bf16(float *S, int lds, const mt_bf16 *A, size_t lda, int rows,
+                        const uint32_t *Bp, size_t ldp, int cols, int np, float alpha, int add);
+/* the same with A packed by mt_cpu_dot_pack_rows (Ap, lda >= rows): A's
+ * row r is the packed column r, S = alpha X^T B for the X that was packed */
+void mt_cpu_dot_tn_bf16(float *S, int lds, const uint32_t *Ap, size_t lda, int rows,
                         const uint32_t *Bp, size_t ldp, int cols, int np, float alpha, int add);
 
 /* n bytes (64-byte aligned) of this thread's scratch slot `slot` (0 ..
