@@ -9,12 +9,13 @@
  *   LSE -inf); attn_merge of two key halves against the fp32 merge;
  *   attn_backward (dq, dk, dv accumulated onto non-zero values) from the
  *   same out and LSE; the same bits twice and at 1 and 2 threads. All of
- *   it at hs = 16, 64 and 15 (odd: always sgemm), and at T = 300 (two key
- *   blocks) at hs = 64, also with documents (each row sees its own), on both
- *   matmul paths:
- *   "sgemm" (every product on sgemm of converted rows) and, where oneDNN
- *   is built and the CPU has AVX512-BF16, "onednn" (q k^T and dout v^T on
- *   vdpbf16ps dot products straight from the bf16 rows).
+ *   it at hs = 16, 32, 48, 64, 80, 128 and 15 (odd: always sgemm), and at
+ *   T = 300 (two key blocks) at hs = 64 and 128, also with documents (each
+ *   row sees its own) and causal pairs of other lengths at offsets, on both
+ *   matmul paths: "sgemm" (every product on sgemm of converted rows, the
+ *   fallback) and, where oneDNN is built and the CPU has AVX512-BF16,
+ *   "onednn" (every product on vdpbf16ps dot products, P and dS rounded to
+ *   bf16 for theirs: within the bound of rounding_bounds besides).
  * - softmax_xent forward (also in place) and backward; the vocabulary-
  *   parallel pieces on one rank give softmax_xent's bits, on two column
  *   ranges combined by hand the same losses and probabilities. */
@@ -23,6 +24,63 @@
 /* tolerance floor: a few hundred fp32 roundings of the largest value (sums
  * over up to 70 keys or rows, split into blocks in another order) */
 #define ORDER_FLOOR (256 * FP32_U)
+
+/* set while the products run on vdpbf16ps with P and dS rounded to bf16
+ * (path "onednn" on a CPU with AVX512-BF16, hs even) */
+static int g_rounded;
+
+/* The extra error of rounding P and dS to bf16 for their products, per
+ * element: each rounded term carries a relative error of at most 2^-9, so
+ * a sum over them is off by at most 2^-9 times the sum of the terms'
+ * magnitudes (cancellation in the sum cannot hide it); BF16_U = 2^-8 gives
+ * twice that, for P and dS themselves differing from the fp32 reference's
+ * by the order of the sums. Taken in double from the fp32 reference's
+ * inputs, with the block's own masks:
+ *   out: u sum_c P |v|       dv: u sum_r P |dout|
+ *   dq:  u scale sum_c |dS| |k|   dk: u scale sum_r |dS| |q|
+ * ex_out (B,T,C) and ex_d (B,T,3C) are zeroed first. */
+static void rounding_bounds(const mt_attn_block *a, int q0, int k0, int T, const float *qkv,
+                            const float *dout, const float *out, const float *lse, double *ex_out,
+                            double *ex_d) {
+  const int hs = a->hs, C = a->NH * hs;
+  const size_t r3 = 3 * (size_t)C;
+  const double scale = 1.0 / sqrt((double)hs), u = BF16_U;
+  memset(ex_out, 0, (size_t)a->B * T * C * sizeof(double));
+  memset(ex_d, 0, (size_t)a->B * T * r3 * sizeof(double));
+  double *P = test_alloc((size_t)a->Tk * sizeof(double)), *dS = test_alloc((size_t)a->Tk * 8);
+  for (int b = 0; b < a->B; b++)
+    for (int h = 0; h < a->NH; h++)
+      for (int r = 0; r < a->Tq; r++) {
+        const size_t qi = ((size_t)b * T + q0 + r) * r3 + (size_t)h * hs;
+        const size_t oi = ((size_t)b * T + q0 + r) * C + (size_t)h * hs;
+        const double L = lse[(size_t)b * a->NH * T + (size_t)h * T + q0 + r];
+        double D = 0.0;
+        for (int d = 0; d < hs; d++) D += (double)dout[oi + d] * out[oi + d];
+        for (int c = 0; c < a->Tk; c++) {
+          const size_t ki = ((size_t)b * T + k0 + c) * r3 + C + (size_t)h * hs;
+          const long pos = (long)a->k_pos0 + c;
+          int vis = isfinite(L) && (!a->causal || pos <= (long)a->q_pos0 + r);
+          if (a->q_lo && pos < a->q_lo[(size_t)b * a->lo_bs + r]) vis = 0;
+          double s = 0.0, dp = 0.0;
+          for (int d = 0; d < hs; d++) {
+            s += (double)qkv[qi + d] * qkv[ki + d];
+            dp += (double)dout[oi + d] * qkv[ki + C + d];
+          }
+          P[c] = vis ? exp(scale * s - L) : 0.0;
+          dS[c] = fabs(P[c] * (dp - D));
+        }
+        for (int c = 0; c < a->Tk; c++) {
+          const size_t ki = ((size_t)b * T + k0 + c) * r3 + C + (size_t)h * hs;
+          for (int d = 0; d < hs; d++) {
+            ex_out[oi + d] += u * P[c] * fabs(qkv[ki + C + d]);
+            ex_d[ki + C + d] += u * P[c] * fabs(dout[oi + d]);
+            ex_d[qi + d] += u * scale * dS[c] * fabs(qkv[ki + d]);
+            ex_d[ki + d] += u * scale * dS[c] * fabs(qkv[qi + d]);
+          }
+        }
+      }
+  free(P), free(dS);
+}
 
 static mt_attn_block fused_block(int B, int NH, int hs, int T, int Tq, int Tk, int q0, int k0,
                                  int causal) {
@@ -49,9 +107,16 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   bops->attn_forward(MT_DT_BF16, a, out + oo, lse + q0, qkv + qo, qkv + ko + C, qkv + ko + 2 * C);
   f32ops->attn_forward(MT_DT_F32, a, out_f + oo, lse_f + q0, qkv_f + qo, qkv_f + ko + C,
                        qkv_f + ko + 2 * C);
+  for (size_t i = 0; i < nout; i++) outb_f[i] = mt_bf16_to_f32(out[i]);
+  double *ex_out = NULL, *ex_d = NULL; /* the rounded path's extra error (rounding_bounds) */
+  if (g_rounded && a->hs % 2 == 0) {
+    ex_out = test_alloc(nout * sizeof(double)), ex_d = test_alloc(nqkv * sizeof(double));
+    rounding_bounds(a, q0, k0, T, qkv_f, dout_f, outb_f, lse, ex_out, ex_d);
+  }
   char msg[160];
   snprintf(msg, sizeof msg, "%s forward out", what);
-  TEST_WITHIN(msg, test_worst_bf16(out, out_f, NULL, nout, ORDER_FLOOR * test_max_abs(out_f, nout)));
+  TEST_WITHIN(msg,
+              test_worst_bf16(out, out_f, ex_out, nout, ORDER_FLOOR * test_max_abs(out_f, nout)));
   double lw = 0.0;
   for (size_t i = 0; i < nlse; i++) {
     if (lse[i] == lse_f[i]) continue; /* -inf both, or equal */
@@ -61,7 +126,6 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
   TEST_WITHIN(msg, lw);
 
   /* backward from the same (bf16) out and lse, onto the same start values */
-  for (size_t i = 0; i < nout; i++) outb_f[i] = mt_bf16_to_f32(out[i]);
   memcpy(dqkv, d0, nqkv * 2);
   for (size_t i = 0; i < nqkv; i++) dqkv_f[i] = mt_bf16_to_f32(d0[i]);
   bops->attn_backward(MT_DT_BF16, a, dqkv + qo, dqkv + ko + C, dqkv + ko + 2 * C, dout + oo,
@@ -70,7 +134,9 @@ static void check_pair(const char *what, const mt_attn_block *a, int q0, int k0,
                         dout_f + oo, outb_f + oo, lse + q0, qkv_f + qo, qkv_f + ko + C,
                         qkv_f + ko + 2 * C);
   snprintf(msg, sizeof msg, "%s backward dq|dk|dv", what);
-  TEST_WITHIN(msg, test_worst_bf16(dqkv, dqkv_f, NULL, nqkv, ORDER_FLOOR * test_max_abs(dqkv_f, nqkv)));
+  TEST_WITHIN(msg,
+              test_worst_bf16(dqkv, dqkv_f, ex_d, nqkv, ORDER_FLOOR * test_max_abs(dqkv_f, nqkv)));
+  free(ex_out), free(ex_d);
 
   /* the same bits again, and at the other thread count */
   int threads = mt_kernels_threads();
@@ -155,7 +221,12 @@ static void test_attention(const char *path, int hs) {
   free(o1), free(o2), free(l1), free(l2), free(o1_f), free(o2_f), free(l1_f);
 }
 
-/* several key blocks (ATT_BC = 256 keys): causal and non-causal at T = 300 */
+/* several key blocks (ATT_BC = 256 keys): causal and non-causal at T = 300,
+ * causal block pairs of other lengths (Tq != Tk) at position offsets as
+ * token slices and the ring give them: queries 100..299 against keys
+ * 40..299 (two key blocks, the second of 4), queries 256..299 against keys
+ * 0..255 (every key visible), queries 3..203 against keys 1..255 (odd
+ * offsets and lengths) */
 static void test_attention_long(const char *path, int hs) {
   const int B = 1, NH = 2, C = NH * hs, T = 300;
   attn_inputs in = inputs_make(B, T, C);
@@ -168,6 +239,14 @@ static void test_attention_long(const char *path, int hs) {
   }
   /* documents: each row sees its own document; boundaries in both key
    * blocks, a one-token document, a last one that starts past 288 */
+  const int pairs[][4] = {{100, 200, 40, 260}, {256, 44, 0, 256}, {3, 201, 1, 255}};
+  for (int p = 0; p < 3; p++) {
+    const int q0 = pairs[p][0], tq = pairs[p][1], k0 = pairs[p][2], tk = pairs[p][3];
+    mt_attn_block blk = fused_block(B, NH, hs, T, tq, tk, q0, k0, 1);
+    snprintf(name, sizeof name, "%s hs=%d: attention pair q %d..%d k %d..%d", path, hs, q0,
+             q0 + tq - 1, k0, k0 + tk - 1);
+    check_pair(name, &blk, q0, k0, in.qkv, in.qkv_f, in.dout, in.dout_f, in.d0, T);
+  }
   const int starts[] = {0, 45, 140, 141, 290};
   int *lo = test_alloc(T * sizeof(int));
   for (int i = 0, k = 0; i < T; i++) {
@@ -269,13 +348,15 @@ int main(void) {
       printf("test_bf16_attn: matmul path %s not in this build, skipped\n", paths[p]);
       continue;
     }
-    printf("test_bf16_attn: path %s: q k^T and dout v^T on %s\n", paths[p],
-           p == 1 && mt_cpu_bf16_level() >= 1 ? "vdpbf16ps (hs even)" : "sgemm");
-    test_attention(paths[p], 16);
-    test_attention(paths[p], 64);
-    test_attention(paths[p], 15);
+    g_rounded = p == 1 && mt_cpu_bf16_level() >= 1;
+    printf("test_bf16_attn: path %s: attention's products on %s\n", paths[p],
+           g_rounded ? "vdpbf16ps (hs even; P, dS rounded to bf16)" : "sgemm of widened rows");
+    const int sizes[] = {16, 32, 48, 64, 80, 128, 15};
+    for (int i = 0; i < 7; i++) test_attention(paths[p], sizes[i]);
     test_attention_long(paths[p], 64);
+    test_attention_long(paths[p], 128);
   }
+  g_rounded = 0;
   mt_bf16_gemm_select("auto");
   test_xent();
   return mt_check_summary("test_bf16_attn");

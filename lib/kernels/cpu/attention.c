@@ -9,10 +9,15 @@
  * Products on blocks go to cblas_sgemm (single-threaded inside a parallel
  * region, see mt_cpu_blas_serial_begin) on fp32 rows: an fp32 tensor's rows
  * where they are (through their strides), a bf16 tensor's widened into
- * blocks of the task's own. The two products whose operands are both bf16
- * (S = scale q k^T, dP = dout v^T) run instead on AVX512-BF16 dot products
- * straight from the bf16 rows where the process's bf16 matmuls run on
- * oneDNN (dot_bf16.c). The row maximum and the exp-and-sum loops are
+ * blocks of the task's own. Where the process's bf16 matmuls run on oneDNN
+ * on a CPU with AVX512-BF16 (dot_bf16.c; MT_BF16_GEMM=sgemm, or
+ * mt_bf16_gemm_select("sgemm"), keeps the widened fp32 products), every
+ * bf16 product runs instead on vdpbf16ps dot products, accumulated in fp32:
+ * S = scale q k^T and dP = dout v^T straight from the bf16 rows, and
+ * O += P v, dV += P^T dout, dQ += scale dS k, dK += scale dS^T q with the
+ * fp32 intermediates P and dS rounded to bf16 once for the product, as GPU
+ * flash attention does (the online softmax, the LSE, D and every
+ * accumulator stay fp32). The row maximum and the exp-and-sum loops are
  * rows_cpu.c's vectorised ones. Results are accumulated in fp32 and stored
  * once per call: fp32 outputs accumulate in place, bf16 ones are rounded
  * once per call (dq, dk, dv = round(d + this call's fp32 sum)).
@@ -41,7 +46,10 @@
 #define ATT_BC 256
 
 /* the per-thread scratch slots (mt_cpu_scratch) */
-enum { SC_S, SC_DP, SC_ACC, SC_M, SC_L, SC_Q, SC_O, SC_DO, SC_K, SC_V, SC_DK, SC_DV, SC_KP, SC_VP };
+enum {
+  SC_S, SC_DP, SC_ACC, SC_M, SC_L, SC_Q, SC_O, SC_DO, SC_K, SC_V, SC_DK, SC_DV, SC_KP, SC_VP,
+  SC_PB, SC_PW
+};
 
 static float *scratch(int slot, size_t n) { return mt_cpu_scratch(slot, n * sizeof(float)); }
 
@@ -92,23 +100,31 @@ static float exp_row(float *s, int lo, int n, int cols, float shift) {
 
 /* what a forward task works in: S (ATT_BR x ATT_BC), acc (ATT_BR x hs), m
  * and l (ATT_BR); for bf16 also the widened rows Q (ATT_BR x hs), K and V
- * (ATT_BC x hs), or on the dot-product path a key block packed (Kp) */
+ * (ATT_BC x hs), or on the dot-product path a key block packed in pairs
+ * along hs (Kp) and in pairs of keys (Vr), and P rounded to bf16 (Pb) */
 typedef struct {
   float *S, *acc, *m, *l, *Q, *K, *V;
-  uint32_t *Kp;
-  int dp; /* S on bf16 dot products (mt_cpu_dot_bf16_usable) */
+  uint32_t *Kp, *Vr;
+  mt_bf16 *Pb;
+  int dp; /* every product on bf16 dot products (mt_cpu_dot_bf16_usable) */
 } fwd_scratch;
 
 /* what a backward task works in: S and dP (ATT_BR x ATT_BC), D and L
- * (ATT_BR); for bf16 also the widened rows Q, O, dO and the accumulator dQ
- * (ATT_BR x hs), the head's visible keys K, V and accumulators dK, dV (Tk
- * x hs), or on the dot-product path K and V packed once (Kp, Vp) */
+ * (ATT_BR); for bf16 also the widened rows O, dO and the accumulator dQ
+ * (ATT_BR x hs), the accumulators dK, dV (Tk x hs), and either the widened
+ * Q (ATT_BR x hs), K and V (Tk x hs), or on the dot-product path K and V
+ * packed once in pairs along hs (Kp, Vp) and K in pairs of keys (Kr), q
+ * and dout in pairs of rows (Qr, dOr), and P or dS rounded to bf16 as rows
+ * (Pb, ATT_BR x ATT_BC) and then packed in pairs of rows (Pw, ATT_BR / 2 x
+ * ATT_BC words: the transposed operand of dV and dK) */
 typedef struct {
   float *S, *dP, *D, *L;
   float *Q, *O, *dO, *dQ;
   float *K, *V, *dK, *dV;
-  uint32_t *Kp, *Vp;
-  int dp; /* S and dP on bf16 dot products */
+  uint32_t *Kp, *Vp, *Kr, *Qr, *dOr;
+  mt_bf16 *Pb;
+  uint32_t *Pw;
+  int dp; /* every product on bf16 dot products */
 } bwd_scratch;
 
 #define MT_TYPED_BODY "kernels/cpu/attention_t.h"

@@ -70,7 +70,7 @@ static void FN(forward_task)(const mt_attn_block *a, T *out, float *lse, const T
 #if IS_BF16
     if (w->dp) {
       mt_cpu_dot_pack_pairs(w->Kp, ATT_BC, kb + (size_t)j0 * a->k_rs, a->k_rs, cols, hs / 2);
-      mt_cpu_dot_nt_bf16(w->S, ATT_BC, qb, a->q_rs, rows, w->Kp, ATT_BC, cols, hs / 2, scale);
+      mt_cpu_dot_nt_bf16(w->S, ATT_BC, qb, a->q_rs, rows, w->Kp, ATT_BC, cols, hs / 2, scale, 0);
     } else
 #endif
     {
@@ -78,7 +78,6 @@ static void FN(forward_task)(const mt_attn_block *a, T *out, float *lse, const T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, Q, (int)ldq, K,
                   (int)ldk, 0.0f, w->S, ATT_BC);
     }
-    const float *V = FN(rows_f32)(w->V, vb + (size_t)j0 * a->v_rs, a->v_rs, cols, hs, &ldv);
     for (int r = 0; r < rows; r++) {
       float *s = w->S + (size_t)r * ATT_BC;
       int lo;
@@ -97,6 +96,20 @@ static void FN(forward_task)(const mt_attn_block *a, T *out, float *lse, const T
         for (int d = 0; d < hs; d++) ar[d] *= corr;
       }
     }
+#if IS_BF16
+    if (w->dp) {
+      /* acc += P V on dot products: P rounded to bf16 once for the product
+       * (as GPU flash attention does; the row sums l stay those of the fp32
+       * P), V's rows packed in pairs of keys */
+      mt_cpu_dot_round_rows(w->Pb, ATT_BC, w->S, ATT_BC, rows, cols);
+      mt_cpu_dot_pack_rows(w->Vr, (size_t)mt_dot_round_nc(hs), vb + (size_t)j0 * a->v_rs, a->v_rs,
+                           cols, hs);
+      mt_cpu_dot_nt_bf16(w->acc, hs, w->Pb, ATT_BC, rows, w->Vr, (size_t)mt_dot_round_nc(hs), hs,
+                         (cols + 1) / 2, 1.0f, 1);
+      continue;
+    }
+#endif
+    const float *V = FN(rows_f32)(w->V, vb + (size_t)j0 * a->v_rs, a->v_rs, cols, hs, &ldv);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, w->S, ATT_BC, V,
                 (int)ldv, 1.0f, w->acc, hs);
   }
@@ -127,12 +140,13 @@ void FN(attn_forward)(const mt_attn_block *a, void *out, float *lse, const void 
     fwd_scratch w = {.S = scratch(SC_S, (size_t)ATT_BR * ATT_BC),
                      .acc = scratch(SC_ACC, ATT_BR * hs), .m = scratch(SC_M, ATT_BR),
                      .l = scratch(SC_L, ATT_BR), .dp = dp};
-    if (IS_BF16) {
+    if (IS_BF16 && dp) {
+      w.Kp = mt_cpu_scratch(SC_KP, (size_t)ATT_BC * (hs / 2) * sizeof(uint32_t));
+      w.Pb = mt_cpu_scratch(SC_PB, (size_t)ATT_BR * ATT_BC * sizeof(mt_bf16));
+      w.Vr = mt_cpu_scratch(SC_V, (size_t)(ATT_BC / 2) * mt_dot_round_nc(a->hs) * sizeof(uint32_t));
+    } else if (IS_BF16) {
       w.V = scratch(SC_V, ATT_BC * hs);
-      if (dp)
-        w.Kp = mt_cpu_scratch(SC_KP, (size_t)ATT_BC * (hs / 2) * sizeof(uint32_t));
-      else
-        w.Q = scratch(SC_Q, ATT_BR * hs), w.K = scratch(SC_K, ATT_BC * hs);
+      w.Q = scratch(SC_Q, ATT_BR * hs), w.K = scratch(SC_K, ATT_BC * hs);
     }
     /* later query blocks see more keys: hand tasks out one at a time */
 #pragma omp for schedule(dynamic, 1)
@@ -195,16 +209,22 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
   const int kall = keys_end(a, a->Tq); /* every key a row of this call sees */
   if (kall == 0) return;
   const T *kb = k + (size_t)b * a->k_bs + hoff, *vb = v + (size_t)b * a->v_bs + hoff;
-  size_t ldk, ldv = 0, lddk, lddv;
-  const float *K = FN(rows_f32)(w->K, kb, a->k_rs, kall, hs, &ldk), *V = NULL;
+  size_t ldk = 0, ldv = 0, lddk, lddv;
+  const float *K = NULL, *V = NULL;
 #if IS_BF16
-  const size_t ldp = (size_t)mt_dot_round_nc(kall); /* Kp, Vp: the head's keys packed once */
+  /* Kp, Vp: the head's keys packed once in pairs along hs (for S and dP),
+   * Kr in pairs of keys (for dQ) */
+  const size_t ldp = (size_t)mt_dot_round_nc(kall), ldh = (size_t)mt_dot_round_nc(hs);
   if (w->dp) {
     mt_cpu_dot_pack_pairs(w->Kp, ldp, kb, a->k_rs, kall, hs / 2);
     mt_cpu_dot_pack_pairs(w->Vp, ldp, vb, a->v_rs, kall, hs / 2);
+    mt_cpu_dot_pack_rows(w->Kr, ldh, kb, a->k_rs, kall, hs);
   } else
 #endif
+  {
+    K = FN(rows_f32)(w->K, kb, a->k_rs, kall, hs, &ldk);
     V = FN(rows_f32)(w->V, vb, a->v_rs, kall, hs, &ldv);
+  }
   float *dK = FN(acc_begin)(w->dK, dk + (size_t)b * a->k_bs + hoff, a->k_rs, kall, hs, &lddk);
   float *dV = FN(acc_begin)(w->dV, dv + (size_t)b * a->v_bs + hoff, a->v_rs, kall, hs, &lddv);
   for (int i0 = 0; i0 < a->Tq; i0 += ATT_BR) {
@@ -213,8 +233,15 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
     if (kend <= kbeg) continue;
     const size_t qoff = (size_t)b * a->q_bs + (size_t)i0 * a->q_rs + hoff;
     const size_t ooff = (size_t)b * a->o_bs + (size_t)i0 * a->o_rs + hoff;
-    size_t ldq, ldo, lddo, lddq;
-    const float *Q = FN(rows_f32)(w->Q, q + qoff, a->q_rs, rows, hs, &ldq);
+    size_t ldq = 0, ldo, lddo, lddq;
+    const float *Q = NULL;
+#if IS_BF16
+    if (w->dp) { /* q and dout in pairs of rows, for dK and dV */
+      mt_cpu_dot_pack_rows(w->Qr, ldh, q + qoff, a->q_rs, rows, hs);
+      mt_cpu_dot_pack_rows(w->dOr, ldh, dout + ooff, a->o_rs, rows, hs);
+    } else
+#endif
+      Q = FN(rows_f32)(w->Q, q + qoff, a->q_rs, rows, hs, &ldq);
     const float *O = FN(rows_f32)(w->O, out + ooff, a->o_rs, rows, hs, &ldo);
     const float *dO = FN(rows_f32)(w->dO, dout + ooff, a->o_rs, rows, hs, &lddo);
     float *dQ = FN(acc_begin)(w->dQ, dq + qoff, a->q_rs, rows, hs, &lddq);
@@ -228,38 +255,59 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
     }
     for (int j0 = kbeg; j0 < kend; j0 += ATT_BC) {
       const int cols = mt_min_int(ATT_BC, kend - j0);
-      const float *Kj = K + (size_t)j0 * ldk;
 #if IS_BF16
       if (w->dp)
         mt_cpu_dot_nt_bf16(w->S, ATT_BC, q + qoff, a->q_rs, rows, w->Kp + j0, ldp, cols, hs / 2,
-                           scale);
+                           scale, 0);
       else
 #endif
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, Q, (int)ldq,
-                    Kj, (int)ldk, 0.0f, w->S, ATT_BC);
+                    K + (size_t)j0 * ldk, (int)ldk, 0.0f, w->S, ATT_BC);
       for (int r = 0; r < rows; r++) {
         float *s = w->S + (size_t)r * ATT_BC;
         int lo = 0, vis = w->L[r] == -INFINITY ? 0 : keys_visible(a, b, i0 + r, j0, cols, &lo);
         exp_row(s, lo, vis, cols, w->L[r] == -INFINITY ? 0.0f : w->L[r]);
       }
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, w->S, ATT_BC, dO,
-                  (int)lddo, 1.0f, dV + (size_t)j0 * lddv, (int)lddv);
 #if IS_BF16
-      if (w->dp)
+      if (w->dp) {
+        /* dV += P^T dO with P rounded to bf16 once (as GPU flash attention
+         * does), packed in pairs of query rows */
+        mt_cpu_dot_round_rows(w->Pb, ATT_BC, w->S, ATT_BC, rows, cols);
+        mt_cpu_dot_pack_rows(w->Pw, ATT_BC, w->Pb, ATT_BC, rows, cols);
+        mt_cpu_dot_tn_bf16(dV + (size_t)j0 * lddv, (int)lddv, w->Pw, ATT_BC, cols, w->dOr, ldh, hs,
+                           (rows + 1) / 2, 1.0f, 1);
         mt_cpu_dot_nt_bf16(w->dP, ATT_BC, dout + ooff, a->o_rs, rows, w->Vp + j0, ldp, cols,
-                           hs / 2, 1.0f);
-      else
+                           hs / 2, 1.0f, 0);
+      } else
 #endif
+      {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, w->S, ATT_BC,
+                    dO, (int)lddo, 1.0f, dV + (size_t)j0 * lddv, (int)lddv);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, dO, (int)lddo,
                     V + (size_t)j0 * ldv, (int)ldv, 0.0f, w->dP, ATT_BC);
+      }
       for (int r = 0; r < rows; r++) {
         const float *p = w->S + (size_t)r * ATT_BC;
         float *ds = w->dP + (size_t)r * ATT_BC, Dr = w->D[r];
 #pragma omp simd
         for (int c = 0; c < cols; c++) ds[c] = p[c] * (ds[c] - Dr);
       }
+#if IS_BF16
+      if (w->dp) {
+        /* dQ += scale dS K, dK += scale dS^T Q with dS rounded to bf16 once
+         * (as GPU flash attention does); j0 is even (keys_begin), so Kr's
+         * pairs start at key j0 */
+        mt_cpu_dot_round_rows(w->Pb, ATT_BC, w->dP, ATT_BC, rows, cols);
+        mt_cpu_dot_nt_bf16(dQ, (int)lddq, w->Pb, ATT_BC, rows, w->Kr + (size_t)(j0 / 2) * ldh, ldh,
+                           hs, (cols + 1) / 2, scale, 1);
+        mt_cpu_dot_pack_rows(w->Pw, ATT_BC, w->Pb, ATT_BC, rows, cols);
+        mt_cpu_dot_tn_bf16(dK + (size_t)j0 * lddk, (int)lddk, w->Pw, ATT_BC, cols, w->Qr, ldh, hs,
+                           (rows + 1) / 2, scale, 1);
+        continue;
+      }
+#endif
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, scale, w->dP, ATT_BC,
-                  Kj, (int)ldk, 1.0f, dQ, (int)lddq);
+                  K + (size_t)j0 * ldk, (int)ldk, 1.0f, dQ, (int)lddq);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, scale, w->dP, ATT_BC, Q,
                   (int)ldq, 1.0f, dK + (size_t)j0 * lddk, (int)lddk);
     }
@@ -283,14 +331,20 @@ void FN(attn_backward)(const mt_attn_block *a, void *dq, void *dk, void *dv, con
                      .dP = scratch(SC_DP, (size_t)ATT_BR * ATT_BC), .D = scratch(SC_M, ATT_BR),
                      .L = scratch(SC_L, ATT_BR), .dp = dp};
     if (IS_BF16) {
-      w.Q = scratch(SC_Q, ATT_BR * hs), w.O = scratch(SC_O, ATT_BR * hs);
+      w.O = scratch(SC_O, ATT_BR * hs);
       w.dO = scratch(SC_DO, ATT_BR * hs), w.dQ = scratch(SC_ACC, ATT_BR * hs);
-      w.K = scratch(SC_K, tk * hs), w.dK = scratch(SC_DK, tk * hs), w.dV = scratch(SC_DV, tk * hs);
+      w.dK = scratch(SC_DK, tk * hs), w.dV = scratch(SC_DV, tk * hs);
       if (dp) {
-        size_t np = hs / 2, ldp = (size_t)mt_dot_round_nc(a->Tk);
+        size_t np = hs / 2, ldp = (size_t)mt_dot_round_nc(a->Tk), ldh = mt_dot_round_nc(a->hs);
         w.Kp = mt_cpu_scratch(SC_KP, np * ldp * sizeof(uint32_t));
         w.Vp = mt_cpu_scratch(SC_VP, np * ldp * sizeof(uint32_t));
+        w.Kr = mt_cpu_scratch(SC_K, (tk + 1) / 2 * ldh * sizeof(uint32_t));
+        w.Qr = mt_cpu_scratch(SC_Q, ATT_BR / 2 * ldh * sizeof(uint32_t));
+        w.dOr = mt_cpu_scratch(SC_V, ATT_BR / 2 * ldh * sizeof(uint32_t));
+        w.Pb = mt_cpu_scratch(SC_PB, (size_t)ATT_BR * ATT_BC * sizeof(mt_bf16));
+        w.Pw = mt_cpu_scratch(SC_PW, (size_t)(ATT_BR / 2) * ATT_BC * sizeof(uint32_t));
       } else {
+        w.Q = scratch(SC_Q, ATT_BR * hs), w.K = scratch(SC_K, tk * hs);
         w.V = scratch(SC_V, tk * hs);
       }
     }

@@ -80,7 +80,7 @@ void mt_bf16_from_f32_serial(mt_bf16 *dst, const float *src, size_t n);
 void mt_bf16_to_f32_serial(float *dst, const mt_bf16 *src, size_t n);
 
 /* ---- bf16 dot products on AVX512-BF16 (dot_bf16.c), for attention's
- * products whose operands are both bf16 ---- */
+ * products: of bf16 rows, or of fp32 intermediates rounded to bf16 once ---- */
 
 /* the dot-product path for a head size: the process's bf16 matmuls run on
  * oneDNN because the CPU has AVX512-BF16 at full rate (or AMX), and hs is
@@ -94,11 +94,25 @@ static inline int mt_dot_round_nc(int n) { return (n + MT_DOT_NC - 1) / MT_DOT_N
  * columns cols .. mt_dot_round_nc(cols) - 1 are zero. */
 void mt_cpu_dot_pack_pairs(uint32_t *Bp, size_t ldp, const mt_bf16 *B, size_t ldb, int cols,
                            int np);
+/* the same layout from a row-major operand B (n x cols, row stride ldb)
+ * whose rows are the depth: Bp[p][c] = the word of B[2p][c], B[2p+1][c]
+ * (p < (n + 1) / 2; for an odd n the last pair's second half is 0) */
+void mt_cpu_dot_pack_rows(uint32_t *Bp, size_t ldp, const mt_bf16 *B, size_t ldb, int n,
+                          int cols);
+/* A (rows x n, row stride lda) = X (fp32, row stride ldx) rounded to bf16
+ * (the bits of mt_bf16_from_f32); for an odd n A[r][n] = 0, so the rows
+ * hold whole pairs */
+void mt_cpu_dot_round_rows(mt_bf16 *A, size_t lda, const float *X, size_t ldx, int rows, int n);
 /* S[r][c] = alpha sum_d A[r][d] B[c][d] (r < rows, c < cols, d < 2 np) for
- * bf16 rows A (row stride lda) and B packed by mt_cpu_dot_pack_pairs (Bp,
- * ldp >= mt_dot_round_nc(cols)); fp32 S (row stride lds). */
+ * bf16 rows A (row stride lda, 2 np readable elements a row) and B packed
+ * by mt_cpu_dot_pack_pairs or _rows (Bp, ldp >= mt_dot_round_nc(cols));
+ * fp32 S (row stride lds); add: S[r][c] += that instead. */
 void mt_cpu_dot_nt_bf16(float *S, int lds, const mt_bf16 *A, size_t lda, int rows,
-                        const uint32_t *Bp, size_t ldp, int cols, int np, float alpha);
+                        const uint32_t *Bp, size_t ldp, int cols, int np, float alpha, int add);
+/* the same with A packed by mt_cpu_dot_pack_rows (Ap, lda >= rows): A's
+ * row r is the packed column r, S = alpha X^T B for the X that was packed */
+void mt_cpu_dot_tn_bf16(float *S, int lds, const uint32_t *Ap, size_t lda, int rows,
+                        const uint32_t *Bp, size_t ldp, int cols, int np, float alpha, int add);
 
 /* n bytes (64-byte aligned) of this thread's scratch slot `slot` (0 ..
  * MT_CPU_SCRATCH_SLOTS-1), grown to the largest request and kept between
