@@ -11,6 +11,12 @@ mkdir -p "$WORK"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# Open MPI's session directory, the test's own: two mpiruns starting at once
+# under ctest -j raced on making the shared one in /tmp ("mkdir
+# /tmp/ompi.HOST.UID: File exists", before the program ran). Short: its
+# sockets' paths must stay within 108 bytes.
+export OMPI_MCA_orte_tmpdir_base="/tmp/mto.$(printf '%s' "$WORK" | md5sum | cut -c1-10)"
+
 # The tools that make a test's inputs (corpora, token files): the build's
 # own, or where the sanitizer pass sets it (tests/run.sh) the release
 # build's; an instrumented tool costs 1.5 s a start, and its inputs are
