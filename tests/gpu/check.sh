@@ -97,7 +97,7 @@ if o and "op_seconds" in o.get("device", {}):
     def share(*names): return sum(ops.get(p + k, 0) for k in names for p in ("", "bf16 "))
     att = share("attn_forward", "attn_merge", "attn_backward", "attention_forward",
                 "attention_backward")
-    mm = share("matmul_forward", "matmul_backward")
+    mm = share("matmul_forward", "matmul_backward", "matmul_backward_first")
     r.setdefault("bench", {})["attention_share_of_gpu_time"] = att / tot if tot else None
     r["bench"]["matmul_share_of_gpu_time"] = mm / tot if tot else None
 json.dump(r, open(os.path.join(outdir, "results.json"), "w"), indent=2, sort_keys=True)
