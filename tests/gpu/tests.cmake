@@ -23,6 +23,9 @@ mt_script_test(edges gpu ops.sh gpu_edges)
 # the block attention and cross-entropy on bf16 storage against the CPU's
 mt_test_program(gpu_attn_bf16 ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bf16.c)
 mt_script_test(attn_bf16 gpu ops.sh gpu_attn_bf16)
+# the CPU references of bf16 attention as the CUDA kernels compute it (P
+# and dS kept in fp32: MT_BF16_ATTN=widened)
+set_property(TEST gpu.attn_bf16 gpu.bf16 APPEND PROPERTY ENVIRONMENT MT_BF16_ATTN=widened)
 # a target of -1 (ignored: loss 0, dlogits 0) in the cross-entropy ops, fp32 and bf16
 mt_test_program(gpu_xent_ignore ${CMAKE_CURRENT_LIST_DIR}/gpu_xent_ignore.c)
 mt_script_test(xent_ignore gpu ops.sh gpu_xent_ignore fp32)

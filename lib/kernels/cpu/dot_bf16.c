@@ -13,11 +13,16 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+/* MT_BF16_ATTN=widened keeps attention on the widened fp32 products (P
+ * and dS unrounded) whatever the matmuls run on: the GPU tests' CPU
+ * reference, since the CUDA kernels keep P and dS in fp32 as that path does */
 int mt_cpu_dot_bf16_usable(int hs) {
+  const char *attn = getenv("MT_BF16_ATTN");
   return hs > 0 && hs % 2 == 0 && !strcmp(mt_bf16_gemm_path(), "onednn") &&
-         mt_cpu_bf16_level() >= 1;
+         mt_cpu_bf16_level() >= 1 && !(attn && !strcmp(attn, "widened"));
 }
 
 #define DP_NR 8         /* rows of a microkernel tile */

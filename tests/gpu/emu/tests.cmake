@@ -77,6 +77,10 @@ mt_emu_test(orders gpu-emu emu/orders.sh)
 # meshtrain on emulated GPUs
 mt_emu_test(train_tiny gpu-emu train_tiny.sh)
 mt_emu_test(bf16 gpu-emu emu/bf16.sh)
+# the CPU's bf16 attention as the CUDA kernels compute it (P and dS kept in
+# fp32: MT_BF16_ATTN=widened), for the references these two hold to bf16's
+# tolerance of the same arithmetic
+set_property(TEST gpu-emu.bf16 gpu-emu.attn_bf16 APPEND PROPERTY ENVIRONMENT MT_BF16_ATTN=widened)
 mt_emu_test(muon gpu-emu muon.sh)
 mt_emu_test(ladder gpu-emu ladder.sh)
 mt_emu_test(slices gpu-emu slices.sh)
