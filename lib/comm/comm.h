@@ -137,6 +137,37 @@ int mt_mesh_count(mt_mesh *m, int tp, int cp, int dp, int pp, int world_rank, in
                   mt_err *e);
 void mt_group_reset_counters(mt_group *g);
 
+/* A recording of one rank's collectives on a count-only mesh, in the
+ * order it makes them (record.c): the plan's priced step records, and the
+ * cost model replays it to price what dp's collectives expose as the
+ * virtual device would run them (the issue order decides what hides). An
+ * event's t is mt_now() when it happened: the step's op clock. */
+enum { MT_REC_WAIT = 100, MT_REC_OP_BEGIN, MT_REC_OP_END, MT_REC_SKIP_BEGIN, MT_REC_SKIP_END };
+typedef struct {
+  double t;
+  double bytes;     /* a call's, as counted */
+  const char *name; /* its group's (a string of the mesh's: static) */
+  int size, stride, world0;
+  int rank, peer;   /* this rank's and a point-to-point call's peer's group ranks */
+  int kind;         /* an mt_coll_kind, or MT_REC_* */
+  int id;           /* a non-blocking call's number (its wait names it), an op's index, or 0 */
+  int host;         /* a host buffer's call */
+  int op;           /* an op mark's mt_pp_op_kind */
+} mt_comm_event;
+typedef struct {
+  mt_comm_event *ev;
+  long n, cap;
+  int next_id;
+} mt_comm_rec;
+/* record every count-only call from now into r (NULL: stop); the previous
+ * recording back */
+mt_comm_rec *mt_comm_rec_use(mt_comm_rec *r);
+/* a mark in the recording: MT_REC_OP_BEGIN / END of op i of the rank's
+ * pipeline schedule, of kind op (an mt_pp_op_kind); MT_REC_SKIP_BEGIN /
+ * END around calls the cost model prices apart (the replay leaves them) */
+void mt_comm_rec_mark(int what, int i, int op);
+void mt_comm_rec_free(mt_comm_rec *r);
+
 /* The table of the mesh's groups: tp, cp, dp, pp, dp_cp, etp, ep, edp (in
  * that order); *n gets their number. */
 const mt_group_desc *mt_mesh_groups(int *n);
@@ -195,6 +226,7 @@ typedef struct mt_request {
   const char *fl_op;
   int fl_peer;
   long fl_call;
+  int rec_id; /* a recorded call's number (record.c), its wait recorded; 0: none */
 } mt_request;
 
 /* All-reduce in place: n elements of buf, reduced by op over the group. */

@@ -119,6 +119,10 @@ void mt_comm_req_flight(mt_request *r, const char *op, int peer, double bytes);
  * the block is freed. */
 void mt_comm_req_stage(mt_request *r, const mt_comm_staged *x, void *recv, size_t recv_bytes);
 
+/* ---- the recording of a count-only rank (record.c): a call, a wait ---- */
+void mt_comm_rec_call(const mt_group *g, const mt_coll *c);
+void mt_comm_rec_wait(mt_request *r);
+
 /* ---- the virtual backend (virtual.c): a call (mt_comm_backend_call's
  * contract), and the end of a request it started ---- */
 int mt_comm_virtual_call(mt_group *g, const mt_coll *c);

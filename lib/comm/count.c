@@ -33,6 +33,7 @@ int mt_comm_backend_call(mt_group *g, const mt_coll *c) {
   if (g->size > 1 || p2p) {
     g->bytes += c->bytes;
     g->calls++;
+    mt_comm_rec_call(g, c);
   }
   return 1;
 }

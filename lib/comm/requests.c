@@ -154,6 +154,7 @@ static const char *wait_name(const char *op) {
 }
 
 void mt_wait(mt_request *r) {
+  if (r->rec_id) mt_comm_rec_wait(r);
   if (!r->active) return;
   const int fl =
       r->fl_op ? MT_FLIGHT_BEGIN(r->g, wait_name(r->fl_op), r->fl_peer, r->fl_call, 0.0) : -1;

@@ -415,6 +415,13 @@ typedef struct {
 } mt_pp_times;
 int mt_pp_schedule_simulate_ranks(const mt_pp_schedule *s, const mt_pp_times *times,
                                   const mt_pp_link *links, mt_pp_sim *out, mt_err *e);
+/* ... and each rank's ops on the timeline: rank r's op i began at
+ * start[r][i] and ended at end[r][i] (s->n_ops[r] each; a receive begins
+ * when the rank reaches it and ends when its message is there); start NULL,
+ * or start[r] NULL: not wanted */
+int mt_pp_schedule_simulate_trace(const mt_pp_schedule *s, const mt_pp_times *times,
+                                  const mt_pp_link *links, double *const *start,
+                                  double *const *end, mt_pp_sim *out, mt_err *e);
 
 /* ------------------------------------------------------------------ */
 /* pipeline executor (pp.c)                                            */

@@ -371,9 +371,11 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
     case MT_PP_FWD:
       slot = take_slot(x, cell, o->chunk);
       t0 = mt_now();
+      mt_comm_rec_mark(MT_REC_OP_BEGIN, i, (int)o->kind);
       model_bytes(x, b0);
       forward_op(x, slot, o->mb, k, o->chunk, b, in_run[i]);
       stage_overhead(x);
+      mt_comm_rec_mark(MT_REC_OP_END, i, (int)o->kind);
       add_chunk_bytes(x, o->chunk, b0);
       x->compute_s += mt_now() - t0;
       x->chunk_s[o->chunk][0] += mt_now() - t0;
@@ -402,6 +404,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
       const int last_vs = x->vs[o->chunk] == x->last_vs, first_vs = x->vs[o->chunk] == 0;
       mt_dp_reduce_during_backward(x->dp, x->overlap_dp && i == last_done[o->chunk]);
       t0 = mt_now();
+      mt_comm_rec_mark(MT_REC_OP_BEGIN, i, (int)o->kind);
       model_bytes(x, b0);
       int input_only = o->kind == MT_PP_BWD_INPUT && x->model->split_backward;
       /* a run's gradients are reduced once, after its last micro-batch */
@@ -410,6 +413,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
                input_only, in_run[i]);
       mt_dp_defer_reduce(x->dp, 0);
       stage_overhead(x);
+      mt_comm_rec_mark(MT_REC_OP_END, i, (int)o->kind);
       add_chunk_bytes(x, o->chunk, b0);
       x->din = first_vs ? NULL : mt_gpt_input_grad(x->model);
       x->compute_s += mt_now() - t0;
@@ -429,8 +433,10 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
         mt_dp_reduce_during_backward(x->dp, x->overlap_dp && i == last_done[o->chunk]);
         slot = x->slot_of[cell];
         t0 = mt_now();
+        mt_comm_rec_mark(MT_REC_OP_BEGIN, i, (int)o->kind);
         model_bytes(x, b0);
         run_pass(x, MT_PASS_WEIGHT, slot, o->chunk, b, o->mb, k, NULL, 0, 0);
+        mt_comm_rec_mark(MT_REC_OP_END, i, (int)o->kind);
         add_chunk_bytes(x, o->chunk, b0);
         x->compute_s += mt_now() - t0;
         x->chunk_s[o->chunk][2] += mt_now() - t0;

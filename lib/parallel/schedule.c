@@ -430,6 +430,12 @@ int mt_pp_schedule_simulate(const mt_pp_schedule *s, double t_f, double t_b, dou
 
 int mt_pp_schedule_simulate_ranks(const mt_pp_schedule *s, const mt_pp_times *times,
                                   const mt_pp_link *links, mt_pp_sim *out, mt_err *e) {
+  return mt_pp_schedule_simulate_trace(s, times, links, NULL, NULL, out, e);
+}
+
+int mt_pp_schedule_simulate_trace(const mt_pp_schedule *s, const mt_pp_times *times,
+                                  const mt_pp_link *links, double *const *start,
+                                  double *const *end, mt_pp_sim *out, mt_err *e) {
   const int pp = s->pp, m = s->m, v = s->v, nvs = pp * v, k = s->k > 1 ? s->k : 1;
   int rc = -1;
   /* per virtual stage and micro-batch: what has happened */
@@ -461,6 +467,7 @@ int mt_pp_schedule_simulate_ranks(const mt_pp_schedule *s, const mt_pp_times *ti
     for (int r = 0; r < pp; r++) {
       while (pc[r] < s->n_ops[r]) {
         const mt_pp_op *o = &s->ops[r][pc[r]];
+        const double op_t0 = clock[r];
         if (o->mb < 0 || o->mb >= m || o->chunk < 0 || o->chunk >= v)
           FAIL("rank %d op %d: micro-batch %d / chunk %d out of range", r, pc[r], o->mb,
                o->chunk);
@@ -569,6 +576,10 @@ int mt_pp_schedule_simulate_ranks(const mt_pp_schedule *s, const mt_pp_times *ti
           busy[r] += dt;
           if (o->kind == MT_PP_BWD || o->kind == MT_PP_BWD_WEIGHT)
             grads_end[r] = chunk_end[(size_t)r * v + o->chunk] = clock[r];
+        }
+        if (start && start[r]) { /* op pc[r]: begun when the rank reached it, ended now */
+          start[r][pc[r]] = op_t0;
+          end[r][pc[r]] = clock[r];
         }
         pc[r]++;
         progress = 1;

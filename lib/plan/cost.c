@@ -88,6 +88,16 @@ typedef struct {
   double stage_gather_s[STAGES_KEPT]; /* of stage_dp_s: the parameter gathers */
   mt_chunk_cost stage_chunk[STAGES_KEPT]; /* each stage's mean chunk (the schedule's op
                                              times of its rank) */
+  /* dp's exposure from each stage's recorded step, replayed (cost_replay.c):
+   * one stage's at once; a pipeline's stages kept (a stage of the same kind
+   * as an earlier one has its recording, rec_of) and replayed on the
+   * schedule's op times of their rank (op_start, op_end) */
+  int replayed;
+  mt_cost_replay replay;
+  mt_comm_rec stage_rec[STAGES_KEPT];
+  mt_cost_replay_opts stage_ropt[STAGES_KEPT];
+  int rec_of[STAGES_KEPT];
+  double *op_start[STAGES_KEPT], *op_end[STAGES_KEPT];
 } step_ctx;
 
 /* one chunk of a stage (layers [l0, l1), the embedding and head where it
@@ -128,6 +138,35 @@ static mt_chunk_cost stage_mean_chunk(const step_ctx *s, const mt_plan_world *w,
     mean.ep += c.ep / v;
   }
   return mean;
+}
+
+/* Stage st's recorded step, for dp's exposure (cost_replay.c), its ops at
+ * the chunk's priced seconds and its bytes in the priced dtypes: one stage
+ * replayed now; a pipeline's stage kept for the schedule's op times */
+static void replay_stage(step_ctx *s, mt_plan_world *w, int st, const mt_chunk_cost *mean) {
+  const mt_pp_exec *x = &w->step.exec;
+  double f = 0.0, b = 0.0;
+  for (int c = 0; c < s->v; c++) {
+    f += x->chunk_s[c][0] / s->accum;
+    b += (x->chunk_s[c][1] + x->chunk_s[c][2]) / s->accum;
+  }
+  mt_cost_replay_opts o = {.reduce_scale = s->dt.grad_reduce / s->cnt.grad_reduce,
+                           .gather_scale = s->dt.weights / s->cnt.weights,
+                           .msg_scale = s->dt.msg / s->cnt.msg};
+  for (int k = 0; k < MT_PP_NKINDS; k++) o.op_scale[k] = 1.0;
+  if (f > 0) o.op_scale[MT_PP_FWD] = s->v * mean->fwd / f;
+  if (b > 0)
+    o.op_scale[MT_PP_BWD] = o.op_scale[MT_PP_BWD_INPUT] = o.op_scale[MT_PP_BWD_WEIGHT] =
+        s->v * mean->bwd / b;
+  if (s->pp == 1) {
+    mt_cost_replay_step(&w->rec, &s->ops_price, &o, &s->replay);
+    s->replayed = 1;
+  } else if (st < STAGES_KEPT && s->pp <= STAGES_KEPT) {
+    s->stage_rec[st] = w->rec;
+    w->rec = (mt_comm_rec){0};
+    s->stage_ropt[st] = o;
+    s->rec_of[st] = st;
+  }
 }
 
 /* dp: the stage's gradient and parameter bytes per step (r reduced, g
@@ -181,6 +220,7 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
   }
   if (total > out->mem_bytes) out->mem_bytes = total;
   mt_chunk_cost mean = stage_mean_chunk(s, &w, st);
+  replay_stage(s, &w, st, &mean);
   if (mean.fwd + mean.bwd + mean.tp > s->worst.fwd + s->worst.bwd + s->worst.tp) s->worst = mean;
   if (st < STAGES_KEPT) s->stage_chunk[st] = mean;
   double r, g;
@@ -252,6 +292,7 @@ static int price_stages(step_ctx *s, mt_cost *out, mt_err *e) {
       s->stage_buckets[st] = s->stage_buckets[seen];
       s->stage_gather_s[st] = s->stage_gather_s[seen];
       s->stage_chunk[st] = s->stage_chunk[seen];
+      s->rec_of[st] = s->rec_of[seen];
     }
   }
   free(keys);
@@ -266,7 +307,7 @@ static int price_stages(step_ctx *s, mt_cost *out, mt_err *e) {
  * ops overstated a pp 8 interleaved step by 23% against the emulation).
  * The schedule into sim, a backward op's seconds into tb; compute, tp,
  * cp, ep, the messages and the bubble into out. */
-static void price_pipeline(const step_ctx *s, mt_pp_sim *sim, double *tb, mt_cost *out) {
+static void price_pipeline(step_ctx *s, mt_pp_sim *sim, double *tb, mt_cost *out) {
   const mt_config *cfg = s->cfg;
   const mt_cost_profile *p = s->p;
   const mt_layout *lay = &s->lay;
@@ -299,7 +340,18 @@ static void price_pipeline(const step_ctx *s, mt_pp_sim *sim, double *tb, mt_cos
   mt_pp_sim sim0;
   mt_err why = {0}; /* validation already accepted the schedule */
   mt_pp_schedule_simulate_ranks(&sched, t, NULL, &sim0, &why);
-  mt_pp_schedule_simulate_ranks(&sched, t, links, sim, &why);
+  /* each kept stage's ops on the timeline: its recorded step's replay */
+  const int traced = pp > 1 && pp <= STAGES_KEPT && s->stage_rec[s->rec_of[0]].n > 0;
+  for (int r = 0; traced && r < pp; r++) {
+    s->op_start[r] = mt_calloc((size_t)sched.n_ops[r] + 1, sizeof(double));
+    s->op_end[r] = mt_calloc((size_t)sched.n_ops[r] + 1, sizeof(double));
+    s->stage_ropt[r] = s->stage_ropt[s->rec_of[r]];
+    s->stage_ropt[r].op_start = s->op_start[r];
+    s->stage_ropt[r].op_end = s->op_end[r];
+    s->stage_ropt[r].n_ops = sched.n_ops[r];
+  }
+  mt_pp_schedule_simulate_trace(&sched, t, links, traced ? s->op_start : NULL,
+                                traced ? s->op_end : NULL, sim, &why);
   mt_pp_schedule_free(&sched);
   free(links);
   free(t);
@@ -407,29 +459,74 @@ static double dp_exposed_pipeline(const step_ctx *s, const mt_pp_sim *sim, doubl
   return exposed;
 }
 
-/* dp: what the compute beside it does not hide (the profile's overlap
- * share of that compute), never less than one bucket or unit's worth.
- * One stage: ZeRO-0/1 reduce behind the last micro-batch's backward,
- * ZeRO-2 behind every backward, ZeRO-3's prefetched gathers behind every
- * forward and backward; the gathers after the optimizer step (ZeRO-1, 2)
- * are exposed. With pipeline stages the reduction follows the schedule.
- * The whole and the exposed seconds into out. */
-static void price_dp(const step_ctx *s, const mt_pp_sim *sim, double tb, mt_cost *out) {
+/* A pipeline's dp exposure: each stage's recorded step replayed on its
+ * rank's op times in the schedule (dp's waits holding the rank's later
+ * ops, the schedule's gaps absorbing them); what its dp adds after the
+ * schedule's end (the ops after its last one, the optimizer's, and its
+ * waits on other groups aside). The step waits for the slowest stage. */
+static double replay_pipeline(const step_ctx *s, const mt_pp_sim *sim, mt_cost *out,
+                              double *tied) {
+  /* the calls over every stage (the loss's and the norm's sums) wait for
+   * the latest stage: each one's start found by a pass of its own */
+  double sync_at[MT_REPLAY_SYNCS];
+  int n_sync = 0;
+  mt_cost_replay r;
+  for (;;) {
+    double latest = -1.0;
+    for (int st = 0; st < s->pp; st++) {
+      mt_cost_replay_opts o = s->stage_ropt[st];
+      o.sync_at = sync_at, o.n_sync = n_sync;
+      mt_cost_replay_step(&s->stage_rec[s->rec_of[st]], &s->ops_price, &o, &r);
+      if (r.n_sync > n_sync && r.sync_arrival[n_sync] > latest) latest = r.sync_arrival[n_sync];
+    }
+    if (latest < 0 || n_sync == MT_REPLAY_SYNCS) break;
+    sync_at[n_sync++] = latest;
+  }
+  /* the slowest stage's end after the schedule: its dp's exposed part, and
+   * its point-to-point exchange of the tied embeddings' gradients (the
+   * pipeline's messages) */
+  double most = 0.0, exposed = 0.0;
+  for (int st = 0; st < s->pp; st++) {
+    mt_cost_replay_opts o = s->stage_ropt[st];
+    o.sync_at = sync_at, o.n_sync = n_sync;
+    mt_cost_replay_step(&s->stage_rec[s->rec_of[st]], &s->ops_price, &o, &r);
+    double x = r.span_s - r.post_s - sim->makespan;
+    if (x < 0) x = 0.0;
+    out->stage_dp_exposed_s[st] = x > r.p2p_s ? x - r.p2p_s : 0.0;
+    if (x > most) {
+      most = x;
+      exposed = out->stage_dp_exposed_s[st];
+      *tied = x - exposed;
+    }
+  }
+  return exposed;
+}
+
+/* dp: its whole seconds, and what of them the step exposes: each stage's
+ * recorded step replayed in issue order (cost_replay.c: ZeRO-0/1's
+ * reductions behind the last micro-batch's backward and the schedule's
+ * cool-down, ZeRO-2's behind every backward, ZeRO-3's gathers unit by unit
+ * behind the unit before, the gathers after the optimizer step exposed);
+ * a pipeline of more stages than are kept by the bytes' formulas
+ * (dp_exposed_pipeline). A pipeline's slowest stage's exchange of the
+ * tied embeddings' gradients, which follows its schedule, into tied_s. */
+static void price_dp(const step_ctx *s, const mt_pp_sim *sim, double tb, mt_cost *out,
+                     double *tied_s) {
   const mt_config *cfg = s->cfg;
-  const int ndp = s->ndp, accum = s->accum, v = s->v, n_buckets = s->n_buckets;
+  const int ndp = s->ndp, accum = s->accum, n_buckets = s->n_buckets;
   const double lat = ndp > 1 ? mt_cost_coll_lat(&s->ops_price, ndp, cfg->tp) : 0.0;
-  const double ov = s->p->overlap, f_mb = v * s->worst.fwd, b_mb = v * s->worst.bwd;
-  double t_r = s->reduce_b * s->dp_s_per_byte, t_g = s->gather_b * s->dp_s_per_byte, exposed;
+  double t_r = s->reduce_b * s->dp_s_per_byte, t_g = s->gather_b * s->dp_s_per_byte;
   double calls = 2.0 * n_buckets * (cfg->zero >= 2 ? accum : 1);
   out->dp_total_s = t_r + t_g + (ndp > 1 ? calls * lat : 0.0);
-  if (ndp <= 1 && t_r == 0.0) exposed = 0.0;
-  else if (s->pp > 1) exposed = dp_exposed_pipeline(s, sim, tb, t_r, t_g, out);
-  else if (cfg->zero <= 1) exposed = exposed_part(t_r, ov * b_mb, n_buckets) + t_g;
-  else if (cfg->zero == 2) exposed = accum * exposed_part(t_r / accum, ov * b_mb, n_buckets) + t_g;
-  else
-    exposed = accum * (exposed_part(0.5 * t_g / accum, ov * f_mb, n_buckets) +
-                       exposed_part((0.5 * t_g + t_r) / accum, ov * b_mb, n_buckets));
-  out->dp_exposed_s = exposed + (ndp > 1 ? calls * lat : 0.0);
+  if (s->replayed) {
+    out->dp_exposed_s = out->stage_dp_exposed_s[0] = s->replay.dp_exposed_s;
+  } else if (s->op_start[0]) {
+    out->dp_exposed_s = replay_pipeline(s, sim, out, tied_s);
+    out->pp_p2p_s += *tied_s;
+  } else if (ndp > 1 || t_r > 0.0) {
+    out->dp_exposed_s = dp_exposed_pipeline(s, sim, tb, t_r, t_g, out) +
+                        (ndp > 1 ? calls * lat : 0.0);
+  }
 }
 
 int mt_cost_estimate(const mt_config *cfg, const mt_cost_profile *p, mt_cost *out, mt_err *e) {
@@ -462,7 +559,8 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     mt_pp_sim sim;
     double tb;
     price_pipeline(&s, &sim, &tb, out);
-    price_dp(&s, &sim, tb, out);
+    double tied = 0.0; /* after the schedule: the tied embeddings' exchange */
+    price_dp(&s, &sim, tb, out, &tied);
     /* documents: the slowest dp rank's work sets the schedule */
     if (mt_plan_docs_price(cfg, &s.lay.shape, &out->docs, e) != 0) rc = mt_err_pass(e);
     /* varlen: the micro-batches that need no cp exchange send nothing, the
@@ -471,7 +569,7 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     const double span = d->varlen ? (sim.makespan - out->cp_s * (1.0 - d->exchange_share)) *
                                         d->pad_factor
                                   : sim.makespan;
-    out->step_s = span * d->imbalance + out->dp_exposed_s + out->optim_s;
+    out->step_s = span * d->imbalance + tied + out->dp_exposed_s + out->optim_s;
     const mt_model_shape *sh = &s.lay.shape; /* MoE: the weights a token uses, as the run counts */
     double tokens = (double)cfg->global_batch * sh->seq_len;
     out->tokens_per_s = tokens / out->step_s;
@@ -482,6 +580,11 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     out->headroom = mt_cost_headroom(cfg, p);
     out->fits = out->mem_bytes + out->headroom <= p->mem_bytes;
     out->world = s.lay.world;
+  }
+  for (int st = 0; st < STAGES_KEPT; st++) {
+    mt_comm_rec_free(&s.stage_rec[st]);
+    free(s.op_start[st]);
+    free(s.op_end[st]);
   }
   mt_layout_free(&s.lay);
   return rc;

@@ -6,6 +6,7 @@
  *   cost_comm.c     links and collectives: a chunk's tp, cp and ep seconds
  *   cost_bounds.c   lower bounds of step time and memory (the search's)
  *   cost_muon.c     the optimizer step under optim.name = muon
+ *   cost_replay.c   dp's exposure: a rank's recorded collectives replayed
  *   cost.c          a step: the stages, the pipeline, dp's exposed part
  * All seconds, bytes and FLOPs are per rank. */
 #ifndef MT_PLAN_COST_INTERNAL_H
@@ -95,5 +96,40 @@ typedef struct {
 } mt_cost_muon;
 void mt_cost_muon_price(const mt_price *q, const mt_config *cfg, const mt_registry *reg,
                         const mt_cost_dtypes *dt, mt_cost_muon *out);
+
+/* cost_replay.c: a rank's recorded step (the plan's priced step, comm.h's
+ * recording) replayed as the virtual device runs it. The ops' seconds are
+ * the op clock's times op_scale of the op's kind (1: priced as the plan
+ * ran them; another stack's attention prices them apart); bytes as counted
+ * times reduce_scale (dp's reductions), gather_scale (dp's gathers) or
+ * msg_scale (every other group's), the priced dtype's bytes over the
+ * counted one's; host buffers' calls as counted. */
+typedef struct {
+  double op_scale[MT_PP_NKINDS];
+  double reduce_scale, gather_scale, msg_scale;
+  /* a pipeline stage: the schedule's op i of this rank begins no earlier
+   * than op_start[i] and ends no earlier than op_end[i] (the schedule's
+   * simulation; n_ops of them); NULL: ops back to back */
+  const double *op_start, *op_end;
+  int n_ops;
+  /* the blocking calls over groups that span the stages (pp, world), in
+   * order: the first n_sync begin no earlier than sync_at[] (the latest
+   * stage's arrival) */
+  const double *sync_at;
+  int n_sync;
+} mt_cost_replay_opts;
+#define MT_REPLAY_SYNCS 8
+typedef struct {
+  double dp_exposed_s; /* the rank's waits on dp, dp_cp and edp: their exposed seconds */
+  double dp_total_s;   /* their collectives' whole seconds */
+  double other_s;      /* its waits on the other groups' collectives */
+  double p2p_s;        /* its point-to-point exchanges after the last op (tied embeddings) */
+  double span_s, ops_s; /* the replayed step, of it the ops' seconds */
+  double post_s;       /* of the span, the ops' seconds after the last op (the optimizer's) */
+  double sync_arrival[MT_REPLAY_SYNCS]; /* when the rank reached each call over pp or world */
+  int n_sync;
+} mt_cost_replay;
+void mt_cost_replay_step(const mt_comm_rec *rec, const mt_price *q, const mt_cost_replay_opts *o,
+                         mt_cost_replay *out);
 
 #endif

@@ -39,6 +39,7 @@ void mt_plan_world_destroy(mt_plan_world *w) {
   mt_mesh_destroy(&w->mesh);
   free(w->tokens);
   free(w->rows);
+  mt_comm_rec_free(&w->rec);
   memset(w, 0, sizeof *w);
 }
 
@@ -87,10 +88,14 @@ static int world_run(mt_plan_world *w, const mt_config *cfg, const mt_layout *la
     w->batch = (mt_pp_batch){.n_mb = n_mb, .B = B, .T = T, .inputs = w->tokens,
                              .targets = w->tokens, .rows = w->rows,
                              .dloss = 1.0f / (float)tokens, .eval = 0, .same_tokens = 1};
+    /* priced, the step's collectives are recorded in their order (the
+     * cost model replays them) */
+    mt_comm_rec *prev_rec = price ? mt_comm_rec_use(&w->rec) : NULL;
     double loss = mt_step_gradients(&w->step, &w->batch);
     const double state0 = w->step.dp.state_bytes[MT_GROUP_DP];
     mt_step_update(&w->step, (float)cfg->lr, (float)cfg->grad_clip, &loss);
     w->update_state_bytes = w->step.dp.state_bytes[MT_GROUP_DP] - state0;
+    if (price) mt_comm_rec_use(prev_rec);
   }
   mt_mem_account_use(prev);
   mt_trace_set(traced);

@@ -75,6 +75,7 @@ typedef struct {
   int *tokens, *rows;   /* the step's micro-batches (zeros: their values do not matter) */
   mt_pp_batch batch;
   double update_state_bytes; /* of the dp x cp state bytes, what the optimizer step sent */
+  mt_comm_rec rec;      /* priced: the step's collectives in order (comm.h) */
 } mt_plan_world;
 
 typedef struct {
