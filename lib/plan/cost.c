@@ -94,7 +94,7 @@ typedef struct {
    * schedule's op times of their rank (op_start, op_end) */
   int replayed;
   mt_cost_replay replay;
-  mt_comm_rec stage_rec[STAGES_KEPT];
+  mt_cost_replay_prep stage_rec[STAGES_KEPT];
   mt_cost_replay_opts stage_ropt[STAGES_KEPT];
   int rec_of[STAGES_KEPT];
   double *op_start[STAGES_KEPT], *op_end[STAGES_KEPT];
@@ -159,11 +159,13 @@ static void replay_stage(step_ctx *s, mt_plan_world *w, int st, const mt_chunk_c
     o.op_scale[MT_PP_BWD] = o.op_scale[MT_PP_BWD_INPUT] = o.op_scale[MT_PP_BWD_WEIGHT] =
         s->v * mean->bwd / b;
   if (s->pp == 1) {
-    mt_cost_replay_step(&w->rec, &s->ops_price, &o, &s->replay);
+    mt_cost_replay_prep prep;
+    mt_cost_replay_prepare(&w->rec, &s->ops_price, &o, &prep);
+    mt_cost_replay_step(&prep, &o, &s->replay);
+    mt_cost_replay_prep_free(&prep);
     s->replayed = 1;
   } else if (st < STAGES_KEPT && s->pp <= STAGES_KEPT) {
-    s->stage_rec[st] = w->rec;
-    w->rec = (mt_comm_rec){0};
+    mt_cost_replay_prepare(&w->rec, &s->ops_price, &o, &s->stage_rec[st]);
     s->stage_ropt[st] = o;
     s->rec_of[st] = st;
   }
@@ -461,44 +463,32 @@ static double dp_exposed_pipeline(const step_ctx *s, const mt_pp_sim *sim, doubl
 
 /* A pipeline's dp exposure: each stage's recorded step replayed on its
  * rank's op times in the schedule (dp's waits holding the rank's later
- * ops, the schedule's gaps absorbing them); what its dp adds after the
- * schedule's end (the ops after its last one, the optimizer's, and its
- * waits on other groups aside). The step waits for the slowest stage. */
+ * ops, the schedule's gaps absorbing them), the calls over every stage
+ * (the loss's and the norm's sums) starting at the latest stage's arrival;
+ * what its dp adds after the schedule's end (the ops after its last one,
+ * the optimizer's, aside), and its point-to-point exchange of the tied
+ * embeddings' gradients (tied: the pipeline's messages). The step waits
+ * for the slowest stage. */
 static double replay_pipeline(const step_ctx *s, const mt_pp_sim *sim, mt_cost *out,
                               double *tied) {
-  /* the calls over every stage (the loss's and the norm's sums) wait for
-   * the latest stage: each one's start found by a pass of its own */
-  double sync_at[MT_REPLAY_SYNCS];
-  int n_sync = 0;
-  mt_cost_replay r;
-  for (;;) {
-    double latest = -1.0;
-    for (int st = 0; st < s->pp; st++) {
-      mt_cost_replay_opts o = s->stage_ropt[st];
-      o.sync_at = sync_at, o.n_sync = n_sync;
-      mt_cost_replay_step(&s->stage_rec[s->rec_of[st]], &s->ops_price, &o, &r);
-      if (r.n_sync > n_sync && r.sync_arrival[n_sync] > latest) latest = r.sync_arrival[n_sync];
-    }
-    if (latest < 0 || n_sync == MT_REPLAY_SYNCS) break;
-    sync_at[n_sync++] = latest;
-  }
-  /* the slowest stage's end after the schedule: its dp's exposed part, and
-   * its point-to-point exchange of the tied embeddings' gradients (the
-   * pipeline's messages) */
+  const int pp = s->pp;
+  const mt_cost_replay_prep **p = mt_calloc((size_t)pp, sizeof *p);
+  mt_cost_replay *r = mt_calloc((size_t)pp, sizeof *r);
+  for (int st = 0; st < pp; st++) p[st] = &s->stage_rec[s->rec_of[st]];
+  mt_cost_replay_stages(p, s->stage_ropt, pp, r);
   double most = 0.0, exposed = 0.0;
-  for (int st = 0; st < s->pp; st++) {
-    mt_cost_replay_opts o = s->stage_ropt[st];
-    o.sync_at = sync_at, o.n_sync = n_sync;
-    mt_cost_replay_step(&s->stage_rec[s->rec_of[st]], &s->ops_price, &o, &r);
-    double x = r.span_s - r.post_s - sim->makespan;
+  for (int st = 0; st < pp; st++) {
+    double x = r[st].span_s - r[st].post_s - sim->makespan;
     if (x < 0) x = 0.0;
-    out->stage_dp_exposed_s[st] = x > r.p2p_s ? x - r.p2p_s : 0.0;
+    out->stage_dp_exposed_s[st] = x > r[st].p2p_s ? x - r[st].p2p_s : 0.0;
     if (x > most) {
       most = x;
       exposed = out->stage_dp_exposed_s[st];
       *tied = x - exposed;
     }
   }
+  free(p);
+  free(r);
   return exposed;
 }
 
@@ -582,7 +572,7 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     out->world = s.lay.world;
   }
   for (int st = 0; st < STAGES_KEPT; st++) {
-    mt_comm_rec_free(&s.stage_rec[st]);
+    mt_cost_replay_prep_free(&s.stage_rec[st]);
     free(s.op_start[st]);
     free(s.op_end[st]);
   }

@@ -98,12 +98,13 @@ void mt_cost_muon_price(const mt_price *q, const mt_config *cfg, const mt_regist
                         const mt_cost_dtypes *dt, mt_cost_muon *out);
 
 /* cost_replay.c: a rank's recorded step (the plan's priced step, comm.h's
- * recording) replayed as the virtual device runs it. The ops' seconds are
- * the op clock's times op_scale of the op's kind (1: priced as the plan
- * ran them; another stack's attention prices them apart); bytes as counted
- * times reduce_scale (dp's reductions), gather_scale (dp's gathers) or
- * msg_scale (every other group's), the priced dtype's bytes over the
- * counted one's; host buffers' calls as counted. */
+ * recording) replayed as the virtual device runs it. Prepared once per
+ * recording (mt_cost_replay_prepare: each call priced): the ops' seconds
+ * are the op clock's times op_scale of the op's kind (1: priced as the
+ * plan ran them; another stack's attention prices them apart); bytes as
+ * counted times reduce_scale (dp's reductions), gather_scale (dp's
+ * gathers) or msg_scale (every other group's), the priced dtype's bytes
+ * over the counted one's; host buffers' calls as counted. */
 typedef struct {
   double op_scale[MT_PP_NKINDS];
   double reduce_scale, gather_scale, msg_scale;
@@ -119,6 +120,24 @@ typedef struct {
   int n_sync;
 } mt_cost_replay_opts;
 #define MT_REPLAY_SYNCS 8
+#define MT_REPLAY_CHANNELS 32
+enum {
+  MT_RP_OP_BEGIN, MT_RP_OP_END, MT_RP_SKIP_BEGIN, MT_RP_SKIP_END, MT_RP_WAIT,
+  MT_RP_ISSUE,   /* a non-blocking call */
+  MT_RP_CALL,    /* a blocking one */
+  MT_RP_EXCHANGE /* a point-to-point exchange after the schedule (tied embeddings) */
+};
+typedef struct {
+  double t, d; /* the op clock; a call's seconds */
+  int what, id, op, chan;
+  char dp, spans;
+} mt_cost_replay_ev;
+typedef struct {
+  mt_cost_replay_ev *ev;
+  long n;
+  int n_ids;
+  double overlap, op_scale[MT_PP_NKINDS];
+} mt_cost_replay_prep;
 typedef struct {
   double dp_exposed_s; /* the rank's waits on dp, dp_cp and edp: their exposed seconds */
   double dp_total_s;   /* their collectives' whole seconds */
@@ -129,7 +148,15 @@ typedef struct {
   double sync_arrival[MT_REPLAY_SYNCS]; /* when the rank reached each call over pp or world */
   int n_sync;
 } mt_cost_replay;
-void mt_cost_replay_step(const mt_comm_rec *rec, const mt_price *q, const mt_cost_replay_opts *o,
+void mt_cost_replay_prepare(const mt_comm_rec *rec, const mt_price *q,
+                            const mt_cost_replay_opts *o, mt_cost_replay_prep *out);
+void mt_cost_replay_prep_free(mt_cost_replay_prep *p);
+/* one rank alone (its op times and the calls' starts from o) */
+void mt_cost_replay_step(const mt_cost_replay_prep *p, const mt_cost_replay_opts *o,
                          mt_cost_replay *out);
+/* a pipeline's n ranks together (rank r: p[r], o[r]): each call over every
+ * stage starts at the latest rank's arrival */
+void mt_cost_replay_stages(const mt_cost_replay_prep *const *p, const mt_cost_replay_opts *o,
+                           int n, mt_cost_replay *out);
 
 #endif

@@ -27,6 +27,10 @@ static int is_dp(const char *name) {
   return !strcmp(name, "dp") || !strcmp(name, "dp_cp") || !strcmp(name, "edp");
 }
 
+/* a group whose ranks are on every pipeline stage: its blocking call
+ * waits for the latest of them */
+static int spans_stages(const char *name) { return !strcmp(name, "pp") || !strcmp(name, "world"); }
+
 /* ranks of the event's group in its first rank's node, as virtual.c counts them */
 static int per_node(const mt_price *q, const mt_comm_event *ev) {
   const int dpn = q->devices_per_node;
@@ -36,136 +40,234 @@ static int per_node(const mt_price *q, const mt_comm_event *ev) {
   return k;
 }
 
-/* a group whose ranks are on every pipeline stage: its blocking call
- * waits for the latest of them */
-static int spans_stages(const mt_comm_event *ev) {
-  return !strcmp(ev->name, "pp") || !strcmp(ev->name, "world");
-}
-
-/* the group's channel: one per group of the recording (a handful) */
-typedef struct {
-  const char *name;
-  int world0, stride, size;
-  double free_at;
-} channel;
-
-static channel *channel_of(channel *ch, int *n, const mt_comm_event *ev) {
+/* the recording's groups, one channel each */
+static int channel_of(const mt_comm_event **ch, int *n, const mt_comm_event *ev) {
   for (int i = 0; i < *n; i++)
-    if (ch[i].name == ev->name && ch[i].world0 == ev->world0 && ch[i].stride == ev->stride &&
-        ch[i].size == ev->size)
-      return &ch[i];
-  if (*n == 32) return &ch[31]; /* (a mesh has 10 kinds of group) */
-  ch[*n] = (channel){ev->name, ev->world0, ev->stride, ev->size, 0.0};
-  return &ch[(*n)++];
+    if (ch[i]->name == ev->name && ch[i]->world0 == ev->world0 && ch[i]->stride == ev->stride &&
+        ch[i]->size == ev->size)
+      return i;
+  if (*n == MT_REPLAY_CHANNELS) return MT_REPLAY_CHANNELS - 1; /* (a mesh has 10 kinds) */
+  ch[*n] = ev;
+  return (*n)++;
 }
 
-typedef struct {
-  double issue, busy0, d;
-  channel *c;
-  int dp;
-} pending;
-
-void mt_cost_replay_step(const mt_comm_rec *rec, const mt_price *q, const mt_cost_replay_opts *o,
-                         mt_cost_replay *out) {
+void mt_cost_replay_prepare(const mt_comm_rec *rec, const mt_price *q,
+                            const mt_cost_replay_opts *o, mt_cost_replay_prep *out) {
   memset(out, 0, sizeof *out);
-  channel ch[32];
+  out->ev = mt_calloc((size_t)rec->n + 1, sizeof *out->ev);
+  out->n_ids = rec->next_id + 1;
+  out->overlap = q->overlap;
+  for (int k = 0; k < MT_PP_NKINDS; k++) out->op_scale[k] = o->op_scale[k];
+  const mt_comm_event *ch[MT_REPLAY_CHANNELS];
   int n_ch = 0;
-  pending *pend = mt_calloc((size_t)rec->next_id + 1, sizeof *pend);
-  const double ov = q->overlap;
   /* point-to-point calls up to the last op are the schedule's messages (and
    * cp's ring), priced there; after it, the tied embeddings' exchange */
   long last_op = -1;
   for (long i = 0; i < rec->n; i++)
     if (rec->ev[i].kind == MT_REC_OP_END) last_op = i;
-  int skip = 0; /* inside calls priced apart */
-  double T = 0.0, busy = 0.0, clock = rec->n ? rec->ev[0].t : 0.0, scale = 1.0;
-  /* since the last op's end: the ops' seconds (the optimizer's) */
-  double post_busy = 0.0;
   for (long i = 0; i < rec->n; i++) {
     const mt_comm_event *ev = &rec->ev[i];
-    const double adv = (ev->t - clock) * scale; /* the ops since the last event */
-    clock = ev->t;
-    T += adv;
-    busy += adv;
-    post_busy += adv;
-    const int timed = o->op_start && ev->id >= 0 && ev->id < o->n_ops;
-    if (ev->kind == MT_REC_OP_BEGIN) {
-      /* the schedule's op begins when the pipeline lets it (idle until
-       * then), later if dp's waits held the rank */
-      if (timed && T < o->op_start[ev->id]) T = o->op_start[ev->id];
-      scale = o->op_scale[ev->op];
-      continue;
-    }
-    if (ev->kind == MT_REC_SKIP_BEGIN || ev->kind == MT_REC_SKIP_END) {
-      skip = ev->kind == MT_REC_SKIP_BEGIN;
-      continue;
-    }
-    if (skip) continue;
-    if (ev->kind == MT_REC_OP_END) {
-      /* and takes at least its time in the schedule (the per-op stage
-       * overhead, its tp share as the schedule prices them) */
-      if (timed && T < o->op_end[ev->id]) {
-        busy += o->op_end[ev->id] - T;
-        T = o->op_end[ev->id];
-      }
-      scale = 1.0;
-      post_busy = 0.0;
-      continue;
-    }
-    if (ev->kind == MT_REC_WAIT) {
-      pending *p = &pend[ev->id];
-      if (!p->c) continue; /* (a call this recording did not see) */
-      double start = p->issue > p->c->free_at ? p->issue : p->c->free_at, end = start + p->d;
-      if (ov < 1 && T > start) { /* beside the rank's ops since: their share of the rate */
-        double beside = T - start, ops = busy - p->busy0;
-        if (ops > beside) ops = beside;
-        double done = ov * ops + (beside - ops);
-        end = done >= p->d ? start + beside * p->d / done : T + (p->d - done);
-      }
-      p->c->free_at = end;
-      p->c = NULL;
-      if (end > T) {
-        if (p->dp) out->dp_exposed_s += end - T;
-        else out->other_s += end - T;
-        T = end;
-      }
-      continue;
-    }
-    if (ev->kind == MT_COLL_SEND || ev->kind == MT_COLL_RECV || ev->kind == MT_COLL_SENDRECV) {
+    mt_cost_replay_ev *x = &out->ev[out->n];
+    *x = (mt_cost_replay_ev){.t = ev->t, .id = ev->id, .op = ev->op};
+    switch (ev->kind) {
+    case MT_REC_OP_BEGIN: x->what = MT_RP_OP_BEGIN; break;
+    case MT_REC_OP_END: x->what = MT_RP_OP_END; break;
+    case MT_REC_SKIP_BEGIN: x->what = MT_RP_SKIP_BEGIN; break;
+    case MT_REC_SKIP_END: x->what = MT_RP_SKIP_END; break;
+    case MT_REC_WAIT: x->what = MT_RP_WAIT; break;
+    case MT_COLL_SEND:
+    case MT_COLL_RECV:
+    case MT_COLL_SENDRECV: {
       if (i < last_op || ev->kind != MT_COLL_SENDRECV) continue;
       /* both ways at once, each on its own link: done when both arrive */
       const int dpn = q->devices_per_node;
       const int a = ev->world0 + ev->rank * ev->stride, b = ev->world0 + ev->peer * ev->stride;
-      const double d = mt_price_link_s(q, dpn <= 0 || a / dpn == b / dpn, ev->bytes * o->msg_scale);
-      T += d;
-      out->p2p_s += d;
-      continue;
+      x->what = MT_RP_EXCHANGE;
+      x->d = mt_price_link_s(q, dpn <= 0 || a / dpn == b / dpn, ev->bytes * o->msg_scale);
+      break;
     }
-    const int dp = is_dp(ev->name), grads = ev->kind == MT_COLL_REDUCE || ev->kind == MT_COLL_SCATTER;
-    const double bytes = ev->host ? ev->bytes
-                         : dp     ? ev->bytes * (grads ? o->reduce_scale : o->gather_scale)
-                                  : ev->bytes * o->msg_scale;
-    const double d = mt_price_coll_s(q, bytes, ev->size, per_node(q, ev), ev->kind == MT_COLL_ALLTOALL);
-    channel *c = channel_of(ch, &n_ch, ev);
-    if (dp) out->dp_total_s += d;
-    if (ev->id > 0) { /* non-blocking: the rank goes on */
-      if (ev->host) continue; /* (moves untimed on the virtual device) */
-      pend[ev->id] = (pending){.issue = T, .busy0 = busy, .d = d, .c = c, .dp = dp};
-      continue;
+    default: {
+      if (ev->id > 0 && ev->host) continue; /* (moves untimed on the virtual device) */
+      const int grads = ev->kind == MT_COLL_REDUCE || ev->kind == MT_COLL_SCATTER;
+      x->dp = (char)is_dp(ev->name);
+      x->spans = (char)spans_stages(ev->name);
+      const double bytes = ev->host ? ev->bytes
+                           : x->dp  ? ev->bytes * (grads ? o->reduce_scale : o->gather_scale)
+                                    : ev->bytes * o->msg_scale;
+      x->d = mt_price_coll_s(q, bytes, ev->size, per_node(q, ev), ev->kind == MT_COLL_ALLTOALL);
+      x->chan = channel_of(ch, &n_ch, ev);
+      x->what = ev->id > 0 ? MT_RP_ISSUE : MT_RP_CALL;
     }
-    const double arrived = T;
-    if (spans_stages(ev) && out->n_sync < MT_REPLAY_SYNCS) { /* every stage's rank takes part */
-      if (out->n_sync < o->n_sync && T < o->sync_at[out->n_sync]) T = o->sync_at[out->n_sync];
-      out->sync_arrival[out->n_sync++] = arrived;
     }
-    double start = T > c->free_at ? T : c->free_at, end = start + d;
-    c->free_at = end;
-    if (dp) out->dp_exposed_s += end - T;
-    else out->other_s += end - T;
-    T = end;
+    out->n++;
   }
-  out->span_s = T;
-  out->ops_s = busy;
-  out->post_s = post_busy;
-  free(pend);
+}
+
+void mt_cost_replay_prep_free(mt_cost_replay_prep *p) {
+  free(p->ev);
+  memset(p, 0, sizeof *p);
+}
+
+/* a non-blocking call in flight */
+typedef struct {
+  double issue, busy0, d;
+  int chan; /* -1: none */
+  char dp;
+} pending;
+
+/* a rank's replay, resumable at a call over every stage */
+typedef struct {
+  const mt_cost_replay_prep *p;
+  const mt_cost_replay_opts *o;
+  long i;
+  int skip; /* inside calls priced apart */
+  double T, busy, clock, scale;
+  double post_busy; /* the ops' seconds since the last op's end (the optimizer's) */
+  double free_at[MT_REPLAY_CHANNELS];
+  pending *pend;
+  mt_cost_replay out;
+} state;
+
+static void state_init(state *s, const mt_cost_replay_prep *p, const mt_cost_replay_opts *o) {
+  memset(s, 0, sizeof *s);
+  s->p = p, s->o = o;
+  s->clock = p->n ? p->ev[0].t : 0.0;
+  s->scale = 1.0;
+  s->pend = mt_calloc((size_t)p->n_ids, sizeof *s->pend);
+  for (int i = 0; i < p->n_ids; i++) s->pend[i].chan = -1;
+}
+
+/* Runs on; returns 1 paused at a call over every stage whose start is not
+ * known yet (pause: o->n_sync of them are; its arrival is recorded), 0 at
+ * the end. */
+static int state_run(state *s, int pause) {
+  const mt_cost_replay_prep *p = s->p;
+  const mt_cost_replay_opts *o = s->o;
+  mt_cost_replay *out = &s->out;
+  const double ov = p->overlap;
+  for (; s->i < p->n; s->i++) {
+    const mt_cost_replay_ev *ev = &p->ev[s->i];
+    const double adv = (ev->t - s->clock) * s->scale; /* the ops since the last event */
+    s->clock = ev->t;
+    s->T += adv;
+    s->busy += adv;
+    s->post_busy += adv;
+    const int timed = o->op_start && ev->id >= 0 && ev->id < o->n_ops;
+    switch (ev->what) {
+    case MT_RP_OP_BEGIN:
+      /* the schedule's op begins when the pipeline lets it (idle until
+       * then), later if dp's waits held the rank */
+      if (timed && s->T < o->op_start[ev->id]) s->T = o->op_start[ev->id];
+      s->scale = p->op_scale[ev->op];
+      continue;
+    case MT_RP_OP_END:
+      /* and takes at least its time in the schedule (the per-op stage
+       * overhead, its tp share as the schedule prices them) */
+      if (timed && s->T < o->op_end[ev->id]) {
+        s->busy += o->op_end[ev->id] - s->T;
+        s->T = o->op_end[ev->id];
+      }
+      s->scale = 1.0;
+      s->post_busy = 0.0;
+      continue;
+    case MT_RP_SKIP_BEGIN:
+    case MT_RP_SKIP_END:
+      s->skip = ev->what == MT_RP_SKIP_BEGIN;
+      continue;
+    default: break;
+    }
+    if (s->skip) continue;
+    if (ev->what == MT_RP_WAIT) {
+      pending *w = &s->pend[ev->id];
+      if (w->chan < 0) continue; /* (a call this recording did not see) */
+      const double fa = s->free_at[w->chan];
+      double start = w->issue > fa ? w->issue : fa, end = start + w->d;
+      if (ov < 1 && s->T > start) { /* beside the rank's ops since: their share of the rate */
+        double beside = s->T - start, ops = s->busy - w->busy0;
+        if (ops > beside) ops = beside;
+        double done = ov * ops + (beside - ops);
+        end = done >= w->d ? start + beside * w->d / done : s->T + (w->d - done);
+      }
+      s->free_at[w->chan] = end;
+      w->chan = -1;
+      if (end > s->T) {
+        if (w->dp) out->dp_exposed_s += end - s->T;
+        else out->other_s += end - s->T;
+        s->T = end;
+      }
+      continue;
+    }
+    if (ev->what == MT_RP_EXCHANGE) {
+      s->T += ev->d;
+      out->p2p_s += ev->d;
+      continue;
+    }
+    if (ev->dp) out->dp_total_s += ev->d;
+    if (ev->what == MT_RP_ISSUE) { /* non-blocking: the rank goes on */
+      s->pend[ev->id] = (pending){.issue = s->T, .busy0 = s->busy, .d = ev->d, .chan = ev->chan,
+                                  .dp = ev->dp};
+      continue;
+    }
+    if (ev->spans && out->n_sync < MT_REPLAY_SYNCS) { /* every stage's rank takes part */
+      const int k = out->n_sync;
+      if (k >= o->n_sync && pause) {
+        out->sync_arrival[k] = s->T;
+        return 1; /* (the event again on resuming: no time passes) */
+      }
+      if (k < o->n_sync && s->T < o->sync_at[k]) s->T = o->sync_at[k];
+      if (k >= o->n_sync) out->sync_arrival[k] = s->T;
+      out->n_sync++;
+    }
+    const double fa = s->free_at[ev->chan];
+    double start = s->T > fa ? s->T : fa, end = start + ev->d;
+    s->free_at[ev->chan] = end;
+    if (ev->dp) out->dp_exposed_s += end - s->T;
+    else out->other_s += end - s->T;
+    s->T = end;
+  }
+  out->span_s = s->T;
+  out->ops_s = s->busy;
+  out->post_s = s->post_busy;
+  return 0;
+}
+
+void mt_cost_replay_step(const mt_cost_replay_prep *p, const mt_cost_replay_opts *o,
+                         mt_cost_replay *out) {
+  state s;
+  state_init(&s, p, o);
+  state_run(&s, 0);
+  *out = s.out;
+  free(s.pend);
+}
+
+void mt_cost_replay_stages(const mt_cost_replay_prep *const *p, const mt_cost_replay_opts *o,
+                           int n, mt_cost_replay *out) {
+  state *s = mt_calloc((size_t)n, sizeof *s);
+  mt_cost_replay_opts *so = mt_calloc((size_t)n, sizeof *so);
+  double sync_at[MT_REPLAY_SYNCS];
+  for (int r = 0; r < n; r++) {
+    so[r] = o[r];
+    so[r].sync_at = sync_at, so[r].n_sync = 0;
+    state_init(&s[r], p[r], &so[r]);
+  }
+  /* every rank to its next call over every stage; the call starts at the
+   * latest arrival */
+  for (int k = 0;; k++) {
+    int paused = 0;
+    double latest = 0.0;
+    for (int r = 0; r < n; r++)
+      if (state_run(&s[r], k < MT_REPLAY_SYNCS)) {
+        paused = 1;
+        if (s[r].out.sync_arrival[k] > latest) latest = s[r].out.sync_arrival[k];
+      }
+    if (!paused) break;
+    sync_at[k] = latest;
+    for (int r = 0; r < n; r++) so[r].n_sync = k + 1;
+  }
+  for (int r = 0; r < n; r++) {
+    out[r] = s[r].out;
+    free(s[r].pend);
+  }
+  free(s);
+  free(so);
 }

@@ -69,8 +69,11 @@ static void mark(script *s, double t, int what, int id, int op) {
 static mt_cost_replay replay(const script *s, const mt_price *q, const mt_cost_replay_opts *o) {
   mt_comm_rec rec = {.ev = (mt_comm_event *)s->ev, .n = s->n, .cap = s->n,
                      .next_id = s->next_id};
+  mt_cost_replay_prep prep;
+  mt_cost_replay_prepare(&rec, q, o, &prep);
   mt_cost_replay r;
-  mt_cost_replay_step(&rec, q, o, &r);
+  mt_cost_replay_step(&prep, o, &r);
+  mt_cost_replay_prep_free(&prep);
   return r;
 }
 
@@ -211,6 +214,37 @@ int main(void) {
     r = replay(&s, &q, &o);
     check("pipeline: the call waits for the latest stage", r.span_s, sync_at + pp_d);
     check("pipeline: nothing after the last op but waits", r.post_s, 0.0);
+  }
+  { /* ranks together: each call over every stage starts at the latest
+     * arrival (rank 1 computes 2 ms more before it), the rank that waited
+     * then runs its dp after it */
+    script s[2];
+    memset(s, 0, sizeof s);
+    for (int r = 0; r < 2; r++) {
+      call(&s[r], 0.0, "pp", 2, MT_COLL_REDUCE, 8, 0);
+      call(&s[r], 1e-3 + 2e-3 * r, "pp", 2, MT_COLL_REDUCE, 8, 0);
+      call(&s[r], 1e-3 + 2e-3 * r, "dp", 4, MT_COLL_GATHER, B, 0);
+    }
+    mt_cost_replay_prep prep[2];
+    const mt_cost_replay_prep *pp[2] = {&prep[0], &prep[1]};
+    mt_cost_replay_opts o[2] = {o0, o0};
+    for (int r = 0; r < 2; r++) {
+      mt_comm_rec rec = {.ev = s[r].ev, .n = s[r].n, .cap = s[r].n, .next_id = s[r].next_id};
+      mt_cost_replay_prepare(&rec, &q, &o[r], &prep[r]);
+    }
+    mt_cost_replay out[2];
+    mt_cost_replay_stages(pp, o, 2, out);
+    const double pp_d = mt_price_coll_s(&q, 8, 2, 2, 0);
+    for (int r = 0; r < 2; r++) {
+      char what[64];
+      snprintf(what, sizeof what, "stages: rank %d's span", r);
+      check(what, out[r].span_s, 2 * pp_d + 3e-3 + d);
+      MT_CHECK(out[r].n_sync == 2, "stages: rank %d met %d calls over every stage", r,
+               out[r].n_sync);
+      mt_cost_replay_prep_free(&prep[r]);
+    }
+    check("stages: rank 0 arrived first", out[0].sync_arrival[1], pp_d + 1e-3);
+    check("stages: rank 1 later", out[1].sync_arrival[1], pp_d + 3e-3);
   }
   return mt_check_summary("test_cost_replay");
 }
