@@ -8,6 +8,8 @@ mt_script_tests(plan
   calibrated          calibrated.sh
   calibrate_roundtrip calibrate_roundtrip.sh
   emit_sweep          emit_sweep.sh)
+# meshplan's pricing under ASan/UBSan (in build-asan; an ordinary run elsewhere)
+mt_script_test(plan_sanitize sanitize sanitize.sh)
 mt_script_test(bad_profile badinput meshplan_fail.sh bad_profile "key 'inter_us' missing" profile-missing-key)
 mt_script_test(no_fit badinput meshplan_fail.sh no_fit "does not fit on 4 ranks.*GiB short" no-fit)
 # uneven pipeline stages (parallel.pp_first_layers / pp_last_layers): losses of
