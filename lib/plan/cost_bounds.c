@@ -247,6 +247,35 @@ static double moe_kept_lower_bound(const mt_config *cfg, const mt_model_shape *s
   return n_moe * moe_block_kept(cfg, sh);
 }
 
+/* A kept activation set of l blocks per token (elements): per_layer each,
+ * the routed experts' (moe_kept_lower_bound), and where the backward is
+ * split (zb-h1, zb-v) what a set keeps from the input pass to the weight
+ * pass, under recompute too (acts.c): the output gradients of the
+ * attention's projection and of the MLP's (C each), of q|k|v (at least
+ * C / tp), a dense MLP's hidden ones (SwiGLU 2 F / tp, GELU F / tp), and
+ * a MoE block's expert rows' (C and the expert's hidden units each), the
+ * MoE blocks counted where certain */
+static double set_lower_bound(const mt_config *cfg, const mt_model_shape *sh, double per_layer,
+                              int l) {
+  double x = l * per_layer + moe_kept_lower_bound(cfg, sh, l);
+  const int split = cfg->pp > 1 && (cfg->pp_schedule == MT_SCHED_ZBH1 ||
+                                    cfg->pp_schedule == MT_SCHED_ZBV);
+  if (!split) return x;
+  const double C = sh->n_embd, tp = cfg->tp, in = mt_model_llama(sh) ? 2.0 : 1.0;
+  const double F = sh->ffn > 0 ? sh->ffn : 4.0 * C;
+  x += l * (2.0 * C + C / tp + (sh->moe_experts > 0 ? 0.0 : in * F / tp));
+  if (sh->moe_experts > 0 && sh->moe_capacity <= 0.0 && cfg->etp == 1) {
+    const int n_moe = sh->moe_every == 1 ? l
+                      : cfg->virtual_stages == 1 ? mt_model_moe_before(sh, l)
+                                                 : 0;
+    const double Fe = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C, k = sh->moe_topk;
+    const double E_l = (double)sh->moe_experts / cfg->ep;
+    const double rows = cfg->ep * (tp > 1 ? 1.0 / tp : 1.0) * (k < E_l ? k : E_l);
+    x += n_moe * rows * (C + in * Fe);
+  }
+  return x;
+}
+
 double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
                                const mt_model_shape *sh, int l_first, int l_most, int sets) {
   /* the largest stage's state, or the first stage's state and the
@@ -268,8 +297,18 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
   double per_layer = cfg->recompute ? C / s
                      : sh->moe_experts > 0 ? 4.0 * C / s + 4.0 * C / tp
                                            : 6.0 * C / s + (4.0 * C + mlp) / tp;
-  double act = inflight * tokens * (l_first * per_layer + moe_kept_lower_bound(cfg, sh, l_first)) *
-               dt->acts;
+  double kept = inflight * tokens * set_lower_bound(cfg, sh, per_layer, l_first);
+  /* the schedule's count: the executor gives each set held a slot of the
+   * largest chunk's set (pp.c), so the first stage holds at least `sets`
+   * of its first chunk's (v chunks of l_first / v layers: whole sequences,
+   * the split's chunks even). Interleaved, breadth-first and zb-v hold
+   * more than the pp above (breadth-first: every micro-batch). */
+  const int v = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
+  if (sets > 0 && k == 1 && l_first % v == 0) {
+    const double by_sched = (double)sets * tokens * set_lower_bound(cfg, sh, per_layer, l_first / v);
+    if (by_sched > kept) kept = by_sched;
+  }
+  double act = kept * dt->acts;
   /* under recompute, beside the kept sets, the workspace a recomputed
    * block runs in (gpt.c: one block's whole set, with a MoE block's
    * buffers where the stage has MoE blocks: certain where it has more
@@ -279,19 +318,6 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
     const double inner = sh->moe_experts > 0 ? 4.0 * C / s + 4.0 * C / tp
                                              : 6.0 * C / s + (4.0 * C + mlp) / tp;
     act += tokens * (inner + (l_first > n_dense ? moe_block_kept(cfg, sh) : 0.0)) * dt->acts;
-  }
-  /* the schedule's count: the executor gives each set held a slot of the
-   * largest chunk's set (pp.c), so the first stage holds at least `sets`
-   * of its first chunk's (v chunks of l_first / v layers: whole sequences,
-   * the split's chunks even). Interleaved, breadth-first and zb-v hold
-   * more than the pp above (breadth-first: every micro-batch). */
-  const int v = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
-  if (sets > 0 && k == 1 && l_first % v == 0) {
-    const int l_chunk = l_first / v;
-    const double by_sched = (double)sets * tokens *
-                            (l_chunk * per_layer + moe_kept_lower_bound(cfg, sh, l_chunk)) *
-                            dt->acts;
-    if (by_sched > act) act = by_sched;
   }
   double a = state_lower_bound(cfg, dt, sh, l_most) + pools_lower_bound(cfg, dt, sh, l_most);
   double b = state_lower_bound(cfg, dt, sh, l_first) + pools_lower_bound(cfg, dt, sh, l_first);
