@@ -147,8 +147,8 @@ int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
                        mt_plan_world *keep, mt_err *e);
 void mt_plan_world_destroy(mt_plan_world *w);
 /* mt_plan_rank_world of dp, cp and tp rank 0 that, with many micro-batches
- * (at least 32 pp; not GPipe or breadth-first), runs three shorter steps
- * (8 to 16 pp micro-batches) and takes each figure on the line through
+ * (at least 20 pp; not GPipe or breadth-first), runs three shorter steps
+ * (3 to 5 pp micro-batches, and m mod pp) and takes each figure on the line through
  * them where every figure is affine in the micro-batches (the same to
  * rounding), else runs the whole step (plan_scaled.c). The world kept ran the longest of
  * the three: its executor's chunk_bytes and chunk_s are the step's at

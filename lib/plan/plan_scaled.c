@@ -20,9 +20,10 @@
 #include <math.h>
 #include <string.h>
 
-/* the step's sizes in units of the period: m1 = 4 periods (and the
- * residue), spaced 2 apart; whole below 4 x m3 */
-enum { SCALE_FIRST = 4, SCALE_STEP = 2, SCALE_MIN_TIMES = 4, SCALE_MAX_FIGS = 512 };
+/* the steps' sizes in periods: m1 = 3 (and the residue: past the warm-up
+ * of interleaved's (v + 1) pp forwards, a whole period of its steady
+ * state), spaced 1 apart; the whole step below 4 x m3 */
+enum { SCALE_FIRST = 3, SCALE_STEP = 1, SCALE_MIN_TIMES = 4, SCALE_MAX_FIGS = 512 };
 
 /* a figure's second difference over its size, at most: sums of a step's
  * op seconds round (they add clock differences), byte counts do not */

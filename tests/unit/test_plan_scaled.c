@@ -126,6 +126,9 @@ int main(void) {
       {0, 1, "train.global_batch=132 parallel.pp=4 parallel.zero=0 parallel.tp=2 "
              "parallel.sp=true"},
       {0, 1, "train.global_batch=70 parallel.pp=2 parallel.pp_token_slices=2"},
+      {0, 1, "train.global_batch=84 parallel.pp=4 parallel.schedule=interleaved "
+             "parallel.virtual_stages=2 parallel.pp_token_slices=2 parallel.zero=1"},
+      {0, 1, "train.global_batch=95 parallel.pp=4 parallel.zero=0"},
       {0, 0, "train.global_batch=80 parallel.pp=2 parallel.schedule=gpipe"},
       {0, 0, "train.global_batch=80 parallel.pp=2 parallel.schedule=breadth-first "
              "parallel.virtual_stages=2"},
