@@ -305,7 +305,8 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
    * more than the pp above (breadth-first: every micro-batch). */
   const int v = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
   if (sets > 0 && k == 1 && l_first % v == 0) {
-    const double by_sched = (double)sets * tokens * set_lower_bound(cfg, sh, per_layer, l_first / v);
+    const double by_sched =
+        (double)sets * tokens * set_lower_bound(cfg, sh, per_layer, l_first / v);
     if (by_sched > kept) kept = by_sched;
   }
   double act = kept * dt->acts;
