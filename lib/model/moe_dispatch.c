@@ -199,7 +199,12 @@ static void route_again(mt_ep *x, int S, float *seq_frac, int *meta, mt_ep_stats
   const route_scratch h = carve(x);
   if (st)
     for (size_t i = 0; i < cnt_n; i++) st->tokens[i % (size_t)x->E] += x->reuse.local[i];
-  exchange_seq_counts(x, x->reuse.local, h.all, cnt_n);
+  /* the counts' exchange as counted, bringing nothing back: every group
+   * is count-only here (reusable_id), where it would bring this rank's
+   * counts in every slice's place into the scratch, which nothing after
+   * the routing reads (a seq_size x cnt_n copy per MoE block and
+   * micro-batch: a quarter of a 1,024-GPU MoE search) */
+  if (x->seq_g) mt_allgather(x->seq_g, x->reuse.local, NULL, cnt_n, MT_DT_I32, MT_LOC_HOST);
   if (S > 0) x->ops->upload(seq_frac, x->reuse.frac, (size_t)S * x->E * sizeof(float));
   memcpy(meta, x->reuse.meta, (size_t)route_ints(x) * sizeof(int));
   if (st) st->dropped += meta[MT_EP_DROPPED];

@@ -212,7 +212,7 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
   /* counted in the run's dtypes in every attention mode (materialized
    * attention only leaves the op seconds unused); turned into the priced
    * dtypes once, below */
-  if (mt_plan_rank_world(s->cfg, &s->lay, st, 0, 0, 0, &s->ops_price, &pr, &w, e) != 0)
+  if (mt_plan_rank_world_scaled(s->cfg, &s->lay, st, &s->ops_price, &pr, &w, e) != 0)
     return mt_err_pass(e);
   double mem[MT_MEM_NCAT], total = 0.0;
   scale_mem(&pr, dt, &s->cnt, mem);

@@ -181,26 +181,99 @@ static double state_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
   return n_l * per_layer;
 }
 
-/* The routed experts' activations the first stage's l_first layers keep
- * per token of a micro-batch (no recompute; elements): each MoE block's
- * buffers of the dispatcher's row bound, sized for any routing (model's
- * acts.c: dropless, each of the ep sources' N tokens may send min(k, E_l)
- * slots to this rank: the experts' inputs (C), hidden units (SwiGLU: 2 F
- * before, F after) and the combine's k slots a token (C each)); the MoE
- * blocks counted where certain: every block, or the first l_first blocks
- * of one chunk. 0 under recompute, capacity or etp. */
-static double moe_kept_lower_bound(const mt_config *cfg, const mt_model_shape *sh, int l_first) {
-  if (sh->moe_experts <= 0 || cfg->recompute || sh->moe_capacity > 0.0 || cfg->etp != 1) return 0.0;
-  const int n_moe = sh->moe_every == 1 ? l_first
-                    : cfg->virtual_stages == 1 ? mt_model_moe_before(sh, l_first)
-                                               : 0;
+/* ZeRO-2/3's buffer pools (dp.c) beside the shards, at least: gradient
+ * buffers at ZeRO >= 2 (make_grad_buffers: of the largest bucket but the
+ * stage's first, two of them, or one per bucket where the backward is
+ * split (zb-h1, zb-v) or runs chunk by chunk (breadth-first), the
+ * "open fills"), gather buffers at ZeRO-3 (make_gather_buffers: the
+ * first and the last unit's, two of the largest other unit, or one per
+ * unit under breadth-first). A unit is a block's tensors of one reduction
+ * group; counted where certain: a MoE model's expert units (each its own
+ * bucket, never the first: the block's dense unit comes before it), n_l
+ * blocks less the model's dense ones; a dense model's blocks at ZeRO-3
+ * (one bucket a unit), all but the first. */
+static double pools_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
+                                const mt_model_shape *shape, int n_l) {
+  if (cfg->zero < 2) return 0.0;
+  const mt_model_shape full = mt_model_complete(shape), *sh = &full;
+  const double C = sh->n_embd;
+  const int piped = cfg->pp > 1, sched = cfg->pp_schedule;
+  const int runs = piped && sched == MT_SCHED_BFS;
+  const int open = runs || (piped && (sched == MT_SCHED_ZBH1 || sched == MT_SCHED_ZBV));
+  double unit = 0.0;
+  int n = 0;
+  if (sh->moe_experts > 0) {
+    const int n_dense = sh->n_layer - mt_model_moe_before(sh, sh->n_layer);
+    const double F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
+    n = n_l > n_dense ? n_l - n_dense : 0;
+    unit = (double)sh->moe_experts / cfg->ep * (mt_model_llama(sh) ? 3.0 : 2.0) * C * F /
+           cfg->etp;
+  } else if (cfg->zero == 3) {
+    const double attn = 2.0 * C * C + 2.0 * C * (C / sh->n_head) * sh->n_kv_head;
+    n = n_l - 1;
+    unit = (attn + (mt_model_llama(sh) ? 3.0 : 2.0) * C * sh->ffn) / cfg->tp;
+  }
+  if (n <= 0) return 0.0;
+  const int two = n < 2 ? n : 2;
+  return unit * ((open ? n : two) * dt->grads + (cfg->zero == 3 ? (runs ? n : two) : 0) *
+                                                    dt->weights);
+}
+
+/* The routed experts' activations a MoE block keeps per token of a
+ * micro-batch (elements): the dispatcher's buffers of its row bound, sized
+ * for any routing (model's acts.c: dropless, each of the ep sources' N
+ * tokens may send min(k, E_l) slots to this rank: the experts' inputs (C),
+ * hidden units (SwiGLU: 2 F before, F after) and the combine's k slots a
+ * token (C each)). 0 under capacity or etp. */
+static double moe_block_kept(const mt_config *cfg, const mt_model_shape *sh) {
+  if (sh->moe_experts <= 0 || sh->moe_capacity > 0.0 || cfg->etp != 1) return 0.0;
   const double C = sh->n_embd, F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
   const double in = mt_model_llama(sh) ? 2.0 : 1.0, k = sh->moe_topk;
   const double E_l = (double)sh->moe_experts / cfg->ep;
   /* the rank routes 1/tp of each sequence's tokens under tp */
   const double per_rank = cfg->tp > 1 ? 1.0 / cfg->tp : 1.0;
   const double rows = cfg->ep * per_rank * (k < E_l ? k : E_l);
-  return n_moe * (rows * (C + in * F + F) + per_rank * k * C);
+  return rows * (C + in * F + F) + per_rank * k * C;
+}
+
+/* ... of the first stage's l_first layers, the MoE blocks counted where
+ * certain: every block, or the first l_first blocks of one chunk. 0 under
+ * recompute (the kept sets hold a block's input alone). */
+static double moe_kept_lower_bound(const mt_config *cfg, const mt_model_shape *sh, int l_first) {
+  if (cfg->recompute) return 0.0;
+  const int n_moe = sh->moe_every == 1 ? l_first
+                    : cfg->virtual_stages == 1 ? mt_model_moe_before(sh, l_first)
+                                               : 0;
+  return n_moe * moe_block_kept(cfg, sh);
+}
+
+/* A kept activation set of l blocks per token (elements): per_layer each,
+ * the routed experts' (moe_kept_lower_bound), and where the backward is
+ * split (zb-h1, zb-v) what a set keeps from the input pass to the weight
+ * pass, under recompute too (acts.c): the output gradients of the
+ * attention's projection and of the MLP's (C each), of q|k|v (at least
+ * C / tp), a dense MLP's hidden ones (SwiGLU 2 F / tp, GELU F / tp), and
+ * a MoE block's expert rows' (C and the expert's hidden units each), the
+ * MoE blocks counted where certain */
+static double set_lower_bound(const mt_config *cfg, const mt_model_shape *sh, double per_layer,
+                              int l) {
+  double x = l * per_layer + moe_kept_lower_bound(cfg, sh, l);
+  const int split = cfg->pp > 1 && (cfg->pp_schedule == MT_SCHED_ZBH1 ||
+                                    cfg->pp_schedule == MT_SCHED_ZBV);
+  if (!split) return x;
+  const double C = sh->n_embd, tp = cfg->tp, in = mt_model_llama(sh) ? 2.0 : 1.0;
+  const double F = sh->ffn > 0 ? sh->ffn : 4.0 * C;
+  x += l * (2.0 * C + C / tp + (sh->moe_experts > 0 ? 0.0 : in * F / tp));
+  if (sh->moe_experts > 0 && sh->moe_capacity <= 0.0 && cfg->etp == 1) {
+    const int n_moe = sh->moe_every == 1 ? l
+                      : cfg->virtual_stages == 1 ? mt_model_moe_before(sh, l)
+                                                 : 0;
+    const double Fe = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C, k = sh->moe_topk;
+    const double E_l = (double)sh->moe_experts / cfg->ep;
+    const double rows = cfg->ep * (tp > 1 ? 1.0 / tp : 1.0) * (k < E_l ? k : E_l);
+    x += n_moe * rows * (C + in * Fe);
+  }
+  return x;
 }
 
 double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
@@ -224,8 +297,7 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
   double per_layer = cfg->recompute ? C / s
                      : sh->moe_experts > 0 ? 4.0 * C / s + 4.0 * C / tp
                                            : 6.0 * C / s + (4.0 * C + mlp) / tp;
-  double act = inflight * tokens * (l_first * per_layer + moe_kept_lower_bound(cfg, sh, l_first)) *
-               dt->acts;
+  double kept = inflight * tokens * set_lower_bound(cfg, sh, per_layer, l_first);
   /* the schedule's count: the executor gives each set held a slot of the
    * largest chunk's set (pp.c), so the first stage holds at least `sets`
    * of its first chunk's (v chunks of l_first / v layers: whole sequences,
@@ -233,12 +305,22 @@ double mt_cost_mem_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
    * more than the pp above (breadth-first: every micro-batch). */
   const int v = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
   if (sets > 0 && k == 1 && l_first % v == 0) {
-    const int l_chunk = l_first / v;
-    const double by_sched = (double)sets * tokens *
-                            (l_chunk * per_layer + moe_kept_lower_bound(cfg, sh, l_chunk)) *
-                            dt->acts;
-    if (by_sched > act) act = by_sched;
+    const double by_sched =
+        (double)sets * tokens * set_lower_bound(cfg, sh, per_layer, l_first / v);
+    if (by_sched > kept) kept = by_sched;
   }
-  double a = state_lower_bound(cfg, dt, sh, l_most), b = state_lower_bound(cfg, dt, sh, l_first);
+  double act = kept * dt->acts;
+  /* under recompute, beside the kept sets, the workspace a recomputed
+   * block runs in (gpt.c: one block's whole set, with a MoE block's
+   * buffers where the stage has MoE blocks: certain where it has more
+   * blocks than the model has dense ones) */
+  if (cfg->recompute) {
+    const int n_dense = sh->n_layer - mt_model_moe_before(sh, sh->n_layer);
+    const double inner = sh->moe_experts > 0 ? 4.0 * C / s + 4.0 * C / tp
+                                             : 6.0 * C / s + (4.0 * C + mlp) / tp;
+    act += tokens * (inner + (l_first > n_dense ? moe_block_kept(cfg, sh) : 0.0)) * dt->acts;
+  }
+  double a = state_lower_bound(cfg, dt, sh, l_most) + pools_lower_bound(cfg, dt, sh, l_most);
+  double b = state_lower_bound(cfg, dt, sh, l_first) + pools_lower_bound(cfg, dt, sh, l_first);
   return a > b + act ? a : b + act;
 }

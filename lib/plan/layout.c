@@ -125,6 +125,31 @@ static int check_cp(const mt_config *cfg, const mt_model_shape *s, mt_err *e) {
 
 /* Token slices (TeraPipe): slices of whole sequences of one rank, each a
  * pass of its own; what would see more than a slice is refused. */
+/* The schedule shapes this process has validated (kind, pp, micro-batches,
+ * v, token slices): a schedule is a function of them alone, and a search
+ * validates the same few shapes for thousands of layouts (each a build
+ * and a simulation over every micro-batch). The last 64 kept. */
+enum { SEEN_SHAPES = 64 };
+typedef struct {
+  int kind, pp, m, v, k;
+} sched_shape;
+static sched_shape g_seen[SEEN_SHAPES];
+static int g_n_seen, g_next_seen;
+
+static int schedule_seen_valid(mt_pp_sched kind, int pp, int m, int v, int k) {
+  for (int i = 0; i < g_n_seen; i++)
+    if (g_seen[i].kind == (int)kind && g_seen[i].pp == pp && g_seen[i].m == m &&
+        g_seen[i].v == v && g_seen[i].k == k)
+      return 1;
+  return 0;
+}
+
+static void schedule_valid(mt_pp_sched kind, int pp, int m, int v, int k) {
+  g_seen[g_next_seen] = (sched_shape){(int)kind, pp, m, v, k};
+  g_next_seen = (g_next_seen + 1) % SEEN_SHAPES;
+  if (g_n_seen < SEEN_SHAPES) g_n_seen++;
+}
+
 static int check_slices(const mt_config *cfg, const mt_model_shape *s, mt_pp_sched kind,
                         mt_err *e) {
   const int k = cfg->pp_token_slices;
@@ -223,12 +248,16 @@ int mt_layout_validate(const mt_config *cfg, int world_size, mt_layout *lay, mt_
   const int k = cfg->pp_token_slices > 1 ? cfg->pp_token_slices : 1;
   MT_TRY(e, check_slices(cfg, s, kind, e));
   MT_TRY(e, mt_pp_sched_check(kind, cfg->pp, m * k, v, s->n_layer, e));
-  mt_pp_schedule sched;
-  mt_pp_schedule_build_sliced(&sched, kind, cfg->pp, m, v, kind == MT_SCHED_ZBV, k);
+  int bad = 0;
   mt_err why = {0};
-  mt_pp_sim sim;
-  int bad = mt_pp_schedule_validate(&sched, 1, 2, 1, 1, &sim, &why);
-  mt_pp_schedule_free(&sched);
+  if (!schedule_seen_valid(kind, cfg->pp, m, v, k)) {
+    mt_pp_schedule sched;
+    mt_pp_schedule_build_sliced(&sched, kind, cfg->pp, m, v, kind == MT_SCHED_ZBV, k);
+    mt_pp_sim sim;
+    bad = mt_pp_schedule_validate(&sched, 1, 2, 1, 1, &sim, &why);
+    mt_pp_schedule_free(&sched);
+    if (!bad) schedule_valid(kind, cfg->pp, m, v, k);
+  }
   if (bad) {
     mt_err_set(e, "parallel.schedule = %s: invalid schedule: %s", mt_pp_sched_name(kind),
                why.msg);

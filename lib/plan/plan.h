@@ -147,6 +147,16 @@ int mt_plan_rank_world(const mt_config *cfg, const mt_layout *lay, int pp_rank, 
                        int cp_rank, int tp_rank, const mt_price *price, mt_plan_rank *out,
                        mt_plan_world *keep, mt_err *e);
 void mt_plan_world_destroy(mt_plan_world *w);
+/* mt_plan_rank_world of dp, cp and tp rank 0 that, with many micro-batches
+ * (at least 20 pp; not GPipe or breadth-first), runs three shorter steps
+ * (3 to 5 pp micro-batches, and m mod pp) and takes each figure on the line through
+ * them where every figure is affine in the micro-batches (the same to
+ * rounding), else runs the whole step (plan_scaled.c). The world kept ran the longest of
+ * the three: its executor's chunk_bytes and chunk_s are the step's at
+ * lay->accum, the rest of its state the shorter step's. */
+int mt_plan_rank_world_scaled(const mt_config *cfg, const mt_layout *lay, int pp_rank,
+                              const mt_price *price, mt_plan_rank *out, mt_plan_world *keep,
+                              mt_err *e);
 /* The table meshtrain --plan prints: per pipeline stage, memory by category
  * and bytes per group per step (the largest rank of the stage); under
  * optim.name = muon the gradients' and parameters' bytes in the table, and
