@@ -94,10 +94,15 @@ typedef struct {
    * schedule's op times of their rank (op_start, op_end) */
   int replayed;
   mt_cost_replay replay;
-  mt_cost_replay_prep stage_rec[STAGES_KEPT];
+  mt_cost_replay_prep stage_rec[STAGES_KEPT][2]; /* [1] the step's, or the longer of two
+                                                    shorter ones (rec_m), [0] the other */
   mt_cost_replay_opts stage_ropt[STAGES_KEPT];
   int rec_of[STAGES_KEPT];
-  double *op_start[STAGES_KEPT], *op_end[STAGES_KEPT];
+  int rec_m[STAGES_KEPT][2]; /* the two shorter steps' micro-batches (0: the step's own) */
+  /* price_pipeline's replay: the slowest stage's exposed dp after the
+   * schedule and its tied embeddings' exchange, each stage's exposed dp */
+  int piped;
+  double pipe_dp_s, pipe_tied_s, pipe_stage_s[STAGES_KEPT];
 } step_ctx;
 
 /* one chunk of a stage (layers [l0, l1), the embedding and head where it
@@ -140,8 +145,16 @@ static mt_chunk_cost stage_mean_chunk(const step_ctx *s, const mt_plan_world *w,
   return mean;
 }
 
-/* Stage st's recorded step, for dp's exposure (cost_replay.c), its ops at
- * the chunk's priced seconds and its bytes in the priced dtypes: one stage
+/* dp's exposure at m micro-batches from the line through two shorter
+ * steps' (x[0] at m_at[0], x[1] at m_at[1]); of the step itself (m_at 0): x[1] */
+static double on_line(const double *x, const int *m_at, int m) {
+  if (m_at[1] <= m_at[0]) return x[1];
+  return x[1] + (x[1] - x[0]) * (double)(m - m_at[1]) / (m_at[1] - m_at[0]);
+}
+
+/* Stage st's recorded step (or the two shorter steps' it was priced from,
+ * plan_scaled.c), for dp's exposure (cost_replay.c), its ops at the
+ * chunk's priced seconds and its bytes in the priced dtypes: one stage
  * replayed now; a pipeline's stage kept for the schedule's op times */
 static void replay_stage(step_ctx *s, mt_plan_world *w, int st, const mt_chunk_cost *mean) {
   const mt_pp_exec *x = &w->step.exec;
@@ -158,16 +171,26 @@ static void replay_stage(step_ctx *s, mt_plan_world *w, int st, const mt_chunk_c
   if (b > 0)
     o.op_scale[MT_PP_BWD] = o.op_scale[MT_PP_BWD_INPUT] = o.op_scale[MT_PP_BWD_WEIGHT] =
         s->v * mean->bwd / b;
+  const int scaled = w->rec_m[1] > 0;
+  const mt_comm_rec *rec[2] = {&w->rec_prev, &w->rec};
   if (s->pp == 1) {
-    mt_cost_replay_prep prep;
-    mt_cost_replay_prepare(&w->rec, &s->ops_price, &o, &prep);
-    mt_cost_replay_step(&prep, &o, &s->replay);
-    mt_cost_replay_prep_free(&prep);
+    double exposed[2] = {0.0, 0.0};
+    for (int i = scaled ? 0 : 1; i < 2; i++) {
+      mt_cost_replay_prep prep;
+      mt_cost_replay_prepare(rec[i], &s->ops_price, &o, &prep);
+      mt_cost_replay_step(&prep, &o, &s->replay);
+      mt_cost_replay_prep_free(&prep);
+      exposed[i] = s->replay.dp_exposed_s;
+    }
+    s->replay.dp_exposed_s = on_line(exposed, w->rec_m, s->lay.accum);
+    if (s->replay.dp_exposed_s < 0) s->replay.dp_exposed_s = 0.0;
     s->replayed = 1;
   } else if (st < STAGES_KEPT && s->pp <= STAGES_KEPT) {
-    mt_cost_replay_prepare(&w->rec, &s->ops_price, &o, &s->stage_rec[st]);
+    for (int i = scaled ? 0 : 1; i < 2; i++)
+      mt_cost_replay_prepare(rec[i], &s->ops_price, &o, &s->stage_rec[st][i]);
     s->stage_ropt[st] = o;
     s->rec_of[st] = st;
+    s->rec_m[st][0] = w->rec_m[0], s->rec_m[st][1] = w->rec_m[1];
   }
 }
 
@@ -301,6 +324,87 @@ static int price_stages(step_ctx *s, mt_cost *out, mt_err *e) {
   return rc;
 }
 
+/* A pipeline of m micro-batches replayed: each stage's recording (prep[st],
+ * the step's of m) on its rank's ops in the schedule simulated with the
+ * ranks' op times t and the links (dp's waits hold the rank's later ops,
+ * the schedule's gaps absorb them), the calls over every stage (the loss's
+ * and the norm's sums) starting at the latest stage's arrival. Per stage
+ * what it adds after the schedule's end (the ops after its last one, the
+ * optimizer's, aside) into x, of it the tied embeddings' exchange into
+ * tied. */
+static void replay_pipeline_at(const step_ctx *s, int m, const mt_pp_times *t,
+                               const mt_pp_link *links, int which, double *x, double *tied) {
+  const int pp = s->pp;
+  mt_pp_schedule sched;
+  mt_pp_schedule_build_sliced(&sched, s->lay.sched, pp, m, s->v, s->lay.sched == MT_SCHED_ZBV,
+                              s->k);
+  double **start = mt_calloc((size_t)pp, sizeof *start), **end = mt_calloc((size_t)pp, sizeof *end);
+  mt_cost_replay_opts *o = mt_calloc((size_t)pp, sizeof *o);
+  const mt_cost_replay_prep **p = mt_calloc((size_t)pp, sizeof *p);
+  mt_cost_replay *r = mt_calloc((size_t)pp, sizeof *r);
+  for (int st = 0; st < pp; st++) {
+    start[st] = mt_calloc((size_t)sched.n_ops[st] + 1, sizeof(double));
+    end[st] = mt_calloc((size_t)sched.n_ops[st] + 1, sizeof(double));
+    o[st] = s->stage_ropt[s->rec_of[st]];
+    o[st].op_start = start[st], o[st].op_end = end[st], o[st].n_ops = sched.n_ops[st];
+    p[st] = &s->stage_rec[s->rec_of[st]][which];
+  }
+  mt_pp_sim sim;
+  mt_err why = {0}; /* validation already accepted the schedule */
+  mt_pp_schedule_simulate_trace(&sched, t, links, start, end, &sim, &why);
+  mt_cost_replay_stages(p, o, pp, r);
+  for (int st = 0; st < pp; st++) {
+    x[st] = r[st].span_s - r[st].post_s - sim.makespan;
+    if (x[st] < 0) x[st] = 0.0;
+    tied[st] = r[st].p2p_s < x[st] ? r[st].p2p_s : x[st];
+    free(start[st]);
+    free(end[st]);
+  }
+  mt_pp_schedule_free(&sched);
+  free(start), free(end), free(o), free(p), free(r);
+}
+
+/* A pipeline's dp exposure from its stages' recordings replayed (the
+ * step's own, or the line through the two shorter steps' it was priced
+ * from: every stage priced so, at the same sizes); the step waits for the
+ * slowest stage. Into s->pipe_*; without recordings (more stages than are
+ * kept), or stages priced apart differently, nothing (the formula). */
+static void replay_pipeline(step_ctx *s, const mt_pp_times *t, const mt_pp_link *links,
+                            const mt_pp_sim *sim) {
+  const int pp = s->pp;
+  if (pp <= 1 || pp > STAGES_KEPT) return;
+  const int *m_at = s->rec_m[s->rec_of[0]];
+  for (int st = 0; st < pp; st++) {
+    const int *mm = s->rec_m[s->rec_of[st]];
+    if (mm[0] != m_at[0] || mm[1] != m_at[1]) return;
+  }
+  double *x = mt_calloc((size_t)4 * pp, sizeof(double)), *tied = x + 2 * pp;
+  if (m_at[1] > 0) {
+    for (int i = 0; i < 2; i++)
+      replay_pipeline_at(s, m_at[i], t, links, i, x + i * pp, tied + i * pp);
+  } else {
+    replay_pipeline_at(s, s->lay.accum, t, links, 1, x + pp, tied + pp);
+  }
+  double most = 0.0;
+  s->pipe_dp_s = s->pipe_tied_s = 0.0;
+  for (int st = 0; st < pp; st++) {
+    const double xs[2] = {x[st], x[pp + st]}, ts[2] = {tied[st], tied[pp + st]};
+    double xx = on_line(xs, m_at, s->lay.accum), tt = on_line(ts, m_at, s->lay.accum);
+    if (xx < 0) xx = 0.0;
+    if (tt > xx) tt = xx;
+    if (tt < 0) tt = 0.0;
+    s->pipe_stage_s[st] = xx - tt;
+    if (xx > most) {
+      most = xx;
+      s->pipe_dp_s = xx - tt;
+      s->pipe_tied_s = tt;
+    }
+  }
+  (void)sim;
+  s->piped = 1;
+  free(x);
+}
+
 /* The pipeline: the simulator with the slowest chunk's per-op costs (the
  * per-op stage overhead riding on each op) and the point-to-point
  * messages as the executor sends them: non-blocking, each on its link (a
@@ -342,18 +446,8 @@ static void price_pipeline(step_ctx *s, mt_pp_sim *sim, double *tb, mt_cost *out
   mt_pp_sim sim0;
   mt_err why = {0}; /* validation already accepted the schedule */
   mt_pp_schedule_simulate_ranks(&sched, t, NULL, &sim0, &why);
-  /* each kept stage's ops on the timeline: its recorded step's replay */
-  const int traced = pp > 1 && pp <= STAGES_KEPT && s->stage_rec[s->rec_of[0]].n > 0;
-  for (int r = 0; traced && r < pp; r++) {
-    s->op_start[r] = mt_calloc((size_t)sched.n_ops[r] + 1, sizeof(double));
-    s->op_end[r] = mt_calloc((size_t)sched.n_ops[r] + 1, sizeof(double));
-    s->stage_ropt[r] = s->stage_ropt[s->rec_of[r]];
-    s->stage_ropt[r].op_start = s->op_start[r];
-    s->stage_ropt[r].op_end = s->op_end[r];
-    s->stage_ropt[r].n_ops = sched.n_ops[r];
-  }
-  mt_pp_schedule_simulate_trace(&sched, t, links, traced ? s->op_start : NULL,
-                                traced ? s->op_end : NULL, sim, &why);
+  mt_pp_schedule_simulate_ranks(&sched, t, links, sim, &why);
+  replay_pipeline(s, t, links, sim);
   mt_pp_schedule_free(&sched);
   free(links);
   free(t);
@@ -461,37 +555,6 @@ static double dp_exposed_pipeline(const step_ctx *s, const mt_pp_sim *sim, doubl
   return exposed;
 }
 
-/* A pipeline's dp exposure: each stage's recorded step replayed on its
- * rank's op times in the schedule (dp's waits holding the rank's later
- * ops, the schedule's gaps absorbing them), the calls over every stage
- * (the loss's and the norm's sums) starting at the latest stage's arrival;
- * what its dp adds after the schedule's end (the ops after its last one,
- * the optimizer's, aside), and its point-to-point exchange of the tied
- * embeddings' gradients (tied: the pipeline's messages). The step waits
- * for the slowest stage. */
-static double replay_pipeline(const step_ctx *s, const mt_pp_sim *sim, mt_cost *out,
-                              double *tied) {
-  const int pp = s->pp;
-  const mt_cost_replay_prep **p = mt_calloc((size_t)pp, sizeof *p);
-  mt_cost_replay *r = mt_calloc((size_t)pp, sizeof *r);
-  for (int st = 0; st < pp; st++) p[st] = &s->stage_rec[s->rec_of[st]];
-  mt_cost_replay_stages(p, s->stage_ropt, pp, r);
-  double most = 0.0, exposed = 0.0;
-  for (int st = 0; st < pp; st++) {
-    double x = r[st].span_s - r[st].post_s - sim->makespan;
-    if (x < 0) x = 0.0;
-    out->stage_dp_exposed_s[st] = x > r[st].p2p_s ? x - r[st].p2p_s : 0.0;
-    if (x > most) {
-      most = x;
-      exposed = out->stage_dp_exposed_s[st];
-      *tied = x - exposed;
-    }
-  }
-  free(p);
-  free(r);
-  return exposed;
-}
-
 /* dp: its whole seconds, and what of them the step exposes: each stage's
  * recorded step replayed in issue order (cost_replay.c: ZeRO-0/1's
  * reductions behind the last micro-batch's backward and the schedule's
@@ -510,8 +573,10 @@ static void price_dp(const step_ctx *s, const mt_pp_sim *sim, double tb, mt_cost
   out->dp_total_s = t_r + t_g + (ndp > 1 ? calls * lat : 0.0);
   if (s->replayed) {
     out->dp_exposed_s = out->stage_dp_exposed_s[0] = s->replay.dp_exposed_s;
-  } else if (s->op_start[0]) {
-    out->dp_exposed_s = replay_pipeline(s, sim, out, tied_s);
+  } else if (s->piped) {
+    out->dp_exposed_s = s->pipe_dp_s;
+    for (int st = 0; st < s->pp; st++) out->stage_dp_exposed_s[st] = s->pipe_stage_s[st];
+    *tied_s = s->pipe_tied_s;
     out->pp_p2p_s += *tied_s;
   } else if (ndp > 1 || t_r > 0.0) {
     out->dp_exposed_s = dp_exposed_pipeline(s, sim, tb, t_r, t_g, out) +
@@ -572,9 +637,8 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     out->world = s.lay.world;
   }
   for (int st = 0; st < STAGES_KEPT; st++) {
-    mt_cost_replay_prep_free(&s.stage_rec[st]);
-    free(s.op_start[st]);
-    free(s.op_end[st]);
+    mt_cost_replay_prep_free(&s.stage_rec[st][0]);
+    mt_cost_replay_prep_free(&s.stage_rec[st][1]);
   }
   mt_layout_free(&s.lay);
   return rc;

@@ -40,6 +40,7 @@ void mt_plan_world_destroy(mt_plan_world *w) {
   free(w->tokens);
   free(w->rows);
   mt_comm_rec_free(&w->rec);
+  mt_comm_rec_free(&w->rec_prev);
   memset(w, 0, sizeof *w);
 }
 

@@ -76,6 +76,10 @@ typedef struct {
   mt_pp_batch batch;
   double update_state_bytes; /* of the dp x cp state bytes, what the optimizer step sent */
   mt_comm_rec rec;      /* priced: the step's collectives in order (comm.h) */
+  /* a step priced from shorter ones (mt_plan_rank_world_scaled): rec is
+   * the step of rec_m[1] micro-batches, rec_prev of rec_m[0]; else rec_m 0 */
+  mt_comm_rec rec_prev;
+  int rec_m[2];
 } mt_plan_world;
 
 typedef struct {
@@ -153,7 +157,8 @@ void mt_plan_world_destroy(mt_plan_world *w);
  * them where every figure is affine in the micro-batches (the same to
  * rounding), else runs the whole step (plan_scaled.c). The world kept ran the longest of
  * the three: its executor's chunk_bytes and chunk_s are the step's at
- * lay->accum, the rest of its state the shorter step's. */
+ * lay->accum, the rest of its state the shorter step's; its rec_prev and
+ * rec the two longer steps' recordings (rec_m their micro-batches). */
 int mt_plan_rank_world_scaled(const mt_config *cfg, const mt_layout *lay, int pp_rank,
                               const mt_price *price, mt_plan_rank *out, mt_plan_world *keep,
                               mt_err *e);

@@ -113,6 +113,13 @@ int mt_plan_rank_world_scaled(const mt_config *cfg, const mt_layout *lay, int pp
       const double f2 = *p[1][i], f3 = *p[2][i];
       *p[2][i] = f3 + (f3 - f2) * ((double)(m - m3) / d);
     }
+  /* the two longer steps' recordings of their collectives: the cost
+   * model's replay takes dp's exposure on their line too */
+  if (ok) {
+    w[2]->rec_prev = w[1]->rec;
+    w[1]->rec = (mt_comm_rec){0};
+    w[2]->rec_m[0] = m1 + d, w[2]->rec_m[1] = m3;
+  }
   mt_plan_world_destroy(w[0]);
   mt_plan_world_destroy(w[1]);
   if (!ok) {
