@@ -225,8 +225,9 @@ void mt_dp_master_changed(mt_dp *d);
  *                            first element), valid until mt_dp_params_done
  *                            (ZeRO-3: gathered over dp, waiting for a
  *                            prefetch started earlier, and the next unit of
- *                            the pass prefetched); NULL for a unit this
- *                            stage does not hold;
+ *                            the pass prefetched, the next two with MoE
+ *                            blocks); NULL for a unit this stage does not
+ *                            hold;
  *   mt_dp_grads(u):          where the unit's gradients accumulate in this
  *                            backward;
  *   mt_dp_grads_done(u):     the unit's gradients of this micro-batch are
