@@ -65,11 +65,34 @@ static void pool_free(const mt_dp *d, mt_pool_buf *pool, int n, mt_mem_cat cat, 
 /* an axis the norm sums over: NULL where absent (size 1) */
 static mt_group *axis(mt_group *g) { return g && g->size > 1 ? g : NULL; }
 
+/* each unit's place among the units of its layer (a MoE block's dense
+ * unit, then its experts'), d->ahead the most a layer has, and its class:
+ * the layer's parity and the place, 2 x d->ahead classes. Units and
+ * buckets of a class share gather and gradient buffers the size of their
+ * largest: the layer in use and the next one (prefetched, or whose
+ * gradients accumulate while this one's are reduced) never share one */
+static void unit_classes(mt_dp *d) {
+  const mt_registry *reg = d->reg;
+  const int U = reg->n_units;
+  d->unit_class = mt_calloc((size_t)U, sizeof(int));
+  d->ahead = 1;
+  int pos = 0;
+  for (int u = 1; u < U; u++) {
+    pos = u > 1 && reg->units[u].layer == reg->units[u - 1].layer ? pos + 1 : 0;
+    if (pos + 1 > d->ahead) d->ahead = pos + 1;
+    d->unit_class[u] = pos;
+  }
+  for (int u = 1; u < U; u++) d->unit_class[u] += (reg->units[u].layer & 1) * d->ahead;
+}
+
 /* the gradient buffers (zero >= 2): buffer 0 for the last bucket (it holds
  * the embeddings, whose gradients the LM head starts and the embedding's
  * backward ends; under pipeline parallelism the tied embeddings, held to
  * the end of the step), then up to two shared by the other buckets in
- * turn, or with open fills one per bucket, each its own size */
+ * turn, or with open fills one per bucket, each its own size, or with MoE
+ * blocks (d->ahead > 1) one per class of the buckets' first units, so that
+ * a block's experts do not wait for the reduction of the next block's
+ * (their gradients would share a buffer in turn) */
 static void make_grad_buffers(mt_dp *d) {
   const int nb = d->reg->n_buckets;
   const mt_bucket_plan *lastb = dp_plan(d, nb - 1);
@@ -81,45 +104,79 @@ static void make_grad_buffers(mt_dp *d) {
     if (len > most) most = len;
     if (dp_part_len(d, k) > most_part) most_part = dp_part_len(d, k);
   }
-  if (d->open_fills)
+  if (d->open_fills) {
     for (int k = 0; k < nb - 1; k++)
       pool_add(d, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, dp_plan(d, k)->end - dp_plan(d, k)->begin,
                dp_part_len(d, k), d->gdt, 1);
-  else
+  } else if (d->ahead > 1) {
+    const int nc = 2 * d->ahead;
+    int *cbuf = mt_calloc((size_t)nc, sizeof(int));
+    size_t *len = mt_calloc((size_t)nc, sizeof(size_t));
+    size_t *part = mt_calloc((size_t)nc, sizeof(size_t));
+    d->bucket_gbuf = mt_calloc((size_t)nb, sizeof(int));
+    for (int c = 0; c < nc; c++) cbuf[c] = -1;
+    for (int k = 0; k < nb - 1; k++) {
+      int c = d->unit_class[dp_plan(d, k)->u0];
+      size_t n = dp_plan(d, k)->end - dp_plan(d, k)->begin;
+      cbuf[c] = 0;
+      if (n > len[c]) len[c] = n;
+      if (dp_part_len(d, k) > part[c]) part[c] = dp_part_len(d, k);
+    }
+    for (int c = 0; c < nc; c++)
+      if (cbuf[c] == 0) {
+        cbuf[c] = d->n_gbufs;
+        pool_add(d, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, len[c], part[c], d->gdt, 1);
+      }
+    for (int k = 0; k < nb - 1; k++) d->bucket_gbuf[k] = cbuf[d->unit_class[dp_plan(d, k)->u0]];
+    free(cbuf);
+    free(len);
+    free(part);
+  } else {
     for (int i = 0; i < (nb - 1 < 2 ? nb - 1 : 2); i++)
       pool_add(d, &d->gbufs, &d->n_gbufs, MT_MEM_GRADS, most, most_part, d->gdt, 1);
+  }
 }
 
 /* ZeRO-3's gather buffers of the weights' copy (or of the master): the
  * units used at both ends of a pass (the first and the last) have their
- * own (0, 1); the others share two by parity, or with MT_DP_RUNS each unit
- * of the stage has one its size */
+ * own (0, 1); the others one per class (unit_classes: two by parity
+ * without MoE), or with MT_DP_RUNS each unit of the stage one its size */
 static void make_gather_buffers(mt_dp *d) {
   const mt_registry *reg = d->reg;
   int U = reg->n_units;
   d->gather = mt_calloc((size_t)U, sizeof(mt_unit_gather));
   for (int u = 0; u < U; u++) d->gather[u].buf = -1;
+  d->unit_buf = mt_calloc((size_t)U, sizeof(int));
   size_t first = reg->units[0].end - reg->units[0].begin;
   size_t last = U > 1 ? reg->units[U - 1].end - reg->units[U - 1].begin : 0;
   pool_add(d, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, first, 0, d->wdt, 0);
   pool_add(d, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, last, 0, d->wdt, 0);
-  size_t most = 0;
-  for (int u = 1; u < U - 1; u++)
-    if (reg->units[u].end - reg->units[u].begin > most)
-      most = reg->units[u].end - reg->units[u].begin;
-  if (d->unit_bufs) {
-    d->unit_buf = mt_calloc((size_t)U, sizeof(int));
-    for (int u = 1; u < U - 1; u++) {
-      d->unit_buf[u] = -1;
-      if (reg->units[u].end == reg->units[u].begin) continue;
+  if (U > 1) d->unit_buf[U - 1] = 1;
+  const int nc = 2 * d->ahead;
+  int *cbuf = mt_calloc((size_t)nc, sizeof(int));
+  size_t *most = mt_calloc((size_t)nc, sizeof(size_t));
+  for (int c = 0; c < nc; c++) cbuf[c] = -1;
+  for (int u = 1; u < U - 1; u++) {
+    size_t numel = reg->units[u].end - reg->units[u].begin;
+    d->unit_buf[u] = -1;
+    if (numel == 0) continue; /* another stage's */
+    if (d->unit_bufs) {
       d->unit_buf[u] = d->n_pbufs;
-      pool_add(d, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, reg->units[u].end - reg->units[u].begin,
-               0, d->wdt, 0);
+      pool_add(d, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, numel, 0, d->wdt, 0);
+      continue;
     }
-  } else {
-    for (int i = 0; i < (U - 2 < 2 ? U - 2 : 2); i++)
-      pool_add(d, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, most, 0, d->wdt, 0);
+    cbuf[d->unit_class[u]] = 0;
+    if (numel > most[d->unit_class[u]]) most[d->unit_class[u]] = numel;
   }
+  for (int c = 0; c < nc; c++)
+    if (cbuf[c] == 0) {
+      cbuf[c] = d->n_pbufs;
+      pool_add(d, &d->pbufs, &d->n_pbufs, MT_MEM_GATHER, most[c], 0, d->wdt, 0);
+    }
+  for (int u = 1; u < U - 1 && !d->unit_bufs; u++)
+    if (reg->units[u].end > reg->units[u].begin) d->unit_buf[u] = cbuf[d->unit_class[u]];
+  free(most);
+  free(cbuf);
 }
 
 /* ------------------------------------------------------------------ */
@@ -192,6 +249,7 @@ void mt_dp_create(mt_dp *d, const mt_dp_groups *groups, const mt_registry *reg, 
       mt_die("ZeRO-%d: the tied bucket %d is not the last (%d)", reg->zero, k, reg->n_buckets - 1);
   }
   d->unit_done = mt_calloc((size_t)reg->n_units + 1, sizeof(int));
+  unit_classes(d);
   if (d->zero >= 2 && reg->n_buckets > 0) make_grad_buffers(d);
   /* fp32 gradients reduced in bf16 (zero <= 1): narrowed for the
    * reduction, and the shard it reduces into (zero 1) */
@@ -223,6 +281,8 @@ void mt_dp_destroy(mt_dp *d) {
   pool_free(d, d->pbufs, d->n_pbufs, MT_MEM_GATHER, d->wdt, 0);
   free(d->gather);
   free(d->unit_buf);
+  free(d->unit_class);
+  free(d->bucket_gbuf);
   free(d->buckets);
   free(d->unit_done);
   memset(d, 0, sizeof *d);

@@ -1,23 +1,19 @@
 /* ZeRO-3's parameter gathers: a unit's weights (the compute copy, or the
  * fp32 master without one) all-gathered over its bucket's group before its
- * forward and again before its backward, the next unit of the pass
- * prefetched while this one computes, released after use. Below ZeRO-3 a
+ * forward and again before its backward, the units of the pass's next
+ * piece prefetched while this one computes, released after use. Below ZeRO-3 a
  * unit's weights are where they are held. */
 #include "parallel/dp_internal.h"
 
 /* the weights the model reads: the compute copy (wdt), or the master */
 static void *weights(const mt_dp *d) { return d->copy ? d->copy : (void *)d->params; }
 
-/* the gather buffers: the units used at both ends of a pass (the first and
- * the last: the embeddings, which the tied LM head uses again, and the
- * final LayerNorm) have buffers of their own (0, 1); the others share two
- * by parity, so the next unit's gather never waits for the current one */
-static int gather_buf_of_unit(const mt_dp *d, int u) {
-  if (u == 0) return 0;
-  if (u == d->reg->n_units - 1) return 1;
-  if (d->unit_bufs) return d->unit_buf[u];
-  return 2 + u % (d->n_pbufs - 2);
-}
+/* the gather buffers (dp.c make_gather_buffers): the units used at both
+ * ends of a pass (the first and the last: the embeddings, which the tied LM
+ * head uses again, and the final LayerNorm) have buffers of their own (0,
+ * 1); the others share buffers by layer parity and place in the layer, so
+ * the next layer's gathers never wait for the current one's */
+static int gather_buf_of_unit(const mt_dp *d, int u) { return d->unit_buf[u]; }
 
 static void gather_start(mt_dp *d, int u) {
   mt_unit_gather *ug = &d->gather[u];
@@ -61,13 +57,20 @@ mt_act *mt_dp_params(mt_dp *d, int u, mt_pass pass) {
     mt_wait(&ug->req);
     ug->state = 2;
   }
-  /* prefetch the next unit of the pass while this one computes (not when
-   * the LM head takes the embeddings again, which it holds already) */
-  int next = pass == MT_PASS_FORWARD ? u + 1 : u - 1;
-  if ((fresh || pass == MT_PASS_BACKWARD) && next >= 0 && next < d->reg->n_units &&
-      d->gather[next].state == 0 && d->reg->units[next].end > d->reg->units[next].begin &&
-      gather_buf_free(d, next))
-    gather_start(d, next);
+  /* prefetch the units of the pass's next piece while this one computes
+   * (not when the LM head takes the embeddings again, which it holds
+   * already): the next unit, or with MoE blocks (a piece binds a block's
+   * dense unit and its experts') the next d->ahead, so the next block's
+   * gathers are issued before this block's gradient reductions (a group
+   * runs its calls in issue order: a gather issued after a reduce-scatter
+   * waits for it, and the pass for both) */
+  for (int i = 1; i <= d->ahead && (fresh || pass == MT_PASS_BACKWARD); i++) {
+    int next = pass == MT_PASS_FORWARD ? u + i : u - i;
+    if (next < 0 || next >= d->reg->n_units) break;
+    if (d->gather[next].state == 0 && d->reg->units[next].end > d->reg->units[next].begin &&
+        gather_buf_free(d, next))
+      gather_start(d, next);
+  }
   return d->pbufs[ug->buf].mem;
 }
 

@@ -137,10 +137,11 @@ static int units_of_bucket(const mt_dp *d, int k) {
  * gradients of every layer of a chunk and its weight pass, ops later,
  * completes them, so every bucket of the stage may be open at once), else
  * the two shared ones in turn (a backward pass completes the buckets it
- * opens, in order) */
+ * opens, in order), or with MoE blocks that of its class (dp.c) */
 static int grad_buf_of_bucket(const mt_dp *d, int k) {
   if (k == d->reg->n_buckets - 1) return 0;
   if (d->open_fills) return k + 1;
+  if (d->bucket_gbuf) return d->bucket_gbuf[k];
   return 1 + k % (d->n_gbufs - 1);
 }
 

@@ -132,7 +132,12 @@ typedef struct {
   int open_fills;        /* zero >= 2: a gradient buffer per bucket (MT_DP_OPEN_FILLS,
                             MT_DP_RUNS) */
   int unit_bufs;         /* zero 3: a gather buffer per unit of the stage (MT_DP_RUNS) */
-  int *unit_buf;         /* unit_bufs: per unit, its gather buffer */
+  int *unit_buf;         /* zero 3: per unit, its gather buffer (-1: another stage's) */
+  int ahead;             /* the most units a layer has (2 with MoE blocks, whose pieces bind
+                            two): zero 3 prefetches that many past the unit bound */
+  int *unit_class;       /* per unit: its layer's parity and place in it, which the units and
+                            buckets sharing gather and gradient buffers have in common */
+  int *bucket_gbuf;      /* zero >= 2, ahead > 1: per bucket, its gradient buffer */
   int defer;             /* zero >= 2: complete buckets wait for the end of the run */
   int partial_done;      /* zero <= 1: sp partial gradients summed over tp this step */
   /* zero >= 2: gradient buffers; zero 3: gather buffers and per-unit state */
@@ -220,8 +225,9 @@ void mt_dp_master_changed(mt_dp *d);
  *                            first element), valid until mt_dp_params_done
  *                            (ZeRO-3: gathered over dp, waiting for a
  *                            prefetch started earlier, and the next unit of
- *                            the pass prefetched); NULL for a unit this
- *                            stage does not hold;
+ *                            the pass prefetched, the next two with MoE
+ *                            blocks); NULL for a unit this stage does not
+ *                            hold;
  *   mt_dp_grads(u):          where the unit's gradients accumulate in this
  *                            backward;
  *   mt_dp_grads_done(u):     the unit's gradients of this micro-batch are

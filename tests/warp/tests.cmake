@@ -32,6 +32,10 @@ mt_script_test(dtypes warp dtypes.sh)
 # on 16 ranks across nodes (hierarchical collectives, overlap, pipelines)
 mt_script_test(vs_plan warp vs_plan.sh)
 set_tests_properties(warp.vs_plan PROPERTIES RUN_SERIAL TRUE)
+# ZeRO-3 with MoE blocks: the backward's expert gathers and reduce-scatters
+# hide behind its compute (rank 0's wait on edp within one gather and one
+# reduce-scatter)
+mt_script_test(moe_prefetch warp moe_prefetch.sh)
 # whether this machine can start N virtual ranks (meshtrain --check), and a
 # run launched anyway that the node's memory cannot hold: one line, exit 2
 mt_script_test(host_fit warp host_fit.sh)
