@@ -20,6 +20,7 @@
 #include "plan/plan.h"
 
 #include "../check.h"
+#include "plan_config.h"
 
 /* the SwiGLU MoE (GPT-OSS-like, small) and a GELU one with a shared expert
  * and MoE every second block */
@@ -32,17 +33,6 @@ static const char *g_gelu[] = {"model.preset=custom", "model.n_layer=4", "model.
                                "model.n_head=4", "model.seq_len=2048", "model.vocab_size=256",
                                "model.moe_experts=8", "model.moe_topk=2", "model.moe_every=2",
                                "model.moe_shared=1", "train.global_batch=16"};
-#define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
-
-/* a config: the model's settings, then a layout's */
-static int load(mt_config *cfg, const char **model, int n_model, const char *layout, mt_err *e) {
-  char *over[48], buf[512];
-  int n = 0;
-  for (int i = 0; i < n_model; i++) over[n++] = (char *)model[i];
-  snprintf(buf, sizeof buf, "%s", layout);
-  for (char *tok = strtok(buf, " "); tok && n < 48; tok = strtok(NULL, " ")) over[n++] = tok;
-  return mt_config_load(cfg, NULL, n, over, e);
-}
 
 static void reuse_prices(const mt_cost_profile *p) {
   static const char *layouts[] = {
@@ -70,7 +60,7 @@ static void reuse_prices(const mt_cost_profile *p) {
       mt_err e = {0};
       char layout[400]; /* (shorter sequences: the test runs under the sanitizers too) */
       snprintf(layout, sizeof layout, "model.seq_len=512 %s", layouts[li]);
-      if (load(&cfg, models[mi].model, models[mi].n, layout, &e) != 0) {
+      if (plan_config_load(&cfg, models[mi].model, models[mi].n, layout, &e) != 0) {
         MT_FAIL("%s, %s: %s", models[mi].name, layouts[li], e.msg);
         continue;
       }
@@ -100,7 +90,7 @@ static void bounds(const mt_cost_profile *p, const char **model, int n, const ch
                    int ranks, const char *name) {
   mt_config cfg;
   mt_err e = {0};
-  if (load(&cfg, model, n, extra, &e) != 0) {
+  if (plan_config_load(&cfg, model, n, extra, &e) != 0) {
     MT_FAIL("%s: %s", name, e.msg);
     return;
   }

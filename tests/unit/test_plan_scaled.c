@@ -15,6 +15,7 @@
 #include "plan/plan.h"
 
 #include "../check.h"
+#include "plan_config.h"
 
 static const char *g_gpt[] = {"model.preset=custom", "model.n_layer=8", "model.n_embd=64",
                               "model.n_head=4", "model.seq_len=256", "model.vocab_size=256"};
@@ -22,16 +23,6 @@ static const char *g_moe[] = {"model.preset=custom", "model.arch=llama", "model.
                               "model.n_embd=64", "model.n_head=4", "model.n_kv_head=2",
                               "model.seq_len=256", "model.vocab_size=256",
                               "model.moe_experts=8", "model.moe_topk=2", "model.moe_ffn=32"};
-#define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
-
-static int load(mt_config *cfg, const char **model, int n_model, const char *layout, mt_err *e) {
-  char *over[48], buf[512];
-  int n = 0;
-  for (int i = 0; i < n_model; i++) over[n++] = (char *)model[i];
-  snprintf(buf, sizeof buf, "%s", layout);
-  for (char *tok = strtok(buf, " "); tok && n < 48; tok = strtok(NULL, " ")) over[n++] = tok;
-  return mt_config_load(cfg, NULL, n, over, e);
-}
 
 /* a relative difference within 1e-9 (both 0 is equal; NaN is not) */
 static int within(double a, double b) {
@@ -143,7 +134,7 @@ int main(void) {
     const int n = cases[i].moe ? N_OF(g_moe) : N_OF(g_gpt);
     char layout[400];
     snprintf(layout, sizeof layout, "train.micro_batch=1 %s", cases[i].layout);
-    if (load(&cfg, model, n, layout, &e) != 0) {
+    if (plan_config_load(&cfg, model, n, layout, &e) != 0) {
       MT_FAIL("%s: %s", cases[i].layout, e.msg);
       continue;
     }
