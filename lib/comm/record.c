@@ -6,7 +6,7 @@
 
 #include <stdlib.h>
 
-static mt_comm_rec *g_rec;
+static _Thread_local mt_comm_rec *g_rec; /* (a plan is priced on one thread) */
 
 mt_comm_rec *mt_comm_rec_use(mt_comm_rec *r) {
   mt_comm_rec *prev = g_rec;
