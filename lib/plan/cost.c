@@ -103,6 +103,11 @@ typedef struct {
    * schedule and its tied embeddings' exchange, each stage's exposed dp */
   int piped;
   double pipe_dp_s, pipe_tied_s, pipe_stage_s[STAGES_KEPT];
+  /* the step's ops outside the schedule's and the optimizer's (the
+   * gradients' norm, their buffers zeroed, ...): one stage's, a pipeline's
+   * slowest stage's; each stage's optimizer seconds */
+  double other_ops_s;
+  double stage_optim[STAGES_KEPT];
 } step_ctx;
 
 /* one chunk of a stage (layers [l0, l1), the embedding and head where it
@@ -156,7 +161,8 @@ static double on_line(const double *x, const int *m_at, int m) {
  * plan_scaled.c), for dp's exposure (cost_replay.c), its ops at the
  * chunk's priced seconds and its bytes in the priced dtypes: one stage
  * replayed now; a pipeline's stage kept for the schedule's op times */
-static void replay_stage(step_ctx *s, mt_plan_world *w, int st, const mt_chunk_cost *mean) {
+static void replay_stage(step_ctx *s, mt_plan_world *w, int st, const mt_chunk_cost *mean,
+                         double optim) {
   const mt_pp_exec *x = &w->step.exec;
   double f = 0.0, b = 0.0;
   for (int c = 0; c < s->v; c++) {
@@ -174,18 +180,24 @@ static void replay_stage(step_ctx *s, mt_plan_world *w, int st, const mt_chunk_c
   const int scaled = w->rec_m[1] > 0;
   const mt_comm_rec *rec[2] = {&w->rec_prev, &w->rec};
   if (s->pp == 1) {
-    double exposed[2] = {0.0, 0.0};
+    /* dp's waits, and the ops outside the schedule's ops beyond the
+     * optimizer's priced seconds */
+    double exposed[2] = {0.0, 0.0}, other[2] = {0.0, 0.0};
     for (int i = scaled ? 0 : 1; i < 2; i++) {
       mt_cost_replay_prep prep;
       mt_cost_replay_prepare(rec[i], &s->ops_price, &o, &prep);
       mt_cost_replay_step(&prep, &o, &s->replay);
       mt_cost_replay_prep_free(&prep);
       exposed[i] = s->replay.dp_exposed_s;
+      other[i] = s->replay.ops_s - s->replay.ops_in_s - optim;
     }
     s->replay.dp_exposed_s = on_line(exposed, w->rec_m, s->lay.accum);
     if (s->replay.dp_exposed_s < 0) s->replay.dp_exposed_s = 0.0;
+    s->other_ops_s = on_line(other, w->rec_m, s->lay.accum);
+    if (s->other_ops_s < 0) s->other_ops_s = 0.0;
     s->replayed = 1;
   } else if (st < STAGES_KEPT && s->pp <= STAGES_KEPT) {
+    s->stage_optim[st] = optim;
     for (int i = scaled ? 0 : 1; i < 2; i++)
       mt_cost_replay_prepare(rec[i], &s->ops_price, &o, &s->stage_rec[st][i]);
     s->stage_ropt[st] = o;
@@ -245,7 +257,6 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
   }
   if (total > out->mem_bytes) out->mem_bytes = total;
   mt_chunk_cost mean = stage_mean_chunk(s, &w, st);
-  replay_stage(s, &w, st, &mean);
   if (mean.fwd + mean.bwd + mean.tp > s->worst.fwd + s->worst.bwd + s->worst.tp) s->worst = mean;
   if (st < STAGES_KEPT) s->stage_chunk[st] = mean;
   double r, g;
@@ -288,6 +299,7 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
     out->optim_momentum_s = mu.momentum_s;
   }
   if (mu.flops_busiest > out->optim_flops) out->optim_flops = mu.flops_busiest;
+  replay_stage(s, &w, st, &mean, optim);
   /* the exchange's bytes as the plan counts them (its pricing takes the
    * busiest rank's, cost_muon.c) */
   const double muon_dp = pr.muon_dp_bytes + pr.muon_edp_bytes;
@@ -318,6 +330,7 @@ static int price_stages(step_ctx *s, mt_cost *out, mt_err *e) {
       s->stage_gather_s[st] = s->stage_gather_s[seen];
       s->stage_chunk[st] = s->stage_chunk[seen];
       s->rec_of[st] = s->rec_of[seen];
+      s->stage_optim[st] = s->stage_optim[seen];
     }
   }
   free(keys);
@@ -331,9 +344,10 @@ static int price_stages(step_ctx *s, mt_cost *out, mt_err *e) {
  * and the norm's sums) starting at the latest stage's arrival. Per stage
  * what it adds after the schedule's end (the ops after its last one, the
  * optimizer's, aside) into x, of it the tied embeddings' exchange into
- * tied. */
+ * tied; those ops beyond the stage's priced optimizer into other. */
 static void replay_pipeline_at(const step_ctx *s, int m, const mt_pp_times *t,
-                               const mt_pp_link *links, int which, double *x, double *tied) {
+                               const mt_pp_link *links, int which, double *x, double *tied,
+                               double *other) {
   const int pp = s->pp;
   mt_pp_schedule sched;
   mt_pp_schedule_build_sliced(&sched, s->lay.sched, pp, m, s->v, s->lay.sched == MT_SCHED_ZBV,
@@ -357,6 +371,7 @@ static void replay_pipeline_at(const step_ctx *s, int m, const mt_pp_times *t,
     x[st] = r[st].span_s - r[st].post_s - sim.makespan;
     if (x[st] < 0) x[st] = 0.0;
     tied[st] = r[st].p2p_s < x[st] ? r[st].p2p_s : x[st];
+    other[st] = r[st].post_s - s->stage_optim[st];
     free(start[st]);
     free(end[st]);
   }
@@ -378,26 +393,31 @@ static void replay_pipeline(step_ctx *s, const mt_pp_times *t, const mt_pp_link 
     const int *mm = s->rec_m[s->rec_of[st]];
     if (mm[0] != m_at[0] || mm[1] != m_at[1]) return;
   }
-  double *x = mt_calloc((size_t)4 * pp, sizeof(double)), *tied = x + 2 * pp;
+  double *x = mt_calloc((size_t)6 * pp, sizeof(double)), *tied = x + 2 * pp,
+         *other = x + 4 * pp;
   if (m_at[1] > 0) {
     for (int i = 0; i < 2; i++)
-      replay_pipeline_at(s, m_at[i], t, links, i, x + i * pp, tied + i * pp);
+      replay_pipeline_at(s, m_at[i], t, links, i, x + i * pp, tied + i * pp, other + i * pp);
   } else {
-    replay_pipeline_at(s, s->lay.accum, t, links, 1, x + pp, tied + pp);
+    replay_pipeline_at(s, s->lay.accum, t, links, 1, x + pp, tied + pp, other + pp);
   }
-  double most = 0.0;
-  s->pipe_dp_s = s->pipe_tied_s = 0.0;
+  double most = -1.0;
+  s->pipe_dp_s = s->pipe_tied_s = s->other_ops_s = 0.0;
   for (int st = 0; st < pp; st++) {
     const double xs[2] = {x[st], x[pp + st]}, ts[2] = {tied[st], tied[pp + st]};
+    const double os[2] = {other[st], other[pp + st]};
     double xx = on_line(xs, m_at, s->lay.accum), tt = on_line(ts, m_at, s->lay.accum);
+    double oo = on_line(os, m_at, s->lay.accum);
     if (xx < 0) xx = 0.0;
     if (tt > xx) tt = xx;
     if (tt < 0) tt = 0.0;
+    if (oo < 0) oo = 0.0;
     s->pipe_stage_s[st] = xx - tt;
-    if (xx > most) {
-      most = xx;
+    if (xx + oo > most) {
+      most = xx + oo;
       s->pipe_dp_s = xx - tt;
       s->pipe_tied_s = tt;
+      s->other_ops_s = oo;
     }
   }
   (void)sim;
@@ -616,6 +636,9 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
     price_pipeline(&s, &sim, &tb, out);
     double tied = 0.0; /* after the schedule: the tied embeddings' exchange */
     price_dp(&s, &sim, tb, out, &tied);
+    /* the step's other ops (outside the schedule's and the optimizer's)
+     * with the optimizer's */
+    out->optim_s += s.other_ops_s;
     /* documents: the slowest dp rank's work sets the schedule */
     if (mt_plan_docs_price(cfg, &s.lay.shape, &out->docs, e) != 0) rc = mt_err_pass(e);
     /* varlen: the micro-batches that need no cp exchange send nothing, the

@@ -144,6 +144,7 @@ typedef struct {
   double other_s;      /* its waits on the other groups' collectives */
   double p2p_s;        /* its point-to-point exchanges after the last op (tied embeddings) */
   double span_s, ops_s; /* the replayed step, of it the ops' seconds */
+  double ops_in_s;     /* of those, inside the schedule's ops */
   double post_s;       /* of the span, the ops' seconds after the last op (the optimizer's) */
   double sync_arrival[MT_REPLAY_SYNCS]; /* when the rank reached each call over pp or world */
   int n_sync;

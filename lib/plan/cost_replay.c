@@ -123,6 +123,8 @@ typedef struct {
   int skip; /* inside calls priced apart */
   double T, busy, clock, scale;
   double post_busy; /* the ops' seconds since the last op's end (the optimizer's) */
+  double busy_in;   /* the ops' seconds inside the schedule's ops */
+  int in_op;
   double free_at[MT_REPLAY_CHANNELS];
   pending *pend;
   mt_cost_replay out;
@@ -152,6 +154,7 @@ static int state_run(state *s, int pause) {
     s->T += adv;
     s->busy += adv;
     s->post_busy += adv;
+    if (s->in_op) s->busy_in += adv;
     const int timed = o->op_start && ev->id >= 0 && ev->id < o->n_ops;
     switch (ev->what) {
     case MT_RP_OP_BEGIN:
@@ -159,15 +162,18 @@ static int state_run(state *s, int pause) {
        * then), later if dp's waits held the rank */
       if (timed && s->T < o->op_start[ev->id]) s->T = o->op_start[ev->id];
       s->scale = p->op_scale[ev->op];
+      s->in_op = 1;
       continue;
     case MT_RP_OP_END:
       /* and takes at least its time in the schedule (the per-op stage
        * overhead, its tp share as the schedule prices them) */
       if (timed && s->T < o->op_end[ev->id]) {
         s->busy += o->op_end[ev->id] - s->T;
+        s->busy_in += o->op_end[ev->id] - s->T;
         s->T = o->op_end[ev->id];
       }
       s->scale = 1.0;
+      s->in_op = 0;
       s->post_busy = 0.0;
       continue;
     case MT_RP_SKIP_BEGIN:
@@ -228,6 +234,7 @@ static int state_run(state *s, int pause) {
   out->span_s = s->T;
   out->ops_s = s->busy;
   out->post_s = s->post_busy;
+  out->ops_in_s = s->busy_in;
   return 0;
 }
 
