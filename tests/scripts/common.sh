@@ -78,6 +78,15 @@ mt_plan_and_train() {
 }
 
 # the default corpus, generated once per test directory
+# mt_profile FILE NAME KEY=VALUE...: a hardware profile of the [cost] keys
+# given (docs/planner.md, "Hardware profiles")
+mt_profile() {
+  local f=$1 name=$2 kv
+  shift 2
+  { printf '[hw]\nname = %s\n[cost]\n' "$name"
+    for kv in "$@"; do printf '%s = %s\n' "${kv%%=*}" "${kv#*=}"; done; } > "$f"
+}
+
 mt_corpus() {
   local out="$WORK/corpus.txt"
   [ -f "$out" ] || "$MT_INPUT_BIN/meshdata" corpus "$out" --bytes "${1:-1000000}" >/dev/null

@@ -22,23 +22,9 @@
 # block for G + R).
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 200000)
-cat > "$WORK/hw.ini" <<EOF
-[hw]
-name = moe-prefetch
-[cost]
-devices_per_node = 2
-mem_gib = 80
-peak_gflops = 30000
-gemm = 1e8:5000 1e10:20000 1e12:28000
-elementwise_gbs = 200
-intra_gbs = 150
-intra_us = 1
-inter_gbs = 12
-inter_us = 1
-overlap = 1
-act_bytes = 2
-stage_us = 0
-EOF
+mt_profile "$WORK/hw.ini" moe-prefetch devices_per_node=2 mem_gib=80 peak_gflops=30000 \
+  "gemm=1e8:5000 1e10:20000 1e12:28000" elementwise_gbs=200 intra_gbs=150 intra_us=1 \
+  inter_gbs=12 inter_us=1 overlap=1 act_bytes=2 stage_us=0
 L=4
 args=(--set model.preset=custom --set model.n_layer=$L --set model.n_embd=512 --set model.n_head=8
       --set model.seq_len=512 --set model.vocab_size=4096 --set model.moe_experts=8

@@ -18,23 +18,9 @@
 # was not priced at all) and the others 0.2-4.3%.
 source "$(dirname "$0")/../scripts/common.sh"
 corpus=$(mt_corpus 400000)
-cat > "$WORK/hw.ini" <<EOF
-[hw]
-name = four-a-node
-[cost]
-devices_per_node = 4
-mem_gib = 80
-peak_gflops = 300000
-gemm = 1e8:50000 1e10:200000 1e12:280000
-elementwise_gbs = 2000
-intra_gbs = 150
-intra_us = 10
-inter_gbs = 12
-inter_us = 20
-overlap = 0.5
-act_bytes = 2
-stage_us = 100
-EOF
+mt_profile "$WORK/hw.ini" four-a-node devices_per_node=4 mem_gib=80 peak_gflops=300000 \
+  "gemm=1e8:50000 1e10:200000 1e12:280000" elementwise_gbs=2000 intra_gbs=150 intra_us=10 \
+  inter_gbs=12 inter_us=20 overlap=0.5 act_bytes=2 stage_us=100
 model=(--set model.preset=custom --set model.n_layer=8 --set model.n_embd=1024 --set model.n_head=8
        --set model.seq_len=1024 --set model.vocab_size=8192 --set train.micro_batch=1
        --set train.global_batch=32)
