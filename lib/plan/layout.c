@@ -123,8 +123,6 @@ static int check_cp(const mt_config *cfg, const mt_model_shape *s, mt_err *e) {
   return e->failed ? -1 : 0;
 }
 
-/* Token slices (TeraPipe): slices of whole sequences of one rank, each a
- * pass of its own; what would see more than a slice is refused. */
 /* The schedule shapes this process has validated (kind, pp, micro-batches,
  * v, token slices): a schedule is a function of them alone, and a search
  * validates the same few shapes for thousands of layouts (each a build
@@ -133,8 +131,8 @@ enum { SEEN_SHAPES = 64 };
 typedef struct {
   int kind, pp, m, v, k;
 } sched_shape;
-static sched_shape g_seen[SEEN_SHAPES];
-static int g_n_seen, g_next_seen;
+static _Thread_local sched_shape g_seen[SEEN_SHAPES];
+static _Thread_local int g_n_seen, g_next_seen;
 
 static int schedule_seen_valid(mt_pp_sched kind, int pp, int m, int v, int k) {
   for (int i = 0; i < g_n_seen; i++)
@@ -150,6 +148,8 @@ static void schedule_valid(mt_pp_sched kind, int pp, int m, int v, int k) {
   if (g_n_seen < SEEN_SHAPES) g_n_seen++;
 }
 
+/* Token slices (TeraPipe): slices of whole sequences of one rank, each a
+ * pass of its own; what would see more than a slice is refused. */
 static int check_slices(const mt_config *cfg, const mt_model_shape *s, mt_pp_sched kind,
                         mt_err *e) {
   const int k = cfg->pp_token_slices;
