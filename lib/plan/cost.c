@@ -347,7 +347,7 @@ static int price_stages(step_ctx *s, mt_cost *out, mt_err *e) {
  * tied; those ops beyond the stage's priced optimizer into other. */
 static void replay_pipeline_at(const step_ctx *s, int m, const mt_pp_times *t,
                                const mt_pp_link *links, int which, double *x, double *tied,
-                               double *other) {
+                               double *other, mt_pp_sim *sim_out) {
   const int pp = s->pp;
   mt_pp_schedule sched;
   mt_pp_schedule_build_sliced(&sched, s->lay.sched, pp, m, s->v, s->lay.sched == MT_SCHED_ZBV,
@@ -366,6 +366,7 @@ static void replay_pipeline_at(const step_ctx *s, int m, const mt_pp_times *t,
   mt_pp_sim sim;
   mt_err why = {0}; /* validation already accepted the schedule */
   mt_pp_schedule_simulate_trace(&sched, t, links, start, end, &sim, &why);
+  if (sim_out) *sim_out = sim;
   mt_cost_replay_stages(p, o, pp, r);
   for (int st = 0; st < pp; st++) {
     x[st] = r[st].span_s - r[st].post_s - sim.makespan;
@@ -383,23 +384,26 @@ static void replay_pipeline_at(const step_ctx *s, int m, const mt_pp_times *t,
  * step's own, or the line through the two shorter steps' it was priced
  * from: every stage priced so, at the same sizes); the step waits for the
  * slowest stage. Into s->pipe_*; without recordings (more stages than are
- * kept), or stages priced apart differently, nothing (the formula). */
-static void replay_pipeline(step_ctx *s, const mt_pp_times *t, const mt_pp_link *links,
-                            const mt_pp_sim *sim) {
+ * kept), or stages priced apart differently, nothing (the formula).
+ * Returns 1 where it simulated the step's own schedule with the links into
+ * sim, else 0. */
+static int replay_pipeline(step_ctx *s, const mt_pp_times *t, const mt_pp_link *links,
+                           mt_pp_sim *sim) {
   const int pp = s->pp;
-  if (pp <= 1 || pp > STAGES_KEPT) return;
+  if (pp <= 1 || pp > STAGES_KEPT) return 0;
   const int *m_at = s->rec_m[s->rec_of[0]];
   for (int st = 0; st < pp; st++) {
     const int *mm = s->rec_m[s->rec_of[st]];
-    if (mm[0] != m_at[0] || mm[1] != m_at[1]) return;
+    if (mm[0] != m_at[0] || mm[1] != m_at[1]) return 0;
   }
   double *x = mt_calloc((size_t)6 * pp, sizeof(double)), *tied = x + 2 * pp,
          *other = x + 4 * pp;
   if (m_at[1] > 0) {
     for (int i = 0; i < 2; i++)
-      replay_pipeline_at(s, m_at[i], t, links, i, x + i * pp, tied + i * pp, other + i * pp);
-  } else {
-    replay_pipeline_at(s, s->lay.accum, t, links, 1, x + pp, tied + pp, other + pp);
+      replay_pipeline_at(s, m_at[i], t, links, i, x + i * pp, tied + i * pp, other + i * pp,
+                         NULL);
+  } else { /* the step's own schedule: its simulation is the step's */
+    replay_pipeline_at(s, s->lay.accum, t, links, 1, x + pp, tied + pp, other + pp, sim);
   }
   double most = -1.0;
   s->pipe_dp_s = s->pipe_tied_s = s->other_ops_s = 0.0;
@@ -420,9 +424,9 @@ static void replay_pipeline(step_ctx *s, const mt_pp_times *t, const mt_pp_link 
       s->other_ops_s = oo;
     }
   }
-  (void)sim;
   s->piped = 1;
   free(x);
+  return m_at[1] <= 0;
 }
 
 /* The pipeline: the simulator with the slowest chunk's per-op costs (the
@@ -466,8 +470,10 @@ static void price_pipeline(step_ctx *s, mt_pp_sim *sim, double *tb, mt_cost *out
   mt_pp_sim sim0;
   mt_err why = {0}; /* validation already accepted the schedule */
   mt_pp_schedule_simulate_ranks(&sched, t, NULL, &sim0, &why);
-  mt_pp_schedule_simulate_ranks(&sched, t, links, sim, &why);
-  replay_pipeline(s, t, links, sim);
+  /* the replay simulates the step's schedule with the links itself where
+   * it replays the step's own recording (sim then its), else once here */
+  if (!replay_pipeline(s, t, links, sim))
+    mt_pp_schedule_simulate_ranks(&sched, t, links, sim, &why);
   mt_pp_schedule_free(&sched);
   free(links);
   free(t);
