@@ -40,20 +40,14 @@ enum { V_COLL = 1, V_SEND = 2, V_RECV = 3 };
  * buffer's real message never pairs with one */
 enum { V_TAG_BASE = 1 << 14 };
 
-static int node_of(int world_rank) {
-  int dpn = mt_vclock_price()->devices_per_node;
-  return dpn > 0 ? world_rank / dpn : 0;
-}
-
 /* ranks of g in its first rank's node (all of them: g is inside one) */
 static int group_per_node(const mt_group *g) {
-  int k = 1, n0 = node_of(g->world0);
-  while (k < g->size && node_of(g->world0 + k * g->stride) == n0) k++;
-  return k;
+  return mt_price_group_per_node(mt_vclock_price(), g->world0, g->stride, g->size);
 }
 
 static int pair_inside(const mt_group *g, int peer) {
-  return node_of(g->world0 + g->rank * g->stride) == node_of(g->world0 + peer * g->stride);
+  return mt_price_same_node(mt_vclock_price(), g->world0 + g->rank * g->stride,
+                            g->world0 + peer * g->stride);
 }
 
 /* The bytes a call's time is priced for. An fp32 run's messages are fp32

@@ -692,6 +692,11 @@ double mt_price_link_s(const mt_price *p, int inside, double bytes);
  * in world order, starting at a node's first rank (devices_per_node
  * consecutive ranks a node; none: one node). */
 int mt_price_per_node(const mt_price *p, int stride, int size);
+/* ... of a group whose rank q is world rank world0 + q stride: its ranks in
+ * its first rank's node (all of them within one node) */
+int mt_price_group_per_node(const mt_price *p, int world0, int stride, int size);
+/* world ranks a and b in one node */
+int mt_price_same_node(const mt_price *p, int a, int b);
 /* Seconds of a collective over n ranks, k of them in each node (k >= n:
  * one node), that puts `bytes` on each rank's wire as comm counts them (a
  * ring's figures: 2 (n-1)/n of the tensor for an all-reduce, (n-1)/n for

@@ -122,6 +122,17 @@ int mt_price_per_node(const mt_price *p, int stride, int size) {
   return k < size ? k : size;
 }
 
+int mt_price_same_node(const mt_price *p, int a, int b) {
+  const int dpn = p->devices_per_node;
+  return dpn <= 0 || a / dpn == b / dpn;
+}
+
+int mt_price_group_per_node(const mt_price *p, int world0, int stride, int size) {
+  int k = 1;
+  while (k < size && mt_price_same_node(p, world0, world0 + k * stride)) k++;
+  return k;
+}
+
 double mt_price_coll_lat_s(const mt_price *p, int n, int k) {
   if (k >= n) return p->intra_us * 1e-6;
   if (p->coll_flat) return p->inter_us * 1e-6;

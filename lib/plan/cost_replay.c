@@ -31,15 +31,6 @@ static int is_dp(const char *name) {
  * waits for the latest of them */
 static int spans_stages(const char *name) { return !strcmp(name, "pp") || !strcmp(name, "world"); }
 
-/* ranks of the event's group in its first rank's node, as virtual.c counts them */
-static int per_node(const mt_price *q, const mt_comm_event *ev) {
-  const int dpn = q->devices_per_node;
-  if (dpn <= 0) return ev->size;
-  int k = 1;
-  while (k < ev->size && (ev->world0 + k * ev->stride) / dpn == ev->world0 / dpn) k++;
-  return k;
-}
-
 /* the recording's groups, one channel each */
 static int channel_of(const mt_comm_event **ch, int *n, const mt_comm_event *ev) {
   for (int i = 0; i < *n; i++)
@@ -80,10 +71,9 @@ void mt_cost_replay_prepare(const mt_comm_rec *rec, const mt_price *q,
     case MT_COLL_SENDRECV: {
       if (i < last_op || ev->kind != MT_COLL_SENDRECV) continue;
       /* both ways at once, each on its own link: done when both arrive */
-      const int dpn = q->devices_per_node;
       const int a = ev->world0 + ev->rank * ev->stride, b = ev->world0 + ev->peer * ev->stride;
       x->what = MT_RP_EXCHANGE;
-      x->d = mt_price_link_s(q, dpn <= 0 || a / dpn == b / dpn, ev->bytes * o->msg_scale);
+      x->d = mt_price_link_s(q, mt_price_same_node(q, a, b), ev->bytes * o->msg_scale);
       break;
     }
     default: {
@@ -94,7 +84,8 @@ void mt_cost_replay_prepare(const mt_comm_rec *rec, const mt_price *q,
       const double bytes = ev->host ? ev->bytes
                            : x->dp  ? ev->bytes * (grads ? o->reduce_scale : o->gather_scale)
                                     : ev->bytes * o->msg_scale;
-      x->d = mt_price_coll_s(q, bytes, ev->size, per_node(q, ev), ev->kind == MT_COLL_ALLTOALL);
+      const int k = mt_price_group_per_node(q, ev->world0, ev->stride, ev->size);
+      x->d = mt_price_coll_s(q, bytes, ev->size, k, ev->kind == MT_COLL_ALLTOALL);
       x->chan = channel_of(ch, &n_ch, ev);
       x->what = ev->id > 0 ? MT_RP_ISSUE : MT_RP_CALL;
     }
