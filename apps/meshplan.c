@@ -114,12 +114,16 @@ static int calibrate(int argc, char **argv) {
                g ? g + 1 : in.gemm_json, c ? c + 1 : in.coll_json, st ? st + 1 : in.stream_json);
       mt_cost_profile_write(&p, desc, f);
       fclose(f);
+      const mt_price_curve *mm = &p.gemm[mt_price_width(p.act_bytes)];
       printf("meshplan: wrote %s: %d matmul sizes (%.1f-%.1f GFLOP/s), memory %.2f GB/s, "
              "inside a node %.2f GB/s + %.1f us, across %.2f GB/s + %.1f us, %d devices per node",
-             out, p.n_gemm, p.gemm_gflops[0], p.gemm_gflops[p.n_gemm - 1], p.elementwise_gbs,
+             out, mm->n, mm->gflops[0], mm->gflops[mm->n - 1], p.elementwise_gbs,
              p.intra_gbs, p.intra_us, p.inter_gbs, p.inter_us, p.devices_per_node);
       if (p.attn_gflops > 0) printf(", attention %.1f GFLOP/s on %d:%d tiles", p.attn_gflops,
                                     p.attn_br, p.attn_bc);
+      if (p.gemm_given == 3u)
+        printf(", bf16 matmuls %.1f-%.1f GFLOP/s", p.gemm[0].gflops[0],
+               p.gemm[0].gflops[p.gemm[0].n - 1]);
       putchar('\n');
     }
   }

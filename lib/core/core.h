@@ -650,9 +650,16 @@ double mt_median(double *v, int n);
  * its size, elementwise bytes over the memory bandwidth, bytes over a
  * link's bandwidth plus its latency. */
 #define MT_PRICE_MAX_GEMM 32
+/* achievable matmul GFLOP/s by FLOPs per call: n points by increasing flops */
 typedef struct {
-  int n_gemm; /* achievable GFLOP/s by FLOPs per call, increasing flops */
-  double gemm_flops[MT_PRICE_MAX_GEMM], gemm_gflops[MT_PRICE_MAX_GEMM];
+  int n;
+  double flops[MT_PRICE_MAX_GEMM], gflops[MT_PRICE_MAX_GEMM];
+} mt_price_curve;
+/* a matmul curve's index by the bytes of its operands' elements: 0 the
+ * 2-byte types (bf16, fp16), 1 fp32 */
+static inline int mt_price_width(double es) { return es >= 4.0 ? 1 : 0; }
+typedef struct {
+  mt_price_curve gemm[2];      /* the matmul curves, by mt_price_width */
   double elementwise_gbs;      /* memory bandwidth for elementwise work, GB/s */
   double act_bytes;            /* bytes of an activation element (2 or 4) */
   int devices_per_node;        /* ranks 0..n-1 form node 0, and so on */
@@ -666,11 +673,18 @@ typedef struct {
   int bytes_as_sent;           /* the run sends each message in its own dtype (a bf16 run):
                                   priced as counted, not rescaled by act_bytes */
 } mt_price;
-/* achievable GFLOP/s of a matmul of `flops`: log-log interpolation between
- * the profile's points, flat beyond them */
-double mt_price_gemm_gflops(const mt_price *p, double flops);
-/* seconds of `calls` matmuls of m x n x k (2 m n k FLOPs each) */
-double mt_price_gemm_s(const mt_price *p, double m, double n, double k, double calls);
+/* achievable GFLOP/s of a matmul of `flops` on operands of es bytes an
+ * element: log-log interpolation between the points of that width's curve
+ * (the other's where a hand-made price has one curve), flat beyond them;
+ * es = 0, the higher of the two curves' (a bound for either width) */
+double mt_price_gemm_gflops(const mt_price *p, double es, double flops);
+/* Seconds of `calls` matmuls of m x n x k (2 m n k FLOPs each) on es-byte
+ * operands: the FLOPs at the curve's rate for their size, or, where it is
+ * longer, the operands and the product through memory once (es (m k + k n
+ * + m n) bytes at the memory bandwidth): the curves are measured on
+ * square matmuls, and a skinny one (few rows: a routed expert's share, a
+ * short micro-batch) is bound by reading its weights, not by its FLOPs. */
+double mt_price_gemm_s(const mt_price *p, double es, double m, double n, double k, double calls);
 /* Seconds of block attention's forward for `heads` heads (B x NH) of hs
  * channels: queries at positions [q0, q0 + Tq) against keys at [k0, k0 +
  * Tk), causal or not, cut in blocks of attn_br query rows, each block
@@ -678,11 +692,11 @@ double mt_price_gemm_s(const mt_price *p, double m, double n, double k, double c
  * two products a tile (S = Q K^T, P V: 4 hs FLOPs per query-key pair).
  * With attn_gflops (a fused kernel) every touched tile is computed whole,
  * at that rate; without, each product covers the block's visible keys at
- * the matmul curve's rate for its size (the CPU backend). The backward is
+ * the es-byte matmul curve's rate for its size (the CPU backend). The backward is
  * 2.5 times this (it recomputes S and forms dP, dS, dQ, dK, dV: 5
  * products for 2). meshplan and the virtual device both price with it. */
-double mt_price_attn_fwd_s(const mt_price *p, double heads, long q0, int Tq, long k0, int Tk,
-                           int causal, double hs);
+double mt_price_attn_fwd_s(const mt_price *p, double es, double heads, long q0, int Tq, long k0,
+                           int Tk, int causal, double hs);
 /* seconds to move `bytes` through memory (elementwise work) */
 double mt_price_elem_s(const mt_price *p, double bytes);
 /* seconds to put `bytes` on a link inside a node (inside = 1) or across

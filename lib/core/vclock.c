@@ -6,49 +6,58 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The logs of the curve's points, kept from the last curve this thread
+/* The logs of the points of the last curve of each width this thread
  * interpolated on (the same curve for every matmul of a search: the
  * interpolation's four logs a call were a tenth of meshplan's time); the
  * same operations on the same values, so the same rates. */
 typedef struct {
-  int n;
-  double flops[MT_PRICE_MAX_GEMM], gflops[MT_PRICE_MAX_GEMM];
+  mt_price_curve c;
   double log_flops[MT_PRICE_MAX_GEMM], log_gflops[MT_PRICE_MAX_GEMM];
 } gemm_logs;
-static _Thread_local gemm_logs g_logs;
+static _Thread_local gemm_logs g_logs[2];
 
-static const gemm_logs *curve_logs(const mt_price *p) {
-  gemm_logs *c = &g_logs;
-  const size_t bytes = (size_t)p->n_gemm * sizeof(double);
-  if (c->n != p->n_gemm || memcmp(c->flops, p->gemm_flops, bytes) != 0 ||
-      memcmp(c->gflops, p->gemm_gflops, bytes) != 0) {
-    c->n = p->n_gemm;
-    memcpy(c->flops, p->gemm_flops, bytes);
-    memcpy(c->gflops, p->gemm_gflops, bytes);
-    for (int i = 0; i < p->n_gemm; i++) {
-      c->log_flops[i] = log(p->gemm_flops[i]);
-      c->log_gflops[i] = log(p->gemm_gflops[i]);
+static const gemm_logs *curve_logs(const mt_price_curve *curve, int w) {
+  gemm_logs *c = &g_logs[w];
+  const size_t bytes = (size_t)curve->n * sizeof(double);
+  if (c->c.n != curve->n || memcmp(c->c.flops, curve->flops, bytes) != 0 ||
+      memcmp(c->c.gflops, curve->gflops, bytes) != 0) {
+    c->c = *curve;
+    for (int i = 0; i < curve->n; i++) {
+      c->log_flops[i] = log(curve->flops[i]);
+      c->log_gflops[i] = log(curve->gflops[i]);
     }
   }
   return c;
 }
 
-double mt_price_gemm_gflops(const mt_price *p, double flops) {
-  if (p->n_gemm < 1) return 1.0; /* no curve: a loaded profile always has one */
-  if (flops <= p->gemm_flops[0]) return p->gemm_gflops[0];
-  for (int i = 1; i < p->n_gemm; i++)
-    if (flops <= p->gemm_flops[i]) {
-      const gemm_logs *c = curve_logs(p);
+double mt_price_gemm_gflops(const mt_price *p, double es, double flops) {
+  if (es <= 0.0) { /* a bound for either width: the faster curve's rate */
+    double a = mt_price_gemm_gflops(p, 2.0, flops), b = mt_price_gemm_gflops(p, 4.0, flops);
+    return a > b ? a : b;
+  }
+  int w = mt_price_width(es);
+  if (p->gemm[w].n < 1) w = 1 - w; /* a hand-made price with one curve */
+  const mt_price_curve *g = &p->gemm[w];
+  if (g->n < 1) return 1.0; /* no curve: a loaded profile always has both */
+  if (flops <= g->flops[0]) return g->gflops[0];
+  for (int i = 1; i < g->n; i++)
+    if (flops <= g->flops[i]) {
+      const gemm_logs *c = curve_logs(g, w);
       double t = (log(flops) - c->log_flops[i - 1]) / (c->log_flops[i] - c->log_flops[i - 1]);
       return exp(c->log_gflops[i - 1] + t * (c->log_gflops[i] - c->log_gflops[i - 1]));
     }
-  return p->gemm_gflops[p->n_gemm - 1];
+  return g->gflops[g->n - 1];
 }
 
-double mt_price_gemm_s(const mt_price *p, double m, double n, double k, double calls) {
+double mt_price_gemm_s(const mt_price *p, double es, double m, double n, double k, double calls) {
   double flops = 2.0 * m * n * k;
   if (!(flops > 0) || !(calls > 0)) return 0.0;
-  return calls * flops / (mt_price_gemm_gflops(p, flops) * 1e9);
+  double s = flops / (mt_price_gemm_gflops(p, es, flops) * 1e9);
+  if (p->elementwise_gbs > 0) {
+    double mem = es * (m * k + k * n + m * n) / (p->elementwise_gbs * 1e9);
+    if (mem > s) s = mem;
+  }
+  return calls * s;
 }
 
 /* block attention's work per head, summed over its row blocks: the FLOPs
@@ -82,8 +91,8 @@ enum { ATTN_MEMO = 64 };
 static _Thread_local attn_work g_attn_memo[ATTN_MEMO];
 static _Thread_local int g_attn_memo_used[ATTN_MEMO];
 
-double mt_price_attn_fwd_s(const mt_price *p, double heads, long q0, int Tq, long k0, int Tk,
-                           int causal, double hs) {
+double mt_price_attn_fwd_s(const mt_price *p, double es, double heads, long q0, int Tq, long k0,
+                           int Tk, int causal, double hs) {
   const int br = p->attn_br > 0 ? p->attn_br : 64, bc = p->attn_bc > 0 ? p->attn_bc : 256;
   attn_work key = {.q0 = q0, .k0 = k0, .Tq = Tq, .Tk = Tk, .causal = causal, .br = br, .bc = bc,
                    .hs = hs};
@@ -101,7 +110,7 @@ double mt_price_attn_fwd_s(const mt_price *p, double heads, long q0, int Tq, lon
   }
   if (!(heads > 0) || w->calls == 0) return 0.0;
   if (p->attn_gflops > 0) return heads * w->whole / (p->attn_gflops * 1e9);
-  return heads * w->visible / (mt_price_gemm_gflops(p, w->visible / w->calls) * 1e9);
+  return heads * w->visible / (mt_price_gemm_gflops(p, es, w->visible / w->calls) * 1e9);
 }
 
 double mt_price_elem_s(const mt_price *p, double bytes) {

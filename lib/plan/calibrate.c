@@ -48,21 +48,71 @@ static int is_bench(const cJSON *o, const char *name) {
 }
 
 /* ---- gemm ---- */
+/* the points of each operand width (core's mt_price_width: [0] bf16, [1]
+ * fp32) */
 typedef struct {
-  double flops[512], gflops[512];
-  int n;
+  double flops[2][512], gflops[2][512];
+  int n[2];
 } gemm_points;
 
+static void add_point(gemm_points *g, int w, const cJSON *sh, const char *rate) {
+  double f = 2.0 * num(sh, "m") * num(sh, "n") * num(sh, "k"), gf = num(sh, rate);
+  if (!(f > 0) || !(gf > 0) || g->n[w] == 512) return;
+  g->flops[w][g->n[w]] = f;
+  g->gflops[w][g->n[w]++] = gf;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(x) ? x->valuestring : "";
+}
+
+/* meshbench gemm (its --precision: fp32 unless it says bf16) and gemm-bf16
+ * (bf16 on the path the run would choose, default_path, beside fp32) */
 static void on_gemm(const cJSON *o, void *ctx) {
   gemm_points *g = ctx;
-  if (!is_bench(o, "gemm")) return;
+  const int bf16_bench = is_bench(o, "gemm-bf16");
+  if (!is_bench(o, "gemm") && !bf16_bench) return;
+  char rate[64];
+  snprintf(rate, sizeof rate, "gflops_%.50s", str(o, "default_path"));
   const cJSON *sh;
   cJSON_ArrayForEach(sh, cJSON_GetObjectItemCaseSensitive(o, "shapes")) {
-    double f = 2.0 * num(sh, "m") * num(sh, "n") * num(sh, "k"), gf = num(sh, "gflops");
-    if (!(f > 0) || !(gf > 0) || g->n == 512) continue;
-    g->flops[g->n] = f;
-    g->gflops[g->n++] = gf;
+    if (bf16_bench) {
+      add_point(g, 0, sh, rate);
+      add_point(g, 1, sh, "gflops_fp32");
+    } else {
+      add_point(g, strcmp(str(o, "precision"), "bf16") == 0 ? 0 : 1, sh, "gflops");
+    }
   }
+}
+
+static int cmp_pair(const void *a, const void *b) {
+  const double *x = a, *y = b;
+  return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* a width's points sorted by size, equal sizes averaged, at most a curve's
+ * table; returns the curve's top rate */
+static double fit_curve(const gemm_points *g, int w, mt_price_curve *curve) {
+  const int n = g->n[w];
+  double (*pairs)[2] = mt_calloc((size_t)n + 1, sizeof *pairs);
+  for (int i = 0; i < n; i++) pairs[i][0] = g->flops[w][i], pairs[i][1] = g->gflops[w][i];
+  qsort(pairs, (size_t)n, sizeof *pairs, cmp_pair);
+  double peak = 0.0;
+  curve->n = 0;
+  for (int i = 0; i < n;) {
+    int j = i;
+    double sum = 0.0;
+    while (j < n && pairs[j][0] == pairs[i][0]) sum += pairs[j++][1];
+    if (curve->n < MT_COST_MAX_GEMM) {
+      curve->flops[curve->n] = pairs[i][0];
+      curve->gflops[curve->n++] = sum / (j - i);
+    }
+    if (sum / (j - i) > peak) peak = sum / (j - i);
+    i = j;
+  }
+  free(pairs);
+  return peak;
 }
 
 /* ---- collectives ---- */
@@ -141,16 +191,12 @@ static void on_attn(const cJSON *o, void *ctx) {
     if (!(T > 0) || !(B > 0) || !(t > 0)) continue;
     mt_price unit = a->tiles;
     unit.attn_gflops = 1.0; /* then the price is whole-tile GFLOPs */
-    double gflop = mt_price_attn_fwd_s(&unit, B * NH, 0, (int)T, 0, (int)T, 1, C / NH);
+    double gflop = mt_price_attn_fwd_s(&unit, 4.0, B * NH, 0, (int)T, 0, (int)T, 1, C / NH);
     a->rate_sum += 3.5 * gflop / t;
     a->n++;
   }
 }
 
-static int cmp_pair(const void *a, const void *b) {
-  const double *x = a, *y = b;
-  return (x[0] > y[0]) - (x[0] < y[0]);
-}
 
 int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err *e) {
   memset(p, 0, sizeof *p);
@@ -164,7 +210,7 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
     rc = mt_err_pass(e);
     goto done;
   }
-  if (g->n == 0) {
+  if (g->n[0] + g->n[1] == 0) {
     mt_err_set(e, "%s: no meshbench gemm shapes", in->gemm_json);
     goto done;
   }
@@ -176,23 +222,18 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
     mt_err_set(e, "%s: no meshbench stream result", in->stream_json);
     goto done;
   }
-  /* matmuls: points sorted by size, equal sizes averaged, at most the table */
-  double (*pairs)[2] = mt_calloc((size_t)g->n, sizeof *pairs);
-  for (int i = 0; i < g->n; i++) pairs[i][0] = g->flops[i], pairs[i][1] = g->gflops[i];
-  qsort(pairs, (size_t)g->n, sizeof *pairs, cmp_pair);
+  /* matmuls: each width measured its curve; the profile trains in fp32
+   * where fp32 was measured (the CPU's default), else in bf16 */
+  p->act_bytes = g->n[1] ? 4 : 2;
   double peak = 0.0;
-  for (int i = 0; i < g->n;) {
-    int j = i;
-    double sum = 0.0;
-    while (j < g->n && pairs[j][0] == pairs[i][0]) sum += pairs[j++][1];
-    if (p->n_gemm < MT_COST_MAX_GEMM) {
-      p->gemm_flops[p->n_gemm] = pairs[i][0];
-      p->gemm_gflops[p->n_gemm++] = sum / (j - i);
-    }
-    if (sum / (j - i) > peak) peak = sum / (j - i);
-    i = j;
+  for (int w = 0; w < 2; w++) {
+    if (!g->n[w]) continue;
+    double top = fit_curve(g, w, &p->gemm[w]);
+    p->gemm_given |= 1u << w;
+    if (w == mt_price_width(p->act_bytes)) peak = top;
   }
-  free(pairs);
+  if (!g->n[0]) p->gemm[0] = p->gemm[1]; /* not measured: as the other (mt_cost_profile_load) */
+  if (!g->n[1]) p->gemm[1] = p->gemm[0];
   /* links: across nodes as inside where the benchmark ran on one node */
   int k_in = c->n[0] ? 0 : 1, k_out = c->n[1] ? 1 : 0;
   fit_link(c, k_in, &p->intra_gbs, &p->intra_us);
@@ -203,7 +244,6 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
   p->peak_gflops = in->peak_gflops > 0 ? in->peak_gflops : peak;
   p->mem_bytes = in->mem_gib * 1073741824.0;
   p->overlap = in->overlap;
-  p->act_bytes = 4; /* the CPU trains in fp32 */
   p->attn_br = 64, p->attn_bc = 256; /* the CPU backend's blocks */
   if (in->attn_json) {
     attn_points a = {.tiles = {.attn_br = p->attn_br, .attn_bc = p->attn_bc}};

@@ -12,9 +12,10 @@
  * points it moves monotonically from one to the other), so a matmul of f
  * <= flops FLOPs takes at least f / this. */
 static double gemm_gflops_upto(const mt_price *q, double flops) {
-  double best = mt_price_gemm_gflops(q, flops);
-  for (int i = 0; i < q->n_gemm; i++)
-    if (q->gemm_flops[i] <= flops && q->gemm_gflops[i] > best) best = q->gemm_gflops[i];
+  double best = mt_price_gemm_gflops(q, 0.0, flops); /* either width's curve (0) */
+  for (int w = 0; w < 2; w++)
+    for (int i = 0; i < q->gemm[w].n; i++)
+      if (q->gemm[w].flops[i] <= flops && q->gemm[w].gflops[i] > best) best = q->gemm[w].gflops[i];
   return best;
 }
 
@@ -43,8 +44,9 @@ static void moe_block_lower(const mt_config *cfg, const mt_cost_profile *p,
   const double BT = d->B * d->T;
   const double E = sh->moe_experts, k = sh->moe_topk, C = sh->n_embd;
   const double N = d->B * (cfg->tp > 1 ? d->T / cfg->tp : d->T); /* the rank's routed tokens */
-  *lin = mt_price_gemm_s(&q, BT, d->Wqkv, d->C, 1) + mt_price_gemm_s(&q, BT, d->C, d->Cl, 1) +
-         mt_price_gemm_s(&q, N, E, C, 1);
+  /* es 0: either width's faster curve, no memory traffic (a bound for any dtype) */
+  *lin = mt_price_gemm_s(&q, 0.0, BT, d->Wqkv, d->C, 1) +
+         mt_price_gemm_s(&q, 0.0, BT, d->C, d->Cl, 1) + mt_price_gemm_s(&q, 0.0, N, E, C, 1);
   *ef = *eb = 0.0;
   if (sh->moe_capacity > 0.0 || cfg->ep_balance != MT_EP_BALANCE_NONE || cfg->etp != 1) return;
   const double F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
@@ -68,7 +70,7 @@ void mt_cost_layer_times(const mt_config *cfg, const mt_cost_profile *p, const m
   const double refwd = cfg->recompute ? 1.0 : 0.0, BT = d.B * d.T;
   *layer_s = (1.0 + refwd) * (lin + att) + 2.0 * lin + 2.5 * att;
   *embed_s = 3.0 * 2.0 * BT * d.C / (p->elementwise_gbs * 1e9);
-  *head_s = 3.0 * mt_cost_gemm_s(p, BT, d.Vl, d.C, 1) +
+  *head_s = 3.0 * mt_cost_gemm_s(p, p->act_bytes, BT, d.Vl, d.C, 1) +
             3.0 * 2.0 * BT * d.Vl / (p->elementwise_gbs * 1e9);
 }
 
@@ -128,7 +130,7 @@ double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,
    * backward: cost.c's price_pipeline), so a stage's work holds them; not
    * the fill's forward */
   fb += tp_block_lower(cfg, p, sh, &d, msg_bytes);
-  const double head = 3.0 * mt_cost_gemm_s(p, d.B * d.T, d.Vl, d.C, 1);
+  const double head = 3.0 * mt_cost_gemm_s(p, 0.0, d.B * d.T, d.Vl, d.C, 1);
   if (pp == 1) return accum * (l_mid * fb + head);
   double worst = l_first * fb, last = l_last * fb + head;
   if (last > worst) worst = last;

@@ -39,14 +39,16 @@ static double ladder_hidden(const mt_cost_profile *p, const mt_price *q, const m
   const double d = mt_cost_coll_xfer_s(q, ring, cfg->tp, 1, 0) + mt_cost_coll_lat(q, cfg->tp, 1);
   /* the attention's backward: its linears' input and weight gradients, 2.5
    * times its forward */
-  const double attn_b = 2.0 * (mt_cost_gemm_s(p, BT, m->qkv_local, C, 1) +
-                               mt_cost_gemm_s(p, BT, C, m->C_local, 1)) + 2.5 * att;
+  const double es = (double)m->es * msg_scale; /* the activations' width, as sent */
+  const double attn_b = 2.0 * (mt_cost_gemm_s(p, es, BT, m->qkv_local, C, 1) +
+                               mt_cost_gemm_s(p, es, BT, C, m->C_local, 1)) + 2.5 * att;
   const double hid_b = d < ov * attn_b ? d : ov * attn_b;
   double hidden = 0.0;
   for (int l = k->l0; l < k->l1; l++) {
     const double F = m->mlp_local[l];
     if (F <= 0 || mt_model_is_moe(&m->shape, l)) continue;
-    double mlp = mt_cost_gemm_s(p, BT, F * m->mlp_in, C, 1) + mt_cost_gemm_s(p, BT, C, F, 1);
+    double mlp =
+        mt_cost_gemm_s(p, es, BT, F * m->mlp_in, C, 1) + mt_cost_gemm_s(p, es, BT, C, F, 1);
     hidden += (1.0 + refwd) * (d < ov * mlp ? d : ov * mlp) + hid_b;
   }
   return hidden;

@@ -5,11 +5,12 @@
  * written backward) over the memory bandwidth. */
 #include "plan/cost_internal.h"
 
-/* seconds of one matmul of m x n x k, `calls` times */
-double mt_cost_gemm_s(const mt_cost_profile *p, double m, double n, double k, double calls) {
+/* seconds of one matmul of m x n x k on es-byte operands, `calls` times */
+double mt_cost_gemm_s(const mt_cost_profile *p, double es, double m, double n, double k,
+                      double calls) {
   mt_price q;
   mt_cost_price(p, &q);
-  return mt_price_gemm_s(&q, m, n, k, calls);
+  return mt_price_gemm_s(&q, es, m, n, k, calls);
 }
 
 /* Block attention's forward over one micro-batch of B sequences, one
@@ -35,19 +36,20 @@ static double attn_fwd_s(const mt_cost_profile *p, double B, double NHl, int T_f
      * Returns the forward; the caller's 2.5 x covers the backward's three
      * GEMMs and 2 x the traffic. */
     double sq = B * NHl / cp * (double)T_full * T_full, flops = 4.0 * sq * hs;
-    return flops / (mt_cost_gemm_gflops(p, flops / 2) * 1e9) +
+    return flops / (mt_cost_gemm_gflops(p, act_bytes, flops / 2) * 1e9) +
            4.5 * act_bytes * sq / (p->elementwise_gbs * 1e9);
   }
   mt_price q; /* core's: the virtual device prices each block pair with it */
   mt_cost_price(p, &q);
-  return mt_price_attn_fwd_s(&q, B * NHl / cp, 0, T_full, 0, T_full, 1, hs);
+  return mt_price_attn_fwd_s(&q, act_bytes, B * NHl / cp, 0, T_full, 0, T_full, 1, hs);
 }
 
 void mt_cost_dense_layer(const mt_cost_profile *p, const mt_cost_shape *d, double act_bytes,
                          double *lin, double *att) {
   const double BT = d->B * d->T;
-  *lin = mt_cost_gemm_s(p, BT, d->Wqkv, d->C, 1) + mt_cost_gemm_s(p, BT, d->C, d->Cl, 1) +
-         mt_cost_gemm_s(p, BT, d->Fin, d->C, 1) + mt_cost_gemm_s(p, BT, d->C, d->Fl, 1);
+  const double es = act_bytes;
+  *lin = mt_cost_gemm_s(p, es, BT, d->Wqkv, d->C, 1) + mt_cost_gemm_s(p, es, BT, d->C, d->Cl, 1) +
+         mt_cost_gemm_s(p, es, BT, d->Fin, d->C, 1) + mt_cost_gemm_s(p, es, BT, d->C, d->Fl, 1);
   *att = attn_fwd_s(p, d->B, d->NHl, d->T_full, d->cp, d->hs, act_bytes);
 }
 
@@ -104,10 +106,12 @@ mt_chunk_cost mt_cost_chunk_compute(const mt_cost_profile *p, const mt_config *c
     const double N = (double)B * m->moe.Ts;
     const double rows = N * topk * (m->moe.etp_size > 1 ? m->moe.etp_size : 1) / El;
     const double Cl = m->C_local, in = m->mlp_in; /* SwiGLU: gate|up, 2 outputs per unit */
-    moe_lin = mt_cost_gemm_s(p, BT, m->qkv_local, C, 1) + mt_cost_gemm_s(p, BT, C, Cl, 1) +
-              mt_cost_gemm_s(p, N, E, C, 1) + mt_cost_gemm_s(p, rows, in * Fe, C, El) +
-              mt_cost_gemm_s(p, rows, C, Fe, El) +
-              (Fs > 0 ? mt_cost_gemm_s(p, BT, in * Fs, C, 1) + mt_cost_gemm_s(p, BT, C, Fs, 1)
+    const double es = dt->acts;
+    moe_lin = mt_cost_gemm_s(p, es, BT, m->qkv_local, C, 1) +
+              mt_cost_gemm_s(p, es, BT, C, Cl, 1) + mt_cost_gemm_s(p, es, N, E, C, 1) +
+              mt_cost_gemm_s(p, es, rows, in * Fe, C, El) + mt_cost_gemm_s(p, es, rows, C, Fe, El) +
+              (Fs > 0 ? mt_cost_gemm_s(p, es, BT, in * Fs, C, 1) +
+                            mt_cost_gemm_s(p, es, BT, C, Fs, 1)
                       : 0.0);
   }
   /* elementwise: the layer's activations (the buffers the model allocates:
@@ -127,7 +131,7 @@ mt_chunk_cost mt_cost_chunk_compute(const mt_cost_profile *p, const mt_config *c
   c.bwd_input = (n_l - n_moe) * (lin + att_b + 3.0 * elem + refwd * f_dense) +
                 n_moe * (moe_lin + att_b + 3.0 * elem + refwd * f_moe);
   if (k->head) {
-    double h = mt_cost_gemm_s(p, BT, ds.Vl, C, 1);
+    double h = mt_cost_gemm_s(p, dt->acts, BT, ds.Vl, C, 1);
     double logits = dt->acts * BT * ds.Vl * 2.0 / (p->elementwise_gbs * 1e9);
     c.fwd += h + logits;
     c.bwd += 2.0 * h + logits;

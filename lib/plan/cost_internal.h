@@ -40,7 +40,8 @@ typedef struct {
 /* cost_compute.c */
 
 /* seconds of one matmul of m x n x k, `calls` times */
-double mt_cost_gemm_s(const mt_cost_profile *p, double m, double n, double k, double calls);
+double mt_cost_gemm_s(const mt_cost_profile *p, double es, double m, double n, double k,
+                      double calls);
 /* one dense block's matmuls (lin) and attention forward (att), seconds */
 void mt_cost_dense_layer(const mt_cost_profile *p, const mt_cost_shape *d, double act_bytes,
                          double *lin, double *att);

@@ -12,6 +12,8 @@
 typedef struct {
   mt_cost_profile *p;
   unsigned seen, seen_optional;
+  mt_price_curve main, by_width[2]; /* gemm; gemm_bf16, gemm_fp32 */
+  double hw_peak[2];                /* [hw] peak_gflops_bf16, peak_gflops_fp32 */
   char bad[200];
 } cost_parse;
 
@@ -26,7 +28,8 @@ static const char *g_cost_keys[] = {"devices_per_node", "mem_gib", "peak_gflops"
                                     "inter_us", "overlap"};
 #define N_REQUIRED ((int)(sizeof g_cost_keys / sizeof g_cost_keys[0]))
 static const char *g_optional_keys[] = {"attn_block", "attention", "collectives", "attn_gflops",
-                                        "stage_us", "act_bytes"};
+                                        "stage_us", "act_bytes", "gemm_bf16", "gemm_fp32"};
+static const char *g_width_names[] = {"bf16", "fp32"};
 #define N_OPTIONAL ((int)(sizeof g_optional_keys / sizeof g_optional_keys[0]))
 
 /* Each number's accepted range (g_cost_keys' order; gemm: a point's
@@ -71,7 +74,7 @@ static int ranged(cost_parse *c, const char *name, const char *value, int r, dou
 
 /* "flops:gflops flops:gflops ..." sorted by flops; the key may repeat, each
  * line adding points (a line holds at most 198 characters) */
-static int parse_gemm(const char *v, mt_cost_profile *p) {
+static int parse_gemm(const char *v, mt_price_curve *c) {
   const char *s = v;
   while (*s) {
     while (*s == ' ' || *s == ',' || *s == '\t') s++;
@@ -81,14 +84,23 @@ static int parse_gemm(const char *v, mt_cost_profile *p) {
     if (end == s || *end != ':' || !(f > 0)) return -1;
     s = end + 1;
     double g = strtod(s, &end);
-    if (end == s || !(g >= g_range[3].lo && g <= g_range[3].hi) || p->n_gemm == MT_COST_MAX_GEMM)
+    if (end == s || !(g >= g_range[3].lo && g <= g_range[3].hi) || c->n == MT_COST_MAX_GEMM)
       return -1;
-    if (p->n_gemm && !(f > p->gemm_flops[p->n_gemm - 1])) return -1;
-    p->gemm_flops[p->n_gemm] = f;
-    p->gemm_gflops[p->n_gemm++] = g;
+    if (c->n && !(f > c->flops[c->n - 1])) return -1;
+    c->flops[c->n] = f;
+    c->gflops[c->n++] = g;
     s = end;
   }
-  return p->n_gemm > 0 ? 0 : -1;
+  return c->n > 0 ? 0 : -1;
+}
+
+/* gemm, gemm_bf16 or gemm_fp32 into its curve, or 0 with the line */
+static int gemm_key(cost_parse *c, const char *name, const char *value, mt_price_curve *curve) {
+  if (parse_gemm(value, curve) == 0) return 1;
+  snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not FLOPS:GFLOPS points by rising FLOPS, "
+                                  "each GFLOP/s %g to %g", name, value, g_range[3].lo,
+           g_range[3].hi);
+  return 0;
 }
 
 /* a key whose value is one of two words: *is_second says which (1: the
@@ -109,6 +121,9 @@ static int cost_handler(void *user, const char *section, const char *name, const
   mt_cost_profile *p = c->p;
   if (strcmp(section, "hw") == 0) {
     if (strcmp(name, "name") == 0) snprintf(p->name, sizeof p->name, "%s", value);
+    for (int w = 0; w < 2; w++) /* the peaks' ratio derives a curve not given (metrics checks) */
+      if (strncmp(name, "peak_gflops_", 12) == 0 && strcmp(name + 12, g_width_names[w]) == 0)
+        c->hw_peak[w] = strtod(value, NULL);
     return 1;
   }
   if (strcmp(section, "cost") != 0) return 1; /* other sections belong to others */
@@ -117,13 +132,16 @@ static int cost_handler(void *user, const char *section, const char *name, const
     if (strcmp(name, g_cost_keys[i]) == 0) k = i;
   for (int i = 0; i < N_OPTIONAL; i++)
     if (strcmp(name, g_optional_keys[i]) == 0) o = i;
-  /* a key once (the last would win unseen); gemm may span lines */
-  if ((k >= 0 && k != 3 && (c->seen & (1u << k))) || (o >= 0 && (c->seen_optional & (1u << o)))) {
+  /* a key once (the last would win unseen); the gemm curves may span lines */
+  const int curve = k == 3 || (o >= 0 && strncmp(name, "gemm_", 5) == 0);
+  if (!curve && ((k >= 0 && (c->seen & (1u << k))) || (o >= 0 && (c->seen_optional & (1u << o))))) {
     snprintf(c->bad, sizeof c->bad, "[cost] key '%s' given twice (give each key once)", name);
     return 0;
   }
   if (o >= 0) c->seen_optional |= 1u << o;
   double x = 0.0;
+  if (curve && k < 0) /* gemm_bf16, gemm_fp32 */
+    return gemm_key(c, name, value, &c->by_width[strcmp(name + 5, "fp32") == 0]);
   if (strcmp(name, "attn_block") == 0) { /* optional: "BR:BC" rows and keys of a tile */
     int br = 0, bc = 0;
     char tail = 0;
@@ -160,12 +178,7 @@ static int cost_handler(void *user, const char *section, const char *name, const
     return 0;
   }
   if (k == 3) { /* gemm */
-    if (parse_gemm(value, p)) {
-      snprintf(c->bad, sizeof c->bad, "[cost] gemm = '%s' is not FLOPS:GFLOPS points by rising "
-                                      "FLOPS, each GFLOP/s %g to %g", value, g_range[3].lo,
-               g_range[3].hi);
-      return 0;
-    }
+    if (!gemm_key(c, name, value, &c->main)) return 0;
   } else {
     if (!ranged(c, name, value, k, &x)) return 0;
     if (k == 0 && x != floor(x)) {
@@ -186,14 +199,37 @@ static int cost_handler(void *user, const char *section, const char *name, const
  * attn_gflops may pass the sgemm peak: the block kernels count the FLOPs of
  * the tiles they skip or fuse.) */
 static int check_peak(const mt_cost_profile *p, const char *path, mt_err *e) {
+  const mt_price_curve *g = &p->gemm[mt_price_width(p->act_bytes)];
   double top = 0.0;
-  for (int i = 0; i < p->n_gemm; i++) top = p->gemm_gflops[i] > top ? p->gemm_gflops[i] : top;
+  for (int i = 0; i < g->n; i++) top = g->gflops[i] > top ? g->gflops[i] : top;
   if (top > 1.01 * p->peak_gflops) {
     mt_err_set(e, "%s: [cost] peak_gflops = %g is below the gemm curve's top (%g GFLOP/s): the "
                   "peak bounds every matmul (raise peak_gflops, or lower the curve)", path,
                p->peak_gflops, top);
     return -1;
   }
+  return 0;
+}
+
+/* gemm is the curve of the width trained in (act_bytes); the other width's
+ * from its own key, else gemm's scaled by the [hw] peaks' ratio */
+static int set_curves(mt_cost_profile *p, const cost_parse *c, const char *path, mt_err *e) {
+  const int w = mt_price_width(p->act_bytes), x = 1 - w;
+  if (c->by_width[w].n > 0) {
+    mt_err_set(e, "%s: [cost] gemm_%s is gemm's own width (act_bytes = %g): give the curve once, "
+                  "as gemm", path, g_width_names[w], p->act_bytes);
+    return -1;
+  }
+  p->gemm[w] = c->main;
+  p->gemm_given = 1u << w;
+  if (c->by_width[x].n > 0) {
+    p->gemm[x] = c->by_width[x];
+    p->gemm_given |= 1u << x;
+    return 0;
+  }
+  const double ratio = c->hw_peak[w] > 0 && c->hw_peak[x] > 0 ? c->hw_peak[x] / c->hw_peak[w] : 1;
+  p->gemm[x] = c->main;
+  for (int i = 0; i < p->gemm[x].n; i++) p->gemm[x].gflops[i] *= ratio;
   return 0;
 }
 
@@ -205,7 +241,7 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
     mt_err_set(e, "hardware profile '%s': cannot open (looked for %s)", name_or_path, path);
     return -1;
   }
-  cost_parse c = {p, 0, 0, ""};
+  cost_parse c = {.p = p};
   int rc = ini_parse_file(f, cost_handler, &c);
   fclose(f);
   if (rc != 0) {
@@ -222,6 +258,7 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
                  "elementwise_gbs, intra_gbs, intra_us, inter_gbs, inter_us, overlap");
       return -1;
     }
+  MT_TRY(e, set_curves(p, &c, path, e));
   MT_TRY(e, check_peak(p, path, e));
   if (!p->name[0]) snprintf(p->name, sizeof p->name, "%s", name_or_path);
   return 0;
@@ -234,10 +271,19 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
           p->devices_per_node);
   fprintf(f, "devices_per_node = %d\nmem_gib = %.6g\npeak_gflops = %.6g\n",
           p->devices_per_node, p->mem_bytes / 1073741824.0, p->peak_gflops);
-  /* four points a line keeps every line far below inih's 198 characters */
-  for (int i = 0; i < p->n_gemm; i++)
-    fprintf(f, "%s %.4g:%.5g%s", i % 4 ? "" : "gemm =", p->gemm_flops[i], p->gemm_gflops[i],
-            i % 4 == 3 || i == p->n_gemm - 1 ? "\n" : "");
+  /* four points a line keeps every line far below inih's 198 characters;
+   * gemm the width trained in, the other's where it was not derived */
+  const int w = mt_price_width(p->act_bytes);
+  for (int v = 0; v < 2; v++) {
+    const int u = v ? 1 - w : w;
+    const mt_price_curve *g = &p->gemm[u];
+    char key[16];
+    snprintf(key, sizeof key, v ? "gemm_%s =" : "gemm =", g_width_names[u]);
+    if (v && !(p->gemm_given & (1u << u))) continue;
+    for (int i = 0; i < g->n; i++)
+      fprintf(f, "%s %.4g:%.5g%s", i % 4 ? "" : key, g->flops[i], g->gflops[i],
+              i % 4 == 3 || i == g->n - 1 ? "\n" : "");
+  }
   fprintf(f, "elementwise_gbs = %.6g\nintra_gbs = %.6g\nintra_us = %.6g\ninter_gbs = %.6g\n"
              "inter_us = %.6g\noverlap = %.3g\n",
           p->elementwise_gbs, p->intra_gbs, p->intra_us, p->inter_gbs, p->inter_us, p->overlap);
@@ -254,9 +300,10 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
 void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
   const double eff = p->compute_efficiency > 0 ? p->compute_efficiency : 1.0;
   memset(out, 0, sizeof *out);
-  out->n_gemm = p->n_gemm < MT_PRICE_MAX_GEMM ? p->n_gemm : MT_PRICE_MAX_GEMM;
-  memcpy(out->gemm_flops, p->gemm_flops, (size_t)out->n_gemm * sizeof(double));
-  for (int i = 0; i < out->n_gemm; i++) out->gemm_gflops[i] = eff * p->gemm_gflops[i];
+  for (int w = 0; w < 2; w++) {
+    out->gemm[w] = p->gemm[w];
+    for (int i = 0; i < out->gemm[w].n; i++) out->gemm[w].gflops[i] *= eff;
+  }
   out->elementwise_gbs = p->elementwise_gbs;
   out->act_bytes = p->act_bytes > 0 ? p->act_bytes : 4;
   out->devices_per_node = p->devices_per_node;
@@ -274,10 +321,10 @@ void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
 
 /* the matmul curve is core's (mt_price_gemm_gflops): the virtual device
  * prices each matmul it emulates with the same function */
-double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops) {
+double mt_cost_gemm_gflops(const mt_cost_profile *p, double es, double flops) {
   mt_price q;
   mt_cost_price(p, &q);
-  return mt_price_gemm_gflops(&q, flops);
+  return mt_price_gemm_gflops(&q, es, flops);
 }
 
 double mt_cost_headroom(const mt_config *cfg, const mt_cost_profile *p) {

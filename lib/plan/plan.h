@@ -194,10 +194,16 @@ typedef struct {
   int devices_per_node;
   double mem_bytes;          /* memory per device (mem_gib) */
   double peak_gflops;        /* dense peak of the precision trained in, for MFU */
-  /* achievable matmul GFLOP/s by FLOPs per call (gemm = "flops:gflops ...",
-   * increasing flops; log-log interpolation between the points) */
-  int n_gemm;
-  double gemm_flops[MT_COST_MAX_GEMM], gemm_gflops[MT_COST_MAX_GEMM];
+  /* achievable matmul GFLOP/s by FLOPs per call, a curve for each operand
+   * width (core's mt_price_width: [0] bf16, [1] fp32; "flops:gflops ...",
+   * increasing flops, log-log interpolation between the points). Key gemm
+   * is the curve of the width the profile's runs train in (act_bytes);
+   * gemm_bf16 or gemm_fp32 the other width's, measured (meshbench, a
+   * published benchmark), else gemm's scaled by the ratio of the [hw]
+   * section's peaks (peak_gflops_bf16, peak_gflops_fp32; 1 without them).
+   * gemm_given: bit w set where gemm[w] was read, not derived. */
+  mt_price_curve gemm[2];
+  unsigned gemm_given;
   double elementwise_gbs;    /* memory bandwidth for elementwise work, GB/s */
   double intra_gbs, intra_us; /* collective bus bandwidth per rank and latency inside a node */
   double inter_gbs, inter_us; /* ... across nodes */
@@ -240,7 +246,7 @@ typedef struct {
 int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e);
 /* A profile file (an [hw] and a [cost] section) that loads back to p. */
 void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f);
-double mt_cost_gemm_gflops(const mt_cost_profile *p, double flops);
+double mt_cost_gemm_gflops(const mt_cost_profile *p, double es, double flops);
 /* The profile's prices as core's mt_price (what the virtual device and
  * the cost model price with). */
 void mt_cost_price(const mt_cost_profile *p, mt_price *out);

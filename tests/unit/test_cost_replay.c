@@ -31,9 +31,9 @@ static const double TOL = 1e-12;
 
 static mt_price price(void) {
   mt_price q = {0};
-  q.n_gemm = 1;
-  q.gemm_flops[0] = 1e9;
-  q.gemm_gflops[0] = 1000.0;
+  q.gemm[1].n = 1;
+  q.gemm[1].flops[0] = 1e9;
+  q.gemm[1].gflops[0] = 1000.0;
   q.elementwise_gbs = 1000.0;
   q.act_bytes = 4;
   q.devices_per_node = 8;

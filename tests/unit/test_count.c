@@ -171,18 +171,22 @@ static void virtual_backend(void) {
   const mt_ops *o = mt_ops_virtual();
   char names[512];
   MT_CHECK(mt_ops_missing(o, names, sizeof names) == 0, "virtual op table: missing %s", names);
-  mt_price p = {.n_gemm = 3, .gemm_flops = {1e6, 1e8, 1e10}, .gemm_gflops = {10, 50, 100},
+  /* the profile's activations bf16 (the curve gemm[0]); an fp32 curve a
+   * third as fast */
+  mt_price p = {.gemm = {{3, {1e6, 1e8, 1e10}, {10, 50, 100}}, {3, {1e6, 1e8, 1e10}, {3, 15, 30}}},
                 .elementwise_gbs = 20, .act_bytes = 2, .devices_per_node = 4, .intra_gbs = 5,
                 .intra_us = 10, .inter_gbs = 1, .inter_us = 30};
   mt_cost_profile cp;
   memset(&cp, 0, sizeof cp);
-  cp.n_gemm = 3;
-  for (int i = 0; i < 3; i++) cp.gemm_flops[i] = p.gemm_flops[i], cp.gemm_gflops[i] = p.gemm_gflops[i];
+  cp.gemm[0] = p.gemm[0], cp.gemm[1] = p.gemm[1];
   const double fl[] = {5e5, 1e6, 3e7, 1e8, 4e9, 1e11};
-  for (int i = 0; i < 6; i++)
-    MT_CHECK(mt_cost_gemm_gflops(&cp, fl[i]) == mt_price_gemm_gflops(&p, fl[i]),
-             "the cost model's curve at %g FLOPs: %g, the virtual device's %g", fl[i],
-             mt_cost_gemm_gflops(&cp, fl[i]), mt_price_gemm_gflops(&p, fl[i]));
+  for (int w = 0; w < 2; w++)
+    for (int i = 0; i < 6; i++)
+      MT_CHECK(mt_cost_gemm_gflops(&cp, 2.0 * (1 + w), fl[i]) ==
+                   mt_price_gemm_gflops(&p, 2.0 * (1 + w), fl[i]),
+               "the cost model's curve at %g FLOPs: %g, the virtual device's %g", fl[i],
+               mt_cost_gemm_gflops(&cp, 2.0 * (1 + w), fl[i]),
+               mt_price_gemm_gflops(&p, 2.0 * (1 + w), fl[i]));
   mt_vclock_start(&p);
   mt_mem_account acct;
   memset(&acct, 0, sizeof acct);
@@ -192,7 +196,9 @@ static void virtual_backend(void) {
            mt_mem_current(MT_MEM_ACTIV));
   double t0 = mt_now();
   o->matmul_forward(MT_DT_F32, a, a, a, NULL, 64, 128, 256); /* 2 x 64 x 256 x 128 FLOPs */
-  double want = 2.0 * 64 * 256 * 128 / (mt_price_gemm_gflops(&p, 2.0 * 64 * 256 * 128) * 1e9);
+  /* an fp32 op of an fp32 run on a bf16 profile: priced as the mixed
+   * precision it stands for, at the bf16 curve's rate (compute-bound) */
+  double want = 2.0 * 64 * 256 * 128 / (mt_price_gemm_gflops(&p, 2, 2.0 * 64 * 256 * 128) * 1e9);
   MT_CHECK(near(mt_now() - t0, want), "matmul moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);
   /* a diagonal causal block of 4 x 4 rows, B x NH = 6 heads of 8: in one
@@ -202,7 +208,7 @@ static void virtual_backend(void) {
   mt_attn_block blk = {.B = 2, .NH = 3, .hs = 8, .Tq = 4, .Tk = 4, .causal = 1};
   t0 = mt_now();
   o->attn_forward(MT_DT_F32, &blk, a, a, a, a, a);
-  want = 6.0 * 4 * 16 * 8 / (mt_price_gemm_gflops(&p, 2.0 * 4 * 4 * 8) * 1e9);
+  want = 6.0 * 4 * 16 * 8 / (mt_price_gemm_gflops(&p, 2, 2.0 * 4 * 4 * 8) * 1e9);
   MT_CHECK(near(mt_now() - t0, want), "causal block moved the clock %.9g s, priced %.9g s",
            mt_now() - t0, want);
   t0 = mt_now();
@@ -214,12 +220,12 @@ static void virtual_backend(void) {
    * below the diagonal (queries at 4..7, keys 0..3) sees every key: 4 tiles */
   mt_price fused = p;
   fused.attn_br = 2, fused.attn_bc = 2, fused.attn_gflops = 1000;
-  MT_CHECK(near(mt_price_attn_fwd_s(&fused, 6, 0, 4, 0, 4, 1, 8), 6.0 * 3 * 4 * 4 * 8 / 1e12),
-           "fused price of a diagonal block: %.9g s", mt_price_attn_fwd_s(&fused, 6, 0, 4, 0, 4, 1, 8));
-  MT_CHECK(near(mt_price_attn_fwd_s(&fused, 6, 4, 4, 0, 4, 1, 8), 6.0 * 4 * 4 * 4 * 8 / 1e12),
+  MT_CHECK(near(mt_price_attn_fwd_s(&fused, 2, 6, 0, 4, 0, 4, 1, 8), 6.0 * 3 * 4 * 4 * 8 / 1e12),
+           "fused price of a diagonal block: %.9g s", mt_price_attn_fwd_s(&fused, 2, 6, 0, 4, 0, 4, 1, 8));
+  MT_CHECK(near(mt_price_attn_fwd_s(&fused, 2, 6, 4, 4, 0, 4, 1, 8), 6.0 * 4 * 4 * 4 * 8 / 1e12),
            "fused price of a block below the diagonal: %.9g s",
-           mt_price_attn_fwd_s(&fused, 6, 4, 4, 0, 4, 1, 8));
-  MT_CHECK(mt_price_attn_fwd_s(&fused, 6, 0, 4, 4, 4, 1, 8) == 0.0,
+           mt_price_attn_fwd_s(&fused, 2, 6, 4, 4, 0, 4, 1, 8));
+  MT_CHECK(mt_price_attn_fwd_s(&fused, 2, 6, 0, 4, 4, 4, 1, 8) == 0.0,
            "a block above the diagonal (keys after every query) costs nothing");
   t0 = mt_now();
   o->layernorm_forward(MT_DT_F32, a, a, a, a, a, a, 10,
@@ -229,6 +235,111 @@ static void virtual_backend(void) {
            mt_now() - t0, want);
   o->free(MT_MEM_ACTIV, a, 4096);
   mt_mem_account_use(prev);
+}
+
+/* a matmul's price by its operands' width and shape (mt_price_gemm_s):
+ * each width on its own curve, a skinny matmul at its bytes through
+ * memory, es 0 a bound under both; the virtual device's width for each op */
+static void gemm_widths(void) {
+  mt_price p = {.gemm = {{2, {1e6, 1e10}, {10, 100}}, {2, {1e6, 1e10}, {4, 40}}},
+                .elementwise_gbs = 20, .act_bytes = 4};
+  const double sq = 2.0 * 512 * 512 * 512;
+  for (int w = 0; w < 2; w++) {
+    double es = 2.0 * (1 + w), got = mt_price_gemm_s(&p, es, 512, 512, 512, 3);
+    double rate = mt_price_gemm_gflops(&p, es, sq);
+    MT_CHECK(near(got, 3.0 * sq / (rate * 1e9)), "a square matmul of %g-byte elements: %.9g s, "
+             "its curve's rate says %.9g s", es, got, 3.0 * sq / (rate * 1e9));
+  }
+  MT_CHECK(near(mt_price_gemm_gflops(&p, 2, sq) / mt_price_gemm_gflops(&p, 4, sq), 2.5),
+           "bf16 over fp32 rate %g, the curves say 2.5",
+           mt_price_gemm_gflops(&p, 2, sq) / mt_price_gemm_gflops(&p, 4, sq));
+  /* one row against 4096 x 4096 weights: 3.4e7 FLOPs at about 33 GFLOP/s
+   * (1 ms), the weights read once at 20 GB/s (1.7 ms) */
+  const double bytes = 2.0 * (4096.0 + 4096.0 * 4096 + 4096.0);
+  double skinny = mt_price_gemm_s(&p, 2, 1, 4096, 4096, 1);
+  MT_CHECK(near(skinny, bytes / 20e9), "a one-row matmul: %.9g s, its bytes through memory "
+           "%.9g s", skinny, bytes / 20e9);
+  const double shapes[][3] = {{1, 4096, 4096}, {512, 512, 512}, {8, 64, 1 << 20}, {3, 5, 7}};
+  for (int i = 0; i < 4; i++) {
+    const double *d = shapes[i];
+    double lo = mt_price_gemm_s(&p, 0, d[0], d[1], d[2], 1);
+    double a = mt_price_gemm_s(&p, 2, d[0], d[1], d[2], 1);
+    double b = mt_price_gemm_s(&p, 4, d[0], d[1], d[2], 1);
+    MT_CHECK(lo <= a && lo <= b && lo > 0, "the bound (es 0) of %g x %g x %g: %.9g s, the "
+             "widths' prices %.9g and %.9g s", d[0], d[1], d[2], lo, a, b);
+  }
+  /* a hand-made price with one curve serves both widths */
+  mt_price one = p;
+  one.gemm[0].n = 0;
+  MT_CHECK(mt_price_gemm_gflops(&one, 2, sq) == mt_price_gemm_gflops(&p, 4, sq),
+           "one curve: the bf16 rate is not the fp32 curve's");
+  /* the virtual device: a bf16 run (bytes_as_sent) prices each op at its
+   * own type's width; an fp32 run at the profile's (act_bytes 4 here) */
+  const mt_ops *o = mt_ops_virtual();
+  mt_vclock_state keep;
+  mt_vclock_save(&keep);
+  for (int sent = 0; sent < 2; sent++)
+    for (int t = 0; t < 2; t++) {
+      mt_price q = p;
+      q.bytes_as_sent = sent;
+      mt_vclock_start(&q);
+      const mt_dtype dt = t ? MT_DT_F32 : MT_DT_BF16;
+      o->matmul_forward(dt, NULL, NULL, NULL, NULL, 512, 512, 512);
+      double want = mt_price_gemm_s(&q, sent ? (double)mt_dtype_bytes(dt) : 4.0, 512, 512, 512, 1);
+      MT_CHECK(near(mt_now(), want), "virtual %s matmul (bytes_as_sent %d): %.9g s, priced %.9g s",
+               t ? "fp32" : "bf16", sent, mt_now(), want);
+    }
+  mt_vclock_restore(&keep);
+}
+
+/* a profile's curves by width: gemm the width trained in (act_bytes), the
+ * other from its own key or gemm's scaled by the [hw] peaks' ratio; a
+ * profile written back loads to the same curves */
+static int load_text(const char *text, mt_cost_profile *p, mt_err *e) {
+  char path[] = "/tmp/mt_test_count_XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) return -1;
+  fputs(text, f);
+  fclose(f);
+  int rc = mt_cost_profile_load(p, path, e);
+  remove(path);
+  return rc;
+}
+
+static void profile_widths(void) {
+  const char *head = "[hw]\npeak_gflops_fp32 = 25\npeak_gflops_bf16 = 100\n[cost]\n"
+                     "devices_per_node = 4\nmem_gib = 1\npeak_gflops = 100\nelementwise_gbs = 10\n"
+                     "intra_gbs = 5\nintra_us = 20\ninter_gbs = 1\ninter_us = 50\noverlap = 0.5\n";
+  char text[1024];
+  mt_cost_profile p;
+  mt_err e = {0};
+  snprintf(text, sizeof text, "%sact_bytes = 2\ngemm = 1e5:5 1e9:80\n", head);
+  MT_CHECK(load_text(text, &p, &e) == 0, "a bf16 profile: %s", e.msg);
+  MT_CHECK(p.gemm[0].n == 2 && p.gemm[0].gflops[1] == 80 && near(p.gemm[1].gflops[1], 20),
+           "the fp32 curve not gemm's at the peaks' ratio 1/4: %g", p.gemm[1].gflops[1]);
+  snprintf(text, sizeof text, "%sgemm_bf16 = 1e5:15 1e9:240\ngemm = 1e5:5 1e9:80\n", head);
+  MT_CHECK(load_text(text, &p, &e) == 0, "an fp32 profile with a bf16 curve: %s", e.msg);
+  MT_CHECK(p.gemm[1].gflops[1] == 80 && p.gemm[0].gflops[1] == 240 && p.gemm_given == 3u,
+           "gemm_bf16 not read as given: %g, %g", p.gemm[1].gflops[1], p.gemm[0].gflops[1]);
+  FILE *f = tmpfile();
+  mt_cost_profile_write(&p, "round trip", f);
+  rewind(f);
+  char back[2048];
+  size_t n = fread(back, 1, sizeof back - 1, f);
+  back[n] = 0;
+  fclose(f);
+  mt_cost_profile q;
+  MT_CHECK(load_text(back, &q, &e) == 0, "the written profile: %s", e.msg);
+  MT_CHECK(memcmp(&q.gemm, &p.gemm, sizeof p.gemm) == 0, "the written curves load back otherwise");
+  mt_err e2 = {0};
+  snprintf(text, sizeof text, "%sact_bytes = 2\ngemm = 1e5:5 1e9:80\ngemm_bf16 = 1e5:5\n", head);
+  MT_CHECK(load_text(text, &p, &e2) != 0 && strstr(e2.msg, "gemm_bf16 is gemm's own width"),
+           "gemm_bf16 on a bf16 profile: '%s'", e2.msg);
+  mt_err e3 = {0};
+  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\ngemm_bf16 = 1e9:5 1e5:9\n", head);
+  MT_CHECK(load_text(text, &p, &e3) != 0 && strstr(e3.msg, "gemm_bf16 = '1e9:5 1e5:9' is not"),
+           "a falling gemm_bf16: '%s'", e3.msg);
 }
 
 /* collectives priced hierarchically across nodes (mt_price_coll_s) */
@@ -276,6 +387,8 @@ int main(void) {
   null_backend();
   count_mesh();
   plan_classes();
+  gemm_widths();
+  profile_widths();
   virtual_backend();
   coll_prices();
   return mt_check_summary("test_count");

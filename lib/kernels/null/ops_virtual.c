@@ -6,7 +6,9 @@
  * What each op is priced as (B batch, T rows, C channels, AB the profile's
  * bytes per activation element, ES the bytes of an element of the op's
  * storage type, fp32 for optimizer state and gradients):
- *   matmuls        2 m n k FLOPs at the curve's throughput for that size;
+ *   matmuls        2 m n k FLOPs at the throughput of its operands' width's
+ *                  curve for that size, or its operands through memory
+ *                  where that is longer (core's mt_price_gemm_s);
  *                  backward: the input-gradient and the weight-gradient
  *                  matmul each where asked for (dbias: free)
  *   grouped        the same per non-empty group (rows from the host offsets)
@@ -38,14 +40,18 @@ static void advance(const char *op, double s) {
   if (mt_trace_on()) mt_trace_span(op, "op", MT_TRACK_COMPUTE, t0, mt_now(), -1, -1);
 }
 static void elem(const char *op, double bytes) { advance(op, mt_price_elem_s(P, bytes)); }
-static void gemm(const char *op, double m, double n, double k, double calls) {
-  advance(op, mt_price_gemm_s(P, m, n, k, calls));
+static void gemm(const char *op, double es, double m, double n, double k, double calls) {
+  advance(op, mt_price_gemm_s(P, es, m, n, k, calls));
 }
 /* each wrapper v_<op> names its op on the timeline */
 #define ELEM(bytes) elem(__func__ + 2, (bytes))
-#define GEMM(m, n, k, calls) gemm(__func__ + 2, (m), (n), (k), (calls))
 #define AB (P->act_bytes)
 #define ES ((double)mt_dtype_bytes(t))
+/* a matmul's operand width: the op's own type in a run that keeps its
+ * types (bf16: bytes_as_sent), else the profile's activations' (an fp32
+ * run on a bf16 profile stands for the mixed precision the plan prices) */
+#define GW(t) (P->bytes_as_sent ? (double)mt_dtype_bytes(t) : AB)
+#define GEMM(m, n, k, calls) gemm(__func__ + 2, GW(t), (m), (n), (k), (calls))
 
 static void v_zero(mt_dtype t, void *x, size_t n) { ELEM(ES * n); }
 static void v_copy(mt_dtype t, void *dst, const void *src, size_t n) { ELEM(2.0 * AB * n); }
@@ -112,21 +118,23 @@ static void v_encoder_vp_backward(mt_dtype t, float *dwte, float *dwpe, const vo
 }
 static void v_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                 int NH) {
-  GEMM(T, T, (double)C / NH, (double)B * NH); /* two matmuls, half of each (causal) */
+  const mt_dtype t = MT_DT_F32; /* two matmuls, half of each (causal) */
+  GEMM(T, T, (double)C / NH, (double)B * NH);
 }
 static void v_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
                                  const float *att, int B, int T, int C, int NH) {
+  const mt_dtype t = MT_DT_F32;
   GEMM(T, T, (double)C / NH, 2.0 * B * NH);
 }
 /* with documents, the visible share of the pairs (a->density) */
-static double attn_fwd_s(const mt_attn_block *a) {
-  return mt_price_attn_fwd_s(P, (double)a->B * a->NH, a->q_pos0, a->Tq, a->k_pos0, a->Tk,
+static double attn_fwd_s(mt_dtype t, const mt_attn_block *a) {
+  return mt_price_attn_fwd_s(P, GW(t), (double)a->B * a->NH, a->q_pos0, a->Tq, a->k_pos0, a->Tk,
                              a->causal, a->hs) *
          (a->density > 0.0 ? a->density : 1.0);
 }
 static void v_attn_forward(mt_dtype t, const mt_attn_block *a, void *out, float *lse,
                            const void *q, const void *k, const void *v) {
-  advance("attn_forward", attn_fwd_s(a));
+  advance("attn_forward", attn_fwd_s(t, a));
 }
 static void v_attn_merge(mt_dtype t, const mt_attn_block *a, void *out, float *lse,
                          const void *part, const float *part_lse) {
@@ -135,7 +143,7 @@ static void v_attn_merge(mt_dtype t, const mt_attn_block *a, void *out, float *l
 static void v_attn_backward(mt_dtype t, const mt_attn_block *a, void *dq, void *dk, void *dv,
                             const void *dout, const void *out, const float *lse, const void *q,
                             const void *k, const void *v) {
-  advance("attn_backward", 2.5 * attn_fwd_s(a));
+  advance("attn_backward", 2.5 * attn_fwd_s(t, a));
 }
 static void v_copy_2d(mt_dtype t, void *dst, size_t ld_dst, const void *src, size_t ld_src,
                       size_t rows, size_t cols) {
@@ -277,7 +285,7 @@ static void v_grouped_matmul_forward(mt_dtype t, void *out, const void *inp, con
   double rows = -1.0, s = 0.0;
   for (int g = 0; g < G; g++) {
     if (off[g + 1] - off[g] != rows)
-      rows = off[g + 1] - off[g], s = mt_price_gemm_s(P, rows, OC, C, 1);
+      rows = off[g + 1] - off[g], s = mt_price_gemm_s(P, GW(t), rows, OC, C, 1);
     advance("grouped_matmul_forward", s);
   }
 }
@@ -288,8 +296,8 @@ static void v_grouped_matmul_backward(mt_dtype t, void *dinp, float *dw, float *
   for (int g = 0; g < G; g++) {
     if (off[g + 1] - off[g] != rows) {
       rows = off[g + 1] - off[g];
-      s_in = mt_price_gemm_s(P, rows, C, OC, 1);
-      s_w = mt_price_gemm_s(P, OC, C, rows, 1);
+      s_in = mt_price_gemm_s(P, GW(t), rows, C, OC, 1);
+      s_w = mt_price_gemm_s(P, GW(t), OC, C, rows, 1);
     }
     if (dinp) advance("grouped_matmul_backward", s_in);
     if (dw) advance("grouped_matmul_backward", s_w);
