@@ -510,6 +510,9 @@ typedef enum {
   MT_COLL_REDUCE, MT_COLL_GATHER, MT_COLL_SCATTER, MT_COLL_ALLTOALL, MT_COLL_SEND, MT_COLL_RECV,
   MT_COLL_SENDRECV
 } mt_coll_kind;
+/* its kind as core's prices count a collective's steps (MT_PRICE_PASS,
+ * _ALLTOALL, _ALLREDUCE): the virtual device and the cost model's replay */
+int mt_comm_price_kind(mt_coll_kind kind);
 typedef struct {
   mt_coll_kind kind;
   double bytes;

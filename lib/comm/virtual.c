@@ -64,7 +64,11 @@ static double priced_bytes(const mt_group *g, const mt_coll *c) {
   return grads ? c->bytes : c->bytes * ab / 4.0;
 }
 
-static int is_alltoall(const mt_coll *c) { return c->kind == MT_COLL_ALLTOALL; }
+int mt_comm_price_kind(mt_coll_kind kind) {
+  return kind == MT_COLL_ALLTOALL ? MT_PRICE_ALLTOALL
+         : kind == MT_COLL_REDUCE ? MT_PRICE_ALLREDUCE
+                                  : MT_PRICE_PASS;
+}
 
 static void count_bytes(mt_group *g, const mt_coll *c) {
   g->bytes += c->bytes;
@@ -87,10 +91,10 @@ static void wait_until(mt_group *g, double t) {
  * it hides in meshplan: a GPU's collective kernels take SMs, a CPU's copies
  * take the cores), the full rate while the rank waited. Its span on the
  * timeline is the channel's busy time. */
-static double coll_end(mt_group *g, const double *a, int alltoall, double busy0) {
+static double coll_end(mt_group *g, const double *a, int kind, double busy0) {
   const mt_price *p = mt_vclock_price();
   double start = a[0] > g->vchan ? a[0] : g->vchan;
-  double d = mt_price_coll_s(p, a[1], g->size, group_per_node(g), alltoall), end = start + d;
+  double d = mt_price_coll_s(p, a[1], g->size, group_per_node(g), kind), end = start + d;
   const double now = mt_now(), ov = p->overlap;
   if (busy0 >= 0 && ov < 1 && now > start) {
     double beside = now - start, ops = mt_vclock_busy() - busy0;
@@ -151,7 +155,7 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
       r->vkind = V_COLL;
       r->vbuf[0] = mt_now();
       r->vbuf[1] = priced_bytes(g, c);
-      r->vbuf[2] = is_alltoall(c); /* (not reduced: this rank's notes) */
+      r->vbuf[2] = mt_comm_price_kind(c->kind); /* (not reduced: this rank's notes) */
       r->vbuf[3] = mt_vclock_busy();
       MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->vbuf, 2, MPI_DOUBLE, MPI_MAX, g->comm,
                                   &r->req));
@@ -174,7 +178,7 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
   /* a blocking collective: every rank's arrival and bytes, the largest */
   double a[2] = {mt_now(), priced_bytes(g, c)};
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a, 2, MPI_DOUBLE, MPI_MAX, g->comm));
-  double end = coll_end(g, a, is_alltoall(c), -1.0);
+  double end = coll_end(g, a, mt_comm_price_kind(c->kind), -1.0);
   wait_until(g, end);
   mt_vclock_check(end, a[0], "a collective");
   if (host) return 0; /* the values move over MPI now (counted there) */
@@ -186,7 +190,7 @@ void mt_comm_virtual_wait(mt_request *r) {
   mt_group *g = r->g;
   MT_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
   if (r->vkind == V_COLL) {
-    double end = coll_end(g, r->vbuf, r->vbuf[2] != 0, r->vbuf[3]);
+    double end = coll_end(g, r->vbuf, (int)r->vbuf[2], r->vbuf[3]);
     wait_until(g, end);
     mt_vclock_check(end, r->vbuf[0], "a collective");
   } else if (r->vkind == V_SEND) {

@@ -670,6 +670,12 @@ typedef struct {
   double overlap;              /* share of its rate a collective keeps beside compute */
   double stage_us;             /* a pipeline op's overhead beyond its compute */
   int coll_flat;               /* collectives across nodes flat, not hierarchical */
+  /* a ring step's latency inside a node and across (us; 0: none), of the
+   * protocol that carries large messages (ring_step_us) and of the one for
+   * small messages at a quarter of the bandwidth (small_step_us; 0: none):
+   * a pass of a ring of n ranks on N nodes takes n - N steps inside nodes
+   * and N - 1 across (mt_price_coll_s) */
+  double ring_step_us[2], small_step_us[2];
   int bytes_as_sent;           /* the run sends each message in its own dtype (a bf16 run):
                                   priced as counted, not rescaled by act_bytes */
 } mt_price;
@@ -719,13 +725,23 @@ int mt_price_same_node(const mt_price *p, int a, int b);
  * the ring inside a node over the intra-node link, the rest, 1/k of what a
  * flat ring would send, over every rank's own network link at once (of the
  * tensor's (n-1)/n: (k-1)/k inside, (N-1)/(N k) across N = n/k nodes); one
- * latency a level. An all-to-all (alltoall = 1) sends the share bound for
+ * latency a level. An all-to-all (kind MT_PRICE_ALLTOALL) sends the share bound for
  * other nodes over the network link while the rest crosses the node beside
  * it. k = 1 is a flat ring across nodes, k >= n one inside a node; a
  * profile with coll_flat prices every group across nodes so. */
-double mt_price_coll_s(const mt_price *p, double bytes, int n, int k, int alltoall);
+double mt_price_coll_s(const mt_price *p, double bytes, int n, int k, int kind);
 /* its latency alone (a collective's calls beyond the first) */
-double mt_price_coll_lat_s(const mt_price *p, int n, int k);
+double mt_price_coll_lat_s(const mt_price *p, int n, int k, int kind);
+/* A collective's kind, for its steps (mt_price_coll_s's last argument):
+ * one pass of a ring (an all-gather, a reduce-scatter: n - 1 steps), an
+ * all-to-all (every pair at once: one step), an all-reduce (two passes of
+ * the ring, or a tree's 2 (k - 1 + log2 N) steps where fewer). Beyond the
+ * bytes and the levels' latencies above, a profile with ring step
+ * latencies (ring_step_us, small_step_us) adds each step's: the protocol
+ * for large messages at the full bandwidth, or the one for small messages
+ * at a quarter of it, whichever is faster for the bytes (NCCL's Simple and
+ * LL, as its tuning model prices them). */
+enum { MT_PRICE_PASS = 0, MT_PRICE_ALLTOALL = 1, MT_PRICE_ALLREDUCE = 2 };
 
 /* The rank's virtual clock: mt_vclock_start turns it on at 0 with the
  * prices (copied); from then on mt_now() reads it. */

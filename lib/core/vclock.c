@@ -142,24 +142,62 @@ int mt_price_group_per_node(const mt_price *p, int world0, int stride, int size)
   return k;
 }
 
-double mt_price_coll_lat_s(const mt_price *p, int n, int k) {
+/* the levels' latencies: one inside a node, one across (flat: one) */
+static double level_lat_s(const mt_price *p, int n, int k) {
   if (k >= n) return p->intra_us * 1e-6;
   if (p->coll_flat) return p->inter_us * 1e-6;
   return (k > 1 ? p->intra_us * 1e-6 : 0.0) + p->inter_us * 1e-6;
 }
 
-double mt_price_coll_s(const mt_price *p, double bytes, int n, int k, int alltoall) {
-  if (k >= n || n <= 1) return mt_price_link_s(p, 1, bytes);
-  if (k <= 1 || p->coll_flat) return mt_price_link_s(p, 0, bytes);
-  const double lat = mt_price_coll_lat_s(p, n, k);
-  if (!(bytes > 0)) return lat;
-  const double ibw = p->intra_gbs * 1e9, ebw = p->inter_gbs * 1e9;
-  if (alltoall) {
+/* the ring steps' latency of a collective of `kind` over n ranks, k a node,
+ * a step costing step[0] inside a node, step[1] across (seconds) */
+static double steps_s(const mt_price *p, int n, int k, int kind, const double step[2]) {
+  if (n <= 1 || (step[0] <= 0 && step[1] <= 0)) return 0.0;
+  const int one_node = k >= n, flat = !one_node && (k <= 1 || p->coll_flat);
+  const double in = step[0] * 1e-6, out = step[1] * 1e-6;
+  if (kind == MT_PRICE_ALLTOALL) return one_node ? in : out;
+  const double N = one_node ? 1.0 : flat ? n : ceil((double)n / k);
+  const double pass = one_node ? (n - 1) * in : flat ? (n - 1) * out
+                                              : (n - N) * in + (N - 1) * out;
+  if (kind != MT_PRICE_ALLREDUCE) return pass;
+  /* an all-reduce: the ring twice, or up and down a tree (the ranks of a
+   * node in a chain, the nodes in a binary tree) */
+  const double tree = 2.0 * ((one_node ? n - 1 : flat ? 0 : k - 1) * in + ceil(log2(N)) * out);
+  return 2.0 * pass < tree || N == 1 ? 2.0 * pass : tree;
+}
+
+double mt_price_coll_lat_s(const mt_price *p, int n, int k, int kind) {
+  double large = steps_s(p, n, k, kind, p->ring_step_us);
+  if (p->small_step_us[0] > 0 || p->small_step_us[1] > 0) {
+    double small = steps_s(p, n, k, kind, p->small_step_us);
+    if (small < large) large = small;
+  }
+  return level_lat_s(p, n, k) + large;
+}
+
+/* the bytes' seconds at the links' bandwidths times `slow` (the levels'
+ * latencies apart) */
+static double xfer_s(const mt_price *p, double bytes, int n, int k, int kind, double slow) {
+  if (!(bytes > 0)) return 0.0;
+  const double ibw = p->intra_gbs * 1e9 / slow, ebw = p->inter_gbs * 1e9 / slow;
+  if (k >= n || n <= 1) return bytes / ibw;
+  if (k <= 1 || p->coll_flat) return bytes / ebw;
+  if (kind == MT_PRICE_ALLTOALL) {
     double across = bytes * (n - k) / (n - 1), inside = bytes * (k - 1) / (n - 1);
-    return (across / ebw > inside / ibw ? across / ebw : inside / ibw) + lat;
+    return across / ebw > inside / ibw ? across / ebw : inside / ibw;
   }
   const double whole = bytes * n / (n - 1), N = (double)n / k; /* per (n-1)/n of the tensor */
-  return whole * (k - 1) / k / ibw + whole * (N - 1) / (N * k) / ebw + lat;
+  return whole * (k - 1) / k / ibw + whole * (N - 1) / (N * k) / ebw;
+}
+
+double mt_price_coll_s(const mt_price *p, double bytes, int n, int k, int kind) {
+  const double lat = level_lat_s(p, n, k);
+  double t = lat + xfer_s(p, bytes, n, k, kind, 1.0) + steps_s(p, n, k, kind, p->ring_step_us);
+  if (p->small_step_us[0] > 0 || p->small_step_us[1] > 0) {
+    double small = lat + xfer_s(p, bytes, n, k, kind, 4.0) + steps_s(p, n, k, kind, p->small_step_us);
+    if (small < t) t = small;
+  }
+  return t;
 }
 
 /* ------------------------------------------------------------------ */

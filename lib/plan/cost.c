@@ -593,7 +593,8 @@ static void price_dp(const step_ctx *s, const mt_pp_sim *sim, double tb, mt_cost
                      double *tied_s) {
   const mt_config *cfg = s->cfg;
   const int ndp = s->ndp, accum = s->accum, n_buckets = s->n_buckets;
-  const double lat = ndp > 1 ? mt_cost_coll_lat(&s->ops_price, ndp, cfg->tp) : 0.0;
+  /* (an all-reduce counted as its two passes) */
+  const double lat = ndp > 1 ? mt_cost_coll_lat(&s->ops_price, ndp, cfg->tp, MT_PRICE_PASS) : 0.0;
   double t_r = s->reduce_b * s->dp_s_per_byte, t_g = s->gather_b * s->dp_s_per_byte;
   double calls = 2.0 * n_buckets * (cfg->zero >= 2 ? accum : 1);
   out->dp_total_s = t_r + t_g + (ndp > 1 ? calls * lat : 0.0);
@@ -634,7 +635,8 @@ int mt_cost_estimate_dt(const mt_config *cfg, const mt_cost_profile *p, const mt
   mt_cost_price(p, &s.ops_price);
   s.ops_price.act_bytes = s.dt.acts;
   s.ops_price.stage_us = 0.0;
-  s.dp_s_per_byte = s.ndp > 1 ? mt_cost_coll_xfer_s(&s.ops_price, 1.0, s.ndp, cfg->tp, 0) : 0.0;
+  s.dp_s_per_byte =
+      s.ndp > 1 ? mt_cost_coll_xfer_s(&s.ops_price, 1.0, s.ndp, cfg->tp, MT_PRICE_PASS) : 0.0;
   int rc = price_stages(&s, out, e);
   if (rc == 0) {
     mt_pp_sim sim;

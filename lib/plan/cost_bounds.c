@@ -91,7 +91,8 @@ static double tp_block_lower(const mt_config *cfg, const mt_cost_profile *p,
   const double refwd = cfg->recompute ? 1.0 : 0.0;
   const double calls = (cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0);
   const double bytes = 8.0 * (tp - 1) / tp * d->B * d->T * d->C * msg_bytes;
-  return mt_cost_coll_xfer_s(&q, bytes, tp, 1, 0) + calls * mt_cost_coll_lat(&q, tp, 1);
+  const int kind = cfg->sp ? MT_PRICE_PASS : MT_PRICE_ALLREDUCE;
+  return mt_cost_coll_xfer_s(&q, bytes, tp, 1, kind) + calls * mt_cost_coll_lat(&q, tp, 1, kind);
 }
 
 double mt_cost_step_lower_bound(const mt_config *cfg, const mt_cost_profile *p,

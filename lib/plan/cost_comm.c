@@ -12,12 +12,12 @@ double mt_cost_link_lat(const mt_cost_profile *p, int inside) {
   return (inside ? p->intra_us : p->inter_us) * 1e-6;
 }
 
-double mt_cost_coll_xfer_s(const mt_price *q, double bytes, int n, int stride, int a2a) {
+double mt_cost_coll_xfer_s(const mt_price *q, double bytes, int n, int stride, int kind) {
   int k = mt_price_per_node(q, stride, n);
-  return mt_price_coll_s(q, bytes, n, k, a2a) - mt_price_coll_lat_s(q, n, k);
+  return mt_price_coll_s(q, bytes, n, k, kind) - mt_price_coll_lat_s(q, n, k, kind);
 }
-double mt_cost_coll_lat(const mt_price *q, int n, int stride) {
-  return mt_price_coll_lat_s(q, n, mt_price_per_node(q, stride, n));
+double mt_cost_coll_lat(const mt_price *q, int n, int stride, int kind) {
+  return mt_price_coll_lat_s(q, n, mt_price_per_node(q, stride, n), kind);
 }
 
 /* The ladder residual: in each forward (and its recompute) a dense block's
@@ -36,7 +36,9 @@ static double ladder_hidden(const mt_cost_profile *p, const mt_price *q, const m
   const size_t whole = (size_t)(BT * C * (double)m->es * msg_scale);
   const double ring = cfg->sp ? mt_bytes_reduce_scatter(whole, cfg->tp)
                               : mt_bytes_allreduce(whole, cfg->tp);
-  const double d = mt_cost_coll_xfer_s(q, ring, cfg->tp, 1, 0) + mt_cost_coll_lat(q, cfg->tp, 1);
+  const int kind = cfg->sp ? MT_PRICE_PASS : MT_PRICE_ALLREDUCE;
+  const double d = mt_cost_coll_xfer_s(q, ring, cfg->tp, 1, kind) +
+                   mt_cost_coll_lat(q, cfg->tp, 1, kind);
   /* the attention's backward: its linears' input and weight gradients, 2.5
    * times its forward */
   const double es = (double)m->es * msg_scale; /* the activations' width, as sent */
@@ -72,8 +74,8 @@ void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_co
       double t = bytes / mt_cost_link_bw(p, inside) + calls * mt_cost_link_lat(p, inside);
       c->cp = t > hidden ? t - hidden : 0.0;
     } else {
-      c->cp = mt_cost_coll_xfer_s(q, bytes, cfg->cp, cfg->tp, 1) +
-              calls * mt_cost_coll_lat(q, cfg->cp, cfg->tp);
+      c->cp = mt_cost_coll_xfer_s(q, bytes, cfg->cp, cfg->tp, MT_PRICE_ALLTOALL) +
+              calls * mt_cost_coll_lat(q, cfg->cp, cfg->tp, MT_PRICE_ALLTOALL);
     }
   }
   /* expert parallelism: the dispatch and combine all-to-alls (and the etp
@@ -81,16 +83,20 @@ void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_co
   if (n_moe > 0 && (m->moe.ep_size > 1 || m->moe.etp_size > 1)) {
     /* (the folded mesh of a stage: etp innermost, then ep) */
     const int ep = m->moe.ep_size, etp = m->moe.etp_size;
-    c->ep = mt_cost_coll_xfer_s(q, cb[2] * msg_scale, ep, etp, 1) +
-            mt_cost_coll_xfer_s(q, cb[3] * msg_scale, etp, 1, 0) +
-            n_moe * 4.0 * mt_cost_coll_lat(q, ep > 1 ? ep : etp, ep > 1 ? etp : 1);
+    c->ep = mt_cost_coll_xfer_s(q, cb[2] * msg_scale, ep, etp, MT_PRICE_ALLTOALL) +
+            mt_cost_coll_xfer_s(q, cb[3] * msg_scale, etp, 1, MT_PRICE_PASS) +
+            n_moe * 4.0 *
+                mt_cost_coll_lat(q, ep > 1 ? ep : etp, ep > 1 ? etp : 1,
+                                 ep > 1 ? MT_PRICE_ALLTOALL : MT_PRICE_PASS);
   }
   /* tensor parallelism: this chunk's bytes (as comm counts them) and calls */
   if (cfg->tp > 1) {
     double bytes = cb[0] * msg_scale;
     double calls = n_l * ((cfg->sp ? 10.0 : 4.0) + refwd * (cfg->sp ? 4.0 : 2.0)) +
                    k->embed * (cfg->sp ? 2.0 : 1.0) + k->head * ((cfg->sp ? 3.0 : 1.0) + 2.0);
-    c->tp = mt_cost_coll_xfer_s(q, bytes, cfg->tp, 1, 0) + calls * mt_cost_coll_lat(q, cfg->tp, 1);
+    const int kind = cfg->sp ? MT_PRICE_PASS : MT_PRICE_ALLREDUCE;
+    c->tp = mt_cost_coll_xfer_s(q, bytes, cfg->tp, 1, kind) +
+            calls * mt_cost_coll_lat(q, cfg->tp, 1, kind);
     if (mt_model_ladder(&m->shape)) c->tp -= ladder_hidden(p, q, cfg, msg_scale, k, att);
   }
 }

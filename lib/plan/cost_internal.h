@@ -68,8 +68,8 @@ double mt_cost_link_lat(const mt_cost_profile *p, int inside);
  * it (core's mt_price_coll_s: hierarchical across nodes): the seconds of
  * `bytes` (comm's count, the sum of many calls') without the latency, and
  * the latency of one call. */
-double mt_cost_coll_xfer_s(const mt_price *q, double bytes, int n, int stride, int a2a);
-double mt_cost_coll_lat(const mt_price *q, int n, int stride);
+double mt_cost_coll_xfer_s(const mt_price *q, double bytes, int n, int stride, int kind);
+double mt_cost_coll_lat(const mt_price *q, int n, int stride, int kind);
 /* The communication of chunk k into c (tp, cp, ep): it sends cb[0..3]
  * bytes over tp, cp, ep and etp (the plan's count of the chunk's forward
  * and backward, in the run's message dtype: priced at msg_scale times

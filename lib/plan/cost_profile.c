@@ -27,8 +27,10 @@ static const char *g_cost_keys[] = {"devices_per_node", "mem_gib", "peak_gflops"
                                     "elementwise_gbs", "intra_gbs", "intra_us", "inter_gbs",
                                     "inter_us", "overlap"};
 #define N_REQUIRED ((int)(sizeof g_cost_keys / sizeof g_cost_keys[0]))
-static const char *g_optional_keys[] = {"attn_block", "attention", "collectives", "attn_gflops",
-                                        "stage_us", "act_bytes", "gemm_bf16", "gemm_fp32"};
+static const char *g_optional_keys[] = {"attn_block", "attention",     "collectives",
+                                        "attn_gflops", "stage_us",      "act_bytes",
+                                        "gemm_bf16",   "gemm_fp32",     "ring_step_us",
+                                        "small_step_us"};
 static const char *g_width_names[] = {"bf16", "fp32"};
 #define N_OPTIONAL ((int)(sizeof g_optional_keys / sizeof g_optional_keys[0]))
 
@@ -153,6 +155,17 @@ static int cost_handler(void *user, const char *section, const char *name, const
     }
     p->attn_br = br;
     p->attn_bc = bc;
+    return 1;
+  }
+  if (strstr(name, "_step_us")) { /* optional: INSIDE:ACROSS, us */
+    double *st = name[0] == 'r' ? p->ring_step_us : p->small_step_us;
+    char tail = 0;
+    if (sscanf(value, "%lf:%lf%c", &st[0], &st[1], &tail) != 2 || !(st[0] >= 0 && st[0] <= 1e4) ||
+        !(st[1] >= 0 && st[1] <= 1e4)) {
+      snprintf(c->bad, sizeof c->bad, "[cost] %s = '%s' is not INSIDE:ACROSS, two latencies of "
+                                      "0 to 1e4 us (e.g. 3.4:14)", name, value);
+      return 0;
+    }
     return 1;
   }
   if (strcmp(name, "attention") == 0) /* optional: the attention kernel priced */
@@ -292,6 +305,11 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
   if (p->attn_gflops > 0) fprintf(f, "attn_gflops = %.6g\n", p->attn_gflops);
   if (p->stage_us > 0) fprintf(f, "stage_us = %.6g\n", p->stage_us);
   if (p->coll_flat) fprintf(f, "collectives = flat\n");
+  for (int s = 0; s < 2; s++) {
+    const double *st = s ? p->small_step_us : p->ring_step_us;
+    if (st[0] > 0 || st[1] > 0)
+      fprintf(f, "%s_step_us = %.6g:%.6g\n", s ? "small" : "ring", st[0], st[1]);
+  }
 }
 
 /* the one place the compute efficiency enters: every matmul and attention
@@ -317,6 +335,8 @@ void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
   out->overlap = p->overlap;
   out->stage_us = p->stage_us;
   out->coll_flat = p->coll_flat;
+  memcpy(out->ring_step_us, p->ring_step_us, sizeof out->ring_step_us);
+  memcpy(out->small_step_us, p->small_step_us, sizeof out->small_step_us);
 }
 
 /* the matmul curve is core's (mt_price_gemm_gflops): the virtual device

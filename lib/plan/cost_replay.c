@@ -85,7 +85,7 @@ void mt_cost_replay_prepare(const mt_comm_rec *rec, const mt_price *q,
                            : x->dp  ? ev->bytes * (grads ? o->reduce_scale : o->gather_scale)
                                     : ev->bytes * o->msg_scale;
       const int k = mt_price_group_per_node(q, ev->world0, ev->stride, ev->size);
-      x->d = mt_price_coll_s(q, bytes, ev->size, k, ev->kind == MT_COLL_ALLTOALL);
+      x->d = mt_price_coll_s(q, bytes, ev->size, k, mt_comm_price_kind(ev->kind));
       x->chan = channel_of(ch, &n_ch, ev);
       x->what = ev->id > 0 ? MT_RP_ISSUE : MT_RP_CALL;
     }

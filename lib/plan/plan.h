@@ -229,6 +229,11 @@ typedef struct {
    * collectives gain nothing from the node); key collectives =
    * hierarchical | flat, meshplan --collectives */
   int coll_flat;
+  /* ring_step_us, small_step_us = INSIDE:ACROSS (optional, default 0:0): a
+   * ring step's latency inside a node and across, of the protocol for large
+   * messages and of the one for small ones (at a quarter of the
+   * bandwidth), as core's mt_price_coll_s prices them */
+  double ring_step_us[2], small_step_us[2];
   /* compute_efficiency (meshplan --compute-efficiency, a stack preset's
    * value; 0 is read as 1): a factor on the matmul curve and the fused
    * attention rate, applied once where they become core's prices

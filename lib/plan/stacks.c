@@ -34,12 +34,12 @@
  * at most 1 (the curves are the best measured rates). What they are worth on
  * a run not in the table is the same command's leave-one-source-out figure
  * (docs/planner.md), not the in-sample one. meshtrain is 1 by definition. */
-#define EFF_MEGATRON_2021 0.828
-#define EFF_MEGATRON_DEEPSPEED 0.7116
-#define EFF_DEEPSPEED_ZERO3 0.545
-#define EFF_MEGATRON_CORE 0.794
-#define EFF_FSDP 0.9555
-#define EFF_LLMC 0.8543
+#define EFF_MEGATRON_2021 0.8298
+#define EFF_MEGATRON_DEEPSPEED 0.7122
+#define EFF_DEEPSPEED_ZERO3 0.6231
+#define EFF_MEGATRON_CORE 0.7949
+#define EFF_FSDP 0.9664
+#define EFF_LLMC 0.8556
 
 static const mt_plan_stack g_stacks[] = {
     /* meshtrain's own: every option as the profile and the configuration

@@ -318,7 +318,8 @@ static void profile_widths(void) {
   MT_CHECK(load_text(text, &p, &e) == 0, "a bf16 profile: %s", e.msg);
   MT_CHECK(p.gemm[0].n == 2 && p.gemm[0].gflops[1] == 80 && near(p.gemm[1].gflops[1], 20),
            "the fp32 curve not gemm's at the peaks' ratio 1/4: %g", p.gemm[1].gflops[1]);
-  snprintf(text, sizeof text, "%sgemm_bf16 = 1e5:15 1e9:240\ngemm = 1e5:5 1e9:80\n", head);
+  snprintf(text, sizeof text, "%sgemm_bf16 = 1e5:15 1e9:240\ngemm = 1e5:5 1e9:80\n"
+                              "ring_step_us = 3.4:14\nsmall_step_us = 0.6:2.7\n", head);
   MT_CHECK(load_text(text, &p, &e) == 0, "an fp32 profile with a bf16 curve: %s", e.msg);
   MT_CHECK(p.gemm[1].gflops[1] == 80 && p.gemm[0].gflops[1] == 240 && p.gemm_given == 3u,
            "gemm_bf16 not read as given: %g, %g", p.gemm[1].gflops[1], p.gemm[0].gflops[1]);
@@ -332,6 +333,14 @@ static void profile_widths(void) {
   mt_cost_profile q;
   MT_CHECK(load_text(back, &q, &e) == 0, "the written profile: %s", e.msg);
   MT_CHECK(memcmp(&q.gemm, &p.gemm, sizeof p.gemm) == 0, "the written curves load back otherwise");
+  MT_CHECK(q.ring_step_us[0] == 3.4 && q.ring_step_us[1] == 14 && q.small_step_us[0] == 0.6 &&
+               q.small_step_us[1] == 2.7,
+           "ring steps written and read back: %g:%g %g:%g", q.ring_step_us[0], q.ring_step_us[1],
+           q.small_step_us[0], q.small_step_us[1]);
+  mt_err e4 = {0};
+  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\nring_step_us = 3.4\n", head);
+  MT_CHECK(load_text(text, &p, &e4) != 0 && strstr(e4.msg, "ring_step_us = '3.4' is not INSIDE:ACROSS"),
+           "one ring step latency: '%s'", e4.msg);
   mt_err e2 = {0};
   snprintf(text, sizeof text, "%sact_bytes = 2\ngemm = 1e5:5 1e9:80\ngemm_bf16 = 1e5:5\n", head);
   MT_CHECK(load_text(text, &p, &e2) != 0 && strstr(e2.msg, "gemm_bf16 is gemm's own width"),
@@ -363,7 +372,8 @@ static void coll_prices(void) {
   double h = 2.0 * 0.75 * S / 100e9 + 2.0 * 3.0 / 16 * S / 10e9 + 22e-6;
   MT_CHECK(near(mt_price_coll_s(&p, ar16, 16, 4, 0), h), "hierarchical all-reduce %.9g, want %.9g",
            mt_price_coll_s(&p, ar16, 16, 4, 0), h);
-  MT_CHECK(near(mt_price_coll_lat_s(&p, 16, 4), 22e-6) && near(mt_price_coll_lat_s(&p, 4, 4), 2e-6),
+  MT_CHECK(near(mt_price_coll_lat_s(&p, 16, 4, 0), 22e-6) &&
+               near(mt_price_coll_lat_s(&p, 4, 4, 0), 2e-6),
            "latencies");
   /* an all-to-all: 12/16 of the tensor leaves the node over the network link,
    * 3/16 crosses it beside that */
@@ -380,6 +390,38 @@ static void coll_prices(void) {
   /* the hierarchy never costs more than the flat ring */
   MT_CHECK(mt_price_coll_s(&p, ar16, 16, 4, 0) < mt_price_coll_s(&p, ar16, 16, 1, 0),
            "hierarchical above flat");
+  /* ring steps (3 us inside a node, 10 us across): a pass over 64 ranks on
+   * 16 nodes takes 48 steps inside and 15 across; an all-reduce two passes
+   * (126 us + 300 us) or a tree's 2 (3 x 3 + 4 x 10) us, the fewer; an
+   * all-to-all one step across; inside one node n - 1 steps inside */
+  mt_price st = p;
+  st.ring_step_us[0] = 3, st.ring_step_us[1] = 10;
+  const double pass = 48 * 3e-6 + 15 * 10e-6, tree = 2 * (3 * 3e-6 + 4 * 10e-6);
+  MT_CHECK(near(mt_price_coll_lat_s(&st, 64, 4, MT_PRICE_PASS), 22e-6 + pass) &&
+               near(mt_price_coll_lat_s(&st, 64, 4, MT_PRICE_ALLREDUCE), 22e-6 + tree) &&
+               near(mt_price_coll_lat_s(&st, 64, 4, MT_PRICE_ALLTOALL), 22e-6 + 10e-6) &&
+               near(mt_price_coll_lat_s(&st, 4, 4, MT_PRICE_ALLREDUCE), 2e-6 + 2 * 3 * 3e-6),
+           "ring steps: pass %.9g, all-reduce %.9g, all-to-all %.9g, in a node %.9g",
+           mt_price_coll_lat_s(&st, 64, 4, MT_PRICE_PASS),
+           mt_price_coll_lat_s(&st, 64, 4, MT_PRICE_ALLREDUCE),
+           mt_price_coll_lat_s(&st, 64, 4, MT_PRICE_ALLTOALL),
+           mt_price_coll_lat_s(&st, 4, 4, MT_PRICE_ALLREDUCE));
+  MT_CHECK(near(mt_price_coll_s(&st, ar16, 16, 4, MT_PRICE_PASS),
+                mt_price_coll_s(&p, ar16, 16, 4, 0) + 12 * 3e-6 + 3 * 10e-6),
+           "a pass's steps on top of its bytes: %.9g", mt_price_coll_s(&st, ar16, 16, 4, 0));
+  /* the small-message protocol (0.5 and 2 us a step, a quarter of the
+   * bandwidth) where it is faster: a 1 KB gather on it, 1 GB on the other */
+  mt_price sm = st;
+  sm.small_step_us[0] = 0.5, sm.small_step_us[1] = 2;
+  const double kb = 1024.0 * 63 / 64;
+  double small = 22e-6 + 4.0 * (kb * 64 / 63 * 3 / 4 / 100e9 + kb * 64 / 63 * 15 / 64 / 10e9) +
+                 48 * 0.5e-6 + 15 * 2e-6;
+  MT_CHECK(near(mt_price_coll_s(&sm, kb, 64, 4, MT_PRICE_PASS), small),
+           "1 KB on the small-message protocol: %.9g, want %.9g",
+           mt_price_coll_s(&sm, kb, 64, 4, MT_PRICE_PASS), small);
+  MT_CHECK(near(mt_price_coll_s(&sm, S, 64, 4, MT_PRICE_PASS),
+                mt_price_coll_s(&st, S, 64, 4, MT_PRICE_PASS)),
+           "1 GB not on the large-message protocol");
 }
 
 int main(void) {
