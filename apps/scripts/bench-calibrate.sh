@@ -16,6 +16,10 @@
 # relative error, and the load average before and after (a busy machine
 # moves the figures).
 #   apps/scripts/bench-calibrate.sh [BUILD_DIR] [ROUNDS]
+# PRECISION=bf16 calibrates the matmuls with `meshbench gemm-bf16` (bf16 on
+# the path the run chooses, beside fp32: the profile's gemm_bf16) and trains
+# every layout with train.precision = bf16 (the attention rate stays the
+# fp32 kernels' measured one).
 # The behaviour of calibration (the profile holds what was measured, loads
 # back, and drives the prediction) is the test plan.calibrated.
 set -euo pipefail
@@ -31,9 +35,15 @@ launcher=(mpirun --oversubscribe)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
+export PRECISION=${PRECISION:-fp32}
 for tok in 128 256 512; do
-  "$BUILD"/bin/meshbench gemm --model small --threads 1 --tokens $tok --reps 3 --cold \
-    --json "$OUT/gemm.jsonl" > /dev/null
+  if [ "$PRECISION" = bf16 ]; then
+    "$BUILD"/bin/meshbench gemm-bf16 --model small --threads 1 --tokens $tok --reps 3 \
+      --json "$OUT/gemm.jsonl" > /dev/null
+  else
+    "$BUILD"/bin/meshbench gemm --model small --threads 1 --tokens $tok --reps 3 --cold \
+      --json "$OUT/gemm.jsonl" > /dev/null
+  fi
 done
 "${launcher[@]}" -n 2 "$BUILD"/bin/meshbench allreduce --min-bytes 1K --max-bytes 16M \
   --json "$OUT/coll.jsonl" > /dev/null
@@ -45,7 +55,8 @@ done
 
 common=(--set model.preset=small --set model.seq_len=128 --set train.global_batch=8
         --set train.steps=5 --set train.eval_every=0 --set ckpt.mode=none
-        --set data.train=inputs/data/corpus.txt --set train.log_every=100)
+        --set data.train=inputs/data/corpus.txt --set train.log_every=100
+        --set train.precision="$PRECISION")
 layouts=("dp_z1 --set parallel.dp=2 --set parallel.zero=1 --set train.micro_batch=4"
          "dp_z3 --set parallel.dp=2 --set parallel.zero=3 --set train.micro_batch=4"
          "tp_sp --set parallel.tp=2 --set parallel.sp=true --set train.micro_batch=4"
@@ -97,7 +108,8 @@ def spearman(x, y):
     n = len(x)
     return 1 - 6 * sum((p - q) ** 2 for p, q in zip(a, b)) / (n * (n * n - 1))
 meas = [r[1] for r in rows]
-print("small (T=128), 2 ranks x 1 thread, global batch 8, 5 steps; fastest of %d rounds" % rounds)
+print("small (T=128), 2 ranks x 1 thread, global batch 8, 5 steps, %s; fastest of %d rounds"
+      % (os.environ.get("PRECISION", "fp32"), rounds))
 print("%-16s %9s %9s %9s %6s %6s | %s" % ("layout", "measured", "meshplan", "virtual", "mp/m",
                                           "virt/m", "meshplan's parts (s)"))
 for name, m, p, d, v in rows:
