@@ -127,6 +127,22 @@ static int calibrate(int argc, char **argv) {
   return e.failed ? MT_EXIT_BADINPUT : MT_EXIT_OK;
 }
 
+/* how the plan sized a MoE model's expert-parallel buffers (a static line) */
+static const char *moe_buffers_note(const mt_config *cfg, double capacity) {
+  static char line[256];
+  if (capacity > 0)
+    snprintf(line, sizeof line, "MoE buffers sized by the capacity (model.moe_capacity = %g)",
+             capacity);
+  else if (cfg->moe_buffer_factor > 0)
+    snprintf(line, sizeof line, "MoE buffers sized at %g x a balanced routing's rows "
+             "(parallel.moe_buffer_factor; a run grows them where a step's routing brings more)",
+             cfg->moe_buffer_factor);
+  else
+    snprintf(line, sizeof line, "MoE buffers sized for the worst routing "
+             "(parallel.moe_buffer_factor = 0)");
+  return line;
+}
+
 static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes, int top) {
   printf("# %d layouts enumerated: %d certain not to fit (memory bound), %d priced (%d fit in "
          "%.1f GiB per device less the headroom), %d left unpriced by the step-time bound "
@@ -362,9 +378,10 @@ int main(int argc, char **argv) {
         const double GiB = 1073741824.0;
         mt_err_set(&e, "the configured layout (tp=%d, pp=%d, cp=%d, dp=%d) does not fit: it needs "
                        "%.2f GiB per device and %.2f GiB of headroom (plan.headroom), more than the "
-                       "%.2f GiB of a device of %s",
+                       "%.2f GiB of a device of %s%s%s",
                    r.tp, r.pp, r.cp, r.dp, r.cost.mem_bytes / GiB, r.cost.headroom / GiB,
-                   p.mem_bytes / GiB, p.name);
+                   p.mem_bytes / GiB, p.name, cfg.moe_experts > 0 ? "; " : "",
+                   cfg.moe_experts > 0 ? moe_buffers_note(&cfg, cfg.moe_capacity) : "");
       }
     }
   } else if (!e.failed) {
@@ -389,6 +406,7 @@ int main(int argc, char **argv) {
              p.coll_flat ? "flat" : "hierarchical",
              p.compute_efficiency > 0 ? p.compute_efficiency : 1.0, dtext,
              mt_cost_headroom(&cfg, &p) / 1073741824.0);
+      if (shape.moe_experts > 0) printf("# %s\n", moe_buffers_note(&cfg, shape.moe_capacity));
       print_table(&s, &p, nodes, top);
       if (json) write_json(&s, json, &e);
       if (sweep && !e.failed)
