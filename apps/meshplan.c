@@ -400,13 +400,14 @@ int main(int argc, char **argv) {
              "(%d devices a node) of %s\n",
              mt_preset_name(cfg.model_preset), mt_model_num_params(&shape), shape.n_layer,
              shape.n_embd, shape.seq_len, cfg.global_batch, o.world, p.devices_per_node, p.name);
+      /* (a MoE's buffers on the same line: scripts read the summary as line 3) */
       printf("# stack %s (attention %s, collectives %s, compute efficiency %.4g); bytes per "
-             "element: %s; headroom %.2f GiB per device\n",
+             "element: %s; headroom %.2f GiB per device%s%s\n",
              stack->name, p.attn_materialized ? "materialized" : "block",
              p.coll_flat ? "flat" : "hierarchical",
              p.compute_efficiency > 0 ? p.compute_efficiency : 1.0, dtext,
-             mt_cost_headroom(&cfg, &p) / 1073741824.0);
-      if (shape.moe_experts > 0) printf("# %s\n", moe_buffers_note(&cfg, shape.moe_capacity));
+             mt_cost_headroom(&cfg, &p) / 1073741824.0, shape.moe_experts > 0 ? "; " : "",
+             shape.moe_experts > 0 ? moe_buffers_note(&cfg, shape.moe_capacity) : "");
       print_table(&s, &p, nodes, top);
       if (json) write_json(&s, json, &e);
       if (sweep && !e.failed)
