@@ -221,8 +221,9 @@ typedef struct {
  * router's choices top_idx (N,k, backend memory). Collective over seq_g
  * (the per-sequence counts), ep and etp (the counts). Writes (backend
  * memory): slot (N,k) the send position of each choice or -1 (dropped);
- * send_tok (n_send) the token of each sent slot; seq_frac (S,E) the fraction of each sequence's slots (all slices, before
- * dropping) routed to each expert. meta (host) as above; st may be NULL.
+ * send_tok (n_send) the token of each sent slot; seq_frac (S,E) the
+ * fraction of each sequence's slots (all slices, before dropping) routed
+ * to each expert. meta (host) as above; st may be NULL.
  * The permutations (host, x->perm_h, for mt_ep_upload_perm): row i of
  * expert-major order is row perm[i] of gathered order, inv its inverse. */
 void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok,

@@ -20,9 +20,11 @@
  * (BT,C) input; each routes its 1/tp slice of every sequence and the slices'
  * outputs are gathered back (with sp the slices are the rank's own rows).
  *
- * Buffers: the micro-batch's activations in its set (see mt_gpt_acts), one
- * block's scratch in the mt_moe (sized here from the dispatch's row bounds,
- * reused block after block).
+ * Buffers: the micro-batch's activations in its set (see mt_gpt_acts; the
+ * rows that grow with the routing held apart, acts.c), one block's scratch
+ * in the mt_moe (sized here from the dispatch's row bounds, reused block
+ * after block). The row bounds start at parallel.moe_buffer_factor x a
+ * balanced routing's and grow when a routing brings a rank more (moe_grow).
  *
  * Under train.precision = bf16 (m->dt) the rows (the block's input and
  * output, the dispatched and combined rows, the experts' inputs, hidden

@@ -379,7 +379,8 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
           moe ? " (ep: as a balanced routing implies)" : "");
   if (moe && s->moe_capacity <= 0 && cfg->moe_buffer_factor > 0)
     fprintf(f, "# MoE buffers (activations) sized at %g x a balanced routing's rows "
-               "(parallel.moe_buffer_factor); a run grows them where a step's routing brings more\n",
+               "(parallel.moe_buffer_factor); a run grows them where a step's routing brings "
+               "more\n",
             cfg->moe_buffer_factor);
   else if (moe && s->moe_capacity <= 0)
     fprintf(f, "# MoE buffers (activations) sized for the worst routing "

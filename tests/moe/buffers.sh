@@ -15,8 +15,10 @@ source "$(dirname "$0")/common_moe.sh"
 MOE+=(--set train.steps=6 --set train.eval_every=0 --set train.moe_balance=bias
       --set train.moe_bias_init=1.0)
 cases=("dpep 2 --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=2"
-       "tpetp 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.etp=2 --set parallel.ep=2 --set train.micro_batch=1"
-       "ppzb 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=1 --set parallel.schedule=zb-h1 --set train.recompute=true --set train.precision=bf16")
+       "tpetp 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.etp=2 --set parallel.ep=2 \
+--set train.micro_batch=1"
+       "ppzb 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set train.micro_batch=1 \
+--set parallel.schedule=zb-h1 --set train.recompute=true --set train.precision=bf16")
 for c in "${cases[@]}"; do
   read -r name np settings <<< "$c"
   for f in 0 1; do
@@ -33,7 +35,7 @@ for case in (c.split()[0] for c in sys.argv[2:]):
     for f in (0, 1):
         run = "%s_f%d" % (case, f)
         log = open("%s/%s.log" % (work, run)).read()
-        grew = {int(r) for r in re.findall(r"\[rank (\d+)\] MoE buffers grown to \d+ received", log)}
+        grew = {int(r) for r in re.findall(r"\[rank (\d+)\] MoE buffers grown to \d+ rec", log)}
         if (f == 0) != (not grew):
             print("FAIL: %s: ranks %s grew their buffers" % (run, sorted(grew) or "none"))
             bad += 1

@@ -52,10 +52,12 @@ for f in (0, 1, 2, 3):
         bad += 1
 for f in (1, 2):
     if not count[f + 1] - count[f] == step:
-        print("FAIL: factor %d -> %d adds %d bytes, not %d" % (f, f + 1, count[f + 1] - count[f], step))
+        print("FAIL: factor %d -> %d adds %d bytes, not %d"
+              % (f, f + 1, count[f + 1] - count[f], step))
         bad += 1
 if not count[0] == count[1] + 31 * step:
-    print("FAIL: the worst case holds %d bytes, not factor 32's %d" % (count[0], count[1] + 31 * step))
+    print("FAIL: the worst case holds %d bytes, not factor 32's %d"
+          % (count[0], count[1] + 31 * step))
     bad += 1
 if not bad:
     print("ok   %.2f GiB of activations a factor, the worst routing %.1f GiB more than factor 2"
