@@ -131,6 +131,22 @@ static int calibrate(int argc, char **argv) {
   return e.failed ? MT_EXIT_BADINPUT : MT_EXIT_OK;
 }
 
+/* how the plan sized a MoE model's expert-parallel buffers (a static line) */
+static const char *moe_buffers_note(const mt_config *cfg, double capacity) {
+  static char line[256];
+  if (capacity > 0)
+    snprintf(line, sizeof line, "MoE buffers sized by the capacity (model.moe_capacity = %g)",
+             capacity);
+  else if (cfg->moe_buffer_factor > 0)
+    snprintf(line, sizeof line, "MoE buffers sized at %g x a balanced routing's rows "
+             "(parallel.moe_buffer_factor; a run grows them where a step's routing brings more)",
+             cfg->moe_buffer_factor);
+  else
+    snprintf(line, sizeof line, "MoE buffers sized for the worst routing "
+             "(parallel.moe_buffer_factor = 0)");
+  return line;
+}
+
 static void print_table(const mt_search *s, const mt_cost_profile *p, int nodes, int top) {
   printf("# %d layouts enumerated: %d certain not to fit (memory bound), %d priced (%d fit in "
          "%.1f GiB per device less the headroom), %d left unpriced by the step-time bound "
@@ -366,9 +382,10 @@ int main(int argc, char **argv) {
         const double GiB = 1073741824.0;
         mt_err_set(&e, "the configured layout (tp=%d, pp=%d, cp=%d, dp=%d) does not fit: it needs "
                        "%.2f GiB per device and %.2f GiB of headroom (plan.headroom), more than the "
-                       "%.2f GiB of a device of %s",
+                       "%.2f GiB of a device of %s%s%s",
                    r.tp, r.pp, r.cp, r.dp, r.cost.mem_bytes / GiB, r.cost.headroom / GiB,
-                   p.mem_bytes / GiB, p.name);
+                   p.mem_bytes / GiB, p.name, cfg.moe_experts > 0 ? "; " : "",
+                   cfg.moe_experts > 0 ? moe_buffers_note(&cfg, cfg.moe_capacity) : "");
       }
     }
   } else if (!e.failed) {
@@ -387,12 +404,14 @@ int main(int argc, char **argv) {
              "(%d devices a node) of %s\n",
              mt_preset_name(cfg.model_preset), mt_model_num_params(&shape), shape.n_layer,
              shape.n_embd, shape.seq_len, cfg.global_batch, o.world, p.devices_per_node, p.name);
+      /* (a MoE's buffers on the same line: scripts read the summary as line 3) */
       printf("# stack %s (attention %s, collectives %s, compute efficiency %.4g); bytes per "
-             "element: %s; headroom %.2f GiB per device\n",
+             "element: %s; headroom %.2f GiB per device%s%s\n",
              stack->name, p.attn_materialized ? "materialized" : "block",
              p.coll_flat ? "flat" : "hierarchical",
              p.compute_efficiency > 0 ? p.compute_efficiency : 1.0, dtext,
-             mt_cost_headroom(&cfg, &p) / 1073741824.0);
+             mt_cost_headroom(&cfg, &p) / 1073741824.0, shape.moe_experts > 0 ? "; " : "",
+             shape.moe_experts > 0 ? moe_buffers_note(&cfg, shape.moe_capacity) : "");
       print_table(&s, &p, nodes, top);
       if (json) write_json(&s, json, &e);
       if (sweep && !e.failed)

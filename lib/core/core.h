@@ -20,6 +20,8 @@ void mt_log_init(int world_rank);
 int mt_log_rank(void);
 /* rank 0 only: a line on stdout */
 void mt_info0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* any rank: "[rank R] ..." on stdout (what one rank alone saw) */
+void mt_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* any rank: "[rank R] warning: ..." on stderr */
 void mt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Unrecoverable failure inside a collective region: prints a rank-tagged
@@ -417,8 +419,9 @@ typedef struct {
    * balanced), moe_bias_rate (the bias step of aux-loss-free balancing),
    * moe_bias_init (expert 0's starting bias: a forced skew); [parallel] ep,
    * etp (the folded mesh), ep_balance, ep_balance_alpha (least-loaded: the
-   * load a rank keeps, x the mean) and ep_balance_min_rows (least-loaded: the
-   * fewest rows a moved expert carries) */
+   * load a rank keeps, x the mean), ep_balance_min_rows (least-loaded: the
+   * fewest rows a moved expert carries) and moe_buffer_factor (the rows a
+   * rank's MoE buffers start at, x a balanced routing's; 0: the worst case) */
   int moe_experts, moe_topk, moe_every, moe_ffn, moe_shared;
   double moe_capacity, moe_aux_coef, moe_z_coef, moe_bias_rate, moe_bias_init;
   mt_moe_balance moe_balance;
@@ -427,6 +430,7 @@ typedef struct {
   mt_ep_balance ep_balance;
   double ep_balance_alpha;
   int ep_balance_min_rows;
+  double moe_buffer_factor;
 } mt_config;
 
 typedef struct {

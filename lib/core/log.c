@@ -39,6 +39,16 @@ void mt_info0(const char *fmt, ...) {
   fflush(stdout);
 }
 
+void mt_info(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("[rank %d] ", g_rank);
+  vfprintf(stdout, fmt, ap);
+  va_end(ap);
+  fputc('\n', stdout);
+  fflush(stdout);
+}
+
 void mt_warn(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -2,6 +2,7 @@
  * (one order for counting and binding) and one layer's place in a set. */
 #include "model/model_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ */
@@ -79,10 +80,7 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
                                          : (size_t)m->moe_window_of[n_layers];
   if (Lm > 0) {
     const size_t N = (size_t)B * (size_t)m->moe.Ts, E = (size_t)m->moe.E;
-    const size_t kk = (size_t)m->moe.k, Fe = (size_t)m->moe.Fe_local;
-    size_t send, recv, rows;
-    mt_ep_bounds(m->moe.E, m->moe.k, m->moe.ep_size, m->moe.etp_size, m->T,
-                 m->shape.moe_capacity, B, m->moe.Ts, &send, &recv, &rows);
+    const size_t kk = (size_t)m->moe.k, send = N * kk;
     PIECE(moe_probs, Lm * N * E);
     PIECE(moe_lse, Lm * N);
     IPIECE(moe_top, Lm * N * kk);
@@ -90,24 +88,9 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     PIECE(moe_topw, Lm * N * kk);
     PIECE(moe_frac, Lm * (size_t)B * E);
     IPIECE(moe_meta, Lm * (size_t)m->moe.meta_n);
-    IPIECE(moe_perm, Lm * rows);
-    IPIECE(moe_inv, Lm * rows);
-    APIECE(moe_xe, Lm * rows * C);
-    APIECE(moe_h, Lm * rows * Fe * Fin);
-    APIECE(moe_g, Lm * rows * Fe);
     APIECE(moe_ys, Lm * send * C);
   }
-  /* a split backward's expert gradients, kept from the input pass to the
-   * weight pass (under recompute too: the weight pass recomputes the rest) */
-  size_t Ld = kind == MT_SET_KEPT && m->split_backward && m->moe.n_blocks > 0
-                  ? (size_t)m->moe_window_of[n_layers] : 0;
-  if (Ld > 0) {
-    size_t send, recv, rows;
-    mt_ep_bounds(m->moe.E, m->moe.k, m->moe.ep_size, m->moe.etp_size, m->T,
-                 m->shape.moe_capacity, B, m->moe.Ts, &send, &recv, &rows);
-    APIECE(moe_dy, Ld * rows * C);
-    APIECE(moe_dh, Ld * rows * (size_t)m->moe.Fe_local * Fin);
-  }
+  /* (the rows that grow with the routing: mt_moe_rows, below) */
 #undef APIECE
 #undef PIECE
 #undef IPIECE
@@ -171,6 +154,105 @@ void mt_gpt_stage_pack_input_grad(const mt_gpt *m, int B, mt_act *dst) {
   if (m->d.fcproj) m->ops->copy(m->dt, mt_act_at(m->es, dst, n), m->d.fcproj, n);
 }
 
+/* ------------------------------------------------------------------ */
+/* the MoE rows that grow with the routing                             */
+/* A set's MoE slots hold what a micro-batch's routing fixes the size of
+ * (the router's outputs, the routing record, the outputs that came back);
+ * what grows with the rows a rank receives is held per (set, slot) apart,
+ * in one backend allocation each, made at the slot's first routing at the
+ * model's row bound and remade larger when a routing brings more. A slot's
+ * rows are written only after its routing (the forward, or its recompute;
+ * the split backward's input pass), so a remade allocation loses nothing. */
+
+/* the pieces of an allocation of rows rows, 64-byte aligned: perm, inv,
+ * xe, h, g (forward) or dy, dh (the split backward's) */
+static int rows_pieces(const mt_gpt *m, int grads, size_t rows, size_t *bytes) {
+  const size_t C = (size_t)m->moe.C, Fe = (size_t)m->moe.Fe_local, Fin = (size_t)m->mlp_in;
+  const size_t es = m->es;
+  int n = 0;
+  if (!grads) {
+    bytes[n++] = rows * sizeof(int);
+    bytes[n++] = rows * sizeof(int);
+  }
+  bytes[n++] = rows * C * es;
+  bytes[n++] = rows * Fe * Fin * es;
+  if (!grads) bytes[n++] = rows * Fe * es;
+  for (int i = 0; i < n; i++) bytes[i] = (bytes[i] + 63) / 64 * 64;
+  return n;
+}
+
+size_t mt_moe_rows_bytes(const mt_gpt *m, int grads, size_t rows) {
+  size_t b[5], sum = 0;
+  int n = rows_pieces(m, grads, rows, b);
+  for (int i = 0; i < n; i++) sum += b[i];
+  return sum;
+}
+
+size_t mt_gpt_moe_rows_bytes(const mt_gpt *m) {
+  return m->moe.n_blocks > 0 ? mt_moe_rows_bytes(m, 0, m->moe.rows) : 0;
+}
+
+/* the entry of (set, slot), made (without memory) at its first use */
+static mt_moe_rows *rows_find(const mt_gpt *m, const void *set, int slot, int grads) {
+  mt_moe_rows_store *st = m->moe.store;
+  for (int i = 0; i < st->n; i++)
+    if (st->b[i]->set == set && st->b[i]->slot == slot && st->b[i]->grads == grads)
+      return st->b[i];
+  if (st->n == st->cap) {
+    st->cap = st->cap ? 2 * st->cap : 16;
+    st->b = realloc(st->b, (size_t)st->cap * sizeof *st->b);
+    if (!st->b) mt_die("out of memory (MoE rows)");
+  }
+  mt_moe_rows *r = mt_calloc(1, sizeof *r);
+  *r = (mt_moe_rows){.set = set, .slot = slot, .grads = grads};
+  return st->b[st->n++] = r;
+}
+
+void mt_moe_rows_bind(const mt_gpt *m, mt_moe_acts *o) {
+  o->perm = o->inv = NULL;
+  o->xe = o->h = o->g = o->dy = o->dh = NULL;
+  size_t b[5];
+  if (o->fwd && o->fwd->mem) {
+    rows_pieces(m, 0, o->fwd->rows, b);
+    char *at = o->fwd->mem;
+    o->perm = (int *)at, at += b[0];
+    o->inv = (int *)at, at += b[1];
+    o->xe = at, at += b[2];
+    o->h = at, at += b[3];
+    o->g = at;
+  }
+  if (o->grads && o->grads->mem) {
+    rows_pieces(m, 1, o->grads->rows, b);
+    o->dy = o->grads->mem;
+    o->dh = (char *)o->grads->mem + b[0];
+  }
+}
+
+/* r holding at least rows rows (its contents are not kept) */
+static void rows_fit(const mt_gpt *m, mt_moe_rows *r, size_t rows) {
+  if (!r || (r->mem && r->rows >= rows)) return;
+  if (r->mem) m->ops->free(MT_MEM_ACTIV, r->mem, r->bytes);
+  r->rows = rows;
+  r->bytes = mt_moe_rows_bytes(m, r->grads, rows);
+  r->mem = m->ops->alloc(MT_MEM_ACTIV, r->bytes);
+}
+
+void mt_moe_rows_fit(const mt_gpt *m, mt_moe_acts *o, int grads) {
+  rows_fit(m, grads ? o->grads : o->fwd, m->moe.rows);
+  mt_moe_rows_bind(m, o);
+}
+
+void mt_moe_rows_free(const mt_gpt *m) {
+  mt_moe_rows_store *st = m->moe.store;
+  if (!st) return;
+  for (int i = 0; i < st->n; i++) {
+    if (st->b[i]->mem) m->ops->free(MT_MEM_ACTIV, st->b[i]->mem, st->b[i]->bytes);
+    free(st->b[i]);
+  }
+  free(st->b);
+  free(st);
+}
+
 /* layer l of a set holding the range that starts at l0 */
 mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, int B) {
   const size_t j = (size_t)(l - l0);
@@ -210,10 +292,7 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
                                    : (size_t)(mt_model_moe_before(&m->shape, l) -
                                               mt_model_moe_before(&m->shape, l0));
     const size_t N = (size_t)B * (size_t)m->moe.Ts, E = (size_t)m->moe.E;
-    const size_t k = (size_t)m->moe.k, Fe = (size_t)m->moe.Fe_local;
-    size_t send, recv, rows;
-    mt_ep_bounds(m->moe.E, m->moe.k, m->moe.ep_size, m->moe.etp_size, m->T,
-                 m->shape.moe_capacity, B, m->moe.Ts, &send, &recv, &rows);
+    const size_t k = (size_t)m->moe.k, send = N * k;
     mt_moe_acts *o = &x.moe;
     x.is_moe = 1;
     o->probs = w->moe_probs + mi * N * E;
@@ -223,18 +302,13 @@ mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, 
     o->topw = w->moe_topw + mi * N * k;
     o->frac = w->moe_frac + mi * (size_t)B * E;
     o->meta = w->moe_meta + mi * (size_t)m->moe.meta_n;
-    o->perm = w->moe_perm + mi * rows;
-    o->inv = w->moe_inv + mi * rows;
-    o->xe = mt_act_at(es, w->moe_xe, mi * rows * C);
-    o->h = mt_act_at(es, w->moe_h, mi * rows * Fe * Fin);
-    o->g = mt_act_at(es, w->moe_g, mi * rows * Fe);
     o->ys = mt_act_at(es, w->moe_ys, mi * send * C);
-    if (m->split_backward && a->moe_dy) { /* the kept set's slot, also under recompute */
-      const size_t mk = (size_t)(mt_model_moe_before(&m->shape, l) -
-                                 mt_model_moe_before(&m->shape, l0));
-      o->dy = mt_act_at(es, a->moe_dy, mk * rows * C);
-      o->dh = mt_act_at(es, a->moe_dh, mk * rows * Fe * Fin);
+    o->fwd = rows_find(m, w, (int)mi, 0);
+    if (m->split_backward && a->dy_qkv) { /* the kept set's slot, also under recompute */
+      const int mk = mt_model_moe_before(&m->shape, l) - mt_model_moe_before(&m->shape, l0);
+      o->grads = rows_find(m, a, mk, 1);
     }
+    mt_moe_rows_bind(m, o);
   }
   return x;
 }

@@ -294,6 +294,7 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->fuse_norms = 1;
   m->moe.llep_alpha = par ? par->ep_balance_alpha : 0.0;
   m->moe.llep_min_rows = par ? par->ep_balance_min_rows : 0;
+  m->moe.buffer_factor = par ? par->moe_buffer_factor : 0.0;
   mt_moe_size(&m->moe, m);
 
   m->p.blocks = mt_calloc((size_t)shape->n_layer, sizeof(mt_block_tensors));
@@ -376,6 +377,8 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   m->tok_in = (int *)act(m, BT * sizeof(int) / sizeof(float));
   m->tok_tgt = (int *)act(m, BT * sizeof(int) / sizeof(float));
   mt_moe_create(&m->moe, m, par, tp_g, act);
+  /* the workspace's MoE rows, held apart (acts.c), at the row bound */
+  if (m->recompute) m->ws_bytes += mt_gpt_moe_rows_bytes(m);
   const mt_registry *r = &m->reg;
   size_t partial = mt_tp_partial_numel(r, 0, r->numel_local);
   mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops, m->dt);
@@ -412,6 +415,7 @@ void mt_gpt_destroy(mt_gpt *m) {
   for (int i = 0; i < m->n_act; i++) m->ops->free(MT_MEM_ACTIV, m->act_ptr[i], m->act_size[i]);
   mt_tp_destroy(&m->tp);
   mt_attention_destroy(&m->attn);
+  mt_moe_rows_free(m);
   mt_moe_destroy(&m->moe);
   free(m->p.blocks);
   free(m->g.blocks);

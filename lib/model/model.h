@@ -419,23 +419,18 @@ typedef struct {
    * range), per local token (N = B x Ts, Ts = T/tp under tensor
    * parallelism, else T): router probabilities, log-sum-exp, choices and
    * their weights, send slots; the fraction of each sequence's slots per
-   * expert; the routing record (mt_ep meta); the experts' inputs, hidden
-   * pre-activations and activations (R = the dispatch's row bound, Fe =
-   * moe_ffn/etp) and the outputs that came back (Ss = N k) */
+   * expert; the routing record (mt_ep meta) and the outputs that came back
+   * (Ss = N k). What grows with the routing's rows (the permutations, the
+   * experts' inputs, hidden pre-activations and activations, and the split
+   * backward's gradients) is held apart, per set and slot, in growable
+   * buffers (acts.c: mt_moe_rows_at) */
   float *moe_probs;            /* (Lm,N,E) */
   float *moe_lse;              /* (Lm,N) */
   int *moe_top, *moe_slot;     /* (Lm,N,k) */
   float *moe_topw;             /* (Lm,N,k) */
   float *moe_frac;             /* (Lm,B,E) */
   int *moe_meta;               /* (Lm,mt_ep_meta_ints) */
-  int *moe_perm, *moe_inv;     /* (Lm,R) */
-  mt_act *moe_xe;              /* (Lm,R,C) */
-  mt_act *moe_h, *moe_g;       /* (Lm,R,Fe) */
   mt_act *moe_ys;              /* (Lm,Ss,C) */
-  /* split backward: the experts' output and hidden gradients of the input
-   * pass, for the weight pass (kept even under recompute) */
-  mt_act *moe_dy;              /* (Lm,R,C) */
-  mt_act *moe_dh;              /* (Lm,R,Fe) */
 } mt_gpt_acts;
 
 #define MT_GPT_MAX_ACT_BUFFERS 48
@@ -478,6 +473,10 @@ typedef struct {
    * the load a rank keeps, x the ep group's mean (mt_ep_set_balance); 0: off */
   double ep_balance_alpha;
   int ep_balance_min_rows; /* a piece of fewer rows is not moved (0: any) */
+  /* parallel.moe_buffer_factor: the rows a rank's MoE buffers start at, x a
+   * balanced routing's (they grow where a routing brings more); 0: sized
+   * for the worst routing */
+  double moe_buffer_factor;
   /* the storage type of the weights' compute copy and the activations
    * (mt_dtypes weights = acts): MT_DT_F32 (0, the default) or MT_DT_BF16 */
   mt_dtype dt;
@@ -758,6 +757,10 @@ void mt_gpt_backward(mt_gpt *m, float dloss, mt_grad_ready_fn hook, void *ctx);
  * (BTs,C) (the embedding's output, or what the previous stage sent) and
  * slot n_layers-1 of a->residual3 its output. */
 size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head);
+/* Bytes of one MoE block's activations held apart from a set, what grows
+ * with its routing's rows (the permutations, the experts' inputs, hidden
+ * units and activations), at the model's current row bound; 0: dense */
+size_t mt_gpt_moe_rows_bytes(const mt_gpt *m);
 void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, int B,
                       int with_head);
 /* The range's output hidden state (BTs,C) in a. */

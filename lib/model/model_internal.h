@@ -176,11 +176,18 @@ const int *mt_ep_etp_rows(const mt_ep *x, const int *meta);
 const int *mt_ep_expert_off(const mt_ep *x, const int *meta);
 
 /* Row bounds for micro-batches of S sequence slices of Ts tokens: slots a
- * rank sends, rows it receives over ep, rows after the etp gather (what the
- * buffers are sized for: every source rank's tokens could choose this rank's
- * experts; under capacity, at most the capacity of each). */
-void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, int S, int Ts,
-                  size_t *max_send, size_t *max_recv, size_t *max_rows);
+ * rank sends, rows it receives over ep, rows after the etp gather. factor 0:
+ * the worst case (every source rank's tokens could choose this rank's
+ * experts; under capacity, at most the capacity of each); factor f > 0
+ * (parallel.moe_buffer_factor): f x a balanced routing's N k received rows
+ * where that is less, what the buffers start at (mt_ep_fit grows them). */
+void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, double factor, int S,
+                  int Ts, size_t *max_send, size_t *max_recv, size_t *max_rows);
+/* A routing receives n_recv rows over ep and n_rows after the etp gather:
+ * where that exceeds the bounds they grow (by a quarter at least, to the
+ * worst case at most) and the host permutations with them; 1 if they grew
+ * (the model then grows its buffers: moe.c). */
+int mt_ep_fit(mt_ep *x, size_t n_recv, size_t n_rows);
 /* slots an expert takes per sequence of T tokens at capacity factor c (0: 0, dropless) */
 int mt_ep_capacity(double c, int T, int k, int E);
 
@@ -188,7 +195,8 @@ int mt_ep_capacity(double c, int T, int k, int E);
  * which ep rank owns each of the E experts (the registry's placement,
  * mt_registry_ep_owner; NULL: E/ep consecutive experts per rank). */
 void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, const mt_ops *ops,
-                  int E, int k, int T, double capacity, int max_seqs, int ts, const int *owner);
+                  int E, int k, int T, double capacity, double factor, int max_seqs, int ts,
+                  const int *owner);
 /* Least-loaded expert parallelism from now on (alpha >= 1; needs ep > 1 and
  * etp = 1). Each block, after dropping: a rank whose rows exceed
  * ceil(alpha x the group's mean) keeps that many; the rest of its heaviest
@@ -213,12 +221,18 @@ typedef struct {
  * router's choices top_idx (N,k, backend memory). Collective over seq_g
  * (the per-sequence counts), ep and etp (the counts). Writes (backend
  * memory): slot (N,k) the send position of each choice or -1 (dropped);
- * send_tok (n_send) the token of each sent slot; perm (n_rows): row i of
- * expert-major order is row perm[i] of gathered order, inv its inverse;
- * seq_frac (S,E) the fraction of each sequence's slots (all slices, before
- * dropping) routed to each expert. meta (host) as above; st may be NULL. */
-void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok, int *perm,
-                 int *inv, float *seq_frac, int *meta, mt_ep_stats *st);
+ * send_tok (n_send) the token of each sent slot; seq_frac (S,E) the
+ * fraction of each sequence's slots (all slices, before dropping) routed
+ * to each expert. meta (host) as above; st may be NULL.
+ * The permutations (host, x->perm_h, for mt_ep_upload_perm): row i of
+ * expert-major order is row perm[i] of gathered order, inv its inverse. */
+void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok,
+                 float *seq_frac, int *meta, mt_ep_stats *st);
+/* The last routing's permutations (n_rows each; see mt_ep_route) to perm
+ * and inv in backend memory, once the caller has room for them (mt_ep_fit
+ * may have grown the bounds); nothing after a reused routing (the backend
+ * computes nothing from them: ops->moe_routing_id). */
+void mt_ep_upload_perm(mt_ep *x, int *perm, int *inv);
 /* send (n_send, C), expert-major per ep rank -> all-to-all-v over ep ->
  * recv (n_recv, C) -> all-gather-v over etp -> rows (n_rows, C), gathered
  * order (without etp, rows may be recv). */
@@ -238,6 +252,9 @@ typedef struct {
   float *probs, *lse, *topw, *frac;   /* the router's: fp32 always */
   mt_act *xe, *h, *g, *ys;            /* rows: the activations' dtype */
   int *top, *slot, *meta, *perm, *inv;
+  /* where perm, inv, xe, h, g (fwd) and dy, dh (grads) live: growable,
+   * NULL pointers until mt_moe_rows_fit gives them memory */
+  mt_moe_rows *fwd, *grads;
   /* split backward only (in the kept set, also under recompute): the
    * experts' output and hidden gradients (R,C), (R,Fe) in expert-major
    * rows, from the input pass for the weight pass */
@@ -266,6 +283,15 @@ void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, i
                      int with_head, mt_act_set_kind k);
 /* layer l of a set holding the range that starts at l0 */
 mt_layer_acts mt_layer_at(const mt_gpt *m, const mt_gpt_acts *a, int l, int l0, int B);
+/* The MoE rows of a set's slot (acts.c): o's row pointers from its
+ * entries (NULL where not allocated yet); fit: its forward's (grads 0) or
+ * split backward's (1) entry holding the model's row bound m->moe.rows,
+ * remade larger where it holds less (contents lost), then bound; the bytes
+ * of an entry of rows rows; free: every entry (at the model's end). */
+void mt_moe_rows_bind(const mt_gpt *m, mt_moe_acts *o);
+void mt_moe_rows_fit(const mt_gpt *m, mt_moe_acts *o, int grads);
+size_t mt_moe_rows_bytes(const mt_gpt *m, int grads, size_t rows);
+void mt_moe_rows_free(const mt_gpt *m);
 /* the input hidden state (BTs,C) of slot j: the range's input or slot j-1's output */
 const mt_act *mt_layer_input(const mt_gpt *m, const mt_gpt_acts *a, size_t j, int B);
 
@@ -390,7 +416,7 @@ void mt_moe_block_backward_weight(mt_gpt *m, int l, const mt_layer_acts *x);
  * expert, the plan, the send positions, the received rows' order and the
  * exchange record (meta); returns the rows the plan moves (whole group) */
 int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h_slot,
-                     int *h_send, int *h_perm, int *h_inv, int *meta);
+                     int *h_send, int *meta);
 /* x->llep's regions: helped experts' weights, their gradients, lent pairs */
 enum { MT_LLEP_HELP_W, MT_LLEP_HELP_G, MT_LLEP_LEND };
 float *mt_moe_llep_region(const mt_moe *x, int r, int t);

@@ -20,9 +20,11 @@
  * (BT,C) input; each routes its 1/tp slice of every sequence and the slices'
  * outputs are gathered back (with sp the slices are the rank's own rows).
  *
- * Buffers: the micro-batch's activations in its set (see mt_gpt_acts), one
- * block's scratch in the mt_moe (sized here from the dispatch's row bounds,
- * reused block after block).
+ * Buffers: the micro-batch's activations in its set (see mt_gpt_acts; the
+ * rows that grow with the routing held apart, acts.c), one block's scratch
+ * in the mt_moe (sized here from the dispatch's row bounds, reused block
+ * after block). The row bounds start at parallel.moe_buffer_factor x a
+ * balanced routing's and grow when a routing brings a rank more (moe_grow).
  *
  * Under train.precision = bf16 (m->dt) the rows (the block's input and
  * output, the dispatched and combined rows, the experts' inputs, hidden
@@ -56,9 +58,42 @@ void mt_moe_size(mt_moe *x, const mt_gpt *m) {
   x->Ts = tp_size > 1 ? m->T / tp_size : m->T;
   x->slice = x->n_blocks > 0 && tp_size > 1 && !sp;
   if (x->n_blocks == 0) return;
-  mt_ep_bounds(x->E, x->k, x->ep_size, x->etp_size, m->T, s->moe_capacity, m->max_B, x->Ts,
-               &x->send, &x->recv, &x->rows);
+  mt_ep_bounds(x->E, x->k, x->ep_size, x->etp_size, m->T, s->moe_capacity, x->buffer_factor,
+               m->max_B, x->Ts, &x->send, &x->recv, &x->rows);
   x->meta_n = mt_ep_meta_ints(x->ep_size, x->etp_size, x->E_local, x->llep_alpha > 0.0);
+}
+
+/* One block's row scratch for the bounds x->recv, x->rows (its contents
+ * are not kept: a block's scratch is written after its routing): received
+ * rows, the etp-gathered ones, the experts' outputs and their hidden
+ * units' gradients (dgelu, then dh: (rows, Fin)) */
+static void scratch_fit(mt_moe *x, const mt_gpt *m) {
+  const size_t C = (size_t)x->C, Fe = (size_t)x->Fe_local, es = m->es;
+  size_t b[5] = {x->recv * C * es, x->etp_size > 1 ? x->rows * C * es : 0, x->rows * C * es,
+                 x->rows * Fe * es, x->rows * Fe * (size_t)m->mlp_in * es};
+  size_t bytes = 0;
+  for (int i = 0; i < 5; i++) bytes += b[i] = (b[i] + 63) / 64 * 64;
+  if (x->scratch) x->ops->free(MT_MEM_ACTIV, x->scratch, x->scratch_bytes);
+  x->scratch_bytes = bytes;
+  char *at = x->scratch = x->ops->alloc(MT_MEM_ACTIV, bytes);
+  mt_act **dst[5] = {&x->recv_buf, &x->rows_buf, &x->rows2_buf, &x->hid_buf, &x->hid2_buf};
+  for (int i = 0; i < 5; i++) *dst[i] = b[i] ? at : NULL, at += b[i];
+}
+
+/* A routing brought more rows than the buffers hold (mt_ep_fit grew the
+ * dispatcher's bounds): the block's scratch to the new bounds, once, with
+ * a line from this rank (the sets' rows follow slot by slot: mt_moe_rows_fit) */
+static void moe_grow(mt_gpt *m) {
+  mt_moe *x = &m->moe;
+  if (x->ep.max_recv == x->recv && x->ep.max_rows == x->rows) return;
+  x->recv = x->ep.max_recv;
+  x->rows = x->ep.max_rows;
+  scratch_fit(x, m);
+  /* (a plan's count-only model counts what grew, without a line) */
+  if (x->ep.ep_g && x->ep.ep_g->backend == MT_COMM_COUNT) return;
+  mt_info("MoE buffers grown to %zu received and %zu expert rows per block (%.2f MiB of "
+          "scratch; parallel.moe_buffer_factor = %g): a routing brought more than they held",
+          x->recv, x->rows, (double)x->scratch_bytes / 1048576.0, x->buffer_factor);
 }
 
 void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *tp_g,
@@ -67,7 +102,7 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   if (x->n_blocks == 0) return;
   /* one MoE block's scratch: N local tokens, the dispatch's row bounds */
   const size_t B = (size_t)m->max_B, N = B * (size_t)x->Ts, E = (size_t)x->E;
-  const size_t k = (size_t)x->k, Fe = (size_t)x->Fe_local, C = (size_t)x->C;
+  const size_t k = (size_t)x->k, C = (size_t)x->C;
   const size_t BT = B * (size_t)m->T;
   x->logits = act(m, N * E);
   x->dtw = act(m, N * k);
@@ -75,11 +110,10 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
   x->seq_buf = act(m, B * E);
   x->send_buf = act_rows(m, act, x->send * C);
   x->send_tok = (int *)act(m, x->send);
-  x->recv_buf = act_rows(m, act, x->recv * C);
-  if (x->etp_size > 1) x->rows_buf = act_rows(m, act, x->rows * C);
-  x->rows2_buf = act_rows(m, act, x->rows * C);
-  x->hid_buf = act_rows(m, act, x->rows * Fe);
-  x->hid2_buf = act_rows(m, act, x->rows * Fe * (size_t)m->mlp_in); /* dh: (rows, Fin) */
+  /* what grows with the routing's rows: its own allocation (moe_grow) */
+  x->ops = m->ops;
+  scratch_fit(x, m);
+  x->store = mt_calloc(1, sizeof *x->store);
   if (x->slice) { /* the rank's slice of each sequence, and back */
     x->xloc = act_rows(m, act, N * C);
     x->dxl = act_rows(m, act, N * C);
@@ -98,7 +132,7 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
    * the tokens) */
   mt_group *seq_g = par && par->seq && par->seq->size > 1 ? par->seq : tp_g;
   mt_ep_create(&x->ep, par ? par->ep : NULL, par ? par->etp : NULL, seq_g, m->ops, x->E, x->k,
-               m->T, s->moe_capacity, m->max_B, x->Ts, owner);
+               m->T, s->moe_capacity, x->buffer_factor, m->max_B, x->Ts, owner);
   x->ep.dt = m->dt;
   free(owner);
   if (x->llep_alpha > 0.0) { /* least-loaded: the lent and helped experts' buffers */
@@ -119,6 +153,7 @@ void mt_moe_create(mt_moe *x, mt_gpt *m, const mt_gpt_parallel *par, mt_group *t
 }
 
 void mt_moe_destroy(mt_moe *x) {
+  if (x->scratch) x->ops->free(MT_MEM_ACTIV, x->scratch, x->scratch_bytes);
   if (x->n_blocks > 0) {
     mt_ep_destroy(&x->ep);
     free(x->meta_host);
@@ -162,8 +197,9 @@ static const float *router_weight(mt_gpt *m, const mt_block_tensors *w) {
  * rows, S sequences' slices of Ts tokens): router, routing, dispatch,
  * experts, combine into out (N, C). Collective over the ep, etp and (tokens
  * split over tp) tp groups. */
-static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_moe_acts *a,
+static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt_moe_acts *slot,
                            const mt_act *x, mt_act *out, int S, int Ts) {
+  mt_moe_acts rows_of = *slot, *a = &rows_of; /* (its rows' pointers set after the routing) */
   mt_moe *moe = &m->moe;
   const mt_ops *o = m->ops;
   const mt_dtype dt = m->dt;
@@ -180,10 +216,13 @@ static void routed_forward(mt_gpt *m, int l, const mt_block_tensors *w, const mt
   /* routing decisions, then the rows out to the experts */
   int *meta = moe->meta_host;
   mt_ep_stats st = {.tokens = moe->tokens + (size_t)mi * E};
-  mt_ep_route(ep, a->top, S, Ts, a->slot, moe->send_tok, a->perm, a->inv, a->frac, meta,
+  mt_ep_route(ep, a->top, S, Ts, a->slot, moe->send_tok, a->frac, meta,
               moe->stats_on ? &st : NULL);
   o->upload(a->meta, meta, (size_t)moe->meta_n * sizeof(int));
   const int n_send = meta[MT_EP_N_SEND], n_rows = meta[MT_EP_N_ROWS];
+  moe_grow(m);
+  mt_moe_rows_fit(m, a, 0);
+  mt_ep_upload_perm(ep, a->perm, a->inv);
   mt_act *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
   o->gather_rows(dt, moe->send_buf, x, moe->send_tok, n_send, C);
   mt_ep_dispatch(ep, meta, moe->send_buf, recv, rows, C);
@@ -249,8 +288,10 @@ static void routed_backward(mt_gpt *m, const mt_block_tensors *w, mt_block_tenso
   mt_act *recv = moe->recv_buf, *rows = ep->etp > 1 ? moe->rows_buf : recv;
   /* dy the experts' output gradients, dxe their input gradients (one
    * buffer unless dy is kept for the weight pass) */
-  mt_act *dy = input_only ? a->dy : moe->rows2_buf, *dxe = moe->rows2_buf;
-  mt_act *dgelu = moe->hid_buf, *dh = input_only ? a->dh : moe->hid2_buf;
+  mt_moe_acts kept = *a; /* the split backward's gradients, made room for */
+  if (input_only) mt_moe_rows_fit(m, &kept, 1);
+  mt_act *dy = input_only ? kept.dy : moe->rows2_buf, *dxe = moe->rows2_buf;
+  mt_act *dgelu = moe->hid_buf, *dh = input_only ? kept.dh : moe->hid2_buf;
   float *dw_proj = input_only ? NULL : g->e_proj_w, *db_proj = input_only ? NULL : g->e_proj_b;
   float *dw_fc = input_only ? NULL : g->e_fc_w, *db_fc = input_only ? NULL : g->e_fc_b;
   /* least-loaded: the helped experts' weights again, their gradients here */

@@ -46,10 +46,13 @@ typedef struct {
   int T;                          /* tokens of a whole sequence */
   int cap;                        /* slots an expert takes per sequence; 0: dropless */
   int max_seqs, max_tokens;       /* S and N of the largest micro-batch */
-  size_t max_send, max_recv, max_rows; /* bounds of n_send, n_recv, n_rows */
+  size_t max_send, max_recv, max_rows; /* bounds of n_send, n_recv, n_rows (they grow) */
+  size_t worst_recv, worst_rows;        /* the bounds of the worst routing */
   int *owner, *order;             /* per expert its ep rank; the experts by owner, then index */
   int *local;                     /* per expert its index among its owner's E_l */
   int *h;                         /* host scratch (routing decisions) */
+  int *perm_h;                    /* host permutations, 2 x max_rows (perm, then inv) */
+  int perm_rows;                  /* rows of them the last routing left to upload (0: none) */
   size_t h_n;
   /* least-loaded expert parallelism (parallel.ep_balance): alpha the load a
    * rank may keep, x the ep group's mean (0: off); H the most experts a rank
@@ -76,6 +79,23 @@ typedef struct {
 /* ------------------------------------------------------------------ */
 /* the MoE block (moe.c)                                               */
 
+/* The rows of one MoE slot of an activation set (one micro-batch of one
+ * MoE block) that grow with the routing: the forward's (the permutations,
+ * the experts' inputs, hidden pre-activations and activations) or the split
+ * backward's (the experts' output and hidden gradients), in one backend
+ * allocation of rows rows, made at the slot's first routing (acts.c). */
+typedef struct {
+  const void *set;  /* the set (mt_gpt_acts) and its MoE slot: the key */
+  int slot, grads;  /* grads: the split backward's piece */
+  size_t rows;      /* rows it holds (0: not allocated yet) */
+  size_t bytes;
+  void *mem;
+} mt_moe_rows;
+typedef struct {
+  int n, cap;
+  mt_moe_rows **b;
+} mt_moe_rows_store;
+
 /* One MoE block's routed half, for every MoE block of the model in turn:
  * this rank's share of the experts, the dispatcher, one block's scratch
  * (reused block after block) and the routing statistics. Tokens: under
@@ -91,7 +111,12 @@ typedef struct {
   int has_bias;          /* the experts have fc and proj biases */
   int Ts;                /* local tokens per sequence */
   int slice;             /* tokens split over tp without sp: the block slices its input */
-  size_t send, recv, rows; /* row bounds of the dispatch (micro-batch max_B) */
+  size_t send, recv, rows; /* row bounds of the dispatch (micro-batch max_B; they grow) */
+  double buffer_factor;  /* parallel.moe_buffer_factor: rows at the start, x balanced (0: worst) */
+  const mt_ops *ops;
+  void *scratch;         /* one block's row scratch (recv_buf ... hid2_buf), of scratch_bytes */
+  size_t scratch_bytes;
+  mt_moe_rows_store *store; /* the sets' growable rows (acts.c) */
   int meta_n;            /* ints of a routing record */
   mt_ep ep;              /* the dispatcher */
   float aux_coef, z_coef;

@@ -18,8 +18,8 @@ int mt_ep_capacity(double c, int T, int k, int E) {
   return cap < 1.0 ? 1 : (int)cap;
 }
 
-void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, int S, int Ts,
-                  size_t *max_send, size_t *max_recv, size_t *max_rows) {
+void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, double factor, int S,
+                  int Ts, size_t *max_send, size_t *max_recv, size_t *max_rows) {
   const size_t N = (size_t)S * (size_t)Ts, E_l = (size_t)(E / ep);
   const int cap = mt_ep_capacity(capacity, T, k, E);
   /* from one source rank: each token sends at most one slot per expert */
@@ -29,11 +29,37 @@ void mt_ep_bounds(int E, int k, int ep, int etp, int T, double capacity, int S, 
   size_t per_source = E_l * per_expert < N * kk ? E_l * per_expert : N * kk;
   *max_send = N * (size_t)k;
   *max_recv = (size_t)ep * per_source;
+  /* a balanced routing brings each rank what it sends, N k rows: the
+   * buffers start at factor x that (they grow where a routing needs more:
+   * mt_ep_fit) */
+  if (factor > 0.0) {
+    double want = ceil(factor * (double)N * (double)k - 1e-9);
+    if (want < (double)*max_recv) *max_recv = want < 1.0 ? 1 : (size_t)want;
+  }
   *max_rows = (size_t)etp * *max_recv;
 }
 
+/* rows of a bound grown to hold n: a quarter more than before at least
+ * (a routing drifting up grows it a few times, not at every step), at
+ * most the worst case */
+static size_t grown(size_t now, size_t n, size_t worst) {
+  size_t to = now + now / 4;
+  if (to < n) to = n;
+  return to > worst ? (worst > n ? worst : n) : to;
+}
+
+int mt_ep_fit(mt_ep *x, size_t n_recv, size_t n_rows) {
+  if (n_recv <= x->max_recv && n_rows <= x->max_rows) return 0;
+  if (n_recv > x->max_recv) x->max_recv = grown(x->max_recv, n_recv, x->worst_recv);
+  if (n_rows > x->max_rows) x->max_rows = grown(x->max_rows, n_rows, x->worst_rows);
+  free(x->perm_h);
+  x->perm_h = mt_calloc(2 * x->max_rows + 16, sizeof(int));
+  return 1;
+}
+
 void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, const mt_ops *ops,
-                  int E, int k, int T, double capacity, int max_seqs, int ts, const int *owner) {
+                  int E, int k, int T, double capacity, double factor, int max_seqs, int ts,
+                  const int *owner) {
   memset(x, 0, sizeof *x);
   x->ep_g = ep_g && ep_g->size > 1 ? ep_g : NULL;
   x->etp_g = etp_g && etp_g->size > 1 ? etp_g : NULL;
@@ -67,20 +93,24 @@ void mt_ep_create(mt_ep *x, mt_group *ep_g, mt_group *etp_g, mt_group *seq_g, co
   x->cap = mt_ep_capacity(capacity, T, k, E);
   x->max_seqs = max_seqs;
   x->max_tokens = max_seqs * ts;
-  mt_ep_bounds(E, k, x->ep, x->etp, T, capacity, max_seqs, ts, &x->max_send, &x->max_recv,
-               &x->max_rows);
+  mt_ep_bounds(E, k, x->ep, x->etp, T, capacity, 0.0, max_seqs, ts, &x->max_send,
+               &x->worst_recv, &x->worst_rows);
+  mt_ep_bounds(E, k, x->ep, x->etp, T, capacity, factor, max_seqs, ts, &x->max_send,
+               &x->max_recv, &x->max_rows);
   /* host scratch: choices, per-sequence counts of every seq rank, slots,
-   * send order, received counts of every etp rank, permutations */
+   * send order, received counts of every etp rank; the permutations apart
+   * (they grow with the row bound) */
   size_t cnt = (size_t)max_seqs * k * E;
   x->h_n = 3 * (size_t)x->max_tokens * k + (size_t)(x->seq_size + 2) * cnt + 3 * (size_t)E +
-           (size_t)x->etp * x->ep * x->E_l + 2 * x->max_rows +
-           16;
+           (size_t)x->etp * x->ep * x->E_l + 16;
   x->h = mt_calloc(x->h_n, sizeof(int));
+  x->perm_h = mt_calloc(2 * x->max_rows + 16, sizeof(int));
   x->reuse_off = getenv("MT_TEST_NO_ROUTING_REUSE") != NULL;
 }
 
 void mt_ep_destroy(mt_ep *x) {
   free(x->h);
+  free(x->perm_h);
   free(x->reuse.meta);
   free(x->reuse.local);
   free(x->reuse.frac);
@@ -105,17 +135,22 @@ const int *mt_ep_expert_off(const mt_ep *x, const int *meta) {
   return meta + MT_EP_HEAD + 2 * x->ep + x->etp;
 }
 
-/* the routing decisions to backend memory */
-static void upload_route(const mt_ep *x, const int *meta, int N, int *slot, const int *h_slot,
-                         int *send_tok, const int *h_send, int *perm, const int *h_perm, int *inv,
-                         const int *h_inv) {
-  const int n_send = meta[MT_EP_N_SEND], n_rows = meta[MT_EP_N_ROWS];
+/* the routing decisions to backend memory (the permutations wait for
+ * mt_ep_upload_perm: where they go may have to grow first) */
+static void upload_route(mt_ep *x, const int *meta, int N, int *slot, const int *h_slot,
+                         int *send_tok, const int *h_send) {
+  const int n_send = meta[MT_EP_N_SEND];
   if (N > 0) x->ops->upload(slot, h_slot, (size_t)N * x->k * sizeof(int));
   if (n_send > 0) x->ops->upload(send_tok, h_send, (size_t)n_send * sizeof(int));
-  if (n_rows > 0) {
-    x->ops->upload(perm, h_perm, (size_t)n_rows * sizeof(int));
-    x->ops->upload(inv, h_inv, (size_t)n_rows * sizeof(int));
+  x->perm_rows = meta[MT_EP_N_ROWS];
+}
+
+void mt_ep_upload_perm(mt_ep *x, int *perm, int *inv) {
+  if (x->perm_rows > 0) {
+    x->ops->upload(perm, x->perm_h, (size_t)x->perm_rows * sizeof(int));
+    x->ops->upload(inv, x->perm_h + x->max_rows, (size_t)x->perm_rows * sizeof(int));
   }
+  x->perm_rows = 0;
 }
 
 /* the host scratch h, carved */
@@ -130,7 +165,6 @@ typedef struct {
   int *fill;     /* E: send positions handed out */
   int *packed;   /* E: kept, in send order */
   int *recv_all; /* [t][p][e_l] */
-  int *perm, *inv;
 } route_scratch;
 
 static route_scratch carve(const mt_ep *x) {
@@ -146,9 +180,7 @@ static route_scratch carve(const mt_ep *x) {
   r.kept = h;     h += x->E;
   r.fill = h;     h += x->E;
   r.packed = h;   h += x->E;
-  r.recv_all = h; h += (size_t)x->etp * x->ep * x->E_l;
-  r.perm = h;     h += x->max_rows;
-  r.inv = h;
+  r.recv_all = h;
   return r;
 }
 
@@ -212,10 +244,11 @@ static void route_again(mt_ep *x, int S, float *seq_frac, int *meta, mt_ep_stats
   if (st) st->rows += meta[MT_EP_N_ROWS];
 }
 
-void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok, int *perm,
-                 int *inv, float *seq_frac, int *meta, mt_ep_stats *st) {
+void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *send_tok,
+                 float *seq_frac, int *meta, mt_ep_stats *st) {
   const int E = x->E, k = x->k, E_l = x->E_l, ep = x->ep, etp = x->etp;
   const int N = S * Ts;
+  x->perm_rows = 0;
   if (S > x->max_seqs || N > x->max_tokens)
     mt_die("MoE routing of %d sequences x %d tokens exceeds the %d tokens it was sized for", S,
            Ts, x->max_tokens);
@@ -234,7 +267,7 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   const route_scratch h = carve(x);
   int *choice = h.choice, *h_slot = h.slot, *h_send = h.send, *total = h.total;
   int *seen = h.seen, *all = h.all, *kept = h.kept, *fill = h.fill, *packed = h.packed;
-  int *recv_all = h.recv_all, *h_perm = h.perm, *h_inv = h.inv;
+  int *recv_all = h.recv_all;
   if (N > 0) x->ops->download(choice, top_idx, (size_t)N * k * sizeof(int));
 
   /* 1. counts per (sequence, choice, expert): this slice's, then every slice's */
@@ -292,9 +325,9 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   if (st) st->dropped += dropped;
   meta[MT_EP_DROPPED] = dropped;
   if (x->H > 0) { /* least-loaded: the plan decides where rows go (moe_llep.c) */
-    int moved = mt_ep_route_llep(x, choice, N, kept, h_slot, h_send, h_perm, h_inv, meta);
+    int moved = mt_ep_route_llep(x, choice, N, kept, h_slot, h_send, meta);
     if (st) st->rows += meta[MT_EP_N_ROWS], st->moved += x->ep_rank == 0 ? moved : 0;
-    upload_route(x, meta, N, slot, h_slot, send_tok, h_send, perm, h_perm, inv, h_inv);
+    upload_route(x, meta, N, slot, h_slot, send_tok, h_send);
     return;
   }
 
@@ -333,9 +366,10 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
     for (int i = 0; i < ep * E_l; i++) etp_rows[t] += recv_all[(size_t)t * ep * E_l + i];
     n_rows += etp_rows[t];
   }
-  if ((size_t)n_send > x->max_send || (size_t)n_recv > x->max_recv || (size_t)n_rows > x->max_rows)
-    mt_die("MoE dispatch of %d/%d/%d rows exceeds its bounds %zu/%zu/%zu", n_send, n_recv, n_rows,
-           x->max_send, x->max_recv, x->max_rows);
+  if ((size_t)n_send > x->max_send)
+    mt_die("MoE dispatch of %d slots exceeds its bound %zu", n_send, x->max_send);
+  mt_ep_fit(x, (size_t)n_recv, (size_t)n_rows);
+  int *h_perm = x->perm_h, *h_inv = x->perm_h + x->max_rows;
 
   /* 6. expert-major order over the gathered rows: expert, etp rank, ep source */
   int i = 0;
@@ -363,7 +397,7 @@ void mt_ep_route(mt_ep *x, const int *top_idx, int S, int Ts, int *slot, int *se
   meta[MT_EP_N_RECV] = n_recv;
   meta[MT_EP_N_ROWS] = n_rows;
   if (st) st->rows += n_rows;
-  upload_route(x, meta, N, slot, h_slot, send_tok, h_send, perm, h_perm, inv, h_inv);
+  upload_route(x, meta, N, slot, h_slot, send_tok, h_send);
   if (id) { /* kept for the next micro-batch or block routed alike */
     memcpy(x->reuse.meta, meta, (size_t)route_ints(x) * sizeof(int));
     x->reuse.id = id;

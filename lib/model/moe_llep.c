@@ -125,7 +125,7 @@ static int helped_by(const mt_ep *x, const piece *pc, int n, int q, int *out) {
 }
 
 int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h_slot,
-                     int *h_send, int *h_perm, int *h_inv, int *meta) {
+                     int *h_send, int *meta) {
   const int E = x->E, k = x->k, E_l = x->E_l, ep = x->ep, H = x->H, me = x->ep_rank;
   const int S_max = E_l + H; /* slots of a destination: its experts, then helped ones */
   const size_t epE = (size_t)ep * E;
@@ -216,9 +216,10 @@ int mt_ep_route_llep(mt_ep *x, const int *choice, int N, const int *kept, int *h
     n_recv += rc[p];
   }
   etp_rows[0] = n_recv;
-  if ((size_t)n_send > x->max_send || (size_t)n_recv > x->max_recv)
-    mt_die("MoE dispatch (least-loaded) of %d/%d rows exceeds its bounds %zu/%zu", n_send, n_recv,
-           x->max_send, x->max_recv);
+  if ((size_t)n_send > x->max_send)
+    mt_die("MoE dispatch (least-loaded) of %d slots exceeds its bound %zu", n_send, x->max_send);
+  mt_ep_fit(x, (size_t)n_recv, (size_t)n_recv);
+  int *h_perm = x->perm_h, *h_inv = x->perm_h + x->max_rows;
   int i = 0;
   for (int j = 0; j < nslot[me]; j++) {
     off[j] = i;

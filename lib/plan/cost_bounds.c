@@ -222,21 +222,30 @@ static double pools_lower_bound(const mt_config *cfg, const mt_cost_dtypes *dt,
                                                     dt->weights);
 }
 
+/* The dispatcher's row bound per token of a micro-batch (dropless, mt_ep_bounds):
+ * the worst case, each of the ep sources' N tokens sending min(k, E_l)
+ * slots to this rank, or where less parallel.moe_buffer_factor x the
+ * balanced routing's N k (the rank routes 1/tp of each sequence's tokens
+ * under tp) */
+static double moe_rows_per_token(const mt_config *cfg, const mt_model_shape *sh) {
+  const double k = sh->moe_topk, E_l = (double)sh->moe_experts / cfg->ep;
+  const double per_rank = cfg->tp > 1 ? 1.0 / cfg->tp : 1.0;
+  const double worst = cfg->ep * per_rank * (k < E_l ? k : E_l);
+  const double f = cfg->moe_buffer_factor * per_rank * k;
+  return f > 0.0 && f < worst ? f : worst;
+}
+
 /* The routed experts' activations a MoE block keeps per token of a
- * micro-batch (elements): the dispatcher's buffers of its row bound, sized
- * for any routing (model's acts.c: dropless, each of the ep sources' N
- * tokens may send min(k, E_l) slots to this rank: the experts' inputs (C),
- * hidden units (SwiGLU: 2 F before, F after) and the combine's k slots a
- * token (C each)). 0 under capacity or etp. */
+ * micro-batch (elements): the dispatcher's buffers of its row bound
+ * (moe_rows_per_token: the experts' inputs (C), hidden units (SwiGLU: 2 F
+ * before, F after)) and the combine's k slots a token (C each). 0 under
+ * capacity or etp. */
 static double moe_block_kept(const mt_config *cfg, const mt_model_shape *sh) {
   if (sh->moe_experts <= 0 || sh->moe_capacity > 0.0 || cfg->etp != 1) return 0.0;
   const double C = sh->n_embd, F = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
   const double in = mt_model_llama(sh) ? 2.0 : 1.0, k = sh->moe_topk;
-  const double E_l = (double)sh->moe_experts / cfg->ep;
-  /* the rank routes 1/tp of each sequence's tokens under tp */
   const double per_rank = cfg->tp > 1 ? 1.0 / cfg->tp : 1.0;
-  const double rows = cfg->ep * per_rank * (k < E_l ? k : E_l);
-  return rows * (C + in * F + F) + per_rank * k * C;
+  return moe_rows_per_token(cfg, sh) * (C + in * F + F) + per_rank * k * C;
 }
 
 /* ... of the first stage's l_first layers, the MoE blocks counted where
@@ -271,10 +280,8 @@ static double set_lower_bound(const mt_config *cfg, const mt_model_shape *sh, do
     const int n_moe = sh->moe_every == 1 ? l
                       : cfg->virtual_stages == 1 ? mt_model_moe_before(sh, l)
                                                  : 0;
-    const double Fe = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C, k = sh->moe_topk;
-    const double E_l = (double)sh->moe_experts / cfg->ep;
-    const double rows = cfg->ep * (tp > 1 ? 1.0 / tp : 1.0) * (k < E_l ? k : E_l);
-    x += n_moe * rows * (C + in * Fe);
+    const double Fe = sh->moe_ffn > 0 ? sh->moe_ffn : 4.0 * C;
+    x += n_moe * moe_rows_per_token(cfg, sh) * (C + in * Fe);
   }
   return x;
 }

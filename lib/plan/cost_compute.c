@@ -120,7 +120,8 @@ mt_chunk_cost mt_cost_chunk_compute(const mt_cost_profile *p, const mt_config *c
    * writes its output (2 passes over the set); backward, each reads the
    * kept activation and the incoming gradient and writes its gradient (3) */
   double set_bytes = cfg->recompute ? (double)m->ws_bytes
-                                    : 4.0 * (double)mt_gpt_acts_numel(m, 1, B, 0);
+                                    : 4.0 * (double)mt_gpt_acts_numel(m, 1, B, 0) +
+                                          (double)mt_gpt_moe_rows_bytes(m);
   double elem = set_bytes * (dt->acts / 4.0) / (p->elementwise_gbs * 1e9);
   double f_dense = lin + att + 2.0 * elem, f_moe = moe_lin + att + 2.0 * elem;
   c.fwd = (n_l - n_moe) * f_dense + n_moe * f_moe;

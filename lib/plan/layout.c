@@ -319,6 +319,7 @@ void mt_layout_step_opts(const mt_config *cfg, const mt_layout *lay, mt_mesh *me
                                       ? cfg->ep_balance_alpha
                                       : 0.0,
               .ep_balance_min_rows = cfg->ep_balance_min_rows,
+              .moe_buffer_factor = cfg->moe_buffer_factor,
               .documents = cfg->documents, .slices = cfg->pp_token_slices},
       .zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0),
       .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2, .eps = (float)cfg->eps,

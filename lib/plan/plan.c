@@ -377,6 +377,14 @@ void mt_plan_print(const mt_plan *p, const mt_config *cfg, FILE *f) {
   fprintf(f, "# per rank, the largest of each stage: memory in MiB by category (in those "
              "dtypes), bytes sent per training step in MB%s\n",
           moe ? " (ep: as a balanced routing implies)" : "");
+  if (moe && s->moe_capacity <= 0 && cfg->moe_buffer_factor > 0)
+    fprintf(f, "# MoE buffers (activations) sized at %g x a balanced routing's rows "
+               "(parallel.moe_buffer_factor); a run grows them where a step's routing brings "
+               "more\n",
+            cfg->moe_buffer_factor);
+  else if (moe && s->moe_capacity <= 0)
+    fprintf(f, "# MoE buffers (activations) sized for the worst routing "
+               "(parallel.moe_buffer_factor = 0)\n");
   fprintf(f, "%-5s %10s %10s %10s %10s %10s %10s %10s | %10s %10s %10s %10s", "stage", "params",
           "grads", "optimizer", "gathered", "activ", "comm", "total", "dp", "tp", "pp", "cp");
   if (moe) fprintf(f, " %10s %10s %10s", "ep", "etp", "edp");

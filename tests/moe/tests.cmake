@@ -12,7 +12,9 @@ mt_script_tests(moe
   plan     plan_accounting.sh
   balance  balance.sh
   llep     llep.sh
-  bias_switch bias_switch.sh)
+  bias_switch bias_switch.sh
+  buffers  buffers.sh
+  buffers_plan buffers_plan.sh)
 mt_script_test(moe_smoke sanitize smoke.sh)
 
 set(M --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8

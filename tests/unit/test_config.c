@@ -408,7 +408,7 @@ static void test_round_trip(void) {
                   "model.moe_capacity=1.25", "train.moe_aux_coef=0.001", "train.moe_z_coef=0.0001",
                   "train.moe_balance=bias", "train.moe_bias_rate=0.002", "train.moe_bias_init=0.25",
                   "parallel.ep_balance=least-loaded", "parallel.ep_balance_alpha=1.3",
-                  "parallel.ep_balance_min_rows=3000",
+                  "parallel.ep_balance_min_rows=3000", "parallel.moe_buffer_factor=1.5",
                   "parallel.ep=8", "parallel.etp=2", "train.init_from=imported/step_0",
                   "ckpt.io_hints=striping_factor=4,cb_nodes=2",
                   "parallel.pp_first_layers=3", "parallel.pp_last_layers=2",
