@@ -18,6 +18,21 @@ typedef struct {
   int **idst;    /* an int piece (4 bytes an element, like a float) */
 } act_piece;
 
+#define APIECE(field, count) p[k++] = (act_piece){.n = (count), .es = m->es, .adst = &a->field}
+#define PIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .dst = &a->field}
+#define IPIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .idst = &a->field}
+
+/* the head's pieces (the final norm, the logits, the losses) after k others */
+static int head_pieces(const mt_gpt *m, mt_gpt_acts *a, int B, act_piece *p, int k) {
+  const size_t BT = (size_t)B * (size_t)m->T, BTs = (size_t)B * (size_t)m->T_sp;
+  APIECE(lnf, BTs * (size_t)m->shape.n_embd);
+  PIECE(lnf_mean, BTs);
+  PIECE(lnf_rstd, BTs);
+  APIECE(logits, BT * (size_t)m->V_local);
+  PIECE(losses, BT);
+  return k;
+}
+
 /* the pieces of a set, in one order for numel and bind */
 static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int with_head,
                       mt_act_set_kind kind, act_piece *p) {
@@ -28,9 +43,6 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
   /* under recompute a kept set holds each layer's output (the next one's input) only */
   int inner = kind == MT_SET_WORKSPACE || !m->recompute;
   int k = 0;
-#define APIECE(field, count) p[k++] = (act_piece){.n = (count), .es = m->es, .adst = &a->field}
-#define PIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .dst = &a->field}
-#define IPIECE(field, count) p[k++] = (act_piece){.n = (count), .es = 4, .idst = &a->field}
   /* the ladder: the range's input, then the previous block's pending MLP
    * output (a range after block 0: the stage before sent both) */
   APIECE(encoded, (mt_model_ladder(&m->shape) ? 2 : 1) * BTs * C);
@@ -60,13 +72,7 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
    * layer reads it, forward and backward) */
   if (!inner && kind == MT_SET_KEPT && mt_model_ladder(&m->shape)) APIECE(fcproj, L * BTs * C);
   APIECE(residual3, L * BTs * C);
-  if (with_head) {
-    APIECE(lnf, BTs * C);
-    PIECE(lnf_mean, BTs);
-    PIECE(lnf_rstd, BTs);
-    APIECE(logits, BT * (size_t)m->V_local);
-    PIECE(losses, BT);
-  }
+  if (with_head) k = head_pieces(m, a, B, p, k);
   if (kind == MT_SET_KEPT && m->split_backward) {
     APIECE(dy_qkv, L * BT * W);
     APIECE(dy_attproj, L * BT * C);
@@ -91,11 +97,11 @@ static int act_pieces(const mt_gpt *m, mt_gpt_acts *a, int n_layers, int B, int 
     APIECE(moe_ys, Lm * send * C);
   }
   /* (the rows that grow with the routing: mt_moe_rows, below) */
+  return k;
+}
 #undef APIECE
 #undef PIECE
 #undef IPIECE
-  return k;
-}
 
 /* a piece's bytes, rounded up to 64 (every piece 64-byte aligned) */
 static size_t piece_bytes(const act_piece *p) { return (p->n * p->es + 63) / 64 * 64; }
@@ -109,11 +115,8 @@ size_t mt_act_set_numel(const mt_gpt *m, int n_layers, int B, int with_head, mt_
   return bytes / sizeof(float);
 }
 
-void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, int B,
-                     int with_head, mt_act_set_kind k) {
-  memset(a, 0, sizeof *a);
-  act_piece p[48];
-  int n_p = act_pieces(m, a, n_layers, B, with_head, k, p);
+/* the pieces' pointers, carved out of mem one after the other */
+static void bind_pieces(const act_piece *p, int n_p, void *mem) {
   char *at = mem;
   for (int i = 0; i < n_p; i++) {
     if (p[i].adst) *p[i].adst = at;
@@ -123,6 +126,13 @@ void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, i
   }
 }
 
+void mt_act_set_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, int B,
+                     int with_head, mt_act_set_kind k) {
+  memset(a, 0, sizeof *a);
+  act_piece p[48];
+  bind_pieces(p, act_pieces(m, a, n_layers, B, with_head, k, p), mem);
+}
+
 size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head) {
   return mt_act_set_numel(m, n_layers, B, with_head, MT_SET_KEPT);
 }
@@ -130,6 +140,20 @@ size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head) {
 void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, int B,
                       int with_head) {
   mt_act_set_bind(m, a, mem, n_layers, B, with_head, MT_SET_KEPT);
+}
+
+size_t mt_gpt_head_acts_numel(const mt_gpt *m, int B) {
+  mt_gpt_acts a;
+  act_piece p[8];
+  int n_p = head_pieces(m, &a, B, p, 0);
+  size_t bytes = 0;
+  for (int i = 0; i < n_p; i++) bytes += piece_bytes(&p[i]);
+  return bytes / sizeof(float);
+}
+
+void mt_gpt_head_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int B) {
+  act_piece p[8];
+  bind_pieces(p, head_pieces(m, a, B, p, 0), mem);
 }
 
 mt_act *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B) {

@@ -763,6 +763,12 @@ size_t mt_gpt_acts_numel(const mt_gpt *m, int n_layers, int B, int with_head);
 size_t mt_gpt_moe_rows_bytes(const mt_gpt *m);
 void mt_gpt_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int n_layers, int B,
                       int with_head);
+/* The head's part of a set alone (the final LN, logits and losses of B
+ * sequences): its floats, and its pieces bound out of mem into a (a's
+ * other pointers kept). A pipeline stage holds them apart from its sets,
+ * for the micro-batches whose head pass is in flight only. */
+size_t mt_gpt_head_acts_numel(const mt_gpt *m, int B);
+void mt_gpt_head_acts_bind(const mt_gpt *m, mt_gpt_acts *a, void *mem, int B);
 /* The range's output hidden state (BTs,C) in a. */
 mt_act *mt_gpt_range_output(const mt_gpt *m, const mt_gpt_acts *a, int n_layers, int B);
 /* What a pipeline stage passes on: elements of its message for B rows

@@ -467,10 +467,19 @@ typedef struct {
   int l0[MT_PP_MAX_CHUNKS], l1[MT_PP_MAX_CHUNKS]; /* the layers of each chunk */
   int vs[MT_PP_MAX_CHUNKS];  /* each chunk's virtual stage (the schedule's placement) */
   int n_slots, next_free_hint;
-  size_t set_numel;         /* floats of one activation set (the largest chunk's) */
+  size_t set_numel;         /* floats of one activation set (the largest chunk's, no head) */
   float **slot_mem;         /* allocated at first use, kept */
   mt_gpt_acts *acts;        /* per slot */
   int *slot_busy;
+  /* The head's activations (final LN, logits, losses: the logits alone
+   * B x T x V_local, more than many layers' sets) are held apart, on the
+   * stage of the last virtual stage only: one per micro-batch whose head
+   * pass is in flight (taken with its slot, given back with it), not one
+   * per slot. */
+  size_t head_numel;        /* floats of one (0: this rank has no head) */
+  float **head_mem;         /* per entry (n_slots of them), allocated at first use, kept */
+  int *head_busy;
+  int *head_of;             /* per slot: its head entry, -1 none */
   int *slot_of;             /* this run: (mb * v + chunk) -> slot, -1 none */
   mt_act **dout;            /* per slot: received output gradient */
   size_t max_msg;           /* floats of the largest hidden state */
@@ -487,6 +496,7 @@ typedef struct {
   /* the last run, this rank */
   double wall_s, wait_s, compute_s; /* wait: in receives and sends; compute: in the model */
   int peak_slots;           /* most activation sets held at once */
+  int peak_heads;           /* most head entries held at once */
   /* bytes the model's compute ops counted per chunk on its groups, [tp, cp,
    * ep, etp] (the cost model prices a chunk with them) */
   double chunk_bytes[MT_PP_MAX_CHUNKS][4];

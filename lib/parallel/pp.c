@@ -36,8 +36,9 @@ void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *
     int vs = x->vs[c] = mt_pp_vs_of(s, x->rank, c);
     x->l0[c] = l0[c];
     x->l1[c] = l1[c];
-    size_t n = mt_gpt_acts_numel(model, l1[c] - l0[c], model->max_B, vs == x->last_vs);
+    size_t n = mt_gpt_acts_numel(model, l1[c] - l0[c], model->max_B, 0);
     if (n > x->set_numel) x->set_numel = n;
+    if (vs == x->last_vs) x->head_numel = mt_gpt_head_acts_numel(model, model->max_B);
     if (l1[c] - l0[c] > most) most = l1[c] - l0[c];
   }
   /* a V's turn takes the next chunk's slot at the forward that feeds it,
@@ -55,6 +56,10 @@ void mt_pp_exec_create(mt_pp_exec *x, mt_group *pp_group, const mt_pp_schedule *
   x->slot_mem = mt_calloc((size_t)x->n_slots, sizeof(float *));
   x->acts = mt_calloc((size_t)x->n_slots, sizeof(mt_gpt_acts));
   x->slot_busy = mt_calloc((size_t)x->n_slots, sizeof(int));
+  x->head_mem = mt_calloc((size_t)x->n_slots, sizeof(float *));
+  x->head_busy = mt_calloc((size_t)x->n_slots, sizeof(int));
+  x->head_of = mt_malloc((size_t)x->n_slots * sizeof(int));
+  for (int i = 0; i < x->n_slots; i++) x->head_of[i] = -1;
   x->dout = mt_calloc((size_t)x->n_slots, sizeof(mt_act *));
   if (pp_group->size > 1)
     for (int i = 0; i < x->n_slots; i++)
@@ -106,6 +111,7 @@ void mt_pp_exec_destroy(mt_pp_exec *x) {
   for (int i = 0; i < x->n_slots; i++) {
     if (x->dout[i]) x->ops->free(MT_MEM_COMM, x->dout[i], x->max_msg * sizeof(float));
     if (x->slot_mem[i]) x->ops->free(MT_MEM_ACTIV, x->slot_mem[i], x->set_numel * sizeof(float));
+    if (x->head_mem[i]) x->ops->free(MT_MEM_ACTIV, x->head_mem[i], x->head_numel * sizeof(float));
   }
   for (int i = 0; i < x->n_send; i++) {
     mt_wait(&x->send_req[i]);
@@ -113,6 +119,7 @@ void mt_pp_exec_destroy(mt_pp_exec *x) {
   }
   free(x->dout); free(x->send_buf); free(x->send_req);
   free(x->slot_mem); free(x->acts); free(x->slot_busy); free(x->pieces);
+  free(x->head_mem); free(x->head_busy); free(x->head_of);
   for (int i = 0; x->cache_mem && i < x->n_slots; i++)
     if (x->cache_mem[i]) x->ops->free(MT_MEM_ACTIV, x->cache_mem[i], x->cache_bytes);
   free(x->cache_mem); free(x->cache_busy); free(x->sl_in); free(x->sl_tg);
@@ -136,8 +143,25 @@ static void wait_req(mt_pp_exec *x, mt_request *r) {
   if (mt_now() > t0) mt_trace_span("wait", "pipeline", MT_TRACK_PIPELINE, t0, mt_now(), -1, -1);
 }
 
+/* The head's entry for slot i, the lowest free one (memory at first use,
+ * so a step allocates as many as its head passes hold at once), bound
+ * into the slot's set. */
+static void take_head(mt_pp_exec *x, int i) {
+  int h = 0;
+  while (h < x->n_slots && x->head_busy[h]) h++;
+  if (h == x->n_slots) mt_die("pipeline rank %d: more head passes in flight than slots", x->rank);
+  if (!x->head_mem[h]) x->head_mem[h] = x->ops->alloc(MT_MEM_ACTIV, x->head_numel * sizeof(float));
+  x->head_busy[h] = 1;
+  x->head_of[i] = h;
+  int held = 0;
+  for (int j = 0; j < x->n_slots; j++) held += x->head_busy[j];
+  if (held > x->peak_heads) x->peak_heads = held;
+  mt_gpt_head_acts_bind(x->model, &x->acts[i], x->head_mem[h], x->model->max_B);
+}
+
 /* The slot of (micro-batch, chunk) cell, taken at its first op: its
- * activation set bound for the chunk's layers (memory at first use). */
+ * activation set bound for the chunk's layers (memory at first use), and
+ * on the last virtual stage a head entry. */
 static int take_slot(mt_pp_exec *x, int cell, int chunk) {
   if (x->slot_of[cell] >= 0) return x->slot_of[cell];
   for (int k = 0; k < x->n_slots; k++) {
@@ -151,17 +175,23 @@ static int take_slot(mt_pp_exec *x, int cell, int chunk) {
     if (held > x->peak_slots) x->peak_slots = held;
     if (!x->slot_mem[i])
       x->slot_mem[i] = x->ops->alloc(MT_MEM_ACTIV, x->set_numel * sizeof(float));
-    int vs = x->vs[chunk];
     mt_gpt_acts_bind(x->model, &x->acts[i], x->slot_mem[i], x->l1[chunk] - x->l0[chunk],
-                     x->model->max_B, vs == x->last_vs);
+                     x->model->max_B, 0);
+    if (x->vs[chunk] == x->last_vs) take_head(x, i);
     return i;
   }
   mt_die("pipeline rank %d: more than %d micro-batches in flight (schedule and slots disagree)",
          x->rank, x->n_slots);
 }
 
-/* slot_of keeps naming the slot for the micro-batch's send that follows */
-static void release_slot(mt_pp_exec *x, int cell) { x->slot_busy[x->slot_of[cell]] = 0; }
+/* slot_of keeps naming the slot for the micro-batch's send that follows
+ * (the head's chunk sends nothing) */
+static void release_slot(mt_pp_exec *x, int cell) {
+  const int i = x->slot_of[cell];
+  x->slot_busy[i] = 0;
+  if (x->head_of[i] >= 0) x->head_busy[x->head_of[i]] = 0;
+  x->head_of[i] = -1;
+}
 
 /* Token slices: the K|V cache of micro-batch mb on a chunk (key mb * v +
  * chunk), taken at its first slice's forward, and the model pointed at it
@@ -309,7 +339,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
   const int v = s->v, r = x->rank;
   const double t_run = mt_now();
   x->wait_s = x->compute_s = 0.0;
-  x->peak_slots = 0;
+  x->peak_slots = x->peak_heads = 0;
   x->loss_sum = 0.0;
   memset(x->chunk_bytes, 0, sizeof x->chunk_bytes);
   memset(x->chunk_s, 0, sizeof x->chunk_s);
@@ -352,7 +382,7 @@ double mt_pp_exec_run(mt_pp_exec *x, const mt_pp_schedule *s, const mt_pp_batch 
     }
   /* every run takes the slots in the same order, so the slots a run
    * touches (allocated at first use) are those of the plan's one step */
-  for (int i = 0; i < x->n_slots; i++) x->slot_busy[i] = 0;
+  for (int i = 0; i < x->n_slots; i++) x->slot_busy[i] = x->head_busy[i] = 0, x->head_of[i] = -1;
   x->next_free_hint = 0;
   for (int i = 0; i < s->n_ops[r]; i++) {
     const mt_pp_op *o = &s->ops[r][i];

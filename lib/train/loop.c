@@ -299,8 +299,9 @@ static void run_step(mt_trainer *t, int step, ckpt_carry *ck, step_result *r) {
   if (cfg->pp > 1) {
     r->pp_stats[0] = exec->wait_s;
     r->pp_stats[1] = exec->wall_s > 0 ? 1.0 - exec->compute_s / exec->wall_s : 0.0;
-    /* the sets held at once, and recompute's one-layer workspace */
+    /* the sets and head entries held at once, and recompute's one-layer workspace */
     r->pp_stats[2] = (double)exec->peak_slots * (double)exec->set_numel * sizeof(float) +
+                     (double)exec->peak_heads * (double)exec->head_numel * sizeof(float) +
                      (double)model->ws_bytes;
   }
   /* a background checkpoint copies the state while forward and backward

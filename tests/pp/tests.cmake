@@ -69,6 +69,8 @@ mt_script_test(one_stage pp one_stage.sh)
 
 # each stage holds, reduces over dp and updates only its own tensors
 mt_script_test(stage_memory pp stage_memory.sh)
+# the LM head's activations once per head pass in flight, not once per set
+mt_script_test(head_memory pp head_memory.sh)
 
 # Bad input: one clear line from rank 0, before any collective work.
 set(PPT --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
