@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__ /* (features.h, through stdio.h) */
+#include <malloc.h>
+#endif
 
 #include "plan/plan.h"
 
@@ -290,6 +293,14 @@ static int emit_sweep(const mt_search *s, const char *path, const char *config, 
 
 int main(int argc, char **argv) {
   mt_log_init(0);
+  /* a search prices thousands of layouts, each recording and replaying its
+   * step in buffers of tens of MB: freed, glibc gives those back to the
+   * kernel and takes them again at the next layout, page by page (half of
+   * a 16,384-GPU search's time went to page faults); kept, they are reused */
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
   if (argc >= 2 && !strcmp(argv[1], "calibrate")) return calibrate(argc - 1, argv + 1);
   const char *ini = NULL, *hw = NULL, *json = NULL, *sweep = NULL, *system = "leonardo-booster";
   int nodes = 0, ranks = 0, top = 10, n_over = 0, only = 0, all = 0, n_dt = 0;
