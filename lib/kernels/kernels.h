@@ -84,6 +84,16 @@ typedef struct mt_attn_block {
  *   scale       x = s x
  *   copy_2d     dst (rows, cols; leading dimension ld_dst) = src (ld_src): strided row
  *               copies (packing for communication); add_2d: dst = dst + src
+ *   kv_spread   grouped-query attention's key/value heads spread over the query heads:
+ *               c (rows, nh hs + 2 nkv hs) holds q (nh heads of hs), then nkv key heads,
+ *               then nkv value heads; qkv (rows, 3 nh hs) WRITES q, then per query
+ *               head h the key head (h0 + h) / group of c (< nkv), then the value
+ *               heads alike (one pass over the rows: the bits as they are)
+ *   kv_spread_backward  dc (rows, nh hs + 2 nkv hs) WRITES dqkv's q and, per key
+ *               (value) head j, the sum of dqkv's key (value) heads h with (h0 + h) /
+ *               group = j, in h order: each element 0 + its terms in fp32, rounded
+ *               once (0 where none). zero, then add_2d of q and of each head, gives
+ *               the same bits in fp32 and rounds after every head in bf16
  *   residual_forward  out = a + b (out may alias a or b)
  *   residual_layernorm_forward, residual_rmsnorm_forward  the residual sum and the
  *               norm that reads it, fused: res (N,C) = a + b (res may alias a or b),
@@ -242,6 +252,10 @@ typedef struct {
               size_t cols), (dst, ld_dst, src, ld_src, rows, cols))                         \
   X(add_2d, (void *dst, size_t ld_dst, const void *src, size_t ld_src, size_t rows,         \
              size_t cols), (dst, ld_dst, src, ld_src, rows, cols))                          \
+  X(kv_spread, (void *qkv, const void *c, size_t rows, int nh, int nkv, int hs, int h0,      \
+                int group), (qkv, c, rows, nh, nkv, hs, h0, group))                          \
+  X(kv_spread_backward, (void *dc, const void *dqkv, size_t rows, int nh, int nkv, int hs,  \
+                         int h0, int group), (dc, dqkv, rows, nh, nkv, hs, h0, group))       \
   X(residual_forward, (void *out, const void *a, const void *b, size_t n), (out, a, b, n))  \
   X(encoder_forward, (void *out, const int *inp, const void *wte, const void *wpe, int B,   \
                       int T, int C), (out, inp, wte, wpe, B, T, C))                         \

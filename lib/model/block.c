@@ -52,36 +52,25 @@ void mt_norm_backward_first(const mt_gpt *m, mt_act *dinp, float *dw, float *db,
 /* ------------------------------------------------------------------ */
 /* grouped-query attention: key/value heads spread over query heads    */
 
-/* the local key/value head that local query head h reads */
-static int kv_of(const mt_gpt *m, int h) {
-  const int hg = m->tp.rank * m->NH_local + h;
-  const int kv = hg / (m->shape.n_head / m->shape.n_kv_head);
-  return m->kv_split ? kv - m->tp.rank * m->NKV_local : kv;
-}
+/* The ops' key/value head of local query head h is (h0 + h) / group, group
+ * = the query heads per key/value head. Split over tp (each rank holds the
+ * key/value heads of its query heads, whole groups), local head h reads
+ * local head h / group: h0 = 0. Not split (every rank holds them all), it
+ * reads the key/value head of its global index: h0 = the rank's first. */
+static int kv_h0(const mt_gpt *m) { return m->kv_split ? 0 : m->tp.rank * m->NH_local; }
 
 /* qkv (BT, 3Cl) from the projection's c (BT, Cl + 2 Ckv_l): q as it is, each
- * query head's key and value head copied beside it (add: the backward, c +=
- * the sums of qkv's heads onto the key/value heads they came from) */
-static void kv_spread(const mt_gpt *m, mt_act *qkv, mt_act *c, int B, int add) {
-  const mt_ops *o = m->ops;
-  const size_t hs = (size_t)(m->shape.n_embd / m->shape.n_head), Cl = (size_t)m->C_local;
-  const size_t W = (size_t)m->qkv_local, rows = (size_t)B * m->T, es = m->es;
-  const size_t Ckv = (size_t)m->NKV_local * hs;
-  if (add) {
-    o->zero(m->dt, c, rows * W);
-    o->add_2d(m->dt, c, W, qkv, 3 * Cl, rows, Cl);
-  } else {
-    o->copy_2d(m->dt, qkv, 3 * Cl, c, W, rows, Cl);
-  }
-  for (int h = 0; h < m->NH_local; h++) {
-    const size_t j = (size_t)kv_of(m, h);
-    for (int kv = 0; kv < 2; kv++) { /* the key, then the value head */
-      mt_act *full = mt_act_at(es, qkv, (1 + kv) * Cl + h * hs);
-      mt_act *part = mt_act_at(es, c, Cl + kv * Ckv + j * hs);
-      if (add) o->add_2d(m->dt, part, W, full, 3 * Cl, rows, hs);
-      else o->copy_2d(m->dt, full, 3 * Cl, part, W, rows, hs);
-    }
-  }
+ * query head's key and value head beside it; backward: dc (BT, Cl + 2 Ckv_l)
+ * written from dqkv (BT, 3Cl), each key/value head the sum of its query
+ * heads' (one pass over the rows each way) */
+static void kv_spread(const mt_gpt *m, mt_act *qkv, mt_act *c, int B, int backward) {
+  const int hs = m->shape.n_embd / m->shape.n_head;
+  const int group = m->shape.n_head / m->shape.n_kv_head;
+  const size_t rows = (size_t)B * m->T;
+  if (backward)
+    m->ops->kv_spread_backward(m->dt, c, qkv, rows, m->NH_local, m->NKV_local, hs, kv_h0(m),
+                               group);
+  else m->ops->kv_spread(m->dt, qkv, c, rows, m->NH_local, m->NKV_local, hs, kv_h0(m), group);
 }
 
 /* the attention's input: the column-parallel projection, rotary positions

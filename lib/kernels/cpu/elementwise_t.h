@@ -65,6 +65,65 @@ void FN(add_2d)(void *dst_, size_t ld_dst, const void *src_, size_t ld_src, size
   }
 }
 
+/* grouped-query attention's key/value heads spread over the query heads
+ * (kernels.h): each row in one piece, q, then each query head's key head
+ * and its value head, where a copy per head was a parallel region each */
+void FN(kv_spread)(void *qkv_, const void *c_, size_t rows, int nh, int nkv, int hs, int h0,
+                   int group) {
+  T *qkv = qkv_;
+  const T *c = c_;
+  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cl + 2 * Ckv;
+  const size_t head_bytes = (size_t)hs * sizeof(T);
+#pragma omp parallel for schedule(static)
+  for (size_t r = 0; r < rows; r++) {
+    T *out = qkv + r * 3 * Cl;
+    const T *in = c + r * W;
+    memcpy(out, in, Cl * sizeof(T));
+    for (int h = 0; h < nh; h++) {
+      const size_t j = (size_t)((h0 + h) / group) * hs;
+      memcpy(out + Cl + (size_t)h * hs, in + Cl + j, head_bytes);
+      memcpy(out + 2 * Cl + (size_t)h * hs, in + Cl + Ckv + j, head_bytes);
+    }
+  }
+}
+
+/* its backward, dc WRITTEN row by row: q, then per key (value) head the sum
+ * of its query heads' gradients, MT_KV_CHUNK channels at a time in fp32
+ * registers (the heads in order, one rounding): no zero pass over dc, no
+ * read-modify-write of it per head */
+void FN(kv_spread_backward)(void *dc_, const void *dqkv_, size_t rows, int nh, int nkv, int hs,
+                            int h0, int group) {
+  T *dc = dc_;
+  const T *dqkv = dqkv_;
+  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cl + 2 * Ckv;
+#pragma omp parallel for schedule(static)
+  for (size_t r = 0; r < rows; r++) {
+    T *out = dc + r * W;
+    const T *in = dqkv + r * 3 * Cl;
+    for (size_t i = 0; i < Cl; i++) out[i] = ST(0.0f + LD(in[i]));
+    for (int kv = 0; kv < 2; kv++) {
+      const T *x = in + (size_t)(1 + kv) * Cl;
+      for (int j = 0; j < nkv; j++) {
+        /* the query heads [h_lo, h_hi) of key/value head j */
+        int h_lo = j * group - h0, h_hi = h_lo + group;
+        if (h_lo < 0) h_lo = 0;
+        if (h_hi > nh) h_hi = nh;
+        T *y = out + Cl + (size_t)kv * Ckv + (size_t)j * hs;
+        for (int d0 = 0; d0 < hs; d0 += MT_KV_CHUNK) {
+          const int n = hs - d0 < MT_KV_CHUNK ? hs - d0 : MT_KV_CHUNK;
+          float acc[MT_KV_CHUNK];
+          for (int d = 0; d < n; d++) acc[d] = 0.0f;
+          for (int h = h_lo; h < h_hi; h++) {
+            const T *xh = x + (size_t)h * hs + d0;
+            for (int d = 0; d < n; d++) acc[d] += LD(xh[d]);
+          }
+          for (int d = 0; d < n; d++) y[d0 + d] = ST(acc[d]);
+        }
+      }
+    }
+  }
+}
+
 /* out = a + b; out may alias a or b */
 void FN(residual_forward)(void *out_, const void *a_, const void *b_, size_t n) {
   T *out = out_;

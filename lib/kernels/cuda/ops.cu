@@ -135,6 +135,70 @@ void mt_cuda_add_2d(void *dst, size_t ld_dst, const void *src, size_t ld_src, si
 }
 MT_CUDA_INSTANTIATE(add_2d)
 
+/* grouped-query attention's key/value spread (kernels.h), one thread per
+ * element written. Forward: element (r, col) of qkv (rows, 3 Cl) from the
+ * element of c (rows, Cl + 2 Ckv) it copies. */
+template <typename S>
+__global__ void kv_spread_kernel(S *qkv, const S *c, size_t rows, int nh, int nkv, int hs,
+                                 int h0, int group) {
+  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, n = rows * 3 * Cl;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / (3 * Cl), col = i % (3 * Cl), from = col;
+    if (col >= Cl) { /* a key (kv 0) or value (1) channel of query head h */
+      size_t kv = (col - Cl) / Cl, h = (col - Cl) % Cl / hs, d = col % hs;
+      from = Cl + kv * Ckv + (size_t)((h0 + (int)h) / group) * hs + d;
+    }
+    qkv[i] = c[r * (Cl + 2 * Ckv) + from];
+  }
+}
+
+/* backward: element (r, col) of dc = 0 + the dqkv elements it gathers (its
+ * q element, or one channel of the query heads of a key/value head, in
+ * head order) in fp32, rounded once */
+template <typename S>
+__global__ void kv_spread_backward_kernel(S *dc, const S *dqkv, size_t rows, int nh, int nkv,
+                                          int hs, int h0, int group) {
+  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cl + 2 * Ckv, n = rows * W;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / W, col = i % W;
+    const S *x = dqkv + r * 3 * Cl;
+    float acc = 0.0f;
+    if (col < Cl) {
+      acc += mt_ld(x[col]);
+    } else {
+      size_t kv = (col - Cl) / Ckv, d = col % hs;
+      int j = (int)((col - Cl) % Ckv / hs);
+      int h_lo = max(0, j * group - h0), h_hi = min(nh, (j + 1) * group - h0);
+      for (int h = h_lo; h < h_hi; h++) acc += mt_ld(x[(1 + kv) * Cl + (size_t)h * hs + d]);
+    }
+    dc[i] = mt_st<S>(acc);
+  }
+}
+
+template <typename S>
+void mt_cuda_kv_spread(void *qkv, const void *c, size_t rows, int nh, int nkv, int hs, int h0,
+                       int group) {
+  size_t n = rows * 3 * (size_t)nh * hs;
+  if (!n) return;
+  kv_spread_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)qkv, (const S *)c, rows,
+                                                                  nh, nkv, hs, h0, group);
+  CUDA_LAUNCH_CHECK();
+}
+MT_CUDA_INSTANTIATE(kv_spread)
+
+template <typename S>
+void mt_cuda_kv_spread_backward(void *dc, const void *dqkv, size_t rows, int nh, int nkv,
+                                int hs, int h0, int group) {
+  size_t n = rows * ((size_t)nh + 2 * (size_t)nkv) * hs;
+  if (!n) return;
+  kv_spread_backward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
+      (S *)dc, (const S *)dqkv, rows, nh, nkv, hs, h0, group);
+  CUDA_LAUNCH_CHECK();
+}
+MT_CUDA_INSTANTIATE(kv_spread_backward)
+
 /* dst (n elements of dst_t) = src (of src_t): rounded to nearest even,
  * widened exactly, or (the same type) copied */
 void mt_cuda_convert(void *dst, mt_dtype dst_t, const void *src, mt_dtype src_t, size_t n) {
