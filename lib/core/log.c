@@ -29,34 +29,34 @@ const char *mt_mpi_strerror(int rc, char *buf) {
   return buf;
 }
 
+/* one line on f: "[rank R] " and prefix where rank_tag, then the message */
+static void vline(FILE *f, int rank_tag, const char *prefix, const char *fmt, va_list ap) {
+  if (rank_tag) fprintf(f, "[rank %d] %s", g_rank, prefix);
+  vfprintf(f, fmt, ap);
+  fputc('\n', f);
+  fflush(f);
+}
+
 void mt_info0(const char *fmt, ...) {
   if (g_rank != 0) return;
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(stdout, fmt, ap);
+  vline(stdout, 0, "", fmt, ap);
   va_end(ap);
-  fputc('\n', stdout);
-  fflush(stdout);
 }
 
 void mt_info(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  printf("[rank %d] ", g_rank);
-  vfprintf(stdout, fmt, ap);
+  vline(stdout, 1, "", fmt, ap);
   va_end(ap);
-  fputc('\n', stdout);
-  fflush(stdout);
 }
 
 void mt_warn(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "[rank %d] warning: ", g_rank);
-  vfprintf(stderr, fmt, ap);
+  vline(stderr, 1, "warning: ", fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
-  fflush(stderr);
 }
 
 void mt_die_at(const char *file, int line, const char *fmt, ...) {
