@@ -402,7 +402,8 @@ int main(int argc, char **argv) {
   } else if (!e.failed) {
     /* ranked exactly: the top K (at least 10) unless every layout is asked for */
     mt_search_opts o = {.world = ranks > 0 ? ranks : nodes * p.devices_per_node,
-                        .keep = all || json ? 0 : (top > 10 ? top : 10), .dt = &dt};
+                        .keep = all || json ? 0 : (top > 10 ? top : 10), .dt = &dt,
+                        .stack = stack};
     if (mt_search_run(&cfg, &p, &o, &s, &e) == 0) {
       mt_config neutral = cfg;
       neutral.tp = neutral.pp = neutral.dp = neutral.cp = neutral.ep = neutral.etp = 1;
@@ -415,14 +416,18 @@ int main(int argc, char **argv) {
              "(%d devices a node) of %s\n",
              mt_preset_name(cfg.model_preset), mt_model_num_params(&shape), shape.n_layer,
              shape.n_embd, shape.seq_len, cfg.global_batch, o.world, p.devices_per_node, p.name);
-      /* (a MoE's buffers on the same line: scripts read the summary as line 3) */
+      /* (a MoE's buffers and the layouts the stack leaves out on the same
+       * line: scripts read the summary as line 3) */
+      char limits[160];
+      mt_plan_stack_limits(stack, limits, sizeof limits);
       printf("# stack %s (attention %s, collectives %s, compute efficiency %.4g); bytes per "
-             "element: %s; headroom %.2f GiB per device%s%s\n",
+             "element: %s; headroom %.2f GiB per device%s%s%s%s\n",
              stack->name, p.attn_materialized ? "materialized" : "block",
              p.coll_flat ? "flat" : "hierarchical",
              p.compute_efficiency > 0 ? p.compute_efficiency : 1.0, dtext,
              mt_cost_headroom(&cfg, &p) / 1073741824.0, shape.moe_experts > 0 ? "; " : "",
-             shape.moe_experts > 0 ? moe_buffers_note(&cfg, shape.moe_capacity) : "");
+             shape.moe_experts > 0 ? moe_buffers_note(&cfg, shape.moe_capacity) : "",
+             limits[0] ? "; layouts the stack could run: " : "", limits);
       print_table(&s, &p, nodes, top);
       if (json) write_json(&s, json, &e);
       if (sweep && !e.failed)

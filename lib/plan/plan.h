@@ -299,7 +299,19 @@ typedef struct {
   const char *collectives; /* "hierarchical", "flat" or NULL */
   const char *dtypes[MT_PLAN_STACK_MAX_DTYPES];
   double compute_efficiency; /* what --compute-efficiency would set (1: meshtrain's own) */
+  /* the layouts the stack could run, which a search under it ranks (a
+   * layout priced alone, --only, is priced whatever it is): ZeRO up to
+   * zero_max, sequence and context parallelism and token slices where set,
+   * tp and pp up to tp_max and pp_max (0: any), the pipeline schedules
+   * named in schedules (comma-separated parallel.schedule names; NULL: all) */
+  int zero_max, sp, cp, slices, tp_max, pp_max;
+  const char *schedules;
 } mt_plan_stack;
+/* the layout the search would try is one the stack could run */
+int mt_plan_stack_runs(const mt_plan_stack *s, int tp, int pp, int cp, int zero, int sp,
+                       int slices, mt_pp_sched schedule);
+/* what a stack's search leaves out, as a phrase ("" where nothing) */
+void mt_plan_stack_limits(const mt_plan_stack *s, char *buf, size_t len);
 int mt_plan_stack_count(void);
 const mt_plan_stack *mt_plan_stack_at(int i);
 /* the preset named; NULL with one line in e listing the names */
@@ -450,6 +462,7 @@ typedef struct {
   int keep;                  /* price until this many fitting layouts are certain to be
                                 the fastest (0: price every layout that may fit) */
   const mt_cost_dtypes *dt;  /* NULL: the profile's defaults */
+  const mt_plan_stack *stack; /* only the layouts it could run (NULL: every one) */
 } mt_search_opts;
 
 /* The rules (stated in docs/planner.md): tp a power of two inside a node

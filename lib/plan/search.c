@@ -254,6 +254,9 @@ int mt_search_run(const mt_config *base, const mt_cost_profile *p, const mt_sear
                         if (zero >= 1 && dp * cp == 1) continue;
                         for (int sp = 0; sp <= (tp > 1); sp++) {
                           if (sp && (sh.seq_len / cp / k) % tp) continue;
+                          if (!mt_plan_stack_runs(o->stack, tp, pp, cp, zero, sp, k,
+                                                  g_sched_kinds[si]))
+                            continue; /* not a layout the stack could run */
                           cand c = {.tp = (short)tp, .pp = (short)pp, .cp = (short)cp,
                                     .ep = (short)ep, .zero = (short)zero, .mb = (short)mb,
                                     .sp = (short)sp, .rc = (short)rc, .v = (short)v,

@@ -13,7 +13,8 @@
 # gemm curve and attn_gflops halved (block and materialized attention),
 # and not as the profile. gpt2-124m on 16 ranks of a100-80gb-dgx (two
 # nodes, so flat and hierarchical collectives differ) and of the same
-# profile without act_bytes = 2 (fp32 by default).
+# profile without act_bytes = 2 (fp32 by default). A search under a stack
+# ranks only the layouts the stack could run.
 source "$(dirname "$0")/../scripts/common.sh"
 MIXED="--dtype weights=2 --dtype master=4 --dtype grads=4 --dtype moments=4 --dtype acts=2 --dtype msg=2"
 EFF="--compute-efficiency"
@@ -130,4 +131,28 @@ mt_guard "$MT_BIN/meshplan" --set model.preset=tiny --set train.global_batch=16 
   || fail "search with --stack"
 grep -q '^# stack deepspeed-zero3 (attention materialized, collectives flat, compute efficiency 0.6231); bytes per element: .*grad_reduce 2' \
   "$WORK/search.txt" || fail "search header: $(grep '^# stack' "$WORK/search.txt")"
+# a search under a stack ranks only the layouts the stack could run (and
+# says which): megatron-2021 no ZeRO, no sp, no cp, 1F1B and interleaved;
+# llm.c dp alone; without --stack the same search ranks the others too
+table() { # table NAME ARGS...: every fitting layout's row of a search on 16 ranks
+  local name=$1; shift
+  mt_guard "$MT_BIN/meshplan" "${model[@]}" --hw a100-80gb-dgx --ranks 16 --top 1000 "$@" \
+    > "$WORK/$name.txt" || fail "search $*"
+  awk '$1 ~ /^[0-9]+$/' "$WORK/$name.txt" > "$WORK/$name.rows"
+  [ -s "$WORK/$name.rows" ] || fail "search $*: no rows"
+}
+table all
+table m21 --stack megatron-2021
+table llmc --stack llm.c
+grep -q 'layouts the stack could run: ZeRO 0 at most, no sp, no cp, no token slices, schedules 1f1b,interleaved$' \
+  "$WORK/m21.txt" || fail "megatron-2021's limits: $(grep '^# stack' "$WORK/m21.txt")"
+# columns: rank tp pp cp ep dp zero mb schedule split sp
+awk '$7 != 0 || $11 != 0 || $4 != 1 || ($3 > 1 && $9 !~ /^(1f1b|interleaved)(\/|$)/) {bad = 1; print}
+     END {exit bad}' "$WORK/m21.rows" || fail "megatron-2021 ranked a layout it could not run"
+awk '$2 != 1 || $3 != 1 || $7 > 1 {bad = 1; print} END {exit bad}' "$WORK/llmc.rows" \
+  || fail "llm.c ranked a layout beyond dp and ZeRO-1"
+awk '$7 != 0 {z = 1} $11 != 0 {s = 1} $3 > 1 && $9 !~ /^(1f1b|interleaved)(\/|$)/ {o = 1}
+     END {exit !(z && s && o)}' "$WORK/all.rows" \
+  || fail "the search without --stack ranks no ZeRO, sp or other schedule: the checks above test nothing"
+[ "$(wc -l < "$WORK/m21.rows")" -lt "$(wc -l < "$WORK/all.rows")" ] || fail "megatron-2021 left nothing out"
 echo PASS
