@@ -122,8 +122,10 @@ static int calibrate(int argc, char **argv) {
              "inside a node %.2f GB/s + %.1f us, across %.2f GB/s + %.1f us, %d devices per node",
              out, mm->n, mm->gflops[0], mm->gflops[mm->n - 1], p.elementwise_gbs,
              p.intra_gbs, p.intra_us, p.inter_gbs, p.inter_us, p.devices_per_node);
-      if (p.attn_gflops > 0) printf(", attention %.1f GFLOP/s on %d:%d tiles", p.attn_gflops,
-                                    p.attn_br, p.attn_bc);
+      const int aw = mt_price_width(p.act_bytes);
+      if (p.attn_gflops[aw] > 0)
+        printf(", attention %.1f GFLOP/s on %d:%d tiles", p.attn_gflops[aw], p.attn_br, p.attn_bc);
+      if (p.attn_given == 3u) printf(", bf16 attention %.1f GFLOP/s", p.attn_gflops[0]);
       if (p.gemm_given == 3u)
         printf(", bf16 matmuls %.1f-%.1f GFLOP/s", p.gemm[0].gflops[0],
                p.gemm[0].gflops[p.gemm[0].n - 1]);

@@ -4,7 +4,7 @@
  * (attention_forward / attention_backward), at the same shapes in one run.
  *
  *   meshbench attention [--model small] [--seq 256,1024,4096] [--tokens 8192]
- *                       [--threads N] [--reps 3] [--json FILE]
+ *                       [--threads N] [--reps 3] [--precision fp32|bf16] [--json FILE]
  *
  * Each T runs B = tokens / T sequences (the same tokens per call at every
  * T, so the work grows with T). Per kernel: the median time of forward +
@@ -14,7 +14,10 @@
  * their gradients: the reference T x T probabilities and their gradients
  * (2 B NH T^2 floats), the block kernels the rows' LSE (B NH T floats) plus
  * what their threads allocate (per-thread blocks, counted as the process's
- * peak RSS growth). A column compares the outputs of the two. */
+ * peak RSS growth). A column compares the outputs of the two. Under
+ * --precision bf16 the block kernels run on bf16 q|k|v, out and gradients
+ * (as a bf16 run calls them: fp32 sums, LSE in fp32), the reference stays
+ * fp32, and the outputs agree to bf16's rounding. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -42,6 +45,7 @@ static void usage(FILE *f) {
           "  --threads N     OpenMP/BLAS threads (default: as the environment sets)\n"
           "  --reps N        timed forward+backward per kernel, median (default 3)\n"
           "  --kernels LIST  old,new (default both; old needs 2 B NH T^2 floats)\n"
+          "  --precision P   fp32 (default) or bf16: the block kernels' operands\n"
           "  --json FILE     append one JSON line with every figure\n");
 }
 
@@ -87,6 +91,7 @@ typedef struct {
 
 int mt_bench_attention(int argc, char **argv) {
   const char *model = "small", *seq = "256,1024,4096", *json_path = NULL, *kernels = "old,new";
+  const char *precision = "fp32";
   int tokens = 8192, threads = 0, reps = 3;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -103,6 +108,10 @@ int mt_bench_attention(int argc, char **argv) {
     else if (!strcmp(a, "--reps")) reps = parse_int(a, v);
     else if (!strcmp(a, "--kernels")) kernels = v;
     else if (!strcmp(a, "--json")) json_path = v;
+    else if (!strcmp(a, "--precision")) {
+      if (strcmp(v, "fp32") && strcmp(v, "bf16")) bad("--precision: not fp32 or bf16:", v);
+      precision = v;
+    }
     else bad("unknown option", a);
     i++;
   }
@@ -114,6 +123,8 @@ int mt_bench_attention(int argc, char **argv) {
   mt_kernels_set_threads(threads);
   const mt_ops *ops = mt_ops_cpu();
   const int C = shape.n_embd, NH = shape.n_head, hs = C / NH;
+  const mt_dtype dt = strcmp(precision, "bf16") ? MT_DT_F32 : MT_DT_BF16;
+  const size_t es = mt_dtype_bytes(dt);
   att_row rows[16];
   int n_rows = 0;
   for (const char *p = seq; *p && n_rows < 16;) {
@@ -124,8 +135,8 @@ int mt_bench_attention(int argc, char **argv) {
     p = *end == ',' ? end + 1 : end;
   }
   printf("# meshbench attention: model %s (C %d, %d heads of %d), %d tokens per call, %d "
-         "threads, reps %d (median), OpenBLAS core %s\n",
-         model, C, NH, hs, tokens, mt_kernels_threads(), reps, mt_kernels_blas_core());
+         "threads, reps %d (median), block kernels in %s, OpenBLAS core %s\n",
+         model, C, NH, hs, tokens, mt_kernels_threads(), reps, precision, mt_kernels_blas_core());
   printf("# %6s %4s | %-9s %10s %8s %12s | %-9s %10s %8s %12s | %7s %9s\n", "T", "B", "reference",
          "time(ms)", "GFLOP/s", "extra MiB", "blocks", "time(ms)", "GFLOP/s", "extra MiB",
          "speedup", "max diff");
@@ -153,6 +164,17 @@ int mt_bench_attention(int argc, char **argv) {
       } else {
         lse = buffer(n_lse, 6);
       }
+      /* the block kernels' operands in their precision (fp32: the buffers themselves) */
+      void *bq = qkv, *bo = out[1], *bd = dout, *bdq = dqkv;
+      if (k == 1 && dt != MT_DT_F32) {
+        bq = mt_malloc(n_qkv * es), bo = mt_malloc(n_out * es);
+        bd = mt_malloc(n_out * es), bdq = mt_malloc(n_qkv * es);
+        ops->convert(bq, dt, qkv, MT_DT_F32, n_qkv);
+        ops->convert(bd, dt, dout, MT_DT_F32, n_out);
+        memset(bo, 0, n_out * es), memset(bdq, 0, n_qkv * es);
+        rss0 = peak_rss_kib(); /* the kernels' own growth, beyond these */
+      }
+      char *q8 = bq, *dq8 = bdq; /* k and v: C elements after q in each row */
       mt_attn_block a = {.B = B, .NH = NH, .hs = hs, .Tq = T, .Tk = T, .q_pos0 = 0, .k_pos0 = 0,
                          .causal = 1, .q_bs = (size_t)T * 3 * C, .q_rs = 3 * (size_t)C,
                          .k_bs = (size_t)T * 3 * C, .k_rs = 3 * (size_t)C,
@@ -165,9 +187,9 @@ int mt_bench_attention(int argc, char **argv) {
           ops->attention_forward(out[0], att, qkv, B, T, C, NH);
           ops->attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
         } else {
-          ops->attn_forward(MT_DT_F32, &a, out[1], lse, qkv, qkv + C, qkv + 2 * C);
-          ops->attn_backward(MT_DT_F32, &a, dqkv, dqkv + C, dqkv + 2 * C, dout, out[1], lse, qkv,
-                             qkv + C, qkv + 2 * C);
+          ops->attn_forward(dt, &a, bo, lse, q8, q8 + C * es, q8 + 2 * C * es);
+          ops->attn_backward(dt, &a, bdq, dq8 + C * es, dq8 + 2 * C * es, bd, bo, lse, q8,
+                             q8 + C * es, q8 + 2 * C * es);
         }
         if (rep >= 0) times[rep] = mt_now() - t0;
       }
@@ -179,6 +201,10 @@ int mt_bench_attention(int argc, char **argv) {
       double threads_bytes = k == 1 && grew * 1024.0 > own ? grew * 1024.0 - own : 0.0;
       row->extra_bytes[k] = own + threads_bytes;
       row->ran[k] = 1;
+      if (bo != out[1]) { /* back to fp32, to compare */
+        ops->convert(out[1], MT_DT_F32, bo, dt, n_out);
+        free(bq), free(bo), free(bd), free(bdq);
+      }
       free(att), free(datt), free(lse);
     }
     if (row->ran[0] && row->ran[1]) {
@@ -196,8 +222,10 @@ int mt_bench_attention(int argc, char **argv) {
            row->ran[0] && row->ran[1] ? row->time_s[0] / row->time_s[1] : 0.0, row->max_rel_diff);
     free(qkv), free(dout), free(dqkv), free(out[0]), free(out[1]), free(times);
   }
+  /* bf16 operands: q, k, v and the output each rounded once (2^-9 relative) */
+  const double tol = dt == MT_DT_F32 ? 1e-4 : 2e-2;
   int wrong = 0;
-  for (int r = 0; r < n_rows; r++) wrong += !(rows[r].max_rel_diff <= 1e-4);
+  for (int r = 0; r < n_rows; r++) wrong += !(rows[r].max_rel_diff <= tol);
   printf("# extra: bytes beyond q|k|v, out and gradients (reference: T x T probabilities and "
          "their gradients; blocks: LSE and per-thread blocks); %d wrong\n", wrong);
   int rc = wrong ? MT_EXIT_RUNTIME : MT_EXIT_OK;
@@ -205,6 +233,7 @@ int mt_bench_attention(int argc, char **argv) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "attention");
     cJSON_AddStringToObject(root, "model", model);
+    cJSON_AddStringToObject(root, "precision", precision);
     cJSON_AddNumberToObject(root, "n_embd", C);
     cJSON_AddNumberToObject(root, "n_head", NH);
     cJSON_AddNumberToObject(root, "threads", mt_kernels_threads());

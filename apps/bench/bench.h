@@ -15,4 +15,10 @@ int mt_bench_data(int argc, char **argv);        /* data.c */
 int mt_bench_info(int argc, char **argv);        /* devices.c */
 int mt_bench_devices(int argc, char **argv);     /* devices.c */
 
+/* --cold (cold.c): on allocates the flush buffer and says so on stdout,
+ * flush reads it before a timed call (nothing while off), off frees it */
+void mt_bench_cold_on(void);
+void mt_bench_cold_flush(void);
+void mt_bench_cold_off(void);
+
 #endif

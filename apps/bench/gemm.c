@@ -143,22 +143,6 @@ static int compare_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* --cold: before each call the caches are flushed by reading a buffer
- * larger than any last-level cache, so the operands come from memory as a
- * training step's weights and most activations do (the previous ops
- * evicted them); without it every call after the warm-up finds them in
- * cache */
-static const float *g_flush;
-static size_t g_flush_n;
-static void flush_caches(void) {
-  if (!g_flush) return;
-  volatile float sink = 0.0f;
-  float s = 0.0f;
-  for (size_t i = 0; i < g_flush_n; i += 16) s += g_flush[i]; /* a float per 64-byte line */
-  sink = s;
-  (void)sink;
-}
-
 /* Times reps calls (after one warm-up) and keeps the median; then one call
  * with beta = 0 is checked at 16 sampled entries against a double dot
  * product, error relative to sum |a*b| (fp32 rounding: ~1e-7 to 1e-6). */
@@ -166,7 +150,7 @@ static void gemm_measure(gemm_case *g, const float *A, const float *B, float *Cm
   double *times = mt_malloc((size_t)reps * sizeof(double));
   gemm_run(g, A, B, Cm, g->beta);
   for (int r = 0; r < reps; r++) {
-    flush_caches();
+    mt_bench_cold_flush();
     double t0 = mt_now();
     gemm_run(g, A, B, Cm, g->beta);
     times[r] = mt_now() - t0;
@@ -414,17 +398,9 @@ int mt_bench_gemm(int argc, char **argv) {
            "threads %d, reps %d (median), OpenBLAS core %s\n",
            model, shape.n_layer, shape.n_embd, shape.vocab, shape.vocab_padded, tokens,
            blas_threads, reps, blas_core);
-    float *flush = NULL;
-    if (cold) { /* 256 MiB: beyond the last-level cache of any CPU this runs on */
-      g_flush_n = (size_t)64 << 20;
-      flush = mt_malloc(g_flush_n * sizeof(float));
-      for (size_t i = 0; i < g_flush_n; i++) flush[i] = (float)(i & 7);
-      g_flush = flush;
-      printf("# cold: the caches are flushed (256 MiB read) before every timed call\n");
-    }
+    if (cold) mt_bench_cold_on();
     for (int i = 0; i < n; i++) gemm_measure(&cases[i], A, B, Cm, reps);
-    g_flush = NULL;
-    free(flush);
+    mt_bench_cold_off();
   }
 
   const gemm_case *peak = &cases[0];

@@ -2,7 +2,7 @@
  * the shapes of one GPT training step, in the same run.
  *
  *   meshbench gemm-bf16 [--model small] [--tokens 1024] [--threads N]
- *                       [--reps 7] [--paths sgemm,onednn] [--json FILE]
+ *                       [--reps 7] [--paths sgemm,onednn] [--cold] [--json FILE]
  *
  * For each linear layer (qkv, attn_proj, fc, fc_proj, lm_head) and each of
  * its products (forward NT out = inp w^T; backward NN dinp += dout w;
@@ -17,7 +17,9 @@
  * hits them alike); time = the median of --reps after one warm-up, wall
  * clock, or with --clock cpu the process's CPU time divided by the threads
  * (on a machine other jobs share: the time the threads ran, not the time
- * they waited for a core; idle waits inside a product are not counted). GFLOP/s = 2 M N K / time; "x fp32" = a path's GFLOP/s over fp32's.
+ * they waited for a core; idle waits inside a product are not counted);
+ * --cold flushes the caches before each timed call (cold.c). GFLOP/s =
+ * 2 M N K / time; "x fp32" = a path's GFLOP/s over fp32's.
  * A summary line weights each shape by its calls per step. The result of
  * each bf16 path is checked at 16 entries against a double product of the
  * same bf16 values (relative to sum |a b|; fp32 accumulation and one bf16
@@ -62,6 +64,8 @@ static void usage(FILE *f) {
           "  --paths LIST    bf16 paths to time: sgemm,onednn (default: those built)\n"
           "  --clock C       wall (default) or cpu: process CPU time / threads (for a\n"
           "                  machine other jobs share)\n"
+          "  --cold          flush the caches before every timed call (operands from\n"
+          "                  memory, as a training step finds its weights)\n"
           "  --peak          first print the zmm FMA, vdpbf16ps and AMX peaks of one core,\n"
           "                  and each shape's rate as a fraction of its path's limit\n"
           "  --json FILE     append one JSON line with every figure\n");
@@ -184,15 +188,15 @@ static double check_bf16(const mt_ops *ops, const bcase *g, operands *o) {
 
 int mt_bench_gemm_bf16(int argc, char **argv) {
   const char *model = "small", *json_path = NULL, *paths = NULL;
-  int tokens = 1024, threads = 0, reps = 7, peak = 0;
+  int tokens = 1024, threads = 0, reps = 7, peak = 0, cold = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       return MT_EXIT_OK;
     }
-    if (!strcmp(a, "--peak")) {
-      peak = 1;
+    if (!strcmp(a, "--peak") || !strcmp(a, "--cold")) {
+      *(a[2] == 'p' ? &peak : &cold) = 1;
       continue;
     }
     if (i + 1 >= argc) bad("option without a value", a);
@@ -286,12 +290,14 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
   double limit[N_PATHS] = {0};
   if (peak) peaks_and_limits(mt_kernels_threads(), limit);
   double *t = mt_malloc((size_t)reps * N_PATHS * sizeof(double));
+  if (cold) mt_bench_cold_on();
   for (int i = 0; i < nc; i++) {
     bcase *g = &cases[i];
     for (int r = -1; r < reps; r++) /* r = -1: warm-up */
       for (int p = 0; p < N_PATHS; p++) {
         if (!use[p]) continue;
         if (p) mt_bf16_gemm_select(g_path[p]);
+        mt_bench_cold_flush();
         double t0 = now();
         if (p == 0) run_fp32(g, &o);
         else run_bf16(ops, g, &o);
@@ -310,6 +316,7 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
     }
   }
   mt_bf16_gemm_select("auto");
+  mt_bench_cold_off();
   free(t);
 
   printf("# %-10s %-8s %-4s %6s %6s %6s %5s | %8s %8s %8s | %7s %7s | %8s", "layer", "role",
@@ -363,6 +370,7 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "threads", mt_kernels_threads());
     cJSON_AddNumberToObject(root, "reps", reps);
     cJSON_AddStringToObject(root, "clock", g_cpu_clock ? "cpu" : "wall");
+    cJSON_AddBoolToObject(root, "cold", cold);
     cJSON_AddStringToObject(root, "blas_core", mt_kernels_blas_core());
     cJSON_AddNumberToObject(root, "cpu_bf16_level", mt_cpu_bf16_level());
     cJSON_AddStringToObject(root, "default_path", auto_path);

@@ -16,10 +16,10 @@
 # relative error, and the load average before and after (a busy machine
 # moves the figures).
 #   apps/scripts/bench-calibrate.sh [BUILD_DIR] [ROUNDS]
-# PRECISION=bf16 calibrates the matmuls with `meshbench gemm-bf16` (bf16 on
-# the path the run chooses, beside fp32: the profile's gemm_bf16) and trains
-# every layout with train.precision = bf16 (the attention rate stays the
-# fp32 kernels' measured one).
+# PRECISION=bf16 calibrates the matmuls with `meshbench gemm-bf16 --cold`
+# (bf16 on the path the run chooses, beside fp32: the profile's gemm_bf16)
+# and the attention kernels in both precisions (attn_gflops_bf16), and
+# trains every layout with train.precision = bf16.
 # The behaviour of calibration (the profile holds what was measured, loads
 # back, and drives the prediction) is the test plan.calibrated.
 set -euo pipefail
@@ -38,7 +38,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 export PRECISION=${PRECISION:-fp32}
 for tok in 128 256 512; do
   if [ "$PRECISION" = bf16 ]; then
-    "$BUILD"/bin/meshbench gemm-bf16 --model small --threads 1 --tokens $tok --reps 3 \
+    "$BUILD"/bin/meshbench gemm-bf16 --model small --threads 1 --tokens $tok --reps 3 --cold \
       --json "$OUT/gemm.jsonl" > /dev/null
   else
     "$BUILD"/bin/meshbench gemm --model small --threads 1 --tokens $tok --reps 3 --cold \
@@ -48,8 +48,10 @@ done
 "${launcher[@]}" -n 2 "$BUILD"/bin/meshbench allreduce --min-bytes 1K --max-bytes 16M \
   --json "$OUT/coll.jsonl" > /dev/null
 "$BUILD"/bin/meshbench stream --mib 32 --threads 1 --json "$OUT/stream.jsonl" > /dev/null
-"$BUILD"/bin/meshbench attention --model small --seq 128 --tokens 512 --threads 1 --reps 5 \
-  --kernels new --json "$OUT/attn.jsonl" > /dev/null
+for prec in fp32 $([ "$PRECISION" = bf16 ] && echo bf16); do
+  "$BUILD"/bin/meshbench attention --model small --seq 128 --tokens 512 --threads 1 --reps 5 \
+    --kernels new --precision $prec --json "$OUT/attn.jsonl" > /dev/null
+done
 "$BUILD"/bin/meshplan calibrate --gemm "$OUT/gemm.jsonl" --coll "$OUT/coll.jsonl" \
   --stream "$OUT/stream.jsonl" --attn "$OUT/attn.jsonl" --name here --devices-per-node 2 --mem-gib 8 --out "$OUT/here.ini"
 

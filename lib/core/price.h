@@ -33,7 +33,8 @@ typedef struct {
   double intra_gbs, intra_us;  /* a link inside a node: bandwidth per rank, latency */
   double inter_gbs, inter_us;  /* ... across nodes */
   int attn_br, attn_bc;        /* block attention's tile: query rows x keys */
-  double attn_gflops;          /* a fused kernel's rate on whole tiles (0: the matmul curve) */
+  double attn_gflops[2];       /* a fused kernel's rate on whole tiles, by mt_price_width
+                                  (0: the matmul curve) */
   double overlap;              /* share of its rate a collective keeps beside compute */
   double stage_us;             /* a pipeline op's overhead beyond its compute */
   int coll_flat;               /* collectives across nodes flat, not hierarchical */
@@ -64,7 +65,7 @@ double mt_price_gemm_s(const mt_price *p, double es, double m, double n, double 
  * against the keys up to its last row (causal) in tiles of attn_bc keys,
  * two products a tile (S = Q K^T, P V: 4 hs FLOPs per query-key pair).
  * With attn_gflops (a fused kernel) every touched tile is computed whole,
- * at that rate; without, each product covers the block's visible keys at
+ * at the rate of the es-byte width (es 0: the faster width's); without, each product covers the block's visible keys at
  * the es-byte matmul curve's rate for its size (the CPU backend). The backward is
  * 2.5 times this (it recomputes S and forms dP, dS, dQ, dK, dV: 5
  * products for 2). meshplan and the virtual device both price with it. */

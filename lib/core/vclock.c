@@ -109,7 +109,12 @@ double mt_price_attn_fwd_s(const mt_price *p, double es, double heads, long q0, 
     *used = 1;
   }
   if (!(heads > 0) || w->calls == 0) return 0.0;
-  if (p->attn_gflops > 0) return heads * w->whole / (p->attn_gflops * 1e9);
+  /* the fused rate of the operands' width (es 0: the faster, a bound for
+   * either; the other's where a hand-made price has one) */
+  const double *ag = p->attn_gflops;
+  const int aw = mt_price_width(es);
+  const double rate = es <= 0 || !(ag[aw] > 0) ? (ag[0] > ag[1] ? ag[0] : ag[1]) : ag[aw];
+  if (rate > 0) return heads * w->whole / (rate * 1e9);
   return heads * w->visible / (mt_price_gemm_gflops(p, es, w->visible / w->calls) * 1e9);
 }
 

@@ -171,29 +171,32 @@ static void on_stream(const cJSON *o, void *ctx) {
 /* ---- attention: the block kernels' rate on whole tiles ---- */
 typedef struct {
   mt_price tiles; /* the tile the rate is for (the CPU backend's blocks) */
-  double rate_sum;
-  int n;
+  double rate_sum[2];
+  int n[2]; /* by mt_price_width */
 } attn_points;
 
 /* Each row's fused rate: the FLOPs mt_price_attn_fwd_s counts for a fused
  * kernel (whole tiles) times 3.5 (forward and its 2.5 x backward) over the
  * time measured, so that the cost model, priced at that rate, gives back
- * the measured time at these shapes; the rows' mean */
+ * the measured time at these shapes; the rows' mean, by the precision the
+ * kernels ran in (meshbench attention --precision; fp32 where unsaid) */
 static void on_attn(const cJSON *o, void *ctx) {
   attn_points *a = ctx;
   if (!is_bench(o, "attention")) return;
   double C = num(o, "n_embd"), NH = num(o, "n_head");
   if (!(C > 0) || !(NH > 0)) return;
+  const cJSON *prec = cJSON_GetObjectItemCaseSensitive(o, "precision");
+  const int w = cJSON_IsString(prec) && strcmp(prec->valuestring, "bf16") == 0 ? 0 : 1;
   const cJSON *row;
   cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(o, "rows")) {
     double T = num(row, "T"), B = num(row, "B");
     double t = num(cJSON_GetObjectItemCaseSensitive(row, "blocks"), "time_s");
     if (!(T > 0) || !(B > 0) || !(t > 0)) continue;
     mt_price unit = a->tiles;
-    unit.attn_gflops = 1.0; /* then the price is whole-tile GFLOPs */
+    unit.attn_gflops[0] = unit.attn_gflops[1] = 1.0; /* then the price is whole-tile GFLOPs */
     double gflop = mt_price_attn_fwd_s(&unit, 4.0, B * NH, 0, (int)T, 0, (int)T, 1, C / NH);
-    a->rate_sum += 3.5 * gflop / t;
-    a->n++;
+    a->rate_sum[w] += 3.5 * gflop / t;
+    a->n[w]++;
   }
 }
 
@@ -251,12 +254,16 @@ int mt_cost_calibrate(const mt_calibration_input *in, mt_cost_profile *p, mt_err
       rc = mt_err_pass(e);
       goto done;
     }
-    if (a.n == 0) {
+    if (a.n[0] + a.n[1] == 0) {
       mt_err_set(e, "%s: no meshbench attention rows with the block kernels timed (and the "
                  "model's n_embd, n_head)", in->attn_json);
       goto done;
     }
-    p->attn_gflops = a.rate_sum / a.n;
+    /* a width not measured runs at the other's rate (mt_cost_profile_load) */
+    for (int w = 0; w < 2; w++)
+      if (a.n[w]) p->attn_gflops[w] = a.rate_sum[w] / a.n[w], p->attn_given |= 1u << w;
+    for (int w = 0; w < 2; w++)
+      if (!a.n[w]) p->attn_gflops[w] = p->attn_gflops[1 - w];
   }
   rc = 0;
 done:

@@ -13,6 +13,7 @@ typedef struct {
   mt_cost_profile *p;
   unsigned seen, seen_optional;
   mt_price_curve main, by_width[2]; /* gemm; gemm_bf16, gemm_fp32 */
+  double attn[3];                   /* attn_gflops_bf16, attn_gflops_fp32; attn_gflops */
   double hw_peak[2];                /* [hw] peak_gflops_bf16, peak_gflops_fp32 */
   char bad[200];
 } cost_parse;
@@ -30,7 +31,7 @@ static const char *g_cost_keys[] = {"devices_per_node", "mem_gib", "peak_gflops"
 static const char *g_optional_keys[] = {"attn_block", "attention",     "collectives",
                                         "attn_gflops", "stage_us",      "act_bytes",
                                         "gemm_bf16",   "gemm_fp32",     "ring_step_us",
-                                        "small_step_us"};
+                                        "small_step_us", "attn_gflops_bf16", "attn_gflops_fp32"};
 static const char *g_width_names[] = {"bf16", "fp32"};
 #define N_OPTIONAL ((int)(sizeof g_optional_keys / sizeof g_optional_keys[0]))
 
@@ -172,10 +173,11 @@ static int cost_handler(void *user, const char *section, const char *name, const
     return one_of_two(c, name, value, "block", "materialized", &p->attn_materialized);
   if (strcmp(name, "collectives") == 0) /* optional: how collectives cross nodes */
     return one_of_two(c, name, value, "hierarchical", "flat", &p->coll_flat);
-  if (strcmp(name, "attn_gflops") == 0 || strcmp(name, "stage_us") == 0) { /* optional */
+  if (strncmp(name, "attn_gflops", 11) == 0 || strcmp(name, "stage_us") == 0) { /* optional */
     const int attn = name[0] == 'a';
     if (!ranged(c, name, value, attn ? RANGE_ATTN : RANGE_STAGE, &x)) return 0;
-    *(attn ? &p->attn_gflops : &p->stage_us) = x;
+    /* attn_gflops, or _bf16 / _fp32 by width */
+    *(attn ? &c->attn[name[11] ? strcmp(name + 12, "fp32") == 0 : 2] : &p->stage_us) = x;
     return 1;
   }
   if (strcmp(name, "act_bytes") == 0) { /* optional: bytes an activation element takes */
@@ -224,25 +226,30 @@ static int check_peak(const mt_cost_profile *p, const char *path, mt_err *e) {
   return 0;
 }
 
-/* gemm is the curve of the width trained in (act_bytes); the other width's
- * from its own key, else gemm's scaled by the [hw] peaks' ratio */
+/* gemm and attn_gflops are the rates of the width trained in (act_bytes);
+ * the other width's from its own key, else the one given scaled by the
+ * [hw] peaks' ratio */
 static int set_curves(mt_cost_profile *p, const cost_parse *c, const char *path, mt_err *e) {
   const int w = mt_price_width(p->act_bytes), x = 1 - w;
-  if (c->by_width[w].n > 0) {
-    mt_err_set(e, "%s: [cost] gemm_%s is gemm's own width (act_bytes = %g): give the curve once, "
-                  "as gemm", path, g_width_names[w], p->act_bytes);
+  const char *own = c->by_width[w].n > 0 ? "gemm" : c->attn[w] > 0 ? "attn_gflops" : NULL;
+  if (own) {
+    mt_err_set(e, "%s: [cost] %s_%s is %s's own width (act_bytes = %g): give it once, as %s",
+               path, own, g_width_names[w], own, p->act_bytes, own);
     return -1;
   }
+  const double ratio = c->hw_peak[w] > 0 && c->hw_peak[x] > 0 ? c->hw_peak[x] / c->hw_peak[w] : 1;
   p->gemm[w] = c->main;
   p->gemm_given = 1u << w;
   if (c->by_width[x].n > 0) {
     p->gemm[x] = c->by_width[x];
     p->gemm_given |= 1u << x;
-    return 0;
+  } else {
+    p->gemm[x] = c->main;
+    for (int i = 0; i < p->gemm[x].n; i++) p->gemm[x].gflops[i] *= ratio;
   }
-  const double ratio = c->hw_peak[w] > 0 && c->hw_peak[x] > 0 ? c->hw_peak[x] / c->hw_peak[w] : 1;
-  p->gemm[x] = c->main;
-  for (int i = 0; i < p->gemm[x].n; i++) p->gemm[x].gflops[i] *= ratio;
+  p->attn_given = (c->attn[2] > 0 ? 1u << w : 0) | (c->attn[x] > 0 ? 1u << x : 0);
+  p->attn_gflops[w] = c->attn[2] > 0 ? c->attn[2] : c->attn[x] / ratio;
+  p->attn_gflops[x] = c->attn[x] > 0 ? c->attn[x] : c->attn[2] * ratio;
   return 0;
 }
 
@@ -302,7 +309,12 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
           p->elementwise_gbs, p->intra_gbs, p->intra_us, p->inter_gbs, p->inter_us, p->overlap);
   if (p->act_bytes && p->act_bytes != 4) fprintf(f, "act_bytes = %.0f\n", p->act_bytes);
   if (p->attn_br > 0) fprintf(f, "attn_block = %d:%d\n", p->attn_br, p->attn_bc);
-  if (p->attn_gflops > 0) fprintf(f, "attn_gflops = %.6g\n", p->attn_gflops);
+  for (int v = 0; v < 2; v++) { /* as the curves: the other width's where given */
+    const int u = v ? 1 - w : w;
+    if (p->attn_given & (1u << u))
+      fprintf(f, "attn_gflops%s%s = %.6g\n", v ? "_" : "", v ? g_width_names[u] : "",
+              p->attn_gflops[u]);
+  }
   if (p->stage_us > 0) fprintf(f, "stage_us = %.6g\n", p->stage_us);
   if (p->coll_flat) fprintf(f, "collectives = flat\n");
   for (int s = 0; s < 2; s++) {
@@ -331,7 +343,7 @@ void mt_cost_price(const mt_cost_profile *p, mt_price *out) {
   out->inter_us = p->inter_us;
   out->attn_br = p->attn_br;
   out->attn_bc = p->attn_bc;
-  out->attn_gflops = eff * p->attn_gflops;
+  for (int w = 0; w < 2; w++) out->attn_gflops[w] = eff * p->attn_gflops[w];
   out->overlap = p->overlap;
   out->stage_us = p->stage_us;
   out->coll_flat = p->coll_flat;

@@ -214,9 +214,13 @@ typedef struct {
   /* block attention (optional keys): attn_block = BR:BC, query rows and keys of one
    * tile (default 64:256, the CPU backend's blocks); attn_gflops, the fused kernel's
    * FLOP/s on whole tiles (0, the default: each tile's two products priced on the
-   * matmul curve at their size, as the CPU backend calls them) */
+   * matmul curve at their size, as the CPU backend calls them), by mt_price_width as
+   * gemm: the profile's attn_gflops at act_bytes' width, attn_gflops_bf16 or _fp32 the
+   * other's (or the one given scaled by the [hw] peaks' ratio); attn_given, which
+   * widths were given (bits by width) */
   int attn_br, attn_bc;
-  double attn_gflops;
+  double attn_gflops[2];
+  unsigned attn_given;
   /* the attention kernel priced: 0 block attention (what meshtrain's
    * backends run), 1 materialized (another stack's batched QK^T and PV
    * GEMMs over the whole T x T square, a fused scale-mask-softmax and

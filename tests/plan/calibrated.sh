@@ -5,7 +5,8 @@
 #  1. holds what was measured: each matmul point is the mean of the
 #     measured GFLOP/s of its size (sizes in order), the peak the fastest;
 #     the block attention kernels' rate (meshbench attention at T = 64 and
-#     128) on whole 64:256 tiles, as the cost model counts them;
+#     128) on whole 64:256 tiles, as the cost model counts them, in fp32
+#     (attn_gflops) and in bf16 (attn_gflops_bf16) each from its own rows;
 #     the link's latency the smallest message's time and its bandwidth the
 #     best bus bandwidth among the three largest sizes (across nodes = inside
 #     on one node); the memory bandwidth the stream figure; the given devices
@@ -24,8 +25,10 @@ for tok in 128 256; do
 done
 mt_mpirun 2 "$MT_BIN/meshbench" allreduce --min-bytes 1K --max-bytes 1M --json "$WORK/coll.jsonl" > /dev/null
 "$MT_BIN/meshbench" stream --mib 8 --threads 1 --json "$WORK/stream.jsonl" > /dev/null
-"$MT_BIN/meshbench" attention --model small --seq 64,128 --tokens 256 --threads 1 --reps 1 \
-  --kernels new --json "$WORK/attn.jsonl" > /dev/null
+for prec in fp32 bf16; do
+  "$MT_BIN/meshbench" attention --model small --seq 64,128 --tokens 256 --threads 1 --reps 1 \
+    --kernels new --precision $prec --json "$WORK/attn.jsonl" > /dev/null
+done
 "$MT_BIN/meshplan" calibrate --gemm "$WORK/gemm.jsonl" --coll "$WORK/coll.jsonl" \
   --stream "$WORK/stream.jsonl" --attn "$WORK/attn.jsonl" --name here --devices-per-node 2 --mem-gib 8 --out "$WORK/here.ini" \
   || fail "calibrate"
@@ -83,13 +86,16 @@ def whole_tiles(T, hs, br=64, bc=256):
         rows = min(br, T - r0)
         f += 4.0 * br * (-(-(r0 + rows) // bc)) * bc * hs
     return f
-ar = [(r, a) for a in lines("attn.jsonl", "attention") for r in a["rows"]]
-rates = [3.5 * r["B"] * a["n_head"] * whole_tiles(r["T"], a["n_embd"] // a["n_head"]) /
-         r["blocks"]["time_s"] / 1e9 for r, a in ar]
-if len(ar) != 2 or c.get("attn_block") != "64:256":
-    bad.append("attention: %d rows measured, attn_block %r" % (len(ar), c.get("attn_block")))
-else:
-    want("attn_gflops", float(c["attn_gflops"]), sum(rates) / len(rates), 1e-5)
+for prec, key in (("fp32", "attn_gflops"), ("bf16", "attn_gflops_bf16")):
+    ar = [(r, a) for a in lines("attn.jsonl", "attention") if a.get("precision") == prec
+          for r in a["rows"]]
+    rates = [3.5 * r["B"] * a["n_head"] * whole_tiles(r["T"], a["n_embd"] // a["n_head"]) /
+             r["blocks"]["time_s"] / 1e9 for r, a in ar]
+    if len(ar) != 2 or c.get("attn_block") != "64:256" or key not in c:
+        bad.append("attention in %s: %d rows measured, attn_block %r, %s %r" %
+                   (prec, len(ar), c.get("attn_block"), key, c.get(key)))
+    else:
+        want(key, float(c[key]), sum(rates) / len(rates), 1e-5)
 if int(c["devices_per_node"]) != 2 or not within(float(c["mem_gib"]), 8.0, 1e-9):
     bad.append("devices_per_node %s, mem_gib %s: want 2 and 8" % (c["devices_per_node"], c["mem_gib"]))
 if bad:
@@ -105,6 +111,7 @@ def edited(name, change):  # change: key -> new value text from the old one
 twice = lambda v: repr(2 * float(v))  # noqa: E731
 half = lambda v: repr(float(v) / 2)  # noqa: E731
 edited("compute2.ini", {"elementwise_gbs": twice, "attn_gflops": twice, "peak_gflops": twice,
+                        "attn_gflops_bf16": twice,
                         "gemm": lambda v: " ".join("%s:%r" % (q.split(":")[0], 2 * float(q.split(":")[1]))
                                                    for q in v.split())})
 edited("link2.ini", {"intra_gbs": twice, "inter_gbs": twice, "intra_us": half, "inter_us": half})

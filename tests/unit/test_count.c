@@ -219,7 +219,7 @@ static void virtual_backend(void) {
    * blocks see 2 and 4 keys, 1 and 2 tiles: 3 tiles of 4 pairs; a block
    * below the diagonal (queries at 4..7, keys 0..3) sees every key: 4 tiles */
   mt_price fused = p;
-  fused.attn_br = 2, fused.attn_bc = 2, fused.attn_gflops = 1000;
+  fused.attn_br = 2, fused.attn_bc = 2, fused.attn_gflops[0] = 1000;
   MT_CHECK(near(mt_price_attn_fwd_s(&fused, 2, 6, 0, 4, 0, 4, 1, 8), 6.0 * 3 * 4 * 4 * 8 / 1e12),
            "fused price of a diagonal block: %.9g s", mt_price_attn_fwd_s(&fused, 2, 6, 0, 4, 0, 4, 1, 8));
   MT_CHECK(near(mt_price_attn_fwd_s(&fused, 2, 6, 4, 4, 0, 4, 1, 8), 6.0 * 4 * 4 * 4 * 8 / 1e12),
@@ -227,6 +227,17 @@ static void virtual_backend(void) {
            mt_price_attn_fwd_s(&fused, 2, 6, 4, 4, 0, 4, 1, 8));
   MT_CHECK(mt_price_attn_fwd_s(&fused, 2, 6, 0, 4, 4, 4, 1, 8) == 0.0,
            "a block above the diagonal (keys after every query) costs nothing");
+  /* by width: fp32 operands at fp32's rate, es 0 (a bound) at the faster;
+   * a price with one rate takes it for both */
+  const double bf = mt_price_attn_fwd_s(&fused, 2, 6, 0, 4, 0, 4, 1, 8);
+  MT_CHECK(mt_price_attn_fwd_s(&fused, 4, 6, 0, 4, 0, 4, 1, 8) == bf,
+           "one fused rate: fp32 operands priced as bf16's");
+  fused.attn_gflops[1] = 250;
+  MT_CHECK(near(mt_price_attn_fwd_s(&fused, 4, 6, 0, 4, 0, 4, 1, 8), 4.0 * bf),
+           "fp32 attention at a quarter of bf16's rate: %.9g s, priced %.9g s",
+           mt_price_attn_fwd_s(&fused, 4, 6, 0, 4, 0, 4, 1, 8), 4.0 * bf);
+  MT_CHECK(mt_price_attn_fwd_s(&fused, 0, 6, 0, 4, 0, 4, 1, 8) == bf,
+           "the bound (es 0) prices attention at the faster width");
   t0 = mt_now();
   o->layernorm_forward(MT_DT_F32, a, a, a, a, a, a, 10,
                        100); /* reads and writes 10 x 100 elements */
@@ -318,7 +329,18 @@ static void profile_widths(void) {
   MT_CHECK(load_text(text, &p, &e) == 0, "a bf16 profile: %s", e.msg);
   MT_CHECK(p.gemm[0].n == 2 && p.gemm[0].gflops[1] == 80 && near(p.gemm[1].gflops[1], 20),
            "the fp32 curve not gemm's at the peaks' ratio 1/4: %g", p.gemm[1].gflops[1]);
+  MT_CHECK(p.attn_given == 0 && p.attn_gflops[0] == 0 && p.attn_gflops[1] == 0,
+           "no attention rate given, none derived: %g %g", p.attn_gflops[0], p.attn_gflops[1]);
+  snprintf(text, sizeof text, "%sact_bytes = 2\ngemm = 1e5:5 1e9:80\nattn_gflops = 60\n", head);
+  MT_CHECK(load_text(text, &p, &e) == 0, "a bf16 profile with attention: %s", e.msg);
+  MT_CHECK(p.attn_given == 1u && p.attn_gflops[0] == 60 && near(p.attn_gflops[1], 15),
+           "fp32 attention not bf16's at the peaks' ratio: %g", p.attn_gflops[1]);
+  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\nattn_gflops_bf16 = 36\n", head);
+  MT_CHECK(load_text(text, &p, &e) == 0, "an fp32 profile with bf16 attention only: %s", e.msg);
+  MT_CHECK(p.attn_given == 1u && p.attn_gflops[0] == 36 && near(p.attn_gflops[1], 9),
+           "fp32 attention not derived from bf16's: %g", p.attn_gflops[1]);
   snprintf(text, sizeof text, "%sgemm_bf16 = 1e5:15 1e9:240\ngemm = 1e5:5 1e9:80\n"
+                              "attn_gflops = 30\nattn_gflops_bf16 = 70\n"
                               "ring_step_us = 3.4:14\nsmall_step_us = 0.6:2.7\n", head);
   MT_CHECK(load_text(text, &p, &e) == 0, "an fp32 profile with a bf16 curve: %s", e.msg);
   MT_CHECK(p.gemm[1].gflops[1] == 80 && p.gemm[0].gflops[1] == 240 && p.gemm_given == 3u,
@@ -333,6 +355,11 @@ static void profile_widths(void) {
   mt_cost_profile q;
   MT_CHECK(load_text(back, &q, &e) == 0, "the written profile: %s", e.msg);
   MT_CHECK(memcmp(&q.gemm, &p.gemm, sizeof p.gemm) == 0, "the written curves load back otherwise");
+  MT_CHECK(p.attn_given == 3u && p.attn_gflops[1] == 30 && p.attn_gflops[0] == 70 &&
+               memcmp(q.attn_gflops, p.attn_gflops, sizeof p.attn_gflops) == 0 &&
+               q.attn_given == 3u,
+           "attention by width, given and written back: %g %g, back %g %g", p.attn_gflops[0],
+           p.attn_gflops[1], q.attn_gflops[0], q.attn_gflops[1]);
   MT_CHECK(q.ring_step_us[0] == 3.4 && q.ring_step_us[1] == 14 && q.small_step_us[0] == 0.6 &&
                q.small_step_us[1] == 2.7,
            "ring steps written and read back: %g:%g %g:%g", q.ring_step_us[0], q.ring_step_us[1],
@@ -345,6 +372,11 @@ static void profile_widths(void) {
   snprintf(text, sizeof text, "%sact_bytes = 2\ngemm = 1e5:5 1e9:80\ngemm_bf16 = 1e5:5\n", head);
   MT_CHECK(load_text(text, &p, &e2) != 0 && strstr(e2.msg, "gemm_bf16 is gemm's own width"),
            "gemm_bf16 on a bf16 profile: '%s'", e2.msg);
+  mt_err e5 = {0};
+  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\nattn_gflops_fp32 = 5\n", head);
+  MT_CHECK(load_text(text, &p, &e5) != 0 &&
+               strstr(e5.msg, "attn_gflops_fp32 is attn_gflops's own width"),
+           "attn_gflops_fp32 on an fp32 profile: '%s'", e5.msg);
   mt_err e3 = {0};
   snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\ngemm_bf16 = 1e9:5 1e5:9\n", head);
   MT_CHECK(load_text(text, &p, &e3) != 0 && strstr(e3.msg, "gemm_bf16 = '1e9:5 1e5:9' is not"),
