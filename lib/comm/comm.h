@@ -49,8 +49,10 @@ typedef struct {
   int world0, stride;
   /* virtual backend: when this group's collective channel is next free,
    * and its two point-to-point send links (to the next rank, to others),
-   * virtual seconds */
+   * virtual seconds; its non-blocking collectives not yet priced, in issue
+   * order (virtual.c) */
   double vchan, vsend[2];
+  void *vqueue;
 } mt_group;
 
 /* The axes of the mesh: the dense mesh tp, cp, dp, pp (innermost first)

@@ -22,7 +22,9 @@
  *                until then. A non-blocking one (dp buckets, ZeRO gathers) is
  *                issued at the rank's clock and the rank only waits for it
  *                in mt_wait: what backward hides is decided by the real
- *                issue order.
+ *                issue order. The group's channel takes them in the
+ *                order they were issued, whatever the order of the waits
+ *                (a wait first prices those issued before it).
  *   send         leaves when its link (towards the next rank, or the
  *                others) is free and not before its issue time, arrives
  *                bytes / bandwidth + latency later; the message carries
@@ -123,6 +125,29 @@ static void send_stamp(mt_group *g, int peer, double bytes, double *out) {
 
 static double *vbuf(void) { return mt_calloc(4, sizeof(double)); }
 
+/* A non-blocking collective in flight: the timestamps the ranks reduce
+ * (v: the latest arrival, the most bytes; then this rank's kind and its
+ * ops' seconds at the issue), their MPI request, and once priced its end.
+ * On the heap (r->vbuf points at v: a request may move while this is
+ * queued) and queued on its group in issue order. */
+typedef struct vcoll {
+  double v[4];
+  MPI_Request req;
+  double end;
+  int priced;
+  struct vcoll *next;
+} vcoll;
+
+/* prices the group's oldest collective not yet priced: the channel takes
+ * it now, after every one issued before it */
+static void price_oldest(mt_group *g) {
+  vcoll *c = g->vqueue;
+  MT_MPI_CHECK(MPI_Wait(&c->req, MPI_STATUS_IGNORE));
+  c->end = coll_end(g, c->v, (int)c->v[2], c->v[3]);
+  c->priced = 1;
+  g->vqueue = c->next;
+}
+
 static void finish(mt_request *r) {
   free(r->vbuf);
   r->vbuf = NULL;
@@ -153,12 +178,17 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
                              &r->req));
     } else {
       r->vkind = V_COLL;
-      r->vbuf[0] = mt_now();
-      r->vbuf[1] = priced_bytes(g, c);
-      r->vbuf[2] = mt_comm_price_kind(c->kind); /* (not reduced: this rank's notes) */
-      r->vbuf[3] = mt_vclock_busy();
-      MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->vbuf, 2, MPI_DOUBLE, MPI_MAX, g->comm,
-                                  &r->req));
+      free(r->vbuf);
+      vcoll *q = mt_calloc(1, sizeof *q), **tail = (vcoll **)&g->vqueue;
+      r->vbuf = q->v;
+      q->v[0] = mt_now();
+      q->v[1] = priced_bytes(g, c);
+      q->v[2] = mt_comm_price_kind(c->kind); /* (not reduced: this rank's notes) */
+      q->v[3] = mt_vclock_busy();
+      MT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, q->v, 2, MPI_DOUBLE, MPI_MAX, g->comm, &q->req));
+      r->req = MPI_REQUEST_NULL;
+      while (*tail) tail = &(*tail)->next;
+      *tail = q;
     }
     return 1;
   }
@@ -175,7 +205,9 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
     mt_vclock_check(mt_now(), in[1], "a point-to-point exchange");
     return 1;
   }
-  /* a blocking collective: every rank's arrival and bytes, the largest */
+  /* a blocking collective: every rank's arrival and bytes, the largest; on
+   * the channel after those issued before it */
+  while (g->vqueue) price_oldest(g);
   double a[2] = {mt_now(), priced_bytes(g, c)};
   MT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a, 2, MPI_DOUBLE, MPI_MAX, g->comm));
   double end = coll_end(g, a, mt_comm_price_kind(c->kind), -1.0);
@@ -188,12 +220,16 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
 
 void mt_comm_virtual_wait(mt_request *r) {
   mt_group *g = r->g;
-  MT_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
   if (r->vkind == V_COLL) {
-    double end = coll_end(g, r->vbuf, (int)r->vbuf[2], r->vbuf[3]);
-    wait_until(g, end);
-    mt_vclock_check(end, r->vbuf[0], "a collective");
-  } else if (r->vkind == V_SEND) {
+    vcoll *c = (vcoll *)r->vbuf;
+    while (!c->priced) price_oldest(g);
+    wait_until(g, c->end);
+    mt_vclock_check(c->end, c->v[0], "a collective");
+    finish(r);
+    return;
+  }
+  MT_MPI_CHECK(MPI_Wait(&r->req, MPI_STATUS_IGNORE));
+  if (r->vkind == V_SEND) {
     wait_until(g, r->vend);
   } else {
     wait_until(g, r->vbuf[0]);
@@ -205,12 +241,17 @@ void mt_comm_virtual_wait(mt_request *r) {
 /* Finishes a request early only when that leaves the clock as mt_wait
  * would (what it waits for is already past): a send once its arrival is
  * past, a receive once it is in and its arrival past. A collective only
- * progresses: its channel is taken in the order of the waits, the same on
- * every run. */
+ * progresses: its channel is taken in issue order at the waits, the same
+ * on every run. */
 void mt_comm_virtual_progress(mt_request *r) {
   int done = 0;
   if (r->vkind == V_SEND) {
     if (r->vend <= mt_now()) mt_comm_virtual_wait(r); /* (3 doubles: MPI sent them eagerly) */
+    return;
+  }
+  if (r->vkind == V_COLL) {
+    vcoll *c = (vcoll *)r->vbuf;
+    if (!c->priced) MT_MPI_CHECK(MPI_Test(&c->req, &done, MPI_STATUS_IGNORE));
     return;
   }
   if (r->req == MPI_REQUEST_NULL) done = 1;
