@@ -28,6 +28,7 @@ static void usage(FILE *f) {
           "                --nodes N | --ranks N [--top K] [--all] [--dtype CATEGORY=BYTES ...]\n"
           "                [--stack NAME] [--attention block|materialized]\n"
           "                [--collectives hierarchical|flat] [--compute-efficiency X]\n"
+          "                [--ep-dispatch flat|per-node]\n"
           "                [--json FILE] [--emit-sweep FILE.ini [--system NAME]]\n"
           "       meshplan CONFIG.ini [--set ...] --hw PROFILE --only [--stack NAME] [--dtype ...]\n"
           "       meshplan calibrate --gemm G.jsonl --coll C.jsonl --stream S.jsonl --name NAME\n"
@@ -50,6 +51,8 @@ static void usage(FILE *f) {
           "instead of meshtrain's block attention. --collectives flat prices every collective\n"
           "across nodes as one flat ring on each rank's network link (default hierarchical:\n"
           "the ring's part inside each node, 1/k of it on the network, k ranks a node).\n"
+          "--ep-dispatch per-node prices another stack's expert dispatch (DeepEP's): a token\n"
+          "crosses the network once to each node holding its experts, not once an expert.\n"
           "--compute-efficiency X (0 < X <= 1.5) scales the profile's matmul and attention\n"
           "rates: how far a software stack's kernels sit from them (1: meshtrain's own).\n"
           "--stack NAME prices a published software stack: a preset of --attention,\n"
@@ -306,7 +309,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "calibrate")) return calibrate(argc - 1, argv + 1);
   const char *ini = NULL, *hw = NULL, *json = NULL, *sweep = NULL, *system = "leonardo-booster";
   int nodes = 0, ranks = 0, top = 10, n_over = 0, only = 0, all = 0, n_dt = 0;
-  const char *attention = NULL, *collectives = NULL, *stack_name = "meshtrain";
+  const char *attention = NULL, *collectives = NULL, *ep_dispatch = NULL, *stack_name = "meshtrain";
   double efficiency = 0.0; /* --compute-efficiency; 0: the preset's */
   char **over = mt_calloc((size_t)argc + 1, sizeof(char *));
   const char **dts = mt_calloc((size_t)argc + 1, sizeof(char *));
@@ -354,6 +357,8 @@ int main(int argc, char **argv) {
       attention = v;
     else if (!strcmp(a, "--collectives") && (!strcmp(v, "hierarchical") || !strcmp(v, "flat")))
       collectives = v;
+    else if (!strcmp(a, "--ep-dispatch") && (!strcmp(v, "flat") || !strcmp(v, "per-node")))
+      ep_dispatch = v;
     else if (!strcmp(a, "--nodes") && is_int) nodes = (int)x;
     else if (!strcmp(a, "--ranks") && is_int) ranks = (int)x;
     else if (!strcmp(a, "--top") && is_int) top = (int)x;
@@ -377,6 +382,7 @@ int main(int argc, char **argv) {
   if (!e.failed) mt_plan_stack_apply(stack, &p, &dt, &e);
   if (!e.failed && attention) p.attn_materialized = attention[0] == 'm';
   if (!e.failed && collectives) p.coll_flat = collectives[0] == 'f';
+  if (!e.failed && ep_dispatch) p.ep_per_node = ep_dispatch[0] == 'p';
   if (!e.failed && efficiency > 0) p.compute_efficiency = efficiency;
   for (int i = 0; i < n_dt && !e.failed; i++) mt_cost_dtypes_set(&dt, dts[i], &e);
   if (!e.failed && only) { /* the configured layout alone */
@@ -422,10 +428,11 @@ int main(int argc, char **argv) {
        * line: scripts read the summary as line 3) */
       char limits[160];
       mt_plan_stack_limits(stack, limits, sizeof limits);
-      printf("# stack %s (attention %s, collectives %s, compute efficiency %.4g); bytes per "
+      printf("# stack %s (attention %s, collectives %s%s, compute efficiency %.4g); bytes per "
              "element: %s; headroom %.2f GiB per device%s%s%s%s\n",
              stack->name, p.attn_materialized ? "materialized" : "block",
              p.coll_flat ? "flat" : "hierarchical",
+             p.ep_per_node ? ", ep dispatch per-node" : "",
              p.compute_efficiency > 0 ? p.compute_efficiency : 1.0, dtext,
              mt_cost_headroom(&cfg, &p) / 1073741824.0, shape.moe_experts > 0 ? "; " : "",
              shape.moe_experts > 0 ? moe_buffers_note(&cfg, shape.moe_capacity) : "",

@@ -23,8 +23,9 @@ flops_params and attn_width give the real model's where our shape cannot.
 Each row's software stack is priced with its meshplan preset (column
 preset: `meshplan --stack NAME`, docs/planner.md's table of what each
 sets); columns dtypes (CATEGORY=BYTES;...) and attention (block,
-materialized, flat, hierarchical;...) add per-run flags, which override
-the preset's values (empty in the table: every run's stack is a preset).
+materialized, flat, hierarchical, per-node;...) add per-run flags, which
+override the preset's values (per-node: meshplan --ep-dispatch per-node,
+the runs whose source names DeepEP).
 Then, unless --no-search, the search on the row's GPU count: the rank among
 its ten fastest of the first layout with the published mesh (tp, pp, cp, ep;
 dp the rest), '=' when one of the ten also has every other published field
@@ -193,7 +194,9 @@ def meshplan(binary, r, sets, extra, timeout=None, efficiency=None):
     for d in filter(None, r["dtypes"].split(";")):
         args += ["--dtype", d]
     for o in filter(None, r["attention"].split(";")):  # per-run kernels and collectives
-        args += ["--collectives" if o in ("flat", "hierarchical") else "--attention", o]
+        flag = ("--collectives" if o in ("flat", "hierarchical") else
+                "--ep-dispatch" if o == "per-node" else "--attention")
+        args += [flag, o]
     return subprocess.run(args, capture_output=True, text=True, cwd=SRC, timeout=timeout)
 
 

@@ -56,6 +56,21 @@ static double ladder_hidden(const mt_cost_profile *p, const mt_price *q, const m
   return hidden;
 }
 
+/* The share of a flat all-to-all's network bytes a per-node dispatch
+ * sends (ep_dispatch = per-node): a token routed to topk of E experts
+ * spread evenly over N nodes crosses to each remote node that holds one of
+ * them once, not once per expert there. A node holds none of the token's
+ * experts with probability P0 = prod_i (E - E/N - i) / (E - i); the token
+ * then crosses to (N - 1)(1 - P0) remote nodes on the mean, where a flat
+ * dispatch sends topk (N - 1) / N copies: N (1 - P0) / topk. */
+double mt_cost_ep_node_share(double E, double topk, int nodes) {
+  if (nodes <= 1 || topk <= 1 || E < nodes) return 1.0;
+  double p0 = 1.0, per = E / nodes;
+  for (int i = 0; i < (int)topk; i++) p0 *= (E - per - i) > 0 ? (E - per - i) / (E - i) : 0.0;
+  double share = nodes * (1.0 - p0) / topk;
+  return share < 1.0 ? share : 1.0;
+}
+
 void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_config *cfg,
                         double msg_scale, const mt_chunk_desc *k, double att,
                         const double cb[4], mt_chunk_cost *c) {
@@ -83,7 +98,14 @@ void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_co
   if (n_moe > 0 && (m->moe.ep_size > 1 || m->moe.etp_size > 1)) {
     /* (the folded mesh of a stage: etp innermost, then ep) */
     const int ep = m->moe.ep_size, etp = m->moe.etp_size;
-    c->ep = mt_cost_coll_xfer_s(q, cb[2] * msg_scale, ep, etp, MT_PRICE_ALLTOALL) +
+    /* per-node dispatch: the network's share (the copies forwarded inside
+     * the destination node ride NVLink beside it) */
+    const int nodes = (ep + mt_price_per_node(q, etp, ep) - 1) / mt_price_per_node(q, etp, ep);
+    const double a2a = cb[2] * msg_scale *
+                       (p->ep_per_node ? mt_cost_ep_node_share(m->shape.moe_experts,
+                                                                m->shape.moe_topk, nodes)
+                                       : 1.0);
+    c->ep = mt_cost_coll_xfer_s(q, a2a, ep, etp, MT_PRICE_ALLTOALL) +
             mt_cost_coll_xfer_s(q, cb[3] * msg_scale, etp, 1, MT_PRICE_PASS) +
             n_moe * 4.0 *
                 mt_cost_coll_lat(q, ep > 1 ? ep : etp, ep > 1 ? etp : 1,

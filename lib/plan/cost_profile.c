@@ -31,7 +31,8 @@ static const char *g_cost_keys[] = {"devices_per_node", "mem_gib", "peak_gflops"
 static const char *g_optional_keys[] = {"attn_block", "attention",     "collectives",
                                         "attn_gflops", "stage_us",      "act_bytes",
                                         "gemm_bf16",   "gemm_fp32",     "ring_step_us",
-                                        "small_step_us", "attn_gflops_bf16", "attn_gflops_fp32"};
+                                        "small_step_us", "attn_gflops_bf16", "attn_gflops_fp32",
+                                        "ep_dispatch"};
 static const char *g_width_names[] = {"bf16", "fp32"};
 #define N_OPTIONAL ((int)(sizeof g_optional_keys / sizeof g_optional_keys[0]))
 
@@ -173,6 +174,8 @@ static int cost_handler(void *user, const char *section, const char *name, const
     return one_of_two(c, name, value, "block", "materialized", &p->attn_materialized);
   if (strcmp(name, "collectives") == 0) /* optional: how collectives cross nodes */
     return one_of_two(c, name, value, "hierarchical", "flat", &p->coll_flat);
+  if (strcmp(name, "ep_dispatch") == 0) /* optional: how routed tokens cross nodes */
+    return one_of_two(c, name, value, "flat", "per-node", &p->ep_per_node);
   if (strncmp(name, "attn_gflops", 11) == 0 || strcmp(name, "stage_us") == 0) { /* optional */
     const int attn = name[0] == 'a';
     if (!ranged(c, name, value, attn ? RANGE_ATTN : RANGE_STAGE, &x)) return 0;
@@ -317,6 +320,7 @@ void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FI
   }
   if (p->stage_us > 0) fprintf(f, "stage_us = %.6g\n", p->stage_us);
   if (p->coll_flat) fprintf(f, "collectives = flat\n");
+  if (p->ep_per_node) fprintf(f, "ep_dispatch = per-node\n");
   for (int s = 0; s < 2; s++) {
     const double *st = s ? p->small_step_us : p->ring_step_us;
     if (st[0] > 0 || st[1] > 0)

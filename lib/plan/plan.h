@@ -233,6 +233,13 @@ typedef struct {
    * collectives gain nothing from the node); key collectives =
    * hierarchical | flat, meshplan --collectives */
   int coll_flat;
+  /* expert parallelism's dispatch and combine across nodes: 0 flat (each
+   * routed copy of a token crosses the network to its expert's rank:
+   * meshtrain's all-to-all), 1 per-node (one copy a destination node
+   * crosses the network and is forwarded inside the node: DeepEP's
+   * internode kernels); key ep_dispatch = flat | per-node, meshplan
+   * --ep-dispatch */
+  int ep_per_node;
   /* ring_step_us, small_step_us = INSIDE:ACROSS (optional, default 0:0): a
    * ring step's latency inside a node and across, of the protocol for large
    * messages and of the one for small ones (at a quarter of the
@@ -256,6 +263,10 @@ int mt_cost_profile_load(mt_cost_profile *p, const char *name_or_path, mt_err *e
 /* A profile file (an [hw] and a [cost] section) that loads back to p. */
 void mt_cost_profile_write(const mt_cost_profile *p, const char *description, FILE *f);
 double mt_cost_gemm_gflops(const mt_cost_profile *p, double es, double flops);
+/* the share of a flat all-to-all's network bytes a per-node expert
+ * dispatch sends (ep_dispatch = per-node): topk of E experts even over
+ * `nodes` nodes, each remote node holding any crossed to once (cost_comm.c) */
+double mt_cost_ep_node_share(double E, double topk, int nodes);
 /* The profile's prices as core's mt_price (what the virtual device and
  * the cost model price with). */
 void mt_cost_price(const mt_cost_profile *p, mt_price *out);

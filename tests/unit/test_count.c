@@ -340,7 +340,7 @@ static void profile_widths(void) {
   MT_CHECK(p.attn_given == 1u && p.attn_gflops[0] == 36 && near(p.attn_gflops[1], 9),
            "fp32 attention not derived from bf16's: %g", p.attn_gflops[1]);
   snprintf(text, sizeof text, "%sgemm_bf16 = 1e5:15 1e9:240\ngemm = 1e5:5 1e9:80\n"
-                              "attn_gflops = 30\nattn_gflops_bf16 = 70\n"
+                              "attn_gflops = 30\nattn_gflops_bf16 = 70\nep_dispatch = per-node\n"
                               "ring_step_us = 3.4:14\nsmall_step_us = 0.6:2.7\n", head);
   MT_CHECK(load_text(text, &p, &e) == 0, "an fp32 profile with a bf16 curve: %s", e.msg);
   MT_CHECK(p.gemm[1].gflops[1] == 80 && p.gemm[0].gflops[1] == 240 && p.gemm_given == 3u,
@@ -360,6 +360,13 @@ static void profile_widths(void) {
                q.attn_given == 3u,
            "attention by width, given and written back: %g %g, back %g %g", p.attn_gflops[0],
            p.attn_gflops[1], q.attn_gflops[0], q.attn_gflops[1]);
+  MT_CHECK(p.ep_per_node == 1 && q.ep_per_node == 1, "ep_dispatch = per-node read %d, back %d",
+           p.ep_per_node, q.ep_per_node);
+  mt_err e6 = {0};
+  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\nep_dispatch = deepep\n", head);
+  MT_CHECK(load_text(text, &p, &e6) != 0 &&
+               strstr(e6.msg, "ep_dispatch = 'deepep' is not flat or per-node"),
+           "a bad ep_dispatch: '%s'", e6.msg);
   MT_CHECK(q.ring_step_us[0] == 3.4 && q.ring_step_us[1] == 14 && q.small_step_us[0] == 0.6 &&
                q.small_step_us[1] == 2.7,
            "ring steps written and read back: %g:%g %g:%g", q.ring_step_us[0], q.ring_step_us[1],

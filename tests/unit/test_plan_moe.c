@@ -13,7 +13,9 @@
  *   models that may fit on 4 ranks is priced and none is priced above a
  *   bound (tests/plan/search_bounds.sh: the SwiGLU one in bf16); and
  *   the step-time bound is worth having (the pruned search prices fewer
- *   layouts and ranks the same ten). */
+ *   layouts and ranks the same ten).
+ * - A per-node expert dispatch (ep_dispatch) sends the share of the network
+ *   bytes a count of the routings gives, and saves nothing inside a node. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +86,51 @@ static void reuse_prices(const mt_cost_profile *p) {
     }
 }
 
+/* ep_dispatch = per-node (DeepEP's): the share of a flat dispatch's
+ * network bytes against every choice of a token's experts counted by hand
+ * (8 experts on 4 nodes, top-2: 4 of the 28 pairs on one node, 52 / 28
+ * nodes a token, 13/14 of 2 copies), none saved inside one node or at
+ * top-1; a layout whose ep spans 2 nodes pays less for its all-to-alls by
+ * at most that share (the calls' latencies stay), one inside a node the
+ * same */
+static void ep_per_node(const mt_cost_profile *h100) {
+  MT_CHECK(mt_cost_ep_node_share(8, 2, 4) - 13.0 / 14 <= 1e-12 &&
+               13.0 / 14 - mt_cost_ep_node_share(8, 2, 4) <= 1e-12,
+           "8 experts on 4 nodes, top-2: share %.15g, counted 13/14",
+           mt_cost_ep_node_share(8, 2, 4));
+  MT_CHECK(mt_cost_ep_node_share(256, 8, 1) == 1.0 && mt_cost_ep_node_share(64, 1, 8) == 1.0,
+           "one node or top-1 saves nothing: %g %g", mt_cost_ep_node_share(256, 8, 1),
+           mt_cost_ep_node_share(64, 1, 8));
+  const double ds = mt_cost_ep_node_share(256, 8, 8);
+  MT_CHECK(ds > 0.6 && ds < 0.7, "DeepSeek-V3's routing over 8 nodes: share %g", ds);
+  const char *layouts[] = {"parallel.dp=16 parallel.ep=16 train.micro_batch=1 train.global_batch=32",
+                           "parallel.dp=8 parallel.ep=8 train.micro_batch=2"};
+  for (int li = 0; li < 2; li++) {
+    mt_config cfg;
+    mt_err e = {0};
+    if (plan_config_load(&cfg, g_llama, N_OF(g_llama), layouts[li], &e) != 0) {
+      MT_FAIL("%s: %s", layouts[li], e.msg);
+      continue;
+    }
+    mt_cost_profile node = *h100;
+    node.ep_per_node = 1;
+    mt_cost flat, per;
+    if (mt_cost_estimate_dt(&cfg, h100, NULL, &flat, &e) != 0 ||
+        mt_cost_estimate_dt(&cfg, &node, NULL, &per, &e) != 0) {
+      MT_FAIL("%s: not priced: %s", layouts[li], e.msg);
+      continue;
+    }
+    const double share = mt_cost_ep_node_share(16, 4, cfg.ep / 8 > 1 ? cfg.ep / 8 : 1);
+    if (li == 0)
+      MT_CHECK(per.ep_s < flat.ep_s && per.ep_s >= share * flat.ep_s,
+               "ep over 2 nodes: per-node %.9g s, flat %.9g s, share %g", per.ep_s, flat.ep_s,
+               share);
+    else
+      MT_CHECK(per.ep_s == flat.ep_s && flat.ep_s > 0,
+               "ep inside a node: per-node %.9g s, flat %.9g s", per.ep_s, flat.ep_s);
+  }
+}
+
 /* every layout that may fit on `ranks` priced: no bound above its price;
  * then the pruned search: fewer priced, the same ten */
 static void bounds(const mt_cost_profile *p, const char **model, int n, const char *extra,
@@ -125,6 +172,7 @@ int main(void) {
     return mt_check_summary("test_plan_moe");
   }
   reuse_prices(&h100);
+  ep_per_node(&h100);
   bounds(&h100, g_llama, N_OF(g_llama), "", 4, "swiglu MoE, h100-sxm");
   bounds(&test, g_gelu, N_OF(g_gelu), "", 4, "gelu MoE every 2nd block, cost-test");
   return mt_check_summary("test_plan_moe");
