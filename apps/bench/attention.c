@@ -49,19 +49,6 @@ static void usage(FILE *f) {
           "  --json FILE     append one JSON line with every figure\n");
 }
 
-static void __attribute__((noreturn)) bad(const char *what, const char *value) {
-  fprintf(stderr, "%s: error: %s '%s' (see meshbench attention --help)\n", g_prog, what, value);
-  exit(MT_EXIT_BADINPUT);
-}
-
-static int parse_int(const char *opt, const char *text) {
-  char *end = NULL;
-  errno = 0;
-  long v = strtol(text, &end, 10);
-  if (errno || end == text || *end || v <= 0 || v > 1000000000L) bad(opt, text);
-  return (int)v;
-}
-
 static long peak_rss_kib(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -100,25 +87,26 @@ int mt_bench_attention(int argc, char **argv) {
       usage(stdout);
       return MT_EXIT_OK;
     }
-    if (!v) bad("missing value for", a);
+    if (!v) mt_bench_bad(g_prog, "missing value for", a);
     if (!strcmp(a, "--model")) model = v;
     else if (!strcmp(a, "--seq")) seq = v;
-    else if (!strcmp(a, "--tokens")) tokens = parse_int(a, v);
-    else if (!strcmp(a, "--threads")) threads = parse_int(a, v);
-    else if (!strcmp(a, "--reps")) reps = parse_int(a, v);
+    else if (!strcmp(a, "--tokens")) tokens = mt_bench_int(g_prog, a, v, 1000000000L);
+    else if (!strcmp(a, "--threads")) threads = mt_bench_int(g_prog, a, v, 1000000000L);
+    else if (!strcmp(a, "--reps")) reps = mt_bench_int(g_prog, a, v, 1000000000L);
     else if (!strcmp(a, "--kernels")) kernels = v;
     else if (!strcmp(a, "--json")) json_path = v;
     else if (!strcmp(a, "--precision")) {
-      if (strcmp(v, "fp32") && strcmp(v, "bf16")) bad("--precision: not fp32 or bf16:", v);
+      if (strcmp(v, "fp32") && strcmp(v, "bf16"))
+        mt_bench_bad(g_prog, "--precision: not fp32 or bf16:", v);
       precision = v;
     }
-    else bad("unknown option", a);
+    else mt_bench_bad(g_prog, "unknown option", a);
     i++;
   }
   mt_model_shape shape;
   const int preset = mt_config_enum_parse("model.preset", model);
   if (preset < 0 || preset == MT_PRESET_CUSTOM || mt_model_preset((mt_preset)preset, &shape) != 0)
-    bad("--model: unknown model", model);
+    mt_bench_bad(g_prog, "--model: unknown model", model);
   int want[2] = {strstr(kernels, "old") != NULL, strstr(kernels, "new") != NULL};
   mt_kernels_set_threads(threads);
   const mt_ops *ops = mt_ops_cpu();
@@ -130,7 +118,7 @@ int mt_bench_attention(int argc, char **argv) {
   for (const char *p = seq; *p && n_rows < 16;) {
     char *end;
     long T = strtol(p, &end, 10);
-    if (end == p || T < 1 || T > tokens) bad("--seq: bad length in", seq);
+    if (end == p || T < 1 || T > tokens) mt_bench_bad(g_prog, "--seq: bad length in", seq);
     rows[n_rows++] = (att_row){(int)T, tokens / (int)T, {0, 0}, {0, 0}, {0, 0}, 0, {0, 0}};
     p = *end == ',' ? end + 1 : end;
   }
@@ -255,14 +243,7 @@ int mt_bench_attention(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "max_rel_diff", rows[r].max_rel_diff);
       cJSON_AddItemToArray(arr, o);
     }
-    char *line = cJSON_PrintUnformatted(root);
-    FILE *f = fopen(json_path, "a");
-    if (!f || fprintf(f, "%s\n", line) < 0 || fclose(f) != 0) {
-      fprintf(stderr, "%s: error: cannot append to %s: %s\n", g_prog, json_path, strerror(errno));
-      rc = MT_EXIT_RUNTIME;
-    }
-    cJSON_free(line);
-    cJSON_Delete(root);
+    if (mt_bench_json_append(g_prog, json_path, root) != MT_EXIT_OK) rc = MT_EXIT_RUNTIME;
   }
   return rc;
 }

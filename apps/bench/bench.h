@@ -15,7 +15,18 @@ int mt_bench_data(int argc, char **argv);        /* data.c */
 int mt_bench_info(int argc, char **argv);        /* devices.c */
 int mt_bench_devices(int argc, char **argv);     /* devices.c */
 
-/* --cold (cold.c): on allocates the flush buffer and says so on stdout,
+/* root (freed) as one line appended to path: 0, or MT_EXIT_RUNTIME with
+ * "prog: error: cannot append to path: why" on stderr (util.c) */
+/* "prog: error: what 'value' (see prog --help)" on stderr, exit 2 */
+void __attribute__((noreturn)) mt_bench_bad(const char *prog, const char *what,
+                                            const char *value);
+/* text as a whole number from 1 to max, else mt_bench_bad naming opt */
+int mt_bench_int(const char *prog, const char *opt, const char *text, long max);
+
+struct cJSON;
+int mt_bench_json_append(const char *prog, const char *path, struct cJSON *root);
+
+/* --cold (util.c): on allocates the flush buffer and says so on stdout,
  * flush reads it before a timed call (nothing while off), off frees it */
 void mt_bench_cold_on(void);
 void mt_bench_cold_flush(void);

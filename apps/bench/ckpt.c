@@ -84,7 +84,7 @@ static void remove_dir(const char *path) {
 int mt_bench_ckpt(int argc, char **argv) {
   const char *model_name = "gpt2-124m", *dir = "outputs/bench-ckpt", *json = NULL;
   const char *save_to = NULL, *save_mode = "shared";
-  int reps = 3;
+  int reps = 3, rc = MT_EXIT_OK;
   double step_s = 0.5; /* the stand-in forward/backward an async snapshot overlaps with */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--model") && i + 1 < argc) model_name = argv[++i];
@@ -312,14 +312,7 @@ int mt_bench_ckpt(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "async_blocking_ratio", r_async);
       cJSON_AddNumberToObject(o, "async_no_overlap_ratio", r_async0);
       cJSON_AddNumberToObject(o, "async_copy_s", med[A_COPY]);
-      char *txt = cJSON_PrintUnformatted(o);
-      FILE *f = fopen(json, "a");
-      if (f) {
-        fprintf(f, "%s\n", txt);
-        fclose(f);
-      }
-      free(txt);
-      cJSON_Delete(o);
+      rc = mt_bench_json_append("meshbench ckpt", json, o);
     }
     remove_dir(root);
   }
@@ -327,5 +320,5 @@ int mt_bench_ckpt(int argc, char **argv) {
   free(mem);
   mt_mesh_destroy(&mesh);
   mt_registry_free(&reg);
-  return 0;
+  return rc;
 }

@@ -438,15 +438,7 @@ int mt_bench_gemm(int argc, char **argv) {
       cJSON_AddStringToObject(root, "gpu", ginfo.name);
       cJSON_AddStringToObject(root, "gemm_path", ginfo.gemm_path);
     }
-    char *line = cJSON_PrintUnformatted(root);
-    FILE *f = fopen(json_path, "a");
-    if (!f || !line || fprintf(f, "%s\n", line) < 0 || fclose(f) != 0) {
-      fprintf(stderr, "%s: error: cannot append to %s: %s\n", g_prog, json_path,
-              strerror(errno));
-      rc = MT_EXIT_RUNTIME;
-    }
-    cJSON_free(line);
-    cJSON_Delete(root);
+    if (mt_bench_json_append(g_prog, json_path, root) != MT_EXIT_OK) rc = MT_EXIT_RUNTIME;
   }
   if (wrong) fprintf(stderr, "%s: error: %d gemm shape(s) gave wrong results\n", g_prog, wrong);
   free(A), free(B), free(Cm);

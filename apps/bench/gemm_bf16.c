@@ -71,19 +71,6 @@ static void usage(FILE *f) {
           "  --json FILE     append one JSON line with every figure\n");
 }
 
-static void __attribute__((noreturn)) bad(const char *what, const char *value) {
-  fprintf(stderr, "%s: error: %s '%s' (see meshbench gemm-bf16 --help)\n", g_prog, what, value);
-  exit(MT_EXIT_BADINPUT);
-}
-
-static int parse_int(const char *opt, const char *text) {
-  char *end = NULL;
-  errno = 0;
-  long v = strtol(text, &end, 10);
-  if (errno || end == text || *end || v <= 0 || v > 100000000L) bad(opt, text);
-  return (int)v;
-}
-
 static int g_cpu_clock = 0;
 
 /* ---- --peak: instruction throughput on one core (mt_cpu_bf16_peaks,
@@ -199,24 +186,25 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
       *(a[2] == 'p' ? &peak : &cold) = 1;
       continue;
     }
-    if (i + 1 >= argc) bad("option without a value", a);
+    if (i + 1 >= argc) mt_bench_bad(g_prog, "option without a value", a);
     const char *v = argv[++i];
     if (!strcmp(a, "--model")) model = v;
-    else if (!strcmp(a, "--tokens")) tokens = parse_int(a, v);
-    else if (!strcmp(a, "--threads")) threads = parse_int(a, v);
-    else if (!strcmp(a, "--reps")) reps = parse_int(a, v);
+    else if (!strcmp(a, "--tokens")) tokens = mt_bench_int(g_prog, a, v, 100000000L);
+    else if (!strcmp(a, "--threads")) threads = mt_bench_int(g_prog, a, v, 100000000L);
+    else if (!strcmp(a, "--reps")) reps = mt_bench_int(g_prog, a, v, 100000000L);
     else if (!strcmp(a, "--paths")) paths = v;
     else if (!strcmp(a, "--json")) json_path = v;
     else if (!strcmp(a, "--clock")) {
-      if (strcmp(v, "wall") && strcmp(v, "cpu")) bad("--clock: not wall or cpu", v);
+      if (strcmp(v, "wall") && strcmp(v, "cpu"))
+        mt_bench_bad(g_prog, "--clock: not wall or cpu", v);
       g_cpu_clock = !strcmp(v, "cpu");
     }
-    else bad("unknown option", a);
+    else mt_bench_bad(g_prog, "unknown option", a);
   }
   mt_model_shape s;
   const int preset = mt_config_enum_parse("model.preset", model);
   if (preset < 0 || preset == MT_PRESET_CUSTOM || mt_model_preset((mt_preset)preset, &s) != 0)
-    bad("--model: unknown model (tiny|small|gpt2-124m)", model);
+    mt_bench_bad(g_prog, "--model: unknown model (tiny|small|gpt2-124m)", model);
   mt_kernels_set_threads(threads);
   int use[N_PATHS] = {1, 0, 0};
   const char *want = paths ? paths : "sgemm,onednn";
@@ -224,9 +212,9 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
   snprintf(list, sizeof list, "%s", want);
   for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
     int p = !strcmp(t, "sgemm") ? 1 : !strcmp(t, "onednn") ? 2 : -1;
-    if (p < 0) bad("--paths: unknown path", t);
+    if (p < 0) mt_bench_bad(g_prog, "--paths: unknown path", t);
     if (mt_bf16_gemm_select(t) != 0) {
-      if (paths) bad("--paths: not in this build", t);
+      if (paths) mt_bench_bad(g_prog, "--paths: not in this build", t);
       continue; /* the default list: what the build has */
     }
     use[p] = 1;
@@ -410,14 +398,7 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
         cJSON_AddNumberToObject(root, key, limit[p]);
       }
     }
-    char *line = cJSON_PrintUnformatted(root);
-    FILE *f = fopen(json_path, "a");
-    if (!f || !line || fprintf(f, "%s\n", line) < 0 || fclose(f) != 0) {
-      fprintf(stderr, "%s: error: cannot append to %s: %s\n", g_prog, json_path, strerror(errno));
-      rc = MT_EXIT_RUNTIME;
-    }
-    cJSON_free(line);
-    cJSON_Delete(root);
+    if (mt_bench_json_append(g_prog, json_path, root) != MT_EXIT_OK) rc = MT_EXIT_RUNTIME;
   }
   if (wrong) fprintf(stderr, "%s: error: %d shape(s) gave wrong bf16 results\n", g_prog, wrong);
   free(o.A), free(o.B), free(o.Cf), free(o.bias), free(o.Ab), free(o.Bb), free(o.Cb), free(o.biasb);

@@ -76,22 +76,13 @@ int mt_bench_stream(int argc, char **argv) {
   printf("# stream triad: %d MiB x 3, %d threads, median of %d: %.4f s, %.2f GB/s%s\n", mib,
          mt_kernels_threads(), reps, med, gbs, check ? "" : " (WRONG RESULT)");
   if (json) {
-    FILE *f = fopen(json, "a");
-    if (!f) {
-      fprintf(stderr, "meshbench stream: --json %s: cannot open for appending\n", json);
-      return MT_EXIT_BADINPUT;
-    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "bench", "stream");
     cJSON_AddNumberToObject(o, "mib", mib);
     cJSON_AddNumberToObject(o, "threads", mt_kernels_threads());
     cJSON_AddNumberToObject(o, "time_s", med);
     cJSON_AddNumberToObject(o, "gbs", gbs);
-    char *s = cJSON_PrintUnformatted(o);
-    fprintf(f, "%s\n", s);
-    free(s);
-    cJSON_Delete(o);
-    fclose(f);
+    if (mt_bench_json_append("meshbench stream", json, o) != MT_EXIT_OK) return MT_EXIT_RUNTIME;
   }
   free(a);
   free(b);
