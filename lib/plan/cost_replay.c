@@ -4,9 +4,11 @@
  * clock), and this replays them on a timeline as the virtual device runs
  * them (comm/virtual.c):
  *
- *   - a group's collectives take its channel one after another, each from
- *     max(issue, the channel free) for its price (mt_price_coll_s on the
- *     group's ranks and nodes);
+ *   - a group's collectives take its channel one after another in the
+ *     order they were issued (a wait, or a blocking call, first prices
+ *     the group's calls issued before it), each from max(issue, the
+ *     channel free) for its price (mt_price_coll_s on the group's ranks
+ *     and nodes);
  *   - a non-blocking one runs at the profile's overlap share of its rate
  *     while the rank computes, at the full rate while it waits; the rank
  *     waits for it only in its wait;
@@ -99,10 +101,13 @@ void mt_cost_replay_prep_free(mt_cost_replay_prep *p) {
   memset(p, 0, sizeof *p);
 }
 
-/* a non-blocking call in flight */
+/* a non-blocking call in flight: queued on its channel in issue order
+ * (next: the call issued after it there, -1 none) until priced, then its
+ * end */
 typedef struct {
-  double issue, busy0, d;
-  int chan; /* -1: none */
+  double issue, busy0, d, end;
+  int chan; /* -1: none (not seen, or waited) */
+  int next, priced;
   char dp;
 } pending;
 
@@ -117,6 +122,7 @@ typedef struct {
   double busy_in;   /* the ops' seconds inside the schedule's ops */
   int in_op;
   double free_at[MT_REPLAY_CHANNELS];
+  int qhead[MT_REPLAY_CHANNELS], qtail[MT_REPLAY_CHANNELS]; /* the calls not priced */
   pending *pend;
   mt_cost_replay out;
 } state;
@@ -128,6 +134,28 @@ static void state_init(state *s, const mt_cost_replay_prep *p, const mt_cost_rep
   s->scale = 1.0;
   s->pend = mt_calloc((size_t)p->n_ids, sizeof *s->pend);
   for (int i = 0; i < p->n_ids; i++) s->pend[i].chan = -1;
+  for (int c = 0; c < MT_REPLAY_CHANNELS; c++) s->qhead[c] = s->qtail[c] = -1;
+}
+
+/* prices channel c's oldest call not yet priced, now (s->T): it runs from
+ * max(issue, the channel free) beside the rank's ops since its issue at
+ * the overlap share of its rate, at the full rate from now on */
+static void price_oldest(state *s, int c) {
+  const int id = s->qhead[c];
+  pending *w = &s->pend[id];
+  const double ov = s->p->overlap, fa = s->free_at[c];
+  double start = w->issue > fa ? w->issue : fa, end = start + w->d;
+  if (ov < 1 && s->T > start) { /* beside the rank's ops since: their share of the rate */
+    double beside = s->T - start, ops = s->busy - w->busy0;
+    if (ops > beside) ops = beside;
+    double done = ov * ops + (beside - ops);
+    end = done >= w->d ? start + beside * w->d / done : s->T + (w->d - done);
+  }
+  s->free_at[c] = end;
+  w->end = end;
+  w->priced = 1;
+  s->qhead[c] = w->next;
+  if (s->qhead[c] < 0) s->qtail[c] = -1;
 }
 
 /* Runs on; returns 1 paused at a call over every stage whose start is not
@@ -137,7 +165,6 @@ static int state_run(state *s, int pause) {
   const mt_cost_replay_prep *p = s->p;
   const mt_cost_replay_opts *o = s->o;
   mt_cost_replay *out = &s->out;
-  const double ov = p->overlap;
   for (; s->i < p->n; s->i++) {
     const mt_cost_replay_ev *ev = &p->ev[s->i];
     const double adv = (ev->t - s->clock) * s->scale; /* the ops since the last event */
@@ -177,15 +204,8 @@ static int state_run(state *s, int pause) {
     if (ev->what == MT_RP_WAIT) {
       pending *w = &s->pend[ev->id];
       if (w->chan < 0) continue; /* (a call this recording did not see) */
-      const double fa = s->free_at[w->chan];
-      double start = w->issue > fa ? w->issue : fa, end = start + w->d;
-      if (ov < 1 && s->T > start) { /* beside the rank's ops since: their share of the rate */
-        double beside = s->T - start, ops = s->busy - w->busy0;
-        if (ops > beside) ops = beside;
-        double done = ov * ops + (beside - ops);
-        end = done >= w->d ? start + beside * w->d / done : s->T + (w->d - done);
-      }
-      s->free_at[w->chan] = end;
+      while (!w->priced) price_oldest(s, w->chan);
+      const double end = w->end;
       w->chan = -1;
       if (end > s->T) {
         if (w->dp) out->dp_exposed_s += end - s->T;
@@ -202,9 +222,15 @@ static int state_run(state *s, int pause) {
     if (ev->dp) out->dp_total_s += ev->d;
     if (ev->what == MT_RP_ISSUE) { /* non-blocking: the rank goes on */
       s->pend[ev->id] = (pending){.issue = s->T, .busy0 = s->busy, .d = ev->d, .chan = ev->chan,
-                                  .dp = ev->dp};
+                                  .next = -1, .dp = ev->dp};
+      const int c = ev->chan;
+      if (s->qtail[c] >= 0) s->pend[s->qtail[c]].next = ev->id;
+      else s->qhead[c] = ev->id;
+      s->qtail[c] = ev->id;
       continue;
     }
+    /* blocking: on the channel after the calls issued before it */
+    while (s->qhead[ev->chan] >= 0) price_oldest(s, ev->chan);
     if (ev->spans && out->n_sync < MT_REPLAY_SYNCS) { /* every stage's rank takes part */
       const int k = out->n_sync;
       if (k >= o->n_sync && pause) {

@@ -39,7 +39,7 @@
 #define EFF_MEGATRON_DEEPSPEED 0.7122
 #define EFF_DEEPSPEED_ZERO3 0.6231
 #define EFF_MEGATRON_CORE 0.7893
-#define EFF_FSDP 0.9673
+#define EFF_FSDP 0.962
 #define EFF_LLMC 0.8556
 
 static const mt_plan_stack g_stacks[] = {

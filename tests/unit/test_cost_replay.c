@@ -11,8 +11,10 @@
  *   - one issued before compute runs at the overlap share of its rate
  *     beside it, at the full rate once the rank waits: exposed d - ov c
  *     where c < d / ov, nothing beyond the wait where c >= d / ov;
- *   - two calls on one group take its channel one after another; calls on
- *     two groups run side by side;
+ *   - two calls on one group take its channel one after another, in issue
+ *     order whatever the order of their waits (and a blocking call after
+ *     the non-blocking ones issued before it); calls on two groups run
+ *     side by side;
  *   - a blocking call holds the rank; a call on another group than dp's is
  *     not dp's exposure;
  *   - under a pipeline an op begins no earlier than the schedule's start,
@@ -160,6 +162,21 @@ int main(void) {
     mark(&t, 0.0, MT_REC_WAIT, a, 0);
     mark(&t, 0.0, MT_REC_WAIT, b, 0);
     check("two channels: side by side", replay(&t, &q, &o0).dp_exposed_s, d);
+    /* waited in the reverse order: the channel still goes in issue order
+     * (the later call ends after the earlier one), as the virtual device's */
+    script u = {0};
+    const double dB = mt_price_coll_s(&q, B / 8, 4, 4, 0);
+    a = call(&u, 0.0, "dp_cp", 4, MT_COLL_SCATTER, B, 1);
+    b = call(&u, 0.0, "dp_cp", 4, MT_COLL_SCATTER, B / 8, 1);
+    mark(&u, 0.0, MT_REC_WAIT, b, 0);
+    mark(&u, 10 * d, MT_REC_WAIT, a, 0); /* (in wait order a would hide behind this compute) */
+    check("waits in reverse: issue order", replay(&u, &q, &o0).dp_exposed_s, d + dB);
+    /* a blocking call after a non-blocking one not yet waited: after it */
+    script v = {0};
+    a = call(&v, 0.0, "dp_cp", 4, MT_COLL_SCATTER, B, 1);
+    call(&v, 0.0, "dp_cp", 4, MT_COLL_SCATTER, B / 8, 0);
+    mark(&v, 10 * d, MT_REC_WAIT, a, 0);
+    check("blocking behind an earlier call", replay(&v, &q, &o0).dp_exposed_s, d + dB);
   }
   { /* blocking: held; another group's call is not dp's; the priced dtype */
     script s = {0};
