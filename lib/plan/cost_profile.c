@@ -176,10 +176,10 @@ static int cost_handler(void *user, const char *section, const char *name, const
     return one_of_two(c, name, value, "hierarchical", "flat", &p->coll_flat);
   if (strcmp(name, "ep_dispatch") == 0) /* optional: how routed tokens cross nodes */
     return one_of_two(c, name, value, "flat", "per-node", &p->ep_per_node);
-  if (strncmp(name, "attn_gflops", 11) == 0 || strcmp(name, "stage_us") == 0) { /* optional */
+  if ((o >= 0 && strncmp(name, "attn_gflops", 11) == 0) || strcmp(name, "stage_us") == 0) {
     const int attn = name[0] == 'a';
     if (!ranged(c, name, value, attn ? RANGE_ATTN : RANGE_STAGE, &x)) return 0;
-    /* attn_gflops, or _bf16 / _fp32 by width */
+    /* (optional) stage_us; attn_gflops, or _bf16 / _fp32 by width */
     *(attn ? &c->attn[name[11] ? strcmp(name + 12, "fp32") == 0 : 2] : &p->stage_us) = x;
     return 1;
   }

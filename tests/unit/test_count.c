@@ -384,6 +384,10 @@ static void profile_widths(void) {
   MT_CHECK(load_text(text, &p, &e5) != 0 &&
                strstr(e5.msg, "attn_gflops_fp32 is attn_gflops's own width"),
            "attn_gflops_fp32 on an fp32 profile: '%s'", e5.msg);
+  mt_err e7 = {0};
+  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\nattn_gflops_fp16 = 5\n", head);
+  MT_CHECK(load_text(text, &p, &e7) != 0 && strstr(e7.msg, "unknown key 'attn_gflops_fp16'"),
+           "attn_gflops_fp16: '%s'", e7.msg);
   mt_err e3 = {0};
   snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\ngemm_bf16 = 1e9:5 1e5:9\n", head);
   MT_CHECK(load_text(text, &p, &e3) != 0 && strstr(e3.msg, "gemm_bf16 = '1e9:5 1e5:9' is not"),
