@@ -50,4 +50,18 @@ PY
 rc=0; out=$("$B" gemm-bf16 --paths bogus 2>&1) || rc=$?
 [ "$rc" = 2 ] || fail "an unknown path: exit $rc, not 2"
 [ "$(wc -l <<< "$out")" = 1 ] && grep -q "unknown path 'bogus'" <<< "$out" || fail "not one line naming the path: $out"
+# --cold: said, and in the JSON line
+OMP_NUM_THREADS=1 "$B" gemm-bf16 --model tiny --tokens 64 --reps 1 --cold --json "$WORK/c.jsonl" \
+  > "$WORK/c.txt" 2>&1 || { cat "$WORK/c.txt"; fail "meshbench gemm-bf16 --cold failed"; }
+grep -q "^# cold: the caches are flushed" "$WORK/c.txt" && grep -q '"cold":true' "$WORK/c.jsonl" ||
+  fail "--cold not said in the table and the JSON line"
+# attention's block kernels on bf16 operands against the fp32 reference:
+# agree to bf16's rounding (meshbench counts a row off by more as wrong, exit 3)
+OMP_NUM_THREADS=1 "$B" attention --model tiny --seq 64,128 --tokens 256 --reps 1 --precision bf16 \
+  --json "$WORK/a.jsonl" > "$WORK/a.txt" 2>&1 || { cat "$WORK/a.txt"; fail "bf16 attention: wrong or failed"; }
+grep -q "block kernels in bf16" "$WORK/a.txt" && grep -q "; 0 wrong" "$WORK/a.txt" &&
+  grep -q '"precision":"bf16"' "$WORK/a.jsonl" || { cat "$WORK/a.txt"; fail "bf16 attention not said"; }
+rc=0; out=$("$B" attention --precision fp16 2>&1) || rc=$?
+[ "$rc" = 2 ] && [ "$(wc -l <<< "$out")" = 1 ] && grep -q "fp16" <<< "$out" ||
+  fail "--precision fp16: exit $rc, '$out'"
 echo PASS
