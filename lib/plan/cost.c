@@ -238,6 +238,23 @@ static void stage_dp_bytes(const step_ctx *s, const mt_plan_rank *pr, double *re
   }
 }
 
+/* Materialized attention (another stack's: Megatron-LM before FlashAttention)
+ * keeps each layer's T x T scores for its backward, which the run's counts
+ * (block attention) hold none of: the softmax's output, the dropout's mask
+ * and its output, 2 + 1 + 2 bytes an element in 16-bit activations (the
+ * 5 a s^2 b of Korthikanti et al. 2022; 4 + 1 + 4 in fp32), a micro-batch's
+ * B x (n_head / tp) x T_local x T per layer; per layer of every activation
+ * set the stage holds at once, or under recompute for the one layer being
+ * recomputed. */
+static double materialized_scores(const step_ctx *s, const mt_plan_rank *pr, int sets) {
+  const mt_config *cfg = s->cfg;
+  const mt_model_shape *sh = &s->lay.shape;
+  const double T = sh->seq_len, elems = (double)cfg->micro_batch * sh->n_head / cfg->tp *
+                                        (T / cfg->cp) * T;
+  const double layers = cfg->recompute ? 1.0 : (double)sets * ((pr->layers + s->v - 1) / s->v);
+  return layers * elems * (2.0 * s->dt.acts + 1.0);
+}
+
 /* Stage st, the first of its kind: its plan (memory, bytes per group), its
  * mean chunk, its dp bytes and AdamW, into s and out. */
 static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
@@ -251,6 +268,8 @@ static int price_stage(step_ctx *s, int st, mt_cost *out, mt_err *e) {
     return mt_err_pass(e);
   double mem[MT_MEM_NCAT], total = 0.0;
   scale_mem(&pr, dt, &s->cnt, mem);
+  if (s->p->attn_materialized)
+    mem[MT_MEM_ACTIV] += materialized_scores(s, &pr, w.step.exec.peak_slots);
   for (int c = 0; c < MT_MEM_NCAT; c++) {
     total += mem[c];
     if (mem[c] > out->mem[c]) out->mem[c] = mem[c];
