@@ -148,6 +148,11 @@ typedef struct mt_attn_block {
  *                  ACCUMULATES dq, dk, dv (strides of q, k, v); D = rowsum(dout out)
  *                  is formed here. Summed over every block pair of a query row, it
  *                  gives the exact gradient of the whole attention.
+ *   attn_backward_first  attn_backward with dq, dk, dv WRITTEN (= 0 + this call's
+ *                  sum): every element of the Tq query rows and Tk key rows of each
+ *                  head, 0 where no visible pair reaches it; for the first (or only)
+ *                  key block of a buffer, without a zero pass before it (the same
+ *                  bits as zero, then attn_backward)
  *
  * GELU (tanh approximation): gelu_forward out = gelu(inp); gelu_backward
  *   dinp += gelu'(inp) dout (gelu_backward_first: dinp =)
@@ -292,6 +297,10 @@ typedef struct {
   X(attn_backward, (const mt_attn_block *a, void *dq, void *dk, void *dv, const void *dout, \
                     const void *out, const float *lse, const void *q, const void *k,        \
                     const void *v), (a, dq, dk, dv, dout, out, lse, q, k, v))               \
+  X(attn_backward_first, (const mt_attn_block *a, void *dq, void *dk, void *dv,             \
+                          const void *dout, const void *out, const float *lse,              \
+                          const void *q, const void *k, const void *v),                     \
+    (a, dq, dk, dv, dout, out, lse, q, k, v))                                               \
   X(gelu_forward, (void *out, const void *inp, size_t n), (out, inp, n))                    \
   X(gelu_backward, (void *dinp, const void *inp, const void *dout, size_t n),               \
     (dinp, inp, dout, n))                                                                   \

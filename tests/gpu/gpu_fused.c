@@ -17,8 +17,12 @@
  * - each backward op's _first form (matmul, GELU, SwiGLU, LayerNorm,
  *   RMSNorm): the input gradient written over NaNs bit for bit the GPU's
  *   zero, then the op; the parameter gradients alike.
+ * - attn_backward_first against the GPU's zero, then attn_backward
+ *   (tests/attn_first_check.h): dq, dk, dv written over NaN bytes bit for
+ *   bit, on the model's layouts, rows that see no key, keys no row sees.
  * No GPU: prints "SKIP: <reason>" and exits 77. */
 #include "gpu_compare.h"
+#include "../attn_first_check.h"
 
 #include <mpi.h>
 
@@ -233,6 +237,7 @@ int main(int argc, char **argv) {
   test_adamw_ranges(100003, BF16);
   test_backward_first(130, 96, 128);
   test_backward_first(7, 40, 33);
+  attn_first_check(gpu, g_t);
   mt_cuda_shutdown();
   MPI_Finalize();
   return mt_check_summary("gpu_fused");
