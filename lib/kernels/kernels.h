@@ -94,6 +94,13 @@ typedef struct mt_attn_block {
  *               group = j, in h order: each element 0 + its terms in fp32, rounded
  *               once (0 where none). zero, then add_2d of q and of each head, gives
  *               the same bits in fp32 and rounds after every head in bf16
+ *               Both with cs non-NULL also turn c's q and key heads by rope's angles
+ *               (row r of a sequence of T rows at position pos[r], or r % T when pos
+ *               is NULL), in the same pass: kv_spread writes the turned heads (c is
+ *               left as it is), the bits of rope on c, then kv_spread;
+ *               kv_spread_backward turns dc's q and key heads back after their sums
+ *               are rounded, the bits of kv_spread_backward, then rope (inverse)
+ *               on dc. cs NULL: no turn (pos and T unused)
  *   residual_forward  out = a + b (out may alias a or b)
  *   residual_layernorm_forward, residual_rmsnorm_forward  the residual sum and the
  *               norm that reads it, fused: res (N,C) = a + b (res may alias a or b),
@@ -148,6 +155,11 @@ typedef struct mt_attn_block {
  *                  ACCUMULATES dq, dk, dv (strides of q, k, v); D = rowsum(dout out)
  *                  is formed here. Summed over every block pair of a query row, it
  *                  gives the exact gradient of the whole attention.
+ *   attn_backward_first  attn_backward with dq, dk, dv WRITTEN (= 0 + this call's
+ *                  sum): every element of the Tq query rows and Tk key rows of each
+ *                  head, 0 where no visible pair reaches it; for the first (or only)
+ *                  key block of a buffer, without a zero pass before it (the same
+ *                  bits as zero, then attn_backward)
  *
  * GELU (tanh approximation): gelu_forward out = gelu(inp); gelu_backward
  *   dinp += gelu'(inp) dout (gelu_backward_first: dinp =)
@@ -253,9 +265,11 @@ typedef struct {
   X(add_2d, (void *dst, size_t ld_dst, const void *src, size_t ld_src, size_t rows,         \
              size_t cols), (dst, ld_dst, src, ld_src, rows, cols))                          \
   X(kv_spread, (void *qkv, const void *c, size_t rows, int nh, int nkv, int hs, int h0,      \
-                int group), (qkv, c, rows, nh, nkv, hs, h0, group))                          \
+                int group, const float *cs, const int *pos, int T),                          \
+    (qkv, c, rows, nh, nkv, hs, h0, group, cs, pos, T))                                     \
   X(kv_spread_backward, (void *dc, const void *dqkv, size_t rows, int nh, int nkv, int hs,  \
-                         int h0, int group), (dc, dqkv, rows, nh, nkv, hs, h0, group))       \
+                         int h0, int group, const float *cs, const int *pos, int T),         \
+    (dc, dqkv, rows, nh, nkv, hs, h0, group, cs, pos, T))                                   \
   X(residual_forward, (void *out, const void *a, const void *b, size_t n), (out, a, b, n))  \
   X(encoder_forward, (void *out, const int *inp, const void *wte, const void *wpe, int B,   \
                       int T, int C), (out, inp, wte, wpe, B, T, C))                         \
@@ -292,6 +306,10 @@ typedef struct {
   X(attn_backward, (const mt_attn_block *a, void *dq, void *dk, void *dv, const void *dout, \
                     const void *out, const float *lse, const void *q, const void *k,        \
                     const void *v), (a, dq, dk, dv, dout, out, lse, q, k, v))               \
+  X(attn_backward_first, (const mt_attn_block *a, void *dq, void *dk, void *dv,             \
+                          const void *dout, const void *out, const float *lse,              \
+                          const void *q, const void *k, const void *v),                     \
+    (a, dq, dk, dv, dout, out, lse, q, k, v))                                               \
   X(gelu_forward, (void *out, const void *inp, size_t n), (out, inp, n))                    \
   X(gelu_backward, (void *dinp, const void *inp, const void *dout, size_t n),               \
     (dinp, inp, dout, n))                                                                   \

@@ -171,15 +171,18 @@ static void slice_forward(mt_attention *at, mt_act *out, const mt_act *qkv, floa
 
 /* dQ into dqkv; dK/dV added into the cache's gradients (every earlier
  * slice's rows too), of which this slice's rows are then complete: the
- * later slices ran their backward first */
+ * later slices ran their backward first. The last slice, which runs first
+ * and sees every key, writes dQ and the whole cache's gradients (no zero
+ * passes before it). */
 static void slice_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, const mt_act *out,
                            const mt_act *qkv, const float *lse, int B) {
   const size_t C = (size_t)at->C, es = elem(at), T = (size_t)at->lay.T_local;
   mt_attn_block a = slice_block(at, B);
-  at->ops->zero(at->dt, dqkv, (size_t)B * (T / at->slices) * 3 * C);
-  if (at->slice == at->slices - 1) at->ops->zero(at->dt, at->dkv_cache, (size_t)B * T * 2 * C);
-  at->ops->attn_backward(at->dt, &a, dqkv, at->dkv_cache, mt_act_at(es, at->dkv_cache, C), dout,
-                         out, lse, qkv, at->kv_cache, mt_act_at(es, at->kv_cache, C));
+  const int last = at->slice == at->slices - 1;
+  if (!last) at->ops->zero(at->dt, dqkv, (size_t)B * (T / at->slices) * 3 * C);
+  (last ? at->ops->attn_backward_first : at->ops->attn_backward)(
+      at->dt, &a, dqkv, at->dkv_cache, mt_act_at(es, at->dkv_cache, C), dout, out, lse, qkv,
+      at->kv_cache, mt_act_at(es, at->kv_cache, C));
   mt_attention_slice_rows(at, dqkv, at->dkv_cache, B, C, T, 0);
 }
 
@@ -206,8 +209,8 @@ static void local_backward(mt_attention *at, mt_act *dqkv, const mt_act *dout, c
   const size_t C = (size_t)at->C, es = elem(at);
   mt_attn_block a = mt_attention_block(at, B, l->T_local, 0, l->T_local, l->T_local,
                                        l->chunk_pos[0], l->chunk_pos[0], 3 * C, l->T_local);
-  at->ops->zero(at->dt, dqkv, (size_t)B * l->T_local * 3 * C);
-  at->ops->attn_backward(at->dt, &a, dqkv, mt_act_at(es, dqkv, C),
+  /* one block pair covers dqkv: written, no zero pass before it */
+  at->ops->attn_backward_first(at->dt, &a, dqkv, mt_act_at(es, dqkv, C),
             mt_act_at(es, dqkv, 2 * C), dout, out, lse, qkv, mt_act_at(es, qkv, C),
             mt_act_at(es, qkv, 2 * C));
 }

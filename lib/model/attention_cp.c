@@ -232,12 +232,13 @@ static void ulysses_slice_backward(mt_attention *at, mt_act *dqkv, const mt_act 
   mt_act *dh = at->dqkv_h;
   alltoall_act(at, dout, at->dout_h, rows, Ch, (size_t)B, (size_t)Tl * Ch);
   mt_attn_block a = heads_slice_block(at, B);
-  at->ops->zero(at->dt, dh, rows * 3 * at->C);
-  if (at->slice == at->slices - 1)
-    at->ops->zero(at->dt, at->dkv_cache, (size_t)B * at->lay.T * 2 * Ch);
-  at->ops->attn_backward(at->dt, &a, dh, at->dkv_cache, mt_act_at(es, at->dkv_cache, Ch),
-                         at->dout_h, s->out_h, s->lse, s->qkv_h, at->kv_cache,
-                         mt_act_at(es, at->kv_cache, Ch));
+  /* the last slice (the first to run, seeing every key) writes dQ and the
+   * whole cache's gradients */
+  const int last = at->slice == at->slices - 1;
+  if (!last) at->ops->zero(at->dt, dh, rows * 3 * at->C);
+  (last ? at->ops->attn_backward_first : at->ops->attn_backward)(
+      at->dt, &a, dh, at->dkv_cache, mt_act_at(es, at->dkv_cache, Ch), at->dout_h, s->out_h,
+      s->lse, s->qkv_h, at->kv_cache, mt_act_at(es, at->kv_cache, Ch));
   mt_attention_slice_rows(at, dh, at->dkv_cache, B, Ch, (size_t)at->lay.T, 0);
   alltoall_act(at, dh, dqkv, (size_t)B, (size_t)Tl * 3 * Ch, rows * 3, Ch);
 }
@@ -272,8 +273,7 @@ void mt_attention_ulysses_backward(mt_attention *at, mt_act *dqkv, const mt_act 
   mt_act *dh = at->dqkv_h; /* dq|dk|dv in the head layout */
   alltoall_act(at, dout, at->dout_h, rows, Ch, (size_t)B, (size_t)Tl * Ch);
   mt_attn_block a = heads_block(at, B);
-  at->ops->zero(at->dt, dh, rows * 3 * at->C);
-  at->ops->attn_backward(at->dt, &a, dh, mt_act_at(es, dh, Ch),
+  at->ops->attn_backward_first(at->dt, &a, dh, mt_act_at(es, dh, Ch),
             mt_act_at(es, dh, 2 * Ch), at->dout_h, s->out_h, s->lse, s->qkv_h,
             mt_act_at(es, s->qkv_h, Ch), mt_act_at(es, s->qkv_h, 2 * Ch));
   alltoall_act(at, dh, dqkv, (size_t)B, (size_t)Tl * 3 * Ch, rows * 3, Ch);

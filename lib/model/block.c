@@ -62,15 +62,27 @@ static int kv_h0(const mt_gpt *m) { return m->kv_split ? 0 : m->tp.rank * m->NH_
 /* qkv (BT, 3Cl) from the projection's c (BT, Cl + 2 Ckv_l): q as it is, each
  * query head's key and value head beside it; backward: dc (BT, Cl + 2 Ckv_l)
  * written from dqkv (BT, 3Cl), each key/value head the sum of its query
- * heads' (one pass over the rows each way) */
+ * heads' (one pass over the rows each way). Under llama q and the key heads
+ * turn by their positions (forward) or back (backward) in the same pass. */
 static void kv_spread(const mt_gpt *m, mt_act *qkv, mt_act *c, int B, int backward) {
   const int hs = m->shape.n_embd / m->shape.n_head;
   const int group = m->shape.n_head / m->shape.n_kv_head;
   const size_t rows = (size_t)B * m->T;
+  const float *cs = mt_model_llama(&m->shape) ? m->rope_cs : NULL;
   if (backward)
     m->ops->kv_spread_backward(m->dt, c, qkv, rows, m->NH_local, m->NKV_local, hs, kv_h0(m),
-                               group);
-  else m->ops->kv_spread(m->dt, qkv, c, rows, m->NH_local, m->NKV_local, hs, kv_h0(m), group);
+                               group, cs, m->tok_pos, m->T);
+  else
+    m->ops->kv_spread(m->dt, qkv, c, rows, m->NH_local, m->NKV_local, hs, kv_h0(m), group, cs,
+                      m->tok_pos, m->T);
+}
+
+/* rotary positions on q and k in place (without gqa; with it the spread
+ * turns them), forward or back */
+static void rope(mt_gpt *m, mt_act *x, int B, int inverse) {
+  if (mt_model_llama(&m->shape) && !m->gqa)
+    m->ops->rope(m->dt, x, (size_t)m->qkv_local, B, m->T, m->NH_local + m->NKV_local,
+                 m->shape.n_embd / m->shape.n_head, m->rope_cs, m->tok_pos, inverse);
 }
 
 /* the attention's input: the column-parallel projection, rotary positions
@@ -78,19 +90,15 @@ static void kv_spread(const mt_gpt *m, mt_act *qkv, mt_act *c, int B, int backwa
 static void qkv_forward(mt_gpt *m, const mt_block_tensors *w, const mt_layer_acts *x, int B) {
   mt_act *c = m->gqa ? m->qkv_c : x->qkv;
   mt_linear_col_forward(&m->tp, c, x->ln1, w->qkv_w, w->qkv_b, B, m->qkv_local);
-  if (mt_model_llama(&m->shape))
-    m->ops->rope(m->dt, c, (size_t)m->qkv_local, B, m->T, m->NH_local + m->NKV_local,
-                 m->shape.n_embd / m->shape.n_head, m->rope_cs, m->tok_pos, 0);
   if (m->gqa) kv_spread(m, x->qkv, c, B, 0);
+  else rope(m, c, B, 0);
 }
 
 /* its backward to the projection's output gradient dc (BT, qkv_local) from
  * attention's dqkv (BT, 3Cl) (the same buffer without gqa) */
 static void qkv_dout(mt_gpt *m, mt_act *dc, mt_act *dqkv, int B) {
   if (m->gqa) kv_spread(m, dqkv, dc, B, 1);
-  if (mt_model_llama(&m->shape))
-    m->ops->rope(m->dt, dc, (size_t)m->qkv_local, B, m->T, m->NH_local + m->NKV_local,
-                 m->shape.n_embd / m->shape.n_head, m->rope_cs, m->tok_pos, 1);
+  else rope(m, dc, B, 1);
 }
 
 /* the MLP's activation on N rows: GELU on (N, F), or SwiGLU on (N, 2 F)

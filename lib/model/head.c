@@ -63,6 +63,14 @@ double mt_head_forward(mt_gpt *m, const mt_pass_args *x) {
     mt_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->p.lnf_w, m->p.lnf_b, BTs);
   }
   mt_linear_col_forward(&m->tp, a->logits, a->lnf, head_w(m, &m->p), NULL, B, Vl);
+  if (m->tp.size == 1) {
+    /* the whole vocabulary here: the three pieces' bits in one pass over
+     * the logits (a row's maximum, exps and probabilities while it is in
+     * cache), where the pieces read the logits three times and form the
+     * exps twice */
+    o->softmax_xent_forward(m->dt, a->losses, a->logits, a->logits, m->tok_tgt, BT, nreal, Vl);
+    return o->sum(MT_DT_F32, a->losses, bt);
+  }
   o->xent_vp_max(m->dt, m->rowmax, a->logits, BT, Vl, nreal);
   mt_tp_allreduce_max(&m->tp, m->rowmax, bt);
   /* the exps are only summed here, and the probabilities formed from the

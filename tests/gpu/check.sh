@@ -95,8 +95,8 @@ if o and "op_seconds" in o.get("device", {}):
     # the model's block attention (attn_*), and the T x T reference if a run
     # used it; an op's bf16 calls are named "bf16 <op>"
     def share(*names): return sum(ops.get(p + k, 0) for k in names for p in ("", "bf16 "))
-    att = share("attn_forward", "attn_merge", "attn_backward", "attention_forward",
-                "attention_backward")
+    att = share("attn_forward", "attn_merge", "attn_backward", "attn_backward_first",
+                "attention_forward", "attention_backward")
     mm = share("matmul_forward", "matmul_backward", "matmul_backward_first")
     r.setdefault("bench", {})["attention_share_of_gpu_time"] = att / tot if tot else None
     r["bench"]["matmul_share_of_gpu_time"] = mm / tot if tot else None

@@ -17,8 +17,15 @@
  * - each backward op's _first form (matmul, GELU, SwiGLU, LayerNorm,
  *   RMSNorm): the input gradient written over NaNs bit for bit the GPU's
  *   zero, then the op; the parameter gradients alike.
+ * - attn_backward_first against the GPU's zero, then attn_backward
+ *   (tests/attn_first_check.h): dq, dk, dv written over NaN bytes bit for
+ *   bit, on the model's layouts, rows that see no key, keys no row sees.
+ * - kv_spread and kv_spread_backward with rope's angles: bit for bit the
+ *   GPU's rope on c, then kv_spread (backward: kv_spread_backward, then
+ *   rope inverse on dc), c left as it was.
  * No GPU: prints "SKIP: <reason>" and exits 77. */
 #include "gpu_compare.h"
+#include "../attn_first_check.h"
 
 #include <mpi.h>
 
@@ -213,6 +220,41 @@ static void test_backward_first(int N, int C, int OC) {
   free(dout), free(inp), free(w), free(nan), free(dw), free(db), free(stats);
 }
 
+/* The spread with rope's turn against rope, then the spread, on the GPU:
+ * nh query heads, nkv key/value heads of hs, rows at given positions */
+static void test_spread_rope(size_t rows, int nh, int nkv, int hs) {
+  const mt_dtype t = g_t;
+  const size_t es = mt_dtype_bytes(t), W = (size_t)(nh + 2 * nkv) * hs, nc = rows * W;
+  const size_t nq = rows * 3 * (size_t)nh * hs;
+  const int P = 61, group = nh / nkv;
+  printf("kv_spread with rope rows=%zu nh=%d nkv=%d hs=%d\n", rows, nh, nkv, hs);
+  float *cs = rnd((size_t)P * hs, -1, 1);
+  int *pos = malloc(rows * sizeof(int));
+  for (size_t r = 0; r < rows; r++) pos[r] = (int)((r * 17 + 3) % P);
+  void *c = rnd_t(t, nc, -1, 1), *dqkv = rnd_t(t, nq, -1, 1), *nan = malloc(nq * es);
+  memset(nan, 0xff, nq * es);
+  float *d_cs = dev(cs, (size_t)P * hs);
+  int *d_pos = devi(pos, rows);
+  void *d_c = dev_copy(c, nc, es), *d_turned = dev_copy(c, nc, es);
+  void *d_dqkv = dev_copy(dqkv, nq, es), *d_got = dev_copy(nan, nq, es);
+  void *d_ref = dev_copy(nan, nq, es);
+  gpu->kv_spread(t, d_got, d_c, rows, nh, nkv, hs, 0, group, d_cs, d_pos, (int)rows);
+  gpu->rope(t, d_turned, W, 1, (int)rows, nh + nkv, hs, d_cs, d_pos, 0);
+  gpu->kv_spread(t, d_ref, d_turned, rows, nh, nkv, hs, 0, group, NULL, NULL, 0);
+  mt_check_true("kv_spread with rope = rope, then kv_spread (bits)",
+                dsame(d_got, d_ref, nq * es) && same_bytes(c, d_c, nc * es));
+  gpu->kv_spread_backward(t, d_got, d_dqkv, rows, nh, nkv, hs, 0, group, d_cs, d_pos,
+                          (int)rows);
+  gpu->kv_spread_backward(t, d_ref, d_dqkv, rows, nh, nkv, hs, 0, group, NULL, NULL, 0);
+  gpu->rope(t, d_ref, W, 1, (int)rows, nh + nkv, hs, d_cs, d_pos, 1);
+  mt_check_true("kv_spread_backward with rope = kv_spread_backward, then rope inverse (bits)",
+                dsame(d_got, d_ref, nc * es));
+  dfree(d_cs, (size_t)P * hs * 4), dfree(d_pos, rows * sizeof(int));
+  dfree(d_c, nc * es), dfree(d_turned, nc * es), dfree(d_dqkv, nq * es);
+  dfree(d_got, nq * es), dfree(d_ref, nq * es);
+  free(cs), free(pos), free(c), free(dqkv), free(nan);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mt_log_init(0);
@@ -233,6 +275,9 @@ int main(int argc, char **argv) {
   test_adamw_ranges(100003, BF16);
   test_backward_first(130, 96, 128);
   test_backward_first(7, 40, 33);
+  attn_first_check(gpu, g_t);
+  test_spread_rope(67, 12, 4, 64);
+  test_spread_rope(33, 8, 1, 24);
   mt_cuda_shutdown();
   MPI_Finalize();
   return mt_check_summary("gpu_fused");

@@ -548,11 +548,11 @@ static void test_kv_spread(void) {
   const size_t rows = 333, nq = rows * 3 * nh * hs, nc = rows * (nh + 2 * nkv) * hs;
   float *c = rnd(nc, -1, 1), *qkv = rnd(nq, -1, 1), *dqkv = rnd(nq, -1, 1), *dc = rnd(nc, -1, 1);
   float *d_c = dev(c, nc), *d_qkv = dev(qkv, nq), *d_dqkv = dev(dqkv, nq), *d_dc = dev(dc, nc);
-  cpu->kv_spread(F32, qkv, c, rows, nh, nkv, hs, h0, group);
-  gpu->kv_spread(F32, d_qkv, d_c, rows, nh, nkv, hs, h0, group);
+  cpu->kv_spread(F32, qkv, c, rows, nh, nkv, hs, h0, group, NULL, NULL, 0);
+  gpu->kv_spread(F32, d_qkv, d_c, rows, nh, nkv, hs, h0, group, NULL, NULL, 0);
   CMP("kv_spread", qkv, d_qkv, nq, 0.0);
-  cpu->kv_spread_backward(F32, dc, dqkv, rows, nh, nkv, hs, h0, group);
-  gpu->kv_spread_backward(F32, d_dc, d_dqkv, rows, nh, nkv, hs, h0, group);
+  cpu->kv_spread_backward(F32, dc, dqkv, rows, nh, nkv, hs, h0, group, NULL, NULL, 0);
+  gpu->kv_spread_backward(F32, d_dc, d_dqkv, rows, nh, nkv, hs, h0, group, NULL, NULL, 0);
   CMP("kv_spread_backward", dc, d_dc, nc, 0.0);
   dfree(d_c, nc * 4), dfree(d_qkv, nq * 4), dfree(d_dqkv, nq * 4), dfree(d_dc, nc * 4);
   free(c), free(qkv), free(dqkv), free(dc);

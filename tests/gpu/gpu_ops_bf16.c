@@ -405,11 +405,11 @@ static void test_kv_spread(void) {
   mt_bf16 *dc = rnd_bf16(nc, -1, 1);
   mt_bf16 *d_c = devb(c, nc), *d_qkv = devb(qkv, nq), *d_dqkv = devb(dqkv, nq);
   mt_bf16 *d_dc = devb(dc, nc);
-  cpu->kv_spread(BF16, qkv, c, rows, nh, nkv, hs, h0, group);
-  gpu->kv_spread(BF16, d_qkv, d_c, rows, nh, nkv, hs, h0, group);
+  cpu->kv_spread(BF16, qkv, c, rows, nh, nkv, hs, h0, group, NULL, NULL, 0);
+  gpu->kv_spread(BF16, d_qkv, d_c, rows, nh, nkv, hs, h0, group, NULL, NULL, 0);
   EXACT("kv_spread", qkv, d_qkv, nq);
-  cpu->kv_spread_backward(BF16, dc, dqkv, rows, nh, nkv, hs, h0, group);
-  gpu->kv_spread_backward(BF16, d_dc, d_dqkv, rows, nh, nkv, hs, h0, group);
+  cpu->kv_spread_backward(BF16, dc, dqkv, rows, nh, nkv, hs, h0, group, NULL, NULL, 0);
+  gpu->kv_spread_backward(BF16, d_dc, d_dqkv, rows, nh, nkv, hs, h0, group, NULL, NULL, 0);
   EXACT("kv_spread_backward", dc, d_dc, nc);
   dfree(d_c, nc * 2), dfree(d_qkv, nq * 2), dfree(d_dqkv, nq * 2), dfree(d_dc, nc * 2);
   free(c), free(qkv), free(dqkv), free(dc);

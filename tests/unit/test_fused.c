@@ -16,6 +16,9 @@
  *   RMSNorm) against zero, then the op: the input gradient bit for bit
  *   from a buffer of NaNs (never read), the parameter gradients
  *   accumulated alike; rows of zeros in dout (signed zeros).
+ * - attn_backward_first against zero, then attn_backward
+ *   (tests/attn_first_check.h): dq, dk, dv bit for bit from NaN bytes, on
+ *   the model's layouts, rows that see no key and keys no row sees.
  * - the model with a block's output residual summed in the next block's
  *   norm (or the final norm) against the sums apart (mt_gpt fuse_norms
  *   0): gpt2 and llama, fp32 and bf16, with and without recompute, the
@@ -27,6 +30,7 @@
 #include "model/model.h"
 #include "../check.h"
 #include "../test_rng.h"
+#include "../attn_first_check.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -306,6 +310,7 @@ static void test_backward_first(void) {
     act_first_case(types[ti], 5, 3);
     norm_first_case(types[ti], 257, 768);
     norm_first_case(types[ti], 9, 20);
+    attn_first_check(ops, types[ti]);
   }
 }
 

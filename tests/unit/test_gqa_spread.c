@@ -27,6 +27,10 @@
  *            sum of their magnitudes, u = 2^-8: the unfused path's k - 1
  *            roundings and the fused one's one). The largest difference is
  *            printed in units of u S (about 2 at group 3, 2.8 at group 4).
+ * With rope's angles (cs): kv_spread against rope on c, then kv_spread,
+ * and kv_spread_backward against kv_spread_backward, then rope inverse on
+ * dc, the same bits in fp32 and bf16 (the same arithmetic in one pass),
+ * c left as it was; rows at positions given and at their index.
  * Outputs start as NaN, so an element the op does not write fails. */
 #include "core/core.h"
 #include "kernels/kernels.h"
@@ -130,13 +134,13 @@ static void run_shape(const shape *s, mt_dtype t, size_t rows) {
 
   /* forward */
   void *c = rnd_t(t, nc), *qkv = nans(t, nq), *qkv_ref = nans(t, nq);
-  ops->kv_spread(t, qkv, c, rows, l.nh, l.nkv, l.hs, l.h0, l.group);
+  ops->kv_spread(t, qkv, c, rows, l.nh, l.nkv, l.hs, l.h0, l.group, NULL, NULL, 0);
   spread_unfused(t, &l, qkv_ref, c, rows);
   mt_check_true(what, memcmp(qkv, qkv_ref, nq * es) == 0);
 
   /* backward */
   void *dqkv = rnd_t(t, nq), *dc = nans(t, nc), *dc_ref = nans(t, nc);
-  ops->kv_spread_backward(t, dc, dqkv, rows, l.nh, l.nkv, l.hs, l.h0, l.group);
+  ops->kv_spread_backward(t, dc, dqkv, rows, l.nh, l.nkv, l.hs, l.h0, l.group, NULL, NULL, 0);
   spread_backward_unfused(t, &l, dc_ref, dqkv, rows);
   if (t == MT_DT_F32) {
     mt_check_true("  backward: the same bits", memcmp(dc, dc_ref, nc * es) == 0);
@@ -181,6 +185,38 @@ static void run_shape(const shape *s, mt_dtype t, size_t rows) {
   free(c), free(qkv), free(qkv_ref), free(dqkv), free(dc), free(dc_ref);
 }
 
+/* the fused turn (cs) against rope, then the spread (backward: the spread,
+ * then rope inverse); rows at positions pos (NULL: r % rows) */
+static void run_rope(const shape *s, mt_dtype t, size_t rows, const int *pos) {
+  const local l = local_of(s);
+  const size_t nq = rows * 3 * l.Cl, nc = rows * l.W, es = es_of(t);
+  const int P = 97, hs = l.hs; /* positions in the table */
+  float *cs = test_alloc((size_t)P * hs * sizeof(float));
+  for (int p = 0; p < P; p++)
+    for (int d = 0; d < hs / 2; d++) {
+      double a = p * pow(10000.0, -2.0 * d / hs);
+      cs[(size_t)p * hs + d] = (float)cos(a), cs[(size_t)p * hs + hs / 2 + d] = (float)sin(a);
+    }
+  char what[160];
+  snprintf(what, sizeof what, "%s %s, rope%s: kv_spread = rope, then kv_spread (bits)", s->what,
+           t == MT_DT_BF16 ? "bf16" : "fp32", pos ? " at positions" : "");
+  void *c = rnd_t(t, nc), *c_was = test_alloc(nc * es), *turned = test_alloc(nc * es);
+  memcpy(c_was, c, nc * es), memcpy(turned, c, nc * es);
+  void *qkv = nans(t, nq), *qkv_ref = nans(t, nq);
+  ops->kv_spread(t, qkv, c, rows, l.nh, l.nkv, hs, l.h0, l.group, cs, pos, (int)rows);
+  ops->rope(t, turned, l.W, 1, (int)rows, l.nh + l.nkv, hs, cs, pos, 0);
+  ops->kv_spread(t, qkv_ref, turned, rows, l.nh, l.nkv, hs, l.h0, l.group, NULL, NULL, 0);
+  mt_check_true(what, !memcmp(qkv, qkv_ref, nq * es) && !memcmp(c, c_was, nc * es));
+  void *dqkv = rnd_t(t, nq), *dc = nans(t, nc), *dc_ref = nans(t, nc);
+  ops->kv_spread_backward(t, dc, dqkv, rows, l.nh, l.nkv, hs, l.h0, l.group, cs, pos, (int)rows);
+  ops->kv_spread_backward(t, dc_ref, dqkv, rows, l.nh, l.nkv, hs, l.h0, l.group, NULL, NULL, 0);
+  ops->rope(t, dc_ref, l.W, 1, (int)rows, l.nh + l.nkv, hs, cs, pos, 1);
+  mt_check_true("  backward: = kv_spread_backward, then rope inverse (bits)",
+                !memcmp(dc, dc_ref, nc * es));
+  free(cs), free(c), free(c_was), free(turned), free(qkv), free(qkv_ref), free(dqkv), free(dc);
+  free(dc_ref);
+}
+
 int main(void) {
   g_rng = 0x51A7D0C5u;
   ops = mt_ops_cpu();
@@ -201,5 +237,12 @@ int main(void) {
     run_shape(&shapes[i], MT_DT_F32, 67);
     run_shape(&shapes[i], MT_DT_BF16, 67);
   }
+  int pos[67];
+  for (int r = 0; r < 67; r++) pos[r] = (r * 37 + 5) % 97;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int ti = 0; ti < 2; ti++) {
+      run_rope(&shapes[i], ti ? MT_DT_BF16 : MT_DT_F32, 67, NULL);
+      run_rope(&shapes[i], ti ? MT_DT_BF16 : MT_DT_F32, 67, pos);
+    }
   return mt_check_summary("test_gqa_spread");
 }

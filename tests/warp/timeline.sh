@@ -94,7 +94,7 @@ for s in range(n_stages):
     assert set(got) == set(want), (s, sorted(got), sorted(want))
     for op, (n, ms) in want.items():
         assert got[op][0] == n and abs(got[op][1] - ms) <= 1e-5 + 1e-6 * ms, (s, op, got[op], n, ms)
-    for op in ("matmul_forward", "matmul_backward_first", "attn_forward", "attn_backward",
+    for op in ("matmul_forward", "matmul_backward_first", "attn_forward", "attn_backward_first",
                "layernorm_forward", "gelu_backward_first"):
         assert op in got and got[op][0] > 0, "stage %d: no %s op in the step" % (s, op)
     print("stage %d: %d ops in ops.csv, matmul_forward %d calls %.4f ms" % (

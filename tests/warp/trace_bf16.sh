@@ -16,7 +16,7 @@ def ops(p):
     ev = json.load(open("%s/%s/trace/rank0.json" % (w, p)))["traceEvents"]
     return {e["name"] for e in ev if e.get("ph") == "X" and e.get("cat") == "op"}
 f32, b16 = ops("fp32"), ops("bf16")
-need = {"matmul_forward", "matmul_backward_first", "attn_forward", "attn_backward",
+need = {"matmul_forward", "matmul_backward_first", "attn_forward", "attn_backward_first",
         "layernorm_forward"}
 if not need <= f32:
     sys.exit("FAIL: the fp32 trace lacks %s" % sorted(need - f32))

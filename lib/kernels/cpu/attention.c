@@ -124,7 +124,8 @@ typedef struct {
   uint32_t *Kp, *Vp, *Kr, *Qr, *dOr;
   mt_bf16 *Pb;
   uint32_t *Pw;
-  int dp; /* every product on bf16 dot products */
+  int dp;    /* every product on bf16 dot products */
+  int first; /* attn_backward_first: dq, dk, dv written, not accumulated */
 } bwd_scratch;
 
 #define MT_TYPED_BODY "kernels/cpu/attention_t.h"

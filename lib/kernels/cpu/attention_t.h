@@ -16,30 +16,42 @@ static inline const float *FN(rows_f32)(float *buf, const T *src, size_t rs, int
 #endif
 }
 
+/* rows x hs elements of T at dst (row stride rs) = 0 */
+static inline void FN(zero_rows)(T *dst, size_t rs, int rows, int hs) {
+  for (int r = 0; r < rows; r++) memset(dst + r * rs, 0, (size_t)hs * sizeof(T));
+}
+
 /* the fp32 accumulator of rows x hs elements of T at dst (row stride rs):
- * dst itself (float: the products accumulate in place, *ld = rs), or buf
- * zeroed (bf16: *ld = hs), added to dst with one rounding by acc_end */
-static inline float *FN(acc_begin)(float *buf, T *dst, size_t rs, int rows, int hs, size_t *ld) {
+ * dst itself (float: the products accumulate in place, *ld = rs; first:
+ * zeroed first), or buf zeroed (bf16: *ld = hs), added to dst with one
+ * rounding by acc_end (first: to 0, the bits of a zeroed dst) */
+static inline float *FN(acc_begin)(float *buf, T *dst, size_t rs, int rows, int hs, int first,
+                                   size_t *ld) {
 #if IS_BF16
+  (void)first;
   memset(buf, 0, (size_t)rows * hs * sizeof(float));
   *ld = (size_t)hs;
   return buf;
 #else
-  (void)buf, (void)rows, (void)hs;
+  (void)buf;
+  if (first) FN(zero_rows)(dst, rs, rows, hs);
   *ld = rs;
   return dst;
 #endif
 }
 
-static inline void FN(acc_end)(T *dst, size_t rs, const float *acc, int rows, int hs) {
+static inline void FN(acc_end)(T *dst, size_t rs, const float *acc, int rows, int hs, int first) {
 #if IS_BF16
   for (int r = 0; r < rows; r++) {
     T *d = dst + r * rs;
     const float *x = acc + (size_t)r * hs;
-    for (int c = 0; c < hs; c++) d[c] = ST(LD(d[c]) + x[c]);
+    if (first)
+      for (int c = 0; c < hs; c++) d[c] = ST(0.0f + x[c]);
+    else
+      for (int c = 0; c < hs; c++) d[c] = ST(LD(d[c]) + x[c]);
   }
 #else
-  (void)dst, (void)rs, (void)acc, (void)rows, (void)hs;
+  (void)dst, (void)rs, (void)acc, (void)rows, (void)hs, (void)first;
 #endif
 }
 
@@ -203,11 +215,20 @@ void FN(attn_merge)(const mt_attn_block *a, void *out_, float *lse, const void *
 static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const T *dout,
                               const T *out, const float *lse, const T *q, const T *k,
                               const T *v, int b, int h, const bwd_scratch *w) {
-  const int hs = a->hs;
+  const int hs = a->hs, first = w->first;
   const float scale = 1.0f / sqrtf((float)hs);
   const size_t hoff = (size_t)h * hs;
   const int kall = keys_end(a, a->Tq); /* every key a row of this call sees */
-  if (kall == 0) return;
+  if (first) { /* the rows no product reaches: the keys no row sees */
+    FN(zero_rows)(dk + (size_t)b * a->k_bs + hoff + (size_t)kall * a->k_rs, a->k_rs,
+                  a->Tk - kall, hs);
+    FN(zero_rows)(dv + (size_t)b * a->v_bs + hoff + (size_t)kall * a->v_rs, a->v_rs,
+                  a->Tk - kall, hs);
+  }
+  if (kall == 0) {
+    if (first) FN(zero_rows)(dq + (size_t)b * a->q_bs + hoff, a->q_rs, a->Tq, hs);
+    return;
+  }
   const T *kb = k + (size_t)b * a->k_bs + hoff, *vb = v + (size_t)b * a->v_bs + hoff;
   size_t ldk = 0, ldv = 0, lddk, lddv;
   const float *K = NULL, *V = NULL;
@@ -225,13 +246,18 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
     K = FN(rows_f32)(w->K, kb, a->k_rs, kall, hs, &ldk);
     V = FN(rows_f32)(w->V, vb, a->v_rs, kall, hs, &ldv);
   }
-  float *dK = FN(acc_begin)(w->dK, dk + (size_t)b * a->k_bs + hoff, a->k_rs, kall, hs, &lddk);
-  float *dV = FN(acc_begin)(w->dV, dv + (size_t)b * a->v_bs + hoff, a->v_rs, kall, hs, &lddv);
+  float *dK =
+      FN(acc_begin)(w->dK, dk + (size_t)b * a->k_bs + hoff, a->k_rs, kall, hs, first, &lddk);
+  float *dV =
+      FN(acc_begin)(w->dV, dv + (size_t)b * a->v_bs + hoff, a->v_rs, kall, hs, first, &lddv);
   for (int i0 = 0; i0 < a->Tq; i0 += ATT_BR) {
     const int i1 = mt_min_int(i0 + ATT_BR, a->Tq), rows = i1 - i0;
     const int kbeg = keys_begin(a, b, i0), kend = keys_end(a, i1);
-    if (kend <= kbeg) continue;
     const size_t qoff = (size_t)b * a->q_bs + (size_t)i0 * a->q_rs + hoff;
+    if (kend <= kbeg) {
+      if (first) FN(zero_rows)(dq + qoff, a->q_rs, rows, hs);
+      continue;
+    }
     const size_t ooff = (size_t)b * a->o_bs + (size_t)i0 * a->o_rs + hoff;
     size_t ldq = 0, ldo, lddo, lddq;
     const float *Q = NULL;
@@ -244,7 +270,7 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
       Q = FN(rows_f32)(w->Q, q + qoff, a->q_rs, rows, hs, &ldq);
     const float *O = FN(rows_f32)(w->O, out + ooff, a->o_rs, rows, hs, &ldo);
     const float *dO = FN(rows_f32)(w->dO, dout + ooff, a->o_rs, rows, hs, &lddo);
-    float *dQ = FN(acc_begin)(w->dQ, dq + qoff, a->q_rs, rows, hs, &lddq);
+    float *dQ = FN(acc_begin)(w->dQ, dq + qoff, a->q_rs, rows, hs, first, &lddq);
     for (int r = 0; r < rows; r++) {
       const float *o = O + (size_t)r * ldo, *dy = dO + (size_t)r * lddo;
       float dot = 0.0f;
@@ -311,17 +337,32 @@ static void FN(backward_head)(const mt_attn_block *a, T *dq, T *dk, T *dv, const
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, scale, w->dP, ATT_BC, Q,
                   (int)ldq, 1.0f, dK + (size_t)j0 * lddk, (int)lddk);
     }
-    FN(acc_end)(dq + qoff, a->q_rs, dQ, rows, hs);
+    FN(acc_end)(dq + qoff, a->q_rs, dQ, rows, hs, first);
   }
-  FN(acc_end)(dk + (size_t)b * a->k_bs + hoff, a->k_rs, dK, kall, hs);
-  FN(acc_end)(dv + (size_t)b * a->v_bs + hoff, a->v_rs, dV, kall, hs);
+  FN(acc_end)(dk + (size_t)b * a->k_bs + hoff, a->k_rs, dK, kall, hs, first);
+  FN(acc_end)(dv + (size_t)b * a->v_bs + hoff, a->v_rs, dV, kall, hs, first);
 }
 
-void FN(attn_backward)(const mt_attn_block *a, void *dq, void *dk, void *dv, const void *dout,
-                       const void *out, const float *lse, const void *q, const void *k,
-                       const void *v) {
+/* attn_backward (first 0: dq, dk, dv accumulate) and attn_backward_first
+ * (1: written) */
+static void FN(attn_bwd)(const mt_attn_block *a, void *dq, void *dk, void *dv, const void *dout,
+                         const void *out, const float *lse, const void *q, const void *k,
+                         const void *v, int first) {
   const int nhead = a->B * a->NH;
-  if (nhead == 0 || a->Tq == 0 || a->Tk == 0) return;
+  if (nhead == 0) return;
+  if (a->Tq == 0 || a->Tk == 0) {
+    /* nothing to sum: the first call still writes its zeros (a head's
+     * rows of dq, dk, dv; the ones the other side leaves empty) */
+    if (first)
+#pragma omp parallel for schedule(static)
+      for (int bh = 0; bh < nhead; bh++) {
+        const size_t b = (size_t)(bh / a->NH), ho = (size_t)(bh % a->NH) * a->hs;
+        FN(zero_rows)((T *)dq + b * a->q_bs + ho, a->q_rs, a->Tq, a->hs);
+        FN(zero_rows)((T *)dk + b * a->k_bs + ho, a->k_rs, a->Tk, a->hs);
+        FN(zero_rows)((T *)dv + b * a->v_bs + ho, a->v_rs, a->Tk, a->hs);
+      }
+    return;
+  }
   const size_t hs = (size_t)a->hs, tk = (size_t)a->Tk;
   const int dp = IS_BF16 && mt_cpu_dot_bf16_usable(a->hs); /* once per call, for every task */
   int blas_threads, team = mt_cpu_blas_serial_begin(&blas_threads);
@@ -329,7 +370,7 @@ void FN(attn_backward)(const mt_attn_block *a, void *dq, void *dk, void *dv, con
   {
     bwd_scratch w = {.S = scratch(SC_S, (size_t)ATT_BR * ATT_BC),
                      .dP = scratch(SC_DP, (size_t)ATT_BR * ATT_BC), .D = scratch(SC_M, ATT_BR),
-                     .L = scratch(SC_L, ATT_BR), .dp = dp};
+                     .L = scratch(SC_L, ATT_BR), .dp = dp, .first = first};
     if (IS_BF16) {
       w.O = scratch(SC_O, ATT_BR * hs);
       w.dO = scratch(SC_DO, ATT_BR * hs), w.dQ = scratch(SC_ACC, ATT_BR * hs);
@@ -353,4 +394,16 @@ void FN(attn_backward)(const mt_attn_block *a, void *dq, void *dk, void *dv, con
       FN(backward_head)(a, dq, dk, dv, dout, out, lse, q, k, v, bh / a->NH, bh % a->NH, &w);
   }
   mt_cpu_blas_serial_end(blas_threads);
+}
+
+void FN(attn_backward)(const mt_attn_block *a, void *dq, void *dk, void *dv, const void *dout,
+                       const void *out, const float *lse, const void *q, const void *k,
+                       const void *v) {
+  FN(attn_bwd)(a, dq, dk, dv, dout, out, lse, q, k, v, 0);
+}
+
+void FN(attn_backward_first)(const mt_attn_block *a, void *dq, void *dk, void *dv,
+                             const void *dout, const void *out, const float *lse, const void *q,
+                             const void *k, const void *v) {
+  FN(attn_bwd)(a, dq, dk, dv, dout, out, lse, q, k, v, 1);
 }

@@ -1,5 +1,7 @@
 /* Bodies of elementwise.c, over the storage type T (typed.h). */
 
+#include "kernels/cpu/rope_head_t.h"
+
 /* x = 0 (n elements): large ones split over the threads in contiguous pieces */
 void FN(zero)(void *x_, size_t n) {
   T *x = x_;
@@ -65,24 +67,42 @@ void FN(add_2d)(void *dst_, size_t ld_dst, const void *src_, size_t ld_src, size
   }
 }
 
+/* rope's cosine | sine row of row r of sequences of T_ rows (kernels.h) */
+static inline const float *FN(rope_row)(const float *cs, const int *pos, size_t r, int T_,
+                                        int hs) {
+  return cs + (size_t)(pos ? pos[r] : (int)(r % (size_t)T_)) * hs;
+}
+
+/* one head of hs from src to dst: copied, or turned by the angles of row
+ * cs (NULL: copied) */
+static inline void FN(head_move)(T *dst, const T *src, const float *cs, int hs) {
+  if (cs) FN(rope_head)(dst, src, cs, cs + hs / 2, hs / 2, 1.0f);
+  else memcpy(dst, src, (size_t)hs * sizeof(T));
+}
+
 /* grouped-query attention's key/value heads spread over the query heads
  * (kernels.h): each row in one piece, q, then each query head's key head
- * and its value head, where a copy per head was a parallel region each */
+ * and its value head, where a copy per head was a parallel region each;
+ * with cs, q and the key heads turned on the way (where rope turned c in
+ * place in a pass of its own) */
 void FN(kv_spread)(void *qkv_, const void *c_, size_t rows, int nh, int nkv, int hs, int h0,
-                   int group) {
+                   int group, const float *cs, const int *pos, int T_) {
   T *qkv = qkv_;
   const T *c = c_;
   const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cl + 2 * Ckv;
-  const size_t head_bytes = (size_t)hs * sizeof(T);
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < rows; r++) {
     T *out = qkv + r * 3 * Cl;
     const T *in = c + r * W;
-    memcpy(out, in, Cl * sizeof(T));
+    const float *turn = cs ? FN(rope_row)(cs, pos, r, T_, hs) : NULL;
+    if (turn)
+      for (int h = 0; h < nh; h++)
+        FN(head_move)(out + (size_t)h * hs, in + (size_t)h * hs, turn, hs);
+    else memcpy(out, in, Cl * sizeof(T));
     for (int h = 0; h < nh; h++) {
       const size_t j = (size_t)((h0 + h) / group) * hs;
-      memcpy(out + Cl + (size_t)h * hs, in + Cl + j, head_bytes);
-      memcpy(out + 2 * Cl + (size_t)h * hs, in + Cl + Ckv + j, head_bytes);
+      FN(head_move)(out + Cl + (size_t)h * hs, in + Cl + j, turn, hs);
+      memcpy(out + 2 * Cl + (size_t)h * hs, in + Cl + Ckv + j, (size_t)hs * sizeof(T));
     }
   }
 }
@@ -90,9 +110,10 @@ void FN(kv_spread)(void *qkv_, const void *c_, size_t rows, int nh, int nkv, int
 /* its backward, dc WRITTEN row by row: q, then per key (value) head the sum
  * of its query heads' gradients, MT_KV_CHUNK channels at a time in fp32
  * registers (the heads in order, one rounding): no zero pass over dc, no
- * read-modify-write of it per head */
+ * read-modify-write of it per head; with cs, the row's q and key heads
+ * then turned back while the row is in cache */
 void FN(kv_spread_backward)(void *dc_, const void *dqkv_, size_t rows, int nh, int nkv, int hs,
-                            int h0, int group) {
+                            int h0, int group, const float *cs, const int *pos, int T_) {
   T *dc = dc_;
   const T *dqkv = dqkv_;
   const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cl + 2 * Ckv;
@@ -120,6 +141,12 @@ void FN(kv_spread_backward)(void *dc_, const void *dqkv_, size_t rows, int nh, i
           for (int d = 0; d < n; d++) y[d0 + d] = ST(acc[d]);
         }
       }
+    }
+    if (cs) { /* q and the key heads turned back, from their rounded sums */
+      const float *turn = FN(rope_row)(cs, pos, r, T_, hs);
+      for (int h = 0; h < nh + nkv; h++)
+        FN(rope_head)(out + (size_t)h * hs, out + (size_t)h * hs, turn, turn + hs / 2, hs / 2,
+                      -1.0f);
     }
   }
 }

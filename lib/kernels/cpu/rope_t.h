@@ -1,5 +1,7 @@
 /* Bodies of rope.c, over the storage type T (typed.h). */
 
+#include "kernels/cpu/rope_head_t.h"
+
 /* x (B rows of T, nh heads of hs at row stride ld) turned in place by cs
  * (a row per position: cos | sin of its hs/2 angles) at each row's
  * position (pos, or the row's index); inverse: the other way */
@@ -10,16 +12,9 @@ void FN(rope)(void *x_, size_t ld, int B, int T_, int nh, int hs, const float *c
   const float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static)
   for (long r = 0; r < (long)B * T_; r++) {
-    const float *c = cs + (size_t)(pos ? pos[r] : (int)(r % T_)) * hs, *s = c + half;
+    const float *c = cs + (size_t)(pos ? pos[r] : (int)(r % T_)) * hs;
     T *row = x + (size_t)r * ld;
-    for (int h = 0; h < nh; h++) {
-      T *a = row + (size_t)h * hs, *b = a + half;
-#pragma omp simd
-      for (int d = 0; d < half; d++) {
-        float x1 = LD(a[d]), x2 = LD(b[d]), sn = sign * s[d];
-        a[d] = ST(x1 * c[d] - x2 * sn);
-        b[d] = ST(x2 * c[d] + x1 * sn);
-      }
-    }
+    for (int h = 0; h < nh; h++) FN(rope_head)(row + (size_t)h * hs, row + (size_t)h * hs, c,
+                                               c + half, half, sign);
   }
 }

@@ -138,7 +138,15 @@ void FN(xent_vp_backward)(void *dlogits_, const void *probs_, const int *targets
     T *d = dlogits + (size_t)n * Vl;
     int col = targets[n] - v0;
     int real = targets[n] == MT_TARGET_IGNORE ? 0 : nvalid > 0 ? nvalid : 0;
-    for (int j = 0; j < real; j++) d[j] = ST((LD(p[j]) - (j == col ? 1.0f : 0.0f)) * dloss);
+    int held = col >= 0 && col < real;
+    /* the target's column apart, read before the row is overwritten (d may
+     * be p): the others are p - 0 = p exactly, so the loop is one multiply
+     * and vectorises (an aliasing row is read and written element by
+     * element, each read before its own write) */
+    float p_target = held ? LD(p[col]) : 0.0f;
+#pragma omp simd
+    for (int j = 0; j < real; j++) d[j] = ST(LD(p[j]) * dloss);
+    if (held) d[col] = ST((p_target - 1.0f) * dloss);
     for (int j = real; j < Vl; j++) d[j] = ST(0.0f);
   }
 }

@@ -328,15 +328,22 @@ static size_t dq_smem_floats(int BR, int BC, int hs) {
   return (size_t)(2 * BR + BC) * (hs + 1) + (size_t)BR * (BC + 1) + 2 * BR;
 }
 
+/* rows x hs elements of one head at x (row stride rs) = 0, by the block's
+ * threads (attn_backward_first's rows that no visible pair reaches) */
+template <typename T> __device__ static void zero_head_rows(T *x, size_t rs, int rows, int hs) {
+  for (int i = threadIdx.x; i < rows * hs; i += blockDim.x)
+    x[(size_t)(i / hs) * rs + i % hs] = mt_st<T>(0.0f);
+}
+
 /* Block (query tile x, (batch, head) bh0 + y): dq of query rows [i0, i0 +
- * BR) += scale sum over the visible keys of dS K. Per key tile: V, then
- * dP = dO V^T (registers); K replaces V, S = Q K^T, dS = P (dP - D) into
- * shared memory, acc += dS K. */
+ * BR) += scale sum over the visible keys of dS K (first: dq = 0 + that).
+ * Per key tile: V, then dP = dO V^T (registers); K replaces V, S = Q K^T,
+ * dS = P (dP - D) into shared memory, acc += dS K. */
 template <typename T, int BR, int BC, int DPT>
 __global__ void __launch_bounds__(ATTN_THREADS)
     attn_backward_dq_kernel(const mt_attn_block a, T *dq, const T *dout, const float *lse,
                             const float *D, int bh0, const T *q, const T *k, const T *v,
-                            float scale) {
+                            float scale, int first) {
   constexpr int R = BR / 16, CC = BC / 16, SP = BC + 1;
   static_assert(BR % 16 == 0 && BC % 16 == 0, "tiles of 16-row steps");
   extern __shared__ float smem[];
@@ -348,9 +355,12 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   const int b = bh / a.NH, h = bh % a.NH;
   const int rows = min(BR, a.Tq - i0);
   const int kbeg = attn_keys_begin(a, b, i0), kend = attn_keys_end(a, i0 + rows);
-  if (kend <= kbeg) return; /* no key of the block is visible to these rows */
   const size_t hoff = (size_t)h * hs;
   const size_t qoff = (size_t)b * a.q_bs + (size_t)i0 * a.q_rs + hoff;
+  if (kend <= kbeg) { /* no key of the block is visible to these rows */
+    if (first) zero_head_rows(dq + qoff, a.q_rs, rows, hs);
+    return;
+  }
   const T *kb = k + (size_t)b * a.k_bs + hoff, *vb = v + (size_t)b * a.v_bs + hoff;
   load_rows(Qs, P, q + qoff, a.q_rs, rows, BR, hs);
   load_rows(dOs, P, dout + (size_t)b * a.o_bs + (size_t)i0 * a.o_rs + hoff, a.o_rs, rows, BR, hs);
@@ -396,7 +406,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
     for (int j = 0; j < DPT; j++) {
       int d = tx + 16 * j;
-      if (d < hs) o[d] = mt_st<T>(mt_ld(o[d]) + scale * acc[i][j]);
+      if (d < hs) o[d] = mt_st<T>((first ? 0.0f : mt_ld(o[d])) + scale * acc[i][j]);
     }
   }
 }
@@ -409,12 +419,12 @@ static size_t dkv_smem_floats(int BR, int BC, int hs) {
  * + BC) over every query tile that sees them. In the transposed view (key
  * rows, query columns): S^T = K Q^T, dP^T = V dO^T (registers), P^T into
  * shared memory, dv += P^T dO; then dS^T = P^T (dP^T - D) replaces it and
- * dk += scale dS^T Q. */
+ * dk += scale dS^T Q (first: dk, dv = 0 + those). */
 template <typename T, int BR, int BC, int DPT>
 __global__ void __launch_bounds__(ATTN_THREADS)
     attn_backward_dkv_kernel(const mt_attn_block a, T *dk, T *dv, const T *dout,
                              const float *lse, const float *D, int bh0, const T *q, const T *k,
-                             const T *v, float scale) {
+                             const T *v, float scale, int first) {
   constexpr int R = BC / 16, CC = BR / 16, SP = BR + 1;
   static_assert(BR % 16 == 0 && BC % 16 == 0, "tiles of 16-row steps");
   extern __shared__ float smem[];
@@ -426,10 +436,16 @@ __global__ void __launch_bounds__(ATTN_THREADS)
   const int b = bh / a.NH, h = bh % a.NH;
   const int cols = min(BC, a.Tk - j0); /* key rows of this block */
   const int ibeg = attn_queries_begin(a, j0), iend = attn_queries_end(a, b, j0 + cols - 1);
-  if (ibeg >= iend) return; /* no query of the block sees these keys */
   const size_t hoff = (size_t)h * hs;
   const size_t koff = (size_t)b * a.k_bs + (size_t)j0 * a.k_rs + hoff;
   const size_t voff = (size_t)b * a.v_bs + (size_t)j0 * a.v_rs + hoff;
+  if (ibeg >= iend) { /* no query of the block sees these keys */
+    if (first) {
+      zero_head_rows(dk + koff, a.k_rs, cols, hs);
+      zero_head_rows(dv + voff, a.v_rs, cols, hs);
+    }
+    return;
+  }
   const T *qb = q + (size_t)b * a.q_bs + hoff, *dob = dout + (size_t)b * a.o_bs + hoff;
   const float *lb = lse + (size_t)b * a.l_bs + (size_t)h * a.l_hs, *Db = D + (size_t)g * a.Tq;
   load_rows(Ks, P, k + koff, a.k_rs, cols, BC, hs);
@@ -482,8 +498,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     for (int jj = 0; jj < DPT; jj++) {
       int d = tx + 16 * jj;
       if (d < hs) {
-        ok[d] = mt_st<T>(mt_ld(ok[d]) + scale * dk_acc[i][jj]);
-        ov[d] = mt_st<T>(dv_acc[i][jj] + mt_ld(ov[d])); /* fp32: the code of ov[d] += */
+        ok[d] = mt_st<T>((first ? 0.0f : mt_ld(ok[d])) + scale * dk_acc[i][jj]);
+        /* fp32: the code of ov[d] += (first: of a zeroed ov[d]) */
+        ov[d] = mt_st<T>(dv_acc[i][jj] + (first ? 0.0f : mt_ld(ov[d])));
       }
     }
   }
@@ -557,30 +574,60 @@ MT_CUDA_INSTANTIATE(attn_merge)
 template <typename T, int BR, int BC, int DPT>
 static void backward_launch(const mt_attn_block *a, T *dq, T *dk, T *dv, const T *dout,
                             const float *lse, const float *D, int bh0, int nbh, const T *q,
-                            const T *k, const T *v, float scale) {
+                            const T *k, const T *v, float scale, int first) {
   size_t bytes = dq_smem_floats(BR, BC, a->hs) * sizeof(float);
   smem_allow(attn_backward_dq_kernel<T, BR, BC, DPT>, bytes, "attn_backward (dq)");
   dim3 gq((unsigned)((a->Tq + BR - 1) / BR), (unsigned)nbh);
   attn_backward_dq_kernel<T, BR, BC, DPT><<<gq, ATTN_THREADS, bytes, g_cu.stream>>>(
-      *a, dq, dout, lse, D, bh0, q, k, v, scale);
+      *a, dq, dout, lse, D, bh0, q, k, v, scale, first);
   CUDA_LAUNCH_CHECK();
   bytes = dkv_smem_floats(BR, BC, a->hs) * sizeof(float);
   smem_allow(attn_backward_dkv_kernel<T, BR, BC, DPT>, bytes, "attn_backward (dk, dv)");
   dim3 gk((unsigned)((a->Tk + BC - 1) / BC), (unsigned)nbh);
   attn_backward_dkv_kernel<T, BR, BC, DPT><<<gk, ATTN_THREADS, bytes, g_cu.stream>>>(
-      *a, dk, dv, dout, lse, D, bh0, q, k, v, scale);
+      *a, dk, dv, dout, lse, D, bh0, q, k, v, scale, first);
+  CUDA_LAUNCH_CHECK();
+}
+
+/* (B, rows, NH, hs) elements at x (strides bs, rs) = 0 */
+template <typename T>
+__global__ void attn_zero_heads_kernel(T *x, int B, int rows, int NH, int hs, size_t bs,
+                                       size_t rs) {
+  size_t n = (size_t)B * rows * NH * hs;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t d = i % hs, h = i / hs % NH, r = i / hs / NH % rows, b = i / hs / NH / rows;
+    x[b * bs + r * rs + h * hs + d] = mt_st<T>(0.0f);
+  }
+}
+
+template <typename T>
+static void zero_heads(T *x, int B, int rows, int NH, int hs, size_t bs, size_t rs) {
+  size_t n = (size_t)B * rows * NH * hs;
+  if (n == 0) return;
+  unsigned blocks = (unsigned)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535);
+  attn_zero_heads_kernel<T><<<blocks, 256, 0, g_cu.stream>>>(x, B, rows, NH, hs, bs, rs);
   CUDA_LAUNCH_CHECK();
 }
 
 /* D = rowsum(dout * out) goes to the backend's scratch, for as many (batch,
  * head) pairs at a time as it holds (all of them, unless the block is very
- * long); each group then runs the dq and the dk, dv kernels. */
+ * long); each group then runs the dq and the dk, dv kernels (first: they
+ * write, attn_backward_first). */
 template <typename T>
-void mt_cuda_attn_backward(const mt_attn_block *a, void *dq_, void *dk_, void *dv_,
-                           const void *dout_, const void *out_, const float *lse, const void *q_,
-                           const void *k_, const void *v_) {
-  if (a->B <= 0 || a->NH <= 0 || a->Tq <= 0 || a->Tk <= 0) return;
+static void attn_bwd(const mt_attn_block *a, void *dq_, void *dk_, void *dv_, const void *dout_,
+                     const void *out_, const float *lse, const void *q_, const void *k_,
+                     const void *v_, int first) {
+  if (a->B <= 0 || a->NH <= 0) return;
   T *dq = (T *)dq_, *dk = (T *)dk_, *dv = (T *)dv_;
+  if (a->Tq <= 0 || a->Tk <= 0) { /* no pair: the first call still writes its zeros */
+    if (first) {
+      zero_heads(dq, a->B, a->Tq, a->NH, a->hs, a->q_bs, a->q_rs);
+      zero_heads(dk, a->B, a->Tk, a->NH, a->hs, a->k_bs, a->k_rs);
+      zero_heads(dv, a->B, a->Tk, a->NH, a->hs, a->v_bs, a->v_rs);
+    }
+    return;
+  }
   const T *dout = (const T *)dout_, *out = (const T *)out_;
   const T *q = (const T *)q_, *k = (const T *)k_, *v = (const T *)v_;
   attn_check(a, "attn_backward");
@@ -600,11 +647,29 @@ void mt_cuda_attn_backward(const mt_attn_block *a, void *dq_, void *dk_, void *d
                                                                                 bh0, nbh);
     CUDA_LAUNCH_CHECK();
     if (a->hs <= 64)
-      backward_launch<T, 64, 64, 4>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
+      backward_launch<T, 64, 64, 4>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale,
+                                    first);
     else if (a->hs <= 128)
-      backward_launch<T, 32, 32, 8>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
+      backward_launch<T, 32, 32, 8>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale,
+                                    first);
     else
-      backward_launch<T, 16, 16, 16>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale);
+      backward_launch<T, 16, 16, 16>(a, dq, dk, dv, dout, lse, D, bh0, nbh, q, k, v, scale,
+                                     first);
   }
 }
+
+template <typename T>
+void mt_cuda_attn_backward(const mt_attn_block *a, void *dq, void *dk, void *dv, const void *dout,
+                           const void *out, const float *lse, const void *q, const void *k,
+                           const void *v) {
+  attn_bwd<T>(a, dq, dk, dv, dout, out, lse, q, k, v, 0);
+}
 MT_CUDA_INSTANTIATE(attn_backward)
+
+template <typename T>
+void mt_cuda_attn_backward_first(const mt_attn_block *a, void *dq, void *dk, void *dv,
+                                 const void *dout, const void *out, const float *lse,
+                                 const void *q, const void *k, const void *v) {
+  attn_bwd<T>(a, dq, dk, dv, dout, out, lse, q, k, v, 1);
+}
+MT_CUDA_INSTANTIATE(attn_backward_first)

@@ -1,5 +1,6 @@
 /* The CUDA backend's elementwise, normalisation, embedding and conversion
- * ops (the loss: xent.cu; AdamW: adamw.cu): one kernel (or a short fixed
+ * ops (the loss: xent.cu; AdamW: adamw.cu; rotary embedding and the
+ * key/value spread: heads.cu): one kernel (or a short fixed
  * sequence) per op and direction, shapes as kernels.h states them. Rows
  * are spread over blocks or warps; sums over rows (weight and bias
  * gradients) go through per-chunk partial sums added in chunk order, never
@@ -133,70 +134,6 @@ void mt_cuda_add_2d(void *dst, size_t ld_dst, const void *src, size_t ld_src, si
   rows_cast<S, S, 1>((S *)dst, ld_dst, (const S *)src, ld_src, rows, cols);
 }
 MT_CUDA_INSTANTIATE(add_2d)
-
-/* grouped-query attention's key/value spread (kernels.h), one thread per
- * element written. Forward: element (r, col) of qkv (rows, 3 Cl) from the
- * element of c (rows, Cl + 2 Ckv) it copies. */
-template <typename S>
-__global__ void kv_spread_kernel(S *qkv, const S *c, size_t rows, int nh, int nkv, int hs,
-                                 int h0, int group) {
-  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, n = rows * 3 * Cl;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    size_t r = i / (3 * Cl), col = i % (3 * Cl), from = col;
-    if (col >= Cl) { /* a key (kv 0) or value (1) channel of query head h */
-      size_t kv = (col - Cl) / Cl, h = (col - Cl) % Cl / hs, d = col % hs;
-      from = Cl + kv * Ckv + (size_t)((h0 + (int)h) / group) * hs + d;
-    }
-    qkv[i] = c[r * (Cl + 2 * Ckv) + from];
-  }
-}
-
-/* backward: element (r, col) of dc = 0 + the dqkv elements it gathers (its
- * q element, or one channel of the query heads of a key/value head, in
- * head order) in fp32, rounded once */
-template <typename S>
-__global__ void kv_spread_backward_kernel(S *dc, const S *dqkv, size_t rows, int nh, int nkv,
-                                          int hs, int h0, int group) {
-  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cl + 2 * Ckv, n = rows * W;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    size_t r = i / W, col = i % W;
-    const S *x = dqkv + r * 3 * Cl;
-    float acc = 0.0f;
-    if (col < Cl) {
-      acc += mt_ld(x[col]);
-    } else {
-      size_t kv = (col - Cl) / Ckv, d = col % hs;
-      int j = (int)((col - Cl) % Ckv / hs);
-      int h_lo = max(0, j * group - h0), h_hi = min(nh, (j + 1) * group - h0);
-      for (int h = h_lo; h < h_hi; h++) acc += mt_ld(x[(1 + kv) * Cl + (size_t)h * hs + d]);
-    }
-    dc[i] = mt_st<S>(acc);
-  }
-}
-
-template <typename S>
-void mt_cuda_kv_spread(void *qkv, const void *c, size_t rows, int nh, int nkv, int hs, int h0,
-                       int group) {
-  size_t n = rows * 3 * (size_t)nh * hs;
-  if (!n) return;
-  kv_spread_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)qkv, (const S *)c, rows,
-                                                                  nh, nkv, hs, h0, group);
-  CUDA_LAUNCH_CHECK();
-}
-MT_CUDA_INSTANTIATE(kv_spread)
-
-template <typename S>
-void mt_cuda_kv_spread_backward(void *dc, const void *dqkv, size_t rows, int nh, int nkv,
-                                int hs, int h0, int group) {
-  size_t n = rows * ((size_t)nh + 2 * (size_t)nkv) * hs;
-  if (!n) return;
-  kv_spread_backward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
-      (S *)dc, (const S *)dqkv, rows, nh, nkv, hs, h0, group);
-  CUDA_LAUNCH_CHECK();
-}
-MT_CUDA_INSTANTIATE(kv_spread_backward)
 
 /* dst (n elements of dst_t) = src (of src_t): rounded to nearest even,
  * widened exactly, or (the same type) copied */
@@ -594,39 +531,6 @@ void mt_cuda_rmsnorm_backward_first(void *dinp, float *dw, const void *dout, con
   rmsnorm_bwd<S>((S *)dinp, dw, (const S *)dout, (const S *)inp, (const S *)w, rstd, N, C, 0);
 }
 MT_CUDA_INSTANTIATE(rmsnorm_backward_first)
-
-/* ------------------------------------------------------------------ */
-/* rotary embedding: one thread per (row, head, pair), in place         */
-
-template <typename S>
-__global__ void rope_kernel(S *x, size_t ld, int B, int T, int nh, int hs, const float *cs,
-                            const int *pos, float sign) {
-  const int half = hs / 2;
-  size_t n = (size_t)B * T * nh * half;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    int d = (int)(i % half);
-    size_t rh = i / half;
-    int h = (int)(rh % nh);
-    size_t r = rh / nh;
-    const float *c = cs + (pos ? (size_t)pos[r] : r % T) * hs;
-    S *a = x + r * ld + (size_t)h * hs + d, *b = a + half;
-    float x1 = mt_ld(*a), x2 = mt_ld(*b), sn = sign * c[half + d];
-    *a = mt_st<S>(x1 * c[d] - x2 * sn);
-    *b = mt_st<S>(x2 * c[d] + x1 * sn);
-  }
-}
-
-template <typename S>
-void mt_cuda_rope(void *x, size_t ld, int B, int T, int nh, int hs, const float *cs,
-                  const int *pos, int inverse) {
-  size_t n = (size_t)B * T * nh * (hs / 2);
-  if (!n) return;
-  rope_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>((S *)x, ld, B, T, nh, hs, cs, pos,
-                                                              inverse ? -1.0f : 1.0f);
-  CUDA_LAUNCH_CHECK();
-}
-MT_CUDA_INSTANTIATE(rope)
 
 /* ------------------------------------------------------------------ */
 /* gelu (tanh form, as GPT-2), SwiGLU, residual                         */

@@ -145,6 +145,13 @@ static void v_attn_backward(mt_dtype t, const mt_attn_block *a, void *dq, void *
                             const void *k, const void *v) {
   advance("attn_backward", 2.5 * attn_fwd_s(t, a));
 }
+/* the same products; the gradients written instead of read and written (a
+ * small share of a price the products set) */
+static void v_attn_backward_first(mt_dtype t, const mt_attn_block *a, void *dq, void *dk,
+                                  void *dv, const void *dout, const void *out, const float *lse,
+                                  const void *q, const void *k, const void *v) {
+  advance("attn_backward_first", 2.5 * attn_fwd_s(t, a));
+}
 static void v_copy_2d(mt_dtype t, void *dst, size_t ld_dst, const void *src, size_t ld_src,
                       size_t rows, size_t cols) {
   ELEM(2.0 * AB * rows * cols);
@@ -155,13 +162,15 @@ static void v_add_2d(mt_dtype t, void *dst, size_t ld_dst, const void *src, size
 }
 /* one pass: c's q and key/value heads read (each key/value head once per
  * row, its other reads hit the cache), qkv's three parts written; the
- * backward the other way round */
+ * backward the other way round; rope's turn (cs) on the way costs no
+ * bytes */
 static void v_kv_spread(mt_dtype t, void *qkv, const void *c, size_t rows, int nh, int nkv,
-                        int hs, int h0, int group) {
+                        int hs, int h0, int group, const float *cs, const int *pos, int T) {
   ELEM(AB * rows * (4.0 * nh + 2.0 * nkv) * hs);
 }
 static void v_kv_spread_backward(mt_dtype t, void *dc, const void *dqkv, size_t rows, int nh,
-                                 int nkv, int hs, int h0, int group) {
+                                 int nkv, int hs, int h0, int group, const float *cs,
+                                 const int *pos, int T) {
   ELEM(AB * rows * (4.0 * nh + 2.0 * nkv) * hs);
 }
 static void v_gelu_forward(mt_dtype t, void *out, const void *inp, size_t n) {
