@@ -44,23 +44,17 @@ moe=(--set model.preset=tiny --set model.moe_experts=8 --set model.moe_topk=2
 echo "load before: $(uptime)"
 t0=$(date +%s)
 for bal in aux bias none; do
-  dir="$OUT/load_$bal"
-  "${launcher[@]}" -n 1 build/bin/meshtrain "${moe[@]}" --set train.micro_batch=8 \
-    --set train.moe_balance="$bal" --set output.dir="$dir" > "$dir.log" 2>&1 \
-    || { echo "failed: $dir (see $dir.log)"; exit 1; }
+  train_into "$OUT/load_$bal" 1 "${moe[@]}" --set train.micro_batch=8 \
+    --set train.moe_balance="$bal"
 done
 for bal in bias none; do
-  dir="$OUT/skew_$bal"
-  "${launcher[@]}" -n 2 build/bin/meshtrain "${moe[@]}" --set parallel.dp=2 --set parallel.ep=2 \
-    --set train.micro_batch=4 --set train.moe_balance="$bal" --set output.dir="$dir" \
-    > "$dir.log" 2>&1 || { echo "failed: $dir (see $dir.log)"; exit 1; }
+  train_into "$OUT/skew_$bal" 2 "${moe[@]}" --set parallel.dp=2 --set parallel.ep=2 \
+    --set train.micro_batch=4 --set train.moe_balance="$bal"
 done
 skew=(--set train.moe_balance=bias --set train.moe_bias_rate=0 --set train.moe_bias_init=0.5)
 for ll in none least-loaded; do
-  dir="$OUT/forced_$ll"
-  "${launcher[@]}" -n 2 build/bin/meshtrain "${moe[@]}" "${skew[@]}" --set parallel.dp=2 \
-    --set parallel.ep=2 --set train.micro_batch=4 --set parallel.ep_balance="$ll" \
-    --set output.dir="$dir" > "$dir.log" 2>&1 || { echo "failed: $dir (see $dir.log)"; exit 1; }
+  train_into "$OUT/forced_$ll" 2 "${moe[@]}" "${skew[@]}" --set parallel.dp=2 \
+    --set parallel.ep=2 --set train.micro_batch=4 --set parallel.ep_balance="$ll"
 done
 echo "load after:  $(uptime) ($(( $(date +%s) - t0 )) s)"
 python3 - "$OUT" <<'PY'
