@@ -62,6 +62,11 @@ import json, statistics, sys
 out = sys.argv[1]
 def recs(d): return [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (out, d))]
 def ratio(c): return max(c) / (sum(c) / len(c))
+def last_half(d):
+    """run d's records, those of the last half of its steps, and their median tokens/s"""
+    rs = recs(d)
+    h = rs[len(rs) // 2:]
+    return rs, h, statistics.median(r["tokens_per_s"] for r in h)
 print("\n1. expert load, tiny MoE (E=8, top-2), 1 rank; max/mean per block (1 = balanced)")
 print("%-5s %-14s %-22s %-22s %s" % ("", "last step", "per step, last 1/4", "summed, last 1/4", "final loss"))
 for bal in ("aux", "bias", "none"):
@@ -76,9 +81,7 @@ for bal in ("aux", "bias", "none"):
 print("\n2. skew at ep = 2 (dp = 2, 2 ranks x 1 thread), last half of the steps")
 base = None
 for bal in ("bias", "none"):
-    rs = recs("skew_" + bal)
-    h = rs[len(rs) // 2:]
-    tps = statistics.median(r["tokens_per_s"] for r in h)
+    rs, h, tps = last_half("skew_" + bal)
     # experts 0-3 on ep rank 0, 4-7 on ep rank 1; the busier rank's share of the slots
     share = statistics.mean(max(sum(sum(b[:4]) for b in t), sum(sum(b[4:]) for b in t)) /
                             sum(sum(b) for b in t)
@@ -89,9 +92,7 @@ for bal in ("bias", "none"):
 print("   forced skew (expert 0 first for every token), the same 2 ranks:")
 base = None
 for ll in ("none", "least-loaded"):
-    rs = recs("forced_" + ll)
-    h = rs[len(rs) // 2:]
-    tps = statistics.median(r["tokens_per_s"] for r in h)
+    rs, h, tps = last_half("forced_" + ll)
     base = base or tps
     busy = statistics.mean(statistics.mean(r["moe"]["rows_max_over_mean"]) for r in h)
     moved = statistics.mean(statistics.mean(r["moe"]["moved_frac"]) for r in h)
