@@ -8,6 +8,7 @@
 #include "../check.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* main's first step: MPI, the log, and a mesh of dp = all ranks (an error
  * ends the run); returns the number of ranks */
@@ -29,6 +30,25 @@ static inline int same(const float *a, const float *b, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!(a[i] == b[i])) return 0;
   return 1;
+}
+
+/* the program's test values: n floats that differ by rank and salt */
+static void fill(float *x, size_t n, int rank, int salt);
+
+/* a host buffer h and its "device" copy d: the same n test values */
+static inline void fill_both(float *h, float *d, size_t n, int rank, int salt) {
+  fill(h, n, rank, salt);
+  memcpy(d, h, n * sizeof(float));
+}
+
+/* parts of N over n ranks as the registry cuts a bucket: the first N % n
+ * ranks one element more */
+static inline void parts(size_t N, int n, int *counts, int *displs) {
+  for (int q = 0, off = 0; q < n; q++) {
+    counts[q] = (int)(N / (size_t)n) + (q < (int)(N % (size_t)n));
+    displs[q] = off;
+    off += counts[q];
+  }
 }
 
 #endif
