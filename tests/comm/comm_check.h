@@ -32,14 +32,14 @@ static inline int same(const float *a, const float *b, size_t n) {
   return 1;
 }
 
-/* the program's test values: n floats that differ by rank and salt */
-static void fill(float *x, size_t n, int rank, int salt);
-
-/* a host buffer h and its "device" copy d: the same n test values */
-static inline void fill_both(float *h, float *d, size_t n, int rank, int salt) {
-  fill(h, n, rank, salt);
-  memcpy(d, h, n * sizeof(float));
-}
+/* a host buffer h and its "device" copy d: the same n floats, the test
+ * values of the program's fill(x, n, rank, salt) (a macro: a program that
+ * has no fill includes this too) */
+#define fill_both(h, d, n, rank, salt)                                       \
+  do {                                                                       \
+    fill((h), (n), (rank), (salt));                                          \
+    memcpy((d), (h), (n) * sizeof(float));                                   \
+  } while (0)
 
 /* parts of N over n ranks as the registry cuts a bucket: the first N % n
  * ranks one element more */
