@@ -482,11 +482,7 @@ static int verify_scoped(const char *spec, const mt_ckpt_verify_opts *o, FILE *o
 
 int mt_ckpt_verify(const char *spec, const mt_ckpt_verify_opts *o, FILE *out, long *problems,
                    mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  int rc = verify_scoped(spec, o, out, problems, e);
-  mt_ckpt_h5_scope_end(&scope);
-  return rc == 0 ? 0 : mt_err_pass(e);
+  MT_CKPT_RETURN_SCOPED(e, verify_scoped(spec, o, out, problems, e));
 }
 
 /* ------------------------------------------------------------------ */
@@ -610,11 +606,7 @@ close_sources:
 
 int mt_ckpt_diff(const char *a, const char *b, double rtol, size_t chunk_bytes, FILE *out,
                  int *differ, mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  int rc = diff_scoped(a, b, rtol, chunk_bytes, out, differ, e);
-  mt_ckpt_h5_scope_end(&scope);
-  return rc == 0 ? 0 : mt_err_pass(e);
+  MT_CKPT_RETURN_SCOPED(e, diff_scoped(a, b, rtol, chunk_bytes, out, differ, e));
 }
 
 /* ------------------------------------------------------------------ */
@@ -716,9 +708,5 @@ static int export_scoped(const char *spec, const char *path, int dtype, size_t c
 
 int mt_ckpt_export_h5(const char *spec, const char *path, int dtype, size_t chunk_bytes,
                       mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  int rc = export_scoped(spec, path, dtype, chunk_bytes, e);
-  mt_ckpt_h5_scope_end(&scope);
-  return rc == 0 ? 0 : mt_err_pass(e);
+  MT_CKPT_RETURN_SCOPED(e, export_scoped(spec, path, dtype, chunk_bytes, e));
 }
