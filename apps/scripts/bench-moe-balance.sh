@@ -44,23 +44,17 @@ moe=(--set model.preset=tiny --set model.moe_experts=8 --set model.moe_topk=2
 echo "load before: $(uptime)"
 t0=$(date +%s)
 for bal in aux bias none; do
-  dir="$OUT/load_$bal"
-  "${launcher[@]}" -n 1 build/bin/meshtrain "${moe[@]}" --set train.micro_batch=8 \
-    --set train.moe_balance="$bal" --set output.dir="$dir" > "$dir.log" 2>&1 \
-    || { echo "failed: $dir (see $dir.log)"; exit 1; }
+  train_into "$OUT/load_$bal" 1 "${moe[@]}" --set train.micro_batch=8 \
+    --set train.moe_balance="$bal"
 done
 for bal in bias none; do
-  dir="$OUT/skew_$bal"
-  "${launcher[@]}" -n 2 build/bin/meshtrain "${moe[@]}" --set parallel.dp=2 --set parallel.ep=2 \
-    --set train.micro_batch=4 --set train.moe_balance="$bal" --set output.dir="$dir" \
-    > "$dir.log" 2>&1 || { echo "failed: $dir (see $dir.log)"; exit 1; }
+  train_into "$OUT/skew_$bal" 2 "${moe[@]}" --set parallel.dp=2 --set parallel.ep=2 \
+    --set train.micro_batch=4 --set train.moe_balance="$bal"
 done
 skew=(--set train.moe_balance=bias --set train.moe_bias_rate=0 --set train.moe_bias_init=0.5)
 for ll in none least-loaded; do
-  dir="$OUT/forced_$ll"
-  "${launcher[@]}" -n 2 build/bin/meshtrain "${moe[@]}" "${skew[@]}" --set parallel.dp=2 \
-    --set parallel.ep=2 --set train.micro_batch=4 --set parallel.ep_balance="$ll" \
-    --set output.dir="$dir" > "$dir.log" 2>&1 || { echo "failed: $dir (see $dir.log)"; exit 1; }
+  train_into "$OUT/forced_$ll" 2 "${moe[@]}" "${skew[@]}" --set parallel.dp=2 \
+    --set parallel.ep=2 --set train.micro_batch=4 --set parallel.ep_balance="$ll"
 done
 echo "load after:  $(uptime) ($(( $(date +%s) - t0 )) s)"
 python3 - "$OUT" <<'PY'
@@ -68,6 +62,11 @@ import json, statistics, sys
 out = sys.argv[1]
 def recs(d): return [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (out, d))]
 def ratio(c): return max(c) / (sum(c) / len(c))
+def last_half(d):
+    """run d's records, those of the last half of its steps, and their median tokens/s"""
+    rs = recs(d)
+    h = rs[len(rs) // 2:]
+    return rs, h, statistics.median(r["tokens_per_s"] for r in h)
 print("\n1. expert load, tiny MoE (E=8, top-2), 1 rank; max/mean per block (1 = balanced)")
 print("%-5s %-14s %-22s %-22s %s" % ("", "last step", "per step, last 1/4", "summed, last 1/4", "final loss"))
 for bal in ("aux", "bias", "none"):
@@ -82,9 +81,7 @@ for bal in ("aux", "bias", "none"):
 print("\n2. skew at ep = 2 (dp = 2, 2 ranks x 1 thread), last half of the steps")
 base = None
 for bal in ("bias", "none"):
-    rs = recs("skew_" + bal)
-    h = rs[len(rs) // 2:]
-    tps = statistics.median(r["tokens_per_s"] for r in h)
+    rs, h, tps = last_half("skew_" + bal)
     # experts 0-3 on ep rank 0, 4-7 on ep rank 1; the busier rank's share of the slots
     share = statistics.mean(max(sum(sum(b[:4]) for b in t), sum(sum(b[4:]) for b in t)) /
                             sum(sum(b) for b in t)
@@ -95,9 +92,7 @@ for bal in ("bias", "none"):
 print("   forced skew (expert 0 first for every token), the same 2 ranks:")
 base = None
 for ll in ("none", "least-loaded"):
-    rs = recs("forced_" + ll)
-    h = rs[len(rs) // 2:]
-    tps = statistics.median(r["tokens_per_s"] for r in h)
+    rs, h, tps = last_half("forced_" + ll)
     base = base or tps
     busy = statistics.mean(statistics.mean(r["moe"]["rows_max_over_mean"]) for r in h)
     moved = statistics.mean(statistics.mean(r["moe"]["moved_frac"]) for r in h)

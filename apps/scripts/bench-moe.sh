@@ -33,16 +33,12 @@ for rep in $(seq 1 "$REPEATS"); do
       ep1) args+=("${moe[@]}") ;;
       ep2) args+=("${moe[@]}" --set parallel.ep=2) ;;
     esac
-    dir="$OUT/tput_${v}_$rep"
-    "${launcher[@]}" -n 2 build/bin/meshtrain "${args[@]}" --set output.dir="$dir" > "$dir.log" 2>&1 \
-      || { echo "failed: $dir (see $dir.log)"; exit 1; }
+    train_into "$OUT/tput_${v}_$rep" 2 "${args[@]}"
   done
 done
 for aux in 0.01 0; do
-  dir="$OUT/load_aux$aux"
-  "${launcher[@]}" -n 1 build/bin/meshtrain "${shape[@]}" "${moe[@]}" --set train.steps=200 \
-    --set train.global_batch=8 --set train.micro_batch=8 --set train.moe_aux_coef="$aux" \
-    --set output.dir="$dir" > "$dir.log" 2>&1 || { echo "failed: $dir (see $dir.log)"; exit 1; }
+  train_into "$OUT/load_aux$aux" 1 "${shape[@]}" "${moe[@]}" --set train.steps=200 \
+    --set train.global_batch=8 --set train.micro_batch=8 --set train.moe_aux_coef="$aux"
 done
 echo "load after:  $(uptime)"
 python3 - "$OUT" "$REPEATS" <<'PY'

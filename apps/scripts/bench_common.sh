@@ -14,3 +14,12 @@ mkdir -p "$OUT" inputs/data
 [ -f inputs/data/corpus.txt ] || build/bin/meshdata corpus inputs/data/corpus.txt
 launcher=(mpirun --oversubscribe "$@")
 [ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
+# meshtrain on N ranks, its output in DIR and its log in DIR.log; a failed
+# run ends the script
+#   train_into DIR N [MESHTRAIN-OPTION...]
+train_into() {
+  local dir=$1 n=$2
+  shift 2
+  "${launcher[@]}" -n "$n" build/bin/meshtrain "$@" --set output.dir="$dir" > "$dir.log" 2>&1 \
+    || { echo "failed: $dir (see $dir.log)"; exit 1; }
+}

@@ -60,22 +60,20 @@ hf_same_params() {
 # config (cfg) PYTHON edits, written again as $WORK/NAME
 rewrite() {
   rm -rf "${WORK:?}/$1"; cp -r "$WORK/hf" "$WORK/$1"
-  python3 - "$WORK/$1" "$2" <<'PY'
-import json, struct, sys
+  PYTHONPATH="$MT_SRC/tests/ckpt" python3 - "$WORK/$1" "$2" <<'PY'
+import json, sys
+from safetensors_file import read, write
 d, edit = sys.argv[1], sys.argv[2]
-blob = open(f"{d}/model.safetensors", "rb").read()
-n = struct.unpack("<Q", blob[:8])[0]
-h = json.loads(blob[8:8 + n])
+h, stored = read(f"{d}/model.safetensors")
 meta = h.pop("__metadata__", {})
-t = {k: [v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]]] for k, v in h.items()}
+t = {k: [v["dtype"], v["shape"], bytes(stored[v["data_offsets"][0]:v["data_offsets"][1]])] for k, v in h.items()}
 cfg = json.load(open(f"{d}/config.json"))
 exec(edit)
 out, off, data = {"__metadata__": meta}, 0, b""
 for k, (dt, shape, raw) in t.items():
     out[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
     off += len(raw); data += raw
-hdr = json.dumps(out).encode(); hdr += b" " * (-len(hdr) % 8)
-open(f"{d}/model.safetensors", "wb").write(struct.pack("<Q", len(hdr)) + hdr + data)
+write(f"{d}/model.safetensors", out, data)
 json.dump(cfg, open(f"{d}/config.json", "w"))
 PY
 }

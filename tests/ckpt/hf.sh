@@ -13,12 +13,11 @@ train src 2 --set train.steps=6 --set parallel.dp=2 --set train.micro_batch=4 --
 SRC="$WORK/src/checkpoints/step_6"
 mt_mpirun 2 "$M" export "$SRC" "$WORK/hf" --format hf > "$WORK/export.log" || { cat "$WORK/export.log"; fail "export"; }
 [ -f "$WORK/hf/model.safetensors" ] && [ -f "$WORK/hf/config.json" ] || fail "export wrote no model.safetensors or config.json"
-python3 - "$WORK/hf" <<'PY' || fail "the exported names, shapes or config are not GPT2LMHeadModel's"
-import json, struct, sys
+PYTHONPATH="$MT_SRC/tests/ckpt" python3 - "$WORK/hf" <<'PY' || fail "the exported names, shapes or config are not GPT2LMHeadModel's"
+import json, sys
+from safetensors_file import read
 d = sys.argv[1]
-blob = open(f"{d}/model.safetensors", "rb").read()
-n = struct.unpack("<Q", blob[:8])[0]
-h = json.loads(blob[8:8 + n]); cfg = json.load(open(f"{d}/config.json"))
+h = read(f"{d}/model.safetensors")[0]; cfg = json.load(open(f"{d}/config.json"))
 C, L, V = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"]
 assert cfg["model_type"] == "gpt2" and cfg["architectures"] == ["GPT2LMHeadModel"]
 assert "lm_head.weight" not in h and "transformer.lm_head.weight" not in h, "the tied head was stored"

@@ -18,16 +18,11 @@ mt_mpirun 1 "$M" export "$SRC" "$WORK/hf" --format hf > "$WORK/export.log" || { 
 # {dtype, shape, data_offsets}), the data bytes `data` or writes files in d
 edit() {
   rm -rf "${WORK:?}/$1"; cp -r "$WORK/hf" "$WORK/$1"
-  python3 - "$WORK/$1" "$2" <<'PY'
+  PYTHONPATH="$MT_SRC/tests/ckpt" python3 - "$WORK/$1" "$2" <<'PY'
 import json, struct, sys
+from safetensors_file import read, write
 d, code = sys.argv[1], sys.argv[2]
-blob = open(f"{d}/model.safetensors", "rb").read()
-n = struct.unpack("<Q", blob[:8])[0]
-h = json.loads(blob[8:8 + n]); data = bytearray(blob[8 + n:])
-def write(path, h, data, raw_header=None):
-    hdr = raw_header if raw_header is not None else json.dumps(h).encode()
-    hdr += b" " * (-len(hdr) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(hdr)) + hdr + bytes(data))
+h, data = read(f"{d}/model.safetensors")
 exec(code)
 PY
 }

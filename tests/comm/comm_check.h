@@ -8,6 +8,7 @@
 #include "../check.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* main's first step: MPI, the log, and a mesh of dp = all ranks (an error
  * ends the run); returns the number of ranks */
@@ -29,6 +30,25 @@ static inline int same(const float *a, const float *b, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!(a[i] == b[i])) return 0;
   return 1;
+}
+
+/* a host buffer h and its "device" copy d: the same n floats, the test
+ * values of the program's fill(x, n, rank, salt) (a macro: a program that
+ * has no fill includes this too) */
+#define fill_both(h, d, n, rank, salt)                                       \
+  do {                                                                       \
+    fill((h), (n), (rank), (salt));                                          \
+    memcpy((d), (h), (n) * sizeof(float));                                   \
+  } while (0)
+
+/* parts of N over n ranks as the registry cuts a bucket: the first N % n
+ * ranks one element more */
+static inline void parts(size_t N, int n, int *counts, int *displs) {
+  for (int q = 0, off = 0; q < n; q++) {
+    counts[q] = (int)(N / (size_t)n) + (q < (int)(N % (size_t)n));
+    displs[q] = off;
+    off += counts[q];
+  }
 }
 
 #endif

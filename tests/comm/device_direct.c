@@ -220,16 +220,6 @@ static void fill(float *x, size_t n, int rank, int salt) {
   for (size_t i = 0; i < n; i++) x[i] = (float)((rank + 1) * 0.5 + (double)(i % 97) * 0.25 + salt);
 }
 
-/* parts of N over n ranks as the registry cuts a bucket: the first N % n
- * ranks one element more */
-static void parts(size_t N, int n, int *counts, int *displs) {
-  for (int q = 0, off = 0; q < n; q++) {
-    counts[q] = (int)(N / (size_t)n) + (q < (int)(N % (size_t)n));
-    displs[q] = off;
-    off += counts[q];
-  }
-}
-
 /* one check of a call on host buffers against the same call on "device"
  * buffers of group g: expect_direct says which path the device call must
  * take */
@@ -264,8 +254,7 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   double hb;
 
   /* all-reduce f32 sum, f32 max, f64 sum */
-  fill(h, N, r, salt);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, salt);
   s = take(g);
   mt_allreduce(g, h, N, MT_DT_F32, MT_RED_SUM, MT_LOC_HOST);
   hb = g->bytes - s.bytes;
@@ -276,8 +265,7 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   MT_CHECK(same(h, d, N), "%s: device result differs", what);
   MT_CHECK(g->bytes - s.bytes == hb && g->calls - s.calls == 1, "%s: bytes %g (host %g), calls %ld",
         what, g->bytes - s.bytes, hb, g->calls - s.calls);
-  fill(h, N, r, salt + 1);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, salt + 1);
   mt_allreduce(g, h, N, MT_DT_F32, MT_RED_MAX, MT_LOC_HOST);
   mt_allreduce(g, d, N, MT_DT_F32, MT_RED_MAX, MT_LOC_DEVICE);
   MT_CHECK(same(h, d, N), "allreduce max: device result differs");
@@ -288,8 +276,7 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   MT_CHECK(!memcmp(hd, dd, sizeof hd), "allreduce f64: device result differs");
 
   /* reduce-scatter and in-place all-gather over the registry's parts */
-  fill(h, N, r, salt + 2);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, salt + 2);
   s = take(g);
   mt_reduce_scatter(g, h, h2, counts, MT_DT_F32, MT_LOC_HOST);
   hb = g->bytes - s.bytes;
@@ -300,8 +287,7 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   expect_path(what, g, s, expect_direct, 1);
   MT_CHECK(same(h2, d2, (size_t)counts[r]), "%s: device result differs", what);
   MT_CHECK(g->bytes - s.bytes == hb, "%s: bytes %g, host %g", what, g->bytes - s.bytes, hb);
-  fill(h, N, r, salt + 3);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, salt + 3);
   s = take(g);
   mt_allgatherv(g, NULL, h, counts, displs, MT_DT_F32, MT_LOC_HOST);
   mt_allgatherv(g, NULL, d, counts, displs, MT_DT_F32, MT_LOC_DEVICE);
@@ -311,8 +297,7 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   /* non-blocking: finished by mt_wait (all-reduce, reduce-scatter) and by
    * mt_progress (all-gather) */
   mt_request rq;
-  fill(h, N, r, salt + 4);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, salt + 4);
   mt_iallreduce(g, h, N, MT_DT_F32, MT_RED_SUM, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   long q0 = g_quiesce, w0 = g_waits;
@@ -325,15 +310,13 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
     MT_CHECK(g_quiesce > q0 && g_waits == w0 + 1, "iallreduce: quiesce %ld, waits %ld",
           g_quiesce - q0, g_waits - w0);
   MT_CHECK(!rq.active, "iallreduce: request still active after mt_wait");
-  fill(h, N, r, salt + 5);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, salt + 5);
   mt_ireduce_scatter(g, h, h2, counts, MT_DT_F32, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   mt_ireduce_scatter(g, d, d2, counts, MT_DT_F32, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   MT_CHECK(same(h2, d2, (size_t)counts[r]), "ireduce_scatter: device result differs");
-  fill(h2, (size_t)counts[r], r, salt + 6);
-  memcpy(d2, h2, (size_t)counts[r] * sizeof(float));
+  fill_both(h2, d2, (size_t)counts[r], r, salt + 6);
   mt_iallgatherv(g, h2, h, counts, displs, MT_DT_F32, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   mt_iallgatherv(g, d2, d, counts, displs, MT_DT_F32, MT_LOC_DEVICE, &rq);
@@ -345,8 +328,7 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   for (size_t outer = 1; outer <= 4; outer += 3) {
     const size_t inner = 25;
     float *scratch = calloc(2 * outer * inner, sizeof(float));
-    fill(h, outer * inner * n, r, salt + 7);
-    memcpy(d, h, outer * inner * n * sizeof(float));
+    fill_both(h, d, outer * inner * n, r, salt + 7);
     s = take(g);
     mt_reduce_scatter_dim(g, h, h2, outer, inner, scratch, MT_DT_F32, MT_LOC_HOST);
     hb = g->bytes - s.bytes;
@@ -356,8 +338,7 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
     expect_path(what, g, s, expect_direct, 1);
     MT_CHECK(same(h2, d2, outer * inner), "%s: device result differs", what);
     MT_CHECK(g->bytes - s.bytes == hb, "%s: bytes %g, host %g", what, g->bytes - s.bytes, hb);
-    fill(h2, outer * inner, r, salt + 8);
-    memcpy(d2, h2, outer * inner * sizeof(float));
+    fill_both(h2, d2, outer * inner, r, salt + 8);
     mt_allgather_dim(g, h2, h, outer, inner, MT_DT_F32, MT_LOC_HOST);
     mt_allgather_dim(g, d2, d, outer, inner, MT_DT_F32, MT_LOC_DEVICE);
     MT_CHECK(same(h, d, outer * inner * n), "allgather_dim outer=%zu: device result differs", outer);
@@ -367,8 +348,7 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
   /* all-to-all along a dim (Ulysses): (outer, size, inner) both ways */
   for (size_t outer = 1; outer <= 3; outer += 2) {
     const size_t inner = 12, blk = outer * inner, tot = blk * (size_t)n;
-    fill(h, tot, r, salt + 9);
-    memcpy(d, h, tot * sizeof(float));
+    fill_both(h, d, tot, r, salt + 9);
     mt_alltoall_dim(g, h, h2, outer, inner, 2 * outer, inner / 2, MT_DT_F32, MT_LOC_HOST);
     long dev0 = g->device_direct + g->device_staged;
     s = take(g);
@@ -391,15 +371,13 @@ static void run_group(mt_group *g, int expect_direct, size_t N, int salt) {
       gc[q] = (size_t)(q + 1) * 7;
       st += sc[q], rt += rc[q], gt += gc[q];
     }
-    fill(h, st, r, salt + 10);
-    memcpy(d, h, st * sizeof(float));
+    fill_both(h, d, st, r, salt + 10);
     mt_alltoallv(g, h, sc, h2, rc, MT_DT_F32, MT_LOC_HOST);
     s = take(g);
     mt_alltoallv(g, d, sc, d2, rc, MT_DT_F32, MT_LOC_DEVICE);
     expect_path("alltoallv", g, s, expect_direct, 1);
     MT_CHECK(same(h2, d2, rt), "alltoallv: device result differs");
-    fill(h, gc[r], r, salt + 11);
-    memcpy(d, h, gc[r] * sizeof(float));
+    fill_both(h, d, gc[r], r, salt + 11);
     mt_allgatherv_packed(g, h, h2, gc, MT_DT_F32, MT_LOC_HOST);
     s = take(g);
     mt_allgatherv_packed(g, d, d2, gc, MT_DT_F32, MT_LOC_DEVICE);
@@ -595,8 +573,7 @@ static void run_p2p(mt_group *g, int has_channels) {
   const int tags[2] = {MT_TAG_PP_ACT, 5};
   for (int k = 0; k < 2; k++) {
     mt_request s1, r1;
-    fill(h2, N, r, 20 + k);
-    memcpy(d2, h2, N * sizeof(float));
+    fill_both(h2, d2, N, r, 20 + k);
     mt_irecv(g, h, N, MT_DT_F32, prev, tags[k], MT_LOC_HOST, &r1);
     mt_isend(g, h2, N, MT_DT_F32, next, tags[k], MT_LOC_HOST, &s1);
     mt_wait(&r1);
@@ -616,8 +593,7 @@ static void run_p2p(mt_group *g, int has_channels) {
   }
   /* exchange in pairs (tied gradients) */
   int partner = n == 1 ? 0 : (r ^ 1) < n ? r ^ 1 : r;
-  fill(h2, N, r, 30);
-  memcpy(d2, h2, N * sizeof(float));
+  fill_both(h2, d2, N, r, 30);
   mt_sendrecv(g, h2, h, N, MT_DT_F32, partner, MT_TAG_PP_TIED, MT_LOC_HOST);
   snap s = take(g);
   mt_sendrecv(g, d2, d, N, MT_DT_F32, partner, MT_TAG_PP_TIED, MT_LOC_DEVICE);

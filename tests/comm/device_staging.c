@@ -42,17 +42,12 @@ int main(int argc, char **argv) {
   float *h = calloc(N * n, sizeof(float)), *d = calloc(N * n, sizeof(float));
   float *h2 = calloc(N * n, sizeof(float)), *d2 = calloc(N * n, sizeof(float));
   int *counts = calloc((size_t)n, sizeof(int)), *displs = calloc((size_t)n, sizeof(int));
-  for (int q = 0, off = 0; q < n; q++) {
-    counts[q] = (int)(N / (size_t)n) + (q < (int)(N % (size_t)n));
-    displs[q] = off;
-    off += counts[q];
-  }
+  parts(N, n, counts, displs);
   /* a device buffer without registered copy functions is refused (not tested: it dies) */
   mt_comm_set_device_copy(&dev);
 
   /* all-reduce */
-  fill(h, N, r, 0);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, 0);
   double b0 = g->bytes;
   mt_allreduce(g, h, N, MT_DT_F32, MT_RED_SUM, MT_LOC_HOST);
   double host_bytes = g->bytes - b0;
@@ -64,37 +59,32 @@ int main(int argc, char **argv) {
   MT_CHECK(g_to_host > th && g_to_device > td, "allreduce: no staging copies");
 
   /* reduce-scatter */
-  fill(h, N, r, 1);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, 1);
   mt_reduce_scatter(g, h, h2, counts, MT_DT_F32, MT_LOC_HOST);
   mt_reduce_scatter(g, d, d2, counts, MT_DT_F32, MT_LOC_DEVICE);
   MT_CHECK(same(h2, d2, (size_t)counts[r]), "reduce-scatter: device result differs");
 
   /* all-gather in place */
-  fill(h, N, r, 2);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, 2);
   mt_allgatherv(g, NULL, h, counts, displs, MT_DT_F32, MT_LOC_HOST);
   mt_allgatherv(g, NULL, d, counts, displs, MT_DT_F32, MT_LOC_DEVICE);
   MT_CHECK(same(h, d, N), "allgatherv: device result differs");
 
   /* non-blocking: all-reduce, reduce-scatter, all-gather */
   mt_request rq;
-  fill(h, N, r, 3);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, 3);
   mt_iallreduce(g, h, N, MT_DT_F32, MT_RED_SUM, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   mt_iallreduce(g, d, N, MT_DT_F32, MT_RED_SUM, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   MT_CHECK(same(h, d, N), "iallreduce: device result differs");
-  fill(h, N, r, 4);
-  memcpy(d, h, N * sizeof(float));
+  fill_both(h, d, N, r, 4);
   mt_ireduce_scatter(g, h, h2, counts, MT_DT_F32, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   mt_ireduce_scatter(g, d, d2, counts, MT_DT_F32, MT_LOC_DEVICE, &rq);
   mt_wait(&rq);
   MT_CHECK(same(h2, d2, (size_t)counts[r]), "ireduce_scatter: device result differs");
-  fill(h2, (size_t)counts[r], r, 5);
-  memcpy(d2, h2, (size_t)counts[r] * sizeof(float));
+  fill_both(h2, d2, (size_t)counts[r], r, 5);
   mt_iallgatherv(g, h2, h, counts, displs, MT_DT_F32, MT_LOC_HOST, &rq);
   mt_wait(&rq);
   mt_iallgatherv(g, d2, d, counts, displs, MT_DT_F32, MT_LOC_DEVICE, &rq);
@@ -104,13 +94,11 @@ int main(int argc, char **argv) {
   /* along a dim (sequence parallelism): outer 4, inner 25 per rank */
   const size_t outer = 4, inner = 25;
   float *scratch = calloc(2 * outer * inner, sizeof(float));
-  fill(h, outer * inner * n, r, 6);
-  memcpy(d, h, outer * inner * n * sizeof(float));
+  fill_both(h, d, outer * inner * n, r, 6);
   mt_reduce_scatter_dim(g, h, h2, outer, inner, scratch, MT_DT_F32, MT_LOC_HOST);
   mt_reduce_scatter_dim(g, d, d2, outer, inner, scratch, MT_DT_F32, MT_LOC_DEVICE);
   MT_CHECK(same(h2, d2, outer * inner), "reduce_scatter_dim: device result differs");
-  fill(h2, outer * inner, r, 7);
-  memcpy(d2, h2, outer * inner * sizeof(float));
+  fill_both(h2, d2, outer * inner, r, 7);
   mt_allgather_dim(g, h2, h, outer, inner, MT_DT_F32, MT_LOC_HOST);
   mt_allgather_dim(g, d2, d, outer, inner, MT_DT_F32, MT_LOC_DEVICE);
   MT_CHECK(same(h, d, outer * inner * n), "allgather_dim: device result differs");
@@ -245,8 +233,7 @@ int main(int argc, char **argv) {
 
   /* point-to-point ring: send to the next, receive from the previous */
   int next = (r + 1) % n, prev = (r + n - 1) % n;
-  fill(h2, N, r, 8);
-  memcpy(d2, h2, N * sizeof(float));
+  fill_both(h2, d2, N, r, 8);
   mt_request s1, r1;
   mt_irecv(g, h, N, MT_DT_F32, prev, 5, MT_LOC_HOST, &r1);
   mt_isend(g, h2, N, MT_DT_F32, next, 5, MT_LOC_HOST, &s1);

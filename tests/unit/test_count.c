@@ -318,6 +318,15 @@ static int load_text(const char *text, mt_cost_profile *p, mt_err *e) {
   return rc;
 }
 
+/* the profile head + keys is refused with a message that holds want */
+static void refused(const char *head, const char *keys, const char *want, const char *what) {
+  char text[1024];
+  snprintf(text, sizeof text, "%s%s", head, keys);
+  mt_cost_profile p;
+  mt_err e = {0};
+  MT_CHECK(load_text(text, &p, &e) != 0 && strstr(e.msg, want), "%s: '%s'", what, e.msg);
+}
+
 static void profile_widths(void) {
   const char *head = "[hw]\npeak_gflops_fp32 = 25\npeak_gflops_bf16 = 100\n[cost]\n"
                      "devices_per_node = 4\nmem_gib = 1\npeak_gflops = 100\nelementwise_gbs = 10\n"
@@ -362,36 +371,22 @@ static void profile_widths(void) {
            p.attn_gflops[1], q.attn_gflops[0], q.attn_gflops[1]);
   MT_CHECK(p.ep_per_node == 1 && q.ep_per_node == 1, "ep_dispatch = per-node read %d, back %d",
            p.ep_per_node, q.ep_per_node);
-  mt_err e6 = {0};
-  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\nep_dispatch = deepep\n", head);
-  MT_CHECK(load_text(text, &p, &e6) != 0 &&
-               strstr(e6.msg, "ep_dispatch = 'deepep' is not flat or per-node"),
-           "a bad ep_dispatch: '%s'", e6.msg);
+  refused(head, "gemm = 1e5:5 1e9:80\nep_dispatch = deepep\n",
+          "ep_dispatch = 'deepep' is not flat or per-node", "a bad ep_dispatch");
   MT_CHECK(q.ring_step_us[0] == 3.4 && q.ring_step_us[1] == 14 && q.small_step_us[0] == 0.6 &&
                q.small_step_us[1] == 2.7,
            "ring steps written and read back: %g:%g %g:%g", q.ring_step_us[0], q.ring_step_us[1],
            q.small_step_us[0], q.small_step_us[1]);
-  mt_err e4 = {0};
-  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\nring_step_us = 3.4\n", head);
-  MT_CHECK(load_text(text, &p, &e4) != 0 && strstr(e4.msg, "ring_step_us = '3.4' is not INSIDE:ACROSS"),
-           "one ring step latency: '%s'", e4.msg);
-  mt_err e2 = {0};
-  snprintf(text, sizeof text, "%sact_bytes = 2\ngemm = 1e5:5 1e9:80\ngemm_bf16 = 1e5:5\n", head);
-  MT_CHECK(load_text(text, &p, &e2) != 0 && strstr(e2.msg, "gemm_bf16 is gemm's own width"),
-           "gemm_bf16 on a bf16 profile: '%s'", e2.msg);
-  mt_err e5 = {0};
-  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\nattn_gflops_fp32 = 5\n", head);
-  MT_CHECK(load_text(text, &p, &e5) != 0 &&
-               strstr(e5.msg, "attn_gflops_fp32 is attn_gflops's own width"),
-           "attn_gflops_fp32 on an fp32 profile: '%s'", e5.msg);
-  mt_err e7 = {0};
-  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\nattn_gflops_fp16 = 5\n", head);
-  MT_CHECK(load_text(text, &p, &e7) != 0 && strstr(e7.msg, "unknown key 'attn_gflops_fp16'"),
-           "attn_gflops_fp16: '%s'", e7.msg);
-  mt_err e3 = {0};
-  snprintf(text, sizeof text, "%sgemm = 1e5:5 1e9:80\ngemm_bf16 = 1e9:5 1e5:9\n", head);
-  MT_CHECK(load_text(text, &p, &e3) != 0 && strstr(e3.msg, "gemm_bf16 = '1e9:5 1e5:9' is not"),
-           "a falling gemm_bf16: '%s'", e3.msg);
+  refused(head, "gemm = 1e5:5 1e9:80\nring_step_us = 3.4\n",
+          "ring_step_us = '3.4' is not INSIDE:ACROSS", "one ring step latency");
+  refused(head, "act_bytes = 2\ngemm = 1e5:5 1e9:80\ngemm_bf16 = 1e5:5\n",
+          "gemm_bf16 is gemm's own width", "gemm_bf16 on a bf16 profile");
+  refused(head, "gemm = 1e5:5 1e9:80\nattn_gflops_fp32 = 5\n",
+          "attn_gflops_fp32 is attn_gflops's own width", "attn_gflops_fp32 on an fp32 profile");
+  refused(head, "gemm = 1e5:5 1e9:80\nattn_gflops_fp16 = 5\n", "unknown key 'attn_gflops_fp16'",
+          "attn_gflops_fp16");
+  refused(head, "gemm = 1e5:5 1e9:80\ngemm_bf16 = 1e9:5 1e5:9\n",
+          "gemm_bf16 = '1e9:5 1e5:9' is not", "a falling gemm_bf16");
 }
 
 /* collectives priced hierarchically across nodes (mt_price_coll_s) */

@@ -94,6 +94,16 @@ void mt_ckpt_h5_scope_begin(mt_ckpt_h5_scope *s);
 void mt_ckpt_h5_scope_end(const mt_ckpt_h5_scope *s);
 /* begin without the wait: the background writer's own scope */
 void mt_ckpt_h5_quiet(mt_ckpt_h5_scope *s);
+/* An entry point's whole body: return call (its *_scoped half) run inside
+ * a scope, a failure passed up with the entry point's frame. */
+#define MT_CKPT_RETURN_SCOPED(e, call)                                       \
+  do {                                                                       \
+    mt_ckpt_h5_scope scope_;                                                 \
+    mt_ckpt_h5_scope_begin(&scope_);                                         \
+    int rc_ = (call);                                                        \
+    mt_ckpt_h5_scope_end(&scope_);                                           \
+    return rc_ == 0 ? 0 : mt_err_pass(e);                                    \
+  } while (0)
 /* The background writer (async.c) registers how to wait for it (NULL:
  * none runs); wait: until no background writer runs. */
 void mt_ckpt_writer_register(void (*join)(void *), void *arg);

@@ -106,23 +106,27 @@ static void h5_describe(char *cause, size_t len, int *sys) {
   }
 }
 
-void mt_ckpt_err_h5_at(mt_err *e, const char *file, int line, const char *fmt, ...) {
+/* the message with HDF5's cause; a read's failure is bad input (a damaged
+ * file) unless the cause is the system's (an I/O error: runtime) */
+static void vset_h5(mt_err *e, const char *file, int line, int read, const char *fmt,
+                    va_list ap) {
   char cause[800];
   int sys;
   h5_describe(cause, sizeof cause, &sys);
+  vset(e, file, line, read ? sys : 1, cause, fmt, ap);
+}
+
+void mt_ckpt_err_h5_at(mt_err *e, const char *file, int line, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vset(e, file, line, 1, cause, fmt, ap);
+  vset_h5(e, file, line, 0, fmt, ap);
   va_end(ap);
 }
 
 void mt_ckpt_err_h5_read_at(mt_err *e, const char *file, int line, const char *fmt, ...) {
-  char cause[800];
-  int sys;
-  h5_describe(cause, sizeof cause, &sys);
   va_list ap;
   va_start(ap, fmt);
-  vset(e, file, line, sys, cause, fmt, ap); /* a damaged file: bad input; an I/O error: runtime */
+  vset_h5(e, file, line, 1, fmt, ap);
   va_end(ap);
 }
 

@@ -576,11 +576,7 @@ static int load_scoped(const char *dir, const mt_registry *reg, mt_mesh *mesh,
 int mt_ckpt_load_with(const char *dir, const mt_registry *reg, mt_mesh *mesh,
                       const mt_ckpt_state *st, const mt_ckpt_meta *expect,
                       const mt_ckpt_load_opts *o, mt_ckpt_meta *meta_out, mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  int rc = load_scoped(dir, reg, mesh, st, expect, o, meta_out, e);
-  mt_ckpt_h5_scope_end(&scope);
-  return rc == 0 ? 0 : mt_err_pass(e);
+  MT_CKPT_RETURN_SCOPED(e, load_scoped(dir, reg, mesh, st, expect, o, meta_out, e));
 }
 
 int mt_ckpt_load(const char *dir, const mt_registry *reg, mt_mesh *mesh, const mt_ckpt_state *st,

@@ -473,11 +473,7 @@ static int export_scoped(const char *ckpt_dir, const char *out_dir,
 
 int mt_ckpt_export_hf(const char *ckpt_dir, const char *out_dir, const mt_ckpt_hf_export_opts *o,
                       mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  int rc = export_scoped(ckpt_dir, out_dir, o, e);
-  mt_ckpt_h5_scope_end(&scope);
-  return rc == 0 ? 0 : mt_err_pass(e);
+  MT_CKPT_RETURN_SCOPED(e, export_scoped(ckpt_dir, out_dir, o, e));
 }
 
 /* ------------------------------------------------------------------ */

@@ -710,9 +710,5 @@ static int convert_scoped(const char *src_dir, const char *dst_root,
 
 int mt_ckpt_convert(const char *src_dir, const char *dst_root, const mt_ckpt_convert_opts *o,
                     mt_ckpt_convert_stats *stats, mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  int rc = convert_scoped(src_dir, dst_root, o, stats, e);
-  mt_ckpt_h5_scope_end(&scope);
-  return rc == 0 ? 0 : mt_err_pass(e);
+  MT_CKPT_RETURN_SCOPED(e, convert_scoped(src_dir, dst_root, o, stats, e));
 }

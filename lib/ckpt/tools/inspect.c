@@ -80,50 +80,63 @@ static long lines_flush(lines *r, FILE *out, mt_err *e) {
 /* ------------------------------------------------------------------ */
 /* opening                                                             */
 
-int mt_ckpt_read_meta_of(const char *spec, char *dir, size_t len, mt_ckpt_meta *m, mt_err *e) {
+/* find the checkpoint of spec (its folder to dir), open it inside an HDF5
+ * error scope, hand it to use on every rank and close it: use's return,
+ * or the failure to find or open it */
+typedef int (*source_use_fn)(const mt_ckpt_source *s, void *ctx, mt_err *e);
+
+static int with_source(const char *spec, char *dir, size_t len, source_use_fn use, void *ctx,
+                       mt_err *e) {
   mt_ckpt_h5_scope scope;
   mt_ckpt_h5_scope_begin(&scope);
-  int rc = -1;
   mt_ckpt_source s;
+  int rc = -1;
   if (mt_ckpt_find(spec, dir, len, e) == 0 && mt_ckpt_source_open(dir, &s, NULL, NULL, e) == 0) {
-    *m = s.meta;
+    rc = use(&s, ctx, e);
     mt_ckpt_source_close(&s);
-    rc = 0;
-  } else {
-    rc = mt_err_pass(e);
   }
   mt_ckpt_h5_scope_end(&scope);
+  return rc == 0 ? 0 : mt_err_pass(e);
+}
+
+static int copy_meta(const mt_ckpt_source *s, void *meta, mt_err *e) {
+  (void)e;
+  *(mt_ckpt_meta *)meta = s->meta;
+  return 0;
+}
+
+int mt_ckpt_read_meta_of(const char *spec, char *dir, size_t len, mt_ckpt_meta *m, mt_err *e) {
+  MT_TRY(e, with_source(spec, dir, len, copy_meta, m, e));
+  return 0;
+}
+
+/* rank 0 reads the stored configuration, every rank gets a copy ("" where
+ * there is none) */
+static int share_config(const mt_ckpt_source *s, void *text_out, mt_err *e) {
+  char **text = text_out;
+  int64_t n = 0;
+  if (mt_ckpt_rank() == 0) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", s->dir,
+             s->per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
+    hid_t fapl = mt_ckpt_fapl_serial();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    *text = f >= 0 ? mt_ckpt_read_config_text(f, s->man.total_bytes) : NULL;
+    if (f >= 0) H5Fclose(f);
+    H5Eclear2(H5E_DEFAULT);
+    n = *text ? (int64_t)strlen(*text) : 0;
+  }
+  int rc = mt_ckpt_bcast(&n, sizeof n, e);
+  if (rc == 0 && mt_ckpt_rank() != 0) *text = mt_calloc((size_t)n + 1, 1);
+  if (rc == 0 && !*text) *text = mt_calloc(1, 1);
+  if (rc == 0 && n > 0) rc = mt_ckpt_bcast(*text, n, e);
   return rc;
 }
 
 int mt_ckpt_read_config_of(const char *spec, char *dir, size_t len, char **text, mt_err *e) {
   *text = NULL;
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  mt_ckpt_source s;
-  int64_t n = 0;
-  int rc = -1;
-  if (mt_ckpt_find(spec, dir, len, e) == 0 && mt_ckpt_source_open(dir, &s, NULL, NULL, e) == 0) {
-    if (mt_ckpt_rank() == 0) {
-      char path[1100];
-      snprintf(path, sizeof path, "%s/%s", s.dir,
-               s.per_writer ? MT_CKPT_INDEX_FILE : MT_CKPT_SHARED_FILE);
-      hid_t fapl = mt_ckpt_fapl_serial();
-      hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-      H5Pclose(fapl);
-      *text = f >= 0 ? mt_ckpt_read_config_text(f, s.man.total_bytes) : NULL;
-      if (f >= 0) H5Fclose(f);
-      H5Eclear2(H5E_DEFAULT);
-      n = *text ? (int64_t)strlen(*text) : 0;
-    }
-    mt_ckpt_source_close(&s);
-    rc = mt_ckpt_bcast(&n, sizeof n, e);
-    if (rc == 0 && mt_ckpt_rank() != 0) *text = mt_calloc((size_t)n + 1, 1);
-    if (rc == 0 && !*text) *text = mt_calloc(1, 1);
-    if (rc == 0 && n > 0) rc = mt_ckpt_bcast(*text, n, e);
-  }
-  mt_ckpt_h5_scope_end(&scope);
-  if (rc != 0) {
+  if (with_source(spec, dir, len, share_config, text, e) != 0) {
     free(*text);
     *text = NULL;
     return mt_err_pass(e);
@@ -245,22 +258,23 @@ static void print_inspect(const mt_ckpt_source *s, int list, FILE *f) {
           (double)s->man.total_bytes / 1e6, (long long)s->n_rows);
 }
 
+struct inspect_args {
+  int list;
+  FILE *out;
+};
+
+static int print_on_rank0(const mt_ckpt_source *s, void *list_and_out, mt_err *e) {
+  (void)e;
+  const struct inspect_args *a = list_and_out;
+  if (mt_ckpt_rank() == 0) print_inspect(s, a->list, a->out);
+  return 0;
+}
+
 int mt_ckpt_inspect(const char *spec, int list_tensors, FILE *out, mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
   char dir[1024];
-  mt_ckpt_source s;
-  int rc = -1;
-  if (mt_ckpt_find(spec, dir, sizeof dir, e) == 0 &&
-      mt_ckpt_source_open(dir, &s, NULL, NULL, e) == 0) {
-    if (mt_ckpt_rank() == 0) print_inspect(&s, list_tensors, out);
-    mt_ckpt_source_close(&s);
-    rc = 0;
-  } else {
-    rc = mt_err_pass(e);
-  }
-  mt_ckpt_h5_scope_end(&scope);
-  return rc;
+  struct inspect_args a = {list_tensors, out};
+  MT_TRY(e, with_source(spec, dir, sizeof dir, print_on_rank0, &a, e));
+  return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -468,11 +482,7 @@ static int verify_scoped(const char *spec, const mt_ckpt_verify_opts *o, FILE *o
 
 int mt_ckpt_verify(const char *spec, const mt_ckpt_verify_opts *o, FILE *out, long *problems,
                    mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  int rc = verify_scoped(spec, o, out, problems, e);
-  mt_ckpt_h5_scope_end(&scope);
-  return rc == 0 ? 0 : mt_err_pass(e);
+  MT_CKPT_RETURN_SCOPED(e, verify_scoped(spec, o, out, problems, e));
 }
 
 /* ------------------------------------------------------------------ */
@@ -596,11 +606,7 @@ close_sources:
 
 int mt_ckpt_diff(const char *a, const char *b, double rtol, size_t chunk_bytes, FILE *out,
                  int *differ, mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  int rc = diff_scoped(a, b, rtol, chunk_bytes, out, differ, e);
-  mt_ckpt_h5_scope_end(&scope);
-  return rc == 0 ? 0 : mt_err_pass(e);
+  MT_CKPT_RETURN_SCOPED(e, diff_scoped(a, b, rtol, chunk_bytes, out, differ, e));
 }
 
 /* ------------------------------------------------------------------ */
@@ -702,9 +708,5 @@ static int export_scoped(const char *spec, const char *path, int dtype, size_t c
 
 int mt_ckpt_export_h5(const char *spec, const char *path, int dtype, size_t chunk_bytes,
                       mt_err *e) {
-  mt_ckpt_h5_scope scope;
-  mt_ckpt_h5_scope_begin(&scope);
-  int rc = export_scoped(spec, path, dtype, chunk_bytes, e);
-  mt_ckpt_h5_scope_end(&scope);
-  return rc == 0 ? 0 : mt_err_pass(e);
+  MT_CKPT_RETURN_SCOPED(e, export_scoped(spec, path, dtype, chunk_bytes, e));
 }

@@ -292,23 +292,23 @@ def exclusive_allowed(system, res, exclusive=True):
 
 def sbatch_directives(system, res, job_name, run_dir, workdir, exclusive=True, requeue=True):
     lines = ["--job-name=%s" % job_name]
-    if res["partition"]:
-        lines.append("--partition=%s" % res["partition"])
-    if res["qos"]:
-        lines.append("--qos=%s" % res["qos"])
-    if res["account"]:
-        lines.append("--account=%s" % res["account"])
+
+    def unless_unset(directive, key):
+        """a resource the profile may leave unset (empty or 0): no directive then"""
+        if res[key]:
+            lines.append(directive % res[key])
+
+    unless_unset("--partition=%s", "partition")
+    unless_unset("--qos=%s", "qos")
+    unless_unset("--account=%s", "account")
     lines.append("--nodes=%d" % res["nodes"])
     if res["ranks"] == res["nodes"] * res["tasks_per_node"]:
         lines.append("--ntasks-per-node=%d" % res["tasks_per_node"])
     else:
         lines.append("--ntasks=%d" % res["ranks"])
-    if res["cpus_per_task"]:
-        lines.append("--cpus-per-task=%d" % res["cpus_per_task"])
-    if res["gpus_per_node"]:
-        lines.append("--gpus-per-node=%d" % res["gpus_per_node"])
-    if res["mem_mb"]:
-        lines.append("--mem=%d" % res["mem_mb"])
+    unless_unset("--cpus-per-task=%d", "cpus_per_task")
+    unless_unset("--gpus-per-node=%d", "gpus_per_node")
+    unless_unset("--mem=%d", "mem_mb")
     lines.append("--time=%s" % format_walltime(res["time_s"]))
     if exclusive_allowed(system, res, exclusive):
         lines.append("--exclusive")
