@@ -12,7 +12,8 @@
 #             load (load.c) and the resume.
 # Each: every rank exits 2 by itself (no hang, no abort), two error lines,
 # the chain names the files in that order, at least three frames, and each
-# frame's line in the source is where the idiom sets or passes an error.
+# frame's line in the source is where the idiom sets or passes an error
+# (MT_CKPT_RETURN_SCOPED passes it: its mt_err_pass takes the line it is on).
 source "$(dirname "$0")/common.sh"
 corpus=$(mt_corpus 200000)
 T=(--set model.preset=tiny --set parallel.dp=2 --set data.train="$corpus"
@@ -57,7 +58,7 @@ case_run() {
     src=$(find "$MT_SRC/lib" -name "$file" | head -1)
     [ -n "$src" ] || fail "$name: $file is in no directory of lib/"
     sed -n "$((line > 2 ? line - 2 : 1)),${line}p" "$src" |
-      grep -Eq "mt_err_(set|runtime|pass)|mt_ckpt_err_|MT_TRY|MT_MPI_TRY" ||
+      grep -Eq "mt_err_(set|runtime|pass)|mt_ckpt_err_|MT_(MPI_)?TRY|MT_CKPT_RETURN_SCOPED" ||
       fail "$name: $file:$line neither sets nor passes an error: $(sed -n "${line}p" "$src")"
   done
   [[ $files =~ ^$chain$ ]] || fail "$name: the chain's files are '$files', expected /$chain/"
