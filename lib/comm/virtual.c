@@ -164,7 +164,8 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
     mt_request *r = c->req;
     r->g = g;
     r->active = 1;
-    r->vbuf = vbuf();
+    const int coll = c->kind != MT_COLL_SEND && c->kind != MT_COLL_RECV;
+    r->vbuf = coll ? NULL : vbuf(); /* (a collective's lives in its queue entry) */
     count_bytes(g, c);
     if (c->kind == MT_COLL_SEND) {
       r->vkind = V_SEND;
@@ -178,7 +179,6 @@ int mt_comm_virtual_call(mt_group *g, const mt_coll *c) {
                              &r->req));
     } else {
       r->vkind = V_COLL;
-      free(r->vbuf);
       vcoll *q = mt_calloc(1, sizeof *q), **tail = (vcoll **)&g->vqueue;
       r->vbuf = q->v;
       q->v[0] = mt_now();

@@ -100,7 +100,7 @@ void mt_cost_chunk_comm(const mt_cost_profile *p, const mt_price *q, const mt_co
     const int ep = m->moe.ep_size, etp = m->moe.etp_size;
     /* per-node dispatch: the network's share (the copies forwarded inside
      * the destination node ride NVLink beside it) */
-    const int nodes = (ep + mt_price_per_node(q, etp, ep) - 1) / mt_price_per_node(q, etp, ep);
+    const int per_node = mt_price_per_node(q, etp, ep), nodes = (ep + per_node - 1) / per_node;
     const double a2a = cb[2] * msg_scale *
                        (p->ep_per_node ? mt_cost_ep_node_share(m->shape.moe_experts,
                                                                 m->shape.moe_topk, nodes)
