@@ -77,7 +77,7 @@ size_t mt_cp_saved_numel(const mt_cp_layout *l, int B, int C, int NH, int what) 
 static size_t elem(const mt_attention *at) { return mt_dtype_bytes(at->dt); }
 
 void mt_attention_create(mt_attention *at, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
-                         int NH, const mt_ops *ops, mt_dtype dt) {
+                         int NH, int kv_group, int kv_h0, const mt_ops *ops, mt_dtype dt) {
   memset(at, 0, sizeof *at);
   at->lay = *lay;
   at->g = g && g->size > 1 ? g : NULL;
@@ -90,12 +90,24 @@ void mt_attention_create(mt_attention *at, mt_group *g, const mt_cp_layout *lay,
   at->C = C;
   at->NH = NH;
   at->hs = C / NH;
+  at->kv_group = kv_group > 1 ? kv_group : 1;
+  at->kv_h0 = at->kv_group > 1 ? kv_h0 : 0;
+  at->kv_heads = mt_attention_kv_of(at, NH - 1) + 1;
   if (ring(lay)) {
-    at->kv_numel = (size_t)max_B * lay->T_local * 2 * (size_t)C;
-    const size_t es = elem(at);
+    const size_t rows = (size_t)max_B * lay->T_local, es = elem(at);
+    at->kv_numel = rows * 2 * (size_t)at->kv_heads * at->hs;
     for (int i = 0; i < 2; i++) at->kv[i] = ops->alloc(MT_MEM_COMM, at->kv_numel * es);
     for (int i = 0; i < 3; i++) at->dkv[i] = ops->alloc(MT_MEM_COMM, at->kv_numel * es);
+    if (at->kv_heads != NH) { /* the spread K|V of a step and its gradient's part */
+      at->kvs_numel = rows * 2 * (size_t)C;
+      at->kvs = ops->alloc(MT_MEM_COMM, at->kvs_numel * es);
+      at->dkvs = ops->alloc(MT_MEM_COMM, at->kvs_numel * es);
+    }
   }
+}
+
+int mt_attention_kv_of(const mt_attention *at, int h) {
+  return (at->kv_h0 + h) / at->kv_group - at->kv_h0 / at->kv_group;
 }
 
 void mt_attention_destroy(mt_attention *at) {
@@ -103,6 +115,8 @@ void mt_attention_destroy(mt_attention *at) {
     if (at->kv[i]) at->ops->free(MT_MEM_COMM, at->kv[i], at->kv_numel * elem(at));
   for (int i = 0; i < 3; i++)
     if (at->dkv[i]) at->ops->free(MT_MEM_COMM, at->dkv[i], at->kv_numel * elem(at));
+  if (at->kvs) at->ops->free(MT_MEM_COMM, at->kvs, at->kvs_numel * elem(at));
+  if (at->dkvs) at->ops->free(MT_MEM_COMM, at->dkvs, at->kvs_numel * elem(at));
   memset(at, 0, sizeof *at);
 }
 

@@ -11,7 +11,9 @@
  * work per step: from an earlier rank both query chunks see its early chunk
  * in full, from a later rank the late query chunk sees both of its chunks
  * in full, so every rank computes two chunk pairs per step (three on the
- * diagonal step, two of them half masked). Backward: K/V go round again,
+ * diagonal step, two of them half masked). Under grouped-query attention
+ * the key/value heads travel compact and are spread over the query heads
+ * at each step (below). Backward: K/V go round again,
  * and next to them each K/V's gradient accumulator: a rank adds its part
  * (computed while the accumulator is in flight) and passes it on; after N
  * steps it arrives complete at its owner. When a pass's documents all stay
@@ -42,18 +44,81 @@ static int chunk_pos(const mt_cp_layout *l, int r, int c) {
 static size_t es_of(const mt_attention *at) {
   return mt_dtype_bytes(at->dt);
 }
-/* messages of n such elements go as 4-byte words (n is even: 2C columns) */
+/* messages of n such elements go as 4-byte words (n is even: 2 Ckv columns) */
 static size_t words(const mt_attention *at, size_t n) { return n * es_of(at) / sizeof(float); }
 
 /* the steps round the ring: N, or only the diagonal one (this rank's own
  * K/V, nothing sent) when the documents stay inside the chunks */
 static int ring_steps(const mt_attention *at) { return at->local ? 1 : at->lay.size; }
 
-/* this rank's K|V rows (columns C..3C of qkv) into a (B, T_local, 2C) buffer */
+/* Under grouped-query attention the ring passes the key/value heads
+ * compact: 2 Ckv columns (Ckv = kv_heads hs), n_head / n_kv_head times
+ * fewer bytes than the query heads' spread copies (16 x for Llama 3 405B).
+ * Each step spreads the K|V it holds over the query heads (at->kvs, 2C)
+ * for the block kernels; backward sums a step's spread dK|dV back into the
+ * compact heads before it goes on. Without gqa the two layouts are one. */
+static int spreads(const mt_attention *at) { return at->kv_heads != at->NH; }
+static size_t kv_cols(const mt_attention *at) { return 2 * (size_t)at->kv_heads * at->hs; }
+/* does local query head h read a key/value head no earlier head reads */
+static int first_of_group(const mt_attention *at, int h) {
+  return h == 0 || mt_attention_kv_of(at, h - 1) != mt_attention_kv_of(at, h);
+}
+
+/* Per query head h and half (0 K, 1 V): the head's hs columns in a spread
+ * buffer (ld_s, its K at column off_s) and its key/value head's in a
+ * compact one (2 Ckv); to_compact: spread -> compact (the first head of a
+ * group written, the others added when sum, else skipped), or compact ->
+ * every spread head. */
+static void heads_2d(mt_attention *at, mt_act *spread, size_t off_s, size_t ld_s, mt_act *compact,
+                     size_t rows, int to_compact, int sum) {
+  const mt_ops *o = at->ops;
+  const size_t C = (size_t)at->C, hs = (size_t)at->hs, Ckv = kv_cols(at) / 2, es = es_of(at);
+  for (int h = 0; h < at->NH; h++) {
+    const int first = first_of_group(at, h);
+    if (to_compact && !first && !sum) continue;
+    for (size_t half = 0; half < 2; half++) {
+      mt_act *sp = mt_act_at(es, spread, off_s + half * C + h * hs);
+      mt_act *cp = mt_act_at(es, compact, half * Ckv + (size_t)mt_attention_kv_of(at, h) * hs);
+      if (!to_compact) o->copy_2d(at->dt, sp, ld_s, cp, 2 * Ckv, rows, hs);
+      else if (first) o->copy_2d(at->dt, cp, 2 * Ckv, sp, ld_s, rows, hs);
+      else o->add_2d(at->dt, cp, 2 * Ckv, sp, ld_s, rows, hs);
+    }
+  }
+}
+
+/* this rank's K|V rows (columns C..3C of qkv) into a compact (B, T_local,
+ * 2 Ckv) buffer (a group's first query head holds its key/value head) */
 static void pack_kv(mt_attention *at, mt_act *kv, const mt_act *qkv, int B) {
-  const size_t C = (size_t)at->C;
-  at->ops->copy_2d(at->dt, kv, 2 * C, mt_act_at(es_of(at), qkv, C), 3 * C,
-            (size_t)B * at->lay.T_local, 2 * C);
+  const size_t C = (size_t)at->C, rows = (size_t)B * at->lay.T_local;
+  if (!spreads(at))
+    at->ops->copy_2d(at->dt, kv, 2 * C, mt_act_at(es_of(at), qkv, C), 3 * C, rows, 2 * C);
+  else heads_2d(at, (mt_act *)qkv, C, 3 * C, kv, rows, 1, 0);
+}
+
+/* the K|V of a step spread over the query heads (B, T_local, 2C) */
+static const mt_act *spread_kv(mt_attention *at, mt_act *kv, int B) {
+  if (!spreads(at)) return kv;
+  heads_2d(at, at->kvs, 0, 2 * (size_t)at->C, kv, (size_t)B * at->lay.T_local, 0, 0);
+  return at->kvs;
+}
+
+/* a complete compact dK|dV added into dqkv's key and value columns: into
+ * each group's first query head (kv_spread_backward sums a group's heads,
+ * the others' are 0 from the backward's zero pass) */
+static void add_own_dkv(mt_attention *at, mt_act *dqkv, mt_act *dkv, int B) {
+  const size_t C = (size_t)at->C, hs = (size_t)at->hs, Ckv = kv_cols(at) / 2, es = es_of(at);
+  const size_t rows = (size_t)B * at->lay.T_local;
+  if (!spreads(at)) {
+    at->ops->add_2d(at->dt, mt_act_at(es, dqkv, C), 3 * C, dkv, 2 * C, rows, 2 * C);
+    return;
+  }
+  for (int h = 0; h < at->NH; h++) {
+    if (!first_of_group(at, h)) continue;
+    const size_t j = (size_t)mt_attention_kv_of(at, h) * hs;
+    for (size_t half = 0; half < 2; half++)
+      at->ops->add_2d(at->dt, mt_act_at(es, dqkv, C + half * C + h * hs), 3 * C,
+                      mt_act_at(es, dkv, half * Ckv + j), 2 * Ckv, rows, hs);
+  }
 }
 
 void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse,
@@ -63,7 +128,7 @@ void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
   const mt_dtype dt = at->dt;
   const int N = l->size, r = l->rank, Tc = l->chunk_len, Tl = l->T_local;
   const int next = (r + 1) % N, prev = (r + N - 1) % N;
-  const size_t C = (size_t)at->C, n = (size_t)B * Tl * 2 * C, es = es_of(at);
+  const size_t C = (size_t)at->C, n = (size_t)B * Tl * kv_cols(at), es = es_of(at);
   mt_request send, recv;
   memset(&send, 0, sizeof send);
   memset(&recv, 0, sizeof recv);
@@ -72,11 +137,12 @@ void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv,
   int written[2] = {0, 0}; /* has query chunk c a partial result yet */
   for (int s = 0; s < steps; s++) {
     const int src = (r - s + N) % N; /* whose K/V this step sees */
-    mt_act *kv = at->kv[s % 2];
+    mt_act *held = at->kv[s % 2];
     if (s < steps - 1) { /* the next K/V arrives while this one is used and passed on */
       mt_irecv(at->g, at->kv[(s + 1) % 2], words(at, n), MT_DT_F32, prev, TAG_KV, o->loc, &recv);
-      mt_isend(at->g, kv, words(at, n), MT_DT_F32, next, TAG_KV, o->loc, &send);
+      mt_isend(at->g, held, words(at, n), MT_DT_F32, next, TAG_KV, o->loc, &send);
     }
+    const mt_act *kv = spread_kv(at, held, B);
     for (int qc = 0; qc < 2; qc++)
       for (int kc = 0; kc < 2; kc++) {
         int qpos = chunk_pos(l, r, qc), kpos = chunk_pos(l, src, kc);
@@ -110,7 +176,7 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
   const mt_dtype dt = at->dt;
   const int N = l->size, r = l->rank, Tc = l->chunk_len, Tl = l->T_local;
   const int next = (r + 1) % N, prev = (r + N - 1) % N;
-  const size_t C = (size_t)at->C, rows = (size_t)B * Tl, n = rows * 2 * C, es = es_of(at);
+  const size_t C = (size_t)at->C, rows = (size_t)B * Tl, n = rows * kv_cols(at), es = es_of(at);
   const size_t nw = words(at, n);
   mt_request ks, kr, ds, dr;
   memset(&ks, 0, sizeof ks), memset(&kr, 0, sizeof kr);
@@ -122,32 +188,35 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
   pack_kv(at, at->kv[0], qkv, B);
   for (int s = 0; s < steps; s++) {
     const int src = (r - s + N) % N;
-    mt_act *kv = at->kv[s % 2];
+    mt_act *held = at->kv[s % 2];
     if (s < steps - 1) {
       mt_irecv(at->g, at->kv[(s + 1) % 2], nw, MT_DT_F32, prev, TAG_KV, o->loc, &kr);
-      mt_isend(at->g, kv, nw, MT_DT_F32, next, TAG_KV, o->loc, &ks);
+      mt_isend(at->g, held, nw, MT_DT_F32, next, TAG_KV, o->loc, &ks);
     }
     /* src's dK|dV so far: summed by ranks src .. r-1 */
     if (s > 0) mt_irecv(at->g, in, nw, MT_DT_F32, prev, TAG_DKV, o->loc, &dr);
-    o->zero(dt, part, n);
+    const mt_act *kv = spread_kv(at, held, B);
+    mt_act *dpart = spreads(at) ? at->dkvs : part; /* this step's, over the query heads */
+    o->zero(dt, dpart, rows * 2 * C);
     for (int qc = 0; qc < 2; qc++)
       for (int kc = 0; kc < 2; kc++) {
         int qpos = chunk_pos(l, r, qc), kpos = chunk_pos(l, src, kc);
         if (kpos > qpos) continue;
         mt_attn_block a = mt_attention_block(at, B, Tl, qc * Tc, Tc, Tc, qpos, kpos, 2 * C, Tl);
         size_t qo = (size_t)qc * Tc * 3 * C, oo = (size_t)qc * Tc * C, ko = (size_t)kc * Tc * 2 * C;
-        o->attn_backward(dt, &a, mt_act_at(es, dqkv, qo), mt_act_at(es, part, ko),
-                  mt_act_at(es, part, ko + C), mt_act_at(es, dout, oo), mt_act_at(es, out, oo),
+        o->attn_backward(dt, &a, mt_act_at(es, dqkv, qo), mt_act_at(es, dpart, ko),
+                  mt_act_at(es, dpart, ko + C), mt_act_at(es, dout, oo), mt_act_at(es, out, oo),
                   lse + (size_t)qc * Tc, mt_act_at(es, qkv, qo), mt_act_at(es, kv, ko),
                   mt_act_at(es, kv, ko + C));
         mt_progress(&kr), mt_progress(&ks), mt_progress(&dr), mt_progress(&ds);
       }
+    if (spreads(at)) heads_2d(at, dpart, 0, 2 * C, part, rows, 1, 1);
     if (s > 0) {
       mt_wait(&dr);
       o->axpy(dt, part, 1.0f, in, n);
     }
     if (steps == 1) { /* no trip round the ring: this rank's own dK|dV is complete */
-      o->add_2d(dt, mt_act_at(es, dqkv, C), 3 * C, part, 2 * C, rows, 2 * C);
+      add_own_dkv(at, dqkv, part, B);
       return;
     }
     mt_wait(&ds); /* the previous accumulator has left: its buffer is free */
@@ -161,7 +230,7 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
   /* this rank's own K|V gradient, complete after its trip round the ring */
   mt_irecv(at->g, in, nw, MT_DT_F32, prev, TAG_DKV, o->loc, &dr);
   mt_wait(&dr);
-  o->add_2d(dt, mt_act_at(es, dqkv, C), 3 * C, in, 2 * C, rows, 2 * C);
+  add_own_dkv(at, dqkv, in, B);
   mt_wait(&ds);
 }
 

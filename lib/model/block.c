@@ -57,7 +57,7 @@ void mt_norm_backward_first(const mt_gpt *m, mt_act *dinp, float *dw, float *db,
  * key/value heads of its query heads, whole groups), local head h reads
  * local head h / group: h0 = 0. Not split (every rank holds them all), it
  * reads the key/value head of its global index: h0 = the rank's first. */
-static int kv_h0(const mt_gpt *m) { return m->kv_split ? 0 : m->tp.rank * m->NH_local; }
+int mt_gpt_kv_h0(const mt_gpt *m) { return m->kv_split ? 0 : m->tp.rank * m->NH_local; }
 
 /* qkv (BT, 3Cl) from the projection's c (BT, Cl + 2 Ckv_l): q as it is, each
  * query head's key and value head beside it; backward: dc (BT, Cl + 2 Ckv_l)
@@ -70,10 +70,10 @@ static void kv_spread(const mt_gpt *m, mt_act *qkv, mt_act *c, int B, int backwa
   const size_t rows = (size_t)B * m->T;
   const float *cs = mt_model_llama(&m->shape) ? m->rope_cs : NULL;
   if (backward)
-    m->ops->kv_spread_backward(m->dt, c, qkv, rows, m->NH_local, m->NKV_local, hs, kv_h0(m),
+    m->ops->kv_spread_backward(m->dt, c, qkv, rows, m->NH_local, m->NKV_local, hs, mt_gpt_kv_h0(m),
                                group, cs, m->tok_pos, m->T);
   else
-    m->ops->kv_spread(m->dt, qkv, c, rows, m->NH_local, m->NKV_local, hs, kv_h0(m), group, cs,
+    m->ops->kv_spread(m->dt, qkv, c, rows, m->NH_local, m->NKV_local, hs, mt_gpt_kv_h0(m), group, cs,
                       m->tok_pos, m->T);
 }
 

@@ -381,7 +381,8 @@ static int gpt_create(mt_gpt *m, const mt_model_shape *shape, const mt_ops *ops,
   if (m->recompute) m->ws_bytes += mt_gpt_moe_rows_bytes(m);
   const mt_registry *r = &m->reg;
   size_t partial = mt_tp_partial_numel(r, 0, r->numel_local);
-  mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl, ops, m->dt);
+  mt_attention_create(&m->attn, cp_g, &cpl, max_B, (int)Cl, (int)NHl,
+                      shape->n_head / shape->n_kv_head, mt_gpt_kv_h0(m), ops, m->dt);
   m->attn.slices = slices;
   mt_attention_set_scratch(&m->attn, cp_scratch[0], cp_scratch[1], cp_scratch[2], cp_scratch[3]);
   m->inputs = mt_calloc(BT, sizeof(int));

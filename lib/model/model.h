@@ -312,11 +312,17 @@ typedef struct {
   const mt_ops *ops;
   mt_dtype dt;           /* the activations' storage type */
   int max_B, C, NH, hs;
-  /* ring: K|V (max_B, T_local, 2C) buffers, two for K/V in flight and three
-   * for dK/dV (this step's part, the one arriving, the one leaving);
-   * MT_MEM_COMM */
-  size_t kv_numel;       /* elements (of the activations' dtype) */
-  mt_act *kv[2], *dkv[3];
+  /* grouped-query attention: query head h reads key/value head kv_of(h) =
+   * (kv_h0 + h) / kv_group - kv_h0 / kv_group of the kv_heads this rank
+   * uses (kv_group 1: every query head its own, kv_heads = NH) */
+  int kv_group, kv_h0, kv_heads;
+  /* ring: K|V (max_B, T_local, 2 Ckv) buffers with the key/value heads
+   * compact (Ckv = kv_heads hs), two for K/V in flight and three for dK/dV
+   * (this step's part, the one arriving, the one leaving); under gqa also
+   * the received K|V spread over the query heads and its gradient's part
+   * (max_B, T_local, 2C) each; MT_MEM_COMM */
+  size_t kv_numel, kvs_numel; /* elements (of the activations' dtype) */
+  mt_act *kv[2], *dkv[3], *kvs, *dkvs;
   /* the model's scratch (activations), set with mt_attention_set_scratch:
    * ring: part (max_B, T_local, C) and part_lse (max_B, NH, T_local), a
    * block's partial result before its merge; ulysses: dout_h (max_B,

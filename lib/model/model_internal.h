@@ -104,10 +104,14 @@ void mt_linear_row_backward_weight(const mt_tp *tp, float *dw, float *db, const 
 /* attention (attention.c; context parallelism: attention_cp.c)        */
 
 
-/* g: the cp group (NULL or size 1: no context parallelism, lay of size 1). */
+/* g: the cp group (NULL or size 1: no context parallelism, lay of size 1);
+ * kv_group, kv_h0: the query heads per key/value head and the ops' first
+ * head index (mt_attention's kv_of; 1 and 0 without gqa). */
 void mt_attention_create(mt_attention *a, mt_group *g, const mt_cp_layout *lay, int max_B, int C,
-                         int NH, const mt_ops *ops, mt_dtype dt);
+                         int NH, int kv_group, int kv_h0, const mt_ops *ops, mt_dtype dt);
 void mt_attention_destroy(mt_attention *a);
+/* the compact key/value head local query head h reads (kv_group, kv_h0) */
+int mt_attention_kv_of(const mt_attention *a, int h);
 /* Elements of the scratch the model provides: what (0 part, 1 part_lse, 2
  * dout_h, 3 dqkv_h) for this layout (0 where the mode needs none). */
 size_t mt_cp_scratch_numel(const mt_cp_layout *lay, int max_B, int C, int NH, int what);
@@ -328,6 +332,9 @@ void mt_norm_forward(const mt_gpt *m, mt_act *out, float *mean, float *rstd, con
 void mt_norm_backward(const mt_gpt *m, mt_act *dinp, float *dw, float *db, const mt_act *dout,
                       const mt_act *inp, const mt_act *w, const float *mean, const float *rstd,
                       int N);
+/* grouped-query attention: the ops' first head index (the key/value head
+ * of local query head h is (h0 + h) / group; block.c says why) */
+int mt_gpt_kv_h0(const mt_gpt *m);
 /* The same with dinp written (the first contribution: no zero pass before) */
 void mt_norm_backward_first(const mt_gpt *m, mt_act *dinp, float *dw, float *db,
                             const mt_act *dout, const mt_act *inp, const mt_act *w,

@@ -1,9 +1,11 @@
 # Context parallelism (included from tests/CMakeLists.txt). Label "cp": every
 # cp layout trains the model of one rank (ring and Ulysses, alone and with
 # tp + sp, pp, dp + ZeRO, recompute), attention memory per rank grows as
-# O(T), and checkpoints move between cp layouts. The plan's exactness for cp
+# O(T), the ring passes grouped-query attention's key/value heads compact,
+# and checkpoints move between cp layouts. The plan's exactness for cp
 # layouts is in zero.plan_tiny (tests/zero/plan_accounting.sh). Bad input
-# joins the "badinput" label, a short run of both modes the "sanitize" label.
+# joins the "badinput" label, a short run of both modes and the compact
+# key/value heads' ring the "sanitize" label.
 mt_test_program(doc_check ${CMAKE_CURRENT_LIST_DIR}/doc_check.c)
 mt_script_tests(cp
   equivalence equivalence.sh
@@ -11,6 +13,7 @@ mt_script_tests(cp
   memory      memory.sh
   resume      resume.sh)
 mt_script_test(cp_smoke sanitize smoke.sh)
+mt_script_test(cp_gqa sanitize gqa.sh)
 
 set(CPT --set model.preset=tiny --set data.train=@CORPUS@ --set train.global_batch=8 --set train.micro_batch=2)
 mt_script_test(cp_ring_chunks badinput ../scripts/expect_fail.sh cp_ring_chunks 3
