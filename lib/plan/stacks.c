@@ -38,9 +38,9 @@
 #define EFF_MEGATRON_2021 0.8298
 #define EFF_MEGATRON_DEEPSPEED 0.7122
 #define EFF_DEEPSPEED_ZERO3 0.6231
-#define EFF_MEGATRON_CORE 0.7893
-#define EFF_FSDP 0.962
-#define EFF_LLMC 0.8556
+#define EFF_MEGATRON_CORE 0.7757
+#define EFF_FSDP 0.9115
+#define EFF_LLMC 0.8177
 
 static const mt_plan_stack g_stacks[] = {
     /* meshtrain's own: every option as the profile and the configuration
