@@ -3,8 +3,9 @@
  * each op takes the storage type, F32 or BF16 below, of its operands),
  * their random inputs (urand, rnd, rnd_bf16 over tests/test_rng.h's
  * generator, which each program seeds), copies between host and device,
- * and the comparison that reports one line per check (max |gpu - cpu| /
- * max |cpu|; NaN fails) and counts failures.
+ * the comparison that reports one line per check (max |gpu - cpu| /
+ * max |cpu|; NaN fails) and counts failures, and the start and end of
+ * main (gpu_compare_start, gpu_compare_finish).
  * Include once, from the program's one source file. */
 #ifndef MT_TESTS_GPU_COMPARE_H
 #define MT_TESTS_GPU_COMPARE_H
@@ -174,6 +175,31 @@ static inline int gpu_compare_open(const char *prog, int bf16) {
   printf("%s: %s, precision %s, matmuls %s, scratch %.1f MiB\n", prog, info.name,
          bf16 ? "bf16" : "fp32", info.gemm_path, info.workspace_bytes / 1048576.0);
   return 0;
+}
+
+/* The start every comparison's main shares: MPI and the log up, g_rng
+ * seeded, the CPU table, then the CUDA backend at the precision argv[1]
+ * names ("bf16", else fp32; *bf16 says which). Returns 0 when ready;
+ * otherwise MPI is finalized already and main returns the code (77: no GPU,
+ * a skip). */
+static inline int gpu_compare_start(int *argc, char ***argv, const char *prog, uint64_t seed,
+                                    int *bf16) {
+  MPI_Init(argc, argv);
+  mt_log_init(0);
+  *bf16 = *argc > 1 && !strcmp((*argv)[1], "bf16");
+  g_rng = seed;
+  cpu = mt_ops_cpu();
+  int rc = gpu_compare_open(prog, *bf16);
+  if (rc != 0) MPI_Finalize();
+  return rc;
+}
+
+/* The end of main after gpu_compare_start: the backend shut down, MPI
+ * finalized, the checks' summary as the exit code. */
+static inline int gpu_compare_finish(const char *prog) {
+  mt_cuda_shutdown();
+  MPI_Finalize();
+  return mt_check_summary(prog);
 }
 
 #endif

@@ -615,18 +615,10 @@ static void test_determinism(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
-  g_bf16 = argc > 1 && !strcmp(argv[1], "bf16");
+  int rc = gpu_compare_start(&argc, &argv, "gpu_ops", 12345, &g_bf16);
+  if (rc != 0) return rc;
   g_quick = argc > 2 && !strcmp(argv[2], "quick");
   TOL_MM = g_bf16 ? 2e-2 : 1e-5;
-  g_rng = 12345;
-  cpu = mt_ops_cpu();
-  int rc = gpu_compare_open("gpu_ops", g_bf16);
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
   char missing[512];
   int n_missing = mt_ops_missing(gpu, missing, sizeof missing);
   if (n_missing) printf("  the CUDA op table lacks: %s\n", missing);
@@ -646,7 +638,5 @@ int main(int argc, char **argv) {
   test_kv_spread();
   test_determinism();
   test_attn_determinism();
-  mt_cuda_shutdown();
-  MPI_Finalize();
-  return mt_check_summary("gpu_ops");
+  return gpu_compare_finish("gpu_ops");
 }

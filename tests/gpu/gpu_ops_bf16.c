@@ -505,16 +505,8 @@ static void test_determinism(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
-  int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
-  g_rng = 4242;
-  cpu = mt_ops_cpu();
-  int rc = gpu_compare_open("gpu_ops_bf16", bf16);
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
+  int bf16, rc = gpu_compare_start(&argc, &argv, "gpu_ops_bf16", 4242, &bf16);
+  if (rc != 0) return rc;
   printf("CPU bf16 matmuls: %s\n", mt_bf16_gemm_path());
   test_table();
   test_matmul(111, 72, 197);
@@ -528,7 +520,5 @@ int main(int argc, char **argv) {
   test_kv_spread();
   test_adamw(100003);
   test_determinism();
-  mt_cuda_shutdown();
-  MPI_Finalize();
-  return mt_check_summary("gpu_ops_bf16");
+  return gpu_compare_finish("gpu_ops_bf16");
 }
