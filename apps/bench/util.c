@@ -14,6 +14,28 @@
 #include "bench/bench.h"
 #include "core/core.h"
 
+const char *const mt_bench_form_names[3] = {"NT", "NN", "TN"};
+const char *const mt_bench_role_names[3] = {"fwd", "bwd_dinp", "bwd_dw"};
+
+void mt_bench_gpt_gemms(int C, int L, int Vp, int tokens, mt_bench_matmul *out) {
+  const struct {
+    const char *name;
+    int in, out, count, bias;
+  } layers[] = {{"qkv", C, 3 * C, L, 1},
+                {"attn_proj", C, C, L, 1},
+                {"fc", C, 4 * C, L, 1},
+                {"fc_proj", 4 * C, C, L, 1},
+                {"lm_head", C, Vp, 1, 0}};
+  int n = 0;
+  for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
+    const char *name = layers[i].name;
+    int in = layers[i].in, o = layers[i].out, count = layers[i].count;
+    out[n++] = (mt_bench_matmul){name, MT_BENCH_NT, tokens, o, in, count, layers[i].bias};
+    out[n++] = (mt_bench_matmul){name, MT_BENCH_NN, tokens, in, o, count, 0};
+    out[n++] = (mt_bench_matmul){name, MT_BENCH_TN, o, in, tokens, count, 0};
+  }
+}
+
 static float *g_flush;
 static size_t g_flush_n;
 
