@@ -5,6 +5,8 @@
 #ifndef MT_BENCH_H
 #define MT_BENCH_H
 
+#include <stdarg.h>
+
 int mt_bench_gemm(int argc, char **argv);        /* gemm.c */
 int mt_bench_gemm_bf16(int argc, char **argv);   /* gemm_bf16.c */
 int mt_bench_attention(int argc, char **argv);   /* attention.c */
@@ -20,6 +22,9 @@ int mt_bench_devices(int argc, char **argv);     /* devices.c */
 /* "prog: error: what 'value' (see prog --help)" on stderr, exit 2 */
 void __attribute__((noreturn)) mt_bench_bad(const char *prog, const char *what,
                                             const char *value);
+/* "prog: error: <fmt with ap> (see prog[ sub] --help)" on stderr: the
+ * line of a usage error (sub: the subcommand whose help to see, or NULL) */
+void mt_bench_vusage(const char *prog, const char *sub, const char *fmt, va_list ap);
 /* text as a whole number from 1 to max, else mt_bench_bad naming opt */
 int mt_bench_int(const char *prog, const char *opt, const char *text, long max);
 

@@ -22,10 +22,8 @@ static const char *g_prog = "meshbench";
 static void __attribute__((format(printf, 1, 2), noreturn)) usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "%s: error: ", g_prog);
-  vfprintf(stderr, fmt, ap);
+  mt_bench_vusage(g_prog, NULL, fmt, ap);
   va_end(ap);
-  fprintf(stderr, " (see %s --help)\n", g_prog);
   exit(MT_EXIT_BADINPUT);
 }
 

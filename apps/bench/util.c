@@ -78,6 +78,12 @@ void mt_bench_bad(const char *prog, const char *what, const char *value) {
   exit(MT_EXIT_BADINPUT);
 }
 
+void mt_bench_vusage(const char *prog, const char *sub, const char *fmt, va_list ap) {
+  fprintf(stderr, "%s: error: ", prog);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, " (see %s%s%s --help)\n", prog, sub ? " " : "", sub ? sub : "");
+}
+
 int mt_bench_int(const char *prog, const char *opt, const char *text, long max) {
   char *end = NULL;
   errno = 0;
