@@ -71,21 +71,38 @@ static double router_loss(void *p) {
   return l;
 }
 
+/* A router of N tokens over E experts choosing k, its load-balancing term
+ * over slices of Ts tokens: logits a permutation of values `step` apart
+ * per row, plus `offset` (top-k stable under +-eps), random weights of the
+ * combine (R) and balancing (A) terms, the outputs allocated */
+static router_ctx router_new(int N, int E, int k, int Ts, float step, float offset, float zc,
+                             int sigmoid) {
+  float *logits = zeros((size_t)N * E);
+  for (int n = 0; n < N; n++)
+    for (int e = 0; e < E; e++)
+      logits[(size_t)n * E + e] =
+          step * (float)((e * 5 + n * 7) % E) + offset + rng_uniform(-0.05f, 0.05f);
+  router_ctx c = {N, E, k, Ts, logits, zeros((size_t)N * E), zeros((size_t)N),
+                  zeros((size_t)N * k), calloc((size_t)N * k, sizeof(int)), NULL, NULL, zc,
+                  sigmoid};
+  c.R = rand_tensor((size_t)N * k, -1, 1);
+  c.A = rand_tensor((size_t)(N / Ts) * E, -1, 1);
+  return c;
+}
+
+static void router_free(router_ctx *c) {
+  free(c->logits), free(c->probs), free(c->lse), free(c->topw), free(c->top);
+  free((void *)c->R), free((void *)c->A);
+}
+
 /* The sigmoid router (DeepSeek-V3): probs[e] = sigmoid(logits[e]), the k
  * largest scores (+ bias) chosen and renormalised; backward against finite
  * differences of the combine and load-balancing terms (no z-loss). */
 static void test_router_sigmoid(void) {
   printf("router, sigmoid scores\n");
   const int N = 12, E = 6, k = 3, Ts = 4;
-  float *logits = zeros((size_t)N * E);
-  for (int n = 0; n < N; n++)
-    for (int e = 0; e < E; e++)
-      logits[(size_t)n * E + e] = 0.4f * (float)((e * 5 + n * 7) % E) - 1.0f +
-                                  rng_uniform(-0.05f, 0.05f);
-  router_ctx c = {N, E, k, Ts, logits, zeros((size_t)N * E), zeros((size_t)N),
-                  zeros((size_t)N * k), calloc((size_t)N * k, sizeof(int)),
-                  rand_tensor((size_t)N * k, -1, 1), rand_tensor((size_t)(N / Ts) * E, -1, 1),
-                  0.0f, 1};
+  router_ctx c = router_new(N, E, k, Ts, 0.4f, -1.0f, 0.0f, 1);
+  float *logits = c.logits;
   router_loss(&c);
   double worst = 0.0;
   int order_ok = 1;
@@ -125,27 +142,14 @@ static void test_router_sigmoid(void) {
   mt_check_err("sigmoid router backward (combine + aux) vs FD",
                gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
   free(dlogits);
-  free(logits);
-  free(c.probs);
-  free(c.lse);
-  free(c.topw);
-  free(c.top);
-  free((void *)c.R);
-  free((void *)c.A);
+  router_free(&c);
 }
 
 static void test_router(void) {
   printf("router\n");
   const int N = 12, E = 6, k = 2, Ts = 4;
-  /* logits a permutation of spaced values per row: top-k stable under +-eps */
-  float *logits = zeros((size_t)N * E);
-  for (int n = 0; n < N; n++)
-    for (int e = 0; e < E; e++)
-      logits[(size_t)n * E + e] = 0.3f * (float)((e * 5 + n * 7) % E) + rng_uniform(-0.05f, 0.05f);
-  router_ctx c = {N, E, k, Ts, logits, zeros((size_t)N * E), zeros((size_t)N),
-                  zeros((size_t)N * k), calloc((size_t)N * k, sizeof(int)),
-                  rand_tensor((size_t)N * k, -1, 1), rand_tensor((size_t)(N / Ts) * E, -1, 1),
-                  0.05f, 0};
+  router_ctx c = router_new(N, E, k, Ts, 0.3f, 0.0f, 0.05f, 0);
+  float *logits = c.logits;
   router_loss(&c);
   /* forward against a double reference */
   double worst = 0.0;
@@ -210,8 +214,9 @@ static void test_router(void) {
       sw = mt_worst(sw, fabs(ref - sums[(size_t)s * E + e]));
     }
   mt_check_err("prob sums per sequence", sw, 1e-6);
-  free(sums), free(dlogits), free(logits), free(c.probs), free(c.lse), free(c.topw), free(c.top);
-  free((void *)c.R), free((void *)A);
+  free(sums), free(dlogits);
+  c.A = A;
+  router_free(&c);
 }
 
 /* ------------------------------------------------------------------ */
