@@ -52,6 +52,10 @@ typedef struct {
 void mt_bench_gpt_gemms(int C, int L, int Vp, int tokens, mt_bench_matmul *out);
 
 struct cJSON;
+/* a new JSON object describing one matmul shape: layer, role, form, m, n,
+ * k, count (the benchmark adds its figures) */
+struct cJSON *mt_bench_matmul_json(const char *layer, mt_bench_form form, int m, int n, int k,
+                                   int count);
 int mt_bench_json_append(const char *prog, const char *path, struct cJSON *root);
 
 /* --cold (util.c): on allocates the flush buffer and says so on stdout,

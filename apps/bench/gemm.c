@@ -236,14 +236,7 @@ static cJSON *gemm_json(const char *model, const char *blas_core, int threads, i
   cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
   for (int i = 0; i < n; i++) {
     const gemm_case *g = &cases[i];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "layer", g->layer);
-    cJSON_AddStringToObject(o, "role", mt_bench_role_names[g->form]);
-    cJSON_AddStringToObject(o, "form", mt_bench_form_names[g->form]);
-    cJSON_AddNumberToObject(o, "m", g->m);
-    cJSON_AddNumberToObject(o, "n", g->n);
-    cJSON_AddNumberToObject(o, "k", g->k);
-    cJSON_AddNumberToObject(o, "count", g->count);
+    cJSON *o = mt_bench_matmul_json(g->layer, g->form, g->m, g->n, g->k, g->count);
     cJSON_AddNumberToObject(o, "time_s", g->time_s);
     cJSON_AddNumberToObject(o, "gflops", g->gflops);
     cJSON_AddNumberToObject(o, "max_rel_err", g->max_rel_err);

@@ -46,7 +46,8 @@ static const char *g_path[N_PATHS] = {"fp32", "sgemm", "onednn"};
 
 typedef struct {
   const char *layer;
-  int form, m, n, k, count, bias;
+  mt_bench_form form;
+  int m, n, k, count, bias;
   double time_s[N_PATHS], gflops[N_PATHS], err[N_PATHS];
 } bcase;
 
@@ -351,13 +352,7 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
     cJSON *arr = cJSON_AddArrayToObject(root, "shapes");
     for (int i = 0; i < nc; i++) {
       const bcase *g = &cases[i];
-      cJSON *c = cJSON_CreateObject();
-      cJSON_AddStringToObject(c, "layer", g->layer);
-      cJSON_AddStringToObject(c, "role", mt_bench_role_names[g->form]);
-      cJSON_AddNumberToObject(c, "m", g->m);
-      cJSON_AddNumberToObject(c, "n", g->n);
-      cJSON_AddNumberToObject(c, "k", g->k);
-      cJSON_AddNumberToObject(c, "count", g->count);
+      cJSON *c = mt_bench_matmul_json(g->layer, g->form, g->m, g->n, g->k, g->count);
       for (int p = 0; p < N_PATHS; p++) {
         if (!use[p]) continue;
         char key[32];

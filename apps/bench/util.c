@@ -36,6 +36,19 @@ void mt_bench_gpt_gemms(int C, int L, int Vp, int tokens, mt_bench_matmul *out) 
   }
 }
 
+cJSON *mt_bench_matmul_json(const char *layer, mt_bench_form form, int m, int n, int k,
+                            int count) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "layer", layer);
+  cJSON_AddStringToObject(o, "role", mt_bench_role_names[form]);
+  cJSON_AddStringToObject(o, "form", mt_bench_form_names[form]);
+  cJSON_AddNumberToObject(o, "m", m);
+  cJSON_AddNumberToObject(o, "n", n);
+  cJSON_AddNumberToObject(o, "k", k);
+  cJSON_AddNumberToObject(o, "count", count);
+  return o;
+}
+
 static float *g_flush;
 static size_t g_flush_n;
 
