@@ -33,12 +33,6 @@ static mt_dtype g_t; /* the storage type of this run */
 #define TOL_EW 1e-5
 #define TOL_BF16 (1.0 / 256.0)
 
-/* n elements of type t in [lo, hi) (bf16: rounded) */
-static void *rnd_t(mt_dtype t, size_t n, float lo, float hi) {
-  if (t == F32) return rnd(n, lo, hi);
-  return rnd_bf16(n, lo, hi);
-}
-
 /* host copy of n elements of type t, widened to fp32 */
 static float *widened(const void *h, mt_dtype t, size_t n) {
   float *f = malloc((n ? n : 1) * sizeof(float));
