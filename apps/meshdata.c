@@ -85,7 +85,7 @@ typedef struct {
 
 /* Split argv (after the command) into positionals and --name value /
  * --name=value options; allowed is "|a|b|" listing the option names. */
-static int parse_args(const char *cmd, int argc, char **argv, const char *allowed, args *a,
+static int split_args(const char *cmd, int argc, char **argv, const char *allowed, args *a,
                       mt_err *e) {
   memset(a, 0, sizeof *a);
   for (int i = 0; i < argc; i++) {
@@ -132,6 +132,32 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
   return 0;
 }
 
+static int need_positionals(const char *cmd, const args *a, int n, const char *what,
+                            mt_err *e) {
+  if (a->npos != n) {
+    mt_err_set(e, "%s: expected %s, got %d argument%s (see meshdata --help)", cmd, what,
+               a->npos, a->npos == 1 ? "" : "s");
+    return 1;
+  }
+  return 0;
+}
+
+/* what a command does after parse_args: go on, return 0 (its --help was
+ * printed), or return 1 (e says why) */
+enum { ARGS_OK, ARGS_HELP, ARGS_BAD };
+
+/* A command's arguments: split (split_args), then --help (usage on stdout),
+ * or exactly n_pos positionals, which `what` names in the error. */
+static int parse_args(const char *cmd, int argc, char **argv, const char *allowed, int n_pos,
+                      const char *what, args *a, mt_err *e) {
+  if (split_args(cmd, argc, argv, allowed, a, e)) return ARGS_BAD;
+  if (a->help) {
+    usage(stdout);
+    return ARGS_HELP;
+  }
+  return need_positionals(cmd, a, n_pos, what, e) ? ARGS_BAD : ARGS_OK;
+}
+
 /* the last value given for option name, or def */
 static const char *opt(const args *a, const char *name, const char *def) {
   const char *v = def;
@@ -175,27 +201,13 @@ static int parse_bytes(const char *s, uint64_t *out) {
   return 0;
 }
 
-static int need_positionals(const char *cmd, const args *a, int n, const char *what,
-                            mt_err *e) {
-  if (a->npos != n) {
-    mt_err_set(e, "%s: expected %s, got %d argument%s (see meshdata --help)", cmd, what,
-               a->npos, a->npos == 1 ? "" : "s");
-    return 1;
-  }
-  return 0;
-}
-
 /* ------------------------------------------------------------------ */
 /* commands                                                            */
 
 static int cmd_corpus(int argc, char **argv, mt_err *e) {
   args a;
-  if (parse_args("corpus", argc, argv, "|bytes|seed|", &a, e)) return 1;
-  if (a.help) {
-    usage(stdout);
-    return 0;
-  }
-  if (need_positionals("corpus", &a, 1, "OUT", e)) return 1;
+  int st = parse_args("corpus", argc, argv, "|bytes|seed|", 1, "OUT", &a, e);
+  if (st != ARGS_OK) return st == ARGS_BAD;
   uint64_t nbytes = 0, seed = 0;
   const char *sb = opt(&a, "bytes", "4M"), *ss = opt(&a, "seed", "1");
   if (parse_bytes(sb, &nbytes) || nbytes == 0 || nbytes > (uint64_t)SIZE_MAX) {
@@ -250,12 +262,8 @@ static int encode_ids(const mt_dataset *in, mt_token_writer *w, mt_err *e) {
 
 static int cmd_encode(int argc, char **argv, mt_err *e) {
   args a;
-  if (parse_args("encode", argc, argv, "|format|from|", &a, e)) return 1;
-  if (a.help) {
-    usage(stdout);
-    return 0;
-  }
-  if (need_positionals("encode", &a, 2, "IN OUT", e)) return 1;
+  int st = parse_args("encode", argc, argv, "|format|from|", 2, "IN OUT", &a, e);
+  if (st != ARGS_OK) return st == ARGS_BAD;
   const char *fmt = opt(&a, "format", "llmc"), *from = opt(&a, "from", "text");
   if (strcmp(fmt, "llmc") != 0 && strcmp(fmt, "llmc2") != 0 && strcmp(fmt, "u16") != 0 &&
       strcmp(fmt, "u32") != 0) {
@@ -314,12 +322,8 @@ static int format_opt(const args *a, const char *what, mt_err *e) {
 
 static int cmd_info(int argc, char **argv, mt_err *e) {
   args a;
-  if (parse_args("info", argc, argv, "|format|", &a, e)) return 1;
-  if (a.help) {
-    usage(stdout);
-    return 0;
-  }
-  if (need_positionals("info", &a, 1, "FILE", e)) return 1;
+  int st = parse_args("info", argc, argv, "|format|", 1, "FILE", &a, e);
+  if (st != ARGS_OK) return st == ARGS_BAD;
   mt_dataset ds;
   const int format = format_opt(&a, a.pos[0], e);
   if (format < 0) return 1;
@@ -359,12 +363,8 @@ static int cmd_info(int argc, char **argv, mt_err *e) {
 /* lengths: the document lengths of a source's files, counted per length */
 static int cmd_lengths(int argc, char **argv, mt_err *e) {
   args a;
-  if (parse_args("lengths", argc, argv, "|eot|format|out|", &a, e)) return 1;
-  if (a.help) {
-    usage(stdout);
-    return 0;
-  }
-  if (need_positionals("lengths", &a, 1, "SPEC", e)) return 1;
+  int st = parse_args("lengths", argc, argv, "|eot|format|out|", 1, "SPEC", &a, e);
+  if (st != ARGS_OK) return st == ARGS_BAD;
   uint64_t eot;
   if (!opt(&a, "eot", NULL) || parse_u64(opt(&a, "eot", NULL), &eot) || eot > UINT32_MAX) {
     mt_err_set(e, "lengths: --eot N, the end-of-text token id, is required (a non-negative "

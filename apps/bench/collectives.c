@@ -63,10 +63,8 @@ static void __attribute__((format(printf, 1, 2), noreturn)) coll_usage_error(con
   if (g_coll_rank0) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: error: ", g_prog);
-    vfprintf(stderr, fmt, ap);
+    mt_bench_vusage(g_prog, "allreduce", fmt, ap);
     va_end(ap);
-    fprintf(stderr, " (see %s allreduce --help)\n", g_prog);
   }
   MT_MPI_CHECK(MPI_Finalize());
   exit(MT_EXIT_BADINPUT);

@@ -22,10 +22,8 @@ static const char *g_prog = "meshbench";
 static void __attribute__((format(printf, 1, 2), noreturn)) usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "%s: error: ", g_prog);
-  vfprintf(stderr, fmt, ap);
+  mt_bench_vusage(g_prog, NULL, fmt, ap);
   va_end(ap);
-  fprintf(stderr, " (see %s --help)\n", g_prog);
   exit(MT_EXIT_BADINPUT);
 }
 
@@ -48,61 +46,43 @@ static const char *option_value(int argc, char **argv, int *i) {
 /* ------------------------------------------------------------------ */
 /* gemm                                                                */
 
-/* How the kernels call cblas_sgemm (row-major), out (N,OC) = inp (N,C) w^T:
- *   NT  forward          out (M=N,  N=OC) = inp  (N,C)  * w^T (C,OC)   K = C
- *   NN  backward dinp    dinp(M=N,  N=C)  += dout(N,OC) * w   (OC,C)   K = OC
- *   TN  backward dw      dw  (M=OC, N=C)  += dout^T(OC,N) * inp (N,C)  K = N */
-typedef enum { GEMM_NT, GEMM_NN, GEMM_TN } gemm_form;
-static const char *g_form_names[] = {"NT", "NN", "TN"};
-static const char *g_role_names[] = {"fwd", "bwd_dinp", "bwd_dw"};
+/* the forms of cblas_sgemm the kernels call: bench.h's mt_bench_form */
 
 typedef struct {
   const char *layer; /* qkv, attn_proj, fc, fc_proj, lm_head */
-  gemm_form form;
+  mt_bench_form form;
   int m, n, k;
   int count;  /* calls per training step (per micro-batch of --tokens rows) */
   float beta; /* as the kernels call it: 1 when accumulating or adding a bias */
   double time_s, gflops, max_rel_err;
 } gemm_case;
 
-#define GEMM_MAX_CASES 15
+#define GEMM_MAX_CASES MT_BENCH_GPT_GEMMS
 
-/* The five linear layers of GPT-2 (count = calls per step), each in its three
- * forms. The lm head is the tied embedding (Vp,C) without bias. */
+/* bench.h's matmuls of a GPT-2 step; beta 0 only for the forward of the lm
+ * head (no bias) */
 static int gemm_cases_for(const mt_model_shape *s, int tokens, gemm_case *cases) {
-  int C = s->n_embd, L = s->n_layer;
-  struct {
-    const char *name;
-    int in, out, count, has_bias;
-  } layers[] = {{"qkv", C, 3 * C, L, 1},
-                {"attn_proj", C, C, L, 1},
-                {"fc", C, 4 * C, L, 1},
-                {"fc_proj", 4 * C, C, L, 1},
-                {"lm_head", C, s->vocab_padded, 1, 0}};
-  int n = 0;
-  for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
-    int in = layers[i].in, out = layers[i].out, count = layers[i].count;
-    cases[n++] = (gemm_case){layers[i].name, GEMM_NT, tokens, out, in, count,
-                             layers[i].has_bias ? 1.0f : 0.0f, 0, 0, 0};
-    cases[n++] = (gemm_case){layers[i].name, GEMM_NN, tokens, in, out, count, 1.0f, 0, 0, 0};
-    cases[n++] = (gemm_case){layers[i].name, GEMM_TN, out, in, tokens, count, 1.0f, 0, 0, 0};
-  }
-  return n;
+  mt_bench_matmul g[MT_BENCH_GPT_GEMMS];
+  mt_bench_gpt_gemms(s->n_embd, s->n_layer, s->vocab_padded, tokens, g);
+  for (int i = 0; i < MT_BENCH_GPT_GEMMS; i++)
+    cases[i] = (gemm_case){g[i].layer, g[i].form, g[i].m, g[i].n, g[i].k, g[i].count,
+                           g[i].form != MT_BENCH_NT || g[i].bias ? 1.0f : 0.0f, 0, 0, 0};
+  return MT_BENCH_GPT_GEMMS;
 }
 
 /* op(A) is (m,k), op(B) is (k,n), C is (m,n), all row-major and contiguous in
- * the layout the kernels use (see gemm_form). */
+ * the layout the kernels use (see mt_bench_form). */
 static void gemm_run(const gemm_case *g, const float *A, const float *B, float *Cm, float beta) {
   int m = g->m, n = g->n, k = g->k;
   switch (g->form) {
-  case GEMM_NT: /* A (m,k), B stored (n,k) */
+  case MT_BENCH_NT: /* A (m,k), B stored (n,k) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, beta, Cm, n);
     break;
-  case GEMM_NN: /* A (m,k), B (k,n) */
+  case MT_BENCH_NN: /* A (m,k), B (k,n) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, beta, Cm,
                 n);
     break;
-  case GEMM_TN: /* A stored (k,m), B (k,n) */
+  case MT_BENCH_TN: /* A stored (k,m), B (k,n) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, k, 1.0f, A, m, B, n, beta, Cm, n);
     break;
   }
@@ -113,8 +93,8 @@ static double gemm_entry(const gemm_case *g, const float *A, const float *B, int
                          double *abs_sum) {
   double s = 0.0, a_s = 0.0;
   for (int p = 0; p < g->k; p++) {
-    double a = g->form == GEMM_TN ? A[(size_t)p * g->m + i] : A[(size_t)i * g->k + p];
-    double b = g->form == GEMM_NT ? B[(size_t)j * g->k + p] : B[(size_t)p * g->n + j];
+    double a = g->form == MT_BENCH_TN ? A[(size_t)p * g->m + i] : A[(size_t)i * g->k + p];
+    double b = g->form == MT_BENCH_NT ? B[(size_t)j * g->k + p] : B[(size_t)p * g->n + j];
     s += a * b;
     a_s += fabs(a * b);
   }
@@ -179,11 +159,11 @@ static void gemm_measure(gemm_case *g, const float *A, const float *B, float *Cm
 static void gemm_run_gpu(const mt_ops *o, const gemm_case *g, const float *A, const float *B,
                          float *Cm, const float *bias) {
   switch (g->form) {
-  case GEMM_NT:
+  case MT_BENCH_NT:
     o->matmul_forward(MT_DT_F32, Cm, A, B, g->beta != 0.0f ? bias : NULL, g->m, g->k, g->n);
     break;
-  case GEMM_NN: o->matmul_backward(MT_DT_F32, Cm, NULL, NULL, A, NULL, B, g->m, g->n, g->k); break;
-  case GEMM_TN: o->matmul_backward(MT_DT_F32, NULL, Cm, NULL, A, B, NULL, g->k, g->n, g->m); break;
+  case MT_BENCH_NN: o->matmul_backward(MT_DT_F32, Cm, NULL, NULL, A, NULL, B, g->m, g->n, g->k); break;
+  case MT_BENCH_TN: o->matmul_backward(MT_DT_F32, NULL, Cm, NULL, A, B, NULL, g->k, g->n, g->m); break;
   }
 }
 
@@ -256,14 +236,7 @@ static cJSON *gemm_json(const char *model, const char *blas_core, int threads, i
   cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
   for (int i = 0; i < n; i++) {
     const gemm_case *g = &cases[i];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "layer", g->layer);
-    cJSON_AddStringToObject(o, "role", g_role_names[g->form]);
-    cJSON_AddStringToObject(o, "form", g_form_names[g->form]);
-    cJSON_AddNumberToObject(o, "m", g->m);
-    cJSON_AddNumberToObject(o, "n", g->n);
-    cJSON_AddNumberToObject(o, "k", g->k);
-    cJSON_AddNumberToObject(o, "count", g->count);
+    cJSON *o = mt_bench_matmul_json(g->layer, g->form, g->m, g->n, g->k, g->count);
     cJSON_AddNumberToObject(o, "time_s", g->time_s);
     cJSON_AddNumberToObject(o, "gflops", g->gflops);
     cJSON_AddNumberToObject(o, "max_rel_err", g->max_rel_err);
@@ -274,7 +247,7 @@ static cJSON *gemm_json(const char *model, const char *blas_core, int threads, i
   cJSON_AddNumberToObject(root, "gflops_weighted", step_flop / step_time * 1e-9);
   cJSON_AddNumberToObject(root, "gflops_peak_shape", peak->gflops);
   char peak_name[64];
-  snprintf(peak_name, sizeof peak_name, "%s %s", peak->layer, g_role_names[peak->form]);
+  snprintf(peak_name, sizeof peak_name, "%s %s", peak->layer, mt_bench_role_names[peak->form]);
   cJSON_AddStringToObject(root, "peak_shape", peak_name);
   return root;
 }
@@ -417,14 +390,14 @@ int mt_bench_gemm(int argc, char **argv) {
     const gemm_case *g = &cases[i];
     wrong += !(g->max_rel_err <= tol);
     printf("  %-10s %-8s %-4s %7d %7d %7d %5d %10.3f %9.1f %6.1f %8.1e\n", g->layer,
-           g_role_names[g->form], g_form_names[g->form], g->m, g->n, g->k, g->count,
+           mt_bench_role_names[g->form], mt_bench_form_names[g->form], g->m, g->n, g->k, g->count,
            g->time_s * 1e3, g->gflops, 100.0 * g->gflops / peak->gflops, g->max_rel_err);
   }
   double weighted = step_flop / step_time * 1e-9;
   printf("# step: %.2f GFLOP in %.2f ms = %.1f GFLOP/s weighted (%.0f%% of peak shape %s %s "
          "%.1f GFLOP/s), %d wrong\n",
          step_flop * 1e-9, step_time * 1e3, weighted, 100.0 * weighted / peak->gflops,
-         peak->layer, g_role_names[peak->form], peak->gflops, wrong);
+         peak->layer, mt_bench_role_names[peak->form], peak->gflops, wrong);
 
   int rc = wrong ? MT_EXIT_RUNTIME : MT_EXIT_OK;
   if (json_path) {

@@ -41,15 +41,13 @@
 
 static const char *g_prog = "meshbench gemm-bf16";
 
-enum { FORM_NT, FORM_NN, FORM_TN };
-static const char *g_form[] = {"NT", "NN", "TN"};
-static const char *g_role[] = {"fwd", "bwd_dinp", "bwd_dw"};
 #define N_PATHS 3 /* fp32, sgemm, onednn */
 static const char *g_path[N_PATHS] = {"fp32", "sgemm", "onednn"};
 
 typedef struct {
   const char *layer;
-  int form, m, n, k, count, bias;
+  mt_bench_form form;
+  int m, n, k, count, bias;
   double time_s[N_PATHS], gflops[N_PATHS], err[N_PATHS];
 } bcase;
 
@@ -121,10 +119,10 @@ typedef struct {
 
 static void run_fp32(const bcase *g, operands *o) {
   int m = g->m, n = g->n, k = g->k;
-  if (g->form == FORM_NT)
+  if (g->form == MT_BENCH_NT)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, o->A, k, o->B, k,
                 g->bias ? 1.0f : 0.0f, o->Cf, n);
-  else if (g->form == FORM_NN)
+  else if (g->form == MT_BENCH_NN)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, o->A, k, o->B, n, 1.0f,
                 o->Cf, n);
   else
@@ -135,10 +133,10 @@ static void run_fp32(const bcase *g, operands *o) {
 /* the bf16 op as the model calls it: forward (N=m, C=k, OC=n), backward
  * dinp (N=m, C=n, OC=k), backward dw (N=k, C=n, OC=m) */
 static void run_bf16(const mt_ops *ops, const bcase *g, operands *o) {
-  if (g->form == FORM_NT)
+  if (g->form == MT_BENCH_NT)
     ops->matmul_forward(MT_DT_BF16, o->Cb, o->Ab, o->Bb, g->bias ? o->biasb : NULL, g->m, g->k,
                         g->n);
-  else if (g->form == FORM_NN)
+  else if (g->form == MT_BENCH_NN)
     ops->matmul_backward(MT_DT_BF16, o->Cb, NULL, NULL, o->Ab, NULL, o->Bb, g->m, g->n, g->k);
   else
     ops->matmul_backward(MT_DT_BF16, NULL, o->Cf, NULL, o->Ab, o->Bb, NULL, g->k, g->n, g->m);
@@ -158,14 +156,14 @@ static double check_bf16(const mt_ops *ops, const bcase *g, operands *o) {
     int i = (int)(((long long)s * 7919) % g->m), j = (int)(((long long)s * 104729) % g->n);
     double sum = 0.0, abs_sum = 0.0;
     for (int p = 0; p < g->k; p++) {
-      double a = mt_bf16_to_f32(g->form == FORM_TN ? o->Ab[(size_t)p * g->m + i]
+      double a = mt_bf16_to_f32(g->form == MT_BENCH_TN ? o->Ab[(size_t)p * g->m + i]
                                                    : o->Ab[(size_t)i * g->k + p]);
-      double b = mt_bf16_to_f32(g->form == FORM_NT ? o->Bb[(size_t)j * g->k + p]
+      double b = mt_bf16_to_f32(g->form == MT_BENCH_NT ? o->Bb[(size_t)j * g->k + p]
                                                    : o->Bb[(size_t)p * g->n + j]);
       sum += a * b;
       abs_sum += fabs(a * b);
     }
-    double got = g->form == FORM_TN ? o->Cf[(size_t)i * g->n + j]
+    double got = g->form == MT_BENCH_TN ? o->Cf[(size_t)i * g->n + j]
                                     : mt_bf16_to_f32(o->Cb[(size_t)i * g->n + j]);
     double e = fabs(got - sum) / (abs_sum > 0 ? abs_sum : 1.0);
     worst = isnan(e) || isnan(worst) ? NAN : e > worst ? e : worst;
@@ -223,26 +221,15 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
   const char *auto_path = mt_bf16_gemm_path();
   const mt_ops *ops = mt_ops_cpu();
 
-  const int C = s.n_embd, L = s.n_layer;
-  struct {
-    const char *name;
-    int in, out, count, bias;
-  } layers[] = {{"qkv", C, 3 * C, L, 1},
-                {"attn_proj", C, C, L, 1},
-                {"fc", C, 4 * C, L, 1},
-                {"fc_proj", 4 * C, C, L, 1},
-                {"lm_head", C, s.vocab_padded, 1, 0}};
-  bcase cases[15];
-  int nc = 0;
+  mt_bench_matmul shapes[MT_BENCH_GPT_GEMMS];
+  mt_bench_gpt_gemms(s.n_embd, s.n_layer, s.vocab_padded, tokens, shapes);
+  bcase cases[MT_BENCH_GPT_GEMMS];
+  const int nc = MT_BENCH_GPT_GEMMS;
   size_t a_max = 0, b_max = 0, c_max = 0;
-  for (int l = 0; l < 5; l++) {
-    int in = layers[l].in, out = layers[l].out;
-    cases[nc++] = (bcase){.layer = layers[l].name, .form = FORM_NT, .m = tokens, .n = out, .k = in,
-                          .count = layers[l].count, .bias = layers[l].bias};
-    cases[nc++] = (bcase){.layer = layers[l].name, .form = FORM_NN, .m = tokens, .n = in, .k = out,
-                          .count = layers[l].count};
-    cases[nc++] = (bcase){.layer = layers[l].name, .form = FORM_TN, .m = out, .n = in, .k = tokens,
-                          .count = layers[l].count};
+  for (int i = 0; i < nc; i++) {
+    const mt_bench_matmul *g = &shapes[i];
+    cases[i] = (bcase){.layer = g->layer, .form = g->form, .m = g->m, .n = g->n, .k = g->k,
+                       .count = g->count, .bias = g->bias};
   }
   for (int i = 0; i < nc; i++) {
     size_t m = (size_t)cases[i].m, n = (size_t)cases[i].n, k = (size_t)cases[i].k;
@@ -270,7 +257,7 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
 
   printf("# meshbench gemm-bf16: model %s (n_layer %d, n_embd %d, vocab padded %d), tokens %d, "
          "threads %d, reps %d (median, %s), OpenBLAS core %s\n",
-         model, s.n_layer, C, s.vocab_padded, tokens, mt_kernels_threads(), reps,
+         model, s.n_layer, s.n_embd, s.vocab_padded, tokens, mt_kernels_threads(), reps,
          g_cpu_clock ? "CPU time per thread" : "wall clock",
          mt_kernels_blas_core());
   printf("# CPU bf16 level %d (0 none, 1 AVX512-BF16, 2 AMX-BF16); %s\n", mt_cpu_bf16_level(),
@@ -328,7 +315,7 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
       }
     }
     printf("  %-10s %-8s %-4s %6d %6d %6d %5d | %8.1f %8.1f %8.1f | %7.2f %7.2f | %8.1e",
-           g->layer, g_role[g->form], g_form[g->form], g->m, g->n, g->k, g->count, g->gflops[0],
+           g->layer, mt_bench_role_names[g->form], mt_bench_form_names[g->form], g->m, g->n, g->k, g->count, g->gflops[0],
            use[1] ? g->gflops[1] : NAN, use[2] ? g->gflops[2] : NAN,
            use[1] ? g->gflops[1] / g->gflops[0] : NAN, use[2] ? g->gflops[2] / g->gflops[0] : NAN,
            err);
@@ -365,13 +352,7 @@ int mt_bench_gemm_bf16(int argc, char **argv) {
     cJSON *arr = cJSON_AddArrayToObject(root, "shapes");
     for (int i = 0; i < nc; i++) {
       const bcase *g = &cases[i];
-      cJSON *c = cJSON_CreateObject();
-      cJSON_AddStringToObject(c, "layer", g->layer);
-      cJSON_AddStringToObject(c, "role", g_role[g->form]);
-      cJSON_AddNumberToObject(c, "m", g->m);
-      cJSON_AddNumberToObject(c, "n", g->n);
-      cJSON_AddNumberToObject(c, "k", g->k);
-      cJSON_AddNumberToObject(c, "count", g->count);
+      cJSON *c = mt_bench_matmul_json(g->layer, g->form, g->m, g->n, g->k, g->count);
       for (int p = 0; p < N_PATHS; p++) {
         if (!use[p]) continue;
         char key[32];

@@ -181,15 +181,11 @@ int mt_report_flight(int argc, char **argv) {
     } else if (!strcmp(a, "--out")) {
       if (i + 1 >= argc) die_input("flight: --out needs a value (see %s flight --help)", PROG);
       out = argv[++i];
-    } else if (a[0] == '-' && a[1]) {
-      die_input("flight: unknown option '%s' (see %s flight --help)", a, PROG);
-    } else if (run) {
-      die_input("flight: one run directory, got '%s' and '%s'", run, a);
     } else {
-      run = a;
+      take_run_dir("flight", a, &run);
     }
   }
-  if (!run) die_input("flight: no run directory given (see %s flight --help)", PROG);
+  need_run_dir("flight", run);
   int n = 0;
   char dir[PATH_LEN], out_default[PATH_LEN], path[PATH_LEN], dat_path[PATH_LEN];
   rank_rec *r = load_records(run, &n, dir);

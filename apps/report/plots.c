@@ -17,6 +17,14 @@ static const int g_marker[] = {6, 4, 8, 10, 12, 14}; /* open circle, square, tri
 #define N_MARKERS 6
 
 /* whether point p is on the scaling plots: measured (meas) or predicted (pred) */
+/* src as a gnuplot single-quoted string's text: a quote would end the
+ * string, so each becomes a double quote */
+static void gp_text(char *dst, size_t cap, const char *src) {
+  copy_str(dst, cap, src);
+  for (char *c = dst; *c; c++)
+    if (*c == '\'') *c = '"';
+}
+
 static int plotted(const point_rec *p, int meas, int pred) {
   return (meas && p->n_ok) || (pred && p->n_pred);
 }
@@ -41,9 +49,7 @@ static void plot_sources(FILE *g, const step_plots *sp) {
              "set offsets graph 0.02, graph 0.02, graph 0.06, graph 0.06\nplot ");
   for (int k = 0; k < sp->n_src; k++) {
     char t[sizeof sp->src_title[0]];
-    copy_str(t, sizeof t, sp->src_title[k]);
-    for (char *c = t; *c; c++)
-      if (*c == '\'') *c = '"';
+    gp_text(t, sizeof t, sp->src_title[k]);
     fprintf(g, "%s'val_sources.dat' index %d using 1:2 with linespoints lw 2 lc rgb '#%s' pt %d "
                "ps 1.3 title '%s'", k ? ", \\\n     " : "", k, g_color[k % N_COLORS],
             g_marker[k % N_MARKERS], t);
@@ -68,9 +74,7 @@ static void plot_steps(FILE *g, const step_plots *sp) {
             sp->resumes[q], sp->resumes[q], sp->resumes[q], sp->resumes[q], 0.95 - 0.07 * (q % 8));
   for (int q = 0; q < sp->n_origins; q++) { /* where a run began: bottom left, one per line */
     char t[sizeof sp->origin[0]];
-    copy_str(t, sizeof t, sp->origin[q]);
-    for (char *c = t; *c; c++)
-      if (*c == '\'') *c = '"';
+    gp_text(t, sizeof t, sp->origin[q]);
     fprintf(g, "set label '%s' at graph 0.01, graph %.2f left front boxed font ',9' "
                "tc rgb '#303030'\n", t, 0.04 + 0.06 * (q % 8));
   }
@@ -89,9 +93,7 @@ static void plot_steps(FILE *g, const step_plots *sp) {
                  "set ylabel 'tokens/s'\nset yrange [0:*]\nplot ");
     for (int k = 0; k < sp->n_series; k++) {
       char t[sizeof sp->title[0]];
-      copy_str(t, sizeof t, sp->title[k]);
-      for (char *c = t; *c; c++)
-        if (*c == '\'') *c = '"';
+      gp_text(t, sizeof t, sp->title[k]);
       const char *col = g_color[k % N_COLORS];
       long long span = sp->last[k] - sp->first[k] + 1;
       int every = span > 15 ? (int)(span / 12) : 1; /* about a dozen markers per line */
@@ -360,9 +362,7 @@ int mt_report_make_plots(const char *out, const report *r, const point_rec *pts,
              "set grid lc rgb '#b4b4b4' dt 2\nset style textbox opaque noborder\n"
              "set datafile missing 'NaN'\n");
   char name[sizeof r->name];
-  copy_str(name, sizeof name, r->name);
-  for (char *c = name; *c; c++) /* a quote would end gnuplot's string */
-    if (*c == '\'') *c = '"';
+  gp_text(name, sizeof name, r->name);
   fprintf(g, "name = '%s'\n", name);
   if (sp->n_series > 0) plot_steps(g, sp);
   if (sp->n_src > 0) plot_sources(g, sp);

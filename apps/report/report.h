@@ -50,6 +50,12 @@ void close_out(FILE *f, const char *path);
  * the PNGs were drawn, else -1 with why: one line saying how to draw them */
 int run_gnuplot(const char *dir, const char *script, char *why, size_t why_cap);
 
+/* a subcommand's (cmd's) argument a that is not one of its options: the run
+ * directory into *run; an unknown option or a second directory is bad input */
+void take_run_dir(const char *cmd, const char *a, const char **run);
+/* bad input naming cmd when no run directory was given */
+void need_run_dir(const char *cmd, const char *run);
+
 /* meshreport timeline RUN_DIR ...: the subcommand (timeline.c) */
 int mt_report_timeline(int argc, char **argv);
 /* meshreport flight RUN_DIR ...: the subcommand (flight.c) */

@@ -236,15 +236,11 @@ int mt_report_timeline(int argc, char **argv) {
           die_input("timeline: --step: expected a step number (1 or more), got '%s'", v);
         step = (int)s;
       }
-    } else if (a[0] == '-' && a[1]) {
-      die_input("timeline: unknown option '%s' (see %s timeline --help)", a, PROG);
-    } else if (run) {
-      die_input("timeline: one run directory, got '%s' and '%s'", run, a);
     } else {
-      run = a;
+      take_run_dir("timeline", a, &run);
     }
   }
-  if (!run) die_input("timeline: no run directory given (see %s timeline --help)", PROG);
+  need_run_dir("timeline", run);
   int n = 0;
   rank_trace *t = load_traces(run, &n);
   /* the step: given, or the last one every rank holds */

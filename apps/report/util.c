@@ -58,6 +58,17 @@ void fmt_into(char *dst, size_t cap, const char *fmt, ...) {
   va_end(ap);
 }
 
+void take_run_dir(const char *cmd, const char *a, const char **run) {
+  if (a[0] == '-' && a[1])
+    die_input("%s: unknown option '%s' (see %s %s --help)", cmd, a, PROG, cmd);
+  if (*run) die_input("%s: one run directory, got '%s' and '%s'", cmd, *run, a);
+  *run = a;
+}
+
+void need_run_dir(const char *cmd, const char *run) {
+  if (!run) die_input("%s: no run directory given (see %s %s --help)", cmd, PROG, cmd);
+}
+
 void copy_str(char *dst, size_t cap, const char *src) { fmt_into(dst, cap, "%s", src ? src : ""); }
 
 void fmt_num(char *buf, size_t cap, double v, const char *fmt) {

@@ -412,6 +412,21 @@ static void parts(const int *rows, int n, int C, size_t *out) {
   for (int i = 0; i < n; i++) out[i] = (size_t)rows[i] * (size_t)C;
 }
 
+/* meta's row counts as element counts (C a row), in one allocation (free
+ * send): to each ep rank, from each, and each etp rank's rows */
+typedef struct {
+  size_t *send, *recv, *etp;
+} ep_parts;
+
+static ep_parts ep_parts_of(const mt_ep *x, const int *meta, int C) {
+  size_t *a = mt_malloc((2 * (size_t)x->ep + (size_t)x->etp) * sizeof(size_t));
+  ep_parts p = {a, a + x->ep, a + 2 * x->ep};
+  parts(mt_ep_send_counts(x, meta), x->ep, C, p.send);
+  parts(mt_ep_recv_counts(x, meta), x->ep, C, p.recv);
+  parts(mt_ep_etp_rows(x, meta), x->etp, C, p.etp);
+  return p;
+}
+
 /* bf16 rows (x->dt) move as 16-bit bits: half fp32's bytes */
 static void rows_copy(const mt_ep *x, mt_act *dst, const mt_act *src, size_t n) {
   x->ops->copy(x->dt, dst, src, n);
@@ -424,35 +439,24 @@ static void rows_alltoallv(const mt_ep *x, const mt_act *send, const size_t *a, 
 
 void mt_ep_dispatch(const mt_ep *x, const int *meta, const mt_act *send, mt_act *recv,
                     mt_act *rows, int C) {
-  size_t *a = mt_malloc((2 * (size_t)x->ep + (size_t)x->etp) * sizeof(size_t));
-  size_t *b = a + x->ep, *c = b + x->ep;
-  parts(mt_ep_send_counts(x, meta), x->ep, C, a);
-  parts(mt_ep_recv_counts(x, meta), x->ep, C, b);
-  if (x->ep_g) rows_alltoallv(x, send, a, recv, b);
-  else if (recv != send) rows_copy(x, recv, send, a[0]);
-  if (x->etp_g) {
-    parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    mt_allgatherv_packed(x->etp_g, recv, rows, c, x->dt, x->ops->loc);
-  } else if (rows != recv) {
+  ep_parts p = ep_parts_of(x, meta, C);
+  if (x->ep_g) rows_alltoallv(x, send, p.send, recv, p.recv);
+  else if (recv != send) rows_copy(x, recv, send, p.send[0]);
+  if (x->etp_g)
+    mt_allgatherv_packed(x->etp_g, recv, rows, p.etp, x->dt, x->ops->loc);
+  else if (rows != recv)
     rows_copy(x, rows, recv, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
-  }
-  free(a);
+  free(p.send);
 }
 
 void mt_ep_combine(const mt_ep *x, const int *meta, const mt_act *rows, mt_act *recv,
                    mt_act *send, int C) {
-  size_t *a = mt_malloc((2 * (size_t)x->ep + (size_t)x->etp) * sizeof(size_t));
-  size_t *b = a + x->ep, *c = b + x->ep;
-  parts(mt_ep_send_counts(x, meta), x->ep, C, a);
-  parts(mt_ep_recv_counts(x, meta), x->ep, C, b);
-  if (x->etp_g) {
-    parts(mt_ep_etp_rows(x, meta), x->etp, C, c);
-    /* bf16: each addition of two ranks' parts rounded */
-    mt_reduce_scatter_packed(x->etp_g, rows, recv, c, x->dt, x->ops->loc);
-  } else if (recv != rows) {
+  ep_parts p = ep_parts_of(x, meta, C);
+  if (x->etp_g) /* bf16: each addition of two ranks' parts rounded */
+    mt_reduce_scatter_packed(x->etp_g, rows, recv, p.etp, x->dt, x->ops->loc);
+  else if (recv != rows)
     rows_copy(x, recv, rows, (size_t)meta[MT_EP_N_RECV] * (size_t)C);
-  }
-  if (x->ep_g) rows_alltoallv(x, recv, b, send, a);
-  else if (send != recv) rows_copy(x, send, recv, b[0]);
-  free(a);
+  if (x->ep_g) rows_alltoallv(x, recv, p.recv, send, p.send);
+  else if (send != recv) rows_copy(x, send, recv, p.recv[0]);
+  free(p.send);
 }

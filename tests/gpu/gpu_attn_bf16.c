@@ -412,21 +412,12 @@ static int test_table(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
-  g_rng = 54321;
-  cpu = mt_ops_cpu();
-  int rc = gpu_compare_open("gpu_attn_bf16", argc > 1 && !strcmp(argv[1], "bf16"));
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
+  int bf16, rc = gpu_compare_start(&argc, &argv, "gpu_attn_bf16", 54321, &bf16);
+  if (rc != 0) return rc;
   if (test_table()) {
     test_attn();
     test_xent(37, 101, 128);
     test_determinism();
   }
-  mt_cuda_shutdown();
-  MPI_Finalize();
-  return mt_check_summary("gpu_attn_bf16");
+  return gpu_compare_finish("gpu_attn_bf16");
 }

@@ -1,10 +1,12 @@
 /* What the GPU comparisons (gpu_ops, gpu_ops_bf16, gpu_moe_ops, gpu_edges,
  * gpu_attn_bf16) share: the two op tables (the CPU's and the CUDA backend's;
  * each op takes the storage type, F32 or BF16 below, of its operands),
- * their random inputs (urand, rnd, rnd_bf16 over tests/test_rng.h's
+ * their random inputs (urand, rnd, rnd_bf16, rnd_t over tests/test_rng.h's
  * generator, which each program seeds), copies between host and device,
- * and the comparison that reports one line per check (max |gpu - cpu| /
- * max |cpu|; NaN fails) and counts failures.
+ * the comparison that reports one line per check (max |gpu - cpu| /
+ * max |cpu|; NaN fails) and counts failures, the encoder's checks at either
+ * storage type (encoder_check), and the start and end of main
+ * (gpu_compare_start, gpu_compare_finish).
  * Include once, from the program's one source file. */
 #ifndef MT_TESTS_GPU_COMPARE_H
 #define MT_TESTS_GPU_COMPARE_H
@@ -29,6 +31,11 @@ static inline mt_bf16 *rnd_bf16(size_t n, float lo, float hi) {
   mt_bf16 *x = malloc((n ? n : 1) * sizeof(mt_bf16));
   for (size_t i = 0; i < n; i++) x[i] = mt_bf16_from_f32(urand(lo, hi));
   return x;
+}
+
+/* n uniform values in [lo, hi) of storage type t (rnd's or rnd_bf16's draws) */
+static inline void *rnd_t(mt_dtype t, size_t n, float lo, float hi) {
+  return t == BF16 ? (void *)rnd_bf16(n, lo, hi) : (void *)rnd(n, lo, hi);
 }
 
 /* device copies of n elements of `size` bytes */
@@ -174,6 +181,85 @@ static inline int gpu_compare_open(const char *prog, int bf16) {
   printf("%s: %s, precision %s, matmuls %s, scratch %.1f MiB\n", prog, info.name,
          bf16 ? "bf16" : "fp32", info.gemm_path, info.workspace_bytes / 1048576.0);
   return 0;
+}
+
+/* a program's check that device tensor d equals host ref (n elements of
+ * the storage type under test) */
+typedef void (*cmp_exact_fn)(const char *what, const void *ref, const void *d, size_t n);
+
+/* The embeddings (encoder) on storage type t against the CPU's, all exact
+ * (out by `exact`; the fp32 gradients summed in the CPU's order): whole, and
+ * vocabulary-parallel (rows [v0, v0 + Vl)) without positions, with
+ * positions by row, and at given positions that repeat (documents) */
+static inline void encoder_check(mt_dtype t, cmp_exact_fn exact, int B, int T, int C, int V,
+                                 int Vp) {
+  printf("encoder B=%d T=%d C=%d Vp=%d\n", B, T, C, Vp);
+  const size_t es = mt_dtype_bytes(t);
+  size_t BT = (size_t)B * T, n = BT * C, nte = (size_t)Vp * C, npe = (size_t)T * C;
+  int *inp = malloc(BT * sizeof(int));
+  for (size_t i = 0; i < BT; i++) inp[i] = (int)(urand(0, 1) * (V / 3)); /* many repeats */
+  char *wte = rnd_t(t, nte, -1, 1), *wpe = rnd_t(t, npe, -1, 1), *out = rnd_t(t, n, -1, 1);
+  void *dout = rnd_t(t, n, -1, 1);
+  float *dwte = rnd(nte, -1, 1), *dwpe = rnd(npe, -1, 1);
+  int *d_inp = devi(inp, BT);
+  char *d_wte = dev_copy(wte, nte, es), *d_wpe = dev_copy(wpe, npe, es);
+  void *d_out = dev_copy(out, n, es), *d_dout = dev_copy(dout, n, es);
+  float *d_dwte = dev(dwte, nte), *d_dwpe = dev(dwpe, npe);
+  cpu->encoder_forward(t, out, inp, wte, wpe, B, T, C);
+  gpu->encoder_forward(t, d_out, d_inp, d_wte, d_wpe, B, T, C);
+  exact("encoder_forward", out, d_out, n);
+  cpu->encoder_backward(t, dwte, dwpe, dout, inp, B, T, C);
+  gpu->encoder_backward(t, d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+  CMP("encoder_backward dwte (the CPU's order: exact)", dwte, d_dwte, nte, 0.0);
+  CMP("encoder_backward dwpe (exact)", dwpe, d_dwpe, npe, 0.0);
+  int v0 = V / 4, Vl = V / 3;
+  int *pos = malloc(BT * sizeof(int));
+  for (size_t i = 0; i < BT; i++) pos[i] = (int)(i % (size_t)T) % 7;
+  int *d_pos = devi(pos, BT);
+  for (int with_wpe = 0; with_wpe < 3; with_wpe++) {
+    char what[96];
+    const int *p = with_wpe == 2 ? pos : NULL, *d_p = with_wpe == 2 ? d_pos : NULL;
+    cpu->encoder_vp_forward(t, out, inp, wte + (size_t)v0 * C * es, v0, Vl,
+                            with_wpe ? wpe : NULL, p, B, T, C);
+    gpu->encoder_vp_forward(t, d_out, d_inp, d_wte + (size_t)v0 * C * es, v0, Vl,
+                            with_wpe ? d_wpe : NULL, d_p, B, T, C);
+    snprintf(what, sizeof what, "encoder_vp_forward v0=%d Vl=%d wpe %d", v0, Vl, with_wpe);
+    exact(what, out, d_out, n);
+    cpu->encoder_vp_backward(t, dwte, with_wpe ? dwpe : NULL, dout, inp, p, v0, Vl, B, T, C);
+    gpu->encoder_vp_backward(t, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, d_p, v0, Vl, B,
+                             T, C);
+    snprintf(what, sizeof what, "encoder_vp_backward dwte wpe %d (exact)", with_wpe);
+    CMP(what, dwte, d_dwte, nte, 0.0);
+    CMP("encoder_vp_backward dwpe (exact)", dwpe, d_dwpe, npe, 0.0);
+  }
+  dfree(d_inp, BT * 4), dfree(d_wte, nte * es), dfree(d_wpe, npe * es), dfree(d_out, n * es);
+  dfree(d_dout, n * es), dfree(d_dwte, nte * 4), dfree(d_dwpe, npe * 4), dfree(d_pos, BT * 4);
+  free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(pos);
+}
+
+/* The start every comparison's main shares: MPI and the log up, g_rng
+ * seeded, the CPU table, then the CUDA backend at the precision argv[1]
+ * names ("bf16", else fp32; *bf16 says which). Returns 0 when ready;
+ * otherwise MPI is finalized already and main returns the code (77: no GPU,
+ * a skip). */
+static inline int gpu_compare_start(int *argc, char ***argv, const char *prog, uint64_t seed,
+                                    int *bf16) {
+  MPI_Init(argc, argv);
+  mt_log_init(0);
+  *bf16 = *argc > 1 && !strcmp((*argv)[1], "bf16");
+  g_rng = seed;
+  cpu = mt_ops_cpu();
+  int rc = gpu_compare_open(prog, *bf16);
+  if (rc != 0) MPI_Finalize();
+  return rc;
+}
+
+/* The end of main after gpu_compare_start: the backend shut down, MPI
+ * finalized, the checks' summary as the exit code. */
+static inline int gpu_compare_finish(const char *prog) {
+  mt_cuda_shutdown();
+  MPI_Finalize();
+  return mt_check_summary(prog);
 }
 
 #endif

@@ -298,17 +298,9 @@ static void test_merge(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
-  int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
+  int bf16, rc = gpu_compare_start(&argc, &argv, "gpu_edges", 2024, &bf16);
+  if (rc != 0) return rc;
   TOL_MM = bf16 ? 5e-2 : 1e-5;
-  g_rng = 2024;
-  cpu = mt_ops_cpu();
-  int rc = gpu_compare_open("gpu_edges", bf16);
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
   for (int i = 0; i < NCS; i++) {
     test_layernorm(1, CS[i]);
     test_layernorm(3, CS[i]);
@@ -324,7 +316,5 @@ int main(int argc, char **argv) {
   test_moe_small();
   test_attention();
   test_merge();
-  mt_cuda_shutdown();
-  MPI_Finalize();
-  return mt_check_summary("gpu_edges");
+  return gpu_compare_finish("gpu_edges");
 }

@@ -33,12 +33,6 @@ static mt_dtype g_t; /* the storage type of this run */
 #define TOL_EW 1e-5
 #define TOL_BF16 (1.0 / 256.0)
 
-/* n elements of type t in [lo, hi) (bf16: rounded) */
-static void *rnd_t(mt_dtype t, size_t n, float lo, float hi) {
-  if (t == F32) return rnd(n, lo, hi);
-  return rnd_bf16(n, lo, hi);
-}
-
 /* host copy of n elements of type t, widened to fp32 */
 static float *widened(const void *h, mt_dtype t, size_t n) {
   float *f = malloc((n ? n : 1) * sizeof(float));
@@ -256,17 +250,9 @@ static void test_spread_rope(size_t rows, int nh, int nkv, int hs) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
-  int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
+  int bf16, rc = gpu_compare_start(&argc, &argv, "gpu_fused", 4242, &bf16);
+  if (rc != 0) return rc;
   g_t = bf16 ? BF16 : F32;
-  g_rng = 4242;
-  cpu = mt_ops_cpu();
-  int rc = gpu_compare_open("gpu_fused", bf16);
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
   for (int rms = 0; rms < 2; rms++) {
     test_residual_norm(rms, 111, 72);
     test_residual_norm(rms, 300, 768);
@@ -278,7 +264,5 @@ int main(int argc, char **argv) {
   attn_first_check(gpu, g_t);
   test_spread_rope(67, 12, 4, 64);
   test_spread_rope(33, 8, 1, 24);
-  mt_cuda_shutdown();
-  MPI_Finalize();
-  return mt_check_summary("gpu_fused");
+  return gpu_compare_finish("gpu_fused");
 }

@@ -139,16 +139,9 @@ static mt_gemm_shape shape(mt_dtype ab, mt_dtype cd, int ta, int tb, int m, int 
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
-  int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
-  g_rng = 4545;
-  cpu = mt_ops_cpu(); /* gpu_compare.h's pair; the reference here is this file's own */
-  int rc = gpu_compare_open("gpu_gemm_ld", bf16);
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
+  /* (gpu_compare.h's cpu table is set too; the reference here is this file's own) */
+  int bf16, rc = gpu_compare_start(&argc, &argv, "gpu_gemm_ld", 4545, &bf16);
+  if (rc != 0) return rc;
   const mt_dtype types[3][2] = {{F32, F32}, {BF16, F32}, {BF16, BF16}};
   for (int t = 0; t < 3; t++) {
     mt_dtype ab = types[t][0], cd = types[t][1];
@@ -164,7 +157,5 @@ int main(int argc, char **argv) {
     run_case(shape(ab, cd, 0, 0, 29, 10, 17, 2, 2, 5, 0.5f), 2, 3);
     run_case(shape(ab, cd, 0, 1, 16, 24, 8, 0, 1, 0, 0.0f), 1, 4);
   }
-  mt_cuda_shutdown();
-  MPI_Finalize();
-  return mt_check_summary("gpu_gemm_ld");
+  return gpu_compare_finish("gpu_gemm_ld");
 }

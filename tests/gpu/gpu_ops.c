@@ -52,50 +52,9 @@ static double TOL_MM; /* matmul and attention outputs and gradients */
 
 /* ------------------------------------------------------------------ */
 
-static void test_encoder(int B, int T, int C, int V, int Vp) {
-  printf("encoder B=%d T=%d C=%d Vp=%d\n", B, T, C, Vp);
-  size_t BT = (size_t)B * T, n = BT * C;
-  int *inp = malloc(BT * sizeof(int));
-  for (size_t i = 0; i < BT; i++) inp[i] = (int)(urand(0, 1) * (V / 3)); /* many repeats */
-  float *wte = rnd((size_t)Vp * C, -1, 1), *wpe = rnd((size_t)T * C, -1, 1);
-  float *out = rnd(n, -1, 1), *dout = rnd(n, -1, 1);
-  float *dwte = rnd((size_t)Vp * C, -1, 1), *dwpe = rnd((size_t)T * C, -1, 1);
-  int *d_inp = devi(inp, BT);
-  float *d_wte = dev(wte, (size_t)Vp * C), *d_wpe = dev(wpe, (size_t)T * C), *d_out = dev(out, n);
-  float *d_dout = dev(dout, n), *d_dwte = dev(dwte, (size_t)Vp * C), *d_dwpe = dev(dwpe, (size_t)T * C);
-  cpu->encoder_forward(F32, out, inp, wte, wpe, B, T, C);
-  gpu->encoder_forward(F32, d_out, d_inp, d_wte, d_wpe, B, T, C);
-  CMP("encoder_forward", out, d_out, n, 0.0);
-  cpu->encoder_backward(F32, dwte, dwpe, dout, inp, B, T, C);
-  gpu->encoder_backward(F32, d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
-  CMP("encoder_backward dwte (the CPU's order: exact)", dwte, d_dwte, (size_t)Vp * C, 0.0);
-  CMP("encoder_backward dwpe (exact)", dwpe, d_dwpe, (size_t)T * C, 0.0);
-  /* vocabulary-parallel: rows [v0, v0 + Vl), without positions, with
-   * positions by row, and at given positions that repeat (documents) */
-  int v0 = V / 4, Vl = V / 3;
-  int *pos = malloc(BT * sizeof(int));
-  for (size_t i = 0; i < BT; i++) pos[i] = (int)(i % (size_t)T) % 7;
-  int *d_pos = devi(pos, BT);
-  for (int with_wpe = 0; with_wpe < 3; with_wpe++) {
-    char what[96];
-    const int *p = with_wpe == 2 ? pos : NULL, *d_p = with_wpe == 2 ? d_pos : NULL;
-    cpu->encoder_vp_forward(F32, out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, p,
-                            B, T, C);
-    gpu->encoder_vp_forward(F32, d_out, d_inp, d_wte + (size_t)v0 * C, v0, Vl,
-                            with_wpe ? d_wpe : NULL, d_p, B, T, C);
-    snprintf(what, sizeof what, "encoder_vp_forward v0=%d Vl=%d wpe %d", v0, Vl, with_wpe);
-    CMP(what, out, d_out, n, 0.0);
-    cpu->encoder_vp_backward(F32, dwte, with_wpe ? dwpe : NULL, dout, inp, p, v0, Vl, B, T, C);
-    gpu->encoder_vp_backward(F32, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, d_p, v0, Vl, B,
-                             T, C);
-    snprintf(what, sizeof what, "encoder_vp_backward dwte wpe %d", with_wpe);
-    CMP(what, dwte, d_dwte, (size_t)Vp * C, 0.0);
-    CMP("encoder_vp_backward dwpe", dwpe, d_dwpe, (size_t)T * C, 0.0);
-  }
-  dfree(d_inp, BT * 4), dfree(d_wte, (size_t)Vp * C * 4), dfree(d_wpe, (size_t)T * C * 4);
-  dfree(d_out, n * 4), dfree(d_dout, n * 4), dfree(d_dwte, (size_t)Vp * C * 4);
-  dfree(d_dwpe, (size_t)T * C * 4), dfree(d_pos, BT * 4);
-  free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(pos);
+/* fp32 outputs of the encoder checks: equal */
+static void exact_f32(const char *what, const void *ref, const void *d, size_t n) {
+  CMP(what, ref, d, n, 0.0);
 }
 
 static void test_layernorm(int N, int C) {
@@ -615,23 +574,15 @@ static void test_determinism(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
-  g_bf16 = argc > 1 && !strcmp(argv[1], "bf16");
+  int rc = gpu_compare_start(&argc, &argv, "gpu_ops", 12345, &g_bf16);
+  if (rc != 0) return rc;
   g_quick = argc > 2 && !strcmp(argv[2], "quick");
   TOL_MM = g_bf16 ? 2e-2 : 1e-5;
-  g_rng = 12345;
-  cpu = mt_ops_cpu();
-  int rc = gpu_compare_open("gpu_ops", g_bf16);
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
   char missing[512];
   int n_missing = mt_ops_missing(gpu, missing, sizeof missing);
   if (n_missing) printf("  the CUDA op table lacks: %s\n", missing);
   mt_check_err("CUDA op table complete (members left NULL)", n_missing, 0);
-  test_encoder(3, 37, 72, 101, 128);
+  encoder_check(F32, exact_f32, 3, 37, 72, 101, 128);
   test_layernorm(111, 72);
   test_layernorm(1000, 300);
   test_llama(111, 296);
@@ -646,7 +597,5 @@ int main(int argc, char **argv) {
   test_kv_spread();
   test_determinism();
   test_attn_determinism();
-  mt_cuda_shutdown();
-  MPI_Finalize();
-  return mt_check_summary("gpu_ops");
+  return gpu_compare_finish("gpu_ops");
 }

@@ -210,48 +210,9 @@ static void test_moe_rows(void) {
   free(slot), free(idx), free(w), free(dw), free(y), free(x), free(g), free(o), free(dy);
 }
 
-static void test_encoder(int B, int T, int C, int V, int Vp) {
-  printf("encoder B=%d T=%d C=%d Vp=%d\n", B, T, C, Vp);
-  size_t BT = (size_t)B * T, n = BT * C, nte = (size_t)Vp * C, npe = (size_t)T * C;
-  int *inp = malloc(BT * sizeof(int));
-  for (size_t i = 0; i < BT; i++) inp[i] = (int)(urand(0, 1) * (V / 3)); /* many repeats */
-  mt_bf16 *wte = rnd_bf16(nte, -1, 1), *wpe = rnd_bf16(npe, -1, 1), *out = rnd_bf16(n, -1, 1);
-  mt_bf16 *dout = rnd_bf16(n, -1, 1);
-  float *dwte = rnd(nte, -1, 1), *dwpe = rnd(npe, -1, 1);
-  int *d_inp = devi(inp, BT);
-  mt_bf16 *d_wte = devb(wte, nte), *d_wpe = devb(wpe, npe), *d_out = devb(out, n);
-  mt_bf16 *d_dout = devb(dout, n);
-  float *d_dwte = dev(dwte, nte), *d_dwpe = dev(dwpe, npe);
-  cpu->encoder_forward(BF16, out, inp, wte, wpe, B, T, C);
-  gpu->encoder_forward(BF16, d_out, d_inp, d_wte, d_wpe, B, T, C);
-  EXACT("encoder_forward", out, d_out, n);
-  cpu->encoder_backward(BF16, dwte, dwpe, dout, inp, B, T, C);
-  gpu->encoder_backward(BF16, d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
-  CMP("encoder_backward dwte (the CPU's order: exact)", dwte, d_dwte, nte, 0.0);
-  CMP("encoder_backward dwpe (exact)", dwpe, d_dwpe, npe, 0.0);
-  int v0 = V / 4, Vl = V / 3;
-  int *pos = malloc(BT * sizeof(int)); /* repeating positions (documents) */
-  for (size_t i = 0; i < BT; i++) pos[i] = (int)(i % (size_t)T) % 7;
-  int *d_pos = devi(pos, BT);
-  for (int with_wpe = 0; with_wpe < 3; with_wpe++) {
-    char what[96];
-    const int *p = with_wpe == 2 ? pos : NULL, *d_p = with_wpe == 2 ? d_pos : NULL;
-    cpu->encoder_vp_forward(BF16, out, inp, wte + (size_t)v0 * C, v0, Vl, with_wpe ? wpe : NULL, p,
-                            B, T, C);
-    gpu->encoder_vp_forward(BF16, d_out, d_inp, d_wte + (size_t)v0 * C, v0, Vl,
-                            with_wpe ? d_wpe : NULL, d_p, B, T, C);
-    snprintf(what, sizeof what, "encoder_vp_forward v0=%d Vl=%d wpe %d", v0, Vl, with_wpe);
-    EXACT(what, out, d_out, n);
-    cpu->encoder_vp_backward(BF16, dwte, with_wpe ? dwpe : NULL, dout, inp, p, v0, Vl, B, T, C);
-    gpu->encoder_vp_backward(BF16, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_inp, d_p, v0, Vl, B,
-                             T, C);
-    snprintf(what, sizeof what, "encoder_vp_backward dwte wpe %d (exact)", with_wpe);
-    CMP(what, dwte, d_dwte, nte, 0.0);
-    CMP("encoder_vp_backward dwpe (exact)", dwpe, d_dwpe, npe, 0.0);
-  }
-  dfree(d_inp, BT * 4), dfree(d_wte, nte * 2), dfree(d_wpe, npe * 2), dfree(d_out, n * 2);
-  dfree(d_dout, n * 2), dfree(d_dwte, nte * 4), dfree(d_dwpe, npe * 4), dfree(d_pos, BT * 4);
-  free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(pos);
+/* bf16 outputs of the encoder checks: the same bits */
+static void exact_bf16(const char *what, const void *ref, const void *d, size_t n) {
+  EXACT(what, ref, d, n);
 }
 
 static void test_layernorm(int N, int C) {
@@ -505,22 +466,14 @@ static void test_determinism(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
-  int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
-  g_rng = 4242;
-  cpu = mt_ops_cpu();
-  int rc = gpu_compare_open("gpu_ops_bf16", bf16);
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
+  int bf16, rc = gpu_compare_start(&argc, &argv, "gpu_ops_bf16", 4242, &bf16);
+  if (rc != 0) return rc;
   printf("CPU bf16 matmuls: %s\n", mt_bf16_gemm_path());
   test_table();
   test_matmul(111, 72, 197);
   test_grouped_matmul();
   test_moe_rows();
-  test_encoder(3, 37, 72, 101, 128);
+  encoder_check(BF16, exact_bf16, 3, 37, 72, 101, 128);
   test_layernorm(111, 72);
   test_llama(111, 296);
   test_elementwise(100003);
@@ -528,7 +481,5 @@ int main(int argc, char **argv) {
   test_kv_spread();
   test_adamw(100003);
   test_determinism();
-  mt_cuda_shutdown();
-  MPI_Finalize();
-  return mt_check_summary("gpu_ops_bf16");
+  return gpu_compare_finish("gpu_ops_bf16");
 }

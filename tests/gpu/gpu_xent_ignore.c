@@ -12,18 +12,10 @@
 #include "../xent_ignore_check.h"
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mt_log_init(0);
-  g_rng = 0x2B7E151628AED2A6ull; /* this test's inputs (none drawn from g_rng yet) */
-  cpu = mt_ops_cpu();
-  int rc = gpu_compare_open("gpu_xent_ignore", argc > 1 && !strcmp(argv[1], "bf16"));
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
+  /* g_rng's seed: this test's inputs (none drawn from g_rng yet) */
+  int bf16, rc = gpu_compare_start(&argc, &argv, "gpu_xent_ignore", 0x2B7E151628AED2A6ull, &bf16);
+  if (rc != 0) return rc;
   xent_ignore_check(gpu, MT_DT_F32);
   xent_ignore_check(gpu, MT_DT_BF16);
-  mt_cuda_shutdown();
-  MPI_Finalize();
-  return mt_check_summary("gpu_xent_ignore");
+  return gpu_compare_finish("gpu_xent_ignore");
 }

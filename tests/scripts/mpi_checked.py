@@ -75,26 +75,16 @@ def skip_space_back(s, p):
     return p
 
 
-def matching_open(s, p):
-    """s[p] is ')': the index of its '('."""
+def matching(s, p):
+    """s[p] is '(' or ')': the index of its partner (searching forward from
+    '(', back from ')'), or -1."""
+    step, opener = (1, "(") if s[p] == "(" else (-1, ")")
+    closer = ")" if opener == "(" else "("
     depth = 0
-    for k in range(p, -1, -1):
-        if s[k] == ")":
+    for k in range(p, len(s) if step > 0 else -1, step):
+        if s[k] == opener:
             depth += 1
-        elif s[k] == "(":
-            depth -= 1
-            if depth == 0:
-                return k
-    return -1
-
-
-def matching_close(s, p):
-    """s[p] is '(': the index of its ')'."""
-    depth = 0
-    for k in range(p, len(s)):
-        if s[k] == "(":
-            depth += 1
-        elif s[k] == ")":
+        elif s[k] == closer:
             depth -= 1
             if depth == 0:
                 return k
@@ -120,7 +110,7 @@ def at_statement_start(s, start):
         stmt_start = max(s.rfind(c, 0, p) for c in ";{}")
         return "?" not in s[stmt_start + 1:p]
     if s[p] == ")":
-        o = matching_open(s, p)
+        o = matching(s, p)
         inside = s[o + 1:p].strip()
         if inside == "void":
             return at_statement_start(s, o)
@@ -168,7 +158,7 @@ def function_of(s, p):
     q = skip_space_back(s, top - 1)
     if s[q] != ")":
         return "?"
-    return word_before(s, matching_open(s, q) - 1) or "?"
+    return word_before(s, matching(s, q) - 1) or "?"
 
 
 DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_][A-Za-z0-9_]*)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)",
@@ -181,11 +171,11 @@ def code_macros(s):
     names = set()
     for m in DEFINE.finditer(s):
         body = m.group(3).replace("\\\n", " ").strip()
-        while body.startswith("(") and matching_close(body, 0) == len(body) - 1:
+        while body.startswith("(") and matching(body, 0) == len(body) - 1:
             body = body[1:-1].strip()
         c = CALL.match(body)
         if c and c.group(0) not in NOT_CODES:
-            close = matching_close(body, body.index("(", c.end()))
+            close = matching(body, body.index("(", c.end()))
             if close == len(body) - 1:
                 names.add(m.group(1))
     return names
@@ -218,7 +208,7 @@ def dropped_calls(s, rel, macros):
         if name in NOT_CODES or word_before(s, m.start() - 1) == "define":
             continue
         open_paren = s.index("(", m.end())
-        close = matching_close(s, open_paren)
+        close = matching(s, open_paren)
         if close < 0:
             continue
         after = s[close + 1:].lstrip()

@@ -57,9 +57,13 @@ static void cleanup(void) {
     fprintf(stderr, "[rank %d] warning: temp dir %s not empty\n", g_rank, g_dir);
 }
 
-/* The error must be one line that names the file and contains what. */
-static void check_error(int rc, const mt_err *e, const char *path, const char *what,
-                        const char *label) {
+/* Opening path as format fmt fails (e reset first, then set), with one line
+ * that names the file and contains what. */
+static void check_open_error(const char *path, mt_data_format fmt, mt_err *e, const char *what,
+                             const char *label) {
+  mt_dataset ds;
+  *e = (mt_err){0};
+  int rc = mt_dataset_open(&ds, path, fmt, e);
   MT_CHECK(rc != 0, "%s: open succeeded, expected an error", label);
   MT_CHECK(e->failed, "%s: mt_err not set", label);
   MT_CHECK(strstr(e->msg, path) == e->msg, "%s: message does not start with the path: '%s'", label,
@@ -181,8 +185,7 @@ static void test_errors(void) {
   memcpy(buf, header, sizeof header);
   memcpy(buf + sizeof header, body, sizeof body);
   write_bytes(p, buf, sizeof buf);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_LLMC, &e), &e, p, "bad llm.c header", "bad magic");
+  check_open_error(p, MT_DATA_LLMC, &e, "bad llm.c header", "bad magic");
   MT_CHECK(strstr(e.msg, "magic") != NULL, "bad magic message lacks 'magic': '%s'", e.msg);
   mt_dataset_close(&ds); /* closing a dataset that failed to open is harmless */
 
@@ -192,17 +195,14 @@ static void test_errors(void) {
   header[1] = 2;
   memcpy(buf, header, sizeof header);
   write_bytes(p, buf, sizeof buf);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "version", "bad version");
+  check_open_error(p, MT_DATA_AUTO, &e, "version", "bad version");
 
   /* truncated: the header promises 100 tokens, the file holds 50 */
   p = tmp_path("truncated.bin");
   header[1] = 1;
   memcpy(buf, header, sizeof header);
   write_bytes(p, buf, sizeof header + 50 * sizeof(uint16_t));
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p,
-              "bad llm.c header", "truncated llmc");
+  check_open_error(p, MT_DATA_AUTO, &e, "bad llm.c header", "truncated llmc");
   MT_CHECK(strstr(e.msg, "100 tokens") && strstr(e.msg, "truncated"),
            "truncated message should give the header count and say truncated: '%s'", e.msg);
 
@@ -211,28 +211,22 @@ static void test_errors(void) {
   header[2] = 10;
   memcpy(buf, header, sizeof header);
   write_bytes(p, buf, sizeof buf);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_LLMC, &e), &e, p,
-              "bad llm.c header", "llmc too long");
+  check_open_error(p, MT_DATA_LLMC, &e, "bad llm.c header", "llmc too long");
 
   /* shorter than the header */
   p = tmp_path("short.bin");
   write_bytes(p, header, 100);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_LLMC, &e), &e, p, "bad llm.c header", "short llmc");
+  check_open_error(p, MT_DATA_LLMC, &e, "bad llm.c header", "short llmc");
 
   /* odd-size u16, given explicitly and found by auto (*.bin without magic) */
   p = tmp_path("odd_u16.bin");
   write_bytes(p, "1234567", 7);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_U16, &e), &e, p, "multiple of 2", "odd u16");
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "multiple of 2", "odd u16 auto");
+  check_open_error(p, MT_DATA_U16, &e, "multiple of 2", "odd u16");
+  check_open_error(p, MT_DATA_AUTO, &e, "multiple of 2", "odd u16 auto");
 
   /* missing file: the system's words, then how to make one */
   p = tmp_path("does_not_exist.bin");
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "cannot open", "missing file");
+  check_open_error(p, MT_DATA_AUTO, &e, "cannot open", "missing file");
   char expect[600];
   snprintf(expect, sizeof expect, "%s: cannot open: No such file or directory (meshdata corpus", p);
   MT_CHECK(strncmp(e.msg, expect, strlen(expect)) == 0 && strstr(e.msg, "data.train = synthetic"),
@@ -241,19 +235,15 @@ static void test_errors(void) {
   /* empty file */
   p = tmp_path("empty.txt");
   write_bytes(p, "", 0);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "empty", "empty file");
+  check_open_error(p, MT_DATA_AUTO, &e, "empty", "empty file");
 
   /* a directory */
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, g_dir, MT_DATA_AUTO, &e), &e, g_dir, "directory", "directory");
+  check_open_error(g_dir, MT_DATA_AUTO, &e, "directory", "directory");
 
   /* unknown format */
   p = tmp_path("hello2.txt");
   write_bytes(p, "hi", 2);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, (mt_data_format)99, &e), &e, p, "unknown data format",
-              "format");
+  check_open_error(p, (mt_data_format)99, &e, "unknown data format", "format");
 }
 
 /* ------------------------------------------------------------------ */
@@ -350,16 +340,13 @@ static void test_wide_and_guarded(void) {
   /* u32 of a size that is not a multiple of 4 */
   p = tmp_path("odd.u32");
   write_bytes(p, "123456", 6);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_U32, &e), &e, p, "not a multiple of 4", "odd u32");
+  check_open_error(p, MT_DATA_U32, &e, "not a multiple of 4", "odd u32");
 
   /* auto on a *.bin of uint32 tokens below 65536: refused, data.format decides */
   p = tmp_path("small_u32.bin");
   e = (mt_err){0};
   MT_CHECK(mt_tokens_write(p, "u32", small, 100, &e) == 0, "write: %s", e.msg);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p,
-              "set data.format = u32", "u32 as auto");
+  check_open_error(p, MT_DATA_AUTO, &e, "set data.format = u32", "u32 as auto");
   e = (mt_err){0};
   MT_CHECK(mt_dataset_open(&ds, p, MT_DATA_U16, &e) == 0 && mt_dataset_ntokens(&ds) == 200,
            "an explicit u16 reads it anyway: %s", e.msg);
@@ -372,21 +359,15 @@ static void test_wide_and_guarded(void) {
   memcpy(buf, header, sizeof header);
   p = tmp_path("damaged_magic.bin");
   write_bytes(p, buf, sizeof buf);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_LLMC, &e), &e, p,
-              "magic 20240521", "damaged magic llmc");
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p,
-              "magic 20240521", "damaged magic auto");
+  check_open_error(p, MT_DATA_LLMC, &e, "magic 20240521", "damaged magic llmc");
+  check_open_error(p, MT_DATA_AUTO, &e, "magic 20240521", "damaged magic auto");
   MT_CHECK(strstr(e.msg, "data.format = u16"), "damaged magic: no way out named: '%s'", e.msg);
   /* the count alone gives it away too (a header tail that is not zero) */
   header[5] = 9;
   header[0] = 0;
   memcpy(buf, header, sizeof header);
   write_bytes(p, buf, sizeof buf);
-  e = (mt_err){0};
-  check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p,
-              "bad llm.c header", "damaged, count");
+  check_open_error(p, MT_DATA_AUTO, &e, "bad llm.c header", "damaged, count");
   /* raw uint16 tokens that merely start with zeros are not mistaken for one */
   uint16_t raw16[1024];
   for (int i = 0; i < 1024; i++) raw16[i] = (uint16_t)(i < 8 ? 0 : 1 + i % 300);
@@ -400,8 +381,7 @@ static void test_wide_and_guarded(void) {
   /* a FIFO is refused at once, not opened (which would block for a writer) */
   p = tmp_path("tokens.fifo");
   if (mkfifo(p, 0600) == 0) {
-    e = (mt_err){0};
-    check_error(mt_dataset_open(&ds, p, MT_DATA_AUTO, &e), &e, p, "named pipe", "fifo");
+    check_open_error(p, MT_DATA_AUTO, &e, "named pipe", "fifo");
   } else {
     MT_CHECK(0, "mkfifo %s failed", p);
   }

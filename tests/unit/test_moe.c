@@ -71,44 +71,78 @@ static double router_loss(void *p) {
   return l;
 }
 
-/* The sigmoid router (DeepSeek-V3): probs[e] = sigmoid(logits[e]), the k
- * largest scores (+ bias) chosen and renormalised; backward against finite
- * differences of the combine and load-balancing terms (no z-loss). */
-static void test_router_sigmoid(void) {
-  printf("router, sigmoid scores\n");
-  const int N = 12, E = 6, k = 3, Ts = 4;
+/* A router of N tokens over E experts choosing k, its load-balancing term
+ * over slices of Ts tokens: logits a permutation of values `step` apart
+ * per row, plus `offset` (top-k stable under +-eps), random weights of the
+ * combine (R) and balancing (A) terms, the outputs allocated */
+static router_ctx router_new(int N, int E, int k, int Ts, float step, float offset, float zc,
+                             int sigmoid) {
   float *logits = zeros((size_t)N * E);
   for (int n = 0; n < N; n++)
     for (int e = 0; e < E; e++)
-      logits[(size_t)n * E + e] = 0.4f * (float)((e * 5 + n * 7) % E) - 1.0f +
-                                  rng_uniform(-0.05f, 0.05f);
+      logits[(size_t)n * E + e] =
+          step * (float)((e * 5 + n * 7) % E) + offset + rng_uniform(-0.05f, 0.05f);
   router_ctx c = {N, E, k, Ts, logits, zeros((size_t)N * E), zeros((size_t)N),
-                  zeros((size_t)N * k), calloc((size_t)N * k, sizeof(int)),
-                  rand_tensor((size_t)N * k, -1, 1), rand_tensor((size_t)(N / Ts) * E, -1, 1),
-                  0.0f, 1};
-  router_loss(&c);
+                  zeros((size_t)N * k), calloc((size_t)N * k, sizeof(int)), NULL, NULL, zc,
+                  sigmoid};
+  c.R = rand_tensor((size_t)N * k, -1, 1);
+  c.A = rand_tensor((size_t)(N / Ts) * E, -1, 1);
+  return c;
+}
+
+static void router_free(router_ctx *c) {
+  free(c->logits), free(c->probs), free(c->lse), free(c->topw), free(c->top);
+  free((void *)c->R), free((void *)c->A);
+}
+
+/* c's forward (run first) against a double reference: probabilities
+ * (softmax, with its log-sum-exp; or sigmoid scores), the k chosen
+ * distinct, highest first, none left out higher than the last, and their
+ * weights renormalised over the chosen */
+static void check_router_forward(const router_ctx *c, const char *what) {
+  const int N = c->N, E = c->E, k = c->k;
   double worst = 0.0;
   int order_ok = 1;
   for (int n = 0; n < N; n++) {
-    const float *x = logits + (size_t)n * E;
+    const float *x = c->logits + (size_t)n * E;
     double p[16], chosen = 0.0;
-    for (int e = 0; e < E; e++) {
-      p[e] = 1.0 / (1.0 + exp(-(double)x[e]));
-      worst = mt_worst(worst, fabs(p[e] - c.probs[(size_t)n * E + e]));
+    if (c->sigmoid) {
+      for (int e = 0; e < E; e++) p[e] = 1.0 / (1.0 + exp(-(double)x[e]));
+    } else {
+      double mx = x[0], sum = 0.0;
+      for (int e = 1; e < E; e++) mx = x[e] > mx ? x[e] : mx;
+      for (int e = 0; e < E; e++) sum += exp((double)x[e] - mx);
+      for (int e = 0; e < E; e++) p[e] = exp((double)x[e] - mx) / sum;
+      worst = mt_worst(worst, fabs(mx + log(sum) - c->lse[n]));
     }
-    const int *t = c.top + (size_t)n * k;
+    for (int e = 0; e < E; e++) worst = mt_worst(worst, fabs(p[e] - c->probs[(size_t)n * E + e]));
+    const int *t = c->top + (size_t)n * k;
     for (int j = 0; j < k; j++) chosen += p[t[j]];
-    for (int j = 0; j + 1 < k; j++) order_ok &= p[t[j]] >= p[t[j + 1]];
+    for (int j = 0; j + 1 < k; j++) order_ok &= p[t[j]] >= p[t[j + 1]] && t[j] != t[j + 1];
     for (int e = 0; e < E; e++) {
       int in = 0;
       for (int j = 0; j < k; j++) in |= t[j] == e;
       order_ok &= in || p[e] <= p[t[k - 1]];
     }
     for (int j = 0; j < k; j++)
-      worst = mt_worst(worst, fabs(p[t[j]] / chosen - c.topw[(size_t)n * k + j]));
+      worst = mt_worst(worst, fabs(p[t[j]] / chosen - c->topw[(size_t)n * k + j]));
   }
-  mt_check_err("sigmoid router forward vs double reference", worst, 1e-6);
-  mt_check_true("sigmoid top-k: the k highest scores, highest first", order_ok);
+  char name[96];
+  snprintf(name, sizeof name, "%s forward vs double reference", what);
+  mt_check_err(name, worst, 1e-6);
+  snprintf(name, sizeof name, "%s top-k: the k highest, highest first", what);
+  mt_check_true(name, order_ok);
+}
+
+/* The sigmoid router (DeepSeek-V3): probs[e] = sigmoid(logits[e]), the k
+ * largest scores (+ bias) chosen and renormalised; backward against finite
+ * differences of the combine and load-balancing terms (no z-loss). */
+static void test_router_sigmoid(void) {
+  printf("router, sigmoid scores\n");
+  const int N = 12, E = 6, k = 3, Ts = 4;
+  router_ctx c = router_new(N, E, k, Ts, 0.4f, -1.0f, 0.0f, 1);
+  router_loss(&c);
+  check_router_forward(&c, "sigmoid router");
   /* the bias moves the choice only: expert 0 (the lowest score) lifted in */
   float low[4] = {-2.0f, 1.0f, 0.5f, 0.0f}, bias[4] = {1.0f, 0.0f, 0.0f, 0.0f}, bp[4], bl, bw[2];
   int bt[2];
@@ -123,52 +157,18 @@ static void test_router_sigmoid(void) {
   ops->moe_router_backward(dlogits, c.probs, c.lse, c.top, c.topw, c.R, c.A, Ts, 0.0f, N, E, k,
                            1);
   mt_check_err("sigmoid router backward (combine + aux) vs FD",
-               gradcheck(router_loss, &c, logits, dlogits, (size_t)N * E, 1), FD_TOL);
+               gradcheck(router_loss, &c, c.logits, dlogits, (size_t)N * E, 1), FD_TOL);
   free(dlogits);
-  free(logits);
-  free(c.probs);
-  free(c.lse);
-  free(c.topw);
-  free(c.top);
-  free((void *)c.R);
-  free((void *)c.A);
+  router_free(&c);
 }
 
 static void test_router(void) {
   printf("router\n");
   const int N = 12, E = 6, k = 2, Ts = 4;
-  /* logits a permutation of spaced values per row: top-k stable under +-eps */
-  float *logits = zeros((size_t)N * E);
-  for (int n = 0; n < N; n++)
-    for (int e = 0; e < E; e++)
-      logits[(size_t)n * E + e] = 0.3f * (float)((e * 5 + n * 7) % E) + rng_uniform(-0.05f, 0.05f);
-  router_ctx c = {N, E, k, Ts, logits, zeros((size_t)N * E), zeros((size_t)N),
-                  zeros((size_t)N * k), calloc((size_t)N * k, sizeof(int)),
-                  rand_tensor((size_t)N * k, -1, 1), rand_tensor((size_t)(N / Ts) * E, -1, 1),
-                  0.05f, 0};
+  router_ctx c = router_new(N, E, k, Ts, 0.3f, 0.0f, 0.05f, 0);
+  float *logits = c.logits;
   router_loss(&c);
-  /* forward against a double reference */
-  double worst = 0.0;
-  int order_ok = 1;
-  for (int n = 0; n < N; n++) {
-    const float *x = logits + (size_t)n * E;
-    double mx = x[0], sum = 0.0, p[16];
-    for (int e = 1; e < E; e++) mx = x[e] > mx ? x[e] : mx;
-    for (int e = 0; e < E; e++) sum += exp((double)x[e] - mx);
-    for (int e = 0; e < E; e++) {
-      p[e] = exp((double)x[e] - mx) / sum;
-      worst = mt_worst(worst, fabs(p[e] - c.probs[(size_t)n * E + e]));
-    }
-    worst = mt_worst(worst, fabs(mx + log(sum) - c.lse[n]));
-    int *t = c.top + (size_t)n * k;
-    order_ok &= p[t[0]] >= p[t[1]] && t[0] != t[1];
-    for (int e = 0; e < E; e++) order_ok &= e == t[0] || e == t[1] || p[e] <= p[t[1]];
-    double chosen = p[t[0]] + p[t[1]];
-    for (int j = 0; j < k; j++)
-      worst = mt_worst(worst, fabs(p[t[j]] / chosen - c.topw[(size_t)n * k + j]));
-  }
-  mt_check_err("router forward vs double reference", worst, 1e-6);
-  mt_check_true("top-k: the k most probable, most probable first", order_ok);
+  check_router_forward(&c, "router");
   /* ties: the lower index first */
   float tie[4] = {1.0f, 2.0f, 2.0f, 0.5f}, tp[4], tl, tw[2];
   int tt[2];
@@ -210,8 +210,9 @@ static void test_router(void) {
       sw = mt_worst(sw, fabs(ref - sums[(size_t)s * E + e]));
     }
   mt_check_err("prob sums per sequence", sw, 1e-6);
-  free(sums), free(dlogits), free(logits), free(c.probs), free(c.lse), free(c.topw), free(c.top);
-  free((void *)c.R), free((void *)A);
+  free(sums), free(dlogits);
+  c.A = A;
+  router_free(&c);
 }
 
 /* ------------------------------------------------------------------ */

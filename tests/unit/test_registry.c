@@ -25,6 +25,15 @@
 #include "../check.h"
 #include "model/model.h"
 
+/* r's finalize refuses it with a message naming tensor `name` and saying
+ * `why` (the check named `what`); r freed */
+static void expect_refused(mt_registry *r, const char *name, const char *why, const char *what) {
+  mt_err err = {0};
+  MT_CHECK(mt_registry_finalize(r, &err) != 0 && strstr(err.msg, name) && strstr(err.msg, why),
+           "%s: '%s'", what, err.msg);
+  mt_registry_free(r);
+}
+
 static void test_expert_tensor(void) {
   const int ep = 2, tp = 3;
   int64_t shape[3] = {4, 6, 8};
@@ -60,27 +69,18 @@ static void test_expert_tensor(void) {
   free(seen);
   /* both axes on one dim; a dim that does not divide */
   mt_registry r;
-  mt_err err = {0};
-  const char *msg = err.msg;
   mt_registry_init(&r, 2, 0);
   mt_registry_set_ep(&r, 2, 0);
   mt_tensor_spec both = {"experts.0.proj.weight", 3, shape, NULL, mt_sharded(0, 1),
                          mt_sharded(0, 1), 0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &both);
-  MT_CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.proj.weight") &&
-            strstr(msg, "two axes"),
-        "a dim sharded over tp and ep: '%s'", msg);
-  mt_registry_free(&r);
+  expect_refused(&r, "experts.0.proj.weight", "two axes", "a dim sharded over tp and ep");
   mt_registry_init(&r, 1, 0);
   mt_registry_set_ep(&r, 3, 0);
   mt_tensor_spec odd = {"experts.0.up.weight", 3, shape, NULL, mt_replicated(), mt_sharded(0, 1),
                         0, -1, -1, MT_INIT_NORMAL, 0.02f, 1, NULL, 0, mt_replicated(), MT_GROUP_DP};
   mt_registry_add_spec(&r, &odd);
-  err = (mt_err){0};
-  MT_CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "experts.0.up.weight") &&
-            strstr(msg, "ep = 3"),
-        "4 experts over ep = 3: '%s'", msg);
-  mt_registry_free(&r);
+  expect_refused(&r, "experts.0.up.weight", "ep = 3", "4 experts over ep = 3");
 }
 
 static void test_units(void) {
@@ -113,11 +113,7 @@ static void test_units(void) {
                          MT_GROUP_DP};
     mt_registry_add_spec(&r, &sp);
   }
-  err = (mt_err){0};
-  MT_CHECK(mt_registry_finalize(&r, &err) != 0 && strstr(msg, "c.weight") &&
-            strstr(msg, "not registered together"),
-        "a layer registered apart: '%s'", msg);
-  mt_registry_free(&r);
+  expect_refused(&r, "c.weight", "not registered together", "a layer registered apart");
 }
 
 static void test_dp_placement(void) {

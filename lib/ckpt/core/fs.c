@@ -132,8 +132,11 @@ long long mt_ckpt_file_size(const char *path) {
 }
 
 int mt_ckpt_mkdir_p(const char *path) {
-  char tmp[1024];
-  snprintf(tmp, sizeof tmp, "%s", path);
+  char tmp[1100];
+  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+    errno = ENAMETOOLONG; /* not a shorter directory than asked for */
+    return -1;
+  }
   for (char *p = tmp + 1; *p; p++) {
     if (*p != '/') continue;
     *p = '\0';

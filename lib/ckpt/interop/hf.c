@@ -51,7 +51,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------ */
@@ -220,18 +219,6 @@ static void shape_text(const int64_t *shape, int nd, char *out, size_t len) {
 /* ------------------------------------------------------------------ */
 /* export                                                              */
 
-static int mkdir_p(const char *path) {
-  char tmp[1100];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* the checkpoint's tensor of each entry (ti), checked: every entry's tensor
  * there with the shape the map expects, every tensor there in the map */
 static int match_checkpoint(const mt_ckpt_source *s, const hf_map *m, int *ti, mt_err *e) {
@@ -396,7 +383,7 @@ static int export_rank0(mt_ckpt_reader *rd, const char *out_dir, const mt_ckpt_h
   p.buf = mt_malloc(p.cap * sizeof(float));
   p.tbuf = mt_malloc(p.cap * sizeof(float));
   p.half = mt_malloc(p.cap * sizeof(uint16_t));
-  if (!e->failed && mkdir_p(out_dir) != 0) mt_ckpt_err_sys(e, errno, "cannot create %s", out_dir);
+  if (!e->failed && mt_ckpt_mkdir_p(out_dir) != 0) mt_ckpt_err_sys(e, errno, "cannot create %s", out_dir);
   char name[64], path[1200], tmp[1300];
   int written = 0; /* shards written as .tmp */
   for (int k0 = 0; k0 < m.n && !e->failed; written++) {

@@ -191,19 +191,23 @@ typedef struct {
   int err; /* errno of a failed write */
 } sink;
 
+/* bytes at off of the sink's file, their write-back started at once so that
+ * dirty pages do not pile up over a large conversion */
+static int put_bytes(sink *s, const char *p, size_t bytes, int64_t off) {
+  if (mt_ckpt_pwrite_full(s->fd, p, bytes, off, "write") != 0) {
+    s->err = errno;
+    return -1;
+  }
+#ifdef SYNC_FILE_RANGE_WRITE
+  sync_file_range(s->fd, (off_t)off, (off_t)bytes, SYNC_FILE_RANGE_WRITE);
+#endif
+  return 0;
+}
+
 static int put(sink *s, int64_t box_elem, const void *data, size_t n) {
   const char *p = data;
-  if (s->cols == 0) { /* per-writer: consecutive */
-    int64_t off = s->base + (int64_t)s->es * (s->first + box_elem);
-    if (mt_ckpt_pwrite_full(s->fd, p, n * s->es, off, "write") != 0) {
-      s->err = errno;
-      return -1;
-    }
-#ifdef SYNC_FILE_RANGE_WRITE
-    sync_file_range(s->fd, (off_t)off, (off_t)(n * s->es), SYNC_FILE_RANGE_WRITE);
-#endif
-    return 0;
-  }
+  if (s->cols == 0) /* per-writer: consecutive */
+    return put_bytes(s, p, n * s->es, s->base + (int64_t)s->es * (s->first + box_elem));
   int64_t W = s->row[MT_IX_COUNT1];
   /* the piece is whole rows of the box, or a part of one row */
   while (n > 0) {
@@ -213,13 +217,7 @@ static int put(sink *s, int64_t box_elem, const void *data, size_t n) {
                                               s->row[MT_IX_START1] + c);
     /* whole rows of the dataset lie end to end: one write */
     if (c == 0 && W == s->cols) run = n;
-    if (mt_ckpt_pwrite_full(s->fd, p, run * s->es, off, "write") != 0) {
-      s->err = errno;
-      return -1;
-    }
-#ifdef SYNC_FILE_RANGE_WRITE
-    sync_file_range(s->fd, (off_t)off, (off_t)(run * s->es), SYNC_FILE_RANGE_WRITE);
-#endif
+    if (put_bytes(s, p, run * s->es, off) != 0) return -1;
     p += run * s->es;
     box_elem += (int64_t)run;
     n -= run;

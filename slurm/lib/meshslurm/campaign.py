@@ -1,6 +1,5 @@
 """`meshslurm.py campaign`: a sweep spec -> point directories, submit.sh
 (a chain or all at once) and the report job."""
-import configparser
 import datetime
 import json
 import os
@@ -9,7 +8,8 @@ import subprocess
 import sys
 
 from .common import (DP_ONLY, EXIT_RUNTIME, SRC, BadInput, absdir, job_layout, layout_name,
-                     parse_assignment, parse_int_list, parse_layout, q, write_executable)
+                     parse_assignment, parse_int_list, parse_layout, q, read_ini,
+                     write_executable)
 from .checks import Checker
 from .emulate import emulate
 from .render import data_values, say_data, train_sets, warn_if_home, write_run_dir
@@ -22,14 +22,7 @@ from .system import System
 def read_sweep(path):
     if not os.path.isfile(path):
         raise BadInput("%s: cannot open sweep spec" % path)
-    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
-    cp.optionxform = str
-    try:
-        cp.read(path)
-    except configparser.Error as e:
-        raise BadInput("%s: %s" % (path, str(e).splitlines()[0]))
-    if not cp.has_section("campaign"):
-        raise BadInput("%s: no [campaign] section" % path)
+    cp = read_ini(path, "campaign", ("#", ";"))
     c = dict(cp.items("campaign"))
     known = {"name", "system", "job", "scaling", "nodes", "ranks", "tasks_per_node", "layouts",
              "repeats", "steps", "time", "config", "submit", "account", "qos", "bench", "env"}

@@ -1,6 +1,7 @@
 """What every part of meshslurm shares: the source tree, exit codes, the
 three kinds of error (each one line, its own exit code), and the small
 parsers of walltimes, lists, KEY=VALUE pairs and layouts."""
+import configparser
 import os
 import re
 import shlex
@@ -58,6 +59,22 @@ def format_walltime(seconds):
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)
     return ("%d-%02d:%02d:%02d" % (d, h, m, s)) if d else "%02d:%02d:%02d" % (h, m, s)
+
+
+def read_ini(path, section, inline_comments):
+    """The INI file at path (keys keep their case; no interpolation;
+    inline_comments: the prefixes that begin a comment after a value, or
+    None), which must have [section]; a file configparser refuses, or one
+    without the section, is bad input naming the file."""
+    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=inline_comments)
+    cp.optionxform = str
+    try:
+        cp.read(path)
+    except configparser.Error as e:
+        raise BadInput("%s: %s" % (path, str(e).splitlines()[0]))
+    if not cp.has_section(section):
+        raise BadInput("%s: no [%s] section" % (path, section))
+    return cp
 
 
 def parse_int_list(text, what):

@@ -1,11 +1,10 @@
 """System profiles (slurm/systems/*.ini): partition, QoS table, node shape,
 modules, env file, launcher, where outputs go."""
-import configparser
 import os
 import re
 import shlex
 
-from .common import SRC, BadInput, format_walltime, parse_bool, parse_walltime
+from .common import SRC, BadInput, format_walltime, parse_bool, parse_walltime, read_ini
 
 # ---------------------------------------------------------------------------
 # system profiles
@@ -40,14 +39,7 @@ class System:
                            if f.endswith(".ini"))
             raise BadInput("system '%s': no profile %s (known: %s)"
                            % (name_or_path, path, ", ".join(known)))
-        cp = configparser.ConfigParser(inline_comment_prefixes=None, interpolation=None)
-        cp.optionxform = str  # env names keep their case
-        try:
-            cp.read(path)
-        except configparser.Error as e:
-            raise BadInput("%s: %s" % (path, str(e).splitlines()[0]))
-        if not cp.has_section("system"):
-            raise BadInput("%s: no [system] section" % path)
+        cp = read_ini(path, "system", None)  # env names keep their case
         self.path = path
         s = dict(self.OPTIONAL)
         s.update(cp.items("system"))
