@@ -100,7 +100,9 @@ typedef struct mt_attn_block {
  *               left as it is), the bits of rope on c, then kv_spread;
  *               kv_spread_backward turns dc's q and key heads back after their sums
  *               are rounded, the bits of kv_spread_backward, then rope (inverse)
- *               on dc. cs NULL: no turn (pos and T unused)
+ *               on dc. cs NULL: no turn (pos and T unused). with_q 0: neither layout
+ *               holds q (c (rows, 2 nkv hs), qkv (rows, 2 nh hs)): ring context
+ *               parallelism's compact K|V spread for a step, and its gradient summed
  *   residual_forward  out = a + b (out may alias a or b)
  *   residual_layernorm_forward, residual_rmsnorm_forward  the residual sum and the
  *               norm that reads it, fused: res (N,C) = a + b (res may alias a or b),
@@ -265,11 +267,12 @@ typedef struct {
   X(add_2d, (void *dst, size_t ld_dst, const void *src, size_t ld_src, size_t rows,         \
              size_t cols), (dst, ld_dst, src, ld_src, rows, cols))                          \
   X(kv_spread, (void *qkv, const void *c, size_t rows, int nh, int nkv, int hs, int h0,      \
-                int group, const float *cs, const int *pos, int T),                          \
-    (qkv, c, rows, nh, nkv, hs, h0, group, cs, pos, T))                                     \
+                int group, int with_q, const float *cs, const int *pos, int T),              \
+    (qkv, c, rows, nh, nkv, hs, h0, group, with_q, cs, pos, T))                             \
   X(kv_spread_backward, (void *dc, const void *dqkv, size_t rows, int nh, int nkv, int hs,  \
-                         int h0, int group, const float *cs, const int *pos, int T),         \
-    (dc, dqkv, rows, nh, nkv, hs, h0, group, cs, pos, T))                                   \
+                         int h0, int group, int with_q, const float *cs, const int *pos,     \
+                         int T),                                                             \
+    (dc, dqkv, rows, nh, nkv, hs, h0, group, with_q, cs, pos, T))                           \
   X(residual_forward, (void *out, const void *a, const void *b, size_t n), (out, a, b, n))  \
   X(encoder_forward, (void *out, const int *inp, const void *wte, const void *wpe, int B,   \
                       int T, int C), (out, inp, wte, wpe, B, T, C))                         \

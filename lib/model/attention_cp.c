@@ -52,38 +52,36 @@ static size_t words(const mt_attention *at, size_t n) { return n * es_of(at) / s
 static int ring_steps(const mt_attention *at) { return at->local ? 1 : at->lay.size; }
 
 /* Under grouped-query attention the ring passes the key/value heads
- * compact: 2 Ckv columns (Ckv = kv_heads hs), n_head / n_kv_head times
- * fewer bytes than the query heads' spread copies (16 x for Llama 3 405B).
- * Each step spreads the K|V it holds over the query heads (at->kvs, 2C)
- * for the block kernels; backward sums a step's spread dK|dV back into the
- * compact heads before it goes on. Without gqa the two layouts are one. */
+ * compact: 2 Ckv columns (Ckv = kv_heads hs, the heads this rank's query
+ * heads read), n_head / n_kv_head times fewer bytes than the query heads'
+ * spread copies (16 x for Llama 3 405B). Each step spreads the K|V it
+ * holds over the query heads (at->kvs, 2C) for the block kernels, and
+ * backward sums a step's spread dK|dV back into the compact heads before it
+ * goes on: kv_spread and kv_spread_backward without q, one pass each.
+ * Without gqa the two layouts are one. */
 static int spreads(const mt_attention *at) { return at->kv_heads != at->NH; }
 static size_t kv_cols(const mt_attention *at) { return 2 * (size_t)at->kv_heads * at->hs; }
-/* does local query head h read a key/value head no earlier head reads */
-static int first_of_group(const mt_attention *at, int h) {
-  return h == 0 || mt_attention_kv_of(at, h - 1) != mt_attention_kv_of(at, h);
+/* the ops' h0 for the compact heads: query head h reads compact head
+ * (h0 + h) / group = mt_attention_kv_of(h) */
+static int spread_h0(const mt_attention *at) { return at->kv_h0 % at->kv_group; }
+/* the first local query head that reads compact head j */
+static int first_head(const mt_attention *at, int j) {
+  const int h = j * at->kv_group - spread_h0(at);
+  return h > 0 ? h : 0;
 }
 
-/* Per query head h and half (0 K, 1 V): the head's hs columns in a spread
- * buffer (ld_s, its K at column off_s) and its key/value head's in a
- * compact one (2 Ckv); to_compact: spread -> compact (the first head of a
- * group written, the others added when sum, else skipped), or compact ->
- * every spread head. */
-static void heads_2d(mt_attention *at, mt_act *spread, size_t off_s, size_t ld_s, mt_act *compact,
-                     size_t rows, int to_compact, int sum) {
-  const mt_ops *o = at->ops;
+/* Per compact head j: its hs key and hs value columns, and those of its
+ * first query head in dqkv-like rows (ld 3C, K at column C): copied into
+ * the compact buffer, or the compact ones added there. */
+static void first_heads(mt_attention *at, mt_act *rows3, mt_act *compact, size_t rows, int add) {
   const size_t C = (size_t)at->C, hs = (size_t)at->hs, Ckv = kv_cols(at) / 2, es = es_of(at);
-  for (int h = 0; h < at->NH; h++) {
-    const int first = first_of_group(at, h);
-    if (to_compact && !first && !sum) continue;
+  for (int j = 0; j < at->kv_heads; j++)
     for (size_t half = 0; half < 2; half++) {
-      mt_act *sp = mt_act_at(es, spread, off_s + half * C + h * hs);
-      mt_act *cp = mt_act_at(es, compact, half * Ckv + (size_t)mt_attention_kv_of(at, h) * hs);
-      if (!to_compact) o->copy_2d(at->dt, sp, ld_s, cp, 2 * Ckv, rows, hs);
-      else if (first) o->copy_2d(at->dt, cp, 2 * Ckv, sp, ld_s, rows, hs);
-      else o->add_2d(at->dt, cp, 2 * Ckv, sp, ld_s, rows, hs);
+      mt_act *wide = mt_act_at(es, rows3, C + half * C + (size_t)first_head(at, j) * hs);
+      mt_act *cp = mt_act_at(es, compact, half * Ckv + (size_t)j * hs);
+      if (add) at->ops->add_2d(at->dt, wide, 3 * C, cp, 2 * Ckv, rows, hs);
+      else at->ops->copy_2d(at->dt, cp, 2 * Ckv, wide, 3 * C, rows, hs);
     }
-  }
 }
 
 /* this rank's K|V rows (columns C..3C of qkv) into a compact (B, T_local,
@@ -92,33 +90,33 @@ static void pack_kv(mt_attention *at, mt_act *kv, const mt_act *qkv, int B) {
   const size_t C = (size_t)at->C, rows = (size_t)B * at->lay.T_local;
   if (!spreads(at))
     at->ops->copy_2d(at->dt, kv, 2 * C, mt_act_at(es_of(at), qkv, C), 3 * C, rows, 2 * C);
-  else heads_2d(at, (mt_act *)qkv, C, 3 * C, kv, rows, 1, 0);
+  else first_heads(at, (mt_act *)qkv, kv, rows, 0);
 }
 
 /* the K|V of a step spread over the query heads (B, T_local, 2C) */
-static const mt_act *spread_kv(mt_attention *at, mt_act *kv, int B) {
+static const mt_act *spread_kv(mt_attention *at, const mt_act *kv, int B) {
   if (!spreads(at)) return kv;
-  heads_2d(at, at->kvs, 0, 2 * (size_t)at->C, kv, (size_t)B * at->lay.T_local, 0, 0);
+  at->ops->kv_spread(at->dt, at->kvs, kv, (size_t)B * at->lay.T_local, at->NH, at->kv_heads,
+                     at->hs, spread_h0(at), at->kv_group, 0, NULL, NULL, 0);
   return at->kvs;
+}
+
+/* a step's spread dK|dV (at->dkvs) into the compact part: each compact
+ * head the sum of its query heads' (in fp32, rounded once) */
+static void gather_dkv(mt_attention *at, mt_act *part, int B) {
+  at->ops->kv_spread_backward(at->dt, part, at->dkvs, (size_t)B * at->lay.T_local, at->NH,
+                              at->kv_heads, at->hs, spread_h0(at), at->kv_group, 0, NULL, NULL,
+                              0);
 }
 
 /* a complete compact dK|dV added into dqkv's key and value columns: into
  * each group's first query head (kv_spread_backward sums a group's heads,
  * the others' are 0 from the backward's zero pass) */
 static void add_own_dkv(mt_attention *at, mt_act *dqkv, mt_act *dkv, int B) {
-  const size_t C = (size_t)at->C, hs = (size_t)at->hs, Ckv = kv_cols(at) / 2, es = es_of(at);
-  const size_t rows = (size_t)B * at->lay.T_local;
-  if (!spreads(at)) {
-    at->ops->add_2d(at->dt, mt_act_at(es, dqkv, C), 3 * C, dkv, 2 * C, rows, 2 * C);
-    return;
-  }
-  for (int h = 0; h < at->NH; h++) {
-    if (!first_of_group(at, h)) continue;
-    const size_t j = (size_t)mt_attention_kv_of(at, h) * hs;
-    for (size_t half = 0; half < 2; half++)
-      at->ops->add_2d(at->dt, mt_act_at(es, dqkv, C + half * C + h * hs), 3 * C,
-                      mt_act_at(es, dkv, half * Ckv + j), 2 * Ckv, rows, hs);
-  }
+  const size_t C = (size_t)at->C, rows = (size_t)B * at->lay.T_local;
+  if (!spreads(at))
+    at->ops->add_2d(at->dt, mt_act_at(es_of(at), dqkv, C), 3 * C, dkv, 2 * C, rows, 2 * C);
+  else first_heads(at, dqkv, dkv, rows, 1);
 }
 
 void mt_attention_ring_forward(mt_attention *at, mt_act *out, const mt_act *qkv, float *lse,
@@ -210,7 +208,7 @@ void mt_attention_ring_backward(mt_attention *at, mt_act *dqkv, const mt_act *do
                   mt_act_at(es, kv, ko + C));
         mt_progress(&kr), mt_progress(&ks), mt_progress(&dr), mt_progress(&ds);
       }
-    if (spreads(at)) heads_2d(at, dpart, 0, 2 * C, part, rows, 1, 1);
+    if (spreads(at)) gather_dkv(at, part, B);
     if (s > 0) {
       mt_wait(&dr);
       o->axpy(dt, part, 1.0f, in, n);

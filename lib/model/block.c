@@ -70,11 +70,11 @@ static void kv_spread(const mt_gpt *m, mt_act *qkv, mt_act *c, int B, int backwa
   const size_t rows = (size_t)B * m->T;
   const float *cs = mt_model_llama(&m->shape) ? m->rope_cs : NULL;
   if (backward)
-    m->ops->kv_spread_backward(m->dt, c, qkv, rows, m->NH_local, m->NKV_local, hs, mt_gpt_kv_h0(m),
-                               group, cs, m->tok_pos, m->T);
+    m->ops->kv_spread_backward(m->dt, c, qkv, rows, m->NH_local, m->NKV_local, hs,
+                               mt_gpt_kv_h0(m), group, 1, cs, m->tok_pos, m->T);
   else
-    m->ops->kv_spread(m->dt, qkv, c, rows, m->NH_local, m->NKV_local, hs, mt_gpt_kv_h0(m), group, cs,
-                      m->tok_pos, m->T);
+    m->ops->kv_spread(m->dt, qkv, c, rows, m->NH_local, m->NKV_local, hs, mt_gpt_kv_h0(m), group,
+                      1, cs, m->tok_pos, m->T);
 }
 
 /* rotary positions on q and k in place (without gqa; with it the spread

@@ -39,7 +39,7 @@
 #define EFF_MEGATRON_DEEPSPEED 0.7122
 #define EFF_DEEPSPEED_ZERO3 0.6231
 #define EFF_MEGATRON_CORE 0.7757
-#define EFF_FSDP 0.9115
+#define EFF_FSDP 0.9089
 #define EFF_LLMC 0.8177
 
 static const mt_plan_stack g_stacks[] = {

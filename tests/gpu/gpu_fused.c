@@ -232,14 +232,14 @@ static void test_spread_rope(size_t rows, int nh, int nkv, int hs) {
   void *d_c = dev_copy(c, nc, es), *d_turned = dev_copy(c, nc, es);
   void *d_dqkv = dev_copy(dqkv, nq, es), *d_got = dev_copy(nan, nq, es);
   void *d_ref = dev_copy(nan, nq, es);
-  gpu->kv_spread(t, d_got, d_c, rows, nh, nkv, hs, 0, group, d_cs, d_pos, (int)rows);
+  gpu->kv_spread(t, d_got, d_c, rows, nh, nkv, hs, 0, group, 1, d_cs, d_pos, (int)rows);
   gpu->rope(t, d_turned, W, 1, (int)rows, nh + nkv, hs, d_cs, d_pos, 0);
-  gpu->kv_spread(t, d_ref, d_turned, rows, nh, nkv, hs, 0, group, NULL, NULL, 0);
+  gpu->kv_spread(t, d_ref, d_turned, rows, nh, nkv, hs, 0, group, 1, NULL, NULL, 0);
   mt_check_true("kv_spread with rope = rope, then kv_spread (bits)",
                 dsame(d_got, d_ref, nq * es) && same_bytes(c, d_c, nc * es));
-  gpu->kv_spread_backward(t, d_got, d_dqkv, rows, nh, nkv, hs, 0, group, d_cs, d_pos,
+  gpu->kv_spread_backward(t, d_got, d_dqkv, rows, nh, nkv, hs, 0, group, 1, d_cs, d_pos,
                           (int)rows);
-  gpu->kv_spread_backward(t, d_ref, d_dqkv, rows, nh, nkv, hs, 0, group, NULL, NULL, 0);
+  gpu->kv_spread_backward(t, d_ref, d_dqkv, rows, nh, nkv, hs, 0, group, 1, NULL, NULL, 0);
   gpu->rope(t, d_ref, W, 1, (int)rows, nh + nkv, hs, d_cs, d_pos, 1);
   mt_check_true("kv_spread_backward with rope = kv_spread_backward, then rope inverse (bits)",
                 dsame(d_got, d_ref, nc * es));

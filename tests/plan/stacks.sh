@@ -24,7 +24,7 @@ declare -A FLAGS=(
   [megatron-deepspeed]="--attention materialized --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.7122"
   [deepspeed-zero3]="--attention materialized --collectives flat $MIXED --dtype grad_reduce=2 $EFF 0.6231"
   [megatron-core]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.7757"
-  [fsdp]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.9115"
+  [fsdp]="--attention block --collectives hierarchical $MIXED --dtype grad_reduce=4 $EFF 0.9089"
   [llm.c]="--attention block --collectives hierarchical $MIXED --dtype grads=2 --dtype grad_reduce=2 $EFF 0.8177"
 )
 model=(--set model.preset=gpt2-124m --set train.global_batch=64 --set train.micro_batch=2)

@@ -31,6 +31,8 @@
  * and kv_spread_backward against kv_spread_backward, then rope inverse on
  * dc, the same bits in fp32 and bf16 (the same arithmetic in one pass),
  * c left as it was; rows at positions given and at their index.
+ * Without q (with_q 0, ring context parallelism's compact K|V): the bits
+ * of the with-q op's key/value columns both ways, with rope and without.
  * Outputs start as NaN, so an element the op does not write fails. */
 #include "core/core.h"
 #include "kernels/kernels.h"
@@ -134,13 +136,13 @@ static void run_shape(const shape *s, mt_dtype t, size_t rows) {
 
   /* forward */
   void *c = rnd_t(t, nc), *qkv = nans(t, nq), *qkv_ref = nans(t, nq);
-  ops->kv_spread(t, qkv, c, rows, l.nh, l.nkv, l.hs, l.h0, l.group, NULL, NULL, 0);
+  ops->kv_spread(t, qkv, c, rows, l.nh, l.nkv, l.hs, l.h0, l.group, 1, NULL, NULL, 0);
   spread_unfused(t, &l, qkv_ref, c, rows);
   mt_check_true(what, memcmp(qkv, qkv_ref, nq * es) == 0);
 
   /* backward */
   void *dqkv = rnd_t(t, nq), *dc = nans(t, nc), *dc_ref = nans(t, nc);
-  ops->kv_spread_backward(t, dc, dqkv, rows, l.nh, l.nkv, l.hs, l.h0, l.group, NULL, NULL, 0);
+  ops->kv_spread_backward(t, dc, dqkv, rows, l.nh, l.nkv, l.hs, l.h0, l.group, 1, NULL, NULL, 0);
   spread_backward_unfused(t, &l, dc_ref, dqkv, rows);
   if (t == MT_DT_F32) {
     mt_check_true("  backward: the same bits", memcmp(dc, dc_ref, nc * es) == 0);
@@ -185,31 +187,70 @@ static void run_shape(const shape *s, mt_dtype t, size_t rows) {
   free(c), free(qkv), free(qkv_ref), free(dqkv), free(dc), free(dc_ref);
 }
 
-/* the fused turn (cs) against rope, then the spread (backward: the spread,
- * then rope inverse); rows at positions pos (NULL: r % rows) */
-static void run_rope(const shape *s, mt_dtype t, size_t rows, const int *pos) {
-  const local l = local_of(s);
-  const size_t nq = rows * 3 * l.Cl, nc = rows * l.W, es = es_of(t);
-  const int P = 97, hs = l.hs; /* positions in the table */
+/* rope's angles for positions 0..96, head size hs */
+static float *rope_table(int hs) {
+  const int P = 97;
   float *cs = test_alloc((size_t)P * hs * sizeof(float));
   for (int p = 0; p < P; p++)
     for (int d = 0; d < hs / 2; d++) {
       double a = p * pow(10000.0, -2.0 * d / hs);
       cs[(size_t)p * hs + d] = (float)cos(a), cs[(size_t)p * hs + hs / 2 + d] = (float)sin(a);
     }
+  return cs;
+}
+
+/* with_q 0 (ring context parallelism's compact K|V): the layouts without
+ * q give the bits of the with-q op's key/value columns, both ways, with
+ * rope's turn (cs) and without */
+static void run_no_q(const shape *s, mt_dtype t, size_t rows, int rope) {
+  const local l = local_of(s);
+  const size_t es = es_of(t), nq = rows * 3 * l.Cl, nc = rows * l.W;
+  const size_t wkv = 2 * l.Ckv, wh = 2 * l.Cl; /* the rows without q */
+  float *cs = rope ? rope_table(l.hs) : NULL;
+  char what[160];
+  snprintf(what, sizeof what, "%s %s, no q%s: kv_spread = the with-q columns (bits)", s->what,
+           t == MT_DT_BF16 ? "bf16" : "fp32", rope ? ", rope" : "");
+  void *c = rnd_t(t, nc), *c_kv = test_alloc(rows * wkv * es);
+  ops->copy_2d(t, c_kv, wkv, at(t, c, l.Cl), l.W, rows, wkv);
+  void *qkv = nans(t, nq), *kv = nans(t, rows * wh), *kv_ref = test_alloc(rows * wh * es);
+  ops->kv_spread(t, qkv, c, rows, l.nh, l.nkv, l.hs, l.h0, l.group, 1, cs, NULL, (int)rows);
+  ops->kv_spread(t, kv, c_kv, rows, l.nh, l.nkv, l.hs, l.h0, l.group, 0, cs, NULL, (int)rows);
+  ops->copy_2d(t, kv_ref, wh, at(t, qkv, l.Cl), 3 * l.Cl, rows, wh);
+  mt_check_true(what, !memcmp(kv, kv_ref, rows * wh * es));
+  void *dqkv = rnd_t(t, nq), *dkv = test_alloc(rows * wh * es);
+  ops->copy_2d(t, dkv, wh, at(t, dqkv, l.Cl), 3 * l.Cl, rows, wh);
+  void *dc = nans(t, nc), *dc_kv = nans(t, rows * wkv), *dc_ref = test_alloc(rows * wkv * es);
+  ops->kv_spread_backward(t, dc, dqkv, rows, l.nh, l.nkv, l.hs, l.h0, l.group, 1, cs, NULL,
+                          (int)rows);
+  ops->kv_spread_backward(t, dc_kv, dkv, rows, l.nh, l.nkv, l.hs, l.h0, l.group, 0, cs, NULL,
+                          (int)rows);
+  ops->copy_2d(t, dc_ref, wkv, at(t, dc, l.Cl), l.W, rows, wkv);
+  mt_check_true("  backward: the with-q op's key/value columns (bits)",
+                !memcmp(dc_kv, dc_ref, rows * wkv * es));
+  free(cs), free(c), free(c_kv), free(qkv), free(kv), free(kv_ref), free(dqkv), free(dkv);
+  free(dc), free(dc_kv), free(dc_ref);
+}
+
+/* the fused turn (cs) against rope, then the spread (backward: the spread,
+ * then rope inverse); rows at positions pos (NULL: r % rows) */
+static void run_rope(const shape *s, mt_dtype t, size_t rows, const int *pos) {
+  const local l = local_of(s);
+  const size_t nq = rows * 3 * l.Cl, nc = rows * l.W, es = es_of(t);
+  const int hs = l.hs;
+  float *cs = rope_table(hs);
   char what[160];
   snprintf(what, sizeof what, "%s %s, rope%s: kv_spread = rope, then kv_spread (bits)", s->what,
            t == MT_DT_BF16 ? "bf16" : "fp32", pos ? " at positions" : "");
   void *c = rnd_t(t, nc), *c_was = test_alloc(nc * es), *turned = test_alloc(nc * es);
   memcpy(c_was, c, nc * es), memcpy(turned, c, nc * es);
   void *qkv = nans(t, nq), *qkv_ref = nans(t, nq);
-  ops->kv_spread(t, qkv, c, rows, l.nh, l.nkv, hs, l.h0, l.group, cs, pos, (int)rows);
+  ops->kv_spread(t, qkv, c, rows, l.nh, l.nkv, hs, l.h0, l.group, 1, cs, pos, (int)rows);
   ops->rope(t, turned, l.W, 1, (int)rows, l.nh + l.nkv, hs, cs, pos, 0);
-  ops->kv_spread(t, qkv_ref, turned, rows, l.nh, l.nkv, hs, l.h0, l.group, NULL, NULL, 0);
+  ops->kv_spread(t, qkv_ref, turned, rows, l.nh, l.nkv, hs, l.h0, l.group, 1, NULL, NULL, 0);
   mt_check_true(what, !memcmp(qkv, qkv_ref, nq * es) && !memcmp(c, c_was, nc * es));
   void *dqkv = rnd_t(t, nq), *dc = nans(t, nc), *dc_ref = nans(t, nc);
-  ops->kv_spread_backward(t, dc, dqkv, rows, l.nh, l.nkv, hs, l.h0, l.group, cs, pos, (int)rows);
-  ops->kv_spread_backward(t, dc_ref, dqkv, rows, l.nh, l.nkv, hs, l.h0, l.group, NULL, NULL, 0);
+  ops->kv_spread_backward(t, dc, dqkv, rows, l.nh, l.nkv, hs, l.h0, l.group, 1, cs, pos, (int)rows);
+  ops->kv_spread_backward(t, dc_ref, dqkv, rows, l.nh, l.nkv, hs, l.h0, l.group, 1, NULL, NULL, 0);
   ops->rope(t, dc_ref, l.W, 1, (int)rows, l.nh + l.nkv, hs, cs, pos, 1);
   mt_check_true("  backward: = kv_spread_backward, then rope inverse (bits)",
                 !memcmp(dc, dc_ref, nc * es));
@@ -244,5 +285,9 @@ int main(void) {
       run_rope(&shapes[i], ti ? MT_DT_BF16 : MT_DT_F32, 67, NULL);
       run_rope(&shapes[i], ti ? MT_DT_BF16 : MT_DT_F32, 67, pos);
     }
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int ti = 0; ti < 2; ti++)
+      for (int rope = 0; rope < 2; rope++)
+        run_no_q(&shapes[i], ti ? MT_DT_BF16 : MT_DT_F32, 67, rope);
   return mt_check_summary("test_gqa_spread");
 }

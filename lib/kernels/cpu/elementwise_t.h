@@ -86,23 +86,24 @@ static inline void FN(head_move)(T *dst, const T *src, const float *cs, int hs) 
  * with cs, q and the key heads turned on the way (where rope turned c in
  * place in a pass of its own) */
 void FN(kv_spread)(void *qkv_, const void *c_, size_t rows, int nh, int nkv, int hs, int h0,
-                   int group, const float *cs, const int *pos, int T_) {
+                   int group, int with_q, const float *cs, const int *pos, int T_) {
   T *qkv = qkv_;
   const T *c = c_;
-  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cl + 2 * Ckv;
+  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, Cq = with_q ? Cl : 0;
+  const size_t W = Cq + 2 * Ckv;
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < rows; r++) {
-    T *out = qkv + r * 3 * Cl;
+    T *out = qkv + r * (Cq + 2 * Cl);
     const T *in = c + r * W;
     const float *turn = cs ? FN(rope_row)(cs, pos, r, T_, hs) : NULL;
-    if (turn)
+    if (turn && with_q)
       for (int h = 0; h < nh; h++)
         FN(head_move)(out + (size_t)h * hs, in + (size_t)h * hs, turn, hs);
-    else memcpy(out, in, Cl * sizeof(T));
+    else memcpy(out, in, Cq * sizeof(T));
     for (int h = 0; h < nh; h++) {
       const size_t j = (size_t)((h0 + h) / group) * hs;
-      FN(head_move)(out + Cl + (size_t)h * hs, in + Cl + j, turn, hs);
-      memcpy(out + 2 * Cl + (size_t)h * hs, in + Cl + Ckv + j, (size_t)hs * sizeof(T));
+      FN(head_move)(out + Cq + (size_t)h * hs, in + Cq + j, turn, hs);
+      memcpy(out + Cq + Cl + (size_t)h * hs, in + Cq + Ckv + j, (size_t)hs * sizeof(T));
     }
   }
 }
@@ -113,23 +114,25 @@ void FN(kv_spread)(void *qkv_, const void *c_, size_t rows, int nh, int nkv, int
  * read-modify-write of it per head; with cs, the row's q and key heads
  * then turned back while the row is in cache */
 void FN(kv_spread_backward)(void *dc_, const void *dqkv_, size_t rows, int nh, int nkv, int hs,
-                            int h0, int group, const float *cs, const int *pos, int T_) {
+                            int h0, int group, int with_q, const float *cs, const int *pos,
+                            int T_) {
   T *dc = dc_;
   const T *dqkv = dqkv_;
-  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cl + 2 * Ckv;
+  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, Cq = with_q ? Cl : 0;
+  const size_t W = Cq + 2 * Ckv;
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < rows; r++) {
     T *out = dc + r * W;
-    const T *in = dqkv + r * 3 * Cl;
-    for (size_t i = 0; i < Cl; i++) out[i] = ST(0.0f + LD(in[i]));
+    const T *in = dqkv + r * (Cq + 2 * Cl);
+    for (size_t i = 0; i < Cq; i++) out[i] = ST(0.0f + LD(in[i]));
     for (int kv = 0; kv < 2; kv++) {
-      const T *x = in + (size_t)(1 + kv) * Cl;
+      const T *x = in + Cq + (size_t)kv * Cl;
       for (int j = 0; j < nkv; j++) {
         /* the query heads [h_lo, h_hi) of key/value head j */
         int h_lo = j * group - h0, h_hi = h_lo + group;
         if (h_lo < 0) h_lo = 0;
         if (h_hi > nh) h_hi = nh;
-        T *y = out + Cl + (size_t)kv * Ckv + (size_t)j * hs;
+        T *y = out + Cq + (size_t)kv * Ckv + (size_t)j * hs;
         for (int d0 = 0; d0 < hs; d0 += MT_KV_CHUNK) {
           const int n = hs - d0 < MT_KV_CHUNK ? hs - d0 : MT_KV_CHUNK;
           float acc[MT_KV_CHUNK];
@@ -144,7 +147,7 @@ void FN(kv_spread_backward)(void *dc_, const void *dqkv_, size_t rows, int nh, i
     }
     if (cs) { /* q and the key heads turned back, from their rounded sums */
       const float *turn = FN(rope_row)(cs, pos, r, T_, hs);
-      for (int h = 0; h < nh + nkv; h++)
+      for (int h = 0; h < (with_q ? nh : 0) + nkv; h++)
         FN(rope_head)(out + (size_t)h * hs, out + (size_t)h * hs, turn, turn + hs / 2, hs / 2,
                       -1.0f);
     }

@@ -21,18 +21,19 @@ __device__ static inline float rope_turn(bool second, float x1, float x2, float 
  * from the pair it turns (rope on c, then the copy). */
 template <typename S>
 __global__ void kv_spread_kernel(S *qkv, const S *c, size_t rows, int nh, int nkv, int hs,
-                                 int h0, int group, const float *cs, const int *pos, int T) {
-  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, n = rows * 3 * Cl;
+                                 int h0, int group, size_t Cq, const float *cs, const int *pos,
+                                 int T) {
+  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, w = Cq + 2 * Cl, n = rows * w;
   const int half = hs / 2;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    size_t r = i / (3 * Cl), col = i % (3 * Cl), from = col, d = col % hs;
-    if (col >= Cl) { /* a key (kv 0) or value (1) channel of query head h */
-      size_t kv = (col - Cl) / Cl, h = (col - Cl) % Cl / hs;
-      from = Cl + kv * Ckv + (size_t)((h0 + (int)h) / group) * hs + d;
+    size_t r = i / w, col = i % w, from = col, d = col % hs;
+    if (col >= Cq) { /* a key (kv 0) or value (1) channel of query head h */
+      size_t kv = (col - Cq) / Cl, h = (col - Cq) % Cl / hs;
+      from = Cq + kv * Ckv + (size_t)((h0 + (int)h) / group) * hs + d;
     }
-    const S *row = c + r * (Cl + 2 * Ckv);
-    if (!cs || col >= 2 * Cl) { /* no turn; a value channel */
+    const S *row = c + r * (Cq + 2 * Ckv);
+    if (!cs || col >= Cq + Cl) { /* no turn; a value channel */
       qkv[i] = row[from];
       continue;
     }
@@ -49,15 +50,15 @@ __global__ void kv_spread_kernel(S *qkv, const S *c, size_t rows, int nh, int nk
  * fp32, rounded once */
 template <typename S>
 __device__ static S kv_gathered(const S *x, size_t col, int nh, int hs, int h0, int group,
-                                size_t Cl, size_t Ckv) {
+                                size_t Cq, size_t Cl, size_t Ckv) {
   float acc = 0.0f;
-  if (col < Cl) {
+  if (col < Cq) {
     acc += mt_ld(x[col]);
   } else {
-    size_t kv = (col - Cl) / Ckv, d = col % hs;
-    int j = (int)((col - Cl) % Ckv / hs);
+    size_t kv = (col - Cq) / Ckv, d = col % hs;
+    int j = (int)((col - Cq) % Ckv / hs);
     int h_lo = max(0, j * group - h0), h_hi = min(nh, (j + 1) * group - h0);
-    for (int h = h_lo; h < h_hi; h++) acc += mt_ld(x[(1 + kv) * Cl + (size_t)h * hs + d]);
+    for (int h = h_lo; h < h_hi; h++) acc += mt_ld(x[Cq + kv * Cl + (size_t)h * hs + d]);
   }
   return mt_st<S>(acc);
 }
@@ -67,22 +68,22 @@ __device__ static S kv_gathered(const S *x, size_t col, int nh, int hs, int h0, 
  * inverse on dc) */
 template <typename S>
 __global__ void kv_spread_backward_kernel(S *dc, const S *dqkv, size_t rows, int nh, int nkv,
-                                          int hs, int h0, int group, const float *cs,
+                                          int hs, int h0, int group, size_t Cq, const float *cs,
                                           const int *pos, int T) {
-  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cl + 2 * Ckv, n = rows * W;
+  const size_t Cl = (size_t)nh * hs, Ckv = (size_t)nkv * hs, W = Cq + 2 * Ckv, n = rows * W;
   const int half = hs / 2;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     size_t r = i / W, col = i % W;
-    const S *x = dqkv + r * 3 * Cl;
-    if (!cs || col >= Cl + Ckv) { /* no turn; a value channel */
-      dc[i] = kv_gathered(x, col, nh, hs, h0, group, Cl, Ckv);
+    const S *x = dqkv + r * (Cq + 2 * Cl);
+    if (!cs || col >= Cq + Ckv) { /* no turn; a value channel */
+      dc[i] = kv_gathered(x, col, nh, hs, h0, group, Cq, Cl, Ckv);
       continue;
     }
     const float *co = cs + (pos ? (size_t)pos[r] : r % (size_t)T) * hs;
     size_t d = col % hs, pair = d % half, head = col - d;
-    float x1 = mt_ld(kv_gathered(x, head + pair, nh, hs, h0, group, Cl, Ckv));
-    float x2 = mt_ld(kv_gathered(x, head + pair + half, nh, hs, h0, group, Cl, Ckv));
+    float x1 = mt_ld(kv_gathered(x, head + pair, nh, hs, h0, group, Cq, Cl, Ckv));
+    float x2 = mt_ld(kv_gathered(x, head + pair + half, nh, hs, h0, group, Cq, Cl, Ckv));
     float sn = -1.0f * co[half + pair];
     dc[i] = mt_st<S>(rope_turn(d >= (size_t)half, x1, x2, co[pair], sn));
   }
@@ -90,23 +91,25 @@ __global__ void kv_spread_backward_kernel(S *dc, const S *dqkv, size_t rows, int
 
 template <typename S>
 void mt_cuda_kv_spread(void *qkv, const void *c, size_t rows, int nh, int nkv, int hs, int h0,
-                       int group, const float *cs, const int *pos, int T) {
-  size_t n = rows * 3 * (size_t)nh * hs;
+                       int group, int with_q, const float *cs, const int *pos, int T) {
+  size_t n = rows * (with_q ? 3 : 2) * (size_t)nh * hs;
   if (!n) return;
   kv_spread_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
-      (S *)qkv, (const S *)c, rows, nh, nkv, hs, h0, group, cs, pos, T);
+      (S *)qkv, (const S *)c, rows, nh, nkv, hs, h0, group,
+      with_q ? (size_t)nh * hs : 0, cs, pos, T);
   CUDA_LAUNCH_CHECK();
 }
 MT_CUDA_INSTANTIATE(kv_spread)
 
 template <typename S>
 void mt_cuda_kv_spread_backward(void *dc, const void *dqkv, size_t rows, int nh, int nkv,
-                                int hs, int h0, int group, const float *cs, const int *pos,
-                                int T) {
-  size_t n = rows * ((size_t)nh + 2 * (size_t)nkv) * hs;
+                                int hs, int h0, int group, int with_q, const float *cs,
+                                const int *pos, int T) {
+  size_t n = rows * ((with_q ? (size_t)nh : 0) + 2 * (size_t)nkv) * hs;
   if (!n) return;
   kv_spread_backward_kernel<S><<<mt_blocks(n, 256), 256, 0, g_cu.stream>>>(
-      (S *)dc, (const S *)dqkv, rows, nh, nkv, hs, h0, group, cs, pos, T);
+      (S *)dc, (const S *)dqkv, rows, nh, nkv, hs, h0, group,
+      with_q ? (size_t)nh * hs : 0, cs, pos, T);
   CUDA_LAUNCH_CHECK();
 }
 MT_CUDA_INSTANTIATE(kv_spread_backward)

@@ -161,17 +161,18 @@ static void v_add_2d(mt_dtype t, void *dst, size_t ld_dst, const void *src, size
   ELEM(3.0 * AB * rows * cols);
 }
 /* one pass: c's q and key/value heads read (each key/value head once per
- * row, its other reads hit the cache), qkv's three parts written; the
+ * row, its other reads hit the cache), qkv's three parts (two without q) written; the
  * backward the other way round; rope's turn (cs) on the way costs no
  * bytes */
 static void v_kv_spread(mt_dtype t, void *qkv, const void *c, size_t rows, int nh, int nkv,
-                        int hs, int h0, int group, const float *cs, const int *pos, int T) {
-  ELEM(AB * rows * (4.0 * nh + 2.0 * nkv) * hs);
+                        int hs, int h0, int group, int with_q, const float *cs, const int *pos,
+                        int T) {
+  ELEM(AB * rows * ((with_q ? 4.0 : 2.0) * nh + 2.0 * nkv) * hs);
 }
 static void v_kv_spread_backward(mt_dtype t, void *dc, const void *dqkv, size_t rows, int nh,
-                                 int nkv, int hs, int h0, int group, const float *cs,
-                                 const int *pos, int T) {
-  ELEM(AB * rows * (4.0 * nh + 2.0 * nkv) * hs);
+                                 int nkv, int hs, int h0, int group, int with_q,
+                                 const float *cs, const int *pos, int T) {
+  ELEM(AB * rows * ((with_q ? 4.0 : 2.0) * nh + 2.0 * nkv) * hs);
 }
 static void v_gelu_forward(mt_dtype t, void *out, const void *inp, size_t n) {
   ELEM(2.0 * AB * n);
