@@ -19,6 +19,12 @@
  * - attn_backward_first against zero, then attn_backward
  *   (tests/attn_first_check.h): dq, dk, dv bit for bit from NaN bytes, on
  *   the model's layouts, rows that see no key and keys no row sees.
+ * - GELU on bf16 storage (looked up in tables of every bf16 input) against
+ *   the fp32 op on the widened operands, rounded once: forward,
+ *   backward_first and backward bit for bit at each of the 65536 bf16
+ *   values of the input (NaN inputs: a NaN out), and with dout = 1 and
+ *   the rounding's residual fed back as dinp, the first 16 bits of each
+ *   fp32 slope the backward's table holds.
  * - the model with a block's output residual summed in the next block's
  *   norm (or the final norm) against the sums apart (mt_gpt fuse_norms
  *   0): gpt2 and llama, fp32 and bf16, with and without recompute, the
@@ -315,6 +321,59 @@ static void test_backward_first(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* GELU on bf16: the tables against the fp32 arithmetic                */
+
+static int bf16_is_nan(mt_bf16 b) { return (b & 0x7fffu) > 0x7f80u; }
+
+/* each of got[i] and round(ref[i]) alike, or, where the input x[i] is a
+ * NaN, got[i] a NaN */
+static int gelu_bf16_same(const mt_bf16 *got, const float *ref, const mt_bf16 *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (bf16_is_nan(x[i]) ? !bf16_is_nan(got[i]) : got[i] != mt_bf16_from_f32(ref[i])) return 0;
+  return 1;
+}
+
+static void test_gelu_bf16(void) {
+  printf("gelu bf16 (tables) = the fp32 op rounded\n");
+  const size_t n = 1u << 16;
+  mt_bf16 *x = test_alloc(n * 2), *out = test_alloc(n * 2);
+  mt_bf16 *dout = rnd_t(MT_DT_BF16, n, -2, 2), *d0 = rnd_t(MT_DT_BF16, n, -1, 1);
+  float *x_f = test_alloc(n * 4), *dout_f = test_alloc(n * 4), *out_f = test_alloc(n * 4);
+  for (size_t i = 0; i < n; i++) x[i] = (mt_bf16)i; /* every bf16 value, NaNs and infinities too */
+  mt_bf16_to_f32_n(x_f, x, n);
+  mt_bf16_to_f32_n(dout_f, dout, n);
+  ops->gelu_forward(MT_DT_BF16, out, x, n);
+  ops->gelu_forward(MT_DT_F32, out_f, x_f, n);
+  mt_check_true("gelu_forward bf16 = fp32 rounded, every input (bits)",
+                gelu_bf16_same(out, out_f, x, n));
+  memset(out, 0xff, n * 2);
+  ops->gelu_backward_first(MT_DT_BF16, out, x, dout, n);
+  ops->gelu_backward_first(MT_DT_F32, out_f, x_f, dout_f, n);
+  mt_check_true("gelu_backward_first bf16 = fp32 rounded, every input (bits)",
+                gelu_bf16_same(out, out_f, x, n));
+  memcpy(out, d0, n * 2);
+  mt_bf16_to_f32_n(out_f, d0, n);
+  ops->gelu_backward(MT_DT_BF16, out, x, dout, n);
+  ops->gelu_backward(MT_DT_F32, out_f, x_f, dout_f, n);
+  mt_check_true("gelu_backward bf16 = fp32 rounded, every input (bits)",
+                gelu_bf16_same(out, out_f, x, n));
+  /* the slopes' first 16 bits at every input: dout = 1 gives the slope
+   * rounded, r; backward onto dinp = -r then gives (slope - r), exact,
+   * rounded: the next 8 bits (random douts test the rest) */
+  for (size_t i = 0; i < n; i++) dout[i] = mt_bf16_from_f32(1.0f), dout_f[i] = 1.0f;
+  ops->gelu_backward_first(MT_DT_BF16, out, x, dout, n);
+  ops->gelu_backward_first(MT_DT_F32, out_f, x_f, dout_f, n);
+  int same = gelu_bf16_same(out, out_f, x, n);
+  for (size_t i = 0; i < n; i++) out[i] ^= 0x8000u; /* -r */
+  mt_bf16_to_f32_n(out_f, out, n);
+  ops->gelu_backward(MT_DT_BF16, out, x, dout, n);
+  ops->gelu_backward(MT_DT_F32, out_f, x_f, dout_f, n);
+  same = same && gelu_bf16_same(out, out_f, x, n);
+  mt_check_true("gelu_backward bf16: 16 bits of every fp32 slope", same);
+  free(x), free(out), free(dout), free(d0), free(x_f), free(dout_f), free(out_f);
+}
+
+/* ------------------------------------------------------------------ */
 /* the model: a block's last residual summed in the next block's norm  */
 
 /* What a forward and backward leave: the loss, the kept residual stream
@@ -515,6 +574,7 @@ int main(void) {
   test_adamw_ranges();
   test_residual_norm();
   test_backward_first();
+  test_gelu_bf16();
   test_model_fusion();
   return mt_check_summary("test_fused");
 }
