@@ -25,6 +25,11 @@
  *   values of the input (NaN inputs: a NaN out), and with dout = 1 and
  *   the rounding's residual fed back as dinp, the first 16 bits of each
  *   fp32 slope the backward's table holds.
+ * - sumsq (chunks summed side by side) against its contract written out:
+ *   chunks fixed by n, each summed in order, then the chunks in order;
+ *   fp32 and bf16, lengths with 1 chunk, a part group of chunks, a short
+ *   last chunk (in a part and in a full group), and the 256-chunk cap;
+ *   at 1 and 2 threads.
  * - the model with a block's output residual summed in the next block's
  *   norm (or the final norm) against the sums apart (mt_gpt fuse_norms
  *   0): gpt2 and llama, fp32 and bf16, with and without recompute, the
@@ -374,6 +379,50 @@ static void test_gelu_bf16(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* sumsq against its contract                                          */
+
+/* kernels.h's sumsq as written there: ceil(n / 16384) chunks, at most
+ * 256, of ceil(n / chunks) elements, each summed in order, then in order */
+static double sumsq_ref(mt_dtype t, const void *x, size_t n) {
+  size_t nchunks = (n + 16383) / 16384;
+  if (nchunks > 256) nchunks = 256;
+  if (nchunks == 0) return 0.0;
+  size_t chunk = (n + nchunks - 1) / nchunks;
+  double total = 0.0;
+  for (size_t c = 0; c < nchunks; c++) {
+    double acc = 0.0;
+    for (size_t i = c * chunk; i < (c + 1) * chunk && i < n; i++) {
+      double v = t == MT_DT_F32 ? ((const float *)x)[i] : mt_bf16_to_f32(((const mt_bf16 *)x)[i]);
+      acc += v * v;
+    }
+    total += acc;
+  }
+  return total;
+}
+
+static void test_sumsq(void) {
+  printf("sumsq = chunks in order\n");
+  /* 1 chunk; 3 (a part group); 9 (a full group and 1); 9, the last
+   * short; 19; 16, the last short in a full group; over the 256 cap */
+  const size_t lens[] = {1000, 40000, 147456, 147000, 300001, 261144, 256 * 16384 + 12345};
+  const mt_dtype types[] = {MT_DT_F32, MT_DT_BF16};
+  for (int ti = 0; ti < 2; ti++)
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+      size_t n = lens[li];
+      void *x = rnd_t(types[ti], n, -2, 2);
+      double ref = sumsq_ref(types[ti], x, n), got2 = ops->sumsq(types[ti], x, n);
+      mt_kernels_set_threads(1);
+      double got1 = ops->sumsq(types[ti], x, n);
+      mt_kernels_set_threads(2);
+      char what[160];
+      snprintf(what, sizeof what, "sumsq %s n=%zu = chunks in order, 1 and 2 threads (bits)",
+               tname(types[ti]), n);
+      mt_check_true(what, !memcmp(&got2, &ref, 8) && !memcmp(&got1, &ref, 8) && ref > 0);
+      free(x);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* the model: a block's last residual summed in the next block's norm  */
 
 /* What a forward and backward leave: the loss, the kept residual stream
@@ -575,6 +624,7 @@ int main(void) {
   test_residual_norm();
   test_backward_first();
   test_gelu_bf16();
+  test_sumsq();
   test_model_fusion();
   return mt_check_summary("test_fused");
 }
