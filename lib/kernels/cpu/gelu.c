@@ -12,9 +12,9 @@
  * so a table holds, for each, the rounded GELU and the fp32 slope gelu'(x)
  * that the fp32 arithmetic gives (filled once per process by the same
  * functions as the fp32 loops, which compile without FMA contraction in
- * ISO C, so the bits are the same), and a pass is a load from a 384 KiB
- * table that stays in cache, where the polynomial, the clamps and the
- * division were the GELU's 4% of a gpt2-124m step (tests/unit/test_fused.c
+ * ISO C, so the bits are the same), and a pass loads from tables (384 KiB
+ * in all) that stay in cache, where the polynomial, the clamps and the
+ * division made GELU 4% of a gpt2-124m step (tests/unit/test_fused.c
  * holds the tables against the fp32 op at every bf16 value). */
 #include <math.h>
 #include <pthread.h>
