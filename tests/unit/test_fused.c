@@ -19,6 +19,17 @@
  * - attn_backward_first against zero, then attn_backward
  *   (tests/attn_first_check.h): dq, dk, dv bit for bit from NaN bytes, on
  *   the model's layouts, rows that see no key and keys no row sees.
+ * - GELU on bf16 storage (looked up in tables of every bf16 input) against
+ *   the fp32 op on the widened operands, rounded once: forward,
+ *   backward_first and backward bit for bit at each of the 65536 bf16
+ *   values of the input (NaN inputs: a NaN out), and with dout = 1 and
+ *   the rounding's residual fed back as dinp, the first 16 bits of each
+ *   fp32 slope the backward's table holds.
+ * - sumsq (chunks summed side by side) against its contract written out:
+ *   chunks fixed by n, each summed in order, then the chunks in order;
+ *   fp32 and bf16, lengths with 1 chunk, a part group of chunks, a short
+ *   last chunk (in a part and in a full group), and the 256-chunk cap;
+ *   at 1 and 2 threads.
  * - the model with a block's output residual summed in the next block's
  *   norm (or the final norm) against the sums apart (mt_gpt fuse_norms
  *   0): gpt2 and llama, fp32 and bf16, with and without recompute, the
@@ -315,6 +326,103 @@ static void test_backward_first(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* GELU on bf16: the tables against the fp32 arithmetic                */
+
+static int bf16_is_nan(mt_bf16 b) { return (b & 0x7fffu) > 0x7f80u; }
+
+/* each of got[i] and round(ref[i]) alike, or, where the input x[i] is a
+ * NaN, got[i] a NaN */
+static int gelu_bf16_same(const mt_bf16 *got, const float *ref, const mt_bf16 *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (bf16_is_nan(x[i]) ? !bf16_is_nan(got[i]) : got[i] != mt_bf16_from_f32(ref[i])) return 0;
+  return 1;
+}
+
+static void test_gelu_bf16(void) {
+  printf("gelu bf16 (tables) = the fp32 op rounded\n");
+  const size_t n = 1u << 16;
+  mt_bf16 *x = test_alloc(n * 2), *out = test_alloc(n * 2);
+  mt_bf16 *dout = rnd_t(MT_DT_BF16, n, -2, 2), *d0 = rnd_t(MT_DT_BF16, n, -1, 1);
+  float *x_f = test_alloc(n * 4), *dout_f = test_alloc(n * 4), *out_f = test_alloc(n * 4);
+  for (size_t i = 0; i < n; i++) x[i] = (mt_bf16)i; /* every bf16 value, NaNs and infinities too */
+  mt_bf16_to_f32_n(x_f, x, n);
+  mt_bf16_to_f32_n(dout_f, dout, n);
+  ops->gelu_forward(MT_DT_BF16, out, x, n);
+  ops->gelu_forward(MT_DT_F32, out_f, x_f, n);
+  mt_check_true("gelu_forward bf16 = fp32 rounded, every input (bits)",
+                gelu_bf16_same(out, out_f, x, n));
+  memset(out, 0xff, n * 2);
+  ops->gelu_backward_first(MT_DT_BF16, out, x, dout, n);
+  ops->gelu_backward_first(MT_DT_F32, out_f, x_f, dout_f, n);
+  mt_check_true("gelu_backward_first bf16 = fp32 rounded, every input (bits)",
+                gelu_bf16_same(out, out_f, x, n));
+  memcpy(out, d0, n * 2);
+  mt_bf16_to_f32_n(out_f, d0, n);
+  ops->gelu_backward(MT_DT_BF16, out, x, dout, n);
+  ops->gelu_backward(MT_DT_F32, out_f, x_f, dout_f, n);
+  mt_check_true("gelu_backward bf16 = fp32 rounded, every input (bits)",
+                gelu_bf16_same(out, out_f, x, n));
+  /* the slopes' first 16 bits at every input: dout = 1 gives the slope
+   * rounded, r; backward onto dinp = -r then gives (slope - r), exact,
+   * rounded: the next 8 bits (random douts test the rest) */
+  for (size_t i = 0; i < n; i++) dout[i] = mt_bf16_from_f32(1.0f), dout_f[i] = 1.0f;
+  ops->gelu_backward_first(MT_DT_BF16, out, x, dout, n);
+  ops->gelu_backward_first(MT_DT_F32, out_f, x_f, dout_f, n);
+  int same = gelu_bf16_same(out, out_f, x, n);
+  for (size_t i = 0; i < n; i++) out[i] ^= 0x8000u; /* -r */
+  mt_bf16_to_f32_n(out_f, out, n);
+  ops->gelu_backward(MT_DT_BF16, out, x, dout, n);
+  ops->gelu_backward(MT_DT_F32, out_f, x_f, dout_f, n);
+  same = same && gelu_bf16_same(out, out_f, x, n);
+  mt_check_true("gelu_backward bf16: 16 bits of every fp32 slope", same);
+  free(x), free(out), free(dout), free(d0), free(x_f), free(dout_f), free(out_f);
+}
+
+/* ------------------------------------------------------------------ */
+/* sumsq against its contract                                          */
+
+/* kernels.h's sumsq as written there: ceil(n / 16384) chunks, at most
+ * 256, of ceil(n / chunks) elements, each summed in order, then in order */
+static double sumsq_ref(mt_dtype t, const void *x, size_t n) {
+  size_t nchunks = (n + 16383) / 16384;
+  if (nchunks > 256) nchunks = 256;
+  if (nchunks == 0) return 0.0;
+  size_t chunk = (n + nchunks - 1) / nchunks;
+  double total = 0.0;
+  for (size_t c = 0; c < nchunks; c++) {
+    double acc = 0.0;
+    for (size_t i = c * chunk; i < (c + 1) * chunk && i < n; i++) {
+      double v = t == MT_DT_F32 ? ((const float *)x)[i] : mt_bf16_to_f32(((const mt_bf16 *)x)[i]);
+      acc += v * v;
+    }
+    total += acc;
+  }
+  return total;
+}
+
+static void test_sumsq(void) {
+  printf("sumsq = chunks in order\n");
+  /* 1 chunk; 3 (a part group); 9 (a full group and 1); 9, the last
+   * short; 19; 16, the last short in a full group; over the 256 cap */
+  const size_t lens[] = {1000, 40000, 147456, 147000, 300001, 261144, 256 * 16384 + 12345};
+  const mt_dtype types[] = {MT_DT_F32, MT_DT_BF16};
+  for (int ti = 0; ti < 2; ti++)
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+      size_t n = lens[li];
+      void *x = rnd_t(types[ti], n, -2, 2);
+      double ref = sumsq_ref(types[ti], x, n), got2 = ops->sumsq(types[ti], x, n);
+      mt_kernels_set_threads(1);
+      double got1 = ops->sumsq(types[ti], x, n);
+      mt_kernels_set_threads(2);
+      char what[160];
+      snprintf(what, sizeof what, "sumsq %s n=%zu = chunks in order, 1 and 2 threads (bits)",
+               tname(types[ti]), n);
+      mt_check_true(what, !memcmp(&got2, &ref, 8) && !memcmp(&got1, &ref, 8) && ref > 0);
+      free(x);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* the model: a block's last residual summed in the next block's norm  */
 
 /* What a forward and backward leave: the loss, the kept residual stream
@@ -515,6 +623,8 @@ int main(void) {
   test_adamw_ranges();
   test_residual_norm();
   test_backward_first();
+  test_gelu_bf16();
+  test_sumsq();
   test_model_fusion();
   return mt_check_summary("test_fused");
 }

@@ -16,6 +16,8 @@
  * chunk sums are added in order: the same bits everywhere */
 #define MT_SUMSQ_MAX_CHUNKS 256
 #define MT_SUMSQ_MIN_CHUNK 16384
+/* chunks one task sums side by side (sumsq's comment) */
+#define MT_SUMSQ_LANES 8
 
 /* kv_spread_backward's channels summed at a time (fp32, on the stack) */
 #define MT_KV_CHUNK 64

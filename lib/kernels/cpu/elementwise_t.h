@@ -170,19 +170,43 @@ double FN(sum)(const void *x_, size_t n) {
   return s;
 }
 
+/* sum of x[i]^2 for i in [i0, i0 + len), in order, onto acc */
+static inline double FN(sumsq_run)(double acc, const T *x, size_t i0, size_t len) {
+  for (size_t i = i0; i < i0 + len; i++) acc += (double)LD(x[i]) * (double)LD(x[i]);
+  return acc;
+}
+
+/* A chunk's sum is one chain of dependent fp64 adds, which ran at the
+ * adder's latency, not at memory's pace; a task sums MT_SUMSQ_LANES
+ * chunks side by side instead, each chunk's adds in its own order (the
+ * same bits), so that the chains overlap. */
 double FN(sumsq)(const void *x_, size_t n) {
   const T *x = x_;
   size_t nchunks = (n + MT_SUMSQ_MIN_CHUNK - 1) / MT_SUMSQ_MIN_CHUNK;
   if (nchunks > MT_SUMSQ_MAX_CHUNKS) nchunks = MT_SUMSQ_MAX_CHUNKS;
   if (nchunks == 0) return 0.0;
   size_t chunk = (n + nchunks - 1) / nchunks;
+  size_t ngroups = (nchunks + MT_SUMSQ_LANES - 1) / MT_SUMSQ_LANES;
   double partial[MT_SUMSQ_MAX_CHUNKS];
 #pragma omp parallel for schedule(static)
-  for (size_t ci = 0; ci < nchunks; ci++) {
-    size_t i0 = ci * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
-    double acc = 0.0;
-    for (size_t i = i0; i < i1; i++) acc += (double)LD(x[i]) * (double)LD(x[i]);
-    partial[ci] = acc;
+  for (size_t gi = 0; gi < ngroups; gi++) {
+    size_t c0 = gi * MT_SUMSQ_LANES;
+    size_t c1 = c0 + MT_SUMSQ_LANES < nchunks ? c0 + MT_SUMSQ_LANES : nchunks;
+    /* the elements every lane of a full group has (only the last chunk
+     * may be short), side by side; then each lane's rest, in order */
+    size_t last0 = (c1 - 1) * chunk, common = 0;
+    if (c1 - c0 == MT_SUMSQ_LANES && last0 < n) common = n - last0 < chunk ? n - last0 : chunk;
+    double acc[MT_SUMSQ_LANES] = {0};
+    for (size_t i = 0; i < common; i++)
+      for (int l = 0; l < MT_SUMSQ_LANES; l++) {
+        double v = (double)LD(x[(c0 + l) * chunk + i]);
+        acc[l] += v * v;
+      }
+    for (size_t ci = c0; ci < c1; ci++) {
+      size_t i0 = ci * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+      partial[ci] = i1 > i0 + common ? FN(sumsq_run)(acc[ci - c0], x, i0 + common, i1 - i0 - common)
+                                     : acc[ci - c0];
+    }
   }
   double total = 0.0;
   for (size_t ci = 0; ci < nchunks; ci++) total += partial[ci];

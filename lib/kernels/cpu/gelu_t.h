@@ -1,28 +1,34 @@
 /* Bodies of gelu.c, over the storage type T (typed.h). */
 
-/* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2; n elements */
+/* out = gelu(inp), n elements (bf16: looked up, gelu.c) */
 void FN(gelu_forward)(void *out_, const void *inp_, size_t n) {
   T *out = out_;
   const T *inp = inp_;
+#if IS_BF16
+  gelu_bf16_ready();
+  const mt_bf16 *value = g_gelu_bf16.value;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = value[inp[i]];
+#else
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float x = LD(inp[i]);
-    out[i] = ST(0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x))));
-  }
+  for (size_t i = 0; i < n; i++) out[i] = gelu_value(inp[i]);
+#endif
 }
 
 /* dinp += gelu'(inp) * dout (acc 0: dinp = 0 + that, the bits of a zeroed
- * dinp), with u = sqrt(2/pi)(x + 0.044715 x^3):
- * gelu'(x) = 0.5 (1 + tanh u) + 0.5 x sech^2(u) sqrt(2/pi) (1 + 3*0.044715 x^2) */
+ * dinp); bf16: gelu'(inp) looked up */
 static void FN(gelu_bwd)(T *dinp, const T *inp, const T *dout, size_t n, int acc) {
+#if IS_BF16
+  gelu_bf16_ready();
+  const float *slope = g_gelu_bf16.slope;
+#define GELU_SLOPE(x) slope[x]
+#else
+#define GELU_SLOPE(x) gelu_slope(x)
+#endif
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float x = LD(inp[i]);
-    float th = fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
-    float local = 0.5f * (1.0f + th) +
-                  0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-    dinp[i] = ST((acc ? LD(dinp[i]) : 0.0f) + local * LD(dout[i]));
-  }
+  for (size_t i = 0; i < n; i++)
+    dinp[i] = ST((acc ? LD(dinp[i]) : 0.0f) + GELU_SLOPE(inp[i]) * LD(dout[i]));
+#undef GELU_SLOPE
 }
 
 void FN(gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n) {
