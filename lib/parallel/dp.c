@@ -67,22 +67,32 @@ static mt_group *axis(mt_group *g) { return g && g->size > 1 ? g : NULL; }
 
 /* each unit's place among the units of its layer (a MoE block's dense
  * unit, then its experts'), d->ahead the most a layer has, and its class:
- * the layer's parity and the place, 2 x d->ahead classes. Units and
- * buckets of a class share gather and gradient buffers the size of their
- * largest: the layer in use and the next one (prefetched, or whose
- * gradients accumulate while this one's are reduced) never share one */
+ * the parity of the layer's place among the layers this rank holds, and
+ * the place, 2 x d->ahead classes. Units and buckets of a class share
+ * gather and gradient buffers the size of their largest: the layer in use
+ * and the next one this rank holds (prefetched, or whose gradients
+ * accumulate while this one's are reduced) never share one. (By the
+ * layer's own index, an interleaved stage whose chunks are one layer each
+ * at an even pp, layers r, r + pp, ..., had all its layers in one class.) */
 static void unit_classes(mt_dp *d) {
   const mt_registry *reg = d->reg;
   const int U = reg->n_units;
   d->unit_class = mt_calloc((size_t)U, sizeof(int));
+  int *held = mt_calloc((size_t)U, sizeof(int)); /* the layer's place among this rank's */
   d->ahead = 1;
-  int pos = 0;
+  int pos = 0, n_held = 0, last = MT_LAYER_EMBED;
   for (int u = 1; u < U; u++) {
     pos = u > 1 && reg->units[u].layer == reg->units[u - 1].layer ? pos + 1 : 0;
     if (pos + 1 > d->ahead) d->ahead = pos + 1;
     d->unit_class[u] = pos;
+    if (reg->units[u].end > reg->units[u].begin && reg->units[u].layer != last) {
+      last = reg->units[u].layer;
+      n_held++;
+    }
+    held[u] = n_held;
   }
-  for (int u = 1; u < U; u++) d->unit_class[u] += (reg->units[u].layer & 1) * d->ahead;
+  for (int u = 1; u < U; u++) d->unit_class[u] += (held[u] & 1) * d->ahead;
+  free(held);
 }
 
 /* the gradient buffers (zero >= 2): buffer 0 for the last bucket (it holds
