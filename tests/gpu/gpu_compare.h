@@ -237,6 +237,36 @@ static inline void encoder_check(mt_dtype t, cmp_exact_fn exact, int B, int T, i
   free(inp), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(pos);
 }
 
+/* Grouped-query attention's key/value spread both ways on storage type t
+ * against the CPU's, exact (`exact`): 12 query heads of 24 channels over 4
+ * key/value heads held whole by each of 3 ranks (rank 1: h0 = 4, a window
+ * that cuts two groups and leaves two heads unused), with q in the layouts
+ * and without (ring cp's compact K|V); dc starts as garbage (written, not
+ * accumulated); the backward's sums in fp32 in head order, rounded once,
+ * on both sides */
+static inline void kv_spread_check(mt_dtype t, cmp_exact_fn exact) {
+  const int nh = 4, nkv = 4, hs = 24, h0 = 4, group = 3;
+  const size_t es = mt_dtype_bytes(t);
+  for (int with_q = 1; with_q >= 0; with_q--) {
+    printf("kv_spread with_q %d\n", with_q);
+    const size_t rows = 333, nq = rows * (with_q ? 3 : 2) * nh * hs;
+    const size_t nc = rows * ((with_q ? nh : 0) + 2 * nkv) * hs;
+    void *c = rnd_t(t, nc, -1, 1), *qkv = rnd_t(t, nq, -1, 1), *dqkv = rnd_t(t, nq, -1, 1);
+    void *dc = rnd_t(t, nc, -1, 1);
+    void *d_c = dev_copy(c, nc, es), *d_qkv = dev_copy(qkv, nq, es);
+    void *d_dqkv = dev_copy(dqkv, nq, es), *d_dc = dev_copy(dc, nc, es);
+    cpu->kv_spread(t, qkv, c, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL, 0);
+    gpu->kv_spread(t, d_qkv, d_c, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL, 0);
+    exact("kv_spread", qkv, d_qkv, nq);
+    cpu->kv_spread_backward(t, dc, dqkv, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL, 0);
+    gpu->kv_spread_backward(t, d_dc, d_dqkv, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL,
+                            0);
+    exact("kv_spread_backward", dc, d_dc, nc);
+    dfree(d_c, nc * es), dfree(d_qkv, nq * es), dfree(d_dqkv, nq * es), dfree(d_dc, nc * es);
+    free(c), free(qkv), free(dqkv), free(dc);
+  }
+}
+
 /* The start every comparison's main shares: MPI and the log up, g_rng
  * seeded, the CPU table, then the CUDA backend at the precision argv[1]
  * names ("bf16", else fp32; *bf16 says which). Returns 0 when ready;

@@ -497,32 +497,6 @@ static void test_copy_2d(void) {
   free(src), free(dst), free(s2), free(t2);
 }
 
-/* grouped-query attention's key/value spread both ways: 12 query heads of
- * 24 channels over 4 key/value heads held whole by each of 3 ranks (rank 1:
- * h0 = 4, a window that cuts two groups and leaves two heads unused), bit
- * for bit, with q in the layouts and without (ring cp's compact K|V); dc
- * starts as garbage (written, not accumulated) */
-static void test_kv_spread(void) {
-  const int nh = 4, nkv = 4, hs = 24, h0 = 4, group = 3;
-  for (int with_q = 1; with_q >= 0; with_q--) {
-    printf("kv_spread with_q %d\n", with_q);
-    const size_t rows = 333, nq = rows * (with_q ? 3 : 2) * nh * hs;
-    const size_t nc = rows * ((with_q ? nh : 0) + 2 * nkv) * hs;
-    float *c = rnd(nc, -1, 1), *qkv = rnd(nq, -1, 1), *dqkv = rnd(nq, -1, 1);
-    float *dc = rnd(nc, -1, 1);
-    float *d_c = dev(c, nc), *d_qkv = dev(qkv, nq), *d_dqkv = dev(dqkv, nq), *d_dc = dev(dc, nc);
-    cpu->kv_spread(F32, qkv, c, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL, 0);
-    gpu->kv_spread(F32, d_qkv, d_c, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL, 0);
-    CMP("kv_spread", qkv, d_qkv, nq, 0.0);
-    cpu->kv_spread_backward(F32, dc, dqkv, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL, 0);
-    gpu->kv_spread_backward(F32, d_dc, d_dqkv, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL,
-                            0);
-    CMP("kv_spread_backward", dc, d_dc, nc, 0.0);
-    dfree(d_c, nc * 4), dfree(d_qkv, nq * 4), dfree(d_dqkv, nq * 4), dfree(d_dc, nc * 4);
-    free(c), free(qkv), free(dqkv), free(dc);
-  }
-}
-
 /* the block attention twice on the same inputs: the same bits */
 static void test_attn_determinism(void) {
   printf("attn determinism\n");
@@ -600,7 +574,7 @@ int main(int argc, char **argv) {
   test_xent(111, 101, 128);
   test_attn_blocks();
   test_copy_2d();
-  test_kv_spread();
+  kv_spread_check(F32, exact_f32);
   test_determinism();
   test_attn_determinism();
   return gpu_compare_finish("gpu_ops");

@@ -355,32 +355,6 @@ static void test_copy_2d(void) {
   free(src), free(dst);
 }
 
-/* grouped-query attention's key/value spread both ways, as gpu_ops.c's
- * (a window of 4 query heads cutting groups of 3; with q and without): the
- * backward sums in fp32 in head order and rounds once on both sides: bit
- * for bit */
-static void test_kv_spread(void) {
-  const int nh = 4, nkv = 4, hs = 24, h0 = 4, group = 3;
-  for (int with_q = 1; with_q >= 0; with_q--) {
-    printf("kv_spread with_q %d\n", with_q);
-    const size_t rows = 333, nq = rows * (with_q ? 3 : 2) * nh * hs;
-    const size_t nc = rows * ((with_q ? nh : 0) + 2 * nkv) * hs;
-    mt_bf16 *c = rnd_bf16(nc, -1, 1), *qkv = rnd_bf16(nq, -1, 1), *dqkv = rnd_bf16(nq, -1, 1);
-    mt_bf16 *dc = rnd_bf16(nc, -1, 1);
-    mt_bf16 *d_c = devb(c, nc), *d_qkv = devb(qkv, nq), *d_dqkv = devb(dqkv, nq);
-    mt_bf16 *d_dc = devb(dc, nc);
-    cpu->kv_spread(BF16, qkv, c, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL, 0);
-    gpu->kv_spread(BF16, d_qkv, d_c, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL, 0);
-    EXACT("kv_spread", qkv, d_qkv, nq);
-    cpu->kv_spread_backward(BF16, dc, dqkv, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL, 0);
-    gpu->kv_spread_backward(BF16, d_dc, d_dqkv, rows, nh, nkv, hs, h0, group, with_q, NULL, NULL,
-                            0);
-    EXACT("kv_spread_backward", dc, d_dc, nc);
-    dfree(d_c, nc * 2), dfree(d_qkv, nq * 2), dfree(d_dqkv, nq * 2), dfree(d_dc, nc * 2);
-    free(c), free(qkv), free(dqkv), free(dc);
-  }
-}
-
 /* AdamW with a bf16 copy against the CUDA one without (the same bits for
  * the master, m and v) and the CPU's with a bf16 copy; the copy =
  * round(param) */
@@ -483,7 +457,7 @@ int main(int argc, char **argv) {
   test_llama(111, 296);
   test_elementwise(100003);
   test_copy_2d();
-  test_kv_spread();
+  kv_spread_check(BF16, exact_bf16);
   test_adamw(100003);
   test_determinism();
   return gpu_compare_finish("gpu_ops_bf16");
