@@ -326,13 +326,13 @@ static void test_backward_first(void) {
 }
 
 /* ------------------------------------------------------------------ */
-/* GELU on bf16: the tables against the fp32 arithmetic                */
+/* GELU and SwiGLU on bf16: the tables against the fp32 arithmetic    */
 
 static int bf16_is_nan(mt_bf16 b) { return (b & 0x7fffu) > 0x7f80u; }
 
 /* each of got[i] and round(ref[i]) alike, or, where the input x[i] is a
  * NaN, got[i] a NaN */
-static int gelu_bf16_same(const mt_bf16 *got, const float *ref, const mt_bf16 *x, size_t n) {
+static int bf16_same_or_nan(const mt_bf16 *got, const float *ref, const mt_bf16 *x, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (bf16_is_nan(x[i]) ? !bf16_is_nan(got[i]) : got[i] != mt_bf16_from_f32(ref[i])) return 0;
   return 1;
@@ -350,32 +350,72 @@ static void test_gelu_bf16(void) {
   ops->gelu_forward(MT_DT_BF16, out, x, n);
   ops->gelu_forward(MT_DT_F32, out_f, x_f, n);
   mt_check_true("gelu_forward bf16 = fp32 rounded, every input (bits)",
-                gelu_bf16_same(out, out_f, x, n));
+                bf16_same_or_nan(out, out_f, x, n));
   memset(out, 0xff, n * 2);
   ops->gelu_backward_first(MT_DT_BF16, out, x, dout, n);
   ops->gelu_backward_first(MT_DT_F32, out_f, x_f, dout_f, n);
   mt_check_true("gelu_backward_first bf16 = fp32 rounded, every input (bits)",
-                gelu_bf16_same(out, out_f, x, n));
+                bf16_same_or_nan(out, out_f, x, n));
   memcpy(out, d0, n * 2);
   mt_bf16_to_f32_n(out_f, d0, n);
   ops->gelu_backward(MT_DT_BF16, out, x, dout, n);
   ops->gelu_backward(MT_DT_F32, out_f, x_f, dout_f, n);
   mt_check_true("gelu_backward bf16 = fp32 rounded, every input (bits)",
-                gelu_bf16_same(out, out_f, x, n));
+                bf16_same_or_nan(out, out_f, x, n));
   /* the slopes' first 16 bits at every input: dout = 1 gives the slope
    * rounded, r; backward onto dinp = -r then gives (slope - r), exact,
    * rounded: the next 8 bits (random douts test the rest) */
   for (size_t i = 0; i < n; i++) dout[i] = mt_bf16_from_f32(1.0f), dout_f[i] = 1.0f;
   ops->gelu_backward_first(MT_DT_BF16, out, x, dout, n);
   ops->gelu_backward_first(MT_DT_F32, out_f, x_f, dout_f, n);
-  int same = gelu_bf16_same(out, out_f, x, n);
+  int same = bf16_same_or_nan(out, out_f, x, n);
   for (size_t i = 0; i < n; i++) out[i] ^= 0x8000u; /* -r */
   mt_bf16_to_f32_n(out_f, out, n);
   ops->gelu_backward(MT_DT_BF16, out, x, dout, n);
   ops->gelu_backward(MT_DT_F32, out_f, x_f, dout_f, n);
-  same = same && gelu_bf16_same(out, out_f, x, n);
+  same = same && bf16_same_or_nan(out, out_f, x, n);
   mt_check_true("gelu_backward bf16: 16 bits of every fp32 slope", same);
   free(x), free(out), free(dout), free(d0), free(x_f), free(dout_f), free(out_f);
+}
+
+/* SwiGLU on bf16 (its gate's factors looked up) against the fp32 op on
+ * the widened operands, rounded: (256, 256) rows whose gates are every
+ * bf16 value, NaNs and infinities too (a NaN gate gives NaNs), ups and
+ * douts random; forward, backward_first and backward onto random dinp */
+static void test_swiglu_bf16(void) {
+  printf("swiglu bf16 (tables) = the fp32 op rounded\n");
+  const int N = 256, F = 256;
+  const size_t n = (size_t)N * F, n2 = 2 * n;
+  mt_bf16 *inp = rnd_t(MT_DT_BF16, n2, -3, 3), *dout = rnd_t(MT_DT_BF16, n, -2, 2);
+  mt_bf16 *d0 = rnd_t(MT_DT_BF16, n2, -1, 1), *out = test_alloc(n2 * 2);
+  mt_bf16 *gate_of = test_alloc((n + n2) * 2); /* each output's gate, for the NaN rule */
+  float *inp_f = test_alloc(n2 * 4), *dout_f = test_alloc(n * 4), *out_f = test_alloc(n2 * 4);
+  for (size_t r = 0; r < (size_t)N; r++)
+    for (size_t f = 0; f < (size_t)F; f++) {
+      const mt_bf16 g = (mt_bf16)(r * F + f);
+      inp[r * 2 * F + f] = g;
+      gate_of[r * F + f] = g; /* the forward's (N, F) */
+      gate_of[n + r * 2 * F + f] = gate_of[n + r * 2 * F + F + f] = g; /* (N, 2F), after it */
+    }
+  mt_bf16_to_f32_n(inp_f, inp, n2);
+  mt_bf16_to_f32_n(dout_f, dout, n);
+  ops->swiglu_forward(MT_DT_BF16, out, inp, N, F);
+  ops->swiglu_forward(MT_DT_F32, out_f, inp_f, N, F);
+  mt_check_true("swiglu_forward bf16 = fp32 rounded, every gate (bits)",
+                bf16_same_or_nan(out, out_f, gate_of, n));
+  memset(out, 0xff, n2 * 2);
+  ops->swiglu_backward_first(MT_DT_BF16, out, inp, dout, N, F);
+  ops->swiglu_backward_first(MT_DT_F32, out_f, inp_f, dout_f, N, F);
+  mt_check_true("swiglu_backward_first bf16 = fp32 rounded, every gate (bits)",
+                bf16_same_or_nan(out, out_f, gate_of + n, n2));
+  memcpy(out, d0, n2 * 2);
+  mt_bf16_to_f32_n(out_f, d0, n2);
+  ops->swiglu_backward(MT_DT_BF16, out, inp, dout, N, F);
+  ops->swiglu_backward(MT_DT_F32, out_f, inp_f, dout_f, N, F);
+  mt_check_true("swiglu_backward bf16 = fp32 rounded, every gate (bits)",
+                bf16_same_or_nan(out, out_f, gate_of + n, n2));
+  free(inp), free(dout), free(d0), free(out), free(gate_of), free(inp_f), free(dout_f);
+  free(out_f);
 }
 
 /* ------------------------------------------------------------------ */
@@ -624,6 +664,7 @@ int main(void) {
   test_residual_norm();
   test_backward_first();
   test_gelu_bf16();
+  test_swiglu_bf16();
   test_sumsq();
   test_model_fusion();
   return mt_check_summary("test_fused");

@@ -39,36 +39,54 @@ void FN(gelu_backward_first)(void *dinp, const void *inp, const void *dout, size
   FN(gelu_bwd)(dinp, inp, dout, n, 0);
 }
 
-/* SwiGLU: out (N,F) = silu(gate) * up, inp (N,2F) rows gate | up */
+/* SwiGLU: out (N,F) = silu(gate) * up, inp (N,2F) rows gate | up (bf16:
+ * silu looked up, gelu.c) */
 void FN(swiglu_forward)(void *out_, const void *inp_, int N, int F) {
   T *out = out_;
   const T *inp = inp_;
+#if IS_BF16
+  swiglu_bf16_ready();
+  const float *silu = g_swiglu_bf16.silu;
+#define SILU(gb) silu[gb]
+#else
+#define SILU(g) ((g) / (1.0f + mt_exp_poly(-(g))))
+#endif
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const T *gate = inp + (size_t)n * 2 * F, *up = gate + F;
     T *y = out + (size_t)n * F;
 #pragma omp simd
-    for (int f = 0; f < F; f++) {
-      float g = LD(gate[f]);
-      y[f] = ST(g / (1.0f + mt_exp_poly(-g)) * LD(up[f]));
-    }
+    for (int f = 0; f < F; f++) y[f] = ST(SILU(gate[f]) * LD(up[f]));
   }
+#undef SILU
 }
 
 /* with s = sigmoid(gate): silu = gate s, silu' = s (1 + gate (1 - s));
- * dgate += dout up silu', dup += dout silu (acc 0: = 0 + those) */
+ * dgate += dout up silu', dup += dout silu (acc 0: = 0 + those); bf16: s
+ * and 1 + gate (1 - s) looked up */
 static void FN(swiglu_bwd)(T *dinp, const T *inp, const T *dout, int N, int F, int acc) {
+#if IS_BF16
+  swiglu_bf16_ready();
+  const float *sig = g_swiglu_bf16.sig, *fac = g_swiglu_bf16.fac;
+#define SIG(gb, g) sig[gb]
+#define FAC(gb, g, s) fac[gb]
+#else
+#define SIG(gb, g) (1.0f / (1.0f + mt_exp_poly(-(g))))
+#define FAC(gb, g, s) (1.0f + (g) * (1.0f - (s)))
+#endif
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const T *gate = inp + (size_t)n * 2 * F, *up = gate + F, *dy = dout + (size_t)n * F;
     T *dgate = dinp + (size_t)n * 2 * F, *dup = dgate + F;
 #pragma omp simd
     for (int f = 0; f < F; f++) {
-      float g = LD(gate[f]), s = 1.0f / (1.0f + mt_exp_poly(-g)), d = LD(dy[f]);
-      dgate[f] = ST((acc ? LD(dgate[f]) : 0.0f) + d * LD(up[f]) * s * (1.0f + g * (1.0f - s)));
+      float g = LD(gate[f]), s = SIG(gate[f], g), d = LD(dy[f]);
+      dgate[f] = ST((acc ? LD(dgate[f]) : 0.0f) + d * LD(up[f]) * s * FAC(gate[f], g, s));
       dup[f] = ST((acc ? LD(dup[f]) : 0.0f) + d * g * s);
     }
   }
+#undef SIG
+#undef FAC
 }
 
 void FN(swiglu_backward)(void *dinp, const void *inp, const void *dout, int N, int F) {
