@@ -51,7 +51,9 @@ static inline float gelu_slope(float x) {
 }
 
 /* bf16 bits i: a NaN (an integer test: x != x folds away under
- * -ffinite-math-only), and the quiet NaN the tables give for one */
+ * -ffinite-math-only), and the quiet NaN the tables give for one. The
+ * fills compute 0 in a NaN's place, then set its entries: mt_exp_poly's
+ * conversion of a NaN to an integer is undefined (UBSan) */
 static int bits_nan(uint32_t i) { return (i & 0x7fffu) > 0x7f80u; }
 static float nan_of_bits(uint32_t i) {
   union {
@@ -73,7 +75,7 @@ static pthread_once_t g_gelu_bf16_once = PTHREAD_ONCE_INIT;
 static void gelu_bf16_fill(void) {
 #pragma omp simd
   for (uint32_t i = 0; i < (1u << 16); i++) {
-    float x = mt_bf16_to_f32((mt_bf16)i);
+    float x = bits_nan(i) ? 0.0f : mt_bf16_to_f32((mt_bf16)i); /* NaNs: below */
     g_gelu_bf16.value[i] = mt_bf16_from_f32(gelu_value(x));
     g_gelu_bf16.slope[i] = gelu_slope(x);
   }
@@ -100,7 +102,8 @@ static pthread_once_t g_swiglu_bf16_once = PTHREAD_ONCE_INIT;
 static void swiglu_bf16_fill(void) {
 #pragma omp simd
   for (uint32_t i = 0; i < (1u << 16); i++) {
-    float g = mt_bf16_to_f32((mt_bf16)i), e = mt_exp_poly(-g), s = 1.0f / (1.0f + e);
+    float g = bits_nan(i) ? 0.0f : mt_bf16_to_f32((mt_bf16)i); /* NaNs: below */
+    float e = mt_exp_poly(-g), s = 1.0f / (1.0f + e);
     g_swiglu_bf16.silu[i] = g / (1.0f + e);
     g_swiglu_bf16.sig[i] = s;
     g_swiglu_bf16.fac[i] = 1.0f + g * (1.0f - s);
