@@ -51,9 +51,7 @@ static inline float gelu_slope(float x) {
 }
 
 /* bf16 bits i: a NaN (an integer test: x != x folds away under
- * -ffinite-math-only), and the quiet NaN the tables give for one. The
- * fills compute 0 in a NaN's place, then set its entries: mt_exp_poly's
- * conversion of a NaN to an integer is undefined (UBSan) */
+ * -ffinite-math-only), and the quiet NaN the tables give for one */
 static int bits_nan(uint32_t i) { return (i & 0x7fffu) > 0x7f80u; }
 static float nan_of_bits(uint32_t i) {
   union {
@@ -61,6 +59,15 @@ static float nan_of_bits(uint32_t i) {
     float f;
   } nan = {(i << 16) | 0x00400000u};
   return nan.f;
+}
+
+/* A table fill: entry(i, x) for every bf16 input's bits i and value x,
+ * entry_nan(i) in a NaN's place (mt_exp_poly's conversion of a NaN to an
+ * integer is undefined: UBSan). Once per process, so a call an entry. */
+static void fill_every_bf16(void (*entry)(uint32_t i, float x), void (*entry_nan)(uint32_t i)) {
+  for (uint32_t i = 0; i < (1u << 16); i++)
+    if (bits_nan(i)) entry_nan(i);
+    else entry(i, mt_bf16_to_f32((mt_bf16)i));
 }
 
 /* Every bf16 input's GELU (rounded to bf16) and slope (fp32), indexed by
@@ -72,19 +79,15 @@ static struct {
 } g_gelu_bf16;
 static pthread_once_t g_gelu_bf16_once = PTHREAD_ONCE_INIT;
 
-static void gelu_bf16_fill(void) {
-#pragma omp simd
-  for (uint32_t i = 0; i < (1u << 16); i++) {
-    float x = bits_nan(i) ? 0.0f : mt_bf16_to_f32((mt_bf16)i); /* NaNs: below */
-    g_gelu_bf16.value[i] = mt_bf16_from_f32(gelu_value(x));
-    g_gelu_bf16.slope[i] = gelu_slope(x);
-  }
-  for (uint32_t i = 0; i < (1u << 16); i++)
-    if (bits_nan(i)) {
-      g_gelu_bf16.value[i] = (mt_bf16)(i | 0x0040u);
-      g_gelu_bf16.slope[i] = nan_of_bits(i);
-    }
+static void gelu_entry(uint32_t i, float x) {
+  g_gelu_bf16.value[i] = mt_bf16_from_f32(gelu_value(x));
+  g_gelu_bf16.slope[i] = gelu_slope(x);
 }
+static void gelu_entry_nan(uint32_t i) {
+  g_gelu_bf16.value[i] = (mt_bf16)(i | 0x0040u);
+  g_gelu_bf16.slope[i] = nan_of_bits(i);
+}
+static void gelu_bf16_fill(void) { fill_every_bf16(gelu_entry, gelu_entry_nan); }
 
 /* the tables, filled at the first call of any thread */
 static void gelu_bf16_ready(void) { pthread_once(&g_gelu_bf16_once, gelu_bf16_fill); }
@@ -99,19 +102,16 @@ static struct {
 } g_swiglu_bf16;
 static pthread_once_t g_swiglu_bf16_once = PTHREAD_ONCE_INIT;
 
-static void swiglu_bf16_fill(void) {
-#pragma omp simd
-  for (uint32_t i = 0; i < (1u << 16); i++) {
-    float g = bits_nan(i) ? 0.0f : mt_bf16_to_f32((mt_bf16)i); /* NaNs: below */
-    float e = mt_exp_poly(-g), s = 1.0f / (1.0f + e);
-    g_swiglu_bf16.silu[i] = g / (1.0f + e);
-    g_swiglu_bf16.sig[i] = s;
-    g_swiglu_bf16.fac[i] = 1.0f + g * (1.0f - s);
-  }
-  for (uint32_t i = 0; i < (1u << 16); i++)
-    if (bits_nan(i))
-      g_swiglu_bf16.silu[i] = g_swiglu_bf16.sig[i] = g_swiglu_bf16.fac[i] = nan_of_bits(i);
+static void swiglu_entry(uint32_t i, float g) {
+  float e = mt_exp_poly(-g), s = 1.0f / (1.0f + e);
+  g_swiglu_bf16.silu[i] = g / (1.0f + e);
+  g_swiglu_bf16.sig[i] = s;
+  g_swiglu_bf16.fac[i] = 1.0f + g * (1.0f - s);
 }
+static void swiglu_entry_nan(uint32_t i) {
+  g_swiglu_bf16.silu[i] = g_swiglu_bf16.sig[i] = g_swiglu_bf16.fac[i] = nan_of_bits(i);
+}
+static void swiglu_bf16_fill(void) { fill_every_bf16(swiglu_entry, swiglu_entry_nan); }
 
 static void swiglu_bf16_ready(void) { pthread_once(&g_swiglu_bf16_once, swiglu_bf16_fill); }
 
